@@ -1,0 +1,121 @@
+#pragma once
+// The device interface. Layers, losses and optimizers call only these functions, so a CUDA
+// backend can be added without touching them. Every op exists in the reference backend (scalar,
+// f32 and f64, kept forever as the oracle); the CPU backend runs f32 through oneDNN and threaded
+// kernels and hands other dtypes to the reference kernels.
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "seqforge/core/tensor.hpp"
+
+namespace seqforge {
+
+// C(m, n) = alpha * op(A) * op(B) + beta * C, row-major; op(A) is (m, k), op(B) is (k, n).
+// Leading dimensions are in elements; A with trans_a is stored (k, m).
+struct GemmShape {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  float alpha = 1.0f, beta = 0.0f;
+};
+
+// One LSTM time step for a batch (forward). Gate order i, f, g, o.
+struct LstmCellForward {
+  int64_t batch = 0, hidden = 0;
+  void* gates = nullptr;         // (B, 4H) pre-activations in, activations out
+  const void* c_prev = nullptr;  // (B, H)
+  void* c = nullptr;             // (B, H) out
+  void* tanh_c = nullptr;        // (B, H) out
+  void* h = nullptr;             // (B, H) out, rows ldh apart
+  int64_t ldh = 0;
+};
+
+// The matching backward step.
+struct LstmCellBackward {
+  int64_t batch = 0, hidden = 0;
+  const void* gates = nullptr;   // (B, 4H) activations saved by forward
+  const void* c_prev = nullptr;  // (B, H)
+  const void* tanh_c = nullptr;  // (B, H)
+  const void* dh_out = nullptr;  // (B, H) gradient from the layer output, rows ld_dh_out apart
+  int64_t ld_dh_out = 0;
+  const void* dh_rec = nullptr;  // (B, H) gradient from step t+1, or null
+  void* dc = nullptr;            // (B, H) in: dL/dc_t from later steps; out: dL/dc_{t-1}
+  void* dgates = nullptr;        // (B, 4H) out: gradient of the gate pre-activations
+};
+
+struct AdamParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  bool decoupled = true;  // AdamW: p -= lr*wd*p; Adam: g += wd*p
+  int64_t step = 1;       // 1-based, for bias correction
+  double grad_scale = 1.0;  // gradients are multiplied by this first (unscaling, clipping)
+};
+
+struct SgdParams {
+  double lr = 1e-2, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+  bool first_step = true;  // momentum buffer starts as the gradient itself
+  double grad_scale = 1.0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual bool supports(DType dtype) const = 0;
+
+  // Memory: 64-byte aligned and zeroed.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* ptr) = 0;
+  virtual void copy(Tensor dst, Tensor src) = 0;  // same dtype and element count
+  virtual void fill(Tensor dst, double value) = 0;
+  virtual void synchronize() {}
+
+  virtual void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c) = 0;
+
+  // y(R, N) = b1 + b2 broadcast over rows (b2 may be empty).
+  virtual void broadcast_rows(Tensor y, Tensor b1, Tensor b2) = 0;
+  // db(N) += column sums of dy(R, N).
+  virtual void sum_rows_acc(Tensor db, Tensor dy) = 0;
+  // y += x, elementwise.
+  virtual void add(Tensor y, Tensor x) = 0;
+  // y = a * b, elementwise.
+  virtual void mul(Tensor y, Tensor a, Tensor b) = 0;
+  // mask[i] = 0 with probability p, else 1 / (1 - p); a pure function of (seed, i).
+  virtual void dropout_mask(Tensor mask, double p, uint64_t seed) = 0;
+  // dst(T, B, F) = src(B, T, F) with the first two axes swapped.
+  virtual void transpose01(Tensor dst, Tensor src) = 0;
+  // dst(rows, n) <- src with rows ld_src apart (strided copy, e.g. one direction of (T, B, 2H)).
+  virtual void copy_rows(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
+                         int64_t n, DType dtype) = 0;
+
+  virtual void lstm_cell_forward(const LstmCellForward& a, DType dtype) = 0;
+  virtual void lstm_cell_backward(const LstmCellBackward& a, DType dtype) = 0;
+
+  // out(N, E) = table[ids]; ids (N) i32 or i64, checked against V.
+  virtual void embedding_forward(Tensor out, Tensor table, Tensor ids) = 0;
+  // dtable(V, E) += scatter of dout by ids.
+  virtual void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) = 0;
+
+  // Mean squared error over rows of pred(N, F) selected by mask(N) (empty = all rows).
+  // Writes dpred = d(loss)/d(pred) and returns the loss.
+  virtual double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) = 0;
+  // Cross-entropy of logits(N, C) against targets(N) (i32/i64), optional class weights(C),
+  // rows with target == ignore_index skipped; weighted mean. Writes dlogits, returns the loss.
+  virtual double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights,
+                                    int64_t ignore_index, Tensor dlogits) = 0;
+
+  virtual double sum_squares(Tensor x) = 0;
+  virtual void scale(Tensor x, double alpha) = 0;
+  virtual void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& p) = 0;
+  virtual void sgd_step(Tensor params, Tensor grads, Tensor momentum, const SgdParams& p) = 0;
+};
+
+// The scalar reference backend (single thread; f32, f64).
+std::unique_ptr<Backend> make_reference_backend();
+// The CPU backend (oneDNN GEMMs, OpenMP kernels; f32 fast, f64 through the reference kernels).
+std::unique_ptr<Backend> make_cpu_backend();
+// By name: "cpu" or "reference". Throws on an unknown name.
+std::unique_ptr<Backend> make_backend(std::string_view name);
+
+}  // namespace seqforge

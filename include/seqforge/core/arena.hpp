@@ -1,0 +1,55 @@
+#pragma once
+// Arena: one flat buffer with a table of named views. Parameters, gradients and optimizer moments
+// each live in one arena with identical layouts, so the optimizer, clipping, checkpointing and
+// all-reduce each touch one buffer.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "seqforge/core/tensor.hpp"
+
+namespace seqforge {
+
+class Backend;
+
+class Arena {
+ public:
+  struct Entry {
+    std::string name;
+    Shape shape;
+    size_t offset = 0;  // in elements; every view starts 64-byte aligned
+  };
+
+  Arena() = default;
+  explicit Arena(DType dtype) : dtype_(dtype) {}
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  Arena(Arena&& o) noexcept;
+  Arena& operator=(Arena&& o) noexcept;
+  ~Arena();
+
+  // Reserves a view; returns its index. Only before allocate().
+  size_t add(std::string name, Shape shape);
+  // Allocates the buffer (zeroed) on `backend`.
+  void allocate(Backend& backend);
+  // A new, zeroed arena with the same layout and dtype (gradients, optimizer moments).
+  Arena like(Backend& backend) const;
+
+  DType dtype() const { return dtype_; }
+  const std::vector<Entry>& entries() const { return entries_; }
+  Tensor view(size_t index) const;
+  Tensor view(std::string_view name) const;  // throws if unknown
+  const Entry* find(std::string_view name) const;
+  Tensor flat() const;  // the whole buffer, padding included (padding stays zero)
+  size_t elements() const { return elements_; }
+  bool allocated() const { return data_ != nullptr; }
+
+ private:
+  DType dtype_ = DType::f32;
+  std::vector<Entry> entries_;
+  size_t elements_ = 0;
+  Backend* backend_ = nullptr;
+  void* data_ = nullptr;
+};
+
+}  // namespace seqforge

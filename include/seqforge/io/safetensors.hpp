@@ -1,0 +1,59 @@
+#pragma once
+// safetensors: u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets}},
+// optional "__metadata__" (string -> string), then the byte buffer. Reader rejects every
+// malformed file with a seqforge::Error naming the file and the problem.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "seqforge/core/dtype.hpp"
+
+namespace seqforge::io {
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  size_t begin = 0;  // byte offset into the data buffer
+  size_t end = 0;
+};
+
+class SafetensorsFile {
+ public:
+  static constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+  // Reads and validates a file. Throws seqforge::Error("<path>: <problem>").
+  static SafetensorsFile read(const std::string& path);
+  // Validates bytes already in memory; `source` names them in errors.
+  static SafetensorsFile parse(std::string bytes, const std::string& source);
+
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // in file order
+  const SafetensorsEntry* find(std::string_view name) const;
+  std::span<const std::byte> bytes(const SafetensorsEntry& e) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_;
+  std::string buffer_;  // whole file
+  size_t data_start_ = 0;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+struct SafetensorsTensor {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  const void* data;  // shape.numel() * dtype_size(dtype) bytes
+};
+
+// Writes atomically: a temporary file in the same directory, fsync, rename, fsync of the directory.
+void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace seqforge::io

@@ -1,0 +1,78 @@
+#pragma once
+// Multi-layer, optionally bidirectional LSTM with PyTorch's nn.LSTM semantics and names.
+#include <string>
+#include <vector>
+
+#include "seqforge/core/buffer.hpp"
+#include "seqforge/nn/parameters.hpp"
+
+namespace seqforge {
+
+struct LstmOptions {
+  int64_t input_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 1;
+  bool bidirectional = false;
+  double dropout = 0.0;  // on every layer's output but the last, in training
+  bool batch_first = false;
+};
+
+class Lstm {
+ public:
+  // Declares weight_ih_l{k}[_reverse], weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k} under `prefix`.
+  Lstm(Parameters& params, const std::string& prefix, const LstmOptions& options);
+
+  // x (T, B, I), or (B, T, I) with batch_first. h0, c0 (D*L, B, H), or empty for zeros.
+  // Returns y (T, B, D*H) or (B, T, D*H). Final states in h_n(), c_n(): (D*L, B, H).
+  Tensor forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training, Rng& rng);
+  Tensor h_n() const { return h_n_.tensor(); }
+  Tensor c_n() const { return c_n_.tensor(); }
+
+  // dy like y; dh_n, dc_n like h_n or empty. Returns dx like x; dh0(), dc0() (D*L, B, H).
+  // Parameter gradients accumulate.
+  Tensor backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n);
+  Tensor dh0() const { return dh0_.tensor(); }
+  Tensor dc0() const { return dc0_.tensor(); }
+
+  const LstmOptions& options() const { return opt_; }
+  int64_t directions() const { return opt_.bidirectional ? 2 : 1; }
+  int64_t output_size() const { return directions() * opt_.hidden_size; }
+
+ private:
+  struct Weights {
+    size_t w_ih, w_hh, b_ih, b_hh;  // (4H, I_l), (4H, H), (4H), (4H)
+  };
+  struct Saved {       // per layer and direction
+    Buffer gates;      // (T, B, 4H) activations
+    Buffer c, tanh_c;  // (T, B, H)
+    Buffer dgates;     // (T, B, 4H) backward scratch
+  };
+
+  int64_t layer_input_size(int64_t layer) const;
+  void forward_direction(Backend& be, int64_t layer, int64_t dir, Tensor in, Tensor h0, Tensor c0);
+  void backward_direction(Backend& be, int64_t layer, int64_t dir, Tensor in, Tensor dout,
+                          Tensor din, Tensor dh_n, Tensor dc_n);
+
+  Parameters& params_;
+  LstmOptions opt_;
+  std::vector<Weights> weights_;  // [layer * D + dir]
+  std::vector<Saved> saved_;      // [layer * D + dir]
+  int64_t T_ = 0, B_ = 0;
+  bool dropout_active_ = false;
+
+  Tensor x_;                       // (T, B, I) time-major input
+  Buffer x_tm_;                    // batch_first input turned time-major
+  std::vector<Buffer> out_;        // [layer] (T, B, D*H)
+  std::vector<Buffer> mask_;       // [layer < L-1] dropout masks (T, B, D*H)
+  std::vector<Buffer> dropped_;    // [layer < L-1] masked outputs (T, B, D*H)
+  Buffer zeros_;                   // (B, H) zero state
+  Buffer h0_, c0_;                 // (D*L, B, H) initial states used
+  Buffer h_n_, c_n_;               // (D*L, B, H)
+  Buffer y_bf_;                    // batch_first output
+  Buffer dy_tm_, dx_bf_;           // time-major dy, batch_first dx
+  std::vector<Buffer> din_;        // [layer] (T, B, I_l) input gradients
+  Buffer dh_, dc_;                 // (B, H) recurrent gradients
+  Buffer dh0_, dc0_;               // (D*L, B, H)
+};
+
+}  // namespace seqforge

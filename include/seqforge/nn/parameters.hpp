@@ -1,0 +1,43 @@
+#pragma once
+// Parameters: the model's weights and their gradients, each one arena with PyTorch's names.
+#include <string>
+#include <vector>
+
+#include "seqforge/core/arena.hpp"
+#include "seqforge/core/rng.hpp"
+
+namespace seqforge {
+
+struct Init {
+  enum Kind { zeros, uniform, normal } kind = zeros;
+  double a = 0, b = 0;  // uniform: [a, b); normal: mean a, std b
+  static Init Uniform(double bound) { return {uniform, -bound, bound}; }
+  static Init Normal(double mean, double std) { return {normal, mean, std}; }
+};
+
+class Parameters {
+ public:
+  explicit Parameters(DType dtype = DType::f32) : values_(dtype), grads_(dtype) {}
+
+  // Declares a parameter; returns its index. Only before allocate().
+  size_t declare(std::string name, Shape shape, Init init);
+  // Allocates values and gradients and draws every value from its Init, in declaration order.
+  void allocate(Backend& backend, Rng& rng);
+  void zero_grad(Backend& backend);
+
+  Tensor value(size_t i) const { return values_.view(i); }
+  Tensor grad(size_t i) const { return grads_.view(i); }
+  Arena& values() { return values_; }
+  Arena& grads() { return grads_; }
+  const Arena& values() const { return values_; }
+  const Arena& grads() const { return grads_; }
+  DType dtype() const { return values_.dtype(); }
+  size_t size() const { return values_.entries().size(); }
+  int64_t count() const;  // total number of scalars
+
+ private:
+  Arena values_, grads_;
+  std::vector<Init> inits_;
+};
+
+}  // namespace seqforge

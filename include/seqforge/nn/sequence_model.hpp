@@ -1,0 +1,47 @@
+#pragma once
+// SequenceModel: [Embedding] -> LSTM -> Linear head, on the last step or on every step.
+// Parameter names match a PyTorch module with attributes `embedding`, `lstm` and `head`.
+#include <memory>
+
+#include "seqforge/nn/layers.hpp"
+#include "seqforge/nn/lstm.hpp"
+
+namespace seqforge {
+
+struct ModelOptions {
+  int64_t vocab_size = 0;     // > 0: inputs are token ids, embedded first
+  int64_t embedding_dim = 0;  // the LSTM's input size when vocab_size > 0
+  LstmOptions lstm;
+  int64_t output_size = 1;
+  bool per_step = false;      // head on every step; otherwise on the last step
+};
+
+class SequenceModel {
+ public:
+  SequenceModel(const ModelOptions& options, DType dtype = DType::f32);
+  // Allocates and initialises the parameters (PyTorch's default distributions).
+  void initialize(Backend& be, uint64_t seed);
+
+  // x: features (B, T, I) / (T, B, I) per lstm.batch_first, or ids (B, T) / (T, B).
+  // h0, c0 (D*L, B, H) or empty. Returns (B, out) for the last step, or one row per step
+  // in the input's order: (B*T, out) batch-first, (T*B, out) time-first.
+  Tensor forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training, Rng& rng);
+  // dy like the output; dh_n, dc_n optional. Parameter gradients accumulate.
+  // Returns dx for feature inputs (empty for ids).
+  Tensor backward(Backend& be, Tensor dy, Tensor dh_n = {}, Tensor dc_n = {});
+
+  Parameters& parameters() { return params_; }
+  Lstm& lstm() { return *lstm_; }
+  const ModelOptions& options() const { return opt_; }
+
+ private:
+  ModelOptions opt_;
+  Parameters params_;
+  std::unique_ptr<Embedding> embedding_;
+  std::unique_ptr<Lstm> lstm_;
+  std::unique_ptr<Linear> head_;
+  int64_t T_ = 0, B_ = 0;
+  Buffer last_, dy_full_;  // (B, D*H) last step; (.., D*H) scattered gradient
+};
+
+}  // namespace seqforge

@@ -1,0 +1,20 @@
+#pragma once
+// seqforge: fast training of LSTM-family sequence models. The umbrella header.
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/core/arena.hpp"
+#include "seqforge/core/buffer.hpp"
+#include "seqforge/core/dtype.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/core/rng.hpp"
+#include "seqforge/core/tensor.hpp"
+#include "seqforge/core/threads.hpp"
+#include "seqforge/io/safetensors.hpp"
+#include "seqforge/nn/layers.hpp"
+#include "seqforge/nn/lstm.hpp"
+#include "seqforge/nn/parameters.hpp"
+#include "seqforge/nn/sequence_model.hpp"
+#include "seqforge/optim/optimizer.hpp"
+
+namespace seqforge {
+const char* version();
+}

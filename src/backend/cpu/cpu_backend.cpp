@@ -1,0 +1,111 @@
+// The CPU backend: f32 GEMMs through oneDNN, f32 pointwise kernels split over the OpenMP pool
+// (the same runtime oneDNN uses, so no two pools compete for the cores). Everything else, and
+// every f64 op, runs on the reference kernels.
+#include <omp.h>
+
+#include "backend/cpu/onednn_gemm.hpp"
+#include "kernels/reference.hpp"
+#include "seqforge/backend/backend.hpp"
+
+namespace seqforge {
+
+namespace {
+
+// Splits [0, n) into one contiguous chunk per thread when the work is worth it.
+template <typename Fn>
+void parallel_rows(int64_t n, int64_t work_per_row, Fn&& fn) {
+  const int threads = omp_get_max_threads();
+  if (threads <= 1 || n < 2 || n * work_per_row < 16384) {
+    fn(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    fn(n * t / nt, n * (t + 1) / nt);
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() : ref_(make_reference_backend()) {}
+  std::string_view name() const override { return "cpu"; }
+  bool supports(DType d) const override { return d == DType::f32 || d == DType::f64; }
+
+  void* alloc(size_t bytes) override { return ref_->alloc(bytes); }
+  void free(void* p) override { ref_->free(p); }
+  void copy(Tensor dst, Tensor src) override { ref_->copy(dst, src); }
+  void fill(Tensor dst, double value) override { ref_->fill(dst, value); }
+
+  void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c) override {
+    if (dtype == DType::f32) {
+      gemm_.run(s, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(c));
+    } else {
+      ref_->gemm(s, dtype, a, b, c);
+    }
+  }
+
+  void broadcast_rows(Tensor y, Tensor b1, Tensor b2) override { ref_->broadcast_rows(y, b1, b2); }
+  void sum_rows_acc(Tensor db, Tensor dy) override { ref_->sum_rows_acc(db, dy); }
+  void add(Tensor y, Tensor x) override { ref_->add(y, x); }
+  void mul(Tensor y, Tensor a, Tensor b) override { ref_->mul(y, a, b); }
+  void dropout_mask(Tensor mask, double p, uint64_t seed) override { ref_->dropout_mask(mask, p, seed); }
+  void transpose01(Tensor dst, Tensor src) override { ref_->transpose01(dst, src); }
+  void copy_rows(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
+                 int64_t n, DType dtype) override {
+    ref_->copy_rows(dst, ld_dst, src, ld_src, rows, n, dtype);
+  }
+
+  void lstm_cell_forward(const LstmCellForward& a, DType dtype) override {
+    if (dtype != DType::f32) return ref_->lstm_cell_forward(a, dtype);
+    parallel_rows(a.batch, 4 * a.hidden,
+                  [&](int64_t r0, int64_t r1) { ref::lstm_cell_forward<float>(a, r0, r1); });
+  }
+  void lstm_cell_backward(const LstmCellBackward& a, DType dtype) override {
+    if (dtype != DType::f32) return ref_->lstm_cell_backward(a, dtype);
+    parallel_rows(a.batch, 4 * a.hidden,
+                  [&](int64_t r0, int64_t r1) { ref::lstm_cell_backward<float>(a, r0, r1); });
+  }
+
+  void embedding_forward(Tensor out, Tensor table, Tensor ids) override {
+    ref_->embedding_forward(out, table, ids);
+  }
+  void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override {
+    ref_->embedding_backward(dtable, dout, ids);
+  }
+  double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) override {
+    return ref_->mse_loss(pred, target, mask, dpred);
+  }
+  double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
+                            Tensor dlogits) override {
+    return ref_->cross_entropy_loss(logits, targets, weights, ignore_index, dlogits);
+  }
+  double sum_squares(Tensor x) override { return ref_->sum_squares(x); }
+  void scale(Tensor x, double alpha) override { ref_->scale(x, alpha); }
+
+  void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& a) override {
+    if (params.dtype() != DType::f32) return ref_->adam_step(params, grads, m, v, a);
+    float *p = params.data_as<float>(), *mp = m.data_as<float>(), *vp = v.data_as<float>();
+    const float* g = grads.data_as<float>();
+    parallel_rows(params.numel(), 1,
+                  [&](int64_t i0, int64_t i1) { ref::adam_step<float>(p, g, mp, vp, a, i0, i1); });
+  }
+  void sgd_step(Tensor params, Tensor grads, Tensor momentum, const SgdParams& a) override {
+    if (params.dtype() != DType::f32) return ref_->sgd_step(params, grads, momentum, a);
+    float* p = params.data_as<float>();
+    float* buf = momentum.empty() ? nullptr : momentum.data_as<float>();
+    const float* g = grads.data_as<float>();
+    parallel_rows(params.numel(), 1,
+                  [&](int64_t i0, int64_t i1) { ref::sgd_step<float>(p, g, buf, a, i0, i1); });
+  }
+
+ private:
+  std::unique_ptr<Backend> ref_;
+  cpu::OneDnnGemm gemm_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace seqforge

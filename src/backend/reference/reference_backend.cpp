@@ -1,0 +1,273 @@
+// The reference backend: every op as a plain scalar loop, f32 and f64.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "backend/dispatch.hpp"
+#include "kernels/reference.hpp"
+#include "seqforge/backend/backend.hpp"
+
+namespace seqforge {
+
+namespace {
+
+int64_t row_count(Tensor t) { return t.shape().rank() ? t.dim(0) : 1; }
+int64_t row_size(Tensor t) { return t.shape().rank() ? t.numel() / std::max<int64_t>(t.dim(0), 1) : 1; }
+
+int64_t id_at(Tensor ids, int64_t i) {
+  if (ids.dtype() == DType::i32) return static_cast<const int32_t*>(ids.data())[i];
+  if (ids.dtype() == DType::i64) return static_cast<const int64_t*>(ids.data())[i];
+  fail("ids must be i32 or i64, got ", dtype_name(ids.dtype()));
+}
+
+class ReferenceBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "reference"; }
+  bool supports(DType d) const override { return d == DType::f32 || d == DType::f64; }
+
+  void* alloc(size_t bytes) override {
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) fail("out of memory allocating ", bytes, " bytes");
+    std::memset(p, 0, rounded);
+    return p;
+  }
+  void free(void* p) override { std::free(p); }
+
+  void copy(Tensor dst, Tensor src) override {
+    SF_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(), dst.shape().str(), " <- ",
+             src.shape().str());
+    if (dst.nbytes()) std::memmove(dst.data(), src.data(), dst.nbytes());
+  }
+
+  void fill(Tensor dst, double value) override {
+    dispatch_float(dst.dtype(), [&]<typename T>() {
+      T* p = static_cast<T*>(dst.data());
+      for (int64_t i = 0; i < dst.numel(); ++i) p[i] = static_cast<T>(value);
+    });
+  }
+
+  void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c) override {
+    dispatch_float(dtype, [&]<typename T>() {
+      ref::gemm<T>(s, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), 0,
+                   s.m);
+    });
+  }
+
+  void broadcast_rows(Tensor y, Tensor b1, Tensor b2) override {
+    const int64_t n = row_size(y);
+    SF_CHECK(b1.numel() == n && (b2.empty() || b2.numel() == n), "bias ", b1.shape().str(),
+             " for rows of ", y.shape().str());
+    dispatch_float(y.dtype(), [&]<typename T>() {
+      T* out = static_cast<T*>(y.data());
+      const T* p1 = static_cast<const T*>(b1.data());
+      const T* p2 = b2.empty() ? nullptr : static_cast<const T*>(b2.data());
+      for (int64_t r = 0; r < row_count(y); ++r)
+        for (int64_t j = 0; j < n; ++j) out[r * n + j] = p2 ? p1[j] + p2[j] : p1[j];
+    });
+  }
+
+  void sum_rows_acc(Tensor db, Tensor dy) override {
+    const int64_t n = row_size(dy);
+    SF_CHECK(db.numel() == n, db.shape().str(), " vs rows of ", dy.shape().str());
+    dispatch_float(dy.dtype(), [&]<typename T>() {
+      T* out = static_cast<T*>(db.data());
+      const T* in = static_cast<const T*>(dy.data());
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t r = 0; r < row_count(dy); ++r) acc += in[r * n + j];
+        out[j] += static_cast<T>(acc);
+      }
+    });
+  }
+
+  void add(Tensor y, Tensor x) override {
+    SF_CHECK(y.numel() == x.numel(), y.shape().str(), " += ", x.shape().str());
+    dispatch_float(y.dtype(), [&]<typename T>() {
+      T* out = static_cast<T*>(y.data());
+      const T* in = static_cast<const T*>(x.data());
+      for (int64_t i = 0; i < y.numel(); ++i) out[i] += in[i];
+    });
+  }
+
+  void mul(Tensor y, Tensor a, Tensor b) override {
+    SF_CHECK(y.numel() == a.numel() && y.numel() == b.numel(), "mul sizes");
+    dispatch_float(y.dtype(), [&]<typename T>() {
+      T* out = static_cast<T*>(y.data());
+      const T* pa = static_cast<const T*>(a.data());
+      const T* pb = static_cast<const T*>(b.data());
+      for (int64_t i = 0; i < y.numel(); ++i) out[i] = pa[i] * pb[i];
+    });
+  }
+
+  void dropout_mask(Tensor mask, double p, uint64_t seed) override {
+    dispatch_float(mask.dtype(), [&]<typename T>() {
+      T* out = static_cast<T*>(mask.data());
+      const T keep = static_cast<T>(1.0 / (1.0 - p));
+      for (int64_t i = 0; i < mask.numel(); ++i)
+        out[i] = ref::hash_uniform(seed, static_cast<uint64_t>(i)) < p ? T(0) : keep;
+    });
+  }
+
+  void transpose01(Tensor dst, Tensor src) override {
+    SF_CHECK(src.shape().rank() == 3 && dst.shape() == Shape({src.dim(1), src.dim(0), src.dim(2)}),
+             dst.shape().str(), " <- transpose ", src.shape().str());
+    const int64_t d0 = src.dim(0), d1 = src.dim(1), f = src.dim(2);
+    const size_t row = f * dtype_size(src.dtype());
+    for (int64_t i = 0; i < d0; ++i)
+      for (int64_t j = 0; j < d1; ++j)
+        std::memcpy(static_cast<char*>(dst.data()) + (j * d0 + i) * row,
+                    static_cast<const char*>(src.data()) + (i * d1 + j) * row, row);
+  }
+
+  void copy_rows(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
+                 int64_t n, DType dtype) override {
+    const size_t e = dtype_size(dtype);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(dst) + r * ld_dst * e,
+                  static_cast<const char*>(src) + r * ld_src * e, n * e);
+  }
+
+  void lstm_cell_forward(const LstmCellForward& a, DType dtype) override {
+    dispatch_float(dtype, [&]<typename T>() { ref::lstm_cell_forward<T>(a, 0, a.batch); });
+  }
+  void lstm_cell_backward(const LstmCellBackward& a, DType dtype) override {
+    dispatch_float(dtype, [&]<typename T>() { ref::lstm_cell_backward<T>(a, 0, a.batch); });
+  }
+
+  void embedding_forward(Tensor out, Tensor table, Tensor ids) override {
+    const int64_t vocab = table.dim(0), e = table.dim(1);
+    SF_CHECK(out.numel() == ids.numel() * e, "embedding output ", out.shape().str());
+    const size_t row = e * dtype_size(table.dtype());
+    for (int64_t i = 0; i < ids.numel(); ++i) {
+      const int64_t id = id_at(ids, i);
+      if (id < 0 || id >= vocab) fail("token id ", id, " at position ", i, " outside [0, ", vocab, ")");
+      std::memcpy(static_cast<char*>(out.data()) + i * row,
+                  static_cast<const char*>(table.data()) + id * row, row);
+    }
+  }
+
+  void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override {
+    const int64_t vocab = dtable.dim(0), e = dtable.dim(1);
+    dispatch_float(dtable.dtype(), [&]<typename T>() {
+      T* dt = static_cast<T*>(dtable.data());
+      const T* d = static_cast<const T*>(dout.data());
+      for (int64_t i = 0; i < ids.numel(); ++i) {
+        const int64_t id = id_at(ids, i);
+        if (id < 0 || id >= vocab) fail("token id ", id, " outside [0, ", vocab, ")");
+        for (int64_t j = 0; j < e; ++j) dt[id * e + j] += d[i * e + j];
+      }
+    });
+  }
+
+  double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) override {
+    SF_CHECK(pred.numel() == target.numel() && pred.numel() == dpred.numel(), "mse: prediction ",
+             pred.shape().str(), " vs target ", target.shape().str());
+    const int64_t rows = row_count(pred), f = row_size(pred);
+    SF_CHECK(mask.empty() || mask.numel() == rows, "mse mask ", mask.shape().str(), " for ", rows,
+             " rows");
+    return dispatch_float(pred.dtype(), [&]<typename T>() {
+      const T* p = static_cast<const T*>(pred.data());
+      const T* t = static_cast<const T*>(target.data());
+      const T* m = mask.empty() ? nullptr : static_cast<const T*>(mask.data());
+      T* d = static_cast<T*>(dpred.data());
+      int64_t selected = 0;
+      for (int64_t r = 0; r < rows; ++r) selected += (!m || m[r] != T(0));
+      const double denom = double(selected) * double(f);
+      double loss = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const bool on = !m || m[r] != T(0);
+        for (int64_t j = 0; j < f; ++j) {
+          const double diff = double(p[r * f + j]) - double(t[r * f + j]);
+          if (on) loss += diff * diff;
+          d[r * f + j] = on ? static_cast<T>(2.0 * diff / denom) : T(0);
+        }
+      }
+      return selected ? loss / denom : 0.0;
+    });
+  }
+
+  double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
+                            Tensor dlogits) override {
+    const int64_t rows = logits.dim(0), classes = logits.dim(1);
+    SF_CHECK(targets.numel() == rows, "cross-entropy: ", rows, " rows of logits, ",
+             targets.numel(), " targets");
+    SF_CHECK(weights.empty() || weights.numel() == classes, "class weights ",
+             weights.shape().str(), " for ", classes, " classes");
+    return dispatch_float(logits.dtype(), [&]<typename T>() {
+      const T* x = static_cast<const T*>(logits.data());
+      const T* w = weights.empty() ? nullptr : static_cast<const T*>(weights.data());
+      T* d = static_cast<T*>(dlogits.data());
+      double total_weight = 0, loss = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t y = id_at(targets, r);
+        if (y == ignore_index) continue;
+        if (y < 0 || y >= classes) fail("target class ", y, " at row ", r, " outside [0, ", classes, ")");
+        total_weight += w ? double(w[y]) : 1.0;
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* xr = x + r * classes;
+        T* dr = d + r * classes;
+        const int64_t y = id_at(targets, r);
+        if (y == ignore_index || total_weight == 0) {
+          for (int64_t j = 0; j < classes; ++j) dr[j] = T(0);
+          continue;
+        }
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < classes; ++j) mx = std::max(mx, double(xr[j]));
+        double sum = 0;
+        for (int64_t j = 0; j < classes; ++j) sum += std::exp(double(xr[j]) - mx);
+        const double lse = mx + std::log(sum);
+        const double wy = w ? double(w[y]) : 1.0;
+        loss += wy * (lse - double(xr[y]));
+        const double coef = wy / total_weight;
+        for (int64_t j = 0; j < classes; ++j)
+          dr[j] = static_cast<T>(coef * (std::exp(double(xr[j]) - lse) - (j == y ? 1.0 : 0.0)));
+      }
+      return total_weight > 0 ? loss / total_weight : 0.0;
+    });
+  }
+
+  double sum_squares(Tensor x) override {
+    return dispatch_float(x.dtype(), [&]<typename T>() {
+      const T* p = static_cast<const T*>(x.data());
+      double acc = 0;
+      for (int64_t i = 0; i < x.numel(); ++i) acc += double(p[i]) * double(p[i]);
+      return acc;
+    });
+  }
+
+  void scale(Tensor x, double alpha) override {
+    dispatch_float(x.dtype(), [&]<typename T>() {
+      T* p = static_cast<T*>(x.data());
+      for (int64_t i = 0; i < x.numel(); ++i) p[i] *= static_cast<T>(alpha);
+    });
+  }
+
+  void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& a) override {
+    dispatch_float(params.dtype(), [&]<typename T>() {
+      ref::adam_step<T>(params.data_as<T>(), grads.data_as<T>(), m.data_as<T>(), v.data_as<T>(), a,
+                        0, params.numel());
+    });
+  }
+
+  void sgd_step(Tensor params, Tensor grads, Tensor momentum, const SgdParams& a) override {
+    dispatch_float(params.dtype(), [&]<typename T>() {
+      ref::sgd_step<T>(params.data_as<T>(), grads.data_as<T>(),
+                       momentum.empty() ? nullptr : momentum.data_as<T>(), a, 0, params.numel());
+    });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<ReferenceBackend>(); }
+
+std::unique_ptr<Backend> make_backend(std::string_view name) {
+  if (name == "cpu") return make_cpu_backend();
+  if (name == "reference") return make_reference_backend();
+  fail("unknown backend '", name, "' (expected cpu or reference)");
+}
+
+}  // namespace seqforge

@@ -1,0 +1,75 @@
+#include "seqforge/core/arena.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "seqforge/backend/backend.hpp"
+
+namespace seqforge {
+
+Arena::Arena(Arena&& o) noexcept { *this = std::move(o); }
+
+Arena& Arena::operator=(Arena&& o) noexcept {
+  if (this != &o) {
+    if (data_) backend_->free(data_);
+    dtype_ = o.dtype_;
+    entries_ = std::move(o.entries_);
+    elements_ = std::exchange(o.elements_, 0);
+    backend_ = std::exchange(o.backend_, nullptr);
+    data_ = std::exchange(o.data_, nullptr);
+  }
+  return *this;
+}
+
+Arena::~Arena() {
+  if (data_) backend_->free(data_);
+}
+
+size_t Arena::add(std::string name, Shape shape) {
+  SF_CHECK(!data_, "arena already allocated; cannot add ", name);
+  SF_CHECK(!find(name), "duplicate arena entry ", name);
+  const size_t align = 64 / dtype_size(dtype_);
+  elements_ = (elements_ + align - 1) / align * align;
+  entries_.push_back({std::move(name), shape, elements_});
+  elements_ += static_cast<size_t>(shape.numel());
+  return entries_.size() - 1;
+}
+
+void Arena::allocate(Backend& backend) {
+  SF_CHECK(!data_, "arena allocated twice");
+  backend_ = &backend;
+  data_ = backend.alloc(std::max<size_t>(elements_, 1) * dtype_size(dtype_));
+}
+
+Arena Arena::like(Backend& backend) const {
+  Arena out(dtype_);
+  out.entries_ = entries_;
+  out.elements_ = elements_;
+  out.allocate(backend);
+  return out;
+}
+
+const Arena::Entry* Arena::find(std::string_view name) const {
+  for (const auto& e : entries_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+Tensor Arena::view(size_t index) const {
+  SF_CHECK(data_ && index < entries_.size(), "arena view ", index);
+  const Entry& e = entries_[index];
+  return Tensor(static_cast<char*>(data_) + e.offset * dtype_size(dtype_), dtype_, e.shape);
+}
+
+Tensor Arena::view(std::string_view name) const {
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].name == name) return view(i);
+  fail("no parameter named '", name, "'");
+}
+
+Tensor Arena::flat() const {
+  SF_CHECK(data_, "arena not allocated");
+  return Tensor(data_, dtype_, Shape{static_cast<int64_t>(elements_)});
+}
+
+}  // namespace seqforge

@@ -1,0 +1,5 @@
+#include "seqforge/seqforge.hpp"
+
+namespace seqforge {
+const char* version() { return SEQFORGE_VERSION; }
+}  // namespace seqforge

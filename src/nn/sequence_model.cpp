@@ -1,0 +1,72 @@
+#include "seqforge/nn/sequence_model.hpp"
+
+#include "seqforge/backend/backend.hpp"
+
+namespace seqforge {
+
+SequenceModel::SequenceModel(const ModelOptions& options, DType dtype)
+    : opt_(options), params_(dtype) {
+  if (opt_.vocab_size > 0) {
+    embedding_ = std::make_unique<Embedding>(params_, "embedding", opt_.vocab_size,
+                                             opt_.embedding_dim);
+    opt_.lstm.input_size = opt_.embedding_dim;
+  }
+  lstm_ = std::make_unique<Lstm>(params_, "lstm", opt_.lstm);
+  head_ = std::make_unique<Linear>(params_, "head", lstm_->output_size(), opt_.output_size);
+}
+
+void SequenceModel::initialize(Backend& be, uint64_t seed) {
+  Rng rng(seed);
+  params_.allocate(be, rng);
+}
+
+Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
+                              Rng& rng) {
+  const bool bf = opt_.lstm.batch_first;
+  Tensor features = x;
+  if (embedding_) {
+    if (x.shape().rank() != 2) fail("token ids must be ", bf ? "(B, T)" : "(T, B)", ", got ", x.shape().str());
+    Tensor e = embedding_->forward(be, x.reshape({x.numel()}));
+    features = e.reshape({x.dim(0), x.dim(1), opt_.embedding_dim});
+  }
+  Tensor y = lstm_->forward(be, features, h0, c0, training, rng);
+  T_ = bf ? y.dim(1) : y.dim(0);
+  B_ = bf ? y.dim(0) : y.dim(1);
+  const int64_t F = lstm_->output_size();
+  if (opt_.per_step) return head_->forward(be, y.reshape({T_ * B_, F}));
+  if (T_ == 0) fail("sequence length is 0: no last step to predict from");
+  Tensor last = last_.get(be, params_.dtype(), {B_, F});  // (B, D*H)
+  if (bf) {
+    be.copy_rows(last.data(), F, static_cast<char*>(y.data()) + (T_ - 1) * F * dtype_size(y.dtype()),
+                 T_ * F, B_, F, y.dtype());
+  } else {
+    be.copy(last, y.slice(T_ - 1, T_));
+  }
+  return head_->forward(be, last);
+}
+
+Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
+  const bool bf = opt_.lstm.batch_first;
+  const int64_t F = lstm_->output_size();
+  const Shape y_shape = bf ? Shape{B_, T_, F} : Shape{T_, B_, F};
+  Tensor dfeat = head_->backward(be, dy);  // (rows, F)
+  Tensor dlstm;
+  if (opt_.per_step) {
+    dlstm = dfeat.reshape(y_shape);
+  } else {
+    dlstm = dy_full_.get(be, params_.dtype(), y_shape);
+    be.fill(dlstm, 0.0);
+    if (bf) {
+      be.copy_rows(static_cast<char*>(dlstm.data()) + (T_ - 1) * F * dtype_size(dlstm.dtype()),
+                   T_ * F, dfeat.data(), F, B_, F, dlstm.dtype());
+    } else {
+      be.copy(dlstm.slice(T_ - 1, T_), dfeat);
+    }
+  }
+  Tensor dx = lstm_->backward(be, dlstm, dh_n, dc_n);
+  if (!embedding_) return dx;
+  embedding_->backward(be, dx.reshape({dx.dim(0) * dx.dim(1), opt_.embedding_dim}));
+  return Tensor();
+}
+
+}  // namespace seqforge
