@@ -110,6 +110,7 @@ void adam_step(T* p, const T* grad, T* m, T* v, const AdamParams& a, int64_t i0,
   const T step_size = T(a.lr / bc1);
   const T decay = T(1.0 - a.lr * a.weight_decay);
   const T b1 = T(a.beta1), b2 = T(a.beta2), eps = T(a.eps), wd = T(a.weight_decay);
+  const T one_minus_b1 = T(1.0 - a.beta1), one_minus_b2 = T(1.0 - a.beta2);  // in double first
   const T gs = T(a.grad_scale);
   for (int64_t i = i0; i < i1; ++i) {
     T g = grad[i] * gs;
@@ -118,8 +119,8 @@ void adam_step(T* p, const T* grad, T* m, T* v, const AdamParams& a, int64_t i0,
     } else {
       g += wd * p[i];
     }
-    m[i] = m[i] * b1 + g * (T(1) - b1);
-    v[i] = v[i] * b2 + g * g * (T(1) - b2);
+    m[i] = m[i] * b1 + g * one_minus_b1;
+    v[i] = v[i] * b2 + g * g * one_minus_b2;
     const T denom = std::sqrt(v[i]) / T(bc2_sqrt) + eps;
     p[i] -= step_size * (m[i] / denom);
   }

@@ -1,0 +1,253 @@
+// Parity with PyTorch: every fixture written by tests/python/make_parity_fixtures.py (PyTorch's
+// nn.LSTM + Linear / Embedding, float64 on float32-representable inputs) is replayed on seqforge:
+// outputs, final states, loss, every gradient, two AdamW steps and two clipped SGD-momentum steps.
+// The CPU backend runs in f32 (max relative error <= 1e-5), the reference backend in f64
+// (<= 1e-10), so f32 rounding and semantic errors are told apart. The metric is in test_util.hpp.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "seqforge/io/safetensors.hpp"
+#include "seqforge/nn/sequence_model.hpp"
+#include "seqforge/optim/optimizer.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+using test::HostTensor;
+using test::max_rel_error;
+using test::to_doubles;
+
+std::string fixture_dir() {
+  const char* env = std::getenv("SEQFORGE_FIXTURE_DIR");
+  return env ? env : SEQFORGE_FIXTURE_DIR;
+}
+
+struct Fixture {
+  io::SafetensorsFile file;
+  nlohmann::json config;
+
+  explicit Fixture(const std::string& path)
+      : file(io::SafetensorsFile::read(path)),
+        config(nlohmann::json::parse(file.metadata().at("config"))) {}
+  bool has(const std::string& name) const { return file.find(name) != nullptr; }
+  std::vector<double> values(const std::string& name) const {
+    const io::SafetensorsEntry* e = file.find(name);
+    SF_CHECK(e, file.source(), ": no tensor ", name);
+    std::vector<double> out(static_cast<size_t>(Shape(e->shape).numel()));
+    convert(file.bytes(*e).data(), e->dtype, out.data(), DType::f64, out.size());
+    return out;
+  }
+  Shape shape(const std::string& name) const { return Shape(file.find(name)->shape); }
+  HostTensor tensor(Backend& be, DType dtype, const std::string& name) const {
+    return HostTensor(be, dtype, shape(name), values(name));
+  }
+  HostTensor ids(Backend& be, const std::string& name) const {
+    HostTensor h;
+    h.t = h.buffer.get(be, DType::i64, shape(name));
+    std::memcpy(h.t.data(), file.bytes(*file.find(name)).data(), h.t.nbytes());
+    return h;
+  }
+};
+
+// The largest error per group of checked tensors, and which tensor it was.
+struct Checker {
+  struct Worst {
+    double error = 0;
+    std::string tensor;
+  };
+  std::map<std::string, Worst> groups;  // forward, backward, adamw, sgd
+  void check(const std::string& group, const std::string& name, const std::vector<double>& got,
+             const std::vector<double>& want) {
+    const double e = max_rel_error(got, want);
+    Worst& w = groups[group];
+    if (w.tensor.empty() || e > w.error) w = {e, name};
+  }
+};
+
+// Replays one fixture. With `own_gradients` (f32), AdamW steps start from PyTorch's gradients:
+// Adam's update divides by sqrt(v), which turns the last bits of near-zero gradients into
+// visible parameter differences, so only the update itself is compared.
+Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients) {
+  const auto& c = fx.config;
+  const bool ce = c["head"] == "ce";
+  ModelOptions opt;
+  if (ce) {
+    opt.vocab_size = c["v"];
+    opt.embedding_dim = c["e"];
+  } else {
+    opt.lstm.input_size = c["i"];
+  }
+  opt.lstm.hidden_size = c["h"];
+  opt.lstm.num_layers = c["l"];
+  opt.lstm.bidirectional = c.value("bi", false);
+  opt.lstm.batch_first = c.value("bf", false);
+  opt.output_size = c["output_size"];
+  opt.per_step = c["head"] != "last";
+  SequenceModel model(opt, dt);
+  model.initialize(be, 0);
+  Parameters& params = model.parameters();
+
+  // Same names, shapes and order as PyTorch's state_dict.
+  std::vector<std::string> torch_names;
+  for (const auto& e : fx.file.entries())
+    if (e.name.rfind("param.", 0) == 0) torch_names.push_back(e.name.substr(6));
+  SF_CHECK(torch_names.size() == params.size(), "parameter count ", params.size(), " vs PyTorch ",
+           torch_names.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& entry = params.values().entries()[i];
+    SF_CHECK(entry.name == torch_names[i], "parameter ", i, ": ", entry.name, " vs PyTorch ",
+             torch_names[i]);
+    SF_CHECK(entry.shape == fx.shape("param." + entry.name), entry.name, " shape ",
+             entry.shape.str());
+  }
+  // Sets the parameters to the fixture's `<prefix>.<name>` tensors.
+  auto load_fixture_params = [&](const std::string& prefix) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      HostTensor h = fx.tensor(be, dt, prefix + "." + params.values().entries()[i].name);
+      be.copy(params.value(i), h.t);
+    }
+  };
+  load_fixture_params("param");
+
+  HostTensor x = ce ? fx.ids(be, "input.ids") : fx.tensor(be, dt, "input.x");
+  const bool states = c.value("st", false);
+  HostTensor h0, c0, rh, rc;
+  if (states) {
+    h0 = fx.tensor(be, dt, "input.h0");
+    c0 = fx.tensor(be, dt, "input.c0");
+    rh = fx.tensor(be, dt, "input.rh");
+    rc = fx.tensor(be, dt, "input.rc");
+  }
+  HostTensor target, mask, target_ids, weights;
+  if (ce) {
+    target_ids = fx.ids(be, "input.target_ids");
+    if (fx.has("input.class_weights")) weights = fx.tensor(be, dt, "input.class_weights");
+  } else {
+    target = fx.tensor(be, dt, "input.target");
+    if (fx.has("input.mask")) mask = fx.tensor(be, dt, "input.mask");
+  }
+  Rng rng(1);
+  Buffer dy_buf;
+
+  // Forward, loss and backward on the current parameters; returns the loss.
+  auto step = [&] {
+    params.zero_grad(be);
+    Tensor y = model.forward(be, x.t, h0.t, c0.t, true, rng);
+    Tensor dy = dy_buf.get(be, dt, y.shape());
+    double loss = ce ? be.cross_entropy_loss(y, target_ids.t.reshape({target_ids.t.numel()}),
+                                             weights.t, c["ignore_index"], dy)
+                     : be.mse_loss(y, target.t, mask.t, dy);
+    if (states) {
+      const auto hn = to_doubles(model.lstm().h_n()), cn = to_doubles(model.lstm().c_n());
+      const auto a = to_doubles(rh.t), b = to_doubles(rc.t);
+      for (size_t i = 0; i < hn.size(); ++i) loss += hn[i] * a[i] + cn[i] * b[i];
+    }
+    return std::pair{loss, y};
+  };
+
+  Checker ck;
+  auto [loss, y] = step();
+  ck.check("forward", "out.y", to_doubles(y), fx.values("out.y"));
+  ck.check("forward", "out.h_n", to_doubles(model.lstm().h_n()), fx.values("out.h_n"));
+  ck.check("forward", "out.c_n", to_doubles(model.lstm().c_n()), fx.values("out.c_n"));
+  ck.check("forward", "out.loss", {loss}, fx.values("out.loss"));
+  Tensor dx = model.backward(be, dy_buf.tensor(), rh.t, rc.t);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& name = params.values().entries()[i].name;
+    ck.check("backward", "grad." + name, to_doubles(params.grad(i)), fx.values("grad." + name));
+  }
+  if (!ce) ck.check("backward", "grad.x", to_doubles(dx), fx.values("grad.x"));
+  if (states) {
+    ck.check("backward", "grad.h0", to_doubles(model.lstm().dh0()), fx.values("grad.h0"));
+    ck.check("backward", "grad.c0", to_doubles(model.lstm().dc0()), fx.values("grad.c0"));
+  }
+
+  {  // Two AdamW steps on the same batch (the first reuses the gradients above).
+    Optimizer adamw(be, params, {.kind = "adamw", .lr = c["lr_adamw"], .weight_decay = c["wd_adamw"]});
+    for (int s = 1; s <= 2; ++s) {
+      const std::string prefix = "adamw" + std::to_string(s);
+      if (own_gradients) {
+        for (size_t i = 0; i < params.size(); ++i) {
+          HostTensor g = fx.tensor(be, dt, prefix + "_grad." + params.values().entries()[i].name);
+          be.copy(params.grad(i), g.t);
+        }
+      } else if (s == 2) {
+        step();
+        model.backward(be, dy_buf.tensor(), rh.t, rc.t);
+      }
+      adamw.step();
+      for (size_t i = 0; i < params.size(); ++i) {
+        const std::string name = prefix + "." + params.values().entries()[i].name;
+        ck.check("adamw", name, to_doubles(params.value(i)), fx.values(name));
+      }
+      if (own_gradients) load_fixture_params(prefix);
+    }
+  }
+  {  // Two clipped SGD steps with momentum (Nesterov on bidirectional fixtures).
+    load_fixture_params("param");
+    Optimizer sgd(be, params, {.kind = "sgd", .lr = c["lr_sgd"], .weight_decay = 0.0,
+                               .momentum = c["momentum"], .nesterov = c["nesterov"]});
+    for (int s = 1; s <= 2; ++s) {
+      step();
+      model.backward(be, dy_buf.tensor(), rh.t, rc.t);
+      const std::string prefix = "sgd" + std::to_string(s) + ".";
+      const double total = clip_grad_norm(be, params, c["max_norm" + std::to_string(s)]);
+      ck.check("sgd", prefix + "total_norm", {total}, fx.values(prefix + "total_norm"));
+      sgd.step();
+      for (size_t i = 0; i < params.size(); ++i) {
+        const std::string name = prefix + params.values().entries()[i].name;
+        ck.check("sgd", name, to_doubles(params.value(i)), fx.values(name));
+      }
+    }
+  }
+  return ck;
+}
+
+std::vector<std::string> fixture_names() {
+  std::ifstream index(fixture_dir() + "/index.txt");
+  std::vector<std::string> names;
+  for (std::string line; std::getline(index, line);)
+    if (!line.empty()) names.push_back(line);
+  return names;
+}
+
+void run_all(const char* backend_name, DType dt, double tolerance) {
+  const auto names = fixture_names();
+  ASSERT_GE(names.size(), 24u) << "no PyTorch fixtures in " << fixture_dir()
+                               << " (run tests/python/make_parity_fixtures.py)";
+  auto be = make_backend(backend_name);
+  const bool own_gradients = dt == DType::f32;
+  std::printf("PyTorch parity, %s backend, %s: max relative error per group\n", backend_name,
+              std::string(dtype_name(dt)).c_str());
+  std::printf("  %-52s %-9s %-9s %-9s %-9s %-12s %s\n", "configuration", "forward", "backward",
+              own_gradients ? "adamw*" : "adamw", "sgd", "torch-f32", "worst tensor");
+  for (const auto& name : names) {
+    Fixture fx(fixture_dir() + "/" + name + ".safetensors");
+    const Checker ck = run_fixture(fx, *be, dt, own_gradients);
+    Checker::Worst worst;
+    for (const auto& [group, w] : ck.groups)
+      if (worst.tensor.empty() || w.error > worst.error) worst = w;
+    const double torch_f32 = std::max(fx.config["torch_f32_forward_error"].get<double>(),
+                                      fx.config["torch_f32_backward_error"].get<double>());
+    std::printf("  %-52s %-9.2e %-9.2e %-9.2e %-9.2e %-12.2e %s\n", name.c_str(),
+                ck.groups.at("forward").error, ck.groups.at("backward").error,
+                ck.groups.at("adamw").error, ck.groups.at("sgd").error, torch_f32,
+                worst.tensor.c_str());
+    EXPECT_LE(worst.error, tolerance) << name << ": worst " << worst.tensor;
+  }
+  std::printf("  error: max |got - want| / max(|want|, 0.1 max|want|) against PyTorch float64;\n"
+              "  torch-f32: PyTorch's own float32 forward/backward under the same metric\n");
+  if (own_gradients) std::printf("  adamw*: each step from PyTorch's gradients\n");
+}
+
+TEST(PyTorchParity, CpuF32) { run_all("cpu", DType::f32, 1e-5); }
+TEST(PyTorchParity, ReferenceF64) { run_all("reference", DType::f64, 1e-10); }
+
+}  // namespace
+}  // namespace seqforge

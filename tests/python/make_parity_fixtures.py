@@ -1,0 +1,273 @@
+#!/usr/bin/python3
+"""Writes PyTorch reference fixtures for seqforge's parity tests.
+
+For every configuration in CONFIGS: a model [Embedding] -> nn.LSTM -> nn.Linear, its initial
+parameters, inputs, outputs, final states, the loss, every gradient, and the parameters after two
+AdamW steps and after two clipped SGD-momentum steps on the same batch. Parameters and inputs are
+drawn in float32 (so seqforge loads them exactly); PyTorch then computes in float64.
+
+Usage: /usr/bin/python3 tests/python/make_parity_fixtures.py OUT_DIR
+Each fixture is OUT_DIR/<name>.safetensors (F64/I64 tensors, the configuration as JSON metadata).
+"""
+import json
+import os
+import struct
+import sys
+
+import torch
+
+# name fields: i input, h hidden, l layers, t steps, b batch; flags: bi (bidirectional), bf
+# (batch_first), st (given initial states), head: last | step | mask (MSE on masked steps) | ce
+CONFIGS = [
+    dict(i=1, h=1, l=1, t=1, b=1, head="last"),
+    dict(i=3, h=5, l=1, t=7, b=4, head="last", bf=True),
+    dict(i=3, h=5, l=1, t=7, b=4, head="step", st=True),
+    dict(i=8, h=16, l=2, t=12, b=8, head="last", bf=True),
+    dict(i=8, h=17, l=2, t=12, b=3, head="mask", bi=True, bf=True),
+    dict(i=4, h=33, l=3, t=9, b=5, head="step", st=True),
+    dict(i=6, h=64, l=1, t=24, b=64, head="last", bf=True),
+    dict(i=2, h=7, l=3, t=5, b=2, head="last", bi=True, st=True),
+    dict(i=17, h=31, l=2, t=16, b=9, head="step", bi=True, bf=True),
+    dict(i=1, h=48, l=1, t=64, b=16, head="last", st=True, bf=True),
+    dict(i=256, h=12, l=1, t=3, b=2, head="step"),
+    dict(i=12, h=256, l=1, t=4, b=3, head="last", bf=True),
+    dict(i=5, h=128, l=2, t=6, b=4, head="mask", bi=True, st=True),
+    dict(i=9, h=20, l=2, t=1, b=7, head="last", bi=True),
+    dict(i=3, h=3, l=1, t=64, b=1, head="step", bf=True),
+    dict(i=10, h=10, l=3, t=8, b=64, head="last", bf=True, st=True),
+    dict(i=7, h=100, l=1, t=10, b=5, head="mask", bf=True),
+    dict(i=4, h=64, l=2, t=20, b=8, head="step", bi=True, st=True, bf=True),
+    dict(v=65, e=16, h=32, l=2, t=16, b=4, head="ce", bf=True),
+    dict(v=11, e=5, h=9, l=1, t=6, b=3, head="ce", st=True),
+    dict(v=30, e=8, h=24, l=2, t=10, b=5, head="ce", bi=True, bf=True, weights=True),
+    dict(v=20, e=12, h=19, l=3, t=7, b=2, head="ce", ignore=True, bf=True),
+    dict(v=65, e=64, h=64, l=1, t=32, b=8, head="ce", bf=True, st=True, weights=True, ignore=True),
+    dict(v=5, e=1, h=1, l=1, t=2, b=1, head="ce"),
+    dict(i=16, h=40, l=1, t=33, b=17, head="last", bi=True),
+    dict(i=2, h=8, l=2, t=3, b=2, head="step", bi=True, bf=False, st=True),
+]
+
+LR_ADAMW, WD_ADAMW = 1e-2, 1e-2
+LR_SGD, MOMENTUM = 0.1, 0.9
+
+
+def name_of(c):
+    s = "lstm" if "v" not in c else "charlm_v%d_e%d" % (c["v"], c["e"])
+    if "v" not in c:
+        s += "_i%d" % c["i"]
+    s += "_h%d_l%d_t%d_b%d" % (c["h"], c["l"], c["t"], c["b"])
+    for flag in ("bi", "bf", "st", "weights", "ignore"):
+        if c.get(flag):
+            s += "_" + flag
+    return s + "_" + c["head"]
+
+
+class Model(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        d = 2 if c.get("bi") else 1
+        if "v" in c:
+            self.embedding = torch.nn.Embedding(c["v"], c["e"])
+        self.lstm = torch.nn.LSTM(c.get("i", c.get("e")), c["h"], c["l"],
+                                  bidirectional=bool(c.get("bi")), batch_first=bool(c.get("bf")))
+        out = c["v"] if "v" in c else (2 if c["head"] in ("step", "mask") else 1)
+        self.head = torch.nn.Linear(d * c["h"], out)
+
+    def forward(self, x, state):
+        if "v" in self.c:
+            x = self.embedding(x)
+        y, (hn, cn) = self.lstm(x, state)
+        if self.c["head"] == "last":
+            y = y[:, -1, :] if self.c.get("bf") else y[-1]
+        else:
+            y = y.reshape(-1, y.shape[-1])
+        return self.head(y), hn, cn
+
+
+def loss_of(c, out, hn, cn, inputs):
+    if c["head"] == "ce":
+        w = inputs.get("input.class_weights")
+        ignore = inputs["meta_ignore"]
+        loss = torch.nn.functional.cross_entropy(out, inputs["input.target_ids"].reshape(-1),
+                                                 weight=w, ignore_index=ignore)
+    elif c["head"] == "mask":
+        m = inputs["input.mask"].reshape(-1) != 0
+        loss = ((out[m] - inputs["input.target"][m]) ** 2).mean()
+    else:
+        loss = torch.nn.functional.mse_loss(out, inputs["input.target"])
+    if c.get("st"):
+        loss = loss + (hn * inputs["input.rh"]).sum() + (cn * inputs["input.rc"]).sum()
+    return loss
+
+
+def max_rel_error(got, want):
+    """The parity metric: max |got - want| / max(|want|, 0.1 * max |want|)."""
+    got, want = got.double().flatten(), want.double().flatten()
+    if want.numel() == 0:
+        return 0.0
+    floor = max(0.1 * want.abs().max().item(), 1e-30)
+    return ((got - want).abs() / torch.clamp(want.abs(), min=floor)).max().item()
+
+
+def torch_f32_errors(c, model, inputs, run):
+    """PyTorch's own float32 error against its float64 result, for comparison."""
+    results = {}
+    saved = dict(inputs)
+    for dtype in (torch.float32, torch.float64):
+        m = Model(c)
+        m.load_state_dict(model.state_dict())
+        m.to(dtype)
+        for k, v in saved.items():
+            if isinstance(v, torch.Tensor) and v.is_floating_point():
+                inputs[k] = v.to(dtype)
+        x, state, out, hn, cn, _ = run(m)
+        fwd = [out, hn, cn]
+        bwd = [p.grad for p in m.parameters()] + ([] if "v" in c else [x.grad])
+        results[dtype] = ([t.detach() for t in fwd], [t.detach() for t in bwd])
+    inputs.update(saved)
+    (f32_fwd, f32_bwd), (f64_fwd, f64_bwd) = results[torch.float32], results[torch.float64]
+    return (max(max_rel_error(a, b) for a, b in zip(f32_fwd, f64_fwd)),
+            max(max_rel_error(a, b) for a, b in zip(f32_bwd, f64_bwd)))
+
+
+def f32(t):
+    return t.float().double()
+
+
+def make(c, seed):
+    torch.manual_seed(seed)
+    model = Model(c)  # PyTorch's default initialisation, in float32
+    for p in model.parameters():
+        p.data = f32(p.data)
+    model.double()
+    d = 2 if c.get("bi") else 1
+    T, B, H, L = c["t"], c["b"], c["h"], c["l"]
+    bf = bool(c.get("bf"))
+    lead = (B, T) if bf else (T, B)
+    inputs = {}
+    if "v" in c:
+        inputs["input.ids"] = torch.randint(0, c["v"], lead)
+        targets = torch.randint(0, c["v"], lead)
+        ignore = -100
+        if c.get("ignore"):
+            ignore = 3
+            targets[..., 0] = 3
+        inputs["meta_ignore"] = ignore
+        inputs["input.target_ids"] = targets
+        if c.get("weights"):
+            inputs["input.class_weights"] = f32(torch.rand(c["v"]) + 0.5)
+    else:
+        inputs["input.x"] = f32(torch.randn(*lead, c["i"]))
+        rows = B if c["head"] == "last" else T * B
+        inputs["input.target"] = f32(torch.randn(rows, 2 if c["head"] != "last" else 1))
+        if c["head"] == "mask":
+            mask = (torch.rand(rows) < 0.3).double()
+            mask[0] = 1.0
+            inputs["input.mask"] = mask
+    if c.get("st"):
+        for k in ("h0", "c0", "rh", "rc"):
+            inputs["input." + k] = f32(torch.randn(d * L, B, H) * (0.5 if k[0] != "r" else 0.1))
+
+    def run(m):
+        x = inputs["input.ids"] if "v" in c else inputs["input.x"].clone().requires_grad_(True)
+        state = None
+        if c.get("st"):
+            state = (inputs["input.h0"].clone().requires_grad_(True),
+                     inputs["input.c0"].clone().requires_grad_(True))
+        out, hn, cn = m(x, state)
+        loss = loss_of(c, out, hn, cn, inputs)
+        m.zero_grad()
+        loss.backward()
+        return x, state, out, hn, cn, loss
+
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    torch_f32 = torch_f32_errors(c, model, inputs, run)
+    x, state, out, hn, cn, loss = run(model)
+    tensors = {("param." + k): v for k, v in initial.items()}
+    tensors.update({k: v for k, v in inputs.items() if not k.startswith("meta")})
+    tensors["out.y"] = out.detach()
+    tensors["out.h_n"] = hn.detach()
+    tensors["out.c_n"] = cn.detach()
+    tensors["out.loss"] = loss.detach().reshape(())
+    for k, p in model.named_parameters():
+        tensors["grad." + k] = p.grad.detach().clone()
+    if "v" not in c:
+        tensors["grad.x"] = x.grad.detach()
+    if state is not None:
+        tensors["grad.h0"] = state[0].grad.detach()
+        tensors["grad.c0"] = state[1].grad.detach()
+
+    # Two AdamW steps on the same batch, with the gradients each step used.
+    opt = torch.optim.AdamW(model.parameters(), lr=LR_ADAMW, weight_decay=WD_ADAMW)
+    for step in (1, 2):
+        if step == 2:
+            run(model)
+        for k, p in model.named_parameters():
+            tensors["adamw%d_grad.%s" % (step, k)] = p.grad.detach().clone()
+        opt.step()
+        for k, p in model.named_parameters():
+            tensors["adamw%d.%s" % (step, k)] = p.detach().clone()
+
+    # Two SGD-momentum steps (Nesterov on bidirectional configs), gradients clipped to half their
+    # norm so the clipping is active.
+    model.load_state_dict(initial)
+    nesterov = bool(c.get("bi"))
+    opt = torch.optim.SGD(model.parameters(), lr=LR_SGD, momentum=MOMENTUM, nesterov=nesterov)
+    clip = {}
+    for step in (1, 2):
+        run(model)
+        total = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))
+        clip[step] = float(total) * 0.5
+        got = torch.nn.utils.clip_grad_norm_(model.parameters(), clip[step])
+        tensors["sgd%d.total_norm" % step] = got.detach().reshape(())
+        opt.step()
+        for k, p in model.named_parameters():
+            tensors["sgd%d.%s" % (step, k)] = p.detach().clone()
+
+    meta = dict(c)
+    meta.update(name=name_of(c), seed=seed, ignore_index=inputs.get("meta_ignore", -100),
+                lr_adamw=LR_ADAMW, wd_adamw=WD_ADAMW, lr_sgd=LR_SGD, momentum=MOMENTUM,
+                nesterov=nesterov, max_norm1=clip[1], max_norm2=clip[2],
+                output_size=model.head.out_features, torch_f32_forward_error=torch_f32[0],
+                torch_f32_backward_error=torch_f32[1])
+    return meta, tensors
+
+
+def write_safetensors(path, tensors, metadata):
+    header, blobs, offset = {}, [], 0
+    for k, t in tensors.items():
+        t = t.contiguous()
+        dtype = {torch.float64: "F64", torch.int64: "I64"}[t.dtype]
+        raw = t.numpy().tobytes()
+        header[k] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    header["__metadata__"] = {"config": json.dumps(metadata)}
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures"
+    os.makedirs(out, exist_ok=True)
+    torch.set_num_threads(1)
+    names = []
+    for n, c in enumerate(CONFIGS):
+        meta, tensors = make(c, 1000 + n)
+        write_safetensors(os.path.join(out, meta["name"] + ".safetensors"), tensors, meta)
+        names.append(meta["name"])
+    with open(os.path.join(out, "index.txt"), "w") as f:
+        f.write("\n".join(names) + "\n")
+    print("wrote %d PyTorch %s fixtures to %s" % (len(names), torch.__version__, out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+#pragma once
+// Helpers shared by the tests: host tensors in any float dtype, and the error metric.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/core/buffer.hpp"
+
+namespace seqforge::test {
+
+// Owned backend memory filled from doubles, converted to `dtype`.
+struct HostTensor {
+  Buffer buffer;
+  Tensor t;
+  HostTensor() = default;
+  HostTensor(Backend& be, DType dtype, Shape shape, const std::vector<double>& values) {
+    t = buffer.get(be, dtype, shape);
+    SF_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "values for ", shape.str());
+    convert(values.data(), DType::f64, t.data(), dtype, values.size());
+  }
+};
+
+inline std::vector<double> to_doubles(Tensor t) {
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  convert(t.data(), t.dtype(), out.data(), DType::f64, out.size());
+  return out;
+}
+
+// max_i |got_i - want_i| / max(|want_i|, floor), floor = floor_frac * max_j |want_j| (at least
+// 1e-30): relative error, with values near zero measured against a tenth of the tensor's scale
+// (sums that cancel to near zero carry the rounding of their large terms).
+inline double max_rel_error(const std::vector<double>& got, const std::vector<double>& want,
+                            double floor_frac = 0.1) {
+  if (got.size() != want.size()) return INFINITY;
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  const double floor = std::max(floor_frac * scale, 1e-30);
+  double err = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = std::fabs(got[i] - want[i]) / std::max(std::fabs(want[i]), floor);
+    err = std::isnan(e) ? INFINITY : std::max(err, e);
+  }
+  return err;
+}
+
+}  // namespace seqforge::test
