@@ -1,0 +1,229 @@
+// Finite-difference gradient checks in double precision on the reference backend: every layer and
+// loss. The objective is L = sum(output * R) for a fixed random R (or the loss itself), and every
+// analytic gradient (parameters, inputs, initial states) is compared with central differences.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "seqforge/nn/layers.hpp"
+#include "seqforge/nn/lstm.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+using test::HostTensor;
+using test::to_doubles;
+
+std::vector<double> random_values(Rng& rng, int64_t n, double scale = 1.0) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = rng.uniform(-scale, scale);
+  return v;
+}
+
+double dot(Tensor a, const std::vector<double>& r) {
+  const auto v = to_doubles(a);
+  double s = 0;
+  for (size_t i = 0; i < v.size(); ++i) s += v[i] * r[i];
+  return s;
+}
+
+// Compares `analytic` with central differences of `objective` over the elements of `x` (at most
+// `max_checks` of them, spread evenly). Returns the worst relative error.
+double check_gradient(Tensor x, const std::vector<double>& analytic,
+                      const std::function<double()>& objective, int64_t max_checks = 60) {
+  double* p = x.data_as<double>();
+  const int64_t n = x.numel();
+  const int64_t stride = std::max<int64_t>(1, n / max_checks);
+  double worst = 0;
+  for (int64_t i = 0; i < n; i += stride) {
+    const double saved = p[i], h = 1e-6 * std::max(1.0, std::fabs(saved));
+    p[i] = saved + h;
+    const double up = objective();
+    p[i] = saved - h;
+    const double down = objective();
+    p[i] = saved;
+    const double numeric = (up - down) / (2 * h);
+    const double err = std::fabs(numeric - analytic[i]) / std::max(1e-3, std::fabs(numeric));
+    worst = std::max(worst, err);
+  }
+  return worst;
+}
+
+constexpr double kTolerance = 1e-6;
+
+TEST(GradCheck, Linear) {
+  auto be = make_reference_backend();
+  Rng rng(1);
+  Parameters params(DType::f64);
+  Linear linear(params, "fc", 5, 3);
+  params.allocate(*be, rng);
+  HostTensor x(*be, DType::f64, {4, 5}, random_values(rng, 20));
+  const auto r = random_values(rng, 12);
+  auto objective = [&] { return dot(linear.forward(*be, x.t), r); };
+  objective();
+  HostTensor dy(*be, DType::f64, {4, 3}, r);
+  params.zero_grad(*be);
+  const auto dx = to_doubles(linear.backward(*be, dy.t));
+  EXPECT_LT(check_gradient(x.t, dx, objective), kTolerance);
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_LT(check_gradient(params.value(i), to_doubles(params.grad(i)), objective), kTolerance)
+        << params.values().entries()[i].name;
+}
+
+TEST(GradCheck, Embedding) {
+  auto be = make_reference_backend();
+  Rng rng(2);
+  Parameters params(DType::f64);
+  Embedding emb(params, "embedding", 7, 4);
+  params.allocate(*be, rng);
+  std::vector<int64_t> ids = {3, 0, 6, 3, 3, 1};  // repeated ids accumulate
+  Tensor ids_t(ids.data(), DType::i64, {6});
+  const auto r = random_values(rng, 24);
+  auto objective = [&] { return dot(emb.forward(*be, ids_t), r); };
+  objective();
+  HostTensor dy(*be, DType::f64, {6, 4}, r);
+  params.zero_grad(*be);
+  emb.backward(*be, dy.t);
+  EXPECT_LT(check_gradient(params.value(0), to_doubles(params.grad(0)), objective), kTolerance);
+}
+
+TEST(GradCheck, Dropout) {
+  auto be = make_reference_backend();
+  Rng rng(3);
+  Dropout dropout(0.3);
+  HostTensor x(*be, DType::f64, {8, 6}, random_values(rng, 48));
+  const auto r = random_values(rng, 48);
+  auto objective = [&] {
+    Rng fixed(99);  // the same mask on every evaluation
+    return dot(dropout.forward(*be, x.t, true, fixed), r);
+  };
+  objective();
+  HostTensor dy(*be, DType::f64, {8, 6}, r);
+  const auto dx = to_doubles(dropout.backward(*be, dy.t));
+  EXPECT_LT(check_gradient(x.t, dx, objective, 48), kTolerance);
+  // Every element is either dropped or scaled by 1 / (1 - p).
+  int dropped = 0;
+  for (size_t i = 0; i < dx.size(); ++i) {
+    if (dx[i] == 0.0) ++dropped;
+    else EXPECT_NEAR(dx[i], r[i] / 0.7, 1e-12);
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_LT(dropped, 48);
+}
+
+struct LstmCase {
+  const char* name;
+  LstmOptions opt;
+  int64_t T, B;
+  bool states;
+};
+
+void PrintTo(const LstmCase& c, std::ostream* os) { *os << c.name; }
+
+class LstmGradCheck : public ::testing::TestWithParam<LstmCase> {};
+
+TEST_P(LstmGradCheck, AllGradients) {
+  const LstmCase& c = GetParam();
+  auto be = make_reference_backend();
+  Rng rng(4);
+  Parameters params(DType::f64);
+  Lstm lstm(params, "lstm", c.opt);
+  params.allocate(*be, rng);
+  const int64_t D = lstm.directions(), L = c.opt.num_layers, H = c.opt.hidden_size;
+  const Shape x_shape = c.opt.batch_first ? Shape{c.B, c.T, c.opt.input_size}
+                                          : Shape{c.T, c.B, c.opt.input_size};
+  HostTensor x(*be, DType::f64, x_shape, random_values(rng, x_shape.numel()));
+  const Shape s_shape{D * L, c.B, H};
+  HostTensor h0, c0;
+  if (c.states) {
+    h0 = HostTensor(*be, DType::f64, s_shape, random_values(rng, s_shape.numel(), 0.5));
+    c0 = HostTensor(*be, DType::f64, s_shape, random_values(rng, s_shape.numel(), 0.5));
+  }
+  const int64_t y_numel = c.T * c.B * D * H;
+  const auto ry = random_values(rng, y_numel), rh = random_values(rng, s_shape.numel()),
+             rc = random_values(rng, s_shape.numel());
+  // L = sum(y * ry) + sum(h_n * rh) + sum(c_n * rc)
+  auto objective = [&] {
+    Rng fixed(5);
+    Tensor y = lstm.forward(*be, x.t, h0.t, c0.t, true, fixed);
+    return dot(y, ry) + dot(lstm.h_n(), rh) + dot(lstm.c_n(), rc);
+  };
+  objective();
+  const Shape y_shape = c.opt.batch_first ? Shape{c.B, c.T, D * H} : Shape{c.T, c.B, D * H};
+  HostTensor dy(*be, DType::f64, y_shape, ry), dhn(*be, DType::f64, s_shape, rh),
+      dcn(*be, DType::f64, s_shape, rc);
+  params.zero_grad(*be);
+  const auto dx = to_doubles(lstm.backward(*be, dy.t, dhn.t, dcn.t));
+  const auto dh0 = to_doubles(lstm.dh0()), dc0 = to_doubles(lstm.dc0());
+  EXPECT_LT(check_gradient(x.t, dx, objective), kTolerance) << "dx";
+  if (c.states) {
+    EXPECT_LT(check_gradient(h0.t, dh0, objective), kTolerance) << "dh0";
+    EXPECT_LT(check_gradient(c0.t, dc0, objective), kTolerance) << "dc0";
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_LT(check_gradient(params.value(i), to_doubles(params.grad(i)), objective), kTolerance)
+        << params.values().entries()[i].name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layers, LstmGradCheck,
+    ::testing::Values(
+        LstmCase{"one_layer", {.input_size = 3, .hidden_size = 4}, 5, 2, false},
+        LstmCase{"states", {.input_size = 2, .hidden_size = 3}, 4, 3, true},
+        LstmCase{"two_layers_bi", {.input_size = 3, .hidden_size = 3, .num_layers = 2,
+                                   .bidirectional = true}, 4, 2, true},
+        LstmCase{"batch_first", {.input_size = 2, .hidden_size = 5, .num_layers = 2,
+                                 .batch_first = true}, 3, 2, false},
+        LstmCase{"dropout", {.input_size = 3, .hidden_size = 4, .num_layers = 3,
+                             .bidirectional = true, .dropout = 0.4, .batch_first = true}, 3, 2,
+                 true},
+        LstmCase{"one_step", {.input_size = 1, .hidden_size = 1}, 1, 1, true}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(GradCheck, MseLossMasked) {
+  auto be = make_reference_backend();
+  Rng rng(6);
+  HostTensor pred(*be, DType::f64, {6, 3}, random_values(rng, 18)),
+      target(*be, DType::f64, {6, 3}, random_values(rng, 18)),
+      mask(*be, DType::f64, {6}, {1, 0, 1, 1, 0, 1}), grad(*be, DType::f64, {6, 3}, std::vector<double>(18));
+  auto objective = [&] { return be->mse_loss(pred.t, target.t, mask.t, grad.t); };
+  const double loss = objective();
+  const auto d = to_doubles(grad.t);
+  EXPECT_LT(check_gradient(pred.t, d, objective), kTolerance);
+  // Masked-out rows get no gradient, and the loss is the mean over the selected rows.
+  const auto p = to_doubles(pred.t), t = to_doubles(target.t);
+  double expect = 0;
+  for (int r : {0, 2, 3, 5})
+    for (int j = 0; j < 3; ++j) expect += (p[r * 3 + j] - t[r * 3 + j]) * (p[r * 3 + j] - t[r * 3 + j]);
+  EXPECT_NEAR(loss, expect / 12, 1e-14);
+  for (int j = 0; j < 3; ++j) EXPECT_EQ(d[3 + j], 0.0);
+}
+
+TEST(GradCheck, CrossEntropyWeightedIgnore) {
+  auto be = make_reference_backend();
+  Rng rng(7);
+  HostTensor logits(*be, DType::f64, {5, 4}, random_values(rng, 20, 3.0)),
+      weights(*be, DType::f64, {4}, {0.5, 2.0, 1.0, 1.5}),
+      grad(*be, DType::f64, {5, 4}, std::vector<double>(20));
+  std::vector<int64_t> targets = {1, 3, -100, 0, 1};
+  Tensor tt(targets.data(), DType::i64, {5});
+  auto objective = [&] { return be->cross_entropy_loss(logits.t, tt, weights.t, -100, grad.t); };
+  objective();
+  const auto d = to_doubles(grad.t);
+  EXPECT_LT(check_gradient(logits.t, d, objective), kTolerance);
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(d[2 * 4 + j], 0.0);  // ignored row
+}
+
+TEST(GradCheck, CrossEntropyRejectsBadTarget) {
+  auto be = make_reference_backend();
+  std::vector<double> logits(8, 0.0), grad(8);
+  std::vector<int32_t> targets = {1, 4};
+  EXPECT_THROW(be->cross_entropy_loss(Tensor(logits.data(), DType::f64, {2, 4}),
+                                      Tensor(targets.data(), DType::i32, {2}), {}, -100,
+                                      Tensor(grad.data(), DType::f64, {2, 4})),
+               Error);
+}
+
+}  // namespace
+}  // namespace seqforge

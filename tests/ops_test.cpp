@@ -1,0 +1,219 @@
+// One driver for every backend op: each op runs on the backend under test (f32) and on the
+// reference backend in f64 from the same inputs; the outputs must agree to f32 rounding.
+// GEMMs are allowed the rounding of a K-term f32 sum.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/core/rng.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+using test::HostTensor;
+using test::max_rel_error;
+using test::to_doubles;
+
+// An op case: builds its inputs from `rng` on `be` in `dt`, runs the op, returns named outputs.
+using OpCase = std::function<std::map<std::string, std::vector<double>>(Backend& be, DType dt,
+                                                                        Rng& rng)>;
+
+std::vector<double> values(Rng& rng, int64_t n, double lo = -1, double hi = 1) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = static_cast<float>(rng.uniform(lo, hi));  // exact in f32
+  return v;
+}
+
+OpCase gemm_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t pad, float alpha,
+                 float beta) {
+  return [=](Backend& be, DType dt, Rng& rng) {
+    GemmShape s{.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+                .lda = (ta ? m : k) + pad, .ldb = (tb ? k : n) + pad, .ldc = n + pad,
+                .alpha = alpha, .beta = beta};
+    HostTensor a(be, dt, {(ta ? k : m) * s.lda}, values(rng, (ta ? k : m) * s.lda));
+    HostTensor b(be, dt, {(tb ? n : k) * s.ldb}, values(rng, (tb ? n : k) * s.ldb));
+    HostTensor c(be, dt, {m * s.ldc}, values(rng, m * s.ldc));
+    be.gemm(s, dt, a.t.data(), b.t.data(), c.t.data());
+    return std::map<std::string, std::vector<double>>{{"c", to_doubles(c.t)}};
+  };
+}
+
+OpCase lstm_cell_case(int64_t batch, int64_t hidden, int64_t ldh_pad) {
+  return [=](Backend& be, DType dt, Rng& rng) {
+    const int64_t ldh = hidden + ldh_pad;
+    HostTensor gates(be, dt, {batch, 4 * hidden}, values(rng, batch * 4 * hidden, -4, 4));
+    HostTensor c_prev(be, dt, {batch, hidden}, values(rng, batch * hidden, -2, 2));
+    HostTensor c(be, dt, {batch, hidden}, std::vector<double>(batch * hidden));
+    HostTensor tanh_c(be, dt, {batch, hidden}, std::vector<double>(batch * hidden));
+    HostTensor h(be, dt, {batch, ldh}, std::vector<double>(batch * ldh));
+    be.lstm_cell_forward({.batch = batch, .hidden = hidden, .gates = gates.t.data(),
+                          .c_prev = c_prev.t.data(), .c = c.t.data(), .tanh_c = tanh_c.t.data(),
+                          .h = h.t.data(), .ldh = ldh},
+                         dt);
+    HostTensor dh_out(be, dt, {batch, ldh}, values(rng, batch * ldh));
+    HostTensor dh_rec(be, dt, {batch, hidden}, values(rng, batch * hidden));
+    HostTensor dc(be, dt, {batch, hidden}, values(rng, batch * hidden));
+    HostTensor dgates(be, dt, {batch, 4 * hidden}, std::vector<double>(batch * 4 * hidden));
+    be.lstm_cell_backward({.batch = batch, .hidden = hidden, .gates = gates.t.data(),
+                           .c_prev = c_prev.t.data(), .tanh_c = tanh_c.t.data(),
+                           .dh_out = dh_out.t.data(), .ld_dh_out = ldh,
+                           .dh_rec = dh_rec.t.data(), .dc = dc.t.data(),
+                           .dgates = dgates.t.data()},
+                          dt);
+    return std::map<std::string, std::vector<double>>{
+        {"gates", to_doubles(gates.t)}, {"c", to_doubles(c.t)}, {"h", to_doubles(h.t)},
+        {"dgates", to_doubles(dgates.t)}, {"dc", to_doubles(dc.t)}};
+  };
+}
+
+OpCase adam_case(bool decoupled, int64_t step, int64_t n) {
+  return [=](Backend& be, DType dt, Rng& rng) {
+    HostTensor p(be, dt, {n}, values(rng, n)), g(be, dt, {n}, values(rng, n, -1e-3, 1e-3)),
+        m(be, dt, {n}, values(rng, n, -1e-3, 1e-3)), v(be, dt, {n}, values(rng, n, 0, 1e-6));
+    be.adam_step(p.t, g.t, m.t, v.t,
+                 {.lr = 1e-2, .weight_decay = 0.1, .decoupled = decoupled, .step = step,
+                  .grad_scale = 0.5});
+    return std::map<std::string, std::vector<double>>{
+        {"p", to_doubles(p.t)}, {"m", to_doubles(m.t)}, {"v", to_doubles(v.t)}};
+  };
+}
+
+OpCase sgd_case(bool nesterov, bool first, int64_t n) {
+  return [=](Backend& be, DType dt, Rng& rng) {
+    HostTensor p(be, dt, {n}, values(rng, n)), g(be, dt, {n}, values(rng, n)),
+        buf(be, dt, {n}, values(rng, n));
+    be.sgd_step(p.t, g.t, buf.t,
+                {.lr = 0.1, .momentum = 0.9, .dampening = nesterov ? 0.0 : 0.2,
+                 .weight_decay = 1e-2, .nesterov = nesterov, .first_step = first});
+    return std::map<std::string, std::vector<double>>{{"p", to_doubles(p.t)},
+                                                      {"buf", to_doubles(buf.t)}};
+  };
+}
+
+OpCase small_ops_case() {
+  return [](Backend& be, DType dt, Rng& rng) {
+    std::map<std::string, std::vector<double>> out;
+    HostTensor y(be, dt, {37, 19}, values(rng, 37 * 19)), b1(be, dt, {19}, values(rng, 19)),
+        b2(be, dt, {19}, values(rng, 19));
+    be.broadcast_rows(y.t, b1.t, b2.t);
+    out["broadcast_rows"] = to_doubles(y.t);
+    HostTensor dy(be, dt, {37, 19}, values(rng, 37 * 19)), db(be, dt, {19}, values(rng, 19));
+    be.sum_rows_acc(db.t, dy.t);
+    out["sum_rows_acc"] = to_doubles(db.t);
+    be.add(y.t, dy.t);
+    out["add"] = to_doubles(y.t);
+    HostTensor src(be, dt, {5, 7, 3}, values(rng, 105)), dst(be, dt, {7, 5, 3}, values(rng, 105));
+    be.transpose01(dst.t, src.t);
+    out["transpose01"] = to_doubles(dst.t);
+    HostTensor mask(be, dt, {1000}, std::vector<double>(1000));
+    be.dropout_mask(mask.t, 0.25, 1234);
+    out["dropout_mask"] = to_doubles(mask.t);
+    HostTensor pred(be, dt, {12, 3}, values(rng, 36)), target(be, dt, {12, 3}, values(rng, 36)),
+        rows(be, dt, {12}, {1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 1, 1}),
+        dpred(be, dt, {12, 3}, std::vector<double>(36));
+    out["mse_loss"] = {be.mse_loss(pred.t, target.t, rows.t, dpred.t)};
+    out["mse_grad"] = to_doubles(dpred.t);
+    HostTensor logits(be, dt, {9, 65}, values(rng, 9 * 65, -5, 5)),
+        dlogits(be, dt, {9, 65}, std::vector<double>(9 * 65)), w(be, dt, {65}, values(rng, 65, 0.5, 2));
+    std::vector<int32_t> targets = {0, 64, 3, -1, 7, 7, 12, 40, 1};
+    out["ce_loss"] = {be.cross_entropy_loss(logits.t, Tensor(targets.data(), DType::i32, {9}), w.t,
+                                            -1, dlogits.t)};
+    out["ce_grad"] = to_doubles(dlogits.t);
+    HostTensor table(be, dt, {11, 6}, values(rng, 66)), emb(be, dt, {8, 6}, std::vector<double>(48));
+    std::vector<int64_t> ids = {10, 0, 3, 3, 5, 9, 0, 1};
+    Tensor ids_t(ids.data(), DType::i64, {8});
+    be.embedding_forward(emb.t, table.t, ids_t);
+    out["embedding_forward"] = to_doubles(emb.t);
+    be.embedding_backward(table.t, emb.t, ids_t);
+    out["embedding_backward"] = to_doubles(table.t);
+    out["sum_squares"] = {be.sum_squares(table.t)};
+    be.scale(table.t, -0.5);
+    out["scale"] = to_doubles(table.t);
+    return out;
+  };
+}
+
+const std::map<std::string, OpCase>& cases() {
+  static const std::map<std::string, OpCase> all = {
+      {"gemm_nn_256x128x512", gemm_case(false, false, 256, 128, 512, 0, 1.0f, 0.0f)},
+      {"gemm_nt_bias_64x2048x512", gemm_case(false, true, 64, 2048, 512, 0, 1.0f, 1.0f)},
+      {"gemm_tn_odd_33x17x129", gemm_case(true, false, 33, 17, 129, 3, 1.0f, 1.0f)},
+      {"gemm_tt_strided_alpha", gemm_case(true, true, 7, 13, 5, 5, 0.5f, 0.25f)},
+      {"gemm_k1", gemm_case(false, true, 20, 8, 1, 0, 1.0f, 1.0f)},
+      {"gemm_k0", gemm_case(false, false, 4, 6, 0, 0, 1.0f, 0.5f)},
+      {"lstm_cell_b1_h1", lstm_cell_case(1, 1, 0)},
+      {"lstm_cell_b64_h128", lstm_cell_case(64, 128, 0)},
+      {"lstm_cell_b256_h33_strided", lstm_cell_case(256, 33, 33)},
+      {"adamw_step1", adam_case(true, 1, 1000)},
+      {"adam_l2_step7", adam_case(false, 7, 100003)},
+      {"sgd_nesterov_first", sgd_case(true, true, 4097)},
+      {"sgd_momentum_dampening", sgd_case(false, false, 100003)},
+      {"small_ops", small_ops_case()},
+  };
+  return all;
+}
+
+double tolerance(const std::string& op) { return op.rfind("gemm", 0) == 0 ? 2e-5 : 2e-6; }
+
+class OpMatchesReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OpMatchesReference, CpuF32) {
+  const OpCase& op = cases().at(GetParam());
+  auto cpu = make_cpu_backend();
+  auto ref = make_reference_backend();
+  Rng r1(42), r2(42);
+  const auto got = op(*cpu, DType::f32, r1);
+  const auto want = op(*ref, DType::f64, r2);
+  for (const auto& [name, w] : want) {
+    const double err = max_rel_error(got.at(name), w);
+    EXPECT_LE(err, tolerance(GetParam())) << GetParam() << " output " << name;
+  }
+}
+
+TEST_P(OpMatchesReference, ReferenceF32) {
+  const OpCase& op = cases().at(GetParam());
+  auto ref = make_reference_backend();
+  Rng r1(42), r2(42);
+  const auto got = op(*ref, DType::f32, r1);
+  const auto want = op(*ref, DType::f64, r2);
+  for (const auto& [name, w] : want)
+    EXPECT_LE(max_rel_error(got.at(name), w), tolerance(GetParam())) << GetParam() << " output " << name;
+}
+
+std::vector<std::string> case_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, _] : cases()) names.push_back(name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpMatchesReference, ::testing::ValuesIn(case_names()),
+                         [](const auto& info) { return info.param; });
+
+TEST(Ops, DropoutMaskStatistics) {
+  auto be = make_cpu_backend();
+  std::vector<float> mask(100000);
+  Tensor t(mask.data(), DType::f32, {100000});
+  be->dropout_mask(t, 0.3, 7);
+  int64_t zeros = 0;
+  for (float m : mask) {
+    if (m == 0.0f) ++zeros;
+    else EXPECT_FLOAT_EQ(m, 1.0f / 0.7f);
+  }
+  EXPECT_NEAR(zeros / 100000.0, 0.3, 0.01);
+}
+
+TEST(Ops, EmbeddingRejectsOutOfRangeId) {
+  auto be = make_cpu_backend();
+  std::vector<float> table(12), out(8);
+  std::vector<int64_t> ids = {1, 3};
+  EXPECT_THROW(be->embedding_forward(Tensor(out.data(), DType::f32, {2, 4}),
+                                     Tensor(table.data(), DType::f32, {3, 4}),
+                                     Tensor(ids.data(), DType::i64, {2})),
+               Error);
+}
+
+}  // namespace
+}  // namespace seqforge
