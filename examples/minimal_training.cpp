@@ -1,5 +1,6 @@
 // Minimal seqforge program: forecast next month's Mauna Loa CO2 from the previous 24 months with
-// an LSTM, trained with AdamW on the library's engine. Prints the loss each epoch.
+// an LSTM, trained with AdamW on the library's engine. Prints the loss each epoch and exits with
+// status 2 if training did not lower it.
 //
 //   seqforge_example [data/co2-concentration.csv] [epochs]
 #include <algorithm>
@@ -61,6 +62,7 @@ int main(int argc, char** argv) try {
   std::vector<int64_t> order(windows);
   std::iota(order.begin(), order.end(), 0);
   std::vector<float> x(batch * lookback), y(batch), dpred(batch);
+  double first_loss = 0, last_loss = 0;
   for (int epoch = 1; epoch <= epochs; ++epoch) {
     for (int64_t i = windows - 1; i > 0; --i) std::swap(order[i], order[rng.next() % (i + 1)]);
     double total = 0;
@@ -85,6 +87,11 @@ int main(int argc, char** argv) try {
     }
     std::printf("epoch %3d  train mse %.5f  (rmse %.3f ppm)\n", epoch, total / seen,
                 std::sqrt(total / seen) * stdev);
+    (epoch == 1 ? first_loss : last_loss) = total / seen;
+  }
+  if (epochs > 1 && !(last_loss < first_loss)) {
+    std::fprintf(stderr, "error: the training loss did not fall\n");
+    return 2;
   }
   return 0;
 } catch (const std::exception& e) {

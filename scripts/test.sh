@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole test suite: builds (installing what is missing) and runs
+#   1. the release build's tests (unit, finite differences, op driver, PyTorch parity on freshly
+#      generated fixtures, safetensors, CLI, install + find_package),
+#   2. the same tests built with AddressSanitizer + UndefinedBehaviorSanitizer,
+#   3. the safetensors fuzzer for a fixed time (FUZZ_SECONDS, default 60).
+# Exits non-zero when anything fails.
+#   scripts/test.sh            everything
+#   scripts/test.sh --quick    release tests only
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+jobs="$(nproc)"
+
+run_suite() {  # build dir
+  # The PyTorch parity tests print a table of every configuration and its max error.
+  ctest --test-dir "$1" -j "$jobs" --output-on-failure -E 'PyTorchParity'
+  ctest --test-dir "$1" --output-on-failure -R 'PyTorchParity' -V | grep -E '^[0-9]+: ( |PyTorch)|tests? (passed|failed)|Passed|Failed'
+}
+
+echo "== release build"
+"$root/scripts/build.sh" "$root/build"
+run_suite "$root/build"
+[ "$quick" = 1 ] && exit 0
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
+BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-asan" -DSEQFORGE_SANITIZE=ON
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  LSAN_OPTIONS=suppressions="$root/tests/lsan.supp" run_suite "$root/build-asan"
+
+echo "== safetensors fuzzer"
+"$root/scripts/fuzz.sh" "${FUZZ_SECONDS:-60}"
+echo "all tests passed"
