@@ -16,7 +16,8 @@ jobs="$(nproc)"
 run_suite() {  # build dir
   # The PyTorch parity tests print a table of every configuration and its max error.
   ctest --test-dir "$1" -j "$jobs" --output-on-failure -E 'PyTorchParity'
-  ctest --test-dir "$1" --output-on-failure -R 'PyTorchParity' -V | grep -E '^[0-9]+: ( |PyTorch)|tests? (passed|failed)|Passed|Failed'
+  ctest --test-dir "$1" --output-on-failure -R 'PyTorchParity' -V |
+    sed -n -E 's/^[0-9]+: ( |PyTorch)/\1/p; /tests passed|tests failed/p'
 }
 
 echo "== release build"

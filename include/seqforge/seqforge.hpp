@@ -8,6 +8,7 @@
 #include "seqforge/core/rng.hpp"
 #include "seqforge/core/tensor.hpp"
 #include "seqforge/core/threads.hpp"
+#include "seqforge/io/checkpoint.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/layers.hpp"
 #include "seqforge/nn/lstm.hpp"

@@ -89,6 +89,7 @@ void store(void* dst, DType t, size_t i, double v) {
 }  // namespace
 
 void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t n) {
+  if (n == 0) return;
   if (src_type == dst_type) {
     std::memcpy(dst, src, n * dtype_size(src_type));
     return;

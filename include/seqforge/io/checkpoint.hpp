@@ -1,0 +1,21 @@
+#pragma once
+// Model weights as safetensors under PyTorch's parameter names, loadable with
+// `model.load_state_dict(...)` after reading the file in PyTorch, and the reverse.
+#include <map>
+#include <string>
+
+#include "seqforge/nn/parameters.hpp"
+
+namespace seqforge::io {
+
+// Writes every parameter as F32 (or the arena's dtype for f64), atomically.
+void save_parameters(const std::string& path, const Parameters& params,
+                     const std::map<std::string, std::string>& metadata = {});
+
+// Loads every parameter by name, converting from any float dtype in the file. A missing or
+// mis-shaped tensor is an error naming the file and the tensor; tensors in the file that the
+// model does not have are an error too unless `allow_extra`.
+void load_parameters(const std::string& path, Parameters& params, Backend& backend,
+                     bool allow_extra = false);
+
+}  // namespace seqforge::io

@@ -1,0 +1,49 @@
+#include "seqforge/io/checkpoint.hpp"
+
+#include <vector>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/io/safetensors.hpp"
+
+namespace seqforge::io {
+
+void save_parameters(const std::string& path, const Parameters& params,
+                     const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsTensor> tensors;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor v = params.value(i);
+    tensors.push_back({params.values().entries()[i].name, v.dtype(), v.shape().to_vector(),
+                       v.data()});
+  }
+  write_safetensors(path, tensors, metadata);
+}
+
+void load_parameters(const std::string& path, Parameters& params, Backend& backend,
+                     bool allow_extra) {
+  const SafetensorsFile file = SafetensorsFile::read(path);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& entry = params.values().entries()[i];
+    const SafetensorsEntry* t = file.find(entry.name);
+    if (!t) fail(path, ": missing tensor '", entry.name, "' of shape ", entry.shape.str());
+    if (Shape(t->shape) != entry.shape)
+      fail(path, ": tensor '", entry.name, "' has shape ", Shape(t->shape).str(),
+           ", the model expects ", entry.shape.str());
+    if (t->dtype == DType::i32 || t->dtype == DType::i64)
+      fail(path, ": tensor '", entry.name, "' is ", dtype_safetensors_name(t->dtype),
+           ", expected a float dtype");
+    const auto bytes = file.bytes(*t);
+    std::vector<std::byte> aligned(bytes.begin(), bytes.end());  // file data may be unaligned
+    std::vector<std::byte> converted(static_cast<size_t>(entry.shape.numel()) *
+                                     dtype_size(params.dtype()));
+    convert(aligned.data(), t->dtype, converted.data(), params.dtype(),
+            static_cast<size_t>(entry.shape.numel()));
+    backend.copy(params.value(i), Tensor(converted.data(), params.dtype(), entry.shape));
+  }
+  if (!allow_extra) {
+    for (const auto& t : file.entries())
+      if (!params.values().find(t.name))
+        fail(path, ": tensor '", t.name, "' is not a parameter of this model");
+  }
+}
+
+}  // namespace seqforge::io

@@ -1,0 +1,110 @@
+// Parameters saved as safetensors under PyTorch names: round trip, bad files, and PyTorch itself
+// loading a seqforge checkpoint with load_state_dict(strict=True) and reproducing its output.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/io/checkpoint.hpp"
+#include "seqforge/io/safetensors.hpp"
+#include "seqforge/nn/sequence_model.hpp"
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("seqforge_checkpoint_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+ModelOptions small_model() {
+  ModelOptions opt;
+  opt.lstm = {.input_size = 3, .hidden_size = 6, .num_layers = 2, .bidirectional = true,
+              .batch_first = true};
+  opt.output_size = 2;
+  return opt;
+}
+
+std::vector<float> values_of(const Parameters& p) {
+  const Tensor flat = p.values().flat();
+  return {static_cast<float*>(flat.data()), static_cast<float*>(flat.data()) + flat.numel()};
+}
+
+TEST(Checkpoint, RoundTrip) {
+  auto be = make_cpu_backend();
+  SequenceModel a(small_model()), b(small_model());
+  a.initialize(*be, 1);
+  b.initialize(*be, 2);
+  const std::string path = (temp_dir("roundtrip") / "model.safetensors").string();
+  io::save_parameters(path, a.parameters(), {{"note", "x"}});
+  EXPECT_NE(values_of(a.parameters()), values_of(b.parameters()));
+  io::load_parameters(path, b.parameters(), *be);
+  EXPECT_EQ(values_of(a.parameters()), values_of(b.parameters()));
+  EXPECT_EQ(io::SafetensorsFile::read(path).metadata().at("note"), "x");
+}
+
+TEST(Checkpoint, NamesTheMissingOrMisshapedTensor) {
+  auto be = make_cpu_backend();
+  SequenceModel model(small_model());
+  model.initialize(*be, 1);
+  const fs::path dir = temp_dir("errors");
+  std::vector<float> w(24 * 3);
+  auto expect_error = [&](const std::vector<io::SafetensorsTensor>& tensors, bool allow_extra,
+                          const std::string& phrase) {
+    const std::string path = (dir / "bad.safetensors").string();
+    io::write_safetensors(path, tensors);
+    try {
+      io::load_parameters(path, model.parameters(), *be, allow_extra);
+      ADD_FAILURE() << "no error for " << phrase;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
+    }
+  };
+  expect_error({{"lstm.weight_ih_l0", DType::f32, {24, 3}, w.data()}}, true,
+               "missing tensor 'lstm.weight_hh_l0'");
+  // Everything present, one tensor with the wrong shape.
+  std::vector<io::SafetensorsTensor> all;
+  for (size_t i = 0; i < model.parameters().size(); ++i) {
+    const Tensor v = model.parameters().value(i);
+    all.push_back({model.parameters().values().entries()[i].name, DType::f32,
+                   v.shape().to_vector(), v.data()});
+  }
+  auto wrong = all;
+  wrong[0].shape = {3, 24};
+  expect_error(wrong, false, "'lstm.weight_ih_l0' has shape (3, 24), the model expects (24, 3)");
+  auto extra = all;
+  extra.push_back({"lstm.weight_ih_l9", DType::f32, {24, 3}, w.data()});
+  expect_error(extra, false, "'lstm.weight_ih_l9' is not a parameter");
+}
+
+TEST(Checkpoint, PyTorchLoadsItAndReproducesTheOutput) {
+  auto be = make_cpu_backend();
+  ModelOptions opt = small_model();
+  SequenceModel model(opt);
+  model.initialize(*be, 3);
+  Rng rng(4);
+  std::vector<float> x(5 * 7 * 3);
+  for (float& v : x) v = static_cast<float>(rng.uniform(-1, 1));
+  Tensor y = model.forward(*be, Tensor(x.data(), DType::f32, {5, 7, 3}), {}, {}, false, rng);
+  const nlohmann::json config = {
+      {"vocab", 0}, {"embed", 0}, {"input", 3}, {"hidden", 6}, {"layers", 2},
+      {"bidirectional", true}, {"batch_first", true}, {"output", 2}, {"per_step", false}};
+  const fs::path dir = temp_dir("torch");
+  const std::string ckpt = (dir / "model.safetensors").string(), io = (dir / "io.safetensors").string();
+  io::save_parameters(ckpt, model.parameters(), {{"config", config.dump()}});
+  io::write_safetensors(io, {{"x", DType::f32, {5, 7, 3}, x.data()},
+                             {"y", DType::f32, y.shape().to_vector(), y.data()}});
+  const std::string cmd = "/usr/bin/python3 " SEQFORGE_SOURCE_DIR
+                          "/tests/python/check_torch_loads_checkpoint.py " + ckpt + " " + io;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+}  // namespace
+}  // namespace seqforge

@@ -1,0 +1,123 @@
+// Core: dtype conversions (checked against values PyTorch 1.13 produces), shapes, tensors,
+// arenas, buffers and the random generator.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/core/arena.hpp"
+#include "seqforge/core/buffer.hpp"
+#include "seqforge/core/rng.hpp"
+
+namespace seqforge {
+namespace {
+
+// float -> (bf16 bits, f16 bits), from torch.tensor(v).to(torch.bfloat16 / torch.float16).
+struct Rounding {
+  float value;
+  uint16_t bf16_bits, f16_bits;
+};
+constexpr Rounding kRoundings[] = {
+    {1.0f, 16256, 15360},          {1.00390625f, 16256, 15364},  // ties to even
+    {1.01171875f, 16258, 15372},   {3.14159265f, 16457, 16968},
+    {-2.5e-39f, 32795, 32768},     {65504.0f, 18304, 31743},      // f16 max
+    {65520.0f, 18304, 31744},      {1e-8f, 12844, 0},              // f16 overflow, underflow
+    {6e-8f, 13185, 1},             {3e38f, 32610, 31744},          // f16 smallest subnormal
+    {3.3961e38f, 32639, 31744},    {INFINITY, 32640, 31744},
+};
+
+TEST(DType, RoundsLikePyTorch) {
+  for (const auto& r : kRoundings) {
+    EXPECT_EQ(to_bf16(r.value).bits, r.bf16_bits) << r.value;
+    EXPECT_EQ(to_f16(r.value), r.f16_bits) << r.value;
+  }
+}
+
+TEST(DType, RoundTripsAndNaN) {
+  EXPECT_TRUE(std::isnan(from_bf16(to_bf16(NAN))));
+  EXPECT_TRUE(std::isnan(from_f16(to_f16(NAN))));
+  for (float v : {0.0f, -1.5f, 0.15625f, 1024.0f}) EXPECT_EQ(from_bf16(to_bf16(v)), v);
+  for (float v : {0.0f, -1.5f, 0.15625f, 1024.0f, -65504.0f}) EXPECT_EQ(from_f16(to_f16(v)), v);
+  EXPECT_EQ(from_f16(1), std::ldexp(1.0f, -24));
+  EXPECT_EQ(from_f16(31744), INFINITY);
+  std::vector<float> src = {1.0f, -2.0f, 0.5f};
+  std::vector<uint16_t> half(3);
+  std::vector<double> back(3);
+  convert(src.data(), DType::f32, half.data(), DType::bf16, 3);
+  convert(half.data(), DType::bf16, back.data(), DType::f64, 3);
+  EXPECT_EQ(back, (std::vector<double>{1.0, -2.0, 0.5}));
+}
+
+TEST(DType, SafetensorsNames) {
+  DType t;
+  for (DType d : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64}) {
+    ASSERT_TRUE(dtype_from_safetensors_name(dtype_safetensors_name(d), &t));
+    EXPECT_EQ(t, d);
+  }
+  EXPECT_FALSE(dtype_from_safetensors_name("BOOL", &t));
+}
+
+TEST(Tensor, ShapeSliceReshape) {
+  std::vector<float> data(24);
+  Tensor t(data.data(), DType::f32, {2, 3, 4});
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.shape().str(), "(2, 3, 4)");
+  Tensor s = t.slice(1, 2);
+  EXPECT_EQ(s.data(), data.data() + 12);
+  EXPECT_EQ(s.shape(), Shape({1, 3, 4}));
+  EXPECT_EQ(t.reshape({6, 4}).shape(), Shape({6, 4}));
+  EXPECT_THROW(t.reshape({5, 5}), Error);
+  EXPECT_THROW(t.slice(1, 3), Error);
+  EXPECT_THROW(Shape({1, 2, 3, 4, 5}), Error);
+  EXPECT_THROW(t.data_as<double>(), Error);
+}
+
+TEST(Arena, AlignedNamedViews) {
+  auto be = make_cpu_backend();
+  Arena arena(DType::f32);
+  arena.add("a", {3});
+  arena.add("b", {5, 7});
+  EXPECT_THROW(arena.add("a", {1}), Error);
+  arena.allocate(*be);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(arena.view("b").data()) % 64, 0u);
+  EXPECT_EQ(arena.view(1).shape(), Shape({5, 7}));
+  EXPECT_THROW(arena.view("c"), Error);
+  EXPECT_THROW(arena.add("c", {1}), Error);
+  Arena twin = arena.like(*be);
+  EXPECT_EQ(twin.elements(), arena.elements());
+  EXPECT_EQ(twin.entries()[1].offset, arena.entries()[1].offset);
+  for (double v : std::vector<float>(static_cast<float*>(twin.flat().data()),
+                                     static_cast<float*>(twin.flat().data()) + twin.elements()))
+    EXPECT_EQ(v, 0.0);
+}
+
+TEST(Buffer, ReusesMemoryForRepeatedShapes) {
+  auto be = make_cpu_backend();
+  Buffer buf;
+  void* first = buf.get(*be, DType::f32, {64, 32}).data();
+  EXPECT_EQ(buf.get(*be, DType::f32, {32, 64}).data(), first);
+  EXPECT_EQ(buf.get(*be, DType::f32, {10}).data(), first);
+  EXPECT_EQ(buf.tensor().shape(), Shape({10}));
+}
+
+TEST(Rng, DeterministicAndResumable) {
+  Rng a(123), b(123);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(a.next(), b.next());
+  const auto state = a.state();
+  const double u = a.uniform();
+  Rng c;
+  c.set_state(state);
+  EXPECT_EQ(c.uniform(), u);
+  double sum = 0, sq = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const double n = a.normal();
+    sum += n;
+    sq += n * n;
+  }
+  EXPECT_NEAR(sum / 100000, 0.0, 0.02);
+  EXPECT_NEAR(sq / 100000, 1.0, 0.02);
+}
+
+}  // namespace
+}  // namespace seqforge

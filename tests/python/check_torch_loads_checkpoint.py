@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+"""Loads a seqforge checkpoint into PyTorch modules and checks their output against seqforge's.
+
+Usage: check_torch_loads_checkpoint.py CHECKPOINT.safetensors IO.safetensors
+CHECKPOINT holds the parameters under PyTorch names and the model configuration as JSON metadata
+("config": vocab, embed, input, hidden, layers, bidirectional, batch_first, output, per_step).
+IO holds "x" (the input) and "y" (seqforge's output). Exits 1 on a mismatch.
+"""
+import json
+import struct
+import sys
+
+import numpy as np
+import torch
+
+DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    data = raw[8 + n:]
+    out = {}
+    for name, e in header.items():
+        b, end = e["data_offsets"]
+        arr = np.frombuffer(data[b:end], dtype=DTYPES[e["dtype"]]).reshape(e["shape"])
+        out[name] = torch.from_numpy(arr.copy())
+    return out, meta
+
+
+class Model(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        if c["vocab"]:
+            self.embedding = torch.nn.Embedding(c["vocab"], c["embed"])
+        d = 2 if c["bidirectional"] else 1
+        self.lstm = torch.nn.LSTM(c["embed"] if c["vocab"] else c["input"], c["hidden"],
+                                  c["layers"], bidirectional=c["bidirectional"],
+                                  batch_first=c["batch_first"])
+        self.head = torch.nn.Linear(d * c["hidden"], c["output"])
+
+    def forward(self, x):
+        if self.c["vocab"]:
+            x = self.embedding(x)
+        y, _ = self.lstm(x)
+        if self.c["per_step"]:
+            return self.head(y.reshape(-1, y.shape[-1]))
+        return self.head(y[:, -1] if self.c["batch_first"] else y[-1])
+
+
+def main():
+    params, meta = read_safetensors(sys.argv[1])
+    io, _ = read_safetensors(sys.argv[2])
+    model = Model(json.loads(meta["config"]))
+    model.load_state_dict(params, strict=True)
+    with torch.no_grad():
+        got = model(io["x"])
+    want = io["y"]
+    err = ((got - want).abs().max() / want.abs().max().clamp(min=1e-30)).item()
+    print("PyTorch loaded %d tensors; output max error %.2e relative to max |y|" % (len(params), err))
+    sys.exit(0 if err < 1e-5 else 1)
+
+
+if __name__ == "__main__":
+    main()
