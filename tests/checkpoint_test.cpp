@@ -1,5 +1,7 @@
 // Parameters saved as safetensors under PyTorch names: round trip, bad files, and PyTorch itself
 // loading a seqforge checkpoint with load_state_dict(strict=True) and reproducing its output.
+#include "seqforge/io/checkpoint.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -7,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "seqforge/backend/backend.hpp"
-#include "seqforge/io/checkpoint.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/sequence_model.hpp"
 
@@ -25,7 +26,10 @@ fs::path temp_dir(const std::string& name) {
 
 ModelOptions small_model() {
   ModelOptions opt;
-  opt.lstm = {.input_size = 3, .hidden_size = 6, .num_layers = 2, .bidirectional = true,
+  opt.lstm = {.input_size = 3,
+              .hidden_size = 6,
+              .num_layers = 2,
+              .bidirectional = true,
               .batch_first = true};
   opt.output_size = 2;
   return opt;
@@ -73,8 +77,8 @@ TEST(Checkpoint, NamesTheMissingOrMisshapedTensor) {
   std::vector<io::SafetensorsTensor> all;
   for (size_t i = 0; i < model.parameters().size(); ++i) {
     const Tensor v = model.parameters().value(i);
-    all.push_back({model.parameters().values().entries()[i].name, DType::f32,
-                   v.shape().to_vector(), v.data()});
+    all.push_back({model.parameters().values().entries()[i].name, DType::f32, v.shape().to_vector(),
+                   v.data()});
   }
   auto wrong = all;
   wrong[0].shape = {3, 24};
@@ -93,16 +97,18 @@ TEST(Checkpoint, PyTorchLoadsItAndReproducesTheOutput) {
   std::vector<float> x(5 * 7 * 3);
   for (float& v : x) v = static_cast<float>(rng.uniform(-1, 1));
   Tensor y = model.forward(*be, Tensor(x.data(), DType::f32, {5, 7, 3}), {}, {}, false, rng);
-  const nlohmann::json config = {
-      {"vocab", 0}, {"embed", 0}, {"input", 3}, {"hidden", 6}, {"layers", 2},
-      {"bidirectional", true}, {"batch_first", true}, {"output", 2}, {"per_step", false}};
+  const nlohmann::json config = {{"vocab", 0},          {"embed", 0},  {"input", 3},
+                                 {"hidden", 6},         {"layers", 2}, {"bidirectional", true},
+                                 {"batch_first", true}, {"output", 2}, {"per_step", false}};
   const fs::path dir = temp_dir("torch");
-  const std::string ckpt = (dir / "model.safetensors").string(), io = (dir / "io.safetensors").string();
+  const std::string ckpt = (dir / "model.safetensors").string(),
+                    io = (dir / "io.safetensors").string();
   io::save_parameters(ckpt, model.parameters(), {{"config", config.dump()}});
   io::write_safetensors(io, {{"x", DType::f32, {5, 7, 3}, x.data()},
                              {"y", DType::f32, y.shape().to_vector(), y.data()}});
   const std::string cmd = "/usr/bin/python3 " SEQFORGE_SOURCE_DIR
-                          "/tests/python/check_torch_loads_checkpoint.py " + ckpt + " " + io;
+                          "/tests/python/check_torch_loads_checkpoint.py " +
+                          ckpt + " " + io;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 

@@ -105,8 +105,10 @@ TEST(GradCheck, Dropout) {
   // Every element is either dropped or scaled by 1 / (1 - p).
   int dropped = 0;
   for (size_t i = 0; i < dx.size(); ++i) {
-    if (dx[i] == 0.0) ++dropped;
-    else EXPECT_NEAR(dx[i], r[i] / 0.7, 1e-12);
+    if (dx[i] == 0.0)
+      ++dropped;
+    else
+      EXPECT_NEAR(dx[i], r[i] / 0.7, 1e-12);
   }
   EXPECT_GT(dropped, 0);
   EXPECT_LT(dropped, 48);
@@ -131,8 +133,8 @@ TEST_P(LstmGradCheck, AllGradients) {
   Lstm lstm(params, "lstm", c.opt);
   params.allocate(*be, rng);
   const int64_t D = lstm.directions(), L = c.opt.num_layers, H = c.opt.hidden_size;
-  const Shape x_shape = c.opt.batch_first ? Shape{c.B, c.T, c.opt.input_size}
-                                          : Shape{c.T, c.B, c.opt.input_size};
+  const Shape x_shape =
+      c.opt.batch_first ? Shape{c.B, c.T, c.opt.input_size} : Shape{c.T, c.B, c.opt.input_size};
   HostTensor x(*be, DType::f64, x_shape, random_values(rng, x_shape.numel()));
   const Shape s_shape{D * L, c.B, H};
   HostTensor h0, c0;
@@ -171,12 +173,25 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         LstmCase{"one_layer", {.input_size = 3, .hidden_size = 4}, 5, 2, false},
         LstmCase{"states", {.input_size = 2, .hidden_size = 3}, 4, 3, true},
-        LstmCase{"two_layers_bi", {.input_size = 3, .hidden_size = 3, .num_layers = 2,
-                                   .bidirectional = true}, 4, 2, true},
-        LstmCase{"batch_first", {.input_size = 2, .hidden_size = 5, .num_layers = 2,
-                                 .batch_first = true}, 3, 2, false},
-        LstmCase{"dropout", {.input_size = 3, .hidden_size = 4, .num_layers = 3,
-                             .bidirectional = true, .dropout = 0.4, .batch_first = true}, 3, 2,
+        LstmCase{"two_layers_bi",
+                 {.input_size = 3, .hidden_size = 3, .num_layers = 2, .bidirectional = true},
+                 4,
+                 2,
+                 true},
+        LstmCase{"batch_first",
+                 {.input_size = 2, .hidden_size = 5, .num_layers = 2, .batch_first = true},
+                 3,
+                 2,
+                 false},
+        LstmCase{"dropout",
+                 {.input_size = 3,
+                  .hidden_size = 4,
+                  .num_layers = 3,
+                  .bidirectional = true,
+                  .dropout = 0.4,
+                  .batch_first = true},
+                 3,
+                 2,
                  true},
         LstmCase{"one_step", {.input_size = 1, .hidden_size = 1}, 1, 1, true}),
     [](const auto& info) { return std::string(info.param.name); });
@@ -186,7 +201,8 @@ TEST(GradCheck, MseLossMasked) {
   Rng rng(6);
   HostTensor pred(*be, DType::f64, {6, 3}, random_values(rng, 18)),
       target(*be, DType::f64, {6, 3}, random_values(rng, 18)),
-      mask(*be, DType::f64, {6}, {1, 0, 1, 1, 0, 1}), grad(*be, DType::f64, {6, 3}, std::vector<double>(18));
+      mask(*be, DType::f64, {6}, {1, 0, 1, 1, 0, 1}),
+      grad(*be, DType::f64, {6, 3}, std::vector<double>(18));
   auto objective = [&] { return be->mse_loss(pred.t, target.t, mask.t, grad.t); };
   const double loss = objective();
   const auto d = to_doubles(grad.t);
@@ -195,7 +211,8 @@ TEST(GradCheck, MseLossMasked) {
   const auto p = to_doubles(pred.t), t = to_doubles(target.t);
   double expect = 0;
   for (int r : {0, 2, 3, 5})
-    for (int j = 0; j < 3; ++j) expect += (p[r * 3 + j] - t[r * 3 + j]) * (p[r * 3 + j] - t[r * 3 + j]);
+    for (int j = 0; j < 3; ++j)
+      expect += (p[r * 3 + j] - t[r * 3 + j]) * (p[r * 3 + j] - t[r * 3 + j]);
   EXPECT_NEAR(loss, expect / 12, 1e-14);
   for (int j = 0; j < 3; ++j) EXPECT_EQ(d[3 + j], 0.0);
 }

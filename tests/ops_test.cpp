@@ -18,8 +18,8 @@ using test::max_rel_error;
 using test::to_doubles;
 
 // An op case: builds its inputs from `rng` on `be` in `dt`, runs the op, returns named outputs.
-using OpCase = std::function<std::map<std::string, std::vector<double>>(Backend& be, DType dt,
-                                                                        Rng& rng)>;
+using OpCase =
+    std::function<std::map<std::string, std::vector<double>>(Backend& be, DType dt, Rng& rng)>;
 
 std::vector<double> values(Rng& rng, int64_t n, double lo = -1, double hi = 1) {
   std::vector<double> v(static_cast<size_t>(n));
@@ -30,9 +30,16 @@ std::vector<double> values(Rng& rng, int64_t n, double lo = -1, double hi = 1) {
 OpCase gemm_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t pad, float alpha,
                  float beta) {
   return [=](Backend& be, DType dt, Rng& rng) {
-    GemmShape s{.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-                .lda = (ta ? m : k) + pad, .ldb = (tb ? k : n) + pad, .ldc = n + pad,
-                .alpha = alpha, .beta = beta};
+    GemmShape s{.trans_a = ta,
+                .trans_b = tb,
+                .m = m,
+                .n = n,
+                .k = k,
+                .lda = (ta ? m : k) + pad,
+                .ldb = (tb ? k : n) + pad,
+                .ldc = n + pad,
+                .alpha = alpha,
+                .beta = beta};
     HostTensor a(be, dt, {(ta ? k : m) * s.lda}, values(rng, (ta ? k : m) * s.lda));
     HostTensor b(be, dt, {(tb ? n : k) * s.ldb}, values(rng, (tb ? n : k) * s.ldb));
     HostTensor c(be, dt, {m * s.ldc}, values(rng, m * s.ldc));
@@ -49,23 +56,35 @@ OpCase lstm_cell_case(int64_t batch, int64_t hidden, int64_t ldh_pad) {
     HostTensor c(be, dt, {batch, hidden}, std::vector<double>(batch * hidden));
     HostTensor tanh_c(be, dt, {batch, hidden}, std::vector<double>(batch * hidden));
     HostTensor h(be, dt, {batch, ldh}, std::vector<double>(batch * ldh));
-    be.lstm_cell_forward({.batch = batch, .hidden = hidden, .gates = gates.t.data(),
-                          .c_prev = c_prev.t.data(), .c = c.t.data(), .tanh_c = tanh_c.t.data(),
-                          .h = h.t.data(), .ldh = ldh},
+    be.lstm_cell_forward({.batch = batch,
+                          .hidden = hidden,
+                          .gates = gates.t.data(),
+                          .c_prev = c_prev.t.data(),
+                          .c = c.t.data(),
+                          .tanh_c = tanh_c.t.data(),
+                          .h = h.t.data(),
+                          .ldh = ldh},
                          dt);
     HostTensor dh_out(be, dt, {batch, ldh}, values(rng, batch * ldh));
     HostTensor dh_rec(be, dt, {batch, hidden}, values(rng, batch * hidden));
     HostTensor dc(be, dt, {batch, hidden}, values(rng, batch * hidden));
     HostTensor dgates(be, dt, {batch, 4 * hidden}, std::vector<double>(batch * 4 * hidden));
-    be.lstm_cell_backward({.batch = batch, .hidden = hidden, .gates = gates.t.data(),
-                           .c_prev = c_prev.t.data(), .tanh_c = tanh_c.t.data(),
-                           .dh_out = dh_out.t.data(), .ld_dh_out = ldh,
-                           .dh_rec = dh_rec.t.data(), .dc = dc.t.data(),
+    be.lstm_cell_backward({.batch = batch,
+                           .hidden = hidden,
+                           .gates = gates.t.data(),
+                           .c_prev = c_prev.t.data(),
+                           .tanh_c = tanh_c.t.data(),
+                           .dh_out = dh_out.t.data(),
+                           .ld_dh_out = ldh,
+                           .dh_rec = dh_rec.t.data(),
+                           .dc = dc.t.data(),
                            .dgates = dgates.t.data()},
                           dt);
-    return std::map<std::string, std::vector<double>>{
-        {"gates", to_doubles(gates.t)}, {"c", to_doubles(c.t)}, {"h", to_doubles(h.t)},
-        {"dgates", to_doubles(dgates.t)}, {"dc", to_doubles(dc.t)}};
+    return std::map<std::string, std::vector<double>>{{"gates", to_doubles(gates.t)},
+                                                      {"c", to_doubles(c.t)},
+                                                      {"h", to_doubles(h.t)},
+                                                      {"dgates", to_doubles(dgates.t)},
+                                                      {"dc", to_doubles(dc.t)}};
   };
 }
 
@@ -73,9 +92,9 @@ OpCase adam_case(bool decoupled, int64_t step, int64_t n) {
   return [=](Backend& be, DType dt, Rng& rng) {
     HostTensor p(be, dt, {n}, values(rng, n)), g(be, dt, {n}, values(rng, n, -1e-3, 1e-3)),
         m(be, dt, {n}, values(rng, n, -1e-3, 1e-3)), v(be, dt, {n}, values(rng, n, 0, 1e-6));
-    be.adam_step(p.t, g.t, m.t, v.t,
-                 {.lr = 1e-2, .weight_decay = 0.1, .decoupled = decoupled, .step = step,
-                  .grad_scale = 0.5});
+    be.adam_step(
+        p.t, g.t, m.t, v.t,
+        {.lr = 1e-2, .weight_decay = 0.1, .decoupled = decoupled, .step = step, .grad_scale = 0.5});
     return std::map<std::string, std::vector<double>>{
         {"p", to_doubles(p.t)}, {"m", to_doubles(m.t)}, {"v", to_doubles(v.t)}};
   };
@@ -86,8 +105,12 @@ OpCase sgd_case(bool nesterov, bool first, int64_t n) {
     HostTensor p(be, dt, {n}, values(rng, n)), g(be, dt, {n}, values(rng, n)),
         buf(be, dt, {n}, values(rng, n));
     be.sgd_step(p.t, g.t, buf.t,
-                {.lr = 0.1, .momentum = 0.9, .dampening = nesterov ? 0.0 : 0.2,
-                 .weight_decay = 1e-2, .nesterov = nesterov, .first_step = first});
+                {.lr = 0.1,
+                 .momentum = 0.9,
+                 .dampening = nesterov ? 0.0 : 0.2,
+                 .weight_decay = 1e-2,
+                 .nesterov = nesterov,
+                 .first_step = first});
     return std::map<std::string, std::vector<double>>{{"p", to_doubles(p.t)},
                                                       {"buf", to_doubles(buf.t)}};
   };
@@ -117,12 +140,14 @@ OpCase small_ops_case() {
     out["mse_loss"] = {be.mse_loss(pred.t, target.t, rows.t, dpred.t)};
     out["mse_grad"] = to_doubles(dpred.t);
     HostTensor logits(be, dt, {9, 65}, values(rng, 9 * 65, -5, 5)),
-        dlogits(be, dt, {9, 65}, std::vector<double>(9 * 65)), w(be, dt, {65}, values(rng, 65, 0.5, 2));
+        dlogits(be, dt, {9, 65}, std::vector<double>(9 * 65)),
+        w(be, dt, {65}, values(rng, 65, 0.5, 2));
     std::vector<int32_t> targets = {0, 64, 3, -1, 7, 7, 12, 40, 1};
     out["ce_loss"] = {be.cross_entropy_loss(logits.t, Tensor(targets.data(), DType::i32, {9}), w.t,
                                             -1, dlogits.t)};
     out["ce_grad"] = to_doubles(dlogits.t);
-    HostTensor table(be, dt, {11, 6}, values(rng, 66)), emb(be, dt, {8, 6}, std::vector<double>(48));
+    HostTensor table(be, dt, {11, 6}, values(rng, 66)),
+        emb(be, dt, {8, 6}, std::vector<double>(48));
     std::vector<int64_t> ids = {10, 0, 3, 3, 5, 9, 0, 1};
     Tensor ids_t(ids.data(), DType::i64, {8});
     be.embedding_forward(emb.t, table.t, ids_t);
@@ -180,7 +205,8 @@ TEST_P(OpMatchesReference, ReferenceF32) {
   const auto got = op(*ref, DType::f32, r1);
   const auto want = op(*ref, DType::f64, r2);
   for (const auto& [name, w] : want)
-    EXPECT_LE(max_rel_error(got.at(name), w), tolerance(GetParam())) << GetParam() << " output " << name;
+    EXPECT_LE(max_rel_error(got.at(name), w), tolerance(GetParam()))
+        << GetParam() << " output " << name;
 }
 
 std::vector<std::string> case_names() {
@@ -199,8 +225,10 @@ TEST(Ops, DropoutMaskStatistics) {
   be->dropout_mask(t, 0.3, 7);
   int64_t zeros = 0;
   for (float m : mask) {
-    if (m == 0.0f) ++zeros;
-    else EXPECT_FLOAT_EQ(m, 1.0f / 0.7f);
+    if (m == 0.0f)
+      ++zeros;
+    else
+      EXPECT_FLOAT_EQ(m, 1.0f / 0.7f);
   }
   EXPECT_NEAR(zeros / 100000.0, 0.3, 0.01);
 }

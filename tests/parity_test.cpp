@@ -169,7 +169,8 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
   }
 
   {  // Two AdamW steps on the same batch (the first reuses the gradients above).
-    Optimizer adamw(be, params, {.kind = "adamw", .lr = c["lr_adamw"], .weight_decay = c["wd_adamw"]});
+    Optimizer adamw(be, params,
+                    {.kind = "adamw", .lr = c["lr_adamw"], .weight_decay = c["wd_adamw"]});
     for (int s = 1; s <= 2; ++s) {
       const std::string prefix = "adamw" + std::to_string(s);
       if (own_gradients) {
@@ -191,8 +192,12 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
   }
   {  // Two clipped SGD steps with momentum (Nesterov on bidirectional fixtures).
     load_fixture_params("param");
-    Optimizer sgd(be, params, {.kind = "sgd", .lr = c["lr_sgd"], .weight_decay = 0.0,
-                               .momentum = c["momentum"], .nesterov = c["nesterov"]});
+    Optimizer sgd(be, params,
+                  {.kind = "sgd",
+                   .lr = c["lr_sgd"],
+                   .weight_decay = 0.0,
+                   .momentum = c["momentum"],
+                   .nesterov = c["nesterov"]});
     for (int s = 1; s <= 2; ++s) {
       step();
       model.backward(be, dy_buf.tensor(), rh.t, rc.t);
@@ -241,8 +246,9 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
                 worst.tensor.c_str());
     EXPECT_LE(worst.error, tolerance) << name << ": worst " << worst.tensor;
   }
-  std::printf("  error: max |got - want| / max(|want|, 0.1 max|want|) against PyTorch float64;\n"
-              "  torch-f32: PyTorch's own float32 forward/backward under the same metric\n");
+  std::printf(
+      "  error: max |got - want| / max(|want|, 0.1 max|want|) against PyTorch float64;\n"
+      "  torch-f32: PyTorch's own float32 forward/backward under the same metric\n");
   if (own_gradients) std::printf("  adamw*: each step from PyTorch's gradients\n");
 }
 

@@ -14,8 +14,8 @@ struct DTypeInfo {
   std::string_view safetensors;
 };
 constexpr DTypeInfo kTypes[] = {
-    {DType::f32, 4, "f32", "F32"},   {DType::f64, 8, "f64", "F64"}, {DType::bf16, 2, "bf16", "BF16"},
-    {DType::f16, 2, "f16", "F16"},   {DType::i32, 4, "i32", "I32"}, {DType::i64, 8, "i64", "I64"},
+    {DType::f32, 4, "f32", "F32"}, {DType::f64, 8, "f64", "F64"}, {DType::bf16, 2, "bf16", "BF16"},
+    {DType::f16, 2, "f16", "F16"}, {DType::i32, 4, "i32", "I32"}, {DType::i64, 8, "i64", "I64"},
 };
 const DTypeInfo& info(DType t) { return kTypes[static_cast<int>(t)]; }
 }  // namespace
@@ -39,7 +39,7 @@ uint16_t to_f16(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (abs < 0x38800000u) {  // subnormal half or zero: scale into the integer mantissa, round even
     const float magnitude = std::fabs(f) * 16777216.0f;  // 2^24 = 1 / smallest subnormal
@@ -67,23 +67,41 @@ float from_f16(uint16_t h) {
 namespace {
 double load(const void* src, DType t, size_t i) {
   switch (t) {
-    case DType::f32: return static_cast<const float*>(src)[i];
-    case DType::f64: return static_cast<const double*>(src)[i];
-    case DType::bf16: return from_bf16(static_cast<const bf16*>(src)[i]);
-    case DType::f16: return from_f16(static_cast<const uint16_t*>(src)[i]);
-    case DType::i32: return static_cast<const int32_t*>(src)[i];
-    case DType::i64: return static_cast<double>(static_cast<const int64_t*>(src)[i]);
+    case DType::f32:
+      return static_cast<const float*>(src)[i];
+    case DType::f64:
+      return static_cast<const double*>(src)[i];
+    case DType::bf16:
+      return from_bf16(static_cast<const bf16*>(src)[i]);
+    case DType::f16:
+      return from_f16(static_cast<const uint16_t*>(src)[i]);
+    case DType::i32:
+      return static_cast<const int32_t*>(src)[i];
+    case DType::i64:
+      return static_cast<double>(static_cast<const int64_t*>(src)[i]);
   }
   return 0;
 }
 void store(void* dst, DType t, size_t i, double v) {
   switch (t) {
-    case DType::f32: static_cast<float*>(dst)[i] = static_cast<float>(v); break;
-    case DType::f64: static_cast<double*>(dst)[i] = v; break;
-    case DType::bf16: static_cast<bf16*>(dst)[i] = to_bf16(static_cast<float>(v)); break;
-    case DType::f16: static_cast<uint16_t*>(dst)[i] = to_f16(static_cast<float>(v)); break;
-    case DType::i32: static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(v); break;
-    case DType::i64: static_cast<int64_t*>(dst)[i] = static_cast<int64_t>(v); break;
+    case DType::f32:
+      static_cast<float*>(dst)[i] = static_cast<float>(v);
+      break;
+    case DType::f64:
+      static_cast<double*>(dst)[i] = v;
+      break;
+    case DType::bf16:
+      static_cast<bf16*>(dst)[i] = to_bf16(static_cast<float>(v));
+      break;
+    case DType::f16:
+      static_cast<uint16_t*>(dst)[i] = to_f16(static_cast<float>(v));
+      break;
+    case DType::i32:
+      static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(v);
+      break;
+    case DType::i64:
+      static_cast<int64_t*>(dst)[i] = static_cast<int64_t>(v);
+      break;
   }
 }
 }  // namespace

@@ -12,8 +12,8 @@ void save_parameters(const std::string& path, const Parameters& params,
   std::vector<SafetensorsTensor> tensors;
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor v = params.value(i);
-    tensors.push_back({params.values().entries()[i].name, v.dtype(), v.shape().to_vector(),
-                       v.data()});
+    tensors.push_back(
+        {params.values().entries()[i].name, v.dtype(), v.shape().to_vector(), v.data()});
   }
   write_safetensors(path, tensors, metadata);
 }

@@ -23,7 +23,13 @@ Tensor Linear::forward(Backend& be, Tensor x) {
   x_ = x;
   Tensor y = y_.get(be, params_.dtype(), {n, out_});  // (N, out)
   if (bias_ != SIZE_MAX) be.broadcast_rows(y, params_.value(bias_), Tensor());
-  GemmShape s{.trans_b = true, .m = n, .n = out_, .k = in_, .lda = in_, .ldb = in_, .ldc = out_,
+  GemmShape s{.trans_b = true,
+              .m = n,
+              .n = out_,
+              .k = in_,
+              .lda = in_,
+              .ldb = in_,
+              .ldc = out_,
               .beta = bias_ != SIZE_MAX ? 1.0f : 0.0f};
   be.gemm(s, params_.dtype(), x.data(), params_.value(weight_).data(), y.data());
   return y;
@@ -33,7 +39,13 @@ Tensor Linear::backward(Backend& be, Tensor dy) {
   const int64_t n = x_.dim(0);
   SF_CHECK(dy.shape() == Shape({n, out_}), "Linear backward: dy ", dy.shape().str());
   // dW(out, in) += dy^T(out, N) x(N, in)
-  GemmShape dw{.trans_a = true, .m = out_, .n = in_, .k = n, .lda = out_, .ldb = in_, .ldc = in_,
+  GemmShape dw{.trans_a = true,
+               .m = out_,
+               .n = in_,
+               .k = n,
+               .lda = out_,
+               .ldb = in_,
+               .ldc = in_,
                .beta = 1.0f};
   be.gemm(dw, params_.dtype(), dy.data(), x_.data(), params_.grad(weight_).data());
   if (bias_ != SIZE_MAX) be.sum_rows_acc(params_.grad(bias_), dy);

@@ -83,8 +83,14 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
   Tensor zeros = zeros_.get(be, dt, {B_, H});
   be.fill(zeros, 0.0);
   Tensor h_init = h0_.get(be, dt, state_shape), c_init = c0_.get(be, dt, state_shape);
-  if (h0.empty()) be.fill(h_init, 0.0); else be.copy(h_init, h0);
-  if (c0.empty()) be.fill(c_init, 0.0); else be.copy(c_init, c0);
+  if (h0.empty())
+    be.fill(h_init, 0.0);
+  else
+    be.copy(h_init, h0);
+  if (c0.empty())
+    be.fill(c_init, 0.0);
+  else
+    be.copy(c_init, c0);
   Tensor hn = h_n_.get(be, dt, state_shape), cn = c_n_.get(be, dt, state_shape);
 
   dropout_active_ = training && opt_.dropout > 0.0;
@@ -129,13 +135,19 @@ void Lstm::forward_direction(Backend& be, int64_t l, int64_t d, Tensor in, Tenso
   Tensor gates = sv.gates.get(be, dt, {T_, B_, 4 * H});  // (T, B, 4H)
   Tensor c = sv.c.get(be, dt, {T_, B_, H});              // (T, B, H)
   Tensor tanh_c = sv.tanh_c.get(be, dt, {T_, B_, H});    // (T, B, H)
-  Tensor out = out_[l].tensor();                          // (T, B, D*H)
+  Tensor out = out_[l].tensor();                         // (T, B, D*H)
   if (T_ == 0 || B_ == 0) return;
 
   // G(T*B, 4H) = in(T*B, I) W_ih^T + b_ih + b_hh
   be.broadcast_rows(gates.reshape({rows, 4 * H}), params_.value(w.b_ih), params_.value(w.b_hh));
-  GemmShape input_proj{.trans_b = true, .m = rows, .n = 4 * H, .k = I, .lda = I, .ldb = I,
-                       .ldc = 4 * H, .beta = 1.0f};
+  GemmShape input_proj{.trans_b = true,
+                       .m = rows,
+                       .n = 4 * H,
+                       .k = I,
+                       .lda = I,
+                       .ldb = I,
+                       .ldc = 4 * H,
+                       .beta = 1.0f};
   be.gemm(input_proj, dt, in.data(), params_.value(w.w_ih).data(), gates.data());
 
   for (int64_t step = 0; step < T_; ++step) {
@@ -146,12 +158,23 @@ void Lstm::forward_direction(Backend& be, int64_t l, int64_t d, Tensor in, Tenso
     const void* c_prev = step == 0 ? c0.data() : at(c, t_prev * B_ * H);
     void* g_t = at(gates, t * B_ * 4 * H);
     // G[t](B, 4H) += h_prev(B, H) W_hh^T
-    GemmShape rec{.trans_b = true, .m = B_, .n = 4 * H, .k = H, .lda = ld_prev, .ldb = H,
-                  .ldc = 4 * H, .beta = 1.0f};
+    GemmShape rec{.trans_b = true,
+                  .m = B_,
+                  .n = 4 * H,
+                  .k = H,
+                  .lda = ld_prev,
+                  .ldb = H,
+                  .ldc = 4 * H,
+                  .beta = 1.0f};
     be.gemm(rec, dt, h_prev, params_.value(w.w_hh).data(), g_t);
-    LstmCellForward cell{.batch = B_, .hidden = H, .gates = g_t, .c_prev = c_prev,
-                         .c = at(c, t * B_ * H), .tanh_c = at(tanh_c, t * B_ * H),
-                         .h = at(out, t * B_ * D * H + d * H), .ldh = D * H};
+    LstmCellForward cell{.batch = B_,
+                         .hidden = H,
+                         .gates = g_t,
+                         .c_prev = c_prev,
+                         .c = at(c, t * B_ * H),
+                         .tanh_c = at(tanh_c, t * B_ * H),
+                         .h = at(out, t * B_ * D * H + d * H),
+                         .ldh = D * H};
     be.lstm_cell_forward(cell, dt);
   }
 }
@@ -191,8 +214,8 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
   return dx;
 }
 
-void Lstm::backward_direction(Backend& be, int64_t l, int64_t d, Tensor in, Tensor dout,
-                              Tensor din, Tensor dh_n, Tensor dc_n) {
+void Lstm::backward_direction(Backend& be, int64_t l, int64_t d, Tensor in, Tensor dout, Tensor din,
+                              Tensor dh_n, Tensor dc_n) {
   const DType dt = params_.dtype();
   const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l);
   const int64_t s = l * D + d, rows = T_ * B_;
@@ -200,21 +223,32 @@ void Lstm::backward_direction(Backend& be, int64_t l, int64_t d, Tensor in, Tens
   Saved& sv = saved_[s];
   Tensor gates = sv.gates.tensor(), c = sv.c.tensor(), tanh_c = sv.tanh_c.tensor();
   Tensor dgates = sv.dgates.get(be, dt, {T_, B_, 4 * H});  // (T, B, 4H)
-  Tensor out = out_[l].tensor();                            // (T, B, D*H)
+  Tensor out = out_[l].tensor();                           // (T, B, D*H)
   Tensor h_init = h0_.tensor().slice(s, s + 1), c_init = c0_.tensor().slice(s, s + 1);
   Tensor dh = dh_.get(be, dt, {B_, H}), dc = dc_.get(be, dt, {B_, H});  // (B, H)
-  if (dh_n.empty()) be.fill(dh, 0.0); else be.copy(dh, dh_n);
-  if (dc_n.empty()) be.fill(dc, 0.0); else be.copy(dc, dc_n);
+  if (dh_n.empty())
+    be.fill(dh, 0.0);
+  else
+    be.copy(dh, dh_n);
+  if (dc_n.empty())
+    be.fill(dc, 0.0);
+  else
+    be.copy(dc, dc_n);
 
   for (int64_t step = T_ - 1; step >= 0; --step) {
     const int64_t t = d == 0 ? step : T_ - 1 - step;
     const int64_t t_prev = d == 0 ? t - 1 : t + 1;
     void* dg_t = at(dgates, t * B_ * 4 * H);
-    LstmCellBackward cell{.batch = B_, .hidden = H, .gates = at(gates, t * B_ * 4 * H),
+    LstmCellBackward cell{.batch = B_,
+                          .hidden = H,
+                          .gates = at(gates, t * B_ * 4 * H),
                           .c_prev = step == 0 ? c_init.data() : at(c, t_prev * B_ * H),
                           .tanh_c = at(tanh_c, t * B_ * H),
-                          .dh_out = at(dout, t * B_ * D * H + d * H), .ld_dh_out = D * H,
-                          .dh_rec = dh.data(), .dc = dc.data(), .dgates = dg_t};
+                          .dh_out = at(dout, t * B_ * D * H + d * H),
+                          .ld_dh_out = D * H,
+                          .dh_rec = dh.data(),
+                          .dc = dc.data(),
+                          .dgates = dg_t};
     be.lstm_cell_backward(cell, dt);
     // dh(B, H) = dG[t](B, 4H) W_hh(4H, H)
     GemmShape rec{.m = B_, .n = H, .k = 4 * H, .lda = 4 * H, .ldb = H, .ldc = H};
@@ -229,26 +263,42 @@ void Lstm::backward_direction(Backend& be, int64_t l, int64_t d, Tensor in, Tens
 
   // dW_hh(4H, H) += dG[first step]^T h_init + dG[other steps]^T out[their previous steps]
   const int64_t t_first = d == 0 ? 0 : T_ - 1;
-  GemmShape first{.trans_a = true, .m = 4 * H, .n = H, .k = B_, .lda = 4 * H, .ldb = H, .ldc = H,
-                  .beta = 1.0f};
-  be.gemm(first, dt, at(dgates, t_first * B_ * 4 * H), h_init.data(),
-          params_.grad(w.w_hh).data());
+  GemmShape first{
+      .trans_a = true, .m = 4 * H, .n = H, .k = B_, .lda = 4 * H, .ldb = H, .ldc = H, .beta = 1.0f};
+  be.gemm(first, dt, at(dgates, t_first * B_ * 4 * H), h_init.data(), params_.grad(w.w_hh).data());
   if (T_ > 1) {
     const int64_t dg_start = d == 0 ? 1 : 0, h_start = d == 0 ? 0 : 1;
-    GemmShape rest{.trans_a = true, .m = 4 * H, .n = H, .k = (T_ - 1) * B_, .lda = 4 * H,
-                   .ldb = D * H, .ldc = H, .beta = 1.0f};
+    GemmShape rest{.trans_a = true,
+                   .m = 4 * H,
+                   .n = H,
+                   .k = (T_ - 1) * B_,
+                   .lda = 4 * H,
+                   .ldb = D * H,
+                   .ldc = H,
+                   .beta = 1.0f};
     be.gemm(rest, dt, at(dgates, dg_start * B_ * 4 * H), at(out, h_start * B_ * D * H + d * H),
             params_.grad(w.w_hh).data());
   }
   // dW_ih(4H, I) += dG^T(4H, T*B) in(T*B, I)
-  GemmShape dwih{.trans_a = true, .m = 4 * H, .n = I, .k = rows, .lda = 4 * H, .ldb = I, .ldc = I,
+  GemmShape dwih{.trans_a = true,
+                 .m = 4 * H,
+                 .n = I,
+                 .k = rows,
+                 .lda = 4 * H,
+                 .ldb = I,
+                 .ldc = I,
                  .beta = 1.0f};
   be.gemm(dwih, dt, dgates.data(), in.data(), params_.grad(w.w_ih).data());
   Tensor dg_rows = dgates.reshape({rows, 4 * H});
   be.sum_rows_acc(params_.grad(w.b_ih), dg_rows);
   be.sum_rows_acc(params_.grad(w.b_hh), dg_rows);
   // din(T*B, I) (=, += for the reverse direction) = dG(T*B, 4H) W_ih(4H, I)
-  GemmShape dx{.m = rows, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I,
+  GemmShape dx{.m = rows,
+               .n = I,
+               .k = 4 * H,
+               .lda = 4 * H,
+               .ldb = I,
+               .ldc = I,
                .beta = d == 0 ? 0.0f : 1.0f};
   be.gemm(dx, dt, dgates.data(), params_.value(w.w_ih).data(), din.data());
 }

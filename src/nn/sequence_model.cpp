@@ -7,8 +7,8 @@ namespace seqforge {
 SequenceModel::SequenceModel(const ModelOptions& options, DType dtype)
     : opt_(options), params_(dtype) {
   if (opt_.vocab_size > 0) {
-    embedding_ = std::make_unique<Embedding>(params_, "embedding", opt_.vocab_size,
-                                             opt_.embedding_dim);
+    embedding_ =
+        std::make_unique<Embedding>(params_, "embedding", opt_.vocab_size, opt_.embedding_dim);
     opt_.lstm.input_size = opt_.embedding_dim;
   }
   lstm_ = std::make_unique<Lstm>(params_, "lstm", opt_.lstm);
@@ -25,7 +25,8 @@ Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool 
   const bool bf = opt_.lstm.batch_first;
   Tensor features = x;
   if (embedding_) {
-    if (x.shape().rank() != 2) fail("token ids must be ", bf ? "(B, T)" : "(T, B)", ", got ", x.shape().str());
+    if (x.shape().rank() != 2)
+      fail("token ids must be ", bf ? "(B, T)" : "(T, B)", ", got ", x.shape().str());
     Tensor e = embedding_->forward(be, x.reshape({x.numel()}));
     features = e.reshape({x.dim(0), x.dim(1), opt_.embedding_dim});
   }
@@ -37,8 +38,9 @@ Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool 
   if (T_ == 0) fail("sequence length is 0: no last step to predict from");
   Tensor last = last_.get(be, params_.dtype(), {B_, F});  // (B, D*H)
   if (bf) {
-    be.copy_rows(last.data(), F, static_cast<char*>(y.data()) + (T_ - 1) * F * dtype_size(y.dtype()),
-                 T_ * F, B_, F, y.dtype());
+    be.copy_rows(last.data(), F,
+                 static_cast<char*>(y.data()) + (T_ - 1) * F * dtype_size(y.dtype()), T_ * F, B_, F,
+                 y.dtype());
   } else {
     be.copy(last, y.slice(T_ - 1, T_));
   }

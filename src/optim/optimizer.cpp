@@ -27,14 +27,23 @@ void Optimizer::step(double grad_scale) {
   ++steps_;
   Tensor p = params_.values().flat(), g = params_.grads().flat();
   if (opt_.kind == "sgd") {
-    SgdParams s{.lr = opt_.lr, .momentum = opt_.momentum, .dampening = opt_.dampening,
-                .weight_decay = opt_.weight_decay, .nesterov = opt_.nesterov,
-                .first_step = steps_ == 1, .grad_scale = grad_scale};
+    SgdParams s{.lr = opt_.lr,
+                .momentum = opt_.momentum,
+                .dampening = opt_.dampening,
+                .weight_decay = opt_.weight_decay,
+                .nesterov = opt_.nesterov,
+                .first_step = steps_ == 1,
+                .grad_scale = grad_scale};
     be_.sgd_step(p, g, m_.flat(), s);
   } else {
-    AdamParams a{.lr = opt_.lr, .beta1 = opt_.beta1, .beta2 = opt_.beta2, .eps = opt_.eps,
-                 .weight_decay = opt_.weight_decay, .decoupled = opt_.kind == "adamw",
-                 .step = steps_, .grad_scale = grad_scale};
+    AdamParams a{.lr = opt_.lr,
+                 .beta1 = opt_.beta1,
+                 .beta2 = opt_.beta2,
+                 .eps = opt_.eps,
+                 .weight_decay = opt_.weight_decay,
+                 .decoupled = opt_.kind == "adamw",
+                 .step = steps_,
+                 .grad_scale = grad_scale};
     be_.adam_step(p, g, m_.flat(), v_.flat(), a);
   }
 }

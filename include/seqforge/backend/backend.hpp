@@ -46,8 +46,8 @@ struct LstmCellBackward {
 
 struct AdamParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
-  bool decoupled = true;  // AdamW: p -= lr*wd*p; Adam: g += wd*p
-  int64_t step = 1;       // 1-based, for bias correction
+  bool decoupled = true;    // AdamW: p -= lr*wd*p; Adam: g += wd*p
+  int64_t step = 1;         // 1-based, for bias correction
   double grad_scale = 1.0;  // gradients are multiplied by this first (unscaling, clipping)
 };
 

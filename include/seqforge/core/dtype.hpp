@@ -14,11 +14,24 @@ std::string_view dtype_name(DType t);              // "f32", "bf16", ...
 std::string_view dtype_safetensors_name(DType t);  // "F32", "BF16", ...
 bool dtype_from_safetensors_name(std::string_view s, DType* out);
 
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<double>() { return DType::f64; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::i64;
+}
 
 // bfloat16: the upper 16 bits of an IEEE float; conversion rounds to nearest even, NaN stays NaN.
 struct bf16 {

@@ -20,7 +20,8 @@ std::string concat(const Args&... args) {
   (out << ... << args);
   return out.str();
 }
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void check_failed(const char* file, int line, const char* cond,
+                               const std::string& msg);
 }  // namespace detail
 
 template <typename... Args>
@@ -31,9 +32,9 @@ template <typename... Args>
 }  // namespace seqforge
 
 // Internal invariant: throws seqforge::Error with the source location, the condition and a message.
-#define SF_CHECK(cond, ...)                                                                    \
-  do {                                                                                         \
-    if (!(cond)) ::seqforge::detail::check_failed(__FILE__, __LINE__, #cond,                   \
-                                                  ::seqforge::detail::concat("" __VA_OPT__(, ) \
-                                                                                 __VA_ARGS__)); \
+#define SF_CHECK(cond, ...)                                                                        \
+  do {                                                                                             \
+    if (!(cond))                                                                                   \
+      ::seqforge::detail::check_failed(__FILE__, __LINE__, #cond,                                  \
+                                       ::seqforge::detail::concat("" __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)

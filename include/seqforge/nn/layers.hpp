@@ -12,7 +12,7 @@ namespace seqforge {
 class Linear {
  public:
   Linear(Parameters& params, const std::string& prefix, int64_t in, int64_t out, bool bias = true);
-  Tensor forward(Backend& be, Tensor x);  // x (N, in) -> y (N, out)
+  Tensor forward(Backend& be, Tensor x);    // x (N, in) -> y (N, out)
   Tensor backward(Backend& be, Tensor dy);  // dy (N, out) -> dx (N, in); dW, db accumulate
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
@@ -21,8 +21,8 @@ class Linear {
   Parameters& params_;
   int64_t in_, out_;
   size_t weight_, bias_ = SIZE_MAX;
-  Tensor x_;        // (N, in) saved input
-  Buffer y_, dx_;   // (N, out), (N, in)
+  Tensor x_;       // (N, in) saved input
+  Buffer y_, dx_;  // (N, out), (N, in)
 };
 
 // y = table[ids]. PyTorch name: <prefix>.weight (vocab, dim), initialised N(0, 1).

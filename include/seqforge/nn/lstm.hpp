@@ -60,19 +60,19 @@ class Lstm {
   int64_t T_ = 0, B_ = 0;
   bool dropout_active_ = false;
 
-  Tensor x_;                       // (T, B, I) time-major input
-  Buffer x_tm_;                    // batch_first input turned time-major
-  std::vector<Buffer> out_;        // [layer] (T, B, D*H)
-  std::vector<Buffer> mask_;       // [layer < L-1] dropout masks (T, B, D*H)
-  std::vector<Buffer> dropped_;    // [layer < L-1] masked outputs (T, B, D*H)
-  Buffer zeros_;                   // (B, H) zero state
-  Buffer h0_, c0_;                 // (D*L, B, H) initial states used
-  Buffer h_n_, c_n_;               // (D*L, B, H)
-  Buffer y_bf_;                    // batch_first output
-  Buffer dy_tm_, dx_bf_;           // time-major dy, batch_first dx
-  std::vector<Buffer> din_;        // [layer] (T, B, I_l) input gradients
-  Buffer dh_, dc_;                 // (B, H) recurrent gradients
-  Buffer dh0_, dc0_;               // (D*L, B, H)
+  Tensor x_;                     // (T, B, I) time-major input
+  Buffer x_tm_;                  // batch_first input turned time-major
+  std::vector<Buffer> out_;      // [layer] (T, B, D*H)
+  std::vector<Buffer> mask_;     // [layer < L-1] dropout masks (T, B, D*H)
+  std::vector<Buffer> dropped_;  // [layer < L-1] masked outputs (T, B, D*H)
+  Buffer zeros_;                 // (B, H) zero state
+  Buffer h0_, c0_;               // (D*L, B, H) initial states used
+  Buffer h_n_, c_n_;             // (D*L, B, H)
+  Buffer y_bf_;                  // batch_first output
+  Buffer dy_tm_, dx_bf_;         // time-major dy, batch_first dx
+  std::vector<Buffer> din_;      // [layer] (T, B, I_l) input gradients
+  Buffer dh_, dc_;               // (B, H) recurrent gradients
+  Buffer dh0_, dc0_;             // (D*L, B, H)
 };
 
 }  // namespace seqforge

@@ -13,7 +13,7 @@ struct ModelOptions {
   int64_t embedding_dim = 0;  // the LSTM's input size when vocab_size > 0
   LstmOptions lstm;
   int64_t output_size = 1;
-  bool per_step = false;      // head on every step; otherwise on the last step
+  bool per_step = false;  // head on every step; otherwise on the last step
 };
 
 class SequenceModel {

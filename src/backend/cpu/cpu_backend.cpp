@@ -39,7 +39,8 @@ class CpuBackend final : public Backend {
 
   void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c) override {
     if (dtype == DType::f32) {
-      gemm_.run(s, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(c));
+      gemm_.run(s, static_cast<const float*>(a), static_cast<const float*>(b),
+                static_cast<float*>(c));
     } else {
       ref_->gemm(s, dtype, a, b, c);
     }
@@ -49,7 +50,9 @@ class CpuBackend final : public Backend {
   void sum_rows_acc(Tensor db, Tensor dy) override { ref_->sum_rows_acc(db, dy); }
   void add(Tensor y, Tensor x) override { ref_->add(y, x); }
   void mul(Tensor y, Tensor a, Tensor b) override { ref_->mul(y, a, b); }
-  void dropout_mask(Tensor mask, double p, uint64_t seed) override { ref_->dropout_mask(mask, p, seed); }
+  void dropout_mask(Tensor mask, double p, uint64_t seed) override {
+    ref_->dropout_mask(mask, p, seed);
+  }
   void transpose01(Tensor dst, Tensor src) override { ref_->transpose01(dst, src); }
   void copy_rows(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
                  int64_t n, DType dtype) override {

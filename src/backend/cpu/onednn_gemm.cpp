@@ -6,7 +6,8 @@
 namespace seqforge::cpu {
 
 namespace {
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
+using Key =
+    std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
 Key key_of(const GemmShape& s) {
   return {s.trans_a, s.trans_b, s.m, s.n, s.k, s.lda, s.ldb, s.ldc, s.alpha, s.beta};
 }
@@ -28,12 +29,12 @@ struct OneDnnGemm::Impl {
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     using dt = dnnl::memory::data_type;
-    const dnnl::memory::desc a_md({s.m, s.k}, dt::f32,
-                                  s.trans_a ? dnnl::memory::dims{1, s.lda}
-                                            : dnnl::memory::dims{s.lda, 1});
-    const dnnl::memory::desc b_md({s.k, s.n}, dt::f32,
-                                  s.trans_b ? dnnl::memory::dims{1, s.ldb}
-                                            : dnnl::memory::dims{s.ldb, 1});
+    const dnnl::memory::desc a_md(
+        {s.m, s.k}, dt::f32,
+        s.trans_a ? dnnl::memory::dims{1, s.lda} : dnnl::memory::dims{s.lda, 1});
+    const dnnl::memory::desc b_md(
+        {s.k, s.n}, dt::f32,
+        s.trans_b ? dnnl::memory::dims{1, s.ldb} : dnnl::memory::dims{s.ldb, 1});
     const dnnl::memory::desc c_md({s.m, s.n}, dt::f32, dnnl::memory::dims{s.ldc, 1});
     dnnl::primitive_attr attr;
     if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
@@ -58,14 +59,16 @@ void OneDnnGemm::run(const GemmShape& s, const float* a, const float* b, float* 
   if (s.m == 0 || s.n == 0) return;
   if (s.k == 0) {  // C = beta * C
     for (int64_t i = 0; i < s.m; ++i)
-      for (int64_t j = 0; j < s.n; ++j) c[i * s.ldc + j] = s.beta == 0.0f ? 0.0f : s.beta * c[i * s.ldc + j];
+      for (int64_t j = 0; j < s.n; ++j)
+        c[i * s.ldc + j] = s.beta == 0.0f ? 0.0f : s.beta * c[i * s.ldc + j];
     return;
   }
   Impl::Entry& e = impl_->get(s);
   e.a.set_data_handle(const_cast<float*>(a));
   e.b.set_data_handle(const_cast<float*>(b));
   e.c.set_data_handle(c);
-  e.prim.execute(impl_->stream, {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+  e.prim.execute(impl_->stream,
+                 {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
   impl_->stream.wait();
 }
 

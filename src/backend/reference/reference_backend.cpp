@@ -13,7 +13,9 @@ namespace seqforge {
 namespace {
 
 int64_t row_count(Tensor t) { return t.shape().rank() ? t.dim(0) : 1; }
-int64_t row_size(Tensor t) { return t.shape().rank() ? t.numel() / std::max<int64_t>(t.dim(0), 1) : 1; }
+int64_t row_size(Tensor t) {
+  return t.shape().rank() ? t.numel() / std::max<int64_t>(t.dim(0), 1) : 1;
+}
 
 int64_t id_at(Tensor ids, int64_t i) {
   if (ids.dtype() == DType::i32) return static_cast<const int32_t*>(ids.data())[i];
@@ -142,7 +144,8 @@ class ReferenceBackend final : public Backend {
     const size_t row = e * dtype_size(table.dtype());
     for (int64_t i = 0; i < ids.numel(); ++i) {
       const int64_t id = id_at(ids, i);
-      if (id < 0 || id >= vocab) fail("token id ", id, " at position ", i, " outside [0, ", vocab, ")");
+      if (id < 0 || id >= vocab)
+        fail("token id ", id, " at position ", i, " outside [0, ", vocab, ")");
       std::memcpy(static_cast<char*>(out.data()) + i * row,
                   static_cast<const char*>(table.data()) + id * row, row);
     }
@@ -191,10 +194,10 @@ class ReferenceBackend final : public Backend {
   double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
                             Tensor dlogits) override {
     const int64_t rows = logits.dim(0), classes = logits.dim(1);
-    SF_CHECK(targets.numel() == rows, "cross-entropy: ", rows, " rows of logits, ",
-             targets.numel(), " targets");
-    SF_CHECK(weights.empty() || weights.numel() == classes, "class weights ",
-             weights.shape().str(), " for ", classes, " classes");
+    SF_CHECK(targets.numel() == rows, "cross-entropy: ", rows, " rows of logits, ", targets.numel(),
+             " targets");
+    SF_CHECK(weights.empty() || weights.numel() == classes, "class weights ", weights.shape().str(),
+             " for ", classes, " classes");
     return dispatch_float(logits.dtype(), [&]<typename T>() {
       const T* x = static_cast<const T*>(logits.data());
       const T* w = weights.empty() ? nullptr : static_cast<const T*>(weights.data());
@@ -203,7 +206,8 @@ class ReferenceBackend final : public Backend {
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t y = id_at(targets, r);
         if (y == ignore_index) continue;
-        if (y < 0 || y >= classes) fail("target class ", y, " at row ", r, " outside [0, ", classes, ")");
+        if (y < 0 || y >= classes)
+          fail("target class ", y, " at row ", r, " outside [0, ", classes, ")");
         total_weight += w ? double(w[y]) : 1.0;
       }
       for (int64_t r = 0; r < rows; ++r) {
