@@ -1,20 +1,80 @@
 // The seqforge command-line tool.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "seqforge/bench/bench.hpp"
 #include "seqforge/seqforge.hpp"
+
+namespace sf = seqforge;
+
+namespace {
+
+int run_bench(const std::string& which, const sf::BenchOptions& options,
+              const std::string& json_path) {
+  std::vector<const sf::Workload*> selected;
+  if (which == "all") {
+    for (const auto& w : sf::workloads()) selected.push_back(&w);
+  } else {
+    selected.push_back(&sf::find_workload(which));
+  }
+  const sf::ThreadConfig threads = sf::configure_threads();
+  std::printf("seqforge %s bench: %d threads (%s), %d timed steps after %d warm-up\n",
+              sf::version(), threads.threads, threads.reason.c_str(), options.steps,
+              options.warmup);
+  std::printf("%-3s %-34s %-5s %10s %17s %10s %8s %10s %6s %8s\n", "id", "workload", "prec",
+              "ms/step", "p10-p90 ms", "samples/s", "GFLOP/s", "GEMMs ms", "ratio", "peak MB");
+  nlohmann::json out = nlohmann::json::array();
+  for (const sf::Workload* w : selected) {
+    const sf::BenchResult r = sf::run_benchmark(*w, options);
+    std::printf("%-3s %-34s %-5s %10.2f %8.2f-%-8.2f %10.0f %8.1f %10.2f %6.2f %8.0f\n",
+                r.id.c_str(), r.name.c_str(), r.precision.c_str(), r.median_ms, r.p10_ms,
+                r.p90_ms, r.samples_per_s, r.gflops, r.gemm_floor_ms, r.floor_ratio, r.peak_mb);
+    std::fflush(stdout);
+    out.push_back({{"id", r.id}, {"name", r.name}, {"precision", r.precision},
+                   {"step_ms", r.step_ms}, {"median_ms", r.median_ms}, {"p10_ms", r.p10_ms},
+                   {"p90_ms", r.p90_ms}, {"samples_per_s", r.samples_per_s},
+                   {"gflops", r.gflops}, {"gflop_per_step", w->gflop()},
+                   {"gemm_floor_ms", r.gemm_floor_ms}, {"floor_ratio", r.floor_ratio},
+                   {"peak_mb", r.peak_mb}, {"threads", threads.threads}});
+  }
+  std::printf("ratio: step time / the same step's GEMMs replayed alone (the GEMM floor)\n");
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    if (!f) sf::fail(json_path, ": cannot write");
+    f << out.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"seqforge: fast training of LSTM sequence models"};
-  app.set_version_flag("--version", std::string("seqforge ") + seqforge::version());
+  app.set_version_flag("--version", std::string("seqforge ") + sf::version());
   app.require_subcommand(0, 1);
+
+  std::string bench_which = "all", bench_json;
+  sf::BenchOptions bench_options;
+  CLI::App* bench = app.add_subcommand("bench", "Time training steps of the benchmark workloads");
+  bench->add_option("workload", bench_which, "W1, W2, W3, W4 or all")->capture_default_str();
+  bench->add_option("--precision", bench_options.precision, "fp32")->capture_default_str();
+  bench->add_option("--steps", bench_options.steps, "timed steps")->capture_default_str();
+  bench->add_option("--warmup", bench_options.warmup, "untimed steps first")->capture_default_str();
+  bench->add_option("--json", bench_json, "write the results as JSON to this file");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (app.get_subcommands().empty()) {
+  try {
+    if (bench->parsed()) return run_bench(bench_which, bench_options, bench_json);
     std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "seqforge: error: %s\n", e.what());
+    return 1;
   }
-  return 0;
 }

@@ -3,7 +3,10 @@
 // every f64 op, runs on the reference kernels.
 #include <omp.h>
 
+#include <vector>
+
 #include "backend/cpu/onednn_gemm.hpp"
+#include "kernels/cpu/pointwise_simd.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
 
@@ -47,7 +50,24 @@ class CpuBackend final : public Backend {
   }
 
   void broadcast_rows(Tensor y, Tensor b1, Tensor b2) override { ref_->broadcast_rows(y, b1, b2); }
-  void sum_rows_acc(Tensor db, Tensor dy) override { ref_->sum_rows_acc(db, dy); }
+  void sum_rows_acc(Tensor db, Tensor dy) override {
+    if (dy.dtype() != DType::f32) return ref_->sum_rows_acc(db, dy);
+    const int64_t n = db.numel(), rows = n ? dy.numel() / n : 0;
+    SF_CHECK(rows * n == dy.numel(), db.shape().str(), " vs rows of ", dy.shape().str());
+    const float* in = dy.data_as<float>();
+    float* out = db.data_as<float>();
+    const int threads = rows * n >= 65536 ? omp_get_max_threads() : 1;
+    if (partial_.size() < static_cast<size_t>(threads * n)) partial_.resize(threads * n);
+#pragma omp parallel num_threads(threads)
+    {
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      float* acc = partial_.data() + t * n;
+      std::fill(acc, acc + n, 0.0f);
+      simd::sum_rows(in, n, rows * t / nt, rows * (t + 1) / nt, acc);
+    }
+    for (int t = 0; t < threads; ++t)
+      for (int64_t j = 0; j < n; ++j) out[j] += partial_[t * n + j];
+  }
   void add(Tensor y, Tensor x) override { ref_->add(y, x); }
   void mul(Tensor y, Tensor a, Tensor b) override { ref_->mul(y, a, b); }
   void dropout_mask(Tensor mask, double p, uint64_t seed) override {
@@ -62,12 +82,12 @@ class CpuBackend final : public Backend {
   void lstm_cell_forward(const LstmCellForward& a, DType dtype) override {
     if (dtype != DType::f32) return ref_->lstm_cell_forward(a, dtype);
     parallel_rows(a.batch, 4 * a.hidden,
-                  [&](int64_t r0, int64_t r1) { ref::lstm_cell_forward<float>(a, r0, r1); });
+                  [&](int64_t r0, int64_t r1) { simd::lstm_cell_forward(a, r0, r1); });
   }
   void lstm_cell_backward(const LstmCellBackward& a, DType dtype) override {
     if (dtype != DType::f32) return ref_->lstm_cell_backward(a, dtype);
     parallel_rows(a.batch, 4 * a.hidden,
-                  [&](int64_t r0, int64_t r1) { ref::lstm_cell_backward<float>(a, r0, r1); });
+                  [&](int64_t r0, int64_t r1) { simd::lstm_cell_backward(a, r0, r1); });
   }
 
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {
@@ -105,6 +125,7 @@ class CpuBackend final : public Backend {
  private:
   std::unique_ptr<Backend> ref_;
   cpu::OneDnnGemm gemm_;
+  std::vector<float> partial_;  // per-thread column sums
 };
 
 }  // namespace

@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""The benchmark workloads of WORKLOADS.md in PyTorch, for side-by-side comparison with
+`seqforge bench`: one training step = forward, backward, Adam step, on random data.
+
+Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|W2|W3|W4|all] [--precision fp32|bf16]
+                                               [--steps N] [--warmup N] [--threads N] [--json FILE]
+Threads are tuned as WORKLOADS.md describes: torch.set_num_threads(cores), OMP_WAIT_POLICY=PASSIVE.
+bf16 uses torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss.
+"""
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
+
+WORKLOADS = {
+    "W1": dict(name="lstm_i8_h128_l2_t150_b256", input=8, hidden=128, layers=2, bi=False,
+               out=1, per_step=False, batch=256, steps=150, loss="mse"),
+    "W2": dict(name="bilstm_i4_h128_l2_t105_b512_mae", input=4, hidden=128, layers=2, bi=True,
+               out=4, per_step=True, batch=512, steps=105, loss="mse_masked"),
+    "W3": dict(name="lstm_i6_h64_l1_t24_b64", input=6, hidden=64, layers=1, bi=False, out=1,
+               per_step=False, batch=64, steps=24, loss="mse"),
+    "W4": dict(name="charlm_v65_e64_h512_l2_t128_b64", vocab=65, input=64, hidden=512, layers=2,
+               bi=False, out=65, per_step=True, batch=64, steps=128, loss="ce"),
+}
+
+
+class Model(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        self.w = w
+        if "vocab" in w:
+            self.embedding = torch.nn.Embedding(w["vocab"], w["input"])
+        self.lstm = torch.nn.LSTM(w["input"], w["hidden"], w["layers"], batch_first=True,
+                                  bidirectional=w["bi"])
+        self.head = torch.nn.Linear((2 if w["bi"] else 1) * w["hidden"], w["out"])
+
+    def forward(self, x):
+        if "vocab" in self.w:
+            x = self.embedding(x)
+        y, _ = self.lstm(x)
+        if self.w["per_step"]:
+            return self.head(y.reshape(-1, y.shape[-1]))
+        return self.head(y[:, -1])
+
+
+def gflop(w):
+    d = 2 if w["bi"] else 1
+    fwd = sum(d * 2.0 * w["batch"] * w["steps"] * ((w["input"] if l == 0 else d * w["hidden"]) +
+                                                      w["hidden"]) * 4 * w["hidden"]
+              for l in range(w["layers"]))
+    fwd += 2.0 * w["batch"] * (w["steps"] if w["per_step"] else 1) * d * w["hidden"] * w["out"]
+    return 3 * fwd / 1e9
+
+
+def run(wid, precision, steps, warmup):
+    w = WORKLOADS[wid]
+    torch.manual_seed(0)
+    model = Model(w)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    B, T = w["batch"], w["steps"]
+    rows = B * T if w["per_step"] else B
+    if "vocab" in w:
+        x = torch.randint(0, w["vocab"], (B, T))
+        target = torch.randint(0, w["vocab"], (rows,))
+    else:
+        x = torch.randn(B, T, w["input"])
+        target = torch.randn(rows, w["out"])
+    mask = (torch.rand(rows) < 0.15) if w["loss"] == "mse_masked" else None
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            out = model(x)
+            if w["loss"] == "ce":
+                loss = torch.nn.functional.cross_entropy(out.float(), target)
+            elif mask is not None:
+                loss = ((out.float()[mask] - target[mask]) ** 2).mean()
+            else:
+                loss = torch.nn.functional.mse_loss(out.float(), target)
+        loss.backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    s = sorted(times)
+    median = s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
+    return dict(id=wid, name=w["name"], precision=precision, step_ms=times, median_ms=median,
+                samples_per_s=B / (median / 1e3), gflops=gflop(w) / (median / 1e3),
+                peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+                threads=torch.get_num_threads(), torch=torch.__version__)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("workload", nargs="?", default="all")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--json")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    ids = list(WORKLOADS) if a.workload == "all" else [a.workload]
+    results = []
+    for wid in ids:
+        if wid not in WORKLOADS:
+            sys.exit("unknown workload %s (expected W1, W2, W3, W4 or all)" % wid)
+        r = run(wid, a.precision, a.steps, a.warmup)
+        results.append(r)
+        print("%-3s %-34s %-5s %10.2f ms/step %10.0f samples/s %8.1f GFLOP/s %8.0f peak MB" %
+              (wid, r["name"], a.precision, r["median_ms"], r["samples_per_s"], r["gflops"],
+               r["peak_mb"]), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

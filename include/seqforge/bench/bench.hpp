@@ -1,0 +1,41 @@
+#pragma once
+// The benchmark workloads (W1-W4 of WORKLOADS.md) and a runner that times training steps.
+#include <string>
+#include <vector>
+
+#include "seqforge/nn/sequence_model.hpp"
+
+namespace seqforge {
+
+struct Workload {
+  std::string id;    // "W1"
+  std::string name;  // compact problem string, e.g. "lstm_i8_h128_l2_t150_b256"
+  ModelOptions model;
+  int64_t batch = 0, steps = 0;  // B, T
+  enum class Loss { mse, mse_masked, cross_entropy } loss = Loss::mse;
+  double mask_ratio = 0.15;  // mse_masked: share of time steps in the loss
+  double gflop() const;      // per training step: 3x the forward pass, multiply-add = 2
+};
+
+const std::vector<Workload>& workloads();
+const Workload& find_workload(const std::string& id);  // "W1" or its name; throws if unknown
+
+struct BenchOptions {
+  std::string precision = "fp32";
+  int steps = 10;   // timed steps
+  int warmup = 2;   // untimed steps first
+};
+
+struct BenchResult {
+  std::string id, name, precision;
+  std::vector<double> step_ms;      // every timed step
+  double median_ms = 0, p10_ms = 0, p90_ms = 0;
+  double samples_per_s = 0, gflops = 0;
+  double gemm_floor_ms = 0;         // the step's GEMMs alone, replayed in order (median)
+  double floor_ratio = 0;           // median_ms / gemm_floor_ms
+  double peak_mb = 0;               // process peak resident memory after the run
+};
+
+BenchResult run_benchmark(const Workload& w, const BenchOptions& options);
+
+}  // namespace seqforge

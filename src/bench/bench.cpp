@@ -1,0 +1,227 @@
+#include "seqforge/bench/bench.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/optim/optimizer.hpp"
+
+namespace seqforge {
+
+namespace {
+
+Workload make(std::string id, std::string name, int64_t vocab, int64_t embed, int64_t input,
+              int64_t hidden, int64_t layers, bool bidirectional, int64_t output, bool per_step,
+              int64_t batch, int64_t steps, Workload::Loss loss) {
+  Workload w;
+  w.id = std::move(id);
+  w.name = std::move(name);
+  w.model.vocab_size = vocab;
+  w.model.embedding_dim = embed;
+  w.model.lstm = {.input_size = input, .hidden_size = hidden, .num_layers = layers,
+                  .bidirectional = bidirectional, .batch_first = true};
+  w.model.output_size = output;
+  w.model.per_step = per_step;
+  w.batch = batch;
+  w.steps = steps;
+  w.loss = loss;
+  return w;
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * double(v.size() - 1);
+  const size_t lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - double(lo)) * (v[hi] - v[lo]);
+}
+
+// Forwards every op to `inner` and records each GEMM, so the step's GEMMs can be replayed alone.
+class RecordingBackend final : public Backend {
+ public:
+  struct Call {
+    GemmShape shape;
+    DType dtype;
+    const void *a, *b;
+    void* c;
+  };
+  explicit RecordingBackend(Backend& inner) : inner_(inner) {}
+  std::vector<Call> calls;
+  bool recording = false;
+
+  std::string_view name() const override { return inner_.name(); }
+  bool supports(DType d) const override { return inner_.supports(d); }
+  void* alloc(size_t bytes) override { return inner_.alloc(bytes); }
+  void free(void* p) override { inner_.free(p); }
+  void copy(Tensor dst, Tensor src) override { inner_.copy(dst, src); }
+  void fill(Tensor dst, double v) override { inner_.fill(dst, v); }
+  void gemm(const GemmShape& s, DType dt, const void* a, const void* b, void* c) override {
+    if (recording) calls.push_back({s, dt, a, b, c});
+    inner_.gemm(s, dt, a, b, c);
+  }
+  void broadcast_rows(Tensor y, Tensor b1, Tensor b2) override { inner_.broadcast_rows(y, b1, b2); }
+  void sum_rows_acc(Tensor db, Tensor dy) override { inner_.sum_rows_acc(db, dy); }
+  void add(Tensor y, Tensor x) override { inner_.add(y, x); }
+  void mul(Tensor y, Tensor a, Tensor b) override { inner_.mul(y, a, b); }
+  void dropout_mask(Tensor m, double p, uint64_t seed) override { inner_.dropout_mask(m, p, seed); }
+  void transpose01(Tensor dst, Tensor src) override { inner_.transpose01(dst, src); }
+  void copy_rows(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
+                 int64_t n, DType dt) override {
+    inner_.copy_rows(dst, ld_dst, src, ld_src, rows, n, dt);
+  }
+  void lstm_cell_forward(const LstmCellForward& a, DType dt) override {
+    inner_.lstm_cell_forward(a, dt);
+  }
+  void lstm_cell_backward(const LstmCellBackward& a, DType dt) override {
+    inner_.lstm_cell_backward(a, dt);
+  }
+  void embedding_forward(Tensor out, Tensor table, Tensor ids) override {
+    inner_.embedding_forward(out, table, ids);
+  }
+  void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override {
+    inner_.embedding_backward(dtable, dout, ids);
+  }
+  double mse_loss(Tensor p, Tensor t, Tensor m, Tensor d) override {
+    return inner_.mse_loss(p, t, m, d);
+  }
+  double cross_entropy_loss(Tensor l, Tensor t, Tensor w, int64_t ig, Tensor d) override {
+    return inner_.cross_entropy_loss(l, t, w, ig, d);
+  }
+  double sum_squares(Tensor x) override { return inner_.sum_squares(x); }
+  void scale(Tensor x, double a) override { inner_.scale(x, a); }
+  void adam_step(Tensor p, Tensor g, Tensor m, Tensor v, const AdamParams& a) override {
+    inner_.adam_step(p, g, m, v, a);
+  }
+  void sgd_step(Tensor p, Tensor g, Tensor m, const SgdParams& a) override {
+    inner_.sgd_step(p, g, m, a);
+  }
+
+ private:
+  Backend& inner_;
+};
+
+}  // namespace
+
+double Workload::gflop() const {
+  const int64_t D = model.lstm.bidirectional ? 2 : 1, H = model.lstm.hidden_size;
+  double forward = 0;
+  for (int64_t l = 0; l < model.lstm.num_layers; ++l) {
+    const int64_t in = l == 0 ? (model.vocab_size ? model.embedding_dim : model.lstm.input_size)
+                              : D * H;
+    forward += D * 2.0 * batch * steps * (in + H) * 4 * H;
+  }
+  forward += 2.0 * batch * (model.per_step ? steps : 1) * D * H * model.output_size;
+  return 3 * forward / 1e9;
+}
+
+const std::vector<Workload>& workloads() {
+  using L = Workload::Loss;
+  static const std::vector<Workload> all = {
+      make("W1", "lstm_i8_h128_l2_t150_b256", 0, 0, 8, 128, 2, false, 1, false, 256, 150, L::mse),
+      make("W2", "bilstm_i4_h128_l2_t105_b512_mae", 0, 0, 4, 128, 2, true, 4, true, 512, 105,
+           L::mse_masked),
+      make("W3", "lstm_i6_h64_l1_t24_b64", 0, 0, 6, 64, 1, false, 1, false, 64, 24, L::mse),
+      make("W4", "charlm_v65_e64_h512_l2_t128_b64", 65, 64, 64, 512, 2, false, 65, true, 64, 128,
+           L::cross_entropy),
+  };
+  return all;
+}
+
+const Workload& find_workload(const std::string& id) {
+  for (const auto& w : workloads())
+    if (w.id == id || w.name == id) return w;
+  fail("unknown workload '", id, "' (expected W1, W2, W3, W4 or all)");
+}
+
+BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
+  if (options.precision != "fp32")
+    fail("--precision: '", options.precision, "' is not available yet (expected fp32)");
+  if (options.steps < 1) fail("--steps must be at least 1, got ", options.steps);
+  auto cpu = make_cpu_backend();
+  RecordingBackend be(*cpu);
+  SequenceModel model(w.model);
+  model.initialize(be, 1);
+  Optimizer optimizer(be, model.parameters(), {.kind = "adam", .lr = 1e-3, .weight_decay = 0});
+  Rng rng(2);
+
+  // Random data of the workload's shape, made once.
+  const int64_t B = w.batch, T = w.steps;
+  std::vector<float> x;
+  std::vector<int64_t> ids, targets;
+  if (w.model.vocab_size) {
+    ids.resize(B * T);
+    targets.resize(B * T);
+    for (auto& v : ids) v = static_cast<int64_t>(rng.next() % w.model.vocab_size);
+    for (auto& v : targets) v = static_cast<int64_t>(rng.next() % w.model.vocab_size);
+  } else {
+    x.resize(B * T * w.model.lstm.input_size);
+    for (auto& v : x) v = static_cast<float>(rng.normal());
+  }
+  const int64_t rows = w.model.per_step ? B * T : B;
+  std::vector<float> target(rows * w.model.output_size), mask, dy(rows * w.model.output_size);
+  for (auto& v : target) v = static_cast<float>(rng.normal());
+  if (w.loss == Workload::Loss::mse_masked) {
+    mask.resize(rows);
+    for (auto& v : mask) v = rng.uniform() < w.mask_ratio ? 1.0f : 0.0f;
+  }
+  const Tensor input = w.model.vocab_size ? Tensor(ids.data(), DType::i64, {B, T})
+                                          : Tensor(x.data(), DType::f32, {B, T, w.model.lstm.input_size});
+  const Tensor target_t(target.data(), DType::f32, {rows, w.model.output_size});
+  const Tensor targets_t(targets.data(), DType::i64, {rows});
+  const Tensor mask_t = mask.empty() ? Tensor() : Tensor(mask.data(), DType::f32, {rows});
+  const Tensor dy_t(dy.data(), DType::f32, {rows, w.model.output_size});
+
+  auto step = [&] {
+    model.parameters().zero_grad(be);
+    Tensor out = model.forward(be, input, {}, {}, true, rng);
+    if (w.loss == Workload::Loss::cross_entropy)
+      be.cross_entropy_loss(out, targets_t, {}, -100, dy_t);
+    else
+      be.mse_loss(out, target_t, mask_t, dy_t);
+    model.backward(be, dy_t);
+    optimizer.step();
+  };
+
+  BenchResult r;
+  r.id = w.id;
+  r.name = w.name;
+  r.precision = options.precision;
+  for (int i = 0; i < options.warmup; ++i) step();
+  for (int i = 0; i < options.steps; ++i) {
+    be.recording = i == 0;
+    const double t0 = now_ms();
+    step();
+    r.step_ms.push_back(now_ms() - t0);
+  }
+  be.recording = false;
+  r.median_ms = percentile(r.step_ms, 0.5);
+  r.p10_ms = percentile(r.step_ms, 0.1);
+  r.p90_ms = percentile(r.step_ms, 0.9);
+  r.samples_per_s = B / (r.median_ms / 1e3);
+  r.gflops = w.gflop() / (r.median_ms / 1e3);
+
+  // The GEMM floor: the recorded GEMMs of one step, replayed alone, same library, same buffers.
+  std::vector<double> floor_ms;
+  for (int i = 0; i < std::max(3, options.steps / 2); ++i) {
+    const double t0 = now_ms();
+    for (const auto& c : be.calls) cpu->gemm(c.shape, c.dtype, c.a, c.b, c.c);
+    floor_ms.push_back(now_ms() - t0);
+  }
+  r.gemm_floor_ms = percentile(floor_ms, 0.5);
+  r.floor_ratio = r.median_ms / r.gemm_floor_ms;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  r.peak_mb = usage.ru_maxrss / 1024.0;
+  return r;
+}
+
+}  // namespace seqforge

@@ -1,0 +1,149 @@
+// SIMD pointwise kernels (f32) with runtime dispatch through Highway: the best of AVX-512, AVX2,
+// SSE4 and scalar that this CPU supports is chosen on first use. Same formulas as the reference
+// kernels in kernels/reference.hpp; sigmoid(x) = 0.5 + 0.5 tanh(x / 2) keeps it to one
+// transcendental that is well-behaved for every input.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/pointwise_simd.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// clang-format off
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+// clang-format on
+
+#include "kernels/cpu/pointwise_simd.hpp"
+#include "kernels/reference.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace seqforge::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class D, class V>
+HWY_INLINE V Sigmoid(D d, V x) {
+  const V half = hn::Set(d, 0.5f);
+  return hn::MulAdd(half, hn::Tanh(d, hn::Mul(half, x)), half);
+}
+
+void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
+  const hn::ScalableTag<float> d;
+  const int64_t H = p.hidden, N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t H_vec = H / N * N;
+  for (int64_t b = r0; b < r1; ++b) {
+    float* gates = static_cast<float*>(p.gates) + b * 4 * H;  // (4H)
+    const float* c_prev = static_cast<const float*>(p.c_prev) + b * H;
+    float* c = static_cast<float*>(p.c) + b * H;
+    float* tanh_c = static_cast<float*>(p.tanh_c) + b * H;
+    float* h = static_cast<float*>(p.h) + b * p.ldh;
+    for (int64_t j = 0; j < H_vec; j += N) {
+      const auto i = Sigmoid(d, hn::LoadU(d, gates + j));
+      const auto f = Sigmoid(d, hn::LoadU(d, gates + H + j));
+      const auto g = hn::Tanh(d, hn::LoadU(d, gates + 2 * H + j));
+      const auto o = Sigmoid(d, hn::LoadU(d, gates + 3 * H + j));
+      hn::StoreU(i, d, gates + j);
+      hn::StoreU(f, d, gates + H + j);
+      hn::StoreU(g, d, gates + 2 * H + j);
+      hn::StoreU(o, d, gates + 3 * H + j);
+      const auto cv = hn::MulAdd(f, hn::LoadU(d, c_prev + j), hn::Mul(i, g));
+      const auto tc = hn::Tanh(d, cv);
+      hn::StoreU(cv, d, c + j);
+      hn::StoreU(tc, d, tanh_c + j);
+      hn::StoreU(hn::Mul(o, tc), d, h + j);
+    }
+    if (H_vec < H) {  // the tail, with the reference formulas
+      for (int64_t j = H_vec; j < H; ++j) {
+        const float i = ref::sigmoid(gates[j]), f = ref::sigmoid(gates[H + j]);
+        const float g = std::tanh(gates[2 * H + j]), o = ref::sigmoid(gates[3 * H + j]);
+        gates[j] = i;
+        gates[H + j] = f;
+        gates[2 * H + j] = g;
+        gates[3 * H + j] = o;
+        c[j] = f * c_prev[j] + i * g;
+        tanh_c[j] = std::tanh(c[j]);
+        h[j] = o * tanh_c[j];
+      }
+    }
+  }
+}
+
+void LstmCellBackwardRows(const LstmCellBackward& p, int64_t r0, int64_t r1) {
+  const hn::ScalableTag<float> d;
+  const int64_t H = p.hidden, N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t H_vec = H / N * N;
+  const auto one = hn::Set(d, 1.0f);
+  for (int64_t b = r0; b < r1; ++b) {
+    const float* gates = static_cast<const float*>(p.gates) + b * 4 * H;
+    const float* c_prev = static_cast<const float*>(p.c_prev) + b * H;
+    const float* tanh_c = static_cast<const float*>(p.tanh_c) + b * H;
+    const float* dh_out = p.dh_out ? static_cast<const float*>(p.dh_out) + b * p.ld_dh_out : nullptr;
+    const float* dh_rec = p.dh_rec ? static_cast<const float*>(p.dh_rec) + b * H : nullptr;
+    float* dc = static_cast<float*>(p.dc) + b * H;
+    float* dgates = static_cast<float*>(p.dgates) + b * 4 * H;
+    for (int64_t j = 0; j < H_vec; j += N) {
+      const auto i = hn::LoadU(d, gates + j), f = hn::LoadU(d, gates + H + j);
+      const auto g = hn::LoadU(d, gates + 2 * H + j), o = hn::LoadU(d, gates + 3 * H + j);
+      auto dh = hn::Zero(d);
+      if (dh_out) dh = hn::Add(dh, hn::LoadU(d, dh_out + j));
+      if (dh_rec) dh = hn::Add(dh, hn::LoadU(d, dh_rec + j));
+      const auto tc = hn::LoadU(d, tanh_c + j);
+      // dc_t = dc + dh * o * (1 - tc^2)
+      const auto dct = hn::MulAdd(hn::Mul(dh, o), hn::NegMulAdd(tc, tc, one), hn::LoadU(d, dc + j));
+      hn::StoreU(hn::Mul(hn::Mul(dct, g), hn::Mul(i, hn::Sub(one, i))), d, dgates + j);
+      hn::StoreU(hn::Mul(hn::Mul(dct, hn::LoadU(d, c_prev + j)), hn::Mul(f, hn::Sub(one, f))), d,
+                 dgates + H + j);
+      hn::StoreU(hn::Mul(hn::Mul(dct, i), hn::NegMulAdd(g, g, one)), d, dgates + 2 * H + j);
+      hn::StoreU(hn::Mul(hn::Mul(dh, tc), hn::Mul(o, hn::Sub(one, o))), d, dgates + 3 * H + j);
+      hn::StoreU(hn::Mul(dct, f), d, dc + j);
+    }
+    for (int64_t j = H_vec; j < H; ++j) {
+      const float i = gates[j], f = gates[H + j], g = gates[2 * H + j], o = gates[3 * H + j];
+      float dh = 0;
+      if (dh_out) dh += dh_out[j];
+      if (dh_rec) dh += dh_rec[j];
+      const float tc = tanh_c[j];
+      const float dct = dc[j] + dh * o * (1.0f - tc * tc);
+      dgates[j] = dct * g * i * (1.0f - i);
+      dgates[H + j] = dct * c_prev[j] * f * (1.0f - f);
+      dgates[2 * H + j] = dct * i * (1.0f - g * g);
+      dgates[3 * H + j] = dh * tc * o * (1.0f - o);
+      dc[j] = dct * f;
+    }
+  }
+}
+
+// db(N) += column sums of dy(rows, N) over rows [r0, r1), into `acc` (N) first.
+void SumRows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), n_vec = n / N * N;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = dy + r * n;
+    for (int64_t j = 0; j < n_vec; j += N)
+      hn::StoreU(hn::Add(hn::LoadU(d, acc + j), hn::LoadU(d, row + j)), d, acc + j);
+    for (int64_t j = n_vec; j < n; ++j) acc[j] += row[j];
+  }
+}
+
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace seqforge::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace seqforge::simd {
+
+HWY_EXPORT(LstmCellForwardRows);
+HWY_EXPORT(LstmCellBackwardRows);
+HWY_EXPORT(SumRows);
+HWY_EXPORT(TargetName);
+
+void lstm_cell_forward(const LstmCellForward& p, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(LstmCellForwardRows)(p, r0, r1);
+}
+void lstm_cell_backward(const LstmCellBackward& p, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(LstmCellBackwardRows)(p, r0, r1);
+}
+void sum_rows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
+  HWY_DYNAMIC_DISPATCH(SumRows)(dy, n, r0, r1, acc);
+}
+const char* target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+
+}  // namespace seqforge::simd
+#endif
