@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <numeric>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/optim/optimizer.hpp"
 
 namespace seqforge {
@@ -53,6 +57,7 @@ class RecordingBackend final : public Backend {
     DType dtype;
     const void *a, *b;
     void* c;
+    const void* bias;
   };
   explicit RecordingBackend(Backend& inner) : inner_(inner) {}
   std::vector<Call> calls;
@@ -64,9 +69,11 @@ class RecordingBackend final : public Backend {
   void free(void* p) override { inner_.free(p); }
   void copy(Tensor dst, Tensor src) override { inner_.copy(dst, src); }
   void fill(Tensor dst, double v) override { inner_.fill(dst, v); }
-  void gemm(const GemmShape& s, DType dt, const void* a, const void* b, void* c) override {
-    if (recording) calls.push_back({s, dt, a, b, c});
-    inner_.gemm(s, dt, a, b, c);
+  void convert(Tensor dst, Tensor src) override { inner_.convert(dst, src); }
+  void run_gemm(const GemmShape& s, DType dt, const void* a, const void* b, void* c,
+                const void* bias) override {
+    if (recording) calls.push_back({s, dt, a, b, c, bias});
+    inner_.gemm(s, dt, a, b, c, bias);
   }
   void broadcast_rows(Tensor y, Tensor b1, Tensor b2) override { inner_.broadcast_rows(y, b1, b2); }
   void sum_rows_acc(Tensor db, Tensor dy) override { inner_.sum_rows_acc(db, dy); }
@@ -109,6 +116,33 @@ class RecordingBackend final : public Backend {
   Backend& inner_;
 };
 
+// Time per distinct GEMM shape of one step, slowest first (SEQFORGE_BENCH_GEMMS=1).
+void print_gemm_breakdown(Backend& be, const std::vector<RecordingBackend::Call>& calls) {
+  struct Total {
+    int count = 0;
+    double ms = 0, gflop = 0;
+  };
+  std::map<std::string, Total> totals;
+  for (const auto& c : calls) {
+    const double t0 = now_ms();
+    be.gemm(c.shape, c.dtype, c.a, c.b, c.c, c.bias);
+    const std::string key = std::string(dtype_name(c.dtype)) + " " + std::to_string(c.shape.m) +
+                            "x" + std::to_string(c.shape.n) + "x" + std::to_string(c.shape.k) +
+                            (c.shape.trans_a ? " tA" : "") + (c.shape.trans_b ? " tB" : "") +
+                            (c.shape.beta != 0.0f ? " +C" : "");
+    Total& t = totals[key];
+    t.count += 1;
+    t.ms += now_ms() - t0;
+    t.gflop += 2.0 * c.shape.m * c.shape.n * c.shape.k / 1e9;
+  }
+  std::vector<std::pair<std::string, Total>> sorted(totals.begin(), totals.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  for (const auto& [key, t] : sorted)
+    std::printf("  gemm %-36s x%-5d %9.2f ms %8.1f GFLOP/s\n", key.c_str(), t.count, t.ms,
+                t.gflop / (t.ms / 1e3));
+}
+
 }  // namespace
 
 double Workload::gflop() const {
@@ -143,13 +177,14 @@ const Workload& find_workload(const std::string& id) {
 }
 
 BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
-  if (options.precision != "fp32")
-    fail("--precision: '", options.precision, "' is not available yet (expected fp32)");
+  std::string notice;
+  const DType gemm_dtype = resolve_precision(options.precision, &notice);
   if (options.steps < 1) fail("--steps must be at least 1, got ", options.steps);
   auto cpu = make_cpu_backend();
   RecordingBackend be(*cpu);
   SequenceModel model(w.model);
   model.initialize(be, 1);
+  model.set_gemm_dtype(gemm_dtype);
   Optimizer optimizer(be, model.parameters(), {.kind = "adam", .lr = 1e-3, .weight_decay = 0});
   Rng rng(2);
 
@@ -194,7 +229,8 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   BenchResult r;
   r.id = w.id;
   r.name = w.name;
-  r.precision = options.precision;
+  r.precision = gemm_dtype == DType::bf16 ? "bf16" : "fp32";
+  r.notice = notice;
   for (int i = 0; i < options.warmup; ++i) step();
   for (int i = 0; i < options.steps; ++i) {
     be.recording = i == 0;
@@ -213,10 +249,11 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   std::vector<double> floor_ms;
   for (int i = 0; i < std::max(3, options.steps / 2); ++i) {
     const double t0 = now_ms();
-    for (const auto& c : be.calls) cpu->gemm(c.shape, c.dtype, c.a, c.b, c.c);
+    for (const auto& c : be.calls) cpu->gemm(c.shape, c.dtype, c.a, c.b, c.c, c.bias);
     floor_ms.push_back(now_ms() - t0);
   }
   r.gemm_floor_ms = percentile(floor_ms, 0.5);
+  if (std::getenv("SEQFORGE_BENCH_GEMMS")) print_gemm_breakdown(*cpu, be.calls);
   r.floor_ratio = r.median_ms / r.gemm_floor_ms;
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);

@@ -28,6 +28,7 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
   nlohmann::json out = nlohmann::json::array();
   for (const sf::Workload* w : selected) {
     const sf::BenchResult r = sf::run_benchmark(*w, options);
+    if (!r.notice.empty()) std::printf("note: %s\n", r.notice.c_str());
     std::printf("%-3s %-34s %-5s %10.2f %8.2f-%-8.2f %10.0f %8.1f %10.2f %6.2f %8.0f\n",
                 r.id.c_str(), r.name.c_str(), r.precision.c_str(), r.median_ms, r.p10_ms,
                 r.p90_ms, r.samples_per_s, r.gflops, r.gemm_floor_ms, r.floor_ratio, r.peak_mb);
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
   sf::BenchOptions bench_options;
   CLI::App* bench = app.add_subcommand("bench", "Time training steps of the benchmark workloads");
   bench->add_option("workload", bench_which, "W1, W2, W3, W4 or all")->capture_default_str();
-  bench->add_option("--precision", bench_options.precision, "fp32")->capture_default_str();
+  bench->add_option("--precision", bench_options.precision, "fp32, bf16 or auto")->capture_default_str();
   bench->add_option("--steps", bench_options.steps, "timed steps")->capture_default_str();
   bench->add_option("--warmup", bench_options.warmup, "untimed steps first")->capture_default_str();
   bench->add_option("--json", bench_json, "write the results as JSON to this file");

@@ -26,19 +26,26 @@ inline double hash_uniform(uint64_t seed, uint64_t index) {
   return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
 
+inline double widen(float x) { return x; }
+inline double widen(double x) { return x; }
+inline double widen(bf16 x) { return from_bf16(x); }
+
 // C(m, n) = alpha * op(A) * op(B) + beta * C, rows [r0, r1) of C; accumulates in double.
-template <typename T>
-void gemm(const GemmShape& s, const T* a, const T* b, T* c, int64_t r0, int64_t r1) {
+// In = Out for f32 and f64; In = bf16 with Out = float for mixed precision.
+template <typename In, typename T>
+void gemm(const GemmShape& s, const In* a, const In* b, T* c, const T* bias, int64_t r0,
+          int64_t r1) {
   for (int64_t i = r0; i < r1; ++i) {
     for (int64_t j = 0; j < s.n; ++j) {
       double acc = 0;
       for (int64_t p = 0; p < s.k; ++p) {
-        const double av = s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p];
-        const double bv = s.trans_b ? b[j * s.ldb + p] : b[p * s.ldb + j];
+        const double av = widen(s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p]);
+        const double bv = widen(s.trans_b ? b[j * s.ldb + p] : b[p * s.ldb + j]);
         acc += av * bv;
       }
       T& out = c[i * s.ldc + j];
-      out = static_cast<T>(s.alpha * acc + (s.beta == 0.0f ? 0.0 : s.beta * double(out)));
+      out = static_cast<T>(s.alpha * acc + (s.beta == 0.0f ? 0.0 : s.beta * double(out)) +
+                           (bias ? double(bias[j]) : 0.0));
     }
   }
 }
@@ -55,6 +62,10 @@ void lstm_cell_forward(const LstmCellForward& p, int64_t r0, int64_t r1) {
     T* c = static_cast<T*>(p.c) + b * H;
     T* tanh_c = static_cast<T*>(p.tanh_c) + b * H;
     T* h = static_cast<T*>(p.h) + b * p.ldh;
+    if (p.gates_rec) {
+      const T* rec = static_cast<const T*>(p.gates_rec) + b * 4 * H;
+      for (int64_t j = 0; j < 4 * H; ++j) gates[j] += rec[j];
+    }
     for (int64_t j = 0; j < H; ++j) {
       const T i = sigmoid(gates[j]);
       const T f = sigmoid(gates[H + j]);
@@ -67,6 +78,10 @@ void lstm_cell_forward(const LstmCellForward& p, int64_t r0, int64_t r1) {
       c[j] = f * c_prev[j] + i * g;
       tanh_c[j] = std::tanh(c[j]);
       h[j] = o * tanh_c[j];
+    }
+    if (p.h_bf16) {
+      bf16* low = static_cast<bf16*>(p.h_bf16) + b * p.ldh;
+      for (int64_t j = 0; j < H; ++j) low[j] = to_bf16(static_cast<float>(h[j]));
     }
   }
 }
@@ -98,6 +113,10 @@ void lstm_cell_backward(const LstmCellBackward& p, int64_t r0, int64_t r1) {
       dgates[2 * H + j] = dct * i * (T(1) - g * g);
       dgates[3 * H + j] = dh * tc * o * (T(1) - o);
       dc[j] = dct * f;
+    }
+    if (p.dgates_bf16) {
+      bf16* low = static_cast<bf16*>(p.dgates_bf16) + b * 4 * H;
+      for (int64_t j = 0; j < 4 * H; ++j) low[j] = to_bf16(static_cast<float>(dgates[j]));
     }
   }
 }

@@ -22,16 +22,11 @@ Tensor Linear::forward(Backend& be, Tensor x) {
   const int64_t n = x.dim(0);
   x_ = x;
   Tensor y = y_.get(be, params_.dtype(), {n, out_});  // (N, out)
-  if (bias_ != SIZE_MAX) be.broadcast_rows(y, params_.value(bias_), Tensor());
-  GemmShape s{.trans_b = true,
-              .m = n,
-              .n = out_,
-              .k = in_,
-              .lda = in_,
-              .ldb = in_,
-              .ldc = out_,
-              .beta = bias_ != SIZE_MAX ? 1.0f : 0.0f};
-  be.gemm(s, params_.dtype(), x.data(), params_.value(weight_).data(), y.data());
+  const bool has_bias = bias_ != SIZE_MAX;
+  GemmShape s{.trans_b = true, .m = n, .n = out_, .k = in_, .lda = in_, .ldb = in_, .ldc = out_};
+  s.bias = has_bias;
+  be.gemm(s, params_.dtype(), x.data(), params_.value(weight_).data(), y.data(),
+          has_bias ? params_.value(bias_).data() : nullptr);
   return y;
 }
 

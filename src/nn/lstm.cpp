@@ -10,6 +10,8 @@
 //             din (=, += for the second direction) = dG W_ih   one GEMM each
 // h[t] is written straight into the layer output (T, B, D*H) at column d*H, so H_prev for all
 // steps is the output shifted by one step (two GEMMs: the initial state, then the rest).
+// With bf16 GEMMs, the cell kernels also write bf16 copies of h and dG, and every GEMM reads
+// those and bf16 copies of the weights; cell state, gates and all gradients stay f32.
 //
 // Gradient rule: parameter gradients accumulate (+=), activation gradients are assigned (=).
 #include "seqforge/nn/lstm.hpp"
@@ -27,7 +29,7 @@ char* at(Tensor t, int64_t elements) {
 }  // namespace
 
 Lstm::Lstm(Parameters& params, const std::string& prefix, const LstmOptions& options)
-    : params_(params), opt_(options) {
+    : params_(params), opt_(options), gemm_dtype_(params.dtype()) {
   const std::string where = prefix.empty() ? "lstm" : prefix;
   if (opt_.input_size <= 0) fail(where, ": input_size must be positive, got ", opt_.input_size);
   if (opt_.hidden_size <= 0) fail(where, ": hidden_size must be positive, got ", opt_.hidden_size);
@@ -53,6 +55,16 @@ Lstm::Lstm(Parameters& params, const std::string& prefix, const LstmOptions& opt
   din_.resize(opt_.num_layers);
   mask_.resize(opt_.num_layers);
   dropped_.resize(opt_.num_layers);
+  in_gemm_.resize(opt_.num_layers);
+  out_low_.resize(opt_.num_layers);
+  dropped_low_.resize(opt_.num_layers);
+}
+
+void Lstm::set_gemm_dtype(DType dtype) {
+  if (dtype != params_.dtype() && !(dtype == DType::bf16 && params_.dtype() == DType::f32))
+    fail("LSTM GEMMs in ", dtype_name(dtype), " need f32 parameters, have ",
+         dtype_name(params_.dtype()));
+  gemm_dtype_ = dtype;
 }
 
 int64_t Lstm::layer_input_size(int64_t layer) const {
@@ -93,13 +105,24 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
     be.copy(c_init, c0);
   Tensor hn = h_n_.get(be, dt, state_shape), cn = c_n_.get(be, dt, state_shape);
 
+  if (low()) {
+    for (size_t s = 0; s < weights_.size(); ++s) {
+      Tensor w_ih = params_.value(weights_[s].w_ih), w_hh = params_.value(weights_[s].w_hh);
+      be.convert(saved_[s].w_ih_low.get(be, gemm_dtype_, w_ih.shape()), w_ih);
+      be.convert(saved_[s].w_hh_low.get(be, gemm_dtype_, w_hh.shape()), w_hh);
+    }
+    be.convert(x_low_.get(be, gemm_dtype_, x_.shape()), x_);
+    be.convert(h0_low_.get(be, gemm_dtype_, state_shape), h_init);
+  }
+
   dropout_active_ = training && opt_.dropout > 0.0;
-  Tensor in = x_;
+  in_gemm_[0] = low() ? x_low_.tensor() : x_;
   for (int64_t l = 0; l < L; ++l) {
     Tensor out = out_[l].get(be, dt, {T_, B_, D * H});  // (T, B, D*H)
+    if (low()) out_low_[l].get(be, gemm_dtype_, {T_, B_, D * H});
     for (int64_t d = 0; d < D; ++d) {
       const int64_t s = l * D + d;
-      forward_direction(be, l, d, in, h_init.slice(s, s + 1), c_init.slice(s, s + 1));
+      forward_direction(be, l, d, h_init.slice(s, s + 1), c_init.slice(s, s + 1));
       // Final states: the last step processed (t = T-1 forward, t = 0 reversed).
       const int64_t t_last = T_ == 0 ? 0 : (d == 0 ? T_ - 1 : 0);
       if (T_ > 0) {
@@ -111,13 +134,20 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
         be.copy(cn.slice(s, s + 1), c_init.slice(s, s + 1));
       }
     }
-    in = out;
-    if (dropout_active_ && l + 1 < L) {
+    if (l + 1 == L) break;
+    Tensor in_gemm = low() ? out_low_[l].tensor() : out;
+    if (dropout_active_) {
       Tensor mask = mask_[l].get(be, dt, out.shape());
       be.dropout_mask(mask, opt_.dropout, rng.next());
-      in = dropped_[l].get(be, dt, out.shape());
-      be.mul(in, out, mask);
+      Tensor dropped = dropped_[l].get(be, dt, out.shape());
+      be.mul(dropped, out, mask);
+      in_gemm = dropped;
+      if (low()) {
+        in_gemm = dropped_low_[l].get(be, gemm_dtype_, out.shape());
+        be.convert(in_gemm, dropped);
+      }
     }
+    in_gemm_[l + 1] = in_gemm;
   }
   Tensor y = out_[L - 1].tensor();
   if (!opt_.batch_first) return y;
@@ -126,55 +156,54 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
   return y_bf;
 }
 
-void Lstm::forward_direction(Backend& be, int64_t l, int64_t d, Tensor in, Tensor h0, Tensor c0) {
-  const DType dt = params_.dtype();
+void Lstm::forward_direction(Backend& be, int64_t l, int64_t d, Tensor h0, Tensor c0) {
+  const DType dt = params_.dtype(), gt = gemm_dtype_;
   const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l);
-  const int64_t rows = T_ * B_;
-  const Weights& w = weights_[l * D + d];
-  Saved& sv = saved_[l * D + d];
+  const int64_t s = l * D + d, rows = T_ * B_;
+  const Weights& w = weights_[s];
+  Saved& sv = saved_[s];
   Tensor gates = sv.gates.get(be, dt, {T_, B_, 4 * H});  // (T, B, 4H)
   Tensor c = sv.c.get(be, dt, {T_, B_, H});              // (T, B, H)
   Tensor tanh_c = sv.tanh_c.get(be, dt, {T_, B_, H});    // (T, B, H)
   Tensor out = out_[l].tensor();                         // (T, B, D*H)
   if (T_ == 0 || B_ == 0) return;
+  // GEMM operands: the f32 tensors, or their bf16 copies.
+  const Tensor in_g = in_gemm_[l];  // (T, B, I)
+  const Tensor w_ih = low() ? sv.w_ih_low.tensor() : params_.value(w.w_ih);
+  const Tensor w_hh = low() ? sv.w_hh_low.tensor() : params_.value(w.w_hh);
+  const Tensor out_g = low() ? out_low_[l].tensor() : out;
+  const Tensor h0_g = low() ? h0_low_.tensor().slice(s, s + 1) : h0;
 
-  // G(T*B, 4H) = in(T*B, I) W_ih^T + b_ih + b_hh
-  be.broadcast_rows(gates.reshape({rows, 4 * H}), params_.value(w.b_ih), params_.value(w.b_hh));
-  GemmShape input_proj{.trans_b = true,
-                       .m = rows,
-                       .n = 4 * H,
-                       .k = I,
-                       .lda = I,
-                       .ldb = I,
-                       .ldc = 4 * H,
-                       .beta = 1.0f};
-  be.gemm(input_proj, dt, in.data(), params_.value(w.w_ih).data(), gates.data());
+  // G(T*B, 4H) = in(T*B, I) W_ih^T + (b_ih + b_hh)
+  Tensor bias = sv.bias.get(be, dt, {4 * H});
+  be.copy(bias, params_.value(w.b_ih));
+  be.add(bias, params_.value(w.b_hh));
+  GemmShape proj{.trans_b = true, .m = rows, .n = 4 * H, .k = I, .lda = I, .ldb = I};
+  proj.ldc = 4 * H;
+  proj.bias = true;
+  be.gemm(proj, gt, in_g.data(), w_ih.data(), gates.data(), bias.data());
+  Tensor rec_out = sv.rec.get(be, dt, {B_, 4 * H});  // (B, 4H) recurrent GEMM output
 
   for (int64_t step = 0; step < T_; ++step) {
     const int64_t t = d == 0 ? step : T_ - 1 - step;
     const int64_t t_prev = d == 0 ? t - 1 : t + 1;
-    const void* h_prev = step == 0 ? h0.data() : at(out, t_prev * B_ * D * H + d * H);
-    const int64_t ld_prev = step == 0 ? H : D * H;
-    const void* c_prev = step == 0 ? c0.data() : at(c, t_prev * B_ * H);
+    const void* h_prev = step == 0 ? h0_g.data() : at(out_g, t_prev * B_ * D * H + d * H);
     void* g_t = at(gates, t * B_ * 4 * H);
-    // G[t](B, 4H) += h_prev(B, H) W_hh^T
-    GemmShape rec{.trans_b = true,
-                  .m = B_,
-                  .n = 4 * H,
-                  .k = H,
-                  .lda = ld_prev,
-                  .ldb = H,
-                  .ldc = 4 * H,
-                  .beta = 1.0f};
-    be.gemm(rec, dt, h_prev, params_.value(w.w_hh).data(), g_t);
-    LstmCellForward cell{.batch = B_,
-                         .hidden = H,
-                         .gates = g_t,
-                         .c_prev = c_prev,
-                         .c = at(c, t * B_ * H),
-                         .tanh_c = at(tanh_c, t * B_ * H),
-                         .h = at(out, t * B_ * D * H + d * H),
-                         .ldh = D * H};
+    // R(B, 4H) = h_prev(B, H) W_hh^T; the cell adds it to G[t]
+    GemmShape rec{.trans_b = true, .m = B_, .n = 4 * H, .k = H, .ldb = H, .ldc = 4 * H};
+    rec.lda = step == 0 ? H : D * H;
+    be.gemm(rec, gt, h_prev, w_hh.data(), rec_out.data());
+    LstmCellForward cell;
+    cell.batch = B_;
+    cell.hidden = H;
+    cell.gates = g_t;
+    cell.gates_rec = rec_out.data();
+    cell.c_prev = step == 0 ? c0.data() : at(c, t_prev * B_ * H);
+    cell.c = at(c, t * B_ * H);
+    cell.tanh_c = at(tanh_c, t * B_ * H);
+    cell.h = at(out, t * B_ * D * H + d * H);
+    cell.ldh = D * H;
+    cell.h_bf16 = low() ? at(out_g, t * B_ * D * H + d * H) : nullptr;
     be.lstm_cell_forward(cell, dt);
   }
 }
@@ -198,11 +227,10 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
   dh0_.get(be, dt, state_shape);
   dc0_.get(be, dt, state_shape);
   for (int64_t l = L - 1; l >= 0; --l) {
-    Tensor in = l == 0 ? x_ : (dropout_active_ ? dropped_[l - 1].tensor() : out_[l - 1].tensor());
     Tensor din = din_[l].get(be, dt, {T_, B_, layer_input_size(l)});  // (T, B, I_l)
     for (int64_t d = 0; d < D; ++d) {
       const int64_t s = l * D + d;
-      backward_direction(be, l, d, in, dout, din, dh_n.empty() ? Tensor() : dh_n.slice(s, s + 1),
+      backward_direction(be, l, d, dout, din, dh_n.empty() ? Tensor() : dh_n.slice(s, s + 1),
                          dc_n.empty() ? Tensor() : dc_n.slice(s, s + 1));
     }
     dout = din;
@@ -214,45 +242,46 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
   return dx;
 }
 
-void Lstm::backward_direction(Backend& be, int64_t l, int64_t d, Tensor in, Tensor dout, Tensor din,
+void Lstm::backward_direction(Backend& be, int64_t l, int64_t d, Tensor dout, Tensor din,
                               Tensor dh_n, Tensor dc_n) {
-  const DType dt = params_.dtype();
+  const DType dt = params_.dtype(), gt = gemm_dtype_;
   const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l);
   const int64_t s = l * D + d, rows = T_ * B_;
   const Weights& w = weights_[s];
   Saved& sv = saved_[s];
   Tensor gates = sv.gates.tensor(), c = sv.c.tensor(), tanh_c = sv.tanh_c.tensor();
   Tensor dgates = sv.dgates.get(be, dt, {T_, B_, 4 * H});  // (T, B, 4H)
-  Tensor out = out_[l].tensor();                           // (T, B, D*H)
-  Tensor h_init = h0_.tensor().slice(s, s + 1), c_init = c0_.tensor().slice(s, s + 1);
+  Tensor c_init = c0_.tensor().slice(s, s + 1);           // (1, B, H)
   Tensor dh = dh_.get(be, dt, {B_, H}), dc = dc_.get(be, dt, {B_, H});  // (B, H)
-  if (dh_n.empty())
-    be.fill(dh, 0.0);
-  else
-    be.copy(dh, dh_n);
-  if (dc_n.empty())
-    be.fill(dc, 0.0);
-  else
-    be.copy(dc, dc_n);
+  // GEMM operands: the f32 tensors, or their bf16 copies.
+  const Tensor dg_g = low() ? sv.dgates_low.get(be, gt, {T_, B_, 4 * H}) : dgates;
+  const Tensor in_g = in_gemm_[l];  // (T, B, I)
+  const Tensor w_ih = low() ? sv.w_ih_low.tensor() : params_.value(w.w_ih);
+  const Tensor w_hh = low() ? sv.w_hh_low.tensor() : params_.value(w.w_hh);
+  const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*H)
+  const Tensor h_init_g = low() ? h0_low_.tensor().slice(s, s + 1) : h0_.tensor().slice(s, s + 1);
+  if (dh_n.empty()) be.fill(dh, 0.0); else be.copy(dh, dh_n);
+  if (dc_n.empty()) be.fill(dc, 0.0); else be.copy(dc, dc_n);
 
   for (int64_t step = T_ - 1; step >= 0; --step) {
     const int64_t t = d == 0 ? step : T_ - 1 - step;
     const int64_t t_prev = d == 0 ? t - 1 : t + 1;
-    void* dg_t = at(dgates, t * B_ * 4 * H);
-    LstmCellBackward cell{.batch = B_,
-                          .hidden = H,
-                          .gates = at(gates, t * B_ * 4 * H),
-                          .c_prev = step == 0 ? c_init.data() : at(c, t_prev * B_ * H),
-                          .tanh_c = at(tanh_c, t * B_ * H),
-                          .dh_out = at(dout, t * B_ * D * H + d * H),
-                          .ld_dh_out = D * H,
-                          .dh_rec = dh.data(),
-                          .dc = dc.data(),
-                          .dgates = dg_t};
+    LstmCellBackward cell;
+    cell.batch = B_;
+    cell.hidden = H;
+    cell.gates = at(gates, t * B_ * 4 * H);
+    cell.c_prev = step == 0 ? c_init.data() : at(c, t_prev * B_ * H);
+    cell.tanh_c = at(tanh_c, t * B_ * H);
+    cell.dh_out = at(dout, t * B_ * D * H + d * H);
+    cell.ld_dh_out = D * H;
+    cell.dh_rec = dh.data();
+    cell.dc = dc.data();
+    cell.dgates = at(dgates, t * B_ * 4 * H);
+    cell.dgates_bf16 = low() ? at(dg_g, t * B_ * 4 * H) : nullptr;
     be.lstm_cell_backward(cell, dt);
     // dh(B, H) = dG[t](B, 4H) W_hh(4H, H)
-    GemmShape rec{.m = B_, .n = H, .k = 4 * H, .lda = 4 * H, .ldb = H, .ldc = H};
-    be.gemm(rec, dt, dg_t, params_.value(w.w_hh).data(), dh.data());
+    const GemmShape rec{.m = B_, .n = H, .k = 4 * H, .lda = 4 * H, .ldb = H, .ldc = H};
+    be.gemm(rec, gt, at(dg_g, t * B_ * 4 * H), w_hh.data(), dh.data());
   }
   be.copy(dh0_.tensor().slice(s, s + 1).reshape({B_, H}), dh);
   be.copy(dc0_.tensor().slice(s, s + 1).reshape({B_, H}), dc);
@@ -263,44 +292,29 @@ void Lstm::backward_direction(Backend& be, int64_t l, int64_t d, Tensor in, Tens
 
   // dW_hh(4H, H) += dG[first step]^T h_init + dG[other steps]^T out[their previous steps]
   const int64_t t_first = d == 0 ? 0 : T_ - 1;
-  GemmShape first{
-      .trans_a = true, .m = 4 * H, .n = H, .k = B_, .lda = 4 * H, .ldb = H, .ldc = H, .beta = 1.0f};
-  be.gemm(first, dt, at(dgates, t_first * B_ * 4 * H), h_init.data(), params_.grad(w.w_hh).data());
+  GemmShape first{.trans_a = true, .m = 4 * H, .n = H, .k = B_, .lda = 4 * H, .ldb = H, .ldc = H};
+  first.beta = 1.0f;
+  be.gemm(first, gt, at(dg_g, t_first * B_ * 4 * H), h_init_g.data(), params_.grad(w.w_hh).data());
   if (T_ > 1) {
     const int64_t dg_start = d == 0 ? 1 : 0, h_start = d == 0 ? 0 : 1;
-    GemmShape rest{.trans_a = true,
-                   .m = 4 * H,
-                   .n = H,
-                   .k = (T_ - 1) * B_,
-                   .lda = 4 * H,
-                   .ldb = D * H,
-                   .ldc = H,
-                   .beta = 1.0f};
-    be.gemm(rest, dt, at(dgates, dg_start * B_ * 4 * H), at(out, h_start * B_ * D * H + d * H),
+    GemmShape rest{.trans_a = true, .m = 4 * H, .n = H, .k = (T_ - 1) * B_, .lda = 4 * H};
+    rest.ldb = D * H;
+    rest.ldc = H;
+    rest.beta = 1.0f;
+    be.gemm(rest, gt, at(dg_g, dg_start * B_ * 4 * H), at(out_g, h_start * B_ * D * H + d * H),
             params_.grad(w.w_hh).data());
   }
   // dW_ih(4H, I) += dG^T(4H, T*B) in(T*B, I)
-  GemmShape dwih{.trans_a = true,
-                 .m = 4 * H,
-                 .n = I,
-                 .k = rows,
-                 .lda = 4 * H,
-                 .ldb = I,
-                 .ldc = I,
-                 .beta = 1.0f};
-  be.gemm(dwih, dt, dgates.data(), in.data(), params_.grad(w.w_ih).data());
+  GemmShape dwih{.trans_a = true, .m = 4 * H, .n = I, .k = rows, .lda = 4 * H, .ldb = I, .ldc = I};
+  dwih.beta = 1.0f;
+  be.gemm(dwih, gt, dg_g.data(), in_g.data(), params_.grad(w.w_ih).data());
   Tensor dg_rows = dgates.reshape({rows, 4 * H});
   be.sum_rows_acc(params_.grad(w.b_ih), dg_rows);
   be.sum_rows_acc(params_.grad(w.b_hh), dg_rows);
   // din(T*B, I) (=, += for the reverse direction) = dG(T*B, 4H) W_ih(4H, I)
-  GemmShape dx{.m = rows,
-               .n = I,
-               .k = 4 * H,
-               .lda = 4 * H,
-               .ldb = I,
-               .ldc = I,
-               .beta = d == 0 ? 0.0f : 1.0f};
-  be.gemm(dx, dt, dgates.data(), params_.value(w.w_ih).data(), din.data());
+  GemmShape dx{.m = rows, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
+  dx.beta = d == 0 ? 0.0f : 1.0f;
+  be.gemm(dx, gt, dg_g.data(), w_ih.data(), din.data());
 }
 
 }  // namespace seqforge

@@ -12,23 +12,28 @@
 namespace seqforge {
 
 // C(m, n) = alpha * op(A) * op(B) + beta * C, row-major; op(A) is (m, k), op(B) is (k, n).
-// Leading dimensions are in elements; A with trans_a is stored (k, m).
+// Leading dimensions are in elements; A with trans_a is stored (k, m). A and B are of the GEMM's
+// dtype; C is f32 when they are bf16 (mixed precision: bf16 operands, f32 accumulation).
+// With `bias`, C += bias(n) broadcast over rows (same dtype as C; alpha must be 1).
 struct GemmShape {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldc = 0;
   float alpha = 1.0f, beta = 0.0f;
+  bool bias = false;
 };
 
 // One LSTM time step for a batch (forward). Gate order i, f, g, o.
 struct LstmCellForward {
   int64_t batch = 0, hidden = 0;
   void* gates = nullptr;         // (B, 4H) pre-activations in, activations out
+  const void* gates_rec = nullptr;  // (B, 4H) optional: added to the pre-activations first
   const void* c_prev = nullptr;  // (B, H)
   void* c = nullptr;             // (B, H) out
   void* tanh_c = nullptr;        // (B, H) out
   void* h = nullptr;             // (B, H) out, rows ldh apart
   int64_t ldh = 0;
+  void* h_bf16 = nullptr;        // optional bf16 copy of h for bf16 GEMMs, rows ldh apart
 };
 
 // The matching backward step.
@@ -42,6 +47,7 @@ struct LstmCellBackward {
   const void* dh_rec = nullptr;  // (B, H) gradient from step t+1, or null
   void* dc = nullptr;            // (B, H) in: dL/dc_t from later steps; out: dL/dc_{t-1}
   void* dgates = nullptr;        // (B, 4H) out: gradient of the gate pre-activations
+  void* dgates_bf16 = nullptr;   // optional bf16 copy of dgates for bf16 GEMMs
 };
 
 struct AdamParams {
@@ -69,9 +75,15 @@ class Backend {
   virtual void free(void* ptr) = 0;
   virtual void copy(Tensor dst, Tensor src) = 0;  // same dtype and element count
   virtual void fill(Tensor dst, double value) = 0;
+  // dst = src converted to dst's dtype (f32, f64, bf16, f16), same element count.
+  virtual void convert(Tensor dst, Tensor src) = 0;
   virtual void synchronize() {}
 
-  virtual void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c) = 0;
+  void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
+            const void* bias = nullptr) {
+    SF_CHECK(s.bias == (bias != nullptr) && (!s.bias || s.alpha == 1.0f), "gemm bias");
+    run_gemm(s, dtype, a, b, c, bias);
+  }
 
   // y(R, N) = b1 + b2 broadcast over rows (b2 may be empty).
   virtual void broadcast_rows(Tensor y, Tensor b1, Tensor b2) = 0;
@@ -109,11 +121,16 @@ class Backend {
   virtual void scale(Tensor x, double alpha) = 0;
   virtual void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& p) = 0;
   virtual void sgd_step(Tensor params, Tensor grads, Tensor momentum, const SgdParams& p) = 0;
+
+ protected:
+  virtual void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
+                        const void* bias) = 0;
 };
 
-// The scalar reference backend (single thread; f32, f64).
+// The scalar reference backend (single thread; f32 and f64, and bf16 GEMM operands).
 std::unique_ptr<Backend> make_reference_backend();
-// The CPU backend (oneDNN GEMMs, OpenMP kernels; f32 fast, f64 through the reference kernels).
+// The CPU backend (oneDNN GEMMs in f32 and bf16, SIMD kernels over the OpenMP pool; f64 through
+// the reference kernels).
 std::unique_ptr<Backend> make_cpu_backend();
 // By name: "cpu" or "reference". Throws on an unknown name.
 std::unique_ptr<Backend> make_backend(std::string_view name);

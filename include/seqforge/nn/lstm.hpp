@@ -34,6 +34,11 @@ class Lstm {
   Tensor dh0() const { return dh0_.tensor(); }
   Tensor dc0() const { return dc0_.tensor(); }
 
+  // GEMM operand dtype: the parameters' dtype (default), or bf16 for mixed precision (f32 master
+  // weights, cell state and accumulation; bf16 copies of weights and activations feed the GEMMs).
+  void set_gemm_dtype(DType dtype);
+  DType gemm_dtype() const { return gemm_dtype_; }
+
   const LstmOptions& options() const { return opt_; }
   int64_t directions() const { return opt_.bidirectional ? 2 : 1; }
   int64_t output_size() const { return directions() * opt_.hidden_size; }
@@ -42,21 +47,27 @@ class Lstm {
   struct Weights {
     size_t w_ih, w_hh, b_ih, b_hh;  // (4H, I_l), (4H, H), (4H), (4H)
   };
-  struct Saved {       // per layer and direction
-    Buffer gates;      // (T, B, 4H) activations
-    Buffer c, tanh_c;  // (T, B, H)
-    Buffer dgates;     // (T, B, 4H) backward scratch
+  struct Saved {         // per layer and direction
+    Buffer gates;        // (T, B, 4H) activations
+    Buffer c, tanh_c;    // (T, B, H)
+    Buffer dgates;       // (T, B, 4H) backward scratch
+    Buffer dgates_low;   // (T, B, 4H) bf16 copy of dgates
+    Buffer bias;         // (4H) b_ih + b_hh
+    Buffer rec;          // (B, 4H) one step's recurrent GEMM output
+    Buffer w_ih_low, w_hh_low;  // bf16 copies of the weights
   };
 
   int64_t layer_input_size(int64_t layer) const;
-  void forward_direction(Backend& be, int64_t layer, int64_t dir, Tensor in, Tensor h0, Tensor c0);
-  void backward_direction(Backend& be, int64_t layer, int64_t dir, Tensor in, Tensor dout,
-                          Tensor din, Tensor dh_n, Tensor dc_n);
+  bool low() const { return gemm_dtype_ != params_.dtype(); }
+  void forward_direction(Backend& be, int64_t layer, int64_t dir, Tensor h0, Tensor c0);
+  void backward_direction(Backend& be, int64_t layer, int64_t dir, Tensor dout, Tensor din,
+                          Tensor dh_n, Tensor dc_n);
 
   Parameters& params_;
   LstmOptions opt_;
   std::vector<Weights> weights_;  // [layer * D + dir]
   std::vector<Saved> saved_;      // [layer * D + dir]
+  DType gemm_dtype_;
   int64_t T_ = 0, B_ = 0;
   bool dropout_active_ = false;
 
@@ -65,6 +76,11 @@ class Lstm {
   std::vector<Buffer> out_;      // [layer] (T, B, D*H)
   std::vector<Buffer> mask_;     // [layer < L-1] dropout masks (T, B, D*H)
   std::vector<Buffer> dropped_;  // [layer < L-1] masked outputs (T, B, D*H)
+  std::vector<Tensor> in_gemm_;  // [layer] the layer's input as GEMM operand (T, B, I_l)
+  Buffer x_low_;                 // bf16 input (T, B, I)
+  std::vector<Buffer> out_low_;  // [layer] bf16 copy of out_ (T, B, D*H)
+  std::vector<Buffer> dropped_low_;  // [layer < L-1] bf16 masked outputs
+  Buffer h0_low_;                // (D*L, B, H) bf16 initial states
   Buffer zeros_;                 // (B, H) zero state
   Buffer h0_, c0_;               // (D*L, B, H) initial states used
   Buffer h_n_, c_n_;             // (D*L, B, H)

@@ -30,6 +30,9 @@ class SequenceModel {
   // Returns dx for feature inputs (empty for ids).
   Tensor backward(Backend& be, Tensor dy, Tensor dh_n = {}, Tensor dc_n = {});
 
+  // GEMM operand dtype of the LSTM (bf16: mixed precision); the head stays in full precision.
+  void set_gemm_dtype(DType dtype) { lstm_->set_gemm_dtype(dtype); }
+
   Parameters& parameters() { return params_; }
   Lstm& lstm() { return *lstm_; }
   const ModelOptions& options() const { return opt_; }

@@ -39,13 +39,22 @@ class CpuBackend final : public Backend {
   void free(void* p) override { ref_->free(p); }
   void copy(Tensor dst, Tensor src) override { ref_->copy(dst, src); }
   void fill(Tensor dst, double value) override { ref_->fill(dst, value); }
+  void convert(Tensor dst, Tensor src) override {
+    SF_CHECK(dst.numel() == src.numel(), dst.shape().str(), " <- ", src.shape().str());
+    const size_t e_src = dtype_size(src.dtype()), e_dst = dtype_size(dst.dtype());
+    parallel_rows(src.numel(), 1, [&](int64_t i0, int64_t i1) {
+      seqforge::convert(static_cast<const char*>(src.data()) + i0 * e_src, src.dtype(),
+                        static_cast<char*>(dst.data()) + i0 * e_dst, dst.dtype(),
+                        static_cast<size_t>(i1 - i0));
+    });
+  }
 
-  void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c) override {
-    if (dtype == DType::f32) {
-      gemm_.run(s, static_cast<const float*>(a), static_cast<const float*>(b),
-                static_cast<float*>(c));
+  void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
+                const void* bias) override {
+    if (dtype == DType::f32 || dtype == DType::bf16) {
+      gemm_.run(s, dtype, a, b, static_cast<float*>(c), static_cast<const float*>(bias));
     } else {
-      ref_->gemm(s, dtype, a, b, c);
+      ref_->gemm(s, dtype, a, b, c, bias);
     }
   }
 

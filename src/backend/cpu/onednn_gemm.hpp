@@ -1,5 +1,6 @@
 #pragma once
-// f32 GEMM through oneDNN matmul primitives, created once per shape and cached.
+// GEMMs through oneDNN matmul primitives (f32, or bf16 operands with f32 output), created once
+// per shape and cached.
 #include <map>
 #include <memory>
 #include <tuple>
@@ -12,7 +13,8 @@ class OneDnnGemm {
  public:
   OneDnnGemm();
   ~OneDnnGemm();
-  void run(const GemmShape& s, const float* a, const float* b, float* c);
+  void run(const GemmShape& s, DType operands, const void* a, const void* b, float* c,
+           const float* bias);
   size_t cached_primitives() const;
 
  private:

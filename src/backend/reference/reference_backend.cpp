@@ -50,10 +50,22 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c) override {
+  void convert(Tensor dst, Tensor src) override {
+    SF_CHECK(dst.numel() == src.numel(), dst.shape().str(), " <- ", src.shape().str());
+    seqforge::convert(src.data(), src.dtype(), dst.data(), dst.dtype(),
+                      static_cast<size_t>(src.numel()));
+  }
+
+  void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
+                const void* bias) override {
+    if (dtype == DType::bf16) {
+      ref::gemm(s, static_cast<const bf16*>(a), static_cast<const bf16*>(b), static_cast<float*>(c),
+                static_cast<const float*>(bias), 0, s.m);
+      return;
+    }
     dispatch_float(dtype, [&]<typename T>() {
-      ref::gemm<T>(s, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), 0,
-                   s.m);
+      ref::gemm<T>(s, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c),
+                   static_cast<const T*>(bias), 0, s.m);
     });
   }
 

@@ -4,6 +4,8 @@
 // transcendental that is well-behaved for every input.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/pointwise_simd.cpp"
+#include <cstring>
+
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 // clang-format off
 #include <hwy/highway.h>
@@ -16,6 +18,15 @@
 HWY_BEFORE_NAMESPACE();
 namespace seqforge::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// bf16 by rounding to nearest even, branch-free so that it vectorizes (NaN payloads aside).
+HWY_INLINE void to_bf16_row(const float* src, bf16* dst, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t u;
+    std::memcpy(&u, src + j, 4);
+    dst[j].bits = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+}
 
 template <class D, class V>
 HWY_INLINE V Sigmoid(D d, V x) {
@@ -33,6 +44,13 @@ void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
     float* c = static_cast<float*>(p.c) + b * H;
     float* tanh_c = static_cast<float*>(p.tanh_c) + b * H;
     float* h = static_cast<float*>(p.h) + b * p.ldh;
+    if (p.gates_rec) {  // pre-activations += the recurrent GEMM's output
+      const float* rec = static_cast<const float*>(p.gates_rec) + b * 4 * H;
+      const int64_t n_vec = 4 * H / N * N;
+      for (int64_t j = 0; j < n_vec; j += N)
+        hn::StoreU(hn::Add(hn::LoadU(d, gates + j), hn::LoadU(d, rec + j)), d, gates + j);
+      for (int64_t j = n_vec; j < 4 * H; ++j) gates[j] += rec[j];
+    }
     for (int64_t j = 0; j < H_vec; j += N) {
       const auto i = Sigmoid(d, hn::LoadU(d, gates + j));
       const auto f = Sigmoid(d, hn::LoadU(d, gates + H + j));
@@ -61,6 +79,7 @@ void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
         h[j] = o * tanh_c[j];
       }
     }
+    if (p.h_bf16) to_bf16_row(h, static_cast<bf16*>(p.h_bf16) + b * p.ldh, H);
   }
 }
 
@@ -106,6 +125,7 @@ void LstmCellBackwardRows(const LstmCellBackward& p, int64_t r0, int64_t r1) {
       dgates[3 * H + j] = dh * tc * o * (1.0f - o);
       dc[j] = dct * f;
     }
+    if (p.dgates_bf16) to_bf16_row(dgates, static_cast<bf16*>(p.dgates_bf16) + b * 4 * H, 4 * H);
   }
 }
 

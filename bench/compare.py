@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""seqforge against PyTorch on the benchmark workloads, side by side in one run.
+
+Usage: /usr/bin/python3 bench/compare.py [W1 W2 ...] [--precision fp32 bf16] [--steps N]
+                                         [--rounds R] [--seqforge build/seqforge] [--json FILE]
+For every workload and precision, the two engines run alternately, R rounds of N timed steps
+each, every run in a fresh process (so peak memory is per workload). The table shows medians of
+all timed steps and the ratio PyTorch / seqforge, plus seqforge's step time over its GEMM floor
+and each engine's peak resident memory.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd):
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        subprocess.run(cmd + ["--json", f.name], check=True, stdout=subprocess.DEVNULL)
+        return json.load(open(f.name))[0]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("workloads", nargs="*", default=["W1", "W2", "W3", "W4"])
+    p.add_argument("--precision", nargs="+", default=["fp32", "bf16"])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seqforge", default=os.path.join(HERE, "..", "build", "seqforge"))
+    p.add_argument("--json")
+    a = p.parse_args()
+    rows = []
+    print("%-3s %-5s %12s %12s %8s %10s %10s %10s" % ("id", "prec", "seqforge ms", "PyTorch ms",
+                                                      "speedup", "sf/floor", "sf MB", "torch MB"))
+    for wid in a.workloads:
+        for prec in a.precision:
+            sf_steps, pt_steps, floors, sf_mb, pt_mb = [], [], [], [], []
+            # W3 steps are short: more of them for the same confidence.
+            steps = a.steps * (20 if wid == "W3" else 1)
+            for _ in range(a.rounds):
+                s = run([a.seqforge, "bench", wid, "--precision", prec, "--steps", str(steps)])
+                t = run(["/usr/bin/python3", os.path.join(HERE, "pytorch_bench.py"), wid,
+                         "--precision", prec, "--steps", str(steps)])
+                sf_steps += s["step_ms"]
+                pt_steps += t["step_ms"]
+                floors.append(s["floor_ratio"])
+                sf_mb.append(s["peak_mb"])
+                pt_mb.append(t["peak_mb"])
+            sf, pt = statistics.median(sf_steps), statistics.median(pt_steps)
+            row = dict(id=wid, precision=prec, seqforge_ms=sf, pytorch_ms=pt, speedup=pt / sf,
+                       floor_ratio=statistics.median(floors), seqforge_mb=max(sf_mb),
+                       pytorch_mb=max(pt_mb))
+            rows.append(row)
+            print("%-3s %-5s %12.2f %12.2f %7.2fx %10.2f %10.0f %10.0f" % (
+                wid, prec, sf, pt, pt / sf, row["floor_ratio"], row["seqforge_mb"],
+                row["pytorch_mb"]), flush=True)
+    by = {(r["id"], r["precision"]): r for r in rows}
+    for wid in a.workloads:
+        if (wid, "fp32") in by and (wid, "bf16") in by:
+            print("%s seqforge bf16 vs fp32: %.2fx" % (
+                wid, by[(wid, "fp32")]["seqforge_ms"] / by[(wid, "bf16")]["seqforge_ms"]))
+    if a.json:
+        json.dump(rows, open(a.json, "w"), indent=2)
+
+
+if __name__ == "__main__":
+    main()
