@@ -1,26 +1,56 @@
 #include "backend/cpu/onednn_gemm.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 
 namespace seqforge::cpu {
 
 namespace {
+// One CPU engine for the process: per-thread streams and scratch memory are bound to it.
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// A thread's scratch memory for oneDNN, grown to the largest primitive's need and kept.
+struct Scratch {
+  std::unique_ptr<char[]> data;
+  size_t bytes = 0;
+  dnnl::memory mem;
+  dnnl::memory& get(const dnnl::engine& engine, size_t need) {
+    if (need > bytes || !mem) {
+      bytes = std::max<size_t>(need, 64);
+      data.reset(new char[bytes + 64]);
+      void* p = data.get();
+      size_t space = bytes + 64;
+      std::align(64, bytes, p, space);
+      mem = dnnl::memory(
+          {{static_cast<int64_t>(bytes)}, dnnl::memory::data_type::u8, dnnl::memory::format_tag::x},
+          engine, p);
+    }
+    return mem;
+  }
+};
+
 using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
                        float, bool, DType>;
 Key key_of(const GemmShape& s, DType operands) {
-  return {s.trans_a, s.trans_b, s.m, s.n, s.k, s.lda, s.ldb, s.ldc, s.alpha, s.beta, s.bias,
-          operands};
+  return {s.trans_a, s.trans_b, s.m,     s.n,    s.k,    s.lda,
+          s.ldb,     s.ldc,     s.alpha, s.beta, s.bias, operands};
 }
 }  // namespace
 
 struct OneDnnGemm::Impl {
   struct Entry {
     dnnl::matmul prim;
-    dnnl::memory a, b, c, bias;
+    dnnl::memory::desc a, b, c, bias;
+    size_t scratch_bytes;
+    uint64_t id;  // unique for the process's lifetime; keys per-thread state
   };
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
+  const dnnl::engine& engine = cpu_engine();
   std::mutex mutex;
   std::map<Key, Entry> cache;
 
@@ -37,6 +67,9 @@ struct OneDnnGemm::Impl {
     const dnnl::memory::desc c_md({s.m, s.n}, dt::f32, dims{s.ldc, 1});
     const dnnl::memory::desc bias_md({1, s.n}, dt::f32, dims{s.n, 1});
     dnnl::primitive_attr attr;
+    // Scratch memory comes from a buffer kept per thread: oneDNN's own would be allocated, and
+    // page-faulted in, on every call.
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
     if (s.beta != 0.0f) {
       dnnl::post_ops ops;
@@ -46,9 +79,9 @@ struct OneDnnGemm::Impl {
     const dnnl::matmul::desc desc = s.bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
                                            : dnnl::matmul::desc(a_md, b_md, c_md);
     const dnnl::matmul::primitive_desc pd(desc, attr, engine);
-    Entry e{dnnl::matmul(pd), dnnl::memory(a_md, engine, nullptr),
-            dnnl::memory(b_md, engine, nullptr), dnnl::memory(c_md, engine, nullptr),
-            dnnl::memory(bias_md, engine, nullptr)};
+    static std::atomic<uint64_t> next_id{0};
+    Entry e{dnnl::matmul(pd), a_md, b_md, c_md, bias_md, pd.scratchpad_desc().get_size(),
+            next_id++};
     return cache.emplace(key, std::move(e)).first->second;
   }
 };
@@ -72,21 +105,39 @@ void OneDnnGemm::run(const GemmShape& s, DType operands, const void* a, const vo
     }
     return;
   }
-  Impl::Entry& e = impl_->get(s, operands);
-  e.a.set_data_handle(const_cast<void*>(a));
-  e.b.set_data_handle(const_cast<void*>(b));
-  e.c.set_data_handle(c);
-  if (bias) {
-    e.bias.set_data_handle(const_cast<float*>(bias));
-    e.prim.execute(impl_->stream, {{DNNL_ARG_SRC, e.a},
-                                   {DNNL_ARG_WEIGHTS, e.b},
-                                   {DNNL_ARG_BIAS, e.bias},
-                                   {DNNL_ARG_DST, e.c}});
-  } else {
-    e.prim.execute(impl_->stream,
-                   {{DNNL_ARG_SRC, e.a}, {DNNL_ARG_WEIGHTS, e.b}, {DNNL_ARG_DST, e.c}});
+  const Impl::Entry& e = impl_->get(s, operands);
+  // Memory objects and argument lists per thread and primitive, made once, so that GEMMs may
+  // run concurrently and a call allocates nothing.
+  struct Args {
+    dnnl::memory a, b, c, bias;
+    std::unordered_map<int, dnnl::memory> plain, with_bias;
+  };
+  thread_local std::map<uint64_t, Args> args_of;
+  thread_local Scratch scratch;
+  thread_local dnnl::stream stream(impl_->engine);
+  auto [it, fresh] = args_of.try_emplace(e.id);
+  Args& m = it->second;
+  dnnl::memory& scratch_mem = scratch.get(impl_->engine, e.scratch_bytes);
+  if (fresh || m.plain.at(DNNL_ARG_SCRATCHPAD) != scratch_mem) {
+    if (fresh) {
+      m.a = dnnl::memory(e.a, impl_->engine, nullptr);
+      m.b = dnnl::memory(e.b, impl_->engine, nullptr);
+      m.c = dnnl::memory(e.c, impl_->engine, nullptr);
+      m.bias = dnnl::memory(e.bias, impl_->engine, nullptr);
+    }
+    m.plain = {{DNNL_ARG_SRC, m.a},
+               {DNNL_ARG_WEIGHTS, m.b},
+               {DNNL_ARG_DST, m.c},
+               {DNNL_ARG_SCRATCHPAD, scratch_mem}};
+    m.with_bias = m.plain;
+    m.with_bias[DNNL_ARG_BIAS] = m.bias;
   }
-  impl_->stream.wait();
+  m.a.set_data_handle(const_cast<void*>(a));
+  m.b.set_data_handle(const_cast<void*>(b));
+  m.c.set_data_handle(c);
+  if (bias) m.bias.set_data_handle(const_cast<float*>(bias));
+  e.prim.execute(stream, bias ? m.with_bias : m.plain);
+  stream.wait();
 }
 
 }  // namespace seqforge::cpu
