@@ -185,6 +185,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   SequenceModel model(w.model);
   model.initialize(be, 1);
   model.set_gemm_dtype(gemm_dtype);
+  model.set_input_grad(false);  // the input is data
   Optimizer optimizer(be, model.parameters(), {.kind = "adam", .lr = 1e-3, .weight_decay = 0});
   Rng rng(2);
 

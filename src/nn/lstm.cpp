@@ -236,6 +236,7 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
     dout = din;
     if (l > 0 && dropout_active_) be.mul(din, din, mask_[l - 1].tensor());
   }
+  if (!input_grad_) return Tensor();
   if (!opt_.batch_first) return dout;
   Tensor dx = dx_bf_.get(be, dt, {B_, T_, opt_.input_size});
   be.transpose01(dx, dout);
@@ -309,8 +310,13 @@ void Lstm::backward_direction(Backend& be, int64_t l, int64_t d, Tensor dout, Te
   dwih.beta = 1.0f;
   be.gemm(dwih, gt, dg_g.data(), in_g.data(), params_.grad(w.w_ih).data());
   Tensor dg_rows = dgates.reshape({rows, 4 * H});
-  be.sum_rows_acc(params_.grad(w.b_ih), dg_rows);
-  be.sum_rows_acc(params_.grad(w.b_hh), dg_rows);
+  // d(b_ih) = d(b_hh) = colsum(dG): summed once, added to both.
+  Tensor db = sv.bias.get(be, dt, {4 * H});
+  be.fill(db, 0.0);
+  be.sum_rows_acc(db, dg_rows);
+  be.add(params_.grad(w.b_ih), db);
+  be.add(params_.grad(w.b_hh), db);
+  if (l == 0 && !input_grad_) return;
   // din(T*B, I) (=, += for the reverse direction) = dG(T*B, 4H) W_ih(4H, I)
   GemmShape dx{.m = rows, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
   dx.beta = d == 0 ? 0.0f : 1.0f;

@@ -28,8 +28,8 @@ class Lstm {
   Tensor h_n() const { return h_n_.tensor(); }
   Tensor c_n() const { return c_n_.tensor(); }
 
-  // dy like y; dh_n, dc_n like h_n or empty. Returns dx like x; dh0(), dc0() (D*L, B, H).
-  // Parameter gradients accumulate.
+  // dy like y; dh_n, dc_n like h_n or empty. Returns dx like x (empty when input gradients are
+  // off); dh0(), dc0() (D*L, B, H). Parameter gradients accumulate.
   Tensor backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n);
   Tensor dh0() const { return dh0_.tensor(); }
   Tensor dc0() const { return dc0_.tensor(); }
@@ -37,6 +37,8 @@ class Lstm {
   // GEMM operand dtype: the parameters' dtype (default), or bf16 for mixed precision (f32 master
   // weights, cell state and accumulation; bf16 copies of weights and activations feed the GEMMs).
   void set_gemm_dtype(DType dtype);
+  // Whether backward computes dx (on by default; off saves a GEMM when the input is data).
+  void set_input_grad(bool on) { input_grad_ = on; }
   DType gemm_dtype() const { return gemm_dtype_; }
 
   const LstmOptions& options() const { return opt_; }
@@ -68,6 +70,7 @@ class Lstm {
   std::vector<Weights> weights_;  // [layer * D + dir]
   std::vector<Saved> saved_;      // [layer * D + dir]
   DType gemm_dtype_;
+  bool input_grad_ = true;
   int64_t T_ = 0, B_ = 0;
   bool dropout_active_ = false;
 

@@ -32,6 +32,8 @@ class SequenceModel {
 
   // GEMM operand dtype of the LSTM (bf16: mixed precision); the head stays in full precision.
   void set_gemm_dtype(DType dtype) { lstm_->set_gemm_dtype(dtype); }
+  // Whether backward returns dx for feature inputs (on by default).
+  void set_input_grad(bool on) { lstm_->set_input_grad(on || embedding_ != nullptr); }
 
   Parameters& parameters() { return params_; }
   Lstm& lstm() { return *lstm_; }
