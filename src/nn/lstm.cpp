@@ -1,22 +1,33 @@
 // LSTM forward and backward.
 //
-// Per layer l and direction d (state index s = l * D + d), time-major:
-//   forward:  G = in W_ih^T + b_ih + b_hh                       one GEMM over all T*B rows
+// Per layer l and direction d (chain s = l * D + d), time-major:
+//   forward:  G = in W_ih^T + (b_ih + b_hh)             one GEMM over all T*B rows
 //             for each step t (t = 0..T-1, or T-1..0 reversed):
-//               G[t] += h_prev W_hh^T;  cell: (G[t], c_prev) -> (c[t], h[t])
+//               R = h_prev W_hh^T;  cell: (G[t] + R, c_prev) -> (c[t], h[t])
 //   backward: for each step in reverse processing order:
 //               cell': (dh_out[t] + dh_rec, dc) -> dG[t], dc;  dh_rec = dG[t] W_hh
 //             dW_ih += dG^T in;  dW_hh += dG^T H_prev;  db_ih, db_hh += colsum(dG)
 //             din (=, += for the second direction) = dG W_ih   one GEMM each
 // h[t] is written straight into the layer output (T, B, D*H) at column d*H, so H_prev for all
 // steps is the output shifted by one step (two GEMMs: the initial state, then the rest).
-// With bf16 GEMMs, the cell kernels also write bf16 copies of h and dG, and every GEMM reads
-// those and bf16 copies of the weights; cell state, gates and all gradients stay f32.
+//
+// Concurrency, where the backend runs several op sequences at once: the two directions of a
+// bidirectional layer run side by side; a unidirectional stack runs as a wavefront, layer l at
+// step t alongside layer l-1 at step t+1, the lower layer's worker computing the upper layer's
+// input projection for each step it finishes (and in backward the upper layer's worker computing
+// the lower layer's output gradient). Each worker's GEMMs then run on one core, which on the
+// small recurrent shapes beats one GEMM split over all cores.
+//
+// With bf16 GEMMs the cell kernels also write bf16 copies of h and dG, and every GEMM reads those
+// and bf16 copies of the weights; cell state, gates and all gradients stay in f32.
 //
 // Gradient rule: parameter gradients accumulate (+=), activation gradients are assigned (=).
 #include "seqforge/nn/lstm.hpp"
 
+#include <immintrin.h>
+
 #include <cmath>
+#include <thread>
 
 #include "seqforge/backend/backend.hpp"
 
@@ -36,10 +47,10 @@ Lstm::Lstm(Parameters& params, const std::string& prefix, const LstmOptions& opt
   if (opt_.num_layers <= 0) fail(where, ": num_layers must be positive, got ", opt_.num_layers);
   if (!(opt_.dropout >= 0.0 && opt_.dropout < 1.0))
     fail(where, ": dropout ", opt_.dropout, " outside [0, 1)");
-  const int64_t H = opt_.hidden_size;
+  const int64_t H = opt_.hidden_size, L = opt_.num_layers;
   const Init init = Init::Uniform(1.0 / std::sqrt(double(H)));
   const std::string base = prefix.empty() ? "" : prefix + ".";
-  for (int64_t l = 0; l < opt_.num_layers; ++l) {
+  for (int64_t l = 0; l < L; ++l) {
     for (int64_t d = 0; d < directions(); ++d) {
       const std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
       Weights w;
@@ -50,14 +61,15 @@ Lstm::Lstm(Parameters& params, const std::string& prefix, const LstmOptions& opt
       weights_.push_back(w);
     }
   }
-  saved_.resize(weights_.size());
-  out_.resize(opt_.num_layers);
-  din_.resize(opt_.num_layers);
-  mask_.resize(opt_.num_layers);
-  dropped_.resize(opt_.num_layers);
-  in_gemm_.resize(opt_.num_layers);
-  out_low_.resize(opt_.num_layers);
-  dropped_low_.resize(opt_.num_layers);
+  chains_.resize(weights_.size());
+  progress_ = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(L));
+  in_gemm_.resize(L);
+  out_.resize(L);
+  out_low_.resize(L);
+  mask_.resize(L);
+  dropped_.resize(L);
+  dropped_low_.resize(L);
+  din_.resize(L);
 }
 
 void Lstm::set_gemm_dtype(DType dtype) {
@@ -71,8 +83,31 @@ int64_t Lstm::layer_input_size(int64_t layer) const {
   return layer == 0 ? opt_.input_size : output_size();
 }
 
+Tensor Lstm::chain_h0(int64_t s) const {
+  return (low() ? h0_low_ : h0_).tensor().slice(s, s + 1);
+}
+
+// Layers of a unidirectional stack that run side by side: one per worker the backend offers.
+int Lstm::wavefront_width(const Backend& be) const {
+  if (directions() == 2 || opt_.num_layers < 2) return 1;
+  return static_cast<int>(std::min<int64_t>(be.concurrency(), opt_.num_layers));
+}
+
+void Lstm::wait_for(int64_t layer, int64_t steps) const {
+  for (int spins = 0; progress_[layer].load(std::memory_order_acquire) < steps; ++spins) {
+    if (failed_.load(std::memory_order_relaxed)) fail("LSTM wavefront: another worker failed");
+    if (spins < 4096) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+// ---- forward ---------------------------------------------------------------------------------
+
 Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training, Rng& rng) {
-  const DType dt = params_.dtype();
+  const DType dt = params_.dtype(), gt = gemm_dtype_;
   SF_CHECK(x.dtype() == dt, "LSTM input dtype ", dtype_name(x.dtype()), ", parameters ",
            dtype_name(dt));
   if (x.shape().rank() != 3 || x.dim(2) != opt_.input_size)
@@ -92,62 +127,109 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
   } else {
     x_ = x;
   }
-  Tensor zeros = zeros_.get(be, dt, {B_, H});
-  be.fill(zeros, 0.0);
   Tensor h_init = h0_.get(be, dt, state_shape), c_init = c0_.get(be, dt, state_shape);
-  if (h0.empty())
-    be.fill(h_init, 0.0);
-  else
-    be.copy(h_init, h0);
-  if (c0.empty())
-    be.fill(c_init, 0.0);
-  else
-    be.copy(c_init, c0);
+  if (h0.empty()) be.fill(h_init, 0.0); else be.copy(h_init, h0);
+  if (c0.empty()) be.fill(c_init, 0.0); else be.copy(c_init, c0);
   Tensor hn = h_n_.get(be, dt, state_shape), cn = c_n_.get(be, dt, state_shape);
 
-  if (low()) {
-    for (size_t s = 0; s < weights_.size(); ++s) {
-      Tensor w_ih = params_.value(weights_[s].w_ih), w_hh = params_.value(weights_[s].w_hh);
-      be.convert(saved_[s].w_ih_low.get(be, gemm_dtype_, w_ih.shape()), w_ih);
-      be.convert(saved_[s].w_hh_low.get(be, gemm_dtype_, w_hh.shape()), w_hh);
+  // Per-chain constants: the summed bias, bf16 weights.
+  for (size_t s = 0; s < chains_.size(); ++s) {
+    Chain& ch = chains_[s];
+    const Weights& w = weights_[s];
+    Tensor bias = ch.bias.get(be, dt, {4 * H});
+    be.copy(bias, params_.value(w.b_ih));
+    be.add(bias, params_.value(w.b_hh));
+    if (low()) {
+      Tensor w_ih = params_.value(w.w_ih), w_hh = params_.value(w.w_hh);
+      be.convert(ch.w_ih_low.get(be, gt, w_ih.shape()), w_ih);
+      be.convert(ch.w_hh_low.get(be, gt, w_hh.shape()), w_hh);
     }
-    be.convert(x_low_.get(be, gemm_dtype_, x_.shape()), x_);
-    be.convert(h0_low_.get(be, gemm_dtype_, state_shape), h_init);
+  }
+  if (low()) {
+    be.convert(x_low_.get(be, gt, x_.shape()), x_);
+    be.convert(h0_low_.get(be, gt, state_shape), h_init);
   }
 
+  // Layer buffers, dropout masks (drawn up front so steps can apply them), GEMM inputs.
   dropout_active_ = training && opt_.dropout > 0.0;
   in_gemm_[0] = low() ? x_low_.tensor() : x_;
   for (int64_t l = 0; l < L; ++l) {
-    Tensor out = out_[l].get(be, dt, {T_, B_, D * H});  // (T, B, D*H)
-    if (low()) out_low_[l].get(be, gemm_dtype_, {T_, B_, D * H});
-    for (int64_t d = 0; d < D; ++d) {
-      const int64_t s = l * D + d;
-      forward_direction(be, l, d, h_init.slice(s, s + 1), c_init.slice(s, s + 1));
-      // Final states: the last step processed (t = T-1 forward, t = 0 reversed).
-      const int64_t t_last = T_ == 0 ? 0 : (d == 0 ? T_ - 1 : 0);
-      if (T_ > 0) {
-        be.copy_rows(at(hn, s * B_ * H), H, at(out, t_last * B_ * D * H + d * H), D * H, B_, H, dt);
-        be.copy(cn.slice(s, s + 1).reshape({B_, H}),
-                saved_[s].c.tensor().slice(t_last, t_last + 1).reshape({B_, H}));
-      } else {
-        be.copy(hn.slice(s, s + 1), h_init.slice(s, s + 1));
-        be.copy(cn.slice(s, s + 1), c_init.slice(s, s + 1));
-      }
-    }
+    const Shape out_shape{T_, B_, D * H};
+    Tensor out = out_[l].get(be, dt, out_shape);
+    Tensor out_g = low() ? out_low_[l].get(be, gt, out_shape) : out;
     if (l + 1 == L) break;
-    Tensor in_gemm = low() ? out_low_[l].tensor() : out;
     if (dropout_active_) {
-      Tensor mask = mask_[l].get(be, dt, out.shape());
-      be.dropout_mask(mask, opt_.dropout, rng.next());
-      Tensor dropped = dropped_[l].get(be, dt, out.shape());
-      be.mul(dropped, out, mask);
-      in_gemm = dropped;
-      if (low()) {
-        in_gemm = dropped_low_[l].get(be, gemm_dtype_, out.shape());
-        be.convert(in_gemm, dropped);
-      }
+      be.dropout_mask(mask_[l].get(be, dt, out_shape), opt_.dropout, rng.next());
+      Tensor dropped = dropped_[l].get(be, dt, out_shape);
+      in_gemm_[l + 1] = low() ? dropped_low_[l].get(be, gt, out_shape) : dropped;
+    } else {
+      in_gemm_[l + 1] = out_g;
     }
-    in_gemm_[l + 1] = in_gemm;
+  }
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t d = 0; d < D; ++d) {
+      Chain& ch = chains_[l * D + d];
+      ch.gates.get(be, dt, {T_, B_, 4 * H});
+      ch.c.get(be, dt, {T_, B_, H});
+      ch.tanh_c.get(be, dt, {T_, B_, H});
+      ch.rec.get(be, dt, {B_, 4 * H});
+    }
+
+  if (T_ > 0 && B_ > 0) {
+    const int width = wavefront_width(be);
+    for (int64_t l0 = 0; l0 < L;) {
+      const int64_t group = std::min<int64_t>(width, L - l0);
+      if (group == 1) {
+        for (int64_t d = 0; d < D; ++d) project_all(be, l0, d);
+        auto run_chain = [&](int64_t d) {
+          for (int64_t step = 0; step < T_; ++step) step_forward(be, l0, d, step);
+        };
+        if (D == 2 && be.concurrency() >= 2) {
+          be.run_concurrently(2, [&](int d) { run_chain(d); });
+        } else {
+          for (int64_t d = 0; d < D; ++d) run_chain(d);
+        }
+      } else {  // layers l0 .. l0+group-1 as a wavefront, one worker each
+        project_all(be, l0, 0);
+        for (int64_t l = l0; l < l0 + group; ++l) progress_[l].store(0);
+        failed_.store(false);
+        be.run_concurrently(static_cast<int>(group), [&](int j) {
+          const int64_t l = l0 + j;
+          try {
+            for (int64_t t = 0; t < T_; ++t) {
+              if (j > 0) wait_for(l - 1, t + 1);
+              step_forward(be, l, 0, t);
+              if (j + 1 < group) {
+                finish_output_step(be, l, t);
+                project_step(be, l + 1, t);
+              }
+              progress_[l].store(t + 1, std::memory_order_release);
+            }
+          } catch (...) {
+            failed_.store(true);
+            throw;
+          }
+        });
+      }
+      l0 += group;
+      if (l0 < L)  // the next layer's input, whole
+        for (int64_t t = 0; t < T_; ++t) finish_output_step(be, l0 - 1, t);
+    }
+  }
+
+  // Final states: the last step each chain processed (t = T-1 forward, t = 0 reversed).
+  for (int64_t s = 0; s < D * L; ++s) {
+    const int64_t l = s / D, d = s % D;
+    if (T_ == 0) {
+      be.copy(hn.slice(s, s + 1), h_init.slice(s, s + 1));
+      be.copy(cn.slice(s, s + 1), c_init.slice(s, s + 1));
+      continue;
+    }
+    const int64_t t_last = d == 0 ? T_ - 1 : 0;
+    be.copy_rows(at(hn, s * B_ * H), H, at(out_[l].tensor(), t_last * B_ * D * H + d * H), D * H,
+                 B_, H, dt);
+    be.copy(cn.slice(s, s + 1).reshape({B_, H}),
+            chains_[s].c.tensor().slice(t_last, t_last + 1).reshape({B_, H}));
   }
   Tensor y = out_[L - 1].tensor();
   if (!opt_.batch_first) return y;
@@ -156,60 +238,71 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
   return y_bf;
 }
 
-void Lstm::forward_direction(Backend& be, int64_t l, int64_t d, Tensor h0, Tensor c0) {
-  const DType dt = params_.dtype(), gt = gemm_dtype_;
-  const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l);
-  const int64_t s = l * D + d, rows = T_ * B_;
-  const Weights& w = weights_[s];
-  Saved& sv = saved_[s];
-  Tensor gates = sv.gates.get(be, dt, {T_, B_, 4 * H});  // (T, B, 4H)
-  Tensor c = sv.c.get(be, dt, {T_, B_, H});              // (T, B, H)
-  Tensor tanh_c = sv.tanh_c.get(be, dt, {T_, B_, H});    // (T, B, H)
-  Tensor out = out_[l].tensor();                         // (T, B, D*H)
-  if (T_ == 0 || B_ == 0) return;
-  // GEMM operands: the f32 tensors, or their bf16 copies.
-  const Tensor in_g = in_gemm_[l];  // (T, B, I)
-  const Tensor w_ih = low() ? sv.w_ih_low.tensor() : params_.value(w.w_ih);
-  const Tensor w_hh = low() ? sv.w_hh_low.tensor() : params_.value(w.w_hh);
-  const Tensor out_g = low() ? out_low_[l].tensor() : out;
-  const Tensor h0_g = low() ? h0_low_.tensor().slice(s, s + 1) : h0;
-
-  // G(T*B, 4H) = in(T*B, I) W_ih^T + (b_ih + b_hh)
-  Tensor bias = sv.bias.get(be, dt, {4 * H});
-  be.copy(bias, params_.value(w.b_ih));
-  be.add(bias, params_.value(w.b_hh));
-  GemmShape proj{.trans_b = true, .m = rows, .n = 4 * H, .k = I, .lda = I, .ldb = I};
+// G(T*B, 4H) = in(T*B, I) W_ih^T + bias, for chain (l, d).
+void Lstm::project_all(Backend& be, int64_t l, int64_t d) {
+  const int64_t H = opt_.hidden_size, I = layer_input_size(l), s = l * directions() + d;
+  Chain& ch = chains_[s];
+  const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[s].w_ih);
+  GemmShape proj{.trans_b = true, .m = T_ * B_, .n = 4 * H, .k = I, .lda = I, .ldb = I};
   proj.ldc = 4 * H;
   proj.bias = true;
-  be.gemm(proj, gt, in_g.data(), w_ih.data(), gates.data(), bias.data());
-  Tensor rec_out = sv.rec.get(be, dt, {B_, 4 * H});  // (B, 4H) recurrent GEMM output
-
-  for (int64_t step = 0; step < T_; ++step) {
-    const int64_t t = d == 0 ? step : T_ - 1 - step;
-    const int64_t t_prev = d == 0 ? t - 1 : t + 1;
-    const void* h_prev = step == 0 ? h0_g.data() : at(out_g, t_prev * B_ * D * H + d * H);
-    void* g_t = at(gates, t * B_ * 4 * H);
-    // R(B, 4H) = h_prev(B, H) W_hh^T; the cell adds it to G[t]
-    GemmShape rec{.trans_b = true, .m = B_, .n = 4 * H, .k = H, .ldb = H, .ldc = 4 * H};
-    rec.lda = step == 0 ? H : D * H;
-    be.gemm(rec, gt, h_prev, w_hh.data(), rec_out.data());
-    LstmCellForward cell;
-    cell.batch = B_;
-    cell.hidden = H;
-    cell.gates = g_t;
-    cell.gates_rec = rec_out.data();
-    cell.c_prev = step == 0 ? c0.data() : at(c, t_prev * B_ * H);
-    cell.c = at(c, t * B_ * H);
-    cell.tanh_c = at(tanh_c, t * B_ * H);
-    cell.h = at(out, t * B_ * D * H + d * H);
-    cell.ldh = D * H;
-    cell.h_bf16 = low() ? at(out_g, t * B_ * D * H + d * H) : nullptr;
-    be.lstm_cell_forward(cell, dt);
-  }
+  be.gemm(proj, gemm_dtype_, in_gemm_[l].data(), w_ih.data(), ch.gates.tensor().data(),
+          ch.bias.tensor().data());
 }
 
-Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
+// G[t](B, 4H) = in[t](B, I) W_ih^T + bias, for the one chain of unidirectional layer l.
+void Lstm::project_step(Backend& be, int64_t l, int64_t t) {
+  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
+  Chain& ch = chains_[l];
+  const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[l].w_ih);
+  GemmShape proj{.trans_b = true, .m = B_, .n = 4 * H, .k = I, .lda = I, .ldb = I};
+  proj.ldc = 4 * H;
+  proj.bias = true;
+  be.gemm(proj, gemm_dtype_, at(in_gemm_[l + 0], t * B_ * I), w_ih.data(),
+          at(ch.gates.tensor(), t * B_ * 4 * H), ch.bias.tensor().data());
+}
+
+// Layer l's output at step t as the next layer's input: dropout, and its bf16 copy.
+void Lstm::finish_output_step(Backend& be, int64_t l, int64_t t) {
+  if (!dropout_active_) return;  // the cell already wrote out_ (and out_low_)
   const DType dt = params_.dtype();
+  Tensor dropped = dropped_[l].tensor().slice(t, t + 1);
+  be.mul(dropped, out_[l].tensor().slice(t, t + 1), mask_[l].tensor().slice(t, t + 1));
+  if (low()) be.convert(dropped_low_[l].tensor().slice(t, t + 1), dropped);
+  (void)dt;
+}
+
+void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step) {
+  const DType dt = params_.dtype();
+  const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
+  const int64_t t = d == 0 ? step : T_ - 1 - step, t_prev = d == 0 ? t - 1 : t + 1;
+  Chain& ch = chains_[s];
+  const Tensor out = out_[l].tensor();
+  const Tensor out_g = low() ? out_low_[l].tensor() : out;
+  const Tensor w_hh = low() ? ch.w_hh_low.tensor() : params_.value(weights_[s].w_hh);
+  // R(B, 4H) = h_prev(B, H) W_hh^T
+  GemmShape rec{.trans_b = true, .m = B_, .n = 4 * H, .k = H, .ldb = H, .ldc = 4 * H};
+  rec.lda = step == 0 ? H : D * H;
+  const void* h_prev = step == 0 ? chain_h0(s).data() : at(out_g, t_prev * B_ * D * H + d * H);
+  be.gemm(rec, gemm_dtype_, h_prev, w_hh.data(), ch.rec.tensor().data());
+  LstmCellForward cell;
+  cell.batch = B_;
+  cell.hidden = H;
+  cell.gates = at(ch.gates.tensor(), t * B_ * 4 * H);
+  cell.gates_rec = ch.rec.tensor().data();
+  cell.c_prev = step == 0 ? c0_.tensor().slice(s, s + 1).data() : at(ch.c.tensor(), t_prev * B_ * H);
+  cell.c = at(ch.c.tensor(), t * B_ * H);
+  cell.tanh_c = at(ch.tanh_c.tensor(), t * B_ * H);
+  cell.h = at(out, t * B_ * D * H + d * H);
+  cell.ldh = D * H;
+  cell.h_bf16 = low() ? at(out_g, t * B_ * D * H + d * H) : nullptr;
+  be.lstm_cell_forward(cell, dt);
+}
+
+// ---- backward --------------------------------------------------------------------------------
+
+Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
+  const DType dt = params_.dtype(), gt = gemm_dtype_;
   const int64_t H = opt_.hidden_size, D = directions(), L = opt_.num_layers;
   const Shape y_shape = opt_.batch_first ? Shape{B_, T_, D * H} : Shape{T_, B_, D * H};
   if (dy.shape() != y_shape)
@@ -224,78 +317,140 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
     dout = dy_tm_.get(be, dt, {T_, B_, D * H});
     be.transpose01(dout, dy);
   }
-  dh0_.get(be, dt, state_shape);
-  dc0_.get(be, dt, state_shape);
-  for (int64_t l = L - 1; l >= 0; --l) {
-    Tensor din = din_[l].get(be, dt, {T_, B_, layer_input_size(l)});  // (T, B, I_l)
-    for (int64_t d = 0; d < D; ++d) {
-      const int64_t s = l * D + d;
-      backward_direction(be, l, d, dout, din, dh_n.empty() ? Tensor() : dh_n.slice(s, s + 1),
-                         dc_n.empty() ? Tensor() : dc_n.slice(s, s + 1));
+  for (int64_t s = 0; s < D * L; ++s) {
+    Chain& ch = chains_[s];
+    Tensor dh = ch.dh.get(be, dt, {B_, H}), dc = ch.dc.get(be, dt, {B_, H});  // (B, H)
+    if (dh_n.empty()) be.fill(dh, 0.0); else be.copy(dh, dh_n.slice(s, s + 1));
+    if (dc_n.empty()) be.fill(dc, 0.0); else be.copy(dc, dc_n.slice(s, s + 1));
+    ch.dgates.get(be, dt, {T_, B_, 4 * H});
+    if (low()) ch.dgates_low.get(be, gt, {T_, B_, 4 * H});
+  }
+  for (int64_t l = 0; l < L; ++l) din_[l].get(be, dt, {T_, B_, layer_input_size(l)});
+
+  if (T_ > 0 && B_ > 0) {
+    const int width = wavefront_width(be);
+    for (int64_t l1 = L; l1 > 0;) {  // layers l0 .. l1-1, from the top
+      const int64_t group = std::min<int64_t>(width, l1), l0 = l1 - group;
+      const Tensor group_dout = l1 == L ? dout : din_[l1].tensor();
+      if (group == 1) {
+        auto run_chain = [&](int64_t d) {
+          for (int64_t step = T_ - 1; step >= 0; --step) step_backward(be, l0, d, step, group_dout);
+        };
+        if (D == 2 && be.concurrency() >= 2) {
+          be.run_concurrently(2, [&](int d) { run_chain(d); });
+        } else {
+          for (int64_t d = 0; d < D; ++d) run_chain(d);
+        }
+      } else {  // wavefront: worker j runs layer l1-1-j; progress counts steps from the end
+        for (int64_t l = l0; l < l1; ++l) progress_[l].store(0);
+        failed_.store(false);
+        be.run_concurrently(static_cast<int>(group), [&](int j) {
+          const int64_t l = l1 - 1 - j;
+          try {
+            for (int64_t t = T_ - 1; t >= 0; --t) {
+              if (j > 0) wait_for(l + 1, T_ - t);
+              step_backward(be, l, 0, t, l == l1 - 1 ? group_dout : din_[l + 1].tensor());
+              if (l > l0) din_step(be, l, t);
+              progress_[l].store(T_ - t, std::memory_order_release);
+            }
+          } catch (...) {
+            failed_.store(true);
+            throw;
+          }
+        });
+      }
+      for (int64_t l = l0; l < l1; ++l)
+        for (int64_t d = 0; d < D; ++d) weight_grads(be, l, d);
+      if (l0 > 0 || input_grad_) din_all(be, l0);
+      l1 = l0;
     }
-    dout = din;
-    if (l > 0 && dropout_active_) be.mul(din, din, mask_[l - 1].tensor());
+  } else {
+    for (int64_t l = 0; l < L; ++l) be.fill(din_[l].tensor(), 0.0);
+  }
+  Tensor dh0 = dh0_.get(be, dt, state_shape), dc0 = dc0_.get(be, dt, state_shape);
+  for (int64_t s = 0; s < D * L; ++s) {
+    be.copy(dh0.slice(s, s + 1), chains_[s].dh.tensor());
+    be.copy(dc0.slice(s, s + 1), chains_[s].dc.tensor());
   }
   if (!input_grad_) return Tensor();
-  if (!opt_.batch_first) return dout;
-  Tensor dx = dx_bf_.get(be, dt, {B_, T_, opt_.input_size});
-  be.transpose01(dx, dout);
-  return dx;
+  Tensor dx = din_[0].tensor();
+  if (!opt_.batch_first) return dx;
+  Tensor dx_bf = dx_bf_.get(be, dt, {B_, T_, opt_.input_size});
+  be.transpose01(dx_bf, dx);
+  return dx_bf;
 }
 
-void Lstm::backward_direction(Backend& be, int64_t l, int64_t d, Tensor dout, Tensor din,
-                              Tensor dh_n, Tensor dc_n) {
+// One step of chain (l, d) backward: the cell, then dh_rec = dG[t] W_hh.
+void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor dout) {
+  const DType dt = params_.dtype();
+  const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
+  const int64_t t = d == 0 ? step : T_ - 1 - step, t_prev = d == 0 ? t - 1 : t + 1;
+  Chain& ch = chains_[s];
+  const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.dgates.tensor();
+  const Tensor w_hh = low() ? ch.w_hh_low.tensor() : params_.value(weights_[s].w_hh);
+  LstmCellBackward cell;
+  cell.batch = B_;
+  cell.hidden = H;
+  cell.gates = at(ch.gates.tensor(), t * B_ * 4 * H);
+  cell.c_prev = step == 0 ? c0_.tensor().slice(s, s + 1).data() : at(ch.c.tensor(), t_prev * B_ * H);
+  cell.tanh_c = at(ch.tanh_c.tensor(), t * B_ * H);
+  cell.dh_out = at(dout, t * B_ * D * H + d * H);
+  cell.ld_dh_out = D * H;
+  cell.dh_rec = ch.dh.tensor().data();
+  cell.dc = ch.dc.tensor().data();
+  cell.dgates = at(ch.dgates.tensor(), t * B_ * 4 * H);
+  cell.dgates_bf16 = low() ? at(dg_g, t * B_ * 4 * H) : nullptr;
+  be.lstm_cell_backward(cell, dt);
+  // dh(B, H) = dG[t](B, 4H) W_hh(4H, H)
+  const GemmShape rec{.m = B_, .n = H, .k = 4 * H, .lda = 4 * H, .ldb = H, .ldc = H};
+  be.gemm(rec, gemm_dtype_, at(dg_g, t * B_ * 4 * H), w_hh.data(), ch.dh.tensor().data());
+}
+
+// din[t](B, I) = dG[t](B, 4H) W_ih(4H, I) for unidirectional layer l, times the dropout mask of
+// the layer below: the next lower layer's output gradient at step t.
+void Lstm::din_step(Backend& be, int64_t l, int64_t t) {
+  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
+  Chain& ch = chains_[l];
+  const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.dgates.tensor();
+  const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[l].w_ih);
+  const GemmShape dx{.m = B_, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
+  Tensor din = din_[l].tensor().slice(t, t + 1);
+  be.gemm(dx, gemm_dtype_, at(dg_g, t * B_ * 4 * H), w_ih.data(), din.data());
+  if (dropout_active_) be.mul(din, din, mask_[l - 1].tensor().slice(t, t + 1));
+}
+
+// din(T*B, I) = sum over directions of dG(T*B, 4H) W_ih(4H, I), times the dropout mask below.
+void Lstm::din_all(Backend& be, int64_t l) {
+  const int64_t H = opt_.hidden_size, I = layer_input_size(l), D = directions();
+  Tensor din = din_[l].tensor();
+  for (int64_t d = 0; d < D; ++d) {
+    const int64_t s = l * D + d;
+    Chain& ch = chains_[s];
+    const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.dgates.tensor();
+    const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[s].w_ih);
+    GemmShape dx{.m = T_ * B_, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
+    dx.beta = d == 0 ? 0.0f : 1.0f;
+    be.gemm(dx, gemm_dtype_, dg_g.data(), w_ih.data(), din.data());
+  }
+  if (l > 0 && dropout_active_) be.mul(din, din, mask_[l - 1].tensor());
+}
+
+// dW_ih, dW_hh, db_ih, db_hh of chain (l, d) from its dG over all steps.
+void Lstm::weight_grads(Backend& be, int64_t l, int64_t d) {
   const DType dt = params_.dtype(), gt = gemm_dtype_;
   const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l);
   const int64_t s = l * D + d, rows = T_ * B_;
   const Weights& w = weights_[s];
-  Saved& sv = saved_[s];
-  Tensor gates = sv.gates.tensor(), c = sv.c.tensor(), tanh_c = sv.tanh_c.tensor();
-  Tensor dgates = sv.dgates.get(be, dt, {T_, B_, 4 * H});  // (T, B, 4H)
-  Tensor c_init = c0_.tensor().slice(s, s + 1);           // (1, B, H)
-  Tensor dh = dh_.get(be, dt, {B_, H}), dc = dc_.get(be, dt, {B_, H});  // (B, H)
-  // GEMM operands: the f32 tensors, or their bf16 copies.
-  const Tensor dg_g = low() ? sv.dgates_low.get(be, gt, {T_, B_, 4 * H}) : dgates;
-  const Tensor in_g = in_gemm_[l];  // (T, B, I)
-  const Tensor w_ih = low() ? sv.w_ih_low.tensor() : params_.value(w.w_ih);
-  const Tensor w_hh = low() ? sv.w_hh_low.tensor() : params_.value(w.w_hh);
+  Chain& ch = chains_[s];
+  const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.dgates.tensor();
   const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*H)
-  const Tensor h_init_g = low() ? h0_low_.tensor().slice(s, s + 1) : h0_.tensor().slice(s, s + 1);
-  if (dh_n.empty()) be.fill(dh, 0.0); else be.copy(dh, dh_n);
-  if (dc_n.empty()) be.fill(dc, 0.0); else be.copy(dc, dc_n);
-
-  for (int64_t step = T_ - 1; step >= 0; --step) {
-    const int64_t t = d == 0 ? step : T_ - 1 - step;
-    const int64_t t_prev = d == 0 ? t - 1 : t + 1;
-    LstmCellBackward cell;
-    cell.batch = B_;
-    cell.hidden = H;
-    cell.gates = at(gates, t * B_ * 4 * H);
-    cell.c_prev = step == 0 ? c_init.data() : at(c, t_prev * B_ * H);
-    cell.tanh_c = at(tanh_c, t * B_ * H);
-    cell.dh_out = at(dout, t * B_ * D * H + d * H);
-    cell.ld_dh_out = D * H;
-    cell.dh_rec = dh.data();
-    cell.dc = dc.data();
-    cell.dgates = at(dgates, t * B_ * 4 * H);
-    cell.dgates_bf16 = low() ? at(dg_g, t * B_ * 4 * H) : nullptr;
-    be.lstm_cell_backward(cell, dt);
-    // dh(B, H) = dG[t](B, 4H) W_hh(4H, H)
-    const GemmShape rec{.m = B_, .n = H, .k = 4 * H, .lda = 4 * H, .ldb = H, .ldc = H};
-    be.gemm(rec, gt, at(dg_g, t * B_ * 4 * H), w_hh.data(), dh.data());
-  }
-  be.copy(dh0_.tensor().slice(s, s + 1).reshape({B_, H}), dh);
-  be.copy(dc0_.tensor().slice(s, s + 1).reshape({B_, H}), dc);
-  if (T_ == 0 || B_ == 0) {
-    if (d == 0) be.fill(din, 0.0);
-    return;
-  }
 
   // dW_hh(4H, H) += dG[first step]^T h_init + dG[other steps]^T out[their previous steps]
   const int64_t t_first = d == 0 ? 0 : T_ - 1;
   GemmShape first{.trans_a = true, .m = 4 * H, .n = H, .k = B_, .lda = 4 * H, .ldb = H, .ldc = H};
   first.beta = 1.0f;
-  be.gemm(first, gt, at(dg_g, t_first * B_ * 4 * H), h_init_g.data(), params_.grad(w.w_hh).data());
+  be.gemm(first, gt, at(dg_g, t_first * B_ * 4 * H), chain_h0(s).data(),
+          params_.grad(w.w_hh).data());
   if (T_ > 1) {
     const int64_t dg_start = d == 0 ? 1 : 0, h_start = d == 0 ? 0 : 1;
     GemmShape rest{.trans_a = true, .m = 4 * H, .n = H, .k = (T_ - 1) * B_, .lda = 4 * H};
@@ -308,19 +463,13 @@ void Lstm::backward_direction(Backend& be, int64_t l, int64_t d, Tensor dout, Te
   // dW_ih(4H, I) += dG^T(4H, T*B) in(T*B, I)
   GemmShape dwih{.trans_a = true, .m = 4 * H, .n = I, .k = rows, .lda = 4 * H, .ldb = I, .ldc = I};
   dwih.beta = 1.0f;
-  be.gemm(dwih, gt, dg_g.data(), in_g.data(), params_.grad(w.w_ih).data());
-  Tensor dg_rows = dgates.reshape({rows, 4 * H});
+  be.gemm(dwih, gt, dg_g.data(), in_gemm_[l].data(), params_.grad(w.w_ih).data());
   // d(b_ih) = d(b_hh) = colsum(dG): summed once, added to both.
-  Tensor db = sv.bias.get(be, dt, {4 * H});
+  Tensor db = ch.dbias.get(be, dt, {4 * H});
   be.fill(db, 0.0);
-  be.sum_rows_acc(db, dg_rows);
+  be.sum_rows_acc(db, ch.dgates.tensor().reshape({rows, 4 * H}));
   be.add(params_.grad(w.b_ih), db);
   be.add(params_.grad(w.b_hh), db);
-  if (l == 0 && !input_grad_) return;
-  // din(T*B, I) (=, += for the reverse direction) = dG(T*B, 4H) W_ih(4H, I)
-  GemmShape dx{.m = rows, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
-  dx.beta = d == 0 ? 0.0f : 1.0f;
-  be.gemm(dx, gt, dg_g.data(), w_ih.data(), din.data());
 }
 
 }  // namespace seqforge

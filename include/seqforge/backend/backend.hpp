@@ -4,6 +4,7 @@
 // f32 and f64, kept forever as the oracle); the CPU backend runs f32 through oneDNN and threaded
 // kernels and hands other dtypes to the reference kernels.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 
@@ -78,6 +79,15 @@ class Backend {
   // dst = src converted to dst's dtype (f32, f64, bf16, f16), same element count.
   virtual void convert(Tensor dst, Tensor src) = 0;
   virtual void synchronize() {}
+
+  // Independent op sequences this backend can run at the same time (CPU: its threads).
+  virtual int concurrency() const { return 1; }
+  // Runs fn(0) .. fn(n-1) truly concurrently, n <= concurrency(); returns when all are done.
+  // Ops called from inside fn run on that worker alone.
+  virtual void run_concurrently(int n, const std::function<void(int)>& fn) {
+    SF_CHECK(n == 1, "this backend runs one op sequence at a time, asked for ", n);
+    fn(0);
+  }
 
   void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
             const void* bias = nullptr) {

@@ -1,5 +1,7 @@
 #pragma once
 // Multi-layer, optionally bidirectional LSTM with PyTorch's nn.LSTM semantics and names.
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,49 +51,58 @@ class Lstm {
   struct Weights {
     size_t w_ih, w_hh, b_ih, b_hh;  // (4H, I_l), (4H, H), (4H), (4H)
   };
-  struct Saved {         // per layer and direction
-    Buffer gates;        // (T, B, 4H) activations
-    Buffer c, tanh_c;    // (T, B, H)
-    Buffer dgates;       // (T, B, 4H) backward scratch
-    Buffer dgates_low;   // (T, B, 4H) bf16 copy of dgates
-    Buffer bias;         // (4H) b_ih + b_hh
-    Buffer rec;          // (B, 4H) one step's recurrent GEMM output
+  // One chain: the recurrence of one layer and direction, and everything only it touches, so
+  // that chains can run concurrently.
+  struct Chain {
+    Buffer gates;               // (T, B, 4H) input projection + bias, then gate activations
+    Buffer c, tanh_c;           // (T, B, H)
+    Buffer rec;                 // (B, 4H) one step's recurrent GEMM output
+    Buffer dgates;              // (T, B, 4H) gradient of the gate pre-activations
+    Buffer dgates_low;          // (T, B, 4H) its bf16 copy
+    Buffer dh, dc;              // (B, H) gradients flowing to the previous step
+    Buffer bias, dbias;         // (4H) b_ih + b_hh; colsum(dG)
     Buffer w_ih_low, w_hh_low;  // bf16 copies of the weights
   };
 
-  int64_t layer_input_size(int64_t layer) const;
   bool low() const { return gemm_dtype_ != params_.dtype(); }
-  void forward_direction(Backend& be, int64_t layer, int64_t dir, Tensor h0, Tensor c0);
-  void backward_direction(Backend& be, int64_t layer, int64_t dir, Tensor dout, Tensor din,
-                          Tensor dh_n, Tensor dc_n);
+  int64_t layer_input_size(int64_t layer) const;
+  int wavefront_width(const Backend& be) const;  // layers side by side; 1 = layer by layer
+  Tensor chain_h0(int64_t s) const;  // GEMM operand of the initial state of chain s
+  void project_all(Backend& be, int64_t l, int64_t d);
+  void project_step(Backend& be, int64_t l, int64_t t);
+  void finish_output_step(Backend& be, int64_t l, int64_t t);
+  void step_forward(Backend& be, int64_t l, int64_t d, int64_t step);
+  void step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor dout);
+  void din_step(Backend& be, int64_t l, int64_t t);
+  void din_all(Backend& be, int64_t l);
+  void weight_grads(Backend& be, int64_t l, int64_t d);
+  void wait_for(int64_t layer, int64_t steps) const;
 
   Parameters& params_;
   LstmOptions opt_;
-  std::vector<Weights> weights_;  // [layer * D + dir]
-  std::vector<Saved> saved_;      // [layer * D + dir]
   DType gemm_dtype_;
   bool input_grad_ = true;
+  std::vector<Weights> weights_;  // [layer * D + dir]
+  std::vector<Chain> chains_;     // [layer * D + dir]
   int64_t T_ = 0, B_ = 0;
   bool dropout_active_ = false;
+  std::unique_ptr<std::atomic<int64_t>[]> progress_;  // [layer] steps done, for the wavefront
+  std::atomic<bool> failed_{false};                   // a wavefront worker threw
 
-  Tensor x_;                     // (T, B, I) time-major input
-  Buffer x_tm_;                  // batch_first input turned time-major
-  std::vector<Buffer> out_;      // [layer] (T, B, D*H)
-  std::vector<Buffer> mask_;     // [layer < L-1] dropout masks (T, B, D*H)
-  std::vector<Buffer> dropped_;  // [layer < L-1] masked outputs (T, B, D*H)
-  std::vector<Tensor> in_gemm_;  // [layer] the layer's input as GEMM operand (T, B, I_l)
-  Buffer x_low_;                 // bf16 input (T, B, I)
-  std::vector<Buffer> out_low_;  // [layer] bf16 copy of out_ (T, B, D*H)
-  std::vector<Buffer> dropped_low_;  // [layer < L-1] bf16 masked outputs
-  Buffer h0_low_;                // (D*L, B, H) bf16 initial states
-  Buffer zeros_;                 // (B, H) zero state
-  Buffer h0_, c0_;               // (D*L, B, H) initial states used
-  Buffer h_n_, c_n_;             // (D*L, B, H)
-  Buffer y_bf_;                  // batch_first output
-  Buffer dy_tm_, dx_bf_;         // time-major dy, batch_first dx
-  std::vector<Buffer> din_;      // [layer] (T, B, I_l) input gradients
-  Buffer dh_, dc_;               // (B, H) recurrent gradients
-  Buffer dh0_, dc0_;             // (D*L, B, H)
+  Tensor x_;                         // (T, B, I) time-major input
+  Buffer x_tm_, x_low_;              // batch_first input made time-major; its bf16 copy
+  std::vector<Tensor> in_gemm_;      // [layer] the layer's input as GEMM operand (T, B, I_l)
+  std::vector<Buffer> out_;          // [layer] (T, B, D*H)
+  std::vector<Buffer> out_low_;      // [layer] bf16 copy of out_
+  std::vector<Buffer> mask_;         // [layer < L-1] dropout masks (T, B, D*H)
+  std::vector<Buffer> dropped_;      // [layer < L-1] masked outputs (T, B, D*H)
+  std::vector<Buffer> dropped_low_;  // [layer < L-1] their bf16 copies
+  Buffer h0_, c0_, h0_low_;          // (D*L, B, H) initial states used; bf16 h0
+  Buffer h_n_, c_n_;                 // (D*L, B, H)
+  Buffer y_bf_;                      // batch_first output
+  Buffer dy_tm_, dx_bf_;             // time-major dy, batch_first dx
+  std::vector<Buffer> din_;          // [layer] gradient of the layer's input (T, B, I_l)
+  Buffer dh0_, dc0_;                 // (D*L, B, H)
 };
 
 }  // namespace seqforge

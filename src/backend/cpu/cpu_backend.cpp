@@ -3,6 +3,7 @@
 // every f64 op, runs on the reference kernels.
 #include <omp.h>
 
+#include <exception>
 #include <vector>
 
 #include "backend/cpu/onednn_gemm.hpp"
@@ -18,7 +19,7 @@ namespace {
 template <typename Fn>
 void parallel_rows(int64_t n, int64_t work_per_row, Fn&& fn) {
   const int threads = omp_get_max_threads();
-  if (threads <= 1 || n < 2 || n * work_per_row < 16384) {
+  if (threads <= 1 || omp_in_parallel() || n < 2 || n * work_per_row < 16384) {
     fn(int64_t{0}, n);
     return;
   }
@@ -34,6 +35,24 @@ class CpuBackend final : public Backend {
   CpuBackend() : ref_(make_reference_backend()) {}
   std::string_view name() const override { return "cpu"; }
   bool supports(DType d) const override { return d == DType::f32 || d == DType::f64; }
+
+  int concurrency() const override { return omp_get_max_threads(); }
+  void run_concurrently(int n, const std::function<void(int)>& fn) override {
+    SF_CHECK(n >= 1 && n <= concurrency(), "run_concurrently(", n, ") with ", concurrency(),
+             " threads");
+    if (n == 1) return fn(0);
+    std::exception_ptr error;
+#pragma omp parallel num_threads(n)
+    {
+      try {
+        fn(omp_get_thread_num());
+      } catch (...) {
+#pragma omp critical
+        error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+  }
 
   void* alloc(size_t bytes) override { return ref_->alloc(bytes); }
   void free(void* p) override { ref_->free(p); }
@@ -65,7 +84,7 @@ class CpuBackend final : public Backend {
     SF_CHECK(rows * n == dy.numel(), db.shape().str(), " vs rows of ", dy.shape().str());
     const float* in = dy.data_as<float>();
     float* out = db.data_as<float>();
-    const int threads = rows * n >= 65536 ? omp_get_max_threads() : 1;
+    const int threads = rows * n >= 65536 && !omp_in_parallel() ? omp_get_max_threads() : 1;
     if (partial_.size() < static_cast<size_t>(threads * n)) partial_.resize(threads * n);
 #pragma omp parallel num_threads(threads)
     {

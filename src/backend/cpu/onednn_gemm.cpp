@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 namespace seqforge::cpu {
@@ -35,11 +36,13 @@ struct Scratch {
   }
 };
 
+// Primitives made inside a parallel region are planned for the one thread they will run on.
 using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
-                       float, bool, DType>;
+                       float, bool, DType, bool>;
 Key key_of(const GemmShape& s, DType operands) {
-  return {s.trans_a, s.trans_b, s.m,     s.n,    s.k,    s.lda,
-          s.ldb,     s.ldc,     s.alpha, s.beta, s.bias, operands};
+  return {s.trans_a, s.trans_b, s.m,     s.n,    s.k,      s.lda,
+          s.ldb,     s.ldc,     s.alpha, s.beta, s.bias,   operands,
+          omp_in_parallel() != 0};
 }
 }  // namespace
 
