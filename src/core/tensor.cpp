@@ -13,12 +13,6 @@ Shape::Shape(const std::vector<int64_t>& dims) {
   }
 }
 
-int64_t Shape::numel() const {
-  int64_t n = 1;
-  for (int i = 0; i < rank_; ++i) n *= dims_[i];
-  return n;
-}
-
 std::string Shape::str() const {
   std::string s = "(";
   for (int i = 0; i < rank_; ++i) s += (i ? ", " : "") + std::to_string(dims_[i]);

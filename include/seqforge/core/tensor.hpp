@@ -19,7 +19,11 @@ class Shape {
   explicit Shape(const std::vector<int64_t>& dims);
   int rank() const { return rank_; }
   int64_t operator[](int i) const { return dims_[i]; }
-  int64_t numel() const;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < rank_; ++i) n *= dims_[i];
+    return n;
+  }
   std::vector<int64_t> to_vector() const { return {dims_.begin(), dims_.begin() + rank_}; }
   std::string str() const;  // "(4, 8, 16)"
   bool operator==(const Shape& o) const;

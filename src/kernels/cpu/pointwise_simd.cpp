@@ -44,18 +44,17 @@ void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
     float* c = static_cast<float*>(p.c) + b * H;
     float* tanh_c = static_cast<float*>(p.tanh_c) + b * H;
     float* h = static_cast<float*>(p.h) + b * p.ldh;
-    if (p.gates_rec) {  // pre-activations += the recurrent GEMM's output
-      const float* rec = static_cast<const float*>(p.gates_rec) + b * 4 * H;
-      const int64_t n_vec = 4 * H / N * N;
-      for (int64_t j = 0; j < n_vec; j += N)
-        hn::StoreU(hn::Add(hn::LoadU(d, gates + j), hn::LoadU(d, rec + j)), d, gates + j);
-      for (int64_t j = n_vec; j < 4 * H; ++j) gates[j] += rec[j];
-    }
+    const float* rec = p.gates_rec ? static_cast<const float*>(p.gates_rec) + b * 4 * H : nullptr;
+    // Pre-activation of gate k at column j: G + R (the recurrent GEMM's output), when given.
+    auto pre = [&](int64_t k, int64_t j) {
+      const auto g = hn::LoadU(d, gates + k * H + j);
+      return rec ? hn::Add(g, hn::LoadU(d, rec + k * H + j)) : g;
+    };
     for (int64_t j = 0; j < H_vec; j += N) {
-      const auto i = Sigmoid(d, hn::LoadU(d, gates + j));
-      const auto f = Sigmoid(d, hn::LoadU(d, gates + H + j));
-      const auto g = hn::Tanh(d, hn::LoadU(d, gates + 2 * H + j));
-      const auto o = Sigmoid(d, hn::LoadU(d, gates + 3 * H + j));
+      const auto i = Sigmoid(d, pre(0, j));
+      const auto f = Sigmoid(d, pre(1, j));
+      const auto g = hn::Tanh(d, pre(2, j));
+      const auto o = Sigmoid(d, pre(3, j));
       hn::StoreU(i, d, gates + j);
       hn::StoreU(f, d, gates + H + j);
       hn::StoreU(g, d, gates + 2 * H + j);
@@ -67,6 +66,9 @@ void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
       hn::StoreU(hn::Mul(o, tc), d, h + j);
     }
     if (H_vec < H) {  // the tail, with the reference formulas
+      if (rec)
+        for (int64_t k = 0; k < 4; ++k)
+          for (int64_t j = H_vec; j < H; ++j) gates[k * H + j] += rec[k * H + j];
       for (int64_t j = H_vec; j < H; ++j) {
         const float i = ref::sigmoid(gates[j]), f = ref::sigmoid(gates[H + j]);
         const float g = std::tanh(gates[2 * H + j]), o = ref::sigmoid(gates[3 * H + j]);
