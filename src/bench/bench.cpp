@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <numeric>
 
 #include "seqforge/backend/backend.hpp"
@@ -64,6 +65,10 @@ class RecordingBackend final : public Backend {
   bool recording = false;
 
   std::string_view name() const override { return inner_.name(); }
+  int concurrency() const override { return inner_.concurrency(); }
+  void run_concurrently(int n, const std::function<void(int)>& fn) override {
+    inner_.run_concurrently(n, fn);
+  }
   bool supports(DType d) const override { return inner_.supports(d); }
   void* alloc(size_t bytes) override { return inner_.alloc(bytes); }
   void free(void* p) override { inner_.free(p); }
@@ -72,7 +77,10 @@ class RecordingBackend final : public Backend {
   void convert(Tensor dst, Tensor src) override { inner_.convert(dst, src); }
   void run_gemm(const GemmShape& s, DType dt, const void* a, const void* b, void* c,
                 const void* bias) override {
-    if (recording) calls.push_back({s, dt, a, b, c, bias});
+    if (recording) {
+      std::lock_guard lock(mutex_);
+      calls.push_back({s, dt, a, b, c, bias});
+    }
     inner_.gemm(s, dt, a, b, c, bias);
   }
   void broadcast_rows(Tensor y, Tensor b1, Tensor b2) override { inner_.broadcast_rows(y, b1, b2); }
@@ -114,6 +122,7 @@ class RecordingBackend final : public Backend {
 
  private:
   Backend& inner_;
+  std::mutex mutex_;
 };
 
 // Time per distinct GEMM shape of one step, slowest first (SEQFORGE_BENCH_GEMMS=1).

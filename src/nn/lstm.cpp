@@ -9,7 +9,8 @@
 //             dW_ih += dG^T in;  dW_hh += dG^T H_prev;  db_ih, db_hh += colsum(dG)
 //             din (=, += for the second direction) = dG W_ih   one GEMM each
 // h[t] is written straight into the layer output (T, B, D*H) at column d*H, so H_prev for all
-// steps is the output shifted by one step (two GEMMs: the initial state, then the rest).
+// steps is the output shifted by one step (two GEMMs: the initial state, then the rest). dG[t]
+// overwrites the saved gate activations of step t, which backward no longer needs.
 //
 // Concurrency, where the backend runs several op sequences at once: the two directions of a
 // bidirectional layer run side by side; a unidirectional stack runs as a wavefront, layer l at
@@ -26,10 +27,13 @@
 
 #include <immintrin.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <thread>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/autotune.hpp"
 
 namespace seqforge {
 
@@ -175,8 +179,34 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
       ch.rec.get(be, dt, {B_, 4 * H});
     }
 
-  if (T_ > 0 && B_ > 0) {
-    const int width = wavefront_width(be);
+  if (T_ > 0 && B_ > 0) run_tuned_forward(be);
+
+  // Final states: the last step each chain processed (t = T-1 forward, t = 0 reversed).
+  for (int64_t s = 0; s < D * L; ++s) {
+    const int64_t l = s / D, d = s % D;
+    if (T_ == 0) {
+      be.copy(hn.slice(s, s + 1), h_init.slice(s, s + 1));
+      be.copy(cn.slice(s, s + 1), c_init.slice(s, s + 1));
+      continue;
+    }
+    const int64_t t_last = d == 0 ? T_ - 1 : 0;
+    be.copy_rows(at(hn, s * B_ * H), H, at(out_[l].tensor(), t_last * B_ * D * H + d * H), D * H,
+                 B_, H, dt);
+    be.copy(cn.slice(s, s + 1).reshape({B_, H}),
+            chains_[s].c.tensor().slice(t_last, t_last + 1).reshape({B_, H}));
+  }
+  Tensor y = out_[L - 1].tensor();
+  if (!opt_.batch_first) return y;
+  Tensor y_bf = y_bf_.get(be, dt, {B_, T_, D * H});
+  be.transpose01(y_bf, y);
+  return y_bf;
+}
+
+// The layers' recurrences, all steps; chains side by side when `concurrent`.
+void Lstm::compute_forward(Backend& be, bool concurrent) {
+  const int64_t D = directions(), L = opt_.num_layers;
+  {
+    const int width = concurrent ? wavefront_width(be) : 1;
     for (int64_t l0 = 0; l0 < L;) {
       const int64_t group = std::min<int64_t>(width, L - l0);
       if (group == 1) {
@@ -184,7 +214,7 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
         auto run_chain = [&](int64_t d) {
           for (int64_t step = 0; step < T_; ++step) step_forward(be, l0, d, step);
         };
-        if (D == 2 && be.concurrency() >= 2) {
+        if (D == 2 && concurrent) {
           be.run_concurrently(2, [&](int d) { run_chain(d); });
         } else {
           for (int64_t d = 0; d < D; ++d) run_chain(d);
@@ -217,25 +247,54 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
     }
   }
 
-  // Final states: the last step each chain processed (t = T-1 forward, t = 0 reversed).
-  for (int64_t s = 0; s < D * L; ++s) {
-    const int64_t l = s / D, d = s % D;
-    if (T_ == 0) {
-      be.copy(hn.slice(s, s + 1), h_init.slice(s, s + 1));
-      be.copy(cn.slice(s, s + 1), c_init.slice(s, s + 1));
-      continue;
-    }
-    const int64_t t_last = d == 0 ? T_ - 1 : 0;
-    be.copy_rows(at(hn, s * B_ * H), H, at(out_[l].tensor(), t_last * B_ * D * H + d * H), D * H,
-                 B_, H, dt);
-    be.copy(cn.slice(s, s + 1).reshape({B_, H}),
-            chains_[s].c.tensor().slice(t_last, t_last + 1).reshape({B_, H}));
+}
+
+// dL/dh and dL/dc flowing into the last step of every chain: dh_n, dc_n, or zeros.
+void Lstm::reset_state_grads(Backend& be) {
+  for (int64_t s = 0; s < static_cast<int64_t>(chains_.size()); ++s) {
+    Tensor dh = chains_[s].dh.tensor(), dc = chains_[s].dc.tensor();
+    if (dh_n_.empty()) be.fill(dh, 0.0); else be.copy(dh, dh_n_.slice(s, s + 1));
+    if (dc_n_.empty()) be.fill(dc, 0.0); else be.copy(dc, dc_n_.slice(s, s + 1));
   }
-  Tensor y = out_[L - 1].tensor();
-  if (!opt_.batch_first) return y;
-  Tensor y_bf = y_bf_.get(be, dt, {B_, T_, D * H});
-  be.transpose01(y_bf, y);
-  return y_bf;
+}
+
+// Runs the forward recurrences with the schedule autotuned for this problem: chains side by side
+// (one core each) or one after another (each GEMM on all cores). The first time a problem is
+// seen, both run (a warm-up and a timed run each) and the faster is kept on disk. Backward,
+// which overwrites the saved gates with their gradients and so runs once, follows the choice.
+void Lstm::run_tuned_forward(Backend& be) {
+  const bool has_choice = be.concurrency() >= 2 && (directions() == 2 || opt_.num_layers >= 2);
+  concurrent_ = has_choice;
+  if (!has_choice || !autotune::enabled()) return compute_forward(be, concurrent_);
+  const std::string key =
+      autotune::machine_prefix(be.concurrency()) + "lstm" +
+      "|i" + std::to_string(opt_.input_size) + "_h" + std::to_string(opt_.hidden_size) + "_l" +
+      std::to_string(opt_.num_layers) + "_d" + std::to_string(directions()) + "_t" +
+      std::to_string(T_) + "_b" + std::to_string(B_) + "_" + std::string(dtype_name(gemm_dtype_)) +
+      (dropout_active_ ? "_dropout" : "");
+  if (const auto cached = autotune::lookup(key)) {
+    concurrent_ = *cached == "concurrent";
+    return compute_forward(be, concurrent_);
+  }
+  auto trial = [&](bool concurrent) {
+    be.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    compute_forward(be, concurrent);
+    be.synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  trial(false);  // warm-up: primitives are made on first use
+  trial(true);
+  const double layered_ms = trial(false), concurrent_ms = trial(true);
+  concurrent_ = concurrent_ms <= layered_ms;
+  if (!concurrent_) trial(false);  // leave the winner's results in place
+  autotune::store(key, concurrent_ ? "concurrent" : "layered");
+  if (autotune::verbose())
+    std::fprintf(stderr,
+                 "seqforge: autotune %s: forward with chains side by side %.2f ms, one after "
+                 "another %.2f ms -> %s (cached in %s)\n",
+                 key.c_str(), concurrent_ms, layered_ms,
+                 concurrent_ ? "side by side" : "one after another", autotune::cache_path().c_str());
 }
 
 // G(T*B, 4H) = in(T*B, I) W_ih^T + bias, for chain (l, d).
@@ -317,26 +376,49 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
     dout = dy_tm_.get(be, dt, {T_, B_, D * H});
     be.transpose01(dout, dy);
   }
+  dh_n_ = dh_n;
+  dc_n_ = dc_n;
   for (int64_t s = 0; s < D * L; ++s) {
     Chain& ch = chains_[s];
-    Tensor dh = ch.dh.get(be, dt, {B_, H}), dc = ch.dc.get(be, dt, {B_, H});  // (B, H)
-    if (dh_n.empty()) be.fill(dh, 0.0); else be.copy(dh, dh_n.slice(s, s + 1));
-    if (dc_n.empty()) be.fill(dc, 0.0); else be.copy(dc, dc_n.slice(s, s + 1));
-    ch.dgates.get(be, dt, {T_, B_, 4 * H});
+    ch.dh.get(be, dt, {B_, H});
+    ch.dc.get(be, dt, {B_, H});
     if (low()) ch.dgates_low.get(be, gt, {T_, B_, 4 * H});
   }
+  reset_state_grads(be);
   for (int64_t l = 0; l < L; ++l) din_[l].get(be, dt, {T_, B_, layer_input_size(l)});
 
   if (T_ > 0 && B_ > 0) {
-    const int width = wavefront_width(be);
+    dout_ = dout;
+    compute_backward(be, concurrent_);
+  } else {
+    for (int64_t l = 0; l < L; ++l) be.fill(din_[l].tensor(), 0.0);
+  }
+  Tensor dh0 = dh0_.get(be, dt, state_shape), dc0 = dc0_.get(be, dt, state_shape);
+  for (int64_t s = 0; s < D * L; ++s) {
+    be.copy(dh0.slice(s, s + 1), chains_[s].dh.tensor());
+    be.copy(dc0.slice(s, s + 1), chains_[s].dc.tensor());
+  }
+  if (!input_grad_) return Tensor();
+  Tensor dx = din_[0].tensor();
+  if (!opt_.batch_first) return dx;
+  Tensor dx_bf = dx_bf_.get(be, dt, {B_, T_, opt_.input_size});
+  be.transpose01(dx_bf, dx);
+  return dx_bf;
+}
+
+// The layers' backward recurrences and weight gradients; chains side by side when `concurrent`.
+void Lstm::compute_backward(Backend& be, bool concurrent) {
+  const int64_t D = directions(), L = opt_.num_layers;
+  {
+    const int width = concurrent ? wavefront_width(be) : 1;
     for (int64_t l1 = L; l1 > 0;) {  // layers l0 .. l1-1, from the top
       const int64_t group = std::min<int64_t>(width, l1), l0 = l1 - group;
-      const Tensor group_dout = l1 == L ? dout : din_[l1].tensor();
+      const Tensor group_dout = l1 == L ? dout_ : din_[l1].tensor();
       if (group == 1) {
         auto run_chain = [&](int64_t d) {
           for (int64_t step = T_ - 1; step >= 0; --step) step_backward(be, l0, d, step, group_dout);
         };
-        if (D == 2 && be.concurrency() >= 2) {
+        if (D == 2 && concurrent) {
           be.run_concurrently(2, [&](int d) { run_chain(d); });
         } else {
           for (int64_t d = 0; d < D; ++d) run_chain(d);
@@ -364,20 +446,7 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
       if (l0 > 0 || input_grad_) din_all(be, l0);
       l1 = l0;
     }
-  } else {
-    for (int64_t l = 0; l < L; ++l) be.fill(din_[l].tensor(), 0.0);
   }
-  Tensor dh0 = dh0_.get(be, dt, state_shape), dc0 = dc0_.get(be, dt, state_shape);
-  for (int64_t s = 0; s < D * L; ++s) {
-    be.copy(dh0.slice(s, s + 1), chains_[s].dh.tensor());
-    be.copy(dc0.slice(s, s + 1), chains_[s].dc.tensor());
-  }
-  if (!input_grad_) return Tensor();
-  Tensor dx = din_[0].tensor();
-  if (!opt_.batch_first) return dx;
-  Tensor dx_bf = dx_bf_.get(be, dt, {B_, T_, opt_.input_size});
-  be.transpose01(dx_bf, dx);
-  return dx_bf;
 }
 
 // One step of chain (l, d) backward: the cell, then dh_rec = dG[t] W_hh.
@@ -386,7 +455,7 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
   const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
   const int64_t t = d == 0 ? step : T_ - 1 - step, t_prev = d == 0 ? t - 1 : t + 1;
   Chain& ch = chains_[s];
-  const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.dgates.tensor();
+  const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.gates.tensor();
   const Tensor w_hh = low() ? ch.w_hh_low.tensor() : params_.value(weights_[s].w_hh);
   LstmCellBackward cell;
   cell.batch = B_;
@@ -398,7 +467,7 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
   cell.ld_dh_out = D * H;
   cell.dh_rec = ch.dh.tensor().data();
   cell.dc = ch.dc.tensor().data();
-  cell.dgates = at(ch.dgates.tensor(), t * B_ * 4 * H);
+  cell.dgates = at(ch.gates.tensor(), t * B_ * 4 * H);
   cell.dgates_bf16 = low() ? at(dg_g, t * B_ * 4 * H) : nullptr;
   be.lstm_cell_backward(cell, dt);
   // dh(B, H) = dG[t](B, 4H) W_hh(4H, H)
@@ -411,7 +480,7 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
 void Lstm::din_step(Backend& be, int64_t l, int64_t t) {
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
   Chain& ch = chains_[l];
-  const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.dgates.tensor();
+  const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.gates.tensor();
   const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[l].w_ih);
   const GemmShape dx{.m = B_, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
   Tensor din = din_[l].tensor().slice(t, t + 1);
@@ -426,7 +495,7 @@ void Lstm::din_all(Backend& be, int64_t l) {
   for (int64_t d = 0; d < D; ++d) {
     const int64_t s = l * D + d;
     Chain& ch = chains_[s];
-    const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.dgates.tensor();
+    const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.gates.tensor();
     const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[s].w_ih);
     GemmShape dx{.m = T_ * B_, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
     dx.beta = d == 0 ? 0.0f : 1.0f;
@@ -442,7 +511,7 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d) {
   const int64_t s = l * D + d, rows = T_ * B_;
   const Weights& w = weights_[s];
   Chain& ch = chains_[s];
-  const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.dgates.tensor();
+  const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.gates.tensor();
   const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*H)
 
   // dW_hh(4H, H) += dG[first step]^T h_init + dG[other steps]^T out[their previous steps]
@@ -467,7 +536,7 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d) {
   // d(b_ih) = d(b_hh) = colsum(dG): summed once, added to both.
   Tensor db = ch.dbias.get(be, dt, {4 * H});
   be.fill(db, 0.0);
-  be.sum_rows_acc(db, ch.dgates.tensor().reshape({rows, 4 * H}));
+  be.sum_rows_acc(db, ch.gates.tensor().reshape({rows, 4 * H}));
   be.add(params_.grad(w.b_ih), db);
   be.add(params_.grad(w.b_hh), db);
 }

@@ -54,10 +54,10 @@ class Lstm {
   // One chain: the recurrence of one layer and direction, and everything only it touches, so
   // that chains can run concurrently.
   struct Chain {
-    Buffer gates;               // (T, B, 4H) input projection + bias, then gate activations
+    Buffer gates;               // (T, B, 4H) input projection + bias, then gate activations;
+                                // backward overwrites each step's with its gradient dG[t]
     Buffer c, tanh_c;           // (T, B, H)
     Buffer rec;                 // (B, 4H) one step's recurrent GEMM output
-    Buffer dgates;              // (T, B, 4H) gradient of the gate pre-activations
     Buffer dgates_low;          // (T, B, 4H) its bf16 copy
     Buffer dh, dc;              // (B, H) gradients flowing to the previous step
     Buffer bias, dbias;         // (4H) b_ih + b_hh; colsum(dG)
@@ -77,6 +77,10 @@ class Lstm {
   void din_all(Backend& be, int64_t l);
   void weight_grads(Backend& be, int64_t l, int64_t d);
   void wait_for(int64_t layer, int64_t steps) const;
+  void compute_forward(Backend& be, bool concurrent);
+  void compute_backward(Backend& be, bool concurrent);
+  void run_tuned_forward(Backend& be);
+  void reset_state_grads(Backend& be);
 
   Parameters& params_;
   LstmOptions opt_;
@@ -86,6 +90,7 @@ class Lstm {
   std::vector<Chain> chains_;     // [layer * D + dir]
   int64_t T_ = 0, B_ = 0;
   bool dropout_active_ = false;
+  bool concurrent_ = false;  // the schedule forward chose; backward follows it
   std::unique_ptr<std::atomic<int64_t>[]> progress_;  // [layer] steps done, for the wavefront
   std::atomic<bool> failed_{false};                   // a wavefront worker threw
 
@@ -103,6 +108,7 @@ class Lstm {
   Buffer dy_tm_, dx_bf_;             // time-major dy, batch_first dx
   std::vector<Buffer> din_;          // [layer] gradient of the layer's input (T, B, I_l)
   Buffer dh0_, dc0_;                 // (D*L, B, H)
+  Tensor dout_, dh_n_, dc_n_;        // backward's inputs (time-major dout)
 };
 
 }  // namespace seqforge

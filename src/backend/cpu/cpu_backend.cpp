@@ -15,11 +15,14 @@ namespace seqforge {
 
 namespace {
 
+// Below this many element operations a parallel region costs more than it saves.
+constexpr int64_t kMinParallelWork = 65536;
+
 // Splits [0, n) into one contiguous chunk per thread when the work is worth it.
 template <typename Fn>
 void parallel_rows(int64_t n, int64_t work_per_row, Fn&& fn) {
   const int threads = omp_get_max_threads();
-  if (threads <= 1 || omp_in_parallel() || n < 2 || n * work_per_row < 16384) {
+  if (threads <= 1 || omp_in_parallel() || n < 2 || n * work_per_row < kMinParallelWork) {
     fn(int64_t{0}, n);
     return;
   }

@@ -1,0 +1,25 @@
+#pragma once
+// The autotuning cache: choices measured once per problem on this machine, kept on disk
+// (SEQFORGE_CACHE_DIR, else $XDG_CACHE_HOME/seqforge, else ~/.cache/seqforge; autotune.json),
+// the way cudnn.benchmark keeps its choice per shape. Keys include the CPU model, the thread count
+// and the seqforge version, so a cache copied to another machine or version is simply not hit.
+#include <optional>
+#include <string>
+
+namespace seqforge::autotune {
+
+// The cached choice for `key`, if any.
+std::optional<std::string> lookup(const std::string& key);
+// Records a choice (in memory and, atomically, on disk; a cache that cannot be written is
+// reported once under SEQFORGE_VERBOSE and otherwise ignored).
+void store(const std::string& key, const std::string& choice);
+// Prefix for keys: "<cpu model>|<threads> threads|seqforge <version>|".
+std::string machine_prefix(int threads);
+// SEQFORGE_VERBOSE is set (to anything but 0).
+bool verbose();
+// Whether tuning is on (SEQFORGE_AUTOTUNE=0 turns it off: the default choices are used).
+bool enabled();
+// The cache file's path.
+std::string cache_path();
+
+}  // namespace seqforge::autotune
