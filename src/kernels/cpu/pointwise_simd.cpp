@@ -19,12 +19,24 @@ HWY_BEFORE_NAMESPACE();
 namespace seqforge::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// bf16 by rounding to nearest even, branch-free so that it vectorizes (NaN payloads aside).
+// bf16 by rounding to nearest even on the integer bits (NaN payloads aside), vectorized.
 HWY_INLINE void to_bf16_row(const float* src, bf16* dst, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<uint16_t, decltype(d)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), n_vec = n / N * N;
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+  const auto bias = hn::Set(du, 0x7fffu), one = hn::Set(du, 1u);
+  for (int64_t j = 0; j < n_vec; j += N) {
+    const auto u = hn::BitCast(du, hn::LoadU(d, src + j));
+    const auto rounded = hn::Add(u, hn::Add(bias, hn::And(hn::ShiftRight<16>(u), one)));
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, hn::ShiftRight<16>(rounded))), d16, out + j);
+  }
+  for (int64_t j = n_vec; j < n; ++j) {
     uint32_t u;
     std::memcpy(&u, src + j, 4);
-    dst[j].bits = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    out[j] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
   }
 }
 
