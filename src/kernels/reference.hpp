@@ -123,7 +123,7 @@ void lstm_cell_backward(const LstmCellBackward& p, int64_t r0, int64_t r1) {
 
 // Adam / AdamW over elements [i0, i1), PyTorch's update order.
 template <typename T>
-void adam_step(T* p, const T* grad, T* m, T* v, const AdamParams& a, int64_t i0, int64_t i1) {
+void adam_step(T* p, T* grad, T* m, T* v, const AdamParams& a, int64_t i0, int64_t i1) {
   const double bc1 = 1.0 - std::pow(a.beta1, double(a.step));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(a.beta2, double(a.step)));
   const T step_size = T(a.lr / bc1);
@@ -133,6 +133,7 @@ void adam_step(T* p, const T* grad, T* m, T* v, const AdamParams& a, int64_t i0,
   const T gs = T(a.grad_scale);
   for (int64_t i = i0; i < i1; ++i) {
     T g = grad[i] * gs;
+    if (a.zero_grads) grad[i] = T(0);
     if (a.decoupled) {
       p[i] *= decay;
     } else {

@@ -1,5 +1,6 @@
 #include "seqforge/optim/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace seqforge {
@@ -23,27 +24,31 @@ Optimizer::Optimizer(Backend& be, Parameters& params, const OptimizerOptions& op
   if (opt_.kind != "sgd") v_ = params.values().like(be);
 }
 
-void Optimizer::step(double grad_scale) {
+void Optimizer::step(double grad_scale, bool zero_grads) {
   ++steps_;
   Tensor p = params_.values().flat(), g = params_.grads().flat();
   if (opt_.kind == "sgd") {
-    SgdParams s{.lr = opt_.lr,
-                .momentum = opt_.momentum,
-                .dampening = opt_.dampening,
-                .weight_decay = opt_.weight_decay,
-                .nesterov = opt_.nesterov,
-                .first_step = steps_ == 1,
-                .grad_scale = grad_scale};
+    SgdParams s;
+    s.lr = opt_.lr;
+    s.momentum = opt_.momentum;
+    s.dampening = opt_.dampening;
+    s.weight_decay = opt_.weight_decay;
+    s.nesterov = opt_.nesterov;
+    s.first_step = steps_ == 1;
+    s.grad_scale = grad_scale;
     be_.sgd_step(p, g, m_.flat(), s);
+    if (zero_grads) be_.fill(g, 0.0);
   } else {
-    AdamParams a{.lr = opt_.lr,
-                 .beta1 = opt_.beta1,
-                 .beta2 = opt_.beta2,
-                 .eps = opt_.eps,
-                 .weight_decay = opt_.weight_decay,
-                 .decoupled = opt_.kind == "adamw",
-                 .step = steps_,
-                 .grad_scale = grad_scale};
+    AdamParams a;
+    a.lr = opt_.lr;
+    a.beta1 = opt_.beta1;
+    a.beta2 = opt_.beta2;
+    a.eps = opt_.eps;
+    a.weight_decay = opt_.weight_decay;
+    a.decoupled = opt_.kind == "adamw";
+    a.step = steps_;
+    a.grad_scale = grad_scale;
+    a.zero_grads = zero_grads;
     be_.adam_step(p, g, m_.flat(), v_.flat(), a);
   }
 }
@@ -53,6 +58,52 @@ double clip_grad_norm(Backend& be, Parameters& params, double max_norm) {
   const double coef = max_norm / (total + 1e-6);
   if (coef < 1.0) be.scale(params.grads().flat(), coef);
   return total;
+}
+
+LossScaler::LossScaler(const LossScalerOptions& options)
+    : opt_(options), scale_(options.init_scale) {
+  if (!(opt_.init_scale > 0)) fail("loss_scale.init_scale must be > 0, got ", opt_.init_scale);
+  if (!(opt_.growth_factor > 1))
+    fail("loss_scale.growth_factor must be > 1, got ", opt_.growth_factor);
+  if (!(opt_.backoff_factor > 0 && opt_.backoff_factor < 1))
+    fail("loss_scale.backoff_factor must be in (0, 1), got ", opt_.backoff_factor);
+  if (opt_.growth_interval < 1)
+    fail("loss_scale.growth_interval must be >= 1, got ", opt_.growth_interval);
+}
+
+bool LossScaler::update(bool found_inf) {
+  if (found_inf) {
+    scale_ *= opt_.backoff_factor;
+    growth_tracker_ = 0;
+    return false;
+  }
+  if (++growth_tracker_ == opt_.growth_interval) {
+    scale_ *= opt_.growth_factor;
+    growth_tracker_ = 0;
+  }
+  return true;
+}
+
+void LossScaler::set_state(double scale, int64_t growth_tracker) {
+  scale_ = scale;
+  growth_tracker_ = growth_tracker;
+}
+
+StepReport fused_step(Backend& be, Parameters& params, Optimizer& optimizer, double max_norm,
+                      LossScaler* scaler) {
+  StepReport r;
+  r.loss_scale = scaler ? scaler->scale() : 1.0;
+  Tensor grads = params.grads().flat();
+  r.grad_norm = std::sqrt(be.sum_squares(grads)) / r.loss_scale;
+  const bool found_inf = !std::isfinite(r.grad_norm);
+  if (scaler && !scaler->update(found_inf)) {
+    be.fill(grads, 0.0);  // the step is skipped; the next one starts from zero
+    return r;
+  }
+  if (max_norm > 0) r.clip_coef = std::min(1.0, max_norm / (r.grad_norm + 1e-6));
+  optimizer.step(r.clip_coef / r.loss_scale, /*zero_grads=*/true);
+  r.applied = true;
+  return r;
 }
 
 }  // namespace seqforge

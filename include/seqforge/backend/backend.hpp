@@ -56,6 +56,7 @@ struct AdamParams {
   bool decoupled = true;    // AdamW: p -= lr*wd*p; Adam: g += wd*p
   int64_t step = 1;         // 1-based, for bias correction
   double grad_scale = 1.0;  // gradients are multiplied by this first (unscaling, clipping)
+  bool zero_grads = false;  // leave the gradients zeroed
 };
 
 struct SgdParams {

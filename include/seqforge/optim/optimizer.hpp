@@ -21,8 +21,9 @@ class Optimizer {
  public:
   // Throws seqforge::Error naming the bad option (e.g. "optim.kind", "optim.lr").
   Optimizer(Backend& be, Parameters& params, const OptimizerOptions& options);
-  // One update from the current gradients, first multiplied by grad_scale.
-  void step(double grad_scale = 1.0);
+  // One update from the current gradients, first multiplied by grad_scale. With zero_grads the
+  // same pass leaves the gradients zeroed for the next accumulation (no separate zero_grad).
+  void step(double grad_scale = 1.0, bool zero_grads = false);
   int64_t steps() const { return steps_; }
   void set_lr(double lr) { opt_.lr = lr; }
   const OptimizerOptions& options() const { return opt_; }
@@ -39,5 +40,42 @@ class Optimizer {
 // Scales gradients so that their total L2 norm is at most max_norm (coefficient
 // min(1, max_norm / (total + 1e-6))). Returns the total norm before clipping.
 double clip_grad_norm(Backend& be, Parameters& params, double max_norm);
+
+// Dynamic loss scaling with torch.cuda.amp.GradScaler's semantics: the loss (its gradient) is
+// multiplied by scale(); after backward, gradients with an inf or NaN skip the step and multiply
+// the scale by backoff_factor; growth_interval clean steps in a row multiply it by growth_factor.
+struct LossScalerOptions {
+  double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+class LossScaler {
+ public:
+  explicit LossScaler(const LossScalerOptions& options = {});
+  double scale() const { return scale_; }
+  // Records one step's outcome; returns whether the optimizer step may run (no inf/NaN).
+  bool update(bool found_inf);
+  int64_t growth_tracker() const { return growth_tracker_; }
+  void set_state(double scale, int64_t growth_tracker);
+
+ private:
+  LossScalerOptions opt_;
+  double scale_;
+  int64_t growth_tracker_ = 0;
+};
+
+// What one optimizer update did.
+struct StepReport {
+  bool applied = false;     // false: skipped for inf/NaN gradients
+  double grad_norm = 0;     // total L2 norm of the unscaled gradients (inf/NaN when skipped)
+  double clip_coef = 1;     // min(1, max_norm / (grad_norm + 1e-6)), 1 without clipping
+  double loss_scale = 1;    // the scale the gradients carried
+};
+
+// The fused update: one pass for the gradient norm (and the inf/NaN check), one pass that
+// unscales, clips, steps and zeroes the gradients. max_norm <= 0: no clipping. scaler may be
+// null (no loss scaling: inf/NaN gradients are then applied as PyTorch would).
+StepReport fused_step(Backend& be, Parameters& params, Optimizer& optimizer, double max_norm,
+                      LossScaler* scaler);
 
 }  // namespace seqforge

@@ -140,7 +140,7 @@ class CpuBackend final : public Backend {
   void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& a) override {
     if (params.dtype() != DType::f32) return ref_->adam_step(params, grads, m, v, a);
     float *p = params.data_as<float>(), *mp = m.data_as<float>(), *vp = v.data_as<float>();
-    const float* g = grads.data_as<float>();
+    float* g = grads.data_as<float>();
     parallel_rows(params.numel(), 1,
                   [&](int64_t i0, int64_t i1) { ref::adam_step<float>(p, g, mp, vp, a, i0, i1); });
   }
