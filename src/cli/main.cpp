@@ -2,10 +2,12 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "seqforge/bench/bench.hpp"
 #include "seqforge/seqforge.hpp"
+#include "seqforge/train/trainer.hpp"
 
 namespace sf = seqforge;
 
@@ -30,15 +32,23 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
     const sf::BenchResult r = sf::run_benchmark(*w, options);
     if (!r.notice.empty()) std::printf("note: %s\n", r.notice.c_str());
     std::printf("%-3s %-34s %-5s %10.2f %8.2f-%-8.2f %10.0f %8.1f %10.2f %6.2f %8.0f\n",
-                r.id.c_str(), r.name.c_str(), r.precision.c_str(), r.median_ms, r.p10_ms,
-                r.p90_ms, r.samples_per_s, r.gflops, r.gemm_floor_ms, r.floor_ratio, r.peak_mb);
+                r.id.c_str(), r.name.c_str(), r.precision.c_str(), r.median_ms, r.p10_ms, r.p90_ms,
+                r.samples_per_s, r.gflops, r.gemm_floor_ms, r.floor_ratio, r.peak_mb);
     std::fflush(stdout);
-    out.push_back({{"id", r.id}, {"name", r.name}, {"precision", r.precision},
-                   {"step_ms", r.step_ms}, {"median_ms", r.median_ms}, {"p10_ms", r.p10_ms},
-                   {"p90_ms", r.p90_ms}, {"samples_per_s", r.samples_per_s},
-                   {"gflops", r.gflops}, {"gflop_per_step", w->gflop()},
-                   {"gemm_floor_ms", r.gemm_floor_ms}, {"floor_ratio", r.floor_ratio},
-                   {"peak_mb", r.peak_mb}, {"threads", threads.threads}});
+    out.push_back({{"id", r.id},
+                   {"name", r.name},
+                   {"precision", r.precision},
+                   {"step_ms", r.step_ms},
+                   {"median_ms", r.median_ms},
+                   {"p10_ms", r.p10_ms},
+                   {"p90_ms", r.p90_ms},
+                   {"samples_per_s", r.samples_per_s},
+                   {"gflops", r.gflops},
+                   {"gflop_per_step", w->gflop()},
+                   {"gemm_floor_ms", r.gemm_floor_ms},
+                   {"floor_ratio", r.floor_ratio},
+                   {"peak_mb", r.peak_mb},
+                   {"threads", threads.threads}});
   }
   std::printf("ratio: step time / the same step's GEMMs replayed alone (the GEMM floor)\n");
   if (!json_path.empty()) {
@@ -60,10 +70,46 @@ int main(int argc, char** argv) {
   sf::BenchOptions bench_options;
   CLI::App* bench = app.add_subcommand("bench", "Time training steps of the benchmark workloads");
   bench->add_option("workload", bench_which, "W1, W2, W3, W4 or all")->capture_default_str();
-  bench->add_option("--precision", bench_options.precision, "fp32, bf16 or auto")->capture_default_str();
+  bench->add_option("--precision", bench_options.precision, "fp32, bf16 or auto")
+      ->capture_default_str();
   bench->add_option("--steps", bench_options.steps, "timed steps")->capture_default_str();
   bench->add_option("--warmup", bench_options.warmup, "untimed steps first")->capture_default_str();
   bench->add_option("--json", bench_json, "write the results as JSON to this file");
+
+  std::string train_config, run_dir;
+  std::vector<std::string> overrides;
+  CLI::App* train = app.add_subcommand("train", "Train a model from a YAML config");
+  train->add_option("config", train_config, "config file (YAML)")->required();
+  train->add_option("overrides", overrides, "key.path=value overrides");
+
+  std::string eval_run, eval_split = "test", eval_data;
+  CLI::App* eval = app.add_subcommand("eval", "Evaluate a trained run on its test split");
+  eval->add_option("run", eval_run, "run directory or model.safetensors")->required();
+  eval->add_option("--split", eval_split, "val or test")->capture_default_str();
+  eval->add_option("--data", eval_data, "evaluate on every window of this file instead");
+
+  std::string pred_run, pred_input, pred_output;
+  CLI::App* pred =
+      app.add_subcommand("predict", "Write a forecasting or classification model's predictions");
+  pred->add_option("run", pred_run, "run directory or model.safetensors")->required();
+  pred->add_option("--input", pred_input, "CSV of the training data's layout")->required();
+  pred->add_option("--output", pred_output, "CSV to write")->required();
+
+  std::string gen_run, gen_prompt;
+  int64_t gen_length = 200, gen_top_k = 0;
+  double gen_temperature = 1.0;
+  uint64_t gen_seed = 0;
+  CLI::App* gen = app.add_subcommand("generate", "Sample text from a character model");
+  gen->add_option("run", gen_run, "run directory or model.safetensors")->required();
+  gen->add_option("--prompt", gen_prompt, "text to start from");
+  gen->add_option("--length", gen_length, "characters to sample")->capture_default_str();
+  gen->add_option("--temperature", gen_temperature, "sampling temperature")->capture_default_str();
+  gen->add_option("--top-k", gen_top_k, "sample among the k likeliest; 0: all")
+      ->capture_default_str();
+  gen->add_option("--seed", gen_seed, "random seed")->capture_default_str();
+
+  CLI::App* reference =
+      app.add_subcommand("config-reference", "Print the configuration reference (docs/config.md)");
 
   try {
     app.parse(argc, argv);
@@ -72,10 +118,36 @@ int main(int argc, char** argv) {
   }
   try {
     if (bench->parsed()) return run_bench(bench_which, bench_options, bench_json);
+    if (train->parsed()) {
+      sf::train(sf::Config::load(train_config, overrides), std::cout);
+      return 0;
+    }
+    if (eval->parsed()) {
+      for (const auto& [k, v] : sf::evaluate(eval_run, eval_split, eval_data))
+        std::printf("%s %.6g\n", k.c_str(), v);
+      return 0;
+    }
+    if (pred->parsed()) {
+      const int64_t rows = sf::predict(pred_run, pred_input, pred_output);
+      std::printf("wrote %lld predictions to %s\n", static_cast<long long>(rows),
+                  pred_output.c_str());
+      return 0;
+    }
+    if (gen->parsed()) {
+      std::printf("%s\n", sf::generate(gen_run, gen_prompt, gen_length, gen_temperature, gen_top_k,
+                                       gen_seed)
+                              .c_str());
+      return 0;
+    }
+    if (reference->parsed()) {
+      std::fputs(sf::config_reference_markdown().c_str(), stdout);
+      return 0;
+    }
     std::fputs(app.help().c_str(), stdout);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "seqforge: error: %s\n", e.what());
+    std::fflush(stderr);
     return 1;
   }
 }

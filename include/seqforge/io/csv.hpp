@@ -1,0 +1,53 @@
+#pragma once
+// CSV (RFC 4180): a header row of unique, non-empty column names, then data rows with as many
+// fields each. Fields may be quoted ("a,b", "say ""hi""", newlines inside quotes); lines end in
+// LF, CRLF or CR; an optional UTF-8 BOM, a missing final newline and blank lines at the end are
+// accepted. Cells are kept as text per column and converted on request; every error is one line
+// naming the file and the line (or the column).
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace seqforge::io {
+
+class CsvTable {
+ public:
+  // Reads and validates a file. Throws seqforge::Error("<path>[:<line>]: <problem>").
+  static CsvTable read(const std::string& path);
+  // Parses bytes already in memory; `source` names them in errors.
+  static CsvTable parse(std::string_view bytes, const std::string& source);
+
+  const std::string& source() const { return source_; }
+  const std::vector<std::string>& columns() const { return columns_; }  // header names, file order
+  int64_t rows() const { return static_cast<int64_t>(lines_.size()); }  // header excluded
+  bool has_column(std::string_view name) const;
+
+  // Cell text of a column, one per data row. Throws "<path>: no column 'x' (columns: a, b)".
+  const std::vector<std::string>& text(std::string_view name) const;
+  // A column parsed as finite doubles (surrounding spaces allowed). Throws
+  // "<path>:<line>: column 'x': 'abc' is not a number" for the first bad cell; empty cells, NaN
+  // and infinities (including overflow such as 1e999) are errors too.
+  std::vector<double> numeric(std::string_view name) const;
+  // 1-based file line on which data row `row` (0-based) starts.
+  int64_t line_of_row(int64_t row) const;
+
+ private:
+  size_t index_of(std::string_view name) const;
+
+  std::string source_;
+  std::vector<std::string> columns_;
+  std::map<std::string, size_t, std::less<>> index_;  // column name -> position
+  std::vector<std::vector<std::string>> cells_;       // [column][row]
+  std::vector<int64_t> lines_;                        // file line of each data row
+};
+
+// Seconds since 1970-01-01T00:00:00 UTC of an ISO 8601 date or date-time: "2012-01-01",
+// "2012-01-01 13:00", "2012-01-01T13:00:00", with optional fractional seconds (dropped) and an
+// optional "Z" or "+HH:MM"/"-HH:MM" offset after a time. Surrounding spaces are ignored. Returns
+// nullopt for anything else, including impossible dates such as 2013-02-29 or 24:00.
+std::optional<int64_t> parse_datetime(std::string_view s);
+
+}  // namespace seqforge::io

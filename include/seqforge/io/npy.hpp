@@ -1,0 +1,34 @@
+#pragma once
+// NumPy .npy: "\x93NUMPY", major and minor version bytes, the header length (u16 LE for 1.0,
+// u32 LE for 2.0 and 3.0), a Python dict literal {'descr': '<f4', 'fortran_order': False,
+// 'shape': (3, 4), } padded with spaces and '\n', then the array data. seqforge reads
+// little-endian f4, f8, i4, i8 in C order; every other file is rejected with a seqforge::Error
+// naming the file and the problem.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "seqforge/core/dtype.hpp"
+
+namespace seqforge::io {
+
+struct NpyArray {
+  DType dtype = DType::f32;     // f32, f64, i32 or i64
+  std::vector<int64_t> shape;   // () for a scalar
+  std::vector<std::byte> data;  // C order, numel(shape) * dtype_size(dtype) bytes
+};
+
+// Reads and validates a file. Throws seqforge::Error("<path>: <problem>").
+NpyArray read_npy(const std::string& path);
+// Validates bytes already in memory; `source` names them in errors.
+NpyArray parse_npy(std::string_view bytes, const std::string& source);
+
+// Writes format 1.0 (2.0 if the header needs more than 65535 bytes) atomically: a temporary file
+// in the same directory, fsync, rename, fsync of the directory. dtype must be f32, f64, i32 or
+// i64; `data` holds numel(shape) elements in C order.
+void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
+               const void* data);
+
+}  // namespace seqforge::io

@@ -1,0 +1,48 @@
+#pragma once
+// The training configuration: a YAML file plus `key.path=value` overrides, checked against one
+// table of keys (type, default, meaning). That table also renders docs/config.md, so the
+// reference cannot drift from the code.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace seqforge {
+
+struct ConfigKey {
+  enum class Type { string, integer, number, boolean, string_list };
+  std::string path;  // "model.hidden"
+  Type type;
+  std::string default_value;  // as YAML text; "" for none
+  std::string doc;
+};
+
+const std::vector<ConfigKey>& config_keys();
+std::string config_reference_markdown();  // the text of docs/config.md
+
+class Config {
+ public:
+  // Reads `path` and applies overrides ("train.epochs=5"). Errors name the file and line or the
+  // override, and the key: unknown keys get a did-you-mean suggestion.
+  static Config load(const std::string& path, const std::vector<std::string>& overrides = {});
+  // The same from YAML text; `source` names it in errors.
+  static Config parse(const std::string& yaml, const std::string& source,
+                      const std::vector<std::string>& overrides = {});
+
+  std::string str(const std::string& key) const;
+  int64_t integer(const std::string& key) const;
+  double number(const std::string& key) const;
+  bool boolean(const std::string& key) const;
+  std::vector<std::string> list(const std::string& key) const;
+  bool is_set(const std::string& key) const;  // given in the file or an override
+  const std::string& source() const { return source_; }
+  // Every key with its value, defaults filled in, as YAML.
+  std::string resolved_yaml() const;
+
+ private:
+  const ConfigKey& key_of(const std::string& key) const;
+  std::string source_;
+  std::map<std::string, std::string> values_;  // key -> value as YAML text (lists as flow)
+  std::map<std::string, std::string> where_;   // key -> "file:line" or "override"
+};
+
+}  // namespace seqforge

@@ -1,0 +1,38 @@
+#pragma once
+// The trainer behind `seqforge train | eval | generate`: builds the dataset and model from a
+// config, runs the epoch loop (validation, early stopping, learning-rate schedules, clipping,
+// checkpoints written atomically in the background) and reports every epoch.
+#include <map>
+#include <ostream>
+#include <string>
+
+#include "seqforge/train/config.hpp"
+
+namespace seqforge {
+
+struct TrainSummary {
+  std::string run_dir, checkpoint;     // the run directory; its model.safetensors
+  int64_t epochs = 0;                  // epochs run
+  std::string monitor;                 // the monitored metric
+  double best = 0;                     // its best value
+  std::map<std::string, double> last;  // the last epoch's metrics
+};
+
+// Trains per `config`; progress and one line per epoch go to `out`.
+TrainSummary train(const Config& config, std::ostream& out);
+
+// Metrics of a trained run (a run directory or its model.safetensors) on a split of its data
+// ("val" or "test"), or on another file of the same layout (`data`).
+std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
+                                       const std::string& data = "");
+
+// Predictions of a forecasting or classification run for every window of `input` (a CSV of the
+// training data's layout), written to `output` as CSV in the targets' own units (or class
+// names), one row per window, next to the actual values. Returns the number of rows.
+int64_t predict(const std::string& run, const std::string& input, const std::string& output);
+
+// Samples `length` characters from a character model after `prompt`.
+std::string generate(const std::string& run, const std::string& prompt, int64_t length,
+                     double temperature, int64_t top_k, uint64_t seed);
+
+}  // namespace seqforge

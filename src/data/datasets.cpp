@@ -1,0 +1,239 @@
+#include "seqforge/data/datasets.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "seqforge/core/error.hpp"
+#include "seqforge/io/csv.hpp"
+
+namespace seqforge {
+
+void Normalizer::fit(const std::string& k, const std::vector<double>& data, int64_t rows,
+                     int64_t cols) {
+  if (k != "zscore" && k != "minmax" && k != "none")
+    fail("data.normalize: unknown value '", k, "' (expected zscore, minmax or none)");
+  kind = k;
+  shift.assign(cols, 0.0);
+  scale.assign(cols, 1.0);
+  if (k == "none" || rows == 0) return;
+  for (int64_t c = 0; c < cols; ++c) {
+    double lo = INFINITY, hi = -INFINITY, sum = 0, sq = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const double x = data[r * cols + c];
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+      sum += x;
+      sq += x * x;
+    }
+    if (k == "zscore") {
+      const double mean = sum / rows, var = std::max(0.0, sq / rows - mean * mean);
+      shift[c] = mean;
+      scale[c] = var > 1e-24 ? std::sqrt(var) : 1.0;  // a constant column stays as it is
+    } else {
+      shift[c] = lo;
+      scale[c] = hi > lo ? hi - lo : 1.0;
+    }
+  }
+}
+
+std::string Normalizer::to_json() const {
+  return nlohmann::json{{"kind", kind}, {"shift", shift}, {"scale", scale}}.dump();
+}
+
+Normalizer Normalizer::from_json(const std::string& json) {
+  const auto j = nlohmann::json::parse(json);
+  Normalizer n;
+  n.kind = j.at("kind").get<std::string>();
+  n.shift = j.at("shift").get<std::vector<double>>();
+  n.scale = j.at("scale").get<std::vector<double>>();
+  return n;
+}
+
+int64_t SeriesData::num_outputs() const {
+  return task == "classify" ? static_cast<int64_t>(class_names.size())
+                            : static_cast<int64_t>(target_names.size());
+}
+
+namespace {
+
+// Split boundaries [0, a), [a, b), [b, n) from the train and val shares.
+std::pair<int64_t, int64_t> boundaries(const Config& c, int64_t n) {
+  const double train = c.number("data.split.train"), val = c.number("data.split.val");
+  if (!(train > 0 && train <= 1))
+    fail(c.source(), ": data.split.train must be in (0, 1], got ", train);
+  if (!(val >= 0 && train + val <= 1 + 1e-9))
+    fail(c.source(), ": data.split.val must be >= 0 with train + val <= 1, got ", val);
+  const int64_t a = static_cast<int64_t>(std::floor(train * n));
+  const int64_t b = std::min<int64_t>(n, static_cast<int64_t>(std::floor((train + val) * n)));
+  return {a, b};
+}
+
+int64_t positive(const Config& c, const std::string& key) {
+  const int64_t v = c.integer(key);
+  if (v <= 0) fail(c.source(), ": ", key, " must be positive, got ", v);
+  return v;
+}
+
+}  // namespace
+
+SeriesData load_series(const Config& c, const SeriesData* norms) {
+  SeriesData d;
+  d.task = c.str("data.task");
+  d.lookback = positive(c, "data.lookback");
+  d.horizon = positive(c, "data.horizon");
+  const int64_t stride = positive(c, "data.stride");
+  const std::string path = c.str("data.path");
+  if (path.empty()) fail(c.source(), ": data.path is required");
+  const io::CsvTable table = io::CsvTable::read(path);
+  const std::string date_col = c.str("data.date_column"), class_col = c.str("data.class_column");
+  for (const auto& [key, col] :
+       {std::pair{"data.date_column", date_col}, {"data.class_column", class_col}})
+    if (!col.empty() && !table.has_column(col))
+      fail(c.source(), ": ", key, ": ", path, " has no column '", col, "'");
+
+  // Row order: by the date column when given, else file order.
+  std::vector<int64_t> order(table.rows());
+  std::iota(order.begin(), order.end(), 0);
+  if (!date_col.empty()) {
+    const auto& dates = table.text(date_col);
+    std::vector<int64_t> when(table.rows());
+    for (int64_t r = 0; r < table.rows(); ++r) {
+      const auto t = io::parse_datetime(dates[r]);
+      if (!t)
+        fail(path, ":", table.line_of_row(r), ": column '", date_col, "': '", dates[r],
+             "' is not an ISO date or date-time");
+      when[r] = *t;
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return when[a] < when[b]; });
+  }
+
+  d.feature_names = c.list("data.features");
+  if (d.feature_names.empty())
+    for (const auto& col : table.columns())
+      if (col != date_col && col != class_col) d.feature_names.push_back(col);
+  if (d.task == "forecast") {
+    d.target_names = c.list("data.targets");
+    if (d.target_names.empty())
+      fail(c.source(), ": data.targets is required for data.task forecast");
+  } else if (d.task == "classify") {
+    if (class_col.empty())
+      fail(c.source(), ": data.class_column is required for data.task classify");
+  } else {
+    fail(c.source(), ": data.task: '", d.task, "' is not a time-series task (forecast, classify)");
+  }
+  d.rows = table.rows();
+  const int64_t F = d.num_features();
+  auto matrix = [&](const std::vector<std::string>& names, const char* key) {
+    std::vector<double> m(d.rows * names.size());
+    for (size_t j = 0; j < names.size(); ++j) {
+      if (!table.has_column(names[j]))
+        fail(c.source(), ": ", key, ": ", path, " has no column '", names[j], "'");
+      const std::vector<double> col = table.numeric(names[j]);
+      for (int64_t r = 0; r < d.rows; ++r) m[r * names.size() + j] = col[order[r]];
+    }
+    return m;
+  };
+  const std::vector<double> x = matrix(d.feature_names, "data.features");
+  const auto [train_end, val_end] = boundaries(c, d.rows);
+  const std::string norm_kind = c.str("data.normalize");
+  if (norms) {
+    d.feature_norm = norms->feature_norm;
+  } else {
+    d.feature_norm.fit(norm_kind, x, train_end, F);
+  }
+  d.features.resize(x.size());
+  for (int64_t r = 0; r < d.rows; ++r)
+    for (int64_t j = 0; j < F; ++j)
+      d.features[r * F + j] = static_cast<float>(d.feature_norm.apply(x[r * F + j], j));
+  if (d.task == "forecast") {
+    const int64_t O = static_cast<int64_t>(d.target_names.size());
+    const std::vector<double> y = matrix(d.target_names, "data.targets");
+    if (norms) {
+      d.target_norm = norms->target_norm;
+    } else {
+      d.target_norm.fit(norm_kind, y, train_end, O);
+    }
+    d.targets.resize(y.size());
+    for (int64_t r = 0; r < d.rows; ++r)
+      for (int64_t j = 0; j < O; ++j)
+        d.targets[r * O + j] = static_cast<float>(d.target_norm.apply(y[r * O + j], j));
+  } else {
+    const auto& names = table.text(class_col);
+    if (norms) {
+      d.class_names = norms->class_names;
+    } else {
+      d.class_names = names;
+      std::sort(d.class_names.begin(), d.class_names.end());
+      d.class_names.erase(std::unique(d.class_names.begin(), d.class_names.end()),
+                          d.class_names.end());
+    }
+    d.classes.resize(d.rows);
+    for (int64_t r = 0; r < d.rows; ++r) {
+      const auto& name = names[order[r]];
+      const auto it = std::lower_bound(d.class_names.begin(), d.class_names.end(), name);
+      if (it == d.class_names.end() || *it != name)
+        fail(path, ":", table.line_of_row(order[r]), ": class '", name,
+             "' was not seen in training");
+      d.classes[r] = it - d.class_names.begin();
+    }
+  }
+  // Windows that lie wholly inside one split.
+  auto windows = [&](int64_t begin, int64_t end, std::vector<int64_t>* out) {
+    for (int64_t s = begin; d.target_row(s) < end; s += stride) out->push_back(s);
+  };
+  windows(0, train_end, &d.split.train);
+  windows(train_end, val_end, &d.split.val);
+  windows(val_end, d.rows, &d.split.test);
+  if (d.split.train.empty())
+    fail(path, ": ", d.rows, " rows give no training window: the training split (", train_end,
+         " rows) is shorter than data.lookback + data.horizon = ", d.lookback + d.horizon);
+  return d;
+}
+
+TextData load_text(const Config& c, const std::string& vocab) {
+  TextData d;
+  d.seq_len = positive(c, "data.seq_len");
+  const std::string path = c.str("data.path");
+  if (path.empty()) fail(c.source(), ": data.path is required");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  if (text.empty()) fail(path, ": empty file");
+  d.vocab = vocab;
+  if (d.vocab.empty()) {
+    d.vocab = text;
+    std::sort(d.vocab.begin(), d.vocab.end());
+    d.vocab.erase(std::unique(d.vocab.begin(), d.vocab.end()), d.vocab.end());
+  }
+  int64_t index[256];
+  std::fill(std::begin(index), std::end(index), -1);
+  for (size_t i = 0; i < d.vocab.size(); ++i) index[static_cast<unsigned char>(d.vocab[i])] = i;
+  d.ids.resize(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const int64_t id = index[static_cast<unsigned char>(text[i])];
+    if (id < 0) fail(path, ": byte ", i, ": character not in the model's vocabulary");
+    d.ids[i] = id;
+  }
+  const int64_t n = static_cast<int64_t>(d.ids.size());
+  const auto [train_end, val_end] = boundaries(c, n);
+  auto chunks = [&](int64_t begin, int64_t end, std::vector<int64_t>* out) {
+    for (int64_t s = begin; s + d.seq_len + 1 <= end; s += d.seq_len) out->push_back(s);
+  };
+  chunks(0, train_end, &d.split.train);
+  chunks(train_end, val_end, &d.split.val);
+  chunks(val_end, n, &d.split.test);
+  if (d.split.train.empty())
+    fail(path, ": the training split (", train_end,
+         " characters) is shorter than data.seq_len + 1");
+  return d;
+}
+
+}  // namespace seqforge

@@ -1,0 +1,364 @@
+#include "seqforge/io/csv.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "seqforge/core/error.hpp"
+
+namespace seqforge::io {
+
+namespace {
+
+// Cells and names come from untrusted files: keep messages on one line and of bounded length.
+std::string printable(std::string_view s, size_t max_shown = 80) {
+  std::string out;
+  size_t shown = std::min(s.size(), max_shown);
+  // Do not cut a UTF-8 sequence in half.
+  while (shown < s.size() && shown > 0 && (static_cast<unsigned char>(s[shown]) & 0xc0) == 0x80) {
+    --shown;
+  }
+  for (size_t i = 0; i < shown; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f || c == '\\' || c == '\'') {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (shown < s.size()) out += "...";
+  return out;
+}
+
+std::string quote(std::string_view s) { return "'" + printable(s) + "'"; }
+
+bool is_space(char c) { return c == ' ' || c == '\t'; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::string describe_char(char c) {
+  if (c == '"') return "'\"'";
+  return quote(std::string_view(&c, 1));
+}
+
+// Splits RFC 4180 text into rows of fields, tracking 1-based file lines.
+class Tokenizer {
+ public:
+  Tokenizer(std::string_view bytes, const std::string& source) : b_(bytes), source_(source) {}
+
+  struct Row {
+    std::vector<std::string> fields;
+    std::vector<bool> quoted;
+    int64_t line = 0;    // line the row starts on
+    bool blank = false;  // nothing but spaces, no quotes
+  };
+
+  // Reads the next row into `row`; false at the end of the input.
+  bool next(Row& row) {
+    if (i_ >= b_.size()) return false;
+    row.fields.clear();
+    row.quoted.clear();
+    row.line = line_;
+    for (;;) {
+      std::string field;
+      size_t j = i_;
+      while (j < b_.size() && is_space(b_[j])) ++j;
+      const bool quoted = j < b_.size() && b_[j] == '"';
+      if (quoted) {
+        read_quoted(j + 1, row.fields.size() + 1, &field);
+      } else {
+        const size_t start = i_;
+        while (i_ < b_.size() && b_[i_] != ',' && b_[i_] != '\n' && b_[i_] != '\r') ++i_;
+        field.assign(b_.substr(start, i_ - start));
+      }
+      row.fields.push_back(std::move(field));
+      row.quoted.push_back(quoted);
+      if (i_ >= b_.size()) break;
+      if (b_[i_] == ',') {
+        ++i_;
+        continue;
+      }
+      // Line end: LF, CRLF or a lone CR.
+      if (b_[i_] == '\r' && i_ + 1 < b_.size() && b_[i_ + 1] == '\n') ++i_;
+      ++i_;
+      ++line_;
+      break;
+    }
+    row.blank = row.fields.size() == 1 && !row.quoted[0] && trim(row.fields[0]).empty();
+    return true;
+  }
+
+ private:
+  // Reads a quoted field whose content starts at `pos`; leaves i_ on the delimiter or line end.
+  void read_quoted(size_t pos, size_t field_number, std::string* field) {
+    const int64_t open_line = line_;
+    i_ = pos;
+    for (;;) {
+      if (i_ >= b_.size()) {
+        fail(source_, ":", open_line, ": unterminated quoted field ", field_number,
+             " (the quote opened on this line is never closed)");
+      }
+      const char c = b_[i_];
+      if (c == '"') {
+        if (i_ + 1 < b_.size() && b_[i_ + 1] == '"') {
+          *field += '"';
+          i_ += 2;
+          continue;
+        }
+        ++i_;
+        break;
+      }
+      if (c == '\n' || (c == '\r' && !(i_ + 1 < b_.size() && b_[i_ + 1] == '\n'))) ++line_;
+      // Copy the run up to the next quote or line break in one go.
+      size_t end = i_ + 1;
+      while (end < b_.size() && b_[end] != '"' && b_[end] != '\n' && b_[end] != '\r') ++end;
+      field->append(b_.substr(i_, end - i_));
+      i_ = end;
+    }
+    while (i_ < b_.size() && is_space(b_[i_])) ++i_;
+    if (i_ < b_.size() && b_[i_] != ',' && b_[i_] != '\n' && b_[i_] != '\r') {
+      fail(source_, ":", line_, ": unexpected ", describe_char(b_[i_]),
+           " after the closing quote of field ", field_number,
+           " (a quote inside a quoted field is written \"\")");
+    }
+  }
+
+  std::string_view b_;
+  const std::string& source_;
+  size_t i_ = 0;
+  int64_t line_ = 1;
+};
+
+enum class NumberStatus { ok, not_number, not_finite };
+
+NumberStatus parse_number(std::string_view s, double* out) {
+  s = trim(s);
+  if (s.size() > 1 && s[0] == '+' && s[1] != '-') s.remove_prefix(1);  // from_chars rejects '+'
+  if (s.empty()) return NumberStatus::not_number;
+  const char* end = s.data() + s.size();
+  double v = 0;
+  auto r = std::from_chars(s.data(), end, v);
+  if (r.ec == std::errc::result_out_of_range) {
+    // Magnitude beyond double: long double tells overflow (an error) from underflow (~0).
+    long double wide = 0;
+    r = std::from_chars(s.data(), end, wide);
+    if (r.ec == std::errc::result_out_of_range && r.ptr == end) return NumberStatus::not_finite;
+    v = static_cast<double>(wide);
+  }
+  if (r.ec != std::errc() || r.ptr != end) return NumberStatus::not_number;
+  if (!std::isfinite(v)) return NumberStatus::not_finite;
+  *out = v;
+  return NumberStatus::ok;
+}
+
+std::string read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
+  std::string bytes;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    bytes.reserve(static_cast<size_t>(st.st_size));
+  }
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(fd, chunk, sizeof chunk);
+    if (r == 0) break;
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      ::close(fd);
+      fail(path, ": cannot read: ", std::strerror(e));
+    }
+    bytes.append(chunk, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return bytes;
+}
+
+}  // namespace
+
+CsvTable CsvTable::read(const std::string& path) { return parse(read_file(path), path); }
+
+CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
+  if (bytes.starts_with("\xef\xbb\xbf")) bytes.remove_prefix(3);
+  CsvTable t;
+  t.source_ = source;
+  Tokenizer tok(bytes, source);
+  Tokenizer::Row row;
+
+  if (!tok.next(row)) fail(source, ": empty file, expected a header row");
+  if (row.blank) {
+    // A file of nothing but blank lines is empty; a blank first line before data is not a header.
+    Tokenizer::Row rest;
+    while (tok.next(rest)) {
+      if (!rest.blank) fail(source, ":", row.line, ": blank line, expected a header row");
+    }
+    fail(source, ": empty file, expected a header row");
+  }
+  const int64_t header_line = row.line;
+  for (size_t c = 0; c < row.fields.size(); ++c) {
+    std::string name = row.quoted[c] ? std::move(row.fields[c]) : std::string(trim(row.fields[c]));
+    if (name.empty()) {
+      fail(source, ":", header_line, ": column ", c + 1, " of the header has an empty name");
+    }
+    const auto [it, inserted] = t.index_.try_emplace(name, c);
+    if (!inserted) {
+      fail(source, ":", header_line, ": duplicate column name ", quote(name), " (columns ",
+           it->second + 1, " and ", c + 1, ")");
+    }
+    t.columns_.push_back(std::move(name));
+  }
+  const size_t ncols = t.columns_.size();
+  t.cells_.resize(ncols);
+
+  // Blank lines are held back: at the end of the file they are ignored.
+  std::vector<int64_t> pending_blank;
+  while (tok.next(row)) {
+    if (row.blank) {
+      pending_blank.push_back(row.line);
+      continue;
+    }
+    if (!pending_blank.empty()) {
+      if (ncols != 1) {
+        fail(source, ":", pending_blank.front(), ": blank line inside the data, expected ", ncols,
+             " fields like the header");
+      }
+      for (int64_t line : pending_blank) {  // a single column: a blank line is an empty cell
+        t.cells_[0].emplace_back();
+        t.lines_.push_back(line);
+      }
+      pending_blank.clear();
+    }
+    if (row.fields.size() != ncols) {
+      fail(source, ":", row.line, ": ", row.fields.size(),
+           row.fields.size() == 1 ? " field" : " fields", ", the header has ", ncols);
+    }
+    for (size_t c = 0; c < ncols; ++c) t.cells_[c].push_back(std::move(row.fields[c]));
+    t.lines_.push_back(row.line);
+  }
+  if (t.lines_.empty()) fail(source, ": no data rows after the header (line ", header_line, ")");
+  return t;
+}
+
+bool CsvTable::has_column(std::string_view name) const { return index_.contains(name); }
+
+size_t CsvTable::index_of(std::string_view name) const {
+  const auto it = index_.find(name);
+  if (it != index_.end()) return it->second;
+  constexpr size_t kMaxListed = 20;
+  std::string list;
+  for (size_t c = 0; c < columns_.size() && c < kMaxListed; ++c) {
+    list += (c ? ", " : "") + printable(columns_[c]);
+  }
+  if (columns_.size() > kMaxListed) {
+    list += ", ... (" + std::to_string(columns_.size()) + " in all)";
+  }
+  fail(source_, ": no column ", quote(name), " (columns: ", list, ")");
+}
+
+const std::vector<std::string>& CsvTable::text(std::string_view name) const {
+  return cells_[index_of(name)];
+}
+
+std::vector<double> CsvTable::numeric(std::string_view name) const {
+  const std::vector<std::string>& cells = cells_[index_of(name)];
+  std::vector<double> out(cells.size());
+  for (size_t r = 0; r < cells.size(); ++r) {
+    switch (parse_number(cells[r], &out[r])) {
+      case NumberStatus::ok:
+        break;
+      case NumberStatus::not_number:
+        if (trim(cells[r]).empty()) {
+          fail(source_, ":", lines_[r], ": column ", quote(name), ": empty cell is not a number");
+        }
+        fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
+             " is not a number");
+      case NumberStatus::not_finite:
+        fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
+             " is not a finite number");
+    }
+  }
+  return out;
+}
+
+int64_t CsvTable::line_of_row(int64_t row) const {
+  if (row < 0 || row >= rows()) {
+    fail(source_, ": data row ", row, " is out of range (", rows(), " data rows)");
+  }
+  return lines_[static_cast<size_t>(row)];
+}
+
+std::optional<int64_t> parse_datetime(std::string_view s) {
+  s = trim(s);
+  size_t i = 0;
+  auto digits = [&](size_t n, int* out) {
+    if (s.size() - i < n) return false;
+    int v = 0;
+    for (size_t k = 0; k < n; ++k) {
+      const char c = s[i + k];
+      if (c < '0' || c > '9') return false;
+      v = v * 10 + (c - '0');
+    }
+    *out = v;
+    i += n;
+    return true;
+  };
+  auto literal = [&](char c) {
+    if (i < s.size() && s[i] == c) {
+      ++i;
+      return true;
+    }
+    return false;
+  };
+
+  int y = 0, mo = 0, d = 0;
+  if (!digits(4, &y) || !literal('-') || !digits(2, &mo) || !literal('-') || !digits(2, &d)) {
+    return std::nullopt;
+  }
+  namespace chr = std::chrono;
+  const chr::year_month_day ymd{chr::year{y}, chr::month{static_cast<unsigned>(mo)},
+                                chr::day{static_cast<unsigned>(d)}};
+  if (!ymd.ok()) return std::nullopt;
+  int64_t seconds = int64_t{chr::sys_days{ymd}.time_since_epoch().count()} * 86400;
+  if (i == s.size()) return seconds;
+
+  if (!literal('T') && !literal('t') && !literal(' ')) return std::nullopt;
+  int h = 0, mi = 0, sec = 0;
+  if (!digits(2, &h) || !literal(':') || !digits(2, &mi)) return std::nullopt;
+  if (literal(':')) {
+    if (!digits(2, &sec)) return std::nullopt;
+    if (literal('.')) {  // fractional seconds: at least one digit, dropped
+      const size_t start = i;
+      while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+      if (i == start) return std::nullopt;
+    }
+  }
+  if (h > 23 || mi > 59 || sec > 59) return std::nullopt;
+  seconds += h * 3600 + mi * 60 + sec;
+  if (i == s.size()) return seconds;
+
+  if (literal('Z') || literal('z')) return i == s.size() ? std::optional(seconds) : std::nullopt;
+  const int sign = literal('+') ? 1 : literal('-') ? -1 : 0;
+  int oh = 0, om = 0;
+  if (sign == 0 || !digits(2, &oh)) return std::nullopt;
+  literal(':');  // +HH:MM or +HHMM
+  if (!digits(2, &om) || oh > 23 || om > 59 || i != s.size()) return std::nullopt;
+  return seconds - sign * (oh * 3600 + om * 60);
+}
+
+}  // namespace seqforge::io

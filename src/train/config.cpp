@@ -1,0 +1,353 @@
+#include "seqforge/train/config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+#include "seqforge/core/error.hpp"
+
+namespace seqforge {
+
+namespace {
+
+using T = ConfigKey::Type;
+
+const std::vector<ConfigKey> kKeys = {
+    {"data.path", T::string, "",
+     "The data: a .csv file (forecast, classify) or a text file (charlm). Required."},
+    {"data.task", T::string, "forecast",
+     "`forecast` (predict target columns `horizon` steps after a window), `classify` (predict the "
+     "class `horizon` steps after a window), or `charlm` (character language model)."},
+    {"data.features", T::string_list, "[]",
+     "CSV columns fed to the model. Empty: every column but the date and class columns."},
+    {"data.targets", T::string_list, "[]",
+     "CSV columns to predict (forecast). Required for forecast."},
+    {"data.date_column", T::string, "",
+     "CSV column of ISO dates or date-times: rows are ordered by it; never a feature."},
+    {"data.class_column", T::string, "",
+     "CSV column of class names (classify); classes are numbered in sorted order."},
+    {"data.lookback", T::integer, "24", "Time steps in each input window."},
+    {"data.horizon", T::integer, "1",
+     "How many steps after the window's last row the target lies (1 = the next row)."},
+    {"data.stride", T::integer, "1", "Rows between the starts of consecutive windows."},
+    {"data.seq_len", T::integer, "128", "Characters per training sequence (charlm)."},
+    {"data.split.train", T::number, "0.8",
+     "Share of the data for training: the first rows (time series) or the first characters "
+     "(text)."},
+    {"data.split.val", T::number, "0.1",
+     "Share for validation, right after the training part; the rest is the test split. No window "
+     "crosses a boundary."},
+    {"data.normalize", T::string, "zscore",
+     "`zscore`, `minmax` or `none`: feature and target scaling, fitted on the training split only "
+     "and stored in the checkpoint."},
+    {"model.hidden", T::integer, "64", "LSTM hidden size."},
+    {"model.layers", T::integer, "1", "LSTM layers."},
+    {"model.bidirectional", T::boolean, "false", "Bidirectional LSTM."},
+    {"model.dropout", T::number, "0.0",
+     "Dropout on every LSTM layer's output but the last, in training."},
+    {"model.embedding", T::integer, "64", "Embedding size (charlm)."},
+    {"model.init_from", T::string, "",
+     "A .safetensors file of initial weights under PyTorch names (lstm.weight_ih_l0, head.weight, "
+     "...)."},
+    {"optim.kind", T::string, "adamw", "`adamw`, `adam` or `sgd`."},
+    {"optim.lr", T::number, "0.001", "Peak learning rate."},
+    {"optim.weight_decay", T::number, "0.01",
+     "Weight decay: decoupled for adamw, L2 for adam and sgd."},
+    {"optim.beta1", T::number, "0.9", "Adam beta1."},
+    {"optim.beta2", T::number, "0.999", "Adam beta2."},
+    {"optim.eps", T::number, "1e-08", "Adam epsilon."},
+    {"optim.momentum", T::number, "0.0", "SGD momentum."},
+    {"optim.nesterov", T::boolean, "false", "SGD Nesterov momentum."},
+    {"train.epochs", T::integer, "10", "Passes over the training split."},
+    {"train.batch_size", T::integer, "64", "Windows (or sequences) per step."},
+    {"train.max_batches", T::integer, "0", "Steps per epoch at most; 0: the whole training split."},
+    {"train.seed", T::integer, "0", "Seed for initialisation, shuffling and dropout."},
+    {"train.precision", T::string, "auto",
+     "`fp32`, `bf16` (bf16 GEMMs, f32 master weights and state) or `auto` (bf16 where the CPU has "
+     "it)."},
+    {"train.threads", T::integer, "0", "Compute threads; 0: every CPU this process may use."},
+    {"train.clip_grad_norm", T::number, "0.0",
+     "Clip the gradients' total L2 norm to this; 0: no clipping."},
+    {"train.schedule", T::string, "constant",
+     "Learning rate after warm-up: `constant`, `step` (times gamma every step_epochs), `cosine` "
+     "(to 0 at the last step) or `plateau` (times gamma when the monitored metric stalls "
+     "plateau_patience epochs)."},
+    {"train.warmup_steps", T::integer, "0", "Steps of linear warm-up from 0 to optim.lr."},
+    {"train.step_epochs", T::integer, "10", "`step` schedule: epochs between decays."},
+    {"train.gamma", T::number, "0.1", "`step` and `plateau` schedules: the decay factor."},
+    {"train.plateau_patience", T::integer, "2",
+     "`plateau` schedule: epochs without improvement before a decay."},
+    {"train.early_stopping.patience", T::integer, "0",
+     "Stop after this many epochs without improvement of the monitored metric; 0: never."},
+    {"train.early_stopping.min_delta", T::number, "0.0",
+     "The least change that counts as an improvement."},
+    {"train.early_stopping.monitor", T::string, "val_loss",
+     "The metric watched by early stopping, the plateau schedule and `save: best`: val_loss, "
+     "val_mse, val_rmse, val_mae, val_accuracy, val_f1, val_bpc."},
+    {"train.early_stopping.mode", T::string, "min",
+     "`min` or `max`: which direction is better for the monitored metric."},
+    {"train.save", T::string, "best",
+     "`best` (the best epoch by the monitored metric), `last` or `every_n` (every save_every "
+     "epochs, and the last)."},
+    {"train.save_every", T::integer, "1", "`every_n`: epochs between checkpoints."},
+    {"train.run_dir", T::string, "",
+     "Where checkpoints, metrics.jsonl and the resolved config go; default runs/<config file "
+     "name>."},
+};
+
+const char* type_name(T t) {
+  switch (t) {
+    case T::string:
+      return "string";
+    case T::integer:
+      return "integer";
+    case T::number:
+      return "number";
+    case T::boolean:
+      return "boolean";
+    case T::string_list:
+      return "list of strings";
+  }
+  return "";
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t prev = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cur = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      prev = cur;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string did_you_mean(const std::string& path) {
+  const std::string last = path.substr(path.rfind('.') + 1);
+  const ConfigKey* best = nullptr;
+  size_t best_d = SIZE_MAX;
+  for (const auto& k : kKeys) {
+    const std::string k_last = k.path.substr(k.path.rfind('.') + 1);
+    const size_t d = std::min(edit_distance(path, k.path), edit_distance(last, k_last) + 1);
+    if (d < best_d) {
+      best_d = d;
+      best = &k;
+    }
+  }
+  if (best && best_d <= std::max<size_t>(2, last.size() / 3))
+    return " (did you mean '" + best->path + "'?)";
+  return "";
+}
+
+const ConfigKey* find_key(const std::string& path) {
+  for (const auto& k : kKeys)
+    if (k.path == path) return &k;
+  return nullptr;
+}
+
+bool is_prefix_of_key(const std::string& path) {
+  for (const auto& k : kKeys)
+    if (k.path.rfind(path + ".", 0) == 0) return true;
+  return false;
+}
+
+bool parse_int(const std::string& s, int64_t* out) {
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+bool parse_double(const std::string& s, double* out) {
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+bool parse_bool(const std::string& s, bool* out) {
+  if (s == "true" || s == "True" || s == "yes" || s == "on") return *out = true, true;
+  if (s == "false" || s == "False" || s == "no" || s == "off") return *out = false, true;
+  return false;
+}
+
+// Checks `node` against the key's type; returns the value as canonical YAML text.
+std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::string& where) {
+  auto bad = [&](const std::string& got) -> std::string {
+    fail(where, ": ", key.path, ": expected ", (key.type == T::integer ? "an " : "a "),
+         type_name(key.type), ", got ", got);
+  };
+  if (key.type == T::string_list) {
+    if (node.IsScalar()) return "[" + node.Scalar() + "]";
+    if (!node.IsSequence()) return bad("a map");
+    std::string out = "[";
+    for (size_t i = 0; i < node.size(); ++i) {
+      if (!node[i].IsScalar()) return bad("a nested list or map");
+      out += (i ? ", " : "") + YAML::Dump(node[i]);
+    }
+    return out + "]";
+  }
+  if (!node.IsScalar())
+    return bad(node.IsSequence() ? "a list" : node.IsMap() ? "a map" : "nothing");
+  const std::string s = node.Scalar();
+  int64_t i;
+  double d;
+  bool b;
+  switch (key.type) {
+    case T::integer:
+      if (!parse_int(s, &i)) return bad("'" + s + "'");
+      break;
+    case T::number:
+      if (!parse_double(s, &d)) return bad("'" + s + "'");
+      break;
+    case T::boolean:
+      if (!parse_bool(s, &b)) return bad("'" + s + "'");
+      break;
+    default:
+      break;
+  }
+  return s;
+}
+
+}  // namespace
+
+const std::vector<ConfigKey>& config_keys() { return kKeys; }
+
+std::string config_reference_markdown() {
+  std::ostringstream out;
+  out << "# Configuration reference\n\n"
+      << "`seqforge train CONFIG.yaml [key.path=value ...]` reads a YAML file of the keys below; "
+         "overrides use the same dotted paths, their values parsed as YAML. Unknown keys are "
+         "errors. Every run directory holds `config.resolved.yaml`: each key with its value, "
+         "defaults filled in.\n\n"
+      << "This page is generated from the table in src/train/config.cpp "
+         "(`seqforge config-reference > docs/config.md`); a test fails when they differ.\n\n"
+      << "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& k : kKeys)
+    out << "| `" << k.path << "` | " << type_name(k.type) << " | "
+        << (k.default_value.empty() ? "" : "`" + k.default_value + "`") << " | " << k.doc << " |\n";
+  return out.str();
+}
+
+Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open the config file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), path, overrides);
+}
+
+Config Config::parse(const std::string& yaml, const std::string& source,
+                     const std::vector<std::string>& overrides) {
+  Config c;
+  c.source_ = source;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    fail(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
+  }
+  if (!root.IsNull() && !root.IsMap()) fail(source, ": expected a map of keys at the top level");
+  // Walks nested maps down to known keys.
+  auto walk = [&](auto&& self, const YAML::Node& map, const std::string& prefix) -> void {
+    for (const auto& kv : map) {
+      const std::string name = kv.first.as<std::string>();
+      const std::string path = prefix.empty() ? name : prefix + "." + name;
+      const std::string where = source + ":" + std::to_string(kv.first.Mark().line + 1);
+      if (const ConfigKey* key = find_key(path)) {
+        c.values_[path] = canonical(*key, kv.second, where);
+        c.where_[path] = where;
+      } else if (kv.second.IsMap() && is_prefix_of_key(path)) {
+        self(self, kv.second, path);
+      } else {
+        fail(where, ": unknown key '", path, "'", did_you_mean(path));
+      }
+    }
+  };
+  if (root.IsMap()) walk(walk, root, "");
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) fail("override '", o, "': expected key.path=value");
+    const std::string path = o.substr(0, eq);
+    const ConfigKey* key = find_key(path);
+    if (!key) fail("override '", o, "': unknown key '", path, "'", did_you_mean(path));
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      fail("override '", o, "': not valid YAML: ", e.msg);
+    }
+    if (value.IsNull()) value = YAML::Node(std::string());
+    c.values_[path] = canonical(*key, value, "override '" + o + "'");
+    c.where_[path] = "override";
+  }
+  return c;
+}
+
+const ConfigKey& Config::key_of(const std::string& key) const {
+  const ConfigKey* k = find_key(key);
+  SF_CHECK(k, "no config key ", key);
+  return *k;
+}
+
+bool Config::is_set(const std::string& key) const { return values_.count(key) > 0; }
+
+std::string Config::str(const std::string& key) const {
+  const ConfigKey& k = key_of(key);
+  auto it = values_.find(key);
+  return it == values_.end() ? k.default_value : it->second;
+}
+
+int64_t Config::integer(const std::string& key) const {
+  int64_t v = 0;
+  SF_CHECK(key_of(key).type == T::integer && parse_int(str(key), &v), key);
+  return v;
+}
+
+double Config::number(const std::string& key) const {
+  double v = 0;
+  SF_CHECK(key_of(key).type == T::number && parse_double(str(key), &v), key);
+  return v;
+}
+
+bool Config::boolean(const std::string& key) const {
+  bool v = false;
+  SF_CHECK(key_of(key).type == T::boolean && parse_bool(str(key), &v), key);
+  return v;
+}
+
+std::vector<std::string> Config::list(const std::string& key) const {
+  SF_CHECK(key_of(key).type == T::string_list, key);
+  const YAML::Node node = YAML::Load(str(key));
+  std::vector<std::string> out;
+  for (const auto& item : node) out.push_back(item.as<std::string>());
+  return out;
+}
+
+std::string Config::resolved_yaml() const {
+  YAML::Node root(YAML::NodeType::Map);
+  for (const auto& k : kKeys) {
+    std::vector<std::string> parts;
+    std::stringstream ss(k.path);
+    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+    YAML::Node value = YAML::Load(str(k.path));
+    if (k.type == T::string && value.IsNull()) value = YAML::Node(std::string());
+    // Node assignment copies values; reset() moves the handle down the tree.
+    YAML::Node cur;
+    cur.reset(root);
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      if (!cur[parts[i]]) cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      YAML::Node child = cur[parts[i]];
+      cur.reset(child);
+    }
+    cur[parts.back()] = value;
+  }
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace seqforge

@@ -1,0 +1,686 @@
+#include "seqforge/train/trainer.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/core/cpu.hpp"
+#include "seqforge/core/threads.hpp"
+#include "seqforge/data/datasets.hpp"
+#include "seqforge/io/checkpoint.hpp"
+#include "seqforge/io/safetensors.hpp"
+#include "seqforge/nn/sequence_model.hpp"
+#include "seqforge/optim/optimizer.hpp"
+
+namespace seqforge {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Writes checkpoints on a thread of its own, so the training loop never waits for the disk.
+// Each write is atomic (write_safetensors: temporary file, fsync, rename).
+class CheckpointWriter {
+ public:
+  CheckpointWriter() : thread_([this] { run(); }) {}
+  ~CheckpointWriter() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // Snapshots the parameters now; writes them later.
+  void submit(const std::string& path, const Parameters& params,
+              std::map<std::string, std::string> metadata) {
+    Job job;
+    job.path = path;
+    job.metadata = std::move(metadata);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Tensor v = params.value(i);
+      job.names.push_back(params.values().entries()[i].name);
+      job.data.emplace_back(static_cast<const char*>(v.data()),
+                            static_cast<const char*>(v.data()) + v.nbytes());
+      job.shapes.push_back(v.shape().to_vector());
+    }
+    job.dtype = params.dtype();
+    {
+      std::lock_guard lock(mutex_);
+      rethrow_locked();
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_all();
+  }
+  // Waits until everything submitted is on disk; rethrows a failed write.
+  void flush() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return jobs_.empty() && !busy_; });
+    rethrow_locked();
+  }
+
+ private:
+  struct Job {
+    std::string path;
+    std::vector<std::string> names;
+    std::vector<std::vector<char>> data;
+    std::map<std::string, std::string> metadata;
+    std::vector<std::vector<int64_t>> shapes;
+    DType dtype = DType::f32;
+  };
+  void rethrow_locked() {
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      Job job = std::move(jobs_.front());
+      jobs_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      try {
+        std::vector<io::SafetensorsTensor> tensors;
+        for (size_t i = 0; i < job.names.size(); ++i)
+          tensors.push_back({job.names[i], job.dtype, job.shapes[i], job.data[i].data()});
+        io::write_safetensors(job.path, tensors, job.metadata);
+      } catch (...) {
+        lock.lock();
+        error_ = std::current_exception();
+        lock.unlock();
+      }
+      lock.lock();
+      busy_ = false;
+      cv_.notify_all();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  bool stop_ = false, busy_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+// Everything a task needs: data, model, batch assembly and metrics.
+struct Task {
+  std::string kind;  // forecast | classify | charlm
+  SeriesData series;
+  TextData text;
+  ModelOptions model;
+
+  const Split& split() const { return kind == "charlm" ? text.split : series.split; }
+  int64_t steps() const { return kind == "charlm" ? text.seq_len : series.lookback; }
+};
+
+ModelOptions model_options(const Config& c, const Task& t) {
+  ModelOptions m;
+  auto positive = [&](const char* key) {
+    const int64_t v = c.integer(key);
+    if (v <= 0) fail(c.source(), ": ", key, " must be positive, got ", v);
+    return v;
+  };
+  m.lstm.hidden_size = positive("model.hidden");
+  m.lstm.num_layers = positive("model.layers");
+  m.lstm.bidirectional = c.boolean("model.bidirectional");
+  m.lstm.dropout = c.number("model.dropout");
+  if (!(m.lstm.dropout >= 0 && m.lstm.dropout < 1))
+    fail(c.source(), ": model.dropout must be in [0, 1), got ", m.lstm.dropout);
+  m.lstm.batch_first = true;
+  if (t.kind == "charlm") {
+    m.vocab_size = static_cast<int64_t>(t.text.vocab.size());
+    m.embedding_dim = positive("model.embedding");
+    m.output_size = m.vocab_size;
+    m.per_step = true;
+  } else {
+    m.lstm.input_size = t.series.num_features();
+    m.output_size = t.series.num_outputs();
+    m.per_step = false;
+  }
+  return m;
+}
+
+// Loads the task's data per the config; with `from`, reuses its normalisation and vocabulary.
+Task load_task(const Config& c, const Task* from = nullptr) {
+  Task t;
+  t.kind = c.str("data.task");
+  if (t.kind == "charlm") {
+    t.text = load_text(c, from ? from->text.vocab : "");
+  } else if (t.kind == "forecast" || t.kind == "classify") {
+    t.series = load_series(c, from ? &from->series : nullptr);
+  } else {
+    fail(c.source(), ": data.task: unknown task '", t.kind,
+         "' (expected forecast, classify or charlm)");
+  }
+  t.model = model_options(c, t);
+  return t;
+}
+
+// Host buffers for one batch.
+struct Batch {
+  int64_t size = 0;
+  std::vector<float> x, y;           // forecast / classify input; forecast targets
+  std::vector<int64_t> ids, labels;  // charlm input ids; class ids or next-character ids
+  Tensor input, target, labels_t;
+};
+
+void fill_batch(const Task& t, const std::vector<int64_t>& starts, size_t begin, size_t end,
+                Batch* b) {
+  const int64_t B = static_cast<int64_t>(end - begin);
+  b->size = B;
+  if (t.kind == "charlm") {
+    const int64_t T = t.text.seq_len;
+    b->ids.resize(B * T);
+    b->labels.resize(B * T);
+    for (int64_t i = 0; i < B; ++i) {
+      const int64_t s = starts[begin + i];
+      std::copy_n(t.text.ids.begin() + s, T, b->ids.begin() + i * T);
+      std::copy_n(t.text.ids.begin() + s + 1, T, b->labels.begin() + i * T);
+    }
+    b->input = Tensor(b->ids.data(), DType::i64, {B, T});
+    b->labels_t = Tensor(b->labels.data(), DType::i64, {B * T});
+    return;
+  }
+  const SeriesData& d = t.series;
+  const int64_t T = d.lookback, F = d.num_features();
+  b->x.resize(B * T * F);
+  for (int64_t i = 0; i < B; ++i)
+    std::copy_n(d.features.begin() + starts[begin + i] * F, T * F, b->x.begin() + i * T * F);
+  b->input = Tensor(b->x.data(), DType::f32, {B, T, F});
+  if (t.kind == "forecast") {
+    const int64_t O = d.num_outputs();
+    b->y.resize(B * O);
+    for (int64_t i = 0; i < B; ++i)
+      std::copy_n(d.targets.begin() + d.target_row(starts[begin + i]) * O, O, b->y.begin() + i * O);
+    b->target = Tensor(b->y.data(), DType::f32, {B, O});
+  } else {
+    b->labels.resize(B);
+    for (int64_t i = 0; i < B; ++i) b->labels[i] = d.classes[d.target_row(starts[begin + i])];
+    b->labels_t = Tensor(b->labels.data(), DType::i64, {B});
+  }
+}
+
+// The loss and its gradient for a batch; returns the mean loss.
+double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout) {
+  if (t.kind == "forecast") return be.mse_loss(out, b.target, Tensor(), dout);
+  return be.cross_entropy_loss(out, b.labels_t, Tensor(), -100, dout);
+}
+
+// Metrics over a split (no training, no dropout).
+std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, const Task& t,
+                                             const std::vector<int64_t>& starts,
+                                             int64_t batch_size) {
+  std::map<std::string, double> m;
+  if (starts.empty()) return m;
+  Batch b;
+  Buffer dout_buf;
+  Rng rng(0);
+  double loss_sum = 0, abs_sum = 0, sq_sum = 0;
+  int64_t count = 0, values = 0;
+  const int64_t C = t.kind == "classify" ? t.series.num_outputs() : 0;
+  std::vector<int64_t> tp(C), fp(C), fn(C);
+  int64_t correct = 0;
+  for (size_t i = 0; i < starts.size(); i += batch_size) {
+    fill_batch(t, starts, i, std::min(starts.size(), i + batch_size), &b);
+    Tensor out = model.forward(be, b.input, {}, {}, false, rng);
+    Tensor dout = dout_buf.get(be, DType::f32, out.shape());
+    const int64_t n = t.kind == "charlm" ? b.size * t.text.seq_len : b.size;
+    loss_sum += loss_of(be, t, out, b, dout) * n;
+    count += n;
+    const float* o = static_cast<const float*>(out.data());
+    if (t.kind == "forecast") {  // errors in the targets' own units
+      const int64_t O = t.series.num_outputs();
+      for (int64_t r = 0; r < b.size; ++r)
+        for (int64_t j = 0; j < O; ++j) {
+          const double e = t.series.target_norm.invert(o[r * O + j], j) -
+                           t.series.target_norm.invert(b.y[r * O + j], j);
+          abs_sum += std::fabs(e);
+          sq_sum += e * e;
+          ++values;
+        }
+    } else if (t.kind == "classify") {
+      for (int64_t r = 0; r < b.size; ++r) {
+        const int64_t pred = std::max_element(o + r * C, o + (r + 1) * C) - (o + r * C);
+        const int64_t y = b.labels[r];
+        if (pred == y) {
+          ++correct;
+          ++tp[y];
+        } else {
+          ++fp[pred];
+          ++fn[y];
+        }
+      }
+    }
+  }
+  m["val_loss"] = loss_sum / count;
+  if (t.kind == "forecast") {
+    m["val_mse"] = sq_sum / values;
+    m["val_rmse"] = std::sqrt(sq_sum / values);
+    m["val_mae"] = abs_sum / values;
+  } else if (t.kind == "classify") {
+    m["val_accuracy"] = double(correct) / count;
+    double f1 = 0;
+    for (int64_t k = 0; k < C; ++k) {
+      const double denom = 2.0 * tp[k] + fp[k] + fn[k];
+      f1 += denom > 0 ? 2.0 * tp[k] / denom : 0.0;
+    }
+    m["val_f1"] = f1 / C;
+  } else {
+    m["val_bpc"] = m["val_loss"] / std::log(2.0);
+    m["val_perplexity"] = std::exp(m["val_loss"]);
+  }
+  return m;
+}
+
+std::string format_metrics(const std::map<std::string, double>& m) {
+  std::string out;
+  char buf[64];
+  for (const auto& [k, v] : m) {
+    std::snprintf(buf, sizeof buf, "  %s %.5g", k.c_str(), v);
+    out += buf;
+  }
+  return out;
+}
+
+// Metadata stored with the weights: what eval, predict and generate need to rebuild the task.
+std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Task& t,
+                                                       int64_t epoch,
+                                                       const std::map<std::string, double>& m) {
+  std::map<std::string, std::string> meta = {
+      {"format", "seqforge"},
+      {"seqforge.version", SEQFORGE_VERSION},
+      {"seqforge.layout",
+       "PyTorch names: embedding (nn.Embedding), lstm (nn.LSTM, batch_first=True, gate order "
+       "i, f, g, o), head (nn.Linear on the last step, or on every step for charlm)"},
+      {"seqforge.config", c.resolved_yaml()},
+      {"seqforge.epoch", std::to_string(epoch)},
+      {"seqforge.metrics", nlohmann::json(m).dump()},
+  };
+  if (t.kind == "charlm") {
+    meta["seqforge.vocab"] = nlohmann::json(t.text.vocab).dump();
+  } else {
+    meta["seqforge.feature_norm"] = t.series.feature_norm.to_json();
+    meta["seqforge.target_norm"] = t.series.target_norm.to_json();
+    meta["seqforge.classes"] = nlohmann::json(t.series.class_names).dump();
+  }
+  return meta;
+}
+
+// A run's checkpoint: `run` is a run directory or a .safetensors file.
+struct LoadedRun {
+  io::SafetensorsFile file;
+  Config config;
+  Task task;
+};
+
+LoadedRun load_run(const std::string& run, const std::string& data_override) {
+  const std::string path =
+      fs::is_directory(run) ? (fs::path(run) / "model.safetensors").string() : run;
+  io::SafetensorsFile file = io::SafetensorsFile::read(path);
+  const auto& meta = file.metadata();
+  if (!meta.count("seqforge.config"))
+    fail(path, ": not a seqforge checkpoint (no seqforge.config metadata)");
+  std::vector<std::string> overrides;
+  if (!data_override.empty()) overrides.push_back("data.path=" + data_override);
+  Config config = Config::parse(meta.at("seqforge.config"), path + " (stored config)", overrides);
+  Task stored;
+  stored.kind = config.str("data.task");
+  if (stored.kind == "charlm") {
+    stored.text.vocab = nlohmann::json::parse(meta.at("seqforge.vocab")).get<std::string>();
+  } else {
+    stored.series.feature_norm = Normalizer::from_json(meta.at("seqforge.feature_norm"));
+    stored.series.target_norm = Normalizer::from_json(meta.at("seqforge.target_norm"));
+    stored.series.class_names =
+        nlohmann::json::parse(meta.at("seqforge.classes")).get<std::vector<std::string>>();
+  }
+  Task task = stored.kind == "charlm" ? Task{} : Task{};
+  if (stored.kind == "charlm" && data_override.empty() && !fs::exists(config.str("data.path"))) {
+    task = stored;  // generation needs only the vocabulary
+    task.model = model_options(config, task);
+  } else {
+    task = load_task(config, &stored);
+  }
+  return {std::move(file), std::move(config), std::move(task)};
+}
+
+}  // namespace
+
+TrainSummary train(const Config& c, std::ostream& out) {
+  const ThreadConfig threads = configure_threads(static_cast<int>(c.integer("train.threads")));
+  std::string notice;
+  const DType gemm_dtype = resolve_precision(c.str("train.precision"), &notice);
+  Task task = load_task(c);
+  const int64_t batch_size = c.integer("train.batch_size"), epochs = c.integer("train.epochs");
+  if (batch_size <= 0) fail(c.source(), ": train.batch_size must be positive, got ", batch_size);
+  if (epochs <= 0) fail(c.source(), ": train.epochs must be positive, got ", epochs);
+  const std::string monitor = c.str("train.early_stopping.monitor");
+  const std::string mode = c.str("train.early_stopping.mode");
+  if (mode != "min" && mode != "max")
+    fail(c.source(), ": train.early_stopping.mode must be min or max, got '", mode, "'");
+  const std::string save = c.str("train.save"), schedule = c.str("train.schedule");
+  if (save != "best" && save != "last" && save != "every_n")
+    fail(c.source(), ": train.save must be best, last or every_n, got '", save, "'");
+  if (schedule != "constant" && schedule != "step" && schedule != "cosine" && schedule != "plateau")
+    fail(c.source(), ": train.schedule must be constant, step, cosine or plateau, got '", schedule,
+         "'");
+
+  std::string run_dir = c.str("train.run_dir");
+  if (run_dir.empty()) run_dir = (fs::path("runs") / fs::path(c.source()).stem()).string();
+  fs::create_directories(run_dir);
+  {
+    std::ofstream resolved(fs::path(run_dir) / "config.resolved.yaml");
+    resolved << c.resolved_yaml();
+  }
+  std::ofstream metrics_log(fs::path(run_dir) / "metrics.jsonl");
+
+  auto be = make_cpu_backend();
+  const uint64_t seed = static_cast<uint64_t>(c.integer("train.seed"));
+  SequenceModel model(task.model);
+  model.initialize(*be, seed);
+  model.set_gemm_dtype(gemm_dtype);
+  model.set_input_grad(false);
+  if (const std::string init = c.str("model.init_from"); !init.empty())
+    io::load_parameters(init, model.parameters(), *be);
+  OptimizerOptions oo;
+  oo.kind = c.str("optim.kind");
+  oo.lr = c.number("optim.lr");
+  oo.weight_decay = c.number("optim.weight_decay");
+  oo.beta1 = c.number("optim.beta1");
+  oo.beta2 = c.number("optim.beta2");
+  oo.eps = c.number("optim.eps");
+  oo.momentum = c.number("optim.momentum");
+  oo.nesterov = c.boolean("optim.nesterov");
+  Optimizer optimizer(*be, model.parameters(), oo);
+
+  const Split& split = task.split();
+  const int64_t max_batches = c.integer("train.max_batches");
+  int64_t batches_per_epoch =
+      (static_cast<int64_t>(split.train.size()) + batch_size - 1) / batch_size;
+  if (max_batches > 0) batches_per_epoch = std::min(batches_per_epoch, max_batches);
+  const int64_t total_steps = batches_per_epoch * epochs, warmup = c.integer("train.warmup_steps");
+  out << "seqforge " << SEQFORGE_VERSION << ": " << task.kind << ", " << split.train.size()
+      << " training / " << split.val.size() << " validation / " << split.test.size() << " test "
+      << (task.kind == "charlm" ? "sequences" : "windows") << ", " << model.parameters().count()
+      << " parameters, " << threads.threads << " threads (" << threads.reason << "), "
+      << (gemm_dtype == DType::bf16 ? "bf16" : "fp32") << " GEMMs\n";
+  if (!notice.empty()) out << "note: " << notice << "\n";
+  out << "run directory: " << run_dir << "\n" << std::flush;
+
+  Rng rng(seed ^ 0x5eed5eedull);
+  CheckpointWriter writer;
+  const std::string checkpoint = (fs::path(run_dir) / "model.safetensors").string();
+  const double clip = c.number("train.clip_grad_norm");
+  const double min_delta = c.number("train.early_stopping.min_delta");
+  const int64_t patience = c.integer("train.early_stopping.patience");
+  double best = mode == "min" ? INFINITY : -INFINITY, plateau_best = best, lr_factor = 1.0;
+  int64_t since_best = 0, since_plateau = 0, step = 0;
+  const bool tty = isatty(STDOUT_FILENO) && &out == &std::cout;
+  TrainSummary summary;
+  summary.run_dir = run_dir;
+  summary.checkpoint = checkpoint;
+  summary.monitor = monitor;
+  Batch batch;
+  Buffer dout_buf;
+  std::vector<int64_t> order = split.train;
+  model.parameters().zero_grad(*be);
+
+  for (int64_t epoch = 1; epoch <= epochs; ++epoch) {
+    const double t0 = now_s();
+    for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
+      std::swap(order[i], order[rng.next() % (i + 1)]);
+    double loss_sum = 0;
+    int64_t seen = 0;
+    for (int64_t bi = 0; bi < batches_per_epoch; ++bi, ++step) {
+      const size_t begin = bi * batch_size, end = std::min(order.size(), begin + batch_size);
+      fill_batch(task, order, begin, end, &batch);
+      // Learning rate: linear warm-up, then the schedule.
+      double lr = oo.lr * lr_factor;
+      if (step < warmup) {
+        lr = oo.lr * double(step + 1) / double(warmup);
+      } else if (schedule == "step") {
+        lr = oo.lr *
+             std::pow(c.number("train.gamma"),
+                      double((epoch - 1) / std::max<int64_t>(1, c.integer("train.step_epochs"))));
+      } else if (schedule == "cosine") {
+        const double p = double(step - warmup) / double(std::max<int64_t>(1, total_steps - warmup));
+        lr = 0.5 * oo.lr * (1.0 + std::cos(M_PI * std::min(1.0, p)));
+      }
+      optimizer.set_lr(lr);
+      Tensor y = model.forward(*be, batch.input, {}, {}, true, rng);
+      Tensor dout = dout_buf.get(*be, DType::f32, y.shape());
+      const double loss = loss_of(*be, task, y, batch, dout);
+      model.backward(*be, dout);
+      fused_step(*be, model.parameters(), optimizer, clip, nullptr);
+      loss_sum += loss * batch.size;
+      seen += batch.size;
+      if (tty && (bi % 10 == 9 || bi + 1 == batches_per_epoch)) {
+        const double el = now_s() - t0, rate = seen / std::max(el, 1e-9);
+        const double eta = el / (bi + 1) * (batches_per_epoch - bi - 1);
+        char line[160];
+        std::snprintf(
+            line, sizeof line,
+            "\repoch %lld/%lld  %lld/%lld batches  loss %.5g  %.0f samples/s  ETA %.0f s  ",
+            (long long)epoch, (long long)epochs, (long long)(bi + 1), (long long)batches_per_epoch,
+            loss_sum / seen, rate, eta);
+        out << line << std::flush;
+      }
+    }
+    const double train_s = now_s() - t0;
+    std::map<std::string, double> m =
+        evaluate_split(*be, model, task, split.val.empty() ? split.train : split.val, batch_size);
+    m["train_loss"] = loss_sum / seen;
+    const double epoch_s = now_s() - t0;
+    if (!m.count(monitor))
+      fail(c.source(), ": train.early_stopping.monitor: '", monitor,
+           "' is not a metric of this task (", format_metrics(m), " )");
+    const double value = m.at(monitor);
+    const bool improved = mode == "min" ? value < best - min_delta : value > best + min_delta;
+    if (improved) {
+      best = value;
+      since_best = 0;
+    } else {
+      ++since_best;
+    }
+    if (schedule == "plateau" && step >= warmup) {
+      if (mode == "min" ? value < plateau_best - min_delta : value > plateau_best + min_delta) {
+        plateau_best = value;
+        since_plateau = 0;
+      } else if (++since_plateau >= c.integer("train.plateau_patience")) {
+        lr_factor *= c.number("train.gamma");
+        since_plateau = 0;
+      }
+    }
+    const bool last_epoch = epoch == epochs || (patience > 0 && since_best >= patience);
+    const bool write =
+        (save == "best" && improved) || (save == "last" && last_epoch) ||
+        (save == "every_n" &&
+         (epoch % std::max<int64_t>(1, c.integer("train.save_every")) == 0 || last_epoch));
+    if (write)
+      writer.submit(checkpoint, model.parameters(), checkpoint_metadata(c, task, epoch, m));
+    nlohmann::json j = m;
+    j["epoch"] = epoch;
+    j["lr"] = optimizer.options().lr;
+    j["epoch_seconds"] = epoch_s;
+    j["train_seconds"] = train_s;
+    j["samples_per_second"] = seen / std::max(train_s, 1e-9);
+    j["checkpoint"] = write;
+    metrics_log << j.dump() << "\n" << std::flush;
+    char head[96];
+    std::snprintf(head, sizeof head, "epoch %lld/%lld", (long long)epoch, (long long)epochs);
+    char tail[128];
+    std::snprintf(tail, sizeof tail, "  lr %.3g  %.1f s  %.0f samples/s%s", optimizer.options().lr,
+                  epoch_s, seen / std::max(train_s, 1e-9), write ? "  [saved]" : "");
+    out << (tty ? "\r" : "") << head << format_metrics(m) << tail << "\n" << std::flush;
+    summary.epochs = epoch;
+    summary.last = m;
+    if (patience > 0 && since_best >= patience) {
+      out << "early stopping: " << monitor << " did not improve for " << patience << " epochs\n";
+      break;
+    }
+  }
+  writer.flush();
+  summary.best = best;
+  out << "best " << monitor << " " << best << "; model: " << checkpoint
+      << "; metrics: " << (fs::path(run_dir) / "metrics.jsonl").string() << "\n";
+  return summary;
+}
+
+std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
+                                       const std::string& data) {
+  configure_threads();
+  LoadedRun r = load_run(run, data);
+  auto be = make_cpu_backend();
+  SequenceModel model(r.task.model);
+  model.initialize(*be, 0);
+  io::load_parameters(r.file.source(), model.parameters(), *be);
+  const Split& s = r.task.split();
+  const std::vector<int64_t>* starts = split == "val"    ? &s.val
+                                       : split == "test" ? &s.test
+                                                         : nullptr;
+  if (!starts) fail("--split: expected val or test, got '", split, "'");
+  std::vector<int64_t> all;
+  if (!data.empty()) {  // another file: every window of it
+    all = s.train;
+    all.insert(all.end(), s.val.begin(), s.val.end());
+    all.insert(all.end(), s.test.begin(), s.test.end());
+    starts = &all;
+  }
+  if (starts->empty()) fail(run, ": the ", split, " split has no windows");
+  auto m = evaluate_split(*be, model, r.task, *starts, r.config.integer("train.batch_size"));
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : m) out[k.rfind("val_", 0) == 0 ? split + k.substr(3) : k] = v;
+  out["samples"] = static_cast<double>(starts->size());
+  return out;
+}
+
+int64_t predict(const std::string& run, const std::string& input, const std::string& output) {
+  configure_threads();
+  LoadedRun r = load_run(run, input);
+  if (r.task.kind == "charlm")
+    fail(run, ": predict needs a forecast or classify model; use generate");
+  auto be = make_cpu_backend();
+  SequenceModel model(r.task.model);
+  model.initialize(*be, 0);
+  io::load_parameters(r.file.source(), model.parameters(), *be);
+  const SeriesData& d = r.task.series;
+  std::vector<int64_t> starts = d.split.train;
+  starts.insert(starts.end(), d.split.val.begin(), d.split.val.end());
+  starts.insert(starts.end(), d.split.test.begin(), d.split.test.end());
+  if (starts.empty()) fail(input, ": no complete window (data.lookback + data.horizon rows)");
+  std::ostringstream csv;
+  csv << "row";
+  if (d.task == "forecast") {
+    for (const auto& name : d.target_names)
+      csv << "," << name << "_predicted," << name << "_actual";
+  } else {
+    csv << ",predicted,actual";
+  }
+  csv << "\n";
+  Batch b;
+  Rng rng(0);
+  const int64_t batch_size = r.config.integer("train.batch_size");
+  for (size_t i = 0; i < starts.size(); i += batch_size) {
+    const size_t end = std::min(starts.size(), i + batch_size);
+    fill_batch(r.task, starts, i, end, &b);
+    Tensor out = model.forward(*be, b.input, {}, {}, false, rng);
+    const float* o = static_cast<const float*>(out.data());
+    const int64_t O = d.num_outputs();
+    for (int64_t k = 0; k < b.size; ++k) {
+      csv << d.target_row(starts[i + k]) + 1;  // 1-based data row, in date order
+      if (d.task == "forecast") {
+        for (int64_t j = 0; j < O; ++j)
+          csv << "," << d.target_norm.invert(o[k * O + j], j) << ","
+              << d.target_norm.invert(b.y[k * O + j], j);
+      } else {
+        const int64_t pred = std::max_element(o + k * O, o + (k + 1) * O) - (o + k * O);
+        csv << "," << d.class_names[pred] << "," << d.class_names[b.labels[k]];
+      }
+      csv << "\n";
+    }
+  }
+  const fs::path tmp = output + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << csv.str();
+    if (!f) fail(output, ": cannot write");
+  }
+  fs::rename(tmp, output);
+  return static_cast<int64_t>(starts.size());
+}
+
+std::string generate(const std::string& run, const std::string& prompt, int64_t length,
+                     double temperature, int64_t top_k, uint64_t seed) {
+  configure_threads();
+  LoadedRun r = load_run(run, "");
+  if (r.task.kind != "charlm") fail(run, ": generate needs a character model (data.task charlm)");
+  if (!(temperature > 0)) fail("--temperature must be > 0, got ", temperature);
+  if (length < 0) fail("--length must be >= 0, got ", length);
+  auto be = make_cpu_backend();
+  SequenceModel model(r.task.model);
+  model.initialize(*be, 0);
+  io::load_parameters(r.file.source(), model.parameters(), *be);
+  const std::string& vocab = r.task.text.vocab;
+  std::vector<int64_t> ids;
+  for (char ch : prompt.empty() ? std::string(1, '\n') : prompt) {
+    const size_t at = vocab.find(ch);
+    if (at == std::string::npos)
+      fail("--prompt: character '", ch, "' is not in the model's vocabulary");
+    ids.push_back(static_cast<int64_t>(at));
+  }
+  const int64_t D = model.lstm().directions(), L = model.options().lstm.num_layers;
+  const int64_t H = model.options().lstm.hidden_size, V = static_cast<int64_t>(vocab.size());
+  if (D != 1) fail(run, ": generating needs a unidirectional model");
+  std::vector<float> h(D * L * H), cst(D * L * H);
+  Rng rng(seed);
+  std::string text = prompt;
+  // The prompt in one pass, then one character at a time, carrying the LSTM state.
+  Tensor input(ids.data(), DType::i64, {1, static_cast<int64_t>(ids.size())});
+  Tensor logits = model.forward(*be, input, {}, {}, false, rng);
+  int64_t next = 0;
+  std::vector<double> p(V);
+  for (int64_t n = 0; n < length; ++n) {
+    const float* row = static_cast<const float*>(logits.data()) + (logits.dim(0) - 1) * V;
+    std::vector<int64_t> idx(V);
+    std::iota(idx.begin(), idx.end(), 0);
+    const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int64_t a, int64_t b) { return row[a] > row[b]; });
+    double total = 0;
+    for (int64_t i = 0; i < k; ++i)
+      total += p[i] = std::exp((row[idx[i]] - row[idx[0]]) / temperature);
+    double u = rng.uniform() * total;
+    next = idx[k - 1];
+    for (int64_t i = 0; i < k; ++i)
+      if ((u -= p[i]) <= 0) {
+        next = idx[i];
+        break;
+      }
+    text += vocab[next];
+    std::copy_n(static_cast<const float*>(model.lstm().h_n().data()), h.size(), h.begin());
+    std::copy_n(static_cast<const float*>(model.lstm().c_n().data()), cst.size(), cst.begin());
+    Tensor one(&next, DType::i64, {1, 1});
+    logits = model.forward(*be, one, Tensor(h.data(), DType::f32, {D * L, 1, H}),
+                           Tensor(cst.data(), DType::f32, {D * L, 1, H}), false, rng);
+  }
+  return text;
+}
+
+}  // namespace seqforge

@@ -1,0 +1,422 @@
+#include "seqforge/io/csv.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "seqforge/core/error.hpp"
+
+namespace seqforge::io {
+namespace {
+
+namespace fs = std::filesystem;
+using Strings = std::vector<std::string>;
+using Doubles = std::vector<double>;
+
+class CsvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("seqforge_csv_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  std::string write(const std::string& name, const std::string& bytes) const {
+    const std::string p = (dir_ / name).string();
+    std::ofstream out(p, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    EXPECT_TRUE(out.good());
+    return p;
+  }
+
+  // Asserts that `f` throws seqforge::Error with a one-line message containing every phrase.
+  template <typename F>
+  static void expect_error(F&& f, const Strings& phrases) {
+    try {
+      f();
+      ADD_FAILURE() << "no error thrown; expected one containing \"" << phrases.back() << "\"";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      for (const std::string& phrase : phrases) {
+        EXPECT_NE(msg.find(phrase), std::string::npos)
+            << "message lacks \"" << phrase << "\": " << msg;
+      }
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << "message is not one line: " << msg;
+      EXPECT_EQ(msg.find('\r'), std::string::npos) << "message is not one line: " << msg;
+    }
+  }
+
+  // Writes `bytes` to a file, then expects reading it to fail with "<path><where>" and `phrase`.
+  void expect_rejected(const std::string& bytes, const std::string& where,
+                       const std::string& phrase) const {
+    const std::string p = write("bad.csv", bytes);
+    expect_error([&] { CsvTable::read(p); }, {p + where, phrase});
+    expect_error([&] { CsvTable::parse(bytes, "mem"); }, {"mem" + where, phrase});
+  }
+
+  fs::path dir_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Accepted input
+
+TEST_F(CsvTest, ReadsHeaderRowsTextAndNumbers) {
+  const std::string p = write("co2.csv",
+                              "Date,CO2,adjusted CO2\n"
+                              "1958-03-01,315.70,314.44\n"
+                              "1958-04-01,317.46,315.16\n"
+                              "1958-05-01,317.51,314.69\n");
+  const CsvTable t = CsvTable::read(p);
+  EXPECT_EQ(t.source(), p);
+  EXPECT_EQ(t.columns(), (Strings{"Date", "CO2", "adjusted CO2"}));
+  EXPECT_EQ(t.rows(), 3);
+  EXPECT_TRUE(t.has_column("adjusted CO2"));
+  EXPECT_FALSE(t.has_column("co2"));
+  EXPECT_FALSE(t.has_column(""));
+  EXPECT_EQ(t.text("Date"), (Strings{"1958-03-01", "1958-04-01", "1958-05-01"}));
+  EXPECT_EQ(t.text("CO2"), (Strings{"315.70", "317.46", "317.51"}));
+  EXPECT_EQ(t.numeric("CO2"), (Doubles{315.70, 317.46, 317.51}));
+  EXPECT_EQ(t.numeric("adjusted CO2"), (Doubles{314.44, 315.16, 314.69}));
+  EXPECT_EQ(t.line_of_row(0), 2);
+  EXPECT_EQ(t.line_of_row(2), 4);
+  std::vector<int64_t> times;
+  for (const std::string& d : t.text("Date")) times.push_back(parse_datetime(d).value());
+  EXPECT_EQ(times, (std::vector<int64_t>{-373593600, -370915200, -368323200}));
+}
+
+TEST_F(CsvTest, ParseMatchesReadAndNamesTheSource) {
+  const std::string bytes = "a,b\n1,2\n";
+  const CsvTable t = CsvTable::parse(bytes, "in-memory");
+  EXPECT_EQ(t.source(), "in-memory");
+  const CsvTable f = CsvTable::read(write("x.csv", bytes));
+  EXPECT_EQ(t.columns(), f.columns());
+  EXPECT_EQ(t.text("b"), f.text("b"));
+}
+
+TEST_F(CsvTest, QuotedFieldsWithCommasQuotesAndNewlines) {
+  const std::string bytes =
+      "id,\"name, full\",note\n"
+      "1,\"Smith, J.\",\"said \"\"hi\"\"\"\n"
+      "2,\"two\nlines\",\"\"\n"
+      "3,\"crlf\r\ninside\",\"\"\"\"\n"
+      "4,plain,\"a,\"\"b\"\",c\"\n";
+  const CsvTable t = CsvTable::parse(bytes, "q.csv");
+  EXPECT_EQ(t.columns(), (Strings{"id", "name, full", "note"}));
+  EXPECT_EQ(t.text("name, full"), (Strings{"Smith, J.", "two\nlines", "crlf\r\ninside", "plain"}));
+  EXPECT_EQ(t.text("note"), (Strings{"said \"hi\"", "", "\"", "a,\"b\",c"}));
+  // Rows after a multi-line field start on later file lines.
+  EXPECT_EQ(t.line_of_row(0), 2);
+  EXPECT_EQ(t.line_of_row(1), 3);
+  EXPECT_EQ(t.line_of_row(2), 5);
+  EXPECT_EQ(t.line_of_row(3), 7);
+  EXPECT_EQ(t.numeric("id"), (Doubles{1, 2, 3, 4}));
+}
+
+TEST_F(CsvTest, QuoteRulesAroundSpacesAndUnquotedFields) {
+  // Spaces before an opening or after a closing quote are dropped; a quote inside an unquoted
+  // field is kept as text; spaces in unquoted cells are kept.
+  const CsvTable t = CsvTable::parse("a,b,c\n  \"x, y\"  ,in\"side, z \n", "s.csv");
+  EXPECT_EQ(t.text("a"), (Strings{"x, y"}));
+  EXPECT_EQ(t.text("b"), (Strings{"in\"side"}));
+  EXPECT_EQ(t.text("c"), (Strings{" z "}));
+}
+
+TEST_F(CsvTest, LineEndingsLfCrlfCrAndMixed) {
+  const Strings variants = {"t,v\n1,2.5\n3,4.5\n", "t,v\r\n1,2.5\r\n3,4.5\r\n",
+                            "t,v\r1,2.5\r3,4.5\r", "t,v\r\n1,2.5\n3,4.5\r\n"};
+  for (const std::string& bytes : variants) {
+    SCOPED_TRACE(bytes);
+    const CsvTable t = CsvTable::parse(bytes, "e.csv");
+    EXPECT_EQ(t.columns(), (Strings{"t", "v"}));
+    EXPECT_EQ(t.numeric("v"), (Doubles{2.5, 4.5}));
+    EXPECT_EQ(t.text("v"), (Strings{"2.5", "4.5"}));  // no stray '\r'
+    EXPECT_EQ(t.line_of_row(1), 3);
+  }
+}
+
+TEST_F(CsvTest, Utf8BomIsSkipped) {
+  const CsvTable t = CsvTable::read(write("bom.csv",
+                                          "\xef\xbb\xbf"
+                                          "Date,x\n2020-01-01,1\n"));
+  EXPECT_EQ(t.columns(), (Strings{"Date", "x"}));
+  EXPECT_TRUE(t.has_column("Date"));
+  // Non-ASCII text is kept as UTF-8.
+  const CsvTable u = CsvTable::parse("température,ville\n21.5,Zürich\n", "u.csv");
+  EXPECT_EQ(u.numeric("température"), (Doubles{21.5}));
+  EXPECT_EQ(u.text("ville"), (Strings{"Zürich"}));
+}
+
+TEST_F(CsvTest, TrailingNewlineOptionalAndTrailingBlankLinesIgnored) {
+  for (const std::string& bytes :
+       {std::string("a,b\n1,2\n3,4"), std::string("a,b\n1,2\n3,4\n"),
+        std::string("a,b\n1,2\n3,4\n\n\n"), std::string("a,b\r\n1,2\r\n3,4\r\n\r\n  \r\n\t\n")}) {
+    SCOPED_TRACE(bytes);
+    const CsvTable t = CsvTable::parse(bytes, "t.csv");
+    EXPECT_EQ(t.rows(), 2);
+    EXPECT_EQ(t.numeric("b"), (Doubles{2, 4}));
+  }
+}
+
+TEST_F(CsvTest, SingleColumnBlankLineInsideIsAnEmptyCell) {
+  const CsvTable t = CsvTable::parse("x\n1\n\n3\n\n", "one.csv");
+  EXPECT_EQ(t.rows(), 3);
+  EXPECT_EQ(t.text("x"), (Strings{"1", "", "3"}));
+  EXPECT_EQ(t.line_of_row(1), 3);
+  expect_error([&] { t.numeric("x"); }, {"one.csv:3: column 'x': empty cell is not a number"});
+}
+
+TEST_F(CsvTest, HeaderNamesAreTrimmedUnlessQuoted) {
+  const CsvTable t = CsvTable::parse(" a , b\t,\" c \"\n1,2,3\n", "h.csv");
+  EXPECT_EQ(t.columns(), (Strings{"a", "b", " c "}));
+  EXPECT_EQ(t.numeric(" c "), (Doubles{3}));
+}
+
+TEST_F(CsvTest, EmptyFieldsAndTrailingEmptyField) {
+  const CsvTable t = CsvTable::parse("a,b,c\n,,\n1,,\"\"\n", "e.csv");
+  EXPECT_EQ(t.rows(), 2);
+  EXPECT_EQ(t.text("a"), (Strings{"", "1"}));
+  EXPECT_EQ(t.text("c"), (Strings{"", ""}));
+}
+
+TEST_F(CsvTest, NumericAcceptsSpacesSignsExponentsAndTinyValues) {
+  const CsvTable t = CsvTable::parse(
+      "x\n 1.5 \n-2\n+3\n1e3\n-4.25E-2\n.5\n5.\n\t7\t\n-0\n1e-400\n1.7976931348623157e308\n",
+      "n.csv");
+  const Doubles v = t.numeric("x");
+  const Doubles expected = {1.5, -2, 3, 1000, -0.0425, 0.5, 5, 7, -0.0, 0, 1.7976931348623157e308};
+  ASSERT_EQ(v.size(), expected.size());
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], expected[i]) << "row " << i;
+  EXPECT_TRUE(std::signbit(v[8]));
+}
+
+TEST_F(CsvTest, LineOfRowRejectsOutOfRange) {
+  const CsvTable t = CsvTable::parse("a\n1\n", "r.csv");
+  EXPECT_EQ(t.line_of_row(0), 2);
+  expect_error([&] { t.line_of_row(1); }, {"r.csv", "out of range", "1 data rows"});
+  expect_error([&] { t.line_of_row(-1); }, {"r.csv", "out of range"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Numeric errors name the file, the line, the column and the cell.
+
+TEST_F(CsvTest, NumericRejectsNonNumbers) {
+  const std::string p = write("bad.csv",
+                              "name,x\n"
+                              "a,1\n"
+                              "\"multi\nline\",2\n"
+                              "c,abc\n");
+  const CsvTable t = CsvTable::read(p);
+  expect_error([&] { t.numeric("x"); }, {p + ":5: column 'x': 'abc' is not a number"});
+  expect_error([&] { t.numeric("name"); }, {p + ":2: column 'name': 'a' is not a number"});
+}
+
+TEST_F(CsvTest, NumericRejectsEachKindOfBadCell) {
+  struct Case {
+    std::string cell, message;
+  };
+  const std::vector<Case> cases = {
+      {"1.5abc", "'1.5abc' is not a number"},
+      {"", "empty cell is not a number"},
+      {"   ", "empty cell is not a number"},
+      {"\"\"", "empty cell is not a number"},
+      {"NaN", "'NaN' is not a finite number"},
+      {"nan", "'nan' is not a finite number"},
+      {"-inf", "'-inf' is not a finite number"},
+      {"Infinity", "'Infinity' is not a finite number"},
+      {"1e999", "'1e999' is not a finite number"},
+      {"-1e99999", "'-1e99999' is not a finite number"},
+      {"\"1,5\"", "'1,5' is not a number"},
+      {"0x10", "'0x10' is not a number"},
+      {"1 000", "'1 000' is not a number"},
+      {"+-1", "'+-1' is not a number"},
+      {"+", "'+' is not a number"},
+      {"1e", "'1e' is not a number"},
+      {"NA", "'NA' is not a number"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.cell);
+    const CsvTable t = CsvTable::parse("t,value\n0,1\n1," + c.cell + "\n", "cells.csv");
+    expect_error([&] { t.numeric("value"); }, {"cells.csv:3: column 'value': " + c.message});
+  }
+}
+
+TEST_F(CsvTest, UnknownColumnListsTheColumns) {
+  const CsvTable t = CsvTable::parse("a,b,c\n1,2,3\n", "cols.csv");
+  expect_error([&] { t.text("x"); }, {"cols.csv: no column 'x' (columns: a, b, c)"});
+  expect_error([&] { t.numeric("A"); }, {"cols.csv: no column 'A' (columns: a, b, c)"});
+  std::string header, row;
+  for (int i = 0; i < 30; ++i) {
+    header += (i ? ",c" : "c") + std::to_string(i);
+    row += i ? ",0" : "0";
+  }
+  const CsvTable wide = CsvTable::parse(header + "\n" + row + "\n", "wide.csv");
+  expect_error([&] { wide.text("zz"); }, {"wide.csv: no column 'zz'", "c19, ... (30 in all)"});
+}
+
+TEST_F(CsvTest, ErrorMessagesStayOnOneLineForHostileCells) {
+  const CsvTable t = CsvTable::parse("x\n\"a\nb\x01'\\\"\n", "h.csv");
+  expect_error([&] { t.numeric("x"); }, {"h.csv:2: column 'x': 'a\\x0ab\\x01\\x27\\x5c'"});
+  const CsvTable long_cell = CsvTable::parse("x\n" + std::string(10000, 'z') + "\n", "l.csv");
+  try {
+    long_cell.numeric("x");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_LT(std::string(e.what()).size(), 200u);
+    EXPECT_NE(std::string(e.what()).find("...' is not a number"), std::string::npos);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Malformed files
+
+TEST_F(CsvTest, RejectsMissingFileAndDirectory) {
+  const std::string missing = (dir_ / "no_such.csv").string();
+  expect_error([&] { CsvTable::read(missing); }, {missing + ": cannot open"});
+  const std::string sub = (dir_ / "sub").string();
+  fs::create_directory(sub);
+  expect_error([&] { CsvTable::read(sub); }, {sub + ": cannot read"});
+}
+
+TEST_F(CsvTest, RejectsEmptyFile) {
+  for (const std::string& bytes :
+       {std::string(), std::string("\xef\xbb\xbf"), std::string("\n"), std::string("\r\n \n\n")}) {
+    SCOPED_TRACE(bytes);
+    expect_rejected(bytes, ": empty file", "expected a header row");
+  }
+  expect_rejected("\na,b\n1,2\n", ":1: blank line", "expected a header row");
+}
+
+TEST_F(CsvTest, RejectsHeaderWithoutDataRows) {
+  for (const std::string& bytes : {std::string("a,b"), std::string("a,b\n"),
+                                   std::string("a,b\r\n\r\n\n"), std::string("\"a\nb\",c\n")}) {
+    SCOPED_TRACE(bytes);
+    expect_rejected(bytes, ": no data rows", "after the header");
+  }
+}
+
+TEST_F(CsvTest, RejectsRaggedRows) {
+  expect_rejected("a,b,c,d\n1,2,3,4\n1,2,3\n", ":3: 3 fields, the header has 4", "the header has");
+  expect_rejected("a,b\n1,2,3\n", ":2: 3 fields, the header has 2", "the header has");
+  expect_rejected("a,b\n1,2\n3\n", ":3: 1 field, the header has 2", "the header has");
+  expect_rejected("a,b\n1,2,\n", ":2: 3 fields", "the header has 2");
+  // The line is where the row starts, counting lines inside quoted fields.
+  expect_rejected("a,b\n\"x\ny\",1\n\"z\r\nw\"\n", ":4: 1 field", "the header has 2");
+}
+
+TEST_F(CsvTest, RejectsBlankLineInsideMultiColumnData) {
+  expect_rejected("a,b\n1,2\n\n3,4\n", ":3: blank line inside the data", "expected 2 fields");
+  expect_rejected("a,b\r\n1,2\r\n  \r\n\r\n3,4\r\n", ":3: blank line", "expected 2 fields");
+}
+
+TEST_F(CsvTest, RejectsUnterminatedQuote) {
+  expect_rejected("a,b\n1,\"open\n2,3\n4,5\n", ":2: unterminated quoted field 2", "never closed");
+  expect_rejected("a,b\n1,2\n3,\"", ":3: unterminated quoted field", "never closed");
+  expect_rejected("\"a,b\n1,2\n", ":1: unterminated quoted field 1", "never closed");
+}
+
+TEST_F(CsvTest, RejectsTextAfterClosingQuote) {
+  expect_rejected("a,b\n1,\"x\"y\n", ":2: unexpected 'y' after the closing quote of field 2",
+                  "written \"\"");
+  expect_rejected("a,b\n\"x\"\"\"z,1\n", ":2: unexpected 'z'", "closing quote");
+  expect_rejected("a,b\n1,\"two\nlines\" \"\n", ":3: unexpected '\"'", "closing quote");
+}
+
+TEST_F(CsvTest, RejectsEmptyHeaderNames) {
+  expect_rejected("a,,c\n1,2,3\n", ":1: column 2 of the header has an empty name", "empty name");
+  expect_rejected("a,b,\n1,2,3\n", ":1: column 3 of the header has an empty name", "empty name");
+  expect_rejected(" ,b\n1,2\n", ":1: column 1", "empty name");
+  expect_rejected("\"\",b\n1,2\n", ":1: column 1", "empty name");
+}
+
+TEST_F(CsvTest, RejectsDuplicateHeaderNames) {
+  expect_rejected("a,b,a\n1,2,3\n", ":1: duplicate column name 'a' (columns 1 and 3)", "duplicate");
+  expect_rejected("a, b,\"b\"\n1,2,3\n", ":1: duplicate column name 'b' (columns 2 and 3)",
+                  "duplicate");
+}
+
+// ---------------------------------------------------------------------------------------------
+// parse_datetime
+
+TEST(ParseDatetime, DatesAndTimes) {
+  EXPECT_EQ(parse_datetime("1970-01-01"), 0);
+  EXPECT_EQ(parse_datetime("2012-01-01"), 1325376000);
+  EXPECT_EQ(parse_datetime("2012-01-01 13:00"), 1325376000 + 13 * 3600);
+  EXPECT_EQ(parse_datetime("2012-01-01T13:00"), 1325376000 + 13 * 3600);
+  EXPECT_EQ(parse_datetime("2012-01-01T13:00:00"), 1325376000 + 13 * 3600);
+  EXPECT_EQ(parse_datetime("2012-01-01T13:00:00Z"), 1325376000 + 13 * 3600);
+  EXPECT_EQ(parse_datetime("2012-01-01 13:45:59"), 1325376000 + 13 * 3600 + 45 * 60 + 59);
+  EXPECT_EQ(parse_datetime("2012-01-01t13:00z"), 1325376000 + 13 * 3600);
+  EXPECT_EQ(parse_datetime("2012-01-01T13:00:00.999"), 1325376000 + 13 * 3600);
+  EXPECT_EQ(parse_datetime("2012-01-01T13:00:00.5Z"), 1325376000 + 13 * 3600);
+  EXPECT_EQ(parse_datetime("  2012-01-01 "), 1325376000);
+  EXPECT_EQ(parse_datetime("2000-02-29"), 951782400);  // divisible by 400: leap
+  EXPECT_EQ(parse_datetime("2016-02-29T23:59:59"), 1456790399);
+  EXPECT_EQ(parse_datetime("1969-12-31T23:59:59"), -1);
+  EXPECT_EQ(parse_datetime("1958-03-01"), -373593600);
+  EXPECT_EQ(parse_datetime("0001-01-01"), -62135596800);
+  EXPECT_EQ(parse_datetime("9999-12-31T23:59:59Z"), 253402300799);
+}
+
+TEST(ParseDatetime, UtcOffsets) {
+  EXPECT_EQ(parse_datetime("2012-01-01T13:00:00+01:00"), 1325376000 + 12 * 3600);
+  EXPECT_EQ(parse_datetime("2012-01-01T13:00-0530"), 1325376000 + 18 * 3600 + 30 * 60);
+  EXPECT_EQ(parse_datetime("2012-01-01T00:30+01:00"), 1325376000 - 1800);
+}
+
+TEST(ParseDatetime, RejectsEverythingElse) {
+  for (const char* s : {"",
+                        " ",
+                        "2012",
+                        "2012-01",
+                        "2012-1-1",
+                        "2012-01-1",
+                        "12-01-01",
+                        "2012/01/01",
+                        "20120101",
+                        "2013-02-29",
+                        "1900-02-29",
+                        "2012-00-10",
+                        "2012-13-01",
+                        "2012-04-31",
+                        "2012-01-00",
+                        "2012-01-32",
+                        "2012-01-01T",
+                        "2012-01-01T13",
+                        "2012-01-01T13:",
+                        "2012-01-01T1:00",
+                        "2012-01-01T24:00",
+                        "2012-01-01T23:60",
+                        "2012-01-01T23:59:60",
+                        "2012-01-01T13:00:0",
+                        "2012-01-01T13:00:00.",
+                        "2012-01-01T13:00:00Zjunk",
+                        "2012-01-01Z",
+                        "2012-01-01 13:00 UTC",
+                        "2012-01-01x",
+                        "2012-01-01T13:00+1",
+                        "2012-01-01T13:00+01:60",
+                        "2012-01-01T13:00+24:00",
+                        "2012-01-01T13:00+01:00:00",
+                        "+2012-01-01",
+                        "-2012-01-01",
+                        "２０１２-01-01",
+                        "abc",
+                        "1.5",
+                        "2012-01-01\n13:00"}) {
+    EXPECT_EQ(parse_datetime(s), std::nullopt) << "'" << s << "'";
+  }
+}
+
+}  // namespace
+}  // namespace seqforge::io

@@ -1,0 +1,154 @@
+// The trainer end to end on small synthetic data, and its bad-input errors.
+#include "seqforge/train/trainer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "seqforge/core/error.hpp"
+#include "seqforge/io/safetensors.hpp"
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_trainer_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A sine wave with a second, noisy column; rows out of date order on purpose.
+std::string write_series(const fs::path& dir, int rows) {
+  const fs::path path = dir / "series.csv";
+  std::ofstream f(path);
+  f << "when,signal,other,label\n";
+  for (int i = rows - 1; i >= 0; --i) {
+    char date[32];
+    std::snprintf(date, sizeof date, "2020-01-%02dT%02d:00:00", 1 + i / 24, i % 24);
+    f << date << "," << std::sin(i * 0.3) << "," << std::cos(i * 0.05) << ","
+      << (std::sin(i * 0.3) > 0 ? "up" : "down") << "\n";
+  }
+  return path.string();
+}
+
+std::string forecast_yaml(const std::string& data, const fs::path& run) {
+  return "data:\n  path: " + data +
+         "\n  date_column: when\n  features: [signal, other]\n  targets: [signal]\n"
+         "  lookback: 12\nmodel: {hidden: 16}\noptim: {lr: 0.01}\n"
+         "train: {epochs: 6, batch_size: 16, run_dir: " +
+         run.string() + "}\n";
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Trainer, ForecastLearnsAndWritesTheRun) {
+  const fs::path dir = temp_dir("forecast");
+  const std::string data = write_series(dir, 400);
+  std::ostringstream log;
+  const TrainSummary s = train(Config::parse(forecast_yaml(data, dir / "run"), "f.yaml"), log);
+  EXPECT_EQ(s.epochs, 6);
+  EXPECT_TRUE(fs::exists(dir / "run" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "run" / "config.resolved.yaml"));
+  std::ifstream metrics(dir / "run" / "metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line);) ++lines;
+  EXPECT_EQ(lines, 6);
+  // A sine is easy: the validation error falls well below the signal's spread (~0.7).
+  EXPECT_LT(s.last.at("val_rmse"), 0.2) << log.str();
+  const auto m = evaluate((dir / "run").string(), "test");
+  EXPECT_GT(m.at("samples"), 0);
+  EXPECT_LT(m.at("test_rmse"), 0.25);
+  const auto meta =
+      io::SafetensorsFile::read((dir / "run" / "model.safetensors").string()).metadata();
+  EXPECT_TRUE(meta.count("seqforge.target_norm"));
+  EXPECT_TRUE(meta.count("seqforge.config"));
+}
+
+TEST(Trainer, ClassifyAndCharlmRun) {
+  const fs::path dir = temp_dir("classify");
+  const std::string data = write_series(dir, 300);
+  std::ostringstream log;
+  const TrainSummary s =
+      train(Config::parse(
+                "data: {path: " + data +
+                    ", task: classify, date_column: when, class_column: label, "
+                    "features: [signal], lookback: 8}\n"
+                    "train: {epochs: 8, batch_size: 16, run_dir: " +
+                    (dir / "c").string() +
+                    ", early_stopping: {monitor: val_accuracy, mode: max}}\noptim: {lr: 0.02}\n",
+                "c.yaml"),
+            log);
+  EXPECT_GT(s.best, 0.8) << log.str();  // the next sign of a sine follows from its past
+
+  const fs::path text = dir / "text.txt";
+  std::ofstream(text) << std::string(2000, 'a') + "abcabcabc\n";
+  const TrainSummary t =
+      train(Config::parse("data: {path: " + text.string() +
+                              ", task: charlm, seq_len: 16}\nmodel: {hidden: 16, embedding: 8}\n"
+                              "train: {epochs: 1, batch_size: 8, run_dir: " +
+                              (dir / "lm").string() + "}\n",
+                          "lm.yaml"),
+            log);
+  EXPECT_EQ(t.epochs, 1);
+  const std::string sample = generate((dir / "lm").string(), "ab", 20, 1.0, 0, 3);
+  EXPECT_EQ(sample.size(), 22u);
+  EXPECT_EQ(sample.substr(0, 2), "ab");
+  EXPECT_NE(error_of([&] {
+              generate((dir / "lm").string(), "xyz", 5, 1.0, 0, 0);
+            }).find("not in the model's vocabulary"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { generate((dir / "c").string(), "a", 5, 1.0, 0, 0); }).find("charlm"),
+            std::string::npos);
+}
+
+TEST(Trainer, BadInputNamesTheFileLineOrKey) {
+  const fs::path dir = temp_dir("bad");
+  const std::string data = write_series(dir, 100);
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  auto train_with = [&](const std::string& yaml, std::vector<std::string> overrides = {}) {
+    return error_of([&] { train(Config::parse(yaml, "bad.yaml", overrides), log); });
+  };
+  const std::string base = forecast_yaml(data, run);
+  EXPECT_NE(train_with(base, {"data.path=" + (dir / "missing.csv").string()}).find("missing.csv"),
+            std::string::npos);
+  EXPECT_NE(train_with(base, {"data.targets=[nope]"}).find("no column 'nope'"), std::string::npos);
+  EXPECT_NE(train_with(base, {"data.lookback=0"}).find("data.lookback must be positive"),
+            std::string::npos);
+  EXPECT_NE(train_with(base, {"model.hidden=-3"}).find("model.hidden must be positive"),
+            std::string::npos);
+  EXPECT_NE(train_with(base, {"train.batch_size=0"}).find("train.batch_size"), std::string::npos);
+  EXPECT_NE(train_with(base, {"data.lookback=500"}).find("shorter than data.lookback"),
+            std::string::npos);
+  EXPECT_NE(train_with(base, {"data.task=regress"}).find("data.task"), std::string::npos);
+  EXPECT_NE(train_with(base, {"train.early_stopping.monitor=val_accuracy"}).find("not a metric"),
+            std::string::npos);
+  // A ragged row and a non-numeric cell name the line.
+  const fs::path bad_csv = dir / "bad.csv";
+  std::ofstream(bad_csv) << "when,signal,other,label\n2020-01-01,1,2,up\n2020-01-02,x,2,up\n";
+  EXPECT_NE(train_with(base, {"data.path=" + bad_csv.string()}).find("bad.csv:3"),
+            std::string::npos);
+  // Weights of another architecture given to init_from.
+  train(Config::parse(base, "ok.yaml", {"train.epochs=1"}), log);
+  const std::string other =
+      train_with(base, {"model.hidden=8", "model.init_from=" + (run / "model.safetensors").string(),
+                        "train.run_dir=" + (dir / "run2").string()});
+  EXPECT_NE(other.find("model.safetensors"), std::string::npos) << other;
+  EXPECT_NE(other.find("shape"), std::string::npos) << other;
+}
+
+}  // namespace
+}  // namespace seqforge
