@@ -152,3 +152,63 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
 
 }  // namespace
 }  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+std::vector<std::string> metric_lines(const fs::path& run) {
+  std::ifstream in(run / "metrics.jsonl");
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    // Timings differ from run to run; everything else must not.
+    for (const char* key : {"\"epoch_seconds\"", "\"train_seconds\"", "\"samples_per_second\""}) {
+      const size_t at = line.find(key);
+      if (at != std::string::npos) line.erase(at, line.find_first_of(",}", at) - at);
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
+TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
+  const fs::path dir = temp_dir("resume");
+  const std::string data = write_series(dir, 300);
+  std::ostringstream log;
+  auto config = [&](const fs::path& run, int epochs) {
+    return Config::parse(
+        forecast_yaml(data, run), "r.yaml",
+        {"model.layers=2", "model.dropout=0.2", "train.epochs=" + std::to_string(epochs)});
+  };
+  train(config(dir / "whole", 4), log);
+  train(config(dir / "split", 2), log);
+  const Config resumed =
+      Config::load((dir / "split" / "config.resolved.yaml").string(), {"train.epochs=4"});
+  const TrainSummary s = train(resumed, log, (dir / "split").string());
+  EXPECT_EQ(s.epochs, 4);
+  const auto whole = metric_lines(dir / "whole"), split = metric_lines(dir / "split");
+  ASSERT_EQ(whole.size(), 4u);
+  EXPECT_EQ(split, whole);
+}
+
+TEST(Trainer, ResumeRefusesAnotherArchitectureAndTouchesNothing) {
+  const fs::path dir = temp_dir("resume_bad");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  train(Config::parse(forecast_yaml(data, dir / "run"), "r.yaml", {"train.epochs=1"}), log);
+  const auto before = fs::last_write_time(dir / "run" / "model.safetensors");
+  const std::string e = error_of([&] {
+    train(Config::load((dir / "run" / "config.resolved.yaml").string(), {"model.hidden=8"}), log,
+          (dir / "run").string());
+  });
+  EXPECT_NE(e.find("training_state.safetensors"), std::string::npos) << e;
+  EXPECT_NE(e.find("another architecture"), std::string::npos) << e;
+  EXPECT_EQ(fs::last_write_time(dir / "run" / "model.safetensors"), before);
+  EXPECT_NE(error_of([&] {
+              train(Config::parse(forecast_yaml(data, dir / "fresh"), "r.yaml"), log,
+                    (dir / "nothing").string());
+            }).find("nothing to resume"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace seqforge

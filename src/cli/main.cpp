@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
   std::string train_config, run_dir;
   std::vector<std::string> overrides;
   CLI::App* train = app.add_subcommand("train", "Train a model from a YAML config");
-  train->add_option("config", train_config, "config file (YAML)")->required();
+  train->add_option("config", train_config, "config file (YAML)");
+  train->add_option("--resume", run_dir, "continue this run directory from its last epoch");
   train->add_option("overrides", overrides, "key.path=value overrides");
 
   std::string eval_run, eval_split = "test", eval_data;
@@ -119,7 +120,15 @@ int main(int argc, char** argv) {
   try {
     if (bench->parsed()) return run_bench(bench_which, bench_options, bench_json);
     if (train->parsed()) {
-      sf::train(sf::Config::load(train_config, overrides), std::cout);
+      if (!run_dir.empty()) {
+        // A config argument that is an override belongs to the overrides.
+        if (!train_config.empty()) overrides.insert(overrides.begin(), train_config);
+        const std::string resolved = run_dir + "/config.resolved.yaml";
+        sf::train(sf::Config::load(resolved, overrides), std::cout, run_dir);
+      } else {
+        if (train_config.empty()) sf::fail("train: give a CONFIG.yaml, or --resume RUN_DIR");
+        sf::train(sf::Config::load(train_config, overrides), std::cout);
+      }
       return 0;
     }
     if (eval->parsed()) {

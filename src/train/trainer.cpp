@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -48,20 +49,19 @@ class CheckpointWriter {
     cv_.notify_all();
     thread_.join();
   }
-  // Snapshots the parameters now; writes them later.
-  void submit(const std::string& path, const Parameters& params,
+  // Snapshots the tensors now; writes them later.
+  void submit(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
               std::map<std::string, std::string> metadata) {
     Job job;
     job.path = path;
     job.metadata = std::move(metadata);
-    for (size_t i = 0; i < params.size(); ++i) {
-      const Tensor v = params.value(i);
-      job.names.push_back(params.values().entries()[i].name);
+    for (const auto& [name, v] : tensors) {
+      job.names.push_back(name);
       job.data.emplace_back(static_cast<const char*>(v.data()),
                             static_cast<const char*>(v.data()) + v.nbytes());
       job.shapes.push_back(v.shape().to_vector());
+      job.dtypes.push_back(v.dtype());
     }
-    job.dtype = params.dtype();
     {
       std::lock_guard lock(mutex_);
       rethrow_locked();
@@ -83,7 +83,7 @@ class CheckpointWriter {
     std::vector<std::vector<char>> data;
     std::map<std::string, std::string> metadata;
     std::vector<std::vector<int64_t>> shapes;
-    DType dtype = DType::f32;
+    std::vector<DType> dtypes;
   };
   void rethrow_locked() {
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
@@ -100,7 +100,7 @@ class CheckpointWriter {
       try {
         std::vector<io::SafetensorsTensor> tensors;
         for (size_t i = 0; i < job.names.size(); ++i)
-          tensors.push_back({job.names[i], job.dtype, job.shapes[i], job.data[i].data()});
+          tensors.push_back({job.names[i], job.dtypes[i], job.shapes[i], job.data[i].data()});
         io::write_safetensors(job.path, tensors, job.metadata);
       } catch (...) {
         lock.lock();
@@ -324,6 +324,28 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
   return meta;
 }
 
+std::vector<std::pair<std::string, Tensor>> named(const Parameters& params, const Arena& arena,
+                                                  const std::string& prefix) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < params.size(); ++i)
+    out.emplace_back(prefix + params.values().entries()[i].name, arena.view(i));
+  return out;
+}
+
+// Copies a tensor of `file` into `dst`, checking its shape; errors name the file and tensor.
+void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tensor dst,
+                 Backend& be) {
+  const io::SafetensorsEntry* e = file.find(name);
+  if (!e) fail(file.source(), ": missing tensor '", name, "' (a run of another architecture?)");
+  if (Shape(e->shape) != dst.shape() || e->dtype != dst.dtype())
+    fail(file.source(), ": tensor '", name, "' is ", dtype_safetensors_name(e->dtype), " ",
+         Shape(e->shape).str(), ", this run has ", dtype_safetensors_name(dst.dtype()), " ",
+         dst.shape().str(), " (a run of another architecture?)");
+  const auto bytes = file.bytes(*e);
+  std::vector<std::byte> aligned(bytes.begin(), bytes.end());
+  be.copy(dst, Tensor(aligned.data(), dst.dtype(), dst.shape()));
+}
+
 // A run's checkpoint: `run` is a run directory or a .safetensors file.
 struct LoadedRun {
   io::SafetensorsFile file;
@@ -363,7 +385,7 @@ LoadedRun load_run(const std::string& run, const std::string& data_override) {
 
 }  // namespace
 
-TrainSummary train(const Config& c, std::ostream& out) {
+TrainSummary train(const Config& c, std::ostream& out, const std::string& resume_dir) {
   const ThreadConfig threads = configure_threads(static_cast<int>(c.integer("train.threads")));
   std::string notice;
   const DType gemm_dtype = resolve_precision(c.str("train.precision"), &notice);
@@ -382,14 +404,8 @@ TrainSummary train(const Config& c, std::ostream& out) {
     fail(c.source(), ": train.schedule must be constant, step, cosine or plateau, got '", schedule,
          "'");
 
-  std::string run_dir = c.str("train.run_dir");
+  std::string run_dir = resume_dir.empty() ? c.str("train.run_dir") : resume_dir;
   if (run_dir.empty()) run_dir = (fs::path("runs") / fs::path(c.source()).stem()).string();
-  fs::create_directories(run_dir);
-  {
-    std::ofstream resolved(fs::path(run_dir) / "config.resolved.yaml");
-    resolved << c.resolved_yaml();
-  }
-  std::ofstream metrics_log(fs::path(run_dir) / "metrics.jsonl");
 
   auto be = make_cpu_backend();
   const uint64_t seed = static_cast<uint64_t>(c.integer("train.seed"));
@@ -397,7 +413,7 @@ TrainSummary train(const Config& c, std::ostream& out) {
   model.initialize(*be, seed);
   model.set_gemm_dtype(gemm_dtype);
   model.set_input_grad(false);
-  if (const std::string init = c.str("model.init_from"); !init.empty())
+  if (const std::string init = c.str("model.init_from"); !init.empty() && resume_dir.empty())
     io::load_parameters(init, model.parameters(), *be);
   OptimizerOptions oo;
   oo.kind = c.str("optim.kind");
@@ -425,13 +441,63 @@ TrainSummary train(const Config& c, std::ostream& out) {
   out << "run directory: " << run_dir << "\n" << std::flush;
 
   Rng rng(seed ^ 0x5eed5eedull);
+  double best = mode == "min" ? INFINITY : -INFINITY, plateau_best = best, lr_factor = 1.0;
+  int64_t since_best = 0, since_plateau = 0, step = 0, first_epoch = 1;
+  std::vector<int64_t> order = split.train;
+  const std::string state_path = (fs::path(run_dir) / "training_state.safetensors").string();
+  if (!resume_dir.empty()) {  // everything the loop carries from epoch to epoch
+    if (!fs::exists(state_path)) fail(state_path, ": missing: this run has nothing to resume from");
+    const io::SafetensorsFile state = io::SafetensorsFile::read(state_path);
+    const auto& p = model.parameters();
+    auto tensors = named(p, p.values(), "param.");
+    for (int k = 0; k < (oo.kind == "sgd" ? 1 : 2); ++k)
+      for (auto& t : named(p, optimizer.state(k), "optim." + std::to_string(k) + "."))
+        tensors.push_back(t);
+    for (const auto& [name, t] : tensors) load_tensor(state, name, t, *be);
+    const io::SafetensorsEntry* o = state.find("order");
+    if (!o || o->shape != std::vector<int64_t>{static_cast<int64_t>(order.size())})
+      fail(state_path, ": the training split has ", order.size(),
+           " windows now; the saved run had a different number (data changed?)");
+    load_tensor(state, "order",
+                Tensor(order.data(), DType::i64, {static_cast<int64_t>(order.size())}), *be);
+    std::array<uint64_t, 4> words{};
+    load_tensor(state, "rng", Tensor(words.data(), DType::i64, {4}), *be);
+    rng.set_state(words);
+    const auto j = nlohmann::json::parse(state.metadata().at("seqforge.loop"));
+    first_epoch = j.at("epoch").get<int64_t>() + 1;
+    step = j.at("step").get<int64_t>();
+    optimizer.set_steps(j.at("optimizer_steps").get<int64_t>());
+    auto real = [&](const char* key) {
+      return std::strtod(j.at(key).get<std::string>().c_str(), nullptr);
+    };
+    best = real("best");
+    since_best = j.at("since_best").get<int64_t>();
+    plateau_best = real("plateau_best");
+    since_plateau = j.at("since_plateau").get<int64_t>();
+    lr_factor = real("lr_factor");
+    out << "resuming " << run_dir << " after epoch " << first_epoch - 1 << "\n";
+  }
+
+  // The run directory is touched only now that everything above has been checked.
+  fs::create_directories(run_dir);
+  {
+    std::ofstream resolved(fs::path(run_dir) / "config.resolved.yaml");
+    resolved << c.resolved_yaml();
+  }
+  std::vector<std::string> kept;  // metrics of the epochs a resumed run keeps
+  if (!resume_dir.empty()) {
+    std::ifstream old(fs::path(run_dir) / "metrics.jsonl");
+    for (std::string line; std::getline(old, line);)
+      if (!line.empty() && nlohmann::json::parse(line).value("epoch", int64_t{0}) < first_epoch)
+        kept.push_back(line);
+  }
+  std::ofstream metrics_log(fs::path(run_dir) / "metrics.jsonl");
+  for (const auto& line : kept) metrics_log << line << "\n";
   CheckpointWriter writer;
   const std::string checkpoint = (fs::path(run_dir) / "model.safetensors").string();
   const double clip = c.number("train.clip_grad_norm");
   const double min_delta = c.number("train.early_stopping.min_delta");
   const int64_t patience = c.integer("train.early_stopping.patience");
-  double best = mode == "min" ? INFINITY : -INFINITY, plateau_best = best, lr_factor = 1.0;
-  int64_t since_best = 0, since_plateau = 0, step = 0;
   const bool tty = isatty(STDOUT_FILENO) && &out == &std::cout;
   TrainSummary summary;
   summary.run_dir = run_dir;
@@ -439,10 +505,9 @@ TrainSummary train(const Config& c, std::ostream& out) {
   summary.monitor = monitor;
   Batch batch;
   Buffer dout_buf;
-  std::vector<int64_t> order = split.train;
   model.parameters().zero_grad(*be);
 
-  for (int64_t epoch = 1; epoch <= epochs; ++epoch) {
+  for (int64_t epoch = first_epoch; epoch <= epochs; ++epoch) {
     const double t0 = now_s();
     for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
       std::swap(order[i], order[rng.next() % (i + 1)]);
@@ -513,8 +578,35 @@ TrainSummary train(const Config& c, std::ostream& out) {
         (save == "best" && improved) || (save == "last" && last_epoch) ||
         (save == "every_n" &&
          (epoch % std::max<int64_t>(1, c.integer("train.save_every")) == 0 || last_epoch));
+    const Parameters& p = model.parameters();
     if (write)
-      writer.submit(checkpoint, model.parameters(), checkpoint_metadata(c, task, epoch, m));
+      writer.submit(checkpoint, named(p, p.values(), ""), checkpoint_metadata(c, task, epoch, m));
+    {  // the loop's state after every epoch, for --resume
+      auto tensors = named(p, p.values(), "param.");
+      for (int k = 0; k < (oo.kind == "sgd" ? 1 : 2); ++k)
+        for (auto& t : named(p, optimizer.state(k), "optim." + std::to_string(k) + "."))
+          tensors.push_back(t);
+      tensors.emplace_back("order",
+                           Tensor(order.data(), DType::i64, {static_cast<int64_t>(order.size())}));
+      std::array<uint64_t, 4> words = rng.state();
+      tensors.emplace_back("rng", Tensor(words.data(), DType::i64, {4}));
+      // Reals as text: JSON has no infinity, and "%.17g" round-trips exactly.
+      auto real = [](double x) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.17g", x);
+        return std::string(buf);
+      };
+      const nlohmann::json loop = {{"epoch", epoch},
+                                   {"step", step},
+                                   {"optimizer_steps", optimizer.steps()},
+                                   {"best", real(best)},
+                                   {"since_best", since_best},
+                                   {"plateau_best", real(plateau_best)},
+                                   {"since_plateau", since_plateau},
+                                   {"lr_factor", real(lr_factor)}};
+      writer.submit(state_path, tensors,
+                    {{"seqforge.loop", loop.dump()}, {"seqforge.config", c.resolved_yaml()}});
+    }
     nlohmann::json j = m;
     j["epoch"] = epoch;
     j["lr"] = optimizer.options().lr;

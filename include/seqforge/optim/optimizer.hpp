@@ -25,6 +25,7 @@ class Optimizer {
   // same pass leaves the gradients zeroed for the next accumulation (no separate zero_grad).
   void step(double grad_scale = 1.0, bool zero_grads = false);
   int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }  // when resuming
   void set_lr(double lr) { opt_.lr = lr; }
   const OptimizerOptions& options() const { return opt_; }
   Arena& state(int i) { return i == 0 ? m_ : v_; }  // Adam: exp_avg, exp_avg_sq; SGD: momentum

@@ -18,8 +18,11 @@ struct TrainSummary {
   std::map<std::string, double> last;  // the last epoch's metrics
 };
 
-// Trains per `config`; progress and one line per epoch go to `out`.
-TrainSummary train(const Config& config, std::ostream& out);
+// Trains per `config`; progress and one line per epoch go to `out`. With `resume_dir`, continues
+// that run from the state saved after its last complete epoch (training_state.safetensors:
+// parameters, optimizer moments, step, epoch, sample order, RNG, early-stopping and schedule
+// state); with deterministic settings the resumed run's metrics equal an uninterrupted run's.
+TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir = "");
 
 // Metrics of a trained run (a run directory or its model.safetensors) on a split of its data
 // ("val" or "test"), or on another file of the same layout (`data`).
