@@ -212,3 +212,58 @@ TEST(Trainer, ResumeRefusesAnotherArchitectureAndTouchesNothing) {
 
 }  // namespace
 }  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+TEST(Trainer, PretrainThenFineTuneWithAFrozenEncoder) {
+  const fs::path dir = temp_dir("mae");
+  const std::string data = write_series(dir, 300);
+  std::ostringstream log;
+  const std::string common = "  date_column: when\n  features: [signal, other]\n  lookback: 10\n";
+  const TrainSummary pre = train(
+      Config::parse("data:\n  path: " + data + "\n  task: mae\n  mask_ratio: 0.3\n" + common +
+                        "model: {hidden: 12, bidirectional: true}\ntrain: {epochs: 3, run_dir: " +
+                        (dir / "pre").string() + "}\n",
+                    "pre.yaml"),
+      log);
+  EXPECT_TRUE(pre.last.count("val_loss"));
+  EXPECT_FALSE(pre.last.count("val_bpc"));
+  const io::SafetensorsFile encoder = io::SafetensorsFile::read(pre.checkpoint);
+  // Fine-tune: only lstm.* comes from the pre-trained file (its head has another shape), and
+  // the encoder stays exactly as loaded while frozen.
+  const std::string fine =
+      "data:\n  path: " + data +
+      "\n  task: classify\n  label: direction\n  label_column: signal\n  horizon: 3\n"
+      "  label_fraction: 0.3\n" +
+      common + "model: {hidden: 12, bidirectional: true, init_from: " + pre.checkpoint +
+      ", init_from_modules: [lstm]}\ntrain: {epochs: 2, freeze_modules: [lstm], freeze_epochs: 2, "
+      "save: last, run_dir: " +
+      (dir / "fine").string() + "}\n";
+  const TrainSummary ft = train(Config::parse(fine, "fine.yaml"), log);
+  const io::SafetensorsFile tuned = io::SafetensorsFile::read(ft.checkpoint);
+  for (const auto& e : tuned.entries()) {
+    const auto got = tuned.bytes(e);
+    if (e.name.rfind("lstm.", 0) == 0) {
+      const auto want = encoder.bytes(*encoder.find(e.name));
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin(), want.end())) << e.name;
+    }
+  }
+  EXPECT_EQ(tuned.find("head.weight")->shape, (std::vector<int64_t>{2, 24}));
+  // Unfrozen after freeze_epochs: the encoder moves.
+  const TrainSummary ft2 =
+      train(Config::parse(fine, "fine.yaml",
+                          {"train.freeze_epochs=1", "train.run_dir=" + (dir / "fine2").string()}),
+            log);
+  const io::SafetensorsFile moved = io::SafetensorsFile::read(ft2.checkpoint);
+  const auto a = moved.bytes(*moved.find("lstm.weight_hh_l0"));
+  const auto b = encoder.bytes(*encoder.find("lstm.weight_hh_l0"));
+  EXPECT_FALSE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+  EXPECT_NE(error_of([&] {
+              train(Config::parse(fine, "fine.yaml", {"train.freeze_modules=[encoder]"}), log);
+            }).find("no module 'encoder'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace seqforge

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "seqforge/core/error.hpp"
+#include "seqforge/core/rng.hpp"
 #include "seqforge/io/csv.hpp"
 
 namespace seqforge {
@@ -55,6 +56,7 @@ Normalizer Normalizer::from_json(const std::string& json) {
 }
 
 int64_t SeriesData::num_outputs() const {
+  if (task == "mae") return num_features();
   return task == "classify" ? static_cast<int64_t>(class_names.size())
                             : static_cast<int64_t>(target_names.size());
 }
@@ -122,10 +124,18 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
     if (d.target_names.empty())
       fail(c.source(), ": data.targets is required for data.task forecast");
   } else if (d.task == "classify") {
-    if (class_col.empty())
+    const std::string label = c.str("data.label");
+    if (label != "column" && label != "direction")
+      fail(c.source(), ": data.label must be column or direction, got '", label, "'");
+    if (label == "column" && class_col.empty())
       fail(c.source(), ": data.class_column is required for data.task classify");
+    if (label == "direction" && c.str("data.label_column").empty())
+      fail(c.source(), ": data.label_column is required for data.label direction");
+  } else if (d.task == "mae") {
+    d.horizon = 0;  // the window itself is the target
   } else {
-    fail(c.source(), ": data.task: '", d.task, "' is not a time-series task (forecast, classify)");
+    fail(c.source(), ": data.task: '", d.task,
+         "' is not a time-series task (forecast, classify, mae)");
   }
   d.rows = table.rows();
   const int64_t F = d.num_features();
@@ -163,7 +173,13 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
     for (int64_t r = 0; r < d.rows; ++r)
       for (int64_t j = 0; j < O; ++j)
         d.targets[r * O + j] = static_cast<float>(d.target_norm.apply(y[r * O + j], j));
-  } else {
+  } else if (d.task == "classify" && c.str("data.label") == "direction") {
+    // Class of row r: up when the column is higher than `horizon` rows earlier.
+    const std::vector<double> v = matrix({c.str("data.label_column")}, "data.label_column");
+    d.class_names = {"down", "up"};
+    d.classes.assign(d.rows, 0);
+    for (int64_t r = d.horizon; r < d.rows; ++r) d.classes[r] = v[r] > v[r - d.horizon] ? 1 : 0;
+  } else if (d.task == "classify") {
     const auto& names = table.text(class_col);
     if (norms) {
       d.class_names = norms->class_names;
@@ -190,6 +206,21 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
   windows(0, train_end, &d.split.train);
   windows(train_end, val_end, &d.split.val);
   windows(val_end, d.rows, &d.split.test);
+  const double fraction = c.number("data.label_fraction");
+  if (!(fraction > 0 && fraction <= 1))
+    fail(c.source(), ": data.label_fraction must be in (0, 1], got ", fraction);
+  if (fraction < 1 && !norms) {  // a fixed random subset of the training windows, kept in order
+    Rng rng(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x1abe1ull);
+    std::vector<int64_t> pick(d.split.train.size());
+    std::iota(pick.begin(), pick.end(), 0);
+    for (int64_t i = static_cast<int64_t>(pick.size()) - 1; i > 0; --i)
+      std::swap(pick[i], pick[rng.next() % (i + 1)]);
+    pick.resize(std::max<size_t>(1, static_cast<size_t>(std::ceil(fraction * pick.size()))));
+    std::sort(pick.begin(), pick.end());
+    std::vector<int64_t> kept;
+    for (int64_t i : pick) kept.push_back(d.split.train[i]);
+    d.split.train = std::move(kept);
+  }
   if (d.split.train.empty())
     fail(path, ": ", d.rows, " rows give no training window: the training split (", train_end,
          " rows) is shorter than data.lookback + data.horizon = ", d.lookback + d.horizon);

@@ -19,10 +19,23 @@ void save_parameters(const std::string& path, const Parameters& params,
 }
 
 void load_parameters(const std::string& path, Parameters& params, Backend& backend,
-                     bool allow_extra) {
+                     bool allow_extra, const std::vector<std::string>& modules) {
   const SafetensorsFile file = SafetensorsFile::read(path);
+  auto selected = [&](const std::string& name) {
+    if (modules.empty()) return true;
+    for (const auto& m : modules)
+      if (name.rfind(m + ".", 0) == 0) return true;
+    return false;
+  };
+  if (!modules.empty()) allow_extra = true;
+  for (const auto& m : modules) {
+    bool any = false;
+    for (const auto& e : params.values().entries()) any |= e.name.rfind(m + ".", 0) == 0;
+    if (!any) fail(path, ": the model has no module '", m, "' (modules: embedding, lstm, head)");
+  }
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& entry = params.values().entries()[i];
+    if (!selected(entry.name)) continue;
     const SafetensorsEntry* t = file.find(entry.name);
     if (!t) fail(path, ": missing tensor '", entry.name, "' of shape ", entry.shape.str());
     if (Shape(t->shape) != entry.shape)

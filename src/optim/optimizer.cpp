@@ -24,32 +24,66 @@ Optimizer::Optimizer(Backend& be, Parameters& params, const OptimizerOptions& op
   if (opt_.kind != "sgd") v_ = params.values().like(be);
 }
 
+void Optimizer::set_frozen(std::vector<bool> frozen) {
+  SF_CHECK(frozen.size() == params_.size(), "frozen flags for ", frozen.size(), " of ",
+           params_.size(), " parameters");
+  frozen_ = std::move(frozen);
+}
+
+void Optimizer::set_steps(int64_t steps, std::vector<int64_t> param_steps) {
+  SF_CHECK(param_steps.size() == params_.size(), "step counts for ", param_steps.size(), " of ",
+           params_.size(), " parameters");
+  steps_ = steps;
+  param_steps_ = std::move(param_steps);
+}
+
 void Optimizer::step(double grad_scale, bool zero_grads) {
   ++steps_;
-  Tensor p = params_.values().flat(), g = params_.grads().flat();
-  if (opt_.kind == "sgd") {
-    SgdParams s;
-    s.lr = opt_.lr;
-    s.momentum = opt_.momentum;
-    s.dampening = opt_.dampening;
-    s.weight_decay = opt_.weight_decay;
-    s.nesterov = opt_.nesterov;
-    s.first_step = steps_ == 1;
-    s.grad_scale = grad_scale;
-    be_.sgd_step(p, g, m_.flat(), s);
-    if (zero_grads) be_.fill(g, 0.0);
-  } else {
-    AdamParams a;
-    a.lr = opt_.lr;
-    a.beta1 = opt_.beta1;
-    a.beta2 = opt_.beta2;
-    a.eps = opt_.eps;
-    a.weight_decay = opt_.weight_decay;
-    a.decoupled = opt_.kind == "adamw";
-    a.step = steps_;
-    a.grad_scale = grad_scale;
-    a.zero_grads = zero_grads;
-    be_.adam_step(p, g, m_.flat(), v_.flat(), a);
+  if (param_steps_.empty()) param_steps_.assign(params_.size(), 0);
+  const bool uniform = std::none_of(frozen_.begin(), frozen_.end(), [](bool f) { return f; }) &&
+                       std::all_of(param_steps_.begin(), param_steps_.end(),
+                                   [&](int64_t s) { return s == param_steps_[0]; });
+  // One pass over the flat arena when every parameter moves in step; else parameter by parameter.
+  auto update = [&](Tensor p, Tensor g, Tensor m, Tensor v, int64_t step) {
+    if (opt_.kind == "sgd") {
+      SgdParams s;
+      s.lr = opt_.lr;
+      s.momentum = opt_.momentum;
+      s.dampening = opt_.dampening;
+      s.weight_decay = opt_.weight_decay;
+      s.nesterov = opt_.nesterov;
+      s.first_step = step == 1;
+      s.grad_scale = grad_scale;
+      be_.sgd_step(p, g, m, s);
+      if (zero_grads) be_.fill(g, 0.0);
+    } else {
+      AdamParams a;
+      a.lr = opt_.lr;
+      a.beta1 = opt_.beta1;
+      a.beta2 = opt_.beta2;
+      a.eps = opt_.eps;
+      a.weight_decay = opt_.weight_decay;
+      a.decoupled = opt_.kind == "adamw";
+      a.step = step;
+      a.grad_scale = grad_scale;
+      a.zero_grads = zero_grads;
+      be_.adam_step(p, g, m, v, a);
+    }
+  };
+  if (uniform) {
+    for (auto& s : param_steps_) ++s;
+    update(params_.values().flat(), params_.grads().flat(), m_.flat(),
+           opt_.kind == "sgd" ? Tensor() : v_.flat(),
+           param_steps_.empty() ? steps_ : param_steps_[0]);
+    return;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!frozen_.empty() && frozen_[i]) {
+      if (zero_grads) be_.fill(params_.grad(i), 0.0);
+      continue;
+    }
+    update(params_.value(i), params_.grad(i), m_.view(i),
+           opt_.kind == "sgd" ? Tensor() : v_.view(i), ++param_steps_[i]);
   }
 }
 

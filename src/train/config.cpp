@@ -20,7 +20,8 @@ const std::vector<ConfigKey> kKeys = {
      "The data: a .csv file (forecast, classify) or a text file (charlm). Required."},
     {"data.task", T::string, "forecast",
      "`forecast` (predict target columns `horizon` steps after a window), `classify` (predict the "
-     "class `horizon` steps after a window), or `charlm` (character language model)."},
+     "class `horizon` steps after a window), `mae` (masked-autoencoder pre-training: reconstruct "
+     "the features of randomly masked time steps), or `charlm` (character language model)."},
     {"data.features", T::string_list, "[]",
      "CSV columns fed to the model. Empty: every column but the date and class columns."},
     {"data.targets", T::string_list, "[]",
@@ -29,6 +30,16 @@ const std::vector<ConfigKey> kKeys = {
      "CSV column of ISO dates or date-times: rows are ordered by it; never a feature."},
     {"data.class_column", T::string, "",
      "CSV column of class names (classify); classes are numbered in sorted order."},
+    {"data.label", T::string, "column",
+     "classify: `column` (the class column) or `direction` (`up` when label_column is higher "
+     "`horizon` steps after the window's last row, else `down`)."},
+    {"data.label_column", T::string, "",
+     "classify with label `direction`: the numeric column whose direction is the class."},
+    {"data.label_fraction", T::number, "1.0",
+     "Share of the training windows that are labeled and used (a fixed random subset, by "
+     "train.seed)."},
+    {"data.mask_ratio", T::number, "0.15",
+     "mae: share of each window's time steps masked (zeroed in the input) and reconstructed."},
     {"data.lookback", T::integer, "24", "Time steps in each input window."},
     {"data.horizon", T::integer, "1",
      "How many steps after the window's last row the target lies (1 = the next row)."},
@@ -52,6 +63,9 @@ const std::vector<ConfigKey> kKeys = {
     {"model.init_from", T::string, "",
      "A .safetensors file of initial weights under PyTorch names (lstm.weight_ih_l0, head.weight, "
      "...)."},
+    {"model.init_from_modules", T::string_list, "[]",
+     "Load only these modules (`embedding`, `lstm`, `head`) from init_from; the file's other "
+     "tensors are ignored. Empty: every parameter."},
     {"optim.kind", T::string, "adamw", "`adamw`, `adam` or `sgd`."},
     {"optim.lr", T::number, "0.001", "Peak learning rate."},
     {"optim.weight_decay", T::number, "0.01",
@@ -69,6 +83,9 @@ const std::vector<ConfigKey> kKeys = {
      "`fp32`, `bf16` (bf16 GEMMs, f32 master weights and state) or `auto` (bf16 where the CPU has "
      "it)."},
     {"train.threads", T::integer, "0", "Compute threads; 0: every CPU this process may use."},
+    {"train.freeze_modules", T::string_list, "[]",
+     "Modules (`embedding`, `lstm`, `head`) not updated during the first freeze_epochs epochs."},
+    {"train.freeze_epochs", T::integer, "0", "Epochs during which freeze_modules stay fixed."},
     {"train.clip_grad_norm", T::number, "0.0",
      "Clip the gradients' total L2 norm to this; 0: no clipping."},
     {"train.schedule", T::string, "constant",

@@ -122,7 +122,8 @@ class CheckpointWriter {
 
 // Everything a task needs: data, model, batch assembly and metrics.
 struct Task {
-  std::string kind;  // forecast | classify | charlm
+  std::string kind;          // forecast | classify | mae | charlm
+  double mask_ratio = 0.15;  // mae
   SeriesData series;
   TextData text;
   ModelOptions model;
@@ -153,7 +154,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
   } else {
     m.lstm.input_size = t.series.num_features();
     m.output_size = t.series.num_outputs();
-    m.per_step = false;
+    m.per_step = t.kind == "mae";
   }
   return m;
 }
@@ -164,11 +165,14 @@ Task load_task(const Config& c, const Task* from = nullptr) {
   t.kind = c.str("data.task");
   if (t.kind == "charlm") {
     t.text = load_text(c, from ? from->text.vocab : "");
-  } else if (t.kind == "forecast" || t.kind == "classify") {
+  } else if (t.kind == "forecast" || t.kind == "classify" || t.kind == "mae") {
     t.series = load_series(c, from ? &from->series : nullptr);
+    t.mask_ratio = c.number("data.mask_ratio");
+    if (!(t.mask_ratio > 0 && t.mask_ratio < 1))
+      fail(c.source(), ": data.mask_ratio must be in (0, 1), got ", t.mask_ratio);
   } else {
     fail(c.source(), ": data.task: unknown task '", t.kind,
-         "' (expected forecast, classify or charlm)");
+         "' (expected forecast, classify, mae or charlm)");
   }
   t.model = model_options(c, t);
   return t;
@@ -177,13 +181,15 @@ Task load_task(const Config& c, const Task* from = nullptr) {
 // Host buffers for one batch.
 struct Batch {
   int64_t size = 0;
-  std::vector<float> x, y;           // forecast / classify input; forecast targets
+  std::vector<float> x, y;           // input windows; targets (forecast; mae: unmasked windows)
+  std::vector<float> mask;           // mae: 1 for the masked time steps (B*T)
   std::vector<int64_t> ids, labels;  // charlm input ids; class ids or next-character ids
-  Tensor input, target, labels_t;
+  Tensor input, target, labels_t, mask_t;
 };
 
+// Assembles windows starts[begin, end) into `b`; `rng` draws the mae masks.
 void fill_batch(const Task& t, const std::vector<int64_t>& starts, size_t begin, size_t end,
-                Batch* b) {
+                Batch* b, Rng& rng) {
   const int64_t B = static_cast<int64_t>(end - begin);
   b->size = B;
   if (t.kind == "charlm") {
@@ -205,7 +211,20 @@ void fill_batch(const Task& t, const std::vector<int64_t>& starts, size_t begin,
   for (int64_t i = 0; i < B; ++i)
     std::copy_n(d.features.begin() + starts[begin + i] * F, T * F, b->x.begin() + i * T * F);
   b->input = Tensor(b->x.data(), DType::f32, {B, T, F});
-  if (t.kind == "forecast") {
+  if (t.kind == "mae") {  // mask a share of each window's steps (at least one): zero in, target out
+    b->y = b->x;
+    b->mask.assign(B * T, 0.0f);
+    for (int64_t i = 0; i < B; ++i) {
+      bool any = false;
+      for (int64_t u = 0; u < T; ++u)
+        any |= (b->mask[i * T + u] = rng.uniform() < t.mask_ratio) != 0;
+      if (!any) b->mask[i * T + static_cast<int64_t>(rng.next() % T)] = 1.0f;
+      for (int64_t u = 0; u < T; ++u)
+        if (b->mask[i * T + u] != 0.0f) std::fill_n(b->x.begin() + (i * T + u) * F, F, 0.0f);
+    }
+    b->target = Tensor(b->y.data(), DType::f32, {B * T, F});
+    b->mask_t = Tensor(b->mask.data(), DType::f32, {B * T});
+  } else if (t.kind == "forecast") {
     const int64_t O = d.num_outputs();
     b->y.resize(B * O);
     for (int64_t i = 0; i < B; ++i)
@@ -221,6 +240,7 @@ void fill_batch(const Task& t, const std::vector<int64_t>& starts, size_t begin,
 // The loss and its gradient for a batch; returns the mean loss.
 double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout) {
   if (t.kind == "forecast") return be.mse_loss(out, b.target, Tensor(), dout);
+  if (t.kind == "mae") return be.mse_loss(out, b.target, b.mask_t, dout);
   return be.cross_entropy_loss(out, b.labels_t, Tensor(), -100, dout);
 }
 
@@ -239,10 +259,13 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
   std::vector<int64_t> tp(C), fp(C), fn(C);
   int64_t correct = 0;
   for (size_t i = 0; i < starts.size(); i += batch_size) {
-    fill_batch(t, starts, i, std::min(starts.size(), i + batch_size), &b);
+    fill_batch(t, starts, i, std::min(starts.size(), i + batch_size), &b, rng);
     Tensor out = model.forward(be, b.input, {}, {}, false, rng);
     Tensor dout = dout_buf.get(be, DType::f32, out.shape());
-    const int64_t n = t.kind == "charlm" ? b.size * t.text.seq_len : b.size;
+    const int64_t n = t.kind == "charlm" ? b.size * t.text.seq_len
+                      : t.kind == "mae"
+                          ? static_cast<int64_t>(std::count(b.mask.begin(), b.mask.end(), 1.0f))
+                          : b.size;
     loss_sum += loss_of(be, t, out, b, dout) * n;
     count += n;
     const float* o = static_cast<const float*>(out.data());
@@ -283,7 +306,7 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
       f1 += denom > 0 ? 2.0 * tp[k] / denom : 0.0;
     }
     m["val_f1"] = f1 / C;
-  } else {
+  } else if (t.kind == "charlm") {
     m["val_bpc"] = m["val_loss"] / std::log(2.0);
     m["val_perplexity"] = std::exp(m["val_loss"]);
   }
@@ -414,7 +437,7 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
   model.set_gemm_dtype(gemm_dtype);
   model.set_input_grad(false);
   if (const std::string init = c.str("model.init_from"); !init.empty() && resume_dir.empty())
-    io::load_parameters(init, model.parameters(), *be);
+    io::load_parameters(init, model.parameters(), *be, false, c.list("model.init_from_modules"));
   OptimizerOptions oo;
   oo.kind = c.str("optim.kind");
   oo.lr = c.number("optim.lr");
@@ -466,7 +489,8 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
     const auto j = nlohmann::json::parse(state.metadata().at("seqforge.loop"));
     first_epoch = j.at("epoch").get<int64_t>() + 1;
     step = j.at("step").get<int64_t>();
-    optimizer.set_steps(j.at("optimizer_steps").get<int64_t>());
+    optimizer.set_steps(j.at("optimizer_steps").get<int64_t>(),
+                        j.at("param_steps").get<std::vector<int64_t>>());
     auto real = [&](const char* key) {
       return std::strtod(j.at(key).get<std::string>().c_str(), nullptr);
     };
@@ -506,16 +530,29 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
   Batch batch;
   Buffer dout_buf;
   model.parameters().zero_grad(*be);
+  // Modules held fixed for the first freeze_epochs epochs (a pre-trained encoder, say).
+  std::vector<bool> frozen(model.parameters().size(), false);
+  for (const std::string& module : c.list("train.freeze_modules")) {
+    bool any = false;
+    for (size_t i = 0; i < frozen.size(); ++i)
+      if (model.parameters().values().entries()[i].name.rfind(module + ".", 0) == 0)
+        frozen[i] = any = true;
+    if (!any)
+      fail(c.source(), ": train.freeze_modules: the model has no module '", module,
+           "' (modules: embedding, lstm, head)");
+  }
+  const int64_t freeze_epochs = c.integer("train.freeze_epochs");
 
   for (int64_t epoch = first_epoch; epoch <= epochs; ++epoch) {
     const double t0 = now_s();
+    optimizer.set_frozen(epoch <= freeze_epochs ? frozen : std::vector<bool>(frozen.size(), false));
     for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
       std::swap(order[i], order[rng.next() % (i + 1)]);
     double loss_sum = 0;
     int64_t seen = 0;
     for (int64_t bi = 0; bi < batches_per_epoch; ++bi, ++step) {
       const size_t begin = bi * batch_size, end = std::min(order.size(), begin + batch_size);
-      fill_batch(task, order, begin, end, &batch);
+      fill_batch(task, order, begin, end, &batch, rng);
       // Learning rate: linear warm-up, then the schedule.
       double lr = oo.lr * lr_factor;
       if (step < warmup) {
@@ -599,6 +636,7 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
       const nlohmann::json loop = {{"epoch", epoch},
                                    {"step", step},
                                    {"optimizer_steps", optimizer.steps()},
+                                   {"param_steps", optimizer.param_steps()},
                                    {"best", real(best)},
                                    {"since_best", since_best},
                                    {"plateau_best", real(plateau_best)},
@@ -666,8 +704,8 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
 int64_t predict(const std::string& run, const std::string& input, const std::string& output) {
   configure_threads();
   LoadedRun r = load_run(run, input);
-  if (r.task.kind == "charlm")
-    fail(run, ": predict needs a forecast or classify model; use generate");
+  if (r.task.kind != "forecast" && r.task.kind != "classify")
+    fail(run, ": predict needs a forecast or classify model");
   auto be = make_cpu_backend();
   SequenceModel model(r.task.model);
   model.initialize(*be, 0);
@@ -691,7 +729,7 @@ int64_t predict(const std::string& run, const std::string& input, const std::str
   const int64_t batch_size = r.config.integer("train.batch_size");
   for (size_t i = 0; i < starts.size(); i += batch_size) {
     const size_t end = std::min(starts.size(), i + batch_size);
-    fill_batch(r.task, starts, i, end, &b);
+    fill_batch(r.task, starts, i, end, &b, rng);
     Tensor out = model.forward(*be, b.input, {}, {}, false, rng);
     const float* o = static_cast<const float*>(out.data());
     const int64_t O = d.num_outputs();

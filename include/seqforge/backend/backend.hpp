@@ -27,14 +27,14 @@ struct GemmShape {
 // One LSTM time step for a batch (forward). Gate order i, f, g, o.
 struct LstmCellForward {
   int64_t batch = 0, hidden = 0;
-  void* gates = nullptr;         // (B, 4H) pre-activations in, activations out
+  void* gates = nullptr;            // (B, 4H) pre-activations in, activations out
   const void* gates_rec = nullptr;  // (B, 4H) optional: added to the pre-activations first
-  const void* c_prev = nullptr;  // (B, H)
-  void* c = nullptr;             // (B, H) out
-  void* tanh_c = nullptr;        // (B, H) out
-  void* h = nullptr;             // (B, H) out, rows ldh apart
+  const void* c_prev = nullptr;     // (B, H)
+  void* c = nullptr;                // (B, H) out
+  void* tanh_c = nullptr;           // (B, H) out
+  void* h = nullptr;                // (B, H) out, rows ldh apart
   int64_t ldh = 0;
-  void* h_bf16 = nullptr;        // optional bf16 copy of h for bf16 GEMMs, rows ldh apart
+  void* h_bf16 = nullptr;  // optional bf16 copy of h for bf16 GEMMs, rows ldh apart
 };
 
 // The matching backward step.

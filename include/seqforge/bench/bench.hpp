@@ -22,8 +22,8 @@ const Workload& find_workload(const std::string& id);  // "W1" or its name; thro
 
 struct BenchOptions {
   std::string precision = "fp32";  // fp32 | bf16 | auto
-  int steps = 10;   // timed steps
-  int warmup = 2;   // untimed steps first
+  int steps = 10;                  // timed steps
+  int warmup = 2;                  // untimed steps first
 };
 
 struct BenchResult {
@@ -32,9 +32,9 @@ struct BenchResult {
   std::vector<double> step_ms;      // every timed step
   double median_ms = 0, p10_ms = 0, p90_ms = 0;
   double samples_per_s = 0, gflops = 0;
-  double gemm_floor_ms = 0;         // the step's GEMMs alone, replayed in order (median)
-  double floor_ratio = 0;           // median_ms / gemm_floor_ms
-  double peak_mb = 0;               // process peak resident memory after the run
+  double gemm_floor_ms = 0;  // the step's GEMMs alone, replayed in order (median)
+  double floor_ratio = 0;    // median_ms / gemm_floor_ms
+  double peak_mb = 0;        // process peak resident memory after the run
 };
 
 BenchResult run_benchmark(const Workload& w, const BenchOptions& options);

@@ -25,9 +25,10 @@ struct Split {
   std::vector<int64_t> train, val, test;  // window (or chunk) starts
 };
 
-// A time series as windows: input rows [s, s + lookback), target at row s + lookback - 1 + horizon.
+// A time series as windows: input rows [s, s + lookback), target at row s + lookback - 1 + horizon
+// (mae: horizon 0; the window's own features, some steps masked, are the target).
 struct SeriesData {
-  std::string task;  // forecast | classify
+  std::string task;  // forecast | classify | mae
   int64_t rows = 0, lookback = 0, horizon = 0;
   std::vector<std::string> feature_names, target_names, class_names;
   std::vector<float> features;   // (rows, F) normalized
@@ -36,7 +37,7 @@ struct SeriesData {
   Normalizer feature_norm, target_norm;
   Split split;
   int64_t num_features() const { return static_cast<int64_t>(feature_names.size()); }
-  int64_t num_outputs() const;  // targets (forecast) or classes (classify)
+  int64_t num_outputs() const;  // targets (forecast), classes (classify) or features (mae)
   int64_t target_row(int64_t start) const { return start + lookback - 1 + horizon; }
 };
 

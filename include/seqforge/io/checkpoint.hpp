@@ -3,6 +3,7 @@
 // `model.load_state_dict(...)` after reading the file in PyTorch, and the reverse.
 #include <map>
 #include <string>
+#include <vector>
 
 #include "seqforge/nn/parameters.hpp"
 
@@ -14,8 +15,9 @@ void save_parameters(const std::string& path, const Parameters& params,
 
 // Loads every parameter by name, converting from any float dtype in the file. A missing or
 // mis-shaped tensor is an error naming the file and the tensor; tensors in the file that the
-// model does not have are an error too unless `allow_extra`.
+// model does not have are an error too unless `allow_extra`. With `modules` ("lstm", "head",
+// ...), only parameters named "<module>.*" are loaded and the file's other tensors are ignored.
 void load_parameters(const std::string& path, Parameters& params, Backend& backend,
-                     bool allow_extra = false);
+                     bool allow_extra = false, const std::vector<std::string>& modules = {});
 
 }  // namespace seqforge::io

@@ -67,7 +67,7 @@ class Lstm {
   bool low() const { return gemm_dtype_ != params_.dtype(); }
   int64_t layer_input_size(int64_t layer) const;
   int wavefront_width(const Backend& be) const;  // layers side by side; 1 = layer by layer
-  Tensor chain_h0(int64_t s) const;  // GEMM operand of the initial state of chain s
+  Tensor chain_h0(int64_t s) const;              // GEMM operand of the initial state of chain s
   void project_all(Backend& be, int64_t l, int64_t d);
   void project_step(Backend& be, int64_t l, int64_t t);
   void finish_output_step(Backend& be, int64_t l, int64_t t);

@@ -2,6 +2,7 @@
 // Optimizers over the flat parameter arena: Adam, AdamW, SGD (momentum, Nesterov), with
 // PyTorch's exact update rules; clip_grad_norm over all gradients.
 #include <string>
+#include <vector>
 
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/nn/parameters.hpp"
@@ -25,7 +26,12 @@ class Optimizer {
   // same pass leaves the gradients zeroed for the next accumulation (no separate zero_grad).
   void step(double grad_scale = 1.0, bool zero_grads = false);
   int64_t steps() const { return steps_; }
-  void set_steps(int64_t steps) { steps_ = steps; }  // when resuming
+  // Frozen parameters (by index) are not updated; their gradients are still zeroed. Each
+  // parameter counts its own updates (Adam's bias correction, SGD's first momentum step), as
+  // PyTorch does for parameters that start training late.
+  void set_frozen(std::vector<bool> frozen);
+  const std::vector<int64_t>& param_steps() const { return param_steps_; }
+  void set_steps(int64_t steps, std::vector<int64_t> param_steps);  // when resuming
   void set_lr(double lr) { opt_.lr = lr; }
   const OptimizerOptions& options() const { return opt_; }
   Arena& state(int i) { return i == 0 ? m_ : v_; }  // Adam: exp_avg, exp_avg_sq; SGD: momentum
@@ -36,6 +42,8 @@ class Optimizer {
   OptimizerOptions opt_;
   Arena m_, v_;
   int64_t steps_ = 0;
+  std::vector<bool> frozen_;
+  std::vector<int64_t> param_steps_;
 };
 
 // Scales gradients so that their total L2 norm is at most max_norm (coefficient
@@ -67,10 +75,10 @@ class LossScaler {
 
 // What one optimizer update did.
 struct StepReport {
-  bool applied = false;     // false: skipped for inf/NaN gradients
-  double grad_norm = 0;     // total L2 norm of the unscaled gradients (inf/NaN when skipped)
-  double clip_coef = 1;     // min(1, max_norm / (grad_norm + 1e-6)), 1 without clipping
-  double loss_scale = 1;    // the scale the gradients carried
+  bool applied = false;   // false: skipped for inf/NaN gradients
+  double grad_norm = 0;   // total L2 norm of the unscaled gradients (inf/NaN when skipped)
+  double clip_coef = 1;   // min(1, max_norm / (grad_norm + 1e-6)), 1 without clipping
+  double loss_scale = 1;  // the scale the gradients carried
 };
 
 // The fused update: one pass for the gradient norm (and the inf/NaN check), one pass that
