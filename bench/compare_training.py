@@ -1,0 +1,231 @@
+#!/usr/bin/python3
+"""Trains an example config with seqforge and the same architecture in PyTorch, and compares the
+final validation loss.
+
+Both start from the same initial weights (PyTorch's, handed to seqforge through model.init_from),
+use the same data split, normalisation, windows, batch size, optimizer (AdamW), learning-rate
+schedule (linear warm-up, then constant or cosine) and gradient clipping, in fp32. Only the
+shuffling order and dropout masks differ (each engine draws its own).
+
+Usage: /usr/bin/python3 bench/compare_training.py CONFIG.yaml [key.path=value ...]
+       [--seqforge build/seqforge] [--tolerance 0.03]
+Supports data.task forecast and charlm. Exits 1 when the two differ by more than the tolerance.
+"""
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def resolved_config(seqforge, config, overrides, run_dir):
+    """The resolved config of a one-step seqforge run (for the model's and the data's shape)."""
+    subprocess.run([seqforge, "train", config] + overrides +
+                   ["train.run_dir=" + run_dir, "train.epochs=1", "train.max_batches=1"],
+                   check=True, stdout=subprocess.DEVNULL)
+    import yaml  # python3-yaml comes with Debian's python3-torch stack
+    with open(os.path.join(run_dir, "config.resolved.yaml")) as f:
+        return yaml.safe_load(f)
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        raw = t.detach().contiguous().float().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+class Model(torch.nn.Module):
+    def __init__(self, c, inputs, outputs, vocab=0):
+        super().__init__()
+        m = c["model"]
+        self.vocab = vocab
+        if vocab:
+            self.embedding = torch.nn.Embedding(vocab, m["embedding"])
+            inputs = m["embedding"]
+        self.lstm = torch.nn.LSTM(inputs, m["hidden"], m["layers"], batch_first=True,
+                                  dropout=m["dropout"], bidirectional=m["bidirectional"])
+        d = 2 if m["bidirectional"] else 1
+        self.head = torch.nn.Linear(d * m["hidden"], outputs)
+
+    def forward(self, x):
+        if self.vocab:
+            x = self.embedding(x)
+        y, _ = self.lstm(x)
+        if self.vocab:
+            return self.head(y.reshape(-1, y.shape[-1]))
+        return self.head(y[:, -1])
+
+
+def boundaries(c, n):
+    train, val = c["data"]["split"]["train"], c["data"]["split"]["val"]
+    return int(math.floor(train * n)), min(n, int(math.floor((train + val) * n)))
+
+
+def forecast_data(c):
+    d = c["data"]
+    with open(d["path"]) as f:
+        rows = list(csv.DictReader(f))
+    if d["date_column"]:
+        rows.sort(key=lambda r: datetime.datetime.fromisoformat(r[d["date_column"]].replace("Z", "")))
+    x = np.array([[float(r[k]) for k in d["features"]] for r in rows])
+    y = np.array([[float(r[k]) for k in d["targets"]] for r in rows])
+    a, b = boundaries(c, len(rows))
+    if d["normalize"] == "zscore":
+        mx, sx = x[:a].mean(0), x[:a].std(0)
+        my, sy = y[:a].mean(0), y[:a].std(0)
+    else:
+        raise SystemExit("this script compares zscore normalisation only")
+    x, y = (x - mx) / sx, (y - my) / sy
+    T, h, stride = d["lookback"], d["horizon"], d["stride"]
+
+    def windows(lo, hi):
+        return [s for s in range(lo, hi, stride) if s + T - 1 + h < hi]
+    return (torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32),
+            windows(0, a), windows(a, b), T, h)
+
+
+def lr_at(c, step, total):
+    peak, warmup = c["optim"]["lr"], c["train"]["warmup_steps"]
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    if c["train"]["schedule"] == "cosine":
+        p = (step - warmup) / max(1, total - warmup)
+        return 0.5 * peak * (1 + math.cos(math.pi * min(1.0, p)))
+    if c["train"]["schedule"] != "constant":
+        raise SystemExit("this script compares constant and cosine schedules only")
+    return peak
+
+
+def train_pytorch(c, model, batches_per_epoch, make_batch, train_starts, val_eval):
+    o = c["optim"]
+    opt = torch.optim.AdamW(model.parameters(), lr=float(o["lr"]),
+                            betas=(float(o["beta1"]), float(o["beta2"])),
+                            eps=float(o["eps"]), weight_decay=float(o["weight_decay"]))
+    epochs, bs = c["train"]["epochs"], c["train"]["batch_size"]
+    total, step = batches_per_epoch * epochs, 0
+    g = torch.Generator().manual_seed(c["train"]["seed"])
+    losses = []
+    for _ in range(epochs):
+        model.train()
+        order = [train_starts[i] for i in torch.randperm(len(train_starts), generator=g)]
+        for bi in range(batches_per_epoch):
+            for group in opt.param_groups:
+                group["lr"] = lr_at(c, step, total)
+            out, loss_fn = make_batch(order[bi * bs:(bi + 1) * bs])
+            loss = loss_fn(model(out))
+            opt.zero_grad()
+            loss.backward()
+            if c["train"]["clip_grad_norm"] > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), c["train"]["clip_grad_norm"])
+            opt.step()
+            step += 1
+        model.eval()
+        with torch.no_grad():
+            losses.append(val_eval(model))
+    return losses
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("config")
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--seqforge", default=os.path.join(HERE, "..", "build", "seqforge"))
+    p.add_argument("--tolerance", type=float, default=0.03)
+    a = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    work = tempfile.mkdtemp(prefix="seqforge_compare_")
+    overrides = a.overrides + ["train.precision=fp32", "train.early_stopping.patience=0",
+                               "train.save=last", "model.dropout=0"]
+    c = resolved_config(a.seqforge, a.config, overrides, os.path.join(work, "probe"))
+    task, bs = c["data"]["task"], c["train"]["batch_size"]
+    if c["optim"]["kind"] != "adamw":
+        raise SystemExit("this script compares adamw only")
+    if task == "forecast":
+        x, y, train_starts, val_starts, T, h = forecast_data(c)
+        model = Model(c, x.shape[1], y.shape[1])
+
+        def make_batch(starts):
+            xb = torch.stack([x[s:s + T] for s in starts])
+            yb = torch.stack([y[s + T - 1 + h] for s in starts])
+            return xb, lambda out: torch.nn.functional.mse_loss(out, yb)
+
+        def val_eval(m):
+            total, n = 0.0, 0
+            for i in range(0, len(val_starts), bs):
+                xb, loss_fn = make_batch(val_starts[i:i + bs])
+                total += loss_fn(m(xb)).item() * len(xb)
+                n += len(xb)
+            return total / n
+    elif task == "charlm":
+        text = open(c["data"]["path"], encoding="latin-1").read()
+        vocab = sorted(set(text))
+        ids = torch.tensor([vocab.index(ch) for ch in text])
+        a_, b_ = boundaries(c, len(ids))
+        T = c["data"]["seq_len"]
+        train_starts = list(range(0, a_ - T, T))
+        val_starts = list(range(a_, b_ - T, T))
+        model = Model(c, 0, len(vocab), vocab=len(vocab))
+
+        def make_batch(starts):
+            xb = torch.stack([ids[s:s + T] for s in starts])
+            yb = torch.stack([ids[s + 1:s + T + 1] for s in starts]).reshape(-1)
+            return xb, lambda out: torch.nn.functional.cross_entropy(out, yb)
+
+        def val_eval(m):
+            total, n = 0.0, 0
+            for i in range(0, len(val_starts), bs):
+                xb, loss_fn = make_batch(val_starts[i:i + bs])
+                total += loss_fn(m(xb)).item() * xb.numel()
+                n += xb.numel()
+            return total / n
+    else:
+        raise SystemExit("this script compares forecast and charlm tasks")
+    init = os.path.join(work, "init.safetensors")
+    write_safetensors(init, model.state_dict())
+    batches = math.ceil(len(train_starts) / bs)
+    if c["train"]["max_batches"] > 0:
+        batches = min(batches, c["train"]["max_batches"])
+
+    run = os.path.join(work, "seqforge")
+    subprocess.run([a.seqforge, "train", a.config] + overrides +
+                   ["model.init_from=" + init, "train.run_dir=" + run], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        sf = [json.loads(line)["val_loss"] for line in f if line.strip()]
+    import yaml
+    with open(os.path.join(run, "config.resolved.yaml")) as f:
+        c = yaml.safe_load(f)  # the real run's settings (the probe ran one step)
+    batches = math.ceil(len(train_starts) / bs)
+    if c["train"]["max_batches"] > 0:
+        batches = min(batches, c["train"]["max_batches"])
+    pt = train_pytorch(c, model, batches, make_batch, train_starts, val_eval)
+    print("epoch  seqforge val_loss  PyTorch val_loss")
+    for e, (s, t) in enumerate(zip(sf, pt), 1):
+        print("%5d  %17.5f  %16.5f" % (e, s, t))
+    diff = abs(sf[-1] - pt[-1]) / pt[-1]
+    print("final validation loss: seqforge %.5f, PyTorch %.5f, difference %.1f%% (tolerance %.0f%%)"
+          % (sf[-1], pt[-1], 100 * diff, 100 * a.tolerance))
+    sys.exit(0 if diff <= a.tolerance else 1)
+
+
+if __name__ == "__main__":
+    main()
