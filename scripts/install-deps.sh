@@ -9,7 +9,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
-  python3-torch python3-numpy libopenblas0-pthread
+  python3-torch python3-numpy python3-yaml libopenblas0-pthread
 )
 
 missing=()
