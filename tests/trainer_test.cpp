@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "seqforge/core/error.hpp"
+#include "seqforge/io/npy.hpp"
 #include "seqforge/io/safetensors.hpp"
 
 namespace seqforge {
@@ -263,6 +264,106 @@ TEST(Trainer, PretrainThenFineTuneWithAFrozenEncoder) {
               train(Config::parse(fine, "fine.yaml", {"train.freeze_modules=[encoder]"}), log);
             }).find("no module 'encoder'"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {
+  const fs::path dir = temp_dir("npy");
+  std::vector<float> data(300 * 2);
+  for (int r = 0; r < 300; ++r) {
+    data[r * 2] = static_cast<float>(std::sin(r * 0.3));
+    data[r * 2 + 1] = static_cast<float>(std::cos(r * 0.05));
+  }
+  const std::string path = (dir / "series.npy").string();
+  io::write_npy(path, DType::f32, {300, 2}, data.data());
+  std::ostringstream log;
+  const TrainSummary s =
+      train(Config::parse("data: {path: " + path +
+                              ", features: ['0', '1'], targets: ['0'], lookback: 12}\n"
+                              "model: {hidden: 16}\noptim: {lr: 0.01}\ntrain: {epochs: 5, "
+                              "batch_size: 16, run_dir: " +
+                              (dir / "run").string() + "}\n",
+                          "npy.yaml"),
+            log);
+  EXPECT_LT(s.last.at("val_rmse"), 0.25) << log.str();
+  EXPECT_NE(error_of([&] {
+              train(Config::parse("data: {path: " + path + ", targets: ['0'], date_column: '0'}\n",
+                                  "npy.yaml"),
+                    log);
+            }).find("no text column"),
+            std::string::npos);
+  const std::string bad = (dir / "cube.npy").string();
+  io::write_npy(bad, DType::f32, {10, 3, 2}, data.data());
+  EXPECT_NE(error_of([&] {
+              train(Config::parse("data: {path: " + bad + ", targets: ['0']}\n", "npy.yaml"), log);
+            }).find("2-D"),
+            std::string::npos);
+  // classify: horizon 0 is the class at the window's last row; direction needs a positive one.
+  const std::string csv = write_series(dir, 200);
+  const std::string classify = "data: {path: " + csv +
+                               ", task: classify, date_column: when, class_column: label, "
+                               "features: [signal], lookback: 6, horizon: 0}\n"
+                               "train: {epochs: 6, batch_size: 16, run_dir: " +
+                               (dir / "c").string() +
+                               ", early_stopping: {monitor: val_accuracy, mode: max}}\n"
+                               "optim: {lr: 0.02}\n";
+  EXPECT_GT(train(Config::parse(classify, "c.yaml"), log).best, 0.9);
+  EXPECT_NE(error_of([&] {
+              train(Config::parse(classify, "c.yaml",
+                                  {"data.label=direction", "data.label_column=signal"}),
+                    log);
+            }).find("data.horizon must be positive"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+std::vector<double> learning_rates(const fs::path& run) {
+  std::ifstream in(run / "metrics.jsonl");
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("\"lr\":");
+    out.push_back(std::stod(line.substr(at + 5)));
+  }
+  return out;
+}
+
+TEST(Trainer, LearningRateSchedules) {
+  const fs::path dir = temp_dir("schedules");
+  const std::string data = write_series(dir, 300);
+  std::ostringstream log;
+  auto run = [&](const std::string& name, std::vector<std::string> overrides) {
+    overrides.push_back("train.run_dir=" + (dir / name).string());
+    overrides.push_back("train.epochs=4");
+    overrides.push_back("train.max_batches=5");
+    overrides.push_back("train.early_stopping.patience=0");
+    train(Config::parse(forecast_yaml(data, dir / name), "s.yaml", overrides), log);
+    return learning_rates(dir / name);  // the last step's rate of each epoch
+  };
+  const auto step = run("step", {"train.schedule=step", "train.step_epochs=1", "train.gamma=0.5"});
+  ASSERT_EQ(step.size(), 4u);
+  for (int e = 0; e < 4; ++e) EXPECT_NEAR(step[e], 0.01 * std::pow(0.5, e), 1e-12);
+  const auto cosine = run("cosine", {"train.schedule=cosine"});
+  EXPECT_NEAR(cosine[3], 0.5 * 0.01 * (1 + std::cos(M_PI * 19.0 / 20.0)), 1e-9);
+  EXPECT_GT(cosine[0], cosine[1]);
+  const auto warm = run("warmup", {"train.warmup_steps=10"});
+  EXPECT_NEAR(warm[0], 0.01 * 5 / 10, 1e-12);  // step 5 of 10 warm-up steps
+  EXPECT_NEAR(warm[3], 0.01, 1e-12);
+  // plateau: the rate drops by gamma once the monitored metric has stalled `patience` epochs;
+  // with a huge min_delta nothing counts as an improvement.
+  const auto plateau = run("plateau", {"train.schedule=plateau", "train.plateau_patience=1",
+                                       "train.gamma=0.1", "train.early_stopping.min_delta=1e9"});
+  EXPECT_NEAR(plateau[0], 0.01, 1e-12);
+  EXPECT_LT(plateau[3], plateau[0]);
 }
 
 }  // namespace

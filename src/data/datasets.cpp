@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/io/npy.hpp"
 
 namespace seqforge {
 
@@ -81,17 +83,73 @@ int64_t positive(const Config& c, const std::string& key) {
   return v;
 }
 
+// The columns of a data file: a CSV (named columns) or a 2-D .npy array (columns "0", "1", ...).
+class Columns {
+ public:
+  explicit Columns(const std::string& path) : path_(path) {
+    if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0) {
+      npy_ = io::read_npy(path);
+      if (npy_.shape.size() != 2)
+        fail(path, ": expected a 2-D array (rows, columns), got ", npy_.shape.size(),
+             " dimensions");
+      rows_ = npy_.shape[0];
+      for (int64_t j = 0; j < npy_.shape[1]; ++j) names_.push_back(std::to_string(j));
+    } else {
+      csv_ = std::make_unique<io::CsvTable>(io::CsvTable::read(path));
+      rows_ = csv_->rows();
+      names_ = csv_->columns();
+    }
+  }
+  int64_t rows() const { return rows_; }
+  const std::vector<std::string>& columns() const { return names_; }
+  bool has_column(const std::string& name) const {
+    return std::find(names_.begin(), names_.end(), name) != names_.end();
+  }
+  std::vector<double> numeric(const std::string& name) const {
+    if (csv_) return csv_->numeric(name);
+    const int64_t j = std::find(names_.begin(), names_.end(), name) - names_.begin();
+    const int64_t cols = static_cast<int64_t>(names_.size());
+    std::vector<double> all(rows_ * cols), out(rows_);
+    convert(npy_.data.data(), npy_.dtype, all.data(), DType::f64, all.size());
+    for (int64_t r = 0; r < rows_; ++r) {
+      out[r] = all[r * cols + j];
+      if (!std::isfinite(out[r]))
+        fail(where(r), ": column ", j, ": ", out[r], " is not a finite number");
+    }
+    return out;
+  }
+  const std::vector<std::string>& text(const std::string& name) const {
+    if (!csv_) fail(path_, ": a .npy array has no text column '", name, "'");
+    return csv_->text(name);
+  }
+  // "<path>:<line>" for a CSV row, "<path>: row <r>" for an array row.
+  std::string where(int64_t row) const {
+    return csv_ ? path_ + ":" + std::to_string(csv_->line_of_row(row))
+                : path_ + ": row " + std::to_string(row);
+  }
+
+ private:
+  std::string path_;
+  std::unique_ptr<io::CsvTable> csv_;
+  io::NpyArray npy_;
+  int64_t rows_ = 0;
+  std::vector<std::string> names_;
+};
+
 }  // namespace
 
 SeriesData load_series(const Config& c, const SeriesData* norms) {
   SeriesData d;
   d.task = c.str("data.task");
   d.lookback = positive(c, "data.lookback");
-  d.horizon = positive(c, "data.horizon");
+  d.horizon = c.integer("data.horizon");
+  if (d.horizon < (d.task == "classify" ? 0 : 1))
+    fail(c.source(), ": data.horizon must be ", d.task == "classify" ? ">= 0" : "positive",
+         ", got ", d.horizon);
   const int64_t stride = positive(c, "data.stride");
   const std::string path = c.str("data.path");
   if (path.empty()) fail(c.source(), ": data.path is required");
-  const io::CsvTable table = io::CsvTable::read(path);
+  const Columns table(path);
   const std::string date_col = c.str("data.date_column"), class_col = c.str("data.class_column");
   for (const auto& [key, col] :
        {std::pair{"data.date_column", date_col}, {"data.class_column", class_col}})
@@ -107,7 +165,7 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
     for (int64_t r = 0; r < table.rows(); ++r) {
       const auto t = io::parse_datetime(dates[r]);
       if (!t)
-        fail(path, ":", table.line_of_row(r), ": column '", date_col, "': '", dates[r],
+        fail(table.where(r), ": column '", date_col, "': '", dates[r],
              "' is not an ISO date or date-time");
       when[r] = *t;
     }
@@ -131,6 +189,8 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
       fail(c.source(), ": data.class_column is required for data.task classify");
     if (label == "direction" && c.str("data.label_column").empty())
       fail(c.source(), ": data.label_column is required for data.label direction");
+    if (label == "direction" && d.horizon < 1)
+      fail(c.source(), ": data.horizon must be positive for data.label direction");
   } else if (d.task == "mae") {
     d.horizon = 0;  // the window itself is the target
   } else {
@@ -194,8 +254,7 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
       const auto& name = names[order[r]];
       const auto it = std::lower_bound(d.class_names.begin(), d.class_names.end(), name);
       if (it == d.class_names.end() || *it != name)
-        fail(path, ":", table.line_of_row(order[r]), ": class '", name,
-             "' was not seen in training");
+        fail(table.where(order[r]), ": class '", name, "' was not seen in training");
       d.classes[r] = it - d.class_names.begin();
     }
   }

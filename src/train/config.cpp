@@ -17,7 +17,8 @@ using T = ConfigKey::Type;
 
 const std::vector<ConfigKey> kKeys = {
     {"data.path", T::string, "",
-     "The data: a .csv file (forecast, classify) or a text file (charlm). Required."},
+     "The data: a .csv file or a 2-D .npy array (forecast, classify, mae; an array's columns are "
+     "named \"0\", \"1\", ...), or a text file (charlm). Required."},
     {"data.task", T::string, "forecast",
      "`forecast` (predict target columns `horizon` steps after a window), `classify` (predict the "
      "class `horizon` steps after a window), `mae` (masked-autoencoder pre-training: reconstruct "
@@ -42,7 +43,8 @@ const std::vector<ConfigKey> kKeys = {
      "mae: share of each window's time steps masked (zeroed in the input) and reconstructed."},
     {"data.lookback", T::integer, "24", "Time steps in each input window."},
     {"data.horizon", T::integer, "1",
-     "How many steps after the window's last row the target lies (1 = the next row)."},
+     "How many steps after the window's last row the target lies (1 = the next row; classify "
+     "also takes 0, the class at the window's last row)."},
     {"data.stride", T::integer, "1", "Rows between the starts of consecutive windows."},
     {"data.seq_len", T::integer, "128", "Characters per training sequence (charlm)."},
     {"data.split.train", T::number, "0.8",
