@@ -12,36 +12,14 @@
 #include <cstring>
 #include <utility>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 
 namespace seqforge::io {
 
 namespace {
 
-// Cells and names come from untrusted files: keep messages on one line and of bounded length.
-std::string printable(std::string_view s, size_t max_shown = 80) {
-  std::string out;
-  size_t shown = std::min(s.size(), max_shown);
-  // Do not cut a UTF-8 sequence in half.
-  while (shown < s.size() && shown > 0 && (static_cast<unsigned char>(s[shown]) & 0xc0) == 0x80) {
-    --shown;
-  }
-  for (size_t i = 0; i < shown; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f || c == '\\' || c == '\'') {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (shown < s.size()) out += "...";
-  return out;
-}
-
-std::string quote(std::string_view s) { return "'" + printable(s) + "'"; }
+std::string quote(std::string_view s) { return quoted(s); }
 
 bool is_space(char c) { return c == ' ' || c == '\t'; }
 

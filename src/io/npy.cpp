@@ -15,6 +15,7 @@
 #include <optional>
 #include <utility>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 
 namespace seqforge::io {
@@ -393,20 +394,6 @@ NpyArray parse_header(std::string_view bytes, const std::string& source, size_t*
 
 std::string errno_str(int e) { return std::strerror(e); }
 
-bool write_all(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
 }  // namespace
 
 NpyArray parse_npy(std::string_view bytes, const std::string& source) {
@@ -485,56 +472,8 @@ void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>&
   for (size_t i = 0; i < preamble - 8; ++i)
     pre += static_cast<char>((header.size() >> (8 * i)) & 0xff);
 
-  // Temporary file in the same directory, removed on every failure path.
-  struct TempFile {
-    std::string path;
-    int fd = -1;
-    bool keep = false;
-    ~TempFile() {
-      if (fd >= 0) ::close(fd);
-      if (!keep && !path.empty()) ::unlink(path.c_str());
-    }
-  } tmp;
-  static std::atomic<unsigned> counter{0};
-  for (int attempt = 0; tmp.fd < 0; ++attempt) {
-    std::string candidate =
-        path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) {
-      tmp.fd = fd;
-      tmp.path = std::move(candidate);
-    } else if (errno != EEXIST || attempt >= 100) {
-      fail(path, ": cannot create temporary file ", candidate, ": ", errno_str(errno));
-    }
-  }
-  auto io_fail = [&](const char* what) {
-    const int e = errno;
-    fail(path, ": ", what, " ", tmp.path, ": ", errno_str(e));
-  };
-  if (!write_all(tmp.fd, pre.data(), pre.size()) ||
-      !write_all(tmp.fd, header.data(), header.size()) ||
-      (*nbytes > 0 && !write_all(tmp.fd, data, *nbytes))) {
-    io_fail("cannot write");
-  }
-  if (::fsync(tmp.fd) != 0) io_fail("cannot fsync");
-  if (::close(std::exchange(tmp.fd, -1)) != 0) io_fail("cannot close");
-  if (::rename(tmp.path.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    fail(path, ": cannot rename ", tmp.path, " to it: ", errno_str(e));
-  }
-  tmp.keep = true;
-
-  // Make the rename durable.
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) fail(path, ": cannot open directory ", dir, " to fsync it: ", errno_str(errno));
-  if (::fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP) {
-    const int e = errno;
-    ::close(dfd);
-    fail(path, ": cannot fsync directory ", dir, ": ", errno_str(e));
-  }
-  ::close(dfd);
+  write_file_atomically(
+      path, {{pre.data(), pre.size()}, {header.data(), header.size()}, {data, *nbytes}});
 }
 
 }  // namespace seqforge::io

@@ -15,6 +15,7 @@
 #include <set>
 #include <utility>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 
 namespace seqforge::io {
@@ -28,28 +29,7 @@ namespace {
 using json = nlohmann::json;
 
 // Names come from untrusted files: keep error messages on one line and of bounded length.
-std::string quote(std::string_view s) {
-  constexpr size_t kMaxShown = 120;
-  std::string out = "'";
-  size_t shown = std::min(s.size(), kMaxShown);
-  // Do not cut a UTF-8 sequence in half.
-  while (shown < s.size() && shown > 0 && (static_cast<unsigned char>(s[shown]) & 0xc0) == 0x80) {
-    --shown;
-  }
-  for (size_t i = 0; i < shown; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f || c == '\\' || c == '\'') {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (shown < s.size()) out += "...";
-  return out + "'";
-}
+std::string quote(std::string_view s) { return quoted(s, 120); }
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -58,7 +38,12 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 }
 
 std::string offsets_str(uint64_t begin, uint64_t end) {
-  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  std::string s(1, '[');
+  s += std::to_string(begin);
+  s += ", ";
+  s += std::to_string(end);
+  s += ']';
+  return s;
 }
 
 // Byte size of a tensor, or false on overflow.
@@ -315,20 +300,6 @@ uint64_t read_u64_le(const char* p) {
 
 std::string errno_str(int e) { return std::strerror(e); }
 
-bool write_all(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
 // Escapes a string as a JSON string literal; throws seqforge::Error on invalid UTF-8.
 std::string json_string(const std::string& path, const std::string& s, const char* what) {
   try {
@@ -532,61 +503,11 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
          SafetensorsFile::kMaxHeaderBytes, " bytes");
   }
 
-  // Temporary file in the same directory, removed on every failure path.
-  struct TempFile {
-    std::string path;
-    int fd = -1;
-    bool keep = false;
-    ~TempFile() {
-      if (fd >= 0) ::close(fd);
-      if (!keep && !path.empty()) ::unlink(path.c_str());
-    }
-  } tmp;
-  static std::atomic<unsigned> counter{0};
-  for (int attempt = 0; tmp.fd < 0; ++attempt) {
-    std::string candidate =
-        path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) {
-      tmp.fd = fd;
-      tmp.path = std::move(candidate);
-    } else if (errno != EEXIST || attempt >= 100) {
-      fail(path, ": cannot create temporary file ", candidate, ": ", errno_str(errno));
-    }
-  }
-  auto io_fail = [&](const char* what) {
-    const int e = errno;
-    fail(path, ": ", what, " ", tmp.path, ": ", errno_str(e));
-  };
-
   char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
-  if (!write_all(tmp.fd, len_bytes, 8) || !write_all(tmp.fd, header.data(), header.size())) {
-    io_fail("cannot write");
-  }
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (sizes[i] > 0 && !write_all(tmp.fd, tensors[i].data, sizes[i])) io_fail("cannot write");
-  }
-  if (::fsync(tmp.fd) != 0) io_fail("cannot fsync");
-  const int fd = std::exchange(tmp.fd, -1);
-  if (::close(fd) != 0) io_fail("cannot close");
-  if (::rename(tmp.path.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    fail(path, ": cannot rename ", tmp.path, " to it: ", errno_str(e));
-  }
-  tmp.keep = true;
-
-  // Make the rename durable.
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) fail(path, ": cannot open directory ", dir, " to fsync it: ", errno_str(errno));
-  if (::fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP) {
-    const int e = errno;
-    ::close(dfd);
-    fail(path, ": cannot fsync directory ", dir, ": ", errno_str(e));
-  }
-  ::close(dfd);
+  std::vector<ByteSpan> parts = {{len_bytes, 8}, {header.data(), header.size()}};
+  for (size_t i = 0; i < tensors.size(); ++i) parts.push_back({tensors[i].data, sizes[i]});
+  write_file_atomically(path, parts);
 }
 
 }  // namespace seqforge::io

@@ -1,0 +1,115 @@
+#include "io/file_util.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "seqforge/core/error.hpp"
+
+namespace seqforge::io {
+
+namespace {
+
+bool write_all(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::vector<ByteSpan>& parts) {
+  // The temporary file, removed on every failure path.
+  struct TempFile {
+    std::string path;
+    int fd = -1;
+    bool keep = false;
+    ~TempFile() {
+      if (fd >= 0) ::close(fd);
+      if (!keep && !path.empty()) ::unlink(path.c_str());
+    }
+  } tmp;
+  static std::atomic<unsigned> counter{0};
+  for (int attempt = 0; tmp.fd < 0; ++attempt) {
+    std::string candidate = path;
+    candidate += ".tmp.";
+    candidate += std::to_string(::getpid());
+    candidate += '.';
+    candidate += std::to_string(counter.fetch_add(1));
+    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      tmp.fd = fd;
+      tmp.path = std::move(candidate);
+    } else if (errno != EEXIST || attempt >= 100) {
+      fail(path, ": cannot create temporary file ", candidate, ": ", std::strerror(errno));
+    }
+  }
+  auto io_fail = [&](const char* what) {
+    const int e = errno;
+    fail(path, ": ", what, " ", tmp.path, ": ", std::strerror(e));
+  };
+  for (const ByteSpan& part : parts)
+    if (part.size > 0 && !write_all(tmp.fd, part.data, part.size)) io_fail("cannot write");
+  if (::fsync(tmp.fd) != 0) io_fail("cannot fsync");
+  if (::close(std::exchange(tmp.fd, -1)) != 0) io_fail("cannot close");
+  if (::rename(tmp.path.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    fail(path, ": cannot rename ", tmp.path, " to it: ", std::strerror(e));
+  }
+  tmp.keep = true;
+
+  // Make the rename durable.
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  const std::string dir = parent.empty() ? std::string(1, '.') : parent;
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) fail(path, ": cannot open directory ", dir, " to fsync it: ", std::strerror(errno));
+  if (::fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP) {
+    const int e = errno;
+    ::close(dfd);
+    fail(path, ": cannot fsync directory ", dir, ": ", std::strerror(e));
+  }
+  ::close(dfd);
+}
+
+std::string printable(std::string_view s, size_t max_shown) {
+  std::string out;
+  size_t shown = std::min(s.size(), max_shown);
+  while (shown < s.size() && shown > 0 && (static_cast<unsigned char>(s[shown]) & 0xc0) == 0x80)
+    --shown;
+  for (size_t i = 0; i < shown; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f || c == '\\' || c == '\'') {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (shown < s.size()) out += "...";
+  return out;
+}
+
+std::string quoted(std::string_view s, size_t max_shown) {
+  std::string out(1, '\'');
+  out += printable(s, max_shown);
+  out += '\'';
+  return out;
+}
+
+}  // namespace seqforge::io
