@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "io/file_util.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/threads.hpp"
@@ -505,18 +506,23 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
   // The run directory is touched only now that everything above has been checked.
   fs::create_directories(run_dir);
   {
-    std::ofstream resolved(fs::path(run_dir) / "config.resolved.yaml");
-    resolved << c.resolved_yaml();
+    const std::string yaml = c.resolved_yaml();
+    io::write_file_atomically((fs::path(run_dir) / "config.resolved.yaml").string(),
+                              {{yaml.data(), yaml.size()}});
   }
-  std::vector<std::string> kept;  // metrics of the epochs a resumed run keeps
+  // metrics.jsonl keeps a resumed run's epochs before first_epoch (a line cut short by a kill is
+  // dropped); it is replaced atomically, then appended to, a flushed line per epoch.
+  const std::string metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
+  std::string kept;
   if (!resume_dir.empty()) {
-    std::ifstream old(fs::path(run_dir) / "metrics.jsonl");
-    for (std::string line; std::getline(old, line);)
-      if (!line.empty() && nlohmann::json::parse(line).value("epoch", int64_t{0}) < first_epoch)
-        kept.push_back(line);
+    std::ifstream old(metrics_path);
+    for (std::string line; std::getline(old, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.value("epoch", int64_t{0}) < first_epoch) kept += line + "\n";
+    }
   }
-  std::ofstream metrics_log(fs::path(run_dir) / "metrics.jsonl");
-  for (const auto& line : kept) metrics_log << line << "\n";
+  io::write_file_atomically(metrics_path, {{kept.data(), kept.size()}});
+  std::ofstream metrics_log(metrics_path, std::ios::app);
   CheckpointWriter writer;
   const std::string checkpoint = (fs::path(run_dir) / "model.safetensors").string();
   const double clip = c.number("train.clip_grad_norm");
