@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "seqforge/core/error.hpp"
+#include "seqforge/data/datasets.hpp"
 #include "seqforge/io/npy.hpp"
 #include "seqforge/io/safetensors.hpp"
 
@@ -364,6 +365,38 @@ TEST(Trainer, LearningRateSchedules) {
                                        "train.gamma=0.1", "train.early_stopping.min_delta=1e9"});
   EXPECT_NEAR(plateau[0], 0.01, 1e-12);
   EXPECT_LT(plateau[3], plateau[0]);
+}
+
+}  // namespace
+}  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+TEST(Datasets, RandomSplitDealsWholeWindowsBySeed) {
+  const fs::path dir = temp_dir("random_split");
+  const std::string data = write_series(dir, 400);
+  auto load = [&](const std::string& seed) {
+    return load_series(Config::parse("data: {path: " + data +
+                                         ", date_column: when, features: [signal], targets: "
+                                         "[signal], lookback: 5, stride: 6, split: {mode: random, "
+                                         "train: 0.6, val: 0.2}}\ntrain: {seed: " +
+                                         seed + "}\n",
+                                     "r.yaml"));
+  };
+  const SeriesData a = load("1"), b = load("1"), other = load("2");
+  const size_t n = a.split.train.size() + a.split.val.size() + a.split.test.size();
+  EXPECT_EQ(n, 66u);  // windows of 6 rows (5 + 1) every 6 rows: (400 - 6) / 6 + 1
+  EXPECT_EQ(a.split.train.size(), 39u);  // floor(0.6 * 66)
+  EXPECT_EQ(a.split.val.size(), 13u);
+  EXPECT_EQ(a.split.train, b.split.train);  // the seed decides
+  EXPECT_NE(a.split.train, other.split.train);
+  std::vector<int64_t> all = a.split.train;
+  all.insert(all.end(), a.split.val.begin(), a.split.val.end());
+  all.insert(all.end(), a.split.test.begin(), a.split.test.end());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());  // disjoint
+  EXPECT_NE(a.split.train.back(), a.split.test.back());              // not in time order
 }
 
 }  // namespace

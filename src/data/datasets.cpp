@@ -16,17 +16,18 @@
 
 namespace seqforge {
 
-void Normalizer::fit(const std::string& k, const std::vector<double>& data, int64_t rows,
-                     int64_t cols) {
+void Normalizer::fit(const std::string& k, const std::vector<double>& data,
+                     const std::vector<int64_t>& rows, int64_t cols) {
   if (k != "zscore" && k != "minmax" && k != "none")
     fail("data.normalize: unknown value '", k, "' (expected zscore, minmax or none)");
   kind = k;
   shift.assign(cols, 0.0);
   scale.assign(cols, 1.0);
-  if (k == "none" || rows == 0) return;
+  if (k == "none" || rows.empty()) return;
+  const double n = static_cast<double>(rows.size());
   for (int64_t c = 0; c < cols; ++c) {
     double lo = INFINITY, hi = -INFINITY, sum = 0, sq = 0;
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r : rows) {
       const double x = data[r * cols + c];
       lo = std::min(lo, x);
       hi = std::max(hi, x);
@@ -34,7 +35,7 @@ void Normalizer::fit(const std::string& k, const std::vector<double>& data, int6
       sq += x * x;
     }
     if (k == "zscore") {
-      const double mean = sum / rows, var = std::max(0.0, sq / rows - mean * mean);
+      const double mean = sum / n, var = std::max(0.0, sq / n - mean * mean);
       shift[c] = mean;
       scale[c] = var > 1e-24 ? std::sqrt(var) : 1.0;  // a constant column stays as it is
     } else {
@@ -75,6 +76,18 @@ std::pair<int64_t, int64_t> boundaries(const Config& c, int64_t n) {
   const int64_t a = static_cast<int64_t>(std::floor(train * n));
   const int64_t b = std::min<int64_t>(n, static_cast<int64_t>(std::floor((train + val) * n)));
   return {a, b};
+}
+
+// Whole windows (or chunks) dealt at random, with train.seed, by the split shares.
+void random_split(const Config& c, std::vector<int64_t> all, Split* out) {
+  Rng rng(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x5b117ull);
+  for (int64_t i = static_cast<int64_t>(all.size()) - 1; i > 0; --i)
+    std::swap(all[i], all[rng.next() % (i + 1)]);
+  const auto [a, b] = boundaries(c, static_cast<int64_t>(all.size()));
+  out->train.assign(all.begin(), all.begin() + a);
+  out->val.assign(all.begin() + a, all.begin() + b);
+  out->test.assign(all.begin() + b, all.end());
+  for (auto* v : {&out->train, &out->val, &out->test}) std::sort(v->begin(), v->end());
 }
 
 int64_t positive(const Config& c, const std::string& key) {
@@ -211,11 +224,35 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
   };
   const std::vector<double> x = matrix(d.feature_names, "data.features");
   const auto [train_end, val_end] = boundaries(c, d.rows);
+  const std::string mode = c.str("data.split.mode");
+  if (mode != "time" && mode != "random")
+    fail(c.source(), ": data.split.mode must be time or random, got '", mode, "'");
+  auto windows = [&](int64_t begin, int64_t end, std::vector<int64_t>* out) {
+    for (int64_t s = begin; d.target_row(s) < end; s += stride) out->push_back(s);
+  };
+  if (mode == "time") {  // windows wholly inside one split
+    windows(0, train_end, &d.split.train);
+    windows(train_end, val_end, &d.split.val);
+    windows(val_end, d.rows, &d.split.test);
+  } else {
+    std::vector<int64_t> all;
+    windows(0, d.rows, &all);
+    random_split(c, all, &d.split);
+  }
+  // Normalisation statistics come from the rows the training windows cover, and no others.
+  std::vector<int64_t> train_rows;
+  {
+    std::vector<char> used(d.rows, 0);
+    for (int64_t s : d.split.train)
+      for (int64_t r = s; r <= std::max(d.target_row(s), s + d.lookback - 1); ++r) used[r] = 1;
+    for (int64_t r = 0; r < d.rows; ++r)
+      if (used[r]) train_rows.push_back(r);
+  }
   const std::string norm_kind = c.str("data.normalize");
   if (norms) {
     d.feature_norm = norms->feature_norm;
   } else {
-    d.feature_norm.fit(norm_kind, x, train_end, F);
+    d.feature_norm.fit(norm_kind, x, train_rows, F);
   }
   d.features.resize(x.size());
   for (int64_t r = 0; r < d.rows; ++r)
@@ -227,7 +264,7 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
     if (norms) {
       d.target_norm = norms->target_norm;
     } else {
-      d.target_norm.fit(norm_kind, y, train_end, O);
+      d.target_norm.fit(norm_kind, y, train_rows, O);
     }
     d.targets.resize(y.size());
     for (int64_t r = 0; r < d.rows; ++r)
@@ -258,13 +295,6 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
       d.classes[r] = it - d.class_names.begin();
     }
   }
-  // Windows that lie wholly inside one split.
-  auto windows = [&](int64_t begin, int64_t end, std::vector<int64_t>* out) {
-    for (int64_t s = begin; d.target_row(s) < end; s += stride) out->push_back(s);
-  };
-  windows(0, train_end, &d.split.train);
-  windows(train_end, val_end, &d.split.val);
-  windows(val_end, d.rows, &d.split.test);
   const double fraction = c.number("data.label_fraction");
   if (!(fraction > 0 && fraction <= 1))
     fail(c.source(), ": data.label_fraction must be in (0, 1], got ", fraction);
@@ -317,9 +347,15 @@ TextData load_text(const Config& c, const std::string& vocab) {
   auto chunks = [&](int64_t begin, int64_t end, std::vector<int64_t>* out) {
     for (int64_t s = begin; s + d.seq_len + 1 <= end; s += d.seq_len) out->push_back(s);
   };
-  chunks(0, train_end, &d.split.train);
-  chunks(train_end, val_end, &d.split.val);
-  chunks(val_end, n, &d.split.test);
+  if (c.str("data.split.mode") == "random") {
+    std::vector<int64_t> all;
+    chunks(0, n, &all);
+    random_split(c, all, &d.split);
+  } else {
+    chunks(0, train_end, &d.split.train);
+    chunks(train_end, val_end, &d.split.val);
+    chunks(val_end, n, &d.split.test);
+  }
   if (d.split.train.empty())
     fail(path, ": the training split (", train_end,
          " characters) is shorter than data.seq_len + 1");

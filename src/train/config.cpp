@@ -53,6 +53,10 @@ const std::vector<ConfigKey> kKeys = {
     {"data.split.val", T::number, "0.1",
      "Share for validation, right after the training part; the rest is the test split. No window "
      "crosses a boundary."},
+    {"data.split.mode", T::string, "time",
+     "`time`: train, validation and test follow each other in time. `random`: whole windows (or "
+     "text chunks) dealt at random with train.seed, for data whose windows are independent "
+     "samples (overlapping windows would leak rows across splits)."},
     {"data.normalize", T::string, "zscore",
      "`zscore`, `minmax` or `none`: feature and target scaling, fitted on the training split only "
      "and stored in the checkpoint."},

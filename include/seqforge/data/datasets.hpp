@@ -13,8 +13,9 @@ namespace seqforge {
 struct Normalizer {
   std::string kind = "none";  // zscore | minmax | none
   std::vector<double> shift, scale;
-  // Fits on rows [0, rows) of a (rows, cols) matrix.
-  void fit(const std::string& kind, const std::vector<double>& data, int64_t rows, int64_t cols);
+  // Fits on the given rows of a (rows, cols) matrix.
+  void fit(const std::string& kind, const std::vector<double>& data,
+           const std::vector<int64_t>& rows, int64_t cols);
   double apply(double x, int64_t col) const { return (x - shift[col]) / scale[col]; }
   double invert(double y, int64_t col) const { return y * scale[col] + shift[col]; }
   std::string to_json() const;
