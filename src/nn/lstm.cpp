@@ -317,18 +317,16 @@ void Lstm::project_step(Backend& be, int64_t l, int64_t t) {
   GemmShape proj{.trans_b = true, .m = B_, .n = 4 * H, .k = I, .lda = I, .ldb = I};
   proj.ldc = 4 * H;
   proj.bias = true;
-  be.gemm(proj, gemm_dtype_, at(in_gemm_[l + 0], t * B_ * I), w_ih.data(),
+  be.gemm(proj, gemm_dtype_, at(in_gemm_[l], t * B_ * I), w_ih.data(),
           at(ch.gates.tensor(), t * B_ * 4 * H), ch.bias.tensor().data());
 }
 
 // Layer l's output at step t as the next layer's input: dropout, and its bf16 copy.
 void Lstm::finish_output_step(Backend& be, int64_t l, int64_t t) {
   if (!dropout_active_) return;  // the cell already wrote out_ (and out_low_)
-  const DType dt = params_.dtype();
   Tensor dropped = dropped_[l].tensor().slice(t, t + 1);
   be.mul(dropped, out_[l].tensor().slice(t, t + 1), mask_[l].tensor().slice(t, t + 1));
   if (low()) be.convert(dropped_low_[l].tensor().slice(t, t + 1), dropped);
-  (void)dt;
 }
 
 void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step) {
