@@ -22,9 +22,9 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
     selected.push_back(&sf::find_workload(which));
   }
   const sf::ThreadConfig threads = sf::configure_threads();
-  std::printf("seqforge %s bench: %d threads (%s), %d timed steps after %d warm-up\n",
-              sf::version(), threads.threads, threads.reason.c_str(), options.steps,
-              options.warmup);
+  std::printf("seqforge %s bench: %d threads (%s), %d timed steps after %d warm-up; %s\n",
+              sf::version(), threads.threads, threads.reason.c_str(), options.steps, options.warmup,
+              sf::make_cpu_backend()->description().c_str());
   std::printf("%-3s %-34s %-5s %10s %17s %10s %8s %10s %6s %8s\n", "id", "workload", "prec",
               "ms/step", "p10-p90 ms", "samples/s", "GFLOP/s", "GEMMs ms", "ratio", "peak MB");
   nlohmann::json out = nlohmann::json::array();

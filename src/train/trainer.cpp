@@ -460,7 +460,7 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
       << " training / " << split.val.size() << " validation / " << split.test.size() << " test "
       << (task.kind == "charlm" ? "sequences" : "windows") << ", " << model.parameters().count()
       << " parameters, " << threads.threads << " threads (" << threads.reason << "), "
-      << (gemm_dtype == DType::bf16 ? "bf16" : "fp32") << " GEMMs\n";
+      << (gemm_dtype == DType::bf16 ? "bf16" : "fp32") << " GEMMs (" << be->description() << ")\n";
   if (!notice.empty()) out << "note: " << notice << "\n";
   out << "run directory: " << run_dir << "\n" << std::flush;
 

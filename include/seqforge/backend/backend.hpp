@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "seqforge/core/tensor.hpp"
@@ -70,6 +71,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // What runs the ops, for start-up lines and reports ("cpu: oneDNN 2.6.3 GEMMs, ...").
+  virtual std::string description() const { return std::string(name()); }
   virtual bool supports(DType dtype) const = 0;
 
   // Memory: 64-byte aligned and zeroed.

@@ -2,6 +2,7 @@
 // (the same runtime oneDNN uses, so no two pools compete for the cores). Everything else, and
 // every f64 op, runs on the reference kernels.
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <exception>
 #include <vector>
@@ -14,6 +15,13 @@
 namespace seqforge {
 
 namespace {
+
+// Highway's target names as instruction sets.
+std::string simd_name(const std::string& target) {
+  if (target.rfind("AVX3", 0) == 0) return "AVX-512";
+  if (target == "AVX2" || target == "SSE4") return target;
+  return "scalar";
+}
 
 // Below this many element operations a parallel region costs more than it saves.
 constexpr int64_t kMinParallelWork = 65536;
@@ -37,6 +45,11 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend() : ref_(make_reference_backend()) {}
   std::string_view name() const override { return "cpu"; }
+  std::string description() const override {
+    const dnnl_version_t* v = dnnl_version();
+    return "cpu: oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+           std::to_string(v->patch) + " GEMMs, " + simd_name(simd::target_name()) + " kernels";
+  }
   bool supports(DType d) const override { return d == DType::f32 || d == DType::f64; }
 
   int concurrency() const override { return omp_get_max_threads(); }
