@@ -15,7 +15,8 @@ struct StepResult {
   std::vector<double> y, grads, dx;
 };
 
-StepResult train_step(Backend& be, const ModelOptions& opt, DType gemm_dtype, int64_t B, int64_t T) {
+StepResult train_step(Backend& be, const ModelOptions& opt, DType gemm_dtype, int64_t B,
+                      int64_t T) {
   SequenceModel model(opt);
   model.initialize(be, 11);
   model.set_gemm_dtype(gemm_dtype);
@@ -33,7 +34,10 @@ StepResult train_step(Backend& be, const ModelOptions& opt, DType gemm_dtype, in
 
 ModelOptions options(bool bidirectional) {
   ModelOptions opt;
-  opt.lstm = {.input_size = 5, .hidden_size = 24, .num_layers = 2, .bidirectional = bidirectional,
+  opt.lstm = {.input_size = 5,
+              .hidden_size = 24,
+              .num_layers = 2,
+              .bidirectional = bidirectional,
               .batch_first = true};
   opt.output_size = 3;
   opt.per_step = true;

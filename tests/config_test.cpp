@@ -8,18 +8,12 @@
 #include <sstream>
 
 #include "seqforge/core/error.hpp"
+#include "test_util.hpp"
 
 namespace seqforge {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(Config, ReadsNestedKeysDefaultsAndOverrides) {
   const Config c = Config::parse(

@@ -17,8 +17,8 @@ using test::max_rel_error;
 using test::to_doubles;
 
 TEST(LossScaler, GradScalerSemantics) {
-  LossScaler s({.init_scale = 1024, .growth_factor = 2, .backoff_factor = 0.5,
-                .growth_interval = 3});
+  LossScaler s(
+      {.init_scale = 1024, .growth_factor = 2, .backoff_factor = 0.5, .growth_interval = 3});
   EXPECT_EQ(s.scale(), 1024);
   EXPECT_FALSE(s.update(true));  // overflow: skip, back off
   EXPECT_EQ(s.scale(), 512);
@@ -80,8 +80,8 @@ TEST(LossScaler, InjectedOverflowSkipsTheStepThenTheScaleGrowsAgain) {
   r = fused_step(*f.be, f.model.parameters(), opt, 1.0, &scaler);
   EXPECT_FALSE(r.applied);
   EXPECT_FALSE(std::isfinite(r.grad_norm));
-  EXPECT_EQ(scaler.scale(), 128);                                          // backed off
-  EXPECT_EQ(to_doubles(f.model.parameters().values().flat()), before);    // step skipped
+  EXPECT_EQ(scaler.scale(), 128);                                       // backed off
+  EXPECT_EQ(to_doubles(f.model.parameters().values().flat()), before);  // step skipped
   EXPECT_EQ(opt.steps(), 1);
   for (double g : to_doubles(f.model.parameters().grads().flat())) EXPECT_EQ(g, 0.0);
 

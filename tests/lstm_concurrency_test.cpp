@@ -29,8 +29,8 @@ std::map<std::string, std::vector<double>> run(Backend& be, const Case& c) {
   params.allocate(be, rng);
   lstm.set_gemm_dtype(c.gemm);
   const int64_t D = lstm.directions(), L = c.opt.num_layers, H = c.opt.hidden_size;
-  const Shape x_shape = c.opt.batch_first ? Shape{c.B, c.T, c.opt.input_size}
-                                          : Shape{c.T, c.B, c.opt.input_size};
+  const Shape x_shape =
+      c.opt.batch_first ? Shape{c.B, c.T, c.opt.input_size} : Shape{c.T, c.B, c.opt.input_size};
   const Shape s_shape{D * L, c.B, H};
   auto values = [&](int64_t n) {
     std::vector<double> v(static_cast<size_t>(n));
@@ -70,19 +70,45 @@ TEST_P(LstmConcurrency, MatchesSequentialReference) {
 INSTANTIATE_TEST_SUITE_P(
     Chains, LstmConcurrency,
     ::testing::Values(
-        Case{"uni_2_layers_dropout", {.input_size = 3, .hidden_size = 20, .num_layers = 2,
-                                      .dropout = 0.3, .batch_first = true}, 9, 5, DType::f32},
-        Case{"uni_3_layers_dropout", {.input_size = 4, .hidden_size = 17, .num_layers = 3,
-                                      .dropout = 0.5}, 7, 3, DType::f32},
-        Case{"uni_4_layers", {.input_size = 2, .hidden_size = 8, .num_layers = 4}, 5, 2,
+        Case{"uni_2_layers_dropout",
+             {.input_size = 3,
+              .hidden_size = 20,
+              .num_layers = 2,
+              .dropout = 0.3,
+              .batch_first = true},
+             9,
+             5,
              DType::f32},
-        Case{"bi_2_layers_dropout", {.input_size = 5, .hidden_size = 12, .num_layers = 2,
-                                     .bidirectional = true, .dropout = 0.25,
-                                     .batch_first = true}, 6, 4, DType::f32},
-        Case{"uni_2_layers_bf16", {.input_size = 6, .hidden_size = 32, .num_layers = 2,
-                                   .dropout = 0.2}, 8, 4, DType::bf16},
-        Case{"bi_3_layers_bf16", {.input_size = 6, .hidden_size = 16, .num_layers = 3,
-                                  .bidirectional = true, .batch_first = true}, 5, 3,
+        Case{"uni_3_layers_dropout",
+             {.input_size = 4, .hidden_size = 17, .num_layers = 3, .dropout = 0.5},
+             7,
+             3,
+             DType::f32},
+        Case{
+            "uni_4_layers", {.input_size = 2, .hidden_size = 8, .num_layers = 4}, 5, 2, DType::f32},
+        Case{"bi_2_layers_dropout",
+             {.input_size = 5,
+              .hidden_size = 12,
+              .num_layers = 2,
+              .bidirectional = true,
+              .dropout = 0.25,
+              .batch_first = true},
+             6,
+             4,
+             DType::f32},
+        Case{"uni_2_layers_bf16",
+             {.input_size = 6, .hidden_size = 32, .num_layers = 2, .dropout = 0.2},
+             8,
+             4,
+             DType::bf16},
+        Case{"bi_3_layers_bf16",
+             {.input_size = 6,
+              .hidden_size = 16,
+              .num_layers = 3,
+              .bidirectional = true,
+              .batch_first = true},
+             5,
+             3,
              DType::bf16}),
     [](const auto& info) { return std::string(info.param.name); });
 

@@ -2,6 +2,8 @@
 // Helpers shared by the tests: host tensors in any float dtype, and the error metric.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
@@ -20,6 +22,16 @@ struct HostTensor {
     convert(values.data(), DType::f64, t.data(), dtype, values.size());
   }
 };
+
+// The message of the seqforge::Error that f throws, or "" if it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 inline std::vector<double> to_doubles(Tensor t) {
   std::vector<double> out(static_cast<size_t>(t.numel()));

@@ -12,6 +12,7 @@
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/npy.hpp"
 #include "seqforge/io/safetensors.hpp"
+#include "test_util.hpp"
 
 namespace seqforge {
 namespace {
@@ -47,14 +48,7 @@ std::string forecast_yaml(const std::string& data, const fs::path& run) {
          run.string() + "}\n";
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(Trainer, ForecastLearnsAndWritesTheRun) {
   const fs::path dir = temp_dir("forecast");

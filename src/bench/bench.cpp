@@ -26,8 +26,11 @@ Workload make(std::string id, std::string name, int64_t vocab, int64_t embed, in
   w.name = std::move(name);
   w.model.vocab_size = vocab;
   w.model.embedding_dim = embed;
-  w.model.lstm = {.input_size = input, .hidden_size = hidden, .num_layers = layers,
-                  .bidirectional = bidirectional, .batch_first = true};
+  w.model.lstm = {.input_size = input,
+                  .hidden_size = hidden,
+                  .num_layers = layers,
+                  .bidirectional = bidirectional,
+                  .batch_first = true};
   w.model.output_size = output;
   w.model.per_step = per_step;
   w.batch = batch;
@@ -83,7 +86,6 @@ class RecordingBackend final : public Backend {
     }
     inner_.gemm(s, dt, a, b, c, bias);
   }
-  void broadcast_rows(Tensor y, Tensor b1, Tensor b2) override { inner_.broadcast_rows(y, b1, b2); }
   void sum_rows_acc(Tensor db, Tensor dy) override { inner_.sum_rows_acc(db, dy); }
   void add(Tensor y, Tensor x) override { inner_.add(y, x); }
   void mul(Tensor y, Tensor a, Tensor b) override { inner_.mul(y, a, b); }
@@ -158,8 +160,8 @@ double Workload::gflop() const {
   const int64_t D = model.lstm.bidirectional ? 2 : 1, H = model.lstm.hidden_size;
   double forward = 0;
   for (int64_t l = 0; l < model.lstm.num_layers; ++l) {
-    const int64_t in = l == 0 ? (model.vocab_size ? model.embedding_dim : model.lstm.input_size)
-                              : D * H;
+    const int64_t in =
+        l == 0 ? (model.vocab_size ? model.embedding_dim : model.lstm.input_size) : D * H;
     forward += D * 2.0 * batch * steps * (in + H) * 4 * H;
   }
   forward += 2.0 * batch * (model.per_step ? steps : 1) * D * H * model.output_size;
@@ -218,8 +220,9 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
     mask.resize(rows);
     for (auto& v : mask) v = rng.uniform() < w.mask_ratio ? 1.0f : 0.0f;
   }
-  const Tensor input = w.model.vocab_size ? Tensor(ids.data(), DType::i64, {B, T})
-                                          : Tensor(x.data(), DType::f32, {B, T, w.model.lstm.input_size});
+  const Tensor input = w.model.vocab_size
+                           ? Tensor(ids.data(), DType::i64, {B, T})
+                           : Tensor(x.data(), DType::f32, {B, T, w.model.lstm.input_size});
   const Tensor target_t(target.data(), DType::f32, {rows, w.model.output_size});
   const Tensor targets_t(targets.data(), DType::i64, {rows});
   const Tensor mask_t = mask.empty() ? Tensor() : Tensor(mask.data(), DType::f32, {rows});

@@ -248,28 +248,23 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
     for (int64_t r = 0; r < d.rows; ++r)
       if (used[r]) train_rows.push_back(r);
   }
-  const std::string norm_kind = c.str("data.normalize");
-  if (norms) {
-    d.feature_norm = norms->feature_norm;
-  } else {
-    d.feature_norm.fit(norm_kind, x, train_rows, F);
-  }
-  d.features.resize(x.size());
-  for (int64_t r = 0; r < d.rows; ++r)
-    for (int64_t j = 0; j < F; ++j)
-      d.features[r * F + j] = static_cast<float>(d.feature_norm.apply(x[r * F + j], j));
-  if (d.task == "forecast") {
-    const int64_t O = static_cast<int64_t>(d.target_names.size());
-    const std::vector<double> y = matrix(d.target_names, "data.targets");
-    if (norms) {
-      d.target_norm = norms->target_norm;
+  // Fits `norm` on the training rows (unless given), then normalizes the (rows, cols) matrix.
+  auto normalize = [&](const std::vector<double>& m, int64_t cols, const Normalizer* given,
+                       Normalizer* norm, std::vector<float>* out) {
+    if (given) {
+      *norm = *given;
     } else {
-      d.target_norm.fit(norm_kind, y, train_rows, O);
+      norm->fit(c.str("data.normalize"), m, train_rows, cols);
     }
-    d.targets.resize(y.size());
+    out->resize(m.size());
     for (int64_t r = 0; r < d.rows; ++r)
-      for (int64_t j = 0; j < O; ++j)
-        d.targets[r * O + j] = static_cast<float>(d.target_norm.apply(y[r * O + j], j));
+      for (int64_t j = 0; j < cols; ++j)
+        (*out)[r * cols + j] = static_cast<float>(norm->apply(m[r * cols + j], j));
+  };
+  normalize(x, F, norms ? &norms->feature_norm : nullptr, &d.feature_norm, &d.features);
+  if (d.task == "forecast") {
+    normalize(matrix(d.target_names, "data.targets"), static_cast<int64_t>(d.target_names.size()),
+              norms ? &norms->target_norm : nullptr, &d.target_norm, &d.targets);
   } else if (d.task == "classify" && c.str("data.label") == "direction") {
     // Class of row r: up when the column is higher than `horizon` rows earlier.
     const std::vector<double> v = matrix({c.str("data.label_column")}, "data.label_column");

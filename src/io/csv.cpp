@@ -1,11 +1,6 @@
 #include "seqforge/io/csv.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -142,30 +137,6 @@ NumberStatus parse_number(std::string_view s, double* out) {
   if (!std::isfinite(v)) return NumberStatus::not_finite;
   *out = v;
   return NumberStatus::ok;
-}
-
-std::string read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
-  std::string bytes;
-  struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-    bytes.reserve(static_cast<size_t>(st.st_size));
-  }
-  char chunk[1 << 16];
-  for (;;) {
-    const ssize_t r = ::read(fd, chunk, sizeof chunk);
-    if (r == 0) break;
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      ::close(fd);
-      fail(path, ": cannot read: ", std::strerror(e));
-    }
-    bytes.append(chunk, static_cast<size_t>(r));
-  }
-  ::close(fd);
-  return bytes;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "io/file_util.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -83,6 +84,30 @@ void write_file_atomically(const std::string& path, const std::vector<ByteSpan>&
     fail(path, ": cannot fsync directory ", dir, ": ", std::strerror(e));
   }
   ::close(dfd);
+}
+
+std::string read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
+  std::string bytes;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    bytes.reserve(static_cast<size_t>(st.st_size));
+  }
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(fd, chunk, sizeof chunk);
+    if (r == 0) break;
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      ::close(fd);
+      fail(path, ": cannot read: ", std::strerror(e));
+    }
+    bytes.append(chunk, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return bytes;
 }
 
 std::string printable(std::string_view s, size_t max_shown) {

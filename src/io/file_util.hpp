@@ -17,6 +17,9 @@ struct ByteSpan {
 // and a seqforge::Error names `path`, the step and the system's reason.
 void write_file_atomically(const std::string& path, const std::vector<ByteSpan>& parts);
 
+// The whole file; errors name `path` and the system's reason.
+std::string read_file(const std::string& path);
+
 // Text from an untrusted file, fit for a one-line error message: control bytes, quotes and
 // backslashes escaped as \xNN, at most `max_shown` bytes (never half a UTF-8 sequence), then "...".
 std::string printable(std::string_view s, size_t max_shown = 80);

@@ -1,15 +1,8 @@
 #include "seqforge/io/safetensors.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <bit>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -298,8 +291,6 @@ uint64_t read_u64_le(const char* p) {
   return v;
 }
 
-std::string errno_str(int e) { return std::strerror(e); }
-
 // Escapes a string as a JSON string literal; throws seqforge::Error on invalid UTF-8.
 std::string json_string(const std::string& path, const std::string& s, const char* what) {
   try {
@@ -312,27 +303,7 @@ std::string json_string(const std::string& path, const std::string& s, const cha
 }  // namespace
 
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, ": cannot open: ", errno_str(errno));
-  std::string bytes;
-  struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-    bytes.reserve(static_cast<size_t>(st.st_size));
-  }
-  char chunk[1 << 16];
-  for (;;) {
-    const ssize_t r = ::read(fd, chunk, sizeof chunk);
-    if (r == 0) break;
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      ::close(fd);
-      fail(path, ": cannot read: ", errno_str(e));
-    }
-    bytes.append(chunk, static_cast<size_t>(r));
-  }
-  ::close(fd);
-  return parse(std::move(bytes), path);
+  return parse(read_file(path), path);
 }
 
 SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& source) {

@@ -87,9 +87,7 @@ int64_t Lstm::layer_input_size(int64_t layer) const {
   return layer == 0 ? opt_.input_size : output_size();
 }
 
-Tensor Lstm::chain_h0(int64_t s) const {
-  return (low() ? h0_low_ : h0_).tensor().slice(s, s + 1);
-}
+Tensor Lstm::chain_h0(int64_t s) const { return (low() ? h0_low_ : h0_).tensor().slice(s, s + 1); }
 
 // Layers of a unidirectional stack that run side by side: one per worker the backend offers.
 int Lstm::wavefront_width(const Backend& be) const {
@@ -132,8 +130,14 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
     x_ = x;
   }
   Tensor h_init = h0_.get(be, dt, state_shape), c_init = c0_.get(be, dt, state_shape);
-  if (h0.empty()) be.fill(h_init, 0.0); else be.copy(h_init, h0);
-  if (c0.empty()) be.fill(c_init, 0.0); else be.copy(c_init, c0);
+  if (h0.empty())
+    be.fill(h_init, 0.0);
+  else
+    be.copy(h_init, h0);
+  if (c0.empty())
+    be.fill(c_init, 0.0);
+  else
+    be.copy(c_init, c0);
   Tensor hn = h_n_.get(be, dt, state_shape), cn = c_n_.get(be, dt, state_shape);
 
   // Per-chain constants: the summed bias, bf16 weights.
@@ -246,15 +250,20 @@ void Lstm::compute_forward(Backend& be, bool concurrent) {
         for (int64_t t = 0; t < T_; ++t) finish_output_step(be, l0 - 1, t);
     }
   }
-
 }
 
 // dL/dh and dL/dc flowing into the last step of every chain: dh_n, dc_n, or zeros.
 void Lstm::reset_state_grads(Backend& be) {
   for (int64_t s = 0; s < static_cast<int64_t>(chains_.size()); ++s) {
     Tensor dh = chains_[s].dh.tensor(), dc = chains_[s].dc.tensor();
-    if (dh_n_.empty()) be.fill(dh, 0.0); else be.copy(dh, dh_n_.slice(s, s + 1));
-    if (dc_n_.empty()) be.fill(dc, 0.0); else be.copy(dc, dc_n_.slice(s, s + 1));
+    if (dh_n_.empty())
+      be.fill(dh, 0.0);
+    else
+      be.copy(dh, dh_n_.slice(s, s + 1));
+    if (dc_n_.empty())
+      be.fill(dc, 0.0);
+    else
+      be.copy(dc, dc_n_.slice(s, s + 1));
   }
 }
 
@@ -266,14 +275,21 @@ void Lstm::run_tuned_forward(Backend& be) {
   const bool has_choice = be.concurrency() >= 2 && (directions() == 2 || opt_.num_layers >= 2);
   concurrent_ = has_choice;
   if (!has_choice || !autotune::enabled()) return compute_forward(be, concurrent_);
+  // The choice for the problem of the previous call, without building its key again.
+  const std::tuple<int64_t, int64_t, DType, bool, int> problem{T_, B_, gemm_dtype_, dropout_active_,
+                                                               be.concurrency()};
+  if (tuned_ && tuned_->first == problem) {
+    concurrent_ = tuned_->second;
+    return compute_forward(be, concurrent_);
+  }
   const std::string key =
-      autotune::machine_prefix(be.concurrency()) + "lstm" +
-      "|i" + std::to_string(opt_.input_size) + "_h" + std::to_string(opt_.hidden_size) + "_l" +
-      std::to_string(opt_.num_layers) + "_d" + std::to_string(directions()) + "_t" +
-      std::to_string(T_) + "_b" + std::to_string(B_) + "_" + std::string(dtype_name(gemm_dtype_)) +
-      (dropout_active_ ? "_dropout" : "");
+      autotune::machine_prefix(be.concurrency()) + "lstm" + "|i" + std::to_string(opt_.input_size) +
+      "_h" + std::to_string(opt_.hidden_size) + "_l" + std::to_string(opt_.num_layers) + "_d" +
+      std::to_string(directions()) + "_t" + std::to_string(T_) + "_b" + std::to_string(B_) + "_" +
+      std::string(dtype_name(gemm_dtype_)) + (dropout_active_ ? "_dropout" : "");
   if (const auto cached = autotune::lookup(key)) {
     concurrent_ = *cached == "concurrent";
+    tuned_.emplace(problem, concurrent_);
     return compute_forward(be, concurrent_);
   }
   auto trial = [&](bool concurrent) {
@@ -289,12 +305,14 @@ void Lstm::run_tuned_forward(Backend& be) {
   concurrent_ = concurrent_ms <= layered_ms;
   if (!concurrent_) trial(false);  // leave the winner's results in place
   autotune::store(key, concurrent_ ? "concurrent" : "layered");
+  tuned_.emplace(problem, concurrent_);
   if (autotune::verbose())
     std::fprintf(stderr,
                  "seqforge: autotune %s: forward with chains side by side %.2f ms, one after "
                  "another %.2f ms -> %s (cached in %s)\n",
                  key.c_str(), concurrent_ms, layered_ms,
-                 concurrent_ ? "side by side" : "one after another", autotune::cache_path().c_str());
+                 concurrent_ ? "side by side" : "one after another",
+                 autotune::cache_path().c_str());
 }
 
 // G(T*B, 4H) = in(T*B, I) W_ih^T + bias, for chain (l, d).
@@ -347,7 +365,8 @@ void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step) {
   cell.hidden = H;
   cell.gates = at(ch.gates.tensor(), t * B_ * 4 * H);
   cell.gates_rec = ch.rec.tensor().data();
-  cell.c_prev = step == 0 ? c0_.tensor().slice(s, s + 1).data() : at(ch.c.tensor(), t_prev * B_ * H);
+  cell.c_prev =
+      step == 0 ? c0_.tensor().slice(s, s + 1).data() : at(ch.c.tensor(), t_prev * B_ * H);
   cell.c = at(ch.c.tensor(), t * B_ * H);
   cell.tanh_c = at(ch.tanh_c.tensor(), t * B_ * H);
   cell.h = at(out, t * B_ * D * H + d * H);
@@ -459,7 +478,8 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
   cell.batch = B_;
   cell.hidden = H;
   cell.gates = at(ch.gates.tensor(), t * B_ * 4 * H);
-  cell.c_prev = step == 0 ? c0_.tensor().slice(s, s + 1).data() : at(ch.c.tensor(), t_prev * B_ * H);
+  cell.c_prev =
+      step == 0 ? c0_.tensor().slice(s, s + 1).data() : at(ch.c.tensor(), t_prev * B_ * H);
   cell.tanh_c = at(ch.tanh_c.tensor(), t * B_ * H);
   cell.dh_out = at(dout, t * B_ * D * H + d * H);
   cell.ld_dh_out = D * H;

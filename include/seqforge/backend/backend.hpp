@@ -99,8 +99,6 @@ class Backend {
     run_gemm(s, dtype, a, b, c, bias);
   }
 
-  // y(R, N) = b1 + b2 broadcast over rows (b2 may be empty).
-  virtual void broadcast_rows(Tensor y, Tensor b1, Tensor b2) = 0;
   // db(N) += column sums of dy(R, N).
   virtual void sum_rows_acc(Tensor db, Tensor dy) = 0;
   // y += x, elementwise.

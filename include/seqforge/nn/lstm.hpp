@@ -2,7 +2,9 @@
 // Multi-layer, optionally bidirectional LSTM with PyTorch's nn.LSTM semantics and names.
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "seqforge/core/buffer.hpp"
@@ -91,6 +93,8 @@ class Lstm {
   int64_t T_ = 0, B_ = 0;
   bool dropout_active_ = false;
   bool concurrent_ = false;  // the schedule forward chose; backward follows it
+  // The last problem's schedule: (T, B, GEMM dtype, dropout, workers) -> side by side.
+  std::optional<std::pair<std::tuple<int64_t, int64_t, DType, bool, int>, bool>> tuned_;
   std::unique_ptr<std::atomic<int64_t>[]> progress_;  // [layer] steps done, for the wavefront
   std::atomic<bool> failed_{false};                   // a wavefront worker threw
 

@@ -93,7 +93,6 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void broadcast_rows(Tensor y, Tensor b1, Tensor b2) override { ref_->broadcast_rows(y, b1, b2); }
   void sum_rows_acc(Tensor db, Tensor dy) override {
     if (dy.dtype() != DType::f32) return ref_->sum_rows_acc(db, dy);
     const int64_t n = db.numel(), rows = n ? dy.numel() / n : 0;

@@ -1,10 +1,11 @@
 #include "backend/cpu/onednn_gemm.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 namespace seqforge::cpu {
@@ -40,8 +41,18 @@ struct Scratch {
 using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
                        float, bool, DType, bool>;
 Key key_of(const GemmShape& s, DType operands) {
-  return {s.trans_a, s.trans_b, s.m,     s.n,    s.k,      s.lda,
-          s.ldb,     s.ldc,     s.alpha, s.beta, s.bias,   operands,
+  return {s.trans_a,
+          s.trans_b,
+          s.m,
+          s.n,
+          s.k,
+          s.lda,
+          s.ldb,
+          s.ldc,
+          s.alpha,
+          s.beta,
+          s.bias,
+          operands,
           omp_in_parallel() != 0};
 }
 }  // namespace
@@ -91,8 +102,6 @@ struct OneDnnGemm::Impl {
 
 OneDnnGemm::OneDnnGemm() : impl_(std::make_unique<Impl>()) {}
 OneDnnGemm::~OneDnnGemm() = default;
-
-size_t OneDnnGemm::cached_primitives() const { return impl_->cache.size(); }
 
 void OneDnnGemm::run(const GemmShape& s, DType operands, const void* a, const void* b, float* c,
                      const float* bias) {

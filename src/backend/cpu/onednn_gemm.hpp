@@ -15,7 +15,6 @@ class OneDnnGemm {
   ~OneDnnGemm();
   void run(const GemmShape& s, DType operands, const void* a, const void* b, float* c,
            const float* bias);
-  size_t cached_primitives() const;
 
  private:
   struct Impl;

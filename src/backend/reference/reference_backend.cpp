@@ -69,19 +69,6 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void broadcast_rows(Tensor y, Tensor b1, Tensor b2) override {
-    const int64_t n = row_size(y);
-    SF_CHECK(b1.numel() == n && (b2.empty() || b2.numel() == n), "bias ", b1.shape().str(),
-             " for rows of ", y.shape().str());
-    dispatch_float(y.dtype(), [&]<typename T>() {
-      T* out = static_cast<T*>(y.data());
-      const T* p1 = static_cast<const T*>(b1.data());
-      const T* p2 = b2.empty() ? nullptr : static_cast<const T*>(b2.data());
-      for (int64_t r = 0; r < row_count(y); ++r)
-        for (int64_t j = 0; j < n; ++j) out[r * n + j] = p2 ? p1[j] + p2[j] : p1[j];
-    });
-  }
-
   void sum_rows_acc(Tensor db, Tensor dy) override {
     const int64_t n = row_size(dy);
     SF_CHECK(db.numel() == n, db.shape().str(), " vs rows of ", dy.shape().str());
