@@ -409,7 +409,8 @@ LoadedRun load_run(const std::string& run, const std::string& data_override) {
 
 }  // namespace
 
-TrainSummary train(const Config& c, std::ostream& out, const std::string& resume_dir) {
+TrainSummary train(const Config& c, std::ostream& out, const std::string& resume_dir,
+                   const TrainHooks& hooks) {
   const ThreadConfig threads = configure_threads(static_cast<int>(c.integer("train.threads")));
   std::string notice;
   const DType gemm_dtype = resolve_precision(c.str("train.precision"), &notice);
@@ -616,7 +617,9 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
         since_plateau = 0;
       }
     }
-    const bool last_epoch = epoch == epochs || (patience > 0 && since_best >= patience);
+    const bool hook_stop = hooks.on_epoch && !hooks.on_epoch(epoch, m);
+    const bool last_epoch =
+        epoch == epochs || (patience > 0 && since_best >= patience) || hook_stop;
     const bool write =
         (save == "best" && improved) || (save == "last" && last_epoch) ||
         (save == "every_n" &&
@@ -667,6 +670,10 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
     out << (tty ? "\r" : "") << head << format_metrics(m) << tail << "\n" << std::flush;
     summary.epochs = epoch;
     summary.last = m;
+    if (hook_stop) {
+      summary.stopped = true;
+      break;
+    }
     if (patience > 0 && since_best >= patience) {
       out << "early stopping: " << monitor << " did not improve for " << patience << " epochs\n";
       break;

@@ -2,6 +2,7 @@
 // The trainer behind `seqforge train | eval | generate`: builds the dataset and model from a
 // config, runs the epoch loop (validation, early stopping, learning-rate schedules, clipping,
 // checkpoints written atomically in the background) and reports every epoch.
+#include <functional>
 #include <map>
 #include <ostream>
 #include <string>
@@ -16,13 +17,22 @@ struct TrainSummary {
   std::string monitor;                 // the monitored metric
   double best = 0;                     // its best value
   std::map<std::string, double> last;  // the last epoch's metrics
+  bool stopped = false;                // a hook's on_epoch ended the run early
+};
+
+// Callbacks into the epoch loop (used by `seqforge tune`).
+struct TrainHooks {
+  // After each epoch's validation, with that epoch's metrics (val_loss, train_loss, ...).
+  // Returning false ends the run after this epoch, with its checkpoint and state written.
+  std::function<bool(int64_t epoch, const std::map<std::string, double>& metrics)> on_epoch;
 };
 
 // Trains per `config`; progress and one line per epoch go to `out`. With `resume_dir`, continues
 // that run from the state saved after its last complete epoch (training_state.safetensors:
 // parameters, optimizer moments, step, epoch, sample order, RNG, early-stopping and schedule
 // state); with deterministic settings the resumed run's metrics equal an uninterrupted run's.
-TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir = "");
+TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir = "",
+                   const TrainHooks& hooks = {});
 
 // Metrics of a trained run (a run directory or its model.safetensors) on a split of its data
 // ("val" or "test"), or on another file of the same layout (`data`).
