@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "seqforge/bench/bench.hpp"
+#include "seqforge/core/profiler.hpp"
 #include "seqforge/seqforge.hpp"
 #include "seqforge/train/trainer.hpp"
 
@@ -82,6 +83,11 @@ int main(int argc, char** argv) {
   train->add_option("config", train_config, "config file (YAML)");
   train->add_option("--resume", run_dir, "continue this run directory from its last epoch");
   train->add_option("overrides", overrides, "key.path=value overrides");
+  std::string profile_path;
+  train
+      ->add_option("--profile", profile_path,
+                   "write a Chrome trace (default RUN_DIR/trace.json) and a time summary")
+      ->expected(0, 1);
 
   std::string eval_run, eval_split = "test", eval_data;
   CLI::App* eval = app.add_subcommand("eval", "Evaluate a trained run on its test split");
@@ -120,14 +126,24 @@ int main(int argc, char** argv) {
   try {
     if (bench->parsed()) return run_bench(bench_which, bench_options, bench_json);
     if (train->parsed()) {
+      const bool profile = train->count("--profile") > 0;
+      if (profile) sf::profiler::start();
+      sf::TrainSummary summary;
       if (!run_dir.empty()) {
         // A config argument that is an override belongs to the overrides.
         if (!train_config.empty()) overrides.insert(overrides.begin(), train_config);
         const std::string resolved = run_dir + "/config.resolved.yaml";
-        sf::train(sf::Config::load(resolved, overrides), std::cout, run_dir);
+        summary = sf::train(sf::Config::load(resolved, overrides), std::cout, run_dir);
       } else {
         if (train_config.empty()) sf::fail("train: give a CONFIG.yaml, or --resume RUN_DIR");
-        sf::train(sf::Config::load(train_config, overrides), std::cout);
+        summary = sf::train(sf::Config::load(train_config, overrides), std::cout);
+      }
+      if (profile) {
+        sf::profiler::stop();
+        if (profile_path.empty()) profile_path = summary.run_dir + "/trace.json";
+        sf::profiler::write_trace(profile_path);
+        std::cout << "profile (" << profile_path << ", opens in https://ui.perfetto.dev):\n";
+        sf::profiler::print_summary(std::cout);
       }
       return 0;
     }

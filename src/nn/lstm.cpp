@@ -34,6 +34,7 @@
 
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/autotune.hpp"
+#include "seqforge/core/profiler.hpp"
 
 namespace seqforge {
 
@@ -214,8 +215,12 @@ void Lstm::compute_forward(Backend& be, bool concurrent) {
     for (int64_t l0 = 0; l0 < L;) {
       const int64_t group = std::min<int64_t>(width, L - l0);
       if (group == 1) {
-        for (int64_t d = 0; d < D; ++d) project_all(be, l0, d);
+        {
+          SF_PROFILE_SCOPE("lstm input projection", static_cast<int>(l0));
+          for (int64_t d = 0; d < D; ++d) project_all(be, l0, d);
+        }
         auto run_chain = [&](int64_t d) {
+          SF_PROFILE_SCOPE("lstm forward", static_cast<int>(l0), static_cast<int>(d));
           for (int64_t step = 0; step < T_; ++step) step_forward(be, l0, d, step);
         };
         if (D == 2 && concurrent) {
@@ -224,11 +229,15 @@ void Lstm::compute_forward(Backend& be, bool concurrent) {
           for (int64_t d = 0; d < D; ++d) run_chain(d);
         }
       } else {  // layers l0 .. l0+group-1 as a wavefront, one worker each
-        project_all(be, l0, 0);
+        {
+          SF_PROFILE_SCOPE("lstm input projection", static_cast<int>(l0));
+          project_all(be, l0, 0);
+        }
         for (int64_t l = l0; l < l0 + group; ++l) progress_[l].store(0);
         failed_.store(false);
         be.run_concurrently(static_cast<int>(group), [&](int j) {
           const int64_t l = l0 + j;
+          SF_PROFILE_SCOPE("lstm forward", static_cast<int>(l), 0);
           try {
             for (int64_t t = 0; t < T_; ++t) {
               if (j > 0) wait_for(l - 1, t + 1);
@@ -433,6 +442,7 @@ void Lstm::compute_backward(Backend& be, bool concurrent) {
       const Tensor group_dout = l1 == L ? dout_ : din_[l1].tensor();
       if (group == 1) {
         auto run_chain = [&](int64_t d) {
+          SF_PROFILE_SCOPE("lstm backward", static_cast<int>(l0), static_cast<int>(d));
           for (int64_t step = T_ - 1; step >= 0; --step) step_backward(be, l0, d, step, group_dout);
         };
         if (D == 2 && concurrent) {
@@ -445,6 +455,7 @@ void Lstm::compute_backward(Backend& be, bool concurrent) {
         failed_.store(false);
         be.run_concurrently(static_cast<int>(group), [&](int j) {
           const int64_t l = l1 - 1 - j;
+          SF_PROFILE_SCOPE("lstm backward", static_cast<int>(l), 0);
           try {
             for (int64_t t = T_ - 1; t >= 0; --t) {
               if (j > 0) wait_for(l + 1, T_ - t);
@@ -508,6 +519,7 @@ void Lstm::din_step(Backend& be, int64_t l, int64_t t) {
 
 // din(T*B, I) = sum over directions of dG(T*B, 4H) W_ih(4H, I), times the dropout mask below.
 void Lstm::din_all(Backend& be, int64_t l) {
+  SF_PROFILE_SCOPE("lstm input gradient", static_cast<int>(l));
   const int64_t H = opt_.hidden_size, I = layer_input_size(l), D = directions();
   Tensor din = din_[l].tensor();
   for (int64_t d = 0; d < D; ++d) {
@@ -524,6 +536,7 @@ void Lstm::din_all(Backend& be, int64_t l) {
 
 // dW_ih, dW_hh, db_ih, db_hh of chain (l, d) from its dG over all steps.
 void Lstm::weight_grads(Backend& be, int64_t l, int64_t d) {
+  SF_PROFILE_SCOPE("lstm weight gradients", static_cast<int>(l), static_cast<int>(d));
   const DType dt = params_.dtype(), gt = gemm_dtype_;
   const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l);
   const int64_t s = l * D + d, rows = T_ * B_;

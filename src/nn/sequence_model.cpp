@@ -1,6 +1,7 @@
 #include "seqforge/nn/sequence_model.hpp"
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/profiler.hpp"
 
 namespace seqforge {
 
@@ -22,9 +23,11 @@ void SequenceModel::initialize(Backend& be, uint64_t seed) {
 
 Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
                               Rng& rng) {
+  SF_PROFILE_SCOPE("forward");
   const bool bf = opt_.lstm.batch_first;
   Tensor features = x;
   if (embedding_) {
+    SF_PROFILE_SCOPE("embedding forward");
     if (x.shape().rank() != 2)
       fail("token ids must be ", bf ? "(B, T)" : "(T, B)", ", got ", x.shape().str());
     Tensor e = embedding_->forward(be, x.reshape({x.numel()}));
@@ -34,6 +37,7 @@ Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool 
   T_ = bf ? y.dim(1) : y.dim(0);
   B_ = bf ? y.dim(0) : y.dim(1);
   const int64_t F = lstm_->output_size();
+  SF_PROFILE_SCOPE("head forward");
   if (opt_.per_step) return head_->forward(be, y.reshape({T_ * B_, F}));
   if (T_ == 0) fail("sequence length is 0: no last step to predict from");
   Tensor last = last_.get(be, params_.dtype(), {B_, F});  // (B, D*H)
@@ -48,10 +52,15 @@ Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool 
 }
 
 Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
+  SF_PROFILE_SCOPE("backward");
   const bool bf = opt_.lstm.batch_first;
   const int64_t F = lstm_->output_size();
   const Shape y_shape = bf ? Shape{B_, T_, F} : Shape{T_, B_, F};
-  Tensor dfeat = head_->backward(be, dy);  // (rows, F)
+  Tensor dfeat;
+  {
+    SF_PROFILE_SCOPE("head backward");
+    dfeat = head_->backward(be, dy);  // (rows, F)
+  }
   Tensor dlstm;
   if (opt_.per_step) {
     dlstm = dfeat.reshape(y_shape);
@@ -67,6 +76,7 @@ Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n)
   }
   Tensor dx = lstm_->backward(be, dlstm, dh_n, dc_n);
   if (!embedding_) return dx;
+  SF_PROFILE_SCOPE("embedding backward");
   embedding_->backward(be, dx.reshape({dx.dim(0) * dx.dim(1), opt_.embedding_dim}));
   return Tensor();
 }

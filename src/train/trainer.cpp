@@ -20,6 +20,8 @@
 #include "io/file_util.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/cpu.hpp"
+#include "seqforge/core/profiler.hpp"
+#include "seqforge/core/resource_monitor.hpp"
 #include "seqforge/core/threads.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/checkpoint.hpp"
@@ -53,6 +55,7 @@ class CheckpointWriter {
   // Snapshots the tensors now; writes them later.
   void submit(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
               std::map<std::string, std::string> metadata) {
+    SF_PROFILE_SCOPE("checkpoint submit");
     Job job;
     job.path = path;
     job.metadata = std::move(metadata);
@@ -90,6 +93,7 @@ class CheckpointWriter {
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
   void run() {
+    profiler::set_thread_name("checkpoint writer");
     std::unique_lock lock(mutex_);
     for (;;) {
       cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
@@ -99,6 +103,7 @@ class CheckpointWriter {
       busy_ = true;
       lock.unlock();
       try {
+        SF_PROFILE_SCOPE("checkpoint write");
         std::vector<io::SafetensorsTensor> tensors;
         for (size_t i = 0; i < job.names.size(); ++i)
           tensors.push_back({job.names[i], job.dtypes[i], job.shapes[i], job.data[i].data()});
@@ -249,6 +254,7 @@ double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor do
 std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, const Task& t,
                                              const std::vector<int64_t>& starts,
                                              int64_t batch_size) {
+  SF_PROFILE_SCOPE("validation");
   std::map<std::string, double> m;
   if (starts.empty()) return m;
   Batch b;
@@ -525,6 +531,7 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
   io::write_file_atomically(metrics_path, {{kept.data(), kept.size()}});
   std::ofstream metrics_log(metrics_path, std::ios::app);
   CheckpointWriter writer;
+  ResourceMonitor resources;  // cpu_percent, rss_mb, peak_rss_mb per epoch; counters in the trace
   const std::string checkpoint = (fs::path(run_dir) / "model.safetensors").string();
   const double clip = c.number("train.clip_grad_norm");
   const double min_delta = c.number("train.early_stopping.min_delta");
@@ -551,6 +558,7 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
   const int64_t freeze_epochs = c.integer("train.freeze_epochs");
 
   for (int64_t epoch = first_epoch; epoch <= epochs; ++epoch) {
+    SF_PROFILE_SCOPE("epoch");
     const double t0 = now_s();
     optimizer.set_frozen(epoch <= freeze_epochs ? frozen : std::vector<bool>(frozen.size(), false));
     for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
@@ -558,8 +566,12 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
     double loss_sum = 0;
     int64_t seen = 0;
     for (int64_t bi = 0; bi < batches_per_epoch; ++bi, ++step) {
+      SF_PROFILE_SCOPE("train step");
       const size_t begin = bi * batch_size, end = std::min(order.size(), begin + batch_size);
-      fill_batch(task, order, begin, end, &batch, rng);
+      {
+        SF_PROFILE_SCOPE("data wait");
+        fill_batch(task, order, begin, end, &batch, rng);
+      }
       // Learning rate: linear warm-up, then the schedule.
       double lr = oo.lr * lr_factor;
       if (step < warmup) {
@@ -575,9 +587,15 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
       optimizer.set_lr(lr);
       Tensor y = model.forward(*be, batch.input, {}, {}, true, rng);
       Tensor dout = dout_buf.get(*be, DType::f32, y.shape());
-      const double loss = loss_of(*be, task, y, batch, dout);
+      const double loss = [&] {
+        SF_PROFILE_SCOPE("loss");
+        return loss_of(*be, task, y, batch, dout);
+      }();
       model.backward(*be, dout);
-      fused_step(*be, model.parameters(), optimizer, clip, nullptr);
+      {
+        SF_PROFILE_SCOPE("optimizer");
+        fused_step(*be, model.parameters(), optimizer, clip, nullptr);
+      }
       loss_sum += loss * batch.size;
       seen += batch.size;
       if (tty && (bi % 10 == 9 || bi + 1 == batches_per_epoch)) {
@@ -661,6 +679,7 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
     j["train_seconds"] = train_s;
     j["samples_per_second"] = seen / std::max(train_s, 1e-9);
     j["checkpoint"] = write;
+    for (const auto& [k, v] : resources.interval_summary()) j[k] = v;
     metrics_log << j.dump() << "\n" << std::flush;
     char head[96];
     std::snprintf(head, sizeof head, "epoch %lld/%lld", (long long)epoch, (long long)epochs);
