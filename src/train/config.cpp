@@ -280,6 +280,8 @@ Config Config::parse(const std::string& yaml, const std::string& source,
       const std::string name = kv.first.as<std::string>();
       const std::string path = prefix.empty() ? name : prefix + "." + name;
       const std::string where = source + ":" + std::to_string(kv.first.Mark().line + 1);
+      // The search space of `seqforge tune`, read by src/tune; a training run ignores it.
+      if (path == "tune") continue;
       if (const ConfigKey* key = find_key(path)) {
         c.values_[path] = canonical(*key, kv.second, where);
         c.where_[path] = where;

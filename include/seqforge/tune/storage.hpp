@@ -1,0 +1,54 @@
+#pragma once
+// Where a study lives: a SQLite file (WAL, busy timeout) or a PostgreSQL database
+// (postgresql://user@host:port/db), behind one interface. Every change is one transaction, so
+// several workers (processes, machines) share a study without losing or duplicating trials.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "seqforge/tune/trial.hpp"
+
+namespace seqforge::tune {
+
+inline constexpr int kSchemaVersion = 1;
+
+struct StudyInfo {
+  std::string name, direction, fingerprint;
+  std::string space;  // the search space as JSON, for reports
+};
+
+struct Worker {
+  std::string host;
+  int64_t pid = 0;
+};
+
+class Storage {
+ public:
+  virtual ~Storage() = default;
+  // A path or a postgresql:// URL. Read-only opens never create or change anything.
+  static std::unique_ptr<Storage> open(const std::string& where, bool read_only = false);
+  // Creates the study, or checks that the stored one is the same (name, direction, space).
+  virtual void create_or_check(const StudyInfo& info) = 0;
+  // The study's name and settings; nullopt if the database holds none (or not `name`).
+  virtual std::optional<StudyInfo> info(const std::string& name = "") = 0;
+  // In one transaction: fails running trials whose worker is gone (no heartbeat for
+  // `grace_seconds`, or a dead process on this host) and queues a retry of each, then claims
+  // the oldest waiting trial or, while fewer than `n_trials` trials are running, complete or
+  // pruned, creates the next one. nullopt: the study has its trials.
+  virtual std::optional<Trial> claim(int64_t n_trials, const Worker& worker,
+                                     double grace_seconds) = 0;
+  virtual void set_params(int64_t trial_id, const std::map<std::string, double>& params) = 0;
+  virtual void report(int64_t trial_id, int64_t step, double value) = 0;
+  virtual void set_attrs(int64_t trial_id, const std::map<std::string, double>& attrs) = 0;
+  virtual void heartbeat(int64_t trial_id) = 0;
+  virtual void finish(int64_t trial_id, TrialState state, std::optional<double> value,
+                      int64_t epochs, const std::string& message) = 0;
+  virtual std::vector<Trial> trials() = 0;
+  virtual const std::string& where() const = 0;
+};
+
+double now_seconds();
+std::string host_name();
+
+}  // namespace seqforge::tune

@@ -1,0 +1,49 @@
+#include "tune.hpp"
+
+#include <iostream>
+#include <memory>
+
+#include "seqforge/core/error.hpp"
+#include "seqforge/tune/study.hpp"
+
+namespace seqforge::cli {
+
+struct TuneCli {
+  CLI::App* app = nullptr;
+  tune::TuneCommand cmd;
+  std::string report;
+};
+
+TuneCli* add_tune(CLI::App& app) {
+  static TuneCli t;
+  t.app = app.add_subcommand(
+      "tune",
+      "Search hyperparameters: a config's tune: section, trials pruned per epoch, a "
+      "study database several workers can share");
+  t.app->add_option("config", t.cmd.config, "config file (YAML) with a tune: section");
+  t.app->add_option("overrides", t.cmd.overrides, "key.path=value overrides for every trial");
+  t.app->add_option("--study", t.cmd.study,
+                    "study database: a SQLite file (default runs/<name>/study.db) or "
+                    "postgresql://user@host[:port]/db");
+  t.app->add_option("--name", t.cmd.name, "study name (default: tune.name or the config's name)");
+  t.app->add_option("--n-trials", t.cmd.n_trials,
+                    "trials the study should have in total (default tune.n_trials)");
+  t.app->add_option("--timeout", t.cmd.timeout, "seconds after which no new trial starts");
+  t.app->add_option("--report", t.report,
+                    "print the trials of this study (file or URL) and write its HTML report");
+  t.app->add_option("--html", t.cmd.report_html, "with --report: where to write the HTML page");
+  return &t;
+}
+
+bool tune_parsed(const TuneCli* t) { return t->app->parsed(); }
+
+int run_tune(TuneCli* t) {
+  if (!t->report.empty()) {
+    if (!t->cmd.config.empty())
+      fail("tune: --report takes a study, not a config ('", t->cmd.config, "')");
+    return tune::run_tune_report(t->report, t->cmd.name, t->cmd.report_html, std::cout);
+  }
+  return tune::run_tune(t->cmd, std::cout);
+}
+
+}  // namespace seqforge::cli

@@ -1,0 +1,31 @@
+#pragma once
+// The little SQL the study storage needs, over SQLite or PostgreSQL: text parameters ('?'),
+// rows of optional text, and an exclusive write transaction.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace seqforge::tune {
+
+using Value = std::optional<std::string>;
+using Row = std::vector<Value>;
+
+class Db {
+ public:
+  virtual ~Db() = default;
+  virtual std::vector<Row> query(const std::string& sql, const std::vector<Value>& args = {}) = 0;
+  // A write transaction that excludes every other writer until commit or rollback.
+  virtual void begin_write() = 0;
+  virtual void commit() = 0;
+  virtual void rollback() noexcept = 0;
+  virtual bool postgres() const = 0;
+  virtual std::vector<std::string> tables() = 0;  // this study schema's tables
+  virtual const std::string& where() const = 0;   // for messages
+};
+
+std::unique_ptr<Db> open_sqlite(const std::string& path, bool read_only, int busy_timeout_ms);
+// Throws a clear error when seqforge was built without libpq.
+std::unique_ptr<Db> open_postgres(const std::string& url, bool read_only);
+
+}  // namespace seqforge::tune

@@ -1,0 +1,552 @@
+#include "seqforge/tune/study.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "seqforge/core/error.hpp"
+#include "seqforge/train/config.hpp"
+#include "seqforge/train/trainer.hpp"
+
+namespace seqforge::tune {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double steady_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string fmt_value(std::optional<double> v) {
+  if (!v) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", *v);
+  return buf;
+}
+
+// Keeps a claimed trial's heartbeat fresh from its own connection while the trial trains.
+class Heartbeat {
+ public:
+  Heartbeat(const std::string& where, int64_t trial_id, double interval)
+      : thread_([this, where, trial_id, interval] {
+          std::unique_ptr<Storage> storage;
+          std::unique_lock<std::mutex> lock(mu_);
+          while (!cv_.wait_for(lock, std::chrono::duration<double>(interval),
+                               [this] { return stop_; })) {
+            lock.unlock();
+            try {
+              if (!storage) storage = Storage::open(where);
+              storage->heartbeat(trial_id);
+            } catch (const std::exception&) {
+              storage.reset();  // retried next beat; a long outage shows as a failed trial
+            }
+            lock.lock();
+          }
+        }) {}
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+class Context final : public TrialContext {
+ public:
+  Context(Trial& trial, Storage& storage, Pruner& pruner, Direction d, double* hook_seconds)
+      : t_(trial), storage_(storage), pruner_(pruner), d_(d), hook_seconds_(hook_seconds) {}
+  int64_t number() const override { return t_.number; }
+  const std::map<std::string, double>& params() const override { return t_.params; }
+  bool report(int64_t step, double value) override {
+    const double t0 = steady_now();
+    if (t_.intermediate.count(step)) return !pruned;  // as Optuna: the first report of a step wins
+    storage_.report(t_.id, step, value);
+    t_.intermediate[step] = value;
+    std::map<std::string, double> attrs;
+    pruned = pruner_.prune(storage_.trials(), t_, d_, &attrs);
+    if (!attrs.empty()) {
+      storage_.set_attrs(t_.id, attrs);
+      for (const auto& [k, v] : attrs) t_.attrs[k] = v;
+    }
+    *hook_seconds_ += steady_now() - t0;
+    return !pruned;
+  }
+  bool pruned = false;
+
+ private:
+  Trial& t_;
+  Storage& storage_;
+  Pruner& pruner_;
+  Direction d_;
+  double* hook_seconds_;
+};
+
+}  // namespace
+
+Study::Study(std::unique_ptr<Storage> storage, TuneSettings settings, std::string where)
+    : storage_(std::move(storage)),
+      settings_(std::move(settings)),
+      where_(std::move(where)),
+      sampler_(make_sampler(settings_)),
+      pruner_(make_pruner(settings_.pruner)) {
+  storage_->create_or_check({settings_.name, direction_name(settings_.direction),
+                             settings_.fingerprint(), space_json(settings_.space)});
+}
+
+std::optional<Trial> best_trial(const std::vector<Trial>& trials, Direction d) {
+  std::optional<Trial> best;
+  for (const auto& t : trials) {
+    if (t.state != TrialState::complete || !t.value || std::isnan(*t.value)) continue;
+    if (!best || (d == Direction::minimize ? *t.value < *best->value : *t.value > *best->value))
+      best = t;
+  }
+  return best;
+}
+
+OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions& options,
+                              std::ostream& console) {
+  OptimizeStats stats;
+  const Worker me{host_name(), int64_t(getpid())};
+  int64_t n_trials = options.n_trials;
+  if (sampler_->limit() > 0 && n_trials > sampler_->limit()) {
+    console << "the grid has " << sampler_->limit() << " points: " << sampler_->limit()
+            << " trials\n";
+    n_trials = sampler_->limit();
+  }
+  const int64_t max_failures =
+      options.max_failures > 0 ? options.max_failures : std::max<int64_t>(n_trials, 3);
+  const double start = steady_now();
+  for (;;) {
+    if (options.timeout > 0 && steady_now() - start >= options.timeout) {
+      console << "timeout: " << options.timeout << " s passed, no new trial\n";
+      break;
+    }
+    const double t0 = steady_now();
+    std::optional<Trial> claimed = storage_->claim(n_trials, me, settings_.grace_period);
+    if (!claimed) break;
+    Trial trial = std::move(*claimed);
+    if (trial.params.empty()) {
+      trial.params = sampler_->sample(storage_->trials(), trial.number);
+      storage_->set_params(trial.id, trial.params);
+    }
+    training_seconds_ = 0;
+    double hook_seconds = 0;
+    Context ctx(trial, *storage_, *pruner_, settings_.direction, &hook_seconds);
+    TrialState state = TrialState::complete;
+    std::optional<double> value;
+    std::string message;
+    int64_t epochs = 0;
+    {
+      Heartbeat beat(where_, trial.id, settings_.heartbeat_interval);
+      try {
+        epochs = objective(ctx);
+        if (ctx.pruned) {
+          state = TrialState::pruned;
+          value = trial.intermediate.rbegin()->second;
+        } else {
+          for (const auto& [s, v] : trial.intermediate)
+            if (!std::isnan(v) &&
+                (!value || (settings_.direction == Direction::minimize ? v < *value : v > *value)))
+              value = v;
+          if (!value) {
+            state = TrialState::failed;
+            message = trial.intermediate.empty() ? "reported no " + settings_.metric
+                                                 : settings_.metric + " was NaN at every epoch";
+          }
+        }
+      } catch (const std::exception& e) {
+        state = TrialState::failed;
+        message = e.what();
+        value.reset();
+      }
+    }
+    const double elapsed = steady_now() - t0;
+    const double training = std::max(0.0, training_seconds_ - hook_seconds);
+    stats.overhead_seconds.push_back(std::max(0.0, elapsed - training));
+    // The result is written even through a busy or briefly unreachable database.
+    for (int attempt = 0;; ++attempt) {
+      try {
+        storage_->set_attrs(
+            trial.id, {{"seconds", elapsed}, {"overhead_seconds", stats.overhead_seconds.back()}});
+        storage_->finish(trial.id, state, value, epochs, message);
+        break;
+      } catch (const std::exception& e) {
+        if (attempt >= 5) throw;
+        console << "trial " << trial.number << ": retrying its result: " << e.what() << "\n";
+        std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
+      }
+    }
+    ++stats.trials;
+    stats.complete += state == TrialState::complete;
+    stats.pruned += state == TrialState::pruned;
+    stats.failed += state == TrialState::failed;
+    char head[160];
+    std::snprintf(head, sizeof head, "trial %-4lld %-8s %s %-10s epochs %-3lld %7.1f s  ",
+                  (long long)trial.number, state_name(state), settings_.metric.c_str(),
+                  fmt_value(value).c_str(), (long long)epochs, elapsed);
+    console << head << describe_params(settings_, trial.params);
+    if (state == TrialState::failed) console << "\n  failed: " << message;
+    if (const auto best = best_trial(storage_->trials(), settings_.direction))
+      console << "  (best: trial " << best->number << ", " << fmt_value(best->value) << ")";
+    console << "\n" << std::flush;
+    if (stats.failed >= max_failures) {
+      console << "giving up: " << stats.failed << " trials failed in this worker\n";
+      break;
+    }
+  }
+  return stats;
+}
+
+std::string trials_table(const std::vector<Trial>& trials, const TuneSettings* settings) {
+  std::vector<std::vector<std::string>> rows{
+      {"trial", "state", "value", "epochs", "time s", "parameters"}};
+  for (const auto& t : trials) {
+    char secs[32] = "-";
+    if (t.finished > 0 && t.started > 0)
+      std::snprintf(secs, sizeof secs, "%.1f", t.finished - t.started);
+    else if (t.state == TrialState::running && t.started > 0)
+      std::snprintf(secs, sizeof secs, "%.1f+", now_seconds() - t.started);
+    std::string params;
+    if (settings) {
+      params = describe_params(*settings, t.params);
+    } else {
+      for (const auto& [k, v] : t.params)
+        params += (params.empty() ? "" : " ") + k + "=" + fmt_value(v);
+    }
+    if (t.state == TrialState::failed && !t.message.empty())
+      params += "  [" + t.message.substr(0, 100) + "]";
+    rows.push_back({std::to_string(t.number), state_name(t.state), fmt_value(t.value),
+                    std::to_string(t.epochs), secs, params});
+  }
+  std::vector<size_t> width(6, 0);
+  for (const auto& r : rows)
+    for (size_t c = 0; c + 1 < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  std::ostringstream out;
+  for (const auto& r : rows) {
+    for (size_t c = 0; c + 1 < r.size(); ++c)
+      out << r[c] << std::string(width[c] - r[c].size() + 2, ' ');
+    out << r.back() << "\n";
+  }
+  return out.str();
+}
+
+namespace {
+
+std::string esc(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
+  }
+  return out;
+}
+
+struct Point {
+  double x, y;
+  std::string color, title;
+};
+
+// A scatter chart as inline SVG; `line` (optional) is drawn as a step line.
+std::string svg_chart(const std::string& title, const std::string& xlabel,
+                      const std::string& ylabel, const std::vector<Point>& points, bool xlog,
+                      const std::vector<std::pair<double, double>>& line = {},
+                      const std::vector<std::string>& xticks_text = {}) {
+  const double W = 560, H = 300, L = 70, R = 20, T = 30, B = 45;
+  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+  auto tx = [&](double x) { return xlog ? std::log10(x) : x; };
+  for (const auto& p : points) {
+    if (!std::isfinite(p.y) || (xlog && p.x <= 0)) continue;
+    x0 = std::min(x0, tx(p.x));
+    x1 = std::max(x1, tx(p.x));
+    y0 = std::min(y0, p.y);
+    y1 = std::max(y1, p.y);
+  }
+  std::ostringstream s;
+  s << "<svg width='" << W << "' height='" << H << "' xmlns='http://www.w3.org/2000/svg' "
+    << "style='font:11px sans-serif;background:#fff;border:1px solid #ddd;margin:6px'>"
+    << "<text x='" << W / 2 << "' y='16' text-anchor='middle' style='font-weight:bold'>"
+    << esc(title) << "</text>";
+  if (x0 > x1) return s.str() + "<text x='20' y='60'>no values yet</text></svg>";
+  if (x1 - x0 < 1e-12) x0 -= 0.5, x1 += 0.5;
+  if (y1 - y0 < 1e-12) y0 -= 0.5, y1 += 0.5;
+  const double pad = 0.05 * (y1 - y0);
+  y0 -= pad, y1 += pad;
+  auto X = [&](double x) { return L + (tx(x) - x0) / (x1 - x0) * (W - L - R); };
+  auto Y = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); };
+  s << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - R << "' y2='" << H - B
+    << "' stroke='#888'/><line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B
+    << "' stroke='#888'/>";
+  for (int i = 0; i <= 4; ++i) {
+    const double yv = y0 + (y1 - y0) * i / 4;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4g", yv);
+    s << "<text x='" << L - 4 << "' y='" << Y(yv) + 4 << "' text-anchor='end'>" << buf << "</text>";
+    if (xticks_text.empty()) {
+      const double xv = x0 + (x1 - x0) * i / 4;
+      std::snprintf(buf, sizeof buf, "%.4g", xlog ? std::pow(10.0, xv) : xv);
+      s << "<text x='" << L + (W - L - R) * i / 4 << "' y='" << H - B + 15
+        << "' text-anchor='middle'>" << buf << "</text>";
+    }
+  }
+  for (size_t i = 0; i < xticks_text.size(); ++i)
+    s << "<text x='" << X(double(i)) << "' y='" << H - B + 15 << "' text-anchor='middle'>"
+      << esc(xticks_text[i]) << "</text>";
+  s << "<text x='" << (L + W - R) / 2 << "' y='" << H - 8 << "' text-anchor='middle'>"
+    << esc(xlabel) << "</text><text x='14' y='" << (T + H - B) / 2 << "' transform='rotate(-90 14 "
+    << (T + H - B) / 2 << ")' text-anchor='middle'>" << esc(ylabel) << "</text>";
+  if (line.size() > 1) {
+    s << "<polyline fill='none' stroke='#d62728' stroke-width='1.5' points='";
+    for (size_t i = 0; i < line.size(); ++i) {
+      if (i) s << X(line[i].first) << "," << Y(line[i - 1].second) << " ";
+      s << X(line[i].first) << "," << Y(line[i].second) << " ";
+    }
+    s << "'/>";
+  }
+  for (const auto& p : points) {
+    if (!std::isfinite(p.y) || (xlog && p.x <= 0)) continue;
+    s << "<circle cx='" << X(p.x) << "' cy='" << Y(p.y) << "' r='4' fill='" << p.color
+      << "' fill-opacity='0.8'><title>" << esc(p.title) << "</title></circle>";
+  }
+  return s.str() + "</svg>";
+}
+
+}  // namespace
+
+std::string html_report(const std::string& study_name, const std::vector<Trial>& trials,
+                        Direction direction, const std::vector<Param>& space) {
+  TuneSettings names;
+  names.space = space;
+  auto color = [](TrialState s) {
+    return s == TrialState::complete ? "#1f77b4" : s == TrialState::pruned ? "#aaaaaa" : "#ff7f0e";
+  };
+  std::vector<Point> history;
+  std::vector<std::pair<double, double>> best_line;
+  std::optional<double> best;
+  for (const auto& t : trials) {
+    if (!t.value) continue;
+    const std::string title = "trial " + std::to_string(t.number) + " (" + state_name(t.state) +
+                              "): " + fmt_value(t.value) + "  " + describe_params(names, t.params);
+    history.push_back({double(t.number), *t.value, color(t.state), title});
+    if (t.state == TrialState::complete &&
+        (!best || (direction == Direction::minimize ? *t.value < *best : *t.value > *best)))
+      best = *t.value;
+    if (best) best_line.emplace_back(double(t.number), *best);
+  }
+  std::ostringstream h;
+  h << "<!doctype html><html><head><meta charset='utf-8'><title>seqforge study " << esc(study_name)
+    << "</title><style>body{font-family:sans-serif;margin:20px}table{border-collapse:collapse;"
+       "font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}"
+       "</style></head><body><h1>Study "
+    << esc(study_name) << "</h1><p>" << trials.size() << " trials; " << direction_name(direction)
+    << ". Blue: complete, grey: pruned (last reported value), orange: other. Red line: best so "
+       "far.</p>";
+  h << svg_chart("Optimisation history", "trial", "value", history, false, best_line);
+  // Intermediate values: how each trial's metric went epoch by epoch, pruned ones in grey.
+  {
+    std::vector<Point> curves;
+    for (const auto& t : trials)
+      for (const auto& [step, v] : t.intermediate)
+        curves.push_back({double(step + 1), v, color(t.state),
+                          "trial " + std::to_string(t.number) + " epoch " +
+                              std::to_string(step + 1) + ": " + fmt_value(v)});
+    h << svg_chart("Metric per epoch", "epoch", "value", curves, false);
+  }
+  h << "<h2>Parameters</h2>";
+  for (const auto& p : space) {
+    std::vector<Point> pts;
+    for (const auto& t : trials) {
+      auto it = t.params.find(p.name);
+      if (it == t.params.end() || !t.value) continue;
+      pts.push_back({it->second, *t.value, color(t.state),
+                     "trial " + std::to_string(t.number) + ": " + p.text(it->second) + " -> " +
+                         fmt_value(t.value)});
+    }
+    h << svg_chart(p.name, p.name + (p.log ? " (log)" : ""), "value", pts, p.log, {},
+                   p.kind == Param::Kind::categorical ? p.choices : std::vector<std::string>{});
+  }
+  h << "<h2>Trials</h2><table><tr><th>trial</th><th>state</th><th>value</th><th>epochs</th>"
+       "<th>time s</th><th>parameters</th><th>note</th></tr>";
+  for (const auto& t : trials) {
+    char secs[32] = "";
+    if (t.finished > 0 && t.started > 0)
+      std::snprintf(secs, sizeof secs, "%.1f", t.finished - t.started);
+    h << "<tr><td>" << t.number << "</td><td>" << state_name(t.state) << "</td><td>"
+      << fmt_value(t.value) << "</td><td>" << t.epochs << "</td><td>" << secs << "</td><td>"
+      << esc(describe_params(names, t.params)) << "</td><td>" << esc(t.message) << "</td></tr>";
+  }
+  h << "</table></body></html>\n";
+  return h.str();
+}
+
+namespace {
+
+void write_text(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) fail(path.string(), ": cannot write");
+    f << text;
+    if (!f) fail(path.string(), ": cannot write");
+  }
+  fs::rename(tmp, path);
+}
+
+bool is_url(const std::string& s) { return s.find("://") != std::string::npos; }
+
+}  // namespace
+
+int run_tune(const TuneCommand& cmd, std::ostream& console) {
+  if (cmd.config.empty()) fail("tune: give a CONFIG.yaml with a tune: section, or --report STUDY");
+  const Config base = Config::load(cmd.config, cmd.overrides);
+  std::ifstream in(cmd.config, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  TuneSettings settings = parse_tune_settings(
+      text.str(), cmd.config, base.str("train.early_stopping.monitor"),
+      base.str("train.early_stopping.mode") == "max" ? Direction::maximize : Direction::minimize);
+  if (!cmd.name.empty()) settings.name = cmd.name;
+  // Every parameter's extremes must make a valid config (catches e.g. an unknown choice).
+  for (const auto& p : settings.space) {
+    if (p.kind == Param::Kind::categorical) continue;
+    for (double v : {p.low, p.high}) {
+      std::vector<std::string> o = cmd.overrides;
+      o.push_back(p.name + "=" + p.text(p.snap(v)));
+      Config::load(cmd.config, o);
+    }
+  }
+  const fs::path dir = base.str("train.run_dir").empty() ? fs::path("runs") / settings.name
+                                                         : fs::path(base.str("train.run_dir"));
+  fs::create_directories(dir);
+  const std::string where = cmd.study.empty() ? (dir / "study.db").string() : cmd.study;
+  OptimizeOptions options;
+  options.n_trials = cmd.n_trials >= 0 ? cmd.n_trials : settings.n_trials;
+  options.timeout = cmd.timeout >= 0 ? cmd.timeout : settings.timeout;
+  Study study(Storage::open(where), settings, where);
+  console << "seqforge tune: study '" << settings.name << "' in " << (is_url(where) ? "" : "")
+          << where << ": " << options.n_trials << " trials"
+          << (options.timeout > 0 ? " or " + std::to_string(int64_t(options.timeout)) + " s" : "")
+          << ", " << settings.direction_name() << " " << settings.metric << ", sampler "
+          << settings.sampler.kind << ", pruner " << settings.pruner.kind << "; runs in "
+          << (dir / "trial-N").string() << " (log: train.log)\n"
+          << std::flush;
+  const Objective objective = [&](TrialContext& ctx) -> int64_t {
+    const fs::path run = dir / ("trial-" + std::to_string(ctx.number()));
+    fs::create_directories(run);
+    std::vector<std::string> o = cmd.overrides;
+    for (const auto& p : param_overrides(settings, ctx.params())) o.push_back(p);
+    o.push_back("train.run_dir=" + run.string());
+    const Config c = Config::load(cmd.config, o);
+    std::ofstream log(run / "train.log");
+    log << "# trial " << ctx.number() << ": " << describe_params(settings, ctx.params()) << "\n";
+    TrainHooks hooks;
+    hooks.on_epoch = [&](int64_t epoch, const std::map<std::string, double>& m) {
+      auto it = m.find(settings.metric);
+      if (it == m.end()) {
+        std::string have;
+        for (const auto& [k, v] : m) have += " " + k;
+        fail(cmd.config, ": tune.metric: '", settings.metric, "' is not a metric of this task (",
+             have, " )");
+      }
+      return ctx.report(epoch - 1, it->second);
+    };
+    const double t0 = steady_now();
+    TrainSummary s;
+    try {
+      s = train(c, log, "", hooks);
+    } catch (...) {
+      study.add_training_seconds(steady_now() - t0);
+      throw;
+    }
+    study.add_training_seconds(steady_now() - t0);
+    return s.epochs;
+  };
+  const OptimizeStats stats = study.optimize(objective, options, console);
+  const std::vector<Trial> trials = study.trials();
+  console << "\n" << trials_table(trials, &settings);
+  write_text(dir / "report.html",
+             html_report(settings.name, trials, settings.direction, settings.space));
+  const auto best = best_trial(trials, settings.direction);
+  if (!best) {
+    console << "report: " << (dir / "report.html").string() << "\n";
+    fail(where, ": no trial of study '", settings.name, "' completed (", stats.failed,
+         " failed in this worker; see the table and trial-N/train.log)");
+  }
+  const fs::path best_dir = dir / ("trial-" + std::to_string(best->number));
+  std::string best_config = (best_dir / "config.resolved.yaml").string();
+  if (fs::exists(best_config)) {
+    std::error_code ec;
+    fs::copy_file(best_config, dir / "best.yaml", fs::copy_options::overwrite_existing, ec);
+    if (!ec) best_config = (dir / "best.yaml").string();
+  }
+  console << "best: trial " << best->number << ", " << settings.metric << " "
+          << fmt_value(best->value) << ", " << describe_params(settings, best->params)
+          << "\n  config: " << best_config
+          << "\n  checkpoint: " << (best_dir / "model.safetensors").string()
+          << "\n  report: " << (dir / "report.html").string() << "\n";
+  if (!stats.overhead_seconds.empty()) {
+    std::vector<double> o = stats.overhead_seconds;
+    std::sort(o.begin(), o.end());
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "per-trial overhead (median of %zu): %.1f ms\n", o.size(),
+                  1000 * o[o.size() / 2]);
+    console << buf;
+  }
+  return 0;
+}
+
+int run_tune_report(const std::string& study, const std::string& name, const std::string& html,
+                    std::ostream& console) {
+  auto storage = Storage::open(study, /*read_only=*/true);
+  const auto info = storage->info(name);
+  if (!info)
+    fail(study, name.empty() ? ": holds no study" : ": holds no study named '" + name + "'");
+  const Direction d = info->direction == "maximize" ? Direction::maximize : Direction::minimize;
+  TuneSettings names;
+  names.space = space_from_json(info->space);
+  const std::vector<Trial> trials = storage->trials();
+  int64_t counts[5] = {};
+  for (const auto& t : trials) ++counts[int(t.state)];
+  console << "study '" << info->name << "' (" << info->direction << "): " << trials.size()
+          << " trials, " << counts[int(TrialState::complete)] << " complete, "
+          << counts[int(TrialState::pruned)] << " pruned, " << counts[int(TrialState::failed)]
+          << " failed, " << counts[int(TrialState::running)] << " running\n\n"
+          << trials_table(trials, &names);
+  if (const auto best = best_trial(trials, d))
+    console << "best: trial " << best->number << ", value " << fmt_value(best->value) << ", "
+            << describe_params(names, best->params) << "\n";
+  std::string out = html;
+  if (out.empty())
+    out = is_url(study) ? info->name + "-report.html"
+                        : (fs::absolute(study).parent_path() / "report.html").string();
+  write_text(out, html_report(info->name, trials, d, names.space));
+  console << "report: " << out << "\n";
+  return 0;
+}
+
+}  // namespace seqforge::tune
