@@ -341,6 +341,8 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
     integer("min_early_stopping_rate", &p.min_early_stopping_rate, 0);
     integer("bootstrap_count", &p.bootstrap_count, 0);
     if (p.kind == "median") p.percentile = 50;
+    if (p.bootstrap_count > 0 && p.min_resource == 0)
+      fail(r.at(n), ": tune.pruner.bootstrap_count needs a min_resource (as in Optuna)");
   }
   const YAML::Node space = t["space"];
   if (!space || !space.IsMap() || space.size() == 0)
