@@ -198,7 +198,12 @@ std::string Param::text(double v) const {
 
 double Param::snap(double v) const {
   if (kind == Kind::categorical) return std::clamp(std::round(v), 0.0, double(choices.size()) - 1);
-  if (step > 0) v = low + std::round((v - low) / step) * step;
+  if (step > 0) {
+    v = low + std::round((v - low) / step) * step;
+    char buf[32];  // 15 digits: 3 * 0.1 is 0.3, not 0.30000000000000004
+    std::snprintf(buf, sizeof buf, "%.15g", v);
+    v = std::strtod(buf, nullptr);
+  }
   if (kind == Kind::integer) v = std::round(v);
   return std::clamp(v, low, high);
 }
@@ -287,11 +292,9 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
          " s) must exceed tune.heartbeat_interval (", s.heartbeat_interval, " s)");
 
   if (const YAML::Node n = t["sampler"]) {
-    YAML::Node m = n;
-    if (n.IsScalar()) {
-      m = YAML::Node(YAML::NodeType::Map);
-      m["kind"] = n.Scalar();
-    }
+    // `sampler: tpe` is short for `sampler: {kind: tpe}`.
+    const YAML::Node m = n.IsScalar() ? YAML::Node(YAML::NodeType::Map) : n;
+    if (n.IsScalar()) s.sampler.kind = n.Scalar();
     r.only(m, "tune.sampler", {"kind", "seed", "n_startup_trials", "n_ei_candidates"});
     if (m["kind"]) s.sampler.kind = r.text(m["kind"], "tune.sampler.kind");
     if (s.sampler.kind != "tpe" && s.sampler.kind != "random" && s.sampler.kind != "grid")
@@ -307,11 +310,8 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
       fail(r.at(n), ": tune.sampler: n_startup_trials >= 0 and n_ei_candidates >= 1 needed");
   }
   if (const YAML::Node n = t["pruner"]) {
-    YAML::Node m = n;
-    if (n.IsScalar()) {
-      m = YAML::Node(YAML::NodeType::Map);
-      m["kind"] = n.Scalar();
-    }
+    const YAML::Node m = n.IsScalar() ? YAML::Node(YAML::NodeType::Map) : n;
+    if (n.IsScalar()) s.pruner.kind = n.Scalar();
     r.only(m, "tune.pruner",
            {"kind", "percentile", "n_startup_trials", "n_warmup_steps", "interval_steps",
             "n_min_trials", "min_resource", "reduction_factor", "min_early_stopping_rate",
