@@ -1,0 +1,351 @@
+// The study storage and driver on SQLite: concurrent workers, dead workers found by heartbeat or
+// by pid, crashing trials, resume, timeouts, and the errors for files that are not this study's.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "seqforge/core/error.hpp"
+#include "seqforge/tune/study.hpp"
+
+namespace seqforge::tune {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_tune_storage_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TuneSettings settings(const std::string& name = "s", double grace = 5) {
+  TuneSettings s = parse_tune_settings(
+      "tune:\n  sampler: {kind: random, seed: 1}\n  pruner: {kind: median, n_startup_trials: 2}\n"
+      "  heartbeat_interval: 0.05\n  grace_period: " +
+          std::to_string(grace) +
+          "\n  space:\n    optim.lr: {type: float, low: 0.001, high: 0.1, log: true}\n"
+          "    model.hidden: {type: int, low: 4, high: 64}\n",
+      name + ".yaml", "val_loss");
+  return s;
+}
+
+// A fake training run: five epochs whose metric depends on the learning rate.
+int64_t fake_training(TrialContext& ctx, int sleep_ms = 1) {
+  const double lr = ctx.params().at("optim.lr");
+  int64_t epochs = 0;
+  for (int64_t step = 0; step < 5; ++step) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    ++epochs;
+    const double v = std::abs(std::log10(lr) + 2) + 1.0 / double(step + 1);
+    if (!ctx.report(step, v)) break;
+  }
+  return epochs;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void sql(const fs::path& db, const std::string& statement) {
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  char* err = nullptr;
+  EXPECT_EQ(sqlite3_exec(h, statement.c_str(), nullptr, nullptr, &err), SQLITE_OK)
+      << (err ? err : "");
+  sqlite3_free(err);
+  sqlite3_close(h);
+}
+
+TEST(TuneStorage, ConcurrentWorkersRunEveryTrialOnce) {
+  const fs::path dir = temp_dir("concurrent");
+  const std::string db = (dir / "study.db").string();
+  std::atomic<int> errors{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 4; ++w)
+    workers.emplace_back([&] {
+      try {
+        Study study(Storage::open(db), settings(), db);
+        std::ostringstream console;
+        OptimizeOptions o;
+        o.n_trials = 40;
+        study.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+        ++errors;
+      }
+    });
+  for (auto& t : workers) t.join();
+  ASSERT_EQ(errors, 0);
+  auto storage = Storage::open(db, true);
+  ASSERT_TRUE(storage->info("s"));
+  const auto trials = storage->trials();
+  ASSERT_EQ(trials.size(), 40u);
+  std::set<int64_t> numbers;
+  int pruned = 0;
+  for (const auto& t : trials) {
+    numbers.insert(t.number);
+    EXPECT_TRUE(t.state == TrialState::complete || t.state == TrialState::pruned)
+        << t.number << " " << state_name(t.state) << " " << t.message;
+    EXPECT_EQ(t.params.size(), 2u);
+    EXPECT_EQ(int64_t(t.intermediate.size()), t.epochs);
+    ASSERT_TRUE(t.value);
+    pruned += t.state == TrialState::pruned;
+  }
+  EXPECT_EQ(numbers.size(), 40u);
+  EXPECT_EQ(*numbers.rbegin(), 39);
+  EXPECT_GT(pruned, 0);
+}
+
+TEST(TuneStorage, OtherStudiesSchemasAndFilesAreRejected) {
+  const fs::path dir = temp_dir("reject");
+  const std::string db = (dir / "study.db").string();
+  { Study a(Storage::open(db), settings("a"), db); }
+  EXPECT_NE(error_of([&] {
+              Study b(Storage::open(db), settings("b"), db);
+            }).find("holds study 'a', not 'b'"),
+            std::string::npos);
+  TuneSettings other = settings("a");
+  other.space.pop_back();
+  EXPECT_NE(error_of([&] {
+              Study b(Storage::open(db), other, db);
+            }).find("another metric or search space"),
+            std::string::npos);
+  other = settings("a");
+  other.direction = Direction::maximize;
+  EXPECT_NE(error_of([&] { Study b(Storage::open(db), other, db); }).find("created to minimize"),
+            std::string::npos);
+  sql(db, "UPDATE seqforge_meta SET value = '99' WHERE key = 'schema_version'");
+  EXPECT_NE(error_of([&] { Storage::open(db); }).find("schema version 99; this seqforge reads"),
+            std::string::npos);
+  const std::string foreign = (dir / "foreign.db").string();
+  sql(foreign, "CREATE TABLE people (name TEXT)");
+  EXPECT_NE(error_of([&] {
+              Storage::open(foreign);
+            }).find("not a seqforge study database (it holds tables people)"),
+            std::string::npos);
+  const std::string text = (dir / "notes.db").string();
+  std::ofstream(text) << "these are not the droids you are looking for, not a database at all\n";
+  const std::string e = error_of([&] { Storage::open(text); });
+  EXPECT_EQ(e.rfind(text + ": not a seqforge study database", 0), 0u) << e;
+  EXPECT_NE(error_of([&] {
+              Storage::open((dir / "missing.db").string(), true);
+            }).find("no such study file"),
+            std::string::npos);
+}
+
+TEST(TuneStorage, LockedAndReadOnlyDatabasesGiveClearErrors) {
+  const fs::path dir = temp_dir("locked");
+  const std::string db = (dir / "study.db").string();
+  { Study a(Storage::open(db), settings(), db); }
+  setenv("SEQFORGE_TUNE_BUSY_TIMEOUT_MS", "200", 1);
+  auto storage = Storage::open(db);
+  unsetenv("SEQFORGE_TUNE_BUSY_TIMEOUT_MS");
+  storage->create_or_check({"s", "minimize", settings().fingerprint(), "[]"});
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(h, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  const std::string e = error_of([&] { storage->claim(5, {"h", 1}, 60); });
+  EXPECT_NE(e.find("stayed locked by another process for 0.2 s"), std::string::npos) << e;
+  sqlite3_exec(h, "COMMIT", nullptr, nullptr, nullptr);
+  sqlite3_close(h);
+  EXPECT_TRUE(storage->claim(5, {"h", 1}, 60));  // the lock is gone: the study goes on
+  // Read-only: what --report opens; nothing can be changed through it.
+  auto ro = Storage::open(db, true);
+  ASSERT_TRUE(ro->info());
+  EXPECT_EQ(ro->trials().size(), 1u);
+  EXPECT_NE(error_of([&] {
+              ro->claim(5, {"h", 1}, 60);
+            }).find("opened read-only"),
+            std::string::npos);
+  if (geteuid() != 0) {
+    fs::permissions(db, fs::perms::owner_read | fs::perms::group_read);
+    EXPECT_NE(error_of([&] { Storage::open(db); }).find("read-only"), std::string::npos);
+    fs::permissions(db, fs::perms::owner_all);
+  } else {
+    std::printf("note: running as root, file permissions cannot make the study read-only\n");
+  }
+}
+
+TEST(TuneStudy, CrashingTrialFailsAndTheStudyGoesOn) {
+  const fs::path dir = temp_dir("crash");
+  const std::string db = (dir / "study.db").string();
+  Study study(Storage::open(db), settings(), db);
+  std::ostringstream console;
+  OptimizeOptions o;
+  o.n_trials = 5;
+  const auto stats = study.optimize(
+      [](TrialContext& c) -> int64_t {
+        if (c.number() == 2) {
+          c.report(0, 1.0);
+          throw Error("data.csv:7: boom");
+        }
+        return fake_training(c);
+      },
+      o, console);
+  EXPECT_EQ(stats.failed, 1);
+  const auto trials = study.trials();
+  ASSERT_EQ(trials.size(), 6u);  // the failed one does not count towards n_trials
+  EXPECT_EQ(trials[2].state, TrialState::failed);
+  EXPECT_EQ(trials[2].message, "data.csv:7: boom");
+  EXPECT_NE(console.str().find("failed: data.csv:7: boom"), std::string::npos) << console.str();
+  for (size_t i = 0; i < trials.size(); ++i)
+    if (i != 2) EXPECT_NE(trials[i].state, TrialState::failed);
+}
+
+TEST(TuneStudy, DeadWorkersTrialsAreFailedAndRetried) {
+  const fs::path dir = temp_dir("dead");
+  const std::string db = (dir / "study.db").string();
+  {  // a worker elsewhere that stops sending heartbeats
+    Study setup(Storage::open(db), settings("s", 0.3), db);
+  }
+  auto other = Storage::open(db);
+  other->info("s");
+  const auto t0 = other->claim(10, {"elsewhere", 4242}, 0.3);
+  ASSERT_TRUE(t0);
+  other->set_params(t0->id, {{"optim.lr", 0.01}, {"model.hidden", 8}});
+  other->report(t0->id, 0, 0.5);
+  // a worker on this host whose process is gone
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  const auto t1 = other->claim(10, {host_name(), int64_t(child)}, 1000);
+  ASSERT_TRUE(t1);
+  other->set_params(t1->id, {{"optim.lr", 0.02}, {"model.hidden", 9}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+
+  Study study(Storage::open(db), settings("s", 0.3), db);
+  std::ostringstream console;
+  OptimizeOptions o;
+  o.n_trials = 3;
+  study.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
+  const auto trials = study.trials();
+  ASSERT_EQ(trials.size(), 5u) << trials_table(trials, nullptr);
+  EXPECT_EQ(trials[0].state, TrialState::failed);
+  EXPECT_NE(trials[0].message.find("no heartbeat"), std::string::npos) << trials[0].message;
+  EXPECT_EQ(trials[1].state, TrialState::failed);
+  EXPECT_NE(trials[1].message.find("died"), std::string::npos) << trials[1].message;
+  // Their parameters run again as new trials.
+  int retried = 0;
+  for (size_t i = 2; i < trials.size(); ++i) {
+    EXPECT_NE(trials[i].state, TrialState::failed);
+    if (trials[i].attrs.count("retry_of")) {
+      const auto& orig = trials[size_t(trials[i].attrs.at("retry_of"))];
+      EXPECT_EQ(trials[i].params, orig.params);
+      ++retried;
+    }
+  }
+  EXPECT_EQ(retried, 2);
+}
+
+TEST(TuneStudy, HeartbeatKeepsLongTrialsAlive) {
+  const fs::path dir = temp_dir("heartbeat");
+  const std::string db = (dir / "study.db").string();
+  std::thread slow([&] {
+    Study study(Storage::open(db), settings("s", 0.5), db);
+    std::ostringstream console;
+    OptimizeOptions o;
+    o.n_trials = 1;
+    study.optimize([](TrialContext& c) { return fake_training(c, 300); }, o, console);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  Study other(Storage::open(db), settings("s", 0.5), db);
+  std::ostringstream console;
+  OptimizeOptions o;
+  o.n_trials = 4;
+  other.optimize([](TrialContext& c) { return fake_training(c, 200); }, o, console);
+  slow.join();
+  for (const auto& t : other.trials())
+    EXPECT_NE(t.state, TrialState::failed) << t.number << ": " << t.message;
+}
+
+TEST(TuneStudy, LateResultOfATrialTakenForDeadIsKept) {
+  const fs::path dir = temp_dir("late");
+  const std::string db = (dir / "study.db").string();
+  { Study setup(Storage::open(db), settings(), db); }
+  auto a = Storage::open(db), b = Storage::open(db);
+  a->info("s");
+  b->info("s");
+  const auto t = a->claim(2, {"elsewhere", 1}, 0.01);
+  a->set_params(t->id, {{"optim.lr", 0.01}, {"model.hidden", 8}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const auto retry = b->claim(2, {"here", 2}, 0.01);  // takes t for dead, queues a retry
+  ASSERT_TRUE(retry);
+  EXPECT_EQ(retry->attrs.at("retry_of"), 0);
+  b->finish(retry->id, TrialState::failed, std::nullopt, 0, "test");
+  // the retry ran elsewhere and failed; now the original reports back
+  a->finish(t->id, TrialState::complete, 0.25, 5, "");
+  const auto trials = a->trials();
+  EXPECT_EQ(trials[0].state, TrialState::complete);
+  EXPECT_EQ(*trials[0].value, 0.25);
+}
+
+TEST(TuneStudy, ResumesWhereItStoppedAndHonoursTheTimeout) {
+  const fs::path dir = temp_dir("resume");
+  const std::string db = (dir / "study.db").string();
+  std::ostringstream console;
+  OptimizeOptions o;
+  o.n_trials = 3;
+  {
+    Study study(Storage::open(db), settings(), db);
+    study.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
+  }
+  o.n_trials = 6;
+  Study again(Storage::open(db), settings(), db);
+  const auto stats = again.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
+  EXPECT_EQ(stats.trials, 3);
+  const auto trials = again.trials();
+  ASSERT_EQ(trials.size(), 6u);
+  for (size_t i = 0; i < trials.size(); ++i) EXPECT_EQ(trials[i].number, int64_t(i));
+  o.n_trials = 100;
+  o.timeout = 0.05;
+  const auto timed =
+      again.optimize([](TrialContext& c) { return fake_training(c, 60); }, o, console);
+  EXPECT_EQ(timed.trials, 1);
+  EXPECT_NE(console.str().find("timeout"), std::string::npos);
+}
+
+TEST(TuneStorage, ValuesRoundTripExactlyWithNaN) {
+  const fs::path dir = temp_dir("values");
+  const std::string db = (dir / "study.db").string();
+  Study setup(Storage::open(db), settings(), db);
+  auto s = Storage::open(db);
+  s->info("s");
+  const auto t = s->claim(1, {"h", 1}, 60);
+  const double third = 1.0 / 3.0;
+  s->report(t->id, 0, third);
+  s->report(t->id, 2, std::nan(""));
+  s->report(t->id, 2, 5.0);  // a step's first report wins
+  s->set_params(t->id, {{"optim.lr", 0.1 / 3}, {"model.hidden", 7}});
+  s->finish(t->id, TrialState::complete, third, 3, "");
+  const Trial back = s->trials().at(0);
+  EXPECT_EQ(back.intermediate.at(0), third);
+  EXPECT_TRUE(std::isnan(back.intermediate.at(2)));
+  EXPECT_EQ(back.params.at("optim.lr"), 0.1 / 3);
+  EXPECT_EQ(*back.value, third);
+  const std::string table = trials_table(s->trials(), &setup.settings());
+  EXPECT_NE(table.find("complete"), std::string::npos);
+  const std::string html =
+      html_report("s", s->trials(), Direction::minimize, setup.settings().space);
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("Optimisation history"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace seqforge::tune
