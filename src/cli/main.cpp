@@ -5,11 +5,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "observe.hpp"
 #include "seqforge/bench/bench.hpp"
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/seqforge.hpp"
 #include "seqforge/train/trainer.hpp"
-#include "tune.hpp"
 
 namespace sf = seqforge;
 
@@ -116,7 +116,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   gen->add_option("--seed", gen_seed, "random seed")->capture_default_str();
 
-  seqforge::cli::TuneCli* tune = seqforge::cli::add_tune(app);
+  CLI::App* report = seqforge::cli::add_report(app);
+  CLI::App* diagnose = seqforge::cli::add_diagnose(app);
 
   CLI::App* reference =
       app.add_subcommand("config-reference", "Print the configuration reference (docs/config.md)");
@@ -167,7 +168,8 @@ int main(int argc, char** argv) {
                               .c_str());
       return 0;
     }
-    if (seqforge::cli::tune_parsed(tune)) return seqforge::cli::run_tune(tune);
+    if (report->parsed()) return seqforge::cli::run_report();
+    if (diagnose->parsed()) return seqforge::cli::run_diagnose();
     if (reference->parsed()) {
       std::fputs(sf::config_reference_markdown().c_str(), stdout);
       return 0;

@@ -242,13 +242,16 @@ void write_trace(const std::string& path) {
 
 std::vector<SummaryRow> summary() {
   std::map<std::string, SummaryRow> rows;
+  std::map<std::string, std::vector<double>> durations;
   for (const ThreadBuffer* b : session_buffers())
     b->for_each([&](const Event& e) {
       if (e.is_counter) return;
-      SummaryRow& r = rows[render_name(e)];
+      const std::string name = render_name(e);
+      SummaryRow& r = rows[name];
       ++r.calls;
       r.total_ms += e.dur_ns / 1e6;
       r.max_ms = std::max(r.max_ms, e.dur_ns / 1e6);
+      durations[name].push_back(e.dur_ns / 1e6);
     });
   Registry& reg = registry();
   int64_t wall_ns;
@@ -260,6 +263,9 @@ std::vector<SummaryRow> summary() {
   for (auto& [name, r] : rows) {
     r.name = name;
     r.mean_ms = r.total_ms / r.calls;
+    std::vector<double>& d = durations[name];
+    std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+    r.median_ms = d[d.size() / 2];
     r.share = wall_ns > 0 ? r.total_ms / (wall_ns / 1e6) : 0;
     out.push_back(r);
   }

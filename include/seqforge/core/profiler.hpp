@@ -38,7 +38,7 @@ void write_trace(const std::string& path);
 struct SummaryRow {
   std::string name;  // scope name with its layer and direction
   int64_t calls = 0;
-  double total_ms = 0, mean_ms = 0, max_ms = 0;
+  double total_ms = 0, mean_ms = 0, median_ms = 0, max_ms = 0;
   double share = 0;  // total / the session's wall time (nested scopes overlap their parents)
 };
 // The last session's scopes by total time, largest first.

@@ -49,3 +49,35 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
                      double temperature, int64_t top_k, uint64_t seed);
 
 }  // namespace seqforge
+
+namespace seqforge {
+
+// Writes the validation split's predictions of a forecasting or classification run (its saved
+// model) to `output` as CSV: row (1-based data row), actual, predicted, in the first target's
+// units or as class names; the HTML report draws them. Returns the rows written (0 for other
+// tasks, which write nothing).
+int64_t write_validation_predictions(const std::string& run, const std::string& output);
+
+// What `seqforge diagnose CONFIG` reports: the data and model a config gives on this machine,
+// memory per batch, and seconds per epoch estimated from a short measured run.
+struct ConfigDiagnosis {
+  std::string task;
+  int64_t rows = 0;                      // data rows (characters for text)
+  int64_t train = 0, val = 0, test = 0;  // windows (sequences) per split
+  int64_t steps = 0;                     // time steps per window
+  int64_t parameters = 0, batch_size = 0, batches_per_epoch = 0;
+  double batch_input_mb = 0;    // one batch's inputs and targets
+  double activation_mb = 0;     // estimate: what a training step keeps for backward, and gradients
+  double measured_peak_mb = 0;  // peak resident memory of this process after the measured run
+  int timed_steps = 0;
+  double step_seconds = 0;            // median training step
+  double validation_seconds = 0;      // one validation pass
+  double epoch_seconds = 0;           // batches_per_epoch steps plus validation
+  std::vector<std::string> problems;  // one line each: what is wrong, and what to change
+};
+
+// Loads the data and model as `train` would, trains `steps` steps in a temporary run directory,
+// and lists problems. Errors that train would throw before it starts come out the same way.
+ConfigDiagnosis diagnose_config(const Config& config, int steps = 10);
+
+}  // namespace seqforge

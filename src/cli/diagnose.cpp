@@ -1,0 +1,224 @@
+// `seqforge diagnose [CONFIG] [overrides]`: what this machine offers for training (CPU, ISA, AMX
+// permission, memory, oneDNN and its kernels, threads, GPU), and with a config, what it gives
+// here (data, memory per batch, seconds per epoch) and the problems found, one line each.
+#include <cpuid.h>
+#include <dirent.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "observe.hpp"
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/onednn_info.hpp"
+#include "seqforge/core/cpu.hpp"
+#include "seqforge/core/resource_monitor.hpp"
+#include "seqforge/core/threads.hpp"
+#include "seqforge/train/trainer.hpp"
+
+namespace seqforge::cli {
+
+namespace {
+
+std::string diagnose_config_path;
+std::vector<std::string> diagnose_overrides;
+int diagnose_steps = 10;
+
+// Linux x86 arch_prctl codes for the dynamically enabled AMX tile state (asm/prctl.h).
+constexpr int kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+
+struct Isa {
+  bool avx2 = false, avx512f = false, avx512_bf16 = false, avx512_fp16 = false;
+  bool amx_tile = false, amx_bf16 = false, amx_int8 = false, os_avx512 = false;
+};
+
+Isa detect_isa() {
+  Isa isa;
+  unsigned a, b, c, d;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    isa.avx2 = b & (1u << 5);
+    isa.avx512f = b & (1u << 16);
+    isa.avx512_fp16 = d & (1u << 23);
+    isa.amx_bf16 = d & (1u << 22);
+    isa.amx_tile = d & (1u << 24);
+    isa.amx_int8 = d & (1u << 25);
+  }
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) isa.avx512_bf16 = a & (1u << 5);
+  if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27))) {  // OSXSAVE: XCR0 is readable
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    isa.os_avx512 = (lo & 0xe6) == 0xe6;  // SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM state
+  }
+  return isa;
+}
+
+// Whether the kernel lets this process use AMX tiles (Linux 5.16+ grants them on request).
+std::string amx_permission(const Isa& isa) {
+  if (!isa.amx_tile) return "no AMX on this CPU";
+  unsigned long mask = 0;
+  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &mask) != 0)
+    return "unknown (the kernel does not support arch_prctl(ARCH_GET_XCOMP_PERM); older than 5.16)";
+  if (mask & (1ul << kXfeatureXtiledata)) return "granted";
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0)
+    return "granted on request (oneDNN requests it the same way)";
+  return "denied by the kernel";
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+int physical_cores() {
+  std::ifstream f("/proc/cpuinfo");
+  std::set<std::pair<std::string, std::string>> cores;
+  std::string package, line;
+  while (std::getline(f, line)) {
+    if (line.rfind("physical id", 0) == 0) package = line.substr(line.find(':') + 1);
+    if (line.rfind("core id", 0) == 0) cores.insert({package, line.substr(line.find(':') + 1)});
+  }
+  return static_cast<int>(cores.size());
+}
+
+double meminfo_mb(const std::string& key) {
+  std::ifstream f("/proc/meminfo");
+  for (std::string k; f >> k;) {
+    double kb = 0;
+    f >> kb;
+    if (k == key + ":") return kb / 1024;
+    f.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+bool on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (!dir.empty() && access((dir + "/" + program).c_str(), X_OK) == 0) return true;
+  return false;
+}
+
+std::vector<std::string> nvidia_devices() {
+  std::vector<std::string> out;
+  if (DIR* d = opendir("/dev")) {
+    while (const dirent* e = readdir(d))
+      if (std::string(e->d_name).rfind("nvidia", 0) == 0) out.push_back(e->d_name);
+    closedir(d);
+  }
+  return out;
+}
+
+const char* yes(bool b) { return b ? "yes" : "no"; }
+
+void print_machine() {
+  const Isa isa = detect_isa();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int usable = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+  std::printf("machine\n");
+  std::printf("  cpu           %s\n", cpu_model().c_str());
+  std::printf("  cores         %d physical, %ld logical online, %d usable by this process\n",
+              physical_cores(), sysconf(_SC_NPROCESSORS_ONLN), usable);
+  std::printf(
+      "  isa           AVX2 %s, AVX-512 %s%s, AVX512-BF16 %s, AVX512-FP16 %s, AMX-BF16 %s, "
+      "AMX-INT8 %s\n",
+      yes(isa.avx2), yes(isa.avx512f),
+      isa.avx512f && !isa.os_avx512 ? " (but the OS does not enable it)" : "", yes(isa.avx512_bf16),
+      yes(isa.avx512_fp16), yes(isa.amx_bf16), yes(isa.amx_int8));
+  std::printf("  amx           %s\n", amx_permission(isa).c_str());
+  std::printf("  memory        %.0f MB total, %.0f MB available\n", meminfo_mb("MemTotal"),
+              meminfo_mb("MemAvailable"));
+  const OneDnnInfo dnnl = onednn_info();
+  std::printf("  onednn        %s, dispatching up to %s\n", dnnl.version.c_str(), dnnl.isa.c_str());
+  // The shapes of a typical step: the recurrent GEMM (batch 64, hidden 128) and the input
+  // projection over all time steps.
+  std::printf("  kernels       f32 recurrent 64x512x128: %s; projection 6400x512x128: %s\n",
+              onednn_matmul_kernel(64, 512, 128, false).c_str(),
+              onednn_matmul_kernel(6400, 512, 128, false).c_str());
+  std::printf("                bf16 recurrent 64x512x128: %s; projection 6400x512x128: %s\n",
+              onednn_matmul_kernel(64, 512, 128, true).c_str(),
+              onednn_matmul_kernel(6400, 512, 128, true).c_str());
+  std::printf("  backend       %s\n", make_cpu_backend()->description().c_str());
+  std::string precision_notice;
+  const bool bf16 = resolve_precision("auto", &precision_notice) == DType::bf16;
+  std::printf("  precision     auto -> %s\n", bf16 ? "bf16 GEMMs (fp32 master weights)" : "fp32");
+  const ThreadConfig threads = configure_threads();
+  std::printf("  threads       %d (%s); OMP_WAIT_POLICY %s\n", threads.threads,
+              threads.reason.c_str(),
+              std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "unset");
+  const std::vector<std::string> devices = nvidia_devices();
+  GpuSample gpu;
+  const bool nvml = gpu_sample(&gpu);
+  std::string gpu_line = nvml ? std::to_string(gpu.devices) + " NVIDIA GPU(s) through NVML"
+                              : "none (no NVML driver library";
+  if (!nvml) {
+    gpu_line += devices.empty() ? ", no /dev/nvidia*" : ", but /dev/" + devices[0] + " exists";
+    gpu_line += on_path("nvidia-smi") ? ", nvidia-smi present)" : ", no nvidia-smi)";
+  }
+  std::printf("  gpu           %s\n", gpu_line.c_str());
+}
+
+void print_config(const ConfigDiagnosis& d) {
+  const bool text = d.task == "charlm";
+  std::printf("config\n");
+  std::printf("  task          %s\n", d.task.c_str());
+  std::printf("  data          %lld %s; %s per split: %lld train, %lld validation, %lld test\n",
+              static_cast<long long>(d.rows), text ? "characters" : "rows",
+              text ? "sequences" : "windows", static_cast<long long>(d.train),
+              static_cast<long long>(d.val), static_cast<long long>(d.test));
+  std::printf("  model         %lld parameters, %lld time steps per window\n",
+              static_cast<long long>(d.parameters), static_cast<long long>(d.steps));
+  std::printf(
+      "  batch         %lld per batch, %lld batches per epoch; inputs %.2f MB, "
+      "activations and gradients about %.1f MB\n",
+      static_cast<long long>(d.batch_size), static_cast<long long>(d.batches_per_epoch),
+      d.batch_input_mb, d.activation_mb);
+  if (d.timed_steps > 0) {
+    std::printf(
+        "  speed         %.2f ms per step (median of %d), validation %.3f s; "
+        "about %.3g s per epoch\n",
+        1e3 * d.step_seconds, d.timed_steps, d.validation_seconds, d.epoch_seconds);
+    std::printf("  memory        %.0f MB peak resident during the measured run\n",
+                d.measured_peak_mb);
+  }
+  if (d.problems.empty()) {
+    std::printf("no problems found\n");
+  } else {
+    std::printf("problems\n");
+    for (const auto& p : d.problems) std::printf("  - %s\n", p.c_str());
+  }
+}
+
+}  // namespace
+
+CLI::App* add_diagnose(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "diagnose", "Describe this machine; with a config, check it and estimate seconds per epoch");
+  cmd->add_option("config", diagnose_config_path, "config file (YAML)");
+  cmd->add_option("overrides", diagnose_overrides, "key.path=value overrides");
+  cmd->add_option("--steps", diagnose_steps, "training steps to time (0: none)")
+      ->capture_default_str();
+  return cmd;
+}
+
+int run_diagnose() {
+  print_machine();
+  std::fflush(stdout);
+  if (diagnose_config_path.empty()) return 0;
+  const Config config = Config::load(diagnose_config_path, diagnose_overrides);
+  const ConfigDiagnosis d = diagnose_config(config, diagnose_steps);
+  print_config(d);
+  return d.problems.empty() ? 0 : 2;
+}
+
+}  // namespace seqforge::cli
