@@ -158,7 +158,8 @@ std::vector<std::string> metric_lines(const fs::path& run) {
   for (std::string line; std::getline(in, line);) {
     // Timings differ from run to run; everything else must not.
     for (const char* key : {"\"epoch_seconds\"", "\"train_seconds\"", "\"samples_per_second\"",
-                            "\"cpu_percent\"", "\"rss_mb\"", "\"peak_rss_mb\""}) {
+                            "\"data_wait_seconds\"", "\"data_wait_share\"", "\"cpu_percent\"",
+                            "\"rss_mb\"", "\"peak_rss_mb\""}) {
       const size_t at = line.find(key);
       if (at != std::string::npos) line.erase(at, line.find_first_of(",}", at) - at);
     }

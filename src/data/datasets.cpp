@@ -12,35 +12,38 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/io/file_stamp.hpp"
 #include "seqforge/io/npy.hpp"
 
 namespace seqforge {
 
-void Normalizer::fit(const std::string& k, const std::vector<double>& data,
-                     const std::vector<int64_t>& rows, int64_t cols) {
+void Normalizer::fit(const std::string& k, const SourceMatrix& m, const std::vector<int64_t>& cols,
+                     const std::vector<int64_t>& rows) {
   if (k != "zscore" && k != "minmax" && k != "none")
     fail("data.normalize: unknown value '", k, "' (expected zscore, minmax or none)");
   kind = k;
-  shift.assign(cols, 0.0);
-  scale.assign(cols, 1.0);
+  const size_t n_cols = cols.size();
+  shift.assign(n_cols, 0.0);
+  scale.assign(n_cols, 1.0);
   if (k == "none" || rows.empty()) return;
   const double n = static_cast<double>(rows.size());
-  for (int64_t c = 0; c < cols; ++c) {
-    double lo = INFINITY, hi = -INFINITY, sum = 0, sq = 0;
-    for (int64_t r : rows) {
-      const double x = data[r * cols + c];
-      lo = std::min(lo, x);
-      hi = std::max(hi, x);
-      sum += x;
-      sq += x * x;
+  std::vector<double> lo(n_cols, INFINITY), hi(n_cols, -INFINITY), sum(n_cols), sq(n_cols);
+  for (int64_t r : rows)  // row by row: one pass over a memory-mapped source
+    for (size_t j = 0; j < n_cols; ++j) {
+      const double x = m.at(r, cols[j]);
+      lo[j] = std::min(lo[j], x);
+      hi[j] = std::max(hi[j], x);
+      sum[j] += x;
+      sq[j] += x * x;
     }
+  for (size_t j = 0; j < n_cols; ++j) {
     if (k == "zscore") {
-      const double mean = sum / n, var = std::max(0.0, sq / n - mean * mean);
-      shift[c] = mean;
-      scale[c] = var > 1e-24 ? std::sqrt(var) : 1.0;  // a constant column stays as it is
+      const double mean = sum[j] / n, var = std::max(0.0, sq[j] / n - mean * mean);
+      shift[j] = mean;
+      scale[j] = var > 1e-24 ? std::sqrt(var) : 1.0;  // a constant column stays as it is
     } else {
-      shift[c] = lo;
-      scale[c] = hi > lo ? hi - lo : 1.0;
+      shift[j] = lo[j];
+      scale[j] = hi[j] > lo[j] ? hi[j] - lo[j] : 1.0;
     }
   }
 }
@@ -62,6 +65,51 @@ int64_t SeriesData::num_outputs() const {
   if (task == "mae") return num_features();
   return task == "classify" ? static_cast<int64_t>(class_names.size())
                             : static_cast<int64_t>(target_names.size());
+}
+
+namespace {
+
+// Rows [first, first + n) of columns `cols`, normalised, into out (n, cols.size()).
+template <typename T>
+void copy_normalized(const SourceMatrix& m, int64_t first, int64_t n,
+                     const std::vector<int64_t>& cols, const Normalizer& norm, float* out) {
+  const T* src = reinterpret_cast<const T*>(m.data) + first * m.cols;
+  const size_t width = cols.size();
+  for (int64_t r = 0; r < n; ++r, src += m.cols)
+    for (size_t j = 0; j < width; ++j)
+      *out++ =
+          static_cast<float>((static_cast<double>(src[cols[j]]) - norm.shift[j]) / norm.scale[j]);
+}
+
+void copy_rows(const SourceMatrix& m, int64_t first, int64_t n, const std::vector<int64_t>& cols,
+               const Normalizer& norm, float* out) {
+  if (m.dtype == DType::f32) {
+    copy_normalized<float>(m, first, n, cols, norm, out);
+  } else {
+    copy_normalized<double>(m, first, n, cols, norm, out);
+  }
+}
+
+}  // namespace
+
+void SeriesData::copy_window(int64_t start, float* out) const {
+  copy_rows(source, start, lookback, feature_cols, feature_norm, out);
+}
+
+void SeriesData::copy_target(int64_t start, float* out) const {
+  copy_rows(source, target_row(start), 1, target_cols, target_norm, out);
+}
+
+void Dataset::check_source() const {
+  io::FileStamp now;
+  try {
+    now = io::stamp_of(path);
+  } catch (const Error&) {
+    fail(path, ": the data file disappeared during the run");
+  }
+  if (!(now == stamp))
+    fail(path, ": the data file changed during the run (size ", stamp.size, " -> ", now.size,
+         " bytes, or a new modification time); restart the run on the new data");
 }
 
 namespace {
@@ -96,44 +144,72 @@ int64_t positive(const Config& c, const std::string& key) {
   return v;
 }
 
-// The columns of a data file: a CSV (named columns) or a 2-D .npy array (columns "0", "1", ...).
-class Columns {
+// A data file: a CSV (named columns, read whole) or a 2-D .npy array (columns "0", "1", ...;
+// float arrays stay memory-mapped).
+class DataFile {
  public:
-  explicit Columns(const std::string& path) : path_(path) {
+  explicit DataFile(const std::string& path) : path_(path) {
     if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0) {
-      npy_ = io::read_npy(path);
-      if (npy_.shape.size() != 2)
-        fail(path, ": expected a 2-D array (rows, columns), got ", npy_.shape.size(),
+      io::MappedNpy mapped = io::map_npy(path);
+      if (mapped.shape.size() != 2)
+        fail(path, ": expected a 2-D array (rows, columns), got ", mapped.shape.size(),
              " dimensions");
-      rows_ = npy_.shape[0];
-      for (int64_t j = 0; j < npy_.shape[1]; ++j) names_.push_back(std::to_string(j));
+      matrix_.rows = mapped.shape[0];
+      matrix_.cols = mapped.shape[1];
+      if (mapped.dtype == DType::f32 || mapped.dtype == DType::f64) {
+        matrix_.dtype = mapped.dtype;
+        matrix_.data = mapped.data;
+        matrix_.owner = mapped.mapping;
+      } else {  // integers: converted in memory
+        auto values = std::make_shared<std::vector<double>>(matrix_.rows * matrix_.cols);
+        convert(mapped.data, mapped.dtype, values->data(), DType::f64, values->size());
+        matrix_.dtype = DType::f64;
+        matrix_.data = reinterpret_cast<const std::byte*>(values->data());
+        matrix_.owner = values;
+      }
+      for (int64_t j = 0; j < matrix_.cols; ++j) names_.push_back(std::to_string(j));
     } else {
       csv_ = std::make_unique<io::CsvTable>(io::CsvTable::read(path));
-      rows_ = csv_->rows();
       names_ = csv_->columns();
     }
   }
-  int64_t rows() const { return rows_; }
+  int64_t rows() const { return csv_ ? csv_->rows() : matrix_.rows; }
   const std::vector<std::string>& columns() const { return names_; }
   bool has_column(const std::string& name) const {
     return std::find(names_.begin(), names_.end(), name) != names_.end();
   }
-  std::vector<double> numeric(const std::string& name) const {
-    if (csv_) return csv_->numeric(name);
-    const int64_t j = std::find(names_.begin(), names_.end(), name) - names_.begin();
-    const int64_t cols = static_cast<int64_t>(names_.size());
-    std::vector<double> all(rows_ * cols), out(rows_);
-    convert(npy_.data.data(), npy_.dtype, all.data(), DType::f64, all.size());
-    for (int64_t r = 0; r < rows_; ++r) {
-      out[r] = all[r * cols + j];
-      if (!std::isfinite(out[r]))
-        fail(where(r), ": column ", j, ": ", out[r], " is not a finite number");
-    }
-    return out;
-  }
   const std::vector<std::string>& text(const std::string& name) const {
     if (!csv_) fail(path_, ": a .npy array has no text column '", name, "'");
     return csv_->text(name);
+  }
+  // The named numeric columns, rows in `order`: a new matrix of just those columns for a CSV,
+  // the mapped array itself for a .npy file (`order` is then the file order). Every value used
+  // must be finite.
+  SourceMatrix numeric(const std::vector<std::string>& names, const std::vector<int64_t>& order,
+                       std::vector<int64_t>* cols) const {
+    cols->clear();
+    if (!csv_) {
+      for (const auto& name : names) cols->push_back(std::stoll(name));
+      for (int64_t r = 0; r < matrix_.rows; ++r)
+        for (int64_t j : *cols)
+          if (const double x = matrix_.at(r, j); !std::isfinite(x))
+            fail(path_, ": row ", r, ", column ", j, ": ", x, " is not a finite number");
+      return matrix_;
+    }
+    const int64_t n = csv_->rows(), width = static_cast<int64_t>(names.size());
+    auto values = std::make_shared<std::vector<double>>(n * width);
+    for (int64_t j = 0; j < width; ++j) {
+      const std::vector<double> col = csv_->numeric(names[j]);
+      for (int64_t r = 0; r < n; ++r) (*values)[r * width + j] = col[order[r]];
+      cols->push_back(j);
+    }
+    SourceMatrix m;
+    m.dtype = DType::f64;
+    m.rows = n;
+    m.cols = width;
+    m.data = reinterpret_cast<const std::byte*>(values->data());
+    m.owner = values;
+    return m;
   }
   // "<path>:<line>" for a CSV row, "<path>: row <r>" for an array row.
   std::string where(int64_t row) const {
@@ -144,8 +220,7 @@ class Columns {
  private:
   std::string path_;
   std::unique_ptr<io::CsvTable> csv_;
-  io::NpyArray npy_;
-  int64_t rows_ = 0;
+  SourceMatrix matrix_;
   std::vector<std::string> names_;
 };
 
@@ -162,7 +237,7 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
   const int64_t stride = positive(c, "data.stride");
   const std::string path = c.str("data.path");
   if (path.empty()) fail(c.source(), ": data.path is required");
-  const Columns table(path);
+  const DataFile table(path);
   const std::string date_col = c.str("data.date_column"), class_col = c.str("data.class_column");
   for (const auto& [key, col] :
        {std::pair{"data.date_column", date_col}, {"data.class_column", class_col}})
@@ -211,18 +286,24 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
          "' is not a time-series task (forecast, classify, mae)");
   }
   d.rows = table.rows();
-  const int64_t F = d.num_features();
-  auto matrix = [&](const std::vector<std::string>& names, const char* key) {
-    std::vector<double> m(d.rows * names.size());
-    for (size_t j = 0; j < names.size(); ++j) {
-      if (!table.has_column(names[j]))
-        fail(c.source(), ": ", key, ": ", path, " has no column '", names[j], "'");
-      const std::vector<double> col = table.numeric(names[j]);
-      for (int64_t r = 0; r < d.rows; ++r) m[r * names.size() + j] = col[order[r]];
-    }
-    return m;
-  };
-  const std::vector<double> x = matrix(d.feature_names, "data.features");
+  // The source: features, then targets, then the direction label's column.
+  std::vector<std::string> used = d.feature_names;
+  const std::string label_col =
+      d.task == "classify" && c.str("data.label") == "direction" ? c.str("data.label_column") : "";
+  for (const auto& [names, key] :
+       {std::pair{&d.feature_names, "data.features"}, {&d.target_names, "data.targets"}})
+    for (const auto& name : *names)
+      if (!table.has_column(name))
+        fail(c.source(), ": ", key, ": ", path, " has no column '", name, "'");
+  if (!label_col.empty() && !table.has_column(label_col))
+    fail(c.source(), ": data.label_column: ", path, " has no column '", label_col, "'");
+  for (const auto& name : d.target_names) used.push_back(name);
+  if (!label_col.empty()) used.push_back(label_col);
+  std::vector<int64_t> used_cols;
+  d.source = table.numeric(used, order, &used_cols);
+  const int64_t F = d.num_features(), O = static_cast<int64_t>(d.target_names.size());
+  d.feature_cols.assign(used_cols.begin(), used_cols.begin() + F);
+  d.target_cols.assign(used_cols.begin() + F, used_cols.begin() + F + O);
   const auto [train_end, val_end] = boundaries(c, d.rows);
   const std::string mode = c.str("data.split.mode");
   if (mode != "time" && mode != "random")
@@ -248,29 +329,21 @@ SeriesData load_series(const Config& c, const SeriesData* norms) {
     for (int64_t r = 0; r < d.rows; ++r)
       if (used[r]) train_rows.push_back(r);
   }
-  // Fits `norm` on the training rows (unless given), then normalizes the (rows, cols) matrix.
-  auto normalize = [&](const std::vector<double>& m, int64_t cols, const Normalizer* given,
-                       Normalizer* norm, std::vector<float>* out) {
-    if (given) {
-      *norm = *given;
-    } else {
-      norm->fit(c.str("data.normalize"), m, train_rows, cols);
-    }
-    out->resize(m.size());
-    for (int64_t r = 0; r < d.rows; ++r)
-      for (int64_t j = 0; j < cols; ++j)
-        (*out)[r * cols + j] = static_cast<float>(norm->apply(m[r * cols + j], j));
-  };
-  normalize(x, F, norms ? &norms->feature_norm : nullptr, &d.feature_norm, &d.features);
-  if (d.task == "forecast") {
-    normalize(matrix(d.target_names, "data.targets"), static_cast<int64_t>(d.target_names.size()),
-              norms ? &norms->target_norm : nullptr, &d.target_norm, &d.targets);
-  } else if (d.task == "classify" && c.str("data.label") == "direction") {
+  if (norms) {
+    d.feature_norm = norms->feature_norm;
+    d.target_norm = norms->target_norm;
+  } else {
+    d.feature_norm.fit(c.str("data.normalize"), d.source, d.feature_cols, train_rows);
+    if (d.task == "forecast")
+      d.target_norm.fit(c.str("data.normalize"), d.source, d.target_cols, train_rows);
+  }
+  if (!label_col.empty()) {
     // Class of row r: up when the column is higher than `horizon` rows earlier.
-    const std::vector<double> v = matrix({c.str("data.label_column")}, "data.label_column");
+    const int64_t col = used_cols.back();
     d.class_names = {"down", "up"};
     d.classes.assign(d.rows, 0);
-    for (int64_t r = d.horizon; r < d.rows; ++r) d.classes[r] = v[r] > v[r - d.horizon] ? 1 : 0;
+    for (int64_t r = d.horizon; r < d.rows; ++r)
+      d.classes[r] = d.source.at(r, col) > d.source.at(r - d.horizon, col) ? 1 : 0;
   } else if (d.task == "classify") {
     const auto& names = table.text(class_col);
     if (norms) {
@@ -354,6 +427,26 @@ TextData load_text(const Config& c, const std::string& vocab) {
   if (d.split.train.empty())
     fail(path, ": the training split (", train_end,
          " characters) is shorter than data.seq_len + 1");
+  return d;
+}
+
+Dataset load_dataset(const Config& c, const Dataset* from) {
+  Dataset d;
+  d.kind = c.str("data.task");
+  d.path = c.str("data.path");
+  if (d.path.empty()) fail(c.source(), ": data.path is required");
+  if (d.kind == "charlm") {
+    d.text = load_text(c, from ? from->text.vocab : "");
+  } else if (d.kind == "forecast" || d.kind == "classify" || d.kind == "mae") {
+    d.series = load_series(c, from ? &from->series : nullptr);
+    d.mask_ratio = c.number("data.mask_ratio");
+    if (!(d.mask_ratio > 0 && d.mask_ratio < 1))
+      fail(c.source(), ": data.mask_ratio must be in (0, 1), got ", d.mask_ratio);
+  } else {
+    fail(c.source(), ": data.task: unknown task '", d.kind,
+         "' (expected forecast, classify, mae or charlm)");
+  }
+  d.stamp = io::stamp_of(d.path);
   return d;
 }
 

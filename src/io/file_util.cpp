@@ -33,6 +33,14 @@ bool write_all(int fd, const void* data, size_t n) {
 
 }  // namespace
 
+FileStamp stamp_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail(path, ": ", std::strerror(errno));
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+          static_cast<uint64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
 void write_file_atomically(const std::string& path, const std::vector<ByteSpan>& parts) {
   // The temporary file, removed on every failure path.
   struct TempFile {

@@ -5,6 +5,8 @@
 #include <string_view>
 #include <vector>
 
+#include "seqforge/io/file_stamp.hpp"
+
 namespace seqforge::io {
 
 struct ByteSpan {

@@ -1,6 +1,7 @@
 #include "seqforge/io/npy.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -402,6 +403,33 @@ NpyArray parse_npy(std::string_view bytes, const std::string& source) {
   const auto* begin = reinterpret_cast<const std::byte*>(bytes.data()) + offset;
   a.data.assign(begin, begin + (bytes.size() - offset));
   return a;
+}
+
+MappedNpy map_npy(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, ": cannot open: ", errno_str(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, ": not a regular file");
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* base = size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
+  const int e = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) fail(path, ": cannot map: ", errno_str(e));
+  std::shared_ptr<const void> mapping(base, [size](const void* p) {
+    if (p) ::munmap(const_cast<void*>(p), size);
+  });
+  size_t offset = 0;
+  NpyArray header =
+      parse_header(std::string_view(static_cast<const char*>(base), size), path, &offset);
+  MappedNpy m;
+  m.dtype = header.dtype;
+  m.shape = std::move(header.shape);
+  m.data = static_cast<const std::byte*>(base) + offset;
+  m.mapping = std::move(mapping);
+  return m;
 }
 
 NpyArray read_npy(const std::string& path) {

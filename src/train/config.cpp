@@ -60,6 +60,44 @@ const std::vector<ConfigKey> kKeys = {
     {"data.normalize", T::string, "zscore",
      "`zscore`, `minmax` or `none`: feature and target scaling, fitted on the training split only "
      "and stored in the checkpoint."},
+    {"data.num_workers", T::string, "auto",
+     "Threads assembling batches ahead of the training loop (windows, masks, augmentations): a "
+     "count, 0 (assembled by the training loop itself), or `auto` (a quarter of the cores, at "
+     "least 1, fewer when the prefetched batches would fill an eighth of the free memory). The "
+     "batches are the same for any count."},
+    {"data.prefetch_factor", T::integer, "2", "Batches each worker assembles ahead."},
+    {"augment.jitter.p", T::number, "0.0",
+     "Probability that a training window gets Gaussian noise added (time series)."},
+    {"augment.jitter.sigma", T::number, "0.03", "Jitter: the noise's standard deviation."},
+    {"augment.scaling.p", T::number, "0.0",
+     "Probability that each feature of a training window is multiplied by a random factor."},
+    {"augment.scaling.sigma", T::number, "0.1",
+     "Scaling: the factors' standard deviation around 1."},
+    {"augment.magnitude_warp.p", T::number, "0.0",
+     "Probability that each feature of a training window is multiplied by a smooth random curve "
+     "around 1."},
+    {"augment.magnitude_warp.sigma", T::number, "0.2",
+     "Magnitude warp: the curve's knots' standard deviation around 1."},
+    {"augment.magnitude_warp.knots", T::integer, "4", "Magnitude warp: inner knots of the curve."},
+    {"augment.time_warp.p", T::number, "0.0",
+     "Probability that a training window's time axis is smoothly sped up and slowed down "
+     "(resampled by linear interpolation)."},
+    {"augment.time_warp.sigma", T::number, "0.2",
+     "Time warp: the local speed's standard deviation around 1."},
+    {"augment.time_warp.knots", T::integer, "4", "Time warp: inner knots of the speed curve."},
+    {"augment.window_slice.p", T::number, "0.0",
+     "Probability that a random slice of a training window is stretched back to its full "
+     "length."},
+    {"augment.window_slice.ratio", T::number, "0.9",
+     "Window slicing: the slice's share of the window."},
+    {"augment.cache", T::boolean, "false",
+     "Generate cache_versions augmented versions of every training window once, store them as "
+     ".npy under a fingerprint of the data and these options (with a checksum), and draw from them "
+     "in later epochs and runs."},
+    {"augment.cache_versions", T::integer, "4", "Augmented versions per window in the cache."},
+    {"augment.cache_dir", T::string, "",
+     "Where the cache lives; empty: `augment/` in seqforge's cache directory (SEQFORGE_CACHE_DIR, "
+     "else ~/.cache/seqforge)."},
     {"model.hidden", T::integer, "64", "LSTM hidden size."},
     {"model.layers", T::integer, "1", "LSTM layers."},
     {"model.bidirectional", T::boolean, "false", "Bidirectional LSTM."},

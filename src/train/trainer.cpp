@@ -22,10 +22,13 @@
 #include "io/file_util.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/cpu.hpp"
+#include "seqforge/core/hash.hpp"
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/core/resource_monitor.hpp"
 #include "seqforge/core/threads.hpp"
+#include "seqforge/data/augment.hpp"
 #include "seqforge/data/datasets.hpp"
+#include "seqforge/data/loader.hpp"
 #include "seqforge/io/checkpoint.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/sequence_model.hpp"
@@ -129,16 +132,9 @@ class CheckpointWriter {
   std::thread thread_;
 };
 
-// Everything a task needs: data, model, batch assembly and metrics.
-struct Task {
-  std::string kind;          // forecast | classify | mae | charlm
-  double mask_ratio = 0.15;  // mae
-  SeriesData series;
-  TextData text;
+// A task: its data and the model it needs.
+struct Task : Dataset {
   ModelOptions model;
-
-  const Split& split() const { return kind == "charlm" ? text.split : series.split; }
-  int64_t steps() const { return kind == "charlm" ? text.seq_len : series.lookback; }
 };
 
 ModelOptions model_options(const Config& c, const Task& t) {
@@ -171,96 +167,30 @@ ModelOptions model_options(const Config& c, const Task& t) {
 // Loads the task's data per the config; with `from`, reuses its normalisation and vocabulary.
 Task load_task(const Config& c, const Task* from = nullptr) {
   Task t;
-  t.kind = c.str("data.task");
-  if (t.kind == "charlm") {
-    t.text = load_text(c, from ? from->text.vocab : "");
-  } else if (t.kind == "forecast" || t.kind == "classify" || t.kind == "mae") {
-    t.series = load_series(c, from ? &from->series : nullptr);
-    t.mask_ratio = c.number("data.mask_ratio");
-    if (!(t.mask_ratio > 0 && t.mask_ratio < 1))
-      fail(c.source(), ": data.mask_ratio must be in (0, 1), got ", t.mask_ratio);
-  } else {
-    fail(c.source(), ": data.task: unknown task '", t.kind,
-         "' (expected forecast, classify, mae or charlm)");
-  }
+  static_cast<Dataset&>(t) = load_dataset(c, from);
   t.model = model_options(c, t);
   return t;
 }
 
-// Host buffers for one batch.
-struct Batch {
-  int64_t size = 0;
-  std::vector<float> x, y;           // input windows; targets (forecast; mae: unmasked windows)
-  std::vector<float> mask;           // mae: 1 for the masked time steps (B*T)
-  std::vector<int64_t> ids, labels;  // charlm input ids; class ids or next-character ids
-  Tensor input, target, labels_t, mask_t;
-};
-
-// Assembles windows starts[begin, end) into `b`; `rng` draws the mae masks.
-void fill_batch(const Task& t, const std::vector<int64_t>& starts, size_t begin, size_t end,
-                Batch* b, Rng& rng) {
-  const int64_t B = static_cast<int64_t>(end - begin);
-  b->size = B;
-  if (t.kind == "charlm") {
-    const int64_t T = t.text.seq_len;
-    b->ids.resize(B * T);
-    b->labels.resize(B * T);
-    for (int64_t i = 0; i < B; ++i) {
-      const int64_t s = starts[begin + i];
-      std::copy_n(t.text.ids.begin() + s, T, b->ids.begin() + i * T);
-      std::copy_n(t.text.ids.begin() + s + 1, T, b->labels.begin() + i * T);
-    }
-    b->input = Tensor(b->ids.data(), DType::i64, {B, T});
-    b->labels_t = Tensor(b->labels.data(), DType::i64, {B * T});
-    return;
-  }
-  const SeriesData& d = t.series;
-  const int64_t T = d.lookback, F = d.num_features();
-  b->x.resize(B * T * F);
-  for (int64_t i = 0; i < B; ++i)
-    std::copy_n(d.features.begin() + starts[begin + i] * F, T * F, b->x.begin() + i * T * F);
-  b->input = Tensor(b->x.data(), DType::f32, {B, T, F});
-  if (t.kind == "mae") {  // mask a share of each window's steps (at least one): zero in, target out
-    b->y = b->x;
-    b->mask.assign(B * T, 0.0f);
-    for (int64_t i = 0; i < B; ++i) {
-      bool any = false;
-      for (int64_t u = 0; u < T; ++u)
-        any |= (b->mask[i * T + u] = rng.uniform() < t.mask_ratio) != 0;
-      if (!any) b->mask[i * T + static_cast<int64_t>(rng.next() % T)] = 1.0f;
-      for (int64_t u = 0; u < T; ++u)
-        if (b->mask[i * T + u] != 0.0f) std::fill_n(b->x.begin() + (i * T + u) * F, F, 0.0f);
-    }
-    b->target = Tensor(b->y.data(), DType::f32, {B * T, F});
-    b->mask_t = Tensor(b->mask.data(), DType::f32, {B * T});
-  } else if (t.kind == "forecast") {
-    const int64_t O = d.num_outputs();
-    b->y.resize(B * O);
-    for (int64_t i = 0; i < B; ++i)
-      std::copy_n(d.targets.begin() + d.target_row(starts[begin + i]) * O, O, b->y.begin() + i * O);
-    b->target = Tensor(b->y.data(), DType::f32, {B, O});
-  } else {
-    b->labels.resize(B);
-    for (int64_t i = 0; i < B; ++i) b->labels[i] = d.classes[d.target_row(starts[begin + i])];
-    b->labels_t = Tensor(b->labels.data(), DType::i64, {B});
-  }
+// Bytes of one batch's buffers, for the loader's memory budget.
+int64_t batch_bytes(const Task& t, int64_t batch_size) {
+  const int64_t per_step = t.kind == "charlm" ? 16 : 4 * (2 * t.series.num_features() + 1);
+  return batch_size * t.steps() * per_step;
 }
 
 // The loss and its gradient for a batch; returns the mean loss.
 double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout) {
   if (t.kind == "forecast") return be.mse_loss(out, b.target, Tensor(), dout);
-  if (t.kind == "mae") return be.mse_loss(out, b.target, b.mask_t, dout);
-  return be.cross_entropy_loss(out, b.labels_t, Tensor(), -100, dout);
+  if (t.kind == "mae") return be.mse_loss(out, b.target, b.mask, dout);
+  return be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout);
 }
 
 // Metrics over a split (no training, no dropout).
 std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, const Task& t,
-                                             const std::vector<int64_t>& starts,
-                                             int64_t batch_size) {
+                                             const std::vector<int64_t>& starts, Loader& loader) {
   SF_PROFILE_SCOPE("validation");
   std::map<std::string, double> m;
   if (starts.empty()) return m;
-  Batch b;
   Buffer dout_buf;
   Rng rng(0);
   double loss_sum = 0, abs_sum = 0, sq_sum = 0;
@@ -268,14 +198,19 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
   const int64_t C = t.kind == "classify" ? t.series.num_outputs() : 0;
   std::vector<int64_t> tp(C), fp(C), fn(C);
   int64_t correct = 0;
-  for (size_t i = 0; i < starts.size(); i += batch_size) {
-    fill_batch(t, starts, i, std::min(starts.size(), i + batch_size), &b, rng);
+  loader.start(starts, INT64_MAX, {}, 0);
+  for (size_t done = 0; done < starts.size();) {
+    const Batch& b = loader.next();
+    done += b.size;
     Tensor out = model.forward(be, b.input, {}, {}, false, rng);
     Tensor dout = dout_buf.get(be, DType::f32, out.shape());
+    const auto* mask = static_cast<const float*>(b.mask.data());
     const int64_t n = t.kind == "charlm" ? b.size * t.text.seq_len
                       : t.kind == "mae"
-                          ? static_cast<int64_t>(std::count(b.mask.begin(), b.mask.end(), 1.0f))
+                          ? static_cast<int64_t>(std::count(mask, mask + b.mask.numel(), 1.0f))
                           : b.size;
+    const auto* y = static_cast<const float*>(b.target.data());
+    const auto* labels = static_cast<const int64_t*>(b.labels.data());
     loss_sum += loss_of(be, t, out, b, dout) * n;
     count += n;
     const float* o = static_cast<const float*>(out.data());
@@ -284,7 +219,7 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
       for (int64_t r = 0; r < b.size; ++r)
         for (int64_t j = 0; j < O; ++j) {
           const double e = t.series.target_norm.invert(o[r * O + j], j) -
-                           t.series.target_norm.invert(b.y[r * O + j], j);
+                           t.series.target_norm.invert(y[r * O + j], j);
           abs_sum += std::fabs(e);
           sq_sum += e * e;
           ++values;
@@ -292,13 +227,13 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
     } else if (t.kind == "classify") {
       for (int64_t r = 0; r < b.size; ++r) {
         const int64_t pred = std::max_element(o + r * C, o + (r + 1) * C) - (o + r * C);
-        const int64_t y = b.labels[r];
-        if (pred == y) {
+        const int64_t truth = labels[r];
+        if (pred == truth) {
           ++correct;
-          ++tp[y];
+          ++tp[truth];
         } else {
           ++fp[pred];
-          ++fn[y];
+          ++fn[truth];
         }
       }
     }
@@ -472,6 +407,21 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
       << " parameters, " << threads.threads << " threads (" << threads.reason << "), "
       << (gemm_dtype == DType::bf16 ? "bf16" : "fp32") << " GEMMs (" << be->description() << ")\n";
   if (!notice.empty()) out << "note: " << notice << "\n";
+  // The loader, and the augmentation cache (built now: a failure leaves the run directory as it
+  // was).
+  const AugmentOptions augment = AugmentOptions::from_config(c);
+  std::unique_ptr<AugmentCache> augment_cache;
+  if (augment.cache)
+    augment_cache = AugmentCache::open(task, augment, seed ^ 0xa06e47ull, threads.threads, out);
+  const BatchRecipe recipe{augment.any() ? &augment : nullptr, augment_cache.get()};
+  Loader loader(*be, task, batch_size, loader_options(c, batch_bytes(task, batch_size)));
+  out << "loader: " << loader.options().workers << " worker"
+      << (loader.options().workers == 1 ? "" : "s") << " (" << loader.options().reason
+      << "), prefetch " << loader.options().prefetch_factor << " batches per worker"
+      << (augment.any()
+              ? augment.cache ? ", augmentations from the cache" : ", augmentations on the fly"
+              : "")
+      << "\n";
   out << "run directory: " << run_dir << "\n" << std::flush;
 
   Rng rng(seed ^ 0x5eed5eedull);
@@ -544,7 +494,6 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
   summary.run_dir = run_dir;
   summary.checkpoint = checkpoint;
   summary.monitor = monitor;
-  Batch batch;
   Buffer dout_buf;
   model.parameters().zero_grad(*be);
   // Modules held fixed for the first freeze_epochs epochs (a pre-trained encoder, say).
@@ -568,13 +517,13 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
       std::swap(order[i], order[rng.next() % (i + 1)]);
     double loss_sum = 0;
     int64_t seen = 0;
+    loader.start(order, batches_per_epoch, recipe, mix_seed(seed, static_cast<uint64_t>(epoch)));
     for (int64_t bi = 0; bi < batches_per_epoch; ++bi, ++step) {
       SF_PROFILE_SCOPE("train step");
-      const size_t begin = bi * batch_size, end = std::min(order.size(), begin + batch_size);
-      {
+      const Batch& batch = [&]() -> const Batch& {
         SF_PROFILE_SCOPE("data wait");
-        fill_batch(task, order, begin, end, &batch, rng);
-      }
+        return loader.next();
+      }();
       // Learning rate: linear warm-up, then the schedule.
       double lr = oo.lr * lr_factor;
       if (step < warmup) {
@@ -613,9 +562,9 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
         out << line << std::flush;
       }
     }
-    const double train_s = now_s() - t0;
+    const double train_s = now_s() - t0, wait_s = loader.wait_seconds();
     std::map<std::string, double> m =
-        evaluate_split(*be, model, task, split.val.empty() ? split.train : split.val, batch_size);
+        evaluate_split(*be, model, task, split.val.empty() ? split.train : split.val, loader);
     m["train_loss"] = loss_sum / seen;
     const double epoch_s = now_s() - t0;
     if (!m.count(monitor))
@@ -681,15 +630,18 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
     j["epoch_seconds"] = epoch_s;
     j["train_seconds"] = train_s;
     j["samples_per_second"] = seen / std::max(train_s, 1e-9);
+    j["data_wait_seconds"] = wait_s;
+    j["data_wait_share"] = wait_s / std::max(train_s, 1e-9);
     j["checkpoint"] = write;
     for (const auto& [k, v] : resources.interval_summary()) j[k] = v;
     metrics_log << j.dump() << "\n" << std::flush;
     write_run_report(run_dir);
     char head[96];
     std::snprintf(head, sizeof head, "epoch %lld/%lld", (long long)epoch, (long long)epochs);
-    char tail[128];
-    std::snprintf(tail, sizeof tail, "  lr %.3g  %.1f s  %.0f samples/s%s", optimizer.options().lr,
-                  epoch_s, seen / std::max(train_s, 1e-9), write ? "  [saved]" : "");
+    char tail[160];
+    std::snprintf(tail, sizeof tail, "  lr %.3g  %.1f s  %.0f samples/s  data wait %.1f%%%s",
+                  optimizer.options().lr, epoch_s, seen / std::max(train_s, 1e-9),
+                  100 * wait_s / std::max(train_s, 1e-9), write ? "  [saved]" : "");
     out << (tty ? "\r" : "") << head << format_metrics(m) << tail << "\n" << std::flush;
     summary.epochs = epoch;
     summary.last = m;
@@ -734,7 +686,10 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
     starts = &all;
   }
   if (starts->empty()) fail(run, ": the ", split, " split has no windows");
-  auto m = evaluate_split(*be, model, r.task, *starts, r.config.integer("train.batch_size"));
+  Loader loader(
+      *be, r.task, r.config.integer("train.batch_size"),
+      loader_options(r.config, batch_bytes(r.task, r.config.integer("train.batch_size"))));
+  auto m = evaluate_split(*be, model, r.task, *starts, loader);
   std::map<std::string, double> out;
   for (const auto& [k, v] : m) out[k.rfind("val_", 0) == 0 ? split + k.substr(3) : k] = v;
   out["samples"] = static_cast<double>(starts->size());
@@ -764,24 +719,26 @@ int64_t predict(const std::string& run, const std::string& input, const std::str
     csv << ",predicted,actual";
   }
   csv << "\n";
-  Batch b;
   Rng rng(0);
   const int64_t batch_size = r.config.integer("train.batch_size");
+  Loader loader(*be, r.task, batch_size, loader_options(r.config, batch_bytes(r.task, batch_size)));
+  loader.start(starts, INT64_MAX, {}, 0);
   for (size_t i = 0; i < starts.size(); i += batch_size) {
-    const size_t end = std::min(starts.size(), i + batch_size);
-    fill_batch(r.task, starts, i, end, &b, rng);
+    const Batch& b = loader.next();
     Tensor out = model.forward(*be, b.input, {}, {}, false, rng);
     const float* o = static_cast<const float*>(out.data());
+    const auto* y = static_cast<const float*>(b.target.data());
+    const auto* labels = static_cast<const int64_t*>(b.labels.data());
     const int64_t O = d.num_outputs();
     for (int64_t k = 0; k < b.size; ++k) {
       csv << d.target_row(starts[i + k]) + 1;  // 1-based data row, in date order
       if (d.task == "forecast") {
         for (int64_t j = 0; j < O; ++j)
           csv << "," << d.target_norm.invert(o[k * O + j], j) << ","
-              << d.target_norm.invert(b.y[k * O + j], j);
+              << d.target_norm.invert(y[k * O + j], j);
       } else {
         const int64_t pred = std::max_element(o + k * O, o + (k + 1) * O) - (o + k * O);
-        csv << "," << d.class_names[pred] << "," << d.class_names[b.labels[k]];
+        csv << "," << d.class_names[pred] << "," << d.class_names[labels[k]];
       }
       csv << "\n";
     }

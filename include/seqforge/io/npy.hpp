@@ -6,6 +6,7 @@
 // naming the file and the problem.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,17 @@ struct NpyArray {
   std::vector<int64_t> shape;   // () for a scalar
   std::vector<std::byte> data;  // C order, numel(shape) * dtype_size(dtype) bytes
 };
+
+// A file mapped read-only: pages are read on demand, so an array larger than memory can be used.
+struct MappedNpy {
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  const std::byte* data = nullptr;      // C order, numel(shape) * dtype_size(dtype) bytes
+  std::shared_ptr<const void> mapping;  // unmaps when the last copy goes
+};
+
+// Maps and validates a file (the same checks as read_npy; the data itself is not read).
+MappedNpy map_npy(const std::string& path);
 
 // Reads and validates a file. Throws seqforge::Error("<path>: <problem>").
 NpyArray read_npy(const std::string& path);

@@ -1,0 +1,282 @@
+#include "seqforge/data/augment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "io/file_util.hpp"
+#include "seqforge/core/autotune.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/core/hash.hpp"
+#include "seqforge/io/npy.hpp"
+
+namespace fs = std::filesystem;
+
+namespace seqforge {
+
+bool AugmentOptions::any() const {
+  return jitter_p > 0 || scaling_p > 0 || magnitude_warp_p > 0 || time_warp_p > 0 ||
+         window_slice_p > 0;
+}
+
+std::string AugmentOptions::describe() const {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "jitter %.17g %.17g; scaling %.17g %.17g; magnitude_warp %.17g %.17g %lld; "
+                "time_warp %.17g %.17g %lld; window_slice %.17g %.17g",
+                jitter_p, jitter_sigma, scaling_p, scaling_sigma, magnitude_warp_p,
+                magnitude_warp_sigma, (long long)magnitude_warp_knots, time_warp_p, time_warp_sigma,
+                (long long)time_warp_knots, window_slice_p, window_slice_ratio);
+  return buf;
+}
+
+AugmentOptions AugmentOptions::from_config(const Config& c) {
+  AugmentOptions o;
+  auto probability = [&](const std::string& key) {
+    const double p = c.number(key);
+    if (!(p >= 0 && p <= 1)) fail(c.source(), ": ", key, " must be in [0, 1], got ", p);
+    return p;
+  };
+  auto non_negative = [&](const std::string& key) {
+    const double v = c.number(key);
+    if (!(v >= 0 && std::isfinite(v))) fail(c.source(), ": ", key, " must be >= 0, got ", v);
+    return v;
+  };
+  auto knots = [&](const std::string& key) {
+    const int64_t k = c.integer(key);
+    if (k < 1 || k > 1000) fail(c.source(), ": ", key, " must be in [1, 1000], got ", k);
+    return k;
+  };
+  o.jitter_p = probability("augment.jitter.p");
+  o.jitter_sigma = non_negative("augment.jitter.sigma");
+  o.scaling_p = probability("augment.scaling.p");
+  o.scaling_sigma = non_negative("augment.scaling.sigma");
+  o.magnitude_warp_p = probability("augment.magnitude_warp.p");
+  o.magnitude_warp_sigma = non_negative("augment.magnitude_warp.sigma");
+  o.magnitude_warp_knots = knots("augment.magnitude_warp.knots");
+  o.time_warp_p = probability("augment.time_warp.p");
+  o.time_warp_sigma = non_negative("augment.time_warp.sigma");
+  o.time_warp_knots = knots("augment.time_warp.knots");
+  o.window_slice_p = probability("augment.window_slice.p");
+  o.window_slice_ratio = c.number("augment.window_slice.ratio");
+  if (!(o.window_slice_ratio > 0 && o.window_slice_ratio <= 1))
+    fail(c.source(), ": augment.window_slice.ratio must be in (0, 1], got ", o.window_slice_ratio);
+  o.cache = c.boolean("augment.cache");
+  o.cache_versions = c.integer("augment.cache_versions");
+  if (o.cache_versions < 1)
+    fail(c.source(), ": augment.cache_versions must be positive, got ", o.cache_versions);
+  o.cache_dir = c.str("augment.cache_dir");
+  if (o.cache_dir.empty())
+    o.cache_dir = (fs::path(autotune::cache_path()).parent_path() / "augment").string();
+  if ((o.any() || o.cache) && c.str("data.task") == "charlm")
+    fail(c.source(), ": augment: augmentations apply to time series, not to data.task charlm");
+  if (o.cache && !o.any())
+    fail(c.source(), ": augment.cache is true but no augmentation has a probability above 0");
+  return o;
+}
+
+namespace {
+
+// A smooth curve through knots 1 + sigma * N(0, 1), evenly spaced over T steps (Catmull-Rom).
+void smooth_curve(int64_t T, int64_t knots, double sigma, Rng& rng, std::vector<double>* out) {
+  std::vector<double> v(knots + 2);
+  for (double& x : v) x = 1.0 + sigma * rng.normal();
+  const int64_t last = static_cast<int64_t>(v.size()) - 1;
+  out->resize(T);
+  for (int64_t t = 0; t < T; ++t) {
+    const double x = T > 1 ? double(t) * last / double(T - 1) : 0.0;
+    const int64_t k = std::min<int64_t>(static_cast<int64_t>(x), last - 1);
+    const double u = x - k;
+    const double p0 = v[std::max<int64_t>(k - 1, 0)], p1 = v[k], p2 = v[k + 1],
+                 p3 = v[std::min(k + 2, last)];
+    (*out)[t] = 0.5 * (2 * p1 + (p2 - p0) * u + (2 * p0 - 5 * p1 + 4 * p2 - p3) * u * u +
+                       (3 * p1 - p0 - 3 * p2 + p3) * u * u * u);
+  }
+}
+
+// window(t) = old(at[t]) by linear interpolation along time, every feature.
+void resample(float* window, int64_t T, int64_t F, const std::vector<double>& at) {
+  thread_local std::vector<float> old;
+  old.assign(window, window + T * F);
+  for (int64_t t = 0; t < T; ++t) {
+    const double x = std::clamp(at[t], 0.0, double(T - 1));
+    const int64_t i = std::min<int64_t>(static_cast<int64_t>(x), T - 2);
+    const double u = x - i;
+    for (int64_t f = 0; f < F; ++f)
+      window[t * F + f] = static_cast<float>((1 - u) * old[i * F + f] + u * old[(i + 1) * F + f]);
+  }
+}
+
+}  // namespace
+
+void augment_window(const AugmentOptions& o, float* w, int64_t T, int64_t F, Rng& rng) {
+  thread_local std::vector<double> curve, at;
+  if (T >= 2 && o.window_slice_p > 0 && rng.uniform() < o.window_slice_p) {
+    const int64_t L = std::clamp<int64_t>(std::llround(o.window_slice_ratio * T), 2, T);
+    const int64_t first = static_cast<int64_t>(rng.next() % (T - L + 1));
+    at.resize(T);
+    for (int64_t t = 0; t < T; ++t) at[t] = first + double(t) * (L - 1) / double(T - 1);
+    resample(w, T, F, at);
+  }
+  if (T >= 2 && o.time_warp_p > 0 && rng.uniform() < o.time_warp_p) {
+    smooth_curve(T, o.time_warp_knots, o.time_warp_sigma, rng, &curve);  // local speed
+    at.resize(T);
+    double sum = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      at[t] = sum;
+      sum += std::max(curve[t], 0.05);
+    }
+    const double end = at[T - 1];
+    for (int64_t t = 0; t < T; ++t) at[t] *= double(T - 1) / end;
+    resample(w, T, F, at);
+  }
+  if (o.magnitude_warp_p > 0 && rng.uniform() < o.magnitude_warp_p)
+    for (int64_t f = 0; f < F; ++f) {
+      smooth_curve(T, o.magnitude_warp_knots, o.magnitude_warp_sigma, rng, &curve);
+      for (int64_t t = 0; t < T; ++t) w[t * F + f] = static_cast<float>(w[t * F + f] * curve[t]);
+    }
+  if (o.scaling_p > 0 && rng.uniform() < o.scaling_p)
+    for (int64_t f = 0; f < F; ++f) {
+      const double s = 1.0 + o.scaling_sigma * rng.normal();
+      for (int64_t t = 0; t < T; ++t) w[t * F + f] = static_cast<float>(w[t * F + f] * s);
+    }
+  if (o.jitter_p > 0 && rng.uniform() < o.jitter_p)
+    for (int64_t i = 0; i < T * F; ++i)
+      w[i] = static_cast<float>(w[i] + o.jitter_sigma * rng.normal());
+}
+
+namespace {
+
+// The fingerprint: everything the cached windows depend on.
+uint64_t fingerprint(const Dataset& data, const AugmentOptions& o, uint64_t seed) {
+  const SeriesData& s = data.series;
+  uint64_t h = 0;
+  {  // the source file's bytes, mapped: it may be larger than memory
+    const int fd = ::open(data.path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0) fail(data.path, ": cannot read: ", std::strerror(errno));
+    const size_t size = static_cast<size_t>(st.st_size);
+    void* p = size ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
+    ::close(fd);
+    if (p == MAP_FAILED) fail(data.path, ": cannot map: ", std::strerror(errno));
+    h = hash_bytes(p, size);
+    if (p) ::munmap(p, size);
+  }
+  nlohmann::json j = {{"format", 1},
+                      {"task", s.task},
+                      {"lookback", s.lookback},
+                      {"features", s.feature_names},
+                      {"feature_cols", s.feature_cols},
+                      {"norm", s.feature_norm.to_json()},
+                      {"augment", o.describe()},
+                      {"versions", o.cache_versions},
+                      {"seed", seed}};
+  h = hash_text(j.dump(), h);
+  return hash_bytes(s.split.train.data(), s.split.train.size() * sizeof(int64_t), h);
+}
+
+std::string hex(uint64_t x) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x));
+  return buf;
+}
+
+}  // namespace
+
+std::unique_ptr<AugmentCache> AugmentCache::open(const Dataset& data, const AugmentOptions& o,
+                                                 uint64_t seed, int threads, std::ostream& log) {
+  const SeriesData& s = data.series;
+  const int64_t K = o.cache_versions, N = static_cast<int64_t>(s.split.train.size());
+  const int64_t T = s.lookback, F = s.num_features();
+  const std::vector<int64_t> shape = {K, N, T, F};
+  std::error_code ec;
+  fs::create_directories(o.cache_dir, ec);
+  if (ec || !fs::is_directory(o.cache_dir))
+    fail("augment.cache_dir: cannot create ", o.cache_dir, ": ",
+         ec ? ec.message() : "not a directory");
+  const std::string name = "augment-" + hex(fingerprint(data, o, seed));
+  const std::string npy_path = (fs::path(o.cache_dir) / (name + ".npy")).string();
+  const std::string sum_path = (fs::path(o.cache_dir) / (name + ".json")).string();
+
+  auto cache = std::make_unique<AugmentCache>();
+  cache->path_ = npy_path;
+  cache->versions_ = K;
+  cache->window_size_ = T * F;
+  cache->starts_ = s.split.train;
+  const size_t bytes = static_cast<size_t>(K * N * T * F) * sizeof(float);
+
+  // Reuse: the checksum file must name this shape and the data's hash.
+  if (fs::exists(npy_path) || fs::exists(sum_path)) {
+    std::string problem;
+    try {
+      const auto j = nlohmann::json::parse(io::read_file(sum_path));
+      io::MappedNpy m = io::map_npy(npy_path);
+      if (m.dtype != DType::f32 || m.shape != shape) {
+        problem = "shape or type differs";
+      } else if (j.at("checksum").get<std::string>() != hex(hash_bytes(m.data, bytes))) {
+        problem = "checksum mismatch";
+      } else {
+        cache->mapping_ = m.mapping;
+        cache->data_ = reinterpret_cast<const float*>(m.data);
+        log << "augmentation cache: reusing " << npy_path << "\n";
+        return cache;
+      }
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+    log << "augmentation cache: " << npy_path << " is not usable (" << problem
+        << "); rebuilding it\n";
+  }
+
+  // Build: item k * N + i is version k of window i, drawn from its own seed, so the result does
+  // not depend on the threads.
+  std::vector<float> values(static_cast<size_t>(K * N * T * F));
+  auto build = [&](int64_t first, int64_t last) {
+    for (int64_t item = first; item < last; ++item) {
+      const int64_t i = item % N;
+      float* w = values.data() + item * T * F;
+      s.copy_window(s.split.train[i], w);
+      Rng rng(mix_seed(seed, static_cast<uint64_t>(item)));
+      augment_window(o, w, T, F, rng);
+    }
+  };
+  const int64_t items = K * N, n_threads = std::clamp<int64_t>(threads, 1, items);
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < n_threads; ++t)
+    pool.emplace_back(build, items * t / n_threads, items * (t + 1) / n_threads);
+  for (auto& th : pool) th.join();
+  const uint64_t checksum = hash_bytes(values.data(), bytes);
+  try {
+    io::write_npy(npy_path, DType::f32, shape, values.data());
+    const std::string sum = nlohmann::json{{"checksum", hex(checksum)}, {"shape", shape}}.dump();
+    io::write_file_atomically(sum_path, {{sum.data(), sum.size()}});
+  } catch (const Error& e) {
+    fail("augment.cache_dir: cannot write the augmentation cache: ", e.what());
+  }
+  io::MappedNpy m = io::map_npy(npy_path);
+  cache->mapping_ = m.mapping;
+  cache->data_ = reinterpret_cast<const float*>(m.data);
+  log << "augmentation cache: built " << npy_path << " (" << K << " versions of " << N
+      << " windows, " << bytes / 1000000 << " MB)\n";
+  return cache;
+}
+
+const float* AugmentCache::window(int64_t start, int64_t version) const {
+  const auto it = std::lower_bound(starts_.begin(), starts_.end(), start);
+  if (it == starts_.end() || *it != start)
+    fail(path_, ": window at row ", start, " is not a training window of this cache");
+  const int64_t i = it - starts_.begin(), n = static_cast<int64_t>(starts_.size());
+  return data_ + (version * n + i) * window_size_;
+}
+
+}  // namespace seqforge

@@ -1,0 +1,245 @@
+#include "seqforge/data/loader.hpp"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/core/hash.hpp"
+
+namespace seqforge {
+
+void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& starts, size_t begin,
+                    size_t end, const BatchRecipe& recipe, Rng& rng, Batch* b) {
+  const int64_t B = static_cast<int64_t>(end - begin);
+  b->size = B;
+  if (d.kind == "charlm") {
+    const int64_t T = d.text.seq_len;
+    b->input = b->input_buf.get(be, DType::i64, {B, T});
+    b->labels = b->labels_buf.get(be, DType::i64, {B * T});
+    auto* ids = static_cast<int64_t*>(b->input.data());
+    auto* next = static_cast<int64_t*>(b->labels.data());
+    for (int64_t i = 0; i < B; ++i) {
+      const int64_t s = starts[begin + i];
+      std::copy_n(d.text.ids.begin() + s, T, ids + i * T);
+      std::copy_n(d.text.ids.begin() + s + 1, T, next + i * T);
+    }
+    return;
+  }
+  const SeriesData& s = d.series;
+  const int64_t T = s.lookback, F = s.num_features();
+  b->input = b->input_buf.get(be, DType::f32, {B, T, F});
+  auto* x = static_cast<float*>(b->input.data());
+  for (int64_t i = 0; i < B; ++i) {
+    float* w = x + i * T * F;
+    const int64_t start = starts[begin + i];
+    if (recipe.augment && recipe.cache) {
+      const auto version = static_cast<int64_t>(rng.next() % recipe.cache->versions());
+      std::copy_n(recipe.cache->window(start, version), T * F, w);
+    } else {
+      s.copy_window(start, w);
+      if (recipe.augment) augment_window(*recipe.augment, w, T, F, rng);
+    }
+  }
+  if (d.kind == "mae") {  // mask a share of each window's steps (at least one): zero in, target out
+    b->target = b->target_buf.get(be, DType::f32, {B * T, F});
+    b->mask = b->mask_buf.get(be, DType::f32, {B * T});
+    auto* y = static_cast<float*>(b->target.data());
+    auto* mask = static_cast<float*>(b->mask.data());
+    std::copy_n(x, B * T * F, y);
+    std::fill_n(mask, B * T, 0.0f);
+    for (int64_t i = 0; i < B; ++i) {
+      bool any = false;
+      for (int64_t u = 0; u < T; ++u) any |= (mask[i * T + u] = rng.uniform() < d.mask_ratio) != 0;
+      if (!any) mask[i * T + static_cast<int64_t>(rng.next() % T)] = 1.0f;
+      for (int64_t u = 0; u < T; ++u)
+        if (mask[i * T + u] != 0.0f) std::fill_n(x + (i * T + u) * F, F, 0.0f);
+    }
+  } else if (d.kind == "forecast") {
+    const int64_t O = s.num_outputs();
+    b->target = b->target_buf.get(be, DType::f32, {B, O});
+    auto* y = static_cast<float*>(b->target.data());
+    for (int64_t i = 0; i < B; ++i) s.copy_target(starts[begin + i], y + i * O);
+  } else {
+    b->labels = b->labels_buf.get(be, DType::i64, {B});
+    auto* labels = static_cast<int64_t*>(b->labels.data());
+    for (int64_t i = 0; i < B; ++i) labels[i] = s.classes[s.target_row(starts[begin + i])];
+  }
+}
+
+namespace {
+
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (meminfo >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+}
+
+}  // namespace
+
+LoaderOptions loader_options(const Config& c, int64_t batch_bytes) {
+  LoaderOptions o;
+  o.prefetch_factor = static_cast<int>(c.integer("data.prefetch_factor"));
+  if (o.prefetch_factor < 1 || o.prefetch_factor > 64)
+    fail(c.source(), ": data.prefetch_factor must be in [1, 64], got ", o.prefetch_factor);
+  const std::string workers = c.str("data.num_workers");
+  if (workers != "auto") {
+    char* end = nullptr;
+    const long n = std::strtol(workers.c_str(), &end, 10);
+    if (workers.empty() || *end != '\0' || n < 0 || n > 256)
+      fail(c.source(), ": data.num_workers must be auto or a count in [0, 256], got '", workers,
+           "'");
+    o.workers = static_cast<int>(n);
+    o.reason = "data.num_workers";
+    return o;
+  }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.workers = std::clamp((cores + 3) / 4, 1, 8);
+  const int64_t budget = available_memory_bytes() / 8;
+  while (o.workers > 1 && int64_t{o.workers} * o.prefetch_factor * batch_bytes > budget)
+    --o.workers;
+  o.reason = "auto: " + std::to_string(cores) + " cores, " +
+             std::to_string(std::max<int64_t>(1, batch_bytes >> 10)) + " KiB per batch";
+  return o;
+}
+
+// The ring: slot k holds batch k, k + S, k + 2S, ... of a pass; a worker fills a slot only once
+// the consumer has released the batch that was in it.
+struct Loader::State {
+  struct Slot {
+    Batch batch;
+    int64_t index = -1;  // the pass's batch it holds, once assembled
+    std::exception_ptr error;
+  };
+  Backend& backend;
+  const Dataset& data;
+  int64_t batch_size;
+  LoaderOptions options;
+  std::vector<Slot> slots;
+  std::vector<std::thread> workers;
+
+  std::mutex mutex;
+  std::condition_variable work_ready, batch_ready;
+  std::vector<int64_t> starts;
+  BatchRecipe recipe;
+  uint64_t seed = 0;
+  int64_t batches = 0, claimed = 0, released = 0, current = -1;
+  int in_flight = 0;
+  bool stop = false;
+  double wait_s = 0;
+
+  State(Backend& be, const Dataset& d, int64_t bs, LoaderOptions o)
+      : backend(be), data(d), batch_size(bs), options(std::move(o)) {
+    slots.resize(std::max(1, options.workers * options.prefetch_factor));
+  }
+
+  void assemble(int64_t index, Slot& slot) {
+    slot.error = nullptr;
+    try {
+      data.check_source();
+      const size_t begin = static_cast<size_t>(index * batch_size);
+      const size_t end = std::min(starts.size(), begin + static_cast<size_t>(batch_size));
+      Rng rng(mix_seed(seed, static_cast<uint64_t>(index)));
+      assemble_batch(backend, data, starts, begin, end, recipe, rng, &slot.batch);
+    } catch (...) {
+      slot.error = std::current_exception();
+    }
+  }
+
+  void work(int id) {
+    const std::string name = "sf-loader-" + std::to_string(id);
+    pthread_setname_np(pthread_self(), name.c_str());
+    std::unique_lock lock(mutex);
+    for (;;) {
+      const int64_t ring = static_cast<int64_t>(slots.size());
+      work_ready.wait(lock,
+                      [&] { return stop || (claimed < batches && claimed < released + ring); });
+      if (stop) return;
+      const int64_t index = claimed++;
+      Slot& slot = slots[index % ring];
+      ++in_flight;
+      lock.unlock();
+      assemble(index, slot);
+      lock.lock();
+      slot.index = index;
+      --in_flight;
+      batch_ready.notify_all();
+    }
+  }
+};
+
+Loader::Loader(Backend& backend, const Dataset& data, int64_t batch_size, LoaderOptions options)
+    : state_(std::make_unique<State>(backend, data, batch_size, std::move(options))) {
+  for (int i = 0; i < state_->options.workers; ++i)
+    state_->workers.emplace_back([this, i] { state_->work(i); });
+}
+
+Loader::~Loader() {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->stop = true;
+  }
+  state_->work_ready.notify_all();
+  for (auto& t : state_->workers) t.join();
+}
+
+void Loader::start(const std::vector<int64_t>& starts, int64_t batches, const BatchRecipe& recipe,
+                   uint64_t seed) {
+  State& s = *state_;
+  std::unique_lock lock(s.mutex);
+  s.batches = s.claimed;  // no new claims; let the batches under way finish
+  s.batch_ready.wait(lock, [&] { return s.in_flight == 0; });
+  s.starts = starts;
+  s.batches = std::min<int64_t>(
+      batches, (static_cast<int64_t>(starts.size()) + s.batch_size - 1) / s.batch_size);
+  s.recipe = recipe;
+  s.seed = seed;
+  s.claimed = s.released = 0;
+  s.current = -1;
+  s.wait_s = 0;
+  for (auto& slot : s.slots) slot.index = -1;
+  s.work_ready.notify_all();
+}
+
+const Batch& Loader::next() {
+  State& s = *state_;
+  std::unique_lock lock(s.mutex);
+  if (s.current + 1 >= s.batches) fail("loader: next() past the end of the pass");
+  s.released = s.current + 1;  // the batch handed out last is done with
+  const int64_t index = ++s.current;
+  State::Slot& slot = s.slots[index % static_cast<int64_t>(s.slots.size())];
+  const auto t0 = std::chrono::steady_clock::now();
+  if (s.workers.empty()) {
+    lock.unlock();
+    s.assemble(index, slot);
+    lock.lock();
+    slot.index = index;
+  } else {
+    s.work_ready.notify_all();
+    s.batch_ready.wait(lock, [&] { return slot.index == index; });
+  }
+  s.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (slot.error) std::rethrow_exception(slot.error);
+  return slot.batch;
+}
+
+double Loader::wait_seconds() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->wait_s;
+}
+
+const LoaderOptions& Loader::options() const { return state_->options; }
+
+}  // namespace seqforge
