@@ -10,6 +10,7 @@
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/seqforge.hpp"
 #include "seqforge/train/trainer.hpp"
+#include "tune.hpp"
 
 namespace sf = seqforge;
 
@@ -116,6 +117,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   gen->add_option("--seed", gen_seed, "random seed")->capture_default_str();
 
+  seqforge::cli::TuneCli* tune = seqforge::cli::add_tune(app);
+
   CLI::App* report = seqforge::cli::add_report(app);
   CLI::App* diagnose = seqforge::cli::add_diagnose(app);
 
@@ -168,6 +171,7 @@ int main(int argc, char** argv) {
                               .c_str());
       return 0;
     }
+    if (seqforge::cli::tune_parsed(tune)) return seqforge::cli::run_tune(tune);
     if (report->parsed()) return seqforge::cli::run_report();
     if (diagnose->parsed()) return seqforge::cli::run_diagnose();
     if (reference->parsed()) {
