@@ -1,7 +1,12 @@
 #include "seqforge/data/datasets.hpp"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -144,6 +149,24 @@ int64_t positive(const Config& c, const std::string& key) {
   return v;
 }
 
+// A mapped file cut short under the process makes reading it raise SIGBUS: say which file it was
+// and exit (checkpoints are written atomically, so the last one stays whole).
+char sigbus_message[512];
+void report_sigbus(int) {
+  const ssize_t n = ::write(STDERR_FILENO, sigbus_message, std::strlen(sigbus_message));
+  (void)n;
+  ::_exit(1);
+}
+void on_sigbus_report(const std::string& path) {
+  std::snprintf(
+      sigbus_message, sizeof sigbus_message,
+      "seqforge: error: %.400s: the memory-mapped data file was truncated during the run\n",
+      path.c_str());
+  struct sigaction action {};
+  action.sa_handler = report_sigbus;
+  ::sigaction(SIGBUS, &action, nullptr);
+}
+
 // A data file: a CSV (named columns, read whole) or a 2-D .npy array (columns "0", "1", ...;
 // float arrays stay memory-mapped).
 class DataFile {
@@ -160,6 +183,7 @@ class DataFile {
         matrix_.dtype = mapped.dtype;
         matrix_.data = mapped.data;
         matrix_.owner = mapped.mapping;
+        on_sigbus_report(path);
       } else {  // integers: converted in memory
         auto values = std::make_shared<std::vector<double>>(matrix_.rows * matrix_.cols);
         convert(mapped.data, mapped.dtype, values->data(), DType::f64, values->size());
