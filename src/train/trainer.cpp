@@ -869,7 +869,7 @@ double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool bf16) 
 bool writable_dir_for(const fs::path& p) {
   fs::path at = fs::absolute(p);
   while (!at.empty() && !fs::exists(at) && at != at.parent_path()) at = at.parent_path();
-  return access(at.c_str(), W_OK | X_OK) == 0;
+  return fs::is_directory(at) && access(at.c_str(), W_OK | X_OK) == 0;
 }
 
 double available_memory_mb() {

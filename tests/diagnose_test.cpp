@@ -1,0 +1,104 @@
+// `seqforge diagnose CONFIG` in the library: what it finds in the data, its estimate of an epoch,
+// and problems, one line each naming the key to change.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "seqforge/core/error.hpp"
+#include "seqforge/train/trainer.hpp"
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Fixture {
+  fs::path dir, data;
+  Fixture(const std::string& name, int rows) {
+    dir = fs::temp_directory_path() / ("seqforge_diagnose_test_" + name);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    data = dir / "series.csv";
+    std::ofstream f(data);
+    f << "t,signal,other\n";
+    for (int i = 0; i < rows; ++i) f << i << "," << std::sin(i * 0.3) << "," << i % 7 << "\n";
+  }
+  Config config(const std::vector<std::string>& overrides = {}) const {
+    return Config::parse("data:\n  path: " + data.string() +
+                             "\n  features: [signal, other]\n"
+                             "  targets: [signal]\n  lookback: 12\n"
+                             "model: {hidden: 16}\ntrain: {batch_size: 16, run_dir: " +
+                             (dir / "run").string() + "}\n",
+                         "d.yaml", overrides);
+  }
+};
+
+TEST(Diagnose, DescribesTheDataAndEstimatesAnEpoch) {
+  const Fixture fx("ok", 400);
+  const ConfigDiagnosis d = diagnose_config(fx.config(), 4);
+  EXPECT_EQ(d.task, "forecast");
+  EXPECT_EQ(d.rows, 400);
+  EXPECT_GT(d.train, 0);
+  EXPECT_GT(d.val, 0);
+  EXPECT_GT(d.test, 0);
+  EXPECT_LE(d.train + d.val + d.test, 400 - 12);
+  EXPECT_EQ(d.steps, 12);
+  EXPECT_EQ(d.batches_per_epoch, (d.train + 15) / 16);
+  EXPECT_GT(d.parameters, 4 * 16 * (2 + 16));
+  EXPECT_NEAR(d.batch_input_mb * 1048576, 16 * 4.0 * (12 * 2 + 1), 1.0);
+  EXPECT_GT(d.activation_mb, 0);
+  EXPECT_EQ(d.timed_steps, 4);
+  EXPECT_GT(d.step_seconds, 0);
+  EXPECT_GT(d.validation_seconds, 0);
+  EXPECT_GE(d.epoch_seconds, d.step_seconds * d.batches_per_epoch);
+  EXPECT_TRUE(d.problems.empty()) << d.problems.front();
+  EXPECT_FALSE(fs::exists(fx.dir / "run")) << "the measured run leaves the run directory alone";
+}
+
+TEST(Diagnose, ReportsEachProblemOnOneLineNamingTheKey) {
+  const Fixture fx("problems", 120);
+  const fs::path file_in_the_way = fx.dir / "not_a_dir";
+  std::ofstream(file_in_the_way) << "x";
+  const ConfigDiagnosis d = diagnose_config(
+      fx.config({"train.batch_size=4096", "train.threads=4096", "data.split.train=0.85",
+                 "data.split.val=0.15", "train.run_dir=" + (file_in_the_way / "run").string()}),
+      0);
+  auto has = [&](const std::string& key) {
+    for (const auto& p : d.problems)
+      if (p.find(key) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("train.batch_size")) << "larger than the training split";
+  EXPECT_TRUE(has("train.threads")) << "more threads than CPUs";
+  EXPECT_TRUE(has("train.run_dir")) << "not writable";
+  EXPECT_TRUE(has("test split")) << "no test windows";
+  for (const auto& p : d.problems) {
+    EXPECT_EQ(p.find('\n'), std::string::npos) << p;
+    EXPECT_NE(p.find(": "), std::string::npos) << "what to change follows a colon: " << p;
+  }
+  EXPECT_EQ(d.timed_steps, 0);
+}
+
+TEST(Diagnose, DataErrorsComeOutAsTheyDoForTrain) {
+  const Fixture fx("short", 10);
+  std::string diagnose_error, train_error;
+  try {
+    diagnose_config(fx.config({"data.lookback=50"}), 0);
+  } catch (const Error& e) {
+    diagnose_error = e.what();
+  }
+  std::ostringstream log;
+  try {
+    train(fx.config({"data.lookback=50"}), log);
+  } catch (const Error& e) {
+    train_error = e.what();
+  }
+  EXPECT_FALSE(train_error.empty());
+  EXPECT_EQ(diagnose_error, train_error);
+}
+
+}  // namespace
+}  // namespace seqforge

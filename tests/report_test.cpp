@@ -1,0 +1,125 @@
+// The run report: curves from metrics.jsonl, predictions and confusion matrices, escaping, and the
+// report the trainer writes at the end of a run.
+#include "seqforge/report/report.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/file_util.hpp"
+#include "seqforge/train/trainer.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path run_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_report_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void write(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(Report, DrawsCurvesAndForecastPredictions) {
+  const fs::path dir = run_dir("forecast");
+  write(dir / "metrics.jsonl",
+        "{\"epoch\":1,\"train_loss\":0.9,\"val_loss\":0.8,\"val_rmse\":2.0,\"lr\":0.001,"
+        "\"samples_per_second\":1000,\"epoch_seconds\":1.5,\"train_seconds\":1.2,"
+        "\"cpu_percent\":180,\"rss_mb\":30,\"peak_rss_mb\":31}\n"
+        "not json, a line cut short by a kill\n"
+        "{\"epoch\":2,\"train_loss\":0.5,\"val_loss\":null,\"val_rmse\":1.5,\"lr\":0.0005,"
+        "\"samples_per_second\":1100,\"epoch_seconds\":1.4,\"train_seconds\":1.1}\n"
+        "{\"epoch\":3,\"train_loss\":0.3,\"val_loss\":0.4,\"val_rmse\":1.2,\"lr\":0.0001,"
+        "\"samples_per_second\":1050,\"epoch_seconds\":1.4,\"train_seconds\":1.1}\n");
+  write(dir / "config.resolved.yaml",
+        "data:\n  task: forecast\n  targets: [temperature]\ntrain:\n  epochs: 3\n");
+  write(dir / "val_predictions.csv", "row,actual,predicted\n10,1.5,1.4\n11,2.5,2.0\n12,3.0,3.5\n");
+  const std::string html = render_run_report(dir.string());
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(html.find("data-series=\"train\""), std::string::npos);
+  EXPECT_NE(html.find("data-series=\"validation\""), std::string::npos);
+  EXPECT_NE(html.find(">val_rmse<"), std::string::npos);
+  EXPECT_NE(html.find("Throughput"), std::string::npos);
+  EXPECT_NE(html.find("Learning rate"), std::string::npos);
+  EXPECT_NE(html.find("CPU use"), std::string::npos);
+  EXPECT_NE(html.find("temperature: predicted vs actual"), std::string::npos);
+  EXPECT_NE(html.find("MAE 0.3667"), std::string::npos) << "mean |actual - predicted|";
+  // Loss, val_rmse, samples/s, lr, epoch time (2), cpu, memory (2), predictions (2).
+  EXPECT_EQ(count(html, "<polyline"), 12u);
+  // The null validation loss of epoch 2 is left out, not drawn as zero: 2 points.
+  const size_t at = html.find("data-series=\"validation\"");
+  const std::string points = html.substr(at, html.find("/>", at) - at);
+  EXPECT_EQ(count(points, ","), 2u) << points;
+  // Self-contained: no scripts, no external resources.
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("src="), std::string::npos);
+  EXPECT_EQ(html.find("href="), std::string::npos);
+  EXPECT_EQ(count(html, "http"), count(html, "http://www.w3.org/2000/svg"));
+}
+
+TEST(Report, ConfusionMatrixForClassificationWithEscapedNames) {
+  const fs::path dir = run_dir("classify");
+  write(dir / "metrics.jsonl", "{\"epoch\":1,\"train_loss\":1.0,\"val_loss\":0.9}\n");
+  write(dir / "config.resolved.yaml", "data:\n  task: classify\n");
+  write(dir / "val_predictions.csv",
+        "row,actual,predicted\n1,rain,rain\n2,rain,sun\n3,sun,sun\n4,<b>snow,sun\n5,sun,sun\n");
+  const std::string html = render_run_report(dir.string());
+  EXPECT_NE(html.find("Confusion matrix"), std::string::npos);
+  EXPECT_NE(html.find("&lt;b&gt;snow"), std::string::npos);
+  EXPECT_EQ(html.find("<b>snow"), std::string::npos);
+  EXPECT_NE(html.find("Accuracy 60.0%"), std::string::npos);
+  EXPECT_NE(html.find(">50.0%</td>"), std::string::npos) << "recall of rain";
+  EXPECT_NE(html.find(">100.0%</td>"), std::string::npos) << "recall of sun";
+}
+
+TEST(Report, WritesReportHtmlAndNeedsMetrics) {
+  const fs::path dir = run_dir("write");
+  EXPECT_NE(test::error_of([&] { write_run_report(dir.string()); }).find("metrics.jsonl"),
+            std::string::npos);
+  write(dir / "metrics.jsonl", "{\"epoch\":1,\"train_loss\":1.0}\n");
+  EXPECT_EQ(write_run_report(dir.string()), (dir / "report.html").string());
+  EXPECT_NE(io::read_file((dir / "report.html").string()).find("</html>"), std::string::npos);
+}
+
+TEST(Report, TrainerWritesPredictionsAndReport) {
+  const fs::path dir = run_dir("trainer");
+  {
+    std::ofstream f(dir / "series.csv");
+    f << "t,signal\n";
+    for (int i = 0; i < 240; ++i) f << i << "," << std::sin(i * 0.3) << "\n";
+  }
+  const std::string yaml = "data:\n  path: " + (dir / "series.csv").string() +
+                           "\n  features: [signal]\n  targets: [signal]\n"
+                           "  lookback: 8\nmodel: {hidden: 8}\n"
+                           "train: {epochs: 2, batch_size: 32, run_dir: " +
+                           (dir / "run").string() + "}\n";
+  std::ostringstream log;
+  train(Config::parse(yaml, "r.yaml"), log);
+  EXPECT_NE(log.str().find("report: "), std::string::npos) << log.str();
+  std::ifstream predictions(dir / "run" / "val_predictions.csv");
+  std::string header, line;
+  std::getline(predictions, header);
+  EXPECT_EQ(header, "row,actual,predicted");
+  int rows = 0;
+  while (std::getline(predictions, line)) ++rows;
+  EXPECT_EQ(rows, static_cast<int>(evaluate((dir / "run").string(), "val").at("samples")));
+  const std::string html = io::read_file((dir / "run" / "report.html").string());
+  EXPECT_NE(html.find("signal: predicted vs actual"), std::string::npos);
+  EXPECT_NE(html.find("CPU use"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace seqforge
