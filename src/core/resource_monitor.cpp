@@ -120,11 +120,11 @@ void ResourceMonitor::run() {
   for (;;) {
     if (cv_.wait_for(lock, std::chrono::duration<double>(interval_s_), [&] { return stop_; }))
       return;
-    sample_locked(true);
+    sample_locked();
   }
 }
 
-void ResourceMonitor::sample_locked(bool emit_counters) {
+void ResourceMonitor::sample_locked() {
   const double wall = wall_s(), cpu = process_cpu_seconds(), rss_mb = process_rss_bytes() / 1048576;
   const double cpu_percent = 100.0 * (cpu - last_cpu_) / std::max(wall - last_wall_, 1e-9);
   last_wall_ = wall;
@@ -138,7 +138,7 @@ void ResourceMonitor::sample_locked(bool emit_counters) {
     gpu_mem_last_ = g.memory_used_mb;
     ++gpu_samples_;
   }
-  if (emit_counters && profiler::enabled()) {
+  if (profiler::enabled()) {
     profiler::counter("cpu % (100 = one core)", cpu_percent);
     profiler::counter("rss MB", rss_mb);
     if (gpu) {
@@ -150,7 +150,7 @@ void ResourceMonitor::sample_locked(bool emit_counters) {
 
 std::map<std::string, double> ResourceMonitor::interval_summary() {
   std::lock_guard lock(mutex_);
-  sample_locked(false);
+  sample_locked();  // also a counter sample per epoch, for runs shorter than the interval
   const double wall = last_wall_, cpu = last_cpu_;
   std::map<std::string, double> m = {
       {"cpu_percent", 100.0 * (cpu - start_cpu_) / std::max(wall - start_wall_, 1e-9)},

@@ -37,7 +37,7 @@ class ResourceMonitor {
 
  private:
   void run();
-  void sample_locked(bool emit_counters);
+  void sample_locked();  // and counters into the trace when profiling
   double interval_s_;
   std::mutex mutex_;
   std::condition_variable cv_;
