@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3-torch python3-numpy python3-yaml libopenblas0-pthread
+  chromium  # renders report.html in the report test
 )
 
 missing=()
