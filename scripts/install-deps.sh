@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3-torch python3-numpy python3-yaml libopenblas0-pthread
+  libsqlite3-dev libpq-dev postgresql python3-optuna
   chromium  # renders report.html in the report test
 )
 

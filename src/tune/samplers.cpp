@@ -308,14 +308,14 @@ class GridSampler final : public Sampler {
   int64_t limit() const override { return int64_t(order_.size()); }
   std::map<std::string, double> sample(const std::vector<Trial>& trials, int64_t number) override {
     // Trial numbers are unique, so concurrent workers never pick the same point; a number past
-    // the grid (after retries) takes the first point no trial has.
+    // the grid (retries took numbers) takes the first point no trial has had.
     size_t index = order_[size_t(number) % order_.size()];
     if (size_t(number) >= order_.size()) {
       for (size_t i : order_) {
         const auto params = point(i);
         bool used = false;
         for (const auto& t : trials)
-          if (t.params == params && t.state != TrialState::failed) used = true;
+          if (t.params == params) used = true;
         if (!used) {
           index = i;
           break;

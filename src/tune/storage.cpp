@@ -103,7 +103,8 @@ class SqlStorage final : public Storage {
     return std::nullopt;
   }
 
-  std::optional<Trial> claim(int64_t n_trials, const Worker& worker, double grace) override {
+  std::optional<Trial> claim(int64_t n_trials, const Worker& worker, double grace,
+                             bool count_failed) override {
     std::optional<Trial> out;
     write([&] {
       const double now = now_seconds();
@@ -146,8 +147,9 @@ class SqlStorage final : public Storage {
             {num(now), num(now), worker.host, std::to_string(worker.pid), id});
       } else {
         const auto count = db_->query(
-            "SELECT count(*) FROM seqforge_trials WHERE study = ? AND state IN "
-            "('running', 'complete', 'pruned')",
+            std::string("SELECT count(*) FROM seqforge_trials WHERE study = ? AND state IN "
+                        "('running', 'complete', 'pruned'") +
+                (count_failed ? ", 'failed')" : ")"),
             {study_});
         if (integer(count[0][0]) >= n_trials) return;
         const auto ins = db_->query(

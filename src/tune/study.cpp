@@ -140,7 +140,7 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
       break;
     }
     const double t0 = steady_now();
-    std::optional<Trial> claimed = storage_->claim(n_trials, me, settings_.grace_period);
+    std::optional<Trial> claimed = storage_->claim(n_trials, me, settings_.grace_period, sampler_->limit() > 0);
     if (!claimed) break;
     Trial trial = std::move(*claimed);
     if (trial.params.empty()) {

@@ -36,8 +36,9 @@ class Storage {
   // `grace_seconds`, or a dead process on this host) and queues a retry of each, then claims
   // the oldest waiting trial or, while fewer than `n_trials` trials are running, complete or
   // pruned, creates the next one. nullopt: the study has its trials.
-  virtual std::optional<Trial> claim(int64_t n_trials, const Worker& worker,
-                                     double grace_seconds) = 0;
+  // With `count_failed` (grid), failed trials count towards n_trials too.
+  virtual std::optional<Trial> claim(int64_t n_trials, const Worker& worker, double grace_seconds,
+                                     bool count_failed = false) = 0;
   virtual void set_params(int64_t trial_id, const std::map<std::string, double>& params) = 0;
   virtual void report(int64_t trial_id, int64_t step, double value) = 0;
   virtual void set_attrs(int64_t trial_id, const std::map<std::string, double>& attrs) = 0;
