@@ -153,4 +153,13 @@ with open(os.path.join(work, "junk.db"), "w") as f:
 p = run([config("junk"), "--study", os.path.join(work, "junk.db")], ok=False)
 check(p.returncode != 0 and "not a seqforge study database" in p.stderr,
       f"a file that is no database: {p.stderr.strip()}")
+bad = config("metric").replace("metric.yaml", "metric.yaml")
+with open(bad) as f:
+    text = f.read()
+with open(bad, "w") as f:
+    f.write(text.replace("tune:\n", "tune:\n  metric: val_accuracy\n"))
+p = run([bad, "--study", os.path.join(work, "metric.db")], ok=False)
+rows = trials(os.path.join(work, "metric.db"))
+check(p.returncode != 0 and "tune.metric: 'val_accuracy' is not a metric" in p.stderr
+      and len(rows) == 1, f"an unknown metric stops the study at once: {p.stderr.strip()}")
 print("tune CLI: all checks passed")

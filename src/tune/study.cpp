@@ -140,7 +140,8 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
       break;
     }
     const double t0 = steady_now();
-    std::optional<Trial> claimed = storage_->claim(n_trials, me, settings_.grace_period, sampler_->limit() > 0);
+    std::optional<Trial> claimed =
+        storage_->claim(n_trials, me, settings_.grace_period, sampler_->limit() > 0);
     if (!claimed) break;
     Trial trial = std::move(*claimed);
     if (trial.params.empty()) {
@@ -154,6 +155,7 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
     std::optional<double> value;
     std::string message;
     int64_t epochs = 0;
+    bool abort = false;
     {
       Heartbeat beat(where_, trial.id, settings_.heartbeat_interval);
       try {
@@ -176,6 +178,7 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
         state = TrialState::failed;
         message = e.what();
         value.reset();
+        abort = dynamic_cast<const StudyError*>(&e) != nullptr;
       }
     }
     const double elapsed = steady_now() - t0;
@@ -207,6 +210,7 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
     if (const auto best = best_trial(storage_->trials(), settings_.direction))
       console << "  (best: trial " << best->number << ", " << fmt_value(best->value) << ")";
     console << "\n" << std::flush;
+    if (abort) throw StudyError(message);
     if (stats.failed >= max_failures) {
       console << "giving up: " << stats.failed << " trials failed in this worker\n";
       break;
@@ -470,8 +474,8 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
       if (it == m.end()) {
         std::string have;
         for (const auto& [k, v] : m) have += " " + k;
-        fail(cmd.config, ": tune.metric: '", settings.metric, "' is not a metric of this task (",
-             have, " )");
+        throw StudyError(detail::concat(cmd.config, ": tune.metric: '", settings.metric,
+                                        "' is not a metric of this task (", have, " )"));
       }
       return ctx.report(epoch - 1, it->second);
     };

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "seqforge/core/error.hpp"
 #include "seqforge/tune/pruners.hpp"
 #include "seqforge/tune/samplers.hpp"
 #include "seqforge/tune/space.hpp"
@@ -21,6 +22,13 @@ class TrialContext {
   virtual int64_t number() const = 0;
   virtual const std::map<std::string, double>& params() const = 0;
   virtual bool report(int64_t step, double value) = 0;
+};
+
+// Thrown by an objective when no trial of the study can succeed (e.g. the metric does not exist):
+// the trial is marked failed and the study stops instead of failing every trial in turn.
+class StudyError : public Error {
+ public:
+  using Error::Error;
 };
 
 // Runs a trial; throws on failure. Returns the number of epochs run.
