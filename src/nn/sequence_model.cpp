@@ -12,7 +12,9 @@ SequenceModel::SequenceModel(const ModelOptions& options, DType dtype)
         std::make_unique<Embedding>(params_, "embedding", opt_.vocab_size, opt_.embedding_dim);
     opt_.lstm.input_size = opt_.embedding_dim;
   }
+  lstm_first_ = params_.size();
   lstm_ = std::make_unique<Lstm>(params_, "lstm", opt_.lstm);
+  head_first_ = params_.size();
   head_ = std::make_unique<Linear>(params_, "head", lstm_->output_size(), opt_.output_size);
 }
 
@@ -61,6 +63,7 @@ Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n)
     SF_PROFILE_SCOPE("head backward");
     dfeat = head_->backward(be, dy);  // (rows, F)
   }
+  if (grad_ready_) grad_ready_(head_first_, params_.size());
   Tensor dlstm;
   if (opt_.per_step) {
     dlstm = dfeat.reshape(y_shape);
@@ -75,9 +78,11 @@ Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n)
     }
   }
   Tensor dx = lstm_->backward(be, dlstm, dh_n, dc_n);
+  if (grad_ready_) grad_ready_(lstm_first_, head_first_);
   if (!embedding_) return dx;
   SF_PROFILE_SCOPE("embedding backward");
   embedding_->backward(be, dx.reshape({dx.dim(0) * dx.dim(1), opt_.embedding_dim}));
+  if (grad_ready_) grad_ready_(0, lstm_first_);
   return Tensor();
 }
 

@@ -157,6 +157,11 @@ const std::vector<ConfigKey> kKeys = {
     {"train.run_dir", T::string, "",
      "Where checkpoints, metrics.jsonl and the resolved config go; default runs/<config file "
      "name>."},
+    {"dist.timeout_seconds", T::number, "120",
+     "Under mpirun: a collective that takes longer (a rank died or hangs) ends the job with an "
+     "error. Must exceed rank 0's validation and checkpoint time per epoch."},
+    {"dist.bucket_mb", T::number, "4",
+     "Under mpirun: megabytes of gradients per all-reduce, started while backward runs."},
 };
 
 const char* type_name(T t) {

@@ -29,6 +29,8 @@
 #include "seqforge/data/augment.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/data/loader.hpp"
+#include "seqforge/dist/communicator.hpp"
+#include "seqforge/dist/gradient_sync.hpp"
 #include "seqforge/io/checkpoint.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/sequence_model.hpp"
@@ -351,17 +353,36 @@ LoadedRun load_run(const std::string& run, const std::string& data_override) {
   return {std::move(file), std::move(config), std::move(task)};
 }
 
-}  // namespace
+// Compute threads of one of `local` processes on this machine: an unbound process (mpirun
+// --bind-to none) shares the machine's CPUs with the others.
+ThreadConfig configure_rank_threads(const Config& c, int local) {
+  const int requested = static_cast<int>(c.integer("train.threads"));
+  if (local <= 1 || requested > 0 || std::getenv("OMP_NUM_THREADS")) return configure_threads(requested);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus < online) return configure_threads(requested);  // bound by the launcher already
+  ThreadConfig t = configure_threads(std::max(1, cpus / local));
+  t.reason = std::to_string(cpus) + " CPUs shared by " + std::to_string(local) +
+             " processes on this machine";
+  return t;
+}
 
-TrainSummary train(const Config& c, std::ostream& out, const std::string& resume_dir,
-                   const TrainHooks& hooks) {
-  const ThreadConfig threads = configure_threads(static_cast<int>(c.integer("train.threads")));
+TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& resume_dir,
+                        const TrainHooks& hooks, dist::Communicator& comm) {
+  const int ranks = comm.size(), rank = comm.rank();
+  const ThreadConfig threads = configure_rank_threads(c, comm.local_size());
   std::string notice;
   const DType gemm_dtype = resolve_precision(c.str("train.precision"), &notice);
   Task task = load_task(c);
   const int64_t batch_size = c.integer("train.batch_size"), epochs = c.integer("train.epochs");
   if (batch_size <= 0) fail(c.source(), ": train.batch_size must be positive, got ", batch_size);
   if (epochs <= 0) fail(c.source(), ": train.epochs must be positive, got ", epochs);
+  const double dist_timeout = c.number("dist.timeout_seconds"), bucket_mb = c.number("dist.bucket_mb");
+  if (!(dist_timeout > 0))
+    fail(c.source(), ": dist.timeout_seconds must be positive, got ", dist_timeout);
+  if (!(bucket_mb > 0)) fail(c.source(), ": dist.bucket_mb must be positive, got ", bucket_mb);
   const std::string monitor = c.str("train.early_stopping.monitor");
   const std::string mode = c.str("train.early_stopping.mode");
   if (mode != "min" && mode != "max")
@@ -375,6 +396,7 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
 
   std::string run_dir = resume_dir.empty() ? c.str("train.run_dir") : resume_dir;
   if (run_dir.empty()) run_dir = (fs::path("runs") / fs::path(c.source()).stem()).string();
+  comm.set_timeout(dist_timeout, "the last checkpoint in " + run_dir + " is intact");
 
   auto be = make_cpu_backend();
   const uint64_t seed = static_cast<uint64_t>(c.integer("train.seed"));
@@ -397,8 +419,10 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
 
   const Split& split = task.split();
   const int64_t max_batches = c.integer("train.max_batches");
+  // Each rank takes batch_size windows of every global batch of ranks * batch_size.
+  const int64_t global_batch = ranks * batch_size;
   int64_t batches_per_epoch =
-      (static_cast<int64_t>(split.train.size()) + batch_size - 1) / batch_size;
+      (static_cast<int64_t>(split.train.size()) + global_batch - 1) / global_batch;
   if (max_batches > 0) batches_per_epoch = std::min(batches_per_epoch, max_batches);
   const int64_t total_steps = batches_per_epoch * epochs, warmup = c.integer("train.warmup_steps");
   out << "seqforge " << SEQFORGE_VERSION << ": " << task.kind << ", " << split.train.size()
@@ -406,6 +430,9 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
       << (task.kind == "charlm" ? "sequences" : "windows") << ", " << model.parameters().count()
       << " parameters, " << threads.threads << " threads (" << threads.reason << "), "
       << (gemm_dtype == DType::bf16 ? "bf16" : "fp32") << " GEMMs (" << be->description() << ")\n";
+  if (ranks > 1)
+    out << "data-parallel: " << ranks << " processes (" << comm.name() << "), batch " << batch_size
+        << " per process, " << global_batch << " per step\n";
   if (!notice.empty()) out << "note: " << notice << "\n";
   // The loader, and the augmentation cache (built now: a failure leaves the run directory as it
   // was).
@@ -429,7 +456,7 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
   int64_t since_best = 0, since_plateau = 0, step = 0, first_epoch = 1;
   std::vector<int64_t> order = split.train;
   const std::string state_path = (fs::path(run_dir) / "training_state.safetensors").string();
-  if (!resume_dir.empty()) {  // everything the loop carries from epoch to epoch
+  if (!resume_dir.empty() && rank == 0) {  // everything the loop carries from epoch to epoch
     if (!fs::exists(state_path)) fail(state_path, ": missing: this run has nothing to resume from");
     const io::SafetensorsFile state = io::SafetensorsFile::read(state_path);
     const auto& p = model.parameters();
@@ -462,10 +489,41 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
     lr_factor = real("lr_factor");
     out << "resuming " << run_dir << " after epoch " << first_epoch - 1 << "\n";
   }
+  if (ranks > 1) {  // every rank starts from rank 0's parameters and loop state (init, resume)
+    auto bytes = [&](void* p, size_t n) { comm.broadcast({static_cast<std::byte*>(p), n}); };
+    int64_t windows = static_cast<int64_t>(order.size());
+    bytes(&windows, sizeof windows);
+    if (windows != static_cast<int64_t>(order.size()))
+      fail("rank ", rank, " has ", order.size(), " training windows, rank 0 has ", windows,
+           " (different data on this machine?)");
+    Parameters& p = model.parameters();
+    bytes(p.values().flat().data(), p.values().flat().nbytes());
+    for (int k = 0; k < (oo.kind == "sgd" ? 1 : 2); ++k)
+      bytes(optimizer.state(k).flat().data(), optimizer.state(k).flat().nbytes());
+    bytes(order.data(), order.size() * sizeof(int64_t));
+    std::array<uint64_t, 4> words = rng.state();
+    bytes(words.data(), sizeof words);
+    rng.set_state(words);
+    std::array<double, 8> loop = {double(first_epoch), double(step), double(optimizer.steps()),
+                                  best, double(since_best), plateau_best, double(since_plateau),
+                                  lr_factor};
+    bytes(loop.data(), sizeof loop);
+    std::vector<int64_t> param_steps = optimizer.param_steps();
+    param_steps.resize(p.size(), 0);
+    bytes(param_steps.data(), param_steps.size() * sizeof(int64_t));
+    first_epoch = static_cast<int64_t>(loop[0]);
+    step = static_cast<int64_t>(loop[1]);
+    optimizer.set_steps(static_cast<int64_t>(loop[2]), param_steps);
+    best = loop[3];
+    since_best = static_cast<int64_t>(loop[4]);
+    plateau_best = loop[5];
+    since_plateau = static_cast<int64_t>(loop[6]);
+    lr_factor = loop[7];
+  }
 
-  // The run directory is touched only now that everything above has been checked.
-  fs::create_directories(run_dir);
-  {
+  // The run directory is touched only now that everything above has been checked, by rank 0.
+  if (rank == 0) fs::create_directories(run_dir);
+  if (rank == 0) {
     const std::string yaml = c.resolved_yaml();
     io::write_file_atomically((fs::path(run_dir) / "config.resolved.yaml").string(),
                               {{yaml.data(), yaml.size()}});
@@ -474,15 +532,18 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
   // dropped); it is replaced atomically, then appended to, a flushed line per epoch.
   const std::string metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
   std::string kept;
-  if (!resume_dir.empty()) {
+  if (!resume_dir.empty() && rank == 0) {
     std::ifstream old(metrics_path);
     for (std::string line; std::getline(old, line);) {
       const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (j.is_object() && j.value("epoch", int64_t{0}) < first_epoch) kept += line + "\n";
     }
   }
-  io::write_file_atomically(metrics_path, {{kept.data(), kept.size()}});
-  std::ofstream metrics_log(metrics_path, std::ios::app);
+  std::ofstream metrics_log;
+  if (rank == 0) {
+    io::write_file_atomically(metrics_path, {{kept.data(), kept.size()}});
+    metrics_log.open(metrics_path, std::ios::app);
+  }
   CheckpointWriter writer;
   ResourceMonitor resources;  // cpu_percent, rss_mb, peak_rss_mb per epoch; counters in the trace
   const std::string checkpoint = (fs::path(run_dir) / "model.safetensors").string();
@@ -508,6 +569,17 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
            "' (modules: embedding, lstm, head)");
   }
   const int64_t freeze_epochs = c.integer("train.freeze_epochs");
+  // Data parallel: gradients summed across ranks in buckets while backward runs; dropout draws
+  // differ per rank.
+  std::unique_ptr<dist::GradientSync> sync;
+  if (ranks > 1) {
+    sync = std::make_unique<dist::GradientSync>(comm, model.parameters(),
+                                                static_cast<size_t>(bucket_mb * (1 << 20)));
+    model.set_grad_ready_hook([&](size_t first, size_t end) { sync->ready(first, end); });
+  }
+  Rng rank_rng(0);
+  Rng& forward_rng = ranks > 1 ? rank_rng : rng;
+  std::vector<int64_t> mine;  // this rank's windows of the epoch
 
   for (int64_t epoch = first_epoch; epoch <= epochs; ++epoch) {
     SF_PROFILE_SCOPE("epoch");
@@ -517,13 +589,30 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
       std::swap(order[i], order[rng.next() % (i + 1)]);
     double loss_sum = 0;
     int64_t seen = 0;
-    loader.start(order, batches_per_epoch, recipe, mix_seed(seed, static_cast<uint64_t>(epoch)));
+    const uint64_t epoch_seed = mix_seed(seed, static_cast<uint64_t>(epoch));
+    // Rank r's k-th batch is order[(k * ranks + r) * b, + b); the last ones may be short or empty.
+    const int64_t used =
+        std::min<int64_t>(static_cast<int64_t>(order.size()), batches_per_epoch * global_batch);
+    int64_t local_batches = batches_per_epoch;
+    if (ranks > 1) {
+      mine.clear();
+      for (int64_t k = 0; k < batches_per_epoch; ++k) {
+        const int64_t begin = std::min(used, (k * ranks + rank) * batch_size);
+        mine.insert(mine.end(), order.begin() + begin,
+                    order.begin() + std::min(used, begin + batch_size));
+      }
+      local_batches = (static_cast<int64_t>(mine.size()) + batch_size - 1) / batch_size;
+      rank_rng = Rng(mix_seed(epoch_seed, 0x72616e6b00ull + static_cast<uint64_t>(rank)));
+    }
+    loader.start(ranks > 1 ? mine : order, local_batches, recipe,
+                 ranks > 1 ? mix_seed(epoch_seed, static_cast<uint64_t>(rank)) : epoch_seed);
     for (int64_t bi = 0; bi < batches_per_epoch; ++bi, ++step) {
       SF_PROFILE_SCOPE("train step");
-      const Batch& batch = [&]() -> const Batch& {
+      const Batch* batch_ptr = nullptr;  // null: this rank has no windows in this step
+      if (bi < local_batches) {
         SF_PROFILE_SCOPE("data wait");
-        return loader.next();
-      }();
+        batch_ptr = &loader.next();
+      }
       // Learning rate: linear warm-up, then the schedule.
       double lr = oo.lr * lr_factor;
       if (step < warmup) {
@@ -537,13 +626,40 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
         lr = 0.5 * oo.lr * (1.0 + std::cos(M_PI * std::min(1.0, p)));
       }
       optimizer.set_lr(lr);
-      Tensor y = model.forward(*be, batch.input, {}, {}, true, rng);
+      if (!batch_ptr) {
+        if (task.kind == "mae") {  // the others count masked steps
+          std::array<double, 1> none{};
+          comm.all_reduce_sum(none);
+        }
+        sync->begin_step();
+        sync->finish();
+        fused_step(*be, model.parameters(), optimizer, clip, nullptr);
+        continue;
+      }
+      const Batch& batch = *batch_ptr;
+      Tensor y = model.forward(*be, batch.input, {}, {}, true, forward_rng);
       Tensor dout = dout_buf.get(*be, DType::f32, y.shape());
       const double loss = [&] {
         SF_PROFILE_SCOPE("loss");
         return loss_of(*be, task, y, batch, dout);
       }();
+      if (ranks > 1) {
+        // The summed gradients are the mean over the global batch: each rank's mean gradient
+        // weighted by its share of the loss's terms (windows, or masked steps for mae).
+        std::array<double, 1> terms = {double(batch.size)};
+        double total = double(std::min(global_batch, used - bi * global_batch));
+        if (task.kind == "mae") {
+          const auto* mask = static_cast<const float*>(batch.mask.data());
+          terms[0] = double(std::count(mask, mask + batch.mask.numel(), 1.0f));
+          std::array<double, 1> all = terms;
+          comm.all_reduce_sum(all);
+          total = all[0];
+        }
+        be->scale(dout, total > 0 ? terms[0] / total : 0.0);
+        sync->begin_step();
+      }
       model.backward(*be, dout);
+      if (sync) sync->finish();
       {
         SF_PROFILE_SCOPE("optimizer");
         fused_step(*be, model.parameters(), optimizer, clip, nullptr);
@@ -562,7 +678,21 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
         out << line << std::flush;
       }
     }
+    if (ranks > 1) {  // the global training loss
+      std::array<double, 2> sums = {loss_sum, double(seen)};
+      comm.all_reduce_sum(sums);
+      loss_sum = sums[0];
+      seen = static_cast<int64_t>(sums[1]);
+    }
     const double train_s = now_s() - t0, wait_s = loader.wait_seconds();
+    if (rank != 0) {  // rank 0 validates, saves and decides; the others follow
+      std::array<double, 2> next{};
+      comm.broadcast({reinterpret_cast<std::byte*>(next.data()), sizeof next});
+      lr_factor = next[1];
+      summary.epochs = epoch;
+      if (next[0] != 0) break;
+      continue;
+    }
     std::map<std::string, double> m =
         evaluate_split(*be, model, task, split.val.empty() ? split.train : split.val, loader);
     m["train_loss"] = loss_sum / seen;
@@ -645,6 +775,11 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
     out << (tty ? "\r" : "") << head << format_metrics(m) << tail << "\n" << std::flush;
     summary.epochs = epoch;
     summary.last = m;
+    if (ranks > 1) {
+      std::array<double, 2> next = {double(hook_stop || (patience > 0 && since_best >= patience)),
+                                    lr_factor};
+      comm.broadcast({reinterpret_cast<std::byte*>(next.data()), sizeof next});
+    }
     if (hook_stop) {
       summary.stopped = true;
       break;
@@ -654,6 +789,7 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
       break;
     }
   }
+  if (rank != 0) return summary;
   writer.flush();
   if (fs::exists(checkpoint))  // the saved model's predictions on the validation split
     write_validation_predictions(run_dir, (fs::path(run_dir) / "val_predictions.csv").string());
@@ -663,6 +799,21 @@ TrainSummary train(const Config& c, std::ostream& out, const std::string& resume
       << "; metrics: " << (fs::path(run_dir) / "metrics.jsonl").string() << "; report: " << report
       << "\n";
   return summary;
+}
+
+}  // namespace
+
+TrainSummary train(const Config& c, std::ostream& out, const std::string& resume_dir,
+                   const TrainHooks& hooks) {
+  dist::Communicator& comm = dist::world();
+  if (comm.size() == 1) return train_rank(c, out, resume_dir, hooks, comm);
+  std::ostream quiet(nullptr);  // rank 0 alone prints
+  try {
+    return train_rank(c, comm.rank() == 0 ? out : quiet, resume_dir, hooks, comm);
+  } catch (const std::exception& e) {
+    comm.abort(e.what());  // the other ranks would otherwise wait for this one until the timeout
+  }
+  return {};  // not reached: abort ends the process
 }
 
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,

@@ -1,6 +1,7 @@
 #pragma once
 // SequenceModel: [Embedding] -> LSTM -> Linear head, on the last step or on every step.
 // Parameter names match a PyTorch module with attributes `embedding`, `lstm` and `head`.
+#include <functional>
 #include <memory>
 
 #include "seqforge/nn/layers.hpp"
@@ -35,6 +36,11 @@ class SequenceModel {
   // Whether backward returns dx for feature inputs (on by default).
   void set_input_grad(bool on) { lstm_->set_input_grad(on || embedding_ != nullptr); }
 
+  // Called during backward with parameters [first, end) whose gradients are final (the head's,
+  // then the LSTM's, then the embedding's), so gradient all-reduces can start early.
+  using GradReadyHook = std::function<void(size_t first, size_t end)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+
   Parameters& parameters() { return params_; }
   Lstm& lstm() { return *lstm_; }
   const ModelOptions& options() const { return opt_; }
@@ -46,6 +52,8 @@ class SequenceModel {
   std::unique_ptr<Lstm> lstm_;
   std::unique_ptr<Linear> head_;
   int64_t T_ = 0, B_ = 0;
+  size_t lstm_first_ = 0, head_first_ = 0;  // parameter indices where each module starts
+  GradReadyHook grad_ready_;
   Buffer last_, dy_full_;  // (B, D*H) last step; (.., D*H) scattered gradient
 };
 

@@ -1,0 +1,69 @@
+#include "seqforge/dist/gradient_sync.hpp"
+
+#include <algorithm>
+
+#include "seqforge/core/error.hpp"
+#include "seqforge/core/profiler.hpp"
+
+namespace seqforge::dist {
+
+GradientSync::GradientSync(Communicator& comm, Parameters& params, size_t bucket_bytes)
+    : comm_(comm), params_(params) {
+  const Arena& grads = params.grads();
+  if (grads.dtype() != DType::f32) fail("data-parallel training needs f32 gradients");
+  const auto& entries = grads.entries();
+  const size_t n = entries.size(), per = dtype_size(grads.dtype());
+  bucket_of_.assign(n, 0);
+  ready_.assign(n, 0);
+  // Parameter i spans [offset(i), offset(i + 1)) with its padding; the last one runs to the end.
+  auto offset = [&](size_t i) { return i < n ? entries[i].offset : grads.elements(); };
+  size_t end_param = n;
+  while (end_param > 0) {
+    size_t first = end_param - 1;
+    while (first > 0 && (offset(end_param) - offset(first - 1)) * per <= bucket_bytes) --first;
+    Bucket b;
+    b.begin = offset(first);
+    b.end = offset(end_param);
+    b.pending = end_param - first;
+    for (size_t i = first; i < end_param; ++i) bucket_of_[i] = buckets_.size();
+    buckets_.push_back(b);
+    end_param = first;
+  }
+  if (!buckets_.empty()) buckets_.back().begin = 0;
+}
+
+void GradientSync::begin_step() {
+  std::fill(ready_.begin(), ready_.end(), 0);
+  for (Bucket& b : buckets_) b.pending = 0;
+  for (size_t i = 0; i < bucket_of_.size(); ++i) ++buckets_[bucket_of_[i]].pending;
+  started_ = 0;
+}
+
+void GradientSync::start_ready_buckets() {
+  auto* data = static_cast<float*>(params_.grads().flat().data());
+  // In bucket order on every rank: MPI needs the same collectives in the same order everywhere.
+  for (; started_ < buckets_.size() && buckets_[started_].pending == 0; ++started_) {
+    Bucket& b = buckets_[started_];
+    b.request = comm_.all_reduce_start({data + b.begin, b.end - b.begin}, ReduceOp::sum);
+  }
+}
+
+void GradientSync::ready(size_t first, size_t end) {
+  SF_PROFILE_SCOPE("all-reduce start");
+  for (size_t i = first; i < end && i < ready_.size(); ++i)
+    if (!ready_[i]) {
+      ready_[i] = 1;
+      --buckets_[bucket_of_[i]].pending;
+    }
+  start_ready_buckets();
+  for (size_t k = 0; k < started_; ++k) comm_.test(buckets_[k].request);
+}
+
+void GradientSync::finish() {
+  SF_PROFILE_SCOPE("all-reduce wait");
+  for (Bucket& b : buckets_) b.pending = 0;
+  start_ready_buckets();
+  for (Bucket& b : buckets_) comm_.wait(b.request);
+}
+
+}  // namespace seqforge::dist
