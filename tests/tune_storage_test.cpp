@@ -206,7 +206,9 @@ TEST(TuneStudy, CrashingTrialFailsAndTheStudyGoesOn) {
   EXPECT_EQ(trials[2].message, "data.csv:7: boom");
   EXPECT_NE(console.str().find("failed: data.csv:7: boom"), std::string::npos) << console.str();
   for (size_t i = 0; i < trials.size(); ++i)
-    if (i != 2) EXPECT_NE(trials[i].state, TrialState::failed);
+    if (i != 2) {
+      EXPECT_NE(trials[i].state, TrialState::failed);
+    }
 }
 
 TEST(TuneStudy, DeadWorkersTrialsAreFailedAndRetried) {

@@ -42,10 +42,12 @@ class PostgresDb final : public Db {
     std::string text;
     int n = 0;
     for (char c : sql) {
-      if (c == '?')
-        text += "$" + std::to_string(++n);
-      else
+      if (c == '?') {
+        text += '$';
+        text += std::to_string(++n);
+      } else {
         text += c;
+      }
     }
     std::vector<const char*> values;
     for (const auto& a : args) values.push_back(a ? a->c_str() : nullptr);
