@@ -56,19 +56,20 @@ std::vector<std::string> module_candidates() {
 std::unique_ptr<Communicator> make_world() {
   if (!launched_by_mpi()) return std::make_unique<LocalCommunicator>();
 #ifndef SEQFORGE_HAVE_MPI_MODULE
-  fail("this process was started by mpirun, but this seqforge was built without MPI "
-       "(SEQFORGE_MPI=OFF; install libopenmpi-dev and rebuild)");
+  fail(
+      "this process was started by mpirun, but this seqforge was built without MPI "
+      "(SEQFORGE_MPI=OFF; install libopenmpi-dev and rebuild)");
 #else
   std::string tried;
   for (const std::string& path : module_candidates()) {
     if (!fs::exists(path)) {
-      tried += "\n  " + path + ": not found";
+      tried += "; " + path + ": not found";
       continue;
     }
     // Global symbols: Open MPI's own plugins resolve libmpi's symbols when it loads them.
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (!handle) {
-      tried += "\n  " + path + ": " + dlerror();
+      tried += "; " + path + ": " + dlerror();
       continue;
     }
     auto create = reinterpret_cast<seqforge_mpi_create_fn>(dlsym(handle, "seqforge_mpi_create"));
@@ -79,7 +80,7 @@ std::unique_ptr<Communicator> make_world() {
     return std::unique_ptr<Communicator>(comm);  // the module stays loaded until exit
   }
   fail("this process was started by mpirun, but the MPI module ", kModule,
-       " could not be loaded (set SEQFORGE_MPI_MODULE to its path):", tried);
+       " could not be loaded (set SEQFORGE_MPI_MODULE to its path)", tried);
 #endif
 }
 

@@ -146,8 +146,8 @@ class MpiCommunicator final : public Communicator {
       if (spins < 64) continue;
       if (clock::now() > deadline) {
         char line[160];
-        std::snprintf(line, sizeof line,
-                      "no reply from rank(s) within %g s (a rank died?)", timeout_);
+        std::snprintf(line, sizeof line, "no reply from rank(s) within %g s (a rank died?)",
+                      timeout_);
         abort(note_.empty() ? std::string(line) : std::string(line) + "; " + note_);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(spins < 1024 ? 20 : 500));

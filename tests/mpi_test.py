@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Data-parallel training under mpirun, end to end.
+
+  mpi_test.py SEQFORGE SOURCE_DIR WORK_DIR
+
+1. Equivalence: 2 ranks at batch b reach the parameters of 1 process at batch 2b (same seed, fp32,
+   no dropout or augmentation), over epochs whose last global batch is short and leaves one rank
+   without windows; a run with another seed does not match (the comparison can fail).
+2. A rank killed (SIGKILL) after the first epoch ends the job within a bound with a non-zero code;
+   the checkpoint loads (seqforge eval) and every rank resumes from it.
+3. A rank that hangs (SIGSTOP) makes the other stop after dist.timeout_seconds with one line that
+   names the run directory.
+4. Errors: a bad dist key names the key; a missing MPI module is a clear error; the seqforge
+   binary does not link libmpi (a single process needs no MPI at run time).
+Exits 77 (skipped) where mpirun or the MPI module is missing.
+"""
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+seqforge, source, work = sys.argv[1:4]
+mpirun = shutil.which("mpirun")
+module = os.path.join(os.path.dirname(os.path.realpath(seqforge)), "libseqforge_mpi.so")
+if not mpirun or not os.path.exists(module):
+    print(f"skipped: needs mpirun and {module} (Debian: openmpi-bin libopenmpi-dev)")
+    sys.exit(77)
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+data = os.path.join(source, "data", "seattle-weather-hourly-normals.csv")
+
+env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+MPI = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2"]
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def config(name, extra=""):
+    path = os.path.join(work, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(f"""data:
+  path: {data}
+  date_column: date
+  features: [pressure, temperature, wind]
+  targets: [temperature]
+  lookback: 24
+  split: {{train: 0.1, val: 0.05}}
+model: {{hidden: 24, layers: 2, dropout: 0.0}}
+optim: {{kind: adamw, lr: 0.005}}
+train:
+  epochs: 2
+  precision: fp32
+  clip_grad_norm: 1.0
+  save: last
+  seed: 3
+{extra}""")
+    return path
+
+
+def run(cmd, timeout=120, **kw):
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
+    return p.returncode, p.stdout + p.stderr
+
+
+def tensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        body = f.read()
+    header.pop("__metadata__", None)
+    return {k: np.frombuffer(body[v["data_offsets"][0]:v["data_offsets"][1]], np.float32)
+            for k, v in header.items()}
+
+
+def max_rel_diff(a, b):
+    worst = 0.0
+    for k in a:
+        worst = max(worst, float(np.max(np.abs(a[k] - b[k]) / (np.abs(b[k]) + 1e-2))))
+    return worst
+
+
+# 1. Equivalence. 851 training windows: 13 global batches of 64 and one of 19, all on rank 0
+# (rank 1 has none in the last step).
+cfg = config("equiv")
+single = os.path.join(work, "single")
+code, out = run([seqforge, "train", cfg, "train.batch_size=64", "train.threads=1",
+                 "train.run_dir=" + single])
+check(code == 0, "single process, batch 64: " + ("trained" if code == 0 else out[-2000:]))
+code, out = run(MPI + [seqforge, "train", cfg, "train.batch_size=32",
+                       "train.run_dir=" + os.path.join(work, "two")])
+check(code == 0 and "data-parallel: 2 processes" in out,
+      "mpirun -np 2, batch 32 per rank: " + ("trained" if code == 0 else out[-2000:]))
+if not failures:
+    a = tensors(os.path.join(work, "two", "model.safetensors"))
+    b = tensors(os.path.join(single, "model.safetensors"))
+    d = max_rel_diff(a, b)
+    check(d < 1e-4, f"2 ranks x 32 equal 1 x 64 after 2 epochs of 14 steps (max relative difference {d:.2e})")
+    code, out = run([seqforge, "train", cfg, "train.batch_size=64", "train.threads=1",
+                     "train.seed=4", "train.run_dir=" + os.path.join(work, "other")])
+    d_other = max_rel_diff(tensors(os.path.join(work, "other", "model.safetensors")), b)
+    check(d_other > 1e-2, f"another seed does not match (max relative difference {d_other:.2e})")
+    # 3 ranks: 851 = 8 * 96 + 83, the last step's ranks get 32, 32 and 19 windows.
+    code, out = run(MPI[:-1] + ["3", seqforge, "train", cfg, "train.batch_size=32",
+                                "train.run_dir=" + os.path.join(work, "three")])
+    if code == 0:
+        single96 = os.path.join(work, "single96")
+        run([seqforge, "train", cfg, "train.batch_size=96", "train.threads=1",
+             "train.run_dir=" + single96])
+        d3 = max_rel_diff(tensors(os.path.join(work, "three", "model.safetensors")),
+                          tensors(os.path.join(single96, "model.safetensors")))
+        check(d3 < 1e-4, f"3 ranks x 32 (a short last step) equal 1 x 96 "
+                         f"(max relative difference {d3:.2e})")
+    else:
+        check(False, "mpirun -np 3: " + out[-2000:])
+    lines = [json.loads(l) for l in open(os.path.join(work, "two", "metrics.jsonl"))]
+    single_lines = [json.loads(l) for l in open(os.path.join(single, "metrics.jsonl"))]
+    check(len(lines) == 2 and abs(lines[-1]["train_loss"] - single_lines[-1]["train_loss"]) < 1e-4,
+          "rank 0 logs the global training loss, one line per epoch")
+
+
+def ranks_of(job):
+    """pid of each rank of the job started by mpirun (pid `job`), by OMPI_COMM_WORLD_RANK."""
+    found = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != job:
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                for var in f.read().split(b"\0"):
+                    if var.startswith(b"OMPI_COMM_WORLD_RANK="):
+                        found[int(var.split(b"=")[1])] = int(pid)
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
+
+
+def start_and_wait_for_epoch(run_dir, extra):
+    cfg = config("long")
+    job = subprocess.Popen(MPI + [seqforge, "train", cfg, "train.run_dir=" + run_dir,
+                                  "train.batch_size=16", "train.epochs=50", "train.save=every_n"]
+                           + extra,
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    deadline = time.time() + 60
+    while time.time() < deadline and job.poll() is None:
+        if os.path.exists(metrics) and os.path.getsize(metrics) > 0:
+            break
+        time.sleep(0.05)
+    return job
+
+
+# 2. A rank killed after the first epoch.
+dead = os.path.join(work, "dead")
+job = start_and_wait_for_epoch(dead, [])
+pids = ranks_of(job.pid)
+check(job.poll() is None and 1 in pids, f"ranks running after the first epoch ({pids})")
+if 1 in pids:
+    t0 = time.time()
+    os.kill(pids[1], signal.SIGKILL)
+    try:
+        out, _ = job.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        out, _ = job.communicate()
+    took = time.time() - t0
+    print("  mpirun said: " + " | ".join(l for l in out.splitlines()[-8:] if l.strip()))
+    check(job.returncode != 0 and took < 30,
+          f"the job ends after a rank is killed (exit {job.returncode}, {took:.1f} s)")
+    code, out = run([seqforge, "eval", dead])
+    check(code == 0 and "test_rmse" in out, "the last checkpoint loads: " + out.strip()[-300:])
+    code, out = run(MPI + [seqforge, "train", "--resume", dead, "train.epochs=4"])
+    epochs = [json.loads(l)["epoch"] for l in open(os.path.join(dead, "metrics.jsonl"))]
+    check(code == 0 and "resuming" in out and epochs == list(range(1, 5)),
+          f"2 ranks resume the run (epochs {epochs})" + ("" if code == 0 else out[-1500:]))
+else:
+    job.kill()
+    job.communicate()
+
+# 3. A rank that hangs: the other gives up after dist.timeout_seconds.
+hung = os.path.join(work, "hung")
+job = start_and_wait_for_epoch(hung, ["dist.timeout_seconds=3"])
+pids = ranks_of(job.pid)
+if 1 in pids:
+    t0 = time.time()
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        out, _ = job.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        out, _ = job.communicate()
+    took = time.time() - t0
+    try:
+        os.kill(pids[1], signal.SIGKILL)  # if the launcher left it stopped
+    except ProcessLookupError:
+        pass
+    expected = f"rank 0: no reply from rank(s) within 3 s (a rank died?); the last checkpoint in {hung} is intact"
+    check(job.returncode != 0 and expected in out and took < 30,
+          f"a hung rank ends the job after the timeout (exit {job.returncode}, {took:.1f} s)"
+          + ("" if expected in out else ": " + out[-1500:]))
+    code, out = run([seqforge, "eval", hung])
+    check(code == 0, "the last checkpoint loads after the timeout")
+else:
+    check(False, f"ranks running for the timeout test ({pids})")
+    job.kill()
+    job.communicate()
+
+# 4. Errors.
+code, out = run(MPI + [seqforge, "train", config("bad"), "dist.timeout_seconds=0",
+                       "train.run_dir=" + os.path.join(work, "bad")])
+check(code != 0 and "dist.timeout_seconds must be positive" in out, "bad dist key: " + out.strip()[-200:])
+code, out = run([seqforge, "train", config("bad"), "dist.bucket_mb=-1"])
+check(code != 0 and "dist.bucket_mb must be positive" in out.splitlines()[-1], "bad bucket size (one process)")
+env_missing = dict(env, SEQFORGE_MPI_MODULE="/nonexistent/libseqforge_mpi.so")
+p = subprocess.run(MPI + ["-x", "SEQFORGE_MPI_MODULE", seqforge, "train", config("bad")],
+                   env=env_missing, capture_output=True, text=True, timeout=60)
+check(p.returncode != 0 and "could not be loaded" in p.stdout + p.stderr,
+      "a missing MPI module is a clear error")
+ldd = subprocess.run(["ldd", seqforge], capture_output=True, text=True).stdout
+check("libmpi" not in ldd, "the seqforge binary does not link libmpi")
+
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
