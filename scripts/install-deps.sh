@@ -12,6 +12,7 @@ packages=(
   python3-torch python3-numpy python3-yaml libopenblas0-pthread
   libsqlite3-dev libpq-dev postgresql python3-optuna
   chromium  # renders report.html in the report test
+  libopenmpi-dev openmpi-bin  # data-parallel training (mpirun) and its test
 )
 
 missing=()
