@@ -404,7 +404,8 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
   model.initialize(*be, seed);
   model.set_gemm_dtype(gemm_dtype);
   model.set_input_grad(false);
-  if (const std::string init = c.str("model.init_from"); !init.empty() && resume_dir.empty())
+  if (const std::string init = c.str("model.init_from");
+      !init.empty() && resume_dir.empty() && rank == 0)  // the others get rank 0's
     io::load_parameters(init, model.parameters(), *be, false, c.list("model.init_from_modules"));
   OptimizerOptions oo;
   oo.kind = c.str("optim.kind");
