@@ -276,11 +276,18 @@ struct Point {
   std::string color, title;
 };
 
-// A scatter chart as inline SVG; `line` (optional) is drawn as a step line.
+struct Series {
+  std::string color;
+  std::vector<std::pair<double, double>> points;
+};
+
+// A scatter chart as inline SVG; `line` (optional) is drawn as a step line, `series` as
+// polylines.
 std::string svg_chart(const std::string& title, const std::string& xlabel,
                       const std::string& ylabel, const std::vector<Point>& points, bool xlog,
                       const std::vector<std::pair<double, double>>& line = {},
-                      const std::vector<std::string>& xticks_text = {}) {
+                      const std::vector<std::string>& xticks_text = {},
+                      const std::vector<Series>& series = {}) {
   const double W = 560, H = 300, L = 70, R = 20, T = 30, B = 45;
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
   auto tx = [&](double x) { return xlog ? std::log10(x) : x; };
@@ -291,6 +298,12 @@ std::string svg_chart(const std::string& title, const std::string& xlabel,
     y0 = std::min(y0, p.y);
     y1 = std::max(y1, p.y);
   }
+  for (const auto& line_points : series)
+    for (const auto& [x, y] : line_points.points) {
+      if (!std::isfinite(y)) continue;
+      x0 = std::min(x0, tx(x)), x1 = std::max(x1, tx(x));
+      y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
   std::ostringstream s;
   s << "<svg width='" << W << "' height='" << H << "' xmlns='http://www.w3.org/2000/svg' "
     << "style='font:11px sans-serif;background:#fff;border:1px solid #ddd;margin:6px'>"
@@ -330,6 +343,12 @@ std::string svg_chart(const std::string& title, const std::string& xlabel,
       if (i) s << X(line[i].first) << "," << Y(line[i - 1].second) << " ";
       s << X(line[i].first) << "," << Y(line[i].second) << " ";
     }
+    s << "'/>";
+  }
+  for (const auto& line_points : series) {
+    s << "<polyline fill='none' stroke='" << line_points.color << "' stroke-opacity='0.7' points='";
+    for (const auto& [x, y] : line_points.points)
+      if (std::isfinite(y)) s << X(x) << "," << Y(y) << " ";
     s << "'/>";
   }
   for (const auto& p : points) {
@@ -373,13 +392,13 @@ std::string html_report(const std::string& study_name, const std::vector<Trial>&
   h << svg_chart("Optimisation history", "trial", "value", history, false, best_line);
   // Intermediate values: how each trial's metric went epoch by epoch, pruned ones in grey.
   {
-    std::vector<Point> curves;
-    for (const auto& t : trials)
-      for (const auto& [step, v] : t.intermediate)
-        curves.push_back({double(step + 1), v, color(t.state),
-                          "trial " + std::to_string(t.number) + " epoch " +
-                              std::to_string(step + 1) + ": " + fmt_value(v)});
-    h << svg_chart("Metric per epoch", "epoch", "value", curves, false);
+    std::vector<Series> curves;
+    for (const auto& t : trials) {
+      Series line{color(t.state), {}};
+      for (const auto& [step, v] : t.intermediate) line.points.emplace_back(double(step + 1), v);
+      curves.push_back(std::move(line));
+    }
+    h << svg_chart("Metric per epoch", "epoch", "value", {}, false, {}, {}, curves);
   }
   h << "<h2>Parameters</h2>";
   for (const auto& p : space) {
