@@ -62,6 +62,7 @@ class RecordingBackend final : public Backend {
     const void *a, *b;
     void* c;
     const void* bias;
+    const PackedB* packed;  // B's packed form, or null
   };
   explicit RecordingBackend(Backend& inner) : inner_(inner) {}
   std::vector<Call> calls;
@@ -82,9 +83,21 @@ class RecordingBackend final : public Backend {
                 const void* bias) override {
     if (recording) {
       std::lock_guard lock(mutex_);
-      calls.push_back({s, dt, a, b, c, bias});
+      calls.push_back({s, dt, a, b, c, bias, nullptr});
     }
     inner_.gemm(s, dt, a, b, c, bias);
+  }
+  void pack_b(const GemmShape& s, DType dt, const void* b,
+              std::unique_ptr<PackedB>* packed) override {
+    inner_.pack_b(s, dt, b, packed);
+  }
+  void run_gemm_packed(const GemmShape& s, DType dt, const void* a, const void* b,
+                       const PackedB& packed, void* c) override {
+    if (recording) {
+      std::lock_guard lock(mutex_);
+      calls.push_back({s, dt, a, b, c, nullptr, &packed});
+    }
+    inner_.gemm(s, dt, a, b, &packed, c);
   }
   void sum_rows_acc(Tensor db, Tensor dy) override { inner_.sum_rows_acc(db, dy); }
   void add(Tensor y, Tensor x) override { inner_.add(y, x); }
@@ -127,6 +140,14 @@ class RecordingBackend final : public Backend {
   std::mutex mutex_;
 };
 
+void replay(Backend& be, const RecordingBackend::Call& c) {
+  if (c.packed) {
+    be.gemm(c.shape, c.dtype, c.a, c.b, c.packed, c.c);
+  } else {
+    be.gemm(c.shape, c.dtype, c.a, c.b, c.c, c.bias);
+  }
+}
+
 // Time per distinct GEMM shape of one step, slowest first (SEQFORGE_BENCH_GEMMS=1).
 void print_gemm_breakdown(Backend& be, const std::vector<RecordingBackend::Call>& calls) {
   struct Total {
@@ -136,11 +157,11 @@ void print_gemm_breakdown(Backend& be, const std::vector<RecordingBackend::Call>
   std::map<std::string, Total> totals;
   for (const auto& c : calls) {
     const double t0 = now_ms();
-    be.gemm(c.shape, c.dtype, c.a, c.b, c.c, c.bias);
+    replay(be, c);
     const std::string key = std::string(dtype_name(c.dtype)) + " " + std::to_string(c.shape.m) +
                             "x" + std::to_string(c.shape.n) + "x" + std::to_string(c.shape.k) +
                             (c.shape.trans_a ? " tA" : "") + (c.shape.trans_b ? " tB" : "") +
-                            (c.shape.beta != 0.0f ? " +C" : "");
+                            (c.shape.beta != 0.0f ? " +C" : "") + (c.packed ? " packed" : "");
     Total& t = totals[key];
     t.count += 1;
     t.ms += now_ms() - t0;
@@ -262,7 +283,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   std::vector<double> floor_ms;
   for (int i = 0; i < std::max(3, options.steps / 2); ++i) {
     const double t0 = now_ms();
-    for (const auto& c : be.calls) cpu->gemm(c.shape, c.dtype, c.a, c.b, c.c, c.bias);
+    for (const auto& c : be.calls) replay(*cpu, c);
     floor_ms.push_back(now_ms() - t0);
   }
   r.gemm_floor_ms = percentile(floor_ms, 0.5);

@@ -42,6 +42,18 @@ namespace {
 char* at(Tensor t, int64_t elements) {
   return static_cast<char*>(t.data()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
 }
+
+// Sequences at least this long get W_hh packed (repacked every forward) for their T GEMMs.
+constexpr int64_t kPackMinSteps = 4;
+
+// R(B, 4H) = h_prev(B, H) W_hh^T, h_prev rows lda apart.
+GemmShape recurrent_forward_shape(int64_t B, int64_t H, int64_t lda) {
+  return {.trans_b = true, .m = B, .n = 4 * H, .k = H, .lda = lda, .ldb = H, .ldc = 4 * H};
+}
+// dh(B, H) = dG(B, 4H) W_hh(4H, H).
+GemmShape recurrent_backward_shape(int64_t B, int64_t H) {
+  return {.m = B, .n = H, .k = 4 * H, .lda = 4 * H, .ldb = H, .ldc = H};
+}
 }  // namespace
 
 Lstm::Lstm(Parameters& params, const std::string& prefix, const LstmOptions& options)
@@ -86,6 +98,10 @@ void Lstm::set_gemm_dtype(DType dtype) {
 
 int64_t Lstm::layer_input_size(int64_t layer) const {
   return layer == 0 ? opt_.input_size : output_size();
+}
+
+Tensor Lstm::recurrent_weights(int64_t s) const {
+  return low() ? chains_[s].w_hh_low.tensor() : params_.value(weights_[s].w_hh);
 }
 
 Tensor Lstm::chain_h0(int64_t s) const { return (low() ? h0_low_ : h0_).tensor().slice(s, s + 1); }
@@ -152,6 +168,15 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
       Tensor w_ih = params_.value(w.w_ih), w_hh = params_.value(w.w_hh);
       be.convert(ch.w_ih_low.get(be, gt, w_ih.shape()), w_ih);
       be.convert(ch.w_hh_low.get(be, gt, w_hh.shape()), w_hh);
+    }
+    if (T_ >= kPackMinSteps) {
+      be.pack_b(recurrent_forward_shape(B_, H, H), gemm_dtype_, recurrent_weights(s).data(),
+                &ch.w_hh_forward);
+      be.pack_b(recurrent_backward_shape(B_, H), gemm_dtype_, recurrent_weights(s).data(),
+                &ch.w_hh_backward);
+    } else {
+      ch.w_hh_forward.reset();
+      ch.w_hh_backward.reset();
     }
   }
   if (low()) {
@@ -363,12 +388,11 @@ void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step) {
   Chain& ch = chains_[s];
   const Tensor out = out_[l].tensor();
   const Tensor out_g = low() ? out_low_[l].tensor() : out;
-  const Tensor w_hh = low() ? ch.w_hh_low.tensor() : params_.value(weights_[s].w_hh);
   // R(B, 4H) = h_prev(B, H) W_hh^T
-  GemmShape rec{.trans_b = true, .m = B_, .n = 4 * H, .k = H, .ldb = H, .ldc = 4 * H};
-  rec.lda = step == 0 ? H : D * H;
+  const GemmShape rec = recurrent_forward_shape(B_, H, step == 0 ? H : D * H);
   const void* h_prev = step == 0 ? chain_h0(s).data() : at(out_g, t_prev * B_ * D * H + d * H);
-  be.gemm(rec, gemm_dtype_, h_prev, w_hh.data(), ch.rec.tensor().data());
+  be.gemm(rec, gemm_dtype_, h_prev, recurrent_weights(s).data(), ch.w_hh_forward.get(),
+          ch.rec.tensor().data());
   LstmCellForward cell;
   cell.batch = B_;
   cell.hidden = H;
@@ -484,7 +508,6 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
   const int64_t t = d == 0 ? step : T_ - 1 - step, t_prev = d == 0 ? t - 1 : t + 1;
   Chain& ch = chains_[s];
   const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.gates.tensor();
-  const Tensor w_hh = low() ? ch.w_hh_low.tensor() : params_.value(weights_[s].w_hh);
   LstmCellBackward cell;
   cell.batch = B_;
   cell.hidden = H;
@@ -500,8 +523,8 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
   cell.dgates_bf16 = low() ? at(dg_g, t * B_ * 4 * H) : nullptr;
   be.lstm_cell_backward(cell, dt);
   // dh(B, H) = dG[t](B, 4H) W_hh(4H, H)
-  const GemmShape rec{.m = B_, .n = H, .k = 4 * H, .lda = 4 * H, .ldb = H, .ldc = H};
-  be.gemm(rec, gemm_dtype_, at(dg_g, t * B_ * 4 * H), w_hh.data(), ch.dh.tensor().data());
+  be.gemm(recurrent_backward_shape(B_, H), gemm_dtype_, at(dg_g, t * B_ * 4 * H),
+          recurrent_weights(s).data(), ch.w_hh_backward.get(), ch.dh.tensor().data());
 }
 
 // din[t](B, I) = dG[t](B, 4H) W_ih(4H, I) for unidirectional layer l, times the dropout mask of

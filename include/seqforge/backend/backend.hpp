@@ -25,6 +25,14 @@ struct GemmShape {
   bool bias = false;
 };
 
+// A GEMM's B operand rearranged once into the backend's preferred layout, for many GEMMs of one
+// shape and dtype with the same B (the recurrent weights, at every time step). Made by
+// Backend::pack_b; what it holds is the backend's business.
+class PackedB {
+ public:
+  virtual ~PackedB() = default;
+};
+
 // One LSTM time step for a batch (forward). Gate order i, f, g, o.
 struct LstmCellForward {
   int64_t batch = 0, hidden = 0;
@@ -98,6 +106,21 @@ class Backend {
     SF_CHECK(s.bias == (bias != nullptr) && (!s.bias || s.alpha == 1.0f), "gemm bias");
     run_gemm(s, dtype, a, b, c, bias);
   }
+  // (Re)packs `b` for GEMMs of shape `s` (any lda) and `dtype` into `*packed`, reusing its
+  // memory when it fits. Backends without a packed layout leave `*packed` empty.
+  virtual void pack_b(const GemmShape& s, DType dtype, const void* b,
+                      std::unique_ptr<PackedB>* packed) {
+    (void)s, (void)dtype, (void)b;
+    packed->reset();
+  }
+  // gemm() with B's packed form when `packed` is set (b, unchanged since packing, is the
+  // fallback); no bias.
+  void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, const PackedB* packed,
+            void* c) {
+    SF_CHECK(!s.bias, "packed gemm with bias");
+    if (!packed) return run_gemm(s, dtype, a, b, c, nullptr);
+    run_gemm_packed(s, dtype, a, b, *packed, c);
+  }
 
   // db(N) += column sums of dy(R, N).
   virtual void sum_rows_acc(Tensor db, Tensor dy) = 0;
@@ -137,6 +160,11 @@ class Backend {
  protected:
   virtual void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
                         const void* bias) = 0;
+  virtual void run_gemm_packed(const GemmShape& s, DType dtype, const void* a, const void* b,
+                               const PackedB& packed, void* c) {
+    (void)packed;
+    run_gemm(s, dtype, a, b, c, nullptr);
+  }
 };
 
 // The scalar reference backend (single thread; f32 and f64, and bf16 GEMM operands).

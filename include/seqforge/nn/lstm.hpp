@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "seqforge/backend/backend.hpp"
 #include "seqforge/core/buffer.hpp"
 #include "seqforge/nn/parameters.hpp"
 
@@ -64,12 +65,16 @@ class Lstm {
     Buffer dh, dc;              // (B, H) gradients flowing to the previous step
     Buffer bias, dbias;         // (4H) b_ih + b_hh; colsum(dG)
     Buffer w_ih_low, w_hh_low;  // bf16 copies of the weights
+    // W_hh (of the GEMM dtype) packed for the recurrent GEMMs forward and backward, repacked
+    // every forward; empty for short sequences, where packing would not pay.
+    std::unique_ptr<PackedB> w_hh_forward, w_hh_backward;
   };
 
   bool low() const { return gemm_dtype_ != params_.dtype(); }
   int64_t layer_input_size(int64_t layer) const;
   int wavefront_width(const Backend& be) const;  // layers side by side; 1 = layer by layer
   Tensor chain_h0(int64_t s) const;              // GEMM operand of the initial state of chain s
+  Tensor recurrent_weights(int64_t s) const;     // W_hh of chain s as GEMM operand
   void project_all(Backend& be, int64_t l, int64_t d);
   void project_step(Backend& be, int64_t l, int64_t t);
   void finish_output_step(Backend& be, int64_t l, int64_t t);

@@ -93,6 +93,16 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void pack_b(const GemmShape& s, DType dtype, const void* b,
+              std::unique_ptr<PackedB>* packed) override {
+    if (dtype == DType::f32 || dtype == DType::bf16) return gemm_.pack(s, dtype, b, packed);
+    packed->reset();
+  }
+  void run_gemm_packed(const GemmShape& s, DType dtype, const void* a, const void* b,
+                       const PackedB& packed, void* c) override {
+    gemm_.run_packed(s, dtype, a, b, packed, static_cast<float*>(c));
+  }
+
   void sum_rows_acc(Tensor db, Tensor dy) override {
     if (dy.dtype() != DType::f32) return ref_->sum_rows_acc(db, dy);
     const int64_t n = db.numel(), rows = n ? dy.numel() / n : 0;

@@ -39,8 +39,8 @@ struct Scratch {
 
 // Primitives made inside a parallel region are planned for the one thread they will run on.
 using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
-                       float, bool, DType, bool>;
-Key key_of(const GemmShape& s, DType operands) {
+                       float, bool, DType, bool, bool>;
+Key key_of(const GemmShape& s, DType operands, bool packed) {
   return {s.trans_a,
           s.trans_b,
           s.m,
@@ -53,14 +53,23 @@ Key key_of(const GemmShape& s, DType operands) {
           s.beta,
           s.bias,
           operands,
-          omp_in_parallel() != 0};
+          omp_in_parallel() != 0,
+          packed};
 }
+
+// B reordered into a primitive's preferred layout; `plain` is the source's layout.
+struct OneDnnPackedB final : PackedB {
+  dnnl::memory::desc layout, plain;
+  dnnl::memory packed, source;
+  dnnl::reorder reorder;
+};
 }  // namespace
 
 struct OneDnnGemm::Impl {
   struct Entry {
     dnnl::matmul prim;
-    dnnl::memory::desc a, b, c, bias;
+    dnnl::memory::desc a, b, c, bias;  // b: the layout the primitive takes
+    dnnl::memory::desc b_plain;        // b as the caller stores it
     size_t scratch_bytes;
     uint64_t id;  // unique for the process's lifetime; keys per-thread state
   };
@@ -68,9 +77,9 @@ struct OneDnnGemm::Impl {
   std::mutex mutex;
   std::map<Key, Entry> cache;
 
-  Entry& get(const GemmShape& s, DType operands) {
+  Entry& get(const GemmShape& s, DType operands, bool packed) {
     std::lock_guard lock(mutex);
-    const Key key = key_of(s, operands);
+    const Key key = key_of(s, operands, packed);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     using dt = dnnl::memory::data_type;
@@ -90,13 +99,56 @@ struct OneDnnGemm::Impl {
       ops.append_sum(s.beta);
       attr.set_post_ops(ops);
     }
-    const dnnl::matmul::desc desc = s.bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
-                                           : dnnl::matmul::desc(a_md, b_md, c_md);
+    const dnnl::memory::desc b_any({s.k, s.n}, in, dnnl::memory::format_tag::any);
+    const dnnl::memory::desc& b_want = packed ? b_any : b_md;
+    const dnnl::matmul::desc desc = s.bias ? dnnl::matmul::desc(a_md, b_want, bias_md, c_md)
+                                           : dnnl::matmul::desc(a_md, b_want, c_md);
     const dnnl::matmul::primitive_desc pd(desc, attr, engine);
     static std::atomic<uint64_t> next_id{0};
-    Entry e{dnnl::matmul(pd), a_md, b_md, c_md, bias_md, pd.scratchpad_desc().get_size(),
+    Entry e{dnnl::matmul(pd),
+            a_md,
+            pd.weights_desc(),
+            c_md,
+            bias_md,
+            b_md,
+            pd.scratchpad_desc().get_size(),
             next_id++};
     return cache.emplace(key, std::move(e)).first->second;
+  }
+
+  void execute(const Entry& e, const void* a, const void* b, float* c, const float* bias) {
+    // Memory objects and argument lists per thread and primitive, made once, so that GEMMs may
+    // run concurrently and a call allocates nothing.
+    struct Args {
+      dnnl::memory a, b, c, bias;
+      std::unordered_map<int, dnnl::memory> plain, with_bias;
+    };
+    thread_local std::map<uint64_t, Args> args_of;
+    thread_local Scratch scratch;
+    thread_local dnnl::stream stream(engine);
+    auto [it, fresh] = args_of.try_emplace(e.id);
+    Args& m = it->second;
+    dnnl::memory& scratch_mem = scratch.get(engine, e.scratch_bytes);
+    if (fresh || m.plain.at(DNNL_ARG_SCRATCHPAD) != scratch_mem) {
+      if (fresh) {
+        m.a = dnnl::memory(e.a, engine, nullptr);
+        m.b = dnnl::memory(e.b, engine, nullptr);
+        m.c = dnnl::memory(e.c, engine, nullptr);
+        m.bias = dnnl::memory(e.bias, engine, nullptr);
+      }
+      m.plain = {{DNNL_ARG_SRC, m.a},
+                 {DNNL_ARG_WEIGHTS, m.b},
+                 {DNNL_ARG_DST, m.c},
+                 {DNNL_ARG_SCRATCHPAD, scratch_mem}};
+      m.with_bias = m.plain;
+      m.with_bias[DNNL_ARG_BIAS] = m.bias;
+    }
+    m.a.set_data_handle(const_cast<void*>(a));
+    m.b.set_data_handle(const_cast<void*>(b));
+    m.c.set_data_handle(c);
+    if (bias) m.bias.set_data_handle(const_cast<float*>(bias));
+    e.prim.execute(stream, bias ? m.with_bias : m.plain);
+    stream.wait();
   }
 };
 
@@ -117,39 +169,39 @@ void OneDnnGemm::run(const GemmShape& s, DType operands, const void* a, const vo
     }
     return;
   }
-  const Impl::Entry& e = impl_->get(s, operands);
-  // Memory objects and argument lists per thread and primitive, made once, so that GEMMs may
-  // run concurrently and a call allocates nothing.
-  struct Args {
-    dnnl::memory a, b, c, bias;
-    std::unordered_map<int, dnnl::memory> plain, with_bias;
-  };
-  thread_local std::map<uint64_t, Args> args_of;
-  thread_local Scratch scratch;
-  thread_local dnnl::stream stream(impl_->engine);
-  auto [it, fresh] = args_of.try_emplace(e.id);
-  Args& m = it->second;
-  dnnl::memory& scratch_mem = scratch.get(impl_->engine, e.scratch_bytes);
-  if (fresh || m.plain.at(DNNL_ARG_SCRATCHPAD) != scratch_mem) {
-    if (fresh) {
-      m.a = dnnl::memory(e.a, impl_->engine, nullptr);
-      m.b = dnnl::memory(e.b, impl_->engine, nullptr);
-      m.c = dnnl::memory(e.c, impl_->engine, nullptr);
-      m.bias = dnnl::memory(e.bias, impl_->engine, nullptr);
-    }
-    m.plain = {{DNNL_ARG_SRC, m.a},
-               {DNNL_ARG_WEIGHTS, m.b},
-               {DNNL_ARG_DST, m.c},
-               {DNNL_ARG_SCRATCHPAD, scratch_mem}};
-    m.with_bias = m.plain;
-    m.with_bias[DNNL_ARG_BIAS] = m.bias;
+  impl_->execute(impl_->get(s, operands, false), a, b, c, bias);
+}
+
+void OneDnnGemm::pack(const GemmShape& s, DType operands, const void* b,
+                      std::unique_ptr<PackedB>* out) {
+  SF_CHECK(operands == DType::f32 || operands == DType::bf16, "oneDNN GEMM on ",
+           dtype_name(operands));
+  if (s.m == 0 || s.n == 0 || s.k == 0) return out->reset();
+  const Impl::Entry& e = impl_->get(s, operands, true);
+  auto* p = dynamic_cast<OneDnnPackedB*>(out->get());
+  if (!p || p->layout != e.b || p->plain != e.b_plain) {
+    auto fresh = std::make_unique<OneDnnPackedB>();
+    fresh->layout = e.b;
+    fresh->plain = e.b_plain;
+    fresh->packed = dnnl::memory(e.b, impl_->engine);
+    fresh->source = dnnl::memory(e.b_plain, impl_->engine, nullptr);
+    fresh->reorder = dnnl::reorder(fresh->source, fresh->packed);
+    p = fresh.get();
+    *out = std::move(fresh);
   }
-  m.a.set_data_handle(const_cast<void*>(a));
-  m.b.set_data_handle(const_cast<void*>(b));
-  m.c.set_data_handle(c);
-  if (bias) m.bias.set_data_handle(const_cast<float*>(bias));
-  e.prim.execute(stream, bias ? m.with_bias : m.plain);
+  thread_local dnnl::stream stream(impl_->engine);
+  p->source.set_data_handle(const_cast<void*>(b));
+  p->reorder.execute(stream, p->source, p->packed);
   stream.wait();
+}
+
+void OneDnnGemm::run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
+                            const PackedB& packed, float* c) {
+  const auto& p = static_cast<const OneDnnPackedB&>(packed);
+  if (s.m == 0 || s.n == 0 || s.k == 0) return run(s, operands, a, b, c, nullptr);
+  const Impl::Entry& e = impl_->get(s, operands, true);
+  if (e.b == p.layout) return impl_->execute(e, a, p.packed.get_data_handle(), c, nullptr);
+  run(s, operands, a, b, c, nullptr);  // planned for another layout (another thread count)
 }
 
 }  // namespace seqforge::cpu

@@ -15,6 +15,11 @@ class OneDnnGemm {
   ~OneDnnGemm();
   void run(const GemmShape& s, DType operands, const void* a, const void* b, float* c,
            const float* bias);
+  // B in the layout the primitive for `s` prefers ("any"), reordered once.
+  void pack(const GemmShape& s, DType operands, const void* b, std::unique_ptr<PackedB>* packed);
+  // With `packed` when the primitive planned here wants its layout, else with plain `b`.
+  void run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
+                  const PackedB& packed, float* c);
 
  private:
   struct Impl;
