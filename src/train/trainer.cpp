@@ -15,7 +15,6 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <set>
 #include <sstream>
 #include <thread>
 
@@ -971,28 +970,39 @@ namespace seqforge {
 int64_t write_validation_predictions(const std::string& run, const std::string& output) {
   LoadedRun r = load_run(run, "");
   if (r.task.kind != "forecast" && r.task.kind != "classify") return 0;
-  std::set<int64_t> val_rows;  // 1-based data rows of the validation targets, as predict numbers
-  for (int64_t s : r.task.split().val) val_rows.insert(r.task.series.target_row(s) + 1);
-  if (val_rows.empty()) return 0;
-  // predict() covers every window; keep the validation split's.
-  const std::string all = output + ".all.tmp";
-  predict(run, r.config.str("data.path"), all);
-  std::ifstream in(all);
-  std::string line, csv = "row,actual,predicted\n";
-  std::getline(in, line);  // row,<target>_predicted,<target>_actual,... | row,predicted,actual
-  int64_t written = 0;
-  while (std::getline(in, line)) {
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
-    if (cells.size() < 3 || !val_rows.count(std::strtoll(cells[0].c_str(), nullptr, 10))) continue;
-    csv += cells[0] + "," + cells[2] + "," + cells[1] + "\n";
-    ++written;
+  const SeriesData& d = r.task.series;
+  const std::vector<int64_t>& starts = d.split.val;
+  if (starts.empty()) return 0;
+  auto be = make_cpu_backend();
+  SequenceModel model(r.task.model);
+  model.initialize(*be, 0);
+  io::load_parameters(r.file.source(), model.parameters(), *be);
+  const int64_t batch_size = r.config.integer("train.batch_size"), O = d.num_outputs();
+  Loader loader(*be, r.task, batch_size, loader_options(r.config, batch_bytes(r.task, batch_size)));
+  loader.start(starts, INT64_MAX, {}, 0);
+  Rng rng(0);
+  std::string csv = "row,actual,predicted\n";
+  for (size_t i = 0; i < starts.size(); i += batch_size) {
+    const Batch& b = loader.next();
+    Tensor out = model.forward(*be, b.input, {}, {}, false, rng);
+    const float* o = static_cast<const float*>(out.data());
+    const auto* y = static_cast<const float*>(b.target.data());
+    const auto* labels = static_cast<const int64_t*>(b.labels.data());
+    for (int64_t k = 0; k < b.size; ++k) {
+      csv += std::to_string(d.target_row(starts[i + k]) + 1);  // 1-based data row, as predict
+      if (d.task == "forecast") {                              // the first target, in its own units
+        char cells[64];
+        std::snprintf(cells, sizeof cells, ",%.7g,%.7g\n", d.target_norm.invert(y[k * O], 0),
+                      d.target_norm.invert(o[k * O], 0));
+        csv += cells;
+      } else {
+        const int64_t pred = std::max_element(o + k * O, o + (k + 1) * O) - (o + k * O);
+        csv += "," + d.class_names[labels[k]] + "," + d.class_names[pred] + "\n";
+      }
+    }
   }
-  in.close();
-  fs::remove(all);
   io::write_file_atomically(output, {{csv.data(), csv.size()}});
-  return written;
+  return static_cast<int64_t>(starts.size());
 }
 
 namespace {
