@@ -1,6 +1,7 @@
 #include "seqforge/core/profiler.hpp"
 
 #include <omp.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -102,9 +103,13 @@ ThreadBuffer& buffer() {
   b->session = session;
   b->tid = static_cast<int64_t>(syscall(SYS_gettid));
   b->name = tl_name;
-  if (b->name.empty())
-    b->name = omp_in_parallel() ? "omp worker " + std::to_string(omp_get_thread_num())
-                                : "thread " + std::to_string(b->tid);
+  if (b->name.empty() && omp_in_parallel())
+    b->name = "omp worker " + std::to_string(omp_get_thread_num());
+  if (b->name.empty()) {  // the name the thread gave the OS (pthread_setname_np), if any
+    char os_name[32] = "";
+    pthread_getname_np(pthread_self(), os_name, sizeof os_name);
+    b->name = os_name[0] && b->tid != getpid() ? os_name : "thread " + std::to_string(b->tid);
+  }
   std::lock_guard lock(r.mutex);
   tl_buffer = b.get();
   r.buffers.push_back(std::move(b));

@@ -14,11 +14,13 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/hash.hpp"
+#include "seqforge/core/profiler.hpp"
 
 namespace seqforge {
 
 void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& starts, size_t begin,
                     size_t end, const BatchRecipe& recipe, Rng& rng, Batch* b) {
+  SF_PROFILE_SCOPE("batch assembly");
   const int64_t B = static_cast<int64_t>(end - begin);
   b->size = B;
   if (d.kind == "charlm") {
