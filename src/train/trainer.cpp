@@ -356,7 +356,8 @@ LoadedRun load_run(const std::string& run, const std::string& data_override) {
 // --bind-to none) shares the machine's CPUs with the others.
 ThreadConfig configure_rank_threads(const Config& c, int local) {
   const int requested = static_cast<int>(c.integer("train.threads"));
-  if (local <= 1 || requested > 0 || std::getenv("OMP_NUM_THREADS")) return configure_threads(requested);
+  if (local <= 1 || requested > 0 || std::getenv("OMP_NUM_THREADS"))
+    return configure_threads(requested);
   cpu_set_t set;
   CPU_ZERO(&set);
   const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
@@ -378,7 +379,8 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
   const int64_t batch_size = c.integer("train.batch_size"), epochs = c.integer("train.epochs");
   if (batch_size <= 0) fail(c.source(), ": train.batch_size must be positive, got ", batch_size);
   if (epochs <= 0) fail(c.source(), ": train.epochs must be positive, got ", epochs);
-  const double dist_timeout = c.number("dist.timeout_seconds"), bucket_mb = c.number("dist.bucket_mb");
+  const double dist_timeout = c.number("dist.timeout_seconds"),
+               bucket_mb = c.number("dist.bucket_mb");
   if (!(dist_timeout > 0))
     fail(c.source(), ": dist.timeout_seconds must be positive, got ", dist_timeout);
   if (!(bucket_mb > 0)) fail(c.source(), ": dist.bucket_mb must be positive, got ", bucket_mb);
@@ -504,9 +506,9 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
     std::array<uint64_t, 4> words = rng.state();
     bytes(words.data(), sizeof words);
     rng.set_state(words);
-    std::array<double, 8> loop = {double(first_epoch), double(step), double(optimizer.steps()),
-                                  best, double(since_best), plateau_best, double(since_plateau),
-                                  lr_factor};
+    std::array<double, 8> loop = {
+        double(first_epoch), double(step), double(optimizer.steps()), best,
+        double(since_best),  plateau_best, double(since_plateau),     lr_factor};
     bytes(loop.data(), sizeof loop);
     std::vector<int64_t> param_steps = optimizer.param_steps();
     param_steps.resize(p.size(), 0);
