@@ -264,12 +264,15 @@ void Lstm::compute_forward(Backend& be, bool concurrent) {
           const int64_t l = l0 + j;
           SF_PROFILE_SCOPE("lstm forward", static_cast<int>(l), 0);
           try {
+            // The next layer's input projection at step t is its own GEMM: the layer below does
+            // it at even steps, the layer itself at odd ones, so the workers' loads match.
             for (int64_t t = 0; t < T_; ++t) {
               if (j > 0) wait_for(l - 1, t + 1);
+              if (j > 0 && t % 2 == 1) project_step(be, l, t);
               step_forward(be, l, 0, t);
               if (j + 1 < group) {
                 finish_output_step(be, l, t);
-                project_step(be, l + 1, t);
+                if (t % 2 == 0) project_step(be, l + 1, t);
               }
               progress_[l].store(t + 1, std::memory_order_release);
             }
@@ -481,10 +484,13 @@ void Lstm::compute_backward(Backend& be, bool concurrent) {
           const int64_t l = l1 - 1 - j;
           SF_PROFILE_SCOPE("lstm backward", static_cast<int>(l), 0);
           try {
+            // The gradient flowing down at step t, one GEMM: computed by the layer above at even
+            // steps and by the layer it flows into at odd ones, balancing the workers.
             for (int64_t t = T_ - 1; t >= 0; --t) {
               if (j > 0) wait_for(l + 1, T_ - t);
+              if (j > 0 && t % 2 == 1) din_step(be, l + 1, t);
               step_backward(be, l, 0, t, l == l1 - 1 ? group_dout : din_[l + 1].tensor());
-              if (l > l0) din_step(be, l, t);
+              if (l > l0 && t % 2 == 0) din_step(be, l, t);
               progress_[l].store(T_ - t, std::memory_order_release);
             }
           } catch (...) {
