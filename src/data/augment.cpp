@@ -1,15 +1,8 @@
 #include "seqforge/data/augment.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -162,15 +155,8 @@ uint64_t fingerprint(const Dataset& data, const AugmentOptions& o, uint64_t seed
   const SeriesData& s = data.series;
   uint64_t h = 0;
   {  // the source file's bytes, mapped: it may be larger than memory
-    const int fd = ::open(data.path.c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st {};
-    if (fd < 0 || ::fstat(fd, &st) != 0) fail(data.path, ": cannot read: ", std::strerror(errno));
-    const size_t size = static_cast<size_t>(st.st_size);
-    void* p = size ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
-    ::close(fd);
-    if (p == MAP_FAILED) fail(data.path, ": cannot map: ", std::strerror(errno));
-    h = hash_bytes(p, size);
-    if (p) ::munmap(p, size);
+    const io::MappedFile file = io::map_file(data.path);
+    h = hash_bytes(file.data, file.size);
   }
   nlohmann::json j = {{"format", 1},
                       {"task", s.task},

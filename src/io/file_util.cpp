@@ -1,6 +1,7 @@
 #include "io/file_util.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,6 +33,28 @@ bool write_all(int fd, const void* data, size_t n) {
 }
 
 }  // namespace
+
+MappedFile map_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, ": not a regular file");
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* base = size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
+  const int e = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) fail(path, ": cannot map: ", std::strerror(e));
+  MappedFile m;
+  m.data = static_cast<const std::byte*>(base);
+  m.size = size;
+  m.mapping = std::shared_ptr<const void>(base, [size](const void* p) {
+    if (p) ::munmap(const_cast<void*>(p), size);
+  });
+  return m;
+}
 
 FileStamp stamp_of(const std::string& path) {
   struct stat st {};

@@ -1,6 +1,7 @@
 #pragma once
 // File helpers shared by the readers and writers of src/io.
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,14 @@ struct ByteSpan {
 // fsync, rename over `path`, fsync of the directory. On any failure the temporary file is removed
 // and a seqforge::Error names `path`, the step and the system's reason.
 void write_file_atomically(const std::string& path, const std::vector<ByteSpan>& parts);
+
+// A file mapped read-only; unmapped when the last copy of `mapping` goes.
+struct MappedFile {
+  const std::byte* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> mapping;
+};
+MappedFile map_file(const std::string& path);
 
 // The whole file; errors name `path` and the system's reason.
 std::string read_file(const std::string& path);

@@ -1,7 +1,6 @@
 #include "seqforge/io/npy.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -406,29 +405,15 @@ NpyArray parse_npy(std::string_view bytes, const std::string& source) {
 }
 
 MappedNpy map_npy(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, ": cannot open: ", errno_str(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, ": not a regular file");
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  void* base = size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
-  const int e = errno;
-  ::close(fd);
-  if (base == MAP_FAILED) fail(path, ": cannot map: ", errno_str(e));
-  std::shared_ptr<const void> mapping(base, [size](const void* p) {
-    if (p) ::munmap(const_cast<void*>(p), size);
-  });
+  MappedFile file = map_file(path);
   size_t offset = 0;
-  NpyArray header =
-      parse_header(std::string_view(static_cast<const char*>(base), size), path, &offset);
+  NpyArray header = parse_header(
+      std::string_view(reinterpret_cast<const char*>(file.data), file.size), path, &offset);
   MappedNpy m;
   m.dtype = header.dtype;
   m.shape = std::move(header.shape);
-  m.data = static_cast<const std::byte*>(base) + offset;
-  m.mapping = std::move(mapping);
+  m.data = file.data + offset;
+  m.mapping = std::move(file.mapping);
   return m;
 }
 

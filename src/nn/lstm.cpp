@@ -169,13 +169,17 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
       be.convert(ch.w_ih_low.get(be, gt, w_ih.shape()), w_ih);
       be.convert(ch.w_hh_low.get(be, gt, w_hh.shape()), w_hh);
     }
+    // Backward's packing only when training (a backward after inference takes W_hh plain).
     if (T_ >= kPackMinSteps) {
       be.pack_b(recurrent_forward_shape(B_, H, H), gemm_dtype_, recurrent_weights(s).data(),
                 &ch.w_hh_forward);
+    } else {
+      ch.w_hh_forward.reset();
+    }
+    if (T_ >= kPackMinSteps && training) {
       be.pack_b(recurrent_backward_shape(B_, H), gemm_dtype_, recurrent_weights(s).data(),
                 &ch.w_hh_backward);
     } else {
-      ch.w_hh_forward.reset();
       ch.w_hh_backward.reset();
     }
   }

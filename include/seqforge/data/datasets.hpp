@@ -36,7 +36,6 @@ struct Normalizer {
   // Fits on the given rows of the given columns of `m`.
   void fit(const std::string& kind, const SourceMatrix& m, const std::vector<int64_t>& cols,
            const std::vector<int64_t>& rows);
-  double apply(double x, int64_t col) const { return (x - shift[col]) / scale[col]; }
   double invert(double y, int64_t col) const { return y * scale[col] + shift[col]; }
   std::string to_json() const;
   static Normalizer from_json(const std::string& json);
