@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/profiler.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/optim/optimizer.hpp"
 
@@ -266,6 +267,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   r.precision = gemm_dtype == DType::bf16 ? "bf16" : "fp32";
   r.notice = notice;
   for (int i = 0; i < options.warmup; ++i) step();
+  if (options.profile) profiler::start();
   for (int i = 0; i < options.steps; ++i) {
     be.recording = i == 0;
     const double t0 = now_ms();
@@ -273,6 +275,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
     r.step_ms.push_back(now_ms() - t0);
   }
   be.recording = false;
+  if (options.profile) profiler::stop();
   r.median_ms = percentile(r.step_ms, 0.5);
   r.p10_ms = percentile(r.step_ms, 0.1);
   r.p90_ms = percentile(r.step_ms, 0.9);

@@ -37,6 +37,7 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
     std::printf("%-3s %-34s %-5s %10.2f %8.2f-%-8.2f %10.0f %8.1f %10.2f %6.2f %8.0f\n",
                 r.id.c_str(), r.name.c_str(), r.precision.c_str(), r.median_ms, r.p10_ms, r.p90_ms,
                 r.samples_per_s, r.gflops, r.gemm_floor_ms, r.floor_ratio, r.peak_mb);
+    if (options.profile) sf::profiler::print_summary(std::cout, 25);
     std::fflush(stdout);
     out.push_back({{"id", r.id},
                    {"name", r.name},
@@ -78,6 +79,8 @@ int main(int argc, char** argv) {
   bench->add_option("--steps", bench_options.steps, "timed steps")->capture_default_str();
   bench->add_option("--warmup", bench_options.warmup, "untimed steps first")->capture_default_str();
   bench->add_option("--json", bench_json, "write the results as JSON to this file");
+  bench->add_flag("--profile", bench_options.profile,
+                  "print where the timed steps spent their time, per workload");
 
   std::string train_config, run_dir;
   std::vector<std::string> overrides;

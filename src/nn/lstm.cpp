@@ -421,7 +421,7 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
   const DType dt = params_.dtype(), gt = gemm_dtype_;
   const int64_t H = opt_.hidden_size, D = directions(), L = opt_.num_layers;
   const Shape y_shape = opt_.batch_first ? Shape{B_, T_, D * H} : Shape{T_, B_, D * H};
-  if (dy.shape() != y_shape)
+  if (!dy.empty() && dy.shape() != y_shape)
     fail("LSTM backward: dy must be ", y_shape.str(), ", got ", dy.shape().str());
   const Shape state_shape{D * L, B_, H};
   for (auto [t, name] : {std::pair{dh_n, "dh_n"}, std::pair{dc_n, "dc_n"}}) {
@@ -429,7 +429,7 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
       fail("LSTM backward: ", name, " must be ", state_shape.str(), ", got ", t.shape().str());
   }
   Tensor dout = dy;
-  if (opt_.batch_first) {
+  if (!dy.empty() && opt_.batch_first) {
     dout = dy_tm_.get(be, dt, {T_, B_, D * H});
     be.transpose01(dout, dy);
   }
@@ -525,7 +525,7 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
   cell.c_prev =
       step == 0 ? c0_.tensor().slice(s, s + 1).data() : at(ch.c.tensor(), t_prev * B_ * H);
   cell.tanh_c = at(ch.tanh_c.tensor(), t * B_ * H);
-  cell.dh_out = at(dout, t * B_ * D * H + d * H);
+  cell.dh_out = dout.empty() ? nullptr : at(dout, t * B_ * D * H + d * H);
   cell.ld_dh_out = D * H;
   cell.dh_rec = ch.dh.tensor().data();
   cell.dc = ch.dc.tensor().data();

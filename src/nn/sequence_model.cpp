@@ -67,6 +67,20 @@ Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n)
   Tensor dlstm;
   if (opt_.per_step) {
     dlstm = dfeat.reshape(y_shape);
+  } else if (lstm_->directions() == 1) {
+    // The last step's output is the top layer's final state: its gradient joins dh_n and no
+    // (T, B, H) gradient is materialised.
+    const int64_t L = opt_.lstm.num_layers;
+    const Shape state_shape{L, B_, F};
+    if (!dh_n.empty() && dh_n.shape() != state_shape)
+      fail("LSTM backward: dh_n must be ", state_shape.str(), ", got ", dh_n.shape().str());
+    Tensor dh = dh_n_.get(be, params_.dtype(), state_shape);
+    if (dh_n.empty())
+      be.fill(dh, 0.0);
+    else
+      be.copy(dh, dh_n);
+    be.add(dh.slice(L - 1, L).reshape({B_, F}), dfeat);
+    dh_n = dh;
   } else {
     dlstm = dy_full_.get(be, params_.dtype(), y_shape);
     be.fill(dlstm, 0.0);

@@ -24,6 +24,7 @@ struct BenchOptions {
   std::string precision = "fp32";  // fp32 | bf16 | auto
   int steps = 10;                  // timed steps
   int warmup = 2;                  // untimed steps first
+  bool profile = false;            // profile the timed steps (profiler::summary() afterwards)
 };
 
 struct BenchResult {

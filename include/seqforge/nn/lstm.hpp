@@ -33,8 +33,9 @@ class Lstm {
   Tensor h_n() const { return h_n_.tensor(); }
   Tensor c_n() const { return c_n_.tensor(); }
 
-  // dy like y; dh_n, dc_n like h_n or empty. Returns dx like x (empty when input gradients are
-  // off); dh0(), dc0() (D*L, B, H). Parameter gradients accumulate.
+  // dy like y, or empty when no gradient flows through y (only through dh_n); dh_n, dc_n like h_n
+  // or empty. Returns dx like x (empty when input gradients are off); dh0(), dc0() (D*L, B, H).
+  // Parameter gradients accumulate.
   Tensor backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n);
   Tensor dh0() const { return dh0_.tensor(); }
   Tensor dc0() const { return dc0_.tensor(); }

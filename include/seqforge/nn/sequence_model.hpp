@@ -55,6 +55,7 @@ class SequenceModel {
   size_t lstm_first_ = 0, head_first_ = 0;  // parameter indices where each module starts
   GradReadyHook grad_ready_;
   Buffer last_, dy_full_;  // (B, D*H) last step; (.., D*H) scattered gradient
+  Buffer dh_n_;            // (D*L, B, H) the last step's gradient as the top layer's dh_n
 };
 
 }  // namespace seqforge
