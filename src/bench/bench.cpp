@@ -11,8 +11,8 @@
 #include <numeric>
 
 #include "seqforge/backend/backend.hpp"
-#include "seqforge/core/profiler.hpp"
 #include "seqforge/core/cpu.hpp"
+#include "seqforge/core/profiler.hpp"
 #include "seqforge/optim/optimizer.hpp"
 
 namespace seqforge {

@@ -6,6 +6,7 @@
 // Gradient rule: parameter gradients accumulate (+=), activation gradients are assigned (=).
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "seqforge/backend/backend.hpp"
 
@@ -93,6 +94,7 @@ void lstm_cell_forward(const LstmCellForward& p, int64_t r0, int64_t r1) {
 template <typename T>
 void lstm_cell_backward(const LstmCellBackward& p, int64_t r0, int64_t r1) {
   const int64_t H = p.hidden;
+  std::vector<T> row(p.dgates ? 0 : 4 * H);  // a row's dgates when only the bf16 copy is kept
   for (int64_t b = r0; b < r1; ++b) {
     const T* gates = static_cast<const T*>(p.gates) + b * 4 * H;
     const T* c_prev = static_cast<const T*>(p.c_prev) + b * H;
@@ -100,7 +102,7 @@ void lstm_cell_backward(const LstmCellBackward& p, int64_t r0, int64_t r1) {
     const T* dh_out = p.dh_out ? static_cast<const T*>(p.dh_out) + b * p.ld_dh_out : nullptr;
     const T* dh_rec = p.dh_rec ? static_cast<const T*>(p.dh_rec) + b * H : nullptr;
     T* dc = static_cast<T*>(p.dc) + b * H;
-    T* dgates = static_cast<T*>(p.dgates) + b * 4 * H;
+    T* dgates = p.dgates ? static_cast<T*>(p.dgates) + b * 4 * H : row.data();
     for (int64_t j = 0; j < H; ++j) {
       const T i = gates[j], f = gates[H + j], g = gates[2 * H + j], o = gates[3 * H + j];
       T dh = 0;
@@ -117,6 +119,10 @@ void lstm_cell_backward(const LstmCellBackward& p, int64_t r0, int64_t r1) {
     if (p.dgates_bf16) {
       bf16* low = static_cast<bf16*>(p.dgates_bf16) + b * 4 * H;
       for (int64_t j = 0; j < 4 * H; ++j) low[j] = to_bf16(static_cast<float>(dgates[j]));
+    }
+    if (p.dbias) {
+      T* db = static_cast<T*>(p.dbias);
+      for (int64_t j = 0; j < 4 * H; ++j) db[j] += dgates[j];
     }
   }
 }

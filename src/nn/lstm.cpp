@@ -19,8 +19,9 @@
 // the lower layer's output gradient). Each worker's GEMMs then run on one core, which on the
 // small recurrent shapes beats one GEMM split over all cores.
 //
-// With bf16 GEMMs the cell kernels also write bf16 copies of h and dG, and every GEMM reads those
-// and bf16 copies of the weights; cell state, gates and all gradients stay in f32.
+// With bf16 GEMMs the cell kernels also write bf16 copies of h, and dG only in bf16; every GEMM
+// reads those and bf16 copies of the weights; cell state, gates and all other gradients stay in
+// f32. The backward cells sum dG's columns (the bias gradient) as they go.
 //
 // Gradient rule: parameter gradients accumulate (+=), activation gradients are assigned (=).
 #include "seqforge/nn/lstm.hpp"
@@ -439,6 +440,7 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
     Chain& ch = chains_[s];
     ch.dh.get(be, dt, {B_, H});
     ch.dc.get(be, dt, {B_, H});
+    be.fill(ch.dbias.get(be, dt, {4 * H}), 0.0);
     if (low()) ch.dgates_low.get(be, gt, {T_, B_, 4 * H});
   }
   reset_state_grads(be);
@@ -529,8 +531,9 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
   cell.ld_dh_out = D * H;
   cell.dh_rec = ch.dh.tensor().data();
   cell.dc = ch.dc.tensor().data();
-  cell.dgates = at(ch.gates.tensor(), t * B_ * 4 * H);
+  cell.dgates = low() ? nullptr : at(ch.gates.tensor(), t * B_ * 4 * H);
   cell.dgates_bf16 = low() ? at(dg_g, t * B_ * 4 * H) : nullptr;
+  cell.dbias = ch.dbias.tensor().data();
   be.lstm_cell_backward(cell, dt);
   // dh(B, H) = dG[t](B, 4H) W_hh(4H, H)
   be.gemm(recurrent_backward_shape(B_, H), gemm_dtype_, at(dg_g, t * B_ * 4 * H),
@@ -570,7 +573,7 @@ void Lstm::din_all(Backend& be, int64_t l) {
 // dW_ih, dW_hh, db_ih, db_hh of chain (l, d) from its dG over all steps.
 void Lstm::weight_grads(Backend& be, int64_t l, int64_t d) {
   SF_PROFILE_SCOPE("lstm weight gradients", static_cast<int>(l), static_cast<int>(d));
-  const DType dt = params_.dtype(), gt = gemm_dtype_;
+  const DType gt = gemm_dtype_;
   const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l);
   const int64_t s = l * D + d, rows = T_ * B_;
   const Weights& w = weights_[s];
@@ -597,12 +600,9 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d) {
   GemmShape dwih{.trans_a = true, .m = 4 * H, .n = I, .k = rows, .lda = 4 * H, .ldb = I, .ldc = I};
   dwih.beta = 1.0f;
   be.gemm(dwih, gt, dg_g.data(), in_gemm_[l].data(), params_.grad(w.w_ih).data());
-  // d(b_ih) = d(b_hh) = colsum(dG): summed once, added to both.
-  Tensor db = ch.dbias.get(be, dt, {4 * H});
-  be.fill(db, 0.0);
-  be.sum_rows_acc(db, ch.gates.tensor().reshape({rows, 4 * H}));
-  be.add(params_.grad(w.b_ih), db);
-  be.add(params_.grad(w.b_hh), db);
+  // d(b_ih) = d(b_hh) = colsum(dG), summed by the backward cells.
+  be.add(params_.grad(w.b_ih), ch.dbias.tensor());
+  be.add(params_.grad(w.b_hh), ch.dbias.tensor());
 }
 
 }  // namespace seqforge

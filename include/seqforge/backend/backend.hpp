@@ -56,8 +56,10 @@ struct LstmCellBackward {
   int64_t ld_dh_out = 0;
   const void* dh_rec = nullptr;  // (B, H) gradient from step t+1, or null
   void* dc = nullptr;            // (B, H) in: dL/dc_t from later steps; out: dL/dc_{t-1}
-  void* dgates = nullptr;        // (B, 4H) out: gradient of the gate pre-activations (may be gates)
-  void* dgates_bf16 = nullptr;   // optional bf16 copy of dgates for bf16 GEMMs
+  void* dgates = nullptr;       // (B, 4H) out: gradient of the gate pre-activations (may be gates);
+                                // null when only dgates_bf16 is wanted
+  void* dgates_bf16 = nullptr;  // optional bf16 copy of dgates for bf16 GEMMs
+  void* dbias = nullptr;        // optional (4H): += column sums of dgates (the bias gradient)
 };
 
 struct AdamParams {

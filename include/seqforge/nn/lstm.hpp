@@ -59,12 +59,12 @@ class Lstm {
   // that chains can run concurrently.
   struct Chain {
     Buffer gates;               // (T, B, 4H) input projection + bias, then gate activations;
-                                // backward overwrites each step's with its gradient dG[t]
+                                // f32 backward overwrites each step's with its gradient dG[t]
     Buffer c, tanh_c;           // (T, B, H)
     Buffer rec;                 // (B, 4H) one step's recurrent GEMM output
-    Buffer dgates_low;          // (T, B, 4H) its bf16 copy
+    Buffer dgates_low;          // (T, B, 4H) dG in bf16, the only copy with bf16 GEMMs
     Buffer dh, dc;              // (B, H) gradients flowing to the previous step
-    Buffer bias, dbias;         // (4H) b_ih + b_hh; colsum(dG)
+    Buffer bias, dbias;         // (4H) b_ih + b_hh; colsum(dG), summed by the backward cells
     Buffer w_ih_low, w_hh_low;  // bf16 copies of the weights
     // W_hh (of the GEMM dtype) packed for the recurrent GEMMs forward and backward, repacked
     // every forward; empty for short sequences, where packing would not pay.

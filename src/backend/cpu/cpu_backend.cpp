@@ -26,19 +26,28 @@ std::string simd_name(const std::string& target) {
 // Below this many element operations a parallel region costs more than it saves.
 constexpr int64_t kMinParallelWork = 65536;
 
-// Splits [0, n) into one contiguous chunk per thread when the work is worth it.
-template <typename Fn>
-void parallel_rows(int64_t n, int64_t work_per_row, Fn&& fn) {
+// How many threads parallel_rows() splits n rows over: 1 when the work is not worth a parallel
+// region, or when already inside one.
+int row_threads(int64_t n, int64_t work_per_row) {
   const int threads = omp_get_max_threads();
-  if (threads <= 1 || omp_in_parallel() || n < 2 || n * work_per_row < kMinParallelWork) {
-    fn(int64_t{0}, n);
-    return;
-  }
+  if (threads <= 1 || omp_in_parallel() || n < 2 || n * work_per_row < kMinParallelWork) return 1;
+  return threads;
+}
+
+// Splits [0, n) into one contiguous chunk per thread: fn(r0, r1, chunk index).
+template <typename Fn>
+void parallel_chunks(int64_t n, int threads, Fn&& fn) {
+  if (threads <= 1) return fn(int64_t{0}, n, 0);
 #pragma omp parallel num_threads(threads)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    fn(n * t / nt, n * (t + 1) / nt);
+    fn(n * t / nt, n * (t + 1) / nt, static_cast<int>(t));
   }
+}
+template <typename Fn>
+void parallel_rows(int64_t n, int64_t work_per_row, Fn&& fn) {
+  parallel_chunks(n, row_threads(n, work_per_row),
+                  [&](int64_t r0, int64_t r1, int) { fn(r0, r1); });
 }
 
 class CpuBackend final : public Backend {
@@ -139,8 +148,22 @@ class CpuBackend final : public Backend {
   }
   void lstm_cell_backward(const LstmCellBackward& a, DType dtype) override {
     if (dtype != DType::f32) return ref_->lstm_cell_backward(a, dtype);
-    parallel_rows(a.batch, 4 * a.hidden,
-                  [&](int64_t r0, int64_t r1) { simd::lstm_cell_backward(a, r0, r1); });
+    // Column sums into dbias: straight when one thread runs all rows, else per thread, added
+    // in thread order.
+    const int threads = row_threads(a.batch, 4 * a.hidden);
+    const int64_t n = 4 * a.hidden;
+    float* dbias = static_cast<float*>(a.dbias);
+    if (!dbias || threads == 1)
+      return parallel_chunks(a.batch, threads, [&](int64_t r0, int64_t r1, int) {
+        simd::lstm_cell_backward(a, r0, r1, dbias);
+      });
+    if (partial_.size() < static_cast<size_t>(threads * n)) partial_.resize(threads * n);
+    std::fill(partial_.begin(), partial_.begin() + threads * n, 0.0f);
+    parallel_chunks(a.batch, threads, [&](int64_t r0, int64_t r1, int t) {
+      simd::lstm_cell_backward(a, r0, r1, partial_.data() + t * n);
+    });
+    for (int t = 0; t < threads; ++t)
+      for (int64_t j = 0; j < n; ++j) dbias[j] += partial_[t * n + j];
   }
 
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {

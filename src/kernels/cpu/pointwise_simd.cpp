@@ -7,6 +7,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <cstring>
+#include <vector>
 // clang-format off
 #include <hwy/highway.h>
 // clang-format on
@@ -66,6 +67,18 @@ HWY_INLINE V Sigmoid(D d, V x) {
   return hn::MulAdd(half, FastTanh(d, hn::Mul(half, x)), half);
 }
 
+// db(N) += column sums of dy(rows, N) over rows [r0, r1), into `acc` (N) first.
+void SumRows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), n_vec = n / N * N;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = dy + r * n;
+    for (int64_t j = 0; j < n_vec; j += N)
+      hn::StoreU(hn::Add(hn::LoadU(d, acc + j), hn::LoadU(d, row + j)), d, acc + j);
+    for (int64_t j = n_vec; j < n; ++j) acc[j] += row[j];
+  }
+}
+
 void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const int64_t H = p.hidden, N = static_cast<int64_t>(hn::Lanes(d));
@@ -117,11 +130,13 @@ void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
   }
 }
 
-void LstmCellBackwardRows(const LstmCellBackward& p, int64_t r0, int64_t r1) {
+void LstmCellBackwardRows(const LstmCellBackward& p, int64_t r0, int64_t r1, float* dbias) {
   const hn::ScalableTag<float> d;
   const int64_t H = p.hidden, N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t H_vec = H / N * N;
   const auto one = hn::Set(d, 1.0f);
+  thread_local std::vector<float> row;  // a row's dgates when only the bf16 copy is kept
+  if (!p.dgates && row.size() < static_cast<size_t>(4 * H)) row.resize(4 * H);
   for (int64_t b = r0; b < r1; ++b) {
     const float* gates = static_cast<const float*>(p.gates) + b * 4 * H;
     const float* c_prev = static_cast<const float*>(p.c_prev) + b * H;
@@ -130,7 +145,7 @@ void LstmCellBackwardRows(const LstmCellBackward& p, int64_t r0, int64_t r1) {
         p.dh_out ? static_cast<const float*>(p.dh_out) + b * p.ld_dh_out : nullptr;
     const float* dh_rec = p.dh_rec ? static_cast<const float*>(p.dh_rec) + b * H : nullptr;
     float* dc = static_cast<float*>(p.dc) + b * H;
-    float* dgates = static_cast<float*>(p.dgates) + b * 4 * H;
+    float* dgates = p.dgates ? static_cast<float*>(p.dgates) + b * 4 * H : row.data();
     for (int64_t j = 0; j < H_vec; j += N) {
       const auto i = hn::LoadU(d, gates + j), f = hn::LoadU(d, gates + H + j);
       const auto g = hn::LoadU(d, gates + 2 * H + j), o = hn::LoadU(d, gates + 3 * H + j);
@@ -161,18 +176,7 @@ void LstmCellBackwardRows(const LstmCellBackward& p, int64_t r0, int64_t r1) {
       dc[j] = dct * f;
     }
     if (p.dgates_bf16) to_bf16_row(dgates, static_cast<bf16*>(p.dgates_bf16) + b * 4 * H, 4 * H);
-  }
-}
-
-// db(N) += column sums of dy(rows, N) over rows [r0, r1), into `acc` (N) first.
-void SumRows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), n_vec = n / N * N;
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* row = dy + r * n;
-    for (int64_t j = 0; j < n_vec; j += N)
-      hn::StoreU(hn::Add(hn::LoadU(d, acc + j), hn::LoadU(d, row + j)), d, acc + j);
-    for (int64_t j = n_vec; j < n; ++j) acc[j] += row[j];
+    if (dbias) SumRows(dgates, 4 * H, 0, 1, dbias);
   }
 }
 
@@ -192,8 +196,8 @@ HWY_EXPORT(TargetName);
 void lstm_cell_forward(const LstmCellForward& p, int64_t r0, int64_t r1) {
   HWY_DYNAMIC_DISPATCH(LstmCellForwardRows)(p, r0, r1);
 }
-void lstm_cell_backward(const LstmCellBackward& p, int64_t r0, int64_t r1) {
-  HWY_DYNAMIC_DISPATCH(LstmCellBackwardRows)(p, r0, r1);
+void lstm_cell_backward(const LstmCellBackward& p, int64_t r0, int64_t r1, float* dbias) {
+  HWY_DYNAMIC_DISPATCH(LstmCellBackwardRows)(p, r0, r1, dbias);
 }
 void sum_rows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
   HWY_DYNAMIC_DISPATCH(SumRows)(dy, n, r0, r1, acc);
