@@ -165,6 +165,50 @@ TEST(Ops, LstmCellActivationsAreAccurateEverywhere) {
   EXPECT_LT(worst, 1e-6);
 }
 
+// Without an f32 dgates output the backward cell writes the same bf16 dgates and bias gradient
+// as with one, on both backends.
+TEST(Ops, LstmCellBackwardKeepsOnlyBf16Dgates) {
+  const int64_t B = 300, H = 40;  // enough rows for the CPU backend to split them over threads
+  Rng rng(3);
+  auto fill = [&](int64_t n, double lo, double hi) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = static_cast<float>(rng.uniform(lo, hi));
+    return v;
+  };
+  const auto gates = fill(B * 4 * H, 0.01, 0.99), c_prev = fill(B * H, -2, 2),
+             tanh_c = fill(B * H, -0.9, 0.9), dh_out = fill(B * H, -1, 1), dc = fill(B * H, -1, 1),
+             dbias0 = fill(4 * H, -1, 1);
+  for (auto make : {make_cpu_backend, make_reference_backend}) {
+    auto be = make();
+    std::vector<bf16> low[2];
+    std::vector<float> dbias[2], dc_out[2], dgates(B * 4 * H);
+    for (int with_f32 = 0; with_f32 < 2; ++with_f32) {
+      low[with_f32].resize(B * 4 * H);
+      dbias[with_f32] = dbias0;
+      dc_out[with_f32] = dc;
+      be->lstm_cell_backward({.batch = B,
+                              .hidden = H,
+                              .gates = gates.data(),
+                              .c_prev = c_prev.data(),
+                              .tanh_c = tanh_c.data(),
+                              .dh_out = dh_out.data(),
+                              .ld_dh_out = H,
+                              .dc = dc_out[with_f32].data(),
+                              .dgates = with_f32 ? dgates.data() : nullptr,
+                              .dgates_bf16 = low[with_f32].data(),
+                              .dbias = dbias[with_f32].data()},
+                             DType::f32);
+    }
+    for (int64_t i = 0; i < B * 4 * H; ++i) {
+      ASSERT_EQ(low[0][i].bits, low[1][i].bits) << be->name() << " element " << i;
+      ASSERT_EQ(low[1][i].bits, to_bf16(dgates[i]).bits) << be->name() << " element " << i;
+    }
+    EXPECT_EQ(dbias[0], dbias[1]) << be->name();
+    EXPECT_NE(dbias[0], dbias0) << be->name();
+    EXPECT_EQ(dc_out[0], dc_out[1]) << be->name();
+  }
+}
+
 TEST(Ops, Bf16GemmMatchesReference) {
   check_bf16_gemm(false, true, 256, 512, 8, 0, 1.0f);
   check_bf16_gemm(false, true, 37, 96, 24, 0, 1.0f);
@@ -172,12 +216,19 @@ TEST(Ops, Bf16GemmMatchesReference) {
   check_bf16_gemm(false, false, 50, 24, 96, 0, 0.0f);
   check_bf16_gemm(true, false, 96, 24, 54, 24, 1.0f);
   check_bf16_gemm(false, false, 54, 5, 96, 0, 1.0f);
+  check_bf16_gemm(true, false, 512, 4, 5003, 0, 1.0f);  // narrow: A streamed once
+  check_bf16_gemm(true, false, 33, 16, 130, 2, 0.0f);
 }
 
-OpCase lstm_cell_case(int64_t batch, int64_t hidden, int64_t ldh_pad) {
+// input > 0: the cell projects an input of that width itself; no_dh_out: no output gradient.
+OpCase lstm_cell_case(int64_t batch, int64_t hidden, int64_t ldh_pad, int64_t input = 0,
+                      bool no_dh_out = false) {
   return [=](Backend& be, DType dt, Rng& rng) {
-    const int64_t ldh = hidden + ldh_pad;
+    const int64_t ldh = hidden + ldh_pad, ldx = input + 3;
     HostTensor gates(be, dt, {batch, 4 * hidden}, values(rng, batch * 4 * hidden, -4, 4));
+    HostTensor x(be, dt, {batch * ldx + 1}, values(rng, batch * ldx + 1, -2, 2));
+    HostTensor w_ih_t(be, dt, {input * 4 * hidden + 1}, values(rng, input * 4 * hidden + 1));
+    HostTensor bias(be, dt, {4 * hidden}, values(rng, 4 * hidden));
     HostTensor c_prev(be, dt, {batch, hidden}, values(rng, batch * hidden, -2, 2));
     HostTensor c(be, dt, {batch, hidden}, std::vector<double>(batch * hidden));
     HostTensor tanh_c(be, dt, {batch, hidden}, std::vector<double>(batch * hidden));
@@ -191,28 +242,33 @@ OpCase lstm_cell_case(int64_t batch, int64_t hidden, int64_t ldh_pad) {
                           .c = c.t.data(),
                           .tanh_c = tanh_c.t.data(),
                           .h = h.t.data(),
-                          .ldh = ldh},
+                          .ldh = ldh,
+                          .x = input ? x.t.data() : nullptr,
+                          .input = input,
+                          .ldx = ldx,
+                          .w_ih_t = w_ih_t.t.data(),
+                          .bias = bias.t.data()},
                          dt);
     HostTensor dh_out(be, dt, {batch, ldh}, values(rng, batch * ldh));
     HostTensor dh_rec(be, dt, {batch, hidden}, values(rng, batch * hidden));
     HostTensor dc(be, dt, {batch, hidden}, values(rng, batch * hidden));
     HostTensor dgates(be, dt, {batch, 4 * hidden}, std::vector<double>(batch * 4 * hidden));
+    HostTensor dbias(be, dt, {4 * hidden}, values(rng, 4 * hidden));
     be.lstm_cell_backward({.batch = batch,
                            .hidden = hidden,
                            .gates = gates.t.data(),
                            .c_prev = c_prev.t.data(),
                            .tanh_c = tanh_c.t.data(),
-                           .dh_out = dh_out.t.data(),
+                           .dh_out = no_dh_out ? nullptr : dh_out.t.data(),
                            .ld_dh_out = ldh,
                            .dh_rec = dh_rec.t.data(),
                            .dc = dc.t.data(),
-                           .dgates = dgates.t.data()},
+                           .dgates = dgates.t.data(),
+                           .dbias = dbias.t.data()},
                           dt);
-    return std::map<std::string, std::vector<double>>{{"gates", to_doubles(gates.t)},
-                                                      {"c", to_doubles(c.t)},
-                                                      {"h", to_doubles(h.t)},
-                                                      {"dgates", to_doubles(dgates.t)},
-                                                      {"dc", to_doubles(dc.t)}};
+    return std::map<std::string, std::vector<double>>{
+        {"gates", to_doubles(gates.t)},   {"c", to_doubles(c.t)},   {"h", to_doubles(h.t)},
+        {"dgates", to_doubles(dgates.t)}, {"dc", to_doubles(dc.t)}, {"dbias", to_doubles(dbias.t)}};
   };
 }
 
@@ -296,9 +352,14 @@ const std::map<std::string, OpCase>& cases() {
       {"gemm_bias_384x512x8", gemm_case(false, true, 384, 512, 8, 0, 1.0f, 0.0f, true)},
       {"gemm_bias_sum_17x33x65", gemm_case(false, true, 17, 33, 65, 2, 1.0f, 1.0f, true)},
       {"gemm_k0", gemm_case(false, false, 4, 6, 0, 0, 1.0f, 0.5f)},
+      {"gemm_tn_narrow_512x8x3001", gemm_case(true, false, 512, 8, 3001, 0, 1.0f, 1.0f)},
+      {"gemm_tn_narrow_odd_37x1x9", gemm_case(true, false, 37, 1, 9, 3, 0.5f, 0.25f)},
+      {"gemm_tn_narrow_70x16x100001", gemm_case(true, false, 70, 16, 100001, 1, 1.0f, 0.0f)},
       {"lstm_cell_b1_h1", lstm_cell_case(1, 1, 0)},
       {"lstm_cell_b64_h128", lstm_cell_case(64, 128, 0)},
       {"lstm_cell_b256_h33_strided", lstm_cell_case(256, 33, 33)},
+      {"lstm_cell_b300_h128_input8", lstm_cell_case(300, 128, 0, 8)},
+      {"lstm_cell_b5_h35_input1_no_dh_out", lstm_cell_case(5, 35, 2, 1, true)},
       {"adamw_step1", adam_case(true, 1, 1000)},
       {"adam_l2_step7", adam_case(false, 7, 100003)},
       {"sgd_nesterov_first", sgd_case(true, true, 4097)},

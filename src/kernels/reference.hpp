@@ -63,6 +63,16 @@ void lstm_cell_forward(const LstmCellForward& p, int64_t r0, int64_t r1) {
     T* c = static_cast<T*>(p.c) + b * H;
     T* tanh_c = static_cast<T*>(p.tanh_c) + b * H;
     T* h = static_cast<T*>(p.h) + b * p.ldh;
+    if (p.x) {
+      const T* x = static_cast<const T*>(p.x) + b * p.ldx;
+      const T* w = static_cast<const T*>(p.w_ih_t);
+      const T* bias = static_cast<const T*>(p.bias);
+      for (int64_t j = 0; j < 4 * H; ++j) {
+        T acc = bias[j];
+        for (int64_t k = 0; k < p.input; ++k) acc += x[k] * w[k * 4 * H + j];
+        gates[j] = acc;
+      }
+    }
     if (p.gates_rec) {
       const T* rec = static_cast<const T*>(p.gates_rec) + b * 4 * H;
       for (int64_t j = 0; j < 4 * H; ++j) gates[j] += rec[j];

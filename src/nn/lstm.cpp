@@ -47,6 +47,10 @@ char* at(Tensor t, int64_t elements) {
 // Sequences at least this long get W_hh packed (repacked every forward) for their T GEMMs.
 constexpr int64_t kPackMinSteps = 4;
 
+// Inputs up to this wide are projected inside the cell kernel: as a GEMM, K this small runs far
+// below the GEMM rate and writes the (T, B, 4H) projection only for the cells to read it back.
+constexpr int64_t kCellProjectionMaxInput = 16;
+
 // R(B, 4H) = h_prev(B, H) W_hh^T, h_prev rows lda apart.
 GemmShape recurrent_forward_shape(int64_t B, int64_t H, int64_t lda) {
   return {.trans_b = true, .m = B, .n = 4 * H, .k = H, .lda = lda, .ldb = H, .ldc = 4 * H};
@@ -99,6 +103,15 @@ void Lstm::set_gemm_dtype(DType dtype) {
 
 int64_t Lstm::layer_input_size(int64_t layer) const {
   return layer == 0 ? opt_.input_size : output_size();
+}
+
+bool Lstm::cell_projects_input(int64_t l) const {
+  return layer_input_size(l) <= kCellProjectionMaxInput;
+}
+
+Tensor Lstm::layer_input(int64_t l) const {
+  if (l == 0) return x_;
+  return dropout_active_ ? dropped_[l - 1].tensor() : out_[l - 1].tensor();
 }
 
 Tensor Lstm::recurrent_weights(int64_t s) const {
@@ -169,6 +182,11 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
       Tensor w_ih = params_.value(w.w_ih), w_hh = params_.value(w.w_hh);
       be.convert(ch.w_ih_low.get(be, gt, w_ih.shape()), w_ih);
       be.convert(ch.w_hh_low.get(be, gt, w_hh.shape()), w_hh);
+    }
+    if (cell_projects_input(s / D)) {
+      const int64_t I = layer_input_size(s / D);
+      be.transpose01(ch.w_ih_t.get(be, dt, {I, 4 * H, 1}),
+                     params_.value(w.w_ih).reshape({4 * H, I, 1}));
     }
     // Backward's packing only when training (a backward after inference takes W_hh plain).
     if (T_ >= kPackMinSteps) {
@@ -357,8 +375,9 @@ void Lstm::run_tuned_forward(Backend& be) {
                  autotune::cache_path().c_str());
 }
 
-// G(T*B, 4H) = in(T*B, I) W_ih^T + bias, for chain (l, d).
+// G(T*B, 4H) = in(T*B, I) W_ih^T + bias, for chain (l, d); the cells do it for narrow inputs.
 void Lstm::project_all(Backend& be, int64_t l, int64_t d) {
+  if (cell_projects_input(l)) return;
   const int64_t H = opt_.hidden_size, I = layer_input_size(l), s = l * directions() + d;
   Chain& ch = chains_[s];
   const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[s].w_ih);
@@ -371,6 +390,7 @@ void Lstm::project_all(Backend& be, int64_t l, int64_t d) {
 
 // G[t](B, 4H) = in[t](B, I) W_ih^T + bias, for the one chain of unidirectional layer l.
 void Lstm::project_step(Backend& be, int64_t l, int64_t t) {
+  if (cell_projects_input(l)) return;
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
   Chain& ch = chains_[l];
   const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[l].w_ih);
@@ -413,6 +433,14 @@ void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step) {
   cell.h = at(out, t * B_ * D * H + d * H);
   cell.ldh = D * H;
   cell.h_bf16 = low() ? at(out_g, t * B_ * D * H + d * H) : nullptr;
+  if (cell_projects_input(l)) {
+    const int64_t I = layer_input_size(l);
+    cell.x = at(layer_input(l), t * B_ * I);
+    cell.input = I;
+    cell.ldx = I;
+    cell.w_ih_t = ch.w_ih_t.tensor().data();
+    cell.bias = ch.bias.tensor().data();
+  }
   be.lstm_cell_forward(cell, dt);
 }
 

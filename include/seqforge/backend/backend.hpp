@@ -44,6 +44,12 @@ struct LstmCellForward {
   void* h = nullptr;                // (B, H) out, rows ldh apart
   int64_t ldh = 0;
   void* h_bf16 = nullptr;  // optional bf16 copy of h for bf16 GEMMs, rows ldh apart
+  // Optional, for narrow inputs: the pre-activations are made here, bias + x W_ih^T (+ gates_rec),
+  // and `gates` is output only. x (B, input) rows ldx apart; w_ih_t (input, 4H); bias (4H).
+  const void* x = nullptr;
+  int64_t input = 0, ldx = 0;
+  const void* w_ih_t = nullptr;
+  const void* bias = nullptr;
 };
 
 // The matching backward step.

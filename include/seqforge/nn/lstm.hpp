@@ -66,12 +66,16 @@ class Lstm {
     Buffer dh, dc;              // (B, H) gradients flowing to the previous step
     Buffer bias, dbias;         // (4H) b_ih + b_hh; colsum(dG), summed by the backward cells
     Buffer w_ih_low, w_hh_low;  // bf16 copies of the weights
+    Buffer w_ih_t;              // (I, 4H) W_ih transposed, when the cell projects the input
     // W_hh (of the GEMM dtype) packed for the recurrent GEMMs forward and backward, repacked
     // every forward; empty for short sequences, where packing would not pay.
     std::unique_ptr<PackedB> w_hh_forward, w_hh_backward;
   };
 
   bool low() const { return gemm_dtype_ != params_.dtype(); }
+  // Whether layer l's input is narrow enough for the cells to project it themselves (no GEMM).
+  bool cell_projects_input(int64_t l) const;
+  Tensor layer_input(int64_t l) const;  // (T, B, I_l) in f32: x, or the layer below's output
   int64_t layer_input_size(int64_t layer) const;
   int wavefront_width(const Backend& be) const;  // layers side by side; 1 = layer by layer
   Tensor chain_h0(int64_t s) const;              // GEMM operand of the initial state of chain s

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/onednn_gemm.hpp"
+#include "kernels/cpu/gemm_narrow.hpp"
 #include "kernels/cpu/pointwise_simd.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
@@ -95,10 +96,43 @@ class CpuBackend final : public Backend {
 
   void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
                 const void* bias) override {
-    if (dtype == DType::f32 || dtype == DType::bf16) {
+    if ((dtype == DType::f32 || dtype == DType::bf16) && simd::gemm_tn_narrow_fits(s)) {
+      gemm_tn_narrow(s, dtype, a, b, static_cast<float*>(c));
+    } else if (dtype == DType::f32 || dtype == DType::bf16) {
       gemm_.run(s, dtype, a, b, static_cast<float*>(c), static_cast<const float*>(bias));
     } else {
       ref_->gemm(s, dtype, a, b, c, bias);
+    }
+  }
+
+  // A^T B for narrow B: the rows of A and B split over threads, each summing blocks of rows
+  // into its own (n, m) accumulator (a long f32 sum in one accumulator would lose digits); the
+  // accumulators are added in thread order.
+  static void gemm_tn_narrow(const GemmShape& s, DType dtype, const void* a, const void* b,
+                             float* c) {
+    constexpr int64_t kBlockRows = 256;
+    const int64_t m = s.m, n = s.n;
+    const int threads = row_threads(s.k, m * n);
+    thread_local std::vector<float> acc_buffer;
+    acc_buffer.assign(static_cast<size_t>(2 * threads * n * m), 0.0f);
+    float* acc = acc_buffer.data();  // the caller's, also inside the parallel region
+    parallel_chunks(s.k, threads, [&](int64_t p0, int64_t p1, int t) {
+      float* total = acc + t * n * m;
+      float* block = acc + (threads + t) * n * m;
+      for (int64_t q = p0; q < p1; q += kBlockRows) {
+        std::fill(block, block + n * m, 0.0f);
+        simd::gemm_tn_narrow_rows(s, dtype == DType::bf16, a, b, q, std::min(q + kBlockRows, p1),
+                                  block);
+        for (int64_t i = 0; i < n * m; ++i) total[i] += block[i];
+      }
+    });
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t i = 0; i < n; ++i) {
+        float sum = 0.0f;
+        for (int t = 0; t < threads; ++t) sum += acc[(t * n + i) * m + r];
+        float& out = c[r * s.ldc + i];
+        out = s.alpha * sum + (s.beta == 0.0f ? 0.0f : s.beta * out);
+      }
     }
   }
 

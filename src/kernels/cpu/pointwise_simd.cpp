@@ -90,9 +90,20 @@ void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
     float* tanh_c = static_cast<float*>(p.tanh_c) + b * H;
     float* h = static_cast<float*>(p.h) + b * p.ldh;
     const float* rec = p.gates_rec ? static_cast<const float*>(p.gates_rec) + b * 4 * H : nullptr;
-    // Pre-activation of gate k at column j: G + R (the recurrent GEMM's output), when given.
+    const float* x = p.x ? static_cast<const float*>(p.x) + b * p.ldx : nullptr;
+    const float* w_ih_t = static_cast<const float*>(p.w_ih_t);
+    const float* bias = static_cast<const float*>(p.bias);
+    // Pre-activation of gate k at column j: G, or bias + x W_ih^T when x is given, plus R (the
+    // recurrent GEMM's output) when given.
     auto pre = [&](int64_t k, int64_t j) {
-      const auto g = hn::LoadU(d, gates + k * H + j);
+      auto g = hn::Zero(d);
+      if (x) {
+        g = hn::LoadU(d, bias + k * H + j);
+        for (int64_t i = 0; i < p.input; ++i)
+          g = hn::MulAdd(hn::Set(d, x[i]), hn::LoadU(d, w_ih_t + i * 4 * H + k * H + j), g);
+      } else {
+        g = hn::LoadU(d, gates + k * H + j);
+      }
       return rec ? hn::Add(g, hn::LoadU(d, rec + k * H + j)) : g;
     };
     for (int64_t j = 0; j < H_vec; j += N) {
@@ -111,6 +122,13 @@ void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
       hn::StoreU(hn::Mul(o, tc), d, h + j);
     }
     if (H_vec < H) {  // the tail, with the reference formulas
+      if (x)
+        for (int64_t k = 0; k < 4; ++k)
+          for (int64_t j = H_vec; j < H; ++j) {
+            float acc = bias[k * H + j];
+            for (int64_t i = 0; i < p.input; ++i) acc += x[i] * w_ih_t[i * 4 * H + k * H + j];
+            gates[k * H + j] = acc;
+          }
       if (rec)
         for (int64_t k = 0; k < 4; ++k)
           for (int64_t j = H_vec; j < H; ++j) gates[k * H + j] += rec[k * H + j];

@@ -1,0 +1,98 @@
+// A^T B for a narrow B, with runtime dispatch through Highway. The weight gradient of a narrow
+// input, dW_ih(4H, I) = dG^T(4H, T*B) X(T*B, I) with I of a few features, is such a GEMM: as a
+// general GEMM its tiles are mostly empty and the transposed A is copied first, so it runs far
+// below the GEMM rate. Here A streams through once, row by row, into an (n, m) accumulator that
+// stays in L1.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/gemm_narrow.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+// clang-format off
+#include <hwy/highway.h>
+// clang-format on
+
+#include "kernels/cpu/gemm_narrow.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace seqforge::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const float* p) {
+  return hn::LoadU(d, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const bf16* p) {  // bf16 -> f32 is a shift of the bits
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto bits = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p));
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, bits)));
+}
+inline float Scalar(float v) { return v; }
+inline float Scalar(bf16 v) { return from_bf16(v); }
+
+// acc(n, m) += A[p0:p1]^T B[p0:p1], four rows of A at a time so that each accumulator load and
+// store carries four FMAs.
+template <typename In>
+void AccumulateTn(const GemmShape& s, const In* a, const In* b, int64_t p0, int64_t p1,
+                  float* acc) {
+  const hn::ScalableTag<float> d;
+  const int64_t m = s.m, n = s.n, N = static_cast<int64_t>(hn::Lanes(d)), m_vec = m / N * N;
+  float bv[4][kNarrowGemmMaxN];
+  int64_t p = p0;
+  for (; p + 4 <= p1; p += 4) {
+    for (int r = 0; r < 4; ++r)
+      for (int64_t i = 0; i < n; ++i) bv[r][i] = Scalar(b[(p + r) * s.ldb + i]);
+    const In* a0 = a + p * s.lda;
+    for (int64_t j = 0; j < m_vec; j += N) {
+      const auto x0 = LoadRow(d, a0 + j), x1 = LoadRow(d, a0 + s.lda + j);
+      const auto x2 = LoadRow(d, a0 + 2 * s.lda + j), x3 = LoadRow(d, a0 + 3 * s.lda + j);
+      for (int64_t i = 0; i < n; ++i) {
+        float* out = acc + i * m + j;
+        auto v = hn::MulAdd(hn::Set(d, bv[0][i]), x0, hn::LoadU(d, out));
+        v = hn::MulAdd(hn::Set(d, bv[1][i]), x1, v);
+        v = hn::MulAdd(hn::Set(d, bv[2][i]), x2, v);
+        hn::StoreU(hn::MulAdd(hn::Set(d, bv[3][i]), x3, v), d, out);
+      }
+    }
+    for (int64_t j = m_vec; j < m; ++j)
+      for (int64_t i = 0; i < n; ++i)
+        for (int r = 0; r < 4; ++r) acc[i * m + j] += bv[r][i] * Scalar(a0[r * s.lda + j]);
+  }
+  for (; p < p1; ++p) {
+    const In* row = a + p * s.lda;
+    for (int64_t i = 0; i < n; ++i) {
+      const float w = Scalar(b[p * s.ldb + i]);
+      float* out = acc + i * m;
+      for (int64_t j = 0; j < m_vec; j += N)
+        hn::StoreU(hn::MulAdd(hn::Set(d, w), LoadRow(d, row + j), hn::LoadU(d, out + j)), d,
+                   out + j);
+      for (int64_t j = m_vec; j < m; ++j) out[j] += w * Scalar(row[j]);
+    }
+  }
+}
+
+void GemmTnNarrowRows(const GemmShape& s, bool bf16_operands, const void* a, const void* b,
+                      int64_t p0, int64_t p1, float* acc) {
+  if (bf16_operands) {
+    AccumulateTn(s, static_cast<const bf16*>(a), static_cast<const bf16*>(b), p0, p1, acc);
+  } else {
+    AccumulateTn(s, static_cast<const float*>(a), static_cast<const float*>(b), p0, p1, acc);
+  }
+}
+
+}  // namespace seqforge::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace seqforge::simd {
+
+HWY_EXPORT(GemmTnNarrowRows);
+
+void gemm_tn_narrow_rows(const GemmShape& s, bool bf16_operands, const void* a, const void* b,
+                         int64_t p0, int64_t p1, float* acc) {
+  HWY_DYNAMIC_DISPATCH(GemmTnNarrowRows)(s, bf16_operands, a, b, p0, p1, acc);
+}
+
+}  // namespace seqforge::simd
+#endif
