@@ -209,6 +209,84 @@ TEST(Ops, LstmCellBackwardKeepsOnlyBf16Dgates) {
   }
 }
 
+// Activations kept in bf16: forward writes the bf16 of the activations it would keep in f32 (and
+// the same c and h); backward from them equals backward from their f32 values, also when dG
+// overwrites them in place.
+TEST(Ops, LstmCellKeepsActivationsInBf16) {
+  const int64_t B = 300, H = 37, I = 5;  // a vector tail, and rows split over threads
+  Rng rng(8);
+  auto fill = [&](int64_t n, double lo, double hi) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = static_cast<float>(rng.uniform(lo, hi));
+    return v;
+  };
+  const auto pre = fill(B * 4 * H, -4, 4), rec = fill(B * 4 * H, -1, 1),
+             c_prev = fill(B * H, -2, 2), x = fill(B * I, -1, 1), w_ih_t = fill(I * 4 * H, -1, 1),
+             bias = fill(4 * H, -1, 1), dh_out = fill(B * H, -1, 1), dc0 = fill(B * H, -1, 1);
+  for (auto make : {make_cpu_backend, make_reference_backend}) {
+    auto be = make();
+    for (bool narrow : {false, true}) {
+      std::vector<float> gates = pre, scratch = pre, c[2], tanh_c[2], h[2];
+      std::vector<bf16> low(B * 4 * H);
+      for (int kept_low = 0; kept_low < 2; ++kept_low) {
+        c[kept_low].resize(B * H);
+        tanh_c[kept_low].resize(B * H);
+        h[kept_low].resize(B * H);
+        LstmCellForward f{.batch = B,
+                          .hidden = H,
+                          .gates = kept_low ? (narrow ? nullptr : scratch.data()) : gates.data(),
+                          .gates_bf16 = kept_low ? low.data() : nullptr,
+                          .gates_rec = rec.data(),
+                          .c_prev = c_prev.data(),
+                          .c = c[kept_low].data(),
+                          .tanh_c = tanh_c[kept_low].data(),
+                          .h = h[kept_low].data(),
+                          .ldh = H};
+        if (narrow) {
+          f.x = x.data();
+          f.input = I;
+          f.ldx = I;
+          f.w_ih_t = w_ih_t.data();
+          f.bias = bias.data();
+        }
+        be->lstm_cell_forward(f, DType::f32);
+      }
+      for (int64_t i = 0; i < B * 4 * H; ++i)
+        ASSERT_EQ(low[i].bits, to_bf16(gates[i]).bits) << be->name() << " element " << i;
+      EXPECT_EQ(c[0], c[1]) << be->name();
+      EXPECT_EQ(h[0], h[1]) << be->name();
+      // Backward: from f32 activations equal to the bf16 ones, then from bf16 in place.
+      std::vector<float> rounded(B * 4 * H), dgates(B * 4 * H), dc_f32 = dc0, dc_low = dc0;
+      for (int64_t i = 0; i < B * 4 * H; ++i) rounded[i] = from_bf16(low[i]);
+      std::vector<bf16> dg_low(B * 4 * H);
+      be->lstm_cell_backward({.batch = B,
+                              .hidden = H,
+                              .gates = rounded.data(),
+                              .c_prev = c_prev.data(),
+                              .tanh_c = tanh_c[0].data(),
+                              .dh_out = dh_out.data(),
+                              .ld_dh_out = H,
+                              .dc = dc_f32.data(),
+                              .dgates = dgates.data(),
+                              .dgates_bf16 = dg_low.data()},
+                             DType::f32);
+      be->lstm_cell_backward({.batch = B,
+                              .hidden = H,
+                              .gates_bf16 = low.data(),
+                              .c_prev = c_prev.data(),
+                              .tanh_c = tanh_c[0].data(),
+                              .dh_out = dh_out.data(),
+                              .ld_dh_out = H,
+                              .dc = dc_low.data(),
+                              .dgates_bf16 = low.data()},
+                             DType::f32);
+      for (int64_t i = 0; i < B * 4 * H; ++i)
+        ASSERT_EQ(low[i].bits, dg_low[i].bits) << be->name() << " element " << i;
+      EXPECT_EQ(dc_f32, dc_low) << be->name();
+    }
+  }
+}
+
 TEST(Ops, Bf16GemmMatchesReference) {
   check_bf16_gemm(false, true, 256, 512, 8, 0, 1.0f);
   check_bf16_gemm(false, true, 37, 96, 24, 0, 1.0f);

@@ -57,8 +57,9 @@ void gemm(const GemmShape& s, const In* a, const In* b, T* c, const T* bias, int
 template <typename T>
 void lstm_cell_forward(const LstmCellForward& p, int64_t r0, int64_t r1) {
   const int64_t H = p.hidden;
+  std::vector<T> row(p.gates ? 0 : 4 * H);  // a row's pre-activations when gates is null
   for (int64_t b = r0; b < r1; ++b) {
-    T* gates = static_cast<T*>(p.gates) + b * 4 * H;  // (4H)
+    T* gates = p.gates ? static_cast<T*>(p.gates) + b * 4 * H : row.data();  // (4H)
     const T* c_prev = static_cast<const T*>(p.c_prev) + b * H;
     T* c = static_cast<T*>(p.c) + b * H;
     T* tanh_c = static_cast<T*>(p.tanh_c) + b * H;
@@ -82,10 +83,18 @@ void lstm_cell_forward(const LstmCellForward& p, int64_t r0, int64_t r1) {
       const T f = sigmoid(gates[H + j]);
       const T g = std::tanh(gates[2 * H + j]);
       const T o = sigmoid(gates[3 * H + j]);
-      gates[j] = i;
-      gates[H + j] = f;
-      gates[2 * H + j] = g;
-      gates[3 * H + j] = o;
+      if (p.gates_bf16) {
+        bf16* low = static_cast<bf16*>(p.gates_bf16) + b * 4 * H;
+        low[j] = to_bf16(static_cast<float>(i));
+        low[H + j] = to_bf16(static_cast<float>(f));
+        low[2 * H + j] = to_bf16(static_cast<float>(g));
+        low[3 * H + j] = to_bf16(static_cast<float>(o));
+      } else {
+        gates[j] = i;
+        gates[H + j] = f;
+        gates[2 * H + j] = g;
+        gates[3 * H + j] = o;
+      }
       c[j] = f * c_prev[j] + i * g;
       tanh_c[j] = std::tanh(c[j]);
       h[j] = o * tanh_c[j];
@@ -106,15 +115,17 @@ void lstm_cell_backward(const LstmCellBackward& p, int64_t r0, int64_t r1) {
   const int64_t H = p.hidden;
   std::vector<T> row(p.dgates ? 0 : 4 * H);  // a row's dgates when only the bf16 copy is kept
   for (int64_t b = r0; b < r1; ++b) {
-    const T* gates = static_cast<const T*>(p.gates) + b * 4 * H;
     const T* c_prev = static_cast<const T*>(p.c_prev) + b * H;
     const T* tanh_c = static_cast<const T*>(p.tanh_c) + b * H;
+    const T* saved = static_cast<const T*>(p.gates) + b * 4 * H;
+    const bf16* saved_low = static_cast<const bf16*>(p.gates_bf16) + b * 4 * H;
+    auto gate = [&](int64_t j) { return p.gates_bf16 ? T(from_bf16(saved_low[j])) : saved[j]; };
     const T* dh_out = p.dh_out ? static_cast<const T*>(p.dh_out) + b * p.ld_dh_out : nullptr;
     const T* dh_rec = p.dh_rec ? static_cast<const T*>(p.dh_rec) + b * H : nullptr;
     T* dc = static_cast<T*>(p.dc) + b * H;
     T* dgates = p.dgates ? static_cast<T*>(p.dgates) + b * 4 * H : row.data();
     for (int64_t j = 0; j < H; ++j) {
-      const T i = gates[j], f = gates[H + j], g = gates[2 * H + j], o = gates[3 * H + j];
+      const T i = gate(j), f = gate(H + j), g = gate(2 * H + j), o = gate(3 * H + j);
       T dh = 0;
       if (dh_out) dh += dh_out[j];
       if (dh_rec) dh += dh_rec[j];

@@ -19,9 +19,10 @@
 // the lower layer's output gradient). Each worker's GEMMs then run on one core, which on the
 // small recurrent shapes beats one GEMM split over all cores.
 //
-// With bf16 GEMMs the cell kernels also write bf16 copies of h, and dG only in bf16; every GEMM
-// reads those and bf16 copies of the weights; cell state, gates and all other gradients stay in
-// f32. The backward cells sum dG's columns (the bias gradient) as they go.
+// With bf16 GEMMs the cells keep the gate activations in bf16 (backward overwrites them with dG
+// in bf16) and also write bf16 copies of h; every GEMM reads those and bf16 copies of the
+// weights. Cell state, the input projection and all other gradients stay in f32. The backward
+// cells sum dG's columns (the bias gradient) as they go.
 //
 // Gradient rule: parameter gradients accumulate (+=), activation gradients are assigned (=).
 #include "seqforge/nn/lstm.hpp"
@@ -226,7 +227,10 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
   for (int64_t l = 0; l < L; ++l)
     for (int64_t d = 0; d < D; ++d) {
       Chain& ch = chains_[l * D + d];
-      ch.gates.get(be, dt, {T_, B_, 4 * H});
+      // With bf16 GEMMs the activations are kept in bf16, and f32 gates only hold the input
+      // projection, which narrow inputs do without.
+      if (!low() || !cell_projects_input(l)) ch.gates.get(be, dt, {T_, B_, 4 * H});
+      if (low()) ch.gates_low.get(be, gt, {T_, B_, 4 * H});
       ch.c.get(be, dt, {T_, B_, H});
       ch.tanh_c.get(be, dt, {T_, B_, H});
       ch.rec.get(be, dt, {B_, 4 * H});
@@ -424,7 +428,8 @@ void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step) {
   LstmCellForward cell;
   cell.batch = B_;
   cell.hidden = H;
-  cell.gates = at(ch.gates.tensor(), t * B_ * 4 * H);
+  cell.gates = low() && cell_projects_input(l) ? nullptr : at(ch.gates.tensor(), t * B_ * 4 * H);
+  cell.gates_bf16 = low() ? at(ch.gates_low.tensor(), t * B_ * 4 * H) : nullptr;
   cell.gates_rec = ch.rec.tensor().data();
   cell.c_prev =
       step == 0 ? c0_.tensor().slice(s, s + 1).data() : at(ch.c.tensor(), t_prev * B_ * H);
@@ -447,7 +452,7 @@ void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step) {
 // ---- backward --------------------------------------------------------------------------------
 
 Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
-  const DType dt = params_.dtype(), gt = gemm_dtype_;
+  const DType dt = params_.dtype();
   const int64_t H = opt_.hidden_size, D = directions(), L = opt_.num_layers;
   const Shape y_shape = opt_.batch_first ? Shape{B_, T_, D * H} : Shape{T_, B_, D * H};
   if (!dy.empty() && dy.shape() != y_shape)
@@ -469,7 +474,6 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
     ch.dh.get(be, dt, {B_, H});
     ch.dc.get(be, dt, {B_, H});
     be.fill(ch.dbias.get(be, dt, {4 * H}), 0.0);
-    if (low()) ch.dgates_low.get(be, gt, {T_, B_, 4 * H});
   }
   reset_state_grads(be);
   for (int64_t l = 0; l < L; ++l) din_[l].get(be, dt, {T_, B_, layer_input_size(l)});
@@ -547,11 +551,12 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
   const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
   const int64_t t = d == 0 ? step : T_ - 1 - step, t_prev = d == 0 ? t - 1 : t + 1;
   Chain& ch = chains_[s];
-  const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.gates.tensor();
+  const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
   LstmCellBackward cell;
   cell.batch = B_;
   cell.hidden = H;
-  cell.gates = at(ch.gates.tensor(), t * B_ * 4 * H);
+  cell.gates = low() ? nullptr : at(ch.gates.tensor(), t * B_ * 4 * H);
+  cell.gates_bf16 = low() ? at(dg_g, t * B_ * 4 * H) : nullptr;
   cell.c_prev =
       step == 0 ? c0_.tensor().slice(s, s + 1).data() : at(ch.c.tensor(), t_prev * B_ * H);
   cell.tanh_c = at(ch.tanh_c.tensor(), t * B_ * H);
@@ -573,7 +578,7 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
 void Lstm::din_step(Backend& be, int64_t l, int64_t t) {
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
   Chain& ch = chains_[l];
-  const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.gates.tensor();
+  const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
   const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[l].w_ih);
   const GemmShape dx{.m = B_, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
   Tensor din = din_[l].tensor().slice(t, t + 1);
@@ -589,7 +594,7 @@ void Lstm::din_all(Backend& be, int64_t l) {
   for (int64_t d = 0; d < D; ++d) {
     const int64_t s = l * D + d;
     Chain& ch = chains_[s];
-    const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.gates.tensor();
+    const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
     const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[s].w_ih);
     GemmShape dx{.m = T_ * B_, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
     dx.beta = d == 0 ? 0.0f : 1.0f;
@@ -606,7 +611,7 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d) {
   const int64_t s = l * D + d, rows = T_ * B_;
   const Weights& w = weights_[s];
   Chain& ch = chains_[s];
-  const Tensor dg_g = low() ? ch.dgates_low.tensor() : ch.gates.tensor();
+  const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
   const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*H)
 
   // dW_hh(4H, H) += dG[first step]^T h_init + dG[other steps]^T out[their previous steps]

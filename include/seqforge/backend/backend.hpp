@@ -37,6 +37,8 @@ class PackedB {
 struct LstmCellForward {
   int64_t batch = 0, hidden = 0;
   void* gates = nullptr;            // (B, 4H) pre-activations in, activations out
+  void* gates_bf16 = nullptr;       // optional (B, 4H): the activations go here instead, in bf16,
+                                    // and gates is left as scratch (may be null when x is given)
   const void* gates_rec = nullptr;  // (B, 4H) optional: added to the pre-activations first
   const void* c_prev = nullptr;     // (B, H)
   void* c = nullptr;                // (B, H) out
@@ -55,10 +57,11 @@ struct LstmCellForward {
 // The matching backward step.
 struct LstmCellBackward {
   int64_t batch = 0, hidden = 0;
-  const void* gates = nullptr;   // (B, 4H) activations saved by forward
-  const void* c_prev = nullptr;  // (B, H)
-  const void* tanh_c = nullptr;  // (B, H)
-  const void* dh_out = nullptr;  // (B, H) gradient from the layer output, rows ld_dh_out apart
+  const void* gates = nullptr;       // (B, 4H) activations saved by forward
+  const void* gates_bf16 = nullptr;  // or saved in bf16 (then gates is null)
+  const void* c_prev = nullptr;      // (B, H)
+  const void* tanh_c = nullptr;      // (B, H)
+  const void* dh_out = nullptr;      // (B, H) gradient from the layer output, rows ld_dh_out apart
   int64_t ld_dh_out = 0;
   const void* dh_rec = nullptr;  // (B, H) gradient from step t+1, or null
   void* dc = nullptr;            // (B, H) in: dL/dc_t from later steps; out: dL/dc_{t-1}

@@ -58,11 +58,12 @@ class Lstm {
   // One chain: the recurrence of one layer and direction, and everything only it touches, so
   // that chains can run concurrently.
   struct Chain {
-    Buffer gates;               // (T, B, 4H) input projection + bias, then gate activations;
-                                // f32 backward overwrites each step's with its gradient dG[t]
+    Buffer gates;               // (T, B, 4H) input projection + bias, then (f32 GEMMs) gate
+                                // activations, which backward overwrites with dG[t]
     Buffer c, tanh_c;           // (T, B, H)
     Buffer rec;                 // (B, 4H) one step's recurrent GEMM output
-    Buffer dgates_low;          // (T, B, 4H) dG in bf16, the only copy with bf16 GEMMs
+    Buffer gates_low;           // (T, B, 4H) with bf16 GEMMs: the gate activations in bf16,
+                                // which backward overwrites with dG[t] (bf16 only)
     Buffer dh, dc;              // (B, H) gradients flowing to the previous step
     Buffer bias, dbias;         // (4H) b_ih + b_hh; colsum(dG), summed by the backward cells
     Buffer w_ih_low, w_hh_low;  // bf16 copies of the weights

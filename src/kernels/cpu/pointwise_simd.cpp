@@ -19,20 +19,33 @@ HWY_BEFORE_NAMESPACE();
 namespace seqforge::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// bf16 by rounding to nearest even on the integer bits (NaN payloads aside), vectorized.
+// Stores v as bf16, rounding to nearest even on the integer bits (NaN payloads aside).
+template <class D>
+HWY_INLINE void StoreBf16(D /*d*/, hn::Vec<D> v, bf16* dst) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto u = hn::BitCast(du, v);
+  const auto rounded =
+      hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u))));
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, hn::ShiftRight<16>(rounded))), d16,
+             reinterpret_cast<uint16_t*>(dst));
+}
+
+// bf16 -> f32 is a shift of the bits.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadBf16(D d, const bf16* src) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto bits = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(src));
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, bits)));
+}
+
 HWY_INLINE void to_bf16_row(const float* src, bf16* dst, int64_t n) {
   const hn::ScalableTag<float> d;
-  const hn::RebindToUnsigned<decltype(d)> du;
-  const hn::RebindToSigned<decltype(d)> di;
-  const hn::Rebind<uint16_t, decltype(d)> d16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d)), n_vec = n / N * N;
   uint16_t* out = reinterpret_cast<uint16_t*>(dst);
-  const auto bias = hn::Set(du, 0x7fffu), one = hn::Set(du, 1u);
-  for (int64_t j = 0; j < n_vec; j += N) {
-    const auto u = hn::BitCast(du, hn::LoadU(d, src + j));
-    const auto rounded = hn::Add(u, hn::Add(bias, hn::And(hn::ShiftRight<16>(u), one)));
-    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, hn::ShiftRight<16>(rounded))), d16, out + j);
-  }
+  for (int64_t j = 0; j < n_vec; j += N) StoreBf16(d, hn::LoadU(d, src + j), dst + j);
   for (int64_t j = n_vec; j < n; ++j) {
     uint32_t u;
     std::memcpy(&u, src + j, 4);
@@ -83,8 +96,11 @@ void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const int64_t H = p.hidden, N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t H_vec = H / N * N;
+  thread_local std::vector<float> row;  // a row's pre-activations when gates is null
+  if (!p.gates && row.size() < static_cast<size_t>(4 * H)) row.resize(4 * H);
   for (int64_t b = r0; b < r1; ++b) {
-    float* gates = static_cast<float*>(p.gates) + b * 4 * H;  // (4H)
+    float* gates = p.gates ? static_cast<float*>(p.gates) + b * 4 * H : row.data();  // (4H)
+    bf16* low = p.gates_bf16 ? static_cast<bf16*>(p.gates_bf16) + b * 4 * H : nullptr;
     const float* c_prev = static_cast<const float*>(p.c_prev) + b * H;
     float* c = static_cast<float*>(p.c) + b * H;
     float* tanh_c = static_cast<float*>(p.tanh_c) + b * H;
@@ -111,10 +127,17 @@ void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
       const auto f = Sigmoid(d, pre(1, j));
       const auto g = FastTanh(d, pre(2, j));
       const auto o = Sigmoid(d, pre(3, j));
-      hn::StoreU(i, d, gates + j);
-      hn::StoreU(f, d, gates + H + j);
-      hn::StoreU(g, d, gates + 2 * H + j);
-      hn::StoreU(o, d, gates + 3 * H + j);
+      if (low) {
+        StoreBf16(d, i, low + j);
+        StoreBf16(d, f, low + H + j);
+        StoreBf16(d, g, low + 2 * H + j);
+        StoreBf16(d, o, low + 3 * H + j);
+      } else {
+        hn::StoreU(i, d, gates + j);
+        hn::StoreU(f, d, gates + H + j);
+        hn::StoreU(g, d, gates + 2 * H + j);
+        hn::StoreU(o, d, gates + 3 * H + j);
+      }
       const auto cv = hn::MulAdd(f, hn::LoadU(d, c_prev + j), hn::Mul(i, g));
       const auto tc = FastTanh(d, cv);
       hn::StoreU(cv, d, c + j);
@@ -139,6 +162,8 @@ void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
         gates[H + j] = f;
         gates[2 * H + j] = g;
         gates[3 * H + j] = o;
+        if (low)
+          for (int64_t k = 0; k < 4; ++k) low[k * H + j] = to_bf16(gates[k * H + j]);
         c[j] = f * c_prev[j] + i * g;
         tanh_c[j] = std::tanh(c[j]);
         h[j] = o * tanh_c[j];
@@ -156,7 +181,12 @@ void LstmCellBackwardRows(const LstmCellBackward& p, int64_t r0, int64_t r1, flo
   thread_local std::vector<float> row;  // a row's dgates when only the bf16 copy is kept
   if (!p.dgates && row.size() < static_cast<size_t>(4 * H)) row.resize(4 * H);
   for (int64_t b = r0; b < r1; ++b) {
-    const float* gates = static_cast<const float*>(p.gates) + b * 4 * H;
+    const float* saved = static_cast<const float*>(p.gates) + b * 4 * H;
+    const bf16* saved_low = static_cast<const bf16*>(p.gates_bf16) + b * 4 * H;
+    auto gate = [&](int64_t j) {
+      return p.gates_bf16 ? LoadBf16(d, saved_low + j) : hn::LoadU(d, saved + j);
+    };
+    auto gate_scalar = [&](int64_t j) { return p.gates_bf16 ? from_bf16(saved_low[j]) : saved[j]; };
     const float* c_prev = static_cast<const float*>(p.c_prev) + b * H;
     const float* tanh_c = static_cast<const float*>(p.tanh_c) + b * H;
     const float* dh_out =
@@ -165,8 +195,7 @@ void LstmCellBackwardRows(const LstmCellBackward& p, int64_t r0, int64_t r1, flo
     float* dc = static_cast<float*>(p.dc) + b * H;
     float* dgates = p.dgates ? static_cast<float*>(p.dgates) + b * 4 * H : row.data();
     for (int64_t j = 0; j < H_vec; j += N) {
-      const auto i = hn::LoadU(d, gates + j), f = hn::LoadU(d, gates + H + j);
-      const auto g = hn::LoadU(d, gates + 2 * H + j), o = hn::LoadU(d, gates + 3 * H + j);
+      const auto i = gate(j), f = gate(H + j), g = gate(2 * H + j), o = gate(3 * H + j);
       auto dh = hn::Zero(d);
       if (dh_out) dh = hn::Add(dh, hn::LoadU(d, dh_out + j));
       if (dh_rec) dh = hn::Add(dh, hn::LoadU(d, dh_rec + j));
@@ -181,7 +210,8 @@ void LstmCellBackwardRows(const LstmCellBackward& p, int64_t r0, int64_t r1, flo
       hn::StoreU(hn::Mul(dct, f), d, dc + j);
     }
     for (int64_t j = H_vec; j < H; ++j) {
-      const float i = gates[j], f = gates[H + j], g = gates[2 * H + j], o = gates[3 * H + j];
+      const float i = gate_scalar(j), f = gate_scalar(H + j);
+      const float g = gate_scalar(2 * H + j), o = gate_scalar(3 * H + j);
       float dh = 0;
       if (dh_out) dh += dh_out[j];
       if (dh_rec) dh += dh_rec[j];
