@@ -3,7 +3,9 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "db.hpp"
 #include "seqforge/core/error.hpp"
@@ -40,7 +42,7 @@ class SqliteDb final : public Db {
       if (!read_only) {
         if (sqlite3_db_readonly(db_, "main") == 1)
           fail(path, ": the study database is read-only (no write permission)");
-        query("PRAGMA journal_mode=WAL", {});
+        switch_to_wal();
         query("PRAGMA synchronous=NORMAL", {});
       } else {
         query("SELECT count(*) FROM sqlite_master", {});
@@ -93,6 +95,22 @@ class SqliteDb final : public Db {
   const std::string& where() const override { return path_; }
 
  private:
+  // Workers opening a new study file at the same time race to switch it to WAL, and SQLite
+  // reports the loser busy at once instead of calling the busy handler: retry until the timeout.
+  void switch_to_wal() {
+    const char* sql = "PRAGMA journal_mode=WAL";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
+    for (;;) {
+      const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+      if (rc == SQLITE_OK) return;
+      const int code = rc & 0xff;
+      if ((code != SQLITE_BUSY && code != SQLITE_LOCKED) ||
+          std::chrono::steady_clock::now() >= deadline)
+        raise(rc, sql);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
   [[noreturn]] void raise(int rc, const std::string& sql) {
     const int code = rc & 0xff;
     const std::string msg = sqlite3_errmsg(db_);
