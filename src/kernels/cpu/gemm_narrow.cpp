@@ -31,33 +31,33 @@ HWY_INLINE hn::Vec<D> LoadRow(D d, const bf16* p) {  // bf16 -> f32 is a shift o
 inline float Scalar(float v) { return v; }
 inline float Scalar(bf16 v) { return from_bf16(v); }
 
-// acc(n, m) += A[p0:p1]^T B[p0:p1], four rows of A at a time so that each accumulator load and
-// store carries four FMAs.
+// acc(n, m) += A[p0:p1]^T B[p0:p1], eight rows of A at a time so that each accumulator load and
+// store carries eight FMAs.
 template <typename In>
 void AccumulateTn(const GemmShape& s, const In* a, const In* b, int64_t p0, int64_t p1,
                   float* acc) {
+  constexpr int R = 8;
   const hn::ScalableTag<float> d;
   const int64_t m = s.m, n = s.n, N = static_cast<int64_t>(hn::Lanes(d)), m_vec = m / N * N;
-  float bv[4][kNarrowGemmMaxN];
+  float bv[R][kNarrowGemmMaxN];
   int64_t p = p0;
-  for (; p + 4 <= p1; p += 4) {
-    for (int r = 0; r < 4; ++r)
+  for (; p + R <= p1; p += R) {
+    for (int r = 0; r < R; ++r)
       for (int64_t i = 0; i < n; ++i) bv[r][i] = Scalar(b[(p + r) * s.ldb + i]);
     const In* a0 = a + p * s.lda;
     for (int64_t j = 0; j < m_vec; j += N) {
-      const auto x0 = LoadRow(d, a0 + j), x1 = LoadRow(d, a0 + s.lda + j);
-      const auto x2 = LoadRow(d, a0 + 2 * s.lda + j), x3 = LoadRow(d, a0 + 3 * s.lda + j);
+      hn::Vec<decltype(d)> x[R];
+      for (int r = 0; r < R; ++r) x[r] = LoadRow(d, a0 + r * s.lda + j);
       for (int64_t i = 0; i < n; ++i) {
         float* out = acc + i * m + j;
-        auto v = hn::MulAdd(hn::Set(d, bv[0][i]), x0, hn::LoadU(d, out));
-        v = hn::MulAdd(hn::Set(d, bv[1][i]), x1, v);
-        v = hn::MulAdd(hn::Set(d, bv[2][i]), x2, v);
-        hn::StoreU(hn::MulAdd(hn::Set(d, bv[3][i]), x3, v), d, out);
+        auto v = hn::LoadU(d, out);
+        for (int r = 0; r < R; ++r) v = hn::MulAdd(hn::Set(d, bv[r][i]), x[r], v);
+        hn::StoreU(v, d, out);
       }
     }
     for (int64_t j = m_vec; j < m; ++j)
       for (int64_t i = 0; i < n; ++i)
-        for (int r = 0; r < 4; ++r) acc[i * m + j] += bv[r][i] * Scalar(a0[r * s.lda + j]);
+        for (int r = 0; r < R; ++r) acc[i * m + j] += bv[r][i] * Scalar(a0[r * s.lda + j]);
   }
   for (; p < p1; ++p) {
     const In* row = a + p * s.lda;
