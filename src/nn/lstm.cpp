@@ -10,7 +10,8 @@
 //             din (=, += for the second direction) = dG W_ih   one GEMM each
 // h[t] is written straight into the layer output (T, B, D*H) at column d*H, so H_prev for all
 // steps is the output shifted by one step (two GEMMs: the initial state, then the rest). dG[t]
-// overwrites the saved gate activations of step t, which backward no longer needs.
+// overwrites the saved gate activations of step t, which backward no longer needs. Inputs of up
+// to kCellProjectionMaxInput features skip the G GEMM: the cell computes in[t] W_ih^T + bias.
 //
 // Concurrency, where the backend runs several op sequences at once: the two directions of a
 // bidirectional layer run side by side; a unidirectional stack runs as a wavefront, layer l at
