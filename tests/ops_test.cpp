@@ -395,6 +395,14 @@ OpCase small_ops_case() {
     HostTensor src(be, dt, {5, 7, 3}, values(rng, 105)), dst(be, dt, {7, 5, 3}, values(rng, 105));
     be.transpose01(dst.t, src.t);
     out["transpose01"] = to_doubles(dst.t);
+    HostTensor mat(be, dt, {70, 45, 1}, values(rng, 70 * 45)),
+        mat_t(be, dt, {45, 70, 1}, values(rng, 70 * 45));
+    be.transpose01(mat_t.t, mat.t);  // a matrix: one element per row, in tiles
+    out["transpose01_matrix"] = to_doubles(mat_t.t);
+    HostTensor wide(be, dt, {300, 200, 3}, values(rng, 180000)),
+        wide_t(be, dt, {200, 300, 3}, values(rng, 180000));
+    be.transpose01(wide_t.t, wide.t);  // enough rows for threads
+    out["transpose01_threads"] = to_doubles(wide_t.t);
     HostTensor mask(be, dt, {1000}, std::vector<double>(1000));
     be.dropout_mask(mask.t, 0.25, 1234);
     out["dropout_mask"] = to_doubles(mask.t);

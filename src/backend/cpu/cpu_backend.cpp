@@ -4,6 +4,8 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include <algorithm>
+#include <cstring>
 #include <exception>
 #include <vector>
 
@@ -169,7 +171,33 @@ class CpuBackend final : public Backend {
   void dropout_mask(Tensor mask, double p, uint64_t seed) override {
     ref_->dropout_mask(mask, p, seed);
   }
-  void transpose01(Tensor dst, Tensor src) override { ref_->transpose01(dst, src); }
+  // (d0, d1, f) -> (d1, d0, f): rows of f elements copied, split over threads; single 4-byte
+  // elements (a matrix transpose) in 32 x 32 tiles.
+  void transpose01(Tensor dst, Tensor src) override {
+    SF_CHECK(src.shape().rank() == 3 && dst.shape() == Shape({src.dim(1), src.dim(0), src.dim(2)}),
+             dst.shape().str(), " <- transpose ", src.shape().str());
+    const int64_t d0 = src.dim(0), d1 = src.dim(1), f = src.dim(2);
+    const size_t e = dtype_size(src.dtype()), row = f * e;
+    const char* in = static_cast<const char*>(src.data());
+    char* out = static_cast<char*>(dst.data());
+    if (f == 1 && e == 4) {
+      constexpr int64_t kTile = 32;
+      const auto* s = reinterpret_cast<const uint32_t*>(in);
+      auto* o = reinterpret_cast<uint32_t*>(out);
+      parallel_rows((d0 + kTile - 1) / kTile, kTile * d1, [&](int64_t b0, int64_t b1) {
+        for (int64_t i0 = b0 * kTile; i0 < std::min(d0, b1 * kTile); i0 += kTile)
+          for (int64_t j0 = 0; j0 < d1; j0 += kTile)
+            for (int64_t i = i0; i < std::min(d0, i0 + kTile); ++i)
+              for (int64_t j = j0; j < std::min(d1, j0 + kTile); ++j) o[j * d0 + i] = s[i * d1 + j];
+      });
+      return;
+    }
+    parallel_rows(d0, d1 * f, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = 0; j < d1; ++j)
+          std::memcpy(out + (j * d0 + i) * row, in + (i * d1 + j) * row, row);
+    });
+  }
   void copy_rows(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
                  int64_t n, DType dtype) override {
     ref_->copy_rows(dst, ld_dst, src, ld_src, rows, n, dtype);
