@@ -1,4 +1,6 @@
 // The reference backend: every op as a plain scalar loop, f32 and f64.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -28,10 +30,17 @@ class ReferenceBackend final : public Backend {
   std::string_view name() const override { return "reference"; }
   bool supports(DType d) const override { return d == DType::f32 || d == DType::f64; }
 
+  // Buffers of 2 MiB and more are aligned to and asked for huge pages (best effort, where
+  // transparent huge pages are on or madvise): a step's activation buffers span hundreds of MB,
+  // and strided passes over them (a transposed copy, a column per page) would otherwise miss the
+  // TLB on every page.
   void* alloc(size_t bytes) override {
-    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
+    constexpr size_t kHugePage = size_t{2} << 20;
+    const size_t align = bytes >= kHugePage ? kHugePage : 64;
+    const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, rounded);
     if (!p) fail("out of memory allocating ", bytes, " bytes");
+    if (align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);
     std::memset(p, 0, rounded);
     return p;
   }
