@@ -103,10 +103,6 @@ void lstm_cell_forward(const LstmCellForward& p, int64_t r0, int64_t r1) {
       bf16* low = static_cast<bf16*>(p.h_bf16) + b * p.ldh;
       for (int64_t j = 0; j < H; ++j) low[j] = to_bf16(static_cast<float>(h[j]));
     }
-    if (p.h_bf16_t) {
-      bf16* low_t = static_cast<bf16*>(p.h_bf16_t) + b;
-      for (int64_t j = 0; j < H; ++j) low_t[j * p.ld_h_t] = to_bf16(static_cast<float>(h[j]));
-    }
   }
 }
 

@@ -90,7 +90,6 @@ Lstm::Lstm(Parameters& params, const std::string& prefix, const LstmOptions& opt
   in_gemm_.resize(L);
   out_.resize(L);
   out_low_.resize(L);
-  out_t_.resize(L);
   mask_.resize(L);
   dropped_.resize(L);
   dropped_low_.resize(L);
@@ -217,7 +216,6 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
     const Shape out_shape{T_, B_, D * H};
     Tensor out = out_[l].get(be, dt, out_shape);
     Tensor out_g = low() ? out_low_[l].get(be, gt, out_shape) : out;
-    if (low()) out_t_[l].get(be, gt, {D * H, T_ * B_});
     if (l + 1 == L) break;
     if (dropout_active_) {
       be.dropout_mask(mask_[l].get(be, dt, out_shape), opt_.dropout, rng.next());
@@ -441,8 +439,6 @@ void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step) {
   cell.h = at(out, t * B_ * D * H + d * H);
   cell.ldh = D * H;
   cell.h_bf16 = low() ? at(out_g, t * B_ * D * H + d * H) : nullptr;
-  cell.h_bf16_t = low() ? at(out_t_[l].tensor(), d * H * T_ * B_ + t * B_) : nullptr;
-  cell.ld_h_t = T_ * B_;
   if (cell_projects_input(l)) {
     const int64_t I = layer_input_size(l);
     cell.x = at(layer_input(l), t * B_ * I);
@@ -608,14 +604,6 @@ void Lstm::din_all(Backend& be, int64_t l) {
   if (l > 0 && dropout_active_) be.mul(din, din, mask_[l - 1].tensor());
 }
 
-// grad(4H, N) += grad_t(N, 4H)^T
-void Lstm::add_transposed(Backend& be, Tensor grad, Tensor grad_t) {
-  const int64_t n = grad_t.dim(0), m = grad_t.dim(1);
-  Tensor back = wgrad_.get(be, grad.dtype(), {m, n, 1});
-  be.transpose01(back, grad_t.reshape({n, m, 1}));
-  be.add(grad, back.reshape(grad.shape()));
-}
-
 // dW_ih, dW_hh, db_ih, db_hh of chain (l, d) from its dG over all steps.
 void Lstm::weight_grads(Backend& be, int64_t l, int64_t d) {
   SF_PROFILE_SCOPE("lstm weight gradients", static_cast<int>(l), static_cast<int>(d));
@@ -633,18 +621,8 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d) {
   first.beta = 1.0f;
   be.gemm(first, gt, at(dg_g, t_first * B_ * 4 * H), chain_h0(s).data(),
           params_.grad(w.w_hh).data());
-  const int64_t dg_start = d == 0 ? 1 : 0, h_start = d == 0 ? 0 : 1;
-  if (T_ > 1 && low()) {
-    // dW_hh^T(H, 4H) = out^T[this direction, previous steps](H, (T-1)*B) dG[other steps]: with
-    // bf16 operands the transposed copy of out makes both operands plain, which runs faster
-    // than a transposed dG.
-    const GemmShape rest{
-        .m = H, .n = 4 * H, .k = (T_ - 1) * B_, .lda = T_ * B_, .ldb = 4 * H, .ldc = 4 * H};
-    Tensor grad_t = wgrad_t_.get(be, params_.dtype(), {H, 4 * H});
-    be.gemm(rest, gt, at(out_t_[l].tensor(), d * H * T_ * B_ + h_start * B_),
-            at(dg_g, dg_start * B_ * 4 * H), grad_t.data());
-    add_transposed(be, params_.grad(w.w_hh), grad_t);
-  } else if (T_ > 1) {
+  if (T_ > 1) {
+    const int64_t dg_start = d == 0 ? 1 : 0, h_start = d == 0 ? 0 : 1;
     GemmShape rest{.trans_a = true, .m = 4 * H, .n = H, .k = (T_ - 1) * B_, .lda = 4 * H};
     rest.ldb = D * H;
     rest.ldc = H;
@@ -652,19 +630,10 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d) {
     be.gemm(rest, gt, at(dg_g, dg_start * B_ * 4 * H), at(out_g, h_start * B_ * D * H + d * H),
             params_.grad(w.w_hh).data());
   }
-  if (low() && l > 0 && !dropout_active_) {
-    // dW_ih^T(I, 4H) = in^T(I, T*B) dG, in^T being the layer below's transposed output.
-    const GemmShape dwih{.m = I, .n = 4 * H, .k = rows, .lda = rows, .ldb = 4 * H, .ldc = 4 * H};
-    Tensor grad_t = wgrad_t_.get(be, params_.dtype(), {I, 4 * H});
-    be.gemm(dwih, gt, out_t_[l - 1].tensor().data(), dg_g.data(), grad_t.data());
-    add_transposed(be, params_.grad(w.w_ih), grad_t);
-  } else {
-    // dW_ih(4H, I) += dG^T(4H, T*B) in(T*B, I)
-    GemmShape dwih{
-        .trans_a = true, .m = 4 * H, .n = I, .k = rows, .lda = 4 * H, .ldb = I, .ldc = I};
-    dwih.beta = 1.0f;
-    be.gemm(dwih, gt, dg_g.data(), in_gemm_[l].data(), params_.grad(w.w_ih).data());
-  }
+  // dW_ih(4H, I) += dG^T(4H, T*B) in(T*B, I)
+  GemmShape dwih{.trans_a = true, .m = 4 * H, .n = I, .k = rows, .lda = 4 * H, .ldb = I, .ldc = I};
+  dwih.beta = 1.0f;
+  be.gemm(dwih, gt, dg_g.data(), in_gemm_[l].data(), params_.grad(w.w_ih).data());
   // d(b_ih) = d(b_hh) = colsum(dG), summed by the backward cells.
   be.add(params_.grad(w.b_ih), ch.dbias.tensor());
   be.add(params_.grad(w.b_hh), ch.dbias.tensor());

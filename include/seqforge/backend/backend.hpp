@@ -45,9 +45,7 @@ struct LstmCellForward {
   void* tanh_c = nullptr;           // (B, H) out
   void* h = nullptr;                // (B, H) out, rows ldh apart
   int64_t ldh = 0;
-  void* h_bf16 = nullptr;    // optional bf16 copy of h for bf16 GEMMs, rows ldh apart
-  void* h_bf16_t = nullptr;  // optional bf16 copy of h transposed: h[b][j] at b + j * ld_h_t
-  int64_t ld_h_t = 0;
+  void* h_bf16 = nullptr;  // optional bf16 copy of h for bf16 GEMMs, rows ldh apart
   // Optional, for narrow inputs: the pre-activations are made here, bias + x W_ih^T (+ gates_rec),
   // and `gates` is output only. x (B, input) rows ldx apart; w_ih_t (input, 4H); bias (4H).
   const void* x = nullptr;

@@ -81,7 +81,6 @@ class Lstm {
   int wavefront_width(const Backend& be) const;  // layers side by side; 1 = layer by layer
   Tensor chain_h0(int64_t s) const;              // GEMM operand of the initial state of chain s
   Tensor recurrent_weights(int64_t s) const;     // W_hh of chain s as GEMM operand
-  void add_transposed(Backend& be, Tensor grad, Tensor grad_t);
   void project_all(Backend& be, int64_t l, int64_t d);
   void project_step(Backend& be, int64_t l, int64_t t);
   void finish_output_step(Backend& be, int64_t l, int64_t t);
@@ -115,8 +114,6 @@ class Lstm {
   std::vector<Tensor> in_gemm_;      // [layer] the layer's input as GEMM operand (T, B, I_l)
   std::vector<Buffer> out_;          // [layer] (T, B, D*H)
   std::vector<Buffer> out_low_;      // [layer] bf16 copy of out_
-  std::vector<Buffer> out_t_;        // [layer] bf16 copy of out_ transposed, (D*H, T*B)
-  Buffer wgrad_t_, wgrad_;           // a weight gradient transposed, (I_l or H, 4H); and back
   std::vector<Buffer> mask_;         // [layer < L-1] dropout masks (T, B, D*H)
   std::vector<Buffer> dropped_;      // [layer < L-1] masked outputs (T, B, D*H)
   std::vector<Buffer> dropped_low_;  // [layer < L-1] their bf16 copies

@@ -96,10 +96,8 @@ void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const int64_t H = p.hidden, N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t H_vec = H / N * N;
-  thread_local std::vector<float> row;   // a row's pre-activations when gates is null
-  thread_local std::vector<bf16> h_low;  // a row of h in bf16 for h_bf16_t without h_bf16
+  thread_local std::vector<float> row;  // a row's pre-activations when gates is null
   if (!p.gates && row.size() < static_cast<size_t>(4 * H)) row.resize(4 * H);
-  if (p.h_bf16_t && !p.h_bf16 && h_low.size() < static_cast<size_t>(H)) h_low.resize(H);
   for (int64_t b = r0; b < r1; ++b) {
     float* gates = p.gates ? static_cast<float*>(p.gates) + b * 4 * H : row.data();  // (4H)
     bf16* low = p.gates_bf16 ? static_cast<bf16*>(p.gates_bf16) + b * 4 * H : nullptr;
@@ -172,15 +170,6 @@ void LstmCellForwardRows(const LstmCellForward& p, int64_t r0, int64_t r1) {
       }
     }
     if (p.h_bf16) to_bf16_row(h, static_cast<bf16*>(p.h_bf16) + b * p.ldh, H);
-    if (p.h_bf16_t) {  // consecutive rows fill each column's cache line in turn
-      const bf16* src = p.h_bf16 ? static_cast<const bf16*>(p.h_bf16) + b * p.ldh : nullptr;
-      if (!src) {
-        to_bf16_row(h, h_low.data(), H);
-        src = h_low.data();
-      }
-      bf16* dst = static_cast<bf16*>(p.h_bf16_t) + b;
-      for (int64_t j = 0; j < H; ++j) dst[j * p.ld_h_t] = src[j];
-    }
   }
 }
 
