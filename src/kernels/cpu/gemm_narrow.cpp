@@ -11,6 +11,7 @@
 #include <hwy/highway.h>
 // clang-format on
 
+#include "kernels/cpu/bf16_simd-inl.h"
 #include "kernels/cpu/gemm_narrow.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -22,11 +23,8 @@ HWY_INLINE hn::Vec<D> LoadRow(D d, const float* p) {
   return hn::LoadU(d, p);
 }
 template <class D>
-HWY_INLINE hn::Vec<D> LoadRow(D d, const bf16* p) {  // bf16 -> f32 is a shift of the bits
-  const hn::RebindToUnsigned<D> du;
-  const hn::Rebind<uint16_t, D> d16;
-  const auto bits = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p));
-  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, bits)));
+HWY_INLINE hn::Vec<D> LoadRow(D d, const bf16* p) {
+  return LoadBf16(d, p);
 }
 inline float Scalar(float v) { return v; }
 inline float Scalar(bf16 v) { return from_bf16(v); }

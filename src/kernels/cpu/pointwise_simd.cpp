@@ -12,34 +12,13 @@
 #include <hwy/highway.h>
 // clang-format on
 
+#include "kernels/cpu/bf16_simd-inl.h"
 #include "kernels/cpu/pointwise_simd.hpp"
 #include "kernels/reference.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace seqforge::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// Stores v as bf16, rounding to nearest even on the integer bits (NaN payloads aside).
-template <class D>
-HWY_INLINE void StoreBf16(D /*d*/, hn::Vec<D> v, bf16* dst) {
-  const hn::RebindToUnsigned<D> du;
-  const hn::RebindToSigned<D> di;
-  const hn::Rebind<uint16_t, D> d16;
-  const auto u = hn::BitCast(du, v);
-  const auto rounded =
-      hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u))));
-  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, hn::ShiftRight<16>(rounded))), d16,
-             reinterpret_cast<uint16_t*>(dst));
-}
-
-// bf16 -> f32 is a shift of the bits.
-template <class D>
-HWY_INLINE hn::Vec<D> LoadBf16(D d, const bf16* src) {
-  const hn::RebindToUnsigned<D> du;
-  const hn::Rebind<uint16_t, D> d16;
-  const auto bits = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(src));
-  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, bits)));
-}
 
 HWY_INLINE void to_bf16_row(const float* src, bf16* dst, int64_t n) {
   const hn::ScalableTag<float> d;

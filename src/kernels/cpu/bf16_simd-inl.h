@@ -1,0 +1,43 @@
+// bf16 <-> f32 vector conversions for the Highway kernels, compiled once per target: include it
+// after <hwy/highway.h> in a file that goes through hwy/foreach_target.h.
+#if defined(SEQFORGE_KERNELS_CPU_BF16_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SEQFORGE_KERNELS_CPU_BF16_SIMD_INL_H_
+#undef SEQFORGE_KERNELS_CPU_BF16_SIMD_INL_H_
+#else
+#define SEQFORGE_KERNELS_CPU_BF16_SIMD_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include "seqforge/core/dtype.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace seqforge::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Stores v as bf16, rounding to nearest even on the integer bits (NaN payloads aside).
+template <class D>
+HWY_INLINE void StoreBf16(D /*d*/, hn::Vec<D> v, bf16* dst) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto u = hn::BitCast(du, v);
+  const auto rounded =
+      hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u))));
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, hn::ShiftRight<16>(rounded))), d16,
+             reinterpret_cast<uint16_t*>(dst));
+}
+
+// bf16 -> f32 is a shift of the bits.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadBf16(D d, const bf16* src) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto bits = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(src));
+  return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, bits)));
+}
+
+}  // namespace seqforge::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // SEQFORGE_KERNELS_CPU_BF16_SIMD_INL_H_
