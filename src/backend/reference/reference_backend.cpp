@@ -32,7 +32,7 @@ class ReferenceBackend final : public Backend {
 
   // Buffers of 2 MiB and more are aligned to and asked for huge pages (best effort, where
   // transparent huge pages are on or madvise): a step's activation buffers span hundreds of MB,
-  // and strided passes over them (a transposed copy, a column per page) would otherwise miss the
+  // and strided passes over them (a GEMM operand read transposed) would otherwise miss the
   // TLB on every page.
   void* alloc(size_t bytes) override {
     constexpr size_t kHugePage = size_t{2} << 20;
