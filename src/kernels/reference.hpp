@@ -117,9 +117,10 @@ void lstm_cell_backward(const LstmCellBackward& p, int64_t r0, int64_t r1) {
   for (int64_t b = r0; b < r1; ++b) {
     const T* c_prev = static_cast<const T*>(p.c_prev) + b * H;
     const T* tanh_c = static_cast<const T*>(p.tanh_c) + b * H;
-    const T* saved = static_cast<const T*>(p.gates) + b * 4 * H;
-    const bf16* saved_low = static_cast<const bf16*>(p.gates_bf16) + b * 4 * H;
-    auto gate = [&](int64_t j) { return p.gates_bf16 ? T(from_bf16(saved_low[j])) : saved[j]; };
+    const T* saved = p.gates ? static_cast<const T*>(p.gates) + b * 4 * H : nullptr;
+    const bf16* saved_low =
+        p.gates_bf16 ? static_cast<const bf16*>(p.gates_bf16) + b * 4 * H : nullptr;
+    auto gate = [&](int64_t j) { return saved_low ? T(from_bf16(saved_low[j])) : saved[j]; };
     const T* dh_out = p.dh_out ? static_cast<const T*>(p.dh_out) + b * p.ld_dh_out : nullptr;
     const T* dh_rec = p.dh_rec ? static_cast<const T*>(p.dh_rec) + b * H : nullptr;
     T* dc = static_cast<T*>(p.dc) + b * H;

@@ -153,18 +153,8 @@ class CpuBackend final : public Backend {
     const int64_t n = db.numel(), rows = n ? dy.numel() / n : 0;
     SF_CHECK(rows * n == dy.numel(), db.shape().str(), " vs rows of ", dy.shape().str());
     const float* in = dy.data_as<float>();
-    float* out = db.data_as<float>();
-    const int threads = rows * n >= 65536 && !omp_in_parallel() ? omp_get_max_threads() : 1;
-    if (partial_.size() < static_cast<size_t>(threads * n)) partial_.resize(threads * n);
-#pragma omp parallel num_threads(threads)
-    {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      float* acc = partial_.data() + t * n;
-      std::fill(acc, acc + n, 0.0f);
-      simd::sum_rows(in, n, rows * t / nt, rows * (t + 1) / nt, acc);
-    }
-    for (int t = 0; t < threads; ++t)
-      for (int64_t j = 0; j < n; ++j) out[j] += partial_[t * n + j];
+    sum_over_rows(rows, row_threads(rows, n), n, db.data_as<float>(),
+                  [&](int64_t r0, int64_t r1, float* acc) { simd::sum_rows(in, n, r0, r1, acc); });
   }
   void add(Tensor y, Tensor x) override { ref_->add(y, x); }
   void mul(Tensor y, Tensor a, Tensor b) override { ref_->mul(y, a, b); }
@@ -210,22 +200,13 @@ class CpuBackend final : public Backend {
   }
   void lstm_cell_backward(const LstmCellBackward& a, DType dtype) override {
     if (dtype != DType::f32) return ref_->lstm_cell_backward(a, dtype);
-    // Column sums into dbias: straight when one thread runs all rows, else per thread, added
-    // in thread order.
-    const int threads = row_threads(a.batch, 4 * a.hidden);
-    const int64_t n = 4 * a.hidden;
-    float* dbias = static_cast<float*>(a.dbias);
-    if (!dbias || threads == 1)
-      return parallel_chunks(a.batch, threads, [&](int64_t r0, int64_t r1, int) {
-        simd::lstm_cell_backward(a, r0, r1, dbias);
+    if (!a.dbias)
+      return parallel_rows(a.batch, 4 * a.hidden, [&](int64_t r0, int64_t r1) {
+        simd::lstm_cell_backward(a, r0, r1, nullptr);
       });
-    if (partial_.size() < static_cast<size_t>(threads * n)) partial_.resize(threads * n);
-    std::fill(partial_.begin(), partial_.begin() + threads * n, 0.0f);
-    parallel_chunks(a.batch, threads, [&](int64_t r0, int64_t r1, int t) {
-      simd::lstm_cell_backward(a, r0, r1, partial_.data() + t * n);
-    });
-    for (int t = 0; t < threads; ++t)
-      for (int64_t j = 0; j < n; ++j) dbias[j] += partial_[t * n + j];
+    sum_over_rows(
+        a.batch, row_threads(a.batch, 4 * a.hidden), 4 * a.hidden, static_cast<float*>(a.dbias),
+        [&](int64_t r0, int64_t r1, float* acc) { simd::lstm_cell_backward(a, r0, r1, acc); });
   }
 
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {
@@ -263,6 +244,21 @@ class CpuBackend final : public Backend {
  private:
   std::unique_ptr<Backend> ref_;
   cpu::OneDnnGemm gemm_;
+  // out(n) += column sums that fn(r0, r1, acc) adds into acc over rows [r0, r1): straight into
+  // out on one thread, else into a partial per thread, added in thread order so that the result
+  // does not depend on timing.
+  template <typename Fn>
+  void sum_over_rows(int64_t rows, int threads, int64_t n, float* out, Fn&& fn) {
+    if (threads <= 1) return fn(int64_t{0}, rows, out);
+    if (partial_.size() < static_cast<size_t>(threads * n)) partial_.resize(threads * n);
+    std::fill(partial_.begin(), partial_.begin() + threads * n, 0.0f);
+    float* partial = partial_.data();
+    parallel_chunks(rows, threads,
+                    [&](int64_t r0, int64_t r1, int t) { fn(r0, r1, partial + t * n); });
+    for (int t = 0; t < threads; ++t)
+      for (int64_t j = 0; j < n; ++j) out[j] += partial[t * n + j];
+  }
+
   std::vector<float> partial_;  // per-thread column sums
 };
 

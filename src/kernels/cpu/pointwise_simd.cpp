@@ -160,12 +160,13 @@ void LstmCellBackwardRows(const LstmCellBackward& p, int64_t r0, int64_t r1, flo
   thread_local std::vector<float> row;  // a row's dgates when only the bf16 copy is kept
   if (!p.dgates && row.size() < static_cast<size_t>(4 * H)) row.resize(4 * H);
   for (int64_t b = r0; b < r1; ++b) {
-    const float* saved = static_cast<const float*>(p.gates) + b * 4 * H;
-    const bf16* saved_low = static_cast<const bf16*>(p.gates_bf16) + b * 4 * H;
+    const float* saved = p.gates ? static_cast<const float*>(p.gates) + b * 4 * H : nullptr;
+    const bf16* saved_low =
+        p.gates_bf16 ? static_cast<const bf16*>(p.gates_bf16) + b * 4 * H : nullptr;
     auto gate = [&](int64_t j) {
-      return p.gates_bf16 ? LoadBf16(d, saved_low + j) : hn::LoadU(d, saved + j);
+      return saved_low ? LoadBf16(d, saved_low + j) : hn::LoadU(d, saved + j);
     };
-    auto gate_scalar = [&](int64_t j) { return p.gates_bf16 ? from_bf16(saved_low[j]) : saved[j]; };
+    auto gate_scalar = [&](int64_t j) { return saved_low ? from_bf16(saved_low[j]) : saved[j]; };
     const float* c_prev = static_cast<const float*>(p.c_prev) + b * H;
     const float* tanh_c = static_cast<const float*>(p.tanh_c) + b * H;
     const float* dh_out =
