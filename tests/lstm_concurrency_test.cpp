@@ -1,6 +1,7 @@
 // The CPU backend runs LSTM chains concurrently (bidirectional layers side by side, stacks as a
-// wavefront); the reference backend runs them one after another. Both must give the same
-// outputs, states and gradients, with dropout between layers, initial states, and in bf16.
+// wavefront), one op at a time on all threads, or all on one thread; the reference backend runs
+// them one after another. Every schedule must give the same outputs, states and gradients, with
+// dropout between layers, initial states, and in bf16.
 #include <gtest/gtest.h>
 
 #include "seqforge/nn/lstm.hpp"
@@ -22,12 +23,13 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-std::map<std::string, std::vector<double>> run(Backend& be, const Case& c) {
+std::map<std::string, std::vector<double>> run(Backend& be, const Case& c, LstmSchedule schedule) {
   Rng rng(21);
   Parameters params(DType::f32);
   Lstm lstm(params, "lstm", c.opt);
   params.allocate(be, rng);
   lstm.set_gemm_dtype(c.gemm);
+  lstm.set_schedule(schedule);
   const int64_t D = lstm.directions(), L = c.opt.num_layers, H = c.opt.hidden_size;
   const Shape x_shape =
       c.opt.batch_first ? Shape{c.B, c.T, c.opt.input_size} : Shape{c.T, c.B, c.opt.input_size};
@@ -42,6 +44,10 @@ std::map<std::string, std::vector<double>> run(Backend& be, const Case& c) {
   HostTensor c0(be, DType::f32, s_shape, values(s_shape.numel()));
   Rng dropout_rng(5);
   Tensor y = lstm.forward(be, x.t, h0.t, c0.t, true, dropout_rng);
+  if (schedule != LstmSchedule::tuned) {
+    EXPECT_EQ(lstm.schedule(), schedule);
+  }
+  EXPECT_NE(lstm.schedule(), LstmSchedule::tuned);
   std::map<std::string, std::vector<double>> out = {
       {"y", to_doubles(y)}, {"h_n", to_doubles(lstm.h_n())}, {"c_n", to_doubles(lstm.c_n())}};
   HostTensor dy(be, DType::f32, y.shape(), values(y.numel()));
@@ -60,16 +66,21 @@ TEST_P(LstmConcurrency, MatchesSequentialReference) {
   auto cpu = make_cpu_backend();
   auto ref = make_reference_backend();
   ASSERT_GE(cpu->concurrency(), 1);
-  const auto got = run(*cpu, GetParam());
-  const auto want = run(*ref, GetParam());
+  const auto want = run(*ref, GetParam(), LstmSchedule::layered);
   const double tol = GetParam().gemm == DType::bf16 ? 2e-3 : 2e-5;
-  for (const auto& [name, w] : want)
-    EXPECT_LE(max_rel_error(got.at(name), w), tol) << GetParam().name << " " << name;
+  for (LstmSchedule schedule : {LstmSchedule::layered, LstmSchedule::side_by_side,
+                                LstmSchedule::one_worker, LstmSchedule::tuned}) {
+    const auto got = run(*cpu, GetParam(), schedule);
+    for (const auto& [name, w] : want)
+      EXPECT_LE(max_rel_error(got.at(name), w), tol)
+          << GetParam().name << " " << name << " schedule " << static_cast<int>(schedule);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Chains, LstmConcurrency,
     ::testing::Values(
+        Case{"uni_1_layer", {.input_size = 6, .hidden_size = 16}, 6, 5, DType::f32},
         Case{"uni_2_layers_dropout",
              {.input_size = 3,
               .hidden_size = 20,

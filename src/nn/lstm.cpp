@@ -30,6 +30,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -190,19 +191,6 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
       be.transpose01(ch.w_ih_t.get(be, dt, {I, 4 * H, 1}),
                      params_.value(w.w_ih).reshape({4 * H, I, 1}));
     }
-    // Backward's packing only when training (a backward after inference takes W_hh plain).
-    if (T_ >= kPackMinSteps) {
-      be.pack_b(recurrent_forward_shape(B_, H, H), gemm_dtype_, recurrent_weights(s).data(),
-                &ch.w_hh_forward);
-    } else {
-      ch.w_hh_forward.reset();
-    }
-    if (T_ >= kPackMinSteps && training) {
-      be.pack_b(recurrent_backward_shape(B_, H), gemm_dtype_, recurrent_weights(s).data(),
-                &ch.w_hh_backward);
-    } else {
-      ch.w_hh_backward.reset();
-    }
   }
   if (low()) {
     be.convert(x_low_.get(be, gt, x_.shape()), x_);
@@ -332,52 +320,89 @@ void Lstm::reset_state_grads(Backend& be) {
   }
 }
 
-// Runs the forward recurrences with the schedule autotuned for this problem: chains side by side
-// (one core each) or one after another (each GEMM on all cores). The first time a problem is
-// seen, both run (a warm-up and a timed run each) and the faster is kept on disk. Backward,
-// which overwrites the saved gates with their gradients and so runs once, follows the choice.
+namespace {
+const char* schedule_name(LstmSchedule s) {
+  switch (s) {
+    case LstmSchedule::tuned:
+      return "tuned";
+    case LstmSchedule::layered:
+      return "layered";
+    case LstmSchedule::side_by_side:
+      return "side_by_side";
+    case LstmSchedule::one_worker:
+      return "one_worker";
+  }
+  return "?";
+}
+}  // namespace
+
+void Lstm::run_forward(Backend& be, LstmSchedule schedule) {
+  chosen_ = schedule;
+  if (schedule == LstmSchedule::one_worker)
+    return be.run_concurrently(1, [&](int) { compute_forward(be, false); });
+  compute_forward(be, schedule == LstmSchedule::side_by_side);
+}
+
+void Lstm::run_backward(Backend& be, LstmSchedule schedule) {
+  if (schedule == LstmSchedule::one_worker)
+    return be.run_concurrently(1, [&](int) { compute_backward(be, false); });
+  compute_backward(be, schedule == LstmSchedule::side_by_side);
+}
+
+// Runs the forward recurrences with the schedule autotuned for this problem (LstmSchedule). The
+// first time a problem is seen, every candidate runs (a warm-up and a timed run each) and the
+// fastest is kept on disk. Backward, which overwrites the saved gates with their gradients and so
+// runs once, follows the choice.
 void Lstm::run_tuned_forward(Backend& be) {
-  const bool has_choice = be.concurrency() >= 2 && (directions() == 2 || opt_.num_layers >= 2);
-  concurrent_ = has_choice;
-  if (!has_choice || !autotune::enabled()) return compute_forward(be, concurrent_);
+  if (schedule_ != LstmSchedule::tuned) return run_forward(be, schedule_);
+  std::vector<LstmSchedule> candidates{LstmSchedule::layered};
+  if (be.concurrency() >= 2) {
+    if (directions() == 2 || opt_.num_layers >= 2) candidates.push_back(LstmSchedule::side_by_side);
+    candidates.push_back(LstmSchedule::one_worker);
+  }
+  const LstmSchedule fallback = candidates.size() > 2 ? LstmSchedule::side_by_side : candidates[0];
+  if (candidates.size() == 1 || !autotune::enabled()) return run_forward(be, fallback);
   // The choice for the problem of the previous call, without building its key again.
   const std::tuple<int64_t, int64_t, DType, bool, int> problem{T_, B_, gemm_dtype_, dropout_active_,
                                                                be.concurrency()};
-  if (tuned_ && tuned_->first == problem) {
-    concurrent_ = tuned_->second;
-    return compute_forward(be, concurrent_);
-  }
+  if (tuned_ && tuned_->first == problem) return run_forward(be, tuned_->second);
   const std::string key =
       autotune::machine_prefix(be.concurrency()) + "lstm" + "|i" + std::to_string(opt_.input_size) +
       "_h" + std::to_string(opt_.hidden_size) + "_l" + std::to_string(opt_.num_layers) + "_d" +
       std::to_string(directions()) + "_t" + std::to_string(T_) + "_b" + std::to_string(B_) + "_" +
       std::string(dtype_name(gemm_dtype_)) + (dropout_active_ ? "_dropout" : "");
   if (const auto cached = autotune::lookup(key)) {
-    concurrent_ = *cached == "concurrent";
-    tuned_.emplace(problem, concurrent_);
-    return compute_forward(be, concurrent_);
+    for (LstmSchedule c : candidates) {
+      if (*cached != schedule_name(c)) continue;
+      tuned_.emplace(problem, c);
+      return run_forward(be, c);
+    }
   }
-  auto trial = [&](bool concurrent) {
+  auto trial = [&](LstmSchedule schedule) {
     be.synchronize();
     const auto t0 = std::chrono::steady_clock::now();
-    compute_forward(be, concurrent);
+    run_forward(be, schedule);
     be.synchronize();
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  trial(false);  // warm-up: primitives are made on first use
-  trial(true);
-  const double layered_ms = trial(false), concurrent_ms = trial(true);
-  concurrent_ = concurrent_ms <= layered_ms;
-  if (!concurrent_) trial(false);  // leave the winner's results in place
-  autotune::store(key, concurrent_ ? "concurrent" : "layered");
-  tuned_.emplace(problem, concurrent_);
-  if (autotune::verbose())
-    std::fprintf(stderr,
-                 "seqforge: autotune %s: forward with chains side by side %.2f ms, one after "
-                 "another %.2f ms -> %s (cached in %s)\n",
-                 key.c_str(), concurrent_ms, layered_ms,
-                 concurrent_ ? "side by side" : "one after another",
-                 autotune::cache_path().c_str());
+  std::vector<double> ms;
+  for (LstmSchedule c : candidates) trial(c);  // warm-up: primitives are made on first use
+  for (LstmSchedule c : candidates) ms.push_back(trial(c));
+  const size_t best = std::min_element(ms.begin(), ms.end()) - ms.begin();
+  if (best + 1 != candidates.size()) trial(candidates[best]);  // leave the winner's results
+  autotune::store(key, schedule_name(candidates[best]));
+  tuned_.emplace(problem, candidates[best]);
+  if (autotune::verbose()) {
+    std::string times;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      char one[64];
+      std::snprintf(one, sizeof one, "%s%s %.2f ms", i ? ", " : "", schedule_name(candidates[i]),
+                    ms[i]);
+      times += one;
+    }
+    std::fprintf(stderr, "seqforge: autotune %s: forward %s -> %s (cached in %s)\n", key.c_str(),
+                 times.c_str(), schedule_name(candidates[best]), autotune::cache_path().c_str());
+  }
 }
 
 // G(T*B, 4H) = in(T*B, I) W_ih^T + bias, for chain (l, d); the cells do it for narrow inputs.
@@ -421,6 +446,12 @@ void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step) {
   Chain& ch = chains_[s];
   const Tensor out = out_[l].tensor();
   const Tensor out_g = low() ? out_low_[l].tensor() : out;
+  // W_hh packed at the first step, by the worker that runs the chain: the layout depends on the
+  // threads a GEMM runs on.
+  if (step == 0 && T_ >= kPackMinSteps)
+    be.pack_b(recurrent_forward_shape(B_, H, D * H), gemm_dtype_, recurrent_weights(s).data(),
+              &ch.w_hh_forward);
+  if (step == 0 && T_ < kPackMinSteps) ch.w_hh_forward.reset();
   // R(B, 4H) = h_prev(B, H) W_hh^T
   const GemmShape rec = recurrent_forward_shape(B_, H, step == 0 ? H : D * H);
   const void* h_prev = step == 0 ? chain_h0(s).data() : at(out_g, t_prev * B_ * D * H + d * H);
@@ -481,7 +512,7 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
 
   if (T_ > 0 && B_ > 0) {
     dout_ = dout;
-    compute_backward(be, concurrent_);
+    run_backward(be, chosen_);
   } else {
     for (int64_t l = 0; l < L; ++l) be.fill(din_[l].tensor(), 0.0);
   }
@@ -569,6 +600,10 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
   cell.dgates_bf16 = low() ? at(dg_g, t * B_ * 4 * H) : nullptr;
   cell.dbias = ch.dbias.tensor().data();
   be.lstm_cell_backward(cell, dt);
+  if (step == T_ - 1 && T_ >= kPackMinSteps)  // the chain's first step backward, as forward
+    be.pack_b(recurrent_backward_shape(B_, H), gemm_dtype_, recurrent_weights(s).data(),
+              &ch.w_hh_backward);
+  if (step == T_ - 1 && T_ < kPackMinSteps) ch.w_hh_backward.reset();
   // dh(B, H) = dG[t](B, 4H) W_hh(4H, H)
   be.gemm(recurrent_backward_shape(B_, H), gemm_dtype_, at(dg_g, t * B_ * 4 * H),
           recurrent_weights(s).data(), ch.w_hh_backward.get(), ch.dh.tensor().data());

@@ -22,6 +22,17 @@ struct LstmOptions {
   bool batch_first = false;
 };
 
+// How the recurrences use the backend's workers. `tuned` measures the others on first use of a
+// problem and keeps the fastest (the autotune cache); the rest force one, for tests and benchmarks.
+enum class LstmSchedule {
+  tuned,
+  layered,       // one op at a time, each on all workers
+  side_by_side,  // chains side by side, one worker each: a bidirectional layer's directions, a
+                 // stack's layers as a wavefront
+  one_worker,    // everything on one worker: small problems, whose data fit one core's caches
+                 // and whose ops cost more split over workers than they save
+};
+
 class Lstm {
  public:
   // Declares weight_ih_l{k}[_reverse], weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k} under `prefix`.
@@ -45,6 +56,8 @@ class Lstm {
   void set_gemm_dtype(DType dtype);
   // Whether backward computes dx (on by default; off saves a GEMM when the input is data).
   void set_input_grad(bool on) { input_grad_ = on; }
+  void set_schedule(LstmSchedule schedule) { schedule_ = schedule; }
+  LstmSchedule schedule() const { return chosen_; }  // the one the last forward used
   DType gemm_dtype() const { return gemm_dtype_; }
 
   const LstmOptions& options() const { return opt_; }
@@ -92,6 +105,8 @@ class Lstm {
   void wait_for(int64_t layer, int64_t steps) const;
   void compute_forward(Backend& be, bool concurrent);
   void compute_backward(Backend& be, bool concurrent);
+  void run_forward(Backend& be, LstmSchedule schedule);
+  void run_backward(Backend& be, LstmSchedule schedule);
   void run_tuned_forward(Backend& be);
   void reset_state_grads(Backend& be);
 
@@ -103,9 +118,10 @@ class Lstm {
   std::vector<Chain> chains_;     // [layer * D + dir]
   int64_t T_ = 0, B_ = 0;
   bool dropout_active_ = false;
-  bool concurrent_ = false;  // the schedule forward chose; backward follows it
-  // The last problem's schedule: (T, B, GEMM dtype, dropout, workers) -> side by side.
-  std::optional<std::pair<std::tuple<int64_t, int64_t, DType, bool, int>, bool>> tuned_;
+  LstmSchedule schedule_ = LstmSchedule::tuned;
+  LstmSchedule chosen_ = LstmSchedule::layered;  // what forward ran; backward follows it
+  // The last problem's tuned schedule: (T, B, GEMM dtype, dropout, workers) -> schedule.
+  std::optional<std::pair<std::tuple<int64_t, int64_t, DType, bool, int>, LstmSchedule>> tuned_;
   std::unique_ptr<std::atomic<int64_t>[]> progress_;  // [layer] steps done, for the wavefront
   std::atomic<bool> failed_{false};                   // a wavefront worker threw
 

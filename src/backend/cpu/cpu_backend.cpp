@@ -68,7 +68,18 @@ class CpuBackend final : public Backend {
   void run_concurrently(int n, const std::function<void(int)>& fn) override {
     SF_CHECK(n >= 1 && n <= concurrency(), "run_concurrently(", n, ") with ", concurrency(),
              " threads");
-    if (n == 1) return fn(0);
+    if (n == 1) {  // on the calling thread, its ops limited to it
+      const int threads = omp_get_max_threads();
+      omp_set_num_threads(1);
+      try {
+        fn(0);
+      } catch (...) {
+        omp_set_num_threads(threads);
+        throw;
+      }
+      omp_set_num_threads(threads);
+      return;
+    }
     std::exception_ptr error;
 #pragma omp parallel num_threads(n)
     {

@@ -37,9 +37,10 @@ struct Scratch {
   }
 };
 
-// Primitives made inside a parallel region are planned for the one thread they will run on.
+// Primitives are planned for the threads they will run on: one inside a parallel region (or
+// under omp_set_num_threads(1)), else the pool.
 using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
-                       float, bool, DType, bool, bool>;
+                       float, bool, DType, int, bool>;
 Key key_of(const GemmShape& s, DType operands, bool packed) {
   return {s.trans_a,
           s.trans_b,
@@ -53,7 +54,7 @@ Key key_of(const GemmShape& s, DType operands, bool packed) {
           s.beta,
           s.bias,
           operands,
-          omp_in_parallel() != 0,
+          omp_in_parallel() ? 1 : omp_get_max_threads(),
           packed};
 }
 
