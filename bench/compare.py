@@ -3,8 +3,9 @@
 
 Usage: /usr/bin/python3 bench/compare.py [W1 W2 ...] [--precision fp32 bf16] [--steps N]
                                          [--rounds R] [--seqforge build/seqforge] [--json FILE]
-For every workload and precision, the two engines run alternately, R rounds of N timed steps
-each, every run in a fresh process (so peak memory is per workload). The table shows medians of
+For every workload, each of R rounds runs every precision on both engines in turn, N timed
+steps each, every run in a fresh process (so peak memory is per workload), so that both the
+engines and the precisions are compared side by side. The table shows medians of
 all timed steps and the ratio PyTorch / seqforge, plus seqforge's step time over its GEMM floor
 and each engine's peak resident memory.
 """
@@ -38,19 +39,24 @@ def main():
     print("%-3s %-5s %12s %12s %8s %10s %10s %10s" % ("id", "prec", "seqforge ms", "PyTorch ms",
                                                       "speedup", "sf/floor", "sf MB", "torch MB"))
     for wid in a.workloads:
-        for prec in a.precision:
-            sf_steps, pt_steps, floors, sf_mb, pt_mb = [], [], [], [], []
-            # W3 steps are short: more of them for the same confidence.
-            steps = a.steps * (20 if wid == "W3" else 1)
-            for _ in range(a.rounds):
+        # W3 steps are short: more of them for the same confidence.
+        steps = a.steps * (20 if wid == "W3" else 1)
+        runs = {prec: dict(sf=[], pt=[], floor=[], sf_mb=[], pt_mb=[]) for prec in a.precision}
+        # Every round runs every precision, so precisions are compared side by side as well.
+        for _ in range(a.rounds):
+            for prec in a.precision:
                 s = run([a.seqforge, "bench", wid, "--precision", prec, "--steps", str(steps)])
                 t = run(["/usr/bin/python3", os.path.join(HERE, "pytorch_bench.py"), wid,
                          "--precision", prec, "--steps", str(steps)])
-                sf_steps += s["step_ms"]
-                pt_steps += t["step_ms"]
-                floors.append(s["floor_ratio"])
-                sf_mb.append(s["peak_mb"])
-                pt_mb.append(t["peak_mb"])
+                r = runs[prec]
+                r["sf"] += s["step_ms"]
+                r["pt"] += t["step_ms"]
+                r["floor"].append(s["floor_ratio"])
+                r["sf_mb"].append(s["peak_mb"])
+                r["pt_mb"].append(t["peak_mb"])
+        for prec in a.precision:
+            sf_steps, pt_steps, floors, sf_mb, pt_mb = (runs[prec][k] for k in (
+                "sf", "pt", "floor", "sf_mb", "pt_mb"))
             sf, pt = statistics.median(sf_steps), statistics.median(pt_steps)
             row = dict(id=wid, precision=prec, seqforge_ms=sf, pytorch_ms=pt, speedup=pt / sf,
                        floor_ratio=statistics.median(floors), seqforge_mb=max(sf_mb),
