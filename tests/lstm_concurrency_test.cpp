@@ -68,8 +68,9 @@ TEST_P(LstmConcurrency, MatchesSequentialReference) {
   ASSERT_GE(cpu->concurrency(), 1);
   const auto want = run(*ref, GetParam(), LstmSchedule::layered);
   const double tol = GetParam().gemm == DType::bf16 ? 2e-3 : 2e-5;
-  for (LstmSchedule schedule : {LstmSchedule::layered, LstmSchedule::side_by_side,
-                                LstmSchedule::one_worker, LstmSchedule::tuned}) {
+  for (LstmSchedule schedule :
+       {LstmSchedule::layered, LstmSchedule::side_by_side, LstmSchedule::one_worker,
+        LstmSchedule::split_batch, LstmSchedule::tuned}) {
     const auto got = run(*cpu, GetParam(), schedule);
     for (const auto& [name, w] : want)
       EXPECT_LE(max_rel_error(got.at(name), w), tol)

@@ -248,9 +248,15 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
   return y_bf;
 }
 
-// The layers' recurrences, all steps; chains side by side when `concurrent`.
-void Lstm::compute_forward(Backend& be, bool concurrent) {
+// Workers of the split_batch schedule: each takes rows [B j / n, B (j + 1) / n).
+int Lstm::split_workers(const Backend& be) const {
+  return static_cast<int>(std::min<int64_t>(be.concurrency(), B_));
+}
+
+// The layers' recurrences, all steps, as `schedule` says (not one_worker: see run_forward).
+void Lstm::compute_forward(Backend& be, LstmSchedule schedule) {
   const int64_t D = directions(), L = opt_.num_layers;
+  const bool concurrent = schedule == LstmSchedule::side_by_side;
   {
     const int width = concurrent ? wavefront_width(be) : 1;
     for (int64_t l0 = 0; l0 < L;) {
@@ -262,9 +268,17 @@ void Lstm::compute_forward(Backend& be, bool concurrent) {
         }
         auto run_chain = [&](int64_t d) {
           SF_PROFILE_SCOPE("lstm forward", static_cast<int>(l0), static_cast<int>(d));
-          for (int64_t step = 0; step < T_; ++step) step_forward(be, l0, d, step);
+          for (int64_t step = 0; step < T_; ++step) step_forward(be, l0, d, step, 0, B_);
         };
-        if (D == 2 && concurrent) {
+        if (schedule == LstmSchedule::split_batch) {
+          const int n = split_workers(be);
+          be.run_concurrently(n, [&](int j) {
+            SF_PROFILE_SCOPE("lstm forward", static_cast<int>(l0), 0);
+            const int64_t b0 = B_ * j / n, nb = B_ * (j + 1) / n - b0;
+            for (int64_t d = 0; d < D; ++d)
+              for (int64_t step = 0; step < T_; ++step) step_forward(be, l0, d, step, b0, nb);
+          });
+        } else if (D == 2 && concurrent) {
           be.run_concurrently(2, [&](int d) { run_chain(d); });
         } else {
           for (int64_t d = 0; d < D; ++d) run_chain(d);
@@ -285,7 +299,7 @@ void Lstm::compute_forward(Backend& be, bool concurrent) {
             for (int64_t t = 0; t < T_; ++t) {
               if (j > 0) wait_for(l - 1, t + 1);
               if (j > 0 && t % 2 == 1) project_step(be, l, t);
-              step_forward(be, l, 0, t);
+              step_forward(be, l, 0, t, 0, B_);
               if (j + 1 < group) {
                 finish_output_step(be, l, t);
                 if (t % 2 == 0) project_step(be, l + 1, t);
@@ -331,6 +345,8 @@ const char* schedule_name(LstmSchedule s) {
       return "side_by_side";
     case LstmSchedule::one_worker:
       return "one_worker";
+    case LstmSchedule::split_batch:
+      return "split_batch";
   }
   return "?";
 }
@@ -339,14 +355,14 @@ const char* schedule_name(LstmSchedule s) {
 void Lstm::run_forward(Backend& be, LstmSchedule schedule) {
   chosen_ = schedule;
   if (schedule == LstmSchedule::one_worker)
-    return be.run_concurrently(1, [&](int) { compute_forward(be, false); });
-  compute_forward(be, schedule == LstmSchedule::side_by_side);
+    return be.run_concurrently(1, [&](int) { compute_forward(be, LstmSchedule::layered); });
+  compute_forward(be, schedule);
 }
 
 void Lstm::run_backward(Backend& be, LstmSchedule schedule) {
   if (schedule == LstmSchedule::one_worker)
-    return be.run_concurrently(1, [&](int) { compute_backward(be, false); });
-  compute_backward(be, schedule == LstmSchedule::side_by_side);
+    return be.run_concurrently(1, [&](int) { compute_backward(be, LstmSchedule::layered); });
+  compute_backward(be, schedule);
 }
 
 // Runs the forward recurrences with the schedule autotuned for this problem (LstmSchedule). The
@@ -356,11 +372,11 @@ void Lstm::run_backward(Backend& be, LstmSchedule schedule) {
 void Lstm::run_tuned_forward(Backend& be) {
   if (schedule_ != LstmSchedule::tuned) return run_forward(be, schedule_);
   std::vector<LstmSchedule> candidates{LstmSchedule::layered};
-  if (be.concurrency() >= 2) {
-    if (directions() == 2 || opt_.num_layers >= 2) candidates.push_back(LstmSchedule::side_by_side);
-    candidates.push_back(LstmSchedule::one_worker);
-  }
-  const LstmSchedule fallback = candidates.size() > 2 ? LstmSchedule::side_by_side : candidates[0];
+  const bool chains = be.concurrency() >= 2 && (directions() == 2 || opt_.num_layers >= 2);
+  if (chains) candidates.push_back(LstmSchedule::side_by_side);
+  if (be.concurrency() >= 2) candidates.push_back(LstmSchedule::one_worker);
+  if (be.concurrency() >= 2 && B_ >= 2) candidates.push_back(LstmSchedule::split_batch);
+  const LstmSchedule fallback = chains ? LstmSchedule::side_by_side : LstmSchedule::layered;
   if (candidates.size() == 1 || !autotune::enabled()) return run_forward(be, fallback);
   // The choice for the problem of the previous call, without building its key again.
   const std::tuple<int64_t, int64_t, DType, bool, int> problem{T_, B_, gemm_dtype_, dropout_active_,
@@ -439,40 +455,43 @@ void Lstm::finish_output_step(Backend& be, int64_t l, int64_t t) {
   if (low()) be.convert(dropped_low_[l].tensor().slice(t, t + 1), dropped);
 }
 
-void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step) {
+void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t b0, int64_t nb) {
   const DType dt = params_.dtype();
   const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
   const int64_t t = d == 0 ? step : T_ - 1 - step, t_prev = d == 0 ? t - 1 : t + 1;
   Chain& ch = chains_[s];
   const Tensor out = out_[l].tensor();
   const Tensor out_g = low() ? out_low_[l].tensor() : out;
+  const bool whole = nb == B_;
   // W_hh packed at the first step, by the worker that runs the chain: the layout depends on the
   // threads a GEMM runs on.
-  if (step == 0 && T_ >= kPackMinSteps)
+  if (whole && step == 0 && T_ >= kPackMinSteps)
     be.pack_b(recurrent_forward_shape(B_, H, D * H), gemm_dtype_, recurrent_weights(s).data(),
               &ch.w_hh_forward);
-  if (step == 0 && T_ < kPackMinSteps) ch.w_hh_forward.reset();
-  // R(B, 4H) = h_prev(B, H) W_hh^T
-  const GemmShape rec = recurrent_forward_shape(B_, H, step == 0 ? H : D * H);
-  const void* h_prev = step == 0 ? chain_h0(s).data() : at(out_g, t_prev * B_ * D * H + d * H);
-  be.gemm(rec, gemm_dtype_, h_prev, recurrent_weights(s).data(), ch.w_hh_forward.get(),
-          ch.rec.tensor().data());
+  if (whole && step == 0 && T_ < kPackMinSteps) ch.w_hh_forward.reset();
+  const int64_t row = t * B_ + b0, row_prev = t_prev * B_ + b0;  // (T, B) rows of this step
+  // R(nb, 4H) = h_prev(nb, H) W_hh^T
+  const GemmShape rec = recurrent_forward_shape(nb, H, step == 0 ? H : D * H);
+  const void* h_prev = step == 0 ? at(chain_h0(s), b0 * H) : at(out_g, row_prev * D * H + d * H);
+  void* rec_out = at(ch.rec.tensor(), b0 * 4 * H);
+  be.gemm(rec, gemm_dtype_, h_prev, recurrent_weights(s).data(),
+          whole ? ch.w_hh_forward.get() : nullptr, rec_out);
   LstmCellForward cell;
-  cell.batch = B_;
+  cell.batch = nb;
   cell.hidden = H;
-  cell.gates = low() && cell_projects_input(l) ? nullptr : at(ch.gates.tensor(), t * B_ * 4 * H);
-  cell.gates_bf16 = low() ? at(ch.gates_low.tensor(), t * B_ * 4 * H) : nullptr;
-  cell.gates_rec = ch.rec.tensor().data();
+  cell.gates = low() && cell_projects_input(l) ? nullptr : at(ch.gates.tensor(), row * 4 * H);
+  cell.gates_bf16 = low() ? at(ch.gates_low.tensor(), row * 4 * H) : nullptr;
+  cell.gates_rec = rec_out;
   cell.c_prev =
-      step == 0 ? c0_.tensor().slice(s, s + 1).data() : at(ch.c.tensor(), t_prev * B_ * H);
-  cell.c = at(ch.c.tensor(), t * B_ * H);
-  cell.tanh_c = at(ch.tanh_c.tensor(), t * B_ * H);
-  cell.h = at(out, t * B_ * D * H + d * H);
+      step == 0 ? at(c0_.tensor().slice(s, s + 1), b0 * H) : at(ch.c.tensor(), row_prev * H);
+  cell.c = at(ch.c.tensor(), row * H);
+  cell.tanh_c = at(ch.tanh_c.tensor(), row * H);
+  cell.h = at(out, row * D * H + d * H);
   cell.ldh = D * H;
-  cell.h_bf16 = low() ? at(out_g, t * B_ * D * H + d * H) : nullptr;
+  cell.h_bf16 = low() ? at(out_g, row * D * H + d * H) : nullptr;
   if (cell_projects_input(l)) {
     const int64_t I = layer_input_size(l);
-    cell.x = at(layer_input(l), t * B_ * I);
+    cell.x = at(layer_input(l), row * I);
     cell.input = I;
     cell.ldx = I;
     cell.w_ih_t = ch.w_ih_t.tensor().data();
@@ -529,9 +548,10 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
   return dx_bf;
 }
 
-// The layers' backward recurrences and weight gradients; chains side by side when `concurrent`.
-void Lstm::compute_backward(Backend& be, bool concurrent) {
+// The layers' backward recurrences and weight gradients, as `schedule` says (not one_worker).
+void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
   const int64_t D = directions(), L = opt_.num_layers;
+  const bool concurrent = schedule == LstmSchedule::side_by_side;
   {
     const int width = concurrent ? wavefront_width(be) : 1;
     for (int64_t l1 = L; l1 > 0;) {  // layers l0 .. l1-1, from the top
@@ -540,9 +560,30 @@ void Lstm::compute_backward(Backend& be, bool concurrent) {
       if (group == 1) {
         auto run_chain = [&](int64_t d) {
           SF_PROFILE_SCOPE("lstm backward", static_cast<int>(l0), static_cast<int>(d));
-          for (int64_t step = T_ - 1; step >= 0; --step) step_backward(be, l0, d, step, group_dout);
+          for (int64_t step = T_ - 1; step >= 0; --step)
+            step_backward(be, l0, d, step, group_dout, 0, B_,
+                          chains_[l0 * D + d].dbias.tensor().data());
         };
-        if (D == 2 && concurrent) {
+        if (schedule == LstmSchedule::split_batch) {
+          // Each worker sums its rows' bias gradient apart; the sums are added in worker order.
+          const int n = split_workers(be);
+          const int64_t H = opt_.hidden_size;
+          for (int64_t d = 0; d < D; ++d)
+            be.fill(chains_[l0 * D + d].dbias_split.get(be, params_.dtype(), {n, 4 * H}), 0.0);
+          be.run_concurrently(n, [&](int j) {
+            SF_PROFILE_SCOPE("lstm backward", static_cast<int>(l0), 0);
+            const int64_t b0 = B_ * j / n, nb = B_ * (j + 1) / n - b0;
+            for (int64_t d = 0; d < D; ++d) {
+              void* dbias = at(chains_[l0 * D + d].dbias_split.tensor(), j * 4 * H);
+              for (int64_t step = T_ - 1; step >= 0; --step)
+                step_backward(be, l0, d, step, group_dout, b0, nb, dbias);
+            }
+          });
+          for (int64_t d = 0; d < D; ++d)
+            for (int j = 0; j < n; ++j)
+              be.add(chains_[l0 * D + d].dbias.tensor(),
+                     chains_[l0 * D + d].dbias_split.tensor().slice(j, j + 1).reshape({4 * H}));
+        } else if (D == 2 && concurrent) {
           be.run_concurrently(2, [&](int d) { run_chain(d); });
         } else {
           for (int64_t d = 0; d < D; ++d) run_chain(d);
@@ -559,7 +600,8 @@ void Lstm::compute_backward(Backend& be, bool concurrent) {
             for (int64_t t = T_ - 1; t >= 0; --t) {
               if (j > 0) wait_for(l + 1, T_ - t);
               if (j > 0 && t % 2 == 1) din_step(be, l + 1, t);
-              step_backward(be, l, 0, t, l == l1 - 1 ? group_dout : din_[l + 1].tensor());
+              step_backward(be, l, 0, t, l == l1 - 1 ? group_dout : din_[l + 1].tensor(), 0, B_,
+                            chains_[l].dbias.tensor().data());
               if (l > l0 && t % 2 == 0) din_step(be, l, t);
               progress_[l].store(T_ - t, std::memory_order_release);
             }
@@ -570,7 +612,7 @@ void Lstm::compute_backward(Backend& be, bool concurrent) {
         });
       }
       for (int64_t l = l0; l < l1; ++l)
-        for (int64_t d = 0; d < D; ++d) weight_grads(be, l, d);
+        for (int64_t d = 0; d < D; ++d) weight_grads(be, l, d, schedule);
       if (l0 > 0 || input_grad_) din_all(be, l0);
       l1 = l0;
     }
@@ -578,35 +620,39 @@ void Lstm::compute_backward(Backend& be, bool concurrent) {
 }
 
 // One step of chain (l, d) backward: the cell, then dh_rec = dG[t] W_hh.
-void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor dout) {
+void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor dout, int64_t b0,
+                         int64_t nb, void* dbias) {
   const DType dt = params_.dtype();
   const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
   const int64_t t = d == 0 ? step : T_ - 1 - step, t_prev = d == 0 ? t - 1 : t + 1;
   Chain& ch = chains_[s];
   const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
+  const bool whole = nb == B_;
+  const int64_t row = t * B_ + b0, row_prev = t_prev * B_ + b0;  // (T, B) rows of this step
   LstmCellBackward cell;
-  cell.batch = B_;
+  cell.batch = nb;
   cell.hidden = H;
-  cell.gates = low() ? nullptr : at(ch.gates.tensor(), t * B_ * 4 * H);
-  cell.gates_bf16 = low() ? at(dg_g, t * B_ * 4 * H) : nullptr;
+  cell.gates = low() ? nullptr : at(ch.gates.tensor(), row * 4 * H);
+  cell.gates_bf16 = low() ? at(dg_g, row * 4 * H) : nullptr;
   cell.c_prev =
-      step == 0 ? c0_.tensor().slice(s, s + 1).data() : at(ch.c.tensor(), t_prev * B_ * H);
-  cell.tanh_c = at(ch.tanh_c.tensor(), t * B_ * H);
-  cell.dh_out = dout.empty() ? nullptr : at(dout, t * B_ * D * H + d * H);
+      step == 0 ? at(c0_.tensor().slice(s, s + 1), b0 * H) : at(ch.c.tensor(), row_prev * H);
+  cell.tanh_c = at(ch.tanh_c.tensor(), row * H);
+  cell.dh_out = dout.empty() ? nullptr : at(dout, row * D * H + d * H);
   cell.ld_dh_out = D * H;
-  cell.dh_rec = ch.dh.tensor().data();
-  cell.dc = ch.dc.tensor().data();
-  cell.dgates = low() ? nullptr : at(ch.gates.tensor(), t * B_ * 4 * H);
-  cell.dgates_bf16 = low() ? at(dg_g, t * B_ * 4 * H) : nullptr;
-  cell.dbias = ch.dbias.tensor().data();
+  cell.dh_rec = at(ch.dh.tensor(), b0 * H);
+  cell.dc = at(ch.dc.tensor(), b0 * H);
+  cell.dgates = low() ? nullptr : at(ch.gates.tensor(), row * 4 * H);
+  cell.dgates_bf16 = low() ? at(dg_g, row * 4 * H) : nullptr;
+  cell.dbias = dbias;
   be.lstm_cell_backward(cell, dt);
-  if (step == T_ - 1 && T_ >= kPackMinSteps)  // the chain's first step backward, as forward
+  if (whole && step == T_ - 1 && T_ >= kPackMinSteps)  // the chain's first step back, as forward
     be.pack_b(recurrent_backward_shape(B_, H), gemm_dtype_, recurrent_weights(s).data(),
               &ch.w_hh_backward);
-  if (step == T_ - 1 && T_ < kPackMinSteps) ch.w_hh_backward.reset();
-  // dh(B, H) = dG[t](B, 4H) W_hh(4H, H)
-  be.gemm(recurrent_backward_shape(B_, H), gemm_dtype_, at(dg_g, t * B_ * 4 * H),
-          recurrent_weights(s).data(), ch.w_hh_backward.get(), ch.dh.tensor().data());
+  if (whole && step == T_ - 1 && T_ < kPackMinSteps) ch.w_hh_backward.reset();
+  // dh(nb, H) = dG[t](nb, 4H) W_hh(4H, H)
+  be.gemm(recurrent_backward_shape(nb, H), gemm_dtype_, at(dg_g, row * 4 * H),
+          recurrent_weights(s).data(), whole ? ch.w_hh_backward.get() : nullptr,
+          at(ch.dh.tensor(), b0 * H));
 }
 
 // din[t](B, I) = dG[t](B, 4H) W_ih(4H, I) for unidirectional layer l, times the dropout mask of
@@ -639,39 +685,77 @@ void Lstm::din_all(Backend& be, int64_t l) {
   if (l > 0 && dropout_active_) be.mul(din, din, mask_[l - 1].tensor());
 }
 
-// dW_ih, dW_hh, db_ih, db_hh of chain (l, d) from its dG over all steps.
-void Lstm::weight_grads(Backend& be, int64_t l, int64_t d) {
+// dW_ih, dW_hh, db_ih, db_hh of chain (l, d) from its dG over all steps. With split_batch, each
+// worker sums the steps of its share of the sequence (two small GEMMs on one thread each beat one
+// split over both): the first into the gradients, the others into blocks of their own, added
+// afterwards in worker order.
+void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule) {
   SF_PROFILE_SCOPE("lstm weight gradients", static_cast<int>(l), static_cast<int>(d));
+  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
+  const Weights& w = weights_[l * directions() + d];
+  Tensor dw_hh = params_.grad(w.w_hh), dw_ih = params_.grad(w.w_ih);
+  const int n = schedule == LstmSchedule::split_batch ? split_workers(be) : 1;
+  if (n == 1) {
+    weight_grads_steps(be, l, d, 0, T_, dw_hh.data(), dw_ih.data(), true);
+  } else {
+    Tensor parts = dw_split_.get(be, params_.dtype(), {n, 4 * H * (H + I)});
+    be.run_concurrently(n, [&](int j) {
+      Tensor part = parts.slice(j, j + 1);
+      const int64_t t0 = T_ * j / n, t1 = T_ * (j + 1) / n;
+      if (j == 0) return weight_grads_steps(be, l, d, t0, t1, dw_hh.data(), dw_ih.data(), true);
+      if (t1 == t0) be.fill(part, 0.0);
+      weight_grads_steps(be, l, d, t0, t1, part.data(), at(part, 4 * H * H), false);
+    });
+    for (int j = 1; j < n; ++j) {
+      Tensor part = parts.slice(j, j + 1).reshape({4 * H * (H + I)});
+      be.add(dw_hh, part.slice(0, 4 * H * H).reshape(dw_hh.shape()));
+      be.add(dw_ih, part.slice(4 * H * H, 4 * H * (H + I)).reshape(dw_ih.shape()));
+    }
+  }
+  // d(b_ih) = d(b_hh) = colsum(dG), summed by the backward cells.
+  const Chain& ch = chains_[l * directions() + d];
+  be.add(params_.grad(w.b_ih), ch.dbias.tensor());
+  be.add(params_.grad(w.b_hh), ch.dbias.tensor());
+}
+
+// dW_hh(4H, H) and dW_ih(4H, I) += (or, not accumulating, =) the contributions of chain (l, d)'s
+// steps [t0, t1).
+void Lstm::weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1,
+                              void* dw_hh, void* dw_ih, bool accumulate) {
+  if (t1 <= t0) return;
+  const float beta = accumulate ? 1.0f : 0.0f;
   const DType gt = gemm_dtype_;
-  const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l);
-  const int64_t s = l * D + d, rows = T_ * B_;
-  const Weights& w = weights_[s];
+  const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l), s = l * D + d;
   Chain& ch = chains_[s];
   const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
   const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*H)
 
-  // dW_hh(4H, H) += dG[first step]^T h_init + dG[other steps]^T out[their previous steps]
+  // dW_hh += dG[first step]^T h_init + dG[other steps]^T out[their previous steps]
   const int64_t t_first = d == 0 ? 0 : T_ - 1;
-  GemmShape first{.trans_a = true, .m = 4 * H, .n = H, .k = B_, .lda = 4 * H, .ldb = H, .ldc = H};
-  first.beta = 1.0f;
-  be.gemm(first, gt, at(dg_g, t_first * B_ * 4 * H), chain_h0(s).data(),
-          params_.grad(w.w_hh).data());
-  if (T_ > 1) {
-    const int64_t dg_start = d == 0 ? 1 : 0, h_start = d == 0 ? 0 : 1;
-    GemmShape rest{.trans_a = true, .m = 4 * H, .n = H, .k = (T_ - 1) * B_, .lda = 4 * H};
+  int64_t a = t0, b = t1;  // the steps whose previous h is an output
+  if (t_first >= t0 && t_first < t1) {
+    GemmShape first{.trans_a = true, .m = 4 * H, .n = H, .k = B_, .lda = 4 * H, .ldb = H};
+    first.ldc = H;
+    first.beta = beta;
+    be.gemm(first, gt, at(dg_g, t_first * B_ * 4 * H), chain_h0(s).data(), dw_hh);
+    if (d == 0)
+      a = t0 + 1;
+    else
+      b = t1 - 1;
+  }
+  if (b > a) {
+    const int64_t h_start = d == 0 ? a - 1 : a + 1;
+    GemmShape rest{.trans_a = true, .m = 4 * H, .n = H, .k = (b - a) * B_, .lda = 4 * H};
     rest.ldb = D * H;
     rest.ldc = H;
-    rest.beta = 1.0f;
-    be.gemm(rest, gt, at(dg_g, dg_start * B_ * 4 * H), at(out_g, h_start * B_ * D * H + d * H),
-            params_.grad(w.w_hh).data());
+    rest.beta = a > t0 || b < t1 ? 1.0f : beta;  // after the first step's GEMM, accumulate
+    be.gemm(rest, gt, at(dg_g, a * B_ * 4 * H), at(out_g, h_start * B_ * D * H + d * H), dw_hh);
   }
-  // dW_ih(4H, I) += dG^T(4H, T*B) in(T*B, I)
-  GemmShape dwih{.trans_a = true, .m = 4 * H, .n = I, .k = rows, .lda = 4 * H, .ldb = I, .ldc = I};
-  dwih.beta = 1.0f;
-  be.gemm(dwih, gt, dg_g.data(), in_gemm_[l].data(), params_.grad(w.w_ih).data());
-  // d(b_ih) = d(b_hh) = colsum(dG), summed by the backward cells.
-  be.add(params_.grad(w.b_ih), ch.dbias.tensor());
-  be.add(params_.grad(w.b_hh), ch.dbias.tensor());
+  // dW_ih += dG^T(4H, steps*B) in(steps*B, I)
+  GemmShape dwih{.trans_a = true, .m = 4 * H, .n = I, .k = (t1 - t0) * B_, .lda = 4 * H, .ldb = I};
+  dwih.ldc = I;
+  dwih.beta = beta;
+  be.gemm(dwih, gt, at(dg_g, t0 * B_ * 4 * H), at(in_gemm_[l], t0 * B_ * I), dw_ih);
 }
 
 }  // namespace seqforge

@@ -31,6 +31,7 @@ enum class LstmSchedule {
                  // stack's layers as a wavefront
   one_worker,    // everything on one worker: small problems, whose data fit one core's caches
                  // and whose ops cost more split over workers than they save
+  split_batch,   // each worker runs every step for its own rows of the batch: small problems
 };
 
 class Lstm {
@@ -79,6 +80,7 @@ class Lstm {
                                 // which backward overwrites with dG[t] (bf16 only)
     Buffer dh, dc;              // (B, H) gradients flowing to the previous step
     Buffer bias, dbias;         // (4H) b_ih + b_hh; colsum(dG), summed by the backward cells
+    Buffer dbias_split;         // (workers, 4H) each split_batch worker's colsum(dG)
     Buffer w_ih_low, w_hh_low;  // bf16 copies of the weights
     Buffer w_ih_t;              // (I, 4H) W_ih transposed, when the cell projects the input
     // W_hh (of the GEMM dtype) packed for the recurrent GEMMs forward and backward, repacked
@@ -97,14 +99,19 @@ class Lstm {
   void project_all(Backend& be, int64_t l, int64_t d);
   void project_step(Backend& be, int64_t l, int64_t t);
   void finish_output_step(Backend& be, int64_t l, int64_t t);
-  void step_forward(Backend& be, int64_t l, int64_t d, int64_t step);
-  void step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor dout);
+  // Rows [b0, b0 + nb) of the batch; packed weights only when that is the whole batch.
+  void step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t b0, int64_t nb);
+  void step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor dout, int64_t b0,
+                     int64_t nb, void* dbias);
+  int split_workers(const Backend& be) const;
   void din_step(Backend& be, int64_t l, int64_t t);
   void din_all(Backend& be, int64_t l);
-  void weight_grads(Backend& be, int64_t l, int64_t d);
+  void weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule);
+  void weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1, void* dw_hh,
+                          void* dw_ih, bool accumulate);
   void wait_for(int64_t layer, int64_t steps) const;
-  void compute_forward(Backend& be, bool concurrent);
-  void compute_backward(Backend& be, bool concurrent);
+  void compute_forward(Backend& be, LstmSchedule schedule);
+  void compute_backward(Backend& be, LstmSchedule schedule);
   void run_forward(Backend& be, LstmSchedule schedule);
   void run_backward(Backend& be, LstmSchedule schedule);
   void run_tuned_forward(Backend& be);
@@ -139,6 +146,7 @@ class Lstm {
   Buffer dy_tm_, dx_bf_;             // time-major dy, batch_first dx
   std::vector<Buffer> din_;          // [layer] gradient of the layer's input (T, B, I_l)
   Buffer dh0_, dc0_;                 // (D*L, B, H)
+  Buffer dw_split_;                  // (workers, 4H (H + I)) split_batch's weight gradient parts
   Tensor dout_, dh_n_, dc_n_;        // backward's inputs (time-major dout)
 };
 
