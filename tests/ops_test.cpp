@@ -79,17 +79,21 @@ void check_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t 
       << m << "x" << n << "x" << k << " ta " << ta << " tb " << tb;
 }
 
-// Packed B: the same results as plain B, in f32 and bf16, with strided A, from the main thread
-// and from inside concurrent chains, and again after B changes and is repacked.
+// Packed B: the same results as plain B, in f32 and bf16, with strided A, with and without a
+// bias, from the main thread and from inside concurrent chains, and again after B changes and is
+// repacked.
 TEST(Ops, PackedGemmMatchesPlainGemm) {
   auto cpu = make_cpu_backend();
   Rng rng(5);
   struct Case {
     bool tb;
     int64_t m, n, k, lda;
+    bool bias;
   };
-  for (const Case& cs : {Case{true, 64, 512, 128, 256}, Case{false, 64, 128, 512, 512},
-                         Case{true, 7, 40, 10, 10}, Case{false, 33, 17, 68, 70}})
+  for (const Case& cs :
+       {Case{true, 64, 512, 128, 256, false}, Case{false, 64, 128, 512, 512, false},
+        Case{true, 7, 40, 10, 10, false}, Case{false, 33, 17, 68, 70, false},
+        Case{true, 64, 512, 128, 128, true}, Case{true, 5, 24, 9, 9, true}})
     for (DType dt : {DType::f32, DType::bf16}) {
       const GemmShape s{.trans_b = cs.tb,
                         .m = cs.m,
@@ -97,7 +101,11 @@ TEST(Ops, PackedGemmMatchesPlainGemm) {
                         .k = cs.k,
                         .lda = cs.lda,
                         .ldb = cs.tb ? cs.k : cs.n,
-                        .ldc = cs.n};
+                        .ldc = cs.n,
+                        .bias = cs.bias};
+      std::vector<float> bias(cs.n);
+      for (float& v : bias) v = static_cast<float>(rng.uniform(-1, 1));
+      const float* bias_or_null = cs.bias ? bias.data() : nullptr;
       const size_t esize = dtype_size(dt);
       std::vector<char> a(cs.m * cs.lda * esize), b(cs.k * cs.n * esize);
       auto fill = [&](std::vector<char>& v) {
@@ -113,10 +121,11 @@ TEST(Ops, PackedGemmMatchesPlainGemm) {
         cpu->pack_b(s, dt, b.data(), &packed);
         ASSERT_TRUE(packed) << "the CPU backend packs f32 and bf16";
         std::vector<float> plain(cs.m * cs.n), main_thread(cs.m * cs.n), in_chain(cs.m * cs.n);
-        cpu->gemm(s, dt, a.data(), b.data(), plain.data());
-        cpu->gemm(s, dt, a.data(), b.data(), packed.get(), main_thread.data());
+        cpu->gemm(s, dt, a.data(), b.data(), plain.data(), bias_or_null);
+        cpu->gemm(s, dt, a.data(), b.data(), packed.get(), main_thread.data(), bias_or_null);
         cpu->run_concurrently(std::min(2, cpu->concurrency()), [&](int i) {
-          if (i == 0) cpu->gemm(s, dt, a.data(), b.data(), packed.get(), in_chain.data());
+          if (i == 0)
+            cpu->gemm(s, dt, a.data(), b.data(), packed.get(), in_chain.data(), bias_or_null);
         });
         for (const auto* got : {&main_thread, &in_chain})
           EXPECT_LE(max_rel_error(std::vector<double>(got->begin(), got->end()),

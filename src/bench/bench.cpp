@@ -93,12 +93,12 @@ class RecordingBackend final : public Backend {
     inner_.pack_b(s, dt, b, packed);
   }
   void run_gemm_packed(const GemmShape& s, DType dt, const void* a, const void* b,
-                       const PackedB& packed, void* c) override {
+                       const PackedB& packed, void* c, const void* bias) override {
     if (recording) {
       std::lock_guard lock(mutex_);
-      calls.push_back({s, dt, a, b, c, nullptr, &packed});
+      calls.push_back({s, dt, a, b, c, bias, &packed});
     }
-    inner_.gemm(s, dt, a, b, &packed, c);
+    inner_.gemm(s, dt, a, b, &packed, c, bias);
   }
   void sum_rows_acc(Tensor db, Tensor dy) override { inner_.sum_rows_acc(db, dy); }
   void add(Tensor y, Tensor x) override { inner_.add(y, x); }
@@ -143,7 +143,7 @@ class RecordingBackend final : public Backend {
 
 void replay(Backend& be, const RecordingBackend::Call& c) {
   if (c.packed) {
-    be.gemm(c.shape, c.dtype, c.a, c.b, c.packed, c.c);
+    be.gemm(c.shape, c.dtype, c.a, c.b, c.packed, c.c, c.bias);
   } else {
     be.gemm(c.shape, c.dtype, c.a, c.b, c.c, c.bias);
   }

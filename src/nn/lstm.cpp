@@ -288,6 +288,7 @@ void Lstm::compute_forward(Backend& be, LstmSchedule schedule) {
           SF_PROFILE_SCOPE("lstm input projection", static_cast<int>(l0));
           project_all(be, l0, 0);
         }
+        pack_step_weights(be, l0, l0 + group, false);
         for (int64_t l = l0; l < l0 + group; ++l) progress_[l].store(0);
         failed_.store(false);
         be.run_concurrently(static_cast<int>(group), [&](int j) {
@@ -426,7 +427,7 @@ void Lstm::project_all(Backend& be, int64_t l, int64_t d) {
   if (cell_projects_input(l)) return;
   const int64_t H = opt_.hidden_size, I = layer_input_size(l), s = l * directions() + d;
   Chain& ch = chains_[s];
-  const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[s].w_ih);
+  const Tensor w_ih = input_weights(s);
   GemmShape proj{.trans_b = true, .m = T_ * B_, .n = 4 * H, .k = I, .lda = I, .ldb = I};
   proj.ldc = 4 * H;
   proj.bias = true;
@@ -435,16 +436,46 @@ void Lstm::project_all(Backend& be, int64_t l, int64_t d) {
 }
 
 // G[t](B, 4H) = in[t](B, I) W_ih^T + bias, for the one chain of unidirectional layer l.
+GemmShape Lstm::project_step_shape(int64_t l) const {
+  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
+  GemmShape proj{.trans_b = true, .m = B_, .n = 4 * H, .k = I, .lda = I, .ldb = I};
+  proj.ldc = 4 * H;
+  proj.bias = true;
+  return proj;
+}
+
+GemmShape Lstm::din_step_shape(int64_t l) const {
+  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
+  return {.m = B_, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
+}
+
+Tensor Lstm::input_weights(int64_t s) const {
+  return low() ? chains_[s].w_ih_low.tensor() : params_.value(weights_[s].w_ih);
+}
+
+// W_ih of the wavefront's layers l0+1 .. l1-1 packed for the per-step GEMMs that run on one
+// worker (the input projection forward, the input gradient backward); packed on one thread so
+// that the layout is the one those GEMMs want.
+void Lstm::pack_step_weights(Backend& be, int64_t l0, int64_t l1, bool backward) {
+  be.run_concurrently(1, [&](int) {
+    for (int64_t l = l0 + 1; l < l1; ++l) {
+      std::unique_ptr<PackedB>& packed = backward ? chains_[l].w_ih_din : chains_[l].w_ih_step;
+      if (T_ < kPackMinSteps || (!backward && cell_projects_input(l))) {
+        packed.reset();
+        continue;
+      }
+      be.pack_b(backward ? din_step_shape(l) : project_step_shape(l), gemm_dtype_,
+                input_weights(l).data(), &packed);
+    }
+  });
+}
+
 void Lstm::project_step(Backend& be, int64_t l, int64_t t) {
   if (cell_projects_input(l)) return;
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
   Chain& ch = chains_[l];
-  const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[l].w_ih);
-  GemmShape proj{.trans_b = true, .m = B_, .n = 4 * H, .k = I, .lda = I, .ldb = I};
-  proj.ldc = 4 * H;
-  proj.bias = true;
-  be.gemm(proj, gemm_dtype_, at(in_gemm_[l], t * B_ * I), w_ih.data(),
-          at(ch.gates.tensor(), t * B_ * 4 * H), ch.bias.tensor().data());
+  be.gemm(project_step_shape(l), gemm_dtype_, at(in_gemm_[l], t * B_ * I), input_weights(l).data(),
+          ch.w_ih_step.get(), at(ch.gates.tensor(), t * B_ * 4 * H), ch.bias.tensor().data());
 }
 
 // Layer l's output at step t as the next layer's input: dropout, and its bf16 copy.
@@ -589,6 +620,7 @@ void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
           for (int64_t d = 0; d < D; ++d) run_chain(d);
         }
       } else {  // wavefront: worker j runs layer l1-1-j; progress counts steps from the end
+        pack_step_weights(be, l0, l1, true);
         for (int64_t l = l0; l < l1; ++l) progress_[l].store(0);
         failed_.store(false);
         be.run_concurrently(static_cast<int>(group), [&](int j) {
@@ -658,13 +690,12 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
 // din[t](B, I) = dG[t](B, 4H) W_ih(4H, I) for unidirectional layer l, times the dropout mask of
 // the layer below: the next lower layer's output gradient at step t.
 void Lstm::din_step(Backend& be, int64_t l, int64_t t) {
-  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
+  const int64_t H = opt_.hidden_size;
   Chain& ch = chains_[l];
   const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
-  const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[l].w_ih);
-  const GemmShape dx{.m = B_, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
   Tensor din = din_[l].tensor().slice(t, t + 1);
-  be.gemm(dx, gemm_dtype_, at(dg_g, t * B_ * 4 * H), w_ih.data(), din.data());
+  be.gemm(din_step_shape(l), gemm_dtype_, at(dg_g, t * B_ * 4 * H), input_weights(l).data(),
+          ch.w_ih_din.get(), din.data());
   if (dropout_active_) be.mul(din, din, mask_[l - 1].tensor().slice(t, t + 1));
 }
 
@@ -677,7 +708,7 @@ void Lstm::din_all(Backend& be, int64_t l) {
     const int64_t s = l * D + d;
     Chain& ch = chains_[s];
     const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
-    const Tensor w_ih = low() ? ch.w_ih_low.tensor() : params_.value(weights_[s].w_ih);
+    const Tensor w_ih = input_weights(s);
     GemmShape dx{.m = T_ * B_, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
     dx.beta = d == 0 ? 0.0f : 1.0f;
     be.gemm(dx, gemm_dtype_, dg_g.data(), w_ih.data(), din.data());

@@ -125,12 +125,12 @@ class Backend {
     packed->reset();
   }
   // gemm() with B's packed form when `packed` is set (b, unchanged since packing, is the
-  // fallback); no bias.
+  // fallback).
   void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, const PackedB* packed,
-            void* c) {
-    SF_CHECK(!s.bias, "packed gemm with bias");
-    if (!packed) return run_gemm(s, dtype, a, b, c, nullptr);
-    run_gemm_packed(s, dtype, a, b, *packed, c);
+            void* c, const void* bias = nullptr) {
+    SF_CHECK(s.bias == (bias != nullptr) && (!s.bias || s.alpha == 1.0f), "gemm bias");
+    if (!packed) return run_gemm(s, dtype, a, b, c, bias);
+    run_gemm_packed(s, dtype, a, b, *packed, c, bias);
   }
 
   // db(N) += column sums of dy(R, N).
@@ -172,9 +172,9 @@ class Backend {
   virtual void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
                         const void* bias) = 0;
   virtual void run_gemm_packed(const GemmShape& s, DType dtype, const void* a, const void* b,
-                               const PackedB& packed, void* c) {
+                               const PackedB& packed, void* c, const void* bias) {
     (void)packed;
-    run_gemm(s, dtype, a, b, c, nullptr);
+    run_gemm(s, dtype, a, b, c, bias);
   }
 };
 

@@ -86,6 +86,8 @@ class Lstm {
     // W_hh (of the GEMM dtype) packed for the recurrent GEMMs forward and backward, repacked
     // every forward; empty for short sequences, where packing would not pay.
     std::unique_ptr<PackedB> w_hh_forward, w_hh_backward;
+    // W_ih packed for the wavefront's per-step input projection and input gradient GEMMs.
+    std::unique_ptr<PackedB> w_ih_step, w_ih_din;
   };
 
   bool low() const { return gemm_dtype_ != params_.dtype(); }
@@ -96,6 +98,10 @@ class Lstm {
   int wavefront_width(const Backend& be) const;  // layers side by side; 1 = layer by layer
   Tensor chain_h0(int64_t s) const;              // GEMM operand of the initial state of chain s
   Tensor recurrent_weights(int64_t s) const;     // W_hh of chain s as GEMM operand
+  Tensor input_weights(int64_t s) const;         // W_ih of chain s as GEMM operand
+  GemmShape project_step_shape(int64_t l) const;
+  GemmShape din_step_shape(int64_t l) const;
+  void pack_step_weights(Backend& be, int64_t l0, int64_t l1, bool backward);
   void project_all(Backend& be, int64_t l, int64_t d);
   void project_step(Backend& be, int64_t l, int64_t t);
   void finish_output_step(Backend& be, int64_t l, int64_t t);

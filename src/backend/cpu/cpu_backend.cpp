@@ -155,8 +155,9 @@ class CpuBackend final : public Backend {
     packed->reset();
   }
   void run_gemm_packed(const GemmShape& s, DType dtype, const void* a, const void* b,
-                       const PackedB& packed, void* c) override {
-    gemm_.run_packed(s, dtype, a, b, packed, static_cast<float*>(c));
+                       const PackedB& packed, void* c, const void* bias) override {
+    gemm_.run_packed(s, dtype, a, b, packed, static_cast<float*>(c),
+                     static_cast<const float*>(bias));
   }
 
   void sum_rows_acc(Tensor db, Tensor dy) override {

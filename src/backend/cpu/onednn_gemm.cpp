@@ -197,12 +197,12 @@ void OneDnnGemm::pack(const GemmShape& s, DType operands, const void* b,
 }
 
 void OneDnnGemm::run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
-                            const PackedB& packed, float* c) {
+                            const PackedB& packed, float* c, const float* bias) {
   const auto& p = static_cast<const OneDnnPackedB&>(packed);
-  if (s.m == 0 || s.n == 0 || s.k == 0) return run(s, operands, a, b, c, nullptr);
+  if (s.m == 0 || s.n == 0 || s.k == 0) return run(s, operands, a, b, c, bias);
   const Impl::Entry& e = impl_->get(s, operands, true);
-  if (e.b == p.layout) return impl_->execute(e, a, p.packed.get_data_handle(), c, nullptr);
-  run(s, operands, a, b, c, nullptr);  // planned for another layout (another thread count)
+  if (e.b == p.layout) return impl_->execute(e, a, p.packed.get_data_handle(), c, bias);
+  run(s, operands, a, b, c, bias);  // planned for another layout (another thread count)
 }
 
 }  // namespace seqforge::cpu

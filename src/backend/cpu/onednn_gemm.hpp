@@ -19,7 +19,7 @@ class OneDnnGemm {
   void pack(const GemmShape& s, DType operands, const void* b, std::unique_ptr<PackedB>* packed);
   // With `packed` when the primitive planned here wants its layout, else with plain `b`.
   void run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
-                  const PackedB& packed, float* c);
+                  const PackedB& packed, float* c, const float* bias);
 
  private:
   struct Impl;
