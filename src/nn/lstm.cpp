@@ -444,7 +444,6 @@ void Lstm::project_all(Backend& be, int64_t l, int64_t d) {
           ch.bias.tensor().data());
 }
 
-// G[t](B, 4H) = in[t](B, I) W_ih^T + bias, for the one chain of unidirectional layer l.
 GemmShape Lstm::project_step_shape(int64_t l) const {
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
   GemmShape proj{.trans_b = true, .m = B_, .n = 4 * H, .k = I, .lda = I, .ldb = I};
@@ -479,6 +478,7 @@ void Lstm::pack_step_weights(Backend& be, int64_t l0, int64_t l1, bool backward)
   });
 }
 
+// G[t](B, 4H) = in[t](B, I) W_ih^T + bias, for the one chain of unidirectional layer l.
 void Lstm::project_step(Backend& be, int64_t l, int64_t t) {
   if (cell_projects_input(l)) return;
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);

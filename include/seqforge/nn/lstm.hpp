@@ -22,8 +22,8 @@ struct LstmOptions {
   bool batch_first = false;
 };
 
-// How the recurrences use the backend's workers. `tuned` measures the others on first use of a
-// problem and keeps the fastest (the autotune cache); the rest force one, for tests and benchmarks.
+// How the recurrences use the backend's workers. `tuned` (the default) measures the candidates
+// on first use of a problem and keeps the fastest (the autotune cache); the others force one.
 enum class LstmSchedule {
   tuned,
   layered,       // one op at a time, each on all workers
