@@ -47,7 +47,8 @@ char* at(Tensor t, int64_t elements) {
   return static_cast<char*>(t.data()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 
-// Sequences at least this long get W_hh packed (repacked every forward) for their T GEMMs.
+// Sequences at least this long get their per-step GEMMs' weights packed (repacked every training
+// step).
 constexpr int64_t kPackMinSteps = 4;
 
 // Inputs up to this wide are projected inside the cell kernel: as a GEMM, K this small runs far
@@ -457,6 +458,13 @@ GemmShape Lstm::din_step_shape(int64_t l) const {
   return {.m = B_, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
 }
 
+// B = w packed for GEMMs of shape s, or nothing for short sequences, where packing does not pay.
+void Lstm::pack_weights(Backend& be, const GemmShape& s, Tensor w,
+                        std::unique_ptr<PackedB>* packed) const {
+  if (T_ < kPackMinSteps) return packed->reset();
+  be.pack_b(s, gemm_dtype_, w.data(), packed);
+}
+
 Tensor Lstm::input_weights(int64_t s) const {
   return low() ? chains_[s].w_ih_low.tensor() : params_.value(weights_[s].w_ih);
 }
@@ -467,13 +475,10 @@ Tensor Lstm::input_weights(int64_t s) const {
 void Lstm::pack_step_weights(Backend& be, int64_t l0, int64_t l1, bool backward) {
   be.run_concurrently(1, [&](int) {
     for (int64_t l = l0 + 1; l < l1; ++l) {
-      std::unique_ptr<PackedB>& packed = backward ? chains_[l].w_ih_din : chains_[l].w_ih_step;
-      if (T_ < kPackMinSteps || (!backward && cell_projects_input(l))) {
-        packed.reset();
-        continue;
-      }
-      be.pack_b(backward ? din_step_shape(l) : project_step_shape(l), gemm_dtype_,
-                input_weights(l).data(), &packed);
+      if (backward)
+        pack_weights(be, din_step_shape(l), input_weights(l), &chains_[l].w_ih_din);
+      else if (!cell_projects_input(l))
+        pack_weights(be, project_step_shape(l), input_weights(l), &chains_[l].w_ih_step);
     }
   });
 }
@@ -505,10 +510,8 @@ void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t
   const bool whole = nb == B_;
   // W_hh packed at the first step, by the worker that runs the chain: the layout depends on the
   // threads a GEMM runs on.
-  if (whole && step == 0 && T_ >= kPackMinSteps)
-    be.pack_b(recurrent_forward_shape(B_, H, D * H), gemm_dtype_, recurrent_weights(s).data(),
-              &ch.w_hh_forward);
-  if (whole && step == 0 && T_ < kPackMinSteps) ch.w_hh_forward.reset();
+  if (whole && step == 0)
+    pack_weights(be, recurrent_forward_shape(B_, H, D * H), recurrent_weights(s), &ch.w_hh_forward);
   const int64_t row = t * B_ + b0, row_prev = t_prev * B_ + b0;  // (T, B) rows of this step
   // R(nb, 4H) = h_prev(nb, H) W_hh^T
   const GemmShape rec = recurrent_forward_shape(nb, H, step == 0 ? H : D * H);
@@ -686,10 +689,8 @@ void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor
   cell.dgates_bf16 = low() ? at(dg_g, row * 4 * H) : nullptr;
   cell.dbias = dbias;
   be.lstm_cell_backward(cell, dt);
-  if (whole && step == T_ - 1 && T_ >= kPackMinSteps)  // the chain's first step back, as forward
-    be.pack_b(recurrent_backward_shape(B_, H), gemm_dtype_, recurrent_weights(s).data(),
-              &ch.w_hh_backward);
-  if (whole && step == T_ - 1 && T_ < kPackMinSteps) ch.w_hh_backward.reset();
+  if (whole && step == T_ - 1)  // the chain's first step back, packed as forward does
+    pack_weights(be, recurrent_backward_shape(B_, H), recurrent_weights(s), &ch.w_hh_backward);
   // dh(nb, H) = dG[t](nb, 4H) W_hh(4H, H)
   be.gemm(recurrent_backward_shape(nb, H), gemm_dtype_, at(dg_g, row * 4 * H),
           recurrent_weights(s).data(), whole ? ch.w_hh_backward.get() : nullptr,

@@ -101,6 +101,8 @@ class Lstm {
   Tensor input_weights(int64_t s) const;         // W_ih of chain s as GEMM operand
   GemmShape project_step_shape(int64_t l) const;
   GemmShape din_step_shape(int64_t l) const;
+  void pack_weights(Backend& be, const GemmShape& s, Tensor w,
+                    std::unique_ptr<PackedB>* packed) const;
   void pack_step_weights(Backend& be, int64_t l0, int64_t l1, bool backward);
   void project_all(Backend& be, int64_t l, int64_t d);
   void project_step(Backend& be, int64_t l, int64_t t);

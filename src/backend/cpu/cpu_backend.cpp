@@ -69,16 +69,12 @@ class CpuBackend final : public Backend {
     SF_CHECK(n >= 1 && n <= concurrency(), "run_concurrently(", n, ") with ", concurrency(),
              " threads");
     if (n == 1) {  // on the calling thread, its ops limited to it
-      const int threads = omp_get_max_threads();
-      omp_set_num_threads(1);
-      try {
-        fn(0);
-      } catch (...) {
-        omp_set_num_threads(threads);
-        throw;
-      }
-      omp_set_num_threads(threads);
-      return;
+      struct OneThread {
+        const int threads = omp_get_max_threads();
+        OneThread() { omp_set_num_threads(1); }
+        ~OneThread() { omp_set_num_threads(threads); }
+      } scope;
+      return fn(0);
     }
     std::exception_ptr error;
 #pragma omp parallel num_threads(n)
