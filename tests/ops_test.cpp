@@ -3,6 +3,7 @@
 // GEMMs are allowed the rounding of a K-term f32 sum.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <map>
 
@@ -77,6 +78,35 @@ void check_bf16_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t 
                           std::vector<double>(c_ref.begin(), c_ref.end())),
             2e-5)
       << m << "x" << n << "x" << k << " ta " << ta << " tb " << tb;
+}
+
+// copy_transposed moves every element of a strided block to its transposed place and touches
+// nothing else, for 2-, 4- and 8-byte elements: edges of the SIMD blocks, and enough rows for
+// threads.
+TEST(Ops, CopyTransposedMovesEveryElement) {
+  struct Case {
+    int64_t rows, cols, ld_src, ld_dst;
+  };
+  const Case cases[] = {{1, 1, 1, 1},
+                        {8, 8, 8, 8},
+                        {7, 9, 11, 10},
+                        {37, 29, 40, 41},
+                        {256, 512, 512, 38400 / 8},
+                        {300, 130, 131, 333}};
+  std::unique_ptr<Backend> backends[] = {make_cpu_backend(), make_reference_backend()};
+  for (auto& be : backends)
+    for (size_t e : {2, 4, 8})
+      for (const Case& c : cases) {
+        const DType dt = e == 2 ? DType::bf16 : e == 4 ? DType::f32 : DType::f64;
+        std::vector<char> s(c.rows * c.ld_src * e), d(c.cols * c.ld_dst * e, 0);
+        for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(i * 131 + i / 7);
+        std::vector<char> expect = d;
+        for (int64_t r = 0; r < c.rows; ++r)
+          for (int64_t k = 0; k < c.cols; ++k)
+            std::memcpy(&expect[(k * c.ld_dst + r) * e], &s[(r * c.ld_src + k) * e], e);
+        be->copy_transposed(d.data(), c.ld_dst, s.data(), c.ld_src, c.rows, c.cols, dt);
+        EXPECT_EQ(d, expect) << be->name() << " " << e << "-byte " << c.rows << "x" << c.cols;
+      }
 }
 
 // Packed B: the same results as plain B, in f32 and bf16, with strided A, with and without a

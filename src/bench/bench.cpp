@@ -109,6 +109,10 @@ class RecordingBackend final : public Backend {
                  int64_t n, DType dt) override {
     inner_.copy_rows(dst, ld_dst, src, ld_src, rows, n, dt);
   }
+  void copy_transposed(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
+                       int64_t cols, DType dt) override {
+    inner_.copy_transposed(dst, ld_dst, src, ld_src, rows, cols, dt);
+  }
   void lstm_cell_forward(const LstmCellForward& a, DType dt) override {
     inner_.lstm_cell_forward(a, dt);
   }

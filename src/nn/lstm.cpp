@@ -736,16 +736,19 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule
   const Weights& w = weights_[l * directions() + d];
   Tensor dw_hh = params_.grad(w.w_hh), dw_ih = params_.grad(w.w_ih);
   const int n = schedule == LstmSchedule::split_batch ? split_workers(be) : 1;
+  const int64_t chunk = weight_grad_chunk(l);
+  Tensor copies = k_major_.get(be, gemm_dtype_, {n, (chunk * B_ + k_major_pad()) * (5 * H + I)});
   if (n == 1) {
-    weight_grads_steps(be, l, d, 0, T_, dw_hh.data(), dw_ih.data(), true);
+    weight_grads_steps(be, l, d, 0, T_, dw_hh.data(), dw_ih.data(), true, copies);
   } else {
     Tensor parts = dw_split_.get(be, params_.dtype(), {n, 4 * H * (H + I)});
     be.run_concurrently(n, [&](int j) {
-      Tensor part = parts.slice(j, j + 1);
+      Tensor part = parts.slice(j, j + 1), own = copies.slice(j, j + 1);
       const int64_t t0 = T_ * j / n, t1 = T_ * (j + 1) / n;
-      if (j == 0) return weight_grads_steps(be, l, d, t0, t1, dw_hh.data(), dw_ih.data(), true);
+      if (j == 0)
+        return weight_grads_steps(be, l, d, t0, t1, dw_hh.data(), dw_ih.data(), true, own);
       if (t1 == t0) be.fill(part, 0.0);
-      weight_grads_steps(be, l, d, t0, t1, part.data(), at(part, 4 * H * H), false);
+      weight_grads_steps(be, l, d, t0, t1, part.data(), at(part, 4 * H * H), false, own);
     });
     for (int j = 1; j < n; ++j) {
       Tensor part = parts.slice(j, j + 1).reshape({4 * H * (H + I)});
@@ -759,44 +762,63 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule
   be.add(params_.grad(w.b_hh), ch.dbias.tensor());
 }
 
-// dW_hh(4H, H) and dW_ih(4H, I) += (or, not accumulating, =) the contributions of chain (l, d)'s
-// steps [t0, t1).
+int64_t Lstm::k_major_pad() const { return 64 / static_cast<int64_t>(dtype_size(gemm_dtype_)); }
+
+// Steps per chunk of weight_grads_steps for layer l: its K-major copies within about 8 MB.
+int64_t Lstm::weight_grad_chunk(int64_t l) const {
+  constexpr int64_t kChunkBytes = int64_t{8} << 20;
+  const int64_t column =
+      (5 * opt_.hidden_size + layer_input_size(l)) * static_cast<int64_t>(dtype_size(gemm_dtype_));
+  return std::clamp<int64_t>(kChunkBytes / (B_ * column), 1, T_);
+}
+
+// dW_hh(4H, H) += dG^T h_prev and dW_ih(4H, I) += dG^T in over chain (l, d)'s steps [t0, t1)
+// (= rather than += unless accumulating). A chunk of steps at a time, whose dG(steps*B, 4H),
+// h_prev and in are first copied K-major into `copies` (transposed: dG^T(4H, steps*B) and so on):
+// oneDNN runs A^T B 1.3-1.9x faster with both operands K-major than on the row-major originals,
+// and a chunk's copies stay in cache between the copying and the GEMMs.
 void Lstm::weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1,
-                              void* dw_hh, void* dw_ih, bool accumulate) {
-  if (t1 <= t0) return;
-  const float beta = accumulate ? 1.0f : 0.0f;
+                              void* dw_hh, void* dw_ih, bool accumulate, Tensor copies) {
   const DType gt = gemm_dtype_;
   const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l), s = l * D + d;
   Chain& ch = chains_[s];
   const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
   const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*H)
-
-  // dW_hh += dG[first step]^T h_init + dG[other steps]^T out[their previous steps]
-  const int64_t t_first = d == 0 ? 0 : T_ - 1;
-  int64_t a = t0, b = t1;  // the steps whose previous h is an output
-  if (t_first >= t0 && t_first < t1) {
-    GemmShape first{.trans_a = true, .m = 4 * H, .n = H, .k = B_, .lda = 4 * H, .ldb = H};
-    first.ldc = H;
-    first.beta = beta;
-    be.gemm(first, gt, at(dg_g, t_first * B_ * 4 * H), chain_h0(s).data(), dw_hh);
-    if (d == 0)
-      a = t0 + 1;
-    else
-      b = t1 - 1;
+  const int64_t t_first = d == 0 ? 0 : T_ - 1, chunk = weight_grad_chunk(l);
+  for (int64_t c0 = t0; c0 < t1; c0 += chunk) {
+    const int64_t c1 = std::min(t1, c0 + chunk), K = (c1 - c0) * B_;
+    const int64_t ld = K + k_major_pad();  // rows a cache line off 4 KiB multiples
+    void* dg_t = copies.data();            // (4H, K)
+    void* h_t = at(copies, 4 * H * ld);    // (H, K)
+    void* in_t = at(copies, 5 * H * ld);   // (I, K)
+    {
+      SF_PROFILE_SCOPE("lstm K-major copies", static_cast<int>(l), static_cast<int>(d));
+      be.copy_transposed(dg_t, ld, at(dg_g, c0 * B_ * 4 * H), 4 * H, K, 4 * H, gt);
+      be.copy_transposed(in_t, ld, at(in_gemm_[l], c0 * B_ * I), I, K, I, gt);
+      // h_prev of steps [c0, c1): the outputs of the steps before (after, backward in time), and
+      // h0 at the chain's first step.
+      int64_t a = c0, b = c1;  // the steps whose h_prev is an output
+      if (t_first >= c0 && t_first < c1) {
+        be.copy_transposed(at(copies, 4 * H * ld + (t_first - c0) * B_), ld, chain_h0(s).data(), H,
+                           B_, H, gt);
+        if (d == 0)
+          a = c0 + 1;
+        else
+          b = c1 - 1;
+      }
+      if (b > a)
+        be.copy_transposed(at(copies, 4 * H * ld + (a - c0) * B_), ld,
+                           at(out_g, (d == 0 ? a - 1 : a + 1) * B_ * D * H + d * H), D * H,
+                           (b - a) * B_, H, gt);
+    }
+    const float beta = accumulate || c0 > t0 ? 1.0f : 0.0f;
+    GemmShape hh{.trans_b = true, .m = 4 * H, .n = H, .k = K, .lda = ld, .ldb = ld, .ldc = H};
+    hh.beta = beta;
+    be.gemm(hh, gt, dg_t, h_t, dw_hh);
+    GemmShape ih{.trans_b = true, .m = 4 * H, .n = I, .k = K, .lda = ld, .ldb = ld, .ldc = I};
+    ih.beta = beta;
+    be.gemm(ih, gt, dg_t, in_t, dw_ih);
   }
-  if (b > a) {
-    const int64_t h_start = d == 0 ? a - 1 : a + 1;
-    GemmShape rest{.trans_a = true, .m = 4 * H, .n = H, .k = (b - a) * B_, .lda = 4 * H};
-    rest.ldb = D * H;
-    rest.ldc = H;
-    rest.beta = a > t0 || b < t1 ? 1.0f : beta;  // after the first step's GEMM, accumulate
-    be.gemm(rest, gt, at(dg_g, a * B_ * 4 * H), at(out_g, h_start * B_ * D * H + d * H), dw_hh);
-  }
-  // dW_ih += dG^T(4H, steps*B) in(steps*B, I)
-  GemmShape dwih{.trans_a = true, .m = 4 * H, .n = I, .k = (t1 - t0) * B_, .lda = 4 * H, .ldb = I};
-  dwih.ldc = I;
-  dwih.beta = beta;
-  be.gemm(dwih, gt, at(dg_g, t0 * B_ * 4 * H), at(in_gemm_[l], t0 * B_ * I), dw_ih);
 }
 
 }  // namespace seqforge

@@ -146,6 +146,9 @@ class Backend {
   // dst(rows, n) <- src with rows ld_src apart (strided copy, e.g. one direction of (T, B, 2H)).
   virtual void copy_rows(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
                          int64_t n, DType dtype) = 0;
+  // dst(cols, rows) = src(rows, cols) transposed; rows ld_src and ld_dst elements apart.
+  virtual void copy_transposed(void* dst, int64_t ld_dst, const void* src, int64_t ld_src,
+                               int64_t rows, int64_t cols, DType dtype) = 0;
 
   virtual void lstm_cell_forward(const LstmCellForward& a, DType dtype) = 0;
   virtual void lstm_cell_backward(const LstmCellBackward& a, DType dtype) = 0;

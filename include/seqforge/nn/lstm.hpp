@@ -115,8 +115,10 @@ class Lstm {
   void din_step(Backend& be, int64_t l, int64_t t);
   void din_all(Backend& be, int64_t l);
   void weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule);
+  int64_t weight_grad_chunk(int64_t l) const;
+  int64_t k_major_pad() const;
   void weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1, void* dw_hh,
-                          void* dw_ih, bool accumulate);
+                          void* dw_ih, bool accumulate, Tensor copies);
   void wait_for(int64_t layer, int64_t steps) const;
   void compute_forward(Backend& be, LstmSchedule schedule);
   void compute_backward(Backend& be, LstmSchedule schedule);
@@ -155,7 +157,8 @@ class Lstm {
   std::vector<Buffer> din_;          // [layer] gradient of the layer's input (T, B, I_l)
   Buffer dh0_, dc0_;                 // (D*L, B, H)
   Buffer dw_split_;                  // (workers, 4H (H + I)) split_batch's weight gradient parts
-  Tensor dout_, dh_n_, dc_n_;        // backward's inputs (time-major dout)
+  Buffer k_major_;  // (workers, chunk*B (5H + I)) K-major copies for the weight-gradient GEMMs
+  Tensor dout_, dh_n_, dc_n_;  // backward's inputs (time-major dout)
 };
 
 }  // namespace seqforge

@@ -139,6 +139,15 @@ class ReferenceBackend final : public Backend {
                   static_cast<const char*>(src) + r * ld_src * e, n * e);
   }
 
+  void copy_transposed(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
+                       int64_t cols, DType dtype) override {
+    const size_t e = dtype_size(dtype);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        std::memcpy(static_cast<char*>(dst) + (c * ld_dst + r) * e,
+                    static_cast<const char*>(src) + (r * ld_src + c) * e, e);
+  }
+
   void lstm_cell_forward(const LstmCellForward& a, DType dtype) override {
     dispatch_float(dtype, [&]<typename T>() { ref::lstm_cell_forward<T>(a, 0, a.batch); });
   }

@@ -208,6 +208,121 @@ void LstmCellBackwardRows(const LstmCellBackward& p, int64_t r0, int64_t r1, flo
   }
 }
 
+// dst(cols, rows) = src(rows, cols)^T for 2- and 4-byte elements, in 8 x 8 blocks (2 bytes:
+// 128-bit vectors, three rounds of interleaves; 4 bytes: 256-bit vectors where there are any,
+// else 4 x 4 blocks); the edges, and targets without 128-bit vectors, element by element. A strip
+// of one cache line of source columns at a time, so that the destination rows fill front to back
+// rather than all of them a piece at a time.
+template <typename T>
+HWY_INLINE void TransposeEdges(T* dst, int64_t ld_dst, const T* src, int64_t ld_src, int64_t rows,
+                               int64_t cols, int64_t rows_done, int64_t cols_done) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = r < rows_done ? cols_done : 0; c < cols; ++c)
+      dst[c * ld_dst + r] = src[r * ld_src + c];
+}
+
+void Transpose16(uint16_t* dst, int64_t ld_dst, const uint16_t* src, int64_t ld_src, int64_t rows,
+                 int64_t cols) {
+#if HWY_TARGET == HWY_SCALAR
+  TransposeEdges(dst, ld_dst, src, ld_src, rows, cols, 0, 0);
+#else
+  const hn::Full128<uint16_t> d16;
+  const hn::Full128<uint32_t> d32;
+  const hn::Full128<uint64_t> d64;
+  const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+  for (int64_t c0 = 0; c0 < cols8; c0 += 32)  // 32 destination rows, filled front to back
+    for (int64_t r = 0; r < rows8; r += 8)
+      for (int64_t c = c0; c < std::min(c0 + 32, cols8); c += 8) {
+        const uint16_t* s = src + r * ld_src + c;
+        hn::Vec<decltype(d32)> t[8];
+        for (int k = 0; k < 4; ++k) {  // pairs of rows, interleaved element by element
+          const auto a = hn::LoadU(d16, s + 2 * k * ld_src),
+                     b = hn::LoadU(d16, s + (2 * k + 1) * ld_src);
+          t[2 * k] = hn::BitCast(d32, hn::InterleaveLower(d16, a, b));
+          t[2 * k + 1] = hn::BitCast(d32, hn::InterleaveUpper(d16, a, b));
+        }
+        hn::Vec<decltype(d64)> u[8];
+        for (int k = 0; k < 2; ++k)  // then pairs of those, two elements at a time
+          for (int h = 0; h < 2; ++h) {
+            const auto a = t[4 * k + h], b = t[4 * k + 2 + h];
+            u[4 * k + 2 * h] = hn::BitCast(d64, hn::InterleaveLower(d32, a, b));
+            u[4 * k + 2 * h + 1] = hn::BitCast(d64, hn::InterleaveUpper(d32, a, b));
+          }
+        uint16_t* o = dst + c * ld_dst + r;
+        for (int k = 0; k < 4; ++k) {  // and the two halves of the block, four at a time
+          hn::StoreU(hn::BitCast(d16, hn::InterleaveLower(d64, u[k], u[k + 4])), d16,
+                     o + 2 * k * ld_dst);
+          hn::StoreU(hn::BitCast(d16, hn::InterleaveUpper(d64, u[k], u[k + 4])), d16,
+                     o + (2 * k + 1) * ld_dst);
+        }
+      }
+  TransposeEdges(dst, ld_dst, src, ld_src, rows, cols, rows8, cols8);
+#endif
+}
+
+#if HWY_TARGET <= HWY_AVX2
+// An 8 x 8 block in 256-bit vectors: interleaves within 128-bit halves, then the halves swapped.
+HWY_INLINE void Transpose32Block8(uint32_t* o, int64_t ld_dst, const uint32_t* s, int64_t ld_src) {
+  const hn::Full256<uint32_t> d32;
+  const hn::Full256<uint64_t> d64;
+  hn::Vec<decltype(d32)> t[8];
+  for (int k = 0; k < 4; ++k) {
+    const auto a = hn::LoadU(d32, s + 2 * k * ld_src), b = hn::LoadU(d32, s + (2 * k + 1) * ld_src);
+    t[2 * k] = hn::InterleaveLower(d32, a, b);
+    t[2 * k + 1] = hn::InterleaveUpper(d32, a, b);
+  }
+  hn::Vec<decltype(d32)> u[8];  // u[k]: columns k and k + 4 of rows 0-3; u[k + 4]: of rows 4-7
+  for (int k = 0; k < 2; ++k)
+    for (int h = 0; h < 2; ++h) {
+      const auto a = hn::BitCast(d64, t[4 * k + h]), b = hn::BitCast(d64, t[4 * k + 2 + h]);
+      u[4 * k + 2 * h] = hn::BitCast(d32, hn::InterleaveLower(d64, a, b));
+      u[4 * k + 2 * h + 1] = hn::BitCast(d32, hn::InterleaveUpper(d64, a, b));
+    }
+  for (int k = 0; k < 4; ++k) {
+    hn::StoreU(hn::ConcatLowerLower(d32, u[k + 4], u[k]), d32, o + k * ld_dst);
+    hn::StoreU(hn::ConcatUpperUpper(d32, u[k + 4], u[k]), d32, o + (k + 4) * ld_dst);
+  }
+}
+constexpr int64_t kBlock32 = 8;
+#elif HWY_TARGET != HWY_SCALAR
+// A 4 x 4 block of 4-byte elements at s (rows ld_src apart) to o (rows ld_dst apart).
+HWY_INLINE void Transpose32Block4(uint32_t* o, int64_t ld_dst, const uint32_t* s, int64_t ld_src) {
+  const hn::Full128<uint32_t> d32;
+  const hn::Full128<uint64_t> d64;
+  const auto r0 = hn::LoadU(d32, s), r1 = hn::LoadU(d32, s + ld_src);
+  const auto r2 = hn::LoadU(d32, s + 2 * ld_src), r3 = hn::LoadU(d32, s + 3 * ld_src);
+  const auto a = hn::BitCast(d64, hn::InterleaveLower(d32, r0, r1));
+  const auto b = hn::BitCast(d64, hn::InterleaveUpper(d32, r0, r1));
+  const auto e = hn::BitCast(d64, hn::InterleaveLower(d32, r2, r3));
+  const auto f = hn::BitCast(d64, hn::InterleaveUpper(d32, r2, r3));
+  hn::StoreU(hn::BitCast(d32, hn::InterleaveLower(d64, a, e)), d32, o);
+  hn::StoreU(hn::BitCast(d32, hn::InterleaveUpper(d64, a, e)), d32, o + ld_dst);
+  hn::StoreU(hn::BitCast(d32, hn::InterleaveLower(d64, b, f)), d32, o + 2 * ld_dst);
+  hn::StoreU(hn::BitCast(d32, hn::InterleaveUpper(d64, b, f)), d32, o + 3 * ld_dst);
+}
+constexpr int64_t kBlock32 = 4;
+#endif
+
+void Transpose32(uint32_t* dst, int64_t ld_dst, const uint32_t* src, int64_t ld_src, int64_t rows,
+                 int64_t cols) {
+#if HWY_TARGET == HWY_SCALAR
+  TransposeEdges(dst, ld_dst, src, ld_src, rows, cols, 0, 0);
+#else
+  constexpr int64_t n = kBlock32;
+  const int64_t rows_n = rows / n * n, cols_n = cols / n * n;
+  for (int64_t c0 = 0; c0 < cols_n; c0 += 16)  // 16 destination rows, filled front to back
+    for (int64_t r = 0; r < rows_n; r += n)
+      for (int64_t c = c0; c < std::min(c0 + 16, cols_n); c += n) {
+#if HWY_TARGET <= HWY_AVX2
+        Transpose32Block8(dst + c * ld_dst + r, ld_dst, src + r * ld_src + c, ld_src);
+#else
+        Transpose32Block4(dst + c * ld_dst + r, ld_dst, src + r * ld_src + c, ld_src);
+#endif
+      }
+  TransposeEdges(dst, ld_dst, src, ld_src, rows, cols, rows_n, cols_n);
+#endif
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace seqforge::simd::HWY_NAMESPACE
@@ -219,6 +334,8 @@ namespace seqforge::simd {
 HWY_EXPORT(LstmCellForwardRows);
 HWY_EXPORT(LstmCellBackwardRows);
 HWY_EXPORT(SumRows);
+HWY_EXPORT(Transpose16);
+HWY_EXPORT(Transpose32);
 HWY_EXPORT(TargetName);
 
 void lstm_cell_forward(const LstmCellForward& p, int64_t r0, int64_t r1) {
@@ -229,6 +346,14 @@ void lstm_cell_backward(const LstmCellBackward& p, int64_t r0, int64_t r1, float
 }
 void sum_rows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
   HWY_DYNAMIC_DISPATCH(SumRows)(dy, n, r0, r1, acc);
+}
+void transpose16(uint16_t* dst, int64_t ld_dst, const uint16_t* src, int64_t ld_src, int64_t rows,
+                 int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(Transpose16)(dst, ld_dst, src, ld_src, rows, cols);
+}
+void transpose32(uint32_t* dst, int64_t ld_dst, const uint32_t* src, int64_t ld_src, int64_t rows,
+                 int64_t cols) {
+  HWY_DYNAMIC_DISPATCH(Transpose32)(dst, ld_dst, src, ld_src, rows, cols);
 }
 const char* target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
