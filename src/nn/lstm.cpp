@@ -263,13 +263,19 @@ void Lstm::compute_forward(Backend& be, LstmSchedule schedule) {
     for (int64_t l0 = 0; l0 < L;) {
       const int64_t group = std::min<int64_t>(width, L - l0);
       if (group == 1) {
-        {
+        // Directions side by side project their input a step at a time, on their own worker:
+        // the step's pre-activations are then still in cache for the cell.
+        const bool per_step = D == 2 && concurrent;
+        if (!per_step) {
           SF_PROFILE_SCOPE("lstm input projection", static_cast<int>(l0));
           for (int64_t d = 0; d < D; ++d) project_all(be, l0, d);
         }
         auto run_chain = [&](int64_t d) {
           SF_PROFILE_SCOPE("lstm forward", static_cast<int>(l0), static_cast<int>(d));
-          for (int64_t step = 0; step < T_; ++step) step_forward(be, l0, d, step, 0, B_);
+          for (int64_t step = 0; step < T_; ++step) {
+            if (per_step) project_step(be, l0, d, step);
+            step_forward(be, l0, d, step, 0, B_);
+          }
         };
         if (schedule == LstmSchedule::split_batch) {
           const int n = split_workers(be);
@@ -300,11 +306,11 @@ void Lstm::compute_forward(Backend& be, LstmSchedule schedule) {
             // it at even steps, the layer itself at odd ones, so the workers' loads match.
             for (int64_t t = 0; t < T_; ++t) {
               if (j > 0) wait_for(l - 1, t + 1);
-              if (j > 0 && t % 2 == 1) project_step(be, l, t);
+              if (j > 0 && t % 2 == 1) project_step(be, l, 0, t);
               step_forward(be, l, 0, t, 0, B_);
               if (j + 1 < group) {
                 finish_output_step(be, l, t);
-                if (t % 2 == 0) project_step(be, l + 1, t);
+                if (t % 2 == 0) project_step(be, l + 1, 0, t);
               }
               progress_[l].store(t + 1, std::memory_order_release);
             }
@@ -483,12 +489,16 @@ void Lstm::pack_step_weights(Backend& be, int64_t l0, int64_t l1, bool backward)
   });
 }
 
-// G[t](B, 4H) = in[t](B, I) W_ih^T + bias, for the one chain of unidirectional layer l.
-void Lstm::project_step(Backend& be, int64_t l, int64_t t) {
+// G[t](B, 4H) = in[t](B, I) W_ih^T + bias, for chain (l, d) at step `step` of its direction.
+// Bidirectional chains pack W_ih at their first step, on the worker that runs them.
+void Lstm::project_step(Backend& be, int64_t l, int64_t d, int64_t step) {
   if (cell_projects_input(l)) return;
-  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
-  Chain& ch = chains_[l];
-  be.gemm(project_step_shape(l), gemm_dtype_, at(in_gemm_[l], t * B_ * I), input_weights(l).data(),
+  const int64_t H = opt_.hidden_size, I = layer_input_size(l), s = l * directions() + d;
+  const int64_t t = d == 0 ? step : T_ - 1 - step;
+  Chain& ch = chains_[s];
+  if (directions() == 2 && step == 0)
+    pack_weights(be, project_step_shape(l), input_weights(s), &ch.w_ih_step);
+  be.gemm(project_step_shape(l), gemm_dtype_, at(in_gemm_[l], t * B_ * I), input_weights(s).data(),
           ch.w_ih_step.get(), at(ch.gates.tensor(), t * B_ * 4 * H), ch.bias.tensor().data());
 }
 

@@ -105,7 +105,7 @@ class Lstm {
                     std::unique_ptr<PackedB>* packed) const;
   void pack_step_weights(Backend& be, int64_t l0, int64_t l1, bool backward);
   void project_all(Backend& be, int64_t l, int64_t d);
-  void project_step(Backend& be, int64_t l, int64_t t);
+  void project_step(Backend& be, int64_t l, int64_t d, int64_t step);
   void finish_output_step(Backend& be, int64_t l, int64_t t);
   // Rows [b0, b0 + nb) of the batch; packed weights only when that is the whole batch.
   void step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t b0, int64_t nb);
