@@ -20,6 +20,7 @@ StepResult train_step(Backend& be, const ModelOptions& opt, DType gemm_dtype, in
   SequenceModel model(opt);
   model.initialize(be, 11);
   model.set_gemm_dtype(gemm_dtype);
+  model.lstm().set_weight_grad_chunk(T / 3);  // several chunks of K-major copies in bf16
   Rng rng(3);
   std::vector<float> x(B * T * opt.lstm.input_size);
   for (float& v : x) v = static_cast<float>(rng.uniform(-1, 1));

@@ -30,6 +30,7 @@ std::map<std::string, std::vector<double>> run(Backend& be, const Case& c, LstmS
   params.allocate(be, rng);
   lstm.set_gemm_dtype(c.gemm);
   lstm.set_schedule(schedule);
+  lstm.set_weight_grad_chunk(3);  // several chunks of K-major copies, h0's in the first or last
   const int64_t D = lstm.directions(), L = c.opt.num_layers, H = c.opt.hidden_size;
   const Shape x_shape =
       c.opt.batch_first ? Shape{c.B, c.T, c.opt.input_size} : Shape{c.T, c.B, c.opt.input_size};

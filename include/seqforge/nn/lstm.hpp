@@ -58,6 +58,9 @@ class Lstm {
   // Whether backward computes dx (on by default; off saves a GEMM when the input is data).
   void set_input_grad(bool on) { input_grad_ = on; }
   void set_schedule(LstmSchedule schedule) { schedule_ = schedule; }
+  // Steps per chunk of the bf16 weight-gradient GEMMs' K-major copies; 0 (the default) sizes
+  // chunks to about 8 MB. Tests set small chunks.
+  void set_weight_grad_chunk(int64_t steps) { weight_grad_chunk_ = steps; }
   LstmSchedule schedule() const { return chosen_; }  // the one the last forward used
   DType gemm_dtype() const { return gemm_dtype_; }
 
@@ -117,6 +120,8 @@ class Lstm {
   void weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule);
   int64_t weight_grad_chunk(int64_t l) const;
   int64_t k_major_pad() const;
+  void weight_grads_row_major(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1,
+                              void* dw_hh, void* dw_ih, bool accumulate);
   void weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1, void* dw_hh,
                           void* dw_ih, bool accumulate, Tensor copies);
   void wait_for(int64_t layer, int64_t steps) const;
@@ -136,6 +141,7 @@ class Lstm {
   int64_t T_ = 0, B_ = 0;
   bool dropout_active_ = false;
   LstmSchedule schedule_ = LstmSchedule::tuned;
+  int64_t weight_grad_chunk_ = 0;
   LstmSchedule chosen_ = LstmSchedule::layered;  // what forward ran; backward follows it
   // The last problem's tuned schedule: (T, B, GEMM dtype, dropout, workers) -> schedule.
   std::optional<std::pair<std::tuple<int64_t, int64_t, DType, bool, int>, LstmSchedule>> tuned_;
