@@ -610,12 +610,28 @@ void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
     for (int64_t l1 = L; l1 > 0;) {  // layers l0 .. l1-1, from the top
       const int64_t group = std::min<int64_t>(width, l1), l0 = l1 - group;
       const Tensor group_dout = l1 == L ? dout_ : din_[l1].tensor();
+      // Directions side by side sum their weight gradients as they go, a chunk of steps at a
+      // time on their own worker, while the chunk's dG is still in cache.
+      const bool in_loop = group == 1 && D == 2 && concurrent;
       if (group == 1) {
+        const Tensor copies = in_loop ? weight_grad_copies(be, l0, 2) : Tensor();
         auto run_chain = [&](int64_t d) {
           SF_PROFILE_SCOPE("lstm backward", static_cast<int>(l0), static_cast<int>(d));
-          for (int64_t step = T_ - 1; step >= 0; --step)
+          const int64_t chunk = weight_grad_chunk(l0);
+          for (int64_t step = T_ - 1; step >= 0; --step) {
             step_backward(be, l0, d, step, group_dout, 0, B_,
                           chains_[l0 * D + d].dbias.tensor().data());
+            // The steps done so far are t >= step (d = 0) or t < T - step (d = 1).
+            const int64_t done = T_ - step;
+            if (!in_loop || (done % chunk != 0 && done != T_)) continue;
+            const int64_t m = done % chunk == 0 ? chunk : done % chunk;
+            const int64_t t0 = d == 0 ? T_ - done : done - m;
+            SF_PROFILE_SCOPE("lstm weight gradients", static_cast<int>(l0), static_cast<int>(d));
+            const Weights& w = weights_[l0 * D + d];
+            weight_grads_steps(be, l0, d, t0, t0 + m, params_.grad(w.w_hh).data(),
+                               params_.grad(w.w_ih).data(), true,
+                               copies.empty() ? copies : copies.slice(d, d + 1));
+          }
         };
         if (schedule == LstmSchedule::split_batch) {
           // Each worker sums its rows' bias gradient apart; the sums are added in worker order.
@@ -666,7 +682,7 @@ void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
         });
       }
       for (int64_t l = l0; l < l1; ++l)
-        for (int64_t d = 0; d < D; ++d) weight_grads(be, l, d, schedule);
+        for (int64_t d = 0; d < D; ++d) weight_grads(be, l, d, schedule, !in_loop);
       if (l0 > 0 || input_grad_) din_all(be, l0);
       l1 = l0;
     }
@@ -740,21 +756,16 @@ void Lstm::din_all(Backend& be, int64_t l) {
 // worker sums the steps of its share of the sequence (two small GEMMs on one thread each beat one
 // split over both): the first into the gradients, the others into blocks of their own, added
 // afterwards in worker order.
-void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule) {
+void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule, bool weights) {
   SF_PROFILE_SCOPE("lstm weight gradients", static_cast<int>(l), static_cast<int>(d));
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
   const Weights& w = weights_[l * directions() + d];
   Tensor dw_hh = params_.grad(w.w_hh), dw_ih = params_.grad(w.w_ih);
   const int n = schedule == LstmSchedule::split_batch ? split_workers(be) : 1;
-  // bf16 GEMMs run on K-major copies: there they pay for the copying; f32 GEMMs gain about what
-  // the copies cost, and run on the row-major originals.
-  Tensor copies;
-  if (gemm_dtype_ == DType::bf16)
-    copies = k_major_.get(be, gemm_dtype_,
-                          {n, (weight_grad_chunk(l) * B_ + k_major_pad()) * (5 * H + I)});
-  if (n == 1) {
+  const Tensor copies = weights ? weight_grad_copies(be, l, n) : Tensor();
+  if (weights && n == 1) {
     weight_grads_steps(be, l, d, 0, T_, dw_hh.data(), dw_ih.data(), true, copies);
-  } else {
+  } else if (weights) {
     Tensor parts = dw_split_.get(be, params_.dtype(), {n, 4 * H * (H + I)});
     be.run_concurrently(n, [&](int j) {
       Tensor part = parts.slice(j, j + 1), own = copies.empty() ? copies : copies.slice(j, j + 1);
@@ -774,6 +785,15 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule
   const Chain& ch = chains_[l * directions() + d];
   be.add(params_.grad(w.b_ih), ch.dbias.tensor());
   be.add(params_.grad(w.b_hh), ch.dbias.tensor());
+}
+
+// Room for n workers' K-major copies of layer l's chunks: with bf16 GEMMs, which pay for the
+// copying. f32 GEMMs gain about what the copies cost, and run on the row-major originals (none).
+Tensor Lstm::weight_grad_copies(Backend& be, int64_t l, int n) {
+  if (gemm_dtype_ != DType::bf16) return {};
+  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
+  return k_major_.get(be, gemm_dtype_,
+                      {n, (weight_grad_chunk(l) * B_ + k_major_pad()) * (5 * H + I)});
 }
 
 int64_t Lstm::k_major_pad() const { return 64 / static_cast<int64_t>(dtype_size(gemm_dtype_)); }

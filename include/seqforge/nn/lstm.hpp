@@ -117,7 +117,9 @@ class Lstm {
   int split_workers(const Backend& be) const;
   void din_step(Backend& be, int64_t l, int64_t t);
   void din_all(Backend& be, int64_t l);
-  void weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule);
+  // The bias gradients of chain (l, d), and its weight gradients unless summed already.
+  void weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule, bool weights);
+  Tensor weight_grad_copies(Backend& be, int64_t l, int n);
   int64_t weight_grad_chunk(int64_t l) const;
   int64_t k_major_pad() const;
   void weight_grads_row_major(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1,
