@@ -611,26 +611,18 @@ void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
       const int64_t group = std::min<int64_t>(width, l1), l0 = l1 - group;
       const Tensor group_dout = l1 == L ? dout_ : din_[l1].tensor();
       // Directions side by side sum their weight gradients as they go, a chunk of steps at a
-      // time on their own worker, while the chunk's dG is still in cache.
+      // time on their own worker, while the chunk's dG is still in cache. (A wavefront's layers
+      // do not: on W1 that ran slower than the GEMMs on both cores afterwards, 100 vs 97 ms.)
       const bool in_loop = group == 1 && D == 2 && concurrent;
+      const Tensor copies = in_loop ? weight_grad_copies(be, l0, D) : Tensor();
+      auto own_copies = [&](int64_t d) { return copies.empty() ? copies : copies.slice(d, d + 1); };
       if (group == 1) {
-        const Tensor copies = in_loop ? weight_grad_copies(be, l0, 2) : Tensor();
         auto run_chain = [&](int64_t d) {
           SF_PROFILE_SCOPE("lstm backward", static_cast<int>(l0), static_cast<int>(d));
-          const int64_t chunk = weight_grad_chunk(l0);
           for (int64_t step = T_ - 1; step >= 0; --step) {
             step_backward(be, l0, d, step, group_dout, 0, B_,
                           chains_[l0 * D + d].dbias.tensor().data());
-            // The steps done so far are t >= step (d = 0) or t < T - step (d = 1).
-            const int64_t done = T_ - step;
-            if (!in_loop || (done % chunk != 0 && done != T_)) continue;
-            const int64_t m = done % chunk == 0 ? chunk : done % chunk;
-            const int64_t t0 = d == 0 ? T_ - done : done - m;
-            SF_PROFILE_SCOPE("lstm weight gradients", static_cast<int>(l0), static_cast<int>(d));
-            const Weights& w = weights_[l0 * D + d];
-            weight_grads_steps(be, l0, d, t0, t0 + m, params_.grad(w.w_hh).data(),
-                               params_.grad(w.w_ih).data(), true,
-                               copies.empty() ? copies : copies.slice(d, d + 1));
+            if (in_loop) weight_grads_as_done(be, l0, d, step, own_copies(d));
           }
         };
         if (schedule == LstmSchedule::split_batch) {
@@ -789,11 +781,25 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule
 
 // Room for n workers' K-major copies of layer l's chunks: with bf16 GEMMs, which pay for the
 // copying. f32 GEMMs gain about what the copies cost, and run on the row-major originals (none).
-Tensor Lstm::weight_grad_copies(Backend& be, int64_t l, int n) {
+Tensor Lstm::weight_grad_copies(Backend& be, int64_t l, int64_t n) {
   if (gemm_dtype_ != DType::bf16) return {};
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
   return k_major_.get(be, gemm_dtype_,
                       {n, (weight_grad_chunk(l) * B_ + k_major_pad()) * (5 * H + I)});
+}
+
+// After chain (l, d)'s backward step `step`: its weight gradients over the chunk of steps that
+// step completes, if it completes one.
+void Lstm::weight_grads_as_done(Backend& be, int64_t l, int64_t d, int64_t step, Tensor copies) {
+  // The steps done are t >= step going forward in time (d = 0), t < T - step going backward.
+  const int64_t chunk = weight_grad_chunk(l), done = T_ - step;
+  if (done % chunk != 0 && done != T_) return;
+  const int64_t m = done % chunk == 0 ? chunk : done % chunk;
+  const int64_t t0 = d == 0 ? T_ - done : done - m;
+  SF_PROFILE_SCOPE("lstm weight gradients", static_cast<int>(l), static_cast<int>(d));
+  const Weights& w = weights_[l * directions() + d];
+  weight_grads_steps(be, l, d, t0, t0 + m, params_.grad(w.w_hh).data(), params_.grad(w.w_ih).data(),
+                     true, copies);
 }
 
 int64_t Lstm::k_major_pad() const { return 64 / static_cast<int64_t>(dtype_size(gemm_dtype_)); }
