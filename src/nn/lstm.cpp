@@ -614,7 +614,7 @@ void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
       // time on their own worker, while the chunk's dG is still in cache. (A wavefront's layers
       // do not: on W1 that ran slower than the GEMMs on both cores afterwards, 100 vs 97 ms.)
       const bool in_loop = group == 1 && D == 2 && concurrent;
-      const Tensor copies = in_loop ? weight_grad_copies(be, l0, D) : Tensor();
+      const Tensor copies = in_loop ? weight_grad_copies(be, l0, D, true) : Tensor();
       auto own_copies = [&](int64_t d) { return copies.empty() ? copies : copies.slice(d, d + 1); };
       if (group == 1) {
         auto run_chain = [&](int64_t d) {
@@ -754,7 +754,7 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule
   const Weights& w = weights_[l * directions() + d];
   Tensor dw_hh = params_.grad(w.w_hh), dw_ih = params_.grad(w.w_ih);
   const int n = schedule == LstmSchedule::split_batch ? split_workers(be) : 1;
-  const Tensor copies = weights ? weight_grad_copies(be, l, n) : Tensor();
+  const Tensor copies = weights ? weight_grad_copies(be, l, n, false) : Tensor();
   if (weights && n == 1) {
     weight_grads_steps(be, l, d, 0, T_, dw_hh.data(), dw_ih.data(), true, copies);
   } else if (weights) {
@@ -781,18 +781,18 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule
 
 // Room for n workers' K-major copies of layer l's chunks: with bf16 GEMMs, which pay for the
 // copying. f32 GEMMs gain about what the copies cost, and run on the row-major originals (none).
-Tensor Lstm::weight_grad_copies(Backend& be, int64_t l, int64_t n) {
+Tensor Lstm::weight_grad_copies(Backend& be, int64_t l, int64_t n, bool in_loop) {
   if (gemm_dtype_ != DType::bf16) return {};
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
   return k_major_.get(be, gemm_dtype_,
-                      {n, (weight_grad_chunk(l) * B_ + k_major_pad()) * (5 * H + I)});
+                      {n, (weight_grad_chunk(l, in_loop) * B_ + k_major_pad()) * (5 * H + I)});
 }
 
 // After chain (l, d)'s backward step `step`: its weight gradients over the chunk of steps that
 // step completes, if it completes one.
 void Lstm::weight_grads_as_done(Backend& be, int64_t l, int64_t d, int64_t step, Tensor copies) {
   // The steps done are t >= step going forward in time (d = 0), t < T - step going backward.
-  const int64_t chunk = weight_grad_chunk(l), done = T_ - step;
+  const int64_t chunk = weight_grad_chunk(l, true), done = T_ - step;
   if (done % chunk != 0 && done != T_) return;
   const int64_t m = done % chunk == 0 ? chunk : done % chunk;
   const int64_t t0 = d == 0 ? T_ - done : done - m;
@@ -804,13 +804,15 @@ void Lstm::weight_grads_as_done(Backend& be, int64_t l, int64_t d, int64_t step,
 
 int64_t Lstm::k_major_pad() const { return 64 / static_cast<int64_t>(dtype_size(gemm_dtype_)); }
 
-// Steps per chunk of weight_grads_steps for layer l: its K-major copies within about 8 MB.
-int64_t Lstm::weight_grad_chunk(int64_t l) const {
+// Steps per chunk of layer l's weight gradients: K-major copies of about 8 MB after the backward
+// loop, of about 1 MB inside it, where the chunk's dG is then still in the core's L2 (on W2 that
+// halved the copying against 8 MB chunks).
+int64_t Lstm::weight_grad_chunk(int64_t l, bool in_loop) const {
   if (weight_grad_chunk_ > 0) return std::min(weight_grad_chunk_, T_);
-  constexpr int64_t kChunkBytes = int64_t{8} << 20;
+  const int64_t bytes = int64_t{in_loop ? 1 : 8} << 20;
   const int64_t column =
       (5 * opt_.hidden_size + layer_input_size(l)) * static_cast<int64_t>(dtype_size(gemm_dtype_));
-  return std::clamp<int64_t>(kChunkBytes / (B_ * column), 1, T_);
+  return std::clamp<int64_t>(bytes / (B_ * column), 1, T_);
 }
 
 // dW_hh(4H, H) += dG^T h_prev and dW_ih(4H, I) += dG^T in over chain (l, d)'s steps [t0, t1)
@@ -826,7 +828,7 @@ void Lstm::weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0, int
   Chain& ch = chains_[s];
   const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
   const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*H)
-  const int64_t t_first = d == 0 ? 0 : T_ - 1, chunk = weight_grad_chunk(l);
+  const int64_t t_first = d == 0 ? 0 : T_ - 1, chunk = weight_grad_chunk(l, false);
   for (int64_t c0 = t0; c0 < t1; c0 += chunk) {
     const int64_t c1 = std::min(t1, c0 + chunk), K = (c1 - c0) * B_;
     const int64_t ld = K + k_major_pad();  // rows a cache line off 4 KiB multiples

@@ -58,8 +58,8 @@ class Lstm {
   // Whether backward computes dx (on by default; off saves a GEMM when the input is data).
   void set_input_grad(bool on) { input_grad_ = on; }
   void set_schedule(LstmSchedule schedule) { schedule_ = schedule; }
-  // Steps per chunk of the bf16 weight-gradient GEMMs' K-major copies; 0 (the default) sizes
-  // chunks to about 8 MB. Tests set small chunks.
+  // Steps per chunk of the weight-gradient GEMMs; 0 (the default) sizes the chunks by their
+  // K-major copies. Tests set small chunks.
   void set_weight_grad_chunk(int64_t steps) { weight_grad_chunk_ = steps; }
   LstmSchedule schedule() const { return chosen_; }  // the one the last forward used
   DType gemm_dtype() const { return gemm_dtype_; }
@@ -119,9 +119,9 @@ class Lstm {
   void din_all(Backend& be, int64_t l);
   // The bias gradients of chain (l, d), and its weight gradients unless summed already.
   void weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule, bool weights);
-  Tensor weight_grad_copies(Backend& be, int64_t l, int64_t n);
+  Tensor weight_grad_copies(Backend& be, int64_t l, int64_t n, bool in_loop);
   void weight_grads_as_done(Backend& be, int64_t l, int64_t d, int64_t step, Tensor copies);
-  int64_t weight_grad_chunk(int64_t l) const;
+  int64_t weight_grad_chunk(int64_t l, bool in_loop) const;
   int64_t k_major_pad() const;
   void weight_grads_row_major(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1,
                               void* dw_hh, void* dw_ih, bool accumulate);
