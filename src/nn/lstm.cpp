@@ -610,12 +610,13 @@ void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
     for (int64_t l1 = L; l1 > 0;) {  // layers l0 .. l1-1, from the top
       const int64_t group = std::min<int64_t>(width, l1), l0 = l1 - group;
       const Tensor group_dout = l1 == L ? dout_ : din_[l1].tensor();
-      // Directions side by side sum their weight gradients as they go, a chunk of steps at a
-      // time on their own worker, while the chunk's dG is still in cache. (A wavefront's layers
-      // do not: on W1 that ran slower than the GEMMs on both cores afterwards, 100 vs 97 ms.)
-      const bool in_loop = group == 1 && D == 2 && concurrent;
-      const Tensor copies = in_loop ? weight_grad_copies(be, l0, D, true) : Tensor();
-      auto own_copies = [&](int64_t d) { return copies.empty() ? copies : copies.slice(d, d + 1); };
+      // Chains on workers of their own (directions side by side, a wavefront's layers) sum their
+      // weight gradients as they go, a chunk of steps at a time, while the chunk's dG is still
+      // in cache.
+      const bool in_loop = concurrent && (group > 1 || D == 2);
+      const int64_t workers = std::max<int64_t>(group, D);
+      const Tensor copies = in_loop ? weight_grad_copies(be, l0, l1, workers, true) : Tensor();
+      auto own_copies = [&](int64_t j) { return copies.empty() ? copies : copies.slice(j, j + 1); };
       if (group == 1) {
         auto run_chain = [&](int64_t d) {
           SF_PROFILE_SCOPE("lstm backward", static_cast<int>(l0), static_cast<int>(d));
@@ -657,15 +658,17 @@ void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
           const int64_t l = l1 - 1 - j;
           SF_PROFILE_SCOPE("lstm backward", static_cast<int>(l), 0);
           try {
-            // The gradient flowing down at step t, one GEMM: computed by the layer above at even
-            // steps and by the layer it flows into at odd ones, balancing the workers.
+            // The gradient flowing down at step t, one GEMM, is computed by the layer it flows
+            // into: the layer above has the wider input, so the larger weight gradients.
             for (int64_t t = T_ - 1; t >= 0; --t) {
-              if (j > 0) wait_for(l + 1, T_ - t);
-              if (j > 0 && t % 2 == 1) din_step(be, l + 1, t);
+              if (j > 0) {
+                wait_for(l + 1, T_ - t);
+                din_step(be, l + 1, t);
+              }
               step_backward(be, l, 0, t, l == l1 - 1 ? group_dout : din_[l + 1].tensor(), 0, B_,
                             chains_[l].dbias.tensor().data());
-              if (l > l0 && t % 2 == 0) din_step(be, l, t);
               progress_[l].store(T_ - t, std::memory_order_release);
+              weight_grads_as_done(be, l, 0, t, own_copies(j));
             }
           } catch (...) {
             failed_.store(true);
@@ -754,7 +757,7 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule
   const Weights& w = weights_[l * directions() + d];
   Tensor dw_hh = params_.grad(w.w_hh), dw_ih = params_.grad(w.w_ih);
   const int n = schedule == LstmSchedule::split_batch ? split_workers(be) : 1;
-  const Tensor copies = weights ? weight_grad_copies(be, l, n, false) : Tensor();
+  const Tensor copies = weights ? weight_grad_copies(be, l, l + 1, n, false) : Tensor();
   if (weights && n == 1) {
     weight_grads_steps(be, l, d, 0, T_, dw_hh.data(), dw_ih.data(), true, copies);
   } else if (weights) {
@@ -781,11 +784,13 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule
 
 // Room for n workers' K-major copies of layer l's chunks: with bf16 GEMMs, which pay for the
 // copying. f32 GEMMs gain about what the copies cost, and run on the row-major originals (none).
-Tensor Lstm::weight_grad_copies(Backend& be, int64_t l, int64_t n, bool in_loop) {
+Tensor Lstm::weight_grad_copies(Backend& be, int64_t l0, int64_t l1, int64_t n, bool in_loop) {
   if (gemm_dtype_ != DType::bf16) return {};
-  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
-  return k_major_.get(be, gemm_dtype_,
-                      {n, (weight_grad_chunk(l, in_loop) * B_ + k_major_pad()) * (5 * H + I)});
+  int64_t size = 0;
+  for (int64_t l = l0; l < l1; ++l)
+    size = std::max(size, (weight_grad_chunk(l, in_loop) * B_ + k_major_pad()) *
+                              (5 * opt_.hidden_size + layer_input_size(l)));
+  return k_major_.get(be, gemm_dtype_, {n, size});
 }
 
 // After chain (l, d)'s backward step `step`: its weight gradients over the chunk of steps that
@@ -806,13 +811,15 @@ int64_t Lstm::k_major_pad() const { return 64 / static_cast<int64_t>(dtype_size(
 
 // Steps per chunk of layer l's weight gradients: K-major copies of about 8 MB after the backward
 // loop, of about 1 MB inside it, where the chunk's dG is then still in the core's L2 (on W2 that
-// halved the copying against 8 MB chunks).
+// halved the copying against 8 MB chunks); and at least 1024 rows (steps times B) per GEMM (W4 in
+// f32, B = 64, with one step a chunk: 621 against 540 ms).
 int64_t Lstm::weight_grad_chunk(int64_t l, bool in_loop) const {
   if (weight_grad_chunk_ > 0) return std::min(weight_grad_chunk_, T_);
   const int64_t bytes = int64_t{in_loop ? 1 : 8} << 20;
   const int64_t column =
       (5 * opt_.hidden_size + layer_input_size(l)) * static_cast<int64_t>(dtype_size(gemm_dtype_));
-  return std::clamp<int64_t>(bytes / (B_ * column), 1, T_);
+  constexpr int64_t kMinRows = 1024;  // of K: shorter GEMMs lose more than the cache gains
+  return std::clamp<int64_t>(std::max(bytes / (B_ * column), (kMinRows + B_ - 1) / B_), 1, T_);
 }
 
 // dW_hh(4H, H) += dG^T h_prev and dW_ih(4H, I) += dG^T in over chain (l, d)'s steps [t0, t1)

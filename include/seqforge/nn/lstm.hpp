@@ -119,7 +119,7 @@ class Lstm {
   void din_all(Backend& be, int64_t l);
   // The bias gradients of chain (l, d), and its weight gradients unless summed already.
   void weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule, bool weights);
-  Tensor weight_grad_copies(Backend& be, int64_t l, int64_t n, bool in_loop);
+  Tensor weight_grad_copies(Backend& be, int64_t l0, int64_t l1, int64_t n, bool in_loop);
   void weight_grads_as_done(Backend& be, int64_t l, int64_t d, int64_t step, Tensor copies);
   int64_t weight_grad_chunk(int64_t l, bool in_loop) const;
   int64_t k_major_pad() const;
