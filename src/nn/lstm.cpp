@@ -55,6 +55,10 @@ constexpr int64_t kPackMinSteps = 4;
 // below the GEMM rate and writes the (T, B, 4H) projection only for the cells to read it back.
 constexpr int64_t kCellProjectionMaxInput = 16;
 
+// Weight-gradient GEMMs with fewer rows of K (steps times batch) lose more to K-major copies, and
+// to chunks, than the cache gains.
+constexpr int64_t kMinWeightGradRows = 1024;
+
 // R(B, 4H) = h_prev(B, H) W_hh^T, h_prev rows lda apart.
 GemmShape recurrent_forward_shape(int64_t B, int64_t H, int64_t lda) {
   return {.trans_b = true, .m = B, .n = 4 * H, .k = H, .lda = lda, .ldb = H, .ldc = 4 * H};
@@ -782,10 +786,14 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule
   be.add(params_.grad(w.b_hh), ch.dbias.tensor());
 }
 
-// Room for n workers' K-major copies of layer l's chunks: with bf16 GEMMs, which pay for the
-// copying. f32 GEMMs gain about what the copies cost, and run on the row-major originals (none).
+// Room for n workers' K-major copies of the chunks of layers [l0, l1): with bf16 GEMMs, which pay
+// for the copying. f32 GEMMs gain about what the copies cost, and run on the row-major originals
+// (no room); so do GEMMs with fewer than kMinWeightGradRows rows, W3's for one (0.58 against 0.54
+// ms a step), unless a test has set the chunks.
 Tensor Lstm::weight_grad_copies(Backend& be, int64_t l0, int64_t l1, int64_t n, bool in_loop) {
-  if (gemm_dtype_ != DType::bf16) return {};
+  const int64_t rows = in_loop ? T_ * B_ : T_ * B_ / n;  // of each worker's GEMMs
+  if (gemm_dtype_ != DType::bf16 || (rows < kMinWeightGradRows && weight_grad_chunk_ == 0))
+    return {};
   int64_t size = 0;
   for (int64_t l = l0; l < l1; ++l)
     size = std::max(size, (weight_grad_chunk(l, in_loop) * B_ + k_major_pad()) *
@@ -818,8 +826,8 @@ int64_t Lstm::weight_grad_chunk(int64_t l, bool in_loop) const {
   const int64_t bytes = int64_t{in_loop ? 1 : 8} << 20;
   const int64_t column =
       (5 * opt_.hidden_size + layer_input_size(l)) * static_cast<int64_t>(dtype_size(gemm_dtype_));
-  constexpr int64_t kMinRows = 1024;  // of K: shorter GEMMs lose more than the cache gains
-  return std::clamp<int64_t>(std::max(bytes / (B_ * column), (kMinRows + B_ - 1) / B_), 1, T_);
+  return std::clamp<int64_t>(std::max(bytes / (B_ * column), (kMinWeightGradRows + B_ - 1) / B_), 1,
+                             T_);
 }
 
 // dW_hh(4H, H) += dG^T h_prev and dW_ih(4H, I) += dG^T in over chain (l, d)'s steps [t0, t1)

@@ -59,7 +59,8 @@ class Lstm {
   void set_input_grad(bool on) { input_grad_ = on; }
   void set_schedule(LstmSchedule schedule) { schedule_ = schedule; }
   // Steps per chunk of the weight-gradient GEMMs; 0 (the default) sizes the chunks by their
-  // K-major copies. Tests set small chunks.
+  // K-major copies. Tests set small chunks, which also take bf16 GEMMs through K-major copies
+  // at any size.
   void set_weight_grad_chunk(int64_t steps) { weight_grad_chunk_ = steps; }
   LstmSchedule schedule() const { return chosen_; }  // the one the last forward used
   DType gemm_dtype() const { return gemm_dtype_; }
