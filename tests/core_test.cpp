@@ -1,14 +1,17 @@
 // Core: dtype conversions (checked against values PyTorch 1.13 produces), shapes, tensors,
 // arenas, buffers and the random generator.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/arena.hpp"
 #include "seqforge/core/buffer.hpp"
 #include "seqforge/core/rng.hpp"
+#include "seqforge/core/threads.hpp"
 
 namespace seqforge {
 namespace {
@@ -99,6 +102,36 @@ TEST(Buffer, ReusesMemoryForRepeatedShapes) {
   EXPECT_EQ(buf.get(*be, DType::f32, {32, 64}).data(), first);
   EXPECT_EQ(buf.get(*be, DType::f32, {10}).data(), first);
   EXPECT_EQ(buf.tensor().shape(), Shape({10}));
+}
+
+// Per OpenMP thread: whether a denormal input reads as zero (DAZ) and a denormal result is
+// flushed to zero (FTZ).
+std::vector<std::pair<bool, bool>> denormal_modes() {
+  std::vector<std::pair<bool, bool>> modes(omp_get_max_threads());
+#pragma omp parallel num_threads(omp_get_max_threads())
+  {
+    volatile float denormal = 1e-39f, small = 1e-30f, scale = 1e-9f, one = 1.0f;
+    const float read = denormal * one, product = small * scale;
+    modes[omp_get_thread_num()] = {read == 0.0f, product == 0.0f};
+  }
+  return modes;
+}
+
+TEST(Threads, FlushDenormalsOnEveryPoolThread) {
+  if (!set_flush_denormals(false)) GTEST_SKIP() << "no flush-to-zero mode on this CPU";
+  EXPECT_FALSE(flushes_denormals());
+  for (auto [daz, ftz] : denormal_modes()) {
+    EXPECT_FALSE(daz);
+    EXPECT_FALSE(ftz);
+  }
+  ASSERT_TRUE(flush_denormals_wanted()) << "SEQFORGE_FLUSH_DENORMALS=0 in the test environment";
+  auto be = make_cpu_backend();  // turns the mode on
+  EXPECT_TRUE(flushes_denormals());
+  EXPECT_NE(be->description().find("denormals flushed to zero"), std::string::npos);
+  for (auto [daz, ftz] : denormal_modes()) {
+    EXPECT_TRUE(daz);
+    EXPECT_TRUE(ftz);
+  }
 }
 
 TEST(Rng, DeterministicAndResumable) {

@@ -4,7 +4,13 @@
 #include <sched.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define SEQFORGE_HAS_MXCSR 1
+#endif
 
 namespace seqforge {
 
@@ -25,6 +31,40 @@ ThreadConfig configure_threads(int requested) {
   }
   omp_set_num_threads(cfg.threads);
   return cfg;
+}
+
+namespace {
+#ifdef SEQFORGE_HAS_MXCSR
+constexpr unsigned kFlushBits = 0x8040;  // MXCSR FTZ (bit 15) | DAZ (bit 6)
+#endif
+}  // namespace
+
+bool set_flush_denormals([[maybe_unused]] bool on) {
+#ifdef SEQFORGE_HAS_MXCSR
+  auto apply = [on] {
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(on ? csr | kFlushBits : csr & ~kFlushBits);
+  };
+  apply();
+#pragma omp parallel num_threads(omp_get_max_threads())
+  apply();
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool flushes_denormals() {
+#ifdef SEQFORGE_HAS_MXCSR
+  return (_mm_getcsr() & kFlushBits) == kFlushBits;
+#else
+  return false;
+#endif
+}
+
+bool flush_denormals_wanted() {
+  const char* v = std::getenv("SEQFORGE_FLUSH_DENORMALS");
+  return !v || std::strcmp(v, "0") != 0;
 }
 
 }  // namespace seqforge

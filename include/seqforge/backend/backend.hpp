@@ -184,7 +184,8 @@ class Backend {
 // The scalar reference backend (single thread; f32 and f64, and bf16 GEMM operands).
 std::unique_ptr<Backend> make_reference_backend();
 // The CPU backend (oneDNN GEMMs in f32 and bf16, SIMD kernels over the OpenMP pool; f64 through
-// the reference kernels).
+// the reference kernels). It flushes denormals to zero on the calling thread and the OpenMP pool
+// (set_flush_denormals) unless SEQFORGE_FLUSH_DENORMALS=0.
 std::unique_ptr<Backend> make_cpu_backend();
 // By name: "cpu" or "reference". Throws on an unknown name.
 std::unique_ptr<Backend> make_backend(std::string_view name);

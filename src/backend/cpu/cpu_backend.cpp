@@ -14,6 +14,7 @@
 #include "kernels/cpu/pointwise_simd.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/threads.hpp"
 
 namespace seqforge {
 
@@ -55,12 +56,15 @@ void parallel_rows(int64_t n, int64_t work_per_row, Fn&& fn) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() : ref_(make_reference_backend()) {}
+  CpuBackend() : ref_(make_reference_backend()) {
+    if (flush_denormals_wanted()) set_flush_denormals(true);
+  }
   std::string_view name() const override { return "cpu"; }
   std::string description() const override {
     const dnnl_version_t* v = dnnl_version();
     return "cpu: oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-           std::to_string(v->patch) + " GEMMs, " + simd_name(simd::target_name()) + " kernels";
+           std::to_string(v->patch) + " GEMMs, " + simd_name(simd::target_name()) + " kernels" +
+           (flushes_denormals() ? ", denormals flushed to zero" : ", denormals kept");
   }
   bool supports(DType d) const override { return d == DType::f32 || d == DType::f64; }
 
