@@ -3,7 +3,13 @@
 // them one after another. Every schedule must give the same outputs, states and gradients, with
 // dropout between layers, initial states, and in bf16.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "seqforge/core/autotune.hpp"
 #include "seqforge/nn/lstm.hpp"
 #include "test_util.hpp"
 
@@ -23,14 +29,18 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-std::map<std::string, std::vector<double>> run(Backend& be, const Case& c, LstmSchedule schedule) {
+// chunk: steps per chunk of the weight-gradient GEMMs; 0 sizes them (and tunes their layout) as
+// training does.
+std::map<std::string, std::vector<double>> run(Backend& be, const Case& c, LstmSchedule schedule,
+                                               int64_t chunk = 3) {
   Rng rng(21);
   Parameters params(DType::f32);
   Lstm lstm(params, "lstm", c.opt);
   params.allocate(be, rng);
   lstm.set_gemm_dtype(c.gemm);
   lstm.set_schedule(schedule);
-  lstm.set_weight_grad_chunk(3);  // several chunks of K-major copies, h0's in the first or last
+  lstm.set_weight_grad_chunk(chunk);  // 3: several chunks of K-major copies, h0's in the first
+                                      // or the last
   const int64_t D = lstm.directions(), L = c.opt.num_layers, H = c.opt.hidden_size;
   const Shape x_shape =
       c.opt.batch_first ? Shape{c.B, c.T, c.opt.input_size} : Shape{c.T, c.B, c.opt.input_size};
@@ -77,6 +87,41 @@ TEST_P(LstmConcurrency, MatchesSequentialReference) {
       EXPECT_LE(max_rel_error(got.at(name), w), tol)
           << GetParam().name << " " << name << " schedule " << static_cast<int>(schedule);
   }
+}
+
+// Weight gradients after the loop, with bf16 GEMMs over at least 1024 rows, run on K-major
+// copies or on the row-major originals, whichever was faster when timed (into scratch
+// gradients) on first use. The trial leaves the gradients exact, the choice is cached, and
+// either choice gives the reference's gradients.
+TEST(LstmWeightGradients, TunedLayoutKeepsTheGradients) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / "seqforge_weight_grad_layout";
+  std::filesystem::remove_all(dir);
+  setenv("SEQFORGE_CACHE_DIR", dir.c_str(), 1);
+  const Case c{"bi_bf16_1200_rows",
+               {.input_size = 20, .hidden_size = 16, .bidirectional = true},
+               6,
+               200,
+               DType::bf16};
+  auto cpu = make_cpu_backend();
+  auto ref = make_reference_backend();
+  const auto want = run(*ref, c, LstmSchedule::layered);
+  auto check = [&](const char* when) {
+    const auto got = run(*cpu, c, LstmSchedule::layered, 0);
+    for (const auto& [name, w] : want)
+      EXPECT_LE(max_rel_error(got.at(name), w), 2e-3) << name << " " << when;
+  };
+  check("timing the layouts");
+  std::string key;
+  const nlohmann::json cache = nlohmann::json::parse(std::ifstream(autotune::cache_path()));
+  for (const auto& [k, v] : cache.items())
+    if (k.find("lstm weight gradients|h16_i20_t6_b200_workers1_bf16") != std::string::npos) key = k;
+  ASSERT_FALSE(key.empty()) << "no weight-gradient layout in " << autotune::cache_path();
+  for (const char* layout : {"k_major", "row_major"}) {
+    autotune::store(key, layout);
+    check(layout);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -760,28 +760,12 @@ void Lstm::din_all(Backend& be, int64_t l) {
 // afterwards in worker order.
 void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule, bool weights) {
   SF_PROFILE_SCOPE("lstm weight gradients", static_cast<int>(l), static_cast<int>(d));
-  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
   const Weights& w = weights_[l * directions() + d];
-  Tensor dw_hh = params_.grad(w.w_hh), dw_ih = params_.grad(w.w_ih);
-  const int n = schedule == LstmSchedule::split_batch ? split_workers(be) : 1;
-  const Tensor copies = weights ? weight_grad_copies(be, l, l + 1, n, false) : Tensor();
-  if (weights && n == 1) {
-    weight_grads_steps(be, l, d, 0, T_, dw_hh.data(), dw_ih.data(), true, copies);
-  } else if (weights) {
-    Tensor parts = dw_split_.get(be, params_.dtype(), {n, 4 * H * (H + I)});
-    be.run_concurrently(n, [&](int j) {
-      Tensor part = parts.slice(j, j + 1), own = copies.empty() ? copies : copies.slice(j, j + 1);
-      const int64_t t0 = T_ * j / n, t1 = T_ * (j + 1) / n;
-      if (j == 0)
-        return weight_grads_steps(be, l, d, t0, t1, dw_hh.data(), dw_ih.data(), true, own);
-      if (t1 == t0) be.fill(part, 0.0);
-      weight_grads_steps(be, l, d, t0, t1, part.data(), at(part, 4 * H * H), false, own);
-    });
-    for (int j = 1; j < n; ++j) {
-      Tensor part = parts.slice(j, j + 1).reshape({4 * H * (H + I)});
-      be.add(dw_hh, part.slice(0, 4 * H * H).reshape(dw_hh.shape()));
-      be.add(dw_ih, part.slice(4 * H * H, 4 * H * (H + I)).reshape(dw_ih.shape()));
-    }
+  if (weights) {
+    const int n = schedule == LstmSchedule::split_batch ? split_workers(be) : 1;
+    Tensor copies = weight_grad_copies(be, l, l + 1, n, false);
+    if (!copies.empty() && !k_major_pays(be, l, d, n, copies)) copies = Tensor();
+    weight_grads_split(be, l, d, n, copies, params_.grad(w.w_hh), params_.grad(w.w_ih));
   }
   // d(b_ih) = d(b_hh) = colsum(dG), summed by the backward cells.
   const Chain& ch = chains_[l * directions() + d];
@@ -789,8 +773,70 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule
   be.add(params_.grad(w.b_hh), ch.dbias.tensor());
 }
 
-// Room for n workers' K-major copies of the chunks of layers [l0, l1): with bf16 GEMMs, which pay
-// for the copying. f32 GEMMs gain about what the copies cost, and run on the row-major originals
+// dW_hh (4H, H) and dW_ih (4H, I) += chain (l, d)'s contributions over all steps, on n workers
+// (n - 1 of them into parts of their own, added afterwards in worker order).
+void Lstm::weight_grads_split(Backend& be, int64_t l, int64_t d, int n, Tensor copies, Tensor dw_hh,
+                              Tensor dw_ih) {
+  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
+  if (n == 1) return weight_grads_steps(be, l, d, 0, T_, dw_hh.data(), dw_ih.data(), true, copies);
+  Tensor parts = dw_split_.get(be, params_.dtype(), {n, 4 * H * (H + I)});
+  be.run_concurrently(n, [&](int j) {
+    Tensor part = parts.slice(j, j + 1), own = copies.empty() ? copies : copies.slice(j, j + 1);
+    const int64_t t0 = T_ * j / n, t1 = T_ * (j + 1) / n;
+    if (j == 0) return weight_grads_steps(be, l, d, t0, t1, dw_hh.data(), dw_ih.data(), true, own);
+    if (t1 == t0) be.fill(part, 0.0);
+    weight_grads_steps(be, l, d, t0, t1, part.data(), at(part, 4 * H * H), false, own);
+  });
+  for (int j = 1; j < n; ++j) {
+    Tensor part = parts.slice(j, j + 1).reshape({4 * H * (H + I)});
+    be.add(dw_hh, part.slice(0, 4 * H * H).reshape(dw_hh.shape()));
+    be.add(dw_ih, part.slice(4 * H * H, 4 * H * (H + I)).reshape(dw_ih.shape()));
+  }
+}
+
+// Whether chain (l, d)'s weight gradients after the loop run faster on K-major copies than on
+// the row-major originals: timed on first use of the problem (into scratch gradients), then
+// kept in the autotune cache. With oneDNN on AVX512-BF16 alone the copies won (its A B^T ran
+// 1.3-1.9x faster than A^T B); with AMX the originals did (W2 bf16: 250 against 266 ms a step).
+bool Lstm::k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor copies) {
+  if (weight_grad_chunk_ > 0 || !autotune::enabled()) return true;
+  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
+  const std::string key = autotune::machine_prefix(be.concurrency()) + "lstm weight gradients|h" +
+                          std::to_string(H) + "_i" + std::to_string(I) + "_t" + std::to_string(T_) +
+                          "_b" + std::to_string(B_) + "_workers" + std::to_string(n) + "_" +
+                          std::string(dtype_name(gemm_dtype_));
+  if (const auto cached = autotune::lookup(key)) return *cached == "k_major";
+  Tensor scratch = dw_trial_.get(be, params_.dtype(), {4 * H * (H + I)});
+  be.fill(scratch, 0.0);
+  Tensor dw_hh = scratch.slice(0, 4 * H * H).reshape({4 * H, H});
+  Tensor dw_ih = scratch.slice(4 * H * H, 4 * H * (H + I)).reshape({4 * H, I});
+  auto trial = [&](bool k_major) {
+    be.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    weight_grads_split(be, l, d, n, k_major ? copies : Tensor(), dw_hh, dw_ih);
+    be.synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  // A warm-up each, then the best of two timed rounds.
+  double ms[2] = {1e300, 1e300};  // [row-major, K-major]
+  for (int round = 0; round < 3; ++round)
+    for (int k_major = 0; k_major < 2; ++k_major) {
+      const double t = trial(k_major);
+      if (round > 0) ms[k_major] = std::min(ms[k_major], t);
+    }
+  const bool k_major = ms[1] < ms[0];
+  autotune::store(key, k_major ? "k_major" : "row_major");
+  if (autotune::verbose())
+    std::fprintf(stderr,
+                 "seqforge: autotune %s: weight gradients row_major %.2f ms, k_major %.2f ms -> "
+                 "%s (cached in %s)\n",
+                 key.c_str(), ms[0], ms[1], k_major ? "k_major" : "row_major",
+                 autotune::cache_path().c_str());
+  return k_major;
+}
+
+// Room for n workers' K-major copies of the chunks of layers [l0, l1): with bf16 GEMMs, which may
+// pay for the copying (after the loop k_major_pays decides). f32 GEMMs gain about what the copies cost, and run on the row-major originals
 // (no room); so do GEMMs with fewer than kMinWeightGradRows rows, W3's for one (0.58 against 0.54
 // ms a step), unless a test has set the chunks.
 Tensor Lstm::weight_grad_copies(Backend& be, int64_t l0, int64_t l1, int64_t n, bool in_loop) {

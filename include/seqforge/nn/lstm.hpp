@@ -120,6 +120,9 @@ class Lstm {
   void din_all(Backend& be, int64_t l);
   // The bias gradients of chain (l, d), and its weight gradients unless summed already.
   void weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule, bool weights);
+  void weight_grads_split(Backend& be, int64_t l, int64_t d, int n, Tensor copies, Tensor dw_hh,
+                          Tensor dw_ih);
+  bool k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor copies);
   Tensor weight_grad_copies(Backend& be, int64_t l0, int64_t l1, int64_t n, bool in_loop);
   void weight_grads_as_done(Backend& be, int64_t l, int64_t d, int64_t step, Tensor copies);
   int64_t weight_grad_chunk(int64_t l, bool in_loop) const;
@@ -167,6 +170,7 @@ class Lstm {
   std::vector<Buffer> din_;          // [layer] gradient of the layer's input (T, B, I_l)
   Buffer dh0_, dc0_;                 // (D*L, B, H)
   Buffer dw_split_;                  // (workers, 4H (H + I)) split_batch's weight gradient parts
+  Buffer dw_trial_;                  // (4H (H + I)) weight gradients of autotuning trials
   Buffer k_major_;  // (workers, chunk*B (5H + I)) K-major copies for the weight-gradient GEMMs
   Tensor dout_, dh_n_, dc_n_;  // backward's inputs (time-major dout)
 };
