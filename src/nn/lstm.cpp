@@ -754,10 +754,8 @@ void Lstm::din_all(Backend& be, int64_t l) {
   if (l > 0 && dropout_active_) be.mul(din, din, mask_[l - 1].tensor());
 }
 
-// dW_ih, dW_hh, db_ih, db_hh of chain (l, d) from its dG over all steps. With split_batch, each
-// worker sums the steps of its share of the sequence (two small GEMMs on one thread each beat one
-// split over both): the first into the gradients, the others into blocks of their own, added
-// afterwards in worker order.
+// db_ih, db_hh of chain (l, d), and unless summed in the loop already, dW_ih and dW_hh from its dG
+// over all steps, on the split_batch workers or on all of them.
 void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule, bool weights) {
   SF_PROFILE_SCOPE("lstm weight gradients", static_cast<int>(l), static_cast<int>(d));
   const Weights& w = weights_[l * directions() + d];
@@ -773,8 +771,10 @@ void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule
   be.add(params_.grad(w.b_hh), ch.dbias.tensor());
 }
 
-// dW_hh (4H, H) and dW_ih (4H, I) += chain (l, d)'s contributions over all steps, on n workers
-// (n - 1 of them into parts of their own, added afterwards in worker order).
+// dW_hh (4H, H) and dW_ih (4H, I) += chain (l, d)'s contributions over all steps. With n > 1
+// (split_batch) each worker sums the steps of its share of the sequence (two small GEMMs on one
+// thread each beat one split over both): the first into the gradients, the others into blocks of
+// their own, added afterwards in worker order.
 void Lstm::weight_grads_split(Backend& be, int64_t l, int64_t d, int n, Tensor copies, Tensor dw_hh,
                               Tensor dw_ih) {
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
@@ -836,9 +836,10 @@ bool Lstm::k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor copies)
 }
 
 // Room for n workers' K-major copies of the chunks of layers [l0, l1): with bf16 GEMMs, which may
-// pay for the copying (after the loop k_major_pays decides). f32 GEMMs gain about what the copies cost, and run on the row-major originals
-// (no room); so do GEMMs with fewer than kMinWeightGradRows rows, W3's for one (0.58 against 0.54
-// ms a step), unless a test has set the chunks.
+// pay for the copying (after the loop, k_major_pays decides). f32 GEMMs gain about what the
+// copies cost, and run on the row-major originals (no room); so do GEMMs with fewer than
+// kMinWeightGradRows rows, W3's for one (0.58 against 0.54 ms a step), unless a test has set the
+// chunks.
 Tensor Lstm::weight_grad_copies(Backend& be, int64_t l0, int64_t l1, int64_t n, bool in_loop) {
   const int64_t rows = in_loop ? T_ * B_ : T_ * B_ / n;  // of each worker's GEMMs
   if (gemm_dtype_ != DType::bf16 || (rows < kMinWeightGradRows && weight_grad_chunk_ == 0))
