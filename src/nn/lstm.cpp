@@ -67,6 +67,24 @@ GemmShape recurrent_forward_shape(int64_t B, int64_t H, int64_t lda) {
 GemmShape recurrent_backward_shape(int64_t B, int64_t H) {
   return {.m = B, .n = H, .k = 4 * H, .lda = 4 * H, .ldb = H, .ldc = H};
 }
+
+// Milliseconds of each of n candidates, run(i) for candidate i: a warm-up each (primitives are
+// made on first use), then the best of two timed rounds.
+template <typename Run>
+std::vector<double> time_candidates(Backend& be, size_t n, Run&& run) {
+  auto ms_of = [&](size_t i) {
+    be.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    run(i);
+    be.synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (size_t i = 0; i < n; ++i) ms_of(i);
+  std::vector<double> ms(n, 1e300);
+  for (int round = 0; round < 2; ++round)
+    for (size_t i = 0; i < n; ++i) ms[i] = std::min(ms[i], ms_of(i));
+  return ms;
+}
 }  // namespace
 
 Lstm::Lstm(Parameters& params, const std::string& prefix, const LstmOptions& options)
@@ -418,20 +436,10 @@ void Lstm::run_tuned_forward(Backend& be) {
       return run_forward(be, c);
     }
   }
-  auto trial = [&](LstmSchedule schedule) {
-    be.synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    run_forward(be, schedule);
-    be.synchronize();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
-  // A warm-up each (primitives are made on first use), then the best of two timed rounds.
-  for (LstmSchedule c : candidates) trial(c);
-  std::vector<double> ms(candidates.size(), 1e300);
-  for (int round = 0; round < 2; ++round)
-    for (size_t i = 0; i < candidates.size(); ++i) ms[i] = std::min(ms[i], trial(candidates[i]));
+  const std::vector<double> ms =
+      time_candidates(be, candidates.size(), [&](size_t i) { run_forward(be, candidates[i]); });
   const size_t best = std::min_element(ms.begin(), ms.end()) - ms.begin();
-  if (best + 1 != candidates.size()) trial(candidates[best]);  // leave the winner's results
+  if (best + 1 != candidates.size()) run_forward(be, candidates[best]);  // leave its results
   autotune::store(key, schedule_name(candidates[best]));
   tuned_.emplace(problem, candidates[best]);
   if (autotune::verbose()) {
@@ -810,20 +818,9 @@ bool Lstm::k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor copies)
   be.fill(scratch, 0.0);
   Tensor dw_hh = scratch.slice(0, 4 * H * H).reshape({4 * H, H});
   Tensor dw_ih = scratch.slice(4 * H * H, 4 * H * (H + I)).reshape({4 * H, I});
-  auto trial = [&](bool k_major) {
-    be.synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<double> ms = time_candidates(be, 2, [&](size_t k_major) {  // row-major, K-major
     weight_grads_split(be, l, d, n, k_major ? copies : Tensor(), dw_hh, dw_ih);
-    be.synchronize();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
-  // A warm-up each, then the best of two timed rounds.
-  double ms[2] = {1e300, 1e300};  // [row-major, K-major]
-  for (int round = 0; round < 3; ++round)
-    for (int k_major = 0; k_major < 2; ++k_major) {
-      const double t = trial(k_major);
-      if (round > 0) ms[k_major] = std::min(ms[k_major], t);
-    }
+  });
   const bool k_major = ms[1] < ms[0];
   autotune::store(key, k_major ? "k_major" : "row_major");
   if (autotune::verbose())
