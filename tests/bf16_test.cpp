@@ -46,6 +46,7 @@ ModelOptions options(bool bidirectional) {
 }
 
 TEST(Bf16, CpuMatchesReferenceInBf16) {
+  SF_SKIP_WITHOUT_BF16();
   auto cpu = make_cpu_backend();
   auto ref = make_reference_backend();
   for (bool bi : {false, true}) {
@@ -59,6 +60,7 @@ TEST(Bf16, CpuMatchesReferenceInBf16) {
 }
 
 TEST(Bf16, CloseToFp32) {
+  SF_SKIP_WITHOUT_BF16();
   auto cpu = make_cpu_backend();
   for (bool bi : {false, true}) {
     const StepResult low = train_step(*cpu, options(bi), DType::bf16, 16, 20);

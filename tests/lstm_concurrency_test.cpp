@@ -74,6 +74,7 @@ std::map<std::string, std::vector<double>> run(Backend& be, const Case& c, LstmS
 class LstmConcurrency : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LstmConcurrency, MatchesSequentialReference) {
+  if (GetParam().gemm == DType::bf16) SF_SKIP_WITHOUT_BF16();
   auto cpu = make_cpu_backend();
   auto ref = make_reference_backend();
   ASSERT_GE(cpu->concurrency(), 1);
@@ -94,6 +95,7 @@ TEST_P(LstmConcurrency, MatchesSequentialReference) {
 // gradients) on first use. The trial leaves the gradients exact, the choice is cached, and
 // either choice gives the reference's gradients.
 TEST(LstmWeightGradients, TunedLayoutKeepsTheGradients) {
+  SF_SKIP_WITHOUT_BF16();
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / "seqforge_weight_grad_layout";
   std::filesystem::remove_all(dir);

@@ -125,6 +125,7 @@ TEST(Ops, PackedGemmMatchesPlainGemm) {
         Case{true, 7, 40, 10, 10, false}, Case{false, 33, 17, 68, 70, false},
         Case{true, 64, 512, 128, 128, true}, Case{true, 5, 24, 9, 9, true}})
     for (DType dt : {DType::f32, DType::bf16}) {
+      if (dt == DType::bf16 && !test::cpu_runs_bf16()) continue;  // no bf16 GEMMs on this CPU
       const GemmShape s{.trans_b = cs.tb,
                         .m = cs.m,
                         .n = cs.n,
@@ -327,6 +328,7 @@ TEST(Ops, LstmCellKeepsActivationsInBf16) {
 }
 
 TEST(Ops, Bf16GemmMatchesReference) {
+  SF_SKIP_WITHOUT_BF16();
   check_bf16_gemm(false, true, 256, 512, 8, 0, 1.0f);
   check_bf16_gemm(false, true, 37, 96, 24, 0, 1.0f);
   check_bf16_gemm(false, true, 6, 96, 24, 24, 1.0f);

@@ -8,6 +8,7 @@
 
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/buffer.hpp"
+#include "seqforge/core/cpu.hpp"
 
 namespace seqforge::test {
 
@@ -22,6 +23,14 @@ struct HostTensor {
     convert(values.data(), DType::f64, t.data(), dtype, values.size());
   }
 };
+
+// Whether the CPU backend can run bf16 GEMMs here (AVX512-BF16 or AMX-BF16); tests of its bf16
+// path skip elsewhere (an AVX2-only CPU, say).
+inline bool cpu_runs_bf16() { return cpu_features().avx512_bf16 || cpu_features().amx_bf16; }
+#define SF_SKIP_WITHOUT_BF16()                                                              \
+  do {                                                                                      \
+    if (!::seqforge::test::cpu_runs_bf16()) GTEST_SKIP() << "no bf16 GEMMs on this CPU"; \
+  } while (0)
 
 // The message of the seqforge::Error that f throws, or "" if it throws none.
 inline std::string error_of(const std::function<void()>& f) {

@@ -138,7 +138,7 @@ TEST(Trainer, Bf16CharlmValidationLossWithinOnePercentOfFp32) {
 
 TEST(Trainer, BadInputNamesTheFileLineOrKey) {
   const fs::path dir = temp_dir("bad");
-  const std::string data = write_series(dir, 100);
+  const std::string data = write_series(dir, 200);
   const fs::path run = dir / "run";
   std::ostringstream log;
   auto train_with = [&](const std::string& yaml, std::vector<std::string> overrides = {}) {
@@ -284,7 +284,10 @@ TEST(Trainer, PretrainThenFineTuneWithAFrozenEncoder) {
   const auto b = encoder.bytes(*encoder.find("lstm.weight_hh_l0"));
   EXPECT_FALSE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
   EXPECT_NE(error_of([&] {
-              train(Config::parse(fine, "fine.yaml", {"train.freeze_modules=[encoder]"}), log);
+              train(Config::parse(fine, "fine.yaml",
+                                  {"train.freeze_modules=[encoder]",
+                                   "train.run_dir=" + (dir / "fine3").string()}),
+                    log);
             }).find("no module 'encoder'"),
             std::string::npos);
 }

@@ -1,5 +1,6 @@
 // The seqforge command-line tool.
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -88,6 +89,9 @@ int main(int argc, char** argv) {
   train->add_option("config", train_config, "config file (YAML)");
   train->add_option("--resume", run_dir, "continue this run directory from its last epoch");
   train->add_option("overrides", overrides, "key.path=value overrides");
+  bool overwrite = false;
+  train->add_flag("--overwrite", overwrite,
+                  "replace the run in train.run_dir (its files are removed first)");
   std::string profile_path;
   train
       ->add_option("--profile", profile_path,
@@ -100,12 +104,18 @@ int main(int argc, char** argv) {
   eval->add_option("--split", eval_split, "val or test")->capture_default_str();
   eval->add_option("--data", eval_data, "evaluate on every window of this file instead");
 
-  std::string pred_run, pred_input, pred_output;
-  CLI::App* pred =
-      app.add_subcommand("predict", "Write a forecasting or classification model's predictions");
+  std::string pred_run;
+  sf::PredictOptions pred_options;
+  CLI::App* pred = app.add_subcommand(
+      "predict", "Predict every window of a file with a forecasting or classification run");
   pred->add_option("run", pred_run, "run directory or model.safetensors")->required();
-  pred->add_option("--input", pred_input, "CSV of the training data's layout")->required();
-  pred->add_option("--output", pred_output, "CSV to write")->required();
+  pred->add_option("--input", pred_options.input,
+                   "CSV of the training data's layout (target columns optional)")
+      ->required();
+  pred->add_option("--output", pred_options.output, "CSV to write; - for standard output")
+      ->required();
+  pred->add_flag("--last", pred_options.last_only,
+                 "only the forecast after the last row (of each series)");
 
   std::string gen_run, gen_prompt;
   int64_t gen_length = 200, gen_top_k = 0;
@@ -143,10 +153,12 @@ int main(int argc, char** argv) {
         // A config argument that is an override belongs to the overrides.
         if (!train_config.empty()) overrides.insert(overrides.begin(), train_config);
         const std::string resolved = run_dir + "/config.resolved.yaml";
+        if (overwrite) sf::fail("train: --overwrite starts a new run; --resume continues one");
         summary = sf::train(sf::Config::load(resolved, overrides), std::cout, run_dir);
       } else {
         if (train_config.empty()) sf::fail("train: give a CONFIG.yaml, or --resume RUN_DIR");
-        summary = sf::train(sf::Config::load(train_config, overrides), std::cout);
+        summary =
+            sf::train(sf::Config::load(train_config, overrides), std::cout, "", {}, overwrite);
       }
       if (profile) {
         sf::profiler::stop();
@@ -158,14 +170,18 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (eval->parsed()) {
-      for (const auto& [k, v] : sf::evaluate(eval_run, eval_split, eval_data))
-        std::printf("%s %.6g\n", k.c_str(), v);
+      for (const auto& [k, v] : sf::evaluate(eval_run, eval_split, eval_data)) {
+        char value[32];  // the shortest text that reads back as the same double
+        *std::to_chars(value, value + sizeof value - 1, v).ptr = '\0';
+        std::printf("%s %s\n", k.c_str(), value);
+      }
       return 0;
     }
     if (pred->parsed()) {
-      const int64_t rows = sf::predict(pred_run, pred_input, pred_output);
-      std::printf("wrote %lld predictions to %s\n", static_cast<long long>(rows),
-                  pred_output.c_str());
+      const int64_t rows = sf::predict(pred_run, pred_options, std::cerr);
+      if (pred_options.output != "-")
+        std::printf("wrote %lld predictions to %s\n", static_cast<long long>(rows),
+                    pred_options.output.c_str());
       return 0;
     }
     if (gen->parsed()) {

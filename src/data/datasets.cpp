@@ -31,19 +31,22 @@ void Normalizer::fit(const std::string& k, const SourceMatrix& m, const std::vec
   shift.assign(n_cols, 0.0);
   scale.assign(n_cols, 1.0);
   if (k == "none" || rows.empty()) return;
-  const double n = static_cast<double>(rows.size());
-  std::vector<double> lo(n_cols, INFINITY), hi(n_cols, -INFINITY), sum(n_cols), sq(n_cols);
+  std::vector<double> lo(n_cols, INFINITY), hi(n_cols, -INFINITY), sum(n_cols), sq(n_cols),
+      count(n_cols);
   for (int64_t r : rows)  // row by row: one pass over a memory-mapped source
     for (size_t j = 0; j < n_cols; ++j) {
       const double x = m.at(r, cols[j]);
+      if (std::isnan(x)) continue;  // a target transformed over the horizon, at a series' start
       lo[j] = std::min(lo[j], x);
       hi[j] = std::max(hi[j], x);
       sum[j] += x;
       sq[j] += x * x;
+      count[j] += 1;
     }
   for (size_t j = 0; j < n_cols; ++j) {
+    if (count[j] == 0) continue;
     if (k == "zscore") {
-      const double mean = sum[j] / n, var = std::max(0.0, sq[j] / n - mean * mean);
+      const double mean = sum[j] / count[j], var = std::max(0.0, sq[j] / count[j] - mean * mean);
       shift[j] = mean;
       scale[j] = var > 1e-24 ? std::sqrt(var) : 1.0;  // a constant column stays as it is
     } else {
@@ -64,6 +67,84 @@ Normalizer Normalizer::from_json(const std::string& json) {
   n.shift = j.at("shift").get<std::vector<double>>();
   n.scale = j.at("scale").get<std::vector<double>>();
   return n;
+}
+
+Transform parse_transform(const std::string& name) {
+  if (name.empty() || name == "none") return Transform::none;
+  if (name == "log") return Transform::log;
+  if (name == "diff") return Transform::diff;
+  if (name == "log_return") return Transform::log_return;
+  if (name == "pct_change") return Transform::pct_change;
+  fail("unknown transform '", name, "' (expected log, diff, log_return or pct_change)");
+}
+
+const char* transform_name(Transform t) {
+  switch (t) {
+    case Transform::none:
+      return "none";
+    case Transform::log:
+      return "log";
+    case Transform::diff:
+      return "diff";
+    case Transform::log_return:
+      return "log_return";
+    case Transform::pct_change:
+      return "pct_change";
+  }
+  return "";
+}
+
+double apply_transform(Transform t, double x, double base) {
+  switch (t) {
+    case Transform::none:
+      return x;
+    case Transform::log:
+      return x > 0 ? std::log(x) : NAN;
+    case Transform::diff:
+      return x - base;
+    case Transform::log_return:
+      return x > 0 && base > 0 ? std::log(x / base) : NAN;
+    case Transform::pct_change:
+      return base != 0 ? x / base - 1 : NAN;
+  }
+  return NAN;
+}
+
+double invert_transform(Transform t, double y, double base) {
+  switch (t) {
+    case Transform::none:
+      return y;
+    case Transform::log:
+      return std::exp(y);
+    case Transform::diff:
+      return base + y;
+    case Transform::log_return:
+      return base * std::exp(y);
+    case Transform::pct_change:
+      return base * (1 + y);
+  }
+  return NAN;
+}
+
+const SeriesSpan& SeriesData::series_of(int64_t row) const {
+  SF_CHECK(!series.empty() && row >= 0 && row < rows, "row ", row, " of ", rows);
+  const auto it = std::upper_bound(series.begin(), series.end(), row,
+                                   [](int64_t r, const SeriesSpan& s) { return r < s.begin; });
+  return *(it - 1);
+}
+
+double SeriesData::prediction(int64_t start, int64_t j, double y) const {
+  const double v = target_norm.invert(y, j);
+  const Transform t = target_transforms.empty() ? Transform::none : target_transforms[j];
+  if (t == Transform::none || t == Transform::log) return invert_transform(t, v, 0);
+  const int64_t O = static_cast<int64_t>(target_names.size());
+  return invert_transform(t, v, raw_targets[last_row(start) * O + j]);
+}
+
+double SeriesData::actual(int64_t start, int64_t j) const {
+  const int64_t O = static_cast<int64_t>(target_names.size());
+  if (!raw_targets.empty()) return raw_targets[target_row(start) * O + j];
+  return source.at(target_row(start), target_cols[j]);
 }
 
 int64_t SeriesData::num_outputs() const {
@@ -206,34 +287,21 @@ class DataFile {
     if (!csv_) fail(path_, ": a .npy array has no text column '", name, "'");
     return csv_->text(name);
   }
-  // The named numeric columns, rows in `order`: a new matrix of just those columns for a CSV,
-  // the mapped array itself for a .npy file (`order` is then the file order). Every value used
-  // must be finite.
-  SourceMatrix numeric(const std::vector<std::string>& names, const std::vector<int64_t>& order,
-                       std::vector<int64_t>* cols) const {
-    cols->clear();
-    if (!csv_) {
-      for (const auto& name : names) cols->push_back(std::stoll(name));
-      for (int64_t r = 0; r < matrix_.rows; ++r)
-        for (int64_t j : *cols)
-          if (const double x = matrix_.at(r, j); !std::isfinite(x))
-            fail(path_, ": row ", r, ", column ", j, ": ", x, " is not a finite number");
-      return matrix_;
-    }
-    const int64_t n = csv_->rows(), width = static_cast<int64_t>(names.size());
-    auto values = std::make_shared<std::vector<double>>(n * width);
-    for (int64_t j = 0; j < width; ++j) {
-      const std::vector<double> col = csv_->numeric(names[j]);
-      for (int64_t r = 0; r < n; ++r) (*values)[r * width + j] = col[order[r]];
-      cols->push_back(j);
-    }
-    SourceMatrix m;
-    m.dtype = DType::f64;
-    m.rows = n;
-    m.cols = width;
-    m.data = reinterpret_cast<const std::byte*>(values->data());
-    m.owner = values;
-    return m;
+  bool is_array() const { return !csv_; }
+  // A numeric column, one finite value per file row.
+  std::vector<double> column(const std::string& name) const {
+    if (csv_) return csv_->numeric(name);
+    const int64_t j = std::stoll(name);
+    std::vector<double> x(matrix_.rows);
+    for (int64_t r = 0; r < matrix_.rows; ++r) x[r] = checked(r, j);
+    return x;
+  }
+  // The mapped array itself and the indices of the named columns, every value used checked.
+  SourceMatrix array(const std::vector<std::string>& names, std::vector<int64_t>* cols) const {
+    for (const auto& name : names) cols->push_back(std::stoll(name));
+    for (int64_t r = 0; r < matrix_.rows; ++r)
+      for (int64_t j : *cols) checked(r, j);
+    return matrix_;
   }
   // "<path>:<line>" for a CSV row, "<path>: row <r>" for an array row.
   std::string where(int64_t row) const {
@@ -242,6 +310,12 @@ class DataFile {
   }
 
  private:
+  double checked(int64_t r, int64_t j) const {
+    const double x = matrix_.at(r, j);
+    if (!std::isfinite(x))
+      fail(path_, ": row ", r, ", column ", j, ": ", x, " is not a finite number");
+    return x;
+  }
   std::string path_;
   std::unique_ptr<io::CsvTable> csv_;
   SourceMatrix matrix_;
@@ -250,161 +324,530 @@ class DataFile {
 
 }  // namespace
 
-SeriesData load_series(const Config& c, const SeriesData* norms) {
-  SeriesData d;
-  d.task = c.str("data.task");
-  d.lookback = positive(c, "data.lookback");
-  d.horizon = c.integer("data.horizon");
-  if (d.horizon < (d.task == "classify" ? 0 : 1))
-    fail(c.source(), ": data.horizon must be ", d.task == "classify" ? ">= 0" : "positive",
-         ", got ", d.horizon);
-  const int64_t stride = positive(c, "data.stride");
-  const std::string path = c.str("data.path");
-  if (path.empty()) fail(c.source(), ": data.path is required");
-  const DataFile table(path);
-  const std::string date_col = c.str("data.date_column"), class_col = c.str("data.class_column");
-  for (const auto& [key, col] :
-       {std::pair{"data.date_column", date_col}, {"data.class_column", class_col}})
-    if (!col.empty() && !table.has_column(col))
-      fail(c.source(), ": ", key, ": ", path, " has no column '", col, "'");
+namespace {
 
-  // Row order: by the date column when given, else file order.
-  std::vector<int64_t> order(table.rows());
-  std::iota(order.begin(), order.end(), 0);
-  if (!date_col.empty()) {
-    const auto& dates = table.text(date_col);
-    std::vector<int64_t> when(table.rows());
-    for (int64_t r = 0; r < table.rows(); ++r) {
+// What a series dataset is built from: the data.* keys, checked.
+struct SeriesOptions {
+  std::string task, path, date_col, class_col, series_col, label, label_col;
+  int64_t lookback = 0, horizon = 0, stride = 1;
+  std::vector<std::string> features, targets;
+  std::map<std::string, Transform> transforms;
+  std::string split_mode, split_by;
+};
+
+SeriesOptions series_options(const Config& c) {
+  SeriesOptions o;
+  o.task = c.str("data.task");
+  o.lookback = positive(c, "data.lookback");
+  o.horizon = c.integer("data.horizon");
+  o.stride = positive(c, "data.stride");
+  o.path = c.str("data.path");
+  if (o.path.empty()) fail(c.source(), ": data.path is required");
+  o.date_col = c.str("data.date_column");
+  o.class_col = c.str("data.class_column");
+  o.series_col = c.str("data.series_column");
+  o.features = c.list("data.features");
+  o.targets = c.list("data.targets");
+  o.split_mode = c.str("data.split.mode");
+  if (o.split_mode != "time" && o.split_mode != "random")
+    fail(c.source(), ": data.split.mode must be time or random, got '", o.split_mode, "'");
+  o.split_by = c.str("data.split.by");
+  if (o.split_by != "rows" && o.split_by != "date")
+    fail(c.source(), ": data.split.by must be rows or date, got '", o.split_by, "'");
+  if (o.split_by == "date" && o.date_col.empty())
+    fail(c.source(), ": data.split.by date needs data.date_column");
+  for (const auto& [column, name] : c.map("data.transform")) {
+    try {
+      o.transforms[column] = parse_transform(name);
+    } catch (const Error& e) {
+      fail(c.source(), ": data.transform: ", column, ": ", e.what());
+    }
+  }
+  if (o.task == "forecast") {
+    if (o.horizon < 1) fail(c.source(), ": data.horizon must be positive, got ", o.horizon);
+    if (o.targets.empty()) fail(c.source(), ": data.targets is required for data.task forecast");
+  } else if (o.task == "classify") {
+    if (o.horizon < 0) fail(c.source(), ": data.horizon must be >= 0, got ", o.horizon);
+    o.label = c.str("data.label");
+    if (o.label != "column" && o.label != "direction" && o.label != "volatility")
+      fail(c.source(), ": data.label must be column, direction or volatility, got '", o.label, "'");
+    if (o.label == "column" && o.class_col.empty())
+      fail(c.source(), ": data.class_column is required for data.task classify");
+    if (o.label != "column") {
+      o.label_col = c.str("data.label_column");
+      if (o.label_col.empty())
+        fail(c.source(), ": data.label_column is required for data.label ", o.label);
+      if (o.horizon < 1)
+        fail(c.source(), ": data.horizon must be positive for data.label ", o.label);
+    }
+  } else if (o.task == "mae") {
+    if (o.horizon < 1) fail(c.source(), ": data.horizon must be positive, got ", o.horizon);
+    o.horizon = 0;  // the window itself is the target
+  } else {
+    fail(c.source(), ": data.task: '", o.task,
+         "' is not a time-series task (forecast, classify, mae)");
+  }
+  return o;
+}
+
+Transform transform_of(const SeriesOptions& o, const std::string& column) {
+  const auto it = o.transforms.find(column);
+  return it == o.transforms.end() ? Transform::none : it->second;
+}
+
+bool needs_base(Transform t) {
+  return t == Transform::diff || t == Transform::log_return || t == Transform::pct_change;
+}
+
+std::string format_duration(int64_t seconds) {
+  const std::pair<int64_t, const char*> units[] = {
+      {86400, "day"}, {3600, "hour"}, {60, "minute"}, {1, "second"}};
+  for (const auto& [size, name] : units)
+    if (seconds % size == 0 || size == 1) {
+      const int64_t n = seconds / size;
+      return std::to_string(n) + " " + name + (n == 1 ? "" : "s");
+    }
+  return std::to_string(seconds) + " seconds";
+}
+
+// The file's rows in the order the data takes: grouped by series (sorted by name), each series
+// by its dates (file order without a date column). Checks duplicate dates and counts gaps.
+struct RowOrder {
+  std::vector<int64_t> rows;  // file rows, ordered
+  std::vector<SeriesSpan> spans;
+  std::vector<int64_t> times;  // (rows) with a date column
+  std::vector<std::string> notes;
+};
+
+RowOrder order_rows(const DataFile& table, const SeriesOptions& o) {
+  RowOrder out;
+  const int64_t n = table.rows();
+  std::vector<int64_t> when(n, 0);
+  if (!o.date_col.empty()) {
+    const auto& dates = table.text(o.date_col);
+    for (int64_t r = 0; r < n; ++r) {
       const auto t = io::parse_datetime(dates[r]);
       if (!t)
-        fail(table.where(r), ": column '", date_col, "': '", dates[r],
+        fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
              "' is not an ISO date or date-time");
       when[r] = *t;
     }
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return when[a] < when[b]; });
   }
+  static const std::vector<std::string> no_names;
+  const std::vector<std::string>& names =
+      o.series_col.empty() ? no_names : table.text(o.series_col);
+  out.rows.resize(n);
+  std::iota(out.rows.begin(), out.rows.end(), 0);
+  std::stable_sort(out.rows.begin(), out.rows.end(), [&](int64_t a, int64_t b) {
+    if (!names.empty() && names[a] != names[b]) return names[a] < names[b];
+    return when[a] < when[b];
+  });
+  int64_t gaps = 0, largest = 0;
+  std::string largest_at;
+  for (int64_t p = 0; p < n;) {
+    SeriesSpan span;
+    span.name = names.empty() ? "" : names[out.rows[p]];
+    span.begin = p;
+    int64_t q = p + 1;
+    while (q < n && (names.empty() || names[out.rows[q]] == span.name)) ++q;
+    span.end = q;
+    if (!o.date_col.empty()) {
+      std::vector<int64_t> steps;
+      for (int64_t k = p + 1; k < q; ++k) {
+        const int64_t a = out.rows[k - 1], b = out.rows[k];
+        if (when[a] == when[b]) {
+          const std::string& date = table.text(o.date_col)[b];
+          if (o.series_col.empty())
+            fail(table.where(b), ": date '", date, "' appears again (first at ", table.where(a),
+                 "): several series in one file? Name the column that tells them apart in "
+                 "data.series_column");
+          fail(table.where(b), ": series '", span.name, "': duplicate date '", date, "' (first at ",
+               table.where(a), ")");
+        }
+        steps.push_back(when[b] - when[a]);
+      }
+      if (!steps.empty()) {
+        std::vector<int64_t> sorted = steps;
+        std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+        span.step = sorted[sorted.size() / 2];
+        span.regular =
+            std::all_of(steps.begin(), steps.end(), [&](int64_t s) { return s == span.step; });
+        for (size_t k = 0; k < steps.size(); ++k)
+          if (2 * steps[k] > 3 * span.step) {
+            ++gaps;
+            if (steps[k] > largest) {
+              largest = steps[k];
+              largest_at = table.text(o.date_col)[out.rows[p + k]];
+              if (!span.name.empty())
+                largest_at = "series '" + span.name + "' after " + largest_at;
+              else
+                largest_at = "after " + largest_at;
+            }
+          }
+      }
+    }
+    out.spans.push_back(span);
+    p = q;
+  }
+  if (!o.date_col.empty()) {
+    out.times.resize(n);
+    for (int64_t p = 0; p < n; ++p) out.times[p] = when[out.rows[p]];
+  }
+  if (gaps > 0)
+    out.notes.push_back(o.path + ": " + std::to_string(gaps) + " gap" + (gaps == 1 ? "" : "s") +
+                        " in the dates longer than the usual step (the largest " +
+                        format_duration(largest) + ", " + largest_at + ")");
+  return out;
+}
 
-  d.feature_names = c.list("data.features");
-  if (d.feature_names.empty())
-    for (const auto& col : table.columns())
-      if (col != date_col && col != class_col) d.feature_names.push_back(col);
-  if (d.task == "forecast") {
-    d.target_names = c.list("data.targets");
-    if (d.target_names.empty())
-      fail(c.source(), ": data.targets is required for data.task forecast");
-  } else if (d.task == "classify") {
-    const std::string label = c.str("data.label");
-    if (label != "column" && label != "direction")
-      fail(c.source(), ": data.label must be column or direction, got '", label, "'");
-    if (label == "column" && class_col.empty())
-      fail(c.source(), ": data.class_column is required for data.task classify");
-    if (label == "direction" && c.str("data.label_column").empty())
-      fail(c.source(), ": data.label_column is required for data.label direction");
-    if (label == "direction" && d.horizon < 1)
-      fail(c.source(), ": data.horizon must be positive for data.label direction");
-  } else if (d.task == "mae") {
-    d.horizon = 0;  // the window itself is the target
-  } else {
-    fail(c.source(), ": data.task: '", d.task,
-         "' is not a time-series task (forecast, classify, mae)");
+// Start positions of the windows in rows [begin, end) of the source, every `stride`: with
+// `targets`, those whose target row lies inside, else every complete input window.
+void add_windows(const SeriesData& d, int64_t begin, int64_t end, int64_t stride, bool targets,
+                 std::vector<int64_t>* out) {
+  for (int64_t s = begin; (targets ? d.target_row(s) : d.last_row(s)) < end; s += stride)
+    out->push_back(s);
+}
+
+// Split boundaries of every span: [begin, a), [a, b), [b, end), by row shares or shared dates.
+std::vector<std::pair<int64_t, int64_t>> split_points(const Config& c, const SeriesOptions& o,
+                                                      const SeriesData& d) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  if (o.split_by == "rows") {
+    for (const SeriesSpan& s : d.series) {
+      const auto [a, b] = boundaries(c, s.end - s.begin);
+      out.emplace_back(s.begin + a, s.begin + b);
+    }
+    return out;
   }
-  d.rows = table.rows();
-  // The source: features, then targets, then the direction label's column.
-  std::vector<std::string> used = d.feature_names;
-  const std::string label_col =
-      d.task == "classify" && c.str("data.label") == "direction" ? c.str("data.label_column") : "";
-  for (const auto& [names, key] :
-       {std::pair{&d.feature_names, "data.features"}, {&d.target_names, "data.targets"}})
-    for (const auto& name : *names)
-      if (!table.has_column(name))
-        fail(c.source(), ": ", key, ": ", path, " has no column '", name, "'");
-  if (!label_col.empty() && !table.has_column(label_col))
-    fail(c.source(), ": data.label_column: ", path, " has no column '", label_col, "'");
-  for (const auto& name : d.target_names) used.push_back(name);
-  if (!label_col.empty()) used.push_back(label_col);
-  std::vector<int64_t> used_cols;
-  d.source = table.numeric(used, order, &used_cols);
-  const int64_t F = d.num_features(), O = static_cast<int64_t>(d.target_names.size());
-  d.feature_cols.assign(used_cols.begin(), used_cols.begin() + F);
-  d.target_cols.assign(used_cols.begin() + F, used_cols.begin() + F + O);
-  const auto [train_end, val_end] = boundaries(c, d.rows);
-  const std::string mode = c.str("data.split.mode");
-  if (mode != "time" && mode != "random")
-    fail(c.source(), ": data.split.mode must be time or random, got '", mode, "'");
-  auto windows = [&](int64_t begin, int64_t end, std::vector<int64_t>* out) {
-    for (int64_t s = begin; d.target_row(s) < end; s += stride) out->push_back(s);
+  std::vector<int64_t> pooled = d.times;
+  std::sort(pooled.begin(), pooled.end());
+  const auto [a, b] = boundaries(c, static_cast<int64_t>(pooled.size()));
+  const int64_t n = static_cast<int64_t>(pooled.size());
+  const int64_t cut_a = a < n ? pooled[a] : INT64_MAX, cut_b = b < n ? pooled[b] : INT64_MAX;
+  for (const SeriesSpan& s : d.series) {
+    auto first_at = [&](int64_t cut) {
+      return std::lower_bound(d.times.begin() + s.begin, d.times.begin() + s.end, cut) -
+             d.times.begin();
+    };
+    out.emplace_back(first_at(cut_a), first_at(cut_b));
+  }
+  return out;
+}
+
+// The value of file row `r` of a column: the CSV's numbers or the array's.
+struct ColumnValues {
+  std::vector<double> values;  // (file rows)
+  std::string name;
+};
+
+// The source matrix: features transformed against the previous row, targets against the row
+// `horizon` before (the window's last row), the label column as it is. When a feature has a
+// differencing transform, each series' first row is dropped. Returns the file row of each source
+// row.
+std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
+                                  const RowOrder& order,
+                                  const std::vector<std::string>& target_names,
+                                  const std::string& label_col, SeriesData* d) {
+  if (table.is_array() && o.transforms.empty()) {  // the mapped array itself, never loaded whole
+    std::vector<std::string> names = o.features;
+    names.insert(names.end(), target_names.begin(), target_names.end());
+    if (!label_col.empty()) names.push_back(label_col);
+    std::vector<int64_t> cols;
+    d->source = table.array(names, &cols);
+    d->rows = d->source.rows;
+    d->series = order.spans;
+    const size_t F = o.features.size();
+    d->feature_cols.assign(cols.begin(), cols.begin() + F);
+    d->target_cols.assign(cols.begin() + F, cols.begin() + F + target_names.size());
+    d->target_transforms.assign(target_names.size(), Transform::none);
+    if (!label_col.empty()) d->label_col = cols.back();
+    return order.rows;
+  }
+  bool drop_first = false;
+  for (const auto& f : o.features) drop_first |= needs_base(transform_of(o, f));
+  std::vector<int64_t> keep;  // positions in order.rows
+  for (const SeriesSpan& s : order.spans) {
+    SeriesSpan kept = s;
+    kept.begin = static_cast<int64_t>(keep.size());
+    for (int64_t p = s.begin + (drop_first ? 1 : 0); p < s.end; ++p) keep.push_back(p);
+    kept.end = static_cast<int64_t>(keep.size());
+    d->series.push_back(kept);
+  }
+  const int64_t n = static_cast<int64_t>(keep.size());
+  d->rows = n;
+  const int64_t F = static_cast<int64_t>(o.features.size());
+  const int64_t O = static_cast<int64_t>(target_names.size());
+  std::vector<int64_t> present;  // targets in the file (predict needs none)
+  for (int64_t j = 0; j < O; ++j)
+    if (table.has_column(target_names[j])) present.push_back(j);
+  const int64_t width = F + static_cast<int64_t>(present.size()) + (label_col.empty() ? 0 : 1);
+  auto values = std::make_shared<std::vector<double>>(n * width);
+  for (const auto& t : target_names) d->target_transforms.push_back(transform_of(o, t));
+  const bool keep_raw = std::any_of(d->target_transforms.begin(), d->target_transforms.end(),
+                                    [](Transform t) { return t != Transform::none; });
+  if (keep_raw) d->raw_targets.assign(n * O, NAN);
+  // Column `name` into source column `j`, transformed against the row `lag` source rows before
+  // (a feature: the file's previous row of the series, dropped or not; a target: the row
+  // `horizon` before); `raw` receives the values as they are, every O-th.
+  auto column = [&](const std::string& name, int64_t j, Transform t, bool is_target, double* raw) {
+    const std::vector<double> x = table.column(name);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t p = keep[k], row = order.rows[p];
+      double v = x[row];
+      if (raw) raw[k * O] = v;
+      if (t != Transform::none) {
+        const int64_t first = d->series_of(k).begin;
+        double base = NAN;
+        bool defined = true;
+        if (!is_target) {
+          base = p > 0 ? x[order.rows[p - 1]] : NAN;
+        } else if (k - o.horizon >= first) {
+          base = x[order.rows[keep[k - o.horizon]]];
+        } else {
+          defined = !needs_base(t);  // the series' first rows are no window's target
+        }
+        v = defined ? apply_transform(t, v, base) : NAN;
+        if (defined && !std::isfinite(v))
+          fail(table.where(row), ": column '", name, "': data.transform ", transform_name(t),
+               " is undefined for ", x[row],
+               needs_base(t) ? " after " + std::to_string(base) : std::string());
+      }
+      (*values)[k * width + j] = v;
+    }
   };
-  if (mode == "time") {  // windows wholly inside one split
-    windows(0, train_end, &d.split.train);
-    windows(train_end, val_end, &d.split.val);
-    windows(val_end, d.rows, &d.split.test);
-  } else {
-    std::vector<int64_t> all;
-    windows(0, d.rows, &all);
-    random_split(c, all, &d.split);
-  }
-  // Normalisation statistics come from the rows the training windows cover, and no others.
-  std::vector<int64_t> train_rows;
-  {
-    std::vector<char> used(d.rows, 0);
-    for (int64_t s : d.split.train)
-      for (int64_t r = s; r <= std::max(d.target_row(s), s + d.lookback - 1); ++r) used[r] = 1;
-    for (int64_t r = 0; r < d.rows; ++r)
-      if (used[r]) train_rows.push_back(r);
-  }
-  if (norms) {
-    d.feature_norm = norms->feature_norm;
-    d.target_norm = norms->target_norm;
-  } else {
-    d.feature_norm.fit(c.str("data.normalize"), d.source, d.feature_cols, train_rows);
-    if (d.task == "forecast")
-      d.target_norm.fit(c.str("data.normalize"), d.source, d.target_cols, train_rows);
+  for (int64_t j = 0; j < F; ++j)
+    column(o.features[j], j, transform_of(o, o.features[j]), false, nullptr);
+  for (size_t i = 0; i < present.size(); ++i) {
+    const int64_t j = present[i];
+    column(target_names[j], F + static_cast<int64_t>(i), d->target_transforms[j], true,
+           keep_raw ? d->raw_targets.data() + j : nullptr);
   }
   if (!label_col.empty()) {
-    // Class of row r: up when the column is higher than `horizon` rows earlier.
-    const int64_t col = used_cols.back();
-    d.class_names = {"down", "up"};
-    d.classes.assign(d.rows, 0);
-    for (int64_t r = d.horizon; r < d.rows; ++r)
-      d.classes[r] = d.source.at(r, col) > d.source.at(r - d.horizon, col) ? 1 : 0;
-  } else if (d.task == "classify") {
-    const auto& names = table.text(class_col);
-    if (norms) {
-      d.class_names = norms->class_names;
-    } else {
-      d.class_names = names;
-      std::sort(d.class_names.begin(), d.class_names.end());
-      d.class_names.erase(std::unique(d.class_names.begin(), d.class_names.end()),
-                          d.class_names.end());
-    }
-    d.classes.resize(d.rows);
-    for (int64_t r = 0; r < d.rows; ++r) {
-      const auto& name = names[order[r]];
-      const auto it = std::lower_bound(d.class_names.begin(), d.class_names.end(), name);
-      if (it == d.class_names.end() || *it != name)
-        fail(table.where(order[r]), ": class '", name, "' was not seen in training");
-      d.classes[r] = it - d.class_names.begin();
+    d->label_col = width - 1;
+    column(label_col, d->label_col, Transform::none, false, nullptr);
+  }
+  d->source.dtype = DType::f64;
+  d->source.rows = n;
+  d->source.cols = width;
+  d->source.data = reinterpret_cast<const std::byte*>(values->data());
+  d->source.owner = values;
+  for (int64_t j = 0; j < F; ++j) d->feature_cols.push_back(j);
+  if (present.size() == target_names.size())
+    for (int64_t j = 0; j < O; ++j) d->target_cols.push_back(F + j);
+  d->rows = n;
+  if (!order.times.empty()) {
+    const auto& text = table.text(o.date_col);
+    for (int64_t p : keep) {
+      d->times.push_back(order.times[p]);
+      d->dates.push_back(text[order.rows[p]]);
     }
   }
+  std::vector<int64_t> file_rows(n);
+  for (int64_t k = 0; k < n; ++k) file_rows[k] = order.rows[keep[k]];
+  return file_rows;
+}
+
+// Class ids per source row (classify; -1 where a row has none). Volatility classes need the
+// training windows' median and are set by label_volatility once the split is known.
+void label_rows(const DataFile& table, const SeriesOptions& o,
+                const std::vector<int64_t>& file_rows, const SeriesData* stored, SeriesData* d,
+                std::vector<double>* volatility) {
+  d->classes.assign(d->rows, -1);
+  if (o.label != "column") {
+    d->class_names = o.label == "direction" ? std::vector<std::string>{"down", "up"}
+                                            : std::vector<std::string>{"low", "high"};
+    if (!d->has_targets) return;
+    const int64_t col = d->label_col, h = o.horizon;
+    if (o.label == "volatility") volatility->assign(d->rows, NAN);
+    for (const SeriesSpan& s : d->series)
+      for (int64_t r = s.begin + h; r < s.end; ++r) {
+        if (o.label == "direction") {
+          d->classes[r] = d->source.at(r, col) > d->source.at(r - h, col) ? 1 : 0;
+          continue;
+        }
+        double sq = 0;  // realised volatility: the log returns over rows (r - h, r]
+        for (int64_t i = r - h + 1; i <= r; ++i) {
+          const double a = d->source.at(i - 1, col), b = d->source.at(i, col);
+          if (!(a > 0 && b > 0))
+            fail(table.where(file_rows[a > 0 ? i : i - 1]), ": column '", o.label_col,
+                 "': data.label volatility needs positive values for log returns, got ",
+                 a > 0 ? b : a);
+          sq += std::log(b / a) * std::log(b / a);
+        }
+        (*volatility)[r] = std::sqrt(sq);
+      }
+    return;
+  }
+  if (stored) d->class_names = stored->class_names;
+  if (!d->has_targets) return;
+  const auto& names = table.text(o.class_col);
+  if (!stored) {
+    for (int64_t row : file_rows) d->class_names.push_back(names[row]);
+    std::sort(d->class_names.begin(), d->class_names.end());
+    d->class_names.erase(std::unique(d->class_names.begin(), d->class_names.end()),
+                         d->class_names.end());
+  }
+  for (int64_t r = 0; r < d->rows; ++r) {
+    const auto& name = names[file_rows[r]];
+    const auto it = std::lower_bound(d->class_names.begin(), d->class_names.end(), name);
+    if (it == d->class_names.end() || *it != name)
+      fail(table.where(file_rows[r]), ": class '", name, "' was not seen in training");
+    d->classes[r] = it - d->class_names.begin();
+  }
+}
+
+// Volatility classes: high above the threshold (the training windows' median, or the stored one).
+void label_volatility(const std::vector<double>& volatility, const SeriesData* stored,
+                      SeriesData* d) {
+  if (volatility.empty()) return;
+  if (stored) {
+    d->label_threshold = stored->label_threshold;
+  } else {
+    std::vector<double> v;
+    for (int64_t s : d->split.train) v.push_back(volatility[d->target_row(s)]);
+    if (v.empty()) return;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    d->label_threshold = v[v.size() / 2];
+  }
+  for (int64_t r = 0; r < d->rows; ++r)
+    if (!std::isnan(volatility[r])) d->classes[r] = volatility[r] > d->label_threshold ? 1 : 0;
+}
+
+// The windows of each series: the splits, or every window of the file.
+void list_windows(const Config& c, const SeriesOptions& o, WindowSet which, SeriesData* d) {
+  if (which != WindowSet::splits) {
+    for (const SeriesSpan& s : d->series)
+      add_windows(*d, s.begin, s.end, 1, which == WindowSet::with_targets, &d->split.test);
+    return;
+  }
+  if (o.split_mode == "random") {
+    std::vector<int64_t> all;
+    for (const SeriesSpan& s : d->series) add_windows(*d, s.begin, s.end, o.stride, true, &all);
+    random_split(c, all, &d->split);
+    return;
+  }
+  const auto points = split_points(c, o, *d);
+  for (size_t i = 0; i < d->series.size(); ++i) {  // windows wholly inside one part
+    const SeriesSpan& s = d->series[i];
+    const auto [a, b] = points[i];
+    add_windows(*d, s.begin, a, o.stride, true, &d->split.train);
+    add_windows(*d, a, b, o.stride, true, &d->split.val);
+    add_windows(*d, b, s.end, o.stride, true, &d->split.test);
+  }
+  for (auto* v : {&d->split.train, &d->split.val, &d->split.test}) std::sort(v->begin(), v->end());
+  if (o.split_by == "date" && !d->times.empty()) {
+    std::vector<int64_t> pooled = d->times;
+    std::sort(pooled.begin(), pooled.end());
+    const auto [a, b] = boundaries(c, static_cast<int64_t>(pooled.size()));
+    const int64_t n = static_cast<int64_t>(pooled.size());
+    d->notes.push_back("split by date: validation from " +
+                       (a < n ? io::format_datetime(pooled[a], true) : std::string("(none)")) +
+                       ", test from " +
+                       (b < n ? io::format_datetime(pooled[b], true) : std::string("(none)")));
+  }
+}
+
+// Normalisation from the rows the training windows cover (inputs and targets), and no others.
+void fit_normalizers(const Config& c, SeriesData* d) {
+  std::vector<char> used(d->rows, 0);
+  for (int64_t s : d->split.train)
+    for (int64_t r = s; r <= std::max(d->target_row(s), d->last_row(s)); ++r) used[r] = 1;
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < d->rows; ++r)
+    if (used[r]) rows.push_back(r);
+  d->feature_norm.fit(c.str("data.normalize"), d->source, d->feature_cols, rows);
+  if (d->task == "forecast")
+    d->target_norm.fit(c.str("data.normalize"), d->source, d->target_cols, rows);
+}
+
+// A fixed random subset of the training windows (data.label_fraction), kept in order.
+void keep_labeled_fraction(const Config& c, SeriesData* d) {
   const double fraction = c.number("data.label_fraction");
   if (!(fraction > 0 && fraction <= 1))
     fail(c.source(), ": data.label_fraction must be in (0, 1], got ", fraction);
-  if (fraction < 1 && !norms) {  // a fixed random subset of the training windows, kept in order
-    Rng rng(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x1abe1ull);
-    std::vector<int64_t> pick(d.split.train.size());
-    std::iota(pick.begin(), pick.end(), 0);
-    for (int64_t i = static_cast<int64_t>(pick.size()) - 1; i > 0; --i)
-      std::swap(pick[i], pick[rng.next() % (i + 1)]);
-    pick.resize(std::max<size_t>(1, static_cast<size_t>(std::ceil(fraction * pick.size()))));
-    std::sort(pick.begin(), pick.end());
-    std::vector<int64_t> kept;
-    for (int64_t i : pick) kept.push_back(d.split.train[i]);
-    d.split.train = std::move(kept);
+  if (fraction == 1) return;
+  Rng rng(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x1abe1ull);
+  std::vector<int64_t> pick(d->split.train.size());
+  std::iota(pick.begin(), pick.end(), 0);
+  for (int64_t i = static_cast<int64_t>(pick.size()) - 1; i > 0; --i)
+    std::swap(pick[i], pick[rng.next() % (i + 1)]);
+  pick.resize(std::max<size_t>(1, static_cast<size_t>(std::ceil(fraction * pick.size()))));
+  std::sort(pick.begin(), pick.end());
+  std::vector<int64_t> kept;
+  for (int64_t i : pick) kept.push_back(d->split.train[i]);
+  d->split.train = std::move(kept);
+}
+
+}  // namespace
+
+SeriesData load_series(const Config& c, const SeriesData* stored, WindowSet which) {
+  const SeriesOptions o = series_options(c);
+  SeriesData d;
+  d.task = o.task;
+  d.lookback = o.lookback;
+  d.horizon = o.horizon;
+  const DataFile table(o.path);
+  auto require = [&](const char* key, const std::string& col) {
+    if (!col.empty() && !table.has_column(col))
+      fail(c.source(), ": ", key, ": ", o.path, " has no column '", col, "'");
+  };
+  require("data.date_column", o.date_col);
+  require("data.series_column", o.series_col);
+  d.feature_names = o.features;
+  if (d.feature_names.empty())
+    for (const auto& col : table.columns())
+      if (col != o.date_col && col != o.class_col && col != o.series_col)
+        d.feature_names.push_back(col);
+  for (const auto& name : d.feature_names) require("data.features", name);
+  for (const auto& [column, t] : o.transforms)
+    if (std::find(d.feature_names.begin(), d.feature_names.end(), column) ==
+            d.feature_names.end() &&
+        std::find(o.targets.begin(), o.targets.end(), column) == o.targets.end())
+      fail(c.source(), ": data.transform: '", column, "' is neither a feature nor a target");
+  // The truth: target columns, the class column or the label's column. Predict needs none.
+  std::vector<std::string> truth = o.targets;
+  if (o.task == "classify") truth = {o.label == "column" ? o.class_col : o.label_col};
+  for (const auto& name : truth) {
+    if (which == WindowSet::every_window && !table.has_column(name)) {
+      d.has_targets = false;
+      continue;
+    }
+    require(o.task == "forecast"  ? "data.targets"
+            : o.label == "column" ? "data.class_column"
+                                  : "data.label_column",
+            name);
   }
+  if (o.task == "forecast") d.target_names = o.targets;
+  SeriesOptions built = o;
+  built.features = d.feature_names;
+  if (!d.has_targets && o.task == "forecast")  // predictions are inverted against the last input
+    for (const auto& name : o.targets)
+      if (needs_base(transform_of(o, name)) && !table.has_column(name))
+        fail(o.path, ": has no column '", name, "', which predictions need to undo data.transform ",
+             transform_name(transform_of(o, name)), " of the target");
+  const RowOrder order = order_rows(table, built);
+  d.notes = order.notes;
+  const std::string label_col =
+      o.task == "classify" && o.label != "column" && d.has_targets ? o.label_col : "";
+  const std::vector<int64_t> file_rows =
+      build_source(table, built, order, d.target_names, label_col, &d);
+  std::vector<double> volatility;
+  if (o.task == "classify") label_rows(table, o, file_rows, stored, &d, &volatility);
+  list_windows(c, o, which, &d);
+  if (stored) {
+    d.feature_norm = stored->feature_norm;
+    d.target_norm = stored->target_norm;
+  } else {
+    fit_normalizers(c, &d);
+  }
+  label_volatility(volatility, stored, &d);
+  if (which != WindowSet::splits) return d;
+  if (!stored) keep_labeled_fraction(c, &d);
   if (d.split.train.empty())
-    fail(path, ": ", d.rows, " rows give no training window: the training split (", train_end,
-         " rows) is shorter than data.lookback + data.horizon = ", d.lookback + d.horizon);
+    fail(o.path, ": ", d.rows,
+         " rows give no training window: the training split is shorter "
+         "than data.lookback + data.horizon = ",
+         d.lookback + d.horizon, d.series.size() > 1 ? " in every series" : "");
   return d;
 }
 
@@ -454,7 +897,7 @@ TextData load_text(const Config& c, const std::string& vocab) {
   return d;
 }
 
-Dataset load_dataset(const Config& c, const Dataset* from) {
+Dataset load_dataset(const Config& c, const Dataset* from, WindowSet windows) {
   Dataset d;
   d.kind = c.str("data.task");
   d.path = c.str("data.path");
@@ -462,7 +905,7 @@ Dataset load_dataset(const Config& c, const Dataset* from) {
   if (d.kind == "charlm") {
     d.text = load_text(c, from ? from->text.vocab : "");
   } else if (d.kind == "forecast" || d.kind == "classify" || d.kind == "mae") {
-    d.series = load_series(c, from ? &from->series : nullptr);
+    d.series = load_series(c, from ? &from->series : nullptr, windows);
     d.mask_ratio = c.number("data.mask_ratio");
     if (!(d.mask_ratio > 0 && d.mask_ratio < 1))
       fail(c.source(), ": data.mask_ratio must be in (0, 1), got ", d.mask_ratio);

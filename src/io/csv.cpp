@@ -4,6 +4,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -308,6 +309,24 @@ std::optional<int64_t> parse_datetime(std::string_view s) {
   literal(':');  // +HH:MM or +HHMM
   if (!digits(2, &om) || oh > 23 || om > 59 || i != s.size()) return std::nullopt;
   return seconds - sign * (oh * 3600 + om * 60);
+}
+
+std::string format_datetime(int64_t seconds, bool date_only) {
+  namespace chr = std::chrono;
+  const int64_t days = seconds >= 0 ? seconds / 86400 : -((-seconds + 86399) / 86400);
+  const int64_t rest = seconds - days * 86400;
+  const chr::year_month_day ymd{chr::sys_days{chr::days{days}}};
+  char buf[48];
+  if (date_only && rest == 0) {
+    std::snprintf(buf, sizeof buf, "%04d-%02u-%02u", static_cast<int>(ymd.year()),
+                  static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()));
+  } else {
+    std::snprintf(buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d", static_cast<int>(ymd.year()),
+                  static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()),
+                  static_cast<int>(rest / 3600), static_cast<int>(rest / 60 % 60),
+                  static_cast<int>(rest % 60));
+  }
+  return buf;
 }
 
 }  // namespace seqforge::io

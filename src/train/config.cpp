@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -16,7 +17,7 @@ namespace {
 using T = ConfigKey::Type;
 
 const std::vector<ConfigKey> kKeys = {
-    {"data.path", T::string, "",
+    {"data.path", T::path, "",
      "The data: a .csv file or a 2-D .npy array (forecast, classify, mae; an array's columns are "
      "named \"0\", \"1\", ...), or a text file (charlm). Required."},
     {"data.task", T::string, "forecast",
@@ -29,11 +30,25 @@ const std::vector<ConfigKey> kKeys = {
      "CSV columns to predict (forecast). Required for forecast."},
     {"data.date_column", T::string, "",
      "CSV column of ISO dates or date-times: rows are ordered by it; never a feature."},
+    {"data.series_column", T::string, "",
+     "CSV column naming the series when one file holds several (a battery cell, a city, a "
+     "ticker); never a feature. Each series is ordered by its own dates, windows never cross "
+     "series, time splits cut every series, and normalisation is fitted on all series' training "
+     "parts. Empty: the file is one series (then rows with equal dates are an error)."},
+    {"data.transform", T::string_map, "{}",
+     "Per-column transforms applied before windowing and normalisation, e.g. `{close: "
+     "log_return, volume: log}`: `log` (ln x), `diff` (x_t - x_{t-1}), `log_return` (ln(x_t / "
+     "x_{t-1})), `pct_change` (x_t / x_{t-1} - 1). A target's transform spans the horizon (the "
+     "change from the window's last row to the target row), and predictions and errors are "
+     "turned back into the column's own units. A differencing transform of a feature drops each "
+     "series' first row."},
     {"data.class_column", T::string, "",
      "CSV column of class names (classify); classes are numbered in sorted order."},
     {"data.label", T::string, "column",
-     "classify: `column` (the class column) or `direction` (`up` when label_column is higher "
-     "`horizon` steps after the window's last row, else `down`)."},
+     "classify: `column` (the class column), `direction` (`up` when label_column is higher "
+     "`horizon` steps after the window's last row, else `down`) or `volatility` (`high` when the "
+     "realised volatility of label_column's log returns over the `horizon` rows after the window "
+     "is above its median over the training windows, else `low`)."},
     {"data.label_column", T::string, "",
      "classify with label `direction`: the numeric column whose direction is the class."},
     {"data.label_fraction", T::number, "1.0",
@@ -52,11 +67,16 @@ const std::vector<ConfigKey> kKeys = {
      "(text)."},
     {"data.split.val", T::number, "0.1",
      "Share for validation, right after the training part; the rest is the test split. No window "
-     "crosses a boundary."},
+     "crosses a boundary. 0: no validation on purpose (no val_* metrics; early stopping and "
+     "`save: best` watch train_loss). A positive share too small for one window is an error."},
     {"data.split.mode", T::string, "time",
      "`time`: train, validation and test follow each other in time. `random`: whole windows (or "
      "text chunks) dealt at random with train.seed, for data whose windows are independent "
      "samples (overlapping windows would leak rows across splits)."},
+    {"data.split.by", T::string, "rows",
+     "Time splits of several series: `rows` (every series cut at the same fractions of its own "
+     "rows) or `date` (every series cut at two shared dates: those fractions of all rows' dates "
+     "pooled; needs data.date_column)."},
     {"data.normalize", T::string, "zscore",
      "`zscore`, `minmax` or `none`: feature and target scaling, fitted on the training split only "
      "and stored in the checkpoint."},
@@ -95,7 +115,7 @@ const std::vector<ConfigKey> kKeys = {
      ".npy under a fingerprint of the data and these options (with a checksum), and draw from them "
      "in later epochs and runs."},
     {"augment.cache_versions", T::integer, "4", "Augmented versions per window in the cache."},
-    {"augment.cache_dir", T::string, "",
+    {"augment.cache_dir", T::path, "",
      "Where the cache lives; empty: `augment/` in seqforge's cache directory (SEQFORGE_CACHE_DIR, "
      "else ~/.cache/seqforge)."},
     {"model.hidden", T::integer, "64", "LSTM hidden size."},
@@ -104,7 +124,7 @@ const std::vector<ConfigKey> kKeys = {
     {"model.dropout", T::number, "0.0",
      "Dropout on every LSTM layer's output but the last, in training."},
     {"model.embedding", T::integer, "64", "Embedding size (charlm)."},
-    {"model.init_from", T::string, "",
+    {"model.init_from", T::path, "",
      "A .safetensors file of initial weights under PyTorch names (lstm.weight_ih_l0, head.weight, "
      "...)."},
     {"model.init_from_modules", T::string_list, "[]",
@@ -112,8 +132,9 @@ const std::vector<ConfigKey> kKeys = {
      "tensors are ignored. Empty: every parameter."},
     {"optim.kind", T::string, "adamw", "`adamw`, `adam` or `sgd`."},
     {"optim.lr", T::number, "0.001", "Peak learning rate."},
-    {"optim.weight_decay", T::number, "0.01",
-     "Weight decay: decoupled for adamw, L2 for adam and sgd."},
+    {"optim.weight_decay", T::number, "auto",
+     "Weight decay: decoupled for adamw, L2 for adam and sgd. `auto`: 0.01 for adamw, 0 for adam "
+     "and sgd (PyTorch's defaults)."},
     {"optim.beta1", T::number, "0.9", "Adam beta1."},
     {"optim.beta2", T::number, "0.999", "Adam beta2."},
     {"optim.eps", T::number, "1e-08", "Adam epsilon."},
@@ -145,18 +166,21 @@ const std::vector<ConfigKey> kKeys = {
      "Stop after this many epochs without improvement of the monitored metric; 0: never."},
     {"train.early_stopping.min_delta", T::number, "0.0",
      "The least change that counts as an improvement."},
-    {"train.early_stopping.monitor", T::string, "val_loss",
+    {"train.early_stopping.monitor", T::string, "auto",
      "The metric watched by early stopping, the plateau schedule and `save: best`: val_loss, "
-     "val_mse, val_rmse, val_mae, val_accuracy, val_f1, val_bpc."},
-    {"train.early_stopping.mode", T::string, "min",
-     "`min` or `max`: which direction is better for the monitored metric."},
+     "val_mse, val_rmse, val_mae, val_accuracy, val_f1, val_bpc, train_loss. `auto`: val_loss, "
+     "or train_loss when data.split.val is 0."},
+    {"train.early_stopping.mode", T::string, "auto",
+     "`min`, `max` or `auto` (max for accuracy and F1, min for losses and errors): which "
+     "direction is better for the monitored metric."},
     {"train.save", T::string, "best",
      "`best` (the best epoch by the monitored metric), `last` or `every_n` (every save_every "
      "epochs, and the last)."},
     {"train.save_every", T::integer, "1", "`every_n`: epochs between checkpoints."},
-    {"train.run_dir", T::string, "",
-     "Where checkpoints, metrics.jsonl and the resolved config go; default runs/<config file "
-     "name>."},
+    {"train.run_dir", T::path, "",
+     "Where checkpoints, metrics.jsonl and the resolved config go; it must not hold another run "
+     "(`train --overwrite` replaces it). Default: runs/<config file name>, or runs/<name>-2, -3, "
+     "... when that holds a run."},
     {"dist.timeout_seconds", T::number, "120",
      "Under mpirun: a collective that takes longer (a rank died or hangs) ends the job with an "
      "error. Must exceed rank 0's validation and checkpoint time per epoch."},
@@ -176,6 +200,10 @@ const char* type_name(T t) {
       return "boolean";
     case T::string_list:
       return "list of strings";
+    case T::string_map:
+      return "map of column to string";
+    case T::path:
+      return "path";
   }
   return "";
 }
@@ -246,6 +274,16 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
     fail(where, ": ", key.path, ": expected ", (key.type == T::integer ? "an " : "a "),
          type_name(key.type), ", got ", got);
   };
+  if (key.type == T::string_map) {
+    if (node.IsNull()) return "{}";
+    if (!node.IsMap()) return bad(node.IsSequence() ? "a list" : "'" + node.Scalar() + "'");
+    std::string out = "{";
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar() || !kv.second.IsScalar()) return bad("a nested list or map");
+      out += (out.size() > 1 ? ", " : "") + YAML::Dump(kv.first) + ": " + YAML::Dump(kv.second);
+    }
+    return out + "}";
+  }
   if (key.type == T::string_list) {
     if (node.IsScalar()) return "[" + node.Scalar() + "]";
     if (!node.IsSequence()) return bad("a map");
@@ -267,7 +305,8 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
       if (!parse_int(s, &i)) return bad("'" + s + "'");
       break;
     case T::number:
-      if (!parse_double(s, &d)) return bad("'" + s + "'");
+      if (!parse_double(s, &d) && !(s == "auto" && key.default_value == "auto"))
+        return bad("'" + s + "'");
       break;
     case T::boolean:
       if (!parse_bool(s, &b)) return bad("'" + s + "'");
@@ -352,6 +391,36 @@ Config Config::parse(const std::string& yaml, const std::string& source,
     c.values_[path] = canonical(*key, value, "override '" + o + "'");
     c.where_[path] = "override";
   }
+  c.resolve_auto();
+  return c;
+}
+
+void Config::resolve_auto() {
+  // Each key's value once the keys it depends on are known; is_set() stays as it was.
+  auto resolve = [&](const std::string& key, const std::string& value) {
+    if (str(key) != "auto") return;
+    values_[key] = value;
+    derived_.insert(key);
+  };
+  resolve("optim.weight_decay", str("optim.kind") == "adamw" ? "0.01" : "0");
+  resolve("train.early_stopping.monitor", number("data.split.val") > 0 ? "val_loss" : "train_loss");
+  const std::string monitor = str("train.early_stopping.monitor");
+  auto ends_with = [&](const std::string& tail) {
+    return monitor.size() >= tail.size() &&
+           monitor.compare(monitor.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  resolve("train.early_stopping.mode", ends_with("accuracy") || ends_with("f1") ? "max" : "min");
+}
+
+Config Config::with_absolute_paths(const std::string& base_dir) const {
+  Config c = *this;
+  for (const auto& k : kKeys) {
+    if (k.type != T::path) continue;
+    const std::string value = str(k.path);
+    if (value.empty() || std::filesystem::path(value).is_absolute()) continue;
+    c.values_[k.path] = (std::filesystem::path(base_dir) / value).lexically_normal().string();
+    c.written_[k.path] = value;
+  }
   return c;
 }
 
@@ -361,7 +430,9 @@ const ConfigKey& Config::key_of(const std::string& key) const {
   return *k;
 }
 
-bool Config::is_set(const std::string& key) const { return values_.count(key) > 0; }
+bool Config::is_set(const std::string& key) const {
+  return values_.count(key) > 0 && derived_.count(key) == 0;
+}
 
 std::string Config::str(const std::string& key) const {
   const ConfigKey& k = key_of(key);
@@ -387,6 +458,14 @@ bool Config::boolean(const std::string& key) const {
   return v;
 }
 
+std::map<std::string, std::string> Config::map(const std::string& key) const {
+  SF_CHECK(key_of(key).type == T::string_map, key);
+  const YAML::Node node = YAML::Load(str(key));
+  std::map<std::string, std::string> out;
+  for (const auto& kv : node) out[kv.first.as<std::string>()] = kv.second.as<std::string>();
+  return out;
+}
+
 std::vector<std::string> Config::list(const std::string& key) const {
   SF_CHECK(key_of(key).type == T::string_list, key);
   const YAML::Node node = YAML::Load(str(key));
@@ -396,25 +475,30 @@ std::vector<std::string> Config::list(const std::string& key) const {
 }
 
 std::string Config::resolved_yaml() const {
-  YAML::Node root(YAML::NodeType::Map);
+  // Keys in table order, grouped by their dotted prefixes (the table keeps each group together).
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  std::vector<std::string> open;  // the map keys currently open
   for (const auto& k : kKeys) {
     std::vector<std::string> parts;
     std::stringstream ss(k.path);
     for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+    size_t common = 0;
+    while (common < open.size() && common + 1 < parts.size() && open[common] == parts[common])
+      ++common;
+    for (; open.size() > common; open.pop_back()) out << YAML::EndMap;
+    for (; open.size() + 1 < parts.size(); open.push_back(parts[open.size()]))
+      out << YAML::Key << parts[open.size()] << YAML::Value << YAML::BeginMap;
     YAML::Node value = YAML::Load(str(k.path));
-    if (k.type == T::string && value.IsNull()) value = YAML::Node(std::string());
-    // Node assignment copies values; reset() moves the handle down the tree.
-    YAML::Node cur;
-    cur.reset(root);
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      if (!cur[parts[i]]) cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
-      YAML::Node child = cur[parts[i]];
-      cur.reset(child);
-    }
-    cur[parts.back()] = value;
+    if ((k.type == T::string || k.type == T::path) && value.IsNull())
+      value = YAML::Node(std::string());
+    if (k.type == T::string_map || k.type == T::string_list) value.SetStyle(YAML::EmitterStyle::Flow);
+    out << YAML::Key << parts.back() << YAML::Value << value;
+    if (const auto it = written_.find(k.path); it != written_.end())
+      out << YAML::Comment("as written: " + it->second);
   }
-  YAML::Emitter out;
-  out << root;
+  for (; !open.empty(); open.pop_back()) out << YAML::EndMap;
+  out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
 

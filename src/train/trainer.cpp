@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -31,6 +32,7 @@
 #include "seqforge/dist/communicator.hpp"
 #include "seqforge/dist/gradient_sync.hpp"
 #include "seqforge/io/checkpoint.hpp"
+#include "seqforge/io/csv.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/sequence_model.hpp"
 #include "seqforge/optim/optimizer.hpp"
@@ -186,6 +188,23 @@ double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor do
   return be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout);
 }
 
+}  // namespace
+
+double macro_f1(const std::vector<int64_t>& tp, const std::vector<int64_t>& fp,
+                const std::vector<int64_t>& fn) {
+  double sum = 0;
+  int64_t present = 0;
+  for (size_t k = 0; k < tp.size(); ++k) {
+    const double denom = 2.0 * tp[k] + fp[k] + fn[k];
+    if (denom == 0) continue;  // in neither the truth nor the predictions
+    sum += 2.0 * tp[k] / denom;
+    ++present;
+  }
+  return present > 0 ? sum / present : 0.0;
+}
+
+namespace {
+
 // Metrics over a split (no training, no dropout).
 std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, const Task& t,
                                              const std::vector<int64_t>& starts, Loader& loader) {
@@ -202,6 +221,7 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
   loader.start(starts, INT64_MAX, {}, 0);
   for (size_t done = 0; done < starts.size();) {
     const Batch& b = loader.next();
+    const int64_t* window = starts.data() + done;  // (b.size) the batch's window starts
     done += b.size;
     Tensor out = model.forward(be, b.input, {}, {}, false, rng);
     Tensor dout = dout_buf.get(be, DType::f32, out.shape());
@@ -210,17 +230,16 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
                       : t.kind == "mae"
                           ? static_cast<int64_t>(std::count(mask, mask + b.mask.numel(), 1.0f))
                           : b.size;
-    const auto* y = static_cast<const float*>(b.target.data());
     const auto* labels = static_cast<const int64_t*>(b.labels.data());
     loss_sum += loss_of(be, t, out, b, dout) * n;
     count += n;
     const float* o = static_cast<const float*>(out.data());
-    if (t.kind == "forecast") {  // errors in the targets' own units
+    if (t.kind == "forecast") {  // errors in the targets' own units, transforms undone
       const int64_t O = t.series.num_outputs();
       for (int64_t r = 0; r < b.size; ++r)
         for (int64_t j = 0; j < O; ++j) {
-          const double e = t.series.target_norm.invert(o[r * O + j], j) -
-                           t.series.target_norm.invert(y[r * O + j], j);
+          const double e =
+              t.series.prediction(window[r], j, o[r * O + j]) - t.series.actual(window[r], j);
           abs_sum += std::fabs(e);
           sq_sum += e * e;
           ++values;
@@ -246,17 +265,19 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
     m["val_mae"] = abs_sum / values;
   } else if (t.kind == "classify") {
     m["val_accuracy"] = double(correct) / count;
-    double f1 = 0;
-    for (int64_t k = 0; k < C; ++k) {
-      const double denom = 2.0 * tp[k] + fp[k] + fn[k];
-      f1 += denom > 0 ? 2.0 * tp[k] / denom : 0.0;
-    }
-    m["val_f1"] = f1 / C;
+    m["val_f1"] = macro_f1(tp, fp, fn);
   } else if (t.kind == "charlm") {
     m["val_bpc"] = m["val_loss"] / std::log(2.0);
     m["val_perplexity"] = std::exp(m["val_loss"]);
   }
   return m;
+}
+
+// The shortest text that reads back as the same double.
+std::string shortest(double x) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
 }
 
 std::string format_metrics(const std::map<std::string, double>& m) {
@@ -289,6 +310,8 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
     meta["seqforge.feature_norm"] = t.series.feature_norm.to_json();
     meta["seqforge.target_norm"] = t.series.target_norm.to_json();
     meta["seqforge.classes"] = nlohmann::json(t.series.class_names).dump();
+    if (c.str("data.label") == "volatility" && t.kind == "classify")
+      meta["seqforge.label_threshold"] = shortest(t.series.label_threshold);
   }
   return meta;
 }
@@ -322,9 +345,12 @@ struct LoadedRun {
   Task task;
 };
 
-LoadedRun load_run(const std::string& run, const std::string& data_override) {
+LoadedRun load_run(const std::string& run, const std::string& data_override,
+                   WindowSet windows = WindowSet::splits) {
   const std::string path =
       fs::is_directory(run) ? (fs::path(run) / "model.safetensors").string() : run;
+  if (fs::is_directory(run) && !fs::exists(path))
+    fail(run, ": no model.safetensors here (not a run directory, or the run saved no model yet)");
   io::SafetensorsFile file = io::SafetensorsFile::read(path);
   const auto& meta = file.metadata();
   if (!meta.count("seqforge.config"))
@@ -341,15 +367,30 @@ LoadedRun load_run(const std::string& run, const std::string& data_override) {
     stored.series.target_norm = Normalizer::from_json(meta.at("seqforge.target_norm"));
     stored.series.class_names =
         nlohmann::json::parse(meta.at("seqforge.classes")).get<std::vector<std::string>>();
+    if (meta.count("seqforge.label_threshold"))
+      stored.series.label_threshold =
+          std::strtod(meta.at("seqforge.label_threshold").c_str(), nullptr);
   }
-  Task task = stored.kind == "charlm" ? Task{} : Task{};
+  Task task;
   if (stored.kind == "charlm" && data_override.empty() && !fs::exists(config.str("data.path"))) {
     task = stored;  // generation needs only the vocabulary
     task.model = model_options(config, task);
   } else {
-    task = load_task(config, &stored);
+    static_cast<Dataset&>(task) = load_dataset(config, &stored, windows);
+    task.model = model_options(config, task);
   }
   return {std::move(file), std::move(config), std::move(task)};
+}
+
+// The model of a loaded run, its weights loaded, computing in the run's precision.
+std::unique_ptr<SequenceModel> load_model(Backend& be, const LoadedRun& r, std::ostream* notes) {
+  auto model = std::make_unique<SequenceModel>(r.task.model);
+  model->initialize(be, 0);
+  io::load_parameters(r.file.source(), model->parameters(), be);
+  std::string notice;
+  model->set_gemm_dtype(resolve_precision(r.config.str("train.precision"), &notice));
+  if (!notice.empty() && notes) *notes << "note: " << notice << "\n";
+  return model;
 }
 
 // Compute threads of one of `local` processes on this machine: an unbound process (mpirun
@@ -369,13 +410,98 @@ ThreadConfig configure_rank_threads(const Config& c, int local) {
   return t;
 }
 
+// The files a training run writes into its directory; the first four mark a run.
+const char* const kRunFiles[] = {"config.resolved.yaml",
+                                 "metrics.jsonl",
+                                 "model.safetensors",
+                                 "training_state.safetensors",
+                                 "report.html",
+                                 "val_predictions.csv",
+                                 "trace.json"};
+
+bool holds_a_run(const fs::path& dir) {
+  for (int i = 0; i < 4; ++i)
+    if (fs::exists(dir / kRunFiles[i])) return true;
+  return false;
+}
+
+// The run directory of a new run: train.run_dir, which must not hold another run unless
+// `overwrite`; by default runs/<config name>, or the first of runs/<name>-2, -3, ... that holds
+// no run.
+std::string new_run_dir(const Config& c, bool overwrite) {
+  std::string dir = c.str("train.run_dir");
+  if (!dir.empty()) {
+    if (!overwrite && holds_a_run(dir))
+      fail(dir, ": holds another run's files; pass --overwrite to replace them, or --resume ", dir,
+           " to continue that run");
+    return dir;
+  }
+  const fs::path base = fs::path("runs") / fs::path(c.source()).stem();
+  if (overwrite) return base.string();
+  for (int version = 1;; ++version) {
+    const fs::path p =
+        version == 1 ? base : fs::path(base.string() + "-" + std::to_string(version));
+    if (!holds_a_run(p)) return p.string();
+  }
+}
+
+// The metrics an epoch of this task reports.
+std::vector<std::string> metric_names(const std::string& kind) {
+  std::vector<std::string> out = {"train_loss", "val_loss"};
+  if (kind == "forecast") out.insert(out.end(), {"val_mse", "val_rmse", "val_mae"});
+  if (kind == "classify") out.insert(out.end(), {"val_accuracy", "val_f1"});
+  if (kind == "charlm") out.insert(out.end(), {"val_bpc", "val_perplexity"});
+  return out;
+}
+
+// The validation split, checked before training: empty only when data.split.val is 0.
+void check_validation_split(const Config& c, const Task& t) {
+  const Split& s = t.split();
+  const double share = c.number("data.split.val");
+  if (share == 0 || !s.val.empty()) return;
+  const char* what = t.kind == "charlm" ? "sequences" : "windows";
+  const std::string size = t.kind == "charlm"
+                               ? "data.seq_len + 1 = " + std::to_string(t.text.seq_len + 1)
+                               : "data.lookback + data.horizon = " +
+                                     std::to_string(t.series.lookback + t.series.horizon);
+  fail(c.source(), ": data.split.val: the validation split has no ", what, " (train ",
+       s.train.size(), ", validation 0, test ", s.test.size(), "): each series' validation part ",
+       "is shorter than ", size,
+       "; raise data.split.val, shorten the windows, or set "
+       "data.split.val: 0 to train without validation");
+}
+
+// Throws when a parameter is not finite: no checkpoint may hold such a model.
+void check_finite_parameters(const Parameters& p, int64_t epoch, const std::string& checkpoint) {
+  const Tensor flat = p.values().flat();
+  const auto* v = static_cast<const float*>(flat.data());
+  for (int64_t i = 0; i < flat.numel(); ++i)
+    if (!std::isfinite(v[i]))
+      fail("epoch ", epoch, ": the model's parameters are not finite (", v[i],
+           "); lower optim.lr or set train.clip_grad_norm. Nothing was saved: ", checkpoint,
+           " holds the last finite model");
+}
+
 TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& resume_dir,
-                        const TrainHooks& hooks, dist::Communicator& comm) {
+                        const TrainHooks& hooks, bool overwrite, dist::Communicator& comm) {
   const int ranks = comm.size(), rank = comm.rank();
   const ThreadConfig threads = configure_rank_threads(c, comm.local_size());
   std::string notice;
   const DType gemm_dtype = resolve_precision(c.str("train.precision"), &notice);
   Task task = load_task(c);
+  check_validation_split(c, task);
+  const std::string monitor = c.str("train.early_stopping.monitor");
+  if (const auto names = metric_names(task.kind);
+      std::find(names.begin(), names.end(), monitor) == names.end()) {
+    std::string list;
+    for (const auto& name : names) list += " " + name;
+    fail(c.source(), ": train.early_stopping.monitor: '", monitor,
+         "' is not a metric of this task (", list, " )");
+  }
+  if (task.split().val.empty() && monitor.rfind("val_", 0) == 0)
+    fail(c.source(), ": train.early_stopping.monitor is ", monitor,
+         " but data.split.val is 0 (no validation): monitor train_loss, or give a validation "
+         "share");
   const int64_t batch_size = c.integer("train.batch_size"), epochs = c.integer("train.epochs");
   if (batch_size <= 0) fail(c.source(), ": train.batch_size must be positive, got ", batch_size);
   if (epochs <= 0) fail(c.source(), ": train.epochs must be positive, got ", epochs);
@@ -384,7 +510,6 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
   if (!(dist_timeout > 0))
     fail(c.source(), ": dist.timeout_seconds must be positive, got ", dist_timeout);
   if (!(bucket_mb > 0)) fail(c.source(), ": dist.bucket_mb must be positive, got ", bucket_mb);
-  const std::string monitor = c.str("train.early_stopping.monitor");
   const std::string mode = c.str("train.early_stopping.mode");
   if (mode != "min" && mode != "max")
     fail(c.source(), ": train.early_stopping.mode must be min or max, got '", mode, "'");
@@ -394,9 +519,9 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
   if (schedule != "constant" && schedule != "step" && schedule != "cosine" && schedule != "plateau")
     fail(c.source(), ": train.schedule must be constant, step, cosine or plateau, got '", schedule,
          "'");
+  const std::string run_dir =
+      !resume_dir.empty() ? resume_dir : rank == 0 ? new_run_dir(c, overwrite) : "";
 
-  std::string run_dir = resume_dir.empty() ? c.str("train.run_dir") : resume_dir;
-  if (run_dir.empty()) run_dir = (fs::path("runs") / fs::path(c.source()).stem()).string();
   comm.set_timeout(dist_timeout, "the last checkpoint in " + run_dir + " is intact");
 
   auto be = make_cpu_backend();
@@ -436,6 +561,16 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
     out << "data-parallel: " << ranks << " processes (" << comm.name() << "), batch " << batch_size
         << " per process, " << global_batch << " per step\n";
   if (!notice.empty()) out << "note: " << notice << "\n";
+  if (task.kind != "charlm")
+    for (const std::string& note : task.series.notes) out << "note: " << note << "\n";
+  if (task.kind != "charlm" && task.series.series.size() > 1)
+    out << "series: " << task.series.series.size() << " in " << task.path << " ("
+        << c.str("data.series_column") << "), split "
+        << (c.str("data.split.by") == "date" ? "at shared dates" : "at the same fractions of each")
+        << "\n";
+  if (split.val.empty())
+    out << "no validation (data.split.val is 0): no val_* metrics; " << monitor
+        << " decides early stopping and the best checkpoint\n";
   // The loader, and the augmentation cache (built now: a failure leaves the run directory as it
   // was).
   const AugmentOptions augment = AugmentOptions::from_config(c);
@@ -451,7 +586,12 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
               ? augment.cache ? ", augmentations from the cache" : ", augmentations on the fly"
               : "")
       << "\n";
-  out << "run directory: " << run_dir << "\n" << std::flush;
+  out << "run directory: " << run_dir
+      << (resume_dir.empty() && c.str("train.run_dir").empty()
+              ? " (a new version of runs/" + fs::path(c.source()).stem().string() + ")"
+              : "")
+      << "\n"
+      << std::flush;
 
   Rng rng(seed ^ 0x5eed5eedull);
   double best = mode == "min" ? INFINITY : -INFINITY, plateau_best = best, lr_factor = 1.0;
@@ -524,6 +664,8 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
   }
 
   // The run directory is touched only now that everything above has been checked, by rank 0.
+  if (rank == 0 && resume_dir.empty())  // --overwrite: the old run's files go first
+    for (const char* name : kRunFiles) fs::remove(fs::path(run_dir) / name);
   if (rank == 0) fs::create_directories(run_dir);
   if (rank == 0) {
     const std::string yaml = c.resolved_yaml();
@@ -645,6 +787,11 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
         SF_PROFILE_SCOPE("loss");
         return loss_of(*be, task, y, batch, dout);
       }();
+      if (!std::isfinite(loss))
+        fail("epoch ", epoch, ", step ", step + 1, " (batch ", bi + 1, " of ", batches_per_epoch,
+             "): the training loss is ", loss, "; lower optim.lr or set train.clip_grad_norm ",
+             "(e.g. 1.0). Nothing was saved from this epoch: ", checkpoint,
+             " holds the last finite model");
       if (ranks > 1) {
         // The summed gradients are the mean over the global batch: each rank's mean gradient
         // weighted by its share of the loss's terms (windows, or masked steps for mae).
@@ -695,9 +842,9 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
       if (next[0] != 0) break;
       continue;
     }
-    std::map<std::string, double> m =
-        evaluate_split(*be, model, task, split.val.empty() ? split.train : split.val, loader);
+    std::map<std::string, double> m = evaluate_split(*be, model, task, split.val, loader);
     m["train_loss"] = loss_sum / seen;
+    check_finite_parameters(model.parameters(), epoch, checkpoint);
     const double epoch_s = now_s() - t0;
     if (!m.count(monitor))
       fail(c.source(), ": train.early_stopping.monitor: '", monitor,
@@ -805,105 +952,180 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
 
 }  // namespace
 
-TrainSummary train(const Config& c, std::ostream& out, const std::string& resume_dir,
-                   const TrainHooks& hooks) {
+TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir,
+                   const TrainHooks& hooks, bool overwrite) {
+  // Paths made absolute, so eval, predict and --resume work from any directory.
+  const Config c = config.with_absolute_paths(fs::current_path().string());
   dist::Communicator& comm = dist::world();
-  if (comm.size() == 1) return train_rank(c, out, resume_dir, hooks, comm);
+  if (comm.size() == 1) return train_rank(c, out, resume_dir, hooks, overwrite, comm);
   std::ostream quiet(nullptr);  // rank 0 alone prints
   try {
-    return train_rank(c, comm.rank() == 0 ? out : quiet, resume_dir, hooks, comm);
+    return train_rank(c, comm.rank() == 0 ? out : quiet, resume_dir, hooks, overwrite, comm);
   } catch (const std::exception& e) {
     comm.abort(e.what());  // the other ranks would otherwise wait for this one until the timeout
   }
   return {};  // not reached: abort ends the process
 }
 
+namespace {
+
+// Accuracy on `starts` of always predicting the training split's most frequent class.
+double majority_accuracy(const SeriesData& d, const std::vector<int64_t>& starts) {
+  std::vector<int64_t> count(d.class_names.size(), 0);
+  for (int64_t s : d.split.train)
+    if (const int64_t k = d.classes[d.target_row(s)]; k >= 0) ++count[k];
+  const int64_t majority = std::max_element(count.begin(), count.end()) - count.begin();
+  int64_t hits = 0;
+  for (int64_t s : starts) hits += d.classes[d.target_row(s)] == majority;
+  return starts.empty() ? 0.0 : double(hits) / double(starts.size());
+}
+
+}  // namespace
+
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
                                        const std::string& data) {
-  configure_threads();
-  LoadedRun r = load_run(run, data);
+  if (data.empty() && split != "val" && split != "test")
+    fail("--split: expected val or test, got '", split, "'");
+  LoadedRun r = load_run(run, data, data.empty() ? WindowSet::splits : WindowSet::with_targets);
+  if (r.task.kind == "charlm" && !data.empty())
+    fail("--data: evaluating a character model on another file is not supported; use --split");
+  configure_threads(static_cast<int>(r.config.integer("train.threads")));
   auto be = make_cpu_backend();
-  SequenceModel model(r.task.model);
-  model.initialize(*be, 0);
-  io::load_parameters(r.file.source(), model.parameters(), *be);
+  auto model = load_model(*be, r, &std::cerr);
   const Split& s = r.task.split();
-  const std::vector<int64_t>* starts = split == "val"    ? &s.val
-                                       : split == "test" ? &s.test
-                                                         : nullptr;
-  if (!starts) fail("--split: expected val or test, got '", split, "'");
-  std::vector<int64_t> all;
-  if (!data.empty()) {  // another file: every window of it
-    all = s.train;
-    all.insert(all.end(), s.val.begin(), s.val.end());
-    all.insert(all.end(), s.test.begin(), s.test.end());
-    starts = &all;
+  const std::vector<int64_t>& starts = !data.empty() ? s.test : split == "val" ? s.val : s.test;
+  if (starts.empty()) {
+    if (!data.empty())
+      fail(data, ": ", r.task.series.rows, " rows give no window with a target (data.lookback ",
+           r.task.series.lookback, " + data.horizon ", r.task.series.horizon, " rows, within one ",
+           "series)");
+    fail(run, ": the ", split, " split has no windows");
   }
-  if (starts->empty()) fail(run, ": the ", split, " split has no windows");
-  Loader loader(
-      *be, r.task, r.config.integer("train.batch_size"),
-      loader_options(r.config, batch_bytes(r.task, r.config.integer("train.batch_size"))));
-  auto m = evaluate_split(*be, model, r.task, *starts, loader);
+  const int64_t batch_size = r.config.integer("train.batch_size");
+  Loader loader(*be, r.task, batch_size, loader_options(r.config, batch_bytes(r.task, batch_size)));
+  const auto m = evaluate_split(*be, *model, r.task, starts, loader);
+  // Named for what was evaluated: test_*, val_*, or data_* for another file's every window.
+  const std::string prefix = data.empty() ? split : "data";
   std::map<std::string, double> out;
-  for (const auto& [k, v] : m) out[k.rfind("val_", 0) == 0 ? split + k.substr(3) : k] = v;
-  out["samples"] = static_cast<double>(starts->size());
+  for (const auto& [k, v] : m) out[k.rfind("val_", 0) == 0 ? prefix + k.substr(3) : k] = v;
+  out["samples"] = static_cast<double>(starts.size());
+  if (r.task.kind == "classify" && data.empty())  // the baseline a classifier has to beat
+    out[prefix + "_majority_accuracy"] = majority_accuracy(r.task.series, starts);
   return out;
 }
 
-int64_t predict(const std::string& run, const std::string& input, const std::string& output) {
-  configure_threads();
-  LoadedRun r = load_run(run, input);
+namespace {
+
+// The row's label for a predictions file: its date, else its 1-based row in the data's order.
+std::string row_label(const SeriesData& d, int64_t row) {
+  return d.dates.empty() ? std::to_string(row + 1) : d.dates[row];
+}
+
+// When a window's forecast is for: the target row's date (or row) in the file, else the last
+// date plus horizon steps where the series' dates are regular; "" when unknown.
+std::string forecast_time(const SeriesData& d, int64_t start) {
+  const int64_t last = d.last_row(start), target = d.target_row(start);
+  const SeriesSpan& s = d.series_of(last);
+  if (target < s.end) return row_label(d, target);
+  if (d.dates.empty()) return std::to_string(target + 1);
+  if (!s.regular || s.step <= 0) return "";
+  const bool date_only = d.dates[last].size() <= 10;
+  return io::format_datetime(d.times[last] + d.horizon * s.step, date_only);
+}
+
+// The windows predict writes: every window, or the last of each series.
+std::vector<int64_t> prediction_windows(const SeriesData& d, bool last_only) {
+  if (!last_only) return d.split.test;
+  std::vector<int64_t> out;
+  for (int64_t start : d.split.test)
+    if (!out.empty() && d.series_of(out.back()).begin == d.series_of(start).begin)
+      out.back() = start;
+    else
+      out.push_back(start);
+  return out;
+}
+
+}  // namespace
+
+int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
+  LoadedRun r = load_run(run, options.input, WindowSet::every_window);
   if (r.task.kind != "forecast" && r.task.kind != "classify")
-    fail(run, ": predict needs a forecast or classify model");
-  auto be = make_cpu_backend();
-  SequenceModel model(r.task.model);
-  model.initialize(*be, 0);
-  io::load_parameters(r.file.source(), model.parameters(), *be);
+    fail(run, ": predict needs a forecast or classify run; this is a ", r.task.kind, " run",
+         r.task.kind == "charlm" ? " (sample from it with seqforge generate)" : "");
+  configure_threads(static_cast<int>(r.config.integer("train.threads")));
   const SeriesData& d = r.task.series;
-  std::vector<int64_t> starts = d.split.train;
-  starts.insert(starts.end(), d.split.val.begin(), d.split.val.end());
-  starts.insert(starts.end(), d.split.test.begin(), d.split.test.end());
-  if (starts.empty()) fail(input, ": no complete window (data.lookback + data.horizon rows)");
-  std::ostringstream csv;
-  csv << "row";
+  for (const SeriesSpan& s : d.series)
+    if (s.end - s.begin < d.lookback && d.series.size() > 1)
+      log << "note: series '" << s.name << "' has " << s.end - s.begin
+          << " rows, fewer than data.lookback = " << d.lookback << ": no prediction for it\n";
+  const std::vector<int64_t> windows = prediction_windows(d, options.last_only);
+  if (windows.empty())
+    fail(options.input, ": ", d.rows, " rows", d.series.size() > 1 ? " in every series" : "",
+         " are fewer than data.lookback = ", d.lookback, ": no complete window to predict from");
+  auto be = make_cpu_backend();
+  auto model = load_model(*be, r, &log);
+  const bool multi = d.series.size() > 1 || !r.config.str("data.series_column").empty();
+  std::string csv = multi ? "series," : "";
+  csv += "window_end,forecast_for";
   if (d.task == "forecast") {
     for (const auto& name : d.target_names)
-      csv << "," << name << "_predicted," << name << "_actual";
+      csv += "," + name + (d.has_targets ? "," + name + "_actual" : "");
   } else {
-    csv << ",predicted,actual";
+    csv += ",class";
+    for (const auto& name : d.class_names) csv += ",p_" + name;
+    if (d.has_targets) csv += ",actual";
   }
-  csv << "\n";
+  csv += "\n";
+  const int64_t B = std::max<int64_t>(256, r.config.integer("train.batch_size"));
+  const int64_t T = d.lookback, F = d.num_features(), O = d.num_outputs();
+  Buffer input_buf;
   Rng rng(0);
-  const int64_t batch_size = r.config.integer("train.batch_size");
-  Loader loader(*be, r.task, batch_size, loader_options(r.config, batch_bytes(r.task, batch_size)));
-  loader.start(starts, INT64_MAX, {}, 0);
-  for (size_t i = 0; i < starts.size(); i += batch_size) {
-    const Batch& b = loader.next();
-    Tensor out = model.forward(*be, b.input, {}, {}, false, rng);
+  std::vector<double> p(O);
+  double compute_s = 0;
+  for (size_t first = 0; first < windows.size(); first += B) {
+    const int64_t n = std::min<int64_t>(B, static_cast<int64_t>(windows.size() - first));
+    const double t0 = now_s();
+    Tensor x = input_buf.get(*be, DType::f32, {n, T, F});
+    for (int64_t i = 0; i < n; ++i)
+      d.copy_window(windows[first + i], static_cast<float*>(x.data()) + i * T * F);
+    Tensor out = model->forward(*be, x, {}, {}, false, rng);
+    compute_s += now_s() - t0;
     const float* o = static_cast<const float*>(out.data());
-    const auto* y = static_cast<const float*>(b.target.data());
-    const auto* labels = static_cast<const int64_t*>(b.labels.data());
-    const int64_t O = d.num_outputs();
-    for (int64_t k = 0; k < b.size; ++k) {
-      csv << d.target_row(starts[i + k]) + 1;  // 1-based data row, in date order
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t start = windows[first + i], target = d.target_row(start);
+      const bool known = d.has_targets && target < d.series_of(d.last_row(start)).end;
+      if (multi) csv += d.series_of(start).name + ",";
+      csv += row_label(d, d.last_row(start)) + "," + forecast_time(d, start);
       if (d.task == "forecast") {
-        for (int64_t j = 0; j < O; ++j)
-          csv << "," << d.target_norm.invert(o[k * O + j], j) << ","
-              << d.target_norm.invert(y[k * O + j], j);
+        for (int64_t j = 0; j < O; ++j) {
+          csv += "," + shortest(d.prediction(start, j, o[i * O + j]));
+          if (d.has_targets) csv += "," + (known ? shortest(d.actual(start, j)) : "");
+        }
       } else {
-        const int64_t pred = std::max_element(o + k * O, o + (k + 1) * O) - (o + k * O);
-        csv << "," << d.class_names[pred] << "," << d.class_names[labels[k]];
+        const float* logits = o + i * O;
+        const double top = *std::max_element(logits, logits + O);
+        double total = 0;
+        for (int64_t k = 0; k < O; ++k) total += p[k] = std::exp(logits[k] - top);
+        csv += "," + d.class_names[std::max_element(logits, logits + O) - logits];
+        for (int64_t k = 0; k < O; ++k) csv += "," + shortest(p[k] / total);
+        if (d.has_targets)
+          csv += "," + (known && d.classes[target] >= 0 ? d.class_names[d.classes[target]] : "");
       }
-      csv << "\n";
+      csv += "\n";
     }
   }
-  const fs::path tmp = output + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << csv.str();
-    if (!f) fail(output, ": cannot write");
+  if (options.output == "-") {
+    std::fwrite(csv.data(), 1, csv.size(), stdout);
+    std::fflush(stdout);
+  } else {
+    io::write_file_atomically(options.output, {{csv.data(), csv.size()}});
   }
-  fs::rename(tmp, output);
-  return static_cast<int64_t>(starts.size());
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "predict: %zu windows in %.3f s (%.0f windows/s, inference only)\n", windows.size(),
+                compute_s, windows.size() / std::max(compute_s, 1e-9));
+  log << line << std::flush;
+  return static_cast<int64_t>(windows.size());
 }
 
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
@@ -976,9 +1198,7 @@ int64_t write_validation_predictions(const std::string& run, const std::string& 
   const std::vector<int64_t>& starts = d.split.val;
   if (starts.empty()) return 0;
   auto be = make_cpu_backend();
-  SequenceModel model(r.task.model);
-  model.initialize(*be, 0);
-  io::load_parameters(r.file.source(), model.parameters(), *be);
+  auto model = load_model(*be, r, nullptr);
   const int64_t batch_size = r.config.integer("train.batch_size"), O = d.num_outputs();
   Loader loader(*be, r.task, batch_size, loader_options(r.config, batch_bytes(r.task, batch_size)));
   loader.start(starts, INT64_MAX, {}, 0);
@@ -986,16 +1206,16 @@ int64_t write_validation_predictions(const std::string& run, const std::string& 
   std::string csv = "row,actual,predicted\n";
   for (size_t i = 0; i < starts.size(); i += batch_size) {
     const Batch& b = loader.next();
-    Tensor out = model.forward(*be, b.input, {}, {}, false, rng);
+    Tensor out = model->forward(*be, b.input, {}, {}, false, rng);
     const float* o = static_cast<const float*>(out.data());
-    const auto* y = static_cast<const float*>(b.target.data());
     const auto* labels = static_cast<const int64_t*>(b.labels.data());
     for (int64_t k = 0; k < b.size; ++k) {
-      csv += std::to_string(d.target_row(starts[i + k]) + 1);  // 1-based data row, as predict
-      if (d.task == "forecast") {                              // the first target, in its own units
+      const int64_t start = starts[i + k];
+      csv += std::to_string(d.target_row(start) + 1);  // 1-based data row
+      if (d.task == "forecast") {                      // the first target, in its own units
         char cells[64];
-        std::snprintf(cells, sizeof cells, ",%.7g,%.7g\n", d.target_norm.invert(y[k * O], 0),
-                      d.target_norm.invert(o[k * O], 0));
+        std::snprintf(cells, sizeof cells, ",%.7g,%.7g\n", d.actual(start, 0),
+                      d.prediction(start, 0, o[k * O]));
         csv += cells;
       } else {
         const int64_t pred = std::max_element(o + k * O, o + (k + 1) * O) - (o + k * O);
@@ -1107,10 +1327,11 @@ ConfigDiagnosis diagnose_config(const Config& c, int steps) {
   if (d.train == 0)
     problems.push_back("the training split has no windows: lower data.lookback (" +
                        std::to_string(d.steps) + ") or give more rows, or raise data.split.train");
-  if (d.val == 0)
+  if (d.val == 0 && c.number("data.split.val") > 0)
     problems.push_back(
-        "the validation split has no windows (validation and early stopping use "
-        "the training split): raise data.split.val");
+        "the validation split has no windows (training would stop with an error): raise "
+        "data.split.val, shorten the windows, or set data.split.val: 0 to train without "
+        "validation");
   if (d.test == 0)
     problems.push_back(
         "the test split has no windows (seqforge eval needs some): leave room "

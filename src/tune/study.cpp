@@ -501,7 +501,7 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
     const double t0 = steady_now();
     TrainSummary s;
     try {
-      s = train(c, log, "", hooks);
+      s = train(c, log, "", hooks, /*overwrite=*/true);  // the study owns its trial directories
     } catch (...) {
       study.add_training_seconds(steady_now() - t0);
       throw;

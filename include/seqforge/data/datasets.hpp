@@ -45,29 +45,72 @@ struct Split {
   std::vector<int64_t> train, val, test;  // window (or chunk) starts, ascending
 };
 
+// One series of a file: rows [begin, end) of the source, in time order.
+struct SeriesSpan {
+  std::string name;  // the series column's value ("" for a file of one series)
+  int64_t begin = 0, end = 0;
+  int64_t step = 0;      // the usual time step in seconds (the median), with a date column
+  bool regular = false;  // every step equals `step`
+};
+
+// A column transform applied before windowing and normalisation (data.transform).
+enum class Transform { none, log, diff, log_return, pct_change };
+Transform parse_transform(const std::string& name);  // "" for none; throws on an unknown name
+const char* transform_name(Transform t);
+// The transform of `x` against `base` (the previous row for a feature, the window's last row for
+// a target), and its inverse; log ignores the base. NaN where undefined (log of x <= 0, say).
+double apply_transform(Transform t, double x, double base);
+double invert_transform(Transform t, double y, double base);
+
+// Which windows a series dataset lists.
+enum class WindowSet {
+  splits,        // train, val and test per data.split (training, eval --split)
+  with_targets,  // every window whose target row is in the file, in `split.test` (eval --data)
+  every_window,  // every complete input window, targets optional, in `split.test` (predict)
+};
+
 // A time series as windows: input rows [s, s + lookback), target at row s + lookback - 1 + horizon
-// (mae: horizon 0; the window's own features, some steps masked, are the target).
+// (mae: horizon 0; the window's own features, some steps masked, are the target). Several series
+// lie one after another in `source`; no window crosses from one into the next.
 struct SeriesData {
   std::string task;  // forecast | classify | mae
   int64_t rows = 0, lookback = 0, horizon = 0;
   std::vector<std::string> feature_names, target_names, class_names;
-  SourceMatrix source;
-  std::vector<int64_t> feature_cols, target_cols;  // columns of `source`
-  std::vector<int64_t> classes;                    // (rows) class ids (classify)
+  SourceMatrix source;  // features (transformed), targets (transformed over the horizon)
+  std::vector<int64_t> feature_cols, target_cols;  // columns of `source`; targets may be absent
+  int64_t label_col = -1;                          // column of data.label_column's values
+  std::vector<Transform> target_transforms;        // (O)
+  std::vector<double> raw_targets;  // (rows, O) targets in their own units, when transformed
+  std::vector<int64_t> classes;     // (rows) class ids (classify); -1: unknown
+  bool has_targets = true;          // the file holds the targets (or classes); predict needs none
+  double label_threshold = 0;       // data.label volatility: the training windows' median
   Normalizer feature_norm, target_norm;
+  std::vector<SeriesSpan> series;  // in source order
+  std::vector<std::string> dates;  // (rows) the date column's text, when there is one
+  std::vector<int64_t> times;      // (rows) seconds since 1970, when there is a date column
+  std::vector<std::string> notes;  // facts worth a line at start-up (gaps, cut dates)
   Split split;
   int64_t num_features() const { return static_cast<int64_t>(feature_names.size()); }
   int64_t num_outputs() const;  // targets (forecast), classes (classify) or features (mae)
   int64_t target_row(int64_t start) const { return start + lookback - 1 + horizon; }
+  int64_t last_row(int64_t start) const { return start + lookback - 1; }
+  // The series of source row `row`.
+  const SeriesSpan& series_of(int64_t row) const;
   // The normalised features of window `start`, (lookback, F), into `out`.
   void copy_window(int64_t start, float* out) const;
   // The normalised targets of window `start`, (O), into `out` (forecast).
   void copy_target(int64_t start, float* out) const;
+  // A model output `y` (normalised, target j) of window `start` in the target's own units.
+  double prediction(int64_t start, int64_t j, double y) const;
+  // Target j of window `start` in its own units.
+  double actual(int64_t start, int64_t j) const;
 };
 
-// Reads data.path (CSV or .npy) per the config. With `norms`, uses those normalizers (eval,
-// predict) instead of fitting new ones. Errors name the file and line or the config key.
-SeriesData load_series(const Config& config, const SeriesData* norms = nullptr);
+// Reads data.path (CSV or .npy) per the config. With `stored`, uses its normalizers, classes and
+// label threshold (eval, predict) instead of fitting new ones. Errors name the file and line or
+// the config key.
+SeriesData load_series(const Config& config, const SeriesData* stored = nullptr,
+                       WindowSet windows = WindowSet::splits);
 
 // Character-level text: ids over a sorted vocabulary, chunks of seq_len + 1 characters.
 struct TextData {
@@ -95,6 +138,7 @@ struct Dataset {
 };
 
 // Loads data.path per the config; with `from`, reuses its normalisation, classes and vocabulary.
-Dataset load_dataset(const Config& config, const Dataset* from = nullptr);
+Dataset load_dataset(const Config& config, const Dataset* from = nullptr,
+                     WindowSet windows = WindowSet::splits);
 
 }  // namespace seqforge

@@ -50,4 +50,8 @@ class CsvTable {
 // nullopt for anything else, including impossible dates such as 2013-02-29 or 24:00.
 std::optional<int64_t> parse_datetime(std::string_view s);
 
+// The ISO 8601 text of seconds since 1970 (UTC): "2012-01-01" when it is midnight and
+// `date_only`, else "2012-01-01T13:00:00".
+std::string format_datetime(int64_t seconds, bool date_only = true);
+
 }  // namespace seqforge::io

@@ -3,13 +3,14 @@
 // table of keys (type, default, meaning). That table also renders docs/config.md, so the
 // reference cannot drift from the code.
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace seqforge {
 
 struct ConfigKey {
-  enum class Type { string, integer, number, boolean, string_list };
+  enum class Type { string, integer, number, boolean, string_list, string_map, path };
   std::string path;  // "model.hidden"
   Type type;
   std::string default_value;  // as YAML text; "" for none
@@ -33,16 +34,26 @@ class Config {
   double number(const std::string& key) const;
   bool boolean(const std::string& key) const;
   std::vector<std::string> list(const std::string& key) const;
+  std::map<std::string, std::string> map(const std::string& key) const;
   bool is_set(const std::string& key) const;  // given in the file or an override
   const std::string& source() const { return source_; }
-  // Every key with its value, defaults filled in, as YAML.
+  // Every key with its value, defaults filled in, as YAML; a path made absolute has the path as
+  // written in a comment beside it.
   std::string resolved_yaml() const;
+  // This config with every relative path (data.path, model.init_from, augment.cache_dir,
+  // train.run_dir) made absolute against `base_dir`.
+  Config with_absolute_paths(const std::string& base_dir) const;
 
  private:
   const ConfigKey& key_of(const std::string& key) const;
+  // Keys whose default `auto` depends on other keys: optim.weight_decay (by optim.kind),
+  // train.early_stopping.monitor (by data.split.val) and .mode (by the monitor).
+  void resolve_auto();
   std::string source_;
   std::map<std::string, std::string> values_;  // key -> value as YAML text (lists as flow)
   std::map<std::string, std::string> where_;   // key -> "file:line" or "override"
+  std::map<std::string, std::string> written_;  // path key -> the relative path as written
+  std::set<std::string> derived_;               // keys resolved from `auto`
 };
 
 }  // namespace seqforge

@@ -6,6 +6,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "seqforge/train/config.hpp"
 
@@ -31,18 +32,37 @@ struct TrainHooks {
 // that run from the state saved after its last complete epoch (training_state.safetensors:
 // parameters, optimizer moments, step, epoch, sample order, RNG, early-stopping and schedule
 // state); with deterministic settings the resumed run's metrics equal an uninterrupted run's.
+// A new run never mixes with another run's files: train.run_dir must not hold a run unless
+// `overwrite` (which removes that run's files first); without train.run_dir the run goes to
+// runs/<config name>, or runs/<config name>-2, -3, ... when that holds a run. Paths in the
+// stored config are absolute. A non-finite training loss or model stops the run with an error
+// and saves nothing from it.
 TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir = "",
-                   const TrainHooks& hooks = {});
+                   const TrainHooks& hooks = {}, bool overwrite = false);
 
 // Metrics of a trained run (a run directory or its model.safetensors) on a split of its data
-// ("val" or "test"), or on another file of the same layout (`data`).
+// ("val" or "test": test_*, val_* metrics), or on every window of another file of the same
+// layout (`data`: data_* metrics), computed in the run's precision.
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
                                        const std::string& data = "");
 
-// Predictions of a forecasting or classification run for every window of `input` (a CSV of the
-// training data's layout), written to `output` as CSV in the targets' own units (or class
-// names), one row per window, next to the actual values. Returns the number of rows.
-int64_t predict(const std::string& run, const std::string& input, const std::string& output);
+// Macro-averaged F1 from per-class true positives, false positives and false negatives, over the
+// classes present in the truth or the predictions (scikit-learn's default); 0 with none.
+double macro_f1(const std::vector<int64_t>& tp, const std::vector<int64_t>& fp,
+                const std::vector<int64_t>& fn);
+
+struct PredictOptions {
+  std::string input;       // a CSV (or .npy) of the training data's layout; targets optional
+  std::string output;      // CSV to write; "-": standard output
+  bool last_only = false;  // only the forecast after each series' last row
+};
+
+// Predictions of a forecasting or classification run for every complete window of `input`
+// (never split), in the run's precision: per window its series, its last row's date (or row),
+// the date (or row) the forecast is for, and the prediction in the targets' own units (transforms
+// undone) with round-trip precision, or the class and every class's probability; the actual
+// value beside it when the file has it. A throughput line goes to `log`. Returns the rows written.
+int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log);
 
 // Samples `length` characters from a character model after `prompt`.
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,

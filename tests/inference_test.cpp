@@ -1,0 +1,252 @@
+// The everyday path end to end: predict and eval on new files, several series, runs that never
+// mix, no validation on purpose, non-finite training, and evaluation that reproduces training's
+// numbers exactly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/core/cpu.hpp"
+#include "seqforge/io/csv.hpp"
+#include "seqforge/io/safetensors.hpp"
+#include "seqforge/train/trainer.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_inference_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// Hourly rows of a sine `signal`, a slow `other` and the target `y` (the signal 3 steps ahead);
+// `series` > 1 writes that many phase-shifted series, named s0, s1, ...
+std::string write_hourly(const fs::path& path, int rows, bool with_target, int series = 1) {
+  std::ofstream f(path);
+  f << "when," << (series > 1 ? "site," : "") << "signal,other" << (with_target ? ",y" : "")
+    << "\n";
+  for (int k = 0; k < series; ++k)
+    for (int i = 0; i < rows; ++i) {
+      const double phase = 0.3 * i + k;
+      f << io::format_datetime(int64_t{1577836800} + i * int64_t{3600}, false) << ","
+        << (series > 1 ? "s" + std::to_string(k) + "," : "") << std::sin(phase) << ","
+        << std::cos(i * 0.05);
+      if (with_target) f << "," << std::sin(phase + 0.9);
+      f << "\n";
+    }
+  return path.string();
+}
+
+std::string yaml(const std::string& data, const fs::path& run, const std::string& extra = "") {
+  return "data:\n  path: " + data +
+         "\n  date_column: when\n  features: [signal, other]\n  targets: [y]\n  lookback: 8\n" +
+         extra + "model: {hidden: 16}\noptim: {lr: 0.01}\ntrain: {epochs: 3, batch_size: 16, " +
+         "save: last, run_dir: " + run.string() + "}\n";
+}
+
+std::vector<std::vector<std::string>> read_csv(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(f, line);) {
+    rows.emplace_back();
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) rows.back().push_back(cell);
+    if (!line.empty() && line.back() == ',') rows.back().emplace_back();
+  }
+  return rows;
+}
+
+std::vector<nlohmann::json> metrics_of(const fs::path& run) {
+  std::ifstream f(run / "metrics.jsonl");
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(f, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(Predict, EveryWindowOfANewFileWithoutTargets) {
+  const fs::path dir = temp_dir("predict");
+  std::ostringstream log;
+  train(Config::parse(yaml(write_hourly(dir / "train.csv", 300, true), dir / "run"), "p.yaml"),
+        log);
+  // The same rows with and without the target column: the same predictions, one per complete
+  // window (rows - lookback + 1), the last one past the file's end.
+  const std::string with = write_hourly(dir / "with.csv", 50, true);
+  const std::string without = write_hourly(dir / "without.csv", 50, false);
+  std::ostringstream out;
+  EXPECT_EQ(predict((dir / "run").string(), {with, (dir / "a.csv").string(), false}, out), 43);
+  EXPECT_EQ(predict((dir / "run").string(), {without, (dir / "b.csv").string(), false}, out), 43);
+  EXPECT_NE(out.str().find("windows/s"), std::string::npos);
+  const auto a = read_csv((dir / "a.csv").string()), b = read_csv((dir / "b.csv").string());
+  ASSERT_EQ(a.size(), 44u);
+  ASSERT_EQ(b.size(), 44u);
+  EXPECT_EQ(a[0], (std::vector<std::string>{"window_end", "forecast_for", "y", "y_actual"}));
+  EXPECT_EQ(b[0], (std::vector<std::string>{"window_end", "forecast_for", "y"}));
+  for (size_t i = 1; i < a.size(); ++i) {
+    EXPECT_EQ(a[i][0], b[i][0]);
+    EXPECT_EQ(a[i][2], b[i][2]);  // round-trip text of the same double
+  }
+  // Row 1: the first window ends at hour 7 and forecasts hour 8; its actual is y at hour 8.
+  EXPECT_EQ(a[1][0], "2020-01-01T07:00:00");
+  EXPECT_EQ(a[1][1], "2020-01-01T08:00:00");
+  EXPECT_NEAR(std::stod(a[1][3]), std::sin(0.3 * 8 + 0.9), 1e-6);
+  EXPECT_LT(std::fabs(std::stod(a[1][2]) - std::stod(a[1][3])), 0.5);  // it learned something
+  // The last window ends at the last row; its forecast is for the hour after, with no actual.
+  EXPECT_EQ(a.back()[0], "2020-01-03T01:00:00");
+  EXPECT_EQ(a.back()[1], "2020-01-03T02:00:00");
+  EXPECT_EQ(a.back()[3], "");
+  // --last: only that forecast.
+  EXPECT_EQ(predict((dir / "run").string(), {without, (dir / "c.csv").string(), true}, out), 1);
+  EXPECT_EQ(read_csv((dir / "c.csv").string())[1], b.back());
+  // Too short for a window: one line naming the rows and the lookback.
+  const std::string shorter = write_hourly(dir / "short.csv", 5, false);
+  const std::string e = error_of([&] {
+    predict((dir / "run").string(), {shorter, "x.csv", false}, out);
+  });
+  EXPECT_NE(e.find("5 rows are fewer than data.lookback = 8"), std::string::npos) << e;
+  // A run of another task is named as such.
+  EXPECT_NE(error_of([&] {
+              predict(dir.string(), {without, "x.csv", false}, out);
+            }).find("no model.safetensors"),
+            std::string::npos);
+}
+
+TEST(Predict, OneForecastPerSeriesAndEvalOnAnotherFile) {
+  const fs::path dir = temp_dir("multi");
+  std::ostringstream log;
+  const std::string data = write_hourly(dir / "train.csv", 200, true, 3);
+  const TrainSummary s =
+      train(Config::parse(yaml(data, dir / "run", "  series_column: site\n"), "m.yaml"), log);
+  EXPECT_NE(log.str().find("series: 3"), std::string::npos) << log.str();
+  std::ostringstream out;
+  const std::string fresh = write_hourly(dir / "fresh.csv", 30, false, 3);
+  EXPECT_EQ(predict((dir / "run").string(), {fresh, (dir / "p.csv").string(), true}, out), 3);
+  const auto p = read_csv((dir / "p.csv").string());
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[0][0], "series");
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(p[1 + k][0], "s" + std::to_string(k));
+    EXPECT_EQ(p[1 + k][1], "2020-01-02T05:00:00");  // hour 29, each series' last row
+  }
+  // eval --data: every window of the file, named data_*.
+  const auto m = evaluate((dir / "run").string(), "test", write_hourly(dir / "e.csv", 40, true, 3));
+  EXPECT_EQ(m.at("samples"), 3 * (40 - 8 - 1 + 1));  // windows with a target, per series
+  EXPECT_TRUE(m.count("data_rmse"));
+  EXPECT_FALSE(m.count("test_rmse"));
+  EXPECT_LT(m.at("data_rmse"), 1.0);
+  (void)s;
+}
+
+// eval --split val recomputes the validation loss logged for the saved epoch, to the last bit,
+// in the run's precision.
+TEST(Eval, ReproducesTheLoggedValidationLossExactly) {
+  for (const std::string precision : {"fp32", "bf16"}) {
+    std::string notice;
+    if (precision == "bf16" && resolve_precision("bf16", &notice) != DType::bf16) continue;
+    const fs::path dir = temp_dir("exact_" + precision);
+    std::ostringstream log;
+    train(Config::parse(yaml(write_hourly(dir / "d.csv", 300, true), dir / "run"), "e.yaml",
+                        {"train.precision=" + precision}),
+          log);
+    const double logged = metrics_of(dir / "run").back().at("val_loss").get<double>();
+    const auto m = evaluate((dir / "run").string(), "val");
+    EXPECT_EQ(m.at("val_loss"), logged) << precision;
+  }
+}
+
+TEST(Runs, ADirectoryHoldingARunIsNeverMixed) {
+  const fs::path dir = temp_dir("mixed");
+  const std::string data = write_hourly(dir / "d.csv", 200, true);
+  const Config c = Config::parse(yaml(data, dir / "run"), "r.yaml", {"train.epochs=1"});
+  std::ostringstream log;
+  train(c, log);
+  const std::string e = error_of([&] { train(c, log); });
+  EXPECT_NE(e.find("--overwrite"), std::string::npos) << e;
+  EXPECT_NE(e.find("--resume"), std::string::npos) << e;
+  std::ofstream(dir / "run" / "trace.json") << "old";
+  train(Config::parse(yaml(data, dir / "run"), "r.yaml", {"train.epochs=2"}), log, "", {},
+        /*overwrite=*/true);
+  EXPECT_EQ(metrics_of(dir / "run").size(), 2u);  // the new run's epochs only
+  EXPECT_FALSE(fs::exists(dir / "run" / "trace.json"));
+  // Without train.run_dir: runs/<config name>, then runs/<config name>-2.
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir);
+  const Config unnamed = Config::parse(
+      "data: {path: d.csv, date_column: when, features: [signal], targets: [y], lookback: 8}\n"
+      "model: {hidden: 8}\ntrain: {epochs: 1}\n",
+      "weather.yaml");
+  const TrainSummary first = train(unnamed, log), second = train(unnamed, log);
+  fs::current_path(cwd);
+  EXPECT_EQ(first.run_dir, "runs/weather");
+  EXPECT_EQ(second.run_dir, "runs/weather-2");
+  // The stored paths are absolute, the path as written beside them: eval works from anywhere.
+  std::ifstream resolved(dir / "runs" / "weather" / "config.resolved.yaml");
+  std::stringstream text;
+  text << resolved.rdbuf();
+  EXPECT_NE(text.str().find((dir / "d.csv").string()), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("as written: d.csv"), std::string::npos) << text.str();
+  EXPECT_GT(evaluate((dir / "runs" / "weather").string(), "test").at("samples"), 0);
+}
+
+TEST(Runs, ValidationShareZeroMeansNoValidation) {
+  const fs::path dir = temp_dir("no_val");
+  const std::string data = write_hourly(dir / "d.csv", 200, true);
+  std::ostringstream log;
+  const TrainSummary s = train(
+      Config::parse(yaml(data, dir / "run"), "v.yaml", {"data.split.val=0", "train.save=best"}),
+      log);
+  EXPECT_EQ(s.monitor, "train_loss");
+  EXPECT_NE(log.str().find("no validation"), std::string::npos) << log.str();
+  for (const auto& line : metrics_of(dir / "run")) {
+    EXPECT_TRUE(line.contains("train_loss"));
+    for (const auto& [key, value] : line.items()) EXPECT_NE(key.rfind("val_", 0), 0u) << key;
+  }
+  // A validation share too small for one window is an error before training, with the counts.
+  const std::string e = error_of([&] {
+    train(Config::parse(yaml(data, dir / "run2"), "v.yaml", {"data.split.val=0.02"}), log);
+  });
+  EXPECT_NE(e.find("validation 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("data.split.val: 0"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir / "run2"));
+  // Watching a validation metric without validation is an error too.
+  EXPECT_NE(error_of([&] {
+              train(Config::parse(yaml(data, dir / "run3"), "v.yaml",
+                                  {"data.split.val=0", "train.early_stopping.monitor=val_loss"}),
+                    log);
+            }).find("train.early_stopping.monitor"),
+            std::string::npos);
+}
+
+TEST(Runs, NonFiniteLossStopsTheRunAndSavesNothingFromIt) {
+  const fs::path dir = temp_dir("nan");
+  const std::string data = write_hourly(dir / "d.csv", 200, true);
+  std::ostringstream log;
+  const std::string e = error_of([&] {
+    train(Config::parse(yaml(data, dir / "run"), "n.yaml",
+                        {"optim.kind=sgd", "optim.lr=1e30", "train.epochs=5", "train.save=last"}),
+          log);
+  });
+  EXPECT_NE(e.find("epoch 1, step"), std::string::npos) << e;
+  EXPECT_NE(e.find("lower optim.lr"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir / "run" / "model.safetensors"));
+}
+
+TEST(Metrics, MacroF1CountsOnlyClassesSeen) {
+  // Classes 0 and 1 seen; class 2 in neither the truth nor the predictions.
+  EXPECT_DOUBLE_EQ(macro_f1({3, 1, 0}, {1, 0, 0}, {0, 1, 0}), (6.0 / 7 + 2.0 / 3) / 2);
+  // A class predicted but never true counts (F1 0).
+  EXPECT_DOUBLE_EQ(macro_f1({2, 0}, {0, 1}, {1, 0}), (4.0 / 5 + 0) / 2);
+  EXPECT_EQ(macro_f1({0, 0}, {0, 0}, {0, 0}), 0.0);
+}
+
+}  // namespace
+}  // namespace seqforge

@@ -1,0 +1,252 @@
+// Series datasets: several series in one file, duplicate dates and gaps, transforms and their
+// inverses, and the windows of inference (every window of a file, targets optional).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "seqforge/data/datasets.hpp"
+#include "seqforge/io/csv.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_series_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string write(const fs::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+// Two daily series, "a" and "b", their rows interleaved and out of order; a's values are
+// 1000 + day, b's 2000 + day, so a row's value tells its series and day.
+std::string two_series_csv(const fs::path& dir, int days_a, int days_b) {
+  std::string text = "date,city,value\n";
+  for (int day = std::max(days_a, days_b) - 1; day >= 0; --day) {
+    const std::string date = io::format_datetime(int64_t{1577836800} + day * int64_t{86400});
+    if (day < days_b) text += date + ",b," + std::to_string(2000 + day) + "\n";
+    if (day < days_a) text += date + ",a," + std::to_string(1000 + day) + "\n";
+  }
+  return write(dir / "two.csv", text);
+}
+
+Config series_config(const std::string& path, const std::vector<std::string>& overrides = {}) {
+  return Config::parse("data: {path: " + path +
+                           ", date_column: date, series_column: city, features: [value], "
+                           "targets: [value], lookback: 4, split: {train: 0.5, val: 0.25}, "
+                           "normalize: none}\n",
+                       "s.yaml", overrides);
+}
+
+double raw(const SeriesData& d, int64_t row) { return d.source.at(row, d.feature_cols[0]); }
+
+TEST(Series, WindowsNeverCrossSeriesAndEverySeriesIsSplit) {
+  const fs::path dir = temp_dir("two");
+  const SeriesData d = load_series(series_config(two_series_csv(dir, 40, 24)));
+  ASSERT_EQ(d.series.size(), 2u);
+  EXPECT_EQ(d.series[0].name, "a");
+  EXPECT_EQ(d.series[1].name, "b");
+  EXPECT_EQ(d.series[0].end - d.series[0].begin, 40);
+  EXPECT_EQ(d.series[0].step, 86400);
+  EXPECT_TRUE(d.series[0].regular);
+  std::map<std::string, std::set<int>> days;  // per split: "a"/"b" windows
+  for (const auto& [name, starts] :
+       {std::pair{"train", &d.split.train}, {"val", &d.split.val}, {"test", &d.split.test}}) {
+    EXPECT_FALSE(starts->empty()) << name;
+    for (int64_t s : *starts) {
+      // Every row of the window and its target: one series, consecutive days.
+      const double first = raw(d, s);
+      for (int64_t r = s; r <= d.target_row(s); ++r) EXPECT_EQ(raw(d, r), first + (r - s)) << s;
+      EXPECT_EQ(std::floor(first / 1000), std::floor(raw(d, d.target_row(s)) / 1000));
+    }
+  }
+  // Each series is cut at its own fractions: a's training part is its first 20 days, b's its
+  // first 12; every training target lies inside them, every validation window after.
+  for (int64_t s : d.split.train) {
+    const double target = raw(d, d.target_row(s));
+    EXPECT_LT(target < 2000 ? target - 1000 : target - 2000, target < 2000 ? 20 : 12);
+  }
+  bool a_val = false, b_val = false;
+  for (int64_t s : d.split.val) {
+    const double v = raw(d, s);
+    (v < 2000 ? a_val : b_val) = true;
+    EXPECT_GE(v < 2000 ? v - 1000 : v - 2000, v < 2000 ? 20 : 12);
+  }
+  EXPECT_TRUE(a_val && b_val);
+}
+
+TEST(Series, SplitByDateCutsEverySeriesAtSharedDates) {
+  const fs::path dir = temp_dir("by_date");
+  // b starts 20 days after a: pooled dates put the cuts where a is further along.
+  std::string text = "date,city,value\n";
+  for (int day = 0; day < 40; ++day) {
+    const std::string date = io::format_datetime(int64_t{1577836800} + day * int64_t{86400});
+    text += date + ",a," + std::to_string(1000 + day) + "\n";
+    if (day >= 20) text += date + ",b," + std::to_string(2000 + day) + "\n";
+  }
+  const SeriesData d =
+      load_series(series_config(write(dir / "d.csv", text), {"data.split.by=date"}));
+  // 60 rows pooled: the validation part starts at row 30 of the sorted dates (day 25), the
+  // test part at row 45 (day 32).
+  int64_t last_train_target = 0, first_val_start = INT64_MAX;
+  for (int64_t s : d.split.train)
+    last_train_target = std::max<int64_t>(last_train_target, d.times[d.target_row(s)]);
+  for (int64_t s : d.split.val) first_val_start = std::min<int64_t>(first_val_start, d.times[s]);
+  const int64_t day25 = 1577836800 + 25 * int64_t{86400};
+  EXPECT_LT(last_train_target, day25);
+  EXPECT_GE(first_val_start, day25);
+  ASSERT_FALSE(d.notes.empty());
+  EXPECT_NE(d.notes.back().find("2020-01-26"), std::string::npos) << d.notes.back();
+  EXPECT_NE(error_of([&] {
+              load_series(Config::parse("data: {path: " + (dir / "d.csv").string() +
+                                            ", features: [value], targets: [value], "
+                                            "split: {by: date}}\n",
+                                        "s.yaml"));
+            }).find("data.date_column"),
+            std::string::npos);
+}
+
+TEST(Series, DuplicateDatesAndGapsAreNamed) {
+  const fs::path dir = temp_dir("dates");
+  const std::string dup = write(dir / "dup.csv",
+                                "date,city,value\n2020-01-01,a,1\n2020-01-02,a,2\n2020-01-01,b,3\n"
+                                "2020-01-02,a,4\n");
+  const std::string e = error_of([&] { load_series(series_config(dup)); });
+  EXPECT_NE(e.find("dup.csv:5"), std::string::npos) << e;
+  EXPECT_NE(e.find("series 'a': duplicate date '2020-01-02'"), std::string::npos) << e;
+  // Without a series column, equal dates are the sign of several series.
+  const std::string merged = error_of([&] {
+    load_series(Config::parse(
+        "data: {path: " + dup + ", date_column: date, features: [value], targets: [value]}\n",
+        "m.yaml"));
+  });
+  EXPECT_NE(merged.find("dup.csv:4"), std::string::npos) << merged;
+  EXPECT_NE(merged.find("data.series_column"), std::string::npos) << merged;
+  // A missing day in an otherwise daily series is a gap, reported once.
+  std::string text = "date,city,value\n";
+  for (int day = 0; day < 30; ++day)
+    if (day != 10 && day != 11)
+      text += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + ",a," +
+              std::to_string(day) + "\n";
+  const SeriesData d = load_series(series_config(write(dir / "gap.csv", text)));
+  ASSERT_EQ(d.notes.size(), 1u);
+  EXPECT_NE(d.notes[0].find("1 gap"), std::string::npos) << d.notes[0];
+  EXPECT_NE(d.notes[0].find("3 days"), std::string::npos) << d.notes[0];
+  EXPECT_FALSE(d.series[0].regular);
+}
+
+TEST(Transforms, ApplyAndInvertRoundTrip) {
+  for (Transform t :
+       {Transform::log, Transform::diff, Transform::log_return, Transform::pct_change}) {
+    for (double base : {0.5, 3.0, 1234.5})
+      for (double x : {0.25, 2.0, 1500.0}) {
+        const double y = apply_transform(t, x, base);
+        EXPECT_NEAR(invert_transform(t, y, base), x, 1e-12 * x) << transform_name(t);
+      }
+    EXPECT_EQ(parse_transform(transform_name(t)), t);
+  }
+  EXPECT_TRUE(std::isnan(apply_transform(Transform::log, 0.0, 1.0)));
+  EXPECT_TRUE(std::isnan(apply_transform(Transform::log_return, 2.0, -1.0)));
+  EXPECT_NE(error_of([] { parse_transform("sqrt"); }).find("sqrt"), std::string::npos);
+}
+
+// A price series with log returns as features and the target: the source holds returns, the
+// first row is dropped, the target spans the horizon, and predictions invert to prices.
+TEST(Transforms, TargetsSpanTheHorizonAndInvertToOwnUnits) {
+  const fs::path dir = temp_dir("transform");
+  std::string text = "date,price,volume\n";
+  std::vector<double> price;
+  for (int day = 0; day < 60; ++day) {
+    price.push_back(100 * std::exp(0.01 * day + 0.05 * std::sin(day)));
+    char row[96];
+    std::snprintf(row, sizeof row, "%s,%.17g,%d\n",
+                  io::format_datetime(int64_t{1577836800} + day * int64_t{86400}).c_str(),
+                  price.back(), 1000 + day);
+    text += row;
+  }
+  const std::string path = write(dir / "p.csv", text);
+  const Config c = Config::parse(
+      "data: {path: " + path +
+          ", date_column: date, features: [price, volume], targets: [price], lookback: 5, "
+          "horizon: 3, transform: {price: log_return, volume: log}, split: {train: 0.6, val: "
+          "0.2}}\n",
+      "t.yaml");
+  const SeriesData d = load_series(c);
+  EXPECT_EQ(d.rows, 59);  // the first day has no return
+  EXPECT_NEAR(d.source.at(0, d.feature_cols[0]), std::log(price[1] / price[0]), 1e-12);
+  EXPECT_NEAR(d.source.at(0, d.feature_cols[1]), std::log(1001.0), 1e-12);
+  for (int64_t s : d.split.val) {
+    // Source row r is day r + 1. The target: the log return from the window's last day to the
+    // target day, 3 days later.
+    const int64_t last = d.last_row(s) + 1, target = d.target_row(s) + 1;
+    float y = 0;
+    d.copy_target(s, &y);
+    const double normalised =
+        (std::log(price[target] / price[last]) - d.target_norm.shift[0]) / d.target_norm.scale[0];
+    EXPECT_NEAR(y, normalised, 1e-5);
+    EXPECT_NEAR(d.prediction(s, 0, y), price[target], 1e-4 * price[target]);
+    EXPECT_NEAR(d.actual(s, 0), price[target], 1e-9 * price[target]);
+  }
+  // A price that is not positive has no log return: the error names file, line and column.
+  const std::string bad = write(dir / "bad.csv",
+                                "date,price,volume\n2020-01-01,5,1\n"
+                                "2020-01-02,-1,1\n2020-01-03,4,1\n");
+  const std::string e = error_of([&] {
+    load_series(Config::parse("data: {path: " + bad +
+                                  ", date_column: date, features: [price], targets: [price], "
+                                  "lookback: 1, transform: {price: log_return}}\n",
+                              "b.yaml"));
+  });
+  EXPECT_NE(e.find("bad.csv:3: column 'price'"), std::string::npos) << e;
+  EXPECT_NE(e.find("log_return"), std::string::npos) << e;
+  EXPECT_NE(error_of([&] {
+              load_series(Config::parse("data: {path: " + path +
+                                            ", features: [price], targets: [price], "
+                                            "transform: {price: sqrt}}\n",
+                                        "b.yaml"));
+            }).find("data.transform: price"),
+            std::string::npos);
+}
+
+TEST(Series, InferenceWindowsNeedNoTargets) {
+  const fs::path dir = temp_dir("inference");
+  std::string text = "date,city,value\n";  // no target column; a's 10 days, b's 3 (too short)
+  for (int day = 0; day < 10; ++day) {
+    const std::string date = io::format_datetime(int64_t{1577836800} + day * int64_t{86400});
+    text += date + ",a," + std::to_string(day) + "\n";
+    if (day < 3) text += date + ",b," + std::to_string(day) + "\n";
+  }
+  const Config c = Config::parse("data: {path: " + write(dir / "new.csv", text) +
+                                     ", date_column: date, series_column: city, features: "
+                                     "[value], targets: [temperature], lookback: 4}\n",
+                                 "i.yaml");
+  SeriesData stored;
+  stored.feature_norm.kind = stored.target_norm.kind = "none";
+  stored.feature_norm.shift = stored.target_norm.shift = {0.0};
+  stored.feature_norm.scale = stored.target_norm.scale = {1.0};
+  const SeriesData d = load_series(c, &stored, WindowSet::every_window);
+  EXPECT_FALSE(d.has_targets);
+  ASSERT_EQ(d.split.test.size(), 7u);  // every complete window of a: days 0-3 ... 6-9
+  EXPECT_EQ(d.last_row(d.split.test.back()), d.series[0].end - 1);  // up to the last row
+  EXPECT_TRUE(d.split.train.empty() && d.split.val.empty());
+  // Evaluation needs the targets.
+  EXPECT_NE(error_of([&] {
+              load_series(c, &stored, WindowSet::with_targets);
+            }).find("no column 'temperature'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace seqforge
