@@ -75,3 +75,83 @@ TEST(Config, ReferenceDocMatchesTheKeyTable) {
 
 }  // namespace
 }  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+TEST(Config, AutoDefaultsFollowTheKeysTheyDependOn) {
+  // Weight decay as in PyTorch: 0.01 for adamw, 0 for adam and sgd; a given value is kept.
+  EXPECT_EQ(Config::parse("", "c.yaml").number("optim.weight_decay"), 0.01);
+  EXPECT_EQ(Config::parse("", "c.yaml", {"optim.kind=adam"}).number("optim.weight_decay"), 0.0);
+  EXPECT_EQ(Config::parse("optim: {kind: sgd}\n", "c.yaml").number("optim.weight_decay"), 0.0);
+  const Config given = Config::parse("optim: {kind: sgd, weight_decay: 0.5}\n", "c.yaml");
+  EXPECT_EQ(given.number("optim.weight_decay"), 0.5);
+  EXPECT_TRUE(given.is_set("optim.weight_decay"));
+  EXPECT_FALSE(Config::parse("", "c.yaml").is_set("optim.weight_decay"));
+  // The monitor: val_loss, or train_loss without validation; the mode from the monitor.
+  const Config plain = Config::parse("", "c.yaml");
+  EXPECT_EQ(plain.str("train.early_stopping.monitor"), "val_loss");
+  EXPECT_EQ(plain.str("train.early_stopping.mode"), "min");
+  const Config no_val = Config::parse("data: {split: {val: 0}}\n", "c.yaml");
+  EXPECT_EQ(no_val.str("train.early_stopping.monitor"), "train_loss");
+  EXPECT_EQ(no_val.str("train.early_stopping.mode"), "min");
+  for (const char* metric : {"val_accuracy", "val_f1"})
+    EXPECT_EQ(Config::parse("", "c.yaml", {std::string("train.early_stopping.monitor=") + metric})
+                  .str("train.early_stopping.mode"),
+              "max")
+        << metric;
+  EXPECT_EQ(Config::parse("", "c.yaml",
+                          {"train.early_stopping.monitor=val_accuracy",
+                           "train.early_stopping.mode=min"})
+                .str("train.early_stopping.mode"),
+            "min");
+  EXPECT_NE(error_of([] { Config::parse("optim: {weight_decay: lots}\n", "c.yaml"); })
+                .find("c.yaml:1: optim.weight_decay: expected a number, got 'lots'"),
+            std::string::npos);
+  // The resolved dump holds the effective values.
+  const Config again = Config::parse(no_val.resolved_yaml(), "resolved", {"optim.kind=adamw"});
+  EXPECT_EQ(again.str("train.early_stopping.monitor"), "train_loss");
+}
+
+TEST(Config, TransformIsAMapOfColumnToName) {
+  const Config c = Config::parse("data:\n  transform: {close: log_return, volume: log}\n",
+                                 "c.yaml");
+  EXPECT_EQ(c.map("data.transform"),
+            (std::map<std::string, std::string>{{"close", "log_return"}, {"volume", "log"}}));
+  EXPECT_TRUE(Config::parse("", "c.yaml").map("data.transform").empty());
+  const Config o = Config::parse("", "c.yaml", {"data.transform={price: diff}"});
+  EXPECT_EQ(o.map("data.transform"), (std::map<std::string, std::string>{{"price", "diff"}}));
+  const Config again = Config::parse(c.resolved_yaml(), "resolved");
+  EXPECT_EQ(again.map("data.transform"), c.map("data.transform"));
+  const std::string e =
+      error_of([] { Config::parse("data:\n  transform: [log]\n", "c.yaml"); });
+  EXPECT_NE(e.find("c.yaml:2: data.transform: expected a map"), std::string::npos) << e;
+  EXPECT_NE(error_of([] { Config::parse("data:\n  transform: {a: [log]}\n", "c.yaml"); })
+                .find("data.transform"),
+            std::string::npos);
+  EXPECT_EQ(Config::parse("", "c.yaml").str("data.split.by"), "rows");
+}
+
+TEST(Config, AbsolutePathsKeepThePathAsWritten) {
+  const Config c = Config::parse(
+      "data: {path: data/x.csv}\nmodel: {init_from: /abs/w.safetensors}\n", "c.yaml");
+  const Config a = c.with_absolute_paths("/work/here");
+  EXPECT_EQ(a.str("data.path"), "/work/here/data/x.csv");
+  EXPECT_EQ(a.str("model.init_from"), "/abs/w.safetensors");  // already absolute
+  EXPECT_EQ(a.str("train.run_dir"), "");                      // empty stays empty
+  EXPECT_EQ(Config::parse("data: {path: ../y.csv}\n", "c.yaml")
+                .with_absolute_paths("/work/here")
+                .str("data.path"),
+            "/work/y.csv");
+  const std::string yaml = a.resolved_yaml();
+  EXPECT_NE(yaml.find("path: /work/here/data/x.csv  # as written: data/x.csv"), std::string::npos)
+      << yaml;
+  EXPECT_EQ(yaml.find("# as written: /abs"), std::string::npos) << yaml;
+  const Config again = Config::parse(yaml, "resolved");
+  for (const auto& k : config_keys()) EXPECT_EQ(again.str(k.path), a.str(k.path)) << k.path;
+  EXPECT_EQ(again.with_absolute_paths("/elsewhere").resolved_yaml().find("as written"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace seqforge
