@@ -100,13 +100,14 @@ TEST(Config, AutoDefaultsFollowTheKeysTheyDependOn) {
                   .str("train.early_stopping.mode"),
               "max")
         << metric;
-  EXPECT_EQ(Config::parse("", "c.yaml",
-                          {"train.early_stopping.monitor=val_accuracy",
-                           "train.early_stopping.mode=min"})
-                .str("train.early_stopping.mode"),
-            "min");
-  EXPECT_NE(error_of([] { Config::parse("optim: {weight_decay: lots}\n", "c.yaml"); })
-                .find("c.yaml:1: optim.weight_decay: expected a number, got 'lots'"),
+  EXPECT_EQ(
+      Config::parse("", "c.yaml",
+                    {"train.early_stopping.monitor=val_accuracy", "train.early_stopping.mode=min"})
+          .str("train.early_stopping.mode"),
+      "min");
+  EXPECT_NE(error_of([] {
+              Config::parse("optim: {weight_decay: lots}\n", "c.yaml");
+            }).find("c.yaml:1: optim.weight_decay: expected a number, got 'lots'"),
             std::string::npos);
   // The resolved dump holds the effective values.
   const Config again = Config::parse(no_val.resolved_yaml(), "resolved", {"optim.kind=adamw"});
@@ -114,8 +115,8 @@ TEST(Config, AutoDefaultsFollowTheKeysTheyDependOn) {
 }
 
 TEST(Config, TransformIsAMapOfColumnToName) {
-  const Config c = Config::parse("data:\n  transform: {close: log_return, volume: log}\n",
-                                 "c.yaml");
+  const Config c =
+      Config::parse("data:\n  transform: {close: log_return, volume: log}\n", "c.yaml");
   EXPECT_EQ(c.map("data.transform"),
             (std::map<std::string, std::string>{{"close", "log_return"}, {"volume", "log"}}));
   EXPECT_TRUE(Config::parse("", "c.yaml").map("data.transform").empty());
@@ -123,18 +124,18 @@ TEST(Config, TransformIsAMapOfColumnToName) {
   EXPECT_EQ(o.map("data.transform"), (std::map<std::string, std::string>{{"price", "diff"}}));
   const Config again = Config::parse(c.resolved_yaml(), "resolved");
   EXPECT_EQ(again.map("data.transform"), c.map("data.transform"));
-  const std::string e =
-      error_of([] { Config::parse("data:\n  transform: [log]\n", "c.yaml"); });
+  const std::string e = error_of([] { Config::parse("data:\n  transform: [log]\n", "c.yaml"); });
   EXPECT_NE(e.find("c.yaml:2: data.transform: expected a map"), std::string::npos) << e;
-  EXPECT_NE(error_of([] { Config::parse("data:\n  transform: {a: [log]}\n", "c.yaml"); })
-                .find("data.transform"),
+  EXPECT_NE(error_of([] {
+              Config::parse("data:\n  transform: {a: [log]}\n", "c.yaml");
+            }).find("data.transform"),
             std::string::npos);
   EXPECT_EQ(Config::parse("", "c.yaml").str("data.split.by"), "rows");
 }
 
 TEST(Config, AbsolutePathsKeepThePathAsWritten) {
-  const Config c = Config::parse(
-      "data: {path: data/x.csv}\nmodel: {init_from: /abs/w.safetensors}\n", "c.yaml");
+  const Config c =
+      Config::parse("data: {path: data/x.csv}\nmodel: {init_from: /abs/w.safetensors}\n", "c.yaml");
   const Config a = c.with_absolute_paths("/work/here");
   EXPECT_EQ(a.str("data.path"), "/work/here/data/x.csv");
   EXPECT_EQ(a.str("model.init_from"), "/abs/w.safetensors");  // already absolute

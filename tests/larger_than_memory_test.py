@@ -79,7 +79,7 @@ def main():
             with open(procs, "w") as f:
                 f.write(str(os.getpid()))
 
-        result = subprocess.run([binary, "train", config], preexec_fn=enter_group,
+        result = subprocess.run([binary, "train", "--overwrite", config], preexec_fn=enter_group,
                                 capture_output=True, text=True, timeout=600)
         with open(peak_file) as f:
             peak_mb = int(f.read()) / (1 << 20)

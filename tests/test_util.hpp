@@ -27,8 +27,8 @@ struct HostTensor {
 // Whether the CPU backend can run bf16 GEMMs here (AVX512-BF16 or AMX-BF16); tests of its bf16
 // path skip elsewhere (an AVX2-only CPU, say).
 inline bool cpu_runs_bf16() { return cpu_features().avx512_bf16 || cpu_features().amx_bf16; }
-#define SF_SKIP_WITHOUT_BF16()                                                              \
-  do {                                                                                      \
+#define SF_SKIP_WITHOUT_BF16()                                                           \
+  do {                                                                                   \
     if (!::seqforge::test::cpu_runs_bf16()) GTEST_SKIP() << "no bf16 GEMMs on this CPU"; \
   } while (0)
 

@@ -158,8 +158,9 @@ uint64_t fingerprint(const Dataset& data, const AugmentOptions& o, uint64_t seed
     const io::MappedFile file = io::map_file(data.path);
     h = hash_bytes(file.data, file.size);
   }
-  nlohmann::json j = {{"format", 1},
+  nlohmann::json j = {{"format", 2},
                       {"task", s.task},
+                      {"layout", s.layout},
                       {"lookback", s.lookback},
                       {"features", s.feature_names},
                       {"feature_cols", s.feature_cols},

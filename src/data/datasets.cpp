@@ -826,11 +826,16 @@ SeriesData load_series(const Config& c, const SeriesData* stored, WindowSet whic
         fail(o.path, ": has no column '", name, "', which predictions need to undo data.transform ",
              transform_name(transform_of(o, name)), " of the target");
   const RowOrder order = order_rows(table, built);
+  d.layout = "date " + o.date_col + "; series " + o.series_col + "; transforms";
+  for (const auto& [column, t] : o.transforms) d.layout += " " + column + ":" + transform_name(t);
   d.notes = order.notes;
   const std::string label_col =
       o.task == "classify" && o.label != "column" && d.has_targets ? o.label_col : "";
   const std::vector<int64_t> file_rows =
       build_source(table, built, order, d.target_names, label_col, &d);
+  bool identity = true;
+  for (size_t r = 0; r < file_rows.size() && identity; ++r) identity = file_rows[r] == int64_t(r);
+  if (!identity) d.file_rows = file_rows;
   std::vector<double> volatility;
   if (o.task == "classify") label_rows(table, o, file_rows, stored, &d, &volatility);
   list_windows(c, o, which, &d);

@@ -492,7 +492,8 @@ std::string Config::resolved_yaml() const {
     YAML::Node value = YAML::Load(str(k.path));
     if ((k.type == T::string || k.type == T::path) && value.IsNull())
       value = YAML::Node(std::string());
-    if (k.type == T::string_map || k.type == T::string_list) value.SetStyle(YAML::EmitterStyle::Flow);
+    if (k.type == T::string_map || k.type == T::string_list)
+      value.SetStyle(YAML::EmitterStyle::Flow);
     out << YAML::Key << parts.back() << YAML::Value << value;
     if (const auto it = written_.find(k.path); it != written_.end())
       out << YAML::Comment("as written: " + it->second);

@@ -523,8 +523,9 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
   if (schedule != "constant" && schedule != "step" && schedule != "cosine" && schedule != "plateau")
     fail(c.source(), ": train.schedule must be constant, step, cosine or plateau, got '", schedule,
          "'");
-  const std::string run_dir =
-      !resume_dir.empty() ? resume_dir : rank == 0 ? new_run_dir(c, overwrite) : "";
+  const std::string run_dir = !resume_dir.empty() ? resume_dir
+                              : rank == 0         ? new_run_dir(c, overwrite)
+                                                  : "";
 
   comm.set_timeout(dist_timeout, "the last checkpoint in " + run_dir + " is intact");
 
@@ -1021,19 +1022,19 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
 
 namespace {
 
-// The row's label for a predictions file: its date, else its 1-based row in the data's order.
+// The row's label for a predictions file: its date, else its 1-based data row in the file.
 std::string row_label(const SeriesData& d, int64_t row) {
-  return d.dates.empty() ? std::to_string(row + 1) : d.dates[row];
+  if (!d.dates.empty()) return d.dates[row];
+  return std::to_string((d.file_rows.empty() ? row : d.file_rows[row]) + 1);
 }
 
-// When a window's forecast is for: the target row's date (or row) in the file, else the last
-// date plus horizon steps where the series' dates are regular; "" when unknown.
+// When a window's forecast is for: the target row's label when it is in the file, else the last
+// date plus horizon steps where the series' dates are regular; "" when unknown (no dates).
 std::string forecast_time(const SeriesData& d, int64_t start) {
   const int64_t last = d.last_row(start), target = d.target_row(start);
   const SeriesSpan& s = d.series_of(last);
   if (target < s.end) return row_label(d, target);
-  if (d.dates.empty()) return std::to_string(target + 1);
-  if (!s.regular || s.step <= 0) return "";
+  if (d.dates.empty() || !s.regular || s.step <= 0) return "";
   const bool date_only = d.dates[last].size() <= 10;
   return io::format_datetime(d.times[last] + d.horizon * s.step, date_only);
 }
@@ -1362,7 +1363,7 @@ ConfigDiagnosis diagnose_config(const Config& c, int steps) {
     problems.push_back("a training step needs about " + std::to_string(int(d.activation_mb)) +
                        " MB but " + std::to_string(int(avail)) +
                        " MB are available: lower train.batch_size or data.lookback");
-  if (d.train == 0 || steps <= 0) return d;
+  if (d.train == 0 || (d.val == 0 && c.number("data.split.val") > 0) || steps <= 0) return d;
 
   // A short measured run: `steps` training steps (their median; the first pays for start-up) and
   // one validation pass, timed by the profiler's scopes.

@@ -86,9 +86,11 @@ struct SeriesData {
   double label_threshold = 0;       // data.label volatility: the training windows' median
   Normalizer feature_norm, target_norm;
   std::vector<SeriesSpan> series;  // in source order
+  std::vector<int64_t> file_rows;  // (rows) each row's 0-based row in the file; empty: the same
   std::vector<std::string> dates;  // (rows) the date column's text, when there is one
   std::vector<int64_t> times;      // (rows) seconds since 1970, when there is a date column
   std::vector<std::string> notes;  // facts worth a line at start-up (gaps, cut dates)
+  std::string layout;  // how rows were ordered and transformed (date, series, transforms)
   Split split;
   int64_t num_features() const { return static_cast<int64_t>(feature_names.size()); }
   int64_t num_outputs() const;  // targets (forecast), classes (classify) or features (mae)

@@ -50,8 +50,8 @@ class Config {
   // train.early_stopping.monitor (by data.split.val) and .mode (by the monitor).
   void resolve_auto();
   std::string source_;
-  std::map<std::string, std::string> values_;  // key -> value as YAML text (lists as flow)
-  std::map<std::string, std::string> where_;   // key -> "file:line" or "override"
+  std::map<std::string, std::string> values_;   // key -> value as YAML text (lists as flow)
+  std::map<std::string, std::string> where_;    // key -> "file:line" or "override"
   std::map<std::string, std::string> written_;  // path key -> the relative path as written
   std::set<std::string> derived_;               // keys resolved from `auto`
 };
