@@ -123,3 +123,56 @@ TEST(Report, TrainerWritesPredictionsAndReport) {
 
 }  // namespace
 }  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+// Charts of hostile series: equal values, values an ulp apart, one point, missing (NaN) values,
+// 1e-30 to 1e30, negative, huge. Every page is finite and small, with a bounded number of ticks.
+TEST(Report, ChartsOfHostileSeriesStayFiniteAndSmall) {
+  const fs::path dir = run_dir("hostile");
+  write(dir / "config.resolved.yaml", "data:\n  task: forecast\n  targets: [t]\n");
+  const double one = 0.43499;
+  const std::vector<std::vector<double>> cases = {
+      {one, one, one},
+      {one, std::nextafter(one, 1.0), std::nextafter(std::nextafter(one, 1.0), 1.0)},
+      {one},
+      {1e-30, 1e30, 1.0},
+      {-5.0, -5.0 + 1e-13, -4.999999999999},
+      {1e300, 1.7e308, -1.7e308},
+      {-1e-310, 1e-310, 0.0},
+      {NAN, one, NAN},
+      {NAN},
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    std::string metrics;
+    for (size_t e = 0; e < cases[c].size(); ++e) {
+      char line[256];
+      const double v = cases[c][e];
+      const double other = std::isnan(v) ? v : std::nextafter(v, INFINITY);
+      auto json = [](double x) {
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "%.17g", x);
+        return std::isnan(x) ? std::string("null") : std::string(buf);
+      };
+      std::snprintf(line, sizeof line,
+                    "{\"epoch\":%zu,\"train_loss\":%s,\"val_loss\":%s,\"val_rmse\":%s,\"lr\":%s}\n",
+                    e + 1, json(v).c_str(), json(other).c_str(), json(v).c_str(), json(v).c_str());
+      metrics += line;
+    }
+    write(dir / "metrics.jsonl", metrics);
+    std::string predictions = "row,actual,predicted\n";
+    for (size_t i = 0; i < cases[c].size(); ++i)
+      predictions += std::to_string(i + 1) + "," + std::to_string(cases[c][i]) + "," +
+                     std::to_string(cases[c][i]) + "\n";
+    write(dir / "val_predictions.csv", predictions);
+    const std::string html = render_run_report(dir.string());
+    EXPECT_LT(html.size(), 400000u) << "case " << c;
+    EXPECT_LT(count(html, "<line"), 400u) << "case " << c;
+    for (const char* bad : {"=\"nan", "=\"-nan", "=\"inf", "=\"-inf"})
+      EXPECT_EQ(html.find(bad), std::string::npos) << "case " << c << ": " << bad;
+  }
+}
+
+}  // namespace
+}  // namespace seqforge

@@ -54,19 +54,26 @@ std::string num(double v, const char* fmt = "%.4g") {
 }
 
 // Round tick steps (1, 2, 5 x 10^k, at least `min_step`) covering [lo, hi], about `target`
-// intervals.
+// intervals, for any finite range: a step too fine for the values' resolution (two values an ulp
+// apart) is widened, and there are never more than 2 * target + 2 ticks.
 std::vector<double> ticks(double lo, double hi, int target, double min_step = 0) {
-  const double raw = std::max((hi - lo) / target, min_step);
+  const double magnitude = std::max(std::fabs(lo), std::fabs(hi));
+  double raw = std::max({(hi - lo) / target, min_step, magnitude * 1e-12});
+  if (!std::isfinite(raw) || !(raw > 0) || !(hi >= lo)) return {lo, hi};
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = mag;
-  for (double m : {1.0, 2.0, 5.0, 10.0})
+  double step = 10 * mag;
+  for (double m : {1.0, 2.0, 5.0})
     if (raw <= m * mag) {
       step = m * mag;
       break;
     }
+  const double first = std::ceil(lo / step), last = std::floor(hi / step + 1e-9);
   std::vector<double> out;
-  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step)
+  for (double k = first; k <= last && out.size() < size_t(2 * target + 2); ++k) {
+    const double t = k * step;
     out.push_back(std::fabs(t) < step * 1e-9 ? 0.0 : t);
+  }
+  if (out.empty()) out = {lo, hi};
   return out;
 }
 
@@ -108,14 +115,16 @@ std::string line_chart(const std::string& title, const std::string& x_label,
       << "\" text-anchor=\"middle\" class=\"axis\">no finite values</text></svg></figure>";
     return o.str();
   }
-  if (x1 == x0) x0 -= 1, x1 += 1;
-  if (y1 == y0) {
-    const double pad = std::max(std::fabs(y0) * 0.05, 1e-6);
-    y0 -= pad, y1 += pad;
-  } else {
-    const double pad = (y1 - y0) * 0.05;
-    y0 -= pad, y1 += pad;
-  }
+  // A range narrower than the values' resolution (equal values, or an ulp apart) is padded by a
+  // share of their size, so every axis spans something ticks can divide.
+  auto widen = [](double* lo, double* hi, double share, double at_least) {
+    const double span = *hi - *lo, size = std::max(std::fabs(*lo), std::fabs(*hi));
+    const double pad = span > size * 1e-9 ? span * share : std::max(size * 0.05, at_least);
+    *lo -= pad, *hi += pad;
+    if (!std::isfinite(*lo) || !std::isfinite(*hi)) *lo = -1e300, *hi = 1e300;
+  };
+  if (x1 - x0 <= std::max(std::fabs(x0), std::fabs(x1)) * 1e-9) widen(&x0, &x1, 0, 1);
+  widen(&y0, &y1, 0.05, 1e-6);
   auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
   auto py = [&](double y) { return top + (y1 - y) / (y1 - y0) * (H - top - bottom); };
   o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << W - left - right
