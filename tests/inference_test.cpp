@@ -125,6 +125,39 @@ TEST(Predict, EveryWindowOfANewFileWithoutTargets) {
             std::string::npos);
 }
 
+// New data whose target is not known yet for its last rows: empty cells are no error; their
+// actual stays empty. A target transform undone from an empty value gives an empty prediction.
+TEST(Predict, EmptyTargetCellsAreValuesNotKnownYet) {
+  const fs::path dir = temp_dir("missing");
+  std::ostringstream log;
+  train(Config::parse(yaml(write_hourly(dir / "train.csv", 300, true), dir / "run",
+                           "  transform: {y: diff}\n"),
+                      "m.yaml"),
+        log);
+  write_hourly(dir / "full.csv", 30, true);
+  std::ifstream in(dir / "full.csv");
+  std::ofstream out_file(dir / "gaps.csv");
+  int line = 0;
+  for (std::string text; std::getline(in, text); ++line)
+    out_file << (line > 28 ? text.substr(0, text.rfind(',') + 1) : text) << "\n";
+  out_file.close();
+  std::ostringstream out;
+  EXPECT_EQ(predict((dir / "run").string(),
+                    {(dir / "gaps.csv").string(), (dir / "p.csv").string(), false}, out),
+            23);
+  const auto p = read_csv((dir / "p.csv").string());
+  ASSERT_EQ(p.size(), 24u);
+  // Hours 28 and 29 have no y. Row k of the predictions ends at hour k + 6: the window ending at
+  // hour 27 is predicted but its target (hour 28) has no actual; the windows ending at hours 28
+  // and 29 cannot undo the diff from their last y.
+  EXPECT_NE(p[20][3], "");
+  EXPECT_NE(p[21][2], "");
+  EXPECT_EQ(p[21][3], "");
+  EXPECT_EQ(p[22][2], "");
+  EXPECT_EQ(p[23][2], "");
+  EXPECT_NE(out.str().find("2 predictions are empty"), std::string::npos) << out.str();
+}
+
 TEST(Predict, OneForecastPerSeriesAndEvalOnAnotherFile) {
   const fs::path dir = temp_dir("multi");
   std::ostringstream log;

@@ -288,9 +288,10 @@ class DataFile {
     return csv_->text(name);
   }
   bool is_array() const { return !csv_; }
-  // A numeric column, one finite value per file row.
-  std::vector<double> column(const std::string& name) const {
-    if (csv_) return csv_->numeric(name);
+  // A numeric column, one finite value per file row (or NaN for an empty cell, with
+  // `missing_allowed`).
+  std::vector<double> column(const std::string& name, bool missing_allowed = false) const {
+    if (csv_) return missing_allowed ? csv_->numeric_or_missing(name) : csv_->numeric(name);
     const int64_t j = std::stoll(name);
     std::vector<double> x(matrix_.rows);
     for (int64_t r = 0; r < matrix_.rows; ++r) x[r] = checked(r, j);
@@ -547,7 +548,8 @@ struct ColumnValues {
 std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
                                   const RowOrder& order,
                                   const std::vector<std::string>& target_names,
-                                  const std::string& label_col, SeriesData* d) {
+                                  const std::string& label_col, bool missing_targets,
+                                  SeriesData* d) {
   if (table.is_array() && o.transforms.empty()) {  // the mapped array itself, never loaded whole
     std::vector<std::string> names = o.features;
     names.insert(names.end(), target_names.begin(), target_names.end());
@@ -589,13 +591,14 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   // Column `name` into source column `j`, transformed against the row `lag` source rows before
   // (a feature: the file's previous row of the series, dropped or not; a target: the row
   // `horizon` before); `raw` receives the values as they are, every O-th.
+  // Empty target cells (values not known yet) are NaN with `missing_targets`.
   auto column = [&](const std::string& name, int64_t j, Transform t, bool is_target, double* raw) {
-    const std::vector<double> x = table.column(name);
+    const std::vector<double> x = table.column(name, is_target && missing_targets);
     for (int64_t k = 0; k < n; ++k) {
       const int64_t p = keep[k], row = order.rows[p];
       double v = x[row];
       if (raw) raw[k * O] = v;
-      if (t != Transform::none) {
+      if (t != Transform::none && !std::isnan(v)) {
         const int64_t first = d->series_of(k).begin;
         double base = NAN;
         bool defined = true;
@@ -607,7 +610,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
           defined = !needs_base(t);  // the series' first rows are no window's target
         }
         v = defined ? apply_transform(t, v, base) : NAN;
-        if (defined && !std::isfinite(v))
+        if (defined && !std::isfinite(v) && (!needs_base(t) || !std::isnan(base)))
           fail(table.where(row), ": column '", name, "': data.transform ", transform_name(t),
                " is undefined for ", x[row],
                needs_base(t) ? " after " + std::to_string(base) : std::string());
@@ -649,9 +652,10 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
 
 // Class ids per source row (classify; -1 where a row has none). Volatility classes need the
 // training windows' median and are set by label_volatility once the split is known.
+// With `lenient` (predict), a class not seen in training or an empty cell is -1, not an error.
 void label_rows(const DataFile& table, const SeriesOptions& o,
-                const std::vector<int64_t>& file_rows, const SeriesData* stored, SeriesData* d,
-                std::vector<double>* volatility) {
+                const std::vector<int64_t>& file_rows, const SeriesData* stored, bool lenient,
+                SeriesData* d, std::vector<double>* volatility) {
   d->classes.assign(d->rows, -1);
   if (o.label != "column") {
     d->class_names = o.label == "direction" ? std::vector<std::string>{"down", "up"}
@@ -690,9 +694,11 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
   for (int64_t r = 0; r < d->rows; ++r) {
     const auto& name = names[file_rows[r]];
     const auto it = std::lower_bound(d->class_names.begin(), d->class_names.end(), name);
-    if (it == d->class_names.end() || *it != name)
+    if (it != d->class_names.end() && *it == name) {
+      d->classes[r] = it - d->class_names.begin();
+    } else if (!lenient) {
       fail(table.where(file_rows[r]), ": class '", name, "' was not seen in training");
-    d->classes[r] = it - d->class_names.begin();
+    }
   }
 }
 
@@ -831,13 +837,14 @@ SeriesData load_series(const Config& c, const SeriesData* stored, WindowSet whic
   d.notes = order.notes;
   const std::string label_col =
       o.task == "classify" && o.label != "column" && d.has_targets ? o.label_col : "";
-  const std::vector<int64_t> file_rows =
-      build_source(table, built, order, d.target_names, label_col, &d);
+  const std::vector<int64_t> file_rows = build_source(
+      table, built, order, d.target_names, label_col, which == WindowSet::every_window, &d);
   bool identity = true;
   for (size_t r = 0; r < file_rows.size() && identity; ++r) identity = file_rows[r] == int64_t(r);
   if (!identity) d.file_rows = file_rows;
   std::vector<double> volatility;
-  if (o.task == "classify") label_rows(table, o, file_rows, stored, &d, &volatility);
+  if (o.task == "classify")
+    label_rows(table, o, file_rows, stored, which == WindowSet::every_window, &d, &volatility);
   list_windows(c, o, which, &d);
   if (stored) {
     d.feature_norm = stored->feature_norm;

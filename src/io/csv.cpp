@@ -226,9 +226,21 @@ const std::vector<std::string>& CsvTable::text(std::string_view name) const {
 }
 
 std::vector<double> CsvTable::numeric(std::string_view name) const {
+  return parse_column(name, false);
+}
+
+std::vector<double> CsvTable::numeric_or_missing(std::string_view name) const {
+  return parse_column(name, true);
+}
+
+std::vector<double> CsvTable::parse_column(std::string_view name, bool empty_is_nan) const {
   const std::vector<std::string>& cells = cells_[index_of(name)];
   std::vector<double> out(cells.size());
   for (size_t r = 0; r < cells.size(); ++r) {
+    if (empty_is_nan && trim(cells[r]).empty()) {
+      out[r] = NAN;
+      continue;
+    }
     switch (parse_number(cells[r], &out[r])) {
       case NumberStatus::ok:
         break;

@@ -1098,6 +1098,7 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
   Rng rng(0);
   std::vector<double> p(O);
   double compute_s = 0;
+  int64_t unknown = 0;  // predictions that could not be made
   for (size_t first = 0; first < windows.size(); first += B) {
     const int64_t n = std::min<int64_t>(B, static_cast<int64_t>(windows.size() - first));
     const double t0 = now_s();
@@ -1115,8 +1116,12 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
       if (d.task == "forecast") {
         for (int64_t j = 0; j < O; ++j) {
           // The model computes in f32: the prediction's shortest f32 text reads back exactly.
-          csv += "," + shortest(static_cast<float>(d.prediction(start, j, o[i * O + j])));
-          if (d.has_targets) csv += "," + (known ? shortest(d.actual(start, j)) : "");
+          // Empty where it is unknown: a transform undone from a value missing in the file.
+          const double y = d.prediction(start, j, o[i * O + j]);
+          unknown += std::isnan(y);
+          csv += "," + (std::isnan(y) ? "" : shortest(static_cast<float>(y)));
+          const double actual = known ? d.actual(start, j) : NAN;
+          if (d.has_targets) csv += "," + (std::isnan(actual) ? "" : shortest(actual));
         }
       } else {
         const float* logits = o + i * O;
@@ -1143,6 +1148,9 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
                 windows.size(), compute_s, windows.size() / std::max(compute_s, 1e-9),
                 static_cast<long long>(B));
   log << line << std::flush;
+  if (unknown > 0)
+    log << "note: " << unknown << " predictions are empty: data.transform of the target is undone "
+        << "from the window's last value of it, which is empty in " << options.input << "\n";
   return static_cast<int64_t>(windows.size());
 }
 

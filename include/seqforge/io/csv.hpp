@@ -31,11 +31,14 @@ class CsvTable {
   // "<path>:<line>: column 'x': 'abc' is not a number" for the first bad cell; empty cells, NaN
   // and infinities (including overflow such as 1e999) are errors too.
   std::vector<double> numeric(std::string_view name) const;
+  // The same, with empty cells as NaN (values not known yet).
+  std::vector<double> numeric_or_missing(std::string_view name) const;
   // 1-based file line on which data row `row` (0-based) starts.
   int64_t line_of_row(int64_t row) const;
 
  private:
   size_t index_of(std::string_view name) const;
+  std::vector<double> parse_column(std::string_view name, bool empty_is_nan) const;
 
   std::string source_;
   std::vector<std::string> columns_;
