@@ -1061,6 +1061,53 @@ std::vector<int64_t> prediction_windows(const SeriesData& d, bool last_only) {
   return out;
 }
 
+// The header of a predictions file.
+std::string predictions_header(const SeriesData& d, bool multi) {
+  std::string csv = multi ? "series," : "";
+  csv += "window_end,forecast_for";
+  if (d.task == "forecast") {
+    for (const auto& name : d.target_names)
+      csv += "," + name + (d.has_targets ? "," + name + "_actual" : "");
+  } else {
+    csv += ",class";
+    for (const auto& name : d.class_names) csv += ",p_" + name;
+    if (d.has_targets) csv += ",actual";
+  }
+  return csv + "\n";
+}
+
+// One window's row of a predictions file from the model's output `o` (O); returns the number of
+// predictions left empty (a target transform undone from a value missing in the file).
+int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bool multi,
+                          std::string* csv) {
+  const int64_t O = d.num_outputs(), target = d.target_row(start);
+  const bool known = d.has_targets && target < d.series_of(d.last_row(start)).end;
+  if (multi) *csv += d.series_of(start).name + ",";
+  *csv += row_label(d, d.last_row(start)) + "," + forecast_time(d, start);
+  int64_t unknown = 0;
+  if (d.task == "forecast") {
+    for (int64_t j = 0; j < O; ++j) {
+      // The model computes in f32: the prediction's shortest f32 text reads back exactly.
+      const double y = d.prediction(start, j, o[j]);
+      unknown += std::isnan(y);
+      *csv += "," + (std::isnan(y) ? "" : shortest(static_cast<float>(y)));
+      const double actual = known ? d.actual(start, j) : NAN;
+      if (d.has_targets) *csv += "," + (std::isnan(actual) ? "" : shortest(actual));
+    }
+  } else {
+    const double top = *std::max_element(o, o + O);
+    std::vector<double> p(O);
+    double total = 0;
+    for (int64_t k = 0; k < O; ++k) total += p[k] = std::exp(o[k] - top);
+    *csv += "," + d.class_names[std::max_element(o, o + O) - o];
+    for (int64_t k = 0; k < O; ++k) *csv += "," + shortest(static_cast<float>(p[k] / total));
+    if (d.has_targets)
+      *csv += "," + (known && d.classes[target] >= 0 ? d.class_names[d.classes[target]] : "");
+  }
+  *csv += "\n";
+  return unknown;
+}
+
 }  // namespace
 
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
@@ -1081,60 +1128,24 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
   auto be = make_cpu_backend();
   auto model = load_model(*be, r, &log);
   const bool multi = d.series.size() > 1 || !r.config.str("data.series_column").empty();
-  std::string csv = multi ? "series," : "";
-  csv += "window_end,forecast_for";
-  if (d.task == "forecast") {
-    for (const auto& name : d.target_names)
-      csv += "," + name + (d.has_targets ? "," + name + "_actual" : "");
-  } else {
-    csv += ",class";
-    for (const auto& name : d.class_names) csv += ",p_" + name;
-    if (d.has_targets) csv += ",actual";
-  }
-  csv += "\n";
+  std::string csv = predictions_header(d, multi);
   const int64_t B = prediction_batch(r.task.model, d.lookback);
   const int64_t T = d.lookback, F = d.num_features(), O = d.num_outputs();
-  Buffer input_buf;
+  Buffer input_buf;  // (B, T, F) normalised windows
   Rng rng(0);
-  std::vector<double> p(O);
   double compute_s = 0;
-  int64_t unknown = 0;  // predictions that could not be made
+  int64_t unknown = 0;
   for (size_t first = 0; first < windows.size(); first += B) {
     const int64_t n = std::min<int64_t>(B, static_cast<int64_t>(windows.size() - first));
     const double t0 = now_s();
     Tensor x = input_buf.get(*be, DType::f32, {n, T, F});
     for (int64_t i = 0; i < n; ++i)
       d.copy_window(windows[first + i], static_cast<float*>(x.data()) + i * T * F);
-    Tensor out = model->forward(*be, x, {}, {}, false, rng);
+    Tensor out = model->forward(*be, x, {}, {}, false, rng);  // (n, O)
     compute_s += now_s() - t0;
     const float* o = static_cast<const float*>(out.data());
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t start = windows[first + i], target = d.target_row(start);
-      const bool known = d.has_targets && target < d.series_of(d.last_row(start)).end;
-      if (multi) csv += d.series_of(start).name + ",";
-      csv += row_label(d, d.last_row(start)) + "," + forecast_time(d, start);
-      if (d.task == "forecast") {
-        for (int64_t j = 0; j < O; ++j) {
-          // The model computes in f32: the prediction's shortest f32 text reads back exactly.
-          // Empty where it is unknown: a transform undone from a value missing in the file.
-          const double y = d.prediction(start, j, o[i * O + j]);
-          unknown += std::isnan(y);
-          csv += "," + (std::isnan(y) ? "" : shortest(static_cast<float>(y)));
-          const double actual = known ? d.actual(start, j) : NAN;
-          if (d.has_targets) csv += "," + (std::isnan(actual) ? "" : shortest(actual));
-        }
-      } else {
-        const float* logits = o + i * O;
-        const double top = *std::max_element(logits, logits + O);
-        double total = 0;
-        for (int64_t k = 0; k < O; ++k) total += p[k] = std::exp(logits[k] - top);
-        csv += "," + d.class_names[std::max_element(logits, logits + O) - logits];
-        for (int64_t k = 0; k < O; ++k) csv += "," + shortest(static_cast<float>(p[k] / total));
-        if (d.has_targets)
-          csv += "," + (known && d.classes[target] >= 0 ? d.class_names[d.classes[target]] : "");
-      }
-      csv += "\n";
-    }
+    for (int64_t i = 0; i < n; ++i)
+      unknown += append_prediction(d, windows[first + i], o + i * O, multi, &csv);
   }
   if (options.output == "-") {
     std::fwrite(csv.data(), 1, csv.size(), stdout);
