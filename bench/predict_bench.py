@@ -3,8 +3,8 @@
 model (its weights read from the run's model.safetensors) on the same windows, side by side.
 
 Trains a short run of a forecasting config with seqforge, then alternates the two engines for
-several rounds (the first engine of each round alternates too) and reports medians, p10-p90 and
-the ratio of medians; the goal is seqforge at least 3x PyTorch.
+several rounds (which engine goes first rotates from round to round) and reports medians, p10-p90
+and the ratio of medians; the goal is seqforge at least 3x PyTorch.
 
 - seqforge: the inference rate `seqforge predict` reports (windows assembled and normalised,
   forward passes, outputs un-normalised; reading the CSV and writing predictions excluded), and
@@ -13,7 +13,8 @@ the ratio of medians; the goal is seqforge at least 3x PyTorch.
   OMP_WAIT_POLICY=PASSIVE (WORKLOADS.md's tuning; seqforge runs with the caller's environment),
   on every complete window of the file prepared in memory: normalisation, forward passes in
   batches of --batch windows and un-normalisation are timed, reading the CSV is not. bf16 is
-  torch.autocast("cpu", dtype=torch.bfloat16).
+  torch.autocast("cpu", dtype=torch.bfloat16); bf16 runs time PyTorch in fp32 as well, for
+  reference (on CPUs without bf16 instructions autocast's GEMMs are many times slower).
 
 The predictions of the two must agree (fp32: max |difference| <= 1e-3 in the target's units;
 bf16: <= 0.05 x the target's standard deviation), else the script exits 1.
@@ -95,7 +96,8 @@ class Model(torch.nn.Module):
 
 
 def read_series(d, path):
-    """The features (rows, F) and each target column present, rows ordered by the date column."""
+    """The features (rows, F) and each target column present (NaN where a cell is no number),
+    rows ordered by the date column."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     if d["date_column"]:
@@ -103,17 +105,23 @@ def read_series(d, path):
             r[d["date_column"]].strip().replace("Z", "")))
     try:
         x = np.array([[float(r[k]) for k in d["features"]] for r in rows], dtype=np.float64)
-        targets = {k: np.array([float(r[k]) for r in rows]) for k in d["targets"]
-                   if rows and k in rows[0]}
     except (KeyError, ValueError) as e:
         fail("%s: this benchmark needs every feature cell to be a number (%s)" % (path, e))
+
+    def number(cell):
+        try:
+            return float(cell)
+        except ValueError:
+            return float("nan")
+    targets = {k: np.array([number(r[k]) for r in rows]) for k in d["targets"]
+               if rows and k in rows[0]}
     return x, targets
 
 
 def pytorch_predict(model, windows, norm_x, norm_y, batch, bf16):
     """Seconds spent and the predictions (windows, targets) in the targets' units."""
-    shift_x, scale_x, shift_y, scale_y = (
-        torch.tensor(n[k], dtype=torch.float32) for n in (norm_x, norm_y) for k in ("shift", "scale"))
+    shift_x, scale_x, shift_y, scale_y = (torch.tensor(n[k], dtype=torch.float32)
+                                          for n in (norm_x, norm_y) for k in ("shift", "scale"))
     out = []
     t0 = time.perf_counter()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -223,56 +231,68 @@ def bench(a, seqforge, config_path, work):
     windows = torch.from_numpy(np.lib.stride_tricks.sliding_window_view(x, T, axis=0)
                                .transpose(0, 2, 1).astype(np.float32))
     model = Model(config["model"], x.shape[1], len(targets))
-    model.load_state_dict(tensors)
+    try:
+        model.load_state_dict(tensors)
+    except RuntimeError as e:
+        fail("model.safetensors does not fit nn.LSTM + nn.Linear: %s" % e)
     model.eval()
     torch.set_num_threads(a.threads)
     bf16 = a.precision == "bf16"
 
     # 2. Warm-up of both (seqforge may autotune its kernels on its first run), then R rounds,
-    # alternating the engines and which one goes first.
+    # the engines taking turns, which one goes first rotating from round to round.
     output = os.path.join(work, "predictions.csv")
     n, _, _, sf_batch = seqforge_predict(seqforge, run, data, output)
     if n != len(windows):
         fail("seqforge predicted %d windows, the file has %d complete windows" % (n, len(windows)))
     batch = a.batch or sf_batch or 256
     predicted = pytorch_predict(model, windows, norm_x, norm_y, batch, bf16)[1]
-    ours, whole, theirs = [], [], []
+    if bf16:
+        pytorch_predict(model, windows, norm_x, norm_y, batch, False)
+    ours, whole, theirs, theirs_fp32 = [], [], [], []
+
+    def run_seqforge():
+        _, rate, rate_wall, _ = seqforge_predict(seqforge, run, data, output)
+        ours.append(rate)
+        whole.append(rate_wall)
+
+    def run_pytorch():
+        nonlocal predicted
+        seconds, predicted = pytorch_predict(model, windows, norm_x, norm_y, batch, bf16)
+        theirs.append(len(windows) / seconds)
+
+    def run_pytorch_fp32():  # bf16 runs only: PyTorch's other precision, for reference
+        theirs_fp32.append(len(windows) / pytorch_predict(model, windows, norm_x, norm_y, batch,
+                                                          False)[0])
+
+    engines = [run_seqforge, run_pytorch] + ([run_pytorch_fp32] if bf16 else [])
     for r in range(a.rounds):
-        for engine in ("seqforge", "pytorch") if r % 2 == 0 else ("pytorch", "seqforge"):
-            if engine == "seqforge":
-                _, rate, rate_wall, _ = seqforge_predict(seqforge, run, data, output)
-                ours.append(rate)
-                whole.append(rate_wall)
-            else:
-                seconds, predicted = pytorch_predict(model, windows, norm_x, norm_y, batch, bf16)
-                theirs.append(len(windows) / seconds)
+        for engine in engines[r % len(engines):] + engines[:r % len(engines)]:
+            engine()
 
     # 3. The predictions must agree.
     got = read_predictions(output, targets)
     if got.shape != predicted.shape:
         fail("seqforge wrote %d predictions, PyTorch made %d" % (len(got), len(predicted)))
     diffs = np.max(np.abs(got - predicted), axis=0)
-    stds = [float(np.std(actual[k])) if k in actual else float(norm_y["scale"][j])
+    stds = [float(np.nanstd(actual[k])) if k in actual else float(norm_y["scale"][j])
             for j, k in enumerate(targets)]
     limits = [a.tolerance if a.tolerance is not None else 0.05 * s if bf16 else 1e-3
               for s in stds]
 
     # 4. The table.
     m = config["model"]
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        lstm_dtype = model.lstm(windows[:1])[0].dtype
     print("model: LSTM %d layers, hidden %d%s, %d features -> %s; lookback %d; %d windows; "
           "%s, %d rounds" % (m["layers"], m["hidden"], ", bidirectional" if m["bidirectional"]
                              else "", x.shape[1], ", ".join(targets), T, len(windows),
                              a.precision, a.rounds))
-    print("PyTorch %s: %d threads (torch.get_num_threads()), OMP_WAIT_POLICY=%s, batches of %d%s"
-          % (torch.__version__, torch.get_num_threads(), os.environ["OMP_WAIT_POLICY"], batch,
-             "; autocast leaves nn.LSTM in %s" % str(lstm_dtype).replace("torch.", "")
-             if bf16 and lstm_dtype != torch.bfloat16 else ""))
+    print("PyTorch %s: %d threads (torch.get_num_threads()), OMP_WAIT_POLICY=%s, batches of %d"
+          % (torch.__version__, torch.get_num_threads(), os.environ["OMP_WAIT_POLICY"], batch))
     print("seqforge predict: batches of %s" % (sf_batch or "? (not reported)"))
     base = statistics.median(theirs)
     rows = [("seqforge predict (inference)", ours), ("seqforge predict (command)", whole),
-            ("PyTorch (inference)", theirs)]
+            ("PyTorch (inference)", theirs)] + (
+                [("PyTorch fp32 (inference)", theirs_fp32)] if bf16 else [])
     print("%-30s %12s %12s %12s %9s" % ("engine", "median w/s", "p10 w/s", "p90 w/s", "vs torch"))
     for name, v in rows:
         med, p10, p90 = spread(v)
@@ -281,6 +301,9 @@ def bench(a, seqforge, config_path, work):
     met = ratio >= 3
     print("seqforge / PyTorch, inference, ratio of medians: %.2fx (goal: at least 3x): %s"
           % (ratio, "met" if met else "NOT MET"))
+    if bf16:
+        print("seqforge bf16 / PyTorch's faster precision, inference: %.2fx"
+              % (statistics.median(ours) / max(base, statistics.median(theirs_fp32))))
     ok = True
     for k, diff, limit in zip(targets, diffs, limits):
         good = diff <= limit
@@ -293,7 +316,9 @@ def bench(a, seqforge, config_path, work):
                            lookback=T, model=m, batch=batch, seqforge_batch=sf_batch,
                            torch_threads=torch.get_num_threads(),
                            seqforge_windows_per_s=ours, seqforge_command_windows_per_s=whole,
-                           pytorch_windows_per_s=theirs, ratio=ratio, goal_met=met,
+                           pytorch_windows_per_s=theirs,
+                           pytorch_fp32_windows_per_s=theirs_fp32 or None, ratio=ratio,
+                           goal_met=met,
                            max_abs_diff=dict(zip(targets, map(float, diffs))),
                            limit=dict(zip(targets, limits)), predictions_agree=ok), f, indent=2)
     if not ok:

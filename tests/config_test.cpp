@@ -88,6 +88,12 @@ TEST(Config, AutoDefaultsFollowTheKeysTheyDependOn) {
   EXPECT_EQ(given.number("optim.weight_decay"), 0.5);
   EXPECT_TRUE(given.is_set("optim.weight_decay"));
   EXPECT_FALSE(Config::parse("", "c.yaml").is_set("optim.weight_decay"));
+  const Config auto_given = Config::parse("optim: {kind: adam, weight_decay: auto}\n", "c.yaml");
+  EXPECT_EQ(auto_given.str("optim.weight_decay"), "0");
+  EXPECT_TRUE(auto_given.is_set("optim.weight_decay"));
+  EXPECT_EQ(Config::parse("", "c.yaml", {"optim.kind=lamb"}).number("optim.weight_decay"), 0.0);
+  EXPECT_NE(Config::parse("", "c.yaml").resolved_yaml().find("  weight_decay: 0.01\n"),
+            std::string::npos);
   // The monitor: val_loss, or train_loss without validation; the mode from the monitor.
   const Config plain = Config::parse("", "c.yaml");
   EXPECT_EQ(plain.str("train.early_stopping.monitor"), "val_loss");
@@ -112,6 +118,14 @@ TEST(Config, AutoDefaultsFollowTheKeysTheyDependOn) {
   // The resolved dump holds the effective values.
   const Config again = Config::parse(no_val.resolved_yaml(), "resolved", {"optim.kind=adamw"});
   EXPECT_EQ(again.str("train.early_stopping.monitor"), "train_loss");
+  EXPECT_EQ(again.str("train.early_stopping.mode"), "min");
+  EXPECT_EQ(again.number("optim.weight_decay"), 0.01);
+  // Auto resolution sees overrides: the monitor follows an overridden split.
+  EXPECT_EQ(Config::parse("", "c.yaml", {"data.split.val=0"}).str("train.early_stopping.monitor"),
+            "train_loss");
+  EXPECT_EQ(Config::parse("", "c.yaml", {"train.early_stopping.monitor=val_loss"})
+                .str("train.early_stopping.mode"),
+            "min");
 }
 
 TEST(Config, TransformIsAMapOfColumnToName) {
@@ -125,12 +139,43 @@ TEST(Config, TransformIsAMapOfColumnToName) {
   const Config again = Config::parse(c.resolved_yaml(), "resolved");
   EXPECT_EQ(again.map("data.transform"), c.map("data.transform"));
   const std::string e = error_of([] { Config::parse("data:\n  transform: [log]\n", "c.yaml"); });
-  EXPECT_NE(e.find("c.yaml:2: data.transform: expected a map"), std::string::npos) << e;
+  EXPECT_NE(e.find("c.yaml:2: data.transform: expected a map of column to transform, got a list"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(error_of([] { Config::parse("", "c.yaml", {"data.transform=log"}); })
+                .find("override 'data.transform=log': data.transform: expected a map of column to "
+                      "transform, got 'log'"),
+            std::string::npos);
+  EXPECT_TRUE(Config::parse("data:\n  transform:\n", "c.yaml").map("data.transform").empty());
+  EXPECT_TRUE(
+      Config::parse("", "c.yaml", {"data.transform="}).map("data.transform").empty());
+  EXPECT_NE(c.resolved_yaml().find("  transform: {close: log_return, volume: log}\n"),
+            std::string::npos)
+      << c.resolved_yaml();
   EXPECT_NE(error_of([] {
               Config::parse("data:\n  transform: {a: [log]}\n", "c.yaml");
             }).find("data.transform"),
             std::string::npos);
   EXPECT_EQ(Config::parse("", "c.yaml").str("data.split.by"), "rows");
+  EXPECT_EQ(Config::parse("", "c.yaml", {"data.split.by=date"}).str("data.split.by"), "date");
+  EXPECT_EQ(Config::parse("", "c.yaml").str("data.series_column"), "");
+}
+
+TEST(Config, StringsRoundTripThroughTheResolvedDump) {
+  // Values YAML would misread unquoted, and empty values written as nothing.
+  const Config c = Config::parse(
+      "data:\n  path: 'a: b #c.csv'\n  date_column:\n  series_column: '[x]'\n"
+      "  class_column: 'null'\n  features: ['p, q', r]\n  targets:\n",
+      "c.yaml");
+  EXPECT_EQ(c.str("data.path"), "a: b #c.csv");
+  EXPECT_EQ(c.str("data.date_column"), "");
+  EXPECT_EQ(c.str("data.series_column"), "[x]");
+  EXPECT_EQ(c.str("data.class_column"), "null");
+  EXPECT_EQ(c.list("data.features"), (std::vector<std::string>{"p, q", "r"}));
+  EXPECT_TRUE(c.list("data.targets").empty());
+  const Config again = Config::parse(c.resolved_yaml(), "resolved");
+  for (const auto& k : config_keys()) EXPECT_EQ(again.str(k.path), c.str(k.path)) << k.path;
+  EXPECT_EQ(again.list("data.features"), c.list("data.features"));
 }
 
 TEST(Config, AbsolutePathsKeepThePathAsWritten) {

@@ -201,7 +201,7 @@ const char* type_name(T t) {
     case T::string_list:
       return "list of strings";
     case T::string_map:
-      return "map of column to string";
+      return "map of column to transform";
     case T::path:
       return "path";
   }
@@ -275,25 +275,32 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
          type_name(key.type), ", got ", got);
   };
   if (key.type == T::string_map) {
-    if (node.IsNull()) return "{}";
+    if (node.IsNull() || (node.IsScalar() && node.Scalar().empty())) return "{}";
     if (!node.IsMap()) return bad(node.IsSequence() ? "a list" : "'" + node.Scalar() + "'");
-    std::string out = "{";
+    YAML::Emitter out;  // flow style, which quotes what a flow collection would misread
+    out << YAML::Flow << YAML::BeginMap;
     for (const auto& kv : node) {
       if (!kv.first.IsScalar() || !kv.second.IsScalar()) return bad("a nested list or map");
-      out += (out.size() > 1 ? ", " : "") + YAML::Dump(kv.first) + ": " + YAML::Dump(kv.second);
+      out << YAML::Key << kv.first.Scalar() << YAML::Value << kv.second.Scalar();
     }
-    return out + "}";
+    out << YAML::EndMap;
+    return out.c_str();
   }
   if (key.type == T::string_list) {
-    if (node.IsScalar()) return "[" + node.Scalar() + "]";
-    if (!node.IsSequence()) return bad("a map");
-    std::string out = "[";
-    for (size_t i = 0; i < node.size(); ++i) {
+    if (node.IsNull()) return "[]";
+    if (node.IsMap()) return bad("a map");
+    YAML::Emitter out;
+    out << YAML::Flow << YAML::BeginSeq;
+    if (node.IsScalar() && !node.Scalar().empty()) out << node.Scalar();
+    for (size_t i = 0; node.IsSequence() && i < node.size(); ++i) {
       if (!node[i].IsScalar()) return bad("a nested list or map");
-      out += (i ? ", " : "") + YAML::Dump(node[i]);
+      out << node[i].Scalar();
     }
-    return out + "]";
+    out << YAML::EndSeq;
+    return out.c_str();
   }
+  // An empty string or path may be written as nothing (`date_column:`).
+  if (node.IsNull() && (key.type == T::string || key.type == T::path)) return "";
   if (!node.IsScalar())
     return bad(node.IsSequence() ? "a list" : node.IsMap() ? "a map" : "nothing");
   const std::string s = node.Scalar();
@@ -398,9 +405,7 @@ Config Config::parse(const std::string& yaml, const std::string& source,
 void Config::resolve_auto() {
   // Each key's value once the keys it depends on are known; is_set() stays as it was.
   auto resolve = [&](const std::string& key, const std::string& value) {
-    if (str(key) != "auto") return;
-    values_[key] = value;
-    derived_.insert(key);
+    if (str(key) == "auto") values_[key] = value;
   };
   resolve("optim.weight_decay", str("optim.kind") == "adamw" ? "0.01" : "0");
   resolve("train.early_stopping.monitor", number("data.split.val") > 0 ? "val_loss" : "train_loss");
@@ -430,9 +435,7 @@ const ConfigKey& Config::key_of(const std::string& key) const {
   return *k;
 }
 
-bool Config::is_set(const std::string& key) const {
-  return values_.count(key) > 0 && derived_.count(key) == 0;
-}
+bool Config::is_set(const std::string& key) const { return where_.count(key) > 0; }
 
 std::string Config::str(const std::string& key) const {
   const ConfigKey& k = key_of(key);
@@ -489,9 +492,10 @@ std::string Config::resolved_yaml() const {
     for (; open.size() > common; open.pop_back()) out << YAML::EndMap;
     for (; open.size() + 1 < parts.size(); open.push_back(parts[open.size()]))
       out << YAML::Key << parts[open.size()] << YAML::Value << YAML::BeginMap;
-    YAML::Node value = YAML::Load(str(k.path));
-    if ((k.type == T::string || k.type == T::path) && value.IsNull())
-      value = YAML::Node(std::string());
+    // Strings and paths as they are (the emitter quotes them where YAML would misread them);
+    // the rest is YAML text already.
+    YAML::Node value = k.type == T::string || k.type == T::path ? YAML::Node(str(k.path))
+                                                                 : YAML::Load(str(k.path));
     if (k.type == T::string_map || k.type == T::string_list)
       value.SetStyle(YAML::EmitterStyle::Flow);
     out << YAML::Key << parts.back() << YAML::Value << value;

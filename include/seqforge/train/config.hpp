@@ -3,7 +3,6 @@
 // table of keys (type, default, meaning). That table also renders docs/config.md, so the
 // reference cannot drift from the code.
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -35,7 +34,9 @@ class Config {
   bool boolean(const std::string& key) const;
   std::vector<std::string> list(const std::string& key) const;
   std::map<std::string, std::string> map(const std::string& key) const;
-  bool is_set(const std::string& key) const;  // given in the file or an override
+  // Given in the file or an override (`auto` included); false for a default, also one resolved
+  // from `auto`.
+  bool is_set(const std::string& key) const;
   const std::string& source() const { return source_; }
   // Every key with its value, defaults filled in, as YAML; a path made absolute has the path as
   // written in a comment beside it.
@@ -50,10 +51,9 @@ class Config {
   // train.early_stopping.monitor (by data.split.val) and .mode (by the monitor).
   void resolve_auto();
   std::string source_;
-  std::map<std::string, std::string> values_;   // key -> value as YAML text (lists as flow)
+  std::map<std::string, std::string> values_;   // key -> value as YAML text (flow lists, maps)
   std::map<std::string, std::string> where_;    // key -> "file:line" or "override"
   std::map<std::string, std::string> written_;  // path key -> the relative path as written
-  std::set<std::string> derived_;               // keys resolved from `auto`
 };
 
 }  // namespace seqforge
