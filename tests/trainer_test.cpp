@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "seqforge/core/error.hpp"
+#include "seqforge/core/interrupt.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/npy.hpp"
 #include "seqforge/io/safetensors.hpp"
@@ -212,6 +214,50 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
   const auto whole = metric_lines(dir / "whole"), split = metric_lines(dir / "split");
   ASSERT_EQ(whole.size(), 4u);
   EXPECT_EQ(split, whole);
+}
+
+TEST(Trainer, SignalStopsAtAStepAndTheRunResumesExactly) {
+  const fs::path dir = temp_dir("signal");
+  const std::string data = write_series(dir, 300);
+  std::ostringstream log;
+  auto config = [&](const fs::path& run) {
+    return Config::parse(forecast_yaml(data, run), "r.yaml",
+                         {"model.layers=2", "model.dropout=0.2", "train.epochs=4"});
+  };
+  train(config(dir / "whole"), log);
+  // A SIGINT during epoch 2's validation stops the run before epoch 3's first step; one during
+  // epoch 3 (after 5 of its batches, by a second hook) stops it part-way.
+  for (const int stop_after_batches : {0, 5}) {
+    const fs::path run = dir / ("stopped_" + std::to_string(stop_after_batches));
+    TrainHooks hooks;
+    hooks.on_epoch = [&](int64_t epoch, const std::map<std::string, double>&) {
+      if (epoch == 2 && stop_after_batches == 0) raise(SIGINT);
+      return true;
+    };
+    hooks.on_step = [&](int64_t epoch, int64_t batch) {
+      if (epoch == 3 && batch == stop_after_batches && stop_after_batches > 0) raise(SIGTERM);
+    };
+    try {
+      train(config(run), log, "", hooks);
+      ADD_FAILURE() << "the run was not interrupted";
+    } catch (const Interrupted& e) {
+      EXPECT_EQ(e.exit_code(), stop_after_batches ? 143 : 130);
+      EXPECT_NE(std::string(e.what()).find("seqforge train --resume " + run.string()),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("in epoch 3 after batch " +
+                                           std::to_string(stop_after_batches) + " of "),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(metric_lines(run).size(), 2u);
+    EXPECT_EQ(interrupt_requested(), 0);  // the handlers are gone with the run
+    const TrainSummary s =
+        train(Config::load((run / "config.resolved.yaml").string()), log, run.string());
+    EXPECT_EQ(s.epochs, 4);
+    EXPECT_EQ(metric_lines(run), metric_lines(dir / "whole"))
+        << "stopped after " << stop_after_batches;
+  }
 }
 
 TEST(Trainer, ResumeRefusesAnotherArchitectureAndTouchesNothing) {

@@ -8,6 +8,7 @@
 
 #include "observe.hpp"
 #include "seqforge/bench/bench.hpp"
+#include "seqforge/core/interrupt.hpp"
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/seqforge.hpp"
 #include "seqforge/train/trainer.hpp"
@@ -199,6 +200,9 @@ int main(int argc, char** argv) {
     }
     std::fputs(app.help().c_str(), stdout);
     return 0;
+  } catch (const sf::Interrupted& e) {
+    if (*e.what()) std::fprintf(stderr, "seqforge: %s\n", e.what());
+    return e.exit_code();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "seqforge: error: %s\n", e.what());
     std::fflush(stderr);

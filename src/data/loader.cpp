@@ -198,7 +198,7 @@ Loader::~Loader() {
 }
 
 void Loader::start(const std::vector<int64_t>& starts, int64_t batches, const BatchRecipe& recipe,
-                   uint64_t seed) {
+                   uint64_t seed, int64_t first) {
   State& s = *state_;
   std::unique_lock lock(s.mutex);
   s.batches = s.claimed;  // no new claims; let the batches under way finish
@@ -208,8 +208,8 @@ void Loader::start(const std::vector<int64_t>& starts, int64_t batches, const Ba
       batches, (static_cast<int64_t>(starts.size()) + s.batch_size - 1) / s.batch_size);
   s.recipe = recipe;
   s.seed = seed;
-  s.claimed = s.released = 0;
-  s.current = -1;
+  s.claimed = s.released = std::clamp<int64_t>(first, 0, s.batches);
+  s.current = s.claimed - 1;
   s.wait_s = 0;
   for (auto& slot : s.slots) slot.index = -1;
   s.work_ready.notify_all();

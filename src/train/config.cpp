@@ -143,6 +143,9 @@ const std::vector<ConfigKey> kKeys = {
     {"train.epochs", T::integer, "10", "Passes over the training split."},
     {"train.batch_size", T::integer, "64", "Windows (or sequences) per step."},
     {"train.max_batches", T::integer, "0", "Steps per epoch at most; 0: the whole training split."},
+    {"train.progress_seconds", T::number, "30",
+     "Without a terminal, a progress line (batches, loss, samples/s, ETA) at least this often "
+     "during an epoch; 0: none. On a terminal the line is redrawn in place."},
     {"train.seed", T::integer, "0", "Seed for initialisation, shuffling and dropout."},
     {"train.precision", T::string, "auto",
      "`fp32`, `bf16` (bf16 GEMMs, f32 master weights and state) or `auto` (bf16 where the CPU has "
@@ -495,7 +498,7 @@ std::string Config::resolved_yaml() const {
     // Strings and paths as they are (the emitter quotes them where YAML would misread them);
     // the rest is YAML text already.
     YAML::Node value = k.type == T::string || k.type == T::path ? YAML::Node(str(k.path))
-                                                                 : YAML::Load(str(k.path));
+                                                                : YAML::Load(str(k.path));
     if (k.type == T::string_map || k.type == T::string_list)
       value.SetStyle(YAML::EmitterStyle::Flow);
     out << YAML::Key << parts.back() << YAML::Value << value;

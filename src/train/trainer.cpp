@@ -1,6 +1,7 @@
 #include "seqforge/train/trainer.hpp"
 
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/hash.hpp"
+#include "seqforge/core/interrupt.hpp"
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/core/resource_monitor.hpp"
 #include "seqforge/core/threads.hpp"
@@ -602,6 +604,11 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
   Rng rng(seed ^ 0x5eed5eedull);
   double best = mode == "min" ? INFINITY : -INFINITY, plateau_best = best, lr_factor = 1.0;
   int64_t since_best = 0, since_plateau = 0, step = 0, first_epoch = 1;
+  // A run stopped part-way through an epoch (a signal) resumes at its next batch, its windows
+  // already shuffled: resume_batch batches done, their loss summed over resume_seen windows.
+  int64_t resume_batch = 0;
+  bool resume_in_epoch = false;
+  double resume_loss_sum = 0, resume_seen = 0;
   std::vector<int64_t> order = split.train;
   const std::string state_path = (fs::path(run_dir) / "training_state.safetensors").string();
   if (!resume_dir.empty() && rank == 0) {  // everything the loop carries from epoch to epoch
@@ -635,7 +642,16 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
     plateau_best = real("plateau_best");
     since_plateau = j.at("since_plateau").get<int64_t>();
     lr_factor = real("lr_factor");
-    out << "resuming " << run_dir << " after epoch " << first_epoch - 1 << "\n";
+    resume_in_epoch = j.value("in_epoch", false);
+    if (resume_in_epoch) {
+      resume_batch = j.at("batch").get<int64_t>();
+      resume_loss_sum = real("loss_sum");
+      resume_seen = real("seen");
+      out << "resuming " << run_dir << " in epoch " << first_epoch << " after batch "
+          << resume_batch << "\n";
+    } else {
+      out << "resuming " << run_dir << " after epoch " << first_epoch - 1 << "\n";
+    }
   }
   if (ranks > 1) {  // every rank starts from rank 0's parameters and loop state (init, resume)
     auto bytes = [&](void* p, size_t n) { comm.broadcast({static_cast<std::byte*>(p), n}); };
@@ -652,9 +668,10 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
     std::array<uint64_t, 4> words = rng.state();
     bytes(words.data(), sizeof words);
     rng.set_state(words);
-    std::array<double, 8> loop = {
-        double(first_epoch), double(step), double(optimizer.steps()), best,
-        double(since_best),  plateau_best, double(since_plateau),     lr_factor};
+    std::array<double, 10> loop = {
+        double(first_epoch),     double(step),        double(optimizer.steps()), best,
+        double(since_best),      plateau_best,        double(since_plateau),     lr_factor,
+        double(resume_in_epoch), double(resume_batch)};
     bytes(loop.data(), sizeof loop);
     std::vector<int64_t> param_steps = optimizer.param_steps();
     param_steps.resize(p.size(), 0);
@@ -667,6 +684,10 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
     plateau_best = loop[5];
     since_plateau = static_cast<int64_t>(loop[6]);
     lr_factor = loop[7];
+    resume_in_epoch = loop[8] != 0;
+    resume_batch = static_cast<int64_t>(loop[9]);
+    // Rank 0's saved sums are the whole batches'; the others add their own from here.
+    if (rank != 0) resume_loss_sum = resume_seen = 0;
   }
 
   // The run directory is touched only now that everything above has been checked, by rank 0.
@@ -729,16 +750,71 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
   }
   Rng rank_rng(0);
   Rng& forward_rng = ranks > 1 ? rank_rng : rng;
+  // The loop's state for --resume (rank 0): after `epochs_done` epochs or, `in_epoch`, after
+  // `batch` batches of the next one (its windows shuffled, their loss summed over `seen`).
+  auto save_state = [&](int64_t epochs_done, bool in_epoch, int64_t batch, double loss_sum,
+                        double seen) {
+    const Parameters& p = model.parameters();
+    auto tensors = named(p, p.values(), "param.");
+    for (int k = 0; k < (oo.kind == "sgd" ? 1 : 2); ++k)
+      for (auto& t : named(p, optimizer.state(k), "optim." + std::to_string(k) + "."))
+        tensors.push_back(t);
+    tensors.emplace_back("order",
+                         Tensor(order.data(), DType::i64, {static_cast<int64_t>(order.size())}));
+    std::array<uint64_t, 4> words = rng.state();
+    tensors.emplace_back("rng", Tensor(words.data(), DType::i64, {4}));
+    // Reals as text: JSON has no infinity, and "%.17g" round-trips exactly.
+    auto real = [](double x) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", x);
+      return std::string(buf);
+    };
+    nlohmann::json loop = {{"epoch", epochs_done},
+                           {"step", step},
+                           {"optimizer_steps", optimizer.steps()},
+                           {"param_steps", optimizer.param_steps()},
+                           {"best", real(best)},
+                           {"since_best", since_best},
+                           {"plateau_best", real(plateau_best)},
+                           {"since_plateau", since_plateau},
+                           {"lr_factor", real(lr_factor)}};
+    if (in_epoch) {
+      loop["in_epoch"] = true;
+      loop["batch"] = batch;
+      loop["loss_sum"] = real(loss_sum);
+      loop["seen"] = real(seen);
+    }
+    writer.submit(state_path, tensors,
+                  {{"seqforge.loop", loop.dump()}, {"seqforge.config", c.resolved_yaml()}});
+  };
+  // A signal stops the run before its next step, once every rank has seen it: the state is
+  // saved and Interrupted thrown for the CLI to exit 130 (SIGINT) or 143 (SIGTERM).
+  auto agreed_signal = [&] {
+    int sig = interrupt_requested();
+    if (ranks > 1) {
+      std::array<double, 2> seen = {double(sig == SIGINT), double(sig == SIGTERM)};
+      comm.all_reduce_sum(seen);
+      sig = seen[1] > 0 ? SIGTERM : seen[0] > 0 ? SIGINT : 0;
+    }
+    return sig;
+  };
+  const double progress_seconds = c.number("train.progress_seconds");
+  bool stepped = false;       // a step has run in this process
   std::vector<int64_t> mine;  // this rank's windows of the epoch
 
   for (int64_t epoch = first_epoch; epoch <= epochs; ++epoch) {
     SF_PROFILE_SCOPE("epoch");
     const double t0 = now_s();
     optimizer.set_frozen(epoch <= freeze_epochs ? frozen : std::vector<bool>(frozen.size(), false));
-    for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
-      std::swap(order[i], order[rng.next() % (i + 1)]);
-    double loss_sum = 0;
-    int64_t seen = 0;
+    const bool resumed_part_way = epoch == first_epoch && resume_in_epoch;
+    const int64_t first_batch = resumed_part_way ? resume_batch : 0;
+    if (!resumed_part_way)
+      for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
+        std::swap(order[i], order[rng.next() % (i + 1)]);
+    double loss_sum = resumed_part_way ? resume_loss_sum : 0;
+    int64_t seen = resumed_part_way ? static_cast<int64_t>(resume_seen) : 0;
+    const int64_t seen_before = seen;
+    double last_progress = t0;
     const uint64_t epoch_seed = mix_seed(seed, static_cast<uint64_t>(epoch));
     // Rank r's k-th batch is order[(k * ranks + r) * b, + b); the last ones may be short or empty.
     const int64_t used =
@@ -755,8 +831,25 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
       rank_rng = Rng(mix_seed(epoch_seed, 0x72616e6b00ull + static_cast<uint64_t>(rank)));
     }
     loader.start(ranks > 1 ? mine : order, local_batches, recipe,
-                 ranks > 1 ? mix_seed(epoch_seed, static_cast<uint64_t>(rank)) : epoch_seed);
-    for (int64_t bi = 0; bi < batches_per_epoch; ++bi, ++step) {
+                 ranks > 1 ? mix_seed(epoch_seed, static_cast<uint64_t>(rank)) : epoch_seed,
+                 first_batch);
+    for (int64_t bi = first_batch; bi < batches_per_epoch; ++bi, ++step) {
+      if (stepped) {
+        if (const int sig = agreed_signal()) {
+          std::array<double, 2> sums = {loss_sum, double(seen)};
+          if (ranks > 1) comm.all_reduce_sum(sums);
+          if (rank != 0) throw Interrupted(sig, "");
+          save_state(epoch - 1, true, bi, sums[0], sums[1]);
+          writer.flush();
+          throw Interrupted(
+              sig,
+              detail::concat("interrupted (", sig == SIGINT ? "SIGINT" : "SIGTERM", ") in epoch ",
+                             epoch, " after batch ", bi, " of ", batches_per_epoch,
+                             ": the training state is saved in ", state_path,
+                             "; continue with: seqforge train --resume ", run_dir));
+        }
+      }
+      stepped = true;
       SF_PROFILE_SCOPE("train step");
       const Batch* batch_ptr = nullptr;  // null: this rank has no windows in this step
       if (bi < local_batches) {
@@ -821,15 +914,21 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
       }
       loss_sum += loss * batch.size;
       seen += batch.size;
-      if (tty && (bi % 10 == 9 || bi + 1 == batches_per_epoch)) {
-        const double el = now_s() - t0, rate = seen / std::max(el, 1e-9);
-        const double eta = el / (bi + 1) * (batches_per_epoch - bi - 1);
+      if (hooks.on_step) hooks.on_step(epoch, bi + 1);
+      // Progress: redrawn in place on a terminal, else a line every progress_seconds.
+      const double now = now_s();
+      if (tty ? bi % 10 == 9 || bi + 1 == batches_per_epoch
+              : progress_seconds > 0 && now - last_progress >= progress_seconds) {
+        last_progress = now;
+        const double el = now - t0, done = double(bi + 1 - first_batch);
+        const double eta = el / done * double(batches_per_epoch - bi - 1);
         char line[160];
         std::snprintf(
             line, sizeof line,
-            "\repoch %lld/%lld  %lld/%lld batches  loss %.5g  %.0f samples/s  ETA %.0f s  ",
-            (long long)epoch, (long long)epochs, (long long)(bi + 1), (long long)batches_per_epoch,
-            loss_sum / seen, rate, eta);
+            "%sepoch %lld/%lld  %lld/%lld batches  loss %.5g  %.0f samples/s  ETA %.0f s%s",
+            tty ? "\r" : "", (long long)epoch, (long long)epochs, (long long)(bi + 1),
+            (long long)batches_per_epoch, loss_sum / std::max<int64_t>(seen, 1),
+            double(seen - seen_before) / std::max(el, 1e-9), eta, tty ? "  " : "\n");
         out << line << std::flush;
       }
     }
@@ -882,39 +981,13 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
     const Parameters& p = model.parameters();
     if (write)
       writer.submit(checkpoint, named(p, p.values(), ""), checkpoint_metadata(c, task, epoch, m));
-    {  // the loop's state after every epoch, for --resume
-      auto tensors = named(p, p.values(), "param.");
-      for (int k = 0; k < (oo.kind == "sgd" ? 1 : 2); ++k)
-        for (auto& t : named(p, optimizer.state(k), "optim." + std::to_string(k) + "."))
-          tensors.push_back(t);
-      tensors.emplace_back("order",
-                           Tensor(order.data(), DType::i64, {static_cast<int64_t>(order.size())}));
-      std::array<uint64_t, 4> words = rng.state();
-      tensors.emplace_back("rng", Tensor(words.data(), DType::i64, {4}));
-      // Reals as text: JSON has no infinity, and "%.17g" round-trips exactly.
-      auto real = [](double x) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.17g", x);
-        return std::string(buf);
-      };
-      const nlohmann::json loop = {{"epoch", epoch},
-                                   {"step", step},
-                                   {"optimizer_steps", optimizer.steps()},
-                                   {"param_steps", optimizer.param_steps()},
-                                   {"best", real(best)},
-                                   {"since_best", since_best},
-                                   {"plateau_best", real(plateau_best)},
-                                   {"since_plateau", since_plateau},
-                                   {"lr_factor", real(lr_factor)}};
-      writer.submit(state_path, tensors,
-                    {{"seqforge.loop", loop.dump()}, {"seqforge.config", c.resolved_yaml()}});
-    }
+    save_state(epoch, false, 0, 0, 0);  // after every epoch, for --resume
     nlohmann::json j = m;
     j["epoch"] = epoch;
     j["lr"] = optimizer.options().lr;
     j["epoch_seconds"] = epoch_s;
     j["train_seconds"] = train_s;
-    j["samples_per_second"] = seen / std::max(train_s, 1e-9);
+    j["samples_per_second"] = double(seen - seen_before) / std::max(train_s, 1e-9);
     j["data_wait_seconds"] = wait_s;
     j["data_wait_share"] = wait_s / std::max(train_s, 1e-9);
     j["checkpoint"] = write;
@@ -925,7 +998,8 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
     std::snprintf(head, sizeof head, "epoch %lld/%lld", (long long)epoch, (long long)epochs);
     char tail[160];
     std::snprintf(tail, sizeof tail, "  lr %.3g  %.1f s  %.0f samples/s  data wait %.1f%%%s",
-                  optimizer.options().lr, epoch_s, seen / std::max(train_s, 1e-9),
+                  optimizer.options().lr, epoch_s,
+                  double(seen - seen_before) / std::max(train_s, 1e-9),
                   100 * wait_s / std::max(train_s, 1e-9), write ? "  [saved]" : "");
     out << (tty ? "\r" : "") << head << format_metrics(m) << tail << "\n" << std::flush;
     summary.epochs = epoch;
@@ -962,11 +1036,14 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
                    const TrainHooks& hooks, bool overwrite) {
   // Paths made absolute, so eval, predict and --resume work from any directory.
   const Config c = config.with_absolute_paths(fs::current_path().string());
+  const InterruptScope interrupts;  // SIGINT, SIGTERM: stop after the current step
   dist::Communicator& comm = dist::world();
   if (comm.size() == 1) return train_rank(c, out, resume_dir, hooks, overwrite, comm);
   std::ostream quiet(nullptr);  // rank 0 alone prints
   try {
     return train_rank(c, comm.rank() == 0 ? out : quiet, resume_dir, hooks, overwrite, comm);
+  } catch (const Interrupted&) {
+    throw;  // every rank stopped at the same step
   } catch (const std::exception& e) {
     comm.abort(e.what());  // the other ranks would otherwise wait for this one until the timeout
   }

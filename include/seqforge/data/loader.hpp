@@ -55,10 +55,11 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // Begins a pass of `batches` batches over `starts` (copied); ends any pass still under way.
-  // `seed` keys the batches' random draws.
+  // Begins a pass of `batches` batches over `starts` (copied) at batch `first` (a pass resumed
+  // part-way gets the batches it would have had); ends any pass still under way. `seed` keys the
+  // batches' random draws.
   void start(const std::vector<int64_t>& starts, int64_t batches, const BatchRecipe& recipe,
-             uint64_t seed);
+             uint64_t seed, int64_t first = 0);
   // The pass's next batch, valid until the next call; waits while it is being assembled.
   // Rethrows an error met while assembling it (a data file that changed, say).
   const Batch& next();

@@ -26,12 +26,16 @@ struct TrainHooks {
   // After each epoch's validation, with that epoch's metrics (val_loss, train_loss, ...).
   // Returning false ends the run after this epoch, with its checkpoint and state written.
   std::function<bool(int64_t epoch, const std::map<std::string, double>& metrics)> on_epoch;
+  // After each training step, with its epoch and the batches of that epoch done.
+  std::function<void(int64_t epoch, int64_t batches_done)> on_step;
 };
 
 // Trains per `config`; progress and one line per epoch go to `out`. With `resume_dir`, continues
 // that run from the state saved after its last complete epoch (training_state.safetensors:
 // parameters, optimizer moments, step, epoch, sample order, RNG, early-stopping and schedule
 // state); with deterministic settings the resumed run's metrics equal an uninterrupted run's.
+// SIGINT or SIGTERM stops the run before its next step: the training state is saved (a resumed
+// run continues at that batch) and Interrupted (core/interrupt.hpp) is thrown.
 // A new run never mixes with another run's files: train.run_dir must not hold a run unless
 // `overwrite` (which removes that run's files first); without train.run_dir the run goes to
 // runs/<config name>, or runs/<config name>-2, -3, ... when that holds a run. Paths in the

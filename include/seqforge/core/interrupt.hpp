@@ -1,0 +1,32 @@
+#pragma once
+// SIGINT and SIGTERM as requests to stop: while an InterruptScope is alive the first such signal
+// is only recorded, for a loop to poll at a safe point (a training step's end); a second SIGINT
+// or SIGTERM ends the process at once with 128 + the signal's number.
+#include "seqforge/core/error.hpp"
+
+namespace seqforge {
+
+class InterruptScope {
+ public:
+  InterruptScope();   // installs the handlers (nested scopes share the outermost's)
+  ~InterruptScope();  // restores the previous handlers and forgets a request
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+};
+
+// The signal received since the outermost scope began (SIGINT or SIGTERM), or 0.
+int interrupt_requested();
+
+// Thrown by a loop that stopped on request, after it saved what it needed; the CLI exits with
+// exit_code().
+class Interrupted : public Error {
+ public:
+  Interrupted(int signal, const std::string& message) : Error(message), signal_(signal) {}
+  int signal() const { return signal_; }
+  int exit_code() const { return 128 + signal_; }
+
+ private:
+  int signal_;
+};
+
+}  // namespace seqforge

@@ -1,0 +1,48 @@
+#include "seqforge/core/interrupt.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+
+namespace seqforge {
+
+namespace {
+
+std::atomic<int> requested{0};
+int depth = 0;  // scopes alive; only the outermost installs and restores
+struct sigaction previous_int, previous_term;
+
+void on_signal(int sig) {
+  int none = 0;
+  if (requested.compare_exchange_strong(none, sig)) {
+    static const char note[] =
+        "\nseqforge: stopping after the current step (press Ctrl-C again to quit at once)\n";
+    [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, note, sizeof note - 1);
+    return;
+  }
+  _exit(128 + sig);
+}
+
+}  // namespace
+
+InterruptScope::InterruptScope() {
+  if (depth++ > 0) return;
+  requested = 0;
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, &previous_int);
+  sigaction(SIGTERM, &action, &previous_term);
+}
+
+InterruptScope::~InterruptScope() {
+  if (--depth > 0) return;
+  sigaction(SIGINT, &previous_int, nullptr);
+  sigaction(SIGTERM, &previous_term, nullptr);
+  requested = 0;
+}
+
+int interrupt_requested() { return requested.load(std::memory_order_relaxed); }
+
+}  // namespace seqforge

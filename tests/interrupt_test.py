@@ -1,0 +1,124 @@
+#!/usr/bin/python3
+"""SIGINT and SIGTERM sent to `seqforge train` part-way through an epoch: the run stops after its
+current step with exit code 130 or 143, names the command that continues it, leaves whole
+safetensors files, and the continued run's metrics equal an uninterrupted run's. A second SIGINT
+ends the process at once. Without a terminal, progress lines come every train.progress_seconds.
+
+Usage: interrupt_test.py SEQFORGE CONFIG DATA
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+TIMINGS = {"epoch_seconds", "train_seconds", "samples_per_second", "data_wait_seconds",
+           "data_wait_share", "cpu_percent", "rss_mb", "peak_rss_mb"}
+
+
+def fail(message):
+    raise SystemExit("FAIL: " + message)
+
+
+def metrics(run):
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in f]
+
+
+def check_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+    if max(ends, default=0) != len(data) - 8 - n:
+        fail("%s: data size does not match its header" % path)
+
+
+def start(seqforge, args):
+    return subprocess.Popen([seqforge] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def wait_for_progress(p, epoch):
+    """Reads stdout until a progress line of `epoch` (mid-epoch); returns what was read."""
+    seen = ""
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            break
+        seen += line
+        if re.match(r"epoch %d/\d+  \d+/\d+ batches" % epoch, line):
+            return seen
+    p.kill()
+    fail("no progress line of epoch %d in:\n%s\n%s" % (epoch, seen, p.stderr.read()))
+
+
+def main():
+    seqforge, config, data = sys.argv[1:4]
+    work = tempfile.mkdtemp(prefix="seqforge_interrupt_")
+    common = [config, "data.path=" + data, "train.epochs=3", "train.schedule=constant",
+              "train.max_batches=60", "train.batch_size=16", "train.early_stopping.patience=0",
+              "model.dropout=0.1", "train.progress_seconds=0.05"]
+    whole = os.path.join(work, "whole")
+    r = subprocess.run([seqforge, "train"] + common + ["train.run_dir=" + whole],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("the uninterrupted run exited %d:\n%s" % (r.returncode, r.stderr))
+    if not re.search(r"^epoch 1/3  \d+/60 batches  loss \S+  \d+ samples/s  ETA \d+ s$", r.stdout,
+                     re.M):
+        fail("no progress line without a terminal:\n" + r.stdout)
+
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        run = os.path.join(work, sig.name)
+        p = start(seqforge, ["train"] + common + ["train.run_dir=" + run])
+        wait_for_progress(p, 2)
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+        if p.returncode != code:
+            fail("%s: exit code %d, expected %d\n%s" % (sig.name, p.returncode, code, err))
+        m = re.search(r"interrupted \(%s\) in epoch 2 after batch (\d+) of 60: the training state "
+                      r"is saved in \S+; continue with: seqforge train --resume (\S+)" % sig.name,
+                      err)
+        if not m or m.group(2) != run:
+            fail("%s: no resume instruction naming %s in stderr:\n%s" % (sig.name, run, err))
+        for name in ("model.safetensors", "training_state.safetensors"):
+            check_safetensors(os.path.join(run, name))
+        if len(metrics(run)) != 1:
+            fail("%s: metrics.jsonl should hold epoch 1 alone" % sig.name)
+        r = subprocess.run([seqforge, "train", "--resume", run], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail("%s: resume exited %d:\n%s" % (sig.name, r.returncode, r.stderr))
+        if "resuming %s in epoch 2 after batch %s" % (run, m.group(1)) not in r.stdout:
+            fail("%s: resume did not start at the saved batch:\n%s" % (sig.name, r.stdout))
+        if metrics(run) != metrics(whole):
+            fail("%s: the resumed run's metrics differ from the uninterrupted run's:\n%s\n%s"
+                 % (sig.name, metrics(run), metrics(whole)))
+        print("%s after batch %s of epoch 2: exit %d, resumed, metrics equal" %
+              (sig.name, m.group(1), code))
+
+    # A second SIGINT: out at once, whatever the step is doing.
+    run = os.path.join(work, "twice")
+    p = start(seqforge, ["train"] + common + ["train.run_dir=" + run, "train.max_batches=0"])
+    wait_for_progress(p, 1)
+    p.send_signal(signal.SIGINT)
+    p.send_signal(signal.SIGINT)
+    t0 = time.time()
+    p.communicate(timeout=60)
+    if p.returncode != 130:
+        fail("two SIGINTs: exit code %d, expected 130" % p.returncode)
+    for name in ("model.safetensors", "training_state.safetensors"):
+        if os.path.exists(os.path.join(run, name)):
+            check_safetensors(os.path.join(run, name))
+    print("two SIGINTs: exit 130 after %.2f s" % (time.time() - t0))
+    shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
