@@ -112,6 +112,76 @@ TEST(Trainer, ClassifyAndCharlmRun) {
             std::string::npos);
 }
 
+TEST(Trainer, CharacterModelsReadUtf8AndGenerateGreedilyAtTemperatureZero) {
+  const fs::path dir = temp_dir("utf8");
+  const fs::path text = dir / "text.txt";
+  std::string body;
+  for (int i = 0; i < 120; ++i) body += "Grüße, naïve café — 日本語 ok! ";
+  std::ofstream(text) << body;
+  std::ostringstream log;
+  train(Config::parse("data: {path: " + text.string() +
+                          ", task: charlm, seq_len: 16}\nmodel: {hidden: 16, embedding: 8}\n"
+                          "train: {epochs: 2, batch_size: 8, run_dir: " +
+                          (dir / "lm").string() + "}\n",
+                      "lm.yaml"),
+        log);
+  // The vocabulary holds characters, not bytes: every sample is valid UTF-8 over the text's
+  // characters, and a non-ASCII prompt works.
+  const std::u32string chars = decode_utf8(body, "body");
+  const std::string run = (dir / "lm").string();
+  for (uint64_t seed : {1, 2, 3}) {
+    const std::string sample = generate(run, "café ", 40, 1.0, 0, seed);
+    const std::u32string decoded = decode_utf8(sample, "sample");
+    ASSERT_EQ(decoded.size(), 45u);
+    EXPECT_EQ(sample.substr(0, 6), "café ");
+    for (char32_t c : decoded) EXPECT_NE(chars.find(c), std::u32string::npos);
+  }
+  // Temperature 0 is greedy: the same text whatever the seed, and top-k 1 agrees.
+  const std::string greedy = generate(run, "日本", 30, 0.0, 0, 1);
+  EXPECT_EQ(generate(run, "日本", 30, 0.0, 0, 99), greedy);
+  EXPECT_EQ(generate(run, "日本", 30, 1.0, 1, 7), greedy);
+  EXPECT_NE(error_of([&] { generate(run, "Ω", 5, 1.0, 0, 0); }).find("'Ω') is not in the model"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { generate(run, "a", 5, -1.0, 0, 0); }).find("--temperature"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { generate(run, "a", 5, 1.0, -2, 0); }).find("--top-k must be positive"),
+            std::string::npos);
+  // A file that is not UTF-8 is named with the offending byte.
+  std::ofstream(dir / "latin1.txt") << std::string(100, 'a') + "caf\xe9 au lait";
+  EXPECT_NE(error_of([&] {
+              train(Config::parse("data: {path: " + (dir / "latin1.txt").string() +
+                                      ", task: charlm, seq_len: 8}\ntrain: {run_dir: " +
+                                      (dir / "l1").string() + "}\n",
+                                  "l.yaml"),
+                    log);
+            }).find("latin1.txt: byte 103: not UTF-8 text"),
+            std::string::npos);
+}
+
+TEST(Utf8, DecodesValidTextAndRejectsEveryMalformedSequence) {
+  EXPECT_EQ(decode_utf8("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", "t"),
+            (std::u32string{U'a', U'\u00e9', U'\u20ac', U'\U0001F600'}));
+  for (const char* bad :
+       {"\xc0\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82", "\x80", "\xff",
+        "\xc3"
+        "a"})
+    EXPECT_THROW(decode_utf8(bad, "t"), Error) << bad;
+  // Random bytes: an error, or text that encodes back to the same bytes.
+  uint64_t state = 12345;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string bytes(1 + trial % 9, '\0');
+    for (char& b : bytes) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const unsigned r = unsigned(state >> 56);
+      b = char(trial % 3 == 0 ? r : (r & 0x3f) | (r & 0x40 ? 0x80 : 0xc0));
+    }
+    try {
+      EXPECT_EQ(encode_utf8(decode_utf8(bytes, "t")), bytes);
+    } catch (const Error&) {
+    }
+  }
+}
+
 // Mixed precision keeps quality: the character-LM example, scaled down (hidden 128, 300 steps),
 // trained from the same seed with bf16 GEMMs reaches the fp32 run's validation loss within 1%
 // (measured 0.02-0.16% over three seeds; the full example 1.62437 against 1.62458).
@@ -150,6 +220,17 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
   EXPECT_NE(train_with(base, {"data.path=" + (dir / "missing.csv").string()}).find("missing.csv"),
             std::string::npos);
   EXPECT_NE(train_with(base, {"data.targets=[nope]"}).find("no column 'nope'"), std::string::npos);
+  EXPECT_NE(train_with(base, {"train.threads=-1"}).find("bad.yaml: train.threads must be 0"),
+            std::string::npos);
+  {  // more threads than CPUs: a warning, and the run goes on
+    std::ostringstream many;
+    train(Config::parse(base, "bad.yaml",
+                        {"train.threads=512", "train.epochs=1", "train.max_batches=1",
+                         "train.run_dir=" + (dir / "many").string()}),
+          many);
+    EXPECT_NE(many.str().find("warning: 512 threads (requested) on "), std::string::npos)
+        << many.str();
+  }
   EXPECT_NE(train_with(base, {"data.lookback=0"}).find("data.lookback must be positive"),
             std::string::npos);
   EXPECT_NE(train_with(base, {"model.hidden=-3"}).find("model.hidden must be positive"),
@@ -321,10 +402,17 @@ TEST(Trainer, PretrainThenFineTuneWithAFrozenEncoder) {
   }
   EXPECT_EQ(tuned.find("head.weight")->shape, (std::vector<int64_t>{2, 24}));
   // Unfrozen after freeze_epochs: the encoder moves.
+  std::ostringstream start;
   const TrainSummary ft2 =
       train(Config::parse(fine, "fine.yaml",
                           {"train.freeze_epochs=1", "train.run_dir=" + (dir / "fine2").string()}),
-            log);
+            start);
+  // Start-up names what was loaded and when the frozen modules thaw.
+  EXPECT_NE(start.str().find("init_from: 8 tensors ("), std::string::npos) << start.str();
+  EXPECT_NE(start.str().find(" values) of lstm from " + pre.checkpoint + "\n"), std::string::npos);
+  EXPECT_NE(start.str().find("frozen: lstm for epochs 1-1, trained from epoch 2\n"),
+            std::string::npos)
+      << start.str();
   const io::SafetensorsFile moved = io::SafetensorsFile::read(ft2.checkpoint);
   const auto a = moved.bytes(*moved.find("lstm.weight_hh_l0"));
   const auto b = encoder.bytes(*encoder.find("lstm.weight_hh_l0"));

@@ -126,9 +126,10 @@ int main(int argc, char** argv) {
   gen->add_option("run", gen_run, "run directory or model.safetensors")->required();
   gen->add_option("--prompt", gen_prompt, "text to start from");
   gen->add_option("--length", gen_length, "characters to sample")->capture_default_str();
-  gen->add_option("--temperature", gen_temperature, "sampling temperature")->capture_default_str();
-  gen->add_option("--top-k", gen_top_k, "sample among the k likeliest; 0: all")
+  gen->add_option("--temperature", gen_temperature,
+                  "sampling temperature; 0: always the likeliest character")
       ->capture_default_str();
+  gen->add_option("--top-k", gen_top_k, "sample among the k likeliest (default: all)");
   gen->add_option("--seed", gen_seed, "random seed")->capture_default_str();
 
   seqforge::cli::TuneCli* tune = seqforge::cli::add_tune(app);
@@ -186,6 +187,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (gen->parsed()) {
+      if (gen->count("--top-k") && gen_top_k <= 0)
+        sf::fail("generate: --top-k must be positive, got ", gen_top_k,
+                 " (leave it out to sample among all characters)");
       std::printf("%s\n", sf::generate(gen_run, gen_prompt, gen_length, gen_temperature, gen_top_k,
                                        gen_seed)
                               .c_str());

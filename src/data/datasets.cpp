@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
+#include <unordered_map>
 
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/rng.hpp"
@@ -863,7 +864,64 @@ SeriesData load_series(const Config& c, const SeriesData* stored, WindowSet whic
   return d;
 }
 
-TextData load_text(const Config& c, const std::string& vocab) {
+std::u32string decode_utf8(const std::string& text, const std::string& what) {
+  std::u32string out;
+  out.reserve(text.size());
+  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = b[i];
+    int more = 0;
+    char32_t cp = 0, min = 0;
+    if (c < 0x80) {
+      cp = c;
+    } else if ((c & 0xe0) == 0xc0) {
+      more = 1, cp = c & 0x1f, min = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+      more = 2, cp = c & 0x0f, min = 0x800;
+    } else if ((c & 0xf8) == 0xf0) {
+      more = 3, cp = c & 0x07, min = 0x10000;
+    } else {
+      fail(what, ": byte ", i, ": not UTF-8 text (a byte ", int(c), " cannot start a character)");
+    }
+    for (int k = 1; k <= more; ++k) {
+      if (i + k >= n) fail(what, ": byte ", i, ": a UTF-8 character cut short at the end");
+      if ((b[i + k] & 0xc0) != 0x80)
+        fail(what, ": byte ", i, ": not UTF-8 text (a character cut short)");
+      cp = (cp << 6) | (b[i + k] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      fail(what, ": byte ", i, ": not UTF-8 text (an overlong, surrogate or out-of-range code)");
+    out.push_back(cp);
+    i += 1 + more;
+  }
+  return out;
+}
+
+std::string encode_utf8(std::u32string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char32_t cp : text) {
+    if (cp < 0x80) {
+      out += char(cp);
+    } else if (cp < 0x800) {
+      out += char(0xc0 | (cp >> 6));
+      out += char(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+      out += char(0xe0 | (cp >> 12));
+      out += char(0x80 | ((cp >> 6) & 0x3f));
+      out += char(0x80 | (cp & 0x3f));
+    } else {
+      out += char(0xf0 | (cp >> 18));
+      out += char(0x80 | ((cp >> 12) & 0x3f));
+      out += char(0x80 | ((cp >> 6) & 0x3f));
+      out += char(0x80 | (cp & 0x3f));
+    }
+  }
+  return out;
+}
+
+TextData load_text(const Config& c, const std::u32string& vocab) {
   TextData d;
   d.seq_len = positive(c, "data.seq_len");
   const std::string path = c.str("data.path");
@@ -872,7 +930,7 @@ TextData load_text(const Config& c, const std::string& vocab) {
   if (!in) fail(path, ": cannot open");
   std::ostringstream ss;
   ss << in.rdbuf();
-  const std::string text = ss.str();
+  const std::u32string text = decode_utf8(ss.str(), path);
   if (text.empty()) fail(path, ": empty file");
   d.vocab = vocab;
   if (d.vocab.empty()) {
@@ -880,14 +938,15 @@ TextData load_text(const Config& c, const std::string& vocab) {
     std::sort(d.vocab.begin(), d.vocab.end());
     d.vocab.erase(std::unique(d.vocab.begin(), d.vocab.end()), d.vocab.end());
   }
-  int64_t index[256];
-  std::fill(std::begin(index), std::end(index), -1);
-  for (size_t i = 0; i < d.vocab.size(); ++i) index[static_cast<unsigned char>(d.vocab[i])] = i;
+  std::unordered_map<char32_t, int64_t> index;
+  for (size_t i = 0; i < d.vocab.size(); ++i) index.emplace(d.vocab[i], int64_t(i));
   d.ids.resize(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
-    const int64_t id = index[static_cast<unsigned char>(text[i])];
-    if (id < 0) fail(path, ": byte ", i, ": character not in the model's vocabulary");
-    d.ids[i] = id;
+    const auto it = index.find(text[i]);
+    if (it == index.end())
+      fail(path, ": character ", i, " ('", encode_utf8(text.substr(i, 1)),
+           "') is not in the model's vocabulary");
+    d.ids[i] = it->second;
   }
   const int64_t n = static_cast<int64_t>(d.ids.size());
   const auto [train_end, val_end] = boundaries(c, n);
@@ -915,7 +974,7 @@ Dataset load_dataset(const Config& c, const Dataset* from, WindowSet windows) {
   d.path = c.str("data.path");
   if (d.path.empty()) fail(c.source(), ": data.path is required");
   if (d.kind == "charlm") {
-    d.text = load_text(c, from ? from->text.vocab : "");
+    d.text = load_text(c, from ? from->text.vocab : std::u32string());
   } else if (d.kind == "forecast" || d.kind == "classify" || d.kind == "mae") {
     d.series = load_series(c, from ? &from->series : nullptr, windows);
     d.mask_ratio = c.number("data.mask_ratio");

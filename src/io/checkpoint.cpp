@@ -18,8 +18,10 @@ void save_parameters(const std::string& path, const Parameters& params,
   write_safetensors(path, tensors, metadata);
 }
 
-void load_parameters(const std::string& path, Parameters& params, Backend& backend,
-                     bool allow_extra, const std::vector<std::string>& modules) {
+std::vector<std::string> load_parameters(const std::string& path, Parameters& params,
+                                         Backend& backend, bool allow_extra,
+                                         const std::vector<std::string>& modules) {
+  std::vector<std::string> loaded;
   const SafetensorsFile file = SafetensorsFile::read(path);
   auto selected = [&](const std::string& name) {
     if (modules.empty()) return true;
@@ -51,12 +53,14 @@ void load_parameters(const std::string& path, Parameters& params, Backend& backe
     convert(aligned.data(), t->dtype, converted.data(), params.dtype(),
             static_cast<size_t>(entry.shape.numel()));
     backend.copy(params.value(i), Tensor(converted.data(), params.dtype(), entry.shape));
+    loaded.push_back(entry.name);
   }
   if (!allow_extra) {
     for (const auto& t : file.entries())
       if (!params.values().find(t.name))
         fail(path, ": tensor '", t.name, "' is not a parameter of this model");
   }
+  return loaded;
 }
 
 }  // namespace seqforge::io

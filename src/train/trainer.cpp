@@ -308,7 +308,7 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
       {"seqforge.metrics", nlohmann::json(m).dump()},
   };
   if (t.kind == "charlm") {
-    meta["seqforge.vocab"] = nlohmann::json(t.text.vocab).dump();
+    meta["seqforge.vocab"] = nlohmann::json(encode_utf8(t.text.vocab)).dump();
   } else {
     meta["seqforge.feature_norm"] = t.series.feature_norm.to_json();
     meta["seqforge.target_norm"] = t.series.target_norm.to_json();
@@ -364,7 +364,9 @@ LoadedRun load_run(const std::string& run, const std::string& data_override,
   Task stored;
   stored.kind = config.str("data.task");
   if (stored.kind == "charlm") {
-    stored.text.vocab = nlohmann::json::parse(meta.at("seqforge.vocab")).get<std::string>();
+    stored.text.vocab =
+        decode_utf8(nlohmann::json::parse(meta.at("seqforge.vocab")).get<std::string>(),
+                    path + ": seqforge.vocab");
   } else {
     stored.series.feature_norm = Normalizer::from_json(meta.at("seqforge.feature_norm"));
     stored.series.target_norm = Normalizer::from_json(meta.at("seqforge.target_norm"));
@@ -399,17 +401,27 @@ std::unique_ptr<SequenceModel> load_model(Backend& be, const LoadedRun& r, std::
 // Compute threads of one of `local` processes on this machine: an unbound process (mpirun
 // --bind-to none) shares the machine's CPUs with the others.
 ThreadConfig configure_rank_threads(const Config& c, int local) {
-  const int requested = static_cast<int>(c.integer("train.threads"));
-  if (local <= 1 || requested > 0 || std::getenv("OMP_NUM_THREADS"))
-    return configure_threads(requested);
+  const int64_t requested = c.integer("train.threads");
+  if (requested < 0)
+    fail(c.source(), ": train.threads must be 0 (one per CPU) or a count, got ", requested);
   cpu_set_t set;
   CPU_ZERO(&set);
   const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cpus < online) return configure_threads(requested);  // bound by the launcher already
-  ThreadConfig t = configure_threads(std::max(1, cpus / local));
-  t.reason = std::to_string(cpus) + " CPUs shared by " + std::to_string(local) +
-             " processes on this machine";
+  ThreadConfig t;
+  if (local <= 1 || requested > 0 || std::getenv("OMP_NUM_THREADS") || cpus < online) {
+    t = configure_threads(static_cast<int>(requested));  // alone, or bound by the launcher
+  } else {
+    t = configure_threads(std::max(1, cpus / local));
+    t.reason = std::to_string(cpus) + " CPUs shared by " + std::to_string(local) +
+               " processes on this machine";
+  }
+  if (t.threads > cpus)
+    t.warning = std::to_string(t.threads) + " threads (" + t.reason + ") on " +
+                std::to_string(cpus) +
+                " CPUs this process may use: threads will wait for each "
+                "other; set train.threads to " +
+                std::to_string(cpus) + " or fewer";
   return t;
 }
 
@@ -537,9 +549,11 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
   model.initialize(*be, seed);
   model.set_gemm_dtype(gemm_dtype);
   model.set_input_grad(false);
+  std::vector<std::string> initialized;  // parameters loaded from model.init_from
   if (const std::string init = c.str("model.init_from");
       !init.empty() && resume_dir.empty() && rank == 0)  // the others get rank 0's
-    io::load_parameters(init, model.parameters(), *be, false, c.list("model.init_from_modules"));
+    initialized = io::load_parameters(init, model.parameters(), *be, false,
+                                      c.list("model.init_from_modules"));
   OptimizerOptions oo;
   oo.kind = c.str("optim.kind");
   oo.lr = c.number("optim.lr");
@@ -568,6 +582,7 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
     out << "data-parallel: " << ranks << " processes (" << comm.name() << "), batch " << batch_size
         << " per process, " << global_batch << " per step\n";
   if (!notice.empty()) out << "note: " << notice << "\n";
+  if (!threads.warning.empty()) out << "warning: " << threads.warning << "\n";
   if (task.kind != "charlm")
     for (const std::string& note : task.series.notes) out << "note: " << note << "\n";
   if (task.kind != "charlm" && task.series.series.size() > 1)
@@ -575,6 +590,20 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
         << c.str("data.series_column") << "), split "
         << (c.str("data.split.by") == "date" ? "at shared dates" : "at the same fractions of each")
         << "\n";
+  if (!initialized.empty()) {
+    std::vector<std::string> modules;
+    int64_t values = 0;
+    for (const std::string& name : initialized) {
+      const std::string module = name.substr(0, name.find('.'));
+      if (std::find(modules.begin(), modules.end(), module) == modules.end())
+        modules.push_back(module);
+      values += model.parameters().values().find(name)->shape.numel();
+    }
+    std::string list;
+    for (const std::string& m : modules) list += (list.empty() ? "" : ", ") + m;
+    out << "init_from: " << initialized.size() << " tensors (" << values << " values) of " << list
+        << " from " << c.str("model.init_from") << "\n";
+  }
   if (split.val.empty())
     out << "no validation (data.split.val is 0): no val_* metrics; " << monitor
         << " decides early stopping and the best checkpoint\n";
@@ -740,6 +769,14 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
            "' (modules: embedding, lstm, head)");
   }
   const int64_t freeze_epochs = c.integer("train.freeze_epochs");
+  if (const auto modules = c.list("train.freeze_modules");
+      !modules.empty() && freeze_epochs >= first_epoch) {
+    std::string list;
+    for (const std::string& m : modules) list += (list.empty() ? "" : ", ") + m;
+    out << "frozen: " << list << " for epochs 1-" << freeze_epochs;
+    if (freeze_epochs < epochs) out << ", trained from epoch " << freeze_epochs + 1;
+    out << "\n";
+  }
   // Data parallel: gradients summed across ranks in buckets while backward runs; dropout draws
   // differ per rank.
   std::unique_ptr<dist::GradientSync> sync;
@@ -1247,18 +1284,22 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   configure_threads();
   LoadedRun r = load_run(run, "");
   if (r.task.kind != "charlm") fail(run, ": generate needs a character model (data.task charlm)");
-  if (!(temperature > 0)) fail("--temperature must be > 0, got ", temperature);
+  if (!(temperature >= 0))
+    fail("--temperature must be 0 (always the likeliest character) or more, got ", temperature);
+  if (top_k < 0) fail("--top-k must be positive, got ", top_k);
   if (length < 0) fail("--length must be >= 0, got ", length);
   auto be = make_cpu_backend();
   SequenceModel model(r.task.model);
   model.initialize(*be, 0);
   io::load_parameters(r.file.source(), model.parameters(), *be);
-  const std::string& vocab = r.task.text.vocab;
+  const std::u32string& vocab = r.task.text.vocab;
   std::vector<int64_t> ids;
-  for (char ch : prompt.empty() ? std::string(1, '\n') : prompt) {
-    const size_t at = vocab.find(ch);
-    if (at == std::string::npos)
-      fail("--prompt: character '", ch, "' is not in the model's vocabulary");
+  const std::u32string start = prompt.empty() ? U"\n" : decode_utf8(prompt, "--prompt");
+  for (size_t i = 0; i < start.size(); ++i) {
+    const size_t at = vocab.find(start[i]);
+    if (at == std::u32string::npos)
+      fail("--prompt: character ", i + 1, " ('", encode_utf8(start.substr(i, 1)),
+           "') is not in the model's vocabulary");
     ids.push_back(static_cast<int64_t>(at));
   }
   const int64_t D = model.lstm().directions(), L = model.options().lstm.num_layers;
@@ -1277,19 +1318,23 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     std::vector<int64_t> idx(V);
     std::iota(idx.begin(), idx.end(), 0);
     const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                      [&](int64_t a, int64_t b) { return row[a] > row[b]; });
-    double total = 0;
-    for (int64_t i = 0; i < k; ++i)
-      total += p[i] = std::exp((row[idx[i]] - row[idx[0]]) / temperature);
-    double u = rng.uniform() * total;
-    next = idx[k - 1];
-    for (int64_t i = 0; i < k; ++i)
-      if ((u -= p[i]) <= 0) {
-        next = idx[i];
-        break;
-      }
-    text += vocab[next];
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
+      return row[a] > row[b] || (row[a] == row[b] && a < b);
+    });
+    next = idx[0];  // temperature 0: the likeliest (the first of equals)
+    if (temperature > 0) {
+      double total = 0;
+      for (int64_t i = 0; i < k; ++i)
+        total += p[i] = std::exp((row[idx[i]] - row[idx[0]]) / temperature);
+      double u = rng.uniform() * total;
+      next = idx[k - 1];
+      for (int64_t i = 0; i < k; ++i)
+        if ((u -= p[i]) <= 0) {
+          next = idx[i];
+          break;
+        }
+    }
+    text += encode_utf8(vocab.substr(next, 1));
     std::copy_n(static_cast<const float*>(model.lstm().h_n().data()), h.size(), h.begin());
     std::copy_n(static_cast<const float*>(model.lstm().c_n().data()), cst.size(), cst.begin());
     Tensor one(&next, DType::i64, {1, 1});

@@ -5,8 +5,9 @@
 namespace seqforge {
 
 struct ThreadConfig {
-  int threads = 0;     // compute threads in use
-  std::string reason;  // why this many
+  int threads = 0;      // compute threads in use
+  std::string reason;   // why this many
+  std::string warning;  // e.g. more threads than CPUs
 };
 
 // Sets the OpenMP pool size: `requested` > 0 is honoured, otherwise OMP_NUM_THREADS if set,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "seqforge/core/dtype.hpp"
@@ -114,15 +115,22 @@ struct SeriesData {
 SeriesData load_series(const Config& config, const SeriesData* stored = nullptr,
                        WindowSet windows = WindowSet::splits);
 
-// Character-level text: ids over a sorted vocabulary, chunks of seq_len + 1 characters.
+// Character-level text: ids over a sorted vocabulary of Unicode characters (the file is read as
+// UTF-8), chunks of seq_len + 1 characters.
 struct TextData {
-  std::string vocab;         // the distinct characters, sorted
+  std::u32string vocab;      // the distinct characters (code points), sorted
   std::vector<int64_t> ids;  // the whole text
   int64_t seq_len = 0;
   Split split;  // chunk starts; input ids[s, s+T), target ids[s+1, s+T+1)
 };
 
-TextData load_text(const Config& config, const std::string& vocab = "");
+// With `vocab`, the characters of a stored model (one that is missing is an error).
+TextData load_text(const Config& config, const std::u32string& vocab = {});
+
+// UTF-8 text as code points; a malformed sequence (overlong, a surrogate, past U+10FFFF, cut
+// short) is an error naming `what` and the byte offset.
+std::u32string decode_utf8(const std::string& text, const std::string& what);
+std::string encode_utf8(std::u32string_view text);
 
 // A task's data and where it came from.
 struct Dataset {

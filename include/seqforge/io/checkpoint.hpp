@@ -17,7 +17,9 @@ void save_parameters(const std::string& path, const Parameters& params,
 // mis-shaped tensor is an error naming the file and the tensor; tensors in the file that the
 // model does not have are an error too unless `allow_extra`. With `modules` ("lstm", "head",
 // ...), only parameters named "<module>.*" are loaded and the file's other tensors are ignored.
-void load_parameters(const std::string& path, Parameters& params, Backend& backend,
-                     bool allow_extra = false, const std::vector<std::string>& modules = {});
+// Returns the names of the parameters loaded.
+std::vector<std::string> load_parameters(const std::string& path, Parameters& params,
+                                         Backend& backend, bool allow_extra = false,
+                                         const std::vector<std::string>& modules = {});
 
 }  // namespace seqforge::io
