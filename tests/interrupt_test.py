@@ -2,7 +2,8 @@
 """SIGINT and SIGTERM sent to `seqforge train` part-way through an epoch: the run stops after its
 current step with exit code 130 or 143, names the command that continues it, leaves whole
 safetensors files, and the continued run's metrics equal an uninterrupted run's. A second SIGINT
-ends the process at once. Without a terminal, progress lines come every train.progress_seconds.
+ends the process at once. Without a terminal, progress lines come every train.progress_seconds;
+first-use autotuning says so once, and a second run on the same shape is quiet.
 
 Usage: interrupt_test.py SEQFORGE CONFIG DATA
 """
@@ -67,10 +68,19 @@ def main():
               "train.max_batches=60", "train.batch_size=16", "train.early_stopping.patience=0",
               "model.dropout=0.1", "train.progress_seconds=0.05"]
     whole = os.path.join(work, "whole")
+    env = dict(os.environ, SEQFORGE_CACHE_DIR=os.path.join(work, "cache"))
+    env.pop("SEQFORGE_AUTOTUNE", None)
     r = subprocess.run([seqforge, "train"] + common + ["train.run_dir=" + whole],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=env)
     if r.returncode != 0:
         fail("the uninterrupted run exited %d:\n%s" % (r.returncode, r.stderr))
+    announce = "seqforge: autotune: timing "
+    if r.stderr.count(announce) != 1 or os.path.join(work, "cache") not in r.stderr:
+        fail("first use: no single autotune line naming the cache:\n" + r.stderr)
+    again = subprocess.run([seqforge, "train"] + common + ["train.run_dir=" + whole, "--overwrite"],
+                           capture_output=True, text=True, env=env)
+    if again.returncode != 0 or announce in again.stderr:
+        fail("second run: exit %d, stderr:\n%s" % (again.returncode, again.stderr))
     if not re.search(r"^epoch 1/3  \d+/60 batches  loss \S+  \d+ samples/s  ETA \d+ s$", r.stdout,
                      re.M):
         fail("no progress line without a terminal:\n" + r.stdout)

@@ -81,6 +81,16 @@ std::optional<std::string> lookup(const std::string& key) {
   return it->second;
 }
 
+void announce_first_use(const std::string& what) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::fprintf(stderr,
+                 "seqforge: autotune: timing %s on first use (once per shape on this machine; "
+                 "choices are cached in %s)\n",
+                 what.c_str(), cache_path().c_str());
+  });
+}
+
 void store(const std::string& key, const std::string& choice) {
   namespace fs = std::filesystem;
   std::lock_guard lock(mutex);

@@ -436,6 +436,7 @@ void Lstm::run_tuned_forward(Backend& be) {
       return run_forward(be, c);
     }
   }
+  autotune::announce_first_use("the LSTM's schedules and weight-gradient layouts");
   const std::vector<double> ms =
       time_candidates(be, candidates.size(), [&](size_t i) { run_forward(be, candidates[i]); });
   const size_t best = std::min_element(ms.begin(), ms.end()) - ms.begin();
@@ -814,6 +815,7 @@ bool Lstm::k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor copies)
                           "_b" + std::to_string(B_) + "_workers" + std::to_string(n) + "_" +
                           std::string(dtype_name(gemm_dtype_));
   if (const auto cached = autotune::lookup(key)) return *cached == "k_major";
+  autotune::announce_first_use("the LSTM's schedules and weight-gradient layouts");
   Tensor scratch = dw_trial_.get(be, params_.dtype(), {4 * H * (H + I)});
   be.fill(scratch, 0.0);
   Tensor dw_hh = scratch.slice(0, 4 * H * H).reshape({4 * H, H});

@@ -15,6 +15,9 @@ std::optional<std::string> lookup(const std::string& key);
 void store(const std::string& key, const std::string& choice);
 // Prefix for keys: "<cpu model>|<threads> threads|seqforge <version>|".
 std::string machine_prefix(int threads);
+// Says once per process, on standard error, that `what` is being timed on its first use and
+// that the choice will be cached (first runs are slower by that much).
+void announce_first_use(const std::string& what);
 // SEQFORGE_VERBOSE is set (to anything but 0).
 bool verbose();
 // Whether tuning is on (SEQFORGE_AUTOTUNE=0 turns it off: the default choices are used).
