@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -84,12 +85,11 @@ int main(int argc, char** argv) {
   bench->add_flag("--profile", bench_options.profile,
                   "print where the timed steps spent their time, per workload");
 
-  std::string train_config, run_dir;
-  std::vector<std::string> overrides;
+  std::string run_dir;
+  std::vector<std::string> train_args;  // the config and key.path=value overrides, in any order
   CLI::App* train = app.add_subcommand("train", "Train a model from a YAML config");
-  train->add_option("config", train_config, "config file (YAML)");
+  train->add_option("config", train_args, "CONFIG.yaml and key.path=value overrides");
   train->add_option("--resume", run_dir, "continue this run directory from its last epoch");
-  train->add_option("overrides", overrides, "key.path=value overrides");
   bool overwrite = false;
   train->add_flag("--overwrite", overwrite,
                   "replace the run in train.run_dir (its files are removed first)");
@@ -142,6 +142,12 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    std::fprintf(stderr,
+                 "seqforge: error: %s (--help lists the options; config keys are given as "
+                 "key.path=value, e.g. train.epochs=3)\n",
+                 e.what());
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
@@ -150,12 +156,33 @@ int main(int argc, char** argv) {
     if (train->parsed()) {
       const bool profile = train->count("--profile") > 0;
       if (profile) sf::profiler::start();
+      std::string train_config;
+      std::vector<std::string> overrides;
+      for (const std::string& a : train_args) {
+        if (a.find('=') != std::string::npos && !std::filesystem::exists(a)) {
+          overrides.push_back(a);
+        } else if (!std::filesystem::exists(a) && a.find('.') != std::string::npos &&
+                   a.find('/') == std::string::npos && a.size() > 5 &&
+                   a.substr(a.size() - 5) != ".yaml" && a.substr(a.size() - 4) != ".yml") {
+          sf::fail("train: '", a, "' is not a config file, nor an override: expected ", a,
+                   "=VALUE");
+        } else if (!train_config.empty()) {
+          sf::fail("train: one CONFIG.yaml expected, got '", train_config, "' and '", a,
+                   "' (overrides are key.path=value)");
+        } else {
+          train_config = a;
+        }
+      }
       sf::TrainSummary summary;
       if (!run_dir.empty()) {
-        // A config argument that is an override belongs to the overrides.
-        if (!train_config.empty()) overrides.insert(overrides.begin(), train_config);
+        if (!train_config.empty())
+          sf::fail("train: --resume ", run_dir, " continues that run with its own config (",
+                   run_dir, "/config.resolved.yaml); drop '", train_config,
+                   "', or start a new run with: seqforge train ", train_config);
         const std::string resolved = run_dir + "/config.resolved.yaml";
         if (overwrite) sf::fail("train: --overwrite starts a new run; --resume continues one");
+        if (!std::filesystem::is_directory(run_dir))
+          sf::fail("train: --resume ", run_dir, ": no such run directory");
         summary = sf::train(sf::Config::load(resolved, overrides), std::cout, run_dir);
       } else {
         if (train_config.empty()) sf::fail("train: give a CONFIG.yaml, or --resume RUN_DIR");

@@ -352,8 +352,17 @@ LoadedRun load_run(const std::string& run, const std::string& data_override,
                    WindowSet windows = WindowSet::splits) {
   const std::string path =
       fs::is_directory(run) ? (fs::path(run) / "model.safetensors").string() : run;
-  if (fs::is_directory(run) && !fs::exists(path))
-    fail(run, ": no model.safetensors here (not a run directory, or the run saved no model yet)");
+  if (!fs::exists(run)) fail(run, ": no such run directory or model.safetensors");
+  if (fs::is_directory(run) && !fs::exists(path)) {
+    if (fs::exists(fs::path(run) / "study.db") || fs::exists(fs::path(run) / "best.yaml"))
+      fail(run, ": a tune study's directory, not a run: give one of its trials (", run,
+           "/trial-N; `seqforge tune --report` names the best)");
+    if (fs::exists(fs::path(run) / "metrics.jsonl"))
+      fail(run,
+           ": the run saved no model yet (model.safetensors is written at its first saved "
+           "epoch)");
+    fail(run, ": no model.safetensors here (not a run directory)");
+  }
   io::SafetensorsFile file = io::SafetensorsFile::read(path);
   const auto& meta = file.metadata();
   if (!meta.count("seqforge.config"))
@@ -1283,7 +1292,9 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
                      double temperature, int64_t top_k, uint64_t seed) {
   configure_threads();
   LoadedRun r = load_run(run, "");
-  if (r.task.kind != "charlm") fail(run, ": generate needs a character model (data.task charlm)");
+  if (r.task.kind != "charlm")
+    fail(run, ": generate needs a character model (data.task charlm); this is a ", r.task.kind,
+         " run", r.task.kind == "mae" ? "" : " (use seqforge predict)");
   if (!(temperature >= 0))
     fail("--temperature must be 0 (always the likeliest character) or more, got ", temperature);
   if (top_k < 0) fail("--top-k must be positive, got ", top_k);

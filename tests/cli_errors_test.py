@@ -1,0 +1,76 @@
+#!/usr/bin/python3
+"""Command-line mistakes get one line on standard error, in the user's words, and a non-zero exit;
+the same arguments in another order that mean the same thing just work.
+
+Usage: cli_errors_test.py SEQFORGE REPO_ROOT
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+
+def fail(message):
+    raise SystemExit("FAIL: " + message)
+
+
+def main():
+    seqforge, root = sys.argv[1:3]
+    work = tempfile.mkdtemp(prefix="seqforge_cli_errors_")
+    config = os.path.join(root, "examples/configs/weather_forecast.yaml")
+    quick = ["train.epochs=1", "train.max_batches=2"]
+
+    def run(*args):
+        return subprocess.run([seqforge] + list(args), capture_output=True, text=True, cwd=root)
+
+    forecast = os.path.join(work, "forecast")
+    # Overrides before the config, options after it: the same run.
+    r = run("train", "train.run_dir=" + forecast, *quick, config, "--overwrite")
+    if r.returncode != 0:
+        fail("overrides before the config: exit %d\n%s" % (r.returncode, r.stderr))
+    text = os.path.join(work, "text.txt")
+    with open(text, "w") as f:
+        f.write("to be or not to be, that is the question\n" * 40)
+    charlm = os.path.join(work, "charlm")
+    r = run("train", os.path.join(root, "examples/configs/shakespeare_charlm.yaml"),
+            "data.path=" + text, "data.seq_len=16", "model.hidden=16", "train.run_dir=" + charlm, *quick)
+    if r.returncode != 0:
+        fail("charlm run: exit %d\n%s" % (r.returncode, r.stderr))
+    study = os.path.join(work, "study")
+    os.makedirs(study)
+    open(os.path.join(study, "study.db"), "w").close()
+
+    cases = [
+        (["train", "--resume", forecast, config],
+         "train: --resume %s continues that run with its own config" % forecast),
+        (["train", config, "--epochs", "3"],
+         "config keys are given as key.path=value, e.g. train.epochs=3"),
+        (["train", config, config], "train: one CONFIG.yaml expected"),
+        (["train"], "train: give a CONFIG.yaml, or --resume RUN_DIR"),
+        (["train", "--resume", os.path.join(work, "nothing")], "no such run directory"),
+        (["train", config, "train.epochs"], "is not a config file, nor an override: expected train.epochs=VALUE"),
+        (["generate", forecast], "generate needs a character model (data.task charlm); this is a "
+                                 "forecast run (use seqforge predict)"),
+        (["generate", charlm, "--top-k", "0"], "--top-k must be positive"),
+        (["generate", charlm, "--temperature", "-1"], "--temperature must be 0"),
+        (["predict", charlm, "--input", text, "--output", "-"],
+         "predict needs a forecast or classify run; this is a charlm run (sample from it with "
+         "seqforge generate)"),
+        (["predict", study, "--input", text, "--output", "-"],
+         "a tune study's directory, not a run: give one of its trials"),
+        (["eval", os.path.join(work, "nothing")], "no such run directory or model.safetensors"),
+    ]
+    for args, words in cases:
+        r = run(*args)
+        lines = r.stderr.strip().splitlines()
+        if r.returncode == 0:
+            fail("%s: exit code 0" % " ".join(args))
+        if len(lines) != 1 or words not in lines[0]:
+            fail("%s: expected one line with %r, got:\n%s" % (" ".join(args), words, r.stderr))
+        print("ok: seqforge %s -> %s" % (" ".join(os.path.basename(a) for a in args), lines[0]))
+    shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
