@@ -210,7 +210,7 @@ def main():
                    ["model.init_from=" + init, "train.run_dir=" + run], check=True,
                    stdout=subprocess.DEVNULL)
     with open(os.path.join(run, "metrics.jsonl")) as f:
-        sf = [json.loads(line)["val_loss"] for line in f if line.strip()]
+        sf = [j["val_loss"] for j in map(json.loads, filter(str.strip, f)) if "epoch" in j]
     import yaml
     with open(os.path.join(run, "config.resolved.yaml")) as f:
         c = yaml.safe_load(f)  # the real run's settings (the probe ran one step)

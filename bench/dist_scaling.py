@@ -65,7 +65,8 @@ def train(name, yaml, cmd_prefix, batch, threads, label):
     if p.returncode != 0:
         sys.exit(f"{name} {label} failed:\n{p.stdout}\n{p.stderr}")
     params = int(re.search(r"(\d+) parameters", p.stdout).group(1))
-    lines = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))][1:]
+    lines = [j for j in map(json.loads, open(os.path.join(run, "metrics.jsonl")))
+             if "epoch" in j][1:]
     return statistics.median(l["samples_per_second"] for l in lines), params
 
 

@@ -61,7 +61,8 @@ def run(binary, work, name, w, data, extra, epochs, batches, workers):
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit("%s failed: %s" % (name, out.stderr))
-    epochs_m = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+    epochs_m = [j for j in map(json.loads, open(os.path.join(run_dir, "metrics.jsonl")))
+                if "epoch" in j]
     later = epochs_m[1:] or epochs_m
     return (statistics.median(e["data_wait_share"] for e in later),
             statistics.median(e["samples_per_second"] for e in later),

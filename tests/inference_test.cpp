@@ -69,7 +69,8 @@ std::vector<std::vector<std::string>> read_csv(const std::string& path) {
 std::vector<nlohmann::json> metrics_of(const fs::path& run) {
   std::ifstream f(run / "metrics.jsonl");
   std::vector<nlohmann::json> out;
-  for (std::string line; std::getline(f, line);) out.push_back(nlohmann::json::parse(line));
+  for (std::string line; std::getline(f, line);)  // per-epoch lines; the test split's left out
+    if (auto j = nlohmann::json::parse(line); j.contains("epoch")) out.push_back(std::move(j));
   return out;
 }
 

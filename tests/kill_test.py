@@ -56,7 +56,7 @@ def main():
         [seqforge, "train", config, "train.run_dir=" + run]
     subprocess.run(cmd + common, check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(run, "metrics.jsonl")) as f:
-        seen = [json.loads(line)["epoch"] for line in f if line.strip()]
+        seen = [j["epoch"] for j in map(json.loads, filter(str.strip, f)) if "epoch" in j]
     if seen != list(range(1, epochs + 1)):
         raise SystemExit("metrics.jsonl epochs %s, expected 1..%d" % (seen, epochs))
     check_safetensors(model)

@@ -41,6 +41,12 @@ MPI = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-
 failures = []
 
 
+def epoch_lines(run):
+    """metrics.jsonl's per-epoch lines (the test split's line after training left out)."""
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        return [j for j in map(json.loads, filter(str.strip, f)) if "epoch" in j]
+
+
 def check(ok, what):
     print(("ok   " if ok else "FAIL ") + what, flush=True)
     if not ok:
@@ -124,8 +130,8 @@ if not failures:
                          f"(max relative difference {d3:.2e})")
     else:
         check(False, "mpirun -np 3: " + out[-2000:])
-    lines = [json.loads(l) for l in open(os.path.join(work, "two", "metrics.jsonl"))]
-    single_lines = [json.loads(l) for l in open(os.path.join(single, "metrics.jsonl"))]
+    lines = epoch_lines(os.path.join(work, "two"))
+    single_lines = epoch_lines(single)
     check(len(lines) == 2 and abs(lines[-1]["train_loss"] - single_lines[-1]["train_loss"]) < 1e-4,
           "rank 0 logs the global training loss, one line per epoch")
 
@@ -184,7 +190,7 @@ if 1 in pids:
     code, out = run([seqforge, "eval", dead])
     check(code == 0 and "test_rmse" in out, "the last checkpoint loads: " + out.strip()[-300:])
     code, out = run(MPI + [seqforge, "train", "--resume", dead, "train.epochs=4"])
-    epochs = [json.loads(l)["epoch"] for l in open(os.path.join(dead, "metrics.jsonl"))]
+    epochs = [j["epoch"] for j in epoch_lines(dead)]
     check(code == 0 and "resuming" in out and epochs == list(range(1, 5)),
           f"2 ranks resume the run (epochs {epochs})" + ("" if code == 0 else out[-1500:]))
 else:

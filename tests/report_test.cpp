@@ -85,6 +85,63 @@ TEST(Report, ConfusionMatrixForClassificationWithEscapedNames) {
   EXPECT_NE(html.find(">100.0%</td>"), std::string::npos) << "recall of sun";
 }
 
+TEST(Report, MarksTheSavedEpochShowsTheTestSplitAndDates) {
+  const fs::path dir = run_dir("saved");
+  write(dir / "metrics.jsonl",
+        "{\"epoch\":1,\"train_loss\":100,\"val_loss\":50,\"checkpoint\":true}\n"
+        "{\"epoch\":2,\"train_loss\":1,\"val_loss\":0.5,\"checkpoint\":true}\n"
+        "{\"epoch\":3,\"train_loss\":0.01,\"val_loss\":0.7,\"checkpoint\":false}\n"
+        "{\"split\":\"test\",\"model_epoch\":2,\"test_loss\":0.61,\"test_rmse\":1.25}\n");
+  write(dir / "config.resolved.yaml",
+        "data:\n  task: forecast\n  targets: [t]\ntrain:\n  early_stopping:\n    monitor: "
+        "val_loss\n");
+  write(dir / "val_predictions.csv",
+        "row,time,series,actual,predicted\n5,2020-01-01,\"a, b\",1,2\n6,2020-01-02,\"a, b\",2,2\n"
+        "7,2020-01-03,\"a, b\",3,2\n5,2020-01-01,other,9,9\n");
+  const std::string html = render_run_report(dir.string());
+  EXPECT_NE(html.find("saved model: epoch 2 (val_loss 0.5)"), std::string::npos);
+  EXPECT_NE(html.find("class=\"mark\""), std::string::npos);
+  EXPECT_NE(html.find("Loss (log scale)"), std::string::npos) << "the loss spans 4 decades";
+  EXPECT_NE(html.find("<h2>Test split</h2>"), std::string::npos);
+  EXPECT_NE(html.find("(epoch 2)"), std::string::npos);
+  EXPECT_NE(html.find("<th>test_rmse</th>"), std::string::npos);
+  EXPECT_NE(html.find(">1.25</td>"), std::string::npos);
+  // Dates on the x axis, one series (the first, its name unquoted), MAE over all windows.
+  EXPECT_NE(html.find(">2020-01-02<"), std::string::npos) << html;
+  EXPECT_NE(html.find("t: predicted vs actual (a, b)"), std::string::npos);
+  EXPECT_NE(html.find("MAE 0.5"), std::string::npos);
+}
+
+TEST(Report, ConfusionMatrixHasEveryClassWithPrecisionRecallF1) {
+  const fs::path dir = run_dir("confusion");
+  write(dir / "metrics.jsonl", "{\"epoch\":1,\"train_loss\":1.0,\"val_loss\":0.9}\n");
+  write(dir / "config.resolved.yaml", "data:\n  task: classify\n");
+  // rain: 2 actual, 1 right; sun: 2 actual, 2 right, predicted 3 times.
+  write(dir / "val_predictions.csv",
+        "row,actual,predicted\n1,rain,rain\n2,rain,sun\n3,sun,sun\n4,sun,sun\n");
+  const std::string html = render_run_report(dir.string());
+  // rain: precision 1/1, recall 1/2, F1 2/3; sun: precision 2/3, recall 2/2, F1 0.8.
+  EXPECT_NE(html.find("<td>2</td><td>100.0%</td><td>50.0%</td><td>0.667</td>"), std::string::npos)
+      << html;
+  EXPECT_NE(html.find("<td>2</td><td>66.7%</td><td>100.0%</td><td>0.800</td>"), std::string::npos);
+}
+
+TEST(Report, MaeRunsShowReconstructedWindows) {
+  const fs::path dir = run_dir("mae");
+  write(dir / "metrics.jsonl", "{\"epoch\":1,\"train_loss\":1.0,\"val_loss\":0.9}\n");
+  write(dir / "config.resolved.yaml", "data:\n  task: mae\n");
+  std::string csv = "window,step,feature,original,reconstructed,masked\n";
+  for (int w = 1; w <= 2; ++w)
+    for (int u = 1; u <= 5; ++u)
+      csv += std::to_string(w) + "," + std::to_string(u) + ",close," + std::to_string(u * 0.1) +
+             "," + std::to_string(u * 0.11) + "," + (u == 3 ? "1" : "0") + "\n";
+  write(dir / "val_reconstructions.csv", csv);
+  const std::string html = render_run_report(dir.string());
+  EXPECT_NE(html.find("Reconstructions (validation split)"), std::string::npos);
+  EXPECT_EQ(count(html, "aria-label=\"window "), 2u);
+  EXPECT_NE(html.find("data-series=\"reconstructed\""), std::string::npos);
+}
+
 TEST(Report, WritesReportHtmlAndNeedsMetrics) {
   const fs::path dir = run_dir("write");
   EXPECT_NE(test::error_of([&] { write_run_report(dir.string()); }).find("metrics.jsonl"),
@@ -119,6 +176,23 @@ TEST(Report, TrainerWritesPredictionsAndReport) {
   const std::string html = io::read_file((dir / "run" / "report.html").string());
   EXPECT_NE(html.find("signal: predicted vs actual"), std::string::npos);
   EXPECT_NE(html.find("CPU use"), std::string::npos);
+  EXPECT_NE(html.find("<h2>Test split</h2>"), std::string::npos);
+  // A masked autoencoder: a few validation windows, original against reconstructed.
+  const std::string mae = "data:\n  path: " + (dir / "series.csv").string() +
+                          "\n  task: mae\n  features: [signal]\n  lookback: 8\n"
+                          "model: {hidden: 8, bidirectional: true}\n"
+                          "train: {epochs: 1, batch_size: 32, run_dir: " +
+                          (dir / "mae").string() + "}\n";
+  train(Config::parse(mae, "m.yaml"), log);
+  std::ifstream rec(dir / "mae" / "val_reconstructions.csv");
+  std::getline(rec, header);
+  EXPECT_EQ(header, "window,step,feature,original,reconstructed,masked");
+  int masked = 0, rec_rows = 0;
+  while (std::getline(rec, line)) ++rec_rows, masked += line.back() == '1';
+  EXPECT_EQ(rec_rows, 4 * 8);  // four windows of 8 steps, one feature
+  EXPECT_GE(masked, 4);        // at least one masked step per window
+  EXPECT_NE(io::read_file((dir / "mae" / "report.html").string()).find("Reconstructions"),
+            std::string::npos);
 }
 
 }  // namespace

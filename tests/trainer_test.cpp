@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "seqforge/core/error.hpp"
@@ -61,14 +62,30 @@ TEST(Trainer, ForecastLearnsAndWritesTheRun) {
   EXPECT_TRUE(fs::exists(dir / "run" / "model.safetensors"));
   EXPECT_TRUE(fs::exists(dir / "run" / "config.resolved.yaml"));
   std::ifstream metrics(dir / "run" / "metrics.jsonl");
-  int lines = 0;
-  for (std::string line; std::getline(metrics, line);) ++lines;
-  EXPECT_EQ(lines, 6);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(metrics, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 7u);  // six epochs, then the saved model on the test split
   // A sine is easy: the validation error falls well below the signal's spread (~0.7).
   EXPECT_LT(s.last.at("val_rmse"), 0.2) << log.str();
   const auto m = evaluate((dir / "run").string(), "test");
   EXPECT_GT(m.at("samples"), 0);
   EXPECT_LT(m.at("test_rmse"), 0.25);
+  // The evaluation after training is eval's: the same numbers in the summary and the log.
+  EXPECT_EQ(s.test, m);
+  EXPECT_EQ(lines.back().at("split"), "test");
+  EXPECT_FALSE(lines.back().contains("epoch"));
+  EXPECT_EQ(lines.back().at("test_rmse").get<double>(), m.at("test_rmse"));
+  int64_t saved_epoch = 0;
+  for (size_t i = 0; i + 1 < lines.size(); ++i)
+    if (lines[i].at("checkpoint").get<bool>()) saved_epoch = lines[i].at("epoch");
+  EXPECT_EQ(lines.back().at("model_epoch").get<int64_t>(), saved_epoch);
+  EXPECT_NE(log.str().find("test (the saved model, epoch " + std::to_string(saved_epoch)),
+            std::string::npos)
+      << log.str();
+  EXPECT_TRUE(train(Config::parse(forecast_yaml(data, dir / "quiet"), "f.yaml",
+                                  {"train.test_after=false", "train.epochs=1"}),
+                    log)
+                  .test.empty());
   const auto meta =
       io::SafetensorsFile::read((dir / "run" / "model.safetensors").string()).metadata();
   EXPECT_TRUE(meta.count("seqforge.target_norm"));
@@ -293,7 +310,7 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
   const TrainSummary s = train(resumed, log, (dir / "split").string());
   EXPECT_EQ(s.epochs, 4);
   const auto whole = metric_lines(dir / "whole"), split = metric_lines(dir / "split");
-  ASSERT_EQ(whole.size(), 4u);
+  ASSERT_EQ(whole.size(), 5u);  // four epochs and the test split
   EXPECT_EQ(split, whole);
 }
 
@@ -492,6 +509,7 @@ std::vector<double> learning_rates(const fs::path& run) {
   std::vector<double> out;
   for (std::string line; std::getline(in, line);) {
     const size_t at = line.find("\"lr\":");
+    if (at == std::string::npos) continue;  // the test split's line
     out.push_back(std::stod(line.substr(at + 5)));
   }
   return out;

@@ -142,6 +142,18 @@ NumberStatus parse_number(std::string_view s, double* out) {
 
 }  // namespace
 
+std::string csv_field(std::string_view s) {
+  const bool plain = s.find_first_of(",\"\r\n") == std::string_view::npos &&
+                     (s.empty() || (!is_space(s.front()) && !is_space(s.back())));
+  if (plain) return std::string(s);
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
 CsvTable CsvTable::read(const std::string& path) { return parse(read_file(path), path); }
 
 CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {

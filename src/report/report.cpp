@@ -9,11 +9,15 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <vector>
 
+#include "chart.hpp"
 #include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/io/csv.hpp"
+#include "seqforge/io/safetensors.hpp"
 
 namespace seqforge {
 
@@ -21,163 +25,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kColors[] = {"#2563eb", "#dc2626", "#16a34a",
-                                   "#9333ea", "#ea580c", "#0891b2"};
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
-}
-
-std::string num(double v, const char* fmt = "%.4g") {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, fmt, v);
-  return buf;
-}
-
-// Round tick steps (1, 2, 5 x 10^k, at least `min_step`) covering [lo, hi], about `target`
-// intervals, for any finite range: a step too fine for the values' resolution (two values an ulp
-// apart) is widened, and there are never more than 2 * target + 2 ticks.
-std::vector<double> ticks(double lo, double hi, int target, double min_step = 0) {
-  const double magnitude = std::max(std::fabs(lo), std::fabs(hi));
-  double raw = std::max({(hi - lo) / target, min_step, magnitude * 1e-12});
-  if (!std::isfinite(raw) || !(raw > 0) || !(hi >= lo)) return {lo, hi};
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = 10 * mag;
-  for (double m : {1.0, 2.0, 5.0})
-    if (raw <= m * mag) {
-      step = m * mag;
-      break;
-    }
-  const double first = std::ceil(lo / step), last = std::floor(hi / step + 1e-9);
-  std::vector<double> out;
-  for (double k = first; k <= last && out.size() < size_t(2 * target + 2); ++k) {
-    const double t = k * step;
-    out.push_back(std::fabs(t) < step * 1e-9 ? 0.0 : t);
-  }
-  if (out.empty()) out = {lo, hi};
-  return out;
-}
-
-// A tick label with as many decimals as the tick step needs.
-std::string tick_label(double v, double step) {
-  if (v != 0 && (std::fabs(v) >= 1e7 || std::fabs(v) < 1e-4)) return num(v, "%.3g");
-  const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
-
-struct Series {
-  std::string name;
-  std::vector<double> x, y;
-};
-
-// A line chart: axes with round ticks, one polyline per series, a legend, point tooltips.
-// `integer_x`: x ticks on whole numbers (epochs). `W`: width in CSS pixels.
-std::string line_chart(const std::string& title, const std::string& x_label,
-                       const std::vector<Series>& series, bool markers, bool integer_x = true,
-                       double W = 460) {
-  const double H = 260, left = 64, right = 14, top = 34, bottom = 42;
-  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-  for (const Series& s : series)
-    for (size_t i = 0; i < s.x.size(); ++i) {
-      if (!std::isfinite(s.y[i])) continue;
-      x0 = std::min(x0, s.x[i]);
-      x1 = std::max(x1, s.x[i]);
-      y0 = std::min(y0, s.y[i]);
-      y1 = std::max(y1, s.y[i]);
-    }
-  std::ostringstream o;
-  o << "<figure class=\"chart\"><svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 " << W
-    << " " << H << "\" role=\"img\" aria-label=\"" << escape(title) << "\">";
-  o << "<text x=\"" << left << "\" y=\"20\" class=\"title\">" << escape(title) << "</text>";
-  if (!std::isfinite(x0)) {
-    o << "<text x=\"" << W / 2 << "\" y=\"" << H / 2
-      << "\" text-anchor=\"middle\" class=\"axis\">no finite values</text></svg></figure>";
-    return o.str();
-  }
-  // A range narrower than the values' resolution (equal values, or an ulp apart) is padded by a
-  // share of their size, so every axis spans something ticks can divide.
-  auto widen = [](double* lo, double* hi, double share, double at_least) {
-    const double span = *hi - *lo, size = std::max(std::fabs(*lo), std::fabs(*hi));
-    const double pad = span > size * 1e-9 ? span * share : std::max(size * 0.05, at_least);
-    *lo -= pad, *hi += pad;
-    if (!std::isfinite(*lo) || !std::isfinite(*hi)) *lo = -1e300, *hi = 1e300;
-  };
-  if (x1 - x0 <= std::max(std::fabs(x0), std::fabs(x1)) * 1e-9) widen(&x0, &x1, 0, 1);
-  widen(&y0, &y1, 0.05, 1e-6);
-  auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
-  auto py = [&](double y) { return top + (y1 - y) / (y1 - y0) * (H - top - bottom); };
-  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << W - left - right
-    << "\" height=\"" << H - top - bottom << "\" class=\"plot\"/>";
-  const std::vector<double> yt = ticks(y0, y1, 5);
-  const double ystep = yt.size() > 1 ? yt[1] - yt[0] : 1.0;
-  for (double t : yt)
-    o << "<line x1=\"" << left << "\" x2=\"" << W - right << "\" y1=\"" << num(py(t), "%.1f")
-      << "\" y2=\"" << num(py(t), "%.1f") << "\" class=\"grid\"/><text x=\"" << left - 6
-      << "\" y=\"" << num(py(t) + 4, "%.1f") << "\" text-anchor=\"end\" class=\"axis\">"
-      << tick_label(t, ystep) << "</text>";
-  const std::vector<double> xt = ticks(x0, x1, 6, integer_x ? 1.0 : 0.0);
-  const double xstep = xt.size() > 1 ? xt[1] - xt[0] : 1.0;
-  for (double t : xt)
-    o << "<line x1=\"" << num(px(t), "%.1f") << "\" x2=\"" << num(px(t), "%.1f") << "\" y1=\""
-      << top << "\" y2=\"" << H - bottom << "\" class=\"grid\"/><text x=\"" << num(px(t), "%.1f")
-      << "\" y=\"" << H - bottom + 16 << "\" text-anchor=\"middle\" class=\"axis\">"
-      << tick_label(t, xstep) << "</text>";
-  o << "<text x=\"" << (left + W - right) / 2 << "\" y=\"" << H - 6
-    << "\" text-anchor=\"middle\" class=\"axis\">" << escape(x_label) << "</text>";
-  double legend_x = W - right;  // legend entries right-aligned above the plot, last first
-  for (size_t k = series.size(); k-- > 0;) {
-    const Series& s = series[k];
-    const char* color = kColors[k % std::size(kColors)];
-    o << "<polyline class=\"series\" data-series=\"" << escape(s.name)
-      << "\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << (W > 460 ? 1.2 : 1.8)
-      << "\" points=\"";
-    for (size_t i = 0; i < s.x.size(); ++i)
-      if (std::isfinite(s.y[i]))
-        o << num(px(s.x[i]), "%.1f") << "," << num(py(s.y[i]), "%.1f") << " ";
-    o << "\"/>";
-    if (markers)
-      for (size_t i = 0; i < s.x.size(); ++i)
-        if (std::isfinite(s.y[i]))
-          o << "<circle cx=\"" << num(px(s.x[i]), "%.1f") << "\" cy=\"" << num(py(s.y[i]), "%.1f")
-            << "\" r=\"2.6\" fill=\"" << color << "\"><title>" << escape(s.name) << " "
-            << num(s.x[i]) << ": " << num(s.y[i], "%.6g") << "</title></circle>";
-    legend_x -= 6.2 * static_cast<double>(s.name.size()) + 30;
-    const double ly = 20;
-    o << "<line x1=\"" << legend_x << "\" x2=\"" << legend_x + 16 << "\" y1=\"" << ly - 4
-      << "\" y2=\"" << ly - 4 << "\" stroke=\"" << color << "\" stroke-width=\"2.5\"/><text x=\""
-      << legend_x + 21 << "\" y=\"" << ly << "\" class=\"legend\">" << escape(s.name) << "</text>";
-  }
-  o << "</svg></figure>\n";
-  return o.str();
-}
+using report::Chart;
+using report::escape;
+using report::fmt;
+using report::Series;
 
 std::vector<std::string> split_csv_line(const std::string& line) {
   std::vector<std::string> out;
   std::string cur;
   bool quoted = false;
-  for (char ch : line) {
-    if (ch == '"') {
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char ch = line[i];
+    if (ch == '"' && quoted && i + 1 < line.size() && line[i + 1] == '"') {
+      cur += '"';  // a doubled quote inside quotes
+      ++i;
+    } else if (ch == '"') {
       quoted = !quoted;
     } else if (ch == ',' && !quoted) {
       out.push_back(cur);
@@ -190,111 +52,200 @@ std::vector<std::string> split_csv_line(const std::string& line) {
   return out;
 }
 
-// val_predictions.csv: row,actual,predicted (numbers, or class names).
-struct Predictions {
-  std::vector<double> row;
-  std::vector<std::string> actual, predicted;
+// A CSV the trainer wrote (val_predictions.csv, val_reconstructions.csv): columns by name.
+struct Table {
+  std::map<std::string, std::vector<std::string>> columns;
+  size_t rows = 0;
+  const std::vector<std::string>* column(const std::string& name) const {
+    const auto it = columns.find(name);
+    return it == columns.end() ? nullptr : &it->second;
+  }
 };
 
-Predictions read_predictions(const fs::path& path) {
-  Predictions p;
+Table read_table(const fs::path& path) {
+  Table t;
   std::ifstream f(path);
   std::string line;
-  if (!std::getline(f, line)) return p;  // header
+  if (!std::getline(f, line)) return t;
+  const std::vector<std::string> header = split_csv_line(line);
   while (std::getline(f, line)) {
     const auto cells = split_csv_line(line);
-    if (cells.size() < 3) continue;
-    p.row.push_back(std::strtod(cells[0].c_str(), nullptr));
-    p.actual.push_back(cells[1]);
-    p.predicted.push_back(cells[2]);
+    if (cells.size() != header.size()) continue;  // a line cut short
+    for (size_t i = 0; i < header.size(); ++i) t.columns[header[i]].push_back(cells[i]);
+    ++t.rows;
   }
-  return p;
+  return t;
 }
 
-std::string forecast_section(const Predictions& p, const std::string& target) {
-  // At most ~1500 points per line: the page stays small and quick to draw.
-  const size_t stride = std::max<size_t>(1, p.row.size() / 1500);
-  Series actual{"actual", {}, {}}, predicted{"predicted", {}, {}};
+double number(const std::string& s) {
+  if (s.empty()) return NAN;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  return end && *end == '\0' ? v : NAN;
+}
+
+std::string forecast_section(const Table& p, const std::string& target) {
+  const auto* actual_text = p.column("actual");
+  const auto* predicted_text = p.column("predicted");
+  const auto* row = p.column("row");
+  const auto* time = p.column("time");
+  const auto* series = p.column("series");
+  if (!actual_text || !predicted_text || !row) return "";
+  // One series' windows (the first), by date where the data has dates.
+  const std::string shown = series && !series->empty() ? (*series)[0] : "";
+  bool dates = time != nullptr;  // every window's time a date: dates on the x axis, else rows
+  for (size_t i = 0; dates && i < p.rows; ++i) dates = io::parse_datetime((*time)[i]).has_value();
+  std::vector<double> x, a, q;
   double abs_sum = 0;
-  for (size_t i = 0; i < p.row.size(); ++i) {
-    const double a = std::strtod(p.actual[i].c_str(), nullptr);
-    const double q = std::strtod(p.predicted[i].c_str(), nullptr);
-    abs_sum += std::fabs(a - q);
-    if (i % stride) continue;
-    actual.x.push_back(p.row[i]);
-    actual.y.push_back(a);
-    predicted.x.push_back(p.row[i]);
-    predicted.y.push_back(q);
+  size_t counted = 0;
+  for (size_t i = 0; i < p.rows; ++i) {
+    const double av = number((*actual_text)[i]), qv = number((*predicted_text)[i]);
+    if (std::isfinite(av) && std::isfinite(qv)) abs_sum += std::fabs(av - qv), ++counted;
+    if (series && (*series)[i] != shown) continue;
+    x.push_back(dates ? double(*io::parse_datetime((*time)[i])) : number((*row)[i]));
+    a.push_back(av), q.push_back(qv);
   }
+  // At most ~1500 points per line: the page stays small and quick to draw.
+  const size_t stride = std::max<size_t>(1, x.size() / 1500);
+  Series actual{"actual"}, predicted{"predicted"};
+  for (size_t i = 0; i < x.size(); i += stride) {
+    actual.x.push_back(x[i]), actual.y.push_back(a[i]);
+    predicted.x.push_back(x[i]), predicted.y.push_back(q[i]);
+  }
+  Chart c;
+  c.title = target + ": predicted vs actual" + (shown.empty() ? "" : " (" + shown + ")");
+  c.x_label = dates ? "date" : "data row";
+  c.x_kind = dates ? report::XKind::date : report::XKind::number;
+  c.y_scale = report::Scale::linear;
+  c.series = {actual, predicted};
+  c.width = 940;
   std::ostringstream o;
   o << "<h2>Validation predictions</h2><p>" << escape(target) << ", predicted by the saved model "
-    << "against the actual values of the validation split (" << p.row.size() << " windows"
-    << (stride > 1 ? ", every " + std::to_string(stride) + "th shown" : std::string()) << "; MAE "
-    << num(abs_sum / std::max<size_t>(1, p.row.size())) << ").</p><div class=\"wide\">"
-    << line_chart(target + ": predicted vs actual", "data row", {actual, predicted}, false, false,
-                  940)
-    << "</div>";
+    << "against the actual values of the validation split (" << p.rows << " windows"
+    << (shown.empty() ? "" : "; series " + escape(shown) + " shown")
+    << (stride > 1 ? "; every " + std::to_string(stride) + "th shown" : std::string()) << "; MAE "
+    << fmt(abs_sum / double(std::max<size_t>(1, counted))) << ").</p>" << report::render(c);
   return o.str();
 }
 
-std::string confusion_section(const Predictions& p) {
-  std::vector<std::string> classes = p.actual;
-  classes.insert(classes.end(), p.predicted.begin(), p.predicted.end());
-  std::sort(classes.begin(), classes.end());
-  classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+// Every class of the model (or of the predictions), with per-class precision, recall and F1.
+std::string confusion_section(const Table& p, std::vector<std::string> classes) {
+  const auto* actual = p.column("actual");
+  const auto* predicted = p.column("predicted");
+  if (!actual || !predicted) return "";
+  for (const auto* column : {actual, predicted})
+    for (const std::string& c : *column)
+      if (std::find(classes.begin(), classes.end(), c) == classes.end()) classes.push_back(c);
   const size_t C = classes.size();
   auto index = [&](const std::string& c) {
-    return static_cast<size_t>(std::lower_bound(classes.begin(), classes.end(), c) -
-                               classes.begin());
+    return size_t(std::find(classes.begin(), classes.end(), c) - classes.begin());
   };
-  std::vector<int64_t> counts(C * C, 0), row_total(C, 0);
+  std::vector<int64_t> counts(C * C, 0), row_total(C, 0), col_total(C, 0);
   int64_t correct = 0;
-  for (size_t i = 0; i < p.actual.size(); ++i) {
-    const size_t a = index(p.actual[i]), q = index(p.predicted[i]);
-    ++counts[a * C + q];
-    ++row_total[a];
+  for (size_t i = 0; i < p.rows; ++i) {
+    const size_t a = index((*actual)[i]), q = index((*predicted)[i]);
+    ++counts[a * C + q], ++row_total[a], ++col_total[q];
     correct += a == q;
   }
+  auto percent = [](int64_t n, int64_t of) { return of ? fmt(100.0 * n / of, "%.1f") + "%" : "-"; };
   std::ostringstream o;
-  o << "<h2>Confusion matrix (validation split)</h2><p>Rows: actual class; columns: predicted. "
-    << "Shading: share of the row. Accuracy "
-    << num(100.0 * correct / std::max<size_t>(1, p.actual.size()), "%.1f") << "% of "
-    << p.actual.size()
-    << " windows.</p><table class=\"confusion\"><tr><th>actual \\ predicted</th>";
+  o << "<h2>Confusion matrix (validation split)</h2><p>Rows: actual class; columns: predicted; "
+    << "every class of the model. Shading: share of the row. Accuracy "
+    << fmt(100.0 * correct / double(std::max<size_t>(1, p.rows)), "%.1f") << "% of " << p.rows
+    << " windows. Precision, recall and F1 per class; a class never predicted and never present "
+       "has none.</p><table class=\"confusion\"><tr><th class=\"text\">actual \\ predicted</th>";
   for (const auto& c : classes) o << "<th>" << escape(c) << "</th>";
-  o << "<th>recall</th></tr>";
+  o << "<th>windows</th><th>precision</th><th>recall</th><th>F1</th></tr>";
   for (size_t a = 0; a < C; ++a) {
-    o << "<tr><th>" << escape(classes[a]) << "</th>";
+    o << "<tr><th class=\"text\">" << escape(classes[a]) << "</th>";
     for (size_t q = 0; q < C; ++q) {
       const double share = row_total[a] ? double(counts[a * C + q]) / row_total[a] : 0.0;
-      o << "<td style=\"background:rgba(37,99,235," << num(share, "%.3f")
+      o << "<td style=\"background:rgba(37,99,235," << fmt(share, "%.3f")
         << ");color:" << (share > 0.55 ? "#fff" : "#111") << "\">" << counts[a * C + q] << "</td>";
     }
-    o << "<td>"
-      << (row_total[a] ? num(100.0 * counts[a * C + a] / row_total[a], "%.1f") + "%" : "-")
-      << "</td></tr>";
+    const int64_t tp = counts[a * C + a];
+    const int64_t denominator = row_total[a] + col_total[a];
+    o << "<td>" << row_total[a] << "</td><td>" << percent(tp, col_total[a]) << "</td><td>"
+      << percent(tp, row_total[a]) << "</td><td>"
+      << (denominator ? fmt(2.0 * tp / denominator, "%.3f") : "-") << "</td></tr>";
   }
   o << "</table>";
   return o.str();
 }
 
-constexpr const char* kStyle = R"(
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#111;background:#fafafa}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:26px 0 8px}
-.meta{color:#555;margin:0 0 12px}
-.grid{display:flex;flex-wrap:wrap;gap:12px}
-.chart{margin:0;background:#fff;border:1px solid #ddd;border-radius:6px;width:460px}
-.wide .chart{width:940px}
-svg{display:block;width:100%;height:auto}
-svg .title{font-size:13px;font-weight:600;fill:#111}
-svg .axis,svg .legend{font-size:10.5px;fill:#444}
-svg .plot{fill:#fff;stroke:#bbb}
-svg line.grid{stroke:#eee}
-table{border-collapse:collapse;background:#fff}
-td,th{border:1px solid #ddd;padding:4px 9px;text-align:right}
-th{background:#f3f3f3}
-pre{background:#fff;border:1px solid #ddd;padding:10px;overflow:auto;font-size:12px}
-)";
+// val_reconstructions.csv: window,step,feature,original,reconstructed,masked.
+std::string reconstruction_section(const Table& t) {
+  const auto* window = t.column("window");
+  const auto* step = t.column("step");
+  const auto* feature = t.column("feature");
+  const auto* original = t.column("original");
+  const auto* reconstructed = t.column("reconstructed");
+  const auto* masked = t.column("masked");
+  if (!window || !step || !feature || !original || !reconstructed || !masked || t.rows == 0)
+    return "";
+  const std::string first_feature = (*feature)[0];
+  std::map<std::string, std::vector<size_t>> rows;  // window -> its rows of the first feature
+  std::vector<std::string> order;
+  for (size_t i = 0; i < t.rows; ++i) {
+    if ((*feature)[i] != first_feature) continue;
+    if (!rows.count((*window)[i])) order.push_back((*window)[i]);
+    rows[(*window)[i]].push_back(i);
+  }
+  std::ostringstream o;
+  o << "<h2>Reconstructions (validation split)</h2><p>" << escape(first_feature)
+    << " of a few validation windows: the original, the model's reconstruction, and the masked "
+       "steps it had to fill in (dots), in normalised units.</p><div class=\"grid\">";
+  for (size_t w = 0; w < order.size() && w < 6; ++w) {
+    Series orig{"original"}, rec{"reconstructed"}, mask{"masked"};
+    mask.style = Series::Style::points;
+    for (size_t i : rows[order[w]]) {
+      const double x = number((*step)[i]);
+      orig.x.push_back(x), orig.y.push_back(number((*original)[i]));
+      rec.x.push_back(x), rec.y.push_back(number((*reconstructed)[i]));
+      if ((*masked)[i] == "1") mask.x.push_back(x), mask.y.push_back(number((*original)[i]));
+    }
+    Chart c;
+    c.title = "window " + order[w];
+    c.x_label = "step";
+    c.x_kind = report::XKind::integer;
+    c.y_scale = report::Scale::linear;
+    c.series = {orig, rec, mask};
+    o << report::render(c);
+  }
+  o << "</div>\n";
+  return o.str();
+}
+
+struct RunFacts {
+  std::string task = "?", target, monitor, config_text;
+  std::vector<std::string> classes;
+};
+
+RunFacts read_facts(const fs::path& dir) {
+  RunFacts f;
+  if (fs::exists(dir / "config.resolved.yaml")) {
+    f.config_text = io::read_file((dir / "config.resolved.yaml").string());
+    try {
+      const YAML::Node c = YAML::Load(f.config_text);
+      if (c["data"] && c["data"]["task"]) f.task = c["data"]["task"].as<std::string>();
+      if (c["data"] && c["data"]["targets"] && c["data"]["targets"].size() > 0)
+        f.target = c["data"]["targets"][0].as<std::string>();
+      if (c["train"] && c["train"]["early_stopping"] && c["train"]["early_stopping"]["monitor"])
+        f.monitor = c["train"]["early_stopping"]["monitor"].as<std::string>();
+    } catch (const YAML::Exception&) {  // the page still shows the curves
+    }
+  }
+  if (f.task == "classify" && fs::exists(dir / "model.safetensors")) {
+    try {
+      const auto file = io::SafetensorsFile::read((dir / "model.safetensors").string());
+      const auto it = file.metadata().find("seqforge.classes");
+      if (it != file.metadata().end())
+        f.classes = nlohmann::json::parse(it->second).get<std::vector<std::string>>();
+    } catch (const std::exception&) {  // classes from the predictions alone
+    }
+  }
+  return f;
+}
 
 }  // namespace
 
@@ -303,27 +254,22 @@ std::string render_run_report(const std::string& run_dir) {
   const fs::path metrics_path = dir / "metrics.jsonl";
   if (!fs::exists(metrics_path)) fail(metrics_path.string(), ": missing (not a run directory?)");
   std::vector<nlohmann::json> epochs;
+  nlohmann::json test;  // the test split's evaluation after training, if any
   {
     std::ifstream f(metrics_path);
     for (std::string line; std::getline(f, line);) {
       auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("epoch")) epochs.push_back(std::move(j));
+      if (!j.is_object()) continue;
+      if (j.contains("epoch") && j["epoch"].is_number())
+        epochs.push_back(std::move(j));
+      else if (j.value("split", "") == "test")
+        test = std::move(j);
     }
   }
-  std::string task = "?", target, config_text;
-  if (fs::exists(dir / "config.resolved.yaml")) {
-    config_text = io::read_file((dir / "config.resolved.yaml").string());
-    try {
-      const YAML::Node c = YAML::Load(config_text);
-      if (c["data"] && c["data"]["task"]) task = c["data"]["task"].as<std::string>();
-      if (c["data"] && c["data"]["targets"] && c["data"]["targets"].size() > 0)
-        target = c["data"]["targets"][0].as<std::string>();
-    } catch (const YAML::Exception&) {  // the page still shows the curves
-    }
-  }
+  const RunFacts facts = read_facts(dir);
   // Every numeric key across the epochs, as series over the epoch number.
   auto series = [&](const std::string& key, const std::string& label) {
-    Series s{label.empty() ? key : label, {}, {}};
+    Series s{label.empty() ? key : label};
     for (const auto& j : epochs)
       if (j.contains(key) && j[key].is_number()) {
         s.x.push_back(j["epoch"].get<double>());
@@ -337,54 +283,94 @@ std::string render_run_report(const std::string& run_dir) {
       if (k.rfind("val_", 0) == 0 && k != "val_loss" && v.is_number() &&
           std::find(val_keys.begin(), val_keys.end(), k) == val_keys.end())
         val_keys.push_back(k);
+  // The epoch model.safetensors holds: the last one saved.
+  std::optional<double> saved;
+  for (const auto& j : epochs)
+    if (j.value("checkpoint", false)) saved = j["epoch"].get<double>();
 
   std::ostringstream o;
   const std::string name = fs::absolute(dir).lexically_normal().filename().string();
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>seqforge run "
-    << escape(name) << "</title><style>" << kStyle << "</style></head><body>\n";
-  o << "<h1>seqforge run: " << escape(name) << "</h1><p class=\"meta\">task " << escape(task)
+    << escape(name) << "</title><style>" << report::kStyle << "</style></head><body>\n";
+  o << "<h1>seqforge run: " << escape(name) << "</h1><p class=\"meta\">task " << escape(facts.task)
     << " &middot; " << epochs.size() << " epochs";
+  if (saved) {
+    o << " &middot; saved model: epoch " << fmt(*saved, "%.0f");
+    for (const auto& j : epochs)
+      if (j["epoch"].get<double>() == *saved && !facts.monitor.empty() &&
+          j.contains(facts.monitor) && j[facts.monitor].is_number())
+        o << " (" << escape(facts.monitor) << " " << fmt(j[facts.monitor].get<double>(), "%.5g")
+          << ")";
+  }
   if (!epochs.empty()) {
-    const auto& last = epochs.back();
-    for (const char* k : {"val_loss", "train_loss"})
-      if (last.contains(k) && last[k].is_number())
-        o << " &middot; last " << k << " " << num(last[k].get<double>(), "%.5g");
     double total = 0;
     for (const auto& j : epochs) total += j.value("epoch_seconds", 0.0);
-    o << " &middot; " << num(total, "%.1f") << " s of epochs";
+    o << " &middot; " << fmt(total, "%.1f") << " s of epochs";
   }
   o << " &middot; " << escape(fs::absolute(dir).lexically_normal().string()) << "</p>\n";
 
+  if (test.is_object()) {
+    o << "<h2>Test split</h2><p>The saved model";
+    if (test.contains("model_epoch")) o << " (epoch " << test["model_epoch"].dump() << ")";
+    o << " evaluated on the held-out test split after training.</p><table><tr>";
+    for (const auto& [k, v] : test.items())
+      if (v.is_number() && k != "model_epoch") o << "<th>" << escape(k) << "</th>";
+    o << "</tr><tr>";
+    for (const auto& [k, v] : test.items())
+      if (v.is_number() && k != "model_epoch")
+        o << "<td>" << fmt(v.get<double>(), "%.6g") << "</td>";
+    o << "</tr></table>\n";
+  }
+
   const bool markers = epochs.size() <= 60;
+  auto chart = [&](const std::string& title, std::vector<Series> s, bool mark,
+                   report::Scale scale = report::Scale::automatic) {
+    Chart c;
+    c.title = title;
+    c.x_label = "epoch";
+    c.x_kind = report::XKind::integer;
+    c.y_scale = scale;
+    for (Series& one : s)
+      one.style = markers ? Series::Style::line_and_points : Series::Style::line;
+    c.series = std::move(s);
+    if (mark && saved) {
+      c.mark_x = *saved;
+      c.mark_label = "saved";
+    }
+    return report::render(c);
+  };
   o << "<h2>Training</h2><div class=\"grid\">\n";
-  o << line_chart("Loss", "epoch",
-                  {series("train_loss", "train"), series("val_loss", "validation")}, markers);
-  for (const auto& k : val_keys) o << line_chart(k, "epoch", {series(k, "")}, markers);
-  o << line_chart("Throughput (samples/s)", "epoch", {series("samples_per_second", "samples/s")},
-                  markers);
-  o << line_chart("Learning rate (end of epoch)", "epoch", {series("lr", "lr")}, markers);
-  o << line_chart("Epoch time (s)", "epoch",
-                  {series("epoch_seconds", "epoch"), series("train_seconds", "training")}, markers);
+  o << chart("Loss", {series("train_loss", "train"), series("val_loss", "validation")}, true);
+  for (const auto& k : val_keys) o << chart(k, {series(k, "")}, true);
+  o << chart("Throughput (samples/s)", {series("samples_per_second", "samples/s")}, false,
+             report::Scale::linear);
+  o << chart("Learning rate (end of epoch)", {series("lr", "lr")}, false);
+  o << chart("Epoch time (s)",
+             {series("epoch_seconds", "epoch"), series("train_seconds", "training")}, false,
+             report::Scale::linear);
   bool resources = false;
   for (const auto& j : epochs) resources |= j.contains("cpu_percent");
   if (resources) {
-    o << line_chart("CPU use (% of one core)", "epoch", {series("cpu_percent", "cpu %")}, markers);
-    o << line_chart("Memory (MB)", "epoch",
-                    {series("rss_mb", "resident"), series("peak_rss_mb", "peak resident")},
-                    markers);
+    o << chart("CPU use (% of one core)", {series("cpu_percent", "cpu %")}, false,
+               report::Scale::linear);
+    o << chart("Memory (MB)",
+               {series("rss_mb", "resident"), series("peak_rss_mb", "peak resident")}, false,
+               report::Scale::linear);
   }
   o << "</div>\n";
 
-  const fs::path predictions = dir / "val_predictions.csv";
-  if (fs::exists(predictions)) {
-    const Predictions p = read_predictions(predictions);
-    if (!p.row.empty())
-      o << (task == "classify" ? confusion_section(p)
-                               : forecast_section(p, target.empty() ? "target" : target));
+  if (const fs::path p = dir / "val_predictions.csv"; fs::exists(p)) {
+    const Table t = read_table(p);
+    if (t.rows > 0)
+      o << (facts.task == "classify"
+                ? confusion_section(t, facts.classes)
+                : forecast_section(t, facts.target.empty() ? "target" : facts.target));
   }
-  if (!config_text.empty())
+  if (const fs::path p = dir / "val_reconstructions.csv"; fs::exists(p))
+    o << reconstruction_section(read_table(p));
+  if (!facts.config_text.empty())
     o << "<h2>Configuration</h2><details><summary>config.resolved.yaml</summary><pre>"
-      << escape(config_text) << "</pre></details>\n";
+      << escape(facts.config_text) << "</pre></details>\n";
   o << "</body></html>\n";
   return o.str();
 }

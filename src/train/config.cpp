@@ -180,6 +180,10 @@ const std::vector<ConfigKey> kKeys = {
      "`best` (the best epoch by the monitored metric), `last` or `every_n` (every save_every "
      "epochs, and the last)."},
     {"train.save_every", T::integer, "1", "`every_n`: epochs between checkpoints."},
+    {"train.test_after", T::boolean, "true",
+     "After training, evaluate the saved model on the test split (when it has windows): test_* "
+     "metrics on the console, in metrics.jsonl (a line with `\"split\": \"test\"`) and in the "
+     "report."},
     {"train.run_dir", T::path, "",
      "Where checkpoints, metrics.jsonl and the resolved config go; it must not hold another run "
      "(`train --overwrite` replaces it). Default: runs/<config file name>, or runs/<name>-2, -3, "

@@ -745,7 +745,8 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
     std::ifstream old(metrics_path);
     for (std::string line; std::getline(old, line);) {
       const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.value("epoch", int64_t{0}) < first_epoch) kept += line + "\n";
+      if (j.is_object() && j.contains("epoch") && j.value("epoch", int64_t{0}) < first_epoch)
+        kept += line + "\n";
     }
   }
   std::ofstream metrics_log;
@@ -1067,7 +1068,23 @@ TrainSummary train_rank(const Config& c, std::ostream& out, const std::string& r
   if (rank != 0) return summary;
   writer.flush();
   if (fs::exists(checkpoint))  // the saved model's predictions on the validation split
-    write_validation_predictions(run_dir, (fs::path(run_dir) / "val_predictions.csv").string());
+    write_validation_outputs(run_dir);
+  if (c.boolean("train.test_after") && !split.test.empty() && fs::exists(checkpoint)) {
+    // The saved model on the held-out test split, once, after training.
+    summary.test = evaluate(run_dir, "test");
+    const io::SafetensorsFile saved = io::SafetensorsFile::read(checkpoint);
+    const int64_t model_epoch = std::stoll(saved.metadata().at("seqforge.epoch"));
+    nlohmann::json j = summary.test;
+    j["split"] = "test";
+    j["model_epoch"] = model_epoch;
+    metrics_log << j.dump() << "\n" << std::flush;
+    std::map<std::string, double> shown;
+    for (const auto& [k, v] : summary.test)
+      if (k != "samples") shown[k] = v;
+    out << "test (the saved model, epoch " << model_epoch << ", " << split.test.size() << " "
+        << (task.kind == "charlm" ? "sequences" : "windows") << "):" << format_metrics(shown)
+        << "\n";
+  }
   const std::string report = write_run_report(run_dir);
   summary.best = best;
   out << "best " << monitor << " " << best << "; model: " << checkpoint
@@ -1190,10 +1207,11 @@ std::string predictions_header(const SeriesData& d, bool multi) {
   csv += "window_end,forecast_for";
   if (d.task == "forecast") {
     for (const auto& name : d.target_names)
-      csv += "," + name + (d.has_targets ? "," + name + "_actual" : "");
+      csv +=
+          "," + io::csv_field(name) + (d.has_targets ? "," + io::csv_field(name + "_actual") : "");
   } else {
     csv += ",class";
-    for (const auto& name : d.class_names) csv += ",p_" + name;
+    for (const auto& name : d.class_names) csv += "," + io::csv_field("p_" + name);
     if (d.has_targets) csv += ",actual";
   }
   return csv + "\n";
@@ -1205,7 +1223,7 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
                           std::string* csv) {
   const int64_t O = d.num_outputs(), target = d.target_row(start);
   const bool known = d.has_targets && target < d.series_of(d.last_row(start)).end;
-  if (multi) *csv += d.series_of(start).name + ",";
+  if (multi) *csv += io::csv_field(d.series_of(start).name) + ",";
   *csv += row_label(d, d.last_row(start)) + "," + forecast_time(d, start);
   int64_t unknown = 0;
   if (d.task == "forecast") {
@@ -1222,10 +1240,12 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
     std::vector<double> p(O);
     double total = 0;
     for (int64_t k = 0; k < O; ++k) total += p[k] = std::exp(o[k] - top);
-    *csv += "," + d.class_names[std::max_element(o, o + O) - o];
+    *csv += "," + io::csv_field(d.class_names[std::max_element(o, o + O) - o]);
     for (int64_t k = 0; k < O; ++k) *csv += "," + shortest(static_cast<float>(p[k] / total));
     if (d.has_targets)
-      *csv += "," + (known && d.classes[target] >= 0 ? d.class_names[d.classes[target]] : "");
+      *csv +=
+          "," +
+          (known && d.classes[target] >= 0 ? io::csv_field(d.class_names[d.classes[target]]) : "");
   }
   *csv += "\n";
   return unknown;
@@ -1361,19 +1381,31 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
 
 namespace seqforge {
 
-int64_t write_validation_predictions(const std::string& run, const std::string& output) {
+int64_t write_validation_outputs(const std::string& run) {
   LoadedRun r = load_run(run, "");
-  if (r.task.kind != "forecast" && r.task.kind != "classify") return 0;
+  if (r.task.kind == "charlm") return 0;
   const SeriesData& d = r.task.series;
-  const std::vector<int64_t>& starts = d.split.val;
+  std::vector<int64_t> starts = d.split.val;
   if (starts.empty()) return 0;
+  const bool mae = r.task.kind == "mae";
+  if (mae) {  // a few windows spread over the split
+    std::vector<int64_t> few;
+    for (size_t k = 0; k < 4 && k < starts.size(); ++k)
+      few.push_back(starts[k * starts.size() / std::min<size_t>(4, starts.size())]);
+    starts = few;
+  }
   auto be = make_cpu_backend();
   auto model = load_model(*be, r, nullptr);
   const int64_t batch_size = r.config.integer("train.batch_size"), O = d.num_outputs();
+  const int64_t T = d.lookback, F = d.num_features();
   Loader loader(*be, r.task, batch_size, loader_options(r.config, batch_bytes(r.task, batch_size)));
   loader.start(starts, INT64_MAX, {}, 0);
   Rng rng(0);
-  std::string csv = "row,actual,predicted\n";
+  const bool dates = !d.dates.empty(), multi = d.series.size() > 1;
+  std::string csv = mae ? "window,step,feature,original,reconstructed,masked\n"
+                        : std::string("row") + (dates ? ",time" : "") + (multi ? ",series" : "") +
+                              ",actual,predicted\n";
+  char cells[96];
   for (size_t i = 0; i < starts.size(); i += batch_size) {
     const Batch& b = loader.next();
     Tensor out = model->forward(*be, b.input, {}, {}, false, rng);
@@ -1381,19 +1413,37 @@ int64_t write_validation_predictions(const std::string& run, const std::string& 
     const auto* labels = static_cast<const int64_t*>(b.labels.data());
     for (int64_t k = 0; k < b.size; ++k) {
       const int64_t start = starts[i + k];
-      csv += std::to_string(d.target_row(start) + 1);  // 1-based data row
-      if (d.task == "forecast") {                      // the first target, in its own units
-        char cells[64];
+      if (mae) {  // (B*T, F) reconstructions and originals, normalised
+        const auto* original = static_cast<const float*>(b.target.data());
+        const auto* mask = static_cast<const float*>(b.mask.data());
+        for (int64_t u = 0; u < T; ++u)
+          for (int64_t f = 0; f < F; ++f) {
+            const int64_t at = (k * T + u) * F + f;
+            std::snprintf(cells, sizeof cells, ",%lld,", static_cast<long long>(u + 1));
+            csv += std::to_string(i + k + 1) + cells + io::csv_field(d.feature_names[f]);
+            std::snprintf(cells, sizeof cells, ",%.7g,%.7g,%d\n", original[at], o[at],
+                          mask[k * T + u] != 0.0f ? 1 : 0);
+            csv += cells;
+          }
+        continue;
+      }
+      const int64_t row = d.target_row(start);
+      csv += std::to_string((d.file_rows.empty() ? row : d.file_rows[row]) + 1);  // 1-based
+      if (dates) csv += "," + forecast_time(d, start);
+      if (multi) csv += "," + io::csv_field(d.series_of(d.last_row(start)).name);
+      if (d.task == "forecast") {  // the first target, in its own units
         std::snprintf(cells, sizeof cells, ",%.7g,%.7g\n", d.actual(start, 0),
                       d.prediction(start, 0, o[k * O]));
         csv += cells;
       } else {
         const int64_t pred = std::max_element(o + k * O, o + (k + 1) * O) - (o + k * O);
-        csv += "," + d.class_names[labels[k]] + "," + d.class_names[pred] + "\n";
+        csv += "," + io::csv_field(d.class_names[labels[k]]) + "," +
+               io::csv_field(d.class_names[pred]) + "\n";
       }
     }
   }
-  io::write_file_atomically(output, {{csv.data(), csv.size()}});
+  const fs::path output = fs::path(run) / (mae ? "val_reconstructions.csv" : "val_predictions.csv");
+  io::write_file_atomically(output.string(), {{csv.data(), csv.size()}});
   return static_cast<int64_t>(starts.size());
 }
 

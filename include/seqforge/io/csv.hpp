@@ -47,6 +47,10 @@ class CsvTable {
   std::vector<int64_t> lines_;                        // file line of each data row
 };
 
+// A CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, a quote, a line
+// break or surrounding spaces; as it is otherwise.
+std::string csv_field(std::string_view s);
+
 // Seconds since 1970-01-01T00:00:00 UTC of an ISO 8601 date or date-time: "2012-01-01",
 // "2012-01-01 13:00", "2012-01-01T13:00:00", with optional fractional seconds (dropped) and an
 // optional "Z" or "+HH:MM"/"-HH:MM" offset after a time. Surrounding spaces are ignored. Returns

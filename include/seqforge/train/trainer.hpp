@@ -18,6 +18,7 @@ struct TrainSummary {
   std::string monitor;                 // the monitored metric
   double best = 0;                     // its best value
   std::map<std::string, double> last;  // the last epoch's metrics
+  std::map<std::string, double> test;  // the saved model on the test split (train.test_after)
   bool stopped = false;                // a hook's on_epoch ended the run early
 };
 
@@ -76,11 +77,13 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
 
 namespace seqforge {
 
-// Writes the validation split's predictions of a forecasting or classification run (its saved
-// model) to `output` as CSV: row (1-based data row), actual, predicted, in the first target's
-// units or as class names; the HTML report draws them. Returns the rows written (0 for other
-// tasks, which write nothing).
-int64_t write_validation_predictions(const std::string& run, const std::string& output);
+// Writes what the report draws of a run's saved model on the validation split: forecasting and
+// classification, val_predictions.csv (row: the target's 1-based data row, time: its date when
+// the data has dates, series: when there are several, actual, predicted: the first target in
+// its own units, or class names); mae, val_reconstructions.csv (a few windows: window, step,
+// feature, original, reconstructed, masked, normalised). Returns the windows written (0 for
+// charlm, which writes nothing).
+int64_t write_validation_outputs(const std::string& run);
 
 // What `seqforge diagnose CONFIG` reports: the data and model a config gives on this machine,
 // memory per batch, and seconds per epoch estimated from a short measured run.
