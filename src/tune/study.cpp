@@ -144,9 +144,23 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
         storage_->claim(n_trials, me, settings_.grace_period, sampler_->limit() > 0);
     if (!claimed) break;
     Trial trial = std::move(*claimed);
-    if (trial.params.empty()) {
-      trial.params = sampler_->sample(storage_->trials(), trial.number);
+    // A waiting trial may bring fixed parameters (Optuna's enqueue_trial, a retry): the sampler
+    // draws the others.
+    const std::string claim_problem = trial.message;
+    trial.message.clear();
+    std::optional<std::string> discarded;  // set when another worker failed this trial
+    bool complete_params = true;
+    for (const auto& p : settings_.space)
+      complete_params = complete_params && trial.params.count(p.name);
+    try {
+      if (!complete_params) {
+        std::map<std::string, double> sampled = sampler_->sample(storage_->trials(), trial.number);
+        for (const auto& [k, v] : trial.params) sampled[k] = v;
+        trial.params = std::move(sampled);
+      }
       storage_->set_params(trial.id, trial.params);
+    } catch (const TrialFinishedError& e) {
+      discarded = e.reason;
     }
     training_seconds_ = 0;
     double hook_seconds = 0;
@@ -156,7 +170,10 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
     std::string message;
     int64_t epochs = 0;
     bool abort = false;
-    {
+    if (!claim_problem.empty() && !discarded) {
+      state = TrialState::failed;
+      message = claim_problem;
+    } else if (!discarded) {
       Heartbeat beat(where_, trial.id, settings_.heartbeat_interval);
       try {
         epochs = objective(ctx);
@@ -174,6 +191,8 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
                                                  : settings_.metric + " was NaN at every epoch";
           }
         }
+      } catch (const TrialFinishedError& e) {
+        discarded = e.reason;
       } catch (const std::exception& e) {
         state = TrialState::failed;
         message = e.what();
@@ -184,18 +203,29 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
     const double elapsed = steady_now() - t0;
     const double training = std::max(0.0, training_seconds_ - hook_seconds);
     stats.overhead_seconds.push_back(std::max(0.0, elapsed - training));
-    // The result is written even through a busy or briefly unreachable database.
-    for (int attempt = 0;; ++attempt) {
+    // The result is written even through a busy or briefly unreachable database; never into a
+    // trial another worker has failed meanwhile (it queued a retry of the parameters).
+    for (int attempt = 0; !discarded; ++attempt) {
       try {
         storage_->set_attrs(
             trial.id, {{"seconds", elapsed}, {"overhead_seconds", stats.overhead_seconds.back()}});
         storage_->finish(trial.id, state, value, epochs, message);
         break;
+      } catch (const TrialFinishedError& e) {
+        discarded = e.reason;
       } catch (const std::exception& e) {
         if (attempt >= 5) throw;
         console << "trial " << trial.number << ": retrying its result: " << e.what() << "\n";
         std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
       }
+    }
+    if (discarded) {
+      console << "trial " << trial.number
+              << ": failed by another worker while this worker was paused (" << *discarded
+              << "); its result is discarded\n"
+              << std::flush;
+      ++stats.discarded;
+      continue;
     }
     ++stats.trials;
     stats.complete += state == TrialState::complete;

@@ -42,6 +42,7 @@ struct OptimizeOptions {
 
 struct OptimizeStats {
   int64_t trials = 0, complete = 0, pruned = 0, failed = 0;
+  int64_t discarded = 0;                 // trials another worker failed while this one ran them
   std::vector<double> overhead_seconds;  // per trial: everything but the objective's training
 };
 
