@@ -4,6 +4,7 @@ the study resumed, a crashing trial, the report, and the bad-input errors.
 
 Usage: tune_cli_test.py SEQFORGE DATA.csv WORKDIR
 """
+import json
 import os
 import shutil
 import signal
@@ -50,10 +51,21 @@ def run(args, ok=True):
     return p
 
 
+STATE = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running",
+         "WAITING": "waiting"}
+
+
 def trials(db):
+    """(number, state, params, message, system attrs) per trial, from Optuna's tables."""
     c = sqlite3.connect(db)
-    rows = c.execute("SELECT number, state, params, message, attrs FROM seqforge_trials "
-                     "ORDER BY number").fetchall()
+    rows = []
+    for tid, number, state in c.execute(
+            "SELECT trial_id, number, state FROM trials ORDER BY number").fetchall():
+        params = dict(c.execute("SELECT param_name, param_value FROM trial_params "
+                                "WHERE trial_id = ?", (tid,)).fetchall())
+        attrs = {k: json.loads(v) for k, v in c.execute(
+            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = ?", (tid,))}
+        rows.append((number, STATE[state], params, attrs.get("seqforge:message", ""), attrs))
     c.close()
     return rows
 
@@ -95,8 +107,9 @@ killed = False
 while time.time() < deadline and p.poll() is None:
     try:
         c = sqlite3.connect(db)
-        r = c.execute("SELECT count(*) FROM seqforge_trials t JOIN seqforge_intermediate i "
-                      "ON i.trial_id = t.id WHERE t.state = 'running' AND t.number >= 1").fetchone()
+        r = c.execute("SELECT count(*) FROM trials t JOIN trial_intermediate_values i "
+                      "ON i.trial_id = t.trial_id WHERE t.state = 'RUNNING' AND t.number >= 1"
+                      ).fetchone()
         c.close()
         if r[0] >= 1:
             p.send_signal(signal.SIGKILL)
@@ -113,7 +126,7 @@ done = [r for r in rows if r[1] in ("complete", "pruned")]
 failed = [r for r in rows if r[1] == "failed"]
 check(len(done) == 5, f"resumed study has its 5 trials ({[r[1] for r in rows]})")
 check(len(failed) == 1 and "died" in failed[0][3], f"the killed trial is failed: {failed}")
-retry = [r for r in rows if '"retry_of"' in (r[4] or "")]
+retry = [r for r in rows if "seqforge:retry_of" in r[4]]
 check(len(retry) == 1 and retry[0][2] == failed[0][2], "the killed trial's parameters ran again")
 
 # 3. A trial that crashes (a window longer than the data) fails; the others complete.

@@ -111,6 +111,43 @@ Study::Study(std::unique_ptr<Storage> storage, TuneSettings settings, std::strin
                              settings_.fingerprint(), space_json(settings_.space)});
 }
 
+std::optional<double> trial_value(const Trial& trial, const TuneSettings& settings,
+                                  std::string* why) {
+  const std::string& metric = settings.metric;
+  if (trial.intermediate.empty()) {
+    *why = "reported no " + metric;
+    return std::nullopt;
+  }
+  auto epoch_text = [](int64_t step) { return "epoch " + std::to_string(step + 1); };
+  auto value_text = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  if (settings.value == "last") {
+    const auto& [step, v] = *trial.intermediate.rbegin();
+    if (std::isfinite(v)) return v;
+    *why = metric + " was " + value_text(v) + " at its last epoch (" + epoch_text(step) + ")";
+    return std::nullopt;
+  }
+  // The trainer's rule for the best checkpoint: an epoch improves on the best so far by more
+  // than min_delta; NaN never improves.
+  const bool min = settings.direction == Direction::minimize;
+  double best = min ? INFINITY : -INFINITY;
+  std::optional<int64_t> at;
+  for (const auto& [step, v] : trial.intermediate)
+    if (min ? v < best - settings.min_delta : v > best + settings.min_delta) best = v, at = step;
+  if (!at) {
+    *why = metric + " was never finite (NaN or " + (min ? "inf" : "-inf") + " at every epoch)";
+    return std::nullopt;
+  }
+  if (!std::isfinite(best)) {
+    *why = metric + " was " + value_text(best) + " at " + epoch_text(*at);
+    return std::nullopt;
+  }
+  return best;
+}
+
 std::optional<Trial> best_trial(const std::vector<Trial>& trials, Direction d) {
   std::optional<Trial> best;
   for (const auto& t : trials) {
@@ -181,14 +218,11 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
           state = TrialState::pruned;
           value = trial.intermediate.rbegin()->second;
         } else {
-          for (const auto& [s, v] : trial.intermediate)
-            if (!std::isnan(v) &&
-                (!value || (settings_.direction == Direction::minimize ? v < *value : v > *value)))
-              value = v;
-          if (!value) {
+          const auto counted = trial_value(trial, settings_, &message);
+          if (counted) {
+            value = counted;
+          } else {
             state = TrialState::failed;
-            message = trial.intermediate.empty() ? "reported no " + settings_.metric
-                                                 : settings_.metric + " was NaN at every epoch";
           }
         }
       } catch (const TrialFinishedError& e) {
@@ -484,6 +518,14 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
       text.str(), cmd.config, base.str("train.early_stopping.monitor"),
       base.str("train.early_stopping.mode") == "max" ? Direction::maximize : Direction::minimize);
   if (!cmd.name.empty()) settings.name = cmd.name;
+  settings.min_delta = base.number("train.early_stopping.min_delta");
+  // The trainer keeps the checkpoint of the epoch the trial's value comes from: for `best`, its
+  // early stopping follows the study's metric and direction; for `last`, it saves the last epoch.
+  const std::vector<std::string> value_overrides = {
+      "train.early_stopping.monitor=" + settings.metric,
+      std::string("train.early_stopping.mode=") +
+          (settings.direction == Direction::maximize ? "max" : "min"),
+      "train.save=" + settings.value};
   // Every parameter's extremes must make a valid config (catches e.g. an unknown choice).
   for (const auto& p : settings.space) {
     if (p.kind == Param::Kind::categorical) continue;
@@ -513,6 +555,7 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
     fs::create_directories(run);
     std::vector<std::string> o = cmd.overrides;
     for (const auto& p : param_overrides(settings, ctx.params())) o.push_back(p);
+    for (const auto& v : value_overrides) o.push_back(v);
     o.push_back("train.run_dir=" + run.string());
     const Config c = Config::load(cmd.config, o);
     std::ofstream log(run / "train.log");
@@ -532,6 +575,16 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
     TrainSummary s;
     try {
       s = train(c, log, "", hooks, /*overwrite=*/true);  // the study owns its trial directories
+    } catch (const Error& e) {
+      study.add_training_seconds(steady_now() - t0);
+      // The trainer checks the monitored metric (the study's) before the epoch hook does.
+      const std::string what = e.what();
+      const std::string key = "train.early_stopping.monitor: '" + settings.metric + "'";
+      const size_t at = what.find(key);
+      if (at != std::string::npos && what.find("is not a metric", at) != std::string::npos)
+        throw StudyError(detail::concat(cmd.config, ": tune.metric: '", settings.metric, "'",
+                                        what.substr(at + key.size())));
+      throw;
     } catch (...) {
       study.add_training_seconds(steady_now() - t0);
       throw;

@@ -68,6 +68,10 @@ class Study {
   double training_seconds_ = 0;
 };
 
+// A finished (not pruned) trial's value under tune.value; nullopt with `why` set when there is
+// none: no report, or the metric was not finite at the epoch that counts (the trial fails).
+std::optional<double> trial_value(const Trial& trial, const TuneSettings& settings,
+                                  std::string* why);
 // The best complete trial; nullopt if none.
 std::optional<Trial> best_trial(const std::vector<Trial>& trials, Direction direction);
 // A text table: number, state, value, parameters, epochs, time.
