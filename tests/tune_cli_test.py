@@ -129,6 +129,98 @@ check(len(failed) == 1 and "died" in failed[0][3], f"the killed trial is failed:
 retry = [r for r in rows if "seqforge:retry_of" in r[4]]
 check(len(retry) == 1 and retry[0][2] == failed[0][2], "the killed trial's parameters ran again")
 
+# 2b. A worker paused (SIGSTOP) past the grace period: another worker fails its trial and runs
+# the parameters again; when the paused one resumes, its late writes are rejected, it prints one
+# line, discards the trial and goes on with the next.
+cfg = config("pause", epochs=60, batches=20, n_trials=3, sampler="{kind: random, seed: 3}")
+with open(cfg) as f:
+    text = f.read()
+with open(cfg, "w") as f:
+    f.write(text.replace("lookback: 8", "lookback: 24").replace("model: {hidden: 8}",
+                                                                "model: {hidden: 64}")
+            .replace("grace_period: 30", "grace_period: 1.5")
+            .replace("pruner: {kind: median, n_startup_trials: 2}", "pruner: none"))
+db = os.path.join(work, "pause.db")
+for suffix in ("", "-wal", "-shm"):
+    if os.path.exists(db + suffix):
+        os.remove(db + suffix)
+
+
+def query(sql, args=()):
+    c = sqlite3.connect(db, timeout=30)
+    try:
+        return c.execute(sql, args).fetchall()
+    finally:
+        c.close()
+
+
+def trial0_steps():
+    return query("SELECT count(*) FROM trials t JOIN trial_intermediate_values i "
+                 "ON i.trial_id = t.trial_id WHERE t.number = 0")[0][0]
+
+
+def unlocked():  # the paused worker must not hold the study's write lock
+    c = sqlite3.connect(db, timeout=0.05)
+    try:
+        c.execute("BEGIN IMMEDIATE")
+        c.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        c.close()
+
+
+a = subprocess.Popen([seqforge, "tune", cfg, "--study", db, "train.run_dir=" + work + "/pause"],
+                     cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+paused = False
+deadline = time.time() + 120
+while time.time() < deadline and a.poll() is None and not paused:
+    try:
+        if trial0_steps() >= 2:
+            a.send_signal(signal.SIGSTOP)
+            time.sleep(0.05)
+            if unlocked():
+                paused = True
+            else:
+                a.send_signal(signal.SIGCONT)
+    except sqlite3.Error:
+        pass
+    time.sleep(0.02)
+check(paused, "worker A paused (SIGSTOP) in the middle of trial 0")
+time.sleep(2.0)  # past grace_period
+b = subprocess.Popen([seqforge, "tune", cfg, "--study", db, "train.run_dir=" + work + "/pause"],
+                     cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+retried = False
+deadline = time.time() + 120
+while time.time() < deadline and not retried:
+    try:
+        rows = trials(db)
+        retried = any(r[4].get("seqforge:retry_of") == 0 and r[1] in ("complete", "pruned")
+                      for r in rows)
+    except sqlite3.Error:
+        pass
+    time.sleep(0.05)
+check(retried, "worker B failed trial 0 and ran its parameters again")
+steps_when_failed = trial0_steps()
+a.send_signal(signal.SIGCONT)
+out_a, err_a = a.communicate(timeout=300)
+out_b, err_b = b.communicate(timeout=300)
+check(a.returncode == 0 and b.returncode == 0, f"both workers exit 0 ({err_a[-300:]} {err_b[-300:]})")
+rows = trials(db)
+check(rows[0][1] == "failed" and "no heartbeat" in rows[0][3],
+      f"the paused trial stays failed ({rows[0][1]}: {rows[0][3]})")
+check(trial0_steps() == steps_when_failed,
+      f"no intermediate value written after it was failed ({steps_when_failed})")
+retry = [r for r in rows if r[4].get("seqforge:retry_of") == 0]
+check(len(retry) == 1 and retry[0][2] == rows[0][2], "the retry holds trial 0's parameters")
+line = [l for l in out_a.splitlines() if l.startswith("trial 0: failed by another worker")]
+check(len(line) == 1 and "while this worker was paused (no heartbeat" in line[0]
+      and line[0].endswith("its result is discarded"), f"the late worker printed: {line}")
+check(sum(r[1] in ("complete", "pruned") for r in rows) == 3 and
+      len({tuple(sorted(r[2].items())) for r in rows}) == len(rows) - 1,
+      f"3 trials done, no parameters ran twice but the retry ({[r[1] for r in rows]})")
+
 # 3. A trial that crashes (a window longer than the data) fails; the others complete.
 cfg = config("crash", sampler="grid", epochs=2,
              extra_space="    data.lookback: {type: categorical, choices: [8, 100000]}\n")
