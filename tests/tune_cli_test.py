@@ -267,4 +267,63 @@ p = run([bad, "--study", os.path.join(work, "metric.db")], ok=False)
 rows = trials(os.path.join(work, "metric.db"))
 check(p.returncode != 0 and "tune.metric: 'val_accuracy' is not a metric" in p.stderr
       and len(rows) == 1, f"an unknown metric stops the study at once: {p.stderr.strip()}")
+# 6. A study file in a directory that does not exist: one line naming it, nothing created.
+missing = os.path.join(work, "no", "such", "dir", "s.db")
+p = run([config("nodir"), "--study", missing], ok=False)
+err = p.stderr.strip()
+check(p.returncode != 0 and err.count("\n") == 0 and missing in err and "does not exist" in err
+      and not os.path.exists(os.path.join(work, "no")), f"missing study directory: {err}")
+
+# 7. --enqueue: trials with fixed parameters run first; values are checked against the space.
+cfg = config("enq", n_trials=3,
+             extra_space="    optim.kind: {type: categorical, choices: [adamw, sgd]}\n")
+db = os.path.join(work, "enq.db")
+p = run([cfg, "--study", db, "train.run_dir=" + work + "/enq",
+         "--enqueue", "optim.lr=0.003,optim.kind=sgd", "--enqueue", "model.hidden=12"])
+check("enqueued trial 0: optim.lr=0.003,optim.kind=sgd" in p.stdout
+      and "enqueued trial 1: model.hidden=12" in p.stdout, "--enqueue prints the trials it adds")
+rows = trials(db)
+check(rows[0][2]["optim.lr"] == 0.003 and rows[0][2]["optim.kind"] == 1 and
+      rows[0][4]["fixed_params"] == {"optim.lr": 0.003, "optim.kind": "sgd"} and
+      rows[1][2]["model.hidden"] == 12 and all(r[1] in ("complete", "pruned") for r in rows),
+      f"enqueued trials ran first with their parameters ({rows[:2]})")
+for spec, want in [("optim.lr=0.5", "is outside the space"),
+                   ("model.hidden=5", "is outside the space"),
+                   ("optim.kind=adam", "is not one of the choices (adamw, sgd)"),
+                   ("optim.momentum=0.9", "is not a parameter"),
+                   ("optim.lr", "expected key=value")]:
+    p = run([cfg, "--study", db, "--enqueue", spec], ok=False)
+    err = p.stderr.strip()
+    check(p.returncode != 0 and want in err and err.count("\n") == 0, f"--enqueue {spec}: {err}")
+check(len(trials(db)) == 3, "a rejected --enqueue adds nothing")
+
+# 8. --export csv|json: every trial, parameters by value.
+import csv
+import io
+p = run(["--export", "json", db])
+doc = json.loads(p.stdout)
+check(doc["study"] == "enq" and len(doc["trials"]) == 3 and
+      doc["trials"][0]["params"] == {"optim.lr": 0.003, "optim.kind": "sgd",
+                                     "model.hidden": rows[0][2]["model.hidden"]},
+      "--export json: trials with parameters by value")
+t0 = doc["trials"][0]
+c = sqlite3.connect(db)
+stored = dict(c.execute("SELECT i.step, i.intermediate_value FROM trial_intermediate_values i "
+                        "JOIN trials t ON t.trial_id = i.trial_id WHERE t.number = 0"))
+value = c.execute("SELECT v.value FROM trial_values v JOIN trials t ON t.trial_id = v.trial_id "
+                  "WHERE t.number = 0").fetchone()[0]
+c.close()
+check({int(k): v for k, v in t0["intermediate_values"].items()} == stored and t0["value"] == value
+      and t0["state"] in ("COMPLETE", "PRUNED") and t0["datetime_start"] and
+      t0["seqforge"]["epochs"] == len(stored) and t0["seqforge"]["host"],
+      "--export json: exact values, intermediate values, datetimes, seqforge attributes")
+p = run(["--export", "csv", db])
+table = list(csv.DictReader(io.StringIO(p.stdout)))
+check(len(table) == 3 and table[0]["params_optim.kind"] == "sgd" and
+      float(table[0]["value"]) == value and
+      json.loads(table[0]["intermediate_values"]) == {str(k): v for k, v in stored.items()} and
+      "seqforge_seconds" in table[0], "--export csv: the same, one row per trial")
+p = run(["--export", "xml", db], ok=False)
+check(p.returncode != 0 and "expected csv or json" in p.stderr, "--export: unknown format")
+
 print("tune CLI: all checks passed")

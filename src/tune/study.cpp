@@ -543,6 +543,12 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
   options.n_trials = cmd.n_trials >= 0 ? cmd.n_trials : settings.n_trials;
   options.timeout = cmd.timeout >= 0 ? cmd.timeout : settings.timeout;
   Study study(Storage::open(where), settings, where);
+  std::vector<std::map<std::string, std::string>> fixed;  // all well-formed before any is added
+  for (const auto& spec : cmd.enqueue) fixed.push_back(parse_enqueue(spec));
+  for (size_t i = 0; i < fixed.size(); ++i) {
+    const int64_t number = study.enqueue(fixed[i]);
+    console << "enqueued trial " << number << ": " << cmd.enqueue[i] << "\n";
+  }
   console << "seqforge tune: study '" << settings.name << "' in " << (is_url(where) ? "" : "")
           << where << ": " << options.n_trials << " trials"
           << (options.timeout > 0 ? " or " + std::to_string(int64_t(options.timeout)) + " s" : "")

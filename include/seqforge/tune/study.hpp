@@ -54,6 +54,10 @@ class Study {
   OptimizeStats optimize(const Objective& objective, const OptimizeOptions& options,
                          std::ostream& console);
   std::vector<Trial> trials() { return storage_->trials(); }
+  // A waiting trial with these fixed parameters (checked against the space); its number.
+  int64_t enqueue(const std::map<std::string, std::string>& fixed) {
+    return storage_->enqueue(fixed);
+  }
   const TuneSettings& settings() const { return settings_; }
 
   // Time spent in the objective's training (excluded from the overhead); set by the objective.
@@ -85,6 +89,7 @@ std::string html_report(const std::string& study_name, const std::vector<Trial>&
 struct TuneCommand {
   std::string config, study, name, report_html;
   std::vector<std::string> overrides;
+  std::vector<std::string> enqueue;  // "key=value,key=value": waiting trials with fixed params
   int64_t n_trials = -1;
   double timeout = -1;
 };
@@ -93,5 +98,11 @@ int run_tune(const TuneCommand& cmd, std::ostream& console);
 // SQLite study file, report.html).
 int run_tune_report(const std::string& study, const std::string& name, const std::string& html,
                     std::ostream& console);
+// `seqforge tune --export csv|json STUDY`: every trial (number, state, value, datetimes, params
+// by value, intermediate values, seqforge's attributes) to `out`.
+int run_tune_export(const std::string& study, const std::string& name, const std::string& format,
+                    std::ostream& out);
+// "optim.lr=0.01,optim.kind=sgd" -> {optim.lr: 0.01, optim.kind: sgd}; throws on a malformed item.
+std::map<std::string, std::string> parse_enqueue(const std::string& spec);
 
 }  // namespace seqforge::tune
