@@ -326,4 +326,38 @@ check(len(table) == 3 and table[0]["params_optim.kind"] == "sgd" and
 p = run(["--export", "xml", db], ok=False)
 check(p.returncode != 0 and "expected csv or json" in p.stderr, "--export: unknown format")
 
+# 9. tune.value: the trial's value is the epoch whose checkpoint is kept (best: the best epoch by
+# the study's metric, even when the config monitors another one; last: the last epoch).
+import struct
+
+
+def checkpoint_meta(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n))["__metadata__"]
+
+
+for mode in ("best", "last"):
+    cfg = config("value_" + mode, n_trials=3, epochs=6,
+                 sampler="{kind: random, seed: 5}")
+    with open(cfg) as f:
+        text = f.read()
+    with open(cfg, "w") as f:
+        f.write(text.replace("tune:\n", f"tune:\n  value: {mode}\n  metric: val_mae\n")
+                .replace("pruner: {kind: median, n_startup_trials: 2}", "pruner: none")
+                .replace("precision: fp32}", "precision: fp32, early_stopping: {monitor: val_loss}}"))
+    db = os.path.join(work, f"value_{mode}.db")
+    run([cfg, "--study", db, "train.run_dir=" + work + "/value_" + mode])
+    doc = json.loads(run(["--export", "json", db]).stdout)
+    for t in doc["trials"]:
+        meta = checkpoint_meta(os.path.join(work, f"value_{mode}", f"trial-{t['number']}",
+                                            "model.safetensors"))
+        saved = json.loads(meta["seqforge.metrics"])["val_mae"]
+        inter = t["intermediate_values"]
+        want = min(inter.values()) if mode == "best" else inter[str(max(map(int, inter)))]
+        check(t["state"] == "COMPLETE" and t["value"] == want and saved == want and
+              (mode == "best" or int(meta["seqforge.epoch"]) == len(inter)),
+              f"tune.value {mode}: trial {t['number']} value {t['value']} is its kept "
+              f"checkpoint's val_mae (epoch {meta['seqforge.epoch']})")
+
 print("tune CLI: all checks passed")
