@@ -9,6 +9,7 @@ Usage: optuna_interop_test.py SEQFORGE DATA.csv WORKDIR
 import math
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import warnings
@@ -126,6 +127,23 @@ try:
     print("ok: optuna.visualization plots")
 except ImportError:
     print("note: plotly missing, optuna.visualization not tried")
+
+# The SQLite schema is the one Optuna creates, statement for statement.
+ref = os.path.join(work, "ref.db")
+optuna.create_study(study_name="ref", storage="sqlite:///" + ref)
+
+
+def sqlite_schema(path):
+    c = sqlite3.connect(path)
+    rows = c.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name").fetchall()
+    versions = c.execute("SELECT * FROM version_info").fetchall() + \
+        c.execute("SELECT * FROM alembic_version").fetchall()
+    c.close()
+    return rows, versions
+
+
+check(sqlite_schema(db) == sqlite_schema(ref),
+      "sqlite_master and version rows equal those of a file Optuna created")
 
 # 2. Optuna continues the seqforge study with a trivial objective over the same distributions.
 def objective(trial):
