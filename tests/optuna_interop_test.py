@@ -182,6 +182,7 @@ study.optimize(objective2, n_trials=3)
 study.enqueue_trial({"optim.lr": 0.003, "optim.kind": "sgd"})
 check([t.state for t in study.trials] == [S.COMPLETE, S.PRUNED, S.COMPLETE, S.WAITING],
       "optuna study: complete, pruned, complete, waiting")
+optuna.create_study(study_name="another", storage=url2)  # an Optuna file may hold several
 p = tune([config("op", 7), "--study", db2, "train.run_dir=" + work + "/op"])
 study = optuna.load_study(study_name="op", storage=url2)
 check(len(study.trials) == 7 and all(t.state in (S.COMPLETE, S.PRUNED) for t in study.trials),

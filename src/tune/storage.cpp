@@ -238,14 +238,16 @@ class SqlStorage final : public Storage {
 
   void create_or_check(const StudyInfo& info) override {
     write([&] {
-      for (const auto& r :
-           db_->query("SELECT study_id, study_name FROM studies ORDER BY study_id")) {
-        if (*r[1] != info.name) {
-          if (!db_->postgres())
-            fail(where(), ": this study file holds study '", *r[1], "', not '", info.name,
-                 "' (give another --study file)");
-          continue;
-        }
+      const auto studies = db_->query("SELECT study_id, study_name FROM studies ORDER BY study_id");
+      bool named = false;
+      for (const auto& r : studies) named = named || *r[1] == info.name;
+      // A seqforge study file holds one study; a file Optuna made may hold several, one of them
+      // this one.
+      if (!named && !studies.empty() && !db_->postgres())
+        fail(where(), ": this study file holds study '", *studies[0][1], "', not '", info.name,
+             "' (give another --study file)");
+      for (const auto& r : studies) {
+        if (*r[1] != info.name) continue;
         const int64_t id = integer(r[0]);
         const std::string direction = study_direction(id);
         if (direction != info.direction)
