@@ -514,11 +514,33 @@ TEST(TuneStorage, ValuesRoundTripExactlyWithNaN) {
   s->report(t->id, 0, third);
   s->report(t->id, 2, std::nan(""));
   s->report(t->id, 2, 5.0);  // a step's first report wins
+  s->report(t->id, 3, INFINITY);
+  s->report(t->id, 4, -INFINITY);
   s->set_params(t->id, {{"optim.lr", 0.1 / 3}, {"model.hidden", 7}});
   s->finish(t->id, TrialState::complete, third, 3, "");
   const Trial back = s->trials().at(0);
   EXPECT_EQ(back.intermediate.at(0), third);
   EXPECT_TRUE(std::isnan(back.intermediate.at(2)));
+  EXPECT_EQ(back.intermediate.at(3), INFINITY);
+  EXPECT_EQ(back.intermediate.at(4), -INFINITY);
+  {  // as Optuna stores them: NULL with the value's type
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(h,
+                                 "SELECT step, intermediate_value IS NULL, intermediate_value_type "
+                                 "FROM trial_intermediate_values ORDER BY step",
+                                 -1, &st, nullptr),
+              SQLITE_OK);
+    std::string rows;
+    while (sqlite3_step(st) == SQLITE_ROW)
+      rows += std::to_string(sqlite3_column_int(st, 0)) + ":" +
+              std::to_string(sqlite3_column_int(st, 1)) + ":" +
+              reinterpret_cast<const char*>(sqlite3_column_text(st, 2)) + " ";
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    EXPECT_EQ(rows, "0:0:FINITE 2:1:NAN 3:1:INF_POS 4:1:INF_NEG ");
+  }
   EXPECT_EQ(back.params.at("optim.lr"), 0.1 / 3);
   EXPECT_EQ(*back.value, third);
   const std::string table = trials_table(s->trials(), &setup.settings());
