@@ -7,6 +7,7 @@ constraints, indexes), and optuna.load_study reads the seqforge study.
 Usage: optuna_postgres_test.py SEQFORGE DATA.csv WORKDIR   (skips when no server binaries)
 """
 import glob
+import json
 import os
 import pwd
 import re
@@ -121,6 +122,55 @@ tune:
     study.optimize(lambda t: t.suggest_float("optim.lr", 1e-4, 0.1, log=True) +
                    (t.suggest_categorical("optim.kind", ["adamw", "sgd"]) == "sgd"), n_trials=1)
     check(len(study.trials) == 5, "optuna continues it on PostgreSQL")
+
+    # A database of seqforge's former schema (as it was created on PostgreSQL) is converted on
+    # first open and the study goes on.
+    def psql(db, sql):
+        return subprocess.run([bin_dir + "/psql", "-At", "-v", "ON_ERROR_STOP=1", "-h",
+                               "127.0.0.1", "-p", str(port), "-U", "seqforge", db, "-c", sql],
+                              check=True, capture_output=True, text=True).stdout
+
+    fingerprint = json.loads(psql("by_seqforge", "SELECT value_json FROM study_system_attributes "
+                                  "WHERE key = 'seqforge:fingerprint'").strip())
+    space = json.loads(psql("by_seqforge", "SELECT value_json FROM study_system_attributes "
+                            "WHERE key = 'seqforge:space'").strip())
+    subprocess.run([bin_dir + "/createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "seqforge",
+                    "old"], check=True)
+    q = lambda v: "'" + v.replace("'", "''") + "'"
+    psql("old", f"""
+CREATE TABLE seqforge_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE seqforge_studies (name TEXT PRIMARY KEY, direction TEXT NOT NULL, fingerprint TEXT
+  NOT NULL, space TEXT, created TEXT);
+CREATE TABLE seqforge_trials (id BIGSERIAL PRIMARY KEY, study TEXT NOT NULL, number BIGINT NOT
+  NULL, state TEXT NOT NULL, value TEXT, params TEXT, attrs TEXT, started TEXT, finished TEXT,
+  heartbeat TEXT, epochs BIGINT, host TEXT, pid BIGINT, message TEXT, UNIQUE (study, number));
+CREATE TABLE seqforge_intermediate (trial_id BIGINT NOT NULL, step BIGINT NOT NULL, value TEXT,
+  PRIMARY KEY (trial_id, step));
+INSERT INTO seqforge_meta VALUES ('schema_version', '1');
+INSERT INTO seqforge_studies VALUES ('pg', 'minimize', {q(fingerprint)}, {q(json.dumps(space))},
+  '1700000000');
+INSERT INTO seqforge_trials (study, number, state, value, params, attrs, started, finished,
+  heartbeat, epochs, host, pid, message) VALUES
+  ('pg', 0, 'complete', '0.33333333333333331', '{{"optim.lr": 0.01, "optim.kind": 1}}', '{{}}',
+   '1700000000', '1700000010', '1700000010', 2, 'h', 12, ''),
+  ('pg', 1, 'waiting', NULL, '{{"optim.lr": 0.02, "optim.kind": 0}}',
+   '{{"retries": 1, "retry_of": 0}}', NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+INSERT INTO seqforge_intermediate VALUES (1, 0, '0.5'), (1, 1, '0.33333333333333331');
+""")
+    p = subprocess.run([seqforge, "tune", cfg, "--study", base + "old", "--n-trials", "3",
+                        "train.run_dir=" + os.path.join(work, "old")], capture_output=True,
+                       text=True, timeout=600)
+    check(p.returncode == 0, f"seqforge tune on a former-schema database ({p.stderr.strip()[-300:]})")
+    check(psql("old", "SELECT count(*) FROM information_schema.tables WHERE table_name LIKE "
+                      "'seqforge%'").strip() == "0", "the former tables are gone")
+    study = optuna.load_study(study_name="pg", storage=base + "old")
+    t = study.trials
+    check(len(t) == 3 and t[0].state == S.COMPLETE and t[0].value == 1 / 3 and
+          t[0].params == {"optim.lr": 0.01, "optim.kind": "sgd"} and
+          t[0].intermediate_values == {0: 0.5, 1: 1 / 3} and
+          t[1].params["optim.lr"] == 0.02 and t[1].params["optim.kind"] == "adamw" and
+          t[1].state in (S.COMPLETE, S.PRUNED) and t[1].system_attrs["seqforge:retry_of"] == 0,
+          "converted: the old trials in Optuna's tables, the queued retry ran with its parameters")
 finally:
     stop()
 print("optuna postgres: all checks passed")
