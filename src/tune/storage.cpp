@@ -580,15 +580,18 @@ class SqlStorage final : public Storage {
                {str(id), datetime_text(now, true)});
   }
 
-  // Optuna numbers a trial by the count of the study's trials created before it.
+  // Optuna numbers a trial by the count of the study's trials with a smaller trial_id, counted
+  // after its insert (so numbers agree with Optuna workers that do not take seqforge's lock).
   int64_t insert_trial(const char* state, std::optional<double> started) {
-    const auto n = db_->query("SELECT count(*) FROM trials WHERE study_id = ?", {str(study_id_)});
     const auto ins = db_->query(
-        "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, ?, ?) "
-        "RETURNING trial_id",
-        {str(integer(n[0][0])), str(study_id_), state,
-         started ? Value(datetime_text(*started, false)) : Value()});
-    return integer(ins[0][0]);
+        "INSERT INTO trials (study_id, state, datetime_start) VALUES (?, ?, ?) RETURNING trial_id",
+        {str(study_id_), state, started ? Value(datetime_text(*started, false)) : Value()});
+    const int64_t id = integer(ins[0][0]);
+    db_->query(
+        "UPDATE trials SET number = (SELECT count(*) FROM trials WHERE study_id = ? AND trial_id "
+        "< ?) WHERE trial_id = ?",
+        {str(study_id_), str(id), str(id)});
+    return id;
   }
 
   void check_running(int64_t id) {
