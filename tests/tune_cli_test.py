@@ -360,4 +360,13 @@ for mode in ("best", "last"):
               f"tune.value {mode}: trial {t['number']} value {t['value']} is its kept "
               f"checkpoint's val_mae (epoch {meta['seqforge.epoch']})")
 
+# 10. The shipped example study runs (briefly: 2 trials of 2 short epochs).
+example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(data))), "examples",
+                       "configs", "weather_tune.yaml")
+p = run([example, "--study", os.path.join(work, "example.db"), "--n-trials", "2",
+         "data.path=" + data, "train.epochs=2", "train.max_batches=2",
+         "train.run_dir=" + os.path.join(work, "example")])
+check("study 'weather_tune'" in p.stdout and "sampler tpe, pruner median" in p.stdout and
+      "best: trial" in p.stdout, "examples/configs/weather_tune.yaml runs")
+
 print("tune CLI: all checks passed")
