@@ -278,8 +278,9 @@ check(p.returncode != 0 and err.count("\n") == 0 and missing in err and "does no
 cfg = config("enq", n_trials=3,
              extra_space="    optim.kind: {type: categorical, choices: [adamw, sgd]}\n")
 db = os.path.join(work, "enq.db")
-p = run([cfg, "--study", db, "train.run_dir=" + work + "/enq",
-         "--enqueue", "optim.lr=0.003,optim.kind=sgd", "--enqueue", "model.hidden=12"])
+p = run([cfg, "--study", db, "--enqueue", "optim.lr=0.003,optim.kind=sgd",
+         "train.run_dir=" + work + "/enq", "--enqueue", "model.hidden=12"])  # overrides between
+check(os.path.isdir(os.path.join(work, "enq", "trial-0")), "an override after --enqueue stays one")
 check("enqueued trial 0: optim.lr=0.003,optim.kind=sgd" in p.stdout
       and "enqueued trial 1: model.hidden=12" in p.stdout, "--enqueue prints the trials it adds")
 rows = trials(db)

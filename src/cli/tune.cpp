@@ -32,9 +32,11 @@ TuneCli* add_tune(CLI::App& app) {
   t.app->add_option("--report", t.report,
                     "print the trials of this study (file or URL) and write its HTML report");
   t.app->add_option("--html", t.cmd.report_html, "with --report: where to write the HTML page");
-  t.app->add_option("--enqueue", t.cmd.enqueue,
-                    "'key=value,...': a trial with these fixed parameters runs first (a "
-                    "categorical by its choice), as optuna's enqueue_trial; repeatable");
+  t.app
+      ->add_option("--enqueue", t.cmd.enqueue,
+                   "'key=value,...': a trial with these fixed parameters runs first (a "
+                   "categorical by its choice), as optuna's enqueue_trial; repeatable")
+      ->allow_extra_args(false);
   t.app->add_option("--export", t.export_format,
                     "csv or json: print every trial of the study given in place of CONFIG (file "
                     "or URL) to stdout");
