@@ -13,7 +13,6 @@ Usage: bench/tune_pruning.py [--seqforge build/seqforge] [--trials 12] [--max-ba
 import argparse
 import json
 import os
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -69,15 +68,15 @@ tune:
         f.write(p.stdout + p.stderr)
     if p.returncode != 0:
         sys.exit(f"{name}: seqforge tune failed:\n{p.stderr}")
-    c = sqlite3.connect(db)
+    exported = subprocess.run([args.seqforge, "tune", "--export", "json", db],
+                              capture_output=True, text=True, check=True).stdout
     trials = {}
-    for tid, number, state, value, params, attrs, epochs in c.execute(
-            "SELECT id, number, state, value, params, attrs, epochs FROM seqforge_trials"):
-        steps = dict(c.execute("SELECT step, value FROM seqforge_intermediate WHERE trial_id = ?",
-                               (tid,)).fetchall())
-        trials[number] = dict(state=state, value=float(value), params=json.loads(params),
-                              attrs=json.loads(attrs), epochs=epochs,
-                              steps={int(k): float(v) for k, v in steps.items()})
+    for t in json.loads(exported)["trials"]:
+        trials[t["number"]] = dict(
+            state={"COMPLETE": "complete", "PRUNED": "pruned"}.get(t["state"], t["state"]),
+            value=float(t["value"]) if t["value"] is not None else float("nan"),
+            params=t["params"], attrs=t["seqforge"], epochs=t["seqforge"]["epochs"],
+            steps={int(k): float(v) for k, v in t["intermediate_values"].items()})
     return trials, wall
 
 

@@ -4,6 +4,7 @@ the study resumed, a crashing trial, the report, and the bad-input errors.
 
 Usage: tune_cli_test.py SEQFORGE DATA.csv WORKDIR
 """
+import json
 import os
 import shutil
 import signal
@@ -50,10 +51,21 @@ def run(args, ok=True):
     return p
 
 
+STATE = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "running",
+         "WAITING": "waiting"}
+
+
 def trials(db):
+    """(number, state, params, message, system attrs) per trial, from Optuna's tables."""
     c = sqlite3.connect(db)
-    rows = c.execute("SELECT number, state, params, message, attrs FROM seqforge_trials "
-                     "ORDER BY number").fetchall()
+    rows = []
+    for tid, number, state in c.execute(
+            "SELECT trial_id, number, state FROM trials ORDER BY number").fetchall():
+        params = dict(c.execute("SELECT param_name, param_value FROM trial_params "
+                                "WHERE trial_id = ?", (tid,)).fetchall())
+        attrs = {k: json.loads(v) for k, v in c.execute(
+            "SELECT key, value_json FROM trial_system_attributes WHERE trial_id = ?", (tid,))}
+        rows.append((number, STATE[state], params, attrs.get("seqforge:message", ""), attrs))
     c.close()
     return rows
 
@@ -95,8 +107,9 @@ killed = False
 while time.time() < deadline and p.poll() is None:
     try:
         c = sqlite3.connect(db)
-        r = c.execute("SELECT count(*) FROM seqforge_trials t JOIN seqforge_intermediate i "
-                      "ON i.trial_id = t.id WHERE t.state = 'running' AND t.number >= 1").fetchone()
+        r = c.execute("SELECT count(*) FROM trials t JOIN trial_intermediate_values i "
+                      "ON i.trial_id = t.trial_id WHERE t.state = 'RUNNING' AND t.number >= 1"
+                      ).fetchone()
         c.close()
         if r[0] >= 1:
             p.send_signal(signal.SIGKILL)
@@ -113,8 +126,100 @@ done = [r for r in rows if r[1] in ("complete", "pruned")]
 failed = [r for r in rows if r[1] == "failed"]
 check(len(done) == 5, f"resumed study has its 5 trials ({[r[1] for r in rows]})")
 check(len(failed) == 1 and "died" in failed[0][3], f"the killed trial is failed: {failed}")
-retry = [r for r in rows if '"retry_of"' in (r[4] or "")]
+retry = [r for r in rows if "seqforge:retry_of" in r[4]]
 check(len(retry) == 1 and retry[0][2] == failed[0][2], "the killed trial's parameters ran again")
+
+# 2b. A worker paused (SIGSTOP) past the grace period: another worker fails its trial and runs
+# the parameters again; when the paused one resumes, its late writes are rejected, it prints one
+# line, discards the trial and goes on with the next.
+cfg = config("pause", epochs=60, batches=20, n_trials=3, sampler="{kind: random, seed: 3}")
+with open(cfg) as f:
+    text = f.read()
+with open(cfg, "w") as f:
+    f.write(text.replace("lookback: 8", "lookback: 24").replace("model: {hidden: 8}",
+                                                                "model: {hidden: 64}")
+            .replace("grace_period: 30", "grace_period: 1.5")
+            .replace("pruner: {kind: median, n_startup_trials: 2}", "pruner: none"))
+db = os.path.join(work, "pause.db")
+for suffix in ("", "-wal", "-shm"):
+    if os.path.exists(db + suffix):
+        os.remove(db + suffix)
+
+
+def query(sql, args=()):
+    c = sqlite3.connect(db, timeout=30)
+    try:
+        return c.execute(sql, args).fetchall()
+    finally:
+        c.close()
+
+
+def trial0_steps():
+    return query("SELECT count(*) FROM trials t JOIN trial_intermediate_values i "
+                 "ON i.trial_id = t.trial_id WHERE t.number = 0")[0][0]
+
+
+def unlocked():  # the paused worker must not hold the study's write lock
+    c = sqlite3.connect(db, timeout=0.05)
+    try:
+        c.execute("BEGIN IMMEDIATE")
+        c.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        c.close()
+
+
+a = subprocess.Popen([seqforge, "tune", cfg, "--study", db, "train.run_dir=" + work + "/pause"],
+                     cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+paused = False
+deadline = time.time() + 120
+while time.time() < deadline and a.poll() is None and not paused:
+    try:
+        if trial0_steps() >= 2:
+            a.send_signal(signal.SIGSTOP)
+            time.sleep(0.05)
+            if unlocked():
+                paused = True
+            else:
+                a.send_signal(signal.SIGCONT)
+    except sqlite3.Error:
+        pass
+    time.sleep(0.02)
+check(paused, "worker A paused (SIGSTOP) in the middle of trial 0")
+time.sleep(2.0)  # past grace_period
+b = subprocess.Popen([seqforge, "tune", cfg, "--study", db, "train.run_dir=" + work + "/pause"],
+                     cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+retried = False
+deadline = time.time() + 120
+while time.time() < deadline and not retried:
+    try:
+        rows = trials(db)
+        retried = any(r[4].get("seqforge:retry_of") == 0 and r[1] in ("complete", "pruned")
+                      for r in rows)
+    except sqlite3.Error:
+        pass
+    time.sleep(0.05)
+check(retried, "worker B failed trial 0 and ran its parameters again")
+steps_when_failed = trial0_steps()
+a.send_signal(signal.SIGCONT)
+out_a, err_a = a.communicate(timeout=300)
+out_b, err_b = b.communicate(timeout=300)
+check(a.returncode == 0 and b.returncode == 0, f"both workers exit 0 ({err_a[-300:]} {err_b[-300:]})")
+rows = trials(db)
+check(rows[0][1] == "failed" and "no heartbeat" in rows[0][3],
+      f"the paused trial stays failed ({rows[0][1]}: {rows[0][3]})")
+check(trial0_steps() == steps_when_failed,
+      f"no intermediate value written after it was failed ({steps_when_failed})")
+retry = [r for r in rows if r[4].get("seqforge:retry_of") == 0]
+check(len(retry) == 1 and retry[0][2] == rows[0][2], "the retry holds trial 0's parameters")
+line = [l for l in out_a.splitlines() if l.startswith("trial 0: failed by another worker")]
+check(len(line) == 1 and "while this worker was paused (no heartbeat" in line[0]
+      and line[0].endswith("its result is discarded"), f"the late worker printed: {line}")
+check(sum(r[1] in ("complete", "pruned") for r in rows) == 3 and
+      len({tuple(sorted(r[2].items())) for r in rows}) == len(rows) - 1,
+      f"3 trials done, no parameters ran twice but the retry ({[r[1] for r in rows]})")
 
 # 3. A trial that crashes (a window longer than the data) fails; the others complete.
 cfg = config("crash", sampler="grid", epochs=2,
@@ -162,4 +267,107 @@ p = run([bad, "--study", os.path.join(work, "metric.db")], ok=False)
 rows = trials(os.path.join(work, "metric.db"))
 check(p.returncode != 0 and "tune.metric: 'val_accuracy' is not a metric" in p.stderr
       and len(rows) == 1, f"an unknown metric stops the study at once: {p.stderr.strip()}")
+# 6. A study file in a directory that does not exist: one line naming it, nothing created.
+missing = os.path.join(work, "no", "such", "dir", "s.db")
+p = run([config("nodir"), "--study", missing], ok=False)
+err = p.stderr.strip()
+check(p.returncode != 0 and err.count("\n") == 0 and missing in err and "does not exist" in err
+      and not os.path.exists(os.path.join(work, "no")), f"missing study directory: {err}")
+
+# 7. --enqueue: trials with fixed parameters run first; values are checked against the space.
+cfg = config("enq", n_trials=3,
+             extra_space="    optim.kind: {type: categorical, choices: [adamw, sgd]}\n")
+db = os.path.join(work, "enq.db")
+p = run([cfg, "--study", db, "--enqueue", "optim.lr=0.003,optim.kind=sgd",
+         "train.run_dir=" + work + "/enq", "--enqueue", "model.hidden=12"])  # overrides between
+check(os.path.isdir(os.path.join(work, "enq", "trial-0")), "an override after --enqueue stays one")
+check("enqueued trial 0: optim.lr=0.003,optim.kind=sgd" in p.stdout
+      and "enqueued trial 1: model.hidden=12" in p.stdout, "--enqueue prints the trials it adds")
+rows = trials(db)
+check(rows[0][2]["optim.lr"] == 0.003 and rows[0][2]["optim.kind"] == 1 and
+      rows[0][4]["fixed_params"] == {"optim.lr": 0.003, "optim.kind": "sgd"} and
+      rows[1][2]["model.hidden"] == 12 and all(r[1] in ("complete", "pruned") for r in rows),
+      f"enqueued trials ran first with their parameters ({rows[:2]})")
+for spec, want in [("optim.lr=0.5", "is outside the space"),
+                   ("model.hidden=5", "is outside the space"),
+                   ("optim.kind=adam", "is not one of the choices (adamw, sgd)"),
+                   ("optim.momentum=0.9", "is not a parameter"),
+                   ("optim.lr", "expected key=value")]:
+    p = run([cfg, "--study", db, "--enqueue", spec], ok=False)
+    err = p.stderr.strip()
+    check(p.returncode != 0 and want in err and err.count("\n") == 0, f"--enqueue {spec}: {err}")
+check(len(trials(db)) == 3, "a rejected --enqueue adds nothing")
+
+# 8. --export csv|json: every trial, parameters by value.
+import csv
+import io
+p = run(["--export", "json", db])
+doc = json.loads(p.stdout)
+check(doc["study"] == "enq" and len(doc["trials"]) == 3 and
+      doc["trials"][0]["params"] == {"optim.lr": 0.003, "optim.kind": "sgd",
+                                     "model.hidden": rows[0][2]["model.hidden"]},
+      "--export json: trials with parameters by value")
+t0 = doc["trials"][0]
+c = sqlite3.connect(db)
+stored = dict(c.execute("SELECT i.step, i.intermediate_value FROM trial_intermediate_values i "
+                        "JOIN trials t ON t.trial_id = i.trial_id WHERE t.number = 0"))
+value = c.execute("SELECT v.value FROM trial_values v JOIN trials t ON t.trial_id = v.trial_id "
+                  "WHERE t.number = 0").fetchone()[0]
+c.close()
+check({int(k): v for k, v in t0["intermediate_values"].items()} == stored and t0["value"] == value
+      and t0["state"] in ("COMPLETE", "PRUNED") and t0["datetime_start"] and
+      t0["seqforge"]["epochs"] == len(stored) and t0["seqforge"]["host"],
+      "--export json: exact values, intermediate values, datetimes, seqforge attributes")
+p = run(["--export", "csv", db])
+table = list(csv.DictReader(io.StringIO(p.stdout)))
+check(len(table) == 3 and table[0]["params_optim.kind"] == "sgd" and
+      float(table[0]["value"]) == value and
+      json.loads(table[0]["intermediate_values"]) == {str(k): v for k, v in stored.items()} and
+      "seqforge_seconds" in table[0], "--export csv: the same, one row per trial")
+p = run(["--export", "xml", db], ok=False)
+check(p.returncode != 0 and "expected csv or json" in p.stderr, "--export: unknown format")
+
+# 9. tune.value: the trial's value is the epoch whose checkpoint is kept (best: the best epoch by
+# the study's metric, even when the config monitors another one; last: the last epoch).
+import struct
+
+
+def checkpoint_meta(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n))["__metadata__"]
+
+
+for mode in ("best", "last"):
+    cfg = config("value_" + mode, n_trials=3, epochs=6,
+                 sampler="{kind: random, seed: 5}")
+    with open(cfg) as f:
+        text = f.read()
+    with open(cfg, "w") as f:
+        f.write(text.replace("tune:\n", f"tune:\n  value: {mode}\n  metric: val_mae\n")
+                .replace("pruner: {kind: median, n_startup_trials: 2}", "pruner: none")
+                .replace("precision: fp32}", "precision: fp32, early_stopping: {monitor: val_loss}}"))
+    db = os.path.join(work, f"value_{mode}.db")
+    run([cfg, "--study", db, "train.run_dir=" + work + "/value_" + mode])
+    doc = json.loads(run(["--export", "json", db]).stdout)
+    for t in doc["trials"]:
+        meta = checkpoint_meta(os.path.join(work, f"value_{mode}", f"trial-{t['number']}",
+                                            "model.safetensors"))
+        saved = json.loads(meta["seqforge.metrics"])["val_mae"]
+        inter = t["intermediate_values"]
+        want = min(inter.values()) if mode == "best" else inter[str(max(map(int, inter)))]
+        check(t["state"] == "COMPLETE" and t["value"] == want and saved == want and
+              (mode == "best" or int(meta["seqforge.epoch"]) == len(inter)),
+              f"tune.value {mode}: trial {t['number']} value {t['value']} is its kept "
+              f"checkpoint's val_mae (epoch {meta['seqforge.epoch']})")
+
+# 10. The shipped example study runs (briefly: 2 trials of 2 short epochs).
+example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(data))), "examples",
+                       "configs", "weather_tune.yaml")
+p = run([example, "--study", os.path.join(work, "example.db"), "--n-trials", "2",
+         "data.path=" + data, "train.epochs=2", "train.max_batches=2",
+         "train.run_dir=" + os.path.join(work, "example")])
+check("study 'weather_tune'" in p.stdout and "sampler tpe, pruner median" in p.stdout and
+      "best: trial" in p.stdout, "examples/configs/weather_tune.yaml runs")
+
 print("tune CLI: all checks passed")

@@ -7,6 +7,7 @@
 #include "seqforge/train/config.hpp"
 #include "seqforge/tune/samplers.hpp"
 #include "seqforge/tune/space.hpp"
+#include "seqforge/tune/study.hpp"
 
 namespace seqforge::tune {
 namespace {
@@ -170,6 +171,56 @@ TEST(TuneSampler, TpeReachesTheOptimumInFewerTrialsThanRandom) {
       seeds, double(tpe) / seeds, double(random) / seeds, (long long)tpe_wins);
   EXPECT_LT(tpe * 10, random * 7);  // at least 30% fewer trials on average
   EXPECT_GE(tpe_wins, seeds / 2);
+}
+
+}  // namespace
+}  // namespace seqforge::tune
+
+namespace seqforge::tune {
+namespace {
+
+TEST(TuneValue, BestFollowsTheTrainersCheckpointRuleAndLastTheLastEpoch) {
+  TuneSettings s = parse_tune_settings(
+      "tune:\n  value: best\n  space:\n    optim.lr: {type: float, low: 0.001, high: 0.1}\n",
+      "v.yaml", "val_loss");
+  Trial t;
+  std::string why;
+  t.intermediate = {{0, 1.0}, {1, 0.5}, {2, 0.45}, {3, std::nan("")}, {4, 0.7}};
+  EXPECT_EQ(*trial_value(t, s, &why), 0.45);
+  s.min_delta = 0.1;  // 0.45 is no improvement on 0.5 by more than 0.1: epoch 2's checkpoint stays
+  EXPECT_EQ(*trial_value(t, s, &why), 0.5);
+  s.min_delta = 0;
+  t.intermediate[5] = -INFINITY;  // the epoch that counts is not finite: the trial fails
+  EXPECT_FALSE(trial_value(t, s, &why));
+  EXPECT_EQ(why, "val_loss was -inf at epoch 6");
+  t.intermediate = {{0, std::nan("")}, {1, INFINITY}};
+  EXPECT_FALSE(trial_value(t, s, &why));
+  EXPECT_NE(why.find("never finite"), std::string::npos) << why;
+  s.direction = Direction::maximize;
+  t.intermediate = {{0, 0.5}, {1, 0.9}, {2, 0.8}};
+  EXPECT_EQ(*trial_value(t, s, &why), 0.9);
+  const std::string fp = s.fingerprint();
+  s.value = "last";
+  EXPECT_NE(s.fingerprint(), fp);
+  EXPECT_EQ(*trial_value(t, s, &why), 0.8);
+  t.intermediate[3] = std::nan("");
+  EXPECT_FALSE(trial_value(t, s, &why));
+  EXPECT_EQ(why, "val_loss was nan at its last epoch (epoch 4)");
+  EXPECT_EQ(parse_tune_settings("tune:\n  value: last\n  space:\n    optim.lr: {type: float, "
+                                "low: 0.001, high: 0.1}\n",
+                                "v.yaml", "val_loss")
+                .value,
+            "last");
+  try {
+    parse_tune_settings(
+        "tune:\n  value: median\n  space:\n    optim.lr: {type: float, low: 0.001, high: 0.1}\n",
+        "v.yaml", "val_loss");
+    ADD_FAILURE() << "tune.value: median accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("v.yaml:2: tune.value: expected best or last"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

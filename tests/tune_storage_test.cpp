@@ -131,8 +131,15 @@ TEST(TuneStorage, OtherStudiesSchemasAndFilesAreRejected) {
   other.direction = Direction::maximize;
   EXPECT_NE(error_of([&] { Study b(Storage::open(db), other, db); }).find("created to minimize"),
             std::string::npos);
-  sql(db, "UPDATE seqforge_meta SET value = '99' WHERE key = 'schema_version'");
-  EXPECT_NE(error_of([&] { Storage::open(db); }).find("schema version 99; this seqforge reads"),
+  sql(db, "UPDATE version_info SET schema_version = 99");
+  EXPECT_NE(
+      error_of([&] { Storage::open(db); }).find("Optuna schema version 99 (alembic v3.0.0.d)"),
+      std::string::npos);
+  const std::string old = (dir / "old.db").string();
+  sql(old,
+      "CREATE TABLE seqforge_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+      "INSERT INTO seqforge_meta VALUES ('schema_version', '99')");
+  EXPECT_NE(error_of([&] { Storage::open(old); }).find("schema version 99; this seqforge reads"),
             std::string::npos);
   const std::string foreign = (dir / "foreign.db").string();
   sql(foreign, "CREATE TABLE people (name TEXT)");
@@ -277,7 +284,7 @@ TEST(TuneStudy, HeartbeatKeepsLongTrialsAlive) {
     EXPECT_NE(t.state, TrialState::failed) << t.number << ": " << t.message;
 }
 
-TEST(TuneStudy, LateResultOfATrialTakenForDeadIsKept) {
+TEST(TuneStudy, LateWritesToATrialFailedByAnotherWorkerAreRejected) {
   const fs::path dir = temp_dir("late");
   const std::string db = (dir / "study.db").string();
   { Study setup(Storage::open(db), settings(), db); }
@@ -286,16 +293,189 @@ TEST(TuneStudy, LateResultOfATrialTakenForDeadIsKept) {
   b->info("s");
   const auto t = a->claim(2, {"elsewhere", 1}, 0.01);
   a->set_params(t->id, {{"optim.lr", 0.01}, {"model.hidden", 8}});
+  a->report(t->id, 0, 0.5);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   const auto retry = b->claim(2, {"here", 2}, 0.01);  // takes t for dead, queues a retry
   ASSERT_TRUE(retry);
   EXPECT_EQ(retry->attrs.at("retry_of"), 0);
-  b->finish(retry->id, TrialState::failed, std::nullopt, 0, "test");
-  // the retry ran elsewhere and failed; now the original reports back
-  a->finish(t->id, TrialState::complete, 0.25, 5, "");
+  EXPECT_EQ(retry->params,
+            (std::map<std::string, double>{{"optim.lr", 0.01}, {"model.hidden", 8}}));
+  // the paused worker comes back: every write into its trial is rejected, as Optuna does
+  auto rejected = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const TrialFinishedError& e) {
+      EXPECT_NE(e.reason.find("no heartbeat"), std::string::npos) << e.reason;
+      EXPECT_NE(std::string(e.what()).find("trial 0 is already FAIL"), std::string::npos)
+          << e.what();
+      return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(rejected([&] { a->report(t->id, 1, 0.25); }));
+  EXPECT_TRUE(rejected([&] { a->set_attrs(t->id, {{"seconds", 1}}); }));
+  EXPECT_TRUE(rejected([&] { a->set_params(t->id, {{"optim.lr", 0.02}}); }));
+  EXPECT_TRUE(rejected([&] { a->finish(t->id, TrialState::complete, 0.25, 5, ""); }));
+  a->heartbeat(t->id);  // a no-op
   const auto trials = a->trials();
-  EXPECT_EQ(trials[0].state, TrialState::complete);
-  EXPECT_EQ(*trials[0].value, 0.25);
+  ASSERT_EQ(trials.size(), 2u);
+  EXPECT_EQ(trials[0].state, TrialState::failed);
+  EXPECT_FALSE(trials[0].value);
+  EXPECT_EQ(trials[0].intermediate.size(), 1u);
+  EXPECT_EQ(trials[1].state, TrialState::running);
+  EXPECT_EQ(trials[1].params, trials[0].params);
+}
+
+// A worker whose trial another worker failed prints one line and goes on with the next trial.
+TEST(TuneStudy, AWorkerWhoseTrialWasFailedDiscardsItAndGoesOn) {
+  const fs::path dir = temp_dir("discard");
+  const std::string db = (dir / "study.db").string();
+  Study study(Storage::open(db), settings("s", 0.3), db);
+  auto other = Storage::open(db);
+  other->info("s");
+  std::ostringstream console;
+  OptimizeOptions o;
+  o.n_trials = 3;
+  bool first = true;
+  study.optimize(
+      [&](TrialContext& c) -> int64_t {
+        if (first) {  // as if paused: another worker fails the trial meanwhile
+          first = false;
+          c.report(0, 1.0);
+          const auto t = other->trials().at(0);
+          other->finish(t.id, TrialState::failed, std::nullopt, 0, "taken for dead in a test");
+        }
+        return fake_training(c);
+      },
+      o, console);
+  EXPECT_NE(console.str().find("trial 0: failed by another worker while this worker was paused "
+                               "(taken for dead in a test); its result is discarded"),
+            std::string::npos)
+      << console.str();
+  const auto trials = study.trials();
+  ASSERT_EQ(trials.size(), 4u);
+  EXPECT_EQ(trials[0].state, TrialState::failed);
+  EXPECT_EQ(trials[0].intermediate.size(), 1u);
+  for (size_t i = 1; i < trials.size(); ++i) EXPECT_NE(trials[i].state, TrialState::failed);
+}
+
+// Enqueued trials (Optuna's enqueue_trial) run first, with their fixed parameters.
+TEST(TuneStudy, EnqueuedTrialsRunFirstWithTheirParameters) {
+  const fs::path dir = temp_dir("enqueue");
+  const std::string db = (dir / "study.db").string();
+  TuneSettings s = parse_tune_settings(
+      "tune:\n  sampler: {kind: random, seed: 1}\n  space:\n"
+      "    optim.lr: {type: float, low: 0.001, high: 0.1, log: true}\n"
+      "    optim.kind: {type: categorical, choices: [adamw, sgd]}\n",
+      "s.yaml", "val_loss");
+  Study study(Storage::open(db), s, db);
+  auto st = Storage::open(db);
+  st->info("s");
+  EXPECT_EQ(st->enqueue({{"optim.lr", "0.05"}, {"optim.kind", "sgd"}}), 0);
+  EXPECT_EQ(st->enqueue({{"optim.kind", "adamw"}}), 1);
+  EXPECT_NE(error_of([&] {
+              st->enqueue({{"optim.lr", "0.5"}});
+            }).find("is outside the space"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              st->enqueue({{"optim.kind", "adam"}});
+            }).find("not one of the choices"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              st->enqueue({{"optim.wd", "1"}});
+            }).find("not a parameter"),
+            std::string::npos);
+  std::ostringstream console;
+  OptimizeOptions o;
+  o.n_trials = 3;
+  study.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
+  const auto trials = study.trials();
+  ASSERT_EQ(trials.size(), 3u);
+  EXPECT_EQ(trials[0].params.at("optim.lr"), 0.05);
+  EXPECT_EQ(trials[0].params.at("optim.kind"), 1);
+  EXPECT_EQ(trials[1].params.at("optim.kind"), 0);
+  EXPECT_TRUE(trials[1].params.count("optim.lr"));
+  for (const auto& t : trials) EXPECT_EQ(t.state, TrialState::complete) << t.message;
+}
+
+// A file of seqforge's former schema is converted to Optuna's on first open.
+TEST(TuneStorage, FormerSchemaIsConvertedOnFirstOpen) {
+  const fs::path dir = temp_dir("migrate");
+  const std::string db = (dir / "study.db").string();
+  const TuneSettings s = settings();
+  const std::string fp = s.fingerprint(), space = space_json(s.space);
+  sql(db,
+      "CREATE TABLE seqforge_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+      "CREATE TABLE seqforge_studies (name TEXT PRIMARY KEY, direction TEXT NOT NULL, "
+      "fingerprint TEXT NOT NULL, space TEXT, created TEXT);"
+      "CREATE TABLE seqforge_trials (id INTEGER PRIMARY KEY AUTOINCREMENT, study TEXT NOT NULL, "
+      "number INTEGER NOT NULL, state TEXT NOT NULL, value TEXT, params TEXT, attrs TEXT, started "
+      "TEXT, finished TEXT, heartbeat TEXT, epochs INTEGER, host TEXT, pid INTEGER, message TEXT, "
+      "UNIQUE (study, number));"
+      "CREATE TABLE seqforge_intermediate (trial_id INTEGER NOT NULL, step INTEGER NOT NULL, "
+      "value TEXT, PRIMARY KEY (trial_id, step));"
+      "INSERT INTO seqforge_meta VALUES ('schema_version', '1');"
+      "INSERT INTO seqforge_studies VALUES ('s', 'minimize', '" +
+          fp + "', '" + space +
+          "', '1700000000');"
+          "INSERT INTO seqforge_trials (study, number, state, value, params, attrs, started, "
+          "finished, heartbeat, epochs, host, pid, message) VALUES "
+          "('s', 0, 'complete', '0.33333333333333331', '{\"optim.lr\":0.033333333333333333,"
+          "\"model.hidden\":7}', '{\"seconds\":1.5}', '1700000000.25', '1700000010.5', "
+          "'1700000010', 3, 'h', 12, ''),"
+          "('s', 1, 'pruned', 'nan', '{\"optim.lr\":0.01,\"model.hidden\":8}', '{}', "
+          "'1700000011', '1700000012', '1700000012', 1, 'h', 12, ''),"
+          "('s', 2, 'failed', NULL, '{\"optim.lr\":0.02,\"model.hidden\":9}', '{}', "
+          "'1700000013', '1700000014', '1700000014', 0, 'h', 12, 'boom'),"
+          "('s', 3, 'waiting', NULL, '{\"optim.lr\":0.02,\"model.hidden\":9}', "
+          "'{\"retries\":1,\"retry_of\":2}', NULL, NULL, NULL, NULL, NULL, NULL, NULL);"
+          "INSERT INTO seqforge_intermediate VALUES (1, 0, '0.5'), (1, 1, '0.33333333333333331'),"
+          "(2, 0, 'nan');");
+  {
+    auto st = Storage::open(db);
+    const auto info = st->info("s");
+    ASSERT_TRUE(info);
+    EXPECT_EQ(info->fingerprint, fp);
+    EXPECT_EQ(info->direction, "minimize");
+    const auto trials = st->trials();
+    ASSERT_EQ(trials.size(), 4u);
+    EXPECT_EQ(trials[0].state, TrialState::complete);
+    EXPECT_EQ(*trials[0].value, 1.0 / 3.0);
+    EXPECT_EQ(trials[0].params.at("optim.lr"), 0.1 / 3);
+    EXPECT_EQ(trials[0].params.at("model.hidden"), 7);
+    EXPECT_EQ(trials[0].intermediate.at(1), 1.0 / 3.0);
+    EXPECT_EQ(trials[0].attrs.at("seconds"), 1.5);
+    EXPECT_EQ(trials[0].epochs, 3);
+    EXPECT_EQ(trials[0].host, "h");
+    EXPECT_NEAR(trials[0].started, 1700000000.25, 1e-6);
+    EXPECT_EQ(trials[1].state, TrialState::pruned);
+    EXPECT_FALSE(trials[1].value);  // NaN: Optuna stores no value
+    EXPECT_TRUE(std::isnan(trials[1].intermediate.at(0)));
+    EXPECT_EQ(trials[2].state, TrialState::failed);
+    EXPECT_EQ(trials[2].message, "boom");
+    EXPECT_EQ(trials[3].state, TrialState::waiting);
+    EXPECT_EQ(trials[3].params, trials[2].params);  // as Optuna's fixed_params
+    EXPECT_EQ(trials[3].attrs.at("retry_of"), 2);
+  }
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(h, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'seqforge%'",
+                               -1, &st, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 0);
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+  // and the study goes on: the retry runs first
+  Study study(Storage::open(db), settings(), db);
+  std::ostringstream console;
+  OptimizeOptions o;
+  o.n_trials = 3;
+  study.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
+  const auto trials = study.trials();
+  EXPECT_EQ(trials[3].state, TrialState::complete);
+  EXPECT_EQ(trials[3].params, trials[2].params);
 }
 
 TEST(TuneStudy, ResumesWhereItStoppedAndHonoursTheTimeout) {
@@ -334,11 +514,33 @@ TEST(TuneStorage, ValuesRoundTripExactlyWithNaN) {
   s->report(t->id, 0, third);
   s->report(t->id, 2, std::nan(""));
   s->report(t->id, 2, 5.0);  // a step's first report wins
+  s->report(t->id, 3, INFINITY);
+  s->report(t->id, 4, -INFINITY);
   s->set_params(t->id, {{"optim.lr", 0.1 / 3}, {"model.hidden", 7}});
   s->finish(t->id, TrialState::complete, third, 3, "");
   const Trial back = s->trials().at(0);
   EXPECT_EQ(back.intermediate.at(0), third);
   EXPECT_TRUE(std::isnan(back.intermediate.at(2)));
+  EXPECT_EQ(back.intermediate.at(3), INFINITY);
+  EXPECT_EQ(back.intermediate.at(4), -INFINITY);
+  {  // as Optuna stores them: NULL with the value's type
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(h,
+                                 "SELECT step, intermediate_value IS NULL, intermediate_value_type "
+                                 "FROM trial_intermediate_values ORDER BY step",
+                                 -1, &st, nullptr),
+              SQLITE_OK);
+    std::string rows;
+    while (sqlite3_step(st) == SQLITE_ROW)
+      rows += std::to_string(sqlite3_column_int(st, 0)) + ":" +
+              std::to_string(sqlite3_column_int(st, 1)) + ":" +
+              reinterpret_cast<const char*>(sqlite3_column_text(st, 2)) + " ";
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    EXPECT_EQ(rows, "0:0:FINITE 2:1:NAN 3:1:INF_POS 4:1:INF_NEG ");
+  }
   EXPECT_EQ(back.params.at("optim.lr"), 0.1 / 3);
   EXPECT_EQ(*back.value, third);
   const std::string table = trials_table(s->trials(), &setup.settings());

@@ -11,7 +11,7 @@ namespace seqforge::cli {
 struct TuneCli {
   CLI::App* app = nullptr;
   tune::TuneCommand cmd;
-  std::string report;
+  std::string report, export_format;
 };
 
 TuneCli* add_tune(CLI::App& app) {
@@ -32,12 +32,26 @@ TuneCli* add_tune(CLI::App& app) {
   t.app->add_option("--report", t.report,
                     "print the trials of this study (file or URL) and write its HTML report");
   t.app->add_option("--html", t.cmd.report_html, "with --report: where to write the HTML page");
+  t.app
+      ->add_option("--enqueue", t.cmd.enqueue,
+                   "'key=value,...': a trial with these fixed parameters runs first (a "
+                   "categorical by its choice), as optuna's enqueue_trial; repeatable")
+      ->allow_extra_args(false);
+  t.app->add_option("--export", t.export_format,
+                    "csv or json: print every trial of the study given in place of CONFIG (file "
+                    "or URL) to stdout");
   return &t;
 }
 
 bool tune_parsed(const TuneCli* t) { return t->app->parsed(); }
 
 int run_tune(TuneCli* t) {
+  if (!t->export_format.empty()) {
+    if (!t->report.empty()) fail("tune: give --export or --report, not both");
+    if (t->cmd.config.empty()) fail("tune: --export ", t->export_format, " needs a STUDY");
+    if (!t->cmd.enqueue.empty()) fail("tune: --enqueue needs a CONFIG, not --export");
+    return tune::run_tune_export(t->cmd.config, t->cmd.name, t->export_format, std::cout);
+  }
   if (!t->report.empty()) {
     if (!t->cmd.config.empty())
       fail("tune: --report takes a study, not a config ('", t->cmd.config, "')");

@@ -6,6 +6,7 @@
 #ifdef SEQFORGE_HAVE_LIBPQ
 #include <libpq-fe.h>
 
+#include <cstdio>
 #include <regex>
 #endif
 
@@ -33,12 +34,14 @@ class PostgresDb final : public Db {
       fail(where_, ": cannot connect to PostgreSQL: ", msg);
     }
     query("SET client_min_messages = warning", {});
+    query("SET extra_float_digits = 3", {});  // doubles read back exactly on any server version
+    query("SET TIME ZONE 'UTC'", {});
     if (read_only) query("SET default_transaction_read_only = on", {});
   }
   ~PostgresDb() override {
     if (conn_) PQfinish(conn_);
   }
-  std::vector<Row> query(const std::string& sql, const std::vector<Value>& args) override {
+  std::vector<Row> query(const std::string& sql, const std::vector<Arg>& args) override {
     std::string text;
     int n = 0;
     for (char c : sql) {
@@ -49,8 +52,19 @@ class PostgresDb final : public Db {
         text += c;
       }
     }
+    std::vector<std::string> reals;
+    reals.reserve(args.size());
     std::vector<const char*> values;
-    for (const auto& a : args) values.push_back(a ? a->c_str() : nullptr);
+    for (const auto& a : args) {
+      if (a.is_real) {  // float8 input is correctly rounded: 17 digits read back the same double
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "%.17g", a.real);
+        reals.push_back(buf);
+        values.push_back(reals.back().c_str());
+      } else {
+        values.push_back(a.text ? a.text->c_str() : nullptr);
+      }
+    }
     PGresult* r = PQexecParams(conn_, text.c_str(), int(values.size()), nullptr, values.data(),
                                nullptr, nullptr, 0);
     const ExecStatusType st = PQresultStatus(r);
@@ -92,7 +106,7 @@ class PostgresDb final : public Db {
     for (const auto& r : query("SELECT table_name FROM information_schema.tables "
                                "WHERE table_schema = current_schema()",
                                {}))
-      if (r[0] && r[0]->rfind("seqforge_", 0) == 0) out.push_back(*r[0]);
+      if (r[0]) out.push_back(*r[0]);
     return out;
   }
   const std::string& where() const override { return where_; }

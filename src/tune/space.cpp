@@ -228,6 +228,7 @@ const Param& TuneSettings::param(const std::string& name) const {
 std::string TuneSettings::fingerprint() const {
   std::ostringstream s;
   s << tune::direction_name(direction) << ";" << metric;
+  if (value != "best") s << ";value=" << value;  // studies from before tune.value keep theirs
   for (const auto& p : space) {
     s << ";" << p.name << ":"
       << (p.kind == Param::Kind::categorical ? "categorical"
@@ -260,7 +261,7 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
   const YAML::Node t = root.IsMap() ? root["tune"] : YAML::Node();
   if (!t) fail(source, ": no `tune:` section (tune.space lists the parameters to search)");
   r.only(t, "tune",
-         {"name", "direction", "metric", "n_trials", "timeout", "heartbeat_interval",
+         {"name", "direction", "metric", "value", "n_trials", "timeout", "heartbeat_interval",
           "grace_period", "sampler", "pruner", "space"});
   if (t["name"]) s.name = r.text(t["name"], "tune.name");
   if (s.name.empty()) fail(r.at(t), ": tune.name: must not be empty");
@@ -274,6 +275,11 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
       fail(r.at(t["direction"]), ": tune.direction: expected minimize or maximize, got '", d, "'");
   }
   if (t["metric"]) s.metric = r.text(t["metric"], "tune.metric");
+  if (t["value"]) {
+    s.value = r.text(t["value"], "tune.value");
+    if (s.value != "best" && s.value != "last")
+      fail(r.at(t["value"]), ": tune.value: expected best or last, got '", s.value, "'");
+  }
   if (t["n_trials"]) {
     s.n_trials = r.integer(t["n_trials"], "tune.n_trials");
     if (s.n_trials <= 0) fail(r.at(t["n_trials"]), ": tune.n_trials: must be positive");

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -24,8 +25,8 @@ class SqliteDb final : public Db {
       fail(path, ": the study database is read-only (no write permission)");
     if (!read_only) {
       const fs::path dir = fs::absolute(path).parent_path();
-      std::error_code ec;
-      fs::create_directories(dir, ec);
+      if (!fs::is_directory(dir))
+        fail(path, ": the study's directory ", dir.string(), " does not exist");
       if (access(dir.c_str(), W_OK) != 0)
         fail(path, ": cannot write in ", dir.string(),
              " (SQLite needs the directory for its WAL and lock files)");
@@ -57,20 +58,29 @@ class SqliteDb final : public Db {
     if (db_) sqlite3_close(db_);
   }
 
-  std::vector<Row> query(const std::string& sql, const std::vector<Value>& args) override {
+  std::vector<Row> query(const std::string& sql, const std::vector<Arg>& args) override {
     sqlite3_stmt* st = nullptr;
     int rc = sqlite3_prepare_v2(db_, sql.c_str(), int(sql.size()), &st, nullptr);
     if (rc != SQLITE_OK) raise(rc, sql);
     std::vector<Row> rows;
     for (size_t i = 0; i < args.size(); ++i) {
-      if (args[i])
-        sqlite3_bind_text(st, int(i + 1), args[i]->c_str(), int(args[i]->size()), SQLITE_TRANSIENT);
+      if (args[i].is_real)
+        sqlite3_bind_double(st, int(i + 1), args[i].real);
+      else if (args[i].text)
+        sqlite3_bind_text(st, int(i + 1), args[i].text->c_str(), int(args[i].text->size()),
+                          SQLITE_TRANSIENT);
       else
         sqlite3_bind_null(st, int(i + 1));
     }
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
       Row row;
       for (int c = 0, n = sqlite3_column_count(st); c < n; ++c) {
+        if (sqlite3_column_type(st, c) == SQLITE_FLOAT) {  // SQLite's own text keeps 15 digits
+          char buf[40];
+          std::snprintf(buf, sizeof buf, "%.17g", sqlite3_column_double(st, c));
+          row.push_back(Value(buf));
+          continue;
+        }
         const unsigned char* t = sqlite3_column_text(st, c);
         row.push_back(t ? Value(reinterpret_cast<const char*>(t)) : Value());
       }

@@ -1,5 +1,20 @@
-// The study storage over SQL (SQLite or PostgreSQL). Numbers are stored as text ("%.17g") so
-// values round-trip exactly on both databases; NaN is "nan".
+// The study storage over SQL (SQLite or PostgreSQL) in Optuna's RDB schema (Optuna 3.x, schema
+// version 12, alembic v3.0.0.d), created here exactly as Optuna's SQLAlchemy models create it.
+//
+// What goes where:
+//   studies, study_directions (objective 0)          the study and its direction
+//   study_system_attributes seqforge:fingerprint      what makes trials comparable
+//                           seqforge:space            the search space (seqforge's JSON)
+//   trials (state RUNNING/COMPLETE/PRUNED/FAIL/WAITING, datetimes in local time as Optuna)
+//   trial_params            a parameter's value in Optuna's internal form (a categorical's index
+//                           into its choices) with its distribution_json
+//   trial_values, trial_intermediate_values           doubles; +-inf and NaN as Optuna's types
+//   trial_heartbeats        UTC, as Optuna's heartbeat
+//   trial_system_attributes seqforge:host, seqforge:pid, seqforge:epochs, seqforge:message,
+//                           seqforge:<driver number> (retries, retry_of, seconds, ...);
+//                           fixed_params (Optuna's enqueue_trial), completed_rung_<k> (Optuna's
+//                           successive halving key, shared with Optuna's pruner)
+// Doubles are bound as doubles and read back with 17 digits, so values round-trip exactly.
 #include "seqforge/tune/storage.hpp"
 
 #include <signal.h>
@@ -7,13 +22,18 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "db.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/tune/space.hpp"
 
 namespace seqforge::tune {
 
@@ -29,35 +49,186 @@ std::string host_name() {
 
 namespace {
 
-std::string num(double v) {
-  if (std::isnan(v)) return "nan";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+using json = nlohmann::json;
+
+constexpr const char* kPrefix = "seqforge:";
+
+double real(const Value& v) {
+  if (!v) return 0.0;
+  const std::string& s = *v;
+  if (s == "NaN" || s == "nan") return std::numeric_limits<double>::quiet_NaN();
+  if (s == "Infinity" || s == "inf") return std::numeric_limits<double>::infinity();
+  if (s == "-Infinity" || s == "-inf") return -std::numeric_limits<double>::infinity();
+  return std::strtod(s.c_str(), nullptr);
+}
+int64_t integer(const Value& v) { return v ? std::strtoll(v->c_str(), nullptr, 10) : 0; }
+std::string str(int64_t v) { return std::to_string(v); }
+
+// Datetimes as SQLAlchemy writes them: "YYYY-MM-DD HH:MM:SS.ffffff". Optuna's datetime_start and
+// datetime_complete are local time (datetime.now()), its heartbeats UTC (the database's clock).
+std::string datetime_text(double seconds, bool utc) {
+  const time_t whole = time_t(std::floor(seconds));
+  int64_t micro = int64_t(std::llround((seconds - double(whole)) * 1e6));
+  time_t t = whole;
+  if (micro >= 1000000) ++t, micro -= 1000000;
+  std::tm tm{};
+  if (utc)
+    gmtime_r(&t, &tm);
+  else
+    localtime_r(&t, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02d %02d:%02d:%02d.%06lld", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (long long)micro);
   return buf;
 }
-double real(const Value& v) { return v ? std::strtod(v->c_str(), nullptr) : 0.0; }
-int64_t integer(const Value& v) { return v ? std::strtoll(v->c_str(), nullptr, 10) : 0; }
-
-std::string to_json(const std::map<std::string, double>& m) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [k, v] : m) j[k] = v;
-  return j.dump();
-}
-std::map<std::string, double> from_json(const Value& v) {
-  std::map<std::string, double> out;
-  if (!v || v->empty()) return out;
-  const auto j = nlohmann::json::parse(*v, nullptr, false);
-  if (!j.is_object()) return out;
-  for (const auto& [k, x] : j.items())
-    if (x.is_number()) out[k] = x.get<double>();
-  return out;
+double datetime_seconds(const Value& v, bool utc) {
+  if (!v || v->size() < 19) return 0;
+  std::tm tm{};
+  double frac = 0;
+  int sec = 0;
+  if (std::sscanf(v->c_str(), "%d-%d-%d%*c%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &sec) != 6)
+    return 0;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  tm.tm_sec = sec;
+  tm.tm_isdst = -1;
+  if (v->size() > 19 && (*v)[19] == '.') frac = std::strtod(v->c_str() + 19, nullptr);
+  const time_t t = utc ? timegm(&tm) : mktime(&tm);
+  return double(t) + frac;
 }
 
 bool process_gone(int64_t pid) { return pid > 0 && kill(pid_t(pid), 0) != 0 && errno == ESRCH; }
 
-constexpr const char* kTrialColumns =
-    "id, number, state, value, params, attrs, started, finished, heartbeat, epochs, host, pid, "
-    "message";
+const char* optuna_state(TrialState s) {
+  switch (s) {
+    case TrialState::waiting:
+      return "WAITING";
+    case TrialState::running:
+      return "RUNNING";
+    case TrialState::complete:
+      return "COMPLETE";
+    case TrialState::pruned:
+      return "PRUNED";
+    case TrialState::failed:
+      return "FAIL";
+  }
+  return "FAIL";
+}
+TrialState state_from_optuna(const std::string& s, const std::string& where) {
+  if (s == "WAITING") return TrialState::waiting;
+  if (s == "RUNNING") return TrialState::running;
+  if (s == "COMPLETE") return TrialState::complete;
+  if (s == "PRUNED") return TrialState::pruned;
+  if (s == "FAIL") return TrialState::failed;
+  fail(where, ": unknown trial state '", s, "' in the study database");
+}
+
+// A double as Optuna stores it: (value or NULL, FINITE / INF_POS / INF_NEG / NAN).
+std::pair<Arg, std::string> typed_value(double v) {
+  if (std::isnan(v)) return {Arg(Value()), "NAN"};
+  if (std::isinf(v)) return {Arg(Value()), v > 0 ? "INF_POS" : "INF_NEG"};
+  return {Arg::number(v), "FINITE"};
+}
+double from_typed(const Value& v, const Value& type) {
+  const std::string t = type.value_or("FINITE");
+  if (t == "NAN") return std::numeric_limits<double>::quiet_NaN();
+  if (t == "INF_POS") return std::numeric_limits<double>::infinity();
+  if (t == "INF_NEG") return -std::numeric_limits<double>::infinity();
+  return real(v);
+}
+
+// A categorical choice (YAML text) as the JSON value Optuna would hold: 16, 2.5, true, "lstm".
+json choice_json(const std::string& text) {
+  if (text == "true" || text == "True") return true;
+  if (text == "false" || text == "False") return false;
+  int64_t i = 0;
+  const char* end = text.data() + text.size();
+  auto r = std::from_chars(text.data(), end, i);
+  if (!text.empty() && r.ec == std::errc() && r.ptr == end) return i;
+  double d = 0;
+  auto rd = std::from_chars(text.data(), end, d);
+  if (!text.empty() && rd.ec == std::errc() && rd.ptr == end && std::isfinite(d)) return d;
+  return text;
+}
+bool same_choice(const json& a, const json& b) {
+  if (a.is_number() && b.is_number() && !a.is_boolean() && !b.is_boolean())
+    return a.get<double>() == b.get<double>();
+  return a == b;
+}
+
+json distribution(const Param& p) {
+  json attrs;
+  if (p.kind == Param::Kind::categorical) {
+    json choices = json::array();
+    for (const auto& c : p.choices) choices.push_back(choice_json(c));
+    return {{"name", "CategoricalDistribution"}, {"attributes", {{"choices", choices}}}};
+  }
+  if (p.kind == Param::Kind::integer)
+    return {{"name", "IntDistribution"},
+            {"attributes",
+             {{"log", p.log},
+              {"step", int64_t(p.step > 0 ? p.step : 1)},
+              {"low", int64_t(p.low)},
+              {"high", int64_t(p.high)}}}};
+  return {{"name", "FloatDistribution"},
+          {"attributes",
+           {{"step", p.step > 0 ? json(p.step) : json(nullptr)},
+            {"low", p.low},
+            {"high", p.high},
+            {"log", p.log}}}};
+}
+
+// The parameter an Optuna distribution describes (for studies Optuna created).
+std::optional<Param> param_of(const std::string& name, const std::string& distribution_json) {
+  const json d = json::parse(distribution_json, nullptr, false);
+  if (!d.is_object() || !d.contains("attributes")) return std::nullopt;
+  const std::string kind = d.value("name", "");
+  const json& a = d["attributes"];
+  Param p;
+  p.name = name;
+  if (kind == "CategoricalDistribution") {
+    p.kind = Param::Kind::categorical;
+    for (const auto& c : a.value("choices", json::array()))
+      p.choices.push_back(c.is_string() ? c.get<std::string>() : c.dump());
+    return p;
+  }
+  auto number = [&](const char* k) {
+    return a.contains(k) && a[k].is_number() ? a[k].get<double>() : 0.0;
+  };
+  p.low = number("low");
+  p.high = number("high");
+  p.log = a.value("log", false);
+  if (kind == "IntDistribution" || kind == "IntUniformDistribution" ||
+      kind == "IntLogUniformDistribution") {
+    p.kind = Param::Kind::integer;
+    p.step = a.contains("step") && a["step"].is_number() ? a["step"].get<double>() : 1;
+    if (kind == "IntLogUniformDistribution") p.log = true;
+  } else {
+    p.kind = Param::Kind::floating;
+    p.step = number("step");
+    if (kind == "LogUniformDistribution") p.log = true;
+    if (kind == "DiscreteUniformDistribution") p.step = number("q");
+  }
+  return p;
+}
+
+const Param* find_param(const std::vector<Param>& space, const std::string& name) {
+  for (const auto& p : space)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+// A parameter value by value (categoricals as their choice), as Optuna's fixed_params holds it.
+json value_json(const Param* p, double v) {
+  if (!p) return v;
+  if (p->kind == Param::Kind::categorical) {
+    const size_t i = size_t(v);
+    return i < p->choices.size() ? choice_json(p->choices[i]) : json(v);
+  }
+  if (p->kind == Param::Kind::integer) return int64_t(std::llround(v));
+  return v;
+}
 
 class SqlStorage final : public Storage {
  public:
@@ -67,38 +238,83 @@ class SqlStorage final : public Storage {
 
   void create_or_check(const StudyInfo& info) override {
     write([&] {
-      const auto rows = db_->query("SELECT name, direction, fingerprint FROM seqforge_studies");
-      for (const auto& r : rows) {
-        if (*r[0] != info.name) {
-          if (!db_->postgres())
-            fail(where(), ": this study file holds study '", *r[0], "', not '", info.name,
-                 "' (give another --study file)");
-          continue;
-        }
-        if (*r[1] != info.direction)
-          fail(where(), ": study '", info.name, "' was created to ", *r[1], ", not to ",
+      const auto studies = db_->query("SELECT study_id, study_name FROM studies ORDER BY study_id");
+      bool named = false;
+      for (const auto& r : studies) named = named || *r[1] == info.name;
+      // A seqforge study file holds one study; a file Optuna made may hold several, one of them
+      // this one.
+      if (!named && !studies.empty() && !db_->postgres())
+        fail(where(), ": this study file holds study '", *studies[0][1], "', not '", info.name,
+             "' (give another --study file)");
+      for (const auto& r : studies) {
+        if (*r[1] != info.name) continue;
+        const int64_t id = integer(r[0]);
+        const std::string direction = study_direction(id);
+        if (direction != info.direction)
+          fail(where(), ": study '", info.name, "' was created to ", direction, ", not to ",
                info.direction);
-        if (*r[2] != info.fingerprint)
-          fail(where(), ": study '", info.name,
-               "' was created with another metric or search space (stored: ", *r[2],
-               "; config: ", info.fingerprint, "); use a new study name or file");
-        study_ = info.name;
+        const auto attrs = study_attrs(id);
+        const std::vector<Param> mine = space_from_json(info.space);
+        auto fp = attrs.find("seqforge:fingerprint");
+        if (fp != attrs.end()) {
+          const std::string stored = fp->second.is_string() ? fp->second.get<std::string>() : "";
+          if (stored != info.fingerprint)
+            fail(where(), ": study '", info.name,
+                 "' was created with another metric or search space (stored: ", stored,
+                 "; config: ", info.fingerprint, "); use a new study name or file");
+        } else {
+          // A study Optuna created: its parameters must fit this space as Optuna's own
+          // distribution check demands (same kind and log; categoricals: the same choices).
+          for (const auto& [name, dist] : stored_distributions(id)) {
+            const Param* p = find_param(mine, name);
+            if (!p)
+              fail(where(), ": study '", info.name, "' has a parameter '", name,
+                   "' that this config's tune.space does not search");
+            const json want = distribution(*p);
+            const json have = json::parse(dist, nullptr, false);
+            const std::string kind = have.is_object() ? have.value("name", "") : "";
+            bool ok = kind == want["name"];
+            if (ok && p->kind == Param::Kind::categorical) {
+              const json& a = have["attributes"]["choices"];
+              const json& b = want["attributes"]["choices"];
+              ok = a.size() == b.size();
+              for (size_t i = 0; ok && i < a.size(); ++i) ok = same_choice(a[i], b[i]);
+            } else if (ok) {
+              ok = have["attributes"].value("log", false) == p->log;
+            }
+            if (!ok)
+              fail(where(), ": study '", info.name, "' holds parameter '", name, "' as ", dist,
+                   ", which does not fit tune.space (", want.dump(), ")");
+          }
+          set_study_attr(id, "seqforge:fingerprint", info.fingerprint);
+          set_study_attr(id, "seqforge:space", json::parse(info.space, nullptr, false));
+        }
+        use_study(id, info.name);
         return;
       }
-      db_->query(
-          "INSERT INTO seqforge_studies (name, direction, fingerprint, space, created) "
-          "VALUES (?, ?, ?, ?, ?)",
-          {info.name, info.direction, info.fingerprint, info.space, num(now_seconds())});
-      study_ = info.name;
+      std::string upper = info.direction;
+      for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+      const auto ins =
+          db_->query("INSERT INTO studies (study_name) VALUES (?) RETURNING study_id", {info.name});
+      const int64_t id = integer(ins[0][0]);
+      db_->query("INSERT INTO study_directions (direction, study_id, objective) VALUES (?, ?, 0)",
+                 {upper, str(id)});
+      set_study_attr(id, "seqforge:fingerprint", info.fingerprint);
+      set_study_attr(id, "seqforge:space", json::parse(info.space, nullptr, false));
+      use_study(id, info.name);
     });
   }
 
   std::optional<StudyInfo> info(const std::string& name) override {
-    for (const auto& r : db_->query("SELECT name, direction, fingerprint, space FROM "
-                                    "seqforge_studies ORDER BY created")) {
-      if (!name.empty() && *r[0] != name) continue;
-      study_ = *r[0];
-      return StudyInfo{*r[0], *r[1], *r[2], r[3].value_or("[]")};
+    for (const auto& r : db_->query("SELECT study_id, study_name FROM studies ORDER BY study_id")) {
+      if (!name.empty() && *r[1] != name) continue;
+      const int64_t id = integer(r[0]);
+      use_study(id, *r[1]);
+      const auto attrs = study_attrs(id);
+      StudyInfo out{*r[1], study_direction(id), "", space_json(space_)};
+      auto fp = attrs.find("seqforge:fingerprint");
+      if (fp != attrs.end() && fp->second.is_string()) out.fingerprint = fp->second;
+      return out;
     }
     return std::nullopt;
   }
@@ -107,134 +323,173 @@ class SqlStorage final : public Storage {
                              bool count_failed) override {
     std::optional<Trial> out;
     write([&] {
+      need_study();
       const double now = now_seconds();
-      for (const auto& r :
-           db_->query("SELECT id, number, host, pid, heartbeat, params, attrs FROM seqforge_trials "
-                      "WHERE study = ? AND state = 'running'",
-                      {study_})) {
-        const double idle = now - real(r[4]);
-        const bool dead = r[2] && *r[2] == worker.host && process_gone(integer(r[3]));
+      for (const Trial& t : load("t.study_id = ? AND t.state = 'RUNNING'", {str(study_id_)})) {
+        const double idle = t.heartbeat > 0 ? now - t.heartbeat : 0;
+        const bool dead = !t.host.empty() && t.host == worker.host && process_gone(t.pid);
         if (idle <= grace && !dead) continue;
-        const std::string why =
-            dead ? "its worker (" + r[2].value_or("?") + " pid " + r[3].value_or("?") + ") died"
-                 : "no heartbeat from its worker (" + r[2].value_or("?") + " pid " +
-                       r[3].value_or("?") + ") for " + std::to_string(int64_t(idle)) + " s";
-        db_->query(
-            "UPDATE seqforge_trials SET state = 'failed', finished = ?, message = ? "
-            "WHERE id = ?",
-            {num(now), why, *r[0]});
-        std::map<std::string, double> attrs = from_json(r[6]);
-        const double retries = attrs.count("retries") ? attrs["retries"] : 0;
-        if (r[5] && retries < 2) {  // run its parameters again
-          std::map<std::string, double> a{{"retries", retries + 1},
-                                          {"retry_of", double(integer(r[1]))}};
-          db_->query(
-              "INSERT INTO seqforge_trials (study, number, state, params, attrs) "
-              "VALUES (?, ?, 'waiting', ?, ?)",
-              {study_, std::to_string(next_number()), *r[5], to_json(a)});
+        const std::string who = t.host.empty() ? std::string("?") : t.host;
+        const std::string why = dead ? "its worker (" + who + " pid " + str(t.pid) + ") died"
+                                     : "no heartbeat from its worker (" + who + " pid " +
+                                           str(t.pid) + ") for " + str(int64_t(idle)) + " s";
+        db_->query("UPDATE trials SET state = 'FAIL', datetime_complete = ? WHERE trial_id = ?",
+                   {datetime_text(now, false), str(t.id)});
+        set_trial_attr(t.id, "seqforge:message", why);
+        const double retries = t.attrs.count("retries") ? t.attrs.at("retries") : 0;
+        if (!t.params.empty() && retries < 2) {  // run its parameters again, as Optuna would
+          const int64_t id = insert_trial("WAITING", std::nullopt);
+          set_trial_attr(id, "fixed_params", by_value(t.params));
+          set_trial_attr(id, "failed_trial", t.number);  // Optuna's RetryFailedTrialCallback keys
+          set_trial_attr(id, "seqforge:retries", retries + 1);
+          set_trial_attr(id, "seqforge:retry_of", double(t.number));
         }
       }
       const auto waiting = db_->query(
-          "SELECT id FROM seqforge_trials WHERE study = ? AND state = 'waiting' "
-          "ORDER BY number LIMIT 1",
-          {study_});
-      std::string id;
+          "SELECT trial_id FROM trials WHERE study_id = ? AND state = 'WAITING' "
+          "ORDER BY trial_id LIMIT 1",
+          {str(study_id_)});
+      int64_t id = 0;
       if (!waiting.empty()) {
-        id = *waiting[0][0];
-        db_->query(
-            "UPDATE seqforge_trials SET state = 'running', started = ?, heartbeat = ?, "
-            "host = ?, pid = ? WHERE id = ?",
-            {num(now), num(now), worker.host, std::to_string(worker.pid), id});
+        id = integer(waiting[0][0]);
+        db_->query("UPDATE trials SET state = 'RUNNING', datetime_start = ? WHERE trial_id = ?",
+                   {datetime_text(now, false), str(id)});
       } else {
-        const auto count = db_->query(
-            std::string("SELECT count(*) FROM seqforge_trials WHERE study = ? AND state IN "
-                        "('running', 'complete', 'pruned'") +
-                (count_failed ? ", 'failed')" : ")"),
-            {study_});
+        const auto count =
+            db_->query(std::string("SELECT count(*) FROM trials WHERE study_id = ? AND state IN "
+                                   "('RUNNING', 'COMPLETE', 'PRUNED'") +
+                           (count_failed ? ", 'FAIL')" : ")"),
+                       {str(study_id_)});
         if (integer(count[0][0]) >= n_trials) return;
-        const auto ins = db_->query(
-            "INSERT INTO seqforge_trials (study, number, state, started, heartbeat, host, pid, "
-            "attrs) VALUES (?, ?, 'running', ?, ?, ?, ?, '{}') RETURNING id",
-            {study_, std::to_string(next_number()), num(now), num(now), worker.host,
-             std::to_string(worker.pid)});
-        id = *ins[0][0];
+        id = insert_trial("RUNNING", now);
       }
-      out = load_one(id);
+      set_trial_attr(id, "seqforge:host", worker.host);
+      set_trial_attr(id, "seqforge:pid", worker.pid);
+      beat(id, now);
+      auto loaded = load("t.trial_id = ?", {str(id)});
+      SF_CHECK(loaded.size() == 1, "trial ", id);
+      out = std::move(loaded[0]);
     });
     return out;
   }
 
   void set_params(int64_t id, const std::map<std::string, double>& params) override {
-    db_->query("UPDATE seqforge_trials SET params = ? WHERE id = ?",
-               {to_json(params), std::to_string(id)});
+    write([&] {
+      check_running(id);
+      for (const auto& [name, v] : params) {
+        const Param* p = find_param(space_, name);
+        json d;
+        if (p) {
+          d = distribution(*p);
+        } else {  // not in the stored space: a one-point distribution keeps the value
+          Param one;
+          one.name = name;
+          one.low = one.high = v;
+          d = distribution(one);
+        }
+        db_->query("DELETE FROM trial_params WHERE trial_id = ? AND param_name = ?",
+                   {str(id), name});
+        db_->query(
+            "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) "
+            "VALUES (?, ?, ?, ?)",
+            {str(id), name, Arg::number(v), d.dump()});
+      }
+    });
   }
 
   void report(int64_t id, int64_t step, double value) override {
-    db_->query(
-        "INSERT INTO seqforge_intermediate (trial_id, step, value) VALUES (?, ?, ?) "
-        "ON CONFLICT DO NOTHING",
-        {std::to_string(id), std::to_string(step), num(value)});
+    write([&] {
+      check_running(id);
+      const auto [v, type] = typed_value(value);
+      db_->query(
+          "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, "
+          "intermediate_value_type) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+          {str(id), str(step), v, type});
+    });
   }
 
   void set_attrs(int64_t id, const std::map<std::string, double>& attrs) override {
     if (attrs.empty()) return;
     write([&] {
-      const auto r =
-          db_->query("SELECT attrs FROM seqforge_trials WHERE id = ?", {std::to_string(id)});
-      std::map<std::string, double> all =
-          r.empty() ? std::map<std::string, double>{} : from_json(r[0][0]);
-      for (const auto& [k, v] : attrs) all[k] = v;
-      db_->query("UPDATE seqforge_trials SET attrs = ? WHERE id = ?",
-                 {to_json(all), std::to_string(id)});
+      check_running(id);
+      for (const auto& [k, v] : attrs) set_trial_attr(id, attr_key(k), v);
     });
   }
 
   void heartbeat(int64_t id) override {
-    db_->query("UPDATE seqforge_trials SET heartbeat = ? WHERE id = ? AND state = 'running'",
-               {num(now_seconds()), std::to_string(id)});
+    write([&] {
+      const auto r = db_->query("SELECT state FROM trials WHERE trial_id = ?", {str(id)});
+      if (!r.empty() && r[0][0] && *r[0][0] == "RUNNING") beat(id, now_seconds());
+    });
   }
 
   void finish(int64_t id, TrialState state, std::optional<double> value, int64_t epochs,
               const std::string& message) override {
     write([&] {
-      const auto r = db_->query("SELECT number, state FROM seqforge_trials WHERE id = ?",
-                                {std::to_string(id)});
-      if (r.empty()) fail(where(), ": trial row ", id, " vanished from the study");
-      // A trial taken for dead that finishes after all keeps its result; its queued retry goes.
-      if (*r[0][1] == "failed" && state != TrialState::failed) {
-        for (const auto& w : db_->query("SELECT id, attrs FROM seqforge_trials WHERE study = ? "
-                                        "AND state = 'waiting'",
-                                        {study_})) {
-          const auto a = from_json(w[1]);
-          if (a.count("retry_of") && int64_t(a.at("retry_of")) == integer(r[0][0]))
-            db_->query("DELETE FROM seqforge_trials WHERE id = ?", {*w[0]});
-        }
+      check_running(id);
+      const double now = now_seconds();
+      db_->query("UPDATE trials SET state = ?, datetime_complete = ? WHERE trial_id = ?",
+                 {optuna_state(state), datetime_text(now, false), str(id)});
+      db_->query("DELETE FROM trial_values WHERE trial_id = ?", {str(id)});
+      if (value && !std::isnan(*value)) {  // Optuna has no NaN objective value
+        const auto [v, type] = typed_value(*value);
+        db_->query(
+            "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, ?, ?)",
+            {str(id), v, type});
       }
-      db_->query(
-          "UPDATE seqforge_trials SET state = ?, value = ?, epochs = ?, message = ?, "
-          "finished = ? WHERE id = ?",
-          {std::string(state_name(state)), value ? Value(num(*value)) : Value(),
-           std::to_string(epochs), message, num(now_seconds()), std::to_string(id)});
+      set_trial_attr(id, "seqforge:epochs", epochs);
+      if (!message.empty()) set_trial_attr(id, "seqforge:message", message);
     });
   }
 
+  int64_t enqueue(const std::map<std::string, std::string>& fixed) override {
+    int64_t number = 0;
+    write([&] {
+      need_study();
+      json params = json::object();
+      for (const auto& [name, text] : fixed) {
+        const Param* p = find_param(space_, name);
+        if (!p) {
+          std::string known;
+          for (const auto& q : space_) known += (known.empty() ? "" : ", ") + q.name;
+          fail(where(), ": --enqueue: '", name, "' is not a parameter of study '", study_, "' (",
+               known, ")");
+        }
+        if (p->kind == Param::Kind::categorical) {
+          const json want = choice_json(text);
+          bool found = false;
+          for (const auto& c : p->choices) found = found || same_choice(choice_json(c), want);
+          if (!found) {
+            std::string list;
+            for (const auto& c : p->choices) list += (list.empty() ? "" : ", ") + c;
+            fail(where(), ": --enqueue: ", name, "=", text, " is not one of the choices (", list,
+                 ")");
+          }
+          params[name] = want;
+          continue;
+        }
+        double v = 0;
+        const char* end = text.data() + text.size();
+        const auto r = std::from_chars(text.data(), end, v);
+        if (text.empty() || r.ec != std::errc() || r.ptr != end || !std::isfinite(v))
+          fail(where(), ": --enqueue: ", name, "=", text, ": expected a number");
+        if (!p->contains(v))
+          fail(where(), ": --enqueue: ", name, "=", text, " is outside the space (",
+               p->kind == Param::Kind::integer ? "int" : "float", " ", p->text(p->low), "..",
+               p->text(p->high), p->step > 0 ? " step " + p->text(p->step) : std::string(),
+               p->log ? ", log" : "", ")");
+        params[name] = value_json(p, v);
+      }
+      const int64_t id = insert_trial("WAITING", std::nullopt);
+      set_trial_attr(id, "fixed_params", params);
+      number = integer(db_->query("SELECT number FROM trials WHERE trial_id = ?", {str(id)})[0][0]);
+    });
+    return number;
+  }
+
   std::vector<Trial> trials() override {
-    std::vector<Trial> out;
-    std::map<int64_t, size_t> index;
-    for (const auto& r : db_->query(std::string("SELECT ") + kTrialColumns +
-                                        " FROM seqforge_trials WHERE study = ? ORDER BY number",
-                                    {study_})) {
-      index[integer(r[0])] = out.size();
-      out.push_back(parse(r));
-    }
-    for (const auto& r :
-         db_->query("SELECT i.trial_id, i.step, i.value FROM seqforge_intermediate i "
-                    "JOIN seqforge_trials t ON t.id = i.trial_id WHERE t.study = ?",
-                    {study_})) {
-      auto it = index.find(integer(r[0]));
-      if (it != index.end()) out[it->second].intermediate[integer(r[1])] = real(r[2]);
-    }
-    return out;
+    need_study();
+    return load("t.study_id = ?", {str(study_id_)});
   }
 
   const std::string& where() const override { return db_->where(); }
@@ -253,46 +508,415 @@ class SqlStorage final : public Storage {
     }
   }
 
-  int64_t next_number() {
-    const auto r = db_->query("SELECT max(number) FROM seqforge_trials WHERE study = ?", {study_});
-    return r.empty() || !r[0][0] ? 0 : integer(r[0][0]) + 1;
+  void need_study() {
+    if (study_id_ < 0) {
+      if (!info("")) fail(where(), ": holds no study");
+    }
   }
 
-  Trial parse(const Row& r) const {
-    Trial t;
-    t.id = integer(r[0]);
-    t.number = integer(r[1]);
-    t.state = state_of(r[2].value_or(""));
-    if (r[3]) t.value = real(r[3]);
-    t.params = from_json(r[4]);
-    t.attrs = from_json(r[5]);
-    t.started = real(r[6]);
-    t.finished = real(r[7]);
-    t.heartbeat = real(r[8]);
-    t.epochs = integer(r[9]);
-    t.host = r[10].value_or("");
-    t.pid = integer(r[11]);
-    t.message = r[12].value_or("");
-    return t;
+  void use_study(int64_t id, const std::string& name) {
+    study_id_ = id;
+    study_ = name;
+    const auto attrs = study_attrs(id);
+    auto sp = attrs.find("seqforge:space");
+    space_.clear();
+    if (sp != attrs.end() && sp->second.is_array()) space_ = space_from_json(sp->second.dump());
+    // Parameters only Optuna knows about (a study it created): from their distributions.
+    for (const auto& [pname, dist] : stored_distributions(id))
+      if (!find_param(space_, pname))
+        if (auto p = param_of(pname, dist)) space_.push_back(*p);
   }
 
-  Trial load_one(const std::string& id) {
-    const auto r = db_->query(
-        std::string("SELECT ") + kTrialColumns + " FROM seqforge_trials WHERE id = ?", {id});
-    SF_CHECK(!r.empty(), "trial ", id);
-    Trial t = parse(r[0]);
-    for (const auto& i :
-         db_->query("SELECT step, value FROM seqforge_intermediate WHERE trial_id = ?", {id}))
-      t.intermediate[integer(i[0])] = real(i[1]);
-    return t;
+  std::string study_direction(int64_t id) {
+    const auto d = db_->query(
+        "SELECT direction FROM study_directions WHERE study_id = ? ORDER BY objective", {str(id)});
+    if (d.size() > 1)
+      fail(where(), ": study ", id, " has ", d.size(), " objectives; seqforge studies have one");
+    std::string s = d.empty() || !d[0][0] ? "MINIMIZE" : *d[0][0];
+    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  }
+
+  std::map<std::string, json> study_attrs(int64_t id) {
+    std::map<std::string, json> out;
+    for (const auto& r : db_->query(
+             "SELECT key, value_json FROM study_system_attributes WHERE study_id = ?", {str(id)}))
+      if (r[0] && r[1]) out[*r[0]] = json::parse(*r[1], nullptr, false);
+    return out;
+  }
+
+  // The first stored distribution of each parameter in the study.
+  std::map<std::string, std::string> stored_distributions(int64_t id) {
+    std::map<std::string, std::string> out;
+    for (const auto& r :
+         db_->query("SELECT p.param_name, p.distribution_json FROM trial_params p JOIN trials t "
+                    "ON t.trial_id = p.trial_id WHERE t.study_id = ? ORDER BY p.param_id",
+                    {str(id)}))
+      if (r[0] && r[1]) out.emplace(*r[0], *r[1]);
+    return out;
+  }
+
+  void set_study_attr(int64_t id, const std::string& key, const json& value) {
+    db_->query("DELETE FROM study_system_attributes WHERE study_id = ? AND key = ?",
+               {str(id), key});
+    db_->query("INSERT INTO study_system_attributes (study_id, key, value_json) VALUES (?, ?, ?)",
+               {str(id), key, value.dump()});
+  }
+  void set_trial_attr(int64_t id, const std::string& key, const json& value) {
+    db_->query("DELETE FROM trial_system_attributes WHERE trial_id = ? AND key = ?",
+               {str(id), key});
+    db_->query("INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (?, ?, ?)",
+               {str(id), key, value.dump()});
+  }
+
+  // Pruner keys Optuna's own pruners share stay as they are; the driver's get the prefix.
+  static std::string attr_key(const std::string& k) {
+    return k.rfind("completed_rung_", 0) == 0 ? k : kPrefix + k;
+  }
+
+  void beat(int64_t id, double now) {
+    db_->query("DELETE FROM trial_heartbeats WHERE trial_id = ?", {str(id)});
+    db_->query("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?)",
+               {str(id), datetime_text(now, true)});
+  }
+
+  // Optuna numbers a trial by the count of the study's trials with a smaller trial_id, counted
+  // after its insert (so numbers agree with Optuna workers that do not take seqforge's lock).
+  int64_t insert_trial(const char* state, std::optional<double> started) {
+    const auto ins = db_->query(
+        "INSERT INTO trials (study_id, state, datetime_start) VALUES (?, ?, ?) RETURNING trial_id",
+        {str(study_id_), state, started ? Value(datetime_text(*started, false)) : Value()});
+    const int64_t id = integer(ins[0][0]);
+    db_->query(
+        "UPDATE trials SET number = (SELECT count(*) FROM trials WHERE study_id = ? AND trial_id "
+        "< ?) WHERE trial_id = ?",
+        {str(study_id_), str(id), str(id)});
+    return id;
+  }
+
+  void check_running(int64_t id) {
+    const auto r = db_->query("SELECT number, state FROM trials WHERE trial_id = ?", {str(id)});
+    if (r.empty()) fail(where(), ": trial row ", id, " vanished from the study");
+    if (r[0][1] && *r[0][1] == "RUNNING") return;
+    std::string why;
+    for (const auto& m :
+         db_->query("SELECT value_json FROM trial_system_attributes WHERE trial_id = ? AND key = ?",
+                    {str(id), "seqforge:message"})) {
+      const json j = json::parse(m[0].value_or(""), nullptr, false);
+      if (j.is_string()) why = j.get<std::string>();
+    }
+    throw TrialFinishedError(
+        detail::concat(where(), ": trial ", r[0][0].value_or("?"), " is already ",
+                       r[0][1].value_or("?"), why.empty() ? std::string() : " (" + why + ")",
+                       " and cannot be updated"),
+        why.empty() ? "state " + r[0][1].value_or("?") : why);
+  }
+
+  json by_value(const std::map<std::string, double>& params) const {
+    json out = json::object();
+    for (const auto& [k, v] : params) out[k] = value_json(find_param(space_, k), v);
+    return out;
+  }
+
+  // Trials matching `where` (on trials t), with everything stored about them.
+  std::vector<Trial> load(const std::string& cond, const std::vector<Arg>& args) {
+    std::vector<Trial> out;
+    std::map<int64_t, size_t> index;
+    for (const auto& r : db_->query("SELECT t.trial_id, t.number, t.state, t.datetime_start, "
+                                    "t.datetime_complete FROM trials t WHERE " +
+                                        cond + " ORDER BY t.number, t.trial_id",
+                                    args)) {
+      Trial t;
+      t.id = integer(r[0]);
+      t.number = integer(r[1]);
+      t.state = state_from_optuna(r[2].value_or(""), where());
+      t.started = datetime_seconds(r[3], false);
+      t.finished = datetime_seconds(r[4], false);
+      index[t.id] = out.size();
+      out.push_back(std::move(t));
+    }
+    if (out.empty()) return out;
+    auto each = [&](const std::string& sql, auto&& f) {
+      for (const auto& r :
+           db_->query(sql + " JOIN trials t ON t.trial_id = x.trial_id WHERE " + cond, args)) {
+        auto it = index.find(integer(r[0]));
+        if (it != index.end()) f(out[it->second], r);
+      }
+    };
+    std::map<int64_t, json> fixed;
+    each("SELECT x.trial_id, x.key, x.value_json FROM trial_system_attributes x",
+         [&](Trial& t, const Row& r) {
+           if (!r[1] || !r[2]) return;
+           const std::string& key = *r[1];
+           const json v = json::parse(*r[2], nullptr, false);
+           if (key == "fixed_params") {
+             fixed[t.id] = v;
+           } else if (key == "fail_reason" && t.message.empty() && v.is_string()) {
+             t.message = v.get<std::string>();
+           } else if (key.rfind("completed_rung_", 0) == 0 && v.is_number()) {
+             t.attrs[key] = v.get<double>();
+           } else if (key.rfind(kPrefix, 0) == 0) {
+             const std::string k = key.substr(std::char_traits<char>::length(kPrefix));
+             if (k == "host" && v.is_string())
+               t.host = v.get<std::string>();
+             else if (k == "message" && v.is_string())
+               t.message = v.get<std::string>();
+             else if (k == "pid" && v.is_number())
+               t.pid = v.get<int64_t>();
+             else if (k == "epochs" && v.is_number())
+               t.epochs = v.get<int64_t>();
+             else if (v.is_number())
+               t.attrs[k] = v.get<double>();
+           }
+         });
+    each("SELECT x.trial_id, x.param_name, x.param_value, x.distribution_json FROM trial_params x",
+         [&](Trial& t, const Row& r) {
+           if (!r[1]) return;
+           double v = real(r[2]);
+           const Param* p = find_param(space_, *r[1]);
+           if (p && p->kind == Param::Kind::categorical && r[3]) {  // the index into its choices
+             const json d = json::parse(*r[3], nullptr, false);
+             if (d.is_object() && d.contains("attributes")) {
+               const json choices = d["attributes"].value("choices", json::array());
+               const size_t i = size_t(v);
+               if (i < choices.size())
+                 for (size_t k = 0; k < p->choices.size(); ++k)
+                   if (same_choice(choice_json(p->choices[k]), choices[i])) v = double(k);
+             }
+           }
+           t.params[*r[1]] = v;
+         });
+    each("SELECT x.trial_id, x.value, x.value_type FROM trial_values x",
+         [&](Trial& t, const Row& r) { t.value = from_typed(r[1], r[2]); });
+    each(
+        "SELECT x.trial_id, x.step, x.intermediate_value, x.intermediate_value_type FROM "
+        "trial_intermediate_values x",
+        [&](Trial& t, const Row& r) { t.intermediate[integer(r[1])] = from_typed(r[2], r[3]); });
+    each("SELECT x.trial_id, x.heartbeat FROM trial_heartbeats x",
+         [&](Trial& t, const Row& r) { t.heartbeat = datetime_seconds(r[1], true); });
+    // Waiting or just claimed trials: fixed parameters (Optuna's enqueue_trial, a retry) that
+    // are not set yet.
+    for (const auto& [id, params] : fixed) {
+      Trial& t = out[index[id]];
+      if (!params.is_object()) continue;
+      for (const auto& [k, v] : params.items()) {
+        if (t.params.count(k)) continue;
+        const Param* p = find_param(space_, k);
+        if (p && p->kind == Param::Kind::categorical) {
+          bool found = false;
+          for (size_t c = 0; c < p->choices.size() && !found; ++c)
+            if (same_choice(choice_json(p->choices[c]), v)) {
+              t.params[k] = double(c);
+              found = true;
+            }
+          if (!found && t.message.empty())
+            t.message = "fixed parameter " + k + "=" + v.dump() + " is not one of its choices";
+        } else if (v.is_number()) {
+          t.params[k] = v.get<double>();
+        } else if (t.message.empty()) {
+          t.message = "fixed parameter " + k + "=" + v.dump() + " is not a number";
+        }
+      }
+    }
+    return out;
+  }
+
+  // ---- schema --------------------------------------------------------------------------------
+
+  void create_optuna_schema() {
+    const bool pg = db_->postgres();
+    const std::string id = pg ? "SERIAL NOT NULL" : "INTEGER NOT NULL";
+    const std::string flt = pg ? "FLOAT(53)" : "FLOAT";
+    const std::string dt = pg ? "TIMESTAMP WITHOUT TIME ZONE" : "DATETIME";
+    const std::string dir = pg ? "studydirection" : "VARCHAR(8)";
+    const std::string state = pg ? "trialstate" : "VARCHAR(8)";
+    const std::string vtype = pg ? "trialvaluetype" : "VARCHAR(7)";
+    const std::string itype = pg ? "trialintermediatevaluetype" : "VARCHAR(7)";
+    if (pg) {  // SQLAlchemy's native enum types, named after the Python enums
+      db_->query("CREATE TYPE studydirection AS ENUM ('NOT_SET', 'MINIMIZE', 'MAXIMIZE')");
+      db_->query(
+          "CREATE TYPE trialstate AS ENUM ('RUNNING', 'COMPLETE', 'PRUNED', 'FAIL', 'WAITING')");
+      db_->query("CREATE TYPE trialvaluetype AS ENUM ('FINITE', 'INF_POS', 'INF_NEG')");
+      db_->query(
+          "CREATE TYPE trialintermediatevaluetype AS ENUM ('FINITE', 'INF_POS', 'INF_NEG', "
+          "'NAN')");
+    }
+    db_->query("CREATE TABLE studies (\n\tstudy_id " + id +
+               ", \n\tstudy_name VARCHAR(512) NOT NULL, \n\tPRIMARY KEY (study_id)\n)");
+    db_->query("CREATE UNIQUE INDEX ix_studies_study_name ON studies (study_name)");
+    db_->query(
+        "CREATE TABLE version_info (\n\tversion_info_id INTEGER NOT NULL, \n\tschema_version "
+        "INTEGER, \n\tlibrary_version VARCHAR(256), \n\tPRIMARY KEY (version_info_id), \n\tCHECK "
+        "(version_info_id=1)\n)");
+    db_->query("CREATE TABLE study_directions (\n\tstudy_direction_id " + id + ", \n\tdirection " +
+               dir +
+               " NOT NULL, \n\tstudy_id INTEGER NOT NULL, \n\tobjective INTEGER NOT NULL, "
+               "\n\tPRIMARY KEY (study_direction_id), \n\tUNIQUE (study_id, objective), "
+               "\n\tFOREIGN KEY(study_id) REFERENCES studies (study_id)\n)");
+    for (const char* owner : {"study", "trial"}) {
+      for (const char* kind : {"user", "system"}) {
+        const std::string o = owner;
+        const std::string parent = o == "study" ? "studies" : "trials";
+        db_->query("CREATE TABLE " + o + "_" + kind + "_attributes (\n\t" + o + "_" + kind +
+                   "_attribute_id " + id + ", \n\t" + o +
+                   "_id INTEGER, \n\t\"key\" VARCHAR(512), "
+                   "\n\tvalue_json TEXT, \n\tPRIMARY KEY (" +
+                   o + "_" + kind + "_attribute_id), \n\tUNIQUE (" + o +
+                   "_id, \"key\"), \n\tFOREIGN KEY(" + o + "_id) REFERENCES " + parent + " (" + o +
+                   "_id)\n)");
+      }
+      if (std::string(owner) == "study")
+        db_->query("CREATE TABLE trials (\n\ttrial_id " + id +
+                   ", \n\tnumber INTEGER, \n\tstudy_id INTEGER, \n\tstate " + state +
+                   " NOT NULL, \n\tdatetime_start " + dt + ", \n\tdatetime_complete " + dt +
+                   ", \n\tPRIMARY KEY (trial_id), \n\tFOREIGN KEY(study_id) REFERENCES studies "
+                   "(study_id)\n)");
+    }
+    db_->query("CREATE TABLE trial_params (\n\tparam_id " + id +
+               ", \n\ttrial_id INTEGER, \n\tparam_name VARCHAR(512), \n\tparam_value " + flt +
+               ", \n\tdistribution_json TEXT, \n\tPRIMARY KEY (param_id), \n\tUNIQUE (trial_id, "
+               "param_name), \n\tFOREIGN KEY(trial_id) REFERENCES trials (trial_id)\n)");
+    db_->query("CREATE TABLE trial_values (\n\ttrial_value_id " + id +
+               ", \n\ttrial_id INTEGER NOT NULL, \n\tobjective INTEGER NOT NULL, \n\tvalue " + flt +
+               ", \n\tvalue_type " + vtype +
+               " NOT NULL, \n\tPRIMARY KEY (trial_value_id), \n\tUNIQUE (trial_id, objective), "
+               "\n\tFOREIGN KEY(trial_id) REFERENCES trials (trial_id)\n)");
+    db_->query("CREATE TABLE trial_intermediate_values (\n\ttrial_intermediate_value_id " + id +
+               ", \n\ttrial_id INTEGER NOT NULL, \n\tstep INTEGER NOT NULL, "
+               "\n\tintermediate_value " +
+               flt + ", \n\tintermediate_value_type " + itype +
+               " NOT NULL, \n\tPRIMARY KEY (trial_intermediate_value_id), \n\tUNIQUE (trial_id, "
+               "step), \n\tFOREIGN KEY(trial_id) REFERENCES trials (trial_id)\n)");
+    db_->query("CREATE TABLE trial_heartbeats (\n\ttrial_heartbeat_id " + id +
+               ", \n\ttrial_id INTEGER NOT NULL, \n\theartbeat " + dt +
+               " NOT NULL, \n\tPRIMARY KEY (trial_heartbeat_id), \n\tUNIQUE (trial_id), "
+               "\n\tFOREIGN KEY(trial_id) REFERENCES trials (trial_id)\n)");
+    db_->query(
+        "CREATE TABLE alembic_version (\n\tversion_num VARCHAR(32) NOT NULL, \n\tCONSTRAINT "
+        "alembic_version_pkc PRIMARY KEY (version_num)\n)");
+    db_->query(
+        "INSERT INTO version_info (version_info_id, schema_version, library_version) VALUES (1, "
+        "?, ?)",
+        {str(kOptunaSchemaVersion), kOptunaLibraryVersion});
+    db_->query("INSERT INTO alembic_version (version_num) VALUES (?)", {kOptunaAlembicRevision});
+  }
+
+  // seqforge's former schema (seqforge_meta, schema_version 1): copied into Optuna's tables and
+  // dropped, in the caller's transaction.
+  void migrate_v1() {
+    const auto v = db_->query("SELECT value FROM seqforge_meta WHERE key = 'schema_version'");
+    const int64_t version = v.empty() ? -1 : integer(v[0][0]);
+    if (version != kSchemaVersion)
+      fail(where(), ": study database schema version ", version, "; this seqforge reads version ",
+           kSchemaVersion, " (and Optuna's schema ", kOptunaSchemaVersion, ")");
+    if (!has_table("studies")) create_optuna_schema();
+    auto old_json = [](const Value& v) {
+      std::map<std::string, double> out;
+      if (!v || v->empty()) return out;
+      const json j = json::parse(*v, nullptr, false);
+      if (j.is_object())
+        for (const auto& [k, x] : j.items())
+          if (x.is_number()) out[k] = x.get<double>();
+      return out;
+    };
+    auto when = [](const Value& v, bool utc) -> Value {
+      const double s = real(v);
+      return s > 0 ? Value(datetime_text(s, utc)) : Value();
+    };
+    for (const auto& s :
+         db_->query("SELECT name, direction, fingerprint, space FROM seqforge_studies")) {
+      const auto ins =
+          db_->query("INSERT INTO studies (study_name) VALUES (?) RETURNING study_id", {*s[0]});
+      const int64_t sid = integer(ins[0][0]);
+      std::string upper = s[1].value_or("minimize");
+      for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+      db_->query("INSERT INTO study_directions (direction, study_id, objective) VALUES (?, ?, 0)",
+                 {upper, str(sid)});
+      set_study_attr(sid, "seqforge:fingerprint", s[2].value_or(""));
+      const json space = json::parse(s[3].value_or("[]"), nullptr, false);
+      set_study_attr(sid, "seqforge:space", space.is_array() ? space : json::array());
+      study_id_ = sid;
+      space_ = space_from_json(s[3].value_or("[]"));
+      for (const auto& t : db_->query(
+               "SELECT id, number, state, value, params, attrs, started, finished, heartbeat, "
+               "epochs, host, pid, message FROM seqforge_trials WHERE study = ? ORDER BY number",
+               {*s[0]})) {
+        const TrialState st = state_of(t[2].value_or("failed"));
+        const auto tin = db_->query(
+            "INSERT INTO trials (number, study_id, state, datetime_start, datetime_complete) "
+            "VALUES (?, ?, ?, ?, ?) RETURNING trial_id",
+            {str(integer(t[1])), str(sid), optuna_state(st), when(t[6], false), when(t[7], false)});
+        const int64_t tid = integer(tin[0][0]);
+        const auto params = old_json(t[4]);
+        if (st == TrialState::waiting) {
+          if (!params.empty()) set_trial_attr(tid, "fixed_params", by_value(params));
+        } else {
+          for (const auto& [name, pv] : params) {
+            const Param* p = find_param(space_, name);
+            Param one;
+            one.name = name;
+            one.low = one.high = pv;
+            db_->query(
+                "INSERT INTO trial_params (trial_id, param_name, param_value, "
+                "distribution_json) VALUES (?, ?, ?, ?)",
+                {str(tid), name, Arg::number(pv), distribution(p ? *p : one).dump()});
+          }
+        }
+        if (t[3]) {
+          const auto [val, type] = typed_value(real(t[3]));
+          if (type != "NAN")
+            db_->query(
+                "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, "
+                "?, ?)",
+                {str(tid), val, type});
+        }
+        for (const auto& [k, a] : old_json(t[5])) set_trial_attr(tid, attr_key(k), a);
+        if (t[9]) set_trial_attr(tid, "seqforge:epochs", integer(t[9]));
+        if (t[10] && !t[10]->empty()) set_trial_attr(tid, "seqforge:host", *t[10]);
+        if (t[11]) set_trial_attr(tid, "seqforge:pid", integer(t[11]));
+        if (t[12] && !t[12]->empty()) set_trial_attr(tid, "seqforge:message", *t[12]);
+        if (st == TrialState::running && real(t[8]) > 0)
+          db_->query("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?)",
+                     {str(tid), *when(t[8], true)});
+        for (const auto& i : db_->query(
+                 "SELECT step, value FROM seqforge_intermediate WHERE trial_id = ?", {*t[0]})) {
+          const auto [val, type] = typed_value(real(i[1]));
+          db_->query(
+              "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, "
+              "intermediate_value_type) VALUES (?, ?, ?, ?)",
+              {str(tid), str(integer(i[0])), val, type});
+        }
+      }
+    }
+    for (const char* t :
+         {"seqforge_intermediate", "seqforge_trials", "seqforge_studies", "seqforge_meta"})
+      db_->query(std::string("DROP TABLE ") + t);
+    study_id_ = -1;
+    space_.clear();
+  }
+
+  bool has_table(const std::string& name) {
+    const auto t = db_->tables();
+    return std::find(t.begin(), t.end(), name) != t.end();
   }
 
   void check_schema() {
-    auto has = [](const std::vector<std::string>& t, const std::string& n) {
-      return std::find(t.begin(), t.end(), n) != t.end();
-    };
     std::vector<std::string> tables = db_->tables();
-    if (!has(tables, "seqforge_meta")) {
+    auto has = [&](const std::string& n) {
+      return std::find(tables.begin(), tables.end(), n) != tables.end();
+    };
+    if (has("seqforge_meta")) {
+      if (read_only_)
+        fail(where(),
+             ": a study in seqforge's former format; run `seqforge tune` on it once "
+             "(it converts the file to Optuna's schema) before opening it read-only");
+      write([&] {
+        tables = db_->tables();  // another worker may have converted it meanwhile
+        if (has("seqforge_meta")) migrate_v1();
+      });
+      tables = db_->tables();
+    }
+    if (!has("studies")) {
       if (!tables.empty() && !db_->postgres()) {
         std::string list;
         for (const auto& t : tables) list += (list.empty() ? "" : ", ") + t;
@@ -301,36 +925,31 @@ class SqlStorage final : public Storage {
       if (read_only_) fail(where(), ": holds no seqforge study");
       write([&] {
         tables = db_->tables();  // another worker may have created it meanwhile
-        if (has(tables, "seqforge_meta")) return;
-        const bool pg = db_->postgres();
-        const std::string id = pg ? "BIGSERIAL PRIMARY KEY" : "INTEGER PRIMARY KEY AUTOINCREMENT";
-        const std::string big = pg ? "BIGINT" : "INTEGER";
-        db_->query("CREATE TABLE seqforge_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
-        db_->query(
-            "CREATE TABLE seqforge_studies (name TEXT PRIMARY KEY, direction TEXT NOT "
-            "NULL, fingerprint TEXT NOT NULL, space TEXT, created TEXT)");
-        db_->query("CREATE TABLE seqforge_trials (id " + id + ", study TEXT NOT NULL, number " +
-                   big +
-                   " NOT NULL, state TEXT NOT NULL, value TEXT, params TEXT, attrs TEXT, started "
-                   "TEXT, finished TEXT, heartbeat TEXT, epochs " +
-                   big + ", host TEXT, pid " + big + ", message TEXT, UNIQUE (study, number))");
-        db_->query("CREATE TABLE seqforge_intermediate (trial_id " + big + " NOT NULL, step " +
-                   big + " NOT NULL, value TEXT, PRIMARY KEY (trial_id, step))");
-        db_->query("INSERT INTO seqforge_meta (key, value) VALUES ('schema_version', ?)",
-                   {std::to_string(kSchemaVersion)});
+        if (!has("studies")) create_optuna_schema();
       });
       return;
     }
-    const auto r = db_->query("SELECT value FROM seqforge_meta WHERE key = 'schema_version'");
-    const int64_t v = r.empty() ? -1 : integer(r[0][0]);
-    if (v != kSchemaVersion)
-      fail(where(), ": study database schema version ", v, "; this seqforge reads version ",
-           kSchemaVersion);
+    if (!has("version_info") || !has("trials") || !has("trial_params"))
+      fail(where(), ": not an Optuna study database (it has a studies table but no ",
+           has("version_info") ? "trials" : "version_info", " table)");
+    const auto v = db_->query("SELECT schema_version, library_version FROM version_info");
+    const int64_t version = v.empty() ? -1 : integer(v[0][0]);
+    std::string alembic = "none";
+    if (has("alembic_version")) {
+      const auto a = db_->query("SELECT version_num FROM alembic_version");
+      if (!a.empty() && a[0][0]) alembic = *a[0][0];
+    }
+    if (version != kOptunaSchemaVersion || alembic != kOptunaAlembicRevision)
+      fail(where(), ": Optuna schema version ", version, " (alembic ", alembic,
+           "); this seqforge reads Optuna's schema ", kOptunaSchemaVersion, " (",
+           kOptunaAlembicRevision, ", Optuna 3.x; `optuna storage upgrade` converts older ones)");
   }
 
   std::unique_ptr<Db> db_;
   bool read_only_;
   std::string study_;
+  int64_t study_id_ = -1;
+  std::vector<Param> space_;
 };
 
 }  // namespace

@@ -111,6 +111,43 @@ Study::Study(std::unique_ptr<Storage> storage, TuneSettings settings, std::strin
                              settings_.fingerprint(), space_json(settings_.space)});
 }
 
+std::optional<double> trial_value(const Trial& trial, const TuneSettings& settings,
+                                  std::string* why) {
+  const std::string& metric = settings.metric;
+  if (trial.intermediate.empty()) {
+    *why = "reported no " + metric;
+    return std::nullopt;
+  }
+  auto epoch_text = [](int64_t step) { return "epoch " + std::to_string(step + 1); };
+  auto value_text = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  if (settings.value == "last") {
+    const auto& [step, v] = *trial.intermediate.rbegin();
+    if (std::isfinite(v)) return v;
+    *why = metric + " was " + value_text(v) + " at its last epoch (" + epoch_text(step) + ")";
+    return std::nullopt;
+  }
+  // The trainer's rule for the best checkpoint: an epoch improves on the best so far by more
+  // than min_delta; NaN never improves.
+  const bool min = settings.direction == Direction::minimize;
+  double best = min ? INFINITY : -INFINITY;
+  std::optional<int64_t> at;
+  for (const auto& [step, v] : trial.intermediate)
+    if (min ? v < best - settings.min_delta : v > best + settings.min_delta) best = v, at = step;
+  if (!at) {
+    *why = metric + " was never finite (NaN or " + (min ? "inf" : "-inf") + " at every epoch)";
+    return std::nullopt;
+  }
+  if (!std::isfinite(best)) {
+    *why = metric + " was " + value_text(best) + " at " + epoch_text(*at);
+    return std::nullopt;
+  }
+  return best;
+}
+
 std::optional<Trial> best_trial(const std::vector<Trial>& trials, Direction d) {
   std::optional<Trial> best;
   for (const auto& t : trials) {
@@ -144,9 +181,23 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
         storage_->claim(n_trials, me, settings_.grace_period, sampler_->limit() > 0);
     if (!claimed) break;
     Trial trial = std::move(*claimed);
-    if (trial.params.empty()) {
-      trial.params = sampler_->sample(storage_->trials(), trial.number);
+    // A waiting trial may bring fixed parameters (Optuna's enqueue_trial, a retry): the sampler
+    // draws the others.
+    const std::string claim_problem = trial.message;
+    trial.message.clear();
+    std::optional<std::string> discarded;  // set when another worker failed this trial
+    bool complete_params = true;
+    for (const auto& p : settings_.space)
+      complete_params = complete_params && trial.params.count(p.name);
+    try {
+      if (!complete_params) {
+        std::map<std::string, double> sampled = sampler_->sample(storage_->trials(), trial.number);
+        for (const auto& [k, v] : trial.params) sampled[k] = v;
+        trial.params = std::move(sampled);
+      }
       storage_->set_params(trial.id, trial.params);
+    } catch (const TrialFinishedError& e) {
+      discarded = e.reason;
     }
     training_seconds_ = 0;
     double hook_seconds = 0;
@@ -156,7 +207,10 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
     std::string message;
     int64_t epochs = 0;
     bool abort = false;
-    {
+    if (!claim_problem.empty() && !discarded) {
+      state = TrialState::failed;
+      message = claim_problem;
+    } else if (!discarded) {
       Heartbeat beat(where_, trial.id, settings_.heartbeat_interval);
       try {
         epochs = objective(ctx);
@@ -164,16 +218,15 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
           state = TrialState::pruned;
           value = trial.intermediate.rbegin()->second;
         } else {
-          for (const auto& [s, v] : trial.intermediate)
-            if (!std::isnan(v) &&
-                (!value || (settings_.direction == Direction::minimize ? v < *value : v > *value)))
-              value = v;
-          if (!value) {
+          const auto counted = trial_value(trial, settings_, &message);
+          if (counted) {
+            value = counted;
+          } else {
             state = TrialState::failed;
-            message = trial.intermediate.empty() ? "reported no " + settings_.metric
-                                                 : settings_.metric + " was NaN at every epoch";
           }
         }
+      } catch (const TrialFinishedError& e) {
+        discarded = e.reason;
       } catch (const std::exception& e) {
         state = TrialState::failed;
         message = e.what();
@@ -184,18 +237,29 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
     const double elapsed = steady_now() - t0;
     const double training = std::max(0.0, training_seconds_ - hook_seconds);
     stats.overhead_seconds.push_back(std::max(0.0, elapsed - training));
-    // The result is written even through a busy or briefly unreachable database.
-    for (int attempt = 0;; ++attempt) {
+    // The result is written even through a busy or briefly unreachable database; never into a
+    // trial another worker has failed meanwhile (it queued a retry of the parameters).
+    for (int attempt = 0; !discarded; ++attempt) {
       try {
         storage_->set_attrs(
             trial.id, {{"seconds", elapsed}, {"overhead_seconds", stats.overhead_seconds.back()}});
         storage_->finish(trial.id, state, value, epochs, message);
         break;
+      } catch (const TrialFinishedError& e) {
+        discarded = e.reason;
       } catch (const std::exception& e) {
         if (attempt >= 5) throw;
         console << "trial " << trial.number << ": retrying its result: " << e.what() << "\n";
         std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
       }
+    }
+    if (discarded) {
+      console << "trial " << trial.number
+              << ": failed by another worker while this worker was paused (" << *discarded
+              << "); its result is discarded\n"
+              << std::flush;
+      ++stats.discarded;
+      continue;
     }
     ++stats.trials;
     stats.complete += state == TrialState::complete;
@@ -454,6 +518,14 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
       text.str(), cmd.config, base.str("train.early_stopping.monitor"),
       base.str("train.early_stopping.mode") == "max" ? Direction::maximize : Direction::minimize);
   if (!cmd.name.empty()) settings.name = cmd.name;
+  settings.min_delta = base.number("train.early_stopping.min_delta");
+  // The trainer keeps the checkpoint of the epoch the trial's value comes from: for `best`, its
+  // early stopping follows the study's metric and direction; for `last`, it saves the last epoch.
+  const std::vector<std::string> value_overrides = {
+      "train.early_stopping.monitor=" + settings.metric,
+      std::string("train.early_stopping.mode=") +
+          (settings.direction == Direction::maximize ? "max" : "min"),
+      "train.save=" + settings.value};
   // Every parameter's extremes must make a valid config (catches e.g. an unknown choice).
   for (const auto& p : settings.space) {
     if (p.kind == Param::Kind::categorical) continue;
@@ -471,6 +543,12 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
   options.n_trials = cmd.n_trials >= 0 ? cmd.n_trials : settings.n_trials;
   options.timeout = cmd.timeout >= 0 ? cmd.timeout : settings.timeout;
   Study study(Storage::open(where), settings, where);
+  std::vector<std::map<std::string, std::string>> fixed;  // all well-formed before any is added
+  for (const auto& spec : cmd.enqueue) fixed.push_back(parse_enqueue(spec));
+  for (size_t i = 0; i < fixed.size(); ++i) {
+    const int64_t number = study.enqueue(fixed[i]);
+    console << "enqueued trial " << number << ": " << cmd.enqueue[i] << "\n";
+  }
   console << "seqforge tune: study '" << settings.name << "' in " << (is_url(where) ? "" : "")
           << where << ": " << options.n_trials << " trials"
           << (options.timeout > 0 ? " or " + std::to_string(int64_t(options.timeout)) + " s" : "")
@@ -483,6 +561,7 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
     fs::create_directories(run);
     std::vector<std::string> o = cmd.overrides;
     for (const auto& p : param_overrides(settings, ctx.params())) o.push_back(p);
+    for (const auto& v : value_overrides) o.push_back(v);
     o.push_back("train.run_dir=" + run.string());
     const Config c = Config::load(cmd.config, o);
     std::ofstream log(run / "train.log");
@@ -502,6 +581,16 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
     TrainSummary s;
     try {
       s = train(c, log, "", hooks, /*overwrite=*/true);  // the study owns its trial directories
+    } catch (const Error& e) {
+      study.add_training_seconds(steady_now() - t0);
+      // The trainer checks the monitored metric (the study's) before the epoch hook does.
+      const std::string what = e.what();
+      const std::string key = "train.early_stopping.monitor: '" + settings.metric + "'";
+      const size_t at = what.find(key);
+      if (at != std::string::npos && what.find("is not a metric", at) != std::string::npos)
+        throw StudyError(detail::concat(cmd.config, ": tune.metric: '", settings.metric, "'",
+                                        what.substr(at + key.size())));
+      throw;
     } catch (...) {
       study.add_training_seconds(steady_now() - t0);
       throw;

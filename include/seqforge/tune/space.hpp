@@ -49,6 +49,11 @@ struct TuneSettings {
   std::string name;    // study name (default: the config file's stem)
   Direction direction = Direction::minimize;
   std::string metric;  // default: train.early_stopping.monitor
+  // A trial's value: "best" (the epoch whose checkpoint the trainer keeps: the best by `metric`,
+  // an improvement counting only beyond min_delta, as early stopping counts it) or "last" (the
+  // trial's last epoch, whose checkpoint is kept).
+  std::string value = "best";
+  double min_delta = 0;  // train.early_stopping.min_delta, set by the driver
   int64_t n_trials = 20;
   double timeout = 0;  // seconds; 0: none
   double heartbeat_interval = 10, grace_period = 60;

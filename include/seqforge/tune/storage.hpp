@@ -2,16 +2,34 @@
 // Where a study lives: a SQLite file (WAL, busy timeout) or a PostgreSQL database
 // (postgresql://user@host:port/db), behind one interface. Every change is one transaction, so
 // several workers (processes, machines) share a study without losing or duplicating trials.
+//
+// The tables are Optuna's own RDB schema (Optuna 3.x: version_info.schema_version 12, alembic
+// revision v3.0.0.d), so optuna.load_study reads a seqforge study and seqforge continues a study
+// Optuna created. seqforge's bookkeeping lives in Optuna's system attributes under `seqforge:`
+// keys; files of seqforge's former schema (seqforge_meta, version 1) are converted on first open.
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "seqforge/core/error.hpp"
 #include "seqforge/tune/trial.hpp"
 
 namespace seqforge::tune {
 
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 1;  // seqforge's former schema, converted when opened
+inline constexpr int kOptunaSchemaVersion = 12;
+inline constexpr const char* kOptunaAlembicRevision = "v3.0.0.d";
+inline constexpr const char* kOptunaLibraryVersion = "3.1.0";
+
+// A change to a trial that is no longer running (another worker failed it, e.g. while this one
+// was paused past the grace period): rejected, as Optuna rejects updates to a finished trial.
+class TrialFinishedError : public Error {
+ public:
+  TrialFinishedError(const std::string& what, std::string why)
+      : Error(what), reason(std::move(why)) {}
+  std::string reason;  // why the trial was finished ("no heartbeat from its worker ...")
+};
 
 struct StudyInfo {
   std::string name, direction, fingerprint;
@@ -39,12 +57,18 @@ class Storage {
   // With `count_failed` (grid), failed trials count towards n_trials too.
   virtual std::optional<Trial> claim(int64_t n_trials, const Worker& worker, double grace_seconds,
                                      bool count_failed = false) = 0;
+  // A waiting trial's fixed parameters (Optuna's enqueue_trial, a retry) come back in
+  // Trial::params; the others are sampled. The writes below throw TrialFinishedError when the
+  // trial is no longer running.
   virtual void set_params(int64_t trial_id, const std::map<std::string, double>& params) = 0;
   virtual void report(int64_t trial_id, int64_t step, double value) = 0;
   virtual void set_attrs(int64_t trial_id, const std::map<std::string, double>& attrs) = 0;
-  virtual void heartbeat(int64_t trial_id) = 0;
+  virtual void heartbeat(int64_t trial_id) = 0;  // a no-op once the trial is finished
   virtual void finish(int64_t trial_id, TrialState state, std::optional<double> value,
                       int64_t epochs, const std::string& message) = 0;
+  // Adds a waiting trial with these fixed parameters (config key -> value as text; a categorical
+  // by its choice), as optuna's study.enqueue_trial does. Returns its number.
+  virtual int64_t enqueue(const std::map<std::string, std::string>& fixed) = 0;
   virtual std::vector<Trial> trials() = 0;
   virtual const std::string& where() const = 0;
 };

@@ -42,6 +42,7 @@ struct OptimizeOptions {
 
 struct OptimizeStats {
   int64_t trials = 0, complete = 0, pruned = 0, failed = 0;
+  int64_t discarded = 0;                 // trials another worker failed while this one ran them
   std::vector<double> overhead_seconds;  // per trial: everything but the objective's training
 };
 
@@ -53,6 +54,10 @@ class Study {
   OptimizeStats optimize(const Objective& objective, const OptimizeOptions& options,
                          std::ostream& console);
   std::vector<Trial> trials() { return storage_->trials(); }
+  // A waiting trial with these fixed parameters (checked against the space); its number.
+  int64_t enqueue(const std::map<std::string, std::string>& fixed) {
+    return storage_->enqueue(fixed);
+  }
   const TuneSettings& settings() const { return settings_; }
 
   // Time spent in the objective's training (excluded from the overhead); set by the objective.
@@ -67,6 +72,10 @@ class Study {
   double training_seconds_ = 0;
 };
 
+// A finished (not pruned) trial's value under tune.value; nullopt with `why` set when there is
+// none: no report, or the metric was not finite at the epoch that counts (the trial fails).
+std::optional<double> trial_value(const Trial& trial, const TuneSettings& settings,
+                                  std::string* why);
 // The best complete trial; nullopt if none.
 std::optional<Trial> best_trial(const std::vector<Trial>& trials, Direction direction);
 // A text table: number, state, value, parameters, epochs, time.
@@ -80,6 +89,7 @@ std::string html_report(const std::string& study_name, const std::vector<Trial>&
 struct TuneCommand {
   std::string config, study, name, report_html;
   std::vector<std::string> overrides;
+  std::vector<std::string> enqueue;  // "key=value,key=value": waiting trials with fixed params
   int64_t n_trials = -1;
   double timeout = -1;
 };
@@ -88,5 +98,11 @@ int run_tune(const TuneCommand& cmd, std::ostream& console);
 // SQLite study file, report.html).
 int run_tune_report(const std::string& study, const std::string& name, const std::string& html,
                     std::ostream& console);
+// `seqforge tune --export csv|json STUDY`: every trial (number, state, value, datetimes, params
+// by value, intermediate values, seqforge's attributes) to `out`.
+int run_tune_export(const std::string& study, const std::string& name, const std::string& format,
+                    std::ostream& out);
+// "optim.lr=0.01,optim.kind=sgd" -> {optim.lr: 0.01, optim.kind: sgd}; throws on a malformed item.
+std::map<std::string, std::string> parse_enqueue(const std::string& spec);
 
 }  // namespace seqforge::tune

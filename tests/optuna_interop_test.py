@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""seqforge studies are Optuna studies: python3-optuna (Debian, 3.1) reads a study seqforge wrote
+(states, parameters, intermediate values, values, trials_dataframe, parameter importances),
+seqforge continues a study Optuna created (complete, pruned and an enqueued WAITING trial), and
+Optuna continues it again with a trivial objective over the same distributions.
+
+Usage: optuna_interop_test.py SEQFORGE DATA.csv WORKDIR
+"""
+import math
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import warnings
+
+import optuna
+
+seqforge, data, work = sys.argv[1:4]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.simplefilter("ignore")
+
+LR = optuna.distributions.FloatDistribution(1e-4, 0.1, log=True)
+HIDDEN = optuna.distributions.IntDistribution(4, 12, step=4)
+KIND = optuna.distributions.CategoricalDistribution(["adamw", "sgd"])
+WD = optuna.distributions.FloatDistribution(0.0, 0.1, step=0.05)
+
+
+def config(name, n_trials):
+    path = os.path.join(work, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(f"""data:
+  path: {data}
+  date_column: date
+  features: [pressure, temperature, wind]
+  targets: [temperature]
+  lookback: 8
+model: {{hidden: 8}}
+train: {{epochs: 4, batch_size: 32, max_batches: 4, threads: 1, precision: fp32}}
+tune:
+  name: {name}
+  n_trials: {n_trials}
+  sampler: {{kind: tpe, seed: 1, n_startup_trials: 3}}
+  pruner: {{kind: median, n_startup_trials: 2}}
+  heartbeat_interval: 0.2
+  grace_period: 30
+  space:
+    optim.lr: {{type: float, low: 1.0e-4, high: 0.1, log: true}}
+    model.hidden: {{type: int, low: 4, high: 12, step: 4}}
+    optim.kind: {{type: categorical, choices: [adamw, sgd]}}
+    optim.weight_decay: {{type: float, low: 0.0, high: 0.1, step: 0.05}}
+""")
+    return path
+
+
+def tune(args):
+    p = subprocess.run([seqforge, "tune"] + args, cwd=work, capture_output=True, text=True,
+                       timeout=600)
+    if p.returncode != 0:
+        sys.exit(f"FAIL: seqforge tune {' '.join(args)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def check(cond, what):
+    if not cond:
+        sys.exit("FAIL: " + what)
+    print("ok:", what)
+
+
+def finished_ok(study):
+    S = optuna.trial.TrialState
+    for t in study.trials:
+        if t.state == S.COMPLETE:
+            assert t.value is not None and math.isfinite(t.value), t
+        if t.state in (S.COMPLETE, S.PRUNED):
+            assert set(t.params) == {"optim.lr", "model.hidden", "optim.kind",
+                                     "optim.weight_decay"}, t.params
+            assert t.distributions["optim.lr"] == LR, t.distributions
+            assert t.distributions["model.hidden"] == HIDDEN, t.distributions
+            assert t.distributions["optim.kind"] == KIND, t.distributions
+            assert t.distributions["optim.weight_decay"] == WD, t.distributions
+            assert t.params["optim.kind"] in ("adamw", "sgd")
+            assert isinstance(t.params["model.hidden"], int)
+    return True
+
+
+# 1. A seqforge study, read by Optuna.
+db = os.path.join(work, "sf.db")
+url = "sqlite:///" + db
+out = tune([config("sf", 8), "--study", db, "train.run_dir=" + work + "/sf"]).stdout
+study = optuna.load_study(study_name="sf", storage=url)
+S = optuna.trial.TrialState
+states = [t.state for t in study.trials]
+check(len(study.trials) == 8 and [t.number for t in study.trials] == list(range(8)),
+      "optuna sees the 8 trials numbered 0..7")
+check(all(s in (S.COMPLETE, S.PRUNED) for s in states) and S.COMPLETE in states,
+      f"states COMPLETE/PRUNED ({[s.name for s in states]})")
+check(finished_ok(study), "parameters by value with Float/Int/Categorical distributions")
+for t in study.trials:
+    if t.state == S.COMPLETE:
+        check(t.intermediate_values and t.value == min(t.intermediate_values.values()),
+              f"trial {t.number}: value is its best epoch's val_loss ({t.value})")
+    if t.state == S.PRUNED:
+        check(t.value == t.intermediate_values[max(t.intermediate_values)],
+              f"trial {t.number}: pruned, value is the last reported")
+    check(t.datetime_start is not None and t.datetime_complete >= t.datetime_start,
+          f"trial {t.number}: datetimes")
+    check(t.system_attrs.get("seqforge:epochs") == len(t.intermediate_values),
+          f"trial {t.number}: seqforge:epochs attribute")
+check(study.best_trial.value == min(t.value for t in study.trials if t.state == S.COMPLETE),
+      "best trial")
+check(study.system_attrs.get("seqforge:fingerprint", "").startswith("minimize;val_loss"),
+      "study attribute seqforge:fingerprint")
+df = study.trials_dataframe()
+check(len(df) == 8 and "params_optim.kind" in df.columns and "value" in df.columns,
+      "trials_dataframe")
+check(set(df["params_optim.kind"]) <= {"adamw", "sgd"}, "dataframe shows categoricals by value")
+imp = optuna.importance.get_param_importances(study)
+check(set(imp) == {"optim.lr", "model.hidden", "optim.kind", "optim.weight_decay"},
+      f"parameter importances {imp}")
+try:
+    import plotly  # noqa: F401
+    optuna.visualization.plot_optimization_history(study)
+    optuna.visualization.plot_intermediate_values(study)
+    print("ok: optuna.visualization plots")
+except ImportError:
+    print("note: plotly missing, optuna.visualization not tried")
+
+# The SQLite schema is the one Optuna creates, statement for statement.
+ref = os.path.join(work, "ref.db")
+optuna.create_study(study_name="ref", storage="sqlite:///" + ref)
+
+
+def sqlite_schema(path):
+    c = sqlite3.connect(path)
+    rows = c.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name").fetchall()
+    versions = c.execute("SELECT * FROM version_info").fetchall() + \
+        c.execute("SELECT * FROM alembic_version").fetchall()
+    c.close()
+    return rows, versions
+
+
+check(sqlite_schema(db) == sqlite_schema(ref),
+      "sqlite_master and version rows equal those of a file Optuna created")
+
+# 2. Optuna continues the seqforge study with a trivial objective over the same distributions.
+def objective(trial):
+    lr = trial.suggest_float("optim.lr", 1e-4, 0.1, log=True)
+    h = trial.suggest_int("model.hidden", 4, 12, step=4)
+    k = trial.suggest_categorical("optim.kind", ["adamw", "sgd"])
+    wd = trial.suggest_float("optim.weight_decay", 0.0, 0.1, step=0.05)
+    for step in range(3):
+        trial.report(abs(math.log10(lr) + 2) + 1 / (step + 1) + h / 100, step)
+    return abs(math.log10(lr) + 2) + 1 / 3 + h / 100 + (k == "sgd") + wd
+
+
+study.optimize(objective, n_trials=2)
+check(len(study.trials) == 10 and study.trials[-1].state == S.COMPLETE,
+      "optuna ran 2 more trials in the seqforge study")
+out = tune([config("sf", 12), "--study", db, "train.run_dir=" + work + "/sf"]).stdout
+study = optuna.load_study(study_name="sf", storage=url)
+check(len(study.trials) == 12 and finished_ok(study) and
+      all(t.state in (S.COMPLETE, S.PRUNED) for t in study.trials),
+      "seqforge went on after Optuna: 12 trials")
+
+# 3. A study Optuna created (complete, pruned, an enqueued WAITING trial), continued by seqforge.
+db2 = os.path.join(work, "op.db")
+url2 = "sqlite:///" + db2
+study = optuna.create_study(study_name="op", storage=url2, direction="minimize")
+
+
+def objective2(trial):
+    value = objective(trial)
+    if trial.number == 1:
+        raise optuna.TrialPruned()
+    return value
+
+
+study.optimize(objective2, n_trials=3)
+study.enqueue_trial({"optim.lr": 0.003, "optim.kind": "sgd"})
+check([t.state for t in study.trials] == [S.COMPLETE, S.PRUNED, S.COMPLETE, S.WAITING],
+      "optuna study: complete, pruned, complete, waiting")
+optuna.create_study(study_name="another", storage=url2)  # an Optuna file may hold several
+p = tune([config("op", 7), "--study", db2, "train.run_dir=" + work + "/op"])
+study = optuna.load_study(study_name="op", storage=url2)
+check(len(study.trials) == 7 and all(t.state in (S.COMPLETE, S.PRUNED) for t in study.trials),
+      f"seqforge continued the optuna study to 7 trials ({[t.state.name for t in study.trials]})")
+t3 = study.trials[3]
+check(t3.params["optim.lr"] == 0.003 and t3.params["optim.kind"] == "sgd" and
+      t3.system_attrs.get("fixed_params") == {"optim.lr": 0.003, "optim.kind": "sgd"} and
+      t3.system_attrs.get("seqforge:host"),
+      f"the enqueued trial ran in seqforge with its fixed parameters ({t3.params})")
+check(finished_ok(study), "seqforge's trials in the optuna study have its distributions")
+study.optimize(objective, n_trials=1)
+check(len(study.trials) == 8 and study.trials[-1].state == S.COMPLETE,
+      "optuna went on after seqforge")
+print("optuna interop: all checks passed")
