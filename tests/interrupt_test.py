@@ -127,6 +127,32 @@ def main():
         if os.path.exists(os.path.join(run, name)):
             check_safetensors(os.path.join(run, name))
     print("two SIGINTs: exit 130 after %.2f s" % (time.time() - t0))
+
+    # seqforge tune: the trial under way is recorded as failed, no new trial starts.
+    tune_config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(config))),
+                               "configs", "weather_tune.yaml")
+    study_dir = os.path.join(work, "study")
+    p = subprocess.Popen([seqforge, "tune", tune_config, "data.path=" + data,
+                          "train.run_dir=" + study_dir, "train.max_batches=400",
+                          "train.progress_seconds=0", "--n-trials", "4"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not os.path.exists(
+            os.path.join(study_dir, "trial-0", "metrics.jsonl")):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    if p.returncode != 130 or "recorded as failed" not in err and "no new trial" not in err:
+        fail("tune after SIGINT: exit %d\n%s\n%s" % (p.returncode, out, err))
+    export = subprocess.run([seqforge, "tune", "--export", "json",
+                             os.path.join(study_dir, "study.db")], capture_output=True, text=True)
+    trials = json.loads(export.stdout)
+    trials = trials.get("trials", trials) if isinstance(trials, dict) else trials
+    states = [t["state"] for t in trials]
+    if "RUNNING" in states or ("recorded as failed" in err and states[-1] != "FAIL"):
+        fail("tune after SIGINT: trial states %s\n%s" % (states, err))
+    print("tune: SIGINT -> exit 130, trials %s" % states)
     shutil.rmtree(work)
 
 

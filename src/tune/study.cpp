@@ -1,5 +1,6 @@
 #include "seqforge/tune/study.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "seqforge/core/error.hpp"
+#include "seqforge/core/interrupt.hpp"
 #include "seqforge/train/config.hpp"
 #include "seqforge/train/trainer.hpp"
 
@@ -171,7 +173,11 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
   const int64_t max_failures =
       options.max_failures > 0 ? options.max_failures : std::max<int64_t>(n_trials, 3);
   const double start = steady_now();
+  const InterruptScope interrupts;  // SIGINT, SIGTERM: the trial under way stops at a step
   for (;;) {
+    if (const int sig = interrupt_requested())
+      throw Interrupted(sig, detail::concat("interrupted (", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                                            "): no new trial; run seqforge tune again to go on"));
     if (options.timeout > 0 && steady_now() - start >= options.timeout) {
       console << "timeout: " << options.timeout << " s passed, no new trial\n";
       break;
@@ -207,6 +213,7 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
     std::string message;
     int64_t epochs = 0;
     bool abort = false;
+    int interrupted = 0;  // the signal that stopped this trial
     if (!claim_problem.empty() && !discarded) {
       state = TrialState::failed;
       message = claim_problem;
@@ -227,6 +234,11 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
         }
       } catch (const TrialFinishedError& e) {
         discarded = e.reason;
+      } catch (const Interrupted& e) {  // recorded as failed, as Optuna does, then the worker ends
+        state = TrialState::failed;
+        message = e.what();
+        value.reset();
+        interrupted = e.signal();
       } catch (const std::exception& e) {
         state = TrialState::failed;
         message = e.what();
@@ -274,6 +286,11 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
     if (const auto best = best_trial(storage_->trials(), settings_.direction))
       console << "  (best: trial " << best->number << ", " << fmt_value(best->value) << ")";
     console << "\n" << std::flush;
+    if (interrupted)
+      throw Interrupted(
+          interrupted, detail::concat("interrupted (", interrupted == SIGINT ? "SIGINT" : "SIGTERM",
+                                      ") during trial ", trial.number,
+                                      ", recorded as failed; run seqforge tune again to go on"));
     if (abort) throw StudyError(message);
     if (stats.failed >= max_failures) {
       console << "giving up: " << stats.failed << " trials failed in this worker\n";
