@@ -3,9 +3,12 @@ then checks
   - trace.json: trace-event JSON with complete events for each phase and LSTM layer, named
     threads (main, checkpoint writer) and resource counters;
   - metrics.jsonl: the resource monitor's fields on every epoch;
-  - report.html, rendered by headless Chromium: the page loads without console errors and its DOM
-    holds the drawn curves (SVG polylines with points), the predictions chart (forecast) and the
-    confusion matrix (classification). A screenshot is left next to each report.
+  - every kind of HTML page (the run report of a forecaster, a classifier, a masked autoencoder
+    and a character model, and a study's report), rendered by headless Chromium: each loads
+    without console errors and without a single network request (Chromium's net log), refers to
+    nothing outside itself, and its DOM holds the drawn curves (SVG polylines with points), the
+    predictions chart (forecast), the confusion matrix (classification), the reconstructions
+    (mae), the test split and the trials. A screenshot is left next to each page.
 Chromium (Debian's `chromium`) missing: the report checks are skipped (exit 77).
 
 usage: observability_test.py SEQFORGE SOURCE_DIR WORK_DIR
@@ -79,18 +82,49 @@ def check_metrics(run):
             fail("resource fields in %s" % j)
 
 
+# Chromium's own traffic, which it starts whatever the page (clock, updates, accounts, the
+# spelling dictionary); any other request in the net log is the page's.
+CHROMIUM_SERVICES = {"clients2.google.com", "update.googleapis.com", "accounts.google.com",
+                     "redirector.gvt1.com", "clientservices.googleapis.com",
+                     "safebrowsingohttpgateway.googleapis.com", "optimizationguide-pa.googleapis.com",
+                     "content-autofill.googleapis.com"}
+
+
 def render(run, chromium):
-    page = "file://" + os.path.join(os.path.abspath(run), "report.html")
+    path = os.path.join(os.path.abspath(run), "report.html")
+    with open(path) as f:
+        html = f.read()
+    for outside in ("<script", "src=", "href=", "url(", "@import", "<link", "<iframe"):
+        if outside in html:
+            fail("%s refers to something outside itself: %r" % (path, outside))
+    page = "file://" + path
+    net_log = os.path.join(run, "netlog.json")
     base = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
             "--user-data-dir=" + os.path.join(work, "chromium-profile"),
-            "--enable-logging=stderr", "--v=0"]
-    dom = subprocess.run(base + ["--dump-dom", page], capture_output=True, text=True, timeout=120)
+            "--enable-logging=stderr", "--v=0",
+            # Chromium's own background traffic (updates, sync, spelling dictionaries) off, so
+            # that any request left in the net log is the page's.
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--no-first-run", "--disable-default-apps", "--disable-client-side-phishing-detection",
+            "--disable-features=SpellCheck,Translate,OptimizationHints,MediaRouter",
+            "--disable-domain-reliability", "--no-pings"]
+    dom = subprocess.run(base + ["--log-net-log=" + net_log, "--dump-dom", page],
+                         capture_output=True, text=True, timeout=120)
     if dom.returncode != 0:
         fail("chromium --dump-dom exited %d:\n%s" % (dom.returncode, dom.stderr))
     problems = [line for line in dom.stderr.splitlines()
                 if "CONSOLE" in line or "Uncaught" in line or "Failed to load" in line]
     if problems:
         fail("console errors while loading %s:\n%s" % (page, "\n".join(problems)))
+    if os.path.exists(net_log):
+        with open(net_log, errors="replace") as f:
+            requested = {url for url, host in
+                         re.findall(r'"url":"((?:https?|wss?|ftp)://([^/:"]*)[^"]*)"', f.read())
+                         if host not in CHROMIUM_SERVICES}
+        if requested:
+            fail("network requests while showing %s: %s" % (page, sorted(requested)))
+    else:
+        fail("chromium wrote no net log for " + page)
     shot = os.path.join(run, "report.png")
     subprocess.run(base + ["--window-size=1000,2400", "--screenshot=" + shot, page],
                    capture_output=True, timeout=120)
@@ -127,5 +161,27 @@ dom = render(classify, chromium)
 check_curves(dom, classify)
 if '<table class="confusion">' not in dom or "val_accuracy" not in dom:
     fail("classification report without a confusion matrix or val_accuracy")
-print("report.html in Chromium: ok (screenshots: %s, %s)" % (
-    os.path.join(forecast, "report.png"), os.path.join(classify, "report.png")))
+if "<h2>Test split</h2>" not in dom or "<th>precision</th>" not in dom:
+    fail("classification report without the test split or per-class precision")
+
+mae, _ = train("mae", "sp500_pretrain.yaml", "sp500-2000.csv")
+dom = render(mae, chromium)
+if "Reconstructions (validation split)" not in dom:
+    fail("mae report without reconstructions")
+charlm, _ = train("charlm", "shakespeare_charlm.yaml", "tinyshakespeare.txt", "model.hidden=32",
+                  "data.seq_len=32", "train.max_batches=5")
+dom = render(charlm, chromium)
+check_curves(dom, charlm)
+
+study = os.path.join(work, "study")
+cmd = [seqforge, "tune", os.path.join(source, "examples", "configs", "weather_tune.yaml"),
+       "data.path=" + os.path.join(source, "data", "seattle-weather-hourly-normals.csv"),
+       "train.run_dir=" + study, "train.epochs=2", "train.max_batches=3", "--n-trials", "3"]
+out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+if out.returncode != 0:
+    fail("%s exited %d:\n%s%s" % (" ".join(cmd), out.returncode, out.stdout, out.stderr))
+dom = render(study, chromium)
+if "Optimisation history" not in dom or "<h2>Trials</h2>" not in dom or "<circle" not in dom:
+    fail("study report without history, points or trials")
+print("every page in Chromium: ok, no network requests (screenshots: %s)" % ", ".join(
+    os.path.join(r, "report.png") for r in (forecast, classify, mae, charlm, study)))

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "report/chart.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/interrupt.hpp"
 #include "seqforge/train/config.hpp"
@@ -333,176 +334,118 @@ std::string trials_table(const std::vector<Trial>& trials, const TuneSettings* s
   return out.str();
 }
 
-namespace {
-
-std::string esc(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
-}
-
-struct Point {
-  double x, y;
-  std::string color, title;
-};
-
-struct Series {
-  std::string color;
-  std::vector<std::pair<double, double>> points;
-};
-
-// A scatter chart as inline SVG; `line` (optional) is drawn as a step line, `series` as
-// polylines.
-std::string svg_chart(const std::string& title, const std::string& xlabel,
-                      const std::string& ylabel, const std::vector<Point>& points, bool xlog,
-                      const std::vector<std::pair<double, double>>& line = {},
-                      const std::vector<std::string>& xticks_text = {},
-                      const std::vector<Series>& series = {}) {
-  const double W = 560, H = 300, L = 70, R = 20, T = 30, B = 45;
-  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
-  auto tx = [&](double x) { return xlog ? std::log10(x) : x; };
-  for (const auto& p : points) {
-    if (!std::isfinite(p.y) || (xlog && p.x <= 0)) continue;
-    x0 = std::min(x0, tx(p.x));
-    x1 = std::max(x1, tx(p.x));
-    y0 = std::min(y0, p.y);
-    y1 = std::max(y1, p.y);
-  }
-  for (const auto& line_points : series)
-    for (const auto& [x, y] : line_points.points) {
-      if (!std::isfinite(y)) continue;
-      x0 = std::min(x0, tx(x)), x1 = std::max(x1, tx(x));
-      y0 = std::min(y0, y), y1 = std::max(y1, y);
-    }
-  std::ostringstream s;
-  s << "<svg width='" << W << "' height='" << H << "' xmlns='http://www.w3.org/2000/svg' "
-    << "style='font:11px sans-serif;background:#fff;border:1px solid #ddd;margin:6px'>"
-    << "<text x='" << W / 2 << "' y='16' text-anchor='middle' style='font-weight:bold'>"
-    << esc(title) << "</text>";
-  if (x0 > x1) return s.str() + "<text x='20' y='60'>no values yet</text></svg>";
-  if (x1 - x0 < 1e-12) x0 -= 0.5, x1 += 0.5;
-  if (y1 - y0 < 1e-12) y0 -= 0.5, y1 += 0.5;
-  const double pad = 0.05 * (y1 - y0);
-  y0 -= pad, y1 += pad;
-  auto X = [&](double x) { return L + (tx(x) - x0) / (x1 - x0) * (W - L - R); };
-  auto Y = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); };
-  s << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - R << "' y2='" << H - B
-    << "' stroke='#888'/><line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B
-    << "' stroke='#888'/>";
-  for (int i = 0; i <= 4; ++i) {
-    const double yv = y0 + (y1 - y0) * i / 4;
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.4g", yv);
-    s << "<text x='" << L - 4 << "' y='" << Y(yv) + 4 << "' text-anchor='end'>" << buf << "</text>";
-    if (xticks_text.empty()) {
-      const double xv = x0 + (x1 - x0) * i / 4;
-      std::snprintf(buf, sizeof buf, "%.4g", xlog ? std::pow(10.0, xv) : xv);
-      s << "<text x='" << L + (W - L - R) * i / 4 << "' y='" << H - B + 15
-        << "' text-anchor='middle'>" << buf << "</text>";
-    }
-  }
-  for (size_t i = 0; i < xticks_text.size(); ++i)
-    s << "<text x='" << X(double(i)) << "' y='" << H - B + 15 << "' text-anchor='middle'>"
-      << esc(xticks_text[i]) << "</text>";
-  s << "<text x='" << (L + W - R) / 2 << "' y='" << H - 8 << "' text-anchor='middle'>"
-    << esc(xlabel) << "</text><text x='14' y='" << (T + H - B) / 2 << "' transform='rotate(-90 14 "
-    << (T + H - B) / 2 << ")' text-anchor='middle'>" << esc(ylabel) << "</text>";
-  if (line.size() > 1) {
-    s << "<polyline fill='none' stroke='#d62728' stroke-width='1.5' points='";
-    for (size_t i = 0; i < line.size(); ++i) {
-      if (i) s << X(line[i].first) << "," << Y(line[i - 1].second) << " ";
-      s << X(line[i].first) << "," << Y(line[i].second) << " ";
-    }
-    s << "'/>";
-  }
-  for (const auto& line_points : series) {
-    s << "<polyline fill='none' stroke='" << line_points.color << "' stroke-opacity='0.7' points='";
-    for (const auto& [x, y] : line_points.points)
-      if (std::isfinite(y)) s << X(x) << "," << Y(y) << " ";
-    s << "'/>";
-  }
-  for (const auto& p : points) {
-    if (!std::isfinite(p.y) || (xlog && p.x <= 0)) continue;
-    s << "<circle cx='" << X(p.x) << "' cy='" << Y(p.y) << "' r='4' fill='" << p.color
-      << "' fill-opacity='0.8'><title>" << esc(p.title) << "</title></circle>";
-  }
-  return s.str() + "</svg>";
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::string html_report(const std::string& study_name, const std::vector<Trial>& trials,
                         Direction direction, const std::vector<Param>& space) {
+  using report::escape;
   TuneSettings names;
   names.space = space;
   auto color = [](TrialState s) {
-    return s == TrialState::complete ? "#1f77b4" : s == TrialState::pruned ? "#aaaaaa" : "#ff7f0e";
+    return s == TrialState::complete  ? "#2563eb"
+           : s == TrialState::pruned  ? "#9ca3af"
+           : s == TrialState::running ? "#16a34a"
+                                      : "#dc2626";
   };
-  std::vector<Point> history;
-  std::vector<std::pair<double, double>> best_line;
+  // A trial's point: its value, or (pruned, failed, running) its last reported one.
+  auto shown_value = [](const Trial& t) -> std::optional<double> {
+    if (t.value) return t.value;
+    if (!t.intermediate.empty()) return t.intermediate.rbegin()->second;
+    return std::nullopt;
+  };
+  std::map<TrialState, int64_t> counts;
+  for (const auto& t : trials) ++counts[t.state];
+  std::map<TrialState, report::Series> history;
+  report::Series best_line("best so far");
+  best_line.style = report::Series::Style::steps;
+  best_line.color = "#111";
   std::optional<double> best;
   for (const auto& t : trials) {
-    if (!t.value) continue;
-    const std::string title = "trial " + std::to_string(t.number) + " (" + state_name(t.state) +
-                              "): " + fmt_value(t.value) + "  " + describe_params(names, t.params);
-    history.push_back({double(t.number), *t.value, color(t.state), title});
-    if (t.state == TrialState::complete &&
+    if (const auto v = shown_value(t)) {
+      report::Series& s = history[t.state];
+      s.name = state_name(t.state);
+      s.color = color(t.state);
+      s.style = report::Series::Style::points;
+      s.x.push_back(double(t.number));
+      s.y.push_back(*v);
+      s.tips.push_back("trial " + std::to_string(t.number) + " (" + state_name(t.state) +
+                       "): " + fmt_value(*v) + "  " + describe_params(names, t.params));
+    }
+    if (t.state == TrialState::complete && t.value &&
         (!best || (direction == Direction::minimize ? *t.value < *best : *t.value > *best)))
       best = *t.value;
-    if (best) best_line.emplace_back(double(t.number), *best);
+    if (best) best_line.x.push_back(double(t.number)), best_line.y.push_back(*best);
   }
   std::ostringstream h;
-  h << "<!doctype html><html><head><meta charset='utf-8'><title>seqforge study " << esc(study_name)
-    << "</title><style>body{font-family:sans-serif;margin:20px}table{border-collapse:collapse;"
-       "font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}"
-       "</style></head><body><h1>Study "
-    << esc(study_name) << "</h1><p>" << trials.size() << " trials; " << direction_name(direction)
-    << ". Blue: complete, grey: pruned (last reported value), orange: other. Red line: best so "
-       "far.</p>";
-  h << svg_chart("Optimisation history", "trial", "value", history, false, best_line);
-  // Intermediate values: how each trial's metric went epoch by epoch, pruned ones in grey.
-  {
-    std::vector<Series> curves;
-    for (const auto& t : trials) {
-      Series line{color(t.state), {}};
-      for (const auto& [step, v] : t.intermediate) line.points.emplace_back(double(step + 1), v);
-      curves.push_back(std::move(line));
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>seqforge study "
+    << escape(study_name) << "</title><style>" << report::kStyle << "</style></head><body>\n"
+    << "<h1>seqforge study: " << escape(study_name) << "</h1><p class=\"meta\">" << trials.size()
+    << " trials";
+  for (const auto& [state, n] : counts) h << " &middot; " << n << " " << state_name(state);
+  h << " &middot; " << direction_name(direction)
+    << ". Pruned, failed and running trials at their last reported value.</p>\n";
+  report::Chart c;
+  c.title = "Optimisation history";
+  c.x_label = "trial";
+  c.x_kind = report::XKind::integer;
+  for (auto& [state, s] : history) c.series.push_back(std::move(s));
+  if (best_line.x.size() > 0) c.series.push_back(best_line);
+  c.width = 560;
+  h << "<div class=\"grid\">" << report::render(c);
+  // Every trial's metric epoch by epoch, running and killed ones too.
+  report::Chart curves;
+  curves.title = "Metric per epoch";
+  curves.x_label = "epoch";
+  curves.x_kind = report::XKind::integer;
+  curves.width = 560;
+  for (const auto& t : trials) {
+    report::Series line;
+    line.color = color(t.state);
+    line.opacity = t.state == TrialState::pruned ? 0.5 : 0.8;
+    for (const auto& [step, v] : t.intermediate) {
+      line.x.push_back(double(step + 1));
+      line.y.push_back(v);
     }
-    h << svg_chart("Metric per epoch", "epoch", "value", {}, false, {}, {}, curves);
+    curves.series.push_back(std::move(line));
   }
-  h << "<h2>Parameters</h2>";
+  h << report::render(curves) << "</div>\n<h2>Parameters</h2><div class=\"grid\">";
   for (const auto& p : space) {
-    std::vector<Point> pts;
+    report::Chart pc;
+    pc.title = p.name;
+    pc.x_label = p.name;
+    pc.x_scale = p.log ? report::Scale::log : report::Scale::linear;
+    if (p.kind == Param::Kind::categorical) pc.x_categories = p.choices;
+    std::map<TrialState, report::Series> by_state;
     for (const auto& t : trials) {
-      auto it = t.params.find(p.name);
-      if (it == t.params.end() || !t.value) continue;
-      pts.push_back({it->second, *t.value, color(t.state),
-                     "trial " + std::to_string(t.number) + ": " + p.text(it->second) + " -> " +
-                         fmt_value(t.value)});
+      const auto it = t.params.find(p.name);
+      const auto v = shown_value(t);
+      if (it == t.params.end() || !v) continue;
+      report::Series& s = by_state[t.state];
+      s.name = state_name(t.state);
+      s.color = color(t.state);
+      s.style = report::Series::Style::points;
+      s.x.push_back(it->second);
+      s.y.push_back(*v);
+      s.tips.push_back("trial " + std::to_string(t.number) + ": " + p.text(it->second) + " -> " +
+                       fmt_value(*v));
     }
-    h << svg_chart(p.name, p.name + (p.log ? " (log)" : ""), "value", pts, p.log, {},
-                   p.kind == Param::Kind::categorical ? p.choices : std::vector<std::string>{});
+    for (auto& [state, s] : by_state) pc.series.push_back(std::move(s));
+    h << report::render(pc);
   }
-  h << "<h2>Trials</h2><table><tr><th>trial</th><th>state</th><th>value</th><th>epochs</th>"
-       "<th>time s</th><th>parameters</th><th>note</th></tr>";
+  h << "</div>\n<h2>Trials</h2><table><tr><th>trial</th><th class=\"text\">state</th>"
+       "<th>value</th><th>epochs reported</th><th>time s</th><th class=\"text\">parameters</th>"
+       "<th class=\"text\">note</th></tr>";
   for (const auto& t : trials) {
     char secs[32] = "";
     if (t.finished > 0 && t.started > 0)
       std::snprintf(secs, sizeof secs, "%.1f", t.finished - t.started);
-    h << "<tr><td>" << t.number << "</td><td>" << state_name(t.state) << "</td><td>"
-      << fmt_value(t.value) << "</td><td>" << t.epochs << "</td><td>" << secs << "</td><td>"
-      << esc(describe_params(names, t.params)) << "</td><td>" << esc(t.message) << "</td></tr>";
+    else if (t.state == TrialState::running && t.started > 0)
+      std::snprintf(secs, sizeof secs, "%.1f so far", now_seconds() - t.started);
+    h << "<tr" << (t.state == TrialState::failed ? " class=\"failed\"" : "") << "><td>" << t.number
+      << "</td><td class=\"text\">" << state_name(t.state) << "</td><td>" << fmt_value(t.value)
+      << "</td><td>" << t.intermediate.size() << "</td><td>" << secs << "</td><td class=\"text\">"
+      << escape(describe_params(names, t.params)) << "</td><td class=\"text\">" << escape(t.message)
+      << "</td></tr>";
   }
   h << "</table></body></html>\n";
   return h.str();
