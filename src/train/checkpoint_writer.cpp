@@ -1,0 +1,78 @@
+#include "checkpoint_writer.hpp"
+
+#include "seqforge/core/profiler.hpp"
+#include "seqforge/io/safetensors.hpp"
+
+namespace seqforge {
+
+CheckpointWriter::CheckpointWriter() : thread_([this] { run(); }) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CheckpointWriter::submit(const std::string& path,
+                              const std::vector<std::pair<std::string, Tensor>>& tensors,
+                              std::map<std::string, std::string> metadata) {
+  SF_PROFILE_SCOPE("checkpoint submit");
+  Job job;
+  job.path = path;
+  job.metadata = std::move(metadata);
+  for (const auto& [name, v] : tensors) {
+    job.names.push_back(name);
+    job.data.emplace_back(static_cast<const char*>(v.data()),
+                          static_cast<const char*>(v.data()) + v.nbytes());
+    job.shapes.push_back(v.shape().to_vector());
+    job.dtypes.push_back(v.dtype());
+  }
+  {
+    std::lock_guard lock(mutex_);
+    rethrow_locked();
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+}
+
+void CheckpointWriter::flush() {
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [&] { return jobs_.empty() && !busy_; });
+  rethrow_locked();
+}
+
+void CheckpointWriter::rethrow_locked() {
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void CheckpointWriter::run() {
+  profiler::set_thread_name("checkpoint writer");
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;
+    Job job = std::move(jobs_.front());
+    jobs_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    try {
+      SF_PROFILE_SCOPE("checkpoint write");
+      std::vector<io::SafetensorsTensor> tensors;
+      for (size_t i = 0; i < job.names.size(); ++i)
+        tensors.push_back({job.names[i], job.dtypes[i], job.shapes[i], job.data[i].data()});
+      io::write_safetensors(job.path, tensors, job.metadata);
+    } catch (...) {
+      lock.lock();
+      error_ = std::current_exception();
+      lock.unlock();
+    }
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace seqforge

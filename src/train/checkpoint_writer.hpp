@@ -1,0 +1,50 @@
+#pragma once
+// Writes checkpoints on a thread of its own, so the training loop never waits for the disk.
+// Each write is atomic (write_safetensors: temporary file, fsync, rename).
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "seqforge/core/tensor.hpp"
+
+namespace seqforge {
+
+class CheckpointWriter {
+ public:
+  CheckpointWriter();
+  ~CheckpointWriter();  // writes what was submitted, then stops
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+  // Snapshots the tensors now; writes them later.
+  void submit(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+              std::map<std::string, std::string> metadata);
+  // Waits until everything submitted is on disk; rethrows a failed write.
+  void flush();
+
+ private:
+  struct Job {
+    std::string path;
+    std::vector<std::string> names;
+    std::vector<std::vector<char>> data;
+    std::map<std::string, std::string> metadata;
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<DType> dtypes;
+  };
+  void rethrow_locked();
+  void run();
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  bool stop_ = false, busy_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace seqforge

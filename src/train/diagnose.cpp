@@ -1,0 +1,188 @@
+// `seqforge diagnose CONFIG`: the data and model a config gives on this machine.
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "run.hpp"
+#include "seqforge/core/cpu.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/core/profiler.hpp"
+#include "seqforge/core/resource_monitor.hpp"
+#include "seqforge/train/trainer.hpp"
+
+namespace seqforge {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Floats a training step keeps per batch: per layer and direction the gates (T, B, 4H), cell
+// state and tanh(c) (T, B, H), the layer output (T, B, D*H), its input gradient (T, B, I_l),
+// dropout masks and masked copies; bf16 GEMMs add half-size copies of gates and outputs.
+double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool bf16) {
+  const LstmOptions& o = m.lstm;
+  const double D = o.bidirectional ? 2 : 1, H = static_cast<double>(o.hidden_size);
+  double floats = 0;
+  for (int64_t l = 0; l < o.num_layers; ++l) {
+    const double I = l == 0 ? static_cast<double>(o.input_size) : D * H;
+    double layer = D * (4 * H + 2 * H) + D * H + I;
+    if (o.dropout > 0 && l + 1 < o.num_layers) layer += 2 * D * H;
+    if (bf16) layer += 0.5 * (D * 4 * H + D * H);
+    floats += layer * T * B;
+  }
+  const double head_rows = m.per_step ? static_cast<double>(T * B) : static_cast<double>(B);
+  floats += 2 * head_rows * (D * H + static_cast<double>(m.output_size));
+  if (m.vocab_size > 0) floats += 2.0 * T * B * m.embedding_dim;
+  return floats * 4;
+}
+
+// The nearest existing directory at or above `p`, and whether this process may write there.
+bool writable_dir_for(const fs::path& p) {
+  fs::path at = fs::absolute(p);
+  while (!at.empty() && !fs::exists(at) && at != at.parent_path()) at = at.parent_path();
+  return fs::is_directory(at) && access(at.c_str(), W_OK | X_OK) == 0;
+}
+
+double available_memory_mb() {
+  std::ifstream f("/proc/meminfo");
+  for (std::string key; f >> key;) {
+    double kb = 0;
+    f >> kb;
+    if (key == "MemAvailable:") return kb / 1024;
+    f.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+// Settings that do not fit this machine: threads, precision, the run directory. Returns the
+// GEMM dtype the run would use.
+DType machine_problems(const Config& c, std::vector<std::string>* problems) {
+  const int cpus = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  }();
+  const int64_t threads = c.integer("train.threads");
+  if (threads > cpus)
+    problems->push_back("train.threads is " + std::to_string(threads) + " but " +
+                        std::to_string(cpus) +
+                        " CPUs are available: set train.threads: 0 (one per CPU) or at most " +
+                        std::to_string(cpus));
+  if (const char* env = std::getenv("OMP_NUM_THREADS");
+      threads <= 0 && env && std::atoi(env) > cpus)
+    problems->push_back("OMP_NUM_THREADS is " + std::string(env) + " but " + std::to_string(cpus) +
+                        " CPUs are available: unset it or set it to at most " +
+                        std::to_string(cpus));
+  std::string notice;
+  const DType gemm = resolve_precision(c.str("train.precision"), &notice);
+  if (!notice.empty())
+    problems->push_back(notice +
+                        ": set train.precision: fp32 (or auto, which picks bf16 only "
+                        "where the CPU has it)");
+  std::string run_dir = c.str("train.run_dir");
+  if (run_dir.empty()) run_dir = (fs::path("runs") / fs::path(c.source()).stem()).string();
+  if (!writable_dir_for(run_dir))
+    problems->push_back("train.run_dir " + run_dir +
+                        " is not writable by this user: set train.run_dir to a writable directory");
+  return gemm;
+}
+
+// The data and model: splits, parameters, memory per batch, and what does not fit.
+void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
+  std::vector<std::string>& problems = d->problems;
+  Task task = load_task(c);
+  d->task = task.kind;
+  d->rows = task.kind == "charlm" ? static_cast<int64_t>(task.text.ids.size()) : task.series.rows;
+  const Split& split = task.split();
+  d->train = static_cast<int64_t>(split.train.size());
+  d->val = static_cast<int64_t>(split.val.size());
+  d->test = static_cast<int64_t>(split.test.size());
+  d->steps = task.steps();
+  d->batch_size = c.integer("train.batch_size");
+  d->parameters = SequenceModel(task.model).parameters().count();
+  const int64_t B = std::max<int64_t>(1, std::min(d->batch_size, std::max<int64_t>(1, d->train)));
+  d->batches_per_epoch = d->batch_size > 0 ? (d->train + d->batch_size - 1) / d->batch_size : 0;
+  if (const int64_t mb = c.integer("train.max_batches"); mb > 0)
+    d->batches_per_epoch = std::min(d->batches_per_epoch, mb);
+  const int64_t F = task.kind == "charlm" ? 0 : task.series.num_features();
+  const double in_bytes = task.kind == "charlm" ? 16.0 * d->steps
+                          : task.kind == "mae"  ? 4.0 * d->steps * (2 * F + 1)
+                                                : 4.0 * (d->steps * F + task.series.num_outputs());
+  d->batch_input_mb = in_bytes * B / 1048576;
+  d->activation_mb = activation_bytes(task.model, d->steps, B, gemm == DType::bf16) / 1048576;
+  if (d->train == 0)
+    problems.push_back("the training split has no windows: lower data.lookback (" +
+                       std::to_string(d->steps) + ") or give more rows, or raise data.split.train");
+  if (d->val == 0 && c.number("data.split.val") > 0)
+    problems.push_back(
+        "the validation split has no windows (training would stop with an error): raise "
+        "data.split.val, shorten the windows, or set data.split.val: 0 to train without "
+        "validation");
+  if (d->test == 0)
+    problems.push_back(
+        "the test split has no windows (seqforge eval needs some): leave room "
+        "after data.split.train + data.split.val");
+  if (d->batch_size > d->train && d->train > 0)
+    problems.push_back("train.batch_size " + std::to_string(d->batch_size) +
+                       " is larger than the " + std::to_string(d->train) +
+                       " training windows (one short batch per epoch): " +
+                       "lower train.batch_size to at most " + std::to_string(d->train));
+  const double avail = available_memory_mb();
+  if (avail > 0 && d->activation_mb + d->batch_input_mb > 0.5 * avail)
+    problems.push_back("a training step needs about " + std::to_string(int(d->activation_mb)) +
+                       " MB but " + std::to_string(int(avail)) +
+                       " MB are available: lower train.batch_size or data.lookback");
+}
+
+// A short measured run: `steps` training steps (their median; the first pays for start-up) and
+// one validation pass, timed by the profiler's scopes.
+void measure(const Config& c, int steps, ConfigDiagnosis* d) {
+  const fs::path tmp =
+      fs::temp_directory_path() / ("seqforge-diagnose-" + std::to_string(getpid()));
+  const Config short_run =
+      Config::parse(c.resolved_yaml(), c.source(),
+                    {"train.epochs=1", "train.max_batches=" + std::to_string(steps),
+                     "train.run_dir=" + tmp.string(), "train.save=last",
+                     "train.early_stopping.patience=0", "train.test_after=false"});
+  const bool was_profiling = profiler::enabled();
+  if (!was_profiling) profiler::start();
+  std::ostringstream log;
+  try {
+    train(short_run, log, "", {}, /*overwrite=*/true);
+  } catch (...) {
+    if (!was_profiling) profiler::stop();
+    fs::remove_all(tmp);
+    throw;
+  }
+  if (!was_profiling) profiler::stop();
+  fs::remove_all(tmp);
+  d->measured_peak_mb = process_peak_rss_bytes() / 1048576;
+  for (const auto& row : profiler::summary()) {
+    if (row.name == "train step") {  // the median: robust to the first step and to noise
+      d->timed_steps = static_cast<int>(row.calls);
+      d->step_seconds = row.median_ms / 1e3;
+    } else if (row.name == "validation") {
+      d->validation_seconds = row.total_ms / row.calls / 1e3;
+    }
+  }
+  d->epoch_seconds = d->step_seconds * d->batches_per_epoch + d->validation_seconds;
+}
+
+}  // namespace
+
+ConfigDiagnosis diagnose_config(const Config& c, int steps) {
+  ConfigDiagnosis d;
+  const DType gemm = machine_problems(c, &d.problems);
+  data_problems(c, gemm, &d);
+  if (d.train == 0 || (d.val == 0 && c.number("data.split.val") > 0) || steps <= 0) return d;
+  measure(c, steps, &d);
+  return d;
+}
+
+}  // namespace seqforge

@@ -1,0 +1,349 @@
+// eval, predict, generate and the validation outputs the report draws.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+
+#include "io/file_util.hpp"
+#include "run.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/io/checkpoint.hpp"
+#include "seqforge/io/csv.hpp"
+#include "seqforge/train/trainer.hpp"
+
+namespace seqforge {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Accuracy on `starts` of always predicting the training split's most frequent class.
+double majority_accuracy(const SeriesData& d, const std::vector<int64_t>& starts) {
+  std::vector<int64_t> count(d.class_names.size(), 0);
+  for (int64_t s : d.split.train)
+    if (const int64_t k = d.classes[d.target_row(s)]; k >= 0) ++count[k];
+  const int64_t majority = std::max_element(count.begin(), count.end()) - count.begin();
+  int64_t hits = 0;
+  for (int64_t s : starts) hits += d.classes[d.target_row(s)] == majority;
+  return starts.empty() ? 0.0 : double(hits) / double(starts.size());
+}
+
+}  // namespace
+
+std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
+                                       const std::string& data) {
+  if (data.empty() && split != "val" && split != "test")
+    fail("--split: expected val or test, got '", split, "'");
+  LoadedRun r = load_run(run, data, data.empty() ? WindowSet::splits : WindowSet::with_targets);
+  if (r.task.kind == "charlm" && !data.empty())
+    fail("--data: evaluating a character model on another file is not supported; use --split");
+  configure_threads(static_cast<int>(r.config.integer("train.threads")));
+  auto be = make_cpu_backend();
+  auto model = load_model(*be, r, &std::cerr);
+  const Split& s = r.task.split();
+  const std::vector<int64_t>& starts = !data.empty() ? s.test : split == "val" ? s.val : s.test;
+  if (starts.empty()) {
+    if (!data.empty())
+      fail(data, ": ", r.task.series.rows, " rows give no window with a target (data.lookback ",
+           r.task.series.lookback, " + data.horizon ", r.task.series.horizon, " rows, within one ",
+           "series)");
+    fail(run, ": the ", split, " split has no windows");
+  }
+  const int64_t batch_size = r.config.integer("train.batch_size");
+  Loader loader(*be, r.task, batch_size, loader_options(r.config, batch_bytes(r.task, batch_size)));
+  const auto m = evaluate_split(*be, *model, r.task, starts, loader);
+  // Named for what was evaluated: test_*, val_*, or data_* for another file's every window.
+  const std::string prefix = data.empty() ? split : "data";
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : m) out[k.rfind("val_", 0) == 0 ? prefix + k.substr(3) : k] = v;
+  out["samples"] = static_cast<double>(starts.size());
+  if (r.task.kind == "classify" && data.empty())  // the baseline a classifier has to beat
+    out[prefix + "_majority_accuracy"] = majority_accuracy(r.task.series, starts);
+  return out;
+}
+
+namespace {
+
+// The row's label for a predictions file: its date, else its 1-based data row in the file.
+std::string row_label(const SeriesData& d, int64_t row) {
+  if (!d.dates.empty()) return d.dates[row];
+  return std::to_string((d.file_rows.empty() ? row : d.file_rows[row]) + 1);
+}
+
+// When a window's forecast is for: the target row's label when it is in the file, else the last
+// date plus horizon steps where the series' dates are regular; "" when unknown (no dates).
+std::string forecast_time(const SeriesData& d, int64_t start) {
+  const int64_t last = d.last_row(start), target = d.target_row(start);
+  const SeriesSpan& s = d.series_of(last);
+  if (target < s.end) return row_label(d, target);
+  if (d.dates.empty() || !s.regular || s.step <= 0) return "";
+  const bool date_only = d.dates[last].size() <= 10;
+  return io::format_datetime(d.times[last] + d.horizon * s.step, date_only);
+}
+
+// Windows per forward pass of predict: large batches run the GEMMs fastest (512-1024 rows ran
+// 1.5x the windows/s of 256 for a 2-layer LSTM of hidden 256), within about 512 MB of the
+// activations a forward pass keeps, (T, B, 4H) gates per layer and direction.
+int64_t prediction_batch(const ModelOptions& m, int64_t T) {
+  const LstmOptions& o = m.lstm;
+  const int64_t per_window =
+      T * 4 * o.hidden_size * o.num_layers * (o.bidirectional ? 2 : 1) * int64_t{sizeof(float)};
+  return std::clamp<int64_t>((int64_t{512} << 20) / std::max<int64_t>(1, per_window), 64, 1024);
+}
+
+// The windows predict writes: every window, or the last of each series.
+std::vector<int64_t> prediction_windows(const SeriesData& d, bool last_only) {
+  if (!last_only) return d.split.test;
+  std::vector<int64_t> out;
+  for (int64_t start : d.split.test)
+    if (!out.empty() && d.series_of(out.back()).begin == d.series_of(start).begin)
+      out.back() = start;
+    else
+      out.push_back(start);
+  return out;
+}
+
+// The header of a predictions file.
+std::string predictions_header(const SeriesData& d, bool multi) {
+  std::string csv = multi ? "series," : "";
+  csv += "window_end,forecast_for";
+  if (d.task == "forecast") {
+    for (const auto& name : d.target_names)
+      csv +=
+          "," + io::csv_field(name) + (d.has_targets ? "," + io::csv_field(name + "_actual") : "");
+  } else {
+    csv += ",class";
+    for (const auto& name : d.class_names) csv += "," + io::csv_field("p_" + name);
+    if (d.has_targets) csv += ",actual";
+  }
+  return csv + "\n";
+}
+
+// One window's row of a predictions file from the model's output `o` (O); returns the number of
+// predictions left empty (a target transform undone from a value missing in the file).
+int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bool multi,
+                          std::string* csv) {
+  const int64_t O = d.num_outputs(), target = d.target_row(start);
+  const bool known = d.has_targets && target < d.series_of(d.last_row(start)).end;
+  if (multi) *csv += io::csv_field(d.series_of(start).name) + ",";
+  *csv += row_label(d, d.last_row(start)) + "," + forecast_time(d, start);
+  int64_t unknown = 0;
+  if (d.task == "forecast") {
+    for (int64_t j = 0; j < O; ++j) {
+      // The model computes in f32: the prediction's shortest f32 text reads back exactly.
+      const double y = d.prediction(start, j, o[j]);
+      unknown += std::isnan(y);
+      *csv += "," + (std::isnan(y) ? "" : shortest(static_cast<float>(y)));
+      const double actual = known ? d.actual(start, j) : NAN;
+      if (d.has_targets) *csv += "," + (std::isnan(actual) ? "" : shortest(actual));
+    }
+  } else {
+    const double top = *std::max_element(o, o + O);
+    std::vector<double> p(O);
+    double total = 0;
+    for (int64_t k = 0; k < O; ++k) total += p[k] = std::exp(o[k] - top);
+    *csv += "," + io::csv_field(d.class_names[std::max_element(o, o + O) - o]);
+    for (int64_t k = 0; k < O; ++k) *csv += "," + shortest(static_cast<float>(p[k] / total));
+    if (d.has_targets)
+      *csv +=
+          "," +
+          (known && d.classes[target] >= 0 ? io::csv_field(d.class_names[d.classes[target]]) : "");
+  }
+  *csv += "\n";
+  return unknown;
+}
+
+}  // namespace
+
+int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
+  LoadedRun r = load_run(run, options.input, WindowSet::every_window);
+  if (r.task.kind != "forecast" && r.task.kind != "classify")
+    fail(run, ": predict needs a forecast or classify run; this is a ", r.task.kind, " run",
+         r.task.kind == "charlm" ? " (sample from it with seqforge generate)" : "");
+  configure_threads(static_cast<int>(r.config.integer("train.threads")));
+  const SeriesData& d = r.task.series;
+  for (const SeriesSpan& s : d.series)
+    if (s.end - s.begin < d.lookback && d.series.size() > 1)
+      log << "note: series '" << s.name << "' has " << s.end - s.begin
+          << " rows, fewer than data.lookback = " << d.lookback << ": no prediction for it\n";
+  const std::vector<int64_t> windows = prediction_windows(d, options.last_only);
+  if (windows.empty())
+    fail(options.input, ": ", d.rows, " rows", d.series.size() > 1 ? " in every series" : "",
+         " are fewer than data.lookback = ", d.lookback, ": no complete window to predict from");
+  auto be = make_cpu_backend();
+  auto model = load_model(*be, r, &log);
+  const bool multi = d.series.size() > 1 || !r.config.str("data.series_column").empty();
+  std::string csv = predictions_header(d, multi);
+  const int64_t B = prediction_batch(r.task.model, d.lookback);
+  const int64_t T = d.lookback, F = d.num_features(), O = d.num_outputs();
+  Buffer input_buf;  // (B, T, F) normalised windows
+  Rng rng(0);
+  double compute_s = 0;
+  int64_t unknown = 0;
+  for (size_t first = 0; first < windows.size(); first += B) {
+    const int64_t n = std::min<int64_t>(B, static_cast<int64_t>(windows.size() - first));
+    const double t0 = now_s();
+    Tensor x = input_buf.get(*be, DType::f32, {n, T, F});
+    for (int64_t i = 0; i < n; ++i)
+      d.copy_window(windows[first + i], static_cast<float*>(x.data()) + i * T * F);
+    Tensor out = model->forward(*be, x, {}, {}, false, rng);  // (n, O)
+    compute_s += now_s() - t0;
+    const float* o = static_cast<const float*>(out.data());
+    for (int64_t i = 0; i < n; ++i)
+      unknown += append_prediction(d, windows[first + i], o + i * O, multi, &csv);
+  }
+  if (options.output == "-") {
+    std::fwrite(csv.data(), 1, csv.size(), stdout);
+    std::fflush(stdout);
+  } else {
+    io::write_file_atomically(options.output, {{csv.data(), csv.size()}});
+  }
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "predict: %zu windows in %.3f s (%.0f windows/s, inference only; batch %lld)\n",
+                windows.size(), compute_s, windows.size() / std::max(compute_s, 1e-9),
+                static_cast<long long>(B));
+  log << line << std::flush;
+  if (unknown > 0)
+    log << "note: " << unknown << " predictions are empty: data.transform of the target is undone "
+        << "from the window's last value of it, which is empty in " << options.input << "\n";
+  return static_cast<int64_t>(windows.size());
+}
+
+std::string generate(const std::string& run, const std::string& prompt, int64_t length,
+                     double temperature, int64_t top_k, uint64_t seed) {
+  configure_threads();
+  LoadedRun r = load_run(run, "");
+  if (r.task.kind != "charlm")
+    fail(run, ": generate needs a character model (data.task charlm); this is a ", r.task.kind,
+         " run", r.task.kind == "mae" ? "" : " (use seqforge predict)");
+  if (!(temperature >= 0))
+    fail("--temperature must be 0 (always the likeliest character) or more, got ", temperature);
+  if (top_k < 0) fail("--top-k must be positive, got ", top_k);
+  if (length < 0) fail("--length must be >= 0, got ", length);
+  auto be = make_cpu_backend();
+  SequenceModel model(r.task.model);
+  model.initialize(*be, 0);
+  io::load_parameters(r.file.source(), model.parameters(), *be);
+  const std::u32string& vocab = r.task.text.vocab;
+  std::vector<int64_t> ids;
+  const std::u32string start = prompt.empty() ? U"\n" : decode_utf8(prompt, "--prompt");
+  for (size_t i = 0; i < start.size(); ++i) {
+    const size_t at = vocab.find(start[i]);
+    if (at == std::u32string::npos)
+      fail("--prompt: character ", i + 1, " ('", encode_utf8(start.substr(i, 1)),
+           "') is not in the model's vocabulary");
+    ids.push_back(static_cast<int64_t>(at));
+  }
+  const int64_t D = model.lstm().directions(), L = model.options().lstm.num_layers;
+  const int64_t H = model.options().lstm.hidden_size, V = static_cast<int64_t>(vocab.size());
+  if (D != 1) fail(run, ": generating needs a unidirectional model");
+  std::vector<float> h(D * L * H), cst(D * L * H);
+  Rng rng(seed);
+  std::string text = prompt;
+  // The prompt in one pass, then one character at a time, carrying the LSTM state.
+  Tensor input(ids.data(), DType::i64, {1, static_cast<int64_t>(ids.size())});
+  Tensor logits = model.forward(*be, input, {}, {}, false, rng);
+  int64_t next = 0;
+  std::vector<double> p(V);
+  for (int64_t n = 0; n < length; ++n) {
+    const float* row = static_cast<const float*>(logits.data()) + (logits.dim(0) - 1) * V;
+    std::vector<int64_t> idx(V);
+    std::iota(idx.begin(), idx.end(), 0);
+    const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
+      return row[a] > row[b] || (row[a] == row[b] && a < b);
+    });
+    next = idx[0];  // temperature 0: the likeliest (the first of equals)
+    if (temperature > 0) {
+      double total = 0;
+      for (int64_t i = 0; i < k; ++i)
+        total += p[i] = std::exp((row[idx[i]] - row[idx[0]]) / temperature);
+      double u = rng.uniform() * total;
+      next = idx[k - 1];
+      for (int64_t i = 0; i < k; ++i)
+        if ((u -= p[i]) <= 0) {
+          next = idx[i];
+          break;
+        }
+    }
+    text += encode_utf8(vocab.substr(next, 1));
+    std::copy_n(static_cast<const float*>(model.lstm().h_n().data()), h.size(), h.begin());
+    std::copy_n(static_cast<const float*>(model.lstm().c_n().data()), cst.size(), cst.begin());
+    Tensor one(&next, DType::i64, {1, 1});
+    logits = model.forward(*be, one, Tensor(h.data(), DType::f32, {D * L, 1, H}),
+                           Tensor(cst.data(), DType::f32, {D * L, 1, H}), false, rng);
+  }
+  return text;
+}
+
+int64_t write_validation_outputs(const std::string& run) {
+  LoadedRun r = load_run(run, "");
+  if (r.task.kind == "charlm") return 0;
+  const SeriesData& d = r.task.series;
+  std::vector<int64_t> starts = d.split.val;
+  if (starts.empty()) return 0;
+  const bool mae = r.task.kind == "mae";
+  if (mae) {  // a few windows spread over the split
+    std::vector<int64_t> few;
+    for (size_t k = 0; k < 4 && k < starts.size(); ++k)
+      few.push_back(starts[k * starts.size() / std::min<size_t>(4, starts.size())]);
+    starts = few;
+  }
+  auto be = make_cpu_backend();
+  auto model = load_model(*be, r, nullptr);
+  const int64_t batch_size = r.config.integer("train.batch_size"), O = d.num_outputs();
+  const int64_t T = d.lookback, F = d.num_features();
+  Loader loader(*be, r.task, batch_size, loader_options(r.config, batch_bytes(r.task, batch_size)));
+  loader.start(starts, INT64_MAX, {}, 0);
+  Rng rng(0);
+  const bool dates = !d.dates.empty(), multi = d.series.size() > 1;
+  std::string csv = mae ? "window,step,feature,original,reconstructed,masked\n"
+                        : std::string("row") + (dates ? ",time" : "") + (multi ? ",series" : "") +
+                              ",actual,predicted\n";
+  char cells[96];
+  for (size_t i = 0; i < starts.size(); i += batch_size) {
+    const Batch& b = loader.next();
+    Tensor out = model->forward(*be, b.input, {}, {}, false, rng);
+    const float* o = static_cast<const float*>(out.data());
+    const auto* labels = static_cast<const int64_t*>(b.labels.data());
+    for (int64_t k = 0; k < b.size; ++k) {
+      const int64_t start = starts[i + k];
+      if (mae) {  // (B*T, F) reconstructions and originals, normalised
+        const auto* original = static_cast<const float*>(b.target.data());
+        const auto* mask = static_cast<const float*>(b.mask.data());
+        for (int64_t u = 0; u < T; ++u)
+          for (int64_t f = 0; f < F; ++f) {
+            const int64_t at = (k * T + u) * F + f;
+            std::snprintf(cells, sizeof cells, ",%lld,", static_cast<long long>(u + 1));
+            csv += std::to_string(i + k + 1) + cells + io::csv_field(d.feature_names[f]);
+            std::snprintf(cells, sizeof cells, ",%.7g,%.7g,%d\n", original[at], o[at],
+                          mask[k * T + u] != 0.0f ? 1 : 0);
+            csv += cells;
+          }
+        continue;
+      }
+      const int64_t row = d.target_row(start);
+      csv += std::to_string((d.file_rows.empty() ? row : d.file_rows[row]) + 1);  // 1-based
+      if (dates) csv += "," + forecast_time(d, start);
+      if (multi) csv += "," + io::csv_field(d.series_of(d.last_row(start)).name);
+      if (d.task == "forecast") {  // the first target, in its own units
+        std::snprintf(cells, sizeof cells, ",%.7g,%.7g\n", d.actual(start, 0),
+                      d.prediction(start, 0, o[k * O]));
+        csv += cells;
+      } else {
+        const int64_t pred = std::max_element(o + k * O, o + (k + 1) * O) - (o + k * O);
+        csv += "," + io::csv_field(d.class_names[labels[k]]) + "," +
+               io::csv_field(d.class_names[pred]) + "\n";
+      }
+    }
+  }
+  const fs::path output = fs::path(run) / (mae ? "val_reconstructions.csv" : "val_predictions.csv");
+  io::write_file_atomically(output.string(), {{csv.data(), csv.size()}});
+  return static_cast<int64_t>(starts.size());
+}
+
+}  // namespace seqforge

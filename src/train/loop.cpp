@@ -1,0 +1,156 @@
+#include "loop.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "seqforge/core/error.hpp"
+
+namespace seqforge {
+
+namespace {
+
+std::string exact(double x) {  // JSON has no infinity; "%.17g" round-trips
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+}  // namespace
+
+LoopSettings LoopSettings::from(const Config& c, const Task& task) {
+  LoopSettings s;
+  auto bad = [&](const char* key, const auto& what, const auto& got) {
+    fail(c.source(), ": ", key, " must be ", what, ", got ", got);
+  };
+  s.monitor = c.str("train.early_stopping.monitor");
+  if (const auto names = metric_names(task.kind);
+      std::find(names.begin(), names.end(), s.monitor) == names.end()) {
+    std::string list;
+    for (const auto& name : names) list += " " + name;
+    fail(c.source(), ": train.early_stopping.monitor: '", s.monitor,
+         "' is not a metric of this task (", list, " )");
+  }
+  if (task.split().val.empty() && s.monitor.rfind("val_", 0) == 0)
+    fail(c.source(), ": train.early_stopping.monitor is ", s.monitor,
+         " but data.split.val is 0 (no validation): monitor train_loss, or give a validation "
+         "share");
+  s.batch_size = c.integer("train.batch_size");
+  s.epochs = c.integer("train.epochs");
+  if (s.batch_size <= 0) bad("train.batch_size", "positive", s.batch_size);
+  if (s.epochs <= 0) bad("train.epochs", "positive", s.epochs);
+  s.dist_timeout = c.number("dist.timeout_seconds");
+  s.bucket_mb = c.number("dist.bucket_mb");
+  if (!(s.dist_timeout > 0)) bad("dist.timeout_seconds", "positive", s.dist_timeout);
+  if (!(s.bucket_mb > 0)) bad("dist.bucket_mb", "positive", s.bucket_mb);
+  s.mode = c.str("train.early_stopping.mode");
+  if (s.mode != "min" && s.mode != "max")
+    fail(c.source(), ": train.early_stopping.mode must be min or max, got '", s.mode, "'");
+  s.save = c.str("train.save");
+  if (s.save != "best" && s.save != "last" && s.save != "every_n")
+    fail(c.source(), ": train.save must be best, last or every_n, got '", s.save, "'");
+  s.schedule = c.str("train.schedule");
+  if (s.schedule != "constant" && s.schedule != "step" && s.schedule != "cosine" &&
+      s.schedule != "plateau")
+    fail(c.source(), ": train.schedule must be constant, step, cosine or plateau, got '",
+         s.schedule, "'");
+  s.max_batches = c.integer("train.max_batches");
+  s.warmup_steps = c.integer("train.warmup_steps");
+  s.gamma = c.number("train.gamma");
+  s.step_epochs = c.integer("train.step_epochs");
+  s.plateau_patience = c.integer("train.plateau_patience");
+  s.min_delta = c.number("train.early_stopping.min_delta");
+  s.patience = c.integer("train.early_stopping.patience");
+  s.save_every = c.integer("train.save_every");
+  s.clip = c.number("train.clip_grad_norm");
+  s.freeze_modules = c.list("train.freeze_modules");
+  s.freeze_epochs = c.integer("train.freeze_epochs");
+  s.progress_seconds = c.number("train.progress_seconds");
+  s.test_after = c.boolean("train.test_after");
+  return s;
+}
+
+double learning_rate(const LoopSettings& s, double base, int64_t step, int64_t epoch,
+                     int64_t total_steps, double lr_factor) {
+  if (step < s.warmup_steps) return base * double(step + 1) / double(s.warmup_steps);
+  if (s.schedule == "step")
+    return base * std::pow(s.gamma, double((epoch - 1) / std::max<int64_t>(1, s.step_epochs)));
+  if (s.schedule == "cosine") {
+    const double p =
+        double(step - s.warmup_steps) / double(std::max<int64_t>(1, total_steps - s.warmup_steps));
+    return 0.5 * base * (1.0 + std::cos(M_PI * std::min(1.0, p)));
+  }
+  return base * lr_factor;
+}
+
+LoopState LoopState::start(const LoopSettings& s) {
+  LoopState st;
+  st.best = st.plateau_best = s.mode == "min" ? INFINITY : -INFINITY;
+  return st;
+}
+
+std::string LoopState::to_json() const {
+  nlohmann::json j = {{"epoch", epochs_done},
+                      {"step", step},
+                      {"optimizer_steps", optimizer_steps},
+                      {"param_steps", param_steps},
+                      {"best", exact(best)},
+                      {"since_best", since_best},
+                      {"plateau_best", exact(plateau_best)},
+                      {"since_plateau", since_plateau},
+                      {"lr_factor", exact(lr_factor)}};
+  if (in_epoch) {
+    j["in_epoch"] = true;
+    j["batch"] = batch;
+    j["loss_sum"] = exact(loss_sum);
+    j["seen"] = exact(seen);
+  }
+  return j.dump();
+}
+
+LoopState LoopState::from_json(const std::string& text, const std::string& source) {
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) fail(source, ": seqforge.loop is not a JSON object");
+  auto real = [&](const char* key) {
+    return std::strtod(j.at(key).get<std::string>().c_str(), nullptr);
+  };
+  LoopState s;
+  try {
+    s.epochs_done = j.at("epoch").get<int64_t>();
+    s.step = j.at("step").get<int64_t>();
+    s.optimizer_steps = j.at("optimizer_steps").get<int64_t>();
+    s.param_steps = j.at("param_steps").get<std::vector<int64_t>>();
+    s.best = real("best");
+    s.since_best = j.at("since_best").get<int64_t>();
+    s.plateau_best = real("plateau_best");
+    s.since_plateau = j.at("since_plateau").get<int64_t>();
+    s.lr_factor = real("lr_factor");
+    s.in_epoch = j.value("in_epoch", false);
+    if (s.in_epoch) {
+      s.batch = j.at("batch").get<int64_t>();
+      s.loss_sum = real("loss_sum");
+      s.seen = real("seen");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(source, ": seqforge.loop: ", e.what());
+  }
+  return s;
+}
+
+void LoopState::broadcast(dist::Communicator& comm) {
+  std::array<double, 11> v = {
+      double(epochs_done), double(step),  double(optimizer_steps),   best,
+      double(since_best),  plateau_best,  double(since_plateau),     lr_factor,
+      double(in_epoch),    double(batch), double(param_steps.size())};
+  comm.broadcast({reinterpret_cast<std::byte*>(v.data()), sizeof v});
+  epochs_done = int64_t(v[0]), step = int64_t(v[1]), optimizer_steps = int64_t(v[2]);
+  best = v[3], since_best = int64_t(v[4]), plateau_best = v[5], since_plateau = int64_t(v[6]);
+  lr_factor = v[7], in_epoch = v[8] != 0, batch = int64_t(v[9]);
+  param_steps.resize(size_t(v[10]), 0);
+  comm.broadcast(
+      {reinterpret_cast<std::byte*>(param_steps.data()), param_steps.size() * sizeof(int64_t)});
+  if (comm.rank() != 0) loss_sum = seen = 0;
+}
+
+}  // namespace seqforge

@@ -1,0 +1,308 @@
+#include "run.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "seqforge/core/cpu.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/core/profiler.hpp"
+#include "seqforge/io/checkpoint.hpp"
+#include "seqforge/train/trainer.hpp"
+
+namespace seqforge {
+
+namespace fs = std::filesystem;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+ModelOptions model_options(const Config& c, const Task& t) {
+  ModelOptions m;
+  auto positive = [&](const char* key) {
+    const int64_t v = c.integer(key);
+    if (v <= 0) fail(c.source(), ": ", key, " must be positive, got ", v);
+    return v;
+  };
+  m.lstm.hidden_size = positive("model.hidden");
+  m.lstm.num_layers = positive("model.layers");
+  m.lstm.bidirectional = c.boolean("model.bidirectional");
+  m.lstm.dropout = c.number("model.dropout");
+  if (!(m.lstm.dropout >= 0 && m.lstm.dropout < 1))
+    fail(c.source(), ": model.dropout must be in [0, 1), got ", m.lstm.dropout);
+  m.lstm.batch_first = true;
+  if (t.kind == "charlm") {
+    m.vocab_size = static_cast<int64_t>(t.text.vocab.size());
+    m.embedding_dim = positive("model.embedding");
+    m.output_size = m.vocab_size;
+    m.per_step = true;
+  } else {
+    m.lstm.input_size = t.series.num_features();
+    m.output_size = t.series.num_outputs();
+    m.per_step = t.kind == "mae";
+  }
+  return m;
+}
+
+// Loads the task's data per the config; with `from`, reuses its normalisation and vocabulary.
+Task load_task(const Config& c, const Task* from) {
+  Task t;
+  static_cast<Dataset&>(t) = load_dataset(c, from);
+  t.model = model_options(c, t);
+  return t;
+}
+
+// Bytes of one batch's buffers, for the loader's memory budget.
+int64_t batch_bytes(const Task& t, int64_t batch_size) {
+  const int64_t per_step = t.kind == "charlm" ? 16 : 4 * (2 * t.series.num_features() + 1);
+  return batch_size * t.steps() * per_step;
+}
+
+// The loss and its gradient for a batch; returns the mean loss.
+double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout) {
+  if (t.kind == "forecast") return be.mse_loss(out, b.target, Tensor(), dout);
+  if (t.kind == "mae") return be.mse_loss(out, b.target, b.mask, dout);
+  return be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout);
+}
+
+double macro_f1(const std::vector<int64_t>& tp, const std::vector<int64_t>& fp,
+                const std::vector<int64_t>& fn) {
+  double sum = 0;
+  int64_t present = 0;
+  for (size_t k = 0; k < tp.size(); ++k) {
+    const double denom = 2.0 * tp[k] + fp[k] + fn[k];
+    if (denom == 0) continue;  // in neither the truth nor the predictions
+    sum += 2.0 * tp[k] / denom;
+    ++present;
+  }
+  return present > 0 ? sum / present : 0.0;
+}
+
+// The metrics an epoch of this task reports.
+std::vector<std::string> metric_names(const std::string& kind) {
+  std::vector<std::string> out = {"train_loss", "val_loss"};
+  if (kind == "forecast") out.insert(out.end(), {"val_mse", "val_rmse", "val_mae"});
+  if (kind == "classify") out.insert(out.end(), {"val_accuracy", "val_f1"});
+  if (kind == "charlm") out.insert(out.end(), {"val_bpc", "val_perplexity"});
+  return out;
+}
+
+// Metrics over a split (no training, no dropout).
+std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, const Task& t,
+                                             const std::vector<int64_t>& starts, Loader& loader) {
+  SF_PROFILE_SCOPE("validation");
+  std::map<std::string, double> m;
+  if (starts.empty()) return m;
+  Buffer dout_buf;
+  Rng rng(0);
+  double loss_sum = 0, abs_sum = 0, sq_sum = 0;
+  int64_t count = 0, values = 0;
+  const int64_t C = t.kind == "classify" ? t.series.num_outputs() : 0;
+  std::vector<int64_t> tp(C), fp(C), fn(C);
+  int64_t correct = 0;
+  loader.start(starts, INT64_MAX, {}, 0);
+  for (size_t done = 0; done < starts.size();) {
+    const Batch& b = loader.next();
+    const int64_t* window = starts.data() + done;  // (b.size) the batch's window starts
+    done += b.size;
+    Tensor out = model.forward(be, b.input, {}, {}, false, rng);
+    Tensor dout = dout_buf.get(be, DType::f32, out.shape());
+    const auto* mask = static_cast<const float*>(b.mask.data());
+    const int64_t n = t.kind == "charlm" ? b.size * t.text.seq_len
+                      : t.kind == "mae"
+                          ? static_cast<int64_t>(std::count(mask, mask + b.mask.numel(), 1.0f))
+                          : b.size;
+    const auto* labels = static_cast<const int64_t*>(b.labels.data());
+    loss_sum += loss_of(be, t, out, b, dout) * n;
+    count += n;
+    const float* o = static_cast<const float*>(out.data());
+    if (t.kind == "forecast") {  // errors in the targets' own units, transforms undone
+      const int64_t O = t.series.num_outputs();
+      for (int64_t r = 0; r < b.size; ++r)
+        for (int64_t j = 0; j < O; ++j) {
+          const double e =
+              t.series.prediction(window[r], j, o[r * O + j]) - t.series.actual(window[r], j);
+          abs_sum += std::fabs(e);
+          sq_sum += e * e;
+          ++values;
+        }
+    } else if (t.kind == "classify") {
+      for (int64_t r = 0; r < b.size; ++r) {
+        const int64_t pred = std::max_element(o + r * C, o + (r + 1) * C) - (o + r * C);
+        const int64_t truth = labels[r];
+        if (pred == truth) {
+          ++correct;
+          ++tp[truth];
+        } else {
+          ++fp[pred];
+          ++fn[truth];
+        }
+      }
+    }
+  }
+  m["val_loss"] = loss_sum / count;
+  if (t.kind == "forecast") {
+    m["val_mse"] = sq_sum / values;
+    m["val_rmse"] = std::sqrt(sq_sum / values);
+    m["val_mae"] = abs_sum / values;
+  } else if (t.kind == "classify") {
+    m["val_accuracy"] = double(correct) / count;
+    m["val_f1"] = macro_f1(tp, fp, fn);
+  } else if (t.kind == "charlm") {
+    m["val_bpc"] = m["val_loss"] / std::log(2.0);
+    m["val_perplexity"] = std::exp(m["val_loss"]);
+  }
+  return m;
+}
+
+std::string format_metrics(const std::map<std::string, double>& m) {
+  std::string out;
+  char buf[64];
+  for (const auto& [k, v] : m) {
+    std::snprintf(buf, sizeof buf, "  %s %.5g", k.c_str(), v);
+    out += buf;
+  }
+  return out;
+}
+
+// Metadata stored with the weights: what eval, predict and generate need to rebuild the task.
+std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Task& t,
+                                                       int64_t epoch,
+                                                       const std::map<std::string, double>& m) {
+  std::map<std::string, std::string> meta = {
+      {"format", "seqforge"},
+      {"seqforge.version", SEQFORGE_VERSION},
+      {"seqforge.layout",
+       "PyTorch names: embedding (nn.Embedding), lstm (nn.LSTM, batch_first=True, gate order "
+       "i, f, g, o), head (nn.Linear on the last step, or on every step for charlm)"},
+      {"seqforge.config", c.resolved_yaml()},
+      {"seqforge.epoch", std::to_string(epoch)},
+      {"seqforge.metrics", nlohmann::json(m).dump()},
+  };
+  if (t.kind == "charlm") {
+    meta["seqforge.vocab"] = nlohmann::json(encode_utf8(t.text.vocab)).dump();
+  } else {
+    meta["seqforge.feature_norm"] = t.series.feature_norm.to_json();
+    meta["seqforge.target_norm"] = t.series.target_norm.to_json();
+    meta["seqforge.classes"] = nlohmann::json(t.series.class_names).dump();
+    if (c.str("data.label") == "volatility" && t.kind == "classify")
+      meta["seqforge.label_threshold"] = shortest(t.series.label_threshold);
+  }
+  return meta;
+}
+
+std::vector<std::pair<std::string, Tensor>> named(const Parameters& params, const Arena& arena,
+                                                  const std::string& prefix) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < params.size(); ++i)
+    out.emplace_back(prefix + params.values().entries()[i].name, arena.view(i));
+  return out;
+}
+
+// Copies a tensor of `file` into `dst`, checking its shape; errors name the file and tensor.
+void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tensor dst,
+                 Backend& be) {
+  const io::SafetensorsEntry* e = file.find(name);
+  if (!e) fail(file.source(), ": missing tensor '", name, "' (a run of another architecture?)");
+  if (Shape(e->shape) != dst.shape() || e->dtype != dst.dtype())
+    fail(file.source(), ": tensor '", name, "' is ", dtype_safetensors_name(e->dtype), " ",
+         Shape(e->shape).str(), ", this run has ", dtype_safetensors_name(dst.dtype()), " ",
+         dst.shape().str(), " (a run of another architecture?)");
+  const auto bytes = file.bytes(*e);
+  std::vector<std::byte> aligned(bytes.begin(), bytes.end());
+  be.copy(dst, Tensor(aligned.data(), dst.dtype(), dst.shape()));
+}
+
+LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows) {
+  const std::string path =
+      fs::is_directory(run) ? (fs::path(run) / "model.safetensors").string() : run;
+  if (!fs::exists(run)) fail(run, ": no such run directory or model.safetensors");
+  if (fs::is_directory(run) && !fs::exists(path)) {
+    if (fs::exists(fs::path(run) / "study.db") || fs::exists(fs::path(run) / "best.yaml"))
+      fail(run, ": a tune study's directory, not a run: give one of its trials (", run,
+           "/trial-N; `seqforge tune --report` names the best)");
+    if (fs::exists(fs::path(run) / "metrics.jsonl"))
+      fail(run,
+           ": the run saved no model yet (model.safetensors is written at its first saved "
+           "epoch)");
+    fail(run, ": no model.safetensors here (not a run directory)");
+  }
+  io::SafetensorsFile file = io::SafetensorsFile::read(path);
+  const auto& meta = file.metadata();
+  if (!meta.count("seqforge.config"))
+    fail(path, ": not a seqforge checkpoint (no seqforge.config metadata)");
+  std::vector<std::string> overrides;
+  if (!data_override.empty()) overrides.push_back("data.path=" + data_override);
+  Config config = Config::parse(meta.at("seqforge.config"), path + " (stored config)", overrides);
+  Task stored;
+  stored.kind = config.str("data.task");
+  if (stored.kind == "charlm") {
+    stored.text.vocab =
+        decode_utf8(nlohmann::json::parse(meta.at("seqforge.vocab")).get<std::string>(),
+                    path + ": seqforge.vocab");
+  } else {
+    stored.series.feature_norm = Normalizer::from_json(meta.at("seqforge.feature_norm"));
+    stored.series.target_norm = Normalizer::from_json(meta.at("seqforge.target_norm"));
+    stored.series.class_names =
+        nlohmann::json::parse(meta.at("seqforge.classes")).get<std::vector<std::string>>();
+    if (meta.count("seqforge.label_threshold"))
+      stored.series.label_threshold =
+          std::strtod(meta.at("seqforge.label_threshold").c_str(), nullptr);
+  }
+  Task task;
+  if (stored.kind == "charlm" && data_override.empty() && !fs::exists(config.str("data.path"))) {
+    task = stored;  // generation needs only the vocabulary
+    task.model = model_options(config, task);
+  } else {
+    static_cast<Dataset&>(task) = load_dataset(config, &stored, windows);
+    task.model = model_options(config, task);
+  }
+  return {std::move(file), std::move(config), std::move(task)};
+}
+
+// The model of a loaded run, its weights loaded, computing in the run's precision.
+std::unique_ptr<SequenceModel> load_model(Backend& be, const LoadedRun& r, std::ostream* notes) {
+  auto model = std::make_unique<SequenceModel>(r.task.model);
+  model->initialize(be, 0);
+  io::load_parameters(r.file.source(), model->parameters(), be);
+  std::string notice;
+  model->set_gemm_dtype(resolve_precision(r.config.str("train.precision"), &notice));
+  if (!notice.empty() && notes) *notes << "note: " << notice << "\n";
+  return model;
+}
+
+// Compute threads of one of `local` processes on this machine: an unbound process (mpirun
+// --bind-to none) shares the machine's CPUs with the others.
+ThreadConfig configure_rank_threads(const Config& c, int local) {
+  const int64_t requested = c.integer("train.threads");
+  if (requested < 0)
+    fail(c.source(), ": train.threads must be 0 (one per CPU) or a count, got ", requested);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  ThreadConfig t;
+  if (local <= 1 || requested > 0 || std::getenv("OMP_NUM_THREADS") || cpus < online) {
+    t = configure_threads(static_cast<int>(requested));  // alone, or bound by the launcher
+  } else {
+    t = configure_threads(std::max(1, cpus / local));
+    t.reason = std::to_string(cpus) + " CPUs shared by " + std::to_string(local) +
+               " processes on this machine";
+  }
+  if (t.threads > cpus)
+    t.warning = std::to_string(t.threads) + " threads (" + t.reason + ") on " +
+                std::to_string(cpus) +
+                " CPUs this process may use: threads will wait for each "
+                "other; set train.threads to " +
+                std::to_string(cpus) + " or fewer";
+  return t;
+}
+
+}  // namespace seqforge

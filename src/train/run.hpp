@@ -1,0 +1,78 @@
+#pragma once
+// What training, evaluation, prediction and diagnosis share: a task (data and model options),
+// its loss and metrics, checkpoint metadata and the loading of a saved run.
+#include <charconv>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/core/threads.hpp"
+#include "seqforge/data/datasets.hpp"
+#include "seqforge/data/loader.hpp"
+#include "seqforge/io/safetensors.hpp"
+#include "seqforge/nn/sequence_model.hpp"
+#include "seqforge/train/config.hpp"
+
+namespace seqforge {
+
+// Seconds on a steady clock.
+double now_s();
+
+// A task: its data and the model it needs.
+struct Task : Dataset {
+  ModelOptions model;
+};
+
+ModelOptions model_options(const Config& c, const Task& t);
+// Loads the task's data per the config; with `from`, reuses its normalisation and vocabulary.
+Task load_task(const Config& c, const Task* from = nullptr);
+// Bytes of one batch's buffers, for the loader's memory budget.
+int64_t batch_bytes(const Task& t, int64_t batch_size);
+// The loss and its gradient for a batch; returns the mean loss.
+double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout);
+// The metrics an epoch of this task reports.
+std::vector<std::string> metric_names(const std::string& kind);
+// Metrics over a split (no training, no dropout): val_loss and the task's val_* metrics.
+std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, const Task& t,
+                                             const std::vector<int64_t>& starts, Loader& loader);
+
+// The shortest text that reads back as the same number.
+template <typename Real>
+std::string shortest(Real x) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+// "  key value" for each metric.
+std::string format_metrics(const std::map<std::string, double>& m);
+
+// Metadata stored with the weights: what eval, predict and generate need to rebuild the task.
+std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Task& t,
+                                                       int64_t epoch,
+                                                       const std::map<std::string, double>& m);
+// The arena's tensors under the parameters' names, prefixed.
+std::vector<std::pair<std::string, Tensor>> named(const Parameters& params, const Arena& arena,
+                                                  const std::string& prefix);
+// Copies a tensor of `file` into `dst`, checking its shape; errors name the file and tensor.
+void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tensor dst, Backend& be);
+
+// A run's checkpoint: `run` is a run directory or a .safetensors file.
+struct LoadedRun {
+  io::SafetensorsFile file;
+  Config config;
+  Task task;
+};
+LoadedRun load_run(const std::string& run, const std::string& data_override,
+                   WindowSet windows = WindowSet::splits);
+// The model of a loaded run, its weights loaded, computing in the run's precision.
+std::unique_ptr<SequenceModel> load_model(Backend& be, const LoadedRun& r, std::ostream* notes);
+
+// Compute threads of one of `local` processes on this machine: an unbound process (mpirun
+// --bind-to none) shares the machine's CPUs with the others.
+ThreadConfig configure_rank_threads(const Config& c, int local);
+
+}  // namespace seqforge
