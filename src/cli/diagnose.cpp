@@ -1,7 +1,6 @@
 // `seqforge diagnose [CONFIG] [overrides]`: what this machine offers for training (CPU, ISA, AMX
 // permission, memory, oneDNN and its kernels, threads, GPU), and with a config, what it gives
 // here (data, memory per batch, seconds per epoch) and the problems found, one line each.
-#include <cpuid.h>
 #include <dirent.h>
 #include <sched.h>
 #include <sys/syscall.h>
@@ -10,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,33 +32,8 @@ int diagnose_steps = 10;
 // Linux x86 arch_prctl codes for the dynamically enabled AMX tile state (asm/prctl.h).
 constexpr int kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
 
-struct Isa {
-  bool avx2 = false, avx512f = false, avx512_bf16 = false, avx512_fp16 = false;
-  bool amx_tile = false, amx_bf16 = false, amx_int8 = false, os_avx512 = false;
-};
-
-Isa detect_isa() {
-  Isa isa;
-  unsigned a, b, c, d;
-  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
-    isa.avx2 = b & (1u << 5);
-    isa.avx512f = b & (1u << 16);
-    isa.avx512_fp16 = d & (1u << 23);
-    isa.amx_bf16 = d & (1u << 22);
-    isa.amx_tile = d & (1u << 24);
-    isa.amx_int8 = d & (1u << 25);
-  }
-  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) isa.avx512_bf16 = a & (1u << 5);
-  if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27))) {  // OSXSAVE: XCR0 is readable
-    unsigned lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    isa.os_avx512 = (lo & 0xe6) == 0xe6;  // SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM state
-  }
-  return isa;
-}
-
 // Whether the kernel lets this process use AMX tiles (Linux 5.16+ grants them on request).
-std::string amx_permission(const Isa& isa) {
+std::string amx_permission(const CpuFeatures& isa) {
   if (!isa.amx_tile) return "no AMX on this CPU";
   unsigned long mask = 0;
   if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &mask) != 0)
@@ -69,35 +42,6 @@ std::string amx_permission(const Isa& isa) {
   if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0)
     return "granted on request (oneDNN requests it the same way)";
   return "denied by the kernel";
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-int physical_cores() {
-  std::ifstream f("/proc/cpuinfo");
-  std::set<std::pair<std::string, std::string>> cores;
-  std::string package, line;
-  while (std::getline(f, line)) {
-    if (line.rfind("physical id", 0) == 0) package = line.substr(line.find(':') + 1);
-    if (line.rfind("core id", 0) == 0) cores.insert({package, line.substr(line.find(':') + 1)});
-  }
-  return static_cast<int>(cores.size());
-}
-
-double meminfo_mb(const std::string& key) {
-  std::ifstream f("/proc/meminfo");
-  for (std::string k; f >> k;) {
-    double kb = 0;
-    f >> kb;
-    if (k == key + ":") return kb / 1024;
-    f.ignore(1 << 10, '\n');
-  }
-  return 0;
 }
 
 bool on_path(const std::string& program) {
@@ -121,14 +65,11 @@ std::vector<std::string> nvidia_devices() {
 const char* yes(bool b) { return b ? "yes" : "no"; }
 
 void print_machine() {
-  const Isa isa = detect_isa();
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int usable = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+  const CpuFeatures& isa = cpu_features();
   std::printf("machine\n");
   std::printf("  cpu           %s\n", cpu_model().c_str());
-  std::printf("  cores         %d physical, %ld logical online, %d usable by this process\n",
-              physical_cores(), sysconf(_SC_NPROCESSORS_ONLN), usable);
+  std::printf("  cores         %d physical, %d logical online, %d usable by this process\n",
+              physical_cores(), online_cpus(), usable_cpus());
   std::printf(
       "  isa           AVX2 %s, AVX-512 %s%s, AVX512-BF16 %s, AVX512-FP16 %s, AMX-BF16 %s, "
       "AMX-INT8 %s\n",

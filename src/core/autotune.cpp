@@ -11,19 +11,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "seqforge/core/cpu.hpp"
+
 namespace seqforge::autotune {
 
 namespace {
 
 std::mutex mutex;
 std::map<std::string, std::string>* table = nullptr;  // loaded on first use
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown cpu";
-}
 
 void load_locked() {
   if (table) return;

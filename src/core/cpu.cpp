@@ -1,6 +1,13 @@
 #include "seqforge/core/cpu.hpp"
 
 #include <cpuid.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <utility>
 
 #include "seqforge/core/error.hpp"
 
@@ -13,12 +20,57 @@ const CpuFeatures& cpu_features() {
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
       f.avx2 = b & (1u << 5);
       f.avx512f = b & (1u << 16);
+      f.avx512_fp16 = d & (1u << 23);
       f.amx_bf16 = d & (1u << 22);
+      f.amx_tile = d & (1u << 24);
+      f.amx_int8 = d & (1u << 25);
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = a & (1u << 5);
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27))) {  // OSXSAVE: XCR0 is readable
+      unsigned lo, hi;
+      __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+      f.os_avx512 = (lo & 0xe6) == 0xe6;  // SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM state
+    }
     return f;
   }();
   return features;
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+}
+
+int online_cpus() { return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))); }
+
+int physical_cores() {
+  std::ifstream f("/proc/cpuinfo");
+  std::set<std::pair<std::string, std::string>> cores;
+  std::string package, line;
+  while (std::getline(f, line)) {
+    if (line.rfind("physical id", 0) == 0) package = line.substr(line.find(':') + 1);
+    if (line.rfind("core id", 0) == 0) cores.insert({package, line.substr(line.find(':') + 1)});
+  }
+  return static_cast<int>(cores.size());
+}
+
+double meminfo_mb(const std::string& field) {
+  std::ifstream f("/proc/meminfo");
+  for (std::string key; f >> key;) {
+    double kb = 0;
+    f >> kb;
+    if (key == field + ":") return kb / 1024;
+    f.ignore(1 << 10, '\n');
+  }
+  return 0;
 }
 
 DType resolve_precision(const std::string& precision, std::string* notice) {

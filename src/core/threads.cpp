@@ -1,11 +1,12 @@
 #include "seqforge/core/threads.hpp"
 
 #include <omp.h>
-#include <sched.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "seqforge/core/cpu.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -23,10 +24,7 @@ ThreadConfig configure_threads(int requested) {
     cfg.threads = std::atoi(env);
     cfg.reason = "OMP_NUM_THREADS";
   } else {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-    cfg.threads = cpus > 0 ? cpus : 1;
+    cfg.threads = usable_cpus();
     cfg.reason = std::to_string(cfg.threads) + " CPUs available to this process";
   }
   omp_set_num_threads(cfg.threads);

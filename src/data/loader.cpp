@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/hash.hpp"
 #include "seqforge/core/profiler.hpp"
@@ -80,12 +81,8 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
 namespace {
 
 int64_t available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (meminfo >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
+  if (const double mb = meminfo_mb("MemAvailable"); mb > 0)
+    return static_cast<int64_t>(mb * 1048576);
   return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
 }
 

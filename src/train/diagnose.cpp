@@ -49,25 +49,10 @@ bool writable_dir_for(const fs::path& p) {
   return fs::is_directory(at) && access(at.c_str(), W_OK | X_OK) == 0;
 }
 
-double available_memory_mb() {
-  std::ifstream f("/proc/meminfo");
-  for (std::string key; f >> key;) {
-    double kb = 0;
-    f >> kb;
-    if (key == "MemAvailable:") return kb / 1024;
-    f.ignore(1 << 10, '\n');
-  }
-  return 0;
-}
-
 // Settings that do not fit this machine: threads, precision, the run directory. Returns the
 // GEMM dtype the run would use.
 DType machine_problems(const Config& c, std::vector<std::string>* problems) {
-  const int cpus = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  }();
+  const int cpus = usable_cpus();
   const int64_t threads = c.integer("train.threads");
   if (threads > cpus)
     problems->push_back("train.threads is " + std::to_string(threads) + " but " +
@@ -133,7 +118,7 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
                        " is larger than the " + std::to_string(d->train) +
                        " training windows (one short batch per epoch): " +
                        "lower train.batch_size to at most " + std::to_string(d->train));
-  const double avail = available_memory_mb();
+  const double avail = meminfo_mb("MemAvailable");
   if (avail > 0 && d->activation_mb + d->batch_input_mb > 0.5 * avail)
     problems.push_back("a training step needs about " + std::to_string(int(d->activation_mb)) +
                        " MB but " + std::to_string(int(avail)) +

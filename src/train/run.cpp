@@ -284,10 +284,7 @@ ThreadConfig configure_rank_threads(const Config& c, int local) {
   const int64_t requested = c.integer("train.threads");
   if (requested < 0)
     fail(c.source(), ": train.threads must be 0 (one per CPU) or a count, got ", requested);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const int cpus = usable_cpus(), online = online_cpus();
   ThreadConfig t;
   if (local <= 1 || requested > 0 || std::getenv("OMP_NUM_THREADS") || cpus < online) {
     t = configure_threads(static_cast<int>(requested));  // alone, or bound by the launcher
