@@ -141,7 +141,7 @@ def seqforge_predict(binary, run, data, output):
     if p.returncode != 0:
         fail("seqforge predict exited with %d:\n%s" % (p.returncode, p.stderr))
     rate = re.search(r"([0-9.]+) windows/s", p.stderr)
-    count = re.search(r"(\d+) windows in", p.stderr)
+    count = re.search(r"(\d+) windows? in", p.stderr)
     if not rate or not count:
         fail("no 'N windows in S s (R windows/s ...)' line in seqforge predict's stderr:\n"
              + p.stderr)

@@ -203,9 +203,9 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
   }
   char line[160];
   std::snprintf(line, sizeof line,
-                "predict: %zu windows in %.3f s (%.0f windows/s, inference only; batch %lld)\n",
-                windows.size(), compute_s, windows.size() / std::max(compute_s, 1e-9),
-                static_cast<long long>(B));
+                "predict: %zu window%s in %.3f s (%.0f windows/s, inference only; batch %lld)\n",
+                windows.size(), windows.size() == 1 ? "" : "s", compute_s,
+                windows.size() / std::max(compute_s, 1e-9), static_cast<long long>(B));
   log << line << std::flush;
   if (unknown > 0)
     log << "note: " << unknown << " predictions are empty: data.transform of the target is undone "
