@@ -120,13 +120,17 @@ check(set(df["params_optim.kind"]) <= {"adamw", "sgd"}, "dataframe shows categor
 imp = optuna.importance.get_param_importances(study)
 check(set(imp) == {"optim.lr", "model.hidden", "optim.kind", "optim.weight_decay"},
       f"parameter importances {imp}")
-try:
-    import plotly  # noqa: F401
-    optuna.visualization.plot_optimization_history(study)
-    optuna.visualization.plot_intermediate_values(study)
-    print("ok: optuna.visualization plots")
-except ImportError:
-    print("note: plotly missing, optuna.visualization not tried")
+# Optuna's plots (python3-plotly) draw every finished trial of the seqforge study.
+history = optuna.visualization.plot_optimization_history(study)
+drawn = sum(len(trace.x) for trace in history.data if trace.name == "Objective Value")
+check(drawn == len([t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]),
+      f"plot_optimization_history draws the {drawn} complete trials")
+curves = optuna.visualization.plot_intermediate_values(study)
+check(len(curves.data) == len([t for t in study.trials if t.intermediate_values]),
+      "plot_intermediate_values draws a curve per trial that reported")
+optuna.visualization.plot_param_importances(study)
+optuna.visualization.plot_parallel_coordinate(study)
+print("ok: optuna.visualization plots")
 
 # The SQLite schema is the one Optuna creates, statement for statement.
 ref = os.path.join(work, "ref.db")
