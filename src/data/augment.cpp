@@ -159,7 +159,7 @@ uint64_t fingerprint(const Dataset& data, const AugmentOptions& o, uint64_t seed
     h = hash_bytes(file.data, file.size);
   }
   nlohmann::json j = {{"format", 2},
-                      {"task", s.task},
+                      {"task", task_name(s.task)},
                       {"layout", s.layout},
                       {"lookback", s.lookback},
                       {"features", s.feature_names},

@@ -149,9 +149,9 @@ double SeriesData::actual(int64_t start, int64_t j) const {
 }
 
 int64_t SeriesData::num_outputs() const {
-  if (task == "mae") return num_features();
-  return task == "classify" ? static_cast<int64_t>(class_names.size())
-                            : static_cast<int64_t>(target_names.size());
+  if (task == TaskKind::mae) return num_features();
+  return task == TaskKind::classify ? static_cast<int64_t>(class_names.size())
+                                    : static_cast<int64_t>(target_names.size());
 }
 
 namespace {
@@ -330,7 +330,8 @@ namespace {
 
 // What a series dataset is built from: the data.* keys, checked.
 struct SeriesOptions {
-  std::string task, path, date_col, class_col, series_col, label, label_col;
+  TaskKind task = TaskKind::forecast;
+  std::string path, date_col, class_col, series_col, label, label_col;
   int64_t lookback = 0, horizon = 0, stride = 1;
   std::vector<std::string> features, targets;
   std::map<std::string, Transform> transforms;
@@ -339,7 +340,7 @@ struct SeriesOptions {
 
 SeriesOptions series_options(const Config& c) {
   SeriesOptions o;
-  o.task = c.str("data.task");
+  o.task = parse_task(c.str("data.task"), c.source());
   o.lookback = positive(c, "data.lookback");
   o.horizon = c.integer("data.horizon");
   o.stride = positive(c, "data.stride");
@@ -365,10 +366,10 @@ SeriesOptions series_options(const Config& c) {
       fail(c.source(), ": data.transform: ", column, ": ", e.what());
     }
   }
-  if (o.task == "forecast") {
+  if (o.task == TaskKind::forecast) {
     if (o.horizon < 1) fail(c.source(), ": data.horizon must be positive, got ", o.horizon);
     if (o.targets.empty()) fail(c.source(), ": data.targets is required for data.task forecast");
-  } else if (o.task == "classify") {
+  } else if (o.task == TaskKind::classify) {
     if (o.horizon < 0) fail(c.source(), ": data.horizon must be >= 0, got ", o.horizon);
     o.label = c.str("data.label");
     if (o.label != "column" && o.label != "direction" && o.label != "volatility")
@@ -382,11 +383,11 @@ SeriesOptions series_options(const Config& c) {
       if (o.horizon < 1)
         fail(c.source(), ": data.horizon must be positive for data.label ", o.label);
     }
-  } else if (o.task == "mae") {
+  } else if (o.task == TaskKind::mae) {
     if (o.horizon < 1) fail(c.source(), ": data.horizon must be positive, got ", o.horizon);
     o.horizon = 0;  // the window itself is the target
   } else {
-    fail(c.source(), ": data.task: '", o.task,
+    fail(c.source(), ": data.task: '", task_name(o.task),
          "' is not a time-series task (forecast, classify, mae)");
   }
   return o;
@@ -763,7 +764,7 @@ void fit_normalizers(const Config& c, SeriesData* d) {
   for (int64_t r = 0; r < d->rows; ++r)
     if (used[r]) rows.push_back(r);
   d->feature_norm.fit(c.str("data.normalize"), d->source, d->feature_cols, rows);
-  if (d->task == "forecast")
+  if (d->task == TaskKind::forecast)
     d->target_norm.fit(c.str("data.normalize"), d->source, d->target_cols, rows);
 }
 
@@ -813,21 +814,22 @@ SeriesData load_series(const Config& c, const SeriesData* stored, WindowSet whic
       fail(c.source(), ": data.transform: '", column, "' is neither a feature nor a target");
   // The truth: target columns, the class column or the label's column. Predict needs none.
   std::vector<std::string> truth = o.targets;
-  if (o.task == "classify") truth = {o.label == "column" ? o.class_col : o.label_col};
+  if (o.task == TaskKind::classify) truth = {o.label == "column" ? o.class_col : o.label_col};
   for (const auto& name : truth) {
     if (which == WindowSet::every_window && !table.has_column(name)) {
       d.has_targets = false;
       continue;
     }
-    require(o.task == "forecast"  ? "data.targets"
-            : o.label == "column" ? "data.class_column"
-                                  : "data.label_column",
+    require(o.task == TaskKind::forecast ? "data.targets"
+            : o.label == "column"        ? "data.class_column"
+                                         : "data.label_column",
             name);
   }
-  if (o.task == "forecast") d.target_names = o.targets;
+  if (o.task == TaskKind::forecast) d.target_names = o.targets;
   SeriesOptions built = o;
   built.features = d.feature_names;
-  if (!d.has_targets && o.task == "forecast")  // predictions are inverted against the last input
+  if (!d.has_targets &&
+      o.task == TaskKind::forecast)  // predictions are inverted against the last input
     for (const auto& name : o.targets)
       if (needs_base(transform_of(o, name)) && !table.has_column(name))
         fail(o.path, ": has no column '", name, "', which predictions need to undo data.transform ",
@@ -837,14 +839,14 @@ SeriesData load_series(const Config& c, const SeriesData* stored, WindowSet whic
   for (const auto& [column, t] : o.transforms) d.layout += " " + column + ":" + transform_name(t);
   d.notes = order.notes;
   const std::string label_col =
-      o.task == "classify" && o.label != "column" && d.has_targets ? o.label_col : "";
+      o.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";
   const std::vector<int64_t> file_rows = build_source(
       table, built, order, d.target_names, label_col, which == WindowSet::every_window, &d);
   bool identity = true;
   for (size_t r = 0; r < file_rows.size() && identity; ++r) identity = file_rows[r] == int64_t(r);
   if (!identity) d.file_rows = file_rows;
   std::vector<double> volatility;
-  if (o.task == "classify")
+  if (o.task == TaskKind::classify)
     label_rows(table, o, file_rows, stored, which == WindowSet::every_window, &d, &volatility);
   list_windows(c, o, which, &d);
   if (stored) {
@@ -968,21 +970,39 @@ TextData load_text(const Config& c, const std::u32string& vocab) {
   return d;
 }
 
+const char* task_name(TaskKind kind) {
+  switch (kind) {
+    case TaskKind::forecast:
+      return "forecast";
+    case TaskKind::classify:
+      return "classify";
+    case TaskKind::mae:
+      return "mae";
+    case TaskKind::charlm:
+      return "charlm";
+  }
+  return "?";
+}
+
+TaskKind parse_task(const std::string& name, const std::string& source) {
+  for (TaskKind k : {TaskKind::forecast, TaskKind::classify, TaskKind::mae, TaskKind::charlm})
+    if (name == task_name(k)) return k;
+  fail(source, ": data.task: unknown task '", name,
+       "' (expected forecast, classify, mae or charlm)");
+}
+
 Dataset load_dataset(const Config& c, const Dataset* from, WindowSet windows) {
   Dataset d;
-  d.kind = c.str("data.task");
   d.path = c.str("data.path");
   if (d.path.empty()) fail(c.source(), ": data.path is required");
-  if (d.kind == "charlm") {
+  d.kind = parse_task(c.str("data.task"), c.source());
+  if (d.kind == TaskKind::charlm) {
     d.text = load_text(c, from ? from->text.vocab : std::u32string());
-  } else if (d.kind == "forecast" || d.kind == "classify" || d.kind == "mae") {
+  } else {
     d.series = load_series(c, from ? &from->series : nullptr, windows);
     d.mask_ratio = c.number("data.mask_ratio");
     if (!(d.mask_ratio > 0 && d.mask_ratio < 1))
       fail(c.source(), ": data.mask_ratio must be in (0, 1), got ", d.mask_ratio);
-  } else {
-    fail(c.source(), ": data.task: unknown task '", d.kind,
-         "' (expected forecast, classify, mae or charlm)");
   }
   d.stamp = io::stamp_of(d.path);
   return d;

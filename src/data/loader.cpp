@@ -24,7 +24,7 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
   SF_PROFILE_SCOPE("batch assembly");
   const int64_t B = static_cast<int64_t>(end - begin);
   b->size = B;
-  if (d.kind == "charlm") {
+  if (d.kind == TaskKind::charlm) {
     const int64_t T = d.text.seq_len;
     b->input = b->input_buf.get(be, DType::i64, {B, T});
     b->labels = b->labels_buf.get(be, DType::i64, {B * T});
@@ -52,7 +52,8 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
       if (recipe.augment) augment_window(*recipe.augment, w, T, F, rng);
     }
   }
-  if (d.kind == "mae") {  // mask a share of each window's steps (at least one): zero in, target out
+  if (d.kind ==
+      TaskKind::mae) {  // mask a share of each window's steps (at least one): zero in, target out
     b->target = b->target_buf.get(be, DType::f32, {B * T, F});
     b->mask = b->mask_buf.get(be, DType::f32, {B * T});
     auto* y = static_cast<float*>(b->target.data());
@@ -66,7 +67,7 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
       for (int64_t u = 0; u < T; ++u)
         if (mask[i * T + u] != 0.0f) std::fill_n(x + (i * T + u) * F, F, 0.0f);
     }
-  } else if (d.kind == "forecast") {
+  } else if (d.kind == TaskKind::forecast) {
     const int64_t O = s.num_outputs();
     b->target = b->target_buf.get(be, DType::f32, {B, O});
     auto* y = static_cast<float*>(b->target.data());

@@ -82,8 +82,9 @@ DType machine_problems(const Config& c, std::vector<std::string>* problems) {
 void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   std::vector<std::string>& problems = d->problems;
   Task task = load_task(c);
-  d->task = task.kind;
-  d->rows = task.kind == "charlm" ? static_cast<int64_t>(task.text.ids.size()) : task.series.rows;
+  d->task = task_name(task.kind);
+  d->rows =
+      task.kind == TaskKind::charlm ? static_cast<int64_t>(task.text.ids.size()) : task.series.rows;
   const Split& split = task.split();
   d->train = static_cast<int64_t>(split.train.size());
   d->val = static_cast<int64_t>(split.val.size());
@@ -95,10 +96,11 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   d->batches_per_epoch = d->batch_size > 0 ? (d->train + d->batch_size - 1) / d->batch_size : 0;
   if (const int64_t mb = c.integer("train.max_batches"); mb > 0)
     d->batches_per_epoch = std::min(d->batches_per_epoch, mb);
-  const int64_t F = task.kind == "charlm" ? 0 : task.series.num_features();
-  const double in_bytes = task.kind == "charlm" ? 16.0 * d->steps
-                          : task.kind == "mae"  ? 4.0 * d->steps * (2 * F + 1)
-                                                : 4.0 * (d->steps * F + task.series.num_outputs());
+  const int64_t F = task.kind == TaskKind::charlm ? 0 : task.series.num_features();
+  const double in_bytes = task.kind == TaskKind::charlm ? 16.0 * d->steps
+                          : task.kind == TaskKind::mae
+                              ? 4.0 * d->steps * (2 * F + 1)
+                              : 4.0 * (d->steps * F + task.series.num_outputs());
   d->batch_input_mb = in_bytes * B / 1048576;
   d->activation_mb = activation_bytes(task.model, d->steps, B, gemm == DType::bf16) / 1048576;
   if (d->train == 0)

@@ -38,7 +38,7 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
   if (data.empty() && split != "val" && split != "test")
     fail("--split: expected val or test, got '", split, "'");
   LoadedRun r = load_run(run, data, data.empty() ? WindowSet::splits : WindowSet::with_targets);
-  if (r.task.kind == "charlm" && !data.empty())
+  if (r.task.kind == TaskKind::charlm && !data.empty())
     fail("--data: evaluating a character model on another file is not supported; use --split");
   configure_threads(static_cast<int>(r.config.integer("train.threads")));
   auto be = make_cpu_backend();
@@ -60,7 +60,7 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
   std::map<std::string, double> out;
   for (const auto& [k, v] : m) out[k.rfind("val_", 0) == 0 ? prefix + k.substr(3) : k] = v;
   out["samples"] = static_cast<double>(starts.size());
-  if (r.task.kind == "classify" && data.empty())  // the baseline a classifier has to beat
+  if (r.task.kind == TaskKind::classify && data.empty())  // the baseline a classifier has to beat
     out[prefix + "_majority_accuracy"] = majority_accuracy(r.task.series, starts);
   return out;
 }
@@ -110,7 +110,7 @@ std::vector<int64_t> prediction_windows(const SeriesData& d, bool last_only) {
 std::string predictions_header(const SeriesData& d, bool multi) {
   std::string csv = multi ? "series," : "";
   csv += "window_end,forecast_for";
-  if (d.task == "forecast") {
+  if (d.task == TaskKind::forecast) {
     for (const auto& name : d.target_names)
       csv +=
           "," + io::csv_field(name) + (d.has_targets ? "," + io::csv_field(name + "_actual") : "");
@@ -131,7 +131,7 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
   if (multi) *csv += io::csv_field(d.series_of(start).name) + ",";
   *csv += row_label(d, d.last_row(start)) + "," + forecast_time(d, start);
   int64_t unknown = 0;
-  if (d.task == "forecast") {
+  if (d.task == TaskKind::forecast) {
     for (int64_t j = 0; j < O; ++j) {
       // The model computes in f32: the prediction's shortest f32 text reads back exactly.
       const double y = d.prediction(start, j, o[j]);
@@ -160,9 +160,9 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
 
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
   LoadedRun r = load_run(run, options.input, WindowSet::every_window);
-  if (r.task.kind != "forecast" && r.task.kind != "classify")
-    fail(run, ": predict needs a forecast or classify run; this is a ", r.task.kind, " run",
-         r.task.kind == "charlm" ? " (sample from it with seqforge generate)" : "");
+  if (r.task.kind != TaskKind::forecast && r.task.kind != TaskKind::classify)
+    fail(run, ": predict needs a forecast or classify run; this is a ", task_name(r.task.kind),
+         " run", r.task.kind == TaskKind::charlm ? " (sample from it with seqforge generate)" : "");
   configure_threads(static_cast<int>(r.config.integer("train.threads")));
   const SeriesData& d = r.task.series;
   for (const SeriesSpan& s : d.series)
@@ -217,9 +217,10 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
                      double temperature, int64_t top_k, uint64_t seed) {
   configure_threads();
   LoadedRun r = load_run(run, "");
-  if (r.task.kind != "charlm")
-    fail(run, ": generate needs a character model (data.task charlm); this is a ", r.task.kind,
-         " run", r.task.kind == "mae" ? "" : " (use seqforge predict)");
+  if (r.task.kind != TaskKind::charlm)
+    fail(run, ": generate needs a character model (data.task charlm); this is a ",
+         task_name(r.task.kind), " run",
+         r.task.kind == TaskKind::mae ? "" : " (use seqforge predict)");
   if (!(temperature >= 0))
     fail("--temperature must be 0 (always the likeliest character) or more, got ", temperature);
   if (top_k < 0) fail("--top-k must be positive, got ", top_k);
@@ -282,11 +283,11 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
 
 int64_t write_validation_outputs(const std::string& run) {
   LoadedRun r = load_run(run, "");
-  if (r.task.kind == "charlm") return 0;
+  if (r.task.kind == TaskKind::charlm) return 0;
   const SeriesData& d = r.task.series;
   std::vector<int64_t> starts = d.split.val;
   if (starts.empty()) return 0;
-  const bool mae = r.task.kind == "mae";
+  const bool mae = r.task.kind == TaskKind::mae;
   if (mae) {  // a few windows spread over the split
     std::vector<int64_t> few;
     for (size_t k = 0; k < 4 && k < starts.size(); ++k)
@@ -330,7 +331,7 @@ int64_t write_validation_outputs(const std::string& run) {
       csv += std::to_string((d.file_rows.empty() ? row : d.file_rows[row]) + 1);  // 1-based
       if (dates) csv += "," + forecast_time(d, start);
       if (multi) csv += "," + io::csv_field(d.series_of(d.last_row(start)).name);
-      if (d.task == "forecast") {  // the first target, in its own units
+      if (d.task == TaskKind::forecast) {  // the first target, in its own units
         std::snprintf(cells, sizeof cells, ",%.7g,%.7g\n", d.actual(start, 0),
                       d.prediction(start, 0, o[k * O]));
         csv += cells;

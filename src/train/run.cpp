@@ -38,7 +38,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
   if (!(m.lstm.dropout >= 0 && m.lstm.dropout < 1))
     fail(c.source(), ": model.dropout must be in [0, 1), got ", m.lstm.dropout);
   m.lstm.batch_first = true;
-  if (t.kind == "charlm") {
+  if (t.kind == TaskKind::charlm) {
     m.vocab_size = static_cast<int64_t>(t.text.vocab.size());
     m.embedding_dim = positive("model.embedding");
     m.output_size = m.vocab_size;
@@ -46,7 +46,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
   } else {
     m.lstm.input_size = t.series.num_features();
     m.output_size = t.series.num_outputs();
-    m.per_step = t.kind == "mae";
+    m.per_step = t.kind == TaskKind::mae;
   }
   return m;
 }
@@ -61,14 +61,14 @@ Task load_task(const Config& c, const Task* from) {
 
 // Bytes of one batch's buffers, for the loader's memory budget.
 int64_t batch_bytes(const Task& t, int64_t batch_size) {
-  const int64_t per_step = t.kind == "charlm" ? 16 : 4 * (2 * t.series.num_features() + 1);
+  const int64_t per_step = t.kind == TaskKind::charlm ? 16 : 4 * (2 * t.series.num_features() + 1);
   return batch_size * t.steps() * per_step;
 }
 
 // The loss and its gradient for a batch; returns the mean loss.
 double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout) {
-  if (t.kind == "forecast") return be.mse_loss(out, b.target, Tensor(), dout);
-  if (t.kind == "mae") return be.mse_loss(out, b.target, b.mask, dout);
+  if (t.kind == TaskKind::forecast) return be.mse_loss(out, b.target, Tensor(), dout);
+  if (t.kind == TaskKind::mae) return be.mse_loss(out, b.target, b.mask, dout);
   return be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout);
 }
 
@@ -86,11 +86,11 @@ double macro_f1(const std::vector<int64_t>& tp, const std::vector<int64_t>& fp,
 }
 
 // The metrics an epoch of this task reports.
-std::vector<std::string> metric_names(const std::string& kind) {
+std::vector<std::string> metric_names(TaskKind kind) {
   std::vector<std::string> out = {"train_loss", "val_loss"};
-  if (kind == "forecast") out.insert(out.end(), {"val_mse", "val_rmse", "val_mae"});
-  if (kind == "classify") out.insert(out.end(), {"val_accuracy", "val_f1"});
-  if (kind == "charlm") out.insert(out.end(), {"val_bpc", "val_perplexity"});
+  if (kind == TaskKind::forecast) out.insert(out.end(), {"val_mse", "val_rmse", "val_mae"});
+  if (kind == TaskKind::classify) out.insert(out.end(), {"val_accuracy", "val_f1"});
+  if (kind == TaskKind::charlm) out.insert(out.end(), {"val_bpc", "val_perplexity"});
   return out;
 }
 
@@ -104,7 +104,7 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
   Rng rng(0);
   double loss_sum = 0, abs_sum = 0, sq_sum = 0;
   int64_t count = 0, values = 0;
-  const int64_t C = t.kind == "classify" ? t.series.num_outputs() : 0;
+  const int64_t C = t.kind == TaskKind::classify ? t.series.num_outputs() : 0;
   std::vector<int64_t> tp(C), fp(C), fn(C);
   int64_t correct = 0;
   loader.start(starts, INT64_MAX, {}, 0);
@@ -115,15 +115,15 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
     Tensor out = model.forward(be, b.input, {}, {}, false, rng);
     Tensor dout = dout_buf.get(be, DType::f32, out.shape());
     const auto* mask = static_cast<const float*>(b.mask.data());
-    const int64_t n = t.kind == "charlm" ? b.size * t.text.seq_len
-                      : t.kind == "mae"
+    const int64_t n = t.kind == TaskKind::charlm ? b.size * t.text.seq_len
+                      : t.kind == TaskKind::mae
                           ? static_cast<int64_t>(std::count(mask, mask + b.mask.numel(), 1.0f))
                           : b.size;
     const auto* labels = static_cast<const int64_t*>(b.labels.data());
     loss_sum += loss_of(be, t, out, b, dout) * n;
     count += n;
     const float* o = static_cast<const float*>(out.data());
-    if (t.kind == "forecast") {  // errors in the targets' own units, transforms undone
+    if (t.kind == TaskKind::forecast) {  // errors in the targets' own units, transforms undone
       const int64_t O = t.series.num_outputs();
       for (int64_t r = 0; r < b.size; ++r)
         for (int64_t j = 0; j < O; ++j) {
@@ -133,7 +133,7 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
           sq_sum += e * e;
           ++values;
         }
-    } else if (t.kind == "classify") {
+    } else if (t.kind == TaskKind::classify) {
       for (int64_t r = 0; r < b.size; ++r) {
         const int64_t pred = std::max_element(o + r * C, o + (r + 1) * C) - (o + r * C);
         const int64_t truth = labels[r];
@@ -148,14 +148,14 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
     }
   }
   m["val_loss"] = loss_sum / count;
-  if (t.kind == "forecast") {
+  if (t.kind == TaskKind::forecast) {
     m["val_mse"] = sq_sum / values;
     m["val_rmse"] = std::sqrt(sq_sum / values);
     m["val_mae"] = abs_sum / values;
-  } else if (t.kind == "classify") {
+  } else if (t.kind == TaskKind::classify) {
     m["val_accuracy"] = double(correct) / count;
     m["val_f1"] = macro_f1(tp, fp, fn);
-  } else if (t.kind == "charlm") {
+  } else if (t.kind == TaskKind::charlm) {
     m["val_bpc"] = m["val_loss"] / std::log(2.0);
     m["val_perplexity"] = std::exp(m["val_loss"]);
   }
@@ -186,13 +186,13 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
       {"seqforge.epoch", std::to_string(epoch)},
       {"seqforge.metrics", nlohmann::json(m).dump()},
   };
-  if (t.kind == "charlm") {
+  if (t.kind == TaskKind::charlm) {
     meta["seqforge.vocab"] = nlohmann::json(encode_utf8(t.text.vocab)).dump();
   } else {
     meta["seqforge.feature_norm"] = t.series.feature_norm.to_json();
     meta["seqforge.target_norm"] = t.series.target_norm.to_json();
     meta["seqforge.classes"] = nlohmann::json(t.series.class_names).dump();
-    if (c.str("data.label") == "volatility" && t.kind == "classify")
+    if (c.str("data.label") == "volatility" && t.kind == TaskKind::classify)
       meta["seqforge.label_threshold"] = shortest(t.series.label_threshold);
   }
   return meta;
@@ -242,8 +242,8 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   if (!data_override.empty()) overrides.push_back("data.path=" + data_override);
   Config config = Config::parse(meta.at("seqforge.config"), path + " (stored config)", overrides);
   Task stored;
-  stored.kind = config.str("data.task");
-  if (stored.kind == "charlm") {
+  stored.kind = parse_task(config.str("data.task"), path + " (stored config)");
+  if (stored.kind == TaskKind::charlm) {
     stored.text.vocab =
         decode_utf8(nlohmann::json::parse(meta.at("seqforge.vocab")).get<std::string>(),
                     path + ": seqforge.vocab");
@@ -257,7 +257,8 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
           std::strtod(meta.at("seqforge.label_threshold").c_str(), nullptr);
   }
   Task task;
-  if (stored.kind == "charlm" && data_override.empty() && !fs::exists(config.str("data.path"))) {
+  if (stored.kind == TaskKind::charlm && data_override.empty() &&
+      !fs::exists(config.str("data.path"))) {
     task = stored;  // generation needs only the vocabulary
     task.model = model_options(config, task);
   } else {

@@ -35,7 +35,7 @@ int64_t batch_bytes(const Task& t, int64_t batch_size);
 // The loss and its gradient for a batch; returns the mean loss.
 double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout);
 // The metrics an epoch of this task reports.
-std::vector<std::string> metric_names(const std::string& kind);
+std::vector<std::string> metric_names(TaskKind kind);
 // Metrics over a split (no training, no dropout): val_loss and the task's val_* metrics.
 std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, const Task& t,
                                              const std::vector<int64_t>& starts, Loader& loader);

@@ -74,8 +74,8 @@ void check_validation_split(const Config& c, const Task& t) {
   const Split& s = t.split();
   const double share = c.number("data.split.val");
   if (share == 0 || !s.val.empty()) return;
-  const char* what = t.kind == "charlm" ? "sequences" : "windows";
-  const std::string size = t.kind == "charlm"
+  const char* what = t.kind == TaskKind::charlm ? "sequences" : "windows";
+  const std::string size = t.kind == TaskKind::charlm
                                ? "data.seq_len + 1 = " + std::to_string(t.text.seq_len + 1)
                                : "data.lookback + data.horizon = " +
                                      std::to_string(t.series.lookback + t.series.horizon);
@@ -262,20 +262,21 @@ void Training::build_model() {
 
 void Training::print_start() const {
   const Split& split = task_.split();
-  out_ << "seqforge " << SEQFORGE_VERSION << ": " << task_.kind << ", " << split.train.size()
-       << " training / " << split.val.size() << " validation / " << split.test.size() << " test "
-       << (task_.kind == "charlm" ? "sequences" : "windows") << ", " << model_->parameters().count()
-       << " parameters, " << threads_.threads << " threads (" << threads_.reason << "), "
-       << (gemm_dtype_ == DType::bf16 ? "bf16" : "fp32") << " GEMMs (" << be_->description()
-       << ")\n";
+  out_ << "seqforge " << SEQFORGE_VERSION << ": " << task_name(task_.kind) << ", "
+       << split.train.size() << " training / " << split.val.size() << " validation / "
+       << split.test.size() << " test "
+       << (task_.kind == TaskKind::charlm ? "sequences" : "windows") << ", "
+       << model_->parameters().count() << " parameters, " << threads_.threads << " threads ("
+       << threads_.reason << "), " << (gemm_dtype_ == DType::bf16 ? "bf16" : "fp32") << " GEMMs ("
+       << be_->description() << ")\n";
   if (ranks_ > 1)
     out_ << "data-parallel: " << ranks_ << " processes (" << comm_.name() << "), batch "
          << s_.batch_size << " per process, " << global_batch_ << " per step\n";
   if (!precision_notice_.empty()) out_ << "note: " << precision_notice_ << "\n";
   if (!threads_.warning.empty()) out_ << "warning: " << threads_.warning << "\n";
-  if (task_.kind != "charlm")
+  if (task_.kind != TaskKind::charlm)
     for (const std::string& note : task_.series.notes) out_ << "note: " << note << "\n";
-  if (task_.kind != "charlm" && task_.series.series.size() > 1)
+  if (task_.kind != TaskKind::charlm && task_.series.series.size() > 1)
     out_ << "series: " << task_.series.series.size() << " in " << task_.path << " ("
          << c_.str("data.series_column") << "), split "
          << (c_.str("data.split.by") == "date" ? "at shared dates"
@@ -477,8 +478,8 @@ int64_t Training::start_pass(int64_t epoch, int64_t first_batch) {
 }
 
 double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
-  if (!batch) {                 // this rank still joins the collectives of the step
-    if (task_.kind == "mae") {  // the others count masked steps
+  if (!batch) {                         // this rank still joins the collectives of the step
+    if (task_.kind == TaskKind::mae) {  // the others count masked steps
       std::array<double, 1> none{};
       comm_.all_reduce_sum(none);
     }
@@ -504,7 +505,7 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
     // weighted by its share of the loss's terms (windows, or masked steps for mae).
     std::array<double, 1> terms = {double(batch->size)};
     double total = double(std::min(global_batch_, used_ - bi * global_batch_));
-    if (task_.kind == "mae") {
+    if (task_.kind == TaskKind::mae) {
       const auto* mask = static_cast<const float*>(batch->mask.data());
       terms[0] = double(std::count(mask, mask + batch->mask.numel(), 1.0f));
       std::array<double, 1> all = terms;
@@ -695,8 +696,8 @@ void Training::finish() {
     for (const auto& [k, v] : summary_.test)
       if (k != "samples") shown[k] = v;
     out_ << "test (the saved model, epoch " << model_epoch << ", " << split.test.size() << " "
-         << (task_.kind == "charlm" ? "sequences" : "windows") << "):" << format_metrics(shown)
-         << "\n";
+         << (task_.kind == TaskKind::charlm ? "sequences" : "windows")
+         << "):" << format_metrics(shown) << "\n";
   }
   const std::string report = write_run_report(run_dir_);
   summary_.best = state_.best;

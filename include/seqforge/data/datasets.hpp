@@ -70,11 +70,18 @@ enum class WindowSet {
   every_window,  // every complete input window, targets optional, in `split.test` (predict)
 };
 
+// What a model learns from its data: to forecast targets, to classify windows, to reconstruct
+// masked steps (a masked autoencoder), or the next character of a text.
+enum class TaskKind { forecast, classify, mae, charlm };
+const char* task_name(TaskKind kind);
+// data.task's value; an unknown name is an error naming `source` and the key.
+TaskKind parse_task(const std::string& name, const std::string& source);
+
 // A time series as windows: input rows [s, s + lookback), target at row s + lookback - 1 + horizon
 // (mae: horizon 0; the window's own features, some steps masked, are the target). Several series
 // lie one after another in `source`; no window crosses from one into the next.
 struct SeriesData {
-  std::string task;  // forecast | classify | mae
+  TaskKind task = TaskKind::forecast;  // forecast, classify or mae
   int64_t rows = 0, lookback = 0, horizon = 0;
   std::vector<std::string> feature_names, target_names, class_names;
   SourceMatrix source;  // features (transformed), targets (transformed over the horizon)
@@ -134,14 +141,14 @@ std::string encode_utf8(std::u32string_view text);
 
 // A task's data and where it came from.
 struct Dataset {
-  std::string kind;          // forecast | classify | mae | charlm
+  TaskKind kind = TaskKind::forecast;
   double mask_ratio = 0.15;  // mae: the share of time steps masked
   SeriesData series;
   TextData text;
   std::string path;     // data.path
   io::FileStamp stamp;  // of `path` when it was read
-  const Split& split() const { return kind == "charlm" ? text.split : series.split; }
-  int64_t steps() const { return kind == "charlm" ? text.seq_len : series.lookback; }
+  const Split& split() const { return kind == TaskKind::charlm ? text.split : series.split; }
+  int64_t steps() const { return kind == TaskKind::charlm ? text.seq_len : series.lookback; }
   // Throws when the source file changed or disappeared since it was read: a run must not
   // silently continue on different data.
   void check_source() const;
