@@ -15,6 +15,7 @@
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/io/checkpoint.hpp"
 #include "seqforge/train/trainer.hpp"
+#include "task_type.hpp"
 
 namespace seqforge {
 
@@ -38,16 +39,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
   if (!(m.lstm.dropout >= 0 && m.lstm.dropout < 1))
     fail(c.source(), ": model.dropout must be in [0, 1), got ", m.lstm.dropout);
   m.lstm.batch_first = true;
-  if (t.kind == TaskKind::charlm) {
-    m.vocab_size = static_cast<int64_t>(t.text.vocab.size());
-    m.embedding_dim = positive("model.embedding");
-    m.output_size = m.vocab_size;
-    m.per_step = true;
-  } else {
-    m.lstm.input_size = t.series.num_features();
-    m.output_size = t.series.num_outputs();
-    m.per_step = t.kind == TaskKind::mae;
-  }
+  task_type(t.kind).shape_model(c, t, &m);
   return m;
 }
 
@@ -61,15 +53,12 @@ Task load_task(const Config& c, const Task* from) {
 
 // Bytes of one batch's buffers, for the loader's memory budget.
 int64_t batch_bytes(const Task& t, int64_t batch_size) {
-  const int64_t per_step = t.kind == TaskKind::charlm ? 16 : 4 * (2 * t.series.num_features() + 1);
-  return batch_size * t.steps() * per_step;
+  return batch_size * t.steps() * task_type(t.kind).bytes_per_step(t);
 }
 
 // The loss and its gradient for a batch; returns the mean loss.
 double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout) {
-  if (t.kind == TaskKind::forecast) return be.mse_loss(out, b.target, Tensor(), dout);
-  if (t.kind == TaskKind::mae) return be.mse_loss(out, b.target, b.mask, dout);
-  return be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout);
+  return task_type(t.kind).loss(be, out, b, dout);
 }
 
 double macro_f1(const std::vector<int64_t>& tp, const std::vector<int64_t>& fp,
@@ -88,9 +77,7 @@ double macro_f1(const std::vector<int64_t>& tp, const std::vector<int64_t>& fp,
 // The metrics an epoch of this task reports.
 std::vector<std::string> metric_names(TaskKind kind) {
   std::vector<std::string> out = {"train_loss", "val_loss"};
-  if (kind == TaskKind::forecast) out.insert(out.end(), {"val_mse", "val_rmse", "val_mae"});
-  if (kind == TaskKind::classify) out.insert(out.end(), {"val_accuracy", "val_f1"});
-  if (kind == TaskKind::charlm) out.insert(out.end(), {"val_bpc", "val_perplexity"});
+  for (std::string& name : task_type(kind).metric_names()) out.push_back(std::move(name));
   return out;
 }
 
@@ -100,65 +87,26 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
   SF_PROFILE_SCOPE("validation");
   std::map<std::string, double> m;
   if (starts.empty()) return m;
+  const TaskType& type = task_type(t.kind);
+  std::unique_ptr<MetricSums> sums = type.metric_sums(t);
   Buffer dout_buf;
   Rng rng(0);
-  double loss_sum = 0, abs_sum = 0, sq_sum = 0;
-  int64_t count = 0, values = 0;
-  const int64_t C = t.kind == TaskKind::classify ? t.series.num_outputs() : 0;
-  std::vector<int64_t> tp(C), fp(C), fn(C);
-  int64_t correct = 0;
+  double loss_sum = 0;
+  int64_t count = 0;
   loader.start(starts, INT64_MAX, {}, 0);
   for (size_t done = 0; done < starts.size();) {
     const Batch& b = loader.next();
-    const int64_t* window = starts.data() + done;  // (b.size) the batch's window starts
+    const int64_t* windows = starts.data() + done;  // (b.size) the batch's window starts
     done += b.size;
     Tensor out = model.forward(be, b.input, {}, {}, false, rng);
     Tensor dout = dout_buf.get(be, DType::f32, out.shape());
-    const auto* mask = static_cast<const float*>(b.mask.data());
-    const int64_t n = t.kind == TaskKind::charlm ? b.size * t.text.seq_len
-                      : t.kind == TaskKind::mae
-                          ? static_cast<int64_t>(std::count(mask, mask + b.mask.numel(), 1.0f))
-                          : b.size;
-    const auto* labels = static_cast<const int64_t*>(b.labels.data());
-    loss_sum += loss_of(be, t, out, b, dout) * n;
+    const int64_t n = type.loss_terms(t, b);
+    loss_sum += type.loss(be, out, b, dout) * double(n);
     count += n;
-    const float* o = static_cast<const float*>(out.data());
-    if (t.kind == TaskKind::forecast) {  // errors in the targets' own units, transforms undone
-      const int64_t O = t.series.num_outputs();
-      for (int64_t r = 0; r < b.size; ++r)
-        for (int64_t j = 0; j < O; ++j) {
-          const double e =
-              t.series.prediction(window[r], j, o[r * O + j]) - t.series.actual(window[r], j);
-          abs_sum += std::fabs(e);
-          sq_sum += e * e;
-          ++values;
-        }
-    } else if (t.kind == TaskKind::classify) {
-      for (int64_t r = 0; r < b.size; ++r) {
-        const int64_t pred = std::max_element(o + r * C, o + (r + 1) * C) - (o + r * C);
-        const int64_t truth = labels[r];
-        if (pred == truth) {
-          ++correct;
-          ++tp[truth];
-        } else {
-          ++fp[pred];
-          ++fn[truth];
-        }
-      }
-    }
+    sums->add(static_cast<const float*>(out.data()), b, windows);
   }
-  m["val_loss"] = loss_sum / count;
-  if (t.kind == TaskKind::forecast) {
-    m["val_mse"] = sq_sum / values;
-    m["val_rmse"] = std::sqrt(sq_sum / values);
-    m["val_mae"] = abs_sum / values;
-  } else if (t.kind == TaskKind::classify) {
-    m["val_accuracy"] = double(correct) / count;
-    m["val_f1"] = macro_f1(tp, fp, fn);
-  } else if (t.kind == TaskKind::charlm) {
-    m["val_bpc"] = m["val_loss"] / std::log(2.0);
-    m["val_perplexity"] = std::exp(m["val_loss"]);
-  }
+  m["val_loss"] = loss_sum / double(count);
+  sums->finish(&m);
   return m;
 }
 
@@ -186,15 +134,7 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
       {"seqforge.epoch", std::to_string(epoch)},
       {"seqforge.metrics", nlohmann::json(m).dump()},
   };
-  if (t.kind == TaskKind::charlm) {
-    meta["seqforge.vocab"] = nlohmann::json(encode_utf8(t.text.vocab)).dump();
-  } else {
-    meta["seqforge.feature_norm"] = t.series.feature_norm.to_json();
-    meta["seqforge.target_norm"] = t.series.target_norm.to_json();
-    meta["seqforge.classes"] = nlohmann::json(t.series.class_names).dump();
-    if (c.str("data.label") == "volatility" && t.kind == TaskKind::classify)
-      meta["seqforge.label_threshold"] = shortest(t.series.label_threshold);
-  }
+  task_type(t.kind).store(c, t, &meta);
   return meta;
 }
 
@@ -243,19 +183,7 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   Config config = Config::parse(meta.at("seqforge.config"), path + " (stored config)", overrides);
   Task stored;
   stored.kind = parse_task(config.str("data.task"), path + " (stored config)");
-  if (stored.kind == TaskKind::charlm) {
-    stored.text.vocab =
-        decode_utf8(nlohmann::json::parse(meta.at("seqforge.vocab")).get<std::string>(),
-                    path + ": seqforge.vocab");
-  } else {
-    stored.series.feature_norm = Normalizer::from_json(meta.at("seqforge.feature_norm"));
-    stored.series.target_norm = Normalizer::from_json(meta.at("seqforge.target_norm"));
-    stored.series.class_names =
-        nlohmann::json::parse(meta.at("seqforge.classes")).get<std::vector<std::string>>();
-    if (meta.count("seqforge.label_threshold"))
-      stored.series.label_threshold =
-          std::strtod(meta.at("seqforge.label_threshold").c_str(), nullptr);
-  }
+  task_type(stored.kind).restore(meta, path, &stored);
   Task task;
   if (stored.kind == TaskKind::charlm && data_override.empty() &&
       !fs::exists(config.str("data.path"))) {

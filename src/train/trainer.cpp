@@ -27,6 +27,7 @@
 #include "seqforge/io/checkpoint.hpp"
 #include "seqforge/optim/optimizer.hpp"
 #include "seqforge/report/report.hpp"
+#include "task_type.hpp"
 
 namespace seqforge {
 
@@ -74,7 +75,7 @@ void check_validation_split(const Config& c, const Task& t) {
   const Split& s = t.split();
   const double share = c.number("data.split.val");
   if (share == 0 || !s.val.empty()) return;
-  const char* what = t.kind == TaskKind::charlm ? "sequences" : "windows";
+  const char* what = task_type(t.kind).samples();
   const std::string size = t.kind == TaskKind::charlm
                                ? "data.seq_len + 1 = " + std::to_string(t.text.seq_len + 1)
                                : "data.lookback + data.horizon = " +
@@ -264,8 +265,7 @@ void Training::print_start() const {
   const Split& split = task_.split();
   out_ << "seqforge " << SEQFORGE_VERSION << ": " << task_name(task_.kind) << ", "
        << split.train.size() << " training / " << split.val.size() << " validation / "
-       << split.test.size() << " test "
-       << (task_.kind == TaskKind::charlm ? "sequences" : "windows") << ", "
+       << split.test.size() << " test " << task_type(task_.kind).samples() << ", "
        << model_->parameters().count() << " parameters, " << threads_.threads << " threads ("
        << threads_.reason << "), " << (gemm_dtype_ == DType::bf16 ? "bf16" : "fp32") << " GEMMs ("
        << be_->description() << ")\n";
@@ -478,8 +478,8 @@ int64_t Training::start_pass(int64_t epoch, int64_t first_batch) {
 }
 
 double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
-  if (!batch) {                         // this rank still joins the collectives of the step
-    if (task_.kind == TaskKind::mae) {  // the others count masked steps
+  if (!batch) {  // this rank still joins the collectives of the step
+    if (task_type(task_.kind).loss_terms_vary()) {  // the others count their terms
       std::array<double, 1> none{};
       comm_.all_reduce_sum(none);
     }
@@ -505,9 +505,8 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
     // weighted by its share of the loss's terms (windows, or masked steps for mae).
     std::array<double, 1> terms = {double(batch->size)};
     double total = double(std::min(global_batch_, used_ - bi * global_batch_));
-    if (task_.kind == TaskKind::mae) {
-      const auto* mask = static_cast<const float*>(batch->mask.data());
-      terms[0] = double(std::count(mask, mask + batch->mask.numel(), 1.0f));
+    if (const TaskType& type = task_type(task_.kind); type.loss_terms_vary()) {
+      terms[0] = double(type.loss_terms(task_, *batch));
       std::array<double, 1> all = terms;
       comm_.all_reduce_sum(all);
       total = all[0];
@@ -696,8 +695,7 @@ void Training::finish() {
     for (const auto& [k, v] : summary_.test)
       if (k != "samples") shown[k] = v;
     out_ << "test (the saved model, epoch " << model_epoch << ", " << split.test.size() << " "
-         << (task_.kind == TaskKind::charlm ? "sequences" : "windows")
-         << "):" << format_metrics(shown) << "\n";
+         << task_type(task_.kind).samples() << "):" << format_metrics(shown) << "\n";
   }
   const std::string report = write_run_report(run_dir_);
   summary_.best = state_.best;

@@ -1,0 +1,243 @@
+#include "task_type.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "seqforge/core/error.hpp"
+#include "seqforge/train/trainer.hpp"
+
+namespace seqforge {
+
+namespace {
+
+std::string shortest_text(double x) {
+  char buf[32];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
+}
+
+template <typename Value>
+Value metadata_json(const std::map<std::string, std::string>& meta, const std::string& key,
+                    const std::string& where) {
+  const auto it = meta.find(key);
+  if (it == meta.end()) fail(where, ": no ", key, " metadata (not a seqforge checkpoint?)");
+  const auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  try {
+    return j.get<Value>();
+  } catch (const nlohmann::json::exception&) {
+    fail(where, ": ", key, " metadata is not what seqforge wrote");
+  }
+}
+
+// Forecasting, classification and the masked autoencoder read windows of a time series: their
+// checkpoints keep the normalisation, the class names and the label threshold.
+class SeriesTask : public TaskType {
+ public:
+  void shape_model(const Config&, const Dataset& d, ModelOptions* m) const override {
+    m->lstm.input_size = d.series.num_features();
+    m->output_size = d.series.num_outputs();
+    m->per_step = kind() == TaskKind::mae;
+  }
+  int64_t bytes_per_step(const Dataset& d) const override {
+    return 4 * (2 * d.series.num_features() + 1);
+  }
+  int64_t loss_terms(const Dataset&, const Batch& b) const override { return b.size; }
+  void store(const Config& c, const Dataset& d,
+             std::map<std::string, std::string>* meta) const override {
+    (*meta)["seqforge.feature_norm"] = d.series.feature_norm.to_json();
+    (*meta)["seqforge.target_norm"] = d.series.target_norm.to_json();
+    (*meta)["seqforge.classes"] = nlohmann::json(d.series.class_names).dump();
+    if (kind() == TaskKind::classify && c.str("data.label") == "volatility")
+      (*meta)["seqforge.label_threshold"] = shortest_text(d.series.label_threshold);
+  }
+  void restore(const std::map<std::string, std::string>& meta, const std::string& where,
+               Dataset* stored) const override {
+    auto text = [&](const char* key) {
+      const auto it = meta.find(key);
+      if (it == meta.end()) fail(where, ": no ", key, " metadata (not a seqforge checkpoint?)");
+      return it->second;
+    };
+    stored->series.feature_norm = Normalizer::from_json(text("seqforge.feature_norm"));
+    stored->series.target_norm = Normalizer::from_json(text("seqforge.target_norm"));
+    stored->series.class_names =
+        metadata_json<std::vector<std::string>>(meta, "seqforge.classes", where);
+    if (const auto it = meta.find("seqforge.label_threshold"); it != meta.end())
+      stored->series.label_threshold = std::strtod(it->second.c_str(), nullptr);
+  }
+};
+
+// Errors in the targets' own units, transforms undone: MSE, RMSE, MAE.
+class ForecastSums final : public MetricSums {
+ public:
+  explicit ForecastSums(const SeriesData& d) : d_(d) {}
+  void add(const float* o, const Batch& b, const int64_t* windows) override {
+    const int64_t O = d_.num_outputs();
+    for (int64_t r = 0; r < b.size; ++r)
+      for (int64_t j = 0; j < O; ++j) {
+        const double e = d_.prediction(windows[r], j, o[r * O + j]) - d_.actual(windows[r], j);
+        abs_sum_ += std::fabs(e);
+        sq_sum_ += e * e;
+        ++values_;
+      }
+  }
+  void finish(std::map<std::string, double>* m) const override {
+    (*m)["val_mse"] = sq_sum_ / values_;
+    (*m)["val_rmse"] = std::sqrt(sq_sum_ / values_);
+    (*m)["val_mae"] = abs_sum_ / values_;
+  }
+
+ private:
+  const SeriesData& d_;
+  double abs_sum_ = 0, sq_sum_ = 0;
+  int64_t values_ = 0;
+};
+
+class Forecast final : public SeriesTask {
+ public:
+  TaskKind kind() const override { return TaskKind::forecast; }
+  double loss(Backend& be, Tensor out, const Batch& b, Tensor dout) const override {
+    return be.mse_loss(out, b.target, Tensor(), dout);
+  }
+  std::vector<std::string> metric_names() const override {
+    return {"val_mse", "val_rmse", "val_mae"};
+  }
+  std::unique_ptr<MetricSums> metric_sums(const Dataset& d) const override {
+    return std::make_unique<ForecastSums>(d.series);
+  }
+};
+
+// Accuracy and macro-F1 over the classes present.
+class ClassifySums final : public MetricSums {
+ public:
+  explicit ClassifySums(int64_t classes) : tp_(classes), fp_(classes), fn_(classes) {}
+  void add(const float* o, const Batch& b, const int64_t*) override {
+    const int64_t C = static_cast<int64_t>(tp_.size());
+    const auto* labels = static_cast<const int64_t*>(b.labels.data());
+    for (int64_t r = 0; r < b.size; ++r) {
+      const int64_t pred = std::max_element(o + r * C, o + (r + 1) * C) - (o + r * C);
+      const int64_t truth = labels[r];
+      ++count_;
+      if (pred == truth) {
+        ++correct_;
+        ++tp_[truth];
+      } else {
+        ++fp_[pred];
+        ++fn_[truth];
+      }
+    }
+  }
+  void finish(std::map<std::string, double>* m) const override {
+    (*m)["val_accuracy"] = double(correct_) / double(count_);
+    (*m)["val_f1"] = macro_f1(tp_, fp_, fn_);
+  }
+
+ private:
+  std::vector<int64_t> tp_, fp_, fn_;
+  int64_t correct_ = 0, count_ = 0;
+};
+
+class Classify final : public SeriesTask {
+ public:
+  TaskKind kind() const override { return TaskKind::classify; }
+  double loss(Backend& be, Tensor out, const Batch& b, Tensor dout) const override {
+    return be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout);
+  }
+  std::vector<std::string> metric_names() const override { return {"val_accuracy", "val_f1"}; }
+  std::unique_ptr<MetricSums> metric_sums(const Dataset& d) const override {
+    return std::make_unique<ClassifySums>(d.series.num_outputs());
+  }
+};
+
+class NoSums final : public MetricSums {
+ public:
+  void add(const float*, const Batch&, const int64_t*) override {}
+  void finish(std::map<std::string, double>*) const override {}
+};
+
+// The masked autoencoder: its loss averages over the masked steps.
+class Mae final : public SeriesTask {
+ public:
+  TaskKind kind() const override { return TaskKind::mae; }
+  double loss(Backend& be, Tensor out, const Batch& b, Tensor dout) const override {
+    return be.mse_loss(out, b.target, b.mask, dout);
+  }
+  int64_t loss_terms(const Dataset&, const Batch& b) const override {
+    const auto* mask = static_cast<const float*>(b.mask.data());
+    return static_cast<int64_t>(std::count(mask, mask + b.mask.numel(), 1.0f));
+  }
+  bool loss_terms_vary() const override { return true; }
+  std::vector<std::string> metric_names() const override { return {}; }
+  std::unique_ptr<MetricSums> metric_sums(const Dataset&) const override {
+    return std::make_unique<NoSums>();
+  }
+};
+
+// Bits per character and perplexity, from the loss.
+class CharlmSums final : public MetricSums {
+ public:
+  void add(const float*, const Batch&, const int64_t*) override {}
+  void finish(std::map<std::string, double>* m) const override {
+    (*m)["val_bpc"] = m->at("val_loss") / std::log(2.0);
+    (*m)["val_perplexity"] = std::exp(m->at("val_loss"));
+  }
+};
+
+// A character language model: an embedding in, the next character's logits out at every step;
+// its checkpoint keeps the vocabulary.
+class Charlm final : public TaskType {
+ public:
+  TaskKind kind() const override { return TaskKind::charlm; }
+  const char* samples() const override { return "sequences"; }
+  void shape_model(const Config& c, const Dataset& d, ModelOptions* m) const override {
+    m->vocab_size = static_cast<int64_t>(d.text.vocab.size());
+    m->embedding_dim = c.integer("model.embedding");
+    if (m->embedding_dim <= 0)
+      fail(c.source(), ": model.embedding must be positive, got ", m->embedding_dim);
+    m->output_size = m->vocab_size;
+    m->per_step = true;
+  }
+  int64_t bytes_per_step(const Dataset&) const override { return 16; }
+  double loss(Backend& be, Tensor out, const Batch& b, Tensor dout) const override {
+    return be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout);
+  }
+  int64_t loss_terms(const Dataset& d, const Batch& b) const override {
+    return b.size * d.text.seq_len;
+  }
+  std::vector<std::string> metric_names() const override { return {"val_bpc", "val_perplexity"}; }
+  std::unique_ptr<MetricSums> metric_sums(const Dataset&) const override {
+    return std::make_unique<CharlmSums>();
+  }
+  void store(const Config&, const Dataset& d,
+             std::map<std::string, std::string>* meta) const override {
+    (*meta)["seqforge.vocab"] = nlohmann::json(encode_utf8(d.text.vocab)).dump();
+  }
+  void restore(const std::map<std::string, std::string>& meta, const std::string& where,
+               Dataset* stored) const override {
+    stored->text.vocab = decode_utf8(metadata_json<std::string>(meta, "seqforge.vocab", where),
+                                     where + ": seqforge.vocab");
+  }
+};
+
+}  // namespace
+
+const TaskType& task_type(TaskKind kind) {
+  static const Forecast forecast;
+  static const Classify classify;
+  static const Mae mae;
+  static const Charlm charlm;
+  switch (kind) {
+    case TaskKind::forecast:
+      return forecast;
+    case TaskKind::classify:
+      return classify;
+    case TaskKind::mae:
+      return mae;
+    case TaskKind::charlm:
+      break;
+  }
+  return charlm;
+}
+
+}  // namespace seqforge
