@@ -180,6 +180,13 @@ const std::vector<ConfigKey> kKeys = {
      "`best` (the best epoch by the monitored metric), `last` or `every_n` (every save_every "
      "epochs, and the last)."},
     {"train.save_every", T::integer, "1", "`every_n`: epochs between checkpoints."},
+    {"train.stateful", T::boolean, "false",
+     "Stateful training: consecutive batches continue consecutive stretches of the data (each "
+     "row of a batch a stream through its own stretch, windows one lookback apart), and the "
+     "final LSTM states of a batch (detached) start the next one: truncated back-propagation "
+     "through time over data.lookback (data.seq_len) steps. States are reset at every epoch, at "
+     "series boundaries and gaps. Needs a unidirectional model, data.split.mode time and one "
+     "process; validation stays stateless."},
     {"train.test_after", T::boolean, "true",
      "After training, evaluate the saved model on the test split (when it has windows): test_* "
      "metrics on the console, in metrics.jsonl (a line with `\"split\": \"test\"`) and in the "

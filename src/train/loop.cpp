@@ -68,6 +68,12 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
   s.freeze_epochs = c.integer("train.freeze_epochs");
   s.progress_seconds = c.number("train.progress_seconds");
   s.test_after = c.boolean("train.test_after");
+  s.stateful = c.boolean("train.stateful");
+  if (s.stateful && c.boolean("model.bidirectional"))
+    fail(c.source(), ": train.stateful needs a unidirectional model (model.bidirectional: false)");
+  if (s.stateful && c.str("data.split.mode") != "time")
+    fail(c.source(),
+         ": train.stateful needs data.split.mode: time (streams follow the data's order)");
   return s;
 }
 

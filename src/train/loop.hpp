@@ -29,6 +29,7 @@ struct LoopSettings {
   int64_t freeze_epochs = 0;
   double progress_seconds = 0;  // without a terminal
   bool test_after = true;
+  bool stateful = false;  // states carried from batch to batch (truncated BPTT)
   double dist_timeout = 0, bucket_mb = 0;
 
   // Every value checked; errors name the config and key.

@@ -207,6 +207,31 @@ std::unique_ptr<SequenceModel> load_model(Backend& be, const LoadedRun& r, std::
   return model;
 }
 
+StatefulStreams stateful_streams(const Dataset& d, int64_t batch_size) {
+  const int64_t T = d.steps();
+  std::vector<int64_t> chunks;
+  std::vector<uint8_t> fresh;
+  int64_t last = -1;
+  for (int64_t s : d.split().train) {  // in time order
+    if (last >= 0 && s < last + T) continue;
+    const bool continues =
+        last >= 0 && s == last + T &&
+        (d.kind == TaskKind::charlm || &d.series.series_of(s) == &d.series.series_of(last));
+    chunks.push_back(s);
+    fresh.push_back(continues ? 0 : 1);
+    last = s;
+  }
+  StatefulStreams out;
+  const int64_t n = static_cast<int64_t>(chunks.size()), L = n / batch_size;
+  out.batches = L;
+  for (int64_t k = 0; k < L; ++k)
+    for (int64_t i = 0; i < batch_size; ++i) {
+      out.order.push_back(chunks[i * L + k]);
+      out.reset.push_back(k == 0 || fresh[i * L + k] ? 1 : 0);
+    }
+  return out;
+}
+
 // Compute threads of one of `local` processes on this machine: an unbound process (mpirun
 // --bind-to none) shares the machine's CPUs with the others.
 ThreadConfig configure_rank_threads(const Config& c, int local) {

@@ -71,6 +71,17 @@ LoadedRun load_run(const std::string& run, const std::string& data_override,
 // The model of a loaded run, its weights loaded, computing in the run's precision.
 std::unique_ptr<SequenceModel> load_model(Backend& be, const LoadedRun& r, std::ostream* notes);
 
+// Stateful training's batches: the training split cut into consecutive chunks (windows one
+// lookback apart, or a text's consecutive sequences), dealt into batch_size streams, each a
+// contiguous stretch of the data; batch k holds every stream's k-th chunk. A stream's state is
+// reset where its chunk does not continue the previous one (a new series, a gap, its first).
+struct StatefulStreams {
+  std::vector<int64_t> order;  // (batches * batch_size) window starts, batch after batch
+  std::vector<uint8_t> reset;  // like order: 1 where the row's state starts from zeros
+  int64_t batches = 0;
+};
+StatefulStreams stateful_streams(const Dataset& d, int64_t batch_size);
+
 // Compute threads of one of `local` processes on this machine: an unbound process (mpirun
 // --bind-to none) shares the machine's CPUs with the others.
 ThreadConfig configure_rank_threads(const Config& c, int local);

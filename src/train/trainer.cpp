@@ -113,6 +113,9 @@ class Training {
   void print_start() const;
   void prepare_run_dir();
   void freeze_modules();
+  void start_streams();
+  // Stateful training: the states batch `bi` starts from (rows reset where its streams begin).
+  std::pair<Tensor, Tensor> carried_states(int64_t bi, int64_t rows);
   // One epoch; false when the run ends after it (early stopping, a hook).
   bool run_epoch(int64_t epoch);
   // Starts the loader on this rank's windows of the epoch at `first_batch`; returns its batches.
@@ -163,6 +166,12 @@ class Training {
   std::vector<int64_t> mine_;  // this rank's windows of the epoch
   Buffer dout_buf_;
   bool tty_ = false, stepped_ = false;  // stepped: a step has run in this process
+  // Stateful training: per position of order_, whether that row's state starts from zeros; the
+  // states carried between batches, (L, B, H) each, two pairs used in turn (a batch's backward
+  // still reads the states it started from while the next ones are written).
+  std::vector<uint8_t> resets_;
+  Buffer carry_h_[2], carry_c_[2];
+  int carry_at_ = 0;
   TrainSummary summary_;
 };
 
@@ -216,6 +225,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
        << "\n"
        << std::flush;
   order_ = task_.split().train;
+  if (s_.stateful) start_streams();
   state_ = LoopState::start(s_);
   state_path_ = (fs::path(run_dir_) / "training_state.safetensors").string();
   checkpoint_ = (fs::path(run_dir_) / "model.safetensors").string();
@@ -237,6 +247,47 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
                                                  static_cast<size_t>(s_.bucket_mb * (1 << 20)));
     model_->set_grad_ready_hook([this](size_t first, size_t end) { sync_->ready(first, end); });
   }
+}
+
+void Training::start_streams() {
+  if (ranks_ > 1)
+    fail(c_.source(), ": train.stateful runs in one process (not under mpirun with ", ranks_,
+         " ranks)");
+  StatefulStreams streams = stateful_streams(task_, s_.batch_size);
+  if (streams.batches == 0)
+    fail(c_.source(), ": train.stateful: the training split holds ", task_.split().train.size(),
+         " windows, too few for ", s_.batch_size, " streams of consecutive chunks of ",
+         task_.steps(), " steps; lower train.batch_size or data.lookback");
+  order_ = std::move(streams.order);
+  resets_ = std::move(streams.reset);
+  batches_per_epoch_ =
+      s_.max_batches > 0 ? std::min(streams.batches, s_.max_batches) : streams.batches;
+  total_steps_ = batches_per_epoch_ * s_.epochs;
+  const LstmOptions& o = task_.model.lstm;
+  for (int k = 0; k < 2; ++k) {
+    be_->fill(carry_h_[k].get(*be_, DType::f32, {o.num_layers, s_.batch_size, o.hidden_size}), 0);
+    be_->fill(carry_c_[k].get(*be_, DType::f32, {o.num_layers, s_.batch_size, o.hidden_size}), 0);
+  }
+  out_ << "stateful: " << s_.batch_size << " streams of " << streams.batches
+       << " consecutive chunks each; states carried between batches, reset at each epoch, "
+          "series boundary and gap\n";
+}
+
+std::pair<Tensor, Tensor> Training::carried_states(int64_t bi, int64_t rows) {
+  const LstmOptions& o = task_.model.lstm;
+  const Shape shape({o.num_layers, s_.batch_size, o.hidden_size});
+  Tensor h = carry_h_[carry_at_].get(*be_, DType::f32, shape);
+  Tensor c = carry_c_[carry_at_].get(*be_, DType::f32, shape);
+  auto* hp = static_cast<float*>(h.data());
+  auto* cp = static_cast<float*>(c.data());
+  const int64_t H = o.hidden_size, B = s_.batch_size;
+  for (int64_t i = 0; i < rows; ++i)
+    if (resets_[bi * B + i])
+      for (int64_t l = 0; l < o.num_layers; ++l) {
+        std::fill_n(hp + (l * B + i) * H, H, 0.0f);
+        std::fill_n(cp + (l * B + i) * H, H, 0.0f);
+      }
+  return {h, c};
 }
 
 void Training::build_model() {
@@ -323,6 +374,10 @@ void Training::resume_from_state() {
   const auto loop = state.metadata().find("seqforge.loop");
   if (loop == state.metadata().end()) fail(state_path_, ": no seqforge.loop metadata");
   state_ = LoopState::from_json(loop->second, state_path_);
+  if (s_.stateful && state_.in_epoch) {
+    load_tensor(state, "carry.h", carry_h_[carry_at_].tensor(), *be_);
+    load_tensor(state, "carry.c", carry_c_[carry_at_].tensor(), *be_);
+  }
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
   if (state_.in_epoch)
     out_ << "resuming " << run_dir_ << " in epoch " << state_.epochs_done + 1 << " after batch "
@@ -417,7 +472,7 @@ bool Training::run_epoch(int64_t epoch) {
                                                    : std::vector<bool>(frozen_.size(), false));
   const bool part_way = state_.in_epoch;  // resumed in the middle of this epoch
   const int64_t first_batch = part_way ? state_.batch : 0;
-  if (!part_way)
+  if (!part_way && !s_.stateful)
     for (int64_t i = static_cast<int64_t>(order_.size()) - 1; i > 0; --i)
       std::swap(order_[i], order_[rng_.next() % (i + 1)]);
   double loss_sum = part_way ? state_.loss_sum : 0;
@@ -488,7 +543,15 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
     fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, nullptr);
     return 0;
   }
-  Tensor y = model_->forward(*be_, batch->input, {}, {}, true, ranks_ > 1 ? rank_rng_ : rng_);
+  Tensor h0, c0;
+  if (s_.stateful) std::tie(h0, c0) = carried_states(bi, batch->size);
+  Tensor y = model_->forward(*be_, batch->input, h0, c0, true, ranks_ > 1 ? rank_rng_ : rng_);
+  if (s_.stateful) {  // the final states start the next batch, detached from this one's graph
+    carry_at_ ^= 1;
+    const Shape shape = h0.shape();
+    be_->copy(carry_h_[carry_at_].get(*be_, DType::f32, shape), model_->lstm().h_n());
+    be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, shape), model_->lstm().c_n());
+  }
   Tensor dout = dout_buf_.get(*be_, DType::f32, y.shape());
   const double loss = [&] {
     SF_PROFILE_SCOPE("loss");
@@ -666,6 +729,10 @@ void Training::save_state(bool in_epoch, int64_t batch, double loss_sum, double 
                        Tensor(order_.data(), DType::i64, {static_cast<int64_t>(order_.size())}));
   std::array<uint64_t, 4> words = rng_.state();
   tensors.emplace_back("rng", Tensor(words.data(), DType::i64, {4}));
+  if (s_.stateful && in_epoch) {  // the states the next batch starts from
+    tensors.emplace_back("carry.h", carry_h_[carry_at_].tensor());
+    tensors.emplace_back("carry.c", carry_c_[carry_at_].tensor());
+  }
   LoopState saved = state_;
   saved.optimizer_steps = optimizer_->steps();
   saved.param_steps = optimizer_->param_steps();
