@@ -465,6 +465,34 @@ OpCase small_ops_case() {
     out["sum_squares"] = {be.sum_squares(table.t)};
     be.scale(table.t, -0.5);
     out["scale"] = to_doubles(table.t);
+    // Elementwise product, fill, copy, strided row copies and dtype conversions.
+    const std::vector<double> av = values(rng, 257), bv = values(rng, 257);
+    HostTensor a(be, dt, {257}, av), b(be, dt, {257}, bv),
+        product(be, dt, {257}, std::vector<double>(257));
+    be.mul(product.t, a.t, b.t);
+    out["mul"] = to_doubles(product.t);
+    HostTensor filled(be, dt, {33}, std::vector<double>(33));
+    be.fill(filled.t, -1.25);
+    out["fill"] = to_doubles(filled.t);
+    HostTensor copied(be, dt, {257}, std::vector<double>(257));
+    be.copy(copied.t, a.t);
+    out["copy"] = to_doubles(copied.t);
+    HostTensor strided(be, dt, {60}, values(rng, 60)),
+        packed(be, dt, {30}, std::vector<double>(30));
+    be.copy_rows(packed.t.data(), 5, strided.t.data(), 10, 6, 4, dt);  // 4 of every 10, 5 apart
+    out["copy_rows"] = to_doubles(packed.t);
+    std::vector<double> sixty_fourths(257);  // exact in bf16's 8 bits: the same on every path
+    for (size_t i = 0; i < sixty_fourths.size(); ++i)
+      sixty_fourths[i] = std::round(av[i] * 64) / 64;
+    HostTensor exact(be, dt, {257}, sixty_fourths),
+        wide64(be, DType::f64, {257}, std::vector<double>(257)),
+        narrow(be, DType::bf16, {257}, std::vector<double>(257)),
+        back(be, dt, {257}, std::vector<double>(257));
+    be.convert(wide64.t, a.t);
+    out["convert_to_f64"] = to_doubles(wide64.t);
+    be.convert(narrow.t, exact.t);
+    be.convert(back.t, narrow.t);
+    out["convert_bf16_round_trip"] = to_doubles(back.t);
     return out;
   };
 }
