@@ -46,4 +46,8 @@ std::unique_ptr<Db> open_sqlite(const std::string& path, bool read_only, int bus
 // Throws a clear error when seqforge was built without libpq.
 std::unique_ptr<Db> open_postgres(const std::string& url, bool read_only);
 
+// Creates Optuna's study schema (tables, indexes, PostgreSQL enum types, version rows) in `db`,
+// in the caller's transaction.
+void create_optuna_schema(Db& db);
+
 }  // namespace seqforge::tune

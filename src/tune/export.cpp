@@ -15,32 +15,11 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// Optuna's names for the states, as the study database holds them.
-const char* stored_state(TrialState s) {
-  switch (s) {
-    case TrialState::waiting:
-      return "WAITING";
-    case TrialState::running:
-      return "RUNNING";
-    case TrialState::complete:
-      return "COMPLETE";
-    case TrialState::pruned:
-      return "PRUNED";
-    case TrialState::failed:
-      return "FAIL";
-  }
-  return "";
-}
-
 std::string number_text(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  for (int p = 1; p <= 17; ++p) {
-    char s[40];
-    std::snprintf(s, sizeof s, "%.*g", p, v);
-    if (std::strtod(s, nullptr) == v) return s;
-  }
-  return "";
+  char s[40];  // the shortest text that reads back as v
+  return std::string(s, std::to_chars(s, s + sizeof s, v).ptr);
 }
 
 // A double as JSON: a number when finite, else "nan", "inf" or "-inf" (JSON has none of them).
@@ -141,7 +120,7 @@ int run_tune_export(const std::string& study, const std::string& name, const std
   for (const auto& t : trials) {
     json r;
     r["number"] = t.number;
-    r["state"] = stored_state(t.state);
+    r["state"] = optuna_state_name(t.state);
     r["value"] = t.value ? number_json(*t.value) : json(nullptr);
     r["datetime_start"] = t.started > 0 ? json(datetime_text(t.started)) : json(nullptr);
     r["datetime_complete"] = t.finished > 0 ? json(datetime_text(t.finished)) : json(nullptr);

@@ -31,6 +31,22 @@ const char* state_name(TrialState s) {
   return "";
 }
 
+const char* optuna_state_name(TrialState s) {
+  switch (s) {
+    case TrialState::waiting:
+      return "WAITING";
+    case TrialState::running:
+      return "RUNNING";
+    case TrialState::complete:
+      return "COMPLETE";
+    case TrialState::pruned:
+      return "PRUNED";
+    case TrialState::failed:
+      return "FAIL";
+  }
+  return "FAIL";
+}
+
 TrialState state_of(const std::string& name) {
   for (TrialState s : {TrialState::waiting, TrialState::running, TrialState::complete,
                        TrialState::pruned, TrialState::failed})

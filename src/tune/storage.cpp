@@ -100,21 +100,6 @@ double datetime_seconds(const Value& v, bool utc) {
 
 bool process_gone(int64_t pid) { return pid > 0 && kill(pid_t(pid), 0) != 0 && errno == ESRCH; }
 
-const char* optuna_state(TrialState s) {
-  switch (s) {
-    case TrialState::waiting:
-      return "WAITING";
-    case TrialState::running:
-      return "RUNNING";
-    case TrialState::complete:
-      return "COMPLETE";
-    case TrialState::pruned:
-      return "PRUNED";
-    case TrialState::failed:
-      return "FAIL";
-  }
-  return "FAIL";
-}
 TrialState state_from_optuna(const std::string& s, const std::string& where) {
   if (s == "WAITING") return TrialState::waiting;
   if (s == "RUNNING") return TrialState::running;
@@ -429,7 +414,7 @@ class SqlStorage final : public Storage {
       check_running(id);
       const double now = now_seconds();
       db_->query("UPDATE trials SET state = ?, datetime_complete = ? WHERE trial_id = ?",
-                 {optuna_state(state), datetime_text(now, false), str(id)});
+                 {optuna_state_name(state), datetime_text(now, false), str(id)});
       db_->query("DELETE FROM trial_values WHERE trial_id = ?", {str(id)});
       if (value && !std::isnan(*value)) {  // Optuna has no NaN objective value
         const auto [v, type] = typed_value(*value);
@@ -721,86 +706,6 @@ class SqlStorage final : public Storage {
     return out;
   }
 
-  // ---- schema --------------------------------------------------------------------------------
-
-  void create_optuna_schema() {
-    const bool pg = db_->postgres();
-    const std::string id = pg ? "SERIAL NOT NULL" : "INTEGER NOT NULL";
-    const std::string flt = pg ? "FLOAT(53)" : "FLOAT";
-    const std::string dt = pg ? "TIMESTAMP WITHOUT TIME ZONE" : "DATETIME";
-    const std::string dir = pg ? "studydirection" : "VARCHAR(8)";
-    const std::string state = pg ? "trialstate" : "VARCHAR(8)";
-    const std::string vtype = pg ? "trialvaluetype" : "VARCHAR(7)";
-    const std::string itype = pg ? "trialintermediatevaluetype" : "VARCHAR(7)";
-    if (pg) {  // SQLAlchemy's native enum types, named after the Python enums
-      db_->query("CREATE TYPE studydirection AS ENUM ('NOT_SET', 'MINIMIZE', 'MAXIMIZE')");
-      db_->query(
-          "CREATE TYPE trialstate AS ENUM ('RUNNING', 'COMPLETE', 'PRUNED', 'FAIL', 'WAITING')");
-      db_->query("CREATE TYPE trialvaluetype AS ENUM ('FINITE', 'INF_POS', 'INF_NEG')");
-      db_->query(
-          "CREATE TYPE trialintermediatevaluetype AS ENUM ('FINITE', 'INF_POS', 'INF_NEG', "
-          "'NAN')");
-    }
-    db_->query("CREATE TABLE studies (\n\tstudy_id " + id +
-               ", \n\tstudy_name VARCHAR(512) NOT NULL, \n\tPRIMARY KEY (study_id)\n)");
-    db_->query("CREATE UNIQUE INDEX ix_studies_study_name ON studies (study_name)");
-    db_->query(
-        "CREATE TABLE version_info (\n\tversion_info_id INTEGER NOT NULL, \n\tschema_version "
-        "INTEGER, \n\tlibrary_version VARCHAR(256), \n\tPRIMARY KEY (version_info_id), \n\tCHECK "
-        "(version_info_id=1)\n)");
-    db_->query("CREATE TABLE study_directions (\n\tstudy_direction_id " + id + ", \n\tdirection " +
-               dir +
-               " NOT NULL, \n\tstudy_id INTEGER NOT NULL, \n\tobjective INTEGER NOT NULL, "
-               "\n\tPRIMARY KEY (study_direction_id), \n\tUNIQUE (study_id, objective), "
-               "\n\tFOREIGN KEY(study_id) REFERENCES studies (study_id)\n)");
-    for (const char* owner : {"study", "trial"}) {
-      for (const char* kind : {"user", "system"}) {
-        const std::string o = owner;
-        const std::string parent = o == "study" ? "studies" : "trials";
-        db_->query("CREATE TABLE " + o + "_" + kind + "_attributes (\n\t" + o + "_" + kind +
-                   "_attribute_id " + id + ", \n\t" + o +
-                   "_id INTEGER, \n\t\"key\" VARCHAR(512), "
-                   "\n\tvalue_json TEXT, \n\tPRIMARY KEY (" +
-                   o + "_" + kind + "_attribute_id), \n\tUNIQUE (" + o +
-                   "_id, \"key\"), \n\tFOREIGN KEY(" + o + "_id) REFERENCES " + parent + " (" + o +
-                   "_id)\n)");
-      }
-      if (std::string(owner) == "study")
-        db_->query("CREATE TABLE trials (\n\ttrial_id " + id +
-                   ", \n\tnumber INTEGER, \n\tstudy_id INTEGER, \n\tstate " + state +
-                   " NOT NULL, \n\tdatetime_start " + dt + ", \n\tdatetime_complete " + dt +
-                   ", \n\tPRIMARY KEY (trial_id), \n\tFOREIGN KEY(study_id) REFERENCES studies "
-                   "(study_id)\n)");
-    }
-    db_->query("CREATE TABLE trial_params (\n\tparam_id " + id +
-               ", \n\ttrial_id INTEGER, \n\tparam_name VARCHAR(512), \n\tparam_value " + flt +
-               ", \n\tdistribution_json TEXT, \n\tPRIMARY KEY (param_id), \n\tUNIQUE (trial_id, "
-               "param_name), \n\tFOREIGN KEY(trial_id) REFERENCES trials (trial_id)\n)");
-    db_->query("CREATE TABLE trial_values (\n\ttrial_value_id " + id +
-               ", \n\ttrial_id INTEGER NOT NULL, \n\tobjective INTEGER NOT NULL, \n\tvalue " + flt +
-               ", \n\tvalue_type " + vtype +
-               " NOT NULL, \n\tPRIMARY KEY (trial_value_id), \n\tUNIQUE (trial_id, objective), "
-               "\n\tFOREIGN KEY(trial_id) REFERENCES trials (trial_id)\n)");
-    db_->query("CREATE TABLE trial_intermediate_values (\n\ttrial_intermediate_value_id " + id +
-               ", \n\ttrial_id INTEGER NOT NULL, \n\tstep INTEGER NOT NULL, "
-               "\n\tintermediate_value " +
-               flt + ", \n\tintermediate_value_type " + itype +
-               " NOT NULL, \n\tPRIMARY KEY (trial_intermediate_value_id), \n\tUNIQUE (trial_id, "
-               "step), \n\tFOREIGN KEY(trial_id) REFERENCES trials (trial_id)\n)");
-    db_->query("CREATE TABLE trial_heartbeats (\n\ttrial_heartbeat_id " + id +
-               ", \n\ttrial_id INTEGER NOT NULL, \n\theartbeat " + dt +
-               " NOT NULL, \n\tPRIMARY KEY (trial_heartbeat_id), \n\tUNIQUE (trial_id), "
-               "\n\tFOREIGN KEY(trial_id) REFERENCES trials (trial_id)\n)");
-    db_->query(
-        "CREATE TABLE alembic_version (\n\tversion_num VARCHAR(32) NOT NULL, \n\tCONSTRAINT "
-        "alembic_version_pkc PRIMARY KEY (version_num)\n)");
-    db_->query(
-        "INSERT INTO version_info (version_info_id, schema_version, library_version) VALUES (1, "
-        "?, ?)",
-        {str(kOptunaSchemaVersion), kOptunaLibraryVersion});
-    db_->query("INSERT INTO alembic_version (version_num) VALUES (?)", {kOptunaAlembicRevision});
-  }
-
   // seqforge's former schema (seqforge_meta, schema_version 1): copied into Optuna's tables and
   // dropped, in the caller's transaction.
   void migrate_v1() {
@@ -809,7 +714,7 @@ class SqlStorage final : public Storage {
     if (version != kSchemaVersion)
       fail(where(), ": study database schema version ", version, "; this seqforge reads version ",
            kSchemaVersion, " (and Optuna's schema ", kOptunaSchemaVersion, ")");
-    if (!has_table("studies")) create_optuna_schema();
+    if (!has_table("studies")) create_optuna_schema(*db_);
     auto old_json = [](const Value& v) {
       std::map<std::string, double> out;
       if (!v || v->empty()) return out;
@@ -845,7 +750,8 @@ class SqlStorage final : public Storage {
         const auto tin = db_->query(
             "INSERT INTO trials (number, study_id, state, datetime_start, datetime_complete) "
             "VALUES (?, ?, ?, ?, ?) RETURNING trial_id",
-            {str(integer(t[1])), str(sid), optuna_state(st), when(t[6], false), when(t[7], false)});
+            {str(integer(t[1])), str(sid), optuna_state_name(st), when(t[6], false),
+             when(t[7], false)});
         const int64_t tid = integer(tin[0][0]);
         const auto params = old_json(t[4]);
         if (st == TrialState::waiting) {
@@ -925,7 +831,7 @@ class SqlStorage final : public Storage {
       if (read_only_) fail(where(), ": holds no seqforge study");
       write([&] {
         tables = db_->tables();  // another worker may have created it meanwhile
-        if (!has("studies")) create_optuna_schema();
+        if (!has("studies")) create_optuna_schema(*db_);
       });
       return;
     }

@@ -12,6 +12,8 @@ enum class Direction { minimize, maximize };
 enum class TrialState { waiting, running, complete, pruned, failed };
 
 const char* state_name(TrialState s);
+// Optuna's name of a state, as its study tables hold it (WAITING, RUNNING, COMPLETE, PRUNED, FAIL).
+const char* optuna_state_name(TrialState s);
 TrialState state_of(const std::string& name);  // throws on an unknown name
 const char* direction_name(Direction d);
 
