@@ -98,6 +98,8 @@ TEST(Stateful, StreamsFollowTheDataAndResetAtSeriesBoundaries) {
   const StatefulStreams s = stateful_streams(d, B);
   ASSERT_GT(s.batches, 2);
   ASSERT_EQ(s.order.size(), size_t(s.batches * B));
+  EXPECT_GE(s.chunks - s.batches * B, 0);
+  EXPECT_LT(s.chunks - s.batches * B, B) << "fewer chunks left out than a stream would take";
   for (int64_t k = 0; k < s.batches; ++k)
     for (int64_t i = 0; i < B; ++i) {
       const int64_t at = k * B + i, start = s.order[at];
@@ -202,6 +204,14 @@ TEST(Stateful, InterruptedStatefulRunResumesExactly) {
       train(Config::load((run / "config.resolved.yaml").string()), log, run.string());
   EXPECT_EQ(resumed.last, whole.last) << "the carried states were saved and restored";
   EXPECT_EQ(resumed.test, whole.test);
+  // Streams that leave a real share of the data out say so.
+  std::ostringstream uneven;
+  train(Config::parse(yaml, "s.yaml",
+                      {"train.batch_size=40", "train.epochs=1",
+                       "train.run_dir=" + (dir / "uneven").string()}),
+        uneven);
+  EXPECT_NE(uneven.str().find("warning: train.stateful: "), std::string::npos) << uneven.str();
+  EXPECT_NE(uneven.str().find(" training chunks are left out"), std::string::npos);
   // Bad settings: one line each.
   EXPECT_NE(
       test::error_of([&] {

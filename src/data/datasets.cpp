@@ -15,6 +15,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "data/splits.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/io/csv.hpp"
@@ -199,8 +200,6 @@ void Dataset::check_source() const {
          " bytes, or a new modification time); restart the run on the new data");
 }
 
-namespace {
-
 // Split boundaries [0, a), [a, b), [b, n) from the train and val shares.
 std::pair<int64_t, int64_t> boundaries(const Config& c, int64_t n) {
   const double train = c.number("data.split.train"), val = c.number("data.split.val");
@@ -230,6 +229,8 @@ int64_t positive(const Config& c, const std::string& key) {
   if (v <= 0) fail(c.source(), ": ", key, " must be positive, got ", v);
   return v;
 }
+
+namespace {
 
 // A mapped file cut short under the process makes reading it raise SIGBUS: say which file it was
 // and exit (checkpoints are written atomically, so the last one stays whole).
@@ -863,110 +864,6 @@ SeriesData load_series(const Config& c, const SeriesData* stored, WindowSet whic
          " rows give no training window: the training split is shorter "
          "than data.lookback + data.horizon = ",
          d.lookback + d.horizon, d.series.size() > 1 ? " in every series" : "");
-  return d;
-}
-
-std::u32string decode_utf8(const std::string& text, const std::string& what) {
-  std::u32string out;
-  out.reserve(text.size());
-  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned char c = b[i];
-    int more = 0;
-    char32_t cp = 0, min = 0;
-    if (c < 0x80) {
-      cp = c;
-    } else if ((c & 0xe0) == 0xc0) {
-      more = 1, cp = c & 0x1f, min = 0x80;
-    } else if ((c & 0xf0) == 0xe0) {
-      more = 2, cp = c & 0x0f, min = 0x800;
-    } else if ((c & 0xf8) == 0xf0) {
-      more = 3, cp = c & 0x07, min = 0x10000;
-    } else {
-      fail(what, ": byte ", i, ": not UTF-8 text (a byte ", int(c), " cannot start a character)");
-    }
-    for (int k = 1; k <= more; ++k) {
-      if (i + k >= n) fail(what, ": byte ", i, ": a UTF-8 character cut short at the end");
-      if ((b[i + k] & 0xc0) != 0x80)
-        fail(what, ": byte ", i, ": not UTF-8 text (a character cut short)");
-      cp = (cp << 6) | (b[i + k] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-      fail(what, ": byte ", i, ": not UTF-8 text (an overlong, surrogate or out-of-range code)");
-    out.push_back(cp);
-    i += 1 + more;
-  }
-  return out;
-}
-
-std::string encode_utf8(std::u32string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char32_t cp : text) {
-    if (cp < 0x80) {
-      out += char(cp);
-    } else if (cp < 0x800) {
-      out += char(0xc0 | (cp >> 6));
-      out += char(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += char(0xe0 | (cp >> 12));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
-    } else {
-      out += char(0xf0 | (cp >> 18));
-      out += char(0x80 | ((cp >> 12) & 0x3f));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
-    }
-  }
-  return out;
-}
-
-TextData load_text(const Config& c, const std::u32string& vocab) {
-  TextData d;
-  d.seq_len = positive(c, "data.seq_len");
-  const std::string path = c.str("data.path");
-  if (path.empty()) fail(c.source(), ": data.path is required");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::u32string text = decode_utf8(ss.str(), path);
-  if (text.empty()) fail(path, ": empty file");
-  d.vocab = vocab;
-  if (d.vocab.empty()) {
-    d.vocab = text;
-    std::sort(d.vocab.begin(), d.vocab.end());
-    d.vocab.erase(std::unique(d.vocab.begin(), d.vocab.end()), d.vocab.end());
-  }
-  std::unordered_map<char32_t, int64_t> index;
-  for (size_t i = 0; i < d.vocab.size(); ++i) index.emplace(d.vocab[i], int64_t(i));
-  d.ids.resize(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto it = index.find(text[i]);
-    if (it == index.end())
-      fail(path, ": character ", i, " ('", encode_utf8(text.substr(i, 1)),
-           "') is not in the model's vocabulary");
-    d.ids[i] = it->second;
-  }
-  const int64_t n = static_cast<int64_t>(d.ids.size());
-  const auto [train_end, val_end] = boundaries(c, n);
-  auto chunks = [&](int64_t begin, int64_t end, std::vector<int64_t>* out) {
-    for (int64_t s = begin; s + d.seq_len + 1 <= end; s += d.seq_len) out->push_back(s);
-  };
-  if (c.str("data.split.mode") == "random") {
-    std::vector<int64_t> all;
-    chunks(0, n, &all);
-    random_split(c, all, &d.split);
-  } else {
-    chunks(0, train_end, &d.split.train);
-    chunks(train_end, val_end, &d.split.val);
-    chunks(val_end, n, &d.split.test);
-  }
-  if (d.split.train.empty())
-    fail(path, ": the training split (", train_end,
-         " characters) is shorter than data.seq_len + 1");
   return d;
 }
 

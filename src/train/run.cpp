@@ -224,6 +224,7 @@ StatefulStreams stateful_streams(const Dataset& d, int64_t batch_size) {
   StatefulStreams out;
   const int64_t n = static_cast<int64_t>(chunks.size()), L = n / batch_size;
   out.batches = L;
+  out.chunks = n;
   for (int64_t k = 0; k < L; ++k)
     for (int64_t i = 0; i < batch_size; ++i) {
       out.order.push_back(chunks[i * L + k]);

@@ -79,6 +79,7 @@ struct StatefulStreams {
   std::vector<int64_t> order;  // (batches * batch_size) window starts, batch after batch
   std::vector<uint8_t> reset;  // like order: 1 where the row's state starts from zeros
   int64_t batches = 0;
+  int64_t chunks = 0;  // in the training split; those past batches * batch_size are left out
 };
 StatefulStreams stateful_streams(const Dataset& d, int64_t batch_size);
 

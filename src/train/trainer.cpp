@@ -271,6 +271,12 @@ void Training::start_streams() {
   out_ << "stateful: " << s_.batch_size << " streams of " << streams.batches
        << " consecutive chunks each; states carried between batches, reset at each epoch, "
           "series boundary and gap\n";
+  // The chunks that do not fill a stream are not trained on: say so when that is a real share.
+  const int64_t left_out = streams.chunks - streams.batches * s_.batch_size;
+  if (left_out * 10 >= streams.chunks)
+    out_ << "warning: train.stateful: " << left_out << " of the " << streams.chunks
+         << " training chunks are left out (they do not fill " << s_.batch_size
+         << " streams of equal length); a smaller train.batch_size trains on more of them\n";
 }
 
 std::pair<Tensor, Tensor> Training::carried_states(int64_t bi, int64_t rows) {
