@@ -218,8 +218,22 @@ std::string reconstruction_section(const Table& t) {
 
 struct RunFacts {
   std::string task = "?", target, monitor, config_text;
-  std::vector<std::string> classes;
 };
+
+// Every class of a classifier, from its saved model's metadata (read only for the confusion
+// matrix, which the run writes once at its end); none when the model is missing or foreign.
+std::vector<std::string> model_classes(const fs::path& dir) {
+  std::vector<std::string> classes;
+  if (!fs::exists(dir / "model.safetensors")) return classes;
+  try {
+    const auto file = io::SafetensorsFile::read((dir / "model.safetensors").string());
+    const auto it = file.metadata().find("seqforge.classes");
+    if (it != file.metadata().end())
+      classes = nlohmann::json::parse(it->second).get<std::vector<std::string>>();
+  } catch (const std::exception&) {  // classes from the predictions alone
+  }
+  return classes;
+}
 
 RunFacts read_facts(const fs::path& dir) {
   RunFacts f;
@@ -233,15 +247,6 @@ RunFacts read_facts(const fs::path& dir) {
       if (c["train"] && c["train"]["early_stopping"] && c["train"]["early_stopping"]["monitor"])
         f.monitor = c["train"]["early_stopping"]["monitor"].as<std::string>();
     } catch (const YAML::Exception&) {  // the page still shows the curves
-    }
-  }
-  if (f.task == "classify" && fs::exists(dir / "model.safetensors")) {
-    try {
-      const auto file = io::SafetensorsFile::read((dir / "model.safetensors").string());
-      const auto it = file.metadata().find("seqforge.classes");
-      if (it != file.metadata().end())
-        f.classes = nlohmann::json::parse(it->second).get<std::vector<std::string>>();
-    } catch (const std::exception&) {  // classes from the predictions alone
     }
   }
   return f;
@@ -363,7 +368,7 @@ std::string render_run_report(const std::string& run_dir) {
     const Table t = read_table(p);
     if (t.rows > 0)
       o << (facts.task == "classify"
-                ? confusion_section(t, facts.classes)
+                ? confusion_section(t, model_classes(dir))
                 : forecast_section(t, facts.target.empty() ? "target" : facts.target));
   }
   if (const fs::path p = dir / "val_reconstructions.csv"; fs::exists(p))
