@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """seqforge against PyTorch on the benchmark workloads, side by side in one run.
 
-Usage: /usr/bin/python3 bench/compare.py [W1 W2 ...] [--precision fp32 bf16] [--steps N]
+Usage: /usr/bin/python3 bench/compare.py [W1 W2 ... W1g W4g] [--precision fp32 bf16] [--steps N]
                                          [--rounds R] [--seqforge build/seqforge] [--json FILE]
 For every workload, each of R rounds runs every precision on both engines in turn, N timed
 steps each, every run in a fresh process (so peak memory is per workload), so that both the
 engines and the precisions are compared side by side. The table shows medians of
 all timed steps and the ratio PyTorch / seqforge, plus seqforge's step time over its GEMM floor
-and each engine's peak resident memory.
+and each engine's peak resident memory. Without workloads it runs all six: W1..W4 and the GRU
+workloads W1g and W4g (W1 and W4 with a GRU in place of the LSTM).
 """
 import argparse
 import json
@@ -18,6 +19,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+WORKLOADS = ["W1", "W2", "W3", "W4", "W1g", "W4g"]
 
 
 def run(cmd):
@@ -28,13 +30,16 @@ def run(cmd):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("workloads", nargs="*", default=["W1", "W2", "W3", "W4"])
+    p.add_argument("workloads", nargs="*", default=WORKLOADS)
     p.add_argument("--precision", nargs="+", default=["fp32", "bf16"])
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seqforge", default=os.path.join(HERE, "..", "build", "seqforge"))
     p.add_argument("--json")
     a = p.parse_args()
+    for wid in a.workloads:
+        if wid not in WORKLOADS:
+            sys.exit("unknown workload %s (expected %s)" % (wid, ", ".join(WORKLOADS)))
     rows = []
     print("%-3s %-5s %12s %12s %8s %10s %10s %10s" % ("id", "prec", "seqforge ms", "PyTorch ms",
                                                       "speedup", "sf/floor", "sf MB", "torch MB"))

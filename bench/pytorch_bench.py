@@ -2,10 +2,11 @@
 """The benchmark workloads of WORKLOADS.md in PyTorch, for side-by-side comparison with
 `seqforge bench`: one training step = forward, backward, Adam step, on random data.
 
-Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|W2|W3|W4|all] [--precision fp32|bf16]
+Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|W2|W3|W4|W1g|W4g|all] [--precision fp32|bf16]
                                                [--steps N] [--warmup N] [--threads N] [--json FILE]
 Threads are tuned as WORKLOADS.md describes: torch.set_num_threads(cores), OMP_WAIT_POLICY=PASSIVE.
 bf16 uses torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss.
+W1g and W4g are W1 and W4 with an nn.GRU in place of the nn.LSTM; "all" runs all six.
 """
 import argparse
 import json
@@ -18,14 +19,19 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 WORKLOADS = {
-    "W1": dict(name="lstm_i8_h128_l2_t150_b256", input=8, hidden=128, layers=2, bi=False,
-               out=1, per_step=False, batch=256, steps=150, loss="mse"),
-    "W2": dict(name="bilstm_i4_h128_l2_t105_b512_mae", input=4, hidden=128, layers=2, bi=True,
-               out=4, per_step=True, batch=512, steps=105, loss="mse_masked"),
-    "W3": dict(name="lstm_i6_h64_l1_t24_b64", input=6, hidden=64, layers=1, bi=False, out=1,
-               per_step=False, batch=64, steps=24, loss="mse"),
-    "W4": dict(name="charlm_v65_e64_h512_l2_t128_b64", vocab=65, input=64, hidden=512, layers=2,
-               bi=False, out=65, per_step=True, batch=64, steps=128, loss="ce"),
+    "W1": dict(name="lstm_i8_h128_l2_t150_b256", cell="lstm", input=8, hidden=128, layers=2,
+               bi=False, out=1, per_step=False, batch=256, steps=150, loss="mse"),
+    "W2": dict(name="bilstm_i4_h128_l2_t105_b512_mae", cell="lstm", input=4, hidden=128, layers=2,
+               bi=True, out=4, per_step=True, batch=512, steps=105, loss="mse_masked"),
+    "W3": dict(name="lstm_i6_h64_l1_t24_b64", cell="lstm", input=6, hidden=64, layers=1, bi=False,
+               out=1, per_step=False, batch=64, steps=24, loss="mse"),
+    "W4": dict(name="charlm_v65_e64_h512_l2_t128_b64", cell="lstm", vocab=65, input=64, hidden=512,
+               layers=2, bi=False, out=65, per_step=True, batch=64, steps=128, loss="ce"),
+    "W1g": dict(name="gru_i8_h128_l2_t150_b256", cell="gru", input=8, hidden=128, layers=2,
+                bi=False, out=1, per_step=False, batch=256, steps=150, loss="mse"),
+    "W4g": dict(name="chargru_v65_e64_h512_l2_t128_b64", cell="gru", vocab=65, input=64,
+                hidden=512, layers=2, bi=False, out=65, per_step=True, batch=64, steps=128,
+                loss="ce"),
 }
 
 
@@ -35,14 +41,15 @@ class Model(torch.nn.Module):
         self.w = w
         if "vocab" in w:
             self.embedding = torch.nn.Embedding(w["vocab"], w["input"])
-        self.lstm = torch.nn.LSTM(w["input"], w["hidden"], w["layers"], batch_first=True,
-                                  bidirectional=w["bi"])
+        rnn = torch.nn.GRU if w["cell"] == "gru" else torch.nn.LSTM
+        self.rnn = rnn(w["input"], w["hidden"], w["layers"], batch_first=True,
+                       bidirectional=w["bi"])
         self.head = torch.nn.Linear((2 if w["bi"] else 1) * w["hidden"], w["out"])
 
     def forward(self, x):
         if "vocab" in self.w:
             x = self.embedding(x)
-        y, _ = self.lstm(x)
+        y, _ = self.rnn(x)  # LSTM: (y, (h_n, c_n)); GRU: (y, h_n)
         if self.w["per_step"]:
             return self.head(y.reshape(-1, y.shape[-1]))
         return self.head(y[:, -1])
@@ -50,8 +57,9 @@ class Model(torch.nn.Module):
 
 def gflop(w):
     d = 2 if w["bi"] else 1
+    gates = 3 if w["cell"] == "gru" else 4
     fwd = sum(d * 2.0 * w["batch"] * w["steps"] * ((w["input"] if l == 0 else d * w["hidden"]) +
-                                                      w["hidden"]) * 4 * w["hidden"]
+                                                      w["hidden"]) * gates * w["hidden"]
               for l in range(w["layers"]))
     fwd += 2.0 * w["batch"] * (w["steps"] if w["per_step"] else 1) * d * w["hidden"] * w["out"]
     return 3 * fwd / 1e9
@@ -114,7 +122,7 @@ def main():
     results = []
     for wid in ids:
         if wid not in WORKLOADS:
-            sys.exit("unknown workload %s (expected W1, W2, W3, W4 or all)" % wid)
+            sys.exit("unknown workload %s (expected W1, W2, W3, W4, W1g, W4g or all)" % wid)
         r = run(wid, a.precision, a.steps, a.warmup)
         results.append(r)
         print("%-3s %-34s %-5s %10.2f ms/step %10.0f samples/s %8.1f GFLOP/s %8.0f peak MB" %

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Writes PyTorch reference fixtures for seqforge's parity tests.
 
-For every configuration in CONFIGS: a model [Embedding] -> nn.LSTM -> nn.Linear, its initial
-parameters, inputs, outputs, final states, the loss, every gradient, and the parameters after two
-AdamW steps and after two clipped SGD-momentum steps on the same batch. Parameters and inputs are
-drawn in float32 (so seqforge loads them exactly); PyTorch then computes in float64.
+For every configuration in CONFIGS: a model [Embedding] -> nn.LSTM or nn.GRU -> nn.Linear, its
+initial parameters, inputs, outputs, final states, the loss, every gradient, and the parameters
+after two AdamW steps and after two clipped SGD-momentum steps on the same batch. Parameters and
+inputs are drawn in float32 (so seqforge loads them exactly); PyTorch then computes in float64.
 
 Usage: /usr/bin/python3 tests/python/make_parity_fixtures.py OUT_DIR
 Each fixture is OUT_DIR/<name>.safetensors (F64/I64 tensors, the configuration as JSON metadata).
@@ -17,7 +17,9 @@ import sys
 import torch
 
 # name fields: i input, h hidden, l layers, t steps, b batch; flags: bi (bidirectional), bf
-# (batch_first), st (given initial states), head: last | step | mask (MSE on masked steps) | ce
+# (batch_first), st (given initial states), head: last | step | mask (MSE on masked steps) | ce;
+# cell="gru" makes the layer an nn.GRU (named gru_... / chargru_...; no cell state, so no c0, rc,
+# c_n): otherwise it is an nn.LSTM (lstm_... / charlm_...).
 CONFIGS = [
     dict(i=1, h=1, l=1, t=1, b=1, head="last"),
     dict(i=3, h=5, l=1, t=7, b=4, head="last", bf=True),
@@ -45,16 +47,39 @@ CONFIGS = [
     dict(v=5, e=1, h=1, l=1, t=2, b=1, head="ce"),
     dict(i=16, h=40, l=1, t=33, b=17, head="last", bi=True),
     dict(i=2, h=8, l=2, t=3, b=2, head="step", bi=True, bf=False, st=True),
+    # GRU: appended, so the LSTM fixtures keep their seeds.
+    dict(cell="gru", i=1, h=1, l=1, t=1, b=1, head="last"),
+    dict(cell="gru", i=3, h=5, l=1, t=7, b=4, head="step", st=True),
+    dict(cell="gru", i=8, h=17, l=2, t=12, b=3, head="mask", bi=True, bf=True),
+    dict(cell="gru", i=4, h=33, l=3, t=9, b=5, head="step", st=True, bf=True),
+    dict(cell="gru", i=6, h=64, l=2, t=24, b=64, head="last", bf=True),
+    dict(cell="gru", i=17, h=31, l=2, t=16, b=9, head="step", bi=True, st=True),
+    dict(cell="gru", i=40, h=128, l=1, t=6, b=4, head="mask", st=True, bf=True),
+    dict(cell="gru", i=256, h=12, l=1, t=3, b=2, head="last", bi=True),
+    dict(cell="gru", i=2, h=7, l=3, t=5, b=2, head="last", bi=True, st=True),
+    dict(cell="gru", v=65, e=16, h=32, l=2, t=16, b=4, head="ce", bf=True),
+    dict(cell="gru", v=30, e=8, h=24, l=2, t=10, b=5, head="ce", bi=True, st=True, weights=True,
+         ignore=True),
 ]
 
 LR_ADAMW, WD_ADAMW = 1e-2, 1e-2
 LR_SGD, MOMENTUM = 0.1, 0.9
 
 
+def is_gru(c):
+    return c.get("cell", "lstm") == "gru"
+
+
+def state_keys(c):
+    """The initial states a model takes, in the order it takes them."""
+    return ("h0",) if is_gru(c) else ("h0", "c0")
+
+
 def name_of(c):
-    s = "lstm" if "v" not in c else "charlm_v%d_e%d" % (c["v"], c["e"])
-    if "v" not in c:
-        s += "_i%d" % c["i"]
+    if "v" in c:
+        s = ("chargru_v%d_e%d" if is_gru(c) else "charlm_v%d_e%d") % (c["v"], c["e"])
+    else:
+        s = ("gru_i%d" if is_gru(c) else "lstm_i%d") % c["i"]
     s += "_h%d_l%d_t%d_b%d" % (c["h"], c["l"], c["t"], c["b"])
     for flag in ("bi", "bf", "st", "weights", "ignore"):
         if c.get(flag):
@@ -69,15 +94,23 @@ class Model(torch.nn.Module):
         d = 2 if c.get("bi") else 1
         if "v" in c:
             self.embedding = torch.nn.Embedding(c["v"], c["e"])
-        self.lstm = torch.nn.LSTM(c.get("i", c.get("e")), c["h"], c["l"],
-                                  bidirectional=bool(c.get("bi")), batch_first=bool(c.get("bf")))
+        args = (c.get("i", c.get("e")), c["h"], c["l"])
+        kw = dict(bidirectional=bool(c.get("bi")), batch_first=bool(c.get("bf")))
+        if is_gru(c):
+            self.gru = torch.nn.GRU(*args, **kw)
+        else:
+            self.lstm = torch.nn.LSTM(*args, **kw)
         out = c["v"] if "v" in c else (2 if c["head"] in ("step", "mask") else 1)
         self.head = torch.nn.Linear(d * c["h"], out)
 
     def forward(self, x, state):
         if "v" in self.c:
             x = self.embedding(x)
-        y, (hn, cn) = self.lstm(x, state)
+        if is_gru(self.c):  # an nn.GRU takes h0 alone and has no cell state
+            y, hn = self.gru(x, None if state is None else state[0])
+            cn = None
+        else:
+            y, (hn, cn) = self.lstm(x, state)
         if self.c["head"] == "last":
             y = y[:, -1, :] if self.c.get("bf") else y[-1]
         else:
@@ -97,7 +130,9 @@ def loss_of(c, out, hn, cn, inputs):
     else:
         loss = torch.nn.functional.mse_loss(out, inputs["input.target"])
     if c.get("st"):
-        loss = loss + (hn * inputs["input.rh"]).sum() + (cn * inputs["input.rc"]).sum()
+        loss = loss + (hn * inputs["input.rh"]).sum()
+        if cn is not None:
+            loss = loss + (cn * inputs["input.rc"]).sum()
     return loss
 
 
@@ -122,7 +157,7 @@ def torch_f32_errors(c, model, inputs, run):
             if isinstance(v, torch.Tensor) and v.is_floating_point():
                 inputs[k] = v.to(dtype)
         x, state, out, hn, cn, _ = run(m)
-        fwd = [out, hn, cn]
+        fwd = [t for t in (out, hn, cn) if t is not None]
         bwd = [p.grad for p in m.parameters()] + ([] if "v" in c else [x.grad])
         results[dtype] = ([t.detach() for t in fwd], [t.detach() for t in bwd])
     inputs.update(saved)
@@ -166,15 +201,14 @@ def make(c, seed):
             mask[0] = 1.0
             inputs["input.mask"] = mask
     if c.get("st"):
-        for k in ("h0", "c0", "rh", "rc"):
+        for k in state_keys(c) + tuple("r" + k[0] for k in state_keys(c)):  # h0 [c0] rh [rc]
             inputs["input." + k] = f32(torch.randn(d * L, B, H) * (0.5 if k[0] != "r" else 0.1))
 
     def run(m):
         x = inputs["input.ids"] if "v" in c else inputs["input.x"].clone().requires_grad_(True)
         state = None
         if c.get("st"):
-            state = (inputs["input.h0"].clone().requires_grad_(True),
-                     inputs["input.c0"].clone().requires_grad_(True))
+            state = tuple(inputs["input." + k].clone().requires_grad_(True) for k in state_keys(c))
         out, hn, cn = m(x, state)
         loss = loss_of(c, out, hn, cn, inputs)
         m.zero_grad()
@@ -188,15 +222,16 @@ def make(c, seed):
     tensors.update({k: v for k, v in inputs.items() if not k.startswith("meta")})
     tensors["out.y"] = out.detach()
     tensors["out.h_n"] = hn.detach()
-    tensors["out.c_n"] = cn.detach()
+    if cn is not None:
+        tensors["out.c_n"] = cn.detach()
     tensors["out.loss"] = loss.detach().reshape(())
     for k, p in model.named_parameters():
         tensors["grad." + k] = p.grad.detach().clone()
     if "v" not in c:
         tensors["grad.x"] = x.grad.detach()
     if state is not None:
-        tensors["grad.h0"] = state[0].grad.detach()
-        tensors["grad.c0"] = state[1].grad.detach()
+        for k, s in zip(state_keys(c), state):
+            tensors["grad." + k] = s.grad.detach()
 
     # Two AdamW steps on the same batch, with the gradients each step used.
     opt = torch.optim.AdamW(model.parameters(), lr=LR_ADAMW, weight_decay=WD_ADAMW)
