@@ -52,7 +52,7 @@ int main(int argc, char** argv) try {
 
   auto backend = sf::make_cpu_backend();
   sf::ModelOptions options;
-  options.lstm = {.input_size = 1, .hidden_size = 32, .num_layers = 1, .batch_first = true};
+  options.rnn = {.input_size = 1, .hidden_size = 32, .num_layers = 1, .batch_first = true};
   options.output_size = 1;
   sf::SequenceModel model(options);
   model.initialize(*backend, 42);

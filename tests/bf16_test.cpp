@@ -20,11 +20,11 @@ StepResult train_step(Backend& be, const ModelOptions& opt, DType gemm_dtype, in
   SequenceModel model(opt);
   model.initialize(be, 11);
   model.set_gemm_dtype(gemm_dtype);
-  model.lstm().set_weight_grad_chunk(T / 3);  // several chunks of K-major copies in bf16
+  model.rnn().set_weight_grad_chunk(T / 3);  // several chunks of K-major copies in bf16
   Rng rng(3);
-  std::vector<float> x(B * T * opt.lstm.input_size);
+  std::vector<float> x(B * T * opt.rnn.input_size);
   for (float& v : x) v = static_cast<float>(rng.uniform(-1, 1));
-  Tensor y = model.forward(be, Tensor(x.data(), DType::f32, {B, T, opt.lstm.input_size}), {}, {},
+  Tensor y = model.forward(be, Tensor(x.data(), DType::f32, {B, T, opt.rnn.input_size}), {}, {},
                            true, rng);
   std::vector<float> dy(y.numel());
   for (float& v : dy) v = static_cast<float>(rng.uniform(-1, 1));
@@ -35,7 +35,7 @@ StepResult train_step(Backend& be, const ModelOptions& opt, DType gemm_dtype, in
 
 ModelOptions options(bool bidirectional) {
   ModelOptions opt;
-  opt.lstm = {.input_size = 5,
+  opt.rnn = {.input_size = 5,
               .hidden_size = 24,
               .num_layers = 2,
               .bidirectional = bidirectional,

@@ -26,7 +26,7 @@ fs::path temp_dir(const std::string& name) {
 
 ModelOptions small_model() {
   ModelOptions opt;
-  opt.lstm = {.input_size = 3,
+  opt.rnn = {.input_size = 3,
               .hidden_size = 6,
               .num_layers = 2,
               .bidirectional = true,

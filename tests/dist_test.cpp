@@ -51,9 +51,9 @@ ModelOptions char_model() {
   ModelOptions opt;
   opt.vocab_size = 11;
   opt.embedding_dim = 8;
-  opt.lstm.hidden_size = 16;
-  opt.lstm.num_layers = 2;
-  opt.lstm.batch_first = true;
+  opt.rnn.hidden_size = 16;
+  opt.rnn.num_layers = 2;
+  opt.rnn.batch_first = true;
   opt.output_size = 11;
   opt.per_step = true;
   return opt;

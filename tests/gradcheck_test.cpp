@@ -6,7 +6,7 @@
 #include <functional>
 
 #include "seqforge/nn/layers.hpp"
-#include "seqforge/nn/lstm.hpp"
+#include "seqforge/nn/recurrent.hpp"
 #include "test_util.hpp"
 
 namespace seqforge {
@@ -117,7 +117,7 @@ TEST(GradCheck, Dropout) {
 
 struct LstmCase {
   const char* name;
-  LstmOptions opt;
+  RecurrentOptions opt;
   int64_t T, B;
   bool states;
 };
@@ -131,8 +131,9 @@ TEST_P(LstmGradCheck, AllGradients) {
   auto be = make_reference_backend();
   Rng rng(4);
   Parameters params(DType::f64);
-  Lstm lstm(params, "lstm", c.opt);
+  Recurrent lstm(params, "rnn", c.opt);
   params.allocate(*be, rng);
+  const bool cell_state = lstm.cell().cell_state;
   const int64_t D = lstm.directions(), L = c.opt.num_layers, H = c.opt.hidden_size;
   const Shape x_shape =
       c.opt.batch_first ? Shape{c.B, c.T, c.opt.input_size} : Shape{c.T, c.B, c.opt.input_size};
@@ -142,6 +143,7 @@ TEST_P(LstmGradCheck, AllGradients) {
   if (c.states) {
     h0 = HostTensor(*be, DType::f64, s_shape, random_values(rng, s_shape.numel(), 0.5));
     c0 = HostTensor(*be, DType::f64, s_shape, random_values(rng, s_shape.numel(), 0.5));
+    if (!cell_state) c0 = HostTensor();
   }
   const int64_t y_numel = c.T * c.B * D * H;
   const auto ry = random_values(rng, y_numel), rh = random_values(rng, s_shape.numel()),
@@ -150,19 +152,20 @@ TEST_P(LstmGradCheck, AllGradients) {
   auto objective = [&] {
     Rng fixed(5);
     Tensor y = lstm.forward(*be, x.t, h0.t, c0.t, true, fixed);
-    return dot(y, ry) + dot(lstm.h_n(), rh) + dot(lstm.c_n(), rc);
+    return dot(y, ry) + dot(lstm.h_n(), rh) + (cell_state ? dot(lstm.c_n(), rc) : 0.0);
   };
   objective();
   const Shape y_shape = c.opt.batch_first ? Shape{c.B, c.T, D * H} : Shape{c.T, c.B, D * H};
   HostTensor dy(*be, DType::f64, y_shape, ry), dhn(*be, DType::f64, s_shape, rh),
       dcn(*be, DType::f64, s_shape, rc);
   params.zero_grad(*be);
-  const auto dx = to_doubles(lstm.backward(*be, dy.t, dhn.t, dcn.t));
-  const auto dh0 = to_doubles(lstm.dh0()), dc0 = to_doubles(lstm.dc0());
+  const auto dx = to_doubles(lstm.backward(*be, dy.t, dhn.t, cell_state ? dcn.t : Tensor()));
+  const auto dh0 = to_doubles(lstm.dh0());
   EXPECT_LT(check_gradient(x.t, dx, objective), kTolerance) << "dx";
   if (c.states) {
     EXPECT_LT(check_gradient(h0.t, dh0, objective), kTolerance) << "dh0";
-    EXPECT_LT(check_gradient(c0.t, dc0, objective), kTolerance) << "dc0";
+    if (cell_state)
+      EXPECT_LT(check_gradient(c0.t, to_doubles(lstm.dc0()), objective), kTolerance) << "dc0";
   }
   for (size_t i = 0; i < params.size(); ++i)
     EXPECT_LT(check_gradient(params.value(i), to_doubles(params.grad(i)), objective), kTolerance)
@@ -194,7 +197,29 @@ INSTANTIATE_TEST_SUITE_P(
                  3,
                  2,
                  true},
-        LstmCase{"one_step", {.input_size = 1, .hidden_size = 1}, 1, 1, true}),
+        LstmCase{"one_step", {.input_size = 1, .hidden_size = 1}, 1, 1, true},
+        LstmCase{
+            "gru_states", {.cell = CellKind::gru, .input_size = 2, .hidden_size = 3}, 4, 3, true},
+        LstmCase{"gru_two_layers_bi",
+                 {.cell = CellKind::gru,
+                  .input_size = 3,
+                  .hidden_size = 3,
+                  .num_layers = 2,
+                  .bidirectional = true},
+                 4,
+                 2,
+                 true},
+        LstmCase{"gru_dropout",
+                 {.cell = CellKind::gru,
+                  .input_size = 20,
+                  .hidden_size = 4,
+                  .num_layers = 3,
+                  .bidirectional = true,
+                  .dropout = 0.4,
+                  .batch_first = true},
+                 3,
+                 2,
+                 true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(GradCheck, MseLossMasked) {

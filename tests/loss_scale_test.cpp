@@ -41,7 +41,7 @@ struct Fixture {
   std::unique_ptr<Backend> be = make_cpu_backend();
   SequenceModel model{[] {
     ModelOptions o;
-    o.lstm = {.input_size = 3, .hidden_size = 8, .num_layers = 1, .batch_first = true};
+    o.rnn = {.input_size = 3, .hidden_size = 8, .num_layers = 1, .batch_first = true};
     return o;
   }()};
   std::vector<float> x, y, dy;

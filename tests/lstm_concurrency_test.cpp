@@ -1,7 +1,7 @@
-// The CPU backend runs LSTM chains concurrently (bidirectional layers side by side, stacks as a
-// wavefront), one op at a time on all threads, or all on one thread; the reference backend runs
-// them one after another. Every schedule must give the same outputs, states and gradients, with
-// dropout between layers, initial states, and in bf16.
+// The CPU backend runs the recurrence's chains (LSTM, GRU) concurrently (bidirectional layers side
+// by side, stacks as a wavefront), one op at a time on all threads, or all on one thread; the
+// reference backend runs them one after another. Every schedule must give the same outputs, states
+// and gradients, with dropout between layers, initial states, and in bf16.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "seqforge/core/autotune.hpp"
-#include "seqforge/nn/lstm.hpp"
+#include "seqforge/nn/recurrent.hpp"
 #include "test_util.hpp"
 
 namespace seqforge {
@@ -22,7 +22,7 @@ using test::to_doubles;
 
 struct Case {
   const char* name;
-  LstmOptions opt;
+  RecurrentOptions opt;
   int64_t T, B;
   DType gemm;
 };
@@ -31,11 +31,12 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // chunk: steps per chunk of the weight-gradient GEMMs; 0 sizes them (and tunes their layout) as
 // training does.
-std::map<std::string, std::vector<double>> run(Backend& be, const Case& c, LstmSchedule schedule,
-                                               int64_t chunk = 3) {
+std::map<std::string, std::vector<double>> run(Backend& be, const Case& c,
+                                               RecurrentSchedule schedule, int64_t chunk = 3) {
   Rng rng(21);
   Parameters params(DType::f32);
-  Lstm lstm(params, "lstm", c.opt);
+  Recurrent lstm(params, "rnn", c.opt);
+  const bool cell_state = lstm.cell().cell_state;
   params.allocate(be, rng);
   lstm.set_gemm_dtype(c.gemm);
   lstm.set_schedule(schedule);
@@ -54,19 +55,20 @@ std::map<std::string, std::vector<double>> run(Backend& be, const Case& c, LstmS
   HostTensor h0(be, DType::f32, s_shape, values(s_shape.numel()));
   HostTensor c0(be, DType::f32, s_shape, values(s_shape.numel()));
   Rng dropout_rng(5);
-  Tensor y = lstm.forward(be, x.t, h0.t, c0.t, true, dropout_rng);
-  if (schedule != LstmSchedule::tuned) {
+  Tensor y = lstm.forward(be, x.t, h0.t, cell_state ? c0.t : Tensor(), true, dropout_rng);
+  if (schedule != RecurrentSchedule::tuned) {
     EXPECT_EQ(lstm.schedule(), schedule);
   }
-  EXPECT_NE(lstm.schedule(), LstmSchedule::tuned);
-  std::map<std::string, std::vector<double>> out = {
-      {"y", to_doubles(y)}, {"h_n", to_doubles(lstm.h_n())}, {"c_n", to_doubles(lstm.c_n())}};
+  EXPECT_NE(lstm.schedule(), RecurrentSchedule::tuned);
+  std::map<std::string, std::vector<double>> out = {{"y", to_doubles(y)},
+                                                    {"h_n", to_doubles(lstm.h_n())}};
+  if (cell_state) out["c_n"] = to_doubles(lstm.c_n());
   HostTensor dy(be, DType::f32, y.shape(), values(y.numel()));
   HostTensor dhn(be, DType::f32, s_shape, values(s_shape.numel()));
   HostTensor dcn(be, DType::f32, s_shape, values(s_shape.numel()));
-  out["dx"] = to_doubles(lstm.backward(be, dy.t, dhn.t, dcn.t));
+  out["dx"] = to_doubles(lstm.backward(be, dy.t, dhn.t, cell_state ? dcn.t : Tensor()));
   out["dh0"] = to_doubles(lstm.dh0());
-  out["dc0"] = to_doubles(lstm.dc0());
+  if (cell_state) out["dc0"] = to_doubles(lstm.dc0());
   out["grads"] = to_doubles(params.grads().flat());
   return out;
 }
@@ -78,11 +80,14 @@ TEST_P(LstmConcurrency, MatchesSequentialReference) {
   auto cpu = make_cpu_backend();
   auto ref = make_reference_backend();
   ASSERT_GE(cpu->concurrency(), 1);
-  const auto want = run(*ref, GetParam(), LstmSchedule::layered);
-  const double tol = GetParam().gemm == DType::bf16 ? 2e-3 : 2e-5;
-  for (LstmSchedule schedule :
-       {LstmSchedule::layered, LstmSchedule::side_by_side, LstmSchedule::one_worker,
-        LstmSchedule::split_batch, LstmSchedule::tuned}) {
+  const auto want = run(*ref, GetParam(), RecurrentSchedule::layered);
+  // In bf16 the GRU keeps both dG and dR in bf16, and its dx differs from the reference's by up
+  // to about one bf16 rounding (2^-8) relative.
+  const double bf16_tol = GetParam().opt.cell == CellKind::gru ? 4e-3 : 2e-3;
+  const double tol = GetParam().gemm == DType::bf16 ? bf16_tol : 2e-5;
+  for (RecurrentSchedule schedule :
+       {RecurrentSchedule::layered, RecurrentSchedule::side_by_side, RecurrentSchedule::one_worker,
+        RecurrentSchedule::split_batch, RecurrentSchedule::tuned}) {
     const auto got = run(*cpu, GetParam(), schedule);
     for (const auto& [name, w] : want)
       EXPECT_LE(max_rel_error(got.at(name), w), tol)
@@ -94,30 +99,36 @@ TEST_P(LstmConcurrency, MatchesSequentialReference) {
 // copies or on the row-major originals, whichever was faster when timed (into scratch
 // gradients) on first use. The trial leaves the gradients exact, the choice is cached, and
 // either choice gives the reference's gradients.
-TEST(LstmWeightGradients, TunedLayoutKeepsTheGradients) {
+class WeightGradientLayout : public ::testing::TestWithParam<CellKind> {};
+
+TEST_P(WeightGradientLayout, TunedLayoutKeepsTheGradients) {
   SF_SKIP_WITHOUT_BF16();
+  const CellType& cell = cell_type(GetParam());
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / "seqforge_weight_grad_layout";
   std::filesystem::remove_all(dir);
   setenv("SEQFORGE_CACHE_DIR", dir.c_str(), 1);
   const Case c{"bi_bf16_1200_rows",
-               {.input_size = 20, .hidden_size = 16, .bidirectional = true},
+               {.cell = cell.kind, .input_size = 20, .hidden_size = 16, .bidirectional = true},
                6,
                200,
                DType::bf16};
   auto cpu = make_cpu_backend();
   auto ref = make_reference_backend();
-  const auto want = run(*ref, c, LstmSchedule::layered);
+  const auto want = run(*ref, c, RecurrentSchedule::layered);
   auto check = [&](const char* when) {
-    const auto got = run(*cpu, c, LstmSchedule::layered, 0);
+    const auto got = run(*cpu, c, RecurrentSchedule::layered, 0);
     for (const auto& [name, w] : want)
-      EXPECT_LE(max_rel_error(got.at(name), w), 2e-3) << name << " " << when;
+      EXPECT_LE(max_rel_error(got.at(name), w), cell.kind == CellKind::gru ? 4e-3 : 2e-3)
+          << name << " " << when;
   };
   check("timing the layouts");
   std::string key;
   const nlohmann::json cache = nlohmann::json::parse(std::ifstream(autotune::cache_path()));
   for (const auto& [k, v] : cache.items())
-    if (k.find("lstm weight gradients|h16_i20_t6_b200_workers1_bf16") != std::string::npos) key = k;
+    if (k.find(std::string(cell.name) + " weight gradients|h16_i20_t6_b200_workers1_bf16") !=
+        std::string::npos)
+      key = k;
   ASSERT_FALSE(key.empty()) << "no weight-gradient layout in " << autotune::cache_path();
   for (const char* layout : {"k_major", "row_major"}) {
     autotune::store(key, layout);
@@ -125,6 +136,9 @@ TEST(LstmWeightGradients, TunedLayoutKeepsTheGradients) {
   }
   std::filesystem::remove_all(dir);
 }
+INSTANTIATE_TEST_SUITE_P(Cells, WeightGradientLayout,
+                         ::testing::Values(CellKind::lstm, CellKind::gru),
+                         [](const auto& info) { return std::string(cell_type(info.param).name); });
 
 INSTANTIATE_TEST_SUITE_P(
     Chains, LstmConcurrency,
@@ -165,6 +179,50 @@ INSTANTIATE_TEST_SUITE_P(
              {.input_size = 6,
               .hidden_size = 16,
               .num_layers = 3,
+              .bidirectional = true,
+              .batch_first = true},
+             5,
+             3,
+             DType::bf16},
+        Case{"gru_uni_1_layer_narrow",
+             {.cell = CellKind::gru, .input_size = 6, .hidden_size = 16},
+             6,
+             5,
+             DType::f32},
+        Case{"gru_uni_3_layers_dropout",
+             {.cell = CellKind::gru,
+              .input_size = 20,
+              .hidden_size = 17,
+              .num_layers = 3,
+              .dropout = 0.5,
+              .batch_first = true},
+             7,
+             3,
+             DType::f32},
+        Case{"gru_bi_2_layers_dropout",
+             {.cell = CellKind::gru,
+              .input_size = 5,
+              .hidden_size = 12,
+              .num_layers = 2,
+              .bidirectional = true,
+              .dropout = 0.25},
+             6,
+             4,
+             DType::f32},
+        Case{"gru_uni_2_layers_bf16",
+             {.cell = CellKind::gru,
+              .input_size = 24,
+              .hidden_size = 32,
+              .num_layers = 2,
+              .dropout = 0.2},
+             8,
+             4,
+             DType::bf16},
+        Case{"gru_bi_2_layers_bf16",
+             {.cell = CellKind::gru,
+              .input_size = 6,
+              .hidden_size = 16,
+              .num_layers = 2,
               .bidirectional = true,
               .batch_first = true},
              5,

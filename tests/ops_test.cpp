@@ -182,16 +182,16 @@ TEST(Ops, LstmCellActivationsAreAccurateEverywhere) {
     *g = gates;
     std::vector<float> c(B * H), tanh_c(B * H);
     h->assign(B * H, 0.0f);
-    LstmCellForward cell;
+    CellForward cell;
     cell.batch = B;
     cell.hidden = H;
     cell.gates = g->data();
     cell.c_prev = c_prev.data();
     cell.c = c.data();
-    cell.tanh_c = tanh_c.data();
+    cell.saved = tanh_c.data();
     cell.h = h->data();
     cell.ldh = H;
-    be.lstm_cell_forward(cell, DType::f32);
+    be.cell_forward(CellKind::lstm, cell, DType::f32);
   };
   std::vector<float> g_cpu, h_cpu, g_ref, h_ref;
   run(*cpu, &g_cpu, &h_cpu);
@@ -226,18 +226,19 @@ TEST(Ops, LstmCellBackwardKeepsOnlyBf16Dgates) {
       low[with_f32].resize(B * 4 * H);
       dbias[with_f32] = dbias0;
       dc_out[with_f32] = dc;
-      be->lstm_cell_backward({.batch = B,
-                              .hidden = H,
-                              .gates = gates.data(),
-                              .c_prev = c_prev.data(),
-                              .tanh_c = tanh_c.data(),
-                              .dh_out = dh_out.data(),
-                              .ld_dh_out = H,
-                              .dc = dc_out[with_f32].data(),
-                              .dgates = with_f32 ? dgates.data() : nullptr,
-                              .dgates_bf16 = low[with_f32].data(),
-                              .dbias = dbias[with_f32].data()},
-                             DType::f32);
+      be->cell_backward(CellKind::lstm,
+                        {.batch = B,
+                         .hidden = H,
+                         .gates = gates.data(),
+                         .c_prev = c_prev.data(),
+                         .saved = tanh_c.data(),
+                         .dh_out = dh_out.data(),
+                         .ld_dh_out = H,
+                         .dc = dc_out[with_f32].data(),
+                         .dgates = with_f32 ? dgates.data() : nullptr,
+                         .dgates_bf16 = low[with_f32].data(),
+                         .dbias = dbias[with_f32].data()},
+                        DType::f32);
     }
     for (int64_t i = 0; i < B * 4 * H; ++i) {
       ASSERT_EQ(low[0][i].bits, low[1][i].bits) << be->name() << " element " << i;
@@ -272,16 +273,16 @@ TEST(Ops, LstmCellKeepsActivationsInBf16) {
         c[kept_low].resize(B * H);
         tanh_c[kept_low].resize(B * H);
         h[kept_low].resize(B * H);
-        LstmCellForward f{.batch = B,
-                          .hidden = H,
-                          .gates = kept_low ? (narrow ? nullptr : scratch.data()) : gates.data(),
-                          .gates_bf16 = kept_low ? low.data() : nullptr,
-                          .gates_rec = rec.data(),
-                          .c_prev = c_prev.data(),
-                          .c = c[kept_low].data(),
-                          .tanh_c = tanh_c[kept_low].data(),
-                          .h = h[kept_low].data(),
-                          .ldh = H};
+        CellForward f{.batch = B,
+                      .hidden = H,
+                      .gates = kept_low ? (narrow ? nullptr : scratch.data()) : gates.data(),
+                      .gates_bf16 = kept_low ? low.data() : nullptr,
+                      .gates_rec = rec.data(),
+                      .c_prev = c_prev.data(),
+                      .c = c[kept_low].data(),
+                      .saved = tanh_c[kept_low].data(),
+                      .h = h[kept_low].data(),
+                      .ldh = H};
         if (narrow) {
           f.x = x.data();
           f.input = I;
@@ -289,7 +290,7 @@ TEST(Ops, LstmCellKeepsActivationsInBf16) {
           f.w_ih_t = w_ih_t.data();
           f.bias = bias.data();
         }
-        be->lstm_cell_forward(f, DType::f32);
+        be->cell_forward(CellKind::lstm, f, DType::f32);
       }
       for (int64_t i = 0; i < B * 4 * H; ++i)
         ASSERT_EQ(low[i].bits, to_bf16(gates[i]).bits) << be->name() << " element " << i;
@@ -299,27 +300,29 @@ TEST(Ops, LstmCellKeepsActivationsInBf16) {
       std::vector<float> rounded(B * 4 * H), dgates(B * 4 * H), dc_f32 = dc0, dc_low = dc0;
       for (int64_t i = 0; i < B * 4 * H; ++i) rounded[i] = from_bf16(low[i]);
       std::vector<bf16> dg_low(B * 4 * H);
-      be->lstm_cell_backward({.batch = B,
-                              .hidden = H,
-                              .gates = rounded.data(),
-                              .c_prev = c_prev.data(),
-                              .tanh_c = tanh_c[0].data(),
-                              .dh_out = dh_out.data(),
-                              .ld_dh_out = H,
-                              .dc = dc_f32.data(),
-                              .dgates = dgates.data(),
-                              .dgates_bf16 = dg_low.data()},
-                             DType::f32);
-      be->lstm_cell_backward({.batch = B,
-                              .hidden = H,
-                              .gates_bf16 = low.data(),
-                              .c_prev = c_prev.data(),
-                              .tanh_c = tanh_c[0].data(),
-                              .dh_out = dh_out.data(),
-                              .ld_dh_out = H,
-                              .dc = dc_low.data(),
-                              .dgates_bf16 = low.data()},
-                             DType::f32);
+      be->cell_backward(CellKind::lstm,
+                        {.batch = B,
+                         .hidden = H,
+                         .gates = rounded.data(),
+                         .c_prev = c_prev.data(),
+                         .saved = tanh_c[0].data(),
+                         .dh_out = dh_out.data(),
+                         .ld_dh_out = H,
+                         .dc = dc_f32.data(),
+                         .dgates = dgates.data(),
+                         .dgates_bf16 = dg_low.data()},
+                        DType::f32);
+      be->cell_backward(CellKind::lstm,
+                        {.batch = B,
+                         .hidden = H,
+                         .gates_bf16 = low.data(),
+                         .c_prev = c_prev.data(),
+                         .saved = tanh_c[0].data(),
+                         .dh_out = dh_out.data(),
+                         .ld_dh_out = H,
+                         .dc = dc_low.data(),
+                         .dgates_bf16 = low.data()},
+                        DType::f32);
       for (int64_t i = 0; i < B * 4 * H; ++i)
         ASSERT_EQ(low[i].bits, dg_low[i].bits) << be->name() << " element " << i;
       EXPECT_EQ(dc_f32, dc_low) << be->name();
@@ -353,41 +356,102 @@ OpCase lstm_cell_case(int64_t batch, int64_t hidden, int64_t ldh_pad, int64_t in
     HostTensor tanh_c(be, dt, {batch, hidden}, std::vector<double>(batch * hidden));
     HostTensor h(be, dt, {batch, ldh}, std::vector<double>(batch * ldh));
     HostTensor rec(be, dt, {batch, 4 * hidden}, values(rng, batch * 4 * hidden, -1, 1));
-    be.lstm_cell_forward({.batch = batch,
-                          .hidden = hidden,
-                          .gates = gates.t.data(),
-                          .gates_rec = rec.t.data(),
-                          .c_prev = c_prev.t.data(),
-                          .c = c.t.data(),
-                          .tanh_c = tanh_c.t.data(),
-                          .h = h.t.data(),
-                          .ldh = ldh,
-                          .x = input ? x.t.data() : nullptr,
-                          .input = input,
-                          .ldx = ldx,
-                          .w_ih_t = w_ih_t.t.data(),
-                          .bias = bias.t.data()},
-                         dt);
+    be.cell_forward(CellKind::lstm,
+                    {.batch = batch,
+                     .hidden = hidden,
+                     .gates = gates.t.data(),
+                     .gates_rec = rec.t.data(),
+                     .c_prev = c_prev.t.data(),
+                     .c = c.t.data(),
+                     .saved = tanh_c.t.data(),
+                     .h = h.t.data(),
+                     .ldh = ldh,
+                     .x = input ? x.t.data() : nullptr,
+                     .input = input,
+                     .ldx = ldx,
+                     .w_ih_t = w_ih_t.t.data(),
+                     .bias = bias.t.data()},
+                    dt);
     HostTensor dh_out(be, dt, {batch, ldh}, values(rng, batch * ldh));
     HostTensor dh_rec(be, dt, {batch, hidden}, values(rng, batch * hidden));
     HostTensor dc(be, dt, {batch, hidden}, values(rng, batch * hidden));
     HostTensor dgates(be, dt, {batch, 4 * hidden}, std::vector<double>(batch * 4 * hidden));
     HostTensor dbias(be, dt, {4 * hidden}, values(rng, 4 * hidden));
-    be.lstm_cell_backward({.batch = batch,
-                           .hidden = hidden,
-                           .gates = gates.t.data(),
-                           .c_prev = c_prev.t.data(),
-                           .tanh_c = tanh_c.t.data(),
-                           .dh_out = no_dh_out ? nullptr : dh_out.t.data(),
-                           .ld_dh_out = ldh,
-                           .dh_rec = dh_rec.t.data(),
-                           .dc = dc.t.data(),
-                           .dgates = dgates.t.data(),
-                           .dbias = dbias.t.data()},
-                          dt);
+    be.cell_backward(CellKind::lstm,
+                     {.batch = batch,
+                      .hidden = hidden,
+                      .gates = gates.t.data(),
+                      .c_prev = c_prev.t.data(),
+                      .saved = tanh_c.t.data(),
+                      .dh_out = no_dh_out ? nullptr : dh_out.t.data(),
+                      .ld_dh_out = ldh,
+                      .dh_rec = dh_rec.t.data(),
+                      .dc = dc.t.data(),
+                      .dgates = dgates.t.data(),
+                      .dbias = dbias.t.data()},
+                     dt);
     return std::map<std::string, std::vector<double>>{
         {"gates", to_doubles(gates.t)},   {"c", to_doubles(c.t)},   {"h", to_doubles(h.t)},
         {"dgates", to_doubles(dgates.t)}, {"dc", to_doubles(dc.t)}, {"dbias", to_doubles(dbias.t)}};
+  };
+}
+
+// A GRU step forward and backward. h_prev rows ld apart (the layer output), input > 0: the cell
+// projects an input of that width itself; bias gradient of 6H columns (dG's, then dR's).
+OpCase gru_cell_case(int64_t batch, int64_t hidden, int64_t ld_pad, int64_t input = 0,
+                     bool no_dh_out = false) {
+  return [=](Backend& be, DType dt, Rng& rng) {
+    const int64_t H = hidden, ld = H + ld_pad, ldx = input + 3;
+    HostTensor gates(be, dt, {batch, 3 * H}, values(rng, batch * 3 * H, -4, 4));
+    HostTensor x(be, dt, {batch * ldx + 1}, values(rng, batch * ldx + 1, -2, 2));
+    HostTensor w_ih_t(be, dt, {input * 3 * H + 1}, values(rng, input * 3 * H + 1));
+    HostTensor bias(be, dt, {3 * H}, values(rng, 3 * H));
+    HostTensor b_hn(be, dt, {H}, values(rng, H));
+    HostTensor h_prev(be, dt, {batch, ld}, values(rng, batch * ld, -1, 1));
+    HostTensor saved(be, dt, {batch, H}, std::vector<double>(batch * H));
+    HostTensor h(be, dt, {batch, ld}, std::vector<double>(batch * ld));
+    HostTensor rec(be, dt, {batch, 3 * H}, values(rng, batch * 3 * H, -2, 2));
+    be.cell_forward(CellKind::gru,
+                    {.batch = batch,
+                     .hidden = H,
+                     .gates = gates.t.data(),
+                     .gates_rec = rec.t.data(),
+                     .bias_rec = b_hn.t.data(),
+                     .h_prev = h_prev.t.data(),
+                     .ld_h_prev = ld,
+                     .saved = saved.t.data(),
+                     .h = h.t.data(),
+                     .ldh = ld,
+                     .x = input ? x.t.data() : nullptr,
+                     .input = input,
+                     .ldx = ldx,
+                     .w_ih_t = w_ih_t.t.data(),
+                     .bias = bias.t.data()},
+                    dt);
+    HostTensor dh_out(be, dt, {batch, ld}, values(rng, batch * ld));
+    HostTensor dh(be, dt, {batch, H}, values(rng, batch * H));
+    HostTensor dgates(be, dt, {batch, 3 * H}, std::vector<double>(batch * 3 * H));
+    HostTensor dgates_rec(be, dt, {batch, 3 * H}, std::vector<double>(batch * 3 * H));
+    HostTensor dbias(be, dt, {6 * H}, values(rng, 6 * H));
+    be.cell_backward(CellKind::gru,
+                     {.batch = batch,
+                      .hidden = H,
+                      .gates = gates.t.data(),
+                      .saved = saved.t.data(),
+                      .h_prev = h_prev.t.data(),
+                      .ld_h_prev = ld,
+                      .dh_out = no_dh_out ? nullptr : dh_out.t.data(),
+                      .ld_dh_out = ld,
+                      .dh_rec = dh.t.data(),
+                      .dgates = gates.t.data(),  // in place, as the engine does
+                      .dgates_rec = dgates_rec.t.data(),
+                      .dh_direct = dh.t.data(),  // in place
+                      .dbias = dbias.t.data()},
+                     dt);
+    return std::map<std::string, std::vector<double>>{
+        {"h", to_doubles(h.t)},          {"saved", to_doubles(saved.t)},
+        {"dgates", to_doubles(gates.t)}, {"dgates_rec", to_doubles(dgates_rec.t)},
+        {"dh_direct", to_doubles(dh.t)}, {"dbias", to_doubles(dbias.t)}};
   };
 }
 
@@ -515,6 +579,10 @@ const std::map<std::string, OpCase>& cases() {
       {"lstm_cell_b256_h33_strided", lstm_cell_case(256, 33, 33)},
       {"lstm_cell_b300_h128_input8", lstm_cell_case(300, 128, 0, 8)},
       {"lstm_cell_b5_h35_input1_no_dh_out", lstm_cell_case(5, 35, 2, 1, true)},
+      {"gru_cell_b1_h1", gru_cell_case(1, 1, 0)},
+      {"gru_cell_b64_h128_strided", gru_cell_case(64, 128, 128)},
+      {"gru_cell_b300_h37_input8", gru_cell_case(300, 37, 0, 8)},
+      {"gru_cell_b5_h35_input1_no_dh_out", gru_cell_case(5, 35, 2, 1, true)},
       {"adamw_step1", adam_case(true, 1, 1000)},
       {"adam_l2_step7", adam_case(false, 7, 100003)},
       {"sgd_nesterov_first", sgd_case(true, true, 4097)},

@@ -1,5 +1,6 @@
 // Parity with PyTorch: every fixture written by tests/python/make_parity_fixtures.py (PyTorch's
-// nn.LSTM + Linear / Embedding, float64 on float32-representable inputs) is replayed on seqforge:
+// nn.LSTM or nn.GRU + Linear / Embedding, float64 on float32-representable inputs) is replayed on
+// seqforge:
 // outputs, final states, loss, every gradient, two AdamW steps and two clipped SGD-momentum steps.
 // The CPU backend runs in f32 (max relative error <= 1e-5), the reference backend in f64
 // (<= 1e-10), so f32 rounding and semantic errors are told apart. The metric is in test_util.hpp.
@@ -81,12 +82,13 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
     opt.vocab_size = c["v"];
     opt.embedding_dim = c["e"];
   } else {
-    opt.lstm.input_size = c["i"];
+    opt.rnn.input_size = c["i"];
   }
-  opt.lstm.hidden_size = c["h"];
-  opt.lstm.num_layers = c["l"];
-  opt.lstm.bidirectional = c.value("bi", false);
-  opt.lstm.batch_first = c.value("bf", false);
+  opt.rnn.cell = cell_kind(c.value("cell", "lstm"));
+  opt.rnn.hidden_size = c["h"];
+  opt.rnn.num_layers = c["l"];
+  opt.rnn.bidirectional = c.value("bi", false);
+  opt.rnn.batch_first = c.value("bf", false);
   opt.output_size = c["output_size"];
   opt.per_step = c["head"] != "last";
   SequenceModel model(opt, dt);
@@ -118,11 +120,14 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
   HostTensor x = ce ? fx.ids(be, "input.ids") : fx.tensor(be, dt, "input.x");
   const bool states = c.value("st", false);
   HostTensor h0, c0, rh, rc;
+  const bool cell_state = cell_type(opt.rnn.cell).cell_state;
   if (states) {
     h0 = fx.tensor(be, dt, "input.h0");
-    c0 = fx.tensor(be, dt, "input.c0");
     rh = fx.tensor(be, dt, "input.rh");
-    rc = fx.tensor(be, dt, "input.rc");
+    if (cell_state) {
+      c0 = fx.tensor(be, dt, "input.c0");
+      rc = fx.tensor(be, dt, "input.rc");
+    }
   }
   HostTensor target, mask, target_ids, weights;
   if (ce) {
@@ -144,9 +149,12 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
                                              weights.t, c["ignore_index"], dy)
                      : be.mse_loss(y, target.t, mask.t, dy);
     if (states) {
-      const auto hn = to_doubles(model.lstm().h_n()), cn = to_doubles(model.lstm().c_n());
-      const auto a = to_doubles(rh.t), b = to_doubles(rc.t);
-      for (size_t i = 0; i < hn.size(); ++i) loss += hn[i] * a[i] + cn[i] * b[i];
+      const auto hn = to_doubles(model.rnn().h_n()), a = to_doubles(rh.t);
+      for (size_t i = 0; i < hn.size(); ++i) loss += hn[i] * a[i];
+      if (cell_state) {
+        const auto cn = to_doubles(model.rnn().c_n()), b = to_doubles(rc.t);
+        for (size_t i = 0; i < cn.size(); ++i) loss += cn[i] * b[i];
+      }
     }
     return std::pair{loss, y};
   };
@@ -154,8 +162,13 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
   Checker ck;
   auto [loss, y] = step();
   ck.check("forward", "out.y", to_doubles(y), fx.values("out.y"));
-  ck.check("forward", "out.h_n", to_doubles(model.lstm().h_n()), fx.values("out.h_n"));
-  ck.check("forward", "out.c_n", to_doubles(model.lstm().c_n()), fx.values("out.c_n"));
+  ck.check("forward", "out.h_n", to_doubles(model.rnn().h_n()), fx.values("out.h_n"));
+  if (cell_state) {
+    ck.check("forward", "out.c_n", to_doubles(model.rnn().c_n()), fx.values("out.c_n"));
+  } else {
+    EXPECT_TRUE(model.rnn().c_n().empty());
+    EXPECT_FALSE(fx.has("out.c_n"));
+  }
   ck.check("forward", "out.loss", {loss}, fx.values("out.loss"));
   Tensor dx = model.backward(be, dy_buf.tensor(), rh.t, rc.t);
   for (size_t i = 0; i < params.size(); ++i) {
@@ -164,8 +177,9 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
   }
   if (!ce) ck.check("backward", "grad.x", to_doubles(dx), fx.values("grad.x"));
   if (states) {
-    ck.check("backward", "grad.h0", to_doubles(model.lstm().dh0()), fx.values("grad.h0"));
-    ck.check("backward", "grad.c0", to_doubles(model.lstm().dc0()), fx.values("grad.c0"));
+    ck.check("backward", "grad.h0", to_doubles(model.rnn().dh0()), fx.values("grad.h0"));
+    if (cell_state)
+      ck.check("backward", "grad.c0", to_doubles(model.rnn().dc0()), fx.values("grad.c0"));
   }
 
   {  // Two AdamW steps on the same batch (the first reuses the gradients above).

@@ -35,7 +35,7 @@ TEST(Stateful, TwoHalfStepsCarryTheStatesOfOneFullPass) {
   auto be = make_cpu_backend();
   for (const int layers : {1, 3}) {
     ModelOptions o;
-    o.lstm = {.input_size = 3, .hidden_size = 9, .num_layers = layers, .batch_first = true};
+    o.rnn = {.input_size = 3, .hidden_size = 9, .num_layers = layers, .batch_first = true};
     o.output_size = 2;
     o.per_step = true;
     SequenceModel model(o);
@@ -54,13 +54,13 @@ TEST(Stateful, TwoHalfStepsCarryTheStatesOfOneFullPass) {
     const std::vector<float> y(static_cast<const float*>(full_y.data()),
                                static_cast<const float*>(full_y.data()) + full_y.numel());
     const std::vector<float> h(
-        static_cast<const float*>(model.lstm().h_n().data()),
-        static_cast<const float*>(model.lstm().h_n().data()) + layers * B * H);
+        static_cast<const float*>(model.rnn().h_n().data()),
+        static_cast<const float*>(model.rnn().h_n().data()) + layers * B * H);
     model.forward(*be, Tensor(first.data(), DType::f32, {B, T / 2, I}), {}, {}, false, rng);
-    std::vector<float> h_mid(static_cast<const float*>(model.lstm().h_n().data()),
-                             static_cast<const float*>(model.lstm().h_n().data()) + layers * B * H);
-    std::vector<float> c_mid(static_cast<const float*>(model.lstm().c_n().data()),
-                             static_cast<const float*>(model.lstm().c_n().data()) + layers * B * H);
+    std::vector<float> h_mid(static_cast<const float*>(model.rnn().h_n().data()),
+                             static_cast<const float*>(model.rnn().h_n().data()) + layers * B * H);
+    std::vector<float> c_mid(static_cast<const float*>(model.rnn().c_n().data()),
+                             static_cast<const float*>(model.rnn().c_n().data()) + layers * B * H);
     Tensor half_y = model.forward(*be, Tensor(second.data(), DType::f32, {B, T / 2, I}),
                                   Tensor(h_mid.data(), DType::f32, {layers, B, H}),
                                   Tensor(c_mid.data(), DType::f32, {layers, B, H}), false, rng);
@@ -70,7 +70,7 @@ TEST(Stateful, TwoHalfStepsCarryTheStatesOfOneFullPass) {
         for (int64_t k = 0; k < 2; ++k)
           EXPECT_NEAR(yh[(b * (T / 2) + t - T / 2) * 2 + k], y[(b * T + t) * 2 + k], 1e-5)
               << "layers " << layers << " row " << b << " step " << t;
-    const auto* hn = static_cast<const float*>(model.lstm().h_n().data());
+    const auto* hn = static_cast<const float*>(model.rnn().h_n().data());
     for (int64_t i = 0; i < layers * B * H; ++i) EXPECT_NEAR(hn[i], h[i], 1e-5) << i;
   }
 }
@@ -144,7 +144,7 @@ TEST(Stateful, TheLoggedLossIsThatOfCarriedStates) {
   const StatefulStreams st = stateful_streams(task, 4);
   SequenceModel model(task.model);
   model.initialize(*be, 0);
-  const int64_t B = 4, L = task.model.lstm.num_layers, H = task.model.lstm.hidden_size;
+  const int64_t B = 4, L = task.model.rnn.num_layers, H = task.model.rnn.hidden_size;
   auto mean_loss = [&](bool carry) {
     std::vector<float> h(L * B * H, 0.0f), cs(L * B * H, 0.0f);
     Rng rng(0);
@@ -164,8 +164,8 @@ TEST(Stateful, TheLoggedLossIsThatOfCarriedStates) {
       Tensor dout = dout_buf.get(*be, DType::f32, y.shape());
       sum += be->mse_loss(y, b.target, Tensor(), dout) * double(b.size);
       seen += double(b.size);
-      std::copy_n(static_cast<const float*>(model.lstm().h_n().data()), h.size(), h.begin());
-      std::copy_n(static_cast<const float*>(model.lstm().c_n().data()), cs.size(), cs.begin());
+      std::copy_n(static_cast<const float*>(model.rnn().h_n().data()), h.size(), h.begin());
+      std::copy_n(static_cast<const float*>(model.rnn().c_n().data()), cs.size(), cs.begin());
     }
     return sum / seen;
   };

@@ -11,7 +11,7 @@
 #include "seqforge/io/checkpoint.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/layers.hpp"
-#include "seqforge/nn/lstm.hpp"
+#include "seqforge/nn/recurrent.hpp"
 #include "seqforge/nn/parameters.hpp"
 #include "seqforge/nn/sequence_model.hpp"
 #include "seqforge/optim/optimizer.hpp"

@@ -27,7 +27,7 @@ Workload make(std::string id, std::string name, int64_t vocab, int64_t embed, in
   w.name = std::move(name);
   w.model.vocab_size = vocab;
   w.model.embedding_dim = embed;
-  w.model.lstm = {.input_size = input,
+  w.model.rnn = {.input_size = input,
                   .hidden_size = hidden,
                   .num_layers = layers,
                   .bidirectional = bidirectional,
@@ -113,11 +113,11 @@ class RecordingBackend final : public Backend {
                        int64_t cols, DType dt) override {
     inner_.copy_transposed(dst, ld_dst, src, ld_src, rows, cols, dt);
   }
-  void lstm_cell_forward(const LstmCellForward& a, DType dt) override {
-    inner_.lstm_cell_forward(a, dt);
+  void cell_forward(CellKind cell, const CellForward& a, DType dt) override {
+    inner_.cell_forward(cell, a, dt);
   }
-  void lstm_cell_backward(const LstmCellBackward& a, DType dt) override {
-    inner_.lstm_cell_backward(a, dt);
+  void cell_backward(CellKind cell, const CellBackward& a, DType dt) override {
+    inner_.cell_backward(cell, a, dt);
   }
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {
     inner_.embedding_forward(out, table, ids);
@@ -183,11 +183,11 @@ void print_gemm_breakdown(Backend& be, const std::vector<RecordingBackend::Call>
 }  // namespace
 
 double Workload::gflop() const {
-  const int64_t D = model.lstm.bidirectional ? 2 : 1, H = model.lstm.hidden_size;
+  const int64_t D = model.rnn.bidirectional ? 2 : 1, H = model.rnn.hidden_size;
   double forward = 0;
-  for (int64_t l = 0; l < model.lstm.num_layers; ++l) {
+  for (int64_t l = 0; l < model.rnn.num_layers; ++l) {
     const int64_t in =
-        l == 0 ? (model.vocab_size ? model.embedding_dim : model.lstm.input_size) : D * H;
+        l == 0 ? (model.vocab_size ? model.embedding_dim : model.rnn.input_size) : D * H;
     forward += D * 2.0 * batch * steps * (in + H) * 4 * H;
   }
   forward += 2.0 * batch * (model.per_step ? steps : 1) * D * H * model.output_size;
@@ -236,7 +236,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
     for (auto& v : ids) v = static_cast<int64_t>(rng.next() % w.model.vocab_size);
     for (auto& v : targets) v = static_cast<int64_t>(rng.next() % w.model.vocab_size);
   } else {
-    x.resize(B * T * w.model.lstm.input_size);
+    x.resize(B * T * w.model.rnn.input_size);
     for (auto& v : x) v = static_cast<float>(rng.normal());
   }
   const int64_t rows = w.model.per_step ? B * T : B;
@@ -248,7 +248,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   }
   const Tensor input = w.model.vocab_size
                            ? Tensor(ids.data(), DType::i64, {B, T})
-                           : Tensor(x.data(), DType::f32, {B, T, w.model.lstm.input_size});
+                           : Tensor(x.data(), DType::f32, {B, T, w.model.rnn.input_size});
   const Tensor target_t(target.data(), DType::f32, {rows, w.model.output_size});
   const Tensor targets_t(targets.data(), DType::i64, {rows});
   const Tensor mask_t = mask.empty() ? Tensor() : Tensor(mask.data(), DType::f32, {rows});

@@ -10,12 +10,12 @@ SequenceModel::SequenceModel(const ModelOptions& options, DType dtype)
   if (opt_.vocab_size > 0) {
     embedding_ =
         std::make_unique<Embedding>(params_, "embedding", opt_.vocab_size, opt_.embedding_dim);
-    opt_.lstm.input_size = opt_.embedding_dim;
+    opt_.rnn.input_size = opt_.embedding_dim;
   }
-  lstm_first_ = params_.size();
-  lstm_ = std::make_unique<Lstm>(params_, "lstm", opt_.lstm);
+  rnn_first_ = params_.size();
+  rnn_ = std::make_unique<Recurrent>(params_, cell_type(opt_.rnn.cell).name, opt_.rnn);
   head_first_ = params_.size();
-  head_ = std::make_unique<Linear>(params_, "head", lstm_->output_size(), opt_.output_size);
+  head_ = std::make_unique<Linear>(params_, "head", rnn_->output_size(), opt_.output_size);
 }
 
 void SequenceModel::initialize(Backend& be, uint64_t seed) {
@@ -26,7 +26,7 @@ void SequenceModel::initialize(Backend& be, uint64_t seed) {
 Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
                               Rng& rng) {
   SF_PROFILE_SCOPE("forward");
-  const bool bf = opt_.lstm.batch_first;
+  const bool bf = opt_.rnn.batch_first;
   Tensor features = x;
   if (embedding_) {
     SF_PROFILE_SCOPE("embedding forward");
@@ -35,10 +35,10 @@ Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool 
     Tensor e = embedding_->forward(be, x.reshape({x.numel()}));
     features = e.reshape({x.dim(0), x.dim(1), opt_.embedding_dim});
   }
-  Tensor y = lstm_->forward(be, features, h0, c0, training, rng);
+  Tensor y = rnn_->forward(be, features, h0, c0, training, rng);
   T_ = bf ? y.dim(1) : y.dim(0);
   B_ = bf ? y.dim(0) : y.dim(1);
-  const int64_t F = lstm_->output_size();
+  const int64_t F = rnn_->output_size();
   SF_PROFILE_SCOPE("head forward");
   if (opt_.per_step) return head_->forward(be, y.reshape({T_ * B_, F}));
   if (T_ == 0) fail("sequence length is 0: no last step to predict from");
@@ -55,8 +55,8 @@ Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool 
 
 Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
   SF_PROFILE_SCOPE("backward");
-  const bool bf = opt_.lstm.batch_first;
-  const int64_t F = lstm_->output_size();
+  const bool bf = opt_.rnn.batch_first;
+  const int64_t F = rnn_->output_size();
   const Shape y_shape = bf ? Shape{B_, T_, F} : Shape{T_, B_, F};
   Tensor dfeat;
   {
@@ -64,16 +64,17 @@ Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n)
     dfeat = head_->backward(be, dy);  // (rows, F)
   }
   if (grad_ready_) grad_ready_(head_first_, params_.size());
-  Tensor dlstm;
+  Tensor drnn;
   if (opt_.per_step) {
-    dlstm = dfeat.reshape(y_shape);
-  } else if (lstm_->directions() == 1) {
+    drnn = dfeat.reshape(y_shape);
+  } else if (rnn_->directions() == 1) {
     // The last step's output is the top layer's final state: its gradient joins dh_n and no
     // (T, B, H) gradient is materialised.
-    const int64_t L = opt_.lstm.num_layers;
+    const int64_t L = opt_.rnn.num_layers;
     const Shape state_shape{L, B_, F};
     if (!dh_n.empty() && dh_n.shape() != state_shape)
-      fail("LSTM backward: dh_n must be ", state_shape.str(), ", got ", dh_n.shape().str());
+      fail("recurrent layer backward: dh_n must be ", state_shape.str(), ", got ",
+           dh_n.shape().str());
     Tensor dh = dh_n_.get(be, params_.dtype(), state_shape);
     if (dh_n.empty())
       be.fill(dh, 0.0);
@@ -82,21 +83,21 @@ Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n)
     be.add(dh.slice(L - 1, L).reshape({B_, F}), dfeat);
     dh_n = dh;
   } else {
-    dlstm = dy_full_.get(be, params_.dtype(), y_shape);
-    be.fill(dlstm, 0.0);
+    drnn = dy_full_.get(be, params_.dtype(), y_shape);
+    be.fill(drnn, 0.0);
     if (bf) {
-      be.copy_rows(static_cast<char*>(dlstm.data()) + (T_ - 1) * F * dtype_size(dlstm.dtype()),
-                   T_ * F, dfeat.data(), F, B_, F, dlstm.dtype());
+      be.copy_rows(static_cast<char*>(drnn.data()) + (T_ - 1) * F * dtype_size(drnn.dtype()),
+                   T_ * F, dfeat.data(), F, B_, F, drnn.dtype());
     } else {
-      be.copy(dlstm.slice(T_ - 1, T_), dfeat);
+      be.copy(drnn.slice(T_ - 1, T_), dfeat);
     }
   }
-  Tensor dx = lstm_->backward(be, dlstm, dh_n, dc_n);
-  if (grad_ready_) grad_ready_(lstm_first_, head_first_);
+  Tensor dx = rnn_->backward(be, drnn, dh_n, dc_n);
+  if (grad_ready_) grad_ready_(rnn_first_, head_first_);
   if (!embedding_) return dx;
   SF_PROFILE_SCOPE("embedding backward");
   embedding_->backward(be, dx.reshape({dx.dim(0) * dx.dim(1), opt_.embedding_dim}));
-  if (grad_ready_) grad_ready_(0, lstm_first_);
+  if (grad_ready_) grad_ready_(0, rnn_first_);
   return Tensor();
 }
 

@@ -26,7 +26,7 @@ namespace {
 // state and tanh(c) (T, B, H), the layer output (T, B, D*H), its input gradient (T, B, I_l),
 // dropout masks and masked copies; bf16 GEMMs add half-size copies of gates and outputs.
 double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool bf16) {
-  const LstmOptions& o = m.lstm;
+  const RecurrentOptions& o = m.rnn;
   const double D = o.bidirectional ? 2 : 1, H = static_cast<double>(o.hidden_size);
   double floats = 0;
   for (int64_t l = 0; l < o.num_layers; ++l) {

@@ -88,7 +88,7 @@ std::string forecast_time(const SeriesData& d, int64_t start) {
 // 1.5x the windows/s of 256 for a 2-layer LSTM of hidden 256), within about 512 MB of the
 // activations a forward pass keeps, (T, B, 4H) gates per layer and direction.
 int64_t prediction_batch(const ModelOptions& m, int64_t T) {
-  const LstmOptions& o = m.lstm;
+  const RecurrentOptions& o = m.rnn;
   const int64_t per_window =
       T * 4 * o.hidden_size * o.num_layers * (o.bidirectional ? 2 : 1) * int64_t{sizeof(float)};
   return std::clamp<int64_t>((int64_t{512} << 20) / std::max<int64_t>(1, per_window), 64, 1024);
@@ -239,8 +239,8 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
            "') is not in the model's vocabulary");
     ids.push_back(static_cast<int64_t>(at));
   }
-  const int64_t D = model.lstm().directions(), L = model.options().lstm.num_layers;
-  const int64_t H = model.options().lstm.hidden_size, V = static_cast<int64_t>(vocab.size());
+  const int64_t D = model.rnn().directions(), L = model.options().rnn.num_layers;
+  const int64_t H = model.options().rnn.hidden_size, V = static_cast<int64_t>(vocab.size());
   if (D != 1) fail(run, ": generating needs a unidirectional model");
   std::vector<float> h(D * L * H), cst(D * L * H);
   Rng rng(seed);
@@ -272,8 +272,8 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
         }
     }
     text += encode_utf8(vocab.substr(next, 1));
-    std::copy_n(static_cast<const float*>(model.lstm().h_n().data()), h.size(), h.begin());
-    std::copy_n(static_cast<const float*>(model.lstm().c_n().data()), cst.size(), cst.begin());
+    std::copy_n(static_cast<const float*>(model.rnn().h_n().data()), h.size(), h.begin());
+    std::copy_n(static_cast<const float*>(model.rnn().c_n().data()), cst.size(), cst.begin());
     Tensor one(&next, DType::i64, {1, 1});
     logits = model.forward(*be, one, Tensor(h.data(), DType::f32, {D * L, 1, H}),
                            Tensor(cst.data(), DType::f32, {D * L, 1, H}), false, rng);

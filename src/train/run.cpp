@@ -32,13 +32,13 @@ ModelOptions model_options(const Config& c, const Task& t) {
     if (v <= 0) fail(c.source(), ": ", key, " must be positive, got ", v);
     return v;
   };
-  m.lstm.hidden_size = positive("model.hidden");
-  m.lstm.num_layers = positive("model.layers");
-  m.lstm.bidirectional = c.boolean("model.bidirectional");
-  m.lstm.dropout = c.number("model.dropout");
-  if (!(m.lstm.dropout >= 0 && m.lstm.dropout < 1))
-    fail(c.source(), ": model.dropout must be in [0, 1), got ", m.lstm.dropout);
-  m.lstm.batch_first = true;
+  m.rnn.hidden_size = positive("model.hidden");
+  m.rnn.num_layers = positive("model.layers");
+  m.rnn.bidirectional = c.boolean("model.bidirectional");
+  m.rnn.dropout = c.number("model.dropout");
+  if (!(m.rnn.dropout >= 0 && m.rnn.dropout < 1))
+    fail(c.source(), ": model.dropout must be in [0, 1), got ", m.rnn.dropout);
+  m.rnn.batch_first = true;
   task_type(t.kind).shape_model(c, t, &m);
   return m;
 }

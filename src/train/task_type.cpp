@@ -36,7 +36,7 @@ Value metadata_json(const std::map<std::string, std::string>& meta, const std::s
 class SeriesTask : public TaskType {
  public:
   void shape_model(const Config&, const Dataset& d, ModelOptions* m) const override {
-    m->lstm.input_size = d.series.num_features();
+    m->rnn.input_size = d.series.num_features();
     m->output_size = d.series.num_outputs();
     m->per_step = kind() == TaskKind::mae;
   }

@@ -263,7 +263,7 @@ void Training::start_streams() {
   batches_per_epoch_ =
       s_.max_batches > 0 ? std::min(streams.batches, s_.max_batches) : streams.batches;
   total_steps_ = batches_per_epoch_ * s_.epochs;
-  const LstmOptions& o = task_.model.lstm;
+  const RecurrentOptions& o = task_.model.rnn;
   for (int k = 0; k < 2; ++k) {
     be_->fill(carry_h_[k].get(*be_, DType::f32, {o.num_layers, s_.batch_size, o.hidden_size}), 0);
     be_->fill(carry_c_[k].get(*be_, DType::f32, {o.num_layers, s_.batch_size, o.hidden_size}), 0);
@@ -280,7 +280,7 @@ void Training::start_streams() {
 }
 
 std::pair<Tensor, Tensor> Training::carried_states(int64_t bi, int64_t rows) {
-  const LstmOptions& o = task_.model.lstm;
+  const RecurrentOptions& o = task_.model.rnn;
   const Shape shape({o.num_layers, s_.batch_size, o.hidden_size});
   Tensor h = carry_h_[carry_at_].get(*be_, DType::f32, shape);
   Tensor c = carry_c_[carry_at_].get(*be_, DType::f32, shape);
@@ -555,8 +555,8 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
   if (s_.stateful) {  // the final states start the next batch, detached from this one's graph
     carry_at_ ^= 1;
     const Shape shape = h0.shape();
-    be_->copy(carry_h_[carry_at_].get(*be_, DType::f32, shape), model_->lstm().h_n());
-    be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, shape), model_->lstm().c_n());
+    be_->copy(carry_h_[carry_at_].get(*be_, DType::f32, shape), model_->rnn().h_n());
+    be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, shape), model_->rnn().c_n());
   }
   Tensor dout = dout_buf_.get(*be_, DType::f32, y.shape());
   const double loss = [&] {

@@ -9,21 +9,10 @@
 #include <string>
 #include <string_view>
 
+#include "seqforge/backend/ops.hpp"
 #include "seqforge/core/tensor.hpp"
 
 namespace seqforge {
-
-// C(m, n) = alpha * op(A) * op(B) + beta * C, row-major; op(A) is (m, k), op(B) is (k, n).
-// Leading dimensions are in elements; A with trans_a is stored (k, m). A and B are of the GEMM's
-// dtype; C is f32 when they are bf16 (mixed precision: bf16 operands, f32 accumulation).
-// With `bias`, C += bias(n) broadcast over rows (same dtype as C; alpha must be 1).
-struct GemmShape {
-  bool trans_a = false, trans_b = false;
-  int64_t m = 0, n = 0, k = 0;
-  int64_t lda = 0, ldb = 0, ldc = 0;
-  float alpha = 1.0f, beta = 0.0f;
-  bool bias = false;
-};
 
 // A GEMM's B operand rearranged once into the backend's preferred layout, for many GEMMs of one
 // shape and dtype with the same B (the recurrent weights, at every time step). Made by
@@ -31,59 +20,6 @@ struct GemmShape {
 class PackedB {
  public:
   virtual ~PackedB() = default;
-};
-
-// One LSTM time step for a batch (forward). Gate order i, f, g, o.
-struct LstmCellForward {
-  int64_t batch = 0, hidden = 0;
-  void* gates = nullptr;            // (B, 4H) pre-activations in, activations out
-  void* gates_bf16 = nullptr;       // optional (B, 4H): the activations go here instead, in bf16,
-                                    // and gates is left as scratch (may be null when x is given)
-  const void* gates_rec = nullptr;  // (B, 4H) optional: added to the pre-activations first
-  const void* c_prev = nullptr;     // (B, H)
-  void* c = nullptr;                // (B, H) out
-  void* tanh_c = nullptr;           // (B, H) out
-  void* h = nullptr;                // (B, H) out, rows ldh apart
-  int64_t ldh = 0;
-  void* h_bf16 = nullptr;  // optional bf16 copy of h for bf16 GEMMs, rows ldh apart
-  // Optional, for narrow inputs: the pre-activations are made here, bias + x W_ih^T (+ gates_rec),
-  // and `gates` is output only. x (B, input) rows ldx apart; w_ih_t (input, 4H); bias (4H).
-  const void* x = nullptr;
-  int64_t input = 0, ldx = 0;
-  const void* w_ih_t = nullptr;
-  const void* bias = nullptr;
-};
-
-// The matching backward step.
-struct LstmCellBackward {
-  int64_t batch = 0, hidden = 0;
-  const void* gates = nullptr;       // (B, 4H) activations saved by forward
-  const void* gates_bf16 = nullptr;  // or saved in bf16 (then gates is null)
-  const void* c_prev = nullptr;      // (B, H)
-  const void* tanh_c = nullptr;      // (B, H)
-  const void* dh_out = nullptr;      // (B, H) gradient from the layer output, rows ld_dh_out apart
-  int64_t ld_dh_out = 0;
-  const void* dh_rec = nullptr;  // (B, H) gradient from step t+1, or null
-  void* dc = nullptr;            // (B, H) in: dL/dc_t from later steps; out: dL/dc_{t-1}
-  void* dgates = nullptr;       // (B, 4H) out: gradient of the gate pre-activations (may be gates);
-                                // null when only dgates_bf16 is wanted
-  void* dgates_bf16 = nullptr;  // optional bf16 copy of dgates for bf16 GEMMs
-  void* dbias = nullptr;        // optional (4H): += column sums of dgates (the bias gradient)
-};
-
-struct AdamParams {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
-  bool decoupled = true;    // AdamW: p -= lr*wd*p; Adam: g += wd*p
-  int64_t step = 1;         // 1-based, for bias correction
-  double grad_scale = 1.0;  // gradients are multiplied by this first (unscaling, clipping)
-  bool zero_grads = false;  // leave the gradients zeroed
-};
-
-struct SgdParams {
-  double lr = 1e-2, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
-  bool nesterov = false;
-  bool first_step = true;  // momentum buffer starts as the gradient itself
-  double grad_scale = 1.0;
 };
 
 class Backend {
@@ -150,8 +86,9 @@ class Backend {
   virtual void copy_transposed(void* dst, int64_t ld_dst, const void* src, int64_t ld_src,
                                int64_t rows, int64_t cols, DType dtype) = 0;
 
-  virtual void lstm_cell_forward(const LstmCellForward& a, DType dtype) = 0;
-  virtual void lstm_cell_backward(const LstmCellBackward& a, DType dtype) = 0;
+  // One step of a recurrent cell (ops.hpp), forward and backward.
+  virtual void cell_forward(CellKind cell, const CellForward& a, DType dtype) = 0;
+  virtual void cell_backward(CellKind cell, const CellBackward& a, DType dtype) = 0;
 
   // out(N, E) = table[ids]; ids (N) i32 or i64, checked against V.
   virtual void embedding_forward(Tensor out, Tensor table, Tensor ids) = 0;

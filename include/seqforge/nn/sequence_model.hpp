@@ -1,18 +1,19 @@
 #pragma once
-// SequenceModel: [Embedding] -> LSTM -> Linear head, on the last step or on every step.
-// Parameter names match a PyTorch module with attributes `embedding`, `lstm` and `head`.
+// SequenceModel: [Embedding] -> recurrent layer (LSTM, GRU) -> Linear head, on the last step or
+// on every step. Parameter names match a PyTorch module with attributes `embedding`, the cell's
+// name (`lstm`, `gru`) and `head`.
 #include <functional>
 #include <memory>
 
 #include "seqforge/nn/layers.hpp"
-#include "seqforge/nn/lstm.hpp"
+#include "seqforge/nn/recurrent.hpp"
 
 namespace seqforge {
 
 struct ModelOptions {
   int64_t vocab_size = 0;     // > 0: inputs are token ids, embedded first
-  int64_t embedding_dim = 0;  // the LSTM's input size when vocab_size > 0
-  LstmOptions lstm;
+  int64_t embedding_dim = 0;  // the recurrent layer's input size when vocab_size > 0
+  RecurrentOptions rnn;       // the recurrent layer: cell, sizes, layers, directions
   int64_t output_size = 1;
   bool per_step = false;  // head on every step; otherwise on the last step
 };
@@ -23,7 +24,7 @@ class SequenceModel {
   // Allocates and initialises the parameters (PyTorch's default distributions).
   void initialize(Backend& be, uint64_t seed);
 
-  // x: features (B, T, I) / (T, B, I) per lstm.batch_first, or ids (B, T) / (T, B).
+  // x: features (B, T, I) / (T, B, I) per rnn.batch_first, or ids (B, T) / (T, B).
   // h0, c0 (D*L, B, H) or empty. Returns (B, out) for the last step, or one row per step
   // in the input's order: (B*T, out) batch-first, (T*B, out) time-first.
   Tensor forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training, Rng& rng);
@@ -31,28 +32,29 @@ class SequenceModel {
   // Returns dx for feature inputs (empty for ids).
   Tensor backward(Backend& be, Tensor dy, Tensor dh_n = {}, Tensor dc_n = {});
 
-  // GEMM operand dtype of the LSTM (bf16: mixed precision); the head stays in full precision.
-  void set_gemm_dtype(DType dtype) { lstm_->set_gemm_dtype(dtype); }
+  // GEMM operand dtype of the recurrent layer (bf16: mixed precision); the head stays in full
+  // precision.
+  void set_gemm_dtype(DType dtype) { rnn_->set_gemm_dtype(dtype); }
   // Whether backward returns dx for feature inputs (on by default).
-  void set_input_grad(bool on) { lstm_->set_input_grad(on || embedding_ != nullptr); }
+  void set_input_grad(bool on) { rnn_->set_input_grad(on || embedding_ != nullptr); }
 
   // Called during backward with parameters [first, end) whose gradients are final (the head's,
-  // then the LSTM's, then the embedding's), so gradient all-reduces can start early.
+  // then the recurrent layer's, then the embedding's), so gradient all-reduces can start early.
   using GradReadyHook = std::function<void(size_t first, size_t end)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
 
   Parameters& parameters() { return params_; }
-  Lstm& lstm() { return *lstm_; }
+  Recurrent& rnn() { return *rnn_; }
   const ModelOptions& options() const { return opt_; }
 
  private:
   ModelOptions opt_;
   Parameters params_;
   std::unique_ptr<Embedding> embedding_;
-  std::unique_ptr<Lstm> lstm_;
+  std::unique_ptr<Recurrent> rnn_;
   std::unique_ptr<Linear> head_;
   int64_t T_ = 0, B_ = 0;
-  size_t lstm_first_ = 0, head_first_ = 0;  // parameter indices where each module starts
+  size_t rnn_first_ = 0, head_first_ = 0;  // parameter indices where each module starts
   GradReadyHook grad_ready_;
   Buffer last_, dy_full_;  // (B, D*H) last step; (.., D*H) scattered gradient
   Buffer dh_n_;            // (D*L, B, H) the last step's gradient as the top layer's dh_n

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/onednn_gemm.hpp"
+#include "kernels/cells.hpp"
 #include "kernels/cpu/gemm_narrow.hpp"
 #include "kernels/cpu/pointwise_simd.hpp"
 #include "kernels/reference.hpp"
@@ -222,20 +223,23 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void lstm_cell_forward(const LstmCellForward& a, DType dtype) override {
-    if (dtype != DType::f32) return ref_->lstm_cell_forward(a, dtype);
-    parallel_rows(a.batch, 4 * a.hidden,
-                  [&](int64_t r0, int64_t r1) { simd::lstm_cell_forward(a, r0, r1); });
+  void cell_forward(CellKind cell, const CellForward& a, DType dtype) override {
+    if (dtype != DType::f32) return ref_->cell_forward(cell, a, dtype);
+    const auto forward = cell_kernels(cell).simd_forward;
+    parallel_rows(a.batch, cell_type(cell).gates * a.hidden,
+                  [&](int64_t r0, int64_t r1) { forward(a, r0, r1); });
   }
-  void lstm_cell_backward(const LstmCellBackward& a, DType dtype) override {
-    if (dtype != DType::f32) return ref_->lstm_cell_backward(a, dtype);
+  void cell_backward(CellKind cell, const CellBackward& a, DType dtype) override {
+    if (dtype != DType::f32) return ref_->cell_backward(cell, a, dtype);
+    const auto backward = cell_kernels(cell).simd_backward;
+    const CellType& type = cell_type(cell);
+    const int64_t work = type.gates * a.hidden;
     if (!a.dbias)
-      return parallel_rows(a.batch, 4 * a.hidden, [&](int64_t r0, int64_t r1) {
-        simd::lstm_cell_backward(a, r0, r1, nullptr);
-      });
-    sum_over_rows(
-        a.batch, row_threads(a.batch, 4 * a.hidden), 4 * a.hidden, static_cast<float*>(a.dbias),
-        [&](int64_t r0, int64_t r1, float* acc) { simd::lstm_cell_backward(a, r0, r1, acc); });
+      return parallel_rows(a.batch, work,
+                           [&](int64_t r0, int64_t r1) { backward(a, r0, r1, nullptr); });
+    sum_over_rows(a.batch, row_threads(a.batch, work), bias_grad_columns(type, a.hidden),
+                  static_cast<float*>(a.dbias),
+                  [&](int64_t r0, int64_t r1, float* acc) { backward(a, r0, r1, acc); });
   }
 
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {

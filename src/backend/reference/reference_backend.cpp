@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backend/dispatch.hpp"
+#include "kernels/cells.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
 
@@ -148,11 +149,15 @@ class ReferenceBackend final : public Backend {
                     static_cast<const char*>(src) + (r * ld_src + c) * e, e);
   }
 
-  void lstm_cell_forward(const LstmCellForward& a, DType dtype) override {
-    dispatch_float(dtype, [&]<typename T>() { ref::lstm_cell_forward<T>(a, 0, a.batch); });
+  void cell_forward(CellKind cell, const CellForward& a, DType dtype) override {
+    const CellKernels& k = cell_kernels(cell);
+    SF_CHECK(dtype == DType::f32 || dtype == DType::f64, "cell step in ", dtype_name(dtype));
+    (dtype == DType::f32 ? k.forward_f32 : k.forward_f64)(a, 0, a.batch);
   }
-  void lstm_cell_backward(const LstmCellBackward& a, DType dtype) override {
-    dispatch_float(dtype, [&]<typename T>() { ref::lstm_cell_backward<T>(a, 0, a.batch); });
+  void cell_backward(CellKind cell, const CellBackward& a, DType dtype) override {
+    const CellKernels& k = cell_kernels(cell);
+    SF_CHECK(dtype == DType::f32 || dtype == DType::f64, "cell step in ", dtype_name(dtype));
+    (dtype == DType::f32 ? k.backward_f32 : k.backward_f64)(a, 0, a.batch);
   }
 
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {

@@ -2,7 +2,7 @@
 // C = alpha A^T B + beta C for a B of at most kNarrowGemmMaxN columns (see gemm_narrow.cpp).
 #include <cstdint>
 
-#include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/ops.hpp"
 
 namespace seqforge::simd {
 

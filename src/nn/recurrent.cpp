@@ -1,13 +1,15 @@
-// LSTM forward and backward.
+// The recurrence engine, forward and backward, for any registered cell of G gates.
 //
 // Per layer l and direction d (chain s = l * D + d), time-major:
-//   forward:  G = in W_ih^T + (b_ih + b_hh)             one GEMM over all T*B rows
+//   forward:  G = in W_ih^T + (b_ih + folded b_hh)      one GEMM over all T*B rows
 //             for each step t (t = 0..T-1, or T-1..0 reversed):
-//               R = h_prev W_hh^T;  cell: (G[t] + R, c_prev) -> (c[t], h[t])
+//               R = h_prev W_hh^T;  cell: (G[t], R, h_prev, c_prev) -> (c[t], h[t])
 //   backward: for each step in reverse processing order:
-//               cell': (dh_out[t] + dh_rec, dc) -> dG[t], dc;  dh_rec = dG[t] W_hh
-//             dW_ih += dG^T in;  dW_hh += dG^T H_prev;  db_ih, db_hh += colsum(dG)
+//               cell': (dh_out[t] + dh_rec, dc) -> dG[t], dR[t], dc;  dh_rec = dR[t] W_hh
+//               (+ the cell's direct term)
+//             dW_ih += dG^T in;  dW_hh += dR^T H_prev;  db_ih += colsum(dG), db_hh += colsum(dR)
 //             din (=, += for the second direction) = dG W_ih   one GEMM each
+// dR is dG except for cells with recurrent_grads (GRU), which write it apart.
 // h[t] is written straight into the layer output (T, B, D*H) at column d*H, so H_prev for all
 // steps is the output shifted by one step (two GEMMs: the initial state, then the rest). dG[t]
 // overwrites the saved gate activations of step t, which backward no longer needs. Inputs of up
@@ -18,7 +20,8 @@
 // step t alongside layer l-1 at step t+1, the lower layer's worker computing the upper layer's
 // input projection for each step it finishes (and in backward the upper layer's worker computing
 // the lower layer's output gradient). Each worker's GEMMs then run on one core, which on the
-// small recurrent shapes beats one GEMM split over all cores.
+// small recurrent shapes beats one GEMM split over all cores. Timings quoted below are the
+// LSTM's.
 //
 // With bf16 GEMMs the cells keep the gate activations in bf16 (backward overwrites them with dG
 // in bf16) and also write bf16 copies of h; every GEMM reads those and bf16 copies of the
@@ -26,14 +29,17 @@
 // cells sum dG's columns (the bias gradient) as they go.
 //
 // Gradient rule: parameter gradients accumulate (+=), activation gradients are assigned (=).
-#include "seqforge/nn/lstm.hpp"
+#include "seqforge/nn/recurrent.hpp"
 
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
+#include <mutex>
 #include <thread>
 
 #include "seqforge/backend/backend.hpp"
@@ -52,20 +58,38 @@ char* at(Tensor t, int64_t elements) {
 constexpr int64_t kPackMinSteps = 4;
 
 // Inputs up to this wide are projected inside the cell kernel: as a GEMM, K this small runs far
-// below the GEMM rate and writes the (T, B, 4H) projection only for the cells to read it back.
+// below the GEMM rate and writes the (T, B, G*H) projection only for the cells to read it back.
 constexpr int64_t kCellProjectionMaxInput = 16;
 
 // Weight-gradient GEMMs with fewer rows of K (steps times batch) lose more to K-major copies, and
 // to chunks, than the cache gains.
 constexpr int64_t kMinWeightGradRows = 1024;
 
-// R(B, 4H) = h_prev(B, H) W_hh^T, h_prev rows lda apart.
-GemmShape recurrent_forward_shape(int64_t B, int64_t H, int64_t lda) {
-  return {.trans_b = true, .m = B, .n = 4 * H, .k = H, .lda = lda, .ldb = H, .ldc = 4 * H};
+// R(B, G*H) = h_prev(B, H) W_hh^T, h_prev rows lda apart.
+GemmShape recurrent_forward_shape(int64_t B, int64_t G, int64_t H, int64_t lda) {
+  return {.trans_b = true, .m = B, .n = G * H, .k = H, .lda = lda, .ldb = H, .ldc = G * H};
 }
-// dh(B, H) = dG(B, 4H) W_hh(4H, H).
-GemmShape recurrent_backward_shape(int64_t B, int64_t H) {
-  return {.m = B, .n = H, .k = 4 * H, .lda = 4 * H, .ldb = H, .ldc = H};
+// dh(B, H) = dR(B, G*H) W_hh(G*H, H), added to dh's direct term when the cell has one.
+GemmShape recurrent_backward_shape(int64_t B, int64_t G, int64_t H, bool accumulate) {
+  GemmShape s{.m = B, .n = H, .k = G * H, .lda = G * H, .ldb = H, .ldc = H};
+  s.beta = accumulate ? 1.0f : 0.0f;
+  return s;
+}
+
+// "<cell> <what>", kept for the process's lifetime (the profiler holds the pointer).
+const char* scope_name(const CellType& cell, const char* what) {
+  static std::mutex mutex;
+  static std::deque<std::string> names;
+  const std::string name = std::string(cell.name) + " " + what;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const std::string& n : names)
+    if (n == name) return n.c_str();
+  return names.emplace_back(name).c_str();
+}
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
 }
 
 // Milliseconds of each of n candidates, run(i) for candidate i: a warm-up each (primitives are
@@ -87,9 +111,19 @@ std::vector<double> time_candidates(Backend& be, size_t n, Run&& run) {
 }
 }  // namespace
 
-Lstm::Lstm(Parameters& params, const std::string& prefix, const LstmOptions& options)
-    : params_(params), opt_(options), gemm_dtype_(params.dtype()) {
-  const std::string where = prefix.empty() ? "lstm" : prefix;
+Recurrent::Recurrent(Parameters& params, const std::string& prefix, const RecurrentOptions& options)
+    : params_(params),
+      opt_(options),
+      cell_(cell_type(options.cell)),
+      G_(cell_.gates),
+      scope_forward_(scope_name(cell_, "forward")),
+      scope_backward_(scope_name(cell_, "backward")),
+      scope_projection_(scope_name(cell_, "input projection")),
+      scope_input_grad_(scope_name(cell_, "input gradient")),
+      scope_weight_grads_(scope_name(cell_, "weight gradients")),
+      scope_copies_(scope_name(cell_, "K-major copies")),
+      gemm_dtype_(params.dtype()) {
+  const std::string where = prefix.empty() ? cell_.name : prefix;
   if (opt_.input_size <= 0) fail(where, ": input_size must be positive, got ", opt_.input_size);
   if (opt_.hidden_size <= 0) fail(where, ": hidden_size must be positive, got ", opt_.hidden_size);
   if (opt_.num_layers <= 0) fail(where, ": num_layers must be positive, got ", opt_.num_layers);
@@ -102,10 +136,10 @@ Lstm::Lstm(Parameters& params, const std::string& prefix, const LstmOptions& opt
     for (int64_t d = 0; d < directions(); ++d) {
       const std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
       Weights w;
-      w.w_ih = params.declare(base + "weight_ih" + sfx, {4 * H, layer_input_size(l)}, init);
-      w.w_hh = params.declare(base + "weight_hh" + sfx, {4 * H, H}, init);
-      w.b_ih = params.declare(base + "bias_ih" + sfx, {4 * H}, init);
-      w.b_hh = params.declare(base + "bias_hh" + sfx, {4 * H}, init);
+      w.w_ih = params.declare(base + "weight_ih" + sfx, {G_ * H, layer_input_size(l)}, init);
+      w.w_hh = params.declare(base + "weight_hh" + sfx, {G_ * H, H}, init);
+      w.b_ih = params.declare(base + "bias_ih" + sfx, {G_ * H}, init);
+      w.b_hh = params.declare(base + "bias_hh" + sfx, {G_ * H}, init);
       weights_.push_back(w);
     }
   }
@@ -120,41 +154,44 @@ Lstm::Lstm(Parameters& params, const std::string& prefix, const LstmOptions& opt
   din_.resize(L);
 }
 
-void Lstm::set_gemm_dtype(DType dtype) {
+void Recurrent::set_gemm_dtype(DType dtype) {
   if (dtype != params_.dtype() && !(dtype == DType::bf16 && params_.dtype() == DType::f32))
-    fail("LSTM GEMMs in ", dtype_name(dtype), " need f32 parameters, have ",
+    fail(upper(cell_.name), " GEMMs in ", dtype_name(dtype), " need f32 parameters, have ",
          dtype_name(params_.dtype()));
   gemm_dtype_ = dtype;
 }
 
-int64_t Lstm::layer_input_size(int64_t layer) const {
+int64_t Recurrent::layer_input_size(int64_t layer) const {
   return layer == 0 ? opt_.input_size : output_size();
 }
 
-bool Lstm::cell_projects_input(int64_t l) const {
+bool Recurrent::cell_projects_input(int64_t l) const {
   return layer_input_size(l) <= kCellProjectionMaxInput;
 }
 
-Tensor Lstm::layer_input(int64_t l) const {
+Tensor Recurrent::layer_input(int64_t l) const {
   if (l == 0) return x_;
   return dropout_active_ ? dropped_[l - 1].tensor() : out_[l - 1].tensor();
 }
 
-Tensor Lstm::recurrent_weights(int64_t s) const {
+Tensor Recurrent::recurrent_weights(int64_t s) const {
   return low() ? chains_[s].w_hh_low.tensor() : params_.value(weights_[s].w_hh);
 }
 
-Tensor Lstm::chain_h0(int64_t s) const { return (low() ? h0_low_ : h0_).tensor().slice(s, s + 1); }
+Tensor Recurrent::chain_h0(int64_t s) const {
+  return (low() ? h0_low_ : h0_).tensor().slice(s, s + 1);
+}
 
 // Layers of a unidirectional stack that run side by side: one per worker the backend offers.
-int Lstm::wavefront_width(const Backend& be) const {
+int Recurrent::wavefront_width(const Backend& be) const {
   if (directions() == 2 || opt_.num_layers < 2) return 1;
   return static_cast<int>(std::min<int64_t>(be.concurrency(), opt_.num_layers));
 }
 
-void Lstm::wait_for(int64_t layer, int64_t steps) const {
+void Recurrent::wait_for(int64_t layer, int64_t steps) const {
   for (int spins = 0; progress_[layer].load(std::memory_order_acquire) < steps; ++spins) {
-    if (failed_.load(std::memory_order_relaxed)) fail("LSTM wavefront: another worker failed");
+    if (failed_.load(std::memory_order_relaxed))
+      fail(upper(cell_.name), " wavefront: another worker failed");
     if (spins < 4096) {
       _mm_pause();
     } else {
@@ -165,12 +202,13 @@ void Lstm::wait_for(int64_t layer, int64_t steps) const {
 
 // ---- forward ---------------------------------------------------------------------------------
 
-Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training, Rng& rng) {
+Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training, Rng& rng) {
   const DType dt = params_.dtype(), gt = gemm_dtype_;
-  SF_CHECK(x.dtype() == dt, "LSTM input dtype ", dtype_name(x.dtype()), ", parameters ",
+  const std::string label = upper(cell_.name);
+  SF_CHECK(x.dtype() == dt, label, " input dtype ", dtype_name(x.dtype()), ", parameters ",
            dtype_name(dt));
   if (x.shape().rank() != 3 || x.dim(2) != opt_.input_size)
-    fail("LSTM input must be ", opt_.batch_first ? "(B, T, " : "(T, B, ", opt_.input_size,
+    fail(label, " input must be ", opt_.batch_first ? "(B, T, " : "(T, B, ", opt_.input_size,
          "), got ", x.shape().str());
   T_ = opt_.batch_first ? x.dim(1) : x.dim(0);
   B_ = opt_.batch_first ? x.dim(0) : x.dim(1);
@@ -178,32 +216,38 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
   const Shape state_shape{D * L, B_, H};
   for (auto [t, name] : {std::pair{h0, "h0"}, std::pair{c0, "c0"}}) {
     if (!t.empty() && t.shape() != state_shape)
-      fail("LSTM ", name, " must be ", state_shape.str(), ", got ", t.shape().str());
+      fail(label, " ", name, " must be ", state_shape.str(), ", got ", t.shape().str());
   }
+  if (!c0.empty() && !cell_.cell_state) fail(label, " has no cell state, but c0 was given");
   if (opt_.batch_first) {
     x_ = x_tm_.get(be, dt, {T_, B_, opt_.input_size});
     be.transpose01(x_, x);
   } else {
     x_ = x;
   }
-  Tensor h_init = h0_.get(be, dt, state_shape), c_init = c0_.get(be, dt, state_shape);
+  Tensor h_init = h0_.get(be, dt, state_shape);
   if (h0.empty())
     be.fill(h_init, 0.0);
   else
     be.copy(h_init, h0);
-  if (c0.empty())
-    be.fill(c_init, 0.0);
-  else
-    be.copy(c_init, c0);
-  Tensor hn = h_n_.get(be, dt, state_shape), cn = c_n_.get(be, dt, state_shape);
+  Tensor hn = h_n_.get(be, dt, state_shape), c_init, cn;
+  if (cell_.cell_state) {
+    c_init = c0_.get(be, dt, state_shape);
+    cn = c_n_.get(be, dt, state_shape);
+    if (c0.empty())
+      be.fill(c_init, 0.0);
+    else
+      be.copy(c_init, c0);
+  }
 
-  // Per-chain constants: the summed bias, bf16 weights.
+  // Per-chain constants: the input projection's bias, bf16 weights.
+  const int64_t folded = cell_.folded_hh_bias_gates * H;
   for (size_t s = 0; s < chains_.size(); ++s) {
     Chain& ch = chains_[s];
     const Weights& w = weights_[s];
-    Tensor bias = ch.bias.get(be, dt, {4 * H});
+    Tensor bias = ch.bias.get(be, dt, {G_ * H});
     be.copy(bias, params_.value(w.b_ih));
-    be.add(bias, params_.value(w.b_hh));
+    be.add(bias.slice(0, folded), params_.value(w.b_hh).slice(0, folded));
     if (low()) {
       Tensor w_ih = params_.value(w.w_ih), w_hh = params_.value(w.w_hh);
       be.convert(ch.w_ih_low.get(be, gt, w_ih.shape()), w_ih);
@@ -211,8 +255,8 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
     }
     if (cell_projects_input(s / D)) {
       const int64_t I = layer_input_size(s / D);
-      be.transpose01(ch.w_ih_t.get(be, dt, {I, 4 * H, 1}),
-                     params_.value(w.w_ih).reshape({4 * H, I, 1}));
+      be.transpose01(ch.w_ih_t.get(be, dt, {I, G_ * H, 1}),
+                     params_.value(w.w_ih).reshape({G_ * H, I, 1}));
     }
   }
   if (low()) {
@@ -241,11 +285,11 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
       Chain& ch = chains_[l * D + d];
       // With bf16 GEMMs the activations are kept in bf16, and f32 gates only hold the input
       // projection, which narrow inputs do without.
-      if (!low() || !cell_projects_input(l)) ch.gates.get(be, dt, {T_, B_, 4 * H});
-      if (low()) ch.gates_low.get(be, gt, {T_, B_, 4 * H});
-      ch.c.get(be, dt, {T_, B_, H});
-      ch.tanh_c.get(be, dt, {T_, B_, H});
-      ch.rec.get(be, dt, {B_, 4 * H});
+      if (!low() || !cell_projects_input(l)) ch.gates.get(be, dt, {T_, B_, G_ * H});
+      if (low()) ch.gates_low.get(be, gt, {T_, B_, G_ * H});
+      if (cell_.cell_state) ch.c.get(be, dt, {T_, B_, H});
+      ch.saved.get(be, dt, {T_, B_, H});
+      ch.rec.get(be, dt, {B_, G_ * H});
     }
 
   if (T_ > 0 && B_ > 0) run_tuned_forward(be);
@@ -255,14 +299,15 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
     const int64_t l = s / D, d = s % D;
     if (T_ == 0) {
       be.copy(hn.slice(s, s + 1), h_init.slice(s, s + 1));
-      be.copy(cn.slice(s, s + 1), c_init.slice(s, s + 1));
+      if (cell_.cell_state) be.copy(cn.slice(s, s + 1), c_init.slice(s, s + 1));
       continue;
     }
     const int64_t t_last = d == 0 ? T_ - 1 : 0;
     be.copy_rows(at(hn, s * B_ * H), H, at(out_[l].tensor(), t_last * B_ * D * H + d * H), D * H,
                  B_, H, dt);
-    be.copy(cn.slice(s, s + 1).reshape({B_, H}),
-            chains_[s].c.tensor().slice(t_last, t_last + 1).reshape({B_, H}));
+    if (cell_.cell_state)
+      be.copy(cn.slice(s, s + 1).reshape({B_, H}),
+              chains_[s].c.tensor().slice(t_last, t_last + 1).reshape({B_, H}));
   }
   Tensor y = out_[L - 1].tensor();
   if (!opt_.batch_first) return y;
@@ -272,14 +317,14 @@ Tensor Lstm::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
 }
 
 // Workers of the split_batch schedule: each takes rows [B j / n, B (j + 1) / n).
-int Lstm::split_workers(const Backend& be) const {
+int Recurrent::split_workers(const Backend& be) const {
   return static_cast<int>(std::min<int64_t>(be.concurrency(), B_));
 }
 
 // The layers' recurrences, all steps, as `schedule` says (not one_worker: see run_forward).
-void Lstm::compute_forward(Backend& be, LstmSchedule schedule) {
+void Recurrent::compute_forward(Backend& be, RecurrentSchedule schedule) {
   const int64_t D = directions(), L = opt_.num_layers;
-  const bool concurrent = schedule == LstmSchedule::side_by_side;
+  const bool concurrent = schedule == RecurrentSchedule::side_by_side;
   {
     const int width = concurrent ? wavefront_width(be) : 1;
     for (int64_t l0 = 0; l0 < L;) {
@@ -288,13 +333,13 @@ void Lstm::compute_forward(Backend& be, LstmSchedule schedule) {
         // Bidirectional layers project their input a step at a time: the step's pre-activations
         // are then still in cache for the cell (W2 bf16, layered: 260-270 against 286-293 ms;
         // a unidirectional W4 gains nothing, its per-step GEMMs have 64 rows).
-        const bool per_step = D == 2 && schedule != LstmSchedule::split_batch;
+        const bool per_step = D == 2 && schedule != RecurrentSchedule::split_batch;
         if (!per_step) {
-          SF_PROFILE_SCOPE("lstm input projection", static_cast<int>(l0));
+          SF_PROFILE_SCOPE(scope_projection_, static_cast<int>(l0));
           for (int64_t d = 0; d < D; ++d) project_all(be, l0, d);
         }
         auto run_chain = [&](int64_t d) {
-          SF_PROFILE_SCOPE("lstm forward", static_cast<int>(l0), static_cast<int>(d));
+          SF_PROFILE_SCOPE(scope_forward_, static_cast<int>(l0), static_cast<int>(d));
           // W_ih packed by the worker that runs the chain: the layout depends on its threads.
           if (per_step && !cell_projects_input(l0))
             pack_weights(be, project_step_shape(l0), input_weights(l0 * D + d),
@@ -304,10 +349,10 @@ void Lstm::compute_forward(Backend& be, LstmSchedule schedule) {
             step_forward(be, l0, d, step, 0, B_);
           }
         };
-        if (schedule == LstmSchedule::split_batch) {
+        if (schedule == RecurrentSchedule::split_batch) {
           const int n = split_workers(be);
           be.run_concurrently(n, [&](int j) {
-            SF_PROFILE_SCOPE("lstm forward", static_cast<int>(l0), 0);
+            SF_PROFILE_SCOPE(scope_forward_, static_cast<int>(l0), 0);
             const int64_t b0 = B_ * j / n, nb = B_ * (j + 1) / n - b0;
             for (int64_t d = 0; d < D; ++d)
               for (int64_t step = 0; step < T_; ++step) step_forward(be, l0, d, step, b0, nb);
@@ -319,7 +364,7 @@ void Lstm::compute_forward(Backend& be, LstmSchedule schedule) {
         }
       } else {  // layers l0 .. l0+group-1 as a wavefront, one worker each
         {
-          SF_PROFILE_SCOPE("lstm input projection", static_cast<int>(l0));
+          SF_PROFILE_SCOPE(scope_projection_, static_cast<int>(l0));
           project_all(be, l0, 0);
         }
         pack_step_weights(be, l0, l0 + group, false);
@@ -327,7 +372,7 @@ void Lstm::compute_forward(Backend& be, LstmSchedule schedule) {
         failed_.store(false);
         be.run_concurrently(static_cast<int>(group), [&](int j) {
           const int64_t l = l0 + j;
-          SF_PROFILE_SCOPE("lstm forward", static_cast<int>(l), 0);
+          SF_PROFILE_SCOPE(scope_forward_, static_cast<int>(l), 0);
           try {
             // The next layer's input projection at step t is its own GEMM: the layer below does
             // it at even steps, the layer itself at odd ones, so the workers' loads match.
@@ -355,13 +400,14 @@ void Lstm::compute_forward(Backend& be, LstmSchedule schedule) {
 }
 
 // dL/dh and dL/dc flowing into the last step of every chain: dh_n, dc_n, or zeros.
-void Lstm::reset_state_grads(Backend& be) {
+void Recurrent::reset_state_grads(Backend& be) {
   for (int64_t s = 0; s < static_cast<int64_t>(chains_.size()); ++s) {
     Tensor dh = chains_[s].dh.tensor(), dc = chains_[s].dc.tensor();
     if (dh_n_.empty())
       be.fill(dh, 0.0);
     else
       be.copy(dh, dh_n_.slice(s, s + 1));
+    if (!cell_.cell_state) continue;
     if (dc_n_.empty())
       be.fill(dc, 0.0);
     else
@@ -370,73 +416,76 @@ void Lstm::reset_state_grads(Backend& be) {
 }
 
 namespace {
-const char* schedule_name(LstmSchedule s) {
+const char* schedule_name(RecurrentSchedule s) {
   switch (s) {
-    case LstmSchedule::tuned:
+    case RecurrentSchedule::tuned:
       return "tuned";
-    case LstmSchedule::layered:
+    case RecurrentSchedule::layered:
       return "layered";
-    case LstmSchedule::side_by_side:
+    case RecurrentSchedule::side_by_side:
       return "side_by_side";
-    case LstmSchedule::one_worker:
+    case RecurrentSchedule::one_worker:
       return "one_worker";
-    case LstmSchedule::split_batch:
+    case RecurrentSchedule::split_batch:
       return "split_batch";
   }
   return "?";
 }
 }  // namespace
 
-void Lstm::run_forward(Backend& be, LstmSchedule schedule) {
+void Recurrent::run_forward(Backend& be, RecurrentSchedule schedule) {
   chosen_ = schedule;
-  if (schedule == LstmSchedule::one_worker)
-    return be.run_concurrently(1, [&](int) { compute_forward(be, LstmSchedule::layered); });
+  if (schedule == RecurrentSchedule::one_worker)
+    return be.run_concurrently(1, [&](int) { compute_forward(be, RecurrentSchedule::layered); });
   compute_forward(be, schedule);
 }
 
-void Lstm::run_backward(Backend& be, LstmSchedule schedule) {
-  if (schedule == LstmSchedule::one_worker)
-    return be.run_concurrently(1, [&](int) { compute_backward(be, LstmSchedule::layered); });
+void Recurrent::run_backward(Backend& be, RecurrentSchedule schedule) {
+  if (schedule == RecurrentSchedule::one_worker)
+    return be.run_concurrently(1, [&](int) { compute_backward(be, RecurrentSchedule::layered); });
   compute_backward(be, schedule);
 }
 
-// Runs the forward recurrences with the schedule autotuned for this problem (LstmSchedule). The
-// first time a problem is seen, every candidate runs (a warm-up and two timed runs each) and the
-// fastest is kept on disk. Backward, which overwrites the saved gates with their gradients and so
-// runs once, follows the choice.
-void Lstm::run_tuned_forward(Backend& be) {
-  if (schedule_ != LstmSchedule::tuned) return run_forward(be, schedule_);
+// Runs the forward recurrences with the schedule autotuned for this problem (RecurrentSchedule).
+// The first time a problem is seen, every candidate runs (a warm-up and two timed runs each) and
+// the fastest is kept on disk. Backward, which overwrites the saved gates with their gradients and
+// so runs once, follows the choice.
+void Recurrent::run_tuned_forward(Backend& be) {
+  if (schedule_ != RecurrentSchedule::tuned) return run_forward(be, schedule_);
   // With independent chains (a stack, two directions) they run side by side or each op on all
   // workers; a single chain's batch may be split over the workers or the chain kept on one.
   // (Splitting the batch of W1's and W2's stacks came within a few percent of side by side, so
   // close that one noisy trial could pick the slower.)
-  std::vector<LstmSchedule> candidates{LstmSchedule::layered};
+  std::vector<RecurrentSchedule> candidates{RecurrentSchedule::layered};
   const bool chains = be.concurrency() >= 2 && (directions() == 2 || opt_.num_layers >= 2);
   if (chains) {
-    candidates.push_back(LstmSchedule::side_by_side);
+    candidates.push_back(RecurrentSchedule::side_by_side);
   } else if (be.concurrency() >= 2) {
-    candidates.push_back(LstmSchedule::one_worker);
-    if (B_ >= 2) candidates.push_back(LstmSchedule::split_batch);
+    candidates.push_back(RecurrentSchedule::one_worker);
+    if (B_ >= 2) candidates.push_back(RecurrentSchedule::split_batch);
   }
-  const LstmSchedule fallback = chains ? LstmSchedule::side_by_side : LstmSchedule::layered;
+  const RecurrentSchedule fallback =
+      chains ? RecurrentSchedule::side_by_side : RecurrentSchedule::layered;
   if (candidates.size() == 1 || !autotune::enabled()) return run_forward(be, fallback);
   // The choice for the problem of the previous call, without building its key again.
   const std::tuple<int64_t, int64_t, DType, bool, int> problem{T_, B_, gemm_dtype_, dropout_active_,
                                                                be.concurrency()};
   if (tuned_ && tuned_->first == problem) return run_forward(be, tuned_->second);
   const std::string key =
-      autotune::machine_prefix(be.concurrency()) + "lstm" + "|i" + std::to_string(opt_.input_size) +
-      "_h" + std::to_string(opt_.hidden_size) + "_l" + std::to_string(opt_.num_layers) + "_d" +
-      std::to_string(directions()) + "_t" + std::to_string(T_) + "_b" + std::to_string(B_) + "_" +
-      std::string(dtype_name(gemm_dtype_)) + (dropout_active_ ? "_dropout" : "");
+      autotune::machine_prefix(be.concurrency()) + cell_.name + "|i" +
+      std::to_string(opt_.input_size) + "_h" + std::to_string(opt_.hidden_size) + "_l" +
+      std::to_string(opt_.num_layers) + "_d" + std::to_string(directions()) + "_t" +
+      std::to_string(T_) + "_b" + std::to_string(B_) + "_" + std::string(dtype_name(gemm_dtype_)) +
+      (dropout_active_ ? "_dropout" : "");
   if (const auto cached = autotune::lookup(key)) {
-    for (LstmSchedule c : candidates) {
+    for (RecurrentSchedule c : candidates) {
       if (*cached != schedule_name(c)) continue;
       tuned_.emplace(problem, c);
       return run_forward(be, c);
     }
   }
-  autotune::announce_first_use("the LSTM's schedules and weight-gradient layouts");
+  autotune::announce_first_use("the " + upper(cell_.name) +
+                               "'s schedules and weight-gradient layouts");
   const std::vector<double> ms =
       time_candidates(be, candidates.size(), [&](size_t i) { run_forward(be, candidates[i]); });
   const size_t best = std::min_element(ms.begin(), ms.end()) - ms.begin();
@@ -456,47 +505,61 @@ void Lstm::run_tuned_forward(Backend& be) {
   }
 }
 
-// G(T*B, 4H) = in(T*B, I) W_ih^T + bias, for chain (l, d); the cells do it for narrow inputs.
-void Lstm::project_all(Backend& be, int64_t l, int64_t d) {
+// G(T*B, G*H) = in(T*B, I) W_ih^T + bias, for chain (l, d); the cells do it for narrow inputs.
+void Recurrent::project_all(Backend& be, int64_t l, int64_t d) {
   if (cell_projects_input(l)) return;
   const int64_t H = opt_.hidden_size, I = layer_input_size(l), s = l * directions() + d;
   Chain& ch = chains_[s];
   const Tensor w_ih = input_weights(s);
-  GemmShape proj{.trans_b = true, .m = T_ * B_, .n = 4 * H, .k = I, .lda = I, .ldb = I};
-  proj.ldc = 4 * H;
+  GemmShape proj{.trans_b = true, .m = T_ * B_, .n = G_ * H, .k = I, .lda = I, .ldb = I};
+  proj.ldc = G_ * H;
   proj.bias = true;
   be.gemm(proj, gemm_dtype_, in_gemm_[l].data(), w_ih.data(), ch.gates.tensor().data(),
           ch.bias.tensor().data());
 }
 
-GemmShape Lstm::project_step_shape(int64_t l) const {
+GemmShape Recurrent::project_step_shape(int64_t l) const {
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
-  GemmShape proj{.trans_b = true, .m = B_, .n = 4 * H, .k = I, .lda = I, .ldb = I};
-  proj.ldc = 4 * H;
+  GemmShape proj{.trans_b = true, .m = B_, .n = G_ * H, .k = I, .lda = I, .ldb = I};
+  proj.ldc = G_ * H;
   proj.bias = true;
   return proj;
 }
 
-GemmShape Lstm::din_step_shape(int64_t l) const {
+GemmShape Recurrent::din_step_shape(int64_t l) const {
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
-  return {.m = B_, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
+  return {.m = B_, .n = I, .k = G_ * H, .lda = G_ * H, .ldb = I, .ldc = I};
 }
 
 // B = w packed for GEMMs of shape s, or nothing for short sequences, where packing does not pay.
-void Lstm::pack_weights(Backend& be, const GemmShape& s, Tensor w,
-                        std::unique_ptr<PackedB>* packed) const {
+void Recurrent::pack_weights(Backend& be, const GemmShape& s, Tensor w,
+                             std::unique_ptr<PackedB>* packed) const {
   if (T_ < kPackMinSteps) return packed->reset();
   be.pack_b(s, gemm_dtype_, w.data(), packed);
 }
 
-Tensor Lstm::input_weights(int64_t s) const {
+Tensor Recurrent::input_grads(int64_t s) const {
+  return low() ? chains_[s].gates_low.tensor() : chains_[s].gates.tensor();
+}
+
+Tensor Recurrent::recurrent_grads(int64_t s) const {
+  return cell_.recurrent_grads ? chains_[s].rec_grads.tensor() : input_grads(s);
+}
+
+// Rows of the K-major copies per step and batch row: dG, dR when apart, h_prev and the input.
+int64_t Recurrent::k_major_rows(int64_t l) const {
+  const int64_t GH = G_ * opt_.hidden_size;
+  return GH + (cell_.recurrent_grads ? GH : 0) + opt_.hidden_size + layer_input_size(l);
+}
+
+Tensor Recurrent::input_weights(int64_t s) const {
   return low() ? chains_[s].w_ih_low.tensor() : params_.value(weights_[s].w_ih);
 }
 
 // W_ih of the wavefront's layers l0+1 .. l1-1 packed for the per-step GEMMs that run on one
 // worker (the input projection forward, the input gradient backward); packed on one thread so
 // that the layout is the one those GEMMs want.
-void Lstm::pack_step_weights(Backend& be, int64_t l0, int64_t l1, bool backward) {
+void Recurrent::pack_step_weights(Backend& be, int64_t l0, int64_t l1, bool backward) {
   be.run_concurrently(1, [&](int) {
     for (int64_t l = l0 + 1; l < l1; ++l) {
       if (backward)
@@ -507,26 +570,27 @@ void Lstm::pack_step_weights(Backend& be, int64_t l0, int64_t l1, bool backward)
   });
 }
 
-// G[t](B, 4H) = in[t](B, I) W_ih^T + bias, for chain (l, d) at step `step` of its direction, on
+// G[t](B, G*H) = in[t](B, I) W_ih^T + bias, for chain (l, d) at step `step` of its direction, on
 // W_ih packed as ch.w_ih_step (or plain where it is empty).
-void Lstm::project_step(Backend& be, int64_t l, int64_t d, int64_t step) {
+void Recurrent::project_step(Backend& be, int64_t l, int64_t d, int64_t step) {
   if (cell_projects_input(l)) return;
   const int64_t H = opt_.hidden_size, I = layer_input_size(l), s = l * directions() + d;
   const int64_t t = d == 0 ? step : T_ - 1 - step;
   Chain& ch = chains_[s];
   be.gemm(project_step_shape(l), gemm_dtype_, at(in_gemm_[l], t * B_ * I), input_weights(s).data(),
-          ch.w_ih_step.get(), at(ch.gates.tensor(), t * B_ * 4 * H), ch.bias.tensor().data());
+          ch.w_ih_step.get(), at(ch.gates.tensor(), t * B_ * G_ * H), ch.bias.tensor().data());
 }
 
 // Layer l's output at step t as the next layer's input: dropout, and its bf16 copy.
-void Lstm::finish_output_step(Backend& be, int64_t l, int64_t t) {
+void Recurrent::finish_output_step(Backend& be, int64_t l, int64_t t) {
   if (!dropout_active_) return;  // the cell already wrote out_ (and out_low_)
   Tensor dropped = dropped_[l].tensor().slice(t, t + 1);
   be.mul(dropped, out_[l].tensor().slice(t, t + 1), mask_[l].tensor().slice(t, t + 1));
   if (low()) be.convert(dropped_low_[l].tensor().slice(t, t + 1), dropped);
 }
 
-void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t b0, int64_t nb) {
+void Recurrent::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t b0,
+                             int64_t nb) {
   const DType dt = params_.dtype();
   const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
   const int64_t t = d == 0 ? step : T_ - 1 - step, t_prev = d == 0 ? t - 1 : t + 1;
@@ -537,24 +601,33 @@ void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t
   // W_hh packed at the first step, by the worker that runs the chain: the layout depends on the
   // threads a GEMM runs on.
   if (whole && step == 0)
-    pack_weights(be, recurrent_forward_shape(B_, H, D * H), recurrent_weights(s), &ch.w_hh_forward);
+    pack_weights(be, recurrent_forward_shape(B_, G_, H, D * H), recurrent_weights(s),
+                 &ch.w_hh_forward);
   const int64_t row = t * B_ + b0, row_prev = t_prev * B_ + b0;  // (T, B) rows of this step
-  // R(nb, 4H) = h_prev(nb, H) W_hh^T
-  const GemmShape rec = recurrent_forward_shape(nb, H, step == 0 ? H : D * H);
+  // R(nb, G*H) = h_prev(nb, H) W_hh^T
+  const GemmShape rec = recurrent_forward_shape(nb, G_, H, step == 0 ? H : D * H);
   const void* h_prev = step == 0 ? at(chain_h0(s), b0 * H) : at(out_g, row_prev * D * H + d * H);
-  void* rec_out = at(ch.rec.tensor(), b0 * 4 * H);
+  void* rec_out = at(ch.rec.tensor(), b0 * G_ * H);
   be.gemm(rec, gemm_dtype_, h_prev, recurrent_weights(s).data(),
           whole ? ch.w_hh_forward.get() : nullptr, rec_out);
-  LstmCellForward cell;
+  CellForward cell;
   cell.batch = nb;
   cell.hidden = H;
-  cell.gates = low() && cell_projects_input(l) ? nullptr : at(ch.gates.tensor(), row * 4 * H);
-  cell.gates_bf16 = low() ? at(ch.gates_low.tensor(), row * 4 * H) : nullptr;
+  cell.gates = low() && cell_projects_input(l) ? nullptr : at(ch.gates.tensor(), row * G_ * H);
+  cell.gates_bf16 = low() ? at(ch.gates_low.tensor(), row * G_ * H) : nullptr;
   cell.gates_rec = rec_out;
-  cell.c_prev =
-      step == 0 ? at(c0_.tensor().slice(s, s + 1), b0 * H) : at(ch.c.tensor(), row_prev * H);
-  cell.c = at(ch.c.tensor(), row * H);
-  cell.tanh_c = at(ch.tanh_c.tensor(), row * H);
+  if (cell_.cell_state) {
+    cell.c_prev =
+        step == 0 ? at(c0_.tensor().slice(s, s + 1), b0 * H) : at(ch.c.tensor(), row_prev * H);
+    cell.c = at(ch.c.tensor(), row * H);
+  } else {
+    cell.h_prev =
+        step == 0 ? at(h0_.tensor().slice(s, s + 1), b0 * H) : at(out, row_prev * D * H + d * H);
+    cell.ld_h_prev = step == 0 ? H : D * H;
+  }
+  if (cell_.folded_hh_bias_gates < G_)
+    cell.bias_rec = at(params_.value(weights_[s].b_hh), cell_.folded_hh_bias_gates * H);
+  cell.saved = at(ch.saved.tensor(), row * H);
   cell.h = at(out, row * D * H + d * H);
   cell.ldh = D * H;
   cell.h_bf16 = low() ? at(out_g, row * D * H + d * H) : nullptr;
@@ -566,22 +639,25 @@ void Lstm::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t
     cell.w_ih_t = ch.w_ih_t.tensor().data();
     cell.bias = ch.bias.tensor().data();
   }
-  be.lstm_cell_forward(cell, dt);
+  be.cell_forward(cell_.kind, cell, dt);
 }
 
 // ---- backward --------------------------------------------------------------------------------
 
-Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
+Tensor Recurrent::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
   const DType dt = params_.dtype();
   const int64_t H = opt_.hidden_size, D = directions(), L = opt_.num_layers;
   const Shape y_shape = opt_.batch_first ? Shape{B_, T_, D * H} : Shape{T_, B_, D * H};
   if (!dy.empty() && dy.shape() != y_shape)
-    fail("LSTM backward: dy must be ", y_shape.str(), ", got ", dy.shape().str());
+    fail(upper(cell_.name), " backward: dy must be ", y_shape.str(), ", got ", dy.shape().str());
   const Shape state_shape{D * L, B_, H};
   for (auto [t, name] : {std::pair{dh_n, "dh_n"}, std::pair{dc_n, "dc_n"}}) {
     if (!t.empty() && t.shape() != state_shape)
-      fail("LSTM backward: ", name, " must be ", state_shape.str(), ", got ", t.shape().str());
+      fail(upper(cell_.name), " backward: ", name, " must be ", state_shape.str(), ", got ",
+           t.shape().str());
   }
+  if (!dc_n.empty() && !cell_.cell_state)
+    fail(upper(cell_.name), " has no cell state, but dc_n was given");
   Tensor dout = dy;
   if (!dy.empty() && opt_.batch_first) {
     dout = dy_tm_.get(be, dt, {T_, B_, D * H});
@@ -592,8 +668,9 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
   for (int64_t s = 0; s < D * L; ++s) {
     Chain& ch = chains_[s];
     ch.dh.get(be, dt, {B_, H});
-    ch.dc.get(be, dt, {B_, H});
-    be.fill(ch.dbias.get(be, dt, {4 * H}), 0.0);
+    if (cell_.cell_state) ch.dc.get(be, dt, {B_, H});
+    if (cell_.recurrent_grads) ch.rec_grads.get(be, gemm_dtype_, {T_, B_, G_ * H});
+    be.fill(ch.dbias.get(be, dt, {bias_grad_columns()}), 0.0);
   }
   reset_state_grads(be);
   for (int64_t l = 0; l < L; ++l) din_[l].get(be, dt, {T_, B_, layer_input_size(l)});
@@ -604,10 +681,11 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
   } else {
     for (int64_t l = 0; l < L; ++l) be.fill(din_[l].tensor(), 0.0);
   }
-  Tensor dh0 = dh0_.get(be, dt, state_shape), dc0 = dc0_.get(be, dt, state_shape);
+  Tensor dh0 = dh0_.get(be, dt, state_shape);
+  Tensor dc0 = cell_.cell_state ? dc0_.get(be, dt, state_shape) : Tensor();
   for (int64_t s = 0; s < D * L; ++s) {
     be.copy(dh0.slice(s, s + 1), chains_[s].dh.tensor());
-    be.copy(dc0.slice(s, s + 1), chains_[s].dc.tensor());
+    if (cell_.cell_state) be.copy(dc0.slice(s, s + 1), chains_[s].dc.tensor());
   }
   if (!input_grad_) return Tensor();
   Tensor dx = din_[0].tensor();
@@ -618,9 +696,9 @@ Tensor Lstm::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
 }
 
 // The layers' backward recurrences and weight gradients, as `schedule` says (not one_worker).
-void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
+void Recurrent::compute_backward(Backend& be, RecurrentSchedule schedule) {
   const int64_t D = directions(), L = opt_.num_layers;
-  const bool concurrent = schedule == LstmSchedule::side_by_side;
+  const bool concurrent = schedule == RecurrentSchedule::side_by_side;
   {
     const int width = concurrent ? wavefront_width(be) : 1;
     for (int64_t l1 = L; l1 > 0;) {  // layers l0 .. l1-1, from the top
@@ -635,24 +713,25 @@ void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
       auto own_copies = [&](int64_t j) { return copies.empty() ? copies : copies.slice(j, j + 1); };
       if (group == 1) {
         auto run_chain = [&](int64_t d) {
-          SF_PROFILE_SCOPE("lstm backward", static_cast<int>(l0), static_cast<int>(d));
+          SF_PROFILE_SCOPE(scope_backward_, static_cast<int>(l0), static_cast<int>(d));
           for (int64_t step = T_ - 1; step >= 0; --step) {
             step_backward(be, l0, d, step, group_dout, 0, B_,
                           chains_[l0 * D + d].dbias.tensor().data());
             if (in_loop) weight_grads_as_done(be, l0, d, step, own_copies(d));
           }
         };
-        if (schedule == LstmSchedule::split_batch) {
+        if (schedule == RecurrentSchedule::split_batch) {
           // Each worker sums its rows' bias gradient apart; the sums are added in worker order.
           const int n = split_workers(be);
-          const int64_t H = opt_.hidden_size;
           for (int64_t d = 0; d < D; ++d)
-            be.fill(chains_[l0 * D + d].dbias_split.get(be, params_.dtype(), {n, 4 * H}), 0.0);
+            be.fill(
+                chains_[l0 * D + d].dbias_split.get(be, params_.dtype(), {n, bias_grad_columns()}),
+                0.0);
           be.run_concurrently(n, [&](int j) {
-            SF_PROFILE_SCOPE("lstm backward", static_cast<int>(l0), 0);
+            SF_PROFILE_SCOPE(scope_backward_, static_cast<int>(l0), 0);
             const int64_t b0 = B_ * j / n, nb = B_ * (j + 1) / n - b0;
             for (int64_t d = 0; d < D; ++d) {
-              void* dbias = at(chains_[l0 * D + d].dbias_split.tensor(), j * 4 * H);
+              void* dbias = at(chains_[l0 * D + d].dbias_split.tensor(), j * bias_grad_columns());
               for (int64_t step = T_ - 1; step >= 0; --step)
                 step_backward(be, l0, d, step, group_dout, b0, nb, dbias);
             }
@@ -660,7 +739,8 @@ void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
           for (int64_t d = 0; d < D; ++d)
             for (int j = 0; j < n; ++j)
               be.add(chains_[l0 * D + d].dbias.tensor(),
-                     chains_[l0 * D + d].dbias_split.tensor().slice(j, j + 1).reshape({4 * H}));
+                     chains_[l0 * D + d].dbias_split.tensor().slice(j, j + 1).reshape(
+                         {bias_grad_columns()}));
         } else if (D == 2 && concurrent) {
           be.run_concurrently(2, [&](int d) { run_chain(d); });
         } else {
@@ -672,7 +752,7 @@ void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
         failed_.store(false);
         be.run_concurrently(static_cast<int>(group), [&](int j) {
           const int64_t l = l1 - 1 - j;
-          SF_PROFILE_SCOPE("lstm backward", static_cast<int>(l), 0);
+          SF_PROFILE_SCOPE(scope_backward_, static_cast<int>(l), 0);
           try {
             // The gradient flowing down at step t, one GEMM, is computed by the layer it flows
             // into: the layer above has the wider input, so the larger weight gradients.
@@ -700,63 +780,74 @@ void Lstm::compute_backward(Backend& be, LstmSchedule schedule) {
   }
 }
 
-// One step of chain (l, d) backward: the cell, then dh_rec = dG[t] W_hh.
-void Lstm::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor dout, int64_t b0,
-                         int64_t nb, void* dbias) {
+// One step of chain (l, d) backward: the cell, then dh_rec = dR[t] W_hh (+ the cell's direct term).
+void Recurrent::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor dout,
+                              int64_t b0, int64_t nb, void* dbias) {
   const DType dt = params_.dtype();
   const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
   const int64_t t = d == 0 ? step : T_ - 1 - step, t_prev = d == 0 ? t - 1 : t + 1;
   Chain& ch = chains_[s];
-  const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
+  const Tensor dg_g = input_grads(s), dr_g = recurrent_grads(s);
   const bool whole = nb == B_;
   const int64_t row = t * B_ + b0, row_prev = t_prev * B_ + b0;  // (T, B) rows of this step
-  LstmCellBackward cell;
+  CellBackward cell;
   cell.batch = nb;
   cell.hidden = H;
-  cell.gates = low() ? nullptr : at(ch.gates.tensor(), row * 4 * H);
-  cell.gates_bf16 = low() ? at(dg_g, row * 4 * H) : nullptr;
-  cell.c_prev =
-      step == 0 ? at(c0_.tensor().slice(s, s + 1), b0 * H) : at(ch.c.tensor(), row_prev * H);
-  cell.tanh_c = at(ch.tanh_c.tensor(), row * H);
+  cell.gates = low() ? nullptr : at(ch.gates.tensor(), row * G_ * H);
+  cell.gates_bf16 = low() ? at(dg_g, row * G_ * H) : nullptr;
+  cell.saved = at(ch.saved.tensor(), row * H);
+  if (cell_.cell_state) {
+    cell.c_prev =
+        step == 0 ? at(c0_.tensor().slice(s, s + 1), b0 * H) : at(ch.c.tensor(), row_prev * H);
+    cell.dc = at(ch.dc.tensor(), b0 * H);
+  } else {
+    cell.h_prev = step == 0 ? at(h0_.tensor().slice(s, s + 1), b0 * H)
+                            : at(out_[l].tensor(), row_prev * D * H + d * H);
+    cell.ld_h_prev = step == 0 ? H : D * H;
+  }
   cell.dh_out = dout.empty() ? nullptr : at(dout, row * D * H + d * H);
   cell.ld_dh_out = D * H;
   cell.dh_rec = at(ch.dh.tensor(), b0 * H);
-  cell.dc = at(ch.dc.tensor(), b0 * H);
-  cell.dgates = low() ? nullptr : at(ch.gates.tensor(), row * 4 * H);
-  cell.dgates_bf16 = low() ? at(dg_g, row * 4 * H) : nullptr;
+  cell.dgates = low() ? nullptr : at(ch.gates.tensor(), row * G_ * H);
+  cell.dgates_bf16 = low() ? at(dg_g, row * G_ * H) : nullptr;
+  if (cell_.recurrent_grads) {
+    (low() ? cell.dgates_rec_bf16 : cell.dgates_rec) = at(dr_g, row * G_ * H);
+    cell.dh_direct = at(ch.dh.tensor(), b0 * H);
+  }
   cell.dbias = dbias;
-  be.lstm_cell_backward(cell, dt);
+  be.cell_backward(cell_.kind, cell, dt);
+  const bool direct = cell_.recurrent_grads;
   if (whole && step == T_ - 1)  // the chain's first step back, packed as forward does
-    pack_weights(be, recurrent_backward_shape(B_, H), recurrent_weights(s), &ch.w_hh_backward);
-  // dh(nb, H) = dG[t](nb, 4H) W_hh(4H, H)
-  be.gemm(recurrent_backward_shape(nb, H), gemm_dtype_, at(dg_g, row * 4 * H),
+    pack_weights(be, recurrent_backward_shape(B_, G_, H, direct), recurrent_weights(s),
+                 &ch.w_hh_backward);
+  // dh(nb, H) (+)= dR[t](nb, G*H) W_hh(G*H, H)
+  be.gemm(recurrent_backward_shape(nb, G_, H, direct), gemm_dtype_, at(dr_g, row * G_ * H),
           recurrent_weights(s).data(), whole ? ch.w_hh_backward.get() : nullptr,
           at(ch.dh.tensor(), b0 * H));
 }
 
-// din[t](B, I) = dG[t](B, 4H) W_ih(4H, I) for unidirectional layer l, times the dropout mask of
+// din[t](B, I) = dG[t](B, G*H) W_ih(G*H, I) for unidirectional layer l, times the dropout mask of
 // the layer below: the next lower layer's output gradient at step t.
-void Lstm::din_step(Backend& be, int64_t l, int64_t t) {
+void Recurrent::din_step(Backend& be, int64_t l, int64_t t) {
   const int64_t H = opt_.hidden_size;
   Chain& ch = chains_[l];
-  const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
+  const Tensor dg_g = input_grads(l);
   Tensor din = din_[l].tensor().slice(t, t + 1);
-  be.gemm(din_step_shape(l), gemm_dtype_, at(dg_g, t * B_ * 4 * H), input_weights(l).data(),
+  be.gemm(din_step_shape(l), gemm_dtype_, at(dg_g, t * B_ * G_ * H), input_weights(l).data(),
           ch.w_ih_din.get(), din.data());
   if (dropout_active_) be.mul(din, din, mask_[l - 1].tensor().slice(t, t + 1));
 }
 
-// din(T*B, I) = sum over directions of dG(T*B, 4H) W_ih(4H, I), times the dropout mask below.
-void Lstm::din_all(Backend& be, int64_t l) {
-  SF_PROFILE_SCOPE("lstm input gradient", static_cast<int>(l));
+// din(T*B, I) = sum over directions of dG(T*B, G*H) W_ih(G*H, I), times the dropout mask below.
+void Recurrent::din_all(Backend& be, int64_t l) {
+  SF_PROFILE_SCOPE(scope_input_grad_, static_cast<int>(l));
   const int64_t H = opt_.hidden_size, I = layer_input_size(l), D = directions();
   Tensor din = din_[l].tensor();
   for (int64_t d = 0; d < D; ++d) {
     const int64_t s = l * D + d;
-    Chain& ch = chains_[s];
-    const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
+    const Tensor dg_g = input_grads(s);
     const Tensor w_ih = input_weights(s);
-    GemmShape dx{.m = T_ * B_, .n = I, .k = 4 * H, .lda = 4 * H, .ldb = I, .ldc = I};
+    GemmShape dx{.m = T_ * B_, .n = I, .k = G_ * H, .lda = G_ * H, .ldb = I, .ldc = I};
     dx.beta = d == 0 ? 0.0f : 1.0f;
     be.gemm(dx, gemm_dtype_, dg_g.data(), w_ih.data(), din.data());
   }
@@ -765,41 +856,43 @@ void Lstm::din_all(Backend& be, int64_t l) {
 
 // db_ih, db_hh of chain (l, d), and unless summed in the loop already, dW_ih and dW_hh from its dG
 // over all steps, on the split_batch workers or on all of them.
-void Lstm::weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule, bool weights) {
-  SF_PROFILE_SCOPE("lstm weight gradients", static_cast<int>(l), static_cast<int>(d));
+void Recurrent::weight_grads(Backend& be, int64_t l, int64_t d, RecurrentSchedule schedule,
+                             bool weights) {
+  SF_PROFILE_SCOPE(scope_weight_grads_, static_cast<int>(l), static_cast<int>(d));
   const Weights& w = weights_[l * directions() + d];
   if (weights) {
-    const int n = schedule == LstmSchedule::split_batch ? split_workers(be) : 1;
+    const int n = schedule == RecurrentSchedule::split_batch ? split_workers(be) : 1;
     Tensor copies = weight_grad_copies(be, l, l + 1, n, false);
     if (!copies.empty() && !k_major_pays(be, l, d, n, copies)) copies = Tensor();
     weight_grads_split(be, l, d, n, copies, params_.grad(w.w_hh), params_.grad(w.w_ih));
   }
-  // d(b_ih) = d(b_hh) = colsum(dG), summed by the backward cells.
-  const Chain& ch = chains_[l * directions() + d];
-  be.add(params_.grad(w.b_ih), ch.dbias.tensor());
-  be.add(params_.grad(w.b_hh), ch.dbias.tensor());
+  // d(b_ih) = colsum(dG), d(b_hh) = colsum(dR), summed by the backward cells.
+  const Tensor dbias = chains_[l * directions() + d].dbias.tensor();
+  const int64_t n = G_ * opt_.hidden_size;
+  be.add(params_.grad(w.b_ih), dbias.slice(0, n));
+  be.add(params_.grad(w.b_hh), cell_.recurrent_grads ? dbias.slice(n, 2 * n) : dbias);
 }
 
-// dW_hh (4H, H) and dW_ih (4H, I) += chain (l, d)'s contributions over all steps. With n > 1
+// dW_hh (G*H, H) and dW_ih (G*H, I) += chain (l, d)'s contributions over all steps. With n > 1
 // (split_batch) each worker sums the steps of its share of the sequence (two small GEMMs on one
 // thread each beat one split over both): the first into the gradients, the others into blocks of
 // their own, added afterwards in worker order.
-void Lstm::weight_grads_split(Backend& be, int64_t l, int64_t d, int n, Tensor copies, Tensor dw_hh,
-                              Tensor dw_ih) {
+void Recurrent::weight_grads_split(Backend& be, int64_t l, int64_t d, int n, Tensor copies,
+                                   Tensor dw_hh, Tensor dw_ih) {
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
   if (n == 1) return weight_grads_steps(be, l, d, 0, T_, dw_hh.data(), dw_ih.data(), true, copies);
-  Tensor parts = dw_split_.get(be, params_.dtype(), {n, 4 * H * (H + I)});
+  Tensor parts = dw_split_.get(be, params_.dtype(), {n, G_ * H * (H + I)});
   be.run_concurrently(n, [&](int j) {
     Tensor part = parts.slice(j, j + 1), own = copies.empty() ? copies : copies.slice(j, j + 1);
     const int64_t t0 = T_ * j / n, t1 = T_ * (j + 1) / n;
     if (j == 0) return weight_grads_steps(be, l, d, t0, t1, dw_hh.data(), dw_ih.data(), true, own);
     if (t1 == t0) be.fill(part, 0.0);
-    weight_grads_steps(be, l, d, t0, t1, part.data(), at(part, 4 * H * H), false, own);
+    weight_grads_steps(be, l, d, t0, t1, part.data(), at(part, G_ * H * H), false, own);
   });
   for (int j = 1; j < n; ++j) {
-    Tensor part = parts.slice(j, j + 1).reshape({4 * H * (H + I)});
-    be.add(dw_hh, part.slice(0, 4 * H * H).reshape(dw_hh.shape()));
-    be.add(dw_ih, part.slice(4 * H * H, 4 * H * (H + I)).reshape(dw_ih.shape()));
+    Tensor part = parts.slice(j, j + 1).reshape({G_ * H * (H + I)});
+    be.add(dw_hh, part.slice(0, G_ * H * H).reshape(dw_hh.shape()));
+    be.add(dw_ih, part.slice(G_ * H * H, G_ * H * (H + I)).reshape(dw_ih.shape()));
   }
 }
 
@@ -807,19 +900,20 @@ void Lstm::weight_grads_split(Backend& be, int64_t l, int64_t d, int n, Tensor c
 // the row-major originals: timed on first use of the problem (into scratch gradients), then
 // kept in the autotune cache. With oneDNN on AVX512-BF16 alone the copies won (its A B^T ran
 // 1.3-1.9x faster than A^T B); with AMX the originals did (W2 bf16: 250 against 266 ms a step).
-bool Lstm::k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor copies) {
+bool Recurrent::k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor copies) {
   if (weight_grad_chunk_ > 0 || !autotune::enabled()) return true;
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
-  const std::string key = autotune::machine_prefix(be.concurrency()) + "lstm weight gradients|h" +
-                          std::to_string(H) + "_i" + std::to_string(I) + "_t" + std::to_string(T_) +
-                          "_b" + std::to_string(B_) + "_workers" + std::to_string(n) + "_" +
-                          std::string(dtype_name(gemm_dtype_));
+  const std::string key = autotune::machine_prefix(be.concurrency()) + cell_.name +
+                          " weight gradients|h" + std::to_string(H) + "_i" + std::to_string(I) +
+                          "_t" + std::to_string(T_) + "_b" + std::to_string(B_) + "_workers" +
+                          std::to_string(n) + "_" + std::string(dtype_name(gemm_dtype_));
   if (const auto cached = autotune::lookup(key)) return *cached == "k_major";
-  autotune::announce_first_use("the LSTM's schedules and weight-gradient layouts");
-  Tensor scratch = dw_trial_.get(be, params_.dtype(), {4 * H * (H + I)});
+  autotune::announce_first_use("the " + upper(cell_.name) +
+                               "'s schedules and weight-gradient layouts");
+  Tensor scratch = dw_trial_.get(be, params_.dtype(), {G_ * H * (H + I)});
   be.fill(scratch, 0.0);
-  Tensor dw_hh = scratch.slice(0, 4 * H * H).reshape({4 * H, H});
-  Tensor dw_ih = scratch.slice(4 * H * H, 4 * H * (H + I)).reshape({4 * H, I});
+  Tensor dw_hh = scratch.slice(0, G_ * H * H).reshape({G_ * H, H});
+  Tensor dw_ih = scratch.slice(G_ * H * H, G_ * H * (H + I)).reshape({G_ * H, I});
   const std::vector<double> ms = time_candidates(be, 2, [&](size_t k_major) {  // row-major, K-major
     weight_grads_split(be, l, d, n, k_major ? copies : Tensor(), dw_hh, dw_ih);
   });
@@ -839,75 +933,79 @@ bool Lstm::k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor copies)
 // copies cost, and run on the row-major originals (no room); so do GEMMs with fewer than
 // kMinWeightGradRows rows, W3's for one (0.58 against 0.54 ms a step), unless a test has set the
 // chunks.
-Tensor Lstm::weight_grad_copies(Backend& be, int64_t l0, int64_t l1, int64_t n, bool in_loop) {
+Tensor Recurrent::weight_grad_copies(Backend& be, int64_t l0, int64_t l1, int64_t n, bool in_loop) {
   const int64_t rows = in_loop ? T_ * B_ : T_ * B_ / n;  // of each worker's GEMMs
   if (gemm_dtype_ != DType::bf16 || (rows < kMinWeightGradRows && weight_grad_chunk_ == 0))
     return {};
   int64_t size = 0;
   for (int64_t l = l0; l < l1; ++l)
-    size = std::max(size, (weight_grad_chunk(l, in_loop) * B_ + k_major_pad()) *
-                              (5 * opt_.hidden_size + layer_input_size(l)));
+    size = std::max(size, (weight_grad_chunk(l, in_loop) * B_ + k_major_pad()) * k_major_rows(l));
   return k_major_.get(be, gemm_dtype_, {n, size});
 }
 
 // After chain (l, d)'s backward step `step`: its weight gradients over the chunk of steps that
 // step completes, if it completes one.
-void Lstm::weight_grads_as_done(Backend& be, int64_t l, int64_t d, int64_t step, Tensor copies) {
+void Recurrent::weight_grads_as_done(Backend& be, int64_t l, int64_t d, int64_t step,
+                                     Tensor copies) {
   // The steps done are t >= step going forward in time (d = 0), t < T - step going backward.
   const int64_t chunk = weight_grad_chunk(l, true), done = T_ - step;
   if (done % chunk != 0 && done != T_) return;
   const int64_t m = done % chunk == 0 ? chunk : done % chunk;
   const int64_t t0 = d == 0 ? T_ - done : done - m;
-  SF_PROFILE_SCOPE("lstm weight gradients", static_cast<int>(l), static_cast<int>(d));
+  SF_PROFILE_SCOPE(scope_weight_grads_, static_cast<int>(l), static_cast<int>(d));
   const Weights& w = weights_[l * directions() + d];
   weight_grads_steps(be, l, d, t0, t0 + m, params_.grad(w.w_hh).data(), params_.grad(w.w_ih).data(),
                      true, copies);
 }
 
-int64_t Lstm::k_major_pad() const { return 64 / static_cast<int64_t>(dtype_size(gemm_dtype_)); }
+int64_t Recurrent::k_major_pad() const {
+  return 64 / static_cast<int64_t>(dtype_size(gemm_dtype_));
+}
 
 // Steps per chunk of layer l's weight gradients: K-major copies of about 8 MB after the backward
 // loop, of about 1 MB inside it, where the chunk's dG is then still in the core's L2 (on W2 that
 // halved the copying against 8 MB chunks); and at least 1024 rows (steps times B) per GEMM (W4 in
 // f32, B = 64, with one step a chunk: 621 against 540 ms).
-int64_t Lstm::weight_grad_chunk(int64_t l, bool in_loop) const {
+int64_t Recurrent::weight_grad_chunk(int64_t l, bool in_loop) const {
   if (weight_grad_chunk_ > 0) return std::min(weight_grad_chunk_, T_);
   const int64_t bytes = int64_t{in_loop ? 1 : 8} << 20;
-  const int64_t column =
-      (5 * opt_.hidden_size + layer_input_size(l)) * static_cast<int64_t>(dtype_size(gemm_dtype_));
+  const int64_t column = k_major_rows(l) * static_cast<int64_t>(dtype_size(gemm_dtype_));
   return std::clamp<int64_t>(std::max(bytes / (B_ * column), (kMinWeightGradRows + B_ - 1) / B_), 1,
                              T_);
 }
 
-// dW_hh(4H, H) += dG^T h_prev and dW_ih(4H, I) += dG^T in over chain (l, d)'s steps [t0, t1)
+// dW_hh(G*H, H) += dG^T h_prev and dW_ih(G*H, I) += dG^T in over chain (l, d)'s steps [t0, t1)
 // (= rather than += unless accumulating). With `copies`, a chunk of steps at a time, whose
 // dG(steps*B, 4H), h_prev and in are first copied K-major into it (transposed: dG^T(4H, steps*B)
 // and so on): oneDNN runs bf16 A^T B 1.6-1.9x faster with both operands K-major than on the
 // row-major originals, and a chunk's copies stay in cache between the copying and the GEMMs.
-void Lstm::weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1,
-                              void* dw_hh, void* dw_ih, bool accumulate, Tensor copies) {
+void Recurrent::weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1,
+                                   void* dw_hh, void* dw_ih, bool accumulate, Tensor copies) {
   if (copies.empty()) return weight_grads_row_major(be, l, d, t0, t1, dw_hh, dw_ih, accumulate);
   const DType gt = gemm_dtype_;
   const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l), s = l * D + d;
-  Chain& ch = chains_[s];
-  const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
+  const Tensor dg_g = input_grads(s), dr_g = recurrent_grads(s);
   const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*H)
   const int64_t t_first = d == 0 ? 0 : T_ - 1, chunk = weight_grad_chunk(l, false);
+  const int64_t GH = G_ * H, R = cell_.recurrent_grads ? GH : 0;  // dR's rows when apart
   for (int64_t c0 = t0; c0 < t1; c0 += chunk) {
     const int64_t c1 = std::min(t1, c0 + chunk), K = (c1 - c0) * B_;
-    const int64_t ld = K + k_major_pad();  // rows a cache line off 4 KiB multiples
-    void* dg_t = copies.data();            // (4H, K)
-    void* h_t = at(copies, 4 * H * ld);    // (H, K)
-    void* in_t = at(copies, 5 * H * ld);   // (I, K)
+    const int64_t ld = K + k_major_pad();      // rows a cache line off 4 KiB multiples
+    void* dg_t = copies.data();                // (G*H, K)
+    void* dr_t = at(copies, R ? GH * ld : 0);  // (G*H, K) dR when apart, else dG
+    const int64_t h_row = GH + R;
+    void* h_t = at(copies, h_row * ld);         // (H, K)
+    void* in_t = at(copies, (h_row + H) * ld);  // (I, K)
     {
-      SF_PROFILE_SCOPE("lstm K-major copies", static_cast<int>(l), static_cast<int>(d));
-      be.copy_transposed(dg_t, ld, at(dg_g, c0 * B_ * 4 * H), 4 * H, K, 4 * H, gt);
+      SF_PROFILE_SCOPE(scope_copies_, static_cast<int>(l), static_cast<int>(d));
+      be.copy_transposed(dg_t, ld, at(dg_g, c0 * B_ * GH), GH, K, GH, gt);
+      if (R) be.copy_transposed(dr_t, ld, at(dr_g, c0 * B_ * GH), GH, K, GH, gt);
       be.copy_transposed(in_t, ld, at(in_gemm_[l], c0 * B_ * I), I, K, I, gt);
       // h_prev of steps [c0, c1): the outputs of the steps before (after, backward in time), and
       // h0 at the chain's first step.
       int64_t a = c0, b = c1;  // the steps whose h_prev is an output
       if (t_first >= c0 && t_first < c1) {
-        be.copy_transposed(at(copies, 4 * H * ld + (t_first - c0) * B_), ld, chain_h0(s).data(), H,
+        be.copy_transposed(at(copies, h_row * ld + (t_first - c0) * B_), ld, chain_h0(s).data(), H,
                            B_, H, gt);
         if (d == 0)
           a = c0 + 1;
@@ -915,40 +1013,39 @@ void Lstm::weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0, int
           b = c1 - 1;
       }
       if (b > a)
-        be.copy_transposed(at(copies, 4 * H * ld + (a - c0) * B_), ld,
+        be.copy_transposed(at(copies, h_row * ld + (a - c0) * B_), ld,
                            at(out_g, (d == 0 ? a - 1 : a + 1) * B_ * D * H + d * H), D * H,
                            (b - a) * B_, H, gt);
     }
     const float beta = accumulate || c0 > t0 ? 1.0f : 0.0f;
-    GemmShape hh{.trans_b = true, .m = 4 * H, .n = H, .k = K, .lda = ld, .ldb = ld, .ldc = H};
+    GemmShape hh{.trans_b = true, .m = G_ * H, .n = H, .k = K, .lda = ld, .ldb = ld, .ldc = H};
     hh.beta = beta;
-    be.gemm(hh, gt, dg_t, h_t, dw_hh);
-    GemmShape ih{.trans_b = true, .m = 4 * H, .n = I, .k = K, .lda = ld, .ldb = ld, .ldc = I};
+    be.gemm(hh, gt, dr_t, h_t, dw_hh);
+    GemmShape ih{.trans_b = true, .m = G_ * H, .n = I, .k = K, .lda = ld, .ldb = ld, .ldc = I};
     ih.beta = beta;
     be.gemm(ih, gt, dg_t, in_t, dw_ih);
   }
 }
 
-// dW_hh(4H, H) and dW_ih(4H, I) += (or, not accumulating, =) the contributions of chain (l, d)'s
+// dW_hh(G*H, H) and dW_ih(G*H, I) += (or, not accumulating, =) the contributions of chain (l, d)'s
 // steps [t0, t1), as A^T B GEMMs on the row-major dG, h_prev and in.
-void Lstm::weight_grads_row_major(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1,
-                                  void* dw_hh, void* dw_ih, bool accumulate) {
+void Recurrent::weight_grads_row_major(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1,
+                                       void* dw_hh, void* dw_ih, bool accumulate) {
   if (t1 <= t0) return;
   const float beta = accumulate ? 1.0f : 0.0f;
   const DType gt = gemm_dtype_;
   const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l), s = l * D + d;
-  Chain& ch = chains_[s];
-  const Tensor dg_g = low() ? ch.gates_low.tensor() : ch.gates.tensor();
+  const Tensor dg_g = input_grads(s), dr_g = recurrent_grads(s);
   const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*H)
 
-  // dW_hh += dG[first step]^T h_init + dG[other steps]^T out[their previous steps]
+  // dW_hh += dR[first step]^T h_init + dR[other steps]^T out[their previous steps]
   const int64_t t_first = d == 0 ? 0 : T_ - 1;
   int64_t a = t0, b = t1;  // the steps whose previous h is an output
   if (t_first >= t0 && t_first < t1) {
-    GemmShape first{.trans_a = true, .m = 4 * H, .n = H, .k = B_, .lda = 4 * H, .ldb = H};
+    GemmShape first{.trans_a = true, .m = G_ * H, .n = H, .k = B_, .lda = G_ * H, .ldb = H};
     first.ldc = H;
     first.beta = beta;
-    be.gemm(first, gt, at(dg_g, t_first * B_ * 4 * H), chain_h0(s).data(), dw_hh);
+    be.gemm(first, gt, at(dr_g, t_first * B_ * G_ * H), chain_h0(s).data(), dw_hh);
     if (d == 0)
       a = t0 + 1;
     else
@@ -956,17 +1053,18 @@ void Lstm::weight_grads_row_major(Backend& be, int64_t l, int64_t d, int64_t t0,
   }
   if (b > a) {
     const int64_t h_start = d == 0 ? a - 1 : a + 1;
-    GemmShape rest{.trans_a = true, .m = 4 * H, .n = H, .k = (b - a) * B_, .lda = 4 * H};
+    GemmShape rest{.trans_a = true, .m = G_ * H, .n = H, .k = (b - a) * B_, .lda = G_ * H};
     rest.ldb = D * H;
     rest.ldc = H;
     rest.beta = a > t0 || b < t1 ? 1.0f : beta;  // after the first step's GEMM, accumulate
-    be.gemm(rest, gt, at(dg_g, a * B_ * 4 * H), at(out_g, h_start * B_ * D * H + d * H), dw_hh);
+    be.gemm(rest, gt, at(dr_g, a * B_ * G_ * H), at(out_g, h_start * B_ * D * H + d * H), dw_hh);
   }
-  // dW_ih += dG^T(4H, steps*B) in(steps*B, I)
-  GemmShape dwih{.trans_a = true, .m = 4 * H, .n = I, .k = (t1 - t0) * B_, .lda = 4 * H, .ldb = I};
+  // dW_ih += dG^T(G*H, steps*B) in(steps*B, I)
+  GemmShape dwih{
+      .trans_a = true, .m = G_ * H, .n = I, .k = (t1 - t0) * B_, .lda = G_ * H, .ldb = I};
   dwih.ldc = I;
   dwih.beta = beta;
-  be.gemm(dwih, gt, at(dg_g, t0 * B_ * 4 * H), at(in_gemm_[l], t0 * B_ * I), dw_ih);
+  be.gemm(dwih, gt, at(dg_g, t0 * B_ * G_ * H), at(in_gemm_[l], t0 * B_ * I), dw_ih);
 }
 
 }  // namespace seqforge

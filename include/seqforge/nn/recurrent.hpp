@@ -1,5 +1,10 @@
 #pragma once
-// Multi-layer, optionally bidirectional LSTM with PyTorch's nn.LSTM semantics and names.
+// The recurrence engine: a multi-layer, optionally bidirectional recurrent layer of any
+// registered cell (backend/ops.hpp: LSTM, GRU), with PyTorch's nn.LSTM / nn.GRU semantics and
+// parameter names. The engine owns what is common to the cells: the input and recurrent
+// projections as GEMMs, the schedules that run the chains on the backend's workers, their
+// autotuning, the weight-gradient layouts, dropout between layers and mixed precision; a cell
+// brings only its pointwise step, forward and backward.
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -8,12 +13,14 @@
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/ops.hpp"
 #include "seqforge/core/buffer.hpp"
 #include "seqforge/nn/parameters.hpp"
 
 namespace seqforge {
 
-struct LstmOptions {
+struct RecurrentOptions {
+  CellKind cell = CellKind::lstm;
   int64_t input_size = 0;
   int64_t hidden_size = 0;
   int64_t num_layers = 1;
@@ -24,7 +31,7 @@ struct LstmOptions {
 
 // How the recurrences use the backend's workers. `tuned` (the default) measures the candidates
 // on first use of a problem and keeps the fastest (the autotune cache); the others force one.
-enum class LstmSchedule {
+enum class RecurrentSchedule {
   tuned,
   layered,       // one op at a time, each on all workers
   side_by_side,  // chains side by side, one worker each: a bidirectional layer's directions, a
@@ -34,59 +41,66 @@ enum class LstmSchedule {
   split_batch,   // each worker runs every step for its own rows of the batch: small problems
 };
 
-class Lstm {
+class Recurrent {
  public:
-  // Declares weight_ih_l{k}[_reverse], weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k} under `prefix`.
-  Lstm(Parameters& params, const std::string& prefix, const LstmOptions& options);
+  // Declares weight_ih_l{k}[_reverse], weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k} under `prefix`:
+  // (G*H, I_l), (G*H, H), (G*H), (G*H) for a cell of G gates.
+  Recurrent(Parameters& params, const std::string& prefix, const RecurrentOptions& options);
 
-  // x (T, B, I), or (B, T, I) with batch_first. h0, c0 (D*L, B, H), or empty for zeros.
-  // Returns y (T, B, D*H) or (B, T, D*H). Final states in h_n(), c_n(): (D*L, B, H).
+  // x (T, B, I), or (B, T, I) with batch_first. h0, c0 (D*L, B, H), or empty for zeros; c0 only
+  // for cells with a cell state. Returns y (T, B, D*H) or (B, T, D*H). Final states in h_n(),
+  // c_n(): (D*L, B, H) (c_n() empty without a cell state).
   Tensor forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training, Rng& rng);
   Tensor h_n() const { return h_n_.tensor(); }
-  Tensor c_n() const { return c_n_.tensor(); }
+  Tensor c_n() const { return cell_.cell_state ? c_n_.tensor() : Tensor(); }
 
   // dy like y, or empty when no gradient flows through y (only through dh_n); dh_n, dc_n like h_n
   // or empty. Returns dx like x (empty when input gradients are off); dh0(), dc0() (D*L, B, H).
   // Parameter gradients accumulate.
   Tensor backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n);
   Tensor dh0() const { return dh0_.tensor(); }
-  Tensor dc0() const { return dc0_.tensor(); }
+  Tensor dc0() const { return cell_.cell_state ? dc0_.tensor() : Tensor(); }
 
   // GEMM operand dtype: the parameters' dtype (default), or bf16 for mixed precision (f32 master
   // weights, cell state and accumulation; bf16 copies of weights and activations feed the GEMMs).
   void set_gemm_dtype(DType dtype);
   // Whether backward computes dx (on by default; off saves a GEMM when the input is data).
   void set_input_grad(bool on) { input_grad_ = on; }
-  void set_schedule(LstmSchedule schedule) { schedule_ = schedule; }
+  void set_schedule(RecurrentSchedule schedule) { schedule_ = schedule; }
   // Steps per chunk of the weight-gradient GEMMs; 0 (the default) sizes the chunks by their
   // K-major copies. Tests set small chunks, which also take bf16 GEMMs through K-major copies
   // at any size.
   void set_weight_grad_chunk(int64_t steps) { weight_grad_chunk_ = steps; }
-  LstmSchedule schedule() const { return chosen_; }  // the one the last forward used
+  RecurrentSchedule schedule() const { return chosen_; }  // the one the last forward used
   DType gemm_dtype() const { return gemm_dtype_; }
 
-  const LstmOptions& options() const { return opt_; }
+  const RecurrentOptions& options() const { return opt_; }
+  const CellType& cell() const { return cell_; }
   int64_t directions() const { return opt_.bidirectional ? 2 : 1; }
   int64_t output_size() const { return directions() * opt_.hidden_size; }
 
  private:
   struct Weights {
-    size_t w_ih, w_hh, b_ih, b_hh;  // (4H, I_l), (4H, H), (4H), (4H)
+    size_t w_ih, w_hh, b_ih, b_hh;  // (G*H, I_l), (G*H, H), (G*H), (G*H)
   };
   // One chain: the recurrence of one layer and direction, and everything only it touches, so
   // that chains can run concurrently.
   struct Chain {
-    Buffer gates;               // (T, B, 4H) input projection + bias, then (f32 GEMMs) gate
-                                // activations, which backward overwrites with dG[t]
-    Buffer c, tanh_c;           // (T, B, H)
-    Buffer rec;                 // (B, 4H) one step's recurrent GEMM output
-    Buffer gates_low;           // (T, B, 4H) with bf16 GEMMs: the gate activations in bf16,
-                                // which backward overwrites with dG[t] (bf16 only)
-    Buffer dh, dc;              // (B, H) gradients flowing to the previous step
-    Buffer bias, dbias;         // (4H) b_ih + b_hh; colsum(dG), summed by the backward cells
-    Buffer dbias_split;         // (workers, 4H) each split_batch worker's colsum(dG)
+    Buffer gates;      // (T, B, G*H) input projection + bias, then (f32 GEMMs) gate
+                       // activations, which backward overwrites with dG[t]
+    Buffer c;          // (T, B, H) cell state (cells that have one)
+    Buffer saved;      // (T, B, H) what the cell keeps for backward (LSTM tanh(c), GRU R_n + b_hn)
+    Buffer rec;        // (B, G*H) one step's recurrent GEMM output
+    Buffer gates_low;  // (T, B, G*H) with bf16 GEMMs: the gate activations in bf16,
+                       // which backward overwrites with dG[t] (bf16 only)
+    Buffer rec_grads;  // (T, B, G*H) cells with recurrent_grads: dR[t] in the GEMM dtype
+    Buffer dh, dc;     // (B, H) gradients flowing to the previous step
+    Buffer bias;       // (G*H) b_ih + the folded part of b_hh
+    Buffer dbias;      // (G*H, or 2 G*H with recurrent_grads) colsum(dG) [, colsum(dR)], summed
+                       // by the backward cells
+    Buffer dbias_split;         // (workers, dbias columns) each split_batch worker's sums
     Buffer w_ih_low, w_hh_low;  // bf16 copies of the weights
-    Buffer w_ih_t;              // (I, 4H) W_ih transposed, when the cell projects the input
+    Buffer w_ih_t;              // (I, G*H) W_ih transposed, when the cell projects the input
     // W_hh (of the GEMM dtype) packed for the recurrent GEMMs forward and backward, repacked
     // every forward; empty for short sequences, where packing would not pay.
     std::unique_ptr<PackedB> w_hh_forward, w_hh_backward;
@@ -95,6 +109,12 @@ class Lstm {
   };
 
   bool low() const { return gemm_dtype_ != params_.dtype(); }
+  Tensor input_grads(int64_t s) const;      // dG of chain s (T, B, G*H) as GEMM operand
+  Tensor recurrent_grads(int64_t s) const;  // dR of chain s: dG unless the cell has its own
+  int64_t k_major_rows(int64_t l) const;    // rows of a K-major copy per step and batch row
+  int64_t bias_grad_columns() const {       // dG's column sums [, dR's]
+    return (cell_.recurrent_grads ? 2 : 1) * G_ * opt_.hidden_size;
+  }
   // Whether layer l's input is narrow enough for the cells to project it themselves (no GEMM).
   bool cell_projects_input(int64_t l) const;
   Tensor layer_input(int64_t l) const;  // (T, B, I_l) in f32: x, or the layer below's output
@@ -119,7 +139,7 @@ class Lstm {
   void din_step(Backend& be, int64_t l, int64_t t);
   void din_all(Backend& be, int64_t l);
   // The bias gradients of chain (l, d), and its weight gradients unless summed already.
-  void weight_grads(Backend& be, int64_t l, int64_t d, LstmSchedule schedule, bool weights);
+  void weight_grads(Backend& be, int64_t l, int64_t d, RecurrentSchedule schedule, bool weights);
   void weight_grads_split(Backend& be, int64_t l, int64_t d, int n, Tensor copies, Tensor dw_hh,
                           Tensor dw_ih);
   bool k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor copies);
@@ -132,26 +152,32 @@ class Lstm {
   void weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1, void* dw_hh,
                           void* dw_ih, bool accumulate, Tensor copies);
   void wait_for(int64_t layer, int64_t steps) const;
-  void compute_forward(Backend& be, LstmSchedule schedule);
-  void compute_backward(Backend& be, LstmSchedule schedule);
-  void run_forward(Backend& be, LstmSchedule schedule);
-  void run_backward(Backend& be, LstmSchedule schedule);
+  void compute_forward(Backend& be, RecurrentSchedule schedule);
+  void compute_backward(Backend& be, RecurrentSchedule schedule);
+  void run_forward(Backend& be, RecurrentSchedule schedule);
+  void run_backward(Backend& be, RecurrentSchedule schedule);
   void run_tuned_forward(Backend& be);
   void reset_state_grads(Backend& be);
 
   Parameters& params_;
-  LstmOptions opt_;
+  RecurrentOptions opt_;
+  const CellType& cell_;
+  const int64_t G_;  // the cell's gates
+  // Profiler scope names: "<cell> forward", ...
+  const char *scope_forward_, *scope_backward_, *scope_projection_, *scope_input_grad_,
+      *scope_weight_grads_, *scope_copies_;
   DType gemm_dtype_;
   bool input_grad_ = true;
   std::vector<Weights> weights_;  // [layer * D + dir]
   std::vector<Chain> chains_;     // [layer * D + dir]
   int64_t T_ = 0, B_ = 0;
   bool dropout_active_ = false;
-  LstmSchedule schedule_ = LstmSchedule::tuned;
+  RecurrentSchedule schedule_ = RecurrentSchedule::tuned;
   int64_t weight_grad_chunk_ = 0;
-  LstmSchedule chosen_ = LstmSchedule::layered;  // what forward ran; backward follows it
+  RecurrentSchedule chosen_ = RecurrentSchedule::layered;  // what forward ran; backward follows it
   // The last problem's tuned schedule: (T, B, GEMM dtype, dropout, workers) -> schedule.
-  std::optional<std::pair<std::tuple<int64_t, int64_t, DType, bool, int>, LstmSchedule>> tuned_;
+  std::optional<std::pair<std::tuple<int64_t, int64_t, DType, bool, int>, RecurrentSchedule>>
+      tuned_;
   std::unique_ptr<std::atomic<int64_t>[]> progress_;  // [layer] steps done, for the wavefront
   std::atomic<bool> failed_{false};                   // a wavefront worker threw
 
@@ -163,15 +189,15 @@ class Lstm {
   std::vector<Buffer> mask_;         // [layer < L-1] dropout masks (T, B, D*H)
   std::vector<Buffer> dropped_;      // [layer < L-1] masked outputs (T, B, D*H)
   std::vector<Buffer> dropped_low_;  // [layer < L-1] their bf16 copies
-  Buffer h0_, c0_, h0_low_;          // (D*L, B, H) initial states used; bf16 h0
+  Buffer h0_, c0_, h0_low_;          // (D*L, B, H) initial states used (c0: cells with c); bf16 h0
   Buffer h_n_, c_n_;                 // (D*L, B, H)
   Buffer y_bf_;                      // batch_first output
   Buffer dy_tm_, dx_bf_;             // time-major dy, batch_first dx
   std::vector<Buffer> din_;          // [layer] gradient of the layer's input (T, B, I_l)
   Buffer dh0_, dc0_;                 // (D*L, B, H)
-  Buffer dw_split_;                  // (workers, 4H (H + I)) split_batch's weight gradient parts
-  Buffer dw_trial_;                  // (4H (H + I)) weight gradients of autotuning trials
-  Buffer k_major_;  // (workers, chunk*B (5H + I)) K-major copies for the weight-gradient GEMMs
+  Buffer dw_split_;                  // (workers, G*H (H + I)) split_batch's weight gradient parts
+  Buffer dw_trial_;                  // (G*H (H + I)) weight gradients of autotuning trials
+  Buffer k_major_;  // (workers, chunk*B k_major_rows) K-major copies for the weight-gradient GEMMs
   Tensor dout_, dh_n_, dc_n_;  // backward's inputs (time-major dout)
 };
 

@@ -1,0 +1,109 @@
+#pragma once
+// Op descriptions: the arguments of the backend's ops, shared by the backends and the kernels
+// that implement them (which need no backend to build).
+#include <cstdint>
+#include <string_view>
+
+namespace seqforge {
+
+// C(m, n) = alpha * op(A) * op(B) + beta * C, row-major; op(A) is (m, k), op(B) is (k, n).
+// Leading dimensions are in elements; A with trans_a is stored (k, m). A and B are of the GEMM's
+// dtype; C is f32 when they are bf16 (mixed precision: bf16 operands, f32 accumulation).
+// With `bias`, C += bias(n) broadcast over rows (same dtype as C; alpha must be 1).
+struct GemmShape {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  bool bias = false;
+};
+
+// The recurrent cells. A cell is its pointwise step, forward and backward, between the input
+// projection G = x W_ih^T + bias and the recurrent projection R = h_prev W_hh^T, which the
+// recurrence engine computes as GEMMs; each cell registers its kernels in kernels/cells.cpp.
+enum class CellKind { lstm, gru };
+
+// What the recurrence engine needs to know of a cell.
+struct CellType {
+  CellKind kind;
+  const char* name;  // "lstm", "gru": the PyTorch module (nn.LSTM, nn.GRU) and attribute name
+  int gates;         // G: W_ih is (G*H, I), W_hh (G*H, H)
+  bool cell_state;   // carries c beside h (LSTM)
+  // Leading gates whose recurrent bias b_hh is folded into the input projection's bias; the
+  // others get it in the cell (GRU's n gate: r * (W_hn h + b_hn)).
+  int folded_hh_bias_gates;
+  // Whether the recurrent projection's gradient dR differs from the input projection's dG (GRU:
+  // the reset gate scales W_hn h + b_hn). Backward then writes both, the bias gradient has 2 G*H
+  // columns, and dh_prev has a direct term that the cell writes before dR W_hh is added.
+  bool recurrent_grads;
+};
+const CellType& cell_type(CellKind kind);
+// By name ("lstm", "gru"); throws naming the known cells otherwise.
+CellKind cell_kind(std::string_view name);
+
+// One time step of a cell for a batch, forward. Pointers are of the step's dtype (bf16 where
+// named); rows are G*H (gates) or H wide, packed unless a leading dimension is given.
+//   LSTM, gates i, f, g, o:  c = f c_prev + i g,  h = o tanh(c);  saved: tanh(c)
+//   GRU, gates r, z, n (PyTorch's nn.GRU):  n = tanh(G_n + r (R_n + b_hn)),  h = (1 - z) n + z
+//   h_prev;  saved: R_n + b_hn
+struct CellForward {
+  int64_t batch = 0, hidden = 0;
+  void* gates = nullptr;            // (B, G*H) input projection in, activations out
+  void* gates_bf16 = nullptr;       // optional (B, G*H): the activations go here instead, in bf16,
+                                    // and gates is left as scratch (may be null when x is given)
+  const void* gates_rec = nullptr;  // (B, G*H) R; optional for the LSTM (then zero)
+  const void* bias_rec = nullptr;   // GRU: (H) b_hn
+  const void* h_prev = nullptr;     // GRU: (B, H) rows ld_h_prev apart
+  int64_t ld_h_prev = 0;
+  const void* c_prev = nullptr;  // LSTM: (B, H)
+  void* c = nullptr;             // LSTM: (B, H) out
+  void* saved = nullptr;         // (B, H) out: what backward needs besides the activations
+  void* h = nullptr;             // (B, H) out, rows ldh apart
+  int64_t ldh = 0;
+  void* h_bf16 = nullptr;  // optional bf16 copy of h for bf16 GEMMs, rows ldh apart
+  // Optional, for narrow inputs: the input projection is made here, bias + x W_ih^T, and `gates`
+  // is output only. x (B, input) rows ldx apart; w_ih_t (input, G*H); bias (G*H).
+  const void* x = nullptr;
+  int64_t input = 0, ldx = 0;
+  const void* w_ih_t = nullptr;
+  const void* bias = nullptr;
+};
+
+// The matching backward step.
+struct CellBackward {
+  int64_t batch = 0, hidden = 0;
+  const void* gates = nullptr;       // (B, G*H) activations saved by forward
+  const void* gates_bf16 = nullptr;  // or saved in bf16 (then gates is null)
+  const void* c_prev = nullptr;      // LSTM: (B, H)
+  const void* saved = nullptr;       // (B, H) forward's saved values
+  const void* h_prev = nullptr;      // GRU: (B, H) rows ld_h_prev apart
+  int64_t ld_h_prev = 0;
+  const void* dh_out = nullptr;  // (B, H) gradient from the layer output, rows ld_dh_out apart
+  int64_t ld_dh_out = 0;
+  const void* dh_rec = nullptr;  // (B, H) gradient from step t+1, or null
+  void* dc = nullptr;            // LSTM: (B, H) in: dL/dc_t from later steps; out: dL/dc_{t-1}
+  void* dgates = nullptr;        // (B, G*H) out: gradient of the input projection (may be gates);
+                                 // null when only dgates_bf16 is wanted
+  void* dgates_bf16 = nullptr;   // optional bf16 copy of dgates for bf16 GEMMs
+  void* dgates_rec = nullptr;    // recurrent_grads: (B, G*H) out, gradient of R
+  void* dgates_rec_bf16 = nullptr;  // or its bf16 copy
+  void* dh_direct = nullptr;  // recurrent_grads: (B, H) out, dL/dh_prev but for R (may be dh_rec)
+  void* dbias = nullptr;      // optional: += column sums of dgates (G*H), then of dgates_rec (G*H)
+};
+
+struct AdamParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  bool decoupled = true;    // AdamW: p -= lr*wd*p; Adam: g += wd*p
+  int64_t step = 1;         // 1-based, for bias correction
+  double grad_scale = 1.0;  // gradients are multiplied by this first (unscaling, clipping)
+  bool zero_grads = false;  // leave the gradients zeroed
+};
+
+struct SgdParams {
+  double lr = 1e-2, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+  bool first_step = true;  // momentum buffer starts as the gradient itself
+  double grad_scale = 1.0;
+};
+
+}  // namespace seqforge
