@@ -21,17 +21,18 @@ namespace {
 
 Workload make(std::string id, std::string name, int64_t vocab, int64_t embed, int64_t input,
               int64_t hidden, int64_t layers, bool bidirectional, int64_t output, bool per_step,
-              int64_t batch, int64_t steps, Workload::Loss loss) {
+              int64_t batch, int64_t steps, Workload::Loss loss, CellKind cell = CellKind::lstm) {
   Workload w;
   w.id = std::move(id);
   w.name = std::move(name);
   w.model.vocab_size = vocab;
   w.model.embedding_dim = embed;
-  w.model.rnn = {.input_size = input,
-                  .hidden_size = hidden,
-                  .num_layers = layers,
-                  .bidirectional = bidirectional,
-                  .batch_first = true};
+  w.model.rnn = {.cell = cell,
+                 .input_size = input,
+                 .hidden_size = hidden,
+                 .num_layers = layers,
+                 .bidirectional = bidirectional,
+                 .batch_first = true};
   w.model.output_size = output;
   w.model.per_step = per_step;
   w.batch = batch;
@@ -188,7 +189,7 @@ double Workload::gflop() const {
   for (int64_t l = 0; l < model.rnn.num_layers; ++l) {
     const int64_t in =
         l == 0 ? (model.vocab_size ? model.embedding_dim : model.rnn.input_size) : D * H;
-    forward += D * 2.0 * batch * steps * (in + H) * 4 * H;
+    forward += D * 2.0 * batch * steps * (in + H) * cell_type(model.rnn.cell).gates * H;
   }
   forward += 2.0 * batch * (model.per_step ? steps : 1) * D * H * model.output_size;
   return 3 * forward / 1e9;
@@ -203,6 +204,10 @@ const std::vector<Workload>& workloads() {
       make("W3", "lstm_i6_h64_l1_t24_b64", 0, 0, 6, 64, 1, false, 1, false, 64, 24, L::mse),
       make("W4", "charlm_v65_e64_h512_l2_t128_b64", 65, 64, 64, 512, 2, false, 65, true, 64, 128,
            L::cross_entropy),
+      make("W1g", "gru_i8_h128_l2_t150_b256", 0, 0, 8, 128, 2, false, 1, false, 256, 150, L::mse,
+           CellKind::gru),
+      make("W4g", "chargru_v65_e64_h512_l2_t128_b64", 65, 64, 64, 512, 2, false, 65, true, 64, 128,
+           L::cross_entropy, CellKind::gru),
   };
   return all;
 }
@@ -210,7 +215,9 @@ const std::vector<Workload>& workloads() {
 const Workload& find_workload(const std::string& id) {
   for (const auto& w : workloads())
     if (w.id == id || w.name == id) return w;
-  fail("unknown workload '", id, "' (expected W1, W2, W3, W4 or all)");
+  std::string ids;
+  for (const auto& w : workloads()) ids += w.id + ", ";
+  fail("unknown workload '", id, "' (expected ", ids, "or all)");
 }
 
 BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {

@@ -18,6 +18,17 @@ void save_parameters(const std::string& path, const Parameters& params,
   write_safetensors(path, tensors, metadata);
 }
 
+std::string module_names(const Parameters& params) {
+  std::string out, last;
+  for (const auto& e : params.values().entries()) {
+    const std::string module = e.name.substr(0, e.name.find('.'));
+    if (module == last) continue;
+    out += (out.empty() ? "" : ", ") + module;
+    last = module;
+  }
+  return out;
+}
+
 std::vector<std::string> load_parameters(const std::string& path, Parameters& params,
                                          Backend& backend, bool allow_extra,
                                          const std::vector<std::string>& modules) {
@@ -33,7 +44,8 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
   for (const auto& m : modules) {
     bool any = false;
     for (const auto& e : params.values().entries()) any |= e.name.rfind(m + ".", 0) == 0;
-    if (!any) fail(path, ": the model has no module '", m, "' (modules: embedding, lstm, head)");
+    if (!any)
+      fail(path, ": the model has no module '", m, "' (modules: ", module_names(params), ")");
   }
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& entry = params.values().entries()[i];

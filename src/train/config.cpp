@@ -118,17 +118,21 @@ const std::vector<ConfigKey> kKeys = {
     {"augment.cache_dir", T::path, "",
      "Where the cache lives; empty: `augment/` in seqforge's cache directory (SEQFORGE_CACHE_DIR, "
      "else ~/.cache/seqforge)."},
-    {"model.hidden", T::integer, "64", "LSTM hidden size."},
-    {"model.layers", T::integer, "1", "LSTM layers."},
-    {"model.bidirectional", T::boolean, "false", "Bidirectional LSTM."},
+    {"model.cell", T::string, "lstm",
+     "Recurrent cell: `lstm` (PyTorch's nn.LSTM) or `gru` (nn.GRU); also the module's name in "
+     "checkpoints (lstm.weight_ih_l0, gru.weight_ih_l0)."},
+    {"model.hidden", T::integer, "64", "Hidden size of the recurrent layers."},
+    {"model.layers", T::integer, "1", "Recurrent layers."},
+    {"model.bidirectional", T::boolean, "false", "Bidirectional recurrent layers."},
     {"model.dropout", T::number, "0.0",
-     "Dropout on every LSTM layer's output but the last, in training."},
+     "Dropout on every recurrent layer's output but the last, in training."},
     {"model.embedding", T::integer, "64", "Embedding size (charlm)."},
     {"model.init_from", T::path, "",
      "A .safetensors file of initial weights under PyTorch names (lstm.weight_ih_l0, head.weight, "
      "...)."},
     {"model.init_from_modules", T::string_list, "[]",
-     "Load only these modules (`embedding`, `lstm`, `head`) from init_from; the file's other "
+     "Load only these modules (`embedding`, the cell's `lstm` or `gru`, `head`) from init_from; "
+     "the file's other "
      "tensors are ignored. Empty: every parameter."},
     {"optim.kind", T::string, "adamw", "`adamw`, `adam` or `sgd`."},
     {"optim.lr", T::number, "0.001", "Peak learning rate."},
@@ -152,7 +156,8 @@ const std::vector<ConfigKey> kKeys = {
      "it)."},
     {"train.threads", T::integer, "0", "Compute threads; 0: every CPU this process may use."},
     {"train.freeze_modules", T::string_list, "[]",
-     "Modules (`embedding`, `lstm`, `head`) not updated during the first freeze_epochs epochs."},
+     "Modules (`embedding`, the cell's `lstm` or `gru`, `head`) not updated during the first "
+     "freeze_epochs epochs."},
     {"train.freeze_epochs", T::integer, "0", "Epochs during which freeze_modules stay fixed."},
     {"train.clip_grad_norm", T::number, "0.0",
      "Clip the gradients' total L2 norm to this; 0: no clipping."},

@@ -22,18 +22,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Floats a training step keeps per batch: per layer and direction the gates (T, B, 4H), cell
-// state and tanh(c) (T, B, H), the layer output (T, B, D*H), its input gradient (T, B, I_l),
-// dropout masks and masked copies; bf16 GEMMs add half-size copies of gates and outputs.
+// Floats a training step keeps per batch: per layer and direction the gates (T, B, G*H), the
+// cell's saved state (T, B, H; the LSTM's c and tanh(c), the GRU's R_n and its dR (T, B, G*H)),
+// the layer output (T, B, D*H), its input gradient (T, B, I_l), dropout masks and masked copies;
+// bf16 GEMMs add half-size copies of gates and outputs.
 double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool bf16) {
   const RecurrentOptions& o = m.rnn;
   const double D = o.bidirectional ? 2 : 1, H = static_cast<double>(o.hidden_size);
   double floats = 0;
   for (int64_t l = 0; l < o.num_layers; ++l) {
     const double I = l == 0 ? static_cast<double>(o.input_size) : D * H;
-    double layer = D * (4 * H + 2 * H) + D * H + I;
+    const CellType& cell = cell_type(o.cell);
+    const double GH = cell.gates * H;
+    const double saved = cell.cell_state ? 2 * H : H + (cell.recurrent_grads ? GH : 0);
+    double layer = D * (GH + saved) + D * H + I;
     if (o.dropout > 0 && l + 1 < o.num_layers) layer += 2 * D * H;
-    if (bf16) layer += 0.5 * (D * 4 * H + D * H);
+    if (bf16) layer += 0.5 * (D * GH + D * H);
     floats += layer * T * B;
   }
   const double head_rows = m.per_step ? static_cast<double>(T * B) : static_cast<double>(B);

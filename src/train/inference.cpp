@@ -86,11 +86,11 @@ std::string forecast_time(const SeriesData& d, int64_t start) {
 
 // Windows per forward pass of predict: large batches run the GEMMs fastest (512-1024 rows ran
 // 1.5x the windows/s of 256 for a 2-layer LSTM of hidden 256), within about 512 MB of the
-// activations a forward pass keeps, (T, B, 4H) gates per layer and direction.
+// activations a forward pass keeps, (T, B, G*H) gates per layer and direction.
 int64_t prediction_batch(const ModelOptions& m, int64_t T) {
   const RecurrentOptions& o = m.rnn;
-  const int64_t per_window =
-      T * 4 * o.hidden_size * o.num_layers * (o.bidirectional ? 2 : 1) * int64_t{sizeof(float)};
+  const int64_t per_window = T * cell_type(o.cell).gates * o.hidden_size * o.num_layers *
+                             (o.bidirectional ? 2 : 1) * int64_t{sizeof(float)};
   return std::clamp<int64_t>((int64_t{512} << 20) / std::max<int64_t>(1, per_window), 64, 1024);
 }
 
@@ -273,10 +273,13 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     }
     text += encode_utf8(vocab.substr(next, 1));
     std::copy_n(static_cast<const float*>(model.rnn().h_n().data()), h.size(), h.begin());
-    std::copy_n(static_cast<const float*>(model.rnn().c_n().data()), cst.size(), cst.begin());
+    const bool cell_state = model.rnn().cell().cell_state;
+    if (cell_state)
+      std::copy_n(static_cast<const float*>(model.rnn().c_n().data()), cst.size(), cst.begin());
     Tensor one(&next, DType::i64, {1, 1});
     logits = model.forward(*be, one, Tensor(h.data(), DType::f32, {D * L, 1, H}),
-                           Tensor(cst.data(), DType::f32, {D * L, 1, H}), false, rng);
+                           cell_state ? Tensor(cst.data(), DType::f32, {D * L, 1, H}) : Tensor(),
+                           false, rng);
   }
   return text;
 }

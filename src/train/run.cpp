@@ -32,6 +32,11 @@ ModelOptions model_options(const Config& c, const Task& t) {
     if (v <= 0) fail(c.source(), ": ", key, " must be positive, got ", v);
     return v;
   };
+  try {
+    m.rnn.cell = cell_kind(c.str("model.cell"));
+  } catch (const std::exception& e) {
+    fail(c.source(), ": model.cell: ", e.what());
+  }
   m.rnn.hidden_size = positive("model.hidden");
   m.rnn.num_layers = positive("model.layers");
   m.rnn.bidirectional = c.boolean("model.bidirectional");
@@ -129,7 +134,8 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
       {"seqforge.version", SEQFORGE_VERSION},
       {"seqforge.layout",
        "PyTorch names: embedding (nn.Embedding), lstm (nn.LSTM, batch_first=True, gate order "
-       "i, f, g, o), head (nn.Linear on the last step, or on every step for charlm)"},
+       "i, f, g, o) or gru (nn.GRU, batch_first=True, gate order r, z, n), head (nn.Linear on the "
+       "last step, or on every step for charlm)"},
       {"seqforge.config", c.resolved_yaml()},
       {"seqforge.epoch", std::to_string(epoch)},
       {"seqforge.metrics", nlohmann::json(m).dump()},

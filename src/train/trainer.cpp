@@ -264,9 +264,10 @@ void Training::start_streams() {
       s_.max_batches > 0 ? std::min(streams.batches, s_.max_batches) : streams.batches;
   total_steps_ = batches_per_epoch_ * s_.epochs;
   const RecurrentOptions& o = task_.model.rnn;
+  const Shape shape{o.num_layers, s_.batch_size, o.hidden_size};
   for (int k = 0; k < 2; ++k) {
-    be_->fill(carry_h_[k].get(*be_, DType::f32, {o.num_layers, s_.batch_size, o.hidden_size}), 0);
-    be_->fill(carry_c_[k].get(*be_, DType::f32, {o.num_layers, s_.batch_size, o.hidden_size}), 0);
+    be_->fill(carry_h_[k].get(*be_, DType::f32, shape), 0);
+    if (cell_type(o.cell).cell_state) be_->fill(carry_c_[k].get(*be_, DType::f32, shape), 0);
   }
   out_ << "stateful: " << s_.batch_size << " streams of " << streams.batches
        << " consecutive chunks each; states carried between batches, reset at each epoch, "
@@ -283,16 +284,16 @@ std::pair<Tensor, Tensor> Training::carried_states(int64_t bi, int64_t rows) {
   const RecurrentOptions& o = task_.model.rnn;
   const Shape shape({o.num_layers, s_.batch_size, o.hidden_size});
   Tensor h = carry_h_[carry_at_].get(*be_, DType::f32, shape);
-  Tensor c = carry_c_[carry_at_].get(*be_, DType::f32, shape);
-  auto* hp = static_cast<float*>(h.data());
-  auto* cp = static_cast<float*>(c.data());
+  Tensor c =
+      cell_type(o.cell).cell_state ? carry_c_[carry_at_].get(*be_, DType::f32, shape) : Tensor();
   const int64_t H = o.hidden_size, B = s_.batch_size;
-  for (int64_t i = 0; i < rows; ++i)
-    if (resets_[bi * B + i])
-      for (int64_t l = 0; l < o.num_layers; ++l) {
-        std::fill_n(hp + (l * B + i) * H, H, 0.0f);
-        std::fill_n(cp + (l * B + i) * H, H, 0.0f);
-      }
+  for (Tensor state : {h, c}) {
+    if (state.empty()) continue;
+    auto* p = static_cast<float*>(state.data());
+    for (int64_t i = 0; i < rows; ++i)
+      if (resets_[bi * B + i])
+        for (int64_t l = 0; l < o.num_layers; ++l) std::fill_n(p + (l * B + i) * H, H, 0.0f);
+  }
   return {h, c};
 }
 
@@ -452,7 +453,7 @@ void Training::freeze_modules() {
         frozen_[i] = any = true;
     if (!any)
       fail(c_.source(), ": train.freeze_modules: the model has no module '", module,
-           "' (modules: embedding, lstm, head)");
+           "' (modules: ", io::module_names(model_->parameters()), ")");
   }
   if (!s_.freeze_modules.empty() && s_.freeze_epochs > state_.epochs_done) {
     std::string list;
@@ -556,7 +557,8 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
     carry_at_ ^= 1;
     const Shape shape = h0.shape();
     be_->copy(carry_h_[carry_at_].get(*be_, DType::f32, shape), model_->rnn().h_n());
-    be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, shape), model_->rnn().c_n());
+    if (!c0.empty())
+      be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, shape), model_->rnn().c_n());
   }
   Tensor dout = dout_buf_.get(*be_, DType::f32, y.shape());
   const double loss = [&] {

@@ -22,4 +22,7 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
                                          Backend& backend, bool allow_extra = false,
                                          const std::vector<std::string>& modules = {});
 
+// The model's modules, the parameter names' first parts in order: "embedding, lstm, head".
+std::string module_names(const Parameters& params);
+
 }  // namespace seqforge::io
