@@ -2,11 +2,13 @@
 """The benchmark workloads of WORKLOADS.md in PyTorch, for side-by-side comparison with
 `seqforge bench`: one training step = forward, backward, Adam step, on random data.
 
-Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|W2|W3|W4|W1g|W4g|all] [--precision fp32|bf16]
+Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|W2|W3|W4|W1g|W4g|W1p|W4p|all]
+                                              [--precision fp32|bf16]
                                                [--steps N] [--warmup N] [--threads N] [--json FILE]
 Threads are tuned as WORKLOADS.md describes: torch.set_num_threads(cores), OMP_WAIT_POLICY=PASSIVE.
 bf16 uses torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss.
-W1g and W4g are W1 and W4 with an nn.GRU in place of the nn.LSTM; "all" runs all six.
+W1g and W4g are W1 and W4 with an nn.GRU in place of the nn.LSTM, W1p and W4p with an LSTM of
+proj_size H/2; "all" runs all eight.
 """
 import argparse
 import json
@@ -32,6 +34,11 @@ WORKLOADS = {
     "W4g": dict(name="chargru_v65_e64_h512_l2_t128_b64", cell="gru", vocab=65, input=64,
                 hidden=512, layers=2, bi=False, out=65, per_step=True, batch=64, steps=128,
                 loss="ce"),
+    "W1p": dict(name="lstm_i8_h128_p64_l2_t150_b256", cell="lstm", proj=64, input=8, hidden=128,
+                layers=2, bi=False, out=1, per_step=False, batch=256, steps=150, loss="mse"),
+    "W4p": dict(name="charlm_v65_e64_h512_p256_l2_t128_b64", cell="lstm", proj=256, vocab=65,
+                input=64, hidden=512, layers=2, bi=False, out=65, per_step=True, batch=64,
+                steps=128, loss="ce"),
 }
 
 
@@ -41,10 +48,14 @@ class Model(torch.nn.Module):
         self.w = w
         if "vocab" in w:
             self.embedding = torch.nn.Embedding(w["vocab"], w["input"])
-        rnn = torch.nn.GRU if w["cell"] == "gru" else torch.nn.LSTM
-        self.rnn = rnn(w["input"], w["hidden"], w["layers"], batch_first=True,
-                       bidirectional=w["bi"])
-        self.head = torch.nn.Linear((2 if w["bi"] else 1) * w["hidden"], w["out"])
+        kw = dict(batch_first=True, bidirectional=w["bi"])
+        if w["cell"] == "gru":
+            self.rnn = torch.nn.GRU(w["input"], w["hidden"], w["layers"], **kw)
+        else:
+            self.rnn = torch.nn.LSTM(w["input"], w["hidden"], w["layers"],
+                                     proj_size=w.get("proj", 0), **kw)
+        width = w.get("proj") or w["hidden"]
+        self.head = torch.nn.Linear((2 if w["bi"] else 1) * width, w["out"])
 
     def forward(self, x):
         if "vocab" in self.w:
@@ -58,10 +69,11 @@ class Model(torch.nn.Module):
 def gflop(w):
     d = 2 if w["bi"] else 1
     gates = 3 if w["cell"] == "gru" else 4
-    fwd = sum(d * 2.0 * w["batch"] * w["steps"] * ((w["input"] if l == 0 else d * w["hidden"]) +
-                                                      w["hidden"]) * gates * w["hidden"]
+    h, p = w["hidden"], w.get("proj") or w["hidden"]
+    fwd = sum(d * 2.0 * w["batch"] * w["steps"] *
+              (((w["input"] if l == 0 else d * p) + p) * gates * h + (h * p if p < h else 0))
               for l in range(w["layers"]))
-    fwd += 2.0 * w["batch"] * (w["steps"] if w["per_step"] else 1) * d * w["hidden"] * w["out"]
+    fwd += 2.0 * w["batch"] * (w["steps"] if w["per_step"] else 1) * d * p * w["out"]
     return 3 * fwd / 1e9
 
 
@@ -122,7 +134,7 @@ def main():
     results = []
     for wid in ids:
         if wid not in WORKLOADS:
-            sys.exit("unknown workload %s (expected W1, W2, W3, W4, W1g, W4g or all)" % wid)
+            sys.exit("unknown workload %s (expected W1, W2, W3, W4, W1g, W4g, W1p, W4p or all)" % wid)
         r = run(wid, a.precision, a.steps, a.warmup)
         results.append(r)
         print("%-3s %-34s %-5s %10.2f ms/step %10.0f samples/s %8.1f GFLOP/s %8.0f peak MB" %

@@ -27,10 +27,10 @@ fs::path temp_dir(const std::string& name) {
 ModelOptions small_model() {
   ModelOptions opt;
   opt.rnn = {.input_size = 3,
-              .hidden_size = 6,
-              .num_layers = 2,
-              .bidirectional = true,
-              .batch_first = true};
+             .hidden_size = 6,
+             .num_layers = 2,
+             .bidirectional = true,
+             .batch_first = true};
   opt.output_size = 2;
   return opt;
 }
@@ -88,18 +88,27 @@ TEST(Checkpoint, NamesTheMissingOrMisshapedTensor) {
   expect_error(extra, false, "'lstm.weight_ih_l9' is not a parameter");
 }
 
-TEST(Checkpoint, PyTorchLoadsItAndReproducesTheOutput) {
+// LSTM, GRU, and LSTM with a projection: nn.LSTM / nn.GRU load the checkpoint strictly.
+class PyTorchLoads : public ::testing::TestWithParam<std::pair<CellKind, int64_t>> {};
+
+TEST_P(PyTorchLoads, ItAndReproducesTheOutput) {
   auto be = make_cpu_backend();
   ModelOptions opt = small_model();
+  const auto [cell, proj] = GetParam();
+  opt.rnn.cell = cell;
+  opt.rnn.proj_size = proj;
   SequenceModel model(opt);
   model.initialize(*be, 3);
   Rng rng(4);
   std::vector<float> x(5 * 7 * 3);
   for (float& v : x) v = static_cast<float>(rng.uniform(-1, 1));
   Tensor y = model.forward(*be, Tensor(x.data(), DType::f32, {5, 7, 3}), {}, {}, false, rng);
-  const nlohmann::json config = {{"vocab", 0},          {"embed", 0},  {"input", 3},
-                                 {"hidden", 6},         {"layers", 2}, {"bidirectional", true},
-                                 {"batch_first", true}, {"output", 2}, {"per_step", false}};
+  const nlohmann::json config = {{"vocab", 0},          {"embed", 0},
+                                 {"input", 3},          {"hidden", 6},
+                                 {"layers", 2},         {"bidirectional", true},
+                                 {"batch_first", true}, {"output", 2},
+                                 {"per_step", false},   {"cell", cell_type(cell).name},
+                                 {"proj", proj}};
   const fs::path dir = temp_dir("torch");
   const std::string ckpt = (dir / "model.safetensors").string(),
                     io = (dir / "io.safetensors").string();
@@ -111,6 +120,14 @@ TEST(Checkpoint, PyTorchLoadsItAndReproducesTheOutput) {
                           ckpt + " " + io;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
+INSTANTIATE_TEST_SUITE_P(Cells, PyTorchLoads,
+                         ::testing::Values(std::pair{CellKind::lstm, int64_t{0}},
+                                           std::pair{CellKind::gru, int64_t{0}},
+                                           std::pair{CellKind::lstm, int64_t{4}}),
+                         [](const auto& info) {
+                           return std::string(cell_type(info.param.first).name) +
+                                  (info.param.second ? "_proj" : "");
+                         });
 
 }  // namespace
 }  // namespace seqforge

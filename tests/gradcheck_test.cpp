@@ -138,16 +138,16 @@ TEST_P(LstmGradCheck, AllGradients) {
   const Shape x_shape =
       c.opt.batch_first ? Shape{c.B, c.T, c.opt.input_size} : Shape{c.T, c.B, c.opt.input_size};
   HostTensor x(*be, DType::f64, x_shape, random_values(rng, x_shape.numel()));
-  const Shape s_shape{D * L, c.B, H};
+  const Shape s_shape{D * L, c.B, c.opt.state_size()}, c_shape{D * L, c.B, H};
   HostTensor h0, c0;
   if (c.states) {
     h0 = HostTensor(*be, DType::f64, s_shape, random_values(rng, s_shape.numel(), 0.5));
-    c0 = HostTensor(*be, DType::f64, s_shape, random_values(rng, s_shape.numel(), 0.5));
+    c0 = HostTensor(*be, DType::f64, c_shape, random_values(rng, c_shape.numel(), 0.5));
     if (!cell_state) c0 = HostTensor();
   }
-  const int64_t y_numel = c.T * c.B * D * H;
+  const int64_t y_numel = c.T * c.B * lstm.output_size();
   const auto ry = random_values(rng, y_numel), rh = random_values(rng, s_shape.numel()),
-             rc = random_values(rng, s_shape.numel());
+             rc = random_values(rng, c_shape.numel());
   // L = sum(y * ry) + sum(h_n * rh) + sum(c_n * rc)
   auto objective = [&] {
     Rng fixed(5);
@@ -155,9 +155,10 @@ TEST_P(LstmGradCheck, AllGradients) {
     return dot(y, ry) + dot(lstm.h_n(), rh) + (cell_state ? dot(lstm.c_n(), rc) : 0.0);
   };
   objective();
-  const Shape y_shape = c.opt.batch_first ? Shape{c.B, c.T, D * H} : Shape{c.T, c.B, D * H};
+  const int64_t F = lstm.output_size();
+  const Shape y_shape = c.opt.batch_first ? Shape{c.B, c.T, F} : Shape{c.T, c.B, F};
   HostTensor dy(*be, DType::f64, y_shape, ry), dhn(*be, DType::f64, s_shape, rh),
-      dcn(*be, DType::f64, s_shape, rc);
+      dcn(*be, DType::f64, c_shape, rc);
   params.zero_grad(*be);
   const auto dx = to_doubles(lstm.backward(*be, dy.t, dhn.t, cell_state ? dcn.t : Tensor()));
   const auto dh0 = to_doubles(lstm.dh0());
@@ -200,6 +201,16 @@ INSTANTIATE_TEST_SUITE_P(
         LstmCase{"one_step", {.input_size = 1, .hidden_size = 1}, 1, 1, true},
         LstmCase{
             "gru_states", {.cell = CellKind::gru, .input_size = 2, .hidden_size = 3}, 4, 3, true},
+        LstmCase{"proj_two_layers_bi",
+                 {.input_size = 3,
+                  .hidden_size = 4,
+                  .num_layers = 2,
+                  .bidirectional = true,
+                  .dropout = 0.3,
+                  .proj_size = 2},
+                 4,
+                 2,
+                 true},
         LstmCase{"gru_two_layers_bi",
                  {.cell = CellKind::gru,
                   .input_size = 3,

@@ -45,7 +45,7 @@ std::map<std::string, std::vector<double>> run(Backend& be, const Case& c,
   const int64_t D = lstm.directions(), L = c.opt.num_layers, H = c.opt.hidden_size;
   const Shape x_shape =
       c.opt.batch_first ? Shape{c.B, c.T, c.opt.input_size} : Shape{c.T, c.B, c.opt.input_size};
-  const Shape s_shape{D * L, c.B, H};
+  const Shape s_shape{D * L, c.B, c.opt.state_size()}, c_shape{D * L, c.B, H};
   auto values = [&](int64_t n) {
     std::vector<double> v(static_cast<size_t>(n));
     for (double& x : v) x = static_cast<float>(rng.uniform(-1, 1));
@@ -53,7 +53,7 @@ std::map<std::string, std::vector<double>> run(Backend& be, const Case& c,
   };
   HostTensor x(be, DType::f32, x_shape, values(x_shape.numel()));
   HostTensor h0(be, DType::f32, s_shape, values(s_shape.numel()));
-  HostTensor c0(be, DType::f32, s_shape, values(s_shape.numel()));
+  HostTensor c0(be, DType::f32, c_shape, values(c_shape.numel()));
   Rng dropout_rng(5);
   Tensor y = lstm.forward(be, x.t, h0.t, cell_state ? c0.t : Tensor(), true, dropout_rng);
   if (schedule != RecurrentSchedule::tuned) {
@@ -65,7 +65,7 @@ std::map<std::string, std::vector<double>> run(Backend& be, const Case& c,
   if (cell_state) out["c_n"] = to_doubles(lstm.c_n());
   HostTensor dy(be, DType::f32, y.shape(), values(y.numel()));
   HostTensor dhn(be, DType::f32, s_shape, values(s_shape.numel()));
-  HostTensor dcn(be, DType::f32, s_shape, values(s_shape.numel()));
+  HostTensor dcn(be, DType::f32, c_shape, values(c_shape.numel()));
   out["dx"] = to_doubles(lstm.backward(be, dy.t, dhn.t, cell_state ? dcn.t : Tensor()));
   out["dh0"] = to_doubles(lstm.dh0());
   if (cell_state) out["dc0"] = to_doubles(lstm.dc0());
@@ -225,6 +225,41 @@ INSTANTIATE_TEST_SUITE_P(
               .num_layers = 2,
               .bidirectional = true,
               .batch_first = true},
+             5,
+             3,
+             DType::bf16},
+        Case{"proj_uni_3_layers_dropout",
+             {.input_size = 20,
+              .hidden_size = 24,
+              .num_layers = 3,
+              .dropout = 0.3,
+              .batch_first = true,
+              .proj_size = 7},
+             7,
+             3,
+             DType::f32},
+        Case{"proj_bi_2_layers",
+             {.input_size = 5,
+              .hidden_size = 12,
+              .num_layers = 2,
+              .bidirectional = true,
+              .proj_size = 5},
+             6,
+             4,
+             DType::f32},
+        Case{"proj_uni_2_layers_bf16",
+             {.input_size = 6, .hidden_size = 32, .num_layers = 2, .proj_size = 16},
+             8,
+             4,
+             DType::bf16},
+        Case{"proj_bi_2_layers_bf16",
+             {.input_size = 24,
+              .hidden_size = 16,
+              .num_layers = 2,
+              .bidirectional = true,
+              .dropout = 0.2,
+              .batch_first = true,
+              .proj_size = 9},
              5,
              3,
              DType::bf16}),

@@ -86,6 +86,7 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
   }
   opt.rnn.cell = cell_kind(c.value("cell", "lstm"));
   opt.rnn.hidden_size = c["h"];
+  opt.rnn.proj_size = c.value("p", 0);
   opt.rnn.num_layers = c["l"];
   opt.rnn.bidirectional = c.value("bi", false);
   opt.rnn.batch_first = c.value("bf", false);

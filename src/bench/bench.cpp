@@ -21,7 +21,8 @@ namespace {
 
 Workload make(std::string id, std::string name, int64_t vocab, int64_t embed, int64_t input,
               int64_t hidden, int64_t layers, bool bidirectional, int64_t output, bool per_step,
-              int64_t batch, int64_t steps, Workload::Loss loss, CellKind cell = CellKind::lstm) {
+              int64_t batch, int64_t steps, Workload::Loss loss, CellKind cell = CellKind::lstm,
+              int64_t proj = 0) {
   Workload w;
   w.id = std::move(id);
   w.name = std::move(name);
@@ -32,7 +33,8 @@ Workload make(std::string id, std::string name, int64_t vocab, int64_t embed, in
                  .hidden_size = hidden,
                  .num_layers = layers,
                  .bidirectional = bidirectional,
-                 .batch_first = true};
+                 .batch_first = true,
+                 .proj_size = proj};
   w.model.output_size = output;
   w.model.per_step = per_step;
   w.batch = batch;
@@ -185,13 +187,14 @@ void print_gemm_breakdown(Backend& be, const std::vector<RecordingBackend::Call>
 
 double Workload::gflop() const {
   const int64_t D = model.rnn.bidirectional ? 2 : 1, H = model.rnn.hidden_size;
+  const int64_t P = model.rnn.state_size(), G = cell_type(model.rnn.cell).gates;
   double forward = 0;
   for (int64_t l = 0; l < model.rnn.num_layers; ++l) {
     const int64_t in =
-        l == 0 ? (model.vocab_size ? model.embedding_dim : model.rnn.input_size) : D * H;
-    forward += D * 2.0 * batch * steps * (in + H) * cell_type(model.rnn.cell).gates * H;
+        l == 0 ? (model.vocab_size ? model.embedding_dim : model.rnn.input_size) : D * P;
+    forward += D * 2.0 * batch * steps * ((in + P) * G * H + (P < H ? H * P : 0));
   }
-  forward += 2.0 * batch * (model.per_step ? steps : 1) * D * H * model.output_size;
+  forward += 2.0 * batch * (model.per_step ? steps : 1) * D * P * model.output_size;
   return 3 * forward / 1e9;
 }
 
@@ -208,6 +211,10 @@ const std::vector<Workload>& workloads() {
            CellKind::gru),
       make("W4g", "chargru_v65_e64_h512_l2_t128_b64", 65, 64, 64, 512, 2, false, 65, true, 64, 128,
            L::cross_entropy, CellKind::gru),
+      make("W1p", "lstm_i8_h128_p64_l2_t150_b256", 0, 0, 8, 128, 2, false, 1, false, 256, 150,
+           L::mse, CellKind::lstm, 64),
+      make("W4p", "charlm_v65_e64_h512_p256_l2_t128_b64", 65, 64, 64, 512, 2, false, 65, true, 64,
+           128, L::cross_entropy, CellKind::lstm, 256),
   };
   return all;
 }

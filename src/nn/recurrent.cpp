@@ -65,13 +65,13 @@ constexpr int64_t kCellProjectionMaxInput = 16;
 // to chunks, than the cache gains.
 constexpr int64_t kMinWeightGradRows = 1024;
 
-// R(B, G*H) = h_prev(B, H) W_hh^T, h_prev rows lda apart.
-GemmShape recurrent_forward_shape(int64_t B, int64_t G, int64_t H, int64_t lda) {
-  return {.trans_b = true, .m = B, .n = G * H, .k = H, .lda = lda, .ldb = H, .ldc = G * H};
+// R(B, G*H) = h_prev(B, P) W_hh^T, h_prev rows lda apart.
+GemmShape recurrent_forward_shape(int64_t B, int64_t G, int64_t H, int64_t P, int64_t lda) {
+  return {.trans_b = true, .m = B, .n = G * H, .k = P, .lda = lda, .ldb = P, .ldc = G * H};
 }
-// dh(B, H) = dR(B, G*H) W_hh(G*H, H), added to dh's direct term when the cell has one.
-GemmShape recurrent_backward_shape(int64_t B, int64_t G, int64_t H, bool accumulate) {
-  GemmShape s{.m = B, .n = H, .k = G * H, .lda = G * H, .ldb = H, .ldc = H};
+// dh(B, P) = dR(B, G*H) W_hh(G*H, P), added to dh's direct term when the cell has one.
+GemmShape recurrent_backward_shape(int64_t B, int64_t G, int64_t H, int64_t P, bool accumulate) {
+  GemmShape s{.m = B, .n = P, .k = G * H, .lda = G * H, .ldb = P, .ldc = P};
   s.beta = accumulate ? 1.0f : 0.0f;
   return s;
 }
@@ -129,7 +129,12 @@ Recurrent::Recurrent(Parameters& params, const std::string& prefix, const Recurr
   if (opt_.num_layers <= 0) fail(where, ": num_layers must be positive, got ", opt_.num_layers);
   if (!(opt_.dropout >= 0.0 && opt_.dropout < 1.0))
     fail(where, ": dropout ", opt_.dropout, " outside [0, 1)");
-  const int64_t H = opt_.hidden_size, L = opt_.num_layers;
+  if (opt_.proj_size < 0 || opt_.proj_size >= opt_.hidden_size)
+    fail(where, ": proj_size must be in [0, hidden_size ", opt_.hidden_size, "), got ",
+         opt_.proj_size);
+  if (opt_.proj_size > 0 && !cell_.cell_state)
+    fail(where, ": proj_size is the LSTM's (PyTorch's nn.", upper(cell_.name), " has none)");
+  const int64_t H = opt_.hidden_size, P = opt_.state_size(), L = opt_.num_layers;
   const Init init = Init::Uniform(1.0 / std::sqrt(double(H)));
   const std::string base = prefix.empty() ? "" : prefix + ".";
   for (int64_t l = 0; l < L; ++l) {
@@ -137,9 +142,10 @@ Recurrent::Recurrent(Parameters& params, const std::string& prefix, const Recurr
       const std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
       Weights w;
       w.w_ih = params.declare(base + "weight_ih" + sfx, {G_ * H, layer_input_size(l)}, init);
-      w.w_hh = params.declare(base + "weight_hh" + sfx, {G_ * H, H}, init);
+      w.w_hh = params.declare(base + "weight_hh" + sfx, {G_ * H, P}, init);
       w.b_ih = params.declare(base + "bias_ih" + sfx, {G_ * H}, init);
       w.b_hh = params.declare(base + "bias_hh" + sfx, {G_ * H}, init);
+      if (projected()) w.w_hr = params.declare(base + "weight_hr" + sfx, {P, H}, init);
       weights_.push_back(w);
     }
   }
@@ -212,11 +218,11 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
          "), got ", x.shape().str());
   T_ = opt_.batch_first ? x.dim(1) : x.dim(0);
   B_ = opt_.batch_first ? x.dim(0) : x.dim(1);
-  const int64_t H = opt_.hidden_size, D = directions(), L = opt_.num_layers;
-  const Shape state_shape{D * L, B_, H};
-  for (auto [t, name] : {std::pair{h0, "h0"}, std::pair{c0, "c0"}}) {
-    if (!t.empty() && t.shape() != state_shape)
-      fail(label, " ", name, " must be ", state_shape.str(), ", got ", t.shape().str());
+  const int64_t H = opt_.hidden_size, P = opt_.state_size(), D = directions(), L = opt_.num_layers;
+  const Shape state_shape{D * L, B_, P}, c_shape{D * L, B_, H};
+  for (auto [t, shape, name] : {std::tuple{h0, state_shape, "h0"}, std::tuple{c0, c_shape, "c0"}}) {
+    if (!t.empty() && t.shape() != shape)
+      fail(label, " ", name, " must be ", shape.str(), ", got ", t.shape().str());
   }
   if (!c0.empty() && !cell_.cell_state) fail(label, " has no cell state, but c0 was given");
   if (opt_.batch_first) {
@@ -232,8 +238,8 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
     be.copy(h_init, h0);
   Tensor hn = h_n_.get(be, dt, state_shape), c_init, cn;
   if (cell_.cell_state) {
-    c_init = c0_.get(be, dt, state_shape);
-    cn = c_n_.get(be, dt, state_shape);
+    c_init = c0_.get(be, dt, c_shape);
+    cn = c_n_.get(be, dt, c_shape);
     if (c0.empty())
       be.fill(c_init, 0.0);
     else
@@ -252,6 +258,10 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
       Tensor w_ih = params_.value(w.w_ih), w_hh = params_.value(w.w_hh);
       be.convert(ch.w_ih_low.get(be, gt, w_ih.shape()), w_ih);
       be.convert(ch.w_hh_low.get(be, gt, w_hh.shape()), w_hh);
+      if (projected()) {
+        Tensor w_hr = params_.value(w.w_hr);
+        be.convert(ch.w_hr_low.get(be, gt, w_hr.shape()), w_hr);
+      }
     }
     if (cell_projects_input(s / D)) {
       const int64_t I = layer_input_size(s / D);
@@ -268,7 +278,7 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
   dropout_active_ = training && opt_.dropout > 0.0;
   in_gemm_[0] = low() ? x_low_.tensor() : x_;
   for (int64_t l = 0; l < L; ++l) {
-    const Shape out_shape{T_, B_, D * H};
+    const Shape out_shape{T_, B_, D * P};
     Tensor out = out_[l].get(be, dt, out_shape);
     Tensor out_g = low() ? out_low_[l].get(be, gt, out_shape) : out;
     if (l + 1 == L) break;
@@ -290,6 +300,14 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
       if (cell_.cell_state) ch.c.get(be, dt, {T_, B_, H});
       ch.saved.get(be, dt, {T_, B_, H});
       ch.rec.get(be, dt, {B_, G_ * H});
+      if (projected()) {
+        ch.m.get(be, dt, {T_, B_, H});
+        if (low()) ch.m_low.get(be, gt, {T_, B_, H});
+        if (low() && D == 2) {
+          ch.h_step.get(be, dt, {B_, P});
+          ch.h_step_low.get(be, gt, {B_, P});
+        }
+      }
     }
 
   if (T_ > 0 && B_ > 0) run_tuned_forward(be);
@@ -303,15 +321,15 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
       continue;
     }
     const int64_t t_last = d == 0 ? T_ - 1 : 0;
-    be.copy_rows(at(hn, s * B_ * H), H, at(out_[l].tensor(), t_last * B_ * D * H + d * H), D * H,
-                 B_, H, dt);
+    be.copy_rows(at(hn, s * B_ * P), P, at(out_[l].tensor(), t_last * B_ * D * P + d * P), D * P,
+                 B_, P, dt);
     if (cell_.cell_state)
       be.copy(cn.slice(s, s + 1).reshape({B_, H}),
               chains_[s].c.tensor().slice(t_last, t_last + 1).reshape({B_, H}));
   }
   Tensor y = out_[L - 1].tensor();
   if (!opt_.batch_first) return y;
-  Tensor y_bf = y_bf_.get(be, dt, {B_, T_, D * H});
+  Tensor y_bf = y_bf_.get(be, dt, {B_, T_, D * P});
   be.transpose01(y_bf, y);
   return y_bf;
 }
@@ -473,7 +491,8 @@ void Recurrent::run_tuned_forward(Backend& be) {
   if (tuned_ && tuned_->first == problem) return run_forward(be, tuned_->second);
   const std::string key =
       autotune::machine_prefix(be.concurrency()) + cell_.name + "|i" +
-      std::to_string(opt_.input_size) + "_h" + std::to_string(opt_.hidden_size) + "_l" +
+      std::to_string(opt_.input_size) + "_h" + std::to_string(opt_.hidden_size) +
+      (projected() ? "_p" + std::to_string(opt_.proj_size) : "") + "_l" +
       std::to_string(opt_.num_layers) + "_d" + std::to_string(directions()) + "_t" +
       std::to_string(T_) + "_b" + std::to_string(B_) + "_" + std::string(dtype_name(gemm_dtype_)) +
       (dropout_active_ ? "_dropout" : "");
@@ -549,7 +568,7 @@ Tensor Recurrent::recurrent_grads(int64_t s) const {
 // Rows of the K-major copies per step and batch row: dG, dR when apart, h_prev and the input.
 int64_t Recurrent::k_major_rows(int64_t l) const {
   const int64_t GH = G_ * opt_.hidden_size;
-  return GH + (cell_.recurrent_grads ? GH : 0) + opt_.hidden_size + layer_input_size(l);
+  return GH + (cell_.recurrent_grads ? GH : 0) + opt_.state_size() + layer_input_size(l);
 }
 
 Tensor Recurrent::input_weights(int64_t s) const {
@@ -592,7 +611,7 @@ void Recurrent::finish_output_step(Backend& be, int64_t l, int64_t t) {
 void Recurrent::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t b0,
                              int64_t nb) {
   const DType dt = params_.dtype();
-  const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
+  const int64_t H = opt_.hidden_size, P = opt_.state_size(), D = directions(), s = l * D + d;
   const int64_t t = d == 0 ? step : T_ - 1 - step, t_prev = d == 0 ? t - 1 : t + 1;
   Chain& ch = chains_[s];
   const Tensor out = out_[l].tensor();
@@ -601,12 +620,12 @@ void Recurrent::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, in
   // W_hh packed at the first step, by the worker that runs the chain: the layout depends on the
   // threads a GEMM runs on.
   if (whole && step == 0)
-    pack_weights(be, recurrent_forward_shape(B_, G_, H, D * H), recurrent_weights(s),
+    pack_weights(be, recurrent_forward_shape(B_, G_, H, P, D * P), recurrent_weights(s),
                  &ch.w_hh_forward);
   const int64_t row = t * B_ + b0, row_prev = t_prev * B_ + b0;  // (T, B) rows of this step
   // R(nb, G*H) = h_prev(nb, H) W_hh^T
-  const GemmShape rec = recurrent_forward_shape(nb, G_, H, step == 0 ? H : D * H);
-  const void* h_prev = step == 0 ? at(chain_h0(s), b0 * H) : at(out_g, row_prev * D * H + d * H);
+  const GemmShape rec = recurrent_forward_shape(nb, G_, H, P, step == 0 ? P : D * P);
+  const void* h_prev = step == 0 ? at(chain_h0(s), b0 * P) : at(out_g, row_prev * D * P + d * P);
   void* rec_out = at(ch.rec.tensor(), b0 * G_ * H);
   be.gemm(rec, gemm_dtype_, h_prev, recurrent_weights(s).data(),
           whole ? ch.w_hh_forward.get() : nullptr, rec_out);
@@ -622,15 +641,21 @@ void Recurrent::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, in
     cell.c = at(ch.c.tensor(), row * H);
   } else {
     cell.h_prev =
-        step == 0 ? at(h0_.tensor().slice(s, s + 1), b0 * H) : at(out, row_prev * D * H + d * H);
-    cell.ld_h_prev = step == 0 ? H : D * H;
+        step == 0 ? at(h0_.tensor().slice(s, s + 1), b0 * P) : at(out, row_prev * D * P + d * P);
+    cell.ld_h_prev = step == 0 ? P : D * P;
   }
   if (cell_.folded_hh_bias_gates < G_)
     cell.bias_rec = at(params_.value(weights_[s].b_hh), cell_.folded_hh_bias_gates * H);
   cell.saved = at(ch.saved.tensor(), row * H);
-  cell.h = at(out, row * D * H + d * H);
-  cell.ldh = D * H;
-  cell.h_bf16 = low() ? at(out_g, row * D * H + d * H) : nullptr;
+  if (projected()) {  // the cell's h is m, projected below
+    cell.h = at(ch.m.tensor(), row * H);
+    cell.ldh = H;
+    cell.h_bf16 = low() ? at(ch.m_low.tensor(), row * H) : nullptr;
+  } else {
+    cell.h = at(out, row * D * H + d * H);
+    cell.ldh = D * H;
+    cell.h_bf16 = low() ? at(out_g, row * D * H + d * H) : nullptr;
+  }
   if (cell_projects_input(l)) {
     const int64_t I = layer_input_size(l);
     cell.x = at(layer_input(l), row * I);
@@ -640,35 +665,92 @@ void Recurrent::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, in
     cell.bias = ch.bias.tensor().data();
   }
   be.cell_forward(cell_.kind, cell, dt);
+  if (projected()) project_state(be, l, d, t, b0, nb);
+}
+
+Tensor Recurrent::projection_weights(int64_t s) const {
+  return low() ? chains_[s].w_hr_low.tensor() : params_.value(weights_[s].w_hr);
+}
+
+void Recurrent::project_state(Backend& be, int64_t l, int64_t d, int64_t t, int64_t b0,
+                              int64_t nb) {
+  const DType dt = params_.dtype();
+  const int64_t H = opt_.hidden_size, P = opt_.proj_size, D = directions(), s = l * D + d;
+  Chain& ch = chains_[s];
+  const int64_t row = t * B_ + b0;
+  const Tensor m_g = low() ? ch.m_low.tensor() : ch.m.tensor();
+  void* h = at(out_[l].tensor(), row * D * P + d * P);
+  // h(nb, P) = m(nb, H) W_hr^T, rows D*P apart in the output
+  const GemmShape proj{.trans_b = true, .m = nb, .n = P, .k = H, .lda = H, .ldb = H, .ldc = D * P};
+  be.gemm(proj, gemm_dtype_, at(m_g, row * H), projection_weights(s).data(), h);
+  if (!low()) return;
+  void* h_low = at(out_low_[l].tensor(), row * D * P + d * P);
+  if (D == 1) return be.convert(Tensor(h_low, gemm_dtype_, {nb, P}), Tensor(h, dt, {nb, P}));
+  const Tensor h_step(at(ch.h_step.tensor(), b0 * P), dt, {nb, P});
+  const Tensor h_step_low(at(ch.h_step_low.tensor(), b0 * P), gemm_dtype_, {nb, P});
+  be.copy_rows(h_step.data(), P, h, D * P, nb, P, dt);
+  be.convert(h_step_low, h_step);
+  be.copy_rows(h_low, D * P, h_step_low.data(), P, nb, P, gemm_dtype_);
+}
+
+void Recurrent::state_grad(Backend& be, int64_t l, int64_t d, int64_t t, Tensor dout, int64_t b0,
+                           int64_t nb) {
+  const DType dt = params_.dtype();
+  const int64_t H = opt_.hidden_size, P = opt_.proj_size, D = directions(), s = l * D + d;
+  Chain& ch = chains_[s];
+  const int64_t row = t * B_ + b0;
+  const Tensor dh(at(ch.dh_all.tensor(), row * P), dt, {nb, P});
+  const Tensor dh_rec(at(ch.dh.tensor(), b0 * P), dt, {nb, P});
+  if (dout.empty()) {
+    be.copy(dh, dh_rec);
+  } else {
+    be.copy_rows(dh.data(), P, at(dout, row * D * P + d * P), D * P, nb, P, dt);
+    be.add(dh, dh_rec);
+  }
+  const void* dh_g = dh.data();
+  if (low()) {
+    const Tensor dh_low(at(ch.dh_all_low.tensor(), row * P), gemm_dtype_, {nb, P});
+    be.convert(dh_low, dh);
+    dh_g = dh_low.data();
+  }
+  // dm(nb, H) = dh(nb, P) W_hr(P, H)
+  const GemmShape back{.m = nb, .n = H, .k = P, .lda = P, .ldb = H, .ldc = H};
+  be.gemm(back, gemm_dtype_, dh_g, projection_weights(s).data(), at(ch.dm.tensor(), b0 * H));
 }
 
 // ---- backward --------------------------------------------------------------------------------
 
 Tensor Recurrent::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
   const DType dt = params_.dtype();
-  const int64_t H = opt_.hidden_size, D = directions(), L = opt_.num_layers;
-  const Shape y_shape = opt_.batch_first ? Shape{B_, T_, D * H} : Shape{T_, B_, D * H};
+  const int64_t H = opt_.hidden_size, P = opt_.state_size(), D = directions(), L = opt_.num_layers;
+  const Shape y_shape = opt_.batch_first ? Shape{B_, T_, D * P} : Shape{T_, B_, D * P};
   if (!dy.empty() && dy.shape() != y_shape)
     fail(upper(cell_.name), " backward: dy must be ", y_shape.str(), ", got ", dy.shape().str());
-  const Shape state_shape{D * L, B_, H};
-  for (auto [t, name] : {std::pair{dh_n, "dh_n"}, std::pair{dc_n, "dc_n"}}) {
-    if (!t.empty() && t.shape() != state_shape)
-      fail(upper(cell_.name), " backward: ", name, " must be ", state_shape.str(), ", got ",
+  const Shape state_shape{D * L, B_, P}, c_shape{D * L, B_, H};
+  for (auto [t, shape, name] :
+       {std::tuple{dh_n, state_shape, "dh_n"}, std::tuple{dc_n, c_shape, "dc_n"}}) {
+    if (!t.empty() && t.shape() != shape)
+      fail(upper(cell_.name), " backward: ", name, " must be ", shape.str(), ", got ",
            t.shape().str());
   }
   if (!dc_n.empty() && !cell_.cell_state)
     fail(upper(cell_.name), " has no cell state, but dc_n was given");
   Tensor dout = dy;
   if (!dy.empty() && opt_.batch_first) {
-    dout = dy_tm_.get(be, dt, {T_, B_, D * H});
+    dout = dy_tm_.get(be, dt, {T_, B_, D * P});
     be.transpose01(dout, dy);
   }
   dh_n_ = dh_n;
   dc_n_ = dc_n;
   for (int64_t s = 0; s < D * L; ++s) {
     Chain& ch = chains_[s];
-    ch.dh.get(be, dt, {B_, H});
+    ch.dh.get(be, dt, {B_, P});
     if (cell_.cell_state) ch.dc.get(be, dt, {B_, H});
+    if (projected()) {
+      ch.dh_all.get(be, dt, {T_, B_, P});
+      if (low()) ch.dh_all_low.get(be, gemm_dtype_, {T_, B_, P});
+      ch.dm.get(be, dt, {B_, H});
+    }
     if (cell_.recurrent_grads) ch.rec_grads.get(be, gemm_dtype_, {T_, B_, G_ * H});
     be.fill(ch.dbias.get(be, dt, {bias_grad_columns()}), 0.0);
   }
@@ -682,7 +764,7 @@ Tensor Recurrent::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
     for (int64_t l = 0; l < L; ++l) be.fill(din_[l].tensor(), 0.0);
   }
   Tensor dh0 = dh0_.get(be, dt, state_shape);
-  Tensor dc0 = cell_.cell_state ? dc0_.get(be, dt, state_shape) : Tensor();
+  Tensor dc0 = cell_.cell_state ? dc0_.get(be, dt, c_shape) : Tensor();
   for (int64_t s = 0; s < D * L; ++s) {
     be.copy(dh0.slice(s, s + 1), chains_[s].dh.tensor());
     if (cell_.cell_state) be.copy(dc0.slice(s, s + 1), chains_[s].dc.tensor());
@@ -784,10 +866,11 @@ void Recurrent::compute_backward(Backend& be, RecurrentSchedule schedule) {
 void Recurrent::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor dout,
                               int64_t b0, int64_t nb, void* dbias) {
   const DType dt = params_.dtype();
-  const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
+  const int64_t H = opt_.hidden_size, P = opt_.state_size(), D = directions(), s = l * D + d;
   const int64_t t = d == 0 ? step : T_ - 1 - step, t_prev = d == 0 ? t - 1 : t + 1;
   Chain& ch = chains_[s];
   const Tensor dg_g = input_grads(s), dr_g = recurrent_grads(s);
+  if (projected()) state_grad(be, l, d, t, dout, b0, nb);
   const bool whole = nb == B_;
   const int64_t row = t * B_ + b0, row_prev = t_prev * B_ + b0;  // (T, B) rows of this step
   CellBackward cell;
@@ -801,13 +884,18 @@ void Recurrent::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, T
         step == 0 ? at(c0_.tensor().slice(s, s + 1), b0 * H) : at(ch.c.tensor(), row_prev * H);
     cell.dc = at(ch.dc.tensor(), b0 * H);
   } else {
-    cell.h_prev = step == 0 ? at(h0_.tensor().slice(s, s + 1), b0 * H)
-                            : at(out_[l].tensor(), row_prev * D * H + d * H);
-    cell.ld_h_prev = step == 0 ? H : D * H;
+    cell.h_prev = step == 0 ? at(h0_.tensor().slice(s, s + 1), b0 * P)
+                            : at(out_[l].tensor(), row_prev * D * P + d * P);
+    cell.ld_h_prev = step == 0 ? P : D * P;
   }
-  cell.dh_out = dout.empty() ? nullptr : at(dout, row * D * H + d * H);
-  cell.ld_dh_out = D * H;
-  cell.dh_rec = at(ch.dh.tensor(), b0 * H);
+  if (projected()) {  // dL/dm, with both of dL/dh's parts
+    cell.dh_out = at(ch.dm.tensor(), b0 * H);
+    cell.ld_dh_out = H;
+  } else {
+    cell.dh_out = dout.empty() ? nullptr : at(dout, row * D * H + d * H);
+    cell.ld_dh_out = D * H;
+    cell.dh_rec = at(ch.dh.tensor(), b0 * H);
+  }
   cell.dgates = low() ? nullptr : at(ch.gates.tensor(), row * G_ * H);
   cell.dgates_bf16 = low() ? at(dg_g, row * G_ * H) : nullptr;
   if (cell_.recurrent_grads) {
@@ -818,12 +906,12 @@ void Recurrent::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, T
   be.cell_backward(cell_.kind, cell, dt);
   const bool direct = cell_.recurrent_grads;
   if (whole && step == T_ - 1)  // the chain's first step back, packed as forward does
-    pack_weights(be, recurrent_backward_shape(B_, G_, H, direct), recurrent_weights(s),
+    pack_weights(be, recurrent_backward_shape(B_, G_, H, P, direct), recurrent_weights(s),
                  &ch.w_hh_backward);
   // dh(nb, H) (+)= dR[t](nb, G*H) W_hh(G*H, H)
-  be.gemm(recurrent_backward_shape(nb, G_, H, direct), gemm_dtype_, at(dr_g, row * G_ * H),
+  be.gemm(recurrent_backward_shape(nb, G_, H, P, direct), gemm_dtype_, at(dr_g, row * G_ * H),
           recurrent_weights(s).data(), whole ? ch.w_hh_backward.get() : nullptr,
-          at(ch.dh.tensor(), b0 * H));
+          at(ch.dh.tensor(), b0 * P));
 }
 
 // din[t](B, I) = dG[t](B, G*H) W_ih(G*H, I) for unidirectional layer l, times the dropout mask of
@@ -871,28 +959,36 @@ void Recurrent::weight_grads(Backend& be, int64_t l, int64_t d, RecurrentSchedul
   const int64_t n = G_ * opt_.hidden_size;
   be.add(params_.grad(w.b_ih), dbias.slice(0, n));
   be.add(params_.grad(w.b_hh), cell_.recurrent_grads ? dbias.slice(n, 2 * n) : dbias);
+  if (!projected()) return;
+  // dW_hr(P, H) += dh^T(P, T*B) m(T*B, H)
+  const Chain& ch = chains_[l * directions() + d];
+  const int64_t P = opt_.proj_size, H = opt_.hidden_size;
+  GemmShape hr{.trans_a = true, .m = P, .n = H, .k = T_ * B_, .lda = P, .ldb = H, .ldc = H};
+  hr.beta = 1.0f;
+  be.gemm(hr, gemm_dtype_, (low() ? ch.dh_all_low : ch.dh_all).tensor().data(),
+          (low() ? ch.m_low : ch.m).tensor().data(), params_.grad(w.w_hr).data());
 }
 
-// dW_hh (G*H, H) and dW_ih (G*H, I) += chain (l, d)'s contributions over all steps. With n > 1
+// dW_hh (G*H, P) and dW_ih (G*H, I) += chain (l, d)'s contributions over all steps. With n > 1
 // (split_batch) each worker sums the steps of its share of the sequence (two small GEMMs on one
 // thread each beat one split over both): the first into the gradients, the others into blocks of
 // their own, added afterwards in worker order.
 void Recurrent::weight_grads_split(Backend& be, int64_t l, int64_t d, int n, Tensor copies,
                                    Tensor dw_hh, Tensor dw_ih) {
-  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
+  const int64_t GH = G_ * opt_.hidden_size, P = opt_.state_size(), I = layer_input_size(l);
   if (n == 1) return weight_grads_steps(be, l, d, 0, T_, dw_hh.data(), dw_ih.data(), true, copies);
-  Tensor parts = dw_split_.get(be, params_.dtype(), {n, G_ * H * (H + I)});
+  Tensor parts = dw_split_.get(be, params_.dtype(), {n, GH * (P + I)});
   be.run_concurrently(n, [&](int j) {
     Tensor part = parts.slice(j, j + 1), own = copies.empty() ? copies : copies.slice(j, j + 1);
     const int64_t t0 = T_ * j / n, t1 = T_ * (j + 1) / n;
     if (j == 0) return weight_grads_steps(be, l, d, t0, t1, dw_hh.data(), dw_ih.data(), true, own);
     if (t1 == t0) be.fill(part, 0.0);
-    weight_grads_steps(be, l, d, t0, t1, part.data(), at(part, G_ * H * H), false, own);
+    weight_grads_steps(be, l, d, t0, t1, part.data(), at(part, GH * P), false, own);
   });
   for (int j = 1; j < n; ++j) {
-    Tensor part = parts.slice(j, j + 1).reshape({G_ * H * (H + I)});
-    be.add(dw_hh, part.slice(0, G_ * H * H).reshape(dw_hh.shape()));
-    be.add(dw_ih, part.slice(G_ * H * H, G_ * H * (H + I)).reshape(dw_ih.shape()));
+    Tensor part = parts.slice(j, j + 1).reshape({GH * (P + I)});
+    be.add(dw_hh, part.slice(0, GH * P).reshape(dw_hh.shape()));
+    be.add(dw_ih, part.slice(GH * P, GH * (P + I)).reshape(dw_ih.shape()));
   }
 }
 
@@ -902,18 +998,20 @@ void Recurrent::weight_grads_split(Backend& be, int64_t l, int64_t d, int n, Ten
 // 1.3-1.9x faster than A^T B); with AMX the originals did (W2 bf16: 250 against 266 ms a step).
 bool Recurrent::k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor copies) {
   if (weight_grad_chunk_ > 0 || !autotune::enabled()) return true;
-  const int64_t H = opt_.hidden_size, I = layer_input_size(l);
+  const int64_t H = opt_.hidden_size, P = opt_.state_size(), GH = G_ * H;
+  const int64_t I = layer_input_size(l);
   const std::string key = autotune::machine_prefix(be.concurrency()) + cell_.name +
-                          " weight gradients|h" + std::to_string(H) + "_i" + std::to_string(I) +
+                          " weight gradients|h" + std::to_string(H) +
+                          (projected() ? "_p" + std::to_string(P) : "") + "_i" + std::to_string(I) +
                           "_t" + std::to_string(T_) + "_b" + std::to_string(B_) + "_workers" +
                           std::to_string(n) + "_" + std::string(dtype_name(gemm_dtype_));
   if (const auto cached = autotune::lookup(key)) return *cached == "k_major";
   autotune::announce_first_use("the " + upper(cell_.name) +
                                "'s schedules and weight-gradient layouts");
-  Tensor scratch = dw_trial_.get(be, params_.dtype(), {G_ * H * (H + I)});
+  Tensor scratch = dw_trial_.get(be, params_.dtype(), {GH * (P + I)});
   be.fill(scratch, 0.0);
-  Tensor dw_hh = scratch.slice(0, G_ * H * H).reshape({G_ * H, H});
-  Tensor dw_ih = scratch.slice(G_ * H * H, G_ * H * (H + I)).reshape({G_ * H, I});
+  Tensor dw_hh = scratch.slice(0, GH * P).reshape({GH, P});
+  Tensor dw_ih = scratch.slice(GH * P, GH * (P + I)).reshape({GH, I});
   const std::vector<double> ms = time_candidates(be, 2, [&](size_t k_major) {  // row-major, K-major
     weight_grads_split(be, l, d, n, k_major ? copies : Tensor(), dw_hh, dw_ih);
   });
@@ -983,9 +1081,10 @@ void Recurrent::weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0
                                    void* dw_hh, void* dw_ih, bool accumulate, Tensor copies) {
   if (copies.empty()) return weight_grads_row_major(be, l, d, t0, t1, dw_hh, dw_ih, accumulate);
   const DType gt = gemm_dtype_;
-  const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l), s = l * D + d;
+  const int64_t H = opt_.hidden_size, P = opt_.state_size(), D = directions();
+  const int64_t I = layer_input_size(l), s = l * D + d;
   const Tensor dg_g = input_grads(s), dr_g = recurrent_grads(s);
-  const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*H)
+  const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*P)
   const int64_t t_first = d == 0 ? 0 : T_ - 1, chunk = weight_grad_chunk(l, false);
   const int64_t GH = G_ * H, R = cell_.recurrent_grads ? GH : 0;  // dR's rows when apart
   for (int64_t c0 = t0; c0 < t1; c0 += chunk) {
@@ -994,8 +1093,8 @@ void Recurrent::weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0
     void* dg_t = copies.data();                // (G*H, K)
     void* dr_t = at(copies, R ? GH * ld : 0);  // (G*H, K) dR when apart, else dG
     const int64_t h_row = GH + R;
-    void* h_t = at(copies, h_row * ld);         // (H, K)
-    void* in_t = at(copies, (h_row + H) * ld);  // (I, K)
+    void* h_t = at(copies, h_row * ld);         // (P, K)
+    void* in_t = at(copies, (h_row + P) * ld);  // (I, K)
     {
       SF_PROFILE_SCOPE(scope_copies_, static_cast<int>(l), static_cast<int>(d));
       be.copy_transposed(dg_t, ld, at(dg_g, c0 * B_ * GH), GH, K, GH, gt);
@@ -1005,8 +1104,8 @@ void Recurrent::weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0
       // h0 at the chain's first step.
       int64_t a = c0, b = c1;  // the steps whose h_prev is an output
       if (t_first >= c0 && t_first < c1) {
-        be.copy_transposed(at(copies, h_row * ld + (t_first - c0) * B_), ld, chain_h0(s).data(), H,
-                           B_, H, gt);
+        be.copy_transposed(at(copies, h_row * ld + (t_first - c0) * B_), ld, chain_h0(s).data(), P,
+                           B_, P, gt);
         if (d == 0)
           a = c0 + 1;
         else
@@ -1014,11 +1113,11 @@ void Recurrent::weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0
       }
       if (b > a)
         be.copy_transposed(at(copies, h_row * ld + (a - c0) * B_), ld,
-                           at(out_g, (d == 0 ? a - 1 : a + 1) * B_ * D * H + d * H), D * H,
-                           (b - a) * B_, H, gt);
+                           at(out_g, (d == 0 ? a - 1 : a + 1) * B_ * D * P + d * P), D * P,
+                           (b - a) * B_, P, gt);
     }
     const float beta = accumulate || c0 > t0 ? 1.0f : 0.0f;
-    GemmShape hh{.trans_b = true, .m = G_ * H, .n = H, .k = K, .lda = ld, .ldb = ld, .ldc = H};
+    GemmShape hh{.trans_b = true, .m = G_ * H, .n = P, .k = K, .lda = ld, .ldb = ld, .ldc = P};
     hh.beta = beta;
     be.gemm(hh, gt, dr_t, h_t, dw_hh);
     GemmShape ih{.trans_b = true, .m = G_ * H, .n = I, .k = K, .lda = ld, .ldb = ld, .ldc = I};
@@ -1027,23 +1126,24 @@ void Recurrent::weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0
   }
 }
 
-// dW_hh(G*H, H) and dW_ih(G*H, I) += (or, not accumulating, =) the contributions of chain (l, d)'s
+// dW_hh(G*H, P) and dW_ih(G*H, I) += (or, not accumulating, =) the contributions of chain (l, d)'s
 // steps [t0, t1), as A^T B GEMMs on the row-major dG, h_prev and in.
 void Recurrent::weight_grads_row_major(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1,
                                        void* dw_hh, void* dw_ih, bool accumulate) {
   if (t1 <= t0) return;
   const float beta = accumulate ? 1.0f : 0.0f;
   const DType gt = gemm_dtype_;
-  const int64_t H = opt_.hidden_size, D = directions(), I = layer_input_size(l), s = l * D + d;
+  const int64_t H = opt_.hidden_size, P = opt_.state_size(), D = directions();
+  const int64_t I = layer_input_size(l), s = l * D + d;
   const Tensor dg_g = input_grads(s), dr_g = recurrent_grads(s);
-  const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*H)
+  const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*P)
 
   // dW_hh += dR[first step]^T h_init + dR[other steps]^T out[their previous steps]
   const int64_t t_first = d == 0 ? 0 : T_ - 1;
   int64_t a = t0, b = t1;  // the steps whose previous h is an output
   if (t_first >= t0 && t_first < t1) {
-    GemmShape first{.trans_a = true, .m = G_ * H, .n = H, .k = B_, .lda = G_ * H, .ldb = H};
-    first.ldc = H;
+    GemmShape first{.trans_a = true, .m = G_ * H, .n = P, .k = B_, .lda = G_ * H, .ldb = P};
+    first.ldc = P;
     first.beta = beta;
     be.gemm(first, gt, at(dr_g, t_first * B_ * G_ * H), chain_h0(s).data(), dw_hh);
     if (d == 0)
@@ -1053,11 +1153,11 @@ void Recurrent::weight_grads_row_major(Backend& be, int64_t l, int64_t d, int64_
   }
   if (b > a) {
     const int64_t h_start = d == 0 ? a - 1 : a + 1;
-    GemmShape rest{.trans_a = true, .m = G_ * H, .n = H, .k = (b - a) * B_, .lda = G_ * H};
-    rest.ldb = D * H;
-    rest.ldc = H;
+    GemmShape rest{.trans_a = true, .m = G_ * H, .n = P, .k = (b - a) * B_, .lda = G_ * H};
+    rest.ldb = D * P;
+    rest.ldc = P;
     rest.beta = a > t0 || b < t1 ? 1.0f : beta;  // after the first step's GEMM, accumulate
-    be.gemm(rest, gt, at(dr_g, a * B_ * G_ * H), at(out_g, h_start * B_ * D * H + d * H), dw_hh);
+    be.gemm(rest, gt, at(dr_g, a * B_ * G_ * H), at(out_g, h_start * B_ * D * P + d * P), dw_hh);
   }
   // dW_ih += dG^T(G*H, steps*B) in(steps*B, I)
   GemmShape dwih{

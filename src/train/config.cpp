@@ -122,6 +122,9 @@ const std::vector<ConfigKey> kKeys = {
      "Recurrent cell: `lstm` (PyTorch's nn.LSTM) or `gru` (nn.GRU); also the module's name in "
      "checkpoints (lstm.weight_ih_l0, gru.weight_ih_l0)."},
     {"model.hidden", T::integer, "64", "Hidden size of the recurrent layers."},
+    {"model.proj_size", T::integer, "0",
+     "LSTM projection (PyTorch's proj_size): h = W_hr (o tanh(c)) has this many features, fewer "
+     "than model.hidden (lstm.weight_hr_l0); 0: none."},
     {"model.layers", T::integer, "1", "Recurrent layers."},
     {"model.bidirectional", T::boolean, "false", "Bidirectional recurrent layers."},
     {"model.dropout", T::number, "0.0",

@@ -240,12 +240,13 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     ids.push_back(static_cast<int64_t>(at));
   }
   const int64_t D = model.rnn().directions(), L = model.options().rnn.num_layers;
-  const int64_t H = model.options().rnn.hidden_size, V = static_cast<int64_t>(vocab.size());
+  const int64_t H = model.options().rnn.hidden_size, P = model.options().rnn.state_size();
+  const int64_t V = static_cast<int64_t>(vocab.size());
   if (D != 1) fail(run, ": generating needs a unidirectional model");
-  std::vector<float> h(D * L * H), cst(D * L * H);
+  std::vector<float> h(D * L * P), cst(D * L * H);
   Rng rng(seed);
   std::string text = prompt;
-  // The prompt in one pass, then one character at a time, carrying the LSTM state.
+  // The prompt in one pass, then one character at a time, carrying the recurrent state.
   Tensor input(ids.data(), DType::i64, {1, static_cast<int64_t>(ids.size())});
   Tensor logits = model.forward(*be, input, {}, {}, false, rng);
   int64_t next = 0;
@@ -277,7 +278,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     if (cell_state)
       std::copy_n(static_cast<const float*>(model.rnn().c_n().data()), cst.size(), cst.begin());
     Tensor one(&next, DType::i64, {1, 1});
-    logits = model.forward(*be, one, Tensor(h.data(), DType::f32, {D * L, 1, H}),
+    logits = model.forward(*be, one, Tensor(h.data(), DType::f32, {D * L, 1, P}),
                            cell_state ? Tensor(cst.data(), DType::f32, {D * L, 1, H}) : Tensor(),
                            false, rng);
   }

@@ -38,6 +38,12 @@ ModelOptions model_options(const Config& c, const Task& t) {
     fail(c.source(), ": model.cell: ", e.what());
   }
   m.rnn.hidden_size = positive("model.hidden");
+  m.rnn.proj_size = c.integer("model.proj_size");
+  if (m.rnn.proj_size < 0 || m.rnn.proj_size >= m.rnn.hidden_size)
+    fail(c.source(), ": model.proj_size must be 0 (none) or below model.hidden ", m.rnn.hidden_size,
+         ", got ", m.rnn.proj_size);
+  if (m.rnn.proj_size > 0 && m.rnn.cell != CellKind::lstm)
+    fail(c.source(), ": model.proj_size is for model.cell: lstm (PyTorch's nn.LSTM proj_size)");
   m.rnn.num_layers = positive("model.layers");
   m.rnn.bidirectional = c.boolean("model.bidirectional");
   m.rnn.dropout = c.number("model.dropout");

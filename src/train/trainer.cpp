@@ -264,10 +264,11 @@ void Training::start_streams() {
       s_.max_batches > 0 ? std::min(streams.batches, s_.max_batches) : streams.batches;
   total_steps_ = batches_per_epoch_ * s_.epochs;
   const RecurrentOptions& o = task_.model.rnn;
-  const Shape shape{o.num_layers, s_.batch_size, o.hidden_size};
+  const Shape h_shape{o.num_layers, s_.batch_size, o.state_size()},
+      c_shape{o.num_layers, s_.batch_size, o.hidden_size};
   for (int k = 0; k < 2; ++k) {
-    be_->fill(carry_h_[k].get(*be_, DType::f32, shape), 0);
-    if (cell_type(o.cell).cell_state) be_->fill(carry_c_[k].get(*be_, DType::f32, shape), 0);
+    be_->fill(carry_h_[k].get(*be_, DType::f32, h_shape), 0);
+    if (cell_type(o.cell).cell_state) be_->fill(carry_c_[k].get(*be_, DType::f32, c_shape), 0);
   }
   out_ << "stateful: " << s_.batch_size << " streams of " << streams.batches
        << " consecutive chunks each; states carried between batches, reset at each epoch, "
@@ -282,17 +283,19 @@ void Training::start_streams() {
 
 std::pair<Tensor, Tensor> Training::carried_states(int64_t bi, int64_t rows) {
   const RecurrentOptions& o = task_.model.rnn;
-  const Shape shape({o.num_layers, s_.batch_size, o.hidden_size});
-  Tensor h = carry_h_[carry_at_].get(*be_, DType::f32, shape);
-  Tensor c =
-      cell_type(o.cell).cell_state ? carry_c_[carry_at_].get(*be_, DType::f32, shape) : Tensor();
-  const int64_t H = o.hidden_size, B = s_.batch_size;
+  const int64_t B = s_.batch_size;
+  Tensor h = carry_h_[carry_at_].get(*be_, DType::f32, {o.num_layers, B, o.state_size()});
+  Tensor c = cell_type(o.cell).cell_state
+                 ? carry_c_[carry_at_].get(*be_, DType::f32, {o.num_layers, B, o.hidden_size})
+                 : Tensor();
   for (Tensor state : {h, c}) {
     if (state.empty()) continue;
     auto* p = static_cast<float*>(state.data());
+    const int64_t width = state.dim(2);
     for (int64_t i = 0; i < rows; ++i)
       if (resets_[bi * B + i])
-        for (int64_t l = 0; l < o.num_layers; ++l) std::fill_n(p + (l * B + i) * H, H, 0.0f);
+        for (int64_t l = 0; l < o.num_layers; ++l)
+          std::fill_n(p + (l * B + i) * width, width, 0.0f);
   }
   return {h, c};
 }
@@ -383,7 +386,8 @@ void Training::resume_from_state() {
   state_ = LoopState::from_json(loop->second, state_path_);
   if (s_.stateful && state_.in_epoch) {
     load_tensor(state, "carry.h", carry_h_[carry_at_].tensor(), *be_);
-    load_tensor(state, "carry.c", carry_c_[carry_at_].tensor(), *be_);
+    if (cell_type(task_.model.rnn.cell).cell_state)
+      load_tensor(state, "carry.c", carry_c_[carry_at_].tensor(), *be_);
   }
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
   if (state_.in_epoch)
@@ -555,10 +559,9 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
   Tensor y = model_->forward(*be_, batch->input, h0, c0, true, ranks_ > 1 ? rank_rng_ : rng_);
   if (s_.stateful) {  // the final states start the next batch, detached from this one's graph
     carry_at_ ^= 1;
-    const Shape shape = h0.shape();
-    be_->copy(carry_h_[carry_at_].get(*be_, DType::f32, shape), model_->rnn().h_n());
+    be_->copy(carry_h_[carry_at_].get(*be_, DType::f32, h0.shape()), model_->rnn().h_n());
     if (!c0.empty())
-      be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, shape), model_->rnn().c_n());
+      be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, c0.shape()), model_->rnn().c_n());
   }
   Tensor dout = dout_buf_.get(*be_, DType::f32, y.shape());
   const double loss = [&] {
@@ -739,7 +742,8 @@ void Training::save_state(bool in_epoch, int64_t batch, double loss_sum, double 
   tensors.emplace_back("rng", Tensor(words.data(), DType::i64, {4}));
   if (s_.stateful && in_epoch) {  // the states the next batch starts from
     tensors.emplace_back("carry.h", carry_h_[carry_at_].tensor());
-    tensors.emplace_back("carry.c", carry_c_[carry_at_].tensor());
+    if (cell_type(task_.model.rnn.cell).cell_state)
+      tensors.emplace_back("carry.c", carry_c_[carry_at_].tensor());
   }
   LoopState saved = state_;
   saved.optimizer_steps = optimizer_->steps();

@@ -3,7 +3,8 @@
 
 Usage: check_torch_loads_checkpoint.py CHECKPOINT.safetensors IO.safetensors
 CHECKPOINT holds the parameters under PyTorch names and the model configuration as JSON metadata
-("config": vocab, embed, input, hidden, layers, bidirectional, batch_first, output, per_step).
+("config": vocab, embed, input, hidden, layers, bidirectional, batch_first, output, per_step;
+optional cell "lstm" | "gru" and proj, the LSTM's proj_size).
 IO holds "x" (the input) and "y" (seqforge's output). Exits 1 on a mismatch.
 """
 import json
@@ -38,15 +39,19 @@ class Model(torch.nn.Module):
         if c["vocab"]:
             self.embedding = torch.nn.Embedding(c["vocab"], c["embed"])
         d = 2 if c["bidirectional"] else 1
-        self.lstm = torch.nn.LSTM(c["embed"] if c["vocab"] else c["input"], c["hidden"],
-                                  c["layers"], bidirectional=c["bidirectional"],
-                                  batch_first=c["batch_first"])
-        self.head = torch.nn.Linear(d * c["hidden"], c["output"])
+        args = (c["embed"] if c["vocab"] else c["input"], c["hidden"], c["layers"])
+        kw = dict(bidirectional=c["bidirectional"], batch_first=c["batch_first"])
+        self.cell = c.get("cell", "lstm")
+        if self.cell == "gru":
+            self.gru = torch.nn.GRU(*args, **kw)
+        else:
+            self.lstm = torch.nn.LSTM(*args, proj_size=c.get("proj", 0), **kw)
+        self.head = torch.nn.Linear(d * (c.get("proj") or c["hidden"]), c["output"])
 
     def forward(self, x):
         if self.c["vocab"]:
             x = self.embedding(x)
-        y, _ = self.lstm(x)
+        y, _ = getattr(self, self.cell)(x)
         if self.c["per_step"]:
             return self.head(y.reshape(-1, y.shape[-1]))
         return self.head(y[:, -1] if self.c["batch_first"] else y[-1])

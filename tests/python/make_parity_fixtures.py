@@ -19,7 +19,8 @@ import torch
 # name fields: i input, h hidden, l layers, t steps, b batch; flags: bi (bidirectional), bf
 # (batch_first), st (given initial states), head: last | step | mask (MSE on masked steps) | ce;
 # cell="gru" makes the layer an nn.GRU (named gru_... / chargru_...; no cell state, so no c0, rc,
-# c_n): otherwise it is an nn.LSTM (lstm_... / charlm_...).
+# c_n): otherwise it is an nn.LSTM (lstm_... / charlm_...); p: the LSTM's proj_size (h, h0, h_n
+# and the output are p wide, weight_hr_l{k} (p, h); named ..._p{p}_...).
 CONFIGS = [
     dict(i=1, h=1, l=1, t=1, b=1, head="last"),
     dict(i=3, h=5, l=1, t=7, b=4, head="last", bf=True),
@@ -60,6 +61,13 @@ CONFIGS = [
     dict(cell="gru", v=65, e=16, h=32, l=2, t=16, b=4, head="ce", bf=True),
     dict(cell="gru", v=30, e=8, h=24, l=2, t=10, b=5, head="ce", bi=True, st=True, weights=True,
          ignore=True),
+    # LSTM with projections (proj_size): appended after the GRU ones, for the same reason.
+    dict(i=3, h=5, p=2, l=1, t=7, b=4, head="step", st=True),
+    dict(i=8, h=17, p=5, l=2, t=12, b=3, head="mask", bi=True, bf=True),
+    dict(i=4, h=33, p=16, l=3, t=9, b=5, head="last", st=True, bf=True),
+    dict(i=20, h=64, p=31, l=2, t=16, b=9, head="step", bi=True, st=True),
+    dict(i=1, h=2, p=1, l=1, t=1, b=1, head="last"),
+    dict(v=30, e=8, h=24, p=7, l=2, t=10, b=5, head="ce", bf=True, st=True),
 ]
 
 LR_ADAMW, WD_ADAMW = 1e-2, 1e-2
@@ -80,7 +88,8 @@ def name_of(c):
         s = ("chargru_v%d_e%d" if is_gru(c) else "charlm_v%d_e%d") % (c["v"], c["e"])
     else:
         s = ("gru_i%d" if is_gru(c) else "lstm_i%d") % c["i"]
-    s += "_h%d_l%d_t%d_b%d" % (c["h"], c["l"], c["t"], c["b"])
+    s += "_h%d" % c["h"] + ("_p%d" % c["p"] if c.get("p") else "")
+    s += "_l%d_t%d_b%d" % (c["l"], c["t"], c["b"])
     for flag in ("bi", "bf", "st", "weights", "ignore"):
         if c.get(flag):
             s += "_" + flag
@@ -99,9 +108,9 @@ class Model(torch.nn.Module):
         if is_gru(c):
             self.gru = torch.nn.GRU(*args, **kw)
         else:
-            self.lstm = torch.nn.LSTM(*args, **kw)
+            self.lstm = torch.nn.LSTM(*args, proj_size=c.get("p", 0), **kw)
         out = c["v"] if "v" in c else (2 if c["head"] in ("step", "mask") else 1)
-        self.head = torch.nn.Linear(d * c["h"], out)
+        self.head = torch.nn.Linear(d * (c.get("p") or c["h"]), out)
 
     def forward(self, x, state):
         if "v" in self.c:
@@ -202,7 +211,8 @@ def make(c, seed):
             inputs["input.mask"] = mask
     if c.get("st"):
         for k in state_keys(c) + tuple("r" + k[0] for k in state_keys(c)):  # h0 [c0] rh [rc]
-            inputs["input." + k] = f32(torch.randn(d * L, B, H) * (0.5 if k[0] != "r" else 0.1))
+            width = (c.get("p") or H) if k in ("h0", "rh") else H  # h is proj_size wide
+            inputs["input." + k] = f32(torch.randn(d * L, B, width) * (0.5 if k[0] != "r" else 0.1))
 
     def run(m):
         x = inputs["input.ids"] if "v" in c else inputs["input.x"].clone().requires_grad_(True)

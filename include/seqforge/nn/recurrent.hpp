@@ -27,6 +27,10 @@ struct RecurrentOptions {
   bool bidirectional = false;
   double dropout = 0.0;  // on every layer's output but the last, in training
   bool batch_first = false;
+  // LSTM only, PyTorch's proj_size: h = W_hr (o tanh(c)) is P < H wide (weight_hr_l{k} (P, H)),
+  // and so are h0, h_n and each direction's output. 0: no projection.
+  int64_t proj_size = 0;
+  int64_t state_size() const { return proj_size > 0 ? proj_size : hidden_size; }  // h's width
 };
 
 // How the recurrences use the backend's workers. `tuned` (the default) measures the candidates
@@ -44,12 +48,13 @@ enum class RecurrentSchedule {
 class Recurrent {
  public:
   // Declares weight_ih_l{k}[_reverse], weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k} under `prefix`:
-  // (G*H, I_l), (G*H, H), (G*H), (G*H) for a cell of G gates.
+  // (G*H, I_l), (G*H, P), (G*H), (G*H) for a cell of G gates; with a projection weight_hr_l{k}
+  // (P, H) too.
   Recurrent(Parameters& params, const std::string& prefix, const RecurrentOptions& options);
 
-  // x (T, B, I), or (B, T, I) with batch_first. h0, c0 (D*L, B, H), or empty for zeros; c0 only
-  // for cells with a cell state. Returns y (T, B, D*H) or (B, T, D*H). Final states in h_n(),
-  // c_n(): (D*L, B, H) (c_n() empty without a cell state).
+  // x (T, B, I), or (B, T, I) with batch_first. h0 (D*L, B, P), c0 (D*L, B, H), or empty for
+  // zeros; c0 only for cells with a cell state; P = state_size(). Returns y (T, B, D*P) or
+  // (B, T, D*P). Final states in h_n(), c_n() (empty without a cell state).
   Tensor forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training, Rng& rng);
   Tensor h_n() const { return h_n_.tensor(); }
   Tensor c_n() const { return cell_.cell_state ? c_n_.tensor() : Tensor(); }
@@ -77,11 +82,12 @@ class Recurrent {
   const RecurrentOptions& options() const { return opt_; }
   const CellType& cell() const { return cell_; }
   int64_t directions() const { return opt_.bidirectional ? 2 : 1; }
-  int64_t output_size() const { return directions() * opt_.hidden_size; }
+  int64_t output_size() const { return directions() * opt_.state_size(); }
 
  private:
   struct Weights {
-    size_t w_ih, w_hh, b_ih, b_hh;  // (G*H, I_l), (G*H, H), (G*H), (G*H)
+    size_t w_ih, w_hh, b_ih, b_hh;  // (G*H, I_l), (G*H, P), (G*H), (G*H)
+    size_t w_hr = 0;                // (P, H) with a projection
   };
   // One chain: the recurrence of one layer and direction, and everything only it touches, so
   // that chains can run concurrently.
@@ -94,11 +100,16 @@ class Recurrent {
     Buffer gates_low;  // (T, B, G*H) with bf16 GEMMs: the gate activations in bf16,
                        // which backward overwrites with dG[t] (bf16 only)
     Buffer rec_grads;  // (T, B, G*H) cells with recurrent_grads: dR[t] in the GEMM dtype
-    Buffer dh, dc;     // (B, H) gradients flowing to the previous step
-    Buffer bias;       // (G*H) b_ih + the folded part of b_hh
-    Buffer dbias;      // (G*H, or 2 G*H with recurrent_grads) colsum(dG) [, colsum(dR)], summed
-                       // by the backward cells
-    Buffer dbias_split;         // (workers, dbias columns) each split_batch worker's sums
+    Buffer dh, dc;     // (B, P), (B, H) gradients flowing to the previous step
+    // With a projection: m = o tanh(c) before it, (T, B, H), and its bf16 copy; dL/dh of every
+    // step (T, B, P) and its bf16 copy, for dW_hr; dL/dm of a step (B, H); a step's projected h
+    // (B, P) and its bf16 copy when the output's rows are strided (bidirectional, bf16).
+    Buffer m, m_low, dh_all, dh_all_low, dm, h_step, h_step_low;
+    Buffer w_hr_low;     // bf16 copy of W_hr
+    Buffer bias;         // (G*H) b_ih + the folded part of b_hh
+    Buffer dbias;        // (G*H, or 2 G*H with recurrent_grads) colsum(dG) [, colsum(dR)], summed
+                         // by the backward cells
+    Buffer dbias_split;  // (workers, dbias columns) each split_batch worker's sums
     Buffer w_ih_low, w_hh_low;  // bf16 copies of the weights
     Buffer w_ih_t;              // (I, G*H) W_ih transposed, when the cell projects the input
     // W_hh (of the GEMM dtype) packed for the recurrent GEMMs forward and backward, repacked
@@ -109,6 +120,13 @@ class Recurrent {
   };
 
   bool low() const { return gemm_dtype_ != params_.dtype(); }
+  bool projected() const { return opt_.proj_size > 0; }
+  Tensor projection_weights(int64_t s) const;  // W_hr of chain s as GEMM operand
+  // h[t] = m[t] W_hr^T into the layer output (and its bf16 copy), rows [b0, b0 + nb).
+  void project_state(Backend& be, int64_t l, int64_t d, int64_t t, int64_t b0, int64_t nb);
+  // dL/dh[t] = dout[t] + dh_rec, kept for dW_hr, then dL/dm[t] = dL/dh[t] W_hr.
+  void state_grad(Backend& be, int64_t l, int64_t d, int64_t t, Tensor dout, int64_t b0,
+                  int64_t nb);
   Tensor input_grads(int64_t s) const;      // dG of chain s (T, B, G*H) as GEMM operand
   Tensor recurrent_grads(int64_t s) const;  // dR of chain s: dG unless the cell has its own
   int64_t k_major_rows(int64_t l) const;    // rows of a K-major copy per step and batch row
