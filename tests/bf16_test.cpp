@@ -36,10 +36,10 @@ StepResult train_step(Backend& be, const ModelOptions& opt, DType gemm_dtype, in
 ModelOptions options(bool bidirectional) {
   ModelOptions opt;
   opt.rnn = {.input_size = 5,
-              .hidden_size = 24,
-              .num_layers = 2,
-              .bidirectional = bidirectional,
-              .batch_first = true};
+             .hidden_size = 24,
+             .num_layers = 2,
+             .bidirectional = bidirectional,
+             .batch_first = true};
   opt.output_size = 3;
   opt.per_step = true;
   return opt;

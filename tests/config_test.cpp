@@ -147,8 +147,7 @@ TEST(Config, TransformIsAMapOfColumnToName) {
                       "transform, got 'log'"),
             std::string::npos);
   EXPECT_TRUE(Config::parse("data:\n  transform:\n", "c.yaml").map("data.transform").empty());
-  EXPECT_TRUE(
-      Config::parse("", "c.yaml", {"data.transform="}).map("data.transform").empty());
+  EXPECT_TRUE(Config::parse("", "c.yaml", {"data.transform="}).map("data.transform").empty());
   EXPECT_NE(c.resolved_yaml().find("  transform: {close: log_return, volume: log}\n"),
             std::string::npos)
       << c.resolved_yaml();

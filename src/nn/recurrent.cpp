@@ -53,6 +53,15 @@ char* at(Tensor t, int64_t elements) {
   return static_cast<char*>(t.data()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 
+// Dropout mask (T, B, F) of rate p; `locked`: one (B, F) mask shared by every step.
+void draw_mask(Backend& be, Tensor mask, double p, uint64_t seed, bool locked) {
+  if (!locked) return be.dropout_mask(mask, p, seed);
+  if (mask.dim(0) == 0) return;
+  const Tensor first = mask.slice(0, 1);
+  be.dropout_mask(first, p, seed);
+  for (int64_t t = 1; t < mask.dim(0); ++t) be.copy(mask.slice(t, t + 1), first);
+}
+
 // Sequences at least this long get their per-step GEMMs' weights packed (repacked every training
 // step).
 constexpr int64_t kPackMinSteps = 4;
@@ -176,7 +185,7 @@ bool Recurrent::cell_projects_input(int64_t l) const {
 }
 
 Tensor Recurrent::layer_input(int64_t l) const {
-  if (l == 0) return x_;
+  if (l == 0) return x_in_;
   return dropout_active_ ? dropped_[l - 1].tensor() : out_[l - 1].tensor();
 }
 
@@ -269,21 +278,26 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
                      params_.value(w.w_ih).reshape({G_ * H, I, 1}));
     }
   }
-  if (low()) {
-    be.convert(x_low_.get(be, gt, x_.shape()), x_);
-    be.convert(h0_low_.get(be, gt, state_shape), h_init);
-  }
-
   // Layer buffers, dropout masks (drawn up front so steps can apply them), GEMM inputs.
   dropout_active_ = training && opt_.dropout > 0.0;
-  in_gemm_[0] = low() ? x_low_.tensor() : x_;
+  x_in_ = x_;
+  if (locked_dropout()) {
+    draw_mask(be, x_mask_.get(be, dt, x_.shape()), opt_.dropout, rng.next(), true);
+    x_in_ = x_dropped_.get(be, dt, x_.shape());
+    be.mul(x_in_, x_, x_mask_.tensor());
+  }
+  if (low()) {
+    be.convert(x_low_.get(be, gt, x_.shape()), x_in_);
+    be.convert(h0_low_.get(be, gt, state_shape), h_init);
+  }
+  in_gemm_[0] = low() ? x_low_.tensor() : x_in_;
   for (int64_t l = 0; l < L; ++l) {
     const Shape out_shape{T_, B_, D * P};
     Tensor out = out_[l].get(be, dt, out_shape);
     Tensor out_g = low() ? out_low_[l].get(be, gt, out_shape) : out;
     if (l + 1 == L) break;
     if (dropout_active_) {
-      be.dropout_mask(mask_[l].get(be, dt, out_shape), opt_.dropout, rng.next());
+      draw_mask(be, mask_[l].get(be, dt, out_shape), opt_.dropout, rng.next(), locked_dropout());
       Tensor dropped = dropped_[l].get(be, dt, out_shape);
       in_gemm_[l + 1] = low() ? dropped_low_[l].get(be, gt, out_shape) : dropped;
     } else {
@@ -298,6 +312,11 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
       if (!low() || !cell_projects_input(l)) ch.gates.get(be, dt, {T_, B_, G_ * H});
       if (low()) ch.gates_low.get(be, gt, {T_, B_, G_ * H});
       if (cell_.cell_state) ch.c.get(be, dt, {T_, B_, H});
+      if (locked_dropout()) {
+        be.dropout_mask(ch.rec_mask.get(be, dt, {B_, P}), opt_.dropout, rng.next());
+        ch.h_masked.get(be, gt, {T_, B_, P});
+        if (low()) ch.h_masked_f32.get(be, dt, {B_, P});
+      }
       ch.saved.get(be, dt, {T_, B_, H});
       ch.rec.get(be, dt, {B_, G_ * H});
       if (projected()) {
@@ -495,7 +514,7 @@ void Recurrent::run_tuned_forward(Backend& be) {
       (projected() ? "_p" + std::to_string(opt_.proj_size) : "") + "_l" +
       std::to_string(opt_.num_layers) + "_d" + std::to_string(directions()) + "_t" +
       std::to_string(T_) + "_b" + std::to_string(B_) + "_" + std::string(dtype_name(gemm_dtype_)) +
-      (dropout_active_ ? "_dropout" : "");
+      (dropout_active_ ? (locked_dropout() ? "_vdropout" : "_dropout") : "");
   if (const auto cached = autotune::lookup(key)) {
     for (RecurrentSchedule c : candidates) {
       if (*cached != schedule_name(c)) continue;
@@ -623,9 +642,17 @@ void Recurrent::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, in
     pack_weights(be, recurrent_forward_shape(B_, G_, H, P, D * P), recurrent_weights(s),
                  &ch.w_hh_forward);
   const int64_t row = t * B_ + b0, row_prev = t_prev * B_ + b0;  // (T, B) rows of this step
-  // R(nb, G*H) = h_prev(nb, H) W_hh^T
-  const GemmShape rec = recurrent_forward_shape(nb, G_, H, P, step == 0 ? P : D * P);
+  // R(nb, G*H) = h_prev(nb, P) W_hh^T, h_prev masked with variational dropout
+  GemmShape rec = recurrent_forward_shape(nb, G_, H, P, step == 0 ? P : D * P);
   const void* h_prev = step == 0 ? at(chain_h0(s), b0 * P) : at(out_g, row_prev * D * P + d * P);
+  if (locked_dropout()) {
+    mask_state(
+        be, s, t,
+        step == 0 ? at(h0_.tensor().slice(s, s + 1), b0 * P) : at(out, row_prev * D * P + d * P),
+        step == 0 ? P : D * P, b0, nb);
+    h_prev = at(ch.h_masked.tensor(), row * P);
+    rec.lda = P;
+  }
   void* rec_out = at(ch.rec.tensor(), b0 * G_ * H);
   be.gemm(rec, gemm_dtype_, h_prev, recurrent_weights(s).data(),
           whole ? ch.w_hh_forward.get() : nullptr, rec_out);
@@ -666,6 +693,25 @@ void Recurrent::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, in
   }
   be.cell_forward(cell_.kind, cell, dt);
   if (projected()) project_state(be, l, d, t, b0, nb);
+}
+
+void Recurrent::mask_state(Backend& be, int64_t s, int64_t t, const void* h_prev, int64_t ld,
+                           int64_t b0, int64_t nb) {
+  const DType dt = params_.dtype();
+  const int64_t P = opt_.state_size(), row = t * B_ + b0;
+  Chain& ch = chains_[s];
+  const Tensor mask(at(ch.rec_mask.tensor(), b0 * P), dt, {nb, P});
+  const Tensor masked(at((low() ? ch.h_masked_f32 : ch.h_masked).tensor(), (low() ? b0 : row) * P),
+                      dt, {nb, P});
+  be.copy_rows(masked.data(), P, h_prev, ld, nb, P, dt);
+  be.mul(masked, masked, mask);
+  if (low()) be.convert(Tensor(at(ch.h_masked.tensor(), row * P), gemm_dtype_, {nb, P}), masked);
+}
+
+Tensor Recurrent::input_mask(int64_t l) const {
+  if (!dropout_active_) return {};
+  if (l > 0) return mask_[l - 1].tensor();
+  return locked_dropout() ? x_mask_.tensor() : Tensor();
 }
 
 Tensor Recurrent::projection_weights(int64_t s) const {
@@ -745,6 +791,7 @@ Tensor Recurrent::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
   for (int64_t s = 0; s < D * L; ++s) {
     Chain& ch = chains_[s];
     ch.dh.get(be, dt, {B_, P});
+    if (locked_dropout()) ch.dh_masked.get(be, dt, {B_, P});
     if (cell_.cell_state) ch.dc.get(be, dt, {B_, H});
     if (projected()) {
       ch.dh_all.get(be, dt, {T_, B_, P});
@@ -904,14 +951,21 @@ void Recurrent::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, T
   }
   cell.dbias = dbias;
   be.cell_backward(cell_.kind, cell, dt);
-  const bool direct = cell_.recurrent_grads;
+  // dh(nb, P) (+)= dR[t](nb, G*H) W_hh(G*H, P), through the state's dropout mask if any
+  const bool masked = locked_dropout(), direct = cell_.recurrent_grads && !masked;
   if (whole && step == T_ - 1)  // the chain's first step back, packed as forward does
     pack_weights(be, recurrent_backward_shape(B_, G_, H, P, direct), recurrent_weights(s),
                  &ch.w_hh_backward);
-  // dh(nb, H) (+)= dR[t](nb, G*H) W_hh(G*H, H)
+  const Tensor dh(at(ch.dh.tensor(), b0 * P), dt, {nb, P});
+  const Tensor through(masked ? at(ch.dh_masked.tensor(), b0 * P) : dh.data(), dt, {nb, P});
   be.gemm(recurrent_backward_shape(nb, G_, H, P, direct), gemm_dtype_, at(dr_g, row * G_ * H),
-          recurrent_weights(s).data(), whole ? ch.w_hh_backward.get() : nullptr,
-          at(ch.dh.tensor(), b0 * P));
+          recurrent_weights(s).data(), whole ? ch.w_hh_backward.get() : nullptr, through.data());
+  if (!masked) return;
+  be.mul(through, through, Tensor(at(ch.rec_mask.tensor(), b0 * P), dt, {nb, P}));
+  if (cell_.recurrent_grads)
+    be.add(dh, through);
+  else
+    be.copy(dh, through);
 }
 
 // din[t](B, I) = dG[t](B, G*H) W_ih(G*H, I) for unidirectional layer l, times the dropout mask of
@@ -939,7 +993,7 @@ void Recurrent::din_all(Backend& be, int64_t l) {
     dx.beta = d == 0 ? 0.0f : 1.0f;
     be.gemm(dx, gemm_dtype_, dg_g.data(), w_ih.data(), din.data());
   }
-  if (l > 0 && dropout_active_) be.mul(din, din, mask_[l - 1].tensor());
+  if (const Tensor mask = input_mask(l); !mask.empty()) be.mul(din, din, mask);
 }
 
 // db_ih, db_hh of chain (l, d), and unless summed in the loop already, dW_ih and dW_hh from its dG
@@ -1101,9 +1155,12 @@ void Recurrent::weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0
       if (R) be.copy_transposed(dr_t, ld, at(dr_g, c0 * B_ * GH), GH, K, GH, gt);
       be.copy_transposed(in_t, ld, at(in_gemm_[l], c0 * B_ * I), I, K, I, gt);
       // h_prev of steps [c0, c1): the outputs of the steps before (after, backward in time), and
-      // h0 at the chain's first step.
+      // h0 at the chain's first step; with variational dropout the masked states.
       int64_t a = c0, b = c1;  // the steps whose h_prev is an output
-      if (t_first >= c0 && t_first < c1) {
+      if (locked_dropout()) {
+        be.copy_transposed(h_t, ld, at(chains_[s].h_masked.tensor(), c0 * B_ * P), P, K, P, gt);
+        a = b = c0;  // done
+      } else if (t_first >= c0 && t_first < c1) {
         be.copy_transposed(at(copies, h_row * ld + (t_first - c0) * B_), ld, chain_h0(s).data(), P,
                            B_, P, gt);
         if (d == 0)
@@ -1138,10 +1195,18 @@ void Recurrent::weight_grads_row_major(Backend& be, int64_t l, int64_t d, int64_
   const Tensor dg_g = input_grads(s), dr_g = recurrent_grads(s);
   const Tensor out_g = low() ? out_low_[l].tensor() : out_[l].tensor();  // (T, B, D*P)
 
-  // dW_hh += dR[first step]^T h_init + dR[other steps]^T out[their previous steps]
+  // dW_hh += dR[first step]^T h_init + dR[other steps]^T out[their previous steps], or with
+  // variational dropout dR^T h_masked over all the steps
   const int64_t t_first = d == 0 ? 0 : T_ - 1;
   int64_t a = t0, b = t1;  // the steps whose previous h is an output
-  if (t_first >= t0 && t_first < t1) {
+  if (locked_dropout()) {
+    GemmShape hh{.trans_a = true, .m = G_ * H, .n = P, .k = (t1 - t0) * B_, .lda = G_ * H};
+    hh.ldb = hh.ldc = P;
+    hh.beta = beta;
+    be.gemm(hh, gt, at(dr_g, t0 * B_ * G_ * H), at(chains_[s].h_masked.tensor(), t0 * B_ * P),
+            dw_hh);
+    a = b = t0;  // done
+  } else if (t_first >= t0 && t_first < t1) {
     GemmShape first{.trans_a = true, .m = G_ * H, .n = P, .k = B_, .lda = G_ * H, .ldb = P};
     first.ldc = P;
     first.beta = beta;

@@ -128,7 +128,13 @@ const std::vector<ConfigKey> kKeys = {
     {"model.layers", T::integer, "1", "Recurrent layers."},
     {"model.bidirectional", T::boolean, "false", "Bidirectional recurrent layers."},
     {"model.dropout", T::number, "0.0",
-     "Dropout on every recurrent layer's output but the last, in training."},
+     "Dropout rate in training: on every recurrent layer's output but the last (standard), or "
+     "as model.dropout_mode says."},
+    {"model.dropout_mode", T::string, "standard",
+     "`standard`: a new mask at every step, between layers (PyTorch's nn.LSTM dropout). "
+     "`variational`: masks drawn once per sequence and kept for all its steps, on every layer's "
+     "input (the data's features or embeddings too) and on the recurrent state feeding W_hh "
+     "(Gal & Ghahramani 2016; Keras' dropout and recurrent_dropout)."},
     {"model.embedding", T::integer, "64", "Embedding size (charlm)."},
     {"model.init_from", T::path, "",
      "A .safetensors file of initial weights under PyTorch names (lstm.weight_ih_l0, head.weight, "

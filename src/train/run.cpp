@@ -49,6 +49,10 @@ ModelOptions model_options(const Config& c, const Task& t) {
   m.rnn.dropout = c.number("model.dropout");
   if (!(m.rnn.dropout >= 0 && m.rnn.dropout < 1))
     fail(c.source(), ": model.dropout must be in [0, 1), got ", m.rnn.dropout);
+  const std::string mode = c.str("model.dropout_mode");
+  if (mode != "standard" && mode != "variational")
+    fail(c.source(), ": model.dropout_mode must be standard or variational, got '", mode, "'");
+  m.rnn.variational_dropout = mode == "variational";
   m.rnn.batch_first = true;
   task_type(t.kind).shape_model(c, t, &m);
   return m;

@@ -30,6 +30,10 @@ struct RecurrentOptions {
   // LSTM only, PyTorch's proj_size: h = W_hr (o tanh(c)) is P < H wide (weight_hr_l{k} (P, H)),
   // and so are h0, h_n and each direction's output. 0: no projection.
   int64_t proj_size = 0;
+  // Variational (locked) dropout, Gal & Ghahramani 2016 (Keras' dropout and recurrent_dropout):
+  // masks of rate `dropout` drawn once per sequence and shared by all its steps, on every layer's
+  // input (the first layer's too) and on the state h_{t-1} that feeds W_hh.
+  bool variational_dropout = false;
   int64_t state_size() const { return proj_size > 0 ? proj_size : hidden_size; }  // h's width
 };
 
@@ -79,6 +83,14 @@ class Recurrent {
   RecurrentSchedule schedule() const { return chosen_; }  // the one the last forward used
   DType gemm_dtype() const { return gemm_dtype_; }
 
+  // The dropout masks the last training forward drew: of layer l's input (T, B, I_l; empty for
+  // the first layer unless variational), and with variational dropout of chain s's recurrent
+  // state (B, P) (empty otherwise).
+  Tensor input_dropout_mask(int64_t l) const { return input_mask(l); }
+  Tensor state_dropout_mask(int64_t s) const {
+    return locked_dropout() ? chains_[s].rec_mask.tensor() : Tensor();
+  }
+
   const RecurrentOptions& options() const { return opt_; }
   const CellType& cell() const { return cell_; }
   int64_t directions() const { return opt_.bidirectional ? 2 : 1; }
@@ -105,7 +117,11 @@ class Recurrent {
     // step (T, B, P) and its bf16 copy, for dW_hr; dL/dm of a step (B, H); a step's projected h
     // (B, P) and its bf16 copy when the output's rows are strided (bidirectional, bf16).
     Buffer m, m_low, dh_all, dh_all_low, dm, h_step, h_step_low;
-    Buffer w_hr_low;     // bf16 copy of W_hr
+    Buffer w_hr_low;  // bf16 copy of W_hr
+    // Variational dropout of the recurrent state: the mask (B, P); every step's masked h_{t-1}
+    // (T, B, P) in the GEMM dtype, the recurrent GEMM's operand forward and for dW_hh; a step's
+    // masked state in f32 (B, P), and its gradient through the recurrent GEMM (B, P).
+    Buffer rec_mask, h_masked, h_masked_f32, dh_masked;
     Buffer bias;         // (G*H) b_ih + the folded part of b_hh
     Buffer dbias;        // (G*H, or 2 G*H with recurrent_grads) colsum(dG) [, colsum(dR)], summed
                          // by the backward cells
@@ -121,6 +137,11 @@ class Recurrent {
 
   bool low() const { return gemm_dtype_ != params_.dtype(); }
   bool projected() const { return opt_.proj_size > 0; }
+  bool locked_dropout() const { return dropout_active_ && opt_.variational_dropout; }
+  Tensor input_mask(int64_t l) const;  // the dropout mask of layer l's input (T, B, I_l), or none
+  // The recurrent GEMM's operand at step t, rows [b0, b0 + nb): h_{t-1} times the chain's mask.
+  void mask_state(Backend& be, int64_t s, int64_t t, const void* h_prev, int64_t ld, int64_t b0,
+                  int64_t nb);
   Tensor projection_weights(int64_t s) const;  // W_hr of chain s as GEMM operand
   // h[t] = m[t] W_hr^T into the layer output (and its bf16 copy), rows [b0, b0 + nb).
   void project_state(Backend& be, int64_t l, int64_t d, int64_t t, int64_t b0, int64_t nb);
@@ -200,7 +221,9 @@ class Recurrent {
   std::atomic<bool> failed_{false};                   // a wavefront worker threw
 
   Tensor x_;                         // (T, B, I) time-major input
+  Tensor x_in_;                      // (T, B, I) the first layer's input: x_, or x_dropped_
   Buffer x_tm_, x_low_;              // batch_first input made time-major; its bf16 copy
+  Buffer x_mask_, x_dropped_;        // variational dropout of x: (T, B, I) mask, x times it
   std::vector<Tensor> in_gemm_;      // [layer] the layer's input as GEMM operand (T, B, I_l)
   std::vector<Buffer> out_;          // [layer] (T, B, D*H)
   std::vector<Buffer> out_low_;      // [layer] bf16 copy of out_
