@@ -84,7 +84,10 @@ TEST_P(LstmConcurrency, MatchesSequentialReference) {
   // In bf16 the GRU keeps both dG and dR in bf16, and its dx differs from the reference's by up
   // to about one bf16 rounding (2^-8) relative.
   const double bf16_tol = GetParam().opt.cell == CellKind::gru ? 4e-3 : 2e-3;
-  const double tol = GetParam().gemm == DType::bf16 ? bf16_tol : 2e-5;
+  // Layer norms amplify float32 rounding (PyTorch's own float32 LN-LSTM is 3e-5 to 1e-4 off its
+  // float64 in the parity fixtures).
+  const double f32_tol = GetParam().opt.cell == CellKind::lnlstm ? 1e-4 : 2e-5;
+  const double tol = GetParam().gemm == DType::bf16 ? bf16_tol : f32_tol;
   for (RecurrentSchedule schedule :
        {RecurrentSchedule::layered, RecurrentSchedule::side_by_side, RecurrentSchedule::one_worker,
         RecurrentSchedule::split_batch, RecurrentSchedule::tuned}) {
@@ -257,6 +260,25 @@ INSTANTIATE_TEST_SUITE_P(
               .proj_size = 12,
               .variational_dropout = true},
              8,
+             4,
+             DType::bf16},
+        Case{"lnlstm_uni_3_layers_dropout",
+             {.cell = CellKind::lnlstm,
+              .input_size = 20,
+              .hidden_size = 24,
+              .num_layers = 3,
+              .dropout = 0.3},
+             7,
+             3,
+             DType::f32},
+        Case{"lnlstm_bi_2_layers_bf16",
+             {.cell = CellKind::lnlstm,
+              .input_size = 24,
+              .hidden_size = 16,
+              .num_layers = 2,
+              .bidirectional = true,
+              .batch_first = true},
+             6,
              4,
              DType::bf16},
         Case{"proj_uni_3_layers_dropout",

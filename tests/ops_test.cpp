@@ -455,6 +455,60 @@ OpCase gru_cell_case(int64_t batch, int64_t hidden, int64_t ld_pad, int64_t inpu
   };
 }
 
+// A layer-normalised LSTM step forward and backward (its own parameters: gains and the cell
+// norm's bias; a bias gradient of 18H columns).
+OpCase lnlstm_cell_case(int64_t batch, int64_t hidden, int64_t ldh_pad, bool no_dh_out = false) {
+  return [=](Backend& be, DType dt, Rng& rng) {
+    const int64_t H = hidden, N = 4 * H, ldh = H + ldh_pad, W = 10 * H + 3;
+    HostTensor gates(be, dt, {batch, N}, values(rng, batch * N, -3, 3));
+    HostTensor rec(be, dt, {batch, N}, values(rng, batch * N, -2, 2));
+    HostTensor bias(be, dt, {N}, values(rng, N));
+    HostTensor own(be, dt, {10 * H}, values(rng, 10 * H, 0.5, 1.5));
+    HostTensor c_prev(be, dt, {batch, H}, values(rng, batch * H, -2, 2));
+    HostTensor c(be, dt, {batch, H}, std::vector<double>(batch * H));
+    HostTensor saved(be, dt, {batch, W}, std::vector<double>(batch * W));
+    HostTensor h(be, dt, {batch, ldh}, std::vector<double>(batch * ldh));
+    be.cell_forward(CellKind::lnlstm,
+                    {.batch = batch,
+                     .hidden = H,
+                     .gates = gates.t.data(),
+                     .gates_rec = rec.t.data(),
+                     .c_prev = c_prev.t.data(),
+                     .c = c.t.data(),
+                     .saved = saved.t.data(),
+                     .params = own.t.data(),
+                     .h = h.t.data(),
+                     .ldh = ldh,
+                     .bias = bias.t.data()},
+                    dt);
+    HostTensor dh_out(be, dt, {batch, ldh}, values(rng, batch * ldh));
+    HostTensor dh_rec(be, dt, {batch, H}, values(rng, batch * H));
+    HostTensor dc(be, dt, {batch, H}, values(rng, batch * H));
+    HostTensor dgates_rec(be, dt, {batch, N}, std::vector<double>(batch * N));
+    HostTensor dbias(be, dt, {18 * H}, values(rng, 18 * H));
+    be.cell_backward(CellKind::lnlstm,
+                     {.batch = batch,
+                      .hidden = H,
+                      .gates = gates.t.data(),
+                      .c_prev = c_prev.t.data(),
+                      .saved = saved.t.data(),
+                      .params = own.t.data(),
+                      .dh_out = no_dh_out ? nullptr : dh_out.t.data(),
+                      .ld_dh_out = ldh,
+                      .dh_rec = dh_rec.t.data(),
+                      .dc = dc.t.data(),
+                      .dgates = gates.t.data(),  // in place, as the engine does
+                      .dgates_rec = dgates_rec.t.data(),
+                      .dbias = dbias.t.data()},
+                     dt);
+    return std::map<std::string, std::vector<double>>{
+        {"c", to_doubles(c.t)},         {"h", to_doubles(h.t)},
+        {"saved", to_doubles(saved.t)}, {"dgates", to_doubles(gates.t)},
+        {"dc", to_doubles(dc.t)},       {"dgates_rec", to_doubles(dgates_rec.t)},
+        {"dbias", to_doubles(dbias.t)}};
+  };
+}
+
 OpCase adam_case(bool decoupled, int64_t step, int64_t n) {
   return [=](Backend& be, DType dt, Rng& rng) {
     HostTensor p(be, dt, {n}, values(rng, n)), g(be, dt, {n}, values(rng, n, -1e-3, 1e-3)),
@@ -580,6 +634,10 @@ const std::map<std::string, OpCase>& cases() {
       {"lstm_cell_b300_h128_input8", lstm_cell_case(300, 128, 0, 8)},
       {"lstm_cell_b5_h35_input1_no_dh_out", lstm_cell_case(5, 35, 2, 1, true)},
       {"gru_cell_b1_h1", gru_cell_case(1, 1, 0)},
+      {"lnlstm_cell_b1_h1", lnlstm_cell_case(1, 1, 0)},
+      {"lnlstm_cell_b64_h128_strided", lnlstm_cell_case(64, 128, 128)},
+      {"lnlstm_cell_b300_h37", lnlstm_cell_case(300, 37, 0)},
+      {"lnlstm_cell_b5_h35_no_dh_out", lnlstm_cell_case(5, 35, 2, true)},
       {"gru_cell_b64_h128_strided", gru_cell_case(64, 128, 128)},
       {"gru_cell_b300_h37_input8", gru_cell_case(300, 37, 0, 8)},
       {"gru_cell_b5_h35_input1_no_dh_out", gru_cell_case(5, 35, 2, 1, true)},

@@ -21,16 +21,13 @@ struct CellKernels {
 };
 const CellKernels& cell_kernels(CellKind kind);
 
-// Columns of a cell's bias gradient (CellBackward::dbias).
-inline int64_t bias_grad_columns(const CellType& cell, int64_t hidden) {
-  return (cell.recurrent_grads ? 2 : 1) * cell.gates * hidden;
-}
-
 namespace simd {
 void lstm_cell_forward(const CellForward& p, int64_t r0, int64_t r1);
 void lstm_cell_backward(const CellBackward& p, int64_t r0, int64_t r1, float* dbias);
 void gru_cell_forward(const CellForward& p, int64_t r0, int64_t r1);
 void gru_cell_backward(const CellBackward& p, int64_t r0, int64_t r1, float* dbias);
+void lnlstm_cell_forward(const CellForward& p, int64_t r0, int64_t r1);
+void lnlstm_cell_backward(const CellBackward& p, int64_t r0, int64_t r1, float* dbias);
 }  // namespace simd
 
 }  // namespace seqforge

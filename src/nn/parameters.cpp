@@ -22,6 +22,7 @@ void Parameters::allocate(Backend& backend, Rng& rng) {
     for (double& x : host) {
       if (init.kind == Init::uniform) x = rng.uniform(init.a, init.b);
       if (init.kind == Init::normal) x = init.a + init.b * rng.normal();
+      if (init.kind == Init::constant) x = init.a;
     }
     std::vector<char> converted(v.nbytes());
     convert(host.data(), DType::f64, converted.data(), v.dtype(), host.size());

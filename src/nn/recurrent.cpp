@@ -9,7 +9,8 @@
 //               (+ the cell's direct term)
 //             dW_ih += dG^T in;  dW_hh += dR^T H_prev;  db_ih += colsum(dG), db_hh += colsum(dR)
 //             din (=, += for the second direction) = dG W_ih   one GEMM each
-// dR is dG except for cells with recurrent_grads (GRU), which write it apart.
+// dR is dG except for cells with recurrent_grads (GRU, LN-LSTM), which write it apart. Cells
+// with bias_in_cell (LN-LSTM) add the bias themselves, after normalising G and R.
 // h[t] is written straight into the layer output (T, B, D*H) at column d*H, so H_prev for all
 // steps is the output shifted by one step (two GEMMs: the initial state, then the rest). dG[t]
 // overwrites the saved gate activations of step t, which backward no longer needs. Inputs of up
@@ -141,7 +142,7 @@ Recurrent::Recurrent(Parameters& params, const std::string& prefix, const Recurr
   if (opt_.proj_size < 0 || opt_.proj_size >= opt_.hidden_size)
     fail(where, ": proj_size must be in [0, hidden_size ", opt_.hidden_size, "), got ",
          opt_.proj_size);
-  if (opt_.proj_size > 0 && !cell_.cell_state)
+  if (opt_.proj_size > 0 && cell_.kind != CellKind::lstm)
     fail(where, ": proj_size is the LSTM's (PyTorch's nn.", upper(cell_.name), " has none)");
   const int64_t H = opt_.hidden_size, P = opt_.state_size(), L = opt_.num_layers;
   const Init init = Init::Uniform(1.0 / std::sqrt(double(H)));
@@ -155,6 +156,11 @@ Recurrent::Recurrent(Parameters& params, const std::string& prefix, const Recurr
       w.b_ih = params.declare(base + "bias_ih" + sfx, {G_ * H}, init);
       w.b_hh = params.declare(base + "bias_hh" + sfx, {G_ * H}, init);
       if (projected()) w.w_hr = params.declare(base + "weight_hr" + sfx, {P, H}, init);
+      for (int k = 0; k < cell_.num_params; ++k) {
+        const CellParam& own = cell_.params[k];
+        w.own.push_back(
+            params.declare(base + own.name + sfx, {own.per_hidden * H}, Init::Constant(own.init)));
+      }
       weights_.push_back(w);
     }
   }
@@ -181,6 +187,7 @@ int64_t Recurrent::layer_input_size(int64_t layer) const {
 }
 
 bool Recurrent::cell_projects_input(int64_t l) const {
+  if (cell_.bias_in_cell) return false;
   return layer_input_size(l) <= kCellProjectionMaxInput;
 }
 
@@ -263,6 +270,15 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
     Tensor bias = ch.bias.get(be, dt, {G_ * H});
     be.copy(bias, params_.value(w.b_ih));
     be.add(bias.slice(0, folded), params_.value(w.b_hh).slice(0, folded));
+    if (cell_.num_params > 0) {  // the cell's own parameters, side by side
+      Tensor own = ch.own.get(be, dt, {cell_param_columns(cell_, H)});
+      int64_t col = 0;
+      for (size_t k : w.own) {
+        const Tensor v = params_.value(k);
+        be.copy(own.slice(col, col + v.numel()), v);
+        col += v.numel();
+      }
+    }
     if (low()) {
       Tensor w_ih = params_.value(w.w_ih), w_hh = params_.value(w.w_hh);
       be.convert(ch.w_ih_low.get(be, gt, w_ih.shape()), w_ih);
@@ -317,7 +333,7 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
         ch.h_masked.get(be, gt, {T_, B_, P});
         if (low()) ch.h_masked_f32.get(be, dt, {B_, P});
       }
-      ch.saved.get(be, dt, {T_, B_, H});
+      ch.saved.get(be, dt, {T_, B_, saved_columns(cell_, H)});
       ch.rec.get(be, dt, {B_, G_ * H});
       if (projected()) {
         ch.m.get(be, dt, {T_, B_, H});
@@ -551,16 +567,16 @@ void Recurrent::project_all(Backend& be, int64_t l, int64_t d) {
   const Tensor w_ih = input_weights(s);
   GemmShape proj{.trans_b = true, .m = T_ * B_, .n = G_ * H, .k = I, .lda = I, .ldb = I};
   proj.ldc = G_ * H;
-  proj.bias = true;
+  proj.bias = !cell_.bias_in_cell;
   be.gemm(proj, gemm_dtype_, in_gemm_[l].data(), w_ih.data(), ch.gates.tensor().data(),
-          ch.bias.tensor().data());
+          proj.bias ? ch.bias.tensor().data() : nullptr);
 }
 
 GemmShape Recurrent::project_step_shape(int64_t l) const {
   const int64_t H = opt_.hidden_size, I = layer_input_size(l);
   GemmShape proj{.trans_b = true, .m = B_, .n = G_ * H, .k = I, .lda = I, .ldb = I};
   proj.ldc = G_ * H;
-  proj.bias = true;
+  proj.bias = !cell_.bias_in_cell;
   return proj;
 }
 
@@ -616,7 +632,8 @@ void Recurrent::project_step(Backend& be, int64_t l, int64_t d, int64_t step) {
   const int64_t t = d == 0 ? step : T_ - 1 - step;
   Chain& ch = chains_[s];
   be.gemm(project_step_shape(l), gemm_dtype_, at(in_gemm_[l], t * B_ * I), input_weights(s).data(),
-          ch.w_ih_step.get(), at(ch.gates.tensor(), t * B_ * G_ * H), ch.bias.tensor().data());
+          ch.w_ih_step.get(), at(ch.gates.tensor(), t * B_ * G_ * H),
+          cell_.bias_in_cell ? nullptr : ch.bias.tensor().data());
 }
 
 // Layer l's output at step t as the next layer's input: dropout, and its bf16 copy.
@@ -673,7 +690,9 @@ void Recurrent::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, in
   }
   if (cell_.folded_hh_bias_gates < G_)
     cell.bias_rec = at(params_.value(weights_[s].b_hh), cell_.folded_hh_bias_gates * H);
-  cell.saved = at(ch.saved.tensor(), row * H);
+  cell.saved = at(ch.saved.tensor(), row * saved_columns(cell_, H));
+  if (cell_.num_params > 0) cell.params = ch.own.tensor().data();
+  if (cell_.bias_in_cell) cell.bias = ch.bias.tensor().data();
   if (projected()) {  // the cell's h is m, projected below
     cell.h = at(ch.m.tensor(), row * H);
     cell.ldh = H;
@@ -925,7 +944,8 @@ void Recurrent::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, T
   cell.hidden = H;
   cell.gates = low() ? nullptr : at(ch.gates.tensor(), row * G_ * H);
   cell.gates_bf16 = low() ? at(dg_g, row * G_ * H) : nullptr;
-  cell.saved = at(ch.saved.tensor(), row * H);
+  cell.saved = at(ch.saved.tensor(), row * saved_columns(cell_, H));
+  if (cell_.num_params > 0) cell.params = ch.own.tensor().data();
   if (cell_.cell_state) {
     cell.c_prev =
         step == 0 ? at(c0_.tensor().slice(s, s + 1), b0 * H) : at(ch.c.tensor(), row_prev * H);
@@ -945,14 +965,13 @@ void Recurrent::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, T
   }
   cell.dgates = low() ? nullptr : at(ch.gates.tensor(), row * G_ * H);
   cell.dgates_bf16 = low() ? at(dg_g, row * G_ * H) : nullptr;
-  if (cell_.recurrent_grads) {
+  if (cell_.recurrent_grads)
     (low() ? cell.dgates_rec_bf16 : cell.dgates_rec) = at(dr_g, row * G_ * H);
-    cell.dh_direct = at(ch.dh.tensor(), b0 * H);
-  }
+  if (cell_.direct_state_grad) cell.dh_direct = at(ch.dh.tensor(), b0 * H);
   cell.dbias = dbias;
   be.cell_backward(cell_.kind, cell, dt);
   // dh(nb, P) (+)= dR[t](nb, G*H) W_hh(G*H, P), through the state's dropout mask if any
-  const bool masked = locked_dropout(), direct = cell_.recurrent_grads && !masked;
+  const bool masked = locked_dropout(), direct = cell_.direct_state_grad && !masked;
   if (whole && step == T_ - 1)  // the chain's first step back, packed as forward does
     pack_weights(be, recurrent_backward_shape(B_, G_, H, P, direct), recurrent_weights(s),
                  &ch.w_hh_backward);
@@ -962,7 +981,7 @@ void Recurrent::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, T
           recurrent_weights(s).data(), whole ? ch.w_hh_backward.get() : nullptr, through.data());
   if (!masked) return;
   be.mul(through, through, Tensor(at(ch.rec_mask.tensor(), b0 * P), dt, {nb, P}));
-  if (cell_.recurrent_grads)
+  if (cell_.direct_state_grad)
     be.add(dh, through);
   else
     be.copy(dh, through);
@@ -1008,11 +1027,17 @@ void Recurrent::weight_grads(Backend& be, int64_t l, int64_t d, RecurrentSchedul
     if (!copies.empty() && !k_major_pays(be, l, d, n, copies)) copies = Tensor();
     weight_grads_split(be, l, d, n, copies, params_.grad(w.w_hh), params_.grad(w.w_ih));
   }
-  // d(b_ih) = colsum(dG), d(b_hh) = colsum(dR), summed by the backward cells.
+  // d(b_ih), d(b_hh) and the cell's own parameters' gradients, summed by the backward cells.
   const Tensor dbias = chains_[l * directions() + d].dbias.tensor();
   const int64_t n = G_ * opt_.hidden_size;
   be.add(params_.grad(w.b_ih), dbias.slice(0, n));
-  be.add(params_.grad(w.b_hh), cell_.recurrent_grads ? dbias.slice(n, 2 * n) : dbias);
+  int64_t at_col = cell_.recurrent_grads ? 2 * n : n;
+  be.add(params_.grad(w.b_hh), dbias.slice(at_col - n, at_col));
+  for (size_t k = 0; k < w.own.size(); ++k) {
+    const Tensor grad = params_.grad(w.own[k]);
+    be.add(grad, dbias.slice(at_col, at_col + grad.numel()));
+    at_col += grad.numel();
+  }
   if (!projected()) return;
   // dW_hr(P, H) += dh^T(P, T*B) m(T*B, H)
   const Chain& ch = chains_[l * directions() + d];

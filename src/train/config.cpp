@@ -119,8 +119,10 @@ const std::vector<ConfigKey> kKeys = {
      "Where the cache lives; empty: `augment/` in seqforge's cache directory (SEQFORGE_CACHE_DIR, "
      "else ~/.cache/seqforge)."},
     {"model.cell", T::string, "lstm",
-     "Recurrent cell: `lstm` (PyTorch's nn.LSTM) or `gru` (nn.GRU); also the module's name in "
-     "checkpoints (lstm.weight_ih_l0, gru.weight_ih_l0)."},
+     "Recurrent cell: `lstm` (PyTorch's nn.LSTM), `gru` (nn.GRU) or `lnlstm` (layer-normalised "
+     "LSTM, Ba et al. 2016: layer norms with gains on the input and recurrent projections and on "
+     "the cell state); also the module's name in checkpoints (lstm.weight_ih_l0, gru..., "
+     "lnlstm.ln_ih_weight_l0)."},
     {"model.hidden", T::integer, "64", "Hidden size of the recurrent layers."},
     {"model.proj_size", T::integer, "0",
      "LSTM projection (PyTorch's proj_size): h = W_hr (o tanh(c)) has this many features, fewer "

@@ -20,7 +20,8 @@ import torch
 # (batch_first), st (given initial states), head: last | step | mask (MSE on masked steps) | ce;
 # cell="gru" makes the layer an nn.GRU (named gru_... / chargru_...; no cell state, so no c0, rc,
 # c_n): otherwise it is an nn.LSTM (lstm_... / charlm_...); p: the LSTM's proj_size (h, h0, h_n
-# and the output are p wide, weight_hr_l{k} (p, h); named ..._p{p}_...).
+# and the output are p wide, weight_hr_l{k} (p, h); named ..._p{p}_...); cell="lnlstm" is the
+# layer-normalised LSTM of LayerNormLSTM below (lnlstm_... / charlnlstm_...).
 CONFIGS = [
     dict(i=1, h=1, l=1, t=1, b=1, head="last"),
     dict(i=3, h=5, l=1, t=7, b=4, head="last", bf=True),
@@ -68,10 +69,76 @@ CONFIGS = [
     dict(i=20, h=64, p=31, l=2, t=16, b=9, head="step", bi=True, st=True),
     dict(i=1, h=2, p=1, l=1, t=1, b=1, head="last"),
     dict(v=30, e=8, h=24, p=7, l=2, t=10, b=5, head="ce", bf=True, st=True),
+    # LN-LSTM: appended last.
+    dict(cell="lnlstm", i=1, h=3, l=1, t=1, b=1, head="last"),
+    dict(cell="lnlstm", i=3, h=5, l=1, t=7, b=4, head="step", st=True),
+    dict(cell="lnlstm", i=8, h=17, l=2, t=12, b=3, head="mask", bi=True, bf=True),
+    dict(cell="lnlstm", i=4, h=33, l=3, t=9, b=5, head="last", st=True, bf=True),
+    dict(cell="lnlstm", i=20, h=64, l=2, t=16, b=9, head="step", bi=True, st=True),
+    dict(cell="lnlstm", v=30, e=8, h=24, l=2, t=10, b=5, head="ce", bf=True, st=True),
 ]
 
 LR_ADAMW, WD_ADAMW = 1e-2, 1e-2
 LR_SGD, MOMENTUM = 0.1, 0.9
+
+
+class LayerNormLSTM(torch.nn.Module):
+    """The layer-normalised LSTM (Ba et al. 2016) as seqforge defines it, an explicit loop:
+    pre = g_ih LN(x W_ih^T) + g_hh LN(h W_hh^T) + b_ih + b_hh (LN over the 4H values, gates i, f,
+    g, o), c = f c + i g, h = o tanh(g_c LN(c) + b_c); LN as nn.LayerNorm's (eps 1e-5), no bias
+    of its own but the cell norm's. Parameters per layer and direction, in this order:
+    weight_ih, weight_hh, bias_ih, bias_hh, ln_ih_weight, ln_hh_weight, ln_c_weight, ln_c_bias."""
+
+    def __init__(self, input_size, hidden, layers, bidirectional, batch_first):
+        super().__init__()
+        self.h, self.layers, self.batch_first = hidden, layers, batch_first
+        self.d = 2 if bidirectional else 1
+        bound = 1.0 / hidden ** 0.5
+        for l in range(layers):
+            for d in range(self.d):
+                sfx = "_l%d%s" % (l, "_reverse" if d else "")
+                i = input_size if l == 0 else self.d * hidden
+                for name, shape in (("weight_ih", (4 * hidden, i)), ("weight_hh", (4 * hidden, hidden)),
+                                    ("bias_ih", (4 * hidden,)), ("bias_hh", (4 * hidden,))):
+                    self.register_parameter(name + sfx, torch.nn.Parameter(
+                        torch.empty(shape).uniform_(-bound, bound)))
+                # Gains and bias drawn away from 1 and 0, so that their gradients are tested.
+                for name, n, lo, hi in (("ln_ih_weight", 4, 0.5, 1.5), ("ln_hh_weight", 4, 0.5, 1.5),
+                                        ("ln_c_weight", 1, 0.5, 1.5), ("ln_c_bias", 1, -0.5, 0.5)):
+                    self.register_parameter(name + sfx, torch.nn.Parameter(
+                        torch.empty(n * hidden).uniform_(lo, hi)))
+
+    def forward(self, x, state):
+        if self.batch_first:
+            x = x.transpose(0, 1)
+        T, B = x.shape[0], x.shape[1]
+        ln = lambda v: torch.nn.functional.layer_norm(v, v.shape[-1:], eps=1e-5)
+        h_n, c_n = [], []
+        for l in range(self.layers):
+            outs = []
+            for d in range(self.d):
+                s = l * self.d + d
+                sfx = "_l%d%s" % (l, "_reverse" if d else "")
+                p = lambda name: getattr(self, name + sfx)
+                if state is None:
+                    h = x.new_zeros(B, self.h)
+                    c = x.new_zeros(B, self.h)
+                else:
+                    h, c = state[0][s], state[1][s]
+                ys = [None] * T
+                for t in (range(T) if d == 0 else reversed(range(T))):
+                    pre = (p("ln_ih_weight") * ln(x[t] @ p("weight_ih").T) +
+                           p("ln_hh_weight") * ln(h @ p("weight_hh").T) + p("bias_ih") + p("bias_hh"))
+                    i, f, g, o = pre.chunk(4, dim=1)
+                    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                    h = torch.sigmoid(o) * torch.tanh(p("ln_c_weight") * ln(c) + p("ln_c_bias"))
+                    ys[t] = h
+                outs.append(torch.stack(ys))
+                h_n.append(h)
+                c_n.append(c)
+            x = torch.cat(outs, dim=-1)
+        y = x.transpose(0, 1) if self.batch_first else x
+        return y, (torch.stack(h_n), torch.stack(c_n))
 
 
 def is_gru(c):
@@ -85,9 +152,10 @@ def state_keys(c):
 
 def name_of(c):
     if "v" in c:
-        s = ("chargru_v%d_e%d" if is_gru(c) else "charlm_v%d_e%d") % (c["v"], c["e"])
+        s = {"gru": "chargru", "lnlstm": "charlnlstm"}.get(c.get("cell"), "charlm")
+        s += "_v%d_e%d" % (c["v"], c["e"])
     else:
-        s = ("gru_i%d" if is_gru(c) else "lstm_i%d") % c["i"]
+        s = c.get("cell", "lstm") + "_i%d" % c["i"]
     s += "_h%d" % c["h"] + ("_p%d" % c["p"] if c.get("p") else "")
     s += "_l%d_t%d_b%d" % (c["l"], c["t"], c["b"])
     for flag in ("bi", "bf", "st", "weights", "ignore"):
@@ -107,6 +175,8 @@ class Model(torch.nn.Module):
         kw = dict(bidirectional=bool(c.get("bi")), batch_first=bool(c.get("bf")))
         if is_gru(c):
             self.gru = torch.nn.GRU(*args, **kw)
+        elif c.get("cell") == "lnlstm":
+            self.lnlstm = LayerNormLSTM(*args, **kw)
         else:
             self.lstm = torch.nn.LSTM(*args, proj_size=c.get("p", 0), **kw)
         out = c["v"] if "v" in c else (2 if c["head"] in ("step", "mask") else 1)
@@ -118,6 +188,8 @@ class Model(torch.nn.Module):
         if is_gru(self.c):  # an nn.GRU takes h0 alone and has no cell state
             y, hn = self.gru(x, None if state is None else state[0])
             cn = None
+        elif self.c.get("cell") == "lnlstm":
+            y, (hn, cn) = self.lnlstm(x, state)
         else:
             y, (hn, cn) = self.lstm(x, state)
         if self.c["head"] == "last":

@@ -21,31 +21,65 @@ struct GemmShape {
 // The recurrent cells. A cell is its pointwise step, forward and backward, between the input
 // projection G = x W_ih^T + bias and the recurrent projection R = h_prev W_hh^T, which the
 // recurrence engine computes as GEMMs; each cell registers its kernels in kernels/cells.cpp.
-enum class CellKind { lstm, gru };
+enum class CellKind { lstm, gru, lnlstm };
+
+// A parameter of a cell's own, beside W_ih, W_hh, b_ih and b_hh: `<name>_l{k}[_reverse]`,
+// per_hidden * H values, all `init` to begin with.
+struct CellParam {
+  const char* name;
+  int per_hidden;
+  double init;
+};
 
 // What the recurrence engine needs to know of a cell.
 struct CellType {
   CellKind kind;
-  const char* name;  // "lstm", "gru": the PyTorch module (nn.LSTM, nn.GRU) and attribute name
+  const char* name;  // "lstm", "gru", "lnlstm": the module's attribute name (nn.LSTM, nn.GRU)
   int gates;         // G: W_ih is (G*H, I), W_hh (G*H, H)
   bool cell_state;   // carries c beside h (LSTM)
   // Leading gates whose recurrent bias b_hh is folded into the input projection's bias; the
   // others get it in the cell (GRU's n gate: r * (W_hn h + b_hn)).
   int folded_hh_bias_gates;
   // Whether the recurrent projection's gradient dR differs from the input projection's dG (GRU:
-  // the reset gate scales W_hn h + b_hn). Backward then writes both, the bias gradient has 2 G*H
-  // columns, and dh_prev has a direct term that the cell writes before dR W_hh is added.
+  // the reset gate scales W_hn h + b_hn; LN-LSTM: each is normalised apart). Backward then writes
+  // both, and the bias gradient has d b_ih and d b_hh apart.
   bool recurrent_grads;
+  // Whether dL/dh_{t-1} has a term besides dR W_hh (GRU: z h_{t-1}), which the cell writes
+  // before the recurrent GEMM adds to it.
+  bool direct_state_grad;
+  // Whether the cell adds the bias itself (LN-LSTM: after normalising the projections): the
+  // input projection then has none, and no cell projects its input.
+  bool bias_in_cell;
+  int saved_per_hidden, saved_scalars;  // per row, what forward keeps for backward: n H + m
+  const CellParam* params;              // the cell's own parameters, num_params of them
+  int num_params;
 };
 const CellType& cell_type(CellKind kind);
-// By name ("lstm", "gru"); throws naming the known cells otherwise.
+// By name ("lstm", "gru", "lnlstm"); throws naming the known cells otherwise.
 CellKind cell_kind(std::string_view name);
+
+// Width of a row of CellForward::saved.
+inline int64_t saved_columns(const CellType& c, int64_t hidden) {
+  return c.saved_per_hidden * hidden + c.saved_scalars;
+}
+// Values of the cell's own parameters, concatenated in order (CellForward::params).
+inline int64_t cell_param_columns(const CellType& c, int64_t hidden) {
+  int64_t n = 0;
+  for (int i = 0; i < c.num_params; ++i) n += c.params[i].per_hidden * hidden;
+  return n;
+}
+// Columns of CellBackward::dbias: d b_ih, d b_hh when apart, the cell's own parameters'.
+inline int64_t bias_grad_columns(const CellType& c, int64_t hidden) {
+  return (c.recurrent_grads ? 2 : 1) * c.gates * hidden + cell_param_columns(c, hidden);
+}
 
 // One time step of a cell for a batch, forward. Pointers are of the step's dtype (bf16 where
 // named); rows are G*H (gates) or H wide, packed unless a leading dimension is given.
 //   LSTM, gates i, f, g, o:  c = f c_prev + i g,  h = o tanh(c);  saved: tanh(c)
 //   GRU, gates r, z, n (PyTorch's nn.GRU):  n = tanh(G_n + r (R_n + b_hn)),  h = (1 - z) n + z
 //   h_prev;  saved: R_n + b_hn
+//   LN-LSTM, gates i, f, g, o (Ba et al. 2016): pre = g_ih LN(G) + g_hh LN(R) + b, c as the
+//   LSTM's, h = o tanh(g_c LN(c) + b_c);  saved: LN(G), LN(R), LN(c), tanh(..), 3 1/stddev
 struct CellForward {
   int64_t batch = 0, hidden = 0;
   void* gates = nullptr;            // (B, G*H) input projection in, activations out
@@ -57,12 +91,15 @@ struct CellForward {
   int64_t ld_h_prev = 0;
   const void* c_prev = nullptr;  // LSTM: (B, H)
   void* c = nullptr;             // LSTM: (B, H) out
-  void* saved = nullptr;         // (B, H) out: what backward needs besides the activations
+  void* saved = nullptr;         // (B, saved_columns) out: what backward needs besides the
+                                 // activations
+  const void* params = nullptr;  // the cell's own parameters (cell_param_columns), if any
   void* h = nullptr;             // (B, H) out, rows ldh apart
   int64_t ldh = 0;
   void* h_bf16 = nullptr;  // optional bf16 copy of h for bf16 GEMMs, rows ldh apart
   // Optional, for narrow inputs: the input projection is made here, bias + x W_ih^T, and `gates`
-  // is output only. x (B, input) rows ldx apart; w_ih_t (input, G*H); bias (G*H).
+  // is output only. x (B, input) rows ldx apart; w_ih_t (input, G*H); bias (G*H). With
+  // bias_in_cell, bias (G*H) is the one the cell adds (and x is never given).
   const void* x = nullptr;
   int64_t input = 0, ldx = 0;
   const void* w_ih_t = nullptr;
@@ -75,7 +112,8 @@ struct CellBackward {
   const void* gates = nullptr;       // (B, G*H) activations saved by forward
   const void* gates_bf16 = nullptr;  // or saved in bf16 (then gates is null)
   const void* c_prev = nullptr;      // LSTM: (B, H)
-  const void* saved = nullptr;       // (B, H) forward's saved values
+  const void* saved = nullptr;       // (B, saved_columns) forward's saved values
+  const void* params = nullptr;      // the cell's own parameters
   const void* h_prev = nullptr;      // GRU: (B, H) rows ld_h_prev apart
   int64_t ld_h_prev = 0;
   const void* dh_out = nullptr;  // (B, H) gradient from the layer output, rows ld_dh_out apart
@@ -87,8 +125,9 @@ struct CellBackward {
   void* dgates_bf16 = nullptr;   // optional bf16 copy of dgates for bf16 GEMMs
   void* dgates_rec = nullptr;    // recurrent_grads: (B, G*H) out, gradient of R
   void* dgates_rec_bf16 = nullptr;  // or its bf16 copy
-  void* dh_direct = nullptr;  // recurrent_grads: (B, H) out, dL/dh_prev but for R (may be dh_rec)
-  void* dbias = nullptr;      // optional: += column sums of dgates (G*H), then of dgates_rec (G*H)
+  void* dh_direct = nullptr;  // direct_state_grad: (B, H) out, dL/dh_prev but for R (may be dh_rec)
+  void* dbias = nullptr;      // optional (bias_grad_columns): += d b_ih, d b_hh when apart, and the
+                              // cell's own parameters' gradients, summed over the rows
 };
 
 struct AdamParams {

@@ -9,9 +9,10 @@
 namespace seqforge {
 
 struct Init {
-  enum Kind { zeros, uniform, normal } kind = zeros;
-  double a = 0, b = 0;  // uniform: [a, b); normal: mean a, std b
+  enum Kind { zeros, uniform, normal, constant } kind = zeros;
+  double a = 0, b = 0;  // uniform: [a, b); normal: mean a, std b; constant: a
   static Init Uniform(double bound) { return {uniform, -bound, bound}; }
+  static Init Constant(double value) { return {constant, value, 0}; }
   static Init Normal(double mean, double std) { return {normal, mean, std}; }
 };
 

@@ -100,6 +100,7 @@ class Recurrent {
   struct Weights {
     size_t w_ih, w_hh, b_ih, b_hh;  // (G*H, I_l), (G*H, P), (G*H), (G*H)
     size_t w_hr = 0;                // (P, H) with a projection
+    std::vector<size_t> own;        // the cell's own parameters (CellType::params)
   };
   // One chain: the recurrence of one layer and direction, and everything only it touches, so
   // that chains can run concurrently.
@@ -123,8 +124,9 @@ class Recurrent {
     // masked state in f32 (B, P), and its gradient through the recurrent GEMM (B, P).
     Buffer rec_mask, h_masked, h_masked_f32, dh_masked;
     Buffer bias;         // (G*H) b_ih + the folded part of b_hh
-    Buffer dbias;        // (G*H, or 2 G*H with recurrent_grads) colsum(dG) [, colsum(dR)], summed
-                         // by the backward cells
+    Buffer own;          // (cell_param_columns) the cell's own parameters, concatenated
+    Buffer dbias;        // (bias_grad_columns) the bias gradients and the cell's own parameters',
+                         // summed by the backward cells
     Buffer dbias_split;  // (workers, dbias columns) each split_batch worker's sums
     Buffer w_ih_low, w_hh_low;  // bf16 copies of the weights
     Buffer w_ih_t;              // (I, G*H) W_ih transposed, when the cell projects the input
@@ -151,8 +153,8 @@ class Recurrent {
   Tensor input_grads(int64_t s) const;      // dG of chain s (T, B, G*H) as GEMM operand
   Tensor recurrent_grads(int64_t s) const;  // dR of chain s: dG unless the cell has its own
   int64_t k_major_rows(int64_t l) const;    // rows of a K-major copy per step and batch row
-  int64_t bias_grad_columns() const {       // dG's column sums [, dR's]
-    return (cell_.recurrent_grads ? 2 : 1) * G_ * opt_.hidden_size;
+  int64_t bias_grad_columns() const {       // CellBackward::dbias's columns
+    return ::seqforge::bias_grad_columns(cell_, opt_.hidden_size);
   }
   // Whether layer l's input is narrow enough for the cells to project it themselves (no GEMM).
   bool cell_projects_input(int64_t l) const;
