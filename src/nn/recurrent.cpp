@@ -143,7 +143,7 @@ Recurrent::Recurrent(Parameters& params, const std::string& prefix, const Recurr
     fail(where, ": proj_size must be in [0, hidden_size ", opt_.hidden_size, "), got ",
          opt_.proj_size);
   if (opt_.proj_size > 0 && cell_.kind != CellKind::lstm)
-    fail(where, ": proj_size is the LSTM's (PyTorch's nn.", upper(cell_.name), " has none)");
+    fail(where, ": proj_size is for the lstm cell only, not ", cell_.name);
   const int64_t H = opt_.hidden_size, P = opt_.state_size(), L = opt_.num_layers;
   const Init init = Init::Uniform(1.0 / std::sqrt(double(H)));
   const std::string base = prefix.empty() ? "" : prefix + ".";

@@ -1,7 +1,7 @@
 #pragma once
 // The recurrence engine: a multi-layer, optionally bidirectional recurrent layer of any
-// registered cell (backend/ops.hpp: LSTM, GRU), with PyTorch's nn.LSTM / nn.GRU semantics and
-// parameter names. The engine owns what is common to the cells: the input and recurrent
+// registered cell (backend/ops.hpp: LSTM, GRU, LN-LSTM), with PyTorch's nn.LSTM / nn.GRU
+// semantics and parameter names. The engine owns what is common to the cells: the input and recurrent
 // projections as GEMMs, the schedules that run the chains on the backend's workers, their
 // autotuning, the weight-gradient layouts, dropout between layers and mixed precision; a cell
 // brings only its pointwise step, forward and backward.
@@ -108,7 +108,7 @@ class Recurrent {
     Buffer gates;      // (T, B, G*H) input projection + bias, then (f32 GEMMs) gate
                        // activations, which backward overwrites with dG[t]
     Buffer c;          // (T, B, H) cell state (cells that have one)
-    Buffer saved;      // (T, B, H) what the cell keeps for backward (LSTM tanh(c), GRU R_n + b_hn)
+    Buffer saved;      // (T, B, saved_columns) what the cell keeps for backward (LSTM tanh(c))
     Buffer rec;        // (B, G*H) one step's recurrent GEMM output
     Buffer gates_low;  // (T, B, G*H) with bf16 GEMMs: the gate activations in bf16,
                        // which backward overwrites with dG[t] (bf16 only)
