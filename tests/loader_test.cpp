@@ -17,6 +17,7 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/data/augment.hpp"
 #include "seqforge/io/npy.hpp"
+#include "seqforge/train/data_options.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -86,7 +87,7 @@ TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
         csv, {std::string("data.task=") + task, "augment.jitter.p=0.5", "augment.time_warp.p=0.5",
               "augment.window_slice.p=0.5", "augment.scaling.p=0.5"});
     const Dataset data = load_dataset(c);
-    const AugmentOptions aug = AugmentOptions::from_config(c);
+    const AugmentOptions aug = augment_options(c);
     std::vector<int64_t> order = data.split().train;
     std::reverse(order.begin(), order.end());
     std::vector<std::vector<std::vector<float>>> runs;
@@ -271,7 +272,7 @@ TEST(Augment, EachAugmentationChangesWindowsAsDescribed) {
 TEST(Augment, BadOptionsNameTheKey) {
   const std::string path = "x.csv";
   auto error = [&](const std::string& kv) {
-    return test::error_of([&] { AugmentOptions::from_config(series_config(path, {kv})); });
+    return test::error_of([&] { augment_options(series_config(path, {kv})); });
   };
   EXPECT_NE(error("augment.jitter.p=1.5").find("augment.jitter.p must be in [0, 1]"),
             std::string::npos);
@@ -281,7 +282,7 @@ TEST(Augment, BadOptionsNameTheKey) {
   EXPECT_NE(error("augment.cache=true").find("no augmentation"), std::string::npos);
   EXPECT_NE(error("augment.time_warp.knots=0").find("augment.time_warp.knots"), std::string::npos);
   EXPECT_NE(test::error_of([&] {
-              AugmentOptions::from_config(
+              augment_options(
                   Config::parse("data:\n  task: charlm\n", "t.yaml", {"augment.jitter.p=0.5"}));
             }).find("not to data.task charlm"),
             std::string::npos);
@@ -295,7 +296,7 @@ TEST(AugmentCache, BuildsReusesInvalidatesAndRebuildsCorruptFiles) {
       series_config(csv, {"augment.jitter.p=1", "augment.cache=true", "augment.cache_versions=3",
                           "augment.cache_dir=" + cache_dir});
   const Dataset data = load_dataset(c);
-  const AugmentOptions aug = AugmentOptions::from_config(c);
+  const AugmentOptions aug = augment_options(c);
   std::ostringstream log;
   auto first = AugmentCache::open(data, aug, 1, 2, log);
   EXPECT_NE(log.str().find("built"), std::string::npos) << log.str();
@@ -359,8 +360,7 @@ TEST(AugmentCache, UnwritableOrFullDirectoriesGiveClearErrors) {
         csv, {"augment.jitter.p=1", "augment.cache=true", "augment.cache_dir=" + cache_dir});
     const Dataset data = load_dataset(c);
     std::ostringstream log;
-    return test::error_of(
-        [&] { AugmentCache::open(data, AugmentOptions::from_config(c), 1, 1, log); });
+    return test::error_of([&] { AugmentCache::open(data, augment_options(c), 1, 1, log); });
   };
   const std::string not_dir = open_in((dir / "a_file" / "cache").string());
   EXPECT_NE(not_dir.find("augment.cache_dir: cannot create"), std::string::npos) << not_dir;

@@ -10,6 +10,7 @@
 
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/train/data_options.hpp"
 #include "test_util.hpp"
 
 namespace seqforge {

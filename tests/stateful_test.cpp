@@ -13,6 +13,7 @@
 #include "seqforge/core/rng.hpp"
 #include "seqforge/data/loader.hpp"
 #include "seqforge/nn/sequence_model.hpp"
+#include "seqforge/train/data_options.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 #include "train/run.hpp"

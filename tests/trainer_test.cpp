@@ -15,6 +15,7 @@
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/npy.hpp"
 #include "seqforge/io/safetensors.hpp"
+#include "seqforge/train/data_options.hpp"
 #include "test_util.hpp"
 
 namespace seqforge {

@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "io/file_util.hpp"
-#include "seqforge/core/autotune.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/hash.hpp"
 #include "seqforge/io/npy.hpp"
@@ -31,51 +30,6 @@ std::string AugmentOptions::describe() const {
                 magnitude_warp_sigma, (long long)magnitude_warp_knots, time_warp_p, time_warp_sigma,
                 (long long)time_warp_knots, window_slice_p, window_slice_ratio);
   return buf;
-}
-
-AugmentOptions AugmentOptions::from_config(const Config& c) {
-  AugmentOptions o;
-  auto probability = [&](const std::string& key) {
-    const double p = c.number(key);
-    if (!(p >= 0 && p <= 1)) fail(c.source(), ": ", key, " must be in [0, 1], got ", p);
-    return p;
-  };
-  auto non_negative = [&](const std::string& key) {
-    const double v = c.number(key);
-    if (!(v >= 0 && std::isfinite(v))) fail(c.source(), ": ", key, " must be >= 0, got ", v);
-    return v;
-  };
-  auto knots = [&](const std::string& key) {
-    const int64_t k = c.integer(key);
-    if (k < 1 || k > 1000) fail(c.source(), ": ", key, " must be in [1, 1000], got ", k);
-    return k;
-  };
-  o.jitter_p = probability("augment.jitter.p");
-  o.jitter_sigma = non_negative("augment.jitter.sigma");
-  o.scaling_p = probability("augment.scaling.p");
-  o.scaling_sigma = non_negative("augment.scaling.sigma");
-  o.magnitude_warp_p = probability("augment.magnitude_warp.p");
-  o.magnitude_warp_sigma = non_negative("augment.magnitude_warp.sigma");
-  o.magnitude_warp_knots = knots("augment.magnitude_warp.knots");
-  o.time_warp_p = probability("augment.time_warp.p");
-  o.time_warp_sigma = non_negative("augment.time_warp.sigma");
-  o.time_warp_knots = knots("augment.time_warp.knots");
-  o.window_slice_p = probability("augment.window_slice.p");
-  o.window_slice_ratio = c.number("augment.window_slice.ratio");
-  if (!(o.window_slice_ratio > 0 && o.window_slice_ratio <= 1))
-    fail(c.source(), ": augment.window_slice.ratio must be in (0, 1], got ", o.window_slice_ratio);
-  o.cache = c.boolean("augment.cache");
-  o.cache_versions = c.integer("augment.cache_versions");
-  if (o.cache_versions < 1)
-    fail(c.source(), ": augment.cache_versions must be positive, got ", o.cache_versions);
-  o.cache_dir = c.str("augment.cache_dir");
-  if (o.cache_dir.empty())
-    o.cache_dir = (fs::path(autotune::cache_path()).parent_path() / "augment").string();
-  if ((o.any() || o.cache) && c.str("data.task") == "charlm")
-    fail(c.source(), ": augment: augmentations apply to time series, not to data.task charlm");
-  if (o.cache && !o.any())
-    fail(c.source(), ": augment.cache is true but no augmentation has a probability above 0");
-  return o;
 }
 
 namespace {

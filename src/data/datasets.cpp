@@ -201,33 +201,22 @@ void Dataset::check_source() const {
 }
 
 // Split boundaries [0, a), [a, b), [b, n) from the train and val shares.
-std::pair<int64_t, int64_t> boundaries(const Config& c, int64_t n) {
-  const double train = c.number("data.split.train"), val = c.number("data.split.val");
-  if (!(train > 0 && train <= 1))
-    fail(c.source(), ": data.split.train must be in (0, 1], got ", train);
-  if (!(val >= 0 && train + val <= 1 + 1e-9))
-    fail(c.source(), ": data.split.val must be >= 0 with train + val <= 1, got ", val);
-  const int64_t a = static_cast<int64_t>(std::floor(train * n));
-  const int64_t b = std::min<int64_t>(n, static_cast<int64_t>(std::floor((train + val) * n)));
+std::pair<int64_t, int64_t> boundaries(const SplitOptions& o, int64_t n) {
+  const int64_t a = static_cast<int64_t>(std::floor(o.train * n));
+  const int64_t b = std::min<int64_t>(n, static_cast<int64_t>(std::floor((o.train + o.val) * n)));
   return {a, b};
 }
 
-// Whole windows (or chunks) dealt at random, with train.seed, by the split shares.
-void random_split(const Config& c, std::vector<int64_t> all, Split* out) {
-  Rng rng(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x5b117ull);
+// Whole windows (or chunks) dealt at random, with the split's seed, by its shares.
+void random_split(const SplitOptions& o, std::vector<int64_t> all, Split* out) {
+  Rng rng(o.seed ^ 0x5b117ull);
   for (int64_t i = static_cast<int64_t>(all.size()) - 1; i > 0; --i)
     std::swap(all[i], all[rng.next() % (i + 1)]);
-  const auto [a, b] = boundaries(c, static_cast<int64_t>(all.size()));
+  const auto [a, b] = boundaries(o, static_cast<int64_t>(all.size()));
   out->train.assign(all.begin(), all.begin() + a);
   out->val.assign(all.begin() + a, all.begin() + b);
   out->test.assign(all.begin() + b, all.end());
   for (auto* v : {&out->train, &out->val, &out->test}) std::sort(v->begin(), v->end());
-}
-
-int64_t positive(const Config& c, const std::string& key) {
-  const int64_t v = c.integer(key);
-  if (v <= 0) fail(c.source(), ": ", key, " must be positive, got ", v);
-  return v;
 }
 
 namespace {
@@ -329,71 +318,6 @@ class DataFile {
 
 namespace {
 
-// What a series dataset is built from: the data.* keys, checked.
-struct SeriesOptions {
-  TaskKind task = TaskKind::forecast;
-  std::string path, date_col, class_col, series_col, label, label_col;
-  int64_t lookback = 0, horizon = 0, stride = 1;
-  std::vector<std::string> features, targets;
-  std::map<std::string, Transform> transforms;
-  std::string split_mode, split_by;
-};
-
-SeriesOptions series_options(const Config& c) {
-  SeriesOptions o;
-  o.task = parse_task(c.str("data.task"), c.source());
-  o.lookback = positive(c, "data.lookback");
-  o.horizon = c.integer("data.horizon");
-  o.stride = positive(c, "data.stride");
-  o.path = c.str("data.path");
-  if (o.path.empty()) fail(c.source(), ": data.path is required");
-  o.date_col = c.str("data.date_column");
-  o.class_col = c.str("data.class_column");
-  o.series_col = c.str("data.series_column");
-  o.features = c.list("data.features");
-  o.targets = c.list("data.targets");
-  o.split_mode = c.str("data.split.mode");
-  if (o.split_mode != "time" && o.split_mode != "random")
-    fail(c.source(), ": data.split.mode must be time or random, got '", o.split_mode, "'");
-  o.split_by = c.str("data.split.by");
-  if (o.split_by != "rows" && o.split_by != "date")
-    fail(c.source(), ": data.split.by must be rows or date, got '", o.split_by, "'");
-  if (o.split_by == "date" && o.date_col.empty())
-    fail(c.source(), ": data.split.by date needs data.date_column");
-  for (const auto& [column, name] : c.map("data.transform")) {
-    try {
-      o.transforms[column] = parse_transform(name);
-    } catch (const Error& e) {
-      fail(c.source(), ": data.transform: ", column, ": ", e.what());
-    }
-  }
-  if (o.task == TaskKind::forecast) {
-    if (o.horizon < 1) fail(c.source(), ": data.horizon must be positive, got ", o.horizon);
-    if (o.targets.empty()) fail(c.source(), ": data.targets is required for data.task forecast");
-  } else if (o.task == TaskKind::classify) {
-    if (o.horizon < 0) fail(c.source(), ": data.horizon must be >= 0, got ", o.horizon);
-    o.label = c.str("data.label");
-    if (o.label != "column" && o.label != "direction" && o.label != "volatility")
-      fail(c.source(), ": data.label must be column, direction or volatility, got '", o.label, "'");
-    if (o.label == "column" && o.class_col.empty())
-      fail(c.source(), ": data.class_column is required for data.task classify");
-    if (o.label != "column") {
-      o.label_col = c.str("data.label_column");
-      if (o.label_col.empty())
-        fail(c.source(), ": data.label_column is required for data.label ", o.label);
-      if (o.horizon < 1)
-        fail(c.source(), ": data.horizon must be positive for data.label ", o.label);
-    }
-  } else if (o.task == TaskKind::mae) {
-    if (o.horizon < 1) fail(c.source(), ": data.horizon must be positive, got ", o.horizon);
-    o.horizon = 0;  // the window itself is the target
-  } else {
-    fail(c.source(), ": data.task: '", task_name(o.task),
-         "' is not a time-series task (forecast, classify, mae)");
-  }
-  return o;
-}
-
 Transform transform_of(const SeriesOptions& o, const std::string& column) {
   const auto it = o.transforms.find(column);
   return it == o.transforms.end() ? Transform::none : it->second;
@@ -423,7 +347,7 @@ struct RowOrder {
   std::vector<std::string> notes;
 };
 
-RowOrder order_rows(const DataFile& table, const SeriesOptions& o) {
+RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::string& path) {
   RowOrder out;
   const int64_t n = table.rows();
   std::vector<int64_t> when(n, 0);
@@ -498,7 +422,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o) {
     for (int64_t p = 0; p < n; ++p) out.times[p] = when[out.rows[p]];
   }
   if (gaps > 0)
-    out.notes.push_back(o.path + ": " + std::to_string(gaps) + " gap" + (gaps == 1 ? "" : "s") +
+    out.notes.push_back(path + ": " + std::to_string(gaps) + " gap" + (gaps == 1 ? "" : "s") +
                         " in the dates longer than the usual step (the largest " +
                         format_duration(largest) + ", " + largest_at + ")");
   return out;
@@ -513,19 +437,18 @@ void add_windows(const SeriesData& d, int64_t begin, int64_t end, int64_t stride
 }
 
 // Split boundaries of every span: [begin, a), [a, b), [b, end), by row shares or shared dates.
-std::vector<std::pair<int64_t, int64_t>> split_points(const Config& c, const SeriesOptions& o,
-                                                      const SeriesData& d) {
+std::vector<std::pair<int64_t, int64_t>> split_points(const SplitOptions& o, const SeriesData& d) {
   std::vector<std::pair<int64_t, int64_t>> out;
-  if (o.split_by == "rows") {
+  if (o.by == "rows") {
     for (const SeriesSpan& s : d.series) {
-      const auto [a, b] = boundaries(c, s.end - s.begin);
+      const auto [a, b] = boundaries(o, s.end - s.begin);
       out.emplace_back(s.begin + a, s.begin + b);
     }
     return out;
   }
   std::vector<int64_t> pooled = d.times;
   std::sort(pooled.begin(), pooled.end());
-  const auto [a, b] = boundaries(c, static_cast<int64_t>(pooled.size()));
+  const auto [a, b] = boundaries(o, static_cast<int64_t>(pooled.size()));
   const int64_t n = static_cast<int64_t>(pooled.size());
   const int64_t cut_a = a < n ? pooled[a] : INT64_MAX, cut_b = b < n ? pooled[b] : INT64_MAX;
   for (const SeriesSpan& s : d.series) {
@@ -723,19 +646,20 @@ void label_volatility(const std::vector<double>& volatility, const SeriesData* s
 }
 
 // The windows of each series: the splits, or every window of the file.
-void list_windows(const Config& c, const SeriesOptions& o, WindowSet which, SeriesData* d) {
+void list_windows(const DataOptions& opt, WindowSet which, SeriesData* d) {
+  const SeriesOptions& o = opt.series;
   if (which != WindowSet::splits) {
     for (const SeriesSpan& s : d->series)
       add_windows(*d, s.begin, s.end, 1, which == WindowSet::with_targets, &d->split.test);
     return;
   }
-  if (o.split_mode == "random") {
+  if (opt.split.mode == "random") {
     std::vector<int64_t> all;
     for (const SeriesSpan& s : d->series) add_windows(*d, s.begin, s.end, o.stride, true, &all);
-    random_split(c, all, &d->split);
+    random_split(opt.split, all, &d->split);
     return;
   }
-  const auto points = split_points(c, o, *d);
+  const auto points = split_points(opt.split, *d);
   for (size_t i = 0; i < d->series.size(); ++i) {  // windows wholly inside one part
     const SeriesSpan& s = d->series[i];
     const auto [a, b] = points[i];
@@ -744,10 +668,10 @@ void list_windows(const Config& c, const SeriesOptions& o, WindowSet which, Seri
     add_windows(*d, b, s.end, o.stride, true, &d->split.test);
   }
   for (auto* v : {&d->split.train, &d->split.val, &d->split.test}) std::sort(v->begin(), v->end());
-  if (o.split_by == "date" && !d->times.empty()) {
+  if (opt.split.by == "date" && !d->times.empty()) {
     std::vector<int64_t> pooled = d->times;
     std::sort(pooled.begin(), pooled.end());
-    const auto [a, b] = boundaries(c, static_cast<int64_t>(pooled.size()));
+    const auto [a, b] = boundaries(opt.split, static_cast<int64_t>(pooled.size()));
     const int64_t n = static_cast<int64_t>(pooled.size());
     d->notes.push_back("split by date: validation from " +
                        (a < n ? io::format_datetime(pooled[a], true) : std::string("(none)")) +
@@ -757,25 +681,23 @@ void list_windows(const Config& c, const SeriesOptions& o, WindowSet which, Seri
 }
 
 // Normalisation from the rows the training windows cover (inputs and targets), and no others.
-void fit_normalizers(const Config& c, SeriesData* d) {
+void fit_normalizers(const SeriesOptions& o, SeriesData* d) {
   std::vector<char> used(d->rows, 0);
   for (int64_t s : d->split.train)
     for (int64_t r = s; r <= std::max(d->target_row(s), d->last_row(s)); ++r) used[r] = 1;
   std::vector<int64_t> rows;
   for (int64_t r = 0; r < d->rows; ++r)
     if (used[r]) rows.push_back(r);
-  d->feature_norm.fit(c.str("data.normalize"), d->source, d->feature_cols, rows);
+  d->feature_norm.fit(o.normalize, d->source, d->feature_cols, rows);
   if (d->task == TaskKind::forecast)
-    d->target_norm.fit(c.str("data.normalize"), d->source, d->target_cols, rows);
+    d->target_norm.fit(o.normalize, d->source, d->target_cols, rows);
 }
 
 // A fixed random subset of the training windows (data.label_fraction), kept in order.
-void keep_labeled_fraction(const Config& c, SeriesData* d) {
-  const double fraction = c.number("data.label_fraction");
-  if (!(fraction > 0 && fraction <= 1))
-    fail(c.source(), ": data.label_fraction must be in (0, 1], got ", fraction);
+void keep_labeled_fraction(const DataOptions& opt, SeriesData* d) {
+  const double fraction = opt.series.label_fraction;
   if (fraction == 1) return;
-  Rng rng(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x1abe1ull);
+  Rng rng(opt.split.seed ^ 0x1abe1ull);
   std::vector<int64_t> pick(d->split.train.size());
   std::iota(pick.begin(), pick.end(), 0);
   for (int64_t i = static_cast<int64_t>(pick.size()) - 1; i > 0; --i)
@@ -789,16 +711,18 @@ void keep_labeled_fraction(const Config& c, SeriesData* d) {
 
 }  // namespace
 
-SeriesData load_series(const Config& c, const SeriesData* stored, WindowSet which) {
-  const SeriesOptions o = series_options(c);
+SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowSet which) {
+  const SeriesOptions& o = opt.series;
+  if (opt.task == TaskKind::charlm)
+    fail(opt.source, ": data.task: 'charlm' is not a time-series task (forecast, classify, mae)");
   SeriesData d;
-  d.task = o.task;
+  d.task = opt.task;
   d.lookback = o.lookback;
   d.horizon = o.horizon;
-  const DataFile table(o.path);
+  const DataFile table(opt.path);
   auto require = [&](const char* key, const std::string& col) {
     if (!col.empty() && !table.has_column(col))
-      fail(c.source(), ": ", key, ": ", o.path, " has no column '", col, "'");
+      fail(opt.source, ": ", key, ": ", opt.path, " has no column '", col, "'");
   };
   require("data.date_column", o.date_col);
   require("data.series_column", o.series_col);
@@ -812,55 +736,56 @@ SeriesData load_series(const Config& c, const SeriesData* stored, WindowSet whic
     if (std::find(d.feature_names.begin(), d.feature_names.end(), column) ==
             d.feature_names.end() &&
         std::find(o.targets.begin(), o.targets.end(), column) == o.targets.end())
-      fail(c.source(), ": data.transform: '", column, "' is neither a feature nor a target");
+      fail(opt.source, ": data.transform: '", column, "' is neither a feature nor a target");
   // The truth: target columns, the class column or the label's column. Predict needs none.
   std::vector<std::string> truth = o.targets;
-  if (o.task == TaskKind::classify) truth = {o.label == "column" ? o.class_col : o.label_col};
+  if (opt.task == TaskKind::classify) truth = {o.label == "column" ? o.class_col : o.label_col};
   for (const auto& name : truth) {
     if (which == WindowSet::every_window && !table.has_column(name)) {
       d.has_targets = false;
       continue;
     }
-    require(o.task == TaskKind::forecast ? "data.targets"
-            : o.label == "column"        ? "data.class_column"
-                                         : "data.label_column",
+    require(opt.task == TaskKind::forecast ? "data.targets"
+            : o.label == "column"          ? "data.class_column"
+                                           : "data.label_column",
             name);
   }
-  if (o.task == TaskKind::forecast) d.target_names = o.targets;
+  if (opt.task == TaskKind::forecast) d.target_names = o.targets;
   SeriesOptions built = o;
   built.features = d.feature_names;
   if (!d.has_targets &&
-      o.task == TaskKind::forecast)  // predictions are inverted against the last input
+      opt.task == TaskKind::forecast)  // predictions are inverted against the last input
     for (const auto& name : o.targets)
       if (needs_base(transform_of(o, name)) && !table.has_column(name))
-        fail(o.path, ": has no column '", name, "', which predictions need to undo data.transform ",
+        fail(opt.path, ": has no column '", name,
+             "', which predictions need to undo data.transform ",
              transform_name(transform_of(o, name)), " of the target");
-  const RowOrder order = order_rows(table, built);
+  const RowOrder order = order_rows(table, built, opt.path);
   d.layout = "date " + o.date_col + "; series " + o.series_col + "; transforms";
   for (const auto& [column, t] : o.transforms) d.layout += " " + column + ":" + transform_name(t);
   d.notes = order.notes;
   const std::string label_col =
-      o.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";
+      opt.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";
   const std::vector<int64_t> file_rows = build_source(
       table, built, order, d.target_names, label_col, which == WindowSet::every_window, &d);
   bool identity = true;
   for (size_t r = 0; r < file_rows.size() && identity; ++r) identity = file_rows[r] == int64_t(r);
   if (!identity) d.file_rows = file_rows;
   std::vector<double> volatility;
-  if (o.task == TaskKind::classify)
+  if (opt.task == TaskKind::classify)
     label_rows(table, o, file_rows, stored, which == WindowSet::every_window, &d, &volatility);
-  list_windows(c, o, which, &d);
+  list_windows(opt, which, &d);
   if (stored) {
     d.feature_norm = stored->feature_norm;
     d.target_norm = stored->target_norm;
   } else {
-    fit_normalizers(c, &d);
+    fit_normalizers(o, &d);
   }
   label_volatility(volatility, stored, &d);
   if (which != WindowSet::splits) return d;
-  if (!stored) keep_labeled_fraction(c, &d);
+  if (!stored) keep_labeled_fraction(opt, &d);
   if (d.split.train.empty())
-    fail(o.path, ": ", d.rows,
+    fail(opt.path, ": ", d.rows,
          " rows give no training window: the training split is shorter "
          "than data.lookback + data.horizon = ",
          d.lookback + d.horizon, d.series.size() > 1 ? " in every series" : "");
@@ -888,18 +813,15 @@ TaskKind parse_task(const std::string& name, const std::string& source) {
        "' (expected forecast, classify, mae or charlm)");
 }
 
-Dataset load_dataset(const Config& c, const Dataset* from, WindowSet windows) {
+Dataset load_dataset(const DataOptions& opt, const Dataset* from, WindowSet windows) {
   Dataset d;
-  d.path = c.str("data.path");
-  if (d.path.empty()) fail(c.source(), ": data.path is required");
-  d.kind = parse_task(c.str("data.task"), c.source());
+  d.path = opt.path;
+  d.kind = opt.task;
   if (d.kind == TaskKind::charlm) {
-    d.text = load_text(c, from ? from->text.vocab : std::u32string());
+    d.text = load_text(opt, from ? from->text.vocab : std::u32string());
   } else {
-    d.series = load_series(c, from ? &from->series : nullptr, windows);
-    d.mask_ratio = c.number("data.mask_ratio");
-    if (!(d.mask_ratio > 0 && d.mask_ratio < 1))
-      fail(c.source(), ": data.mask_ratio must be in (0, 1), got ", d.mask_ratio);
+    d.series = load_series(opt, from ? &from->series : nullptr, windows);
+    d.mask_ratio = opt.mask_ratio;
   }
   d.stamp = io::stamp_of(d.path);
   return d;

@@ -89,19 +89,11 @@ int64_t available_memory_bytes() {
 
 }  // namespace
 
-LoaderOptions loader_options(const Config& c, int64_t batch_bytes) {
+LoaderOptions loader_options(int workers, int prefetch_factor, int64_t batch_bytes) {
   LoaderOptions o;
-  o.prefetch_factor = static_cast<int>(c.integer("data.prefetch_factor"));
-  if (o.prefetch_factor < 1 || o.prefetch_factor > 64)
-    fail(c.source(), ": data.prefetch_factor must be in [1, 64], got ", o.prefetch_factor);
-  const std::string workers = c.str("data.num_workers");
-  if (workers != "auto") {
-    char* end = nullptr;
-    const long n = std::strtol(workers.c_str(), &end, 10);
-    if (workers.empty() || *end != '\0' || n < 0 || n > 256)
-      fail(c.source(), ": data.num_workers must be auto or a count in [0, 256], got '", workers,
-           "'");
-    o.workers = static_cast<int>(n);
+  o.prefetch_factor = prefetch_factor;
+  if (workers >= 0) {
+    o.workers = workers;
     o.reason = "data.num_workers";
     return o;
   }

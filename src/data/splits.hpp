@@ -1,21 +1,18 @@
 #pragma once
-// How a config splits a sequence of n items (rows, characters, windows): shared by the series
-// and the text loaders.
+// How a sequence of n items (rows, characters, windows) is split: shared by the series and the
+// text loaders.
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "seqforge/data/datasets.hpp"
-#include "seqforge/train/config.hpp"
 
 namespace seqforge {
 
-// Split boundaries [0, a), [a, b), [b, n) from data.split.train and data.split.val.
-std::pair<int64_t, int64_t> boundaries(const Config& c, int64_t n);
-// Whole windows (or chunks) dealt at random, with train.seed, by the split shares.
-void random_split(const Config& c, std::vector<int64_t> all, Split* out);
-// The integer config key, which must be positive.
-int64_t positive(const Config& c, const std::string& key);
+// Split boundaries [0, a), [a, b), [b, n) from the train and val shares.
+std::pair<int64_t, int64_t> boundaries(const SplitOptions& o, int64_t n);
+// Whole windows (or chunks) dealt at random, with the split's seed, by its shares.
+void random_split(const SplitOptions& o, std::vector<int64_t> all, Split* out);
 
 }  // namespace seqforge

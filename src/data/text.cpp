@@ -67,11 +67,10 @@ std::string encode_utf8(std::u32string_view text) {
   return out;
 }
 
-TextData load_text(const Config& c, const std::u32string& vocab) {
+TextData load_text(const DataOptions& opt, const std::u32string& vocab) {
   TextData d;
-  d.seq_len = positive(c, "data.seq_len");
-  const std::string path = c.str("data.path");
-  if (path.empty()) fail(c.source(), ": data.path is required");
+  d.seq_len = opt.text.seq_len;
+  const std::string& path = opt.path;
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, ": cannot open");
   std::ostringstream ss;
@@ -95,14 +94,14 @@ TextData load_text(const Config& c, const std::u32string& vocab) {
     d.ids[i] = it->second;
   }
   const int64_t n = static_cast<int64_t>(d.ids.size());
-  const auto [train_end, val_end] = boundaries(c, n);
+  const auto [train_end, val_end] = boundaries(opt.split, n);
   auto chunks = [&](int64_t begin, int64_t end, std::vector<int64_t>* out) {
     for (int64_t s = begin; s + d.seq_len + 1 <= end; s += d.seq_len) out->push_back(s);
   };
-  if (c.str("data.split.mode") == "random") {
+  if (opt.split.mode == "random") {
     std::vector<int64_t> all;
     chunks(0, n, &all);
-    random_split(c, all, &d.split);
+    random_split(opt.split, all, &d.split);
   } else {
     chunks(0, train_end, &d.split.train);
     chunks(train_end, val_end, &d.split.val);

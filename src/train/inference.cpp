@@ -12,6 +12,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/checkpoint.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/train/data_options.hpp"
 #include "seqforge/train/trainer.hpp"
 
 namespace seqforge {

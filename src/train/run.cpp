@@ -14,6 +14,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/io/checkpoint.hpp"
+#include "seqforge/train/data_options.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "task_type.hpp"
 

@@ -22,6 +22,7 @@
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/core/resource_monitor.hpp"
 #include "seqforge/data/augment.hpp"
+#include "seqforge/train/data_options.hpp"
 #include "seqforge/dist/communicator.hpp"
 #include "seqforge/dist/gradient_sync.hpp"
 #include "seqforge/io/checkpoint.hpp"
@@ -204,7 +205,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
   // The loader, and the augmentation cache (built now: a failure leaves the run directory as it
   // was).
   const uint64_t seed = static_cast<uint64_t>(c_.integer("train.seed"));
-  augment_ = AugmentOptions::from_config(c_);
+  augment_ = augment_options(c_);
   if (augment_.cache)
     augment_cache_ =
         AugmentCache::open(task_, augment_, seed ^ 0xa06e47ull, threads_.threads, out_);

@@ -11,7 +11,6 @@
 
 #include "seqforge/core/rng.hpp"
 #include "seqforge/data/datasets.hpp"
-#include "seqforge/train/config.hpp"
 
 namespace seqforge {
 
@@ -30,8 +29,6 @@ struct AugmentOptions {
   bool any() const;
   // Every field but the cache's, as text: part of the cache's fingerprint.
   std::string describe() const;
-  // From the augment.* keys; errors name the key.
-  static AugmentOptions from_config(const Config& config);
 };
 
 // Augments one normalised window (T, F) in place.

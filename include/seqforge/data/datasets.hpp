@@ -1,8 +1,8 @@
 #pragma once
-// Datasets built from a config: windows over a time series (forecast, classify, mae) and chunks
-// of a text (charlm), with time-ordered splits and normalisation fitted on the training split
-// only. Windows are read from the source when a batch is assembled and normalised as they are
-// copied, so a memory-mapped .npy source is never loaded whole.
+// Datasets built from typed options (options.hpp): windows over a time series (forecast, classify,
+// mae) and chunks of a text (charlm), with time-ordered splits and normalisation fitted on the
+// training split only. Windows are read from the source when a batch is assembled and normalised as
+// they are copied, so a memory-mapped .npy source is never loaded whole.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "seqforge/core/dtype.hpp"
+#include "seqforge/data/options.hpp"
 #include "seqforge/io/file_stamp.hpp"
-#include "seqforge/train/config.hpp"
 
 namespace seqforge {
 
@@ -54,10 +54,6 @@ struct SeriesSpan {
   bool regular = false;  // every step equals `step`
 };
 
-// A column transform applied before windowing and normalisation (data.transform).
-enum class Transform { none, log, diff, log_return, pct_change };
-Transform parse_transform(const std::string& name);  // "" for none; throws on an unknown name
-const char* transform_name(Transform t);
 // The transform of `x` against `base` (the previous row for a feature, the window's last row for
 // a target), and its inverse; log ignores the base. NaN where undefined (log of x <= 0, say).
 double apply_transform(Transform t, double x, double base);
@@ -69,13 +65,6 @@ enum class WindowSet {
   with_targets,  // every window whose target row is in the file, in `split.test` (eval --data)
   every_window,  // every complete input window, targets optional, in `split.test` (predict)
 };
-
-// What a model learns from its data: to forecast targets, to classify windows, to reconstruct
-// masked steps (a masked autoencoder), or the next character of a text.
-enum class TaskKind { forecast, classify, mae, charlm };
-const char* task_name(TaskKind kind);
-// data.task's value; an unknown name is an error naming `source` and the key.
-TaskKind parse_task(const std::string& name, const std::string& source);
 
 // A time series as windows: input rows [s, s + lookback), target at row s + lookback - 1 + horizon
 // (mae: horizon 0; the window's own features, some steps masked, are the target). Several series
@@ -116,10 +105,10 @@ struct SeriesData {
   double actual(int64_t start, int64_t j) const;
 };
 
-// Reads data.path (CSV or .npy) per the config. With `stored`, uses its normalizers, classes and
-// label threshold (eval, predict) instead of fitting new ones. Errors name the file and line or
-// the config key.
-SeriesData load_series(const Config& config, const SeriesData* stored = nullptr,
+// Reads options.path (CSV or .npy). With `stored`, uses its normalizers, classes and label
+// threshold (eval, predict) instead of fitting new ones. Errors name the file and line or the
+// config key.
+SeriesData load_series(const DataOptions& options, const SeriesData* stored = nullptr,
                        WindowSet windows = WindowSet::splits);
 
 // Character-level text: ids over a sorted vocabulary of Unicode characters (the file is read as
@@ -132,7 +121,7 @@ struct TextData {
 };
 
 // With `vocab`, the characters of a stored model (one that is missing is an error).
-TextData load_text(const Config& config, const std::u32string& vocab = {});
+TextData load_text(const DataOptions& options, const std::u32string& vocab = {});
 
 // UTF-8 text as code points; a malformed sequence (overlong, a surrogate, past U+10FFFF, cut
 // short) is an error naming `what` and the byte offset.
@@ -154,8 +143,8 @@ struct Dataset {
   void check_source() const;
 };
 
-// Loads data.path per the config; with `from`, reuses its normalisation, classes and vocabulary.
-Dataset load_dataset(const Config& config, const Dataset* from = nullptr,
+// Loads options.path; with `from`, reuses its normalisation, classes and vocabulary.
+Dataset load_dataset(const DataOptions& options, const Dataset* from = nullptr,
                      WindowSet windows = WindowSet::splits);
 
 }  // namespace seqforge

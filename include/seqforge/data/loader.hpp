@@ -43,10 +43,10 @@ struct LoaderOptions {
   std::string reason;       // why this many workers
 };
 
-// data.num_workers ("auto" or a count) and data.prefetch_factor. "auto" takes a quarter of the
-// cores (at least one worker), fewer when the prefetched batches would take more than an eighth
-// of the available memory (long sequences, big batches).
-LoaderOptions loader_options(const Config& config, int64_t batch_bytes);
+// The workers asked for (a count, or -1 for auto) and the batches each prefetches. Auto takes a
+// quarter of the cores (at least one worker), fewer when the prefetched batches would take more
+// than an eighth of the available memory (long sequences, big batches).
+LoaderOptions loader_options(int workers, int prefetch_factor, int64_t batch_bytes);
 
 class Loader {
  public:

@@ -1,0 +1,55 @@
+#pragma once
+// The data layer's options, typed. train/ binds them from the config once (data_options.hpp),
+// checking each key; nothing below train/ reads the config.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace seqforge {
+
+// What a model learns from its data: to forecast targets, to classify windows, to reconstruct
+// masked steps (a masked autoencoder), or the next character of a text.
+enum class TaskKind { forecast, classify, mae, charlm };
+const char* task_name(TaskKind kind);
+// data.task's value; an unknown name is an error naming `source` and the key.
+TaskKind parse_task(const std::string& name, const std::string& source);
+
+// A column transform applied before windowing and normalisation (data.transform).
+enum class Transform { none, log, diff, log_return, pct_change };
+Transform parse_transform(const std::string& name);  // "" for none; throws on an unknown name
+const char* transform_name(Transform t);
+
+// How a sequence of items (rows, characters, windows) is split (data.split.*).
+struct SplitOptions {
+  std::string mode = "time";  // time | random
+  std::string by = "rows";    // rows | date (a series' rows, or dates shared by all series)
+  double train = 0.8, val = 0.1;
+  uint64_t seed = 0;  // random splits and label subsets (train.seed)
+};
+
+// A time series as windows (forecast, classify, mae).
+struct SeriesOptions {
+  std::string date_col, class_col, series_col, label, label_col;
+  int64_t lookback = 0, horizon = 0, stride = 1;  // mae: horizon 0, the window is the target
+  std::vector<std::string> features, targets;
+  std::map<std::string, Transform> transforms;
+  std::string normalize = "zscore";
+  double label_fraction = 1;  // of the training windows kept (a fixed random subset)
+};
+
+struct TextOptions {
+  int64_t seq_len = 0;
+};
+
+struct DataOptions {
+  std::string source;  // where the options came from (the config file), for error messages
+  TaskKind task = TaskKind::forecast;
+  std::string path;
+  SplitOptions split;
+  SeriesOptions series;
+  TextOptions text;
+  double mask_ratio = 0.15;  // mae
+};
+
+}  // namespace seqforge

@@ -1,0 +1,175 @@
+// Binding the config's data.*, augment.* and train.seed keys to the data layer's options.
+#include "seqforge/train/data_options.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "seqforge/core/autotune.hpp"
+#include "seqforge/core/error.hpp"
+
+namespace seqforge {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int64_t positive(const Config& c, const std::string& key) {
+  const int64_t v = c.integer(key);
+  if (v <= 0) fail(c.source(), ": ", key, " must be positive, got ", v);
+  return v;
+}
+
+SplitOptions split_options(const Config& c) {
+  SplitOptions o;
+  o.mode = c.str("data.split.mode");
+  if (o.mode != "time" && o.mode != "random")
+    fail(c.source(), ": data.split.mode must be time or random, got '", o.mode, "'");
+  o.by = c.str("data.split.by");
+  if (o.by != "rows" && o.by != "date")
+    fail(c.source(), ": data.split.by must be rows or date, got '", o.by, "'");
+  o.train = c.number("data.split.train");
+  o.val = c.number("data.split.val");
+  if (!(o.train > 0 && o.train <= 1))
+    fail(c.source(), ": data.split.train must be in (0, 1], got ", o.train);
+  if (!(o.val >= 0 && o.train + o.val <= 1 + 1e-9))
+    fail(c.source(), ": data.split.val must be >= 0 with train + val <= 1, got ", o.val);
+  o.seed = static_cast<uint64_t>(c.integer("train.seed"));
+  return o;
+}
+
+// The data.* keys of a time-series task, checked.
+SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions& split) {
+  SeriesOptions o;
+  o.lookback = positive(c, "data.lookback");
+  o.horizon = c.integer("data.horizon");
+  o.stride = positive(c, "data.stride");
+  o.date_col = c.str("data.date_column");
+  o.class_col = c.str("data.class_column");
+  o.series_col = c.str("data.series_column");
+  o.features = c.list("data.features");
+  o.targets = c.list("data.targets");
+  if (split.by == "date" && o.date_col.empty())
+    fail(c.source(), ": data.split.by date needs data.date_column");
+  for (const auto& [column, name] : c.map("data.transform")) {
+    try {
+      o.transforms[column] = parse_transform(name);
+    } catch (const Error& e) {
+      fail(c.source(), ": data.transform: ", column, ": ", e.what());
+    }
+  }
+  if (task == TaskKind::forecast) {
+    if (o.horizon < 1) fail(c.source(), ": data.horizon must be positive, got ", o.horizon);
+    if (o.targets.empty()) fail(c.source(), ": data.targets is required for data.task forecast");
+  } else if (task == TaskKind::classify) {
+    if (o.horizon < 0) fail(c.source(), ": data.horizon must be >= 0, got ", o.horizon);
+    o.label = c.str("data.label");
+    if (o.label != "column" && o.label != "direction" && o.label != "volatility")
+      fail(c.source(), ": data.label must be column, direction or volatility, got '", o.label, "'");
+    if (o.label == "column" && o.class_col.empty())
+      fail(c.source(), ": data.class_column is required for data.task classify");
+    if (o.label != "column") {
+      o.label_col = c.str("data.label_column");
+      if (o.label_col.empty())
+        fail(c.source(), ": data.label_column is required for data.label ", o.label);
+      if (o.horizon < 1)
+        fail(c.source(), ": data.horizon must be positive for data.label ", o.label);
+    }
+  } else {  // mae
+    if (o.horizon < 1) fail(c.source(), ": data.horizon must be positive, got ", o.horizon);
+    o.horizon = 0;  // the window itself is the target
+  }
+  o.normalize = c.str("data.normalize");
+  o.label_fraction = c.number("data.label_fraction");
+  if (!(o.label_fraction > 0 && o.label_fraction <= 1))
+    fail(c.source(), ": data.label_fraction must be in (0, 1], got ", o.label_fraction);
+  return o;
+}
+
+}  // namespace
+
+DataOptions data_options(const Config& c) {
+  DataOptions o;
+  o.source = c.source();
+  o.path = c.str("data.path");
+  if (o.path.empty()) fail(c.source(), ": data.path is required");
+  o.task = parse_task(c.str("data.task"), c.source());
+  o.split = split_options(c);
+  if (o.task == TaskKind::charlm) {
+    o.text.seq_len = positive(c, "data.seq_len");
+    return o;
+  }
+  o.series = series_options(c, o.task, o.split);
+  o.mask_ratio = c.number("data.mask_ratio");
+  if (!(o.mask_ratio > 0 && o.mask_ratio < 1))
+    fail(c.source(), ": data.mask_ratio must be in (0, 1), got ", o.mask_ratio);
+  return o;
+}
+
+AugmentOptions augment_options(const Config& c) {
+  AugmentOptions o;
+  auto probability = [&](const std::string& key) {
+    const double p = c.number(key);
+    if (!(p >= 0 && p <= 1)) fail(c.source(), ": ", key, " must be in [0, 1], got ", p);
+    return p;
+  };
+  auto non_negative = [&](const std::string& key) {
+    const double v = c.number(key);
+    if (!(v >= 0 && std::isfinite(v))) fail(c.source(), ": ", key, " must be >= 0, got ", v);
+    return v;
+  };
+  auto knots = [&](const std::string& key) {
+    const int64_t k = c.integer(key);
+    if (k < 1 || k > 1000) fail(c.source(), ": ", key, " must be in [1, 1000], got ", k);
+    return k;
+  };
+  o.jitter_p = probability("augment.jitter.p");
+  o.jitter_sigma = non_negative("augment.jitter.sigma");
+  o.scaling_p = probability("augment.scaling.p");
+  o.scaling_sigma = non_negative("augment.scaling.sigma");
+  o.magnitude_warp_p = probability("augment.magnitude_warp.p");
+  o.magnitude_warp_sigma = non_negative("augment.magnitude_warp.sigma");
+  o.magnitude_warp_knots = knots("augment.magnitude_warp.knots");
+  o.time_warp_p = probability("augment.time_warp.p");
+  o.time_warp_sigma = non_negative("augment.time_warp.sigma");
+  o.time_warp_knots = knots("augment.time_warp.knots");
+  o.window_slice_p = probability("augment.window_slice.p");
+  o.window_slice_ratio = c.number("augment.window_slice.ratio");
+  if (!(o.window_slice_ratio > 0 && o.window_slice_ratio <= 1))
+    fail(c.source(), ": augment.window_slice.ratio must be in (0, 1], got ", o.window_slice_ratio);
+  o.cache = c.boolean("augment.cache");
+  o.cache_versions = c.integer("augment.cache_versions");
+  if (o.cache_versions < 1)
+    fail(c.source(), ": augment.cache_versions must be positive, got ", o.cache_versions);
+  o.cache_dir = c.str("augment.cache_dir");
+  if (o.cache_dir.empty())
+    o.cache_dir = (fs::path(autotune::cache_path()).parent_path() / "augment").string();
+  if ((o.any() || o.cache) && c.str("data.task") == "charlm")
+    fail(c.source(), ": augment: augmentations apply to time series, not to data.task charlm");
+  if (o.cache && !o.any())
+    fail(c.source(), ": augment.cache is true but no augmentation has a probability above 0");
+  return o;
+}
+
+LoaderOptions loader_options(const Config& c, int64_t batch_bytes) {
+  const int prefetch = static_cast<int>(c.integer("data.prefetch_factor"));
+  if (prefetch < 1 || prefetch > 64)
+    fail(c.source(), ": data.prefetch_factor must be in [1, 64], got ", prefetch);
+  const std::string workers = c.str("data.num_workers");
+  if (workers == "auto") return loader_options(-1, prefetch, batch_bytes);
+  char* end = nullptr;
+  const long n = std::strtol(workers.c_str(), &end, 10);
+  if (workers.empty() || *end != '\0' || n < 0 || n > 256)
+    fail(c.source(), ": data.num_workers must be auto or a count in [0, 256], got '", workers, "'");
+  return loader_options(static_cast<int>(n), prefetch, batch_bytes);
+}
+
+SeriesData load_series(const Config& c, const SeriesData* stored, WindowSet windows) {
+  return load_series(data_options(c), stored, windows);
+}
+
+Dataset load_dataset(const Config& c, const Dataset* from, WindowSet windows) {
+  return load_dataset(data_options(c), from, windows);
+}
+
+}  // namespace seqforge
