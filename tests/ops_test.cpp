@@ -652,30 +652,52 @@ const std::map<std::string, OpCase>& cases() {
 
 double tolerance(const std::string& op) { return op.rfind("gemm", 0) == 0 ? 2e-5 : 1e-5; }
 
+// The interface's operations a case exercises, by its name.
+std::vector<Op> ops_of(const std::string& name) {
+  if (name.rfind("gemm", 0) == 0) return {Op::memory, Op::gemm};
+  if (name.find("_cell_") != std::string::npos) return {Op::memory, Op::cell};
+  if (name.rfind("adam", 0) == 0 || name.rfind("sgd", 0) == 0) return {Op::memory, Op::optimizer};
+  return std::vector<Op>(std::begin(kAllOps), std::end(kAllOps));  // small_ops: the rest
+}
+
 class OpMatchesReference : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(OpMatchesReference, CpuF32) {
+// Every registered backend in f32 against the reference in f64.
+TEST_P(OpMatchesReference, EveryBackendF32) {
   const OpCase& op = cases().at(GetParam());
-  auto cpu = make_cpu_backend();
   auto ref = make_reference_backend();
-  Rng r1(42), r2(42);
-  const auto got = op(*cpu, DType::f32, r1);
-  const auto want = op(*ref, DType::f64, r2);
-  for (const auto& [name, w] : want) {
-    const double err = max_rel_error(got.at(name), w);
-    EXPECT_LE(err, tolerance(GetParam())) << GetParam() << " output " << name;
+  Rng r0(42);
+  const auto want = op(*ref, DType::f64, r0);
+  for (const BackendEntry& entry : registered_backends()) {
+    auto be = entry.make();
+    for (Op needed : ops_of(GetParam()))
+      ASSERT_TRUE(be->supports(needed, DType::f32)) << entry.name << " " << op_name(needed);
+    Rng r(42);
+    const auto got = op(*be, DType::f32, r);
+    for (const auto& [name, w] : want)
+      EXPECT_LE(max_rel_error(got.at(name), w), tolerance(GetParam()))
+          << entry.name << " " << GetParam() << " output " << name;
   }
 }
 
-TEST_P(OpMatchesReference, ReferenceF32) {
-  const OpCase& op = cases().at(GetParam());
-  auto ref = make_reference_backend();
-  Rng r1(42), r2(42);
-  const auto got = op(*ref, DType::f32, r1);
-  const auto want = op(*ref, DType::f64, r2);
-  for (const auto& [name, w] : want)
-    EXPECT_LE(max_rel_error(got.at(name), w), tolerance(GetParam()))
-        << GetParam() << " output " << name;
+// What the backends say they run: every op in f32 and f64 (the reference's dtypes), and bf16
+// GEMMs on the reference always and on the CPU where it has bf16 dot products.
+TEST(Backends, SayWhichOpsAndDtypesTheyRun) {
+  ASSERT_GE(registered_backends().size(), 2u);
+  EXPECT_STREQ(registered_backends()[0].name, "reference");
+  for (const BackendEntry& entry : registered_backends()) {
+    auto be = entry.make();
+    EXPECT_EQ(be->name(), entry.name);
+    for (Op op : kAllOps)
+      for (DType dt : {DType::f32, DType::f64})
+        EXPECT_TRUE(be->supports(op, dt)) << entry.name << " " << op_name(op);
+    EXPECT_FALSE(be->supports(Op::cell, DType::bf16)) << entry.name;
+  }
+  EXPECT_TRUE(make_reference_backend()->supports(Op::gemm, DType::bf16));
+  EXPECT_EQ(make_cpu_backend()->supports(Op::gemm, DType::bf16), test::cpu_runs_bf16());
+  const std::string e = test::error_of([] { make_backend("tpu"); });
+  EXPECT_NE(e.find("unknown backend 'tpu' (expected one of: reference, cpu)"), std::string::npos)
+      << e;
 }
 
 std::vector<std::string> case_names() {

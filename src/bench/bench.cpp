@@ -77,7 +77,7 @@ class RecordingBackend final : public Backend {
   void run_concurrently(int n, const std::function<void(int)>& fn) override {
     inner_.run_concurrently(n, fn);
   }
-  bool supports(DType d) const override { return inner_.supports(d); }
+  bool supports(Op op, DType d) const override { return inner_.supports(op, d); }
   void* alloc(size_t bytes) override { return inner_.alloc(bytes); }
   void free(void* p) override { inner_.free(p); }
   void copy(Tensor dst, Tensor src) override { inner_.copy(dst, src); }

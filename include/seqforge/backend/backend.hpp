@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "seqforge/backend/ops.hpp"
 #include "seqforge/core/tensor.hpp"
@@ -22,13 +23,30 @@ class PackedB {
   virtual ~PackedB() = default;
 };
 
+// The interface's operations, in the groups backends implement them (Backend::supports).
+enum class Op {
+  memory,       // alloc, copy, fill, convert
+  gemm,         // gemm, pack_b (dtype: the operands')
+  elementwise,  // sum_rows_acc, add, mul, scale, sum_squares
+  layout,       // transpose01, copy_rows, copy_transposed
+  dropout,      // dropout_mask
+  cell,         // cell_forward, cell_backward
+  embedding,    // embedding_forward, embedding_backward
+  loss,         // mse_loss, cross_entropy_loss
+  optimizer,    // adam_step, sgd_step
+};
+const char* op_name(Op op);
+constexpr Op kAllOps[] = {Op::memory, Op::gemm,      Op::elementwise, Op::layout,   Op::dropout,
+                          Op::cell,   Op::embedding, Op::loss,        Op::optimizer};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
   // What runs the ops, for start-up lines and reports ("cpu: oneDNN 2.6.3 GEMMs, ...").
   virtual std::string description() const { return std::string(name()); }
-  virtual bool supports(DType dtype) const = 0;
+  // Whether the backend runs `op` on `dtype`: calls it does not support are errors.
+  virtual bool supports(Op op, DType dtype) const = 0;
 
   // Memory: 64-byte aligned and zeroed.
   virtual void* alloc(size_t bytes) = 0;
@@ -124,7 +142,13 @@ std::unique_ptr<Backend> make_reference_backend();
 // the reference kernels). It flushes denormals to zero on the calling thread and the OpenMP pool
 // (set_flush_denormals) unless SEQFORGE_FLUSH_DENORMALS=0.
 std::unique_ptr<Backend> make_cpu_backend();
-// By name: "cpu" or "reference". Throws on an unknown name.
+// The backends this build can make, by name, the reference (the oracle) first.
+struct BackendEntry {
+  const char* name;
+  std::unique_ptr<Backend> (*make)();
+};
+const std::vector<BackendEntry>& registered_backends();
+// One of registered_backends() by name; throws naming them on an unknown name.
 std::unique_ptr<Backend> make_backend(std::string_view name);
 
 }  // namespace seqforge

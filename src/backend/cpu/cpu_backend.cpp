@@ -15,6 +15,7 @@
 #include "kernels/cpu/pointwise_simd.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/core/threads.hpp"
 
 namespace seqforge {
@@ -67,7 +68,14 @@ class CpuBackend final : public Backend {
            std::to_string(v->patch) + " GEMMs, " + simd_name(simd::target_name()) + " kernels" +
            (flushes_denormals() ? ", denormals flushed to zero" : ", denormals kept");
   }
-  bool supports(DType d) const override { return d == DType::f32 || d == DType::f64; }
+  // f32 on its own kernels, f64 on the reference's; bf16 GEMMs where the CPU has bf16 dot
+  // products (AVX512-BF16 or AMX-BF16).
+  bool supports(Op op, DType d) const override {
+    if (op == Op::memory) return true;
+    if (op == Op::gemm && d == DType::bf16)
+      return cpu_features().avx512_bf16 || cpu_features().amx_bf16;
+    return d == DType::f32 || d == DType::f64;
+  }
 
   int concurrency() const override { return omp_get_max_threads(); }
   void run_concurrently(int n, const std::function<void(int)>& fn) override {

@@ -29,7 +29,11 @@ int64_t id_at(Tensor ids, int64_t i) {
 class ReferenceBackend final : public Backend {
  public:
   std::string_view name() const override { return "reference"; }
-  bool supports(DType d) const override { return d == DType::f32 || d == DType::f64; }
+  bool supports(Op op, DType d) const override {
+    if (op == Op::memory) return true;
+    if (op == Op::gemm && d == DType::bf16) return true;  // bf16 operands, f32 accumulation
+    return d == DType::f32 || d == DType::f64;
+  }
 
   // Buffers of 2 MiB and more are aligned to and asked for huge pages (best effort, where
   // transparent huge pages are on or madvise): a step's activation buffers span hundreds of MB,
@@ -289,11 +293,5 @@ class ReferenceBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<ReferenceBackend>(); }
-
-std::unique_ptr<Backend> make_backend(std::string_view name) {
-  if (name == "cpu") return make_cpu_backend();
-  if (name == "reference") return make_reference_backend();
-  fail("unknown backend '", name, "' (expected cpu or reference)");
-}
 
 }  // namespace seqforge

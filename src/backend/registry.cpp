@@ -1,0 +1,48 @@
+// The backends of this build, found by name.
+#include <string>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/core/error.hpp"
+
+namespace seqforge {
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::memory:
+      return "memory";
+    case Op::gemm:
+      return "gemm";
+    case Op::elementwise:
+      return "elementwise";
+    case Op::layout:
+      return "layout";
+    case Op::dropout:
+      return "dropout";
+    case Op::cell:
+      return "cell";
+    case Op::embedding:
+      return "embedding";
+    case Op::loss:
+      return "loss";
+    case Op::optimizer:
+      return "optimizer";
+  }
+  return "?";
+}
+
+const std::vector<BackendEntry>& registered_backends() {
+  static const std::vector<BackendEntry> all = {{"reference", make_reference_backend},
+                                                {"cpu", make_cpu_backend}};
+  return all;
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view name) {
+  std::string known;
+  for (const BackendEntry& e : registered_backends()) {
+    if (name == e.name) return e.make();
+    known += (known.empty() ? "" : ", ") + std::string(e.name);
+  }
+  fail("unknown backend '", name, "' (expected one of: ", known, ")");
+}
+
+}  // namespace seqforge
