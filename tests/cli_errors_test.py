@@ -60,6 +60,16 @@ def main():
         (["predict", study, "--input", text, "--output", "-"],
          "a tune study's directory, not a run: give one of its trials"),
         (["eval", os.path.join(work, "nothing")], "no such run directory or model.safetensors"),
+        (["train", config, "model.cell=rnn"], "model.cell: unknown cell 'rnn' (expected one of: "
+                                              "lstm, gru, lnlstm)"),
+        (["train", config, "model.cell=lnlstm", "model.hidden=1"],
+         "model.hidden must be at least 2 for model.cell lnlstm, got 1"),
+        (["train", config, "model.cell=gru", "model.proj_size=4"], "model.proj_size is for "
+                                                                   "model.cell: lstm"),
+        (["train", config, "model.proj_size=64", "model.hidden=64"],
+         "model.proj_size must be 0 (none) or below model.hidden 64, got 64"),
+        (["train", config, "model.dropout_mode=locked"],
+         "model.dropout_mode must be standard or variational, got 'locked'"),
     ]
     for args, words in cases:
         r = run(*args)
@@ -69,6 +79,18 @@ def main():
         if len(lines) != 1 or words not in lines[0]:
             fail("%s: expected one line with %r, got:\n%s" % (" ".join(args), words, r.stderr))
         print("ok: seqforge %s -> %s" % (" ".join(os.path.basename(a) for a in args), lines[0]))
+    # Dropout settings that drop nothing are said at start-up.
+    for args, words in [
+        (["model.layers=1", "model.dropout=0.2"], "drops between layers and model.layers is 1"),
+        (["model.dropout_mode=variational", "model.dropout=0"], "variational but model.dropout is 0"),
+    ]:
+        r = run("train", config, "--overwrite", "train.run_dir=" + os.path.join(work, "warn"),
+                *quick, *args)
+        if r.returncode != 0 or ("warning: model." not in r.stdout + r.stderr) or \
+                words not in r.stdout + r.stderr:
+            fail("%s: expected a warning with %r, got exit %d:\n%s%s" %
+                 (" ".join(args), words, r.returncode, r.stdout, r.stderr))
+        print("ok: warning for %s" % " ".join(args))
     shutil.rmtree(work)
 
 

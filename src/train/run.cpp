@@ -39,6 +39,9 @@ ModelOptions model_options(const Config& c, const Task& t) {
     fail(c.source(), ": model.cell: ", e.what());
   }
   m.rnn.hidden_size = positive("model.hidden");
+  if (const CellType& cell = cell_type(m.rnn.cell); m.rnn.hidden_size < cell.min_hidden)
+    fail(c.source(), ": model.hidden must be at least ", cell.min_hidden, " for model.cell ",
+         cell.name, ", got ", m.rnn.hidden_size);
   m.rnn.proj_size = c.integer("model.proj_size");
   if (m.rnn.proj_size < 0 || m.rnn.proj_size >= m.rnn.hidden_size)
     fail(c.source(), ": model.proj_size must be 0 (none) or below model.hidden ", m.rnn.hidden_size,

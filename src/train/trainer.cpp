@@ -22,12 +22,12 @@
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/core/resource_monitor.hpp"
 #include "seqforge/data/augment.hpp"
-#include "seqforge/train/data_options.hpp"
 #include "seqforge/dist/communicator.hpp"
 #include "seqforge/dist/gradient_sync.hpp"
 #include "seqforge/io/checkpoint.hpp"
 #include "seqforge/optim/optimizer.hpp"
 #include "seqforge/report/report.hpp"
+#include "seqforge/train/data_options.hpp"
 #include "task_type.hpp"
 
 namespace seqforge {
@@ -336,6 +336,14 @@ void Training::print_start() const {
          << s_.batch_size << " per process, " << global_batch_ << " per step\n";
   if (!precision_notice_.empty()) out_ << "note: " << precision_notice_ << "\n";
   if (!threads_.warning.empty()) out_ << "warning: " << threads_.warning << "\n";
+  const RecurrentOptions& rnn = task_.model.rnn;
+  if (rnn.variational_dropout && rnn.dropout == 0)
+    out_ << "warning: model.dropout_mode is variational but model.dropout is 0: nothing is "
+            "dropped\n";
+  if (!rnn.variational_dropout && rnn.dropout > 0 && rnn.num_layers == 1)
+    out_ << "warning: model.dropout " << rnn.dropout
+         << " drops between layers and model.layers is 1: nothing is dropped (model.dropout_mode: "
+            "variational drops inputs and states)\n";
   if (task_.kind != TaskKind::charlm)
     for (const std::string& note : task_.series.notes) out_ << "note: " << note << "\n";
   if (task_.kind != TaskKind::charlm && task_.series.series.size() > 1)

@@ -8,28 +8,11 @@ optional cell "lstm" | "gru" and proj, the LSTM's proj_size).
 IO holds "x" (the input) and "y" (seqforge's output). Exits 1 on a mismatch.
 """
 import json
-import struct
 import sys
 
-import numpy as np
 import torch
 
-DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    data = raw[8 + n:]
-    out = {}
-    for name, e in header.items():
-        b, end = e["data_offsets"]
-        arr = np.frombuffer(data[b:end], dtype=DTYPES[e["dtype"]]).reshape(e["shape"])
-        out[name] = torch.from_numpy(arr.copy())
-    return out, meta
+from safetensors_read import read_safetensors
 
 
 class Model(torch.nn.Module):

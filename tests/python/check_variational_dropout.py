@@ -12,28 +12,12 @@ times its chain's mask before W_hh (the GRU's interpolation uses the unmasked st
 worst relative error and exits 1 above the tolerance given as "tolerance" in the metadata.
 """
 import json
-import struct
 import sys
 
 import numpy as np
 import torch
 
-DTYPES = {"F32": np.float32, "F64": np.float64}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    data = raw[8 + n:]
-    out = {}
-    for name, e in header.items():
-        b, end = e["data_offsets"]
-        arr = np.frombuffer(data[b:end], dtype=DTYPES[e["dtype"]]).reshape(e["shape"])
-        out[name] = torch.from_numpy(arr.astype(np.float64))
-    return out, meta
+from safetensors_read import read_safetensors
 
 
 def reference(c, t, params):
@@ -79,7 +63,7 @@ def reference(c, t, params):
 
 
 def main():
-    t, meta = read_safetensors(sys.argv[1])
+    t, meta = read_safetensors(sys.argv[1], np.float64)
     c = json.loads(meta["config"])
     lstm = c["cell"] == "lstm"
     params = {k[len("param."):]: v.clone().requires_grad_(True)

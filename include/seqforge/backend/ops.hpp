@@ -36,6 +36,7 @@ struct CellType {
   CellKind kind;
   const char* name;  // "lstm", "gru", "lnlstm": the module's attribute name (nn.LSTM, nn.GRU)
   int gates;         // G: W_ih is (G*H, I), W_hh (G*H, H)
+  int min_hidden;    // the smallest H the cell is defined for (a layer norm needs 2 values)
   bool cell_state;   // carries c beside h (LSTM)
   // Leading gates whose recurrent bias b_hh is folded into the input projection's bias; the
   // others get it in the cell (GRU's n gate: r * (W_hn h + b_hn)).

@@ -1,0 +1,43 @@
+#pragma once
+// What the recurrence engine's files share (recurrent.cpp: the steps and schedules;
+// recurrent_weight_grads.cpp: the weight gradients and their layouts).
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "seqforge/backend/backend.hpp"
+
+namespace seqforge::recurrent {
+
+// The address `elements` elements into t.
+inline char* at(Tensor t, int64_t elements) {
+  return static_cast<char*>(t.data()) + elements * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+inline std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Milliseconds of each of n candidates, run(i) for candidate i: a warm-up each (primitives are
+// made on first use), then the best of two timed rounds.
+template <typename Run>
+std::vector<double> time_candidates(Backend& be, size_t n, Run&& run) {
+  auto ms_of = [&](size_t i) {
+    be.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    run(i);
+    be.synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (size_t i = 0; i < n; ++i) ms_of(i);
+  std::vector<double> ms(n, 1e300);
+  for (int round = 0; round < 2; ++round)
+    for (size_t i = 0; i < n; ++i) ms[i] = std::min(ms[i], ms_of(i));
+  return ms;
+}
+
+}  // namespace seqforge::recurrent
