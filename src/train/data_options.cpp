@@ -80,6 +80,8 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
     o.horizon = 0;  // the window itself is the target
   }
   o.normalize = c.str("data.normalize");
+  if (o.normalize != "zscore" && o.normalize != "minmax" && o.normalize != "none")
+    fail(c.source(), ": data.normalize must be zscore, minmax or none, got '", o.normalize, "'");
   o.label_fraction = c.number("data.label_fraction");
   if (!(o.label_fraction > 0 && o.label_fraction <= 1))
     fail(c.source(), ": data.label_fraction must be in (0, 1], got ", o.label_fraction);
