@@ -109,7 +109,9 @@ TEST_P(PyTorchLoads, ItAndReproducesTheOutput) {
                                  {"batch_first", true}, {"output", 2},
                                  {"per_step", false},   {"cell", cell_type(cell).name},
                                  {"proj", proj}};
-  const fs::path dir = temp_dir("torch");
+  // A directory per case: ctest runs them in parallel processes.
+  const fs::path dir =
+      temp_dir("torch_" + std::string(cell_type(cell).name) + "_p" + std::to_string(proj));
   const std::string ckpt = (dir / "model.safetensors").string(),
                     io = (dir / "io.safetensors").string();
   io::save_parameters(ckpt, model.parameters(), {{"config", config.dump()}});

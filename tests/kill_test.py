@@ -39,8 +39,9 @@ def main():
     model = os.path.join(run, "model.safetensors")
     killed = 0
     for _ in range(kills):
+        # A run killed before its first training state cannot be resumed: it starts again.
         cmd = ([seqforge, "train", "--resume", run] if os.path.exists(state) else
-               [seqforge, "train", config, "train.run_dir=" + run])
+               [seqforge, "train", config, "train.run_dir=" + run, "--overwrite"])
         p = subprocess.Popen(cmd + common, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(random.uniform(0.05, 0.8))
         if p.poll() is None:
@@ -53,7 +54,7 @@ def main():
             if os.path.exists(path):
                 check_safetensors(path)
     cmd = [seqforge, "train", "--resume", run] if os.path.exists(state) else \
-        [seqforge, "train", config, "train.run_dir=" + run]
+        [seqforge, "train", config, "train.run_dir=" + run, "--overwrite"]
     subprocess.run(cmd + common, check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(run, "metrics.jsonl")) as f:
         seen = [j["epoch"] for j in map(json.loads, filter(str.strip, f)) if "epoch" in j]

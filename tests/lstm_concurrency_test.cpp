@@ -107,8 +107,9 @@ class WeightGradientLayout : public ::testing::TestWithParam<CellKind> {};
 TEST_P(WeightGradientLayout, TunedLayoutKeepsTheGradients) {
   SF_SKIP_WITHOUT_BF16();
   const CellType& cell = cell_type(GetParam());
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / "seqforge_weight_grad_layout";
+  // A directory per cell: ctest runs the cells' cases in parallel processes.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("seqforge_weight_grad_layout_" + std::string(cell.name));
   std::filesystem::remove_all(dir);
   setenv("SEQFORGE_CACHE_DIR", dir.c_str(), 1);
   const Case c{"bi_bf16_1200_rows",
