@@ -46,7 +46,7 @@ TEST(Checkpoint, RoundTrip) {
   a.initialize(*be, 1);
   b.initialize(*be, 2);
   const std::string path = (temp_dir("roundtrip") / "model.safetensors").string();
-  io::save_parameters(path, a.parameters(), {{"note", "x"}});
+  io::save_parameters(path, *be, a.parameters(), {{"note", "x"}});
   EXPECT_NE(values_of(a.parameters()), values_of(b.parameters()));
   io::load_parameters(path, b.parameters(), *be);
   EXPECT_EQ(values_of(a.parameters()), values_of(b.parameters()));
@@ -114,7 +114,7 @@ TEST_P(PyTorchLoads, ItAndReproducesTheOutput) {
       temp_dir("torch_" + std::string(cell_type(cell).name) + "_p" + std::to_string(proj));
   const std::string ckpt = (dir / "model.safetensors").string(),
                     io = (dir / "io.safetensors").string();
-  io::save_parameters(ckpt, model.parameters(), {{"config", config.dump()}});
+  io::save_parameters(ckpt, *be, model.parameters(), {{"config", config.dump()}});
   io::write_safetensors(io, {{"x", DType::f32, {5, 7, 3}, x.data()},
                              {"y", DType::f32, y.shape().to_vector(), y.data()}});
   const std::string cmd = "/usr/bin/python3 " SEQFORGE_SOURCE_DIR

@@ -65,7 +65,7 @@ TEST(GradientSync, BucketsStartDuringBackwardAndCoverTheArena) {
   model.initialize(*be, 1);
   Parameters& p = model.parameters();
   RecordingCommunicator comm;
-  dist::GradientSync sync(comm, p, 800);  // the head alone (768 bytes), then one per weight
+  dist::GradientSync sync(comm, *be, p, 800);  // the head alone (768 bytes), then one per weight
   int hook_calls = 0;
   model.set_grad_ready_hook([&](size_t first, size_t end) {
     comm.phase = hook_calls++;
@@ -105,7 +105,7 @@ TEST(GradientSync, BucketsStartDuringBackwardAndCoverTheArena) {
 
   // A rank without windows in a step starts every bucket itself, in the same order.
   RecordingCommunicator idle;
-  dist::GradientSync idle_sync(idle, p, 800);
+  dist::GradientSync idle_sync(idle, *be, p, 800);
   idle_sync.begin_step();
   idle_sync.finish();
   ASSERT_EQ(idle.calls.size(), comm.calls.size());

@@ -47,7 +47,7 @@ OpCase gemm_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t pad,
     s.bias = bias;
     HostTensor bias_t(be, dt, {n}, values(rng, n));
     be.gemm(s, dt, a.t.data(), b.t.data(), c.t.data(), bias ? bias_t.t.data() : nullptr);
-    return std::map<std::string, std::vector<double>>{{"c", to_doubles(c.t)}};
+    return std::map<std::string, std::vector<double>>{{"c", to_doubles(be, c.t)}};
   };
 }
 
@@ -391,8 +391,9 @@ OpCase lstm_cell_case(int64_t batch, int64_t hidden, int64_t ldh_pad, int64_t in
                       .dbias = dbias.t.data()},
                      dt);
     return std::map<std::string, std::vector<double>>{
-        {"gates", to_doubles(gates.t)},   {"c", to_doubles(c.t)},   {"h", to_doubles(h.t)},
-        {"dgates", to_doubles(dgates.t)}, {"dc", to_doubles(dc.t)}, {"dbias", to_doubles(dbias.t)}};
+        {"gates", to_doubles(be, gates.t)}, {"c", to_doubles(be, c.t)},
+        {"h", to_doubles(be, h.t)},         {"dgates", to_doubles(be, dgates.t)},
+        {"dc", to_doubles(be, dc.t)},       {"dbias", to_doubles(be, dbias.t)}};
   };
 }
 
@@ -449,9 +450,9 @@ OpCase gru_cell_case(int64_t batch, int64_t hidden, int64_t ld_pad, int64_t inpu
                       .dbias = dbias.t.data()},
                      dt);
     return std::map<std::string, std::vector<double>>{
-        {"h", to_doubles(h.t)},          {"saved", to_doubles(saved.t)},
-        {"dgates", to_doubles(gates.t)}, {"dgates_rec", to_doubles(dgates_rec.t)},
-        {"dh_direct", to_doubles(dh.t)}, {"dbias", to_doubles(dbias.t)}};
+        {"h", to_doubles(be, h.t)},          {"saved", to_doubles(be, saved.t)},
+        {"dgates", to_doubles(be, gates.t)}, {"dgates_rec", to_doubles(be, dgates_rec.t)},
+        {"dh_direct", to_doubles(be, dh.t)}, {"dbias", to_doubles(be, dbias.t)}};
   };
 }
 
@@ -502,10 +503,10 @@ OpCase lnlstm_cell_case(int64_t batch, int64_t hidden, int64_t ldh_pad, bool no_
                       .dbias = dbias.t.data()},
                      dt);
     return std::map<std::string, std::vector<double>>{
-        {"c", to_doubles(c.t)},         {"h", to_doubles(h.t)},
-        {"saved", to_doubles(saved.t)}, {"dgates", to_doubles(gates.t)},
-        {"dc", to_doubles(dc.t)},       {"dgates_rec", to_doubles(dgates_rec.t)},
-        {"dbias", to_doubles(dbias.t)}};
+        {"c", to_doubles(be, c.t)},         {"h", to_doubles(be, h.t)},
+        {"saved", to_doubles(be, saved.t)}, {"dgates", to_doubles(be, gates.t)},
+        {"dc", to_doubles(be, dc.t)},       {"dgates_rec", to_doubles(be, dgates_rec.t)},
+        {"dbias", to_doubles(be, dbias.t)}};
   };
 }
 
@@ -517,7 +518,7 @@ OpCase adam_case(bool decoupled, int64_t step, int64_t n) {
         p.t, g.t, m.t, v.t,
         {.lr = 1e-2, .weight_decay = 0.1, .decoupled = decoupled, .step = step, .grad_scale = 0.5});
     return std::map<std::string, std::vector<double>>{
-        {"p", to_doubles(p.t)}, {"m", to_doubles(m.t)}, {"v", to_doubles(v.t)}};
+        {"p", to_doubles(be, p.t)}, {"m", to_doubles(be, m.t)}, {"v", to_doubles(be, v.t)}};
   };
 }
 
@@ -532,8 +533,8 @@ OpCase sgd_case(bool nesterov, bool first, int64_t n) {
                  .weight_decay = 1e-2,
                  .nesterov = nesterov,
                  .first_step = first});
-    return std::map<std::string, std::vector<double>>{{"p", to_doubles(p.t)},
-                                                      {"buf", to_doubles(buf.t)}};
+    return std::map<std::string, std::vector<double>>{{"p", to_doubles(be, p.t)},
+                                                      {"buf", to_doubles(be, buf.t)}};
   };
 }
 
@@ -543,62 +544,61 @@ OpCase small_ops_case() {
     HostTensor y(be, dt, {37, 19}, values(rng, 37 * 19));
     HostTensor dy(be, dt, {37, 19}, values(rng, 37 * 19)), db(be, dt, {19}, values(rng, 19));
     be.sum_rows_acc(db.t, dy.t);
-    out["sum_rows_acc"] = to_doubles(db.t);
+    out["sum_rows_acc"] = to_doubles(be, db.t);
     be.add(y.t, dy.t);
-    out["add"] = to_doubles(y.t);
+    out["add"] = to_doubles(be, y.t);
     HostTensor src(be, dt, {5, 7, 3}, values(rng, 105)), dst(be, dt, {7, 5, 3}, values(rng, 105));
     be.transpose01(dst.t, src.t);
-    out["transpose01"] = to_doubles(dst.t);
+    out["transpose01"] = to_doubles(be, dst.t);
     HostTensor mat(be, dt, {70, 45, 1}, values(rng, 70 * 45)),
         mat_t(be, dt, {45, 70, 1}, values(rng, 70 * 45));
     be.transpose01(mat_t.t, mat.t);  // a matrix: one element per row, in tiles
-    out["transpose01_matrix"] = to_doubles(mat_t.t);
+    out["transpose01_matrix"] = to_doubles(be, mat_t.t);
     HostTensor wide(be, dt, {300, 200, 3}, values(rng, 180000)),
         wide_t(be, dt, {200, 300, 3}, values(rng, 180000));
     be.transpose01(wide_t.t, wide.t);  // enough rows for threads
-    out["transpose01_threads"] = to_doubles(wide_t.t);
+    out["transpose01_threads"] = to_doubles(be, wide_t.t);
     HostTensor mask(be, dt, {1000}, std::vector<double>(1000));
     be.dropout_mask(mask.t, 0.25, 1234);
-    out["dropout_mask"] = to_doubles(mask.t);
+    out["dropout_mask"] = to_doubles(be, mask.t);
     HostTensor pred(be, dt, {12, 3}, values(rng, 36)), target(be, dt, {12, 3}, values(rng, 36)),
         rows(be, dt, {12}, {1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 1, 1}),
         dpred(be, dt, {12, 3}, std::vector<double>(36));
     out["mse_loss"] = {be.mse_loss(pred.t, target.t, rows.t, dpred.t)};
-    out["mse_grad"] = to_doubles(dpred.t);
+    out["mse_grad"] = to_doubles(be, dpred.t);
     HostTensor logits(be, dt, {9, 65}, values(rng, 9 * 65, -5, 5)),
         dlogits(be, dt, {9, 65}, std::vector<double>(9 * 65)),
         w(be, dt, {65}, values(rng, 65, 0.5, 2));
-    std::vector<int32_t> targets = {0, 64, 3, -1, 7, 7, 12, 40, 1};
-    out["ce_loss"] = {be.cross_entropy_loss(logits.t, Tensor(targets.data(), DType::i32, {9}), w.t,
-                                            -1, dlogits.t)};
-    out["ce_grad"] = to_doubles(dlogits.t);
+    HostTensor targets(be, DType::i32, {9}, {0, 64, 3, -1, 7, 7, 12, 40, 1});
+    out["ce_loss"] = {be.cross_entropy_loss(logits.t, targets.t, w.t, -1, dlogits.t)};
+    out["ce_grad"] = to_doubles(be, dlogits.t);
     HostTensor table(be, dt, {11, 6}, values(rng, 66)),
         emb(be, dt, {8, 6}, std::vector<double>(48));
-    std::vector<int64_t> ids = {10, 0, 3, 3, 5, 9, 0, 1};
-    Tensor ids_t(ids.data(), DType::i64, {8});
+    HostTensor ids(be, DType::i64, {8}, {10, 0, 3, 3, 5, 9, 0, 1});
+    const Tensor ids_t = ids.t;
     be.embedding_forward(emb.t, table.t, ids_t);
-    out["embedding_forward"] = to_doubles(emb.t);
+    out["embedding_forward"] = to_doubles(be, emb.t);
     be.embedding_backward(table.t, emb.t, ids_t);
-    out["embedding_backward"] = to_doubles(table.t);
+    out["embedding_backward"] = to_doubles(be, table.t);
     out["sum_squares"] = {be.sum_squares(table.t)};
     be.scale(table.t, -0.5);
-    out["scale"] = to_doubles(table.t);
+    out["scale"] = to_doubles(be, table.t);
     // Elementwise product, fill, copy, strided row copies and dtype conversions.
     const std::vector<double> av = values(rng, 257), bv = values(rng, 257);
     HostTensor a(be, dt, {257}, av), b(be, dt, {257}, bv),
         product(be, dt, {257}, std::vector<double>(257));
     be.mul(product.t, a.t, b.t);
-    out["mul"] = to_doubles(product.t);
+    out["mul"] = to_doubles(be, product.t);
     HostTensor filled(be, dt, {33}, std::vector<double>(33));
     be.fill(filled.t, -1.25);
-    out["fill"] = to_doubles(filled.t);
+    out["fill"] = to_doubles(be, filled.t);
     HostTensor copied(be, dt, {257}, std::vector<double>(257));
     be.copy(copied.t, a.t);
-    out["copy"] = to_doubles(copied.t);
+    out["copy"] = to_doubles(be, copied.t);
     HostTensor strided(be, dt, {60}, values(rng, 60)),
         packed(be, dt, {30}, std::vector<double>(30));
     be.copy_rows(packed.t.data(), 5, strided.t.data(), 10, 6, 4, dt);  // 4 of every 10, 5 apart
-    out["copy_rows"] = to_doubles(packed.t);
+    out["copy_rows"] = to_doubles(be, packed.t);
     std::vector<double> sixty_fourths(257);  // exact in bf16's 8 bits: the same on every path
     for (size_t i = 0; i < sixty_fourths.size(); ++i)
       sixty_fourths[i] = std::round(av[i] * 64) / 64;
@@ -607,10 +607,10 @@ OpCase small_ops_case() {
         narrow(be, DType::bf16, {257}, std::vector<double>(257)),
         back(be, dt, {257}, std::vector<double>(257));
     be.convert(wide64.t, a.t);
-    out["convert_to_f64"] = to_doubles(wide64.t);
+    out["convert_to_f64"] = to_doubles(be, wide64.t);
     be.convert(narrow.t, exact.t);
     be.convert(back.t, narrow.t);
-    out["convert_bf16_round_trip"] = to_doubles(back.t);
+    out["convert_bf16_round_trip"] = to_doubles(be, back.t);
     return out;
   };
 }
@@ -696,7 +696,8 @@ TEST(Backends, SayWhichOpsAndDtypesTheyRun) {
   EXPECT_TRUE(make_reference_backend()->supports(Op::gemm, DType::bf16));
   EXPECT_EQ(make_cpu_backend()->supports(Op::gemm, DType::bf16), test::cpu_runs_bf16());
   const std::string e = test::error_of([] { make_backend("tpu"); });
-  EXPECT_NE(e.find("unknown backend 'tpu' (expected one of: reference, cpu)"), std::string::npos)
+  EXPECT_NE(e.find("unknown backend 'tpu' (expected one of: reference, cpu, sealed)"),
+            std::string::npos)
       << e;
 }
 

@@ -20,7 +20,9 @@ struct HostTensor {
   HostTensor(Backend& be, DType dtype, Shape shape, const std::vector<double>& values) {
     t = buffer.get(be, dtype, shape);
     SF_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "values for ", shape.str());
-    convert(values.data(), DType::f64, t.data(), dtype, values.size());
+    std::vector<std::byte> host(t.nbytes());
+    convert(values.data(), DType::f64, host.data(), dtype, values.size());
+    be.upload(t, host.data());
   }
 };
 
@@ -46,6 +48,12 @@ inline std::vector<double> to_doubles(Tensor t) {
   std::vector<double> out(static_cast<size_t>(t.numel()));
   convert(t.data(), t.dtype(), out.data(), DType::f64, out.size());
   return out;
+}
+// The same for a tensor of `be`'s memory (downloaded first).
+inline std::vector<double> to_doubles(Backend& be, Tensor t) {
+  std::vector<std::byte> host(t.nbytes());
+  be.download(host.data(), t);
+  return to_doubles(Tensor(host.data(), t.dtype(), t.shape()));
 }
 
 // max_i |got_i - want_i| / max(|want_i|, floor), floor = floor_frac * max_j |want_j| (at least

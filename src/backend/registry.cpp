@@ -1,4 +1,5 @@
 // The backends of this build, found by name.
+#include <cstdlib>
 #include <string>
 
 #include "seqforge/backend/backend.hpp"
@@ -32,7 +33,8 @@ const char* op_name(Op op) {
 
 const std::vector<BackendEntry>& registered_backends() {
   static const std::vector<BackendEntry> all = {{"reference", make_reference_backend},
-                                                {"cpu", make_cpu_backend}};
+                                                {"cpu", make_cpu_backend},
+                                                {"sealed", make_sealed_backend}};
   return all;
 }
 
@@ -43,6 +45,16 @@ std::unique_ptr<Backend> make_backend(std::string_view name) {
     known += (known.empty() ? "" : ", ") + std::string(e.name);
   }
   fail("unknown backend '", name, "' (expected one of: ", known, ")");
+}
+
+std::unique_ptr<Backend> make_run_backend() {
+  const char* name = std::getenv("SEQFORGE_BACKEND");
+  if (!name || !*name) return make_cpu_backend();
+  try {
+    return make_backend(name);
+  } catch (const Error& e) {
+    fail("SEQFORGE_BACKEND: ", e.what());
+  }
 }
 
 }  // namespace seqforge

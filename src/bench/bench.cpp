@@ -83,6 +83,9 @@ class RecordingBackend final : public Backend {
   void copy(Tensor dst, Tensor src) override { inner_.copy(dst, src); }
   void fill(Tensor dst, double v) override { inner_.fill(dst, v); }
   void convert(Tensor dst, Tensor src) override { inner_.convert(dst, src); }
+  void upload(Tensor dst, const void* host) override { inner_.upload(dst, host); }
+  void download(void* host, Tensor src) override { inner_.download(host, src); }
+  bool host_addressable() const override { return inner_.host_addressable(); }
   void run_gemm(const GemmShape& s, DType dt, const void* a, const void* b, void* c,
                 const void* bias) override {
     if (recording) {

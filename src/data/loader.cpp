@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/hash.hpp"
@@ -28,19 +29,21 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
     const int64_t T = d.text.seq_len;
     b->input = b->input_buf.get(be, DType::i64, {B, T});
     b->labels = b->labels_buf.get(be, DType::i64, {B * T});
-    auto* ids = static_cast<int64_t*>(b->input.data());
-    auto* next = static_cast<int64_t*>(b->labels.data());
+    auto* ids = b->input_buf.host<int64_t>();
+    auto* next = b->labels_buf.host<int64_t>();
     for (int64_t i = 0; i < B; ++i) {
       const int64_t s = starts[begin + i];
       std::copy_n(d.text.ids.begin() + s, T, ids + i * T);
       std::copy_n(d.text.ids.begin() + s + 1, T, next + i * T);
     }
+    b->input_buf.upload();
+    b->labels_buf.upload();
     return;
   }
   const SeriesData& s = d.series;
   const int64_t T = s.lookback, F = s.num_features();
   b->input = b->input_buf.get(be, DType::f32, {B, T, F});
-  auto* x = static_cast<float*>(b->input.data());
+  auto* x = b->input_buf.host<float>();
   for (int64_t i = 0; i < B; ++i) {
     float* w = x + i * T * F;
     const int64_t start = starts[begin + i];
@@ -56,8 +59,8 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
       TaskKind::mae) {  // mask a share of each window's steps (at least one): zero in, target out
     b->target = b->target_buf.get(be, DType::f32, {B * T, F});
     b->mask = b->mask_buf.get(be, DType::f32, {B * T});
-    auto* y = static_cast<float*>(b->target.data());
-    auto* mask = static_cast<float*>(b->mask.data());
+    auto* y = b->target_buf.host<float>();
+    auto* mask = b->mask_buf.host<float>();
     std::copy_n(x, B * T * F, y);
     std::fill_n(mask, B * T, 0.0f);
     for (int64_t i = 0; i < B; ++i) {
@@ -67,16 +70,21 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
       for (int64_t u = 0; u < T; ++u)
         if (mask[i * T + u] != 0.0f) std::fill_n(x + (i * T + u) * F, F, 0.0f);
     }
+    b->target_buf.upload();
+    b->mask_buf.upload();
   } else if (d.kind == TaskKind::forecast) {
     const int64_t O = s.num_outputs();
     b->target = b->target_buf.get(be, DType::f32, {B, O});
-    auto* y = static_cast<float*>(b->target.data());
+    auto* y = b->target_buf.host<float>();
     for (int64_t i = 0; i < B; ++i) s.copy_target(starts[begin + i], y + i * O);
+    b->target_buf.upload();
   } else {
     b->labels = b->labels_buf.get(be, DType::i64, {B});
-    auto* labels = static_cast<int64_t*>(b->labels.data());
+    auto* labels = b->labels_buf.host<int64_t>();
     for (int64_t i = 0; i < B; ++i) labels[i] = s.classes[s.target_row(starts[begin + i])];
+    b->labels_buf.upload();
   }
+  b->input_buf.upload();
 }
 
 namespace {

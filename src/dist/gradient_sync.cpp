@@ -7,10 +7,12 @@
 
 namespace seqforge::dist {
 
-GradientSync::GradientSync(Communicator& comm, Parameters& params, size_t bucket_bytes)
-    : comm_(comm), params_(params) {
+GradientSync::GradientSync(Communicator& comm, Backend& backend, Parameters& params,
+                           size_t bucket_bytes)
+    : comm_(comm), backend_(backend), params_(params) {
   const Arena& grads = params.grads();
   if (grads.dtype() != DType::f32) fail("data-parallel training needs f32 gradients");
+  if (!backend.host_addressable()) host_.resize(grads.elements());
   const auto& entries = grads.entries();
   const size_t n = entries.size(), per = dtype_size(grads.dtype());
   bucket_of_.assign(n, 0);
@@ -40,10 +42,12 @@ void GradientSync::begin_step() {
 }
 
 void GradientSync::start_ready_buckets() {
-  auto* data = static_cast<float*>(params_.grads().flat().data());
+  const Tensor flat = params_.grads().flat();
+  float* data = host_.empty() ? static_cast<float*>(flat.data()) : host_.data();
   // In bucket order on every rank: MPI needs the same collectives in the same order everywhere.
   for (; started_ < buckets_.size() && buckets_[started_].pending == 0; ++started_) {
     Bucket& b = buckets_[started_];
+    if (!host_.empty()) backend_.download(data + b.begin, flat.slice(b.begin, b.end));
     b.request = comm_.all_reduce_start({data + b.begin, b.end - b.begin}, ReduceOp::sum);
   }
 }
@@ -64,6 +68,10 @@ void GradientSync::finish() {
   for (Bucket& b : buckets_) b.pending = 0;
   start_ready_buckets();
   for (Bucket& b : buckets_) comm_.wait(b.request);
+  if (host_.empty()) return;
+  const Tensor flat = params_.grads().flat();
+  for (const Bucket& b : buckets_)
+    backend_.upload(flat.slice(b.begin, b.end), host_.data() + b.begin);
 }
 
 }  // namespace seqforge::dist

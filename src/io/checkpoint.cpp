@@ -2,18 +2,21 @@
 
 #include <vector>
 
-#include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/host_access.hpp"
 #include "seqforge/io/safetensors.hpp"
 
 namespace seqforge::io {
 
-void save_parameters(const std::string& path, const Parameters& params,
+void save_parameters(const std::string& path, Backend& backend, const Parameters& params,
                      const std::map<std::string, std::string>& metadata) {
+  const Tensor flat = params.values().flat();
+  const HostView values(backend, flat);
   std::vector<SafetensorsTensor> tensors;
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor v = params.value(i);
-    tensors.push_back(
-        {params.values().entries()[i].name, v.dtype(), v.shape().to_vector(), v.data()});
+    const char* at = static_cast<const char*>(values.bytes()) +
+                     (static_cast<const char*>(v.data()) - static_cast<const char*>(flat.data()));
+    tensors.push_back({params.values().entries()[i].name, v.dtype(), v.shape().to_vector(), at});
   }
   write_safetensors(path, tensors, metadata);
 }
@@ -64,7 +67,7 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
                                      dtype_size(params.dtype()));
     convert(aligned.data(), t->dtype, converted.data(), params.dtype(),
             static_cast<size_t>(entry.shape.numel()));
-    backend.copy(params.value(i), Tensor(converted.data(), params.dtype(), entry.shape));
+    backend.upload(params.value(i), converted.data());
     loaded.push_back(entry.name);
   }
   if (!allow_extra) {

@@ -26,7 +26,7 @@ void Parameters::allocate(Backend& backend, Rng& rng) {
     }
     std::vector<char> converted(v.nbytes());
     convert(host.data(), DType::f64, converted.data(), v.dtype(), host.size());
-    backend.copy(v, Tensor(converted.data(), v.dtype(), v.shape()));
+    backend.upload(v, converted.data());
   }
 }
 

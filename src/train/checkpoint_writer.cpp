@@ -1,5 +1,6 @@
 #include "checkpoint_writer.hpp"
 
+#include "seqforge/backend/backend.hpp"
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/io/safetensors.hpp"
 
@@ -16,14 +17,22 @@ CheckpointWriter::~CheckpointWriter() {
   thread_.join();
 }
 
-void CheckpointWriter::submit(const std::string& path,
+void CheckpointWriter::submit(const std::string& path, Backend& backend,
                               const std::vector<std::pair<std::string, Tensor>>& tensors,
+                              const std::vector<std::pair<std::string, Tensor>>& host_tensors,
                               std::map<std::string, std::string> metadata) {
   SF_PROFILE_SCOPE("checkpoint submit");
   Job job;
   job.path = path;
   job.metadata = std::move(metadata);
   for (const auto& [name, v] : tensors) {
+    job.names.push_back(name);
+    job.data.emplace_back(v.nbytes());
+    backend.download(job.data.back().data(), v);
+    job.shapes.push_back(v.shape().to_vector());
+    job.dtypes.push_back(v.dtype());
+  }
+  for (const auto& [name, v] : host_tensors) {
     job.names.push_back(name);
     job.data.emplace_back(static_cast<const char*>(v.data()),
                           static_cast<const char*>(v.data()) + v.nbytes());

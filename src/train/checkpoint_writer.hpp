@@ -15,14 +15,19 @@
 
 namespace seqforge {
 
+class Backend;
+
 class CheckpointWriter {
  public:
   CheckpointWriter();
   ~CheckpointWriter();  // writes what was submitted, then stops
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
-  // Snapshots the tensors now; writes them later.
-  void submit(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+  // Snapshots the tensors now (`tensors` from `backend`, `host_tensors` from host memory);
+  // writes them later.
+  void submit(const std::string& path, Backend& backend,
+              const std::vector<std::pair<std::string, Tensor>>& tensors,
+              const std::vector<std::pair<std::string, Tensor>>& host_tensors,
               std::map<std::string, std::string> metadata);
   // Waits until everything submitted is on disk; rethrows a failed write.
   void flush();

@@ -140,7 +140,7 @@ const std::vector<ConfigKey> kKeys = {
     {"model.embedding", T::integer, "64", "Embedding size (charlm)."},
     {"model.init_from", T::path, "",
      "A .safetensors file of initial weights under PyTorch names (lstm.weight_ih_l0, head.weight, "
-     "...)."},
+     "...), or a run directory (its model.safetensors)."},
     {"model.init_from_modules", T::string_list, "[]",
      "Load only these modules (`embedding`, the cell's `lstm` or `gru`, `head`) from init_from; "
      "the file's other "

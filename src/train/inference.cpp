@@ -9,6 +9,7 @@
 
 #include "io/file_util.hpp"
 #include "run.hpp"
+#include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/checkpoint.hpp"
 #include "seqforge/io/csv.hpp"
@@ -42,7 +43,7 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
   if (r.task.kind == TaskKind::charlm && !data.empty())
     fail("--data: evaluating a character model on another file is not supported; use --split");
   configure_threads(static_cast<int>(r.config.integer("train.threads")));
-  auto be = make_cpu_backend();
+  auto be = make_run_backend();
   auto model = load_model(*be, r, &std::cerr);
   const Split& s = r.task.split();
   const std::vector<int64_t>& starts = !data.empty() ? s.test : split == "val" ? s.val : s.test;
@@ -174,13 +175,13 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
   if (windows.empty())
     fail(options.input, ": ", d.rows, " rows", d.series.size() > 1 ? " in every series" : "",
          " are fewer than data.lookback = ", d.lookback, ": no complete window to predict from");
-  auto be = make_cpu_backend();
+  auto be = make_run_backend();
   auto model = load_model(*be, r, &log);
   const bool multi = d.series.size() > 1 || !r.config.str("data.series_column").empty();
   std::string csv = predictions_header(d, multi);
   const int64_t B = prediction_batch(r.task.model, d.lookback);
   const int64_t T = d.lookback, F = d.num_features(), O = d.num_outputs();
-  Buffer input_buf;  // (B, T, F) normalised windows
+  StagedBuffer input_buf;  // (B, T, F) normalised windows
   Rng rng(0);
   double compute_s = 0;
   int64_t unknown = 0;
@@ -189,10 +190,12 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
     const double t0 = now_s();
     Tensor x = input_buf.get(*be, DType::f32, {n, T, F});
     for (int64_t i = 0; i < n; ++i)
-      d.copy_window(windows[first + i], static_cast<float*>(x.data()) + i * T * F);
+      d.copy_window(windows[first + i], input_buf.host<float>() + i * T * F);
+    input_buf.upload();
     Tensor out = model->forward(*be, x, {}, {}, false, rng);  // (n, O)
+    const HostView out_host(*be, out);
     compute_s += now_s() - t0;
-    const float* o = static_cast<const float*>(out.data());
+    const float* o = out_host.data<float>();
     for (int64_t i = 0; i < n; ++i)
       unknown += append_prediction(d, windows[first + i], o + i * O, multi, &csv);
   }
@@ -226,7 +229,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     fail("--temperature must be 0 (always the likeliest character) or more, got ", temperature);
   if (top_k < 0) fail("--top-k must be positive, got ", top_k);
   if (length < 0) fail("--length must be >= 0, got ", length);
-  auto be = make_cpu_backend();
+  auto be = make_run_backend();
   SequenceModel model(r.task.model);
   model.initialize(*be, 0);
   io::load_parameters(r.file.source(), model.parameters(), *be);
@@ -244,16 +247,21 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   const int64_t H = model.options().rnn.hidden_size, P = model.options().rnn.state_size();
   const int64_t V = static_cast<int64_t>(vocab.size());
   if (D != 1) fail(run, ": generating needs a unidirectional model");
-  std::vector<float> h(D * L * P), cst(D * L * H);
+  Buffer h_buf, c_buf, ids_buf;
+  const Tensor h = h_buf.get(*be, DType::f32, {D * L, 1, P});  // the state carried on
+  const Tensor cst = c_buf.get(*be, DType::f32, {D * L, 1, H});
   Rng rng(seed);
   std::string text = prompt;
   // The prompt in one pass, then one character at a time, carrying the recurrent state.
-  Tensor input(ids.data(), DType::i64, {1, static_cast<int64_t>(ids.size())});
+  Tensor input = ids_buf.get(*be, DType::i64, {1, static_cast<int64_t>(ids.size())});
+  be->upload(input, ids.data());
   Tensor logits = model.forward(*be, input, {}, {}, false, rng);
   int64_t next = 0;
   std::vector<double> p(V);
   for (int64_t n = 0; n < length; ++n) {
-    const float* row = static_cast<const float*>(logits.data()) + (logits.dim(0) - 1) * V;
+    const std::vector<float> last =
+        download_vector<float>(*be, logits.slice(logits.dim(0) - 1, logits.dim(0)));
+    const float* row = last.data();
     std::vector<int64_t> idx(V);
     std::iota(idx.begin(), idx.end(), 0);
     const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
@@ -274,14 +282,12 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
         }
     }
     text += encode_utf8(vocab.substr(next, 1));
-    std::copy_n(static_cast<const float*>(model.rnn().h_n().data()), h.size(), h.begin());
+    be->copy(h, model.rnn().h_n());
     const bool cell_state = model.rnn().cell().cell_state;
-    if (cell_state)
-      std::copy_n(static_cast<const float*>(model.rnn().c_n().data()), cst.size(), cst.begin());
-    Tensor one(&next, DType::i64, {1, 1});
-    logits = model.forward(*be, one, Tensor(h.data(), DType::f32, {D * L, 1, P}),
-                           cell_state ? Tensor(cst.data(), DType::f32, {D * L, 1, H}) : Tensor(),
-                           false, rng);
+    if (cell_state) be->copy(cst, model.rnn().c_n());
+    Tensor one = ids_buf.get(*be, DType::i64, {1, 1});
+    be->upload(one, &next);
+    logits = model.forward(*be, one, h, cell_state ? cst : Tensor(), false, rng);
   }
   return text;
 }
@@ -299,7 +305,7 @@ int64_t write_validation_outputs(const std::string& run) {
       few.push_back(starts[k * starts.size() / std::min<size_t>(4, starts.size())]);
     starts = few;
   }
-  auto be = make_cpu_backend();
+  auto be = make_run_backend();
   auto model = load_model(*be, r, nullptr);
   const int64_t batch_size = r.config.integer("train.batch_size"), O = d.num_outputs();
   const int64_t T = d.lookback, F = d.num_features();
@@ -314,13 +320,17 @@ int64_t write_validation_outputs(const std::string& run) {
   for (size_t i = 0; i < starts.size(); i += batch_size) {
     const Batch& b = loader.next();
     Tensor out = model->forward(*be, b.input, {}, {}, false, rng);
-    const float* o = static_cast<const float*>(out.data());
-    const auto* labels = static_cast<const int64_t*>(b.labels.data());
+    const std::vector<float> o = download_vector<float>(*be, out);
+    const std::vector<int64_t> labels = d.task == TaskKind::classify
+                                            ? download_vector<int64_t>(*be, b.labels)
+                                            : std::vector<int64_t>();
+    const std::vector<float> original =
+        mae ? download_vector<float>(*be, b.target) : std::vector<float>();
+    const std::vector<float> mask =
+        mae ? download_vector<float>(*be, b.mask) : std::vector<float>();
     for (int64_t k = 0; k < b.size; ++k) {
       const int64_t start = starts[i + k];
       if (mae) {  // (B*T, F) reconstructions and originals, normalised
-        const auto* original = static_cast<const float*>(b.target.data());
-        const auto* mask = static_cast<const float*>(b.mask.data());
         for (int64_t u = 0; u < T; ++u)
           for (int64_t f = 0; f < F; ++f) {
             const int64_t at = (k * T + u) * F + f;
@@ -341,7 +351,8 @@ int64_t write_validation_outputs(const std::string& run) {
                       d.prediction(start, 0, o[k * O]));
         csv += cells;
       } else {
-        const int64_t pred = std::max_element(o + k * O, o + (k + 1) * O) - (o + k * O);
+        const float* ok = o.data() + k * O;
+        const int64_t pred = std::max_element(ok, ok + O) - ok;
         csv += "," + io::csv_field(d.class_names[labels[k]]) + "," +
                io::csv_field(d.class_names[pred]) + "\n";
       }

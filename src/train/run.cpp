@@ -122,7 +122,7 @@ std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, 
     const int64_t n = type.loss_terms(t, b);
     loss_sum += type.loss(be, out, b, dout) * double(n);
     count += n;
-    sums->add(static_cast<const float*>(out.data()), b, windows);
+    sums->add(HostView(be, out).data<float>(), b, windows);
   }
   m["val_loss"] = loss_sum / double(count);
   sums->finish(&m);
@@ -168,7 +168,7 @@ std::vector<std::pair<std::string, Tensor>> named(const Parameters& params, cons
 
 // Copies a tensor of `file` into `dst`, checking its shape; errors name the file and tensor.
 void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tensor dst,
-                 Backend& be) {
+                 Backend* be) {
   const io::SafetensorsEntry* e = file.find(name);
   if (!e) fail(file.source(), ": missing tensor '", name, "' (a run of another architecture?)");
   if (Shape(e->shape) != dst.shape() || e->dtype != dst.dtype())
@@ -176,8 +176,10 @@ void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tenso
          Shape(e->shape).str(), ", this run has ", dtype_safetensors_name(dst.dtype()), " ",
          dst.shape().str(), " (a run of another architecture?)");
   const auto bytes = file.bytes(*e);
-  std::vector<std::byte> aligned(bytes.begin(), bytes.end());
-  be.copy(dst, Tensor(aligned.data(), dst.dtype(), dst.shape()));
+  if (be)
+    be->upload(dst, bytes.data());
+  else
+    std::memcpy(dst.data(), bytes.data(), bytes.size());
 }
 
 LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows) {

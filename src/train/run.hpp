@@ -58,7 +58,8 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
 std::vector<std::pair<std::string, Tensor>> named(const Parameters& params, const Arena& arena,
                                                   const std::string& prefix);
 // Copies a tensor of `file` into `dst`, checking its shape; errors name the file and tensor.
-void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tensor dst, Backend& be);
+// `dst` is memory of `be`, or host memory when `be` is null.
+void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tensor dst, Backend* be);
 
 // A run's checkpoint: `run` is a run directory or a .safetensors file.
 struct LoadedRun {

@@ -114,7 +114,7 @@ class ClassifySums final : public MetricSums {
   explicit ClassifySums(int64_t classes) : tp_(classes), fp_(classes), fn_(classes) {}
   void add(const float* o, const Batch& b, const int64_t*) override {
     const int64_t C = static_cast<int64_t>(tp_.size());
-    const auto* labels = static_cast<const int64_t*>(b.labels.data());
+    const int64_t* labels = b.labels_buf.host<int64_t>();
     for (int64_t r = 0; r < b.size; ++r) {
       const int64_t pred = std::max_element(o + r * C, o + (r + 1) * C) - (o + r * C);
       const int64_t truth = labels[r];
@@ -164,7 +164,7 @@ class Mae final : public SeriesTask {
     return be.mse_loss(out, b.target, b.mask, dout);
   }
   int64_t loss_terms(const Dataset&, const Batch& b) const override {
-    const auto* mask = static_cast<const float*>(b.mask.data());
+    const float* mask = b.mask_buf.host<float>();
     return static_cast<int64_t>(std::count(mask, mask + b.mask.numel(), 1.0f));
   }
   bool loss_terms_vary() const override { return true; }

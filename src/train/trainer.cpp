@@ -16,6 +16,7 @@
 #include "io/file_util.hpp"
 #include "loop.hpp"
 #include "run.hpp"
+#include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/hash.hpp"
 #include "seqforge/core/interrupt.hpp"
@@ -89,9 +90,11 @@ void check_validation_split(const Config& c, const Task& t) {
 }
 
 // Throws when a parameter is not finite: no checkpoint may hold such a model.
-void check_finite_parameters(const Parameters& p, int64_t epoch, const std::string& checkpoint) {
+void check_finite_parameters(Backend& be, const Parameters& p, int64_t epoch,
+                             const std::string& checkpoint) {
   const Tensor flat = p.values().flat();
-  const auto* v = static_cast<const float*>(flat.data());
+  const HostView values(be, flat);
+  const float* v = values.data<float>();
   for (int64_t i = 0; i < flat.numel(); ++i)
     if (!std::isfinite(v[i]))
       fail("epoch ", epoch, ": the model's parameters are not finite (", v[i],
@@ -244,7 +247,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
   // Data parallel: gradients summed across ranks in buckets while backward runs; dropout draws
   // differ per rank.
   if (ranks_ > 1) {
-    sync_ = std::make_unique<dist::GradientSync>(comm_, model_->parameters(),
+    sync_ = std::make_unique<dist::GradientSync>(comm_, *be_, model_->parameters(),
                                                  static_cast<size_t>(s_.bucket_mb * (1 << 20)));
     model_->set_grad_ready_hook([this](size_t first, size_t end) { sync_->ready(first, end); });
   }
@@ -291,27 +294,28 @@ std::pair<Tensor, Tensor> Training::carried_states(int64_t bi, int64_t rows) {
                  : Tensor();
   for (Tensor state : {h, c}) {
     if (state.empty()) continue;
-    auto* p = static_cast<float*>(state.data());
     const int64_t width = state.dim(2);
     for (int64_t i = 0; i < rows; ++i)
-      if (resets_[bi * B + i])
+      if (resets_[bi * B + i])  // window i starts a stretch: zero its row in every layer
         for (int64_t l = 0; l < o.num_layers; ++l)
-          std::fill_n(p + (l * B + i) * width, width, 0.0f);
+          be_->fill(state.reshape({o.num_layers * B, width}).slice(l * B + i, l * B + i + 1), 0.0);
   }
   return {h, c};
 }
 
 void Training::build_model() {
-  be_ = make_cpu_backend();
+  be_ = make_run_backend();
   const uint64_t seed = static_cast<uint64_t>(c_.integer("train.seed"));
   model_ = std::make_unique<SequenceModel>(task_.model);
   model_->initialize(*be_, seed);
   model_->set_gemm_dtype(gemm_dtype_);
   model_->set_input_grad(false);
-  if (const std::string init = c_.str("model.init_from");
-      !init.empty() && resume_dir_.empty() && rank_ == 0)  // the others get rank 0's
+  if (std::string init = c_.str("model.init_from");
+      !init.empty() && resume_dir_.empty() && rank_ == 0) {  // the others get rank 0's
+    if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
     initialized_ = io::load_parameters(init, model_->parameters(), *be_, false,
                                        c_.list("model.init_from_modules"));
+  }
   oo_.kind = c_.str("optim.kind");
   oo_.lr = c_.number("optim.lr");
   oo_.weight_decay = c_.number("optim.weight_decay");
@@ -380,23 +384,23 @@ void Training::resume_from_state() {
   for (int k = 0; k < (oo_.kind == "sgd" ? 1 : 2); ++k)
     for (auto& t : named(p, optimizer_->state(k), "optim." + std::to_string(k) + "."))
       tensors.push_back(t);
-  for (const auto& [name, t] : tensors) load_tensor(state, name, t, *be_);
+  for (const auto& [name, t] : tensors) load_tensor(state, name, t, be_.get());
   const io::SafetensorsEntry* o = state.find("order");
   if (!o || o->shape != std::vector<int64_t>{static_cast<int64_t>(order_.size())})
     fail(state_path_, ": the training split has ", order_.size(),
          " windows now; the saved run had a different number (data changed?)");
   load_tensor(state, "order",
-              Tensor(order_.data(), DType::i64, {static_cast<int64_t>(order_.size())}), *be_);
+              Tensor(order_.data(), DType::i64, {static_cast<int64_t>(order_.size())}), nullptr);
   std::array<uint64_t, 4> words{};
-  load_tensor(state, "rng", Tensor(words.data(), DType::i64, {4}), *be_);
+  load_tensor(state, "rng", Tensor(words.data(), DType::i64, {4}), nullptr);
   rng_.set_state(words);
   const auto loop = state.metadata().find("seqforge.loop");
   if (loop == state.metadata().end()) fail(state_path_, ": no seqforge.loop metadata");
   state_ = LoopState::from_json(loop->second, state_path_);
   if (s_.stateful && state_.in_epoch) {
-    load_tensor(state, "carry.h", carry_h_[carry_at_].tensor(), *be_);
+    load_tensor(state, "carry.h", carry_h_[carry_at_].tensor(), be_.get());
     if (cell_type(task_.model.rnn.cell).cell_state)
-      load_tensor(state, "carry.c", carry_c_[carry_at_].tensor(), *be_);
+      load_tensor(state, "carry.c", carry_c_[carry_at_].tensor(), be_.get());
   }
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
   if (state_.in_epoch)
@@ -415,9 +419,13 @@ void Training::share_rank0_state() {
     fail("rank ", rank_, " has ", order_.size(), " training windows, rank 0 has ", windows,
          " (different data on this machine?)");
   Parameters& p = model_->parameters();
-  bytes(p.values().flat().data(), p.values().flat().nbytes());
-  for (int k = 0; k < (oo_.kind == "sgd" ? 1 : 2); ++k)
-    bytes(optimizer_->state(k).flat().data(), optimizer_->state(k).flat().nbytes());
+  auto share = [&](Tensor t) {
+    HostView v(*be_, t, HostView::Access::read_write);
+    bytes(v.data<float>(), t.nbytes());
+    v.upload();
+  };
+  share(p.values().flat());
+  for (int k = 0; k < (oo_.kind == "sgd" ? 1 : 2); ++k) share(optimizer_->state(k).flat());
   bytes(order_.data(), order_.size() * sizeof(int64_t));
   std::array<uint64_t, 4> words = rng_.state();
   bytes(words.data(), sizeof words);
@@ -659,7 +667,7 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
   std::map<std::string, double> m =
       evaluate_split(*be_, *model_, task_, task_.split().val, *loader_);
   m["train_loss"] = loss_sum / double(seen);
-  check_finite_parameters(model_->parameters(), epoch, checkpoint_);
+  check_finite_parameters(*be_, model_->parameters(), epoch, checkpoint_);
   const double epoch_s = now_s() - t0;
   if (!m.count(s_.monitor))
     fail(c_.source(), ": train.early_stopping.monitor: '", s_.monitor,
@@ -689,7 +697,7 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
       (s_.save == "every_n" && (epoch % std::max<int64_t>(1, s_.save_every) == 0 || last_epoch));
   const Parameters& p = model_->parameters();
   if (write)
-    writer_->submit(checkpoint_, named(p, p.values(), ""),
+    writer_->submit(checkpoint_, *be_, named(p, p.values(), ""), {},
                     checkpoint_metadata(c_, task_, epoch, m));
   state_.epochs_done = epoch;
   save_state(false, 0, 0, 0);  // after every epoch, for --resume
@@ -745,10 +753,10 @@ void Training::save_state(bool in_epoch, int64_t batch, double loss_sum, double 
   for (int k = 0; k < (oo_.kind == "sgd" ? 1 : 2); ++k)
     for (auto& t : named(p, optimizer_->state(k), "optim." + std::to_string(k) + "."))
       tensors.push_back(t);
-  tensors.emplace_back("order",
-                       Tensor(order_.data(), DType::i64, {static_cast<int64_t>(order_.size())}));
   std::array<uint64_t, 4> words = rng_.state();
-  tensors.emplace_back("rng", Tensor(words.data(), DType::i64, {4}));
+  const std::vector<std::pair<std::string, Tensor>> host_tensors = {
+      {"order", Tensor(order_.data(), DType::i64, {static_cast<int64_t>(order_.size())})},
+      {"rng", Tensor(words.data(), DType::i64, {4})}};
   if (s_.stateful && in_epoch) {  // the states the next batch starts from
     tensors.emplace_back("carry.h", carry_h_[carry_at_].tensor());
     if (cell_type(task_.model.rnn.cell).cell_state)
@@ -761,7 +769,7 @@ void Training::save_state(bool in_epoch, int64_t batch, double loss_sum, double 
   saved.batch = batch;
   saved.loss_sum = loss_sum;
   saved.seen = seen;
-  writer_->submit(state_path_, tensors,
+  writer_->submit(state_path_, *be_, tensors, host_tensors,
                   {{"seqforge.loop", saved.to_json()}, {"seqforge.config", c_.resolved_yaml()}});
 }
 

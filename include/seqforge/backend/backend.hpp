@@ -25,7 +25,7 @@ class PackedB {
 
 // The interface's operations, in the groups backends implement them (Backend::supports).
 enum class Op {
-  memory,       // alloc, copy, fill, convert
+  memory,       // alloc, copy, fill, convert, upload, download
   gemm,         // gemm, pack_b (dtype: the operands')
   elementwise,  // sum_rows_acc, add, mul, scale, sum_squares
   layout,       // transpose01, copy_rows, copy_transposed
@@ -56,6 +56,15 @@ class Backend {
   // dst = src converted to dst's dtype (f32, f64, bf16, f16), same element count.
   virtual void convert(Tensor dst, Tensor src) = 0;
   virtual void synchronize() {}
+
+  // Host <-> backend memory. Host code (train/, data/, io/, dist/) moves values into and out of
+  // backend tensors only through these (or host_access.hpp), so a backend whose memory the host
+  // cannot address needs no change there. `host` holds dst/src.nbytes() bytes.
+  virtual void upload(Tensor dst, const void* host) = 0;
+  virtual void download(void* host, Tensor src) = 0;
+  // Whether the host may address this backend's memory directly (the CPU backends): host code
+  // then reads and writes tensors in place instead of through a host copy.
+  virtual bool host_addressable() const { return false; }
 
   // Independent op sequences this backend can run at the same time (CPU: its threads).
   virtual int concurrency() const { return 1; }
@@ -150,5 +159,11 @@ struct BackendEntry {
 const std::vector<BackendEntry>& registered_backends();
 // One of registered_backends() by name; throws naming them on an unknown name.
 std::unique_ptr<Backend> make_backend(std::string_view name);
+// The backend of train, eval, predict and generate: SEQFORGE_BACKEND when set, else cpu.
+std::unique_ptr<Backend> make_run_backend();
+// The reference backend behind a seal: its memory is unreadable to the host outside its own ops
+// and upload/download, and its ops take only its own memory, as a device backend's would. Host
+// code that reads backend memory directly faults under it (SEQFORGE_BACKEND=sealed).
+std::unique_ptr<Backend> make_sealed_backend();
 
 }  // namespace seqforge

@@ -8,14 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "seqforge/core/buffer.hpp"
+#include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/data/augment.hpp"
 #include "seqforge/data/datasets.hpp"
 
 namespace seqforge {
-
-class Backend;
 
 // One batch, in buffers allocated once and reused.
 struct Batch {
@@ -24,7 +22,7 @@ struct Batch {
   Tensor target;  // forecast: (B, O) f32; mae: (B*T, F) f32, the windows before masking
   Tensor labels;  // classify: (B) i64 class ids; charlm: (B*T) i64 next-character ids
   Tensor mask;    // mae: (B*T) f32, 1 where a time step is masked
-  Buffer input_buf, target_buf, labels_buf, mask_buf;
+  StagedBuffer input_buf, target_buf, labels_buf, mask_buf;
 };
 
 // What shapes a batch beyond its windows: augmentations (training only) and their cache.

@@ -2,9 +2,11 @@
 // Averaging gradients across ranks while backward still runs: the flat gradient arena is cut into
 // buckets of about bucket_bytes, from the last parameter back (the order backward produces
 // them), and each bucket's all-reduce starts as soon as every parameter it covers is final.
+// Where the host cannot address the backend's memory, buckets go through a host copy.
 #include <cstddef>
 #include <vector>
 
+#include "seqforge/backend/backend.hpp"
 #include "seqforge/dist/communicator.hpp"
 #include "seqforge/nn/parameters.hpp"
 
@@ -13,7 +15,7 @@ namespace seqforge::dist {
 class GradientSync {
  public:
   // Sums gradients over the ranks (each rank weights its own beforehand).
-  GradientSync(Communicator& comm, Parameters& params, size_t bucket_bytes);
+  GradientSync(Communicator& comm, Backend& backend, Parameters& params, size_t bucket_bytes);
   // A new step: every parameter's gradient is pending.
   void begin_step();
   // Parameters [first, end) have their final gradients: starts the buckets now complete, in
@@ -33,7 +35,9 @@ class GradientSync {
   void start_ready_buckets();
 
   Communicator& comm_;
+  Backend& backend_;
   Parameters& params_;
+  std::vector<float> host_;        // (gradient arena elements) the host copy, when one is needed
   std::vector<Bucket> buckets_;    // buckets_[0] holds the last parameters
   std::vector<size_t> bucket_of_;  // per parameter
   std::vector<char> ready_;        // per parameter, this step

@@ -10,7 +10,7 @@
 namespace seqforge::io {
 
 // Writes every parameter as F32 (or the arena's dtype for f64), atomically.
-void save_parameters(const std::string& path, const Parameters& params,
+void save_parameters(const std::string& path, Backend& backend, const Parameters& params,
                      const std::map<std::string, std::string>& metadata = {});
 
 // Loads every parameter by name, converting from any float dtype in the file. A missing or

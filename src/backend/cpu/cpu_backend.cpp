@@ -106,6 +106,9 @@ class CpuBackend final : public Backend {
   void free(void* p) override { ref_->free(p); }
   void copy(Tensor dst, Tensor src) override { ref_->copy(dst, src); }
   void fill(Tensor dst, double value) override { ref_->fill(dst, value); }
+  void upload(Tensor dst, const void* host) override { ref_->upload(dst, host); }
+  void download(void* host, Tensor src) override { ref_->download(host, src); }
+  bool host_addressable() const override { return true; }
   void convert(Tensor dst, Tensor src) override {
     SF_CHECK(dst.numel() == src.numel(), dst.shape().str(), " <- ", src.shape().str());
     const size_t e_src = dtype_size(src.dtype()), e_dst = dtype_size(dst.dtype());

@@ -57,6 +57,14 @@ class ReferenceBackend final : public Backend {
     if (dst.nbytes()) std::memmove(dst.data(), src.data(), dst.nbytes());
   }
 
+  void upload(Tensor dst, const void* host) override {
+    if (dst.nbytes()) std::memcpy(dst.data(), host, dst.nbytes());
+  }
+  void download(void* host, Tensor src) override {
+    if (src.nbytes()) std::memcpy(host, src.data(), src.nbytes());
+  }
+  bool host_addressable() const override { return true; }
+
   void fill(Tensor dst, double value) override {
     dispatch_float(dst.dtype(), [&]<typename T>() {
       T* p = static_cast<T*>(dst.data());
