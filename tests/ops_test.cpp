@@ -583,6 +583,27 @@ OpCase small_ops_case() {
     out["sum_squares"] = {be.sum_squares(table.t)};
     be.scale(table.t, -0.5);
     out["scale"] = to_doubles(be, table.t);
+    // Layer norm (rows wide enough for several SIMD blocks and a tail, and threads) and GELU.
+    HostTensor ln_x(be, dt, {70, 37}, values(rng, 70 * 37, -3, 3)),
+        ln_w(be, dt, {37}, values(rng, 37, 0.5, 1.5)), ln_b(be, dt, {37}, values(rng, 37)),
+        ln_y(be, dt, {70, 37}, std::vector<double>(70 * 37)),
+        ln_saved(be, dt, {70, 2}, std::vector<double>(140)),
+        ln_dy(be, dt, {70, 37}, values(rng, 70 * 37)),
+        ln_dx(be, dt, {70, 37}, std::vector<double>(70 * 37)), ln_dw(be, dt, {37}, values(rng, 37)),
+        ln_db(be, dt, {37}, values(rng, 37));
+    be.layer_norm_forward(ln_y.t, ln_saved.t, ln_x.t, ln_w.t, ln_b.t, 1e-5);
+    out["layer_norm_forward"] = to_doubles(be, ln_y.t);
+    be.layer_norm_backward(ln_dx.t, ln_dw.t, ln_db.t, ln_dy.t, ln_x.t, ln_w.t, ln_saved.t);
+    out["layer_norm_dx"] = to_doubles(be, ln_dx.t);
+    out["layer_norm_dw"] = to_doubles(be, ln_dw.t);
+    out["layer_norm_db"] = to_doubles(be, ln_db.t);
+    HostTensor g_x(be, dt, {1000}, values(rng, 1000, -6, 6)),
+        g_y(be, dt, {1000}, std::vector<double>(1000)), g_dy(be, dt, {1000}, values(rng, 1000)),
+        g_dx(be, dt, {1000}, std::vector<double>(1000));
+    be.gelu_forward(g_y.t, g_x.t);
+    out["gelu_forward"] = to_doubles(be, g_y.t);
+    be.gelu_backward(g_dx.t, g_dy.t, g_x.t);
+    out["gelu_backward"] = to_doubles(be, g_dx.t);
     // Elementwise product, fill, copy, strided row copies and dtype conversions.
     const std::vector<double> av = values(rng, 257), bv = values(rng, 257);
     HostTensor a(be, dt, {257}, av), b(be, dt, {257}, bv),
@@ -656,6 +677,7 @@ double tolerance(const std::string& op) { return op.rfind("gemm", 0) == 0 ? 2e-5
 std::vector<Op> ops_of(const std::string& name) {
   if (name.rfind("gemm", 0) == 0) return {Op::memory, Op::gemm};
   if (name.find("_cell_") != std::string::npos) return {Op::memory, Op::cell};
+  if (name.rfind("attention", 0) == 0) return {Op::memory, Op::attention};
   if (name.rfind("adam", 0) == 0 || name.rfind("sgd", 0) == 0) return {Op::memory, Op::optimizer};
   return std::vector<Op>(std::begin(kAllOps), std::end(kAllOps));  // small_ops: the rest
 }

@@ -23,6 +23,12 @@ const char* op_name(Op op) {
       return "cell";
     case Op::embedding:
       return "embedding";
+    case Op::norm:
+      return "norm";
+    case Op::activation:
+      return "activation";
+    case Op::attention:
+      return "attention";
     case Op::loss:
       return "loss";
     case Op::optimizer:

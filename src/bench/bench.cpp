@@ -131,6 +131,21 @@ class RecordingBackend final : public Backend {
   void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override {
     inner_.embedding_backward(dtable, dout, ids);
   }
+  void layer_norm_forward(Tensor y, Tensor s, Tensor x, Tensor w, Tensor b, double eps) override {
+    inner_.layer_norm_forward(y, s, x, w, b, eps);
+  }
+  void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
+                           Tensor s) override {
+    inner_.layer_norm_backward(dx, dw, db, dy, x, w, s);
+  }
+  void gelu_forward(Tensor y, Tensor x) override { inner_.gelu_forward(y, x); }
+  void gelu_backward(Tensor dx, Tensor dy, Tensor x) override { inner_.gelu_backward(dx, dy, x); }
+  void attention_forward(const AttentionForward& a, DType dt) override {
+    inner_.attention_forward(a, dt);
+  }
+  void attention_backward(const AttentionBackward& a, DType dt) override {
+    inner_.attention_backward(a, dt);
+  }
   double mse_loss(Tensor p, Tensor t, Tensor m, Tensor d) override {
     return inner_.mse_loss(p, t, m, d);
   }

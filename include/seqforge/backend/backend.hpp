@@ -32,12 +32,16 @@ enum class Op {
   dropout,      // dropout_mask
   cell,         // cell_forward, cell_backward
   embedding,    // embedding_forward, embedding_backward
+  norm,         // layer_norm_forward, layer_norm_backward
+  activation,   // gelu_forward, gelu_backward
+  attention,    // attention_forward, attention_backward
   loss,         // mse_loss, cross_entropy_loss
   optimizer,    // adam_step, sgd_step
 };
 const char* op_name(Op op);
-constexpr Op kAllOps[] = {Op::memory, Op::gemm,      Op::elementwise, Op::layout,   Op::dropout,
-                          Op::cell,   Op::embedding, Op::loss,        Op::optimizer};
+constexpr Op kAllOps[] = {Op::memory,     Op::gemm,      Op::elementwise, Op::layout,
+                          Op::dropout,    Op::cell,      Op::embedding,   Op::norm,
+                          Op::activation, Op::attention, Op::loss,        Op::optimizer};
 
 class Backend {
  public:
@@ -121,6 +125,21 @@ class Backend {
   virtual void embedding_forward(Tensor out, Tensor table, Tensor ids) = 0;
   // dtable(V, E) += scatter of dout by ids.
   virtual void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) = 0;
+
+  // Layer norm over the last axis of x(N, C): y = (x - mean) * rstd * w + b, with
+  // rstd = 1 / sqrt(var + eps), var the biased variance; saved (N, 2) keeps mean and rstd.
+  virtual void layer_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, Tensor b,
+                                  double eps) = 0;
+  // dx = d(loss)/dx (assigned); dw, db (C) accumulate.
+  virtual void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
+                                   Tensor saved) = 0;
+  // y = GELU(x) in its exact form x * Phi(x) (PyTorch's nn.GELU()), and dx = dy * GELU'(x).
+  virtual void gelu_forward(Tensor y, Tensor x) = 0;
+  virtual void gelu_backward(Tensor dx, Tensor dy, Tensor x) = 0;
+
+  // Multi-head attention (ops.hpp), forward and backward.
+  virtual void attention_forward(const AttentionForward& a, DType dtype) = 0;
+  virtual void attention_backward(const AttentionBackward& a, DType dtype) = 0;
 
   // Mean squared error over rows of pred(N, F) selected by mask(N) (empty = all rows).
   // Writes dpred = d(loss)/d(pred) and returns the loss.

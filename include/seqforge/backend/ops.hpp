@@ -131,6 +131,38 @@ struct CellBackward {
                               // cell's own parameters' gradients, summed over the rows
 };
 
+// Multi-head scaled dot-product attention over the packed projections of a (B, T, 3C) c_attn
+// output, C = heads * head_dim: for batch row b and head h, q, k and v are the columns
+// [h*D, (h+1)*D) of the first, second and third C-block of each row (nanoGPT's layout), and
+//   out_i = sum_j softmax_j(scale * q_i . k_j) v_j
+// over the keys j < lengths[b] (all T without lengths), and j <= i when causal. A row with no key
+// gets out 0 and lse -inf. out is (B, T, C), heads side by side.
+struct AttentionShape {
+  int64_t batch = 0, seq = 0, heads = 0, head_dim = 0;
+  bool causal = true;
+  double scale = 0;  // usually 1 / sqrt(head_dim)
+};
+
+struct AttentionForward {
+  AttentionShape shape;
+  const void* qkv = nullptr;      // (B, T, 3C)
+  const void* lengths = nullptr;  // optional (B) i64: valid keys per batch row (padding)
+  void* out = nullptr;            // (B, T, C)
+  void* lse = nullptr;            // (B, heads, T), the dtype's: log sum_j exp(scale q_i . k_j),
+                                  // all backward keeps besides qkv and out
+};
+
+// Gradients of the same; dqkv is assigned (rows of padded keys get 0).
+struct AttentionBackward {
+  AttentionShape shape;
+  const void* qkv = nullptr;      // (B, T, 3C)
+  const void* lengths = nullptr;  // as forward
+  const void* out = nullptr;      // (B, T, C) forward's
+  const void* lse = nullptr;      // (B, heads, T) forward's
+  const void* dout = nullptr;     // (B, T, C)
+  void* dqkv = nullptr;           // (B, T, 3C) out
+};
+
 struct AdamParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   bool decoupled = true;    // AdamW: p -= lr*wd*p; Adam: g += wd*p

@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "backend/cpu/onednn_gemm.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/cells.hpp"
 #include "kernels/cpu/gemm_narrow.hpp"
 #include "kernels/cpu/pointwise_simd.hpp"
+#include "kernels/norm.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/cpu.hpp"
@@ -251,6 +253,59 @@ class CpuBackend final : public Backend {
     sum_over_rows(a.batch, row_threads(a.batch, work), bias_grad_columns(type, a.hidden),
                   static_cast<float*>(a.dbias),
                   [&](int64_t r0, int64_t r1, float* acc) { backward(a, r0, r1, acc); });
+  }
+
+  // f32 over the OpenMP pool; other dtypes through the reference.
+  void layer_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, Tensor b,
+                          double eps) override {
+    if (x.dtype() != DType::f32) return ref_->layer_norm_forward(y, saved, x, w, b, eps);
+    const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    SF_CHECK(y.numel() == x.numel() && saved.numel() == 2 * N && w.numel() == C && b.numel() == C,
+             "layer_norm_forward shapes");
+    parallel_rows(N, 4 * C, [&](int64_t r0, int64_t r1) {
+      kernels::layer_norm_forward(y.data_as<float>(), saved.data_as<float>(), x.data_as<float>(),
+                                  w.data_as<float>(), b.data_as<float>(), C, eps, r0, r1);
+    });
+  }
+  void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
+                           Tensor saved) override {
+    if (x.dtype() != DType::f32) return ref_->layer_norm_backward(dx, dw, db, dy, x, w, saved);
+    const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    parallel_rows(N, 6 * C, [&](int64_t r0, int64_t r1) {
+      kernels::layer_norm_backward_input(dx.data_as<float>(), dy.data_as<float>(),
+                                         x.data_as<float>(), w.data_as<float>(),
+                                         saved.data_as<float>(), C, r0, r1);
+    });
+    parallel_rows(C, 4 * N, [&](int64_t c0, int64_t c1) {
+      kernels::layer_norm_backward_params(dw.data_as<float>(), db.data_as<float>(),
+                                          dy.data_as<float>(), x.data_as<float>(),
+                                          saved.data_as<float>(), N, C, c0, c1);
+    });
+  }
+  void gelu_forward(Tensor y, Tensor x) override {
+    if (x.dtype() != DType::f32) return ref_->gelu_forward(y, x);
+    SF_CHECK(y.numel() == x.numel(), "gelu sizes");
+    parallel_rows(x.numel(), 20, [&](int64_t i0, int64_t i1) {
+      kernels::gelu_forward(y.data_as<float>(), x.data_as<float>(), i0, i1);
+    });
+  }
+  void gelu_backward(Tensor dx, Tensor dy, Tensor x) override {
+    if (x.dtype() != DType::f32) return ref_->gelu_backward(dx, dy, x);
+    parallel_rows(x.numel(), 30, [&](int64_t i0, int64_t i1) {
+      kernels::gelu_backward(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(), i0, i1);
+    });
+  }
+  void attention_forward(const AttentionForward& a, DType dtype) override {
+    if (dtype != DType::f32) return ref_->attention_forward(a, dtype);
+    const AttentionShape& s = a.shape;
+    parallel_rows(s.batch * s.heads, s.seq * s.seq * s.head_dim,
+                  [&](int64_t p0, int64_t p1) { kernels::attention_forward_fused(a, p0, p1); });
+  }
+  void attention_backward(const AttentionBackward& a, DType dtype) override {
+    if (dtype != DType::f32) return ref_->attention_backward(a, dtype);
+    const AttentionShape& s = a.shape;
+    parallel_rows(s.batch * s.heads, 2 * s.seq * s.seq * s.head_dim,
+                  [&](int64_t p0, int64_t p1) { kernels::attention_backward_fused(a, p0, p1); });
   }
 
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {

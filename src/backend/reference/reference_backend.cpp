@@ -7,7 +7,9 @@
 #include <limits>
 
 #include "backend/dispatch.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/cells.hpp"
+#include "kernels/norm.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
 
@@ -170,6 +172,53 @@ class ReferenceBackend final : public Backend {
     const CellKernels& k = cell_kernels(cell);
     SF_CHECK(dtype == DType::f32 || dtype == DType::f64, "cell step in ", dtype_name(dtype));
     (dtype == DType::f32 ? k.backward_f32 : k.backward_f64)(a, 0, a.batch);
+  }
+
+  void layer_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, Tensor b,
+                          double eps) override {
+    const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    SF_CHECK(y.numel() == x.numel() && saved.numel() == 2 * N && w.numel() == C && b.numel() == C,
+             "layer_norm_forward shapes");
+    dispatch_float(x.dtype(), [&]<typename T>() {
+      kernels::layer_norm_forward(static_cast<T*>(y.data()), static_cast<T*>(saved.data()),
+                                  static_cast<const T*>(x.data()), static_cast<const T*>(w.data()),
+                                  static_cast<const T*>(b.data()), C, eps, 0, N);
+    });
+  }
+  void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
+                           Tensor saved) override {
+    const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    dispatch_float(x.dtype(), [&]<typename T>() {
+      const T *pdy = static_cast<const T*>(dy.data()), *px = static_cast<const T*>(x.data()),
+              *ps = static_cast<const T*>(saved.data());
+      kernels::layer_norm_backward_input(static_cast<T*>(dx.data()), pdy, px,
+                                         static_cast<const T*>(w.data()), ps, C, 0, N);
+      kernels::layer_norm_backward_params(static_cast<T*>(dw.data()), static_cast<T*>(db.data()),
+                                          pdy, px, ps, N, C, 0, C);
+    });
+  }
+  void gelu_forward(Tensor y, Tensor x) override {
+    SF_CHECK(y.numel() == x.numel(), "gelu sizes");
+    dispatch_float(x.dtype(), [&]<typename T>() {
+      kernels::gelu_forward(static_cast<T*>(y.data()), static_cast<const T*>(x.data()), 0,
+                            x.numel());
+    });
+  }
+  void gelu_backward(Tensor dx, Tensor dy, Tensor x) override {
+    dispatch_float(x.dtype(), [&]<typename T>() {
+      kernels::gelu_backward(static_cast<T*>(dx.data()), static_cast<const T*>(dy.data()),
+                             static_cast<const T*>(x.data()), 0, x.numel());
+    });
+  }
+  void attention_forward(const AttentionForward& a, DType dtype) override {
+    dispatch_float(dtype, [&]<typename T>() {
+      kernels::attention_forward_reference<T>(a, 0, a.shape.batch * a.shape.heads);
+    });
+  }
+  void attention_backward(const AttentionBackward& a, DType dtype) override {
+    dispatch_float(dtype, [&]<typename T>() {
+      kernels::attention_backward_reference<T>(a, 0, a.shape.batch * a.shape.heads);
+    });
   }
 
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {

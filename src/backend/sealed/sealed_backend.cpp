@@ -118,6 +118,32 @@ class SealedBackend final : public Backend {
     Open o(*this, "embedding_backward", {dtable, dout, ids});
     inner_->embedding_backward(dtable, dout, ids);
   }
+  void layer_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, Tensor b,
+                          double eps) override {
+    Open o(*this, "layer_norm_forward", {y, saved, x, w, b});
+    inner_->layer_norm_forward(y, saved, x, w, b, eps);
+  }
+  void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
+                           Tensor saved) override {
+    Open o(*this, "layer_norm_backward", {dx, dw, db, dy, x, w, saved});
+    inner_->layer_norm_backward(dx, dw, db, dy, x, w, saved);
+  }
+  void gelu_forward(Tensor y, Tensor x) override {
+    Open o(*this, "gelu_forward", {y, x});
+    inner_->gelu_forward(y, x);
+  }
+  void gelu_backward(Tensor dx, Tensor dy, Tensor x) override {
+    Open o(*this, "gelu_backward", {dx, dy, x});
+    inner_->gelu_backward(dx, dy, x);
+  }
+  void attention_forward(const AttentionForward& a, DType dtype) override {
+    Open o(*this, "attention_forward", {}, {a.qkv, a.lengths, a.out, a.lse});
+    inner_->attention_forward(a, dtype);
+  }
+  void attention_backward(const AttentionBackward& a, DType dtype) override {
+    Open o(*this, "attention_backward", {}, {a.qkv, a.lengths, a.out, a.lse, a.dout, a.dqkv});
+    inner_->attention_backward(a, dtype);
+  }
   double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) override {
     Open o(*this, "mse_loss", {pred, target, mask, dpred});
     return inner_->mse_loss(pred, target, mask, dpred);

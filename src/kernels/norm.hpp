@@ -1,0 +1,89 @@
+#pragma once
+// Layer norm over the last axis and the exact GELU, forward and backward adjacent, in scalar
+// form (float or double, sums in double): the reference, and what the CPU backend runs over
+// row (or column) ranges on its threads.
+//
+// Gradient rule: parameter gradients accumulate (+=), activation gradients are assigned (=).
+#include <cmath>
+#include <cstdint>
+
+namespace seqforge::kernels {
+
+// Rows [r0, r1) of x (N, C): y = (x - mean) * rstd * w + b; saved (N, 2) = mean, rstd.
+template <typename T>
+void layer_norm_forward(T* y, T* saved, const T* x, const T* w, const T* b, int64_t C, double eps,
+                        int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* xr = x + r * C;
+    double sum = 0;
+    for (int64_t j = 0; j < C; ++j) sum += xr[j];
+    const double mean = sum / double(C);
+    double sq = 0;
+    for (int64_t j = 0; j < C; ++j) sq += (xr[j] - mean) * (xr[j] - mean);
+    const double rstd = 1.0 / std::sqrt(sq / double(C) + eps);
+    for (int64_t j = 0; j < C; ++j)
+      y[r * C + j] = static_cast<T>((xr[j] - mean) * rstd * w[j] + b[j]);
+    saved[2 * r] = static_cast<T>(mean);
+    saved[2 * r + 1] = static_cast<T>(rstd);
+  }
+}
+
+// Rows [r0, r1) of dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.
+template <typename T>
+void layer_norm_backward_input(T* dx, const T* dy, const T* x, const T* w, const T* saved,
+                               int64_t C, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const double mean = saved[2 * r], rstd = saved[2 * r + 1];
+    const T *xr = x + r * C, *dyr = dy + r * C;
+    double g_sum = 0, gx_sum = 0;
+    for (int64_t j = 0; j < C; ++j) {
+      const double g = double(dyr[j]) * w[j];
+      g_sum += g;
+      gx_sum += g * (xr[j] - mean) * rstd;
+    }
+    const double g_mean = g_sum / double(C), gx_mean = gx_sum / double(C);
+    for (int64_t j = 0; j < C; ++j) {
+      const double xhat = (xr[j] - mean) * rstd;
+      dx[r * C + j] = static_cast<T>(rstd * (double(dyr[j]) * w[j] - g_mean - xhat * gx_mean));
+    }
+  }
+}
+
+// Columns [c0, c1): dw += sum over the N rows of dy * xhat, db += sum of dy.
+template <typename T>
+void layer_norm_backward_params(T* dw, T* db, const T* dy, const T* x, const T* saved, int64_t N,
+                                int64_t C, int64_t c0, int64_t c1) {
+  for (int64_t j = c0; j < c1; ++j) {
+    double sw = 0, sb = 0;
+    for (int64_t r = 0; r < N; ++r) {
+      const double d = dy[r * C + j];
+      sw += d * (x[r * C + j] - double(saved[2 * r])) * double(saved[2 * r + 1]);
+      sb += d;
+    }
+    dw[j] += static_cast<T>(sw);
+    db[j] += static_cast<T>(sb);
+  }
+}
+
+// GELU(x) = x * Phi(x) = x / 2 * (1 + erf(x / sqrt 2)), elements [i0, i1).
+template <typename T>
+void gelu_forward(T* y, const T* x, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const double v = x[i];
+    y[i] = static_cast<T>(0.5 * v * (1.0 + std::erf(v * M_SQRT1_2)));
+  }
+}
+
+// dx = dy * (Phi(x) + x * phi(x)).
+template <typename T>
+void gelu_backward(T* dx, const T* dy, const T* x, int64_t i0, int64_t i1) {
+  constexpr double kInvSqrt2Pi = 0.3989422804014327;
+  for (int64_t i = i0; i < i1; ++i) {
+    const double v = x[i];
+    const double d =
+        0.5 * (1.0 + std::erf(v * M_SQRT1_2)) + v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
+    dx[i] = static_cast<T>(double(dy[i]) * d);
+  }
+}
+
+}  // namespace seqforge::kernels
