@@ -1,5 +1,6 @@
 #include "seqforge/nn/layers.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "seqforge/backend/backend.hpp"
@@ -9,11 +10,17 @@ namespace seqforge {
 // ---- Linear ----------------------------------------------------------------------------------
 
 Linear::Linear(Parameters& params, const std::string& prefix, int64_t in, int64_t out, bool bias)
+    : Linear(params, prefix, in, out, bias,
+             Init::Uniform(1.0 / std::sqrt(double(std::max<int64_t>(in, 1)))),
+             Init::Uniform(1.0 / std::sqrt(double(std::max<int64_t>(in, 1))))) {
+}  // kaiming_uniform(a=sqrt(5))
+
+Linear::Linear(Parameters& params, const std::string& prefix, int64_t in, int64_t out, bool bias,
+               Init weight_init, Init bias_init)
     : params_(params), in_(in), out_(out) {
   SF_CHECK(in > 0 && out > 0, "Linear ", prefix, ": sizes ", in, " -> ", out);
-  const double bound = 1.0 / std::sqrt(double(in));  // PyTorch: kaiming_uniform(a=sqrt(5))
-  weight_ = params.declare(prefix + ".weight", {out, in}, Init::Uniform(bound));
-  if (bias) bias_ = params.declare(prefix + ".bias", {out}, Init::Uniform(bound));
+  weight_ = params.declare(prefix + ".weight", {out, in}, weight_init);
+  if (bias) bias_ = params.declare(prefix + ".bias", {out}, bias_init);
 }
 
 Tensor Linear::forward(Backend& be, Tensor x) {
@@ -69,6 +76,32 @@ Tensor Embedding::forward(Backend& be, Tensor ids) {
 void Embedding::backward(Backend& be, Tensor dy) {
   SF_CHECK(dy.shape() == Shape({ids_.numel(), dim_}), "Embedding backward: dy ", dy.shape().str());
   be.embedding_backward(params_.grad(table_), dy, ids_);
+}
+
+// ---- LayerNorm -------------------------------------------------------------------------------
+
+LayerNorm::LayerNorm(Parameters& params, const std::string& prefix, int64_t dim, double eps)
+    : params_(params), dim_(dim), eps_(eps) {
+  weight_ = params.declare(prefix + ".weight", {dim}, Init::Constant(1.0));
+  bias_ = params.declare(prefix + ".bias", {dim}, Init::Constant(0.0));
+}
+
+Tensor LayerNorm::forward(Backend& be, Tensor x) {
+  SF_CHECK(x.shape().rank() == 2 && x.dim(1) == dim_, "LayerNorm expects (N, ", dim_, "), got ",
+           x.shape().str());
+  x_ = x;
+  Tensor y = y_.get(be, params_.dtype(), x.shape());
+  Tensor saved = saved_.get(be, params_.dtype(), {x.dim(0), 2});
+  be.layer_norm_forward(y, saved, x, params_.value(weight_), params_.value(bias_), eps_);
+  return y;
+}
+
+Tensor LayerNorm::backward(Backend& be, Tensor dy) {
+  SF_CHECK(dy.shape() == x_.shape(), "LayerNorm backward: dy ", dy.shape().str());
+  Tensor dx = dx_.get(be, params_.dtype(), dy.shape());
+  be.layer_norm_backward(dx, params_.grad(weight_), params_.grad(bias_), dy, x_,
+                         params_.value(weight_), saved_.tensor());
+  return dx;
 }
 
 // ---- Dropout ---------------------------------------------------------------------------------

@@ -118,6 +118,10 @@ const std::vector<ConfigKey> kKeys = {
     {"augment.cache_dir", T::path, "",
      "Where the cache lives; empty: `augment/` in seqforge's cache directory (SEQFORGE_CACHE_DIR, "
      "else ~/.cache/seqforge)."},
+    {"model.family", T::string, "recurrent",
+     "`recurrent` (an LSTM-family network, model.cell) or `transformer` (GPT-2 style, "
+     "pre-LayerNorm, nanoGPT's parameter names: model.embedding wide, model.layers blocks of "
+     "model.heads heads; data.task charlm)."},
     {"model.cell", T::string, "lstm",
      "Recurrent cell: `lstm` (PyTorch's nn.LSTM), `gru` (nn.GRU) or `lnlstm` (layer-normalised "
      "LSTM, Ba et al. 2016: layer norms with gains on the input and recurrent projections and on "
@@ -127,17 +131,24 @@ const std::vector<ConfigKey> kKeys = {
     {"model.proj_size", T::integer, "0",
      "LSTM projection (PyTorch's proj_size): h = W_hr (o tanh(c)) has this many features, fewer "
      "than model.hidden (lstm.weight_hr_l0); 0: none."},
-    {"model.layers", T::integer, "1", "Recurrent layers."},
+    {"model.layers", T::integer, "1", "Recurrent layers, or transformer blocks."},
+    {"model.heads", T::integer, "4",
+     "Transformer: attention heads; model.embedding must be a multiple of them."},
+    {"model.block_size", T::integer, "0",
+     "Transformer: the longest sequence it takes (rows of transformer.wpe.weight); 0: "
+     "data.seq_len."},
     {"model.bidirectional", T::boolean, "false", "Bidirectional recurrent layers."},
     {"model.dropout", T::number, "0.0",
      "Dropout rate in training: on every recurrent layer's output but the last (standard), or "
-     "as model.dropout_mode says."},
+     "as model.dropout_mode says; for a transformer, on the embeddings and each block's two "
+     "residual branches."},
     {"model.dropout_mode", T::string, "standard",
      "`standard`: a new mask at every step, between layers (PyTorch's nn.LSTM dropout). "
      "`variational`: masks drawn once per sequence and kept for all its steps, on every layer's "
      "input (the data's features or embeddings too) and on the recurrent state feeding W_hh "
      "(Gal & Ghahramani 2016; Keras' dropout and recurrent_dropout)."},
-    {"model.embedding", T::integer, "64", "Embedding size (charlm)."},
+    {"model.embedding", T::integer, "64",
+     "Embedding size (charlm); a transformer's width (nanoGPT's n_embd)."},
     {"model.init_from", T::path, "",
      "A .safetensors file of initial weights under PyTorch names (lstm.weight_ih_l0, head.weight, "
      "...), or a run directory (its model.safetensors)."},

@@ -27,6 +27,13 @@ namespace {
 // the layer output (T, B, D*H), its input gradient (T, B, I_l), dropout masks and masked copies;
 // bf16 GEMMs add half-size copies of gates and outputs.
 double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool bf16) {
+  if (m.family == ModelFamily::transformer) {
+    // Per block and token: the LayerNorm outputs, qkv, attention output, both branch outputs,
+    // the residual sums, the MLP's 4C pre- and post-GELU (18C), and in backward the MLP's 4C and
+    // qkv's 3C gradients and four C-wide ones (11C); the logits and their gradient (2V).
+    const double N = double(T) * double(B), C = double(m.transformer.n_embd);
+    return 4 * N * (double(m.transformer.n_layer) * 29 * C + 2.0 * double(m.vocab_size));
+  }
   const RecurrentOptions& o = m.rnn;
   const double D = o.bidirectional ? 2 : 1, H = static_cast<double>(o.hidden_size);
   double floats = 0;
@@ -95,7 +102,7 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   d->test = static_cast<int64_t>(split.test.size());
   d->steps = task.steps();
   d->batch_size = c.integer("train.batch_size");
-  d->parameters = SequenceModel(task.model).parameters().count();
+  d->parameters = make_model(task.model)->parameters().count();
   const int64_t B = std::max<int64_t>(1, std::min(d->batch_size, std::max<int64_t>(1, d->train)));
   d->batches_per_epoch = d->batch_size > 0 ? (d->train + d->batch_size - 1) / d->batch_size : 0;
   if (const int64_t mb = c.integer("train.max_batches"); mb > 0)

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <numeric>
 
@@ -230,9 +231,9 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   if (top_k < 0) fail("--top-k must be positive, got ", top_k);
   if (length < 0) fail("--length must be >= 0, got ", length);
   auto be = make_run_backend();
-  SequenceModel model(r.task.model);
-  model.initialize(*be, 0);
-  io::load_parameters(r.file.source(), model.parameters(), *be);
+  auto model = make_model(r.task.model);
+  model->initialize(*be, 0);
+  io::load_parameters(r.file.source(), model->parameters(), *be);
   const std::u32string& vocab = r.task.text.vocab;
   std::vector<int64_t> ids;
   const std::u32string start = prompt.empty() ? U"\n" : decode_utf8(prompt, "--prompt");
@@ -243,20 +244,43 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
            "') is not in the model's vocabulary");
     ids.push_back(static_cast<int64_t>(at));
   }
-  const int64_t D = model.rnn().directions(), L = model.options().rnn.num_layers;
-  const int64_t H = model.options().rnn.hidden_size, P = model.options().rnn.state_size();
   const int64_t V = static_cast<int64_t>(vocab.size());
-  if (D != 1) fail(run, ": generating needs a unidirectional model");
-  Buffer h_buf, c_buf, ids_buf;
-  const Tensor h = h_buf.get(*be, DType::f32, {D * L, 1, P});  // the state carried on
-  const Tensor cst = c_buf.get(*be, DType::f32, {D * L, 1, H});
   Rng rng(seed);
+  Buffer ids_buf;
+  // The logits (rows, V) whose last row predicts the character after `context` ids of `ids`.
+  auto forward_ids = [&](const int64_t* first, int64_t count, Tensor h0, Tensor c0) {
+    Tensor input = ids_buf.get(*be, DType::i64, {1, count});
+    be->upload(input, first);
+    return model->forward(*be, input, h0, c0, false, rng);
+  };
+  // One step after the prompt: a recurrent model carries its states and reads one character; a
+  // transformer reads the last block_size characters again.
+  std::function<Tensor()> next_logits;
+  Buffer h_buf, c_buf;
+  if (Recurrent* rnn = model->recurrent()) {
+    const RecurrentOptions& o = model->options().rnn;
+    if (rnn->directions() != 1) fail(run, ": generating needs a unidirectional model");
+    const Tensor h = h_buf.get(*be, DType::f32, {o.num_layers, 1, o.state_size()});
+    const Tensor c = c_buf.get(*be, DType::f32, {o.num_layers, 1, o.hidden_size});
+    const bool cell_state = rnn->cell().cell_state;
+    next_logits = [&, rnn, h, c, cell_state] {
+      be->copy(h, rnn->h_n());
+      if (cell_state) be->copy(c, rnn->c_n());
+      return forward_ids(&ids.back(), 1, h, cell_state ? c : Tensor());
+    };
+  } else {
+    const int64_t block = model->options().transformer.block_size;
+    next_logits = [&, block] {
+      const int64_t count = std::min<int64_t>(block, static_cast<int64_t>(ids.size()));
+      return forward_ids(ids.data() + ids.size() - count, count, {}, {});
+    };
+  }
   std::string text = prompt;
-  // The prompt in one pass, then one character at a time, carrying the recurrent state.
-  Tensor input = ids_buf.get(*be, DType::i64, {1, static_cast<int64_t>(ids.size())});
-  be->upload(input, ids.data());
-  Tensor logits = model.forward(*be, input, {}, {}, false, rng);
-  int64_t next = 0;
+  const int64_t context = model->recurrent()
+                              ? static_cast<int64_t>(ids.size())
+                              : std::min<int64_t>(model->options().transformer.block_size,
+                                                  static_cast<int64_t>(ids.size()));
+  Tensor logits = forward_ids(ids.data() + ids.size() - context, context, {}, {});
   std::vector<double> p(V);
   for (int64_t n = 0; n < length; ++n) {
     const std::vector<float> last =
@@ -268,7 +292,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
       return row[a] > row[b] || (row[a] == row[b] && a < b);
     });
-    next = idx[0];  // temperature 0: the likeliest (the first of equals)
+    int64_t next = idx[0];  // temperature 0: the likeliest (the first of equals)
     if (temperature > 0) {
       double total = 0;
       for (int64_t i = 0; i < k; ++i)
@@ -282,12 +306,8 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
         }
     }
     text += encode_utf8(vocab.substr(next, 1));
-    be->copy(h, model.rnn().h_n());
-    const bool cell_state = model.rnn().cell().cell_state;
-    if (cell_state) be->copy(cst, model.rnn().c_n());
-    Tensor one = ids_buf.get(*be, DType::i64, {1, 1});
-    be->upload(one, &next);
-    logits = model.forward(*be, one, h, cell_state ? cst : Tensor(), false, rng);
+    ids.push_back(next);
+    if (n + 1 < length) logits = next_logits();
   }
   return text;
 }

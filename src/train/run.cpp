@@ -59,6 +59,33 @@ ModelOptions model_options(const Config& c, const Task& t) {
   m.rnn.variational_dropout = mode == "variational";
   m.rnn.batch_first = true;
   task_type(t.kind).shape_model(c, t, &m);
+  const std::string family = c.str("model.family");
+  if (family == "transformer") {
+    if (t.kind != TaskKind::charlm)
+      fail(c.source(), ": model.family transformer takes data.task charlm so far, not ",
+           task_name(t.kind));
+    m.family = ModelFamily::transformer;
+    TransformerOptions& o = m.transformer;
+    o.vocab_size = m.vocab_size;
+    o.n_embd = m.embedding_dim;
+    o.n_layer = m.rnn.num_layers;
+    o.n_head = positive("model.heads");
+    if (o.n_embd % o.n_head != 0)
+      fail(c.source(), ": model.embedding ", o.n_embd, " is not a multiple of model.heads ",
+           o.n_head);
+    o.block_size = c.integer("model.block_size");
+    if (o.block_size == 0) o.block_size = t.steps();
+    if (o.block_size < t.steps())
+      fail(c.source(), ": model.block_size ", o.block_size, " is shorter than data.seq_len ",
+           t.steps());
+    o.dropout = m.rnn.dropout;
+    if (m.rnn.bidirectional)
+      fail(c.source(),
+           ": model.bidirectional is for recurrent layers; a charlm transformer is "
+           "causal");
+  } else if (family != "recurrent") {
+    fail(c.source(), ": model.family must be recurrent or transformer, got '", family, "'");
+  }
   return m;
 }
 
@@ -101,7 +128,7 @@ std::vector<std::string> metric_names(TaskKind kind) {
 }
 
 // Metrics over a split (no training, no dropout).
-std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, const Task& t,
+std::map<std::string, double> evaluate_split(Backend& be, Model& model, const Task& t,
                                              const std::vector<int64_t>& starts, Loader& loader) {
   SF_PROFILE_SCOPE("validation");
   std::map<std::string, double> m;
@@ -147,9 +174,13 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
       {"format", "seqforge"},
       {"seqforge.version", SEQFORGE_VERSION},
       {"seqforge.layout",
-       "PyTorch names: embedding (nn.Embedding), lstm (nn.LSTM, batch_first=True, gate order "
-       "i, f, g, o) or gru (nn.GRU, batch_first=True, gate order r, z, n), head (nn.Linear on the "
-       "last step, or on every step for charlm)"},
+       t.model.family == ModelFamily::transformer
+           ? "nanoGPT names (model.py): transformer.wte, transformer.wpe, transformer.h.{i}.ln_1, "
+             ".attn.c_attn (q, k, v row blocks), .attn.c_proj, .ln_2, .mlp.c_fc, .mlp.c_proj, "
+             "transformer.ln_f; lm_head.weight is transformer.wte.weight (tied)"
+           : "PyTorch names: embedding (nn.Embedding), lstm (nn.LSTM, batch_first=True, gate "
+             "order i, f, g, o) or gru (nn.GRU, batch_first=True, gate order r, z, n), head "
+             "(nn.Linear on the last step, or on every step for charlm)"},
       {"seqforge.config", c.resolved_yaml()},
       {"seqforge.epoch", std::to_string(epoch)},
       {"seqforge.metrics", nlohmann::json(m).dump()},
@@ -218,13 +249,21 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   return {std::move(file), std::move(config), std::move(task)};
 }
 
+DType model_precision(const std::string& precision, const ModelOptions& m, std::string* notice) {
+  const DType dtype = resolve_precision(precision, notice);
+  if (m.family != ModelFamily::transformer || dtype == DType::f32) return dtype;
+  if (notice && precision == "bf16")
+    *notice = "precision bf16: the transformer trains in fp32 so far; training in fp32";
+  return DType::f32;
+}
+
 // The model of a loaded run, its weights loaded, computing in the run's precision.
-std::unique_ptr<SequenceModel> load_model(Backend& be, const LoadedRun& r, std::ostream* notes) {
-  auto model = std::make_unique<SequenceModel>(r.task.model);
+std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream* notes) {
+  auto model = make_model(r.task.model);
   model->initialize(be, 0);
   io::load_parameters(r.file.source(), model->parameters(), be);
   std::string notice;
-  model->set_gemm_dtype(resolve_precision(r.config.str("train.precision"), &notice));
+  model->set_gemm_dtype(model_precision(r.config.str("train.precision"), r.task.model, &notice));
   if (!notice.empty() && notes) *notes << "note: " << notice << "\n";
   return model;
 }

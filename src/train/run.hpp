@@ -37,7 +37,7 @@ double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor do
 // The metrics an epoch of this task reports.
 std::vector<std::string> metric_names(TaskKind kind);
 // Metrics over a split (no training, no dropout): val_loss and the task's val_* metrics.
-std::map<std::string, double> evaluate_split(Backend& be, SequenceModel& model, const Task& t,
+std::map<std::string, double> evaluate_split(Backend& be, Model& model, const Task& t,
                                              const std::vector<int64_t>& starts, Loader& loader);
 
 // The shortest text that reads back as the same number.
@@ -70,7 +70,10 @@ struct LoadedRun {
 LoadedRun load_run(const std::string& run, const std::string& data_override,
                    WindowSet windows = WindowSet::splits);
 // The model of a loaded run, its weights loaded, computing in the run's precision.
-std::unique_ptr<SequenceModel> load_model(Backend& be, const LoadedRun& r, std::ostream* notes);
+std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream* notes);
+// train.precision for this model: resolve_precision, and fp32 where the family has no bf16
+// path yet (with a notice when bf16 was asked for).
+DType model_precision(const std::string& precision, const ModelOptions& m, std::string* notice);
 
 // Stateful training's batches: the training split cut into consecutive chunks (windows one
 // lookback apart, or a text's consecutive sequences), dealt into batch_size streams, each a

@@ -144,12 +144,12 @@ class Training {
   const int ranks_, rank_;
   const ThreadConfig threads_;
   std::string precision_notice_;
-  const DType gemm_dtype_;
   Task task_;
+  const DType gemm_dtype_;
   const LoopSettings s_;
   const std::string run_dir_;
   std::unique_ptr<Backend> be_;
-  std::unique_ptr<SequenceModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   OptimizerOptions oo_;
   std::vector<std::string> initialized_;  // parameters loaded from model.init_from
@@ -189,8 +189,8 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       ranks_(comm.size()),
       rank_(comm.rank()),
       threads_(configure_rank_threads(c, comm.local_size())),
-      gemm_dtype_(resolve_precision(c.str("train.precision"), &precision_notice_)),
       task_(load_task(c)),
+      gemm_dtype_(model_precision(c.str("train.precision"), task_.model, &precision_notice_)),
       s_((check_validation_split(c, task_), LoopSettings::from(c, task_))),
       run_dir_(!resume_dir.empty() ? resume_dir
                : rank_ == 0        ? new_run_dir(c, overwrite)
@@ -306,7 +306,7 @@ std::pair<Tensor, Tensor> Training::carried_states(int64_t bi, int64_t rows) {
 void Training::build_model() {
   be_ = make_run_backend();
   const uint64_t seed = static_cast<uint64_t>(c_.integer("train.seed"));
-  model_ = std::make_unique<SequenceModel>(task_.model);
+  model_ = make_model(task_.model);
   model_->initialize(*be_, seed);
   model_->set_gemm_dtype(gemm_dtype_);
   model_->set_input_grad(false);
@@ -576,9 +576,9 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
   Tensor y = model_->forward(*be_, batch->input, h0, c0, true, ranks_ > 1 ? rank_rng_ : rng_);
   if (s_.stateful) {  // the final states start the next batch, detached from this one's graph
     carry_at_ ^= 1;
-    be_->copy(carry_h_[carry_at_].get(*be_, DType::f32, h0.shape()), model_->rnn().h_n());
+    be_->copy(carry_h_[carry_at_].get(*be_, DType::f32, h0.shape()), model_->recurrent()->h_n());
     if (!c0.empty())
-      be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, c0.shape()), model_->rnn().c_n());
+      be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, c0.shape()), model_->recurrent()->c_n());
   }
   Tensor dout = dout_buf_.get(*be_, DType::f32, y.shape());
   const double loss = [&] {

@@ -11,7 +11,10 @@ namespace seqforge {
 // y = x W^T + b. PyTorch names: <prefix>.weight (out, in), <prefix>.bias (out).
 class Linear {
  public:
+  // PyTorch's default initialisation (U(-1/sqrt(in), 1/sqrt(in)) for both).
   Linear(Parameters& params, const std::string& prefix, int64_t in, int64_t out, bool bias = true);
+  Linear(Parameters& params, const std::string& prefix, int64_t in, int64_t out, bool bias,
+         Init weight_init, Init bias_init);
   Tensor forward(Backend& be, Tensor x);    // x (N, in) -> y (N, out)
   Tensor backward(Backend& be, Tensor dy);  // dy (N, out) -> dx (N, in); dW, db accumulate
   int64_t in_features() const { return in_; }
@@ -40,6 +43,23 @@ class Embedding {
   size_t table_;
   Tensor ids_;
   Buffer y_;
+};
+
+// y = (x - mean) / sqrt(var + eps) * weight + bias over the last axis (nn.LayerNorm).
+// PyTorch names: <prefix>.weight, <prefix>.bias (dim), initialised 1 and 0.
+class LayerNorm {
+ public:
+  LayerNorm(Parameters& params, const std::string& prefix, int64_t dim, double eps = 1e-5);
+  Tensor forward(Backend& be, Tensor x);    // x (N, dim) -> (N, dim)
+  Tensor backward(Backend& be, Tensor dy);  // -> dx (N, dim); dweight, dbias accumulate
+
+ private:
+  Parameters& params_;
+  int64_t dim_;
+  double eps_;
+  size_t weight_, bias_;
+  Tensor x_;
+  Buffer y_, saved_, dx_;  // (N, dim), (N, 2) mean and 1/std, (N, dim)
 };
 
 // Inverted dropout: in training, zero with probability p and scale the rest by 1 / (1 - p).

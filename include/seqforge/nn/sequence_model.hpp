@@ -6,46 +6,40 @@
 #include <memory>
 
 #include "seqforge/nn/layers.hpp"
+#include "seqforge/nn/model.hpp"
 #include "seqforge/nn/recurrent.hpp"
 
 namespace seqforge {
 
-struct ModelOptions {
-  int64_t vocab_size = 0;     // > 0: inputs are token ids, embedded first
-  int64_t embedding_dim = 0;  // the recurrent layer's input size when vocab_size > 0
-  RecurrentOptions rnn;       // the recurrent layer: cell, sizes, layers, directions
-  int64_t output_size = 1;
-  bool per_step = false;  // head on every step; otherwise on the last step
-};
-
-class SequenceModel {
+class SequenceModel final : public Model {
  public:
   SequenceModel(const ModelOptions& options, DType dtype = DType::f32);
   // Allocates and initialises the parameters (PyTorch's default distributions).
-  void initialize(Backend& be, uint64_t seed);
+  void initialize(Backend& be, uint64_t seed) override;
 
   // x: features (B, T, I) / (T, B, I) per rnn.batch_first, or ids (B, T) / (T, B).
   // h0, c0 (D*L, B, H) or empty. Returns (B, out) for the last step, or one row per step
   // in the input's order: (B*T, out) batch-first, (T*B, out) time-first.
-  Tensor forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training, Rng& rng);
+  Tensor forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training, Rng& rng) override;
   // dy like the output; dh_n, dc_n optional. Parameter gradients accumulate.
   // Returns dx for feature inputs (empty for ids).
-  Tensor backward(Backend& be, Tensor dy, Tensor dh_n = {}, Tensor dc_n = {});
+  Tensor backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n);
+  Tensor backward(Backend& be, Tensor dy) override { return backward(be, dy, {}, {}); }
 
   // GEMM operand dtype of the recurrent layer (bf16: mixed precision); the head stays in full
   // precision.
-  void set_gemm_dtype(DType dtype) { rnn_->set_gemm_dtype(dtype); }
+  void set_gemm_dtype(DType dtype) override { rnn_->set_gemm_dtype(dtype); }
   // Whether backward returns dx for feature inputs (on by default).
-  void set_input_grad(bool on) { rnn_->set_input_grad(on || embedding_ != nullptr); }
+  void set_input_grad(bool on) override { rnn_->set_input_grad(on || embedding_ != nullptr); }
 
   // Called during backward with parameters [first, end) whose gradients are final (the head's,
   // then the recurrent layer's, then the embedding's), so gradient all-reduces can start early.
-  using GradReadyHook = std::function<void(size_t first, size_t end)>;
-  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+  void set_grad_ready_hook(GradReadyHook hook) override { grad_ready_ = std::move(hook); }
 
-  Parameters& parameters() { return params_; }
+  Parameters& parameters() override { return params_; }
   Recurrent& rnn() { return *rnn_; }
-  const ModelOptions& options() const { return opt_; }
+  Recurrent* recurrent() override { return rnn_.get(); }
+  const ModelOptions& options() const override { return opt_; }
 
  private:
   ModelOptions opt_;

@@ -1,0 +1,56 @@
+#pragma once
+// A GPT-2 style transformer (pre-LayerNorm blocks of causal multi-head self-attention and a GELU
+// MLP, learned positions, a final LayerNorm and an output head tied to the token embedding),
+// forward and backward. Parameter names and initialisation are nanoGPT's (model.py):
+// transformer.wte.weight (V, C), transformer.wpe.weight (block_size, C),
+// transformer.h.{i}.ln_1, .attn.c_attn (3C, C), .attn.c_proj (C, C), .ln_2, .mlp.c_fc (4C, C),
+// .mlp.c_proj (C, 4C), transformer.ln_f; N(0, 0.02) weights, the c_proj weights
+// N(0, 0.02 / sqrt(2 n_layer)), zero biases, LayerNorms 1 and 0.
+#include <memory>
+#include <vector>
+
+#include "seqforge/backend/ops.hpp"
+#include "seqforge/core/buffer.hpp"
+#include "seqforge/nn/model.hpp"
+
+namespace seqforge {
+
+class Transformer final : public Model {
+ public:
+  explicit Transformer(const TransformerOptions& options, DType dtype = DType::f32);
+  ~Transformer() override;
+  void initialize(Backend& be, uint64_t seed) override;
+
+  // ids (B, T) i64 with T <= block_size -> logits (B*T, V).
+  Tensor forward(Backend& be, Tensor ids, bool training, Rng& rng);
+  // dlogits (B*T, V). Parameter gradients accumulate.
+  void backward_logits(Backend& be, Tensor dlogits);
+
+  Tensor forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool training, Rng& rng) override;
+  Tensor backward(Backend& be, Tensor dlogits) override {
+    backward_logits(be, dlogits);
+    return Tensor();
+  }
+  Parameters& parameters() override { return params_; }
+  const ModelOptions& options() const override { return model_opt_; }
+  const TransformerOptions& transformer_options() const { return opt_; }
+  void set_gemm_dtype(DType dtype) override;
+  void set_input_grad(bool) override {}
+  void set_grad_ready_hook(GradReadyHook hook) override { grad_ready_ = std::move(hook); }
+
+ private:
+  struct Block;
+  TransformerOptions opt_;
+  ModelOptions model_opt_;
+  GradReadyHook grad_ready_;
+  Parameters params_;
+  size_t wte_, wpe_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  struct Final;
+  std::unique_ptr<Final> final_;
+  AttentionShape shape_;
+  Tensor ids_;
+  Buffer x0_, logits_, dz_;  // (N, C) embeddings, (N, V), (N, C)
+};
+
+}  // namespace seqforge

@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+"""Writes PyTorch reference fixtures for seqforge's transformer parity tests.
+
+The reference is a GPT-2 style model written here in nanoGPT's manner (model.py): token and
+learned position embeddings, pre-LayerNorm blocks of multi-head self-attention computed with the
+explicit (T, T) softmax and a GELU MLP, a final LayerNorm and a head tied to the token embedding.
+For every configuration: the parameters (nanoGPT's initialisation, then biases and LayerNorm
+parameters perturbed so that every tensor matters), token ids and targets, the logits, the
+cross-entropy loss and every parameter gradient, computed in float64 from float32-representable
+parameters.
+
+Usage: /usr/bin/python3 tests/python/make_transformer_fixtures.py OUT_DIR
+Each fixture is OUT_DIR/<name>.safetensors; OUT_DIR/transformer_index.txt lists them.
+"""
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_parity_fixtures import f32, max_rel_error, write_safetensors  # noqa: E402
+
+# v vocabulary, c width, l layers, h heads (head size c / h), t tokens, b batch, bs block size.
+CONFIGS = [
+    dict(v=5, c=4, l=1, h=1, t=1, b=1, bs=1),
+    dict(v=11, c=12, l=1, h=2, t=7, b=3, bs=8),
+    dict(v=65, c=30, l=2, h=3, t=33, b=2, bs=40),          # head size 10
+    dict(v=17, c=21, l=2, h=3, t=17, b=2, bs=17),          # head size 7
+    dict(v=40, c=48, l=3, h=2, t=64, b=2, bs=64),          # head size 24
+    dict(v=9, c=64, l=1, h=1, t=130, b=1, bs=130),         # head size 64, T beyond a tile
+    dict(v=23, c=36, l=2, h=6, t=29, b=4, bs=32, causal=False),
+    dict(v=13, c=20, l=1, h=4, t=100, b=2, bs=128, causal=False),
+]
+
+
+def name_of(c):
+    kind = "gpt" if c.get("causal", True) else "encoder"
+    return "%s_v%d_c%d_l%d_h%d_t%d_b%d" % (kind, c["v"], c["c"], c["l"], c["h"], c["t"], c["b"])
+
+
+class SelfAttention(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c_attn = torch.nn.Linear(c["c"], 3 * c["c"])
+        self.c_proj = torch.nn.Linear(c["c"], c["c"])
+        self.heads, self.causal = c["h"], c.get("causal", True)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        if self.causal:
+            mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+            att = att.masked_fill(~mask, float("-inf"))
+        y = torch.softmax(att, dim=-1) @ v
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c_fc = torch.nn.Linear(c["c"], 4 * c["c"])
+        self.gelu = torch.nn.GELU()
+        self.c_proj = torch.nn.Linear(4 * c["c"], c["c"])
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.ln_1 = torch.nn.LayerNorm(c["c"])
+        self.attn = SelfAttention(c)
+        self.ln_2 = torch.nn.LayerNorm(c["c"])
+        self.mlp = Mlp(c)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.transformer = torch.nn.ModuleDict(dict(
+            wte=torch.nn.Embedding(c["v"], c["c"]),
+            wpe=torch.nn.Embedding(c["bs"], c["c"]),
+            h=torch.nn.ModuleList([Block(c) for _ in range(c["l"])]),
+            ln_f=torch.nn.LayerNorm(c["c"])))
+        self.lm_head = torch.nn.Linear(c["c"], c["v"], bias=False)
+        self.lm_head.weight = self.transformer.wte.weight
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * c["l"]))
+            elif name.endswith(".weight") and p.dim() == 2:
+                torch.nn.init.normal_(p, 0.0, 0.02)
+            elif name.endswith(".bias"):
+                torch.nn.init.zeros_(p)
+
+    def forward(self, ids):
+        T = ids.shape[1]
+        x = self.transformer.wte(ids) + self.transformer.wpe(torch.arange(T))
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+def run(model, ids, targets):
+    logits = model(ids)
+    V = logits.shape[-1]
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1))
+    loss.backward()
+    return logits.view(-1, V), loss
+
+
+def make(c, seed):
+    torch.manual_seed(seed)
+    model = Gpt(c)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # biases and LayerNorm parameters: not their 0 / 1, so each counts
+                p.add_(0.1 * torch.randn_like(p))
+            p.copy_(f32(p))
+    ids = torch.randint(0, c["v"], (c["b"], c["t"]))
+    targets = torch.randint(0, c["v"], (c["b"], c["t"]))
+    tensors, errors = {}, {}
+    for dtype in (torch.float32, torch.float64):
+        m = Gpt(c)
+        m.load_state_dict(model.state_dict())
+        m.to(dtype)
+        logits, loss = run(m, ids, targets)
+        grads = {n: p.grad.detach() for n, p in m.named_parameters()}
+        if dtype == torch.float32:
+            f32_logits, f32_grads = logits.detach(), grads
+            continue
+        errors["torch_f32_forward"] = max_rel_error(f32_logits, logits.detach())
+        errors["torch_f32_backward"] = max(max_rel_error(f32_grads[n], g) for n, g in grads.items())
+        for n, p in m.named_parameters():
+            tensors["param." + n] = p.detach()
+            tensors["grad." + n] = grads[n]
+        tensors["ids"] = ids
+        tensors["targets"] = targets
+        tensors["logits"] = logits.detach()
+        tensors["loss"] = loss.detach().reshape(1)
+    meta = dict(c, name=name_of(c), causal=c.get("causal", True), **errors)
+    return meta, tensors
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures"
+    os.makedirs(out, exist_ok=True)
+    torch.set_num_threads(1)
+    names = []
+    for n, c in enumerate(CONFIGS):
+        meta, tensors = make(c, 5000 + n)
+        write_safetensors(os.path.join(out, meta["name"] + ".safetensors"), tensors, meta)
+        names.append(meta["name"])
+    with open(os.path.join(out, "transformer_index.txt"), "w") as f:
+        f.write("\n".join(names) + "\n")
+    print("wrote %d PyTorch %s transformer fixtures to %s" % (len(names), torch.__version__, out))
+
+
+if __name__ == "__main__":
+    main()
