@@ -2,14 +2,16 @@
 """The benchmark workloads of WORKLOADS.md in PyTorch, for side-by-side comparison with
 `seqforge bench`: one training step = forward, backward, Adam step, on random data.
 
-Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|W2|W3|W4|W1g|W4g|W1p|W4p|all]
+Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|W2|W3|W4|W5|W1g|W4g|W1p|W4p|all]
                                               [--precision fp32|bf16]
                                                [--steps N] [--warmup N] [--threads N] [--json FILE]
 Threads are tuned as WORKLOADS.md describes: torch.set_num_threads(cores), OMP_WAIT_POLICY=PASSIVE.
 bf16 uses torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss.
 W1g and W4g are W1 and W4 with an nn.GRU in place of the nn.LSTM, W1p and W4p with an LSTM of
-proj_size H/2; "all" runs all eight.
+proj_size H/2; W5 is nanoGPT's Shakespeare-character model (its modules, with the explicit
+(T, T) attention softmax: PyTorch 1.13 has no fused attention on the CPU); "all" runs all nine.
 """
+import math
 import argparse
 import json
 import os
@@ -39,7 +41,47 @@ WORKLOADS = {
     "W4p": dict(name="charlm_v65_e64_h512_p256_l2_t128_b64", cell="lstm", proj=256, vocab=65,
                 input=64, hidden=512, layers=2, bi=False, out=65, per_step=True, batch=64,
                 steps=128, loss="ce"),
+    "W5": dict(name="gpt_v65_d384_l6_h6_t256_b16", cell="gpt", vocab=65, width=384, layers=6,
+               heads=6, bi=False, out=65, per_step=True, batch=16, steps=256, loss="ce"),
 }
+
+
+class Block(torch.nn.Module):
+    """nanoGPT's pre-LayerNorm block: causal self-attention and a GELU MLP."""
+
+    def __init__(self, c, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1, self.ln_2 = torch.nn.LayerNorm(c), torch.nn.LayerNorm(c)
+        self.c_attn, self.attn_proj = torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c)
+        self.c_fc, self.mlp_proj = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        y = (torch.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.attn_proj(y)
+        return x + self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x))))
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        c = w["width"]
+        self.wte = torch.nn.Embedding(w["vocab"], c)
+        self.wpe = torch.nn.Embedding(w["steps"], c)
+        self.h = torch.nn.ModuleList([Block(c, w["heads"]) for _ in range(w["layers"])])
+        self.ln_f = torch.nn.LayerNorm(c)
+
+    def forward(self, ids):
+        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+        for block in self.h:
+            x = block(x)
+        x = self.ln_f(x)
+        return (x @ self.wte.weight.t()).reshape(-1, self.wte.weight.shape[0])  # tied head
 
 
 class Model(torch.nn.Module):
@@ -67,6 +109,11 @@ class Model(torch.nn.Module):
 
 
 def gflop(w):
+    if w["cell"] == "gpt":  # as seqforge bench counts it: 3x the forward pass
+        c, n = w["width"], w["batch"] * w["steps"]
+        fwd = 2.0 * n * (12 * w["layers"] * c * c + c * w["vocab"]) + \
+            2.0 * n * w["steps"] * c * w["layers"]
+        return 3 * fwd / 1e9
     d = 2 if w["bi"] else 1
     gates = 3 if w["cell"] == "gru" else 4
     h, p = w["hidden"], w.get("proj") or w["hidden"]
@@ -80,7 +127,7 @@ def gflop(w):
 def run(wid, precision, steps, warmup):
     w = WORKLOADS[wid]
     torch.manual_seed(0)
-    model = Model(w)
+    model = Gpt(w) if w["cell"] == "gpt" else Model(w)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     B, T = w["batch"], w["steps"]
     rows = B * T if w["per_step"] else B
@@ -134,7 +181,7 @@ def main():
     results = []
     for wid in ids:
         if wid not in WORKLOADS:
-            sys.exit("unknown workload %s (expected W1, W2, W3, W4, W1g, W4g, W1p, W4p or all)" % wid)
+            sys.exit("unknown workload %s (expected %s or all)" % (wid, ", ".join(WORKLOADS)))
         r = run(wid, a.precision, a.steps, a.warmup)
         results.append(r)
         print("%-3s %-34s %-5s %10.2f ms/step %10.0f samples/s %8.1f GFLOP/s %8.0f peak MB" %

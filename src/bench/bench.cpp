@@ -19,6 +19,28 @@ namespace seqforge {
 
 namespace {
 
+// A GPT-2 style character model: W5.
+Workload make_gpt(std::string id, std::string name, int64_t vocab, int64_t width, int64_t layers,
+                  int64_t heads, int64_t steps, int64_t batch) {
+  Workload w;
+  w.id = std::move(id);
+  w.name = std::move(name);
+  w.model.family = ModelFamily::transformer;
+  w.model.vocab_size = vocab;
+  w.model.embedding_dim = width;
+  w.model.transformer = {.vocab_size = vocab,
+                         .block_size = steps,
+                         .n_layer = layers,
+                         .n_head = heads,
+                         .n_embd = width};
+  w.model.output_size = vocab;
+  w.model.per_step = true;
+  w.batch = batch;
+  w.steps = steps;
+  w.loss = Workload::Loss::cross_entropy;
+  return w;
+}
+
 Workload make(std::string id, std::string name, int64_t vocab, int64_t embed, int64_t input,
               int64_t hidden, int64_t layers, bool bidirectional, int64_t output, bool per_step,
               int64_t batch, int64_t steps, Workload::Loss loss, CellKind cell = CellKind::lstm,
@@ -204,6 +226,15 @@ void print_gemm_breakdown(Backend& be, const std::vector<RecordingBackend::Call>
 }  // namespace
 
 double Workload::gflop() const {
+  if (model.family == ModelFamily::transformer) {
+    // Per token: the blocks' weights (12 C^2 per layer), the head (C V), and causal attention
+    // (on average T/2 keys: 2 (T/2) C for q.k and as much for p.v, per layer).
+    const TransformerOptions& t = model.transformer;
+    const double C = double(t.n_embd), L = double(t.n_layer), N = double(batch * steps);
+    const double forward = 2 * N * (12 * L * C * C + C * double(t.vocab_size)) +
+                           2 * N * double(steps) * C * L;
+    return 3 * forward / 1e9;
+  }
   const int64_t D = model.rnn.bidirectional ? 2 : 1, H = model.rnn.hidden_size;
   const int64_t P = model.rnn.state_size(), G = cell_type(model.rnn.cell).gates;
   double forward = 0;
@@ -233,6 +264,7 @@ const std::vector<Workload>& workloads() {
            L::mse, CellKind::lstm, 64),
       make("W4p", "charlm_v65_e64_h512_p256_l2_t128_b64", 65, 64, 64, 512, 2, false, 65, true, 64,
            128, L::cross_entropy, CellKind::lstm, 256),
+      make_gpt("W5", "gpt_v65_d384_l6_h6_t256_b16", 65, 384, 6, 6, 256, 16),
   };
   return all;
 }
@@ -247,11 +279,16 @@ const Workload& find_workload(const std::string& id) {
 
 BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   std::string notice;
-  const DType gemm_dtype = resolve_precision(options.precision, &notice);
+  DType gemm_dtype = resolve_precision(options.precision, &notice);
+  if (w.model.family == ModelFamily::transformer && gemm_dtype != DType::f32) {
+    gemm_dtype = DType::f32;
+    notice = "the transformer runs in fp32 so far";
+  }
   if (options.steps < 1) fail("--steps must be at least 1, got ", options.steps);
   auto cpu = make_cpu_backend();
   RecordingBackend be(*cpu);
-  SequenceModel model(w.model);
+  std::unique_ptr<Model> made = make_model(w.model);
+  Model& model = *made;
   model.initialize(be, 1);
   model.set_gemm_dtype(gemm_dtype);
   model.set_input_grad(false);  // the input is data

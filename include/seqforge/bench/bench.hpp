@@ -1,9 +1,10 @@
 #pragma once
-// The benchmark workloads (W1-W4 of WORKLOADS.md) and a runner that times training steps.
+// The benchmark workloads (W1-W5 of WORKLOADS.md, and W1 and W4 with GRU cells or LSTM
+// projections) and a runner that times training steps.
 #include <string>
 #include <vector>
 
-#include "seqforge/nn/sequence_model.hpp"
+#include "seqforge/nn/model.hpp"
 
 namespace seqforge {
 
