@@ -636,6 +636,50 @@ OpCase small_ops_case() {
   };
 }
 
+// Attention forward then backward over packed qkv; optional padding lengths (B). lse is compared
+// with -inf (rows with no key) replaced by 0, and where it is -inf as an output of its own.
+OpCase attention_case(int64_t B, int64_t T, int64_t H, int64_t D, bool causal,
+                      std::vector<int64_t> lengths = {}) {
+  return [=](Backend& be, DType dt, Rng& rng) {
+    const int64_t C = H * D;
+    const AttentionShape s{.batch = B,
+                           .seq = T,
+                           .heads = H,
+                           .head_dim = D,
+                           .causal = causal,
+                           .scale = 1 / std::sqrt(double(D))};
+    HostTensor qkv(be, dt, {B, T, 3 * C}, values(rng, B * T * 3 * C, -2, 2)),
+        dout(be, dt, {B, T, C}, values(rng, B * T * C)),
+        out(be, dt, {B, T, C}, std::vector<double>(B * T * C)),
+        lse(be, dt, {B, H, T}, std::vector<double>(B * H * T)),
+        dqkv(be, dt, {B, T, 3 * C}, std::vector<double>(B * T * 3 * C)), len;
+    if (!lengths.empty())
+      len = HostTensor(be, DType::i64, {B}, std::vector<double>(lengths.begin(), lengths.end()));
+    const void* lp = lengths.empty() ? nullptr : len.t.data();
+    be.attention_forward(
+        {.shape = s, .qkv = qkv.t.data(), .lengths = lp, .out = out.t.data(), .lse = lse.t.data()},
+        dt);
+    be.attention_backward({.shape = s,
+                           .qkv = qkv.t.data(),
+                           .lengths = lp,
+                           .out = out.t.data(),
+                           .lse = lse.t.data(),
+                           .dout = dout.t.data(),
+                           .dqkv = dqkv.t.data()},
+                          dt);
+    std::vector<double> l = to_doubles(be, lse.t), no_key(l.size());
+    for (size_t i = 0; i < l.size(); ++i)
+      if (std::isinf(l[i]) && l[i] < 0) {
+        l[i] = 0;
+        no_key[i] = 1;
+      }
+    return std::map<std::string, std::vector<double>>{{"out", to_doubles(be, out.t)},
+                                                      {"lse", l},
+                                                      {"lse_no_key", no_key},
+                                                      {"dqkv", to_doubles(be, dqkv.t)}};
+  };
+}
+
 const std::map<std::string, OpCase>& cases() {
   static const std::map<std::string, OpCase> all = {
       {"gemm_nn_256x128x512", gemm_case(false, false, 256, 128, 512, 0, 1.0f, 0.0f)},
@@ -667,6 +711,12 @@ const std::map<std::string, OpCase>& cases() {
       {"sgd_nesterov_first", sgd_case(true, true, 4097)},
       {"sgd_momentum_dampening", sgd_case(false, false, 100003)},
       {"small_ops", small_ops_case()},
+      {"attention_causal_b2_t33_h3_d20", attention_case(2, 33, 3, 20, true)},
+      {"attention_padded_noncausal_b3_t40_h2_d16",
+       attention_case(3, 40, 2, 16, false, {40, 0, 17})},
+      {"attention_padded_causal_b2_t70_h4_d64", attention_case(2, 70, 4, 64, true, {70, 29})},
+      {"attention_b4_t128_h6_d32_causal", attention_case(4, 128, 6, 32, true)},
+      {"attention_b1_t1_h1_d1", attention_case(1, 1, 1, 1, false)},
   };
   return all;
 }

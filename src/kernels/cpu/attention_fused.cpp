@@ -1,13 +1,454 @@
+// Multi-head attention in f32, fused in the manner of FlashAttention-2: one (batch row, head) pair
+// at a time on the calling thread, and the (T, T) scores never exist beyond one tile.
+//
+// Forward: per tile of kBr query rows, the key tiles (kBc keys) in order; per block of kRows rows
+// and key tile, S = q k^T, then an online softmax per row (running max m and sum l; the row's
+// accumulator is scaled by exp(m_old - m_new) as P V is added). At the end out = acc / l and
+// lse = m + log l. Under the causal mask a row block computes only the keys up to its last row,
+// so tiles above the diagonal, and most of the diagonal tiles' upper halves, are skipped.
+//
+// Backward: per row D_i = dO_i . O_i; key tiles outer, so that one tile's dK and dV accumulate in
+// small buffers while the query tiles that see it pass by. Per (query tile, key tile):
+//   P = exp(scale q k^T - lse), dP = dO v^T, dS = scale P (dP - D),
+//   dV += P^T dO, dK += dS^T q, dQ += dS k   (dQ (T, D) accumulates for the whole pair).
+//
+// Each pair's operands are packed into thread-local scratch first: k (and v for backward)
+// transposed into panels of kKeyBlock keys (D, kKeyBlock), zero-padded, for the dot products;
+// rows padded to whole vectors (Dp columns) for the axpys. Both micro-kernels hold a block of
+// kRows rows by a few vectors in registers.
+//
+// Gradient rule: activation gradients are assigned (dqkv =).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/attention_fused.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+// clang-format off
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+// clang-format on
+
 #include "kernels/attention.hpp"
+#include "kernels/cpu/pointwise_simd.hpp"
 #include "seqforge/core/error.hpp"
 
+HWY_BEFORE_NAMESPACE();
+namespace seqforge::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+constexpr int64_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kRows = 6;  // 32 vector registers: 6 x 4 accumulators in the axpy
+constexpr int kVecs = 4;
+#else
+constexpr int kRows = 4;  // 16 registers
+constexpr int kVecs = 2;
+#endif
+constexpr int64_t kKeyBlock = 2 * kMaxLanes;               // keys per panel: two vectors
+constexpr int64_t kBc = std::max<int64_t>(64, kKeyBlock);  // keys per tile
+constexpr int64_t kBr = 8 * kRows;                         // query rows per tile
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Per-thread scratch, grown to the largest problem seen and kept, 64-byte aligned.
+class Scratch {
+ public:
+  ~Scratch() { std::free(data_); }
+  float* get(size_t floats) {
+    if (floats > cap_) {
+      std::free(data_);
+      data_ = static_cast<float*>(std::aligned_alloc(64, RoundUp(int64_t(floats) * 4, 64)));
+      SF_CHECK(data_ != nullptr, "attention scratch of ", floats, " floats");
+      cap_ = floats;
+    }
+    return data_;
+  }
+
+ private:
+  float* data_ = nullptr;
+  size_t cap_ = 0;
+};
+
+// Carves consecutive 64-byte aligned buffers out of one scratch block (without a block, only
+// counts the floats they need).
+class Carver {
+ public:
+  explicit Carver(float* base) : base_(base) {}
+  float* take(int64_t floats) {
+    float* p = base_ ? base_ + used_ : nullptr;
+    used_ += RoundUp(floats, 16);
+    return p;
+  }
+  int64_t used() const { return used_; }
+
+ private:
+  float* base_;
+  int64_t used_ = 0;
+};
+
+// Calls f(std::integral_constant<int, n>()) for 1 <= n <= kMax.
+template <int kMax, class F>
+HWY_INLINE void WithCount(int n, F&& f) {
+  if constexpr (kMax > 1) {
+    if (n < kMax) return WithCount<kMax - 1>(n, f);
+  }
+  f(std::integral_constant<int, kMax>());
+}
+
+// c (R, panels * kKeyBlock) = a (R, D) bt: a rows lda apart; bt the panels, each (D, kKeyBlock)
+// contiguous; c rows ldc apart.
+template <int R>
+HWY_INLINE void DotBlock(const float* HWY_RESTRICT a, int64_t lda, const float* HWY_RESTRICT bt,
+                         int64_t D, int64_t panels, float* HWY_RESTRICT c, int64_t ldc) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t pb = 0; pb < panels; ++pb)
+    for (int64_t j = 0; j < kKeyBlock; j += 2 * N) {
+      VF acc0[R], acc1[R];
+      for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(d);
+      const float* b = bt + pb * D * kKeyBlock + j;
+      for (int64_t k = 0; k < D; ++k, b += kKeyBlock) {
+        const VF b0 = hn::Load(d, b), b1 = hn::Load(d, b + N);
+        for (int r = 0; r < R; ++r) {
+          const VF ar = hn::Set(d, a[r * lda + k]);
+          acc0[r] = hn::MulAdd(ar, b0, acc0[r]);
+          acc1[r] = hn::MulAdd(ar, b1, acc1[r]);
+        }
+      }
+      float* cj = c + pb * kKeyBlock + j;
+      for (int r = 0; r < R; ++r) {
+        hn::StoreU(acc0[r], d, cj + r * ldc);
+        hn::StoreU(acc1[r], d, cj + r * ldc + N);
+      }
+    }
+}
+
+HWY_INLINE void Dot(int nr, const float* a, int64_t lda, const float* bt, int64_t D, int64_t panels,
+                    float* c, int64_t ldc) {
+  WithCount<kRows>(nr, [&](auto rows) HWY_ATTR {
+    DotBlock<decltype(rows)::value>(a, lda, bt, D, panels, c, ldc);
+  });
+}
+
+// c (R, NV vectors), first scaled by alpha_r if alpha is given, += sum over t in [t0, t1) of
+// p[r * rs + t * ts] * (row t of b, NV vectors): b rows ldb apart, c rows ldc apart.
+template <int R, int NV>
+HWY_INLINE void AxpyBlock(const float* HWY_RESTRICT p, int64_t rs, int64_t ts, int64_t t0,
+                          int64_t t1, const float* HWY_RESTRICT b, int64_t ldb,
+                          float* HWY_RESTRICT c, int64_t ldc, const float* alpha) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  VF acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = hn::Load(d, c + r * ldc + v * N);
+  if (alpha)
+    for (int r = 0; r < R; ++r) {
+      const VF s = hn::Set(d, alpha[r]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = hn::Mul(acc[r][v], s);
+    }
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* bt = b + t * ldb;
+    VF bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = hn::Load(d, bt + v * N);
+    const float* pt = p + t * ts;
+    for (int r = 0; r < R; ++r) {
+      const VF pr = hn::Set(d, pt[r * rs]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(pr, bv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, c + r * ldc + v * N);
+}
+
+// The same over all Dp columns (a multiple of kMaxLanes), kVecs vectors at a time, for nr rows.
+HWY_INLINE void Axpy(int nr, const float* p, int64_t rs, int64_t ts, int64_t t0, int64_t t1,
+                     const float* b, int64_t ldb, float* c, int64_t ldc, const float* alpha,
+                     int64_t Dp) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  WithCount<kRows>(nr, [&](auto rows) HWY_ATTR {
+    constexpr int R = decltype(rows)::value;
+    int64_t col = 0;
+    for (; col + kVecs * N <= Dp; col += kVecs * N)
+      AxpyBlock<R, kVecs>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc, alpha);
+    if (col < Dp)
+      WithCount<kVecs>(static_cast<int>((Dp - col) / N), [&](auto vecs) HWY_ATTR {
+        AxpyBlock<R, decltype(vecs)::value>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc, alpha);
+      });
+  });
+}
+
+// One row s (wv, a multiple of the vector) of raw q.k dots whose first n are the row's keys:
+// updates the running max m and sum l, leaves p = exp(scale s - m) in s (0 beyond n) and returns
+// the factor exp(m_old - m_new) for the row's accumulator.
+HWY_INLINE float OnlineSoftmaxRow(float* s, int64_t n, int64_t wv, float scale, float& m,
+                                  float& l) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  if (n <= 0) {
+    for (int64_t t = 0; t < wv; t += N) hn::StoreU(hn::Zero(d), d, s + t);
+    return 1.0f;
+  }
+  const VF vscale = hn::Set(d, scale), ninf = hn::Set(d, kNegInf);
+  VF vmax = ninf;
+  for (int64_t t = 0; t < n; t += N) {
+    VF x = hn::Mul(hn::LoadU(d, s + t), vscale);
+    if (n - t < N) x = hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(n - t)), x, ninf);
+    vmax = hn::Max(vmax, x);
+  }
+  const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(d, vmax)));
+  const float alpha = std::exp(m - m_new);  // 0 on the row's first tile, where m = -inf
+  const VF vm = hn::Set(d, m_new);
+  VF sum = hn::Zero(d);
+  for (int64_t t = 0; t < wv; t += N) {
+    VF p = hn::Zero(d);
+    if (t < n) {
+      p = hn::Exp(d, hn::MulSub(hn::LoadU(d, s + t), vscale, vm));
+      if (n - t < N) p = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(n - t)), p);
+    }
+    hn::StoreU(p, d, s + t);
+    sum = hn::Add(sum, p);
+  }
+  l = l * alpha + hn::GetLane(hn::SumOfLanes(d, sum));
+  m = m_new;
+  return alpha;
+}
+
+// One row of raw q.k dots (p) and dO.v dots (g), the first n of wv the row's keys, into
+// p = exp(scale s - lse) and g = scale p (g - Di); both 0 beyond n.
+HWY_INLINE void GradRow(float* p, float* g, int64_t n, int64_t wv, float scale, float lse,
+                        float Di) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const VF vscale = hn::Set(d, scale), vlse = hn::Set(d, lse), vD = hn::Set(d, Di);
+  for (int64_t t = 0; t < wv; t += N) {
+    VF pv = hn::Zero(d), gv = hn::Zero(d);
+    if (t < n) {
+      pv = hn::Exp(d, hn::MulSub(hn::LoadU(d, p + t), vscale, vlse));
+      gv = hn::Mul(hn::Mul(pv, vscale), hn::Sub(hn::LoadU(d, g + t), vD));
+      if (n - t < N) {
+        const auto keep = hn::FirstN(d, static_cast<size_t>(n - t));
+        pv = hn::IfThenElseZero(keep, pv);
+        gv = hn::IfThenElseZero(keep, gv);
+      }
+    }
+    hn::StoreU(pv, d, p + t);
+    hn::StoreU(gv, d, g + t);
+  }
+}
+
+// Keys [0, n) of rows ld apart (n, D) into panels (D, kKeyBlock) each, zero-padded to whole panels.
+void PackPanels(float* dst, const float* src, int64_t ld, int64_t n, int64_t D) {
+  for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
+    float* panel = dst + j0 * D;
+    const int64_t cols = std::min(kKeyBlock, n - j0);
+    simd::transpose32(reinterpret_cast<uint32_t*>(panel), kKeyBlock,
+                      reinterpret_cast<const uint32_t*>(src + j0 * ld), ld, cols, D);
+    if (cols < kKeyBlock)
+      for (int64_t k = 0; k < D; ++k)
+        std::fill(panel + k * kKeyBlock + cols, panel + (k + 1) * kKeyBlock, 0.0f);
+  }
+}
+
+// Rows [0, n) of (n, D) rows ld apart into (n, Dp), zero-padded.
+void PackRows(float* dst, int64_t Dp, const float* src, int64_t ld, int64_t n, int64_t D) {
+  for (int64_t j = 0; j < n; ++j) {
+    std::memcpy(dst + j * Dp, src + j * ld, D * sizeof(float));
+    std::fill(dst + j * Dp + D, dst + (j + 1) * Dp, 0.0f);
+  }
+}
+
+int64_t KeysOf(const void* lengths, int64_t b, int64_t T) {
+  return lengths ? std::clamp<int64_t>(static_cast<const int64_t*>(lengths)[b], 0, T) : T;
+}
+
+void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
+  const AttentionShape& s = a.shape;
+  const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C;
+  const int64_t Dp = RoundUp(D, kMaxLanes), Tk = RoundUp(T, kKeyBlock);
+  const float scale = static_cast<float>(s.scale);
+  const float* qkv = static_cast<const float*>(a.qkv);  // (B, T, 3C)
+  float* out = static_cast<float*>(a.out);              // (B, T, C)
+  float* lse = static_cast<float*>(a.lse);              // (B, heads, T)
+
+  thread_local Scratch scratch;
+  Carver sizes(nullptr);
+  for (int64_t n : {D * Tk, T * Dp, kRows * kBc, kBr * Dp, kBr, kBr, int64_t{kRows}}) sizes.take(n);
+  Carver carve(scratch.get(sizes.used()));
+  float* kt = carve.take(D * Tk);       // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
+  float* v = carve.take(T * Dp);        // (T, Dp)
+  float* sc = carve.take(kRows * kBc);  // (kRows, kBc) one row block's scores, then P
+  float* acc = carve.take(kBr * Dp);    // (kBr, Dp) one query tile's unnormalised out
+  float* m = carve.take(kBr);           // (kBr) running max of scale q.k
+  float* l = carve.take(kBr);           // (kBr) running sum of exp(scale q.k - m)
+  float* alpha = carve.take(kRows);     // (kRows) accumulator scale factors
+
+  for (int64_t pair = p0; pair < p1; ++pair) {
+    const int64_t b = pair / H, h = pair % H, nk = KeysOf(a.lengths, b, T);
+    const float* q = qkv + b * T * ld + h * D;  // rows ld apart; k at + C, v at + 2C
+    float* o = out + b * T * C + h * D;         // rows C apart
+    float* lrow = lse + pair * T;               // (T)
+    if (nk == 0) {
+      for (int64_t i = 0; i < T; ++i) std::fill_n(o + i * C, D, 0.0f);
+      std::fill_n(lrow, T, kNegInf);
+      continue;
+    }
+    PackPanels(kt, q + C, ld, nk, D);
+    PackRows(v, Dp, q + 2 * C, ld, nk, D);
+    for (int64_t i0 = 0; i0 < T; i0 += kBr) {
+      const int64_t i1 = std::min(T, i0 + kBr), kend = s.causal ? std::min(nk, i1) : nk;
+      std::fill_n(m, i1 - i0, kNegInf);
+      std::fill_n(l, i1 - i0, 0.0f);
+      std::fill_n(acc, (i1 - i0) * Dp, 0.0f);
+      for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
+        const int64_t j1 = std::min(kend, j0 + kBc);
+        for (int64_t rb = i0; rb < i1; rb += kRows) {
+          const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
+          const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;  // keys the block needs
+          if (last <= j0) continue;
+          const int64_t w = last - j0, wp = RoundUp(w, kKeyBlock);
+          Dot(nr, q + rb * ld, ld, kt + j0 * D, D, wp / kKeyBlock, sc, kBc);
+          for (int r = 0; r < nr; ++r) {
+            const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
+            alpha[r] = OnlineSoftmaxRow(sc + r * kBc, n, wp, scale, m[i - i0], l[i - i0]);
+          }
+          Axpy(nr, sc, kBc, 1, 0, w, v + j0 * Dp, Dp, acc + (rb - i0) * Dp, Dp, alpha, Dp);
+        }
+      }
+      for (int64_t i = i0; i < i1; ++i) {
+        const float inv = 1.0f / l[i - i0];
+        const float* ar = acc + (i - i0) * Dp;
+        float* orow = o + i * C;
+        for (int64_t k = 0; k < D; ++k) orow[k] = ar[k] * inv;
+        lrow[i] = m[i - i0] + std::log(l[i - i0]);
+      }
+    }
+  }
+}
+
+void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
+  const AttentionShape& s = a.shape;
+  const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C;
+  const int64_t Dp = RoundUp(D, kMaxLanes), Tk = RoundUp(T, kKeyBlock);
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const float scale = static_cast<float>(s.scale);
+  const float* qkv = static_cast<const float*>(a.qkv);    // (B, T, 3C)
+  const float* out = static_cast<const float*>(a.out);    // (B, T, C)
+  const float* lse = static_cast<const float*>(a.lse);    // (B, heads, T)
+  const float* dout = static_cast<const float*>(a.dout);  // (B, T, C)
+  float* dqkv = static_cast<float*>(a.dqkv);              // (B, T, 3C)
+
+  thread_local Scratch scratch;
+  Carver sizes(nullptr);
+  for (int64_t n : {T * Dp, T * Dp, T * Dp, D * Tk, D * Tk, T, T * Dp, kBc * Dp, kBc * Dp,
+                    kBr * kBc, kBr * kBc})
+    sizes.take(n);
+  Carver carve(scratch.get(sizes.used()));
+  float* qp = carve.take(T * Dp);     // (T, Dp) q
+  float* dop = carve.take(T * Dp);    // (T, Dp) dO
+  float* kp = carve.take(T * Dp);     // (T, Dp) k
+  float* kt = carve.take(D * Tk);     // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
+  float* vt = carve.take(D * Tk);     // same for v^T
+  float* Dv = carve.take(T);          // (T) rowsum(dO * O)
+  float* dq = carve.take(T * Dp);     // (T, Dp) dQ
+  float* dk = carve.take(kBc * Dp);   // (kBc, Dp) one key tile's dK
+  float* dv = carve.take(kBc * Dp);   // (kBc, Dp) one key tile's dV
+  float* P = carve.take(kBr * kBc);   // (kBr, kBc) one tile's probabilities
+  float* dS = carve.take(kBr * kBc);  // (kBr, kBc) one tile's dP, then scale * dS
+
+  for (int64_t pair = p0; pair < p1; ++pair) {
+    const int64_t b = pair / H, h = pair % H, nk = KeysOf(a.lengths, b, T);
+    const float* q = qkv + b * T * ld + h * D;  // rows ld apart; k at + C, v at + 2C
+    const float* o = out + b * T * C + h * D;   // rows C apart
+    const float* dO = dout + b * T * C + h * D;
+    const float* lrow = lse + pair * T;      // (T)
+    float* dqr = dqkv + b * T * ld + h * D;  // rows ld apart; dk at + C, dv at + 2C
+    for (int64_t j = nk; j < T; ++j) {       // keys no query sees
+      std::fill_n(dqr + j * ld + C, D, 0.0f);
+      std::fill_n(dqr + j * ld + 2 * C, D, 0.0f);
+    }
+    if (nk == 0) {
+      for (int64_t i = 0; i < T; ++i) std::fill_n(dqr + i * ld, D, 0.0f);
+      continue;
+    }
+    PackRows(qp, Dp, q, ld, T, D);
+    PackRows(dop, Dp, dO, C, T, D);
+    PackRows(kp, Dp, q + C, ld, nk, D);
+    PackPanels(kt, q + C, ld, nk, D);
+    PackPanels(vt, q + 2 * C, ld, nk, D);
+    for (int64_t i = 0; i < T; ++i) {
+      float sum = 0;
+      const float *oi = o + i * C, *gi = dO + i * C;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t k = 0; k < D; ++k) sum += oi[k] * gi[k];
+      Dv[i] = sum;
+    }
+    std::fill_n(dq, T * Dp, 0.0f);
+
+    for (int64_t j0 = 0; j0 < nk; j0 += kBc) {
+      const int64_t j1 = std::min(nk, j0 + kBc), nkt = j1 - j0, wt = RoundUp(nkt, N);
+      std::fill_n(dk, nkt * Dp, 0.0f);
+      std::fill_n(dv, nkt * Dp, 0.0f);
+      for (int64_t i0 = s.causal ? j0 : 0; i0 < T; i0 += kBr) {  // the rows that see the tile
+        const int64_t i1 = std::min(T, i0 + kBr), rows = i1 - i0;
+        for (int64_t rb = i0; rb < i1; rb += kRows) {
+          const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
+          const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;
+          const int64_t panels = RoundUp(last - j0, kKeyBlock) / kKeyBlock;
+          float *pr = P + (rb - i0) * kBc, *gr = dS + (rb - i0) * kBc;
+          Dot(nr, qp + rb * Dp, Dp, kt + j0 * D, D, panels, pr, kBc);
+          Dot(nr, dop + rb * Dp, Dp, vt + j0 * D, D, panels, gr, kBc);
+          for (int r = 0; r < nr; ++r) {
+            const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
+            GradRow(pr + r * kBc, gr + r * kBc, n, wt, scale, lrow[i], Dv[i]);
+          }
+        }
+        for (int64_t kb = 0; kb < nkt; kb += kRows) {  // dV += P^T dO, dK += dS^T q
+          const int nr = static_cast<int>(std::min<int64_t>(kRows, nkt - kb));
+          const int64_t t0 = s.causal ? std::max<int64_t>(0, j0 + kb - i0) : 0;
+          if (t0 >= rows) continue;
+          Axpy(nr, P + kb, 1, kBc, t0, rows, dop + i0 * Dp, Dp, dv + kb * Dp, Dp, nullptr, Dp);
+          Axpy(nr, dS + kb, 1, kBc, t0, rows, qp + i0 * Dp, Dp, dk + kb * Dp, Dp, nullptr, Dp);
+        }
+        for (int64_t rb = i0; rb < i1; rb += kRows) {  // dQ += dS k
+          const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
+          const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;
+          Axpy(nr, dS + (rb - i0) * kBc, kBc, 1, 0, last - j0, kp + j0 * Dp, Dp, dq + rb * Dp, Dp,
+               nullptr, Dp);
+        }
+      }
+      for (int64_t j = j0; j < j1; ++j) {
+        std::memcpy(dqr + j * ld + C, dk + (j - j0) * Dp, D * sizeof(float));
+        std::memcpy(dqr + j * ld + 2 * C, dv + (j - j0) * Dp, D * sizeof(float));
+      }
+    }
+    for (int64_t i = 0; i < T; ++i) std::memcpy(dqr + i * ld, dq + i * Dp, D * sizeof(float));
+  }
+}
+
+}  // namespace seqforge::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace seqforge::kernels {
 
-void attention_forward_fused(const AttentionForward&, int64_t, int64_t) {
-  fail("attention_forward_fused: not written yet");
+HWY_EXPORT(ForwardPairs);
+HWY_EXPORT(BackwardPairs);
+
+void attention_forward_fused(const AttentionForward& a, int64_t p0, int64_t p1) {
+  HWY_DYNAMIC_DISPATCH(ForwardPairs)(a, p0, p1);
 }
-void attention_backward_fused(const AttentionBackward&, int64_t, int64_t) {
-  fail("attention_backward_fused: not written yet");
+void attention_backward_fused(const AttentionBackward& a, int64_t p0, int64_t p1) {
+  HWY_DYNAMIC_DISPATCH(BackwardPairs)(a, p0, p1);
 }
 
 }  // namespace seqforge::kernels
+#endif
