@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/profiler.hpp"
 
 namespace seqforge {
 
@@ -92,12 +93,14 @@ Tensor LayerNorm::forward(Backend& be, Tensor x) {
   x_ = x;
   Tensor y = y_.get(be, params_.dtype(), x.shape());
   Tensor saved = saved_.get(be, params_.dtype(), {x.dim(0), 2});
+  SF_PROFILE_SCOPE("layer norm");
   be.layer_norm_forward(y, saved, x, params_.value(weight_), params_.value(bias_), eps_);
   return y;
 }
 
 Tensor LayerNorm::backward(Backend& be, Tensor dy) {
   SF_CHECK(dy.shape() == x_.shape(), "LayerNorm backward: dy ", dy.shape().str());
+  SF_PROFILE_SCOPE("layer norm");
   Tensor dx = dx_.get(be, params_.dtype(), dy.shape());
   be.layer_norm_backward(dx, params_.grad(weight_), params_.grad(bias_), dy, x_,
                          params_.value(weight_), saved_.tensor());

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/profiler.hpp"
 #include "seqforge/nn/layers.hpp"
 
 namespace seqforge {
@@ -33,17 +34,27 @@ struct Transformer::Block {
   Tensor forward(Backend& be, Tensor x, const AttentionShape& s, bool training, Rng& rng) {
     const DType dt = x.dtype();
     const int64_t N = x.dim(0), C = x.dim(1);
-    qkv = c_attn.forward(be, ln_1.forward(be, x));             // (N, 3C)
+    {
+      SF_PROFILE_SCOPE("attention projections forward");
+      qkv = c_attn.forward(be, ln_1.forward(be, x));  // (N, 3C)
+    }
     Tensor y = y_.get(be, dt, {N, C});                         // (N, C) heads side by side
     Tensor lse = lse_.get(be, dt, {s.batch, s.heads, s.seq});  // (B, H, T)
-    be.attention_forward({.shape = s, .qkv = qkv.data(), .out = y.data(), .lse = lse.data()}, dt);
+    {
+      SF_PROFILE_SCOPE("attention forward");
+      be.attention_forward({.shape = s, .qkv = qkv.data(), .out = y.data(), .lse = lse.data()}, dt);
+    }
+    SF_PROFILE_SCOPE("block forward");
     Tensor branch = attn_drop.forward(be, attn_proj.forward(be, y), training, rng);
     Tensor mid = mid_.get(be, dt, {N, C});  // (N, C) x + attention branch
     be.copy(mid, x);
     be.add(mid, branch);
     h = c_fc.forward(be, ln_2.forward(be, mid));  // (N, 4C)
     Tensor g = g_.get(be, dt, h.shape());         // (N, 4C) GELU(h)
-    be.gelu_forward(g, h);
+    {
+      SF_PROFILE_SCOPE("gelu");
+      be.gelu_forward(g, h);
+    }
     branch = mlp_drop.forward(be, mlp_proj.forward(be, g), training, rng);
     Tensor out = out_.get(be, dt, {N, C});  // (N, C) mid + MLP branch
     be.copy(out, mid);
@@ -54,21 +65,28 @@ struct Transformer::Block {
   // dout (N, C) -> dx (N, C); parameter gradients accumulate.
   Tensor backward(Backend& be, Tensor dout, const AttentionShape& s) {
     const DType dt = dout.dtype();
+    SF_PROFILE_SCOPE("block backward");
     Tensor dg = mlp_proj.backward(be, mlp_drop.backward(be, dout));  // (N, 4C)
     Tensor dh = dh_.get(be, dt, dg.shape());                         // (N, 4C)
-    be.gelu_backward(dh, dg, h);
+    {
+      SF_PROFILE_SCOPE("gelu");
+      be.gelu_backward(dh, dg, h);
+    }
     Tensor dmid = dmid_.get(be, dt, dout.shape());  // (N, C) through the residual and ln_2
     be.copy(dmid, dout);
     be.add(dmid, ln_2.backward(be, c_fc.backward(be, dh)));
     Tensor dy = attn_proj.backward(be, attn_drop.backward(be, dmid));  // (N, C)
     Tensor dqkv = dqkv_.get(be, dt, qkv.shape());                      // (N, 3C)
-    be.attention_backward({.shape = s,
-                           .qkv = qkv.data(),
-                           .out = y_.tensor().data(),
-                           .lse = lse_.tensor().data(),
-                           .dout = dy.data(),
-                           .dqkv = dqkv.data()},
-                          dt);
+    {
+      SF_PROFILE_SCOPE("attention backward");
+      be.attention_backward({.shape = s,
+                             .qkv = qkv.data(),
+                             .out = y_.tensor().data(),
+                             .lse = lse_.tensor().data(),
+                             .dout = dy.data(),
+                             .dqkv = dqkv.data()},
+                            dt);
+    }
     Tensor dx = dx_.get(be, dt, dout.shape());  // (N, C) through the residual and ln_1
     be.copy(dx, dmid);
     be.add(dx, ln_1.backward(be, c_attn.backward(be, dqkv)));

@@ -13,8 +13,8 @@
 #include "kernels/attention.hpp"
 #include "kernels/cells.hpp"
 #include "kernels/cpu/gemm_narrow.hpp"
+#include "kernels/cpu/norm_simd.hpp"
 #include "kernels/cpu/pointwise_simd.hpp"
-#include "kernels/norm.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/cpu.hpp"
@@ -263,8 +263,8 @@ class CpuBackend final : public Backend {
     SF_CHECK(y.numel() == x.numel() && saved.numel() == 2 * N && w.numel() == C && b.numel() == C,
              "layer_norm_forward shapes");
     parallel_rows(N, 4 * C, [&](int64_t r0, int64_t r1) {
-      kernels::layer_norm_forward(y.data_as<float>(), saved.data_as<float>(), x.data_as<float>(),
-                                  w.data_as<float>(), b.data_as<float>(), C, eps, r0, r1);
+      simd::layer_norm_forward(y.data_as<float>(), saved.data_as<float>(), x.data_as<float>(),
+                               w.data_as<float>(), b.data_as<float>(), C, float(eps), r0, r1);
     });
   }
   void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
@@ -272,27 +272,26 @@ class CpuBackend final : public Backend {
     if (x.dtype() != DType::f32) return ref_->layer_norm_backward(dx, dw, db, dy, x, w, saved);
     const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
     parallel_rows(N, 6 * C, [&](int64_t r0, int64_t r1) {
-      kernels::layer_norm_backward_input(dx.data_as<float>(), dy.data_as<float>(),
-                                         x.data_as<float>(), w.data_as<float>(),
-                                         saved.data_as<float>(), C, r0, r1);
+      simd::layer_norm_backward_input(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(),
+                                      w.data_as<float>(), saved.data_as<float>(), C, r0, r1);
     });
     parallel_rows(C, 4 * N, [&](int64_t c0, int64_t c1) {
-      kernels::layer_norm_backward_params(dw.data_as<float>(), db.data_as<float>(),
-                                          dy.data_as<float>(), x.data_as<float>(),
-                                          saved.data_as<float>(), N, C, c0, c1);
+      simd::layer_norm_backward_params(dw.data_as<float>(), db.data_as<float>(),
+                                       dy.data_as<float>(), x.data_as<float>(),
+                                       saved.data_as<float>(), N, C, c0, c1);
     });
   }
   void gelu_forward(Tensor y, Tensor x) override {
     if (x.dtype() != DType::f32) return ref_->gelu_forward(y, x);
     SF_CHECK(y.numel() == x.numel(), "gelu sizes");
     parallel_rows(x.numel(), 20, [&](int64_t i0, int64_t i1) {
-      kernels::gelu_forward(y.data_as<float>(), x.data_as<float>(), i0, i1);
+      simd::gelu_forward(y.data_as<float>(), x.data_as<float>(), i0, i1);
     });
   }
   void gelu_backward(Tensor dx, Tensor dy, Tensor x) override {
     if (x.dtype() != DType::f32) return ref_->gelu_backward(dx, dy, x);
     parallel_rows(x.numel(), 30, [&](int64_t i0, int64_t i1) {
-      kernels::gelu_backward(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(), i0, i1);
+      simd::gelu_backward(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(), i0, i1);
     });
   }
   void attention_forward(const AttentionForward& a, DType dtype) override {

@@ -1,0 +1,236 @@
+// Layer norm and GELU in f32 SIMD (Highway, dispatched at run time), forward and backward. The
+// scalar forms in kernels/norm.hpp are the reference.
+//
+// Gradient rule: parameter gradients accumulate (+=), activation gradients are assigned (=).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/norm_simd.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cmath>
+// clang-format off
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+// clang-format on
+
+#include "kernels/cpu/norm_simd.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace seqforge::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// The first n < Lanes(d) values at p, zeros after them; and storing the first n lanes of v.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadN(D d, const float* p, size_t n) {
+  HWY_ALIGN float buf[hn::MaxLanes(d)] = {};
+  for (size_t i = 0; i < n; ++i) buf[i] = p[i];
+  return hn::Load(d, buf);
+}
+template <class D>
+HWY_INLINE void StoreN(hn::Vec<D> v, D d, float* p, size_t n) {
+  HWY_ALIGN float buf[hn::MaxLanes(d)];
+  hn::Store(v, d, buf);
+  for (size_t i = 0; i < n; ++i) p[i] = buf[i];
+}
+
+// 1 + erf(x / sqrt 2) = 2 Phi(x) to float precision. With z = |x| / sqrt 2: below z = 1 the
+// Taylor series of erf (terms to z^23, the first left out below 1.3e-9); above, erfc(z) =
+// t exp(-z^2 + P(t)), t = 1 / (1 + z/2), a Chebyshev fit with fractional error below 1.2e-7
+// (Numerical Recipes' erfcc), which keeps the tail's relative precision and there weighs at most
+// 0.16 of the result.
+template <class D, class V>
+HWY_INLINE V TwoPhi(D d, V x) {
+  const V z = hn::Mul(hn::Abs(x), hn::Set(d, 0.70710678118654752f));
+  const V z2 = hn::Mul(z, z);
+  V s = hn::Set(d, 1.4807192816e-08f);
+  for (float c : {-1.6365844691e-07f, 1.6462114366e-06f, -1.4925650358e-05f, 1.2055332982e-04f,
+                  -8.5483270235e-04f, 5.2239776254e-03f, -2.6866170645e-02f, 1.1283791671e-01f,
+                  -3.7612638903e-01f, 1.1283791671e+00f})
+    s = hn::MulAdd(s, z2, hn::Set(d, c));
+  const V erf_small = hn::Mul(s, z);  // erf(z), z < 1
+  const V t = hn::Div(hn::Set(d, 1.0f), hn::MulAdd(hn::Set(d, 0.5f), z, hn::Set(d, 1.0f)));
+  V p = hn::Set(d, 0.17087277f);
+  for (float c : {-0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f, -0.18628806f, 0.09678418f,
+                  0.37409196f, 1.00002368f, -1.26551223f})
+    p = hn::MulAdd(p, t, hn::Set(d, c));
+  const V erfc = hn::IfThenElse(hn::Lt(z, hn::Set(d, 1.0f)), hn::Sub(hn::Set(d, 1.0f), erf_small),
+                                hn::Mul(t, hn::Exp(d, hn::Sub(p, z2))));
+  // x < 0: 1 + erf(-z) = erfc(z); else 2 - erfc(z), from erf itself where it was computed.
+  const V positive =
+      hn::IfThenElse(hn::Lt(z, hn::Set(d, 1.0f)), hn::Add(hn::Set(d, 1.0f), erf_small),
+                     hn::Sub(hn::Set(d, 2.0f), erfc));
+  return hn::IfThenElse(hn::Lt(x, hn::Zero(d)), erfc, positive);
+}
+
+// y = x Phi(x), elements [i0, i1).
+void GeluForward(float* y, const float* x, int64_t i0, int64_t i1) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = i0;
+  for (; i + N <= i1; i += N) {
+    const auto v = hn::LoadU(d, x + i);
+    hn::StoreU(hn::Mul(hn::Mul(hn::Set(d, 0.5f), v), TwoPhi(d, v)), d, y + i);
+  }
+  if (i < i1) {
+    const size_t n = static_cast<size_t>(i1 - i);
+    const auto v = LoadN(d, x + i, n);
+    StoreN(hn::Mul(hn::Mul(hn::Set(d, 0.5f), v), TwoPhi(d, v)), d, y + i, n);
+  }
+}
+
+// dx = dy (Phi(x) + x phi(x)).
+void GeluBackward(float* dx, const float* dy, const float* x, int64_t i0, int64_t i1) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto grad = [&](auto v, auto g) {
+    const auto pdf = hn::Mul(hn::Set(d, 0.3989422804014327f),
+                             hn::Exp(d, hn::Mul(hn::Set(d, -0.5f), hn::Mul(v, v))));
+    return hn::Mul(g, hn::MulAdd(v, pdf, hn::Mul(hn::Set(d, 0.5f), TwoPhi(d, v))));
+  };
+  int64_t i = i0;
+  for (; i + N <= i1; i += N)
+    hn::StoreU(grad(hn::LoadU(d, x + i), hn::LoadU(d, dy + i)), d, dx + i);
+  if (i < i1) {
+    const size_t n = static_cast<size_t>(i1 - i);
+    StoreN(grad(LoadN(d, x + i, n), LoadN(d, dy + i, n)), d, dx + i, n);
+  }
+}
+
+// Rows [r0, r1) of x (rows, C): y = (x - mean) rstd w + b; saved (rows, 2) = mean, rstd.
+void LayerNormForward(float* y, float* saved, const float* x, const float* w, const float* b,
+                      int64_t C, float eps, int64_t r0, int64_t r1) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * C;
+    float* yr = y + r * C;
+    auto sum = hn::Zero(d);
+    int64_t j = 0;
+    for (; j + N <= C; j += N) sum = hn::Add(sum, hn::LoadU(d, xr + j));
+    if (j < C) sum = hn::Add(sum, LoadN(d, xr + j, static_cast<size_t>(C - j)));
+    const float mean = hn::GetLane(hn::SumOfLanes(d, sum)) / static_cast<float>(C);
+    const auto vmean = hn::Set(d, mean);
+    auto sq = hn::Zero(d);
+    for (j = 0; j + N <= C; j += N) {
+      const auto c = hn::Sub(hn::LoadU(d, xr + j), vmean);
+      sq = hn::MulAdd(c, c, sq);
+    }
+    if (j < C) {  // padding lanes load 0: subtract the mean only where there is data
+      const size_t n = static_cast<size_t>(C - j);
+      const auto c = hn::IfThenElseZero(hn::FirstN(d, n), hn::Sub(LoadN(d, xr + j, n), vmean));
+      sq = hn::MulAdd(c, c, sq);
+    }
+    const float rstd =
+        1.0f / std::sqrt(hn::GetLane(hn::SumOfLanes(d, sq)) / static_cast<float>(C) + eps);
+    const auto vrstd = hn::Set(d, rstd);
+    for (j = 0; j + N <= C; j += N) {
+      const auto xhat = hn::Mul(hn::Sub(hn::LoadU(d, xr + j), vmean), vrstd);
+      hn::StoreU(hn::MulAdd(xhat, hn::LoadU(d, w + j), hn::LoadU(d, b + j)), d, yr + j);
+    }
+    if (j < C) {
+      const size_t n = static_cast<size_t>(C - j);
+      const auto xhat = hn::Mul(hn::Sub(LoadN(d, xr + j, n), vmean), vrstd);
+      StoreN(hn::MulAdd(xhat, LoadN(d, w + j, n), LoadN(d, b + j, n)), d, yr + j, n);
+    }
+    saved[2 * r] = mean;
+    saved[2 * r + 1] = rstd;
+  }
+}
+
+// Rows [r0, r1): dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w.
+void LayerNormBackwardInput(float* dx, const float* dy, const float* x, const float* w,
+                            const float* saved, int64_t C, int64_t r0, int64_t r1) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = r0; r < r1; ++r) {
+    const float *xr = x + r * C, *dyr = dy + r * C;
+    float* dxr = dx + r * C;
+    const auto vmean = hn::Set(d, saved[2 * r]), vrstd = hn::Set(d, saved[2 * r + 1]);
+    auto g_sum = hn::Zero(d), gx_sum = hn::Zero(d);
+    int64_t j = 0;
+    for (; j + N <= C; j += N) {
+      const auto g = hn::Mul(hn::LoadU(d, dyr + j), hn::LoadU(d, w + j));
+      g_sum = hn::Add(g_sum, g);
+      gx_sum = hn::MulAdd(g, hn::Mul(hn::Sub(hn::LoadU(d, xr + j), vmean), vrstd), gx_sum);
+    }
+    if (j < C) {  // padding lanes: dy and w load 0, so g is 0 there
+      const size_t n = static_cast<size_t>(C - j);
+      const auto g = hn::Mul(LoadN(d, dyr + j, n), LoadN(d, w + j, n));
+      g_sum = hn::Add(g_sum, g);
+      gx_sum = hn::MulAdd(g, hn::Mul(hn::Sub(LoadN(d, xr + j, n), vmean), vrstd), gx_sum);
+    }
+    const auto g_mean = hn::Set(d, hn::GetLane(hn::SumOfLanes(d, g_sum)) / static_cast<float>(C));
+    const auto gx_mean = hn::Set(d, hn::GetLane(hn::SumOfLanes(d, gx_sum)) / static_cast<float>(C));
+    auto out = [&](auto xv, auto dyv, auto wv) {
+      const auto xhat = hn::Mul(hn::Sub(xv, vmean), vrstd);
+      return hn::Mul(vrstd, hn::Sub(hn::Sub(hn::Mul(dyv, wv), g_mean), hn::Mul(xhat, gx_mean)));
+    };
+    for (j = 0; j + N <= C; j += N)
+      hn::StoreU(out(hn::LoadU(d, xr + j), hn::LoadU(d, dyr + j), hn::LoadU(d, w + j)), d, dxr + j);
+    if (j < C) {
+      const size_t n = static_cast<size_t>(C - j);
+      StoreN(out(LoadN(d, xr + j, n), LoadN(d, dyr + j, n), LoadN(d, w + j, n)), d, dxr + j, n);
+    }
+  }
+}
+
+// Columns [c0, c1): dw += sum over the rows of dy xhat, db += sum of dy.
+void LayerNormBackwardParams(float* dw, float* db, const float* dy, const float* x,
+                             const float* saved, int64_t rows, int64_t C, int64_t c0, int64_t c1) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t j = c0; j < c1; j += N) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(N, c1 - j));
+    // Sums of blocks of 32 rows, then of the blocks: the rounding of a two-level sum.
+    auto sw = hn::Zero(d), sb = hn::Zero(d);
+    for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+      auto bw = hn::Zero(d), bb = hn::Zero(d);
+      for (int64_t r = r0; r < std::min(rows, r0 + 32); ++r) {
+        const auto g = LoadN(d, dy + r * C + j, n);
+        const auto xhat = hn::Mul(hn::Sub(LoadN(d, x + r * C + j, n), hn::Set(d, saved[2 * r])),
+                                  hn::Set(d, saved[2 * r + 1]));
+        bw = hn::MulAdd(g, xhat, bw);
+        bb = hn::Add(bb, g);
+      }
+      sw = hn::Add(sw, bw);
+      sb = hn::Add(sb, bb);
+    }
+    StoreN(hn::Add(LoadN(d, dw + j, n), sw), d, dw + j, n);
+    StoreN(hn::Add(LoadN(d, db + j, n), sb), d, db + j, n);
+  }
+}
+
+}  // namespace seqforge::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace seqforge::simd {
+
+HWY_EXPORT(GeluForward);
+HWY_EXPORT(GeluBackward);
+HWY_EXPORT(LayerNormForward);
+HWY_EXPORT(LayerNormBackwardInput);
+HWY_EXPORT(LayerNormBackwardParams);
+
+void gelu_forward(float* y, const float* x, int64_t i0, int64_t i1) {
+  HWY_DYNAMIC_DISPATCH(GeluForward)(y, x, i0, i1);
+}
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t i0, int64_t i1) {
+  HWY_DYNAMIC_DISPATCH(GeluBackward)(dx, dy, x, i0, i1);
+}
+void layer_norm_forward(float* y, float* saved, const float* x, const float* w, const float* b,
+                        int64_t C, float eps, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(LayerNormForward)(y, saved, x, w, b, C, eps, r0, r1);
+}
+void layer_norm_backward_input(float* dx, const float* dy, const float* x, const float* w,
+                               const float* saved, int64_t C, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(LayerNormBackwardInput)(dx, dy, x, w, saved, C, r0, r1);
+}
+void layer_norm_backward_params(float* dw, float* db, const float* dy, const float* x,
+                                const float* saved, int64_t rows, int64_t C, int64_t c0,
+                                int64_t c1) {
+  HWY_DYNAMIC_DISPATCH(LayerNormBackwardParams)(dw, db, dy, x, saved, rows, C, c0, c1);
+}
+
+}  // namespace seqforge::simd
+#endif  // HWY_ONCE
