@@ -7,15 +7,16 @@
 // lse = m + log l. Under the causal mask a row block computes only the keys up to its last row,
 // so tiles above the diagonal, and most of the diagonal tiles' upper halves, are skipped.
 //
-// Backward: per row D_i = dO_i . O_i; key tiles outer, so that one tile's dK and dV accumulate in
-// small buffers while the query tiles that see it pass by. Per (query tile, key tile):
+// Backward: per row D_i = dO_i . O_i; key tiles outer, so that one tile's dK and dV accumulate
+// while the query tiles that see it pass by, and are done with. Per (query tile, key tile):
 //   P = exp(scale q k^T - lse), dP = dO v^T, dS = scale P (dP - D),
 //   dV += P^T dO, dK += dS^T q, dQ += dS k   (dQ (T, D) accumulates for the whole pair).
 //
-// Each pair's operands are packed into thread-local scratch first: k (and v for backward)
-// transposed into panels of kKeyBlock keys (D, kKeyBlock), zero-padded, for the dot products;
-// rows padded to whole vectors (Dp columns) for the axpys. Both micro-kernels hold a block of
-// kRows rows by a few vectors in registers.
+// Each pair's k (and v for backward) is packed into thread-local scratch first, transposed into
+// panels of kKeyBlock keys (D, kKeyBlock), zero-padded, for the dot products. The axpys run on
+// rows of whole vectors: q, k, v, dO and the gradients where they are when D is a multiple of the
+// vector, else copies padded to Dp columns. Both micro-kernels hold a block of kRows rows by a
+// few vectors in registers.
 //
 // Gradient rule: activation gradients are assigned (dqkv =).
 #undef HWY_TARGET_INCLUDE
@@ -149,7 +150,7 @@ HWY_INLINE void AxpyBlock(const float* HWY_RESTRICT p, int64_t rs, int64_t ts, i
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   VF acc[R][NV];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = hn::Load(d, c + r * ldc + v * N);
+    for (int v = 0; v < NV; ++v) acc[r][v] = hn::LoadU(d, c + r * ldc + v * N);
   if (alpha)
     for (int r = 0; r < R; ++r) {
       const VF s = hn::Set(d, alpha[r]);
@@ -158,7 +159,7 @@ HWY_INLINE void AxpyBlock(const float* HWY_RESTRICT p, int64_t rs, int64_t ts, i
   for (int64_t t = t0; t < t1; ++t) {
     const float* bt = b + t * ldb;
     VF bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = hn::Load(d, bt + v * N);
+    for (int v = 0; v < NV; ++v) bv[v] = hn::LoadU(d, bt + v * N);
     const float* pt = p + t * ts;
     for (int r = 0; r < R; ++r) {
       const VF pr = hn::Set(d, pt[r * rs]);
@@ -166,7 +167,7 @@ HWY_INLINE void AxpyBlock(const float* HWY_RESTRICT p, int64_t rs, int64_t ts, i
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, c + r * ldc + v * N);
+    for (int v = 0; v < NV; ++v) hn::StoreU(acc[r][v], d, c + r * ldc + v * N);
 }
 
 // The same over all Dp columns (a multiple of kMaxLanes), kVecs vectors at a time, for nr rows.
@@ -266,6 +267,14 @@ void PackRows(float* dst, int64_t Dp, const float* src, int64_t ld, int64_t n, i
   }
 }
 
+// Rows of a matrix, ld apart.
+template <typename T>
+struct Rows {
+  T* p;
+  int64_t ld;
+  T* operator[](int64_t i) const { return p + i * ld; }
+};
+
 int64_t KeysOf(const void* lengths, int64_t b, int64_t T) {
   return lengths ? std::clamp<int64_t>(static_cast<const int64_t*>(lengths)[b], 0, T) : T;
 }
@@ -284,7 +293,7 @@ void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
   for (int64_t n : {D * Tk, T * Dp, kRows * kBc, kBr * Dp, kBr, kBr, int64_t{kRows}}) sizes.take(n);
   Carver carve(scratch.get(sizes.used()));
   float* kt = carve.take(D * Tk);       // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
-  float* v = carve.take(T * Dp);        // (T, Dp)
+  float* v = carve.take(T * Dp);        // (T, Dp) v, when D is not whole vectors
   float* sc = carve.take(kRows * kBc);  // (kRows, kBc) one row block's scores, then P
   float* acc = carve.take(kBr * Dp);    // (kBr, Dp) one query tile's unnormalised out
   float* m = carve.take(kBr);           // (kBr) running max of scale q.k
@@ -302,7 +311,11 @@ void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
       continue;
     }
     PackPanels(kt, q + C, ld, nk, D);
-    PackRows(v, Dp, q + 2 * C, ld, nk, D);
+    Rows<const float> V{q + 2 * C, ld};  // where it is when D is whole vectors
+    if (D != Dp) {
+      PackRows(v, Dp, q + 2 * C, ld, nk, D);
+      V = {v, Dp};
+    }
     for (int64_t i0 = 0; i0 < T; i0 += kBr) {
       const int64_t i1 = std::min(T, i0 + kBr), kend = s.causal ? std::min(nk, i1) : nk;
       std::fill_n(m, i1 - i0, kNegInf);
@@ -320,7 +333,7 @@ void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
             const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
             alpha[r] = OnlineSoftmaxRow(sc + r * kBc, n, wp, scale, m[i - i0], l[i - i0]);
           }
-          Axpy(nr, sc, kBc, 1, 0, w, v + j0 * Dp, Dp, acc + (rb - i0) * Dp, Dp, alpha, Dp);
+          Axpy(nr, sc, kBc, 1, 0, w, V[j0], V.ld, acc + (rb - i0) * Dp, Dp, alpha, Dp);
         }
       }
       for (int64_t i = i0; i < i1; ++i) {
@@ -339,6 +352,7 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
   const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C;
   const int64_t Dp = RoundUp(D, kMaxLanes), Tk = RoundUp(T, kKeyBlock);
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const bool direct = D == Dp;  // rows of whole vectors are used where they are
   const float scale = static_cast<float>(s.scale);
   const float* qkv = static_cast<const float*>(a.qkv);    // (B, T, 3C)
   const float* out = static_cast<const float*>(a.out);    // (B, T, C)
@@ -352,15 +366,15 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
                     kBr * kBc, kBr * kBc})
     sizes.take(n);
   Carver carve(scratch.get(sizes.used()));
-  float* qp = carve.take(T * Dp);     // (T, Dp) q
-  float* dop = carve.take(T * Dp);    // (T, Dp) dO
-  float* kp = carve.take(T * Dp);     // (T, Dp) k
+  float* qp = carve.take(T * Dp);     // (T, Dp) q, when D is not whole vectors
+  float* dop = carve.take(T * Dp);    // (T, Dp) dO, same
+  float* kp = carve.take(T * Dp);     // (T, Dp) k, same
   float* kt = carve.take(D * Tk);     // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
   float* vt = carve.take(D * Tk);     // same for v^T
   float* Dv = carve.take(T);          // (T) rowsum(dO * O)
-  float* dq = carve.take(T * Dp);     // (T, Dp) dQ
-  float* dk = carve.take(kBc * Dp);   // (kBc, Dp) one key tile's dK
-  float* dv = carve.take(kBc * Dp);   // (kBc, Dp) one key tile's dV
+  float* dq = carve.take(T * Dp);     // (T, Dp) dQ, same
+  float* dk = carve.take(kBc * Dp);   // (kBc, Dp) one key tile's dK, same
+  float* dv = carve.take(kBc * Dp);   // (kBc, Dp) one key tile's dV, same
   float* P = carve.take(kBr * kBc);   // (kBr, kBc) one tile's probabilities
   float* dS = carve.take(kBr * kBc);  // (kBr, kBc) one tile's dP, then scale * dS
 
@@ -371,17 +385,29 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
     const float* dO = dout + b * T * C + h * D;
     const float* lrow = lse + pair * T;      // (T)
     float* dqr = dqkv + b * T * ld + h * D;  // rows ld apart; dk at + C, dv at + 2C
-    for (int64_t j = nk; j < T; ++j) {       // keys no query sees
-      std::fill_n(dqr + j * ld + C, D, 0.0f);
-      std::fill_n(dqr + j * ld + 2 * C, D, 0.0f);
+    if (direct || nk == 0) {                 // the gradients accumulate in place, or are all 0
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t part = 0; part < 3; ++part) std::fill_n(dqr + i * ld + part * C, D, 0.0f);
+      if (nk == 0) continue;
+    } else {
+      for (int64_t j = nk; j < T; ++j) {  // keys no query sees
+        std::fill_n(dqr + j * ld + C, D, 0.0f);
+        std::fill_n(dqr + j * ld + 2 * C, D, 0.0f);
+      }
     }
-    if (nk == 0) {
-      for (int64_t i = 0; i < T; ++i) std::fill_n(dqr + i * ld, D, 0.0f);
-      continue;
+    // Rows of q, k, dO and the gradients: where they are, or padded copies.
+    Rows<const float> Q{q, ld}, K{q + C, ld}, G{dO, C};
+    Rows<float> dQ{dqr, ld};
+    if (!direct) {
+      PackRows(qp, Dp, q, ld, T, D);
+      PackRows(dop, Dp, dO, C, T, D);
+      PackRows(kp, Dp, q + C, ld, nk, D);
+      Q = {qp, Dp};
+      K = {kp, Dp};
+      G = {dop, Dp};
+      dQ = {dq, Dp};
+      std::fill_n(dq, T * Dp, 0.0f);
     }
-    PackRows(qp, Dp, q, ld, T, D);
-    PackRows(dop, Dp, dO, C, T, D);
-    PackRows(kp, Dp, q + C, ld, nk, D);
     PackPanels(kt, q + C, ld, nk, D);
     PackPanels(vt, q + 2 * C, ld, nk, D);
     for (int64_t i = 0; i < T; ++i) {
@@ -391,12 +417,16 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
       for (int64_t k = 0; k < D; ++k) sum += oi[k] * gi[k];
       Dv[i] = sum;
     }
-    std::fill_n(dq, T * Dp, 0.0f);
 
     for (int64_t j0 = 0; j0 < nk; j0 += kBc) {
       const int64_t j1 = std::min(nk, j0 + kBc), nkt = j1 - j0, wt = RoundUp(nkt, N);
-      std::fill_n(dk, nkt * Dp, 0.0f);
-      std::fill_n(dv, nkt * Dp, 0.0f);
+      Rows<float> dK{dqr + j0 * ld + C, ld}, dV{dqr + j0 * ld + 2 * C, ld};  // the tile's
+      if (!direct) {
+        dK = {dk, Dp};
+        dV = {dv, Dp};
+        std::fill_n(dk, nkt * Dp, 0.0f);
+        std::fill_n(dv, nkt * Dp, 0.0f);
+      }
       for (int64_t i0 = s.causal ? j0 : 0; i0 < T; i0 += kBr) {  // the rows that see the tile
         const int64_t i1 = std::min(T, i0 + kBr), rows = i1 - i0;
         for (int64_t rb = i0; rb < i1; rb += kRows) {
@@ -404,8 +434,8 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
           const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;
           const int64_t panels = RoundUp(last - j0, kKeyBlock) / kKeyBlock;
           float *pr = P + (rb - i0) * kBc, *gr = dS + (rb - i0) * kBc;
-          Dot(nr, qp + rb * Dp, Dp, kt + j0 * D, D, panels, pr, kBc);
-          Dot(nr, dop + rb * Dp, Dp, vt + j0 * D, D, panels, gr, kBc);
+          Dot(nr, Q[rb], Q.ld, kt + j0 * D, D, panels, pr, kBc);
+          Dot(nr, G[rb], G.ld, vt + j0 * D, D, panels, gr, kBc);
           for (int r = 0; r < nr; ++r) {
             const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
             GradRow(pr + r * kBc, gr + r * kBc, n, wt, scale, lrow[i], Dv[i]);
@@ -415,22 +445,24 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
           const int nr = static_cast<int>(std::min<int64_t>(kRows, nkt - kb));
           const int64_t t0 = s.causal ? std::max<int64_t>(0, j0 + kb - i0) : 0;
           if (t0 >= rows) continue;
-          Axpy(nr, P + kb, 1, kBc, t0, rows, dop + i0 * Dp, Dp, dv + kb * Dp, Dp, nullptr, Dp);
-          Axpy(nr, dS + kb, 1, kBc, t0, rows, qp + i0 * Dp, Dp, dk + kb * Dp, Dp, nullptr, Dp);
+          Axpy(nr, P + kb, 1, kBc, t0, rows, G[i0], G.ld, dV[kb], dV.ld, nullptr, Dp);
+          Axpy(nr, dS + kb, 1, kBc, t0, rows, Q[i0], Q.ld, dK[kb], dK.ld, nullptr, Dp);
         }
         for (int64_t rb = i0; rb < i1; rb += kRows) {  // dQ += dS k
           const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
           const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;
-          Axpy(nr, dS + (rb - i0) * kBc, kBc, 1, 0, last - j0, kp + j0 * Dp, Dp, dq + rb * Dp, Dp,
-               nullptr, Dp);
+          Axpy(nr, dS + (rb - i0) * kBc, kBc, 1, 0, last - j0, K[j0], K.ld, dQ[rb], dQ.ld, nullptr,
+               Dp);
         }
       }
-      for (int64_t j = j0; j < j1; ++j) {
-        std::memcpy(dqr + j * ld + C, dk + (j - j0) * Dp, D * sizeof(float));
-        std::memcpy(dqr + j * ld + 2 * C, dv + (j - j0) * Dp, D * sizeof(float));
-      }
+      if (!direct)
+        for (int64_t j = j0; j < j1; ++j) {
+          std::memcpy(dqr + j * ld + C, dk + (j - j0) * Dp, D * sizeof(float));
+          std::memcpy(dqr + j * ld + 2 * C, dv + (j - j0) * Dp, D * sizeof(float));
+        }
     }
-    for (int64_t i = 0; i < T; ++i) std::memcpy(dqr + i * ld, dq + i * Dp, D * sizeof(float));
+    if (!direct)
+      for (int64_t i = 0; i < T; ++i) std::memcpy(dqr + i * ld, dq + i * Dp, D * sizeof(float));
   }
 }
 
