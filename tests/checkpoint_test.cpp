@@ -11,6 +11,7 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/sequence_model.hpp"
+#include "seqforge/nn/transformer.hpp"
 
 namespace seqforge {
 namespace {
@@ -122,6 +123,34 @@ TEST_P(PyTorchLoads, ItAndReproducesTheOutput) {
                           ckpt + " " + io;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
+// nanoGPT-style modules load a transformer's checkpoint strictly (lm_head.weight included).
+TEST(TransformerCheckpoint, PyTorchLoadsItAndSeqforgeLoadsItBack) {
+  auto be = make_cpu_backend();
+  Transformer model({.vocab_size = 11, .block_size = 9, .n_layer = 2, .n_head = 3, .n_embd = 12});
+  model.initialize(*be, 3);
+  std::vector<int64_t> ids(2 * 7);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 5 + 3) % 11);
+  Rng rng(4);
+  Tensor y = model.forward(*be, Tensor(ids.data(), DType::i64, {2, 7}), false, rng);
+  const nlohmann::json config = {
+      {"family", "transformer"}, {"v", 11}, {"c", 12}, {"l", 2}, {"h", 3}, {"bs", 9},
+      {"causal", true}};
+  const fs::path dir = temp_dir("torch_transformer");
+  const std::string ckpt = (dir / "model.safetensors").string(),
+                    io = (dir / "io.safetensors").string();
+  io::save_parameters(ckpt, *be, model.parameters(), {{"config", config.dump()}});
+  io::write_safetensors(io, {{"x", DType::i64, {2, 7}, ids.data()},
+                             {"y", DType::f32, y.shape().to_vector(), y.data()}});
+  const std::string cmd = "/usr/bin/python3 " SEQFORGE_SOURCE_DIR
+                          "/tests/python/check_torch_loads_checkpoint.py " +
+                          ckpt + " " + io;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  // And seqforge loads it back, the alias checked against its parameter.
+  Transformer again({.vocab_size = 11, .block_size = 9, .n_layer = 2, .n_head = 3, .n_embd = 12});
+  again.initialize(*be, 5);
+  EXPECT_EQ(io::load_parameters(ckpt, again.parameters(), *be).size(), model.parameters().size());
+}
+
 INSTANTIATE_TEST_SUITE_P(Cells, PyTorchLoads,
                          ::testing::Values(std::pair{CellKind::lstm, int64_t{0}},
                                            std::pair{CellKind::gru, int64_t{0}},

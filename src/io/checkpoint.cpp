@@ -1,5 +1,6 @@
 #include "seqforge/io/checkpoint.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "seqforge/backend/host_access.hpp"
@@ -17,6 +18,11 @@ void save_parameters(const std::string& path, Backend& backend, const Parameters
     const char* at = static_cast<const char*>(values.bytes()) +
                      (static_cast<const char*>(v.data()) - static_cast<const char*>(flat.data()));
     tensors.push_back({params.values().entries()[i].name, v.dtype(), v.shape().to_vector(), at});
+  }
+  for (const auto& [alias, i] : params.aliases()) {
+    SafetensorsTensor t = tensors[i];
+    t.name = alias;
+    tensors.push_back(t);
   }
   write_safetensors(path, tensors, metadata);
 }
@@ -70,10 +76,26 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
     backend.upload(params.value(i), converted.data());
     loaded.push_back(entry.name);
   }
+  // An alias of a parameter (a tied weight) must hold the same values as the parameter.
+  for (const auto& [alias, i] : params.aliases()) {
+    const SafetensorsEntry* a = file.find(alias);
+    const SafetensorsEntry* p = file.find(params.values().entries()[i].name);
+    if (!a || !p || !selected(params.values().entries()[i].name)) continue;
+    const auto ab = file.bytes(*a), pb = file.bytes(*p);
+    if (a->dtype != p->dtype || a->shape != p->shape ||
+        !std::equal(ab.begin(), ab.end(), pb.begin(), pb.end()))
+      fail(path, ": tensor '", alias, "' differs from '", params.values().entries()[i].name,
+           "', which this model ties it to");
+  }
   if (!allow_extra) {
+    auto known = [&](const std::string& name) {
+      if (params.values().find(name)) return true;
+      for (const auto& [alias, i] : params.aliases())
+        if (alias == name) return true;
+      return false;
+    };
     for (const auto& t : file.entries())
-      if (!params.values().find(t.name))
-        fail(path, ": tensor '", t.name, "' is not a parameter of this model");
+      if (!known(t.name)) fail(path, ": tensor '", t.name, "' is not a parameter of this model");
   }
   return loaded;
 }

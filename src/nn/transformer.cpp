@@ -128,6 +128,7 @@ Transformer::Transformer(const TransformerOptions& o, DType dtype) : opt_(o), pa
   for (int64_t i = 0; i < o.n_layer; ++i)
     blocks_.push_back(std::make_unique<Block>(params_, "transformer.h." + std::to_string(i), o));
   final_ = std::make_unique<Final>(params_, o);
+  params_.alias("lm_head.weight", wte_);  // the tied output head
 }
 
 Transformer::~Transformer() = default;

@@ -190,10 +190,12 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
 }
 
 std::vector<std::pair<std::string, Tensor>> named(const Parameters& params, const Arena& arena,
-                                                  const std::string& prefix) {
+                                                  const std::string& prefix, bool aliases) {
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t i = 0; i < params.size(); ++i)
     out.emplace_back(prefix + params.values().entries()[i].name, arena.view(i));
+  if (aliases)
+    for (const auto& [name, i] : params.aliases()) out.emplace_back(prefix + name, arena.view(i));
   return out;
 }
 

@@ -54,9 +54,9 @@ std::string format_metrics(const std::map<std::string, double>& m);
 std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Task& t,
                                                        int64_t epoch,
                                                        const std::map<std::string, double>& m);
-// The arena's tensors under the parameters' names, prefixed.
+// The arena's tensors under the parameters' names, prefixed (and their aliases' names).
 std::vector<std::pair<std::string, Tensor>> named(const Parameters& params, const Arena& arena,
-                                                  const std::string& prefix);
+                                                  const std::string& prefix, bool aliases = false);
 // Copies a tensor of `file` into `dst`, checking its shape; errors name the file and tensor.
 // `dst` is memory of `be`, or host memory when `be` is null.
 void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tensor dst, Backend* be);

@@ -697,7 +697,7 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
       (s_.save == "every_n" && (epoch % std::max<int64_t>(1, s_.save_every) == 0 || last_epoch));
   const Parameters& p = model_->parameters();
   if (write)
-    writer_->submit(checkpoint_, *be_, named(p, p.values(), ""), {},
+    writer_->submit(checkpoint_, *be_, named(p, p.values(), "", true), {},
                     checkpoint_metadata(c_, task_, epoch, m));
   state_.epochs_done = epoch;
   save_state(false, 0, 0, 0);  // after every epoch, for --resume

@@ -4,7 +4,8 @@
 Usage: check_torch_loads_checkpoint.py CHECKPOINT.safetensors IO.safetensors
 CHECKPOINT holds the parameters under PyTorch names and the model configuration as JSON metadata
 ("config": vocab, embed, input, hidden, layers, bidirectional, batch_first, output, per_step;
-optional cell "lstm" | "gru" and proj, the LSTM's proj_size).
+optional cell "lstm" | "gru" and proj, the LSTM's proj_size; or family "transformer" with
+make_transformer_fixtures.py's v, c, l, h, bs, causal for its nanoGPT-style module).
 IO holds "x" (the input) and "y" (seqforge's output). Exits 1 on a mismatch.
 """
 import json
@@ -12,6 +13,7 @@ import sys
 
 import torch
 
+from make_transformer_fixtures import Gpt
 from safetensors_read import read_safetensors
 
 
@@ -43,10 +45,13 @@ class Model(torch.nn.Module):
 def main():
     params, meta = read_safetensors(sys.argv[1])
     io, _ = read_safetensors(sys.argv[2])
-    model = Model(json.loads(meta["config"]))
+    config = json.loads(meta["config"])
+    model = Gpt(config) if config.get("family") == "transformer" else Model(config)
     model.load_state_dict(params, strict=True)
     with torch.no_grad():
         got = model(io["x"])
+        if config.get("family") == "transformer":
+            got = got.reshape(-1, got.shape[-1])
     want = io["y"]
     err = ((got - want).abs().max() / want.abs().max().clamp(min=1e-30)).item()
     print("PyTorch loaded %d tensors; output max error %.2e relative to max |y|" % (len(params), err))

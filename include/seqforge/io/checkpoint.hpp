@@ -9,13 +9,15 @@
 
 namespace seqforge::io {
 
-// Writes every parameter as F32 (or the arena's dtype for f64), atomically.
+// Writes every parameter (and each alias, a copy under its name) in the arena's dtype,
+// atomically.
 void save_parameters(const std::string& path, Backend& backend, const Parameters& params,
                      const std::map<std::string, std::string>& metadata = {});
 
 // Loads every parameter by name, converting from any float dtype in the file. A missing or
 // mis-shaped tensor is an error naming the file and the tensor; tensors in the file that the
-// model does not have are an error too unless `allow_extra`. With `modules` ("lstm", "head",
+// model does not have are an error too unless `allow_extra`; an alias (Parameters::alias) must
+// equal its parameter. With `modules` ("lstm", "head",
 // ...), only parameters named "<module>.*" are loaded and the file's other tensors are ignored.
 // Returns the names of the parameters loaded.
 std::vector<std::string> load_parameters(const std::string& path, Parameters& params,

@@ -36,9 +36,15 @@ class Parameters {
   size_t size() const { return values_.entries().size(); }
   int64_t count() const;  // total number of scalars
 
+  // A second name for parameter `index` (a tied weight: nanoGPT's lm_head.weight is
+  // transformer.wte.weight). Checkpoints hold it under both names; loading accepts either.
+  void alias(std::string name, size_t index) { aliases_.emplace_back(std::move(name), index); }
+  const std::vector<std::pair<std::string, size_t>>& aliases() const { return aliases_; }
+
  private:
   Arena values_, grads_;
   std::vector<Init> inits_;
+  std::vector<std::pair<std::string, size_t>> aliases_;
 };
 
 }  // namespace seqforge
