@@ -263,5 +263,18 @@ TEST(SealedBackend, CharlmRunsMatchTheReference) {
                    text.string());
 }
 
+TEST(SealedBackend, TransformerRunsMatchTheReference) {
+  const fs::path dir = temp_dir("data_gpt");
+  const fs::path text = dir / "t.txt";
+  std::ofstream(text) << "abcab cabba bcabc abacab cbacb aabbc cabab bcbca abcba caabb\n"
+                         "bacab cabcb abbca bcaab cbabc aacbb abcab cbaca bbaca cabab\n";
+  expect_same_runs("gpt",
+                   "data: {path: " + text.string() +
+                       ", task: charlm, seq_len: 8, split: {train: 0.8, val: 0.2}}\n"
+                       "model: {family: transformer, embedding: 8, heads: 2, layers: 2, "
+                       "dropout: 0.1}\n",
+                   text.string());
+}
+
 }  // namespace
 }  // namespace seqforge
