@@ -279,11 +279,7 @@ const Workload& find_workload(const std::string& id) {
 
 BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   std::string notice;
-  DType gemm_dtype = resolve_precision(options.precision, &notice);
-  if (w.model.family == ModelFamily::transformer && gemm_dtype != DType::f32) {
-    gemm_dtype = DType::f32;
-    notice = "the transformer runs in fp32 so far";
-  }
+  const DType gemm_dtype = resolve_precision(options.precision, &notice);
   if (options.steps < 1) fail("--steps must be at least 1, got ", options.steps);
   auto cpu = make_cpu_backend();
   RecordingBackend be(*cpu);

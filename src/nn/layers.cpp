@@ -33,8 +33,16 @@ Tensor Linear::forward(Backend& be, Tensor x) {
   const bool has_bias = bias_ != SIZE_MAX;
   GemmShape s{.trans_b = true, .m = n, .n = out_, .k = in_, .lda = in_, .ldb = in_, .ldc = out_};
   s.bias = has_bias;
-  be.gemm(s, params_.dtype(), x.data(), params_.value(weight_).data(), y.data(),
-          has_bias ? params_.value(bias_).data() : nullptr);
+  const void* bias = has_bias ? params_.value(bias_).data() : nullptr;
+  if (!low_) {
+    be.gemm(s, params_.dtype(), x.data(), params_.value(weight_).data(), y.data(), bias);
+    return y;
+  }
+  Tensor x_low = x_low_.get(be, DType::bf16, x.shape());
+  Tensor w_low = w_low_.get(be, DType::bf16, {out_, in_});
+  be.convert(x_low, x);
+  be.convert(w_low, params_.value(weight_));  // the weights change at every step
+  be.gemm(s, DType::bf16, x_low.data(), w_low.data(), y.data(), bias);
   return y;
 }
 
@@ -50,12 +58,19 @@ Tensor Linear::backward(Backend& be, Tensor dy) {
                .ldb = in_,
                .ldc = in_,
                .beta = 1.0f};
-  be.gemm(dw, params_.dtype(), dy.data(), x_.data(), params_.grad(weight_).data());
-  if (bias_ != SIZE_MAX) be.sum_rows_acc(params_.grad(bias_), dy);
-  // dx(N, in) = dy(N, out) W(out, in)
-  Tensor dx = dx_.get(be, params_.dtype(), {n, in_});
   GemmShape dxs{.m = n, .n = in_, .k = out_, .lda = out_, .ldb = in_, .ldc = in_};
-  be.gemm(dxs, params_.dtype(), dy.data(), params_.value(weight_).data(), dx.data());
+  Tensor dx = dx_.get(be, params_.dtype(), {n, in_});
+  if (bias_ != SIZE_MAX) be.sum_rows_acc(params_.grad(bias_), dy);
+  if (!low_) {
+    be.gemm(dw, params_.dtype(), dy.data(), x_.data(), params_.grad(weight_).data());
+    // dx(N, in) = dy(N, out) W(out, in)
+    be.gemm(dxs, params_.dtype(), dy.data(), params_.value(weight_).data(), dx.data());
+    return dx;
+  }
+  Tensor dy_low = dy_low_.get(be, DType::bf16, dy.shape());
+  be.convert(dy_low, dy);
+  be.gemm(dw, DType::bf16, dy_low.data(), x_low_.tensor().data(), params_.grad(weight_).data());
+  be.gemm(dxs, DType::bf16, dy_low.data(), w_low_.tensor().data(), dx.data());
   return dx;
 }
 

@@ -145,9 +145,10 @@ Tensor Transformer::forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool 
 }
 
 void Transformer::set_gemm_dtype(DType dtype) {
-  if (dtype != params_.dtype())
-    fail("the transformer runs its GEMMs in ", dtype_name(params_.dtype()), " only so far, not ",
-         dtype_name(dtype), " (train.precision: fp32)");
+  SF_CHECK(dtype == params_.dtype() || dtype == DType::bf16, "transformer GEMMs in ",
+           dtype_name(dtype));
+  for (auto& b : blocks_)
+    for (Linear* l : {&b->c_attn, &b->attn_proj, &b->c_fc, &b->mlp_proj}) l->set_gemm_dtype(dtype);
 }
 
 Tensor Transformer::forward(Backend& be, Tensor ids, bool training, Rng& rng) {

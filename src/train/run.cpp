@@ -251,21 +251,13 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   return {std::move(file), std::move(config), std::move(task)};
 }
 
-DType model_precision(const std::string& precision, const ModelOptions& m, std::string* notice) {
-  const DType dtype = resolve_precision(precision, notice);
-  if (m.family != ModelFamily::transformer || dtype == DType::f32) return dtype;
-  if (notice && precision == "bf16")
-    *notice = "precision bf16: the transformer trains in fp32 so far; training in fp32";
-  return DType::f32;
-}
-
 // The model of a loaded run, its weights loaded, computing in the run's precision.
 std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream* notes) {
   auto model = make_model(r.task.model);
   model->initialize(be, 0);
   io::load_parameters(r.file.source(), model->parameters(), be);
   std::string notice;
-  model->set_gemm_dtype(model_precision(r.config.str("train.precision"), r.task.model, &notice));
+  model->set_gemm_dtype(resolve_precision(r.config.str("train.precision"), &notice));
   if (!notice.empty() && notes) *notes << "note: " << notice << "\n";
   return model;
 }

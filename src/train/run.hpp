@@ -71,9 +71,6 @@ LoadedRun load_run(const std::string& run, const std::string& data_override,
                    WindowSet windows = WindowSet::splits);
 // The model of a loaded run, its weights loaded, computing in the run's precision.
 std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream* notes);
-// train.precision for this model: resolve_precision, and fp32 where the family has no bf16
-// path yet (with a notice when bf16 was asked for).
-DType model_precision(const std::string& precision, const ModelOptions& m, std::string* notice);
 
 // Stateful training's batches: the training split cut into consecutive chunks (windows one
 // lookback apart, or a text's consecutive sequences), dealt into batch_size streams, each a

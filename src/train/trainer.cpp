@@ -190,7 +190,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       rank_(comm.rank()),
       threads_(configure_rank_threads(c, comm.local_size())),
       task_(load_task(c)),
-      gemm_dtype_(model_precision(c.str("train.precision"), task_.model, &precision_notice_)),
+      gemm_dtype_(resolve_precision(c.str("train.precision"), &precision_notice_)),
       s_((check_validation_split(c, task_), LoopSettings::from(c, task_))),
       run_dir_(!resume_dir.empty() ? resume_dir
                : rank_ == 0        ? new_run_dir(c, overwrite)

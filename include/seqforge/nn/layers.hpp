@@ -19,13 +19,18 @@ class Linear {
   Tensor backward(Backend& be, Tensor dy);  // dy (N, out) -> dx (N, in); dW, db accumulate
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
+  // bf16: the three GEMMs take bf16 copies of x, W and dy (f32 accumulation; outputs and
+  // gradients stay in the parameters' dtype).
+  void set_gemm_dtype(DType dtype) { low_ = dtype == DType::bf16; }
 
  private:
   Parameters& params_;
   int64_t in_, out_;
   size_t weight_, bias_ = SIZE_MAX;
-  Tensor x_;       // (N, in) saved input
-  Buffer y_, dx_;  // (N, out), (N, in)
+  bool low_ = false;
+  Tensor x_;                       // (N, in) saved input
+  Buffer y_, dx_;                  // (N, out), (N, in)
+  Buffer x_low_, w_low_, dy_low_;  // bf16: (N, in), (out, in), (N, out)
 };
 
 // y = table[ids]. PyTorch name: <prefix>.weight (vocab, dim), initialised N(0, 1).
