@@ -242,6 +242,7 @@ TEST(Trainer, TransformerCharlmLearnsAndGenerates) {
                                            "train.max_batches=60",
                                            "train.epochs=2",
                                            "train.warmup_steps=10",
+                                           "model.dropout=0",
                                            "optim.lr=0.005"};
   std::vector<std::string> overrides = common;
   overrides.push_back("train.run_dir=" + (dir / "run").string());

@@ -231,8 +231,8 @@ double Workload::gflop() const {
     // (on average T/2 keys: 2 (T/2) C for q.k and as much for p.v, per layer).
     const TransformerOptions& t = model.transformer;
     const double C = double(t.n_embd), L = double(t.n_layer), N = double(batch * steps);
-    const double forward = 2 * N * (12 * L * C * C + C * double(t.vocab_size)) +
-                           2 * N * double(steps) * C * L;
+    const double forward =
+        2 * N * (12 * L * C * C + C * double(t.vocab_size)) + 2 * N * double(steps) * C * L;
     return 3 * forward / 1e9;
   }
   const int64_t D = model.rnn.bidirectional ? 2 : 1, H = model.rnn.hidden_size;
@@ -283,7 +283,9 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   if (options.steps < 1) fail("--steps must be at least 1, got ", options.steps);
   auto cpu = make_cpu_backend();
   RecordingBackend be(*cpu);
-  std::unique_ptr<Model> made = make_model(w.model);
+  ModelOptions model_options = w.model;
+  model_options.transformer.checkpoint_activations = options.checkpoint_activations;
+  std::unique_ptr<Model> made = make_model(model_options);
   Model& model = *made;
   model.initialize(be, 1);
   model.set_gemm_dtype(gemm_dtype);
@@ -334,6 +336,8 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   r.id = w.id;
   r.name = w.name;
   r.precision = gemm_dtype == DType::bf16 ? "bf16" : "fp32";
+  r.checkpoint_activations =
+      options.checkpoint_activations && w.model.family == ModelFamily::transformer;
   r.notice = notice;
   for (int i = 0; i < options.warmup; ++i) step();
   if (options.profile) profiler::start();

@@ -37,6 +37,8 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
   for (const sf::Workload* w : selected) {
     const sf::BenchResult r = sf::run_benchmark(*w, options);
     if (!r.notice.empty()) std::printf("note: %s\n", r.notice.c_str());
+    if (r.checkpoint_activations)
+      std::printf("note: %s with activation checkpointing\n", r.id.c_str());
     std::printf("%-3s %-34s %-5s %10.2f %8.2f-%-8.2f %10.0f %8.1f %10.2f %6.2f %8.0f\n",
                 r.id.c_str(), r.name.c_str(), r.precision.c_str(), r.median_ms, r.p10_ms, r.p90_ms,
                 r.samples_per_s, r.gflops, r.gemm_floor_ms, r.floor_ratio, r.peak_mb);
@@ -45,6 +47,7 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
     out.push_back({{"id", r.id},
                    {"name", r.name},
                    {"precision", r.precision},
+                   {"checkpoint_activations", r.checkpoint_activations},
                    {"step_ms", r.step_ms},
                    {"median_ms", r.median_ms},
                    {"p10_ms", r.p10_ms},
@@ -76,7 +79,8 @@ int main(int argc, char** argv) {
   std::string bench_which = "all", bench_json;
   sf::BenchOptions bench_options;
   CLI::App* bench = app.add_subcommand("bench", "Time training steps of the benchmark workloads");
-  bench->add_option("workload", bench_which, "W1, W2, W3, W4, W5, W1g, W4g, W1p, W4p or all")->capture_default_str();
+  bench->add_option("workload", bench_which, "W1, W2, W3, W4, W5, W1g, W4g, W1p, W4p or all")
+      ->capture_default_str();
   bench->add_option("--precision", bench_options.precision, "fp32, bf16 or auto")
       ->capture_default_str();
   bench->add_option("--steps", bench_options.steps, "timed steps")->capture_default_str();
@@ -84,6 +88,8 @@ int main(int argc, char** argv) {
   bench->add_option("--json", bench_json, "write the results as JSON to this file");
   bench->add_flag("--profile", bench_options.profile,
                   "print where the timed steps spent their time, per workload");
+  bench->add_flag("--checkpoint-activations", bench_options.checkpoint_activations,
+                  "transformers: recompute each block's activations in backward");
 
   std::string run_dir;
   std::vector<std::string> train_args;  // the config and key.path=value overrides, in any order

@@ -134,6 +134,10 @@ const std::vector<ConfigKey> kKeys = {
     {"model.layers", T::integer, "1", "Recurrent layers, or transformer blocks."},
     {"model.heads", T::integer, "4",
      "Transformer: attention heads; model.embedding must be a multiple of them."},
+    {"model.checkpoint_activations", T::boolean, "false",
+     "Transformer: activation checkpointing; forward keeps only each block's output and backward "
+     "recomputes a block's activations before its gradients (about a third more compute, a "
+     "fraction of the activation memory)."},
     {"model.block_size", T::integer, "0",
      "Transformer: the longest sequence it takes (rows of transformer.wpe.weight); 0: "
      "data.seq_len."},

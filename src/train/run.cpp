@@ -79,6 +79,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
       fail(c.source(), ": model.block_size ", o.block_size, " is shorter than data.seq_len ",
            t.steps());
     o.dropout = m.rnn.dropout;
+    o.checkpoint_activations = c.boolean("model.checkpoint_activations");
     if (m.rnn.bidirectional)
       fail(c.source(),
            ": model.bidirectional is for recurrent layers; a charlm transformer is "

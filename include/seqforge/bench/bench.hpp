@@ -22,16 +22,18 @@ const std::vector<Workload>& workloads();
 const Workload& find_workload(const std::string& id);  // "W1" or its name; throws if unknown
 
 struct BenchOptions {
-  std::string precision = "fp32";  // fp32 | bf16 | auto
-  int steps = 10;                  // timed steps
-  int warmup = 2;                  // untimed steps first
-  bool profile = false;            // profile the timed steps (profiler::summary() afterwards)
+  std::string precision = "fp32";       // fp32 | bf16 | auto
+  int steps = 10;                       // timed steps
+  int warmup = 2;                       // untimed steps first
+  bool profile = false;                 // profile the timed steps (profiler::summary() afterwards)
+  bool checkpoint_activations = false;  // transformers: activation checkpointing
 };
 
 struct BenchResult {
   std::string id, name, precision;  // precision actually used
-  std::string notice;               // why it differs from the one asked for
-  std::vector<double> step_ms;      // every timed step
+  bool checkpoint_activations = false;
+  std::string notice;           // why it differs from the one asked for
+  std::vector<double> step_ms;  // every timed step
   double median_ms = 0, p10_ms = 0, p90_ms = 0;
   double samples_per_s = 0, gflops = 0;
   double gemm_floor_ms = 0;  // the step's GEMMs alone, replayed in order (median)

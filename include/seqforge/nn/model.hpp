@@ -20,6 +20,9 @@ struct TransformerOptions {
   double dropout = 0.0;  // on the embeddings and on each residual branch
   // true: each position attends to itself and those before it (a decoder); false: to all.
   bool causal = true;
+  // Activation checkpointing: forward keeps only each block's output, and backward recomputes a
+  // block's activations just before its gradients, so one block's activations live at a time.
+  bool checkpoint_activations = false;
 };
 
 struct ModelOptions {

@@ -40,17 +40,23 @@ class Transformer final : public Model {
 
  private:
   struct Block;
+  struct Acts;
+  struct Scratch;
+  void block_forward(Backend& be, Block& k, Acts& a, Tensor x);
+  void block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tensor dout, Tensor dx);
+
   TransformerOptions opt_;
   ModelOptions model_opt_;
   GradReadyHook grad_ready_;
   Parameters params_;
-  size_t wte_, wpe_;
+  size_t wte_, wpe_, lnf_w_, lnf_b_;
   std::vector<std::unique_ptr<Block>> blocks_;
-  struct Final;
-  std::unique_ptr<Final> final_;
+  std::vector<std::unique_ptr<Acts>> acts_;
+  std::unique_ptr<Scratch> scratch_;
+  bool low_ = false, dropping_ = false;
   AttentionShape shape_;
-  Tensor ids_;
-  Buffer x0_, logits_, dz_;  // (N, C) embeddings, (N, V), (N, C)
+  Tensor ids_, z_;                          // (N) the last forward's ids, (N, C) ln_f's output
+  Buffer x0_, z_buf_, lnf_saved_, logits_;  // (N, C), (N, C), (N, 2), (N, V)
 };
 
 }  // namespace seqforge
