@@ -583,6 +583,18 @@ OpCase small_ops_case() {
     out["sum_squares"] = {be.sum_squares(table.t)};
     be.scale(table.t, -0.5);
     out["scale"] = to_doubles(be, table.t);
+    // The adapters' column scaling (with and without a bias) and DoRA's row norms.
+    HostTensor sc_x(be, dt, {40, 13}, values(rng, 520)), sc_s(be, dt, {13}, values(rng, 13)),
+        sc_b(be, dt, {13}, values(rng, 13)), sc_y(be, dt, {40, 13}, std::vector<double>(520));
+    be.scale_columns(sc_y.t, sc_x.t, sc_s.t, sc_b.t);
+    out["scale_columns_bias"] = to_doubles(be, sc_y.t);
+    be.scale_columns(sc_x.t, sc_x.t, sc_s.t, {});
+    out["scale_columns_in_place"] = to_doubles(be, sc_x.t);
+    HostTensor dn_v(be, dt, {9, 31}, values(rng, 279)), dn_m(be, dt, {9}, values(rng, 9, 0.5, 2)),
+        dn_scale(be, dt, {9}, std::vector<double>(9)), dn_inv(be, dt, {9}, std::vector<double>(9));
+    be.dora_norm(dn_scale.t, dn_inv.t, dn_v.t, dn_m.t);
+    out["dora_norm_scale"] = to_doubles(be, dn_scale.t);
+    out["dora_norm_inv"] = to_doubles(be, dn_inv.t);
     // Layer norm (rows wide enough for several SIMD blocks and a tail, and threads) and GELU.
     HostTensor ln_x(be, dt, {70, 37}, values(rng, 70 * 37, -3, 3)),
         ln_w(be, dt, {37}, values(rng, 37, 0.5, 1.5)), ln_b(be, dt, {37}, values(rng, 37)),

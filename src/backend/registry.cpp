@@ -29,6 +29,8 @@ const char* op_name(Op op) {
       return "activation";
     case Op::attention:
       return "attention";
+    case Op::adapter:
+      return "adapter";
     case Op::loss:
       return "loss";
     case Op::optimizer:

@@ -162,6 +162,12 @@ class RecordingBackend final : public Backend {
   }
   void gelu_forward(Tensor y, Tensor x) override { inner_.gelu_forward(y, x); }
   void gelu_backward(Tensor dx, Tensor dy, Tensor x) override { inner_.gelu_backward(dx, dy, x); }
+  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
+    inner_.scale_columns(y, x, s, b);
+  }
+  void dora_norm(Tensor s, Tensor inv, Tensor v, Tensor m) override {
+    inner_.dora_norm(s, inv, v, m);
+  }
   void attention_forward(const AttentionForward& a, DType dt) override {
     inner_.attention_forward(a, dt);
   }

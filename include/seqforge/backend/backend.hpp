@@ -35,13 +35,15 @@ enum class Op {
   norm,         // layer_norm_forward, layer_norm_backward
   activation,   // gelu_forward, gelu_backward
   attention,    // attention_forward, attention_backward
+  adapter,      // scale_columns, dora_norm
   loss,         // mse_loss, cross_entropy_loss
   optimizer,    // adam_step, sgd_step
 };
 const char* op_name(Op op);
 constexpr Op kAllOps[] = {Op::memory,     Op::gemm,      Op::elementwise, Op::layout,
                           Op::dropout,    Op::cell,      Op::embedding,   Op::norm,
-                          Op::activation, Op::attention, Op::loss,        Op::optimizer};
+                          Op::activation, Op::attention, Op::adapter,     Op::loss,
+                          Op::optimizer};
 
 class Backend {
  public:
@@ -136,6 +138,11 @@ class Backend {
   // y = GELU(x) in its exact form x * Phi(x) (PyTorch's nn.GELU()), and dx = dy * GELU'(x).
   virtual void gelu_forward(Tensor y, Tensor x) = 0;
   virtual void gelu_backward(Tensor dx, Tensor dy, Tensor x) = 0;
+
+  // y(R, C) = x * s(C) broadcast over rows, + b(C) when given (y may be x).
+  virtual void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) = 0;
+  // DoRA's weight norm, per row of v(R, C): inv_norm(R) = 1 / ||v_r||, scale(R) = m * inv_norm.
+  virtual void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) = 0;
 
   // Multi-head attention (ops.hpp), forward and backward.
   virtual void attention_forward(const AttentionForward& a, DType dtype) = 0;

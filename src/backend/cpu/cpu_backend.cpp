@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/onednn_gemm.hpp"
+#include "kernels/adapter.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cells.hpp"
 #include "kernels/cpu/gemm_narrow.hpp"
@@ -293,6 +294,19 @@ class CpuBackend final : public Backend {
     parallel_rows(x.numel(), 30, [&](int64_t i0, int64_t i1) {
       simd::gelu_backward(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(), i0, i1);
     });
+  }
+  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
+    if (x.dtype() != DType::f32) return ref_->scale_columns(y, x, s, b);
+    const int64_t C = s.numel();
+    SF_CHECK(y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C),
+             "scale_columns shapes");
+    parallel_rows(x.numel() / C, C, [&](int64_t r0, int64_t r1) {
+      kernels::scale_columns(y.data_as<float>(), x.data_as<float>(), s.data_as<float>(),
+                             b.empty() ? nullptr : b.data_as<float>(), C, r0, r1);
+    });
+  }
+  void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) override {
+    ref_->dora_norm(scale, inv_norm, v, m);  // once per step and weight
   }
   void attention_forward(const AttentionForward& a, DType dtype) override {
     if (dtype != DType::f32) return ref_->attention_forward(a, dtype);

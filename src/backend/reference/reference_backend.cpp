@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backend/dispatch.hpp"
+#include "kernels/adapter.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cells.hpp"
 #include "kernels/norm.hpp"
@@ -208,6 +209,26 @@ class ReferenceBackend final : public Backend {
     dispatch_float(x.dtype(), [&]<typename T>() {
       kernels::gelu_backward(static_cast<T*>(dx.data()), static_cast<const T*>(dy.data()),
                              static_cast<const T*>(x.data()), 0, x.numel());
+    });
+  }
+  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
+    const int64_t C = s.numel();
+    SF_CHECK(y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C),
+             "scale_columns shapes");
+    dispatch_float(x.dtype(), [&]<typename T>() {
+      kernels::scale_columns(static_cast<T*>(y.data()), static_cast<const T*>(x.data()),
+                             static_cast<const T*>(s.data()),
+                             b.empty() ? nullptr : static_cast<const T*>(b.data()), C, 0,
+                             x.numel() / C);
+    });
+  }
+  void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) override {
+    const int64_t R = m.numel();
+    SF_CHECK(scale.numel() == R && inv_norm.numel() == R && v.numel() % R == 0, "dora_norm shapes");
+    dispatch_float(v.dtype(), [&]<typename T>() {
+      kernels::dora_norm(static_cast<T*>(scale.data()), static_cast<T*>(inv_norm.data()),
+                         static_cast<const T*>(v.data()), static_cast<const T*>(m.data()),
+                         v.numel() / R, 0, R);
     });
   }
   void attention_forward(const AttentionForward& a, DType dtype) override {

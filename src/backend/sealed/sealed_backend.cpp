@@ -136,6 +136,14 @@ class SealedBackend final : public Backend {
     Open o(*this, "gelu_backward", {dx, dy, x});
     inner_->gelu_backward(dx, dy, x);
   }
+  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
+    Open o(*this, "scale_columns", {y, x, s, b});
+    inner_->scale_columns(y, x, s, b);
+  }
+  void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) override {
+    Open o(*this, "dora_norm", {scale, inv_norm, v, m});
+    inner_->dora_norm(scale, inv_norm, v, m);
+  }
   void attention_forward(const AttentionForward& a, DType dtype) override {
     Open o(*this, "attention_forward", {}, {a.qkv, a.lengths, a.out, a.lse});
     inner_->attention_forward(a, dtype);

@@ -1,0 +1,29 @@
+#pragma once
+// Scalar kernels of the adapters (LoRA, DoRA): column scaling of activations and DoRA's
+// per-row weight norm. The reference, and what the CPU backend runs over row ranges.
+#include <cmath>
+#include <cstdint>
+
+namespace seqforge::kernels {
+
+// Rows [r0, r1) of y (R, C) = x * s (C) broadcast over the rows, + b (C) when given.
+template <typename T>
+void scale_columns(T* y, const T* x, const T* s, const T* b, int64_t C, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < C; ++j)
+      y[r * C + j] = static_cast<T>(x[r * C + j] * s[j] + (b ? b[j] : T(0)));
+}
+
+// Rows [r0, r1) of v (R, C): inv_norm = 1 / ||v_r||, scale = m_r * inv_norm (DoRA's m / ||V||).
+template <typename T>
+void dora_norm(T* scale, T* inv_norm, const T* v, const T* m, int64_t C, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    double sq = 0;
+    for (int64_t j = 0; j < C; ++j) sq += double(v[r * C + j]) * double(v[r * C + j]);
+    const double inv = 1.0 / std::sqrt(sq);
+    inv_norm[r] = static_cast<T>(inv);
+    scale[r] = static_cast<T>(double(m[r]) * inv);
+  }
+}
+
+}  // namespace seqforge::kernels
