@@ -33,13 +33,14 @@ double dot(Tensor a, const std::vector<double>& r) {
 // `max_checks` of them, spread evenly). Returns the worst relative error. A step of 1e-5 keeps
 // both the truncation error (~h^2) and the rounding of the objective (~eps/h) far below 1e-6.
 double check_gradient(Tensor x, const std::vector<double>& analytic,
-                      const std::function<double()>& objective, int64_t max_checks = 60) {
+                      const std::function<double()>& objective, int64_t max_checks = 60,
+                      double step = 1e-5) {
   double* p = x.data_as<double>();
   const int64_t n = x.numel();
   const int64_t stride = std::max<int64_t>(1, n / max_checks);
   double worst = 0;
   for (int64_t i = 0; i < n; i += stride) {
-    const double saved = p[i], h = 1e-5 * std::max(1.0, std::fabs(saved));
+    const double saved = p[i], h = step * std::max(1.0, std::fabs(saved));
     p[i] = saved + h;
     const double up = objective();
     p[i] = saved - h;
@@ -363,6 +364,66 @@ TEST(GradCheck, Transformer) {
             << p.values().entries()[i].name << (causal ? " causal" : " bidirectional")
             << (checkpoint ? " recomputed" : "");
     }
+}
+
+}  // namespace
+}  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+// Adapters on a frozen transformer: every adapter parameter's gradient against central
+// differences (LoRA with adapter dropout; DoRA's magnitudes, whose gradient does not depend on
+// treating ||V|| as a constant), and no gradient at all for the base.
+TEST(GradCheck, TransformerAdapters) {
+  for (const AdapterKind kind : {AdapterKind::lora, AdapterKind::dora}) {
+    auto be = make_reference_backend();
+    TransformerOptions o{.vocab_size = 7, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 6};
+    o.adapter = {.kind = kind,
+                 .rank = 2,
+                 .alpha = 3.0,
+                 .dropout = kind == AdapterKind::lora ? 0.25 : 0.0,
+                 .targets = {"attn.c_attn", "mlp.c_proj", "attn.c_proj"}};
+    Transformer model(o, DType::f64);
+    model.initialize(*be, 3);
+    Parameters& p = model.parameters();
+    Rng data(9);
+    for (size_t i = 0; i < p.size(); ++i)  // B away from zero, so that A's gradient is not zero
+      if (p.values().entries()[i].name.find("lora_B") != std::string::npos)
+        be->copy(p.value(i), HostTensor(*be, DType::f64, p.value(i).shape(),
+                                        random_values(data, p.value(i).numel(), 0.5))
+                                 .t);
+    HostTensor ids(*be, DType::i64, {2, 5}, {1, 4, 6, 0, 2, 3, 3, 5, 1, 0});
+    const std::vector<double> r = random_values(data, 2 * 5 * 7);
+    auto objective = [&] {
+      Rng rng(17);
+      return dot(model.forward(*be, ids.t, true, rng), r);
+    };
+    objective();
+    HostTensor dy(*be, DType::f64, {10, 7}, r);
+    p.zero_grad(*be);
+    model.backward_logits(*be, dy.t);
+    const std::vector<bool> frozen = model.frozen_parameters();
+    ASSERT_EQ(frozen.size(), p.size());
+    int adapters = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      const std::string& name = p.values().entries()[i].name;
+      const bool adapter = name.rfind("base_model.model.", 0) == 0;
+      EXPECT_EQ(frozen[i], !adapter) << name;
+      const std::vector<double> g = to_doubles(p.grad(i));
+      if (!adapter) {
+        EXPECT_EQ(*std::max_element(g.begin(), g.end()), 0.0) << name << " got a gradient";
+        EXPECT_EQ(*std::min_element(g.begin(), g.end()), 0.0) << name << " got a gradient";
+        continue;
+      }
+      ++adapters;
+      if (kind == AdapterKind::dora && name.find("magnitude") == std::string::npos) continue;
+      // A smaller step: the attention softmax curves sharply here (1e-5 leaves 1e-8 of
+      // truncation error on some elements).
+      EXPECT_LE(check_gradient(p.value(i), g, objective, 12, 1e-6), kTolerance) << name;
+    }
+    EXPECT_EQ(adapters, 2 * 3 * (kind == AdapterKind::dora ? 3 : 2));
+  }
 }
 
 }  // namespace

@@ -16,6 +16,21 @@ void HostView::upload() {
   if (!copy_.empty()) backend_.upload(t_, data_);
 }
 
+std::vector<double> download_doubles(Backend& backend, Tensor t) {
+  std::vector<std::byte> raw(t.nbytes());
+  backend.download(raw.data(), t);
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  convert(raw.data(), t.dtype(), out.data(), DType::f64, out.size());
+  return out;
+}
+
+void upload_doubles(Backend& backend, Tensor t, const std::vector<double>& values) {
+  SF_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "values for ", t.shape().str());
+  std::vector<std::byte> raw(t.nbytes());
+  convert(values.data(), DType::f64, raw.data(), t.dtype(), values.size());
+  backend.upload(t, raw.data());
+}
+
 Tensor StagedBuffer::get(Backend& backend, DType dtype, Shape shape) {
   backend_ = &backend;
   const Tensor t = buffer_.get(backend, dtype, shape);

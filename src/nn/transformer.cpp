@@ -4,9 +4,11 @@
 // Gradient rule: parameter gradients accumulate (+=), activation gradients are assigned (=).
 #include "seqforge/nn/transformer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/hash.hpp"
 #include "seqforge/core/profiler.hpp"
 
@@ -16,47 +18,83 @@ namespace {
 
 constexpr double kLayerNormEps = 1e-5;
 
-// y(N, out) = x(N, in) W(out, in)^T + b; in bf16 on copies of x (made here into x_low) and of W
-// (w_low, made once per step) when w_low is given.
+// y(N, out) = x(N, in) W(out, in)^T (+ b when given); in bf16 on copies of x (made here into
+// x_low) and of W (w_low, made once per step) when w_low is given.
 void linear_forward(Backend& be, Tensor y, Tensor x, Buffer& x_low, Tensor w, Tensor w_low,
                     Tensor b) {
   const int64_t n = x.dim(0), in = x.dim(1), out = y.dim(1);
   GemmShape s{.trans_b = true, .m = n, .n = out, .k = in, .lda = in, .ldb = in, .ldc = out};
-  s.bias = true;
-  if (w_low.empty()) return be.gemm(s, w.dtype(), x.data(), w.data(), y.data(), b.data());
+  s.bias = !b.empty();
+  const void* bias = b.empty() ? nullptr : b.data();
+  if (w_low.empty()) return be.gemm(s, w.dtype(), x.data(), w.data(), y.data(), bias);
   Tensor xl = x_low.get(be, DType::bf16, x.shape());
   be.convert(xl, x);
-  be.gemm(s, DType::bf16, xl.data(), w_low.data(), y.data(), b.data());
+  be.gemm(s, DType::bf16, xl.data(), w_low.data(), y.data(), bias);
+}
+
+// The operand of dy's GEMMs: dy itself, or its bf16 copy in dy_low.
+const void* gemm_operand(Backend& be, Tensor dy, Buffer& dy_low, bool low) {
+  if (!low) return dy.data();
+  Tensor gl = dy_low.get(be, DType::bf16, dy.shape());
+  be.convert(gl, dy);
+  return gl.data();
+}
+
+// dx(N, in) = dy(N, out) W(out, in), from dy's operand g.
+void linear_input_backward(Backend& be, Tensor dx, const void* g, Tensor dy, Tensor w, bool low) {
+  const int64_t n = dy.dim(0), out = dy.dim(1), in = dx.dim(1);
+  const GemmShape dxs{.m = n, .n = in, .k = out, .lda = out, .ldb = in, .ldc = in};
+  be.gemm(dxs, low ? DType::bf16 : dy.dtype(), g, w.data(), dx.data());
 }
 
 // dW += dy^T x, db += column sums of dy, dx = dy W; x and W as forward used them (bf16 copies
-// with w_low, and dy then converted into dy_low).
+// with `low`, and dy then converted into dy_low).
 void linear_backward(Backend& be, Tensor dx, Tensor dw, Tensor db, Tensor dy, Buffer& dy_low,
                      Tensor x, Tensor w, bool low) {
   const int64_t n = dy.dim(0), out = dy.dim(1), in = dx.dim(1);
   be.sum_rows_acc(db, dy);
-  const void* g = dy.data();
-  if (low) {
-    Tensor gl = dy_low.get(be, DType::bf16, dy.shape());
-    be.convert(gl, dy);
-    g = gl.data();
-  }
-  const DType dt = low ? DType::bf16 : dy.dtype();
+  const void* g = gemm_operand(be, dy, dy_low, low);
   const GemmShape dws{
       .trans_a = true, .m = out, .n = in, .k = n, .lda = out, .ldb = in, .ldc = in, .beta = 1.0f};
-  be.gemm(dws, dt, g, x.data(), dw.data());
-  const GemmShape dxs{.m = n, .n = in, .k = out, .lda = out, .ldb = in, .ldc = in};
-  be.gemm(dxs, dt, g, w.data(), dx.data());
+  be.gemm(dws, low ? DType::bf16 : dy.dtype(), g, x.data(), dw.data());
+  linear_input_backward(be, dx, g, dy, w, low);
+}
+
+// C(m, n) (+)= alpha op(A) op(B) in f32/f64, all packed row-major.
+void gemm(Backend& be, DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+          float beta, Tensor a, Tensor b, Tensor c) {
+  const GemmShape s{.trans_a = ta,
+                    .trans_b = tb,
+                    .m = m,
+                    .n = n,
+                    .k = k,
+                    .lda = ta ? m : k,
+                    .ldb = tb ? k : n,
+                    .ldc = n,
+                    .alpha = alpha,
+                    .beta = beta};
+  be.gemm(s, dt, a.data(), b.data(), c.data());
 }
 
 }  // namespace
 
-// A block's parameters, its bf16 weight copies and its output.
+// One of a block's Linears (y = x W^T + b), with its adapter when it has one.
+struct Transformer::Proj {
+  int64_t in = 0, out = 0;
+  size_t w = 0, b = 0;          // W0 (out, in), b (out)
+  size_t A = kNone, B = kNone;  // adapter: A (rank, in), B (out, rank)
+  size_t m = kNone;             // DoRA: magnitudes (out)
+  Buffer v, scale, inv_norm;    // DoRA: V = W0 + s B A (out, in), m / ||V||, 1 / ||V|| (out)
+  Buffer low;                   // bf16 copy of the weight the GEMMs use (W0, or V)
+  static constexpr size_t kNone = SIZE_MAX;
+};
+
+// A block's parameters and its output.
 struct Transformer::Block {
-  size_t ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mproj_w, mproj_b;
-  Buffer attn_low, proj_low, fc_low, mproj_low;  // bf16 (3C, C), (C, C), (4C, C), (C, 4C)
-  Buffer out;                                    // (N, C) the next block's input
-  uint64_t seed = 0;                             // its dropout masks in the last forward
+  size_t ln1_w, ln1_b, ln2_w, ln2_b;
+  Proj p[4];          // attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj
+  Buffer out;         // (N, C) the next block's input
+  uint64_t seed = 0;  // its dropout masks in the last forward
 };
 
 // What a block's backward needs of its forward: one per block, or one for all when activations
@@ -70,6 +108,9 @@ struct Transformer::Acts {
   Buffer fc, gelu;                             // (N, 4C) before and after GELU
   Buffer mask1, mask2;                         // (N, C) dropout masks of the two branches
   Buffer ln1_low, att_low, ln2_low, gelu_low;  // bf16 GEMM operands (N, C), (N, C), (N, C), (N, 4C)
+  // Per Linear with an adapter: x A^T (N, rank); DoRA: x V^T before scaling (N, out); LoRA with
+  // dropout: the adapter's dropped input and its mask (N, in).
+  Buffer xa[4], pre[4], xd[4], xd_mask[4];
 };
 
 // One block's scratch at a time, forward and backward.
@@ -83,8 +124,12 @@ struct Transformer::Scratch {
   Buffer dqkv;      // (N, 3C)
   Buffer d_low;     // bf16 copy of the gradient a GEMM reads, up to (N, 4C)
   Buffer dx[2];     // (N, C) the gradient flowing down, block by block
-  Buffer dz;        // (N, C) at ln_f's output
-  Buffer x0_mask;   // (N, C) embedding dropout
+  Buffer g;         // adapters: (N, rank) the gradient at x A^T
+  Buffer dp, dp2;   // adapters: (N, out) DoRA's gradient at x V^T, and dy * x V^T
+  Buffer t;         // adapters: (N, in) a LoRA-with-dropout term of dx
+  Buffer dnorm_w, dnorm_b;  // (C) LayerNorm gradients of a frozen base, discarded
+  Buffer dz;                // (N, C) at ln_f's output
+  Buffer x0_mask;           // (N, C) embedding dropout
 };
 
 Transformer::Transformer(const TransformerOptions& o, DType dtype) : opt_(o), params_(dtype) {
@@ -103,35 +148,93 @@ Transformer::Transformer(const TransformerOptions& o, DType dtype) : opt_(o), pa
   const Init w_proj = Init::Normal(0.0, 0.02 / std::sqrt(2.0 * double(o.n_layer)));
   wte_ = params_.declare("transformer.wte.weight", {o.vocab_size, C}, w);
   wpe_ = params_.declare("transformer.wpe.weight", {o.block_size, C}, w);
+  auto linear = [&](Proj& p, const std::string& name, int64_t in, int64_t out, Init init) {
+    p.in = in;
+    p.out = out;
+    p.w = params_.declare(name + ".weight", {out, in}, init);
+    p.b = params_.declare(name + ".bias", {out}, zero);
+  };
   for (int64_t i = 0; i < o.n_layer; ++i) {
     const std::string h = "transformer.h." + std::to_string(i);
     auto k = std::make_unique<Block>();
     k->ln1_w = params_.declare(h + ".ln_1.weight", {C}, one);
     k->ln1_b = params_.declare(h + ".ln_1.bias", {C}, zero);
-    k->attn_w = params_.declare(h + ".attn.c_attn.weight", {3 * C, C}, w);
-    k->attn_b = params_.declare(h + ".attn.c_attn.bias", {3 * C}, zero);
-    k->proj_w = params_.declare(h + ".attn.c_proj.weight", {C, C}, w_proj);
-    k->proj_b = params_.declare(h + ".attn.c_proj.bias", {C}, zero);
+    linear(k->p[0], h + ".attn.c_attn", C, 3 * C, w);
+    linear(k->p[1], h + ".attn.c_proj", C, C, w_proj);
     k->ln2_w = params_.declare(h + ".ln_2.weight", {C}, one);
     k->ln2_b = params_.declare(h + ".ln_2.bias", {C}, zero);
-    k->fc_w = params_.declare(h + ".mlp.c_fc.weight", {4 * C, C}, w);
-    k->fc_b = params_.declare(h + ".mlp.c_fc.bias", {4 * C}, zero);
-    k->mproj_w = params_.declare(h + ".mlp.c_proj.weight", {C, 4 * C}, w_proj);
-    k->mproj_b = params_.declare(h + ".mlp.c_proj.bias", {C}, zero);
+    linear(k->p[2], h + ".mlp.c_fc", C, 4 * C, w);
+    linear(k->p[3], h + ".mlp.c_proj", 4 * C, C, w_proj);
     blocks_.push_back(std::move(k));
   }
   lnf_w_ = params_.declare("transformer.ln_f.weight", {C}, one);
   lnf_b_ = params_.declare("transformer.ln_f.bias", {C}, zero);
   params_.alias("lm_head.weight", wte_);  // the tied output head
+  base_params_ = params_.size();
+  declare_adapters();
   acts_.resize(1);
   scratch_ = std::make_unique<Scratch>();
 }
 
 Transformer::~Transformer() = default;
 
+// After the base parameters, so that they keep nanoGPT's order and the adapters are contiguous.
+void Transformer::declare_adapters() {
+  const AdapterOptions& a = opt_.adapter;
+  if (a.kind == AdapterKind::none) return;
+  SF_CHECK(a.rank > 0 && a.alpha > 0 && a.dropout >= 0 && a.dropout < 1, "adapter rank ", a.rank,
+           ", alpha ", a.alpha, ", dropout ", a.dropout);
+  if (a.kind == AdapterKind::dora && a.dropout > 0)
+    fail("adapter.dropout applies to lora so far; a dora adapter takes 0");
+  train_base_ = false;
+  static const char* const kNames[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+  for (const std::string& t : a.targets) {
+    bool known = false;
+    for (const char* n : kNames) known |= t == n;
+    if (!known)
+      fail("adapter target '", t, "' is not a Linear of a block (attn.c_attn, attn.c_proj, ",
+           "mlp.c_fc, mlp.c_proj)");
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    for (int j = 0; j < 4; ++j) {
+      if (std::find(a.targets.begin(), a.targets.end(), kNames[j]) == a.targets.end()) continue;
+      Proj& p = blocks_[i]->p[j];
+      const std::string name =
+          "base_model.model.transformer.h." + std::to_string(i) + "." + kNames[j];
+      p.A = params_.declare(name + ".lora_A.weight", {a.rank, p.in},
+                            Init::Uniform(1.0 / std::sqrt(double(p.in))));
+      p.B = params_.declare(name + ".lora_B.weight", {p.out, a.rank}, Init::Constant(0.0));
+      if (a.kind == AdapterKind::dora)
+        p.m = params_.declare(name + ".lora_magnitude_vector.weight", {p.out}, Init::Constant(1.0));
+    }
+}
+
+std::vector<bool> Transformer::frozen_parameters() const {
+  if (opt_.adapter.kind == AdapterKind::none) return {};
+  std::vector<bool> frozen(params_.size(), false);
+  std::fill(frozen.begin(), frozen.begin() + static_cast<std::ptrdiff_t>(base_params_), true);
+  return frozen;
+}
+
+void Transformer::init_adapters(Backend& be) {
+  for (auto& k : blocks_)
+    for (Proj& p : k->p) {
+      if (p.m == Proj::kNone) continue;
+      const std::vector<double> w = download_doubles(be, params_.value(p.w));
+      std::vector<double> norms(static_cast<size_t>(p.out));
+      for (int64_t r = 0; r < p.out; ++r) {
+        double sq = 0;
+        for (int64_t c = 0; c < p.in; ++c) sq += w[r * p.in + c] * w[r * p.in + c];
+        norms[r] = std::sqrt(sq);
+      }
+      upload_doubles(be, params_.value(p.m), norms);
+    }
+}
+
 void Transformer::initialize(Backend& be, uint64_t seed) {
   Rng rng(seed);
   params_.allocate(be, rng);
+  init_adapters(be);
 }
 
 void Transformer::set_gemm_dtype(DType dtype) {
@@ -146,21 +249,114 @@ Tensor Transformer::forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool 
   return forward(be, ids, training, rng);
 }
 
+// The weights of this step: DoRA's V and its scales, bf16 copies for bf16 GEMMs.
+void Transformer::prepare_weights(Backend& be) {
+  const DType dt = params_.dtype();
+  const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
+  for (auto& k : blocks_)
+    for (Proj& p : k->p) {
+      Tensor w = params_.value(p.w);
+      if (p.m != Proj::kNone) {  // V = W0 + s B A
+        Tensor v = p.v.get(be, dt, {p.out, p.in});
+        be.copy(v, w);
+        gemm(be, dt, false, false, p.out, p.in, opt_.adapter.rank, float(s), 1.0f,
+             params_.value(p.B), params_.value(p.A), v);
+        be.dora_norm(p.scale.get(be, dt, {p.out}), p.inv_norm.get(be, dt, {p.out}), v,
+                     params_.value(p.m));
+        w = v;
+      }
+      if (low_) be.convert(p.low.get(be, DType::bf16, {p.out, p.in}), w);
+    }
+}
+
+// y(N, out) = the Linear j of a block on x(N, in), its adapter included.
+void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, Tensor x,
+                               Buffer& x_low, uint64_t seed) {
+  const DType dt = params_.dtype();
+  const Tensor bias = params_.value(p.b), w_low = low_ ? p.low.tensor() : Tensor();
+  if (p.A == Proj::kNone) return linear_forward(be, y, x, x_low, params_.value(p.w), w_low, bias);
+  const AdapterOptions& ad = opt_.adapter;
+  const int64_t N = x.dim(0), r = ad.rank;
+  const float s = float(ad.alpha / double(r));
+  Tensor xa = a.xa[j].get(be, dt, {N, r});  // (N, rank)
+  if (p.m != Proj::kNone) {                 // DoRA: y = (m / ||V||) x V^T + b
+    Tensor pre = a.pre[j].get(be, dt, {N, p.out});
+    linear_forward(be, pre, x, x_low, p.v.tensor(), w_low, {});
+    be.scale_columns(y, pre, p.scale.tensor(), bias);
+    gemm(be, dt, false, true, N, r, p.in, 1.0f, 0.0f, x, params_.value(p.A), xa);
+    return;
+  }
+  linear_forward(be, y, x, x_low, params_.value(p.w), w_low, bias);  // LoRA: + s x A^T B^T
+  Tensor in = x;
+  if (adapter_dropping_) {
+    Tensor mask = a.xd_mask[j].get(be, dt, x.shape());
+    be.dropout_mask(mask, ad.dropout, mix_seed(seed, 16 + uint64_t(j)));
+    in = a.xd[j].get(be, dt, x.shape());
+    be.mul(in, x, mask);
+  }
+  gemm(be, dt, false, true, N, r, p.in, 1.0f, 0.0f, in, params_.value(p.A), xa);
+  gemm(be, dt, false, true, N, p.out, r, s, 1.0f, xa, params_.value(p.B), y);
+}
+
+// dx(N, in) from dy(N, out) through the Linear j, and the gradients of what trains: the base
+// weights without adapters (unless frozen), the adapters with them. x as forward had it (f32).
+void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx, Tensor dy,
+                                Tensor x, Tensor x_op) {
+  const DType dt = params_.dtype();
+  Scratch& sc = *scratch_;
+  const Tensor w_op = low_ ? p.low.tensor() : params_.value(p.w);
+  if (p.A == Proj::kNone) {
+    if (train_base_)
+      return linear_backward(be, dx, params_.grad(p.w), params_.grad(p.b), dy, sc.d_low, x_op, w_op,
+                             low_);
+    return linear_input_backward(be, dx, gemm_operand(be, dy, sc.d_low, low_), dy, w_op, low_);
+  }
+  const AdapterOptions& ad = opt_.adapter;
+  const int64_t N = dy.dim(0), r = ad.rank;
+  const float s = float(ad.alpha / double(r));
+  Tensor g = sc.g.get(be, dt, {N, r});  // (N, rank) the gradient at x A^T, over s
+  if (p.m != Proj::kNone) {  // DoRA, ||V|| a constant: dP = dy m/||V||, dm = sum dy x V^T/||V||
+    Tensor dp = sc.dp.get(be, dt, dy.shape());
+    be.scale_columns(dp, dy, p.scale.tensor(), {});
+    Tensor t = sc.dp2.get(be, dt, dy.shape());
+    be.mul(t, dy, a.pre[j].tensor());
+    be.scale_columns(t, t, p.inv_norm.tensor(), {});
+    be.sum_rows_acc(params_.grad(p.m), t);
+    gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dp, a.xa[j].tensor(), params_.grad(p.B));
+    gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dp, params_.value(p.B), g);
+    gemm(be, dt, true, false, r, p.in, N, s, 1.0f, g, x, params_.grad(p.A));
+    const Tensor v_op = low_ ? p.low.tensor() : p.v.tensor();
+    return linear_input_backward(be, dx, gemm_operand(be, dp, sc.d_low, low_), dp, v_op, low_);
+  }
+  // LoRA: dB += s dy^T xa, g = dy B, dA += s g^T x_in, dx = dy W0 + s g A (masked).
+  gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dy, a.xa[j].tensor(), params_.grad(p.B));
+  gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dy, params_.value(p.B), g);
+  const Tensor in = adapter_dropping_ ? a.xd[j].tensor() : x;
+  gemm(be, dt, true, false, r, p.in, N, s, 1.0f, g, in, params_.grad(p.A));
+  linear_input_backward(be, dx, gemm_operand(be, dy, sc.d_low, low_), dy, w_op, low_);
+  if (!adapter_dropping_)
+    return gemm(be, dt, false, false, N, p.in, r, s, 1.0f, g, params_.value(p.A), dx);
+  Tensor t = sc.t.get(be, dt, dx.shape());
+  gemm(be, dt, false, false, N, p.in, r, s, 0.0f, g, params_.value(p.A), t);
+  be.mul(t, t, a.xd_mask[j].tensor());
+  be.add(dx, t);
+}
+
 // x (N, C) -> the block's output (N, C), keeping in `a` what backward needs.
 void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
   const AttentionShape& s = shape_;
   const DType dt = params_.dtype();
   const int64_t N = x.dim(0), C = x.dim(1);
   auto W = [&](size_t i) { return params_.value(i); };
-  auto low = [&](Buffer& b) { return low_ ? b.tensor() : Tensor(); };
   Scratch& sc = *scratch_;
+  // With bf16 GEMMs and no adapter reading them, the f32 LayerNorm and GELU outputs are scratch.
+  const bool scratch_f32 = low_ && opt_.adapter.kind == AdapterKind::none;
   {
     SF_PROFILE_SCOPE("attention projections forward");
-    Tensor ln1 = (low_ ? sc.ln : a.ln1).get(be, dt, {N, C});
+    Tensor ln1 = (scratch_f32 ? sc.ln : a.ln1).get(be, dt, {N, C});
     be.layer_norm_forward(ln1, a.ln1_saved.get(be, dt, {N, 2}), x, W(k.ln1_w), W(k.ln1_b),
                           kLayerNormEps);
-    linear_forward(be, a.qkv.get(be, dt, {N, 3 * C}), ln1, a.ln1_low, W(k.attn_w), low(k.attn_low),
-                   W(k.attn_b));
+    proj_forward(be, k.p[0], a, 0, a.qkv.get(be, dt, {N, 3 * C}), ln1, a.ln1_low, k.seed);
   }
   Tensor att = a.att.get(be, dt, {N, C});
   {
@@ -172,10 +368,9 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
                          dt);
   }
   SF_PROFILE_SCOPE("block forward");
-  const bool drop = dropping_;
   Tensor branch = sc.branch.get(be, dt, {N, C});
-  linear_forward(be, branch, att, a.att_low, W(k.proj_w), low(k.proj_low), W(k.proj_b));
-  if (drop) {
+  proj_forward(be, k.p[1], a, 1, branch, att, a.att_low, k.seed);
+  if (dropping_) {
     Tensor mask = a.mask1.get(be, dt, {N, C});
     be.dropout_mask(mask, opt_.dropout, mix_seed(k.seed, 1));
     be.mul(branch, branch, mask);
@@ -183,18 +378,18 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
   Tensor mid = a.mid.get(be, dt, {N, C});
   be.copy(mid, x);
   be.add(mid, branch);
-  Tensor ln2 = (low_ ? sc.ln : a.ln2).get(be, dt, {N, C});
+  Tensor ln2 = (scratch_f32 ? sc.ln : a.ln2).get(be, dt, {N, C});
   be.layer_norm_forward(ln2, a.ln2_saved.get(be, dt, {N, 2}), mid, W(k.ln2_w), W(k.ln2_b),
                         kLayerNormEps);
   Tensor fc = a.fc.get(be, dt, {N, 4 * C});
-  linear_forward(be, fc, ln2, a.ln2_low, W(k.fc_w), low(k.fc_low), W(k.fc_b));
-  Tensor gelu = (low_ ? sc.gelu : a.gelu).get(be, dt, {N, 4 * C});
+  proj_forward(be, k.p[2], a, 2, fc, ln2, a.ln2_low, k.seed);
+  Tensor gelu = (scratch_f32 ? sc.gelu : a.gelu).get(be, dt, {N, 4 * C});
   {
     SF_PROFILE_SCOPE("gelu");
     be.gelu_forward(gelu, fc);
   }
-  linear_forward(be, branch, gelu, a.gelu_low, W(k.mproj_w), low(k.mproj_low), W(k.mproj_b));
-  if (drop) {
+  proj_forward(be, k.p[3], a, 3, branch, gelu, a.gelu_low, k.seed);
+  if (dropping_) {
     Tensor mask = a.mask2.get(be, dt, {N, C});
     be.dropout_mask(mask, opt_.dropout, mix_seed(k.seed, 2));
     be.mul(branch, branch, mask);
@@ -211,9 +406,14 @@ void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tenso
   const DType dt = params_.dtype();
   const int64_t N = x.dim(0), C = x.dim(1);
   auto W = [&](size_t i) { return params_.value(i); };
-  auto G = [&](size_t i) { return params_.grad(i); };
-  // A GEMM operand as forward used it: the bf16 copy, or the f32 tensor.
-  auto op = [&](Buffer& low, Tensor full) { return low_ ? low.tensor() : full; };
+  // LayerNorm parameter gradients, or scratch to discard them in when the base is frozen.
+  auto G = [&](size_t i) {
+    return train_base_ ? params_.grad(i)
+                       : (i == k.ln1_w || i == k.ln2_w ? scratch_->dnorm_w : scratch_->dnorm_b)
+                             .get(be, dt, {C});
+  };
+  // A GEMM's x operand as forward used it: the bf16 copy, or the f32 tensor.
+  auto op = [&](Buffer& low, Buffer& full) { return low_ ? low.tensor() : full.tensor(); };
   Scratch& sc = *scratch_;
   // MLP branch: out = mid + drop(gelu(fc) W_mproj^T + b).
   Tensor dbranch = dout;
@@ -222,15 +422,13 @@ void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tenso
     be.mul(dbranch, dout, a.mask2.tensor());
   }
   Tensor d4 = sc.d4.get(be, dt, {N, 4 * C});  // (N, 4C) d gelu, then d fc in place
-  linear_backward(be, d4, G(k.mproj_w), G(k.mproj_b), dbranch, sc.d_low,
-                  op(a.gelu_low, a.gelu.tensor()), op(k.mproj_low, W(k.mproj_w)), low_);
+  proj_backward(be, k.p[3], a, 3, d4, dbranch, a.gelu.tensor(), op(a.gelu_low, a.gelu));
   {
     SF_PROFILE_SCOPE("gelu");
     be.gelu_backward(d4, d4, a.fc.tensor());
   }
   Tensor dln2 = sc.dc2.get(be, dt, {N, C});
-  linear_backward(be, dln2, G(k.fc_w), G(k.fc_b), d4, sc.d_low, op(a.ln2_low, a.ln2.tensor()),
-                  op(k.fc_low, W(k.fc_w)), low_);
+  proj_backward(be, k.p[2], a, 2, dln2, d4, a.ln2.tensor(), op(a.ln2_low, a.ln2));
   Tensor dmid = sc.dmid.get(be, dt, {N, C});
   be.layer_norm_backward(dmid, G(k.ln2_w), G(k.ln2_b), dln2, a.mid.tensor(), W(k.ln2_w),
                          a.ln2_saved.tensor());
@@ -242,8 +440,7 @@ void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tenso
     be.mul(dbranch, dmid, a.mask1.tensor());
   }
   Tensor datt = sc.dc2.get(be, dt, {N, C});
-  linear_backward(be, datt, G(k.proj_w), G(k.proj_b), dbranch, sc.d_low,
-                  op(a.att_low, a.att.tensor()), op(k.proj_low, W(k.proj_w)), low_);
+  proj_backward(be, k.p[1], a, 1, datt, dbranch, a.att.tensor(), op(a.att_low, a.att));
   Tensor dqkv = sc.dqkv.get(be, dt, {N, 3 * C});
   {
     SF_PROFILE_SCOPE("attention backward");
@@ -256,8 +453,7 @@ void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tenso
                           dt);
   }
   Tensor dln1 = sc.dc1.get(be, dt, {N, C});
-  linear_backward(be, dln1, G(k.attn_w), G(k.attn_b), dqkv, sc.d_low, op(a.ln1_low, a.ln1.tensor()),
-                  op(k.attn_low, W(k.attn_w)), low_);
+  proj_backward(be, k.p[0], a, 0, dln1, dqkv, a.ln1.tensor(), op(a.ln1_low, a.ln1));
   be.layer_norm_backward(dx, G(k.ln1_w), G(k.ln1_b), dln1, x, W(k.ln1_w), a.ln1_saved.tensor());
   be.add(dx, dmid);
 }
@@ -276,17 +472,13 @@ Tensor Transformer::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
             .causal = opt_.causal,
             .scale = 1.0 / std::sqrt(double(C / opt_.n_head))};
   dropping_ = training && opt_.dropout > 0;
+  adapter_dropping_ =
+      training && opt_.adapter.kind == AdapterKind::lora && opt_.adapter.dropout > 0;
   // One set of activations per block, or one for all when backward recomputes them.
   acts_.resize(opt_.checkpoint_activations ? 1 : blocks_.size());
   for (auto& a : acts_)
     if (!a) a = std::make_unique<Acts>();
-  if (low_)  // the bf16 weights of this step
-    for (auto& k : blocks_) {
-      be.convert(k->attn_low.get(be, DType::bf16, {3 * C, C}), params_.value(k->attn_w));
-      be.convert(k->proj_low.get(be, DType::bf16, {C, C}), params_.value(k->proj_w));
-      be.convert(k->fc_low.get(be, DType::bf16, {4 * C, C}), params_.value(k->fc_w));
-      be.convert(k->mproj_low.get(be, DType::bf16, {C, 4 * C}), params_.value(k->mproj_w));
-    }
+  prepare_weights(be);
   ids_ = ids.reshape({N});
   Tensor x0 = x0_.get(be, dt, {N, C});  // (N, C) token + position embeddings
   be.embedding_forward(x0, params_.value(wte_), ids_);
@@ -300,7 +492,7 @@ Tensor Transformer::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
   Tensor x = x0;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     Block& k = *blocks_[i];
-    if (dropping_) k.seed = rng.next();
+    if (dropping_ || adapter_dropping_) k.seed = rng.next();
     block_forward(be, k, *acts_[opt_.checkpoint_activations ? 0 : i], x);
     x = k.out.tensor();
   }
@@ -308,14 +500,7 @@ Tensor Transformer::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
   be.layer_norm_forward(z_, lnf_saved_.get(be, dt, {N, 2}), x, params_.value(lnf_w_),
                         params_.value(lnf_b_), kLayerNormEps);
   Tensor logits = logits_.get(be, dt, {N, opt_.vocab_size});  // (N, V) = z wte^T
-  const GemmShape s{.trans_b = true,
-                    .m = N,
-                    .n = opt_.vocab_size,
-                    .k = C,
-                    .lda = C,
-                    .ldb = C,
-                    .ldc = opt_.vocab_size};
-  be.gemm(s, dt, z_.data(), params_.value(wte_).data(), logits.data());
+  gemm(be, dt, false, true, N, opt_.vocab_size, C, 1.0f, 0.0f, z_, params_.value(wte_), logits);
   return logits;
 }
 
@@ -328,15 +513,13 @@ void Transformer::backward_logits(Backend& be, Tensor dlogits) {
   const DType dt = params_.dtype();
   Scratch& sc = *scratch_;
   // The tied head: dwte(V, C) += dlogits^T z, dz(N, C) = dlogits wte.
-  const GemmShape dw{
-      .trans_a = true, .m = V, .n = C, .k = N, .lda = V, .ldb = C, .ldc = C, .beta = 1.0f};
-  be.gemm(dw, dt, dlogits.data(), z_.data(), params_.grad(wte_).data());
+  if (train_base_) gemm(be, dt, true, false, V, C, N, 1.0f, 1.0f, dlogits, z_, params_.grad(wte_));
   Tensor dz = sc.dz.get(be, dt, {N, C});
-  const GemmShape dzs{.m = N, .n = C, .k = V, .lda = V, .ldb = C, .ldc = C};
-  be.gemm(dzs, dt, dlogits.data(), params_.value(wte_).data(), dz.data());
+  gemm(be, dt, false, false, N, C, V, 1.0f, 0.0f, dlogits, params_.value(wte_), dz);
   const size_t L = blocks_.size();
   Tensor dx = sc.dx[L % 2].get(be, dt, {N, C});
-  be.layer_norm_backward(dx, params_.grad(lnf_w_), params_.grad(lnf_b_), dz,
+  be.layer_norm_backward(dx, train_base_ ? params_.grad(lnf_w_) : sc.dnorm_w.get(be, dt, {C}),
+                         train_base_ ? params_.grad(lnf_b_) : sc.dnorm_b.get(be, dt, {C}), dz,
                          blocks_[L - 1]->out.tensor(), params_.value(lnf_w_), lnf_saved_.tensor());
   for (size_t i = L; i-- > 0;) {
     Block& k = *blocks_[i];
@@ -349,10 +532,12 @@ void Transformer::backward_logits(Backend& be, Tensor dlogits) {
     block_backward(be, k, *acts_[opt_.checkpoint_activations ? 0 : i], x, dx, down);
     dx = down;
   }
-  if (dropping_) be.mul(dx, dx, sc.x0_mask.tensor());
-  be.embedding_backward(params_.grad(wte_), dx, ids_);
-  // Each position's gradient summed over the batch.
-  be.sum_rows_acc(params_.grad(wpe_).slice(0, T).reshape({T * C}), dx.reshape({B, T * C}));
+  if (train_base_) {
+    if (dropping_) be.mul(dx, dx, sc.x0_mask.tensor());
+    be.embedding_backward(params_.grad(wte_), dx, ids_);
+    // Each position's gradient summed over the batch.
+    be.sum_rows_acc(params_.grad(wpe_).slice(0, T).reshape({T * C}), dx.reshape({B, T * C}));
+  }
   if (grad_ready_) grad_ready_(0, params_.size());
 }
 

@@ -55,6 +55,10 @@ class StagedBuffer {
   std::vector<std::byte> copy_;
 };
 
+// A float tensor's values as doubles on the host, and the reverse (converted to its dtype).
+std::vector<double> download_doubles(Backend& backend, Tensor t);
+void upload_doubles(Backend& backend, Tensor t, const std::vector<double>& values);
+
 // A new backend tensor's values, copied to the host.
 template <typename T>
 std::vector<T> download_vector(Backend& backend, Tensor t) {

@@ -4,6 +4,8 @@
 // ModelOptions names.
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "seqforge/core/rng.hpp"
 #include "seqforge/nn/parameters.hpp"
@@ -12,6 +14,23 @@
 namespace seqforge {
 
 enum class ModelFamily { recurrent, transformer };
+
+// Low-rank adapters on a frozen model's Linear weights W0 (out, in), PEFT's LoRA and DoRA:
+//   lora: y = x W0^T + b + s (drop(x) A^T) B^T,  s = alpha / rank, A (rank, in), B (out, rank)
+//   dora: y = (m / ||V||) (x V^T) + b,  V = W0 + s B A, the norm per output row and treated as a
+//         constant in backward (the DoRA paper's choice, as PEFT), m (out) starting at ||W0||
+// A is drawn U(-1/sqrt(in), 1/sqrt(in)) (Kaiming-uniform, a = sqrt 5), B starts at zero. Only
+// the adapters train; names are PEFT's: base_model.model.<linear>.lora_A.weight, .lora_B.weight,
+// .lora_magnitude_vector.weight.
+enum class AdapterKind { none, lora, dora };
+struct AdapterOptions {
+  AdapterKind kind = AdapterKind::none;
+  int64_t rank = 8;
+  double alpha = 16.0;
+  double dropout = 0.0;  // lora: on the adapter's input
+  // The Linears of each block that get one: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj.
+  std::vector<std::string> targets = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+};
 
 struct TransformerOptions {
   int64_t vocab_size = 0;
@@ -23,6 +42,7 @@ struct TransformerOptions {
   // Activation checkpointing: forward keeps only each block's output, and backward recomputes a
   // block's activations just before its gradients, so one block's activations live at a time.
   bool checkpoint_activations = false;
+  AdapterOptions adapter;
 };
 
 struct ModelOptions {
@@ -60,6 +80,11 @@ class Model {
   // The recurrent layer, whose final states carry on (stateful training, generation); null for
   // other families.
   virtual Recurrent* recurrent() { return nullptr; }
+  // Parameters that never train (a base model under adapters); empty: none.
+  virtual std::vector<bool> frozen_parameters() const { return {}; }
+  // Sets adapters that start from the base weights (DoRA's magnitudes: ||W0|| per row), after
+  // the base weights are loaded.
+  virtual void init_adapters(Backend& be) { (void)be; }
 };
 
 std::unique_ptr<Model> make_model(const ModelOptions& options, DType dtype = DType::f32);

@@ -37,11 +37,20 @@ class Transformer final : public Model {
   void set_gemm_dtype(DType dtype) override;
   void set_input_grad(bool) override {}
   void set_grad_ready_hook(GradReadyHook hook) override { grad_ready_ = std::move(hook); }
+  std::vector<bool> frozen_parameters() const override;
+  void init_adapters(Backend& be) override;
 
  private:
+  struct Proj;
   struct Block;
   struct Acts;
   struct Scratch;
+  void declare_adapters();
+  void prepare_weights(Backend& be);
+  void proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, Tensor x, Buffer& x_low,
+                    uint64_t seed);
+  void proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx, Tensor dy, Tensor x,
+                     Tensor x_op);
   void block_forward(Backend& be, Block& k, Acts& a, Tensor x);
   void block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tensor dout, Tensor dx);
 
@@ -53,7 +62,9 @@ class Transformer final : public Model {
   std::vector<std::unique_ptr<Block>> blocks_;
   std::vector<std::unique_ptr<Acts>> acts_;
   std::unique_ptr<Scratch> scratch_;
-  bool low_ = false, dropping_ = false;
+  size_t base_params_ = 0;  // parameters [0, base_params_) are the model's, the rest adapters
+  bool train_base_ = true;  // false under adapters: no base gradient is computed
+  bool low_ = false, dropping_ = false, adapter_dropping_ = false;
   AttentionShape shape_;
   Tensor ids_, z_;                          // (N) the last forward's ids, (N, C) ln_f's output
   Buffer x0_, z_buf_, lnf_saved_, logits_;  // (N, C), (N, C), (N, 2), (N, V)
