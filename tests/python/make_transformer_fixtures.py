@@ -21,7 +21,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_parity_fixtures import f32, max_rel_error, write_safetensors  # noqa: E402
 
-# v vocabulary, c width, l layers, h heads (head size c / h), t tokens, b batch, bs block size.
+# v vocabulary, c width, l layers, h heads (head size c / h), t tokens, b batch, bs block size;
+# adapter: "lora" or "dora" on the Linears named in targets, of rank r and alpha a (base frozen).
 CONFIGS = [
     dict(v=5, c=4, l=1, h=1, t=1, b=1, bs=1),
     dict(v=11, c=12, l=1, h=2, t=7, b=3, bs=8),
@@ -31,12 +32,46 @@ CONFIGS = [
     dict(v=9, c=64, l=1, h=1, t=130, b=1, bs=130),         # head size 64, T beyond a tile
     dict(v=23, c=36, l=2, h=6, t=29, b=4, bs=32, causal=False),
     dict(v=13, c=20, l=1, h=4, t=100, b=2, bs=128, causal=False),
+    dict(v=17, c=24, l=2, h=3, t=19, b=3, bs=24, adapter="lora", r=4, a=8.0,
+         targets=["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]),
+    dict(v=17, c=24, l=2, h=3, t=19, b=3, bs=24, adapter="dora", r=4, a=8.0,
+         targets=["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]),
+    dict(v=11, c=30, l=1, h=5, t=33, b=2, bs=40, adapter="dora", r=2, a=2.0,
+         targets=["attn.c_attn", "mlp.c_proj"]),
+    dict(v=11, c=30, l=1, h=5, t=33, b=2, bs=40, adapter="lora", r=3, a=1.5,
+         targets=["mlp.c_fc"], causal=False),
 ]
 
 
 def name_of(c):
     kind = "gpt" if c.get("causal", True) else "encoder"
-    return "%s_v%d_c%d_l%d_h%d_t%d_b%d" % (kind, c["v"], c["c"], c["l"], c["h"], c["t"], c["b"])
+    name = "%s_v%d_c%d_l%d_h%d_t%d_b%d" % (kind, c["v"], c["c"], c["l"], c["h"], c["t"], c["b"])
+    if "adapter" in c:
+        name += "_%s_r%d_%dtargets" % (c["adapter"], c["r"], len(c["targets"]))
+    return name
+
+
+class Adapted(torch.nn.Module):
+    """A frozen Linear with a LoRA or DoRA adapter, as PEFT computes it: the DoRA weight norm
+    ||W0 + s B A|| per output row is detached (a constant in backward)."""
+
+    def __init__(self, base, kind, r, alpha):
+        super().__init__()
+        self.base, self.kind, self.s = base, kind, alpha / r
+        self.lora_A = torch.nn.Parameter(torch.empty(r, base.in_features))
+        self.lora_B = torch.nn.Parameter(torch.empty(base.out_features, r))
+        if kind == "dora":
+            self.lora_magnitude_vector = torch.nn.Parameter(torch.empty(base.out_features))
+        for p in base.parameters():
+            p.requires_grad_(False)
+
+    def forward(self, x):
+        delta = (x @ self.lora_A.t()) @ self.lora_B.t() * self.s
+        if self.kind == "lora":
+            return self.base(x) + delta
+        weight = self.base.weight + self.s * (self.lora_B @ self.lora_A)
+        scale = self.lora_magnitude_vector / weight.norm(dim=1).detach()
+        return scale * (x @ self.base.weight.t() + delta) + self.base.bias
 
 
 class SelfAttention(torch.nn.Module):
@@ -116,6 +151,26 @@ def run(model, ids, targets):
     return logits.view(-1, V), loss
 
 
+def add_adapters(model, c):
+    """Wraps the targeted Linears; returns {PEFT name: parameter}."""
+    named = {}
+    for i, block in enumerate(model.transformer.h):
+        for target in c["targets"]:
+            parent_name, attr = target.split(".")
+            parent = getattr(block, parent_name)
+            adapted = Adapted(getattr(parent, attr), c["adapter"], c["r"], c["a"])
+            setattr(parent, attr, adapted)
+            prefix = "base_model.model.transformer.h.%d.%s." % (i, target)
+            named[prefix + "lora_A.weight"] = adapted.lora_A
+            named[prefix + "lora_B.weight"] = adapted.lora_B
+            if c["adapter"] == "dora":
+                named[prefix + "lora_magnitude_vector.weight"] = adapted.lora_magnitude_vector
+    adapter_ids = {id(p) for p in named.values()}
+    for p in model.parameters():  # PEFT freezes the whole base model
+        p.requires_grad_(id(p) in adapter_ids)
+    return named
+
+
 def make(c, seed):
     torch.manual_seed(seed)
     model = Gpt(c)
@@ -124,6 +179,8 @@ def make(c, seed):
             if p.dim() == 1:  # biases and LayerNorm parameters: not their 0 / 1, so each counts
                 p.add_(0.1 * torch.randn_like(p))
             p.copy_(f32(p))
+    if "adapter" in c:
+        return make_adapted(c, model)
     ids = torch.randint(0, c["v"], (c["b"], c["t"]))
     targets = torch.randint(0, c["v"], (c["b"], c["t"]))
     tensors, errors = {}, {}
@@ -145,6 +202,53 @@ def make(c, seed):
         tensors["targets"] = targets
         tensors["logits"] = logits.detach()
         tensors["loss"] = loss.detach().reshape(1)
+    meta = dict(c, name=name_of(c), causal=c.get("causal", True), **errors)
+    return meta, tensors
+
+
+def make_adapted(c, base):
+    """The base frozen under adapters whose B and magnitudes are away from their starting zeros
+    and norms, so that every adapter gradient counts."""
+    ids = torch.randint(0, c["v"], (c["b"], c["t"]))
+    targets = torch.randint(0, c["v"], (c["b"], c["t"]))
+    adapters = {}
+    tensors, errors, outputs = {}, {}, {}
+    for dtype in (torch.float64, torch.float32):
+        m = Gpt(c)
+        m.load_state_dict(base.state_dict())
+        named = add_adapters(m, c)
+        with torch.no_grad():
+            for n, p in named.items():
+                if n not in adapters:
+                    if n.endswith("lora_magnitude_vector.weight"):
+                        w = m.get_submodule(n[len("base_model.model."):-len(".lora_magnitude_vector.weight")])
+                        adapters[n] = f32(w.base.weight.norm(dim=1) * (1 + 0.2 * torch.randn(p.shape[0])))
+                    elif n.endswith("lora_A.weight"):  # PEFT's Kaiming-uniform bound
+                        bound = 1 / math.sqrt(p.shape[1])
+                        adapters[n] = f32(torch.empty(p.shape).uniform_(-bound, bound))
+                    else:  # B as after some training: s B A about as large as W0
+                        adapters[n] = f32(0.02 * torch.randn(p.shape))
+                p.copy_(adapters[n])
+        m.to(dtype)
+        for p in m.parameters():
+            p.grad = None
+        logits, loss = run(m, ids, targets)
+        outputs[dtype] = (logits.detach(), {n: p.grad.detach() for n, p in named.items()})
+        if dtype == torch.float64:
+            for n, p in m.named_parameters():
+                if not n.endswith(("lora_A", "lora_B", "lora_magnitude_vector")):
+                    assert p.grad is None, n  # the base is frozen
+            for n, p in base.named_parameters():
+                tensors["param." + n] = p.detach().double()
+            for n, p in named.items():
+                tensors["param." + n] = p.detach()
+                tensors["grad." + n] = p.grad.detach()
+            tensors["ids"], tensors["targets"] = ids, targets
+            tensors["logits"] = logits.detach()
+            tensors["loss"] = loss.detach().reshape(1)
+    (l64, g64), (l32, g32) = outputs[torch.float64], outputs[torch.float32]
+    errors["torch_f32_forward"] = max_rel_error(l32, l64)
+    errors["torch_f32_backward"] = max(max_rel_error(g32[n], g) for n, g in g64.items())
     meta = dict(c, name=name_of(c), causal=c.get("causal", True), **errors)
     return meta, tensors
 
