@@ -274,6 +274,14 @@ TEST(SealedBackend, TransformerRunsMatchTheReference) {
                        "model: {family: transformer, embedding: 8, heads: 2, layers: 2, "
                        "dropout: 0.1}\n",
                    text.string());
+  for (const char* adapter : {"{kind: lora, rank: 2, dropout: 0.1}", "{kind: dora, rank: 3}"})
+    expect_same_runs(std::string("gpt_") + (adapter[7] == 'l' ? "lora" : "dora"),
+                     "data: {path: " + text.string() +
+                         ", task: charlm, seq_len: 8, split: {train: 0.8, val: 0.2}}\n"
+                         "model: {family: transformer, embedding: 8, heads: 2, layers: 2}\n"
+                         "adapter: " +
+                         adapter + "\n",
+                     text.string());
 }
 
 }  // namespace

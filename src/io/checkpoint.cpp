@@ -40,7 +40,8 @@ std::string module_names(const Parameters& params) {
 
 std::vector<std::string> load_parameters(const std::string& path, Parameters& params,
                                          Backend& backend, bool allow_extra,
-                                         const std::vector<std::string>& modules) {
+                                         const std::vector<std::string>& modules,
+                                         bool adapters_optional) {
   std::vector<std::string> loaded;
   const SafetensorsFile file = SafetensorsFile::read(path);
   auto selected = [&](const std::string& name) {
@@ -60,6 +61,7 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
     const auto& entry = params.values().entries()[i];
     if (!selected(entry.name)) continue;
     const SafetensorsEntry* t = file.find(entry.name);
+    if (!t && adapters_optional && entry.name.rfind("base_model.model.", 0) == 0) continue;
     if (!t) fail(path, ": missing tensor '", entry.name, "' of shape ", entry.shape.str());
     if (Shape(t->shape) != entry.shape)
       fail(path, ": tensor '", entry.name, "' has shape ", Shape(t->shape).str(),

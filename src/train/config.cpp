@@ -160,6 +160,17 @@ const std::vector<ConfigKey> kKeys = {
      "Load only these modules (`embedding`, the cell's `lstm` or `gru`, `head`) from init_from; "
      "the file's other "
      "tensors are ignored. Empty: every parameter."},
+    {"adapter.kind", T::string, "none",
+     "Transformer fine-tuning with low-rank adapters on a frozen model (PEFT's): `none`, `lora` "
+     "(y = x W0^T + b + (alpha/rank) x A^T B^T) or `dora` (y = m (x V^T) / ||V|| + b, V = W0 + "
+     "(alpha/rank) B A, the norm per output row); only the adapters train, saved under PEFT's "
+     "names (base_model.model.<linear>.lora_A.weight, lora_B.weight, "
+     "lora_magnitude_vector.weight). Load the base with model.init_from."},
+    {"adapter.rank", T::integer, "8", "Adapter rank r (A is r x in, B out x r)."},
+    {"adapter.alpha", T::number, "16", "Adapter scale numerator: the update is alpha/rank B A."},
+    {"adapter.dropout", T::number, "0.0", "lora: dropout on the adapter's input in training."},
+    {"adapter.targets", T::string_list, "[attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj]",
+     "The Linears of every block that get an adapter."},
     {"optim.kind", T::string, "adamw", "`adamw`, `adam` or `sgd`."},
     {"optim.lr", T::number, "0.001", "Peak learning rate."},
     {"optim.weight_decay", T::number, "auto",

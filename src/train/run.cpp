@@ -80,12 +80,39 @@ ModelOptions model_options(const Config& c, const Task& t) {
            t.steps());
     o.dropout = m.rnn.dropout;
     o.checkpoint_activations = c.boolean("model.checkpoint_activations");
+    const std::string kind = c.str("adapter.kind");
+    if (kind != "none" && kind != "lora" && kind != "dora")
+      fail(c.source(), ": adapter.kind must be none, lora or dora, got '", kind, "'");
+    o.adapter.kind = kind == "lora"   ? AdapterKind::lora
+                     : kind == "dora" ? AdapterKind::dora
+                                      : AdapterKind::none;
+    o.adapter.rank = c.integer("adapter.rank");
+    if (o.adapter.rank <= 0 || o.adapter.rank > o.n_embd)
+      fail(c.source(), ": adapter.rank must be in [1, model.embedding ", o.n_embd, "], got ",
+           o.adapter.rank);
+    o.adapter.alpha = c.number("adapter.alpha");
+    if (!(o.adapter.alpha > 0))
+      fail(c.source(), ": adapter.alpha must be positive, got ", o.adapter.alpha);
+    o.adapter.dropout = c.number("adapter.dropout");
+    if (!(o.adapter.dropout >= 0 && o.adapter.dropout < 1))
+      fail(c.source(), ": adapter.dropout must be in [0, 1), got ", o.adapter.dropout);
+    if (o.adapter.kind == AdapterKind::dora && o.adapter.dropout > 0)
+      fail(c.source(), ": adapter.dropout applies to lora so far; set it to 0 for dora");
+    o.adapter.targets = c.list("adapter.targets");
+    for (const std::string& t : o.adapter.targets)
+      if (t != "attn.c_attn" && t != "attn.c_proj" && t != "mlp.c_fc" && t != "mlp.c_proj")
+        fail(c.source(), ": adapter.targets: '", t, "' is not a Linear of a block (attn.c_attn, ",
+             "attn.c_proj, mlp.c_fc, mlp.c_proj)");
+    if (o.adapter.kind != AdapterKind::none && o.adapter.targets.empty())
+      fail(c.source(), ": adapter.targets is empty: name the Linears that get an adapter");
     if (m.rnn.bidirectional)
       fail(c.source(),
            ": model.bidirectional is for recurrent layers; a charlm transformer is "
            "causal");
   } else if (family != "recurrent") {
     fail(c.source(), ": model.family must be recurrent or transformer, got '", family, "'");
+  } else if (c.str("adapter.kind") != "none") {
+    fail(c.source(), ": adapter.kind applies to model.family transformer so far");
   }
   return m;
 }

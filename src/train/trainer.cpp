@@ -313,8 +313,12 @@ void Training::build_model() {
   if (std::string init = c_.str("model.init_from");
       !init.empty() && resume_dir_.empty() && rank_ == 0) {  // the others get rank 0's
     if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
+    // A base model's checkpoint holds no adapters: they keep their start (DoRA's magnitudes
+    // taken from the loaded weights).
+    const bool adapters = !model_->frozen_parameters().empty();
     initialized_ = io::load_parameters(init, model_->parameters(), *be_, false,
-                                       c_.list("model.init_from_modules"));
+                                       c_.list("model.init_from_modules"), adapters);
+    model_->init_adapters(*be_);
   }
   oo_.kind = c_.str("optim.kind");
   oo_.lr = c_.number("optim.lr");
@@ -341,10 +345,30 @@ void Training::print_start() const {
   if (!precision_notice_.empty()) out_ << "note: " << precision_notice_ << "\n";
   if (!threads_.warning.empty()) out_ << "warning: " << threads_.warning << "\n";
   const RecurrentOptions& rnn = task_.model.rnn;
-  if (rnn.variational_dropout && rnn.dropout == 0)
+  const bool recurrent = task_.model.family == ModelFamily::recurrent;
+  if (const TransformerOptions& t = task_.model.transformer; !recurrent) {
+    if (t.adapter.kind != AdapterKind::none) {
+      const std::vector<bool> frozen = model_->frozen_parameters();
+      const Parameters& p = model_->parameters();
+      int64_t trainable = 0;
+      for (size_t i = 0; i < p.size(); ++i)
+        if (!frozen[i]) trainable += p.value(i).numel();
+      std::string targets;
+      for (const std::string& x : t.adapter.targets) targets += (targets.empty() ? "" : ", ") + x;
+      char share[32];
+      std::snprintf(share, sizeof share, "%.2f%%", 100.0 * double(trainable) / double(p.count()));
+      out_ << "adapters: " << (t.adapter.kind == AdapterKind::lora ? "lora" : "dora") << " rank "
+           << t.adapter.rank << ", alpha " << t.adapter.alpha << " on " << targets << " of "
+           << t.n_layer << " blocks: " << trainable << " trainable parameters (" << share
+           << "), the base frozen\n";
+    }
+    if (t.checkpoint_activations)
+      out_ << "activation checkpointing: each block's activations recomputed in backward\n";
+  }
+  if (recurrent && rnn.variational_dropout && rnn.dropout == 0)
     out_ << "warning: model.dropout_mode is variational but model.dropout is 0: nothing is "
             "dropped\n";
-  if (!rnn.variational_dropout && rnn.dropout > 0 && rnn.num_layers == 1)
+  if (recurrent && !rnn.variational_dropout && rnn.dropout > 0 && rnn.num_layers == 1)
     out_ << "warning: model.dropout " << rnn.dropout
          << " drops between layers and model.layers is 1: nothing is dropped (model.dropout_mode: "
             "variational drops inputs and states)\n";
@@ -496,8 +520,11 @@ TrainSummary Training::run() {
 bool Training::run_epoch(int64_t epoch) {
   SF_PROFILE_SCOPE("epoch");
   const double t0 = now_s();
-  optimizer_->set_frozen(epoch <= s_.freeze_epochs ? frozen_
-                                                   : std::vector<bool>(frozen_.size(), false));
+  std::vector<bool> frozen =
+      epoch <= s_.freeze_epochs ? frozen_ : std::vector<bool>(frozen_.size(), false);
+  const std::vector<bool> base = model_->frozen_parameters();  // under adapters: always
+  for (size_t i = 0; i < base.size(); ++i) frozen[i] = frozen[i] || base[i];
+  optimizer_->set_frozen(frozen);
   const bool part_way = state_.in_epoch;  // resumed in the middle of this epoch
   const int64_t first_batch = part_way ? state_.batch : 0;
   if (!part_way && !s_.stateful)

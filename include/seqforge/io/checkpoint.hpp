@@ -19,10 +19,13 @@ void save_parameters(const std::string& path, Backend& backend, const Parameters
 // model does not have are an error too unless `allow_extra`; an alias (Parameters::alias) must
 // equal its parameter. With `modules` ("lstm", "head",
 // ...), only parameters named "<module>.*" are loaded and the file's other tensors are ignored.
-// Returns the names of the parameters loaded.
+// With `adapters_optional`, adapters (PEFT's base_model.model.* names) the file lacks keep their
+// values: a base model's weights load into a model with adapters. Returns the names of the
+// parameters loaded.
 std::vector<std::string> load_parameters(const std::string& path, Parameters& params,
                                          Backend& backend, bool allow_extra = false,
-                                         const std::vector<std::string>& modules = {});
+                                         const std::vector<std::string>& modules = {},
+                                         bool adapters_optional = false);
 
 // The model's modules, the parameter names' first parts in order: "embedding, lstm, head".
 std::string module_names(const Parameters& params);
