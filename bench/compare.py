@@ -8,8 +8,8 @@ For every workload, each of R rounds runs every precision on both engines in tur
 steps each, every run in a fresh process (so peak memory is per workload), so that both the
 engines and the precisions are compared side by side. The table shows medians of
 all timed steps and the ratio PyTorch / seqforge, plus seqforge's step time over its GEMM floor
-and each engine's peak resident memory. Without workloads it runs all nine: W1..W5 (W5:
-nanoGPT's Shakespeare-character transformer), the GRU workloads W1g and W4g (W1 and W4 with a GRU
+and each engine's peak resident memory. Without workloads it runs all ten: W1..W6 (W5:
+nanoGPT's Shakespeare-character transformer, W6: the same with DoRA adapters, base frozen), the GRU workloads W1g and W4g (W1 and W4 with a GRU
 in place of the LSTM) and the LSTM-projection workloads W1p and W4p (W1 and W4 with proj_size
 H/2).
 """
@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W1g", "W4g", "W1p", "W4p"]
+WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "W1g", "W4g", "W1p", "W4p"]
 
 
 def run(cmd):

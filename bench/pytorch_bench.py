@@ -7,6 +7,7 @@ Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|W2|W3|W4|W5|W1g|W4g|W1p|W4p|a
                                                [--steps N] [--warmup N] [--threads N] [--json FILE]
 Threads are tuned as WORKLOADS.md describes: torch.set_num_threads(cores), OMP_WAIT_POLICY=PASSIVE.
 bf16 uses torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss.
+W6 is W5 with DoRA rank 8 on every attention and MLP Linear, the rest frozen.
 W1g and W4g are W1 and W4 with an nn.GRU in place of the nn.LSTM, W1p and W4p with an LSTM of
 proj_size H/2; W5 is nanoGPT's Shakespeare-character model (its modules, with the explicit
 (T, T) attention softmax: PyTorch 1.13 has no fused attention on the CPU); "all" runs all nine.
@@ -43,7 +44,29 @@ WORKLOADS = {
                 steps=128, loss="ce"),
     "W5": dict(name="gpt_v65_d384_l6_h6_t256_b16", cell="gpt", vocab=65, width=384, layers=6,
                heads=6, bi=False, out=65, per_step=True, batch=16, steps=256, loss="ce"),
+    "W6": dict(name="gpt_v65_d384_l6_h6_t256_b16_dora_r8", cell="gpt", vocab=65, width=384,
+               layers=6, heads=6, bi=False, out=65, per_step=True, batch=16, steps=256, loss="ce",
+               dora=8),
 }
+
+
+class Dora(torch.nn.Module):
+    """PEFT's DoRA on a frozen Linear: m (x V^T) / ||V|| + b, V = W0 + (alpha/r) B A, the norm
+    per output row detached."""
+
+    def __init__(self, base, r, alpha=16.0):
+        super().__init__()
+        self.base, self.s = base, alpha / r
+        self.lora_A = torch.nn.Parameter(torch.randn(r, base.in_features) / base.in_features ** 0.5)
+        self.lora_B = torch.nn.Parameter(torch.zeros(base.out_features, r))
+        self.m = torch.nn.Parameter(base.weight.detach().norm(dim=1))
+        base.requires_grad_(False)
+
+    def forward(self, x):
+        delta = (x @ self.lora_A.t()) @ self.lora_B.t() * self.s
+        weight = self.base.weight + self.s * (self.lora_B @ self.lora_A)
+        scale = self.m / weight.norm(dim=1).detach()
+        return scale * (x @ self.base.weight.t() + delta) + self.base.bias
 
 
 class Block(torch.nn.Module):
@@ -109,11 +132,11 @@ class Model(torch.nn.Module):
 
 
 def gflop(w):
-    if w["cell"] == "gpt":  # as seqforge bench counts it: 3x the forward pass
+    if w["cell"] == "gpt":  # as seqforge bench counts it: 3x the forward pass, 2x when frozen
         c, n = w["width"], w["batch"] * w["steps"]
         fwd = 2.0 * n * (12 * w["layers"] * c * c + c * w["vocab"]) + \
             2.0 * n * w["steps"] * c * w["layers"]
-        return 3 * fwd / 1e9
+        return (2 if "dora" in w else 3) * fwd / 1e9
     d = 2 if w["bi"] else 1
     gates = 3 if w["cell"] == "gru" else 4
     h, p = w["hidden"], w.get("proj") or w["hidden"]
@@ -128,7 +151,12 @@ def run(wid, precision, steps, warmup):
     w = WORKLOADS[wid]
     torch.manual_seed(0)
     model = Gpt(w) if w["cell"] == "gpt" else Model(w)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if "dora" in w:
+        model.requires_grad_(False)
+        for block in model.h:
+            for name in ("c_attn", "attn_proj", "c_fc", "mlp_proj"):
+                setattr(block, name, Dora(getattr(block, name), w["dora"]))
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     B, T = w["batch"], w["steps"]
     rows = B * T if w["per_step"] else B
     if "vocab" in w:

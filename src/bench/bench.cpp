@@ -21,7 +21,8 @@ namespace {
 
 // A GPT-2 style character model: W5.
 Workload make_gpt(std::string id, std::string name, int64_t vocab, int64_t width, int64_t layers,
-                  int64_t heads, int64_t steps, int64_t batch) {
+                  int64_t heads, int64_t steps, int64_t batch,
+                  AdapterKind adapter = AdapterKind::none, int64_t rank = 8) {
   Workload w;
   w.id = std::move(id);
   w.name = std::move(name);
@@ -33,6 +34,8 @@ Workload make_gpt(std::string id, std::string name, int64_t vocab, int64_t width
                          .n_layer = layers,
                          .n_head = heads,
                          .n_embd = width};
+  w.model.transformer.adapter.kind = adapter;
+  w.model.transformer.adapter.rank = rank;
   w.model.output_size = vocab;
   w.model.per_step = true;
   w.batch = batch;
@@ -239,7 +242,8 @@ double Workload::gflop() const {
     const double C = double(t.n_embd), L = double(t.n_layer), N = double(batch * steps);
     const double forward =
         2 * N * (12 * L * C * C + C * double(t.vocab_size)) + 2 * N * double(steps) * C * L;
-    return 3 * forward / 1e9;
+    if (t.adapter.kind == AdapterKind::none) return 3 * forward / 1e9;
+    return 2 * forward / 1e9;  // a frozen base: forward and the input gradients, no dW
   }
   const int64_t D = model.rnn.bidirectional ? 2 : 1, H = model.rnn.hidden_size;
   const int64_t P = model.rnn.state_size(), G = cell_type(model.rnn.cell).gates;
@@ -271,6 +275,8 @@ const std::vector<Workload>& workloads() {
       make("W4p", "charlm_v65_e64_h512_p256_l2_t128_b64", 65, 64, 64, 512, 2, false, 65, true, 64,
            128, L::cross_entropy, CellKind::lstm, 256),
       make_gpt("W5", "gpt_v65_d384_l6_h6_t256_b16", 65, 384, 6, 6, 256, 16),
+      make_gpt("W6", "gpt_v65_d384_l6_h6_t256_b16_dora_r8", 65, 384, 6, 6, 256, 16,
+               AdapterKind::dora, 8),
   };
   return all;
 }
@@ -297,6 +303,8 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   model.set_gemm_dtype(gemm_dtype);
   model.set_input_grad(false);  // the input is data
   Optimizer optimizer(be, model.parameters(), {.kind = "adam", .lr = 1e-3, .weight_decay = 0});
+  if (const std::vector<bool> frozen = model.frozen_parameters(); !frozen.empty())
+    optimizer.set_frozen(frozen);  // adapters: only they step
   Rng rng(2);
 
   // Random data of the workload's shape, made once.

@@ -60,7 +60,7 @@ void linear_backward(Backend& be, Tensor dx, Tensor dw, Tensor db, Tensor dy, Bu
   linear_input_backward(be, dx, g, dy, w, low);
 }
 
-// C(m, n) (+)= alpha op(A) op(B) in f32/f64, all packed row-major.
+// C(m, n) (+)= alpha op(A) op(B), all packed row-major (bf16 operands: C in f32).
 void gemm(Backend& be, DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
           float beta, Tensor a, Tensor b, Tensor c) {
   const GemmShape s{.trans_a = ta,
@@ -86,6 +86,7 @@ struct Transformer::Proj {
   size_t m = kNone;             // DoRA: magnitudes (out)
   Buffer v, scale, inv_norm;    // DoRA: V = W0 + s B A (out, in), m / ||V||, 1 / ||V|| (out)
   Buffer low;                   // bf16 copy of the weight the GEMMs use (W0, or V)
+  Buffer a_low;                 // bf16 copy of A (rank, in)
   static constexpr size_t kNone = SIZE_MAX;
 };
 
@@ -124,7 +125,7 @@ struct Transformer::Scratch {
   Buffer dqkv;      // (N, 3C)
   Buffer d_low;     // bf16 copy of the gradient a GEMM reads, up to (N, 4C)
   Buffer dx[2];     // (N, C) the gradient flowing down, block by block
-  Buffer g;         // adapters: (N, rank) the gradient at x A^T
+  Buffer g, g_low;  // adapters: (N, rank) the gradient at x A^T, and its bf16 copy
   Buffer dp, dp2;   // adapters: (N, out) DoRA's gradient at x V^T, and dy * x V^T
   Buffer t;         // adapters: (N, in) a LoRA-with-dropout term of dx
   Buffer dnorm_w, dnorm_b;  // (C) LayerNorm gradients of a frozen base, discarded
@@ -266,7 +267,28 @@ void Transformer::prepare_weights(Backend& be) {
         w = v;
       }
       if (low_) be.convert(p.low.get(be, DType::bf16, {p.out, p.in}), w);
+      if (low_ && p.A != Proj::kNone)
+        be.convert(p.a_low.get(be, DType::bf16, {opt_.adapter.rank, p.in}), params_.value(p.A));
     }
+}
+
+// xa(N, rank) = x A^T, on the bf16 copies (the one linear_forward just made) with bf16 GEMMs.
+void Transformer::adapter_input(Backend& be, Proj& p, Tensor xa, Tensor x, Buffer& x_low) {
+  const int64_t N = x.dim(0), r = opt_.adapter.rank;
+  if (!low_)
+    return gemm(be, params_.dtype(), false, true, N, r, p.in, 1.0f, 0.0f, x, params_.value(p.A),
+                xa);
+  gemm(be, DType::bf16, false, true, N, r, p.in, 1.0f, 0.0f, x_low.tensor(), p.a_low.tensor(), xa);
+}
+
+// dA(rank, in) += s g^T x; with bf16 GEMMs from x's bf16 copy (the f32 x is not kept).
+void Transformer::adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tensor x_op, float s) {
+  const int64_t N = g.dim(0), r = g.dim(1);
+  if (!low_)
+    return gemm(be, params_.dtype(), true, false, r, p.in, N, s, 1.0f, g, x, params_.grad(p.A));
+  Tensor gl = scratch_->g_low.get(be, DType::bf16, g.shape());
+  be.convert(gl, g);
+  gemm(be, DType::bf16, true, false, r, p.in, N, s, 1.0f, gl, x_op, params_.grad(p.A));
 }
 
 // y(N, out) = the Linear j of a block on x(N, in), its adapter included.
@@ -283,7 +305,7 @@ void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, T
     Tensor pre = a.pre[j].get(be, dt, {N, p.out});
     linear_forward(be, pre, x, x_low, p.v.tensor(), w_low, {});
     be.scale_columns(y, pre, p.scale.tensor(), bias);
-    gemm(be, dt, false, true, N, r, p.in, 1.0f, 0.0f, x, params_.value(p.A), xa);
+    adapter_input(be, p, xa, x, x_low);
     return;
   }
   linear_forward(be, y, x, x_low, params_.value(p.w), w_low, bias);  // LoRA: + s x A^T B^T
@@ -294,7 +316,10 @@ void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, T
     in = a.xd[j].get(be, dt, x.shape());
     be.mul(in, x, mask);
   }
-  gemm(be, dt, false, true, N, r, p.in, 1.0f, 0.0f, in, params_.value(p.A), xa);
+  if (adapter_dropping_)
+    gemm(be, dt, false, true, N, r, p.in, 1.0f, 0.0f, in, params_.value(p.A), xa);
+  else
+    adapter_input(be, p, xa, x, x_low);
   gemm(be, dt, false, true, N, p.out, r, s, 1.0f, xa, params_.value(p.B), y);
 }
 
@@ -324,7 +349,7 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
     be.sum_rows_acc(params_.grad(p.m), t);
     gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dp, a.xa[j].tensor(), params_.grad(p.B));
     gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dp, params_.value(p.B), g);
-    gemm(be, dt, true, false, r, p.in, N, s, 1.0f, g, x, params_.grad(p.A));
+    adapter_grad_a(be, p, g, x, x_op, s);
     const Tensor v_op = low_ ? p.low.tensor() : p.v.tensor();
     return linear_input_backward(be, dx, gemm_operand(be, dp, sc.d_low, low_), dp, v_op, low_);
   }
@@ -332,7 +357,10 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
   gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dy, a.xa[j].tensor(), params_.grad(p.B));
   gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dy, params_.value(p.B), g);
   const Tensor in = adapter_dropping_ ? a.xd[j].tensor() : x;
-  gemm(be, dt, true, false, r, p.in, N, s, 1.0f, g, in, params_.grad(p.A));
+  if (adapter_dropping_)
+    gemm(be, dt, true, false, r, p.in, N, s, 1.0f, g, in, params_.grad(p.A));
+  else
+    adapter_grad_a(be, p, g, x, x_op, s);
   linear_input_backward(be, dx, gemm_operand(be, dy, sc.d_low, low_), dy, w_op, low_);
   if (!adapter_dropping_)
     return gemm(be, dt, false, false, N, p.in, r, s, 1.0f, g, params_.value(p.A), dx);
@@ -350,7 +378,7 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
   auto W = [&](size_t i) { return params_.value(i); };
   Scratch& sc = *scratch_;
   // With bf16 GEMMs and no adapter reading them, the f32 LayerNorm and GELU outputs are scratch.
-  const bool scratch_f32 = low_ && opt_.adapter.kind == AdapterKind::none;
+  const bool scratch_f32 = low_;
   {
     SF_PROFILE_SCOPE("attention projections forward");
     Tensor ln1 = (scratch_f32 ? sc.ln : a.ln1).get(be, dt, {N, C});

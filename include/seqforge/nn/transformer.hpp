@@ -51,6 +51,8 @@ class Transformer final : public Model {
                     uint64_t seed);
   void proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx, Tensor dy, Tensor x,
                      Tensor x_op);
+  void adapter_input(Backend& be, Proj& p, Tensor xa, Tensor x, Buffer& x_low);
+  void adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tensor x_op, float s);
   void block_forward(Backend& be, Block& k, Acts& a, Tensor x);
   void block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tensor dout, Tensor dx);
 
