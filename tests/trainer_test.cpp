@@ -277,6 +277,31 @@ TEST(Trainer, TransformerCharlmLearnsAndGenerates) {
             std::string::npos);
 }
 
+// Mixed precision keeps the transformer's quality: the character GPT, scaled down (width 64, 200
+// steps), from the same seed with bf16 GEMMs reaches the fp32 run's validation loss within 1%
+// (measured 0.02%; the full example 2.0804 against 2.0802).
+TEST(Trainer, Bf16TransformerValidationLossWithinOnePercentOfFp32) {
+  const fs::path dir = temp_dir("gpt_bf16");
+  double loss[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string precision = i == 0 ? "fp32" : "bf16";
+    std::ostringstream log;
+    const TrainSummary s = train(
+        Config::load(
+            SEQFORGE_SOURCE_DIR "/examples/configs/shakespeare_gpt.yaml",
+            {"data.path=" SEQFORGE_SOURCE_DIR "/data/tinyshakespeare.txt", "model.embedding=64",
+             "model.layers=2", "model.heads=4", "data.seq_len=64", "train.batch_size=16",
+             "train.max_batches=100", "train.epochs=2", "model.dropout=0", "train.seed=1",
+             "train.precision=" + precision, "train.run_dir=" + (dir / precision).string()}),
+        log);
+    if (i == 1 && log.str().find("bf16 GEMMs") == std::string::npos)
+      GTEST_SKIP() << "no bf16 GEMMs on this CPU:\n" << log.str();
+    loss[i] = s.last.at("val_loss");
+    EXPECT_LT(loss[i], 2.7) << precision << " did not learn\n" << log.str();
+  }
+  EXPECT_NEAR(loss[1], loss[0], 0.01 * loss[0]) << "fp32 " << loss[0] << ", bf16 " << loss[1];
+}
+
 // Adapter fine-tuning of a trained character GPT: the base weights stay exactly as loaded,
 // only the adapters move, the run resumes, and eval and generate load it; bad adapter settings
 // name their keys.
