@@ -360,14 +360,27 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
     float largest = 0;
     for (float v : bv) largest = std::max(largest, std::fabs(v));
     EXPECT_GT(largest, 0.0f) << "lora_B never left zero";
-    EXPECT_GT(evaluate(run.string(), "test").at("samples"), 0);
+    const auto adapted = evaluate(run.string(), "test");
+    EXPECT_GT(adapted.at("samples"), 0);
     EXPECT_EQ(generate(run.string(), "KING", 20, 0.0, 0, 1).rfind("KING", 0), 0u);
+    // Merged into plain weights, the model scores the same (to the rounding of its GEMMs).
+    const std::string merged = (dir / (std::string(kind) + "_merged.safetensors")).string();
+    EXPECT_EQ(merge_adapters(run.string(), merged), 2 * 2);
+    const io::SafetensorsFile plain = io::SafetensorsFile::read(merged);
+    for (const auto& e : plain.entries()) EXPECT_EQ(e.name.find("lora"), std::string::npos);
+    EXPECT_NE(plain.find("lm_head.weight"), nullptr);
+    const auto m = evaluate(merged, "test");
+    EXPECT_NEAR(m.at("test_loss"), adapted.at("test_loss"), 1e-4 * adapted.at("test_loss"));
   }
   auto error_with = [&](const std::string& key_value) {
     return error_of([&] {
       train(config({key_value, "train.run_dir=" + (dir / "bad").string()}), log);
     });
   };
+  EXPECT_NE(error_of([&] {
+              merge_adapters((dir / "base").string(), (dir / "x.safetensors").string());
+            }).find("no adapters to merge"),
+            std::string::npos);
   EXPECT_NE(error_with("adapter.kind=qlora").find("adapter.kind must be none, lora or dora"),
             std::string::npos);
   EXPECT_NE(error_with("adapter.targets=[attn.c_fc]").find("'attn.c_fc' is not a Linear"),

@@ -124,6 +124,12 @@ int main(int argc, char** argv) {
   pred->add_flag("--last", pred_options.last_only,
                  "only the forecast after the last row (of each series)");
 
+  std::string merge_run, merge_output;
+  CLI::App* merge = app.add_subcommand(
+      "merge", "Fold a run's LoRA/DoRA adapters into its weights: a plain transformer checkpoint");
+  merge->add_option("run", merge_run, "run directory or model.safetensors")->required();
+  merge->add_option("--output", merge_output, "the .safetensors file to write")->required();
+
   std::string gen_run, gen_prompt;
   int64_t gen_length = 200, gen_top_k = 0;
   double gen_temperature = 1.0;
@@ -217,6 +223,12 @@ int main(int argc, char** argv) {
       if (pred_options.output != "-")
         std::printf("wrote %lld predictions to %s\n", static_cast<long long>(rows),
                     pred_options.output.c_str());
+      return 0;
+    }
+    if (merge->parsed()) {
+      const int64_t n = sf::merge_adapters(merge_run, merge_output);
+      std::printf("merged the adapters of %lld Linears into %s\n", static_cast<long long>(n),
+                  merge_output.c_str());
       return 0;
     }
     if (gen->parsed()) {

@@ -73,6 +73,11 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
                      double temperature, int64_t top_k, uint64_t seed);
 
+// Folds a run's LoRA or DoRA adapters into its base weights (W0 + (alpha/r) B A; DoRA: m V /
+// ||V|| per row) and writes them as a plain transformer checkpoint (nanoGPT's names, the run's
+// config with adapter.kind none), atomically. Returns the Linears merged.
+int64_t merge_adapters(const std::string& run, const std::string& output);
+
 }  // namespace seqforge
 
 namespace seqforge {

@@ -1,0 +1,88 @@
+// seqforge merge: a run's adapters folded into its base weights.
+#include <cmath>
+
+#include "run.hpp"
+#include "seqforge/backend/host_access.hpp"
+#include "seqforge/io/checkpoint.hpp"
+#include "seqforge/train/trainer.hpp"
+
+namespace seqforge {
+
+namespace {
+
+constexpr const char* kAdapterPrefix = "base_model.model.";
+
+// W0 (out, in) + s B A, then for DoRA each row scaled to m / its norm: in double.
+std::vector<double> merged_weight(const std::vector<double>& w0, const std::vector<double>& a,
+                                  const std::vector<double>& b, const std::vector<double>* m,
+                                  int64_t out, int64_t in, int64_t rank, double s) {
+  std::vector<double> w = w0;
+  for (int64_t r = 0; r < out; ++r) {
+    for (int64_t k = 0; k < rank; ++k) {
+      const double brk = s * b[r * rank + k];
+      for (int64_t c = 0; c < in; ++c) w[r * in + c] += brk * a[k * in + c];
+    }
+    if (!m) continue;
+    double sq = 0;
+    for (int64_t c = 0; c < in; ++c) sq += w[r * in + c] * w[r * in + c];
+    const double f = (*m)[r] / std::sqrt(sq);
+    for (int64_t c = 0; c < in; ++c) w[r * in + c] *= f;
+  }
+  return w;
+}
+
+// The value of parameter `name`, or an empty tensor when the model has none.
+Tensor value_of(const Parameters& p, const std::string& name) {
+  const Arena::Entry* e = p.values().find(name);
+  if (!e) return Tensor();
+  return p.value(static_cast<size_t>(e - p.values().entries().data()));
+}
+
+}  // namespace
+
+int64_t merge_adapters(const std::string& run, const std::string& output) {
+  LoadedRun r = load_run(run, "");
+  const AdapterOptions& ad = r.task.model.transformer.adapter;
+  if (r.task.model.family != ModelFamily::transformer || ad.kind == AdapterKind::none)
+    fail(run, ": no adapters to merge (adapter.kind is none)");
+  auto be = make_run_backend();
+  auto adapted = load_model(*be, r, nullptr);
+  ModelOptions plain_options = r.task.model;
+  plain_options.transformer.adapter.kind = AdapterKind::none;
+  auto plain = make_model(plain_options);
+  plain->initialize(*be, 0);
+  const Parameters& src = adapted->parameters();
+  Parameters& dst = plain->parameters();
+  const double s = ad.alpha / double(ad.rank);
+  int64_t merged = 0;
+  for (size_t i = 0; i < dst.size(); ++i) {
+    const std::string& name = dst.values().entries()[i].name;
+    const Tensor w0 = value_of(src, name);
+    const std::string stem = kAdapterPrefix + name.substr(0, name.rfind('.'));
+    const bool weight = name.ends_with(".weight");
+    const Tensor a = weight ? value_of(src, stem + ".lora_A.weight") : Tensor();
+    if (a.empty()) {  // not an adapted weight: as it is
+      be->copy(dst.value(i), w0);
+      continue;
+    }
+    const std::vector<double> m =
+        ad.kind == AdapterKind::dora
+            ? download_doubles(*be, value_of(src, stem + ".lora_magnitude_vector.weight"))
+            : std::vector<double>();
+    upload_doubles(*be, dst.value(i),
+                   merged_weight(download_doubles(*be, w0), download_doubles(*be, a),
+                                 download_doubles(*be, value_of(src, stem + ".lora_B.weight")),
+                                 ad.kind == AdapterKind::dora ? &m : nullptr, w0.dim(0), w0.dim(1),
+                                 ad.rank, s));
+    ++merged;
+  }
+  std::map<std::string, std::string> meta = r.file.metadata();
+  meta["seqforge.config"] =
+      Config::parse(r.config.resolved_yaml(), r.config.source(), {"adapter.kind=none"})
+          .resolved_yaml();
+  meta["seqforge.merged_from"] = run;
+  io::save_parameters(output, *be, dst, meta);
+  return merged;
+}
+
+}  // namespace seqforge
