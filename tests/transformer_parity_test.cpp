@@ -110,8 +110,8 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
   ASSERT_GE(names.size(), 12u) << "no transformer fixtures in " << fixture_dir()
                                << " (run tests/python/make_transformer_fixtures.py)";
   auto be = make_backend(backend_name);
-  std::printf("transformer parity, %s backend, %s: max relative error\n", backend_name,
-              std::string(dtype_name(dt)).c_str());
+  std::printf("PyTorch parity of the transformer, %s backend, %s: max relative error\n",
+              backend_name, std::string(dtype_name(dt)).c_str());
   std::printf("  %-36s %-9s %-9s %-12s %s\n", "configuration", "forward", "backward", "torch-f32",
               "worst gradient");
   for (const auto& name : names) {
@@ -134,9 +134,10 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
       "  torch-f32: PyTorch's own float32 forward/backward under the same metric\n");
 }
 
-TEST(TransformerParity, CpuF32) { run_all("cpu", DType::f32, 1e-5); }
-TEST(TransformerParity, SealedF32) { run_all("sealed", DType::f32, 1e-5); }
-TEST(TransformerParity, ReferenceF64) { run_all("reference", DType::f64, 1e-10); }
+// In the PyTorchParity suite, which the test script runs after the fixtures are written.
+TEST(PyTorchParity, TransformerCpuF32) { run_all("cpu", DType::f32, 1e-5); }
+TEST(PyTorchParity, TransformerSealedF32) { run_all("sealed", DType::f32, 1e-5); }
+TEST(PyTorchParity, TransformerReferenceF64) { run_all("reference", DType::f64, 1e-10); }
 
 }  // namespace
 }  // namespace seqforge

@@ -11,26 +11,18 @@ namespace seqforge {
 // y = x W^T + b. PyTorch names: <prefix>.weight (out, in), <prefix>.bias (out).
 class Linear {
  public:
-  // PyTorch's default initialisation (U(-1/sqrt(in), 1/sqrt(in)) for both).
   Linear(Parameters& params, const std::string& prefix, int64_t in, int64_t out, bool bias = true);
-  Linear(Parameters& params, const std::string& prefix, int64_t in, int64_t out, bool bias,
-         Init weight_init, Init bias_init);
   Tensor forward(Backend& be, Tensor x);    // x (N, in) -> y (N, out)
   Tensor backward(Backend& be, Tensor dy);  // dy (N, out) -> dx (N, in); dW, db accumulate
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
-  // bf16: the three GEMMs take bf16 copies of x, W and dy (f32 accumulation; outputs and
-  // gradients stay in the parameters' dtype).
-  void set_gemm_dtype(DType dtype) { low_ = dtype == DType::bf16; }
 
  private:
   Parameters& params_;
   int64_t in_, out_;
   size_t weight_, bias_ = SIZE_MAX;
-  bool low_ = false;
-  Tensor x_;                       // (N, in) saved input
-  Buffer y_, dx_;                  // (N, out), (N, in)
-  Buffer x_low_, w_low_, dy_low_;  // bf16: (N, in), (out, in), (N, out)
+  Tensor x_;       // (N, in) saved input
+  Buffer y_, dx_;  // (N, out), (N, in)
 };
 
 // y = table[ids]. PyTorch name: <prefix>.weight (vocab, dim), initialised N(0, 1).
@@ -48,23 +40,6 @@ class Embedding {
   size_t table_;
   Tensor ids_;
   Buffer y_;
-};
-
-// y = (x - mean) / sqrt(var + eps) * weight + bias over the last axis (nn.LayerNorm).
-// PyTorch names: <prefix>.weight, <prefix>.bias (dim), initialised 1 and 0.
-class LayerNorm {
- public:
-  LayerNorm(Parameters& params, const std::string& prefix, int64_t dim, double eps = 1e-5);
-  Tensor forward(Backend& be, Tensor x);    // x (N, dim) -> (N, dim)
-  Tensor backward(Backend& be, Tensor dy);  // -> dx (N, dim); dweight, dbias accumulate
-
- private:
-  Parameters& params_;
-  int64_t dim_;
-  double eps_;
-  size_t weight_, bias_;
-  Tensor x_;
-  Buffer y_, saved_, dx_;  // (N, dim), (N, 2) mean and 1/std, (N, dim)
 };
 
 // Inverted dropout: in training, zero with probability p and scale the rest by 1 / (1 - p).
