@@ -275,6 +275,8 @@ TEST(Trainer, TransformerCharlmLearnsAndGenerates) {
       std::string::npos);
   EXPECT_NE(error_with("model.family=gpt").find("model.family must be recurrent or transformer"),
             std::string::npos);
+  EXPECT_NE(error_with("train.stateful=true").find("train.stateful carries recurrent states"),
+            std::string::npos);
 }
 
 // Mixed precision keeps the transformer's quality: the character GPT, scaled down (width 64, 200

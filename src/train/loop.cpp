@@ -69,6 +69,9 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
   s.progress_seconds = c.number("train.progress_seconds");
   s.test_after = c.boolean("train.test_after");
   s.stateful = c.boolean("train.stateful");
+  if (s.stateful && c.str("model.family") != "recurrent")
+    fail(c.source(), ": train.stateful carries recurrent states; model.family ",
+         c.str("model.family"), " has none");
   if (s.stateful && c.boolean("model.bidirectional"))
     fail(c.source(), ": train.stateful needs a unidirectional model (model.bidirectional: false)");
   if (s.stateful && c.str("data.split.mode") != "time")
