@@ -532,6 +532,75 @@ Tensor Transformer::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
   return logits;
 }
 
+void Transformer::decode_start(Backend& be) {
+  decode_pos_ = 0;
+  dropping_ = adapter_dropping_ = false;
+  prepare_weights(be);  // the weights hold still while generating
+  kv_.resize(blocks_.size());
+  if (acts_.empty()) acts_.resize(1);
+  if (!acts_[0]) acts_[0] = std::make_unique<Acts>();
+}
+
+// The new tokens through every block, each attending to the cached q, k, v rows of the tokens
+// before it: the Linears run on the new rows only.
+Tensor Transformer::decode(Backend& be, Tensor ids) {
+  SF_PROFILE_SCOPE("decode");
+  const int64_t n = ids.numel(), C = opt_.n_embd, T = decode_pos_ + n;
+  SF_CHECK(n > 0 && T <= opt_.block_size, "decode: ", decode_pos_, " cached + ", n,
+           " new tokens exceed the block size ", opt_.block_size);
+  const DType dt = params_.dtype();
+  Acts& a = *acts_[0];
+  Scratch& sc = *scratch_;
+  auto W = [&](size_t i) { return params_.value(i); };
+  Tensor x = x0_.get(be, dt, {n, C});  // (n, C) the new tokens' embeddings
+  be.embedding_forward(x, W(wte_), ids.reshape({n}));
+  be.add(x, W(wpe_).slice(decode_pos_, T));
+  const AttentionShape s{.batch = 1,
+                         .seq = T,
+                         .heads = opt_.n_head,
+                         .head_dim = C / opt_.n_head,
+                         .causal = opt_.causal,
+                         .scale = 1.0 / std::sqrt(double(C / opt_.n_head))};
+  SF_CHECK(opt_.causal, "decoding needs a causal model");
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    Block& k = *blocks_[i];
+    // (block_size, 3C) the q, k, v rows of every token so far.
+    Tensor cache = kv_[i].get(be, dt, {opt_.block_size, 3 * C});
+    Tensor ln1 = a.ln1.get(be, dt, {n, C});
+    be.layer_norm_forward(ln1, a.ln1_saved.get(be, dt, {n, 2}), x, W(k.ln1_w), W(k.ln1_b),
+                          kLayerNormEps);
+    proj_forward(be, k.p[0], a, 0, cache.slice(decode_pos_, T), ln1, a.ln1_low, 0);
+    Tensor att = a.att.get(be, dt, {T, C});  // (T, C) every row; the new ones are the last n
+    be.attention_forward({.shape = s,
+                          .qkv = cache.data(),
+                          .out = att.data(),
+                          .lse = a.lse.get(be, dt, {1, s.heads, T}).data()},
+                         dt);
+    Tensor branch = sc.branch.get(be, dt, {n, C});
+    proj_forward(be, k.p[1], a, 1, branch, att.slice(decode_pos_, T), a.att_low, 0);
+    Tensor mid = a.mid.get(be, dt, {n, C});
+    be.copy(mid, x);
+    be.add(mid, branch);
+    Tensor ln2 = a.ln2.get(be, dt, {n, C});
+    be.layer_norm_forward(ln2, a.ln2_saved.get(be, dt, {n, 2}), mid, W(k.ln2_w), W(k.ln2_b),
+                          kLayerNormEps);
+    Tensor fc = a.fc.get(be, dt, {n, 4 * C});
+    proj_forward(be, k.p[2], a, 2, fc, ln2, a.ln2_low, 0);
+    Tensor gelu = a.gelu.get(be, dt, {n, 4 * C});
+    be.gelu_forward(gelu, fc);
+    proj_forward(be, k.p[3], a, 3, branch, gelu, a.gelu_low, 0);
+    x = k.out.get(be, dt, {n, C});
+    be.copy(x, mid);
+    be.add(x, branch);
+  }
+  decode_pos_ = T;
+  Tensor z = z_buf_.get(be, dt, {n, C});
+  be.layer_norm_forward(z, lnf_saved_.get(be, dt, {n, 2}), x, W(lnf_w_), W(lnf_b_), kLayerNormEps);
+  Tensor logits = logits_.get(be, dt, {n, opt_.vocab_size});
+  gemm(be, dt, false, true, n, opt_.vocab_size, C, 1.0f, 0.0f, z, W(wte_), logits);
+  return logits;
+}
+
 void Transformer::backward_logits(Backend& be, Tensor dlogits) {
   SF_PROFILE_SCOPE("backward");
   const int64_t N = ids_.numel(), C = opt_.n_embd, V = opt_.vocab_size;

@@ -14,6 +14,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/checkpoint.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/nn/transformer.hpp"
 #include "seqforge/train/data_options.hpp"
 #include "seqforge/train/trainer.hpp"
 
@@ -247,15 +248,18 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   const int64_t V = static_cast<int64_t>(vocab.size());
   Rng rng(seed);
   Buffer ids_buf;
-  // The logits (rows, V) whose last row predicts the character after `context` ids of `ids`.
-  auto forward_ids = [&](const int64_t* first, int64_t count, Tensor h0, Tensor c0) {
+  // The ids [first, first + count) as a (1, count) tensor.
+  auto upload_ids = [&](const int64_t* first, int64_t count) {
     Tensor input = ids_buf.get(*be, DType::i64, {1, count});
     be->upload(input, first);
-    return model->forward(*be, input, h0, c0, false, rng);
+    return input;
   };
-  // One step after the prompt: a recurrent model carries its states and reads one character; a
-  // transformer reads the last block_size characters again.
+  // The logits (rows, V) whose last row predicts the next character: first after the prompt,
+  // then after each new character. A recurrent model carries its states and reads one
+  // character; a transformer keeps its keys and values and reads one, and once its block is
+  // full reads the last block_size characters again.
   std::function<Tensor()> next_logits;
+  Tensor logits;
   Buffer h_buf, c_buf;
   if (Recurrent* rnn = model->recurrent()) {
     const RecurrentOptions& o = model->options().rnn;
@@ -266,21 +270,27 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     next_logits = [&, rnn, h, c, cell_state] {
       be->copy(h, rnn->h_n());
       if (cell_state) be->copy(c, rnn->c_n());
-      return forward_ids(&ids.back(), 1, h, cell_state ? c : Tensor());
+      return model->forward(*be, upload_ids(&ids.back(), 1), h, cell_state ? c : Tensor(), false,
+                            rng);
     };
+    logits = model->forward(*be, upload_ids(ids.data(), static_cast<int64_t>(ids.size())), {}, {},
+                            false, rng);
   } else {
-    const int64_t block = model->options().transformer.block_size;
-    next_logits = [&, block] {
+    auto* t = dynamic_cast<Transformer*>(model.get());
+    SF_CHECK(t, "generate: a transformer run without a transformer");
+    const int64_t block = t->transformer_options().block_size;
+    auto refill = [&, t, block] {
       const int64_t count = std::min<int64_t>(block, static_cast<int64_t>(ids.size()));
-      return forward_ids(ids.data() + ids.size() - count, count, {}, {});
+      t->decode_start(*be);
+      return t->decode(*be, upload_ids(ids.data() + ids.size() - count, count));
     };
+    next_logits = [&, t, block, refill] {
+      if (t->decoded() < block) return t->decode(*be, upload_ids(&ids.back(), 1));
+      return refill();
+    };
+    logits = refill();
   }
   std::string text = prompt;
-  const int64_t context = model->recurrent()
-                              ? static_cast<int64_t>(ids.size())
-                              : std::min<int64_t>(model->options().transformer.block_size,
-                                                  static_cast<int64_t>(ids.size()));
-  Tensor logits = forward_ids(ids.data() + ids.size() - context, context, {}, {});
   std::vector<double> p(V);
   for (int64_t n = 0; n < length; ++n) {
     const std::vector<float> last =

@@ -38,6 +38,12 @@ class Transformer final : public Model {
   void set_input_grad(bool) override {}
   void set_grad_ready_hook(GradReadyHook hook) override { grad_ready_ = std::move(hook); }
   std::vector<bool> frozen_parameters() const override;
+
+  // Generation with a key/value cache: decode_start() empties it; decode(ids (1, n)) runs the n
+  // new tokens after those cached (at most block_size in all) and returns their logits (n, V).
+  void decode_start(Backend& be);
+  Tensor decode(Backend& be, Tensor ids);
+  int64_t decoded() const { return decode_pos_; }
   void init_adapters(Backend& be) override;
 
  private:
@@ -64,6 +70,8 @@ class Transformer final : public Model {
   std::vector<std::unique_ptr<Block>> blocks_;
   std::vector<std::unique_ptr<Acts>> acts_;
   std::unique_ptr<Scratch> scratch_;
+  std::vector<Buffer> kv_;  // per block: (block_size, 3C) q, k, v of the tokens decoded
+  int64_t decode_pos_ = 0;
   size_t base_params_ = 0;  // parameters [0, base_params_) are the model's, the rest adapters
   bool train_base_ = true;  // false under adapters: no base gradient is computed
   bool low_ = false, dropping_ = false, adapter_dropping_ = false;
