@@ -373,7 +373,26 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
     EXPECT_NE(plain.find("lm_head.weight"), nullptr);
     const auto m = evaluate(merged, "test");
     EXPECT_NEAR(m.at("test_loss"), adapted.at("test_loss"), 1e-4 * adapted.at("test_loss"));
+    // Started from the adapter run itself (learning rate 0), its adapters are kept as saved,
+    // DoRA's magnitudes too: the same test loss.
+    const fs::path again = dir / (std::string(kind) + "_again");
+    std::ostringstream again_log;
+    train(config({"train.epochs=1", "adapter.kind=" + std::string(kind), "adapter.rank=4",
+                  "adapter.targets=[attn.c_attn, mlp.c_proj]", "optim.lr=0",
+                  "model.init_from=" + run.string(), "train.run_dir=" + again.string()}),
+          again_log);
+    EXPECT_EQ(evaluate(again.string(), "test").at("test_loss"), adapted.at("test_loss"))
+        << again_log.str();
   }
+  std::ostringstream warn_log;
+  train(config({"train.epochs=1", "train.max_batches=1", "adapter.rank=4", "model.hidden=32",
+                "train.run_dir=" + (dir / "warn").string()}),
+        warn_log);
+  EXPECT_NE(warn_log.str().find("warning: adapter.rank is set but adapter.kind is none"),
+            std::string::npos)
+      << warn_log.str();
+  EXPECT_NE(warn_log.str().find("warning: model.hidden is for recurrent models"), std::string::npos)
+      << warn_log.str();
   auto error_with = [&](const std::string& key_value) {
     return error_of([&] {
       train(config({key_value, "train.run_dir=" + (dir / "bad").string()}), log);

@@ -217,16 +217,28 @@ std::vector<bool> Transformer::frozen_parameters() const {
   return frozen;
 }
 
-void Transformer::init_adapters(Backend& be) {
+// m = ||W0 + s B A|| per row (PEFT's start: ||W0|| while B is zero), for the magnitudes not in
+// `loaded`.
+void Transformer::init_adapters(Backend& be, const std::vector<std::string>& loaded) {
+  const int64_t r = opt_.adapter.rank;
+  const double s = opt_.adapter.alpha / double(r);
   for (auto& k : blocks_)
     for (Proj& p : k->p) {
-      if (p.m == Proj::kNone) continue;
-      const std::vector<double> w = download_doubles(be, params_.value(p.w));
+      if (p.m == Proj::kNone || std::find(loaded.begin(), loaded.end(),
+                                          params_.values().entries()[p.m].name) != loaded.end())
+        continue;
+      std::vector<double> v = download_doubles(be, params_.value(p.w));
+      const std::vector<double> a = download_doubles(be, params_.value(p.A));
+      const std::vector<double> b = download_doubles(be, params_.value(p.B));
       std::vector<double> norms(static_cast<size_t>(p.out));
-      for (int64_t r = 0; r < p.out; ++r) {
+      for (int64_t o = 0; o < p.out; ++o) {
         double sq = 0;
-        for (int64_t c = 0; c < p.in; ++c) sq += w[r * p.in + c] * w[r * p.in + c];
-        norms[r] = std::sqrt(sq);
+        for (int64_t c = 0; c < p.in; ++c) {
+          double& x = v[o * p.in + c];
+          for (int64_t j = 0; j < r; ++j) x += s * b[o * r + j] * a[j * p.in + c];
+          sq += x * x;
+        }
+        norms[o] = std::sqrt(sq);
       }
       upload_doubles(be, params_.value(p.m), norms);
     }
@@ -235,7 +247,7 @@ void Transformer::init_adapters(Backend& be) {
 void Transformer::initialize(Backend& be, uint64_t seed) {
   Rng rng(seed);
   params_.allocate(be, rng);
-  init_adapters(be);
+  init_adapters(be, {});
 }
 
 void Transformer::set_gemm_dtype(DType dtype) {
@@ -370,6 +382,14 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
   be.add(dx, t);
 }
 
+// x *= a dropout mask drawn from `seed` into `mask` (kept for backward), when dropping.
+void Transformer::drop(Backend& be, Tensor x, Buffer& mask, uint64_t seed) {
+  if (!dropping_) return;
+  Tensor m = mask.get(be, x.dtype(), x.shape());
+  be.dropout_mask(m, opt_.dropout, seed);
+  be.mul(x, x, m);
+}
+
 // x (N, C) -> the block's output (N, C), keeping in `a` what backward needs.
 void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
   const AttentionShape& s = shape_;
@@ -398,11 +418,7 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
   SF_PROFILE_SCOPE("block forward");
   Tensor branch = sc.branch.get(be, dt, {N, C});
   proj_forward(be, k.p[1], a, 1, branch, att, a.att_low, k.seed);
-  if (dropping_) {
-    Tensor mask = a.mask1.get(be, dt, {N, C});
-    be.dropout_mask(mask, opt_.dropout, mix_seed(k.seed, 1));
-    be.mul(branch, branch, mask);
-  }
+  drop(be, branch, a.mask1, mix_seed(k.seed, 1));
   Tensor mid = a.mid.get(be, dt, {N, C});
   be.copy(mid, x);
   be.add(mid, branch);
@@ -417,11 +433,7 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
     be.gelu_forward(gelu, fc);
   }
   proj_forward(be, k.p[3], a, 3, branch, gelu, a.gelu_low, k.seed);
-  if (dropping_) {
-    Tensor mask = a.mask2.get(be, dt, {N, C});
-    be.dropout_mask(mask, opt_.dropout, mix_seed(k.seed, 2));
-    be.mul(branch, branch, mask);
-  }
+  drop(be, branch, a.mask2, mix_seed(k.seed, 2));
   Tensor out = k.out.get(be, dt, {N, C});
   be.copy(out, mid);
   be.add(out, branch);
@@ -512,11 +524,7 @@ Tensor Transformer::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
   be.embedding_forward(x0, params_.value(wte_), ids_);
   const Tensor positions = params_.value(wpe_).slice(0, T);  // (T, C)
   for (int64_t b = 0; b < B; ++b) be.add(x0.reshape({B, T * C}).slice(b, b + 1), positions);
-  if (dropping_) {
-    Tensor mask = scratch_->x0_mask.get(be, dt, {N, C});
-    be.dropout_mask(mask, opt_.dropout, rng.next());
-    be.mul(x0, x0, mask);
-  }
+  if (dropping_) drop(be, x0, scratch_->x0_mask, rng.next());
   Tensor x = x0;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     Block& k = *blocks_[i];

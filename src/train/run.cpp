@@ -117,6 +117,30 @@ ModelOptions model_options(const Config& c, const Task& t) {
   return m;
 }
 
+std::vector<std::string> ignored_settings(const Config& c) {
+  std::vector<std::string> out;
+  const std::string family = c.str("model.family");
+  const bool transformer = family == "transformer";
+  for (const char* key : {"model.cell", "model.hidden", "model.proj_size", "model.dropout_mode"})
+    if (transformer && c.is_set(key))
+      out.push_back(std::string(key) +
+                    " is for recurrent models; model.family is transformer: "
+                    "it is ignored");
+  for (const char* key : {"model.heads", "model.block_size", "model.checkpoint_activations"})
+    if (!transformer && c.is_set(key))
+      out.push_back(std::string(key) + " is for transformers; model.family is " + family +
+                    ": it is ignored");
+  const bool adapters = c.str("adapter.kind") != "none";
+  for (const char* key : {"adapter.rank", "adapter.alpha", "adapter.dropout", "adapter.targets"})
+    if (!adapters && c.is_set(key))
+      out.push_back(std::string(key) + " is set but adapter.kind is none: no adapter is trained");
+  if (adapters && c.str("model.init_from").empty())
+    out.push_back("adapter.kind " + c.str("adapter.kind") +
+                  " without model.init_from: the adapters train on a randomly initialised, "
+                  "frozen base");
+  return out;
+}
+
 // Loads the task's data per the config; with `from`, reuses its normalisation and vocabulary.
 Task load_task(const Config& c, const Task* from) {
   Task t;

@@ -313,12 +313,12 @@ void Training::build_model() {
   if (std::string init = c_.str("model.init_from");
       !init.empty() && resume_dir_.empty() && rank_ == 0) {  // the others get rank 0's
     if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
-    // A base model's checkpoint holds no adapters: they keep their start (DoRA's magnitudes
-    // taken from the loaded weights).
+    // A base model's checkpoint holds no adapters: they keep their start, and DoRA's magnitudes
+    // not in the file are taken from the loaded weights; an adapter run's are kept as saved.
     const bool adapters = !model_->frozen_parameters().empty();
     initialized_ = io::load_parameters(init, model_->parameters(), *be_, false,
                                        c_.list("model.init_from_modules"), adapters);
-    model_->init_adapters(*be_);
+    model_->init_adapters(*be_, initialized_);
   }
   oo_.kind = c_.str("optim.kind");
   oo_.lr = c_.number("optim.lr");
@@ -365,6 +365,7 @@ void Training::print_start() const {
     if (t.checkpoint_activations)
       out_ << "activation checkpointing: each block's activations recomputed in backward\n";
   }
+  for (const std::string& w : ignored_settings(c_)) out_ << "warning: " << w << "\n";
   if (recurrent && rnn.variational_dropout && rnn.dropout == 0)
     out_ << "warning: model.dropout_mode is variational but model.dropout is 0: nothing is "
             "dropped\n";

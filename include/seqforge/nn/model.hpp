@@ -82,9 +82,11 @@ class Model {
   virtual Recurrent* recurrent() { return nullptr; }
   // Parameters that never train (a base model under adapters); empty: none.
   virtual std::vector<bool> frozen_parameters() const { return {}; }
-  // Sets adapters that start from the base weights (DoRA's magnitudes: ||W0|| per row), after
-  // the base weights are loaded.
-  virtual void init_adapters(Backend& be) { (void)be; }
+  // Sets adapters that start from the base weights (DoRA's magnitudes: ||W0 + s B A|| per row),
+  // after the base weights are loaded; parameters in `loaded` (from the same file) are kept.
+  virtual void init_adapters(Backend& be, const std::vector<std::string>& loaded) {
+    (void)be, (void)loaded;
+  }
 };
 
 std::unique_ptr<Model> make_model(const ModelOptions& options, DType dtype = DType::f32);

@@ -1,8 +1,8 @@
 #pragma once
 // The recurrence engine: a multi-layer, optionally bidirectional recurrent layer of any
 // registered cell (backend/ops.hpp: LSTM, GRU, LN-LSTM), with PyTorch's nn.LSTM / nn.GRU
-// semantics and parameter names. The engine owns what is common to the cells: the input and recurrent
-// projections as GEMMs, the schedules that run the chains on the backend's workers, their
+// semantics and parameter names. The engine owns what is common to the cells: the input and
+// recurrent projections as GEMMs, the schedules that run the chains on the backend's workers, their
 // autotuning, the weight-gradient layouts, dropout between layers and mixed precision; a cell
 // brings only its pointwise step, forward and backward.
 #include <atomic>

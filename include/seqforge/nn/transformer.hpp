@@ -44,7 +44,7 @@ class Transformer final : public Model {
   void decode_start(Backend& be);
   Tensor decode(Backend& be, Tensor ids);
   int64_t decoded() const { return decode_pos_; }
-  void init_adapters(Backend& be) override;
+  void init_adapters(Backend& be, const std::vector<std::string>& loaded) override;
 
  private:
   struct Proj;
@@ -59,6 +59,7 @@ class Transformer final : public Model {
                      Tensor x_op);
   void adapter_input(Backend& be, Proj& p, Tensor xa, Tensor x, Buffer& x_low);
   void adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tensor x_op, float s);
+  void drop(Backend& be, Tensor x, Buffer& mask, uint64_t seed);
   void block_forward(Backend& be, Block& k, Acts& a, Tensor x);
   void block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tensor dout, Tensor dx);
 
