@@ -1,13 +1,16 @@
 // Transformer parity with PyTorch: every fixture of tests/python/make_transformer_fixtures.py (a
 // nanoGPT-style model in float64 on float32-representable parameters) is replayed on seqforge:
 // logits, loss and every parameter gradient; with LoRA or DoRA adapters (PEFT's computation, the
-// base frozen), the adapters' gradients and none for the base. The CPU backend runs in f32 (fused
-// attention; max relative error <= 1e-5), the reference backend in f64 (<= 1e-10).
+// base frozen), the adapters' gradients and none for the base; as a classifier (padded rows,
+// segment embeddings, a head on the mean over each row's tokens), the class logits. The CPU backend
+// runs in f32 (fused attention; max relative error <= 1e-5), the reference backend in f64 (<=
+// 1e-10).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/io/safetensors.hpp"
@@ -64,6 +67,8 @@ Errors replay(const std::string& name, Backend& be, DType dt) {
     o.adapter.alpha = c["a"];
     o.adapter.targets = c["targets"].get<std::vector<std::string>>();
   }
+  if (c.contains("k")) o.num_classes = c["k"];
+  o.segments = c.value("seg", 0);
   Transformer model(o, dt);
   model.initialize(be, 0);
   Parameters& p = model.parameters();
@@ -78,10 +83,16 @@ Errors replay(const std::string& name, Backend& be, DType dt) {
     HostTensor h(be, dt, entry.shape, values(f, "param." + entry.name));
     be.copy(p.value(i), h.t);
   }
-  const int64_t B = c["b"], T = c["t"], V = c["v"];
+  const int64_t B = c["b"], T = c["t"];
+  const bool classifier = o.num_classes > 0;
+  const int64_t rows = classifier ? B : B * T, V = classifier ? o.num_classes : o.vocab_size;
   HostTensor ids(be, DType::i64, {B, T}, values(f, "ids"));
-  HostTensor targets(be, DType::i64, {B * T}, values(f, "targets"));
-  HostTensor dlogits(be, dt, {B * T, V}, std::vector<double>(B * T * V));
+  HostTensor targets(be, DType::i64, {rows}, values(f, "targets"));
+  HostTensor dlogits(be, dt, {rows, V}, std::vector<double>(rows * V));
+  std::optional<HostTensor> lengths, segments;
+  if (f.find("lengths")) lengths.emplace(be, DType::i64, Shape{B}, values(f, "lengths"));
+  if (f.find("segments")) segments.emplace(be, DType::i64, Shape{B, T}, values(f, "segments"));
+  model.set_token_layout(lengths ? lengths->t : Tensor(), segments ? segments->t : Tensor());
   Rng rng(1);
   Tensor logits = model.forward(be, ids.t, false, rng);
   const double loss = be.cross_entropy_loss(logits, targets.t, {}, -100, dlogits.t);
@@ -107,12 +118,12 @@ Errors replay(const std::string& name, Backend& be, DType dt) {
 
 void run_all(const char* backend_name, DType dt, double tolerance) {
   const auto names = fixture_names();
-  ASSERT_GE(names.size(), 12u) << "no transformer fixtures in " << fixture_dir()
+  ASSERT_GE(names.size(), 17u) << "no transformer fixtures in " << fixture_dir()
                                << " (run tests/python/make_transformer_fixtures.py)";
   auto be = make_backend(backend_name);
   std::printf("PyTorch parity of the transformer, %s backend, %s: max relative error\n",
               backend_name, std::string(dtype_name(dt)).c_str());
-  std::printf("  %-36s %-9s %-9s %-12s %s\n", "configuration", "forward", "backward", "torch-f32",
+  std::printf("  %-48s %-9s %-9s %-12s %s\n", "configuration", "forward", "backward", "torch-f32",
               "worst gradient");
   for (const auto& name : names) {
     const Errors e = replay(name, *be, dt);
@@ -121,7 +132,7 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
     const nlohmann::json c = nlohmann::json::parse(f.metadata().at("config"));
     const double torch_f32 =
         std::max(c["torch_f32_forward"].get<double>(), c["torch_f32_backward"].get<double>());
-    std::printf("  %-36s %-9.2e %-9.2e %-12.2e %s\n", name.c_str(), e.forward, e.backward,
+    std::printf("  %-48s %-9.2e %-9.2e %-12.2e %s\n", name.c_str(), e.forward, e.backward,
                 torch_f32, e.worst.c_str());
     // Where float32 itself misses the tolerance (PyTorch's own float32 is off by more), within
     // a few times PyTorch's error; the f64 run checks every fixture at the full tolerance.

@@ -114,9 +114,15 @@ void print_config(const ConfigDiagnosis& d) {
   std::printf("config\n");
   std::printf("  task          %s\n", d.task.c_str());
   std::printf("  data          %lld %s; %s per split: %lld train, %lld validation, %lld test\n",
-              static_cast<long long>(d.rows), text ? "characters" : "rows",
-              text ? "sequences" : "windows", static_cast<long long>(d.train),
-              static_cast<long long>(d.val), static_cast<long long>(d.test));
+              static_cast<long long>(d.rows),
+              text                        ? "characters"
+              : d.task == "text_classify" ? "examples"
+                                          : "rows",
+              text                        ? "sequences"
+              : d.task == "text_classify" ? "examples"
+                                          : "windows",
+              static_cast<long long>(d.train), static_cast<long long>(d.val),
+              static_cast<long long>(d.test));
   std::printf("  model         %lld parameters, %lld time steps per window\n",
               static_cast<long long>(d.parameters), static_cast<long long>(d.steps));
   std::printf(

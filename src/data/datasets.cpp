@@ -802,15 +802,18 @@ const char* task_name(TaskKind kind) {
       return "mae";
     case TaskKind::charlm:
       return "charlm";
+    case TaskKind::text_classify:
+      return "text_classify";
   }
   return "?";
 }
 
 TaskKind parse_task(const std::string& name, const std::string& source) {
-  for (TaskKind k : {TaskKind::forecast, TaskKind::classify, TaskKind::mae, TaskKind::charlm})
+  for (TaskKind k : {TaskKind::forecast, TaskKind::classify, TaskKind::mae, TaskKind::charlm,
+                     TaskKind::text_classify})
     if (name == task_name(k)) return k;
   fail(source, ": data.task: unknown task '", name,
-       "' (expected forecast, classify, mae or charlm)");
+       "' (expected forecast, classify, mae, charlm or text_classify)");
 }
 
 Dataset load_dataset(const DataOptions& opt, const Dataset* from, WindowSet windows) {
@@ -819,6 +822,16 @@ Dataset load_dataset(const DataOptions& opt, const Dataset* from, WindowSet wind
   d.kind = opt.task;
   if (d.kind == TaskKind::charlm) {
     d.text = load_text(opt, from ? from->text.vocab : std::u32string());
+  } else if (d.kind == TaskKind::text_classify) {
+    d.text =
+        load_text_examples(opt, from ? &from->text : nullptr, windows == WindowSet::every_window);
+    if (windows != WindowSet::splits) {  // every example of the file, evaluated or predicted
+      Split& s = d.text.split;
+      s.test.clear();
+      for (int64_t i = 0; i < d.text.examples(); ++i) s.test.push_back(i);
+      s.train.clear();
+      s.val.clear();
+    }
   } else {
     d.series = load_series(opt, from ? &from->series : nullptr, windows);
     d.mask_ratio = opt.mask_ratio;

@@ -40,6 +40,34 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
     b->labels_buf.upload();
     return;
   }
+  if (d.kind == TaskKind::text_classify) {
+    const TextData& t = d.text;
+    int64_t T = 1;  // the batch's longest example
+    for (int64_t i = 0; i < B; ++i) {
+      const int64_t e = starts[begin + i];
+      T = std::max(T, t.offsets[e + 1] - t.offsets[e]);
+    }
+    b->input = b->input_buf.get(be, DType::i64, {B, T});
+    b->segments = b->segments_buf.get(be, DType::i64, {B, T});
+    b->lengths = b->lengths_buf.get(be, DType::i64, {B});
+    b->labels = b->labels_buf.get(be, DType::i64, {B});
+    auto* ids = b->input_buf.host<int64_t>();
+    auto* seg = b->segments_buf.host<int64_t>();
+    auto* len = b->lengths_buf.host<int64_t>();
+    auto* cls = b->labels_buf.host<int64_t>();
+    std::fill_n(ids, B * T, 0);
+    std::fill_n(seg, B * T, 0);
+    for (int64_t i = 0; i < B; ++i) {
+      const int64_t e = starts[begin + i], first = t.offsets[e], n = t.offsets[e + 1] - first;
+      std::copy_n(t.ids.begin() + first, n, ids + i * T);
+      if (t.segments > 0) std::fill(seg + i * T + t.first_lengths[e], seg + i * T + n, 1);
+      len[i] = n;
+      cls[i] = t.classes[e] >= 0 ? t.classes[e] : -100;  // -100: ignored by the loss (predict)
+    }
+    for (StagedBuffer* s : {&b->input_buf, &b->segments_buf, &b->lengths_buf, &b->labels_buf})
+      s->upload();
+    return;
+  }
   const SeriesData& s = d.series;
   const int64_t T = s.lookback, F = s.num_features();
   b->input = b->input_buf.get(be, DType::f32, {B, T, F});

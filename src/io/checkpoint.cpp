@@ -41,7 +41,11 @@ std::string module_names(const Parameters& params) {
 std::vector<std::string> load_parameters(const std::string& path, Parameters& params,
                                          Backend& backend, bool allow_extra,
                                          const std::vector<std::string>& modules,
-                                         bool adapters_optional) {
+                                         const std::vector<std::string>& optional,
+                                         const std::vector<std::string>& ignored) {
+  auto listed = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
   std::vector<std::string> loaded;
   const SafetensorsFile file = SafetensorsFile::read(path);
   auto selected = [&](const std::string& name) {
@@ -61,7 +65,7 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
     const auto& entry = params.values().entries()[i];
     if (!selected(entry.name)) continue;
     const SafetensorsEntry* t = file.find(entry.name);
-    if (!t && adapters_optional && entry.name.rfind("base_model.model.", 0) == 0) continue;
+    if (!t && listed(optional, entry.name)) continue;
     if (!t) fail(path, ": missing tensor '", entry.name, "' of shape ", entry.shape.str());
     if (Shape(t->shape) != entry.shape)
       fail(path, ": tensor '", entry.name, "' has shape ", Shape(t->shape).str(),
@@ -91,7 +95,7 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
   }
   if (!allow_extra) {
     auto known = [&](const std::string& name) {
-      if (params.values().find(name)) return true;
+      if (params.values().find(name) || listed(ignored, name)) return true;
       for (const auto& [alias, i] : params.aliases())
         if (alias == name) return true;
       return false;

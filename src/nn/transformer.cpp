@@ -142,13 +142,14 @@ Transformer::Transformer(const TransformerOptions& o, DType dtype) : opt_(o), pa
   model_opt_.vocab_size = o.vocab_size;
   model_opt_.embedding_dim = o.n_embd;
   model_opt_.transformer = o;
-  model_opt_.output_size = o.vocab_size;
-  model_opt_.per_step = true;
+  model_opt_.output_size = o.num_classes > 0 ? o.num_classes : o.vocab_size;
+  model_opt_.per_step = o.num_classes == 0;
   const int64_t C = o.n_embd;
   const Init w = Init::Normal(0.0, 0.02), zero = Init::Constant(0.0), one = Init::Constant(1.0);
   const Init w_proj = Init::Normal(0.0, 0.02 / std::sqrt(2.0 * double(o.n_layer)));
   wte_ = params_.declare("transformer.wte.weight", {o.vocab_size, C}, w);
   wpe_ = params_.declare("transformer.wpe.weight", {o.block_size, C}, w);
+  if (o.segments > 0) wse_ = params_.declare("transformer.wse.weight", {o.segments, C}, w);
   auto linear = [&](Proj& p, const std::string& name, int64_t in, int64_t out, Init init) {
     p.in = in;
     p.out = out;
@@ -170,7 +171,12 @@ Transformer::Transformer(const TransformerOptions& o, DType dtype) : opt_(o), pa
   }
   lnf_w_ = params_.declare("transformer.ln_f.weight", {C}, one);
   lnf_b_ = params_.declare("transformer.ln_f.bias", {C}, zero);
-  params_.alias("lm_head.weight", wte_);  // the tied output head
+  if (o.num_classes > 0) {
+    cls_w_ = params_.declare("classifier.weight", {o.num_classes, C}, w);
+    cls_b_ = params_.declare("classifier.bias", {o.num_classes}, zero);
+  } else {
+    params_.alias("lm_head.weight", wte_);  // the tied output head
+  }
   base_params_ = params_.size();
   declare_adapters();
   acts_.resize(1);
@@ -214,7 +220,23 @@ std::vector<bool> Transformer::frozen_parameters() const {
   if (opt_.adapter.kind == AdapterKind::none) return {};
   std::vector<bool> frozen(params_.size(), false);
   std::fill(frozen.begin(), frozen.begin() + static_cast<std::ptrdiff_t>(base_params_), true);
+  for (size_t i : {wse_, cls_w_, cls_b_})  // new with the task: they train
+    if (i != kNone) frozen[i] = false;
   return frozen;
+}
+
+std::vector<std::string> Transformer::fresh_parameters() const {
+  std::vector<std::string> out;
+  const auto& entries = params_.values().entries();
+  for (size_t i : {wse_, cls_w_, cls_b_})
+    if (i != kNone) out.push_back(entries[i].name);
+  for (size_t i = base_params_; i < params_.size(); ++i) out.push_back(entries[i].name);
+  return out;
+}
+
+std::vector<std::string> Transformer::unused_base_tensors() const {
+  if (opt_.num_classes > 0) return {"lm_head.weight"};
+  return {};
 }
 
 // m = ||W0 + s B A|| per row (PEFT's start: ||W0|| while B is zero), for the magnitudes not in
@@ -411,6 +433,7 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
     SF_PROFILE_SCOPE("attention forward");
     be.attention_forward({.shape = s,
                           .qkv = a.qkv.tensor().data(),
+                          .lengths = lengths_.empty() ? nullptr : lengths_.data(),
                           .out = att.data(),
                           .lse = a.lse.get(be, dt, {s.batch, s.heads, s.seq}).data()},
                          dt);
@@ -486,6 +509,7 @@ void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tenso
     SF_PROFILE_SCOPE("attention backward");
     be.attention_backward({.shape = s,
                            .qkv = a.qkv.tensor().data(),
+                           .lengths = lengths_.empty() ? nullptr : lengths_.data(),
                            .out = a.att.tensor().data(),
                            .lse = a.lse.tensor().data(),
                            .dout = datt.data(),
@@ -524,6 +548,15 @@ Tensor Transformer::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
   be.embedding_forward(x0, params_.value(wte_), ids_);
   const Tensor positions = params_.value(wpe_).slice(0, T);  // (T, C)
   for (int64_t b = 0; b < B; ++b) be.add(x0.reshape({B, T * C}).slice(b, b + 1), positions);
+  SF_CHECK(lengths_.empty() || lengths_.shape() == Shape({B}), "transformer: lengths ",
+           lengths_.shape().str(), " for ", B, " sequences");
+  if (wse_ != kNone) {
+    SF_CHECK(segments_.shape() == Shape({B, T}), "transformer: segments ", segments_.shape().str(),
+             " for ids ", ids.shape().str());
+    Tensor se = seg_emb_.get(be, dt, {N, C});  // (N, C)
+    be.embedding_forward(se, params_.value(wse_), segments_.reshape({N}));
+    be.add(x0, se);
+  }
   if (dropping_) drop(be, x0, scratch_->x0_mask, rng.next());
   Tensor x = x0;
   for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -535,12 +568,52 @@ Tensor Transformer::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
   z_ = z_buf_.get(be, dt, {N, C});  // (N, C) ln_f's output
   be.layer_norm_forward(z_, lnf_saved_.get(be, dt, {N, 2}), x, params_.value(lnf_w_),
                         params_.value(lnf_b_), kLayerNormEps);
+  if (cls_w_ != kNone) return head_forward(be);
   Tensor logits = logits_.get(be, dt, {N, opt_.vocab_size});  // (N, V) = z wte^T
   gemm(be, dt, false, true, N, opt_.vocab_size, C, 1.0f, 0.0f, z_, params_.value(wte_), logits);
   return logits;
 }
 
+// The classifier on the mean of z over each row's tokens: pooled (B, C) = P z with P (B, N)
+// holding 1 / length at a row's tokens, logits (B, K) = pooled W^T + b.
+Tensor Transformer::head_forward(Backend& be) {
+  const int64_t B = shape_.batch, T = shape_.seq, N = B * T, C = opt_.n_embd, K = opt_.num_classes;
+  const DType dt = params_.dtype();
+  std::vector<int64_t> lengths(static_cast<size_t>(B), T);
+  if (!lengths_.empty()) lengths = download_vector<int64_t>(be, lengths_);
+  std::vector<double> p(static_cast<size_t>(B * N), 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    SF_CHECK(lengths[b] >= 1 && lengths[b] <= T, "transformer: sequence ", b, " has length ",
+             lengths[b], ", not in [1, ", T, "]");
+    std::fill_n(p.begin() + b * N + b * T, lengths[b], 1.0 / double(lengths[b]));
+  }
+  Tensor pool = pool_.get(be, dt, {B, N});
+  upload_doubles(be, pool, p);
+  Tensor pooled = pooled_.get(be, dt, {B, C});
+  gemm(be, dt, false, false, B, C, N, 1.0f, 0.0f, pool, z_, pooled);
+  Tensor logits = logits_.get(be, dt, {B, K});
+  Buffer unused;
+  linear_forward(be, logits, pooled, unused, params_.value(cls_w_), {}, params_.value(cls_b_));
+  return logits;
+}
+
+// dlogits (B, K) -> the classifier's gradients and dz (N, C) = P^T dpooled.
+Tensor Transformer::head_backward(Backend& be, Tensor dlogits) {
+  const int64_t B = shape_.batch, N = B * shape_.seq, C = opt_.n_embd, K = opt_.num_classes;
+  const DType dt = params_.dtype();
+  SF_CHECK(dlogits.shape() == Shape({B, K}), "transformer backward: dlogits ",
+           dlogits.shape().str(), ", expected ", Shape({B, K}).str());
+  gemm(be, dt, true, false, K, C, B, 1.0f, 1.0f, dlogits, pooled_.tensor(), params_.grad(cls_w_));
+  be.sum_rows_acc(params_.grad(cls_b_), dlogits);
+  Tensor dpooled = dpooled_.get(be, dt, {B, C});
+  gemm(be, dt, false, false, B, C, K, 1.0f, 0.0f, dlogits, params_.value(cls_w_), dpooled);
+  Tensor dz = scratch_->dz.get(be, dt, {N, C});
+  gemm(be, dt, true, false, N, C, B, 1.0f, 0.0f, pool_.tensor(), dpooled, dz);
+  return dz;
+}
+
 void Transformer::decode_start(Backend& be) {
+  SF_CHECK(opt_.num_classes == 0, "decoding needs a language model, not a classifier");
   decode_pos_ = 0;
   dropping_ = adapter_dropping_ = false;
   prepare_weights(be);  // the weights hold still while generating
@@ -613,14 +686,19 @@ void Transformer::backward_logits(Backend& be, Tensor dlogits) {
   SF_PROFILE_SCOPE("backward");
   const int64_t N = ids_.numel(), C = opt_.n_embd, V = opt_.vocab_size;
   const int64_t B = shape_.batch, T = shape_.seq;
-  SF_CHECK(dlogits.shape() == Shape({N, V}), "transformer backward: dlogits ",
-           dlogits.shape().str());
   const DType dt = params_.dtype();
   Scratch& sc = *scratch_;
-  // The tied head: dwte(V, C) += dlogits^T z, dz(N, C) = dlogits wte.
-  if (train_base_) gemm(be, dt, true, false, V, C, N, 1.0f, 1.0f, dlogits, z_, params_.grad(wte_));
-  Tensor dz = sc.dz.get(be, dt, {N, C});
-  gemm(be, dt, false, false, N, C, V, 1.0f, 0.0f, dlogits, params_.value(wte_), dz);
+  Tensor dz;  // (N, C)
+  if (cls_w_ != kNone) {
+    dz = head_backward(be, dlogits);
+  } else {  // the tied head: dwte(V, C) += dlogits^T z, dz(N, C) = dlogits wte
+    SF_CHECK(dlogits.shape() == Shape({N, V}), "transformer backward: dlogits ",
+             dlogits.shape().str());
+    if (train_base_)
+      gemm(be, dt, true, false, V, C, N, 1.0f, 1.0f, dlogits, z_, params_.grad(wte_));
+    dz = sc.dz.get(be, dt, {N, C});
+    gemm(be, dt, false, false, N, C, V, 1.0f, 0.0f, dlogits, params_.value(wte_), dz);
+  }
   const size_t L = blocks_.size();
   Tensor dx = sc.dx[L % 2].get(be, dt, {N, C});
   be.layer_norm_backward(dx, train_base_ ? params_.grad(lnf_w_) : sc.dnorm_w.get(be, dt, {C}),
@@ -637,8 +715,9 @@ void Transformer::backward_logits(Backend& be, Tensor dlogits) {
     block_backward(be, k, *acts_[opt_.checkpoint_activations ? 0 : i], x, dx, down);
     dx = down;
   }
+  if (dropping_) be.mul(dx, dx, sc.x0_mask.tensor());
+  if (wse_ != kNone) be.embedding_backward(params_.grad(wse_), dx, segments_.reshape({N}));
   if (train_base_) {
-    if (dropping_) be.mul(dx, dx, sc.x0_mask.tensor());
     be.embedding_backward(params_.grad(wte_), dx, ids_);
     // Each position's gradient summed over the batch.
     be.sum_rows_acc(params_.grad(wpe_).slice(0, T).reshape({T * C}), dx.reshape({B, T * C}));

@@ -23,7 +23,8 @@ const std::vector<ConfigKey> kKeys = {
     {"data.task", T::string, "forecast",
      "`forecast` (predict target columns `horizon` steps after a window), `classify` (predict the "
      "class `horizon` steps after a window), `mae` (masked-autoencoder pre-training: reconstruct "
-     "the features of randomly masked time steps), or `charlm` (character language model)."},
+     "the features of randomly masked time steps), `charlm` (character language model), or "
+     "`text_classify` (the class of a text, or of a pair of texts, per CSV row; a transformer)."},
     {"data.features", T::string_list, "[]",
      "CSV columns fed to the model. Empty: every column but the date and class columns."},
     {"data.targets", T::string_list, "[]",
@@ -43,7 +44,7 @@ const std::vector<ConfigKey> kKeys = {
      "turned back into the column's own units. A differencing transform of a feature drops each "
      "series' first row."},
     {"data.class_column", T::string, "",
-     "CSV column of class names (classify); classes are numbered in sorted order."},
+     "CSV column of class names (classify, text_classify); classes are numbered in sorted order."},
     {"data.label", T::string, "column",
      "classify: `column` (the class column), `direction` (`up` when label_column is higher "
      "`horizon` steps after the window's last row, else `down`) or `volatility` (`high` when the "
@@ -61,7 +62,15 @@ const std::vector<ConfigKey> kKeys = {
      "How many steps after the window's last row the target lies (1 = the next row; classify "
      "also takes 0, the class at the window's last row)."},
     {"data.stride", T::integer, "1", "Rows between the starts of consecutive windows."},
-    {"data.seq_len", T::integer, "128", "Characters per training sequence (charlm)."},
+    {"data.seq_len", T::integer, "128",
+     "Characters per training sequence (charlm); the most characters of an example "
+     "(text_classify: a longer text, or the longer text of a pair, is cut at its end)."},
+    {"data.text_columns", T::string_list, "[]",
+     "text_classify: the CSV column of each example's text, or two columns, a pair (text A, then "
+     "data.separator, then text B, with segment embeddings telling them apart)."},
+    {"data.separator", T::string, "\n",
+     "text_classify: the characters between text A and text B of a pair (part of text A's "
+     "segment)."},
     {"data.split.train", T::number, "0.8",
      "Share of the data for training: the first rows (time series) or the first characters "
      "(text)."},
@@ -141,7 +150,9 @@ const std::vector<ConfigKey> kKeys = {
     {"model.block_size", T::integer, "0",
      "Transformer: the longest sequence it takes (rows of transformer.wpe.weight); 0: "
      "data.seq_len."},
-    {"model.bidirectional", T::boolean, "false", "Bidirectional recurrent layers."},
+    {"model.bidirectional", T::boolean, "false",
+     "Bidirectional recurrent layers; for a transformer (text_classify), an encoder: every token "
+     "attends to every token of its example, not only to those before it."},
     {"model.dropout", T::number, "0.0",
      "Dropout rate in training: on every recurrent layer's output but the last (standard), or "
      "as model.dropout_mode says; for a transformer, on the embeddings and each block's two "
@@ -394,9 +405,13 @@ std::string config_reference_markdown() {
       << "This page is generated from the table in src/train/config.cpp "
          "(`seqforge config-reference > docs/config.md`); a test fails when they differ.\n\n"
       << "| key | type | default | meaning |\n|---|---|---|---|\n";
-  for (const auto& k : kKeys)
+  for (const auto& k : kKeys) {
+    std::string shown;  // the default as one line: a newline as \n
+    for (const char ch : k.default_value)
+      shown += ch == '\n' ? std::string("\\n") : std::string(1, ch);
     out << "| `" << k.path << "` | " << type_name(k.type) << " | "
-        << (k.default_value.empty() ? "" : "`" + k.default_value + "`") << " | " << k.doc << " |\n";
+        << (shown.empty() ? "" : "`" + shown + "`") << " | " << k.doc << " |\n";
+  }
   return out.str();
 }
 

@@ -101,6 +101,20 @@ DataOptions data_options(const Config& c) {
     o.text.seq_len = positive(c, "data.seq_len");
     return o;
   }
+  if (o.task == TaskKind::text_classify) {
+    o.text.seq_len = positive(c, "data.seq_len");
+    o.text.columns = c.list("data.text_columns");
+    if (o.text.columns.empty() || o.text.columns.size() > 2)
+      fail(c.source(), ": data.text_columns must name one text column or two (a pair), got ",
+           o.text.columns.size());
+    o.text.class_col = c.str("data.class_column");
+    if (o.text.class_col.empty())
+      fail(c.source(), ": data.class_column is required for data.task text_classify");
+    o.text.separator = c.str("data.separator");
+    if (o.text.columns.size() == 2 && o.text.separator.empty())
+      fail(c.source(), ": data.separator must not be empty for a pair of text columns");
+    return o;
+  }
   o.series = series_options(c, o.task, o.split);
   o.mask_ratio = c.number("data.mask_ratio");
   if (!(o.mask_ratio > 0 && o.mask_ratio < 1))
@@ -146,8 +160,10 @@ AugmentOptions augment_options(const Config& c) {
   o.cache_dir = c.str("augment.cache_dir");
   if (o.cache_dir.empty())
     o.cache_dir = (fs::path(autotune::cache_path()).parent_path() / "augment").string();
-  if ((o.any() || o.cache) && c.str("data.task") == "charlm")
-    fail(c.source(), ": augment: augmentations apply to time series, not to data.task charlm");
+  if ((o.any() || o.cache) &&
+      (c.str("data.task") == "charlm" || c.str("data.task") == "text_classify"))
+    fail(c.source(), ": augment: augmentations apply to time series, not to data.task ",
+         c.str("data.task"));
   if (o.cache && !o.any())
     fail(c.source(), ": augment.cache is true but no augmentation has a probability above 0");
   return o;

@@ -94,8 +94,9 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   std::vector<std::string>& problems = d->problems;
   Task task = load_task(c);
   d->task = task_name(task.kind);
-  d->rows =
-      task.kind == TaskKind::charlm ? static_cast<int64_t>(task.text.ids.size()) : task.series.rows;
+  d->rows = task.kind == TaskKind::charlm          ? static_cast<int64_t>(task.text.ids.size())
+            : task.kind == TaskKind::text_classify ? task.text.examples()
+                                                   : task.series.rows;
   const Split& split = task.split();
   d->train = static_cast<int64_t>(split.train.size());
   d->val = static_cast<int64_t>(split.val.size());
@@ -107,8 +108,8 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   d->batches_per_epoch = d->batch_size > 0 ? (d->train + d->batch_size - 1) / d->batch_size : 0;
   if (const int64_t mb = c.integer("train.max_batches"); mb > 0)
     d->batches_per_epoch = std::min(d->batches_per_epoch, mb);
-  const int64_t F = task.kind == TaskKind::charlm ? 0 : task.series.num_features();
-  const double in_bytes = task.kind == TaskKind::charlm ? 16.0 * d->steps
+  const int64_t F = task.is_text() ? 0 : task.series.num_features();
+  const double in_bytes = task.is_text() ? 24.0 * d->steps
                           : task.kind == TaskKind::mae
                               ? 4.0 * d->steps * (2 * F + 1)
                               : 4.0 * (d->steps * F + task.series.num_outputs());

@@ -25,14 +25,30 @@ namespace fs = std::filesystem;
 namespace {
 
 // Accuracy on `starts` of always predicting the training split's most frequent class.
-double majority_accuracy(const SeriesData& d, const std::vector<int64_t>& starts) {
-  std::vector<int64_t> count(d.class_names.size(), 0);
-  for (int64_t s : d.split.train)
-    if (const int64_t k = d.classes[d.target_row(s)]; k >= 0) ++count[k];
+double majority_accuracy(const Dataset& t, const std::vector<int64_t>& starts) {
+  const bool text = t.kind == TaskKind::text_classify;
+  auto class_of = [&](int64_t s) {
+    return text ? t.text.classes[s] : t.series.classes[t.series.target_row(s)];
+  };
+  std::vector<int64_t> count((text ? t.text.class_names : t.series.class_names).size(), 0);
+  for (int64_t s : t.split().train)
+    if (const int64_t k = class_of(s); k >= 0) ++count[k];
   const int64_t majority = std::max_element(count.begin(), count.end()) - count.begin();
   int64_t hits = 0;
-  for (int64_t s : starts) hits += d.classes[d.target_row(s)] == majority;
+  for (int64_t s : starts) hits += class_of(s) == majority;
   return starts.empty() ? 0.0 : double(hits) / double(starts.size());
+}
+
+// The class probabilities of logits o (K): "class,p_0,...,p_K-1".
+std::string class_columns(const std::vector<std::string>& names, const float* o) {
+  const int64_t K = static_cast<int64_t>(names.size());
+  const double top = *std::max_element(o, o + K);
+  std::vector<double> p(K);
+  double total = 0;
+  for (int64_t k = 0; k < K; ++k) total += p[k] = std::exp(o[k] - top);
+  std::string out = io::csv_field(names[std::max_element(o, o + K) - o]);
+  for (int64_t k = 0; k < K; ++k) out += "," + shortest(static_cast<float>(p[k] / total));
+  return out;
 }
 
 }  // namespace
@@ -64,8 +80,9 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
   std::map<std::string, double> out;
   for (const auto& [k, v] : m) out[k.rfind("val_", 0) == 0 ? prefix + k.substr(3) : k] = v;
   out["samples"] = static_cast<double>(starts.size());
-  if (r.task.kind == TaskKind::classify && data.empty())  // the baseline a classifier has to beat
-    out[prefix + "_majority_accuracy"] = majority_accuracy(r.task.series, starts);
+  if ((r.task.kind == TaskKind::classify || r.task.kind == TaskKind::text_classify) &&
+      data.empty())  // the baseline a classifier has to beat
+    out[prefix + "_majority_accuracy"] = majority_accuracy(r.task, starts);
   return out;
 }
 
@@ -145,12 +162,7 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
       if (d.has_targets) *csv += "," + (std::isnan(actual) ? "" : shortest(actual));
     }
   } else {
-    const double top = *std::max_element(o, o + O);
-    std::vector<double> p(O);
-    double total = 0;
-    for (int64_t k = 0; k < O; ++k) total += p[k] = std::exp(o[k] - top);
-    *csv += "," + io::csv_field(d.class_names[std::max_element(o, o + O) - o]);
-    for (int64_t k = 0; k < O; ++k) *csv += "," + shortest(static_cast<float>(p[k] / total));
+    *csv += "," + class_columns(d.class_names, o);
     if (d.has_targets)
       *csv +=
           "," +
@@ -160,10 +172,61 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
   return unknown;
 }
 
+// predict of a text_classify run: per example, its file line, the class and each class's
+// probability, and the actual class when the file has it.
+int64_t predict_text(const LoadedRun& r, const PredictOptions& options, std::ostream& log) {
+  const TextData& d = r.task.text;
+  auto be = make_run_backend();
+  auto model = load_model(*be, r, &log);
+  std::string csv = "line,class";
+  for (const auto& name : d.class_names) csv += "," + io::csv_field("p_" + name);
+  csv += d.has_classes ? ",actual\n" : "\n";
+  const std::vector<int64_t>& examples = r.task.split().test;
+  const int64_t B = std::max<int64_t>(1, r.config.integer("train.batch_size"));
+  const int64_t K = static_cast<int64_t>(d.class_names.size());
+  Batch batch;
+  Rng rng(0);
+  double compute_s = 0;
+  for (size_t first = 0; first < examples.size(); first += B) {
+    const size_t end = std::min(examples.size(), first + B);
+    const double t0 = now_s();
+    assemble_batch(*be, r.task, examples, first, end, {}, rng, &batch);
+    model->set_token_layout(batch.lengths, batch.segments);
+    Tensor out = model->forward(*be, batch.input, {}, {}, false, rng);  // (n, K)
+    const HostView out_host(*be, out);
+    compute_s += now_s() - t0;
+    for (size_t i = first; i < end; ++i) {
+      const int64_t e = examples[i];
+      csv += std::to_string(d.lines[e]) + "," +
+             class_columns(d.class_names, out_host.data<float>() + (i - first) * K);
+      if (d.has_classes)
+        csv += "," + (d.classes[e] >= 0 ? io::csv_field(d.class_names[d.classes[e]]) : "");
+      csv += "\n";
+    }
+  }
+  if (options.output == "-") {
+    std::fwrite(csv.data(), 1, csv.size(), stdout);
+    std::fflush(stdout);
+  } else {
+    io::write_file_atomically(options.output, {{csv.data(), csv.size()}});
+  }
+  char line[160];
+  std::snprintf(line, sizeof line, "predict: %zu example%s in %.3f s (%.0f examples/s)\n",
+                examples.size(), examples.size() == 1 ? "" : "s", compute_s,
+                examples.size() / std::max(compute_s, 1e-9));
+  log << line << std::flush;
+  return static_cast<int64_t>(examples.size());
+}
+
 }  // namespace
 
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
   LoadedRun r = load_run(run, options.input, WindowSet::every_window);
+  if (r.task.kind == TaskKind::text_classify) {
+    if (options.last_only) fail("--last: a text classifier predicts every row of the file");
+    configure_threads(static_cast<int>(r.config.integer("train.threads")));
+    return predict_text(r, options, log);
+  }
   if (r.task.kind != TaskKind::forecast && r.task.kind != TaskKind::classify)
     fail(run, ": predict needs a forecast or classify run; this is a ", task_name(r.task.kind),
          " run", r.task.kind == TaskKind::charlm ? " (sample from it with seqforge generate)" : "");
@@ -349,6 +412,7 @@ int64_t write_validation_outputs(const std::string& run) {
   char cells[96];
   for (size_t i = 0; i < starts.size(); i += batch_size) {
     const Batch& b = loader.next();
+    model->set_token_layout(b.lengths, b.segments);
     Tensor out = model->forward(*be, b.input, {}, {}, false, rng);
     const std::vector<float> o = download_vector<float>(*be, out);
     const std::vector<int64_t> labels = d.task == TaskKind::classify

@@ -61,8 +61,8 @@ ModelOptions model_options(const Config& c, const Task& t) {
   task_type(t.kind).shape_model(c, t, &m);
   const std::string family = c.str("model.family");
   if (family == "transformer") {
-    if (t.kind != TaskKind::charlm)
-      fail(c.source(), ": model.family transformer takes data.task charlm so far, not ",
+    if (!t.is_text())
+      fail(c.source(), ": model.family transformer takes data.task charlm or text_classify, not ",
            task_name(t.kind));
     m.family = ModelFamily::transformer;
     TransformerOptions& o = m.transformer;
@@ -105,12 +105,19 @@ ModelOptions model_options(const Config& c, const Task& t) {
              "attn.c_proj, mlp.c_fc, mlp.c_proj)");
     if (o.adapter.kind != AdapterKind::none && o.adapter.targets.empty())
       fail(c.source(), ": adapter.targets is empty: name the Linears that get an adapter");
-    if (m.rnn.bidirectional)
+    if (t.kind == TaskKind::text_classify) {
+      o.num_classes = m.output_size;
+      o.segments = t.text.segments;
+      o.causal = !m.rnn.bidirectional;
+    } else if (m.rnn.bidirectional) {
       fail(c.source(),
-           ": model.bidirectional is for recurrent layers; a charlm transformer is "
-           "causal");
+           ": model.bidirectional: a charlm transformer is causal (each character predicts the "
+           "next from those before it)");
+    }
   } else if (family != "recurrent") {
     fail(c.source(), ": model.family must be recurrent or transformer, got '", family, "'");
+  } else if (t.kind == TaskKind::text_classify) {
+    fail(c.source(), ": data.task text_classify takes model.family transformer");
   } else if (c.str("adapter.kind") != "none") {
     fail(c.source(), ": adapter.kind applies to model.family transformer so far");
   }
@@ -144,7 +151,21 @@ std::vector<std::string> ignored_settings(const Config& c) {
 // Loads the task's data per the config; with `from`, reuses its normalisation and vocabulary.
 Task load_task(const Config& c, const Task* from) {
   Task t;
-  static_cast<Dataset&>(t) = load_dataset(c, from);
+  const Dataset* source = from;
+  Dataset pretrained;  // text_classify on a pre-trained model: its vocabulary
+  if (std::string init = c.str("model.init_from");
+      !from && !init.empty() && c.str("data.task") == "text_classify") {
+    if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
+    const io::SafetensorsFile file = io::SafetensorsFile::read(init);
+    const auto& meta = file.metadata();
+    if (const auto it = meta.find("seqforge.vocab"); it != meta.end()) {
+      const auto vocab = nlohmann::json::parse(it->second, nullptr, false);
+      if (!vocab.is_string()) fail(init, ": seqforge.vocab metadata is not what seqforge wrote");
+      pretrained.text.vocab = decode_utf8(vocab.get<std::string>(), init + ": seqforge.vocab");
+      source = &pretrained;
+    }
+  }
+  static_cast<Dataset&>(t) = load_dataset(c, source);
   t.model = model_options(c, t);
   return t;
 }
@@ -196,6 +217,7 @@ std::map<std::string, double> evaluate_split(Backend& be, Model& model, const Ta
     const Batch& b = loader.next();
     const int64_t* windows = starts.data() + done;  // (b.size) the batch's window starts
     done += b.size;
+    model.set_token_layout(b.lengths, b.segments);
     Tensor out = model.forward(be, b.input, {}, {}, false, rng);
     Tensor dout = dout_buf.get(be, DType::f32, out.shape());
     const int64_t n = type.loss_terms(t, b);

@@ -220,6 +220,43 @@ class Charlm final : public TaskType {
   }
 };
 
+// The class of a text or a pair of texts: a transformer's classification head; its checkpoint
+// keeps the vocabulary and the class names.
+class TextClassify final : public TaskType {
+ public:
+  TaskKind kind() const override { return TaskKind::text_classify; }
+  const char* samples() const override { return "examples"; }
+  void shape_model(const Config& c, const Dataset& d, ModelOptions* m) const override {
+    m->vocab_size = static_cast<int64_t>(d.text.vocab.size());
+    m->embedding_dim = c.integer("model.embedding");
+    if (m->embedding_dim <= 0)
+      fail(c.source(), ": model.embedding must be positive, got ", m->embedding_dim);
+    m->output_size = static_cast<int64_t>(d.text.class_names.size());
+    m->per_step = false;
+  }
+  int64_t bytes_per_step(const Dataset&) const override { return 24; }
+  double loss(Backend& be, Tensor out, const Batch& b, Tensor dout) const override {
+    return be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout);
+  }
+  int64_t loss_terms(const Dataset&, const Batch& b) const override { return b.size; }
+  std::vector<std::string> metric_names() const override { return {"val_accuracy", "val_f1"}; }
+  std::unique_ptr<MetricSums> metric_sums(const Dataset& d) const override {
+    return std::make_unique<ClassifySums>(static_cast<int64_t>(d.text.class_names.size()));
+  }
+  void store(const Config&, const Dataset& d,
+             std::map<std::string, std::string>* meta) const override {
+    (*meta)["seqforge.vocab"] = nlohmann::json(encode_utf8(d.text.vocab)).dump();
+    (*meta)["seqforge.classes"] = nlohmann::json(d.text.class_names).dump();
+  }
+  void restore(const std::map<std::string, std::string>& meta, const std::string& where,
+               Dataset* stored) const override {
+    stored->text.vocab = decode_utf8(metadata_json<std::string>(meta, "seqforge.vocab", where),
+                                     where + ": seqforge.vocab");
+    stored->text.class_names =
+        metadata_json<std::vector<std::string>>(meta, "seqforge.classes", where);
+  }
+};
+
 }  // namespace
 
 const TaskType& task_type(TaskKind kind) {
@@ -227,6 +264,7 @@ const TaskType& task_type(TaskKind kind) {
   static const Classify classify;
   static const Mae mae;
   static const Charlm charlm;
+  static const TextClassify text_classify;
   switch (kind) {
     case TaskKind::forecast:
       return forecast;
@@ -234,6 +272,8 @@ const TaskType& task_type(TaskKind kind) {
       return classify;
     case TaskKind::mae:
       return mae;
+    case TaskKind::text_classify:
+      return text_classify;
     case TaskKind::charlm:
       break;
   }

@@ -78,7 +78,8 @@ void check_validation_split(const Config& c, const Task& t) {
   const double share = c.number("data.split.val");
   if (share == 0 || !s.val.empty()) return;
   const char* what = task_type(t.kind).samples();
-  const std::string size = t.kind == TaskKind::charlm
+  const std::string size = t.kind == TaskKind::text_classify ? "one example"
+                           : t.kind == TaskKind::charlm
                                ? "data.seq_len + 1 = " + std::to_string(t.text.seq_len + 1)
                                : "data.lookback + data.horizon = " +
                                      std::to_string(t.series.lookback + t.series.horizon);
@@ -313,11 +314,12 @@ void Training::build_model() {
   if (std::string init = c_.str("model.init_from");
       !init.empty() && resume_dir_.empty() && rank_ == 0) {  // the others get rank 0's
     if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
-    // A base model's checkpoint holds no adapters: they keep their start, and DoRA's magnitudes
-    // not in the file are taken from the loaded weights; an adapter run's are kept as saved.
-    const bool adapters = !model_->frozen_parameters().empty();
+    // A base model's checkpoint holds no adapters nor a new head: they keep their start, and
+    // DoRA's magnitudes not in the file are taken from the loaded weights; an adapter run's are
+    // kept as saved.
     initialized_ = io::load_parameters(init, model_->parameters(), *be_, false,
-                                       c_.list("model.init_from_modules"), adapters);
+                                       c_.list("model.init_from_modules"),
+                                       model_->fresh_parameters(), model_->unused_base_tensors());
     model_->init_adapters(*be_, initialized_);
   }
   oo_.kind = c_.str("optim.kind");
@@ -373,14 +375,17 @@ void Training::print_start() const {
     out_ << "warning: model.dropout " << rnn.dropout
          << " drops between layers and model.layers is 1: nothing is dropped (model.dropout_mode: "
             "variational drops inputs and states)\n";
-  if (task_.kind != TaskKind::charlm)
+  if (!task_.is_text())
     for (const std::string& note : task_.series.notes) out_ << "note: " << note << "\n";
-  if (task_.kind != TaskKind::charlm && task_.series.series.size() > 1)
+  if (!task_.is_text() && task_.series.series.size() > 1)
     out_ << "series: " << task_.series.series.size() << " in " << task_.path << " ("
          << c_.str("data.series_column") << "), split "
          << (c_.str("data.split.by") == "date" ? "at shared dates"
                                                : "at the same fractions of each")
          << "\n";
+  if (task_.kind == TaskKind::text_classify && task_.text.truncated > 0)
+    out_ << "note: " << task_.text.truncated << " examples are longer than data.seq_len "
+         << task_.text.seq_len << " and were cut (the longer text of a pair first)\n";
   if (!initialized_.empty()) {
     std::vector<std::string> modules;
     int64_t values = 0;
@@ -394,6 +399,13 @@ void Training::print_start() const {
     for (const std::string& m : modules) list += (list.empty() ? "" : ", ") + m;
     out_ << "init_from: " << initialized_.size() << " tensors (" << values << " values) of " << list
          << " from " << c_.str("model.init_from") << "\n";
+    std::string fresh;
+    for (const std::string& name : model_->fresh_parameters())
+      if (name.rfind("base_model.model.", 0) != 0 &&
+          std::find(initialized_.begin(), initialized_.end(), name) == initialized_.end())
+        fresh += (fresh.empty() ? "" : ", ") + name;
+    if (!fresh.empty())
+      out_ << "init_from: newly initialised (not in the checkpoint): " << fresh << "\n";
   }
   if (split.val.empty())
     out_ << "no validation (data.split.val is 0): no val_* metrics; " << s_.monitor
@@ -601,6 +613,7 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
   }
   Tensor h0, c0;
   if (s_.stateful) std::tie(h0, c0) = carried_states(bi, batch->size);
+  model_->set_token_layout(batch->lengths, batch->segments);
   Tensor y = model_->forward(*be_, batch->input, h0, c0, true, ranks_ > 1 ? rank_rng_ : rng_);
   if (s_.stateful) {  // the final states start the next batch, detached from this one's graph
     carry_at_ ^= 1;

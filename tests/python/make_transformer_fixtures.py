@@ -4,6 +4,9 @@
 The reference is a GPT-2 style model written here in nanoGPT's manner (model.py): token and
 learned position embeddings, pre-LayerNorm blocks of multi-head self-attention computed with the
 explicit (T, T) softmax and a GELU MLP, a final LayerNorm and a head tied to the token embedding.
+As a classifier (k classes): optional segment embeddings transformer.wse (seg of them), padded
+rows (keys past a row's length are never attended to), and a head `classifier` on the mean of
+ln_f's outputs over each row's tokens.
 For every configuration: the parameters (nanoGPT's initialisation, then biases and LayerNorm
 parameters perturbed so that every tensor matters), token ids and targets, the logits, the
 cross-entropy loss and every parameter gradient, computed in float64 from float32-representable
@@ -40,12 +43,22 @@ CONFIGS = [
          targets=["attn.c_attn", "mlp.c_proj"]),
     dict(v=11, c=30, l=1, h=5, t=33, b=2, bs=40, adapter="lora", r=3, a=1.5,
          targets=["mlp.c_fc"], causal=False),
+    # classifiers: k classes, seg segments, padded rows
+    dict(v=19, c=24, l=2, h=3, t=21, b=4, bs=24, causal=False, k=3, seg=2),
+    dict(v=11, c=20, l=1, h=2, t=37, b=3, bs=40, k=2),                      # causal, no segments
+    dict(v=13, c=36, l=2, h=4, t=130, b=2, bs=130, causal=False, k=2, seg=2),  # head size 9
+    dict(v=17, c=24, l=2, h=3, t=19, b=3, bs=24, causal=False, k=2, seg=2, adapter="dora", r=4,
+         a=8.0, targets=["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]),
+    dict(v=17, c=24, l=1, h=2, t=16, b=5, bs=16, causal=False, k=4, seg=2, adapter="lora", r=2,
+         a=4.0, targets=["attn.c_attn", "mlp.c_fc"]),
 ]
 
 
 def name_of(c):
     kind = "gpt" if c.get("causal", True) else "encoder"
     name = "%s_v%d_c%d_l%d_h%d_t%d_b%d" % (kind, c["v"], c["c"], c["l"], c["h"], c["t"], c["b"])
+    if "k" in c:
+        name += "_cls%d_seg%d" % (c["k"], c.get("seg", 0))
     if "adapter" in c:
         name += "_%s_r%d_%dtargets" % (c["adapter"], c["r"], len(c["targets"]))
     return name
@@ -81,7 +94,7 @@ class SelfAttention(torch.nn.Module):
         self.c_proj = torch.nn.Linear(c["c"], c["c"])
         self.heads, self.causal = c["h"], c.get("causal", True)
 
-    def forward(self, x):
+    def forward(self, x, lengths):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
@@ -89,6 +102,9 @@ class SelfAttention(torch.nn.Module):
         if self.causal:
             mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
             att = att.masked_fill(~mask, float("-inf"))
+        if lengths is not None:  # padding: keys at and past a row's length
+            keys = torch.arange(T).view(1, 1, 1, T) < lengths.view(B, 1, 1, 1)
+            att = att.masked_fill(~keys, float("-inf"))
         y = torch.softmax(att, dim=-1) @ v
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
@@ -112,21 +128,26 @@ class Block(torch.nn.Module):
         self.ln_2 = torch.nn.LayerNorm(c["c"])
         self.mlp = Mlp(c)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, lengths):
+        x = x + self.attn(self.ln_1(x), lengths)
         return x + self.mlp(self.ln_2(x))
 
 
 class Gpt(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.transformer = torch.nn.ModuleDict(dict(
-            wte=torch.nn.Embedding(c["v"], c["c"]),
-            wpe=torch.nn.Embedding(c["bs"], c["c"]),
-            h=torch.nn.ModuleList([Block(c) for _ in range(c["l"])]),
-            ln_f=torch.nn.LayerNorm(c["c"])))
-        self.lm_head = torch.nn.Linear(c["c"], c["v"], bias=False)
-        self.lm_head.weight = self.transformer.wte.weight
+        modules = dict(wte=torch.nn.Embedding(c["v"], c["c"]),
+                       wpe=torch.nn.Embedding(c["bs"], c["c"]))
+        if c.get("seg"):
+            modules["wse"] = torch.nn.Embedding(c["seg"], c["c"])
+        modules["h"] = torch.nn.ModuleList([Block(c) for _ in range(c["l"])])
+        modules["ln_f"] = torch.nn.LayerNorm(c["c"])
+        self.transformer = torch.nn.ModuleDict(modules)
+        if "k" in c:
+            self.classifier = torch.nn.Linear(c["c"], c["k"])
+        else:
+            self.lm_head = torch.nn.Linear(c["c"], c["v"], bias=False)
+            self.lm_head.weight = self.transformer.wte.weight
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * c["l"]))
@@ -135,20 +156,46 @@ class Gpt(torch.nn.Module):
             elif name.endswith(".bias"):
                 torch.nn.init.zeros_(p)
 
-    def forward(self, ids):
+    def forward(self, ids, lengths=None, segments=None):
         T = ids.shape[1]
         x = self.transformer.wte(ids) + self.transformer.wpe(torch.arange(T))
+        if segments is not None:
+            x = x + self.transformer.wse(segments)
         for block in self.transformer.h:
-            x = block(x)
-        return self.lm_head(self.transformer.ln_f(x))
+            x = block(x, lengths)
+        z = self.transformer.ln_f(x)
+        if not hasattr(self, "classifier"):
+            return self.lm_head(z)
+        valid = (torch.arange(T).view(1, T) < lengths.view(-1, 1)).to(z.dtype)  # (B, T)
+        pooled = (z * valid.unsqueeze(-1)).sum(1) / lengths.view(-1, 1).to(z.dtype)
+        return self.classifier(pooled)
 
 
-def run(model, ids, targets):
-    logits = model(ids)
+def inputs(c):
+    """Token ids and targets; a classifier's rows padded to random lengths (the first full),
+    text B's segment starting at a random point of each row, random ids in the padding."""
+    B, T = c["b"], c["t"]
+    ids = torch.randint(0, c["v"], (B, T))
+    if "k" not in c:
+        return dict(ids=ids, targets=torch.randint(0, c["v"], (B, T)))
+    lengths = torch.randint(1, T + 1, (B,))
+    lengths[0] = T
+    out = dict(ids=ids, targets=torch.randint(0, c["k"], (B,)), lengths=lengths)
+    if c.get("seg"):
+        segments = torch.zeros(B, T, dtype=torch.int64)
+        for b in range(B):
+            start = int(torch.randint(1, int(lengths[b]) + 1, (1,)))
+            segments[b, start:int(lengths[b])] = 1
+        out["segments"] = segments
+    return out
+
+
+def run(model, x):
+    logits = model(x["ids"], x.get("lengths"), x.get("segments"))
     V = logits.shape[-1]
-    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1))
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), x["targets"].view(-1))
     loss.backward()
-    return logits.view(-1, V), loss
+    return logits.reshape(-1, V), loss
 
 
 def add_adapters(model, c):
@@ -166,8 +213,8 @@ def add_adapters(model, c):
             if c["adapter"] == "dora":
                 named[prefix + "lora_magnitude_vector.weight"] = adapted.lora_magnitude_vector
     adapter_ids = {id(p) for p in named.values()}
-    for p in model.parameters():  # PEFT freezes the whole base model
-        p.requires_grad_(id(p) in adapter_ids)
+    for n, p in model.named_parameters():  # PEFT freezes the base model but a new head
+        p.requires_grad_(id(p) in adapter_ids or n.startswith(("classifier.", "transformer.wse.")))
     return named
 
 
@@ -181,14 +228,13 @@ def make(c, seed):
             p.copy_(f32(p))
     if "adapter" in c:
         return make_adapted(c, model)
-    ids = torch.randint(0, c["v"], (c["b"], c["t"]))
-    targets = torch.randint(0, c["v"], (c["b"], c["t"]))
+    x = inputs(c)
     tensors, errors = {}, {}
     for dtype in (torch.float32, torch.float64):
         m = Gpt(c)
         m.load_state_dict(model.state_dict())
         m.to(dtype)
-        logits, loss = run(m, ids, targets)
+        logits, loss = run(m, x)
         grads = {n: p.grad.detach() for n, p in m.named_parameters()}
         if dtype == torch.float32:
             f32_logits, f32_grads = logits.detach(), grads
@@ -198,8 +244,7 @@ def make(c, seed):
         for n, p in m.named_parameters():
             tensors["param." + n] = p.detach()
             tensors["grad." + n] = grads[n]
-        tensors["ids"] = ids
-        tensors["targets"] = targets
+        tensors.update(x)
         tensors["logits"] = logits.detach()
         tensors["loss"] = loss.detach().reshape(1)
     meta = dict(c, name=name_of(c), causal=c.get("causal", True), **errors)
@@ -209,8 +254,7 @@ def make(c, seed):
 def make_adapted(c, base):
     """The base frozen under adapters whose B and magnitudes are away from their starting zeros
     and norms, so that every adapter gradient counts."""
-    ids = torch.randint(0, c["v"], (c["b"], c["t"]))
-    targets = torch.randint(0, c["v"], (c["b"], c["t"]))
+    x = inputs(c)
     adapters = {}
     tensors, errors, outputs = {}, {}, {}
     for dtype in (torch.float64, torch.float32):
@@ -232,18 +276,24 @@ def make_adapted(c, base):
         m.to(dtype)
         for p in m.parameters():
             p.grad = None
-        logits, loss = run(m, ids, targets)
-        outputs[dtype] = (logits.detach(), {n: p.grad.detach() for n, p in named.items()})
+        logits, loss = run(m, x)
+        trained = dict(named)  # the adapters and a new head
+        for n, p in m.named_parameters():
+            if n.startswith(("classifier.", "transformer.wse.")):
+                trained[n] = p
+        outputs[dtype] = (logits.detach(), {n: p.grad.detach() for n, p in trained.items()})
         if dtype == torch.float64:
             for n, p in m.named_parameters():
-                if not n.endswith(("lora_A", "lora_B", "lora_magnitude_vector")):
+                if not n.endswith(("lora_A", "lora_B", "lora_magnitude_vector")) and n not in trained:
                     assert p.grad is None, n  # the base is frozen
             for n, p in base.named_parameters():
                 tensors["param." + n] = p.detach().double()
+                if n in trained:
+                    tensors["grad." + n] = trained[n].grad.detach()
             for n, p in named.items():
                 tensors["param." + n] = p.detach()
                 tensors["grad." + n] = p.grad.detach()
-            tensors["ids"], tensors["targets"] = ids, targets
+            tensors.update(x)
             tensors["logits"] = logits.detach()
             tensors["loss"] = loss.detach().reshape(1)
     (l64, g64), (l32, g32) = outputs[torch.float64], outputs[torch.float32]

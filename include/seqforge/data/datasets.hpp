@@ -112,16 +112,29 @@ SeriesData load_series(const DataOptions& options, const SeriesData* stored = nu
                        WindowSet windows = WindowSet::splits);
 
 // Character-level text: ids over a sorted vocabulary of Unicode characters (the file is read as
-// UTF-8), chunks of seq_len + 1 characters.
+// UTF-8). charlm: the whole text, in chunks of seq_len + 1 characters. text_classify: one example
+// per CSV row, its text (or text A, the separator and text B) at most seq_len characters.
 struct TextData {
   std::u32string vocab;      // the distinct characters (code points), sorted
-  std::vector<int64_t> ids;  // the whole text
+  std::vector<int64_t> ids;  // the whole text, or the examples one after another
   int64_t seq_len = 0;
-  Split split;  // chunk starts; input ids[s, s+T), target ids[s+1, s+T+1)
+  Split split;  // charlm: chunk starts, input ids[s, s+T), target ids[s+1, s+T+1); else examples
+  // text_classify, per example i: ids [offsets[i], offsets[i + 1]), of which the first
+  // first_lengths[i] are segment 0 (text A and the separator); its class (-1: none, predict).
+  std::vector<int64_t> offsets, first_lengths, classes;  // (n + 1), (n), (n)
+  std::vector<int64_t> lines;                            // (n) file line of each example
+  std::vector<std::string> class_names;                  // sorted
+  int64_t segments = 0;                                  // 2 for pairs, else 0
+  int64_t truncated = 0;                                 // examples cut to seq_len
+  bool has_classes = true;                               // the file holds the class column
+  int64_t examples() const { return static_cast<int64_t>(first_lengths.size()); }
 };
 
 // With `vocab`, the characters of a stored model (one that is missing is an error).
 TextData load_text(const DataOptions& options, const std::u32string& vocab = {});
+// text_classify's examples from a CSV. With `stored`, its vocabulary and classes (when not
+// empty); with `lenient` (predict), the class column may be missing.
+TextData load_text_examples(const DataOptions& options, const TextData* stored, bool lenient);
 
 // UTF-8 text as code points; a malformed sequence (overlong, a surrogate, past U+10FFFF, cut
 // short) is an error naming `what` and the byte offset.
@@ -136,8 +149,9 @@ struct Dataset {
   TextData text;
   std::string path;     // data.path
   io::FileStamp stamp;  // of `path` when it was read
-  const Split& split() const { return kind == TaskKind::charlm ? text.split : series.split; }
-  int64_t steps() const { return kind == TaskKind::charlm ? text.seq_len : series.lookback; }
+  bool is_text() const { return kind == TaskKind::charlm || kind == TaskKind::text_classify; }
+  const Split& split() const { return is_text() ? text.split : series.split; }
+  int64_t steps() const { return is_text() ? text.seq_len : series.lookback; }
   // Throws when the source file changed or disappeared since it was read: a run must not
   // silently continue on different data.
   void check_source() const;

@@ -18,11 +18,14 @@ namespace seqforge {
 // One batch, in buffers allocated once and reused.
 struct Batch {
   int64_t size = 0;
-  Tensor input;   // (B, T, F) f32 windows, or (B, T) i64 character ids (charlm)
+  Tensor input;   // (B, T, F) f32 windows, or (B, T) i64 character ids (charlm, text_classify)
   Tensor target;  // forecast: (B, O) f32; mae: (B*T, F) f32, the windows before masking
-  Tensor labels;  // classify: (B) i64 class ids; charlm: (B*T) i64 next-character ids
+  Tensor labels;  // classify, text_classify: (B) i64 class ids; charlm: (B*T) i64 next ids
   Tensor mask;    // mae: (B*T) f32, 1 where a time step is masked
-  StagedBuffer input_buf, target_buf, labels_buf, mask_buf;
+  // text_classify: (B) i64 each example's characters (the rest of its row of `input` is
+  // padding; T is the batch's longest), (B, T) i64 each character's segment.
+  Tensor lengths, segments;
+  StagedBuffer input_buf, target_buf, labels_buf, mask_buf, lengths_buf, segments_buf;
 };
 
 // What shapes a batch beyond its windows: augmentations (training only) and their cache.

@@ -9,8 +9,9 @@
 namespace seqforge {
 
 // What a model learns from its data: to forecast targets, to classify windows, to reconstruct
-// masked steps (a masked autoencoder), or the next character of a text.
-enum class TaskKind { forecast, classify, mae, charlm };
+// masked steps (a masked autoencoder), the next character of a text, or the class of a text or
+// a pair of texts.
+enum class TaskKind { forecast, classify, mae, charlm, text_classify };
 const char* task_name(TaskKind kind);
 // data.task's value; an unknown name is an error naming `source` and the key.
 TaskKind parse_task(const std::string& name, const std::string& source);
@@ -39,7 +40,11 @@ struct SeriesOptions {
 };
 
 struct TextOptions {
-  int64_t seq_len = 0;
+  int64_t seq_len = 0;  // charlm: characters per sequence; text_classify: the most per example
+  // text_classify: the CSV column of each example's text, or two (text A and text B of a pair,
+  // joined by the separator), and the column of its class.
+  std::vector<std::string> columns;
+  std::string class_col, separator = "\n";
 };
 
 struct DataOptions {

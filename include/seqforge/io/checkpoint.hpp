@@ -19,13 +19,14 @@ void save_parameters(const std::string& path, Backend& backend, const Parameters
 // model does not have are an error too unless `allow_extra`; an alias (Parameters::alias) must
 // equal its parameter. With `modules` ("lstm", "head",
 // ...), only parameters named "<module>.*" are loaded and the file's other tensors are ignored.
-// With `adapters_optional`, adapters (PEFT's base_model.model.* names) the file lacks keep their
-// values: a base model's weights load into a model with adapters. Returns the names of the
-// parameters loaded.
+// Parameters named in `optional` that the file lacks keep their values (adapters or a new head
+// on a base model's weights), and the file's tensors named in `ignored` are skipped (a base
+// model's LM head). Returns the names of the parameters loaded.
 std::vector<std::string> load_parameters(const std::string& path, Parameters& params,
                                          Backend& backend, bool allow_extra = false,
                                          const std::vector<std::string>& modules = {},
-                                         bool adapters_optional = false);
+                                         const std::vector<std::string>& optional = {},
+                                         const std::vector<std::string>& ignored = {});
 
 // The model's modules, the parameter names' first parts in order: "embedding, lstm, head".
 std::string module_names(const Parameters& params);

@@ -43,6 +43,12 @@ struct TransformerOptions {
   // block's activations just before its gradients, so one block's activations live at a time.
   bool checkpoint_activations = false;
   AdapterOptions adapter;
+  // > 0: a classification head (classifier.weight (K, C), classifier.bias (K)) on the mean of
+  // the final LayerNorm's outputs over each sequence's tokens, instead of the tied LM head.
+  int64_t num_classes = 0;
+  // > 0: segment embeddings transformer.wse.weight (segments, C) added to the tokens (text A
+  // and text B of a pair); they and the classifier train under adapters too.
+  int64_t segments = 0;
 };
 
 struct ModelOptions {
@@ -87,6 +93,15 @@ class Model {
   virtual void init_adapters(Backend& be, const std::vector<std::string>& loaded) {
     (void)be, (void)loaded;
   }
+  // Padded token inputs: lengths (B) i64, the tokens of each row (the rest is padding, never
+  // attended to nor pooled); segments (B, T) i64, each token's segment. Empty: none. Applies to
+  // the forward calls that follow.
+  virtual void set_token_layout(Tensor lengths, Tensor segments) { (void)lengths, (void)segments; }
+  // Parameters a base model's checkpoint may lack (adapters, a new head): initialised, not
+  // loaded; and the checkpoint's tensors this model does not use (the LM head of a model
+  // fine-tuned as a classifier).
+  virtual std::vector<std::string> fresh_parameters() const { return {}; }
+  virtual std::vector<std::string> unused_base_tensors() const { return {}; }
 };
 
 std::unique_ptr<Model> make_model(const ModelOptions& options, DType dtype = DType::f32);

@@ -6,6 +6,11 @@
 // transformer.h.{i}.ln_1, .attn.c_attn (3C, C), .attn.c_proj (C, C), .ln_2, .mlp.c_fc (4C, C),
 // .mlp.c_proj (C, 4C), transformer.ln_f; N(0, 0.02) weights, the c_proj weights
 // N(0, 0.02 / sqrt(2 n_layer)), zero biases, LayerNorms 1 and 0.
+//
+// As a sequence classifier (num_classes > 0, an encoder when not causal): padded token rows
+// (set_token_layout), optional segment embeddings transformer.wse.weight, and a head
+// classifier.weight, classifier.bias (N(0, 0.02), zeros) on the mean of ln_f's outputs over
+// each row's tokens, giving (B, num_classes) logits.
 #include <memory>
 #include <vector>
 
@@ -21,9 +26,9 @@ class Transformer final : public Model {
   ~Transformer() override;
   void initialize(Backend& be, uint64_t seed) override;
 
-  // ids (B, T) i64 with T <= block_size -> logits (B*T, V).
+  // ids (B, T) i64 with T <= block_size -> logits (B*T, V), or (B, K) for a classifier.
   Tensor forward(Backend& be, Tensor ids, bool training, Rng& rng);
-  // dlogits (B*T, V). Parameter gradients accumulate.
+  // dlogits like forward's logits. Parameter gradients accumulate.
   void backward_logits(Backend& be, Tensor dlogits);
 
   Tensor forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool training, Rng& rng) override;
@@ -45,6 +50,12 @@ class Transformer final : public Model {
   Tensor decode(Backend& be, Tensor ids);
   int64_t decoded() const { return decode_pos_; }
   void init_adapters(Backend& be, const std::vector<std::string>& loaded) override;
+  void set_token_layout(Tensor lengths, Tensor segments) override {
+    lengths_ = lengths;
+    segments_ = segments;
+  }
+  std::vector<std::string> fresh_parameters() const override;
+  std::vector<std::string> unused_base_tensors() const override;
 
  private:
   struct Proj;
@@ -62,12 +73,16 @@ class Transformer final : public Model {
   void drop(Backend& be, Tensor x, Buffer& mask, uint64_t seed);
   void block_forward(Backend& be, Block& k, Acts& a, Tensor x);
   void block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tensor dout, Tensor dx);
+  Tensor head_forward(Backend& be);
+  Tensor head_backward(Backend& be, Tensor dlogits);
 
   TransformerOptions opt_;
   ModelOptions model_opt_;
   GradReadyHook grad_ready_;
   Parameters params_;
+  static constexpr size_t kNone = SIZE_MAX;
   size_t wte_, wpe_, lnf_w_, lnf_b_;
+  size_t wse_ = kNone, cls_w_ = kNone, cls_b_ = kNone;  // a classifier's
   std::vector<std::unique_ptr<Block>> blocks_;
   std::vector<std::unique_ptr<Acts>> acts_;
   std::unique_ptr<Scratch> scratch_;
@@ -77,8 +92,10 @@ class Transformer final : public Model {
   bool train_base_ = true;  // false under adapters: no base gradient is computed
   bool low_ = false, dropping_ = false, adapter_dropping_ = false;
   AttentionShape shape_;
-  Tensor ids_, z_;                          // (N) the last forward's ids, (N, C) ln_f's output
-  Buffer x0_, z_buf_, lnf_saved_, logits_;  // (N, C), (N, C), (N, 2), (N, V)
+  Tensor ids_, z_;                            // (N) the last forward's ids, (N, C) ln_f's output
+  Buffer x0_, z_buf_, lnf_saved_, logits_;    // (N, C), (N, C), (N, 2), (N, V) or (B, K)
+  Tensor lengths_, segments_;                 // (B), (B, T): set_token_layout's
+  Buffer seg_emb_, pool_, pooled_, dpooled_;  // (N, C); (B, N) mean-pooling weights; (B, C); (B, C)
 };
 
 }  // namespace seqforge

@@ -1,0 +1,129 @@
+// text_classify's examples: a text, or a pair of texts, and a class per CSV row, as character
+// ids over the vocabulary (the file's, or a pre-trained model's).
+#include <algorithm>
+#include <unordered_map>
+
+#include "data/splits.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/data/datasets.hpp"
+#include "seqforge/io/csv.hpp"
+
+namespace seqforge {
+
+namespace {
+
+// Cuts the longer of a and b by one character until a + sep + b fits in `limit` (BERT's
+// longest-first truncation); returns whether anything was cut.
+bool truncate_pair(std::u32string* a, std::u32string* b, size_t sep, size_t limit) {
+  bool cut = false;
+  while (a->size() + sep + b->size() > limit) {
+    std::u32string* longer = a->size() >= b->size() ? a : b;
+    if (longer->empty()) break;
+    longer->pop_back();
+    cut = true;
+  }
+  return cut;
+}
+
+}  // namespace
+
+TextData load_text_examples(const DataOptions& opt, const TextData* stored, bool lenient) {
+  const TextOptions& o = opt.text;
+  if (o.columns.empty() || o.columns.size() > 2)
+    fail(opt.source, ": data.text_columns must name one text column or two (a pair), got ",
+         o.columns.size());
+  if (o.class_col.empty()) fail(opt.source, ": data.class_column is required for text_classify");
+  const io::CsvTable table = io::CsvTable::read(opt.path);
+  for (const std::string& c : o.columns)
+    if (!table.has_column(c))
+      fail(opt.source, ": data.text_columns: ", opt.path, " has no column '", c, "'");
+  TextData d;
+  d.seq_len = o.seq_len;
+  d.segments = o.columns.size() == 2 ? 2 : 0;
+  d.has_classes = table.has_column(o.class_col);
+  if (!d.has_classes && !lenient)
+    fail(opt.source, ": data.class_column: ", opt.path, " has no column '", o.class_col, "'");
+  const int64_t n = table.rows();
+  if (n == 0) fail(opt.path, ": no rows");
+  const std::u32string sep = decode_utf8(o.separator, opt.source + ": data.separator");
+  if (d.segments == 2 && static_cast<int64_t>(sep.size()) + 2 > d.seq_len)
+    fail(opt.source, ": data.seq_len ", d.seq_len, " leaves no room for two texts and the ",
+         sep.size(), "-character data.separator");
+  // Each row's characters: text A (+ separator + text B), and A's share.
+  std::vector<std::u32string> texts(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    auto cell = [&](size_t k) {
+      return decode_utf8(table.text(o.columns[k])[r], opt.path + ":" +
+                                                          std::to_string(table.line_of_row(r)) +
+                                                          ": column '" + o.columns[k] + "'");
+    };
+    std::u32string a = cell(0), b;
+    if (d.segments == 2) {
+      b = cell(1);
+      d.truncated += truncate_pair(&a, &b, sep.size(), static_cast<size_t>(d.seq_len));
+      a += sep;
+    } else if (static_cast<int64_t>(a.size()) > d.seq_len) {
+      a.resize(static_cast<size_t>(d.seq_len));
+      ++d.truncated;
+    }
+    if (a.empty())
+      fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[0], "' is empty");
+    d.first_lengths.push_back(static_cast<int64_t>(a.size()));
+    texts[r] = a + b;
+    d.lines.push_back(table.line_of_row(r));
+  }
+  if (stored && !stored->vocab.empty()) {
+    d.vocab = stored->vocab;
+  } else {
+    for (const auto& t : texts) d.vocab += t;
+    std::sort(d.vocab.begin(), d.vocab.end());
+    d.vocab.erase(std::unique(d.vocab.begin(), d.vocab.end()), d.vocab.end());
+  }
+  std::unordered_map<char32_t, int64_t> index;
+  for (size_t i = 0; i < d.vocab.size(); ++i) index.emplace(d.vocab[i], int64_t(i));
+  d.offsets.push_back(0);
+  for (int64_t r = 0; r < n; ++r) {
+    for (size_t i = 0; i < texts[r].size(); ++i) {
+      const auto it = index.find(texts[r][i]);
+      if (it == index.end())
+        fail(opt.path, ":", d.lines[r], ": character '", encode_utf8(texts[r].substr(i, 1)),
+             "' is not in the model's vocabulary");
+      d.ids.push_back(it->second);
+    }
+    d.offsets.push_back(static_cast<int64_t>(d.ids.size()));
+  }
+  d.classes.assign(static_cast<size_t>(n), -1);
+  if (stored && !stored->class_names.empty()) d.class_names = stored->class_names;
+  if (d.has_classes) {
+    const auto& names = table.text(o.class_col);
+    if (d.class_names.empty()) {
+      d.class_names = names;
+      std::sort(d.class_names.begin(), d.class_names.end());
+      d.class_names.erase(std::unique(d.class_names.begin(), d.class_names.end()),
+                          d.class_names.end());
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      const auto it = std::lower_bound(d.class_names.begin(), d.class_names.end(), names[r]);
+      if (it != d.class_names.end() && *it == names[r])
+        d.classes[r] = it - d.class_names.begin();
+      else if (!lenient)
+        fail(opt.path, ":", d.lines[r], ": class '", names[r], "' was not seen in training");
+    }
+  }
+  if (d.class_names.size() < 2 && !lenient)
+    fail(opt.path, ": data.class_column '", o.class_col, "' holds ", d.class_names.size(),
+         " class; classification needs at least 2");
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) all[i] = i;
+  if (opt.split.mode == "random") {
+    random_split(opt.split, all, &d.split);
+  } else {
+    const auto [a, b] = boundaries(opt.split, n);
+    d.split.train.assign(all.begin(), all.begin() + a);
+    d.split.val.assign(all.begin() + a, all.begin() + b);
+    d.split.test.assign(all.begin() + b, all.end());
+  }
+  return d;
+}
+
+}  // namespace seqforge
