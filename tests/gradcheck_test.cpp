@@ -428,3 +428,58 @@ TEST(GradCheck, TransformerAdapters) {
 
 }  // namespace
 }  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+// The transformer as a sequence classifier (an encoder and a decoder, with dropout and with and
+// without activation checkpointing): padded rows of different lengths, segment embeddings and the
+// head on the mean over each row's tokens, every parameter's gradient against central
+// differences; and the padding's ids and segments change nothing.
+TEST(GradCheck, TransformerClassifier) {
+  for (const bool causal : {false, true})
+    for (const bool checkpoint : {false, true}) {
+      auto be = make_reference_backend();
+      TransformerOptions o{.vocab_size = 7,
+                           .block_size = 6,
+                           .n_layer = 2,
+                           .n_head = 2,
+                           .n_embd = 6,
+                           .dropout = 0.2,
+                           .causal = causal,
+                           .checkpoint_activations = checkpoint};
+      o.num_classes = 3;
+      o.segments = 2;
+      Transformer model(o, DType::f64);
+      model.initialize(*be, 3);
+      Parameters& p = model.parameters();
+      Rng data(9);
+      HostTensor ids(*be, DType::i64, {3, 5}, {1, 4, 6, 0, 2, 3, 3, 5, 1, 0, 6, 2, 0, 0, 0});
+      HostTensor lengths(*be, DType::i64, {3}, {5, 3, 2});
+      HostTensor segments(*be, DType::i64, {3, 5}, {0, 0, 1, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0});
+      model.set_token_layout(lengths.t, segments.t);
+      const std::vector<double> r = random_values(data, 3 * 3);
+      auto objective = [&] {
+        Rng rng(17);
+        return dot(model.forward(*be, ids.t, true, rng), r);
+      };
+      const double before = objective();
+      HostTensor dy(*be, DType::f64, {3, 3}, r);
+      p.zero_grad(*be);
+      model.backward_logits(*be, dy.t);
+      for (size_t i = 0; i < p.size(); ++i)
+        EXPECT_LE(check_gradient(p.value(i), to_doubles(p.grad(i)), objective, 12), kTolerance)
+            << p.values().entries()[i].name << (causal ? " causal" : " bidirectional")
+            << (checkpoint ? " recomputed" : "");
+      // Other ids and segments in the padding: the same logits, to the last bit.
+      HostTensor other_ids(*be, DType::i64, {3, 5}, {1, 4, 6, 0, 2, 3, 3, 5, 6, 6, 6, 2, 5, 1, 3});
+      HostTensor other_segments(*be, DType::i64, {3, 5},
+                                {0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1});
+      model.set_token_layout(lengths.t, other_segments.t);
+      Rng rng(17);
+      EXPECT_EQ(dot(model.forward(*be, other_ids.t, true, rng), r), before);
+    }
+}
+
+}  // namespace
+}  // namespace seqforge

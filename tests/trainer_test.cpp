@@ -15,6 +15,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/interrupt.hpp"
 #include "seqforge/data/datasets.hpp"
+#include "seqforge/io/csv.hpp"
 #include "seqforge/io/npy.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/train/data_options.hpp"
@@ -407,6 +408,150 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
   EXPECT_NE(error_with("adapter.targets=[attn.c_fc]").find("'attn.c_fc' is not a Linear"),
             std::string::npos);
   EXPECT_NE(error_with("adapter.rank=0").find("adapter.rank must be in [1"), std::string::npos);
+}
+
+// Pairs of short texts over "abc,\"e" (commas and quotes exercise the CSV's quoting): `yes` when
+// the second holds a quote (the first's quotes do not count: the segments tell them apart).
+std::string write_pairs(const fs::path& path, int rows, uint64_t seed, bool labels = true) {
+  std::ofstream f(path);
+  f << "first,second" << (labels ? ",label" : "") << "\n";
+  Rng rng(seed);
+  const std::string alphabet = "abc,\"e";
+  auto text = [&](int64_t n) {
+    std::string t;
+    for (int64_t i = 0; i < n; ++i) t += alphabet[rng.next() % alphabet.size()];
+    return t;
+  };
+  for (int i = 0; i < rows; ++i) {
+    const std::string a = text(2 + static_cast<int64_t>(rng.next() % 9));
+    const std::string b = text(1 + static_cast<int64_t>(rng.next() % 9));
+    f << io::csv_field(a) << "," << io::csv_field(b);
+    if (labels) f << "," << (b.find('"') != std::string::npos ? "yes" : "no");
+    f << "\n";
+  }
+  return path.string();
+}
+
+// A transformer encoder classifies pairs of texts: it learns, eval scores another file, predict
+// writes each row's class and probabilities for a file without labels; bad settings name their
+// keys.
+TEST(Trainer, TransformerClassifiesTextPairs) {
+  const fs::path dir = temp_dir("text_pairs");
+  const std::string data = write_pairs(dir / "pairs.csv", 1200, 1);
+  const fs::path run = dir / "run";
+  const std::string yaml =
+      "data: {path: " + data +
+      ", task: text_classify, text_columns: [first, second], class_column: label, seq_len: 16}\n"
+      "model: {family: transformer, embedding: 32, layers: 2, heads: 2, bidirectional: true}\n"
+      "optim: {lr: 0.003}\n"
+      "train: {epochs: 8, batch_size: 32, warmup_steps: 0, run_dir: " +
+      run.string() + "}\n";
+  std::ostringstream log;
+  const TrainSummary s = train(Config::parse(yaml, "pairs.yaml"), log);
+  EXPECT_GT(s.last.at("val_accuracy"), 0.9) << log.str();
+  EXPECT_NE(log.str().find("960 training / 120 validation / 120 test examples"), std::string::npos)
+      << log.str();
+  const auto m = evaluate(run.string(), "", write_pairs(dir / "more.csv", 300, 2));
+  EXPECT_EQ(m.at("samples"), 300);
+  EXPECT_GT(m.at("data_accuracy"), 0.85);
+  const std::string unlabeled = write_pairs(dir / "new.csv", 25, 3, false);
+  std::ostringstream predict_log;
+  EXPECT_EQ(predict(run.string(), {unlabeled, (dir / "p.csv").string()}, predict_log), 25);
+  const io::CsvTable p = io::CsvTable::read((dir / "p.csv").string());
+  EXPECT_EQ(p.columns(), (std::vector<std::string>{"line", "class", "p_no", "p_yes"}));
+  ASSERT_EQ(p.rows(), 25);
+  const auto no = p.numeric("p_no"), yes = p.numeric("p_yes");
+  for (int64_t r = 0; r < 25; ++r) {
+    EXPECT_NEAR(no[r] + yes[r], 1.0, 1e-6);
+    EXPECT_EQ(p.text("class")[r], yes[r] > no[r] ? "yes" : "no");
+  }
+  EXPECT_EQ(p.text("line")[0], "2");
+  auto error_with = [&](const std::vector<std::string>& overrides) {
+    return error_of([&] {
+      std::ostringstream quiet;
+      train(Config::parse(yaml, "pairs.yaml", overrides), quiet, "", {}, true);
+    });
+  };
+  EXPECT_NE(error_with({"data.text_columns=[first, second, label]"}).find("data.text_columns"),
+            std::string::npos);
+  EXPECT_NE(error_with({"data.text_columns=[first, third]"}).find("no column 'third'"),
+            std::string::npos);
+  EXPECT_NE(error_with({"model.family=recurrent"}).find("takes model.family transformer"),
+            std::string::npos);
+  EXPECT_NE(error_with({"data.seq_len=2"}).find("data.seq_len 2 leaves no room"),
+            std::string::npos);
+  EXPECT_NE(error_with({"model.block_size=8"}).find("model.block_size 8 is shorter"),
+            std::string::npos);
+}
+
+// A character model's weights fine-tuned as a pair classifier under DoRA: the vocabulary is the
+// character model's, its weights load and stay frozen (its LM head is left out), the classifier
+// and segment embeddings are new and train with the adapters; merged, the model scores the same.
+TEST(Trainer, AdaptersFineTuneACharacterModelAsAClassifier) {
+  const fs::path dir = temp_dir("pairs_dora");
+  {
+    std::ofstream text(dir / "text.txt");
+    Rng rng(5);
+    const std::string alphabet = "abc,\"e\nxyz";  // characters the pairs never use, too
+    for (int i = 0; i < 6000; ++i) text << alphabet[rng.next() % alphabet.size()];
+  }
+  const std::string data = write_pairs(dir / "pairs.csv", 400, 1);
+  std::ostringstream log;
+  train(Config::parse("data: {path: " + (dir / "text.txt").string() +
+                          ", task: charlm, seq_len: 16}\n"
+                          "model: {family: transformer, embedding: 16, layers: 1, heads: 2}\n"
+                          "train: {epochs: 1, batch_size: 16, run_dir: " +
+                          (dir / "base").string() + "}\n",
+                      "base.yaml"),
+        log);
+  const fs::path run = dir / "tuned";
+  const std::string yaml =
+      "data: {path: " + data +
+      ", task: text_classify, text_columns: [first, second], class_column: label, seq_len: 16}\n"
+      "model: {family: transformer, embedding: 16, layers: 1, heads: 2, init_from: " +
+      (dir / "base").string() +
+      "}\nadapter: {kind: dora, rank: 2}\n"
+      "train: {epochs: 2, batch_size: 16, precision: bf16, run_dir: " +
+      run.string() + "}\n";
+  train(Config::parse(yaml, "tuned.yaml", {"model.checkpoint_activations=true"}), log);
+  EXPECT_NE(log.str().find("init_from: newly initialised (not in the checkpoint): "
+                           "transformer.wse.weight, classifier.weight, classifier.bias"),
+            std::string::npos)
+      << log.str();
+  const io::SafetensorsFile base =
+      io::SafetensorsFile::read((dir / "base" / "model.safetensors").string());
+  const io::SafetensorsFile tuned = io::SafetensorsFile::read((run / "model.safetensors").string());
+  EXPECT_EQ(tuned.find("lm_head.weight"), nullptr);
+  EXPECT_EQ(tuned.metadata().at("seqforge.vocab"), base.metadata().at("seqforge.vocab"));
+  int frozen = 0, trained = 0;
+  for (const auto& e : tuned.entries()) {
+    const io::SafetensorsEntry* b = base.find(e.name);
+    if (!b) {
+      ++trained;
+      continue;
+    }
+    ++frozen;
+    const auto x = base.bytes(*b), y = tuned.bytes(e);
+    EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end())) << e.name << " moved";
+  }
+  EXPECT_EQ(frozen, 2 + 12 + 2);  // wte, wpe; one block; ln_f
+  EXPECT_EQ(trained, 3 + 4 * 3);  // wse, the classifier; DoRA on four Linears
+  const auto adapted = evaluate(run.string(), "test");
+  const std::string merged = (dir / "merged.safetensors").string();
+  EXPECT_EQ(merge_adapters(run.string(), merged), 4);
+  EXPECT_NEAR(evaluate(merged, "test").at("test_loss"), adapted.at("test_loss"),
+              1e-2 * adapted.at("test_loss"));  // bf16 GEMMs on V or on the merged weight
+  // A character the character model never saw is an error naming the file and line.
+  std::ofstream(dir / "odd.csv") << "first,second,label\nab,ce,yes\nq,a,no\n";
+  const std::string odd = error_of([&] {
+    train(Config::parse(yaml, "tuned.yaml",
+                        {"data.path=" + (dir / "odd.csv").string(),
+                         "train.run_dir=" + (dir / "odd").string()}),
+          log);
+  });
+  EXPECT_NE(odd.find("odd.csv:3: character 'q' is not in the model's vocabulary"),
+            std::string::npos)
+      << odd;
 }
 
 TEST(Trainer, BadInputNamesTheFileLineOrKey) {
