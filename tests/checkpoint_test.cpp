@@ -123,32 +123,50 @@ TEST_P(PyTorchLoads, ItAndReproducesTheOutput) {
                           ckpt + " " + io;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
-// nanoGPT-style modules load a transformer's checkpoint strictly (lm_head.weight included).
+// nanoGPT-style modules load a transformer's checkpoint strictly (lm_head.weight included; a
+// classifier's segment embeddings and head), and give its outputs.
 TEST(TransformerCheckpoint, PyTorchLoadsItAndSeqforgeLoadsItBack) {
-  auto be = make_cpu_backend();
-  Transformer model({.vocab_size = 11, .block_size = 9, .n_layer = 2, .n_head = 3, .n_embd = 12});
-  model.initialize(*be, 3);
-  std::vector<int64_t> ids(2 * 7);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 5 + 3) % 11);
-  Rng rng(4);
-  Tensor y = model.forward(*be, Tensor(ids.data(), DType::i64, {2, 7}), false, rng);
-  const nlohmann::json config = {
-      {"family", "transformer"}, {"v", 11}, {"c", 12}, {"l", 2}, {"h", 3}, {"bs", 9},
-      {"causal", true}};
-  const fs::path dir = temp_dir("torch_transformer");
-  const std::string ckpt = (dir / "model.safetensors").string(),
-                    io = (dir / "io.safetensors").string();
-  io::save_parameters(ckpt, *be, model.parameters(), {{"config", config.dump()}});
-  io::write_safetensors(io, {{"x", DType::i64, {2, 7}, ids.data()},
-                             {"y", DType::f32, y.shape().to_vector(), y.data()}});
-  const std::string cmd = "/usr/bin/python3 " SEQFORGE_SOURCE_DIR
-                          "/tests/python/check_torch_loads_checkpoint.py " +
-                          ckpt + " " + io;
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  // And seqforge loads it back, the alias checked against its parameter.
-  Transformer again({.vocab_size = 11, .block_size = 9, .n_layer = 2, .n_head = 3, .n_embd = 12});
-  again.initialize(*be, 5);
-  EXPECT_EQ(io::load_parameters(ckpt, again.parameters(), *be).size(), model.parameters().size());
+  for (const bool classifier : {false, true}) {
+    auto be = make_cpu_backend();
+    TransformerOptions o{
+        .vocab_size = 11, .block_size = 9, .n_layer = 2, .n_head = 3, .n_embd = 12};
+    o.causal = !classifier;
+    o.num_classes = classifier ? 3 : 0;
+    o.segments = classifier ? 2 : 0;
+    Transformer model(o);
+    model.initialize(*be, 3);
+    std::vector<int64_t> ids(2 * 7), lengths = {7, 4}, segments(2 * 7, 0);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 5 + 3) % 11);
+    for (size_t i : {3, 4, 5, 6, 10}) segments[i] = 1;
+    if (classifier)
+      model.set_token_layout(Tensor(lengths.data(), DType::i64, {2}),
+                             Tensor(segments.data(), DType::i64, {2, 7}));
+    Rng rng(4);
+    Tensor y = model.forward(*be, Tensor(ids.data(), DType::i64, {2, 7}), false, rng);
+    nlohmann::json config = {
+        {"family", "transformer"}, {"v", 11}, {"c", 12}, {"l", 2}, {"h", 3}, {"bs", 9},
+        {"causal", o.causal}};
+    if (classifier) config.update({{"k", 3}, {"seg", 2}});
+    const fs::path dir = temp_dir("torch_transformer");
+    const std::string ckpt = (dir / "model.safetensors").string(),
+                      io = (dir / "io.safetensors").string();
+    io::save_parameters(ckpt, *be, model.parameters(), {{"config", config.dump()}});
+    std::vector<io::SafetensorsTensor> tensors = {
+        {"x", DType::i64, {2, 7}, ids.data()}, {"y", DType::f32, y.shape().to_vector(), y.data()}};
+    if (classifier) {
+      tensors.push_back({"lengths", DType::i64, {2}, lengths.data()});
+      tensors.push_back({"segments", DType::i64, {2, 7}, segments.data()});
+    }
+    io::write_safetensors(io, tensors);
+    const std::string cmd = "/usr/bin/python3 " SEQFORGE_SOURCE_DIR
+                            "/tests/python/check_torch_loads_checkpoint.py " +
+                            ckpt + " " + io;
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    // And seqforge loads it back, the alias checked against its parameter.
+    Transformer again(o);
+    again.initialize(*be, 5);
+    EXPECT_EQ(io::load_parameters(ckpt, again.parameters(), *be).size(), model.parameters().size());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cells, PyTorchLoads,

@@ -5,8 +5,9 @@ Usage: check_torch_loads_checkpoint.py CHECKPOINT.safetensors IO.safetensors
 CHECKPOINT holds the parameters under PyTorch names and the model configuration as JSON metadata
 ("config": vocab, embed, input, hidden, layers, bidirectional, batch_first, output, per_step;
 optional cell "lstm" | "gru" and proj, the LSTM's proj_size; or family "transformer" with
-make_transformer_fixtures.py's v, c, l, h, bs, causal for its nanoGPT-style module).
-IO holds "x" (the input) and "y" (seqforge's output). Exits 1 on a mismatch.
+make_transformer_fixtures.py's v, c, l, h, bs, causal (and k, seg for a classifier) for its
+nanoGPT-style module).
+IO holds "x" (the input), "y" (seqforge's output) and a classifier's "lengths" and "segments". Exits 1 on a mismatch.
 """
 import json
 import sys
@@ -49,7 +50,10 @@ def main():
     model = Gpt(config) if config.get("family") == "transformer" else Model(config)
     model.load_state_dict(params, strict=True)
     with torch.no_grad():
-        got = model(io["x"])
+        if config.get("family") == "transformer":
+            got = model(io["x"], io.get("lengths"), io.get("segments"))
+        else:
+            got = model(io["x"])
         if config.get("family") == "transformer":
             got = got.reshape(-1, got.shape[-1])
     want = io["y"]
