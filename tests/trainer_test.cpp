@@ -536,6 +536,27 @@ TEST(Trainer, AdaptersFineTuneACharacterModelAsAClassifier) {
   }
   EXPECT_EQ(frozen, 2 + 12 + 2);  // wte, wpe; one block; ln_f
   EXPECT_EQ(trained, 3 + 4 * 3);  // wse, the classifier; DoRA on four Linears
+  // PEFT's adapter file and config: what trains, under PEFT's names, the same values.
+  const io::SafetensorsFile peft =
+      io::SafetensorsFile::read((run / "adapter_model.safetensors").string());
+  EXPECT_EQ(peft.entries().size(), 3u + 4 * 3);
+  for (const auto& e : peft.entries()) {
+    ASSERT_EQ(e.name.rfind("base_model.model.", 0), 0u) << e.name;
+    const std::string own = e.name.find("lora_") != std::string::npos
+                                ? e.name
+                                : e.name.substr(std::string("base_model.model.").size());
+    const io::SafetensorsEntry* t = tuned.find(own);
+    ASSERT_NE(t, nullptr) << own;
+    const auto x = peft.bytes(e), y = tuned.bytes(*t);
+    EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end())) << e.name;
+  }
+  std::ifstream config_file(run / "adapter_config.json");
+  const nlohmann::json config = nlohmann::json::parse(config_file);
+  EXPECT_EQ(config.at("peft_type"), "LORA");
+  EXPECT_EQ(config.at("use_dora"), true);
+  EXPECT_EQ(config.at("r"), 2);
+  EXPECT_EQ(config.at("task_type"), "SEQ_CLS");
+  EXPECT_EQ(config.at("modules_to_save"), nlohmann::json({"classifier", "transformer.wse"}));
   const auto adapted = evaluate(run.string(), "test");
   const std::string merged = (dir / "merged.safetensors").string();
   EXPECT_EQ(merge_adapters(run.string(), merged), 4);

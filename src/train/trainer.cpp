@@ -37,11 +37,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// PEFT's prefix of the names in an adapter file.
+constexpr const char* kPeftPrefix = "base_model.model.";
+
 // The files a training run writes into its directory.
 const char* const kRunFiles[] = {
     "config.resolved.yaml",       "metrics.jsonl", "model.safetensors",
     "training_state.safetensors", "report.html",   "val_predictions.csv",
-    "val_reconstructions.csv",    "trace.json"};
+    "val_reconstructions.csv",    "trace.json",    "adapter_model.safetensors",
+    "adapter_config.json"};
 
 // Whether `dir` holds a run with something to lose: a finished epoch's metrics, a model or a
 // training state (a run stopped before its first epoch ended left nothing of value).
@@ -117,6 +121,7 @@ class Training {
   void share_rank0_state();
   void print_start() const;
   void prepare_run_dir();
+  void write_adapter_config() const;
   void freeze_modules();
   void start_streams();
   // Stateful training: the states batch `bi` starts from (rows reset where its streams begin).
@@ -238,6 +243,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
   if (!resume_dir_.empty() && rank_ == 0) resume_from_state();
   if (ranks_ > 1) share_rank0_state();
   prepare_run_dir();
+  if (rank_ == 0 && !model_->frozen_parameters().empty()) write_adapter_config();
   writer_ = std::make_unique<CheckpointWriter>();
   tty_ = isatty(STDOUT_FILENO) && &out_ == &std::cout;
   summary_.run_dir = run_dir_;
@@ -502,6 +508,36 @@ void Training::prepare_run_dir() {
   metrics_log_.open(metrics_path_, std::ios::app);
 }
 
+// PEFT's adapter_config.json for the run's adapters: peft.PeftModel.from_pretrained reads it
+// with adapter_model.safetensors.
+void Training::write_adapter_config() const {
+  const TransformerOptions& t = task_.model.transformer;
+  const AdapterOptions& a = t.adapter;
+  nlohmann::json modules_to_save = nullptr;
+  if (t.num_classes > 0) {
+    modules_to_save = {"classifier"};
+    if (t.segments > 0) modules_to_save.push_back("transformer.wse");
+  }
+  const nlohmann::json config = {
+      {"peft_type", "LORA"},
+      {"task_type", task_.kind == TaskKind::charlm ? "CAUSAL_LM" : "SEQ_CLS"},
+      {"base_model_name_or_path", c_.str("model.init_from")},
+      {"r", a.rank},
+      {"lora_alpha", a.alpha},
+      {"lora_dropout", a.dropout},
+      {"use_dora", a.kind == AdapterKind::dora},
+      {"target_modules", a.targets},
+      {"modules_to_save", modules_to_save},
+      {"bias", "none"},
+      {"fan_in_fan_out", false},
+      {"init_lora_weights", true},
+      {"inference_mode", true},
+  };
+  const std::string text = config.dump(2) + "\n";
+  io::write_file_atomically((fs::path(run_dir_) / "adapter_config.json").string(),
+                            {{text.data(), text.size()}});
+}
+
 void Training::freeze_modules() {
   frozen_.assign(model_->parameters().size(), false);
   for (const std::string& module : s_.freeze_modules) {
@@ -737,9 +773,22 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
       (s_.save == "best" && improved) || (s_.save == "last" && last_epoch) ||
       (s_.save == "every_n" && (epoch % std::max<int64_t>(1, s_.save_every) == 0 || last_epoch));
   const Parameters& p = model_->parameters();
-  if (write)
+  if (write) {
     writer_->submit(checkpoint_, *be_, named(p, p.values(), "", true), {},
                     checkpoint_metadata(c_, task_, epoch, m));
+    if (const std::vector<bool> frozen = model_->frozen_parameters(); !frozen.empty()) {
+      // PEFT's adapter file: what trains, the adapters and a new head (modules_to_save).
+      std::vector<std::pair<std::string, Tensor>> trained;
+      for (size_t i = 0; i < p.size(); ++i)
+        if (!frozen[i]) {
+          const std::string& name = p.values().entries()[i].name;
+          trained.emplace_back(name.rfind(kPeftPrefix, 0) == 0 ? name : kPeftPrefix + name,
+                               p.value(i));
+        }
+      writer_->submit((fs::path(run_dir_) / "adapter_model.safetensors").string(), *be_, trained,
+                      {}, {{"format", "pt"}});
+    }
+  }
   state_.epochs_done = epoch;
   save_state(false, 0, 0, 0);  // after every epoch, for --resume
   log_epoch(epoch, m, write, epoch_s, train_s, wait_s,
