@@ -3,10 +3,15 @@
 // analytic gradient (parameters, inputs, initial states) is compared with central differences.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 
+#include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/layers.hpp"
 #include "seqforge/nn/recurrent.hpp"
+#include "seqforge/nn/sequence_model.hpp"
 #include "seqforge/nn/transformer.hpp"
 #include "test_util.hpp"
 
@@ -478,6 +483,117 @@ TEST(GradCheck, TransformerClassifier) {
       model.set_token_layout(lengths.t, other_segments.t);
       Rng rng(17);
       EXPECT_EQ(dot(model.forward(*be, other_ids.t, true, rng), r), before);
+    }
+}
+
+}  // namespace
+}  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+// Adapters on a frozen recurrent layer (LoRA and DoRA, on weight_ih and weight_hh of every layer
+// and direction): every adapter and head gradient against central differences, none for the
+// base; with B at zero the model gives the base model's outputs exactly.
+TEST(GradCheck, RecurrentAdapters) {
+  for (const CellKind cell : {CellKind::lstm, CellKind::gru})
+    for (const AdapterKind kind : {AdapterKind::lora, AdapterKind::dora}) {
+      auto be = make_reference_backend();
+      ModelOptions o;
+      o.rnn = {.cell = cell,
+               .input_size = 3,
+               .hidden_size = 4,
+               .num_layers = 2,
+               .bidirectional = true,
+               .batch_first = true};
+      o.output_size = 2;
+      const std::string name = cell_type(cell).name;
+      o.adapter = {.kind = kind,
+                   .rank = 2,
+                   .alpha = 3.0,
+                   .dropout = 0.0,
+                   .targets = {name + ".weight_ih", name + ".weight_hh"}};
+      SequenceModel model(o, DType::f64);
+      model.initialize(*be, 3);
+      Parameters& p = model.parameters();
+      Rng data(9);
+      HostTensor x(*be, DType::f64, {2, 5, 3}, random_values(data, 2 * 5 * 3));
+      Rng rng(17);
+      // B at zero (and DoRA's m at ||W0||): the base model's outputs.
+      ModelOptions plain_options = o;
+      plain_options.adapter.kind = AdapterKind::none;
+      SequenceModel plain(plain_options, DType::f64);
+      plain.initialize(*be, 3);
+      const std::vector<double> want = to_doubles(plain.forward(*be, x.t, {}, {}, false, rng));
+      const std::vector<double> got = to_doubles(model.forward(*be, x.t, {}, {}, false, rng));
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-14) << i;
+      for (size_t i = 0; i < p.size(); ++i)  // B away from zero, so that A's gradient is not 0
+        if (p.values().entries()[i].name.find("lora_B") != std::string::npos)
+          be->copy(p.value(i), HostTensor(*be, DType::f64, p.value(i).shape(),
+                                          random_values(data, p.value(i).numel(), 0.5))
+                                   .t);
+      const std::vector<double> r = random_values(data, 2 * 2);
+      auto objective = [&] { return dot(model.forward(*be, x.t, {}, {}, false, rng), r); };
+      objective();
+      HostTensor dy(*be, DType::f64, {2, 2}, r);
+      p.zero_grad(*be);
+      model.backward(*be, dy.t);
+      const std::vector<bool> frozen = model.frozen_parameters();
+      ASSERT_EQ(frozen.size(), p.size());
+      int adapters = 0;
+      for (size_t i = 0; i < p.size(); ++i) {
+        const std::string& n = p.values().entries()[i].name;
+        const bool adapter = n.rfind("base_model.model.", 0) == 0;
+        const bool head = n.rfind("head.", 0) == 0;
+        EXPECT_EQ(frozen[i], !adapter && !head) << n;
+        const std::vector<double> g = to_doubles(p.grad(i));
+        if (frozen[i]) {
+          EXPECT_EQ(*std::max_element(g.begin(), g.end()), 0.0) << n << " got a gradient";
+          EXPECT_EQ(*std::min_element(g.begin(), g.end()), 0.0) << n << " got a gradient";
+          continue;
+        }
+        adapters += adapter;
+        // DoRA's A and B: PyTorch's below (their gradients hold ||V|| a constant, as PEFT's).
+        if (kind == AdapterKind::dora && adapter && n.find("magnitude") == std::string::npos)
+          continue;
+        EXPECT_LE(check_gradient(p.value(i), g, objective, 30), kTolerance)
+            << n << " " << name << (kind == AdapterKind::dora ? " dora" : " lora");
+      }
+      EXPECT_EQ(adapters, 2 * 2 * 2 * (kind == AdapterKind::dora ? 3 : 2));
+      // PyTorch's nn.LSTM / nn.GRU on the adapted weights: the output and every gradient.
+      const std::vector<double> y = to_doubles(model.forward(*be, x.t, {}, {}, false, rng));
+      std::vector<std::vector<double>> keep;  // host copies the file points into
+      std::vector<io::SafetensorsTensor> tensors;
+      auto add = [&](const std::string& key, Tensor v) {
+        keep.push_back(to_doubles(v));
+        tensors.push_back({key, DType::f64, v.shape().to_vector(), keep.back().data()});
+      };
+      keep.reserve(4 * p.size() + 3);
+      for (size_t i = 0; i < p.size(); ++i) {
+        add("param." + p.values().entries()[i].name, p.value(i));
+        if (!frozen[i]) add("grad." + p.values().entries()[i].name, p.grad(i));
+      }
+      add("x", x.t);
+      add("dy", dy.t);
+      keep.push_back(y);
+      tensors.push_back({"y", DType::f64, {2, 2}, keep.back().data()});
+      const nlohmann::json config = {{"cell", name},
+                                     {"input", 3},
+                                     {"hidden", 4},
+                                     {"layers", 2},
+                                     {"bidirectional", true},
+                                     {"output", 2},
+                                     {"rank", 2},
+                                     {"alpha", 3.0},
+                                     {"kind", kind == AdapterKind::dora ? "dora" : "lora"}};
+      const std::string file = (std::filesystem::temp_directory_path() /
+                                ("seqforge_recurrent_adapters_" + name + ".safetensors"))
+                                   .string();
+      io::write_safetensors(file, tensors, {{"config", config.dump()}});
+      const std::string cmd = "/usr/bin/python3 " SEQFORGE_SOURCE_DIR
+                              "/tests/python/check_recurrent_adapters.py " +
+                              file;
+      EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     }
 }
 

@@ -1,26 +1,197 @@
 #include "seqforge/nn/sequence_model.hpp"
 
+#include <algorithm>
+#include <cmath>
+
+#include "nn/dense.hpp"
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/profiler.hpp"
 
 namespace seqforge {
 
+using nn::gemm;
+
+// An adapter on one of the recurrent layer's weights W0 (out, in).
+struct SequenceModel::Adapter {
+  size_t base = 0, work = 0;  // W0 in params_, the weight the recurrence uses in work_
+  size_t A = 0, B = 0;        // A (rank, in), B (out, rank)
+  size_t m = SIZE_MAX;        // DoRA: magnitudes (out)
+  int64_t out = 0, in = 0;
+  Buffer v, scale, inv_norm;          // DoRA: V = W0 + s B A (out, in), m / ||V||, 1 / ||V|| (out)
+  Buffer rows, cols, ones, row_sums;  // scratch: (out, in), (in, out), (in), (out)
+};
+
+namespace {
+
+// y(R, C) = x with row r scaled by s(r) (y may be x), through a (C, R) scratch of s broadcast.
+void scale_rows(Backend& be, Tensor y, Tensor x, Tensor s, Buffer& broadcast, Buffer& rows) {
+  const int64_t R = x.dim(0), C = x.dim(1);
+  Tensor t = broadcast.get(be, x.dtype(), {C, R});
+  be.fill(t, 1.0);
+  be.scale_columns(t, t, s, {});
+  Tensor st = rows.get(be, x.dtype(), {R, C});  // s(r) at every column of row r
+  be.copy_transposed(st.data(), C, t.data(), R, C, R, x.dtype());
+  be.mul(y, x, st);
+}
+
+}  // namespace
+
 SequenceModel::SequenceModel(const ModelOptions& options, DType dtype)
-    : opt_(options), params_(dtype) {
+    : opt_(options), params_(dtype), work_(dtype) {
   if (opt_.vocab_size > 0) {
     embedding_ =
         std::make_unique<Embedding>(params_, "embedding", opt_.vocab_size, opt_.embedding_dim);
     opt_.rnn.input_size = opt_.embedding_dim;
   }
   rnn_first_ = params_.size();
-  rnn_ = std::make_unique<Recurrent>(params_, cell_type(opt_.rnn.cell).name, opt_.rnn);
+  const std::string cell = cell_type(opt_.rnn.cell).name;
+  if (opt_.adapter.kind == AdapterKind::none) {
+    rnn_ = std::make_unique<Recurrent>(params_, cell, opt_.rnn);
+  } else {  // the recurrence on work_; W0 in params_ under the same names
+    rnn_ = std::make_unique<Recurrent>(work_, cell, opt_.rnn);
+    for (size_t i = 0; i < work_.size(); ++i) {
+      const auto& e = work_.values().entries()[i];
+      params_.declare(e.name, e.shape, work_.init(i));
+    }
+  }
   head_first_ = params_.size();
   head_ = std::make_unique<Linear>(params_, "head", rnn_->output_size(), opt_.output_size);
+  adapters_first_ = params_.size();
+  declare_adapters();
+}
+
+SequenceModel::~SequenceModel() = default;
+
+// After the model's own parameters, so that they keep PyTorch's order.
+void SequenceModel::declare_adapters() {
+  const AdapterOptions& a = opt_.adapter;
+  if (a.kind == AdapterKind::none) return;
+  SF_CHECK(a.rank > 0 && a.alpha > 0 && a.dropout == 0, "recurrent adapter rank ", a.rank,
+           ", alpha ", a.alpha, ", dropout ", a.dropout, " (adapter.dropout is for transformers)");
+  for (const std::string& t : a.targets) {
+    bool any = false;
+    for (size_t i = 0; i < work_.size(); ++i) {
+      const auto& e = work_.values().entries()[i];
+      // "lstm.weight_ih" names weight_ih_l0, weight_ih_l1_reverse, ...
+      if (e.name.rfind(t + "_l", 0) != 0 || e.shape.rank() != 2) continue;
+      any = true;
+      Adapter ad;
+      ad.work = i;
+      ad.base = rnn_first_ + i;
+      ad.out = e.shape[0];
+      ad.in = e.shape[1];
+      const std::string name = "base_model.model." + e.name;
+      ad.A = params_.declare(name + ".lora_A.weight", {a.rank, ad.in},
+                             Init::Uniform(1.0 / std::sqrt(double(ad.in))));
+      ad.B = params_.declare(name + ".lora_B.weight", {ad.out, a.rank}, Init::Constant(0.0));
+      if (a.kind == AdapterKind::dora)
+        ad.m =
+            params_.declare(name + ".lora_magnitude_vector.weight", {ad.out}, Init::Constant(1.0));
+      adapters_.push_back(std::move(ad));
+    }
+    if (!any) {
+      std::string names;
+      for (const auto& e : work_.values().entries())
+        if (e.shape.rank() == 2) names += (names.empty() ? "" : ", ") + e.name;
+      fail("adapter target '", t, "' names none of the recurrent layer's weights (", names,
+           "; a target is a name without its _l<layer> suffix, e.g. ",
+           cell_type(opt_.rnn.cell).name, ".weight_ih)");
+    }
+  }
+}
+
+std::vector<bool> SequenceModel::frozen_parameters() const {
+  if (adapters_.empty()) return {};
+  std::vector<bool> frozen(params_.size(), false);
+  std::fill(frozen.begin(), frozen.begin() + static_cast<std::ptrdiff_t>(head_first_), true);
+  return frozen;
+}
+
+std::vector<std::string> SequenceModel::fresh_parameters() const {
+  std::vector<std::string> out;
+  for (size_t i = adapters_first_; i < params_.size(); ++i)
+    out.push_back(params_.values().entries()[i].name);
+  return out;
+}
+
+// m = ||W0 + s B A|| per row, for the magnitudes not in `loaded`.
+void SequenceModel::init_adapters(Backend& be, const std::vector<std::string>& loaded) {
+  const int64_t r = opt_.adapter.rank;
+  const double s = opt_.adapter.alpha / double(r);
+  for (Adapter& ad : adapters_) {
+    if (ad.m == SIZE_MAX || std::find(loaded.begin(), loaded.end(),
+                                      params_.values().entries()[ad.m].name) != loaded.end())
+      continue;
+    std::vector<double> w = download_doubles(be, params_.value(ad.base));
+    const std::vector<double> a = download_doubles(be, params_.value(ad.A));
+    const std::vector<double> b = download_doubles(be, params_.value(ad.B));
+    std::vector<double> norms(static_cast<size_t>(ad.out));
+    for (int64_t o = 0; o < ad.out; ++o) {
+      double sq = 0;
+      for (int64_t c = 0; c < ad.in; ++c) {
+        double x = w[o * ad.in + c];
+        for (int64_t j = 0; j < r; ++j) x += s * b[o * r + j] * a[j * ad.in + c];
+        sq += x * x;
+      }
+      norms[o] = std::sqrt(sq);
+    }
+    upload_doubles(be, params_.value(ad.m), norms);
+  }
 }
 
 void SequenceModel::initialize(Backend& be, uint64_t seed) {
   Rng rng(seed);
   params_.allocate(be, rng);
+  if (adapters_.empty() && work_.size() == 0) return;
+  Rng unused(seed);
+  work_.allocate(be, unused);  // made from params_ before every forward pass
+  init_adapters(be, {});
+}
+
+// The recurrence's weights for this step: W0, or W0 + s B A, or DoRA's m V / ||V||.
+void SequenceModel::prepare_weights(Backend& be) {
+  const DType dt = params_.dtype();
+  for (size_t i = 0; i < work_.size(); ++i) be.copy(work_.value(i), params_.value(rnn_first_ + i));
+  const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
+  for (Adapter& ad : adapters_) {
+    Tensor w = work_.value(ad.work);
+    gemm(be, dt, false, false, ad.out, ad.in, opt_.adapter.rank, float(s), 1.0f,
+         params_.value(ad.B), params_.value(ad.A), w);
+    if (ad.m == SIZE_MAX) continue;
+    Tensor v = ad.v.get(be, dt, {ad.out, ad.in});
+    be.copy(v, w);
+    be.dora_norm(ad.scale.get(be, dt, {ad.out}), ad.inv_norm.get(be, dt, {ad.out}), v,
+                 params_.value(ad.m));
+    scale_rows(be, w, v, ad.scale.tensor(), ad.cols, ad.rows);
+  }
+}
+
+// The adapters' gradients from the gradient G (out, in) of each weight the recurrence used:
+// LoRA dB += s G A^T, dA += s B^T G; DoRA, ||V|| a constant: dm = rowsum(G * V) / ||V||, then
+// the same with G * m / ||V||.
+void SequenceModel::adapter_backward(Backend& be) {
+  const DType dt = params_.dtype();
+  const int64_t r = opt_.adapter.rank;
+  const float s = float(opt_.adapter.alpha / double(r));
+  for (Adapter& ad : adapters_) {
+    Tensor g = work_.grad(ad.work);
+    if (ad.m != SIZE_MAX) {
+      Tensor t = ad.rows.get(be, dt, {ad.out, ad.in});  // G * V
+      be.mul(t, g, ad.v.tensor());
+      Tensor ones = ad.ones.get(be, dt, {ad.in});
+      be.fill(ones, 1.0);
+      Tensor sums = ad.row_sums.get(be, dt, {ad.out});
+      gemm(be, dt, false, false, ad.out, 1, ad.in, 1.0f, 0.0f, t, ones, sums);
+      be.mul(sums, sums, ad.inv_norm.tensor());
+      be.add(params_.grad(ad.m), sums);
+      scale_rows(be, g, g, ad.scale.tensor(), ad.cols, ad.rows);  // dV = G m / ||V||
+    }
+    gemm(be, dt, false, true, ad.out, r, ad.in, s, 1.0f, g, params_.value(ad.A),
+         params_.grad(ad.B));
+    gemm(be, dt, true, false, r, ad.in, ad.out, s, 1.0f, params_.value(ad.B), g,
+         params_.grad(ad.A));
+  }
 }
 
 Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training,
@@ -35,6 +206,7 @@ Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool 
     Tensor e = embedding_->forward(be, x.reshape({x.numel()}));
     features = e.reshape({x.dim(0), x.dim(1), opt_.embedding_dim});
   }
+  if (!adapters_.empty()) prepare_weights(be);
   Tensor y = rnn_->forward(be, features, h0, c0, training, rng);
   T_ = bf ? y.dim(1) : y.dim(0);
   B_ = bf ? y.dim(0) : y.dim(1);
@@ -63,7 +235,8 @@ Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n)
     SF_PROFILE_SCOPE("head backward");
     dfeat = head_->backward(be, dy);  // (rows, F)
   }
-  if (grad_ready_) grad_ready_(head_first_, params_.size());
+  const bool adapted = !adapters_.empty();
+  if (grad_ready_ && !adapted) grad_ready_(head_first_, params_.size());
   Tensor drnn;
   if (opt_.per_step) {
     drnn = dfeat.reshape(y_shape);
@@ -91,6 +264,13 @@ Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n)
     } else {
       be.copy(drnn.slice(T_ - 1, T_), dfeat);
     }
+  }
+  if (adapted) {  // the recurrence's weight gradients, turned into the adapters' below
+    work_.zero_grad(be);
+    Tensor dx = rnn_->backward(be, drnn, dh_n, dc_n);
+    adapter_backward(be);
+    if (grad_ready_) grad_ready_(0, params_.size());
+    return embedding_ ? Tensor() : dx;  // a frozen embedding takes no gradient
   }
   Tensor dx = rnn_->backward(be, drnn, dh_n, dc_n);
   if (grad_ready_) grad_ready_(rnn_first_, head_first_);

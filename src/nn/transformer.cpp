@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "nn/dense.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/hash.hpp"
 #include "seqforge/core/profiler.hpp"
 
 namespace seqforge {
+
+using nn::gemm;
 
 namespace {
 
@@ -58,22 +61,6 @@ void linear_backward(Backend& be, Tensor dx, Tensor dw, Tensor db, Tensor dy, Bu
       .trans_a = true, .m = out, .n = in, .k = n, .lda = out, .ldb = in, .ldc = in, .beta = 1.0f};
   be.gemm(dws, low ? DType::bf16 : dy.dtype(), g, x.data(), dw.data());
   linear_input_backward(be, dx, g, dy, w, low);
-}
-
-// C(m, n) (+)= alpha op(A) op(B), all packed row-major (bf16 operands: C in f32).
-void gemm(Backend& be, DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-          float beta, Tensor a, Tensor b, Tensor c) {
-  const GemmShape s{.trans_a = ta,
-                    .trans_b = tb,
-                    .m = m,
-                    .n = n,
-                    .k = k,
-                    .lda = ta ? m : k,
-                    .ldb = tb ? k : n,
-                    .ldc = n,
-                    .alpha = alpha,
-                    .beta = beta};
-  be.gemm(s, dt, a.data(), b.data(), c.data());
 }
 
 }  // namespace

@@ -42,13 +42,13 @@ Tensor value_of(const Parameters& p, const std::string& name) {
 
 int64_t merge_adapters(const std::string& run, const std::string& output) {
   LoadedRun r = load_run(run, "");
-  const AdapterOptions& ad = r.task.model.transformer.adapter;
-  if (r.task.model.family != ModelFamily::transformer || ad.kind == AdapterKind::none)
-    fail(run, ": no adapters to merge (adapter.kind is none)");
+  const AdapterOptions& ad = adapters_of(r.task.model);
+  if (ad.kind == AdapterKind::none) fail(run, ": no adapters to merge (adapter.kind is none)");
   auto be = make_run_backend();
   auto adapted = load_model(*be, r, nullptr);
   ModelOptions plain_options = r.task.model;
   plain_options.transformer.adapter.kind = AdapterKind::none;
+  plain_options.adapter.kind = AdapterKind::none;
   auto plain = make_model(plain_options);
   plain->initialize(*be, 0);
   const Parameters& src = adapted->parameters();
@@ -58,9 +58,12 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
   for (size_t i = 0; i < dst.size(); ++i) {
     const std::string& name = dst.values().entries()[i].name;
     const Tensor w0 = value_of(src, name);
-    const std::string stem = kAdapterPrefix + name.substr(0, name.rfind('.'));
-    const bool weight = name.ends_with(".weight");
-    const Tensor a = weight ? value_of(src, stem + ".lora_A.weight") : Tensor();
+    // A Linear's adapter is named after the module (attn.c_attn), a recurrent layer's after the
+    // weight (lstm.weight_ih_l0).
+    std::string stem = kAdapterPrefix + name;
+    if (value_of(src, stem + ".lora_A.weight").empty() && name.ends_with(".weight"))
+      stem = kAdapterPrefix + name.substr(0, name.rfind('.'));
+    const Tensor a = value_of(src, stem + ".lora_A.weight");
     if (a.empty()) {  // not an adapted weight: as it is
       be->copy(dst.value(i), w0);
       continue;

@@ -26,6 +26,50 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The adapter.* keys, checked: for a transformer (`cell` empty; targets are a block's Linears)
+// or a recurrent layer of cell `cell` (targets are its weights, by default weight_ih and
+// weight_hh). The rank is at most `width` (when above 0).
+AdapterOptions adapter_options(const Config& c, int64_t width, const std::string& cell) {
+  AdapterOptions a;
+  const std::string kind = c.str("adapter.kind");
+  if (kind != "none" && kind != "lora" && kind != "dora")
+    fail(c.source(), ": adapter.kind must be none, lora or dora, got '", kind, "'");
+  a.kind = kind == "lora"   ? AdapterKind::lora
+           : kind == "dora" ? AdapterKind::dora
+                            : AdapterKind::none;
+  a.rank = c.integer("adapter.rank");
+  if (a.rank <= 0 || (width > 0 && a.rank > width))
+    fail(c.source(), ": adapter.rank must be in [1, ", width > 0 ? std::to_string(width) : "...",
+         "], got ", a.rank);
+  a.alpha = c.number("adapter.alpha");
+  if (!(a.alpha > 0)) fail(c.source(), ": adapter.alpha must be positive, got ", a.alpha);
+  a.dropout = c.number("adapter.dropout");
+  if (!(a.dropout >= 0 && a.dropout < 1))
+    fail(c.source(), ": adapter.dropout must be in [0, 1), got ", a.dropout);
+  if (a.kind == AdapterKind::dora && a.dropout > 0)
+    fail(c.source(), ": adapter.dropout applies to lora so far; set it to 0 for dora");
+  if (!cell.empty() && a.dropout > 0)
+    fail(c.source(), ": adapter.dropout applies to transformers so far; set it to 0");
+  a.targets = c.list("adapter.targets");
+  if (!cell.empty() && !c.is_set("adapter.targets"))
+    a.targets = {cell + ".weight_ih", cell + ".weight_hh"};
+  for (const std::string& t : a.targets) {
+    const bool known = cell.empty() ? t == "attn.c_attn" || t == "attn.c_proj" || t == "mlp.c_fc" ||
+                                          t == "mlp.c_proj"
+                                    : t == cell + ".weight_ih" || t == cell + ".weight_hh" ||
+                                          (cell == "lstm" && t == "lstm.weight_hr");
+    if (known || a.kind == AdapterKind::none) continue;
+    if (cell.empty())
+      fail(c.source(), ": adapter.targets: '", t, "' is not a Linear of a block (attn.c_attn, ",
+           "attn.c_proj, mlp.c_fc, mlp.c_proj)");
+    fail(c.source(), ": adapter.targets: '", t, "' is not a weight of the ", cell, " layer (", cell,
+         ".weight_ih, ", cell, ".weight_hh", cell == "lstm" ? ", lstm.weight_hr" : "", ")");
+  }
+  if (a.kind != AdapterKind::none && a.targets.empty())
+    fail(c.source(), ": adapter.targets is empty: name the weights that get an adapter");
+  return a;
+}
+
 ModelOptions model_options(const Config& c, const Task& t) {
   ModelOptions m;
   auto positive = [&](const char* key) {
@@ -80,31 +124,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
            t.steps());
     o.dropout = m.rnn.dropout;
     o.checkpoint_activations = c.boolean("model.checkpoint_activations");
-    const std::string kind = c.str("adapter.kind");
-    if (kind != "none" && kind != "lora" && kind != "dora")
-      fail(c.source(), ": adapter.kind must be none, lora or dora, got '", kind, "'");
-    o.adapter.kind = kind == "lora"   ? AdapterKind::lora
-                     : kind == "dora" ? AdapterKind::dora
-                                      : AdapterKind::none;
-    o.adapter.rank = c.integer("adapter.rank");
-    if (o.adapter.rank <= 0 || o.adapter.rank > o.n_embd)
-      fail(c.source(), ": adapter.rank must be in [1, model.embedding ", o.n_embd, "], got ",
-           o.adapter.rank);
-    o.adapter.alpha = c.number("adapter.alpha");
-    if (!(o.adapter.alpha > 0))
-      fail(c.source(), ": adapter.alpha must be positive, got ", o.adapter.alpha);
-    o.adapter.dropout = c.number("adapter.dropout");
-    if (!(o.adapter.dropout >= 0 && o.adapter.dropout < 1))
-      fail(c.source(), ": adapter.dropout must be in [0, 1), got ", o.adapter.dropout);
-    if (o.adapter.kind == AdapterKind::dora && o.adapter.dropout > 0)
-      fail(c.source(), ": adapter.dropout applies to lora so far; set it to 0 for dora");
-    o.adapter.targets = c.list("adapter.targets");
-    for (const std::string& t : o.adapter.targets)
-      if (t != "attn.c_attn" && t != "attn.c_proj" && t != "mlp.c_fc" && t != "mlp.c_proj")
-        fail(c.source(), ": adapter.targets: '", t, "' is not a Linear of a block (attn.c_attn, ",
-             "attn.c_proj, mlp.c_fc, mlp.c_proj)");
-    if (o.adapter.kind != AdapterKind::none && o.adapter.targets.empty())
-      fail(c.source(), ": adapter.targets is empty: name the Linears that get an adapter");
+    o.adapter = adapter_options(c, o.n_embd, "");  // model.embedding: a block's narrowest Linear
     if (t.kind == TaskKind::text_classify) {
       o.num_classes = m.output_size;
       o.segments = t.text.segments;
@@ -118,8 +138,8 @@ ModelOptions model_options(const Config& c, const Task& t) {
     fail(c.source(), ": model.family must be recurrent or transformer, got '", family, "'");
   } else if (t.kind == TaskKind::text_classify) {
     fail(c.source(), ": data.task text_classify takes model.family transformer");
-  } else if (c.str("adapter.kind") != "none") {
-    fail(c.source(), ": adapter.kind applies to model.family transformer so far");
+  } else {
+    m.adapter = adapter_options(c, 0, cell_type(m.rnn.cell).name);
   }
   return m;
 }

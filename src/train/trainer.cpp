@@ -354,22 +354,23 @@ void Training::print_start() const {
   if (!threads_.warning.empty()) out_ << "warning: " << threads_.warning << "\n";
   const RecurrentOptions& rnn = task_.model.rnn;
   const bool recurrent = task_.model.family == ModelFamily::recurrent;
+  if (const AdapterOptions& a = adapters_of(task_.model); a.kind != AdapterKind::none) {
+    const std::vector<bool> frozen = model_->frozen_parameters();
+    const Parameters& p = model_->parameters();
+    int64_t trainable = 0;
+    for (size_t i = 0; i < p.size(); ++i)
+      if (!frozen[i]) trainable += p.value(i).numel();
+    std::string targets;
+    for (const std::string& x : a.targets) targets += (targets.empty() ? "" : ", ") + x;
+    char share[32];
+    std::snprintf(share, sizeof share, "%.2f%%", 100.0 * double(trainable) / double(p.count()));
+    out_ << "adapters: " << (a.kind == AdapterKind::lora ? "lora" : "dora") << " rank " << a.rank
+         << ", alpha " << a.alpha << " on " << targets << " of "
+         << (recurrent ? std::to_string(rnn.num_layers) + " layers"
+                       : std::to_string(task_.model.transformer.n_layer) + " blocks")
+         << ": " << trainable << " trainable parameters (" << share << "), the base frozen\n";
+  }
   if (const TransformerOptions& t = task_.model.transformer; !recurrent) {
-    if (t.adapter.kind != AdapterKind::none) {
-      const std::vector<bool> frozen = model_->frozen_parameters();
-      const Parameters& p = model_->parameters();
-      int64_t trainable = 0;
-      for (size_t i = 0; i < p.size(); ++i)
-        if (!frozen[i]) trainable += p.value(i).numel();
-      std::string targets;
-      for (const std::string& x : t.adapter.targets) targets += (targets.empty() ? "" : ", ") + x;
-      char share[32];
-      std::snprintf(share, sizeof share, "%.2f%%", 100.0 * double(trainable) / double(p.count()));
-      out_ << "adapters: " << (t.adapter.kind == AdapterKind::lora ? "lora" : "dora") << " rank "
-           << t.adapter.rank << ", alpha " << t.adapter.alpha << " on " << targets << " of "
-           << t.n_layer << " blocks: " << trainable << " trainable parameters (" << share
-           << "), the base frozen\n";
-    }
     if (t.checkpoint_activations)
       out_ << "activation checkpointing: each block's activations recomputed in backward\n";
   }
@@ -512,15 +513,19 @@ void Training::prepare_run_dir() {
 // with adapter_model.safetensors.
 void Training::write_adapter_config() const {
   const TransformerOptions& t = task_.model.transformer;
-  const AdapterOptions& a = t.adapter;
+  const AdapterOptions& a = adapters_of(task_.model);
   nlohmann::json modules_to_save = nullptr;
-  if (t.num_classes > 0) {
+  if (task_.model.family == ModelFamily::recurrent) {
+    modules_to_save = {"head"};
+  } else if (t.num_classes > 0) {
     modules_to_save = {"classifier"};
     if (t.segments > 0) modules_to_save.push_back("transformer.wse");
   }
   const nlohmann::json config = {
       {"peft_type", "LORA"},
-      {"task_type", task_.kind == TaskKind::charlm ? "CAUSAL_LM" : "SEQ_CLS"},
+      {"task_type", task_.kind == TaskKind::charlm                                    ? "CAUSAL_LM"
+                    : task_.kind == TaskKind::forecast || task_.kind == TaskKind::mae ? nullptr
+                                                                                      : "SEQ_CLS"},
       {"base_model_name_or_path", c_.str("model.init_from")},
       {"r", a.rank},
       {"lora_alpha", a.alpha},

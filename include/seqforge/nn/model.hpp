@@ -20,15 +20,19 @@ enum class ModelFamily { recurrent, transformer };
 //   dora: y = (m / ||V||) (x V^T) + b,  V = W0 + s B A, the norm per output row and treated as a
 //         constant in backward (the DoRA paper's choice, as PEFT), m (out) starting at ||W0||
 // A is drawn U(-1/sqrt(in), 1/sqrt(in)) (Kaiming-uniform, a = sqrt 5), B starts at zero. Only
-// the adapters train; names are PEFT's: base_model.model.<linear>.lora_A.weight, .lora_B.weight,
-// .lora_magnitude_vector.weight.
+// the adapters train (and a new head); names are PEFT's: base_model.model.<linear>.lora_A.weight,
+// .lora_B.weight, .lora_magnitude_vector.weight. On a recurrent layer's weight W0 (a gate block
+// per row group, lstm.weight_ih_l0, ...) the same update makes the weight the recurrence uses,
+// under base_model.model.<weight name>.lora_A.weight, ...
 enum class AdapterKind { none, lora, dora };
 struct AdapterOptions {
   AdapterKind kind = AdapterKind::none;
   int64_t rank = 8;
   double alpha = 16.0;
   double dropout = 0.0;  // lora: on the adapter's input
-  // The Linears of each block that get one: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj.
+  // The Linears of each block that get one: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj; or a
+  // recurrent layer's weights in every layer and direction: lstm.weight_ih, lstm.weight_hh (the
+  // cell's name first: gru.weight_ih, ...), lstm.weight_hr.
   std::vector<std::string> targets = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
 };
 
@@ -56,6 +60,7 @@ struct ModelOptions {
   int64_t vocab_size = 0;          // > 0: inputs are token ids, embedded first
   int64_t embedding_dim = 0;       // the recurrent layer's input size when vocab_size > 0
   RecurrentOptions rnn;            // recurrent: the layer's cell, sizes, layers, directions
+  AdapterOptions adapter;          // recurrent: adapters on the layer's weights (the head trains)
   TransformerOptions transformer;  // transformer: its sizes (vocab_size is the one above)
   int64_t output_size = 1;
   bool per_step = false;  // outputs on every step; otherwise on the last step
@@ -105,5 +110,10 @@ class Model {
 };
 
 std::unique_ptr<Model> make_model(const ModelOptions& options, DType dtype = DType::f32);
+
+// The model's adapters, whichever family it is.
+inline const AdapterOptions& adapters_of(const ModelOptions& m) {
+  return m.family == ModelFamily::transformer ? m.transformer.adapter : m.adapter;
+}
 
 }  // namespace seqforge

@@ -35,6 +35,7 @@ class Parameters {
   DType dtype() const { return values_.dtype(); }
   size_t size() const { return values_.entries().size(); }
   int64_t count() const;  // total number of scalars
+  const Init& init(size_t i) const { return inits_[i]; }
 
   // A second name for parameter `index` (a tied weight: nanoGPT's lm_head.weight is
   // transformer.wte.weight). Checkpoints hold it under both names; loading accepts either.

@@ -2,8 +2,14 @@
 // SequenceModel: [Embedding] -> recurrent layer (LSTM, GRU) -> Linear head, on the last step or
 // on every step. Parameter names match a PyTorch module with attributes `embedding`, the cell's
 // name (`lstm`, `gru`) and `head`.
+//
+// With adapters (options.adapter), the embedding and the layer's weights W0 are frozen and the
+// recurrence runs on weights made each step from them, W0 + s B A (LoRA) or m V / ||V|| (DoRA);
+// the gradient the recurrence gives those weights becomes the adapters'. The head trains.
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "seqforge/nn/layers.hpp"
 #include "seqforge/nn/model.hpp"
@@ -14,6 +20,7 @@ namespace seqforge {
 class SequenceModel final : public Model {
  public:
   SequenceModel(const ModelOptions& options, DType dtype = DType::f32);
+  ~SequenceModel() override;
   // Allocates and initialises the parameters (PyTorch's default distributions).
   void initialize(Backend& be, uint64_t seed) override;
 
@@ -30,7 +37,9 @@ class SequenceModel final : public Model {
   // precision.
   void set_gemm_dtype(DType dtype) override { rnn_->set_gemm_dtype(dtype); }
   // Whether backward returns dx for feature inputs (on by default).
-  void set_input_grad(bool on) override { rnn_->set_input_grad(on || embedding_ != nullptr); }
+  void set_input_grad(bool on) override {
+    rnn_->set_input_grad(on || (embedding_ != nullptr && adapters_.empty()));
+  }
 
   // Called during backward with parameters [first, end) whose gradients are final (the head's,
   // then the recurrent layer's, then the embedding's), so gradient all-reduces can start early.
@@ -40,10 +49,21 @@ class SequenceModel final : public Model {
   Recurrent& rnn() { return *rnn_; }
   Recurrent* recurrent() override { return rnn_.get(); }
   const ModelOptions& options() const override { return opt_; }
+  std::vector<bool> frozen_parameters() const override;
+  std::vector<std::string> fresh_parameters() const override;
+  void init_adapters(Backend& be, const std::vector<std::string>& loaded) override;
 
  private:
+  struct Adapter;
+  void declare_adapters();
+  void prepare_weights(Backend& be);
+  void adapter_backward(Backend& be);
+
   ModelOptions opt_;
   Parameters params_;
+  Parameters work_;  // under adapters: the weights the recurrence uses, and their gradients
+  std::vector<Adapter> adapters_;
+  size_t adapters_first_ = 0;
   std::unique_ptr<Embedding> embedding_;
   std::unique_ptr<Recurrent> rnn_;
   std::unique_ptr<Linear> head_;
