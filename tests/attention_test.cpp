@@ -1,7 +1,9 @@
 // The attention kernels: the CPU backend's fused f32 kernel against the reference in f64 over
 // many shapes (head sizes with and without vector tails, sequences across tile edges, causal or
-// not, padded batch rows including empty ones), and the reference's gradient against central
-// finite differences of sum(out * w).
+// not, padded batch rows including empty ones), with and without dropout on the probabilities,
+// and the reference's gradient against central finite differences of sum(out * w). The dropout
+// mask itself is read out through the op (uniform probabilities, one-hot values) for its
+// statistics.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
@@ -126,6 +129,7 @@ std::string describe(const Problem& p) {
   std::ostringstream d;
   d << "B" << s.batch << " T" << s.seq << " heads" << s.heads << " D" << s.head_dim
     << (s.causal ? " causal" : " full") << " scale " << s.scale;
+  if (s.dropout != 0) d << " dropout " << s.dropout << " seed " << s.seed;
   if (!p.lengths.empty()) {
     d << " lengths";
     for (int64_t n : p.lengths) d << " " << n;
@@ -133,47 +137,92 @@ std::string describe(const Problem& p) {
   return d.str();
 }
 
-// The fused kernel (CPU backend, f32) against the reference in f64 from the same inputs.
+// The case idx of a sweep: 1-3 batch rows, 1-6 heads, every seventh case with scores four times
+// as large (and their rounding), and with padding, lengths of 0, about half, T - 1 and T.
+AttentionShape sweep_shape(int idx, int64_t T, int64_t D, bool causal, bool* peaked) {
+  AttentionShape s{
+      .batch = 1 + (idx / 2) % 3, .seq = T, .heads = 1 + idx % 6, .head_dim = D, .causal = causal};
+  *peaked = idx % 7 == 3;
+  if (*peaked) s.scale = 4.0 / std::sqrt(double(D));
+  return s;
+}
+std::vector<int64_t> sweep_lengths(int idx, int64_t B, int64_t T) {
+  const int64_t choices[] = {0, (T + 1) / 2, std::max<int64_t>(T - 1, 1), T};
+  std::vector<int64_t> lengths;
+  for (int64_t b = 0; b < B; ++b) lengths.push_back(choices[(idx + b) % 4]);
+  return lengths;
+}
+
+struct Errors {
+  double out = 0, lse = 0, dqkv = 0;
+};
+
+// The fused kernel (CPU backend, f32) against the reference in f64 from the same inputs, within
+// tol; the errors go into worst.
+void expect_fused_matches_reference(Backend& ref, Backend& cpu, const Problem& p, double tol,
+                                    Errors& worst) {
+  const std::string what = describe(p);
+  const Result want = run(ref, DType::f64, p), got = run(cpu, DType::f32, p);
+  const Errors e{max_rel_error(got.out, want.out), lse_error(got.lse, want.lse),
+                 max_rel_error(got.dqkv, want.dqkv)};
+  EXPECT_LE(e.out, tol) << what;
+  EXPECT_LE(e.lse, tol) << what;
+  EXPECT_LE(e.dqkv, tol) << what;
+  expect_padding_zeros(p, want, "reference " + what);
+  expect_padding_zeros(p, got, "cpu " + what);
+  worst.out = std::max(worst.out, e.out);
+  worst.lse = std::max(worst.lse, e.lse);
+  worst.dqkv = std::max(worst.dqkv, e.dqkv);
+}
+
 TEST(Attention, FusedMatchesReferenceOnManyShapes) {
   auto ref = make_reference_backend();
   auto cpu = make_cpu_backend();
-  double worst_out = 0, worst_lse = 0, worst_dqkv = 0;
+  Errors worst;
   int count = 0;
   for (int64_t D : {1, 7, 16, 24, 64, 65})
     for (int64_t T : {1, 2, 17, 64, 130})
       for (bool causal : {true, false})
         for (bool padded : {false, true}) {
           const int idx = count++;
-          AttentionShape s{.batch = 1 + (idx / 2) % 3,
-                           .seq = T,
-                           .heads = 1 + idx % 6,
-                           .head_dim = D,
-                           .causal = causal};
-          const bool peaked = idx % 7 == 3;  // scores four times as large, and their rounding
-          if (peaked) s.scale = 4.0 / std::sqrt(double(D));
-          std::vector<int64_t> lengths;
-          if (padded) {
-            const int64_t choices[] = {0, (T + 1) / 2, std::max<int64_t>(T - 1, 1), T};
-            for (int64_t b = 0; b < s.batch; ++b) lengths.push_back(choices[(idx + b) % 4]);
-          }
-          const Problem p = make_problem(s, lengths, 1000 + idx);
-          const std::string what = describe(p);
-          const Result want = run(*ref, DType::f64, p), got = run(*cpu, DType::f32, p);
-          const double e_out = max_rel_error(got.out, want.out);
-          const double e_lse = lse_error(got.lse, want.lse);
-          const double e_dqkv = max_rel_error(got.dqkv, want.dqkv);
-          const double tol = peaked ? 4e-5 : 2e-5;
-          EXPECT_LE(e_out, tol) << what;
-          EXPECT_LE(e_lse, tol) << what;
-          EXPECT_LE(e_dqkv, tol) << what;
-          expect_padding_zeros(p, want, "reference " + what);
-          expect_padding_zeros(p, got, "cpu " + what);
-          worst_out = std::max(worst_out, e_out);
-          worst_lse = std::max(worst_lse, e_lse);
-          worst_dqkv = std::max(worst_dqkv, e_dqkv);
+          bool peaked;
+          const AttentionShape s = sweep_shape(idx, T, D, causal, &peaked);
+          const Problem p = make_problem(
+              s, padded ? sweep_lengths(idx, s.batch, T) : std::vector<int64_t>{}, 1000 + idx);
+          expect_fused_matches_reference(*ref, *cpu, p, peaked ? 4e-5 : 2e-5, worst);
         }
   std::printf("%d shapes; largest relative errors: out %.2e, lse %.2e, dqkv %.2e\n", count,
-              worst_out, worst_lse, worst_dqkv);
+              worst.out, worst.lse, worst.dqkv);
+}
+
+// The same with dropout: the kernels draw the same mask, and lse is the undropped one.
+TEST(Attention, FusedMatchesReferenceWithDropout) {
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  for (double dropout : {0.1, 0.5}) {
+    Errors worst;
+    int count = 0;
+    for (int64_t D : {7, 16, 24, 65})
+      for (int64_t T : {17, 64, 130})
+        for (bool causal : {true, false})
+          for (bool padded : {false, true}) {
+            const int idx = count++;
+            bool peaked;
+            AttentionShape s = sweep_shape(idx, T, D, causal, &peaked);
+            s.dropout = dropout;
+            s.seed = 77 + idx;
+            const Problem p = make_problem(
+                s, padded ? sweep_lengths(idx, s.batch, T) : std::vector<int64_t>{}, 2000 + idx);
+            expect_fused_matches_reference(*ref, *cpu, p, peaked ? 4e-5 : 2e-5, worst);
+            Problem undropped = p;
+            undropped.shape.dropout = 0;
+            EXPECT_EQ(run(*ref, DType::f64, p, false).lse,
+                      run(*ref, DType::f64, undropped, false).lse)
+                << describe(p);
+          }
+    std::printf("dropout %.1f, %d shapes; largest relative errors: out %.2e, lse %.2e, dqkv %.2e\n",
+                dropout, count, worst.out, worst.lse, worst.dqkv);
+  }
 }
 
 // Every thread split of the pairs gives the same bits: each pair is computed whole by one thread.
@@ -195,7 +244,8 @@ TEST(Attention, FusedDoesNotDependOnThreads) {
   }
 }
 
-// The reference's dqkv against central differences of L = sum(out * w), w = dout, in f64.
+// The reference's dqkv against central differences of L = sum(out * w), w = dout, in f64; with
+// dropout too, whose mask depends only on the seed, so L stays a function of qkv.
 TEST(Attention, ReferenceGradientMatchesFiniteDifferences) {
   auto ref = make_reference_backend();
   const Problem problems[] = {
@@ -204,28 +254,148 @@ TEST(Attention, ReferenceGradientMatchesFiniteDifferences) {
       make_problem({.batch = 2, .seq = 6, .heads = 3, .head_dim = 2, .causal = false}, {0, 4}, 3),
       make_problem({.batch = 1, .seq = 7, .heads = 2, .head_dim = 4, .causal = true}, {}, 4, 3.0),
   };
-  for (const Problem& p : problems) {
-    const std::string what = describe(p);
-    const Result r = run(*ref, DType::f64, p);
-    auto loss = [&](const std::vector<double>& qkv) {
-      Problem q = p;
-      q.qkv = qkv;
-      const Result f = run(*ref, DType::f64, q, false);
-      double l = 0;
-      for (size_t i = 0; i < f.out.size(); ++i) l += f.out[i] * p.dout[i];
-      return l;
-    };
-    std::vector<double> fd(p.qkv.size()), x = p.qkv;
-    const double eps = 1e-5;
-    for (size_t i = 0; i < x.size(); ++i) {
-      x[i] = p.qkv[i] + eps;
-      const double up = loss(x);
-      x[i] = p.qkv[i] - eps;
-      const double down = loss(x);
-      x[i] = p.qkv[i];
-      fd[i] = (up - down) / (2 * eps);
+  for (double dropout : {0.0, 0.3})
+    for (Problem p : problems) {
+      p.shape.dropout = dropout;
+      p.shape.seed = 11;
+      const std::string what = describe(p);
+      const Result r = run(*ref, DType::f64, p);
+      auto loss = [&](const std::vector<double>& qkv) {
+        Problem q = p;
+        q.qkv = qkv;
+        const Result f = run(*ref, DType::f64, q, false);
+        double l = 0;
+        for (size_t i = 0; i < f.out.size(); ++i) l += f.out[i] * p.dout[i];
+        return l;
+      };
+      std::vector<double> fd(p.qkv.size()), x = p.qkv;
+      const double eps = 1e-5;
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = p.qkv[i] + eps;
+        const double up = loss(x);
+        x[i] = p.qkv[i] - eps;
+        const double down = loss(x);
+        x[i] = p.qkv[i];
+        fd[i] = (up - down) / (2 * eps);
+      }
+      EXPECT_LE(max_rel_error(r.dqkv, fd), 1e-7) << what;
     }
-    EXPECT_LE(max_rel_error(r.dqkv, fd), 1e-7) << what;
+}
+
+// The keep-mask M (B, heads, T, T) that `be` draws, read out through the op: with q = 0 every key
+// has probability 1 / T (full attention, no padding), and with head_dim = T and v_j = e_j,
+// out_i = M_i / ((1 - p) T).
+std::vector<char> dropout_mask(Backend& be, DType dt, int64_t B, int64_t H, int64_t T,
+                               double dropout, uint64_t seed) {
+  const int64_t C = H * T;
+  Problem p{.shape = {.batch = B,
+                      .seq = T,
+                      .heads = H,
+                      .head_dim = T,
+                      .causal = false,
+                      .scale = 1.0,
+                      .dropout = dropout,
+                      .seed = seed},
+            .lengths = {},
+            .qkv = std::vector<double>(static_cast<size_t>(B * T * 3 * C), 0.0),
+            .dout = std::vector<double>(static_cast<size_t>(B * T * C), 0.0)};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        p.qkv[static_cast<size_t>((b * T + t) * 3 * C + 2 * C + h * T + t)] = 1;
+  const std::vector<double> out = run(be, dt, p, false).out;
+  std::vector<char> mask(static_cast<size_t>(B * H * T * T));
+  int64_t not_whole = 0;  // entries that are not 0 or 1
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j) {
+          const double m =
+              out[static_cast<size_t>((b * T + i) * C + h * T + j)] * (1 - dropout) * T;
+          not_whole += std::fabs(m - std::round(m)) > 1e-4;
+          mask[static_cast<size_t>(((b * H + h) * T + i) * T + j)] = m > 0.5;
+        }
+  EXPECT_EQ(not_whole, 0) << be.name();
+  return mask;
+}
+
+// The share of entries kept together with the entry `step` further on.
+double both_kept(const std::vector<char>& m, size_t step) {
+  size_t both = 0;
+  for (size_t i = 0; i + step < m.size(); ++i) both += m[i] && m[i + step];
+  return double(both) / double(m.size() - step);
+}
+
+// About 1 - p of the probabilities are kept, independently across keys, queries, heads and batch
+// rows, and the fused kernel draws the reference's mask whatever its tiles and threads.
+TEST(Attention, DropoutKeepsOneMinusPOfTheProbabilities) {
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  const int64_t B = 2, H = 2, T = 256;
+  for (double p : {0.1, 0.5}) {
+    const std::vector<char> m = dropout_mask(*cpu, DType::f32, B, H, T, p, 3);
+    EXPECT_EQ(m, dropout_mask(*ref, DType::f64, B, H, T, p, 3)) << "dropout " << p;
+    const double kept = double(std::count(m.begin(), m.end(), 1)) / double(m.size());
+    EXPECT_NEAR(kept, 1 - p, 0.01) << "dropout " << p;
+    const size_t T2 = static_cast<size_t>(T * T);
+    // The next key, and the same key of the next query, head and batch row.
+    for (size_t step : {size_t{1}, size_t(T), T2, size_t(H) * T2}) {
+      const double both = both_kept(m, step);
+      EXPECT_NEAR(both, (1 - p) * (1 - p), 0.01) << "dropout " << p << " step " << step;
+    }
+    std::printf("dropout %.1f: %.4f of %zu kept\n", p, kept, m.size());
+  }
+}
+
+// The same seed gives the same bits, forward and backward; another seed another mask.
+TEST(Attention, DropoutMaskIsAFunctionOfTheSeed) {
+  auto cpu = make_cpu_backend();
+  Problem p = make_problem(
+      {.batch = 2, .seq = 70, .heads = 3, .head_dim = 24, .causal = true, .dropout = 0.2}, {70, 41},
+      5);
+  for (uint64_t seed : {0u, 9u}) {
+    p.shape.seed = seed;
+    const Result a = run(*cpu, DType::f32, p), b = run(*cpu, DType::f32, p);
+    EXPECT_EQ(a.out, b.out) << seed;
+    EXPECT_EQ(a.lse, b.lse) << seed;
+    EXPECT_EQ(a.dqkv, b.dqkv) << seed;
+  }
+  const Result a = run(*cpu, DType::f32, p);
+  p.shape.seed = 10;
+  EXPECT_NE(a.out, run(*cpu, DType::f32, p).out);
+
+  const double drop = 0.3;
+  const std::vector<char> m1 = dropout_mask(*cpu, DType::f32, 1, 2, 128, drop, 1);
+  const std::vector<char> m2 = dropout_mask(*cpu, DType::f32, 1, 2, 128, drop, 2);
+  size_t differ = 0;
+  for (size_t i = 0; i < m1.size(); ++i) differ += m1[i] != m2[i];
+  EXPECT_NEAR(double(differ) / double(m1.size()), 2 * drop * (1 - drop), 0.02);
+}
+
+// Without dropout the seed changes nothing, in either kernel.
+TEST(Attention, NoDropoutIgnoresTheSeed) {
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  Problem p = make_problem({.batch = 2, .seq = 40, .heads = 2, .head_dim = 20, .causal = true},
+                           {40, 23}, 6);
+  for (auto [be, dt] : {std::pair{ref.get(), DType::f64}, std::pair{cpu.get(), DType::f32}}) {
+    p.shape.seed = 0;
+    const Result a = run(*be, dt, p);
+    p.shape.seed = 12345;
+    const Result b = run(*be, dt, p);
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_EQ(a.lse, b.lse);
+    EXPECT_EQ(a.dqkv, b.dqkv);
+  }
+}
+
+TEST(Attention, DropoutOutsideZeroToOneIsAnError) {
+  auto ref = make_reference_backend();
+  for (double dropout : {1.0, -0.1}) {
+    Problem p = make_problem({.batch = 1, .seq = 3, .heads = 1, .head_dim = 2}, {}, 7);
+    p.shape.dropout = dropout;
+    EXPECT_NE(test::error_of([&] { run(*ref, DType::f64, p); }).find("dropout"), std::string::npos)
+        << dropout;
   }
 }
 

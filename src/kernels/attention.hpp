@@ -2,6 +2,9 @@
 // Multi-head attention kernels (ops.hpp: AttentionForward, AttentionBackward).
 //
 // Gradient rule: activation gradients are assigned (dqkv =).
+//
+// Dropout (AttentionShape::dropout > 0): both kernels draw M_ij from
+// kernels/attention/dropout_mask.hpp, so they agree element for element.
 #include <cstdint>
 
 #include "seqforge/backend/ops.hpp"

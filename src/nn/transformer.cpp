@@ -399,9 +399,20 @@ void Transformer::drop(Backend& be, Tensor x, Buffer& mask, uint64_t seed) {
   be.mul(x, x, m);
 }
 
+// The attention of block k: with dropout in training, on the probabilities too (nanoGPT's
+// attn_dropout), its mask drawn from the block's seed.
+AttentionShape Transformer::block_attention(const Block& k) const {
+  AttentionShape s = shape_;
+  if (dropping_) {
+    s.dropout = opt_.dropout;
+    s.seed = mix_seed(k.seed, 3);
+  }
+  return s;
+}
+
 // x (N, C) -> the block's output (N, C), keeping in `a` what backward needs.
 void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
-  const AttentionShape& s = shape_;
+  const AttentionShape s = block_attention(k);
   const DType dt = params_.dtype();
   const int64_t N = x.dim(0), C = x.dim(1);
   auto W = [&](size_t i) { return params_.value(i); };
@@ -452,7 +463,7 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
 // dout (N, C) at the block's output -> dx (N, C) at its input x, into `dx`.
 void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tensor dout, Tensor dx) {
   SF_PROFILE_SCOPE("block backward");
-  const AttentionShape& s = shape_;
+  const AttentionShape s = block_attention(k);
   const DType dt = params_.dtype();
   const int64_t N = x.dim(0), C = x.dim(1);
   auto W = [&](size_t i) { return params_.value(i); };

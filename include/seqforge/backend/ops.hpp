@@ -137,10 +137,18 @@ struct CellBackward {
 //   out_i = sum_j softmax_j(scale * q_i . k_j) v_j
 // over the keys j < lengths[b] (all T without lengths), and j <= i when causal. A row with no key
 // gets out 0 and lse -inf. out is (B, T, C), heads side by side.
+//
+// Dropout on the probabilities (nanoGPT's attn_dropout), as in FlashAttention: with dropout p > 0,
+//   out_i = sum_j P_ij M_ij / (1 - p) v_j,   P_ij = softmax_j(scale * q_i . k_j),
+// where the keep-mask M_ij in {0, 1} is a pure function of (seed, b, h, i, j), a counter-based
+// hash: backward regenerates it without storing anything, and it depends on neither the tiling
+// nor the threads. lse stays the log-sum-exp of the undropped scores.
 struct AttentionShape {
   int64_t batch = 0, seq = 0, heads = 0, head_dim = 0;
   bool causal = true;
-  double scale = 0;  // usually 1 / sqrt(head_dim)
+  double scale = 0;      // usually 1 / sqrt(head_dim)
+  double dropout = 0.0;  // in [0, 1): the probability of dropping each P_ij; 0 is none
+  uint64_t seed = 0;     // of the dropout mask
 };
 
 struct AttentionForward {

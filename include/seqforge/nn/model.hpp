@@ -40,7 +40,7 @@ struct TransformerOptions {
   int64_t vocab_size = 0;
   int64_t block_size = 0;  // the longest sequence: rows of the position embedding
   int64_t n_layer = 0, n_head = 0, n_embd = 0;
-  double dropout = 0.0;  // on the embeddings and on each residual branch
+  double dropout = 0.0;  // on the embeddings, the attention probabilities and each residual branch
   // true: each position attends to itself and those before it (a decoder); false: to all.
   bool causal = true;
   // Activation checkpointing: forward keeps only each block's output, and backward recomputes a

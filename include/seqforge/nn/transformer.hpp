@@ -71,6 +71,7 @@ class Transformer final : public Model {
   void adapter_input(Backend& be, Proj& p, Tensor xa, Tensor x, Buffer& x_low);
   void adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tensor x_op, float s);
   void drop(Backend& be, Tensor x, Buffer& mask, uint64_t seed);
+  AttentionShape block_attention(const Block& k) const;
   void block_forward(Backend& be, Block& k, Acts& a, Tensor x);
   void block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tensor dout, Tensor dx);
   Tensor head_forward(Backend& be);

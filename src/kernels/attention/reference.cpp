@@ -1,11 +1,12 @@
 // Multi-head attention, the scalar reference: for each (batch row, head) pair and query row, the
 // scores over the row's allowed keys, softmax and the weighted sum of values, all in double.
 // Backward recomputes the probabilities from qkv (it reads neither out nor lse) and applies the
-// textbook gradient, per query row i over its allowed keys j:
-//   P_ij = softmax_j(scale q_i . k_j)      dP_ij = dO_i . v_j
+// textbook gradient, per query row i over its allowed keys j, with c_ij = M_ij / (1 - p) the
+// dropout factor (1 without dropout):
+//   P_ij = softmax_j(scale q_i . k_j)      dP_ij = c_ij dO_i . v_j
 //   D_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij
 //   dS_ij = P_ij (dP_ij - D_i)
-//   dq_i = scale sum_j dS_ij k_j,   dk_j = scale sum_i dS_ij q_i,   dv_j = sum_i P_ij dO_i
+//   dq_i = scale sum_j dS_ij k_j,   dk_j = scale sum_i dS_ij q_i,   dv_j = sum_i P_ij c_ij dO_i
 //
 // Gradient rule: activation gradients are assigned (dqkv =); a query with no key, and a key
 // that no query sees, gets 0.
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kernels/attention.hpp"
+#include "kernels/attention/dropout_mask.hpp"
 
 namespace seqforge::kernels {
 
@@ -65,6 +67,18 @@ double softmax_row(const T* qkv, const Pair& pr, double scale, int64_t i, int64_
   return m + std::log(sum);
 }
 
+// c (n) = M_ij / (1 - p) for query row i's keys j < n: 1 without dropout, else 0 or 1 / (1 - p).
+void dropout_factors(const AttentionShape& s, const Pair& pr, int64_t i, int64_t n, double* c) {
+  if (s.dropout == 0) {
+    std::fill_n(c, n, 1.0);
+    return;
+  }
+  const uint64_t threshold = attention_drop_threshold(s.dropout);
+  const uint64_t row = attention_row_key(attention_pair_key(s.seed, pr.b, pr.h), i);
+  for (int64_t j = 0; j < n; ++j)
+    c[j] = attention_keep(row, j, threshold) ? 1.0 / (1.0 - s.dropout) : 0.0;
+}
+
 }  // namespace
 
 template <typename T>
@@ -74,6 +88,7 @@ void attention_forward_reference(const AttentionForward& a, int64_t p0, int64_t 
   T* out = static_cast<T*>(a.out);                    // (B, T, C)
   T* lse = static_cast<T*>(a.lse);                    // (B, heads, T)
   std::vector<double> p(static_cast<size_t>(s.seq));  // (T) one row's probabilities
+  std::vector<double> c(p.size());                    // (T) their dropout factors
   for (int64_t pair = p0; pair < p1; ++pair) {
     const Pair pr(s, a.lengths, pair);
     for (int64_t i = 0; i < pr.T; ++i) {
@@ -84,9 +99,10 @@ void attention_forward_reference(const AttentionForward& a, int64_t p0, int64_t 
         continue;
       }
       lse[pr.lse(i, s.heads)] = static_cast<T>(softmax_row(qkv, pr, s.scale, i, n, p.data()));
+      dropout_factors(s, pr, i, n, c.data());
       for (int64_t d = 0; d < pr.D; ++d) {
         double o = 0;
-        for (int64_t j = 0; j < n; ++j) o += p[j] * double(qkv[pr.v(j) + d]);
+        for (int64_t j = 0; j < n; ++j) o += p[j] * c[j] * double(qkv[pr.v(j) + d]);
         out[pr.o(i) + d] = static_cast<T>(o);
       }
     }
@@ -101,6 +117,7 @@ void attention_backward_reference(const AttentionBackward& a, int64_t p0, int64_
   T* dqkv = static_cast<T*>(a.dqkv);              // (B, T, 3C)
   const size_t TD = static_cast<size_t>(s.seq * s.head_dim);
   std::vector<double> p(static_cast<size_t>(s.seq)), dp(p.size());  // (T) one query row's
+  std::vector<double> c(p.size());                                  // (T) its dropout factors
   std::vector<double> dq(static_cast<size_t>(s.head_dim));          // (D)
   std::vector<double> dk(TD), dv(TD);                               // (T, D) one pair's
   for (int64_t pair = p0; pair < p1; ++pair) {
@@ -112,19 +129,20 @@ void attention_backward_reference(const AttentionBackward& a, int64_t p0, int64_
       const int64_t n = pr.allowed(i);
       std::fill(dq.begin(), dq.end(), 0.0);
       if (n > 0) softmax_row(qkv, pr, s.scale, i, n, p.data());
+      dropout_factors(s, pr, i, n, c.data());
       double Di = 0;
       for (int64_t j = 0; j < n; ++j) {
         double g = 0;
         for (int64_t d = 0; d < D; ++d) g += double(dout[pr.o(i) + d]) * double(qkv[pr.v(j) + d]);
-        dp[j] = g;
-        Di += p[j] * g;
+        dp[j] = g * c[j];
+        Di += p[j] * dp[j];
       }
       for (int64_t j = 0; j < n; ++j) {
         const double ds = p[j] * (dp[j] - Di);
         for (int64_t d = 0; d < D; ++d) {
           dq[d] += s.scale * ds * double(qkv[pr.k(j) + d]);
           dk[j * D + d] += s.scale * ds * double(qkv[pr.q(i) + d]);
-          dv[j * D + d] += p[j] * double(dout[pr.o(i) + d]);
+          dv[j * D + d] += p[j] * c[j] * double(dout[pr.o(i) + d]);
         }
       }
       for (int64_t d = 0; d < D; ++d) dqkv[pr.q(i) + d] = static_cast<T>(dq[d]);

@@ -12,6 +12,12 @@
 //   P = exp(scale q k^T - lse), dP = dO v^T, dS = scale P (dP - D),
 //   dV += P^T dO, dK += dS^T q, dQ += dS k   (dQ (T, D) accumulates for the whole pair).
 //
+// Dropout (AttentionShape::dropout p > 0) multiplies each probability by M_ij / (1 - p), the mask
+// hashed from (seed, b, h, i, j) per element: forward after the online softmax has summed the
+// undropped row into l (lse stays undropped), backward into P before dV and into dP = dO v^T before
+// dS. D_i = dO_i . O_i needs nothing more, as O is already dropped. Without dropout none of it
+// runs.
+//
 // Each pair's k (and v for backward) is packed into thread-local scratch first, transposed into
 // panels of kKeyBlock keys (D, kKeyBlock), zero-padded, for the dot products. The axpys run on
 // rows of whole vectors: q, k, v, dO and the gradients where they are when D is a multiple of the
@@ -35,6 +41,7 @@
 // clang-format on
 
 #include "kernels/attention.hpp"
+#include "kernels/attention/dropout_mask.hpp"
 #include "kernels/cpu/pointwise_simd.hpp"
 #include "seqforge/core/error.hpp"
 
@@ -224,9 +231,11 @@ HWY_INLINE float OnlineSoftmaxRow(float* s, int64_t n, int64_t wv, float scale, 
 }
 
 // One row of raw q.k dots (p) and dO.v dots (g), the first n of wv the row's keys, into
-// p = exp(scale s - lse) and g = scale p (g - Di); both 0 beyond n.
-HWY_INLINE void GradRow(float* p, float* g, int64_t n, int64_t wv, float scale, float lse,
-                        float Di) {
+// p = exp(scale s - lse) and g = scale p (g - Di); both 0 beyond n. With kDrop, c (wv) holds the
+// dropout factors M_ij / (1 - p): p = c exp(scale s - lse) and g = scale exp(..) (c g - Di).
+template <bool kDrop>
+HWY_INLINE void GradRow(float* p, float* g, int64_t n, int64_t wv, float scale, float lse, float Di,
+                        const float* c) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const VF vscale = hn::Set(d, scale), vlse = hn::Set(d, lse), vD = hn::Set(d, Di);
@@ -234,7 +243,13 @@ HWY_INLINE void GradRow(float* p, float* g, int64_t n, int64_t wv, float scale, 
     VF pv = hn::Zero(d), gv = hn::Zero(d);
     if (t < n) {
       pv = hn::Exp(d, hn::MulSub(hn::LoadU(d, p + t), vscale, vlse));
-      gv = hn::Mul(hn::Mul(pv, vscale), hn::Sub(hn::LoadU(d, g + t), vD));
+      if constexpr (kDrop) {
+        const VF cv = hn::LoadU(d, c + t);
+        gv = hn::Mul(hn::Mul(pv, vscale), hn::MulSub(hn::LoadU(d, g + t), cv, vD));
+        pv = hn::Mul(pv, cv);
+      } else {
+        gv = hn::Mul(hn::Mul(pv, vscale), hn::Sub(hn::LoadU(d, g + t), vD));
+      }
       if (n - t < N) {
         const auto keep = hn::FirstN(d, static_cast<size_t>(n - t));
         pv = hn::IfThenElseZero(keep, pv);
@@ -245,6 +260,19 @@ HWY_INLINE void GradRow(float* p, float* g, int64_t n, int64_t wv, float scale, 
     hn::StoreU(gv, d, g + t);
   }
 }
+
+// The dropout factors M_ij / (1 - p) of one pair's query rows.
+struct RowDropout {
+  uint64_t pair_key, threshold;
+  float keep_scale;  // 1 / (1 - p)
+  // c (wv) = query row i's factors for t < n, 0 beyond.
+  void factors(float* c, int64_t i, int64_t j0, int64_t n, int64_t wv) const {
+    const uint64_t row = attention_row_key(pair_key, i);
+    int64_t t = 0;
+    for (; t < n; ++t) c[t] = attention_keep(row, j0 + t, threshold) ? keep_scale : 0.0f;
+    for (; t < wv; ++t) c[t] = 0.0f;
+  }
+};
 
 // Keys [0, n) of rows ld apart (n, D) into panels (D, kKeyBlock) each, zero-padded to whole panels.
 void PackPanels(float* dst, const float* src, int64_t ld, int64_t n, int64_t D) {
@@ -290,7 +318,8 @@ void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
 
   thread_local Scratch scratch;
   Carver sizes(nullptr);
-  for (int64_t n : {D * Tk, T * Dp, kRows * kBc, kBr * Dp, kBr, kBr, int64_t{kRows}}) sizes.take(n);
+  for (int64_t n : {D * Tk, T * Dp, kRows * kBc, kBr * Dp, kBr, kBr, int64_t{kRows}, kBc})
+    sizes.take(n);
   Carver carve(scratch.get(sizes.used()));
   float* kt = carve.take(D * Tk);       // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
   float* v = carve.take(T * Dp);        // (T, Dp) v, when D is not whole vectors
@@ -299,12 +328,17 @@ void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
   float* m = carve.take(kBr);           // (kBr) running max of scale q.k
   float* l = carve.take(kBr);           // (kBr) running sum of exp(scale q.k - m)
   float* alpha = carve.take(kRows);     // (kRows) accumulator scale factors
+  float* c = carve.take(kBc);           // (kBc) one row's dropout factors
+  const bool drop = s.dropout != 0;
+  RowDropout dropout{0, drop ? attention_drop_threshold(s.dropout) : 0,
+                     static_cast<float>(1.0 / (1.0 - s.dropout))};
 
   for (int64_t pair = p0; pair < p1; ++pair) {
     const int64_t b = pair / H, h = pair % H, nk = KeysOf(a.lengths, b, T);
     const float* q = qkv + b * T * ld + h * D;  // rows ld apart; k at + C, v at + 2C
     float* o = out + b * T * C + h * D;         // rows C apart
     float* lrow = lse + pair * T;               // (T)
+    if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
     if (nk == 0) {
       for (int64_t i = 0; i < T; ++i) std::fill_n(o + i * C, D, 0.0f);
       std::fill_n(lrow, T, kNegInf);
@@ -332,6 +366,11 @@ void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
           for (int r = 0; r < nr; ++r) {
             const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
             alpha[r] = OnlineSoftmaxRow(sc + r * kBc, n, wp, scale, m[i - i0], l[i - i0]);
+            if (drop) {  // after l has the undropped row
+              float* pr = sc + r * kBc;
+              dropout.factors(c, i, j0, n, n);
+              for (int64_t t = 0; t < n; ++t) pr[t] *= c[t];
+            }
           }
           Axpy(nr, sc, kBc, 1, 0, w, V[j0], V.ld, acc + (rb - i0) * Dp, Dp, alpha, Dp);
         }
@@ -363,7 +402,7 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
   thread_local Scratch scratch;
   Carver sizes(nullptr);
   for (int64_t n : {T * Dp, T * Dp, T * Dp, D * Tk, D * Tk, T, T * Dp, kBc * Dp, kBc * Dp,
-                    kBr * kBc, kBr * kBc})
+                    kBr * kBc, kBr * kBc, kBc})
     sizes.take(n);
   Carver carve(scratch.get(sizes.used()));
   float* qp = carve.take(T * Dp);     // (T, Dp) q, when D is not whole vectors
@@ -377,6 +416,10 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
   float* dv = carve.take(kBc * Dp);   // (kBc, Dp) one key tile's dV, same
   float* P = carve.take(kBr * kBc);   // (kBr, kBc) one tile's probabilities
   float* dS = carve.take(kBr * kBc);  // (kBr, kBc) one tile's dP, then scale * dS
+  float* c = carve.take(kBc);         // (kBc) one row's dropout factors
+  const bool drop = s.dropout != 0;
+  RowDropout dropout{0, drop ? attention_drop_threshold(s.dropout) : 0,
+                     static_cast<float>(1.0 / (1.0 - s.dropout))};
 
   for (int64_t pair = p0; pair < p1; ++pair) {
     const int64_t b = pair / H, h = pair % H, nk = KeysOf(a.lengths, b, T);
@@ -395,6 +438,7 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
         std::fill_n(dqr + j * ld + 2 * C, D, 0.0f);
       }
     }
+    if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
     // Rows of q, k, dO and the gradients: where they are, or padded copies.
     Rows<const float> Q{q, ld}, K{q + C, ld}, G{dO, C};
     Rows<float> dQ{dqr, ld};
@@ -438,7 +482,12 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
           Dot(nr, G[rb], G.ld, vt + j0 * D, D, panels, gr, kBc);
           for (int r = 0; r < nr; ++r) {
             const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
-            GradRow(pr + r * kBc, gr + r * kBc, n, wt, scale, lrow[i], Dv[i]);
+            if (drop) {
+              dropout.factors(c, i, j0, n, wt);
+              GradRow<true>(pr + r * kBc, gr + r * kBc, n, wt, scale, lrow[i], Dv[i], c);
+            } else {
+              GradRow<false>(pr + r * kBc, gr + r * kBc, n, wt, scale, lrow[i], Dv[i], nullptr);
+            }
           }
         }
         for (int64_t kb = 0; kb < nkt; kb += kRows) {  // dV += P^T dO, dK += dS^T q
