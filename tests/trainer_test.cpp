@@ -575,6 +575,62 @@ TEST(Trainer, AdaptersFineTuneACharacterModelAsAClassifier) {
       << odd;
 }
 
+// LoRA and DoRA fine-tuning of a trained LSTM forecaster: its recurrent weights stay as loaded,
+// the adapters and the head move, and the merged plain model scores what the adapted one does.
+TEST(Trainer, AdaptersFineTuneAFrozenLstm) {
+  const fs::path dir = temp_dir("lstm_adapters");
+  const std::string data = write_series(dir, 300);
+  std::ostringstream log;
+  train(Config::parse(forecast_yaml(data, dir / "base"), "base.yaml"), log);
+  for (const char* kind : {"lora", "dora"}) {
+    const fs::path run = dir / kind;
+    train(Config::parse(forecast_yaml(data, run), "tuned.yaml",
+                        {"adapter.kind=" + std::string(kind), "adapter.rank=2",
+                         "model.init_from=" + (dir / "base").string(), "train.epochs=2"}),
+          log);
+    EXPECT_NE(log.str().find(std::string("adapters: ") + kind +
+                             " rank 2, alpha 16 on lstm.weight_ih, lstm.weight_hh of 1 layers"),
+              std::string::npos)
+        << log.str();
+    const io::SafetensorsFile base =
+        io::SafetensorsFile::read((dir / "base" / "model.safetensors").string());
+    const io::SafetensorsFile tuned =
+        io::SafetensorsFile::read((run / "model.safetensors").string());
+    int adapters = 0;
+    for (const auto& e : tuned.entries()) {
+      if (e.name.rfind("base_model.model.lstm.", 0) == 0) {
+        ++adapters;
+        continue;
+      }
+      const io::SafetensorsEntry* b = base.find(e.name);
+      ASSERT_NE(b, nullptr) << e.name;
+      const auto x = base.bytes(*b), y = tuned.bytes(e);
+      const bool same = std::equal(x.begin(), x.end(), y.begin(), y.end());
+      EXPECT_EQ(same, e.name.rfind("head.", 0) != 0) << e.name;  // only the head trains
+    }
+    EXPECT_EQ(adapters, 2 * (std::string(kind) == "dora" ? 3 : 2));
+    const auto adapted = evaluate(run.string(), "test");
+    const std::string merged = (dir / (std::string(kind) + "_merged.safetensors")).string();
+    EXPECT_EQ(merge_adapters(run.string(), merged), 2);
+    const io::SafetensorsFile plain = io::SafetensorsFile::read(merged);
+    for (const auto& e : plain.entries()) EXPECT_EQ(e.name.find("lora"), std::string::npos);
+    EXPECT_NEAR(evaluate(merged, "test").at("test_mse"), adapted.at("test_mse"),
+                1e-4 * adapted.at("test_mse"));
+  }
+  auto error_with = [&](const std::vector<std::string>& overrides) {
+    return error_of([&] {
+      std::ostringstream quiet;
+      train(Config::parse(forecast_yaml(data, dir / "bad"), "bad.yaml", overrides), quiet);
+    });
+  };
+  EXPECT_NE(error_with({"adapter.kind=lora", "adapter.targets=[attn.c_attn]"})
+                .find("'attn.c_attn' is not a weight of the lstm layer"),
+            std::string::npos);
+  EXPECT_NE(error_with({"adapter.kind=lora", "adapter.dropout=0.1"})
+                .find("adapter.dropout applies to transformers so far"),
+            std::string::npos);
+}
+
 TEST(Trainer, BadInputNamesTheFileLineOrKey) {
   const fs::path dir = temp_dir("bad");
   const std::string data = write_series(dir, 200);

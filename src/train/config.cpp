@@ -180,8 +180,11 @@ const std::vector<ConfigKey> kKeys = {
     {"adapter.rank", T::integer, "8", "Adapter rank r (A is r x in, B out x r)."},
     {"adapter.alpha", T::number, "16", "Adapter scale numerator: the update is alpha/rank B A."},
     {"adapter.dropout", T::number, "0.0", "lora: dropout on the adapter's input in training."},
-    {"adapter.targets", T::string_list, "[attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj]",
-     "The Linears of every block that get an adapter."},
+    {"adapter.targets", T::string_list, "[]",
+     "The weights that get an adapter: Linears of every transformer block (`attn.c_attn`, "
+     "`attn.c_proj`, `mlp.c_fc`, `mlp.c_proj`), or a recurrent layer's weights in every layer "
+     "and direction (`lstm.weight_ih`, `lstm.weight_hh`, `lstm.weight_hr`; `gru.` likewise). "
+     "Empty: all four Linears, or weight_ih and weight_hh."},
     {"optim.kind", T::string, "adamw", "`adamw`, `adam` or `sgd`."},
     {"optim.lr", T::number, "0.001", "Peak learning rate."},
     {"optim.weight_decay", T::number, "auto",

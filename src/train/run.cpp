@@ -51,8 +51,9 @@ AdapterOptions adapter_options(const Config& c, int64_t width, const std::string
   if (!cell.empty() && a.dropout > 0)
     fail(c.source(), ": adapter.dropout applies to transformers so far; set it to 0");
   a.targets = c.list("adapter.targets");
-  if (!cell.empty() && !c.is_set("adapter.targets"))
-    a.targets = {cell + ".weight_ih", cell + ".weight_hh"};
+  if (a.targets.empty())
+    a.targets = cell.empty() ? AdapterOptions().targets
+                             : std::vector<std::string>{cell + ".weight_ih", cell + ".weight_hh"};
   for (const std::string& t : a.targets) {
     const bool known = cell.empty() ? t == "attn.c_attn" || t == "attn.c_proj" || t == "mlp.c_fc" ||
                                           t == "mlp.c_proj"
@@ -65,8 +66,6 @@ AdapterOptions adapter_options(const Config& c, int64_t width, const std::string
     fail(c.source(), ": adapter.targets: '", t, "' is not a weight of the ", cell, " layer (", cell,
          ".weight_ih, ", cell, ".weight_hh", cell == "lstm" ? ", lstm.weight_hr" : "", ")");
   }
-  if (a.kind != AdapterKind::none && a.targets.empty())
-    fail(c.source(), ": adapter.targets is empty: name the weights that get an adapter");
   return a;
 }
 

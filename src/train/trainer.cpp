@@ -521,11 +521,13 @@ void Training::write_adapter_config() const {
     modules_to_save = {"classifier"};
     if (t.segments > 0) modules_to_save.push_back("transformer.wse");
   }
+  nlohmann::json task_type = nullptr;  // PEFT's task types: a language model, a classifier
+  if (task_.kind == TaskKind::charlm) task_type = "CAUSAL_LM";
+  if (task_.kind == TaskKind::classify || task_.kind == TaskKind::text_classify)
+    task_type = "SEQ_CLS";
   const nlohmann::json config = {
       {"peft_type", "LORA"},
-      {"task_type", task_.kind == TaskKind::charlm                                    ? "CAUSAL_LM"
-                    : task_.kind == TaskKind::forecast || task_.kind == TaskKind::mae ? nullptr
-                                                                                      : "SEQ_CLS"},
+      {"task_type", task_type},
       {"base_model_name_or_path", c_.str("model.init_from")},
       {"r", a.rank},
       {"lora_alpha", a.alpha},
