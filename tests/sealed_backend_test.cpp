@@ -286,3 +286,34 @@ TEST(SealedBackend, TransformerRunsMatchTheReference) {
 
 }  // namespace
 }  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+TEST(SealedBackend, TextClassifierAndRecurrentAdapterRunsMatchTheReference) {
+  const fs::path dir = temp_dir("data_pairs");
+  const fs::path pairs = dir / "pairs.csv";
+  {
+    std::ofstream f(pairs);
+    f << "a,b,label\n";
+    for (int i = 0; i < 60; ++i)
+      f << "ab" << std::string(1 + i % 4, 'c') << ",\"b, " << std::string(i % 3, 'a') << "\","
+        << (i % 3 == 0 ? "x" : "y") << "\n";
+  }
+  expect_same_runs("pairs",
+                   "data: {path: " + pairs.string() +
+                       ", task: text_classify, text_columns: [a, b], class_column: label, "
+                       "seq_len: 10}\nmodel: {family: transformer, embedding: 8, heads: 2, "
+                       "layers: 1, bidirectional: true, dropout: 0.1}\n",
+                   pairs.string());
+  const std::string data = write_series(temp_dir("data_lstm_dora"));
+  expect_same_runs("lstm_dora",
+                   "data: {path: " + data +
+                       ", date_column: when, features: [signal, other], targets: [signal], "
+                       "lookback: 8}\nmodel: {hidden: 6, layers: 2}\nadapter: {kind: dora, "
+                       "rank: 2}\n",
+                   data);
+}
+
+}  // namespace
+}  // namespace seqforge

@@ -59,7 +59,7 @@ AdapterOptions adapter_options(const Config& c, int64_t width, const std::string
                                           t == "mlp.c_proj"
                                     : t == cell + ".weight_ih" || t == cell + ".weight_hh" ||
                                           (cell == "lstm" && t == "lstm.weight_hr");
-    if (known || a.kind == AdapterKind::none) continue;
+    if (known) continue;
     if (cell.empty())
       fail(c.source(), ": adapter.targets: '", t, "' is not a Linear of a block (attn.c_attn, ",
            "attn.c_proj, mlp.c_fc, mlp.c_proj)");
