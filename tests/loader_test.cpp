@@ -377,3 +377,75 @@ TEST(AugmentCache, UnwritableOrFullDirectoriesGiveClearErrors) {
       << no_space;
   EXPECT_NE(no_space.find("No space left on device"), std::string::npos) << no_space;
 }
+
+namespace {
+
+// text_classify's examples and batches: a pair cut longest-first to seq_len, the separator in
+// segment 0, batches padded to their longest example with segments and lengths; errors name the
+// file and line.
+TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
+  const fs::path dir = temp_dir("text_pairs");
+  const fs::path csv = dir / "pairs.csv";
+  std::ofstream(csv) << "a,b,label\n"
+                        "abcdefgh,xy,yes\n"     // 8 + 3 + 2 = 13 > 10: A cut to 5
+                        "ab,\"x, y\",no\n"      // 2 + 3 + 4 = 9
+                        "abcdef,uvwxyz,yes\n";  // 6 + 3 + 6 = 15: both cut, to 4 and 3
+  DataOptions o;
+  o.source = "c.yaml";
+  o.task = TaskKind::text_classify;
+  o.path = csv.string();
+  o.text = {.seq_len = 10, .columns = {"a", "b"}, .class_col = "label", .separator = " | "};
+  o.split.train = 1.0;
+  o.split.val = 0.0;
+  const Dataset d = load_dataset(o);
+  const TextData& t = d.text;
+  ASSERT_EQ(t.examples(), 3);
+  EXPECT_EQ(t.truncated, 2);
+  EXPECT_EQ(t.class_names, (std::vector<std::string>{"no", "yes"}));
+  EXPECT_EQ(t.classes, (std::vector<int64_t>{1, 0, 1}));
+  EXPECT_EQ(t.lines, (std::vector<int64_t>{2, 3, 4}));
+  auto text_of = [&](int64_t e) {
+    std::u32string s;
+    for (int64_t i = t.offsets[e]; i < t.offsets[e + 1]; ++i) s += t.vocab[t.ids[i]];
+    return encode_utf8(s);
+  };
+  EXPECT_EQ(text_of(0), "abcde | xy");
+  EXPECT_EQ(text_of(1), "ab | x, y");
+  EXPECT_EQ(text_of(2), "abcd | uvw");
+  EXPECT_EQ(t.first_lengths, (std::vector<int64_t>{8, 5, 7}));
+  EXPECT_EQ(t.segments, 2);
+  auto be = make_reference_backend();
+  Batch b;
+  Rng rng(1);
+  const std::vector<int64_t> starts = {1, 2};
+  assemble_batch(*be, d, starts, 0, 2, {}, rng, &b);
+  ASSERT_EQ(b.input.shape(), Shape({2, 10}));
+  EXPECT_EQ(b.lengths_buf.host<int64_t>()[0], 9);
+  EXPECT_EQ(b.lengths_buf.host<int64_t>()[1], 10);
+  const int64_t* seg = b.segments_buf.host<int64_t>();
+  EXPECT_EQ(std::vector<int64_t>(seg, seg + 10),
+            (std::vector<int64_t>{0, 0, 0, 0, 0, 1, 1, 1, 1, 0}));  // the padding: 0
+  EXPECT_EQ(std::vector<int64_t>(seg + 10, seg + 20),
+            (std::vector<int64_t>{0, 0, 0, 0, 0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(b.labels_buf.host<int64_t>()[0], 0);
+  EXPECT_EQ(b.labels_buf.host<int64_t>()[1], 1);
+  // Errors: an empty text, a class unseen in training, a character outside the vocabulary.
+  std::ofstream(dir / "empty.csv") << "a,b,label\nab,c,yes\n,c,no\n";
+  o.path = (dir / "empty.csv").string();
+  EXPECT_NE(test::error_of([&] { load_dataset(o); }).find("empty.csv:3: column 'a' is empty"),
+            std::string::npos);
+  std::ofstream(dir / "new.csv") << "a,b,label\nab,c,maybe\n";
+  o.path = (dir / "new.csv").string();
+  EXPECT_NE(test::error_of([&] {
+              load_dataset(o, &d, WindowSet::with_targets);
+            }).find("new.csv:2: class 'maybe' was not seen in training"),
+            std::string::npos);
+  std::ofstream(dir / "odd.csv") << "a,b,label\nab,q,yes\n";
+  o.path = (dir / "odd.csv").string();
+  EXPECT_NE(test::error_of([&] {
+              load_dataset(o, &d, WindowSet::with_targets);
+            }).find("odd.csv:2: character 'q' is not in the model's vocabulary"),
+            std::string::npos);
+}
+
+}  // namespace

@@ -12,12 +12,12 @@ namespace seqforge {
 
 namespace {
 
-// Cuts the longer of a and b by one character until a + sep + b fits in `limit` (BERT's
-// longest-first truncation); returns whether anything was cut.
+// Cuts the longer of a and b (b when they are as long) by one character until a + sep + b fits
+// in `limit`, as Hugging Face's longest_first truncation; returns whether anything was cut.
 bool truncate_pair(std::u32string* a, std::u32string* b, size_t sep, size_t limit) {
   bool cut = false;
   while (a->size() + sep + b->size() > limit) {
-    std::u32string* longer = a->size() >= b->size() ? a : b;
+    std::u32string* longer = a->size() > b->size() ? a : b;
     if (longer->empty()) break;
     longer->pop_back();
     cut = true;
@@ -58,6 +58,9 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, bool
                                                           ": column '" + o.columns[k] + "'");
     };
     std::u32string a = cell(0), b;
+    for (size_t k = 0; k < o.columns.size(); ++k)
+      if (table.text(o.columns[k])[r].empty())
+        fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[k], "' is empty");
     if (d.segments == 2) {
       b = cell(1);
       d.truncated += truncate_pair(&a, &b, sep.size(), static_cast<size_t>(d.seq_len));
@@ -66,8 +69,6 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, bool
       a.resize(static_cast<size_t>(d.seq_len));
       ++d.truncated;
     }
-    if (a.empty())
-      fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[0], "' is empty");
     d.first_lengths.push_back(static_cast<int64_t>(a.size()));
     texts[r] = a + b;
     d.lines.push_back(table.line_of_row(r));
