@@ -1,5 +1,8 @@
 #pragma once
 // Dense helpers the models share, on the backend's ops.
+#include <cmath>
+#include <vector>
+
 #include "seqforge/backend/backend.hpp"
 
 namespace seqforge::nn {
@@ -18,6 +21,30 @@ inline void gemm(Backend& be, DType dt, bool ta, bool tb, int64_t m, int64_t n, 
                     .alpha = alpha,
                     .beta = beta};
   be.gemm(s, dt, a.data(), b.data(), c.data());
+}
+
+// W0 + s B A (out, in) in double, from host copies of W0 (out, in), A (rank, in), B (out, rank):
+// a LoRA-adapted weight, or DoRA's V.
+inline std::vector<double> adapted_weight(std::vector<double> w, const std::vector<double>& a,
+                                          const std::vector<double>& b, int64_t out, int64_t in,
+                                          int64_t rank, double s) {
+  for (int64_t r = 0; r < out; ++r)
+    for (int64_t k = 0; k < rank; ++k) {
+      const double brk = s * b[r * rank + k];
+      for (int64_t c = 0; c < in; ++c) w[r * in + c] += brk * a[k * in + c];
+    }
+  return w;
+}
+
+// The norm of each row of w (out, in).
+inline std::vector<double> row_norms(const std::vector<double>& w, int64_t out, int64_t in) {
+  std::vector<double> norms(static_cast<size_t>(out));
+  for (int64_t r = 0; r < out; ++r) {
+    double sq = 0;
+    for (int64_t c = 0; c < in; ++c) sq += w[r * in + c] * w[r * in + c];
+    norms[r] = std::sqrt(sq);
+  }
+  return norms;
 }
 
 }  // namespace seqforge::nn

@@ -123,20 +123,10 @@ void SequenceModel::init_adapters(Backend& be, const std::vector<std::string>& l
     if (ad.m == SIZE_MAX || std::find(loaded.begin(), loaded.end(),
                                       params_.values().entries()[ad.m].name) != loaded.end())
       continue;
-    std::vector<double> w = download_doubles(be, params_.value(ad.base));
-    const std::vector<double> a = download_doubles(be, params_.value(ad.A));
-    const std::vector<double> b = download_doubles(be, params_.value(ad.B));
-    std::vector<double> norms(static_cast<size_t>(ad.out));
-    for (int64_t o = 0; o < ad.out; ++o) {
-      double sq = 0;
-      for (int64_t c = 0; c < ad.in; ++c) {
-        double x = w[o * ad.in + c];
-        for (int64_t j = 0; j < r; ++j) x += s * b[o * r + j] * a[j * ad.in + c];
-        sq += x * x;
-      }
-      norms[o] = std::sqrt(sq);
-    }
-    upload_doubles(be, params_.value(ad.m), norms);
+    const std::vector<double> v = nn::adapted_weight(
+        download_doubles(be, params_.value(ad.base)), download_doubles(be, params_.value(ad.A)),
+        download_doubles(be, params_.value(ad.B)), ad.out, ad.in, r, s);
+    upload_doubles(be, params_.value(ad.m), nn::row_norms(v, ad.out, ad.in));
   }
 }
 

@@ -236,20 +236,10 @@ void Transformer::init_adapters(Backend& be, const std::vector<std::string>& loa
       if (p.m == Proj::kNone || std::find(loaded.begin(), loaded.end(),
                                           params_.values().entries()[p.m].name) != loaded.end())
         continue;
-      std::vector<double> v = download_doubles(be, params_.value(p.w));
-      const std::vector<double> a = download_doubles(be, params_.value(p.A));
-      const std::vector<double> b = download_doubles(be, params_.value(p.B));
-      std::vector<double> norms(static_cast<size_t>(p.out));
-      for (int64_t o = 0; o < p.out; ++o) {
-        double sq = 0;
-        for (int64_t c = 0; c < p.in; ++c) {
-          double& x = v[o * p.in + c];
-          for (int64_t j = 0; j < r; ++j) x += s * b[o * r + j] * a[j * p.in + c];
-          sq += x * x;
-        }
-        norms[o] = std::sqrt(sq);
-      }
-      upload_doubles(be, params_.value(p.m), norms);
+      const std::vector<double> v = nn::adapted_weight(
+          download_doubles(be, params_.value(p.w)), download_doubles(be, params_.value(p.A)),
+          download_doubles(be, params_.value(p.B)), p.out, p.in, r, s);
+      upload_doubles(be, params_.value(p.m), nn::row_norms(v, p.out, p.in));
     }
 }
 

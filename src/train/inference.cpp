@@ -172,6 +172,13 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
   return unknown;
 }
 
+// The predictions file, written atomically, or to standard output for "-".
+void write_predictions(const std::string& output, const std::string& csv) {
+  if (output != "-") return io::write_file_atomically(output, {{csv.data(), csv.size()}});
+  std::fwrite(csv.data(), 1, csv.size(), stdout);
+  std::fflush(stdout);
+}
+
 // predict of a text_classify run: per example, its file line, the class and each class's
 // probability, and the actual class when the file has it.
 int64_t predict_text(const LoadedRun& r, const PredictOptions& options, std::ostream& log) {
@@ -204,12 +211,7 @@ int64_t predict_text(const LoadedRun& r, const PredictOptions& options, std::ost
       csv += "\n";
     }
   }
-  if (options.output == "-") {
-    std::fwrite(csv.data(), 1, csv.size(), stdout);
-    std::fflush(stdout);
-  } else {
-    io::write_file_atomically(options.output, {{csv.data(), csv.size()}});
-  }
+  write_predictions(options.output, csv);
   char line[160];
   std::snprintf(line, sizeof line, "predict: %zu example%s in %.3f s (%.0f examples/s)\n",
                 examples.size(), examples.size() == 1 ? "" : "s", compute_s,
@@ -264,12 +266,7 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
     for (int64_t i = 0; i < n; ++i)
       unknown += append_prediction(d, windows[first + i], o + i * O, multi, &csv);
   }
-  if (options.output == "-") {
-    std::fwrite(csv.data(), 1, csv.size(), stdout);
-    std::fflush(stdout);
-  } else {
-    io::write_file_atomically(options.output, {{csv.data(), csv.size()}});
-  }
+  write_predictions(options.output, csv);
   char line[160];
   std::snprintf(line, sizeof line,
                 "predict: %zu window%s in %.3f s (%.0f windows/s, inference only; batch %lld)\n",

@@ -1,6 +1,7 @@
 // seqforge merge: a run's adapters folded into its base weights.
 #include <cmath>
 
+#include "nn/dense.hpp"
 #include "run.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/io/checkpoint.hpp"
@@ -16,18 +17,11 @@ constexpr const char* kAdapterPrefix = "base_model.model.";
 std::vector<double> merged_weight(const std::vector<double>& w0, const std::vector<double>& a,
                                   const std::vector<double>& b, const std::vector<double>* m,
                                   int64_t out, int64_t in, int64_t rank, double s) {
-  std::vector<double> w = w0;
-  for (int64_t r = 0; r < out; ++r) {
-    for (int64_t k = 0; k < rank; ++k) {
-      const double brk = s * b[r * rank + k];
-      for (int64_t c = 0; c < in; ++c) w[r * in + c] += brk * a[k * in + c];
-    }
-    if (!m) continue;
-    double sq = 0;
-    for (int64_t c = 0; c < in; ++c) sq += w[r * in + c] * w[r * in + c];
-    const double f = (*m)[r] / std::sqrt(sq);
-    for (int64_t c = 0; c < in; ++c) w[r * in + c] *= f;
-  }
+  std::vector<double> w = nn::adapted_weight(w0, a, b, out, in, rank, s);
+  if (!m) return w;
+  const std::vector<double> norms = nn::row_norms(w, out, in);
+  for (int64_t r = 0; r < out; ++r)
+    for (int64_t c = 0; c < in; ++c) w[r * in + c] *= (*m)[r] / norms[r];
   return w;
 }
 

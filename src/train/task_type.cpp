@@ -184,17 +184,37 @@ class CharlmSums final : public MetricSums {
   }
 };
 
-// A character language model: an embedding in, the next character's logits out at every step;
-// its checkpoint keeps the vocabulary.
-class Charlm final : public TaskType {
+// Tasks on characters: the model embeds ids over the data's vocabulary, which the checkpoint
+// keeps.
+class TextTask : public TaskType {
  public:
-  TaskKind kind() const override { return TaskKind::charlm; }
-  const char* samples() const override { return "sequences"; }
   void shape_model(const Config& c, const Dataset& d, ModelOptions* m) const override {
     m->vocab_size = static_cast<int64_t>(d.text.vocab.size());
     m->embedding_dim = c.integer("model.embedding");
     if (m->embedding_dim <= 0)
       fail(c.source(), ": model.embedding must be positive, got ", m->embedding_dim);
+    shape_head(d, m);
+  }
+  void store(const Config&, const Dataset& d,
+             std::map<std::string, std::string>* meta) const override {
+    (*meta)["seqforge.vocab"] = nlohmann::json(encode_utf8(d.text.vocab)).dump();
+  }
+  void restore(const std::map<std::string, std::string>& meta, const std::string& where,
+               Dataset* stored) const override {
+    stored->text.vocab = decode_utf8(metadata_json<std::string>(meta, "seqforge.vocab", where),
+                                     where + ": seqforge.vocab");
+  }
+
+ protected:
+  virtual void shape_head(const Dataset& d, ModelOptions* m) const = 0;
+};
+
+// A character language model: an embedding in, the next character's logits out at every step.
+class Charlm final : public TextTask {
+ public:
+  TaskKind kind() const override { return TaskKind::charlm; }
+  const char* samples() const override { return "sequences"; }
+  void shape_head(const Dataset&, ModelOptions* m) const override {
     m->output_size = m->vocab_size;
     m->per_step = true;
   }
@@ -209,28 +229,15 @@ class Charlm final : public TaskType {
   std::unique_ptr<MetricSums> metric_sums(const Dataset&) const override {
     return std::make_unique<CharlmSums>();
   }
-  void store(const Config&, const Dataset& d,
-             std::map<std::string, std::string>* meta) const override {
-    (*meta)["seqforge.vocab"] = nlohmann::json(encode_utf8(d.text.vocab)).dump();
-  }
-  void restore(const std::map<std::string, std::string>& meta, const std::string& where,
-               Dataset* stored) const override {
-    stored->text.vocab = decode_utf8(metadata_json<std::string>(meta, "seqforge.vocab", where),
-                                     where + ": seqforge.vocab");
-  }
 };
 
 // The class of a text or a pair of texts: a transformer's classification head; its checkpoint
-// keeps the vocabulary and the class names.
-class TextClassify final : public TaskType {
+// keeps the class names too.
+class TextClassify final : public TextTask {
  public:
   TaskKind kind() const override { return TaskKind::text_classify; }
   const char* samples() const override { return "examples"; }
-  void shape_model(const Config& c, const Dataset& d, ModelOptions* m) const override {
-    m->vocab_size = static_cast<int64_t>(d.text.vocab.size());
-    m->embedding_dim = c.integer("model.embedding");
-    if (m->embedding_dim <= 0)
-      fail(c.source(), ": model.embedding must be positive, got ", m->embedding_dim);
+  void shape_head(const Dataset& d, ModelOptions* m) const override {
     m->output_size = static_cast<int64_t>(d.text.class_names.size());
     m->per_step = false;
   }
@@ -243,15 +250,14 @@ class TextClassify final : public TaskType {
   std::unique_ptr<MetricSums> metric_sums(const Dataset& d) const override {
     return std::make_unique<ClassifySums>(static_cast<int64_t>(d.text.class_names.size()));
   }
-  void store(const Config&, const Dataset& d,
+  void store(const Config& c, const Dataset& d,
              std::map<std::string, std::string>* meta) const override {
-    (*meta)["seqforge.vocab"] = nlohmann::json(encode_utf8(d.text.vocab)).dump();
+    TextTask::store(c, d, meta);
     (*meta)["seqforge.classes"] = nlohmann::json(d.text.class_names).dump();
   }
   void restore(const std::map<std::string, std::string>& meta, const std::string& where,
                Dataset* stored) const override {
-    stored->text.vocab = decode_utf8(metadata_json<std::string>(meta, "seqforge.vocab", where),
-                                     where + ": seqforge.vocab");
+    TextTask::restore(meta, where, stored);
     stored->text.class_names =
         metadata_json<std::vector<std::string>>(meta, "seqforge.classes", where);
   }
