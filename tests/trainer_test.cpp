@@ -451,6 +451,13 @@ TEST(Trainer, TransformerClassifiesTextPairs) {
   EXPECT_GT(s.last.at("val_accuracy"), 0.9) << log.str();
   EXPECT_NE(log.str().find("960 training / 120 validation / 120 test examples"), std::string::npos)
       << log.str();
+  // The validation examples' classes, and the report's confusion matrix of them.
+  const io::CsvTable val = io::CsvTable::read((run / "val_predictions.csv").string());
+  EXPECT_EQ(val.rows(), 120);
+  EXPECT_EQ(val.columns(), (std::vector<std::string>{"row", "actual", "predicted"}));
+  std::ifstream report(run / "report.html");
+  EXPECT_NE(std::string(std::istreambuf_iterator<char>(report), {}).find("class=\"confusion\""),
+            std::string::npos);
   const auto m = evaluate(run.string(), "", write_pairs(dir / "more.csv", 300, 2));
   EXPECT_EQ(m.at("samples"), 300);
   EXPECT_GT(m.at("data_accuracy"), 0.85);

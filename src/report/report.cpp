@@ -367,7 +367,7 @@ std::string render_run_report(const std::string& run_dir) {
   if (const fs::path p = dir / "val_predictions.csv"; fs::exists(p)) {
     const Table t = read_table(p);
     if (t.rows > 0)
-      o << (facts.task == "classify"
+      o << (facts.task == "classify" || facts.task == "text_classify"
                 ? confusion_section(t, model_classes(dir))
                 : forecast_section(t, facts.target.empty() ? "target" : facts.target));
   }

@@ -382,9 +382,44 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   return text;
 }
 
+namespace {
+
+// A text classifier's validation examples: each one's file line, actual and predicted class.
+int64_t write_text_validation_outputs(const std::string& run, const LoadedRun& r) {
+  const TextData& d = r.task.text;
+  const std::vector<int64_t>& examples = d.split.val;
+  if (examples.empty()) return 0;
+  auto be = make_run_backend();
+  auto model = load_model(*be, r, nullptr);
+  const int64_t B = r.config.integer("train.batch_size");
+  const int64_t K = static_cast<int64_t>(d.class_names.size());
+  std::string csv = "row,actual,predicted\n";
+  Batch batch;
+  Rng rng(0);
+  for (size_t first = 0; first < examples.size(); first += B) {
+    const size_t end = std::min(examples.size(), first + B);
+    assemble_batch(*be, r.task, examples, first, end, {}, rng, &batch);
+    model->set_token_layout(batch.lengths, batch.segments);
+    const std::vector<float> o =
+        download_vector<float>(*be, model->forward(*be, batch.input, {}, {}, false, rng));
+    for (size_t i = first; i < end; ++i) {
+      const float* ok = o.data() + (i - first) * K;
+      const int64_t e = examples[i], pred = std::max_element(ok, ok + K) - ok;
+      csv += std::to_string(d.lines[e]) + "," + io::csv_field(d.class_names[d.classes[e]]) + "," +
+             io::csv_field(d.class_names[pred]) + "\n";
+    }
+  }
+  io::write_file_atomically((fs::path(run) / "val_predictions.csv").string(),
+                            {{csv.data(), csv.size()}});
+  return static_cast<int64_t>(examples.size());
+}
+
+}  // namespace
+
 int64_t write_validation_outputs(const std::string& run) {
   LoadedRun r = load_run(run, "");
   if (r.task.kind == TaskKind::charlm) return 0;
+  if (r.task.kind == TaskKind::text_classify) return write_text_validation_outputs(run, r);
   const SeriesData& d = r.task.series;
   std::vector<int64_t> starts = d.split.val;
   if (starts.empty()) return 0;
