@@ -34,8 +34,8 @@ Workload make_gpt(std::string id, std::string name, int64_t vocab, int64_t width
                          .n_layer = layers,
                          .n_head = heads,
                          .n_embd = width};
-  w.model.transformer.adapter.kind = adapter;
-  w.model.transformer.adapter.rank = rank;
+  w.model.adapter.kind = adapter;
+  w.model.adapter.rank = rank;
   w.model.output_size = vocab;
   w.model.per_step = true;
   w.batch = batch;

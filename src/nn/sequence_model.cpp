@@ -133,7 +133,7 @@ void SequenceModel::init_adapters(Backend& be, const std::vector<std::string>& l
 void SequenceModel::initialize(Backend& be, uint64_t seed) {
   Rng rng(seed);
   params_.allocate(be, rng);
-  if (adapters_.empty() && work_.size() == 0) return;
+  if (adapters_.empty()) return;
   Rng unused(seed);
   work_.allocate(be, unused);  // made from params_ before every forward pass
   init_adapters(be, {});

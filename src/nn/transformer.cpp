@@ -129,6 +129,7 @@ Transformer::Transformer(const TransformerOptions& o, DType dtype) : opt_(o), pa
   model_opt_.vocab_size = o.vocab_size;
   model_opt_.embedding_dim = o.n_embd;
   model_opt_.transformer = o;
+  model_opt_.adapter = o.adapter;
   model_opt_.output_size = o.num_classes > 0 ? o.num_classes : o.vocab_size;
   model_opt_.per_step = o.num_classes == 0;
   const int64_t C = o.n_embd;

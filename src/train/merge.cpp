@@ -36,12 +36,11 @@ Tensor value_of(const Parameters& p, const std::string& name) {
 
 int64_t merge_adapters(const std::string& run, const std::string& output) {
   LoadedRun r = load_run(run, "");
-  const AdapterOptions& ad = adapters_of(r.task.model);
+  const AdapterOptions& ad = r.task.model.adapter;
   if (ad.kind == AdapterKind::none) fail(run, ": no adapters to merge (adapter.kind is none)");
   auto be = make_run_backend();
   auto adapted = load_model(*be, r, nullptr);
   ModelOptions plain_options = r.task.model;
-  plain_options.transformer.adapter.kind = AdapterKind::none;
   plain_options.adapter.kind = AdapterKind::none;
   auto plain = make_model(plain_options);
   plain->initialize(*be, 0);

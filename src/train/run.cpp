@@ -123,7 +123,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
            t.steps());
     o.dropout = m.rnn.dropout;
     o.checkpoint_activations = c.boolean("model.checkpoint_activations");
-    o.adapter = adapter_options(c, o.n_embd, "");  // model.embedding: a block's narrowest Linear
+    m.adapter = adapter_options(c, o.n_embd, "");  // model.embedding: a block's narrowest Linear
     if (t.kind == TaskKind::text_classify) {
       o.num_classes = m.output_size;
       o.segments = t.text.segments;

@@ -354,7 +354,7 @@ void Training::print_start() const {
   if (!threads_.warning.empty()) out_ << "warning: " << threads_.warning << "\n";
   const RecurrentOptions& rnn = task_.model.rnn;
   const bool recurrent = task_.model.family == ModelFamily::recurrent;
-  if (const AdapterOptions& a = adapters_of(task_.model); a.kind != AdapterKind::none) {
+  if (const AdapterOptions& a = task_.model.adapter; a.kind != AdapterKind::none) {
     const std::vector<bool> frozen = model_->frozen_parameters();
     const Parameters& p = model_->parameters();
     int64_t trainable = 0;
@@ -513,7 +513,7 @@ void Training::prepare_run_dir() {
 // with adapter_model.safetensors.
 void Training::write_adapter_config() const {
   const TransformerOptions& t = task_.model.transformer;
-  const AdapterOptions& a = adapters_of(task_.model);
+  const AdapterOptions& a = task_.model.adapter;
   nlohmann::json modules_to_save = nullptr;
   if (task_.model.family == ModelFamily::recurrent) {
     modules_to_save = {"head"};

@@ -60,7 +60,7 @@ struct ModelOptions {
   int64_t vocab_size = 0;          // > 0: inputs are token ids, embedded first
   int64_t embedding_dim = 0;       // the recurrent layer's input size when vocab_size > 0
   RecurrentOptions rnn;            // recurrent: the layer's cell, sizes, layers, directions
-  AdapterOptions adapter;          // recurrent: adapters on the layer's weights (the head trains)
+  AdapterOptions adapter;          // either family's adapters (make_model hands a transformer them)
   TransformerOptions transformer;  // transformer: its sizes (vocab_size is the one above)
   int64_t output_size = 1;
   bool per_step = false;  // outputs on every step; otherwise on the last step
@@ -110,10 +110,5 @@ class Model {
 };
 
 std::unique_ptr<Model> make_model(const ModelOptions& options, DType dtype = DType::f32);
-
-// The model's adapters, whichever family it is.
-inline const AdapterOptions& adapters_of(const ModelOptions& m) {
-  return m.family == ModelFamily::transformer ? m.transformer.adapter : m.adapter;
-}
 
 }  // namespace seqforge
