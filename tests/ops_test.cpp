@@ -609,6 +609,21 @@ OpCase small_ops_case() {
     out["layer_norm_dx"] = to_doubles(be, ln_dx.t);
     out["layer_norm_dw"] = to_doubles(be, ln_dw.t);
     out["layer_norm_db"] = to_doubles(be, ln_db.t);
+    // Rows wider than the parameter gradients' column chunk (512 per thread), with a tail.
+    HostTensor wide_x(be, dt, {45, 1100}, values(rng, 45 * 1100, -3, 3)),
+        wide_w(be, dt, {1100}, values(rng, 1100, 0.5, 1.5)),
+        wide_b(be, dt, {1100}, values(rng, 1100)),
+        wide_y(be, dt, {45, 1100}, std::vector<double>(45 * 1100)),
+        wide_saved(be, dt, {45, 2}, std::vector<double>(90)),
+        wide_dy(be, dt, {45, 1100}, values(rng, 45 * 1100)),
+        wide_dx(be, dt, {45, 1100}, std::vector<double>(45 * 1100)),
+        wide_dw(be, dt, {1100}, values(rng, 1100)), wide_db(be, dt, {1100}, values(rng, 1100));
+    be.layer_norm_forward(wide_y.t, wide_saved.t, wide_x.t, wide_w.t, wide_b.t, 1e-5);
+    be.layer_norm_backward(wide_dx.t, wide_dw.t, wide_db.t, wide_dy.t, wide_x.t, wide_w.t,
+                           wide_saved.t);
+    out["layer_norm_wide_dx"] = to_doubles(be, wide_dx.t);
+    out["layer_norm_wide_dw"] = to_doubles(be, wide_dw.t);
+    out["layer_norm_wide_db"] = to_doubles(be, wide_db.t);
     HostTensor g_x(be, dt, {1000}, values(rng, 1000, -6, 6)),
         g_y(be, dt, {1000}, std::vector<double>(1000)), g_dy(be, dt, {1000}, values(rng, 1000)),
         g_dx(be, dt, {1000}, std::vector<double>(1000));

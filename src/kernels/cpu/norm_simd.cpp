@@ -174,29 +174,50 @@ void LayerNormBackwardInput(float* dx, const float* dy, const float* x, const fl
   }
 }
 
-// Columns [c0, c1): dw += sum over the rows of dy xhat, db += sum of dy.
+// Columns [c0, c1): dw += sum over the rows of dy xhat, db += sum of dy. Sums of blocks of 32
+// rows, then of the blocks: the rounding of a two-level sum. Rows are walked in order over a
+// chunk of columns, the chunk's sums held in L1, so each row is read as whole cache lines.
 void LayerNormBackwardParams(float* dw, float* db, const float* dy, const float* x,
                              const float* saved, int64_t rows, int64_t C, int64_t c0, int64_t c1) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t j = c0; j < c1; j += N) {
-    const size_t n = static_cast<size_t>(std::min<int64_t>(N, c1 - j));
-    // Sums of blocks of 32 rows, then of the blocks: the rounding of a two-level sum.
-    auto sw = hn::Zero(d), sb = hn::Zero(d);
+  constexpr int64_t kChunk = 512;
+  HWY_ALIGN float bw[kChunk], bb[kChunk], sw[kChunk], sb[kChunk];  // block and total sums
+  for (int64_t cc = c0; cc < c1; cc += kChunk) {
+    const int64_t width = std::min(kChunk, c1 - cc), whole = width / N * N;
+    const int64_t padded = (width + N - 1) / N * N;  // kChunk is whole vectors
+    const size_t tail = static_cast<size_t>(width - whole);
+    std::fill_n(sw, padded, 0.0f);
+    std::fill_n(sb, padded, 0.0f);
     for (int64_t r0 = 0; r0 < rows; r0 += 32) {
-      auto bw = hn::Zero(d), bb = hn::Zero(d);
+      std::fill_n(bw, padded, 0.0f);
+      std::fill_n(bb, padded, 0.0f);
       for (int64_t r = r0; r < std::min(rows, r0 + 32); ++r) {
-        const auto g = LoadN(d, dy + r * C + j, n);
-        const auto xhat = hn::Mul(hn::Sub(LoadN(d, x + r * C + j, n), hn::Set(d, saved[2 * r])),
-                                  hn::Set(d, saved[2 * r + 1]));
-        bw = hn::MulAdd(g, xhat, bw);
-        bb = hn::Add(bb, g);
+        const float *g = dy + r * C + cc, *xr = x + r * C + cc;
+        const auto vmean = hn::Set(d, saved[2 * r]), vrstd = hn::Set(d, saved[2 * r + 1]);
+        int64_t j = 0;
+        for (; j < whole; j += N) {
+          const auto gv = hn::LoadU(d, g + j);
+          const auto xhat = hn::Mul(hn::Sub(hn::LoadU(d, xr + j), vmean), vrstd);
+          hn::Store(hn::MulAdd(gv, xhat, hn::Load(d, bw + j)), d, bw + j);
+          hn::Store(hn::Add(hn::Load(d, bb + j), gv), d, bb + j);
+        }
+        if (tail) {
+          const auto gv = LoadN(d, g + j, tail);
+          const auto xhat = hn::Mul(hn::Sub(LoadN(d, xr + j, tail), vmean), vrstd);
+          hn::Store(hn::MulAdd(gv, xhat, hn::Load(d, bw + j)), d, bw + j);
+          hn::Store(hn::Add(hn::Load(d, bb + j), gv), d, bb + j);
+        }
       }
-      sw = hn::Add(sw, bw);
-      sb = hn::Add(sb, bb);
+      for (int64_t j = 0; j < padded; j += N) {
+        hn::Store(hn::Add(hn::Load(d, sw + j), hn::Load(d, bw + j)), d, sw + j);
+        hn::Store(hn::Add(hn::Load(d, sb + j), hn::Load(d, bb + j)), d, sb + j);
+      }
     }
-    StoreN(hn::Add(LoadN(d, dw + j, n), sw), d, dw + j, n);
-    StoreN(hn::Add(LoadN(d, db + j, n), sb), d, db + j, n);
+    for (int64_t j = 0; j < width; ++j) {
+      dw[cc + j] += sw[j];
+      db[cc + j] += sb[j];
+    }
   }
 }
 
