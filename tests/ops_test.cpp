@@ -824,6 +824,45 @@ TEST(Ops, DropoutMaskStatistics) {
   EXPECT_NEAR(zeros / 100000.0, 0.3, 0.01);
 }
 
+// f32 -> bf16 on the CPU backend's vectors rounds as to_bf16 does, bit for bit: ties to even,
+// infinities, denormals, and NaNs whose payload would round into an infinity stay NaN.
+TEST(Ops, Bf16ConversionMatchesScalarRounding) {
+  auto cpu = make_cpu_backend();
+  const uint32_t specials[] = {0x7f800001u, 0xff800001u, 0x7fc00000u, 0x7f800000u, 0xff800000u,
+                               0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x00000001u, 0x807fffffu,
+                               0x7f7fffffu, 0x00000000u, 0x80000000u, 0x3f7fffffu};
+  Rng rng(5);
+  for (int64_t n : {3, 16, 1000, 70001}) {
+    std::vector<float> src(static_cast<size_t>(n));
+    for (size_t i = 0; i < src.size(); ++i) {
+      const uint32_t bits =
+          i % 3 == 0 ? specials[(i / 3) % std::size(specials)] : static_cast<uint32_t>(rng.next());
+      std::memcpy(&src[i], &bits, 4);
+    }
+    std::vector<bf16> got(src.size());
+    cpu->convert(Tensor(got.data(), DType::bf16, {n}), Tensor(src.data(), DType::f32, {n}));
+    int64_t differ = 0;
+    for (size_t i = 0; i < src.size(); ++i) differ += got[i].bits != to_bf16(src[i]).bits;
+    EXPECT_EQ(differ, 0) << "n " << n;
+  }
+}
+
+// The CPU backend's vector hash draws the reference's mask element for element: sizes with a
+// tail and split over threads, probabilities at the edges and between representable ones.
+TEST(Ops, DropoutMaskMatchesReferenceExactly) {
+  auto cpu = make_cpu_backend();
+  auto ref = make_reference_backend();
+  for (int64_t n : {1, 7, 1003, 200001})
+    for (double p : {0.0, 1e-9, 0.1, 0.5, 1.0 / 3.0, 0.999}) {
+      std::vector<float> a(static_cast<size_t>(n), -1.0f), b(static_cast<size_t>(n), -2.0f);
+      cpu->dropout_mask(Tensor(a.data(), DType::f32, {n}), p, 0xfeedull + uint64_t(n));
+      ref->dropout_mask(Tensor(b.data(), DType::f32, {n}), p, 0xfeedull + uint64_t(n));
+      int64_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+      EXPECT_EQ(differ, 0) << "n " << n << ", p " << p;
+    }
+}
+
 TEST(Ops, EmbeddingRejectsOutOfRangeId) {
   auto be = make_cpu_backend();
   std::vector<float> table(12), out(8);

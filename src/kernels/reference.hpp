@@ -17,14 +17,24 @@ inline T sigmoid(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
-// A uniform number in [0, 1) that depends only on (seed, index): counter-based, so any thread or
-// device draws the same value for the same element.
-inline double hash_uniform(uint64_t seed, uint64_t index) {
+// A 64-bit hash of (seed, index), splitmix64's finalizer: counter-based, so any thread or device
+// draws the same value for the same element.
+inline uint64_t counter_hash(uint64_t seed, uint64_t index) {
   uint64_t z = seed ^ (index * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1.0p-53;
+  return z ^ (z >> 31);
+}
+
+// A uniform number in [0, 1) that depends only on (seed, index): its top 53 bits.
+inline double hash_uniform(uint64_t seed, uint64_t index) {
+  return static_cast<double>(counter_hash(seed, index) >> 11) * 0x1.0p-53;
+}
+
+// hash_uniform(seed, i) < p exactly when counter_hash(seed, i) >> 11 < uniform_below(p):
+// ceil(p 2^53), exact in double for p in [0, 1].
+inline uint64_t uniform_below(double p) {
+  return static_cast<uint64_t>(std::ceil(std::ldexp(p, 53)));
 }
 
 inline double widen(float x) { return x; }

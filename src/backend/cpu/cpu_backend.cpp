@@ -114,6 +114,10 @@ class CpuBackend final : public Backend {
   bool host_addressable() const override { return true; }
   void convert(Tensor dst, Tensor src) override {
     SF_CHECK(dst.numel() == src.numel(), dst.shape().str(), " <- ", src.shape().str());
+    if (src.dtype() == DType::f32 && dst.dtype() == DType::bf16)
+      return parallel_rows(src.numel(), 1, [&](int64_t i0, int64_t i1) {
+        simd::convert_to_bf16(static_cast<bf16*>(dst.data()) + i0, src.data_as<float>() + i0, i1 - i0);
+      });
     const size_t e_src = dtype_size(src.dtype()), e_dst = dtype_size(dst.dtype());
     parallel_rows(src.numel(), 1, [&](int64_t i0, int64_t i1) {
       seqforge::convert(static_cast<const char*>(src.data()) + i0 * e_src, src.dtype(),
@@ -183,10 +187,33 @@ class CpuBackend final : public Backend {
     sum_over_rows(rows, row_threads(rows, n), n, db.data_as<float>(),
                   [&](int64_t r0, int64_t r1, float* acc) { simd::sum_rows(in, n, r0, r1, acc); });
   }
-  void add(Tensor y, Tensor x) override { ref_->add(y, x); }
-  void mul(Tensor y, Tensor a, Tensor b) override { ref_->mul(y, a, b); }
+  void add(Tensor y, Tensor x) override {
+    if (y.dtype() != DType::f32) return ref_->add(y, x);
+    SF_CHECK(y.numel() == x.numel(), y.shape().str(), " += ", x.shape().str());
+    float* out = y.data_as<float>();
+    const float* in = x.data_as<float>();
+    parallel_rows(y.numel(), 1, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) out[i] += in[i];
+    });
+  }
+  void mul(Tensor y, Tensor a, Tensor b) override {
+    if (y.dtype() != DType::f32) return ref_->mul(y, a, b);
+    SF_CHECK(y.numel() == a.numel() && y.numel() == b.numel(), "mul sizes");
+    float* out = y.data_as<float>();
+    const float *pa = a.data_as<float>(), *pb = b.data_as<float>();
+    parallel_rows(y.numel(), 1, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) out[i] = pa[i] * pb[i];
+    });
+  }
   void dropout_mask(Tensor mask, double p, uint64_t seed) override {
-    ref_->dropout_mask(mask, p, seed);
+    if (mask.dtype() != DType::f32) return ref_->dropout_mask(mask, p, seed);
+    const uint64_t below = ref::uniform_below(p);
+    const float keep = static_cast<float>(1.0 / (1.0 - p));
+    parallel_rows(mask.numel(), 8, [&](int64_t i0, int64_t i1) {
+      simd::dropout_mask(mask.data_as<float>() + i0, seed, i0, i1, below, keep);
+    });
   }
   // (d0, d1, f) -> (d1, d0, f): rows of f elements copied, split over threads; single 4-byte
   // elements (a matrix transpose) in 32 x 32 tiles.

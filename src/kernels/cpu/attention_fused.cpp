@@ -43,6 +43,9 @@
 #include "kernels/attention.hpp"
 #include "kernels/attention/dropout_mask.hpp"
 #include "kernels/cpu/pointwise_simd.hpp"
+// clang-format off
+#include "kernels/cpu/hash_simd-inl.h"
+// clang-format on
 #include "seqforge/core/error.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -269,6 +272,22 @@ struct RowDropout {
   void factors(float* c, int64_t i, int64_t j0, int64_t n, int64_t wv) const {
     const uint64_t row = attention_row_key(pair_key, i);
     int64_t t = 0;
+#if HWY_TARGET <= HWY_AVX3
+    const hn::ScalableTag<uint64_t> du;
+    const hn::Rebind<uint32_t, decltype(du)> du32;
+    const int64_t N = static_cast<int64_t>(hn::Lanes(du));
+    const auto golden = hn::Set(du, kAttentionGolden), vrow = hn::Set(du, row);
+    const auto vthreshold = hn::Set(du, threshold);
+    uint32_t keep_u32;
+    std::memcpy(&keep_u32, &keep_scale, 4);
+    const auto keep_bits = hn::Set(du, uint64_t{keep_u32});
+    for (auto j = hn::Iota(du, uint64_t(j0)); t + N <= n; t += N) {
+      const auto z = simd::HWY_NAMESPACE::SplitMix64(du, hn::Add(vrow, hn::Mul(j, golden)));
+      const auto bits = hn::IfThenZeroElse(hn::Gt(vthreshold, z), keep_bits);
+      hn::StoreU(hn::TruncateTo(du32, bits), du32, reinterpret_cast<uint32_t*>(c + t));
+      j = hn::Add(j, hn::Set(du, uint64_t(N)));
+    }
+#endif
     for (; t < n; ++t) c[t] = attention_keep(row, j0 + t, threshold) ? keep_scale : 0.0f;
     for (; t < wv; ++t) c[t] = 0.0f;
   }

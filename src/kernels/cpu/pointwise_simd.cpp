@@ -1,15 +1,21 @@
-// SIMD row kernels (column sums, transposes) with runtime dispatch through Highway: the best of
-// AVX-512, AVX2, SSE4 and scalar that this CPU supports is chosen on first use.
+// SIMD row kernels (column sums, transposes, dropout masks) with runtime dispatch through Highway:
+// the best of AVX-512, AVX2, SSE4 and scalar that this CPU supports is chosen on first use.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/pointwise_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <algorithm>
+#include <cstring>
 // clang-format off
 #include <hwy/highway.h>
 // clang-format on
 
 #include "kernels/cpu/pointwise_simd.hpp"
+#include "kernels/reference.hpp"
+// clang-format off
+#include "kernels/cpu/bf16_simd-inl.h"
+#include "kernels/cpu/hash_simd-inl.h"
+// clang-format on
 
 HWY_BEFORE_NAMESPACE();
 namespace seqforge::simd::HWY_NAMESPACE {
@@ -25,6 +31,41 @@ void SumRows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
       hn::StoreU(hn::Add(hn::LoadU(d, acc + j), hn::LoadU(d, row + j)), d, acc + j);
     for (int64_t j = n_vec; j < n; ++j) acc[j] += row[j];
   }
+}
+
+// dst[i] = src[i] rounded to bf16 (to_bf16), i in [0, n).
+void ToBf16(bf16* dst, const float* src, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) StoreBf16(d, hn::LoadU(d, src + i), dst + i);
+  for (; i < n; ++i) dst[i] = seqforge::to_bf16(src[i]);
+}
+
+// Elements [i0, i1) of a dropout mask of `seed` into out[0, i1 - i0): 0 where element i's
+// counter_hash(seed, i) >> 11 is below drop_below, else keep.
+void DropoutMask(float* out, uint64_t seed, int64_t i0, int64_t i1, uint64_t drop_below,
+                 float keep) {
+  int64_t i = i0;
+#if HWY_TARGET <= HWY_AVX3
+  const hn::ScalableTag<uint64_t> du;
+  const hn::Rebind<uint32_t, decltype(du)> du32;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(du));
+  const auto golden = hn::Set(du, 0x9e3779b97f4a7c15ull),
+             offset = hn::Set(du, 0x632be59bd9b4e019ull);
+  const auto vseed = hn::Set(du, seed), below = hn::Set(du, drop_below);
+  uint32_t keep_u32;
+  std::memcpy(&keep_u32, &keep, 4);
+  const auto keep_bits = hn::Set(du, uint64_t{keep_u32});
+  for (auto index = hn::Iota(du, uint64_t(i)); i + N <= i1; i += N) {
+    const auto z = SplitMix64(du, hn::Xor(vseed, hn::Add(hn::Mul(index, golden), offset)));
+    const auto bits = hn::IfThenZeroElse(hn::Gt(below, hn::ShiftRight<11>(z)), keep_bits);
+    hn::StoreU(hn::TruncateTo(du32, bits), du32, reinterpret_cast<uint32_t*>(out + (i - i0)));
+    index = hn::Add(index, hn::Set(du, uint64_t(N)));
+  }
+#endif
+  for (; i < i1; ++i)
+    out[i - i0] = (ref::counter_hash(seed, uint64_t(i)) >> 11) < drop_below ? 0.0f : keep;
 }
 
 // dst(cols, rows) = src(rows, cols)^T for 2- and 4-byte elements, in 8 x 8 blocks (2 bytes:
@@ -151,12 +192,21 @@ HWY_AFTER_NAMESPACE();
 namespace seqforge::simd {
 
 HWY_EXPORT(SumRows);
+HWY_EXPORT(DropoutMask);
+HWY_EXPORT(ToBf16);
 HWY_EXPORT(Transpose16);
 HWY_EXPORT(Transpose32);
 HWY_EXPORT(TargetName);
 
 void sum_rows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
   HWY_DYNAMIC_DISPATCH(SumRows)(dy, n, r0, r1, acc);
+}
+void convert_to_bf16(bf16* dst, const float* src, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ToBf16)(dst, src, n);
+}
+void dropout_mask(float* out, uint64_t seed, int64_t i0, int64_t i1, uint64_t drop_below,
+                  float keep) {
+  HWY_DYNAMIC_DISPATCH(DropoutMask)(out, seed, i0, i1, drop_below, keep);
 }
 void transpose16(uint16_t* dst, int64_t ld_dst, const uint16_t* src, int64_t ld_src, int64_t rows,
                  int64_t cols) {
