@@ -23,5 +23,8 @@ void attention_backward_reference(const AttentionBackward& a, int64_t p0, int64_
 // Backward recomputes the probabilities from lse. Pairs [p0, p1) as above.
 void attention_forward_fused(const AttentionForward& a, int64_t p0, int64_t p1);
 void attention_backward_fused(const AttentionBackward& a, int64_t p0, int64_t p1);
+// The same with bf16 products (f32 sums) on AVX512-BF16; the caller checks the CPU has it.
+void attention_forward_fused_bf16(const AttentionForward& a, int64_t p0, int64_t p1);
+void attention_backward_fused_bf16(const AttentionBackward& a, int64_t p0, int64_t p1);
 
 }  // namespace seqforge::kernels

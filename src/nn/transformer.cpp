@@ -390,10 +390,12 @@ void Transformer::drop(Backend& be, Tensor x, Buffer& mask, uint64_t seed) {
   be.mul(x, x, m);
 }
 
-// The attention of block k: with dropout in training, on the probabilities too (nanoGPT's
-// attn_dropout), its mask drawn from the block's seed.
+// The attention of block k: with bf16 products when the GEMMs are bf16; with dropout in
+// training, on the probabilities too (nanoGPT's attn_dropout), its mask drawn from the block's
+// seed.
 AttentionShape Transformer::block_attention(const Block& k) const {
   AttentionShape s = shape_;
+  s.bf16_products = low_;
   if (dropping_) {
     s.dropout = opt_.dropout;
     s.seed = mix_seed(k.seed, 3);

@@ -116,7 +116,8 @@ class CpuBackend final : public Backend {
     SF_CHECK(dst.numel() == src.numel(), dst.shape().str(), " <- ", src.shape().str());
     if (src.dtype() == DType::f32 && dst.dtype() == DType::bf16)
       return parallel_rows(src.numel(), 1, [&](int64_t i0, int64_t i1) {
-        simd::convert_to_bf16(static_cast<bf16*>(dst.data()) + i0, src.data_as<float>() + i0, i1 - i0);
+        simd::convert_to_bf16(static_cast<bf16*>(dst.data()) + i0, src.data_as<float>() + i0,
+                              i1 - i0);
       });
     const size_t e_src = dtype_size(src.dtype()), e_dst = dtype_size(dst.dtype());
     parallel_rows(src.numel(), 1, [&](int64_t i0, int64_t i1) {
@@ -335,17 +336,27 @@ class CpuBackend final : public Backend {
   void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) override {
     ref_->dora_norm(scale, inv_norm, v, m);  // once per step and weight
   }
+  // f32 fused kernels; with bf16 products allowed and bf16 dot products on the CPU, their bf16
+  // form.
   void attention_forward(const AttentionForward& a, DType dtype) override {
     if (dtype != DType::f32) return ref_->attention_forward(a, dtype);
     const AttentionShape& s = a.shape;
+    const auto kernel = bf16_attention(s) ? kernels::attention_forward_fused_bf16
+                                          : kernels::attention_forward_fused;
     parallel_rows(s.batch * s.heads, s.seq * s.seq * s.head_dim,
-                  [&](int64_t p0, int64_t p1) { kernels::attention_forward_fused(a, p0, p1); });
+                  [&](int64_t p0, int64_t p1) { kernel(a, p0, p1); });
   }
   void attention_backward(const AttentionBackward& a, DType dtype) override {
     if (dtype != DType::f32) return ref_->attention_backward(a, dtype);
     const AttentionShape& s = a.shape;
+    const auto kernel = bf16_attention(s) ? kernels::attention_backward_fused_bf16
+                                          : kernels::attention_backward_fused;
     parallel_rows(s.batch * s.heads, 2 * s.seq * s.seq * s.head_dim,
-                  [&](int64_t p0, int64_t p1) { kernels::attention_backward_fused(a, p0, p1); });
+                  [&](int64_t p0, int64_t p1) { kernel(a, p0, p1); });
+  }
+  static bool bf16_attention(const AttentionShape& s) {
+    return s.bf16_products && cpu_features().avx512_bf16 &&
+           std::string_view(simd::target_name()).rfind("AVX3", 0) == 0;
   }
 
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {

@@ -534,6 +534,390 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
   }
 }
 
+// bf16 products (AttentionShape::bf16_products, AVX512-BF16): the same tiles and online softmax
+// in f32, with every product's operands (q, k, v, dO, P, dS) rounded to bf16 and summed in f32
+// pairs at a time (vdpbf16ps). The operands are packed per pair into 32-bit words, each holding
+// the two bf16 values one instruction multiplies together with the other operand's word:
+//   rows:    (n, Dw) pairs along a row (q, dO, dS and P rows), Dw = ceil(D / 2)
+//   panels:  (Dw, kKeyBlock) the rows' words transposed in panels of keys (k and v for the dots)
+//   stacked: (ceil(n / 2), Dv) rows 2t and 2t + 1 interleaved, Dv = D rounded up to 16 (k, v,
+//            q and dO as the right-hand side of the axpys; P^T and dS^T likewise over queries)
+// Everything beyond the data is zero, so padded pairs add nothing.
+#if HWY_TARGET <= HWY_AVX3
+#define SF_BF16_ATTR __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
+
+constexpr int64_t kWordLanes = 16;  // 32-bit words per 512-bit vector
+
+SF_BF16_ATTR inline __mmask16 FirstLanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// dst (words) = pairs (src[2w], src[2w + 1]) of src's first n floats as bf16, zero beyond.
+SF_BF16_ATTR void RowWords(uint32_t* dst, const float* src, int64_t n, int64_t words) {
+  for (int64_t w = 0; w < words; w += kWordLanes) {
+    const int64_t f = 2 * w;  // first float of these 16 words
+    const __m512 lo = _mm512_maskz_loadu_ps(FirstLanes(n - f), src + f);
+    const __m512 hi = _mm512_maskz_loadu_ps(FirstLanes(n - f - 16), src + f + 16);
+    const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    _mm512_mask_storeu_epi32(dst + w, FirstLanes(words - w), v);
+  }
+}
+
+// dst (words, a multiple of 16) = (a[d], b[d]) as bf16 pairs for d < n, zero beyond; b may be
+// null (zeros).
+SF_BF16_ATTR void StackedWords(uint32_t* dst, const float* a, const float* b, int64_t n,
+                               int64_t words) {
+  alignas(64) static const uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                       21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                       11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kInterleave);
+  for (int64_t d = 0; d < words; d += kWordLanes) {
+    const __mmask16 m = FirstLanes(n - d);
+    const __m512 va = _mm512_maskz_loadu_ps(m, a + d);
+    const __m512 vb = b ? _mm512_maskz_loadu_ps(m, b + d) : _mm512_setzero_ps();
+    const __m512i v = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(vb, va));
+    _mm512_storeu_si512(dst + d, v);
+  }
+}
+
+// Rows [0, n) (ld apart, D floats) into stacked pairs: ceil(n / 2) rows of Dv words, and zero
+// rows up to `pairs`.
+SF_BF16_ATTR void PackStacked(uint32_t* dst, int64_t Dv, const float* src, int64_t ld, int64_t n,
+                              int64_t D, int64_t pairs) {
+  for (int64_t t = 0; t < pairs; ++t) {
+    const int64_t r = 2 * t;
+    const float* a = r < n ? src + r * ld : nullptr;
+    const float* b = r + 1 < n ? src + (r + 1) * ld : nullptr;
+    if (!a)
+      std::fill_n(dst + t * Dv, Dv, 0u);
+    else
+      StackedWords(dst + t * Dv, a, b, D, Dv);
+  }
+}
+
+// Rows [0, n) (ld apart, D floats) as row words (n, Dw).
+SF_BF16_ATTR void PackRowWords(uint32_t* dst, int64_t Dw, const float* src, int64_t ld, int64_t n,
+                               int64_t D) {
+  for (int64_t r = 0; r < n; ++r) RowWords(dst + r * Dw, src + r * ld, D, Dw);
+}
+
+// Keys [0, n) (ld apart, D floats) into panels (Dw, kKeyBlock) of words, zero-padded; `rows`
+// (n, Dw) is scratch.
+SF_BF16_ATTR void PackWordPanels(uint32_t* dst, uint32_t* rows, int64_t Dw, const float* src,
+                                 int64_t ld, int64_t n, int64_t D) {
+  PackRowWords(rows, Dw, src, ld, n, D);
+  for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
+    uint32_t* panel = dst + j0 * Dw;
+    const int64_t cols = std::min(kKeyBlock, n - j0);
+    simd::transpose32(panel, kKeyBlock, rows + j0 * Dw, Dw, cols, Dw);
+    if (cols < kKeyBlock)
+      for (int64_t k = 0; k < Dw; ++k)
+        std::fill(panel + k * kKeyBlock + cols, panel + (k + 1) * kKeyBlock, 0u);
+  }
+}
+
+// c (R, panels * kKeyBlock) = a (R rows of Dw words, lda apart) . panels (Dw, kKeyBlock) each.
+template <int R>
+SF_BF16_ATTR void DotWordsBlock(const uint32_t* a, int64_t lda, const uint32_t* bt, int64_t Dw,
+                                int64_t panels, float* c, int64_t ldc) {
+  for (int64_t pb = 0; pb < panels; ++pb) {
+    __m512 acc0[R], acc1[R];
+    for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+    const uint32_t* b = bt + pb * Dw * kKeyBlock;
+    for (int64_t k = 0; k < Dw; ++k, b += kKeyBlock) {
+      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
+      const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + kWordLanes);
+      for (int r = 0; r < R; ++r) {
+        const __m512bh ar = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * lda + k]));
+        acc0[r] = _mm512_dpbf16_ps(acc0[r], ar, b0);
+        acc1[r] = _mm512_dpbf16_ps(acc1[r], ar, b1);
+      }
+    }
+    float* cj = c + pb * kKeyBlock;
+    for (int r = 0; r < R; ++r) {
+      _mm512_storeu_ps(cj + r * ldc, acc0[r]);
+      _mm512_storeu_ps(cj + r * ldc + kWordLanes, acc1[r]);
+    }
+  }
+}
+
+SF_BF16_ATTR void DotWords(int nr, const uint32_t* a, int64_t lda, const uint32_t* bt, int64_t Dw,
+                           int64_t panels, float* c, int64_t ldc) {
+  WithCount<kRows>(nr, [&](auto rows) SF_BF16_ATTR {
+    DotWordsBlock<decltype(rows)::value>(a, lda, bt, Dw, panels, c, ldc);
+  });
+}
+
+// c (R, NV * 16), first scaled by alpha_r if alpha is given, += sum over pairs t in [t0, t1) of
+// the word p[r * rs + t * ts] . stacked row t of b (NV * 16 words): b rows ldb apart, c rows ldc.
+template <int R, int NV>
+SF_BF16_ATTR void AxpyWordsBlock(const uint32_t* p, int64_t rs, int64_t ts, int64_t t0, int64_t t1,
+                                 const uint32_t* b, int64_t ldb, float* c, int64_t ldc,
+                                 const float* alpha) {
+  __m512 acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_loadu_ps(c + r * ldc + v * kWordLanes);
+  if (alpha)
+    for (int r = 0; r < R; ++r) {
+      const __m512 s = _mm512_set1_ps(alpha[r]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_mul_ps(acc[r][v], s);
+    }
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint32_t* bt = b + t * ldb;
+    __m512bh bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(bt + v * kWordLanes);
+    const uint32_t* pt = p + t * ts;
+    for (int r = 0; r < R; ++r) {
+      const __m512bh pr = (__m512bh)_mm512_set1_epi32(static_cast<int>(pt[r * rs]));
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], pr, bv[v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + r * ldc + v * kWordLanes, acc[r][v]);
+}
+
+// The same over all Dv columns (a multiple of 16), kVecs vectors at a time, for nr rows.
+SF_BF16_ATTR void AxpyWords(int nr, const uint32_t* p, int64_t rs, int64_t ts, int64_t t0,
+                            int64_t t1, const uint32_t* b, int64_t ldb, float* c, int64_t ldc,
+                            const float* alpha, int64_t Dv) {
+  WithCount<kRows>(nr, [&](auto rows) SF_BF16_ATTR {
+    constexpr int R = decltype(rows)::value;
+    int64_t col = 0;
+    for (; col + kVecs * kWordLanes <= Dv; col += kVecs * kWordLanes)
+      AxpyWordsBlock<R, kVecs>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc, alpha);
+    if (col < Dv)
+      WithCount<kVecs>(static_cast<int>((Dv - col) / kWordLanes), [&](auto vecs) SF_BF16_ATTR {
+        AxpyWordsBlock<R, decltype(vecs)::value>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc,
+                                                 alpha);
+      });
+  });
+}
+
+SF_BF16_ATTR void ForwardPairsBf16(const AttentionForward& a, int64_t p0, int64_t p1) {
+  const AttentionShape& s = a.shape;
+  const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C;
+  const int64_t Dw = (D + 1) / 2, Dv = RoundUp(D, kWordLanes), Tk = RoundUp(T, kKeyBlock);
+  const int64_t kBcw = kBc / 2;  // words of a row of kBc probabilities
+  const float scale = static_cast<float>(s.scale);
+  const float* qkv = static_cast<const float*>(a.qkv);  // (B, T, 3C)
+  float* out = static_cast<float*>(a.out);              // (B, T, C)
+  float* lse = static_cast<float*>(a.lse);              // (B, heads, T)
+
+  thread_local Scratch scratch;
+  Carver sizes(nullptr);
+  const int64_t Tp = (T + 1) / 2;
+  for (int64_t n : {T * Dw, T * Dw, Dw * Tk, Tp * Dv, kRows * kBc, kRows * kBcw, kBr * Dv, kBr, kBr,
+                    int64_t{kRows}, kBc})
+    sizes.take(n);
+  Carver carve(scratch.get(sizes.used()));
+  auto words = [&](int64_t n) { return reinterpret_cast<uint32_t*>(carve.take(n)); };
+  uint32_t* qw = words(T * Dw);         // (T, Dw) q rows
+  uint32_t* rows = words(T * Dw);       // (T, Dw) k rows, before their panels
+  uint32_t* kt = words(Dw * Tk);        // (Tk / kKeyBlock panels of (Dw, kKeyBlock)) k
+  uint32_t* vs = words(Tp * Dv);        // (ceil(T / 2), Dv) v stacked over keys
+  float* sc = carve.take(kRows * kBc);  // (kRows, kBc) one row block's scores, then P
+  uint32_t* pw = words(kRows * kBcw);   // (kRows, kBcw) P rows as words
+  float* acc = carve.take(kBr * Dv);    // (kBr, Dv) one query tile's unnormalised out
+  float* m = carve.take(kBr);           // (kBr) running max of scale q.k
+  float* l = carve.take(kBr);           // (kBr) running sum of exp(scale q.k - m)
+  float* alpha = carve.take(kRows);     // (kRows) accumulator scale factors
+  float* c = carve.take(kBc);           // (kBc) one row's dropout factors
+  const bool drop = s.dropout != 0;
+  RowDropout dropout{0, drop ? attention_drop_threshold(s.dropout) : 0,
+                     static_cast<float>(1.0 / (1.0 - s.dropout))};
+
+  for (int64_t pair = p0; pair < p1; ++pair) {
+    const int64_t b = pair / H, h = pair % H, nk = KeysOf(a.lengths, b, T);
+    const float* q = qkv + b * T * ld + h * D;  // rows ld apart; k at + C, v at + 2C
+    float* o = out + b * T * C + h * D;         // rows C apart
+    float* lrow = lse + pair * T;               // (T)
+    if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
+    if (nk == 0) {
+      for (int64_t i = 0; i < T; ++i) std::fill_n(o + i * C, D, 0.0f);
+      std::fill_n(lrow, T, kNegInf);
+      continue;
+    }
+    PackRowWords(qw, Dw, q, ld, T, D);
+    PackWordPanels(kt, rows, Dw, q + C, ld, nk, D);
+    PackStacked(vs, Dv, q + 2 * C, ld, nk, D, (nk + 1) / 2);
+    for (int64_t i0 = 0; i0 < T; i0 += kBr) {
+      const int64_t i1 = std::min(T, i0 + kBr), kend = s.causal ? std::min(nk, i1) : nk;
+      std::fill_n(m, i1 - i0, kNegInf);
+      std::fill_n(l, i1 - i0, 0.0f);
+      std::fill_n(acc, (i1 - i0) * Dv, 0.0f);
+      for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
+        const int64_t j1 = std::min(kend, j0 + kBc);
+        for (int64_t rb = i0; rb < i1; rb += kRows) {
+          const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
+          const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;  // keys the block needs
+          if (last <= j0) continue;
+          const int64_t w = last - j0, wp = RoundUp(w, kKeyBlock), pairs = (w + 1) / 2;
+          DotWords(nr, qw + rb * Dw, Dw, kt + j0 * Dw, Dw, wp / kKeyBlock, sc, kBc);
+          for (int r = 0; r < nr; ++r) {
+            const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
+            float* pr = sc + r * kBc;
+            alpha[r] = OnlineSoftmaxRow(pr, n, wp, scale, m[i - i0], l[i - i0]);
+            if (drop) {  // after l has the undropped row
+              dropout.factors(c, i, j0, n, n);
+              for (int64_t t = 0; t < n; ++t) pr[t] *= c[t];
+            }
+            RowWords(pw + r * kBcw, pr, w, pairs);
+          }
+          AxpyWords(nr, pw, kBcw, 1, 0, pairs, vs + (j0 / 2) * Dv, Dv, acc + (rb - i0) * Dv, Dv,
+                    alpha, Dv);
+        }
+      }
+      for (int64_t i = i0; i < i1; ++i) {
+        const float inv = 1.0f / l[i - i0];
+        const float* ar = acc + (i - i0) * Dv;
+        float* orow = o + i * C;
+        for (int64_t k = 0; k < D; ++k) orow[k] = ar[k] * inv;
+        lrow[i] = m[i - i0] + std::log(l[i - i0]);
+      }
+    }
+  }
+}
+
+SF_BF16_ATTR void BackwardPairsBf16(const AttentionBackward& a, int64_t p0, int64_t p1) {
+  const AttentionShape& s = a.shape;
+  const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C;
+  const int64_t Dw = (D + 1) / 2, Dv = RoundUp(D, kWordLanes), Tk = RoundUp(T, kKeyBlock);
+  const int64_t Tp = (T + 1) / 2, kBcw = kBc / 2;
+  const int64_t N = kWordLanes;
+  const float scale = static_cast<float>(s.scale);
+  const float* qkv = static_cast<const float*>(a.qkv);    // (B, T, 3C)
+  const float* out = static_cast<const float*>(a.out);    // (B, T, C)
+  const float* lse = static_cast<const float*>(a.lse);    // (B, heads, T)
+  const float* dout = static_cast<const float*>(a.dout);  // (B, T, C)
+  float* dqkv = static_cast<float*>(a.dqkv);              // (B, T, 3C)
+
+  thread_local Scratch scratch;
+  Carver sizes(nullptr);
+  for (int64_t n :
+       {T * Dw, T * Dw, T * Dw, Dw * Tk, Dw * Tk, Tp * Dv, Tp * Dv, Tp * Dv, T, T * Dv, kBc * Dv,
+        kBc * Dv, kBr * kBc, kBr * kBc, (kBr / 2) * kBc, (kBr / 2) * kBc, kBr * kBcw, kBc})
+    sizes.take(n);
+  Carver carve(scratch.get(sizes.used()));
+  auto words = [&](int64_t n) { return reinterpret_cast<uint32_t*>(carve.take(n)); };
+  uint32_t* qw = words(T * Dw);            // (T, Dw) q rows
+  uint32_t* gw = words(T * Dw);            // (T, Dw) dO rows
+  uint32_t* rows = words(T * Dw);          // (T, Dw) k or v rows, before their panels
+  uint32_t* kt = words(Dw * Tk);           // (Tk / kKeyBlock panels of (Dw, kKeyBlock)) k
+  uint32_t* vt = words(Dw * Tk);           // same for v
+  uint32_t* ks = words(Tp * Dv);           // (ceil(T / 2), Dv) k stacked over keys
+  uint32_t* qs = words(Tp * Dv);           // (ceil(T / 2), Dv) q stacked over queries
+  uint32_t* gs = words(Tp * Dv);           // (ceil(T / 2), Dv) dO stacked over queries
+  float* Dvec = carve.take(T);             // (T) rowsum(dO * O)
+  float* dq = carve.take(T * Dv);          // (T, Dv) dQ
+  float* dk = carve.take(kBc * Dv);        // (kBc, Dv) one key tile's dK
+  float* dv = carve.take(kBc * Dv);        // (kBc, Dv) one key tile's dV
+  float* P = carve.take(kBr * kBc);        // (kBr, kBc) one tile's probabilities
+  float* dS = carve.take(kBr * kBc);       // (kBr, kBc) one tile's dP, then scale * dS
+  uint32_t* pt = words((kBr / 2) * kBc);   // (kBr / 2, kBc) P^T stacked over queries
+  uint32_t* dst = words((kBr / 2) * kBc);  // (kBr / 2, kBc) dS^T the same
+  uint32_t* dsw = words(kBr * kBcw);       // (kBr, kBcw) dS rows as words
+  float* c = carve.take(kBc);              // (kBc) one row's dropout factors
+  const bool drop = s.dropout != 0;
+  RowDropout dropout{0, drop ? attention_drop_threshold(s.dropout) : 0,
+                     static_cast<float>(1.0 / (1.0 - s.dropout))};
+
+  for (int64_t pair = p0; pair < p1; ++pair) {
+    const int64_t b = pair / H, h = pair % H, nk = KeysOf(a.lengths, b, T);
+    const float* q = qkv + b * T * ld + h * D;  // rows ld apart; k at + C, v at + 2C
+    const float* o = out + b * T * C + h * D;   // rows C apart
+    const float* dO = dout + b * T * C + h * D;
+    const float* lrow = lse + pair * T;      // (T)
+    float* dqr = dqkv + b * T * ld + h * D;  // rows ld apart; dk at + C, dv at + 2C
+    for (int64_t j = nk; j < T; ++j) {       // keys no query sees
+      std::fill_n(dqr + j * ld + C, D, 0.0f);
+      std::fill_n(dqr + j * ld + 2 * C, D, 0.0f);
+    }
+    if (nk == 0) {
+      for (int64_t i = 0; i < T; ++i) std::fill_n(dqr + i * ld, D, 0.0f);
+      continue;
+    }
+    if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
+    PackRowWords(qw, Dw, q, ld, T, D);
+    PackRowWords(gw, Dw, dO, C, T, D);
+    PackWordPanels(kt, rows, Dw, q + C, ld, nk, D);
+    PackWordPanels(vt, rows, Dw, q + 2 * C, ld, nk, D);
+    PackStacked(ks, Dv, q + C, ld, nk, D, (nk + 1) / 2);
+    PackStacked(qs, Dv, q, ld, T, D, Tp);
+    PackStacked(gs, Dv, dO, C, T, D, Tp);
+    std::fill_n(dq, T * Dv, 0.0f);
+    for (int64_t i = 0; i < T; ++i) {
+      float sum = 0;
+      const float *oi = o + i * C, *gi = dO + i * C;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t k = 0; k < D; ++k) sum += from_bf16(to_bf16(gi[k])) * oi[k];
+      Dvec[i] = sum;
+    }
+
+    for (int64_t j0 = 0; j0 < nk; j0 += kBc) {
+      const int64_t j1 = std::min(nk, j0 + kBc), nkt = j1 - j0, wt = RoundUp(nkt, N);
+      std::fill_n(dk, nkt * Dv, 0.0f);
+      std::fill_n(dv, nkt * Dv, 0.0f);
+      for (int64_t i0 = s.causal ? j0 : 0; i0 < T; i0 += kBr) {  // the rows that see the tile
+        const int64_t i1 = std::min(T, i0 + kBr), rows_in = i1 - i0, pairs = (rows_in + 1) / 2;
+        for (int64_t rb = i0; rb < i1; rb += kRows) {
+          const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
+          const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;
+          const int64_t panels = RoundUp(last - j0, kKeyBlock) / kKeyBlock;
+          float *pr = P + (rb - i0) * kBc, *gr = dS + (rb - i0) * kBc;
+          DotWords(nr, qw + rb * Dw, Dw, kt + j0 * Dw, Dw, panels, pr, kBc);
+          DotWords(nr, gw + rb * Dw, Dw, vt + j0 * Dw, Dw, panels, gr, kBc);
+          for (int r = 0; r < nr; ++r) {
+            const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
+            if (drop) {
+              dropout.factors(c, i, j0, n, wt);
+              GradRow<true>(pr + r * kBc, gr + r * kBc, n, wt, scale, lrow[i], Dvec[i], c);
+            } else {
+              GradRow<false>(pr + r * kBc, gr + r * kBc, n, wt, scale, lrow[i], Dvec[i], nullptr);
+            }
+            RowWords(dsw + (rb - i0 + r) * kBcw, gr + r * kBc, nkt, (nkt + 1) / 2);
+          }
+        }
+        for (int64_t t = 0; t < pairs; ++t) {  // P^T and dS^T stacked over the tile's queries
+          const int64_t r = 2 * t;
+          const bool second = r + 1 < rows_in;
+          StackedWords(pt + t * kBc, P + r * kBc, second ? P + (r + 1) * kBc : nullptr, nkt, kBc);
+          StackedWords(dst + t * kBc, dS + r * kBc, second ? dS + (r + 1) * kBc : nullptr, nkt,
+                       kBc);
+        }
+        for (int64_t kb = 0; kb < nkt; kb += kRows) {  // dV += P^T dO, dK += dS^T q
+          const int nr = static_cast<int>(std::min<int64_t>(kRows, nkt - kb));
+          const int64_t t0 = s.causal ? std::max<int64_t>(0, j0 + kb - i0) : 0;
+          if (t0 >= rows_in) continue;
+          AxpyWords(nr, pt + kb, 1, kBc, t0 / 2, pairs, gs + (i0 / 2) * Dv, Dv, dv + kb * Dv, Dv,
+                    nullptr, Dv);
+          AxpyWords(nr, dst + kb, 1, kBc, t0 / 2, pairs, qs + (i0 / 2) * Dv, Dv, dk + kb * Dv, Dv,
+                    nullptr, Dv);
+        }
+        for (int64_t rb = i0; rb < i1; rb += kRows) {  // dQ += dS k
+          const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
+          const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;
+          AxpyWords(nr, dsw + (rb - i0) * kBcw, kBcw, 1, 0, (last - j0 + 1) / 2, ks + (j0 / 2) * Dv,
+                    Dv, dq + rb * Dv, Dv, nullptr, Dv);
+        }
+      }
+      for (int64_t j = j0; j < j1; ++j) {
+        std::memcpy(dqr + j * ld + C, dk + (j - j0) * Dv, D * sizeof(float));
+        std::memcpy(dqr + j * ld + 2 * C, dv + (j - j0) * Dv, D * sizeof(float));
+      }
+    }
+    for (int64_t i = 0; i < T; ++i) std::memcpy(dqr + i * ld, dq + i * Dv, D * sizeof(float));
+  }
+}
+#undef SF_BF16_ATTR
+#else
+void ForwardPairsBf16(const AttentionForward& a, int64_t p0, int64_t p1) {
+  ForwardPairs(a, p0, p1);
+}
+void BackwardPairsBf16(const AttentionBackward& a, int64_t p0, int64_t p1) {
+  BackwardPairs(a, p0, p1);
+}
+#endif
+
 }  // namespace seqforge::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -542,12 +926,20 @@ namespace seqforge::kernels {
 
 HWY_EXPORT(ForwardPairs);
 HWY_EXPORT(BackwardPairs);
+HWY_EXPORT(ForwardPairsBf16);
+HWY_EXPORT(BackwardPairsBf16);
 
 void attention_forward_fused(const AttentionForward& a, int64_t p0, int64_t p1) {
   HWY_DYNAMIC_DISPATCH(ForwardPairs)(a, p0, p1);
 }
 void attention_backward_fused(const AttentionBackward& a, int64_t p0, int64_t p1) {
   HWY_DYNAMIC_DISPATCH(BackwardPairs)(a, p0, p1);
+}
+void attention_forward_fused_bf16(const AttentionForward& a, int64_t p0, int64_t p1) {
+  HWY_DYNAMIC_DISPATCH(ForwardPairsBf16)(a, p0, p1);
+}
+void attention_backward_fused_bf16(const AttentionBackward& a, int64_t p0, int64_t p1) {
+  HWY_DYNAMIC_DISPATCH(BackwardPairsBf16)(a, p0, p1);
 }
 
 }  // namespace seqforge::kernels
