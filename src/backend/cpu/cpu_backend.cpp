@@ -372,7 +372,22 @@ class CpuBackend final : public Backend {
                             Tensor dlogits) override {
     return ref_->cross_entropy_loss(logits, targets, weights, ignore_index, dlogits);
   }
-  double sum_squares(Tensor x) override { return ref_->sum_squares(x); }
+  // Per-thread partial sums in double, eight lanes each, added in chunk order.
+  double sum_squares(Tensor x) override {
+    if (x.dtype() != DType::f32) return ref_->sum_squares(x);
+    const float* p = x.data_as<float>();
+    const int threads = row_threads(x.numel(), 1);
+    std::vector<double> partial(static_cast<size_t>(threads), 0.0);
+    parallel_chunks(x.numel(), threads, [&](int64_t i0, int64_t i1, int chunk) {
+      double acc = 0;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t i = i0; i < i1; ++i) acc += double(p[i]) * double(p[i]);
+      partial[static_cast<size_t>(chunk)] = acc;
+    });
+    double total = 0;
+    for (double v : partial) total += v;
+    return total;
+  }
   void scale(Tensor x, double alpha) override { ref_->scale(x, alpha); }
 
   void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& a) override {
