@@ -7,11 +7,20 @@
 namespace seqforge::kernels {
 
 // Rows [r0, r1) of y (R, C) = x * s (C) broadcast over the rows, + b (C) when given.
+// y may be x (in place).
 template <typename T>
 void scale_columns(T* y, const T* x, const T* s, const T* b, int64_t C, int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r)
-    for (int64_t j = 0; j < C; ++j)
-      y[r * C + j] = static_cast<T>(x[r * C + j] * s[j] + (b ? b[j] : T(0)));
+  for (int64_t r = r0; r < r1; ++r) {
+    T* yr = y + r * C;
+    const T* xr = x + r * C;
+    if (b) {
+#pragma omp simd
+      for (int64_t j = 0; j < C; ++j) yr[j] = xr[j] * s[j] + b[j];
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < C; ++j) yr[j] = xr[j] * s[j];
+    }
+  }
 }
 
 // Rows [r0, r1) of v (R, C): inv_norm = 1 / ||v_r||, scale = m_r * inv_norm (DoRA's m / ||V||).

@@ -114,6 +114,7 @@ struct Transformer::Scratch {
   Buffer dx[2];     // (N, C) the gradient flowing down, block by block
   Buffer g, g_low;  // adapters: (N, rank) the gradient at x A^T, and its bf16 copy
   Buffer dp, dp2;   // adapters: (N, out) DoRA's gradient at x V^T, and dy * x V^T
+  Buffer dm_col;    // adapters: (out) DoRA's column sums of dy * x V^T
   Buffer t;         // adapters: (N, in) a LoRA-with-dropout term of dx
   Buffer dnorm_w, dnorm_b;  // (C) LayerNorm gradients of a frozen base, discarded
   Buffer dz;                // (N, C) at ln_f's output
@@ -355,10 +356,13 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
   if (p.m != Proj::kNone) {  // DoRA, ||V|| a constant: dP = dy m/||V||, dm = sum dy x V^T/||V||
     Tensor dp = sc.dp.get(be, dt, dy.shape());
     be.scale_columns(dp, dy, p.scale.tensor(), {});
-    Tensor t = sc.dp2.get(be, dt, dy.shape());
+    Tensor t = sc.dp2.get(be, dt, dy.shape());  // dy x V^T, summed over rows, then / ||V||
     be.mul(t, dy, a.pre[j].tensor());
-    be.scale_columns(t, t, p.inv_norm.tensor(), {});
-    be.sum_rows_acc(params_.grad(p.m), t);
+    Tensor col = sc.dm_col.get(be, dt, {p.out});
+    be.fill(col, 0.0);
+    be.sum_rows_acc(col, t);
+    be.mul(col, col, p.inv_norm.tensor());
+    be.add(params_.grad(p.m), col);
     gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dp, a.xa[j].tensor(), params_.grad(p.B));
     gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dp, params_.value(p.B), g);
     adapter_grad_a(be, p, g, x, x_op, s);
