@@ -3,6 +3,7 @@
 // analytic gradient (parameters, inputs, initial states) is compared with central differences.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -368,6 +369,22 @@ TEST(GradCheck, Transformer) {
         EXPECT_LE(check_gradient(p.value(i), to_doubles(p.grad(i)), objective, 12), kTolerance)
             << p.values().entries()[i].name << (causal ? " causal" : " bidirectional")
             << (checkpoint ? " recomputed" : "");
+      // What checkpointing saved, from the buffers the step kept: with two blocks, the kept
+      // activations are one block's set fewer than without.
+      const std::string note = model.activation_note();
+      if (!checkpoint) {
+        EXPECT_EQ(note, "");
+        continue;
+      }
+      double kept = 0, without = 0, set = 0;
+      ASSERT_EQ(std::sscanf(note.c_str(),
+                            "activation checkpointing: %lf MB of block activations kept for "
+                            "backward instead of %lf MB (one block's set of %lf MB",
+                            &kept, &without, &set),
+                3)
+          << note;
+      EXPECT_GT(set, 0) << note;
+      EXPECT_NEAR(without - kept, set, 1e-9 + 0.01 * set) << note;
     }
 }
 

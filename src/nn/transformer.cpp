@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "nn/dense.hpp"
 #include "seqforge/backend/backend.hpp"
@@ -226,6 +227,31 @@ std::vector<std::string> Transformer::fresh_parameters() const {
 std::vector<std::string> Transformer::unused_base_tensors() const {
   if (opt_.num_classes > 0) return {"lm_head.weight"};
   return {};
+}
+
+// One set of block activations (the one every block shares when checkpointing) and the blocks'
+// outputs, which are kept either way.
+std::string Transformer::activation_note() const {
+  if (!opt_.checkpoint_activations || acts_.empty() || !acts_[0]) return {};
+  const Acts& a = *acts_[0];
+  size_t set = 0, outputs = 0;
+  for (const Buffer* b :
+       {&a.ln1, &a.ln1_saved, &a.qkv, &a.att, &a.lse, &a.mid, &a.ln2, &a.ln2_saved, &a.fc, &a.gelu,
+        &a.mask1, &a.mask2, &a.ln1_low, &a.att_low, &a.ln2_low, &a.gelu_low})
+    set += b->capacity();
+  for (int j = 0; j < 4; ++j)
+    set += a.xa[j].capacity() + a.pre[j].capacity() + a.xd[j].capacity() + a.xd_mask[j].capacity();
+  for (const auto& k : blocks_) outputs += k->out.capacity();
+  const double L = double(blocks_.size());
+  auto mb = [](double bytes) {  // three significant digits below 100 MB
+    char v[32];
+    std::snprintf(v, sizeof v, bytes < 100.0 * (1 << 20) ? "%.3g" : "%.0f", bytes / (1 << 20));
+    return std::string(v);
+  };
+  return "activation checkpointing: " + mb(double(set + outputs)) +
+         " MB of block activations kept for backward instead of " +
+         mb(L * double(set) + double(outputs)) + " MB (one block's set of " + mb(double(set)) +
+         " MB recomputed at a time)";
 }
 
 // m = ||W0 + s B A|| per row (PEFT's start: ||W0|| while B is zero), for the magnitudes not in

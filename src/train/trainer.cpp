@@ -176,6 +176,7 @@ class Training {
   std::vector<int64_t> mine_;  // this rank's windows of the epoch
   Buffer dout_buf_;
   bool tty_ = false, stepped_ = false;  // stepped: a step has run in this process
+  bool activations_noted_ = false;      // the model's activation note printed
   // Stateful training: per position of order_, whether that row's state starts from zeros; the
   // states carried between batches, (L, B, H) each, two pairs used in turn (a batch's backward
   // still reads the states it started from while the next ones are written).
@@ -690,6 +691,11 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
     sync_->begin_step();
   }
   model_->backward(*be_, dout);
+  if (!activations_noted_) {
+    activations_noted_ = true;
+    if (const std::string note = model_->activation_note(); !note.empty() && rank_ == 0)
+      out_ << note << "\n";
+  }
   if (sync_) sync_->finish();
   SF_PROFILE_SCOPE("optimizer");
   fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, nullptr);

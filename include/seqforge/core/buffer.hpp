@@ -20,6 +20,8 @@ class Buffer {
   Tensor get(Backend& backend, DType dtype, Shape shape);
   // The view handed out by the last get().
   Tensor tensor() const { return view_; }
+  // Bytes allocated (0 before the first get()).
+  size_t capacity() const { return capacity_; }
 
  private:
   Backend* backend_ = nullptr;

@@ -107,6 +107,9 @@ class Model {
   // fine-tuned as a classifier).
   virtual std::vector<std::string> fresh_parameters() const { return {}; }
   virtual std::vector<std::string> unused_base_tensors() const { return {}; }
+  // After a training step, a line on what activation checkpointing saved (measured from the
+  // buffers the step kept for backward); empty when the model does not checkpoint.
+  virtual std::string activation_note() const { return {}; }
 };
 
 std::unique_ptr<Model> make_model(const ModelOptions& options, DType dtype = DType::f32);

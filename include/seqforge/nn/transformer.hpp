@@ -56,6 +56,7 @@ class Transformer final : public Model {
   }
   std::vector<std::string> fresh_parameters() const override;
   std::vector<std::string> unused_base_tensors() const override;
+  std::string activation_note() const override;
 
  private:
   struct Proj;
