@@ -1,5 +1,6 @@
 // Multi-head attention in f32, fused in the manner of FlashAttention-2: one (batch row, head) pair
-// at a time on the calling thread, and the (T, T) scores never exist beyond one tile.
+// at a time on the calling thread, and the (T, T) scores never exist beyond one tile. A second
+// form of both passes (at the end) takes its products' operands in bf16 on AVX512-BF16.
 //
 // Forward: per tile of kBr query rows, the key tiles (kBc keys) in order; per block of kRows rows
 // and key tile, S = q k^T, then an online softmax per row (running max m and sum l; the row's
