@@ -327,10 +327,15 @@ int64_t KeysOf(const void* lengths, int64_t b, int64_t T) {
   return lengths ? std::clamp<int64_t>(static_cast<const int64_t*>(lengths)[b], 0, T) : T;
 }
 
-void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
+// The forward pass over pairs [p0, p1), its products taken by `Products` (F32Products here, or
+// Bf16Products with AVX512-BF16): pack(q, nk) packs a pair's operands (q rows ld apart, k at
+// + C, v at + 2C); dot(nr, rb, j0, panels, sc) puts a row block's raw scores q.k into sc (rows
+// kBc apart); row(r, p, w) sees row r's final probabilities; axpy(nr, j0, w, sc, acc, alpha)
+// adds the block's P V into acc (rows Products::width apart), scaling acc by alpha first.
+template <class Products>
+HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, Products& prod) {
   const AttentionShape& s = a.shape;
-  const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C;
-  const int64_t Dp = RoundUp(D, kMaxLanes), Tk = RoundUp(T, kKeyBlock);
+  const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C, W = prod.width;
   const float scale = static_cast<float>(s.scale);
   const float* qkv = static_cast<const float*>(a.qkv);  // (B, T, 3C)
   float* out = static_cast<float*>(a.out);              // (B, T, C)
@@ -338,13 +343,10 @@ void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
 
   thread_local Scratch scratch;
   Carver sizes(nullptr);
-  for (int64_t n : {D * Tk, T * Dp, kRows * kBc, kBr * Dp, kBr, kBr, int64_t{kRows}, kBc})
-    sizes.take(n);
+  for (int64_t n : {kRows * kBc, kBr * W, kBr, kBr, int64_t{kRows}, kBc}) sizes.take(n);
   Carver carve(scratch.get(sizes.used()));
-  float* kt = carve.take(D * Tk);       // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
-  float* v = carve.take(T * Dp);        // (T, Dp) v, when D is not whole vectors
   float* sc = carve.take(kRows * kBc);  // (kRows, kBc) one row block's scores, then P
-  float* acc = carve.take(kBr * Dp);    // (kBr, Dp) one query tile's unnormalised out
+  float* acc = carve.take(kBr * W);     // (kBr, W) one query tile's unnormalised out
   float* m = carve.take(kBr);           // (kBr) running max of scale q.k
   float* l = carve.take(kBr);           // (kBr) running sum of exp(scale q.k - m)
   float* alpha = carve.take(kRows);     // (kRows) accumulator scale factors
@@ -355,26 +357,20 @@ void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
 
   for (int64_t pair = p0; pair < p1; ++pair) {
     const int64_t b = pair / H, h = pair % H, nk = KeysOf(a.lengths, b, T);
-    const float* q = qkv + b * T * ld + h * D;  // rows ld apart; k at + C, v at + 2C
-    float* o = out + b * T * C + h * D;         // rows C apart
-    float* lrow = lse + pair * T;               // (T)
+    float* o = out + b * T * C + h * D;  // rows C apart
+    float* lrow = lse + pair * T;        // (T)
     if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
     if (nk == 0) {
       for (int64_t i = 0; i < T; ++i) std::fill_n(o + i * C, D, 0.0f);
       std::fill_n(lrow, T, kNegInf);
       continue;
     }
-    PackPanels(kt, q + C, ld, nk, D);
-    Rows<const float> V{q + 2 * C, ld};  // where it is when D is whole vectors
-    if (D != Dp) {
-      PackRows(v, Dp, q + 2 * C, ld, nk, D);
-      V = {v, Dp};
-    }
+    prod.pack(qkv + b * T * ld + h * D, nk);
     for (int64_t i0 = 0; i0 < T; i0 += kBr) {
       const int64_t i1 = std::min(T, i0 + kBr), kend = s.causal ? std::min(nk, i1) : nk;
       std::fill_n(m, i1 - i0, kNegInf);
       std::fill_n(l, i1 - i0, 0.0f);
-      std::fill_n(acc, (i1 - i0) * Dp, 0.0f);
+      std::fill_n(acc, (i1 - i0) * W, 0.0f);
       for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
         const int64_t j1 = std::min(kend, j0 + kBc);
         for (int64_t rb = i0; rb < i1; rb += kRows) {
@@ -382,28 +378,71 @@ void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
           const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;  // keys the block needs
           if (last <= j0) continue;
           const int64_t w = last - j0, wp = RoundUp(w, kKeyBlock);
-          Dot(nr, q + rb * ld, ld, kt + j0 * D, D, wp / kKeyBlock, sc, kBc);
+          prod.dot(nr, rb, j0, wp / kKeyBlock, sc);
           for (int r = 0; r < nr; ++r) {
             const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
-            alpha[r] = OnlineSoftmaxRow(sc + r * kBc, n, wp, scale, m[i - i0], l[i - i0]);
+            float* pr = sc + r * kBc;
+            alpha[r] = OnlineSoftmaxRow(pr, n, wp, scale, m[i - i0], l[i - i0]);
             if (drop) {  // after l has the undropped row
-              float* pr = sc + r * kBc;
               dropout.factors(c, i, j0, n, n);
               for (int64_t t = 0; t < n; ++t) pr[t] *= c[t];
             }
+            prod.row(r, pr, w);
           }
-          Axpy(nr, sc, kBc, 1, 0, w, V[j0], V.ld, acc + (rb - i0) * Dp, Dp, alpha, Dp);
+          prod.axpy(nr, j0, w, sc, acc + (rb - i0) * W, alpha);
         }
       }
       for (int64_t i = i0; i < i1; ++i) {
         const float inv = 1.0f / l[i - i0];
-        const float* ar = acc + (i - i0) * Dp;
+        const float* ar = acc + (i - i0) * W;
         float* orow = o + i * C;
         for (int64_t k = 0; k < D; ++k) orow[k] = ar[k] * inv;
         lrow[i] = m[i - i0] + std::log(l[i - i0]);
       }
     }
   }
+}
+
+// f32 products: k^T in panels of kKeyBlock keys, v where it is when D is whole vectors (else a
+// padded copy).
+struct F32Products {
+  explicit F32Products(const AttentionShape& s)
+      : D(s.head_dim), ld(3 * s.heads * s.head_dim), width(RoundUp(D, kMaxLanes)) {
+    const int64_t T = s.seq, Tk = RoundUp(T, kKeyBlock);
+    thread_local Scratch scratch;
+    Carver sizes(nullptr);
+    for (int64_t n : {D * Tk, T * width}) sizes.take(n);
+    Carver carve(scratch.get(sizes.used()));
+    kt = carve.take(D * Tk);    // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
+    v = carve.take(T * width);  // (T, width) v, when D is not whole vectors
+  }
+  void pack(const float* qrows, int64_t nk) {
+    const int64_t C = ld / 3;
+    q = qrows;
+    PackPanels(kt, q + C, ld, nk, D);
+    V = {q + 2 * C, ld};
+    if (D != width) {
+      PackRows(v, width, q + 2 * C, ld, nk, D);
+      V = {v, width};
+    }
+  }
+  void dot(int nr, int64_t rb, int64_t j0, int64_t panels, float* sc) const {
+    Dot(nr, q + rb * ld, ld, kt + j0 * D, D, panels, sc, kBc);
+  }
+  void row(int, const float*, int64_t) const {}
+  void axpy(int nr, int64_t j0, int64_t w, const float* sc, float* acc, const float* alpha) const {
+    Axpy(nr, sc, kBc, 1, 0, w, V[j0], V.ld, acc, width, alpha, width);
+  }
+
+  const int64_t D, ld, width;  // width: Dp
+  float *kt, *v;
+  const float* q = nullptr;
+  Rows<const float> V{nullptr, 0};
+};
+
+void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
+  F32Products products(a.shape);
+  ForwardPass(a, p0, p1, products);
 }
 
 void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
@@ -694,89 +733,54 @@ SF_BF16_ATTR void AxpyWords(int nr, const uint32_t* p, int64_t rs, int64_t ts, i
   });
 }
 
-SF_BF16_ATTR void ForwardPairsBf16(const AttentionForward& a, int64_t p0, int64_t p1) {
-  const AttentionShape& s = a.shape;
-  const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C;
-  const int64_t Dw = (D + 1) / 2, Dv = RoundUp(D, kWordLanes), Tk = RoundUp(T, kKeyBlock);
-  const int64_t kBcw = kBc / 2;  // words of a row of kBc probabilities
-  const float scale = static_cast<float>(s.scale);
-  const float* qkv = static_cast<const float*>(a.qkv);  // (B, T, 3C)
-  float* out = static_cast<float*>(a.out);              // (B, T, C)
-  float* lse = static_cast<float*>(a.lse);              // (B, heads, T)
+// bf16 products: q as row words, k in word panels, v stacked over keys; each row's
+// probabilities turned into words as they become final.
+struct Bf16Products {
+  static constexpr int64_t kBcw = kBc / 2;  // words of a row of kBc probabilities
 
-  thread_local Scratch scratch;
-  Carver sizes(nullptr);
-  const int64_t Tp = (T + 1) / 2;
-  for (int64_t n : {T * Dw, T * Dw, Dw * Tk, Tp * Dv, kRows * kBc, kRows * kBcw, kBr * Dv, kBr, kBr,
-                    int64_t{kRows}, kBc})
-    sizes.take(n);
-  Carver carve(scratch.get(sizes.used()));
-  auto words = [&](int64_t n) { return reinterpret_cast<uint32_t*>(carve.take(n)); };
-  uint32_t* qw = words(T * Dw);         // (T, Dw) q rows
-  uint32_t* rows = words(T * Dw);       // (T, Dw) k rows, before their panels
-  uint32_t* kt = words(Dw * Tk);        // (Tk / kKeyBlock panels of (Dw, kKeyBlock)) k
-  uint32_t* vs = words(Tp * Dv);        // (ceil(T / 2), Dv) v stacked over keys
-  float* sc = carve.take(kRows * kBc);  // (kRows, kBc) one row block's scores, then P
-  uint32_t* pw = words(kRows * kBcw);   // (kRows, kBcw) P rows as words
-  float* acc = carve.take(kBr * Dv);    // (kBr, Dv) one query tile's unnormalised out
-  float* m = carve.take(kBr);           // (kBr) running max of scale q.k
-  float* l = carve.take(kBr);           // (kBr) running sum of exp(scale q.k - m)
-  float* alpha = carve.take(kRows);     // (kRows) accumulator scale factors
-  float* c = carve.take(kBc);           // (kBc) one row's dropout factors
-  const bool drop = s.dropout != 0;
-  RowDropout dropout{0, drop ? attention_drop_threshold(s.dropout) : 0,
-                     static_cast<float>(1.0 / (1.0 - s.dropout))};
-
-  for (int64_t pair = p0; pair < p1; ++pair) {
-    const int64_t b = pair / H, h = pair % H, nk = KeysOf(a.lengths, b, T);
-    const float* q = qkv + b * T * ld + h * D;  // rows ld apart; k at + C, v at + 2C
-    float* o = out + b * T * C + h * D;         // rows C apart
-    float* lrow = lse + pair * T;               // (T)
-    if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
-    if (nk == 0) {
-      for (int64_t i = 0; i < T; ++i) std::fill_n(o + i * C, D, 0.0f);
-      std::fill_n(lrow, T, kNegInf);
-      continue;
-    }
+  SF_BF16_ATTR explicit Bf16Products(const AttentionShape& s)
+      : T(s.seq),
+        D(s.head_dim),
+        ld(3 * s.heads * s.head_dim),
+        Dw((D + 1) / 2),
+        width(RoundUp(D, kWordLanes)) {
+    const int64_t Tk = RoundUp(T, kKeyBlock), Tp = (T + 1) / 2;
+    thread_local Scratch scratch;
+    Carver sizes(nullptr);
+    for (int64_t n : {T * Dw, T * Dw, Dw * Tk, Tp * width, kRows * kBcw}) sizes.take(n);
+    Carver carve(scratch.get(sizes.used()));
+    auto words = [&](int64_t n) { return reinterpret_cast<uint32_t*>(carve.take(n)); };
+    qw = words(T * Dw);        // (T, Dw) q rows
+    rows = words(T * Dw);      // (T, Dw) k rows, before their panels
+    kt = words(Dw * Tk);       // (Tk / kKeyBlock panels of (Dw, kKeyBlock)) k
+    vs = words(Tp * width);    // (ceil(T / 2), Dv) v stacked over keys
+    pw = words(kRows * kBcw);  // (kRows, kBcw) P rows as words
+  }
+  SF_BF16_ATTR void pack(const float* q, int64_t nk) {
+    const int64_t C = ld / 3;
     PackRowWords(qw, Dw, q, ld, T, D);
     PackWordPanels(kt, rows, Dw, q + C, ld, nk, D);
-    PackStacked(vs, Dv, q + 2 * C, ld, nk, D, (nk + 1) / 2);
-    for (int64_t i0 = 0; i0 < T; i0 += kBr) {
-      const int64_t i1 = std::min(T, i0 + kBr), kend = s.causal ? std::min(nk, i1) : nk;
-      std::fill_n(m, i1 - i0, kNegInf);
-      std::fill_n(l, i1 - i0, 0.0f);
-      std::fill_n(acc, (i1 - i0) * Dv, 0.0f);
-      for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
-        const int64_t j1 = std::min(kend, j0 + kBc);
-        for (int64_t rb = i0; rb < i1; rb += kRows) {
-          const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
-          const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;  // keys the block needs
-          if (last <= j0) continue;
-          const int64_t w = last - j0, wp = RoundUp(w, kKeyBlock), pairs = (w + 1) / 2;
-          DotWords(nr, qw + rb * Dw, Dw, kt + j0 * Dw, Dw, wp / kKeyBlock, sc, kBc);
-          for (int r = 0; r < nr; ++r) {
-            const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
-            float* pr = sc + r * kBc;
-            alpha[r] = OnlineSoftmaxRow(pr, n, wp, scale, m[i - i0], l[i - i0]);
-            if (drop) {  // after l has the undropped row
-              dropout.factors(c, i, j0, n, n);
-              for (int64_t t = 0; t < n; ++t) pr[t] *= c[t];
-            }
-            RowWords(pw + r * kBcw, pr, w, pairs);
-          }
-          AxpyWords(nr, pw, kBcw, 1, 0, pairs, vs + (j0 / 2) * Dv, Dv, acc + (rb - i0) * Dv, Dv,
-                    alpha, Dv);
-        }
-      }
-      for (int64_t i = i0; i < i1; ++i) {
-        const float inv = 1.0f / l[i - i0];
-        const float* ar = acc + (i - i0) * Dv;
-        float* orow = o + i * C;
-        for (int64_t k = 0; k < D; ++k) orow[k] = ar[k] * inv;
-        lrow[i] = m[i - i0] + std::log(l[i - i0]);
-      }
-    }
+    PackStacked(vs, width, q + 2 * C, ld, nk, D, (nk + 1) / 2);
   }
+  SF_BF16_ATTR void dot(int nr, int64_t rb, int64_t j0, int64_t panels, float* sc) const {
+    DotWords(nr, qw + rb * Dw, Dw, kt + j0 * Dw, Dw, panels, sc, kBc);
+  }
+  SF_BF16_ATTR void row(int r, const float* p, int64_t w) const {
+    RowWords(pw + r * kBcw, p, w, (w + 1) / 2);
+  }
+  SF_BF16_ATTR void axpy(int nr, int64_t j0, int64_t w, const float*, float* acc,
+                         const float* alpha) const {
+    AxpyWords(nr, pw, kBcw, 1, 0, (w + 1) / 2, vs + (j0 / 2) * width, width, acc, width, alpha,
+              width);
+  }
+
+  const int64_t T, D, ld, Dw, width;  // width: Dv
+  uint32_t *qw, *rows, *kt, *vs, *pw;
+};
+
+SF_BF16_ATTR void ForwardPairsBf16(const AttentionForward& a, int64_t p0, int64_t p1) {
+  Bf16Products products(a.shape);
+  ForwardPass(a, p0, p1, products);
 }
 
 SF_BF16_ATTR void BackwardPairsBf16(const AttentionBackward& a, int64_t p0, int64_t p1) {
