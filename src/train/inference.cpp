@@ -179,6 +179,28 @@ void write_predictions(const std::string& output, const std::string& csv) {
   std::fflush(stdout);
 }
 
+// The model's logits on text examples, batch by batch (train.batch_size examples): fn(first,
+// end, logits) sees examples [first, end) with their logits (end - first, classes) on the host.
+// Returns the seconds spent assembling batches and running the model.
+double for_text_batches(Backend& be, Model& model, const LoadedRun& r,
+                        const std::vector<int64_t>& examples,
+                        const std::function<void(size_t, size_t, const float*)>& fn) {
+  const size_t B = static_cast<size_t>(std::max<int64_t>(1, r.config.integer("train.batch_size")));
+  Batch batch;
+  Rng rng(0);
+  double compute_s = 0;
+  for (size_t first = 0; first < examples.size(); first += B) {
+    const size_t end = std::min(examples.size(), first + B);
+    const double t0 = now_s();
+    assemble_batch(be, r.task, examples, first, end, {}, rng, &batch);
+    model.set_token_layout(batch.lengths, batch.segments);
+    const HostView logits(be, model.forward(be, batch.input, {}, {}, false, rng));
+    compute_s += now_s() - t0;
+    fn(first, end, logits.data<float>());
+  }
+  return compute_s;
+}
+
 // predict of a text_classify run: per example, its file line, the class and each class's
 // probability, and the actual class when the file has it.
 int64_t predict_text(const LoadedRun& r, const PredictOptions& options, std::ostream& log) {
@@ -189,28 +211,18 @@ int64_t predict_text(const LoadedRun& r, const PredictOptions& options, std::ost
   for (const auto& name : d.class_names) csv += "," + io::csv_field("p_" + name);
   csv += d.has_classes ? ",actual\n" : "\n";
   const std::vector<int64_t>& examples = r.task.split().test;
-  const int64_t B = std::max<int64_t>(1, r.config.integer("train.batch_size"));
   const int64_t K = static_cast<int64_t>(d.class_names.size());
-  Batch batch;
-  Rng rng(0);
-  double compute_s = 0;
-  for (size_t first = 0; first < examples.size(); first += B) {
-    const size_t end = std::min(examples.size(), first + B);
-    const double t0 = now_s();
-    assemble_batch(*be, r.task, examples, first, end, {}, rng, &batch);
-    model->set_token_layout(batch.lengths, batch.segments);
-    Tensor out = model->forward(*be, batch.input, {}, {}, false, rng);  // (n, K)
-    const HostView out_host(*be, out);
-    compute_s += now_s() - t0;
-    for (size_t i = first; i < end; ++i) {
-      const int64_t e = examples[i];
-      csv += std::to_string(d.lines[e]) + "," +
-             class_columns(d.class_names, out_host.data<float>() + (i - first) * K);
-      if (d.has_classes)
-        csv += "," + (d.classes[e] >= 0 ? io::csv_field(d.class_names[d.classes[e]]) : "");
-      csv += "\n";
-    }
-  }
+  const double compute_s =
+      for_text_batches(*be, *model, r, examples, [&](size_t first, size_t end, const float* o) {
+        for (size_t i = first; i < end; ++i) {
+          const int64_t e = examples[i];
+          csv +=
+              std::to_string(d.lines[e]) + "," + class_columns(d.class_names, o + (i - first) * K);
+          if (d.has_classes)
+            csv += "," + (d.classes[e] >= 0 ? io::csv_field(d.class_names[d.classes[e]]) : "");
+          csv += "\n";
+        }
+      });
   write_predictions(options.output, csv);
   char line[160];
   std::snprintf(line, sizeof line, "predict: %zu example%s in %.3f s (%.0f examples/s)\n",
@@ -391,24 +403,16 @@ int64_t write_text_validation_outputs(const std::string& run, const LoadedRun& r
   if (examples.empty()) return 0;
   auto be = make_run_backend();
   auto model = load_model(*be, r, nullptr);
-  const int64_t B = r.config.integer("train.batch_size");
   const int64_t K = static_cast<int64_t>(d.class_names.size());
   std::string csv = "row,actual,predicted\n";
-  Batch batch;
-  Rng rng(0);
-  for (size_t first = 0; first < examples.size(); first += B) {
-    const size_t end = std::min(examples.size(), first + B);
-    assemble_batch(*be, r.task, examples, first, end, {}, rng, &batch);
-    model->set_token_layout(batch.lengths, batch.segments);
-    const std::vector<float> o =
-        download_vector<float>(*be, model->forward(*be, batch.input, {}, {}, false, rng));
+  for_text_batches(*be, *model, r, examples, [&](size_t first, size_t end, const float* o) {
     for (size_t i = first; i < end; ++i) {
-      const float* ok = o.data() + (i - first) * K;
+      const float* ok = o + (i - first) * K;
       const int64_t e = examples[i], pred = std::max_element(ok, ok + K) - ok;
       csv += std::to_string(d.lines[e]) + "," + io::csv_field(d.class_names[d.classes[e]]) + "," +
              io::csv_field(d.class_names[pred]) + "\n";
     }
-  }
+  });
   io::write_file_atomically((fs::path(run) / "val_predictions.csv").string(),
                             {{csv.data(), csv.size()}});
   return static_cast<int64_t>(examples.size());

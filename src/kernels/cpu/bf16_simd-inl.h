@@ -18,7 +18,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Stores v as bf16 as to_bf16 does: rounding to nearest even on the integer bits, a NaN kept a
 // (quiet) NaN rather than rounded into an infinity.
 template <class D>
-HWY_INLINE void StoreBf16(D d, hn::Vec<D> v, bf16* dst) {
+HWY_INLINE void StoreBf16(D /*d*/, hn::Vec<D> v, bf16* dst) {
   const hn::RebindToUnsigned<D> du;
   const hn::RebindToSigned<D> di;
   const hn::Rebind<uint16_t, D> d16;
@@ -28,7 +28,6 @@ HWY_INLINE void StoreBf16(D d, hn::Vec<D> v, bf16* dst) {
   const auto quiet = hn::Or(u, hn::Set(du, 0x400000u));
   const auto bits =
       hn::ShiftRight<16>(hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet, rounded));
-  (void)d;
   hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, bits)), d16, reinterpret_cast<uint16_t*>(dst));
 }
 
