@@ -445,12 +445,20 @@ void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
   ForwardPass(a, p0, p1, products);
 }
 
-void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
+// The backward pass over pairs [p0, p1), its products taken by `Grads` (F32Grads here, or
+// Bf16Grads with AVX512-BF16). Per pair, begin(q, dO, dqr, nk) packs the operands (q rows ld
+// apart, k at + C, v at + 2C; dO rows C apart) and readies the gradients dqr (rows ld apart);
+// dout(g) is dO's element as the products see it. Per key tile, begin_keys(j0, nkt) and
+// end_keys(j0, j1); per query tile, dots(nr, rb, j0, panels, P, dP) puts a row block's raw
+// q.k and dO.v into P and dP (rows kBc apart), ds_row(r, dS, nkt) sees a row's final dS,
+// tile(rows, nkt) the whole tile's P and dS, then dv_dk(nr, kb, t0, i0, rows) adds keys kb..'s
+// P^T dO and dS^T q over the tile's queries [t0, rows), dq(nr, rb, i0, j0, last) the row block's
+// dS k. end() finishes the pair.
+template <class Grads>
+HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t p0, int64_t p1, Grads& g) {
   const AttentionShape& s = a.shape;
   const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C;
-  const int64_t Dp = RoundUp(D, kMaxLanes), Tk = RoundUp(T, kKeyBlock);
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  const bool direct = D == Dp;  // rows of whole vectors are used where they are
   const float scale = static_cast<float>(s.scale);
   const float* qkv = static_cast<const float*>(a.qkv);    // (B, T, 3C)
   const float* out = static_cast<const float*>(a.out);    // (B, T, C)
@@ -460,19 +468,9 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
 
   thread_local Scratch scratch;
   Carver sizes(nullptr);
-  for (int64_t n : {T * Dp, T * Dp, T * Dp, D * Tk, D * Tk, T, T * Dp, kBc * Dp, kBc * Dp,
-                    kBr * kBc, kBr * kBc, kBc})
-    sizes.take(n);
+  for (int64_t n : {T, kBr * kBc, kBr * kBc, kBc}) sizes.take(n);
   Carver carve(scratch.get(sizes.used()));
-  float* qp = carve.take(T * Dp);     // (T, Dp) q, when D is not whole vectors
-  float* dop = carve.take(T * Dp);    // (T, Dp) dO, same
-  float* kp = carve.take(T * Dp);     // (T, Dp) k, same
-  float* kt = carve.take(D * Tk);     // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
-  float* vt = carve.take(D * Tk);     // same for v^T
-  float* Dv = carve.take(T);          // (T) rowsum(dO * O)
-  float* dq = carve.take(T * Dp);     // (T, Dp) dQ, same
-  float* dk = carve.take(kBc * Dp);   // (kBc, Dp) one key tile's dK, same
-  float* dv = carve.take(kBc * Dp);   // (kBc, Dp) one key tile's dV, same
+  float* Dv = carve.take(T);          // (T) rowsum(dO * O), dO as the products see it
   float* P = carve.take(kBr * kBc);   // (kBr, kBc) one tile's probabilities
   float* dS = carve.take(kBr * kBc);  // (kBr, kBc) one tile's dP, then scale * dS
   float* c = carve.take(kBc);         // (kBc) one row's dropout factors
@@ -487,58 +485,34 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
     const float* dO = dout + b * T * C + h * D;
     const float* lrow = lse + pair * T;      // (T)
     float* dqr = dqkv + b * T * ld + h * D;  // rows ld apart; dk at + C, dv at + 2C
-    if (direct || nk == 0) {                 // the gradients accumulate in place, or are all 0
-      for (int64_t i = 0; i < T; ++i)
-        for (int64_t part = 0; part < 3; ++part) std::fill_n(dqr + i * ld + part * C, D, 0.0f);
-      if (nk == 0) continue;
-    } else {
-      for (int64_t j = nk; j < T; ++j) {  // keys no query sees
-        std::fill_n(dqr + j * ld + C, D, 0.0f);
-        std::fill_n(dqr + j * ld + 2 * C, D, 0.0f);
-      }
+    for (int64_t j = nk; j < T; ++j) {       // keys no query sees
+      std::fill_n(dqr + j * ld + C, D, 0.0f);
+      std::fill_n(dqr + j * ld + 2 * C, D, 0.0f);
+    }
+    if (nk == 0) {
+      for (int64_t i = 0; i < T; ++i) std::fill_n(dqr + i * ld, D, 0.0f);
+      continue;
     }
     if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
-    // Rows of q, k, dO and the gradients: where they are, or padded copies.
-    Rows<const float> Q{q, ld}, K{q + C, ld}, G{dO, C};
-    Rows<float> dQ{dqr, ld};
-    if (!direct) {
-      PackRows(qp, Dp, q, ld, T, D);
-      PackRows(dop, Dp, dO, C, T, D);
-      PackRows(kp, Dp, q + C, ld, nk, D);
-      Q = {qp, Dp};
-      K = {kp, Dp};
-      G = {dop, Dp};
-      dQ = {dq, Dp};
-      std::fill_n(dq, T * Dp, 0.0f);
-    }
-    PackPanels(kt, q + C, ld, nk, D);
-    PackPanels(vt, q + 2 * C, ld, nk, D);
+    g.begin(q, dO, dqr, nk);
     for (int64_t i = 0; i < T; ++i) {
       float sum = 0;
       const float *oi = o + i * C, *gi = dO + i * C;
 #pragma omp simd reduction(+ : sum)
-      for (int64_t k = 0; k < D; ++k) sum += oi[k] * gi[k];
+      for (int64_t k = 0; k < D; ++k) sum += g.dout(gi[k]) * oi[k];
       Dv[i] = sum;
     }
 
     for (int64_t j0 = 0; j0 < nk; j0 += kBc) {
       const int64_t j1 = std::min(nk, j0 + kBc), nkt = j1 - j0, wt = RoundUp(nkt, N);
-      Rows<float> dK{dqr + j0 * ld + C, ld}, dV{dqr + j0 * ld + 2 * C, ld};  // the tile's
-      if (!direct) {
-        dK = {dk, Dp};
-        dV = {dv, Dp};
-        std::fill_n(dk, nkt * Dp, 0.0f);
-        std::fill_n(dv, nkt * Dp, 0.0f);
-      }
+      g.begin_keys(j0, nkt);
       for (int64_t i0 = s.causal ? j0 : 0; i0 < T; i0 += kBr) {  // the rows that see the tile
         const int64_t i1 = std::min(T, i0 + kBr), rows = i1 - i0;
         for (int64_t rb = i0; rb < i1; rb += kRows) {
           const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
           const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;
-          const int64_t panels = RoundUp(last - j0, kKeyBlock) / kKeyBlock;
           float *pr = P + (rb - i0) * kBc, *gr = dS + (rb - i0) * kBc;
-          Dot(nr, Q[rb], Q.ld, kt + j0 * D, D, panels, pr, kBc);
-          Dot(nr, G[rb], G.ld, vt + j0 * D, D, panels, gr, kBc);
+          g.dots(nr, rb, j0, RoundUp(last - j0, kKeyBlock) / kKeyBlock, pr, gr);
           for (int r = 0; r < nr; ++r) {
             const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
             if (drop) {
@@ -547,31 +521,124 @@ void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
             } else {
               GradRow<false>(pr + r * kBc, gr + r * kBc, n, wt, scale, lrow[i], Dv[i], nullptr);
             }
+            g.ds_row(rb - i0 + r, gr + r * kBc, nkt);
           }
         }
+        g.tile(P, dS, rows, nkt);
         for (int64_t kb = 0; kb < nkt; kb += kRows) {  // dV += P^T dO, dK += dS^T q
           const int nr = static_cast<int>(std::min<int64_t>(kRows, nkt - kb));
           const int64_t t0 = s.causal ? std::max<int64_t>(0, j0 + kb - i0) : 0;
-          if (t0 >= rows) continue;
-          Axpy(nr, P + kb, 1, kBc, t0, rows, G[i0], G.ld, dV[kb], dV.ld, nullptr, Dp);
-          Axpy(nr, dS + kb, 1, kBc, t0, rows, Q[i0], Q.ld, dK[kb], dK.ld, nullptr, Dp);
+          if (t0 < rows) g.dv_dk(nr, kb, t0, i0, rows, P, dS);
         }
         for (int64_t rb = i0; rb < i1; rb += kRows) {  // dQ += dS k
           const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
-          const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;
-          Axpy(nr, dS + (rb - i0) * kBc, kBc, 1, 0, last - j0, K[j0], K.ld, dQ[rb], dQ.ld, nullptr,
-               Dp);
+          g.dq(nr, rb, i0, j0, s.causal ? std::min(j1, rb + nr) : j1, dS);
         }
       }
-      if (!direct)
-        for (int64_t j = j0; j < j1; ++j) {
-          std::memcpy(dqr + j * ld + C, dk + (j - j0) * Dp, D * sizeof(float));
-          std::memcpy(dqr + j * ld + 2 * C, dv + (j - j0) * Dp, D * sizeof(float));
-        }
+      g.end_keys(j0, j1);
     }
-    if (!direct)
-      for (int64_t i = 0; i < T; ++i) std::memcpy(dqr + i * ld, dq + i * Dp, D * sizeof(float));
+    g.end();
   }
+}
+
+// f32 products: q, k, dO and the gradients where they are when D is whole vectors (the
+// gradients then accumulate in place), else padded copies; k^T and v^T in panels.
+struct F32Grads {
+  explicit F32Grads(const AttentionShape& s)
+      : T(s.seq),
+        D(s.head_dim),
+        C(s.heads * s.head_dim),
+        ld(3 * C),
+        Dp(RoundUp(D, kMaxLanes)),
+        direct(D == Dp) {
+    const int64_t Tk = RoundUp(T, kKeyBlock);
+    thread_local Scratch scratch;
+    Carver sizes(nullptr);
+    for (int64_t n : {T * Dp, T * Dp, T * Dp, D * Tk, D * Tk, T * Dp, kBc * Dp, kBc * Dp})
+      sizes.take(n);
+    Carver carve(scratch.get(sizes.used()));
+    qp = carve.take(T * Dp);     // (T, Dp) q, when D is not whole vectors
+    dop = carve.take(T * Dp);    // (T, Dp) dO, same
+    kp = carve.take(T * Dp);     // (T, Dp) k, same
+    kt = carve.take(D * Tk);     // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
+    vt = carve.take(D * Tk);     // same for v^T
+    dqp = carve.take(T * Dp);    // (T, Dp) dQ, same
+    dkp = carve.take(kBc * Dp);  // (kBc, Dp) one key tile's dK, same
+    dvp = carve.take(kBc * Dp);  // (kBc, Dp) one key tile's dV, same
+  }
+  void begin(const float* q, const float* dO, float* dqr_, int64_t nk) {
+    dqr = dqr_;
+    Q = {q, ld};
+    K = {q + C, ld};
+    G = {dO, C};
+    dQ = {dqr, ld};
+    if (direct) {  // the gradients accumulate in place
+      for (int64_t i = 0; i < T; ++i) std::fill_n(dqr + i * ld, D, 0.0f);
+      for (int64_t j = 0; j < nk; ++j) {
+        std::fill_n(dqr + j * ld + C, D, 0.0f);
+        std::fill_n(dqr + j * ld + 2 * C, D, 0.0f);
+      }
+    } else {
+      PackRows(qp, Dp, q, ld, T, D);
+      PackRows(dop, Dp, dO, C, T, D);
+      PackRows(kp, Dp, q + C, ld, nk, D);
+      Q = {qp, Dp};
+      K = {kp, Dp};
+      G = {dop, Dp};
+      dQ = {dqp, Dp};
+      std::fill_n(dqp, T * Dp, 0.0f);
+    }
+    PackPanels(kt, q + C, ld, nk, D);
+    PackPanels(vt, q + 2 * C, ld, nk, D);
+  }
+  static float dout(float g) { return g; }
+  void begin_keys(int64_t j0, int64_t nkt) {
+    dK = {dqr + j0 * ld + C, ld};
+    dV = {dqr + j0 * ld + 2 * C, ld};
+    if (!direct) {
+      dK = {dkp, Dp};
+      dV = {dvp, Dp};
+      std::fill_n(dkp, nkt * Dp, 0.0f);
+      std::fill_n(dvp, nkt * Dp, 0.0f);
+    }
+  }
+  void dots(int nr, int64_t rb, int64_t j0, int64_t panels, float* p, float* dp) const {
+    Dot(nr, Q[rb], Q.ld, kt + j0 * D, D, panels, p, kBc);
+    Dot(nr, G[rb], G.ld, vt + j0 * D, D, panels, dp, kBc);
+  }
+  void ds_row(int64_t, const float*, int64_t) const {}
+  void tile(const float*, const float*, int64_t, int64_t) const {}
+  void dv_dk(int nr, int64_t kb, int64_t t0, int64_t i0, int64_t rows, const float* P,
+             const float* dS) const {
+    Axpy(nr, P + kb, 1, kBc, t0, rows, G[i0], G.ld, dV[kb], dV.ld, nullptr, Dp);
+    Axpy(nr, dS + kb, 1, kBc, t0, rows, Q[i0], Q.ld, dK[kb], dK.ld, nullptr, Dp);
+  }
+  void dq(int nr, int64_t rb, int64_t i0, int64_t j0, int64_t last, const float* dS) const {
+    Axpy(nr, dS + (rb - i0) * kBc, kBc, 1, 0, last - j0, K[j0], K.ld, dQ[rb], dQ.ld, nullptr, Dp);
+  }
+  void end_keys(int64_t j0, int64_t j1) const {
+    if (direct) return;
+    for (int64_t j = j0; j < j1; ++j) {
+      std::memcpy(dqr + j * ld + C, dkp + (j - j0) * Dp, D * sizeof(float));
+      std::memcpy(dqr + j * ld + 2 * C, dvp + (j - j0) * Dp, D * sizeof(float));
+    }
+  }
+  void end() const {
+    if (direct) return;
+    for (int64_t i = 0; i < T; ++i) std::memcpy(dqr + i * ld, dqp + i * Dp, D * sizeof(float));
+  }
+
+  const int64_t T, D, C, ld, Dp;
+  const bool direct;  // D whole vectors: rows are used where they are
+  float *qp, *dop, *kp, *kt, *vt, *dqp, *dkp, *dvp;
+  float* dqr = nullptr;  // the pair's gradients, rows ld apart; dk at + C, dv at + 2C
+  Rows<const float> Q{nullptr, 0}, K{nullptr, 0}, G{nullptr, 0};
+  Rows<float> dQ{nullptr, 0}, dK{nullptr, 0}, dV{nullptr, 0};
+};
+
+void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
+  F32Grads grads(a.shape);
+  BackwardPass(a, p0, p1, grads);
 }
 
 // bf16 products (AttentionShape::bf16_products, AVX512-BF16): the same tiles and online softmax
@@ -783,65 +850,45 @@ SF_BF16_ATTR void ForwardPairsBf16(const AttentionForward& a, int64_t p0, int64_
   ForwardPass(a, p0, p1, products);
 }
 
-SF_BF16_ATTR void BackwardPairsBf16(const AttentionBackward& a, int64_t p0, int64_t p1) {
-  const AttentionShape& s = a.shape;
-  const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C;
-  const int64_t Dw = (D + 1) / 2, Dv = RoundUp(D, kWordLanes), Tk = RoundUp(T, kKeyBlock);
-  const int64_t Tp = (T + 1) / 2, kBcw = kBc / 2;
-  const int64_t N = kWordLanes;
-  const float scale = static_cast<float>(s.scale);
-  const float* qkv = static_cast<const float*>(a.qkv);    // (B, T, 3C)
-  const float* out = static_cast<const float*>(a.out);    // (B, T, C)
-  const float* lse = static_cast<const float*>(a.lse);    // (B, heads, T)
-  const float* dout = static_cast<const float*>(a.dout);  // (B, T, C)
-  float* dqkv = static_cast<float*>(a.dqkv);              // (B, T, 3C)
+// bf16 products: q and dO as row words, k and v in word panels for the dots; k stacked over keys,
+// q and dO over queries for the axpys; per tile, dS rows as words and P^T, dS^T stacked over the
+// tile's queries. The gradients accumulate in f32 buffers of Dv columns.
+struct Bf16Grads {
+  static constexpr int64_t kBcw = kBc / 2;  // words of a row of kBc values
 
-  thread_local Scratch scratch;
-  Carver sizes(nullptr);
-  for (int64_t n :
-       {T * Dw, T * Dw, T * Dw, Dw * Tk, Dw * Tk, Tp * Dv, Tp * Dv, Tp * Dv, T, T * Dv, kBc * Dv,
-        kBc * Dv, kBr * kBc, kBr * kBc, (kBr / 2) * kBc, (kBr / 2) * kBc, kBr * kBcw, kBc})
-    sizes.take(n);
-  Carver carve(scratch.get(sizes.used()));
-  auto words = [&](int64_t n) { return reinterpret_cast<uint32_t*>(carve.take(n)); };
-  uint32_t* qw = words(T * Dw);            // (T, Dw) q rows
-  uint32_t* gw = words(T * Dw);            // (T, Dw) dO rows
-  uint32_t* rows = words(T * Dw);          // (T, Dw) k or v rows, before their panels
-  uint32_t* kt = words(Dw * Tk);           // (Tk / kKeyBlock panels of (Dw, kKeyBlock)) k
-  uint32_t* vt = words(Dw * Tk);           // same for v
-  uint32_t* ks = words(Tp * Dv);           // (ceil(T / 2), Dv) k stacked over keys
-  uint32_t* qs = words(Tp * Dv);           // (ceil(T / 2), Dv) q stacked over queries
-  uint32_t* gs = words(Tp * Dv);           // (ceil(T / 2), Dv) dO stacked over queries
-  float* Dvec = carve.take(T);             // (T) rowsum(dO * O)
-  float* dq = carve.take(T * Dv);          // (T, Dv) dQ
-  float* dk = carve.take(kBc * Dv);        // (kBc, Dv) one key tile's dK
-  float* dv = carve.take(kBc * Dv);        // (kBc, Dv) one key tile's dV
-  float* P = carve.take(kBr * kBc);        // (kBr, kBc) one tile's probabilities
-  float* dS = carve.take(kBr * kBc);       // (kBr, kBc) one tile's dP, then scale * dS
-  uint32_t* pt = words((kBr / 2) * kBc);   // (kBr / 2, kBc) P^T stacked over queries
-  uint32_t* dst = words((kBr / 2) * kBc);  // (kBr / 2, kBc) dS^T the same
-  uint32_t* dsw = words(kBr * kBcw);       // (kBr, kBcw) dS rows as words
-  float* c = carve.take(kBc);              // (kBc) one row's dropout factors
-  const bool drop = s.dropout != 0;
-  RowDropout dropout{0, drop ? attention_drop_threshold(s.dropout) : 0,
-                     static_cast<float>(1.0 / (1.0 - s.dropout))};
-
-  for (int64_t pair = p0; pair < p1; ++pair) {
-    const int64_t b = pair / H, h = pair % H, nk = KeysOf(a.lengths, b, T);
-    const float* q = qkv + b * T * ld + h * D;  // rows ld apart; k at + C, v at + 2C
-    const float* o = out + b * T * C + h * D;   // rows C apart
-    const float* dO = dout + b * T * C + h * D;
-    const float* lrow = lse + pair * T;      // (T)
-    float* dqr = dqkv + b * T * ld + h * D;  // rows ld apart; dk at + C, dv at + 2C
-    for (int64_t j = nk; j < T; ++j) {       // keys no query sees
-      std::fill_n(dqr + j * ld + C, D, 0.0f);
-      std::fill_n(dqr + j * ld + 2 * C, D, 0.0f);
-    }
-    if (nk == 0) {
-      for (int64_t i = 0; i < T; ++i) std::fill_n(dqr + i * ld, D, 0.0f);
-      continue;
-    }
-    if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
+  SF_BF16_ATTR explicit Bf16Grads(const AttentionShape& s)
+      : T(s.seq),
+        D(s.head_dim),
+        C(s.heads * s.head_dim),
+        ld(3 * C),
+        Dw((D + 1) / 2),
+        Dv(RoundUp(D, kWordLanes)),
+        Tp((T + 1) / 2) {
+    const int64_t Tk = RoundUp(T, kKeyBlock);
+    thread_local Scratch scratch;
+    Carver sizes(nullptr);
+    for (int64_t n : {T * Dw, T * Dw, T * Dw, Dw * Tk, Dw * Tk, Tp * Dv, Tp * Dv, Tp * Dv, T * Dv,
+                      kBc * Dv, kBc * Dv, (kBr / 2) * kBc, (kBr / 2) * kBc, kBr * kBcw})
+      sizes.take(n);
+    Carver carve(scratch.get(sizes.used()));
+    auto words = [&](int64_t n) { return reinterpret_cast<uint32_t*>(carve.take(n)); };
+    qw = words(T * Dw);            // (T, Dw) q rows
+    gw = words(T * Dw);            // (T, Dw) dO rows
+    rows = words(T * Dw);          // (T, Dw) k or v rows, before their panels
+    kt = words(Dw * Tk);           // (Tk / kKeyBlock panels of (Dw, kKeyBlock)) k
+    vt = words(Dw * Tk);           // same for v
+    ks = words(Tp * Dv);           // (ceil(T / 2), Dv) k stacked over keys
+    qs = words(Tp * Dv);           // (ceil(T / 2), Dv) q stacked over queries
+    gs = words(Tp * Dv);           // (ceil(T / 2), Dv) dO stacked over queries
+    dqb = carve.take(T * Dv);      // (T, Dv) dQ
+    dkb = carve.take(kBc * Dv);    // (kBc, Dv) one key tile's dK
+    dvb = carve.take(kBc * Dv);    // (kBc, Dv) one key tile's dV
+    pt = words((kBr / 2) * kBc);   // (kBr / 2, kBc) P^T stacked over queries
+    dst = words((kBr / 2) * kBc);  // (kBr / 2, kBc) dS^T the same
+    dsw = words(kBr * kBcw);       // (kBr, kBcw) dS rows as words
+  }
+  SF_BF16_ATTR void begin(const float* q, const float* dO, float* dqr_, int64_t nk) {
+    dqr = dqr_;
     PackRowWords(qw, Dw, q, ld, T, D);
     PackRowWords(gw, Dw, dO, C, T, D);
     PackWordPanels(kt, rows, Dw, q + C, ld, nk, D);
@@ -849,69 +896,62 @@ SF_BF16_ATTR void BackwardPairsBf16(const AttentionBackward& a, int64_t p0, int6
     PackStacked(ks, Dv, q + C, ld, nk, D, (nk + 1) / 2);
     PackStacked(qs, Dv, q, ld, T, D, Tp);
     PackStacked(gs, Dv, dO, C, T, D, Tp);
-    std::fill_n(dq, T * Dv, 0.0f);
-    for (int64_t i = 0; i < T; ++i) {
-      float sum = 0;
-      const float *oi = o + i * C, *gi = dO + i * C;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t k = 0; k < D; ++k) sum += from_bf16(to_bf16(gi[k])) * oi[k];
-      Dvec[i] = sum;
-    }
-
-    for (int64_t j0 = 0; j0 < nk; j0 += kBc) {
-      const int64_t j1 = std::min(nk, j0 + kBc), nkt = j1 - j0, wt = RoundUp(nkt, N);
-      std::fill_n(dk, nkt * Dv, 0.0f);
-      std::fill_n(dv, nkt * Dv, 0.0f);
-      for (int64_t i0 = s.causal ? j0 : 0; i0 < T; i0 += kBr) {  // the rows that see the tile
-        const int64_t i1 = std::min(T, i0 + kBr), rows_in = i1 - i0, pairs = (rows_in + 1) / 2;
-        for (int64_t rb = i0; rb < i1; rb += kRows) {
-          const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
-          const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;
-          const int64_t panels = RoundUp(last - j0, kKeyBlock) / kKeyBlock;
-          float *pr = P + (rb - i0) * kBc, *gr = dS + (rb - i0) * kBc;
-          DotWords(nr, qw + rb * Dw, Dw, kt + j0 * Dw, Dw, panels, pr, kBc);
-          DotWords(nr, gw + rb * Dw, Dw, vt + j0 * Dw, Dw, panels, gr, kBc);
-          for (int r = 0; r < nr; ++r) {
-            const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
-            if (drop) {
-              dropout.factors(c, i, j0, n, wt);
-              GradRow<true>(pr + r * kBc, gr + r * kBc, n, wt, scale, lrow[i], Dvec[i], c);
-            } else {
-              GradRow<false>(pr + r * kBc, gr + r * kBc, n, wt, scale, lrow[i], Dvec[i], nullptr);
-            }
-            RowWords(dsw + (rb - i0 + r) * kBcw, gr + r * kBc, nkt, (nkt + 1) / 2);
-          }
-        }
-        for (int64_t t = 0; t < pairs; ++t) {  // P^T and dS^T stacked over the tile's queries
-          const int64_t r = 2 * t;
-          const bool second = r + 1 < rows_in;
-          StackedWords(pt + t * kBc, P + r * kBc, second ? P + (r + 1) * kBc : nullptr, nkt, kBc);
-          StackedWords(dst + t * kBc, dS + r * kBc, second ? dS + (r + 1) * kBc : nullptr, nkt,
-                       kBc);
-        }
-        for (int64_t kb = 0; kb < nkt; kb += kRows) {  // dV += P^T dO, dK += dS^T q
-          const int nr = static_cast<int>(std::min<int64_t>(kRows, nkt - kb));
-          const int64_t t0 = s.causal ? std::max<int64_t>(0, j0 + kb - i0) : 0;
-          if (t0 >= rows_in) continue;
-          AxpyWords(nr, pt + kb, 1, kBc, t0 / 2, pairs, gs + (i0 / 2) * Dv, Dv, dv + kb * Dv, Dv,
-                    nullptr, Dv);
-          AxpyWords(nr, dst + kb, 1, kBc, t0 / 2, pairs, qs + (i0 / 2) * Dv, Dv, dk + kb * Dv, Dv,
-                    nullptr, Dv);
-        }
-        for (int64_t rb = i0; rb < i1; rb += kRows) {  // dQ += dS k
-          const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
-          const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;
-          AxpyWords(nr, dsw + (rb - i0) * kBcw, kBcw, 1, 0, (last - j0 + 1) / 2, ks + (j0 / 2) * Dv,
-                    Dv, dq + rb * Dv, Dv, nullptr, Dv);
-        }
-      }
-      for (int64_t j = j0; j < j1; ++j) {
-        std::memcpy(dqr + j * ld + C, dk + (j - j0) * Dv, D * sizeof(float));
-        std::memcpy(dqr + j * ld + 2 * C, dv + (j - j0) * Dv, D * sizeof(float));
-      }
-    }
-    for (int64_t i = 0; i < T; ++i) std::memcpy(dqr + i * ld, dq + i * Dv, D * sizeof(float));
+    std::fill_n(dqb, T * Dv, 0.0f);
   }
+  // dO rounded as dP = dO v^T has it, so that dP - D cancels where it should (one key: dS = 0).
+  static float dout(float g) { return from_bf16(to_bf16(g)); }
+  SF_BF16_ATTR void begin_keys(int64_t, int64_t nkt) {
+    std::fill_n(dkb, nkt * Dv, 0.0f);
+    std::fill_n(dvb, nkt * Dv, 0.0f);
+  }
+  SF_BF16_ATTR void dots(int nr, int64_t rb, int64_t j0, int64_t panels, float* p,
+                         float* dp) const {
+    DotWords(nr, qw + rb * Dw, Dw, kt + j0 * Dw, Dw, panels, p, kBc);
+    DotWords(nr, gw + rb * Dw, Dw, vt + j0 * Dw, Dw, panels, dp, kBc);
+  }
+  SF_BF16_ATTR void ds_row(int64_t r, const float* ds, int64_t nkt) const {
+    RowWords(dsw + r * kBcw, ds, nkt, (nkt + 1) / 2);
+  }
+  SF_BF16_ATTR void tile(const float* P, const float* dS, int64_t rows_in, int64_t nkt) const {
+    for (int64_t t = 0; t < (rows_in + 1) / 2; ++t) {  // stacked over the tile's queries
+      const int64_t r = 2 * t;
+      const bool second = r + 1 < rows_in;
+      StackedWords(pt + t * kBc, P + r * kBc, second ? P + (r + 1) * kBc : nullptr, nkt, kBc);
+      StackedWords(dst + t * kBc, dS + r * kBc, second ? dS + (r + 1) * kBc : nullptr, nkt, kBc);
+    }
+  }
+  SF_BF16_ATTR void dv_dk(int nr, int64_t kb, int64_t t0, int64_t i0, int64_t rows_in, const float*,
+                          const float*) const {
+    const int64_t pairs = (rows_in + 1) / 2;
+    AxpyWords(nr, pt + kb, 1, kBc, t0 / 2, pairs, gs + (i0 / 2) * Dv, Dv, dvb + kb * Dv, Dv,
+              nullptr, Dv);
+    AxpyWords(nr, dst + kb, 1, kBc, t0 / 2, pairs, qs + (i0 / 2) * Dv, Dv, dkb + kb * Dv, Dv,
+              nullptr, Dv);
+  }
+  SF_BF16_ATTR void dq(int nr, int64_t rb, int64_t i0, int64_t j0, int64_t last,
+                       const float*) const {
+    AxpyWords(nr, dsw + (rb - i0) * kBcw, kBcw, 1, 0, (last - j0 + 1) / 2, ks + (j0 / 2) * Dv, Dv,
+              dqb + rb * Dv, Dv, nullptr, Dv);
+  }
+  SF_BF16_ATTR void end_keys(int64_t j0, int64_t j1) const {
+    for (int64_t j = j0; j < j1; ++j) {
+      std::memcpy(dqr + j * ld + C, dkb + (j - j0) * Dv, D * sizeof(float));
+      std::memcpy(dqr + j * ld + 2 * C, dvb + (j - j0) * Dv, D * sizeof(float));
+    }
+  }
+  SF_BF16_ATTR void end() const {
+    for (int64_t i = 0; i < T; ++i) std::memcpy(dqr + i * ld, dqb + i * Dv, D * sizeof(float));
+  }
+
+  const int64_t T, D, C, ld, Dw, Dv, Tp;
+  uint32_t *qw, *gw, *rows, *kt, *vt, *ks, *qs, *gs, *pt, *dst, *dsw;
+  float *dqb, *dkb, *dvb;
+  float* dqr = nullptr;  // the pair's gradients, rows ld apart; dk at + C, dv at + 2C
+};
+
+SF_BF16_ATTR void BackwardPairsBf16(const AttentionBackward& a, int64_t p0, int64_t p1) {
+  Bf16Grads grads(a.shape);
+  BackwardPass(a, p0, p1, grads);
 }
 #undef SF_BF16_ATTR
 #else
