@@ -7,6 +7,10 @@ use the same data split, normalisation, windows, batch size, optimizer (AdamW), 
 schedule (linear warm-up, then constant or cosine) and gradient clipping, in fp32. Only the
 shuffling order and dropout masks differ (each engine draws its own).
 
+The model is PyTorch's nn.LSTM (with proj_size) or nn.GRU under a Linear head, or for
+model.family transformer a nanoGPT-style GPT (tests/python/make_transformer_fixtures.py), with
+weight decay on the parameters optim.decay_params names.
+
 Usage: /usr/bin/python3 bench/compare_training.py CONFIG.yaml [key.path=value ...]
        [--seqforge build/seqforge] [--tolerance 0.03]
 Supports data.task forecast and charlm. Exits 1 when the two differ by more than the tolerance.
@@ -26,6 +30,7 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 
 def resolved_config(seqforge, config, overrides, run_dir):
@@ -60,18 +65,56 @@ class Model(torch.nn.Module):
         if vocab:
             self.embedding = torch.nn.Embedding(vocab, m["embedding"])
             inputs = m["embedding"]
-        self.lstm = torch.nn.LSTM(inputs, m["hidden"], m["layers"], batch_first=True,
-                                  dropout=m["dropout"], bidirectional=m["bidirectional"])
+        shape = dict(batch_first=True, dropout=m["dropout"], bidirectional=m["bidirectional"])
+        if m["cell"] == "gru":
+            self.gru = torch.nn.GRU(inputs, m["hidden"], m["layers"], **shape)
+        elif m["cell"] == "lstm":
+            self.lstm = torch.nn.LSTM(inputs, m["hidden"], m["layers"], proj_size=m["proj_size"],
+                                      **shape)
+        else:
+            raise SystemExit("model.cell %s: PyTorch has no such module" % m["cell"])
         d = 2 if m["bidirectional"] else 1
-        self.head = torch.nn.Linear(d * m["hidden"], outputs)
+        self.head = torch.nn.Linear(d * (m["proj_size"] or m["hidden"]), outputs)
 
     def forward(self, x):
         if self.vocab:
             x = self.embedding(x)
-        y, _ = self.lstm(x)
+        y, _ = (self.gru if hasattr(self, "gru") else self.lstm)(x)
         if self.vocab:
             return self.head(y.reshape(-1, y.shape[-1]))
         return self.head(y[:, -1])
+
+
+class Gpt(torch.nn.Module):
+    """nanoGPT's character model: the logits of every position, (B * T, vocabulary)."""
+
+    def __init__(self, c, vocab):
+        super().__init__()
+        from make_transformer_fixtures import Gpt as Reference
+        m = c["model"]
+        if m["bidirectional"]:
+            raise SystemExit("this script compares causal (charlm) transformers only")
+        self.gpt = Reference(dict(v=vocab, c=m["embedding"], l=m["layers"], h=m["heads"],
+                                  bs=m["block_size"] or c["data"]["seq_len"]))
+
+    def forward(self, ids):
+        logits = self.gpt(ids)
+        return logits.reshape(-1, logits.shape[-1])
+
+
+def make_model(c, inputs, outputs, vocab=0):
+    if c["model"]["family"] == "transformer":
+        if not vocab:
+            raise SystemExit("this script compares transformers on charlm only")
+        return Gpt(c, vocab)
+    return Model(c, inputs, outputs, vocab)
+
+
+def state_dict(model):
+    """PyTorch's names as seqforge writes them (a GPT's without its wrapper's prefix)."""
+    if isinstance(model, Gpt):
+        return model.gpt.state_dict()
+    return model.state_dict()
 
 
 def boundaries(c, n):
@@ -116,7 +159,10 @@ def lr_at(c, step, total):
 
 def train_pytorch(c, model, batches_per_epoch, make_batch, train_starts, val_eval):
     o = c["optim"]
-    opt = torch.optim.AdamW(model.parameters(), lr=float(o["lr"]),
+    decay = [p for p in model.parameters() if o["decay_params"] == "all" or p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if o["decay_params"] != "all" and p.dim() < 2]
+    groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=float(o["lr"]),
                             betas=(float(o["beta1"]), float(o["beta2"])),
                             eps=float(o["eps"]), weight_decay=float(o["weight_decay"]))
     epochs, bs = c["train"]["epochs"], c["train"]["batch_size"]
@@ -161,7 +207,7 @@ def main():
         raise SystemExit("this script compares adamw only")
     if task == "forecast":
         x, y, train_starts, val_starts, T, h = forecast_data(c)
-        model = Model(c, x.shape[1], y.shape[1])
+        model = make_model(c, x.shape[1], y.shape[1])
 
         def make_batch(starts):
             xb = torch.stack([x[s:s + T] for s in starts])
@@ -183,7 +229,7 @@ def main():
         T = c["data"]["seq_len"]
         train_starts = list(range(0, a_ - T, T))
         val_starts = list(range(a_, b_ - T, T))
-        model = Model(c, 0, len(vocab), vocab=len(vocab))
+        model = make_model(c, 0, len(vocab), vocab=len(vocab))
 
         def make_batch(starts):
             xb = torch.stack([ids[s:s + T] for s in starts])
@@ -200,7 +246,7 @@ def main():
     else:
         raise SystemExit("this script compares forecast and charlm tasks")
     init = os.path.join(work, "init.safetensors")
-    write_safetensors(init, model.state_dict())
+    write_safetensors(init, state_dict(model))
     batches = math.ceil(len(train_starts) / bs)
     if c["train"]["max_batches"] > 0:
         batches = min(batches, c["train"]["max_batches"])

@@ -82,6 +82,12 @@ namespace {
 TEST(Config, AutoDefaultsFollowTheKeysTheyDependOn) {
   // Weight decay as in PyTorch: 0.01 for adamw, 0 for adam and sgd; a given value is kept.
   EXPECT_EQ(Config::parse("", "c.yaml").number("optim.weight_decay"), 0.01);
+  EXPECT_EQ(Config::parse("", "c.yaml").str("optim.decay_params"), "all");
+  EXPECT_EQ(Config::parse("model: {family: transformer}\n", "c.yaml").str("optim.decay_params"),
+            "matrices");
+  EXPECT_EQ(Config::parse("model: {family: transformer}\noptim: {decay_params: all}\n", "c.yaml")
+                .str("optim.decay_params"),
+            "all");
   EXPECT_EQ(Config::parse("", "c.yaml", {"optim.kind=adam"}).number("optim.weight_decay"), 0.0);
   EXPECT_EQ(Config::parse("optim: {kind: sgd}\n", "c.yaml").number("optim.weight_decay"), 0.0);
   const Config given = Config::parse("optim: {kind: sgd, weight_decay: 0.5}\n", "c.yaml");

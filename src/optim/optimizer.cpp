@@ -30,6 +30,10 @@ void Optimizer::set_frozen(std::vector<bool> frozen) {
   frozen_ = std::move(frozen);
 }
 
+bool Optimizer::decays(size_t i) const {
+  return !opt_.decay_matrices_only || params_.value(i).shape().rank() >= 2;
+}
+
 void Optimizer::set_steps(int64_t steps, std::vector<int64_t> param_steps) {
   SF_CHECK(param_steps.size() == params_.size(), "step counts for ", param_steps.size(), " of ",
            params_.size(), " parameters");
@@ -40,17 +44,19 @@ void Optimizer::set_steps(int64_t steps, std::vector<int64_t> param_steps) {
 void Optimizer::step(double grad_scale, bool zero_grads) {
   ++steps_;
   if (param_steps_.empty()) param_steps_.assign(params_.size(), 0);
-  const bool uniform = std::none_of(frozen_.begin(), frozen_.end(), [](bool f) { return f; }) &&
+  const bool all_decay = !opt_.decay_matrices_only || opt_.weight_decay == 0;
+  const bool uniform = all_decay &&
+                       std::none_of(frozen_.begin(), frozen_.end(), [](bool f) { return f; }) &&
                        std::all_of(param_steps_.begin(), param_steps_.end(),
                                    [&](int64_t s) { return s == param_steps_[0]; });
   // One pass over the flat arena when every parameter moves in step; else parameter by parameter.
-  auto update = [&](Tensor p, Tensor g, Tensor m, Tensor v, int64_t step) {
+  auto update = [&](Tensor p, Tensor g, Tensor m, Tensor v, int64_t step, double decay) {
     if (opt_.kind == "sgd") {
       SgdParams s;
       s.lr = opt_.lr;
       s.momentum = opt_.momentum;
       s.dampening = opt_.dampening;
-      s.weight_decay = opt_.weight_decay;
+      s.weight_decay = decay;
       s.nesterov = opt_.nesterov;
       s.first_step = step == 1;
       s.grad_scale = grad_scale;
@@ -62,7 +68,7 @@ void Optimizer::step(double grad_scale, bool zero_grads) {
       a.beta1 = opt_.beta1;
       a.beta2 = opt_.beta2;
       a.eps = opt_.eps;
-      a.weight_decay = opt_.weight_decay;
+      a.weight_decay = decay;
       a.decoupled = opt_.kind == "adamw";
       a.step = step;
       a.grad_scale = grad_scale;
@@ -74,7 +80,7 @@ void Optimizer::step(double grad_scale, bool zero_grads) {
     for (auto& s : param_steps_) ++s;
     update(params_.values().flat(), params_.grads().flat(), m_.flat(),
            opt_.kind == "sgd" ? Tensor() : v_.flat(),
-           param_steps_.empty() ? steps_ : param_steps_[0]);
+           param_steps_.empty() ? steps_ : param_steps_[0], opt_.weight_decay);
     return;
   }
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -83,7 +89,8 @@ void Optimizer::step(double grad_scale, bool zero_grads) {
       continue;
     }
     update(params_.value(i), params_.grad(i), m_.view(i),
-           opt_.kind == "sgd" ? Tensor() : v_.view(i), ++param_steps_[i]);
+           opt_.kind == "sgd" ? Tensor() : v_.view(i), ++param_steps_[i],
+           decays(i) ? opt_.weight_decay : 0.0);
   }
 }
 

@@ -190,6 +190,10 @@ const std::vector<ConfigKey> kKeys = {
     {"optim.weight_decay", T::number, "auto",
      "Weight decay: decoupled for adamw, L2 for adam and sgd. `auto`: 0.01 for adamw, 0 for adam "
      "and sgd (PyTorch's defaults)."},
+    {"optim.decay_params", T::string, "auto",
+     "The parameters weight decay applies to: `all` (as torch.optim over model.parameters()) or "
+     "`matrices` (weights and embeddings, not biases nor LayerNorm parameters: nanoGPT's groups). "
+     "`auto`: matrices for a transformer, all for a recurrent model."},
     {"optim.beta1", T::number, "0.9", "Adam beta1."},
     {"optim.beta2", T::number, "0.999", "Adam beta2."},
     {"optim.eps", T::number, "1e-08", "Adam epsilon."},
@@ -482,6 +486,7 @@ void Config::resolve_auto() {
     if (str(key) == "auto") values_[key] = value;
   };
   resolve("optim.weight_decay", str("optim.kind") == "adamw" ? "0.01" : "0");
+  resolve("optim.decay_params", str("model.family") == "transformer" ? "matrices" : "all");
   resolve("train.early_stopping.monitor", number("data.split.val") > 0 ? "val_loss" : "train_loss");
   const std::string monitor = str("train.early_stopping.monitor");
   auto ends_with = [&](const std::string& tail) {

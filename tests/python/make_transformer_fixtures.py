@@ -10,7 +10,7 @@ ln_f's outputs over each row's tokens.
 For every configuration: the parameters (nanoGPT's initialisation, then biases and LayerNorm
 parameters perturbed so that every tensor matters), token ids and targets, the logits, the
 cross-entropy loss and every parameter gradient, computed in float64 from float32-representable
-parameters.
+parameters, and the trained parameters after one AdamW step with nanoGPT's decay groups.
 
 Usage: /usr/bin/python3 tests/python/make_transformer_fixtures.py OUT_DIR
 Each fixture is OUT_DIR/<name>.safetensors; OUT_DIR/transformer_index.txt lists them.
@@ -218,6 +218,20 @@ def add_adapters(model, c):
     return named
 
 
+ADAMW_LR, ADAMW_DECAY = 1e-2, 0.1
+
+
+def adamw_step(params, tensors):
+    """One AdamW step from the gradients with nanoGPT's groups (decay on parameters of two or more
+    dimensions only); records every parameter after it as adamw.<name>."""
+    decay = [p for p in params.values() if p.dim() >= 2]
+    no_decay = [p for p in params.values() if p.dim() < 2]
+    torch.optim.AdamW([{"params": decay, "weight_decay": ADAMW_DECAY},
+                       {"params": no_decay, "weight_decay": 0.0}], lr=ADAMW_LR).step()
+    for n, p in params.items():
+        tensors["adamw." + n] = p.detach().clone()
+
+
 def make(c, seed):
     torch.manual_seed(seed)
     model = Gpt(c)
@@ -242,11 +256,12 @@ def make(c, seed):
         errors["torch_f32_forward"] = max_rel_error(f32_logits, logits.detach())
         errors["torch_f32_backward"] = max(max_rel_error(f32_grads[n], g) for n, g in grads.items())
         for n, p in m.named_parameters():
-            tensors["param." + n] = p.detach()
+            tensors["param." + n] = p.detach().clone()
             tensors["grad." + n] = grads[n]
         tensors.update(x)
         tensors["logits"] = logits.detach()
         tensors["loss"] = loss.detach().reshape(1)
+        adamw_step(dict(m.named_parameters()), tensors)
     meta = dict(c, name=name_of(c), causal=c.get("causal", True), **errors)
     return meta, tensors
 
@@ -291,11 +306,12 @@ def make_adapted(c, base):
                 if n in trained:
                     tensors["grad." + n] = trained[n].grad.detach()
             for n, p in named.items():
-                tensors["param." + n] = p.detach()
+                tensors["param." + n] = p.detach().clone()
                 tensors["grad." + n] = p.grad.detach()
             tensors.update(x)
             tensors["logits"] = logits.detach()
             tensors["loss"] = loss.detach().reshape(1)
+            adamw_step(trained, tensors)
     (l64, g64), (l32, g32) = outputs[torch.float64], outputs[torch.float32]
     errors["torch_f32_forward"] = max_rel_error(l32, l64)
     errors["torch_f32_backward"] = max(max_rel_error(g32[n], g) for n, g in g64.items())

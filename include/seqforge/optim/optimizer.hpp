@@ -13,7 +13,8 @@ struct OptimizerOptions {
   std::string kind = "adamw";  // adam | adamw | sgd
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double weight_decay = 1e-2;  // AdamW: decoupled; Adam and SGD: L2 added to the gradient
+  double weight_decay = 1e-2;        // AdamW: decoupled; Adam and SGD: L2 added to the gradient
+  bool decay_matrices_only = false;  // nanoGPT's groups: no decay on biases and norm parameters
   double momentum = 0.0, dampening = 0.0;
   bool nesterov = false;
 };
@@ -30,6 +31,7 @@ class Optimizer {
   // parameter counts its own updates (Adam's bias correction, SGD's first momentum step), as
   // PyTorch does for parameters that start training late.
   void set_frozen(std::vector<bool> frozen);
+  bool decays(size_t i) const;  // whether weight decay applies to parameter i
   const std::vector<int64_t>& param_steps() const { return param_steps_; }
   void set_steps(int64_t steps, std::vector<int64_t> param_steps);  // when resuming
   void set_lr(double lr) { opt_.lr = lr; }
