@@ -7,12 +7,22 @@
 namespace seqforge {
 
 size_t Parameters::declare(std::string name, Shape shape, Init init) {
-  grads_.add(name, shape);
+  SF_CHECK(!values_.allocated(), "parameter ", name, " declared after allocation");
   inits_.push_back(init);
+  fixed_.push_back(false);
   return values_.add(std::move(name), shape);
 }
 
+void Parameters::fix(size_t i) {
+  SF_CHECK(!values_.allocated() && i < size(), "fixing parameter ", i, " of ", size());
+  fixed_[i] = true;
+}
+
 void Parameters::allocate(Backend& backend, Rng& rng) {
+  for (size_t i = 0; i < size(); ++i) {
+    const Arena::Entry& e = values_.entries()[i];
+    grads_.add(e.name, fixed_[i] ? Shape{0} : e.shape);
+  }
   values_.allocate(backend);
   grads_.allocate(backend);
   for (size_t i = 0; i < size(); ++i) {

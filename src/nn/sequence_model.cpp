@@ -69,6 +69,7 @@ void SequenceModel::declare_adapters() {
   if (a.kind == AdapterKind::none) return;
   SF_CHECK(a.rank > 0 && a.alpha > 0 && a.dropout == 0, "recurrent adapter rank ", a.rank,
            ", alpha ", a.alpha, ", dropout ", a.dropout, " (adapter.dropout is for transformers)");
+  for (size_t i = 0; i < head_first_; ++i) params_.fix(i);  // the base: no gradient, no state
   for (const std::string& t : a.targets) {
     bool any = false;
     for (size_t i = 0; i < work_.size(); ++i) {

@@ -184,6 +184,8 @@ void Transformer::declare_adapters() {
   if (a.kind == AdapterKind::dora && a.dropout > 0)
     fail("adapter.dropout applies to lora so far; a dora adapter takes 0");
   train_base_ = false;
+  for (size_t i = 0; i < base_params_; ++i)  // the base never trains: no gradient, no state
+    if (i != wse_ && i != cls_w_ && i != cls_b_) params_.fix(i);
   static const char* const kNames[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
   for (const std::string& t : a.targets) {
     bool known = false;

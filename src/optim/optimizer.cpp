@@ -20,8 +20,10 @@ Optimizer::Optimizer(Backend& be, Parameters& params, const OptimizerOptions& op
     if (!(opt_.beta2 >= 0 && opt_.beta2 < 1)) fail("optim.beta2: outside [0, 1): ", opt_.beta2);
     if (!(opt_.eps >= 0)) fail("optim.eps: must be >= 0, got ", opt_.eps);
   }
-  m_ = params.values().like(be);
-  if (opt_.kind != "sgd") v_ = params.values().like(be);
+  // Laid out as the gradients: nothing for a fixed parameter.
+  m_ = params.grads().like(be);
+  if (opt_.kind != "sgd") v_ = params.grads().like(be);
+  for (size_t i = 0; i < params.size(); ++i) any_fixed_ = any_fixed_ || params.fixed(i);
 }
 
 void Optimizer::set_frozen(std::vector<bool> frozen) {
@@ -45,7 +47,7 @@ void Optimizer::step(double grad_scale, bool zero_grads) {
   ++steps_;
   if (param_steps_.empty()) param_steps_.assign(params_.size(), 0);
   const bool all_decay = !opt_.decay_matrices_only || opt_.weight_decay == 0;
-  const bool uniform = all_decay &&
+  const bool uniform = all_decay && !any_fixed_ &&
                        std::none_of(frozen_.begin(), frozen_.end(), [](bool f) { return f; }) &&
                        std::all_of(param_steps_.begin(), param_steps_.end(),
                                    [&](int64_t s) { return s == param_steps_[0]; });
@@ -84,6 +86,7 @@ void Optimizer::step(double grad_scale, bool zero_grads) {
     return;
   }
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_.fixed(i)) continue;
     if (!frozen_.empty() && frozen_[i]) {
       if (zero_grads) be_.fill(params_.grad(i), 0.0);
       continue;

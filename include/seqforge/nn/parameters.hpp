@@ -22,6 +22,10 @@ class Parameters {
 
   // Declares a parameter; returns its index. Only before allocate().
   size_t declare(std::string name, Shape shape, Init init);
+  // Marks parameter i as never trained (a base model under adapters): its gradient and its
+  // optimizer state are empty views, so it costs only its value. Only before allocate().
+  void fix(size_t i);
+  bool fixed(size_t i) const { return fixed_[i]; }
   // Allocates values and gradients and draws every value from its Init, in declaration order.
   void allocate(Backend& backend, Rng& rng);
   void zero_grad(Backend& backend);
@@ -43,8 +47,9 @@ class Parameters {
   const std::vector<std::pair<std::string, size_t>>& aliases() const { return aliases_; }
 
  private:
-  Arena values_, grads_;
+  Arena values_, grads_;  // grads_ gets its layout in allocate(), once fixed_ is known
   std::vector<Init> inits_;
+  std::vector<bool> fixed_;
   std::vector<std::pair<std::string, size_t>> aliases_;
 };
 

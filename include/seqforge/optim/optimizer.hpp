@@ -27,7 +27,8 @@ class Optimizer {
   // same pass leaves the gradients zeroed for the next accumulation (no separate zero_grad).
   void step(double grad_scale = 1.0, bool zero_grads = false);
   int64_t steps() const { return steps_; }
-  // Frozen parameters (by index) are not updated; their gradients are still zeroed. Each
+  // Frozen parameters (by index) are not updated; their gradients are still zeroed (fixed ones
+  // have neither gradients nor state). Each
   // parameter counts its own updates (Adam's bias correction, SGD's first momentum step), as
   // PyTorch does for parameters that start training late.
   void set_frozen(std::vector<bool> frozen);
@@ -45,6 +46,7 @@ class Optimizer {
   Arena m_, v_;
   int64_t steps_ = 0;
   std::vector<bool> frozen_;
+  bool any_fixed_ = false;
   std::vector<int64_t> param_steps_;
 };
 
