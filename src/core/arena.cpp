@@ -28,11 +28,32 @@ Arena::~Arena() {
 size_t Arena::add(std::string name, Shape shape) {
   SF_CHECK(!data_, "arena already allocated; cannot add ", name);
   SF_CHECK(!find(name), "duplicate arena entry ", name);
-  const size_t align = 64 / dtype_size(dtype_);
-  elements_ = (elements_ + align - 1) / align * align;
-  entries_.push_back({std::move(name), shape, elements_});
-  elements_ += static_cast<size_t>(shape.numel());
+  entries_.push_back({std::move(name), shape, 0, dtype_});
+  layout();
   return entries_.size() - 1;
+}
+
+void Arena::set_dtype(size_t index, DType dtype) {
+  SF_CHECK(!data_ && index < entries_.size(), "arena entry ", index, " set to ", dtype_name(dtype),
+           " after allocation");
+  entries_[index].dtype = dtype;
+  layout();
+}
+
+void Arena::layout() {
+  const size_t unit = dtype_size(dtype_), align = 64 / unit;
+  elements_ = 0;
+  for (Entry& e : entries_) {
+    elements_ = (elements_ + align - 1) / align * align;
+    e.offset = elements_;
+    elements_ += (static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype) + unit - 1) / unit;
+  }
+}
+
+bool Arena::uniform() const {
+  for (const Entry& e : entries_)
+    if (e.dtype != dtype_) return false;
+  return true;
 }
 
 void Arena::allocate(Backend& backend) {
@@ -58,7 +79,7 @@ const Arena::Entry* Arena::find(std::string_view name) const {
 Tensor Arena::view(size_t index) const {
   SF_CHECK(data_ && index < entries_.size(), "arena view ", index);
   const Entry& e = entries_[index];
-  return Tensor(static_cast<char*>(data_) + e.offset * dtype_size(dtype_), dtype_, e.shape);
+  return Tensor(static_cast<char*>(data_) + e.offset * dtype_size(dtype_), e.dtype, e.shape);
 }
 
 Tensor Arena::view(std::string_view name) const {

@@ -75,9 +75,9 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
            ", expected a float dtype");
     const auto bytes = file.bytes(*t);
     std::vector<std::byte> aligned(bytes.begin(), bytes.end());  // file data may be unaligned
-    std::vector<std::byte> converted(static_cast<size_t>(entry.shape.numel()) *
-                                     dtype_size(params.dtype()));
-    convert(aligned.data(), t->dtype, converted.data(), params.dtype(),
+    const DType dtype = params.value(i).dtype();  // a fixed base weight may be narrower
+    std::vector<std::byte> converted(static_cast<size_t>(entry.shape.numel()) * dtype_size(dtype));
+    convert(aligned.data(), t->dtype, converted.data(), dtype,
             static_cast<size_t>(entry.shape.numel()));
     backend.upload(params.value(i), converted.data());
     loaded.push_back(entry.name);

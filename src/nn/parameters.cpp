@@ -13,9 +13,12 @@ size_t Parameters::declare(std::string name, Shape shape, Init init) {
   return values_.add(std::move(name), shape);
 }
 
-void Parameters::fix(size_t i) {
+void Parameters::fix(size_t i) { fix(i, dtype()); }
+
+void Parameters::fix(size_t i, DType storage) {
   SF_CHECK(!values_.allocated() && i < size(), "fixing parameter ", i, " of ", size());
   fixed_[i] = true;
+  values_.set_dtype(i, storage);
 }
 
 void Parameters::allocate(Backend& backend, Rng& rng) {

@@ -69,7 +69,11 @@ void SequenceModel::declare_adapters() {
   if (a.kind == AdapterKind::none) return;
   SF_CHECK(a.rank > 0 && a.alpha > 0 && a.dropout == 0, "recurrent adapter rank ", a.rank,
            ", alpha ", a.alpha, ", dropout ", a.dropout, " (adapter.dropout is for transformers)");
-  for (size_t i = 0; i < head_first_; ++i) params_.fix(i);  // the base: no gradient, no state
+  for (size_t i = 0; i < head_first_; ++i)  // the base: no gradient, no state
+    if (i >= rnn_first_ && a.bf16_base)
+      params_.fix(i, DType::bf16);
+    else
+      params_.fix(i);
   for (const std::string& t : a.targets) {
     bool any = false;
     for (size_t i = 0; i < work_.size(); ++i) {
@@ -143,7 +147,13 @@ void SequenceModel::initialize(Backend& be, uint64_t seed) {
 // The recurrence's weights for this step: W0, or W0 + s B A, or DoRA's m V / ||V||.
 void SequenceModel::prepare_weights(Backend& be) {
   const DType dt = params_.dtype();
-  for (size_t i = 0; i < work_.size(); ++i) be.copy(work_.value(i), params_.value(rnn_first_ + i));
+  for (size_t i = 0; i < work_.size(); ++i) {
+    const Tensor w0 = params_.value(rnn_first_ + i);  // bf16 when the base is held so
+    if (w0.dtype() == dt)
+      be.copy(work_.value(i), w0);
+    else
+      be.convert(work_.value(i), w0);
+  }
   const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
   for (Adapter& ad : adapters_) {
     Tensor w = work_.value(ad.work);

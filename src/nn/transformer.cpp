@@ -72,7 +72,8 @@ struct Transformer::Proj {
   size_t w = 0, b = 0;          // W0 (out, in), b (out)
   size_t A = kNone, B = kNone;  // adapter: A (rank, in), B (out, rank)
   size_t m = kNone;             // DoRA: magnitudes (out)
-  Buffer v, scale, inv_norm;    // DoRA: V = W0 + s B A (out, in), m / ||V||, 1 / ||V|| (out)
+  Buffer v, scale, inv_norm;    // DoRA: V = W0 + s B A (out, in) (f32 GEMMs), m / ||V||,
+                                // 1 / ||V|| (out)
   Buffer low;                   // bf16 copy of the weight the GEMMs use (W0, or V)
   Buffer a_low;                 // bf16 copy of A (rank, in)
   static constexpr size_t kNone = SIZE_MAX;
@@ -119,6 +120,7 @@ struct Transformer::Scratch {
   Buffer t;         // adapters: (N, in) a LoRA-with-dropout term of dx
   Buffer dnorm_w, dnorm_b;  // (C) LayerNorm gradients of a frozen base, discarded
   Buffer dz;                // (N, C) at ln_f's output
+  Buffer v;                 // (out, in) DoRA's V before its bf16 copy, with bf16 GEMMs
   Buffer x0_mask;           // (N, C) embedding dropout
 };
 
@@ -200,6 +202,7 @@ void Transformer::declare_adapters() {
       Proj& p = blocks_[i]->p[j];
       const std::string name =
           "base_model.model.transformer.h." + std::to_string(i) + "." + kNames[j];
+      if (a.bf16_base) params_.fix(p.w, DType::bf16);
       p.A = params_.declare(name + ".lora_A.weight", {a.rank, p.in},
                             Init::Uniform(1.0 / std::sqrt(double(p.in))));
       p.B = params_.declare(name + ".lora_B.weight", {p.out, a.rank}, Init::Constant(0.0));
@@ -283,6 +286,8 @@ void Transformer::set_gemm_dtype(DType dtype) {
   SF_CHECK(dtype == params_.dtype() || dtype == DType::bf16, "transformer GEMMs in ",
            dtype_name(dtype));
   low_ = dtype == DType::bf16;
+  if (opt_.adapter.bf16_base && !low_)
+    fail("adapter.base_precision: a base held in bf16 needs bf16 GEMMs (train.precision: bf16)");
 }
 
 Tensor Transformer::forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool training,
@@ -294,23 +299,34 @@ Tensor Transformer::forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool 
 // The weights of this step: DoRA's V and its scales, bf16 copies for bf16 GEMMs.
 void Transformer::prepare_weights(Backend& be) {
   const DType dt = params_.dtype();
+  SF_CHECK(low_ || !opt_.adapter.bf16_base, "a transformer base held in bf16 runs bf16 GEMMs");
   const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
   for (auto& k : blocks_)
     for (Proj& p : k->p) {
       Tensor w = params_.value(p.w);
-      if (p.m != Proj::kNone) {  // V = W0 + s B A
-        Tensor v = p.v.get(be, dt, {p.out, p.in});
-        be.copy(v, w);
+      if (p.m != Proj::kNone) {  // V = W0 + s B A; bf16 GEMMs read only its bf16 copy
+        Tensor v = (low_ ? scratch_->v : p.v).get(be, dt, {p.out, p.in});
+        if (w.dtype() == dt)
+          be.copy(v, w);
+        else
+          be.convert(v, w);
         gemm(be, dt, false, false, p.out, p.in, opt_.adapter.rank, float(s), 1.0f,
              params_.value(p.B), params_.value(p.A), v);
         be.dora_norm(p.scale.get(be, dt, {p.out}), p.inv_norm.get(be, dt, {p.out}), v,
                      params_.value(p.m));
         w = v;
       }
-      if (low_) be.convert(p.low.get(be, DType::bf16, {p.out, p.in}), w);
+      if (low_ && w.dtype() != DType::bf16)
+        be.convert(p.low.get(be, DType::bf16, {p.out, p.in}), w);
       if (low_ && p.A != Proj::kNone)
         be.convert(p.a_low.get(be, DType::bf16, {opt_.adapter.rank, p.in}), params_.value(p.A));
     }
+}
+
+// The weight bf16 GEMMs use: a base weight held in bf16 itself, else the copy of this step.
+Tensor Transformer::low_weight(const Proj& p) const {
+  const Tensor w = params_.value(p.w);
+  return w.dtype() == DType::bf16 && p.m == Proj::kNone ? w : p.low.tensor();
 }
 
 // xa(N, rank) = x A^T, on the bf16 copies (the one linear_forward just made) with bf16 GEMMs.
@@ -336,7 +352,7 @@ void Transformer::adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tenso
 void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, Tensor x,
                                Buffer& x_low, uint64_t seed) {
   const DType dt = params_.dtype();
-  const Tensor bias = params_.value(p.b), w_low = low_ ? p.low.tensor() : Tensor();
+  const Tensor bias = params_.value(p.b), w_low = low_ ? low_weight(p) : Tensor();
   if (p.A == Proj::kNone) return linear_forward(be, y, x, x_low, params_.value(p.w), w_low, bias);
   const AdapterOptions& ad = opt_.adapter;
   const int64_t N = x.dim(0), r = ad.rank;
@@ -344,7 +360,7 @@ void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, T
   Tensor xa = a.xa[j].get(be, dt, {N, r});  // (N, rank)
   if (p.m != Proj::kNone) {                 // DoRA: y = (m / ||V||) x V^T + b
     Tensor pre = a.pre[j].get(be, dt, {N, p.out});
-    linear_forward(be, pre, x, x_low, p.v.tensor(), w_low, {});
+    linear_forward(be, pre, x, x_low, low_ ? Tensor() : p.v.tensor(), w_low, {});
     be.scale_columns(y, pre, p.scale.tensor(), bias);
     adapter_input(be, p, xa, x, x_low);
     return;
@@ -370,7 +386,7 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
                                 Tensor x, Tensor x_op) {
   const DType dt = params_.dtype();
   Scratch& sc = *scratch_;
-  const Tensor w_op = low_ ? p.low.tensor() : params_.value(p.w);
+  const Tensor w_op = low_ ? low_weight(p) : params_.value(p.w);
   if (p.A == Proj::kNone) {
     if (train_base_)
       return linear_backward(be, dx, params_.grad(p.w), params_.grad(p.b), dy, sc.d_low, x_op, w_op,
@@ -394,7 +410,7 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
     gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dp, a.xa[j].tensor(), params_.grad(p.B));
     gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dp, params_.value(p.B), g);
     adapter_grad_a(be, p, g, x, x_op, s);
-    const Tensor v_op = low_ ? p.low.tensor() : p.v.tensor();
+    const Tensor v_op = low_ ? low_weight(p) : p.v.tensor();
     return linear_input_backward(be, dx, gemm_operand(be, dp, sc.d_low, low_), dp, v_op, low_);
   }
   // LoRA: dB += s dy^T xa, g = dy B, dA += s g^T x_in, dx = dy W0 + s g A (masked).

@@ -1,7 +1,8 @@
 #pragma once
 // Arena: one flat buffer with a table of named views. Parameters, gradients and optimizer moments
 // each live in one arena with identical layouts, so the optimizer, clipping, checkpointing and
-// all-reduce each touch one buffer.
+// all-reduce each touch one buffer. An entry may be stored in a narrower dtype than the arena's
+// (a frozen base weight in bf16); offsets count elements of the arena's dtype.
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,7 +18,8 @@ class Arena {
   struct Entry {
     std::string name;
     Shape shape;
-    size_t offset = 0;  // in elements; every view starts 64-byte aligned
+    size_t offset = 0;  // in elements of the arena's dtype; every view starts 64-byte aligned
+    DType dtype = DType::f32;
   };
 
   Arena() = default;
@@ -30,6 +32,8 @@ class Arena {
 
   // Reserves a view; returns its index. Only before allocate().
   size_t add(std::string name, Shape shape);
+  // Stores entry `index` in `dtype` instead of the arena's. Only before allocate().
+  void set_dtype(size_t index, DType dtype);
   // Allocates the buffer (zeroed) on `backend`.
   void allocate(Backend& backend);
   // A new, zeroed arena with the same layout and dtype (gradients, optimizer moments).
@@ -40,11 +44,16 @@ class Arena {
   Tensor view(size_t index) const;
   Tensor view(std::string_view name) const;  // throws if unknown
   const Entry* find(std::string_view name) const;
-  Tensor flat() const;  // the whole buffer, padding included (padding stays zero)
+  // The whole buffer as the arena's dtype, padding included (padding stays zero); entries of
+  // another dtype are raw bytes there.
+  Tensor flat() const;
+  bool uniform() const;  // every entry in the arena's dtype
   size_t elements() const { return elements_; }
   bool allocated() const { return data_ != nullptr; }
 
  private:
+  void layout();  // the entries' offsets and elements_
+
   DType dtype_ = DType::f32;
   std::vector<Entry> entries_;
   size_t elements_ = 0;

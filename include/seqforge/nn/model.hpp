@@ -34,6 +34,7 @@ struct AdapterOptions {
   // recurrent layer's weights in every layer and direction: lstm.weight_ih, lstm.weight_hh (the
   // cell's name first: gru.weight_ih, ...), lstm.weight_hr.
   std::vector<std::string> targets = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+  bool bf16_base = false;  // the targeted base weights held in bf16 (a transformer: bf16 GEMMs)
 };
 
 struct TransformerOptions {

@@ -23,8 +23,10 @@ class Parameters {
   // Declares a parameter; returns its index. Only before allocate().
   size_t declare(std::string name, Shape shape, Init init);
   // Marks parameter i as never trained (a base model under adapters): its gradient and its
-  // optimizer state are empty views, so it costs only its value. Only before allocate().
+  // optimizer state are empty views, so it costs only its value, held in `storage` (the
+  // parameters' dtype, or narrower: bf16). Only before allocate().
   void fix(size_t i);
+  void fix(size_t i, DType storage);
   bool fixed(size_t i) const { return fixed_[i]; }
   // Allocates values and gradients and draws every value from its Init, in declaration order.
   void allocate(Backend& backend, Rng& rng);
@@ -36,7 +38,7 @@ class Parameters {
   Arena& grads() { return grads_; }
   const Arena& values() const { return values_; }
   const Arena& grads() const { return grads_; }
-  DType dtype() const { return values_.dtype(); }
+  DType dtype() const { return values_.dtype(); }  // of every parameter but narrower fixed ones
   size_t size() const { return values_.entries().size(); }
   int64_t count() const;  // total number of scalars
   const Init& init(size_t i) const { return inits_[i]; }
