@@ -326,11 +326,21 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
     return Config::load(SEQFORGE_SOURCE_DIR "/examples/configs/shakespeare_gpt.yaml", extra);
   };
   train(config({"train.epochs=1", "train.run_dir=" + (dir / "base").string()}), log);
-  for (const char* kind : {"lora", "dora"}) {
-    const fs::path run = dir / kind;
-    train(config({"train.epochs=1", "adapter.kind=" + std::string(kind), "adapter.rank=4",
-                  "adapter.targets=[attn.c_attn, mlp.c_proj]", "adapter.dropout=0",
-                  "model.init_from=" + (dir / "base").string(), "train.run_dir=" + run.string()}),
+  // The base in f32 (default), or held in bf16 (its checkpoint then holds it rounded to bf16).
+  for (const auto& [kind, bf16_base] :
+       {std::pair{"lora", false}, std::pair{"dora", false}, std::pair{"dora", true}}) {
+    if (bf16_base && !test::cpu_runs_bf16()) continue;
+    const fs::path run = dir / (std::string(kind) + (bf16_base ? "_bf16_base" : ""));
+    std::vector<std::string> held;
+    if (bf16_base) held = {"adapter.base_precision=bf16", "train.precision=bf16"};
+    auto adapter_config = [&](std::vector<std::string> extra) {
+      extra.insert(extra.end(), held.begin(), held.end());
+      return config(extra);
+    };
+    train(adapter_config({"train.epochs=1", "adapter.kind=" + std::string(kind), "adapter.rank=4",
+                          "adapter.targets=[attn.c_attn, mlp.c_proj]", "adapter.dropout=0",
+                          "model.init_from=" + (dir / "base").string(),
+                          "train.run_dir=" + run.string()}),
           log);
     EXPECT_NE(log.str().find(std::string("adapters: ") + kind + " rank 4"), std::string::npos);
     // Resumed for a second epoch from its own state.
@@ -352,6 +362,16 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
       const io::SafetensorsEntry* b = base.find(e.name);
       ASSERT_NE(b, nullptr) << e.name;
       const auto x = base.bytes(*b), y = tuned.bytes(e);
+      const bool targeted = e.name.find("attn.c_attn.weight") != std::string::npos ||
+                            e.name.find("mlp.c_proj.weight") != std::string::npos;
+      EXPECT_EQ(e.dtype, bf16_base && targeted ? DType::bf16 : DType::f32) << e.name;
+      if (e.dtype == DType::bf16) {  // the base's values rounded to bf16
+        const size_t n = static_cast<size_t>(Shape(e.shape).numel());
+        std::vector<std::byte> rounded(n * 2);
+        convert(x.data(), DType::f32, rounded.data(), DType::bf16, n);
+        EXPECT_TRUE(std::equal(rounded.begin(), rounded.end(), y.begin(), y.end())) << e.name;
+        continue;
+      }
       EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end())) << e.name << " moved";
     }
     EXPECT_EQ(adapters, 2 * 2 * (std::string(kind) == "dora" ? 3 : 2));
@@ -367,7 +387,7 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
     EXPECT_GT(adapted.at("samples"), 0);
     EXPECT_EQ(generate(run.string(), "KING", 20, 0.0, 0, 1).rfind("KING", 0), 0u);
     // Merged into plain weights, the model scores the same (to the rounding of its GEMMs).
-    const std::string merged = (dir / (std::string(kind) + "_merged.safetensors")).string();
+    const std::string merged = (dir / (run.filename().string() + "_merged.safetensors")).string();
     EXPECT_EQ(merge_adapters(run.string(), merged), 2 * 2);
     const io::SafetensorsFile plain = io::SafetensorsFile::read(merged);
     for (const auto& e : plain.entries()) EXPECT_EQ(e.name.find("lora"), std::string::npos);
@@ -376,11 +396,11 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
     EXPECT_NEAR(m.at("test_loss"), adapted.at("test_loss"), 1e-4 * adapted.at("test_loss"));
     // Started from the adapter run itself (learning rate 0), its adapters are kept as saved,
     // DoRA's magnitudes too: the same test loss.
-    const fs::path again = dir / (std::string(kind) + "_again");
+    const fs::path again = dir / (run.filename().string() + "_again");
     std::ostringstream again_log;
-    train(config({"train.epochs=1", "adapter.kind=" + std::string(kind), "adapter.rank=4",
-                  "adapter.targets=[attn.c_attn, mlp.c_proj]", "optim.lr=0",
-                  "model.init_from=" + run.string(), "train.run_dir=" + again.string()}),
+    train(adapter_config({"train.epochs=1", "adapter.kind=" + std::string(kind), "adapter.rank=4",
+                          "adapter.targets=[attn.c_attn, mlp.c_proj]", "optim.lr=0",
+                          "model.init_from=" + run.string(), "train.run_dir=" + again.string()}),
           again_log);
     EXPECT_EQ(evaluate(again.string(), "test").at("test_loss"), adapted.at("test_loss"))
         << again_log.str();
@@ -617,7 +637,7 @@ TEST(Trainer, AdaptersFineTuneAFrozenLstm) {
     }
     EXPECT_EQ(adapters, 2 * (std::string(kind) == "dora" ? 3 : 2));
     const auto adapted = evaluate(run.string(), "test");
-    const std::string merged = (dir / (std::string(kind) + "_merged.safetensors")).string();
+    const std::string merged = (dir / (run.filename().string() + "_merged.safetensors")).string();
     EXPECT_EQ(merge_adapters(run.string(), merged), 2);
     const io::SafetensorsFile plain = io::SafetensorsFile::read(merged);
     for (const auto& e : plain.entries()) EXPECT_EQ(e.name.find("lora"), std::string::npos);

@@ -297,9 +297,6 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   RecordingBackend be(*cpu);
   ModelOptions model_options = w.model;
   model_options.transformer.checkpoint_activations = options.checkpoint_activations;
-  // As training holds it by default (adapter.base_precision auto): in bf16 with bf16 GEMMs.
-  model_options.adapter.bf16_base =
-      model_options.adapter.kind != AdapterKind::none && gemm_dtype == DType::bf16;
   std::unique_ptr<Model> made = make_model(model_options);
   Model& model = *made;
   model.initialize(be, 1);

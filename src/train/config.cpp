@@ -185,10 +185,10 @@ const std::vector<ConfigKey> kKeys = {
      "`attn.c_proj`, `mlp.c_fc`, `mlp.c_proj`), or a recurrent layer's weights in every layer "
      "and direction (`lstm.weight_ih`, `lstm.weight_hh`, `lstm.weight_hr`; `gru.` likewise). "
      "Empty: all four Linears, or weight_ih and weight_hh."},
-    {"adapter.base_precision", T::string, "auto",
+    {"adapter.base_precision", T::string, "fp32",
      "How the frozen base's targeted weights are held in memory: `fp32`, or `bf16` (half the "
-     "memory; needs bf16 GEMMs, which read those weights in bf16 anyway). `auto`: bf16 when the "
-     "run's GEMMs are bf16 (train.precision)."},
+     "memory, as a base loaded in bf16: the run's checkpoint and merge hold them rounded to bf16; "
+     "needs bf16 GEMMs, train.precision bf16)."},
     {"optim.kind", T::string, "adamw", "`adamw`, `adam` or `sgd`."},
     {"optim.lr", T::number, "0.001", "Peak learning rate."},
     {"optim.weight_decay", T::number, "auto",

@@ -304,9 +304,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   if (top_k < 0) fail("--top-k must be positive, got ", top_k);
   if (length < 0) fail("--length must be >= 0, got ", length);
   auto be = make_run_backend();
-  auto model = make_model(r.task.model);
-  model->initialize(*be, 0);
-  io::load_parameters(r.file.source(), model->parameters(), *be);
+  auto model = load_model(*be, r, nullptr);  // in the run's precision, as eval and predict
   const std::u32string& vocab = r.task.text.vocab;
   std::vector<int64_t> ids;
   const std::u32string start = prompt.empty() ? U"\n" : decode_utf8(prompt, "--prompt");

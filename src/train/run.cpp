@@ -51,13 +51,12 @@ AdapterOptions adapter_options(const Config& c, int64_t width, const std::string
   if (!cell.empty() && a.dropout > 0)
     fail(c.source(), ": adapter.dropout applies to transformers so far; set it to 0");
   const std::string base = c.str("adapter.base_precision");
-  if (base != "auto" && base != "fp32" && base != "bf16")
-    fail(c.source(), ": adapter.base_precision must be auto, fp32 or bf16, got '", base, "'");
-  const bool bf16_gemms = resolve_precision(c.str("train.precision"), nullptr) == DType::bf16;
-  if (base == "bf16" && !bf16_gemms)
+  if (base != "fp32" && base != "bf16")
+    fail(c.source(), ": adapter.base_precision must be fp32 or bf16, got '", base, "'");
+  a.bf16_base = a.kind != AdapterKind::none && base == "bf16";
+  if (a.bf16_base && resolve_precision(c.str("train.precision"), nullptr) != DType::bf16)
     fail(c.source(), ": adapter.base_precision bf16 needs bf16 GEMMs (train.precision: bf16 on a ",
          "CPU with AVX512-BF16 or AMX-BF16)");
-  a.bf16_base = a.kind != AdapterKind::none && (base == "bf16" || (base == "auto" && bf16_gemms));
   a.targets = c.list("adapter.targets");
   if (a.targets.empty())
     a.targets = cell.empty() ? AdapterOptions().targets
