@@ -95,6 +95,29 @@ TEST(Arena, AlignedNamedViews) {
     EXPECT_EQ(v, 0.0);
 }
 
+TEST(Arena, EntriesOfANarrowerDtypeTakeTheirOwnBytes) {
+  auto be = make_cpu_backend();
+  Arena wide(DType::f32), mixed(DType::f32);
+  for (Arena* a : {&wide, &mixed}) {
+    a->add("w", {64, 33});
+    a->add("b", {64});
+  }
+  mixed.set_dtype(0, DType::bf16);
+  EXPECT_FALSE(mixed.uniform());
+  EXPECT_TRUE(wide.uniform());
+  wide.allocate(*be);
+  mixed.allocate(*be);
+  EXPECT_EQ(mixed.view(0).dtype(), DType::bf16);
+  EXPECT_EQ(mixed.view(0).shape(), Shape({64, 33}));
+  EXPECT_EQ(mixed.view(1).dtype(), DType::f32);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(mixed.view(1).data()) % 64, 0u);
+  // 64 x 33 bf16 values take 1056 f32 slots; b starts at the next 64-byte boundary.
+  EXPECT_EQ(mixed.entries()[1].offset, 1056u);
+  EXPECT_EQ(mixed.elements(), 1056u + 64u);
+  EXPECT_EQ(wide.elements(), 64u * 33u + 64u);
+  EXPECT_THROW(mixed.set_dtype(1, DType::bf16), Error);  // after allocation
+}
+
 TEST(Buffer, ReusesMemoryForRepeatedShapes) {
   auto be = make_cpu_backend();
   Buffer buf;
