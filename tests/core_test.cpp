@@ -103,8 +103,8 @@ TEST(Arena, EntriesOfANarrowerDtypeTakeTheirOwnBytes) {
     a->add("b", {64});
   }
   mixed.set_dtype(0, DType::bf16);
-  EXPECT_FALSE(mixed.uniform());
-  EXPECT_TRUE(wide.uniform());
+  EXPECT_EQ(mixed.entries()[0].dtype, DType::bf16);
+  EXPECT_EQ(wide.entries()[0].dtype, DType::f32);
   wide.allocate(*be);
   mixed.allocate(*be);
   EXPECT_EQ(mixed.view(0).dtype(), DType::bf16);

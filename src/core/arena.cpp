@@ -50,12 +50,6 @@ void Arena::layout() {
   }
 }
 
-bool Arena::uniform() const {
-  for (const Entry& e : entries_)
-    if (e.dtype != dtype_) return false;
-  return true;
-}
-
 void Arena::allocate(Backend& backend) {
   SF_CHECK(!data_, "arena allocated twice");
   backend_ = &backend;

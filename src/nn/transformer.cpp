@@ -286,8 +286,6 @@ void Transformer::set_gemm_dtype(DType dtype) {
   SF_CHECK(dtype == params_.dtype() || dtype == DType::bf16, "transformer GEMMs in ",
            dtype_name(dtype));
   low_ = dtype == DType::bf16;
-  if (opt_.adapter.bf16_base && !low_)
-    fail("adapter.base_precision: a base held in bf16 needs bf16 GEMMs (train.precision: bf16)");
 }
 
 Tensor Transformer::forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool training,
@@ -299,7 +297,8 @@ Tensor Transformer::forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool 
 // The weights of this step: DoRA's V and its scales, bf16 copies for bf16 GEMMs.
 void Transformer::prepare_weights(Backend& be) {
   const DType dt = params_.dtype();
-  SF_CHECK(low_ || !opt_.adapter.bf16_base, "a transformer base held in bf16 runs bf16 GEMMs");
+  if (opt_.adapter.bf16_base && !low_)
+    fail("adapter.base_precision: a base held in bf16 needs bf16 GEMMs (train.precision: bf16)");
   const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
   for (auto& k : blocks_)
     for (Proj& p : k->p) {

@@ -164,7 +164,8 @@ std::vector<std::string> ignored_settings(const Config& c) {
       out.push_back(std::string(key) + " is for transformers; model.family is " + family +
                     ": it is ignored");
   const bool adapters = c.str("adapter.kind") != "none";
-  for (const char* key : {"adapter.rank", "adapter.alpha", "adapter.dropout", "adapter.targets"})
+  for (const char* key : {"adapter.rank", "adapter.alpha", "adapter.dropout", "adapter.targets",
+                          "adapter.base_precision"})
     if (!adapters && c.is_set(key))
       out.push_back(std::string(key) + " is set but adapter.kind is none: no adapter is trained");
   if (adapters && c.str("model.init_from").empty())

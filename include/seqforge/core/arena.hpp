@@ -47,7 +47,6 @@ class Arena {
   // The whole buffer as the arena's dtype, padding included (padding stays zero); entries of
   // another dtype are raw bytes there.
   Tensor flat() const;
-  bool uniform() const;  // every entry in the arena's dtype
   size_t elements() const { return elements_; }
   bool allocated() const { return data_ != nullptr; }
 

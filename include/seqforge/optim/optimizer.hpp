@@ -32,7 +32,6 @@ class Optimizer {
   // parameter counts its own updates (Adam's bias correction, SGD's first momentum step), as
   // PyTorch does for parameters that start training late.
   void set_frozen(std::vector<bool> frozen);
-  bool decays(size_t i) const;  // whether weight decay applies to parameter i
   const std::vector<int64_t>& param_steps() const { return param_steps_; }
   void set_steps(int64_t steps, std::vector<int64_t> param_steps);  // when resuming
   void set_lr(double lr) { opt_.lr = lr; }
@@ -40,6 +39,8 @@ class Optimizer {
   Arena& state(int i) { return i == 0 ? m_ : v_; }  // Adam: exp_avg, exp_avg_sq; SGD: momentum
 
  private:
+  bool decays(size_t i) const;  // whether weight decay applies to parameter i
+
   Backend& be_;
   Parameters& params_;
   OptimizerOptions opt_;
