@@ -79,7 +79,8 @@ TEST(Bf16, RejectsBf16WithF64Parameters) {
 }
 
 // A frozen base held in bf16 under adapters gives exactly what the f32 base gives when its values
-// are bf16's (the GEMMs read them in bf16 either way), for LoRA and DoRA on both families.
+// are bf16's (the GEMMs read them in bf16 either way), for LoRA and DoRA on both families, and
+// close to what f32 GEMMs give.
 struct AdaptedStep {
   std::vector<double> y, grads;
 };
@@ -127,6 +128,13 @@ void expect_bf16_base_matches(const ModelOptions& opt, Tensor x) {
   const AdaptedStep a = adapted_step(*be, *full, x), b = adapted_step(*be, *low, x);
   EXPECT_EQ(a.y, b.y);
   EXPECT_EQ(a.grads, b.grads);
+  // And the bf16 GEMMs near the f32 ones on the same values, relative to the largest of each.
+  full->set_gemm_dtype(DType::f32);
+  const AdaptedStep c = adapted_step(*be, *full, x);
+  const double ey = max_rel_error(a.y, c.y, 1.0), eg = max_rel_error(a.grads, c.grads, 1.0);
+  std::printf("bf16 vs f32 GEMMs: output %.2e, gradients %.2e\n", ey, eg);
+  EXPECT_LT(ey, 3e-2);  // the bounds of CloseToFp32
+  EXPECT_LT(eg, 5e-2);
 }
 
 TEST(Bf16, FrozenBaseHeldInBf16GivesTheSameStep) {
@@ -137,10 +145,13 @@ TEST(Bf16, FrozenBaseHeldInBf16GivesTheSameStep) {
     gpt.family = ModelFamily::transformer;
     gpt.vocab_size = 11;
     gpt.transformer = {.block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 24};
-    gpt.adapter = {.kind = kind, .rank = 4, .alpha = 8.0};
     std::vector<int64_t> ids(3 * 16);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i * 7 % 11);
-    expect_bf16_base_matches(gpt, Tensor(ids.data(), DType::i64, {3, 16}));
+    for (const double dropout : {0.0, 0.2}) {  // adapter dropout: DoRA's base term on its own
+      SCOPED_TRACE("adapter dropout " + std::to_string(dropout));
+      gpt.adapter = {.kind = kind, .rank = 4, .alpha = 8.0, .dropout = dropout};
+      expect_bf16_base_matches(gpt, Tensor(ids.data(), DType::i64, {3, 16}));
+    }
 
     ModelOptions lstm = options(true);
     lstm.adapter = {

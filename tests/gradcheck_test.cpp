@@ -394,9 +394,9 @@ TEST(GradCheck, Transformer) {
 namespace seqforge {
 namespace {
 
-// Adapters on a frozen transformer: every adapter parameter's gradient against central
-// differences (LoRA with adapter dropout; DoRA's magnitudes, whose gradient does not depend on
-// treating ||V|| as a constant), and no gradient at all for the base.
+// Adapters with adapter dropout on a frozen transformer: every adapter parameter's gradient
+// against central differences (LoRA; DoRA's magnitudes, whose gradient does not depend on
+// treating ||V|| as a constant, and through them DoRA's dx), and no gradient at all for the base.
 TEST(GradCheck, TransformerAdapters) {
   for (const AdapterKind kind : {AdapterKind::lora, AdapterKind::dora}) {
     auto be = make_reference_backend();
@@ -404,7 +404,7 @@ TEST(GradCheck, TransformerAdapters) {
     o.adapter = {.kind = kind,
                  .rank = 2,
                  .alpha = 3.0,
-                 .dropout = kind == AdapterKind::lora ? 0.25 : 0.0,
+                 .dropout = 0.25,
                  .targets = {"attn.c_attn", "mlp.c_proj", "attn.c_proj"}};
     Transformer model(o, DType::f64);
     model.initialize(*be, 3);

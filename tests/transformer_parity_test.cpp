@@ -68,6 +68,7 @@ Errors replay(const std::string& name, Backend& be, DType dt) {
     o.adapter.rank = c["r"];
     o.adapter.alpha = c["a"];
     o.adapter.targets = c["targets"].get<std::vector<std::string>>();
+    o.adapter.dropout = c.value("drop", 0.0);
   }
   if (c.contains("k")) o.num_classes = c["k"];
   o.segments = c.value("seg", 0);
@@ -95,8 +96,8 @@ Errors replay(const std::string& name, Backend& be, DType dt) {
   if (f.find("lengths")) lengths.emplace(be, DType::i64, Shape{B}, values(f, "lengths"));
   if (f.find("segments")) segments.emplace(be, DType::i64, Shape{B, T}, values(f, "segments"));
   model.set_token_layout(lengths ? lengths->t : Tensor(), segments ? segments->t : Tensor());
-  Rng rng(1);
-  Tensor logits = model.forward(be, ids.t, false, rng);
+  Rng rng(1);  // adapter dropout draws its masks as the fixture did, in a training pass
+  Tensor logits = model.forward(be, ids.t, o.adapter.dropout > 0, rng);
   const double loss = be.cross_entropy_loss(logits, targets.t, {}, -100, dlogits.t);
   Errors e;
   e.forward = std::max(max_rel_error(to_doubles(be, logits), values(f, "logits")),

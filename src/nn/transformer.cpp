@@ -22,12 +22,13 @@ namespace {
 
 constexpr double kLayerNormEps = 1e-5;
 
-// y(N, out) = x(N, in) W(out, in)^T (+ b when given); in bf16 on copies of x (made here into
-// x_low) and of W (w_low, made once per step) when w_low is given.
+// y(N, out) = x(N, in) W(out, in)^T (+ b when given, + beta y); in bf16 on copies of x (made
+// here into x_low) and of W (w_low, made once per step) when w_low is given.
 void linear_forward(Backend& be, Tensor y, Tensor x, Buffer& x_low, Tensor w, Tensor w_low,
-                    Tensor b) {
+                    Tensor b, float beta = 0.0f) {
   const int64_t n = x.dim(0), in = x.dim(1), out = y.dim(1);
-  GemmShape s{.trans_b = true, .m = n, .n = out, .k = in, .lda = in, .ldb = in, .ldc = out};
+  GemmShape s{
+      .trans_b = true, .m = n, .n = out, .k = in, .lda = in, .ldb = in, .ldc = out, .beta = beta};
   s.bias = !b.empty();
   const void* bias = b.empty() ? nullptr : b.data();
   if (w_low.empty()) return be.gemm(s, w.dtype(), x.data(), w.data(), y.data(), bias);
@@ -75,6 +76,7 @@ struct Transformer::Proj {
   Buffer v, scale, inv_norm;    // DoRA: V = W0 + s B A (out, in) (f32 GEMMs), m / ||V||,
                                 // 1 / ||V|| (out)
   Buffer low;                   // bf16 copy of the weight the GEMMs use (W0, or V)
+  Buffer base_low;              // DoRA with dropout: bf16 copy of W0 (out, in) when it is f32
   Buffer a_low;                 // bf16 copy of A (rank, in)
   static constexpr size_t kNone = SIZE_MAX;
 };
@@ -117,7 +119,9 @@ struct Transformer::Scratch {
   Buffer g, g_low;  // adapters: (N, rank) the gradient at x A^T, and its bf16 copy
   Buffer dp, dp2;   // adapters: (N, out) DoRA's gradient at x V^T, and dy * x V^T
   Buffer dm_col;    // adapters: (out) DoRA's column sums of dy * x V^T
-  Buffer t;         // adapters: (N, in) a LoRA-with-dropout term of dx
+  Buffer t;         // adapters: (N, in) a with-dropout term of dx
+  Buffer rest, rest_low;    // DoRA with dropout: (N, in) x minus the adapter's dropped input, and
+                            // its bf16 copy
   Buffer dnorm_w, dnorm_b;  // (C) LayerNorm gradients of a frozen base, discarded
   Buffer dz;                // (N, C) at ln_f's output
   Buffer v;                 // (out, in) DoRA's V before its bf16 copy, with bf16 GEMMs
@@ -183,8 +187,6 @@ void Transformer::declare_adapters() {
   if (a.kind == AdapterKind::none) return;
   SF_CHECK(a.rank > 0 && a.alpha > 0 && a.dropout >= 0 && a.dropout < 1, "adapter rank ", a.rank,
            ", alpha ", a.alpha, ", dropout ", a.dropout);
-  if (a.kind == AdapterKind::dora && a.dropout > 0)
-    fail("adapter.dropout applies to lora so far; a dora adapter takes 0");
   train_base_ = false;
   for (size_t i = 0; i < base_params_; ++i)  // the base never trains: no gradient, no state
     if (i != wse_ && i != cls_w_ && i != cls_b_) params_.fix(i);
@@ -319,6 +321,9 @@ void Transformer::prepare_weights(Backend& be) {
         be.convert(p.low.get(be, DType::bf16, {p.out, p.in}), w);
       if (low_ && p.A != Proj::kNone)
         be.convert(p.a_low.get(be, DType::bf16, {opt_.adapter.rank, p.in}), params_.value(p.A));
+      const Tensor w0 = params_.value(p.w);
+      if (low_ && p.m != Proj::kNone && adapter_dropping_ && w0.dtype() != DType::bf16)
+        be.convert(p.base_low.get(be, DType::bf16, {p.out, p.in}), w0);
     }
 }
 
@@ -326,6 +331,13 @@ void Transformer::prepare_weights(Backend& be) {
 Tensor Transformer::low_weight(const Proj& p) const {
   const Tensor w = params_.value(p.w);
   return w.dtype() == DType::bf16 && p.m == Proj::kNone ? w : p.low.tensor();
+}
+
+// W0 as the GEMMs read it, also under DoRA (whose GEMMs otherwise read V).
+Tensor Transformer::base_weight(const Proj& p) const {
+  const Tensor w = params_.value(p.w);
+  if (!low_ || w.dtype() == DType::bf16) return w;
+  return p.m == Proj::kNone ? p.low.tensor() : p.base_low.tensor();
 }
 
 // xa(N, rank) = x A^T, on the bf16 copies (the one linear_forward just made) with bf16 GEMMs.
@@ -356,27 +368,35 @@ void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, T
   const AdapterOptions& ad = opt_.adapter;
   const int64_t N = x.dim(0), r = ad.rank;
   const float s = float(ad.alpha / double(r));
-  Tensor xa = a.xa[j].get(be, dt, {N, r});  // (N, rank)
-  if (p.m != Proj::kNone) {                 // DoRA: y = (m / ||V||) x V^T + b
-    Tensor pre = a.pre[j].get(be, dt, {N, p.out});
-    linear_forward(be, pre, x, x_low, low_ ? Tensor() : p.v.tensor(), w_low, {});
-    be.scale_columns(y, pre, p.scale.tensor(), bias);
-    adapter_input(be, p, xa, x, x_low);
-    return;
-  }
-  linear_forward(be, y, x, x_low, params_.value(p.w), w_low, bias);  // LoRA: + s x A^T B^T
-  Tensor in = x;
+  Tensor in = x;  // the adapter's input: x, or x with dropout (PEFT's lora_dropout)
   if (adapter_dropping_) {
     Tensor mask = a.xd_mask[j].get(be, dt, x.shape());
     be.dropout_mask(mask, ad.dropout, mix_seed(seed, 16 + uint64_t(j)));
     in = a.xd[j].get(be, dt, x.shape());
     be.mul(in, x, mask);
   }
+  if (p.m != Proj::kNone) {  // DoRA: y = (m / ||V||) in V^T + b (+ (x - in) W0^T, see below)
+    Tensor pre = a.pre[j].get(be, dt, {N, p.out});
+    linear_forward(be, pre, in, x_low, low_ ? Tensor() : p.v.tensor(), w_low, {});
+    be.scale_columns(y, pre, p.scale.tensor(), bias);
+    if (adapter_dropping_) {  // PEFT: the base on x, DoRA's correction on the dropped input
+      Tensor rest = scratch_->rest.get(be, dt, x.shape());  // (N, in) x - in
+      be.copy(rest, in);
+      be.scale(rest, -1.0);
+      be.add(rest, x);
+      linear_forward(be, y, rest, scratch_->rest_low, params_.value(p.w),
+                     low_ ? base_weight(p) : Tensor(), {}, 1.0f);
+    }
+  } else {  // LoRA: y = x W0^T + b + s in A^T B^T
+    linear_forward(be, y, x, x_low, params_.value(p.w), w_low, bias);
+  }
+  Tensor xa = a.xa[j].get(be, dt, {N, r});  // (N, rank) in A^T
   if (adapter_dropping_)
     gemm(be, dt, false, true, N, r, p.in, 1.0f, 0.0f, in, params_.value(p.A), xa);
   else
     adapter_input(be, p, xa, x, x_low);
-  gemm(be, dt, false, true, N, p.out, r, s, 1.0f, xa, params_.value(p.B), y);
+  if (p.m == Proj::kNone)
+    gemm(be, dt, false, true, N, p.out, r, s, 1.0f, xa, params_.value(p.B), y);
 }
 
 // dx(N, in) from dy(N, out) through the Linear j, and the gradients of what trains: the base
@@ -395,11 +415,16 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
   const AdapterOptions& ad = opt_.adapter;
   const int64_t N = dy.dim(0), r = ad.rank;
   const float s = float(ad.alpha / double(r));
-  Tensor g = sc.g.get(be, dt, {N, r});  // (N, rank) the gradient at x A^T, over s
-  if (p.m != Proj::kNone) {  // DoRA, ||V|| a constant: dP = dy m/||V||, dm = sum dy x V^T/||V||
+  Tensor g = sc.g.get(be, dt, {N, r});  // (N, rank) the gradient at in A^T, over s
+  // The adapter's dA += s g^T in, from the input forward gave it.
+  auto grad_a = [&] {
+    if (!adapter_dropping_) return adapter_grad_a(be, p, g, x, x_op, s);
+    gemm(be, dt, true, false, r, p.in, N, s, 1.0f, g, a.xd[j].tensor(), params_.grad(p.A));
+  };
+  if (p.m != Proj::kNone) {  // DoRA, ||V|| a constant: dP = dy m/||V||, dm = sum dy in V^T/||V||
     Tensor dp = sc.dp.get(be, dt, dy.shape());
     be.scale_columns(dp, dy, p.scale.tensor(), {});
-    Tensor t = sc.dp2.get(be, dt, dy.shape());  // dy x V^T, summed over rows, then / ||V||
+    Tensor t = sc.dp2.get(be, dt, dy.shape());  // dy in V^T, summed over rows, then / ||V||
     be.mul(t, dy, a.pre[j].tensor());
     Tensor col = sc.dm_col.get(be, dt, {p.out});
     be.fill(col, 0.0);
@@ -408,18 +433,24 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
     be.add(params_.grad(p.m), col);
     gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dp, a.xa[j].tensor(), params_.grad(p.B));
     gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dp, params_.value(p.B), g);
-    adapter_grad_a(be, p, g, x, x_op, s);
+    grad_a();
     const Tensor v_op = low_ ? low_weight(p) : p.v.tensor();
-    return linear_input_backward(be, dx, gemm_operand(be, dp, sc.d_low, low_), dp, v_op, low_);
+    linear_input_backward(be, dx, gemm_operand(be, dp, sc.d_low, low_), dp, v_op, low_);
+    if (!adapter_dropping_) return;
+    // dx = dy W0 + (dP V - dy W0) * mask, from y = (x - in) W0^T + ... with in = x * mask.
+    Tensor base = sc.t.get(be, dt, dx.shape());  // (N, in) dy W0
+    linear_input_backward(be, base, gemm_operand(be, dy, sc.d_low, low_), dy,
+                          low_ ? base_weight(p) : params_.value(p.w), low_);
+    be.scale(base, -1.0);
+    be.add(dx, base);
+    be.mul(dx, dx, a.xd_mask[j].tensor());
+    be.scale(base, -1.0);
+    return be.add(dx, base);
   }
-  // LoRA: dB += s dy^T xa, g = dy B, dA += s g^T x_in, dx = dy W0 + s g A (masked).
+  // LoRA: dB += s dy^T xa, g = dy B, dA += s g^T in, dx = dy W0 + s (g A) * mask.
   gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dy, a.xa[j].tensor(), params_.grad(p.B));
   gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dy, params_.value(p.B), g);
-  const Tensor in = adapter_dropping_ ? a.xd[j].tensor() : x;
-  if (adapter_dropping_)
-    gemm(be, dt, true, false, r, p.in, N, s, 1.0f, g, in, params_.grad(p.A));
-  else
-    adapter_grad_a(be, p, g, x, x_op, s);
+  grad_a();
   linear_input_backward(be, dx, gemm_operand(be, dy, sc.d_low, low_), dy, w_op, low_);
   if (!adapter_dropping_)
     return gemm(be, dt, false, false, N, p.in, r, s, 1.0f, g, params_.value(p.A), dx);
@@ -575,7 +606,7 @@ Tensor Transformer::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
             .scale = 1.0 / std::sqrt(double(C / opt_.n_head))};
   dropping_ = training && opt_.dropout > 0;
   adapter_dropping_ =
-      training && opt_.adapter.kind == AdapterKind::lora && opt_.adapter.dropout > 0;
+      training && opt_.adapter.kind != AdapterKind::none && opt_.adapter.dropout > 0;
   // One set of activations per block, or one for all when backward recomputes them.
   acts_.resize(opt_.checkpoint_activations ? 1 : blocks_.size());
   for (auto& a : acts_)

@@ -11,6 +11,8 @@ For every configuration: the parameters (nanoGPT's initialisation, then biases a
 parameters perturbed so that every tensor matters), token ids and targets, the logits, the
 cross-entropy loss and every parameter gradient, computed in float64 from float32-representable
 parameters, and the trained parameters after one AdamW step with nanoGPT's decay groups.
+With adapter dropout (drop), the pass is a training one whose adapter dropout masks are seqforge's:
+drawn per block from Rng(1) and hashed per element, as the engine draws them (see DropoutMasks).
 
 Usage: /usr/bin/python3 tests/python/make_transformer_fixtures.py OUT_DIR
 Each fixture is OUT_DIR/<name>.safetensors; OUT_DIR/transformer_index.txt lists them.
@@ -25,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_parity_fixtures import f32, max_rel_error, write_safetensors  # noqa: E402
 
 # v vocabulary, c width, l layers, h heads (head size c / h), t tokens, b batch, bs block size;
-# adapter: "lora" or "dora" on the Linears named in targets, of rank r and alpha a (base frozen).
+# adapter: "lora" or "dora" on the Linears named in targets, of rank r and alpha a (base frozen),
+# drop its dropout.
 CONFIGS = [
     dict(v=5, c=4, l=1, h=1, t=1, b=1, bs=1),
     dict(v=11, c=12, l=1, h=2, t=7, b=3, bs=8),
@@ -51,6 +54,13 @@ CONFIGS = [
          a=8.0, targets=["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]),
     dict(v=17, c=24, l=1, h=2, t=16, b=5, bs=16, causal=False, k=4, seg=2, adapter="lora", r=2,
          a=4.0, targets=["attn.c_attn", "mlp.c_fc"]),
+    # adapter dropout, PEFT's lora_dropout
+    dict(v=17, c=24, l=2, h=3, t=19, b=3, bs=24, adapter="dora", r=4, a=8.0, drop=0.25,
+         targets=["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]),
+    dict(v=11, c=30, l=2, h=5, t=23, b=2, bs=24, adapter="lora", r=3, a=6.0, drop=0.4,
+         targets=["attn.c_attn", "mlp.c_proj"]),
+    dict(v=13, c=20, l=1, h=2, t=17, b=4, bs=24, causal=False, k=3, seg=2, adapter="dora", r=2,
+         a=2.0, drop=0.1, targets=["attn.c_proj", "mlp.c_fc"]),
 ]
 
 
@@ -61,12 +71,82 @@ def name_of(c):
         name += "_cls%d_seg%d" % (c["k"], c.get("seg", 0))
     if "adapter" in c:
         name += "_%s_r%d_%dtargets" % (c["adapter"], c["r"], len(c["targets"]))
+    if c.get("drop"):
+        name += "_drop%g" % c["drop"]
     return name
+
+
+MASK64 = (1 << 64) - 1
+
+
+def splitmix_finalize(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+class SeqforgeRng:
+    """seqforge's Rng: xoshiro256** seeded through splitmix64."""
+
+    def __init__(self, seed):
+        self.s = []
+        for _ in range(4):
+            seed = (seed + 0x9E3779B97F4A7C15) & MASK64
+            self.s.append(splitmix_finalize(seed))
+
+    def next(self):
+        s = self.s
+        rotl = lambda x, k: ((x << k) | (x >> (64 - k))) & MASK64  # noqa: E731
+        result = (rotl((s[1] * 5) & MASK64, 7) * 9) & MASK64
+        t = (s[1] << 17) & MASK64
+        s[2] ^= s[0]
+        s[3] ^= s[1]
+        s[1] ^= s[2]
+        s[0] ^= s[3]
+        s[2] ^= t
+        s[3] = rotl(s[3], 45)
+        return result
+
+
+def dropout_mask(seed, p, rows, cols):
+    """seqforge's dropout mask of a (rows, cols) tensor: element i (row-major) is dropped when the
+    top 53 bits of a counter hash of (seed, i), as a fraction, fall below p; kept ones are
+    1 / (1 - p)."""
+    below = math.ceil(math.ldexp(p, 53))
+    keep = 1.0 / (1.0 - p)
+    out = []
+    for i in range(rows * cols):
+        z = seed ^ ((i * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & MASK64)
+        out.append(0.0 if (splitmix_finalize(z) >> 11) < below else keep)
+    return torch.tensor(out, dtype=torch.float64).view(rows, cols)
+
+
+def mix_seed(a, b):
+    return splitmix_finalize((splitmix_finalize(a) + b * 0x9E3779B97F4A7C15) & MASK64)
+
+
+LINEARS = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
+
+
+def adapter_masks(c):
+    """{(block, target): (B, T, in) mask} of a training forward from Rng(1): each block draws a seed
+    (nothing else draws without model dropout), its Linear j hashes mix_seed(seed, 16 + j)."""
+    rng, masks = SeqforgeRng(1), {}
+    for i in range(c["l"]):
+        seed = rng.next()
+        for j, target in enumerate(LINEARS):
+            if target in c["targets"]:
+                width = 4 * c["c"] if target == "mlp.c_proj" else c["c"]
+                mask = dropout_mask(mix_seed(seed, 16 + j), c["drop"], c["b"] * c["t"], width)
+                masks[(i, target)] = mask.view(c["b"], c["t"], width)
+    return masks
 
 
 class Adapted(torch.nn.Module):
     """A frozen Linear with a LoRA or DoRA adapter, as PEFT computes it: the DoRA weight norm
-    ||W0 + s B A|| per output row is detached (a constant in backward)."""
+    ||W0 + s B A|| per output row is detached (a constant in backward). With a dropout mask, the
+    adapter reads the dropped input x' = x * mask: LoRA adds s x' A^T B^T; DoRA keeps the base on x
+    and adds (m / ||V|| - 1) x' W0^T + (m / ||V||) s x' A^T B^T."""
 
     def __init__(self, base, kind, r, alpha):
         super().__init__()
@@ -77,14 +157,18 @@ class Adapted(torch.nn.Module):
             self.lora_magnitude_vector = torch.nn.Parameter(torch.empty(base.out_features))
         for p in base.parameters():
             p.requires_grad_(False)
+        self.mask = None
 
     def forward(self, x):
-        delta = (x @ self.lora_A.t()) @ self.lora_B.t() * self.s
+        xd = x if self.mask is None else x * self.mask.to(x.dtype)
+        delta = (xd @ self.lora_A.t()) @ self.lora_B.t() * self.s
         if self.kind == "lora":
             return self.base(x) + delta
         weight = self.base.weight + self.s * (self.lora_B @ self.lora_A)
         scale = self.lora_magnitude_vector / weight.norm(dim=1).detach()
-        return scale * (x @ self.base.weight.t() + delta) + self.base.bias
+        if self.mask is None:
+            return scale * (x @ self.base.weight.t() + delta) + self.base.bias
+        return self.base(x) + (scale - 1) * (xd @ self.base.weight.t()) + scale * delta
 
 
 class SelfAttention(torch.nn.Module):
@@ -206,6 +290,8 @@ def add_adapters(model, c):
             parent_name, attr = target.split(".")
             parent = getattr(block, parent_name)
             adapted = Adapted(getattr(parent, attr), c["adapter"], c["r"], c["a"])
+            if c.get("drop"):
+                adapted.mask = c["masks"][(i, target)]
             setattr(parent, attr, adapted)
             prefix = "base_model.model.transformer.h.%d.%s." % (i, target)
             named[prefix + "lora_A.weight"] = adapted.lora_A
@@ -270,6 +356,8 @@ def make_adapted(c, base):
     """The base frozen under adapters whose B and magnitudes are away from their starting zeros
     and norms, so that every adapter gradient counts."""
     x = inputs(c)
+    if c.get("drop"):
+        c = dict(c, masks=adapter_masks(c))
     adapters = {}
     tensors, errors, outputs = {}, {}, {}
     for dtype in (torch.float64, torch.float32):
@@ -315,6 +403,7 @@ def make_adapted(c, base):
     (l64, g64), (l32, g32) = outputs[torch.float64], outputs[torch.float32]
     errors["torch_f32_forward"] = max_rel_error(l32, l64)
     errors["torch_f32_backward"] = max(max_rel_error(g32[n], g) for n, g in g64.items())
+    c = {k: v for k, v in c.items() if k != "masks"}
     meta = dict(c, name=name_of(c), causal=c.get("causal", True), **errors)
     return meta, tensors
 

@@ -66,6 +66,7 @@ class Transformer final : public Model {
   void declare_adapters();
   void prepare_weights(Backend& be);
   Tensor low_weight(const Proj& p) const;
+  Tensor base_weight(const Proj& p) const;
   void proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, Tensor x, Buffer& x_low,
                     uint64_t seed);
   void proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx, Tensor dy, Tensor x,
