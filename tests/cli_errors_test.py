@@ -60,6 +60,9 @@ def main():
         (["predict", study, "--input", text, "--output", "-"],
          "a tune study's directory, not a run: give one of its trials"),
         (["eval", os.path.join(work, "nothing")], "no such run directory or model.safetensors"),
+        (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"), "--study", study],
+         "is a directory; a study is a database file in it, e.g. " +
+         os.path.join(study, "study.db")),
         (["train", config, "model.cell=rnn"], "model.cell: unknown cell 'rnn' (expected one of: "
                                               "lstm, gru, lnlstm)"),
         (["train", config, "model.cell=lnlstm", "model.hidden=1"],

@@ -20,6 +20,9 @@ class SqliteDb final : public Db {
   SqliteDb(const std::string& path, bool read_only, int busy_timeout_ms)
       : path_(path), timeout_ms_(busy_timeout_ms) {
     namespace fs = std::filesystem;
+    if (fs::is_directory(path))
+      fail(path, ": is a directory; a study is a database file in it, e.g. ",
+           (fs::path(path) / "study.db").string());
     if (read_only && !fs::exists(path)) fail(path, ": no such study file");
     if (!read_only && fs::exists(path) && access(path.c_str(), W_OK) != 0)
       fail(path, ": the study database is read-only (no write permission)");
