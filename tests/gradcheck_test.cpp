@@ -173,8 +173,9 @@ TEST_P(LstmGradCheck, AllGradients) {
   EXPECT_LT(check_gradient(x.t, dx, objective), kTolerance) << "dx";
   if (c.states) {
     EXPECT_LT(check_gradient(h0.t, dh0, objective), kTolerance) << "dh0";
-    if (cell_state)
+    if (cell_state) {
       EXPECT_LT(check_gradient(c0.t, to_doubles(lstm.dc0()), objective), kTolerance) << "dc0";
+    }
   }
   for (size_t i = 0; i < params.size(); ++i)
     EXPECT_LT(check_gradient(params.value(i), to_doubles(params.grad(i)), objective), kTolerance)
@@ -394,58 +395,65 @@ TEST(GradCheck, Transformer) {
 namespace seqforge {
 namespace {
 
-// Adapters with adapter dropout on a frozen transformer: every adapter parameter's gradient
-// against central differences (LoRA; DoRA's magnitudes, whose gradient does not depend on
-// treating ||V|| as a constant, and through them DoRA's dx), and no gradient at all for the base.
+// Adapters with adapter dropout on a frozen transformer, with and without activation
+// checkpointing: every adapter parameter's gradient against central differences (LoRA; DoRA's
+// magnitudes, whose gradient does not depend on treating ||V|| as a constant, and through them
+// DoRA's dx), and no gradient at all for the base.
 TEST(GradCheck, TransformerAdapters) {
-  for (const AdapterKind kind : {AdapterKind::lora, AdapterKind::dora}) {
-    auto be = make_reference_backend();
-    TransformerOptions o{.vocab_size = 7, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 6};
-    o.adapter = {.kind = kind,
-                 .rank = 2,
-                 .alpha = 3.0,
-                 .dropout = 0.25,
-                 .targets = {"attn.c_attn", "mlp.c_proj", "attn.c_proj"}};
-    Transformer model(o, DType::f64);
-    model.initialize(*be, 3);
-    Parameters& p = model.parameters();
-    Rng data(9);
-    for (size_t i = 0; i < p.size(); ++i)  // B away from zero, so that A's gradient is not zero
-      if (p.values().entries()[i].name.find("lora_B") != std::string::npos)
-        be->copy(p.value(i), HostTensor(*be, DType::f64, p.value(i).shape(),
-                                        random_values(data, p.value(i).numel(), 0.5))
-                                 .t);
-    HostTensor ids(*be, DType::i64, {2, 5}, {1, 4, 6, 0, 2, 3, 3, 5, 1, 0});
-    const std::vector<double> r = random_values(data, 2 * 5 * 7);
-    auto objective = [&] {
-      Rng rng(17);
-      return dot(model.forward(*be, ids.t, true, rng), r);
-    };
-    objective();
-    HostTensor dy(*be, DType::f64, {10, 7}, r);
-    p.zero_grad(*be);
-    model.backward_logits(*be, dy.t);
-    const std::vector<bool> frozen = model.frozen_parameters();
-    ASSERT_EQ(frozen.size(), p.size());
-    int adapters = 0;
-    for (size_t i = 0; i < p.size(); ++i) {
-      const std::string& name = p.values().entries()[i].name;
-      const bool adapter = name.rfind("base_model.model.", 0) == 0;
-      EXPECT_EQ(frozen[i], !adapter) << name;
-      const std::vector<double> g = to_doubles(p.grad(i));
-      EXPECT_EQ(p.fixed(i), !adapter) << name;
-      if (!adapter) {  // the base: no gradient, not even its memory
-        EXPECT_TRUE(g.empty()) << name << " has a gradient";
-        continue;
+  for (const AdapterKind kind : {AdapterKind::lora, AdapterKind::dora})
+    for (const bool checkpoint : {false, true}) {
+      auto be = make_reference_backend();
+      TransformerOptions o{.vocab_size = 7,
+                           .block_size = 6,
+                           .n_layer = 2,
+                           .n_head = 2,
+                           .n_embd = 6,
+                           .checkpoint_activations = checkpoint};
+      o.adapter = {.kind = kind,
+                   .rank = 2,
+                   .alpha = 3.0,
+                   .dropout = 0.25,
+                   .targets = {"attn.c_attn", "mlp.c_proj", "attn.c_proj"}};
+      Transformer model(o, DType::f64);
+      model.initialize(*be, 3);
+      Parameters& p = model.parameters();
+      Rng data(9);
+      for (size_t i = 0; i < p.size(); ++i)  // B away from zero, so that A's gradient is not zero
+        if (p.values().entries()[i].name.find("lora_B") != std::string::npos)
+          be->copy(p.value(i), HostTensor(*be, DType::f64, p.value(i).shape(),
+                                          random_values(data, p.value(i).numel(), 0.5))
+                                   .t);
+      HostTensor ids(*be, DType::i64, {2, 5}, {1, 4, 6, 0, 2, 3, 3, 5, 1, 0});
+      const std::vector<double> r = random_values(data, 2 * 5 * 7);
+      auto objective = [&] {
+        Rng rng(17);
+        return dot(model.forward(*be, ids.t, true, rng), r);
+      };
+      objective();
+      HostTensor dy(*be, DType::f64, {10, 7}, r);
+      p.zero_grad(*be);
+      model.backward_logits(*be, dy.t);
+      const std::vector<bool> frozen = model.frozen_parameters();
+      ASSERT_EQ(frozen.size(), p.size());
+      int adapters = 0;
+      for (size_t i = 0; i < p.size(); ++i) {
+        const std::string& name = p.values().entries()[i].name;
+        const bool adapter = name.rfind("base_model.model.", 0) == 0;
+        EXPECT_EQ(frozen[i], !adapter) << name;
+        const std::vector<double> g = to_doubles(p.grad(i));
+        EXPECT_EQ(p.fixed(i), !adapter) << name;
+        if (!adapter) {  // the base: no gradient, not even its memory
+          EXPECT_TRUE(g.empty()) << name << " has a gradient";
+          continue;
+        }
+        ++adapters;
+        if (kind == AdapterKind::dora && name.find("magnitude") == std::string::npos) continue;
+        // A smaller step: the attention softmax curves sharply here (1e-5 leaves 1e-8 of
+        // truncation error on some elements).
+        EXPECT_LE(check_gradient(p.value(i), g, objective, 12, 1e-6), kTolerance) << name;
       }
-      ++adapters;
-      if (kind == AdapterKind::dora && name.find("magnitude") == std::string::npos) continue;
-      // A smaller step: the attention softmax curves sharply here (1e-5 leaves 1e-8 of
-      // truncation error on some elements).
-      EXPECT_LE(check_gradient(p.value(i), g, objective, 12, 1e-6), kTolerance) << name;
+      EXPECT_EQ(adapters, 2 * 3 * (kind == AdapterKind::dora ? 3 : 2));
     }
-    EXPECT_EQ(adapters, 2 * 3 * (kind == AdapterKind::dora ? 3 : 2));
-  }
 }
 
 }  // namespace
