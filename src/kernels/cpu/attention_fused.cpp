@@ -659,24 +659,14 @@ SF_BF16_ATTR inline __mmask16 FirstLanes(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
-// The first n (of 16) floats at p, zeros beyond. Whole vectors load unmasked: the rows read here
-// were just stored by whole vectors, and only a plain load takes its data from such a store
-// before it reaches the cache (a masked load waits for it).
-SF_BF16_ATTR inline __m512 LoadFirst(int64_t n, const float* p) {
-  return n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(FirstLanes(n), p);
-}
-
 // dst (words) = pairs (src[2w], src[2w + 1]) of src's first n floats as bf16, zero beyond.
 SF_BF16_ATTR void RowWords(uint32_t* dst, const float* src, int64_t n, int64_t words) {
   for (int64_t w = 0; w < words; w += kWordLanes) {
     const int64_t f = 2 * w;  // first float of these 16 words
-    const __m512 lo = LoadFirst(n - f, src + f);
-    const __m512 hi = LoadFirst(n - f - 16, src + f + 16);
+    const __m512 lo = _mm512_maskz_loadu_ps(FirstLanes(n - f), src + f);
+    const __m512 hi = _mm512_maskz_loadu_ps(FirstLanes(n - f - 16), src + f + 16);
     const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-    if (words - w >= kWordLanes)
-      _mm512_storeu_si512(dst + w, v);
-    else
-      _mm512_mask_storeu_epi32(dst + w, FirstLanes(words - w), v);
+    _mm512_mask_storeu_epi32(dst + w, FirstLanes(words - w), v);
   }
 }
 
@@ -689,8 +679,9 @@ SF_BF16_ATTR void StackedWords(uint32_t* dst, const float* a, const float* b, in
                                                        11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i idx = _mm512_load_si512(kInterleave);
   for (int64_t d = 0; d < words; d += kWordLanes) {
-    const __m512 va = LoadFirst(n - d, a + d);
-    const __m512 vb = b ? LoadFirst(n - d, b + d) : _mm512_setzero_ps();
+    const __mmask16 m = FirstLanes(n - d);
+    const __m512 va = _mm512_maskz_loadu_ps(m, a + d);
+    const __m512 vb = b ? _mm512_maskz_loadu_ps(m, b + d) : _mm512_setzero_ps();
     const __m512i v = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(vb, va));
     _mm512_storeu_si512(dst + d, v);
   }
