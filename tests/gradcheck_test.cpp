@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "seqforge/io/safetensors.hpp"
@@ -336,6 +337,24 @@ TEST(GradCheck, CrossEntropyRejectsBadTarget) {
 namespace seqforge {
 namespace {
 
+// L = sum(logits * r) of a training pass of a 7-token language model on two rows of five tokens
+// (its dropout masks from Rng(17) in every pass), r drawn from `data`: backward fills the
+// parameters' gradients, and L is returned as a function of the parameters.
+std::function<double()> language_model_gradients(Backend& be, Transformer& model, Rng& data) {
+  auto ids = std::make_shared<HostTensor>(be, DType::i64, Shape{2, 5},
+                                          std::vector<double>{1, 4, 6, 0, 2, 3, 3, 5, 1, 0});
+  const std::vector<double> r = random_values(data, 2 * 5 * 7);
+  auto objective = [&be, &model, ids, r] {
+    Rng rng(17);
+    return dot(model.forward(be, ids->t, true, rng), r);
+  };
+  objective();
+  HostTensor dy(be, DType::f64, {10, 7}, r);
+  model.parameters().zero_grad(be);
+  model.backward_logits(be, dy.t);
+  return objective;
+}
+
 // The transformer (causal and bidirectional, with dropout on the embeddings and both residual
 // branches, with and without activation checkpointing): every parameter's gradient of
 // L = sum(logits * R) against central differences, the dropout masks the same in every pass
@@ -356,16 +375,7 @@ TEST(GradCheck, Transformer) {
       model.initialize(*be, 3);
       Parameters& p = model.parameters();
       Rng data(9);
-      HostTensor ids(*be, DType::i64, {2, 5}, {1, 4, 6, 0, 2, 3, 3, 5, 1, 0});
-      const std::vector<double> r = random_values(data, 2 * 5 * 7);
-      auto objective = [&] {
-        Rng rng(17);
-        return dot(model.forward(*be, ids.t, true, rng), r);
-      };
-      objective();
-      HostTensor dy(*be, DType::f64, {10, 7}, r);
-      p.zero_grad(*be);
-      model.backward_logits(*be, dy.t);
+      const auto objective = language_model_gradients(*be, model, data);
       for (size_t i = 0; i < p.size(); ++i)
         EXPECT_LE(check_gradient(p.value(i), to_doubles(p.grad(i)), objective, 12), kTolerance)
             << p.values().entries()[i].name << (causal ? " causal" : " bidirectional")
@@ -423,16 +433,7 @@ TEST(GradCheck, TransformerAdapters) {
           be->copy(p.value(i), HostTensor(*be, DType::f64, p.value(i).shape(),
                                           random_values(data, p.value(i).numel(), 0.5))
                                    .t);
-      HostTensor ids(*be, DType::i64, {2, 5}, {1, 4, 6, 0, 2, 3, 3, 5, 1, 0});
-      const std::vector<double> r = random_values(data, 2 * 5 * 7);
-      auto objective = [&] {
-        Rng rng(17);
-        return dot(model.forward(*be, ids.t, true, rng), r);
-      };
-      objective();
-      HostTensor dy(*be, DType::f64, {10, 7}, r);
-      p.zero_grad(*be);
-      model.backward_logits(*be, dy.t);
+      const auto objective = language_model_gradients(*be, model, data);
       const std::vector<bool> frozen = model.frozen_parameters();
       ASSERT_EQ(frozen.size(), p.size());
       int adapters = 0;

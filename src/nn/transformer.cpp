@@ -304,7 +304,8 @@ void Transformer::prepare_weights(Backend& be) {
   const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
   for (auto& k : blocks_)
     for (Proj& p : k->p) {
-      Tensor w = params_.value(p.w);
+      const Tensor w0 = params_.value(p.w);
+      Tensor w = w0;
       if (p.m != Proj::kNone) {  // V = W0 + s B A; bf16 GEMMs read only its bf16 copy
         Tensor v = (low_ ? scratch_->v : p.v).get(be, dt, {p.out, p.in});
         if (w.dtype() == dt)
@@ -321,19 +322,18 @@ void Transformer::prepare_weights(Backend& be) {
         be.convert(p.low.get(be, DType::bf16, {p.out, p.in}), w);
       if (low_ && p.A != Proj::kNone)
         be.convert(p.a_low.get(be, DType::bf16, {opt_.adapter.rank, p.in}), params_.value(p.A));
-      const Tensor w0 = params_.value(p.w);
       if (low_ && p.m != Proj::kNone && adapter_dropping_ && w0.dtype() != DType::bf16)
         be.convert(p.base_low.get(be, DType::bf16, {p.out, p.in}), w0);
     }
 }
 
-// The weight bf16 GEMMs use: a base weight held in bf16 itself, else the copy of this step.
+// The weight bf16 GEMMs use: W0 as base_weight gives it, or DoRA's V in its bf16 copy.
 Tensor Transformer::low_weight(const Proj& p) const {
-  const Tensor w = params_.value(p.w);
-  return w.dtype() == DType::bf16 && p.m == Proj::kNone ? w : p.low.tensor();
+  return p.m == Proj::kNone ? base_weight(p) : p.low.tensor();
 }
 
-// W0 as the GEMMs read it, also under DoRA (whose GEMMs otherwise read V).
+// W0 as the GEMMs read it: a base held in bf16 itself, else its bf16 copy of this step with bf16
+// GEMMs (under DoRA only with adapter dropout, the GEMMs otherwise reading V).
 Tensor Transformer::base_weight(const Proj& p) const {
   const Tensor w = params_.value(p.w);
   if (!low_ || w.dtype() == DType::bf16) return w;
@@ -405,7 +405,7 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
                                 Tensor x, Tensor x_op) {
   const DType dt = params_.dtype();
   Scratch& sc = *scratch_;
-  const Tensor w_op = low_ ? low_weight(p) : params_.value(p.w);
+  const Tensor w_op = base_weight(p);
   if (p.A == Proj::kNone) {
     if (train_base_)
       return linear_backward(be, dx, params_.grad(p.w), params_.grad(p.b), dy, sc.d_low, x_op, w_op,
@@ -439,8 +439,7 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
     if (!adapter_dropping_) return;
     // dx = dy W0 + (dP V - dy W0) * mask, from y = (x - in) W0^T + ... with in = x * mask.
     Tensor base = sc.t.get(be, dt, dx.shape());  // (N, in) dy W0
-    linear_input_backward(be, base, gemm_operand(be, dy, sc.d_low, low_), dy,
-                          low_ ? base_weight(p) : params_.value(p.w), low_);
+    linear_input_backward(be, base, gemm_operand(be, dy, sc.d_low, low_), dy, base_weight(p), low_);
     be.scale(base, -1.0);
     be.add(dx, base);
     be.mul(dx, dx, a.xd_mask[j].tensor());

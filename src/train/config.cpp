@@ -179,7 +179,9 @@ const std::vector<ConfigKey> kKeys = {
      "lora_magnitude_vector.weight). Load the base with model.init_from."},
     {"adapter.rank", T::integer, "8", "Adapter rank r (A is r x in, B out x r)."},
     {"adapter.alpha", T::number, "16", "Adapter scale numerator: the update is alpha/rank B A."},
-    {"adapter.dropout", T::number, "0.0", "dropout on the adapter's input in training (PEFT's lora_dropout; lora and dora, transformers)."},
+    {"adapter.dropout", T::number, "0.0",
+     "dropout on the adapter's input in training (PEFT's lora_dropout; lora and dora, "
+     "transformers)."},
     {"adapter.targets", T::string_list, "[]",
      "The weights that get an adapter: Linears of every transformer block (`attn.c_attn`, "
      "`attn.c_proj`, `mlp.c_fc`, `mlp.c_proj`), or a recurrent layer's weights in every layer "
