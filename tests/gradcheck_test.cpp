@@ -536,8 +536,8 @@ TEST(GradCheck, RecurrentAdapters) {
       o.output_size = 2;
       const std::string name = cell_type(cell).name;
       o.adapter = {.kind = kind,
-                   .rank = 2,
-                   .alpha = 3.0,
+                   .rank = 3,
+                   .alpha = 2.0,  // s = 2/3, not a float: the f64 path must scale in double
                    .dropout = 0.0,
                    .targets = {name + ".weight_ih", name + ".weight_hh"}};
       SequenceModel model(o, DType::f64);
@@ -610,8 +610,8 @@ TEST(GradCheck, RecurrentAdapters) {
                                      {"layers", 2},
                                      {"bidirectional", true},
                                      {"output", 2},
-                                     {"rank", 2},
-                                     {"alpha", 3.0},
+                                     {"rank", 3},
+                                     {"alpha", 2.0},
                                      {"kind", kind == AdapterKind::dora ? "dora" : "lora"}};
       const std::string file = (std::filesystem::temp_directory_path() /
                                 ("seqforge_recurrent_adapters_" + name + ".safetensors"))

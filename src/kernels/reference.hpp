@@ -55,7 +55,7 @@ void gemm(const GemmShape& s, const In* a, const In* b, T* c, const T* bias, int
         acc += av * bv;
       }
       T& out = c[i * s.ldc + j];
-      out = static_cast<T>(s.alpha * acc + (s.beta == 0.0f ? 0.0 : s.beta * double(out)) +
+      out = static_cast<T>(s.alpha * acc + (s.beta == 0.0 ? 0.0 : s.beta * double(out)) +
                            (bias ? double(bias[j]) : 0.0));
     }
   }

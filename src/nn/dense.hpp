@@ -9,7 +9,7 @@ namespace seqforge::nn {
 
 // C(m, n) (+)= alpha op(A) op(B), all packed row-major (bf16 operands: C in f32).
 inline void gemm(Backend& be, DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                 float alpha, float beta, Tensor a, Tensor b, Tensor c) {
+                 double alpha, double beta, Tensor a, Tensor b, Tensor c) {
   const GemmShape s{.trans_a = ta,
                     .trans_b = tb,
                     .m = m,

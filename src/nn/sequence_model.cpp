@@ -157,8 +157,8 @@ void SequenceModel::prepare_weights(Backend& be) {
   const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
   for (Adapter& ad : adapters_) {
     Tensor w = work_.value(ad.work);
-    gemm(be, dt, false, false, ad.out, ad.in, opt_.adapter.rank, float(s), 1.0f,
-         params_.value(ad.B), params_.value(ad.A), w);
+    gemm(be, dt, false, false, ad.out, ad.in, opt_.adapter.rank, s, 1.0, params_.value(ad.B),
+         params_.value(ad.A), w);
     if (ad.m == SIZE_MAX) continue;
     Tensor v = ad.v.get(be, dt, {ad.out, ad.in});
     be.copy(v, w);
@@ -174,7 +174,7 @@ void SequenceModel::prepare_weights(Backend& be) {
 void SequenceModel::adapter_backward(Backend& be) {
   const DType dt = params_.dtype();
   const int64_t r = opt_.adapter.rank;
-  const float s = float(opt_.adapter.alpha / double(r));
+  const double s = opt_.adapter.alpha / double(r);
   for (Adapter& ad : adapters_) {
     Tensor g = work_.grad(ad.work);
     if (ad.m != SIZE_MAX) {

@@ -25,7 +25,7 @@ constexpr double kLayerNormEps = 1e-5;
 // y(N, out) = x(N, in) W(out, in)^T (+ b when given, + beta y); in bf16 on copies of x (made
 // here into x_low) and of W (w_low, made once per step) when w_low is given.
 void linear_forward(Backend& be, Tensor y, Tensor x, Buffer& x_low, Tensor w, Tensor w_low,
-                    Tensor b, float beta = 0.0f) {
+                    Tensor b, double beta = 0.0) {
   const int64_t n = x.dim(0), in = x.dim(1), out = y.dim(1);
   GemmShape s{
       .trans_b = true, .m = n, .n = out, .k = in, .lda = in, .ldb = in, .ldc = out, .beta = beta};
@@ -312,8 +312,8 @@ void Transformer::prepare_weights(Backend& be) {
           be.copy(v, w);
         else
           be.convert(v, w);
-        gemm(be, dt, false, false, p.out, p.in, opt_.adapter.rank, float(s), 1.0f,
-             params_.value(p.B), params_.value(p.A), v);
+        gemm(be, dt, false, false, p.out, p.in, opt_.adapter.rank, s, 1.0, params_.value(p.B),
+             params_.value(p.A), v);
         be.dora_norm(p.scale.get(be, dt, {p.out}), p.inv_norm.get(be, dt, {p.out}), v,
                      params_.value(p.m));
         w = v;
@@ -350,7 +350,7 @@ void Transformer::adapter_input(Backend& be, Proj& p, Tensor xa, Tensor x, Buffe
 }
 
 // dA(rank, in) += s g^T x; with bf16 GEMMs from x's bf16 copy (the f32 x is not kept).
-void Transformer::adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tensor x_op, float s) {
+void Transformer::adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tensor x_op, double s) {
   const int64_t N = g.dim(0), r = g.dim(1);
   if (!low_)
     return gemm(be, params_.dtype(), true, false, r, p.in, N, s, 1.0f, g, x, params_.grad(p.A));
@@ -367,7 +367,7 @@ void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, T
   if (p.A == Proj::kNone) return linear_forward(be, y, x, x_low, params_.value(p.w), w_low, bias);
   const AdapterOptions& ad = opt_.adapter;
   const int64_t N = x.dim(0), r = ad.rank;
-  const float s = float(ad.alpha / double(r));
+  const double s = ad.alpha / double(r);
   Tensor in = x;  // the adapter's input: x, or x with dropout (PEFT's lora_dropout)
   if (adapter_dropping_) {
     Tensor mask = a.xd_mask[j].get(be, dt, x.shape());
@@ -414,7 +414,7 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
   }
   const AdapterOptions& ad = opt_.adapter;
   const int64_t N = dy.dim(0), r = ad.rank;
-  const float s = float(ad.alpha / double(r));
+  const double s = ad.alpha / double(r);
   Tensor g = sc.g.get(be, dt, {N, r});  // (N, rank) the gradient at in A^T, over s
   // The adapter's dA += s g^T in, from the input forward gave it.
   auto grad_a = [&] {

@@ -46,6 +46,11 @@ CONFIGS = [
          targets=["attn.c_attn", "mlp.c_proj"]),
     dict(v=11, c=30, l=1, h=5, t=33, b=2, bs=40, adapter="lora", r=3, a=1.5,
          targets=["mlp.c_fc"], causal=False),
+    # alpha / rank not a float (8/3, 16/5): scaled in the GEMMs' own precision
+    dict(v=17, c=24, l=2, h=3, t=19, b=3, bs=24, adapter="lora", r=3, a=8.0,
+         targets=["attn.c_attn", "mlp.c_fc"]),
+    dict(v=13, c=20, l=1, h=2, t=17, b=2, bs=20, adapter="dora", r=5, a=16.0,
+         targets=["attn.c_proj", "mlp.c_proj"]),
     # classifiers: k classes, seg segments, padded rows
     dict(v=19, c=24, l=2, h=3, t=21, b=4, bs=24, causal=False, k=3, seg=2),
     dict(v=11, c=20, l=1, h=2, t=37, b=3, bs=40, k=2),                      # causal, no segments

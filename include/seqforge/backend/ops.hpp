@@ -14,7 +14,7 @@ struct GemmShape {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldc = 0;
-  float alpha = 1.0f, beta = 0.0f;
+  double alpha = 1.0, beta = 0.0;  // double, so that an f64 GEMM scales exactly
   bool bias = false;
 };
 

@@ -72,7 +72,7 @@ class Transformer final : public Model {
   void proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx, Tensor dy, Tensor x,
                      Tensor x_op);
   void adapter_input(Backend& be, Proj& p, Tensor xa, Tensor x, Buffer& x_low);
-  void adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tensor x_op, float s);
+  void adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tensor x_op, double s);
   void drop(Backend& be, Tensor x, Buffer& mask, uint64_t seed);
   AttentionShape block_attention(const Block& k) const;
   void block_forward(Backend& be, Block& k, Acts& a, Tensor x);

@@ -164,7 +164,8 @@ class CpuBackend final : public Backend {
         float sum = 0.0f;
         for (int t = 0; t < threads; ++t) sum += acc[(t * n + i) * m + r];
         float& out = c[r * s.ldc + i];
-        out = s.alpha * sum + (s.beta == 0.0f ? 0.0f : s.beta * out);
+        out = static_cast<float>(s.alpha) * sum +
+              (s.beta == 0.0 ? 0.0f : static_cast<float>(s.beta) * out);
       }
     }
   }

@@ -39,8 +39,8 @@ struct Scratch {
 
 // Primitives are planned for the threads they will run on: one inside a parallel region (or
 // under omp_set_num_threads(1)), else the pool.
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
-                       float, bool, DType, int, bool>;
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double,
+                       double, bool, DType, int, bool>;
 Key key_of(const GemmShape& s, DType operands, bool packed) {
   return {s.trans_a,
           s.trans_b,
@@ -94,10 +94,10 @@ struct OneDnnGemm::Impl {
     // Scratch memory comes from a buffer kept per thread: oneDNN's own would be allocated, and
     // page-faulted in, on every call.
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
-    if (s.beta != 0.0f) {
+    if (s.alpha != 1.0) attr.set_output_scales(0, {static_cast<float>(s.alpha)});
+    if (s.beta != 0.0) {
       dnnl::post_ops ops;
-      ops.append_sum(s.beta);
+      ops.append_sum(static_cast<float>(s.beta));
       attr.set_post_ops(ops);
     }
     const dnnl::memory::desc b_any({s.k, s.n}, in, dnnl::memory::format_tag::any);
@@ -165,7 +165,7 @@ void OneDnnGemm::run(const GemmShape& s, DType operands, const void* a, const vo
     for (int64_t i = 0; i < s.m; ++i) {
       for (int64_t j = 0; j < s.n; ++j) {
         float& out = c[i * s.ldc + j];
-        out = (s.beta == 0.0f ? 0.0f : s.beta * out) + (bias ? bias[j] : 0.0f);
+        out = (s.beta == 0.0 ? 0.0f : static_cast<float>(s.beta) * out) + (bias ? bias[j] : 0.0f);
       }
     }
     return;
