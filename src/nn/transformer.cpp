@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "nn/dense.hpp"
+#include "nn/transformer_parts.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/hash.hpp"
@@ -17,116 +18,13 @@
 namespace seqforge {
 
 using nn::gemm;
+using nn::linear_forward;
 
 namespace {
 
 constexpr double kLayerNormEps = 1e-5;
 
-// y(N, out) = x(N, in) W(out, in)^T (+ b when given, + beta y); in bf16 on copies of x (made
-// here into x_low) and of W (w_low, made once per step) when w_low is given.
-void linear_forward(Backend& be, Tensor y, Tensor x, Buffer& x_low, Tensor w, Tensor w_low,
-                    Tensor b, double beta = 0.0) {
-  const int64_t n = x.dim(0), in = x.dim(1), out = y.dim(1);
-  GemmShape s{
-      .trans_b = true, .m = n, .n = out, .k = in, .lda = in, .ldb = in, .ldc = out, .beta = beta};
-  s.bias = !b.empty();
-  const void* bias = b.empty() ? nullptr : b.data();
-  if (w_low.empty()) return be.gemm(s, w.dtype(), x.data(), w.data(), y.data(), bias);
-  Tensor xl = x_low.get(be, DType::bf16, x.shape());
-  be.convert(xl, x);
-  be.gemm(s, DType::bf16, xl.data(), w_low.data(), y.data(), bias);
-}
-
-// The operand of dy's GEMMs: dy itself, or its bf16 copy in dy_low.
-const void* gemm_operand(Backend& be, Tensor dy, Buffer& dy_low, bool low) {
-  if (!low) return dy.data();
-  Tensor gl = dy_low.get(be, DType::bf16, dy.shape());
-  be.convert(gl, dy);
-  return gl.data();
-}
-
-// dx(N, in) = dy(N, out) W(out, in), from dy's operand g.
-void linear_input_backward(Backend& be, Tensor dx, const void* g, Tensor dy, Tensor w, bool low) {
-  const int64_t n = dy.dim(0), out = dy.dim(1), in = dx.dim(1);
-  const GemmShape dxs{.m = n, .n = in, .k = out, .lda = out, .ldb = in, .ldc = in};
-  be.gemm(dxs, low ? DType::bf16 : dy.dtype(), g, w.data(), dx.data());
-}
-
-// dW += dy^T x, db += column sums of dy, dx = dy W; x and W as forward used them (bf16 copies
-// with `low`, and dy then converted into dy_low).
-void linear_backward(Backend& be, Tensor dx, Tensor dw, Tensor db, Tensor dy, Buffer& dy_low,
-                     Tensor x, Tensor w, bool low) {
-  const int64_t n = dy.dim(0), out = dy.dim(1), in = dx.dim(1);
-  be.sum_rows_acc(db, dy);
-  const void* g = gemm_operand(be, dy, dy_low, low);
-  const GemmShape dws{
-      .trans_a = true, .m = out, .n = in, .k = n, .lda = out, .ldb = in, .ldc = in, .beta = 1.0f};
-  be.gemm(dws, low ? DType::bf16 : dy.dtype(), g, x.data(), dw.data());
-  linear_input_backward(be, dx, g, dy, w, low);
-}
-
 }  // namespace
-
-// One of a block's Linears (y = x W^T + b), with its adapter when it has one.
-struct Transformer::Proj {
-  int64_t in = 0, out = 0;
-  size_t w = 0, b = 0;          // W0 (out, in), b (out)
-  size_t A = kNone, B = kNone;  // adapter: A (rank, in), B (out, rank)
-  size_t m = kNone;             // DoRA: magnitudes (out)
-  Buffer v, scale, inv_norm;    // DoRA: V = W0 + s B A (out, in) (f32 GEMMs), m / ||V||,
-                                // 1 / ||V|| (out)
-  Buffer low;                   // bf16 copy of the weight the GEMMs use (W0, or V)
-  Buffer base_low;              // DoRA with dropout: bf16 copy of W0 (out, in) when it is f32
-  Buffer a_low;                 // bf16 copy of A (rank, in)
-  static constexpr size_t kNone = SIZE_MAX;
-};
-
-// A block's parameters and its output.
-struct Transformer::Block {
-  size_t ln1_w, ln1_b, ln2_w, ln2_b;
-  Proj p[4];          // attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj
-  Buffer out;         // (N, C) the next block's input
-  uint64_t seed = 0;  // its dropout masks in the last forward
-};
-
-// What a block's backward needs of its forward: one per block, or one for all when activations
-// are recomputed in backward.
-struct Transformer::Acts {
-  Buffer ln1, ln1_saved;                       // (N, C), (N, 2) mean and 1/std
-  Buffer qkv;                                  // (N, 3C) q, k, v of every head
-  Buffer att, lse;                             // (N, C) heads side by side, (B, H, T)
-  Buffer mid;                                  // (N, C) x + attention branch
-  Buffer ln2, ln2_saved;                       // (N, C), (N, 2)
-  Buffer fc, gelu;                             // (N, 4C) before and after GELU
-  Buffer mask1, mask2;                         // (N, C) dropout masks of the two branches
-  Buffer ln1_low, att_low, ln2_low, gelu_low;  // bf16 GEMM operands (N, C), (N, C), (N, C), (N, 4C)
-  // Per Linear with an adapter: x A^T (N, rank); DoRA: x V^T before scaling (N, out); LoRA with
-  // dropout: the adapter's dropped input and its mask (N, in).
-  Buffer xa[4], pre[4], xd[4], xd_mask[4];
-};
-
-// One block's scratch at a time, forward and backward.
-struct Transformer::Scratch {
-  Buffer ln, gelu;  // bf16 GEMMs: (N, C) a LayerNorm's output, (N, 4C) GELU's, before their bf16
-                    // copies (which backward reads instead)
-  Buffer branch;    // (N, C) a residual branch before it joins the stream
-  Buffer dc1, dc2;  // (N, C)
-  Buffer dmid;      // (N, C) gradient at x + attention branch
-  Buffer d4;        // (N, 4C) d GELU output, then d fc
-  Buffer dqkv;      // (N, 3C)
-  Buffer d_low;     // bf16 copy of the gradient a GEMM reads, up to (N, 4C)
-  Buffer dx[2];     // (N, C) the gradient flowing down, block by block
-  Buffer g, g_low;  // adapters: (N, rank) the gradient at x A^T, and its bf16 copy
-  Buffer dp, dp2;   // adapters: (N, out) DoRA's gradient at x V^T, and dy * x V^T
-  Buffer dm_col;    // adapters: (out) DoRA's column sums of dy * x V^T
-  Buffer t;         // adapters: (N, in) a with-dropout term of dx
-  Buffer rest, rest_low;    // DoRA with dropout: (N, in) x minus the adapter's dropped input, and
-                            // its bf16 copy
-  Buffer dnorm_w, dnorm_b;  // (C) LayerNorm gradients of a frozen base, discarded
-  Buffer dz;                // (N, C) at ln_f's output
-  Buffer v;                 // (out, in) DoRA's V before its bf16 copy, with bf16 GEMMs
-  Buffer x0_mask;           // (N, C) embedding dropout
-};
 
 Transformer::Transformer(const TransformerOptions& o, DType dtype) : opt_(o), params_(dtype) {
   SF_CHECK(o.vocab_size > 0 && o.block_size > 0 && o.n_layer > 0 && o.n_head > 0 && o.n_embd > 0 &&
@@ -181,47 +79,6 @@ Transformer::Transformer(const TransformerOptions& o, DType dtype) : opt_(o), pa
 
 Transformer::~Transformer() = default;
 
-// After the base parameters, so that they keep nanoGPT's order and the adapters are contiguous.
-void Transformer::declare_adapters() {
-  const AdapterOptions& a = opt_.adapter;
-  if (a.kind == AdapterKind::none) return;
-  SF_CHECK(a.rank > 0 && a.alpha > 0 && a.dropout >= 0 && a.dropout < 1, "adapter rank ", a.rank,
-           ", alpha ", a.alpha, ", dropout ", a.dropout);
-  train_base_ = false;
-  for (size_t i = 0; i < base_params_; ++i)  // the base never trains: no gradient, no state
-    if (i != wse_ && i != cls_w_ && i != cls_b_) params_.fix(i);
-  static const char* const kNames[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
-  for (const std::string& t : a.targets) {
-    bool known = false;
-    for (const char* n : kNames) known |= t == n;
-    if (!known)
-      fail("adapter target '", t, "' is not a Linear of a block (attn.c_attn, attn.c_proj, ",
-           "mlp.c_fc, mlp.c_proj)");
-  }
-  for (size_t i = 0; i < blocks_.size(); ++i)
-    for (int j = 0; j < 4; ++j) {
-      if (std::find(a.targets.begin(), a.targets.end(), kNames[j]) == a.targets.end()) continue;
-      Proj& p = blocks_[i]->p[j];
-      const std::string name =
-          "base_model.model.transformer.h." + std::to_string(i) + "." + kNames[j];
-      if (a.bf16_base) params_.fix(p.w, DType::bf16);
-      p.A = params_.declare(name + ".lora_A.weight", {a.rank, p.in},
-                            Init::Uniform(1.0 / std::sqrt(double(p.in))));
-      p.B = params_.declare(name + ".lora_B.weight", {p.out, a.rank}, Init::Constant(0.0));
-      if (a.kind == AdapterKind::dora)
-        p.m = params_.declare(name + ".lora_magnitude_vector.weight", {p.out}, Init::Constant(1.0));
-    }
-}
-
-std::vector<bool> Transformer::frozen_parameters() const {
-  if (opt_.adapter.kind == AdapterKind::none) return {};
-  std::vector<bool> frozen(params_.size(), false);
-  std::fill(frozen.begin(), frozen.begin() + static_cast<std::ptrdiff_t>(base_params_), true);
-  for (size_t i : {wse_, cls_w_, cls_b_})  // new with the task: they train
-    if (i != kNone) frozen[i] = false;
-  return frozen;
-}
-
 std::vector<std::string> Transformer::fresh_parameters() const {
   std::vector<std::string> out;
   const auto& entries = params_.values().entries();
@@ -261,23 +118,6 @@ std::string Transformer::activation_note() const {
          " MB recomputed at a time)";
 }
 
-// m = ||W0 + s B A|| per row (PEFT's start: ||W0|| while B is zero), for the magnitudes not in
-// `loaded`.
-void Transformer::init_adapters(Backend& be, const std::vector<std::string>& loaded) {
-  const int64_t r = opt_.adapter.rank;
-  const double s = opt_.adapter.alpha / double(r);
-  for (auto& k : blocks_)
-    for (Proj& p : k->p) {
-      if (p.m == Proj::kNone || std::find(loaded.begin(), loaded.end(),
-                                          params_.values().entries()[p.m].name) != loaded.end())
-        continue;
-      const std::vector<double> v = nn::adapted_weight(
-          download_doubles(be, params_.value(p.w)), download_doubles(be, params_.value(p.A)),
-          download_doubles(be, params_.value(p.B)), p.out, p.in, r, s);
-      upload_doubles(be, params_.value(p.m), nn::row_norms(v, p.out, p.in));
-    }
-}
-
 void Transformer::initialize(Backend& be, uint64_t seed) {
   Rng rng(seed);
   params_.allocate(be, rng);
@@ -294,169 +134,6 @@ Tensor Transformer::forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool 
                             Rng& rng) {
   SF_CHECK(h0.empty() && c0.empty(), "a transformer takes no initial states");
   return forward(be, ids, training, rng);
-}
-
-// The weights of this step: DoRA's V and its scales, bf16 copies for bf16 GEMMs.
-void Transformer::prepare_weights(Backend& be) {
-  const DType dt = params_.dtype();
-  if (opt_.adapter.bf16_base && !low_)
-    fail("adapter.base_precision: a base held in bf16 needs bf16 GEMMs (train.precision: bf16)");
-  const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
-  for (auto& k : blocks_)
-    for (Proj& p : k->p) {
-      const Tensor w0 = params_.value(p.w);
-      Tensor w = w0;
-      if (p.m != Proj::kNone) {  // V = W0 + s B A; bf16 GEMMs read only its bf16 copy
-        Tensor v = (low_ ? scratch_->v : p.v).get(be, dt, {p.out, p.in});
-        if (w.dtype() == dt)
-          be.copy(v, w);
-        else
-          be.convert(v, w);
-        gemm(be, dt, false, false, p.out, p.in, opt_.adapter.rank, s, 1.0, params_.value(p.B),
-             params_.value(p.A), v);
-        be.dora_norm(p.scale.get(be, dt, {p.out}), p.inv_norm.get(be, dt, {p.out}), v,
-                     params_.value(p.m));
-        w = v;
-      }
-      if (low_ && w.dtype() != DType::bf16)
-        be.convert(p.low.get(be, DType::bf16, {p.out, p.in}), w);
-      if (low_ && p.A != Proj::kNone)
-        be.convert(p.a_low.get(be, DType::bf16, {opt_.adapter.rank, p.in}), params_.value(p.A));
-      if (low_ && p.m != Proj::kNone && adapter_dropping_ && w0.dtype() != DType::bf16)
-        be.convert(p.base_low.get(be, DType::bf16, {p.out, p.in}), w0);
-    }
-}
-
-// The weight bf16 GEMMs use: W0 as base_weight gives it, or DoRA's V in its bf16 copy.
-Tensor Transformer::low_weight(const Proj& p) const {
-  return p.m == Proj::kNone ? base_weight(p) : p.low.tensor();
-}
-
-// W0 as the GEMMs read it: a base held in bf16 itself, else its bf16 copy of this step with bf16
-// GEMMs (under DoRA only with adapter dropout, the GEMMs otherwise reading V).
-Tensor Transformer::base_weight(const Proj& p) const {
-  const Tensor w = params_.value(p.w);
-  if (!low_ || w.dtype() == DType::bf16) return w;
-  return p.m == Proj::kNone ? p.low.tensor() : p.base_low.tensor();
-}
-
-// xa(N, rank) = x A^T, on the bf16 copies (the one linear_forward just made) with bf16 GEMMs.
-void Transformer::adapter_input(Backend& be, Proj& p, Tensor xa, Tensor x, Buffer& x_low) {
-  const int64_t N = x.dim(0), r = opt_.adapter.rank;
-  if (!low_)
-    return gemm(be, params_.dtype(), false, true, N, r, p.in, 1.0f, 0.0f, x, params_.value(p.A),
-                xa);
-  gemm(be, DType::bf16, false, true, N, r, p.in, 1.0f, 0.0f, x_low.tensor(), p.a_low.tensor(), xa);
-}
-
-// dA(rank, in) += s g^T x; with bf16 GEMMs from x's bf16 copy (the f32 x is not kept).
-void Transformer::adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tensor x_op, double s) {
-  const int64_t N = g.dim(0), r = g.dim(1);
-  if (!low_)
-    return gemm(be, params_.dtype(), true, false, r, p.in, N, s, 1.0f, g, x, params_.grad(p.A));
-  Tensor gl = scratch_->g_low.get(be, DType::bf16, g.shape());
-  be.convert(gl, g);
-  gemm(be, DType::bf16, true, false, r, p.in, N, s, 1.0f, gl, x_op, params_.grad(p.A));
-}
-
-// y(N, out) = the Linear j of a block on x(N, in), its adapter included.
-void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, Tensor x,
-                               Buffer& x_low, uint64_t seed) {
-  const DType dt = params_.dtype();
-  const Tensor bias = params_.value(p.b), w_low = low_ ? low_weight(p) : Tensor();
-  if (p.A == Proj::kNone) return linear_forward(be, y, x, x_low, params_.value(p.w), w_low, bias);
-  const AdapterOptions& ad = opt_.adapter;
-  const int64_t N = x.dim(0), r = ad.rank;
-  const double s = ad.alpha / double(r);
-  Tensor in = x;  // the adapter's input: x, or x with dropout (PEFT's lora_dropout)
-  if (adapter_dropping_) {
-    Tensor mask = a.xd_mask[j].get(be, dt, x.shape());
-    be.dropout_mask(mask, ad.dropout, mix_seed(seed, 16 + uint64_t(j)));
-    in = a.xd[j].get(be, dt, x.shape());
-    be.mul(in, x, mask);
-  }
-  if (p.m != Proj::kNone) {  // DoRA: y = (m / ||V||) in V^T + b (+ (x - in) W0^T, see below)
-    Tensor pre = a.pre[j].get(be, dt, {N, p.out});
-    linear_forward(be, pre, in, x_low, low_ ? Tensor() : p.v.tensor(), w_low, {});
-    be.scale_columns(y, pre, p.scale.tensor(), bias);
-    if (adapter_dropping_) {  // PEFT: the base on x, DoRA's correction on the dropped input
-      Tensor rest = scratch_->rest.get(be, dt, x.shape());  // (N, in) x - in
-      be.copy(rest, in);
-      be.scale(rest, -1.0);
-      be.add(rest, x);
-      linear_forward(be, y, rest, scratch_->rest_low, params_.value(p.w),
-                     low_ ? base_weight(p) : Tensor(), {}, 1.0f);
-    }
-  } else {  // LoRA: y = x W0^T + b + s in A^T B^T
-    linear_forward(be, y, x, x_low, params_.value(p.w), w_low, bias);
-  }
-  Tensor xa = a.xa[j].get(be, dt, {N, r});  // (N, rank) in A^T
-  if (adapter_dropping_)
-    gemm(be, dt, false, true, N, r, p.in, 1.0f, 0.0f, in, params_.value(p.A), xa);
-  else
-    adapter_input(be, p, xa, x, x_low);
-  if (p.m == Proj::kNone)
-    gemm(be, dt, false, true, N, p.out, r, s, 1.0f, xa, params_.value(p.B), y);
-}
-
-// dx(N, in) from dy(N, out) through the Linear j, and the gradients of what trains: the base
-// weights without adapters (unless frozen), the adapters with them. x as forward had it (f32).
-void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx, Tensor dy,
-                                Tensor x, Tensor x_op) {
-  const DType dt = params_.dtype();
-  Scratch& sc = *scratch_;
-  const Tensor w_op = base_weight(p);
-  if (p.A == Proj::kNone) {
-    if (train_base_)
-      return linear_backward(be, dx, params_.grad(p.w), params_.grad(p.b), dy, sc.d_low, x_op, w_op,
-                             low_);
-    return linear_input_backward(be, dx, gemm_operand(be, dy, sc.d_low, low_), dy, w_op, low_);
-  }
-  const AdapterOptions& ad = opt_.adapter;
-  const int64_t N = dy.dim(0), r = ad.rank;
-  const double s = ad.alpha / double(r);
-  Tensor g = sc.g.get(be, dt, {N, r});  // (N, rank) the gradient at in A^T, over s
-  // The adapter's dA += s g^T in, from the input forward gave it.
-  auto grad_a = [&] {
-    if (!adapter_dropping_) return adapter_grad_a(be, p, g, x, x_op, s);
-    gemm(be, dt, true, false, r, p.in, N, s, 1.0f, g, a.xd[j].tensor(), params_.grad(p.A));
-  };
-  if (p.m != Proj::kNone) {  // DoRA, ||V|| a constant: dP = dy m/||V||, dm = sum dy in V^T/||V||
-    Tensor dp = sc.dp.get(be, dt, dy.shape());
-    be.scale_columns(dp, dy, p.scale.tensor(), {});
-    Tensor t = sc.dp2.get(be, dt, dy.shape());  // dy in V^T, summed over rows, then / ||V||
-    be.mul(t, dy, a.pre[j].tensor());
-    Tensor col = sc.dm_col.get(be, dt, {p.out});
-    be.fill(col, 0.0);
-    be.sum_rows_acc(col, t);
-    be.mul(col, col, p.inv_norm.tensor());
-    be.add(params_.grad(p.m), col);
-    gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dp, a.xa[j].tensor(), params_.grad(p.B));
-    gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dp, params_.value(p.B), g);
-    grad_a();
-    const Tensor v_op = low_ ? low_weight(p) : p.v.tensor();
-    linear_input_backward(be, dx, gemm_operand(be, dp, sc.d_low, low_), dp, v_op, low_);
-    if (!adapter_dropping_) return;
-    // dx = dy W0 + (dP V - dy W0) * mask, from y = (x - in) W0^T + ... with in = x * mask.
-    Tensor base = sc.t.get(be, dt, dx.shape());  // (N, in) dy W0
-    linear_input_backward(be, base, gemm_operand(be, dy, sc.d_low, low_), dy, base_weight(p), low_);
-    be.scale(base, -1.0);
-    be.add(dx, base);
-    be.mul(dx, dx, a.xd_mask[j].tensor());
-    be.scale(base, -1.0);
-    return be.add(dx, base);
-  }
-  // LoRA: dB += s dy^T xa, g = dy B, dA += s g^T in, dx = dy W0 + s (g A) * mask.
-  gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dy, a.xa[j].tensor(), params_.grad(p.B));
-  gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dy, params_.value(p.B), g);
-  grad_a();
-  linear_input_backward(be, dx, gemm_operand(be, dy, sc.d_low, low_), dy, w_op, low_);
-  if (!adapter_dropping_)
-    return gemm(be, dt, false, false, N, p.in, r, s, 1.0f, g, params_.value(p.A), dx);
-  Tensor t = sc.t.get(be, dt, dx.shape());
-  gemm(be, dt, false, false, N, p.in, r, s, 0.0f, g, params_.value(p.A), t);
-  be.mul(t, t, a.xd_mask[j].tensor());
-  be.add(dx, t);
 }
 
 // x *= a dropout mask drawn from `seed` into `mask` (kept for backward), when dropping.
