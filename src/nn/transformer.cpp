@@ -144,6 +144,21 @@ void Transformer::drop(Backend& be, Tensor x, Buffer& mask, uint64_t seed) {
   be.mul(x, x, m);
 }
 
+// stream (N, C) += drop(the Linear j of block k on x), the dropout mask drawn from mask_seed: by
+// the Linear's GEMM itself, adding into the stream, when neither dropout nor an adapter comes
+// between them.
+void Transformer::join_branch(Backend& be, Block& k, Acts& a, int j, Tensor stream, Tensor x,
+                              Buffer& x_low, Buffer& mask, uint64_t mask_seed) {
+  Proj& p = k.p[j];
+  if (!dropping_ && p.A == Proj::kNone)
+    return linear_forward(be, stream, x, x_low, params_.value(p.w), low_ ? low_weight(p) : Tensor(),
+                          params_.value(p.b), 1.0);
+  Tensor branch = scratch_->branch.get(be, params_.dtype(), stream.shape());
+  proj_forward(be, p, a, j, branch, x, x_low, k.seed);
+  drop(be, branch, mask, mask_seed);
+  be.add(stream, branch);
+}
+
 // The attention of block k: with bf16 products when the GEMMs are bf16; with dropout in
 // training, on the probabilities too (nanoGPT's attn_dropout), its mask drawn from the block's
 // seed.
@@ -184,12 +199,9 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
                          dt);
   }
   SF_PROFILE_SCOPE("block forward");
-  Tensor branch = sc.branch.get(be, dt, {N, C});
-  proj_forward(be, k.p[1], a, 1, branch, att, a.att_low, k.seed);
-  drop(be, branch, a.mask1, mix_seed(k.seed, 1));
   Tensor mid = a.mid.get(be, dt, {N, C});
   be.copy(mid, x);
-  be.add(mid, branch);
+  join_branch(be, k, a, 1, mid, att, a.att_low, a.mask1, mix_seed(k.seed, 1));
   Tensor ln2 = (scratch_f32 ? sc.ln : a.ln2).get(be, dt, {N, C});
   be.layer_norm_forward(ln2, a.ln2_saved.get(be, dt, {N, 2}), mid, W(k.ln2_w), W(k.ln2_b),
                         kLayerNormEps);
@@ -200,11 +212,9 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
     SF_PROFILE_SCOPE("gelu");
     be.gelu_forward(gelu, fc);
   }
-  proj_forward(be, k.p[3], a, 3, branch, gelu, a.gelu_low, k.seed);
-  drop(be, branch, a.mask2, mix_seed(k.seed, 2));
   Tensor out = k.out.get(be, dt, {N, C});
   be.copy(out, mid);
-  be.add(out, branch);
+  join_branch(be, k, a, 3, out, gelu, a.gelu_low, a.mask2, mix_seed(k.seed, 2));
 }
 
 // dout (N, C) at the block's output -> dx (N, C) at its input x, into `dx`.
@@ -376,7 +386,6 @@ Tensor Transformer::decode(Backend& be, Tensor ids) {
            " new tokens exceed the block size ", opt_.block_size);
   const DType dt = params_.dtype();
   Acts& a = *acts_[0];
-  Scratch& sc = *scratch_;
   auto W = [&](size_t i) { return params_.value(i); };
   Tensor x = x0_.get(be, dt, {n, C});  // (n, C) the new tokens' embeddings
   be.embedding_forward(x, W(wte_), ids.reshape({n}));
@@ -402,11 +411,9 @@ Tensor Transformer::decode(Backend& be, Tensor ids) {
                           .out = att.data(),
                           .lse = a.lse.get(be, dt, {1, s.heads, T}).data()},
                          dt);
-    Tensor branch = sc.branch.get(be, dt, {n, C});
-    proj_forward(be, k.p[1], a, 1, branch, att.slice(decode_pos_, T), a.att_low, 0);
     Tensor mid = a.mid.get(be, dt, {n, C});
     be.copy(mid, x);
-    be.add(mid, branch);
+    join_branch(be, k, a, 1, mid, att.slice(decode_pos_, T), a.att_low, a.mask1, 0);
     Tensor ln2 = a.ln2.get(be, dt, {n, C});
     be.layer_norm_forward(ln2, a.ln2_saved.get(be, dt, {n, 2}), mid, W(k.ln2_w), W(k.ln2_b),
                           kLayerNormEps);
@@ -414,10 +421,9 @@ Tensor Transformer::decode(Backend& be, Tensor ids) {
     proj_forward(be, k.p[2], a, 2, fc, ln2, a.ln2_low, 0);
     Tensor gelu = a.gelu.get(be, dt, {n, 4 * C});
     be.gelu_forward(gelu, fc);
-    proj_forward(be, k.p[3], a, 3, branch, gelu, a.gelu_low, 0);
     x = k.out.get(be, dt, {n, C});
     be.copy(x, mid);
-    be.add(x, branch);
+    join_branch(be, k, a, 3, x, gelu, a.gelu_low, a.mask2, 0);
   }
   decode_pos_ = T;
   Tensor z = z_buf_.get(be, dt, {n, C});

@@ -74,6 +74,8 @@ class Transformer final : public Model {
   void adapter_input(Backend& be, Proj& p, Tensor xa, Tensor x, Buffer& x_low);
   void adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tensor x_op, double s);
   void drop(Backend& be, Tensor x, Buffer& mask, uint64_t seed);
+  void join_branch(Backend& be, Block& k, Acts& a, int j, Tensor stream, Tensor x, Buffer& x_low,
+                   Buffer& mask, uint64_t mask_seed);
   AttentionShape block_attention(const Block& k) const;
   void block_forward(Backend& be, Block& k, Acts& a, Tensor x);
   void block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tensor dout, Tensor dx);
