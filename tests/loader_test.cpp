@@ -383,6 +383,28 @@ namespace {
 // text_classify's examples and batches: a pair cut longest-first to seq_len, the separator in
 // segment 0, batches padded to their longest example with segments and lengths; errors name the
 // file and line.
+// A text read with a stored model's vocabulary: its ids over that vocabulary; characters outside
+// it are one error naming each with its count and first line.
+TEST(Loader, TextOverAStoredVocabularyNamesEveryUnknownCharacter) {
+  const fs::path dir = temp_dir("stored_vocabulary");
+  DataOptions o;
+  o.source = "c.yaml";
+  o.task = TaskKind::charlm;
+  o.path = (dir / "ok.txt").string();
+  o.text.seq_len = 2;
+  std::ofstream(o.path) << "cab\nba\n";
+  const TextData ok = load_text(o, U"\nabc");
+  EXPECT_EQ(ok.ids, (std::vector<int64_t>{3, 1, 2, 0, 2, 1, 0}));
+  o.path = (dir / "new.txt").string();
+  std::ofstream(o.path) << "ab\nxa\u00e9\nx\n";
+  const std::string e = test::error_of([&] { load_text(o, U"\nabc"); });
+  EXPECT_NE(e.find("new.txt: 2 characters are not in the vocabulary of the model (4 characters"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("'x' (2 times, first at line 2)"), std::string::npos) << e;
+  EXPECT_NE(e.find("'\u00e9' (1 time, at line 2)"), std::string::npos) << e;
+}
+
 TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
   const fs::path dir = temp_dir("text_pairs");
   const fs::path csv = dir / "pairs.csv";
@@ -440,12 +462,15 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
               load_dataset(o, &d, WindowSet::with_targets);
             }).find("new.csv:2: class 'maybe' was not seen in training"),
             std::string::npos);
-  std::ofstream(dir / "odd.csv") << "a,b,label\nab,q,yes\n";
+  // Every character outside the vocabulary at once, each with its count and first line.
+  std::ofstream(dir / "odd.csv") << "a,b,label\nab,q\u00e9,yes\nq,a,no\n";
   o.path = (dir / "odd.csv").string();
-  EXPECT_NE(test::error_of([&] {
-              load_dataset(o, &d, WindowSet::with_targets);
-            }).find("odd.csv:2: character 'q' is not in the model's vocabulary"),
-            std::string::npos);
+  const std::string odd = test::error_of([&] { load_dataset(o, &d, WindowSet::with_targets); });
+  EXPECT_NE(odd.find("odd.csv: 2 characters are not in the vocabulary of the model"),
+            std::string::npos)
+      << odd;
+  EXPECT_NE(odd.find("'q' (2 times, first at line 2)"), std::string::npos) << odd;
+  EXPECT_NE(odd.find("'\u00e9' (1 time, at line 2)"), std::string::npos) << odd;
 }
 
 }  // namespace

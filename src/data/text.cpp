@@ -1,8 +1,10 @@
 // Character-level text: UTF-8 decoded into a vocabulary of code points, split into chunks.
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "data/splits.hpp"
 #include "seqforge/core/error.hpp"
@@ -67,6 +69,37 @@ std::string encode_utf8(std::u32string_view text) {
   return out;
 }
 
+void check_vocabulary(const std::vector<std::u32string>& texts, const std::u32string& vocab,
+                      const std::string& what,
+                      const std::function<std::string(size_t, size_t)>& where) {
+  struct Unknown {
+    int64_t count = 0;
+    std::string first;
+  };
+  std::map<char32_t, Unknown> unknown;
+  const std::unordered_set<char32_t> known(vocab.begin(), vocab.end());
+  for (size_t t = 0; t < texts.size(); ++t)
+    for (size_t i = 0; i < texts[t].size(); ++i)
+      if (!known.count(texts[t][i])) {
+        Unknown& u = unknown[texts[t][i]];
+        if (u.count++ == 0) u.first = where(t, i);
+      }
+  if (unknown.empty()) return;
+  std::string list;
+  size_t shown = 0;
+  for (const auto& [c, u] : unknown) {
+    if (shown++ == 8) {
+      list += ", ...";
+      break;
+    }
+    list += (list.empty() ? "'" : ", '") + encode_utf8(std::u32string(1, c)) + "' (" +
+            std::to_string(u.count) + (u.count == 1 ? " time, " : " times, first ") + u.first + ")";
+  }
+  fail(what, ": ", unknown.size(), unknown.size() == 1 ? " character is" : " characters are",
+       " not in the vocabulary of the model (", vocab.size(),
+       " characters, from the text it was trained on): ", list, "; remove or replace them");
+}
+
 TextData load_text(const DataOptions& opt, const std::u32string& vocab) {
   TextData d;
   d.seq_len = opt.text.seq_len;
@@ -83,16 +116,13 @@ TextData load_text(const DataOptions& opt, const std::u32string& vocab) {
     std::sort(d.vocab.begin(), d.vocab.end());
     d.vocab.erase(std::unique(d.vocab.begin(), d.vocab.end()), d.vocab.end());
   }
+  check_vocabulary({text}, d.vocab, path, [&](size_t, size_t i) {
+    return "at line " + std::to_string(1 + std::count(text.begin(), text.begin() + i, U'\n'));
+  });
   std::unordered_map<char32_t, int64_t> index;
   for (size_t i = 0; i < d.vocab.size(); ++i) index.emplace(d.vocab[i], int64_t(i));
   d.ids.resize(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto it = index.find(text[i]);
-    if (it == index.end())
-      fail(path, ": character ", i, " ('", encode_utf8(text.substr(i, 1)),
-           "') is not in the model's vocabulary");
-    d.ids[i] = it->second;
-  }
+  for (size_t i = 0; i < text.size(); ++i) d.ids[i] = index.at(text[i]);
   const int64_t n = static_cast<int64_t>(d.ids.size());
   const auto [train_end, val_end] = boundaries(opt.split, n);
   auto chunks = [&](int64_t begin, int64_t end, std::vector<int64_t>* out) {

@@ -80,17 +80,13 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, bool
     std::sort(d.vocab.begin(), d.vocab.end());
     d.vocab.erase(std::unique(d.vocab.begin(), d.vocab.end()), d.vocab.end());
   }
+  check_vocabulary(texts, d.vocab, opt.path,
+                   [&](size_t r, size_t) { return "at line " + std::to_string(d.lines[r]); });
   std::unordered_map<char32_t, int64_t> index;
   for (size_t i = 0; i < d.vocab.size(); ++i) index.emplace(d.vocab[i], int64_t(i));
   d.offsets.push_back(0);
   for (int64_t r = 0; r < n; ++r) {
-    for (size_t i = 0; i < texts[r].size(); ++i) {
-      const auto it = index.find(texts[r][i]);
-      if (it == index.end())
-        fail(opt.path, ":", d.lines[r], ": character '", encode_utf8(texts[r].substr(i, 1)),
-             "' is not in the model's vocabulary");
-      d.ids.push_back(it->second);
-    }
+    for (const char32_t c : texts[r]) d.ids.push_back(index.at(c));
     d.offsets.push_back(static_cast<int64_t>(d.ids.size()));
   }
   d.classes.assign(static_cast<size_t>(n), -1);

@@ -5,6 +5,7 @@
 // they are copied, so a memory-mapped .npy source is never loaded whole.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -140,6 +141,12 @@ TextData load_text_examples(const DataOptions& options, const TextData* stored, 
 // short) is an error naming `what` and the byte offset.
 std::u32string decode_utf8(const std::string& text, const std::string& what);
 std::string encode_utf8(std::u32string_view text);
+
+// Fails when texts hold characters outside a stored model's vocabulary, naming each (up to 8)
+// with how often it occurs and where it is first, `where(text index, position)`.
+void check_vocabulary(const std::vector<std::u32string>& texts, const std::u32string& vocab,
+                      const std::string& what,
+                      const std::function<std::string(size_t, size_t)>& where);
 
 // A task's data and where it came from.
 struct Dataset {
