@@ -595,6 +595,14 @@ OpCase small_ops_case() {
     be.dora_norm(dn_scale.t, dn_inv.t, dn_v.t, dn_m.t);
     out["dora_norm_scale"] = to_doubles(be, dn_scale.t);
     out["dora_norm_inv"] = to_doubles(be, dn_inv.t);
+    // DoRA's backward through the column scaling: rows enough for both threads, dm accumulating.
+    HostTensor db_dy(be, dt, {300, 21}, values(rng, 6300)),
+        db_pre(be, dt, {300, 21}, values(rng, 6300)), db_scale(be, dt, {21}, values(rng, 21)),
+        db_inv(be, dt, {21}, values(rng, 21, 0.5, 2)), db_dm(be, dt, {21}, values(rng, 21)),
+        db_dpre(be, dt, {300, 21}, std::vector<double>(6300));
+    be.dora_backward(db_dpre.t, db_dm.t, db_dy.t, db_pre.t, db_scale.t, db_inv.t);
+    out["dora_backward_dpre"] = to_doubles(be, db_dpre.t);
+    out["dora_backward_dm"] = to_doubles(be, db_dm.t);
     // Layer norm (rows wide enough for several SIMD blocks and a tail, and threads) and GELU.
     HostTensor ln_x(be, dt, {70, 37}, values(rng, 70 * 37, -3, 3)),
         ln_w(be, dt, {37}, values(rng, 37, 0.5, 1.5)), ln_b(be, dt, {37}, values(rng, 37)),

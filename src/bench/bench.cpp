@@ -168,6 +168,9 @@ class RecordingBackend final : public Backend {
   void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
     inner_.scale_columns(y, x, s, b);
   }
+  void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor s, Tensor inv) override {
+    inner_.dora_backward(dpre, dm, dy, pre, s, inv);
+  }
   void dora_norm(Tensor s, Tensor inv, Tensor v, Tensor m) override {
     inner_.dora_norm(s, inv, v, m);
   }

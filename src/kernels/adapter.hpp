@@ -1,6 +1,7 @@
 #pragma once
-// Scalar kernels of the adapters (LoRA, DoRA): column scaling of activations and DoRA's
-// per-row weight norm. The reference, and what the CPU backend runs over row ranges.
+// Scalar kernels of the adapters (LoRA, DoRA): column scaling of activations, DoRA's per-row
+// weight norm and its backward through the column scaling. The reference, and what the CPU backend
+// runs over row ranges.
 #include <cmath>
 #include <cstdint>
 
@@ -19,6 +20,23 @@ void scale_columns(T* y, const T* x, const T* s, const T* b, int64_t C, int64_t 
     } else {
 #pragma omp simd
       for (int64_t j = 0; j < C; ++j) yr[j] = xr[j] * s[j];
+    }
+  }
+}
+
+// Rows [r0, r1) of DoRA's backward (Backend::dora_backward): dpre = dy * scale per column, and
+// sums (C) += the column sums of dy * pre over the rows.
+template <typename T, typename Acc>
+void dora_backward_rows(T* dpre, Acc* sums, const T* dy, const T* pre, const T* scale, int64_t C,
+                        int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    T* dr = dpre + r * C;
+    const T* gr = dy + r * C;
+    const T* pr = pre + r * C;
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j) {
+      sums[j] += Acc(gr[j]) * Acc(pr[j]);
+      dr[j] = gr[j] * scale[j];
     }
   }
 }

@@ -247,14 +247,8 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
   };
   if (p.m != Proj::kNone) {  // DoRA, ||V|| a constant: dP = dy m/||V||, dm = sum dy in V^T/||V||
     Tensor dp = sc.dp.get(be, dt, dy.shape());
-    be.scale_columns(dp, dy, p.scale.tensor(), {});
-    Tensor t = sc.dp2.get(be, dt, dy.shape());  // dy in V^T, summed over rows, then / ||V||
-    be.mul(t, dy, a.pre[j].tensor());
-    Tensor col = sc.dm_col.get(be, dt, {p.out});
-    be.fill(col, 0.0);
-    be.sum_rows_acc(col, t);
-    be.mul(col, col, p.inv_norm.tensor());
-    be.add(params_.grad(p.m), col);
+    be.dora_backward(dp, params_.grad(p.m), dy, a.pre[j].tensor(), p.scale.tensor(),
+                     p.inv_norm.tensor());
     gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dp, a.xa[j].tensor(), params_.grad(p.B));
     gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dp, params_.value(p.B), g);
     grad_a();

@@ -57,8 +57,7 @@ struct Transformer::Scratch {
   Buffer d_low;     // bf16 copy of the gradient a GEMM reads, up to (N, 4C)
   Buffer dx[2];     // (N, C) the gradient flowing down, block by block
   Buffer g, g_low;  // adapters: (N, rank) the gradient at x A^T, and its bf16 copy
-  Buffer dp, dp2;   // adapters: (N, out) DoRA's gradient at x V^T, and dy * x V^T
-  Buffer dm_col;    // adapters: (out) DoRA's column sums of dy * x V^T
+  Buffer dp;        // adapters: (N, out) DoRA's gradient at x V^T
   Buffer t;         // adapters: (N, in) a with-dropout term of dx
   Buffer rest, rest_low;    // DoRA with dropout: (N, in) x minus the adapter's dropped input, and
                             // its bf16 copy

@@ -35,7 +35,7 @@ enum class Op {
   norm,         // layer_norm_forward, layer_norm_backward
   activation,   // gelu_forward, gelu_backward
   attention,    // attention_forward, attention_backward
-  adapter,      // scale_columns, dora_norm
+  adapter,      // scale_columns, dora_norm, dora_backward
   loss,         // mse_loss, cross_entropy_loss
   optimizer,    // adam_step, sgd_step
 };
@@ -143,6 +143,11 @@ class Backend {
   virtual void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) = 0;
   // DoRA's weight norm, per row of v(R, C): inv_norm(R) = 1 / ||v_r||, scale(R) = m * inv_norm.
   virtual void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) = 0;
+  // DoRA's backward through y = pre * scale + b per column, pre(R, C) = x V^T and scale = m / ||V||
+  // (||V|| held constant): dpre(R, C) = dy * scale (assigned), dm(C) += inv_norm * the column
+  // sums of dy * pre.
+  virtual void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor scale,
+                             Tensor inv_norm) = 0;
 
   // Multi-head attention (ops.hpp), forward and backward.
   virtual void attention_forward(const AttentionForward& a, DType dtype) = 0;

@@ -334,6 +334,24 @@ class CpuBackend final : public Backend {
                              b.empty() ? nullptr : b.data_as<float>(), C, r0, r1);
     });
   }
+  void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor scale,
+                     Tensor inv_norm) override {
+    if (dy.dtype() != DType::f32) return ref_->dora_backward(dpre, dm, dy, pre, scale, inv_norm);
+    const int64_t C = scale.numel(), rows = C ? dy.numel() / C : 0;
+    SF_CHECK(dpre.numel() == dy.numel() && pre.numel() == dy.numel() && rows * C == dy.numel() &&
+                 dm.numel() == C && inv_norm.numel() == C,
+             "dora_backward shapes");
+    column_sums_.assign(static_cast<size_t>(C), 0.0f);
+    sum_over_rows(rows, row_threads(rows, 2 * C), C, column_sums_.data(),
+                  [&](int64_t r0, int64_t r1, float* sums) {
+                    simd::dora_backward_rows(dpre.data_as<float>(), sums, dy.data_as<float>(),
+                                             pre.data_as<float>(), scale.data_as<float>(), C, r0,
+                                             r1);
+                  });
+    float* out = dm.data_as<float>();
+    const float* inv = inv_norm.data_as<float>();
+    for (int64_t j = 0; j < C; ++j) out[j] += column_sums_[j] * inv[j];
+  }
   void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) override {
     ref_->dora_norm(scale, inv_norm, v, m);  // once per step and weight
   }
@@ -425,7 +443,8 @@ class CpuBackend final : public Backend {
       for (int64_t j = 0; j < n; ++j) out[j] += partial[t * n + j];
   }
 
-  std::vector<float> partial_;  // per-thread column sums
+  std::vector<float> partial_;      // per-thread column sums
+  std::vector<float> column_sums_;  // dora_backward's, before the scaling
 };
 
 }  // namespace

@@ -222,6 +222,23 @@ class ReferenceBackend final : public Backend {
                              x.numel() / C);
     });
   }
+  void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor scale,
+                     Tensor inv_norm) override {
+    const int64_t C = scale.numel();
+    SF_CHECK(dpre.numel() == dy.numel() && pre.numel() == dy.numel() && dy.numel() % C == 0 &&
+                 dm.numel() == C && inv_norm.numel() == C,
+             "dora_backward shapes");
+    dispatch_float(dy.dtype(), [&]<typename T>() {
+      std::vector<double> sums(static_cast<size_t>(C), 0.0);
+      kernels::dora_backward_rows(static_cast<T*>(dpre.data()), sums.data(),
+                                  static_cast<const T*>(dy.data()),
+                                  static_cast<const T*>(pre.data()),
+                                  static_cast<const T*>(scale.data()), C, 0, dy.numel() / C);
+      T* out = static_cast<T*>(dm.data());
+      const T* inv = static_cast<const T*>(inv_norm.data());
+      for (int64_t j = 0; j < C; ++j) out[j] += static_cast<T>(sums[j] * double(inv[j]));
+    });
+  }
   void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) override {
     const int64_t R = m.numel();
     SF_CHECK(scale.numel() == R && inv_norm.numel() == R && v.numel() % R == 0, "dora_norm shapes");

@@ -140,6 +140,11 @@ class SealedBackend final : public Backend {
     Open o(*this, "scale_columns", {y, x, s, b});
     inner_->scale_columns(y, x, s, b);
   }
+  void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor scale,
+                     Tensor inv_norm) override {
+    Open o(*this, "dora_backward", {dpre, dm, dy, pre, scale, inv_norm});
+    inner_->dora_backward(dpre, dm, dy, pre, scale, inv_norm);
+  }
   void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) override {
     Open o(*this, "dora_norm", {scale, inv_norm, v, m});
     inner_->dora_norm(scale, inv_norm, v, m);

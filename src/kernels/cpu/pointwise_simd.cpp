@@ -33,6 +33,27 @@ void SumRows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
   }
 }
 
+// Rows [r0, r1) of DoRA's backward (kernels/adapter.hpp, dora_backward_rows): dpre = dy * scale
+// per column; sums(n) += column sums of dy * pre.
+void DoraBackwardRows(float* dpre, float* sums, const float* dy, const float* pre,
+                      const float* scale, int64_t n, int64_t r0, int64_t r1) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), n_vec = n / N * N;
+  for (int64_t r = r0; r < r1; ++r) {
+    float* dr = dpre + r * n;
+    const float *gr = dy + r * n, *pr = pre + r * n;
+    for (int64_t j = 0; j < n_vec; j += N) {
+      const auto g = hn::LoadU(d, gr + j);
+      hn::StoreU(hn::MulAdd(g, hn::LoadU(d, pr + j), hn::LoadU(d, sums + j)), d, sums + j);
+      hn::StoreU(hn::Mul(g, hn::LoadU(d, scale + j)), d, dr + j);
+    }
+    for (int64_t j = n_vec; j < n; ++j) {
+      sums[j] += gr[j] * pr[j];
+      dr[j] = gr[j] * scale[j];
+    }
+  }
+}
+
 // dst[i] = src[i] rounded to bf16 (to_bf16), i in [0, n).
 void ToBf16(bf16* dst, const float* src, int64_t n) {
   const hn::ScalableTag<float> d;
@@ -192,6 +213,7 @@ HWY_AFTER_NAMESPACE();
 namespace seqforge::simd {
 
 HWY_EXPORT(SumRows);
+HWY_EXPORT(DoraBackwardRows);
 HWY_EXPORT(DropoutMask);
 HWY_EXPORT(ToBf16);
 HWY_EXPORT(Transpose16);
@@ -200,6 +222,10 @@ HWY_EXPORT(TargetName);
 
 void sum_rows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
   HWY_DYNAMIC_DISPATCH(SumRows)(dy, n, r0, r1, acc);
+}
+void dora_backward_rows(float* dpre, float* sums, const float* dy, const float* pre,
+                        const float* scale, int64_t n, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(DoraBackwardRows)(dpre, sums, dy, pre, scale, n, r0, r1);
 }
 void convert_to_bf16(bf16* dst, const float* src, int64_t n) {
   HWY_DYNAMIC_DISPATCH(ToBf16)(dst, src, n);
