@@ -11,6 +11,7 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/hash.hpp"
+#include "seqforge/core/profiler.hpp"
 
 namespace seqforge {
 
@@ -122,6 +123,7 @@ void Transformer::init_adapters(Backend& be, const std::vector<std::string>& loa
 
 // The weights of this step: DoRA's V and its scales, bf16 copies for bf16 GEMMs.
 void Transformer::prepare_weights(Backend& be) {
+  SF_PROFILE_SCOPE("weights of the step");
   const DType dt = params_.dtype();
   if (opt_.adapter.bf16_base && !low_)
     fail("adapter.base_precision: a base held in bf16 needs bf16 GEMMs (train.precision: bf16)");

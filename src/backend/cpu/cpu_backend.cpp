@@ -353,7 +353,13 @@ class CpuBackend final : public Backend {
     for (int64_t j = 0; j < C; ++j) out[j] += column_sums_[j] * inv[j];
   }
   void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) override {
-    ref_->dora_norm(scale, inv_norm, v, m);  // once per step and weight
+    if (v.dtype() != DType::f32) return ref_->dora_norm(scale, inv_norm, v, m);
+    const int64_t R = m.numel(), C = R ? v.numel() / R : 0;
+    SF_CHECK(scale.numel() == R && inv_norm.numel() == R && R * C == v.numel(), "dora_norm shapes");
+    parallel_rows(R, C, [&](int64_t r0, int64_t r1) {
+      simd::dora_norm(scale.data_as<float>(), inv_norm.data_as<float>(), v.data_as<float>(),
+                      m.data_as<float>(), C, r0, r1);
+    });
   }
   // f32 fused kernels; with bf16 products allowed and bf16 dot products on the CPU, their bf16
   // form.

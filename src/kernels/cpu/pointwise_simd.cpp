@@ -5,6 +5,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 // clang-format off
 #include <hwy/highway.h>
@@ -51,6 +52,28 @@ void DoraBackwardRows(float* dpre, float* sums, const float* dy, const float* pr
       sums[j] += gr[j] * pr[j];
       dr[j] = gr[j] * scale[j];
     }
+  }
+}
+
+// Rows [r0, r1) of v (rows, n), DoRA's weight norm (kernels/adapter.hpp, dora_norm):
+// inv_norm = 1 / ||v_r||, scale = m_r inv_norm, the squares summed in f64.
+void DoraNorm(float* scale, float* inv_norm, const float* v, const float* m, int64_t n, int64_t r0,
+              int64_t r1) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;  // half a vector of floats, widened to doubles
+  const int64_t N = static_cast<int64_t>(hn::Lanes(dd)), n_vec = n / N * N;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* vr = v + r * n;
+    auto acc = hn::Zero(dd);
+    for (int64_t j = 0; j < n_vec; j += N) {
+      const auto x = hn::PromoteTo(dd, hn::LoadU(df, vr + j));
+      acc = hn::MulAdd(x, x, acc);
+    }
+    double sq = hn::GetLane(hn::SumOfLanes(dd, acc));
+    for (int64_t j = n_vec; j < n; ++j) sq += double(vr[j]) * double(vr[j]);
+    const double inv = 1.0 / std::sqrt(sq);
+    inv_norm[r] = static_cast<float>(inv);
+    scale[r] = static_cast<float>(double(m[r]) * inv);
   }
 }
 
@@ -214,6 +237,7 @@ namespace seqforge::simd {
 
 HWY_EXPORT(SumRows);
 HWY_EXPORT(DoraBackwardRows);
+HWY_EXPORT(DoraNorm);
 HWY_EXPORT(DropoutMask);
 HWY_EXPORT(ToBf16);
 HWY_EXPORT(Transpose16);
@@ -226,6 +250,10 @@ void sum_rows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
 void dora_backward_rows(float* dpre, float* sums, const float* dy, const float* pre,
                         const float* scale, int64_t n, int64_t r0, int64_t r1) {
   HWY_DYNAMIC_DISPATCH(DoraBackwardRows)(dpre, sums, dy, pre, scale, n, r0, r1);
+}
+void dora_norm(float* scale, float* inv_norm, const float* v, const float* m, int64_t n, int64_t r0,
+               int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(DoraNorm)(scale, inv_norm, v, m, n, r0, r1);
 }
 void convert_to_bf16(bf16* dst, const float* src, int64_t n) {
   HWY_DYNAMIC_DISPATCH(ToBf16)(dst, src, n);

@@ -12,6 +12,9 @@ void sum_rows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc);
 // column sums of dy * pre.
 void dora_backward_rows(float* dpre, float* sums, const float* dy, const float* pre,
                         const float* scale, int64_t n, int64_t r0, int64_t r1);
+// Rows [r0, r1) of v (rows, n): inv_norm = 1 / ||v_r||, scale = m_r * inv_norm (DoRA's m / ||V||).
+void dora_norm(float* scale, float* inv_norm, const float* v, const float* m, int64_t n, int64_t r0,
+               int64_t r1);
 // dst[i] = to_bf16(src[i]), i in [0, n).
 void convert_to_bf16(bf16* dst, const float* src, int64_t n);
 // Elements [i0, i1) of the dropout mask of `seed` into out[0, i1 - i0): 0 where
