@@ -107,8 +107,27 @@ class CpuBackend final : public Backend {
 
   void* alloc(size_t bytes) override { return ref_->alloc(bytes); }
   void free(void* p) override { ref_->free(p); }
-  void copy(Tensor dst, Tensor src) override { ref_->copy(dst, src); }
-  void fill(Tensor dst, double value) override { ref_->fill(dst, value); }
+  // Large copies and fills split over the threads: one core alone does not reach the memory's
+  // bandwidth.
+  void copy(Tensor dst, Tensor src) override {
+    SF_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(), dst.shape().str(), " <- ",
+             src.shape().str());
+    char* out = static_cast<char*>(dst.data());
+    const char* in = static_cast<const char*>(src.data());
+    const size_t n = dst.nbytes();
+    if (n == 0 || out == in) return;
+    if (out < in + n && in < out + n) return void(std::memmove(out, in, n));  // overlapping
+    parallel_rows(static_cast<int64_t>(n), 1, [&](int64_t b0, int64_t b1) {
+      std::memcpy(out + b0, in + b0, static_cast<size_t>(b1 - b0));
+    });
+  }
+  void fill(Tensor dst, double value) override {
+    if (dst.dtype() != DType::f32) return ref_->fill(dst, value);
+    float* out = dst.data_as<float>();
+    parallel_rows(dst.numel(), 1, [&](int64_t i0, int64_t i1) {
+      std::fill(out + i0, out + i1, static_cast<float>(value));
+    });
+  }
   void upload(Tensor dst, const void* host) override { ref_->upload(dst, host); }
   void download(void* host, Tensor src) override { ref_->download(host, src); }
   bool host_addressable() const override { return true; }
