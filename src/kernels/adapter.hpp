@@ -1,7 +1,7 @@
 #pragma once
 // Scalar kernels of the adapters (LoRA, DoRA): column scaling of activations, DoRA's per-row
-// weight norm and its backward through the column scaling. The reference, and what the CPU backend
-// runs over row ranges.
+// weight norm and its backward through the column scaling. The reference; the CPU backend runs
+// scale_columns from here over row ranges, the other two in SIMD (kernels/cpu/pointwise_simd.cpp).
 #include <cmath>
 #include <cstdint>
 
