@@ -6,11 +6,15 @@ initial parameters, inputs, outputs, final states, the loss, every gradient, and
 after two AdamW steps and after two clipped SGD-momentum steps on the same batch. Parameters and
 inputs are drawn in float32 (so seqforge loads them exactly); PyTorch then computes in float64.
 
-Usage: /usr/bin/python3 tests/python/make_parity_fixtures.py OUT_DIR
+Usage: /usr/bin/python3 tests/python/make_parity_fixtures.py OUT_DIR [--random SEED COUNT]
 Each fixture is OUT_DIR/<name>.safetensors (F64/I64 tensors, the configuration as JSON metadata).
+With --random, COUNT random configurations (at least 24 for the parity tests) replace CONFIGS:
+  SEQFORGE_FIXTURE_DIR=OUT_DIR build/tests/seqforge_tests --gtest_filter='PyTorchParity.CpuF32:*F64'
+
 """
 import json
 import os
+import random
 import struct
 import sys
 
@@ -372,12 +376,46 @@ def write_safetensors(path, tensors, metadata):
     os.replace(tmp, path)
 
 
+def random_configs(seed, count):
+    """count configurations drawn from Random(seed): LSTM, GRU, LayerNorm-LSTM and LSTM with
+    projections, 1-3 layers, either direction, every head, given states or not."""
+    rng = random.Random(seed)
+    configs = []
+    for _ in range(count):
+        cell = rng.choice(["lstm", "lstm", "gru", "lnlstm"])
+        c = dict(h=rng.choice([1, 2, 3, 5, 8, 15, 16, 17, 31, 32, 33, 64, 65, 100]),
+                 l=rng.randint(1, 3), t=rng.choice([1, 2, 3, 7, 16, 17, 33]),
+                 b=rng.choice([1, 2, 3, 5, 8, 16, 17]))
+        if cell != "lstm":
+            c["cell"] = cell
+        if cell == "lnlstm":
+            c["h"] = max(c["h"], 2)  # a layer norm needs two values
+        if rng.random() < 0.3:
+            c.update(v=rng.randint(2, 70), e=rng.randint(1, 20), head="ce")
+            c["weights"] = rng.random() < 0.3
+            c["ignore"] = rng.random() < 0.3 and c["b"] > 1 and c["t"] > 1  # some targets kept
+        else:
+            c.update(i=rng.choice([1, 2, 3, 7, 16, 17, 40]),
+                     head=rng.choice(["last", "step", "mask"]))
+        c["bi"], c["bf"], c["st"] = (rng.random() < 0.5 for _ in range(3))
+        if cell == "lstm" and c["h"] > 1 and rng.random() < 0.4:
+            c["p"] = rng.randint(1, c["h"] - 1)
+        configs.append({k: v for k, v in c.items() if v is not False})
+    return configs
+
+
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures"
+    args = sys.argv[1:]
+    configs = CONFIGS
+    if "--random" in args:  # --random SEED COUNT: a random sweep instead of CONFIGS
+        i = args.index("--random")
+        configs = random_configs(int(args[i + 1]), int(args[i + 2]))
+        args = args[:i] + args[i + 3:]
+    out = args[0] if args else "tests/fixtures"
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(1)
     names = []
-    for n, c in enumerate(CONFIGS):
+    for n, c in enumerate(configs):
         meta, tensors = make(c, 1000 + n)
         write_safetensors(os.path.join(out, meta["name"] + ".safetensors"), tensors, meta)
         names.append(meta["name"])

@@ -14,11 +14,15 @@ parameters, and the trained parameters after one AdamW step with nanoGPT's decay
 With adapter dropout (drop), the pass is a training one whose adapter dropout masks are seqforge's:
 drawn per block from Rng(1) and hashed per element, as the engine draws them (see DropoutMasks).
 
-Usage: /usr/bin/python3 tests/python/make_transformer_fixtures.py OUT_DIR
-Each fixture is OUT_DIR/<name>.safetensors; OUT_DIR/transformer_index.txt lists them.
+Usage: /usr/bin/python3 tests/python/make_transformer_fixtures.py OUT_DIR [--random SEED COUNT]
+Each fixture is OUT_DIR/<name>.safetensors; OUT_DIR/transformer_index.txt lists them. With
+--random, COUNT random configurations (at least 17 for the parity tests) replace CONFIGS:
+  SEQFORGE_FIXTURE_DIR=OUT_DIR build/tests/seqforge_tests --gtest_filter='PyTorchParity.Transformer*'
+
 """
 import math
 import os
+import random
 import sys
 
 import torch
@@ -413,12 +417,49 @@ def make_adapted(c, base):
     return meta, tensors
 
 
+def random_configs(seed, count):
+    """count configurations drawn from Random(seed): heads, head sizes (1 to 48, widths of 8 and
+    more), T (1 to 130),
+    causal or not, classifiers with segments, LoRA or DoRA on random targets with dropout."""
+    rng = random.Random(seed)
+    linears = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
+    configs = []
+    for _ in range(count):
+        h = rng.randint(1, 6)
+        t = rng.choice([1, 2, 3, 15, 16, 17, 31, 33, 63, 64, 65, 97, 128, 130])
+        head = rng.choice([1, 3, 5, 7, 8, 13, 16, 17, 24, 33, 48])
+        while h * head < 8:  # LayerNorms over fewer values are ill-conditioned in float32
+            head += 1
+        c = dict(v=rng.randint(2, 70), c=h * head, l=rng.randint(1, 3), h=h, t=t,
+                 b=rng.randint(1, 4), bs=t + rng.choice([0, 3, 20]))
+        if rng.random() < 0.4:
+            c["causal"] = False
+        if rng.random() < 0.35:
+            c["k"] = rng.randint(2, 5)
+            if rng.random() < 0.6:
+                c["seg"] = rng.randint(2, 3)
+        if rng.random() < 0.5:
+            c.update(adapter=rng.choice(["lora", "dora"]), r=rng.randint(1, 8),
+                     a=rng.choice([1.0, 2.0, 8.0, 16.0]),
+                     targets=sorted(rng.sample(linears, rng.randint(1, 4)), key=linears.index))
+            if rng.random() < 0.4:
+                c["drop"] = rng.choice([0.1, 0.3, 0.5])
+        configs.append(c)
+    return configs
+
+
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures"
+    args = sys.argv[1:]
+    configs = CONFIGS
+    if "--random" in args:  # --random SEED COUNT: a random sweep instead of CONFIGS
+        i = args.index("--random")
+        configs = random_configs(int(args[i + 1]), int(args[i + 2]))
+        args = args[:i] + args[i + 3:]
+    out = args[0] if args else "tests/fixtures"
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(1)
     names = []
-    for n, c in enumerate(CONFIGS):
+    for n, c in enumerate(configs):
         meta, tensors = make(c, 5000 + n)
         write_safetensors(os.path.join(out, meta["name"] + ".safetensors"), tensors, meta)
         names.append(meta["name"])
