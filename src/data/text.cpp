@@ -74,7 +74,7 @@ void check_vocabulary(const std::vector<std::u32string>& texts, const std::u32st
                       const std::function<std::string(size_t, size_t)>& where) {
   struct Unknown {
     int64_t count = 0;
-    std::string first;
+    size_t text = 0, pos = 0;  // its first occurrence
   };
   std::map<char32_t, Unknown> unknown;
   const std::unordered_set<char32_t> known(vocab.begin(), vocab.end());
@@ -82,7 +82,7 @@ void check_vocabulary(const std::vector<std::u32string>& texts, const std::u32st
     for (size_t i = 0; i < texts[t].size(); ++i)
       if (!known.count(texts[t][i])) {
         Unknown& u = unknown[texts[t][i]];
-        if (u.count++ == 0) u.first = where(t, i);
+        if (u.count++ == 0) u.text = t, u.pos = i;
       }
   if (unknown.empty()) return;
   std::string list;
@@ -93,7 +93,8 @@ void check_vocabulary(const std::vector<std::u32string>& texts, const std::u32st
       break;
     }
     list += (list.empty() ? "'" : ", '") + encode_utf8(std::u32string(1, c)) + "' (" +
-            std::to_string(u.count) + (u.count == 1 ? " time, " : " times, first ") + u.first + ")";
+            std::to_string(u.count) + (u.count == 1 ? " time, " : " times, first ") +
+            where(u.text, u.pos) + ")";
   }
   fail(what, ": ", unknown.size(), unknown.size() == 1 ? " character is" : " characters are",
        " not in the vocabulary of the model (", vocab.size(),
@@ -115,10 +116,11 @@ TextData load_text(const DataOptions& opt, const std::u32string& vocab) {
     d.vocab = text;
     std::sort(d.vocab.begin(), d.vocab.end());
     d.vocab.erase(std::unique(d.vocab.begin(), d.vocab.end()), d.vocab.end());
+  } else {
+    check_vocabulary({text}, d.vocab, path, [&](size_t, size_t i) {
+      return "at line " + std::to_string(1 + std::count(text.begin(), text.begin() + i, U'\n'));
+    });
   }
-  check_vocabulary({text}, d.vocab, path, [&](size_t, size_t i) {
-    return "at line " + std::to_string(1 + std::count(text.begin(), text.begin() + i, U'\n'));
-  });
   std::unordered_map<char32_t, int64_t> index;
   for (size_t i = 0; i < d.vocab.size(); ++i) index.emplace(d.vocab[i], int64_t(i));
   d.ids.resize(text.size());

@@ -75,13 +75,13 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, bool
   }
   if (stored && !stored->vocab.empty()) {
     d.vocab = stored->vocab;
+    check_vocabulary(texts, d.vocab, opt.path,
+                     [&](size_t r, size_t) { return "at line " + std::to_string(d.lines[r]); });
   } else {
     for (const auto& t : texts) d.vocab += t;
     std::sort(d.vocab.begin(), d.vocab.end());
     d.vocab.erase(std::unique(d.vocab.begin(), d.vocab.end()), d.vocab.end());
   }
-  check_vocabulary(texts, d.vocab, opt.path,
-                   [&](size_t r, size_t) { return "at line " + std::to_string(d.lines[r]); });
   std::unordered_map<char32_t, int64_t> index;
   for (size_t i = 0; i < d.vocab.size(); ++i) index.emplace(d.vocab[i], int64_t(i));
   d.offsets.push_back(0);

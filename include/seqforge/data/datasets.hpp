@@ -143,7 +143,8 @@ std::u32string decode_utf8(const std::string& text, const std::string& what);
 std::string encode_utf8(std::u32string_view text);
 
 // Fails when texts hold characters outside a stored model's vocabulary, naming each (up to 8)
-// with how often it occurs and where it is first, `where(text index, position)`.
+// with how often it occurs and where it is first, `where(text index, position)` (called only for
+// those named).
 void check_vocabulary(const std::vector<std::u32string>& texts, const std::u32string& vocab,
                       const std::string& what,
                       const std::function<std::string(size_t, size_t)>& where);
