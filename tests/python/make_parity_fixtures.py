@@ -404,14 +404,20 @@ def random_configs(seed, count):
     return configs
 
 
-def main():
+def out_dir_and_configs(fixed, random_configs):
+    """The command line's OUT_DIR and configurations: `fixed`, or with --random SEED COUNT,
+    random_configs(SEED, COUNT)."""
     args = sys.argv[1:]
-    configs = CONFIGS
-    if "--random" in args:  # --random SEED COUNT: a random sweep instead of CONFIGS
+    configs = fixed
+    if "--random" in args:
         i = args.index("--random")
         configs = random_configs(int(args[i + 1]), int(args[i + 2]))
         args = args[:i] + args[i + 3:]
-    out = args[0] if args else "tests/fixtures"
+    return (args[0] if args else "tests/fixtures"), configs
+
+
+def main():
+    out, configs = out_dir_and_configs(CONFIGS, random_configs)
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(1)
     names = []

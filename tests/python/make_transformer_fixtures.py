@@ -28,7 +28,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_parity_fixtures import f32, max_rel_error, write_safetensors  # noqa: E402
+from make_parity_fixtures import (  # noqa: E402
+    f32, max_rel_error, out_dir_and_configs, write_safetensors)
 
 # v vocabulary, c width, l layers, h heads (head size c / h), t tokens, b batch, bs block size;
 # adapter: "lora" or "dora" on the Linears named in targets, of rank r and alpha a (base frozen),
@@ -449,13 +450,7 @@ def random_configs(seed, count):
 
 
 def main():
-    args = sys.argv[1:]
-    configs = CONFIGS
-    if "--random" in args:  # --random SEED COUNT: a random sweep instead of CONFIGS
-        i = args.index("--random")
-        configs = random_configs(int(args[i + 1]), int(args[i + 2]))
-        args = args[:i] + args[i + 3:]
-    out = args[0] if args else "tests/fixtures"
+    out, configs = out_dir_and_configs(CONFIGS, random_configs)
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(1)
     names = []
