@@ -852,8 +852,7 @@ SF_BF16_ATTR void ForwardPairsBf16(const AttentionForward& a, int64_t p0, int64_
 
 // bf16 products: q and dO as row words, k and v in word panels for the dots; k stacked over keys,
 // q and dO over queries for the axpys; per tile, dS rows as words and P^T, dS^T stacked over the
-// tile's queries. The gradients accumulate in f32, in place when D is whole vectors, else in
-// buffers of Dv columns.
+// tile's queries. The gradients accumulate in f32 buffers of Dv columns.
 struct Bf16Grads {
   static constexpr int64_t kBcw = kBc / 2;  // words of a row of kBc values
 
@@ -864,8 +863,7 @@ struct Bf16Grads {
         ld(3 * C),
         Dw((D + 1) / 2),
         Dv(RoundUp(D, kWordLanes)),
-        Tp((T + 1) / 2),
-        direct(D == Dv) {
+        Tp((T + 1) / 2) {
     const int64_t Tk = RoundUp(T, kKeyBlock);
     thread_local Scratch scratch;
     Carver sizes(nullptr);
@@ -882,9 +880,9 @@ struct Bf16Grads {
     ks = words(Tp * Dv);           // (ceil(T / 2), Dv) k stacked over keys
     qs = words(Tp * Dv);           // (ceil(T / 2), Dv) q stacked over queries
     gs = words(Tp * Dv);           // (ceil(T / 2), Dv) dO stacked over queries
-    dqb = carve.take(T * Dv);      // (T, Dv) dQ, when D is not whole vectors
-    dkb = carve.take(kBc * Dv);    // (kBc, Dv) one key tile's dK, same
-    dvb = carve.take(kBc * Dv);    // (kBc, Dv) one key tile's dV, same
+    dqb = carve.take(T * Dv);      // (T, Dv) dQ
+    dkb = carve.take(kBc * Dv);    // (kBc, Dv) one key tile's dK
+    dvb = carve.take(kBc * Dv);    // (kBc, Dv) one key tile's dV
     pt = words((kBr / 2) * kBc);   // (kBr / 2, kBc) P^T stacked over queries
     dst = words((kBr / 2) * kBc);  // (kBr / 2, kBc) dS^T the same
     dsw = words(kBr * kBcw);       // (kBr, kBcw) dS rows as words
@@ -898,30 +896,13 @@ struct Bf16Grads {
     PackStacked(ks, Dv, q + C, ld, nk, D, (nk + 1) / 2);
     PackStacked(qs, Dv, q, ld, T, D, Tp);
     PackStacked(gs, Dv, dO, C, T, D, Tp);
-    dQ = {dqb, Dv};
-    if (direct) {  // the gradients accumulate in place
-      dQ = {dqr, ld};
-      for (int64_t i = 0; i < T; ++i) std::fill_n(dqr + i * ld, D, 0.0f);
-    } else {
-      std::fill_n(dqb, T * Dv, 0.0f);
-    }
+    std::fill_n(dqb, T * Dv, 0.0f);
   }
   // dO rounded as dP = dO v^T has it, so that dP - D cancels where it should (one key: dS = 0).
   static float dout(float g) { return from_bf16(to_bf16(g)); }
-  SF_BF16_ATTR void begin_keys(int64_t j0, int64_t nkt) {
-    if (direct) {
-      dK = {dqr + j0 * ld + C, ld};
-      dV = {dqr + j0 * ld + 2 * C, ld};
-      for (int64_t j = 0; j < nkt; ++j) {
-        std::fill_n(dK[j], D, 0.0f);
-        std::fill_n(dV[j], D, 0.0f);
-      }
-    } else {
-      dK = {dkb, Dv};
-      dV = {dvb, Dv};
-      std::fill_n(dkb, nkt * Dv, 0.0f);
-      std::fill_n(dvb, nkt * Dv, 0.0f);
-    }
+  SF_BF16_ATTR void begin_keys(int64_t, int64_t nkt) {
+    std::fill_n(dkb, nkt * Dv, 0.0f);
+    std::fill_n(dvb, nkt * Dv, 0.0f);
   }
   SF_BF16_ATTR void dots(int nr, int64_t rb, int64_t j0, int64_t panels, float* p,
                          float* dp) const {
@@ -942,34 +923,30 @@ struct Bf16Grads {
   SF_BF16_ATTR void dv_dk(int nr, int64_t kb, int64_t t0, int64_t i0, int64_t rows_in, const float*,
                           const float*) const {
     const int64_t pairs = (rows_in + 1) / 2;
-    AxpyWords(nr, pt + kb, 1, kBc, t0 / 2, pairs, gs + (i0 / 2) * Dv, Dv, dV[kb], dV.ld, nullptr,
-              Dv);
-    AxpyWords(nr, dst + kb, 1, kBc, t0 / 2, pairs, qs + (i0 / 2) * Dv, Dv, dK[kb], dK.ld, nullptr,
-              Dv);
+    AxpyWords(nr, pt + kb, 1, kBc, t0 / 2, pairs, gs + (i0 / 2) * Dv, Dv, dvb + kb * Dv, Dv,
+              nullptr, Dv);
+    AxpyWords(nr, dst + kb, 1, kBc, t0 / 2, pairs, qs + (i0 / 2) * Dv, Dv, dkb + kb * Dv, Dv,
+              nullptr, Dv);
   }
   SF_BF16_ATTR void dq(int nr, int64_t rb, int64_t i0, int64_t j0, int64_t last,
                        const float*) const {
     AxpyWords(nr, dsw + (rb - i0) * kBcw, kBcw, 1, 0, (last - j0 + 1) / 2, ks + (j0 / 2) * Dv, Dv,
-              dQ[rb], dQ.ld, nullptr, Dv);
+              dqb + rb * Dv, Dv, nullptr, Dv);
   }
   SF_BF16_ATTR void end_keys(int64_t j0, int64_t j1) const {
-    if (direct) return;
     for (int64_t j = j0; j < j1; ++j) {
       std::memcpy(dqr + j * ld + C, dkb + (j - j0) * Dv, D * sizeof(float));
       std::memcpy(dqr + j * ld + 2 * C, dvb + (j - j0) * Dv, D * sizeof(float));
     }
   }
   SF_BF16_ATTR void end() const {
-    if (direct) return;
     for (int64_t i = 0; i < T; ++i) std::memcpy(dqr + i * ld, dqb + i * Dv, D * sizeof(float));
   }
 
   const int64_t T, D, C, ld, Dw, Dv, Tp;
-  const bool direct;  // D whole vectors: the gradients accumulate where they belong
   uint32_t *qw, *gw, *rows, *kt, *vt, *ks, *qs, *gs, *pt, *dst, *dsw;
   float *dqb, *dkb, *dvb;
   float* dqr = nullptr;  // the pair's gradients, rows ld apart; dk at + C, dv at + 2C
-  Rows<float> dQ{nullptr, 0}, dK{nullptr, 0}, dV{nullptr, 0};
 };
 
 SF_BF16_ATTR void BackwardPairsBf16(const AttentionBackward& a, int64_t p0, int64_t p1) {
