@@ -65,7 +65,8 @@ constexpr int kRows = 4;  // 16 registers
 constexpr int kVecs = 2;
 #endif
 constexpr int64_t kKeyBlock = 2 * kMaxLanes;               // keys per panel: two vectors
-constexpr int64_t kBc = std::max<int64_t>(64, kKeyBlock);  // keys per tile
+constexpr int64_t kBc = std::max<int64_t>(64, kKeyBlock);  // keys per tile (backward)
+constexpr int64_t kBcF = 256;                              // keys per tile (forward)
 constexpr int64_t kBr = 8 * kRows;                         // query rows per tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -151,18 +152,20 @@ HWY_INLINE void Dot(int nr, const float* a, int64_t lda, const float* bt, int64_
   });
 }
 
-// c (R, NV vectors), first scaled by alpha_r if alpha is given, += sum over t in [t0, t1) of
-// p[r * rs + t * ts] * (row t of b, NV vectors): b rows ldb apart, c rows ldc apart.
+// c (R, NV vectors), first scaled by alpha_r if alpha is given (or, with assign, taken as 0),
+// += sum over t in [t0, t1) of p[r * rs + t * ts] * (row t of b, NV vectors): b rows ldb apart,
+// c rows ldc apart.
 template <int R, int NV>
 HWY_INLINE void AxpyBlock(const float* HWY_RESTRICT p, int64_t rs, int64_t ts, int64_t t0,
                           int64_t t1, const float* HWY_RESTRICT b, int64_t ldb,
-                          float* HWY_RESTRICT c, int64_t ldc, const float* alpha) {
+                          float* HWY_RESTRICT c, int64_t ldc, const float* alpha, bool assign) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   VF acc[R][NV];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = hn::LoadU(d, c + r * ldc + v * N);
-  if (alpha)
+    for (int v = 0; v < NV; ++v)
+      acc[r][v] = assign ? hn::Zero(d) : hn::LoadU(d, c + r * ldc + v * N);
+  if (alpha && !assign)
     for (int r = 0; r < R; ++r) {
       const VF s = hn::Set(d, alpha[r]);
       for (int v = 0; v < NV; ++v) acc[r][v] = hn::Mul(acc[r][v], s);
@@ -184,16 +187,17 @@ HWY_INLINE void AxpyBlock(const float* HWY_RESTRICT p, int64_t rs, int64_t ts, i
 // The same over all Dp columns (a multiple of kMaxLanes), kVecs vectors at a time, for nr rows.
 HWY_INLINE void Axpy(int nr, const float* p, int64_t rs, int64_t ts, int64_t t0, int64_t t1,
                      const float* b, int64_t ldb, float* c, int64_t ldc, const float* alpha,
-                     int64_t Dp) {
+                     int64_t Dp, bool assign = false) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   WithCount<kRows>(nr, [&](auto rows) HWY_ATTR {
     constexpr int R = decltype(rows)::value;
     int64_t col = 0;
     for (; col + kVecs * N <= Dp; col += kVecs * N)
-      AxpyBlock<R, kVecs>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc, alpha);
+      AxpyBlock<R, kVecs>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc, alpha, assign);
     if (col < Dp)
       WithCount<kVecs>(static_cast<int>((Dp - col) / N), [&](auto vecs) HWY_ATTR {
-        AxpyBlock<R, decltype(vecs)::value>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc, alpha);
+        AxpyBlock<R, decltype(vecs)::value>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc, alpha,
+                                            assign);
       });
   });
 }
@@ -343,14 +347,14 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
 
   thread_local Scratch scratch;
   Carver sizes(nullptr);
-  for (int64_t n : {kRows * kBc, kBr * W, kBr, kBr, int64_t{kRows}, kBc}) sizes.take(n);
+  for (int64_t n : {kRows * kBcF, kBr * W, kBr, kBr, int64_t{kRows}, kBcF}) sizes.take(n);
   Carver carve(scratch.get(sizes.used()));
-  float* sc = carve.take(kRows * kBc);  // (kRows, kBc) one row block's scores, then P
+  float* sc = carve.take(kRows * kBcF);  // (kRows, kBcF) one row block's scores, then P
   float* acc = carve.take(kBr * W);     // (kBr, W) one query tile's unnormalised out
   float* m = carve.take(kBr);           // (kBr) running max of scale q.k
   float* l = carve.take(kBr);           // (kBr) running sum of exp(scale q.k - m)
   float* alpha = carve.take(kRows);     // (kRows) accumulator scale factors
-  float* c = carve.take(kBc);           // (kBc) one row's dropout factors
+  float* c = carve.take(kBcF);           // (kBcF) one row's dropout factors
   const bool drop = s.dropout != 0;
   RowDropout dropout{0, drop ? attention_drop_threshold(s.dropout) : 0,
                      static_cast<float>(1.0 / (1.0 - s.dropout))};
@@ -371,8 +375,8 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
       std::fill_n(m, i1 - i0, kNegInf);
       std::fill_n(l, i1 - i0, 0.0f);
       std::fill_n(acc, (i1 - i0) * W, 0.0f);
-      for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
-        const int64_t j1 = std::min(kend, j0 + kBc);
+      for (int64_t j0 = 0; j0 < kend; j0 += kBcF) {
+        const int64_t j1 = std::min(kend, j0 + kBcF);
         for (int64_t rb = i0; rb < i1; rb += kRows) {
           const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
           const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;  // keys the block needs
@@ -381,7 +385,7 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
           prod.dot(nr, rb, j0, wp / kKeyBlock, sc);
           for (int r = 0; r < nr; ++r) {
             const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
-            float* pr = sc + r * kBc;
+            float* pr = sc + r * kBcF;
             alpha[r] = OnlineSoftmaxRow(pr, n, wp, scale, m[i - i0], l[i - i0]);
             if (drop) {  // after l has the undropped row
               dropout.factors(c, i, j0, n, n);
@@ -427,11 +431,11 @@ struct F32Products {
     }
   }
   void dot(int nr, int64_t rb, int64_t j0, int64_t panels, float* sc) const {
-    Dot(nr, q + rb * ld, ld, kt + j0 * D, D, panels, sc, kBc);
+    Dot(nr, q + rb * ld, ld, kt + j0 * D, D, panels, sc, kBcF);
   }
   void row(int, const float*, int64_t) const {}
   void axpy(int nr, int64_t j0, int64_t w, const float* sc, float* acc, const float* alpha) const {
-    Axpy(nr, sc, kBc, 1, 0, w, V[j0], V.ld, acc, width, alpha, width);
+    Axpy(nr, sc, kBcF, 1, 0, w, V[j0], V.ld, acc, width, alpha, width);
   }
 
   const int64_t D, ld, width;  // width: Dp
@@ -445,15 +449,46 @@ void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
   ForwardPass(a, p0, p1, products);
 }
 
+// x rounded to bf16 (to nearest even, as the products' conversions round), NaN kept.
+HWY_INLINE VF RoundToBf16(VF x) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const auto u = hn::BitCast(du, x);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  const auto r = hn::And(hn::Add(u, hn::Add(lsb, hn::Set(du, 0x7fffu))), hn::Set(du, 0xffff0000u));
+  return hn::IfThenElse(hn::IsNaN(x), x, hn::BitCast(d, r));
+}
+
+// Dv (T) = per row i, sum over k < D of dO_ik O_ik (dO rounded to bf16 with kRound); o and g
+// rows ld apart.
+template <bool kRound>
+HWY_INLINE void RowDots(float* Dv, const float* o, const float* g, int64_t ld, int64_t T,
+                        int64_t D) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = 0; i < T; ++i) {
+    const float *oi = o + i * ld, *gi = g + i * ld;
+    VF sum = hn::Zero(d);
+    for (int64_t k = 0; k < D; k += N) {
+      const auto m = hn::FirstN(d, static_cast<size_t>(D - k));
+      VF gv = hn::MaskedLoad(m, d, gi + k);
+      if constexpr (kRound) gv = RoundToBf16(gv);
+      sum = hn::MulAdd(gv, hn::MaskedLoad(m, d, oi + k), sum);
+    }
+    Dv[i] = hn::GetLane(hn::SumOfLanes(d, sum));
+  }
+}
+
 // The backward pass over pairs [p0, p1), its products taken by `Grads` (F32Grads here, or
 // Bf16Grads with AVX512-BF16). Per pair, begin(q, dO, dqr, nk) packs the operands (q rows ld
 // apart, k at + C, v at + 2C; dO rows C apart) and readies the gradients dqr (rows ld apart);
-// dout(g) is dO's element as the products see it. Per key tile, begin_keys(j0, nkt) and
-// end_keys(j0, j1); per query tile, dots(nr, rb, j0, panels, P, dP) puts a row block's raw
+// kRoundDout says whether the products see dO rounded to bf16. Per key tile, begin_keys(j0, nkt)
+// and end_keys(j0, j1); per query tile, dots(nr, rb, j0, panels, P, dP) puts a row block's raw
 // q.k and dO.v into P and dP (rows kBc apart), ds_row(r, dS, nkt) sees a row's final dS,
-// tile(rows, nkt) the whole tile's P and dS, then dv_dk(nr, kb, t0, i0, rows) adds keys kb..'s
-// P^T dO and dS^T q over the tile's queries [t0, rows), dq(nr, rb, i0, j0, last) the row block's
-// dS k. end() finishes the pair.
+// tile(rows, nkt) the whole tile's P and dS, then dv_dk(nr, kb, t0, i0, rows, .., assign) adds
+// keys kb..'s P^T dO and dS^T q over the tile's queries [t0, rows), dq(nr, rb, i0, j0, last, ..,
+// assign) the row block's dS k; with assign the gradient rows start from 0 rather than adding to
+// what they hold, so no gradient is zero-filled first. end() finishes the pair.
 template <class Grads>
 HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t p0, int64_t p1, Grads& g) {
   const AttentionShape& s = a.shape;
@@ -495,16 +530,11 @@ HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t p0, int64_t p1,
     }
     if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
     g.begin(q, dO, dqr, nk);
-    for (int64_t i = 0; i < T; ++i) {
-      float sum = 0;
-      const float *oi = o + i * C, *gi = dO + i * C;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t k = 0; k < D; ++k) sum += g.dout(gi[k]) * oi[k];
-      Dv[i] = sum;
-    }
+    RowDots<Grads::kRoundDout>(Dv, o, dO, C, T, D);
 
     for (int64_t j0 = 0; j0 < nk; j0 += kBc) {
       const int64_t j1 = std::min(nk, j0 + kBc), nkt = j1 - j0, wt = RoundUp(nkt, N);
+      bool seen[kBc / kRows + 1] = {};  // key blocks that have had a query tile
       g.begin_keys(j0, nkt);
       for (int64_t i0 = s.causal ? j0 : 0; i0 < T; i0 += kBr) {  // the rows that see the tile
         const int64_t i1 = std::min(T, i0 + kBr), rows = i1 - i0;
@@ -528,13 +558,18 @@ HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t p0, int64_t p1,
         for (int64_t kb = 0; kb < nkt; kb += kRows) {  // dV += P^T dO, dK += dS^T q
           const int nr = static_cast<int>(std::min<int64_t>(kRows, nkt - kb));
           const int64_t t0 = s.causal ? std::max<int64_t>(0, j0 + kb - i0) : 0;
-          if (t0 < rows) g.dv_dk(nr, kb, t0, i0, rows, P, dS);
+          if (t0 >= rows) continue;
+          g.dv_dk(nr, kb, t0, i0, rows, P, dS, !seen[kb / kRows]);
+          seen[kb / kRows] = true;
         }
-        for (int64_t rb = i0; rb < i1; rb += kRows) {  // dQ += dS k
+        for (int64_t rb = i0; rb < i1; rb += kRows) {  // dQ += dS k, assigned on the first tile
           const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
-          g.dq(nr, rb, i0, j0, s.causal ? std::min(j1, rb + nr) : j1, dS);
+          g.dq(nr, rb, i0, j0, s.causal ? std::min(j1, rb + nr) : j1, dS, j0 == 0);
         }
       }
+      for (int64_t kb = 0; kb < nkt; kb += kRows)  // keys no query tile reached: 0
+        if (!seen[kb / kRows])
+          g.dv_dk(static_cast<int>(std::min<int64_t>(kRows, nkt - kb)), kb, 0, 0, 0, P, dS, true);
       g.end_keys(j0, j1);
     }
     g.end();
@@ -572,13 +607,7 @@ struct F32Grads {
     K = {q + C, ld};
     G = {dO, C};
     dQ = {dqr, ld};
-    if (direct) {  // the gradients accumulate in place
-      for (int64_t i = 0; i < T; ++i) std::fill_n(dqr + i * ld, D, 0.0f);
-      for (int64_t j = 0; j < nk; ++j) {
-        std::fill_n(dqr + j * ld + C, D, 0.0f);
-        std::fill_n(dqr + j * ld + 2 * C, D, 0.0f);
-      }
-    } else {
+    if (!direct) {
       PackRows(qp, Dp, q, ld, T, D);
       PackRows(dop, Dp, dO, C, T, D);
       PackRows(kp, Dp, q + C, ld, nk, D);
@@ -586,20 +615,17 @@ struct F32Grads {
       K = {kp, Dp};
       G = {dop, Dp};
       dQ = {dqp, Dp};
-      std::fill_n(dqp, T * Dp, 0.0f);
     }
     PackPanels(kt, q + C, ld, nk, D);
     PackPanels(vt, q + 2 * C, ld, nk, D);
   }
-  static float dout(float g) { return g; }
-  void begin_keys(int64_t j0, int64_t nkt) {
+  static constexpr bool kRoundDout = false;
+  void begin_keys(int64_t j0, int64_t) {
     dK = {dqr + j0 * ld + C, ld};
     dV = {dqr + j0 * ld + 2 * C, ld};
     if (!direct) {
       dK = {dkp, Dp};
       dV = {dvp, Dp};
-      std::fill_n(dkp, nkt * Dp, 0.0f);
-      std::fill_n(dvp, nkt * Dp, 0.0f);
     }
   }
   void dots(int nr, int64_t rb, int64_t j0, int64_t panels, float* p, float* dp) const {
@@ -609,12 +635,14 @@ struct F32Grads {
   void ds_row(int64_t, const float*, int64_t) const {}
   void tile(const float*, const float*, int64_t, int64_t) const {}
   void dv_dk(int nr, int64_t kb, int64_t t0, int64_t i0, int64_t rows, const float* P,
-             const float* dS) const {
-    Axpy(nr, P + kb, 1, kBc, t0, rows, G[i0], G.ld, dV[kb], dV.ld, nullptr, Dp);
-    Axpy(nr, dS + kb, 1, kBc, t0, rows, Q[i0], Q.ld, dK[kb], dK.ld, nullptr, Dp);
+             const float* dS, bool assign) const {
+    Axpy(nr, P + kb, 1, kBc, t0, rows, G[i0], G.ld, dV[kb], dV.ld, nullptr, Dp, assign);
+    Axpy(nr, dS + kb, 1, kBc, t0, rows, Q[i0], Q.ld, dK[kb], dK.ld, nullptr, Dp, assign);
   }
-  void dq(int nr, int64_t rb, int64_t i0, int64_t j0, int64_t last, const float* dS) const {
-    Axpy(nr, dS + (rb - i0) * kBc, kBc, 1, 0, last - j0, K[j0], K.ld, dQ[rb], dQ.ld, nullptr, Dp);
+  void dq(int nr, int64_t rb, int64_t i0, int64_t j0, int64_t last, const float* dS,
+          bool assign) const {
+    Axpy(nr, dS + (rb - i0) * kBc, kBc, 1, 0, last - j0, K[j0], K.ld, dQ[rb], dQ.ld, nullptr, Dp,
+         assign);
   }
   void end_keys(int64_t j0, int64_t j1) const {
     if (direct) return;
@@ -755,16 +783,18 @@ SF_BF16_ATTR void DotWords(int nr, const uint32_t* a, int64_t lda, const uint32_
   });
 }
 
-// c (R, NV * 16), first scaled by alpha_r if alpha is given, += sum over pairs t in [t0, t1) of
-// the word p[r * rs + t * ts] . stacked row t of b (NV * 16 words): b rows ldb apart, c rows ldc.
+// c (R, NV * 16), first scaled by alpha_r if alpha is given (or, with assign, taken as 0), +=
+// sum over pairs t in [t0, t1) of the word p[r * rs + t * ts] . stacked row t of b (NV * 16
+// words): b rows ldb apart, c rows ldc.
 template <int R, int NV>
 SF_BF16_ATTR void AxpyWordsBlock(const uint32_t* p, int64_t rs, int64_t ts, int64_t t0, int64_t t1,
                                  const uint32_t* b, int64_t ldb, float* c, int64_t ldc,
-                                 const float* alpha) {
+                                 const float* alpha, bool assign) {
   __m512 acc[R][NV];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_loadu_ps(c + r * ldc + v * kWordLanes);
-  if (alpha)
+    for (int v = 0; v < NV; ++v)
+      acc[r][v] = assign ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + v * kWordLanes);
+  if (alpha && !assign)
     for (int r = 0; r < R; ++r) {
       const __m512 s = _mm512_set1_ps(alpha[r]);
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_mul_ps(acc[r][v], s);
@@ -786,16 +816,16 @@ SF_BF16_ATTR void AxpyWordsBlock(const uint32_t* p, int64_t rs, int64_t ts, int6
 // The same over all Dv columns (a multiple of 16), kVecs vectors at a time, for nr rows.
 SF_BF16_ATTR void AxpyWords(int nr, const uint32_t* p, int64_t rs, int64_t ts, int64_t t0,
                             int64_t t1, const uint32_t* b, int64_t ldb, float* c, int64_t ldc,
-                            const float* alpha, int64_t Dv) {
+                            const float* alpha, int64_t Dv, bool assign = false) {
   WithCount<kRows>(nr, [&](auto rows) SF_BF16_ATTR {
     constexpr int R = decltype(rows)::value;
     int64_t col = 0;
     for (; col + kVecs * kWordLanes <= Dv; col += kVecs * kWordLanes)
-      AxpyWordsBlock<R, kVecs>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc, alpha);
+      AxpyWordsBlock<R, kVecs>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc, alpha, assign);
     if (col < Dv)
       WithCount<kVecs>(static_cast<int>((Dv - col) / kWordLanes), [&](auto vecs) SF_BF16_ATTR {
         AxpyWordsBlock<R, decltype(vecs)::value>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc,
-                                                 alpha);
+                                                 alpha, assign);
       });
   });
 }
@@ -803,7 +833,7 @@ SF_BF16_ATTR void AxpyWords(int nr, const uint32_t* p, int64_t rs, int64_t ts, i
 // bf16 products: q as row words, k in word panels, v stacked over keys; each row's
 // probabilities turned into words as they become final.
 struct Bf16Products {
-  static constexpr int64_t kBcw = kBc / 2;  // words of a row of kBc probabilities
+  static constexpr int64_t kBcw = kBcF / 2;  // words of a row of kBcF probabilities
 
   SF_BF16_ATTR explicit Bf16Products(const AttentionShape& s)
       : T(s.seq),
@@ -830,7 +860,7 @@ struct Bf16Products {
     PackStacked(vs, width, q + 2 * C, ld, nk, D, (nk + 1) / 2);
   }
   SF_BF16_ATTR void dot(int nr, int64_t rb, int64_t j0, int64_t panels, float* sc) const {
-    DotWords(nr, qw + rb * Dw, Dw, kt + j0 * Dw, Dw, panels, sc, kBc);
+    DotWords(nr, qw + rb * Dw, Dw, kt + j0 * Dw, Dw, panels, sc, kBcF);
   }
   SF_BF16_ATTR void row(int r, const float* p, int64_t w) const {
     RowWords(pw + r * kBcw, p, w, (w + 1) / 2);
@@ -896,14 +926,10 @@ struct Bf16Grads {
     PackStacked(ks, Dv, q + C, ld, nk, D, (nk + 1) / 2);
     PackStacked(qs, Dv, q, ld, T, D, Tp);
     PackStacked(gs, Dv, dO, C, T, D, Tp);
-    std::fill_n(dqb, T * Dv, 0.0f);
   }
   // dO rounded as dP = dO v^T has it, so that dP - D cancels where it should (one key: dS = 0).
-  static float dout(float g) { return from_bf16(to_bf16(g)); }
-  SF_BF16_ATTR void begin_keys(int64_t, int64_t nkt) {
-    std::fill_n(dkb, nkt * Dv, 0.0f);
-    std::fill_n(dvb, nkt * Dv, 0.0f);
-  }
+  static constexpr bool kRoundDout = true;
+  void begin_keys(int64_t, int64_t) const {}
   SF_BF16_ATTR void dots(int nr, int64_t rb, int64_t j0, int64_t panels, float* p,
                          float* dp) const {
     DotWords(nr, qw + rb * Dw, Dw, kt + j0 * Dw, Dw, panels, p, kBc);
@@ -921,17 +947,17 @@ struct Bf16Grads {
     }
   }
   SF_BF16_ATTR void dv_dk(int nr, int64_t kb, int64_t t0, int64_t i0, int64_t rows_in, const float*,
-                          const float*) const {
+                          const float*, bool assign) const {
     const int64_t pairs = (rows_in + 1) / 2;
     AxpyWords(nr, pt + kb, 1, kBc, t0 / 2, pairs, gs + (i0 / 2) * Dv, Dv, dvb + kb * Dv, Dv,
-              nullptr, Dv);
+              nullptr, Dv, assign);
     AxpyWords(nr, dst + kb, 1, kBc, t0 / 2, pairs, qs + (i0 / 2) * Dv, Dv, dkb + kb * Dv, Dv,
-              nullptr, Dv);
+              nullptr, Dv, assign);
   }
-  SF_BF16_ATTR void dq(int nr, int64_t rb, int64_t i0, int64_t j0, int64_t last,
-                       const float*) const {
+  SF_BF16_ATTR void dq(int nr, int64_t rb, int64_t i0, int64_t j0, int64_t last, const float*,
+                       bool assign) const {
     AxpyWords(nr, dsw + (rb - i0) * kBcw, kBcw, 1, 0, (last - j0 + 1) / 2, ks + (j0 / 2) * Dv, Dv,
-              dqb + rb * Dv, Dv, nullptr, Dv);
+              dqb + rb * Dv, Dv, nullptr, Dv, assign);
   }
   SF_BF16_ATTR void end_keys(int64_t j0, int64_t j1) const {
     for (int64_t j = j0; j < j1; ++j) {
