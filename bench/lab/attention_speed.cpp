@@ -21,8 +21,8 @@ double median_ms(F&& f, int reps) {
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
@@ -54,9 +54,10 @@ int main(int argc, char** argv) {
     const double b_ms = median_ms([&] { bwd(b, 0, pairs); }, 7);
     const double f_gflops = 2 * 2 * macs * pairs / (f_ms * 1e6);  // S = q k^T, P v
     const double b_gflops = 2 * 5 * macs * pairs / (b_ms * 1e6);  // S, dP, dV, dK, dQ
-    std::printf("%s T %lld D %lld pairs %lld: forward %.2f ms (%.0f GFLOP/s), backward %.2f ms "
-                "(%.0f GFLOP/s)\n",
-                bf16 ? "bf16" : "f32 ", (long long)T, (long long)D, (long long)pairs, f_ms,
-                f_gflops, b_ms, b_gflops);
+    std::printf(
+        "%s T %lld D %lld pairs %lld: forward %.2f ms (%.0f GFLOP/s), backward %.2f ms "
+        "(%.0f GFLOP/s)\n",
+        bf16 ? "bf16" : "f32 ", (long long)T, (long long)D, (long long)pairs, f_ms, f_gflops, b_ms,
+        b_gflops);
   }
 }

@@ -34,8 +34,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
+#include <utility>
 // clang-format off
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
@@ -327,6 +329,26 @@ struct Rows {
   T* operator[](int64_t i) const { return p + i * ld; }
 };
 
+// A pair reads and writes one head's D columns of every row of its batch row's blocks: pieces of
+// D floats strided 3C or C apart, which memory serves several times slower than a sequential
+// read. So the pairs of a batch row are preceded by one sequential read of its blocks, which
+// leaves them in the last-level cache for the heads to take their pieces from; blocks of more
+// than kWarmBytes together (which that cache would not hold) are left alone.
+constexpr int64_t kWarmBytes = int64_t{8} << 20;
+
+void WarmBlocks(std::initializer_list<std::pair<const float*, int64_t>> blocks) {
+  int64_t floats = 0;
+  for (const auto& [p, n] : blocks) floats += n;
+  if (floats * int64_t{sizeof(float)} > kWarmBytes) return;
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), kLine = 64 / sizeof(float);
+  VF acc = hn::Zero(d);
+  for (const auto& [p, n] : blocks)
+    for (int64_t i = 0; i + N <= n; i += kLine) acc = hn::Add(acc, hn::LoadU(d, p + i));
+  volatile float sink = hn::GetLane(acc);  // keeps the loads
+  (void)sink;
+}
+
 int64_t KeysOf(const void* lengths, int64_t b, int64_t T) {
   return lengths ? std::clamp<int64_t>(static_cast<const int64_t*>(lengths)[b], 0, T) : T;
 }
@@ -350,10 +372,10 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
   for (int64_t n : {kRows * kBcF, kBr * W, kBr, kBr, int64_t{kRows}, kBcF}) sizes.take(n);
   Carver carve(scratch.get(sizes.used()));
   float* sc = carve.take(kRows * kBcF);  // (kRows, kBcF) one row block's scores, then P
-  float* acc = carve.take(kBr * W);     // (kBr, W) one query tile's unnormalised out
-  float* m = carve.take(kBr);           // (kBr) running max of scale q.k
-  float* l = carve.take(kBr);           // (kBr) running sum of exp(scale q.k - m)
-  float* alpha = carve.take(kRows);     // (kRows) accumulator scale factors
+  float* acc = carve.take(kBr * W);      // (kBr, W) one query tile's unnormalised out
+  float* m = carve.take(kBr);            // (kBr) running max of scale q.k
+  float* l = carve.take(kBr);            // (kBr) running sum of exp(scale q.k - m)
+  float* alpha = carve.take(kRows);      // (kRows) accumulator scale factors
   float* c = carve.take(kBcF);           // (kBcF) one row's dropout factors
   const bool drop = s.dropout != 0;
   RowDropout dropout{0, drop ? attention_drop_threshold(s.dropout) : 0,
@@ -369,6 +391,7 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
       std::fill_n(lrow, T, kNegInf);
       continue;
     }
+    if (h == 0 || pair == p0) WarmBlocks({{qkv + b * T * ld, T * ld}, {out + b * T * C, T * C}});
     prod.pack(qkv + b * T * ld + h * D, nk);
     for (int64_t i0 = 0; i0 < T; i0 += kBr) {
       const int64_t i1 = std::min(T, i0 + kBr), kend = s.causal ? std::min(nk, i1) : nk;
@@ -529,6 +552,11 @@ HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t p0, int64_t p1,
       continue;
     }
     if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
+    if (h == 0 || pair == p0)
+      WarmBlocks({{qkv + b * T * ld, T * ld},
+                  {out + b * T * C, T * C},
+                  {dout + b * T * C, T * C},
+                  {dqkv + b * T * ld, T * ld}});
     g.begin(q, dO, dqr, nk);
     RowDots<Grads::kRoundDout>(Dv, o, dO, C, T, D);
 
