@@ -69,7 +69,7 @@ constexpr int kVecs = 2;
 constexpr int64_t kKeyBlock = 2 * kMaxLanes;               // keys per panel: two vectors
 constexpr int64_t kBc = std::max<int64_t>(64, kKeyBlock);  // keys per tile (backward)
 constexpr int64_t kBcF = 256;                              // keys per tile (forward)
-constexpr int64_t kBr = 8 * kRows;                         // query rows per tile
+constexpr int64_t kBr = 16 * kRows;                        // query rows per tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
