@@ -1,9 +1,9 @@
 // The attention kernels: the CPU backend's fused f32 kernel against the reference in f64 over
-// many shapes (head sizes with and without vector tails, sequences across tile edges, causal or
-// not, padded batch rows including empty ones), with and without dropout on the probabilities,
-// and the reference's gradient against central finite differences of sum(out * w). The dropout
-// mask itself is read out through the op (uniform probabilities, one-hot values) for its
-// statistics.
+// many shapes (head sizes with and without vector tails, sequences across tile edges, 300 across
+// the forward's key tiles of 256; causal or not, padded batch rows including empty ones), with
+// and without dropout on the probabilities, and the reference's gradient against central finite
+// differences of sum(out * w). The dropout mask itself is read out through the op (uniform
+// probabilities, one-hot values) for its statistics.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -182,7 +182,7 @@ TEST(Attention, FusedMatchesReferenceOnManyShapes) {
   Errors worst;
   int count = 0;
   for (int64_t D : {1, 7, 16, 24, 64, 65})
-    for (int64_t T : {1, 2, 17, 64, 130})
+    for (int64_t T : {1, 2, 17, 64, 130, 300})
       for (bool causal : {true, false})
         for (bool padded : {false, true}) {
           const int idx = count++;
@@ -204,7 +204,7 @@ TEST(Attention, FusedMatchesReferenceWithDropout) {
     Errors worst;
     int count = 0;
     for (int64_t D : {7, 16, 24, 65})
-      for (int64_t T : {17, 64, 130})
+      for (int64_t T : {17, 64, 130, 300})
         for (bool causal : {true, false})
           for (bool padded : {false, true}) {
             const int idx = count++;
@@ -238,7 +238,7 @@ TEST(Attention, Bf16ProductsMatchReferenceWithinBf16Rounding) {
   Errors worst;
   int count = 0, differs_from_f32 = 0;
   for (int64_t D : {1, 7, 16, 24, 64, 65})
-    for (int64_t T : {1, 2, 17, 64, 130})
+    for (int64_t T : {1, 2, 17, 64, 130, 300})
       for (bool causal : {true, false})
         for (bool padded : {false, true}) {
           const int idx = count++;
