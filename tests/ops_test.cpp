@@ -855,6 +855,41 @@ TEST(Ops, Bf16ConversionMatchesScalarRounding) {
   }
 }
 
+// LayerNorm and GELU writing bf16 from f32 inputs (the operands of bf16 GEMMs): on every backend,
+// exactly their f32 outputs rounded; rows narrower and wider than the CPU's blocks of f32 scratch,
+// and element counts split over threads with tails.
+TEST(Ops, NormAndGeluWriteBf16AsTheirF32OutputsRounded) {
+  auto rounded = [](std::vector<double> v) {
+    for (double& x : v) x = from_bf16(to_bf16(static_cast<float>(x)));
+    return v;
+  };
+  for (const BackendEntry& entry : registered_backends()) {
+    auto be = entry.make();
+    Rng rng(11);
+    for (auto [N, C] : {std::pair<int64_t, int64_t>{70, 37}, {45, 1100}, {9, 5000}}) {
+      HostTensor x(*be, DType::f32, {N, C}, values(rng, N * C, -3, 3)),
+          w(*be, DType::f32, {C}, values(rng, C, 0.5, 1.5)),
+          b(*be, DType::f32, {C}, values(rng, C)),
+          y(*be, DType::f32, {N, C}, std::vector<double>(N * C)),
+          y_low(*be, DType::bf16, {N, C}, std::vector<double>(N * C)),
+          saved(*be, DType::f32, {N, 2}, std::vector<double>(2 * N)),
+          saved_low(*be, DType::f32, {N, 2}, std::vector<double>(2 * N));
+      be->layer_norm_forward(y.t, saved.t, x.t, w.t, b.t, 1e-5);
+      be->layer_norm_forward(y_low.t, saved_low.t, x.t, w.t, b.t, 1e-5);
+      EXPECT_EQ(to_doubles(*be, y_low.t), rounded(to_doubles(*be, y.t))) << entry.name << " " << C;
+      EXPECT_EQ(to_doubles(*be, saved_low.t), to_doubles(*be, saved.t)) << entry.name << " " << C;
+    }
+    for (int64_t n : {5, 4096, 10007}) {
+      HostTensor x(*be, DType::f32, {n}, values(rng, n, -6, 6)),
+          y(*be, DType::f32, {n}, std::vector<double>(n)),
+          y_low(*be, DType::bf16, {n}, std::vector<double>(n));
+      be->gelu_forward(y.t, x.t);
+      be->gelu_forward(y_low.t, x.t);
+      EXPECT_EQ(to_doubles(*be, y_low.t), rounded(to_doubles(*be, y.t))) << entry.name << " " << n;
+    }
+  }
+}
+
 // The CPU backend's vector hash draws the reference's mask element for element: sizes with a
 // tail and split over threads, probabilities at the edges and between representable ones.
 TEST(Ops, DropoutMaskMatchesReferenceExactly) {

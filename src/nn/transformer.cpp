@@ -179,11 +179,17 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
   const int64_t N = x.dim(0), C = x.dim(1);
   auto W = [&](size_t i) { return params_.value(i); };
   Scratch& sc = *scratch_;
-  // With bf16 GEMMs and no adapter reading them, the f32 LayerNorm and GELU outputs are scratch.
-  const bool scratch_f32 = low_;
+  // With bf16 GEMMs the LayerNorm and GELU outputs are read only as GEMM operands: written
+  // directly in bf16 into their copies, or, where adapter dropout reads them in f32, into scratch
+  // (their copies made by the GEMMs' caller).
+  auto norm_or_gelu_out = [&](Buffer& kept, Buffer& scratch, Buffer& low, int64_t width) {
+    if (!low_) return kept.get(be, dt, {N, width});
+    if (!adapter_dropping_) return low.get(be, DType::bf16, {N, width});
+    return scratch.get(be, dt, {N, width});
+  };
   {
     SF_PROFILE_SCOPE("attention projections forward");
-    Tensor ln1 = (scratch_f32 ? sc.ln : a.ln1).get(be, dt, {N, C});
+    Tensor ln1 = norm_or_gelu_out(a.ln1, sc.ln, a.ln1_low, C);
     be.layer_norm_forward(ln1, a.ln1_saved.get(be, dt, {N, 2}), x, W(k.ln1_w), W(k.ln1_b),
                           kLayerNormEps);
     proj_forward(be, k.p[0], a, 0, a.qkv.get(be, dt, {N, 3 * C}), ln1, a.ln1_low, k.seed);
@@ -202,12 +208,12 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
   Tensor mid = a.mid.get(be, dt, {N, C});
   be.copy(mid, x);
   join_branch(be, k, a, 1, mid, att, a.att_low, a.mask1, mix_seed(k.seed, 1));
-  Tensor ln2 = (scratch_f32 ? sc.ln : a.ln2).get(be, dt, {N, C});
+  Tensor ln2 = norm_or_gelu_out(a.ln2, sc.ln, a.ln2_low, C);
   be.layer_norm_forward(ln2, a.ln2_saved.get(be, dt, {N, 2}), mid, W(k.ln2_w), W(k.ln2_b),
                         kLayerNormEps);
   Tensor fc = a.fc.get(be, dt, {N, 4 * C});
   proj_forward(be, k.p[2], a, 2, fc, ln2, a.ln2_low, k.seed);
-  Tensor gelu = (scratch_f32 ? sc.gelu : a.gelu).get(be, dt, {N, 4 * C});
+  Tensor gelu = norm_or_gelu_out(a.gelu, sc.gelu, a.gelu_low, 4 * C);
   {
     SF_PROFILE_SCOPE("gelu");
     be.gelu_forward(gelu, fc);

@@ -26,6 +26,8 @@ void nn::linear_forward(Backend& be, Tensor y, Tensor x, Buffer& x_low, Tensor w
   s.bias = !b.empty();
   const void* bias = b.empty() ? nullptr : b.data();
   if (w_low.empty()) return be.gemm(s, w.dtype(), x.data(), w.data(), y.data(), bias);
+  if (x.dtype() == DType::bf16)
+    return be.gemm(s, DType::bf16, x.data(), w_low.data(), y.data(), bias);
   Tensor xl = x_low.get(be, DType::bf16, x.shape());
   be.convert(xl, x);
   be.gemm(s, DType::bf16, xl.data(), w_low.data(), y.data(), bias);

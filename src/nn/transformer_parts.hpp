@@ -70,7 +70,8 @@ struct Transformer::Scratch {
 namespace nn {
 
 // y(N, out) = x(N, in) W(out, in)^T (+ b when given, + beta y); in bf16 on copies of x (made
-// here into x_low) and of W (w_low, made once per step) when w_low is given.
+// here into x_low, unless x is bf16 already: then x_low's tensor itself) and of W (w_low, made
+// once per step) when w_low is given.
 void linear_forward(Backend& be, Tensor y, Tensor x, Buffer& x_low, Tensor w, Tensor w_low,
                     Tensor b, double beta = 0.0);
 

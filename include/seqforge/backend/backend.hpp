@@ -130,12 +130,14 @@ class Backend {
 
   // Layer norm over the last axis of x(N, C): y = (x - mean) * rstd * w + b, with
   // rstd = 1 / sqrt(var + eps), var the biased variance; saved (N, 2) keeps mean and rstd.
+  // y may be bf16 with x in f32 (the result rounded): the operand of bf16 GEMMs, written directly.
   virtual void layer_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, Tensor b,
                                   double eps) = 0;
   // dx = d(loss)/dx (assigned); dw, db (C) accumulate.
   virtual void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
                                    Tensor saved) = 0;
   // y = GELU(x) in its exact form x * Phi(x) (PyTorch's nn.GELU()), and dx = dy * GELU'(x).
+  // As in layer_norm_forward, y may be bf16 with x in f32.
   virtual void gelu_forward(Tensor y, Tensor x) = 0;
   virtual void gelu_backward(Tensor dx, Tensor dy, Tensor x) = 0;
 

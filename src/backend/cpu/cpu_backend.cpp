@@ -59,6 +59,25 @@ void parallel_rows(int64_t n, int64_t work_per_row, Fn&& fn) {
                   [&](int64_t r0, int64_t r1, int) { fn(r0, r1); });
 }
 
+// Whether y is f32 or bf16, the outputs the f32 kernels write (bf16 through in_f32_blocks).
+bool f32_or_bf16(const Tensor& y) { return y.dtype() == DType::f32 || y.dtype() == DType::bf16; }
+
+// Elements [e0, e1) of the bf16 tensor y, written by f(out, b0, b1) into f32 scratch small enough
+// for the caches (out[0] stands for element b0), a block of whole units at a time, then rounded
+// into y: an f32 kernel writing bf16 without an f32 copy of its whole output.
+template <class F>
+void in_f32_blocks(Tensor y, int64_t e0, int64_t e1, int64_t unit, F&& f) {
+  constexpr int64_t kBlockFloats = 4096;
+  thread_local std::vector<float> out;
+  const int64_t block = std::max<int64_t>(1, kBlockFloats / unit) * unit;
+  out.resize(static_cast<size_t>(block));
+  for (int64_t b0 = e0; b0 < e1; b0 += block) {
+    const int64_t b1 = std::min(e1, b0 + block);
+    f(out.data(), b0, b1);
+    simd::convert_to_bf16(static_cast<bf16*>(y.data()) + b0, out.data(), b1 - b0);
+  }
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend() : ref_(make_reference_backend()) {
@@ -304,16 +323,23 @@ class CpuBackend final : public Backend {
                   [&](int64_t r0, int64_t r1, float* acc) { backward(a, r0, r1, acc); });
   }
 
-  // f32 over the OpenMP pool; other dtypes through the reference.
+  // f32 over the OpenMP pool (y in f32 or bf16); other dtypes through the reference.
   void layer_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, Tensor b,
                           double eps) override {
-    if (x.dtype() != DType::f32) return ref_->layer_norm_forward(y, saved, x, w, b, eps);
+    if (x.dtype() != DType::f32 || !f32_or_bf16(y))
+      return ref_->layer_norm_forward(y, saved, x, w, b, eps);
     const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
     SF_CHECK(y.numel() == x.numel() && saved.numel() == 2 * N && w.numel() == C && b.numel() == C,
              "layer_norm_forward shapes");
+    const float *xs = x.data_as<float>(), *ws = w.data_as<float>(), *bs = b.data_as<float>();
+    float* ss = saved.data_as<float>();
     parallel_rows(N, 4 * C, [&](int64_t r0, int64_t r1) {
-      simd::layer_norm_forward(y.data_as<float>(), saved.data_as<float>(), x.data_as<float>(),
-                               w.data_as<float>(), b.data_as<float>(), C, float(eps), r0, r1);
+      if (y.dtype() == DType::f32)
+        return simd::layer_norm_forward(y.data_as<float>(), ss, xs, ws, bs, C, float(eps), r0, r1);
+      in_f32_blocks(y, r0 * C, r1 * C, C, [&](float* out, int64_t e0, int64_t e1) {
+        simd::layer_norm_forward(out, ss + 2 * (e0 / C), xs + e0, ws, bs, C, float(eps), 0,
+                                 (e1 - e0) / C);
+      });
     });
   }
   void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
@@ -331,10 +357,14 @@ class CpuBackend final : public Backend {
     });
   }
   void gelu_forward(Tensor y, Tensor x) override {
-    if (x.dtype() != DType::f32) return ref_->gelu_forward(y, x);
+    if (x.dtype() != DType::f32 || !f32_or_bf16(y)) return ref_->gelu_forward(y, x);
     SF_CHECK(y.numel() == x.numel(), "gelu sizes");
+    const float* xs = x.data_as<float>();
     parallel_rows(x.numel(), 20, [&](int64_t i0, int64_t i1) {
-      simd::gelu_forward(y.data_as<float>(), x.data_as<float>(), i0, i1);
+      if (y.dtype() == DType::f32) return simd::gelu_forward(y.data_as<float>(), xs, i0, i1);
+      in_f32_blocks(y, i0, i1, 1, [&](float* out, int64_t e0, int64_t e1) {
+        simd::gelu_forward(out, xs + e0, 0, e1 - e0);
+      });
     });
   }
   void gelu_backward(Tensor dx, Tensor dy, Tensor x) override {

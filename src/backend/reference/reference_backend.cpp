@@ -80,6 +80,14 @@ class ReferenceBackend final : public Backend {
     seqforge::convert(src.data(), src.dtype(), dst.data(), dst.dtype(),
                       static_cast<size_t>(src.numel()));
   }
+  // y = what f writes into a tensor of y's shape in dtype, converted to y's dtype.
+  template <class F>
+  void into_dtype(Tensor y, DType dtype, F&& f) {
+    std::vector<char> bytes(static_cast<size_t>(y.numel()) * dtype_size(dtype));
+    Tensor t(bytes.data(), dtype, y.shape());
+    f(t);
+    convert(y, t);
+  }
 
   void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
                 const void* bias) override {
@@ -180,6 +188,9 @@ class ReferenceBackend final : public Backend {
     const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
     SF_CHECK(y.numel() == x.numel() && saved.numel() == 2 * N && w.numel() == C && b.numel() == C,
              "layer_norm_forward shapes");
+    if (y.dtype() != x.dtype())  // in x's dtype, then rounded to y's
+      return into_dtype(y, x.dtype(),
+                        [&](Tensor t) { layer_norm_forward(t, saved, x, w, b, eps); });
     dispatch_float(x.dtype(), [&]<typename T>() {
       kernels::layer_norm_forward(static_cast<T*>(y.data()), static_cast<T*>(saved.data()),
                                   static_cast<const T*>(x.data()), static_cast<const T*>(w.data()),
@@ -200,6 +211,8 @@ class ReferenceBackend final : public Backend {
   }
   void gelu_forward(Tensor y, Tensor x) override {
     SF_CHECK(y.numel() == x.numel(), "gelu sizes");
+    if (y.dtype() != x.dtype())
+      return into_dtype(y, x.dtype(), [&](Tensor t) { gelu_forward(t, x); });
     dispatch_float(x.dtype(), [&]<typename T>() {
       kernels::gelu_forward(static_cast<T*>(y.data()), static_cast<const T*>(x.data()), 0,
                             x.numel());
