@@ -92,7 +92,9 @@ TEST_P(VariationalDropout, MatchesThePyTorchLoop) {
     for (size_t i = 0; i < m.size(); ++i) {
       ASSERT_EQ(m[i], m[i % step]) << "layer " << l << " element " << i;
       dropped += m[i] == 0.0;
-      if (m[i] != 0.0) ASSERT_NEAR(m[i], 1.0 / (1.0 - c.opt.dropout), 1e-6);
+      if (m[i] != 0.0) {
+        ASSERT_NEAR(m[i], 1.0 / (1.0 - c.opt.dropout), 1e-6);
+      }
     }
     const double share = static_cast<double>(dropped) / static_cast<double>(m.size());
     EXPECT_NEAR(share, c.opt.dropout, 0.2) << "layer " << l;
