@@ -2,7 +2,7 @@
 // at a time on the calling thread, and the (T, T) scores never exist beyond one tile. A second
 // form of both passes (at the end) takes its products' operands in bf16 on AVX512-BF16.
 //
-// Forward: per tile of kBr query rows, the key tiles (kBc keys) in order; per block of kRows rows
+// Forward: per tile of kBr query rows, the key tiles (kBcF keys) in order; per block of kRows rows
 // and key tile, S = q k^T, then an online softmax per row (running max m and sum l; the row's
 // accumulator is scaled by exp(m_old - m_new) as P V is added). At the end out = acc / l and
 // lse = m + log l. Under the causal mask a row block computes only the keys up to its last row,
@@ -12,6 +12,7 @@
 // while the query tiles that see it pass by, and are done with. Per (query tile, key tile):
 //   P = exp(scale q k^T - lse), dP = dO v^T, dS = scale P (dP - D),
 //   dV += P^T dO, dK += dS^T q, dQ += dS k   (dQ (T, D) accumulates for the whole pair).
+// Each gradient row is assigned by the first tile that reaches it rather than zero-filled first.
 //
 // Dropout (AttentionShape::dropout p > 0) multiplies each probability by M_ij / (1 - p), the mask
 // hashed from (seed, b, h, i, j) per element: forward after the online softmax has summed the
@@ -23,7 +24,8 @@
 // panels of kKeyBlock keys (D, kKeyBlock), zero-padded, for the dot products. The axpys run on
 // rows of whole vectors: q, k, v, dO and the gradients where they are when D is a multiple of the
 // vector, else copies padded to Dp columns. Both micro-kernels hold a block of kRows rows by a
-// few vectors in registers.
+// few vectors in registers. Before its first pair, a batch row's blocks are read once in order
+// (WarmBlocks), as the heads' strided pieces of them come several times slower from memory.
 //
 // Gradient rule: activation gradients are assigned (dqkv =).
 #undef HWY_TARGET_INCLUDE
