@@ -25,9 +25,11 @@ void nn::linear_forward(Backend& be, Tensor y, Tensor x, Buffer& x_low, Tensor w
       .trans_b = true, .m = n, .n = out, .k = in, .lda = in, .ldb = in, .ldc = out, .beta = beta};
   s.bias = !b.empty();
   const void* bias = b.empty() ? nullptr : b.data();
-  if (w_low.empty()) return be.gemm(s, w.dtype(), x.data(), w.data(), y.data(), bias);
-  if (x.dtype() == DType::bf16)
+  if (x.dtype() == DType::bf16) {  // already the operand of bf16 GEMMs
+    SF_CHECK(!w_low.empty(), "linear_forward: a bf16 input needs the weights' bf16 copy");
     return be.gemm(s, DType::bf16, x.data(), w_low.data(), y.data(), bias);
+  }
+  if (w_low.empty()) return be.gemm(s, w.dtype(), x.data(), w.data(), y.data(), bias);
   Tensor xl = x_low.get(be, DType::bf16, x.shape());
   be.convert(xl, x);
   be.gemm(s, DType::bf16, xl.data(), w_low.data(), y.data(), bias);

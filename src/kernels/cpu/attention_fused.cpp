@@ -49,6 +49,7 @@
 #include "kernels/attention/dropout_mask.hpp"
 #include "kernels/cpu/pointwise_simd.hpp"
 // clang-format off
+#include "kernels/cpu/bf16_simd-inl.h"
 #include "kernels/cpu/hash_simd-inl.h"
 // clang-format on
 #include "seqforge/core/error.hpp"
@@ -474,16 +475,6 @@ void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
   ForwardPass(a, p0, p1, products);
 }
 
-// x rounded to bf16 (to nearest even, as the products' conversions round), NaN kept.
-HWY_INLINE VF RoundToBf16(VF x) {
-  const DF d;
-  const hn::RebindToUnsigned<DF> du;
-  const auto u = hn::BitCast(du, x);
-  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
-  const auto r = hn::And(hn::Add(u, hn::Add(lsb, hn::Set(du, 0x7fffu))), hn::Set(du, 0xffff0000u));
-  return hn::IfThenElse(hn::IsNaN(x), x, hn::BitCast(d, r));
-}
-
 // Dv (T) = per row i, sum over k < D of dO_ik O_ik (dO rounded to bf16 with kRound); o and g
 // rows ld apart.
 template <bool kRound>
@@ -497,7 +488,7 @@ HWY_INLINE void RowDots(float* Dv, const float* o, const float* g, int64_t ld, i
     for (int64_t k = 0; k < D; k += N) {
       const auto m = hn::FirstN(d, static_cast<size_t>(D - k));
       VF gv = hn::MaskedLoad(m, d, gi + k);
-      if constexpr (kRound) gv = RoundToBf16(gv);
+      if constexpr (kRound) gv = simd::HWY_NAMESPACE::RoundToBf16(d, gv);
       sum = hn::MulAdd(gv, hn::MaskedLoad(m, d, oi + k), sum);
     }
     Dv[i] = hn::GetLane(hn::SumOfLanes(d, sum));
@@ -597,7 +588,9 @@ HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t p0, int64_t p1,
           g.dq(nr, rb, i0, j0, s.causal ? std::min(j1, rb + nr) : j1, dS, j0 == 0);
         }
       }
-      for (int64_t kb = 0; kb < nkt; kb += kRows)  // keys no query tile reached: 0
+      // Keys no query tile reached, 0: none under these tilings (every key has a query at or
+      // after it), but no gradient row is left unwritten should one arise.
+      for (int64_t kb = 0; kb < nkt; kb += kRows)
         if (!seen[kb / kRows])
           g.dv_dk(static_cast<int>(std::min<int64_t>(kRows, nkt - kb)), kb, 0, 0, 0, P, dS, true);
       g.end_keys(j0, j1);

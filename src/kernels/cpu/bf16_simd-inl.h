@@ -15,19 +15,31 @@ HWY_BEFORE_NAMESPACE();
 namespace seqforge::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Stores v as bf16 as to_bf16 does: rounding to nearest even on the integer bits, a NaN kept a
-// (quiet) NaN rather than rounded into an infinity.
+// v's bits rounded to bf16 as to_bf16 does (to nearest even on the integer bits, a NaN kept a
+// quiet NaN rather than rounded into an infinity), the bf16 in the upper 16 bits of each lane.
 template <class D>
-HWY_INLINE void StoreBf16(D /*d*/, hn::Vec<D> v, bf16* dst) {
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> Bf16Bits(D /*d*/, hn::Vec<D> v) {
   const hn::RebindToUnsigned<D> du;
-  const hn::RebindToSigned<D> di;
-  const hn::Rebind<uint16_t, D> d16;
   const auto u = hn::BitCast(du, v);
   const auto rounded =
       hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u))));
   const auto quiet = hn::Or(u, hn::Set(du, 0x400000u));
-  const auto bits =
-      hn::ShiftRight<16>(hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet, rounded));
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet, rounded);
+}
+
+// v rounded to bf16 (Bf16Bits), as f32.
+template <class D>
+HWY_INLINE hn::Vec<D> RoundToBf16(D d, hn::Vec<D> v) {
+  const hn::RebindToUnsigned<D> du;
+  return hn::BitCast(d, hn::And(Bf16Bits(d, v), hn::Set(du, 0xffff0000u)));
+}
+
+// Stores v as bf16 (Bf16Bits).
+template <class D>
+HWY_INLINE void StoreBf16(D d, hn::Vec<D> v, bf16* dst) {
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto bits = hn::ShiftRight<16>(Bf16Bits(d, v));
   hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, bits)), d16, reinterpret_cast<uint16_t*>(dst));
 }
 
