@@ -380,9 +380,6 @@ TEST(AugmentCache, UnwritableOrFullDirectoriesGiveClearErrors) {
 
 namespace {
 
-// text_classify's examples and batches: a pair cut longest-first to seq_len, the separator in
-// segment 0, batches padded to their longest example with segments and lengths; errors name the
-// file and line.
 // A text read with a stored model's vocabulary: its ids over that vocabulary; characters outside
 // it are one error naming each with its count and first line.
 TEST(Loader, TextOverAStoredVocabularyNamesEveryUnknownCharacter) {
@@ -405,6 +402,9 @@ TEST(Loader, TextOverAStoredVocabularyNamesEveryUnknownCharacter) {
   EXPECT_NE(e.find("'\u00e9' (1 time, at line 2)"), std::string::npos) << e;
 }
 
+// text_classify's examples and batches: a pair cut longest-first to seq_len, the separator in
+// segment 0, batches padded to their longest example with segments and lengths; errors name the
+// file and line.
 TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
   const fs::path dir = temp_dir("text_pairs");
   const fs::path csv = dir / "pairs.csv";
