@@ -420,8 +420,8 @@ def make_adapted(c, base):
 
 def random_configs(seed, count):
     """count configurations drawn from Random(seed): heads, head sizes (1 to 48, widths of 8 and
-    more), T (1 to 130),
-    causal or not, classifiers with segments, LoRA or DoRA on random targets with dropout."""
+    more), T (1 to 130), causal or not, classifiers with segments, LoRA or DoRA on random targets
+    with dropout."""
     rng = random.Random(seed)
     linears = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
     configs = []
