@@ -624,5 +624,102 @@ TEST(GradCheck, RecurrentAdapters) {
     }
 }
 
+// Adapter dropout on a recurrent layer drops entries of A (each with probability p, a new mask per
+// training pass): in evaluation the model is the undropped one; in training it is exactly the
+// undropped model on A M / (1 - p), with that model's gradients, dA masked the same way; LoRA's
+// gradients also against central differences of the training pass (its mask replayed).
+TEST(GradCheck, RecurrentAdapterDropoutDropsEntriesOfA) {
+  constexpr double kP = 0.5;
+  for (const AdapterKind kind : {AdapterKind::lora, AdapterKind::dora}) {
+    SCOPED_TRACE(kind == AdapterKind::dora ? "dora" : "lora");
+    auto be = make_reference_backend();
+    ModelOptions o;
+    o.rnn = {.cell = CellKind::lstm,
+             .input_size = 3,
+             .hidden_size = 4,
+             .num_layers = 2,
+             .bidirectional = true,
+             .batch_first = true};
+    o.output_size = 2;
+    o.adapter = {.kind = kind,
+                 .rank = 3,
+                 .alpha = 2.0,
+                 .dropout = kP,
+                 .targets = {"lstm.weight_ih", "lstm.weight_hh"}};
+    SequenceModel model(o, DType::f64);
+    ModelOptions undropped_options = o;
+    undropped_options.adapter.dropout = 0.0;
+    SequenceModel undropped(undropped_options, DType::f64);
+    model.initialize(*be, 3);
+    undropped.initialize(*be, 3);
+    Parameters& p = model.parameters();
+    Parameters& q = undropped.parameters();
+    ASSERT_EQ(p.size(), q.size());
+    Rng data(9);
+    for (size_t i = 0; i < p.size(); ++i) {  // B away from zero; the same values in both
+      if (p.values().entries()[i].name.find("lora_B") != std::string::npos)
+        be->copy(p.value(i), HostTensor(*be, DType::f64, p.value(i).shape(),
+                                        random_values(data, p.value(i).numel(), 0.5))
+                                 .t);
+      be->copy(q.value(i), p.value(i));
+    }
+    HostTensor x(*be, DType::f64, {2, 5, 3}, random_values(data, 2 * 5 * 3));
+    const std::vector<double> r = random_values(data, 2 * 2);
+    HostTensor dy(*be, DType::f64, {2, 2}, r);
+    Rng unused(1);
+    const std::vector<double> eval = to_doubles(model.forward(*be, x.t, {}, {}, false, unused));
+    const std::vector<double> want = to_doubles(undropped.forward(*be, x.t, {}, {}, false, unused));
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(eval[i], want[i]) << i;
+
+    auto training_pass = [&] {  // the same masks every time
+      Rng rng(21);
+      return model.forward(*be, x.t, {}, {}, true, rng);
+    };
+    const std::vector<double> y = to_doubles(training_pass());
+    p.zero_grad(*be);
+    model.backward(*be, dy.t);
+
+    // The mask is where dA is 0; A on the kept entries scaled by 1 / (1 - p) in the undropped
+    // model.
+    std::vector<std::vector<double>> masks(p.size());
+    int64_t dropped = 0, entries = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (p.values().entries()[i].name.find("lora_A") == std::string::npos) continue;
+      std::vector<double> a = to_doubles(p.value(i));
+      for (double g : to_doubles(p.grad(i))) masks[i].push_back(g == 0 ? 0.0 : 1 / (1 - kP));
+      for (size_t j = 0; j < a.size(); ++j) a[j] *= masks[i][j];
+      dropped += std::count(masks[i].begin(), masks[i].end(), 0.0);
+      entries += static_cast<int64_t>(a.size());
+      be->copy(q.value(i), HostTensor(*be, DType::f64, q.value(i).shape(), a).t);
+    }
+    ASSERT_EQ(entries, 2 * 3 * (3 + 4 + 8 + 4));  // (rank, in) of ih and hh, per layer, direction
+    EXPECT_GT(dropped, entries / 4);
+    EXPECT_LT(dropped, 3 * entries / 4);
+    const std::vector<double> same = to_doubles(undropped.forward(*be, x.t, {}, {}, false, unused));
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], same[i], 1e-13) << i;
+    EXPECT_NE(y, eval);
+    q.zero_grad(*be);
+    undropped.backward(*be, dy.t);
+    const std::vector<bool> frozen = model.frozen_parameters();
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (frozen[i]) continue;
+      const std::string& n = p.values().entries()[i].name;
+      const std::vector<double> g = to_doubles(p.grad(i));
+      std::vector<double> g_want = to_doubles(q.grad(i));
+      if (!masks[i].empty())
+        for (size_t j = 0; j < g_want.size(); ++j) g_want[j] *= masks[i][j];
+      ASSERT_EQ(g.size(), g_want.size()) << n;
+      for (size_t j = 0; j < g.size(); ++j)
+        EXPECT_NEAR(g[j], g_want[j], 1e-12 * std::max(1.0, std::fabs(g_want[j]))) << n << " " << j;
+      if (kind == AdapterKind::lora || n.find("magnitude") != std::string::npos) {
+        EXPECT_LE(check_gradient(
+                      p.value(i), g, [&] { return dot(training_pass(), r); }, 30),
+                  kTolerance)
+            << n;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace seqforge

@@ -603,8 +603,9 @@ TEST(Trainer, AdaptersFineTuneACharacterModelAsAClassifier) {
   EXPECT_NE(odd.find("'q' (1 time, at line 3)"), std::string::npos) << odd;
 }
 
-// LoRA and DoRA fine-tuning of a trained LSTM forecaster: its recurrent weights stay as loaded,
-// the adapters and the head move, and the merged plain model scores what the adapted one does.
+// LoRA and DoRA (with adapter dropout) fine-tuning of a trained LSTM forecaster: its recurrent
+// weights stay as loaded, the adapters and the head move, and the merged plain model scores what
+// the adapted one does.
 TEST(Trainer, AdaptersFineTuneAFrozenLstm) {
   const fs::path dir = temp_dir("lstm_adapters");
   const std::string data = write_series(dir, 300);
@@ -614,10 +615,13 @@ TEST(Trainer, AdaptersFineTuneAFrozenLstm) {
     const fs::path run = dir / kind;
     train(Config::parse(forecast_yaml(data, run), "tuned.yaml",
                         {"adapter.kind=" + std::string(kind), "adapter.rank=2",
+                         "adapter.dropout=" + std::string(kind[0] == 'd' ? "0.3" : "0"),
                          "model.init_from=" + (dir / "base").string(), "train.epochs=2"}),
           log);
-    EXPECT_NE(log.str().find(std::string("adapters: ") + kind +
-                             " rank 2, alpha 16 on lstm.weight_ih, lstm.weight_hh of 1 layers"),
+    EXPECT_NE(log.str().find(
+                  std::string("adapters: ") + kind +
+                  " rank 2, alpha 16 on lstm.weight_ih, lstm.weight_hh of 1 layer" +
+                  (kind[0] == 'd' ? ", dropout 0.3 on the entries of A (DropConnect): " : ": ")),
               std::string::npos)
         << log.str();
     const io::SafetensorsFile base =
@@ -654,8 +658,8 @@ TEST(Trainer, AdaptersFineTuneAFrozenLstm) {
   EXPECT_NE(error_with({"adapter.kind=lora", "adapter.targets=[attn.c_attn]"})
                 .find("'attn.c_attn' is not a weight of the lstm layer"),
             std::string::npos);
-  EXPECT_NE(error_with({"adapter.kind=lora", "adapter.dropout=0.1"})
-                .find("adapter.dropout applies to transformers so far"),
+  EXPECT_NE(error_with({"adapter.kind=lora", "adapter.dropout=1"})
+                .find("bad.yaml: adapter.dropout must be in [0, 1), got 1"),
             std::string::npos);
 }
 

@@ -72,7 +72,7 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"seqforge: fast training of LSTM sequence models"};
+  CLI::App app{"seqforge: fast training of sequence models (LSTM, GRU, transformers)"};
   app.set_version_flag("--version", std::string("seqforge ") + sf::version());
   app.require_subcommand(0, 1);
 
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
 
   std::string merge_run, merge_output;
   CLI::App* merge = app.add_subcommand(
-      "merge", "Fold a run's LoRA/DoRA adapters into its weights: a plain transformer checkpoint");
+      "merge", "Fold a run's LoRA/DoRA adapters into its weights: a plain checkpoint");
   merge->add_option("run", merge_run, "run directory or model.safetensors")->required();
   merge->add_option("--output", merge_output, "the .safetensors file to write")->required();
 

@@ -20,6 +20,7 @@ struct SequenceModel::Adapter {
   int64_t out = 0, in = 0;
   Buffer v, scale, inv_norm;          // DoRA: V = W0 + s B A (out, in), m / ||V||, 1 / ||V|| (out)
   Buffer rows, cols, ones, row_sums;  // scratch: (out, in), (in, out), (in), (out)
+  Buffer mask, a_dropped, a_grad;     // adapter dropout: M / (1 - p), A M / (1 - p), dA (rank, in)
 };
 
 namespace {
@@ -67,8 +68,8 @@ SequenceModel::~SequenceModel() = default;
 void SequenceModel::declare_adapters() {
   const AdapterOptions& a = opt_.adapter;
   if (a.kind == AdapterKind::none) return;
-  SF_CHECK(a.rank > 0 && a.alpha > 0 && a.dropout == 0, "recurrent adapter rank ", a.rank,
-           ", alpha ", a.alpha, ", dropout ", a.dropout, " (adapter.dropout is for transformers)");
+  SF_CHECK(a.rank > 0 && a.alpha > 0 && a.dropout >= 0 && a.dropout < 1, "recurrent adapter rank ",
+           a.rank, ", alpha ", a.alpha, ", dropout ", a.dropout);
   for (size_t i = 0; i < head_first_; ++i)  // the base: no gradient, no state
     if (i >= rnn_first_ && a.bf16_base)
       params_.fix(i, DType::bf16);
@@ -144,8 +145,11 @@ void SequenceModel::initialize(Backend& be, uint64_t seed) {
   init_adapters(be, {});
 }
 
-// The recurrence's weights for this step: W0, or W0 + s B A, or DoRA's m V / ||V||.
-void SequenceModel::prepare_weights(Backend& be) {
+// The recurrence's weights for this step: W0, or W0 + s B A, or DoRA's m V / ||V||. In training
+// with adapter dropout, A is A M / (1 - p) for a mask M drawn per adapter and step (DropConnect,
+// as AWD-LSTM's weight drop): the recurrence runs on these folded weights, so a dropout on the
+// adapter's per-step input has nowhere to act.
+void SequenceModel::prepare_weights(Backend& be, bool training, Rng& rng) {
   const DType dt = params_.dtype();
   for (size_t i = 0; i < work_.size(); ++i) {
     const Tensor w0 = params_.value(rnn_first_ + i);  // bf16 when the base is held so
@@ -154,11 +158,20 @@ void SequenceModel::prepare_weights(Backend& be) {
     else
       be.convert(work_.value(i), w0);
   }
-  const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
+  const int64_t r = opt_.adapter.rank;
+  const double s = opt_.adapter.alpha / double(r);
+  a_dropped_ = training && opt_.adapter.dropout > 0;
   for (Adapter& ad : adapters_) {
     Tensor w = work_.value(ad.work);
-    gemm(be, dt, false, false, ad.out, ad.in, opt_.adapter.rank, s, 1.0, params_.value(ad.B),
-         params_.value(ad.A), w);
+    Tensor a = params_.value(ad.A);
+    if (a_dropped_) {
+      Tensor mask = ad.mask.get(be, dt, {r, ad.in});
+      be.dropout_mask(mask, opt_.adapter.dropout, rng.next());
+      Tensor dropped = ad.a_dropped.get(be, dt, {r, ad.in});
+      be.mul(dropped, a, mask);
+      a = dropped;
+    }
+    gemm(be, dt, false, false, ad.out, ad.in, r, s, 1.0, params_.value(ad.B), a, w);
     if (ad.m == SIZE_MAX) continue;
     Tensor v = ad.v.get(be, dt, {ad.out, ad.in});
     be.copy(v, w);
@@ -170,7 +183,7 @@ void SequenceModel::prepare_weights(Backend& be) {
 
 // The adapters' gradients from the gradient G (out, in) of each weight the recurrence used:
 // LoRA dB += s G A^T, dA += s B^T G; DoRA, ||V|| a constant: dm = rowsum(G * V) / ||V||, then
-// the same with G * m / ||V||.
+// the same with G * m / ||V||. Under adapter dropout A is the dropped A and dA is masked.
 void SequenceModel::adapter_backward(Backend& be) {
   const DType dt = params_.dtype();
   const int64_t r = opt_.adapter.rank;
@@ -188,10 +201,17 @@ void SequenceModel::adapter_backward(Backend& be) {
       be.add(params_.grad(ad.m), sums);
       scale_rows(be, g, g, ad.scale.tensor(), ad.cols, ad.rows);  // dV = G m / ||V||
     }
-    gemm(be, dt, false, true, ad.out, r, ad.in, s, 1.0f, g, params_.value(ad.A),
-         params_.grad(ad.B));
-    gemm(be, dt, true, false, r, ad.in, ad.out, s, 1.0f, params_.value(ad.B), g,
-         params_.grad(ad.A));
+    gemm(be, dt, false, true, ad.out, r, ad.in, s, 1.0f, g,
+         a_dropped_ ? ad.a_dropped.tensor() : params_.value(ad.A), params_.grad(ad.B));
+    if (!a_dropped_) {
+      gemm(be, dt, true, false, r, ad.in, ad.out, s, 1.0f, params_.value(ad.B), g,
+           params_.grad(ad.A));
+      continue;
+    }
+    Tensor da = ad.a_grad.get(be, dt, {r, ad.in});
+    gemm(be, dt, true, false, r, ad.in, ad.out, s, 0.0f, params_.value(ad.B), g, da);
+    be.mul(da, da, ad.mask.tensor());
+    be.add(params_.grad(ad.A), da);
   }
 }
 
@@ -207,7 +227,7 @@ Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool 
     Tensor e = embedding_->forward(be, x.reshape({x.numel()}));
     features = e.reshape({x.dim(0), x.dim(1), opt_.embedding_dim});
   }
-  if (!adapters_.empty()) prepare_weights(be);
+  if (!adapters_.empty()) prepare_weights(be, training, rng);
   Tensor y = rnn_->forward(be, features, h0, c0, training, rng);
   T_ = bf ? y.dim(1) : y.dim(0);
   B_ = bf ? y.dim(0) : y.dim(1);

@@ -180,8 +180,9 @@ const std::vector<ConfigKey> kKeys = {
     {"adapter.rank", T::integer, "8", "Adapter rank r (A is r x in, B out x r)."},
     {"adapter.alpha", T::number, "16", "Adapter scale numerator: the update is alpha/rank B A."},
     {"adapter.dropout", T::number, "0.0",
-     "dropout on the adapter's input in training (PEFT's lora_dropout; lora and dora, "
-     "transformers)."},
+     "Adapter dropout in training. Transformers: on the adapted Linear's input (PEFT's "
+     "lora_dropout). Recurrent layers, whose recurrence runs on the folded weight: on the "
+     "entries of A, a new mask each step (DropConnect, as AWD-LSTM's weight drop)."},
     {"adapter.targets", T::string_list, "[]",
      "The weights that get an adapter: Linears of every transformer block (`attn.c_attn`, "
      "`attn.c_proj`, `mlp.c_fc`, `mlp.c_proj`), or a recurrent layer's weights in every layer "

@@ -46,8 +46,6 @@ AdapterOptions adapter_options(const Config& c, int64_t width, const std::string
   a.dropout = c.number("adapter.dropout");
   if (!(a.dropout >= 0 && a.dropout < 1))
     fail(c.source(), ": adapter.dropout must be in [0, 1), got ", a.dropout);
-  if (!cell.empty() && a.dropout > 0)
-    fail(c.source(), ": adapter.dropout applies to transformers so far; set it to 0");
   const std::string base = c.str("adapter.base_precision");
   if (base != "fp32" && base != "bf16")
     fail(c.source(), ": adapter.base_precision must be fp32 or bf16, got '", base, "'");

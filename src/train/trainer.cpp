@@ -369,11 +369,14 @@ void Training::print_start() const {
     for (const std::string& x : a.targets) targets += (targets.empty() ? "" : ", ") + x;
     char share[32];
     std::snprintf(share, sizeof share, "%.2f%%", 100.0 * double(trainable) / double(p.count()));
+    const int64_t layers = recurrent ? rnn.num_layers : task_.model.transformer.n_layer;
     out_ << "adapters: " << (a.kind == AdapterKind::lora ? "lora" : "dora") << " rank " << a.rank
-         << ", alpha " << a.alpha << " on " << targets << " of "
-         << (recurrent ? std::to_string(rnn.num_layers) + " layers"
-                       : std::to_string(task_.model.transformer.n_layer) + " blocks")
-         << ": " << trainable << " trainable parameters (" << share << "), the base frozen\n";
+         << ", alpha " << a.alpha << " on " << targets << " of " << layers
+         << (recurrent ? " layer" : " block") << (layers == 1 ? "" : "s");
+    if (a.dropout > 0)
+      out_ << ", dropout " << a.dropout
+           << (recurrent ? " on the entries of A (DropConnect)" : " on the adapters' inputs");
+    out_ << ": " << trainable << " trainable parameters (" << share << "), the base frozen\n";
   }
   if (const TransformerOptions& t = task_.model.transformer; !recurrent) {
     if (t.checkpoint_activations)

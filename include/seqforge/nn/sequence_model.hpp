@@ -56,7 +56,7 @@ class SequenceModel final : public Model {
  private:
   struct Adapter;
   void declare_adapters();
-  void prepare_weights(Backend& be);
+  void prepare_weights(Backend& be, bool training, Rng& rng);
   void adapter_backward(Backend& be);
 
   ModelOptions opt_;
@@ -64,6 +64,7 @@ class SequenceModel final : public Model {
   Parameters work_;  // under adapters: the weights the recurrence uses, and their gradients
   std::vector<Adapter> adapters_;
   size_t adapters_first_ = 0;
+  bool a_dropped_ = false;  // this step's adapters run on a dropped A (adapter dropout)
   std::unique_ptr<Embedding> embedding_;
   std::unique_ptr<Recurrent> rnn_;
   std::unique_ptr<Linear> head_;
