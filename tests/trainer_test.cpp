@@ -179,6 +179,51 @@ TEST(Trainer, CharacterModelsReadUtf8AndGenerateGreedilyAtTemperatureZero) {
             std::string::npos);
 }
 
+// A character model trained on from a pre-trained one keeps that model's vocabulary, so each
+// id still means its character: a text using fewer of its characters trains on all of them; a
+// text with a character it never saw (even with as many characters in all, which would load
+// into the same shapes) is an error naming it; loading only the recurrent layer leaves the
+// vocabulary to the new text.
+TEST(Trainer, CharacterModelsFromAPretrainedOneKeepItsVocabulary) {
+  const fs::path dir = temp_dir("charlm_vocab");
+  auto write_text = [&](const std::string& name, const std::string& unit) {
+    std::string body;
+    for (int i = 0; i < 150; ++i) body += unit;
+    std::ofstream(dir / name) << body;
+    return (dir / name).string();
+  };
+  const std::string base_text = write_text("base.txt", "a big cafe, a bad hedge. ");
+  const std::string fewer = write_text("fewer.txt", "a cab, a bed. ");
+  const std::string swapped = write_text("swapped.txt", "a biz cafe, a bad hedze. ");
+  std::ostringstream log;
+  auto yaml = [&](const std::string& text, const std::string& run) {
+    return "data: {path: " + text + ", task: charlm, seq_len: 16}\nmodel: {hidden: 16, " +
+           "embedding: 8}\ntrain: {epochs: 1, batch_size: 8, run_dir: " + (dir / run).string() +
+           "}\n";
+  };
+  train(Config::parse(yaml(base_text, "base"), "base.yaml"), log);
+  const std::string init = "model.init_from=" + (dir / "base").string();
+  train(Config::parse(yaml(fewer, "fewer"), "fewer.yaml", {init}), log);
+  const io::SafetensorsFile base =
+      io::SafetensorsFile::read((dir / "base" / "model.safetensors").string());
+  const io::SafetensorsFile tuned =
+      io::SafetensorsFile::read((dir / "fewer" / "model.safetensors").string());
+  ASSERT_NE(tuned.find("embedding.weight"), nullptr);
+  EXPECT_EQ(tuned.find("embedding.weight")->shape, base.find("embedding.weight")->shape);
+  EXPECT_EQ(tuned.metadata().at("seqforge.vocab"), base.metadata().at("seqforge.vocab"));
+  EXPECT_EQ(generate((dir / "fewer").string(), "hg", 3, 0.0, 0, 1).substr(0, 2), "hg");
+  const std::string error = error_of(
+      [&] { train(Config::parse(yaml(swapped, "swapped"), "swapped.yaml", {init}), log); });
+  EXPECT_NE(error.find("swapped.txt: 1 character is not in the vocabulary of the model"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("'z' (300 times, first at line 1)"), std::string::npos) << error;
+  train(Config::parse(yaml(swapped, "lstm_only"), "swapped.yaml",
+                      {init, "model.init_from_modules=[lstm]"}),
+        log);
+  EXPECT_NE(generate((dir / "lstm_only").string(), "z", 3, 0.0, 0, 1).find('z'), std::string::npos);
+}
+
 TEST(Utf8, DecodesValidTextAndRejectsEveryMalformedSequence) {
   EXPECT_EQ(decode_utf8("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", "t"),
             (std::u32string{U'a', U'\u00e9', U'\u20ac', U'\U0001F600'}));
@@ -326,6 +371,27 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
     return Config::load(SEQFORGE_SOURCE_DIR "/examples/configs/shakespeare_gpt.yaml", extra);
   };
   train(config({"train.epochs=1", "train.run_dir=" + (dir / "base").string()}), log);
+  {  // nanoGPT's checkpoints also hold each block's causal mask as a buffer: not loaded, no error
+    const io::SafetensorsFile b =
+        io::SafetensorsFile::read((dir / "base" / "model.safetensors").string());
+    std::vector<io::SafetensorsTensor> tensors;
+    for (const auto& e : b.entries())
+      tensors.push_back({e.name, e.dtype, e.shape, b.bytes(e).data()});
+    std::vector<float> mask(32 * 32, 0.0f);
+    for (int i = 0; i < 32; ++i) std::fill_n(mask.begin() + i * 32, i + 1, 1.0f);
+    for (const char* name : {"transformer.h.0.attn.bias", "transformer.h.1.attn.bias"})
+      tensors.push_back({name, DType::f32, {1, 1, 32, 32}, mask.data()});
+    const std::string nanogpt = (dir / "nanogpt.safetensors").string();
+    io::write_safetensors(nanogpt, tensors, b.metadata());
+    std::ostringstream out;
+    train(config({"train.epochs=1", "train.max_batches=1", "model.init_from=" + nanogpt,
+                  "train.run_dir=" + (dir / "from_nanogpt").string()}),
+          out);
+    EXPECT_NE(out.str().find("init_from: " + std::to_string(b.entries().size() - 1) +
+                             " tensors"),  // lm_head.weight: the tied wte
+              std::string::npos)
+        << out.str();
+  }
   // The base in f32 (default), or held in bf16 (its checkpoint then holds it rounded to bf16).
   for (const auto& [kind, bf16_base] :
        {std::pair{"lora", false}, std::pair{"dora", false}, std::pair{"dora", true}}) {

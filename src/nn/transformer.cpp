@@ -88,9 +88,15 @@ std::vector<std::string> Transformer::fresh_parameters() const {
   return out;
 }
 
+// nanoGPT's checkpoints from PyTorch without fused attention also hold each block's causal mask
+// as a buffer (attn.bias; attn.masked_bias in older GPT-2 ports): not parameters.
 std::vector<std::string> Transformer::unused_base_tensors() const {
-  if (opt_.num_classes > 0) return {"lm_head.weight"};
-  return {};
+  std::vector<std::string> out;
+  if (opt_.num_classes > 0) out.push_back("lm_head.weight");
+  for (int64_t i = 0; i < opt_.n_layer; ++i)
+    for (const char* buffer : {"attn.bias", "attn.masked_bias"})
+      out.push_back("transformer.h." + std::to_string(i) + "." + buffer);
+  return out;
 }
 
 // One set of block activations (the one every block shares when checkpointing) and the blocks'

@@ -166,7 +166,10 @@ const std::vector<ConfigKey> kKeys = {
      "Embedding size (charlm); a transformer's width (nanoGPT's n_embd)."},
     {"model.init_from", T::path, "",
      "A .safetensors file of initial weights under PyTorch names (lstm.weight_ih_l0, head.weight, "
-     "...), or a run directory (its model.safetensors)."},
+     "transformer.h.0.attn.c_attn.weight, ...; nanoGPT's attention-mask buffers are skipped), or "
+     "a run directory (its model.safetensors). A character model (charlm, text_classify) takes "
+     "the vocabulary the file's run was trained on, so every id keeps its character; a "
+     "character outside it is an error."},
     {"model.init_from_modules", T::string_list, "[]",
      "Load only these modules (`embedding`, the cell's `lstm` or `gru`, `head`) from init_from; "
      "the file's other "

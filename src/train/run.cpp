@@ -172,12 +172,27 @@ std::vector<std::string> ignored_settings(const Config& c) {
 }
 
 // Loads the task's data per the config; with `from`, reuses its normalisation and vocabulary.
+// Whether init_from loads tensors indexed by the vocabulary (an embedding or an output head over
+// characters): all of them, or init_from_modules names one of their modules.
+bool init_loads_vocabulary(const Config& c) {
+  const std::vector<std::string> modules = c.list("model.init_from_modules");
+  if (modules.empty()) return true;
+  for (const std::string& m : modules)
+    if (m == "embedding" || m == "head" || m == "transformer" || m == "lm_head") return true;
+  return false;
+}
+
 Task load_task(const Config& c, const Task* from) {
   Task t;
   const Dataset* source = from;
-  Dataset pretrained;  // text_classify on a pre-trained model: its vocabulary
-  if (std::string init = c.str("model.init_from");
-      !from && !init.empty() && c.str("data.task") == "text_classify") {
+  // A text task on a pre-trained model: the model's vocabulary, so that every id means the
+  // character it meant in pre-training (the data's own could differ by one character and shift
+  // every id after it).
+  Dataset pretrained;
+  const std::string task = c.str("data.task");
+  if (std::string init = c.str("model.init_from"); !from && !init.empty() &&
+                                                   (task == "text_classify" || task == "charlm") &&
+                                                   init_loads_vocabulary(c)) {
     if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
     const io::SafetensorsFile file = io::SafetensorsFile::read(init);
     const auto& meta = file.metadata();

@@ -105,7 +105,7 @@ class Model {
   virtual void set_token_layout(Tensor lengths, Tensor segments) { (void)lengths, (void)segments; }
   // Parameters a base model's checkpoint may lack (adapters, a new head): initialised, not
   // loaded; and the checkpoint's tensors this model does not use (the LM head of a model
-  // fine-tuned as a classifier).
+  // fine-tuned as a classifier, nanoGPT's attention-mask buffers).
   virtual std::vector<std::string> fresh_parameters() const { return {}; }
   virtual std::vector<std::string> unused_base_tensors() const { return {}; }
   // After a training step, a line on what activation checkpointing saved (measured from the
