@@ -24,6 +24,7 @@
 namespace seqforge {
 namespace {
 
+using test::error_of;
 using test::HostTensor;
 using test::max_rel_error;
 using test::to_doubles;
@@ -56,9 +57,9 @@ Problem make_problem(AttentionShape s, std::vector<int64_t> lengths, uint64_t se
           values(rng, s.batch * s.seq * C, -1, 1)};
 }
 
-// Forward, then backward with dout, on `be` in `dt`; outputs start as garbage (7) so that every
-// element has to be written.
-Result run(Backend& be, DType dt, const Problem& p, bool backward = true) {
+// Forward (from query row first_row), then backward with dout, on `be` in `dt`; outputs start as
+// garbage (7) so that every element has to be written.
+Result run(Backend& be, DType dt, const Problem& p, bool backward = true, int64_t first_row = 0) {
   const AttentionShape& s = p.shape;
   const int64_t B = s.batch, T = s.seq, C = s.heads * s.head_dim;
   auto garbage = [](int64_t n) { return std::vector<double>(static_cast<size_t>(n), 7.0); };
@@ -69,9 +70,13 @@ Result run(Backend& be, DType dt, const Problem& p, bool backward = true) {
     lengths =
         HostTensor(be, DType::i64, {B}, std::vector<double>(p.lengths.begin(), p.lengths.end()));
   const void* len = p.lengths.empty() ? nullptr : lengths.t.data();
-  be.attention_forward(
-      {.shape = s, .qkv = qkv.t.data(), .lengths = len, .out = out.t.data(), .lse = lse.t.data()},
-      dt);
+  be.attention_forward({.shape = s,
+                        .qkv = qkv.t.data(),
+                        .lengths = len,
+                        .out = out.t.data(),
+                        .lse = lse.t.data(),
+                        .first_row = first_row},
+                       dt);
   Result r{to_doubles(be, out.t), to_doubles(be, lse.t), {}};
   if (!backward) return r;
   be.attention_backward({.shape = s,
@@ -276,6 +281,68 @@ TEST(Attention, Bf16ProductsMatchReferenceWithinBf16Rounding) {
   EXPECT_GT(differs_from_f32, count / 2) << "the bf16 kernel did not run";
   std::printf("bf16 products, %d shapes; largest relative errors: out %.2e, lse %.2e, dqkv %.2e\n",
               count, worst.out, worst.lse, worst.dqkv);
+}
+
+// From a first query row (decoding against cached keys): the rows from it as the whole op computes
+// them, the rows before it untouched, on every backend and in bf16 products too.
+TEST(Attention, FirstRowComputesOnlyTheRowsFromIt) {
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  int count = 0;
+  for (int64_t D : {7, 64})
+    for (int64_t T : {1, 17, 130, 300})
+      for (bool causal : {true, false})
+        for (bool padded : {false, true}) {
+          const int idx = count++;
+          bool peaked;
+          AttentionShape s = sweep_shape(idx, T, D, causal, &peaked);
+          if (idx % 3 == 1) {
+            s.dropout = 0.2;
+            s.seed = 11 + idx;
+          }
+          const Problem p = make_problem(
+              s, padded ? sweep_lengths(idx, s.batch, T) : std::vector<int64_t>{}, 4000 + idx);
+          struct Case {
+            Backend* be;
+            DType dt;
+            bool bf16;
+          };
+          std::vector<Case> cases = {{ref.get(), DType::f64, false},
+                                     {ref.get(), DType::f32, false},
+                                     {cpu.get(), DType::f32, false}};
+          if (cpu_features().avx512_bf16) cases.push_back({cpu.get(), DType::f32, true});
+          for (const Case& c : cases) {
+            Problem q = p;
+            q.shape.bf16_products = c.bf16;
+            const Result all = run(*c.be, c.dt, q, false);
+            for (int64_t first : {T - 1, T / 2, T}) {
+              const Result part = run(*c.be, c.dt, q, false, first);
+              const std::string what = describe(q) + " first row " + std::to_string(first) +
+                                       (c.be == ref.get() ? " reference " : " cpu ") +
+                                       std::string(dtype_name(c.dt)) +
+                                       (c.bf16 ? " bf16 products" : "");
+              const int64_t C = s.heads * D;
+              for (int64_t b = 0; b < s.batch; ++b) {
+                for (int64_t t = 0; t < T; ++t)
+                  for (int64_t k = 0; k < C; ++k) {
+                    const size_t i = static_cast<size_t>((b * T + t) * C + k);
+                    ASSERT_EQ(part.out[i], t < first ? 7.0 : all.out[i]) << what << " out " << i;
+                  }
+                for (int64_t h = 0; h < s.heads; ++h)
+                  for (int64_t t = 0; t < T; ++t) {
+                    const size_t i = static_cast<size_t>((b * s.heads + h) * T + t);
+                    ASSERT_EQ(part.lse[i], t < first ? 7.0 : all.lse[i]) << what << " lse " << i;
+                  }
+              }
+            }
+          }
+        }
+  auto cpu_first = [&](int64_t first) {
+    const Problem p = make_problem({.batch = 1, .seq = 5, .heads = 1, .head_dim = 4}, {}, 1);
+    return error_of([&] { run(*cpu, DType::f32, p, false, first); });
+  };
+  EXPECT_NE(cpu_first(6).find("attention first row 6 of 5"), std::string::npos);
+  EXPECT_NE(cpu_first(-1).find("attention first row -1 of 5"), std::string::npos);
 }
 
 // Every thread split of the pairs gives the same bits: each pair is computed whole by one thread.

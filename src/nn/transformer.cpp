@@ -417,11 +417,12 @@ Tensor Transformer::decode(Backend& be, Tensor ids) {
     be.layer_norm_forward(ln1, a.ln1_saved.get(be, dt, {n, 2}), x, W(k.ln1_w), W(k.ln1_b),
                           kLayerNormEps);
     proj_forward(be, k.p[0], a, 0, cache.slice(decode_pos_, T), ln1, a.ln1_low, 0);
-    Tensor att = a.att.get(be, dt, {T, C});  // (T, C) every row; the new ones are the last n
+    Tensor att = a.att.get(be, dt, {T, C});  // (T, C): the new rows, the last n, computed
     be.attention_forward({.shape = s,
                           .qkv = cache.data(),
                           .out = att.data(),
-                          .lse = a.lse.get(be, dt, {1, s.heads, T}).data()},
+                          .lse = a.lse.get(be, dt, {1, s.heads, T}).data(),
+                          .first_row = decode_pos_},
                          dt);
     Tensor mid = a.mid.get(be, dt, {n, C});
     be.copy(mid, x);

@@ -161,6 +161,9 @@ struct AttentionForward {
   void* out = nullptr;            // (B, T, C)
   void* lse = nullptr;            // (B, heads, T), the dtype's: log sum_j exp(scale q_i . k_j),
                                   // all backward keeps besides qkv and out
+  // Query rows [first_row, T) only, against every key their mask allows; the earlier rows' out
+  // and lse are left as they are (decoding new tokens against cached keys and values).
+  int64_t first_row = 0;
 };
 
 // Gradients of the same; dqkv is assigned (rows of padded keys get 0).

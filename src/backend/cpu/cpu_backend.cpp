@@ -415,9 +415,11 @@ class CpuBackend final : public Backend {
   void attention_forward(const AttentionForward& a, DType dtype) override {
     if (dtype != DType::f32) return ref_->attention_forward(a, dtype);
     const AttentionShape& s = a.shape;
+    SF_CHECK(a.first_row >= 0 && a.first_row <= s.seq, "attention first row ", a.first_row, " of ",
+             s.seq);
     const auto kernel = bf16_attention(s) ? kernels::attention_forward_fused_bf16
                                           : kernels::attention_forward_fused;
-    parallel_rows(s.batch * s.heads, s.seq * s.seq * s.head_dim,
+    parallel_rows(s.batch * s.heads, (s.seq - a.first_row) * s.seq * s.head_dim,
                   [&](int64_t p0, int64_t p1) { kernel(a, p0, p1); });
   }
   void attention_backward(const AttentionBackward& a, DType dtype) override {

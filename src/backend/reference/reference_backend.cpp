@@ -262,6 +262,8 @@ class ReferenceBackend final : public Backend {
     });
   }
   void attention_forward(const AttentionForward& a, DType dtype) override {
+    SF_CHECK(a.first_row >= 0 && a.first_row <= a.shape.seq, "attention first row ", a.first_row,
+             " of ", a.shape.seq);
     dispatch_float(dtype, [&]<typename T>() {
       kernels::attention_forward_reference<T>(a, 0, a.shape.batch * a.shape.heads);
     });

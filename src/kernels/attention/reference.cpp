@@ -91,7 +91,7 @@ void attention_forward_reference(const AttentionForward& a, int64_t p0, int64_t 
   std::vector<double> c(p.size());                    // (T) their dropout factors
   for (int64_t pair = p0; pair < p1; ++pair) {
     const Pair pr(s, a.lengths, pair);
-    for (int64_t i = 0; i < pr.T; ++i) {
+    for (int64_t i = a.first_row; i < pr.T; ++i) {
       const int64_t n = pr.allowed(i);
       if (n == 0) {
         std::fill_n(out + pr.o(i), pr.D, T(0));

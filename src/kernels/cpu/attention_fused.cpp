@@ -357,14 +357,16 @@ int64_t KeysOf(const void* lengths, int64_t b, int64_t T) {
 }
 
 // The forward pass over pairs [p0, p1), its products taken by `Products` (F32Products here, or
-// Bf16Products with AVX512-BF16): pack(q, nk) packs a pair's operands (q rows ld apart, k at
-// + C, v at + 2C); dot(nr, rb, j0, panels, sc) puts a row block's raw scores q.k into sc (rows
-// kBc apart); row(r, p, w) sees row r's final probabilities; axpy(nr, j0, w, sc, acc, alpha)
-// adds the block's P V into acc (rows Products::width apart), scaling acc by alpha first.
+// Bf16Products with AVX512-BF16): pack(q, nk, first) packs a pair's operands (q rows ld apart,
+// from row `first`; k at + C, v at + 2C); dot(nr, rb, j0, panels, sc) puts a row block's raw scores
+// q.k into sc (rows kBc apart); row(r, p, w) sees row r's final probabilities; axpy(nr, j0, w, sc,
+// acc, alpha) adds the block's P V into acc (rows Products::width apart), scaling acc by alpha
+// first.
 template <class Products>
 HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, Products& prod) {
   const AttentionShape& s = a.shape;
   const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C, W = prod.width;
+  const int64_t first = a.first_row;  // the first query row computed
   const float scale = static_cast<float>(s.scale);
   const float* qkv = static_cast<const float*>(a.qkv);  // (B, T, 3C)
   float* out = static_cast<float*>(a.out);              // (B, T, C)
@@ -390,13 +392,13 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
     float* lrow = lse + pair * T;        // (T)
     if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
     if (nk == 0) {
-      for (int64_t i = 0; i < T; ++i) std::fill_n(o + i * C, D, 0.0f);
-      std::fill_n(lrow, T, kNegInf);
+      for (int64_t i = first; i < T; ++i) std::fill_n(o + i * C, D, 0.0f);
+      std::fill_n(lrow + first, T - first, kNegInf);
       continue;
     }
     if (h == 0 || pair == p0) WarmBlocks({{qkv + b * T * ld, T * ld}, {out + b * T * C, T * C}});
-    prod.pack(qkv + b * T * ld + h * D, nk);
-    for (int64_t i0 = 0; i0 < T; i0 += kBr) {
+    prod.pack(qkv + b * T * ld + h * D, nk, first);
+    for (int64_t i0 = first; i0 < T; i0 += kBr) {
       const int64_t i1 = std::min(T, i0 + kBr), kend = s.causal ? std::min(nk, i1) : nk;
       std::fill_n(m, i1 - i0, kNegInf);
       std::fill_n(l, i1 - i0, 0.0f);
@@ -446,7 +448,7 @@ struct F32Products {
     kt = carve.take(D * Tk);    // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
     v = carve.take(T * width);  // (T, width) v, when D is not whole vectors
   }
-  void pack(const float* qrows, int64_t nk) {
+  void pack(const float* qrows, int64_t nk, int64_t) {
     const int64_t C = ld / 3;
     q = qrows;
     PackPanels(kt, q + C, ld, nk, D);
@@ -876,9 +878,9 @@ struct Bf16Products {
     vs = words(Tp * width);    // (ceil(T / 2), Dv) v stacked over keys
     pw = words(kRows * kBcw);  // (kRows, kBcw) P rows as words
   }
-  SF_BF16_ATTR void pack(const float* q, int64_t nk) {
+  SF_BF16_ATTR void pack(const float* q, int64_t nk, int64_t first) {
     const int64_t C = ld / 3;
-    PackRowWords(qw, Dw, q, ld, T, D);
+    PackRowWords(qw + first * Dw, Dw, q + first * ld, ld, T - first, D);
     PackWordPanels(kt, rows, Dw, q + C, ld, nk, D);
     PackStacked(vs, width, q + 2 * C, ld, nk, D, (nk + 1) / 2);
   }
