@@ -223,6 +223,24 @@ TEST(Predict, ClassifierWritesEveryClassProbability) {
     right += p[i][2] == (std::sin(0.3 * (day + 1)) > 0 ? "up" : "down");
   }
   EXPECT_GE(right, 12) << log.str();  // the next sign of a sine follows from its past
+  // A row without a class in training is an error naming its line, not a class named "".
+  std::ifstream in(dir / "t.csv");
+  std::ofstream gap(dir / "gap.csv");
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n)
+    gap << (n == 10 ? line.substr(0, line.rfind(',') + 1) : line) << "\n";
+  gap.close();
+  const std::string error = error_of([&] {
+    train(Config::parse("data: {path: " + (dir / "gap.csv").string() +
+                            ", task: classify, date_column: when, class_column: label, features: "
+                            "[signal], lookback: 6, horizon: 0}\ntrain: {run_dir: " +
+                            (dir / "gap").string() + "}\n",
+                        "c.yaml"),
+          log);
+  });
+  EXPECT_NE(error.find("gap.csv:10: column 'label' is empty (every row needs a class)"),
+            std::string::npos)
+      << error;
 }
 
 // eval --split val recomputes the validation loss logged for the saved epoch, to the last bit,

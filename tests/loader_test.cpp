@@ -451,10 +451,17 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
             (std::vector<int64_t>{0, 0, 0, 0, 0, 0, 0, 1, 1, 1}));
   EXPECT_EQ(b.labels_buf.host<int64_t>()[0], 0);
   EXPECT_EQ(b.labels_buf.host<int64_t>()[1], 1);
-  // Errors: an empty text, a class unseen in training, a character outside the vocabulary.
+  // Errors: an empty text or class (not a class named ""), a class unseen in training, a
+  // character outside the vocabulary.
   std::ofstream(dir / "empty.csv") << "a,b,label\nab,c,yes\n,c,no\n";
   o.path = (dir / "empty.csv").string();
   EXPECT_NE(test::error_of([&] { load_dataset(o); }).find("empty.csv:3: column 'a' is empty"),
+            std::string::npos);
+  std::ofstream(dir / "no_class.csv") << "a,b,label\nab,c,yes\nb,c,no\nab,c,\n";
+  o.path = (dir / "no_class.csv").string();
+  EXPECT_NE(test::error_of([&] {
+              load_dataset(o);
+            }).find("no_class.csv:4: column 'label' is empty (every example needs a class)"),
             std::string::npos);
   std::ofstream(dir / "new.csv") << "a,b,label\nab,c,maybe\n";
   o.path = (dir / "new.csv").string();

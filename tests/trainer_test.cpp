@@ -633,6 +633,10 @@ TEST(Trainer, AdaptersFineTuneACharacterModelAsAClassifier) {
   const io::SafetensorsFile peft =
       io::SafetensorsFile::read((run / "adapter_model.safetensors").string());
   EXPECT_EQ(peft.entries().size(), 3u + 4 * 3);
+  for (const char* key :
+       {"lora_A.weight", "lora_B.weight", "lora_magnitude_vector"})  // PEFT's file
+    EXPECT_NE(peft.find(std::string("base_model.model.transformer.h.0.mlp.c_fc.") + key), nullptr)
+        << key;
   for (const auto& e : peft.entries()) {
     ASSERT_EQ(e.name.rfind("base_model.model.", 0), 0u) << e.name;
     const std::string own = e.name.find("lora_") != std::string::npos

@@ -611,6 +611,9 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
   if (stored) d->class_names = stored->class_names;
   if (!d->has_targets) return;
   const auto& names = table.text(o.class_col);
+  for (int64_t row : file_rows)  // not a class named ""
+    if (!lenient && names[row].empty())
+      fail(table.where(row), ": column '", o.class_col, "' is empty (every row needs a class)");
   if (!stored) {
     for (int64_t row : file_rows) d->class_names.push_back(names[row]);
     std::sort(d->class_names.begin(), d->class_names.end());

@@ -93,6 +93,10 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, bool
   if (stored && !stored->class_names.empty()) d.class_names = stored->class_names;
   if (d.has_classes) {
     const auto& names = table.text(o.class_col);
+    for (int64_t r = 0; r < n && !lenient; ++r)  // not a class named ""
+      if (names[r].empty())
+        fail(opt.path, ":", d.lines[r], ": column '", o.class_col,
+             "' is empty (every example needs a class)");
     if (d.class_names.empty()) {
       d.class_names = names;
       std::sort(d.class_names.begin(), d.class_names.end());

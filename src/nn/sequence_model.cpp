@@ -92,8 +92,7 @@ void SequenceModel::declare_adapters() {
                              Init::Uniform(1.0 / std::sqrt(double(ad.in))));
       ad.B = params_.declare(name + ".lora_B.weight", {ad.out, a.rank}, Init::Constant(0.0));
       if (a.kind == AdapterKind::dora)
-        ad.m =
-            params_.declare(name + ".lora_magnitude_vector.weight", {ad.out}, Init::Constant(1.0));
+        ad.m = params_.declare(name + ".lora_magnitude_vector", {ad.out}, Init::Constant(1.0));
       adapters_.push_back(std::move(ad));
     }
     if (!any) {

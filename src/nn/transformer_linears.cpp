@@ -95,7 +95,7 @@ void Transformer::declare_adapters() {
                             Init::Uniform(1.0 / std::sqrt(double(p.in))));
       p.B = params_.declare(name + ".lora_B.weight", {p.out, a.rank}, Init::Constant(0.0));
       if (a.kind == AdapterKind::dora)
-        p.m = params_.declare(name + ".lora_magnitude_vector.weight", {p.out}, Init::Constant(1.0));
+        p.m = params_.declare(name + ".lora_magnitude_vector", {p.out}, Init::Constant(1.0));
     }
 }
 

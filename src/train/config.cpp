@@ -179,7 +179,7 @@ const std::vector<ConfigKey> kKeys = {
      "(y = x W0^T + b + (alpha/rank) x A^T B^T) or `dora` (y = m (x V^T) / ||V|| + b, V = W0 + "
      "(alpha/rank) B A, the norm per output row); only the adapters train, saved under PEFT's "
      "names (base_model.model.<linear>.lora_A.weight, lora_B.weight, "
-     "lora_magnitude_vector.weight). Load the base with model.init_from."},
+     "lora_magnitude_vector). Load the base with model.init_from."},
     {"adapter.rank", T::integer, "8", "Adapter rank r (A is r x in, B out x r)."},
     {"adapter.alpha", T::number, "16", "Adapter scale numerator: the update is alpha/rank B A."},
     {"adapter.dropout", T::number, "0.0",

@@ -63,7 +63,7 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
     }
     const std::vector<double> m =
         ad.kind == AdapterKind::dora
-            ? download_doubles(*be, value_of(src, stem + ".lora_magnitude_vector.weight"))
+            ? download_doubles(*be, value_of(src, stem + ".lora_magnitude_vector"))
             : std::vector<double>();
     upload_doubles(*be, dst.value(i),
                    merged_weight(download_doubles(*be, w0), download_doubles(*be, a),

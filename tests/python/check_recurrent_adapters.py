@@ -38,8 +38,8 @@ def main():
         trained[stem[6:] + "lora_A.weight"], trained[stem[6:] + "lora_B.weight"] = a, b
         w = w0 + s * (b @ a)
         if c["kind"] == "dora":
-            m = t[stem + "lora_magnitude_vector.weight"].clone().requires_grad_(True)
-            trained[stem[6:] + "lora_magnitude_vector.weight"] = m
+            m = t[stem + "lora_magnitude_vector"].clone().requires_grad_(True)
+            trained[stem[6:] + "lora_magnitude_vector"] = m
             w = (m / w.norm(dim=1).detach()).unsqueeze(1) * w
         weights[name] = w
     for name in ("weight", "bias"):

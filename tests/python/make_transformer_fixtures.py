@@ -307,7 +307,7 @@ def add_adapters(model, c):
             named[prefix + "lora_A.weight"] = adapted.lora_A
             named[prefix + "lora_B.weight"] = adapted.lora_B
             if c["adapter"] == "dora":
-                named[prefix + "lora_magnitude_vector.weight"] = adapted.lora_magnitude_vector
+                named[prefix + "lora_magnitude_vector"] = adapted.lora_magnitude_vector
     adapter_ids = {id(p) for p in named.values()}
     for n, p in model.named_parameters():  # PEFT freezes the base model but a new head
         p.requires_grad_(id(p) in adapter_ids or n.startswith(("classifier.", "transformer.wse.")))
@@ -377,8 +377,8 @@ def make_adapted(c, base):
         with torch.no_grad():
             for n, p in named.items():
                 if n not in adapters:
-                    if n.endswith("lora_magnitude_vector.weight"):
-                        w = m.get_submodule(n[len("base_model.model."):-len(".lora_magnitude_vector.weight")])
+                    if n.endswith("lora_magnitude_vector"):
+                        w = m.get_submodule(n[len("base_model.model."):-len(".lora_magnitude_vector")])
                         adapters[n] = f32(w.base.weight.norm(dim=1) * (1 + 0.2 * torch.randn(p.shape[0])))
                     elif n.endswith("lora_A.weight"):  # PEFT's Kaiming-uniform bound
                         bound = 1 / math.sqrt(p.shape[1])

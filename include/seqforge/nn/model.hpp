@@ -21,7 +21,7 @@ enum class ModelFamily { recurrent, transformer };
 //         constant in backward (the DoRA paper's choice, as PEFT), m (out) starting at ||W0||
 // A is drawn U(-1/sqrt(in), 1/sqrt(in)) (Kaiming-uniform, a = sqrt 5), B starts at zero. Only
 // the adapters train (and a new head); names are PEFT's: base_model.model.<linear>.lora_A.weight,
-// .lora_B.weight, .lora_magnitude_vector.weight. On a recurrent layer's weight W0 (a gate block
+// .lora_B.weight, .lora_magnitude_vector. On a recurrent layer's weight W0 (a gate block
 // per row group, lstm.weight_ih_l0, ...) the same update makes the weight the recurrence uses,
 // under base_model.model.<weight name>.lora_A.weight, ...
 enum class AdapterKind { none, lora, dora };
