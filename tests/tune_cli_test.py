@@ -274,6 +274,13 @@ err = p.stderr.strip()
 check(p.returncode != 0 and err.count("\n") == 0 and missing in err and "does not exist" in err
       and not os.path.exists(os.path.join(work, "no")), f"missing study directory: {err}")
 
+# 6b. A tuned key every trial ignores (adapter.rank without an adapter) is said once at start.
+p = run([config("ignored", epochs=1, batches=1, n_trials=1,
+                extra_space="    adapter.rank: {type: int, low: 1, high: 4}\n"),
+         "--study", os.path.join(work, "ignored.db")])
+check(p.stdout.count("warning: adapter.rank is set but adapter.kind is none") == 1,
+      f"an ignored tuned key is a warning: {p.stdout}")
+
 # 7. --enqueue: trials with fixed parameters run first; values are checked against the space.
 cfg = config("enq", n_trials=3,
              extra_space="    optim.kind: {type: categorical, choices: [adamw, sgd]}\n")

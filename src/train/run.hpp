@@ -28,9 +28,6 @@ struct Task : Dataset {
 };
 
 ModelOptions model_options(const Config& c, const Task& t);
-// Settings the config gives that do nothing with its other settings (a transformer's model.cell,
-// adapter.rank without an adapter, ...), one warning each.
-std::vector<std::string> ignored_settings(const Config& c);
 // Loads the task's data per the config; with `from`, reuses its normalisation and vocabulary.
 Task load_task(const Config& c, const Task* from = nullptr);
 // Bytes of one batch's buffers, for the loader's memory budget.

@@ -495,6 +495,13 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
       Config::load(cmd.config, o);
     }
   }
+  {  // what every trial's config ignores (a tuned adapter.rank without an adapter), said once
+    std::vector<std::string> o = cmd.overrides;
+    for (const auto& p : settings.space)
+      o.push_back(p.name + "=" + p.text(p.kind == Param::Kind::categorical ? 0.0 : p.snap(p.low)));
+    for (const std::string& w : ignored_settings(Config::load(cmd.config, o)))
+      console << "warning: " << w << "\n";
+  }
   const fs::path dir = base.str("train.run_dir").empty() ? fs::path("runs") / settings.name
                                                          : fs::path(base.str("train.run_dir"));
   fs::create_directories(dir);

@@ -45,6 +45,10 @@ struct TrainHooks {
 TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir = "",
                    const TrainHooks& hooks = {}, bool overwrite = false);
 
+// Settings the config gives that do nothing with its other settings (a transformer's model.cell,
+// adapter.rank without an adapter, ...), one warning each; train prints them at start-up.
+std::vector<std::string> ignored_settings(const Config& c);
+
 // Metrics of a trained run (a run directory or its model.safetensors) on a split of its data
 // ("val" or "test": test_*, val_* metrics), or on every window of another file of the same
 // layout (`data`: data_* metrics), computed in the run's precision.
