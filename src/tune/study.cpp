@@ -517,7 +517,7 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
     console << "enqueued trial " << number << ": " << cmd.enqueue[i] << "\n";
   }
   console << "seqforge tune: study '" << settings.name << "' in " << (is_url(where) ? "" : "")
-          << where << ": " << options.n_trials << " trials"
+          << where << ": " << options.n_trials << (options.n_trials == 1 ? " trial" : " trials")
           << (options.timeout > 0 ? " or " + std::to_string(int64_t(options.timeout)) + " s" : "")
           << ", " << settings.direction_name() << " " << settings.metric << ", sampler "
           << settings.sampler.kind << ", pruner " << settings.pruner.kind << "; runs in "
