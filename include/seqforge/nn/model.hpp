@@ -23,13 +23,14 @@ enum class ModelFamily { recurrent, transformer };
 // the adapters train (and a new head); names are PEFT's: base_model.model.<linear>.lora_A.weight,
 // .lora_B.weight, .lora_magnitude_vector. On a recurrent layer's weight W0 (a gate block
 // per row group, lstm.weight_ih_l0, ...) the same update makes the weight the recurrence uses,
-// under base_model.model.<weight name>.lora_A.weight, ...
+// under base_model.model.<weight name>.lora_A.weight, ...; there adapter dropout drops entries
+// of A instead (DropConnect), as no per-step input reaches the folded weight.
 enum class AdapterKind { none, lora, dora };
 struct AdapterOptions {
   AdapterKind kind = AdapterKind::none;
   int64_t rank = 8;
   double alpha = 16.0;
-  double dropout = 0.0;  // lora: on the adapter's input
+  double dropout = 0.0;  // on the adapter's input (a recurrent layer: on A's entries)
   // The Linears of each block that get one: attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj; or a
   // recurrent layer's weights in every layer and direction: lstm.weight_ih, lstm.weight_hh (the
   // cell's name first: gru.weight_ih, ...), lstm.weight_hr.
