@@ -42,7 +42,8 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
                                          Backend& backend, bool allow_extra,
                                          const std::vector<std::string>& modules,
                                          const std::vector<std::string>& optional,
-                                         const std::vector<std::string>& ignored) {
+                                         const std::vector<std::string>& ignored,
+                                         const std::map<std::string, std::string>& tied) {
   auto listed = [](const std::vector<std::string>& names, const std::string& name) {
     return std::find(names.begin(), names.end(), name) != names.end();
   };
@@ -65,6 +66,8 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
     const auto& entry = params.values().entries()[i];
     if (!selected(entry.name)) continue;
     const SafetensorsEntry* t = file.find(entry.name);
+    if (const auto other = tied.find(entry.name); !t && other != tied.end())
+      t = file.find(other->second);
     if (!t && listed(optional, entry.name)) continue;
     if (!t) fail(path, ": missing tensor '", entry.name, "' of shape ", entry.shape.str());
     if (Shape(t->shape) != entry.shape)

@@ -324,9 +324,9 @@ void Training::build_model() {
     // A base model's checkpoint holds no adapters nor a new head: they keep their start, and
     // DoRA's magnitudes not in the file are taken from the loaded weights; an adapter run's are
     // kept as saved.
-    initialized_ = io::load_parameters(init, model_->parameters(), *be_, false,
-                                       c_.list("model.init_from_modules"),
-                                       model_->fresh_parameters(), model_->unused_base_tensors());
+    initialized_ = io::load_parameters(
+        init, model_->parameters(), *be_, false, c_.list("model.init_from_modules"),
+        model_->fresh_parameters(), model_->unused_base_tensors(), model_->tied_base_tensors());
     model_->init_adapters(*be_, initialized_);
   }
   oo_.kind = c_.str("optim.kind");

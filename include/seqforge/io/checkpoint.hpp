@@ -21,12 +21,15 @@ void save_parameters(const std::string& path, Backend& backend, const Parameters
 // ...), only parameters named "<module>.*" are loaded and the file's other tensors are ignored.
 // Parameters named in `optional` that the file lacks keep their values (adapters or a new head
 // on a base model's weights), and the file's tensors named in `ignored` are skipped (a base
-// model's LM head). Returns the names of the parameters loaded.
+// model's LM head). A parameter the file lacks under its own name is read from its name in
+// `tied` when the file has that one (a tied weight saved once). Returns the names of the
+// parameters loaded.
 std::vector<std::string> load_parameters(const std::string& path, Parameters& params,
                                          Backend& backend, bool allow_extra = false,
                                          const std::vector<std::string>& modules = {},
                                          const std::vector<std::string>& optional = {},
-                                         const std::vector<std::string>& ignored = {});
+                                         const std::vector<std::string>& ignored = {},
+                                         const std::map<std::string, std::string>& tied = {});
 
 // The model's modules, the parameter names' first parts in order: "embedding, lstm, head".
 std::string module_names(const Parameters& params);

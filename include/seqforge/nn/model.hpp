@@ -3,6 +3,7 @@
 // whichever family it is (a recurrent SequenceModel, a Transformer). make_model builds the one
 // ModelOptions names.
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -109,6 +110,9 @@ class Model {
   // fine-tuned as a classifier, nanoGPT's attention-mask buffers).
   virtual std::vector<std::string> fresh_parameters() const { return {}; }
   virtual std::vector<std::string> unused_base_tensors() const { return {}; }
+  // Parameters a base model's checkpoint may hold under another name only, {parameter, name}: a
+  // tied weight saved once (safetensors' save_model keeps nanoGPT's embedding as lm_head.weight).
+  virtual std::map<std::string, std::string> tied_base_tensors() const { return {}; }
   // After a training step, a line on what activation checkpointing saved (measured from the
   // buffers the step kept for backward); empty when the model does not checkpoint.
   virtual std::string activation_note() const { return {}; }

@@ -56,6 +56,9 @@ class Transformer final : public Model {
   }
   std::vector<std::string> fresh_parameters() const override;
   std::vector<std::string> unused_base_tensors() const override;
+  std::map<std::string, std::string> tied_base_tensors() const override {
+    return {{"transformer.wte.weight", "lm_head.weight"}};  // nanoGPT ties them
+  }
   std::string activation_note() const override;
 
  private:
