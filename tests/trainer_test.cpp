@@ -350,6 +350,60 @@ TEST(Trainer, Bf16TransformerValidationLossWithinOnePercentOfFp32) {
   EXPECT_NEAR(loss[1], loss[0], 0.01 * loss[0]) << "fp32 " << loss[0] << ", bf16 " << loss[1];
 }
 
+// A model initialised from a base transformer takes the base's shape (embedding, layers, block
+// size from its tensors, heads from the seqforge config in its metadata): the config need not
+// repeat it, may not contradict it, and must give the heads of a checkpoint that does not say.
+TEST(Trainer, AFineTuneTakesTheBaseModelsShape) {
+  const fs::path dir = temp_dir("gpt_base_shape");
+  std::ostringstream log;
+  const std::string text = "data.path=" SEQFORGE_SOURCE_DIR "/data/tinyshakespeare.txt";
+  train(Config::load(SEQFORGE_SOURCE_DIR "/examples/configs/shakespeare_gpt.yaml",
+                     {text, "model.embedding=32", "model.layers=2", "model.heads=2",
+                      "data.seq_len=48", "train.batch_size=8", "train.max_batches=2",
+                      "train.epochs=1", "train.run_dir=" + (dir / "base").string()}),
+        log);
+  const std::string yaml =
+      "data: {task: charlm, seq_len: 32}\nmodel: {family: transformer}\n"
+      "adapter: {kind: lora, rank: 2}\n"
+      "train: {epochs: 1, batch_size: 8, max_batches: 2}\n";
+  auto fine_tune = [&](const std::string& from, const std::string& run,
+                       std::vector<std::string> extra) {
+    extra.insert(extra.end(),
+                 {text, "model.init_from=" + from, "train.run_dir=" + (dir / run).string()});
+    std::ostringstream out;
+    train(Config::parse(yaml, "ft.yaml", extra), out);
+    return out.str();
+  };
+  const std::string out = fine_tune((dir / "base").string(), "ft", {});
+  EXPECT_NE(out.find("init_from: the base model's model.block_size 48, model.embedding 32, "
+                     "model.heads 2, model.layers 2"),
+            std::string::npos)
+      << out;
+  const Config resolved = Config::load((dir / "ft" / "config.resolved.yaml").string());
+  EXPECT_EQ(resolved.integer("model.heads"), 2);
+  EXPECT_EQ(resolved.integer("model.embedding"), 32);
+  EXPECT_NE(error_of([&] {
+              fine_tune((dir / "base").string(), "ft_heads", {"model.heads=4"});
+            }).find("ft.yaml: model.heads 4 differs from the base model's 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              fine_tune((dir / "base").string(), "ft_wide", {"model.embedding=64"});
+            }).find("model.embedding 64 differs from the base model's 32"),
+            std::string::npos);
+  // nanoGPT's checkpoint holds no config: its number of heads must be given.
+  const io::SafetensorsFile b =
+      io::SafetensorsFile::read((dir / "base" / "model.safetensors").string());
+  std::vector<io::SafetensorsTensor> tensors;
+  for (const auto& e : b.entries())
+    tensors.push_back({e.name, e.dtype, e.shape, b.bytes(e).data()});
+  const std::string nanogpt = (dir / "nanogpt.safetensors").string();
+  io::write_safetensors(nanogpt, tensors);
+  EXPECT_NE(error_of([&] { fine_tune(nanogpt, "ft_nanogpt", {}); }).find("set model.heads"),
+            std::string::npos);
+  EXPECT_NE(fine_tune(nanogpt, "ft_nanogpt", {"model.heads=2"}).find("model.layers 2"),
+            std::string::npos);
+}
+
 // Adapter fine-tuning of a trained character GPT: the base weights stay exactly as loaded,
 // only the adapters move, the run resumes, and eval and generate load it; bad adapter settings
 // name their keys.

@@ -169,7 +169,11 @@ const std::vector<ConfigKey> kKeys = {
      "transformer.h.0.attn.c_attn.weight, ...; nanoGPT's attention-mask buffers are skipped), or "
      "a run directory (its model.safetensors). A character model (charlm, text_classify) takes "
      "the vocabulary the file's run was trained on, so every id keeps its character; a "
-     "character outside it is an error."},
+     "character outside it is an error. A transformer takes the base's shape: model.embedding, "
+     "model.layers and model.block_size from its tensors, model.heads from the seqforge config "
+     "it was saved with (a checkpoint without one, such as nanoGPT's, needs model.heads); keys "
+     "the config gives must match. A tied pair saved once (lm_head.weight only) loads the "
+     "embedding."},
     {"model.init_from_modules", T::string_list, "[]",
      "Load only these modules (`embedding`, the cell's `lstm` or `gru`, `head`) from init_from; "
      "the file's other "
@@ -514,6 +518,17 @@ Config Config::with_absolute_paths(const std::string& base_dir) const {
     if (value.empty() || std::filesystem::path(value).is_absolute()) continue;
     c.values_[k.path] = (std::filesystem::path(base_dir) / value).lexically_normal().string();
     c.written_[k.path] = value;
+  }
+  return c;
+}
+
+Config Config::with_values(const std::map<std::string, int64_t>& values,
+                           const std::string& where) const {
+  Config c = *this;
+  for (const auto& [key, value] : values) {
+    SF_CHECK(key_of(key).type == T::integer, key, " is not an integer key");
+    c.values_[key] = std::to_string(value);
+    c.where_[key] = where;
   }
   return c;
 }

@@ -92,7 +92,8 @@ DType machine_problems(const Config& c, std::vector<std::string>* problems) {
 // The data and model: splits, parameters, memory per batch, and what does not fit.
 void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   std::vector<std::string>& problems = d->problems;
-  Task task = load_task(c);
+  std::string base_note;
+  Task task = load_task(with_base_architecture(c, &base_note));
   d->task = task_name(task.kind);
   d->rows = task.kind == TaskKind::charlm          ? static_cast<int64_t>(task.text.ids.size())
             : task.kind == TaskKind::text_classify ? task.text.examples()

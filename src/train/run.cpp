@@ -146,6 +146,56 @@ ModelOptions model_options(const Config& c, const Task& t) {
   return m;
 }
 
+Config with_base_architecture(const Config& c, std::string* note) {
+  std::string init = c.str("model.init_from");
+  const std::vector<std::string> modules = c.list("model.init_from_modules");
+  if (c.str("model.family") != "transformer" || init.empty() ||
+      (!modules.empty() &&
+       std::find(modules.begin(), modules.end(), "transformer") == modules.end()))
+    return c;
+  if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
+  const io::SafetensorsFile file = io::SafetensorsFile::read(init);
+  std::map<std::string, int64_t> base;  // key -> the base model's value
+  const io::SafetensorsEntry* wte = file.find("transformer.wte.weight");
+  if (!wte) wte = file.find("lm_head.weight");  // the tied pair saved once
+  if (wte && wte->shape.size() == 2) base["model.embedding"] = wte->shape[1];
+  if (const io::SafetensorsEntry* wpe = file.find("transformer.wpe.weight");
+      wpe && wpe->shape.size() == 2)
+    base["model.block_size"] = wpe->shape[0];
+  int64_t layers = 0;
+  for (const auto& e : file.entries()) {
+    static const std::string kBlock = "transformer.h.";
+    if (e.name.rfind(kBlock, 0) != 0) continue;
+    layers = std::max<int64_t>(layers, std::atoll(e.name.c_str() + kBlock.size()) + 1);
+  }
+  if (layers > 0) base["model.layers"] = layers;
+  if (const auto it = file.metadata().find("seqforge.config"); it != file.metadata().end()) {
+    try {
+      base["model.heads"] = Config::parse(it->second, init).integer("model.heads");
+    } catch (const std::exception&) {  // a config of another seqforge version: heads unknown
+    }
+  }
+  if (!base.count("model.heads") && !c.is_set("model.heads"))
+    fail(c.source(), ": model.heads: ", init,
+         " does not say how many attention heads its model has (nanoGPT's n_head is not in its "
+         "checkpoint); set model.heads to the base model's");
+  std::map<std::string, int64_t> taken;
+  for (const auto& [key, value] : base) {
+    if (!c.is_set(key) || (key == "model.block_size" && c.integer(key) == 0)) {  // 0: seq_len
+      taken[key] = value;
+    } else if (c.integer(key) != value) {
+      fail(c.source(), ": ", key, " ", c.integer(key), " differs from the base model's ", value,
+           " (model.init_from ", init, "): leave it out or set it to ", value);
+    }
+  }
+  if (taken.empty()) return c;
+  std::string shown;
+  for (const auto& [key, value] : taken)
+    shown += (shown.empty() ? "" : ", ") + key + " " + std::to_string(value);
+  *note = "init_from: the base model's " + shown;
+  return c.with_values(taken, "model.init_from");
+}
+
 std::vector<std::string> ignored_settings(const Config& c) {
   std::vector<std::string> out;
   const std::string family = c.str("model.family");

@@ -28,6 +28,11 @@ struct Task : Dataset {
 };
 
 ModelOptions model_options(const Config& c, const Task& t);
+// A transformer initialised from a base model takes the base's shape: model.embedding,
+// model.layers and model.block_size from its tensors, model.heads from the seqforge config in
+// its metadata. Keys the config leaves out are set (and named in `note`); a key set to another
+// value, or heads that neither the file nor the config give, is an error.
+Config with_base_architecture(const Config& c, std::string* note);
 // Loads the task's data per the config; with `from`, reuses its normalisation and vocabulary.
 Task load_task(const Config& c, const Task* from = nullptr);
 // Bytes of one batch's buffers, for the loader's memory budget.

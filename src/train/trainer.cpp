@@ -914,13 +914,17 @@ void Training::finish() {
 TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir,
                    const TrainHooks& hooks, bool overwrite) {
   // Paths made absolute, so eval, predict and --resume work from any directory.
-  const Config c = config.with_absolute_paths(fs::current_path().string());
+  std::string note;
+  const Config c =
+      with_base_architecture(config.with_absolute_paths(fs::current_path().string()), &note);
   const InterruptScope interrupts;  // SIGINT, SIGTERM: stop after the current step
   dist::Communicator& comm = dist::world();
-  if (comm.size() == 1) return Training(c, out, resume_dir, hooks, overwrite, comm).run();
   std::ostream quiet(nullptr);  // rank 0 alone prints
+  std::ostream& shown = comm.rank() == 0 ? out : quiet;
+  if (!note.empty()) shown << note << "\n";
+  if (comm.size() == 1) return Training(c, out, resume_dir, hooks, overwrite, comm).run();
   try {
-    return Training(c, comm.rank() == 0 ? out : quiet, resume_dir, hooks, overwrite, comm).run();
+    return Training(c, shown, resume_dir, hooks, overwrite, comm).run();
   } catch (const Interrupted&) {
     throw;  // every rank stopped at the same step
   } catch (const std::exception& e) {

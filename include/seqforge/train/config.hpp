@@ -2,6 +2,7 @@
 // The training configuration: a YAML file plus `key.path=value` overrides, checked against one
 // table of keys (type, default, meaning). That table also renders docs/config.md, so the
 // reference cannot drift from the code.
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,6 +45,8 @@ class Config {
   // This config with every relative path (data.path, model.init_from, augment.cache_dir,
   // train.run_dir) made absolute against `base_dir`.
   Config with_absolute_paths(const std::string& base_dir) const;
+  // This config with integer `values` set as if given (is_set), `where` their source.
+  Config with_values(const std::map<std::string, int64_t>& values, const std::string& where) const;
 
  private:
   const ConfigKey& key_of(const std::string& key) const;
