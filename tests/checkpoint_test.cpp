@@ -126,11 +126,13 @@ TEST_P(PyTorchLoads, ItAndReproducesTheOutput) {
 // nanoGPT-style modules load a transformer's checkpoint strictly (lm_head.weight included; a
 // classifier's segment embeddings and head), and give its outputs.
 TEST(TransformerCheckpoint, PyTorchLoadsItAndSeqforgeLoadsItBack) {
-  for (const bool classifier : {false, true}) {
+  // A GPT, a classifier, and a GPT without biases (nanoGPT's bias=False).
+  for (const auto& [classifier, bias] : {std::pair{false, true}, {true, true}, {false, false}}) {
     auto be = make_cpu_backend();
     TransformerOptions o{
         .vocab_size = 11, .block_size = 9, .n_layer = 2, .n_head = 3, .n_embd = 12};
     o.causal = !classifier;
+    o.bias = bias;
     o.num_classes = classifier ? 3 : 0;
     o.segments = classifier ? 2 : 0;
     Transformer model(o);
@@ -144,8 +146,8 @@ TEST(TransformerCheckpoint, PyTorchLoadsItAndSeqforgeLoadsItBack) {
     Rng rng(4);
     Tensor y = model.forward(*be, Tensor(ids.data(), DType::i64, {2, 7}), false, rng);
     nlohmann::json config = {
-        {"family", "transformer"}, {"v", 11}, {"c", 12}, {"l", 2}, {"h", 3}, {"bs", 9},
-        {"causal", o.causal}};
+        {"family", "transformer"}, {"v", 11},       {"c", 12}, {"l", 2}, {"h", 3}, {"bs", 9},
+        {"causal", o.causal},      {"bias", o.bias}};
     if (classifier) config.update({{"k", 3}, {"seg", 2}});
     const fs::path dir = temp_dir("torch_transformer");
     const std::string ckpt = (dir / "model.safetensors").string(),

@@ -721,5 +721,32 @@ TEST(GradCheck, RecurrentAdapterDropoutDropsEntriesOfA) {
   }
 }
 
+// nanoGPT's bias=False: no Linear or LayerNorm bias among the parameters, the rest exact.
+TEST(GradCheck, TransformerWithoutBiases) {
+  auto be = make_reference_backend();
+  Transformer model({.vocab_size = 7,
+                     .block_size = 6,
+                     .n_layer = 2,
+                     .n_head = 2,
+                     .n_embd = 6,
+                     .dropout = 0.2,
+                     .bias = false},
+                    DType::f64);
+  model.initialize(*be, 4);
+  Parameters& p = model.parameters();
+  ASSERT_EQ(p.size(), 2u + 2 * 6 + 1)
+      << "wte, wpe; per block 2 LayerNorm and 4 Linear weights; ln_f";
+  for (size_t i = 0; i < p.size(); ++i)
+    EXPECT_EQ(p.values().entries()[i].name.find("bias"), std::string::npos)
+        << p.values().entries()[i].name;
+  Rng data(10);
+  const auto objective = language_model_gradients(*be, model, data);
+  // A smaller step than the default: unshifted LayerNorms over 6 values curve sharply enough for
+  // central differences at 1e-5 to be off by 1e-6 (truncation, not the gradient).
+  for (size_t i = 0; i < p.size(); ++i)
+    EXPECT_LE(check_gradient(p.value(i), to_doubles(p.grad(i)), objective, 12, 3e-6), kTolerance)
+        << p.values().entries()[i].name;
+}
+
 }  // namespace
 }  // namespace seqforge

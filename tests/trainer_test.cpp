@@ -375,8 +375,8 @@ TEST(Trainer, AFineTuneTakesTheBaseModelsShape) {
     return out.str();
   };
   const std::string out = fine_tune((dir / "base").string(), "ft", {});
-  EXPECT_NE(out.find("init_from: the base model's model.block_size 48, model.embedding 32, "
-                     "model.heads 2, model.layers 2"),
+  EXPECT_NE(out.find("init_from: the base model's model.bias true, model.block_size 48, "
+                     "model.embedding 32, model.heads 2, model.layers 2"),
             std::string::npos)
       << out;
   const Config resolved = Config::load((dir / "ft" / "config.resolved.yaml").string());
@@ -401,6 +401,23 @@ TEST(Trainer, AFineTuneTakesTheBaseModelsShape) {
   EXPECT_NE(error_of([&] { fine_tune(nanogpt, "ft_nanogpt", {}); }).find("set model.heads"),
             std::string::npos);
   EXPECT_NE(fine_tune(nanogpt, "ft_nanogpt", {"model.heads=2"}).find("model.layers 2"),
+            std::string::npos);
+  // A base without biases (nanoGPT's default bias=False) gives its fine-tune none.
+  train(Config::load(
+            SEQFORGE_SOURCE_DIR "/examples/configs/shakespeare_gpt.yaml",
+            {text, "model.embedding=32", "model.layers=1", "model.heads=2", "model.bias=false",
+             "data.seq_len=32", "train.batch_size=8", "train.max_batches=2", "train.epochs=1",
+             "train.run_dir=" + (dir / "base_nobias").string()}),
+        log);
+  EXPECT_NE(fine_tune((dir / "base_nobias").string(), "ft_nobias", {}).find("model.bias false"),
+            std::string::npos);
+  const io::SafetensorsFile tuned =
+      io::SafetensorsFile::read((dir / "ft_nobias" / "model.safetensors").string());
+  for (const auto& e : tuned.entries())
+    EXPECT_EQ(e.name.find(".bias"), std::string::npos) << e.name;
+  EXPECT_NE(error_of([&] {
+              fine_tune((dir / "base_nobias").string(), "ft_bias", {"model.bias=true"});
+            }).find("model.bias true differs from the base model's false"),
             std::string::npos);
 }
 

@@ -63,6 +63,7 @@ Errors replay(const std::string& name, Backend& be, DType dt) {
   o.n_head = c["h"];
   o.block_size = c["bs"];
   o.causal = c["causal"];
+  o.bias = !c.contains("bias") || c["bias"].get<bool>();
   if (c.contains("adapter")) {
     o.adapter.kind = c["adapter"] == "dora" ? AdapterKind::dora : AdapterKind::lora;
     o.adapter.rank = c["r"];

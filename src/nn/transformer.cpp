@@ -48,23 +48,23 @@ Transformer::Transformer(const TransformerOptions& o, DType dtype) : opt_(o), pa
     p.in = in;
     p.out = out;
     p.w = params_.declare(name + ".weight", {out, in}, init);
-    p.b = params_.declare(name + ".bias", {out}, zero);
+    if (o.bias) p.b = params_.declare(name + ".bias", {out}, zero);
   };
   for (int64_t i = 0; i < o.n_layer; ++i) {
     const std::string h = "transformer.h." + std::to_string(i);
     auto k = std::make_unique<Block>();
     k->ln1_w = params_.declare(h + ".ln_1.weight", {C}, one);
-    k->ln1_b = params_.declare(h + ".ln_1.bias", {C}, zero);
+    if (o.bias) k->ln1_b = params_.declare(h + ".ln_1.bias", {C}, zero);
     linear(k->p[0], h + ".attn.c_attn", C, 3 * C, w);
     linear(k->p[1], h + ".attn.c_proj", C, C, w_proj);
     k->ln2_w = params_.declare(h + ".ln_2.weight", {C}, one);
-    k->ln2_b = params_.declare(h + ".ln_2.bias", {C}, zero);
+    if (o.bias) k->ln2_b = params_.declare(h + ".ln_2.bias", {C}, zero);
     linear(k->p[2], h + ".mlp.c_fc", C, 4 * C, w);
     linear(k->p[3], h + ".mlp.c_proj", 4 * C, C, w_proj);
     blocks_.push_back(std::move(k));
   }
   lnf_w_ = params_.declare("transformer.ln_f.weight", {C}, one);
-  lnf_b_ = params_.declare("transformer.ln_f.bias", {C}, zero);
+  if (o.bias) lnf_b_ = params_.declare("transformer.ln_f.bias", {C}, zero);
   if (o.num_classes > 0) {
     cls_w_ = params_.declare("classifier.weight", {o.num_classes, C}, w);
     cls_b_ = params_.declare("classifier.bias", {o.num_classes}, zero);
@@ -158,7 +158,7 @@ void Transformer::join_branch(Backend& be, Block& k, Acts& a, int j, Tensor stre
   Proj& p = k.p[j];
   if (!dropping_ && p.A == Proj::kNone)
     return linear_forward(be, stream, x, x_low, params_.value(p.w), low_ ? low_weight(p) : Tensor(),
-                          params_.value(p.b), 1.0);
+                          bias(p.b), 1.0);
   Tensor branch = scratch_->branch.get(be, params_.dtype(), stream.shape());
   proj_forward(be, p, a, j, branch, x, x_low, k.seed);
   drop(be, branch, mask, mask_seed);
@@ -196,8 +196,8 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
   {
     SF_PROFILE_SCOPE("attention projections forward");
     Tensor ln1 = norm_or_gelu_out(a.ln1, sc.ln, a.ln1_low, C);
-    be.layer_norm_forward(ln1, a.ln1_saved.get(be, dt, {N, 2}), x, W(k.ln1_w), W(k.ln1_b),
-                          kLayerNormEps);
+    be.layer_norm_forward(ln1, a.ln1_saved.get(be, dt, {N, 2}), x, W(k.ln1_w),
+                          norm_bias(be, k.ln1_b), kLayerNormEps);
     proj_forward(be, k.p[0], a, 0, a.qkv.get(be, dt, {N, 3 * C}), ln1, a.ln1_low, k.seed);
   }
   Tensor att = a.att.get(be, dt, {N, C});
@@ -215,8 +215,8 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
   be.copy(mid, x);
   join_branch(be, k, a, 1, mid, att, a.att_low, a.mask1, mix_seed(k.seed, 1));
   Tensor ln2 = norm_or_gelu_out(a.ln2, sc.ln, a.ln2_low, C);
-  be.layer_norm_forward(ln2, a.ln2_saved.get(be, dt, {N, 2}), mid, W(k.ln2_w), W(k.ln2_b),
-                        kLayerNormEps);
+  be.layer_norm_forward(ln2, a.ln2_saved.get(be, dt, {N, 2}), mid, W(k.ln2_w),
+                        norm_bias(be, k.ln2_b), kLayerNormEps);
   Tensor fc = a.fc.get(be, dt, {N, 4 * C});
   proj_forward(be, k.p[2], a, 2, fc, ln2, a.ln2_low, k.seed);
   Tensor gelu = norm_or_gelu_out(a.gelu, sc.gelu, a.gelu_low, 4 * C);
@@ -236,11 +236,9 @@ void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tenso
   const DType dt = params_.dtype();
   const int64_t N = x.dim(0), C = x.dim(1);
   auto W = [&](size_t i) { return params_.value(i); };
-  // LayerNorm parameter gradients, or scratch to discard them in when the base is frozen.
+  // LayerNorm weight gradients, or scratch to discard them in when the base is frozen.
   auto G = [&](size_t i) {
-    return train_base_ ? params_.grad(i)
-                       : (i == k.ln1_w || i == k.ln2_w ? scratch_->dnorm_w : scratch_->dnorm_b)
-                             .get(be, dt, {C});
+    return train_base_ ? params_.grad(i) : scratch_->dnorm_w.get(be, dt, {C});
   };
   // A GEMM's x operand as forward used it: the bf16 copy, or the f32 tensor.
   auto op = [&](Buffer& low, Buffer& full) { return low_ ? low.tensor() : full.tensor(); };
@@ -260,8 +258,8 @@ void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tenso
   Tensor dln2 = sc.dc2.get(be, dt, {N, C});
   proj_backward(be, k.p[2], a, 2, dln2, d4, a.ln2.tensor(), op(a.ln2_low, a.ln2));
   Tensor dmid = sc.dmid.get(be, dt, {N, C});
-  be.layer_norm_backward(dmid, G(k.ln2_w), G(k.ln2_b), dln2, a.mid.tensor(), W(k.ln2_w),
-                         a.ln2_saved.tensor());
+  be.layer_norm_backward(dmid, G(k.ln2_w), norm_bias_grad(be, k.ln2_b), dln2, a.mid.tensor(),
+                         W(k.ln2_w), a.ln2_saved.tensor());
   be.add(dmid, dout);
   // Attention branch: mid = x + drop(att W_proj^T + b).
   dbranch = dmid;
@@ -285,8 +283,23 @@ void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tenso
   }
   Tensor dln1 = sc.dc1.get(be, dt, {N, C});
   proj_backward(be, k.p[0], a, 0, dln1, dqkv, a.ln1.tensor(), op(a.ln1_low, a.ln1));
-  be.layer_norm_backward(dx, G(k.ln1_w), G(k.ln1_b), dln1, x, W(k.ln1_w), a.ln1_saved.tensor());
+  be.layer_norm_backward(dx, G(k.ln1_w), norm_bias_grad(be, k.ln1_b), dln1, x, W(k.ln1_w),
+                         a.ln1_saved.tensor());
   be.add(dx, dmid);
+}
+
+Tensor Transformer::bias(size_t i) const { return i == kNone ? Tensor() : params_.value(i); }
+
+Tensor Transformer::norm_bias(Backend& be, size_t i) {
+  if (i != kNone) return params_.value(i);
+  Tensor zeros = scratch_->zero_bias.get(be, params_.dtype(), {opt_.n_embd});
+  be.fill(zeros, 0.0);
+  return zeros;
+}
+
+Tensor Transformer::norm_bias_grad(Backend& be, size_t i) {
+  if (train_base_ && i != kNone) return params_.grad(i);
+  return scratch_->dnorm_b.get(be, params_.dtype(), {opt_.n_embd});
 }
 
 Tensor Transformer::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
@@ -334,7 +347,7 @@ Tensor Transformer::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
   }
   z_ = z_buf_.get(be, dt, {N, C});  // (N, C) ln_f's output
   be.layer_norm_forward(z_, lnf_saved_.get(be, dt, {N, 2}), x, params_.value(lnf_w_),
-                        params_.value(lnf_b_), kLayerNormEps);
+                        norm_bias(be, lnf_b_), kLayerNormEps);
   if (cls_w_ != kNone) return head_forward(be);
   Tensor logits = logits_.get(be, dt, {N, opt_.vocab_size});  // (N, V) = z wte^T
   gemm(be, dt, false, true, N, opt_.vocab_size, C, 1.0f, 0.0f, z_, params_.value(wte_), logits);
@@ -414,8 +427,8 @@ Tensor Transformer::decode(Backend& be, Tensor ids) {
     // (block_size, 3C) the q, k, v rows of every token so far.
     Tensor cache = kv_[i].get(be, dt, {opt_.block_size, 3 * C});
     Tensor ln1 = a.ln1.get(be, dt, {n, C});
-    be.layer_norm_forward(ln1, a.ln1_saved.get(be, dt, {n, 2}), x, W(k.ln1_w), W(k.ln1_b),
-                          kLayerNormEps);
+    be.layer_norm_forward(ln1, a.ln1_saved.get(be, dt, {n, 2}), x, W(k.ln1_w),
+                          norm_bias(be, k.ln1_b), kLayerNormEps);
     proj_forward(be, k.p[0], a, 0, cache.slice(decode_pos_, T), ln1, a.ln1_low, 0);
     Tensor att = a.att.get(be, dt, {T, C});  // (T, C): the new rows, the last n, computed
     be.attention_forward({.shape = s,
@@ -428,8 +441,8 @@ Tensor Transformer::decode(Backend& be, Tensor ids) {
     be.copy(mid, x);
     join_branch(be, k, a, 1, mid, att.slice(decode_pos_, T), a.att_low, a.mask1, 0);
     Tensor ln2 = a.ln2.get(be, dt, {n, C});
-    be.layer_norm_forward(ln2, a.ln2_saved.get(be, dt, {n, 2}), mid, W(k.ln2_w), W(k.ln2_b),
-                          kLayerNormEps);
+    be.layer_norm_forward(ln2, a.ln2_saved.get(be, dt, {n, 2}), mid, W(k.ln2_w),
+                          norm_bias(be, k.ln2_b), kLayerNormEps);
     Tensor fc = a.fc.get(be, dt, {n, 4 * C});
     proj_forward(be, k.p[2], a, 2, fc, ln2, a.ln2_low, 0);
     Tensor gelu = a.gelu.get(be, dt, {n, 4 * C});
@@ -440,7 +453,8 @@ Tensor Transformer::decode(Backend& be, Tensor ids) {
   }
   decode_pos_ = T;
   Tensor z = z_buf_.get(be, dt, {n, C});
-  be.layer_norm_forward(z, lnf_saved_.get(be, dt, {n, 2}), x, W(lnf_w_), W(lnf_b_), kLayerNormEps);
+  be.layer_norm_forward(z, lnf_saved_.get(be, dt, {n, 2}), x, W(lnf_w_), norm_bias(be, lnf_b_),
+                        kLayerNormEps);
   Tensor logits = logits_.get(be, dt, {n, opt_.vocab_size});
   gemm(be, dt, false, true, n, opt_.vocab_size, C, 1.0f, 0.0f, z, W(wte_), logits);
   return logits;
@@ -466,8 +480,8 @@ void Transformer::backward_logits(Backend& be, Tensor dlogits) {
   const size_t L = blocks_.size();
   Tensor dx = sc.dx[L % 2].get(be, dt, {N, C});
   be.layer_norm_backward(dx, train_base_ ? params_.grad(lnf_w_) : sc.dnorm_w.get(be, dt, {C}),
-                         train_base_ ? params_.grad(lnf_b_) : sc.dnorm_b.get(be, dt, {C}), dz,
-                         blocks_[L - 1]->out.tensor(), params_.value(lnf_w_), lnf_saved_.tensor());
+                         norm_bias_grad(be, lnf_b_), dz, blocks_[L - 1]->out.tensor(),
+                         params_.value(lnf_w_), lnf_saved_.tensor());
   for (size_t i = L; i-- > 0;) {
     Block& k = *blocks_[i];
     const Tensor x = i > 0 ? blocks_[i - 1]->out.tensor() : x0_.tensor();

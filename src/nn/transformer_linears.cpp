@@ -57,7 +57,7 @@ void linear_input_backward(Backend& be, Tensor dx, const void* g, Tensor dy, Ten
 void linear_backward(Backend& be, Tensor dx, Tensor dw, Tensor db, Tensor dy, Buffer& dy_low,
                      Tensor x, Tensor w, bool low) {
   const int64_t n = dy.dim(0), out = dy.dim(1), in = dx.dim(1);
-  be.sum_rows_acc(db, dy);
+  if (!db.empty()) be.sum_rows_acc(db, dy);
   const void* g = gemm_operand(be, dy, dy_low, low);
   const GemmShape dws{
       .trans_a = true, .m = out, .n = in, .k = n, .lda = out, .ldb = in, .ldc = in, .beta = 1.0};
@@ -193,8 +193,8 @@ void Transformer::adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tenso
 void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, Tensor x,
                                Buffer& x_low, uint64_t seed) {
   const DType dt = params_.dtype();
-  const Tensor bias = params_.value(p.b), w_low = low_ ? low_weight(p) : Tensor();
-  if (p.A == Proj::kNone) return linear_forward(be, y, x, x_low, params_.value(p.w), w_low, bias);
+  const Tensor b = bias(p.b), w_low = low_ ? low_weight(p) : Tensor();
+  if (p.A == Proj::kNone) return linear_forward(be, y, x, x_low, params_.value(p.w), w_low, b);
   const AdapterOptions& ad = opt_.adapter;
   const int64_t N = x.dim(0), r = ad.rank;
   const double s = ad.alpha / double(r);
@@ -208,7 +208,7 @@ void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, T
   if (p.m != Proj::kNone) {  // DoRA: y = (m / ||V||) in V^T + b (+ (x - in) W0^T, see below)
     Tensor pre = a.pre[j].get(be, dt, {N, p.out});
     linear_forward(be, pre, in, x_low, low_ ? Tensor() : p.v.tensor(), w_low, {});
-    be.scale_columns(y, pre, p.scale.tensor(), bias);
+    be.scale_columns(y, pre, p.scale.tensor(), b);
     if (adapter_dropping_) {  // PEFT: the base on x, DoRA's correction on the dropped input
       Tensor rest = scratch_->rest.get(be, dt, x.shape());  // (N, in) x - in
       be.copy(rest, in);
@@ -218,7 +218,7 @@ void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, T
                      low_ ? base_weight(p) : Tensor(), {}, 1.0f);
     }
   } else {  // LoRA: y = x W0^T + b + s in A^T B^T
-    linear_forward(be, y, x, x_low, params_.value(p.w), w_low, bias);
+    linear_forward(be, y, x, x_low, params_.value(p.w), w_low, b);
   }
   Tensor xa = a.xa[j].get(be, dt, {N, r});  // (N, rank) in A^T
   if (adapter_dropping_)
@@ -238,8 +238,9 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
   const Tensor w_op = base_weight(p);
   if (p.A == Proj::kNone) {
     if (train_base_)
-      return linear_backward(be, dx, params_.grad(p.w), params_.grad(p.b), dy, sc.d_low, x_op, w_op,
-                             low_);
+      return linear_backward(be, dx, params_.grad(p.w),
+                             p.b == Proj::kNone ? Tensor() : params_.grad(p.b), dy, sc.d_low, x_op,
+                             w_op, low_);
     return linear_input_backward(be, dx, gemm_operand(be, dy, sc.d_low, low_), dy, w_op, low_);
   }
   const AdapterOptions& ad = opt_.adapter;

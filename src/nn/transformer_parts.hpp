@@ -10,7 +10,7 @@ namespace seqforge {
 // One of a block's Linears (y = x W^T + b), with its adapter when it has one.
 struct Transformer::Proj {
   int64_t in = 0, out = 0;
-  size_t w = 0, b = 0;          // W0 (out, in), b (out)
+  size_t w = 0, b = kNone;      // W0 (out, in), b (out) unless the model has no biases
   size_t A = kNone, B = kNone;  // adapter: A (rank, in), B (out, rank)
   size_t m = kNone;             // DoRA: magnitudes (out)
   Buffer v, scale, inv_norm;    // DoRA: V = W0 + s B A (out, in) (f32 GEMMs), m / ||V||,
@@ -23,7 +23,7 @@ struct Transformer::Proj {
 
 // A block's parameters and its output.
 struct Transformer::Block {
-  size_t ln1_w, ln1_b, ln2_w, ln2_b;
+  size_t ln1_w = kNone, ln1_b = kNone, ln2_w = kNone, ln2_b = kNone;
   Proj p[4];          // attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj
   Buffer out;         // (N, C) the next block's input
   uint64_t seed = 0;  // its dropout masks in the last forward
@@ -61,7 +61,8 @@ struct Transformer::Scratch {
   Buffer t;         // adapters: (N, in) a with-dropout term of dx
   Buffer rest, rest_low;    // DoRA with dropout: (N, in) x minus the adapter's dropped input, and
                             // its bf16 copy
-  Buffer dnorm_w, dnorm_b;  // (C) LayerNorm gradients of a frozen base, discarded
+  Buffer dnorm_w, dnorm_b;  // (C) LayerNorm gradients of a frozen base (or of no bias), discarded
+  Buffer zero_bias;         // (C) the LayerNorms' bias in a model without biases
   Buffer dz;                // (N, C) at ln_f's output
   Buffer v;                 // (out, in) DoRA's V before its bf16 copy, with bf16 GEMMs
   Buffer x0_mask;           // (N, C) embedding dropout

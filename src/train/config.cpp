@@ -147,6 +147,9 @@ const std::vector<ConfigKey> kKeys = {
      "Transformer: activation checkpointing; forward keeps only each block's output and backward "
      "recomputes a block's activations before its gradients (about a third more compute, a "
      "fraction of the activation memory)."},
+    {"model.bias", T::boolean, "true",
+     "Transformer: biases in the Linears and LayerNorms (nanoGPT's bias; its train.py defaults to "
+     "false, and so do checkpoints trained with it). With model.init_from, the base's."},
     {"model.block_size", T::integer, "0",
      "Transformer: the longest sequence it takes (rows of transformer.wpe.weight); 0: "
      "data.seq_len."},
@@ -170,8 +173,8 @@ const std::vector<ConfigKey> kKeys = {
      "a run directory (its model.safetensors). A character model (charlm, text_classify) takes "
      "the vocabulary the file's run was trained on, so every id keeps its character; a "
      "character outside it is an error. A transformer takes the base's shape: model.embedding, "
-     "model.layers and model.block_size from its tensors, model.heads from the seqforge config "
-     "it was saved with (a checkpoint without one, such as nanoGPT's, needs model.heads); keys "
+     "model.layers, model.block_size and model.bias from its tensors, model.heads from the "
+     "seqforge config it was saved with (a checkpoint without one, such as nanoGPT's, needs model.heads); keys "
      "the config gives must match. A tied pair saved once (lm_head.weight only) loads the "
      "embedding."},
     {"model.init_from_modules", T::string_list, "[]",
@@ -522,12 +525,11 @@ Config Config::with_absolute_paths(const std::string& base_dir) const {
   return c;
 }
 
-Config Config::with_values(const std::map<std::string, int64_t>& values,
+Config Config::with_values(const std::map<std::string, std::string>& values,
                            const std::string& where) const {
   Config c = *this;
   for (const auto& [key, value] : values) {
-    SF_CHECK(key_of(key).type == T::integer, key, " is not an integer key");
-    c.values_[key] = std::to_string(value);
+    c.values_[key] = canonical(key_of(key), YAML::Load(value), where);
     c.where_[key] = where;
   }
   return c;

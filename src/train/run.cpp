@@ -126,6 +126,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
            t.steps());
     o.dropout = m.rnn.dropout;
     o.checkpoint_activations = c.boolean("model.checkpoint_activations");
+    o.bias = c.boolean("model.bias");
     m.adapter = adapter_options(c, o.n_embd, "");  // model.embedding: a block's narrowest Linear
     if (t.kind == TaskKind::text_classify) {
       o.num_classes = m.output_size;
@@ -169,6 +170,8 @@ Config with_base_architecture(const Config& c, std::string* note) {
     layers = std::max<int64_t>(layers, std::atoll(e.name.c_str() + kBlock.size()) + 1);
   }
   if (layers > 0) base["model.layers"] = layers;
+  if (file.find("transformer.ln_f.weight"))
+    base["model.bias"] = file.find("transformer.ln_f.bias") != nullptr;
   if (const auto it = file.metadata().find("seqforge.config"); it != file.metadata().end()) {
     try {
       base["model.heads"] = Config::parse(it->second, init).integer("model.heads");
@@ -179,19 +182,23 @@ Config with_base_architecture(const Config& c, std::string* note) {
     fail(c.source(), ": model.heads: ", init,
          " does not say how many attention heads its model has (nanoGPT's n_head is not in its "
          "checkpoint); set model.heads to the base model's");
-  std::map<std::string, int64_t> taken;
+  auto text = [](const std::string& key, int64_t v) {
+    return key == "model.bias" ? std::string(v ? "true" : "false") : std::to_string(v);
+  };
+  std::map<std::string, std::string> taken;
+  std::string shown;
   for (const auto& [key, value] : base) {
-    if (!c.is_set(key) || (key == "model.block_size" && c.integer(key) == 0)) {  // 0: seq_len
-      taken[key] = value;
-    } else if (c.integer(key) != value) {
-      fail(c.source(), ": ", key, " ", c.integer(key), " differs from the base model's ", value,
-           " (model.init_from ", init, "): leave it out or set it to ", value);
+    const int64_t given = key == "model.bias" ? c.boolean(key) : c.integer(key);
+    if (!c.is_set(key) || (key == "model.block_size" && given == 0)) {  // 0: data.seq_len
+      taken[key] = text(key, value);
+      shown += (shown.empty() ? "" : ", ") + key + " " + taken[key];
+    } else if (given != value) {
+      fail(c.source(), ": ", key, " ", text(key, given), " differs from the base model's ",
+           text(key, value), " (model.init_from ", init, "): leave it out or set it to ",
+           text(key, value));
     }
   }
   if (taken.empty()) return c;
-  std::string shown;
-  for (const auto& [key, value] : taken)
-    shown += (shown.empty() ? "" : ", ") + key + " " + std::to_string(value);
   *note = "init_from: the base model's " + shown;
   return c.with_values(taken, "model.init_from");
 }

@@ -71,6 +71,11 @@ CONFIGS = [
          targets=["attn.c_attn", "mlp.c_proj"]),
     dict(v=13, c=20, l=1, h=2, t=17, b=4, bs=24, causal=False, k=3, seg=2, adapter="dora", r=2,
          a=2.0, drop=0.1, targets=["attn.c_proj", "mlp.c_fc"]),
+    # no biases in the Linears and LayerNorms (nanoGPT's bias=False, its train.py default)
+    dict(v=15, c=24, l=2, h=3, t=33, b=2, bs=40, bias=False),
+    dict(v=17, c=24, l=2, h=3, t=19, b=3, bs=24, causal=False, k=3, seg=2, adapter="dora", r=4,
+         a=8.0, drop=0.2, targets=["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"],
+         bias=False),
 ]
 
 
@@ -83,6 +88,8 @@ def name_of(c):
         name += "_%s_r%d_%dtargets" % (c["adapter"], c["r"], len(c["targets"]))
     if c.get("drop"):
         name += "_drop%g" % c["drop"]
+    if not c.get("bias", True):
+        name += "_nobias"
     return name
 
 
@@ -177,15 +184,16 @@ class Adapted(torch.nn.Module):
         weight = self.base.weight + self.s * (self.lora_B @ self.lora_A)
         scale = self.lora_magnitude_vector / weight.norm(dim=1).detach()
         if self.mask is None:
-            return scale * (x @ self.base.weight.t() + delta) + self.base.bias
+            out = scale * (x @ self.base.weight.t() + delta)
+            return out if self.base.bias is None else out + self.base.bias
         return self.base(x) + (scale - 1) * (xd @ self.base.weight.t()) + scale * delta
 
 
 class SelfAttention(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.c_attn = torch.nn.Linear(c["c"], 3 * c["c"])
-        self.c_proj = torch.nn.Linear(c["c"], c["c"])
+        self.c_attn = torch.nn.Linear(c["c"], 3 * c["c"], bias=c.get("bias", True))
+        self.c_proj = torch.nn.Linear(c["c"], c["c"], bias=c.get("bias", True))
         self.heads, self.causal = c["h"], c.get("causal", True)
 
     def forward(self, x, lengths):
@@ -206,20 +214,32 @@ class SelfAttention(torch.nn.Module):
 class Mlp(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.c_fc = torch.nn.Linear(c["c"], 4 * c["c"])
+        self.c_fc = torch.nn.Linear(c["c"], 4 * c["c"], bias=c.get("bias", True))
         self.gelu = torch.nn.GELU()
-        self.c_proj = torch.nn.Linear(4 * c["c"], c["c"])
+        self.c_proj = torch.nn.Linear(4 * c["c"], c["c"], bias=c.get("bias", True))
 
     def forward(self, x):
         return self.c_proj(self.gelu(self.c_fc(x)))
 
 
+class LayerNorm(torch.nn.Module):
+    """nanoGPT's LayerNorm: its bias optional (torch 1.13's nn.LayerNorm has no bias=False)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(c["c"]))
+        self.bias = torch.nn.Parameter(torch.zeros(c["c"])) if c.get("bias", True) else None
+
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
 class Block(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.ln_1 = torch.nn.LayerNorm(c["c"])
+        self.ln_1 = LayerNorm(c)
         self.attn = SelfAttention(c)
-        self.ln_2 = torch.nn.LayerNorm(c["c"])
+        self.ln_2 = LayerNorm(c)
         self.mlp = Mlp(c)
 
     def forward(self, x, lengths):
@@ -235,7 +255,7 @@ class Gpt(torch.nn.Module):
         if c.get("seg"):
             modules["wse"] = torch.nn.Embedding(c["seg"], c["c"])
         modules["h"] = torch.nn.ModuleList([Block(c) for _ in range(c["l"])])
-        modules["ln_f"] = torch.nn.LayerNorm(c["c"])
+        modules["ln_f"] = LayerNorm(c)
         self.transformer = torch.nn.ModuleDict(modules)
         if "k" in c:
             self.classifier = torch.nn.Linear(c["c"], c["k"])
@@ -435,6 +455,8 @@ def random_configs(seed, count):
                  b=rng.randint(1, 4), bs=t + rng.choice([0, 3, 20]))
         if rng.random() < 0.4:
             c["causal"] = False
+        if rng.random() < 0.3:
+            c["bias"] = False
         if rng.random() < 0.35:
             c["k"] = rng.randint(2, 5)
             if rng.random() < 0.6:

@@ -49,6 +49,9 @@ struct TransformerOptions {
   // Activation checkpointing: forward keeps only each block's output, and backward recomputes a
   // block's activations just before its gradients, so one block's activations live at a time.
   bool checkpoint_activations = false;
+  // Biases in the Linears and LayerNorms (nanoGPT's `bias`); false: none, as nanoGPT's train.py
+  // defaults to.
+  bool bias = true;
   AdapterOptions adapter{};
   // > 0: a classification head (classifier.weight (K, C), classifier.bias (K)) on the mean of
   // the final LayerNorm's outputs over each sequence's tokens, instead of the tied LM head.

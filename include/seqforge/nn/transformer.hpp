@@ -83,6 +83,9 @@ class Transformer final : public Model {
   void block_forward(Backend& be, Block& k, Acts& a, Tensor x);
   void block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tensor dout, Tensor dx);
   Tensor head_forward(Backend& be);
+  Tensor bias(size_t i) const;                   // a Linear's bias; empty without biases
+  Tensor norm_bias(Backend& be, size_t i);       // a LayerNorm's bias; zeros without biases
+  Tensor norm_bias_grad(Backend& be, size_t i);  // its gradient, or scratch to discard it in
   Tensor head_backward(Backend& be, Tensor dlogits);
 
   TransformerOptions opt_;
@@ -90,7 +93,7 @@ class Transformer final : public Model {
   GradReadyHook grad_ready_;
   Parameters params_;
   static constexpr size_t kNone = SIZE_MAX;
-  size_t wte_, wpe_, lnf_w_, lnf_b_;
+  size_t wte_, wpe_, lnf_w_, lnf_b_ = kNone;
   size_t wse_ = kNone, cls_w_ = kNone, cls_b_ = kNone;  // a classifier's
   std::vector<std::unique_ptr<Block>> blocks_;
   std::vector<std::unique_ptr<Acts>> acts_;

@@ -45,8 +45,9 @@ class Config {
   // This config with every relative path (data.path, model.init_from, augment.cache_dir,
   // train.run_dir) made absolute against `base_dir`.
   Config with_absolute_paths(const std::string& base_dir) const;
-  // This config with integer `values` set as if given (is_set), `where` their source.
-  Config with_values(const std::map<std::string, int64_t>& values, const std::string& where) const;
+  // This config with `values` (key -> YAML text) set as if given (is_set), `where` their source.
+  Config with_values(const std::map<std::string, std::string>& values,
+                     const std::string& where) const;
 
  private:
   const ConfigKey& key_of(const std::string& key) const;
