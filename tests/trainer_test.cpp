@@ -402,6 +402,12 @@ TEST(Trainer, AFineTuneTakesTheBaseModelsShape) {
             std::string::npos);
   EXPECT_NE(fine_tune(nanogpt, "ft_nanogpt", {"model.heads=2"}).find("model.layers 2"),
             std::string::npos);
+  // A compiled model's checkpoint: every name under torch.compile's `_orig_mod.`.
+  for (auto& t : tensors) t.name = "_orig_mod." + t.name;
+  const std::string compiled = (dir / "compiled.safetensors").string();
+  io::write_safetensors(compiled, tensors);
+  EXPECT_NE(fine_tune(compiled, "ft_compiled", {"model.heads=2"}).find("model.layers 2"),
+            std::string::npos);
   // A base without biases (nanoGPT's default bias=False) gives its fine-tune none.
   train(Config::load(
             SEQFORGE_SOURCE_DIR "/examples/configs/shakespeare_gpt.yaml",

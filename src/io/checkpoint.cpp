@@ -38,6 +38,20 @@ std::string module_names(const Parameters& params) {
   return out;
 }
 
+namespace {
+constexpr std::string_view kCompiledPrefix = "_orig_mod.";
+}  // namespace
+
+const SafetensorsEntry* find_parameter(const SafetensorsFile& file, const std::string& name) {
+  if (const SafetensorsEntry* t = file.find(name)) return t;
+  return file.find(std::string(kCompiledPrefix) + name);
+}
+
+std::string parameter_name(const std::string& tensor_name) {
+  if (tensor_name.rfind(kCompiledPrefix, 0) == 0) return tensor_name.substr(kCompiledPrefix.size());
+  return tensor_name;
+}
+
 std::vector<std::string> load_parameters(const std::string& path, Parameters& params,
                                          Backend& backend, bool allow_extra,
                                          const std::vector<std::string>& modules,
@@ -65,9 +79,9 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& entry = params.values().entries()[i];
     if (!selected(entry.name)) continue;
-    const SafetensorsEntry* t = file.find(entry.name);
+    const SafetensorsEntry* t = find_parameter(file, entry.name);
     if (const auto other = tied.find(entry.name); !t && other != tied.end())
-      t = file.find(other->second);
+      t = find_parameter(file, other->second);
     if (!t && listed(optional, entry.name)) continue;
     if (!t) fail(path, ": missing tensor '", entry.name, "' of shape ", entry.shape.str());
     if (Shape(t->shape) != entry.shape)
@@ -87,8 +101,8 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
   }
   // An alias of a parameter (a tied weight) must hold the same values as the parameter.
   for (const auto& [alias, i] : params.aliases()) {
-    const SafetensorsEntry* a = file.find(alias);
-    const SafetensorsEntry* p = file.find(params.values().entries()[i].name);
+    const SafetensorsEntry* a = find_parameter(file, alias);
+    const SafetensorsEntry* p = find_parameter(file, params.values().entries()[i].name);
     if (!a || !p || !selected(params.values().entries()[i].name)) continue;
     const auto ab = file.bytes(*a), pb = file.bytes(*p);
     if (a->dtype != p->dtype || a->shape != p->shape ||
@@ -104,7 +118,8 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
       return false;
     };
     for (const auto& t : file.entries())
-      if (!known(t.name)) fail(path, ": tensor '", t.name, "' is not a parameter of this model");
+      if (!known(parameter_name(t.name)))
+        fail(path, ": tensor '", t.name, "' is not a parameter of this model");
   }
   return loaded;
 }

@@ -157,21 +157,22 @@ Config with_base_architecture(const Config& c, std::string* note) {
   if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
   const io::SafetensorsFile file = io::SafetensorsFile::read(init);
   std::map<std::string, int64_t> base;  // key -> the base model's value
-  const io::SafetensorsEntry* wte = file.find("transformer.wte.weight");
-  if (!wte) wte = file.find("lm_head.weight");  // the tied pair saved once
+  const io::SafetensorsEntry* wte = io::find_parameter(file, "transformer.wte.weight");
+  if (!wte) wte = io::find_parameter(file, "lm_head.weight");  // the tied pair saved once
   if (wte && wte->shape.size() == 2) base["model.embedding"] = wte->shape[1];
-  if (const io::SafetensorsEntry* wpe = file.find("transformer.wpe.weight");
+  if (const io::SafetensorsEntry* wpe = io::find_parameter(file, "transformer.wpe.weight");
       wpe && wpe->shape.size() == 2)
     base["model.block_size"] = wpe->shape[0];
   int64_t layers = 0;
   for (const auto& e : file.entries()) {
     static const std::string kBlock = "transformer.h.";
-    if (e.name.rfind(kBlock, 0) != 0) continue;
-    layers = std::max<int64_t>(layers, std::atoll(e.name.c_str() + kBlock.size()) + 1);
+    const std::string name = io::parameter_name(e.name);
+    if (name.rfind(kBlock, 0) != 0) continue;
+    layers = std::max<int64_t>(layers, std::atoll(name.c_str() + kBlock.size()) + 1);
   }
   if (layers > 0) base["model.layers"] = layers;
-  if (file.find("transformer.ln_f.weight"))
-    base["model.bias"] = file.find("transformer.ln_f.bias") != nullptr;
+  if (io::find_parameter(file, "transformer.ln_f.weight"))
+    base["model.bias"] = io::find_parameter(file, "transformer.ln_f.bias") != nullptr;
   if (const auto it = file.metadata().find("seqforge.config"); it != file.metadata().end()) {
     try {
       base["model.heads"] = Config::parse(it->second, init).integer("model.heads");

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/parameters.hpp"
 
 namespace seqforge::io {
@@ -30,6 +31,12 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
                                          const std::vector<std::string>& optional = {},
                                          const std::vector<std::string>& ignored = {},
                                          const std::map<std::string, std::string>& tied = {});
+
+// A parameter's tensor in a checkpoint: under its name, or under torch.compile's wrapper prefix
+// `_orig_mod.` (kept in nanoGPT's checkpoints of compiled models); null when neither is there.
+const SafetensorsEntry* find_parameter(const SafetensorsFile& file, const std::string& name);
+// A checkpoint tensor's parameter name: without torch.compile's prefix.
+std::string parameter_name(const std::string& tensor_name);
 
 // The model's modules, the parameter names' first parts in order: "embedding, lstm, head".
 std::string module_names(const Parameters& params);
