@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
@@ -163,14 +164,15 @@ Config with_base_architecture(const Config& c, std::string* note) {
   if (const io::SafetensorsEntry* wpe = io::find_parameter(file, "transformer.wpe.weight");
       wpe && wpe->shape.size() == 2)
     base["model.block_size"] = wpe->shape[0];
-  int64_t layers = 0;
+  std::set<int64_t> blocks;  // the indices i of transformer.h.{i}.*
   for (const auto& e : file.entries()) {
     static const std::string kBlock = "transformer.h.";
     const std::string name = io::parameter_name(e.name);
-    if (name.rfind(kBlock, 0) != 0) continue;
-    layers = std::max<int64_t>(layers, std::atoll(name.c_str() + kBlock.size()) + 1);
+    if (name.rfind(kBlock, 0) == 0) blocks.insert(std::atoll(name.c_str() + kBlock.size()));
   }
-  if (layers > 0) base["model.layers"] = layers;
+  // Blocks 0 to L-1, or the loader names what is missing.
+  if (!blocks.empty() && *blocks.begin() == 0 && *blocks.rbegin() + 1 == int64_t(blocks.size()))
+    base["model.layers"] = int64_t(blocks.size());
   if (io::find_parameter(file, "transformer.ln_f.weight"))
     base["model.bias"] = io::find_parameter(file, "transformer.ln_f.bias") != nullptr;
   if (const auto it = file.metadata().find("seqforge.config"); it != file.metadata().end()) {
