@@ -359,19 +359,19 @@ std::function<double()> language_model_gradients(Backend& be, Transformer& model
 // branches, with and without activation checkpointing): every parameter's gradient of
 // L = sum(logits * R) against central differences, the dropout masks the same in every pass
 // (drawn from the same generator state).
+// The small GPT the transformer's finite differences run on.
+TransformerOptions small_transformer() {
+  return {.vocab_size = 7, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 6, .dropout = 0.2};
+}
+
 TEST(GradCheck, Transformer) {
   for (const bool causal : {true, false})
     for (const bool checkpoint : {false, true}) {
       auto be = make_reference_backend();
-      Transformer model({.vocab_size = 7,
-                         .block_size = 6,
-                         .n_layer = 2,
-                         .n_head = 2,
-                         .n_embd = 6,
-                         .dropout = 0.2,
-                         .causal = causal,
-                         .checkpoint_activations = checkpoint},
-                        DType::f64);
+      TransformerOptions o = small_transformer();
+      o.causal = causal;
+      o.checkpoint_activations = checkpoint;
+      Transformer model(o, DType::f64);
       model.initialize(*be, 3);
       Parameters& p = model.parameters();
       Rng data(9);
@@ -724,14 +724,9 @@ TEST(GradCheck, RecurrentAdapterDropoutDropsEntriesOfA) {
 // nanoGPT's bias=False: no Linear or LayerNorm bias among the parameters, the rest exact.
 TEST(GradCheck, TransformerWithoutBiases) {
   auto be = make_reference_backend();
-  Transformer model({.vocab_size = 7,
-                     .block_size = 6,
-                     .n_layer = 2,
-                     .n_head = 2,
-                     .n_embd = 6,
-                     .dropout = 0.2,
-                     .bias = false},
-                    DType::f64);
+  TransformerOptions o = small_transformer();
+  o.bias = false;
+  Transformer model(o, DType::f64);
   model.initialize(*be, 4);
   Parameters& p = model.parameters();
   ASSERT_EQ(p.size(), 2u + 2 * 6 + 1)
