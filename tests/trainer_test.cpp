@@ -382,6 +382,17 @@ TEST(Trainer, AFineTuneTakesTheBaseModelsShape) {
   const Config resolved = Config::load((dir / "ft" / "config.resolved.yaml").string());
   EXPECT_EQ(resolved.integer("model.heads"), 2);
   EXPECT_EQ(resolved.integer("model.embedding"), 32);
+  {  // diagnose sizes and times the model training would build, the base's
+    const ConfigDiagnosis d = diagnose_config(
+        Config::parse(yaml, "ft.yaml", {text, "model.init_from=" + (dir / "base").string()}), 2);
+    const io::SafetensorsFile tuned =
+        io::SafetensorsFile::read((dir / "ft" / "model.safetensors").string());
+    int64_t values = 0;
+    for (const auto& e : tuned.entries())
+      if (e.name != "lm_head.weight") values += Shape(e.shape).numel();
+    EXPECT_EQ(d.parameters, values);
+    EXPECT_EQ(d.timed_steps, 2);
+  }
   EXPECT_NE(error_of([&] {
               fine_tune((dir / "base").string(), "ft_heads", {"model.heads=4"});
             }).find("ft.yaml: model.heads 4 differs from the base model's 2"),

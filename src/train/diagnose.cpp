@@ -92,8 +92,7 @@ DType machine_problems(const Config& c, std::vector<std::string>* problems) {
 // The data and model: splits, parameters, memory per batch, and what does not fit.
 void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   std::vector<std::string>& problems = d->problems;
-  std::string base_note;
-  Task task = load_task(with_base_architecture(c, &base_note));
+  Task task = load_task(c);
   d->task = task_name(task.kind);
   d->rows = task.kind == TaskKind::charlm          ? static_cast<int64_t>(task.text.ids.size())
             : task.kind == TaskKind::text_classify ? task.text.examples()
@@ -176,7 +175,9 @@ void measure(const Config& c, int steps, ConfigDiagnosis* d) {
 
 }  // namespace
 
-ConfigDiagnosis diagnose_config(const Config& c, int steps) {
+ConfigDiagnosis diagnose_config(const Config& given, int steps) {
+  std::string base_note;  // a fine-tune's shape, taken from its base model as training takes it
+  const Config c = with_base_architecture(given, &base_note);
   ConfigDiagnosis d;
   const DType gemm = machine_problems(c, &d.problems);
   data_problems(c, gemm, &d);
