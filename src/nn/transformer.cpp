@@ -292,9 +292,10 @@ Tensor Transformer::bias(size_t i) const { return i == kNone ? Tensor() : params
 
 Tensor Transformer::norm_bias(Backend& be, size_t i) {
   if (i != kNone) return params_.value(i);
-  Tensor zeros = scratch_->zero_bias.get(be, params_.dtype(), {opt_.n_embd});
-  be.fill(zeros, 0.0);
-  return zeros;
+  Buffer& zeros = scratch_->zero_bias;
+  if (!zeros.tensor().empty()) return zeros.tensor();  // filled on first use
+  be.fill(zeros.get(be, params_.dtype(), {opt_.n_embd}), 0.0);
+  return zeros.tensor();
 }
 
 Tensor Transformer::norm_bias_grad(Backend& be, size_t i) {

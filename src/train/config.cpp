@@ -175,9 +175,9 @@ const std::vector<ConfigKey> kKeys = {
      "character outside it is an error. A transformer takes the base's shape: model.embedding, "
      "model.layers, model.block_size and model.bias from its tensors, model.heads from the "
      "seqforge config it was saved with (a checkpoint without one, such as nanoGPT's, needs "
-     "model.heads); keys "
-     "the config gives must match. A tied pair saved once (lm_head.weight only) loads the "
-     "embedding; names under torch.compile's _orig_mod. prefix are read as the names."},
+     "model.heads); keys the config gives must match. A tied pair saved once (lm_head.weight "
+     "only) loads the embedding; names under torch.compile's _orig_mod. prefix are read as the "
+     "names."},
     {"model.init_from_modules", T::string_list, "[]",
      "Load only these modules (`embedding`, the cell's `lstm` or `gru`, `head`) from init_from; "
      "the file's other "
