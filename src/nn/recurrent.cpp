@@ -201,7 +201,7 @@ void Recurrent::wait_for(int64_t layer, int64_t steps) const {
 // ---- forward ---------------------------------------------------------------------------------
 
 Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool training, Rng& rng) {
-  const DType dt = params_.dtype(), gt = gemm_dtype_;
+  const DType dt = params_.dtype();
   const std::string label = upper(cell_.name);
   SF_CHECK(x.dtype() == dt, label, " input dtype ", dtype_name(x.dtype()), ", parameters ",
            dtype_name(dt));
@@ -210,35 +210,55 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
          "), got ", x.shape().str());
   T_ = opt_.batch_first ? x.dim(1) : x.dim(0);
   B_ = opt_.batch_first ? x.dim(0) : x.dim(1);
-  const int64_t H = opt_.hidden_size, P = opt_.state_size(), D = directions(), L = opt_.num_layers;
-  const Shape state_shape{D * L, B_, P}, c_shape{D * L, B_, H};
-  for (auto [t, shape, name] : {std::tuple{h0, state_shape, "h0"}, std::tuple{c0, c_shape, "c0"}}) {
-    if (!t.empty() && t.shape() != shape)
-      fail(label, " ", name, " must be ", shape.str(), ", got ", t.shape().str());
-  }
-  if (!c0.empty() && !cell_.cell_state) fail(label, " has no cell state, but c0 was given");
   if (opt_.batch_first) {
     x_ = x_tm_.get(be, dt, {T_, B_, opt_.input_size});
     be.transpose01(x_, x);
   } else {
     x_ = x;
   }
+  take_initial_states(be, h0, c0);
+  prepare_chains(be);
+  prepare_step_buffers(be, training, rng);
+  if (T_ > 0 && B_ > 0) run_tuned_forward(be);
+  write_final_states(be);
+
+  Tensor y = out_[opt_.num_layers - 1].tensor();
+  if (!opt_.batch_first) return y;
+  Tensor y_bf = y_bf_.get(be, dt, {B_, T_, output_size()});
+  be.transpose01(y_bf, y);
+  return y_bf;
+}
+
+void Recurrent::take_initial_states(Backend& be, Tensor h0, Tensor c0) {
+  const DType dt = params_.dtype();
+  const std::string label = upper(cell_.name);
+  const int64_t H = opt_.hidden_size, P = opt_.state_size(), DL = directions() * opt_.num_layers;
+  const Shape state_shape{DL, B_, P}, c_shape{DL, B_, H};
+  for (auto [t, shape, name] : {std::tuple{h0, state_shape, "h0"}, std::tuple{c0, c_shape, "c0"}}) {
+    if (!t.empty() && t.shape() != shape)
+      fail(label, " ", name, " must be ", shape.str(), ", got ", t.shape().str());
+  }
+  if (!c0.empty() && !cell_.cell_state) fail(label, " has no cell state, but c0 was given");
   Tensor h_init = h0_.get(be, dt, state_shape);
   if (h0.empty())
     be.fill(h_init, 0.0);
   else
     be.copy(h_init, h0);
-  Tensor hn = h_n_.get(be, dt, state_shape), c_init, cn;
+  h_n_.get(be, dt, state_shape);
   if (cell_.cell_state) {
-    c_init = c0_.get(be, dt, c_shape);
-    cn = c_n_.get(be, dt, c_shape);
+    Tensor c_init = c0_.get(be, dt, c_shape);
+    c_n_.get(be, dt, c_shape);
     if (c0.empty())
       be.fill(c_init, 0.0);
     else
       be.copy(c_init, c0);
   }
+}
 
-  // Per-chain constants: the input projection's bias, bf16 weights.
+// Per-chain constants: the input projection's bias, the cell's own parameters, bf16 weights.
+void Recurrent::prepare_chains(Backend& be) {
+  const DType dt = params_.dtype(), gt = gemm_dtype_;
+  const int64_t H = opt_.hidden_size, D = directions();
   const int64_t folded = cell_.folded_hh_bias_gates * H;
   for (size_t s = 0; s < chains_.size(); ++s) {
     Chain& ch = chains_[s];
@@ -270,7 +290,13 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
                      params_.value(w.w_ih).reshape({G_ * H, I, 1}));
     }
   }
-  // Layer buffers, dropout masks (drawn up front so steps can apply them), GEMM inputs.
+}
+
+// Layer buffers, dropout masks (drawn up front so steps can apply them), GEMM inputs, and the
+// chains' step buffers.
+void Recurrent::prepare_step_buffers(Backend& be, bool training, Rng& rng) {
+  const DType dt = params_.dtype(), gt = gemm_dtype_;
+  const int64_t H = opt_.hidden_size, P = opt_.state_size(), D = directions(), L = opt_.num_layers;
   dropout_active_ = training && opt_.dropout > 0.0;
   x_in_ = x_;
   if (locked_dropout()) {
@@ -280,7 +306,7 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
   }
   if (low()) {
     be.convert(x_low_.get(be, gt, x_.shape()), x_in_);
-    be.convert(h0_low_.get(be, gt, state_shape), h_init);
+    be.convert(h0_low_.get(be, gt, h0_.tensor().shape()), h0_.tensor());
   }
   in_gemm_[0] = low() ? x_low_.tensor() : x_in_;
   for (int64_t l = 0; l < L; ++l) {
@@ -320,29 +346,27 @@ Tensor Recurrent::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool trai
         }
       }
     }
+}
 
-  if (T_ > 0 && B_ > 0) run_tuned_forward(be);
-
-  // Final states: the last step each chain processed (t = T-1 forward, t = 0 reversed).
-  for (int64_t s = 0; s < D * L; ++s) {
+// Final states: the last step each chain processed (t = T-1 forward, t = 0 reversed).
+void Recurrent::write_final_states(Backend& be) {
+  const DType dt = params_.dtype();
+  const int64_t H = opt_.hidden_size, P = opt_.state_size(), D = directions();
+  Tensor hn = h_n_.tensor(), h_init = h0_.tensor();
+  for (int64_t s = 0; s < D * opt_.num_layers; ++s) {
     const int64_t l = s / D, d = s % D;
     if (T_ == 0) {
       be.copy(hn.slice(s, s + 1), h_init.slice(s, s + 1));
-      if (cell_.cell_state) be.copy(cn.slice(s, s + 1), c_init.slice(s, s + 1));
+      if (cell_.cell_state) be.copy(c_n_.tensor().slice(s, s + 1), c0_.tensor().slice(s, s + 1));
       continue;
     }
     const int64_t t_last = d == 0 ? T_ - 1 : 0;
     be.copy_rows(at(hn, s * B_ * P), P, at(out_[l].tensor(), t_last * B_ * D * P + d * P), D * P,
                  B_, P, dt);
     if (cell_.cell_state)
-      be.copy(cn.slice(s, s + 1).reshape({B_, H}),
+      be.copy(c_n_.tensor().slice(s, s + 1).reshape({B_, H}),
               chains_[s].c.tensor().slice(t_last, t_last + 1).reshape({B_, H}));
   }
-  Tensor y = out_[L - 1].tensor();
-  if (!opt_.batch_first) return y;
-  Tensor y_bf = y_bf_.get(be, dt, {B_, T_, D * P});
-  be.transpose01(y_bf, y);
-  return y_bf;
 }
 
 // Workers of the split_batch schedule: each takes rows [B j / n, B (j + 1) / n).

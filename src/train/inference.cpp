@@ -291,6 +291,31 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
   return static_cast<int64_t>(windows.size());
 }
 
+namespace {
+
+// The next character's id from its logits (V): the likeliest (the first of equals) at
+// temperature 0, else drawn from softmax(logits / temperature) over the top_k likeliest (0: all).
+int64_t sample_next(const std::vector<float>& row, double temperature, int64_t top_k, Rng& rng) {
+  const int64_t V = static_cast<int64_t>(row.size());
+  std::vector<int64_t> idx(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
+    return row[a] > row[b] || (row[a] == row[b] && a < b);
+  });
+  if (temperature == 0) return idx[0];
+  std::vector<double> p(k);
+  double total = 0;
+  for (int64_t i = 0; i < k; ++i)
+    total += p[i] = std::exp((row[idx[i]] - row[idx[0]]) / temperature);
+  double u = rng.uniform() * total;
+  for (int64_t i = 0; i < k; ++i)
+    if ((u -= p[i]) <= 0) return idx[i];
+  return idx[k - 1];
+}
+
+}  // namespace
+
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
                      double temperature, int64_t top_k, uint64_t seed) {
   configure_threads();
@@ -315,7 +340,6 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
            "') is not in the model's vocabulary");
     ids.push_back(static_cast<int64_t>(at));
   }
-  const int64_t V = static_cast<int64_t>(vocab.size());
   Rng rng(seed);
   Buffer ids_buf;
   // The ids [first, first + count) as a (1, count) tensor.
@@ -361,30 +385,10 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     logits = refill();
   }
   std::string text = prompt;
-  std::vector<double> p(V);
   for (int64_t n = 0; n < length; ++n) {
-    const std::vector<float> last =
-        download_vector<float>(*be, logits.slice(logits.dim(0) - 1, logits.dim(0)));
-    const float* row = last.data();
-    std::vector<int64_t> idx(V);
-    std::iota(idx.begin(), idx.end(), 0);
-    const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
-      return row[a] > row[b] || (row[a] == row[b] && a < b);
-    });
-    int64_t next = idx[0];  // temperature 0: the likeliest (the first of equals)
-    if (temperature > 0) {
-      double total = 0;
-      for (int64_t i = 0; i < k; ++i)
-        total += p[i] = std::exp((row[idx[i]] - row[idx[0]]) / temperature);
-      double u = rng.uniform() * total;
-      next = idx[k - 1];
-      for (int64_t i = 0; i < k; ++i)
-        if ((u -= p[i]) <= 0) {
-          next = idx[i];
-          break;
-        }
-    }
+    const int64_t next =
+        sample_next(download_vector<float>(*be, logits.slice(logits.dim(0) - 1, logits.dim(0))),
+                    temperature, top_k, rng);
     text += encode_utf8(vocab.substr(next, 1));
     ids.push_back(next);
     if (n + 1 < length) logits = next_logits();

@@ -198,6 +198,12 @@ class Recurrent {
   void run_forward(Backend& be, RecurrentSchedule schedule);
   void run_backward(Backend& be, RecurrentSchedule schedule);
   void run_tuned_forward(Backend& be);
+  // forward's parts: h0/c0 checked and copied (zeros when empty), per-chain constants, the
+  // buffers and dropout masks of the steps, h_n/c_n from the last steps.
+  void take_initial_states(Backend& be, Tensor h0, Tensor c0);
+  void prepare_chains(Backend& be);
+  void prepare_step_buffers(Backend& be, bool training, Rng& rng);
+  void write_final_states(Backend& be);
   void reset_state_grads(Backend& be);
 
   Parameters& params_;
