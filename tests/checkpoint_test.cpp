@@ -1,6 +1,6 @@
 // Parameters saved as safetensors under PyTorch names: round trip, bad files, and PyTorch itself
 // loading a seqforge checkpoint with load_state_dict(strict=True) and reproducing its output.
-#include "seqforge/io/checkpoint.hpp"
+#include "seqforge/nn/checkpoint.hpp"
 
 #include <gtest/gtest.h>
 
@@ -47,9 +47,9 @@ TEST(Checkpoint, RoundTrip) {
   a.initialize(*be, 1);
   b.initialize(*be, 2);
   const std::string path = (temp_dir("roundtrip") / "model.safetensors").string();
-  io::save_parameters(path, *be, a.parameters(), {{"note", "x"}});
+  save_parameters(path, *be, a.parameters(), {{"note", "x"}});
   EXPECT_NE(values_of(a.parameters()), values_of(b.parameters()));
-  io::load_parameters(path, b.parameters(), *be);
+  load_parameters(path, b.parameters(), *be);
   EXPECT_EQ(values_of(a.parameters()), values_of(b.parameters()));
   EXPECT_EQ(io::SafetensorsFile::read(path).metadata().at("note"), "x");
 }
@@ -65,7 +65,7 @@ TEST(Checkpoint, NamesTheMissingOrMisshapedTensor) {
     const std::string path = (dir / "bad.safetensors").string();
     io::write_safetensors(path, tensors);
     try {
-      io::load_parameters(path, model.parameters(), *be, allow_extra);
+      load_parameters(path, model.parameters(), *be, allow_extra);
       ADD_FAILURE() << "no error for " << phrase;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
@@ -115,7 +115,7 @@ TEST_P(PyTorchLoads, ItAndReproducesTheOutput) {
       temp_dir("torch_" + std::string(cell_type(cell).name) + "_p" + std::to_string(proj));
   const std::string ckpt = (dir / "model.safetensors").string(),
                     io = (dir / "io.safetensors").string();
-  io::save_parameters(ckpt, *be, model.parameters(), {{"config", config.dump()}});
+  save_parameters(ckpt, *be, model.parameters(), {{"config", config.dump()}});
   io::write_safetensors(io, {{"x", DType::f32, {5, 7, 3}, x.data()},
                              {"y", DType::f32, y.shape().to_vector(), y.data()}});
   const std::string cmd = "/usr/bin/python3 " SEQFORGE_SOURCE_DIR
@@ -152,7 +152,7 @@ TEST(TransformerCheckpoint, PyTorchLoadsItAndSeqforgeLoadsItBack) {
     const fs::path dir = temp_dir("torch_transformer");
     const std::string ckpt = (dir / "model.safetensors").string(),
                       io = (dir / "io.safetensors").string();
-    io::save_parameters(ckpt, *be, model.parameters(), {{"config", config.dump()}});
+    save_parameters(ckpt, *be, model.parameters(), {{"config", config.dump()}});
     std::vector<io::SafetensorsTensor> tensors = {
         {"x", DType::i64, {2, 7}, ids.data()}, {"y", DType::f32, y.shape().to_vector(), y.data()}};
     if (classifier) {
@@ -167,7 +167,7 @@ TEST(TransformerCheckpoint, PyTorchLoadsItAndSeqforgeLoadsItBack) {
     // And seqforge loads it back, the alias checked against its parameter.
     Transformer again(o);
     again.initialize(*be, 5);
-    EXPECT_EQ(io::load_parameters(ckpt, again.parameters(), *be).size(), model.parameters().size());
+    EXPECT_EQ(load_parameters(ckpt, again.parameters(), *be).size(), model.parameters().size());
   }
 }
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
-#include "seqforge/core/arena.hpp"
-#include "seqforge/core/buffer.hpp"
+#include "seqforge/backend/arena.hpp"
+#include "seqforge/backend/buffer.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/core/threads.hpp"
 

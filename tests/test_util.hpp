@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
-#include "seqforge/core/buffer.hpp"
+#include "seqforge/backend/buffer.hpp"
 #include "seqforge/core/cpu.hpp"
 
 namespace seqforge::test {

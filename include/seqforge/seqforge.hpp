@@ -1,14 +1,14 @@
 #pragma once
 // seqforge: fast training of LSTM-family sequence models. The umbrella header.
 #include "seqforge/backend/backend.hpp"
-#include "seqforge/core/arena.hpp"
-#include "seqforge/core/buffer.hpp"
+#include "seqforge/backend/arena.hpp"
+#include "seqforge/backend/buffer.hpp"
 #include "seqforge/core/dtype.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/core/tensor.hpp"
 #include "seqforge/core/threads.hpp"
-#include "seqforge/io/checkpoint.hpp"
+#include "seqforge/nn/checkpoint.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/layers.hpp"
 #include "seqforge/nn/recurrent.hpp"

@@ -2,7 +2,7 @@
 // The transformer's parts that its two sources share: transformer.cpp runs the blocks (forward,
 // backward, decoding, the heads); transformer_linears.cpp runs the blocks' Linears, their
 // LoRA/DoRA adapters included, and readies their weights for each step.
-#include "seqforge/core/buffer.hpp"
+#include "seqforge/backend/buffer.hpp"
 #include "seqforge/nn/transformer.hpp"
 
 namespace seqforge {

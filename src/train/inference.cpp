@@ -12,7 +12,7 @@
 #include "run.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/error.hpp"
-#include "seqforge/io/checkpoint.hpp"
+#include "seqforge/nn/checkpoint.hpp"
 #include "seqforge/io/csv.hpp"
 #include "seqforge/nn/transformer.hpp"
 #include "seqforge/train/data_options.hpp"

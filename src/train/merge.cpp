@@ -4,7 +4,7 @@
 #include "nn/dense.hpp"
 #include "run.hpp"
 #include "seqforge/backend/host_access.hpp"
-#include "seqforge/io/checkpoint.hpp"
+#include "seqforge/nn/checkpoint.hpp"
 #include "seqforge/train/trainer.hpp"
 
 namespace seqforge {
@@ -77,7 +77,7 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
       Config::parse(r.config.resolved_yaml(), r.config.source(), {"adapter.kind=none"})
           .resolved_yaml();
   meta["seqforge.merged_from"] = run;
-  io::save_parameters(output, *be, dst, meta);
+  save_parameters(output, *be, dst, meta);
   return merged;
 }
 

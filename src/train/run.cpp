@@ -14,7 +14,7 @@
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/profiler.hpp"
-#include "seqforge/io/checkpoint.hpp"
+#include "seqforge/nn/checkpoint.hpp"
 #include "seqforge/train/data_options.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "task_type.hpp"
@@ -158,23 +158,23 @@ Config with_base_architecture(const Config& c, std::string* note) {
   if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
   const io::SafetensorsFile file = io::SafetensorsFile::read(init);
   std::map<std::string, int64_t> base;  // key -> the base model's value
-  const io::SafetensorsEntry* wte = io::find_parameter(file, "transformer.wte.weight");
-  if (!wte) wte = io::find_parameter(file, "lm_head.weight");  // the tied pair saved once
+  const io::SafetensorsEntry* wte = find_parameter(file, "transformer.wte.weight");
+  if (!wte) wte = find_parameter(file, "lm_head.weight");  // the tied pair saved once
   if (wte && wte->shape.size() == 2) base["model.embedding"] = wte->shape[1];
-  if (const io::SafetensorsEntry* wpe = io::find_parameter(file, "transformer.wpe.weight");
+  if (const io::SafetensorsEntry* wpe = find_parameter(file, "transformer.wpe.weight");
       wpe && wpe->shape.size() == 2)
     base["model.block_size"] = wpe->shape[0];
   std::set<int64_t> blocks;  // the indices i of transformer.h.{i}.*
   for (const auto& e : file.entries()) {
     static const std::string kBlock = "transformer.h.";
-    const std::string name = io::parameter_name(e.name);
+    const std::string name = parameter_name(e.name);
     if (name.rfind(kBlock, 0) == 0) blocks.insert(std::atoll(name.c_str() + kBlock.size()));
   }
   // Blocks 0 to L-1, or the loader names what is missing.
   if (!blocks.empty() && *blocks.begin() == 0 && *blocks.rbegin() + 1 == int64_t(blocks.size()))
     base["model.layers"] = int64_t(blocks.size());
-  if (io::find_parameter(file, "transformer.ln_f.weight"))
-    base["model.bias"] = io::find_parameter(file, "transformer.ln_f.bias") != nullptr;
+  if (find_parameter(file, "transformer.ln_f.weight"))
+    base["model.bias"] = find_parameter(file, "transformer.ln_f.bias") != nullptr;
   if (const auto it = file.metadata().find("seqforge.config"); it != file.metadata().end()) {
     try {
       base["model.heads"] = Config::parse(it->second, init).integer("model.heads");
@@ -427,7 +427,7 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
 std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream* notes) {
   auto model = make_model(r.task.model);
   model->initialize(be, 0);
-  io::load_parameters(r.file.source(), model->parameters(), be);
+  load_parameters(r.file.source(), model->parameters(), be);
   std::string notice;
   model->set_gemm_dtype(resolve_precision(r.config.str("train.precision"), &notice));
   if (!notice.empty() && notes) *notes << "note: " << notice << "\n";

@@ -25,7 +25,7 @@
 #include "seqforge/data/augment.hpp"
 #include "seqforge/dist/communicator.hpp"
 #include "seqforge/dist/gradient_sync.hpp"
-#include "seqforge/io/checkpoint.hpp"
+#include "seqforge/nn/checkpoint.hpp"
 #include "seqforge/optim/optimizer.hpp"
 #include "seqforge/report/report.hpp"
 #include "seqforge/train/data_options.hpp"
@@ -324,7 +324,7 @@ void Training::build_model() {
     // A base model's checkpoint holds no adapters nor a new head: they keep their start, and
     // DoRA's magnitudes not in the file are taken from the loaded weights; an adapter run's are
     // kept as saved.
-    initialized_ = io::load_parameters(
+    initialized_ = load_parameters(
         init, model_->parameters(), *be_, false, c_.list("model.init_from_modules"),
         model_->fresh_parameters(), model_->unused_base_tensors(), model_->tied_base_tensors());
     model_->init_adapters(*be_, initialized_);
@@ -562,7 +562,7 @@ void Training::freeze_modules() {
         frozen_[i] = any = true;
     if (!any)
       fail(c_.source(), ": train.freeze_modules: the model has no module '", module,
-           "' (modules: ", io::module_names(model_->parameters()), ")");
+           "' (modules: ", module_names(model_->parameters()), ")");
   }
   if (!s_.freeze_modules.empty() && s_.freeze_epochs > state_.epochs_done) {
     std::string list;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
-#include "seqforge/core/buffer.hpp"
+#include "seqforge/backend/buffer.hpp"
 
 namespace seqforge {
 

@@ -3,7 +3,7 @@
 // activations it returns and the gradients it hands back; the next call reuses them.
 #include <string>
 
-#include "seqforge/core/buffer.hpp"
+#include "seqforge/backend/buffer.hpp"
 #include "seqforge/nn/parameters.hpp"
 
 namespace seqforge {

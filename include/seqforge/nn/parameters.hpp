@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "seqforge/core/arena.hpp"
+#include "seqforge/backend/arena.hpp"
 #include "seqforge/core/rng.hpp"
 
 namespace seqforge {

@@ -14,7 +14,7 @@
 
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/ops.hpp"
-#include "seqforge/core/buffer.hpp"
+#include "seqforge/backend/buffer.hpp"
 #include "seqforge/nn/parameters.hpp"
 
 namespace seqforge {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "seqforge/backend/ops.hpp"
-#include "seqforge/core/buffer.hpp"
+#include "seqforge/backend/buffer.hpp"
 #include "seqforge/nn/model.hpp"
 
 namespace seqforge {

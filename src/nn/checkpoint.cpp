@@ -1,4 +1,4 @@
-#include "seqforge/io/checkpoint.hpp"
+#include "seqforge/nn/checkpoint.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -6,13 +6,13 @@
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/io/safetensors.hpp"
 
-namespace seqforge::io {
+namespace seqforge {
 
 void save_parameters(const std::string& path, Backend& backend, const Parameters& params,
                      const std::map<std::string, std::string>& metadata) {
   const Tensor flat = params.values().flat();
   const HostView values(backend, flat);
-  std::vector<SafetensorsTensor> tensors;
+  std::vector<io::SafetensorsTensor> tensors;
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor v = params.value(i);
     const char* at = static_cast<const char*>(values.bytes()) +
@@ -20,11 +20,11 @@ void save_parameters(const std::string& path, Backend& backend, const Parameters
     tensors.push_back({params.values().entries()[i].name, v.dtype(), v.shape().to_vector(), at});
   }
   for (const auto& [alias, i] : params.aliases()) {
-    SafetensorsTensor t = tensors[i];
+    io::SafetensorsTensor t = tensors[i];
     t.name = alias;
     tensors.push_back(t);
   }
-  write_safetensors(path, tensors, metadata);
+  io::write_safetensors(path, tensors, metadata);
 }
 
 std::string module_names(const Parameters& params) {
@@ -42,8 +42,9 @@ namespace {
 constexpr std::string_view kCompiledPrefix = "_orig_mod.";
 }  // namespace
 
-const SafetensorsEntry* find_parameter(const SafetensorsFile& file, const std::string& name) {
-  if (const SafetensorsEntry* t = file.find(name)) return t;
+const io::SafetensorsEntry* find_parameter(const io::SafetensorsFile& file,
+                                           const std::string& name) {
+  if (const io::SafetensorsEntry* t = file.find(name)) return t;
   return file.find(std::string(kCompiledPrefix) + name);
 }
 
@@ -62,7 +63,7 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
     return std::find(names.begin(), names.end(), name) != names.end();
   };
   std::vector<std::string> loaded;
-  const SafetensorsFile file = SafetensorsFile::read(path);
+  const io::SafetensorsFile file = io::SafetensorsFile::read(path);
   auto selected = [&](const std::string& name) {
     if (modules.empty()) return true;
     for (const auto& m : modules)
@@ -79,7 +80,7 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& entry = params.values().entries()[i];
     if (!selected(entry.name)) continue;
-    const SafetensorsEntry* t = find_parameter(file, entry.name);
+    const io::SafetensorsEntry* t = find_parameter(file, entry.name);
     if (const auto other = tied.find(entry.name); !t && other != tied.end())
       t = find_parameter(file, other->second);
     if (!t && listed(optional, entry.name)) continue;
@@ -101,8 +102,8 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
   }
   // An alias of a parameter (a tied weight) must hold the same values as the parameter.
   for (const auto& [alias, i] : params.aliases()) {
-    const SafetensorsEntry* a = find_parameter(file, alias);
-    const SafetensorsEntry* p = find_parameter(file, params.values().entries()[i].name);
+    const io::SafetensorsEntry* a = find_parameter(file, alias);
+    const io::SafetensorsEntry* p = find_parameter(file, params.values().entries()[i].name);
     if (!a || !p || !selected(params.values().entries()[i].name)) continue;
     const auto ab = file.bytes(*a), pb = file.bytes(*p);
     if (a->dtype != p->dtype || a->shape != p->shape ||
@@ -124,4 +125,4 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
   return loaded;
 }
 
-}  // namespace seqforge::io
+}  // namespace seqforge

@@ -1,4 +1,4 @@
-#include "seqforge/core/buffer.hpp"
+#include "seqforge/backend/buffer.hpp"
 
 #include <utility>
 

@@ -8,7 +8,7 @@
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/parameters.hpp"
 
-namespace seqforge::io {
+namespace seqforge {
 
 // Writes every parameter (and each alias, a copy under its name) in the arena's dtype,
 // atomically.
@@ -34,11 +34,12 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
 
 // A parameter's tensor in a checkpoint: under its name, or under torch.compile's wrapper prefix
 // `_orig_mod.` (kept in nanoGPT's checkpoints of compiled models); null when neither is there.
-const SafetensorsEntry* find_parameter(const SafetensorsFile& file, const std::string& name);
+const io::SafetensorsEntry* find_parameter(const io::SafetensorsFile& file,
+                                           const std::string& name);
 // A checkpoint tensor's parameter name: without torch.compile's prefix.
 std::string parameter_name(const std::string& tensor_name);
 
 // The model's modules, the parameter names' first parts in order: "embedding, lstm, head".
 std::string module_names(const Parameters& params);
 
-}  // namespace seqforge::io
+}  // namespace seqforge

@@ -1,4 +1,4 @@
-#include "seqforge/core/arena.hpp"
+#include "seqforge/backend/arena.hpp"
 
 #include <algorithm>
 #include <utility>

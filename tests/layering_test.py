@@ -1,0 +1,50 @@
+"""The folders' includes point down the layers only (README, "The house"): a file may include
+headers of its own layer and of the layers below it, never of one above."""
+import os
+import re
+import sys
+
+# Lowest first; folders on one line share a layer.
+LAYERS = [
+    ["core", "io"],
+    ["kernels", "backend"],
+    ["nn", "optim", "data"],
+    ["dist"],
+    ["train", "tune", "bench", "report"],
+    ["cli"],
+]
+RANK = {folder: i for i, layer in enumerate(LAYERS) for folder in layer}
+INCLUDE = re.compile(r'#include "seqforge/(\w+)/')
+
+
+def folder_of(root, path):
+    parts = os.path.relpath(path, root).split(os.sep)
+    # src/<folder>/..., include/seqforge/<folder>/...
+    return parts[2] if parts[0] == "include" else parts[1]
+
+
+def main(root):
+    upward = []
+    for base in ("src", os.path.join("include", "seqforge")):
+        for directory, _, files in os.walk(os.path.join(root, base)):
+            for name in files:
+                path = os.path.join(directory, name)
+                folder = folder_of(root, path)
+                if folder not in RANK:
+                    continue
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    for number, line in enumerate(f, 1):
+                        m = INCLUDE.match(line)
+                        if m and RANK.get(m.group(1), -1) > RANK[folder]:
+                            upward.append(f"{os.path.relpath(path, root)}:{number}: {folder}/ "
+                                          f"includes {m.group(1)}/, a layer above it")
+    checked = sum(1 for _ in os.walk(os.path.join(root, "src")))
+    if checked < 10:
+        sys.exit(f"{root}: expected the source tree (src/ with its folders)")
+    for line in upward:
+        print(line)
+    sys.exit(1 if upward else 0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
