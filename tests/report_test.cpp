@@ -4,12 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "io/file_util.hpp"
+#include "report/chart.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
@@ -217,6 +220,9 @@ TEST(Report, ChartsOfHostileSeriesStayFiniteAndSmall) {
       {-1e-310, 1e-310, 0.0},
       {NAN, one, NAN},
       {NAN},
+      {DBL_MAX, -DBL_MAX, 0.0, 1.0},
+      {1e-30, 1e30, 1e-30, 1e30, 1e-20, 1e10},
+      {5e-324, 1e-300, 1.0},
   };
   for (size_t c = 0; c < cases.size(); ++c) {
     std::string metrics;
@@ -245,6 +251,56 @@ TEST(Report, ChartsOfHostileSeriesStayFiniteAndSmall) {
     EXPECT_LT(count(html, "<line"), 400u) << "case " << c;
     for (const char* bad : {"=\"nan", "=\"-nan", "=\"inf", "=\"-inf"})
       EXPECT_EQ(html.find(bad), std::string::npos) << "case " << c << ": " << bad;
+  }
+}
+
+// The y coordinates of a chart's horizontal grid lines.
+std::vector<double> grid_ys(const std::string& svg) {
+  std::vector<double> ys;
+  for (size_t at = svg.find("class=\"grid\""); at != std::string::npos;
+       at = svg.find("class=\"grid\"", at + 1)) {
+    const size_t line = svg.rfind("<line", at);
+    const std::string tag = svg.substr(line, at - line);
+    const size_t y1 = tag.find("y1=\""), y2 = tag.find("y2=\"");
+    const double a = std::stod(tag.substr(y1 + 4)), b = std::stod(tag.substr(y2 + 4));
+    if (a == b) ys.push_back(a);
+  }
+  return ys;
+}
+
+// The tick property over hostile ranges, on both scales: a finite chart, at most a dozen y
+// ticks, and (two or more of them) spread over at least half of the plot's height.
+TEST(Report, ChartTicksAreFewFiniteAndSpanTheValues) {
+  const std::vector<std::vector<double>> cases = {{0.5, 0.5},
+                                                  {1, std::nextafter(1.0, 2.0)},
+                                                  {1e-30, 1e30},
+                                                  {5e-324, 1},
+                                                  {1e-300, 1e300},
+                                                  {-DBL_MAX, DBL_MAX},
+                                                  {DBL_MAX, DBL_MAX / 2},
+                                                  {0, 1},
+                                                  {-3, 7},
+                                                  {2, 2000},
+                                                  {1e-5, 3e-5},
+                                                  {1e6, 1e6 + 1},
+                                                  {-1e-310, 1e-310}};
+  for (report::Scale scale : {report::Scale::linear, report::Scale::automatic}) {
+    for (const std::vector<double>& values : cases) {
+      report::Chart chart;
+      chart.y_scale = scale;
+      report::Series s("values");
+      for (size_t i = 0; i < values.size(); ++i) s.x.push_back(double(i)), s.y.push_back(values[i]);
+      chart.series.push_back(s);
+      const std::string svg = report::render(chart);
+      const std::string what = std::to_string(values[0]) + ".." + std::to_string(values[1]);
+      for (const char* bad : {"nan", "inf"}) EXPECT_EQ(svg.find(bad), std::string::npos) << what;
+      const std::vector<double> ys = grid_ys(svg);
+      ASSERT_GE(ys.size(), 1u) << what;
+      EXPECT_LE(ys.size(), 12u) << what;
+      const auto [lo, hi] = std::minmax_element(ys.begin(), ys.end());
+      for (double y : ys) EXPECT_TRUE(y >= 34 - 0.5 && y <= 260 - 42 + 0.5) << what << ": " << y;
+      if (ys.size() >= 2) EXPECT_GE(*hi - *lo, (260 - 34 - 42) / 2.0) << what;
+    }
   }
 }
 

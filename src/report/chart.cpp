@@ -1,6 +1,7 @@
 #include "chart.hpp"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -54,12 +55,33 @@ std::vector<double> date_ticks(double lo, double hi, int target, double min_step
 }
 
 // Pads [lo, hi] so that ticks can divide it: a range narrower than the values' resolution
-// (equal values, or an ulp apart) by a share of their size.
+// (equal values, or an ulp apart) by a share of their size. Spans are taken in halves, so that
+// ranges as wide as the doubles' own stay finite.
 void widen(double* lo, double* hi, double share, double at_least) {
-  const double span = *hi - *lo, size = std::max(std::fabs(*lo), std::fabs(*hi));
-  const double pad = span > size * 1e-9 ? span * share : std::max(size * 0.05, at_least);
-  *lo -= pad, *hi += pad;
-  if (!std::isfinite(*lo) || !std::isfinite(*hi)) *lo = -1e300, *hi = 1e300;
+  const double half_span = *hi * 0.5 - *lo * 0.5, size = std::max(std::fabs(*lo), std::fabs(*hi));
+  const double pad =
+      half_span > size * 0.5e-9 ? half_span * 2 * share : std::max(size * 0.05, at_least);
+  *lo = std::max(*lo - pad, -DBL_MAX), *hi = std::min(*hi + pad, DBL_MAX);
+}
+
+// Where v falls in [lo, hi], 0 to 1, in halves for ranges wider than the largest double.
+double fraction(double v, double lo, double hi) {
+  return (v * 0.5 - lo * 0.5) / (hi * 0.5 - lo * 0.5);
+}
+
+// Powers of ten for a log axis over [lo, hi] (decimal exponents): every decade (and 2 and 5
+// between when under three show), or every 2nd, 5th, 10th, ... decade, about `target` of them.
+std::vector<std::pair<double, std::string>> log_ticks(double lo, double hi, int target) {
+  std::vector<std::pair<double, std::string>> out;
+  const bool fine = hi - lo < 3;
+  for (double k : ticks(std::floor(lo), std::ceil(hi), target, 1.0))
+    for (double m : fine ? std::vector<double>{1, 2, 5} : std::vector<double>{1}) {
+      const double e = k + std::log10(m);
+      if (e >= lo - 1e-9 && e <= hi + 1e-9) out.emplace_back(m * std::pow(10.0, k), "");
+    }
+  for (auto& [v, label] : out) label = fmt(v, "%.3g");
+  if (out.empty()) out.emplace_back(std::pow(10.0, lo), fmt(std::pow(10.0, lo), "%.3g"));
+  return out;
 }
 
 bool use_log(Scale scale, const std::vector<Series>& series, bool x) {
@@ -113,15 +135,16 @@ std::string fmt(double v, const char* format) {
 
 std::vector<double> ticks(double lo, double hi, int target, double min_step) {
   const double magnitude = std::max(std::fabs(lo), std::fabs(hi));
-  const double raw = std::max({(hi - lo) / target, min_step, magnitude * 1e-12});
+  const double raw = std::max({hi / target - lo / target, min_step, magnitude * 1e-12});
   if (!std::isfinite(raw) || !(raw > 0) || !(hi >= lo)) return {lo, hi};
+  // The round step (1, 2, 5 x 10^k) nearest the raw one in ratio, at least the smallest allowed.
+  const double floor_step = std::max(min_step, magnitude * 1e-12);
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = 10 * mag;
-  for (double m : {1.0, 2.0, 5.0})
-    if (raw <= m * mag) {
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * mag >= floor_step &&
+        std::fabs(std::log(m * mag / raw)) < std::fabs(std::log(step / raw)))
       step = m * mag;
-      break;
-    }
   const double first = std::ceil(lo / step), last = std::floor(hi / step + 1e-9);
   std::vector<double> out;
   for (double k = first; k <= last && out.size() < size_t(2 * target + 2); ++k) {
@@ -171,8 +194,8 @@ std::string render(const Chart& c) {
   else if (!c.x_categories.empty())
     x0 -= 0.5, x1 += 0.5;
   widen(&y0, &y1, 0.05, 1e-6);
-  auto px = [&](double x) { return left + (tx(x) - x0) / (x1 - x0) * (W - left - right); };
-  auto py = [&](double y) { return top + (y1 - ty(y)) / (y1 - y0) * (H - top - bottom); };
+  auto px = [&](double x) { return left + fraction(tx(x), x0, x1) * (W - left - right); };
+  auto py = [&](double y) { return top + (1 - fraction(ty(y), y0, y1)) * (H - top - bottom); };
   auto at = [](double v) { return fmt(v, "%.1f"); };
   o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << W - left - right
     << "\" height=\"" << H - top - bottom << "\" class=\"plot\"/>";
@@ -180,12 +203,7 @@ std::string render(const Chart& c) {
   // y ticks: round values, or powers of ten (with 2 and 5 between when few decades show).
   std::vector<std::pair<double, std::string>> yticks;
   if (log_y) {
-    const bool fine = y1 - y0 < 3;
-    for (double k = std::floor(y0); k <= std::ceil(y1) && yticks.size() < 40; ++k)
-      for (double m : fine ? std::vector<double>{1, 2, 5} : std::vector<double>{1}) {
-        const double v = m * std::pow(10.0, k);
-        if (std::log10(v) >= y0 && std::log10(v) <= y1) yticks.emplace_back(v, fmt(v, "%.3g"));
-      }
+    yticks = log_ticks(y0, y1, 5);
   } else {
     const std::vector<double> yt = ticks(y0, y1, 5);
     const double step = yt.size() > 1 ? yt[1] - yt[0] : 1.0;
@@ -211,9 +229,7 @@ std::string render(const Chart& c) {
     for (double t : date_ticks(x0, x1, x_target, days ? 86400 : 0, &step))
       xticks.emplace_back(t, date_label(t, step < 86400));
   } else if (log_x) {
-    for (double k = std::ceil(x0); k <= std::floor(x1) && xticks.size() < 40; ++k)
-      xticks.emplace_back(std::pow(10.0, k), fmt(std::pow(10.0, k), "%.3g"));
-    if (xticks.empty()) xticks = {{std::pow(10.0, x0), fmt(std::pow(10.0, x0), "%.3g")}};
+    xticks = log_ticks(x0, x1, x_target);
   } else {
     const std::vector<double> xt = ticks(x0, x1, x_target, c.x_kind == XKind::integer ? 1.0 : 0.0);
     const double step = xt.size() > 1 ? xt[1] - xt[0] : 1.0;

@@ -14,8 +14,8 @@ std::string escape(const std::string& s);
 // printf-formatted number.
 std::string fmt(double v, const char* format = "%.4g");
 
-// Round tick values (1, 2, 5 x 10^k, at least `min_step`) covering [lo, hi] in about `target`
-// intervals; never more than 2 * target + 2 of them.
+// Round tick values (1, 2, 5 x 10^k, at least `min_step`) in [lo, hi], about `target` intervals
+// apart; never more than 2 * target + 2 of them.
 std::vector<double> ticks(double lo, double hi, int target, double min_step = 0);
 
 struct Series {
