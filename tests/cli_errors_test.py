@@ -73,6 +73,21 @@ def main():
          "model.proj_size must be 0 (none) or below model.hidden 64, got 64"),
         (["train", config, "model.dropout_mode=locked"],
          "model.dropout_mode must be standard or variational, got 'locked'"),
+        (["train", "--profile", config], "--profile took '%s' as its trace file" % config),
+        (["train", config, "--profile", "train.epochs=1"],
+         "--profile took 'train.epochs=1' as its trace file"),
+        (["train", "--resume", config], "is a file, not a run directory; start a run from a "
+                                        "config with: seqforge train " + config),
+        (["train", config, "train.threads=-1"],
+         "override 'train.threads=-1': train.threads must be 0 (one per CPU) or a count"),
+        (["eval", forecast, "--data", text, "--split", "val"],
+         "eval: --data evaluates every window of that file; --split val evaluates a split"),
+        (["generate", config], "a config, not a run: train it first (seqforge train %s)" % config),
+        (["generate", text], "not a run directory or a model.safetensors"),
+        (["predict", charlm, "--input", config, "--output", "-"],
+         "predict needs a forecast or classify run; this is a charlm run"),
+        (["eval", charlm, "--data", config],
+         "--data: evaluating a character model on another file is not supported"),
     ]
     for args, words in cases:
         r = run(*args)

@@ -157,6 +157,11 @@ TEST(Predict, EmptyTargetCellsAreValuesNotKnownYet) {
   EXPECT_EQ(p[22][2], "");
   EXPECT_EQ(p[23][2], "");
   EXPECT_NE(out.str().find("2 predictions are empty"), std::string::npos) << out.str();
+  // eval --data leaves out the two windows whose targets (hours 28 and 29) are empty.
+  const auto full = evaluate((dir / "run").string(), "test", (dir / "full.csv").string());
+  const auto known = evaluate((dir / "run").string(), "test", (dir / "gaps.csv").string());
+  EXPECT_EQ(known.at("samples"), full.at("samples") - 2);
+  EXPECT_TRUE(std::isfinite(known.at("data_rmse")));
 }
 
 TEST(Predict, OneForecastPerSeriesAndEvalOnAnotherFile) {

@@ -146,6 +146,18 @@ TEST(Series, DuplicateDatesAndGapsAreNamed) {
   EXPECT_NE(d.notes[0].find("1 gap"), std::string::npos) << d.notes[0];
   EXPECT_NE(d.notes[0].find("3 days"), std::string::npos) << d.notes[0];
   EXPECT_FALSE(d.series[0].regular);
+  // The series column names a series; it is no feature or target, and never empty.
+  const std::string two = two_series_csv(dir, 10, 10);
+  for (const char* as : {"data.features=[value,city]", "data.targets=[city]"}) {
+    const std::string e = error_of([&] { load_series(series_config(two, {as})); });
+    EXPECT_NE(e.find("'city' is data.series_column"), std::string::npos) << as << ": " << e;
+  }
+  const std::string blank =
+      write(dir / "blank.csv", "date,city,value\n2020-01-01,a,1\n2020-01-02,,2\n2020-01-03,a,3\n");
+  const std::string empty = error_of([&] { load_series(series_config(blank)); });
+  EXPECT_NE(empty.find("blank.csv:3: column 'city' (data.series_column) is empty"),
+            std::string::npos)
+      << empty;
 }
 
 TEST(Transforms, ApplyAndInvertRoundTrip) {

@@ -167,6 +167,17 @@ int main(int argc, char** argv) {
     if (bench->parsed()) return run_bench(bench_which, bench_options, bench_json);
     if (train->parsed()) {
       const bool profile = train->count("--profile") > 0;
+      if (!profile_path
+               .empty()) {  // --profile takes an optional FILE: not the config or an override
+        const std::string ext = std::filesystem::path(profile_path).extension().string();
+        if (ext == ".yaml" || ext == ".yml" || profile_path.find('=') != std::string::npos)
+          sf::fail("train: --profile took '", profile_path,
+                   "' as its trace file; put --profile last, or give its file as "
+                   "--profile=TRACE.json");
+        const std::filesystem::path parent = std::filesystem::path(profile_path).parent_path();
+        if (!parent.empty() && !std::filesystem::is_directory(parent))
+          sf::fail("train: --profile ", profile_path, ": no directory ", parent.string());
+      }
       if (profile) sf::profiler::start();
       std::string train_config;
       std::vector<std::string> overrides;
@@ -193,6 +204,9 @@ int main(int argc, char** argv) {
                    "', or start a new run with: seqforge train ", train_config);
         const std::string resolved = run_dir + "/config.resolved.yaml";
         if (overwrite) sf::fail("train: --overwrite starts a new run; --resume continues one");
+        if (std::filesystem::is_regular_file(run_dir))
+          sf::fail("train: --resume ", run_dir, " is a file, not a run directory; start a run ",
+                   "from a config with: seqforge train ", run_dir);
         if (!std::filesystem::is_directory(run_dir))
           sf::fail("train: --resume ", run_dir, ": no such run directory");
         summary = sf::train(sf::Config::load(resolved, overrides), std::cout, run_dir);
@@ -211,6 +225,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (eval->parsed()) {
+      if (!eval_data.empty() && eval->count("--split"))
+        sf::fail("eval: --data evaluates every window of that file; --split ", eval_split,
+                 " evaluates a split of the run's own data: give one of them");
       for (const auto& [k, v] : sf::evaluate(eval_run, eval_split, eval_data)) {
         char value[32];  // the shortest text that reads back as the same double
         *std::to_chars(value, value + sizeof value - 1, v).ptr = '\0';

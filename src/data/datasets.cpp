@@ -578,7 +578,8 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
 
 // Class ids per source row (classify; -1 where a row has none). Volatility classes need the
 // training windows' median and are set by label_volatility once the split is known.
-// With `lenient` (predict), a class not seen in training or an empty cell is -1, not an error.
+// With `lenient` (predict, eval --data), a class not seen in training or an empty cell is -1, not
+// an error; unseen classes are counted in a note.
 void label_rows(const DataFile& table, const SeriesOptions& o,
                 const std::vector<int64_t>& file_rows, const SeriesData* stored, bool lenient,
                 SeriesData* d, std::vector<double>* volatility) {
@@ -620,6 +621,7 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
     d->class_names.erase(std::unique(d->class_names.begin(), d->class_names.end()),
                          d->class_names.end());
   }
+  std::map<std::string, int64_t> unseen;  // class name -> rows
   for (int64_t r = 0; r < d->rows; ++r) {
     const auto& name = names[file_rows[r]];
     const auto it = std::lower_bound(d->class_names.begin(), d->class_names.end(), name);
@@ -627,8 +629,35 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
       d->classes[r] = it - d->class_names.begin();
     } else if (!lenient) {
       fail(table.where(file_rows[r]), ": class '", name, "' was not seen in training");
+    } else if (!name.empty()) {
+      ++unseen[name];
     }
   }
+  for (const auto& [name, rows] : unseen)
+    d->notes.push_back(std::to_string(rows) + (rows == 1 ? " row has" : " rows have") + " class '" +
+                       name + "' in column '" + o.class_col +
+                       "', which the model was not trained on: no actual class for " +
+                       (rows == 1 ? "it" : "them"));
+}
+
+// Leaves out the listed windows whose truth the file does not hold (an empty target cell, a
+// class the model was not trained on), with a note.
+void keep_windows_with_truth(SeriesData* d) {
+  auto has_truth = [&](int64_t start) {
+    const int64_t row = d->target_row(start);
+    if (d->task == TaskKind::classify) return d->classes[row] >= 0;
+    for (int64_t col : d->target_cols)
+      if (!std::isfinite(d->source.at(row, col))) return false;
+    return true;
+  };
+  std::vector<int64_t>& all = d->split.test;
+  const size_t before = all.size();
+  all.erase(std::remove_if(all.begin(), all.end(), [&](int64_t s) { return !has_truth(s); }),
+            all.end());
+  if (all.size() < before)
+    d->notes.push_back(std::to_string(before - all.size()) + " of " + std::to_string(before) +
+                       " windows are left out: the file holds no target for them (an empty "
+                       "cell, or a class the model was not trained on)");
 }
 
 // Volatility classes: high above the threshold (the training windows' median, or the stored one).
@@ -735,6 +764,19 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
       if (col != o.date_col && col != o.class_col && col != o.series_col)
         d.feature_names.push_back(col);
   for (const auto& name : d.feature_names) require("data.features", name);
+  if (!o.series_col.empty()) {  // the series' names say which series a row is of, nothing more
+    using Columns = const std::vector<std::string>*;
+    for (const auto& [key, columns] : {std::pair<const char*, Columns>{"feature", &d.feature_names},
+                                       std::pair<const char*, Columns>{"target", &o.targets}})
+      if (std::find(columns->begin(), columns->end(), o.series_col) != columns->end())
+        fail(opt.source, ": data.", key, "s: '", o.series_col,
+             "' is data.series_column, which names the series and cannot be a ", key);
+    const auto& names = table.text(o.series_col);
+    for (int64_t r = 0; r < table.rows(); ++r)
+      if (names[r].empty())
+        fail(table.where(r), ": column '", o.series_col,
+             "' (data.series_column) is empty: every row needs its series' name");
+  }
   for (const auto& [column, t] : o.transforms)
     if (std::find(d.feature_names.begin(), d.feature_names.end(), column) ==
             d.feature_names.end() &&
@@ -769,14 +811,14 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   d.notes = order.notes;
   const std::string label_col =
       opt.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";
-  const std::vector<int64_t> file_rows = build_source(
-      table, built, order, d.target_names, label_col, which == WindowSet::every_window, &d);
+  const std::vector<int64_t> file_rows =
+      build_source(table, built, order, d.target_names, label_col, which != WindowSet::splits, &d);
   bool identity = true;
   for (size_t r = 0; r < file_rows.size() && identity; ++r) identity = file_rows[r] == int64_t(r);
   if (!identity) d.file_rows = file_rows;
   std::vector<double> volatility;
   if (opt.task == TaskKind::classify)
-    label_rows(table, o, file_rows, stored, which == WindowSet::every_window, &d, &volatility);
+    label_rows(table, o, file_rows, stored, which != WindowSet::splits, &d, &volatility);
   list_windows(opt, which, &d);
   if (stored) {
     d.feature_norm = stored->feature_norm;
@@ -785,6 +827,7 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
     fit_normalizers(o, &d);
   }
   label_volatility(volatility, stored, &d);
+  if (which == WindowSet::with_targets) keep_windows_with_truth(&d);
   if (which != WindowSet::splits) return d;
   if (!stored) keep_labeled_fraction(opt, &d);
   if (d.split.train.empty())

@@ -492,7 +492,7 @@ Config Config::parse(const std::string& yaml, const std::string& source,
     }
     if (value.IsNull()) value = YAML::Node(std::string());
     c.values_[path] = canonical(*key, value, "override '" + o + "'");
-    c.where_[path] = "override";
+    c.where_[path] = "override '" + o + "'";
   }
   c.resolve_auto();
   return c;
@@ -543,6 +543,11 @@ const ConfigKey& Config::key_of(const std::string& key) const {
 }
 
 bool Config::is_set(const std::string& key) const { return where_.count(key) > 0; }
+
+const std::string& Config::origin(const std::string& key) const {
+  const auto it = where_.find(key);
+  return it == where_.end() ? source_ : it->second;
+}
 
 std::string Config::str(const std::string& key) const {
   const ConfigKey& k = key_of(key);

@@ -24,16 +24,18 @@ SplitOptions split_options(const Config& c) {
   SplitOptions o;
   o.mode = c.str("data.split.mode");
   if (o.mode != "time" && o.mode != "random")
-    fail(c.source(), ": data.split.mode must be time or random, got '", o.mode, "'");
+    fail(c.origin("data.split.mode"), ": data.split.mode must be time or random, got '", o.mode,
+         "'");
   o.by = c.str("data.split.by");
   if (o.by != "rows" && o.by != "date")
-    fail(c.source(), ": data.split.by must be rows or date, got '", o.by, "'");
+    fail(c.origin("data.split.by"), ": data.split.by must be rows or date, got '", o.by, "'");
   o.train = c.number("data.split.train");
   o.val = c.number("data.split.val");
   if (!(o.train > 0 && o.train <= 1))
-    fail(c.source(), ": data.split.train must be in (0, 1], got ", o.train);
+    fail(c.origin("data.split.train"), ": data.split.train must be in (0, 1], got ", o.train);
   if (!(o.val >= 0 && o.train + o.val <= 1 + 1e-9))
-    fail(c.source(), ": data.split.val must be >= 0 with train + val <= 1, got ", o.val);
+    fail(c.origin("data.split.val"), ": data.split.val must be >= 0 with train + val <= 1, got ",
+         o.val);
   o.seed = static_cast<uint64_t>(c.integer("train.seed"));
   return o;
 }
@@ -50,41 +52,49 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
   o.features = c.list("data.features");
   o.targets = c.list("data.targets");
   if (split.by == "date" && o.date_col.empty())
-    fail(c.source(), ": data.split.by date needs data.date_column");
+    fail(c.origin("data.split.by"), ": data.split.by date needs data.date_column");
   for (const auto& [column, name] : c.map("data.transform")) {
     try {
       o.transforms[column] = parse_transform(name);
     } catch (const Error& e) {
-      fail(c.source(), ": data.transform: ", column, ": ", e.what());
+      fail(c.origin("data.transform"), ": data.transform: ", column, ": ", e.what());
     }
   }
   if (task == TaskKind::forecast) {
-    if (o.horizon < 1) fail(c.source(), ": data.horizon must be positive, got ", o.horizon);
-    if (o.targets.empty()) fail(c.source(), ": data.targets is required for data.task forecast");
+    if (o.horizon < 1)
+      fail(c.origin("data.horizon"), ": data.horizon must be positive, got ", o.horizon);
+    if (o.targets.empty())
+      fail(c.origin("data.targets"), ": data.targets is required for data.task forecast");
   } else if (task == TaskKind::classify) {
-    if (o.horizon < 0) fail(c.source(), ": data.horizon must be >= 0, got ", o.horizon);
+    if (o.horizon < 0)
+      fail(c.origin("data.horizon"), ": data.horizon must be >= 0, got ", o.horizon);
     o.label = c.str("data.label");
     if (o.label != "column" && o.label != "direction" && o.label != "volatility")
-      fail(c.source(), ": data.label must be column, direction or volatility, got '", o.label, "'");
+      fail(c.origin("data.label"), ": data.label must be column, direction or volatility, got '",
+           o.label, "'");
     if (o.label == "column" && o.class_col.empty())
-      fail(c.source(), ": data.class_column is required for data.task classify");
+      fail(c.origin("data.class_column"), ": data.class_column is required for data.task classify");
     if (o.label != "column") {
       o.label_col = c.str("data.label_column");
       if (o.label_col.empty())
-        fail(c.source(), ": data.label_column is required for data.label ", o.label);
+        fail(c.origin("data.label_column"), ": data.label_column is required for data.label ",
+             o.label);
       if (o.horizon < 1)
-        fail(c.source(), ": data.horizon must be positive for data.label ", o.label);
+        fail(c.origin("data.horizon"), ": data.horizon must be positive for data.label ", o.label);
     }
   } else {  // mae
-    if (o.horizon < 1) fail(c.source(), ": data.horizon must be positive, got ", o.horizon);
+    if (o.horizon < 1)
+      fail(c.origin("data.horizon"), ": data.horizon must be positive, got ", o.horizon);
     o.horizon = 0;  // the window itself is the target
   }
   o.normalize = c.str("data.normalize");
   if (o.normalize != "zscore" && o.normalize != "minmax" && o.normalize != "none")
-    fail(c.source(), ": data.normalize must be zscore, minmax or none, got '", o.normalize, "'");
+    fail(c.origin("data.normalize"), ": data.normalize must be zscore, minmax or none, got '",
+         o.normalize, "'");
   o.label_fraction = c.number("data.label_fraction");
   if (!(o.label_fraction > 0 && o.label_fraction <= 1))
-    fail(c.source(), ": data.label_fraction must be in (0, 1], got ", o.label_fraction);
+    fail(c.origin("data.label_fraction"), ": data.label_fraction must be in (0, 1], got ",
+         o.label_fraction);
   return o;
 }
 
@@ -94,7 +104,7 @@ DataOptions data_options(const Config& c) {
   DataOptions o;
   o.source = c.source();
   o.path = c.str("data.path");
-  if (o.path.empty()) fail(c.source(), ": data.path is required");
+  if (o.path.empty()) fail(c.origin("data.path"), ": data.path is required");
   o.task = parse_task(c.str("data.task"), c.source());
   o.split = split_options(c);
   if (o.task == TaskKind::charlm) {
@@ -105,20 +115,23 @@ DataOptions data_options(const Config& c) {
     o.text.seq_len = positive(c, "data.seq_len");
     o.text.columns = c.list("data.text_columns");
     if (o.text.columns.empty() || o.text.columns.size() > 2)
-      fail(c.source(), ": data.text_columns must name one text column or two (a pair), got ",
+      fail(c.origin("data.text_columns"),
+           ": data.text_columns must name one text column or two (a pair), got ",
            o.text.columns.size());
     o.text.class_col = c.str("data.class_column");
     if (o.text.class_col.empty())
-      fail(c.source(), ": data.class_column is required for data.task text_classify");
+      fail(c.origin("data.class_column"),
+           ": data.class_column is required for data.task text_classify");
     o.text.separator = c.str("data.separator");
     if (o.text.columns.size() == 2 && o.text.separator.empty())
-      fail(c.source(), ": data.separator must not be empty for a pair of text columns");
+      fail(c.origin("data.separator"),
+           ": data.separator must not be empty for a pair of text columns");
     return o;
   }
   o.series = series_options(c, o.task, o.split);
   o.mask_ratio = c.number("data.mask_ratio");
   if (!(o.mask_ratio > 0 && o.mask_ratio < 1))
-    fail(c.source(), ": data.mask_ratio must be in (0, 1), got ", o.mask_ratio);
+    fail(c.origin("data.mask_ratio"), ": data.mask_ratio must be in (0, 1), got ", o.mask_ratio);
   return o;
 }
 
@@ -152,11 +165,13 @@ AugmentOptions augment_options(const Config& c) {
   o.window_slice_p = probability("augment.window_slice.p");
   o.window_slice_ratio = c.number("augment.window_slice.ratio");
   if (!(o.window_slice_ratio > 0 && o.window_slice_ratio <= 1))
-    fail(c.source(), ": augment.window_slice.ratio must be in (0, 1], got ", o.window_slice_ratio);
+    fail(c.origin("augment.window_slice.ratio"),
+         ": augment.window_slice.ratio must be in (0, 1], got ", o.window_slice_ratio);
   o.cache = c.boolean("augment.cache");
   o.cache_versions = c.integer("augment.cache_versions");
   if (o.cache_versions < 1)
-    fail(c.source(), ": augment.cache_versions must be positive, got ", o.cache_versions);
+    fail(c.origin("augment.cache_versions"), ": augment.cache_versions must be positive, got ",
+         o.cache_versions);
   o.cache_dir = c.str("augment.cache_dir");
   if (o.cache_dir.empty())
     o.cache_dir = (fs::path(autotune::cache_path()).parent_path() / "augment").string();
@@ -165,20 +180,23 @@ AugmentOptions augment_options(const Config& c) {
     fail(c.source(), ": augment: augmentations apply to time series, not to data.task ",
          c.str("data.task"));
   if (o.cache && !o.any())
-    fail(c.source(), ": augment.cache is true but no augmentation has a probability above 0");
+    fail(c.origin("augment.cache"),
+         ": augment.cache is true but no augmentation has a probability above 0");
   return o;
 }
 
 LoaderOptions loader_options(const Config& c, int64_t batch_bytes) {
   const int prefetch = static_cast<int>(c.integer("data.prefetch_factor"));
   if (prefetch < 1 || prefetch > 64)
-    fail(c.source(), ": data.prefetch_factor must be in [1, 64], got ", prefetch);
+    fail(c.origin("data.prefetch_factor"), ": data.prefetch_factor must be in [1, 64], got ",
+         prefetch);
   const std::string workers = c.str("data.num_workers");
   if (workers == "auto") return loader_options(-1, prefetch, batch_bytes);
   char* end = nullptr;
   const long n = std::strtol(workers.c_str(), &end, 10);
   if (workers.empty() || *end != '\0' || n < 0 || n > 256)
-    fail(c.source(), ": data.num_workers must be auto or a count in [0, 256], got '", workers, "'");
+    fail(c.origin("data.num_workers"),
+         ": data.num_workers must be auto or a count in [0, 256], got '", workers, "'");
   return loader_options(static_cast<int>(n), prefetch, batch_bytes);
 }
 

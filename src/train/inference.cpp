@@ -12,8 +12,8 @@
 #include "run.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/error.hpp"
-#include "seqforge/nn/checkpoint.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/nn/checkpoint.hpp"
 #include "seqforge/nn/transformer.hpp"
 #include "seqforge/train/data_options.hpp"
 #include "seqforge/train/trainer.hpp"
@@ -58,8 +58,8 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
   if (data.empty() && split != "val" && split != "test")
     fail("--split: expected val or test, got '", split, "'");
   LoadedRun r = load_run(run, data, data.empty() ? WindowSet::splits : WindowSet::with_targets);
-  if (r.task.kind == TaskKind::charlm && !data.empty())
-    fail("--data: evaluating a character model on another file is not supported; use --split");
+  if (!data.empty() && r.task.kind != TaskKind::text_classify)
+    for (const std::string& note : r.task.series.notes) std::cerr << "note: " << note << "\n";
   configure_threads(static_cast<int>(r.config.integer("train.threads")));
   auto be = make_run_backend();
   auto model = load_model(*be, r, &std::cerr);
@@ -241,19 +241,24 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
     configure_threads(static_cast<int>(r.config.integer("train.threads")));
     return predict_text(r, options, log);
   }
-  if (r.task.kind != TaskKind::forecast && r.task.kind != TaskKind::classify)
-    fail(run, ": predict needs a forecast or classify run; this is a ", task_name(r.task.kind),
-         " run", r.task.kind == TaskKind::charlm ? " (sample from it with seqforge generate)" : "");
   configure_threads(static_cast<int>(r.config.integer("train.threads")));
   const SeriesData& d = r.task.series;
+  for (const std::string& note : d.notes) log << "note: " << note << "\n";
   for (const SeriesSpan& s : d.series)
     if (s.end - s.begin < d.lookback && d.series.size() > 1)
       log << "note: series '" << s.name << "' has " << s.end - s.begin
           << " rows, fewer than data.lookback = " << d.lookback << ": no prediction for it\n";
   const std::vector<int64_t> windows = prediction_windows(d, options.last_only);
-  if (windows.empty())
+  if (windows.empty()) {
+    bool differences = false;  // transforms that take each series' first row as their base
+    for (const auto& [column, t] : r.config.map("data.transform"))
+      differences |= t == "diff" || t == "log_return" || t == "pct_change";
     fail(options.input, ": ", d.rows, " rows", d.series.size() > 1 ? " in every series" : "",
+         differences ? " (after data.transform, whose differences use each series' first row "
+                       "as their base)"
+                     : "",
          " are fewer than data.lookback = ", d.lookback, ": no complete window to predict from");
+  }
   auto be = make_run_backend();
   auto model = load_model(*be, r, &log);
   const bool multi = d.series.size() > 1 || !r.config.str("data.series_column").empty();

@@ -29,11 +29,11 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
       std::find(names.begin(), names.end(), s.monitor) == names.end()) {
     std::string list;
     for (const auto& name : names) list += " " + name;
-    fail(c.source(), ": train.early_stopping.monitor: '", s.monitor,
+    fail(c.origin("train.early_stopping.monitor"), ": train.early_stopping.monitor: '", s.monitor,
          "' is not a metric of this task (", list, " )");
   }
   if (task.split().val.empty() && s.monitor.rfind("val_", 0) == 0)
-    fail(c.source(), ": train.early_stopping.monitor is ", s.monitor,
+    fail(c.origin("train.early_stopping.monitor"), ": train.early_stopping.monitor is ", s.monitor,
          " but data.split.val is 0 (no validation): monitor train_loss, or give a validation "
          "share");
   s.batch_size = c.integer("train.batch_size");
@@ -46,15 +46,16 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
   if (!(s.bucket_mb > 0)) bad("dist.bucket_mb", "positive", s.bucket_mb);
   s.mode = c.str("train.early_stopping.mode");
   if (s.mode != "min" && s.mode != "max")
-    fail(c.source(), ": train.early_stopping.mode must be min or max, got '", s.mode, "'");
+    fail(c.origin("train.early_stopping.mode"),
+         ": train.early_stopping.mode must be min or max, got '", s.mode, "'");
   s.save = c.str("train.save");
   if (s.save != "best" && s.save != "last" && s.save != "every_n")
-    fail(c.source(), ": train.save must be best, last or every_n, got '", s.save, "'");
+    fail(c.origin("train.save"), ": train.save must be best, last or every_n, got '", s.save, "'");
   s.schedule = c.str("train.schedule");
   if (s.schedule != "constant" && s.schedule != "step" && s.schedule != "cosine" &&
       s.schedule != "plateau")
-    fail(c.source(), ": train.schedule must be constant, step, cosine or plateau, got '",
-         s.schedule, "'");
+    fail(c.origin("train.schedule"),
+         ": train.schedule must be constant, step, cosine or plateau, got '", s.schedule, "'");
   s.max_batches = c.integer("train.max_batches");
   s.warmup_steps = c.integer("train.warmup_steps");
   s.gamma = c.number("train.gamma");
@@ -70,10 +71,11 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
   s.test_after = c.boolean("train.test_after");
   s.stateful = c.boolean("train.stateful");
   if (s.stateful && c.str("model.family") != "recurrent")
-    fail(c.source(), ": train.stateful carries recurrent states; model.family ",
+    fail(c.origin("train.stateful"), ": train.stateful carries recurrent states; model.family ",
          c.str("model.family"), " has none");
   if (s.stateful && c.boolean("model.bidirectional"))
-    fail(c.source(), ": train.stateful needs a unidirectional model (model.bidirectional: false)");
+    fail(c.origin("train.stateful"),
+         ": train.stateful needs a unidirectional model (model.bidirectional: false)");
   if (s.stateful && c.str("data.split.mode") != "time")
     fail(c.source(),
          ": train.stateful needs data.split.mode: time (streams follow the data's order)");

@@ -34,25 +34,28 @@ AdapterOptions adapter_options(const Config& c, int64_t width, const std::string
   AdapterOptions a;
   const std::string kind = c.str("adapter.kind");
   if (kind != "none" && kind != "lora" && kind != "dora")
-    fail(c.source(), ": adapter.kind must be none, lora or dora, got '", kind, "'");
+    fail(c.origin("adapter.kind"), ": adapter.kind must be none, lora or dora, got '", kind, "'");
   a.kind = kind == "lora"   ? AdapterKind::lora
            : kind == "dora" ? AdapterKind::dora
                             : AdapterKind::none;
   a.rank = c.integer("adapter.rank");
   if (a.rank <= 0 || (width > 0 && a.rank > width))
-    fail(c.source(), ": adapter.rank must be in [1, ", width > 0 ? std::to_string(width) : "...",
-         "], got ", a.rank);
+    fail(c.origin("adapter.rank"), ": adapter.rank must be in [1, ",
+         width > 0 ? std::to_string(width) : "...", "], got ", a.rank);
   a.alpha = c.number("adapter.alpha");
-  if (!(a.alpha > 0)) fail(c.source(), ": adapter.alpha must be positive, got ", a.alpha);
+  if (!(a.alpha > 0))
+    fail(c.origin("adapter.alpha"), ": adapter.alpha must be positive, got ", a.alpha);
   a.dropout = c.number("adapter.dropout");
   if (!(a.dropout >= 0 && a.dropout < 1))
-    fail(c.source(), ": adapter.dropout must be in [0, 1), got ", a.dropout);
+    fail(c.origin("adapter.dropout"), ": adapter.dropout must be in [0, 1), got ", a.dropout);
   const std::string base = c.str("adapter.base_precision");
   if (base != "fp32" && base != "bf16")
-    fail(c.source(), ": adapter.base_precision must be fp32 or bf16, got '", base, "'");
+    fail(c.origin("adapter.base_precision"), ": adapter.base_precision must be fp32 or bf16, got '",
+         base, "'");
   a.bf16_base = a.kind != AdapterKind::none && base == "bf16";
   if (a.bf16_base && resolve_precision(c.str("train.precision"), nullptr) != DType::bf16)
-    fail(c.source(), ": adapter.base_precision bf16 needs bf16 GEMMs (train.precision: bf16 on a ",
+    fail(c.origin("adapter.base_precision"),
+         ": adapter.base_precision bf16 needs bf16 GEMMs (train.precision: bf16 on a ",
          "CPU with AVX512-BF16 or AMX-BF16)");
   a.targets = c.list("adapter.targets");
   if (a.targets.empty())
@@ -65,10 +68,11 @@ AdapterOptions adapter_options(const Config& c, int64_t width, const std::string
                                           (cell == "lstm" && t == "lstm.weight_hr");
     if (known) continue;
     if (cell.empty())
-      fail(c.source(), ": adapter.targets: '", t, "' is not a Linear of a block (attn.c_attn, ",
-           "attn.c_proj, mlp.c_fc, mlp.c_proj)");
-    fail(c.source(), ": adapter.targets: '", t, "' is not a weight of the ", cell, " layer (", cell,
-         ".weight_ih, ", cell, ".weight_hh", cell == "lstm" ? ", lstm.weight_hr" : "", ")");
+      fail(c.origin("adapter.targets"), ": adapter.targets: '", t,
+           "' is not a Linear of a block (attn.c_attn, ", "attn.c_proj, mlp.c_fc, mlp.c_proj)");
+    fail(c.origin("adapter.targets"), ": adapter.targets: '", t, "' is not a weight of the ", cell,
+         " layer (", cell, ".weight_ih, ", cell, ".weight_hh",
+         cell == "lstm" ? ", lstm.weight_hr" : "", ")");
   }
   return a;
 }
@@ -83,33 +87,36 @@ ModelOptions model_options(const Config& c, const Task& t) {
   try {
     m.rnn.cell = cell_kind(c.str("model.cell"));
   } catch (const std::exception& e) {
-    fail(c.source(), ": model.cell: ", e.what());
+    fail(c.origin("model.cell"), ": model.cell: ", e.what());
   }
   m.rnn.hidden_size = positive("model.hidden");
   if (const CellType& cell = cell_type(m.rnn.cell); m.rnn.hidden_size < cell.min_hidden)
-    fail(c.source(), ": model.hidden must be at least ", cell.min_hidden, " for model.cell ",
-         cell.name, ", got ", m.rnn.hidden_size);
+    fail(c.origin("model.hidden"), ": model.hidden must be at least ", cell.min_hidden,
+         " for model.cell ", cell.name, ", got ", m.rnn.hidden_size);
   m.rnn.proj_size = c.integer("model.proj_size");
   if (m.rnn.proj_size < 0 || m.rnn.proj_size >= m.rnn.hidden_size)
-    fail(c.source(), ": model.proj_size must be 0 (none) or below model.hidden ", m.rnn.hidden_size,
-         ", got ", m.rnn.proj_size);
+    fail(c.origin("model.proj_size"), ": model.proj_size must be 0 (none) or below model.hidden ",
+         m.rnn.hidden_size, ", got ", m.rnn.proj_size);
   if (m.rnn.proj_size > 0 && m.rnn.cell != CellKind::lstm)
-    fail(c.source(), ": model.proj_size is for model.cell: lstm (PyTorch's nn.LSTM proj_size)");
+    fail(c.origin("model.proj_size"),
+         ": model.proj_size is for model.cell: lstm (PyTorch's nn.LSTM proj_size)");
   m.rnn.num_layers = positive("model.layers");
   m.rnn.bidirectional = c.boolean("model.bidirectional");
   m.rnn.dropout = c.number("model.dropout");
   if (!(m.rnn.dropout >= 0 && m.rnn.dropout < 1))
-    fail(c.source(), ": model.dropout must be in [0, 1), got ", m.rnn.dropout);
+    fail(c.origin("model.dropout"), ": model.dropout must be in [0, 1), got ", m.rnn.dropout);
   const std::string mode = c.str("model.dropout_mode");
   if (mode != "standard" && mode != "variational")
-    fail(c.source(), ": model.dropout_mode must be standard or variational, got '", mode, "'");
+    fail(c.origin("model.dropout_mode"),
+         ": model.dropout_mode must be standard or variational, got '", mode, "'");
   m.rnn.variational_dropout = mode == "variational";
   m.rnn.batch_first = true;
   task_type(t.kind).shape_model(c, t, &m);
   const std::string family = c.str("model.family");
   if (family == "transformer") {
     if (!t.is_text())
-      fail(c.source(), ": model.family transformer takes data.task charlm or text_classify, not ",
+      fail(c.origin("model.family"),
+           ": model.family transformer takes data.task charlm or text_classify, not ",
            task_name(t.kind));
     m.family = ModelFamily::transformer;
     TransformerOptions& o = m.transformer;
@@ -118,13 +125,13 @@ ModelOptions model_options(const Config& c, const Task& t) {
     o.n_layer = m.rnn.num_layers;
     o.n_head = positive("model.heads");
     if (o.n_embd % o.n_head != 0)
-      fail(c.source(), ": model.embedding ", o.n_embd, " is not a multiple of model.heads ",
-           o.n_head);
+      fail(c.origin("model.embedding"), ": model.embedding ", o.n_embd,
+           " is not a multiple of model.heads ", o.n_head);
     o.block_size = c.integer("model.block_size");
     if (o.block_size == 0) o.block_size = t.steps();
     if (o.block_size < t.steps())
-      fail(c.source(), ": model.block_size ", o.block_size, " is shorter than data.seq_len ",
-           t.steps());
+      fail(c.origin("model.block_size"), ": model.block_size ", o.block_size,
+           " is shorter than data.seq_len ", t.steps());
     o.dropout = m.rnn.dropout;
     o.checkpoint_activations = c.boolean("model.checkpoint_activations");
     o.bias = c.boolean("model.bias");
@@ -139,9 +146,10 @@ ModelOptions model_options(const Config& c, const Task& t) {
            "next from those before it)");
     }
   } else if (family != "recurrent") {
-    fail(c.source(), ": model.family must be recurrent or transformer, got '", family, "'");
+    fail(c.origin("model.family"), ": model.family must be recurrent or transformer, got '", family,
+         "'");
   } else if (t.kind == TaskKind::text_classify) {
-    fail(c.source(), ": data.task text_classify takes model.family transformer");
+    fail(c.origin("data.task"), ": data.task text_classify takes model.family transformer");
   } else {
     m.adapter = adapter_options(c, 0, cell_type(m.rnn.cell).name);
   }
@@ -182,7 +190,7 @@ Config with_base_architecture(const Config& c, std::string* note) {
     }
   }
   if (!base.count("model.heads") && !c.is_set("model.heads"))
-    fail(c.source(), ": model.heads: ", init,
+    fail(c.origin("model.heads"), ": model.heads: ", init,
          " does not say how many attention heads its model has (nanoGPT's n_head is not in its "
          "checkpoint); set model.heads to the base model's");
   auto text = [](const std::string& key, int64_t v) {
@@ -401,7 +409,17 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
            "epoch)");
     fail(run, ": no model.safetensors here (not a run directory)");
   }
-  io::SafetensorsFile file = io::SafetensorsFile::read(path);
+  const std::string ext = fs::path(path).extension().string();
+  if (ext == ".yaml" || ext == ".yml")
+    fail(run, ": a config, not a run: train it first (seqforge train ", run,
+         "), then give the run directory");
+  io::SafetensorsFile file;
+  try {
+    file = io::SafetensorsFile::read(path);
+  } catch (const std::exception& e) {
+    if (ext == ".safetensors") throw;
+    fail(run, ": not a run directory or a model.safetensors (", e.what(), ")");
+  }
   const auto& meta = file.metadata();
   if (!meta.count("seqforge.config"))
     fail(path, ": not a seqforge checkpoint (no seqforge.config metadata)");
@@ -410,6 +428,13 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   Config config = Config::parse(meta.at("seqforge.config"), path + " (stored config)", overrides);
   Task stored;
   stored.kind = parse_task(config.str("data.task"), path + " (stored config)");
+  const bool forecasts = stored.kind == TaskKind::forecast || stored.kind == TaskKind::classify ||
+                         stored.kind == TaskKind::text_classify;
+  if (windows == WindowSet::every_window && !forecasts)
+    fail(run, ": predict needs a forecast or classify run; this is a ", task_name(stored.kind),
+         " run", stored.kind == TaskKind::charlm ? " (sample from it with seqforge generate)" : "");
+  if (windows == WindowSet::with_targets && stored.kind == TaskKind::charlm)
+    fail("--data: evaluating a character model on another file is not supported; use --split");
   task_type(stored.kind).restore(meta, path, &stored);
   Task task;
   if (stored.kind == TaskKind::charlm && data_override.empty() &&
@@ -465,7 +490,8 @@ StatefulStreams stateful_streams(const Dataset& d, int64_t batch_size) {
 ThreadConfig configure_rank_threads(const Config& c, int local) {
   const int64_t requested = c.integer("train.threads");
   if (requested < 0)
-    fail(c.source(), ": train.threads must be 0 (one per CPU) or a count, got ", requested);
+    fail(c.origin("train.threads"), ": train.threads must be 0 (one per CPU) or a count, got ",
+         requested);
   const int cpus = usable_cpus(), online = online_cpus();
   ThreadConfig t;
   if (local <= 1 || requested > 0 || std::getenv("OMP_NUM_THREADS") || cpus < online) {

@@ -192,7 +192,8 @@ class TextTask : public TaskType {
     m->vocab_size = static_cast<int64_t>(d.text.vocab.size());
     m->embedding_dim = c.integer("model.embedding");
     if (m->embedding_dim <= 0)
-      fail(c.source(), ": model.embedding must be positive, got ", m->embedding_dim);
+      fail(c.origin("model.embedding"), ": model.embedding must be positive, got ",
+           m->embedding_dim);
     shape_head(d, m);
   }
   void store(const Config&, const Dataset& d,

@@ -87,24 +87,39 @@ void check_validation_split(const Config& c, const Task& t) {
                                ? "data.seq_len + 1 = " + std::to_string(t.text.seq_len + 1)
                                : "data.lookback + data.horizon = " +
                                      std::to_string(t.series.lookback + t.series.horizon);
-  fail(c.source(), ": data.split.val: the validation split has no ", what, " (train ",
-       s.train.size(), ", validation 0, test ", s.test.size(), "): each series' validation part ",
-       "is shorter than ", size,
+  const std::string counts = " (train " + std::to_string(s.train.size()) + ", validation 0, test " +
+                             std::to_string(s.test.size()) + ")";
+  if (c.str("data.split.mode") == "random")
+    fail(c.origin("data.split.val"), ": data.split.val: the validation split has no ", what, counts,
+         ": ", share, " of ", s.train.size() + s.test.size(), " ", what,
+         " rounds to none; raise data.split.val, or set data.split.val: 0 to train without "
+         "validation");
+  fail(c.origin("data.split.val"), ": data.split.val: the validation split has no ", what, counts,
+       ": each series' validation part is shorter than ", size,
        "; raise data.split.val, shorten the windows, or set "
        "data.split.val: 0 to train without validation");
 }
 
-// Throws when a parameter is not finite: no checkpoint may hold such a model.
-void check_finite_parameters(Backend& be, const Parameters& p, int64_t epoch,
-                             const std::string& checkpoint) {
+// What a run stopped for a non-finite model keeps: the last saved checkpoint, or nothing.
+std::string kept_model(const std::string& checkpoint) {
+  return fs::exists(checkpoint) ? checkpoint + " holds the last finite model"
+                                : "no model was saved yet (" + checkpoint + " does not exist)";
+}
+
+// Throws when a parameter is not finite: no checkpoint may hold such a model. The epoch's steps
+// [first_step, last_step] are those that may have made it so.
+void check_finite_parameters(Backend& be, const Parameters& p, int64_t epoch, int64_t first_step,
+                             int64_t last_step, const std::string& checkpoint) {
   const Tensor flat = p.values().flat();
   const HostView values(be, flat);
   const float* v = values.data<float>();
   for (int64_t i = 0; i < flat.numel(); ++i)
     if (!std::isfinite(v[i]))
-      fail("epoch ", epoch, ": the model's parameters are not finite (", v[i],
-           "); lower optim.lr or set train.clip_grad_norm. Nothing was saved: ", checkpoint,
-           " holds the last finite model");
+      fail("epoch ", epoch, ", steps ", first_step, "-", last_step,
+           ": the model's parameters are not finite (", v[i],
+           ") though the loss was; lower optim.lr or set train.clip_grad_norm. Nothing was saved "
+           "from this epoch: ",
+           kept_model(checkpoint));
 }
 
 // One rank's training run: set up from the config (data, model, optimizer, loader, run
@@ -263,13 +278,14 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
 
 void Training::start_streams() {
   if (ranks_ > 1)
-    fail(c_.source(), ": train.stateful runs in one process (not under mpirun with ", ranks_,
-         " ranks)");
+    fail(c_.origin("train.stateful"),
+         ": train.stateful runs in one process (not under mpirun with ", ranks_, " ranks)");
   StatefulStreams streams = stateful_streams(task_, s_.batch_size);
   if (streams.batches == 0)
-    fail(c_.source(), ": train.stateful: the training split holds ", task_.split().train.size(),
-         " windows, too few for ", s_.batch_size, " streams of consecutive chunks of ",
-         task_.steps(), " steps; lower train.batch_size or data.lookback");
+    fail(c_.origin("train.stateful"), ": train.stateful: the training split holds ",
+         task_.split().train.size(), " windows, too few for ", s_.batch_size,
+         " streams of consecutive chunks of ", task_.steps(),
+         " steps; lower train.batch_size or data.lookback");
   order_ = std::move(streams.order);
   resets_ = std::move(streams.reset);
   batches_per_epoch_ =
@@ -324,9 +340,9 @@ void Training::build_model() {
     // A base model's checkpoint holds no adapters nor a new head: they keep their start, and
     // DoRA's magnitudes not in the file are taken from the loaded weights; an adapter run's are
     // kept as saved.
-    initialized_ = load_parameters(
-        init, model_->parameters(), *be_, false, c_.list("model.init_from_modules"),
-        model_->fresh_parameters(), model_->unused_base_tensors(), model_->tied_base_tensors());
+    initialized_ = load_parameters(init, model_->parameters(), *be_, false,
+                                   c_.list("model.init_from_modules"), model_->fresh_parameters(),
+                                   model_->unused_base_tensors(), model_->tied_base_tensors());
     model_->init_adapters(*be_, initialized_);
   }
   oo_.kind = c_.str("optim.kind");
@@ -561,8 +577,8 @@ void Training::freeze_modules() {
       if (model_->parameters().values().entries()[i].name.rfind(module + ".", 0) == 0)
         frozen_[i] = any = true;
     if (!any)
-      fail(c_.source(), ": train.freeze_modules: the model has no module '", module,
-           "' (modules: ", module_names(model_->parameters()), ")");
+      fail(c_.origin("train.freeze_modules"), ": train.freeze_modules: the model has no module '",
+           module, "' (modules: ", module_names(model_->parameters()), ")");
   }
   if (!s_.freeze_modules.empty() && s_.freeze_epochs > state_.epochs_done) {
     std::string list;
@@ -682,7 +698,7 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
          batches_per_epoch_, "): the training loss is ", loss,
          "; lower optim.lr or set train.clip_grad_norm (e.g. 1.0). Nothing was saved from this "
          "epoch: ",
-         checkpoint_, " holds the last finite model");
+         kept_model(checkpoint_));
   if (ranks_ > 1) {
     // The summed gradients are the mean over the global batch: each rank's mean gradient
     // weighted by its share of the loss's terms (windows, or masked steps for mae).
@@ -764,10 +780,12 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
   std::map<std::string, double> m =
       evaluate_split(*be_, *model_, task_, task_.split().val, *loader_);
   m["train_loss"] = loss_sum / double(seen);
-  check_finite_parameters(*be_, model_->parameters(), epoch, checkpoint_);
+  check_finite_parameters(*be_, model_->parameters(), epoch,
+                          std::max<int64_t>(1, state_.step - batches_per_epoch_ + 1), state_.step,
+                          checkpoint_);
   const double epoch_s = now_s() - t0;
   if (!m.count(s_.monitor))
-    fail(c_.source(), ": train.early_stopping.monitor: '", s_.monitor,
+    fail(c_.origin("train.early_stopping.monitor"), ": train.early_stopping.monitor: '", s_.monitor,
          "' is not a metric of this task (", format_metrics(m), " )");
   const double value = m.at(s_.monitor);
   const bool improved = s_.improves(value, state_.best);

@@ -39,6 +39,9 @@ class Config {
   // from `auto`.
   bool is_set(const std::string& key) const;
   const std::string& source() const { return source_; }
+  // Where a key's value came from, for errors about it: "file:line", "override 'key=value'", or
+  // the config's source for a default.
+  const std::string& origin(const std::string& key) const;
   // Every key with its value, defaults filled in, as YAML; a path made absolute has the path as
   // written in a comment beside it.
   std::string resolved_yaml() const;
