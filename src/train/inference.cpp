@@ -102,7 +102,9 @@ std::string forecast_time(const SeriesData& d, int64_t start) {
   if (target < s.end) return row_label(d, target);
   if (d.dates.empty() || !s.regular || s.step <= 0) return "";
   const bool date_only = d.dates[last].size() <= 10;
-  return io::format_datetime(d.times[last] + d.horizon * s.step, date_only);
+  const int64_t when = s.months > 0 ? add_months(d.times[last], d.horizon * s.months)
+                                    : d.times[last] + d.horizon * s.step;
+  return io::format_datetime(when, date_only);
 }
 
 // Windows per forward pass of predict: large batches run the GEMMs fastest (512-1024 rows ran
