@@ -1,6 +1,7 @@
 #include "seqforge/io/safetensors.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -10,10 +11,13 @@
 #include <iterator>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/dtype.hpp"
 #include "seqforge/core/error.hpp"
+#include "test_util.hpp"
 
 namespace seqforge::io {
 namespace {
@@ -559,4 +563,37 @@ TEST_F(SafetensorsTest, BytesRejectsForeignEntry) {
 }
 
 }  // namespace
+// Atomic writes replace a regular file, and the file a symlink names (the link stays); a device
+// or pipe (an --output of /dev/null or /dev/stdout) is written to and never replaced by a file.
+TEST(WriteFileAtomically, ReplacesFilesButWritesIntoPipesAndThroughLinks) {
+  const fs::path dir = fs::temp_directory_path() / "seqforge_atomic_write_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string text = "written\n";
+  const io::ByteSpan bytes{text.data(), text.size()};
+  std::ofstream(dir / "target") << "old";
+  fs::create_symlink(dir / "target", dir / "link");
+  io::write_file_atomically((dir / "link").string(), {bytes});
+  EXPECT_TRUE(fs::is_symlink(dir / "link"));
+  std::ifstream target(dir / "target");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(target), {}), text);
+
+  const std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string read_back;
+  std::thread reader([&] {
+    std::ifstream in(fifo);
+    read_back.assign(std::istreambuf_iterator<char>(in), {});
+  });
+  io::write_file_atomically(fifo, {bytes});
+  reader.join();
+  EXPECT_EQ(read_back, text);
+  EXPECT_EQ(fs::status(fifo).type(), fs::file_type::fifo);
+  EXPECT_NE(test::error_of([&] {
+              io::write_file_atomically(dir.string(), {bytes});
+            }).find("is a directory"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
 }  // namespace seqforge::io

@@ -64,7 +64,27 @@ FileStamp stamp_of(const std::string& path) {
           static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
 }
 
-void write_file_atomically(const std::string& path, const std::vector<ByteSpan>& parts) {
+void write_file_atomically(const std::string& path_in, const std::vector<ByteSpan>& parts) {
+  std::string path = path_in;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) fail(path, ": is a directory");
+    if (!S_ISREG(st.st_mode)) {  // a device, pipe or socket (/dev/null, /dev/stdout): written to,
+                                 // never replaced
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
+      bool ok = true;
+      for (const ByteSpan& part : parts)
+        ok = ok && (part.size == 0 || write_all(fd, part.data, part.size));
+      const int e = errno;
+      ::close(fd);
+      if (!ok) fail(path, ": cannot write: ", std::strerror(e));
+      return;
+    }
+    struct stat link {};
+    if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode))
+      path = std::filesystem::canonical(path).string();  // the file it names is replaced
+  }
   // The temporary file, removed on every failure path.
   struct TempFile {
     std::string path;

@@ -437,6 +437,28 @@ std::string config_reference_markdown() {
     out << "| `" << k.path << "` | " << type_name(k.type) << " | "
         << (shown.empty() ? "" : "`" + shown + "`") << " | " << k.doc << " |\n";
   }
+  out << "\n## The `tune:` section\n\n"
+      << "`seqforge tune CONFIG.yaml [key.path=value ...]` searches the keys of the config's "
+         "`tune:` section, which a training run ignores; overrides beginning with `tune.` set "
+         "the section, the others every trial's config. See README.md, Hyperparameter search.\n\n"
+      << "| key | default | meaning |\n|---|---|---|\n"
+      << "| `tune.name` | the config's file name | the study's name |\n"
+      << "| `tune.direction` | from `train.early_stopping.mode` | minimize or maximize |\n"
+      << "| `tune.metric` | `train.early_stopping.monitor` | the metric each trial reports per "
+         "epoch |\n"
+      << "| `tune.value` | `best` | which epoch gives a trial's value (and its kept checkpoint): "
+         "`best` or `last` |\n"
+      << "| `tune.n_trials` | `20` | the study's trials in all (`--n-trials` overrides) |\n"
+      << "| `tune.timeout` | `0` | seconds after which no trial starts; 0: none |\n"
+      << "| `tune.heartbeat_interval` | `10` | seconds between a running trial's heartbeats |\n"
+      << "| `tune.grace_period` | `60` | seconds without a heartbeat after which a trial's worker "
+         "is taken for dead |\n"
+      << "| `tune.sampler` | `{kind: tpe}` | `kind`: tpe, random or grid; `seed`, "
+         "`n_startup_trials`, ... |\n"
+      << "| `tune.pruner` | `{kind: median}` | `kind`: median, percentile, successive_halving or "
+         "none; `n_startup_trials`, `n_warmup_steps`, ... |\n"
+      << "| `tune.space` | | config key -> `{type: float, low, high, log, step}`, `{type: int, "
+         "low, high, step, log}` or `{type: categorical, choices: [...]}` |\n";
   return out.str();
 }
 

@@ -215,6 +215,46 @@ json value_json(const Param* p, double v) {
   return v;
 }
 
+// Fixed parameters (config key -> text) as Optuna stores them, each checked against `space`:
+// a parameter of the study, one of its choices, or a number inside its range.
+json fixed_params(const std::vector<Param>& space, const std::map<std::string, std::string>& fixed,
+                  const std::string& where, const std::string& study) {
+  json params = json::object();
+  for (const auto& [name, text] : fixed) {
+    const Param* p = find_param(space, name);
+    if (!p) {
+      std::string known;
+      for (const auto& q : space) known += (known.empty() ? "" : ", ") + q.name;
+      fail(where, ": --enqueue: '", name, "' is not a parameter of study '", study, "' (", known,
+           ")");
+    }
+    if (p->kind == Param::Kind::categorical) {
+      const json want = choice_json(text);
+      bool found = false;
+      for (const auto& c : p->choices) found = found || same_choice(choice_json(c), want);
+      if (!found) {
+        std::string list;
+        for (const auto& c : p->choices) list += (list.empty() ? "" : ", ") + c;
+        fail(where, ": --enqueue: ", name, "=", text, " is not one of the choices (", list, ")");
+      }
+      params[name] = want;
+      continue;
+    }
+    double v = 0;
+    const char* end = text.data() + text.size();
+    const auto r = std::from_chars(text.data(), end, v);
+    if (text.empty() || r.ec != std::errc() || r.ptr != end || !std::isfinite(v))
+      fail(where, ": --enqueue: ", name, "=", text, ": expected a number");
+    if (!p->contains(v))
+      fail(where, ": --enqueue: ", name, "=", text, " is outside the space (",
+           p->kind == Param::Kind::integer ? "int" : "float", " ", p->text(p->low), "..",
+           p->text(p->high), p->step > 0 ? " step " + p->text(p->step) : std::string(),
+           p->log ? ", log" : "", ")");
+    params[name] = value_json(p, v);
+  }
+  return params;
+}
+
 class SqlStorage final : public Storage {
  public:
   SqlStorage(std::unique_ptr<Db> db, bool read_only) : db_(std::move(db)), read_only_(read_only) {
@@ -431,40 +471,7 @@ class SqlStorage final : public Storage {
     int64_t number = 0;
     write([&] {
       need_study();
-      json params = json::object();
-      for (const auto& [name, text] : fixed) {
-        const Param* p = find_param(space_, name);
-        if (!p) {
-          std::string known;
-          for (const auto& q : space_) known += (known.empty() ? "" : ", ") + q.name;
-          fail(where(), ": --enqueue: '", name, "' is not a parameter of study '", study_, "' (",
-               known, ")");
-        }
-        if (p->kind == Param::Kind::categorical) {
-          const json want = choice_json(text);
-          bool found = false;
-          for (const auto& c : p->choices) found = found || same_choice(choice_json(c), want);
-          if (!found) {
-            std::string list;
-            for (const auto& c : p->choices) list += (list.empty() ? "" : ", ") + c;
-            fail(where(), ": --enqueue: ", name, "=", text, " is not one of the choices (", list,
-                 ")");
-          }
-          params[name] = want;
-          continue;
-        }
-        double v = 0;
-        const char* end = text.data() + text.size();
-        const auto r = std::from_chars(text.data(), end, v);
-        if (text.empty() || r.ec != std::errc() || r.ptr != end || !std::isfinite(v))
-          fail(where(), ": --enqueue: ", name, "=", text, ": expected a number");
-        if (!p->contains(v))
-          fail(where(), ": --enqueue: ", name, "=", text, " is outside the space (",
-               p->kind == Param::Kind::integer ? "int" : "float", " ", p->text(p->low), "..",
-               p->text(p->high), p->step > 0 ? " step " + p->text(p->step) : std::string(),
-               p->log ? ", log" : "", ")");
-        params[name] = value_json(p, v);
-      }
+      const json params = fixed_params(space_, fixed, where(), study_);
       const int64_t id = insert_trial("WAITING", std::nullopt);
       set_trial_attr(id, "fixed_params", params);
       number = integer(db_->query("SELECT number FROM trials WHERE trial_id = ?", {str(id)})[0][0]);
@@ -703,6 +710,9 @@ class SqlStorage final : public Storage {
         }
       }
     }
+    // Epochs: as the worker recorded them, or the epochs reported (a trial that failed, one that
+    // is still running, one Optuna ran).
+    for (Trial& t : out) t.epochs = std::max(t.epochs, static_cast<int64_t>(t.intermediate.size()));
     return out;
   }
 
@@ -859,6 +869,12 @@ class SqlStorage final : public Storage {
 };
 
 }  // namespace
+
+void check_fixed_params(const std::vector<Param>& space,
+                        const std::map<std::string, std::string>& fixed, const std::string& where,
+                        const std::string& study) {
+  fixed_params(space, fixed, where, study);
+}
 
 std::unique_ptr<Storage> Storage::open(const std::string& where, bool read_only) {
   if (where.rfind("postgresql://", 0) == 0 || where.rfind("postgres://", 0) == 0)

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "io/file_util.hpp"
 #include "report/chart.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/interrupt.hpp"
@@ -247,6 +249,8 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
         abort = dynamic_cast<const StudyError*>(&e) != nullptr;
       }
     }
+    if (state == TrialState::failed)  // the epochs it reported before it failed
+      epochs = std::max(epochs, static_cast<int64_t>(trial.intermediate.size()));
     const double elapsed = steady_now() - t0;
     const double training = std::max(0.0, training_seconds_ - hook_seconds);
     stats.overhead_seconds.push_back(std::max(0.0, elapsed - training));
@@ -454,28 +458,72 @@ std::string html_report(const std::string& study_name, const std::vector<Trial>&
 namespace {
 
 void write_text(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) fail(path.string(), ": cannot write");
-    f << text;
-    if (!f) fail(path.string(), ": cannot write");
-  }
-  fs::rename(tmp, path);
+  io::write_file_atomically(path.string(), {{text.data(), text.size()}});
 }
 
 bool is_url(const std::string& s) { return s.find("://") != std::string::npos; }
 
+// The config's YAML with `tune.a.b=value` overrides set in its tune: section.
+std::string with_tune_overrides(const std::string& yaml, const std::string& source,
+                                const std::vector<std::string>& overrides) {
+  if (overrides.empty()) return yaml;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    fail(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
+  }
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('=');
+    if (eq == std::string::npos) fail("override '", o, "': expected key.path=value");
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      fail("override '", o, "': not valid YAML: ", e.msg);
+    }
+    std::vector<std::string> path;
+    std::stringstream keys(o.substr(0, eq));
+    for (std::string k; std::getline(keys, k, '.');) path.push_back(k);
+    // Walks down from the root, making the maps the path needs; YAML::Node assignment rebinds,
+    // hence the recursion rather than a loop over references.
+    auto set = [&](auto&& self, YAML::Node node, size_t i) -> void {
+      if (!node.IsMap() && !node.IsNull())
+        fail("override '", o, "': ", path[i - 1], " in ", source, " is not a map");
+      if (i + 1 == path.size()) {
+        node[path[i]] = value;
+        return;
+      }
+      YAML::Node child = node[path[i]];
+      self(self, child, i + 1);
+    };
+    set(set, root, 0);
+  }
+  YAML::Emitter out;
+  out << root;
+  return out.c_str();
+}
+
 }  // namespace
 
-int run_tune(const TuneCommand& cmd, std::ostream& console) {
-  if (cmd.config.empty()) fail("tune: give a CONFIG.yaml with a tune: section, or --report STUDY");
+int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
+  if (cmd_in.config.empty())
+    fail("tune: give a CONFIG.yaml with a tune: section, or --report STUDY");
+  TuneCommand cmd = cmd_in;  // tune.* overrides set the study's settings, the others its trials'
+  std::vector<std::string> tune_overrides;
+  std::erase_if(cmd.overrides, [&](const std::string& o) {
+    if (o.rfind("tune.", 0) != 0) return false;
+    tune_overrides.push_back(o);
+    return true;
+  });
   const Config base = Config::load(cmd.config, cmd.overrides);
   std::ifstream in(cmd.config, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
   TuneSettings settings = parse_tune_settings(
-      text.str(), cmd.config, base.str("train.early_stopping.monitor"),
+      with_tune_overrides(text.str(), cmd.config, tune_overrides),
+      tune_overrides.empty() ? cmd.config : cmd.config + " (as the tune.* overrides leave it)",
+      base.str("train.early_stopping.monitor"),
       base.str("train.early_stopping.mode") == "max" ? Direction::maximize : Direction::minimize);
   if (!cmd.name.empty()) settings.name = cmd.name;
   settings.min_delta = base.number("train.early_stopping.min_delta");
@@ -504,14 +552,17 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
   }
   const fs::path dir = base.str("train.run_dir").empty() ? fs::path("runs") / settings.name
                                                          : fs::path(base.str("train.run_dir"));
-  fs::create_directories(dir);
   const std::string where = cmd.study.empty() ? (dir / "study.db").string() : cmd.study;
   OptimizeOptions options;
   options.n_trials = cmd.n_trials >= 0 ? cmd.n_trials : settings.n_trials;
   options.timeout = cmd.timeout >= 0 ? cmd.timeout : settings.timeout;
+  std::vector<std::map<std::string, std::string>> fixed;  // all valid before the study is opened
+  for (const auto& spec : cmd.enqueue) {
+    fixed.push_back(parse_enqueue(spec));
+    check_fixed_params(settings.space, fixed.back(), where, settings.name);
+  }
+  fs::create_directories(dir);
   Study study(Storage::open(where), settings, where);
-  std::vector<std::map<std::string, std::string>> fixed;  // all well-formed before any is added
-  for (const auto& spec : cmd.enqueue) fixed.push_back(parse_enqueue(spec));
   for (size_t i = 0; i < fixed.size(); ++i) {
     const int64_t number = study.enqueue(fixed[i]);
     console << "enqueued trial " << number << ": " << cmd.enqueue[i] << "\n";
@@ -577,17 +628,17 @@ int run_tune(const TuneCommand& cmd, std::ostream& console) {
          " failed in this worker; see the table and trial-N/train.log)");
   }
   const fs::path best_dir = dir / ("trial-" + std::to_string(best->number));
-  std::string best_config = (best_dir / "config.resolved.yaml").string();
-  if (fs::exists(best_config)) {
-    std::error_code ec;
-    fs::copy_file(best_config, dir / "best.yaml", fs::copy_options::overwrite_existing, ec);
-    if (!ec) best_config = (dir / "best.yaml").string();
-  }
+  const std::string best_config = (best_dir / "config.resolved.yaml").string();
   console << "best: trial " << best->number << ", " << settings.metric << " "
-          << fmt_value(best->value) << ", " << describe_params(settings, best->params)
-          << "\n  config: " << best_config
-          << "\n  checkpoint: " << (best_dir / "model.safetensors").string()
-          << "\n  report: " << (dir / "report.html").string() << "\n";
+          << fmt_value(best->value) << ", " << describe_params(settings, best->params);
+  std::error_code ec;
+  if (fs::exists(best_config) &&
+      fs::copy_file(best_config, dir / "best.yaml", fs::copy_options::overwrite_existing, ec))
+    console << "\n  config: " << (dir / "best.yaml").string()
+            << "\n  checkpoint: " << (best_dir / "model.safetensors").string();
+  else  // a trial another program (Optuna) ran: its parameters are all there is
+    console << "\n  (run outside seqforge: no run directory " << best_dir.string() << ")";
+  console << "\n  report: " << (dir / "report.html").string() << "\n";
   if (!stats.overhead_seconds.empty()) {
     std::vector<double> o = stats.overhead_seconds;
     std::sort(o.begin(), o.end());

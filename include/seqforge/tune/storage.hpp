@@ -7,12 +7,14 @@
 // revision v3.0.0.d), so optuna.load_study reads a seqforge study and seqforge continues a study
 // Optuna created. seqforge's bookkeeping lives in Optuna's system attributes under `seqforge:`
 // keys; files of seqforge's former schema (seqforge_meta, version 1) are converted on first open.
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "seqforge/core/error.hpp"
+#include "seqforge/tune/space.hpp"
 #include "seqforge/tune/trial.hpp"
 
 namespace seqforge::tune {
@@ -75,5 +77,11 @@ class Storage {
 
 double now_seconds();
 std::string host_name();
+
+// Throws unless `fixed` (config key -> text, as --enqueue gives them) are parameters of `space`
+// with values inside it; errors name `where` and `study`.
+void check_fixed_params(const std::vector<Param>& space,
+                        const std::map<std::string, std::string>& fixed, const std::string& where,
+                        const std::string& study);
 
 }  // namespace seqforge::tune
