@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "seqforge/core/error.hpp"
+#include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
 namespace seqforge {
@@ -32,6 +33,32 @@ TEST(Config, ReadsNestedKeysDefaultsAndOverrides) {
   // The resolved dump parses back to the same values, defaults included.
   const Config again = Config::parse(c.resolved_yaml(), "resolved");
   for (const auto& k : config_keys()) EXPECT_EQ(again.str(k.path), c.str(k.path)) << k.path;
+}
+
+// An override may give a section as a map; a key's origin (file line or override) is what
+// errors about its value name.
+TEST(Config, SectionOverridesAndWhereAValueCameFrom) {
+  const Config c = Config::parse("train:\n  epochs: 4\n", "cfg.yaml",
+                                 {"train.early_stopping={patience: 2, min_delta: 0.5}"});
+  EXPECT_EQ(c.integer("train.early_stopping.patience"), 2);
+  EXPECT_DOUBLE_EQ(c.number("train.early_stopping.min_delta"), 0.5);
+  EXPECT_EQ(c.origin("train.epochs"), "cfg.yaml:2");
+  EXPECT_EQ(c.origin("train.early_stopping.patience"),
+            "override 'train.early_stopping={patience: 2, min_delta: 0.5}'");
+  EXPECT_EQ(c.origin("train.seed"), "cfg.yaml");  // a default
+  const std::string e =
+      error_of([] { Config::parse("", "cfg.yaml", {"train.early_stopping={patiance: 2}"}); });
+  EXPECT_NE(e.find("unknown key 'train.early_stopping.patiance'"), std::string::npos) << e;
+}
+
+// Settings the model ignores are warned about when given, not when a resumed run's resolved
+// config lists them at their defaults.
+TEST(Config, IgnoredSettingsOnlyWhenGiven) {
+  const Config given = Config::parse("model:\n  heads: 8\nadapter:\n  rank: 4\n", "cfg.yaml");
+  EXPECT_EQ(ignored_settings(given).size(), 2u);
+  const Config resolved =
+      Config::parse(Config::parse("train:\n  epochs: 2\n", "cfg.yaml").resolved_yaml(), "r");
+  EXPECT_TRUE(ignored_settings(resolved).empty());
 }
 
 TEST(Config, UnknownKeysSuggestTheClosest) {

@@ -564,7 +564,8 @@ TEST_F(SafetensorsTest, BytesRejectsForeignEntry) {
 
 }  // namespace
 // Atomic writes replace a regular file, and the file a symlink names (the link stays); a device
-// or pipe (an --output of /dev/null or /dev/stdout) is written to and never replaced by a file.
+// or pipe (an --output of /dev/null or /dev/stdout) is written to and never replaced by a file;
+// a directory is not replaced.
 TEST(WriteFileAtomically, ReplacesFilesButWritesIntoPipesAndThroughLinks) {
   const fs::path dir = fs::temp_directory_path() / "seqforge_atomic_write_test";
   fs::remove_all(dir);
@@ -591,7 +592,7 @@ TEST(WriteFileAtomically, ReplacesFilesButWritesIntoPipesAndThroughLinks) {
   EXPECT_EQ(fs::status(fifo).type(), fs::file_type::fifo);
   EXPECT_NE(test::error_of([&] {
               io::write_file_atomically(dir.string(), {bytes});
-            }).find("is a directory"),
+            }).find("cannot rename"),
             std::string::npos);
   fs::remove_all(dir);
 }

@@ -827,7 +827,7 @@ TEST(Trainer, AdaptersFineTuneAFrozenLstm) {
                 .find("'attn.c_attn' is not a weight of the lstm layer"),
             std::string::npos);
   EXPECT_NE(error_with({"adapter.kind=lora", "adapter.dropout=1"})
-                .find("bad.yaml: adapter.dropout must be in [0, 1), got 1"),
+                .find("override 'adapter.dropout=1': adapter.dropout must be in [0, 1), got 1"),
             std::string::npos);
 }
 
@@ -843,7 +843,8 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
   EXPECT_NE(train_with(base, {"data.path=" + (dir / "missing.csv").string()}).find("missing.csv"),
             std::string::npos);
   EXPECT_NE(train_with(base, {"data.targets=[nope]"}).find("no column 'nope'"), std::string::npos);
-  EXPECT_NE(train_with(base, {"train.threads=-1"}).find("bad.yaml: train.threads must be 0"),
+  EXPECT_NE(train_with(base, {"train.threads=-1"})
+                .find("override 'train.threads=-1': train.threads must be 0"),
             std::string::npos);
   {  // more threads than CPUs: a warning, and the run goes on
     std::ostringstream many;

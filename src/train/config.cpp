@@ -504,8 +504,6 @@ Config Config::parse(const std::string& yaml, const std::string& source,
     const size_t eq = o.find('=');
     if (eq == std::string::npos || eq == 0) fail("override '", o, "': expected key.path=value");
     const std::string path = o.substr(0, eq);
-    const ConfigKey* key = find_key(path);
-    if (!key) fail("override '", o, "': unknown key '", path, "'", did_you_mean(path));
     YAML::Node value;
     try {
       value = YAML::Load(o.substr(eq + 1));
@@ -513,8 +511,18 @@ Config Config::parse(const std::string& yaml, const std::string& source,
       fail("override '", o, "': not valid YAML: ", e.msg);
     }
     if (value.IsNull()) value = YAML::Node(std::string());
-    c.values_[path] = canonical(*key, value, "override '" + o + "'");
-    c.where_[path] = "override '" + o + "'";
+    // A key, or a section given as a map of its keys (train.early_stopping={patience: 3}).
+    auto set = [&](auto&& self, const std::string& at, const YAML::Node& v) -> void {
+      if (const ConfigKey* key = find_key(at)) {
+        c.values_[at] = canonical(*key, v, "override '" + o + "'");
+        c.where_[at] = "override '" + o + "'";
+      } else if (v.IsMap() && is_prefix_of_key(at)) {
+        for (const auto& kv : v) self(self, at + "." + kv.first.as<std::string>(), kv.second);
+      } else {
+        fail("override '", o, "': unknown key '", at, "'", did_you_mean(at));
+      }
+    };
+    set(set, path, value);
   }
   c.resolve_auto();
   return c;
