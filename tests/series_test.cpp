@@ -165,8 +165,10 @@ TEST(Series, DuplicateDatesAndGapsAreNamed) {
 TEST(Series, MonthlyDatesAreRegularInCalendarMonths) {
   auto at = [](const char* date) { return *io::parse_datetime(date); };
   EXPECT_EQ(add_months(at("2019-12-01"), 2), at("2020-02-01"));
-  EXPECT_EQ(add_months(at("2020-01-31"), 1), at("2020-02-29"));  // a month's last day
-  EXPECT_EQ(add_months(at("2019-02-28"), 12), at("2020-02-29"));
+  EXPECT_EQ(add_months(at("2020-01-31"), 1), at("2020-02-29"));  // the day does not exist
+  EXPECT_EQ(add_months(at("2019-02-28"), 1), at("2019-03-28"));
+  EXPECT_EQ(add_months(at("2019-02-28"), 1, true), at("2019-03-31"));  // month ends
+  EXPECT_EQ(add_months(at("2019-02-28"), 12, true), at("2020-02-29"));
   EXPECT_EQ(add_months(at("2020-01-15T06:30:00"), 13), at("2021-02-15T06:30:00"));
   EXPECT_EQ(add_months(at("1969-11-30"), 3), at("1970-02-28"));
   const fs::path dir = temp_dir("months");
@@ -175,17 +177,23 @@ TEST(Series, MonthlyDatesAreRegularInCalendarMonths) {
     for (size_t i = 0; i < dates.size(); ++i) text += dates[i] + ",a," + std::to_string(i) + "\n";
     return load_series(series_config(write(dir / "m.csv", text))).series[0];
   };
-  std::vector<std::string> monthly, quarter_ends, mixed;
+  std::vector<std::string> monthly, quarter_ends, mixed, twenty_eighths;
   for (int m = 0; m < 24; ++m) {
     monthly.push_back(io::format_datetime(add_months(at("2010-01-01"), m)));
-    quarter_ends.push_back(io::format_datetime(add_months(at("2010-03-31"), 3 * m)));
+    quarter_ends.push_back(io::format_datetime(add_months(at("2010-03-31"), 3 * m, true)));
+    twenty_eighths.push_back(io::format_datetime(add_months(at("2010-02-28"), m)));
     mixed.push_back(io::format_datetime(add_months(at("2010-01-01"), m) + (m == 7 ? 86400 : 0)));
   }
   const SeriesSpan a = series(monthly), b = series(quarter_ends), c = series(mixed);
+  const SeriesSpan d = series(twenty_eighths);
   EXPECT_TRUE(a.regular);
   EXPECT_EQ(a.months, 1);
+  EXPECT_FALSE(a.month_end);
   EXPECT_TRUE(b.regular);
   EXPECT_EQ(b.months, 3);
+  EXPECT_TRUE(b.month_end);
+  EXPECT_EQ(d.months, 1);  // starts on a month end, but keeps to the 28th
+  EXPECT_FALSE(d.month_end);
   EXPECT_FALSE(c.regular);  // one date off its day of the month
   EXPECT_EQ(c.months, 0);
 }

@@ -350,30 +350,32 @@ CivilTime civil(int64_t seconds) {
 }
 
 // The calendar months between consecutive dates of rows [p, q) of `order` when they are all the
-// same number (1 for monthly data, 3 for quarterly, 12 for yearly) at the same day and time of
-// day (or each month's last day); else 0.
+// same number (1 for monthly data, 3 for quarterly, 12 for yearly) at the same time of day and on
+// the same day of the month (or else each month's last day: `*month_end`); else 0.
 int64_t calendar_months(const std::vector<int64_t>& when, const std::vector<int64_t>& order,
-                        int64_t p, int64_t q) {
+                        int64_t p, int64_t q, bool* month_end) {
   if (q - p < 2) return 0;
   const CivilTime first = civil(when[order[p]]);
-  const bool last_days = first.day == first.days_in_month;
+  bool same_day = true, last_day = first.day == first.days_in_month;
   int64_t months = 0;
   CivilTime prev = first;
   for (int64_t k = p + 1; k < q; ++k) {
     const CivilTime c = civil(when[order[k]]);
-    const bool same_day = last_days ? c.day == c.days_in_month : c.day == first.day;
-    if (!same_day || c.second_of_day != first.second_of_day) return 0;
+    same_day = same_day && c.day == first.day;
+    last_day = last_day && c.day == c.days_in_month;
+    if ((!same_day && !last_day) || c.second_of_day != first.second_of_day) return 0;
     const int64_t step = c.month_index - prev.month_index;
     if (step <= 0 || (months > 0 && step != months)) return 0;
     months = step;
     prev = c;
   }
+  *month_end = !same_day;
   return months;
 }
 
 }  // namespace
 
-int64_t add_months(int64_t seconds, int64_t months) {
+int64_t add_months(int64_t seconds, int64_t months, bool month_end) {
   const CivilTime c = civil(seconds);
   const int64_t index = c.month_index + months;
   std::tm tm{};
@@ -382,7 +384,7 @@ int64_t add_months(int64_t seconds, int64_t months) {
   tm.tm_mday = 1;
   const int64_t first_of_month = static_cast<int64_t>(timegm(&tm));
   const int days = civil(first_of_month).days_in_month;
-  const int day = c.day == c.days_in_month ? days : std::min(c.day, days);
+  const int day = month_end ? days : std::min(c.day, days);
   return first_of_month + int64_t{day - 1} * 86400 + c.second_of_day;
 }
 
@@ -456,7 +458,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         steps.push_back(when[b] - when[a]);
       }
       if (!steps.empty()) {
-        span.months = calendar_months(when, out.rows, p, q);
+        span.months = calendar_months(when, out.rows, p, q, &span.month_end);
         std::vector<int64_t> sorted = steps;
         std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
         span.step = sorted[sorted.size() / 2];

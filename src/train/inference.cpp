@@ -102,7 +102,7 @@ std::string forecast_time(const SeriesData& d, int64_t start) {
   if (target < s.end) return row_label(d, target);
   if (d.dates.empty() || !s.regular || s.step <= 0) return "";
   const bool date_only = d.dates[last].size() <= 10;
-  const int64_t when = s.months > 0 ? add_months(d.times[last], d.horizon * s.months)
+  const int64_t when = s.months > 0 ? add_months(d.times[last], d.horizon * s.months, s.month_end)
                                     : d.times[last] + d.horizon * s.step;
   return io::format_datetime(when, date_only);
 }

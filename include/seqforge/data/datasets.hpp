@@ -51,15 +51,17 @@ struct Split {
 struct SeriesSpan {
   std::string name;  // the series column's value ("" for a file of one series)
   int64_t begin = 0, end = 0;
-  int64_t step = 0;      // the usual time step in seconds (the median), with a date column
-  bool regular = false;  // every step equals `step`, or is `months` calendar months
-  int64_t months = 0;    // the dates step by this many calendar months (same day and time of
-                         // day, or each month's last day); 0: not a monthly series
+  int64_t step = 0;        // the usual time step in seconds (the median), with a date column
+  bool regular = false;    // every step equals `step`, or is `months` calendar months
+  int64_t months = 0;      // the dates step by this many calendar months (the same time of day, on
+                           // the same day of the month or each month's last day); 0: they do not
+  bool month_end = false;  // with `months`: on each month's last day
 };
 
-// `seconds` (since 1970, UTC) plus `months` calendar months: the same day and time of day, or the
-// month's last day when `seconds` falls on its month's last day (or the day does not exist).
-int64_t add_months(int64_t seconds, int64_t months);
+// `seconds` (since 1970, UTC) plus `months` calendar months at the same time of day: on the same
+// day of the month (the month's last day where that day does not exist), or with `month_end` on
+// the month's last day.
+int64_t add_months(int64_t seconds, int64_t months, bool month_end = false);
 
 // The transform of `x` against `base` (the previous row for a feature, the window's last row for
 // a target), and its inverse; log ignores the base. NaN where undefined (log of x <= 0, say).
