@@ -1,5 +1,6 @@
-"""The folders' includes point down the layers only (README, "The house"): a file may include
-headers of its own layer and of the layers below it, never of one above."""
+"""The folders' includes point down the layers only (README, "Layout and conventions"): a file
+may include headers of its own layer and of the layers below it, never of one above; kernels
+include only the op descriptions of the backend layer."""
 import os
 import re
 import sys
@@ -14,7 +15,10 @@ LAYERS = [
     ["cli"],
 ]
 RANK = {folder: i for i, layer in enumerate(LAYERS) for folder in layer}
-INCLUDE = re.compile(r'#include "seqforge/(\w+)/')
+# Public headers (seqforge/<folder>/...) and the private ones under src/ (<folder>/...).
+INCLUDE = re.compile(r'#include "(?:seqforge/)?(\w+)/([\w./]+)"')
+# Kernels see only the op descriptions of the backend layer, never the backend itself.
+KERNELS_MAY_INCLUDE = {"backend/ops.hpp"}
 
 
 def folder_of(root, path):
@@ -35,9 +39,15 @@ def main(root):
                 with open(path, encoding="utf-8", errors="replace") as f:
                     for number, line in enumerate(f, 1):
                         m = INCLUDE.match(line)
-                        if m and RANK.get(m.group(1), -1) > RANK[folder]:
-                            upward.append(f"{os.path.relpath(path, root)}:{number}: {folder}/ "
-                                          f"includes {m.group(1)}/, a layer above it")
+                        if not m:
+                            continue
+                        where = f"{os.path.relpath(path, root)}:{number}: {folder}/"
+                        if RANK.get(m.group(1), -1) > RANK[folder]:
+                            upward.append(f"{where} includes {m.group(1)}/, a layer above it")
+                        elif (folder == "kernels" and m.group(1) == "backend" and
+                              f"backend/{m.group(2)}" not in KERNELS_MAY_INCLUDE):
+                            upward.append(f"{where} includes backend/{m.group(2)}; kernels see "
+                                          "only backend/ops.hpp")
     checked = sum(1 for _ in os.walk(os.path.join(root, "src")))
     if checked < 10:
         sys.exit(f"{root}: expected the source tree (src/ with its folders)")

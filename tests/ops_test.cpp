@@ -3,9 +3,11 @@
 // GEMMs are allowed the rounding of a K-term f32 sum.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/rng.hpp"
@@ -48,6 +50,34 @@ OpCase gemm_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t pad,
     HostTensor bias_t(be, dt, {n}, values(rng, n));
     be.gemm(s, dt, a.t.data(), b.t.data(), c.t.data(), bias ? bias_t.t.data() : nullptr);
     return std::map<std::string, std::vector<double>>{{"c", to_doubles(be, c.t)}};
+  };
+}
+
+// B packed once (backends without a packed layout leave it empty and run plain GEMMs), then used
+// from the calling thread and from inside concurrent chains, with strided A and a bias.
+OpCase packed_gemm_case(bool tb, int64_t m, int64_t n, int64_t k, int64_t pad, bool bias) {
+  return [=](Backend& be, DType dt, Rng& rng) {
+    const GemmShape s{.trans_b = tb,
+                      .m = m,
+                      .n = n,
+                      .k = k,
+                      .lda = k + pad,
+                      .ldb = tb ? k : n,
+                      .ldc = n,
+                      .bias = bias};
+    HostTensor a(be, dt, {m * s.lda}, values(rng, m * s.lda));
+    HostTensor b(be, dt, {k * n}, values(rng, k * n)), bias_t(be, dt, {n}, values(rng, n));
+    HostTensor c(be, dt, {m * n}, std::vector<double>(m * n));
+    HostTensor c_chain(be, dt, {m * n}, std::vector<double>(m * n));
+    const void* bias_p = bias ? bias_t.t.data() : nullptr;
+    std::unique_ptr<PackedB> packed;
+    be.pack_b(s, dt, b.t.data(), &packed);
+    be.gemm(s, dt, a.t.data(), b.t.data(), packed.get(), c.t.data(), bias_p);
+    be.run_concurrently(std::min(2, be.concurrency()), [&](int i) {
+      if (i == 0) be.gemm(s, dt, a.t.data(), b.t.data(), packed.get(), c_chain.t.data(), bias_p);
+    });
+    return std::map<std::string, std::vector<double>>{{"c", to_doubles(be, c.t)},
+                                                      {"c_in_chain", to_doubles(be, c_chain.t)}};
   };
 }
 
@@ -558,6 +588,11 @@ OpCase small_ops_case() {
         wide_t(be, dt, {200, 300, 3}, values(rng, 180000));
     be.transpose01(wide_t.t, wide.t);  // enough rows for threads
     out["transpose01_threads"] = to_doubles(be, wide_t.t);
+    // Rows 0..36, columns 0..39 of a (37, 41) matrix, transposed into a (40, 45) one.
+    HostTensor ct_src(be, dt, {37, 41}, values(rng, 37 * 41)),
+        ct_dst(be, dt, {40, 45}, values(rng, 40 * 45));
+    be.copy_transposed(ct_dst.t.data(), 45, ct_src.t.data(), 41, 37, 40, dt);
+    out["copy_transposed"] = to_doubles(be, ct_dst.t);
     HostTensor mask(be, dt, {1000}, std::vector<double>(1000));
     be.dropout_mask(mask.t, 0.25, 1234);
     out["dropout_mask"] = to_doubles(be, mask.t);
@@ -728,6 +763,8 @@ const std::map<std::string, OpCase>& cases() {
       {"gemm_tn_narrow_512x8x3001", gemm_case(true, false, 512, 8, 3001, 0, 1.0f, 1.0f)},
       {"gemm_tn_narrow_odd_37x1x9", gemm_case(true, false, 37, 1, 9, 3, 0.5f, 0.25f)},
       {"gemm_tn_narrow_70x16x100001", gemm_case(true, false, 70, 16, 100001, 1, 1.0f, 0.0f)},
+      {"gemm_packed_nt_64x512x128", packed_gemm_case(true, 64, 512, 128, 128, false)},
+      {"gemm_packed_nn_bias_33x17x68", packed_gemm_case(false, 33, 17, 68, 2, true)},
       {"lstm_cell_b1_h1", lstm_cell_case(1, 1, 0)},
       {"lstm_cell_b64_h128", lstm_cell_case(64, 128, 0)},
       {"lstm_cell_b256_h33_strided", lstm_cell_case(256, 33, 33)},

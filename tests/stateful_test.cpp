@@ -31,49 +31,60 @@ fs::path temp_dir(const std::string& name) {
 }
 
 // Two half-length passes, the second starting from the first's final states, give the outputs
-// and final states of one full-length pass.
+// and final states of one full-length pass: for every cell (a GRU carries h alone).
 TEST(Stateful, TwoHalfStepsCarryTheStatesOfOneFullPass) {
   auto be = make_cpu_backend();
-  for (const int layers : {1, 3}) {
-    ModelOptions o;
-    o.rnn = {.input_size = 3, .hidden_size = 9, .num_layers = layers, .batch_first = true};
-    o.output_size = 2;
-    o.per_step = true;
-    SequenceModel model(o);
-    model.initialize(*be, 5);
-    const int64_t B = 4, T = 10, I = 3, H = 9;
-    std::vector<float> x(B * T * I);
-    Rng rng(3);
-    for (float& v : x) v = static_cast<float>(rng.uniform() * 2 - 1);
-    std::vector<float> first(B * (T / 2) * I), second(B * (T / 2) * I);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < T; ++t)
-        std::copy_n(x.data() + (b * T + t) * I, I,
-                    (t < T / 2 ? first.data() + (b * (T / 2) + t) * I
-                               : second.data() + (b * (T / 2) + t - T / 2) * I));
-    Tensor full_y = model.forward(*be, Tensor(x.data(), DType::f32, {B, T, I}), {}, {}, false, rng);
-    const std::vector<float> y(static_cast<const float*>(full_y.data()),
-                               static_cast<const float*>(full_y.data()) + full_y.numel());
-    const std::vector<float> h(
-        static_cast<const float*>(model.rnn().h_n().data()),
-        static_cast<const float*>(model.rnn().h_n().data()) + layers * B * H);
-    model.forward(*be, Tensor(first.data(), DType::f32, {B, T / 2, I}), {}, {}, false, rng);
-    std::vector<float> h_mid(static_cast<const float*>(model.rnn().h_n().data()),
-                             static_cast<const float*>(model.rnn().h_n().data()) + layers * B * H);
-    std::vector<float> c_mid(static_cast<const float*>(model.rnn().c_n().data()),
-                             static_cast<const float*>(model.rnn().c_n().data()) + layers * B * H);
-    Tensor half_y = model.forward(*be, Tensor(second.data(), DType::f32, {B, T / 2, I}),
-                                  Tensor(h_mid.data(), DType::f32, {layers, B, H}),
-                                  Tensor(c_mid.data(), DType::f32, {layers, B, H}), false, rng);
-    const auto* yh = static_cast<const float*>(half_y.data());
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = T / 2; t < T; ++t)
-        for (int64_t k = 0; k < 2; ++k)
-          EXPECT_NEAR(yh[(b * (T / 2) + t - T / 2) * 2 + k], y[(b * T + t) * 2 + k], 1e-5)
-              << "layers " << layers << " row " << b << " step " << t;
-    const auto* hn = static_cast<const float*>(model.rnn().h_n().data());
-    for (int64_t i = 0; i < layers * B * H; ++i) EXPECT_NEAR(hn[i], h[i], 1e-5) << i;
-  }
+  for (const CellKind cell : {CellKind::lstm, CellKind::gru, CellKind::lnlstm})
+    for (const int layers : {1, 3}) {
+      ModelOptions o;
+      o.rnn = {.cell = cell,
+               .input_size = 3,
+               .hidden_size = 9,
+               .num_layers = layers,
+               .batch_first = true};
+      const bool cell_state = cell_type(cell).cell_state;
+      o.output_size = 2;
+      o.per_step = true;
+      SequenceModel model(o);
+      model.initialize(*be, 5);
+      const int64_t B = 4, T = 10, I = 3, H = 9;
+      std::vector<float> x(B * T * I);
+      Rng rng(3);
+      for (float& v : x) v = static_cast<float>(rng.uniform() * 2 - 1);
+      std::vector<float> first(B * (T / 2) * I), second(B * (T / 2) * I);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t)
+          std::copy_n(x.data() + (b * T + t) * I, I,
+                      (t < T / 2 ? first.data() + (b * (T / 2) + t) * I
+                                 : second.data() + (b * (T / 2) + t - T / 2) * I));
+      Tensor full_y =
+          model.forward(*be, Tensor(x.data(), DType::f32, {B, T, I}), {}, {}, false, rng);
+      const std::vector<float> y(static_cast<const float*>(full_y.data()),
+                                 static_cast<const float*>(full_y.data()) + full_y.numel());
+      const std::vector<float> h(
+          static_cast<const float*>(model.rnn().h_n().data()),
+          static_cast<const float*>(model.rnn().h_n().data()) + layers * B * H);
+      model.forward(*be, Tensor(first.data(), DType::f32, {B, T / 2, I}), {}, {}, false, rng);
+      std::vector<float> h_mid(
+          static_cast<const float*>(model.rnn().h_n().data()),
+          static_cast<const float*>(model.rnn().h_n().data()) + layers * B * H);
+      std::vector<float> c_mid;
+      if (cell_state)
+        c_mid.assign(static_cast<const float*>(model.rnn().c_n().data()),
+                     static_cast<const float*>(model.rnn().c_n().data()) + layers * B * H);
+      Tensor half_y = model.forward(
+          *be, Tensor(second.data(), DType::f32, {B, T / 2, I}),
+          Tensor(h_mid.data(), DType::f32, {layers, B, H}),
+          cell_state ? Tensor(c_mid.data(), DType::f32, {layers, B, H}) : Tensor(), false, rng);
+      const auto* yh = static_cast<const float*>(half_y.data());
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = T / 2; t < T; ++t)
+          for (int64_t k = 0; k < 2; ++k)
+            EXPECT_NEAR(yh[(b * (T / 2) + t - T / 2) * 2 + k], y[(b * T + t) * 2 + k], 1e-5)
+                << cell_type(cell).name << " layers " << layers << " row " << b << " step " << t;
+      const auto* hn = static_cast<const float*>(model.rnn().h_n().data());
+      for (int64_t i = 0; i < layers * B * H; ++i) EXPECT_NEAR(hn[i], h[i], 1e-5) << i;
+    }
 }
 
 // Two series in one file: every stream walks through consecutive chunks, one lookback apart,

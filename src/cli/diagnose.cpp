@@ -1,9 +1,6 @@
 // `seqforge diagnose [CONFIG] [overrides]`: what this machine offers for training (CPU, ISA, AMX
 // permission, memory, oneDNN and its kernels, threads, GPU), and with a config, what it gives
 // here (data, memory per batch, seconds per epoch) and the problems found, one line each.
-#include <dirent.h>
-#include <sched.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,6 +16,7 @@
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/resource_monitor.hpp"
 #include "seqforge/core/threads.hpp"
+#include "seqforge/data/options.hpp"
 #include "seqforge/train/trainer.hpp"
 
 namespace seqforge::cli {
@@ -29,37 +27,12 @@ std::string diagnose_config_path;
 std::vector<std::string> diagnose_overrides;
 int diagnose_steps = 10;
 
-// Linux x86 arch_prctl codes for the dynamically enabled AMX tile state (asm/prctl.h).
-constexpr int kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-
-// Whether the kernel lets this process use AMX tiles (Linux 5.16+ grants them on request).
-std::string amx_permission(const CpuFeatures& isa) {
-  if (!isa.amx_tile) return "no AMX on this CPU";
-  unsigned long mask = 0;
-  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &mask) != 0)
-    return "unknown (the kernel does not support arch_prctl(ARCH_GET_XCOMP_PERM); older than 5.16)";
-  if (mask & (1ul << kXfeatureXtiledata)) return "granted";
-  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0)
-    return "granted on request (oneDNN requests it the same way)";
-  return "denied by the kernel";
-}
-
 bool on_path(const std::string& program) {
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "");
   for (std::string dir; std::getline(dirs, dir, ':');)
     if (!dir.empty() && access((dir + "/" + program).c_str(), X_OK) == 0) return true;
   return false;
-}
-
-std::vector<std::string> nvidia_devices() {
-  std::vector<std::string> out;
-  if (DIR* d = opendir("/dev")) {
-    while (const dirent* e = readdir(d))
-      if (std::string(e->d_name).rfind("nvidia", 0) == 0) out.push_back(e->d_name);
-    closedir(d);
-  }
-  return out;
 }
 
 const char* yes(bool b) { return b ? "yes" : "no"; }
@@ -76,7 +49,7 @@ void print_machine() {
       yes(isa.avx2), yes(isa.avx512f),
       isa.avx512f && !isa.os_avx512 ? " (but the OS does not enable it)" : "", yes(isa.avx512_bf16),
       yes(isa.avx512_fp16), yes(isa.amx_bf16), yes(isa.amx_int8));
-  std::printf("  amx           %s\n", amx_permission(isa).c_str());
+  std::printf("  amx           %s\n", amx_permission().c_str());
   std::printf("  memory        %.0f MB total, %.0f MB available\n", meminfo_mb("MemTotal"),
               meminfo_mb("MemAvailable"));
   const OneDnnInfo dnnl = onednn_info();
@@ -89,7 +62,7 @@ void print_machine() {
   std::printf("                bf16 recurrent 64x512x128: %s; projection 6400x512x128: %s\n",
               onednn_matmul_kernel(64, 512, 128, true).c_str(),
               onednn_matmul_kernel(6400, 512, 128, true).c_str());
-  std::printf("  backend       %s\n", make_cpu_backend()->description().c_str());
+  std::printf("  backend       %s\n", make_run_backend()->description().c_str());
   std::string precision_notice;
   const bool bf16 = resolve_precision("auto", &precision_notice) == DType::bf16;
   std::printf("  precision     auto -> %s\n", bf16 ? "bf16 GEMMs (fp32 master weights)" : "fp32");
@@ -110,17 +83,18 @@ void print_machine() {
 }
 
 void print_config(const ConfigDiagnosis& d) {
-  const bool text = d.task == "charlm";
+  const TaskKind task = parse_task(d.task, "diagnose");
+  const bool text = task == TaskKind::charlm, examples = task == TaskKind::text_classify;
   std::printf("config\n");
   std::printf("  task          %s\n", d.task.c_str());
   std::printf("  data          %lld %s; %s per split: %lld train, %lld validation, %lld test\n",
               static_cast<long long>(d.rows),
-              text                        ? "characters"
-              : d.task == "text_classify" ? "examples"
-                                          : "rows",
-              text                        ? "sequences"
-              : d.task == "text_classify" ? "examples"
-                                          : "windows",
+              text       ? "characters"
+              : examples ? "examples"
+                         : "rows",
+              text       ? "sequences"
+              : examples ? "examples"
+                         : "windows",
               static_cast<long long>(d.train), static_cast<long long>(d.val),
               static_cast<long long>(d.test));
   std::printf("  model         %lld parameters, %lld time steps per window\n",

@@ -1,7 +1,9 @@
 #include "seqforge/core/cpu.hpp"
 
 #include <cpuid.h>
+#include <dirent.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,6 +73,37 @@ double meminfo_mb(const std::string& field) {
     f.ignore(1 << 10, '\n');
   }
   return 0;
+}
+
+int64_t available_memory_bytes() {
+  if (const double mb = meminfo_mb("MemAvailable"); mb > 0)
+    return static_cast<int64_t>(mb * 1048576);
+  return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+}
+
+// Linux x86 arch_prctl codes for the dynamically enabled AMX tile state (asm/prctl.h).
+constexpr int kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+
+// Whether the kernel lets this process use AMX tiles (Linux 5.16+ grants them on request).
+std::string amx_permission() {
+  if (!cpu_features().amx_tile) return "no AMX on this CPU";
+  unsigned long mask = 0;
+  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &mask) != 0)
+    return "unknown (the kernel does not support arch_prctl(ARCH_GET_XCOMP_PERM); older than 5.16)";
+  if (mask & (1ul << kXfeatureXtiledata)) return "granted";
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0)
+    return "granted on request (oneDNN requests it the same way)";
+  return "denied by the kernel";
+}
+
+std::vector<std::string> nvidia_devices() {
+  std::vector<std::string> out;
+  if (DIR* d = opendir("/dev")) {
+    while (const dirent* e = readdir(d))
+      if (std::string(e->d_name).rfind("nvidia", 0) == 0) out.push_back(e->d_name);
+    closedir(d);
+  }
+  return out;
 }
 
 DType resolve_precision(const std::string& precision, std::string* notice) {

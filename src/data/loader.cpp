@@ -115,16 +115,6 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
   b->input_buf.upload();
 }
 
-namespace {
-
-int64_t available_memory_bytes() {
-  if (const double mb = meminfo_mb("MemAvailable"); mb > 0)
-    return static_cast<int64_t>(mb * 1048576);
-  return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-}
-
-}  // namespace
-
 LoaderOptions loader_options(int workers, int prefetch_factor, int64_t batch_bytes) {
   LoaderOptions o;
   o.prefetch_factor = prefetch_factor;
@@ -133,7 +123,7 @@ LoaderOptions loader_options(int workers, int prefetch_factor, int64_t batch_byt
     o.reason = "data.num_workers";
     return o;
   }
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = usable_cpus();
   o.workers = std::clamp((cores + 3) / 4, 1, 8);
   const int64_t budget = available_memory_bytes() / 8;
   while (o.workers > 1 && int64_t{o.workers} * o.prefetch_factor * batch_bytes > budget)

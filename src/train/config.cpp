@@ -179,7 +179,8 @@ const std::vector<ConfigKey> kKeys = {
      "only) loads the embedding; names under torch.compile's _orig_mod. prefix are read as the "
      "names."},
     {"model.init_from_modules", T::string_list, "[]",
-     "Load only these modules (`embedding`, the cell's `lstm` or `gru`, `head`) from init_from; "
+     "Load only these modules (`embedding`, the cell's `lstm`, `gru` or `lnlstm`, `head`) from "
+     "init_from; "
      "the file's other "
      "tensors are ignored. Empty: every parameter."},
     {"adapter.kind", T::string, "none",
@@ -197,7 +198,8 @@ const std::vector<ConfigKey> kKeys = {
     {"adapter.targets", T::string_list, "[]",
      "The weights that get an adapter: Linears of every transformer block (`attn.c_attn`, "
      "`attn.c_proj`, `mlp.c_fc`, `mlp.c_proj`), or a recurrent layer's weights in every layer "
-     "and direction (`lstm.weight_ih`, `lstm.weight_hh`, `lstm.weight_hr`; `gru.` likewise). "
+     "and direction (`lstm.weight_ih`, `lstm.weight_hh`, `lstm.weight_hr`; `gru.` and `lnlstm.` "
+     "likewise). "
      "Empty: all four Linears, or weight_ih and weight_hh."},
     {"adapter.base_precision", T::string, "fp32",
      "How the frozen base's targeted weights are held in memory: `fp32`, or `bf16` (half the "
@@ -229,7 +231,8 @@ const std::vector<ConfigKey> kKeys = {
      "it)."},
     {"train.threads", T::integer, "0", "Compute threads; 0: every CPU this process may use."},
     {"train.freeze_modules", T::string_list, "[]",
-     "Modules (`embedding`, the cell's `lstm` or `gru`, `head`) not updated during the first "
+     "Modules (`embedding`, the cell's `lstm`, `gru` or `lnlstm`, `head`) not updated during the "
+     "first "
      "freeze_epochs epochs."},
     {"train.freeze_epochs", T::integer, "0", "Epochs during which freeze_modules stay fixed."},
     {"train.clip_grad_norm", T::number, "0.0",

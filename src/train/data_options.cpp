@@ -175,8 +175,8 @@ AugmentOptions augment_options(const Config& c) {
   o.cache_dir = c.str("augment.cache_dir");
   if (o.cache_dir.empty())
     o.cache_dir = (fs::path(autotune::cache_path()).parent_path() / "augment").string();
-  if ((o.any() || o.cache) &&
-      (c.str("data.task") == "charlm" || c.str("data.task") == "text_classify"))
+  const TaskKind task = parse_task(c.str("data.task"), c.origin("data.task"));
+  if ((o.any() || o.cache) && (task == TaskKind::charlm || task == TaskKind::text_classify))
     fail(c.source(), ": augment: augmentations apply to time series, not to data.task ",
          c.str("data.task"));
   if (o.cache && !o.any())

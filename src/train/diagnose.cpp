@@ -41,7 +41,10 @@ double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool bf16) 
     const double I = l == 0 ? static_cast<double>(o.input_size) : D * H;
     const CellType& cell = cell_type(o.cell);
     const double GH = cell.gates * H;
-    const double saved = cell.cell_state ? 2 * H : H + (cell.recurrent_grads ? GH : 0);
+    // What each chain keeps for backward: c, the cell's saved values, dR apart from dG.
+    const double saved = (cell.cell_state ? H : 0) +
+                         static_cast<double>(saved_columns(cell, o.hidden_size)) +
+                         (cell.recurrent_grads ? GH : 0);
     double layer = D * (GH + saved) + D * H + I;
     if (o.dropout > 0 && l + 1 < o.num_layers) layer += 2 * D * H;
     if (bf16) layer += 0.5 * (D * GH + D * H);

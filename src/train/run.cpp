@@ -265,10 +265,10 @@ Task load_task(const Config& c, const Task* from) {
   // character it meant in pre-training (the data's own could differ by one character and shift
   // every id after it).
   Dataset pretrained;
-  const std::string task = c.str("data.task");
-  if (std::string init = c.str("model.init_from"); !from && !init.empty() &&
-                                                   (task == "text_classify" || task == "charlm") &&
-                                                   init_loads_vocabulary(c)) {
+  const TaskKind task = parse_task(c.str("data.task"), c.origin("data.task"));
+  const bool text = task == TaskKind::text_classify || task == TaskKind::charlm;
+  if (std::string init = c.str("model.init_from");
+      !from && !init.empty() && text && init_loads_vocabulary(c)) {
     if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
     const io::SafetensorsFile file = io::SafetensorsFile::read(init);
     const auto& meta = file.metadata();
@@ -367,8 +367,11 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
              ".attn.c_attn (q, k, v row blocks), .attn.c_proj, .ln_2, .mlp.c_fc, .mlp.c_proj, "
              "transformer.ln_f; lm_head.weight is transformer.wte.weight (tied)"
            : "PyTorch names: embedding (nn.Embedding), lstm (nn.LSTM, batch_first=True, gate "
-             "order i, f, g, o) or gru (nn.GRU, batch_first=True, gate order r, z, n), head "
-             "(nn.Linear on the last step, or on every step for charlm)"},
+             "order i, f, g, o), gru (nn.GRU, batch_first=True, gate order r, z, n) or lnlstm "
+             "(nn.LSTM's names and gate order, and the layer norms' "
+             "lnlstm.{ln_ih_weight,ln_hh_weight,ln_c_weight,ln_c_bias}_l{k}), head (nn.Linear on "
+             "the last step, or on "
+             "every step for charlm)"},
       {"seqforge.config", c.resolved_yaml()},
       {"seqforge.epoch", std::to_string(epoch)},
       {"seqforge.metrics", nlohmann::json(m).dump()},
@@ -456,13 +459,22 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   return {std::move(file), std::move(config), std::move(task)};
 }
 
+DType backend_precision(const std::string& precision, const Backend& be, std::string* notice) {
+  const DType gemm = resolve_precision(precision, notice);
+  if (gemm != DType::bf16 || be.supports(Op::gemm, DType::bf16)) return gemm;
+  if (notice)
+    *notice = "train.precision " + precision + ": the " + std::string(be.name()) +
+              " backend runs no bf16 GEMMs; fp32 GEMMs instead";
+  return DType::f32;
+}
+
 // The model of a loaded run, its weights loaded, computing in the run's precision.
 std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream* notes) {
   auto model = make_model(r.task.model);
   model->initialize(be, 0);
   load_parameters(r.file.source(), model->parameters(), be);
   std::string notice;
-  model->set_gemm_dtype(resolve_precision(r.config.str("train.precision"), &notice));
+  model->set_gemm_dtype(backend_precision(r.config.str("train.precision"), be, &notice));
   if (!notice.empty() && notes) *notes << "note: " << notice << "\n";
   return model;
 }

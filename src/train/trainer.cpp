@@ -166,7 +166,7 @@ class Training {
   const ThreadConfig threads_;
   std::string precision_notice_;
   Task task_;
-  const DType gemm_dtype_;
+  DType gemm_dtype_;  // the config's precision, then what the backend runs
   const LoopSettings s_;
   const std::string run_dir_;
   std::unique_ptr<Backend> be_;
@@ -329,6 +329,7 @@ std::pair<Tensor, Tensor> Training::carried_states(int64_t bi, int64_t rows) {
 
 void Training::build_model() {
   be_ = make_run_backend();
+  gemm_dtype_ = backend_precision(c_.str("train.precision"), *be_, &precision_notice_);
   const uint64_t seed = static_cast<uint64_t>(c_.integer("train.seed"));
   model_ = make_model(task_.model);
   model_->initialize(*be_, seed);

@@ -748,8 +748,12 @@ class SqlStorage final : public Storage {
       db_->query("INSERT INTO study_directions (direction, study_id, objective) VALUES (?, ?, 0)",
                  {upper, str(sid)});
       set_study_attr(sid, "seqforge:fingerprint", s[2].value_or(""));
-      const json space = json::parse(s[3].value_or("[]"), nullptr, false);
-      set_study_attr(sid, "seqforge:space", space.is_array() ? space : json::array());
+      const json space = json::parse(s[3].value_or(""), nullptr, false);
+      if (!space.is_array())  // the parameters' distributions cannot be known
+        fail(where(), ": study '", *s[0],
+             "' of seqforge's former schema has no readable search space, which converting it to "
+             "Optuna's schema needs; start a new study file");
+      set_study_attr(sid, "seqforge:space", space);
       study_id_ = sid;
       space_ = space_from_json(s[3].value_or("[]"));
       for (const auto& t : db_->query(

@@ -80,6 +80,11 @@ CONFIGS = [
     dict(cell="lnlstm", i=4, h=33, l=3, t=9, b=5, head="last", st=True, bf=True),
     dict(cell="lnlstm", i=20, h=64, l=2, t=16, b=9, head="step", bi=True, st=True),
     dict(cell="lnlstm", v=30, e=8, h=24, l=2, t=10, b=5, head="ce", bf=True, st=True),
+    # One and three bidirectional layers of the projected and the layer-normalised LSTM.
+    dict(i=5, h=9, p=4, l=1, t=6, b=3, head="last", bi=True, st=True),
+    dict(i=3, h=12, p=6, l=3, t=5, b=2, head="step", bi=True, bf=True),
+    dict(cell="lnlstm", i=5, h=9, l=1, t=6, b=3, head="last", bi=True, st=True),
+    dict(cell="lnlstm", i=3, h=12, l=3, t=5, b=2, head="step", bi=True, bf=True),
 ]
 
 LR_ADAMW, WD_ADAMW = 1e-2, 1e-2

@@ -3,6 +3,7 @@
 // state), the CPU model, the CPUs this process may use (affinity), online CPUs and physical
 // cores, and memory (/proc/meminfo); and the precision a config's `precision` resolves to here.
 #include <string>
+#include <vector>
 
 #include "seqforge/core/dtype.hpp"
 
@@ -21,6 +22,13 @@ int online_cpus();        // CPUs online on the machine
 int physical_cores();     // distinct (package, core) pairs; 0 when unknown
 // A /proc/meminfo field in MB ("MemTotal", "MemAvailable"); 0 when unknown.
 double meminfo_mb(const std::string& field);
+// Memory available to new allocations (MemAvailable, else the free pages), in bytes.
+int64_t available_memory_bytes();
+// Whether the kernel lets this process use AMX tiles ("granted", "denied by the kernel", ...;
+// Linux 5.16+ grants them on request).
+std::string amx_permission();
+// NVIDIA device nodes in /dev ("nvidia0", "nvidiactl", ...).
+std::vector<std::string> nvidia_devices();
 
 // "fp32" -> f32; "bf16" -> bf16 GEMMs where the CPU has AVX512-BF16 or AMX-BF16, otherwise f32
 // with `notice` set; "auto" -> bf16 where available, else f32. Throws on any other name.
