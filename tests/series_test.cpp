@@ -164,13 +164,13 @@ TEST(Series, DuplicateDatesAndGapsAreNamed) {
 // months (28 to 31 days apart in seconds), and forecast dates land on the same day or month end.
 TEST(Series, MonthlyDatesAreRegularInCalendarMonths) {
   auto at = [](const char* date) { return *io::parse_datetime(date); };
-  EXPECT_EQ(add_months(at("2019-12-01"), 2), at("2020-02-01"));
-  EXPECT_EQ(add_months(at("2020-01-31"), 1), at("2020-02-29"));  // the day does not exist
-  EXPECT_EQ(add_months(at("2019-02-28"), 1), at("2019-03-28"));
-  EXPECT_EQ(add_months(at("2019-02-28"), 1, true), at("2019-03-31"));  // month ends
-  EXPECT_EQ(add_months(at("2019-02-28"), 12, true), at("2020-02-29"));
-  EXPECT_EQ(add_months(at("2020-01-15T06:30:00"), 13), at("2021-02-15T06:30:00"));
-  EXPECT_EQ(add_months(at("1969-11-30"), 3), at("1970-02-28"));
+  EXPECT_EQ(io::add_months(at("2019-12-01"), 2), at("2020-02-01"));
+  EXPECT_EQ(io::add_months(at("2020-01-31"), 1), at("2020-02-29"));  // the day does not exist
+  EXPECT_EQ(io::add_months(at("2019-02-28"), 1), at("2019-03-28"));
+  EXPECT_EQ(io::add_months(at("2019-02-28"), 1, true), at("2019-03-31"));  // month ends
+  EXPECT_EQ(io::add_months(at("2019-02-28"), 12, true), at("2020-02-29"));
+  EXPECT_EQ(io::add_months(at("2020-01-15T06:30:00"), 13), at("2021-02-15T06:30:00"));
+  EXPECT_EQ(io::add_months(at("1969-11-30"), 3), at("1970-02-28"));
   const fs::path dir = temp_dir("months");
   auto series = [&](const std::vector<std::string>& dates) {
     std::string text = "date,city,value\n";
@@ -179,10 +179,11 @@ TEST(Series, MonthlyDatesAreRegularInCalendarMonths) {
   };
   std::vector<std::string> monthly, quarter_ends, mixed, twenty_eighths;
   for (int m = 0; m < 24; ++m) {
-    monthly.push_back(io::format_datetime(add_months(at("2010-01-01"), m)));
-    quarter_ends.push_back(io::format_datetime(add_months(at("2010-03-31"), 3 * m, true)));
-    twenty_eighths.push_back(io::format_datetime(add_months(at("2010-02-28"), m)));
-    mixed.push_back(io::format_datetime(add_months(at("2010-01-01"), m) + (m == 7 ? 86400 : 0)));
+    monthly.push_back(io::format_datetime(io::add_months(at("2010-01-01"), m)));
+    quarter_ends.push_back(io::format_datetime(io::add_months(at("2010-03-31"), 3 * m, true)));
+    twenty_eighths.push_back(io::format_datetime(io::add_months(at("2010-02-28"), m)));
+    mixed.push_back(
+        io::format_datetime(io::add_months(at("2010-01-01"), m) + (m == 7 ? 86400 : 0)));
   }
   const SeriesSpan a = series(monthly), b = series(quarter_ends), c = series(mixed);
   const SeriesSpan d = series(twenty_eighths);

@@ -398,23 +398,26 @@ TEST(TuneStudy, EnqueuedTrialsRunFirstWithTheirParameters) {
   for (const auto& t : trials) EXPECT_EQ(t.state, TrialState::complete) << t.message;
 }
 
+// The tables of seqforge's former study schema (version 1).
+constexpr const char* kFormerSchema =
+    "CREATE TABLE seqforge_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "CREATE TABLE seqforge_studies (name TEXT PRIMARY KEY, direction TEXT NOT NULL, "
+    "fingerprint TEXT NOT NULL, space TEXT, created TEXT);"
+    "CREATE TABLE seqforge_trials (id INTEGER PRIMARY KEY AUTOINCREMENT, study TEXT NOT NULL, "
+    "number INTEGER NOT NULL, state TEXT NOT NULL, value TEXT, params TEXT, attrs TEXT, started "
+    "TEXT, finished TEXT, heartbeat TEXT, epochs INTEGER, host TEXT, pid INTEGER, message TEXT, "
+    "UNIQUE (study, number));"
+    "CREATE TABLE seqforge_intermediate (trial_id INTEGER NOT NULL, step INTEGER NOT NULL, "
+    "value TEXT, PRIMARY KEY (trial_id, step));"
+    "INSERT INTO seqforge_meta VALUES ('schema_version', '1');";
+
 // A former study without its search space cannot be given Optuna's distributions: refused,
 // the file left as it was.
 TEST(TuneStorage, FormerSchemaWithoutASpaceIsRefused) {
   const fs::path dir = temp_dir("migrate_no_space");
   const std::string db = (dir / "study.db").string();
-  sql(db,
-      "CREATE TABLE seqforge_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-      "CREATE TABLE seqforge_studies (name TEXT PRIMARY KEY, direction TEXT NOT NULL, "
-      "fingerprint TEXT NOT NULL, space TEXT, created TEXT);"
-      "CREATE TABLE seqforge_trials (id INTEGER PRIMARY KEY AUTOINCREMENT, study TEXT NOT NULL, "
-      "number INTEGER NOT NULL, state TEXT NOT NULL, value TEXT, params TEXT, attrs TEXT, started "
-      "TEXT, finished TEXT, heartbeat TEXT, epochs INTEGER, host TEXT, pid INTEGER, message TEXT, "
-      "UNIQUE (study, number));"
-      "CREATE TABLE seqforge_intermediate (trial_id INTEGER NOT NULL, step INTEGER NOT NULL, "
-      "value TEXT, PRIMARY KEY (trial_id, step));"
-      "INSERT INTO seqforge_meta VALUES ('schema_version', '1');"
-      "INSERT INTO seqforge_studies VALUES ('s', 'minimize', 'f', NULL, '1700000000');");
+  sql(db, std::string(kFormerSchema) +
+              "INSERT INTO seqforge_studies VALUES ('s', 'minimize', 'f', NULL, '1700000000');");
   const std::string e = error_of([&] { Storage::open(db)->trials(); });
   EXPECT_NE(e.find("has no readable search space"), std::string::npos) << e;
   sqlite3* h = nullptr;
@@ -435,18 +438,8 @@ TEST(TuneStorage, FormerSchemaIsConvertedOnFirstOpen) {
   const TuneSettings s = settings();
   const std::string fp = s.fingerprint(), space = space_json(s.space);
   sql(db,
-      "CREATE TABLE seqforge_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-      "CREATE TABLE seqforge_studies (name TEXT PRIMARY KEY, direction TEXT NOT NULL, "
-      "fingerprint TEXT NOT NULL, space TEXT, created TEXT);"
-      "CREATE TABLE seqforge_trials (id INTEGER PRIMARY KEY AUTOINCREMENT, study TEXT NOT NULL, "
-      "number INTEGER NOT NULL, state TEXT NOT NULL, value TEXT, params TEXT, attrs TEXT, started "
-      "TEXT, finished TEXT, heartbeat TEXT, epochs INTEGER, host TEXT, pid INTEGER, message TEXT, "
-      "UNIQUE (study, number));"
-      "CREATE TABLE seqforge_intermediate (trial_id INTEGER NOT NULL, step INTEGER NOT NULL, "
-      "value TEXT, PRIMARY KEY (trial_id, step));"
-      "INSERT INTO seqforge_meta VALUES ('schema_version', '1');"
-      "INSERT INTO seqforge_studies VALUES ('s', 'minimize', '" +
-          fp + "', '" + space +
+      std::string(kFormerSchema) + "INSERT INTO seqforge_studies VALUES ('s', 'minimize', '" + fp +
+          "', '" + space +
           "', '1700000000');"
           "INSERT INTO seqforge_trials (study, number, state, value, params, attrs, started, "
           "finished, heartbeat, epochs, host, pid, message) VALUES "

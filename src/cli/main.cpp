@@ -167,8 +167,8 @@ int main(int argc, char** argv) {
     if (bench->parsed()) return run_bench(bench_which, bench_options, bench_json);
     if (train->parsed()) {
       const bool profile = train->count("--profile") > 0;
-      if (!profile_path
-               .empty()) {  // --profile takes an optional FILE: not the config or an override
+      // --profile takes an optional FILE, never the config or an override that followed it.
+      if (!profile_path.empty()) {
         const std::string ext = std::filesystem::path(profile_path).extension().string();
         if (ext == ".yaml" || ext == ".yml" || profile_path.find('=') != std::string::npos)
           sf::fail("train: --profile took '", profile_path,

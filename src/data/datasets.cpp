@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -328,39 +327,18 @@ bool needs_base(Transform t) {
   return t == Transform::diff || t == Transform::log_return || t == Transform::pct_change;
 }
 
-struct CivilTime {
-  int64_t month_index = 0;  // year * 12 + month (0-11)
-  int day = 0, days_in_month = 0;
-  int64_t second_of_day = 0;
-};
-
-CivilTime civil(int64_t seconds) {
-  const std::time_t t = static_cast<std::time_t>(seconds);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  CivilTime c;
-  c.month_index = (int64_t{tm.tm_year} + 1900) * 12 + tm.tm_mon;
-  c.day = tm.tm_mday;
-  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  const int64_t year = c.month_index / 12;
-  const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-  c.days_in_month = kDays[tm.tm_mon] + (tm.tm_mon == 1 && leap ? 1 : 0);
-  c.second_of_day = ((seconds % 86400) + 86400) % 86400;
-  return c;
-}
-
 // The calendar months between consecutive dates of rows [p, q) of `order` when they are all the
 // same number (1 for monthly data, 3 for quarterly, 12 for yearly) at the same time of day and on
 // the same day of the month (or else each month's last day: `*month_end`); else 0.
 int64_t calendar_months(const std::vector<int64_t>& when, const std::vector<int64_t>& order,
                         int64_t p, int64_t q, bool* month_end) {
   if (q - p < 2) return 0;
-  const CivilTime first = civil(when[order[p]]);
+  const io::CivilTime first = io::civil_time(when[order[p]]);
   bool same_day = true, last_day = first.day == first.days_in_month;
   int64_t months = 0;
-  CivilTime prev = first;
+  io::CivilTime prev = first;
   for (int64_t k = p + 1; k < q; ++k) {
-    const CivilTime c = civil(when[order[k]]);
+    const io::CivilTime c = io::civil_time(when[order[k]]);
     same_day = same_day && c.day == first.day;
     last_day = last_day && c.day == c.days_in_month;
     if ((!same_day && !last_day) || c.second_of_day != first.second_of_day) return 0;
@@ -372,23 +350,6 @@ int64_t calendar_months(const std::vector<int64_t>& when, const std::vector<int6
   *month_end = !same_day;
   return months;
 }
-
-}  // namespace
-
-int64_t add_months(int64_t seconds, int64_t months, bool month_end) {
-  const CivilTime c = civil(seconds);
-  const int64_t index = c.month_index + months;
-  std::tm tm{};
-  tm.tm_year = static_cast<int>(index / 12 - 1900);
-  tm.tm_mon = static_cast<int>(index % 12);
-  tm.tm_mday = 1;
-  const int64_t first_of_month = static_cast<int64_t>(timegm(&tm));
-  const int days = civil(first_of_month).days_in_month;
-  const int day = month_end ? days : std::min(c.day, days);
-  return first_of_month + int64_t{day - 1} * 86400 + c.second_of_day;
-}
-
-namespace {
 
 std::string format_duration(int64_t seconds) {
   const std::pair<int64_t, const char*> units[] = {
@@ -555,7 +516,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     if (!label_col.empty()) d->label_col = cols.back();
     return order.rows;
   }
-  bool drop_first = false;
+  bool& drop_first = d->drops_first_rows;
   for (const auto& f : o.features) drop_first |= needs_base(transform_of(o, f));
   std::vector<int64_t> keep;  // positions in order.rows
   for (const SeriesSpan& s : order.spans) {

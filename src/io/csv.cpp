@@ -335,10 +335,41 @@ std::optional<int64_t> parse_datetime(std::string_view s) {
   return seconds - sign * (oh * 3600 + om * 60);
 }
 
+namespace {
+
+// Whole days since 1970 (rounded down) and the seconds into the last of them.
+std::pair<int64_t, int64_t> days_and_rest(int64_t seconds) {
+  const int64_t days = seconds >= 0 ? seconds / 86400 : -((-seconds + 86399) / 86400);
+  return {days, seconds - days * 86400};
+}
+
+}  // namespace
+
+CivilTime civil_time(int64_t seconds) {
+  namespace chr = std::chrono;
+  const auto [days, rest] = days_and_rest(seconds);
+  const chr::year_month_day ymd{chr::sys_days{chr::days{days}}};
+  const chr::year_month_day_last last{ymd.year(), chr::month_day_last{ymd.month()}};
+  return {.month_index =
+              int64_t{static_cast<int>(ymd.year())} * 12 + static_cast<unsigned>(ymd.month()) - 1,
+          .day = static_cast<unsigned>(ymd.day()),
+          .days_in_month = static_cast<unsigned>(last.day()),
+          .second_of_day = rest};
+}
+
+int64_t add_months(int64_t seconds, int64_t months, bool month_end) {
+  namespace chr = std::chrono;
+  const auto [days, rest] = days_and_rest(seconds);
+  const chr::year_month_day ymd{chr::sys_days{chr::days{days}}};
+  const chr::year_month ym = chr::year_month{ymd.year(), ymd.month()} + chr::months{months};
+  const chr::day last = chr::year_month_day_last{ym.year(), chr::month_day_last{ym.month()}}.day();
+  const chr::day day = month_end ? last : std::min(ymd.day(), last);
+  return int64_t{chr::sys_days{ym / day}.time_since_epoch().count()} * 86400 + rest;
+}
+
 std::string format_datetime(int64_t seconds, bool date_only) {
   namespace chr = std::chrono;
-  const int64_t days = seconds >= 0 ? seconds / 86400 : -((-seconds + 86399) / 86400);
-  const int64_t rest = seconds - days * 86400;
+  const auto [days, rest] = days_and_rest(seconds);
   const chr::year_month_day ymd{chr::sys_days{chr::days{days}}};
   char buf[48];
   if (date_only && rest == 0) {

@@ -68,9 +68,8 @@ void write_file_atomically(const std::string& path_in, const std::vector<ByteSpa
   std::string path = path_in;
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
-    if (!S_ISREG(st.st_mode) &&
-        !S_ISDIR(st.st_mode)) {  // a device, pipe or socket (/dev/null, /dev/stdout): written to,
-                                 // never replaced
+    // A device, pipe or socket (/dev/null, /dev/stdout) is written to, never replaced.
+    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
       const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
       if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
       bool ok = true;

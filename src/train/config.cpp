@@ -577,6 +577,15 @@ const ConfigKey& Config::key_of(const std::string& key) const {
 
 bool Config::is_set(const std::string& key) const { return where_.count(key) > 0; }
 
+bool Config::differs_from_default(const std::string& key) const {
+  const auto it = values_.find(key);
+  if (it == values_.end()) return false;
+  const ConfigKey& k = key_of(key);
+  YAML::Node fallback = YAML::Load(k.default_value);
+  if (fallback.IsNull()) fallback = YAML::Node(std::string());
+  return it->second != canonical(k, fallback, "the default of " + key);
+}
+
 const std::string& Config::origin(const std::string& key) const {
   const auto it = where_.find(key);
   return it == where_.end() ? source_ : it->second;

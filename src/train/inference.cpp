@@ -102,8 +102,9 @@ std::string forecast_time(const SeriesData& d, int64_t start) {
   if (target < s.end) return row_label(d, target);
   if (d.dates.empty() || !s.regular || s.step <= 0) return "";
   const bool date_only = d.dates[last].size() <= 10;
-  const int64_t when = s.months > 0 ? add_months(d.times[last], d.horizon * s.months, s.month_end)
-                                    : d.times[last] + d.horizon * s.step;
+  const int64_t when = s.months > 0
+                           ? io::add_months(d.times[last], d.horizon * s.months, s.month_end)
+                           : d.times[last] + d.horizon * s.step;
   return io::format_datetime(when, date_only);
 }
 
@@ -251,16 +252,12 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
       log << "note: series '" << s.name << "' has " << s.end - s.begin
           << " rows, fewer than data.lookback = " << d.lookback << ": no prediction for it\n";
   const std::vector<int64_t> windows = prediction_windows(d, options.last_only);
-  if (windows.empty()) {
-    bool differences = false;  // transforms that take each series' first row as their base
-    for (const auto& [column, t] : r.config.map("data.transform"))
-      differences |= t == "diff" || t == "log_return" || t == "pct_change";
+  if (windows.empty())
     fail(options.input, ": ", d.rows, " rows", d.series.size() > 1 ? " in every series" : "",
-         differences ? " (after data.transform, whose differences use each series' first row "
-                       "as their base)"
-                     : "",
+         d.drops_first_rows ? " (after data.transform, whose differences use each series' "
+                              "first row as their base)"
+                            : "",
          " are fewer than data.lookback = ", d.lookback, ": no complete window to predict from");
-  }
   auto be = make_run_backend();
   auto model = load_model(*be, r, &log);
   const bool multi = d.series.size() > 1 || !r.config.str("data.series_column").empty();

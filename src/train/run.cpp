@@ -216,29 +216,21 @@ Config with_base_architecture(const Config& c, std::string* note) {
 
 std::vector<std::string> ignored_settings(const Config& c) {
   std::vector<std::string> out;
-  // Given with a value other than its default (a resumed run's resolved config gives every key).
-  auto set = [&](const char* key) {
-    if (!c.is_set(key)) return false;
-    std::string fallback;
-    for (const ConfigKey& k : config_keys())
-      if (k.path == key) fallback = k.default_value;
-    return c.str(key) != Config::parse("", "defaults", {key + ("=" + fallback)}).str(key);
-  };
   const std::string family = c.str("model.family");
   const bool transformer = family == "transformer";
   for (const char* key : {"model.cell", "model.hidden", "model.proj_size", "model.dropout_mode"})
-    if (transformer && set(key))
+    if (transformer && c.differs_from_default(key))
       out.push_back(std::string(key) +
                     " is for recurrent models; model.family is transformer: "
                     "it is ignored");
   for (const char* key : {"model.heads", "model.block_size", "model.checkpoint_activations"})
-    if (!transformer && set(key))
+    if (!transformer && c.differs_from_default(key))
       out.push_back(std::string(key) + " is for transformers; model.family is " + family +
                     ": it is ignored");
   const bool adapters = c.str("adapter.kind") != "none";
   for (const char* key : {"adapter.rank", "adapter.alpha", "adapter.dropout", "adapter.targets",
                           "adapter.base_precision"})
-    if (!adapters && set(key))
+    if (!adapters && c.differs_from_default(key))
       out.push_back(std::string(key) + " is set but adapter.kind is none: no adapter is trained");
   if (adapters && c.str("model.init_from").empty())
     out.push_back("adapter.kind " + c.str("adapter.kind") +

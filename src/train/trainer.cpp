@@ -166,7 +166,7 @@ class Training {
   const ThreadConfig threads_;
   std::string precision_notice_;
   Task task_;
-  DType gemm_dtype_;  // the config's precision, then what the backend runs
+  DType gemm_dtype_ = DType::f32;  // train.precision as the backend runs it (build_model)
   const LoopSettings s_;
   const std::string run_dir_;
   std::unique_ptr<Backend> be_;
@@ -212,7 +212,6 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       rank_(comm.rank()),
       threads_(configure_rank_threads(c, comm.local_size())),
       task_(load_task(c)),
-      gemm_dtype_(resolve_precision(c.str("train.precision"), &precision_notice_)),
       s_((check_validation_split(c, task_), LoopSettings::from(c, task_))),
       run_dir_(!resume_dir.empty() ? resume_dir
                : rank_ == 0        ? new_run_dir(c, overwrite)

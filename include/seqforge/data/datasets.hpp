@@ -58,11 +58,6 @@ struct SeriesSpan {
   bool month_end = false;  // with `months`: on each month's last day
 };
 
-// `seconds` (since 1970, UTC) plus `months` calendar months at the same time of day: on the same
-// day of the month (the month's last day where that day does not exist), or with `month_end` on
-// the month's last day.
-int64_t add_months(int64_t seconds, int64_t months, bool month_end = false);
-
 // The transform of `x` against `base` (the previous row for a feature, the window's last row for
 // a target), and its inverse; log ignores the base. NaN where undefined (log of x <= 0, say).
 double apply_transform(Transform t, double x, double base);
@@ -96,6 +91,8 @@ struct SeriesData {
   std::vector<std::string> dates;  // (rows) the date column's text, when there is one
   std::vector<int64_t> times;      // (rows) seconds since 1970, when there is a date column
   std::vector<std::string> notes;  // facts worth a line at start-up (gaps, cut dates)
+  bool drops_first_rows = false;   // a feature's differencing transform takes each series' first
+                                   // row as its base: the row is no window's
   std::string layout;  // how rows were ordered and transformed (date, series, transforms)
   Split split;
   int64_t num_features() const { return static_cast<int64_t>(feature_names.size()); }

@@ -57,6 +57,19 @@ std::string csv_field(std::string_view s);
 // nullopt for anything else, including impossible dates such as 2013-02-29 or 24:00.
 std::optional<int64_t> parse_datetime(std::string_view s);
 
+// The calendar parts of seconds since 1970 (UTC).
+struct CivilTime {
+  int64_t month_index = 0;  // year * 12 + month - 1
+  unsigned day = 0, days_in_month = 0;
+  int64_t second_of_day = 0;
+};
+CivilTime civil_time(int64_t seconds);
+
+// Seconds since 1970 (UTC) plus `months` calendar months at the same time of day: on the same day
+// of the month (the month's last day where that day does not exist), or with `month_end` on the
+// month's last day.
+int64_t add_months(int64_t seconds, int64_t months, bool month_end = false);
+
 // The ISO 8601 text of seconds since 1970 (UTC): "2012-01-01" when it is midnight and
 // `date_only`, else "2012-01-01T13:00:00".
 std::string format_datetime(int64_t seconds, bool date_only = true);

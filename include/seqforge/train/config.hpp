@@ -38,6 +38,8 @@ class Config {
   // Given in the file or an override (`auto` included); false for a default, also one resolved
   // from `auto`.
   bool is_set(const std::string& key) const;
+  // Set to a value other than its default (a resumed run's resolved config sets every key).
+  bool differs_from_default(const std::string& key) const;
   const std::string& source() const { return source_; }
   // Where a key's value came from, for errors about it: "file:line", "override 'key=value'", or
   // the config's source for a default.
