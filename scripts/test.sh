@@ -13,17 +13,30 @@ quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 jobs="$(nproc)"
 
-run_suite() {  # build dir
+start=$SECONDS
+timings="$(mktemp)"
+trap 'rm -f "$timings"' EXIT
+
+run_suite() {  # build dir, then ctest options (-E excludes go to the first pass)
+  local dir="$1"
+  shift
   # The PyTorch parity tests print a table of every configuration and its max error.
-  ctest --test-dir "$1" -j "$jobs" --output-on-failure -E 'PyTorchParity'
-  ctest --test-dir "$1" --output-on-failure -R 'PyTorchParity' -V |
+  ctest --test-dir "$dir" -j "$jobs" --output-on-failure -E 'PyTorchParity' "$@" | tee -a "$timings"
+  ctest --test-dir "$dir" --output-on-failure -R 'PyTorchParity' -V | tee -a "$timings" |
     sed -n -E 's/^[0-9]+: ( |PyTorch)/\1/p; /tests passed|tests failed/p'
+}
+
+slowest() {  # the ten slowest tests of every pass so far, and the time since the start
+  echo "== slowest tests"
+  sed -n -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$timings" |
+    sort -rn | head -10 | awk '{printf "  %8.1f s  %s\n", $1, $2}'
+  echo "== total $((SECONDS - start)) s"
 }
 
 echo "== release build"
 "$root/scripts/build.sh" "$root/build"
 run_suite "$root/build"
-[ "$quick" = 1 ] && exit 0
+[ "$quick" = 1 ] && { slowest; exit 0; }
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
 BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-asan" -DSEQFORGE_SANITIZE=ON
@@ -32,4 +45,5 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 echo "== safetensors fuzzer"
 "$root/scripts/fuzz.sh" "${FUZZ_SECONDS:-60}"
+slowest
 echo "all tests passed"

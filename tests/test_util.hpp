@@ -26,12 +26,14 @@ struct HostTensor {
   }
 };
 
-// Whether the CPU backend can run bf16 GEMMs here (AVX512-BF16 or AMX-BF16); tests of its bf16
-// path skip elsewhere (an AVX2-only CPU, say).
+// Whether the CPU backend can run bf16 GEMMs here (AVX512-BF16 or AMX-BF16, under the
+// SEQFORGE_MAX_ISA cap); tests of its bf16 path skip at once elsewhere (an AVX2-only CPU, say).
 inline bool cpu_runs_bf16() { return cpu_features().avx512_bf16 || cpu_features().amx_bf16; }
-#define SF_SKIP_WITHOUT_BF16()                                                           \
-  do {                                                                                   \
-    if (!::seqforge::test::cpu_runs_bf16()) GTEST_SKIP() << "no bf16 GEMMs on this CPU"; \
+#define SF_SKIP_WITHOUT_BF16()                                                               \
+  do {                                                                                       \
+    if (!::seqforge::test::cpu_runs_bf16())                                                  \
+      GTEST_SKIP() << "needs AVX512-BF16 or AMX-BF16 for bf16 GEMMs; dispatch here reaches " \
+                   << ::seqforge::isa_tier_name(::seqforge::isa_tier());                     \
   } while (0)
 
 // The message of the seqforge::Error that f throws, or "" if it throws none.

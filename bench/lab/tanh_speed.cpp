@@ -1,8 +1,8 @@
 // Lab: Highway's Tanh against the continued-fraction tanh of the LSTM cell (one division),
 // on AVX-512: max absolute error over [-12, 12] and time per element, alternately timed. Build:
 //   g++ -O2 -std=c++20 -march=skylake-avx512 bench/lab/tanh_speed.cpp -o /tmp/tanh_speed
-#include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <chrono>

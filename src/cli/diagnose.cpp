@@ -38,7 +38,7 @@ bool on_path(const std::string& program) {
 const char* yes(bool b) { return b ? "yes" : "no"; }
 
 void print_machine() {
-  const CpuFeatures& isa = cpu_features();
+  const CpuFeatures& isa = machine_cpu_features();
   std::printf("machine\n");
   std::printf("  cpu           %s\n", cpu_model().c_str());
   std::printf("  cores         %d physical, %d logical online, %d usable by this process\n",
@@ -49,6 +49,14 @@ void print_machine() {
       yes(isa.avx2), yes(isa.avx512f),
       isa.avx512f && !isa.os_avx512 ? " (but the OS does not enable it)" : "", yes(isa.avx512_bf16),
       yes(isa.avx512_fp16), yes(isa.amx_bf16), yes(isa.amx_int8));
+  const std::optional<IsaTier> cap = isa_cap();
+  if (cap)
+    std::printf(
+        "  isa cap       SEQFORGE_MAX_ISA=%s: kernels dispatch up to %s (the CPU's tier: %s)\n",
+        isa_tier_name(*cap), isa_tier_name(isa_tier()), isa_tier_name(machine_isa_tier()));
+  else
+    std::printf("  isa cap       none (SEQFORGE_MAX_ISA unset): kernels dispatch up to %s\n",
+                isa_tier_name(isa_tier()));
   std::printf("  amx           %s\n", amx_permission().c_str());
   std::printf("  memory        %.0f MB total, %.0f MB available\n", meminfo_mb("MemTotal"),
               meminfo_mb("MemAvailable"));
@@ -59,9 +67,17 @@ void print_machine() {
   std::printf("  kernels       f32 recurrent 64x512x128: %s; projection 6400x512x128: %s\n",
               onednn_matmul_kernel(64, 512, 128, false).c_str(),
               onednn_matmul_kernel(6400, 512, 128, false).c_str());
-  std::printf("                bf16 recurrent 64x512x128: %s; projection 6400x512x128: %s\n",
-              onednn_matmul_kernel(64, 512, 128, true).c_str(),
-              onednn_matmul_kernel(6400, 512, 128, true).c_str());
+  if (cpu_features().avx512_bf16 || cpu_features().amx_bf16)
+    std::printf("                bf16 recurrent 64x512x128: %s; projection 6400x512x128: %s\n",
+                onednn_matmul_kernel(64, 512, 128, true).c_str(),
+                onednn_matmul_kernel(6400, 512, 128, true).c_str());
+  else
+    std::printf("                bf16: none (needs AVX512-BF16 or AMX-BF16; dispatch reaches %s)\n",
+                isa_tier_name(isa_tier()));
+  std::printf("  openblas      %s\n", openblas_status().c_str());
+  // The f32 provider the CPU backend times and caches per shape, raced here on the same shapes.
+  std::printf("  f32 gemms     recurrent 64x512x128: %s; projection 6400x512x128: %s\n",
+              f32_gemm_race(64, 512, 128).c_str(), f32_gemm_race(6400, 512, 128).c_str());
   std::printf("  backend       %s\n", make_run_backend()->description().c_str());
   std::string precision_notice;
   const bool bf16 = resolve_precision("auto", &precision_notice) == DType::bf16;

@@ -64,7 +64,8 @@ std::string cache_path() {
 }
 
 std::string machine_prefix(int threads) {
-  static const std::string model = cpu_model();
+  // The tier dispatch reaches: schedules timed under SEQFORGE_MAX_ISA=avx2 are not the machine's.
+  static const std::string model = cpu_model() + " up to " + isa_tier_name(isa_tier());
   return model + "|" + std::to_string(threads) + " threads|seqforge " SEQFORGE_VERSION "|";
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <utility>
@@ -15,7 +16,7 @@
 
 namespace seqforge {
 
-const CpuFeatures& cpu_features() {
+const CpuFeatures& machine_cpu_features() {
   static const CpuFeatures features = [] {
     CpuFeatures f;
     unsigned a, b, c, d;
@@ -33,6 +34,59 @@ const CpuFeatures& cpu_features() {
       __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
       f.os_avx512 = (lo & 0xe6) == 0xe6;  // SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM state
     }
+    return f;
+  }();
+  return features;
+}
+
+const char* isa_tier_name(IsaTier tier) {
+  switch (tier) {
+    case IsaTier::baseline:
+      return "baseline";
+    case IsaTier::avx2:
+      return "avx2";
+    case IsaTier::avx512:
+      return "avx512";
+    case IsaTier::avx512_bf16:
+      return "avx512_bf16";
+    case IsaTier::amx:
+      return "amx";
+  }
+  return "unknown";
+}
+
+IsaTier machine_isa_tier() {
+  const CpuFeatures& f = machine_cpu_features();
+  const bool avx512 = f.avx512f && f.os_avx512;
+  if (avx512 && f.amx_bf16 && f.amx_tile) return IsaTier::amx;
+  if (avx512 && f.avx512_bf16) return IsaTier::avx512_bf16;
+  if (avx512) return IsaTier::avx512;
+  return f.avx2 ? IsaTier::avx2 : IsaTier::baseline;
+}
+
+std::optional<IsaTier> isa_cap() {
+  const char* value = std::getenv("SEQFORGE_MAX_ISA");
+  if (!value || !*value) return std::nullopt;
+  for (IsaTier t :
+       {IsaTier::baseline, IsaTier::avx2, IsaTier::avx512, IsaTier::avx512_bf16, IsaTier::amx})
+    if (std::string_view(value) == isa_tier_name(t)) return t;
+  fail("SEQFORGE_MAX_ISA: unknown value '", value,
+       "' (expected baseline, avx2, avx512, avx512_bf16 or amx)");
+}
+
+IsaTier isa_tier() {
+  const std::optional<IsaTier> cap = isa_cap();
+  return cap ? std::min(*cap, machine_isa_tier()) : machine_isa_tier();
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = [] {
+    CpuFeatures f = machine_cpu_features();
+    const IsaTier tier = isa_tier();
+    if (tier < IsaTier::amx) f.amx_tile = f.amx_bf16 = f.amx_int8 = false;
+    if (tier < IsaTier::avx512_bf16) f.avx512_bf16 = false;
+    if (tier < IsaTier::avx512) f.avx512f = f.avx512_fp16 = false;
+    if (tier < IsaTier::avx2) f.avx2 = false;
     return f;
   }();
   return features;
@@ -86,7 +140,7 @@ constexpr int kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023, kXfeatureX
 
 // Whether the kernel lets this process use AMX tiles (Linux 5.16+ grants them on request).
 std::string amx_permission() {
-  if (!cpu_features().amx_tile) return "no AMX on this CPU";
+  if (!machine_cpu_features().amx_tile) return "no AMX on this CPU";
   unsigned long mask = 0;
   if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &mask) != 0)
     return "unknown (the kernel does not support arch_prctl(ARCH_GET_XCOMP_PERM); older than 5.16)";

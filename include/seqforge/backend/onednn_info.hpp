@@ -1,6 +1,7 @@
 #pragma once
-// What oneDNN does on this machine: its version, the instruction set it dispatches to, and the
-// matmul implementation it picks for a given problem (for `seqforge diagnose`).
+// What the GEMM libraries do on this machine (for `seqforge diagnose`): oneDNN's version, the
+// instruction set it dispatches to and the matmul implementation it picks for a problem; OpenBLAS,
+// the second f32 provider, and which of the two the CPU backend would choose for a problem.
 #include <cstdint>
 #include <string>
 
@@ -15,5 +16,11 @@ OneDnnInfo onednn_info();
 // The implementation oneDNN chooses for C(m, n) = A(m, k) B(k, n) with f32 or bf16 operands
 // ("brg:avx512_core_bf16"), or "unavailable: <reason>".
 std::string onednn_matmul_kernel(int64_t m, int64_t n, int64_t k, bool bf16);
+
+// "OpenBLAS 0.3.21 ..., Haswell kernels", or why the CPU backend runs no GEMM on it.
+std::string openblas_status();
+// C(m, n) = A(m, k) B(k, n) in f32 on both providers, timed as the CPU backend does on a shape's
+// first use: "onednn 0.12 ms, openblas 0.20 ms -> onednn", or "onednn (OpenBLAS <why not>)".
+std::string f32_gemm_race(int64_t m, int64_t n, int64_t k);
 
 }  // namespace seqforge

@@ -9,7 +9,9 @@
 #include <exception>
 #include <vector>
 
-#include "backend/cpu/onednn_gemm.hpp"
+#include "backend/cpu/cpu_gemm.hpp"
+#include "backend/cpu/isa_cap.hpp"
+#include "backend/cpu/openblas_gemm.hpp"
 #include "kernels/adapter.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cells.hpp"
@@ -81,13 +83,19 @@ void in_f32_blocks(Tensor y, int64_t e0, int64_t e1, int64_t unit, F&& f) {
 class CpuBackend final : public Backend {
  public:
   CpuBackend() : ref_(make_reference_backend()) {
+    cpu::cap_library_dispatch();
     if (flush_denormals_wanted()) set_flush_denormals(true);
   }
   std::string_view name() const override { return "cpu"; }
   std::string description() const override {
     const dnnl_version_t* v = dnnl_version();
-    return "cpu: oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-           std::to_string(v->patch) + " GEMMs, " + simd_name(simd::target_name()) + " kernels" +
+    const std::string onednn = "oneDNN " + std::to_string(v->major) + "." +
+                               std::to_string(v->minor) + "." + std::to_string(v->patch);
+    const cpu::OpenBlasGemm* blas = cpu::OpenBlasGemm::get();
+    return "cpu: " + onednn +
+           (blas ? " and " + blas->description() + " GEMMs (f32: the faster per shape)"
+                 : " GEMMs") +
+           ", " + simd_name(simd::target_name()) + " kernels" +
            (flushes_denormals() ? ", denormals flushed to zero" : ", denormals kept");
   }
   // f32 on its own kernels, f64 on the reference's; bf16 GEMMs where the CPU has bf16 dot
@@ -165,8 +173,19 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // bf16 GEMMs only where the CPU has bf16 dot products: oneDNN would emulate them on plain
+  // AVX-512, slower than f32, and has no kernel at all on AVX2.
+  void check_gemm_dtype(const GemmShape& s, DType dtype) const {
+    if (dtype == DType::bf16 && !supports(Op::gemm, DType::bf16))
+      fail("GEMM ", s.m, "x", s.n, "x", s.k,
+           " with bf16 operands: this CPU has no bf16 dot products (AVX512-BF16 or AMX-BF16); "
+           "dispatch reaches ",
+           isa_tier_name(isa_tier()), isa_cap() ? " under SEQFORGE_MAX_ISA" : "");
+  }
+
   void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
                 const void* bias) override {
+    check_gemm_dtype(s, dtype);
     if ((dtype == DType::f32 || dtype == DType::bf16) && simd::gemm_tn_narrow_fits(s)) {
       gemm_tn_narrow(s, dtype, a, b, static_cast<float*>(c));
     } else if (dtype == DType::f32 || dtype == DType::bf16) {
@@ -210,6 +229,7 @@ class CpuBackend final : public Backend {
 
   void pack_b(const GemmShape& s, DType dtype, const void* b,
               std::unique_ptr<PackedB>* packed) override {
+    check_gemm_dtype(s, dtype);
     if (dtype == DType::f32 || dtype == DType::bf16) return gemm_.pack(s, dtype, b, packed);
     packed->reset();
   }
@@ -484,7 +504,7 @@ class CpuBackend final : public Backend {
 
  private:
   std::unique_ptr<Backend> ref_;
-  cpu::OneDnnGemm gemm_;
+  cpu::CpuGemm gemm_;
   // out(n) += column sums that fn(r0, r1, acc) adds into acc over rows [r0, r1): straight into
   // out on one thread, else into a partial per thread, added in thread order so that the result
   // does not depend on timing.

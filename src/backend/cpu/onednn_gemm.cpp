@@ -8,12 +8,20 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backend/cpu/isa_cap.hpp"
+#include "seqforge/backend/onednn_info.hpp"
+#include "seqforge/core/cpu.hpp"
+#include "seqforge/core/error.hpp"
+
 namespace seqforge::cpu {
 
 namespace {
 // One CPU engine for the process: per-thread streams and scratch memory are bound to it.
 const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine engine = [] {
+    cap_library_dispatch();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return engine;
 }
 
@@ -104,7 +112,7 @@ struct OneDnnGemm::Impl {
     const dnnl::memory::desc& b_want = packed ? b_any : b_md;
     const dnnl::matmul::desc desc = s.bias ? dnnl::matmul::desc(a_md, b_want, bias_md, c_md)
                                            : dnnl::matmul::desc(a_md, b_want, c_md);
-    const dnnl::matmul::primitive_desc pd(desc, attr, engine);
+    const dnnl::matmul::primitive_desc pd = describe(desc, attr, s, operands);
     static std::atomic<uint64_t> next_id{0};
     Entry e{dnnl::matmul(pd),
             a_md,
@@ -115,6 +123,21 @@ struct OneDnnGemm::Impl {
             pd.scratchpad_desc().get_size(),
             next_id++};
     return cache.emplace(key, std::move(e)).first->second;
+  }
+
+  // The primitive for `desc`, or one line naming the GEMM, its dtype and the ISA oneDNN
+  // dispatches to (a bf16 GEMM on a CPU without bf16 dot products, say).
+  dnnl::matmul::primitive_desc describe(const dnnl::matmul::desc& desc,
+                                        const dnnl::primitive_attr& attr, const GemmShape& s,
+                                        DType operands) {
+    try {
+      return dnnl::matmul::primitive_desc(desc, attr, engine);
+    } catch (const dnnl::error& e) {
+      fail("GEMM ", s.m, "x", s.n, "x", s.k, " with ", dtype_name(operands),
+           " operands: oneDNN has no kernel for it on this CPU (dispatching up to ",
+           onednn_info().isa, ", SEQFORGE_MAX_ISA tier ", isa_tier_name(isa_tier()),
+           "): ", e.what());
+    }
   }
 
   void execute(const Entry& e, const void* a, const void* b, float* c, const float* bias) {

@@ -1,10 +1,17 @@
 #include "seqforge/backend/onednn_info.hpp"
 
+#include <cstdio>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "backend/cpu/cpu_gemm.hpp"
+#include "backend/cpu/isa_cap.hpp"
+#include "backend/cpu/openblas_gemm.hpp"
 
 namespace seqforge {
 
 OneDnnInfo onednn_info() {
+  cpu::cap_library_dispatch();
   OneDnnInfo info;
   const dnnl_version_t* v = dnnl_version();
   info.version =
@@ -50,6 +57,7 @@ OneDnnInfo onednn_info() {
 std::string onednn_matmul_kernel(int64_t m, int64_t n, int64_t k, bool bf16) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
+  cpu::cap_library_dispatch();
   try {
     const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
     const dt in = bf16 ? dt::bf16 : dt::f32;
@@ -60,6 +68,22 @@ std::string onednn_matmul_kernel(int64_t m, int64_t n, int64_t k, bool bf16) {
   } catch (const dnnl::error& e) {
     return std::string("unavailable: ") + e.what();
   }
+}
+
+std::string openblas_status() { return cpu::openblas_status(); }
+
+std::string f32_gemm_race(int64_t m, int64_t n, int64_t k) {
+  if (!cpu::OpenBlasGemm::get()) return "onednn (OpenBLAS " + cpu::openblas_status() + ")";
+  const GemmShape s{.m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n};
+  std::vector<float> a(static_cast<size_t>(m * k), 0.5f), b(static_cast<size_t>(k * n), 0.25f),
+      c(static_cast<size_t>(m * n));
+  cpu::OneDnnGemm onednn;
+  const cpu::GemmRace r =
+      cpu::race_providers(onednn, s, a.data(), b.data(), nullptr, c.data(), nullptr);
+  char out[96];
+  std::snprintf(out, sizeof out, "onednn %.3f ms, openblas %.3f ms -> %s", r.onednn_ms,
+                r.openblas_ms, cpu::provider_name(r.winner));
+  return out;
 }
 
 }  // namespace seqforge

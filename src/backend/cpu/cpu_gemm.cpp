@@ -1,0 +1,124 @@
+#include "backend/cpu/cpu_gemm.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "backend/cpu/openblas_gemm.hpp"
+#include "seqforge/core/autotune.hpp"
+
+namespace seqforge::cpu {
+
+const char* provider_name(GemmProvider p) {
+  return p == GemmProvider::openblas ? "openblas" : "onednn";
+}
+
+namespace {
+
+// The fastest of a few runs of f, ms, after one untimed run (oneDNN builds its kernel then):
+// three runs, or fewer where they take long.
+template <typename F>
+double best_ms(F&& f) {
+  using clock = std::chrono::steady_clock;
+  f();
+  double best = 1e300, total = 0;
+  for (int i = 0; i < 3 && total < 100; ++i) {
+    const auto t0 = clock::now();
+    f();
+    const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    best = std::min(best, ms);
+    total += ms;
+  }
+  return best;
+}
+
+std::string shape_key(const GemmShape& s) {
+  char key[160];
+  std::snprintf(key, sizeof key, "gemm_f32|%c%c_m%lld_n%lld_k%lld_ld%lld,%lld,%lld%s%s%s",
+                s.trans_a ? 't' : 'n', s.trans_b ? 't' : 'n', static_cast<long long>(s.m),
+                static_cast<long long>(s.n), static_cast<long long>(s.k),
+                static_cast<long long>(s.lda), static_cast<long long>(s.ldb),
+                static_cast<long long>(s.ldc), s.alpha != 1.0 ? "_alpha" : "",
+                s.beta != 0.0 ? "_beta" : "", s.bias ? "_bias" : "");
+  return key;
+}
+
+}  // namespace
+
+GemmRace race_providers(OneDnnGemm& onednn, const GemmShape& s, const void* a, const void* b,
+                        const PackedB* packed, const float* c, const float* bias) {
+  // Both write a copy of C, so that the caller's C is computed once, by the winner.
+  const size_t c_size = static_cast<size_t>((s.m - 1) * s.ldc + s.n);
+  std::vector<float> scratch(c, c + c_size);
+  GemmRace race;
+  race.onednn_ms = best_ms([&] {
+    std::copy(c, c + c_size, scratch.begin());
+    if (packed) return onednn.run_packed(s, DType::f32, a, b, *packed, scratch.data(), bias);
+    onednn.run(s, DType::f32, a, b, scratch.data(), bias);
+  });
+  race.openblas_ms = best_ms([&] {
+    std::copy(c, c + c_size, scratch.begin());
+    OpenBlasGemm::get()->run(s, static_cast<const float*>(a), static_cast<const float*>(b),
+                             scratch.data(), bias);
+  });
+  race.winner = race.openblas_ms < race.onednn_ms ? GemmProvider::openblas : GemmProvider::onednn;
+  return race;
+}
+
+GemmProvider CpuGemm::provider(const GemmShape& s, DType operands, const void* a, const void* b,
+                               const PackedB* packed, const float* c, const float* bias) {
+  const OpenBlasGemm* blas = OpenBlasGemm::get();
+  if (operands != DType::f32 || !blas || !OpenBlasGemm::fits(s) || !autotune::enabled())
+    return GemmProvider::onednn;
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const Key key{s.trans_a,     s.trans_b, s.m,
+                s.n,           s.k,       s.lda,
+                s.ldb,         s.ldc,     s.alpha != 1.0,
+                s.beta != 0.0, s.bias,    packed != nullptr,
+                threads};
+  std::lock_guard lock(mutex_);
+  if (auto it = chosen_.find(key); it != chosen_.end()) return it->second;
+  const std::string cache_key =
+      autotune::machine_prefix(threads) + shape_key(s) + (packed ? "_packed" : "");
+  if (const auto cached = autotune::lookup(cache_key)) {
+    const GemmProvider p = *cached == provider_name(GemmProvider::openblas) ? GemmProvider::openblas
+                                                                            : GemmProvider::onednn;
+    return chosen_.emplace(key, p).first->second;
+  }
+  autotune::announce_first_use("the GEMM providers and recurrence schedules");
+  const GemmRace race = race_providers(onednn_, s, a, b, packed, c, bias);
+  const GemmProvider best = race.winner;
+  autotune::store(cache_key, provider_name(best));
+  if (autotune::verbose())
+    std::fprintf(stderr,
+                 "seqforge: autotune %s: onednn %.3f ms, openblas %.3f ms -> %s (cached in %s)\n",
+                 cache_key.c_str(), race.onednn_ms, race.openblas_ms, provider_name(best),
+                 autotune::cache_path().c_str());
+  return chosen_.emplace(key, best).first->second;
+}
+
+void CpuGemm::run(const GemmShape& s, DType operands, const void* a, const void* b, float* c,
+                  const float* bias) {
+  if (provider(s, operands, a, b, nullptr, c, bias) == GemmProvider::openblas)
+    return OpenBlasGemm::get()->run(s, static_cast<const float*>(a), static_cast<const float*>(b),
+                                    c, bias);
+  onednn_.run(s, operands, a, b, c, bias);
+}
+
+void CpuGemm::pack(const GemmShape& s, DType operands, const void* b,
+                   std::unique_ptr<PackedB>* packed) {
+  onednn_.pack(s, operands, b, packed);
+}
+
+void CpuGemm::run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
+                         const PackedB& packed, float* c, const float* bias) {
+  if (provider(s, operands, a, b, &packed, c, bias) == GemmProvider::openblas)
+    return OpenBlasGemm::get()->run(s, static_cast<const float*>(a), static_cast<const float*>(b),
+                                    c, bias);
+  onednn_.run_packed(s, operands, a, b, packed, c, bias);
+}
+
+}  // namespace seqforge::cpu

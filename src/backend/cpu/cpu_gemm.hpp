@@ -1,0 +1,50 @@
+#pragma once
+// The CPU backend's GEMMs: a choice of provider per shape, like the recurrence schedules. For f32
+// operands oneDNN and OpenBLAS are timed on a shape's first use and the faster is cached (the
+// autotuning cache); which is faster depends on the machine (OpenBLAS's AVX2 kernels beat
+// oneDNN 2.6's on some AVX2-only CPUs, oneDNN's brgemm wins on AVX-512). bf16 operands and
+// packed B are oneDNN's.
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "backend/cpu/onednn_gemm.hpp"
+#include "seqforge/backend/backend.hpp"
+
+namespace seqforge::cpu {
+
+enum class GemmProvider { onednn, openblas };
+const char* provider_name(GemmProvider p);  // "onednn", "openblas"
+
+// Both providers timed on one f32 GEMM (C left as it was): the fastest of a few runs each.
+struct GemmRace {
+  double onednn_ms = 0, openblas_ms = 0;
+  GemmProvider winner = GemmProvider::onednn;
+};
+GemmRace race_providers(OneDnnGemm& onednn, const GemmShape& s, const void* a, const void* b,
+                        const PackedB* packed, const float* c, const float* bias);
+
+class CpuGemm {
+ public:
+  void run(const GemmShape& s, DType operands, const void* a, const void* b, float* c,
+           const float* bias);
+  // B packed for oneDNN, or nothing where OpenBLAS runs the shape (it reads B as stored).
+  void pack(const GemmShape& s, DType operands, const void* b, std::unique_ptr<PackedB>* packed);
+  void run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
+                  const PackedB& packed, float* c, const float* bias);
+
+ private:
+  // The provider for `s` (timed on these operands on first use, C kept as it was); oneDNN
+  // timed with `packed` B where the caller has it.
+  GemmProvider provider(const GemmShape& s, DType operands, const void* a, const void* b,
+                        const PackedB* packed, const float* c, const float* bias);
+  OneDnnGemm onednn_;
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
+                         bool, bool, bool, int>;
+  std::mutex mutex_;
+  std::map<Key, GemmProvider> chosen_;
+};
+
+}  // namespace seqforge::cpu

@@ -1,0 +1,162 @@
+// The CPU backend's instruction-set cap and its f32 GEMM providers: SEQFORGE_MAX_ISA is parsed
+// strictly and every library dispatches within it; OpenBLAS, the second provider, matches the
+// reference on every GEMM form the engine uses, and racing the providers leaves C untouched.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_gemm.hpp"
+#include "backend/cpu/openblas_gemm.hpp"
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/onednn_info.hpp"
+#include "seqforge/core/cpu.hpp"
+#include "seqforge/core/rng.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+using test::error_of;
+using test::max_rel_error;
+
+// SEQFORGE_MAX_ISA set to `value` for the scope, then restored.
+struct ScopedMaxIsa {
+  std::string before;
+  bool was_set;
+  explicit ScopedMaxIsa(const char* value) {
+    const char* v = std::getenv("SEQFORGE_MAX_ISA");
+    was_set = v != nullptr;
+    if (v) before = v;
+    setenv("SEQFORGE_MAX_ISA", value, 1);
+  }
+  ~ScopedMaxIsa() {
+    if (was_set)
+      setenv("SEQFORGE_MAX_ISA", before.c_str(), 1);
+    else
+      unsetenv("SEQFORGE_MAX_ISA");
+  }
+};
+
+TEST(IsaTiers, TheCapIsOneOfTheTierNames) {
+  {
+    ScopedMaxIsa cap("avx3");
+    const std::string e = error_of([] { isa_cap(); });
+    EXPECT_NE(e.find("SEQFORGE_MAX_ISA: unknown value 'avx3' (expected baseline, avx2, avx512, "
+                     "avx512_bf16 or amx)"),
+              std::string::npos)
+        << e;
+  }
+  for (const char* name : {"baseline", "avx2", "avx512", "avx512_bf16", "amx"}) {
+    ScopedMaxIsa cap(name);
+    ASSERT_TRUE(isa_cap().has_value()) << name;
+    EXPECT_STREQ(isa_tier_name(*isa_cap()), name);
+    EXPECT_LE(isa_tier(), *isa_cap()) << name;
+    EXPECT_LE(isa_tier(), machine_isa_tier()) << name;
+  }
+}
+
+// What the kernels may use follows the tier this process dispatches to (the @tier copies of the
+// op tests run this under each cap).
+TEST(Ops, DispatchStaysWithinTheIsaTier) {
+  const IsaTier tier = isa_tier();
+  const CpuFeatures& f = cpu_features();
+  EXPECT_EQ(f.avx512f, tier >= IsaTier::avx512 && machine_cpu_features().avx512f);
+  EXPECT_EQ(f.avx512_bf16 || f.amx_bf16, tier >= IsaTier::avx512_bf16);
+  EXPECT_EQ(make_cpu_backend()->supports(Op::gemm, DType::bf16), tier >= IsaTier::avx512_bf16);
+  const std::string onednn = onednn_info().isa, backend = make_cpu_backend()->description();
+  if (tier == IsaTier::avx2) {
+    EXPECT_EQ(onednn, "avx2");
+    EXPECT_NE(backend.find("AVX2 kernels"), std::string::npos) << backend;
+  }
+  if (tier == IsaTier::avx512) {
+    EXPECT_EQ(onednn.rfind("avx512_core", 0), 0u) << onednn;
+  }
+  if (tier >= IsaTier::avx512) {
+    EXPECT_NE(backend.find("AVX-512 kernels"), std::string::npos) << backend;
+  }
+  if (tier == IsaTier::avx512_bf16) {
+    EXPECT_EQ(onednn, "avx512_core_bf16");
+  }
+}
+
+// A bf16 GEMM where the CPU has no bf16 dot products is one line naming the op, the dtype, the
+// shape and the ISA, not oneDNN's own message alone.
+TEST(Ops, Bf16GemmWithoutBf16InstructionsNamesTheShapeAndIsa) {
+  if (test::cpu_runs_bf16())
+    GTEST_SKIP() << "this CPU runs bf16 GEMMs (the @avx2 and @avx512 copies check the message)";
+  auto cpu = make_cpu_backend();
+  const GemmShape s{.m = 20, .n = 39, .k = 24, .lda = 24, .ldb = 39, .ldc = 39};
+  std::vector<bf16> a(20 * 24), b(24 * 39);
+  std::vector<float> c(20 * 39);
+  const std::string e = error_of([&] { cpu->gemm(s, DType::bf16, a.data(), b.data(), c.data()); });
+  EXPECT_NE(e.find("GEMM 20x39x24 with bf16 operands: this CPU has no bf16 dot products "
+                   "(AVX512-BF16 or AMX-BF16); dispatch reaches "),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find(isa_tier_name(isa_tier())), std::string::npos) << e;
+}
+
+// OpenBLAS's sgemm against the reference on the forms the engine runs: both transposes, padded
+// leading dimensions, alpha, beta and the bias epilogue, and sizes that leave partial tiles.
+TEST(Ops, OpenBlasGemmMatchesTheReference) {
+  const cpu::OpenBlasGemm* blas = cpu::OpenBlasGemm::get();
+  if (!blas) GTEST_SKIP() << "no OpenBLAS: " << cpu::openblas_status();
+  auto ref = make_reference_backend();
+  Rng rng(5);
+  int checked = 0;
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true})
+      for (const auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                                   {7, 13, 5},
+                                   {64, 512, 128},
+                                   {33, 65, 300}})
+        for (const bool bias : {false, true}) {
+          const int64_t pad = 3;
+          GemmShape s{.trans_a = ta,
+                      .trans_b = tb,
+                      .m = m,
+                      .n = n,
+                      .k = k,
+                      .lda = (ta ? m : k) + pad,
+                      .ldb = (tb ? k : n) + pad,
+                      .ldc = n + pad,
+                      .alpha = bias ? 1.0 : 0.75,
+                      .beta = bias ? 0.0 : 0.5,
+                      .bias = bias};
+          std::vector<float> a((ta ? k : m) * s.lda), b((tb ? n : k) * s.ldb), c0(m * s.ldc), bv(n);
+          for (std::vector<float>* v : {&a, &b, &c0, &bv})
+            for (float& x : *v) x = static_cast<float>(rng.uniform(-1, 1));
+          std::vector<float> got = c0, want = c0;
+          blas->run(s, a.data(), b.data(), got.data(), bias ? bv.data() : nullptr);
+          ref->gemm(s, DType::f32, a.data(), b.data(), want.data(), bias ? bv.data() : nullptr);
+          EXPECT_LE(max_rel_error(std::vector<double>(got.begin(), got.end()),
+                                  std::vector<double>(want.begin(), want.end())),
+                    1e-5)
+              << m << "x" << n << "x" << k << " ta " << ta << " tb " << tb << " bias " << bias;
+          ++checked;
+        }
+  EXPECT_EQ(checked, 32);
+}
+
+// Racing the providers times both and leaves C as it was; the CPU backend then computes C once.
+TEST(Ops, RacingTheGemmProvidersLeavesCUntouched) {
+  if (!cpu::OpenBlasGemm::get()) GTEST_SKIP() << "no OpenBLAS: " << cpu::openblas_status();
+  const GemmShape s{.m = 48, .n = 40, .k = 32, .lda = 32, .ldb = 40, .ldc = 40, .beta = 1.0};
+  std::vector<float> a(48 * 32, 0.5f), b(32 * 40, 0.25f), c(48 * 40, 2.0f);
+  cpu::OneDnnGemm onednn;
+  const cpu::GemmRace race =
+      cpu::race_providers(onednn, s, a.data(), b.data(), nullptr, c.data(), nullptr);
+  EXPECT_GT(race.onednn_ms, 0);
+  EXPECT_GT(race.openblas_ms, 0);
+  EXPECT_EQ(race.winner, race.openblas_ms < race.onednn_ms ? cpu::GemmProvider::openblas
+                                                           : cpu::GemmProvider::onednn);
+  for (float v : c) ASSERT_EQ(v, 2.0f);
+  auto be = make_cpu_backend();
+  be->gemm(s, DType::f32, a.data(), b.data(), c.data());
+  for (float v : c) ASSERT_FLOAT_EQ(v, 2.0f + 32 * 0.125f);  // beta C + A B, once
+}
+
+}  // namespace
+}  // namespace seqforge
