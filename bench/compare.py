@@ -4,6 +4,7 @@
 Usage: /usr/bin/python3 bench/compare.py [W1 W2 ... W5 W1g W4g W1p W4p] [--precision fp32 bf16]
                                          [--steps N]
                                          [--rounds R] [--seqforge build/seqforge] [--json FILE]
+                                         [--max-isa avx2|avx512|avx512_bf16]
 For every workload, each of R rounds runs every precision on both engines in turn, N timed
 steps each, every run in a fresh process (so peak memory is per workload), so that both the
 engines and the precisions are compared side by side. The table shows medians of
@@ -25,10 +26,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "W1g", "W4g", "W1p", "W4p"]
 
 
-def run(cmd):
+def run(cmd, env=None):
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        subprocess.run(cmd + ["--json", f.name], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(cmd + ["--json", f.name], check=True, stdout=subprocess.DEVNULL, env=env)
         return json.load(open(f.name))[0]
+
+
+def capped_environments(tier):
+    """Environments for seqforge and PyTorch with every library held to an instruction-set tier:
+    seqforge's SEQFORGE_MAX_ISA; PyTorch's ATen kernels, its oneDNN and its OpenBLAS likewise."""
+    if not tier:
+        return None, None
+    aten = {"avx2": "avx2", "avx512": "avx512", "avx512_bf16": "avx512"}[tier]
+    dnnl = {"avx2": "AVX2", "avx512": "AVX512_CORE", "avx512_bf16": "AVX512_CORE_BF16"}[tier]
+    blas = {"avx2": "Haswell", "avx512": "SkylakeX", "avx512_bf16": "Cooperlake"}[tier]
+    sf = dict(os.environ, SEQFORGE_MAX_ISA=tier)
+    pt = dict(os.environ, ATEN_CPU_CAPABILITY=aten, DNNL_MAX_CPU_ISA=dnnl,
+              ONEDNN_MAX_CPU_ISA=dnnl, OPENBLAS_CORETYPE=blas)
+    return sf, pt
 
 
 def main():
@@ -39,7 +54,11 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seqforge", default=os.path.join(HERE, "..", "build", "seqforge"))
     p.add_argument("--json")
+    p.add_argument("--max-isa", choices=["avx2", "avx512", "avx512_bf16"],
+                   help="hold both engines to this instruction-set tier (an AVX2-only machine, "
+                        "say, on an AVX-512 one)")
     a = p.parse_args()
+    sf_env, pt_env = capped_environments(a.max_isa)
     for wid in a.workloads:
         if wid not in WORKLOADS:
             sys.exit("unknown workload %s (expected %s)" % (wid, ", ".join(WORKLOADS)))
@@ -53,9 +72,10 @@ def main():
         # Every round runs every precision, so precisions are compared side by side as well.
         for _ in range(a.rounds):
             for prec in a.precision:
-                s = run([a.seqforge, "bench", wid, "--precision", prec, "--steps", str(steps)])
+                s = run([a.seqforge, "bench", wid, "--precision", prec, "--steps", str(steps)],
+                        sf_env)
                 t = run(["/usr/bin/python3", os.path.join(HERE, "pytorch_bench.py"), wid,
-                         "--precision", prec, "--steps", str(steps)])
+                         "--precision", prec, "--steps", str(steps)], pt_env)
                 r = runs[prec]
                 r["sf"] += s["step_ms"]
                 r["pt"] += t["step_ms"]

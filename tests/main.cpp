@@ -1,4 +1,5 @@
-// The test driver's entry point. `--max-isa=TIER` runs every test under SEQFORGE_MAX_ISA=TIER,
+// The test driver's entry point. It restarts with short OpenMP spin waits, as the CLI does (ctest
+// runs two 2-thread tests at once on two cores). `--max-isa=TIER` runs every test under SEQFORGE_MAX_ISA=TIER,
 // so that one machine also proves the lower tiers' kernels. Where the CPU lacks TIER, or TIER is
 // the CPU's own (the uncapped run), the run skips at once, saying so.
 #include <gtest/gtest.h>
@@ -8,8 +9,10 @@
 #include <string_view>
 
 #include "seqforge/core/cpu.hpp"
+#include "seqforge/core/threads.hpp"
 
 int main(int argc, char** argv) {
+  seqforge::restart_with_short_omp_spin_waits(argv);
   ::testing::InitGoogleTest(&argc, argv);
   constexpr std::string_view flag = "--max-isa=";
   for (int i = 1; i < argc; ++i) {

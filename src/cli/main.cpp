@@ -72,6 +72,7 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
 }  // namespace
 
 int main(int argc, char** argv) {
+  sf::restart_with_short_omp_spin_waits(argv);
   CLI::App app{"seqforge: fast training of sequence models (LSTM, GRU, transformers)"};
   app.set_version_flag("--version", std::string("seqforge ") + sf::version());
   app.require_subcommand(0, 1);

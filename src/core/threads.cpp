@@ -1,6 +1,7 @@
 #include "seqforge/core/threads.hpp"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -63,6 +64,12 @@ bool flushes_denormals() {
 bool flush_denormals_wanted() {
   const char* v = std::getenv("SEQFORGE_FLUSH_DENORMALS");
   return !v || std::strcmp(v, "0") != 0;
+}
+
+void restart_with_short_omp_spin_waits(char** argv) {
+  if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
+  setenv("GOMP_SPINCOUNT", "1000", 1);
+  execv("/proc/self/exe", argv);
 }
 
 }  // namespace seqforge

@@ -14,6 +14,16 @@ struct ThreadConfig {
 // otherwise the CPUs this process may run on. Idempotent.
 ThreadConfig configure_threads(int requested = 0);
 
+// OpenMP threads waiting at a barrier spin before they sleep: libgomp spins 300,000 rounds unless
+// OMP_WAIT_POLICY or GOMP_SPINCOUNT say otherwise. When another busy process shares the cores, a
+// spinning thread holds a core its partner needs for a whole time slice: two 2-thread training
+// runs on two cores took 160 s together against 2.7 s alone; with 1,000 rounds, 6.9 s together
+// and no slower alone. libgomp reads the variables only as it loads, so a program calls this
+// first in main: unless either variable is set, it sets GOMP_SPINCOUNT=1000 and restarts itself
+// (execv of /proc/self/exe, same arguments); where that fails it carries on as it was. Set
+// either variable to keep a process from restarting (under valgrind, say).
+void restart_with_short_omp_spin_waits(char** argv);
+
 // Flush-to-zero and denormals-are-zero (x86 MXCSR FTZ and DAZ) on, or off, on the calling thread
 // and every thread of the OpenMP pool; threads they start later inherit the mode. Gradients that
 // decay through a long sequence reach the denormal range, where Intel cores take a microcode
