@@ -66,6 +66,15 @@ Key key_of(const GemmShape& s, DType operands, bool packed) {
           packed};
 }
 
+// One line naming the GEMM, its operands' dtype and the ISA oneDNN dispatches to, in place of
+// oneDNN's own message alone.
+[[noreturn]] void fail_in_onednn(const GemmShape& s, DType operands, const char* what,
+                                 const dnnl::error& e) {
+  fail("GEMM ", s.m, "x", s.n, "x", s.k, " with ", dtype_name(operands), " operands: oneDNN ", what,
+       " on this CPU (dispatching up to ", onednn_info().isa, ", SEQFORGE_MAX_ISA tier ",
+       isa_tier_name(isa_tier()), "): ", e.what());
+}
+
 // B reordered into a primitive's preferred layout; `plain` is the source's layout.
 struct OneDnnPackedB final : PackedB {
   dnnl::memory::desc layout, plain;
@@ -125,18 +134,15 @@ struct OneDnnGemm::Impl {
     return cache.emplace(key, std::move(e)).first->second;
   }
 
-  // The primitive for `desc`, or one line naming the GEMM, its dtype and the ISA oneDNN
-  // dispatches to (a bf16 GEMM on a CPU without bf16 dot products, say).
+  // The primitive for `desc`, or one line naming the GEMM (a bf16 GEMM on a CPU without bf16
+  // dot products, say).
   dnnl::matmul::primitive_desc describe(const dnnl::matmul::desc& desc,
                                         const dnnl::primitive_attr& attr, const GemmShape& s,
                                         DType operands) {
     try {
       return dnnl::matmul::primitive_desc(desc, attr, engine);
     } catch (const dnnl::error& e) {
-      fail("GEMM ", s.m, "x", s.n, "x", s.k, " with ", dtype_name(operands),
-           " operands: oneDNN has no kernel for it on this CPU (dispatching up to ",
-           onednn_info().isa, ", SEQFORGE_MAX_ISA tier ", isa_tier_name(isa_tier()),
-           "): ", e.what());
+      fail_in_onednn(s, operands, "has no kernel for it", e);
     }
   }
 
@@ -193,7 +199,11 @@ void OneDnnGemm::run(const GemmShape& s, DType operands, const void* a, const vo
     }
     return;
   }
-  impl_->execute(impl_->get(s, operands, false), a, b, c, bias);
+  try {
+    impl_->execute(impl_->get(s, operands, false), a, b, c, bias);
+  } catch (const dnnl::error& e) {
+    fail_in_onednn(s, operands, "failed", e);
+  }
 }
 
 void OneDnnGemm::pack(const GemmShape& s, DType operands, const void* b,
@@ -201,6 +211,15 @@ void OneDnnGemm::pack(const GemmShape& s, DType operands, const void* b,
   SF_CHECK(operands == DType::f32 || operands == DType::bf16, "oneDNN GEMM on ",
            dtype_name(operands));
   if (s.m == 0 || s.n == 0 || s.k == 0) return out->reset();
+  try {
+    pack_planned(s, operands, b, out);
+  } catch (const dnnl::error& e) {
+    fail_in_onednn(s, operands, "failed to pack B", e);
+  }
+}
+
+void OneDnnGemm::pack_planned(const GemmShape& s, DType operands, const void* b,
+                              std::unique_ptr<PackedB>* out) {
   const Impl::Entry& e = impl_->get(s, operands, true);
   auto* p = dynamic_cast<OneDnnPackedB*>(out->get());
   if (!p || p->layout != e.b || p->plain != e.b_plain) {
@@ -223,8 +242,12 @@ void OneDnnGemm::run_packed(const GemmShape& s, DType operands, const void* a, c
                             const PackedB& packed, float* c, const float* bias) {
   const auto& p = static_cast<const OneDnnPackedB&>(packed);
   if (s.m == 0 || s.n == 0 || s.k == 0) return run(s, operands, a, b, c, bias);
-  const Impl::Entry& e = impl_->get(s, operands, true);
-  if (e.b == p.layout) return impl_->execute(e, a, p.packed.get_data_handle(), c, bias);
+  try {
+    const Impl::Entry& e = impl_->get(s, operands, true);
+    if (e.b == p.layout) return impl_->execute(e, a, p.packed.get_data_handle(), c, bias);
+  } catch (const dnnl::error& e) {
+    fail_in_onednn(s, operands, "failed", e);
+  }
   run(s, operands, a, b, c, bias);  // planned for another layout (another thread count)
 }
 

@@ -22,6 +22,8 @@ class OneDnnGemm {
                   const PackedB& packed, float* c, const float* bias);
 
  private:
+  void pack_planned(const GemmShape& s, DType operands, const void* b,
+                    std::unique_ptr<PackedB>* packed);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
