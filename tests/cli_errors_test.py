@@ -79,7 +79,7 @@ def main():
         (["train", "--resume", config], "is a file, not a run directory; start a run from a "
                                         "config with: seqforge train " + config),
         (["train", config, "train.threads=-1"],
-         "override 'train.threads=-1': train.threads must be 0 (one per CPU) or a count"),
+         "override 'train.threads=-1': train.threads must be in [0, 4096], got -1"),
         (["eval", forecast, "--data", text, "--split", "val"],
          "eval: --data evaluates every window of that file; --split val evaluates a split"),
         (["generate", config], "a config, not a run: train it first (seqforge train %s)" % config),

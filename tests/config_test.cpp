@@ -91,6 +91,44 @@ TEST(Config, WrongTypesNameTheLineAndKey) {
             std::string::npos);
 }
 
+// Every integer key has a range a model and a machine can hold: sizes that would overflow the
+// products of sizes (parameters, windows, positions) or hang set-up are errors at parse time,
+// naming the key, the range and where the value came from.
+TEST(Config, IntegerKeysStayInTheirRange) {
+  struct Case {
+    std::string override_, want;
+  };
+  const std::vector<Case> cases = {
+      {"adapter.rank=4611686018427387904", "adapter.rank must be in [1, 65536]"},
+      {"model.hidden=4611686018427387904", "model.hidden must be in [1, 65536]"},
+      {"data.stride=9223372036854775807", "data.stride must be in [1, 1000000]"},
+      {"model.block_size=4611686018427387904", "model.block_size must be in [0, 1000000]"},
+      {"model.layers=4611686018427387904", "model.layers must be in [1, 1024]"},
+      {"data.prefetch_factor=4611686018427387904", "data.prefetch_factor must be in [1, 64]"},
+      {"train.warmup_steps=-1", "train.warmup_steps must be in [0, 1000000000], got -1"},
+      {"train.step_epochs=0", "train.step_epochs must be positive, got 0"},
+      {"model.hidden=0", "model.hidden must be positive, got 0"},
+  };
+  for (const Case& c : cases) {
+    const std::string e = error_of([&] { Config::parse("", "c.yaml", {c.override_}); });
+    EXPECT_NE(e.find("override '" + c.override_ + "': " + c.want), std::string::npos) << e;
+  }
+  const std::string e =
+      error_of([] { Config::parse("model:\n  layers: 99999999999\n", "cfg.yaml"); });
+  EXPECT_NE(e.find("cfg.yaml:2: model.layers must be in [1, 1024], got 99999999999"),
+            std::string::npos)
+      << e;
+  // The bounds themselves are accepted, and the seed takes any 64-bit value.
+  EXPECT_EQ(Config::parse("", "c.yaml", {"model.hidden=65536"}).integer("model.hidden"), 65536);
+  EXPECT_EQ(Config::parse("", "c.yaml", {"train.seed=-9223372036854775808"}).integer("train.seed"),
+            INT64_MIN);
+  for (const ConfigKey& k : config_keys())  // every integer key has its range
+    if (k.type == ConfigKey::Type::integer)
+      EXPECT_EQ(error_of([&] { Config::parse("", "c.yaml", {k.path + "=" + k.default_value}); }),
+                "")
+          << k.path;
+}
+
 TEST(Config, ReferenceDocMatchesTheKeyTable) {
   std::ifstream in(SEQFORGE_SOURCE_DIR "/docs/config.md");
   ASSERT_TRUE(in) << "docs/config.md missing";

@@ -7,11 +7,12 @@
 #include <limits>
 #include <vector>
 
-#include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/arena.hpp"
+#include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/buffer.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/core/threads.hpp"
+#include "test_util.hpp"
 
 namespace seqforge {
 namespace {
@@ -73,6 +74,12 @@ TEST(Tensor, ShapeSliceReshape) {
   EXPECT_THROW(t.reshape({5, 5}), Error);
   EXPECT_THROW(t.slice(1, 3), Error);
   EXPECT_THROW(Shape({1, 2, 3, 4, 5}), Error);
+  // Sizes whose product overflows are refused, not wrapped (a hostile file's shape, say).
+  EXPECT_NE(test::error_of([] {
+              Shape({int64_t{1} << 40, int64_t{1} << 30});
+            }).find("a tensor of shape (1099511627776, 1073741824) holds more elements"),
+            std::string::npos);
+  EXPECT_EQ(Shape({int64_t{1} << 62, int64_t{1} << 62, 0}).numel(), 0);
   EXPECT_THROW(t.data_as<double>(), Error);
 }
 

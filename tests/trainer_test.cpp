@@ -417,6 +417,19 @@ TEST(Trainer, AFineTuneTakesTheBaseModelsShape) {
             std::string::npos);
   EXPECT_NE(fine_tune(nanogpt, "ft_nanogpt", {"model.heads=2"}).find("model.layers 2"),
             std::string::npos);
+  // A block index at the end of int64 counts no layers (nor overflows): the loader names it.
+  {
+    std::vector<io::SafetensorsTensor> hostile = tensors;
+    const auto& ln = *std::find_if(tensors.begin(), tensors.end(), [](const auto& t) {
+      return t.name == "transformer.h.1.ln_1.weight";
+    });
+    hostile.push_back(
+        {"transformer.h.9223372036854775807.ln_1.weight", ln.dtype, ln.shape, ln.data});
+    const std::string file = (dir / "hostile_block.safetensors").string();
+    io::write_safetensors(file, hostile);
+    const std::string e = error_of([&] { fine_tune(file, "ft_hostile", {"model.heads=2"}); });
+    EXPECT_NE(e.find("transformer.h.9223372036854775807.ln_1.weight"), std::string::npos) << e;
+  }
   // A compiled model's checkpoint: every name under torch.compile's `_orig_mod.`.
   for (auto& t : tensors) t.name = "_orig_mod." + t.name;
   const std::string compiled = (dir / "compiled.safetensors").string();
@@ -848,7 +861,7 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
             std::string::npos);
   EXPECT_NE(train_with(base, {"data.targets=[nope]"}).find("no column 'nope'"), std::string::npos);
   EXPECT_NE(train_with(base, {"train.threads=-1"})
-                .find("override 'train.threads=-1': train.threads must be 0"),
+                .find("override 'train.threads=-1': train.threads must be in [0, 4096], got -1"),
             std::string::npos);
   {  // more threads than CPUs: a warning, and the run goes on
     std::ostringstream many;
@@ -864,6 +877,12 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
   EXPECT_NE(train_with(base, {"model.hidden=-3"}).find("model.hidden must be positive"),
             std::string::npos);
   EXPECT_NE(train_with(base, {"train.batch_size=0"}).find("train.batch_size"), std::string::npos);
+  // A model too large for this machine is refused before its parameters are allocated.
+  const std::string too_large = train_with(base, {"model.hidden=65536", "model.layers=1024"});
+  EXPECT_NE(too_large.find("parameters need "), std::string::npos) << too_large;
+  EXPECT_NE(too_large.find("make model.hidden or model.layers smaller (now 65536 and 1024)"),
+            std::string::npos)
+      << too_large;
   EXPECT_NE(train_with(base, {"data.lookback=500"}).find("shorter than data.lookback"),
             std::string::npos);
   EXPECT_NE(train_with(base, {"data.task=regress"}).find("data.task"), std::string::npos);

@@ -1,5 +1,7 @@
 #include "seqforge/core/tensor.hpp"
 
+#include <algorithm>
+
 namespace seqforge {
 
 Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::vector<int64_t>(dims)) {}
@@ -11,6 +13,13 @@ Shape::Shape(const std::vector<int64_t>& dims) {
     SF_CHECK(dims[i] >= 0, "negative dimension ", dims[i]);
     dims_[i] = dims[i];
   }
+  // The element count, and its bytes at 8 per element, fit in int64: numel() and nbytes() never
+  // overflow.
+  const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
+  int64_t bytes = 8;
+  for (int i = 0; i < rank_ && !empty; ++i)
+    if (__builtin_mul_overflow(bytes, dims_[i], &bytes))
+      fail("a tensor of shape ", str(), " holds more elements than any memory can");
 }
 
 std::string Shape::str() const {

@@ -283,6 +283,53 @@ const std::vector<ConfigKey> kKeys = {
      "Under mpirun: megabytes of gradients per all-reduce, started while backward runs."},
 };
 
+// Every integer key's range: what a model and a machine can hold. Sizes far beyond these overflow
+// the products of sizes (parameters, activations) long before they would fit in memory.
+struct IntegerRange {
+  const char* path;
+  int64_t lo, hi;
+};
+constexpr int64_t kMillion = 1'000'000;
+const IntegerRange kIntegerRanges[] = {
+    {"data.lookback", 1, kMillion},
+    {"data.horizon", 0, kMillion},
+    {"data.stride", 1, kMillion},
+    {"data.seq_len", 1, kMillion},
+    {"data.prefetch_factor", 1, 64},
+    {"augment.magnitude_warp.knots", 1, 1000},
+    {"augment.time_warp.knots", 1, 1000},
+    {"augment.cache_versions", 1, 1000},
+    {"model.hidden", 1, 65536},
+    {"model.proj_size", 0, 65536},
+    {"model.layers", 1, 1024},
+    {"model.heads", 1, 4096},
+    {"model.block_size", 0, kMillion},
+    {"model.embedding", 1, 65536},
+    {"adapter.rank", 1, 65536},
+    {"train.epochs", 1, kMillion},
+    {"train.batch_size", 1, kMillion},
+    {"train.max_batches", 0, 1000 * kMillion},
+    {"train.seed", INT64_MIN, INT64_MAX},
+    {"train.threads", 0, 4096},
+    {"train.freeze_epochs", 0, kMillion},
+    {"train.warmup_steps", 0, 1000 * kMillion},
+    {"train.step_epochs", 1, kMillion},
+    {"train.plateau_patience", 1, kMillion},
+    {"train.early_stopping.patience", 0, kMillion},
+    {"train.save_every", 1, kMillion},
+};
+
+const IntegerRange& integer_range(const std::string& path) {
+  for (const IntegerRange& r : kIntegerRanges)
+    if (path == r.path) return r;
+  fail("internal: integer key ", path, " has no range");
+}
+
+std::string range_text(const IntegerRange& r) {
+  if (r.lo == INT64_MIN) return "any";
+  return std::to_string(r.lo) + " to " + std::to_string(r.hi);
+}
+
 const char* type_name(T t) {
   switch (t) {
     case T::string:
@@ -403,9 +450,14 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
   double d;
   bool b;
   switch (key.type) {
-    case T::integer:
+    case T::integer: {
       if (!parse_int(s, &i)) return bad("'" + s + "'");
+      const IntegerRange& r = integer_range(key.path);
+      if (i < r.lo && r.lo == 1) fail(where, ": ", key.path, " must be positive, got ", i);
+      if (i < r.lo || i > r.hi)
+        fail(where, ": ", key.path, " must be in [", r.lo, ", ", r.hi, "], got ", i);
       break;
+    }
     case T::number:
       if (!parse_double(s, &d) && !(s == "auto" && key.default_value == "auto"))
         return bad("'" + s + "'");
@@ -429,7 +481,8 @@ std::string config_reference_markdown() {
       << "`seqforge train CONFIG.yaml [key.path=value ...]` reads a YAML file of the keys below; "
          "overrides use the same dotted paths, their values parsed as YAML. Unknown keys are "
          "errors. Every run directory holds `config.resolved.yaml`: each key with its value, "
-         "defaults filled in.\n\n"
+         "defaults filled in. An integer key takes the range its type shows (what a model and "
+         "a machine can hold); a value outside it is an error.\n\n"
       << "This page is generated from the table in src/train/config.cpp "
          "(`seqforge config-reference > docs/config.md`); a test fails when they differ.\n\n"
       << "| key | type | default | meaning |\n|---|---|---|---|\n";
@@ -437,8 +490,11 @@ std::string config_reference_markdown() {
     std::string shown;  // the default as one line: a newline as \n
     for (const char ch : k.default_value)
       shown += ch == '\n' ? std::string("\\n") : std::string(1, ch);
-    out << "| `" << k.path << "` | " << type_name(k.type) << " | "
-        << (shown.empty() ? "" : "`" + shown + "`") << " | " << k.doc << " |\n";
+    const std::string type = k.type == T::integer && integer_range(k.path).lo != INT64_MIN
+                                 ? "integer, " + range_text(integer_range(k.path))
+                                 : type_name(k.type);
+    out << "| `" << k.path << "` | " << type << " | " << (shown.empty() ? "" : "`" + shown + "`")
+        << " | " << k.doc << " |\n";
   }
   out << "\n## The `tune:` section\n\n"
       << "`seqforge tune CONFIG.yaml [key.path=value ...]` searches the keys of the config's "

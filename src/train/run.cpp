@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -176,7 +177,12 @@ Config with_base_architecture(const Config& c, std::string* note) {
   for (const auto& e : file.entries()) {
     static const std::string kBlock = "transformer.h.";
     const std::string name = parameter_name(e.name);
-    if (name.rfind(kBlock, 0) == 0) blocks.insert(std::atoll(name.c_str() + kBlock.size()));
+    if (name.rfind(kBlock, 0) != 0) continue;
+    // An index past model.layers' range cannot be a block of a model here: the loader names
+    // the tensor as unexpected.
+    int64_t i = -1;
+    std::from_chars(name.data() + kBlock.size(), name.data() + name.size(), i);
+    if (i >= 0 && i < 1024) blocks.insert(i);
   }
   // Blocks 0 to L-1, or the loader names what is missing.
   if (!blocks.empty() && *blocks.begin() == 0 && *blocks.rbegin() + 1 == int64_t(blocks.size()))
@@ -460,9 +466,32 @@ DType backend_precision(const std::string& precision, const Backend& be, std::st
   return DType::f32;
 }
 
+void check_model_fits(Model& model, const Config& c, bool training) {
+  const double mb = 1 << 20;
+  const Parameters& p = model.parameters();
+  double values = 0, trained = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double n = double(p.values().entries()[i].shape.numel());
+    values += n;
+    if (!p.fixed(i)) trained += n;
+  }
+  const double need = sizeof(float) * (values + (training ? 3 * trained : 0));
+  const double available = double(available_memory_bytes());
+  if (need <= available) return;
+  const bool transformer = c.str("model.family") == "transformer";
+  fail(c.source(), ": the model's ", p.count(), " parameters need ",
+       static_cast<int64_t>(need / mb), " MB",
+       training ? " (values, gradients and AdamW's two moments)" : "", ", more than the ",
+       static_cast<int64_t>(available / mb), " MB available: make ",
+       transformer ? "model.embedding" : "model.hidden", " or model.layers smaller (now ",
+       c.integer(transformer ? "model.embedding" : "model.hidden"), " and ",
+       c.integer("model.layers"), ")");
+}
+
 // The model of a loaded run, its weights loaded, computing in the run's precision.
 std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream* notes) {
   auto model = make_model(r.task.model);
+  check_model_fits(*model, r.config, false);
   model->initialize(be, 0);
   load_parameters(r.file.source(), model->parameters(), be);
   std::string notice;

@@ -31,6 +31,10 @@ ModelOptions model_options(const Config& c, const Task& t);
 // The GEMM dtype `precision` (train.precision) gives on `be`: resolve_precision's, or f32, with a
 // notice, where the backend runs no bf16 GEMMs.
 DType backend_precision(const std::string& precision, const Backend& be, std::string* notice);
+// Before a model's parameters are allocated: refuses one whose parameters (with their gradients
+// and AdamW's two moments when `training`) need more memory than is available, naming the keys
+// that size it.
+void check_model_fits(Model& model, const Config& c, bool training);
 // A transformer initialised from a base model takes the base's shape: model.embedding,
 // model.layers and model.block_size from its tensors, model.heads from the seqforge config in
 // its metadata. Keys the config leaves out are set (and named in `note`); a key set to another

@@ -331,6 +331,7 @@ void Training::build_model() {
   gemm_dtype_ = backend_precision(c_.str("train.precision"), *be_, &precision_notice_);
   const uint64_t seed = static_cast<uint64_t>(c_.integer("train.seed"));
   model_ = make_model(task_.model);
+  check_model_fits(*model_, c_, true);
   model_->initialize(*be_, seed);
   model_->set_gemm_dtype(gemm_dtype_);
   model_->set_input_grad(false);
