@@ -88,12 +88,17 @@ def main():
          "predict needs a forecast or classify run; this is a charlm run"),
         (["eval", charlm, "--data", config],
          "--data: evaluating a character model on another file is not supported"),
+        # Data quoted in a message is escaped: no terminal control sequence, no second line.
+        (["train", config, "data.targets=[\x1b(0red]"], "no column '\\x1b(0red'"),
+        (["train", config, "data.date_column=a\tb"], "'a\\x09b'"),
     ]
     for args, words in cases:
         r = run(*args)
         lines = r.stderr.strip().splitlines()
         if r.returncode == 0:
             fail("%s: exit code 0" % " ".join(args))
+        if "\x1b" in r.stderr or "\t" in r.stderr:
+            fail("%s: a control character reached the terminal: %r" % (" ".join(args), r.stderr))
         if len(lines) != 1 or words not in lines[0]:
             fail("%s: expected one line with %r, got:\n%s" % (" ".join(args), words, r.stderr))
         print("ok: seqforge %s -> %s" % (" ".join(os.path.basename(a) for a in args), lines[0]))

@@ -62,6 +62,17 @@ TEST(DType, SafetensorsNames) {
   EXPECT_FALSE(dtype_from_safetensors_name("BOOL", &t));
 }
 
+// Errors quote data (cells, column names, file contents): printed, a message stays one line and
+// never sends the terminal a control sequence; UTF-8 text is kept as it is.
+TEST(Errors, MessagesEscapeControlCharactersAndBytesThatAreNotUtf8) {
+  const std::string cell("a\x1b[2J\nb\0c\xff\t\xc3\xa9\xe2\x82\xac\xed\xa0\x80", 19);
+  EXPECT_EQ(test::error_of([&] { fail("no column '", cell, "'"); }),
+            "no column 'a\\x1b[2J\\nb\\0c\\xff\\x09\xc3\xa9\xe2\x82\xac\\xed\\xa0\\x80'");
+  EXPECT_EQ(printable("plain, \xf0\x9f\x98\x80 and \x7f"), "plain, \xf0\x9f\x98\x80 and \\x7f");
+  const std::string check = test::error_of([] { SF_CHECK(false, "bad\nline"); });
+  EXPECT_EQ(check.find('\n'), std::string::npos) << check;
+}
+
 TEST(Tensor, ShapeSliceReshape) {
   std::vector<float> data(24);
   Tensor t(data.data(), DType::f32, {2, 3, 4});

@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "seqforge: error: %s (--help lists the options; config keys are given as "
                  "key.path=value, e.g. train.epochs=3)\n",
-                 e.what());
+                 sf::printable(e.what()).c_str());
     return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
@@ -268,10 +268,10 @@ int main(int argc, char** argv) {
     std::fputs(app.help().c_str(), stdout);
     return 0;
   } catch (const sf::Interrupted& e) {
-    if (*e.what()) std::fprintf(stderr, "seqforge: %s\n", e.what());
+    if (*e.what()) std::fprintf(stderr, "seqforge: %s\n", sf::printable(e.what()).c_str());
     return e.exit_code();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "seqforge: error: %s\n", e.what());
+    std::fprintf(stderr, "seqforge: error: %s\n", sf::printable(e.what()).c_str());
     std::fflush(stderr);
     return 1;
   }

@@ -13,6 +13,11 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// `text` safe to print on one terminal line: control characters escaped (ESC as \x1b, a newline
+// as \n, NUL as \0), and bytes that are not UTF-8 as \xNN. Error messages quote data (cells,
+// column names, file contents), which must neither split the line nor reach the terminal raw.
+std::string printable(const std::string& text);
+
 namespace detail {
 template <typename... Args>
 std::string concat(const Args&... args) {
@@ -26,7 +31,7 @@ std::string concat(const Args&... args) {
 
 template <typename... Args>
 [[noreturn]] void fail(const Args&... args) {
-  throw Error(detail::concat(args...));
+  throw Error(printable(detail::concat(args...)));
 }
 
 }  // namespace seqforge
