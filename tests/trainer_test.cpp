@@ -608,7 +608,31 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
             std::string::npos);
   EXPECT_NE(error_with("adapter.targets=[attn.c_fc]").find("'attn.c_fc' is not a Linear"),
             std::string::npos);
-  EXPECT_NE(error_with("adapter.rank=0").find("adapter.rank must be in [1"), std::string::npos);
+  EXPECT_NE(error_with("adapter.rank=0").find("adapter.rank must be positive, got 0"),
+            std::string::npos);
+  // Adapter keys count only with an adapter: a model narrower than the default rank trains
+  // without one; with one, a rank above the width is PEFT's and trains too.
+  int narrow_runs = 0;
+  for (const std::vector<std::string>& narrow :
+       {std::vector<std::string>{"model.embedding=4", "model.heads=1"},
+        std::vector<std::string>{"adapter.kind=lora", "adapter.rank=64",
+                                 "model.init_from=" + (dir / "base").string()}}) {
+    std::vector<std::string> o = narrow;
+    o.insert(o.end(),
+             {"train.epochs=1", "train.max_batches=1",
+              "train.run_dir=" + (dir / ("narrow" + std::to_string(narrow_runs++))).string()});
+    std::ostringstream narrow_log;
+    const TrainSummary s = train(config(o), narrow_log);
+    EXPECT_TRUE(std::isfinite(s.last.at("train_loss"))) << narrow_log.str();
+  }
+  EXPECT_NE(error_of([&] {
+              train(config({"adapter.kind=lora", "adapter.alpha=1e-320",
+                            "train.run_dir=" + (dir / "bad").string()}),
+                    log);
+            })
+                .find("adapter.alpha must be positive, with adapter.alpha / adapter.rank a normal "
+                      "float, got "),
+            std::string::npos);
 }
 
 // Pairs of short texts over "abc,\"e" (commas and quotes exercise the CSV's quoting): `yes` when

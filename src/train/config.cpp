@@ -189,7 +189,9 @@ const std::vector<ConfigKey> kKeys = {
      "(alpha/rank) B A, the norm per output row); only the adapters train, saved under PEFT's "
      "names (base_model.model.<linear>.lora_A.weight, lora_B.weight, "
      "lora_magnitude_vector). Load the base with model.init_from."},
-    {"adapter.rank", T::integer, "8", "Adapter rank r (A is r x in, B out x r)."},
+    {"adapter.rank", T::integer, "8",
+     "Adapter rank r (A is r x in, B out x r). As in PEFT, a rank above a layer's min(in, out) is "
+     "allowed; the update B A then has rank min(in, out) at most."},
     {"adapter.alpha", T::number, "16", "Adapter scale numerator: the update is alpha/rank B A."},
     {"adapter.dropout", T::number, "0.0",
      "Adapter dropout in training. Transformers: on the adapted Linear's input (PEFT's "

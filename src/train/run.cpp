@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -30,8 +31,8 @@ double now_s() {
 
 // The adapter.* keys, checked: for a transformer (`cell` empty; targets are a block's Linears)
 // or a recurrent layer of cell `cell` (targets are its weights, by default weight_ih and
-// weight_hh). The rank is at most `width` (when above 0).
-AdapterOptions adapter_options(const Config& c, int64_t width, const std::string& cell) {
+// weight_hh).
+AdapterOptions adapter_options(const Config& c, const std::string& cell) {
   AdapterOptions a;
   const std::string kind = c.str("adapter.kind");
   if (kind != "none" && kind != "lora" && kind != "dora")
@@ -39,16 +40,21 @@ AdapterOptions adapter_options(const Config& c, int64_t width, const std::string
   a.kind = kind == "lora"   ? AdapterKind::lora
            : kind == "dora" ? AdapterKind::dora
                             : AdapterKind::none;
+  // The adapter's own keys count only when there is one. A rank above the layer's width is
+  // allowed, as PEFT allows it (the update B A then has rank min(in, out) at most).
   a.rank = c.integer("adapter.rank");
-  if (a.rank <= 0 || (width > 0 && a.rank > width))
-    fail(c.origin("adapter.rank"), ": adapter.rank must be in [1, ",
-         width > 0 ? std::to_string(width) : "...", "], got ", a.rank);
   a.alpha = c.number("adapter.alpha");
-  if (!(a.alpha > 0))
-    fail(c.origin("adapter.alpha"), ": adapter.alpha must be positive, got ", a.alpha);
   a.dropout = c.number("adapter.dropout");
-  if (!(a.dropout >= 0 && a.dropout < 1))
-    fail(c.origin("adapter.dropout"), ": adapter.dropout must be in [0, 1), got ", a.dropout);
+  if (a.kind != AdapterKind::none) {
+    const double scale = a.alpha / double(a.rank);
+    if (!(a.alpha > 0 && std::isfinite(a.alpha) && scale >= FLT_MIN && scale <= FLT_MAX))
+      fail(c.origin("adapter.alpha"),
+           ": adapter.alpha must be positive, with adapter.alpha / adapter.rank a normal float, "
+           "got ",
+           a.alpha, " / ", a.rank);
+    if (!(a.dropout >= 0 && a.dropout < 1))
+      fail(c.origin("adapter.dropout"), ": adapter.dropout must be in [0, 1), got ", a.dropout);
+  }
   const std::string base = c.str("adapter.base_precision");
   if (base != "fp32" && base != "bf16")
     fail(c.origin("adapter.base_precision"), ": adapter.base_precision must be fp32 or bf16, got '",
@@ -136,7 +142,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
     o.dropout = m.rnn.dropout;
     o.checkpoint_activations = c.boolean("model.checkpoint_activations");
     o.bias = c.boolean("model.bias");
-    m.adapter = adapter_options(c, o.n_embd, "");  // model.embedding: a block's narrowest Linear
+    m.adapter = adapter_options(c, "");
     if (t.kind == TaskKind::text_classify) {
       o.num_classes = m.output_size;
       o.segments = t.text.segments;
@@ -152,7 +158,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
   } else if (t.kind == TaskKind::text_classify) {
     fail(c.origin("data.task"), ": data.task text_classify takes model.family transformer");
   } else {
-    m.adapter = adapter_options(c, 0, cell_type(m.rnn.cell).name);
+    m.adapter = adapter_options(c, cell_type(m.rnn.cell).name);
   }
   return m;
 }
