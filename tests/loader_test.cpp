@@ -400,6 +400,16 @@ TEST(Loader, TextOverAStoredVocabularyNamesEveryUnknownCharacter) {
       << e;
   EXPECT_NE(e.find("'x' (2 times, first at line 2)"), std::string::npos) << e;
   EXPECT_NE(e.find("'\u00e9' (1 time, at line 2)"), std::string::npos) << e;
+  // A byte-order mark is not a character of the text; a device is no text file.
+  o.path = (dir / "bom.txt").string();
+  std::ofstream(o.path) << "\xEF\xBB\xBF"
+                        << "cab\nba\n";
+  EXPECT_EQ(load_text(o, {}).vocab, U"\nabc");
+  o.path = "/dev/zero";
+  EXPECT_NE(test::error_of([&] {
+              load_text(o, {});
+            }).find("/dev/zero: not a regular file (a directory, device or pipe); give a file"),
+            std::string::npos);
 }
 
 // text_classify's examples and batches: a pair cut longest-first to seq_len, the separator in

@@ -263,7 +263,8 @@ TEST_F(SafetensorsTest, RejectsMissingFile) {
 TEST_F(SafetensorsTest, RejectsDirectory) {
   const std::string p = path("subdir");
   fs::create_directory(p);
-  expect_error([&] { SafetensorsFile::read(p); }, p, "cannot read");
+  expect_error([&] { SafetensorsFile::read(p); }, p, "not a regular file");
+  expect_error([] { SafetensorsFile::read("/dev/zero"); }, "/dev/zero", "not a regular file");
 }
 
 TEST_F(SafetensorsTest, RejectsFileShorterThanEightBytes) {

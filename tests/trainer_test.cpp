@@ -901,6 +901,8 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
   EXPECT_NE(train_with(base, {"model.hidden=-3"}).find("model.hidden must be positive"),
             std::string::npos);
   EXPECT_NE(train_with(base, {"train.batch_size=0"}).find("train.batch_size"), std::string::npos);
+  EXPECT_NE(train_with(base, {"data.path=/dev/zero"}).find("/dev/zero: not a regular file"),
+            std::string::npos);
   // A model too large for this machine is refused before its parameters are allocated.
   const std::string too_large = train_with(base, {"model.hidden=65536", "model.layers=1024"});
   EXPECT_NE(too_large.find("parameters need "), std::string::npos) << too_large;

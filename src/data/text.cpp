@@ -1,12 +1,12 @@
 // Character-level text: UTF-8 decoded into a vocabulary of code points, split into chunks.
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "data/splits.hpp"
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/data/datasets.hpp"
 
@@ -105,11 +105,10 @@ TextData load_text(const DataOptions& opt, const std::u32string& vocab) {
   TextData d;
   d.seq_len = opt.text.seq_len;
   const std::string& path = opt.path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::u32string text = decode_utf8(ss.str(), path);
+  std::string bytes = io::read_file(path);
+  // A byte-order mark is no character of the text (the CSV reader drops it too).
+  if (bytes.rfind("\xEF\xBB\xBF", 0) == 0) bytes.erase(0, 3);
+  const std::u32string text = decode_utf8(bytes, path);
   if (text.empty()) fail(path, ": empty file");
   d.vocab = vocab;
   if (d.vocab.empty()) {

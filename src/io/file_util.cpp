@@ -141,9 +141,12 @@ std::string read_file(const std::string& path) {
   if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
   std::string bytes;
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-    bytes.reserve(static_cast<size_t>(st.st_size));
+  // A device or pipe may never end (/dev/zero): only files are read whole.
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, ": not a regular file (a directory, device or pipe); give a file");
   }
+  if (st.st_size > 0) bytes.reserve(static_cast<size_t>(st.st_size));
   char chunk[1 << 16];
   for (;;) {
     const ssize_t r = ::read(fd, chunk, sizeof chunk);
