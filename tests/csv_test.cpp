@@ -285,7 +285,7 @@ TEST_F(CsvTest, RejectsMissingFileAndDirectory) {
   expect_error([&] { CsvTable::read(missing); }, {missing + ": cannot open"});
   const std::string sub = (dir_ / "sub").string();
   fs::create_directory(sub);
-  expect_error([&] { CsvTable::read(sub); }, {sub + ": cannot read"});
+  expect_error([&] { CsvTable::read(sub); }, {sub + ": not a regular file"});
 }
 
 TEST_F(CsvTest, RejectsEmptyFile) {
