@@ -417,6 +417,14 @@ TEST(Trainer, AFineTuneTakesTheBaseModelsShape) {
             std::string::npos);
   EXPECT_NE(fine_tune(nanogpt, "ft_nanogpt", {"model.heads=2"}).find("model.layers 2"),
             std::string::npos);
+  // A seqforge checkpoint whose config is blank, or says nothing of the heads, does not say how
+  // many heads either: never the default 4.
+  for (const std::string& saved : {std::string(), std::string("model:\n  layers: 2\n")}) {
+    const std::string file = (dir / "blank_config.safetensors").string();
+    io::write_safetensors(file, tensors, {{"seqforge.config", saved}});
+    const std::string e = error_of([&] { fine_tune(file, "ft_blank", {}); });
+    EXPECT_NE(e.find("does not say how many attention heads"), std::string::npos) << e;
+  }
   // A block index at the end of int64 counts no layers (nor overflows): the loader names it.
   {
     std::vector<io::SafetensorsTensor> hostile = tensors;

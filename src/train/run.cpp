@@ -196,8 +196,10 @@ Config with_base_architecture(const Config& c, std::string* note) {
   if (find_parameter(file, "transformer.ln_f.weight"))
     base["model.bias"] = find_parameter(file, "transformer.ln_f.bias") != nullptr;
   if (const auto it = file.metadata().find("seqforge.config"); it != file.metadata().end()) {
+    // Only a head count the config states: a blank or partial one would give the default.
     try {
-      base["model.heads"] = Config::parse(it->second, init).integer("model.heads");
+      const Config saved = Config::parse(it->second, init);
+      if (saved.is_set("model.heads")) base["model.heads"] = saved.integer("model.heads");
     } catch (const std::exception&) {  // a config of another seqforge version: heads unknown
     }
   }
