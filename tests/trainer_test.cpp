@@ -439,11 +439,21 @@ TEST(Trainer, AFineTuneTakesTheBaseModelsShape) {
     EXPECT_NE(e.find("transformer.h.9223372036854775807.ln_1.weight"), std::string::npos) << e;
   }
   // A compiled model's checkpoint: every name under torch.compile's `_orig_mod.`.
+  std::vector<io::SafetensorsTensor> both = tensors;
   for (auto& t : tensors) t.name = "_orig_mod." + t.name;
   const std::string compiled = (dir / "compiled.safetensors").string();
   io::write_safetensors(compiled, tensors);
   EXPECT_NE(fine_tune(compiled, "ft_compiled", {"model.heads=2"}).find("model.layers 2"),
             std::string::npos);
+  // Both names for one tensor: which is the model's is not clear.
+  both.push_back(tensors.back());
+  const std::string ambiguous = (dir / "ambiguous.safetensors").string();
+  io::write_safetensors(ambiguous, both);
+  const std::string e = error_of([&] { fine_tune(ambiguous, "ft_ambiguous", {"model.heads=2"}); });
+  EXPECT_NE(e.find("the checkpoint holds both '" + both.back().name.substr(10) + "' and '" +
+                   both.back().name + "'"),
+            std::string::npos)
+      << e;
   // A base without biases (nanoGPT's default bias=False) gives its fine-tune none.
   train(Config::load(
             SEQFORGE_SOURCE_DIR "/examples/configs/shakespeare_gpt.yaml",
@@ -633,6 +643,14 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
     const TrainSummary s = train(config(o), narrow_log);
     EXPECT_TRUE(std::isfinite(s.last.at("train_loss"))) << narrow_log.str();
   }
+  // A module selection that loads nothing is an error, not adapters on a random frozen base.
+  EXPECT_NE(error_of([&] {
+              train(config({"adapter.kind=lora", "model.init_from=" + (dir / "base").string(),
+                            "model.init_from_modules=[base_model]",
+                            "train.run_dir=" + (dir / "bad").string()}),
+                    log);
+            }).find("init_from_modules [base_model] loads no tensor"),
+            std::string::npos);
   EXPECT_NE(error_of([&] {
               train(config({"adapter.kind=lora", "adapter.alpha=1e-320",
                             "train.run_dir=" + (dir / "bad").string()}),

@@ -44,8 +44,12 @@ constexpr std::string_view kCompiledPrefix = "_orig_mod.";
 
 const io::SafetensorsEntry* find_parameter(const io::SafetensorsFile& file,
                                            const std::string& name) {
-  if (const io::SafetensorsEntry* t = file.find(name)) return t;
-  return file.find(std::string(kCompiledPrefix) + name);
+  const io::SafetensorsEntry* plain = file.find(name);
+  const io::SafetensorsEntry* compiled = file.find(std::string(kCompiledPrefix) + name);
+  if (plain && compiled)
+    fail("the checkpoint holds both '", name, "' and '", kCompiledPrefix, name,
+         "' (torch.compile's name): which one is the model's is not clear; keep one");
+  return plain ? plain : compiled;
 }
 
 std::string parameter_name(const std::string& tensor_name) {
@@ -99,6 +103,16 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
             static_cast<size_t>(entry.shape.numel()));
     backend.upload(params.value(i), converted.data());
     loaded.push_back(entry.name);
+  }
+  // A selection that loads nothing is a mistake (a module named for another naming scheme), not a
+  // start from random weights.
+  if (loaded.empty() && !modules.empty()) {
+    std::string names;
+    for (const auto& m : modules) names += (names.empty() ? "" : ", ") + m;
+    fail(path, ": init_from_modules [", names, "] loads no tensor: none of the file's ",
+         file.entries().size(), " tensors (",
+         file.entries().empty() ? std::string("none") : file.entries()[0].name,
+         ", ...) is a parameter of those modules under the model's names");
   }
   // An alias of a parameter (a tied weight) must hold the same values as the parameter.
   for (const auto& [alias, i] : params.aliases()) {
