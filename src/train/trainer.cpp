@@ -56,23 +56,40 @@ bool holds_a_run(const fs::path& dir) {
          fs::exists(dir / "training_state.safetensors");
 }
 
-// The run directory of a new run: train.run_dir, which must not hold another run unless
-// `overwrite`; by default runs/<config name>, or the first of runs/<name>-2, -3, ... that holds
-// no run.
-std::string new_run_dir(const Config& c, bool overwrite) {
+// Takes `dir`'s lock for this process, or refuses: another process is training in it.
+void lock_run_dir(const std::string& dir, io::DirLock* lock) {
+  long holder = 0;
+  if (!lock->try_lock(dir, &holder))
+    fail(dir, ": in use: another seqforge process is training in it (",
+         holder > 0 ? "pid " + std::to_string(holder) : std::string("its pid not yet written"),
+         " holds ", (fs::path(dir) / ".lock").string(),
+         "); wait for it to end or stop it. Nothing in the directory was changed");
+}
+
+// The run directory of a new run, locked for it: train.run_dir, which must not hold another
+// run unless `overwrite`; by default runs/<config name>, or the first of runs/<name>-2, -3, ...
+// that holds no run and no other process is training in.
+std::string new_run_dir(const Config& c, bool overwrite, io::DirLock* lock) {
   std::string dir = c.str("train.run_dir");
   if (!dir.empty()) {
+    lock_run_dir(dir, lock);
     if (!overwrite && holds_a_run(dir))
       fail(dir, ": holds another run's files; pass --overwrite to replace them, or --resume ", dir,
            " to continue that run");
     return dir;
   }
   const fs::path base = fs::path("runs") / fs::path(c.source()).stem();
-  if (overwrite) return base.string();
+  if (overwrite) {
+    lock_run_dir(base.string(), lock);
+    return base.string();
+  }
   for (int version = 1;; ++version) {
     const fs::path p =
         version == 1 ? base : fs::path(base.string() + "-" + std::to_string(version));
+    long holder = 0;
+    if (!lock->try_lock(p.string(), &holder)) continue;  // a run under way
     if (!holds_a_run(p)) return p.string();
+    lock->release();
   }
 }
 
@@ -131,6 +148,8 @@ class Training {
   TrainSummary run();
 
  private:
+  // The run directory, locked by rank 0 before anything in it is read, written or removed.
+  std::string claim_run_dir(const std::string& resume_dir, bool overwrite);
   void build_model();
   void resume_from_state();
   void share_rank0_state();
@@ -168,6 +187,7 @@ class Training {
   Task task_;
   DType gemm_dtype_ = DType::f32;  // train.precision as the backend runs it (build_model)
   const LoopSettings s_;
+  io::DirLock lock_;  // rank 0 owns the run directory from before it touches it to the end
   const std::string run_dir_;
   std::unique_ptr<Backend> be_;
   std::unique_ptr<Model> model_;
@@ -213,9 +233,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       threads_(configure_rank_threads(c, comm.local_size())),
       task_(load_task(c)),
       s_((check_validation_split(c, task_), LoopSettings::from(c, task_))),
-      run_dir_(!resume_dir.empty() ? resume_dir
-               : rank_ == 0        ? new_run_dir(c, overwrite)
-                                   : ""),
+      run_dir_(claim_run_dir(resume_dir, overwrite)),
       rng_(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x5eed5eedull) {
   comm_.set_timeout(s_.dist_timeout, "the last checkpoint in " + run_dir_ + " is intact");
   build_model();
@@ -273,6 +291,13 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
                                                  static_cast<size_t>(s_.bucket_mb * (1 << 20)));
     model_->set_grad_ready_hook([this](size_t first, size_t end) { sync_->ready(first, end); });
   }
+}
+
+std::string Training::claim_run_dir(const std::string& resume_dir, bool overwrite) {
+  if (rank_ != 0) return resume_dir;
+  if (resume_dir.empty()) return new_run_dir(c_, overwrite, &lock_);
+  if (fs::is_directory(resume_dir)) lock_run_dir(resume_dir, &lock_);  // else: nothing to resume
+  return resume_dir;
 }
 
 void Training::start_streams() {
@@ -507,7 +532,8 @@ void Training::share_rank0_state() {
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
 }
 
-// The run directory is touched only now that everything has been checked, by rank 0.
+// The run's files are touched only now that everything has been checked, by rank 0 (which holds
+// the directory's lock).
 void Training::prepare_run_dir() {
   if (rank_ != 0) return;
   if (resume_dir_.empty())  // --overwrite: the old run's files go first
