@@ -468,33 +468,78 @@ void Training::print_start() const {
          << " decides early stopping and the best checkpoint\n";
 }
 
-// Everything the loop carries from epoch to epoch, from the run's training state.
+// The saved sample order, checked before any entry indexes the data: the training split's
+// windows, each as often as the split holds it (stateful streams: their order exactly).
+std::vector<int64_t> saved_order(const io::SafetensorsFile& state, const std::vector<int64_t>& now,
+                                 bool stateful) {
+  const io::SafetensorsEntry* o = state.find("order");
+  if (!o) fail(state.source(), ": missing tensor 'order' (the sample order)");
+  if (o->dtype != DType::i64 || o->shape.size() != 1)
+    fail(state.source(), ": tensor 'order' is ", dtype_safetensors_name(o->dtype), " ",
+         Shape(o->shape).str(), ", expected I64 of one dimension");
+  if (o->shape[0] != static_cast<int64_t>(now.size()))
+    fail(state.source(), ": tensor 'order' holds ", o->shape[0],
+         " windows, the training split has ", now.size(), " now (the data or its split changed?)");
+  std::vector<int64_t> order(now.size());
+  load_tensor(state, "order",
+              Tensor(order.data(), DType::i64, {static_cast<int64_t>(order.size())}), nullptr);
+  if (stateful) {
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i] != now[i])
+        fail(state.source(), ": tensor 'order': entry ", i, " is ", order[i],
+             ", the stateful streams' chunk there starts at ", now[i],
+             " (the data or train.batch_size changed?)");
+    return order;
+  }
+  std::vector<int64_t> sorted = now;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<bool> taken(sorted.size(), false);
+  for (size_t i = 0; i < order.size(); ++i) {
+    auto at = std::lower_bound(sorted.begin(), sorted.end(), order[i]);
+    if (at == sorted.end() || *at != order[i])
+      fail(state.source(), ": tensor 'order': entry ", i, " is ", order[i],
+           ", not a window of the training split");
+    size_t k = static_cast<size_t>(at - sorted.begin());
+    while (k < sorted.size() && sorted[k] == order[i] && taken[k]) ++k;
+    if (k == sorted.size() || sorted[k] != order[i])
+      fail(state.source(), ": tensor 'order': entry ", i, " repeats window ", order[i],
+           " (the order must hold each training window once)");
+    taken[k] = true;
+  }
+  return order;
+}
+
+// Everything the loop carries from epoch to epoch, from the run's training state. Every value
+// is checked before it is used: a damaged or foreign state is refused, naming the tensor or
+// field.
 void Training::resume_from_state() {
   if (!fs::exists(state_path_)) fail(state_path_, ": missing: this run has nothing to resume from");
   const io::SafetensorsFile state = io::SafetensorsFile::read(state_path_);
+  const auto loop = state.metadata().find("seqforge.loop");
+  if (loop == state.metadata().end()) fail(state_path_, ": no seqforge.loop metadata");
+  LoopState saved = LoopState::from_json(loop->second, state_path_);
   const auto& p = model_->parameters();
+  saved.check(state_path_, p.size(), batches_per_epoch_);
   auto tensors = named(p, p.values(), "param.");
   for (int k = 0; k < (oo_.kind == "sgd" ? 1 : 2); ++k)
     for (auto& t : named(p, optimizer_->state(k), "optim." + std::to_string(k) + "."))
       tensors.push_back(t);
-  for (const auto& [name, t] : tensors) load_tensor(state, name, t, be_.get());
-  const io::SafetensorsEntry* o = state.find("order");
-  if (!o || o->shape != std::vector<int64_t>{static_cast<int64_t>(order_.size())})
-    fail(state_path_, ": the training split has ", order_.size(),
-         " windows now; the saved run had a different number (data changed?)");
-  load_tensor(state, "order",
-              Tensor(order_.data(), DType::i64, {static_cast<int64_t>(order_.size())}), nullptr);
+  // Adam's second moments are squares: a negative one would make its step NaN.
+  for (const auto& [name, t] : tensors)
+    load_tensor(state, name, t, be_.get(), oo_.kind != "sgd" && name.rfind("optim.1.", 0) == 0);
+  std::vector<int64_t> order = saved_order(state, order_, s_.stateful);
   std::array<uint64_t, 4> words{};
   load_tensor(state, "rng", Tensor(words.data(), DType::i64, {4}), nullptr);
-  rng_.set_state(words);
-  const auto loop = state.metadata().find("seqforge.loop");
-  if (loop == state.metadata().end()) fail(state_path_, ": no seqforge.loop metadata");
-  state_ = LoopState::from_json(loop->second, state_path_);
-  if (s_.stateful && state_.in_epoch) {
+  if (words == std::array<uint64_t, 4>{})  // xoshiro's one state it never leaves
+    fail(state_path_, ": tensor 'rng' is all zeros, not a generator's state");
+  if (s_.stateful && saved.in_epoch) {
     load_tensor(state, "carry.h", carry_h_[carry_at_].tensor(), be_.get());
     if (cell_type(task_.model.rnn.cell).cell_state)
       load_tensor(state, "carry.c", carry_c_[carry_at_].tensor(), be_.get());
   }
+  order_ = std::move(order);
+  rng_.set_state(words);
+  state_ = std::move(saved);
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
   if (state_.in_epoch)
     out_ << "resuming " << run_dir_ << " in epoch " << state_.epochs_done + 1 << " after batch "
