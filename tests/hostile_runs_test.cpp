@@ -286,5 +286,103 @@ TEST(HostileRuns, ResumeRefusesAnOrderOutsideTheDataInEveryTask) {
   }
 }
 
+TEST(HostileRuns, NonFiniteWeightsAreRefusedOnLoad) {
+  const fs::path dir = temp_dir("nan_weights");
+  const std::string data = write_series(dir, 200);
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(forecast(data, run, {"train.epochs=1"}), log);
+  const fs::path model = run / "model.safetensors";
+  const fs::path clean = dir / "clean.safetensors";
+  fs::copy_file(model, clean);
+  const std::string expected = model.string() + ": tensor 'lstm.weight_ih_l0' holds a non-finite";
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -INFINITY}) {
+    fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
+    rewrite(model, [&](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+      tensor(ts, "lstm.weight_ih_l0").as<float>()[1] = bad;
+    });
+    EXPECT_HAS(error_of([&] { evaluate(run.string(), "test"); }), expected);
+    EXPECT_HAS(error_of([&] {
+                 std::ostringstream quiet;
+                 predict(run.string(), {data, (dir / "p.csv").string()}, quiet);
+               }),
+               expected);
+    // model.init_from: the same refusal before the new run touches anything.
+    EXPECT_HAS(error_of([&] {
+                 train(forecast(data, dir / "tuned", {"model.init_from=" + run.string()}), log);
+               }),
+               expected);
+    EXPECT_FALSE(fs::exists(dir / "tuned"));
+  }
+  // A finite f64 beyond f32's range would load as infinity.
+  fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
+  rewrite(model, [&](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+    OwnedTensor& w = tensor(ts, "head.bias");
+    w.dtype = DType::f64;
+    w.bytes.assign(sizeof(double), std::byte{0});
+    *w.as<double>() = 1e300;
+  });
+  EXPECT_HAS(error_of([&] { evaluate(run.string(), "test"); }),
+             "tensor 'head.bias' holds a non-finite value (inf at index 0)");
+
+  // generate on a character model with a NaN embedding.
+  const fs::path text = dir / "text.txt";
+  std::ofstream(text) << std::string(600, 'a') + "abcabc\n";
+  const fs::path lm = dir / "lm";
+  train(Config::parse("data: {path: " + text.string() +
+                          ", task: charlm, seq_len: 16}\nmodel: {hidden: 8, embedding: 4}\n"
+                          "train: {epochs: 1, batch_size: 8, run_dir: " +
+                          lm.string() + "}\n",
+                      "lm.yaml"),
+        log);
+  rewrite(lm / "model.safetensors",
+          [&](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+            tensor(ts, "embedding.weight").as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+          });
+  EXPECT_HAS(error_of([&] { generate(lm.string(), "ab", 5, 1.0, 0, 0); }),
+             "tensor 'embedding.weight' holds a non-finite value (nan at index 0)");
+}
+
+TEST(HostileRuns, MergeRefusesNonFiniteAdaptersAndZeroNormDoraRows) {
+  const fs::path dir = temp_dir("merge");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  train(forecast(data, dir / "base", {"train.epochs=1"}), log);
+  for (const char* kind : {"lora", "dora"}) {
+    const fs::path run = dir / kind;
+    train(forecast(data, run,
+                   {"adapter.kind=" + std::string(kind), "adapter.rank=2",
+                    "model.init_from=" + (dir / "base").string(), "train.epochs=1"}),
+          log);
+    const fs::path model = run / "model.safetensors";
+    const fs::path clean = dir / (std::string(kind) + ".safetensors");
+    fs::copy_file(model, clean);
+    const std::string b = "base_model.model.lstm.weight_hh_l0.lora_B.weight";
+    rewrite(model, [&](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+      tensor(ts, b).as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+    });
+    const fs::path out = dir / (std::string(kind) + "_merged.safetensors");
+    EXPECT_HAS(error_of([&] { merge_adapters(run.string(), out.string()); }),
+               "tensor '" + b + "' holds a non-finite value");
+    EXPECT_FALSE(fs::exists(out));
+    fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
+    if (std::string(kind) != "dora") continue;
+    // Row 3 of W0 and of B zero: V = W0 + s B A has a zero row, and m V / ||V|| no value.
+    rewrite(model, [&](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+      OwnedTensor& w0 = tensor(ts, "lstm.weight_hh_l0");
+      OwnedTensor& lb = tensor(ts, b);
+      std::fill_n(w0.as<float>() + 3 * w0.shape[1], w0.shape[1], 0.0f);
+      std::fill_n(lb.as<float>() + 3 * lb.shape[1], lb.shape[1], 0.0f);
+    });
+    const std::string e = error_of([&] { merge_adapters(run.string(), out.string()); });
+    EXPECT_HAS(e,
+               "DoRA adapter base_model.model.lstm.weight_hh_l0: row 3 of W0 + (alpha/r) B A "
+               "has norm 0");
+    EXPECT_FALSE(fs::exists(out));
+    fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
+    EXPECT_EQ(merge_adapters(run.string(), out.string()), 2);
+  }
+}
+
 }  // namespace
 }  // namespace seqforge
