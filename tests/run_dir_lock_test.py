@@ -48,9 +48,6 @@ def main():
             if time.time() > deadline:
                 fail("the first run saved nothing in 240 s")
             time.sleep(0.2)
-        lock = os.path.join(run, ".lock")
-        if read(lock).decode().strip() != str(first.pid):
-            fail("%s holds %r, not the first run's pid %d" % (lock, read(lock), first.pid))
         config_before = read(os.path.join(run, "config.resolved.yaml"))
         seconds = [
             [seqforge, "train", config, "train.run_dir=" + run, "train.epochs=1"] + common,
@@ -75,6 +72,9 @@ def main():
                     fail("%s is gone after the second train (%s)" % (name, what))
             if read(os.path.join(run, "config.resolved.yaml")) != config_before:
                 fail("config.resolved.yaml changed after the second train (%s)" % what)
+        lock = os.path.join(run, ".lock")
+        if read(lock).decode().strip() != str(first.pid):
+            fail("%s holds %r, not the first run's pid %d" % (lock, read(lock), first.pid))
         # Commands that only read a run take no lock.
         p = subprocess.run([seqforge, "eval", run, "--split", "val"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=120)
