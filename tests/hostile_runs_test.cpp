@@ -239,6 +239,13 @@ TEST(HostileRuns, ResumeRefusesADamagedTrainingState) {
       },
       "'batch' is 1000000; an epoch now has");
   EXPECT_EQ(fs::last_write_time(run / "model.safetensors"), model_time);
+  // Stateful streams keep their order: a permutation of it is refused too.
+  const fs::path stateful = dir / "stateful";
+  train(forecast(data, stateful, {"train.stateful=true", "train.batch_size=4"}), log);
+  const std::string e =
+      resume_error(stateful, set_order([](auto& o) { std::swap(o[0], o[1]); }), {"train.epochs=3"});
+  EXPECT_HAS(e, "training_state.safetensors: tensor 'order': entry 0 is ");
+  EXPECT_HAS(e, ", the stateful streams' chunk there starts at ");
   // The untouched state resumes.
   const TrainSummary s = train(
       Config::load((run / "config.resolved.yaml").string(), {"train.epochs=3"}), log, run.string());
