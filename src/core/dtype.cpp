@@ -121,4 +121,20 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t 
   for (size_t i = 0; i < n; ++i) store(dst, dst_type, i, load(src, src_type, i));
 }
 
+int64_t first_non_finite(const void* data, DType t, size_t n, double* value) {
+  if (t == DType::i32 || t == DType::i64) return -1;
+  const size_t width = dtype_size(t);
+  const auto* bytes = static_cast<const std::byte*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    alignas(8) std::byte element[8];  // file data may be unaligned
+    std::memcpy(element, bytes + i * width, width);
+    const double v = load(element, t, 0);
+    if (!std::isfinite(v)) {
+      if (value) *value = v;
+      return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
+}
+
 }  // namespace seqforge

@@ -1,6 +1,7 @@
 #include "io/file_util.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -134,6 +136,80 @@ void write_file_atomically(const std::string& path_in, const std::vector<ByteSpa
     fail(path, ": cannot fsync directory ", dir, ": ", std::strerror(e));
   }
   ::close(dfd);
+}
+
+DirLock& DirLock::operator=(DirLock&& o) noexcept {
+  if (this != &o) {
+    release();
+    fd_ = std::exchange(o.fd_, -1);
+    created_ = std::exchange(o.created_, false);
+    dir_ = std::move(o.dir_);
+  }
+  return *this;
+}
+
+bool DirLock::try_lock(const std::string& dir, long* holder) {
+  namespace fs = std::filesystem;
+  release();
+  *holder = 0;
+  const std::string path = (fs::path(dir) / ".lock").string();
+  for (int attempt = 0;; ++attempt) {
+    std::error_code ec;
+    const bool existed = fs::is_directory(dir, ec);
+    if (!existed && !fs::create_directories(dir, ec) && ec)
+      fail(dir, ": cannot create the run directory: ", ec.message());
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) fail(path, ": cannot open the run directory's lock: ", std::strerror(errno));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err != EWOULDBLOCK) {
+        ::close(fd);
+        fail(path, ": cannot lock the run directory: ", std::strerror(err));
+      }
+      char text[32] = {};
+      const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+      ::close(fd);
+      if (n > 0) *holder = std::strtol(text, nullptr, 10);
+      return false;
+    }
+    // A holder that created the directory removes the file on release: the lock counts only on
+    // the file still at `path`.
+    struct stat locked {
+    }, now{};
+    if (::fstat(fd, &locked) == 0 && ::stat(path.c_str(), &now) == 0 &&
+        locked.st_dev == now.st_dev && locked.st_ino == now.st_ino) {
+      fd_ = fd;
+      created_ = !existed;
+      dir_ = fs::absolute(dir, ec).string();  // release() finds it after a change of directory
+      break;
+    }
+    ::close(fd);
+    if (attempt == 100) fail(path, ": the run directory's lock keeps being replaced");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  // Without the pid the lock holds all the same; the one refused is told none.
+  [[maybe_unused]] const bool written =
+      ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) > 0;
+  return true;
+}
+
+void DirLock::release() {
+  if (fd_ < 0) return;
+  if (created_) {  // a run that failed before writing anything leaves no directory behind
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    bool only_lock = true;
+    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
+      only_lock = only_lock && it->path().filename() == ".lock";
+    if (!ec && only_lock) {
+      fs::remove(fs::path(dir_) / ".lock", ec);
+      fs::remove(dir_, ec);
+    }
+  }
+  ::close(fd_);
+  fd_ = -1;
+  created_ = false;
+  dir_.clear();
 }
 
 std::string read_file(const std::string& path) {

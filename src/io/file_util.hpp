@@ -31,6 +31,32 @@ MappedFile map_file(const std::string& path);
 // The whole file; errors name `path` and the system's reason.
 std::string read_file(const std::string& path);
 
+// An advisory lock (flock) on DIR/.lock, held while the object lives: one process at a time
+// owns a run directory. The kernel drops it when the process dies, so a killed process's lock
+// never blocks; the file holds the holder's pid for the message of the one refused. The file
+// is opened close-on-exec, so child processes never inherit the lock.
+class DirLock {
+ public:
+  DirLock() = default;
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  DirLock(DirLock&& o) noexcept { *this = std::move(o); }
+  DirLock& operator=(DirLock&& o) noexcept;
+  ~DirLock() { release(); }
+
+  // Locks `dir`, creating it when missing. False when another process (or another DirLock of
+  // this one) holds it; then *holder is its pid, 0 when it has not written it yet.
+  bool try_lock(const std::string& dir, long* holder);
+  bool held() const { return fd_ >= 0; }
+  // Unlocks; a directory that try_lock created and that holds nothing but the lock goes too.
+  void release();
+
+ private:
+  int fd_ = -1;
+  bool created_ = false;
+  std::string dir_;
+};
+
 // Text from an untrusted file, fit for a one-line error message: control bytes, quotes and
 // backslashes escaped as \xNN, at most `max_shown` bytes (never half a UTF-8 sequence), then "...".
 std::string printable(std::string_view s, size_t max_shown = 80);

@@ -101,6 +101,13 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
     std::vector<std::byte> converted(static_cast<size_t>(entry.shape.numel()) * dtype_size(dtype));
     convert(aligned.data(), t->dtype, converted.data(), dtype,
             static_cast<size_t>(entry.shape.numel()));
+    // Checked as converted: a finite f64 beyond f32's range becomes infinite too.
+    double bad = 0;
+    if (const int64_t at = first_non_finite(converted.data(), dtype,
+                                            static_cast<size_t>(entry.shape.numel()), &bad);
+        at >= 0)
+      fail(path, ": tensor '", t->name, "' holds a non-finite value (", bad, " at index ", at,
+           "): refusing a model with NaN or infinite weights");
     backend.upload(params.value(i), converted.data());
     loaded.push_back(entry.name);
   }

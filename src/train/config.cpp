@@ -276,8 +276,9 @@ const std::vector<ConfigKey> kKeys = {
      "report."},
     {"train.run_dir", T::path, "",
      "Where checkpoints, metrics.jsonl and the resolved config go; it must not hold another run "
-     "(`train --overwrite` replaces it). Default: runs/<config file name>, or runs/<name>-2, -3, "
-     "... when that holds a run."},
+     "(`train --overwrite` replaces it) nor be in use by another training process (its "
+     "`.lock`). Default: runs/<config file name>, or runs/<name>-2, -3, ... when that holds a "
+     "run or is in use."},
     {"dist.timeout_seconds", T::number, "120",
      "Under mpirun: a collective that takes longer (a rank died or hangs) ends the job with an "
      "error. Must exceed rank 0's validation and checkpoint time per epoch."},

@@ -61,6 +61,9 @@ struct LoopState {
   static LoopState start(const LoopSettings& s);  // before the first epoch
   std::string to_json() const;                    // reals as exact text
   static LoopState from_json(const std::string& json, const std::string& source);
+  // Refuses, naming `source` and the field, a state no run could have saved: negative or
+  // inconsistent counts, step counts for another number of parameters, a batch past the epoch.
+  void check(const std::string& source, size_t parameters, int64_t batches_per_epoch) const;
   // Rank 0's state to every rank; the batches' loss sums stay rank 0's alone.
   void broadcast(dist::Communicator& comm);
 };

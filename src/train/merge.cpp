@@ -13,15 +13,26 @@ namespace {
 
 constexpr const char* kAdapterPrefix = "base_model.model.";
 
-// W0 (out, in) + s B A, then for DoRA each row scaled to m / its norm: in double.
+// W0 (out, in) + s B A, then for DoRA each row scaled to m / its norm: in double. `stem` names
+// the adapter in errors.
 std::vector<double> merged_weight(const std::vector<double>& w0, const std::vector<double>& a,
                                   const std::vector<double>& b, const std::vector<double>* m,
-                                  int64_t out, int64_t in, int64_t rank, double s) {
+                                  int64_t out, int64_t in, int64_t rank, double s,
+                                  const std::string& run, const std::string& stem) {
   std::vector<double> w = nn::adapted_weight(w0, a, b, out, in, rank, s);
   if (!m) return w;
   const std::vector<double> norms = nn::row_norms(w, out, in);
-  for (int64_t r = 0; r < out; ++r)
+  for (int64_t r = 0; r < out; ++r) {
+    // m V / ||V|| has no value there: the merged row would be NaN.
+    if (!(norms[r] > 0) || !std::isfinite(norms[r]))
+      fail(run, ": DoRA adapter ", stem, ": row ", r, " of W0 + (alpha/r) B A has norm ", norms[r],
+           ", so m V / ||V|| is undefined; refusing to write NaN weights");
     for (int64_t c = 0; c < in; ++c) w[r * in + c] *= (*m)[r] / norms[r];
+  }
+  for (int64_t i = 0; i < out * in; ++i)
+    if (!std::isfinite(w[i]))
+      fail(run, ": adapter ", stem, ": the merged weight is not finite at (", i / in, ", ", i % in,
+           "); refusing to write it");
   return w;
 }
 
@@ -69,7 +80,7 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
                    merged_weight(download_doubles(*be, w0), download_doubles(*be, a),
                                  download_doubles(*be, value_of(src, stem + ".lora_B.weight")),
                                  ad.kind == AdapterKind::dora ? &m : nullptr, w0.dim(0), w0.dim(1),
-                                 ad.rank, s));
+                                 ad.rank, s, run, stem));
     ++merged;
   }
   std::map<std::string, std::string> meta = r.file.metadata();

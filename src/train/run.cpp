@@ -396,9 +396,10 @@ std::vector<std::pair<std::string, Tensor>> named(const Parameters& params, cons
   return out;
 }
 
-// Copies a tensor of `file` into `dst`, checking its shape; errors name the file and tensor.
-void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tensor dst,
-                 Backend* be) {
+// Copies a tensor of `file` into `dst`, checking its shape and values; errors name the file and
+// tensor.
+void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tensor dst, Backend* be,
+                 bool non_negative) {
   const io::SafetensorsEntry* e = file.find(name);
   if (!e) fail(file.source(), ": missing tensor '", name, "' (a run of another architecture?)");
   if (Shape(e->shape) != dst.shape() || e->dtype != dst.dtype())
@@ -406,6 +407,19 @@ void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tenso
          Shape(e->shape).str(), ", this run has ", dtype_safetensors_name(dst.dtype()), " ",
          dst.shape().str(), " (a run of another architecture?)");
   const auto bytes = file.bytes(*e);
+  double bad = 0;
+  if (const int64_t at = first_non_finite(bytes.data(), e->dtype, size_t(dst.numel()), &bad);
+      at >= 0)
+    fail(file.source(), ": tensor '", name, "' holds a non-finite value (", bad, " at index ", at,
+         ")");
+  if (non_negative && e->dtype == DType::f32)
+    for (int64_t i = 0; i < dst.numel(); ++i) {
+      float v = 0;
+      std::memcpy(&v, bytes.data() + i * sizeof v, sizeof v);  // file data may be unaligned
+      if (v < 0)
+        fail(file.source(), ": tensor '", name, "' holds a negative value (", v, " at index ", i,
+             "), which it cannot hold");
+    }
   if (be)
     be->upload(dst, bytes.data());
   else

@@ -69,9 +69,11 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
 // The arena's tensors under the parameters' names, prefixed (and their aliases' names).
 std::vector<std::pair<std::string, Tensor>> named(const Parameters& params, const Arena& arena,
                                                   const std::string& prefix, bool aliases = false);
-// Copies a tensor of `file` into `dst`, checking its shape; errors name the file and tensor.
-// `dst` is memory of `be`, or host memory when `be` is null.
-void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tensor dst, Backend* be);
+// Copies a tensor of `file` into `dst`, checking its shape and dtype, that a float tensor holds
+// no NaN or infinity and, with `non_negative`, no value below 0 (f32); errors name the file and
+// tensor. `dst` is memory of `be`, or host memory when `be` is null.
+void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tensor dst, Backend* be,
+                 bool non_negative = false);
 
 // A run's checkpoint: `run` is a run directory or a .safetensors file.
 struct LoadedRun {

@@ -56,23 +56,40 @@ bool holds_a_run(const fs::path& dir) {
          fs::exists(dir / "training_state.safetensors");
 }
 
-// The run directory of a new run: train.run_dir, which must not hold another run unless
-// `overwrite`; by default runs/<config name>, or the first of runs/<name>-2, -3, ... that holds
-// no run.
-std::string new_run_dir(const Config& c, bool overwrite) {
+// Takes `dir`'s lock for this process, or refuses: another process is training in it.
+void lock_run_dir(const std::string& dir, io::DirLock* lock) {
+  long holder = 0;
+  if (!lock->try_lock(dir, &holder))
+    fail(dir, ": in use: another seqforge process is training in it (",
+         holder > 0 ? "pid " + std::to_string(holder) : std::string("its pid not yet written"),
+         " holds ", (fs::path(dir) / ".lock").string(),
+         "); wait for it to end or stop it. Nothing in the directory was changed");
+}
+
+// The run directory of a new run, locked for it: train.run_dir, which must not hold another
+// run unless `overwrite`; by default runs/<config name>, or the first of runs/<name>-2, -3, ...
+// that holds no run and no other process is training in.
+std::string new_run_dir(const Config& c, bool overwrite, io::DirLock* lock) {
   std::string dir = c.str("train.run_dir");
   if (!dir.empty()) {
+    lock_run_dir(dir, lock);
     if (!overwrite && holds_a_run(dir))
       fail(dir, ": holds another run's files; pass --overwrite to replace them, or --resume ", dir,
            " to continue that run");
     return dir;
   }
   const fs::path base = fs::path("runs") / fs::path(c.source()).stem();
-  if (overwrite) return base.string();
+  if (overwrite) {
+    lock_run_dir(base.string(), lock);
+    return base.string();
+  }
   for (int version = 1;; ++version) {
     const fs::path p =
         version == 1 ? base : fs::path(base.string() + "-" + std::to_string(version));
+    long holder = 0;
+    if (!lock->try_lock(p.string(), &holder)) continue;  // a run under way
     if (!holds_a_run(p)) return p.string();
+    lock->release();
   }
 }
 
@@ -131,6 +148,8 @@ class Training {
   TrainSummary run();
 
  private:
+  // The run directory, locked by rank 0 before anything in it is read, written or removed.
+  std::string claim_run_dir(const std::string& resume_dir, bool overwrite);
   void build_model();
   void resume_from_state();
   void share_rank0_state();
@@ -168,6 +187,7 @@ class Training {
   Task task_;
   DType gemm_dtype_ = DType::f32;  // train.precision as the backend runs it (build_model)
   const LoopSettings s_;
+  io::DirLock lock_;  // rank 0 owns the run directory from before it touches it to the end
   const std::string run_dir_;
   std::unique_ptr<Backend> be_;
   std::unique_ptr<Model> model_;
@@ -213,9 +233,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       threads_(configure_rank_threads(c, comm.local_size())),
       task_(load_task(c)),
       s_((check_validation_split(c, task_), LoopSettings::from(c, task_))),
-      run_dir_(!resume_dir.empty() ? resume_dir
-               : rank_ == 0        ? new_run_dir(c, overwrite)
-                                   : ""),
+      run_dir_(claim_run_dir(resume_dir, overwrite)),
       rng_(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x5eed5eedull) {
   comm_.set_timeout(s_.dist_timeout, "the last checkpoint in " + run_dir_ + " is intact");
   build_model();
@@ -273,6 +291,13 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
                                                  static_cast<size_t>(s_.bucket_mb * (1 << 20)));
     model_->set_grad_ready_hook([this](size_t first, size_t end) { sync_->ready(first, end); });
   }
+}
+
+std::string Training::claim_run_dir(const std::string& resume_dir, bool overwrite) {
+  if (rank_ != 0) return resume_dir;
+  if (resume_dir.empty()) return new_run_dir(c_, overwrite, &lock_);
+  if (fs::is_directory(resume_dir)) lock_run_dir(resume_dir, &lock_);  // else: nothing to resume
+  return resume_dir;
 }
 
 void Training::start_streams() {
@@ -444,33 +469,78 @@ void Training::print_start() const {
          << " decides early stopping and the best checkpoint\n";
 }
 
-// Everything the loop carries from epoch to epoch, from the run's training state.
+// The saved sample order, checked before any entry indexes the data: the training split's
+// windows, each as often as the split holds it (stateful streams: their order exactly).
+std::vector<int64_t> saved_order(const io::SafetensorsFile& state, const std::vector<int64_t>& now,
+                                 bool stateful) {
+  const io::SafetensorsEntry* o = state.find("order");
+  if (!o) fail(state.source(), ": missing tensor 'order' (the sample order)");
+  if (o->dtype != DType::i64 || o->shape.size() != 1)
+    fail(state.source(), ": tensor 'order' is ", dtype_safetensors_name(o->dtype), " ",
+         Shape(o->shape).str(), ", expected I64 of one dimension");
+  if (o->shape[0] != static_cast<int64_t>(now.size()))
+    fail(state.source(), ": tensor 'order' holds ", o->shape[0],
+         " windows, the training split has ", now.size(), " now (the data or its split changed?)");
+  std::vector<int64_t> order(now.size());
+  load_tensor(state, "order",
+              Tensor(order.data(), DType::i64, {static_cast<int64_t>(order.size())}), nullptr);
+  if (stateful) {
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i] != now[i])
+        fail(state.source(), ": tensor 'order': entry ", i, " is ", order[i],
+             ", the stateful streams' chunk there starts at ", now[i],
+             " (the data or train.batch_size changed?)");
+    return order;
+  }
+  std::vector<int64_t> sorted = now;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<bool> taken(sorted.size(), false);
+  for (size_t i = 0; i < order.size(); ++i) {
+    auto at = std::lower_bound(sorted.begin(), sorted.end(), order[i]);
+    if (at == sorted.end() || *at != order[i])
+      fail(state.source(), ": tensor 'order': entry ", i, " is ", order[i],
+           ", not a window of the training split");
+    size_t k = static_cast<size_t>(at - sorted.begin());
+    while (k < sorted.size() && sorted[k] == order[i] && taken[k]) ++k;
+    if (k == sorted.size() || sorted[k] != order[i])
+      fail(state.source(), ": tensor 'order': entry ", i, " repeats window ", order[i],
+           " (the order must hold each training window once)");
+    taken[k] = true;
+  }
+  return order;
+}
+
+// Everything the loop carries from epoch to epoch, from the run's training state. Every value
+// is checked before it is used: a damaged or foreign state is refused, naming the tensor or
+// field.
 void Training::resume_from_state() {
   if (!fs::exists(state_path_)) fail(state_path_, ": missing: this run has nothing to resume from");
   const io::SafetensorsFile state = io::SafetensorsFile::read(state_path_);
+  const auto loop = state.metadata().find("seqforge.loop");
+  if (loop == state.metadata().end()) fail(state_path_, ": no seqforge.loop metadata");
+  LoopState saved = LoopState::from_json(loop->second, state_path_);
   const auto& p = model_->parameters();
+  saved.check(state_path_, p.size(), batches_per_epoch_);
   auto tensors = named(p, p.values(), "param.");
   for (int k = 0; k < (oo_.kind == "sgd" ? 1 : 2); ++k)
     for (auto& t : named(p, optimizer_->state(k), "optim." + std::to_string(k) + "."))
       tensors.push_back(t);
-  for (const auto& [name, t] : tensors) load_tensor(state, name, t, be_.get());
-  const io::SafetensorsEntry* o = state.find("order");
-  if (!o || o->shape != std::vector<int64_t>{static_cast<int64_t>(order_.size())})
-    fail(state_path_, ": the training split has ", order_.size(),
-         " windows now; the saved run had a different number (data changed?)");
-  load_tensor(state, "order",
-              Tensor(order_.data(), DType::i64, {static_cast<int64_t>(order_.size())}), nullptr);
+  // Adam's second moments are squares: a negative one would make its step NaN.
+  for (const auto& [name, t] : tensors)
+    load_tensor(state, name, t, be_.get(), oo_.kind != "sgd" && name.rfind("optim.1.", 0) == 0);
+  std::vector<int64_t> order = saved_order(state, order_, s_.stateful);
   std::array<uint64_t, 4> words{};
   load_tensor(state, "rng", Tensor(words.data(), DType::i64, {4}), nullptr);
-  rng_.set_state(words);
-  const auto loop = state.metadata().find("seqforge.loop");
-  if (loop == state.metadata().end()) fail(state_path_, ": no seqforge.loop metadata");
-  state_ = LoopState::from_json(loop->second, state_path_);
-  if (s_.stateful && state_.in_epoch) {
+  if (words == std::array<uint64_t, 4>{})  // xoshiro's one state it never leaves
+    fail(state_path_, ": tensor 'rng' is all zeros, not a generator's state");
+  if (s_.stateful && saved.in_epoch) {
     load_tensor(state, "carry.h", carry_h_[carry_at_].tensor(), be_.get());
     if (cell_type(task_.model.rnn.cell).cell_state)
       load_tensor(state, "carry.c", carry_c_[carry_at_].tensor(), be_.get());
   }
+  order_ = std::move(order);
+  rng_.set_state(words);
+  state_ = std::move(saved);
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
   if (state_.in_epoch)
     out_ << "resuming " << run_dir_ << " in epoch " << state_.epochs_done + 1 << " after batch "
@@ -508,7 +578,8 @@ void Training::share_rank0_state() {
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
 }
 
-// The run directory is touched only now that everything has been checked, by rank 0.
+// The run's files are touched only now that everything has been checked, by rank 0 (which holds
+// the directory's lock).
 void Training::prepare_run_dir() {
   if (rank_ != 0) return;
   if (resume_dir_.empty())  // --overwrite: the old run's files go first

@@ -58,4 +58,8 @@ float from_f16(uint16_t h);
 // Converts n elements between float-like dtypes (f32, f64, bf16, f16) on the host.
 void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t n);
 
+// The index of the first of n elements that is NaN or infinite (its value in *value), or -1;
+// always -1 for integer dtypes. `data` need not be aligned.
+int64_t first_non_finite(const void* data, DType t, size_t n, double* value = nullptr);
+
 }  // namespace seqforge

@@ -16,15 +16,14 @@ void save_parameters(const std::string& path, Backend& backend, const Parameters
                      const std::map<std::string, std::string>& metadata = {});
 
 // Loads every parameter by name, converting from any float dtype in the file. A missing or
-// mis-shaped tensor is an error naming the file and the tensor; tensors in the file that the
-// model does not have are an error too unless `allow_extra`; an alias (Parameters::alias) must
-// equal its parameter. With `modules` ("lstm", "head",
-// ...), only parameters named "<module>.*" are loaded and the file's other tensors are ignored.
-// Parameters named in `optional` that the file lacks keep their values (adapters or a new head
-// on a base model's weights), and the file's tensors named in `ignored` are skipped (a base
-// model's LM head). A parameter the file lacks under its own name is read from its name in
-// `tied` when the file has that one (a tied weight saved once). Returns the names of the
-// parameters loaded.
+// mis-shaped tensor, or one holding NaN or infinity, is an error naming the file and the tensor;
+// tensors in the file that the model does not have are an error too unless `allow_extra`; an alias
+// (Parameters::alias) must equal its parameter. With `modules` ("lstm", "head", ...), only
+// parameters named "<module>.*" are loaded and the file's other tensors are ignored. Parameters
+// named in `optional` that the file lacks keep their values (adapters or a new head on a base
+// model's weights), and the file's tensors named in `ignored` are skipped (a base model's LM head).
+// A parameter the file lacks under its own name is read from its name in `tied` when the file has
+// that one (a tied weight saved once). Returns the names of the parameters loaded.
 std::vector<std::string> load_parameters(const std::string& path, Parameters& params,
                                          Backend& backend, bool allow_extra = false,
                                          const std::vector<std::string>& modules = {},

@@ -1,0 +1,395 @@
+// Hostile run directories: a run directory held by another process, damaged training states and
+// checkpoints with non-finite values, each refused with one line naming the file and the tensor.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/file_util.hpp"
+#include "seqforge/io/safetensors.hpp"
+#include "seqforge/train/trainer.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_hostile_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string write_series(const fs::path& dir, int rows) {
+  const fs::path path = dir / "series.csv";
+  std::ofstream f(path);
+  f << "when,signal,other\n";
+  for (int i = 0; i < rows; ++i) {
+    char date[32];
+    std::snprintf(date, sizeof date, "2020-01-%02dT%02d:00:00", 1 + i / 24, i % 24);
+    f << date << "," << std::sin(i * 0.3) << "," << std::cos(i * 0.05) << "\n";
+  }
+  return path.string();
+}
+
+Config forecast(const std::string& data, const fs::path& run,
+                const std::vector<std::string>& overrides = {}) {
+  return Config::parse("data:\n  path: " + data +
+                           "\n  date_column: when\n  features: [signal, other]\n"
+                           "  targets: [signal]\n  lookback: 8\nmodel: {hidden: 8}\n"
+                           "train: {epochs: 2, batch_size: 16" +
+                           (run.empty() ? "" : ", run_dir: " + run.string()) + "}\n",
+                       "f.yaml", overrides);
+}
+
+// A safetensors file's tensors, owned, to edit and write back.
+struct OwnedTensor {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<std::byte> bytes;
+  template <typename T>
+  T* as() {
+    return reinterpret_cast<T*>(bytes.data());
+  }
+};
+using Edit = std::function<void(std::vector<OwnedTensor>&, std::map<std::string, std::string>&)>;
+
+// Rewrites `path` with its tensors and metadata passed through `edit`.
+void rewrite(const fs::path& path, const Edit& edit) {
+  const io::SafetensorsFile file = io::SafetensorsFile::read(path.string());
+  std::vector<OwnedTensor> tensors;
+  for (const auto& e : file.entries()) {
+    const auto b = file.bytes(e);
+    tensors.push_back({e.name, e.dtype, e.shape, std::vector<std::byte>(b.begin(), b.end())});
+  }
+  std::map<std::string, std::string> meta = file.metadata();
+  edit(tensors, meta);
+  std::vector<io::SafetensorsTensor> out;
+  for (const auto& t : tensors) out.push_back({t.name, t.dtype, t.shape, t.bytes.data()});
+  io::write_safetensors(path.string(), out, meta);
+}
+
+OwnedTensor& tensor(std::vector<OwnedTensor>& ts, const std::string& name) {
+  for (auto& t : ts)
+    if (t.name == name) return t;
+  throw std::runtime_error("no tensor " + name);
+}
+
+// Sets a field of the training state's seqforge.loop metadata.
+Edit loop_field(const std::string& key, const nlohmann::json& value) {
+  return [=](std::vector<OwnedTensor>&, std::map<std::string, std::string>& meta) {
+    auto j = nlohmann::json::parse(meta.at("seqforge.loop"));
+    j[key] = value;
+    meta["seqforge.loop"] = j.dump();
+  };
+}
+
+Edit set_order(const std::function<void(std::vector<int64_t>&)>& change) {
+  return [=](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+    OwnedTensor& o = tensor(ts, "order");
+    std::vector<int64_t> order(o.as<int64_t>(), o.as<int64_t>() + o.shape[0]);
+    change(order);
+    o.shape = {static_cast<int64_t>(order.size())};
+    o.bytes.resize(order.size() * sizeof(int64_t));
+    std::memcpy(o.bytes.data(), order.data(), o.bytes.size());
+  };
+}
+
+// The message of resuming `run` after `edit` damaged its training state (restored after).
+std::string resume_error(const fs::path& run, const Edit& edit,
+                         const std::vector<std::string>& overrides = {}) {
+  const fs::path state = run / "training_state.safetensors";
+  const fs::path saved = run.parent_path() / (run.filename().string() + ".state");
+  fs::copy_file(state, saved, fs::copy_options::overwrite_existing);
+  rewrite(state, edit);
+  std::ostringstream log;
+  const std::string e = error_of([&] {
+    train(Config::load((run / "config.resolved.yaml").string(), overrides), log, run.string());
+  });
+  fs::copy_file(saved, state, fs::copy_options::overwrite_existing);
+  return e;
+}
+
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+
+TEST(HostileRuns, ARunDirectoryHeldByAnotherProcessIsRefusedAndLeftAlone) {
+  const fs::path dir = temp_dir("lock");
+  const std::string data = write_series(dir, 200);
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(forecast(data, run, {"train.epochs=1"}), log);
+  const std::string metrics = io::read_file((run / "metrics.jsonl").string());
+  const auto model_time = fs::last_write_time(run / "model.safetensors");
+  io::DirLock other;  // as another process's train would hold it
+  long holder = 0;
+  ASSERT_TRUE(other.try_lock(run.string(), &holder));
+  io::DirLock second;
+  EXPECT_FALSE(second.try_lock(run.string(), &holder));
+  EXPECT_EQ(holder, static_cast<long>(getpid()));
+  const std::string held = "pid " + std::to_string(getpid());
+  for (int how = 0; how < 3; ++how) {  // plain, --overwrite, --resume
+    const std::string e = error_of([&] {
+      if (how == 2)
+        train(Config::load((run / "config.resolved.yaml").string()), log, run.string());
+      else
+        train(forecast(data, run, {"train.epochs=1"}), log, "", {}, how == 1);
+    });
+    EXPECT_HAS(e, run.string() + ": in use");
+    EXPECT_HAS(e, held);
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    EXPECT_EQ(io::read_file((run / "metrics.jsonl").string()), metrics);
+    EXPECT_EQ(fs::last_write_time(run / "model.safetensors"), model_time);
+  }
+  // Reading a run needs no lock: eval runs beside a training.
+  EXPECT_GT(evaluate(run.string(), "test").at("samples"), 0);
+  other.release();
+  train(forecast(data, run, {"train.epochs=1"}), log, "", {}, /*overwrite=*/true);
+  // A default directory held by a run under way is passed over for the next one.
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir);
+  ASSERT_TRUE(other.try_lock("runs/f", &holder));
+  const TrainSummary s = train(forecast(data, "", {"train.epochs=1"}), log);
+  fs::current_path(cwd);
+  EXPECT_EQ(s.run_dir, "runs/f-2");
+  other.release();
+  // A directory the lock created for a run that failed before writing anything goes again.
+  EXPECT_FALSE(fs::exists(dir / "runs" / "f"));
+  const fs::path fresh = dir / "fresh";
+  EXPECT_HAS(error_of([&] { train(forecast(data, fresh, {"optim.decay_params=none"}), log); }),
+             "optim.decay_params");
+  EXPECT_FALSE(fs::exists(fresh));
+}
+
+TEST(HostileRuns, ResumeRefusesADamagedTrainingState) {
+  const fs::path dir = temp_dir("state");
+  const std::string data = write_series(dir, 200);
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(forecast(data, run, {"train.save=last"}), log);
+  const auto model_time = fs::last_write_time(run / "model.safetensors");
+  const std::string file = (run / "training_state.safetensors").string();
+  auto refused = [&](const Edit& edit, const std::string& what) {
+    const std::string e = resume_error(run, edit, {"train.epochs=3"});
+    EXPECT_HAS(e, file + ": ");
+    EXPECT_HAS(e, what);
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  };
+  refused(set_order([](auto& o) { o[3] = 1000000000000; }),
+          "tensor 'order': entry 3 is 1000000000000, not a window of the training split");
+  refused(set_order([](auto& o) { o[0] = -1000; }),
+          "tensor 'order': entry 0 is -1000, not a window");
+  refused(set_order([](auto& o) { o[5] = o[4]; }), "tensor 'order': entry 5 repeats window");
+  refused(set_order([](auto& o) { o.pop_back(); }), "tensor 'order' holds");
+  refused(set_order([](auto& o) { o.push_back(o[0]); }), "tensor 'order' holds");
+  refused(
+      [](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+        OwnedTensor& m = tensor(ts, "optim.0.lstm.weight_hh_l0");
+        m.shape = {m.shape[0] * m.shape[1]};
+      },
+      "tensor 'optim.0.lstm.weight_hh_l0' is F32 (256), this run has F32 (32, 8)");
+  refused(
+      [](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+        tensor(ts, "param.head.weight").as<float>()[2] = std::numeric_limits<float>::quiet_NaN();
+      },
+      "tensor 'param.head.weight' holds a non-finite value (nan at index 2)");
+  refused(
+      [](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+        tensor(ts, "optim.0.head.bias").as<float>()[0] = INFINITY;
+      },
+      "tensor 'optim.0.head.bias' holds a non-finite value (inf");
+  refused(
+      [](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+        tensor(ts, "optim.1.head.weight").as<float>()[0] = -1;
+      },
+      "tensor 'optim.1.head.weight' holds a negative value");
+  refused(
+      [](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+        OwnedTensor& r = tensor(ts, "rng");
+        std::fill(r.bytes.begin(), r.bytes.end(), std::byte{0});
+      },
+      "tensor 'rng' is all zeros");
+  refused([](std::vector<OwnedTensor>& ts,
+             std::map<std::string, std::string>&) { tensor(ts, "rng").dtype = DType::f64; },
+          "tensor 'rng' is F64");
+  refused(loop_field("step", -5), "'step' is -5");
+  refused(loop_field("epoch", -1), "'epoch' is -1");
+  refused(loop_field("step", 1.5), "'step' is 1.5, not an integer");
+  refused(loop_field("optimizer_steps", 1000000), "'optimizer_steps' is 1000000");
+  refused(loop_field("param_steps", std::vector<int64_t>{1, 2}), "'param_steps' counts 2");
+  refused(loop_field("since_best", 7), "'since_best' is 7");
+  refused(loop_field("lr_factor", "nan"), "'lr_factor' is nan");
+  refused(loop_field("lr_factor", "2x"), "'lr_factor' is '2x', not a number");
+  refused(
+      [](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>& meta) {
+        loop_field("in_epoch", true)(ts, meta);
+        loop_field("batch", 1000000)(ts, meta);
+        loop_field("loss_sum", "1")(ts, meta);
+        loop_field("seen", "16")(ts, meta);
+      },
+      "'batch' is 1000000; an epoch now has");
+  EXPECT_EQ(fs::last_write_time(run / "model.safetensors"), model_time);
+  // Stateful streams keep their order: a permutation of it is refused too.
+  const fs::path stateful = dir / "stateful";
+  train(forecast(data, stateful, {"train.stateful=true", "train.batch_size=4"}), log);
+  const std::string e =
+      resume_error(stateful, set_order([](auto& o) { std::swap(o[0], o[1]); }), {"train.epochs=3"});
+  EXPECT_HAS(e, "training_state.safetensors: tensor 'order': entry 0 is ");
+  EXPECT_HAS(e, ", the stateful streams' chunk there starts at ");
+  // The untouched state resumes.
+  const TrainSummary s = train(
+      Config::load((run / "config.resolved.yaml").string(), {"train.epochs=3"}), log, run.string());
+  EXPECT_EQ(s.epochs, 3);
+}
+
+// An order entry far outside the data crashed every task's loader; each is refused now.
+TEST(HostileRuns, ResumeRefusesAnOrderOutsideTheDataInEveryTask) {
+  const fs::path dir = temp_dir("order_tasks");
+  const fs::path text = dir / "text.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 200; ++i) f << "abcab cabd\n";
+  }
+  const fs::path pairs = dir / "pairs.csv";
+  {
+    std::ofstream f(pairs);
+    f << "text,label\n";
+    for (int i = 0; i < 120; ++i) f << (i % 2 ? "abab ab" : "cdcd cd") << "," << (i % 2) << "\n";
+  }
+  const std::string data = write_series(dir, 200);
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"charlm", "data: {path: " + text.string() +
+                     ", task: charlm, seq_len: 16}\nmodel: {hidden: 8, embedding: 4}\n"},
+      {"text_classify", "data: {path: " + pairs.string() +
+                            ", task: text_classify, text_columns: [text], class_column: label, "
+                            "seq_len: 8}\nmodel: {family: transformer, embedding: 8, layers: 1, "
+                            "heads: 2}\n"},
+      {"forecast", "data: {path: " + data +
+                       ", date_column: when, features: [signal], targets: [signal], lookback: 8}\n"
+                       "model: {hidden: 8}\n"},
+  };
+  for (const auto& [name, yaml] : runs) {
+    const fs::path run = dir / name;
+    std::ostringstream log;
+    train(Config::parse(yaml + "train: {epochs: 1, batch_size: 8, run_dir: " + run.string() + "}\n",
+                        name + ".yaml"),
+          log);
+    for (const int64_t bad : {int64_t{1000000000000}, int64_t{-1000}}) {
+      const std::string e =
+          resume_error(run, set_order([bad](auto& o) { o[0] = bad; }), {"train.epochs=2"});
+      EXPECT_HAS(e, "training_state.safetensors: tensor 'order': entry 0 is " +
+                        std::to_string(bad) + ", not a window of the training split");
+    }
+  }
+}
+
+TEST(HostileRuns, NonFiniteWeightsAreRefusedOnLoad) {
+  const fs::path dir = temp_dir("nan_weights");
+  const std::string data = write_series(dir, 200);
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(forecast(data, run, {"train.epochs=1"}), log);
+  const fs::path model = run / "model.safetensors";
+  const fs::path clean = dir / "clean.safetensors";
+  fs::copy_file(model, clean);
+  const std::string expected = model.string() + ": tensor 'lstm.weight_ih_l0' holds a non-finite";
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -INFINITY}) {
+    fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
+    rewrite(model, [&](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+      tensor(ts, "lstm.weight_ih_l0").as<float>()[1] = bad;
+    });
+    EXPECT_HAS(error_of([&] { evaluate(run.string(), "test"); }), expected);
+    EXPECT_HAS(error_of([&] {
+                 std::ostringstream quiet;
+                 predict(run.string(), {data, (dir / "p.csv").string()}, quiet);
+               }),
+               expected);
+    // model.init_from: the same refusal before the new run touches anything.
+    EXPECT_HAS(error_of([&] {
+                 train(forecast(data, dir / "tuned", {"model.init_from=" + run.string()}), log);
+               }),
+               expected);
+    EXPECT_FALSE(fs::exists(dir / "tuned"));
+  }
+  // A finite f64 beyond f32's range would load as infinity.
+  fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
+  rewrite(model, [&](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+    OwnedTensor& w = tensor(ts, "head.bias");
+    w.dtype = DType::f64;
+    w.bytes.assign(sizeof(double), std::byte{0});
+    *w.as<double>() = 1e300;
+  });
+  EXPECT_HAS(error_of([&] { evaluate(run.string(), "test"); }),
+             "tensor 'head.bias' holds a non-finite value (inf at index 0)");
+
+  // generate on a character model with a NaN embedding.
+  const fs::path text = dir / "text.txt";
+  std::ofstream(text) << std::string(600, 'a') + "abcabc\n";
+  const fs::path lm = dir / "lm";
+  train(Config::parse("data: {path: " + text.string() +
+                          ", task: charlm, seq_len: 16}\nmodel: {hidden: 8, embedding: 4}\n"
+                          "train: {epochs: 1, batch_size: 8, run_dir: " +
+                          lm.string() + "}\n",
+                      "lm.yaml"),
+        log);
+  rewrite(lm / "model.safetensors",
+          [&](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+            tensor(ts, "embedding.weight").as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+          });
+  EXPECT_HAS(error_of([&] { generate(lm.string(), "ab", 5, 1.0, 0, 0); }),
+             "tensor 'embedding.weight' holds a non-finite value (nan at index 0)");
+}
+
+TEST(HostileRuns, MergeRefusesNonFiniteAdaptersAndZeroNormDoraRows) {
+  const fs::path dir = temp_dir("merge");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  train(forecast(data, dir / "base", {"train.epochs=1"}), log);
+  for (const char* kind : {"lora", "dora"}) {
+    const fs::path run = dir / kind;
+    train(forecast(data, run,
+                   {"adapter.kind=" + std::string(kind), "adapter.rank=2",
+                    "model.init_from=" + (dir / "base").string(), "train.epochs=1"}),
+          log);
+    const fs::path model = run / "model.safetensors";
+    const fs::path clean = dir / (std::string(kind) + ".safetensors");
+    fs::copy_file(model, clean);
+    const std::string b = "base_model.model.lstm.weight_hh_l0.lora_B.weight";
+    rewrite(model, [&](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+      tensor(ts, b).as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+    });
+    const fs::path out = dir / (std::string(kind) + "_merged.safetensors");
+    EXPECT_HAS(error_of([&] { merge_adapters(run.string(), out.string()); }),
+               "tensor '" + b + "' holds a non-finite value");
+    EXPECT_FALSE(fs::exists(out));
+    fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
+    if (std::string(kind) != "dora") continue;
+    // Row 3 of W0 and of B zero: V = W0 + s B A has a zero row, and m V / ||V|| no value.
+    rewrite(model, [&](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+      OwnedTensor& w0 = tensor(ts, "lstm.weight_hh_l0");
+      OwnedTensor& lb = tensor(ts, b);
+      std::fill_n(w0.as<float>() + 3 * w0.shape[1], w0.shape[1], 0.0f);
+      std::fill_n(lb.as<float>() + 3 * lb.shape[1], lb.shape[1], 0.0f);
+    });
+    const std::string e = error_of([&] { merge_adapters(run.string(), out.string()); });
+    EXPECT_HAS(e,
+               "DoRA adapter base_model.model.lstm.weight_hh_l0: row 3 of W0 + (alpha/r) B A "
+               "has norm 0");
+    EXPECT_FALSE(fs::exists(out));
+    fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
+    EXPECT_EQ(merge_adapters(run.string(), out.string()), 2);
+  }
+}
+
+}  // namespace
+}  // namespace seqforge
