@@ -393,3 +393,32 @@ TEST(HostileRuns, MergeRefusesNonFiniteAdaptersAndZeroNormDoraRows) {
 
 }  // namespace
 }  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+// A resumed run continues the model it trained: an override that changes the model's function
+// or its parameters' layout is refused, naming the key and both values; train.epochs may grow.
+TEST(HostileRuns, ResumeRefusesSettingsThatChangeTheModel) {
+  const fs::path dir = temp_dir("resume_keys");
+  const std::string data = write_series(dir, 200);
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(forecast(data, run, {"train.save=last"}), log);
+  const std::string resolved = (run / "config.resolved.yaml").string();
+  for (const auto& [override_, words] : std::vector<std::pair<std::string, std::string>>{
+           {"model.hidden=16",
+            "model.hidden cannot change when a run resumes (it trained with 8, "
+            "asked for 16)"},
+           {"adapter.kind=lora", "adapter.kind cannot change when a run resumes"},
+           {"data.lookback=7", "data.lookback cannot change when a run resumes"}}) {
+    const std::string e =
+        error_of([&] { train(Config::load(resolved, {override_}), log, run.string()); });
+    EXPECT_HAS(e, "override '" + override_ + "': " + words);
+  }
+  const TrainSummary more = train(Config::load(resolved, {"train.epochs=3"}), log, run.string());
+  EXPECT_EQ(more.last.count("val_loss"), 1u);
+}
+
+}  // namespace
+}  // namespace seqforge

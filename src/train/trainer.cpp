@@ -1001,8 +1001,33 @@ void Training::finish() {
 
 }  // namespace
 
+namespace {
+// A resumed run continues the function it trained: an override of a key that changes the
+// model's function, its parameters' layout or what its windows hold is refused, naming the key
+// and both values. (Training keys such as train.epochs may change.)
+void check_resume_keeps_the_model(const Config& config, const std::string& resume_dir) {
+  const fs::path resolved = fs::path(resume_dir) / "config.resolved.yaml";
+  if (!fs::is_regular_file(resolved)) return;  // nothing to resume: the run says so
+  const Config saved = Config::load(resolved.string());
+  for (const ConfigKey& k : config_keys()) {
+    const bool model = k.path.rfind("model.", 0) == 0 && k.path != "model.init_from" &&
+                       k.path != "model.init_from_modules";
+    const bool data = k.path == "data.task" || k.path == "data.features" ||
+                      k.path == "data.targets" || k.path == "data.lookback" ||
+                      k.path == "data.horizon" || k.path == "data.seq_len" ||
+                      k.path == "data.transform";
+    if (!(model || data || k.path.rfind("adapter.", 0) == 0)) continue;
+    if (config.str(k.path) != saved.str(k.path))
+      fail(config.origin(k.path), ": ", k.path,
+           " cannot change when a run resumes (it trained with ", saved.str(k.path), ", asked for ",
+           config.str(k.path), "): start a new run to change it");
+  }
+}
+}  // namespace
+
 TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir,
                    const TrainHooks& hooks, bool overwrite) {
+  if (!resume_dir.empty()) check_resume_keeps_the_model(config, resume_dir);
   // Paths made absolute, so eval, predict and --resume work from any directory.
   std::string note;
   const Config c =
