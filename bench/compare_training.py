@@ -28,6 +28,39 @@ import subprocess
 import sys
 import tempfile
 
+ISA_TIERS = ["baseline", "avx2", "avx512", "avx512_bf16", "amx"]
+
+
+def machine_isa_tier():
+    """This CPU's instruction-set tier, as seqforge names it (core/cpu.hpp)."""
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    if "avx512f" in flags and {"amx_bf16", "amx_tile"} <= flags:
+        return "amx"
+    if "avx512f" in flags and "avx512_bf16" in flags:
+        return "avx512_bf16"
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2" if "avx2" in flags else "baseline"
+
+
+def skip_when_the_uncapped_run_covers_the_tier():
+    """Under SEQFORGE_MAX_ISA at or above this CPU's tier the run repeats the uncapped one: skip
+    (exit 77, ctest's skip code) before PyTorch is even imported."""
+    cap = os.environ.get("SEQFORGE_MAX_ISA")
+    if cap in ISA_TIERS and ISA_TIERS.index(cap) >= ISA_TIERS.index(machine_isa_tier()):
+        print(f"skipped: SEQFORGE_MAX_ISA={cap}, and this CPU reaches {machine_isa_tier()}: "
+              "the uncapped run covers it")
+        sys.exit(77)
+
+
+if __name__ == "__main__":
+    skip_when_the_uncapped_run_covers_the_tier()
+
 import numpy as np
 import torch
 
@@ -227,32 +260,7 @@ def train_pytorch(c, model, batches_per_epoch, make_batch, train_starts, val_eva
     return losses
 
 
-ISA_TIERS = ["baseline", "avx2", "avx512", "avx512_bf16", "amx"]
-
-
-def machine_isa_tier():
-    """This CPU's instruction-set tier, as seqforge names it (core/cpu.hpp)."""
-    flags = set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    if "avx512f" in flags and {"amx_bf16", "amx_tile"} <= flags:
-        return "amx"
-    if "avx512f" in flags and "avx512_bf16" in flags:
-        return "avx512_bf16"
-    if "avx512f" in flags:
-        return "avx512"
-    return "avx2" if "avx2" in flags else "baseline"
-
-
 def main():
-    cap = os.environ.get("SEQFORGE_MAX_ISA")
-    if cap in ISA_TIERS and ISA_TIERS.index(cap) >= ISA_TIERS.index(machine_isa_tier()):
-        print(f"skipped: SEQFORGE_MAX_ISA={cap}, and this CPU reaches {machine_isa_tier()}: "
-              "the uncapped run covers it")
-        sys.exit(77)
     p = argparse.ArgumentParser()
     p.add_argument("config")
     p.add_argument("overrides", nargs="*")
