@@ -122,11 +122,11 @@ TEST(Config, IntegerKeysStayInTheirRange) {
   EXPECT_EQ(Config::parse("", "c.yaml", {"model.hidden=65536"}).integer("model.hidden"), 65536);
   EXPECT_EQ(Config::parse("", "c.yaml", {"train.seed=-9223372036854775808"}).integer("train.seed"),
             INT64_MIN);
-  for (const ConfigKey& k : config_keys())  // every integer key has its range
-    if (k.type == ConfigKey::Type::integer)
-      EXPECT_EQ(error_of([&] { Config::parse("", "c.yaml", {k.path + "=" + k.default_value}); }),
-                "")
-          << k.path;
+  for (const ConfigKey& k : config_keys()) {  // every integer key has its range
+    if (k.type != ConfigKey::Type::integer) continue;
+    EXPECT_EQ(error_of([&] { Config::parse("", "c.yaml", {k.path + "=" + k.default_value}); }), "")
+        << k.path;
+  }
 }
 
 TEST(Config, ReferenceDocMatchesTheKeyTable) {

@@ -108,10 +108,10 @@ TEST(Ops, OpenBlasGemmMatchesTheReference) {
   int checked = 0;
   for (const bool ta : {false, true})
     for (const bool tb : {false, true})
-      for (const auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
-                                   {7, 13, 5},
-                                   {64, 512, 128},
-                                   {33, 65, 300}})
+      for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                                    {7, 13, 5},
+                                    {64, 512, 128},
+                                    {33, 65, 300}})
         for (const bool bias : {false, true}) {
           const int64_t pad = 3;
           GemmShape s{.trans_a = ta,
