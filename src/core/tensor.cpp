@@ -15,11 +15,15 @@ Shape::Shape(const std::vector<int64_t>& dims) {
   }
   // The element count, and its bytes at 8 per element, fit in int64: numel() and nbytes() never
   // overflow.
-  const bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
+  if (std::find(dims.begin(), dims.end(), 0) != dims.end()) {
+    numel_ = 0;
+    return;
+  }
   int64_t bytes = 8;
-  for (int i = 0; i < rank_ && !empty; ++i)
+  for (int i = 0; i < rank_; ++i)
     if (__builtin_mul_overflow(bytes, dims_[i], &bytes))
       fail("a tensor of shape ", str(), " holds more elements than any memory can");
+  numel_ = bytes / 8;
 }
 
 std::string Shape::str() const {

@@ -19,11 +19,7 @@ class Shape {
   explicit Shape(const std::vector<int64_t>& dims);
   int rank() const { return rank_; }
   int64_t operator[](int i) const { return dims_[i]; }
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int i = 0; i < rank_; ++i) n *= dims_[i];
-    return n;
-  }
+  int64_t numel() const { return numel_; }
   std::vector<int64_t> to_vector() const { return {dims_.begin(), dims_.begin() + rank_}; }
   std::string str() const;  // "(4, 8, 16)"
   bool operator==(const Shape& o) const;
@@ -32,6 +28,7 @@ class Shape {
  private:
   std::array<int64_t, kMaxRank> dims_{};
   int rank_ = 0;
+  int64_t numel_ = 1;  // counted once, with overflow checked, by the constructor
 };
 
 class Tensor {
