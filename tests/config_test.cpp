@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -127,6 +128,27 @@ TEST(Config, IntegerKeysStayInTheirRange) {
     EXPECT_EQ(error_of([&] { Config::parse("", "c.yaml", {k.path + "=" + k.default_value}); }), "")
         << k.path;
   }
+}
+
+// Anchors and aliases cannot make a small config stand for gigabytes (set-up re-emitted the
+// expanded text for hours), nor can nesting run deep: both are refused at once, naming the source.
+TEST(Config, ExpansionOfAliasesAndNestingIsBounded) {
+  std::string yaml = "train:\n  run_dir: &big " + std::string(100000, 'x') + "\nmodel:\n  x: [";
+  for (int i = 0; i < 100; ++i) yaml += std::string(i ? ", " : "") + "*big";
+  yaml += "]\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string e = error_of([&] { Config::parse(yaml, "big.yaml"); });
+  EXPECT_NE(e.find("big.yaml: expands to more than 4 MB of YAML"), std::string::npos) << e;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  const std::string deep = "model:\n  x: " + std::string(100, '[') + std::string(100, ']') + "\n";
+  EXPECT_NE(error_of([&] { Config::parse(deep, "deep.yaml"); }).find("nests deeper than 64"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Config::parse(
+                  "", "c.yaml",
+                  {"data.targets=[&a " + std::string(1 << 20, 'y') + ", *a, *a, *a, *a]"});
+            }).find("override 'data.targets=[&a yyy"),
+            std::string::npos);
 }
 
 TEST(Config, ReferenceDocMatchesTheKeyTable) {

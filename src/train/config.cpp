@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "seqforge/core/error.hpp"
+#include "train/yaml_limits.hpp"
 
 namespace seqforge {
 
@@ -532,6 +533,38 @@ Config Config::load(const std::string& path, const std::vector<std::string>& ove
   return parse(text.str(), path, overrides);
 }
 
+namespace {
+constexpr size_t kMaxExpandedBytes = size_t{4} << 20;
+
+constexpr int kMaxDepth = 64;
+
+// Adds `node`'s expanded size (scalars' bytes, 8 per node) to `total`; false once past the bound
+// or nested deeper than kMaxDepth.
+bool within_expansion_bound(const YAML::Node& node, size_t* total, int depth = 0) {
+  *total += 8;
+  if (node.IsScalar()) *total += node.Scalar().size();
+  if (*total > kMaxExpandedBytes || depth > kMaxDepth) return false;
+  if (node.IsSequence() || node.IsMap())
+    for (const auto& item : node) {
+      if (node.IsMap()) {
+        if (!within_expansion_bound(item.first, total, depth + 1) ||
+            !within_expansion_bound(item.second, total, depth + 1))
+          return false;
+      } else if (!within_expansion_bound(item, total, depth + 1)) {
+        return false;
+      }
+    }
+  return true;
+}
+}  // namespace
+
+void check_yaml_expansion(const YAML::Node& root, const std::string& source) {
+  if (size_t total = 0; !within_expansion_bound(root, &total))
+    fail(source, ": expands to more than ", kMaxExpandedBytes >> 20,
+         " MB of YAML or nests deeper than ", kMaxDepth,
+         " levels (anchors and aliases repeat their text); a config is far smaller");
+}
+
 Config Config::parse(const std::string& yaml, const std::string& source,
                      const std::vector<std::string>& overrides) {
   Config c;
@@ -543,6 +576,7 @@ Config Config::parse(const std::string& yaml, const std::string& source,
     fail(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
   }
   if (!root.IsNull() && !root.IsMap()) fail(source, ": expected a map of keys at the top level");
+  check_yaml_expansion(root, source);
   // Walks nested maps down to known keys.
   auto walk = [&](auto&& self, const YAML::Node& map, const std::string& prefix) -> void {
     for (const auto& kv : map) {
@@ -572,6 +606,7 @@ Config Config::parse(const std::string& yaml, const std::string& source,
     } catch (const YAML::Exception& e) {
       fail("override '", o, "': not valid YAML: ", e.msg);
     }
+    check_yaml_expansion(value, "override '" + (o.size() > 80 ? o.substr(0, 77) + "..." : o) + "'");
     if (value.IsNull()) value = YAML::Node(std::string());
     // A key, or a section given as a map of its keys (train.early_stopping={patience: 3}).
     auto set = [&](auto&& self, const std::string& at, const YAML::Node& v) -> void {

@@ -12,6 +12,7 @@
 
 #include "seqforge/core/error.hpp"
 #include "seqforge/train/config.hpp"
+#include "train/yaml_limits.hpp"
 
 namespace seqforge::tune {
 
@@ -274,6 +275,7 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
   } catch (const YAML::Exception& e) {
     fail(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
   }
+  check_yaml_expansion(root, source);
   const YAML::Node t = root.IsMap() ? root["tune"] : YAML::Node();
   if (!t) fail(source, ": no `tune:` section (tune.space lists the parameters to search)");
   r.only(t, "tune",

@@ -21,6 +21,7 @@
 #include "seqforge/core/interrupt.hpp"
 #include "seqforge/train/config.hpp"
 #include "seqforge/train/trainer.hpp"
+#include "train/yaml_limits.hpp"
 
 namespace seqforge::tune {
 
@@ -473,6 +474,7 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
   } catch (const YAML::Exception& e) {
     fail(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
   }
+  check_yaml_expansion(root, source);
   for (const std::string& o : overrides) {
     const size_t eq = o.find('=');
     if (eq == std::string::npos) fail("override '", o, "': expected key.path=value");
