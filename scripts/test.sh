@@ -29,7 +29,7 @@ run_suite() {  # build dir, then ctest options (-E excludes go to the first pass
 slowest() {  # the ten slowest tests of every pass so far, and the time since the start
   echo "== slowest tests"
   sed -n -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$timings" |
-    sort -rn | head -10 | awk '{printf "  %8.1f s  %s\n", $1, $2}'
+    sort -rn | awk 'NR <= 10 {printf "  %8.1f s  %s\n", $1, $2}'
   echo "== total $((SECONDS - start)) s"
 }
 
