@@ -38,8 +38,6 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
          "share");
   s.batch_size = c.integer("train.batch_size");
   s.epochs = c.integer("train.epochs");
-  if (s.batch_size <= 0) bad("train.batch_size", "positive", s.batch_size);
-  if (s.epochs <= 0) bad("train.epochs", "positive", s.epochs);
   s.dist_timeout = c.number("dist.timeout_seconds");
   s.bucket_mb = c.number("dist.bucket_mb");
   if (!(s.dist_timeout > 0)) bad("dist.timeout_seconds", "positive", s.dist_timeout);

@@ -551,10 +551,7 @@ StatefulStreams stateful_streams(const Dataset& d, int64_t batch_size) {
 // Compute threads of one of `local` processes on this machine: an unbound process (mpirun
 // --bind-to none) shares the machine's CPUs with the others.
 ThreadConfig configure_rank_threads(const Config& c, int local) {
-  const int64_t requested = c.integer("train.threads");
-  if (requested < 0)
-    fail(c.origin("train.threads"), ": train.threads must be 0 (one per CPU) or a count, got ",
-         requested);
+  const int64_t requested = c.integer("train.threads");  // 0: one per CPU
   const int cpus = usable_cpus(), online = online_cpus();
   ThreadConfig t;
   if (local <= 1 || requested > 0 || std::getenv("OMP_NUM_THREADS") || cpus < online) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "backend/cpu/openblas_gemm.hpp"
@@ -79,7 +80,19 @@ GemmProvider CpuGemm::provider(const GemmShape& s, DType operands, const void* a
                 s.ldb,         s.ldc,     s.alpha != 1.0,
                 s.beta != 0.0, s.bias,    packed != nullptr,
                 threads};
+  // The step loop runs one shape over and over: its choice is remembered per thread, so those
+  // calls take no lock. (A choice is by shape, the same for every CpuGemm: cached on disk.)
+  thread_local std::optional<std::pair<Key, GemmProvider>> last;
+  if (last && last->first == key) return last->second;
   std::lock_guard lock(mutex_);
+  const GemmProvider p = choose(key, s, a, b, packed, c, bias);
+  last.emplace(key, p);
+  return p;
+}
+
+GemmProvider CpuGemm::choose(const Key& key, const GemmShape& s, const void* a, const void* b,
+                             const PackedB* packed, const float* c, const float* bias) {
+  const int threads = std::get<12>(key);
   if (auto it = chosen_.find(key); it != chosen_.end()) return it->second;
   const std::string cache_key =
       autotune::machine_prefix(threads) + shape_key(s) + (packed ? "_packed" : "");

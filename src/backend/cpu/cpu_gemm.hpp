@@ -30,7 +30,7 @@ class CpuGemm {
  public:
   void run(const GemmShape& s, DType operands, const void* a, const void* b, float* c,
            const float* bias);
-  // B packed for oneDNN, or nothing where OpenBLAS runs the shape (it reads B as stored).
+  // B packed for oneDNN's GEMMs (OpenBLAS, where it wins the shape, reads B as stored).
   void pack(const GemmShape& s, DType operands, const void* b, std::unique_ptr<PackedB>* packed);
   void run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
                   const PackedB& packed, float* c, const float* bias);
@@ -40,9 +40,13 @@ class CpuGemm {
   // timed with `packed` B where the caller has it.
   GemmProvider provider(const GemmShape& s, DType operands, const void* a, const void* b,
                         const PackedB* packed, const float* c, const float* bias);
-  OneDnnGemm onednn_;
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
                          bool, bool, bool, int>;
+  // provider()'s choice for a shape this thread has not just run, under mutex_: looked up,
+  // read from the autotuning cache, or timed.
+  GemmProvider choose(const Key& key, const GemmShape& s, const void* a, const void* b,
+                      const PackedB* packed, const float* c, const float* bias);
+  OneDnnGemm onednn_;
   std::mutex mutex_;
   std::map<Key, GemmProvider> chosen_;
 };
