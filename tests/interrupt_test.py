@@ -65,8 +65,8 @@ def main():
     seqforge, config, data = sys.argv[1:4]
     work = tempfile.mkdtemp(prefix="seqforge_interrupt_")
     common = [config, "data.path=" + data, "train.epochs=3", "train.schedule=constant",
-              "train.max_batches=60", "train.batch_size=16", "train.early_stopping.patience=0",
-              "model.dropout=0.1", "train.progress_seconds=0.05"]
+              "train.max_batches=300", "train.batch_size=16", "train.early_stopping.patience=0",
+              "model.dropout=0.1", "train.progress_seconds=0.02"]
     whole = os.path.join(work, "whole")
     env = dict(os.environ, SEQFORGE_CACHE_DIR=os.path.join(work, "cache"))
     env.pop("SEQFORGE_AUTOTUNE", None)
@@ -81,7 +81,7 @@ def main():
                            capture_output=True, text=True, env=env)
     if again.returncode != 0 or announce in again.stderr:
         fail("second run: exit %d, stderr:\n%s" % (again.returncode, again.stderr))
-    if not re.search(r"^epoch 1/3  \d+/60 batches  loss \S+  \d+ samples/s  ETA \d+ s$", r.stdout,
+    if not re.search(r"^epoch 1/3  \d+/300 batches  loss \S+  \d+ samples/s  ETA \d+ s$", r.stdout,
                      re.M):
         fail("no progress line without a terminal:\n" + r.stdout)
 
@@ -95,7 +95,7 @@ def main():
         out, err = p.communicate(timeout=120)
         if p.returncode != code:
             fail("%s: exit code %d, expected %d\n%s" % (sig.name, p.returncode, code, err))
-        m = re.search(r"interrupted \(%s\) in epoch 2 after batch (\d+) of 60: the training state "
+        m = re.search(r"interrupted \(%s\) in epoch 2 after batch (\d+) of 300: the training state "
                       r"is saved in \S+; continue with: seqforge train --resume (\S+)" % sig.name,
                       err)
         if not m or m.group(2) != run:
