@@ -422,3 +422,130 @@ TEST(HostileRuns, ResumeRefusesSettingsThatChangeTheModel) {
 
 }  // namespace
 }  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+
+// The same rows with the columns in another order and one more column.
+void write_reordered(const std::string& from, const fs::path& to) {
+  std::ifstream in(from);
+  std::ofstream out(to);
+  std::string line;
+  bool header = true;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream s(line);
+    for (std::string cell; std::getline(s, cell, ',');) cells.push_back(cell);
+    out << (header ? "unused" : "7") << "," << cells[2] << "," << cells[0] << "," << cells[1]
+        << "\n";
+    header = false;
+  }
+}
+
+// generate, predict, eval --data and merge read the run directory alone: the training data may
+// be gone. A file of the same columns in another order (features not listed in the config) feeds
+// the model the columns it was trained on.
+TEST(HostileRuns, ARunDirectoryServesWithoutItsTrainingData) {
+  const fs::path dir = temp_dir("self_contained");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  const fs::path run = dir / "lora";
+  train(forecast(data, run,
+                 {"data.features=[]", "adapter.kind=lora", "adapter.rank=2", "train.epochs=1"}),
+        log);
+  const fs::path copy = dir / "copy.csv", reordered = dir / "reordered.csv";
+  fs::copy_file(data, copy);
+  write_reordered(data, reordered);
+  const auto on_copy = evaluate(run.string(), "", copy.string());
+  fs::remove(data);
+  EXPECT_EQ(merge_adapters(run.string(), (dir / "merged.safetensors").string()), 2);
+  const auto on_reordered = evaluate(run.string(), "", reordered.string());
+  ASSERT_TRUE(on_copy.count("data_mse"));
+  EXPECT_EQ(on_copy.at("data_mse"), on_reordered.at("data_mse"));
+  std::ostringstream quiet;
+  EXPECT_GT(predict(run.string(), {reordered.string(), (dir / "p.csv").string()}, quiet), 0);
+  EXPECT_HAS(error_of([&] { evaluate(run.string(), "test"); }), data + ": cannot open");
+
+  // A transformer with block_size 0 (data.seq_len) and a text classifier with adapters.
+  const fs::path text = dir / "text.txt";
+  std::string body;
+  for (int i = 0; i < 40; ++i) body += "to be or not to be\nthat is the question\n";
+  std::ofstream(text) << body;
+  const fs::path gpt = dir / "gpt";
+  train(Config::parse("data: {path: " + text.string() +
+                          ", task: charlm, seq_len: 16}\nmodel: {family: transformer, "
+                          "embedding: 16, layers: 1, heads: 2}\ntrain: {epochs: 1, batch_size: "
+                          "8, run_dir: " +
+                          gpt.string() + "}\n",
+                      "gpt.yaml"),
+        log);
+  const fs::path pairs = dir / "pairs.csv";
+  {
+    std::ofstream f(pairs);
+    f << "a,b,label\n";
+    const char* words[] = {"that", "is", "question"};
+    for (int i = 0; i < 60; ++i)
+      f << "to be,or not " << words[i % 3] << "," << (i % 2 ? "x" : "y") << "\n";
+  }
+  const fs::path tc = dir / "tc";
+  train(Config::parse("data: {path: " + pairs.string() +
+                          ", task: text_classify, text_columns: [a, b], class_column: label, "
+                          "seq_len: 16}\nmodel: {family: transformer, embedding: 16, layers: 1, "
+                          "heads: 2, init_from: " +
+                          gpt.string() +
+                          "}\nadapter: {kind: dora, rank: 2}\ntrain: {epochs: 1, batch_size: 8, "
+                          "run_dir: " +
+                          tc.string() + "}\n",
+                      "tc.yaml"),
+        log);
+  fs::remove(text);
+  fs::remove(pairs);
+  EXPECT_EQ(generate(gpt.string(), "to", 10, 1.0, 0, 0).size(), 12u);
+  EXPECT_EQ(merge_adapters(tc.string(), (dir / "tc_merged.safetensors").string()), 4);
+}
+
+// The normalizers, column names and label threshold read back from a checkpoint's metadata are
+// checked: a damaged one is refused with one line naming the file and the key.
+TEST(HostileRuns, DamagedNormalizersInACheckpointAreRefused) {
+  const fs::path dir = temp_dir("normalizers");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  const fs::path run = dir / "run";
+  train(forecast(data, run, {"train.epochs=1"}), log);
+  const fs::path model = run / "model.safetensors", clean = dir / "clean.safetensors";
+  fs::copy_file(model, clean);
+  auto error_with = [&](const std::string& key, const std::string& value) {
+    fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
+    rewrite(model, [&](std::vector<OwnedTensor>&, std::map<std::string, std::string>& meta) {
+      meta[key] = value;
+    });
+    return error_of([&] { evaluate(run.string(), "test"); });
+  };
+  const std::string where = model.string() + ": seqforge.feature_norm: ";
+  EXPECT_HAS(error_with("seqforge.feature_norm", "[1, 2"), where + "not a normalizer");
+  EXPECT_HAS(
+      error_with("seqforge.feature_norm", R"({"kind":"zscore","shift":[0,0],"scale":[1,0]})"),
+      where + "column 1: shift 0 and scale 0");
+  EXPECT_HAS(error_with("seqforge.feature_norm", R"({"kind":"zscore","shift":[0],"scale":[1,2]})"),
+             where + "1 shifts and 2 scales");
+  EXPECT_HAS(error_with("seqforge.feature_norm", R"({"kind":"cube","shift":[],"scale":[]})"),
+             where + "unknown kind 'cube'");
+  // One normalised column where the model reads two.
+  EXPECT_HAS(error_with("seqforge.feature_norm", R"({"kind":"zscore","shift":[0],"scale":[1]})"),
+             "seqforge.features and seqforge.targets name 2 and 1 columns where the normalizers "
+             "hold 1 and 1");
+  EXPECT_HAS(error_with("seqforge.features", R"(["signal"])"),
+             "seqforge.features and seqforge.targets name 1 and 1 columns");
+  EXPECT_HAS(error_with("seqforge.label_threshold", "nan"),
+             "seqforge.label_threshold is not a volatility");
+  fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
+  EXPECT_TRUE(evaluate(run.string(), "test").count("test_mse"));
+}
+
+}  // namespace
+}  // namespace seqforge

@@ -62,12 +62,24 @@ std::string Normalizer::to_json() const {
   return nlohmann::json{{"kind", kind}, {"shift", shift}, {"scale", scale}}.dump();
 }
 
-Normalizer Normalizer::from_json(const std::string& json) {
-  const auto j = nlohmann::json::parse(json);
+Normalizer Normalizer::from_json(const std::string& json, const std::string& where) {
   Normalizer n;
-  n.kind = j.at("kind").get<std::string>();
-  n.shift = j.at("shift").get<std::vector<double>>();
-  n.scale = j.at("scale").get<std::vector<double>>();
+  try {
+    const auto j = nlohmann::json::parse(json);
+    n.kind = j.at("kind").get<std::string>();
+    n.shift = j.at("shift").get<std::vector<double>>();
+    n.scale = j.at("scale").get<std::vector<double>>();
+  } catch (const nlohmann::json::exception&) {
+    fail(where, ": not a normalizer (JSON with kind, shift and scale)");
+  }
+  if (n.kind != "zscore" && n.kind != "minmax" && n.kind != "none")
+    fail(where, ": unknown kind '", n.kind, "'");
+  if (n.shift.size() != n.scale.size())
+    fail(where, ": ", n.shift.size(), " shifts and ", n.scale.size(), " scales");
+  for (size_t i = 0; i < n.shift.size(); ++i)
+    if (!std::isfinite(n.shift[i]) || !std::isfinite(n.scale[i]) || n.scale[i] == 0)
+      fail(where, ": column ", i, ": shift ", n.shift[i], " and scale ", n.scale[i],
+           " (finite, and a scale not 0)");
   return n;
 }
 
@@ -784,11 +796,17 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   require("data.date_column", o.date_col);
   require("data.series_column", o.series_col);
   d.feature_names = o.features;
+  // A stored model's features by name: a file with more columns, or in another order, feeds the
+  // model the columns it was trained on.
+  if (d.feature_names.empty() && stored) d.feature_names = stored->feature_names;
   if (d.feature_names.empty())
     for (const auto& col : table.columns())
       if (col != o.date_col && col != o.class_col && col != o.series_col)
         d.feature_names.push_back(col);
-  for (const auto& name : d.feature_names) require("data.features", name);
+  for (const auto& name : d.feature_names)
+    if (!table.has_column(name))
+      fail(opt.source, ": data.features: ", opt.path, " has no column '", name, "'",
+           stored && o.features.empty() ? " (a feature of the trained model)" : "");
   if (!o.series_col.empty()) {  // the series' names say which series a row is of, nothing more
     using Columns = const std::vector<std::string>*;
     for (const auto& [key, columns] : {std::pair<const char*, Columns>{"feature", &d.feature_names},
@@ -848,6 +866,12 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   if (stored) {
     d.feature_norm = stored->feature_norm;
     d.target_norm = stored->target_norm;
+    const size_t targets = opt.task == TaskKind::forecast ? d.target_cols.size() : 0;
+    if (d.feature_norm.shift.size() != d.feature_cols.size() ||
+        (targets && d.target_norm.shift.size() != targets))
+      fail(opt.path, ": ", d.feature_cols.size(), " features and ", targets,
+           " targets, where the model was trained on ", d.feature_norm.shift.size(), " and ",
+           d.target_norm.shift.size());
   } else {
     fit_normalizers(o, &d);
   }

@@ -323,7 +323,7 @@ int64_t sample_next(const std::vector<float>& row, double temperature, int64_t t
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
                      double temperature, int64_t top_k, uint64_t seed) {
   configure_threads();
-  LoadedRun r = load_run(run, "");
+  LoadedRun r = load_run_model(run);
   if (r.task.kind != TaskKind::charlm)
     fail(run, ": generate needs a character model (data.task charlm); this is a ",
          task_name(r.task.kind), " run",

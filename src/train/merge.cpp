@@ -46,7 +46,7 @@ Tensor value_of(const Parameters& p, const std::string& name) {
 }  // namespace
 
 int64_t merge_adapters(const std::string& run, const std::string& output) {
-  LoadedRun r = load_run(run, "");
+  LoadedRun r = load_run_model(run);
   const AdapterOptions& ad = r.task.model.adapter;
   if (ad.kind == AdapterKind::none) fail(run, ": no adapters to merge (adapter.kind is none)");
   auto be = make_run_backend();

@@ -426,7 +426,11 @@ void load_tensor(const io::SafetensorsFile& file, const std::string& name, Tenso
     std::memcpy(dst.data(), bytes.data(), bytes.size());
 }
 
-LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows) {
+namespace {
+
+// A run's checkpoint, its stored config (data.path replaced by `data_override` when given) and
+// the task as stored: normalizers, classes, vocabulary, column names.
+LoadedRun read_run(const std::string& run, const std::string& data_override) {
   const std::string path =
       fs::is_directory(run) ? (fs::path(run) / "model.safetensors").string() : run;
   if (!fs::exists(run)) fail(run, ": no such run directory or model.safetensors");
@@ -459,24 +463,47 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   Config config = Config::parse(meta.at("seqforge.config"), path + " (stored config)", overrides);
   Task stored;
   stored.kind = parse_task(config.str("data.task"), path + " (stored config)");
-  const bool forecasts = stored.kind == TaskKind::forecast || stored.kind == TaskKind::classify ||
-                         stored.kind == TaskKind::text_classify;
-  if (windows == WindowSet::every_window && !forecasts)
-    fail(run, ": predict needs a forecast or classify run; this is a ", task_name(stored.kind),
-         " run", stored.kind == TaskKind::charlm ? " (sample from it with seqforge generate)" : "");
-  if (windows == WindowSet::with_targets && stored.kind == TaskKind::charlm)
-    fail("--data: evaluating a character model on another file is not supported; use --split");
   task_type(stored.kind).restore(meta, path, &stored);
+  return {std::move(file), std::move(config), std::move(stored)};
+}
+
+}  // namespace
+
+LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows) {
+  LoadedRun r = read_run(run, data_override);
+  const TaskKind kind = r.task.kind;
+  const bool forecasts =
+      kind == TaskKind::forecast || kind == TaskKind::classify || kind == TaskKind::text_classify;
+  if (windows == WindowSet::every_window && !forecasts)
+    fail(run, ": predict needs a forecast or classify run; this is a ", task_name(kind), " run",
+         kind == TaskKind::charlm ? " (sample from it with seqforge generate)" : "");
+  if (windows == WindowSet::with_targets && kind == TaskKind::charlm)
+    fail("--data: evaluating a character model on another file is not supported; use --split");
   Task task;
-  if (stored.kind == TaskKind::charlm && data_override.empty() &&
-      !fs::exists(config.str("data.path"))) {
-    task = stored;  // generation needs only the vocabulary
-    task.model = model_options(config, task);
-  } else {
-    static_cast<Dataset&>(task) = load_dataset(config, &stored, windows);
-    task.model = model_options(config, task);
+  static_cast<Dataset&>(task) = load_dataset(r.config, &r.task, windows);
+  task.model = model_options(r.config, task);
+  r.task = std::move(task);
+  return r;
+}
+
+LoadedRun load_run_model(const std::string& run) {
+  LoadedRun r = read_run(run, "");
+  Task& t = r.task;
+  if (!t.is_text() && t.series.feature_names.empty()) {
+    // A checkpoint that does not name its columns: its data file does.
+    static_cast<Dataset&>(t) = load_dataset(r.config, &t, WindowSet::splits);
+    t.model = model_options(r.config, t);
+    return r;
   }
-  return {std::move(file), std::move(config), std::move(task)};
+  const DataOptions o = data_options(r.config);
+  t.path = o.path;
+  t.series.task = t.kind;
+  t.series.lookback = o.series.lookback;
+  t.series.horizon = o.series.horizon;
+  t.text.seq_len = o.text.seq_len;
+  t.text.segments = o.text.columns.size() == 2 ? 2 : 0;
+  t.model = model_options(r.config, t);
+  return r;
 }
 
 DType backend_precision(const std::string& precision, const Backend& be, std::string* notice) {

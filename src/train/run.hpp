@@ -83,6 +83,9 @@ struct LoadedRun {
 };
 LoadedRun load_run(const std::string& run, const std::string& data_override,
                    WindowSet windows = WindowSet::splits);
+// The checkpoint and what building its model needs, without reading the run's data file (generate,
+// merge): the task holds no examples.
+LoadedRun load_run_model(const std::string& run);
 // The model of a loaded run, its weights loaded, computing in the run's precision.
 std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream* notes);
 

@@ -49,6 +49,8 @@ class SeriesTask : public TaskType {
     (*meta)["seqforge.feature_norm"] = d.series.feature_norm.to_json();
     (*meta)["seqforge.target_norm"] = d.series.target_norm.to_json();
     (*meta)["seqforge.classes"] = nlohmann::json(d.series.class_names).dump();
+    (*meta)["seqforge.features"] = nlohmann::json(d.series.feature_names).dump();
+    (*meta)["seqforge.targets"] = nlohmann::json(d.series.target_names).dump();
     if (kind() == TaskKind::classify && c.str("data.label") == "volatility")
       (*meta)["seqforge.label_threshold"] = shortest_text(d.series.label_threshold);
   }
@@ -59,12 +61,32 @@ class SeriesTask : public TaskType {
       if (it == meta.end()) fail(where, ": no ", key, " metadata (not a seqforge checkpoint?)");
       return it->second;
     };
-    stored->series.feature_norm = Normalizer::from_json(text("seqforge.feature_norm"));
-    stored->series.target_norm = Normalizer::from_json(text("seqforge.target_norm"));
+    stored->series.feature_norm =
+        Normalizer::from_json(text("seqforge.feature_norm"), where + ": seqforge.feature_norm");
+    stored->series.target_norm =
+        Normalizer::from_json(text("seqforge.target_norm"), where + ": seqforge.target_norm");
     stored->series.class_names =
         metadata_json<std::vector<std::string>>(meta, "seqforge.classes", where);
-    if (const auto it = meta.find("seqforge.label_threshold"); it != meta.end())
-      stored->series.label_threshold = std::strtod(it->second.c_str(), nullptr);
+    if (const auto it = meta.find("seqforge.label_threshold"); it != meta.end()) {
+      char* end = nullptr;
+      const double v = std::strtod(it->second.c_str(), &end);
+      if (it->second.empty() || *end != '\0' || !std::isfinite(v) || v < 0)
+        fail(where, ": seqforge.label_threshold is not a volatility (a finite number >= 0): '",
+             it->second, "'");
+      stored->series.label_threshold = v;
+    }
+    // Checkpoints written before the names were stored leave them empty: the data file names
+    // the columns then.
+    if (meta.count("seqforge.features")) {
+      auto& f = stored->series;
+      f.feature_names = metadata_json<std::vector<std::string>>(meta, "seqforge.features", where);
+      f.target_names = metadata_json<std::vector<std::string>>(meta, "seqforge.targets", where);
+      const size_t targets = kind() == TaskKind::forecast ? f.target_norm.shift.size() : 0;
+      if (f.feature_names.size() != f.feature_norm.shift.size() || f.target_names.size() != targets)
+        fail(where, ": seqforge.features and seqforge.targets name ", f.feature_names.size(),
+             " and ", f.target_names.size(), " columns where the normalizers hold ",
+             f.feature_norm.shift.size(), " and ", targets);
+    }
   }
 };
 

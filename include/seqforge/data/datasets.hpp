@@ -40,7 +40,8 @@ struct Normalizer {
            const std::vector<int64_t>& rows);
   double invert(double y, int64_t col) const { return y * scale[col] + shift[col]; }
   std::string to_json() const;
-  static Normalizer from_json(const std::string& json);
+  // Errors name `where`.
+  static Normalizer from_json(const std::string& json, const std::string& where);
 };
 
 struct Split {
