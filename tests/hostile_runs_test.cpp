@@ -549,3 +549,109 @@ TEST(HostileRuns, DamagedNormalizersInACheckpointAreRefused) {
 
 }  // namespace
 }  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+
+Config text_classifier(const fs::path& data, const fs::path& run) {
+  return Config::parse("data: {path: " + data.string() +
+                           ", task: text_classify, text_columns: [text], class_column: label, "
+                           "seq_len: 16}\nmodel: {family: transformer, embedding: 16, layers: 1, "
+                           "heads: 2}\ntrain: {epochs: 1, batch_size: 8, run_dir: " +
+                           run.string() + "}\n",
+                       "tc.yaml");
+}
+
+// Class names and column names go into a checkpoint's JSON metadata: invalid UTF-8 is refused
+// before training, naming the file and line, and no run directory is left behind.
+TEST(HostileRuns, ClassNamesThatAreNotUtf8AreRefusedBeforeTraining) {
+  const fs::path dir = temp_dir("class_names");
+  std::ostringstream log;
+  const fs::path texts = dir / "texts.csv";
+  {
+    std::ofstream f(texts);
+    f << "text,label\n";
+    for (int i = 0; i < 40; ++i)
+      f << "some text " << i % 5 << "," << (i == 30 ? "b\xff" : "a") << "\n";
+  }
+  const fs::path run = dir / "run";
+  EXPECT_HAS(error_of([&] { train(text_classifier(texts, run), log); }),
+             texts.string() + ":32: column 'label': byte 1: not UTF-8 text");
+  EXPECT_FALSE(fs::exists(run));
+
+  const fs::path series = dir / "series.csv";
+  {
+    std::ofstream f(series);
+    f << "x,y\xe9,kind\n";
+    for (int i = 0; i < 80; ++i)
+      f << std::sin(i * 0.3) << "," << i % 7 << ","
+        << (i == 50 ? "c\xc0"
+            : i % 2 ? "p"
+                    : "q")
+        << "\n";
+  }
+  auto classify = [&](const std::string& features) {
+    return Config::parse(
+        "data: {path: " + series.string() +
+            ", task: classify, class_column: kind, lookback: 4, features: " + features +
+            "}\nmodel: {hidden: 8}\ntrain: {epochs: 1, run_dir: " + run.string() + "}\n",
+        "c.yaml");
+  };
+  EXPECT_HAS(error_of([&] { train(classify("[x]"), log); }),
+             series.string() + ":52: column 'kind': byte 1: a UTF-8 character cut short");
+  EXPECT_HAS(error_of([&] { train(classify("[]"), log); }),
+             series.string() + ": column name 'y\\xe9': byte 1: a UTF-8 character cut short");
+  EXPECT_FALSE(fs::exists(run));
+}
+
+// generate without --prompt starts after a newline; on a text without one, after a character of
+// the vocabulary drawn with the seed (which the sample begins with), not an error about a prompt.
+TEST(HostileRuns, GenerateWithoutAPromptOnATextWithoutNewlines) {
+  const fs::path dir = temp_dir("no_newline");
+  std::ostringstream log;
+  const fs::path text = dir / "text.txt";
+  std::string body;
+  for (int i = 0; i < 200; ++i) body += "abc cab ";
+  std::ofstream(text) << body;
+  const fs::path lm = dir / "lm";
+  train(Config::parse("data: {path: " + text.string() +
+                          ", task: charlm, seq_len: 16}\nmodel: {hidden: 8, embedding: 4}\n"
+                          "train: {epochs: 1, batch_size: 8, run_dir: " +
+                          lm.string() + "}\n",
+                      "lm.yaml"),
+        log);
+  const std::string sample = generate(lm.string(), "", 12, 1.0, 0, 5);
+  EXPECT_EQ(sample.size(), 13u);
+  EXPECT_EQ(sample.find_first_not_of("abc "), std::string::npos) << sample;
+  EXPECT_EQ(generate(lm.string(), "", 12, 1.0, 0, 5), sample);
+}
+
+// eval --data on a text classifier leaves out rows of an unseen or empty class with a note, as a
+// recurrent classifier does.
+TEST(HostileRuns, TextClassifierEvalLeavesOutUnseenAndEmptyClasses) {
+  const fs::path dir = temp_dir("unseen_classes");
+  std::ostringstream log;
+  const fs::path texts = dir / "texts.csv", other = dir / "other.csv";
+  std::ofstream f(texts), g(other);
+  f << "text,label\n";
+  g << "text,label\n";
+  for (int i = 0; i < 40; ++i) {
+    f << "some text " << i % 5 << "," << (i % 2 ? "a" : "b") << "\n";
+    g << "some text " << i % 5 << "," << (i == 3 ? "new" : i == 4 ? "" : i % 2 ? "a" : "b") << "\n";
+  }
+  f.close();
+  g.close();
+  const fs::path run = dir / "run";
+  train(text_classifier(texts, run), log);
+  const auto m = evaluate(run.string(), "", other.string());
+  EXPECT_EQ(m.at("samples"), 38);
+  EXPECT_TRUE(m.count("data_accuracy"));
+}
+
+}  // namespace
+}  // namespace seqforge

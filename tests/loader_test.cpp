@@ -473,10 +473,15 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
               load_dataset(o);
             }).find("no_class.csv:4: column 'label' is empty (every example needs a class)"),
             std::string::npos);
-  std::ofstream(dir / "new.csv") << "a,b,label\nab,c,maybe\n";
+  // eval --data: a class the model was not trained on leaves its row out, with a note.
+  std::ofstream(dir / "new.csv") << "a,b,label\nab,c,maybe\nb,c,no\n";
   o.path = (dir / "new.csv").string();
+  const Dataset unseen = load_dataset(o, &d, WindowSet::with_targets);
+  EXPECT_EQ(unseen.text.split.test, std::vector<int64_t>{1});
+  ASSERT_EQ(unseen.notes().size(), 1u);
+  EXPECT_NE(unseen.notes()[0].find("1 row has class 'maybe'"), std::string::npos);
   EXPECT_NE(test::error_of([&] {
-              load_dataset(o, &d, WindowSet::with_targets);
+              load_dataset(o, &d);
             }).find("new.csv:2: class 'maybe' was not seen in training"),
             std::string::npos);
   // Every character outside the vocabulary at once, each with its count and first line.

@@ -137,7 +137,9 @@ int main(int argc, char** argv) {
   uint64_t gen_seed = 0;
   CLI::App* gen = app.add_subcommand("generate", "Sample text from a character model");
   gen->add_option("run", gen_run, "run directory or model.safetensors")->required();
-  gen->add_option("--prompt", gen_prompt, "text to start from");
+  gen->add_option("--prompt", gen_prompt,
+                  "text to start from (default: a newline, or a random character when the "
+                  "vocabulary has none)");
   gen->add_option("--length", gen_length, "characters to sample")->capture_default_str();
   gen->add_option("--temperature", gen_temperature,
                   "sampling temperature; 0: always the likeliest character")

@@ -649,9 +649,11 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
   if (stored) d->class_names = stored->class_names;
   if (!d->has_targets) return;
   const auto& names = table.text(o.class_col);
-  for (int64_t row : file_rows)  // not a class named ""
+  for (int64_t row : file_rows) {  // not a class named "", nor one JSON cannot store
     if (!lenient && names[row].empty())
       fail(table.where(row), ": column '", o.class_col, "' is empty (every row needs a class)");
+    decode_utf8(names[row], table.where(row) + ": column '" + o.class_col + "'");
+  }
   if (!stored) {
     for (int64_t row : file_rows) d->class_names.push_back(names[row]);
     std::sort(d->class_names.begin(), d->class_names.end());
@@ -803,6 +805,9 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
     for (const auto& col : table.columns())
       if (col != o.date_col && col != o.class_col && col != o.series_col)
         d.feature_names.push_back(col);
+  std::vector<std::string> named = d.feature_names;  // kept in a checkpoint's JSON
+  named.insert(named.end(), o.targets.begin(), o.targets.end());
+  for (const auto& name : named) decode_utf8(name, opt.path + ": column name '" + name + "'");
   for (const auto& name : d.feature_names)
     if (!table.has_column(name))
       fail(opt.source, ": data.features: ", opt.path, " has no column '", name, "'",
@@ -918,12 +923,12 @@ Dataset load_dataset(const DataOptions& opt, const Dataset* from, WindowSet wind
   if (d.kind == TaskKind::charlm) {
     d.text = load_text(opt, from ? from->text.vocab : std::u32string());
   } else if (d.kind == TaskKind::text_classify) {
-    d.text =
-        load_text_examples(opt, from ? &from->text : nullptr, windows == WindowSet::every_window);
+    d.text = load_text_examples(opt, from ? &from->text : nullptr, windows);
     if (windows != WindowSet::splits) {  // every example of the file, evaluated or predicted
       Split& s = d.text.split;
       s.test.clear();
-      for (int64_t i = 0; i < d.text.examples(); ++i) s.test.push_back(i);
+      for (int64_t i = 0; i < d.text.examples(); ++i)
+        if (windows == WindowSet::every_window || d.text.classes[i] >= 0) s.test.push_back(i);
       s.train.clear();
       s.val.clear();
     }

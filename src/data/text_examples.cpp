@@ -1,6 +1,7 @@
 // text_classify's examples: a text, or a pair of texts, and a class per CSV row, as character
 // ids over the vocabulary (the file's, or a pre-trained model's).
 #include <algorithm>
+#include <map>
 #include <unordered_map>
 
 #include "data/splits.hpp"
@@ -27,7 +28,9 @@ bool truncate_pair(std::u32string* a, std::u32string* b, size_t sep, size_t limi
 
 }  // namespace
 
-TextData load_text_examples(const DataOptions& opt, const TextData* stored, bool lenient) {
+TextData load_text_examples(const DataOptions& opt, const TextData* stored, WindowSet which) {
+  // Training needs every class; eval --data and predict leave out the rows they cannot score.
+  const bool lenient = which != WindowSet::splits;
   const TextOptions& o = opt.text;
   if (o.columns.empty() || o.columns.size() > 2)
     fail(opt.source, ": data.text_columns must name one text column or two (a pair), got ",
@@ -41,7 +44,7 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, bool
   d.seq_len = o.seq_len;
   d.segments = o.columns.size() == 2 ? 2 : 0;
   d.has_classes = table.has_column(o.class_col);
-  if (!d.has_classes && !lenient)
+  if (!d.has_classes && which != WindowSet::every_window)
     fail(opt.source, ": data.class_column: ", opt.path, " has no column '", o.class_col, "'");
   const int64_t n = table.rows();
   if (n == 0) fail(opt.path, ": no rows");
@@ -93,23 +96,35 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, bool
   if (stored && !stored->class_names.empty()) d.class_names = stored->class_names;
   if (d.has_classes) {
     const auto& names = table.text(o.class_col);
-    for (int64_t r = 0; r < n && !lenient; ++r)  // not a class named ""
-      if (names[r].empty())
-        fail(opt.path, ":", d.lines[r], ": column '", o.class_col,
-             "' is empty (every example needs a class)");
+    for (int64_t r = 0; r < n; ++r) {  // not a class named "", nor one JSON cannot store
+      const std::string where =
+          opt.path + ":" + std::to_string(d.lines[r]) + ": column '" + o.class_col + "'";
+      if (names[r].empty() && !lenient) fail(where, " is empty (every example needs a class)");
+      decode_utf8(names[r], where);
+    }
     if (d.class_names.empty()) {
       d.class_names = names;
       std::sort(d.class_names.begin(), d.class_names.end());
       d.class_names.erase(std::unique(d.class_names.begin(), d.class_names.end()),
                           d.class_names.end());
     }
+    std::map<std::string, int64_t> unseen;  // class name -> rows
+    int64_t empty = 0;
     for (int64_t r = 0; r < n; ++r) {
       const auto it = std::lower_bound(d.class_names.begin(), d.class_names.end(), names[r]);
       if (it != d.class_names.end() && *it == names[r])
         d.classes[r] = it - d.class_names.begin();
       else if (!lenient)
         fail(opt.path, ":", d.lines[r], ": class '", names[r], "' was not seen in training");
+      else
+        ++(names[r].empty() ? empty : unseen[names[r]]);
     }
+    auto rows = [](int64_t k) { return std::to_string(k) + (k == 1 ? " row has" : " rows have"); };
+    for (const auto& [name, k] : unseen)
+      d.notes.push_back(rows(k) + " class '" + name + "' in column '" + o.class_col +
+                        "', which the model was not trained on: no actual class for " +
+                        (k == 1 ? "it" : "them"));
+    if (empty) d.notes.push_back(rows(empty) + " no class in column '" + o.class_col + "'");
   }
   if (d.class_names.size() < 2 && !lenient)
     fail(opt.path, ": data.class_column '", o.class_col, "' holds ", d.class_names.size(),

@@ -58,14 +58,16 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
   if (data.empty() && split != "val" && split != "test")
     fail("--split: expected val or test, got '", split, "'");
   LoadedRun r = load_run(run, data, data.empty() ? WindowSet::splits : WindowSet::with_targets);
-  if (!data.empty() && r.task.kind != TaskKind::text_classify)
-    for (const std::string& note : r.task.series.notes) std::cerr << "note: " << note << "\n";
+  if (!data.empty())
+    for (const std::string& note : r.task.notes()) std::cerr << "note: " << note << "\n";
   configure_threads(static_cast<int>(r.config.integer("train.threads")));
   auto be = make_run_backend();
   auto model = load_model(*be, r, &std::cerr);
   const Split& s = r.task.split();
   const std::vector<int64_t>& starts = !data.empty() ? s.test : split == "val" ? s.val : s.test;
   if (starts.empty()) {
+    if (!data.empty() && r.task.is_text())
+      fail(data, ": none of its ", r.task.text.examples(), " rows has a class the model knows");
     if (!data.empty())
       fail(data, ": ", r.task.series.rows, " rows give no window with a target (data.lookback ",
            r.task.series.lookback, " + data.horizon ", r.task.series.horizon, " rows, within one ",
@@ -239,6 +241,7 @@ int64_t predict_text(const LoadedRun& r, const PredictOptions& options, std::ost
 
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
   LoadedRun r = load_run(run, options.input, WindowSet::every_window);
+  for (const std::string& note : r.task.notes()) log << "note: " << note << "\n";
   if (r.task.kind == TaskKind::text_classify) {
     if (options.last_only) fail("--last: a text classifier predicts every row of the file");
     configure_threads(static_cast<int>(r.config.integer("train.threads")));
@@ -246,7 +249,6 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
   }
   configure_threads(static_cast<int>(r.config.integer("train.threads")));
   const SeriesData& d = r.task.series;
-  for (const std::string& note : d.notes) log << "note: " << note << "\n";
   for (const SeriesSpan& s : d.series)
     if (s.end - s.begin < d.lookback && d.series.size() > 1)
       log << "note: series '" << s.name << "' has " << s.end - s.begin
@@ -335,8 +337,17 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   auto be = make_run_backend();
   auto model = load_model(*be, r, nullptr);  // in the run's precision, as eval and predict
   const std::u32string& vocab = r.task.text.vocab;
+  Rng rng(seed);
+  // Without a prompt: after a newline, or a character drawn at random when the text had none.
+  std::string text = prompt;
+  std::u32string start = U"\n";
+  if (!prompt.empty()) {
+    start = decode_utf8(prompt, "--prompt");
+  } else if (vocab.find(U'\n') == std::u32string::npos) {
+    start = vocab.substr(rng.next() % vocab.size(), 1);
+    text = encode_utf8(start);
+  }
   std::vector<int64_t> ids;
-  const std::u32string start = prompt.empty() ? U"\n" : decode_utf8(prompt, "--prompt");
   for (size_t i = 0; i < start.size(); ++i) {
     const size_t at = vocab.find(start[i]);
     if (at == std::u32string::npos)
@@ -344,7 +355,6 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
            "') is not in the model's vocabulary");
     ids.push_back(static_cast<int64_t>(at));
   }
-  Rng rng(seed);
   Buffer ids_buf;
   // The ids [first, first + count) as a (1, count) tensor.
   auto upload_ids = [&](const int64_t* first, int64_t count) {
@@ -388,7 +398,6 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     };
     logits = refill();
   }
-  std::string text = prompt;
   for (int64_t n = 0; n < length; ++n) {
     const int64_t next =
         sample_next(download_vector<float>(*be, logits.slice(logits.dim(0) - 1, logits.dim(0))),

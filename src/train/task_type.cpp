@@ -224,8 +224,12 @@ class TextTask : public TaskType {
   }
   void restore(const std::map<std::string, std::string>& meta, const std::string& where,
                Dataset* stored) const override {
-    stored->text.vocab = decode_utf8(metadata_json<std::string>(meta, "seqforge.vocab", where),
-                                     where + ": seqforge.vocab");
+    std::u32string& vocab = stored->text.vocab;
+    vocab = decode_utf8(metadata_json<std::string>(meta, "seqforge.vocab", where),
+                        where + ": seqforge.vocab");
+    if (vocab.empty() || !std::is_sorted(vocab.begin(), vocab.end()) ||
+        std::adjacent_find(vocab.begin(), vocab.end()) != vocab.end())
+      fail(where, ": seqforge.vocab is not a vocabulary (distinct characters, sorted)");
   }
 
  protected:

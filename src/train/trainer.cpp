@@ -432,8 +432,7 @@ void Training::print_start() const {
     out_ << "warning: model.dropout " << rnn.dropout
          << " drops between layers and model.layers is 1: nothing is dropped (model.dropout_mode: "
             "variational drops inputs and states)\n";
-  if (!task_.is_text())
-    for (const std::string& note : task_.series.notes) out_ << "note: " << note << "\n";
+  for (const std::string& note : task_.notes()) out_ << "note: " << note << "\n";
   if (!task_.is_text() && task_.series.series.size() > 1)
     out_ << "series: " << task_.series.series.size() << " in " << task_.path << " ("
          << c_.str("data.series_column") << "), split "

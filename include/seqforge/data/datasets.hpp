@@ -134,14 +134,17 @@ struct TextData {
   int64_t segments = 0;                                  // 2 for pairs, else 0
   int64_t truncated = 0;                                 // examples cut to seq_len
   bool has_classes = true;                               // the file holds the class column
+  std::vector<std::string> notes;                        // rows left out (eval --data, predict)
   int64_t examples() const { return static_cast<int64_t>(first_lengths.size()); }
 };
 
 // With `vocab`, the characters of a stored model (one that is missing is an error).
 TextData load_text(const DataOptions& options, const std::u32string& vocab = {});
 // text_classify's examples from a CSV. With `stored`, its vocabulary and classes (when not
-// empty); with `lenient` (predict), the class column may be missing.
-TextData load_text_examples(const DataOptions& options, const TextData* stored, bool lenient);
+// empty). `which` as for a series: splits (training) needs a known class in every row; with_targets
+// (eval --data) and every_window (predict) note the rows of an empty or unseen class (-1), and
+// predict needs no class column.
+TextData load_text_examples(const DataOptions& options, const TextData* stored, WindowSet which);
 
 // UTF-8 text as code points; a malformed sequence (overlong, a surrogate, past U+10FFFF, cut
 // short) is an error naming `what` and the byte offset.
@@ -166,6 +169,8 @@ struct Dataset {
   bool is_text() const { return kind == TaskKind::charlm || kind == TaskKind::text_classify; }
   const Split& split() const { return is_text() ? text.split : series.split; }
   int64_t steps() const { return is_text() ? text.seq_len : series.lookback; }
+  // Facts worth a line at start-up (gaps, cut dates, rows left out).
+  const std::vector<std::string>& notes() const { return is_text() ? text.notes : series.notes; }
   // Throws when the source file changed or disappeared since it was read: a run must not
   // silently continue on different data.
   void check_source() const;
