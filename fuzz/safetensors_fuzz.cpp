@@ -1,5 +1,7 @@
-// libFuzzer target: SafetensorsFile::parse must either accept the bytes or throw seqforge::Error.
-// Any other exception, a crash, a sanitizer report or a broken invariant below is a bug.
+// libFuzzer target: SafetensorsFile::parse must either accept the bytes or throw seqforge::Error,
+// and so must reading what a seqforge checkpoint keeps in its metadata: the stored config and a
+// training state's loop counters. Any other exception, a crash, a sanitizer report or a broken
+// invariant below is a bug.
 #include <unistd.h>
 
 #include <cstddef>
@@ -15,6 +17,8 @@
 #include "seqforge/core/dtype.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/safetensors.hpp"
+#include "seqforge/train/config.hpp"
+#include "train/loop_state.hpp"
 
 namespace {
 
@@ -83,6 +87,23 @@ void check_round_trip(const SafetensorsFile& file) {
   }
 }
 
+// The stored config and the loop state, read as `seqforge train --resume` reads them: accepted or
+// refused with seqforge::Error.
+void check_metadata(const SafetensorsFile& file) {
+  const auto& meta = file.metadata();
+  try {
+    if (const auto it = meta.find("seqforge.config"); it != meta.end())
+      seqforge::Config::parse(it->second, "fuzz-input (stored config)", {}).resolved_yaml();
+  } catch (const seqforge::Error&) {
+  }
+  try {
+    if (const auto it = meta.find("seqforge.loop"); it != meta.end())
+      seqforge::LoopState::from_json(it->second, "fuzz-input")
+          .check("fuzz-input", file.entries().size(), 100);
+  } catch (const seqforge::Error&) {
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -94,6 +115,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;  // rejected input: the expected outcome for most mutations
   }
   check_accepted(*file, data, size);
+  check_metadata(*file);
   try {
     check_round_trip(*file);
   } catch (const seqforge::Error& e) {

@@ -3,7 +3,8 @@
 #   1. the release build's tests (unit, finite differences, op driver, PyTorch parity on freshly
 #      generated fixtures, safetensors, CLI, install + find_package),
 #   2. the same tests built with AddressSanitizer + UndefinedBehaviorSanitizer,
-#   3. the safetensors fuzzer for a fixed time (FUZZ_SECONDS, default 60).
+#   3. the fuzzers (safetensors and checkpoint metadata, config, CSV, .npy) for a fixed time
+#      (FUZZ_SECONDS, default 120, shared among them).
 # Exits non-zero when anything fails.
 #   scripts/test.sh            everything
 #   scripts/test.sh --quick    release tests only
@@ -43,7 +44,7 @@ BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-asan" -DSEQFORGE
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions="$root/tests/lsan.supp" run_suite "$root/build-asan"
 
-echo "== safetensors fuzzer"
-"$root/scripts/fuzz.sh" "${FUZZ_SECONDS:-60}"
+echo "== fuzzers"
+"$root/scripts/fuzz.sh" "${FUZZ_SECONDS:-120}"
 slowest
 echo "all tests passed"

@@ -73,6 +73,16 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
             std::string::npos);
 }
 
+// A key that is a list or a map is refused with the line, not a YAML library message.
+TEST(Config, KeysThatAreNotNamesAreRefused) {
+  EXPECT_EQ(error_of([] { Config::parse("train: {}\n[a, b]: 1\n", "cfg.yaml"); }),
+            "cfg.yaml:2: a key must be a name, not a list");
+  EXPECT_EQ(error_of([] { Config::parse("model:\n  {x: 1}: 2\n", "cfg.yaml"); }),
+            "cfg.yaml:2: a key must be a name, not a map");
+  EXPECT_EQ(error_of([] { Config::parse("", "cfg.yaml", {"model={[x]: 1}"}); }),
+            "override 'model={[x]: 1}': a key must be a name, not a list");
+}
+
 TEST(Config, WrongTypesNameTheLineAndKey) {
   const std::string e = error_of([] { Config::parse("train:\n  epochs: ten\n", "cfg.yaml"); });
   EXPECT_NE(e.find("cfg.yaml:2: train.epochs: expected an integer, got 'ten'"), std::string::npos)

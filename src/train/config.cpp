@@ -565,6 +565,12 @@ void check_yaml_expansion(const YAML::Node& root, const std::string& source) {
          " levels (anchors and aliases repeat their text); a config is far smaller");
 }
 
+std::string yaml_key(const YAML::Node& key, const std::string& where) {
+  if (!key.IsScalar())
+    fail(where, ": a key must be a name, not a ", key.IsSequence() ? "list" : "map");
+  return key.Scalar();
+}
+
 Config Config::parse(const std::string& yaml, const std::string& source,
                      const std::vector<std::string>& overrides) {
   Config c;
@@ -580,9 +586,9 @@ Config Config::parse(const std::string& yaml, const std::string& source,
   // Walks nested maps down to known keys.
   auto walk = [&](auto&& self, const YAML::Node& map, const std::string& prefix) -> void {
     for (const auto& kv : map) {
-      const std::string name = kv.first.as<std::string>();
-      const std::string path = prefix.empty() ? name : prefix + "." + name;
       const std::string where = source + ":" + std::to_string(kv.first.Mark().line + 1);
+      const std::string name = yaml_key(kv.first, where);
+      const std::string path = prefix.empty() ? name : prefix + "." + name;
       // The search space of `seqforge tune`, read by src/tune; a training run ignores it.
       if (path == "tune") continue;
       if (const ConfigKey* key = find_key(path)) {
@@ -614,7 +620,8 @@ Config Config::parse(const std::string& yaml, const std::string& source,
         c.values_[at] = canonical(*key, v, "override '" + o + "'");
         c.where_[at] = "override '" + o + "'";
       } else if (v.IsMap() && is_prefix_of_key(at)) {
-        for (const auto& kv : v) self(self, at + "." + kv.first.as<std::string>(), kv.second);
+        for (const auto& kv : v)
+          self(self, at + "." + yaml_key(kv.first, "override '" + o + "'"), kv.second);
       } else {
         fail("override '", o, "': unknown key '", at, "'", did_you_mean(at));
       }

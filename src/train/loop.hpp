@@ -1,12 +1,10 @@
 #pragma once
-// The training loop's settings, read and checked once from the config, and its state: what it
-// carries from step to step, saved with the training state for --resume and sent from rank 0
-// to the other ranks.
+// The training loop's settings, read and checked once from the config.
 #include <string>
 #include <vector>
 
+#include "loop_state.hpp"
 #include "run.hpp"
-#include "seqforge/dist/communicator.hpp"
 #include "seqforge/train/config.hpp"
 
 namespace seqforge {
@@ -44,28 +42,5 @@ struct LoopSettings {
 // schedule's reductions are in lr_factor).
 double learning_rate(const LoopSettings& s, double base, int64_t step, int64_t epoch,
                      int64_t total_steps, double lr_factor);
-
-struct LoopState {
-  int64_t epochs_done = 0;  // complete epochs
-  int64_t step = 0;         // training steps taken
-  int64_t optimizer_steps = 0;
-  std::vector<int64_t> param_steps;  // per parameter (frozen ones lag)
-  double best = 0, plateau_best = 0, lr_factor = 1;
-  int64_t since_best = 0, since_plateau = 0;
-  // Stopped part-way through epoch epochs_done + 1 (a signal): its windows already shuffled,
-  // `batch` batches done, their loss summed over `seen` windows.
-  bool in_epoch = false;
-  int64_t batch = 0;
-  double loss_sum = 0, seen = 0;
-
-  static LoopState start(const LoopSettings& s);  // before the first epoch
-  std::string to_json() const;                    // reals as exact text
-  static LoopState from_json(const std::string& json, const std::string& source);
-  // Refuses, naming `source` and the field, a state no run could have saved: negative or
-  // inconsistent counts, step counts for another number of parameters, a batch past the epoch.
-  void check(const std::string& source, size_t parameters, int64_t batches_per_epoch) const;
-  // Rank 0's state to every rank; the batches' loss sums stay rank 0's alone.
-  void broadcast(dist::Communicator& comm);
-};
 
 }  // namespace seqforge

@@ -269,7 +269,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
        << std::flush;
   order_ = task_.split().train;
   if (s_.stateful) start_streams();
-  state_ = LoopState::start(s_);
+  state_ = LoopState::start(s_.mode);
   state_path_ = (fs::path(run_dir_) / "training_state.safetensors").string();
   checkpoint_ = (fs::path(run_dir_) / "model.safetensors").string();
   metrics_path_ = (fs::path(run_dir_) / "metrics.jsonl").string();

@@ -109,7 +109,7 @@ struct Reader {
             const std::vector<std::string>& known) const {
     if (!map.IsMap()) fail(at(map), ": ", prefix, ": expected a map");
     for (const auto& kv : map) {
-      const std::string k = kv.first.as<std::string>();
+      const std::string k = yaml_key(kv.first, at(kv.first));
       if (std::find(known.begin(), known.end(), k) == known.end()) {
         std::string list;
         for (const auto& s : known) list += (list.empty() ? "" : ", ") + s;
@@ -372,7 +372,7 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
   if (!space || !space.IsMap() || space.size() == 0)
     fail(r.at(t), ": tune.space: expected a map of config keys to distributions");
   for (const auto& kv : space) {
-    const std::string name = kv.first.as<std::string>();
+    const std::string name = yaml_key(kv.first, r.at(kv.first));
     for (const auto& p : s.space)
       if (p.name == name) fail(r.at(kv.first), ": tune.space: '", name, "' twice");
     s.space.push_back(read_param(r, name, kv.second));
