@@ -1,6 +1,7 @@
 """The folders' includes point down the layers only (README, "Layout and conventions"): a file
 may include headers of its own layer and of the layers below it, never of one above; kernels
-include only the op descriptions of the backend layer."""
+include only the op descriptions of the backend layer; CUDA's headers (the runtime, cuBLAS,
+cuDNN, NCCL) only in backend/cuda and kernels/cuda."""
 import os
 import re
 import sys
@@ -19,6 +20,9 @@ RANK = {folder: i for i, layer in enumerate(LAYERS) for folder in layer}
 INCLUDE = re.compile(r'#include "(?:seqforge/)?(\w+)/([\w./]+)"')
 # Kernels see only the op descriptions of the backend layer, never the backend itself.
 KERNELS_MAY_INCLUDE = {"backend/ops.hpp"}
+# CUDA's headers, and the folders that alone may include them.
+CUDA_HEADER = re.compile(r"#include <(cuda|cublas|cudnn|nccl|nvml|curand|cufft|nvrtc)\w*[./]")
+CUDA_FOLDERS = (os.path.join("src", "backend", "cuda"), os.path.join("src", "kernels", "cuda"))
 
 
 def folder_of(root, path):
@@ -38,6 +42,11 @@ def main(root):
                     continue
                 with open(path, encoding="utf-8", errors="replace") as f:
                     for number, line in enumerate(f, 1):
+                        if (CUDA_HEADER.match(line) and not
+                                os.path.relpath(path, root).startswith(CUDA_FOLDERS)):
+                            upward.append(f"{os.path.relpath(path, root)}:{number}: includes "
+                                          f"{line.strip()[9:]} outside backend/cuda and "
+                                          "kernels/cuda")
                         m = INCLUDE.match(line)
                         if not m:
                             continue

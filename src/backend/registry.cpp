@@ -40,11 +40,23 @@ const char* op_name(Op op) {
 }
 
 const std::vector<BackendEntry>& registered_backends() {
-  static const std::vector<BackendEntry> all = {{"reference", make_reference_backend},
-                                                {"cpu", make_cpu_backend},
-                                                {"sealed", make_sealed_backend}};
+  static const std::vector<BackendEntry> all = {
+      {"reference", make_reference_backend},
+      {"cpu", make_cpu_backend},
+      {"sealed", make_sealed_backend},
+#ifdef SEQFORGE_HAVE_CUDA
+      {"cuda", make_cuda_backend, cuda_unavailable_reason},
+#endif
+  };
   return all;
 }
+
+#ifndef SEQFORGE_HAVE_CUDA
+std::string cuda_unavailable_reason() {
+  return "this seqforge was built without the CUDA backend (SEQFORGE_CUDA=OFF, or no nvcc)";
+}
+std::unique_ptr<Backend> make_cuda_backend() { fail(cuda_unavailable_reason()); }
+#endif
 
 std::unique_ptr<Backend> make_backend(std::string_view name) {
   std::string known;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/counter_hash.hpp"
 #include "seqforge/backend/ops.hpp"
 #include "seqforge/core/dtype.hpp"
 
@@ -15,15 +16,6 @@ namespace seqforge::ref {
 template <typename T>
 inline T sigmoid(T x) {
   return T(1) / (T(1) + std::exp(-x));
-}
-
-// A 64-bit hash of (seed, index), splitmix64's finalizer: counter-based, so any thread or device
-// draws the same value for the same element.
-inline uint64_t counter_hash(uint64_t seed, uint64_t index) {
-  uint64_t z = seed ^ (index * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 // A uniform number in [0, 1) that depends only on (seed, index): its top 53 bits.

@@ -184,10 +184,18 @@ std::unique_ptr<Backend> make_reference_backend();
 // the reference kernels). It flushes denormals to zero on the calling thread and the OpenMP pool
 // (set_flush_denormals) unless SEQFORGE_FLUSH_DENORMALS=0.
 std::unique_ptr<Backend> make_cpu_backend();
+// The CUDA backend (one GPU: the current device). Throws the reason when none can be used.
+std::unique_ptr<Backend> make_cuda_backend();
+// Why this process cannot use the CUDA backend ("no CUDA device: cudaErrorNoDevice", or a build
+// without it), or "" when it can.
+std::string cuda_unavailable_reason();
 // The backends this build can make, by name, the reference (the oracle) first.
 struct BackendEntry {
   const char* name;
   std::unique_ptr<Backend> (*make)();
+  // Why make() would fail on this machine (no device), "" when it would not; null: never fails.
+  std::string (*unavailable)() = nullptr;
+  bool usable() const { return !unavailable || unavailable().empty(); }
 };
 const std::vector<BackendEntry>& registered_backends();
 // One of registered_backends() by name; throws naming them on an unknown name.

@@ -1,0 +1,142 @@
+#include "backend/cuda/cublaslt.hpp"
+
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include "seqforge/core/error.hpp"
+
+namespace seqforge::cuda {
+
+ColumnMajorGemm column_major(const GemmShape& s) {
+  ColumnMajorGemm g;
+  g.m = static_cast<uint64_t>(s.n);
+  g.n = static_cast<uint64_t>(s.m);
+  g.k = static_cast<uint64_t>(s.k);
+  // B stored (k, n) row-major is (n, k) column-major: op(B)^T as it is; stored (n, k) when
+  // transposed, viewed (k, n): transposed back.
+  g.trans_first = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.first_rows = s.trans_b ? g.k : g.m;
+  g.first_cols = s.trans_b ? g.m : g.k;
+  g.ld_first = s.ldb;
+  // A stored (m, k) row-major is (k, m) column-major: op(A)^T as it is.
+  g.trans_second = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.second_rows = s.trans_a ? g.n : g.k;
+  g.second_cols = s.trans_a ? g.k : g.n;
+  g.ld_second = s.lda;
+  g.ld_c = s.ldc;
+  return g;
+}
+
+// The entry points used, resolved from the loaded library.
+struct CublasLt::Api {
+  decltype(&cublasLtCreate) create;
+  decltype(&cublasLtDestroy) destroy;
+  decltype(&cublasLtGetVersion) get_version;
+  decltype(&cublasLtMatmulDescCreate) desc_create;
+  decltype(&cublasLtMatmulDescDestroy) desc_destroy;
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set;
+  decltype(&cublasLtMatrixLayoutCreate) layout_create;
+  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
+  decltype(&cublasLtMatmul) matmul;
+};
+
+namespace {
+
+void check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail("cuda: cuBLASLt ", what, " failed (cublasStatus_t ", static_cast<int>(status), ")");
+}
+
+}  // namespace
+
+CublasLt::CublasLt() {
+  for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
+    library_ = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (library_) break;
+  }
+  if (!library_)
+    fail("cuda: cannot load cuBLASLt (libcublasLt.so.13): ", dlerror(),
+         "; install the CUDA toolkit's cuBLAS or add its directory to LD_LIBRARY_PATH");
+  api_ = new Api;
+  auto resolve = [&](auto* slot, const char* symbol) {
+    void* p = dlsym(library_, symbol);
+    if (!p) fail("cuda: cuBLASLt has no ", symbol);
+    *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(p);
+  };
+  resolve(&api_->create, "cublasLtCreate");
+  resolve(&api_->destroy, "cublasLtDestroy");
+  resolve(&api_->get_version, "cublasLtGetVersion");
+  resolve(&api_->desc_create, "cublasLtMatmulDescCreate");
+  resolve(&api_->desc_destroy, "cublasLtMatmulDescDestroy");
+  resolve(&api_->desc_set, "cublasLtMatmulDescSetAttribute");
+  resolve(&api_->layout_create, "cublasLtMatrixLayoutCreate");
+  resolve(&api_->layout_destroy, "cublasLtMatrixLayoutDestroy");
+  resolve(&api_->matmul, "cublasLtMatmul");
+  check(api_->create(&handle_), "create");
+  workspace_bytes_ = size_t{32} << 20;
+  if (cudaMalloc(&workspace_, workspace_bytes_) != cudaSuccess)
+    fail("cuda: out of device memory for cuBLASLt's ", workspace_bytes_ >> 20, " MB workspace");
+}
+
+CublasLt::~CublasLt() {
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) api_->destroy(handle_);
+  delete api_;
+  if (library_) dlclose(library_);
+}
+
+std::string CublasLt::version() const {
+  const size_t v = api_->get_version();
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+}
+
+void CublasLt::gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
+                    const void* bias, bool tf32, cudaStream_t stream) {
+  if (s.m == 0 || s.n == 0) return;
+  const ColumnMajorGemm g = column_major(s);
+  cudaDataType_t operand = CUDA_R_32F, out = CUDA_R_32F, scale = CUDA_R_32F;
+  cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  if (dtype == DType::f64) {
+    operand = out = scale = CUDA_R_64F;
+    compute = CUBLAS_COMPUTE_64F;
+  } else if (dtype == DType::bf16) {
+    operand = CUDA_R_16BF;
+    compute = CUBLAS_COMPUTE_32F;
+  } else if (dtype != DType::f32) {
+    fail("cuda: no GEMM in ", dtype_name(dtype));
+  }
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, result = nullptr;
+  check(api_->desc_create(&desc, compute, scale), "matmul descriptor");
+  auto set = [&](cublasLtMatmulDescAttributes_t attribute, const void* value, size_t bytes) {
+    check(api_->desc_set(desc, attribute, value, bytes), "matmul attribute");
+  };
+  set(CUBLASLT_MATMUL_DESC_TRANSA, &g.trans_first, sizeof g.trans_first);
+  set(CUBLASLT_MATMUL_DESC_TRANSB, &g.trans_second, sizeof g.trans_second);
+  if (bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+    set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out, sizeof out);
+  }
+  check(api_->layout_create(&first, operand, g.first_rows, g.first_cols, g.ld_first), "layout");
+  check(api_->layout_create(&second, operand, g.second_rows, g.second_cols, g.ld_second), "layout");
+  check(api_->layout_create(&result, out, g.m, g.n, g.ld_c), "layout");
+  const float alpha32 = static_cast<float>(s.alpha), beta32 = static_cast<float>(s.beta);
+  const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&s.alpha) : &alpha32;
+  const void* beta = dtype == DType::f64 ? static_cast<const void*>(&s.beta) : &beta32;
+  const cublasStatus_t status =
+      api_->matmul(handle_, desc, alpha, b, first, a, second, beta, c, result, c, result, nullptr,
+                   workspace_, workspace_bytes_, stream);
+  api_->layout_destroy(result);
+  api_->layout_destroy(second);
+  api_->layout_destroy(first);
+  api_->desc_destroy(desc);
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail("cuda: gemm (", s.m, " x ", s.n, " x ", s.k, ", ", dtype_name(dtype),
+         s.trans_a ? ", A transposed" : "", s.trans_b ? ", B transposed" : "", bias ? ", bias" : "",
+         ") failed in cuBLASLt (cublasStatus_t ", static_cast<int>(status), ")");
+}
+
+}  // namespace seqforge::cuda

@@ -1,0 +1,291 @@
+// The CUDA backend: device memory from the stream-ordered pool, GEMMs on cuBLASLt, its own
+// kernels (kernels/cuda) for the elementwise, layout, dropout, loss and optimizer ops, all on one
+// stream. Ops it does not run yet (the recurrent cells, embedding, norms, activations, attention,
+// adapters) are reported by supports() and refused with one line naming the op.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "backend/cuda/cublaslt.hpp"
+#include "kernels/cuda/launch.hpp"
+#include "kernels/reference.hpp"
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/core/error.hpp"
+
+namespace seqforge {
+
+namespace {
+
+void check_cuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess)
+    fail("cuda: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+}
+
+int64_t rows_of(Tensor t) { return t.shape().rank() ? t.dim(0) : 1; }
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    if (const std::string why = cuda_unavailable_reason(); !why.empty()) fail(why);
+    check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
+    check_cuda(cudaGetDeviceProperties(&props_, device_), "cudaGetDeviceProperties");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaMalloc(&scratch_, 4 * sizeof(double)), "cudaMalloc (scratch)");
+    blas_ = std::make_unique<cuda::CublasLt>();
+  }
+  ~CudaBackend() override {
+    blas_.reset();
+    if (scratch_) cudaFree(scratch_);
+    if (stream_) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+  }
+
+  std::string_view name() const override { return "cuda"; }
+  std::string description() const override {
+    return std::string("cuda: ") + props_.name + " (sm_" + std::to_string(props_.major) +
+           std::to_string(props_.minor) + ", " + std::to_string(props_.totalGlobalMem >> 20) +
+           " MiB), cuBLASLt " + blas_->version() + " GEMMs";
+  }
+  bool supports(Op op, DType d) const override {
+    switch (op) {
+      case Op::memory:
+        return true;
+      case Op::gemm:
+        return d == DType::f32 || d == DType::f64 || (d == DType::bf16 && props_.major >= 8);
+      case Op::elementwise:
+      case Op::layout:
+      case Op::dropout:
+      case Op::loss:
+      case Op::optimizer:
+        return d == DType::f32 || d == DType::f64;
+      default:
+        return false;
+    }
+  }
+
+  // Memory: stream-ordered, zeroed on the stream before any op that follows can read it.
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    check_cuda(cudaMallocAsync(&p, std::max<size_t>(bytes, 1), stream_),
+               "out of device memory allocating " + std::to_string(bytes) + " bytes");
+    check_cuda(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
+    return p;
+  }
+  void free(void* p) override {
+    if (p) check_cuda(cudaFreeAsync(p, stream_), "cudaFreeAsync");
+  }
+  void copy(Tensor dst, Tensor src) override {
+    SF_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(), dst.shape().str(), " <- ",
+             src.shape().str());
+    if (dst.nbytes())
+      check_cuda(
+          cudaMemcpyAsync(dst.data(), src.data(), dst.nbytes(), cudaMemcpyDeviceToDevice, stream_),
+          "copy");
+  }
+  void fill(Tensor dst, double value) override {
+    cuda::fill(dst.data(), dst.dtype(), dst.numel(), value, stream_);
+    launched("fill", dst);
+  }
+  void convert(Tensor dst, Tensor src) override {
+    SF_CHECK(dst.numel() == src.numel(), dst.shape().str(), " <- ", src.shape().str());
+    if (dst.dtype() == src.dtype()) return copy(dst, src);
+    cuda::convert(dst.data(), dst.dtype(), src.data(), src.dtype(), src.numel(), stream_);
+    launched("convert", dst);
+  }
+  void synchronize() override { check_cuda(cudaStreamSynchronize(stream_), "synchronize"); }
+
+  // The host buffer may be reused once these return: they wait for the copy.
+  void upload(Tensor dst, const void* host) override {
+    if (!dst.nbytes()) return;
+    check_cuda(cudaMemcpyAsync(dst.data(), host, dst.nbytes(), cudaMemcpyHostToDevice, stream_),
+               "upload of " + dst.shape().str());
+    synchronize();
+  }
+  void download(void* host, Tensor src) override {
+    if (!src.nbytes()) return;
+    check_cuda(cudaMemcpyAsync(host, src.data(), src.nbytes(), cudaMemcpyDeviceToHost, stream_),
+               "download of " + src.shape().str());
+    synchronize();
+  }
+
+  void sum_rows_acc(Tensor db, Tensor dy) override {
+    const int64_t rows = rows_of(dy), cols = dy.numel() / std::max<int64_t>(rows, 1);
+    SF_CHECK(db.numel() == cols, db.shape().str(), " vs rows of ", dy.shape().str());
+    cuda::sum_rows_acc(db.data(), dy.data(), dy.dtype(), rows, cols, stream_);
+    launched("sum_rows_acc", dy);
+  }
+  void add(Tensor y, Tensor x) override {
+    SF_CHECK(y.numel() == x.numel(), y.shape().str(), " += ", x.shape().str());
+    cuda::add(y.data(), x.data(), y.dtype(), y.numel(), stream_);
+    launched("add", y);
+  }
+  void mul(Tensor y, Tensor a, Tensor b) override {
+    SF_CHECK(y.numel() == a.numel() && y.numel() == b.numel(), "mul sizes");
+    cuda::mul(y.data(), a.data(), b.data(), y.dtype(), y.numel(), stream_);
+    launched("mul", y);
+  }
+  void dropout_mask(Tensor mask, double p, uint64_t seed) override {
+    cuda::dropout_mask(mask.data(), mask.dtype(), mask.numel(), ref::uniform_below(p),
+                       1.0 / (1.0 - p), seed, stream_);
+    launched("dropout_mask", mask);
+  }
+  void transpose01(Tensor dst, Tensor src) override {
+    SF_CHECK(src.shape().rank() == 3 && dst.shape() == Shape({src.dim(1), src.dim(0), src.dim(2)}),
+             dst.shape().str(), " <- transpose ", src.shape().str());
+    cuda::transpose01(dst.data(), src.data(), src.dim(0), src.dim(1), src.dim(2),
+                      dtype_size(src.dtype()), stream_);
+    launched("transpose01", src);
+  }
+  void copy_rows(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
+                 int64_t n, DType dtype) override {
+    const size_t e = dtype_size(dtype);
+    if (rows == 0 || n == 0) return;
+    check_cuda(cudaMemcpy2DAsync(dst, ld_dst * e, src, ld_src * e, n * e, rows,
+                                 cudaMemcpyDeviceToDevice, stream_),
+               "copy_rows");
+  }
+  void copy_transposed(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
+                       int64_t cols, DType dtype) override {
+    cuda::copy_transposed(dst, ld_dst, src, ld_src, rows, cols, dtype_size(dtype), stream_);
+    check_cuda(cudaGetLastError(), "copy_transposed");
+  }
+
+  void cell_forward(CellKind, const CellForward&, DType) override { unsupported(Op::cell); }
+  void cell_backward(CellKind, const CellBackward&, DType) override { unsupported(Op::cell); }
+  void embedding_forward(Tensor, Tensor, Tensor) override { unsupported(Op::embedding); }
+  void embedding_backward(Tensor, Tensor, Tensor) override { unsupported(Op::embedding); }
+  void layer_norm_forward(Tensor, Tensor, Tensor, Tensor, Tensor, double) override {
+    unsupported(Op::norm);
+  }
+  void layer_norm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {
+    unsupported(Op::norm);
+  }
+  void gelu_forward(Tensor, Tensor) override { unsupported(Op::activation); }
+  void gelu_backward(Tensor, Tensor, Tensor) override { unsupported(Op::activation); }
+  void scale_columns(Tensor, Tensor, Tensor, Tensor) override { unsupported(Op::adapter); }
+  void dora_norm(Tensor, Tensor, Tensor, Tensor) override { unsupported(Op::adapter); }
+  void dora_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {
+    unsupported(Op::adapter);
+  }
+  void attention_forward(const AttentionForward&, DType) override { unsupported(Op::attention); }
+  void attention_backward(const AttentionBackward&, DType) override { unsupported(Op::attention); }
+
+  double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) override {
+    SF_CHECK(pred.numel() == target.numel() && pred.numel() == dpred.numel(), "mse: prediction ",
+             pred.shape().str(), " vs target ", target.shape().str());
+    const int64_t rows = rows_of(pred), f = pred.numel() / std::max<int64_t>(rows, 1);
+    SF_CHECK(mask.empty() || mask.numel() == rows, "mse mask ", mask.shape().str(), " for ", rows,
+             " rows");
+    cuda::mse_loss(pred.data(), target.data(), mask.empty() ? nullptr : mask.data(), dpred.data(),
+                   pred.dtype(), rows, f, scratch_, stream_);
+    launched("mse_loss", pred);
+    double sums[2];
+    read_back(sums, sizeof sums);
+    return sums[1] > 0 ? sums[0] / (sums[1] * double(f)) : 0.0;
+  }
+  double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
+                            Tensor dlogits) override {
+    const int64_t rows = logits.dim(0), classes = logits.dim(1);
+    SF_CHECK(targets.numel() == rows, "cross-entropy: ", rows, " rows of logits, ", targets.numel(),
+             " targets");
+    SF_CHECK(weights.empty() || weights.numel() == classes, "class weights ", weights.shape().str(),
+             " for ", classes, " classes");
+    auto* bad = reinterpret_cast<uint64_t*>(scratch_ + 2);
+    cuda::cross_entropy_loss(logits.data(), targets.data(), targets.dtype(),
+                             weights.empty() ? nullptr : weights.data(), ignore_index,
+                             dlogits.data(), logits.dtype(), rows, classes, scratch_, bad, stream_);
+    launched("cross_entropy_loss", logits);
+    double sums[3];
+    read_back(sums, sizeof sums);
+    uint64_t bad_row;
+    std::memcpy(&bad_row, &sums[2], sizeof bad_row);
+    if (bad_row != UINT64_MAX) {
+      int64_t y = 0;
+      const size_t e = dtype_size(targets.dtype());
+      check_cuda(cudaMemcpy(&y, static_cast<const char*>(targets.data()) + bad_row * e, e,
+                            cudaMemcpyDeviceToHost),
+                 "cross_entropy_loss");
+      if (e == 4) y = static_cast<int32_t>(y);
+      fail("target class ", y, " at row ", bad_row, " outside [0, ", classes, ")");
+    }
+    return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+  }
+
+  double sum_squares(Tensor x) override {
+    cuda::sum_squares(scratch_, x.data(), x.dtype(), x.numel(), stream_);
+    launched("sum_squares", x);
+    double s;
+    read_back(&s, sizeof s);
+    return s;
+  }
+  void scale(Tensor x, double alpha) override {
+    cuda::scale(x.data(), x.dtype(), x.numel(), alpha, stream_);
+    launched("scale", x);
+  }
+  void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& p) override {
+    cuda::adam_step(params.data(), grads.data(), m.data(), v.data(), params.dtype(), params.numel(),
+                    p, stream_);
+    launched("adam_step", params);
+  }
+  void sgd_step(Tensor params, Tensor grads, Tensor momentum, const SgdParams& p) override {
+    cuda::sgd_step(params.data(), grads.data(), momentum.empty() ? nullptr : momentum.data(),
+                   params.dtype(), params.numel(), p, stream_);
+    launched("sgd_step", params);
+  }
+
+ protected:
+  void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
+                const void* bias) override {
+    // cuBLASLt's bias epilogue is not offered in f64: the bias is added after.
+    const bool epilogue = bias && dtype != DType::f64;
+    blas_->gemm(s, dtype, a, b, c, epilogue ? bias : nullptr, false, stream_);
+    if (bias && !epilogue) cuda::add_bias_rows(c, s.ldc, bias, DType::f64, s.m, s.n, stream_);
+    check_cuda(cudaGetLastError(), "gemm");
+  }
+
+ private:
+  [[noreturn]] void unsupported(Op op) const {
+    fail("cuda: the ", op_name(op),
+         " ops do not run on the cuda backend yet; train on the CPU (train.device: cpu)");
+  }
+  // A launch error names the op and the shape.
+  void launched(const char* op, Tensor t) {
+    check_cuda(cudaGetLastError(), std::string(op) + " on " + t.shape().str() + " " +
+                                       std::string(dtype_name(t.dtype())));
+  }
+  // `bytes` of the scratch buffer to the host, after the ops before.
+  void read_back(void* host, size_t bytes) {
+    check_cuda(cudaMemcpyAsync(host, scratch_, bytes, cudaMemcpyDeviceToHost, stream_),
+               "read-back");
+    synchronize();
+  }
+
+  int device_ = 0;
+  cudaDeviceProp props_{};
+  cudaStream_t stream_ = nullptr;
+  double* scratch_ = nullptr;  // loss sums and flags read back once per op
+  std::unique_ptr<cuda::CublasLt> blas_;
+};
+
+}  // namespace
+
+std::string cuda_unavailable_reason() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it
+    return std::string("no CUDA device: ") + cudaGetErrorName(e);
+  }
+  if (count == 0) return "no CUDA device: none found";
+  return "";
+}
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace seqforge

@@ -1,0 +1,23 @@
+#pragma once
+// The counter-based hash behind every random mask (dropout, attention dropout), shared by the host
+// kernels and the CUDA kernels so that a GPU run draws the CPU run's masks bit for bit.
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define SF_HOST_DEVICE __host__ __device__
+#else
+#define SF_HOST_DEVICE
+#endif
+
+namespace seqforge::ref {
+
+// A 64-bit hash of (seed, index), splitmix64's finalizer: counter-based, so any thread or device
+// draws the same value for the same element.
+SF_HOST_DEVICE inline uint64_t counter_hash(uint64_t seed, uint64_t index) {
+  uint64_t z = seed ^ (index * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace seqforge::ref

@@ -1,0 +1,88 @@
+#pragma once
+// Shared by the CUDA kernel families: launch geometry, dtype dispatch and bf16/f16 rounding that
+// matches the host's bit for bit.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "seqforge/core/dtype.hpp"
+#include "seqforge/core/error.hpp"
+
+namespace seqforge::cuda {
+
+constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over n elements: enough to fill any GPU, no more than n needs.
+inline unsigned blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+#define SF_GRID_STRIDE(i, n)                                                \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)
+
+// f32 -> bf16 as the host's to_bf16: round to nearest even, a NaN stays a (quiet) NaN.
+__device__ inline uint16_t bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+__device__ inline float from_bf16_bits(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+
+// Element access by dtype for conversions: load as double, store rounding once.
+template <typename T>
+struct Element;
+template <>
+struct Element<float> {
+  __device__ static double load(const float* p) { return *p; }
+  __device__ static void store(float* p, double v) { *p = static_cast<float>(v); }
+};
+template <>
+struct Element<double> {
+  __device__ static double load(const double* p) { return *p; }
+  __device__ static void store(double* p, double v) { *p = v; }
+};
+template <>
+struct Element<bf16> {
+  __device__ static double load(const bf16* p) { return from_bf16_bits(p->bits); }
+  // Through f32 first, as the host rounds f64 -> f32 -> bf16.
+  __device__ static void store(bf16* p, double v) { p->bits = bf16_bits(static_cast<float>(v)); }
+};
+template <>
+struct Element<__half> {
+  __device__ static double load(const __half* p) { return __half2float(*p); }
+  __device__ static void store(__half* p, double v) { *p = __float2half_rn(static_cast<float>(v)); }
+};
+
+// Calls fn.template operator()<T>() for f32 or f64.
+template <typename Fn>
+void dispatch_float(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32:
+      return fn.template operator()<float>();
+    case DType::f64:
+      return fn.template operator()<double>();
+    default:
+      fail("cuda: unsupported dtype ", dtype_name(dtype), " (expected f32 or f64)");
+  }
+}
+
+// For conversions: f32, f64, bf16 or f16.
+template <typename Fn>
+void dispatch_storage(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::bf16:
+      return fn.template operator()<bf16>();
+    case DType::f16:
+      return fn.template operator()<__half>();
+    default:
+      return dispatch_float(dtype, fn);
+  }
+}
+
+}  // namespace seqforge::cuda

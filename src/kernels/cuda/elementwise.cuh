@@ -1,0 +1,92 @@
+#pragma once
+// Memory, elementwise, layout and dropout kernels: grid-stride loops, one element per thread.
+#include "kernels/counter_hash.hpp"
+#include "kernels/cuda/common.cuh"
+
+namespace seqforge::cuda {
+
+template <typename T>
+__global__ void fill_kernel(T* p, int64_t n, T value) {
+  SF_GRID_STRIDE(i, n) p[i] = value;
+}
+
+template <typename D, typename S>
+__global__ void convert_kernel(D* dst, const S* src, int64_t n) {
+  SF_GRID_STRIDE(i, n) Element<D>::store(dst + i, Element<S>::load(src + i));
+}
+
+// f32 -> bf16 directly (not through double): the hot conversion of mixed precision.
+__global__ void f32_to_bf16_kernel(bf16* dst, const float* src, int64_t n) {
+  SF_GRID_STRIDE(i, n) dst[i].bits = bf16_bits(src[i]);
+}
+
+template <typename T>
+__global__ void add_kernel(T* y, const T* x, int64_t n) {
+  SF_GRID_STRIDE(i, n) y[i] += x[i];
+}
+
+template <typename T>
+__global__ void mul_kernel(T* y, const T* a, const T* b, int64_t n) {
+  SF_GRID_STRIDE(i, n) y[i] = a[i] * b[i];
+}
+
+template <typename T>
+__global__ void scale_kernel(T* x, int64_t n, T alpha) {
+  SF_GRID_STRIDE(i, n) x[i] *= alpha;
+}
+
+// One thread per column, summing down the rows in double as the reference does.
+template <typename T>
+__global__ void sum_rows_acc_kernel(T* db, const T* dy, int64_t rows, int64_t cols) {
+  SF_GRID_STRIDE(j, cols) {
+    double acc = 0;
+    for (int64_t r = 0; r < rows; ++r) acc += dy[r * cols + j];
+    db[j] += static_cast<T>(acc);
+  }
+}
+
+template <typename T>
+__global__ void add_bias_rows_kernel(T* c, int64_t ldc, const T* bias, int64_t rows, int64_t cols) {
+  SF_GRID_STRIDE(i, rows * cols) c[(i / cols) * ldc + i % cols] += bias[i % cols];
+}
+
+// Per block a partial sum in double, added to *out.
+template <typename T>
+__global__ void sum_squares_kernel(double* out, const T* x, int64_t n) {
+  __shared__ double partial[kThreads];
+  double acc = 0;
+  SF_GRID_STRIDE(i, n) acc += double(x[i]) * double(x[i]);
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(out, partial[0]);
+}
+
+template <typename E>
+__global__ void transpose01_kernel(E* dst, const E* src, int64_t d0, int64_t d1, int64_t f) {
+  SF_GRID_STRIDE(i, d0 * d1 * f) {  // i indexes src (d0, d1, f)
+    const int64_t k = i % f, j = (i / f) % d1, r = i / (f * d1);
+    dst[(j * d0 + r) * f + k] = src[i];
+  }
+}
+
+template <typename E>
+__global__ void copy_transposed_kernel(E* dst, int64_t ld_dst, const E* src, int64_t ld_src,
+                                       int64_t rows, int64_t cols) {
+  SF_GRID_STRIDE(i, rows * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    dst[c * ld_dst + r] = src[r * ld_src + c];
+  }
+}
+
+template <typename T>
+__global__ void dropout_mask_kernel(T* mask, int64_t n, uint64_t below, T keep, uint64_t seed) {
+  SF_GRID_STRIDE(i, n) {
+    mask[i] = (ref::counter_hash(seed, static_cast<uint64_t>(i)) >> 11) < below ? T(0) : keep;
+  }
+}
+
+}  // namespace seqforge::cuda

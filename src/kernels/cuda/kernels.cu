@@ -1,0 +1,207 @@
+// The CUDA kernels' launchers (launch.hpp): every kernel family's header, instantiated for the
+// dtypes the backend runs.
+#include <cmath>
+
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/loss.cuh"
+#include "kernels/cuda/optimizer.cuh"
+
+namespace seqforge::cuda {
+
+namespace {
+
+// Calls fn.template operator()<E>() with an element type of `bytes` bytes (a plain copy).
+template <typename Fn>
+void dispatch_bytes(size_t bytes, Fn&& fn) {
+  switch (bytes) {
+    case 2:
+      return fn.template operator()<uint16_t>();
+    case 4:
+      return fn.template operator()<uint32_t>();
+    case 8:
+      return fn.template operator()<uint64_t>();
+    default:
+      fail("cuda: no copy kernel for ", bytes, "-byte elements");
+  }
+}
+
+}  // namespace
+
+void fill(void* p, DType dtype, int64_t n, double value, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_storage(dtype, [&]<typename T>() {
+    // The value rounded as the host rounds it, then stored as bits.
+    T v;
+    if constexpr (std::is_same_v<T, bf16>) {
+      v = to_bf16(static_cast<float>(value));
+    } else if constexpr (std::is_same_v<T, __half>) {
+      v = __float2half_rn(static_cast<float>(value));
+    } else {
+      v = static_cast<T>(value);
+    }
+    fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(p), n, v);
+  });
+}
+
+void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t n,
+             cudaStream_t stream) {
+  if (n == 0) return;
+  if (src_type == DType::f32 && dst_type == DType::bf16) {
+    f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<bf16*>(dst),
+                                                               static_cast<const float*>(src), n);
+    return;
+  }
+  dispatch_storage(dst_type, [&]<typename D>() {
+    dispatch_storage(src_type, [&]<typename S>() {
+      convert_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst),
+                                                                   static_cast<const S*>(src), n);
+    });
+  });
+}
+
+void add(void* y, const void* x, DType dtype, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    add_kernel<T>
+        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(x), n);
+  });
+}
+
+void mul(void* y, const void* a, const void* b, DType dtype, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    mul_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<T*>(y), static_cast<const T*>(a), static_cast<const T*>(b), n);
+  });
+}
+
+void scale(void* x, DType dtype, int64_t n, double alpha, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    scale_kernel<T>
+        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(x), n, static_cast<T>(alpha));
+  });
+}
+
+void sum_rows_acc(void* db, const void* dy, DType dtype, int64_t rows, int64_t cols,
+                  cudaStream_t stream) {
+  if (cols == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    sum_rows_acc_kernel<T><<<blocks_for(cols), kThreads, 0, stream>>>(
+        static_cast<T*>(db), static_cast<const T*>(dy), rows, cols);
+  });
+}
+
+void add_bias_rows(void* c, int64_t ldc, const void* bias, DType dtype, int64_t rows, int64_t cols,
+                   cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    add_bias_rows_kernel<T><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
+        static_cast<T*>(c), ldc, static_cast<const T*>(bias), rows, cols);
+  });
+}
+
+void sum_squares(double* out, const void* x, DType dtype, int64_t n, cudaStream_t stream) {
+  cudaMemsetAsync(out, 0, sizeof(double), stream);
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    sum_squares_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(out, static_cast<const T*>(x), n);
+  });
+}
+
+void transpose01(void* dst, const void* src, int64_t d0, int64_t d1, int64_t f,
+                 size_t element_bytes, cudaStream_t stream) {
+  const int64_t n = d0 * d1 * f;
+  if (n == 0) return;
+  dispatch_bytes(element_bytes, [&]<typename E>() {
+    transpose01_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<E*>(dst), static_cast<const E*>(src), d0, d1, f);
+  });
+}
+
+void copy_transposed(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
+                     int64_t cols, size_t element_bytes, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  dispatch_bytes(element_bytes, [&]<typename E>() {
+    copy_transposed_kernel<E><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
+        static_cast<E*>(dst), ld_dst, static_cast<const E*>(src), ld_src, rows, cols);
+  });
+}
+
+void dropout_mask(void* mask, DType dtype, int64_t n, uint64_t below, double keep, uint64_t seed,
+                  cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    dropout_mask_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(mask), n, below,
+                                                                   static_cast<T>(keep), seed);
+  });
+}
+
+void mse_loss(const void* pred, const void* target, const void* mask, void* dpred, DType dtype,
+              int64_t rows, int64_t f, double* sums, cudaStream_t stream) {
+  cudaMemsetAsync(sums, 0, 2 * sizeof(double), stream);
+  dispatch_float(dtype, [&]<typename T>() {
+    const T* m = static_cast<const T*>(mask);
+    count_selected_kernel<T><<<blocks_for(rows), kThreads, 0, stream>>>(m, rows, sums);
+    if (rows * f == 0) return;
+    mse_kernel<T><<<blocks_for(rows * f), kThreads, 0, stream>>>(
+        static_cast<const T*>(pred), static_cast<const T*>(target), m, static_cast<T*>(dpred), rows,
+        f, sums);
+  });
+}
+
+void cross_entropy_loss(const void* logits, const void* targets, DType target_type,
+                        const void* weights, int64_t ignore_index, void* dlogits, DType dtype,
+                        int64_t rows, int64_t classes, double* sums, uint64_t* bad_row,
+                        cudaStream_t stream) {
+  cudaMemsetAsync(sums, 0, 2 * sizeof(double), stream);
+  cudaMemsetAsync(bad_row, 0xff, sizeof(uint64_t), stream);
+  if (rows == 0) return;
+  auto* bad = reinterpret_cast<unsigned long long*>(bad_row);
+  dispatch_float(dtype, [&]<typename T>() {
+    auto run = [&]<typename I>() {
+      const T* w = static_cast<const T*>(weights);
+      class_weight_kernel<T, I><<<blocks_for(rows), kThreads, 0, stream>>>(
+          targets, w, ignore_index, rows, classes, sums, bad);
+      const unsigned grid = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+      cross_entropy_kernel<T, I>
+          <<<grid, kThreads, 0, stream>>>(static_cast<const T*>(logits), targets, w, ignore_index,
+                                          static_cast<T*>(dlogits), rows, classes, sums);
+    };
+    if (target_type == DType::i32) return run.template operator()<int32_t>();
+    if (target_type == DType::i64) return run.template operator()<int64_t>();
+    fail("cuda: cross-entropy targets must be i32 or i64, got ", dtype_name(target_type));
+  });
+}
+
+void adam_step(void* params, void* grads, void* m, void* v, DType dtype, int64_t n,
+               const AdamParams& a, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    const double bc1 = 1.0 - std::pow(a.beta1, double(a.step));
+    const AdamScalars<T> s{T(a.lr / bc1),    T(1.0 - a.lr * a.weight_decay),
+                           T(a.beta1),       T(a.beta2),
+                           T(a.eps),         T(a.weight_decay),
+                           T(1.0 - a.beta1), T(1.0 - a.beta2),
+                           T(a.grad_scale),  T(std::sqrt(1.0 - std::pow(a.beta2, double(a.step)))),
+                           a.decoupled,      a.zero_grads};
+    adam_kernel<T>
+        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(params), static_cast<T*>(grads),
+                                                 static_cast<T*>(m), static_cast<T*>(v), n, s);
+  });
+}
+
+void sgd_step(void* params, const void* grads, void* momentum, DType dtype, int64_t n,
+              const SgdParams& a, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    const SgdScalars<T> s{T(a.momentum),     T(1.0 - a.dampening), T(a.weight_decay),
+                          T(a.lr),           T(a.grad_scale),      a.weight_decay != 0.0,
+                          a.momentum != 0.0, a.first_step,         a.nesterov};
+    sgd_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<T*>(params), static_cast<const T*>(grads), static_cast<T*>(momentum), n, s);
+  });
+}
+
+}  // namespace seqforge::cuda

@@ -1,0 +1,59 @@
+#pragma once
+// The CUDA kernels' launchers, callable from host C++: each enqueues its kernel on `stream` and
+// returns at once. Pointers are device memory; float dtypes are f32 and f64 unless named.
+// Errors of the launch itself are reported by the backend's next check (cudaGetLastError).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "seqforge/backend/ops.hpp"
+#include "seqforge/core/dtype.hpp"
+
+namespace seqforge::cuda {
+
+// Memory and elementwise (elementwise.cuh).
+void fill(void* p, DType dtype, int64_t n, double value, cudaStream_t stream);
+// dst = src converted (f32, f64, bf16, f16 either way), rounding as the host's convert().
+void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t n,
+             cudaStream_t stream);
+void add(void* y, const void* x, DType dtype, int64_t n, cudaStream_t stream);
+void mul(void* y, const void* a, const void* b, DType dtype, int64_t n, cudaStream_t stream);
+void scale(void* x, DType dtype, int64_t n, double alpha, cudaStream_t stream);
+// db(cols) += column sums of dy(rows, cols).
+void sum_rows_acc(void* db, const void* dy, DType dtype, int64_t rows, int64_t cols,
+                  cudaStream_t stream);
+// c(rows, cols) += bias(cols) broadcast over rows, rows ldc apart.
+void add_bias_rows(void* c, int64_t ldc, const void* bias, DType dtype, int64_t rows, int64_t cols,
+                   cudaStream_t stream);
+// *out (one double, device memory) = sum of x^2.
+void sum_squares(double* out, const void* x, DType dtype, int64_t n, cudaStream_t stream);
+// dst(d1, d0, f) = src(d0, d1, f), elements of `element_bytes` (2, 4 or 8).
+void transpose01(void* dst, const void* src, int64_t d0, int64_t d1, int64_t f,
+                 size_t element_bytes, cudaStream_t stream);
+// dst(cols, rows) = src(rows, cols), rows ld_src and ld_dst elements apart.
+void copy_transposed(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
+                     int64_t cols, size_t element_bytes, cudaStream_t stream);
+// mask[i] = 0 where counter_hash(seed, i) >> 11 < below (hash_uniform < p), else keep.
+void dropout_mask(void* mask, DType dtype, int64_t n, uint64_t below, double keep, uint64_t seed,
+                  cudaStream_t stream);
+
+// Losses (loss.cuh). `sums` is device memory for two doubles, zeroed here: the loss sum and its
+// denominator (selected rows, or the total class weight), from which the backend forms the loss.
+// mse: pred, target, dpred (rows, f); mask (rows) or null. dpred = 2 diff / (selected * f).
+void mse_loss(const void* pred, const void* target, const void* mask, void* dpred, DType dtype,
+              int64_t rows, int64_t f, double* sums, cudaStream_t stream);
+// Cross-entropy of logits (rows, classes) against targets (i32 or i64), class weights (classes) or
+// null; dlogits as the reference's. A target outside [0, classes) (and not ignore_index) sets
+// *bad_row (device memory, UINT64_MAX when none) to the first such row.
+void cross_entropy_loss(const void* logits, const void* targets, DType target_type,
+                        const void* weights, int64_t ignore_index, void* dlogits, DType dtype,
+                        int64_t rows, int64_t classes, double* sums, uint64_t* bad_row,
+                        cudaStream_t stream);
+
+// Optimizers (optimizer.cuh), PyTorch's update order, as ref::adam_step and ref::sgd_step.
+void adam_step(void* params, void* grads, void* m, void* v, DType dtype, int64_t n,
+               const AdamParams& p, cudaStream_t stream);
+void sgd_step(void* params, const void* grads, void* momentum, DType dtype, int64_t n,
+              const SgdParams& p, cudaStream_t stream);
+
+}  // namespace seqforge::cuda

@@ -1,0 +1,110 @@
+#pragma once
+// Loss kernels: gradients written per element, the loss and its denominator reduced in double on
+// the device (sums[0], sums[1]); the backend reads the two back once.
+#include "kernels/cuda/common.cuh"
+
+namespace seqforge::cuda {
+
+// Block sum of `v` in double into *out.
+__device__ inline void block_add(double* out, double v) {
+  __shared__ double partial[kThreads];
+  partial[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && partial[0] != 0) atomicAdd(out, partial[0]);
+}
+
+// sums[1] = the selected rows.
+template <typename T>
+__global__ void count_selected_kernel(const T* mask, int64_t rows, double* sums) {
+  double n = 0;
+  SF_GRID_STRIDE(r, rows) n += (!mask || mask[r] != T(0)) ? 1.0 : 0.0;
+  block_add(sums + 1, n);
+}
+
+// denom = selected * f, known after count_selected_kernel.
+template <typename T>
+__global__ void mse_kernel(const T* pred, const T* target, const T* mask, T* dpred, int64_t rows,
+                           int64_t f, double* sums) {
+  const double denom = sums[1] * double(f);
+  double loss = 0;
+  SF_GRID_STRIDE(i, rows * f) {
+    const bool on = !mask || mask[i / f] != T(0);
+    const double diff = double(pred[i]) - double(target[i]);
+    if (on) loss += diff * diff;
+    dpred[i] = on ? static_cast<T>(2.0 * diff / denom) : T(0);
+  }
+  block_add(sums, loss);
+}
+
+template <typename I>
+__device__ inline int64_t target_at(const void* targets, int64_t r) {
+  return static_cast<int64_t>(static_cast<const I*>(targets)[r]);
+}
+
+// sums[1] = the total weight of the counted rows; *bad_row = a row whose target is out of range.
+template <typename T, typename I>
+__global__ void class_weight_kernel(const void* targets, const T* weights, int64_t ignore_index,
+                                    int64_t rows, int64_t classes, double* sums,
+                                    unsigned long long* bad_row) {
+  double total = 0;
+  SF_GRID_STRIDE(r, rows) {
+    const int64_t y = target_at<I>(targets, r);
+    if (y == ignore_index) continue;
+    if (y < 0 || y >= classes) {
+      atomicMin(bad_row, static_cast<unsigned long long>(r));
+      continue;
+    }
+    total += weights ? double(weights[y]) : 1.0;
+  }
+  block_add(sums + 1, total);
+}
+
+// One block per row: max, log-sum-exp, then the gradient, all in double as the reference.
+template <typename T, typename I>
+__global__ void cross_entropy_kernel(const T* logits, const void* targets, const T* weights,
+                                     int64_t ignore_index, T* dlogits, int64_t rows,
+                                     int64_t classes, double* sums) {
+  __shared__ double shared[kThreads];
+  const double total_weight = sums[1];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* x = logits + r * classes;
+    T* d = dlogits + r * classes;
+    const int64_t y = target_at<I>(targets, r);
+    if (y == ignore_index || y < 0 || y >= classes || total_weight == 0) {
+      for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) d[j] = T(0);
+      continue;
+    }
+    double mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) mx = fmax(mx, double(x[j]));
+    shared[threadIdx.x] = mx;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+      if (threadIdx.x < half)
+        shared[threadIdx.x] = fmax(shared[threadIdx.x], shared[threadIdx.x + half]);
+      __syncthreads();
+    }
+    mx = shared[0];
+    __syncthreads();
+    double sum = 0;
+    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) sum += exp(double(x[j]) - mx);
+    shared[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+      if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+      __syncthreads();
+    }
+    const double lse = mx + log(shared[0]);
+    __syncthreads();
+    const double wy = weights ? double(weights[y]) : 1.0;
+    const double coef = wy / total_weight;
+    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
+      d[j] = static_cast<T>(coef * (exp(double(x[j]) - lse) - (j == y ? 1.0 : 0.0)));
+    if (threadIdx.x == 0) atomicAdd(sums, wy * (lse - double(x[y])));
+  }
+}
+
+}  // namespace seqforge::cuda
