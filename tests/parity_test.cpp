@@ -284,6 +284,14 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
 }
 
 TEST(PyTorchParity, CpuF32) { run_all("cpu", DType::f32, 1e-5); }
+TEST(PyTorchParity, CudaF32) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  run_all("cuda", DType::f32, 1e-5);
+}
+TEST(PyTorchParity, CudaF64) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  run_all("cuda", DType::f64, 1e-10);
+}
 TEST(PyTorchParity, ReferenceF64) { run_all("reference", DType::f64, 1e-10); }
 
 }  // namespace

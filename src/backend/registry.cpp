@@ -56,6 +56,7 @@ std::string cuda_unavailable_reason() {
   return "this seqforge was built without the CUDA backend (SEQFORGE_CUDA=OFF, or no nvcc)";
 }
 std::unique_ptr<Backend> make_cuda_backend() { fail(cuda_unavailable_reason()); }
+std::string cuda_summary() { return cuda_unavailable_reason(); }
 #endif
 
 std::unique_ptr<Backend> make_backend(std::string_view name) {
@@ -67,14 +68,30 @@ std::unique_ptr<Backend> make_backend(std::string_view name) {
   fail("unknown backend '", name, "' (expected one of: ", known, ")");
 }
 
-std::unique_ptr<Backend> make_run_backend() {
-  const char* name = std::getenv("SEQFORGE_BACKEND");
-  if (!name || !*name) return make_cpu_backend();
-  try {
-    return make_backend(name);
-  } catch (const Error& e) {
-    fail("SEQFORGE_BACKEND: ", e.what());
+std::unique_ptr<Backend> make_run_backend(std::string_view device, const std::vector<Op>& needs) {
+  if (const char* name = std::getenv("SEQFORGE_BACKEND"); name && *name) {
+    try {
+      return make_backend(name);
+    } catch (const Error& e) {
+      fail("SEQFORGE_BACKEND: ", e.what());
+    }
   }
+  if (device == "cpu") return make_cpu_backend();
+  if (device != "cuda" && device != "auto")
+    fail("unknown device '", device, "' (expected auto, cpu or cuda)");
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) {
+    if (device == "auto") return make_cpu_backend();
+    fail("device cuda: ", why);
+  }
+  auto cuda = make_cuda_backend();
+  for (Op op : needs)
+    if (!cuda->supports(op, DType::f32)) {
+      if (device == "auto") return make_cpu_backend();
+      fail("device cuda: the cuda backend does not run the ", op_name(op),
+           " ops yet (the transformer's); use the cpu");
+    }
+  return cuda;
 }
 
 }  // namespace seqforge

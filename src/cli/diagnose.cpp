@@ -79,6 +79,9 @@ void print_machine() {
   std::printf("  f32 gemms     recurrent 64x512x128: %s; projection 6400x512x128: %s\n",
               f32_gemm_race(64, 512, 128).c_str(), f32_gemm_race(6400, 512, 128).c_str());
   std::printf("  backend       %s\n", make_run_backend()->description().c_str());
+  std::printf("  cuda          %s\n", cuda_summary().c_str());
+  if (cuda_unavailable_reason().empty())
+    std::printf("                %s\n", make_cuda_backend()->description().c_str());
   std::string precision_notice;
   const bool bf16 = resolve_precision("auto", &precision_notice) == DType::bf16;
   std::printf("  precision     auto -> %s\n", bf16 ? "bf16 GEMMs (fp32 master weights)" : "fp32");

@@ -233,6 +233,11 @@ const std::vector<ConfigKey> kKeys = {
      "`fp32`, `bf16` (bf16 GEMMs, f32 master weights and state) or `auto` (bf16 where the CPU has "
      "it)."},
     {"train.threads", T::integer, "0", "Compute threads; 0: every CPU this process may use."},
+    {"train.device", T::string, "auto",
+     "`cpu`, `cuda` (the current GPU; an error where none can run the model) or `auto` (a GPU "
+     "where one can run the model: the recurrent family, for now; else the CPU). eval, predict, "
+     "generate and merge take a stored `cuda` as `auto`. SEQFORGE_BACKEND, when set, overrides "
+     "it."},
     {"train.freeze_modules", T::string_list, "[]",
      "Modules (`embedding`, the cell's `lstm`, `gru` or `lnlstm`, `head`) not updated during the "
      "first "

@@ -61,7 +61,7 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
   if (!data.empty())
     for (const std::string& note : r.task.notes()) std::cerr << "note: " << note << "\n";
   configure_threads(static_cast<int>(r.config.integer("train.threads")));
-  auto be = make_run_backend();
+  auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, &std::cerr);
   const Split& s = r.task.split();
   const std::vector<int64_t>& starts = !data.empty() ? s.test : split == "val" ? s.val : s.test;
@@ -210,7 +210,7 @@ double for_text_batches(Backend& be, Model& model, const LoadedRun& r,
 // probability, and the actual class when the file has it.
 int64_t predict_text(const LoadedRun& r, const PredictOptions& options, std::ostream& log) {
   const TextData& d = r.task.text;
-  auto be = make_run_backend();
+  auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, &log);
   std::string csv = "line,class";
   for (const auto& name : d.class_names) csv += "," + io::csv_field("p_" + name);
@@ -260,7 +260,7 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
                               "first row as their base)"
                             : "",
          " are fewer than data.lookback = ", d.lookback, ": no complete window to predict from");
-  auto be = make_run_backend();
+  auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, &log);
   const bool multi = d.series.size() > 1 || !r.config.str("data.series_column").empty();
   std::string csv = predictions_header(d, multi);
@@ -334,7 +334,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     fail("--temperature must be 0 (always the likeliest character) or more, got ", temperature);
   if (top_k < 0) fail("--top-k must be positive, got ", top_k);
   if (length < 0) fail("--length must be >= 0, got ", length);
-  auto be = make_run_backend();
+  auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, nullptr);  // in the run's precision, as eval and predict
   const std::u32string& vocab = r.task.text.vocab;
   Rng rng(seed);
@@ -416,7 +416,7 @@ int64_t write_text_validation_outputs(const std::string& run, const LoadedRun& r
   const TextData& d = r.task.text;
   const std::vector<int64_t>& examples = d.split.val;
   if (examples.empty()) return 0;
-  auto be = make_run_backend();
+  auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, nullptr);
   const int64_t K = static_cast<int64_t>(d.class_names.size());
   std::string csv = "row,actual,predicted\n";
@@ -449,7 +449,7 @@ int64_t write_validation_outputs(const std::string& run) {
       few.push_back(starts[k * starts.size() / std::min<size_t>(4, starts.size())]);
     starts = few;
   }
-  auto be = make_run_backend();
+  auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, nullptr);
   const int64_t batch_size = r.config.integer("train.batch_size"), O = d.num_outputs();
   const int64_t T = d.lookback, F = d.num_features();

@@ -49,7 +49,7 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
   LoadedRun r = load_run_model(run);
   const AdapterOptions& ad = r.task.model.adapter;
   if (ad.kind == AdapterKind::none) fail(run, ": no adapters to merge (adapter.kind is none)");
-  auto be = make_run_backend();
+  auto be = make_device_backend(r.config, r.task.model, true);
   auto adapted = load_model(*be, r, nullptr);
   ModelOptions plain_options = r.task.model;
   plain_options.adapter.kind = AdapterKind::none;

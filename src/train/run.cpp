@@ -163,6 +163,28 @@ ModelOptions model_options(const Config& c, const Task& t) {
   return m;
 }
 
+std::unique_ptr<Backend> make_device_backend(const Config& c, const ModelOptions& m,
+                                             bool inference) {
+  std::string device = c.str("train.device");
+  if (device != "auto" && device != "cpu" && device != "cuda")
+    fail(c.origin("train.device"), ": train.device must be auto, cpu or cuda, got '", device, "'");
+  if (inference && device == "cuda") device = "auto";
+  std::vector<Op> needs = {Op::memory,  Op::gemm,      Op::elementwise, Op::layout,
+                           Op::dropout, Op::embedding, Op::loss,        Op::optimizer};
+  if (m.family == ModelFamily::transformer) {
+    for (Op op : {Op::norm, Op::activation, Op::attention}) needs.push_back(op);
+  } else {
+    needs.push_back(Op::cell);
+  }
+  if (m.adapter.kind != AdapterKind::none) needs.push_back(Op::adapter);
+  try {
+    return make_run_backend(device, needs);
+  } catch (const Error& e) {
+    if (std::getenv("SEQFORGE_BACKEND")) throw;
+    fail(c.origin("train.device"), ": train.", e.what());
+  }
+}
+
 Config with_base_architecture(const Config& c, std::string* note) {
   std::string init = c.str("model.init_from");
   const std::vector<std::string> modules = c.list("model.init_from_modules");

@@ -28,6 +28,11 @@ struct Task : Dataset {
 };
 
 ModelOptions model_options(const Config& c, const Task& t);
+// The backend that trains (or evaluates) model `m` on train.device: auto, cpu or cuda, checked.
+// `inference` (eval, predict, generate, merge): a stored cuda is auto, so that a run trained on
+// a GPU is served on a machine without one.
+std::unique_ptr<Backend> make_device_backend(const Config& c, const ModelOptions& m,
+                                             bool inference = false);
 // The GEMM dtype `precision` (train.precision) gives on `be`: resolve_precision's, or f32, with a
 // notice, where the backend runs no bf16 GEMMs.
 DType backend_precision(const std::string& precision, const Backend& be, std::string* notice);

@@ -189,6 +189,9 @@ std::unique_ptr<Backend> make_cuda_backend();
 // Why this process cannot use the CUDA backend ("no CUDA device: cudaErrorNoDevice", or a build
 // without it), or "" when it can.
 std::string cuda_unavailable_reason();
+// The CUDA runtime and driver versions and each GPU (name, compute capability, memory total and
+// free), or why there is none; for seqforge diagnose.
+std::string cuda_summary();
 // The backends this build can make, by name, the reference (the oracle) first.
 struct BackendEntry {
   const char* name;
@@ -200,8 +203,11 @@ struct BackendEntry {
 const std::vector<BackendEntry>& registered_backends();
 // One of registered_backends() by name; throws naming them on an unknown name.
 std::unique_ptr<Backend> make_backend(std::string_view name);
-// The backend of train, eval, predict and generate: SEQFORGE_BACKEND when set, else cpu.
-std::unique_ptr<Backend> make_run_backend();
+// The backend of train, eval, predict and generate: SEQFORGE_BACKEND when set, else by `device`:
+// cpu, cuda (an error naming the reason when it cannot run, or does not run every op of `needs`),
+// or auto (cuda where it can run `needs`, else cpu).
+std::unique_ptr<Backend> make_run_backend(std::string_view device = "cpu",
+                                          const std::vector<Op>& needs = {});
 // The reference backend behind a seal: its memory is unreadable to the host outside its own ops
 // and upload/download, and its ops take only its own memory, as a device backend's would. Host
 // code that reads backend memory directly faults under it (SEQFORGE_BACKEND=sealed).

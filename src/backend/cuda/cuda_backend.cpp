@@ -1,7 +1,8 @@
 // The CUDA backend: device memory from the stream-ordered pool, GEMMs on cuBLASLt, its own
-// kernels (kernels/cuda) for the elementwise, layout, dropout, loss and optimizer ops, all on one
-// stream. Ops it does not run yet (the recurrent cells, embedding, norms, activations, attention,
-// adapters) are reported by supports() and refused with one line naming the op.
+// kernels (kernels/cuda) for the elementwise, layout, dropout, cell (LSTM, GRU, LN-LSTM),
+// embedding, adapter, loss and optimizer ops, all on one stream. The transformer's ops (norms,
+// activations, attention) do not run on it yet: supports() says so, and a call is refused with
+// one line naming the op.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/cublaslt.hpp"
 #include "kernels/cuda/launch.hpp"
@@ -38,6 +40,7 @@ class CudaBackend final : public Backend {
     blas_ = std::make_unique<cuda::CublasLt>();
   }
   ~CudaBackend() override {
+    for (auto& [ptr, size] : scratch_buffers_) free(ptr);
     blas_.reset();
     if (scratch_) cudaFree(scratch_);
     if (stream_) {
@@ -61,6 +64,9 @@ class CudaBackend final : public Backend {
       case Op::elementwise:
       case Op::layout:
       case Op::dropout:
+      case Op::cell:
+      case Op::embedding:
+      case Op::adapter:
       case Op::loss:
       case Op::optimizer:
         return d == DType::f32 || d == DType::f64;
@@ -156,10 +162,61 @@ class CudaBackend final : public Backend {
     check_cuda(cudaGetLastError(), "copy_transposed");
   }
 
-  void cell_forward(CellKind, const CellForward&, DType) override { unsupported(Op::cell); }
-  void cell_backward(CellKind, const CellBackward&, DType) override { unsupported(Op::cell); }
-  void embedding_forward(Tensor, Tensor, Tensor) override { unsupported(Op::embedding); }
-  void embedding_backward(Tensor, Tensor, Tensor) override { unsupported(Op::embedding); }
+  void cell_forward(CellKind cell, const CellForward& a, DType dtype) override {
+    cuda::cell_forward(cell, a, dtype, stream_);
+    check_cuda(cudaGetLastError(), std::string(cell_type(cell).name) + " cell forward");
+  }
+  // The bias gradient is the column sums of dgates (and of dgates_rec when apart), summed here;
+  // a step that keeps only their bf16 copies writes them to scratch first.
+  void cell_backward(CellKind cell, const CellBackward& a, DType dtype) override {
+    const CellType& type = cell_type(cell);
+    const int64_t GH = type.gates * a.hidden;
+    const size_t bytes = static_cast<size_t>(a.batch * GH) * dtype_size(dtype);
+    CellBackward p = a;
+    if (!p.dgates) p.dgates = scratch(0, bytes);
+    if (type.recurrent_grads && !p.dgates_rec) p.dgates_rec = scratch(1, bytes);
+    const int64_t bias_columns = bias_grad_columns(type, a.hidden);
+    void* rows = cell == CellKind::lnlstm
+                     ? scratch(2, static_cast<size_t>(a.batch * bias_columns) * dtype_size(dtype))
+                     : nullptr;
+    cuda::cell_backward(cell, p, rows, dtype, stream_);
+    if (p.dbias && rows) {
+      cuda::sum_rows_acc(p.dbias, rows, dtype, a.batch, bias_columns, stream_);
+    } else if (p.dbias) {
+      cuda::sum_rows_acc(p.dbias, p.dgates, dtype, a.batch, GH, stream_);
+      if (type.recurrent_grads)
+        cuda::sum_rows_acc(static_cast<char*>(p.dbias) + GH * dtype_size(dtype), p.dgates_rec,
+                           dtype, a.batch, GH, stream_);
+    }
+    check_cuda(cudaGetLastError(), std::string(type.name) + " cell backward");
+  }
+  void embedding_forward(Tensor out, Tensor table, Tensor ids) override {
+    const int64_t vocab = table.dim(0), e = table.dim(1);
+    SF_CHECK(out.numel() == ids.numel() * e, "embedding: ", out.shape().str(), " for ", ids.numel(),
+             " ids of width ", e);
+    auto* bad = reinterpret_cast<uint64_t*>(scratch_ + 3);
+    cuda::embedding_forward(out.data(), table.data(), ids.data(), ids.dtype(), table.dtype(),
+                            ids.numel(), e, vocab, bad, stream_);
+    launched("embedding_forward", out);
+    uint64_t index;
+    check_cuda(cudaMemcpyAsync(&index, bad, sizeof index, cudaMemcpyDeviceToHost, stream_),
+               "read-back");
+    synchronize();
+    if (index != UINT64_MAX) {
+      int64_t id = 0;
+      const size_t width = dtype_size(ids.dtype());
+      check_cuda(cudaMemcpy(&id, static_cast<const char*>(ids.data()) + index * width, width,
+                            cudaMemcpyDeviceToHost),
+                 "embedding_forward");
+      if (width == 4) id = static_cast<int32_t>(id);
+      fail("token id ", id, " outside [0, ", vocab, ")");
+    }
+  }
+  void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override {
+    cuda::embedding_backward(dtable.data(), dout.data(), ids.data(), ids.dtype(), dtable.dtype(),
+                             ids.numel(), dtable.dim(1), dtable.dim(0), stream_);
+    launched("embedding_backward", dtable);
+  }
   void layer_norm_forward(Tensor, Tensor, Tensor, Tensor, Tensor, double) override {
     unsupported(Op::norm);
   }
@@ -168,10 +225,30 @@ class CudaBackend final : public Backend {
   }
   void gelu_forward(Tensor, Tensor) override { unsupported(Op::activation); }
   void gelu_backward(Tensor, Tensor, Tensor) override { unsupported(Op::activation); }
-  void scale_columns(Tensor, Tensor, Tensor, Tensor) override { unsupported(Op::adapter); }
-  void dora_norm(Tensor, Tensor, Tensor, Tensor) override { unsupported(Op::adapter); }
-  void dora_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {
-    unsupported(Op::adapter);
+  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
+    const int64_t C = s.numel();
+    SF_CHECK(y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C),
+             "scale_columns shapes");
+    cuda::scale_columns(y.data(), x.data(), s.data(), b.empty() ? nullptr : b.data(), x.dtype(),
+                        x.numel() / C, C, stream_);
+    launched("scale_columns", x);
+  }
+  void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) override {
+    const int64_t R = m.numel();
+    SF_CHECK(scale.numel() == R && inv_norm.numel() == R && v.numel() % R == 0, "dora_norm shapes");
+    cuda::dora_norm(scale.data(), inv_norm.data(), v.data(), m.data(), v.dtype(), R, v.numel() / R,
+                    stream_);
+    launched("dora_norm", v);
+  }
+  void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor scale,
+                     Tensor inv_norm) override {
+    const int64_t C = scale.numel();
+    SF_CHECK(dpre.numel() == dy.numel() && pre.numel() == dy.numel() && dy.numel() % C == 0 &&
+                 dm.numel() == C && inv_norm.numel() == C,
+             "dora_backward shapes");
+    cuda::dora_backward(dpre.data(), dm.data(), dy.data(), pre.data(), scale.data(),
+                        inv_norm.data(), dy.dtype(), dy.numel() / C, C, stream_);
+    launched("dora_backward", dy);
   }
   void attention_forward(const AttentionForward&, DType) override { unsupported(Op::attention); }
   void attention_backward(const AttentionBackward&, DType) override { unsupported(Op::attention); }
@@ -259,6 +336,16 @@ class CudaBackend final : public Backend {
     check_cuda(cudaGetLastError(), std::string(op) + " on " + t.shape().str() + " " +
                                        std::string(dtype_name(t.dtype())));
   }
+  // Device scratch `slot` of at least `bytes`, kept for later calls (freed in stream order).
+  void* scratch(int slot, size_t bytes) {
+    auto& [ptr, size] = scratch_buffers_[slot];
+    if (size < bytes) {
+      free(ptr);
+      ptr = alloc(bytes);
+      size = bytes;
+    }
+    return ptr;
+  }
   // `bytes` of the scratch buffer to the host, after the ops before.
   void read_back(void* host, size_t bytes) {
     check_cuda(cudaMemcpyAsync(host, scratch_, bytes, cudaMemcpyDeviceToHost, stream_),
@@ -270,6 +357,7 @@ class CudaBackend final : public Backend {
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
   double* scratch_ = nullptr;  // loss sums and flags read back once per op
+  std::pair<void*, size_t> scratch_buffers_[3] = {};
   std::unique_ptr<cuda::CublasLt> blas_;
 };
 
@@ -287,5 +375,30 @@ std::string cuda_unavailable_reason() {
 }
 
 std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+std::string cuda_summary() {
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  auto version = [](int v) {
+    return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  };
+  std::string out = "runtime " + version(runtime) +
+                    (driver ? ", driver for CUDA " + version(driver) : ", no driver");
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) return out + "; " + why;
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp p{};
+    size_t free_bytes = 0, total = 0;
+    cudaGetDeviceProperties(&p, d);
+    if (cudaSetDevice(d) == cudaSuccess) cudaMemGetInfo(&free_bytes, &total);
+    out += "; GPU " + std::to_string(d) + ": " + p.name + " (sm_" + std::to_string(p.major) +
+           std::to_string(p.minor) + ", " + std::to_string(p.totalGlobalMem >> 20) + " MiB, " +
+           std::to_string(free_bytes >> 20) + " MiB free)";
+  }
+  cudaSetDevice(0);
+  return out;
+}
 
 }  // namespace seqforge

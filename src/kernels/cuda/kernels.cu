@@ -2,8 +2,11 @@
 // dtypes the backend runs.
 #include <cmath>
 
+#include "kernels/cuda/adapter.cuh"
+#include "kernels/cuda/cells.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/lnlstm.cuh"
 #include "kernels/cuda/loss.cuh"
 #include "kernels/cuda/optimizer.cuh"
 
@@ -24,6 +27,15 @@ void dispatch_bytes(size_t bytes, Fn&& fn) {
     default:
       fail("cuda: no copy kernel for ", bytes, "-byte elements");
   }
+}
+
+// Kernels whose dynamic shared memory passes the default 48 KB ask for it (up to the device's
+// opt-in limit; past that the launch fails and the backend names the op).
+template <typename Kernel>
+void allow_shared(Kernel kernel, size_t bytes) {
+  if (bytes > (size_t{48} << 10))
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(bytes));
 }
 
 }  // namespace
@@ -135,6 +147,105 @@ void dropout_mask(void* mask, DType dtype, int64_t n, uint64_t below, double kee
   dispatch_float(dtype, [&]<typename T>() {
     dropout_mask_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(mask), n, below,
                                                                    static_cast<T>(keep), seed);
+  });
+}
+
+void cell_forward(CellKind cell, const CellForward& p, DType dtype, cudaStream_t stream) {
+  const int64_t n = p.batch * p.hidden;
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    if (cell == CellKind::lstm)
+      return lstm_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(p);
+    if (cell == CellKind::gru)
+      return gru_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(p);
+    const unsigned rows = static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535);
+    const size_t shared = 4 * p.hidden * sizeof(T);
+    allow_shared(lnlstm_forward_kernel<T>, shared);
+    lnlstm_forward_kernel<T><<<rows, kThreads, shared, stream>>>(p);
+  });
+}
+
+void cell_backward(CellKind cell, const CellBackward& p, void* dbias_rows, DType dtype,
+                   cudaStream_t stream) {
+  const int64_t n = p.batch * p.hidden;
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    if (cell == CellKind::lstm)
+      return lstm_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(p);
+    if (cell == CellKind::gru)
+      return gru_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(p);
+    const unsigned rows = static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535);
+    const size_t shared = 5 * p.hidden * sizeof(T);
+    allow_shared(lnlstm_backward_kernel<T>, shared);
+    lnlstm_backward_kernel<T><<<rows, kThreads, shared, stream>>>(p, static_cast<T*>(dbias_rows));
+  });
+}
+
+namespace {
+
+template <typename Fn>
+void dispatch_ids(DType id_type, Fn&& fn) {
+  if (id_type == DType::i32) return fn.template operator()<int32_t>();
+  if (id_type == DType::i64) return fn.template operator()<int64_t>();
+  fail("cuda: ids must be i32 or i64, got ", dtype_name(id_type));
+}
+
+}  // namespace
+
+void embedding_forward(void* out, const void* table, const void* ids, DType id_type, DType dtype,
+                       int64_t n, int64_t e, int64_t vocab, uint64_t* bad, cudaStream_t stream) {
+  cudaMemsetAsync(bad, 0xff, sizeof(uint64_t), stream);
+  if (n * e == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    dispatch_ids(id_type, [&]<typename I>() {
+      embedding_forward_kernel<T, I><<<blocks_for(n * e), kThreads, 0, stream>>>(
+          static_cast<T*>(out), static_cast<const T*>(table), static_cast<const I*>(ids), n, e,
+          vocab, reinterpret_cast<unsigned long long*>(bad));
+    });
+  });
+}
+
+void embedding_backward(void* dtable, const void* dout, const void* ids, DType id_type, DType dtype,
+                        int64_t n, int64_t e, int64_t vocab, cudaStream_t stream) {
+  if (n * e == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    dispatch_ids(id_type, [&]<typename I>() {
+      embedding_backward_kernel<T, I><<<blocks_for(n * e), kThreads, 0, stream>>>(
+          static_cast<T*>(dtable), static_cast<const T*>(dout), static_cast<const I*>(ids), n, e,
+          vocab);
+    });
+  });
+}
+
+void scale_columns(void* y, const void* x, const void* s, const void* b, DType dtype, int64_t rows,
+                   int64_t cols, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    scale_columns_kernel<T><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
+        static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(s),
+        static_cast<const T*>(b), rows, cols);
+  });
+}
+
+void dora_norm(void* scale, void* inv_norm, const void* v, const void* m, DType dtype, int64_t rows,
+               int64_t cols, cudaStream_t stream) {
+  if (rows == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    dora_norm_kernel<T><<<blocks_for(rows), kThreads, 0, stream>>>(
+        static_cast<T*>(scale), static_cast<T*>(inv_norm), static_cast<const T*>(v),
+        static_cast<const T*>(m), rows, cols);
+  });
+}
+
+void dora_backward(void* dpre, void* dm, const void* dy, const void* pre, const void* scale,
+                   const void* inv_norm, DType dtype, int64_t rows, int64_t cols,
+                   cudaStream_t stream) {
+  if (cols == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    dora_backward_kernel<T><<<blocks_for(cols), kThreads, 0, stream>>>(
+        static_cast<T*>(dpre), static_cast<T*>(dm), static_cast<const T*>(dy),
+        static_cast<const T*>(pre), static_cast<const T*>(scale), static_cast<const T*>(inv_norm),
+        rows, cols);
   });
 }
 

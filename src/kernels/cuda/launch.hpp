@@ -37,6 +37,28 @@ void copy_transposed(void* dst, int64_t ld_dst, const void* src, int64_t ld_src,
 void dropout_mask(void* mask, DType dtype, int64_t n, uint64_t below, double keep, uint64_t seed,
                   cudaStream_t stream);
 
+// The recurrent cells (cells.cuh, lnlstm.cuh): steps as the reference's, but for dbias, which the
+// backend sums over the rows afterwards: the LSTM's and GRU's from dgates (and dgates_rec), the
+// LN-LSTM's from the per-row terms it writes to dbias_rows (batch, bias_grad_columns). dgates and,
+// with recurrent_grads, dgates_rec must be given (scratch when the step keeps only bf16 copies).
+void cell_forward(CellKind cell, const CellForward& p, DType dtype, cudaStream_t stream);
+void cell_backward(CellKind cell, const CellBackward& p, void* dbias_rows, DType dtype,
+                   cudaStream_t stream);
+
+// Embedding and adapters (adapter.cuh). An id outside [0, vocab) sets *bad (device memory,
+// UINT64_MAX when none) to its index.
+void embedding_forward(void* out, const void* table, const void* ids, DType id_type, DType dtype,
+                       int64_t n, int64_t e, int64_t vocab, uint64_t* bad, cudaStream_t stream);
+void embedding_backward(void* dtable, const void* dout, const void* ids, DType id_type, DType dtype,
+                        int64_t n, int64_t e, int64_t vocab, cudaStream_t stream);
+void scale_columns(void* y, const void* x, const void* s, const void* b, DType dtype, int64_t rows,
+                   int64_t cols, cudaStream_t stream);
+void dora_norm(void* scale, void* inv_norm, const void* v, const void* m, DType dtype, int64_t rows,
+               int64_t cols, cudaStream_t stream);
+void dora_backward(void* dpre, void* dm, const void* dy, const void* pre, const void* scale,
+                   const void* inv_norm, DType dtype, int64_t rows, int64_t cols,
+                   cudaStream_t stream);
+
 // Losses (loss.cuh). `sums` is device memory for two doubles, zeroed here: the loss sum and its
 // denominator (selected rows, or the total class weight), from which the backend forms the loss.
 // mse: pred, target, dpred (rows, f); mask (rows) or null. dpred = 2 diff / (selected * f).

@@ -1,0 +1,69 @@
+#pragma once
+// Embedding lookup and the adapters' column scaling and DoRA norms (kernels/adapter.hpp's math).
+#include "kernels/cuda/common.cuh"
+
+namespace seqforge::cuda {
+
+// out(N, E) = table[ids]; an id outside [0, V) sets *bad (UINT64_MAX when none) to its index.
+template <typename T, typename I>
+__global__ void embedding_forward_kernel(T* out, const T* table, const I* ids, int64_t n, int64_t e,
+                                         int64_t vocab, unsigned long long* bad) {
+  SF_GRID_STRIDE(idx, n * e) {
+    const int64_t i = idx / e, id = static_cast<int64_t>(ids[i]);
+    if (id < 0 || id >= vocab) {
+      atomicMin(bad, static_cast<unsigned long long>(i));
+      out[idx] = T(0);
+      continue;
+    }
+    out[idx] = table[id * e + idx % e];
+  }
+}
+
+// dtable(V, E) += dout rows scattered by ids (ids checked by the forward).
+template <typename T, typename I>
+__global__ void embedding_backward_kernel(T* dtable, const T* dout, const I* ids, int64_t n,
+                                          int64_t e, int64_t vocab) {
+  SF_GRID_STRIDE(idx, n * e) {
+    const int64_t id = static_cast<int64_t>(ids[idx / e]);
+    if (id >= 0 && id < vocab) atomicAdd(dtable + id * e + idx % e, dout[idx]);
+  }
+}
+
+template <typename T>
+__global__ void scale_columns_kernel(T* y, const T* x, const T* s, const T* b, int64_t rows,
+                                     int64_t cols) {
+  SF_GRID_STRIDE(i, rows * cols) {
+    const int64_t j = i % cols;
+    y[i] = b ? x[i] * s[j] + b[j] : x[i] * s[j];
+  }
+}
+
+// One thread per row of v (R, C): inv_norm = 1 / ||v_r|| in double, scale = m_r inv_norm.
+template <typename T>
+__global__ void dora_norm_kernel(T* scale, T* inv_norm, const T* v, const T* m, int64_t rows,
+                                 int64_t cols) {
+  SF_GRID_STRIDE(r, rows) {
+    double sq = 0;
+    for (int64_t j = 0; j < cols; ++j) sq += double(v[r * cols + j]) * double(v[r * cols + j]);
+    const double inv = 1.0 / sqrt(sq);
+    inv_norm[r] = static_cast<T>(inv);
+    scale[r] = static_cast<T>(double(m[r]) * inv);
+  }
+}
+
+// One thread per column: dpre = dy * scale, dm += inv_norm * the column sum of dy * pre.
+template <typename T>
+__global__ void dora_backward_kernel(T* dpre, T* dm, const T* dy, const T* pre, const T* scale,
+                                     const T* inv_norm, int64_t rows, int64_t cols) {
+  SF_GRID_STRIDE(j, cols) {
+    double sum = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r * cols + j;
+      sum += double(dy[i]) * double(pre[i]);
+      dpre[i] = dy[i] * scale[j];
+    }
+    dm[j] += static_cast<T>(sum * double(inv_norm[j]));
+  }
+}
+
+}  // namespace seqforge::cuda

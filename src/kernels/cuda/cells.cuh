@@ -1,0 +1,163 @@
+#pragma once
+// The recurrent cells' pointwise steps, forward and backward, one thread per (batch row, hidden
+// unit): each thread reads and writes only its unit's gates, so the activations may replace the
+// pre-activations in place. The math is the reference's (kernels/cells/lstm.hpp, gru.hpp); the
+// bias gradient is summed over the rows afterwards (sum_rows_acc), never with atomics.
+#include "kernels/cuda/common.cuh"
+#include "seqforge/backend/ops.hpp"
+
+namespace seqforge::cuda {
+
+template <typename T>
+__device__ inline T sigmoid(T x) {
+  return T(1) / (T(1) + exp(-x));
+}
+
+// The pre-activation of gate g of unit j for row b: G (+ the in-cell input projection when x is
+// given: bias + x W_ih^T, written to gates when there are gates).
+template <typename T>
+__device__ inline T preact(const CellForward& p, int gates, int64_t b, int64_t gj) {
+  const int64_t GH = gates * p.hidden;
+  if (!p.x) return static_cast<const T*>(p.gates)[b * GH + gj];
+  const T* x = static_cast<const T*>(p.x) + b * p.ldx;
+  const T* w = static_cast<const T*>(p.w_ih_t);
+  T acc = static_cast<const T*>(p.bias)[gj];
+  for (int64_t k = 0; k < p.input; ++k) acc += x[k] * w[k * GH + gj];
+  return acc;
+}
+
+template <typename T>
+__device__ inline void store_gate(const CellForward& p, int gates, int64_t b, int64_t gj, T v) {
+  const int64_t GH = gates * p.hidden;
+  if (p.gates_bf16)
+    static_cast<bf16*>(p.gates_bf16)[b * GH + gj].bits = bf16_bits(static_cast<float>(v));
+  else
+    static_cast<T*>(p.gates)[b * GH + gj] = v;
+}
+
+template <typename T>
+__device__ inline T load_gate(const CellBackward& p, int gates, int64_t b, int64_t gj) {
+  const int64_t GH = gates * p.hidden;
+  if (p.gates_bf16)
+    return T(from_bf16_bits(static_cast<const bf16*>(p.gates_bf16)[b * GH + gj].bits));
+  return static_cast<const T*>(p.gates)[b * GH + gj];
+}
+
+template <typename T>
+__device__ inline void store_h(const CellForward& p, int64_t b, int64_t j, T h) {
+  static_cast<T*>(p.h)[b * p.ldh + j] = h;
+  if (p.h_bf16) static_cast<bf16*>(p.h_bf16)[b * p.ldh + j].bits = bf16_bits(static_cast<float>(h));
+}
+
+template <typename T>
+__device__ inline T incoming_dh(const CellBackward& p, int64_t b, int64_t j) {
+  T dh = 0;
+  if (p.dh_out) dh += static_cast<const T*>(p.dh_out)[b * p.ld_dh_out + j];
+  if (p.dh_rec) dh += static_cast<const T*>(p.dh_rec)[b * p.hidden + j];
+  return dh;
+}
+
+// dgates (never null here: the backend gives scratch when the step keeps only the bf16 copy).
+template <typename T>
+__device__ inline void store_dgate(const CellBackward& p, int gates, int64_t b, int64_t gj, T v) {
+  const int64_t GH = gates * p.hidden;
+  static_cast<T*>(p.dgates)[b * GH + gj] = v;
+  if (p.dgates_bf16)
+    static_cast<bf16*>(p.dgates_bf16)[b * GH + gj].bits = bf16_bits(static_cast<float>(v));
+}
+
+//   c = f c_prev + i g,  h = o tanh(c);  saved: tanh(c)
+template <typename T>
+__global__ void lstm_forward_kernel(CellForward p) {
+  const int64_t H = p.hidden;
+  SF_GRID_STRIDE(idx, p.batch * H) {
+    const int64_t b = idx / H, j = idx % H;
+    T a[4];
+    for (int g = 0; g < 4; ++g) {
+      a[g] = preact<T>(p, 4, b, g * H + j);
+      if (p.gates_rec) a[g] += static_cast<const T*>(p.gates_rec)[b * 4 * H + g * H + j];
+    }
+    const T i = sigmoid(a[0]), f = sigmoid(a[1]), g = tanh(a[2]), o = sigmoid(a[3]);
+    store_gate(p, 4, b, j, i);
+    store_gate(p, 4, b, H + j, f);
+    store_gate(p, 4, b, 2 * H + j, g);
+    store_gate(p, 4, b, 3 * H + j, o);
+    const T c = f * static_cast<const T*>(p.c_prev)[b * H + j] + i * g;
+    static_cast<T*>(p.c)[b * H + j] = c;
+    const T tc = tanh(c);
+    static_cast<T*>(p.saved)[b * H + j] = tc;
+    store_h(p, b, j, o * tc);
+  }
+}
+
+template <typename T>
+__global__ void lstm_backward_kernel(CellBackward p) {
+  const int64_t H = p.hidden;
+  SF_GRID_STRIDE(idx, p.batch * H) {
+    const int64_t b = idx / H, j = idx % H;
+    const T i = load_gate<T>(p, 4, b, j), f = load_gate<T>(p, 4, b, H + j);
+    const T g = load_gate<T>(p, 4, b, 2 * H + j), o = load_gate<T>(p, 4, b, 3 * H + j);
+    const T dh = incoming_dh<T>(p, b, j);
+    const T tc = static_cast<const T*>(p.saved)[b * H + j];
+    T* dc = static_cast<T*>(p.dc) + b * H + j;
+    const T dct = *dc + dh * o * (T(1) - tc * tc);
+    store_dgate(p, 4, b, j, dct * g * i * (T(1) - i));
+    store_dgate(p, 4, b, H + j, dct * static_cast<const T*>(p.c_prev)[b * H + j] * f * (T(1) - f));
+    store_dgate(p, 4, b, 2 * H + j, dct * i * (T(1) - g * g));
+    store_dgate(p, 4, b, 3 * H + j, dh * tc * o * (T(1) - o));
+    *dc = dct * f;
+  }
+}
+
+//   r = sig(G_r + R_r), z = sig(G_z + R_z), hn = R_n + b_hn, n = tanh(G_n + r hn),
+//   h = n + z (h_prev - n);  saved: hn
+template <typename T>
+__global__ void gru_forward_kernel(CellForward p) {
+  const int64_t H = p.hidden;
+  SF_GRID_STRIDE(idx, p.batch * H) {
+    const int64_t b = idx / H, j = idx % H;
+    const T* rec = static_cast<const T*>(p.gates_rec) + b * 3 * H;
+    const T r = sigmoid(preact<T>(p, 3, b, j) + rec[j]);
+    const T z = sigmoid(preact<T>(p, 3, b, H + j) + rec[H + j]);
+    const T hn = rec[2 * H + j] + static_cast<const T*>(p.bias_rec)[j];
+    static_cast<T*>(p.saved)[b * H + j] = hn;
+    const T n = tanh(preact<T>(p, 3, b, 2 * H + j) + r * hn);
+    store_gate(p, 3, b, j, r);
+    store_gate(p, 3, b, H + j, z);
+    store_gate(p, 3, b, 2 * H + j, n);
+    const T h_prev = static_cast<const T*>(p.h_prev)[b * p.ld_h_prev + j];
+    store_h(p, b, j, n + z * (h_prev - n));
+  }
+}
+
+//   da_n = dh (1 - z)(1 - n^2), da_r = da_n hn r (1 - r), da_z = dh (h_prev - n) z (1 - z)
+//   dG = [da_r, da_z, da_n], dR = [da_r, da_z, da_n r], dh_direct = dh z
+template <typename T>
+__global__ void gru_backward_kernel(CellBackward p) {
+  const int64_t H = p.hidden;
+  SF_GRID_STRIDE(idx, p.batch * H) {
+    const int64_t b = idx / H, j = idx % H;
+    const T r = load_gate<T>(p, 3, b, j), z = load_gate<T>(p, 3, b, H + j);
+    const T n = load_gate<T>(p, 3, b, 2 * H + j);
+    const T dh = incoming_dh<T>(p, b, j);
+    const T hn = static_cast<const T*>(p.saved)[b * H + j];
+    const T h_prev = static_cast<const T*>(p.h_prev)[b * p.ld_h_prev + j];
+    const T da_n = dh * (T(1) - z) * (T(1) - n * n);
+    const T da_r = da_n * hn * r * (T(1) - r);
+    const T da_z = dh * (h_prev - n) * z * (T(1) - z);
+    store_dgate(p, 3, b, j, da_r);
+    store_dgate(p, 3, b, H + j, da_z);
+    store_dgate(p, 3, b, 2 * H + j, da_n);
+    T* drec = static_cast<T*>(p.dgates_rec) + b * 3 * H;
+    const T rec[3] = {da_r, da_z, da_n * r};
+    for (int g = 0; g < 3; ++g) {
+      drec[g * H + j] = rec[g];
+      if (p.dgates_rec_bf16)
+        static_cast<bf16*>(p.dgates_rec_bf16)[b * 3 * H + g * H + j].bits =
+            bf16_bits(static_cast<float>(rec[g]));
+    }
+    static_cast<T*>(p.dh_direct)[b * H + j] = dh * z;
+  }
+}
+
+}  // namespace seqforge::cuda

@@ -1,0 +1,96 @@
+// train.device: the CPU, a GPU, or whichever can run the model. Without a GPU the cuda tests skip
+// with the reason; with one, a recurrent run on the GPU matches the same run on the CPU, and a
+// GPU run's checkpoint resumes on the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/train/trainer.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_device_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string write_series(const fs::path& dir) {
+  const fs::path path = dir / "series.csv";
+  std::ofstream f(path);
+  f << "x,y\n";
+  for (int i = 0; i < 400; ++i) f << std::sin(i * 0.2) << "," << std::cos(i * 0.07) << "\n";
+  return path.string();
+}
+
+Config forecaster(const std::string& data, const fs::path& run, const std::string& cell,
+                  const std::vector<std::string>& overrides = {}) {
+  return Config::parse("data: {path: " + data +
+                           ", targets: [x], lookback: 12}\nmodel: {cell: " + cell +
+                           ", hidden: 16, layers: 2, dropout: 0.1}\ntrain: {epochs: 2, "
+                           "batch_size: 16, precision: fp32, run_dir: " +
+                           run.string() + "}\n",
+                       "f.yaml", overrides);
+}
+
+TEST(Device, AnUnknownDeviceNamesTheKey) {
+  const fs::path dir = fresh_dir("unknown");
+  std::ostringstream log;
+  EXPECT_EQ(error_of([&] {
+              train(forecaster(write_series(dir), dir / "run", "lstm", {"train.device=tpu"}), log);
+            }),
+            "override 'train.device=tpu': train.device must be auto, cpu or cuda, got 'tpu'");
+}
+
+TEST(Device, CudaWithoutAGpuIsOneLineAndAutoTrainsOnTheCpu) {
+  const std::string why = cuda_unavailable_reason();
+  if (why.empty()) GTEST_SKIP() << "a CUDA device is here: Device.GpuRunMatchesTheCpuRun runs";
+  const fs::path dir = fresh_dir("no_gpu");
+  const std::string data = write_series(dir);
+  std::ostringstream log;
+  EXPECT_EQ(
+      error_of([&] { train(forecaster(data, dir / "cuda", "lstm", {"train.device=cuda"}), log); }),
+      "override 'train.device=cuda': train.device cuda: " + why);
+  EXPECT_FALSE(fs::exists(dir / "cuda"));
+  train(forecaster(data, dir / "auto", "lstm", {"train.device=auto"}), log);
+  EXPECT_NE(log.str().find("(cpu: "), std::string::npos) << log.str();
+}
+
+// Per cell, two epochs with dropout on the GPU and on the CPU from the same seed: the same masks
+// (the counter hash) and float32 rounding apart, so the metrics agree closely; then the GPU run's
+// checkpoint and training state continue on the CPU.
+TEST(Device, GpuRunMatchesTheCpuRun) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  const fs::path dir = fresh_dir("gpu");
+  const std::string data = write_series(dir);
+  for (const char* cell : {"lstm", "gru", "lnlstm"}) {
+    std::ostringstream log;
+    const TrainSummary cpu = train(
+        forecaster(data, dir / (std::string(cell) + "_cpu"), cell, {"train.device=cpu"}), log);
+    const fs::path gpu_run = dir / (std::string(cell) + "_gpu");
+    const TrainSummary gpu = train(forecaster(data, gpu_run, cell, {"train.device=cuda"}), log);
+    EXPECT_NE(log.str().find("(cuda: "), std::string::npos) << log.str();
+    EXPECT_NEAR(gpu.best, cpu.best, 1e-4 * std::fabs(cpu.best)) << cell;
+    // The GPU run's checkpoint and training state, continued for an epoch on the CPU.
+    setenv("SEQFORGE_BACKEND", "cpu", 1);
+    const TrainSummary resumed =
+        train(Config::load((gpu_run / "config.resolved.yaml").string(), {"train.epochs=3"}), log,
+              gpu_run.string());
+    unsetenv("SEQFORGE_BACKEND");
+    EXPECT_EQ(resumed.epochs, 3) << cell;
+    EXPECT_TRUE(std::isfinite(resumed.last.at("val_loss"))) << cell;
+  }
+}
+
+}  // namespace
+}  // namespace seqforge
