@@ -5,6 +5,7 @@ Usage: /usr/bin/python3 bench/compare.py [W1 W2 ... W5 W1g W4g W1p W4p] [--preci
                                          [--steps N]
                                          [--rounds R] [--seqforge build/seqforge] [--json FILE]
                                          [--max-isa avx2|avx512|avx512_bf16]
+                                         [--device cuda] [--python python3]
 For every workload, each of R rounds runs every precision on both engines in turn, N timed
 steps each, every run in a fresh process (so peak memory is per workload), so that both the
 engines and the precisions are compared side by side. The table shows medians of
@@ -12,7 +13,9 @@ all timed steps and the ratio PyTorch / seqforge, plus seqforge's step time over
 and each engine's peak resident memory. Without workloads it runs all ten: W1..W6 (W5:
 nanoGPT's Shakespeare-character transformer, W6: the same with DoRA adapters, base frozen), the GRU workloads W1g and W4g (W1 and W4 with a GRU
 in place of the LSTM) and the LSTM-projection workloads W1p and W4p (W1 and W4 with proj_size
-H/2).
+H/2). With --device cuda both engines train on the GPU (seqforge bench --device cuda; PyTorch
+with cuDNN, TF32, autocast and the fused Adam, bench/pytorch_bench.py), the recurrent workloads
+only by default, and --python names the interpreter that has a CUDA PyTorch.
 """
 import argparse
 import json
@@ -57,7 +60,11 @@ def main():
     p.add_argument("--max-isa", choices=["avx2", "avx512", "avx512_bf16"],
                    help="hold both engines to this instruction-set tier (an AVX2-only machine, "
                         "say, on an AVX-512 one)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--python", default="/usr/bin/python3", help="the interpreter with PyTorch")
     a = p.parse_args()
+    if a.device == "cuda" and a.workloads == WORKLOADS:
+        a.workloads = [w for w in WORKLOADS if w not in ("W5", "W6")]
     sf_env, pt_env = capped_environments(a.max_isa)
     for wid in a.workloads:
         if wid not in WORKLOADS:
@@ -72,10 +79,11 @@ def main():
         # Every round runs every precision, so precisions are compared side by side as well.
         for _ in range(a.rounds):
             for prec in a.precision:
-                s = run([a.seqforge, "bench", wid, "--precision", prec, "--steps", str(steps)],
-                        sf_env)
-                t = run(["/usr/bin/python3", os.path.join(HERE, "pytorch_bench.py"), wid,
-                         "--precision", prec, "--steps", str(steps)], pt_env)
+                s = run([a.seqforge, "bench", wid, "--precision", prec, "--steps", str(steps),
+                         "--device", a.device], sf_env)
+                t = run([a.python, os.path.join(HERE, "pytorch_bench.py"), wid,
+                         "--precision", prec, "--steps", str(steps), "--device", a.device],
+                        pt_env)
                 r = runs[prec]
                 r["sf"] += s["step_ms"]
                 r["pt"] += t["step_ms"]

@@ -3,10 +3,13 @@
 `seqforge bench`: one training step = forward, backward, Adam step, on random data.
 
 Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|W2|W3|W4|W5|W1g|W4g|W1p|W4p|all]
-                                              [--precision fp32|bf16]
+                                              [--precision fp32|bf16|fp16] [--device cpu|cuda]
                                                [--steps N] [--warmup N] [--threads N] [--json FILE]
 Threads are tuned as WORKLOADS.md describes: torch.set_num_threads(cores), OMP_WAIT_POLICY=PASSIVE.
-bf16 uses torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss.
+bf16 uses torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss. On --device cuda,
+what the GPU guides set by hand: cuDNN's fused LSTM/GRU with cudnn.benchmark, TF32 for fp32
+GEMMs and convolutions, autocast (bf16; fp16 with a GradScaler), the fused Adam, and each step
+timed after torch.cuda.synchronize().
 W6 is W5 with DoRA rank 8 on every attention and MLP Linear, the rest frozen.
 W1g and W4g are W1 and W4 with an nn.GRU in place of the nn.LSTM, W1p and W4p with an LSTM of
 proj_size H/2; W5 is nanoGPT's Shakespeare-character model (its modules, with the explicit
@@ -84,7 +87,8 @@ class Block(torch.nn.Module):
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        causal = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), 1)
+        att = att.masked_fill(causal, float("-inf"))
         y = (torch.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, C)
         x = x + self.attn_proj(y)
         return x + self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x))))
@@ -100,7 +104,7 @@ class Gpt(torch.nn.Module):
         self.ln_f = torch.nn.LayerNorm(c)
 
     def forward(self, ids):
-        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
         for block in self.h:
             x = block(x)
         x = self.ln_f(x)
@@ -147,16 +151,26 @@ def gflop(w):
     return 3 * fwd / 1e9
 
 
-def run(wid, precision, steps, warmup):
+def run(wid, precision, steps, warmup, device="cpu"):
     w = WORKLOADS[wid]
     torch.manual_seed(0)
+    cuda = device == "cuda"
+    if cuda:
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     model = Gpt(w) if w["cell"] == "gpt" else Model(w)
     if "dora" in w:
         model.requires_grad_(False)
         for block in model.h:
             for name in ("c_attn", "attn_proj", "c_fc", "mlp_proj"):
                 setattr(block, name, Dora(getattr(block, name), w["dora"]))
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    model = model.to(device)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(trained, lr=1e-3, fused=True) if cuda else torch.optim.Adam(trained,
+                                                                                     lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda") if cuda and precision == "fp16" else None
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     B, T = w["batch"], w["steps"]
     rows = B * T if w["per_step"] else B
     if "vocab" in w:
@@ -166,10 +180,12 @@ def run(wid, precision, steps, warmup):
         x = torch.randn(B, T, w["input"])
         target = torch.randn(rows, w["out"])
     mask = (torch.rand(rows) < 0.15) if w["loss"] == "mse_masked" else None
+    x, target = x.to(device), target.to(device)
+    mask = mask.to(device) if mask is not None else None
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with torch.autocast(device, dtype=low or torch.bfloat16, enabled=low is not None):
             out = model(x)
             if w["loss"] == "ce":
                 loss = torch.nn.functional.cross_entropy(out.float(), target)
@@ -177,28 +193,38 @@ def run(wid, precision, steps, warmup):
                 loss = ((out.float()[mask] - target[mask]) ** 2).mean()
             else:
                 loss = torch.nn.functional.mse_loss(out.float(), target)
-        loss.backward()
-        opt.step()
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
 
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     for _ in range(warmup):
         step()
+    sync()
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
         step()
+        sync()
         times.append((time.perf_counter() - t0) * 1e3)
     s = sorted(times)
     median = s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
     return dict(id=wid, name=w["name"], precision=precision, step_ms=times, median_ms=median,
                 samples_per_s=B / (median / 1e3), gflops=gflop(w) / (median / 1e3),
-                peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-                threads=torch.get_num_threads(), torch=torch.__version__)
+                peak_mb=(torch.cuda.max_memory_allocated() / 2**20 if cuda else
+                         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0),
+                threads=torch.get_num_threads(), torch=torch.__version__, device=device)
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("workload", nargs="?", default="all")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
@@ -210,7 +236,7 @@ def main():
     for wid in ids:
         if wid not in WORKLOADS:
             sys.exit("unknown workload %s (expected %s or all)" % (wid, ", ".join(WORKLOADS)))
-        r = run(wid, a.precision, a.steps, a.warmup)
+        r = run(wid, a.precision, a.steps, a.warmup, a.device)
         results.append(r)
         print("%-3s %-34s %-5s %10.2f ms/step %10.0f samples/s %8.1f GFLOP/s %8.0f peak MB" %
               (wid, r["name"], a.precision, r["median_ms"], r["samples_per_s"], r["gflops"],

@@ -50,6 +50,14 @@ TEST(Device, AnUnknownDeviceNamesTheKey) {
               train(forecaster(write_series(dir), dir / "run", "lstm", {"train.device=tpu"}), log);
             }),
             "override 'train.device=tpu': train.device must be auto, cpu or cuda, got 'tpu'");
+  EXPECT_EQ(
+      error_of([&] {
+        train(forecaster(write_series(dir), dir / "run", "lstm", {"train.matmul_precision=medium"}),
+              log);
+      }),
+      "override 'train.matmul_precision=medium': train.matmul_precision must be highest or "
+      "high, got 'medium'");
+  EXPECT_FALSE(fs::exists(dir / "run"));
 }
 
 TEST(Device, CudaWithoutAGpuIsOneLineAndAutoTrainsOnTheCpu) {

@@ -11,9 +11,11 @@
 #include <numeric>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/buffer.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/optim/optimizer.hpp"
+#include "train/run.hpp"
 
 namespace seqforge {
 
@@ -111,6 +113,8 @@ class RecordingBackend final : public Backend {
   void upload(Tensor dst, const void* host) override { inner_.upload(dst, host); }
   void download(void* host, Tensor src) override { inner_.download(host, src); }
   bool host_addressable() const override { return inner_.host_addressable(); }
+  void synchronize() override { inner_.synchronize(); }
+  std::string description() const override { return inner_.description(); }
   void run_gemm(const GemmShape& s, DType dt, const void* a, const void* b, void* c,
                 const void* bias) override {
     if (recording) {
@@ -293,11 +297,14 @@ const Workload& find_workload(const std::string& id) {
 }
 
 BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
-  std::string notice;
-  const DType gemm_dtype = resolve_precision(options.precision, &notice);
   if (options.steps < 1) fail("--steps must be at least 1, got ", options.steps);
-  auto cpu = make_cpu_backend();
-  RecordingBackend be(*cpu);
+  std::vector<Op> needs(std::begin(kAllOps), std::end(kAllOps));
+  if (w.model.family == ModelFamily::recurrent)
+    std::erase_if(needs, [](Op op) { return op == Op::norm || op == Op::attention; });
+  auto device = make_run_backend(options.device, needs);
+  std::string notice;
+  const DType gemm_dtype = backend_precision(options.precision, *device, &notice);
+  RecordingBackend be(*device);
   ModelOptions model_options = w.model;
   model_options.transformer.checkpoint_activations = options.checkpoint_activations;
   std::unique_ptr<Model> made = make_model(model_options);
@@ -330,13 +337,23 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
     mask.resize(rows);
     for (auto& v : mask) v = rng.uniform() < w.mask_ratio ? 1.0f : 0.0f;
   }
-  const Tensor input = w.model.vocab_size
-                           ? Tensor(ids.data(), DType::i64, {B, T})
-                           : Tensor(x.data(), DType::f32, {B, T, w.model.rnn.input_size});
-  const Tensor target_t(target.data(), DType::f32, {rows, w.model.output_size});
-  const Tensor targets_t(targets.data(), DType::i64, {rows});
-  const Tensor mask_t = mask.empty() ? Tensor() : Tensor(mask.data(), DType::f32, {rows});
-  const Tensor dy_t(dy.data(), DType::f32, {rows, w.model.output_size});
+  // In the backend's memory (a GPU's, say), uploaded once.
+  Buffer input_buf, target_buf, targets_buf, mask_buf, dy_buf;
+  auto on_device = [&](Buffer& buf, DType dtype, Shape shape, const void* host) {
+    Tensor t = buf.get(be, dtype, shape);
+    if (host) be.upload(t, host);
+    return t;
+  };
+  const Tensor input = w.model.vocab_size ? on_device(input_buf, DType::i64, {B, T}, ids.data())
+                                          : on_device(input_buf, DType::f32,
+                                                      {B, T, w.model.rnn.input_size}, x.data());
+  const Tensor target_t =
+      on_device(target_buf, DType::f32, {rows, w.model.output_size}, target.data());
+  const Tensor targets_t =
+      targets.empty() ? Tensor() : on_device(targets_buf, DType::i64, {rows}, targets.data());
+  const Tensor mask_t =
+      mask.empty() ? Tensor() : on_device(mask_buf, DType::f32, {rows}, mask.data());
+  const Tensor dy_t = on_device(dy_buf, DType::f32, {rows, w.model.output_size}, nullptr);
 
   model.parameters().zero_grad(be);
   auto step = [&] {  // the optimizer's pass leaves the gradients zeroed for the next step
@@ -362,6 +379,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
     be.recording = i == 0;
     const double t0 = now_ms();
     step();
+    be.synchronize();  // a device's queued work counts
     r.step_ms.push_back(now_ms() - t0);
   }
   be.recording = false;
@@ -376,11 +394,12 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   std::vector<double> floor_ms;
   for (int i = 0; i < std::max(3, options.steps / 2); ++i) {
     const double t0 = now_ms();
-    for (const auto& c : be.calls) replay(*cpu, c);
+    for (const auto& c : be.calls) replay(*device, c);
+    device->synchronize();
     floor_ms.push_back(now_ms() - t0);
   }
   r.gemm_floor_ms = percentile(floor_ms, 0.5);
-  if (std::getenv("SEQFORGE_BENCH_GEMMS")) print_gemm_breakdown(*cpu, be.calls);
+  if (std::getenv("SEQFORGE_BENCH_GEMMS")) print_gemm_breakdown(*device, be.calls);
   r.floor_ratio = r.median_ms / r.gemm_floor_ms;
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);

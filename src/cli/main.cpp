@@ -30,7 +30,7 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
   const sf::ThreadConfig threads = sf::configure_threads();
   std::printf("seqforge %s bench: %d threads (%s), %d timed steps after %d warm-up; %s\n",
               sf::version(), threads.threads, threads.reason.c_str(), options.steps, options.warmup,
-              sf::make_cpu_backend()->description().c_str());
+              sf::make_run_backend(options.device)->description().c_str());
   std::printf("%-3s %-34s %-5s %10s %17s %10s %8s %10s %6s %8s\n", "id", "workload", "prec",
               "ms/step", "p10-p90 ms", "samples/s", "GFLOP/s", "GEMMs ms", "ratio", "peak MB");
   nlohmann::json out = nlohmann::json::array();
@@ -87,6 +87,8 @@ int main(int argc, char** argv) {
   bench->add_option("--steps", bench_options.steps, "timed steps")->capture_default_str();
   bench->add_option("--warmup", bench_options.warmup, "untimed steps first")->capture_default_str();
   bench->add_option("--json", bench_json, "write the results as JSON to this file");
+  bench->add_option("--device", bench_options.device, "cpu or cuda (the recurrent workloads)")
+      ->capture_default_str();
   bench->add_flag("--profile", bench_options.profile,
                   "print where the timed steps spent their time, per workload");
   bench->add_flag("--checkpoint-activations", bench_options.checkpoint_activations,

@@ -233,6 +233,10 @@ const std::vector<ConfigKey> kKeys = {
      "`fp32`, `bf16` (bf16 GEMMs, f32 master weights and state) or `auto` (bf16 where the CPU has "
      "it)."},
     {"train.threads", T::integer, "0", "Compute threads; 0: every CPU this process may use."},
+    {"train.matmul_precision", T::string, "highest",
+     "As PyTorch's `torch.set_float32_matmul_precision`: `highest` (f32 GEMMs in f32) or `high` "
+     "(on a GPU, f32 GEMMs on TF32 tensor cores: 10-bit mantissa products, f32 sums; the CPU "
+     "keeps f32)."},
     {"train.device", T::string, "auto",
      "`cpu`, `cuda` (the current GPU; an error where none can run the model) or `auto` (a GPU "
      "where one can run the model: the recurrent family, for now; else the CPU). eval, predict, "

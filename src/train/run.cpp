@@ -177,12 +177,19 @@ std::unique_ptr<Backend> make_device_backend(const Config& c, const ModelOptions
     needs.push_back(Op::cell);
   }
   if (m.adapter.kind != AdapterKind::none) needs.push_back(Op::adapter);
+  const std::string matmul = c.str("train.matmul_precision");
+  if (matmul != "highest" && matmul != "high")
+    fail(c.origin("train.matmul_precision"),
+         ": train.matmul_precision must be highest or high, got '", matmul, "'");
+  std::unique_ptr<Backend> be;
   try {
-    return make_run_backend(device, needs);
+    be = make_run_backend(device, needs);
   } catch (const Error& e) {
     if (std::getenv("SEQFORGE_BACKEND")) throw;
     fail(c.origin("train.device"), ": train.", e.what());
   }
+  be->set_float32_matmul_precision(matmul);
+  return be;
 }
 
 Config with_base_architecture(const Config& c, std::string* note) {

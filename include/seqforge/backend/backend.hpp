@@ -62,6 +62,9 @@ class Backend {
   // dst = src converted to dst's dtype (f32, f64, bf16, f16), same element count.
   virtual void convert(Tensor dst, Tensor src) = 0;
   virtual void synchronize() {}
+  // PyTorch's torch.set_float32_matmul_precision: "highest" (f32 products) or "high" (f32 GEMMs
+  // may run on TF32 tensor cores, where the backend has them; the CPU backends keep f32).
+  virtual void set_float32_matmul_precision(std::string_view precision) { (void)precision; }
 
   // Host <-> backend memory. Host code (train/, data/, io/, dist/) moves values into and out of
   // backend tensors only through these (or host_access.hpp), so a backend whose memory the host

@@ -27,6 +27,7 @@ struct BenchOptions {
   int warmup = 2;                       // untimed steps first
   bool profile = false;                 // profile the timed steps (profiler::summary() afterwards)
   bool checkpoint_activations = false;  // transformers: activation checkpointing
+  std::string device = "cpu";           // cpu | cuda (SEQFORGE_BACKEND overrides)
 };
 
 struct BenchResult {

@@ -53,7 +53,11 @@ class CudaBackend final : public Backend {
   std::string description() const override {
     return std::string("cuda: ") + props_.name + " (sm_" + std::to_string(props_.major) +
            std::to_string(props_.minor) + ", " + std::to_string(props_.totalGlobalMem >> 20) +
-           " MiB), cuBLASLt " + blas_->version() + " GEMMs";
+           " MiB), cuBLASLt " + blas_->version() + " GEMMs" +
+           (tf32_ ? " (f32 on TF32 tensor cores: matmul precision high)" : "");
+  }
+  void set_float32_matmul_precision(std::string_view precision) override {
+    tf32_ = precision == "high";
   }
   bool supports(Op op, DType d) const override {
     switch (op) {
@@ -321,7 +325,8 @@ class CudaBackend final : public Backend {
                 const void* bias) override {
     // cuBLASLt's bias epilogue is not offered in f64: the bias is added after.
     const bool epilogue = bias && dtype != DType::f64;
-    blas_->gemm(s, dtype, a, b, c, epilogue ? bias : nullptr, false, stream_);
+    blas_->gemm(s, dtype, a, b, c, epilogue ? bias : nullptr, tf32_ && dtype == DType::f32,
+                stream_);
     if (bias && !epilogue) cuda::add_bias_rows(c, s.ldc, bias, DType::f64, s.m, s.n, stream_);
     check_cuda(cudaGetLastError(), "gemm");
   }
@@ -354,6 +359,7 @@ class CudaBackend final : public Backend {
   }
 
   int device_ = 0;
+  bool tf32_ = false;
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
   double* scratch_ = nullptr;  // loss sums and flags read back once per op

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Run on a GPU machine from the repository root, with device-pack.tar.xz (scripts/device_pack.sh)
+# beside it: finds the CUDA libraries, runs the CUDA tests (op driver, PyTorch parity, whole runs
+# on the GPU against the CPU) and the side-by-side benchmark against PyTorch on the GPU, and
+# writes logs and JSON into OUT (default ./device-out). Exits non-zero when a test fails.
+#   OUT=/tmp/out scripts/device_check.sh [--no-bench]
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="${OUT:-$root/device-out}"
+mkdir -p "$out"
+work="$(mktemp -d "${TMPDIR:-/tmp}/seqforge-device.XXXXXX")"
+tar -xJf "$root/device-pack.tar.xz" -C "$work" || { echo "no device-pack.tar.xz" >&2; exit 2; }
+pack="$work/seqforge-device"
+python="$(command -v python3)"
+
+# cuBLASLt: the CUDA toolkit's, else the one PyTorch's wheels bring.
+cuda_libs=""
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -e "$dir/libcublasLt.so.13" ] && cuda_libs="$dir" && break
+done
+if [ -z "$cuda_libs" ]; then
+  cuda_libs="$("$python" - <<'PY' 2>/dev/null
+import glob, os, site
+for base in site.getsitepackages():
+    for path in glob.glob(os.path.join(base, "nvidia", "**", "libcublasLt.so*"), recursive=True):
+        print(os.path.dirname(path)); raise SystemExit
+PY
+)"
+fi
+export LD_LIBRARY_PATH="$pack/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export SEQFORGE_CACHE_DIR="$work/cache" SEQFORGE_FIXTURE_DIR="$work/fixtures"
+seqforge="$pack/bin/seqforge"
+{
+  echo "commit $(cat "$pack/COMMIT" 2>/dev/null), sm $(cat "$pack/ARCHITECTURES"), cuBLASLt from ${cuda_libs:-nowhere}"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+} | tee "$out/machine.txt"
+"$seqforge" diagnose > "$out/diagnose.txt" 2>&1
+grep -E "^  (cpu|cuda|gpu|backend) " "$out/diagnose.txt"
+
+status=0
+echo "== PyTorch fixtures"
+"$python" "$root/tests/python/make_parity_fixtures.py" "$SEQFORGE_FIXTURE_DIR" > "$out/fixtures.log" 2>&1 ||
+  { echo "fixtures failed (see fixtures.log)"; status=1; }
+echo "== CUDA tests"
+"$pack/bin/seqforge_tests" \
+  --gtest_filter='Backends.*:Ops/OpMatchesReference.*:Device.*:PyTorchParity.Cuda*:CudaGemm*' \
+  --gtest_output="json:$out/tests.json" > "$out/tests.log" 2>&1 || status=1
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tail -20
+
+if [ "${1:-}" != "--no-bench" ]; then
+  echo "== benchmark, GPU, seqforge against PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
+  "$python" "$root/bench/compare.py" --device cuda --python "$python" --seqforge "$seqforge" \
+    --precision fp32 bf16 --steps 10 --rounds 3 --json "$out/bench.json" 2>&1 |
+    tee "$out/bench.log" || status=1
+fi
+rm -rf "$work"
+echo "device_check.sh: exit $status; logs and JSON in $out"
+exit $status
