@@ -11,7 +11,15 @@ mkdir -p "$out"
 work="$(mktemp -d "${TMPDIR:-/tmp}/seqforge-device.XXXXXX")"
 tar -xJf "$root/device-pack.tar.xz" -C "$work" || { echo "no device-pack.tar.xz" >&2; exit 2; }
 pack="$work/seqforge-device"
-python="$(command -v python3)"
+# The Python with PyTorch: PYTHON, else the first python3 that imports torch.
+python="${PYTHON:-}"
+for candidate in python3 /usr/bin/python3; do
+  [ -n "$python" ] && break
+  if command -v "$candidate" >/dev/null && "$candidate" -c 'import torch' 2>/dev/null; then
+    python="$(command -v "$candidate")"
+  fi
+done
+[ -n "$python" ] || { echo "no python3 with PyTorch (set PYTHON)" >&2; python=python3; }
 
 # cuBLASLt: the CUDA toolkit's, else the one PyTorch's wheels bring.
 cuda_libs=""
@@ -27,12 +35,13 @@ for base in site.getsitepackages():
 PY
 )"
 fi
-export LD_LIBRARY_PATH="$pack/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export SEQFORGE_CUDA_LIBS="$cuda_libs"  # read by the packed binaries' wrappers
 export SEQFORGE_CACHE_DIR="$work/cache" SEQFORGE_FIXTURE_DIR="$work/fixtures"
 seqforge="$pack/bin/seqforge"
 {
   echo "commit $(cat "$pack/COMMIT" 2>/dev/null), sm $(cat "$pack/ARCHITECTURES"), cuBLASLt from ${cuda_libs:-nowhere}"
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 ||
+    echo "no nvidia-smi"
 } | tee "$out/machine.txt"
 "$seqforge" diagnose > "$out/diagnose.txt" 2>&1
 grep -E "^  (cpu|cuda|gpu|backend) " "$out/diagnose.txt"
@@ -50,7 +59,7 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tail 
 if [ "${1:-}" != "--no-bench" ]; then
   echo "== benchmark, GPU, seqforge against PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
   "$python" "$root/bench/compare.py" --device cuda --python "$python" --seqforge "$seqforge" \
-    --precision fp32 bf16 --steps 10 --rounds 3 --json "$out/bench.json" 2>&1 |
+    --precision fp32 bf16 --steps 10 --rounds 2 --json "$out/bench.json" 2>&1 |
     tee "$out/bench.log" || status=1
 fi
 rm -rf "$work"

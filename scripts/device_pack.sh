@@ -18,11 +18,22 @@ cmake --build "$build" -j "$(nproc)" --target seqforge_cli seqforge_tests
 stage="$(mktemp -d "${TMPDIR:-/tmp}/seqforge-pack.XXXXXX")"
 trap 'rm -rf "$stage"' EXIT
 pack="$stage/seqforge-device"
-mkdir -p "$pack/bin" "$pack/lib"
-cp "$build/seqforge" "$build/tests/seqforge_tests" "$pack/bin/"
-strip "$pack/bin/"*
+mkdir -p "$pack/bin" "$pack/libexec" "$pack/lib"
+cp "$build/seqforge" "$build/tests/seqforge_tests" "$pack/libexec/"
+strip "$pack/libexec/"*
+# Each binary behind a wrapper that puts the packed libraries (and SEQFORGE_CUDA_LIBS, where
+# cuBLASLt is) on its library path alone: other programs (PyTorch) keep the machine's own.
+for name in seqforge seqforge_tests; do
+  cat > "$pack/bin/$name" <<'WRAPPER'
+#!/bin/sh
+here="$(dirname "$(readlink -f "$0")")/.."
+LD_LIBRARY_PATH="$here/lib${SEQFORGE_CUDA_LIBS:+:$SEQFORGE_CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  exec "$here/libexec/$(basename "$0")" "$@"
+WRAPPER
+  chmod +x "$pack/bin/$name"
+done
 # Every library the binaries load but glibc's own (the GPU machine's glibc is as new or newer).
-for binary in "$pack/bin/"*; do
+for binary in "$pack/libexec/"*; do
   ldd "$binary" | awk '$3 ~ /^\// {print $3}'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
