@@ -84,7 +84,13 @@ std::unique_ptr<Backend> make_run_backend(std::string_view device, const std::ve
     if (device == "auto") return make_cpu_backend();
     fail("device cuda: ", why);
   }
-  auto cuda = make_cuda_backend();
+  std::unique_ptr<Backend> cuda;
+  try {
+    cuda = make_cuda_backend();
+  } catch (const Error& e) {  // say, no cuBLASLt to load
+    if (device == "auto") return make_cpu_backend();
+    fail("device cuda: ", e.what());
+  }
   for (Op op : needs)
     if (!cuda->supports(op, DType::f32)) {
       if (device == "auto") return make_cpu_backend();

@@ -165,8 +165,12 @@ int main(int argc, char** argv) {
                  "key.path=value, e.g. train.epochs=3)\n",
                  sf::printable(e.what()).c_str());
     return e.get_exit_code();
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "seqforge: error: %s (--help lists the options)\n",
+                 sf::printable(e.what()).c_str());
+    return e.get_exit_code();
   }
   try {
     if (bench->parsed()) return run_bench(bench_which, bench_options, bench_json);

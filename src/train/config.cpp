@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "train/yaml_limits.hpp"
 
@@ -534,16 +535,22 @@ std::string config_reference_markdown() {
   return out.str();
 }
 
+namespace {
+constexpr size_t kMaxExpandedBytes = size_t{4} << 20;
+}  // namespace
+
 Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open the config file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), path, overrides);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail(path, ": cannot open the config file");
+  // A regular file (not a device that never ends), and no larger than a config expands to.
+  if (std::filesystem::is_regular_file(path, ec) &&
+      std::filesystem::file_size(path, ec) > kMaxExpandedBytes)
+    fail(path, ": ", std::filesystem::file_size(path, ec) >> 20,
+         " MB, more than a config may hold (", kMaxExpandedBytes >> 20, " MB)");
+  return parse(io::read_file(path), path, overrides);
 }
 
 namespace {
-constexpr size_t kMaxExpandedBytes = size_t{4} << 20;
 
 constexpr int kMaxDepth = 64;
 

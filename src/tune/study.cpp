@@ -520,11 +520,8 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     return true;
   });
   const Config base = Config::load(cmd.config, cmd.overrides);
-  std::ifstream in(cmd.config, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
   TuneSettings settings = parse_tune_settings(
-      with_tune_overrides(text.str(), cmd.config, tune_overrides),
+      with_tune_overrides(io::read_file(cmd.config), cmd.config, tune_overrides),
       tune_overrides.empty() ? cmd.config : cmd.config + " (as the tune.* overrides leave it)",
       base.str("train.early_stopping.monitor"),
       base.str("train.early_stopping.mode") == "max" ? Direction::maximize : Direction::minimize);

@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include "seqforge/core/error.hpp"
 
 namespace seqforge::cuda {
@@ -38,6 +40,10 @@ struct CublasLt::Api {
   decltype(&cublasLtMatrixLayoutCreate) layout_create;
   decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
   decltype(&cublasLtMatmul) matmul;
+  decltype(&cublasLtMatmulPreferenceCreate) preference_create;
+  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
 };
 
 namespace {
@@ -50,12 +56,11 @@ void check(cublasStatus_t status, const char* what) {
 }  // namespace
 
 CublasLt::CublasLt() {
-  for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
-    library_ = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (library_) break;
-  }
+  // The major version the header describes, and no other: its structures may differ.
+  const std::string name = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+  library_ = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!library_)
-    fail("cuda: cannot load cuBLASLt (libcublasLt.so.13): ", dlerror(),
+    fail("cuda: cannot load cuBLASLt (", name, "): ", dlerror(),
          "; install the CUDA toolkit's cuBLAS or add its directory to LD_LIBRARY_PATH");
   api_ = new Api;
   auto resolve = [&](auto* slot, const char* symbol) {
@@ -72,6 +77,13 @@ CublasLt::CublasLt() {
   resolve(&api_->layout_create, "cublasLtMatrixLayoutCreate");
   resolve(&api_->layout_destroy, "cublasLtMatrixLayoutDestroy");
   resolve(&api_->matmul, "cublasLtMatmul");
+  resolve(&api_->preference_create, "cublasLtMatmulPreferenceCreate");
+  resolve(&api_->preference_destroy, "cublasLtMatmulPreferenceDestroy");
+  resolve(&api_->preference_set, "cublasLtMatmulPreferenceSetAttribute");
+  resolve(&api_->heuristic, "cublasLtMatmulAlgoGetHeuristic");
+  if (api_->get_version() / 10000 != CUBLAS_VER_MAJOR)
+    fail("cuda: ", name, " is cuBLASLt ", api_->get_version(), ", not version ", CUBLAS_VER_MAJOR,
+         ".x");
   check(api_->create(&handle_), "create");
   workspace_bytes_ = size_t{32} << 20;
   if (cudaMalloc(&workspace_, workspace_bytes_) != cudaSuccess)
@@ -126,9 +138,61 @@ void CublasLt::gemm(const GemmShape& s, DType dtype, const void* a, const void* 
   const float alpha32 = static_cast<float>(s.alpha), beta32 = static_cast<float>(s.beta);
   const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&s.alpha) : &alpha32;
   const void* beta = dtype == DType::f64 ? static_cast<const void*>(&s.beta) : &beta32;
+  // The algorithm for this shape and these operands' alignments (an operand that starts inside
+  // a row, one direction of a (T, B, 2H) output say, may be only 4 bytes aligned), chosen once.
+  auto alignment = [](const void* p) {
+    const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+    return static_cast<uint32_t>(std::min<uintptr_t>(256, u & (~u + 1)));
+  };
+  const AlgoKey key{s.trans_a,
+                    s.trans_b,
+                    s.m,
+                    s.n,
+                    s.k,
+                    s.lda,
+                    s.ldb,
+                    s.ldc,
+                    static_cast<int>(dtype),
+                    tf32,
+                    bias != nullptr,
+                    s.beta != 0,
+                    alignment(a),
+                    alignment(b),
+                    alignment(c)};
+  auto found = algos_.find(key);
+  if (found == algos_.end()) {
+    cublasLtMatmulPreference_t preference = nullptr;
+    check(api_->preference_create(&preference), "matmul preference");
+    auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, const void* value,
+                      size_t bytes) {
+      check(api_->preference_set(preference, attribute, value, bytes), "matmul preference");
+    };
+    const uint64_t workspace = workspace_bytes_;
+    prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+    const uint32_t align_a = alignment(b), align_b = alignment(a), align_c = alignment(c);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c);
+    cublasLtMatmulHeuristicResult_t best{};
+    int returned = 0;
+    const cublasStatus_t found_status = api_->heuristic(handle_, desc, first, second, result,
+                                                        result, preference, 1, &best, &returned);
+    api_->preference_destroy(preference);
+    if (found_status != CUBLAS_STATUS_SUCCESS || returned == 0) {
+      api_->layout_destroy(result);
+      api_->layout_destroy(second);
+      api_->layout_destroy(first);
+      api_->desc_destroy(desc);
+      fail("cuda: gemm (", s.m, " x ", s.n, " x ", s.k, ", ", dtype_name(dtype),
+           "): cuBLASLt has no algorithm for it (cublasStatus_t ", static_cast<int>(found_status),
+           ")");
+    }
+    found = algos_.emplace(key, best.algo).first;
+  }
   const cublasStatus_t status =
-      api_->matmul(handle_, desc, alpha, b, first, a, second, beta, c, result, c, result, nullptr,
-                   workspace_, workspace_bytes_, stream);
+      api_->matmul(handle_, desc, alpha, b, first, a, second, beta, c, result, c, result,
+                   &found->second, workspace_, workspace_bytes_, stream);
   api_->layout_destroy(result);
   api_->layout_destroy(second);
   api_->layout_destroy(first);

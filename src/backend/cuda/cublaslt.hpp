@@ -5,7 +5,10 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "seqforge/backend/ops.hpp"
 #include "seqforge/core/dtype.hpp"
@@ -39,8 +42,12 @@ class CublasLt {
   std::string version() const;
 
  private:
+  // What the choice of algorithm depends on.
+  using AlgoKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
+                             bool, bool, bool, uint32_t, uint32_t, uint32_t>;
   struct Api;
   Api* api_ = nullptr;
+  std::map<AlgoKey, cublasLtMatmulAlgo_t> algos_;
   void* library_ = nullptr;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

@@ -33,21 +33,25 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend() {
     if (const std::string why = cuda_unavailable_reason(); !why.empty()) fail(why);
-    check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
-    check_cuda(cudaGetDeviceProperties(&props_, device_), "cudaGetDeviceProperties");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check_cuda(cudaMalloc(&scratch_, 4 * sizeof(double)), "cudaMalloc (scratch)");
-    blas_ = std::make_unique<cuda::CublasLt>();
-  }
-  ~CudaBackend() override {
-    for (auto& [ptr, size] : scratch_buffers_) free(ptr);
-    blas_.reset();
-    if (scratch_) cudaFree(scratch_);
-    if (stream_) {
-      cudaStreamSynchronize(stream_);
-      cudaStreamDestroy(stream_);
+    try {
+      check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
+      check_cuda(cudaGetDeviceProperties(&props_, device_), "cudaGetDeviceProperties");
+      check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      check_cuda(cudaMalloc(&scratch_, 4 * sizeof(double)), "cudaMalloc (scratch)");
+      // Freed memory stays in the pool across synchronisations (the default gives it back at
+      // each, and the next allocation pays for it again).
+      cudaMemPool_t pool = nullptr;
+      if (cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess) {
+        uint64_t keep = UINT64_MAX;
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+      }
+      blas_ = std::make_unique<cuda::CublasLt>();
+    } catch (...) {
+      release();
+      throw;
     }
   }
+  ~CudaBackend() override { release(); }
 
   std::string_view name() const override { return "cuda"; }
   std::string description() const override {
@@ -87,8 +91,10 @@ class CudaBackend final : public Backend {
     check_cuda(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
     return p;
   }
+  // Never throws: it runs in destructors, also after a device error, which every later call
+  // returns again (the op that failed has reported it).
   void free(void* p) override {
-    if (p) check_cuda(cudaFreeAsync(p, stream_), "cudaFreeAsync");
+    if (p) cudaFreeAsync(p, stream_);
   }
   void copy(Tensor dst, Tensor src) override {
     SF_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(), dst.shape().str(), " <- ",
@@ -323,6 +329,12 @@ class CudaBackend final : public Backend {
  protected:
   void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
                 const void* bias) override {
+    if (s.m == 0 || s.n == 0) return;
+    if (s.k == 0) {  // no products: cuBLASLt takes no empty operand
+      cuda::gemm_without_k(c, s.ldc, s.m, s.n, s.beta, bias,
+                           dtype == DType::f64 ? DType::f64 : DType::f32, stream_);
+      return check_cuda(cudaGetLastError(), "gemm");
+    }
     // cuBLASLt's bias epilogue is not offered in f64: the bias is added after.
     const bool epilogue = bias && dtype != DType::f64;
     blas_->gemm(s, dtype, a, b, c, epilogue ? bias : nullptr, tf32_ && dtype == DType::f32,
@@ -340,6 +352,17 @@ class CudaBackend final : public Backend {
   void launched(const char* op, Tensor t) {
     check_cuda(cudaGetLastError(), std::string(op) + " on " + t.shape().str() + " " +
                                        std::string(dtype_name(t.dtype())));
+  }
+  void release() {
+    for (auto& [ptr, size] : scratch_buffers_) free(ptr);
+    blas_.reset();
+    if (scratch_) cudaFree(scratch_);
+    if (stream_) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+    scratch_ = nullptr;
+    stream_ = nullptr;
   }
   // Device scratch `slot` of at least `bytes`, kept for later calls (freed in stream order).
   void* scratch(int slot, size_t bytes) {
@@ -377,6 +400,14 @@ std::string cuda_unavailable_reason() {
     return std::string("no CUDA device: ") + cudaGetErrorName(e);
   }
   if (count == 0) return "no CUDA device: none found";
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (major < 8)  // the kernels are built for sm_80 and later
+    return "no usable CUDA device: GPU " + std::to_string(device) + " is sm_" +
+           std::to_string(major) + std::to_string(minor) +
+           "; seqforge's kernels need sm_80 or later";
   return "";
 }
 
@@ -392,8 +423,9 @@ std::string cuda_summary() {
   std::string out = "runtime " + version(runtime) +
                     (driver ? ", driver for CUDA " + version(driver) : ", no driver");
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) return out + "; " + why;
-  int count = 0;
+  int count = 0, current = 0;
   cudaGetDeviceCount(&count);
+  cudaGetDevice(&current);
   for (int d = 0; d < count; ++d) {
     cudaDeviceProp p{};
     size_t free_bytes = 0, total = 0;
@@ -403,7 +435,7 @@ std::string cuda_summary() {
            std::to_string(p.minor) + ", " + std::to_string(p.totalGlobalMem >> 20) + " MiB, " +
            std::to_string(free_bytes >> 20) + " MiB free)";
   }
-  cudaSetDevice(0);
+  cudaSetDevice(current);
   return out;
 }
 

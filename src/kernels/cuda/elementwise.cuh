@@ -50,6 +50,16 @@ __global__ void add_bias_rows_kernel(T* c, int64_t ldc, const T* bias, int64_t r
   SF_GRID_STRIDE(i, rows * cols) c[(i / cols) * ldc + i % cols] += bias[i % cols];
 }
 
+// A GEMM with k = 0: C = beta C (+ bias per column), rows ldc apart; beta 0 overwrites.
+template <typename T>
+__global__ void gemm_without_k_kernel(T* c, int64_t ldc, int64_t rows, int64_t cols, T beta,
+                                      const T* bias) {
+  SF_GRID_STRIDE(i, rows * cols) {
+    T& x = c[(i / cols) * ldc + i % cols];
+    x = (beta == T(0) ? T(0) : beta * x) + (bias ? bias[i % cols] : T(0));
+  }
+}
+
 // Per block a partial sum in double, added to *out.
 template <typename T>
 __global__ void sum_squares_kernel(double* out, const T* x, int64_t n) {

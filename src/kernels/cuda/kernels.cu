@@ -29,13 +29,20 @@ void dispatch_bytes(size_t bytes, Fn&& fn) {
   }
 }
 
-// Kernels whose dynamic shared memory passes the default 48 KB ask for it (up to the device's
-// opt-in limit; past that the launch fails and the backend names the op).
+// A kernel whose shared memory (its static arrays and `bytes` more) passes the default 48 KB
+// asks for it; past what the GPU offers a block, the launch would fail: one line instead.
 template <typename Kernel>
-void allow_shared(Kernel kernel, size_t bytes) {
-  if (bytes > (size_t{48} << 10))
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(bytes));
+void allow_shared(Kernel kernel, size_t bytes, const char* what) {
+  cudaFuncAttributes attributes{};
+  cudaFuncGetAttributes(&attributes, kernel);
+  if (attributes.sharedSizeBytes + bytes <= (size_t{48} << 10)) return;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes)) != cudaSuccess) {
+    cudaGetLastError();
+    fail("cuda: ", what, " needs ", (attributes.sharedSizeBytes + bytes) >> 10,
+         " KB of shared memory per block, more than this GPU offers; use a narrower model.hidden "
+         "or train.device: cpu");
+  }
 }
 
 }  // namespace
@@ -114,6 +121,15 @@ void add_bias_rows(void* c, int64_t ldc, const void* bias, DType dtype, int64_t 
   });
 }
 
+void gemm_without_k(void* c, int64_t ldc, int64_t rows, int64_t cols, double beta, const void* bias,
+                    DType dtype, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    gemm_without_k_kernel<T><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
+        static_cast<T*>(c), ldc, rows, cols, static_cast<T>(beta), static_cast<const T*>(bias));
+  });
+}
+
 void sum_squares(double* out, const void* x, DType dtype, int64_t n, cudaStream_t stream) {
   cudaMemsetAsync(out, 0, sizeof(double), stream);
   if (n == 0) return;
@@ -160,7 +176,7 @@ void cell_forward(CellKind cell, const CellForward& p, DType dtype, cudaStream_t
       return gru_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(p);
     const unsigned rows = static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535);
     const size_t shared = 4 * p.hidden * sizeof(T);
-    allow_shared(lnlstm_forward_kernel<T>, shared);
+    allow_shared(lnlstm_forward_kernel<T>, shared, "the LN-LSTM cell's forward step");
     lnlstm_forward_kernel<T><<<rows, kThreads, shared, stream>>>(p);
   });
 }
@@ -176,7 +192,7 @@ void cell_backward(CellKind cell, const CellBackward& p, void* dbias_rows, DType
       return gru_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(p);
     const unsigned rows = static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535);
     const size_t shared = 5 * p.hidden * sizeof(T);
-    allow_shared(lnlstm_backward_kernel<T>, shared);
+    allow_shared(lnlstm_backward_kernel<T>, shared, "the LN-LSTM cell's backward step");
     lnlstm_backward_kernel<T><<<rows, kThreads, shared, stream>>>(p, static_cast<T*>(dbias_rows));
   });
 }

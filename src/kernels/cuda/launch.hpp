@@ -25,6 +25,9 @@ void sum_rows_acc(void* db, const void* dy, DType dtype, int64_t rows, int64_t c
 // c(rows, cols) += bias(cols) broadcast over rows, rows ldc apart.
 void add_bias_rows(void* c, int64_t ldc, const void* bias, DType dtype, int64_t rows, int64_t cols,
                    cudaStream_t stream);
+// A GEMM with k = 0 on c(rows, cols), rows ldc apart: c = beta c (+ bias(cols)).
+void gemm_without_k(void* c, int64_t ldc, int64_t rows, int64_t cols, double beta, const void* bias,
+                    DType dtype, cudaStream_t stream);
 // *out (one double, device memory) = sum of x^2.
 void sum_squares(double* out, const void* x, DType dtype, int64_t n, cudaStream_t stream);
 // dst(d1, d0, f) = src(d0, d1, f), elements of `element_bytes` (2, 4 or 8).

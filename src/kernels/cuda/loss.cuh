@@ -101,9 +101,10 @@ __global__ void cross_entropy_kernel(const T* logits, const void* targets, const
     __syncthreads();
     const double wy = weights ? double(weights[y]) : 1.0;
     const double coef = wy / total_weight;
+    if (threadIdx.x == 0) atomicAdd(sums, wy * (lse - double(x[y])));
+    __syncthreads();  // x[y] read before any gradient is written (dlogits may be logits)
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
       d[j] = static_cast<T>(coef * (exp(double(x[j]) - lse) - (j == y ? 1.0 : 0.0)));
-    if (threadIdx.x == 0) atomicAdd(sums, wy * (lse - double(x[y])));
   }
 }
 
