@@ -19,6 +19,14 @@ inline unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
+// kernel<<<grid, block, shared, stream>>>(args...) as SF_LAUNCH(grid, block, shared, stream,
+// kernel)(args...), and dynamic shared memory as SF_DYNAMIC_SHARED(name): macros, so that the
+// kernels and their launchers also run in the tests' host emulation (tests/cuda/emulated).
+#ifndef SF_LAUNCH
+#define SF_LAUNCH(grid, block, shared, stream, ...) __VA_ARGS__<<<grid, block, shared, stream>>>
+#define SF_DYNAMIC_SHARED(name) extern __shared__ unsigned char name[]
+#endif
+
 #define SF_GRID_STRIDE(i, n)                                                \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)

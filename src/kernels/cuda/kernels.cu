@@ -59,7 +59,7 @@ void fill(void* p, DType dtype, int64_t n, double value, cudaStream_t stream) {
     } else {
       v = static_cast<T>(value);
     }
-    fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(p), n, v);
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, fill_kernel<T>)(static_cast<T*>(p), n, v);
   });
 }
 
@@ -67,14 +67,14 @@ void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t
              cudaStream_t stream) {
   if (n == 0) return;
   if (src_type == DType::f32 && dst_type == DType::bf16) {
-    f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<bf16*>(dst),
-                                                               static_cast<const float*>(src), n);
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, f32_to_bf16_kernel)
+    (static_cast<bf16*>(dst), static_cast<const float*>(src), n);
     return;
   }
   dispatch_storage(dst_type, [&]<typename D>() {
     dispatch_storage(src_type, [&]<typename S>() {
-      convert_kernel<D, S><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst),
-                                                                   static_cast<const S*>(src), n);
+      SF_LAUNCH(blocks_for(n), kThreads, 0, stream, convert_kernel<D, S>)
+      (static_cast<D*>(dst), static_cast<const S*>(src), n);
     });
   });
 }
@@ -82,24 +82,24 @@ void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t
 void add(void* y, const void* x, DType dtype, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    add_kernel<T>
-        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(x), n);
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, add_kernel<T>)
+    (static_cast<T*>(y), static_cast<const T*>(x), n);
   });
 }
 
 void mul(void* y, const void* a, const void* b, DType dtype, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    mul_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<T*>(y), static_cast<const T*>(a), static_cast<const T*>(b), n);
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, mul_kernel<T>)
+    (static_cast<T*>(y), static_cast<const T*>(a), static_cast<const T*>(b), n);
   });
 }
 
 void scale(void* x, DType dtype, int64_t n, double alpha, cudaStream_t stream) {
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    scale_kernel<T>
-        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(x), n, static_cast<T>(alpha));
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, scale_kernel<T>)
+    (static_cast<T*>(x), n, static_cast<T>(alpha));
   });
 }
 
@@ -107,8 +107,8 @@ void sum_rows_acc(void* db, const void* dy, DType dtype, int64_t rows, int64_t c
                   cudaStream_t stream) {
   if (cols == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    sum_rows_acc_kernel<T><<<blocks_for(cols), kThreads, 0, stream>>>(
-        static_cast<T*>(db), static_cast<const T*>(dy), rows, cols);
+    SF_LAUNCH(blocks_for(cols), kThreads, 0, stream, sum_rows_acc_kernel<T>)
+    (static_cast<T*>(db), static_cast<const T*>(dy), rows, cols);
   });
 }
 
@@ -116,8 +116,8 @@ void add_bias_rows(void* c, int64_t ldc, const void* bias, DType dtype, int64_t 
                    cudaStream_t stream) {
   if (rows * cols == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    add_bias_rows_kernel<T><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
-        static_cast<T*>(c), ldc, static_cast<const T*>(bias), rows, cols);
+    SF_LAUNCH(blocks_for(rows * cols), kThreads, 0, stream, add_bias_rows_kernel<T>)
+    (static_cast<T*>(c), ldc, static_cast<const T*>(bias), rows, cols);
   });
 }
 
@@ -125,8 +125,8 @@ void gemm_without_k(void* c, int64_t ldc, int64_t rows, int64_t cols, double bet
                     DType dtype, cudaStream_t stream) {
   if (rows * cols == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    gemm_without_k_kernel<T><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
-        static_cast<T*>(c), ldc, rows, cols, static_cast<T>(beta), static_cast<const T*>(bias));
+    SF_LAUNCH(blocks_for(rows * cols), kThreads, 0, stream, gemm_without_k_kernel<T>)
+    (static_cast<T*>(c), ldc, rows, cols, static_cast<T>(beta), static_cast<const T*>(bias));
   });
 }
 
@@ -134,7 +134,8 @@ void sum_squares(double* out, const void* x, DType dtype, int64_t n, cudaStream_
   cudaMemsetAsync(out, 0, sizeof(double), stream);
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    sum_squares_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(out, static_cast<const T*>(x), n);
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, sum_squares_kernel<T>)
+    (out, static_cast<const T*>(x), n);
   });
 }
 
@@ -143,8 +144,8 @@ void transpose01(void* dst, const void* src, int64_t d0, int64_t d1, int64_t f,
   const int64_t n = d0 * d1 * f;
   if (n == 0) return;
   dispatch_bytes(element_bytes, [&]<typename E>() {
-    transpose01_kernel<E><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<E*>(dst), static_cast<const E*>(src), d0, d1, f);
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, transpose01_kernel<E>)
+    (static_cast<E*>(dst), static_cast<const E*>(src), d0, d1, f);
   });
 }
 
@@ -152,8 +153,8 @@ void copy_transposed(void* dst, int64_t ld_dst, const void* src, int64_t ld_src,
                      int64_t cols, size_t element_bytes, cudaStream_t stream) {
   if (rows * cols == 0) return;
   dispatch_bytes(element_bytes, [&]<typename E>() {
-    copy_transposed_kernel<E><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
-        static_cast<E*>(dst), ld_dst, static_cast<const E*>(src), ld_src, rows, cols);
+    SF_LAUNCH(blocks_for(rows * cols), kThreads, 0, stream, copy_transposed_kernel<E>)
+    (static_cast<E*>(dst), ld_dst, static_cast<const E*>(src), ld_src, rows, cols);
   });
 }
 
@@ -161,8 +162,8 @@ void dropout_mask(void* mask, DType dtype, int64_t n, uint64_t below, double kee
                   cudaStream_t stream) {
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    dropout_mask_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(mask), n, below,
-                                                                   static_cast<T>(keep), seed);
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, dropout_mask_kernel<T>)
+    (static_cast<T*>(mask), n, below, static_cast<T>(keep), seed);
   });
 }
 
@@ -171,13 +172,13 @@ void cell_forward(CellKind cell, const CellForward& p, DType dtype, cudaStream_t
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     if (cell == CellKind::lstm)
-      return lstm_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(p);
+      return SF_LAUNCH(blocks_for(n), kThreads, 0, stream, lstm_forward_kernel<T>)(p);
     if (cell == CellKind::gru)
-      return gru_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(p);
+      return SF_LAUNCH(blocks_for(n), kThreads, 0, stream, gru_forward_kernel<T>)(p);
     const unsigned rows = static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535);
     const size_t shared = 4 * p.hidden * sizeof(T);
     allow_shared(lnlstm_forward_kernel<T>, shared, "the LN-LSTM cell's forward step");
-    lnlstm_forward_kernel<T><<<rows, kThreads, shared, stream>>>(p);
+    SF_LAUNCH(rows, kThreads, shared, stream, lnlstm_forward_kernel<T>)(p);
   });
 }
 
@@ -187,13 +188,14 @@ void cell_backward(CellKind cell, const CellBackward& p, void* dbias_rows, DType
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     if (cell == CellKind::lstm)
-      return lstm_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(p);
+      return SF_LAUNCH(blocks_for(n), kThreads, 0, stream, lstm_backward_kernel<T>)(p);
     if (cell == CellKind::gru)
-      return gru_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(p);
+      return SF_LAUNCH(blocks_for(n), kThreads, 0, stream, gru_backward_kernel<T>)(p);
     const unsigned rows = static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535);
     const size_t shared = 5 * p.hidden * sizeof(T);
     allow_shared(lnlstm_backward_kernel<T>, shared, "the LN-LSTM cell's backward step");
-    lnlstm_backward_kernel<T><<<rows, kThreads, shared, stream>>>(p, static_cast<T*>(dbias_rows));
+    SF_LAUNCH(rows, kThreads, shared, stream, lnlstm_backward_kernel<T>)
+    (p, static_cast<T*>(dbias_rows));
   });
 }
 
@@ -214,9 +216,9 @@ void embedding_forward(void* out, const void* table, const void* ids, DType id_t
   if (n * e == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     dispatch_ids(id_type, [&]<typename I>() {
-      embedding_forward_kernel<T, I><<<blocks_for(n * e), kThreads, 0, stream>>>(
-          static_cast<T*>(out), static_cast<const T*>(table), static_cast<const I*>(ids), n, e,
-          vocab, reinterpret_cast<unsigned long long*>(bad));
+      SF_LAUNCH(blocks_for(n * e), kThreads, 0, stream, embedding_forward_kernel<T, I>)
+      (static_cast<T*>(out), static_cast<const T*>(table), static_cast<const I*>(ids), n, e, vocab,
+       reinterpret_cast<unsigned long long*>(bad));
     });
   });
 }
@@ -226,9 +228,9 @@ void embedding_backward(void* dtable, const void* dout, const void* ids, DType i
   if (n * e == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     dispatch_ids(id_type, [&]<typename I>() {
-      embedding_backward_kernel<T, I><<<blocks_for(n * e), kThreads, 0, stream>>>(
-          static_cast<T*>(dtable), static_cast<const T*>(dout), static_cast<const I*>(ids), n, e,
-          vocab);
+      SF_LAUNCH(blocks_for(n * e), kThreads, 0, stream, embedding_backward_kernel<T, I>)
+      (static_cast<T*>(dtable), static_cast<const T*>(dout), static_cast<const I*>(ids), n, e,
+       vocab);
     });
   });
 }
@@ -237,9 +239,9 @@ void scale_columns(void* y, const void* x, const void* s, const void* b, DType d
                    int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    scale_columns_kernel<T><<<blocks_for(rows * cols), kThreads, 0, stream>>>(
-        static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(s),
-        static_cast<const T*>(b), rows, cols);
+    SF_LAUNCH(blocks_for(rows * cols), kThreads, 0, stream, scale_columns_kernel<T>)
+    (static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(s),
+     static_cast<const T*>(b), rows, cols);
   });
 }
 
@@ -247,9 +249,9 @@ void dora_norm(void* scale, void* inv_norm, const void* v, const void* m, DType 
                int64_t cols, cudaStream_t stream) {
   if (rows == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    dora_norm_kernel<T><<<blocks_for(rows), kThreads, 0, stream>>>(
-        static_cast<T*>(scale), static_cast<T*>(inv_norm), static_cast<const T*>(v),
-        static_cast<const T*>(m), rows, cols);
+    SF_LAUNCH(blocks_for(rows), kThreads, 0, stream, dora_norm_kernel<T>)
+    (static_cast<T*>(scale), static_cast<T*>(inv_norm), static_cast<const T*>(v),
+     static_cast<const T*>(m), rows, cols);
   });
 }
 
@@ -258,10 +260,10 @@ void dora_backward(void* dpre, void* dm, const void* dy, const void* pre, const 
                    cudaStream_t stream) {
   if (cols == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    dora_backward_kernel<T><<<blocks_for(cols), kThreads, 0, stream>>>(
-        static_cast<T*>(dpre), static_cast<T*>(dm), static_cast<const T*>(dy),
-        static_cast<const T*>(pre), static_cast<const T*>(scale), static_cast<const T*>(inv_norm),
-        rows, cols);
+    SF_LAUNCH(blocks_for(cols), kThreads, 0, stream, dora_backward_kernel<T>)
+    (static_cast<T*>(dpre), static_cast<T*>(dm), static_cast<const T*>(dy),
+     static_cast<const T*>(pre), static_cast<const T*>(scale), static_cast<const T*>(inv_norm),
+     rows, cols);
   });
 }
 
@@ -270,11 +272,11 @@ void mse_loss(const void* pred, const void* target, const void* mask, void* dpre
   cudaMemsetAsync(sums, 0, 2 * sizeof(double), stream);
   dispatch_float(dtype, [&]<typename T>() {
     const T* m = static_cast<const T*>(mask);
-    count_selected_kernel<T><<<blocks_for(rows), kThreads, 0, stream>>>(m, rows, sums);
+    SF_LAUNCH(blocks_for(rows), kThreads, 0, stream, count_selected_kernel<T>)(m, rows, sums);
     if (rows * f == 0) return;
-    mse_kernel<T><<<blocks_for(rows * f), kThreads, 0, stream>>>(
-        static_cast<const T*>(pred), static_cast<const T*>(target), m, static_cast<T*>(dpred), rows,
-        f, sums);
+    SF_LAUNCH(blocks_for(rows * f), kThreads, 0, stream, mse_kernel<T>)
+    (static_cast<const T*>(pred), static_cast<const T*>(target), m, static_cast<T*>(dpred), rows, f,
+     sums);
   });
 }
 
@@ -289,12 +291,12 @@ void cross_entropy_loss(const void* logits, const void* targets, DType target_ty
   dispatch_float(dtype, [&]<typename T>() {
     auto run = [&]<typename I>() {
       const T* w = static_cast<const T*>(weights);
-      class_weight_kernel<T, I><<<blocks_for(rows), kThreads, 0, stream>>>(
-          targets, w, ignore_index, rows, classes, sums, bad);
+      SF_LAUNCH(blocks_for(rows), kThreads, 0, stream, class_weight_kernel<T, I>)
+      (targets, w, ignore_index, rows, classes, sums, bad);
       const unsigned grid = static_cast<unsigned>(rows < 65535 ? rows : 65535);
-      cross_entropy_kernel<T, I>
-          <<<grid, kThreads, 0, stream>>>(static_cast<const T*>(logits), targets, w, ignore_index,
-                                          static_cast<T*>(dlogits), rows, classes, sums);
+      SF_LAUNCH(grid, kThreads, 0, stream, cross_entropy_kernel<T, I>)
+      (static_cast<const T*>(logits), targets, w, ignore_index, static_cast<T*>(dlogits), rows,
+       classes, sums);
     };
     if (target_type == DType::i32) return run.template operator()<int32_t>();
     if (target_type == DType::i64) return run.template operator()<int64_t>();
@@ -313,9 +315,8 @@ void adam_step(void* params, void* grads, void* m, void* v, DType dtype, int64_t
                            T(1.0 - a.beta1), T(1.0 - a.beta2),
                            T(a.grad_scale),  T(std::sqrt(1.0 - std::pow(a.beta2, double(a.step)))),
                            a.decoupled,      a.zero_grads};
-    adam_kernel<T>
-        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(params), static_cast<T*>(grads),
-                                                 static_cast<T*>(m), static_cast<T*>(v), n, s);
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, adam_kernel<T>)
+    (static_cast<T*>(params), static_cast<T*>(grads), static_cast<T*>(m), static_cast<T*>(v), n, s);
   });
 }
 
@@ -326,8 +327,8 @@ void sgd_step(void* params, const void* grads, void* momentum, DType dtype, int6
     const SgdScalars<T> s{T(a.momentum),     T(1.0 - a.dampening), T(a.weight_decay),
                           T(a.lr),           T(a.grad_scale),      a.weight_decay != 0.0,
                           a.momentum != 0.0, a.first_step,         a.nesterov};
-    sgd_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<T*>(params), static_cast<const T*>(grads), static_cast<T*>(momentum), n, s);
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, sgd_kernel<T>)
+    (static_cast<T*>(params), static_cast<const T*>(grads), static_cast<T*>(momentum), n, s);
   });
 }
 

@@ -55,7 +55,7 @@ __device__ inline void block_layer_norm_backward(Dy dy_at, const T* y, T rstd, T
 // Shared: the row's activations (4H).
 template <typename T>
 __global__ void lnlstm_forward_kernel(CellForward p) {
-  extern __shared__ unsigned char shared_bytes[];
+  SF_DYNAMIC_SHARED(shared_bytes);
   T* act = reinterpret_cast<T*>(shared_bytes);
   const int64_t H = p.hidden, N = 4 * H, W = 10 * H + 3;
   const T* g_ih = static_cast<const T*>(p.params);
@@ -99,7 +99,7 @@ __global__ void lnlstm_forward_kernel(CellForward p) {
 // Shared: dpre (4H), dt (H).
 template <typename T>
 __global__ void lnlstm_backward_kernel(CellBackward p, T* dbias_rows) {
-  extern __shared__ unsigned char shared_bytes[];
+  SF_DYNAMIC_SHARED(shared_bytes);
   T* dpre = reinterpret_cast<T*>(shared_bytes);
   T* dt = dpre + 4 * p.hidden;
   const int64_t H = p.hidden, N = 4 * H, W = 10 * H + 3;

@@ -1,0 +1,111 @@
+#pragma once
+// A host emulation of the CUDA runtime, for the tests alone: enough of it that seqforge's CUDA
+// kernels and their launchers (src/kernels/cuda) compile as C++ and run on the CPU, each block's
+// threads as std::threads with a barrier for __syncthreads, so that a session without a GPU
+// checks their indexing, barriers and math against the reference kernels. Device memory is host
+// memory; streams are ignored (every launch completes before it returns).
+#include <math.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static  // one block runs at a time: a static array is the block's
+
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+enum cudaError_t { cudaSuccess = 0 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+struct cudaFuncAttributes {
+  size_t sharedSizeBytes = 0;
+};
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+struct double2 {
+  double x, y;
+};
+inline double2 make_double2(double x, double y) { return {x, y}; }
+
+namespace sf_emu {
+inline thread_local dim3 thread_index, block_index;
+inline dim3 block_dim, grid_dim;
+inline std::barrier<>* block_barrier = nullptr;
+inline std::vector<unsigned char> dynamic_shared;
+inline int launches = 0;
+
+// kernel<<<grid, block, shared>>>(args...): every block in turn, its threads at once. Grids and
+// blocks are cut to at most 3 blocks of 8 threads: the kernels stride over any geometry (a
+// result that depended on it would be a defect this catches), and it keeps the threads few.
+template <typename Kernel>
+struct Launch {
+  Kernel* kernel;
+  unsigned grid, block;
+  size_t shared;
+  template <typename... Args>
+  void operator()(Args... args) const {
+    ++launches;
+    grid_dim = {std::min(grid, 3u)};
+    block_dim = {std::min(block, 8u)};
+    dynamic_shared.assign(shared, 0xcd);  // never zeros: an unwritten read shows
+    for (unsigned b = 0; b < grid_dim.x; ++b) {
+      std::barrier<> barrier(block_dim.x);
+      block_barrier = &barrier;
+      std::vector<std::thread> threads;
+      for (unsigned t = 0; t < block_dim.x; ++t)
+        threads.emplace_back([&, t, b] {
+          thread_index = {t};
+          block_index = {b};
+          kernel(args...);
+          barrier.arrive_and_drop();
+        });
+      for (auto& thread : threads) thread.join();
+    }
+  }
+};
+}  // namespace sf_emu
+
+#define threadIdx ::sf_emu::thread_index
+#define blockIdx ::sf_emu::block_index
+#define blockDim ::sf_emu::block_dim
+#define gridDim ::sf_emu::grid_dim
+#define SF_LAUNCH(grid, block, shared, stream, ...) \
+  ::sf_emu::Launch<decltype(__VA_ARGS__)> { __VA_ARGS__, grid, block, shared }
+#define SF_DYNAMIC_SHARED(name) unsigned char* name = ::sf_emu::dynamic_shared.data()
+
+inline void __syncthreads() { sf_emu::block_barrier->arrive_and_wait(); }
+inline uint32_t __float_as_uint(float f) { return std::bit_cast<uint32_t>(f); }
+inline float __uint_as_float(uint32_t u) { return std::bit_cast<float>(u); }
+inline double atomicAdd(double* p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
+inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
+  std::atomic_ref<unsigned long long> a(*p);
+  unsigned long long seen = a.load();
+  while (v < seen && !a.compare_exchange_weak(seen, v)) {
+  }
+  return seen;
+}
+
+inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t = nullptr) {
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+template <typename Kernel>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, Kernel) {
+  *a = {};
+  return cudaSuccess;
+}
+template <typename Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}

@@ -1,0 +1,373 @@
+// seqforge's CUDA kernels and their launchers (src/kernels/cuda), compiled for the host emulation
+// beside this file and run on the CPU against the reference: every cell forward and backward with
+// each optional input, bf16 copies and strided rows; the elementwise, layout, dropout, loss,
+// optimizer, embedding and adapter ops. What it cannot see is the GPU itself (memory spaces,
+// real concurrency within a warp, launch limits): the device check runs the same ops there.
+#include "kernels/cuda/kernels.cu"  // the launchers, over the emulated runtime
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/cells.hpp"
+#include "kernels/reference.hpp"
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/core/rng.hpp"
+
+namespace seqforge {
+namespace {
+
+// Named buffers of T (and bf16), filled at random, for one run of a step.
+template <typename T>
+struct Buffers {
+  std::map<std::string, std::vector<T>> t;
+  std::map<std::string, std::vector<bf16>> low;
+  T* operator()(const std::string& name, size_t n, Rng* rng = nullptr, double lo = -1,
+                double hi = 1) {
+    auto& v = t[name];
+    if (v.empty()) {
+      v.resize(n);
+      for (T& x : v) x = rng ? T(rng->uniform(lo, hi)) : T(0.37);
+    }
+    return v.data();
+  }
+  bf16* bf(const std::string& name, size_t n) {
+    auto& v = low[name];
+    if (v.empty()) v.assign(n, to_bf16(0.37f));
+    return v.data();
+  }
+};
+
+// Relative error of got against want over all named buffers; bf16 copies in bf16's units.
+template <typename T>
+void expect_close(const Buffers<T>& got, const Buffers<T>& want, double tolerance,
+                  const std::string& what) {
+  for (const auto& [name, w] : want.t) {
+    const auto& g = got.t.at(name);
+    double scale = 0;
+    for (T x : w) scale = std::max(scale, std::fabs(double(x)));
+    for (size_t i = 0; i < w.size(); ++i)
+      ASSERT_LE(std::fabs(double(g[i]) - double(w[i])), tolerance * std::max(scale, 1.0))
+          << what << ": " << name << "[" << i << "] " << g[i] << " vs " << w[i];
+  }
+  for (const auto& [name, w] : want.low) {
+    const auto& g = got.low.at(name);
+    for (size_t i = 0; i < w.size(); ++i)
+      ASSERT_NEAR(from_bf16(g[i]), from_bf16(w[i]),
+                  1e-2 * std::max(1.0f, std::fabs(from_bf16(w[i]))))
+          << what << ": " << name << "[" << i << "]";
+  }
+}
+
+struct CellCase {
+  CellKind cell;
+  bool narrow_input, bf16_copies, rec_dh, out_dh;
+};
+
+// One forward and backward step of a cell with the emulated kernels and the reference, from the
+// same inputs, every output compared (the bias gradient as the CUDA backend forms it: the column
+// sums of dgates and dgates_rec, or of the LN-LSTM's per-row terms).
+template <typename T>
+void check_cell(const CellCase& c, double tolerance) {
+  const CellType& type = cell_type(c.cell);
+  const int64_t B = 5, H = 7, G = type.gates, GH = G * H, I = 3;
+  const int64_t ldh = H + 2, ld_prev = H + 3, ld_dh = H + 1;
+  const bool narrow = c.narrow_input && c.cell != CellKind::lnlstm;
+  const std::string what = std::string(type.name) + (narrow ? " narrow" : "") +
+                           (c.bf16_copies ? " bf16" : "") + (sizeof(T) == 8 ? " f64" : " f32");
+  Buffers<T> ref, emu;
+  for (Buffers<T>* b : {&ref, &emu}) {
+    Rng rng(7);
+    CellForward f;
+    f.batch = B, f.hidden = H;
+    f.gates = (*b)("gates", B * GH, &rng, -2, 2);
+    if (narrow) {
+      f.x = (*b)("x", B * I + 2, &rng), f.input = I, f.ldx = I;
+      f.w_ih_t = (*b)("w_ih_t", I * GH, &rng), f.bias = (*b)("bias", GH, &rng);
+    }
+    if (c.cell == CellKind::lnlstm) {
+      f.bias = (*b)("bias", GH, &rng);
+      f.params = (*b)("params", cell_param_columns(type, H), &rng, 0.5, 1.5);
+    }
+    f.gates_rec = (*b)("gates_rec", B * GH, &rng, -2, 2);
+    if (c.cell == CellKind::gru) {
+      f.bias_rec = (*b)("bias_rec", H, &rng);
+      f.h_prev = (*b)("h_prev", B * ld_prev, &rng), f.ld_h_prev = ld_prev;
+    }
+    if (type.cell_state) {
+      f.c_prev = (*b)("c_prev", B * H, &rng);
+      f.c = (*b)("c", B * H);
+    }
+    f.saved = (*b)("saved", B * saved_columns(type, H));
+    f.h = (*b)("h", B * ldh), f.ldh = ldh;
+    if (c.bf16_copies) {
+      f.gates_bf16 = b->bf("gates_bf16", B * GH);
+      f.h_bf16 = b->bf("h_bf16", B * ldh);
+    }
+    if (b == &ref)
+      (sizeof(T) == 4 ? cell_kernels(c.cell).forward_f32 : cell_kernels(c.cell).forward_f64)(f, 0,
+                                                                                             B);
+    else
+      cuda::cell_forward(c.cell, f, sizeof(T) == 4 ? DType::f32 : DType::f64, nullptr);
+
+    CellBackward k;
+    k.batch = B, k.hidden = H;
+    if (c.bf16_copies)
+      k.gates_bf16 = b->bf("gates_bf16", 0);
+    else
+      k.gates = b->t["gates"].data();
+    k.c_prev = f.c_prev, k.saved = f.saved, k.params = f.params;
+    k.h_prev = f.h_prev, k.ld_h_prev = f.ld_h_prev;
+    if (c.out_dh) k.dh_out = (*b)("dh_out", B * ld_dh, &rng), k.ld_dh_out = ld_dh;
+    if (c.rec_dh) k.dh_rec = (*b)("dh_rec", B * H, &rng);
+    if (type.cell_state) k.dc = (*b)("dc", B * H, &rng);
+    k.dgates = (*b)("dgates", B * GH);
+    if (c.bf16_copies) k.dgates_bf16 = b->bf("dgates_bf16", B * GH);
+    if (type.recurrent_grads) {
+      k.dgates_rec = (*b)("dgates_rec", B * GH);
+      if (c.bf16_copies) k.dgates_rec_bf16 = b->bf("dgates_rec_bf16", B * GH);
+    }
+    if (type.direct_state_grad) k.dh_direct = (*b)("dh_direct", B * H);
+    const int64_t bias_columns = bias_grad_columns(type, H);
+    k.dbias = (*b)("dbias", bias_columns, &rng);
+    const DType dt = sizeof(T) == 4 ? DType::f32 : DType::f64;
+    if (b == &ref) {
+      (sizeof(T) == 4 ? cell_kernels(c.cell).backward_f32 : cell_kernels(c.cell).backward_f64)(k, 0,
+                                                                                               B);
+    } else if (c.cell == CellKind::lnlstm) {
+      T* rows = (*b)("dbias_rows", B * bias_columns);
+      cuda::cell_backward(c.cell, k, rows, dt, nullptr);
+      cuda::sum_rows_acc(k.dbias, rows, dt, B, bias_columns, nullptr);
+      b->t.erase("dbias_rows");
+    } else {
+      cuda::cell_backward(c.cell, k, nullptr, dt, nullptr);
+      cuda::sum_rows_acc(k.dbias, k.dgates, dt, B, GH, nullptr);
+      if (type.recurrent_grads)
+        cuda::sum_rows_acc(static_cast<T*>(k.dbias) + GH, k.dgates_rec, dt, B, GH, nullptr);
+    }
+  }
+  if (c.bf16_copies) {  // the activations went to gates_bf16: gates was the kernels' scratch
+    ref.t.erase("gates");
+    emu.t.erase("gates");
+  }
+  expect_close(emu, ref, tolerance, what);
+}
+
+TEST(CudaKernelsEmulated, CellsMatchTheReference) {
+  for (CellKind cell : {CellKind::lstm, CellKind::gru, CellKind::lnlstm})
+    for (bool narrow : {false, true})
+      for (bool low : {false, true})
+        for (auto [rec, out] : {std::pair{true, true}, {false, true}, {true, false}}) {
+          const CellCase c{cell, narrow, low, rec, out};
+          check_cell<float>(c, 2e-6);
+          check_cell<double>(c, 1e-13);
+        }
+}
+
+std::vector<float> random(Rng& rng, size_t n, double lo = -1, double hi = 1) {
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(rng.uniform(lo, hi));
+  return v;
+}
+
+Tensor view(std::vector<float>& v, Shape shape) { return Tensor(v.data(), DType::f32, shape); }
+
+void expect_near(const std::vector<float>& got, const std::vector<float>& want, double tolerance,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tolerance * std::max(1.0f, std::fabs(want[i])))
+        << what << " [" << i << "]";
+}
+
+// The elementwise, layout and dropout launchers against the reference backend (whose memory is
+// the host's, as the emulation's is).
+TEST(CudaKernelsEmulated, ElementwiseLayoutAndDropoutMatchTheReference) {
+  auto ref = make_reference_backend();
+  Rng rng(3);
+  const int64_t R = 37, C = 11;
+  auto a = random(rng, R * C), b = random(rng, R * C);
+  {
+    auto want = a, got = a;
+    ref->add(view(want, {R * C}), view(b, {R * C}));
+    cuda::add(got.data(), b.data(), DType::f32, R * C, nullptr);
+    expect_near(got, want, 0, "add");
+    ref->mul(view(want, {R * C}), view(a, {R * C}), view(b, {R * C}));
+    cuda::mul(got.data(), a.data(), b.data(), DType::f32, R * C, nullptr);
+    expect_near(got, want, 0, "mul");
+    ref->scale(view(want, {R * C}), -0.3);
+    cuda::scale(got.data(), DType::f32, R * C, -0.3, nullptr);
+    expect_near(got, want, 0, "scale");
+  }
+  {
+    auto want = random(rng, C), got = want;
+    ref->sum_rows_acc(view(want, {C}), view(a, {R, C}));
+    cuda::sum_rows_acc(got.data(), a.data(), DType::f32, R, C, nullptr);
+    expect_near(got, want, 1e-6, "sum_rows_acc");
+    double sum = 0;
+    cuda::sum_squares(&sum, a.data(), DType::f32, R * C, nullptr);
+    EXPECT_NEAR(sum, ref->sum_squares(view(a, {R * C})), 1e-9 * sum);
+  }
+  {
+    std::vector<float> want(R * C), got(R * C);
+    ref->transpose01(view(want, {C, R, 1}), view(a, {R, C, 1}));
+    cuda::transpose01(got.data(), a.data(), R, C, 1, 4, nullptr);
+    expect_near(got, want, 0, "transpose01");
+    std::vector<float> t_want(C * (R + 2), 9), t_got = t_want;
+    ref->copy_transposed(t_want.data(), R + 2, a.data(), C, R, C, DType::f32);
+    cuda::copy_transposed(t_got.data(), R + 2, a.data(), C, R, C, 4, nullptr);
+    expect_near(t_got, t_want, 0, "copy_transposed");
+  }
+  for (double p : {0.0, 0.1, 0.5}) {
+    std::vector<float> want(1001), got(1001);
+    ref->dropout_mask(view(want, {1001}), p, 42);
+    cuda::dropout_mask(got.data(), DType::f32, 1001, ref::uniform_below(p), 1.0 / (1.0 - p), 42,
+                       nullptr);
+    expect_near(got, want, 0, "dropout_mask p " + std::to_string(p));
+  }
+  // Conversions round as the host's convert, bit for bit (NaN and infinity included).
+  auto special = random(rng, 64, -70000, 70000);
+  special[0] = NAN, special[1] = INFINITY, special[2] = 1e-42f, special[3] = -0.0f;
+  for (DType to : {DType::bf16, DType::f16, DType::f64}) {
+    std::vector<unsigned char> want(64 * 8), got(64 * 8);
+    seqforge::convert(special.data(), DType::f32, want.data(), to, 64);
+    cuda::convert(got.data(), to, special.data(), DType::f32, 64, nullptr);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), 64 * dtype_size(to)), 0) << dtype_name(to);
+    std::vector<float> back_want(64), back_got(64);
+    seqforge::convert(want.data(), to, back_want.data(), DType::f32, 64);
+    cuda::convert(back_got.data(), DType::f32, want.data(), to, 64, nullptr);
+    EXPECT_EQ(std::memcmp(back_got.data(), back_want.data(), 64 * 4), 0) << dtype_name(to);
+  }
+  std::vector<bf16> filled(9);
+  cuda::fill(filled.data(), DType::bf16, 9, 1.7, nullptr);
+  EXPECT_EQ(filled[8].bits, to_bf16(1.7f).bits);
+}
+
+// Losses, optimizers, embedding and the adapters' ops against the reference backend.
+TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference) {
+  auto ref = make_reference_backend();
+  Rng rng(5);
+  const int64_t N = 29, F = 3, K = 6;
+  double sums[3];
+  {  // MSE, with and without a row mask
+    auto pred = random(rng, N * F), target = random(rng, N * F);
+    std::vector<float> mask(N);
+    for (int64_t r = 0; r < N; ++r) mask[r] = r % 3 ? 1.0f : 0.0f;
+    for (bool masked : {false, true}) {
+      std::vector<float> want(N * F), got(N * F);
+      const Tensor m = masked ? view(mask, {N}) : Tensor();
+      const double loss =
+          ref->mse_loss(view(pred, {N, F}), view(target, {N, F}), m, view(want, {N, F}));
+      cuda::mse_loss(pred.data(), target.data(), masked ? mask.data() : nullptr, got.data(),
+                     DType::f32, N, F, sums, nullptr);
+      EXPECT_NEAR(sums[0] / (sums[1] * F), loss, 1e-6 * loss);
+      expect_near(got, want, 1e-6, "mse dpred");
+    }
+  }
+  {  // cross-entropy: class weights, an ignored row, i64 targets; and a target out of range
+    auto logits = random(rng, N * K, -3, 3), weights = random(rng, K, 0.5, 2);
+    std::vector<int64_t> targets(N);
+    for (int64_t r = 0; r < N; ++r) targets[r] = r == 4 ? -100 : int64_t(rng.next() % K);
+    std::vector<float> want(N * K), got(N * K);
+    const double loss =
+        ref->cross_entropy_loss(view(logits, {N, K}), Tensor(targets.data(), DType::i64, {N}),
+                                view(weights, {K}), -100, view(want, {N, K}));
+    uint64_t bad = 0;
+    cuda::cross_entropy_loss(logits.data(), targets.data(), DType::i64, weights.data(), -100,
+                             got.data(), DType::f32, N, K, sums, &bad, nullptr);
+    EXPECT_EQ(bad, UINT64_MAX);
+    EXPECT_NEAR(sums[0] / sums[1], loss, 1e-6 * loss);
+    expect_near(got, want, 1e-6, "cross-entropy dlogits");
+    targets[7] = K;
+    targets[9] = -3;
+    cuda::cross_entropy_loss(logits.data(), targets.data(), DType::i64, nullptr, -100, got.data(),
+                             DType::f32, N, K, sums, &bad, nullptr);
+    EXPECT_EQ(bad, 7u);
+  }
+  {  // Adam (AdamW and L2), SGD (momentum, Nesterov, first step)
+    auto p0 = random(rng, 50), g0 = random(rng, 50), m0 = random(rng, 50),
+         v0 = random(rng, 50, 0, 1);
+    for (bool decoupled : {true, false}) {
+      AdamParams a{.lr = 0.01,
+                   .weight_decay = 0.1,
+                   .decoupled = decoupled,
+                   .step = 3,
+                   .grad_scale = 0.5,
+                   .zero_grads = true};
+      auto p = p0, g = g0, m = m0, v = v0, p2 = p0, g2 = g0, m2 = m0, v2 = v0;
+      ref->adam_step(view(p, {50}), view(g, {50}), view(m, {50}), view(v, {50}), a);
+      cuda::adam_step(p2.data(), g2.data(), m2.data(), v2.data(), DType::f32, 50, a, nullptr);
+      expect_near(p2, p, 1e-7, "adam params"), expect_near(m2, m, 1e-7, "adam m");
+      expect_near(v2, v, 1e-7, "adam v"), expect_near(g2, g, 0, "adam zeroed grads");
+    }
+    for (bool nesterov : {false, true})
+      for (bool first : {true, false}) {
+        SgdParams s{.lr = 0.1,
+                    .momentum = 0.9,
+                    .dampening = nesterov ? 0.0 : 0.2,
+                    .weight_decay = 0.01,
+                    .nesterov = nesterov,
+                    .first_step = first};
+        auto p = p0, buf = m0, p2 = p0, buf2 = m0;
+        ref->sgd_step(view(p, {50}), view(g0, {50}), view(buf, {50}), s);
+        cuda::sgd_step(p2.data(), g0.data(), buf2.data(), DType::f32, 50, s, nullptr);
+        expect_near(p2, p, 1e-7, "sgd params"), expect_near(buf2, buf, 1e-7, "sgd momentum");
+      }
+  }
+  {  // embedding forward and backward, i32 ids with repeats; an id out of range
+    const int64_t V = 9, E = 5, n = 17;
+    auto table = random(rng, V * E), dout = random(rng, n * E);
+    std::vector<int32_t> ids(n);
+    for (auto& id : ids) id = int32_t(rng.next() % V);
+    std::vector<float> want(n * E), got(n * E), dwant(V * E), dgot(V * E);
+    const Tensor id_t(ids.data(), DType::i32, {n});
+    ref->embedding_forward(view(want, {n, E}), view(table, {V, E}), id_t);
+    uint64_t bad = 0;
+    cuda::embedding_forward(got.data(), table.data(), ids.data(), DType::i32, DType::f32, n, E, V,
+                            &bad, nullptr);
+    EXPECT_EQ(bad, UINT64_MAX);
+    expect_near(got, want, 0, "embedding forward");
+    ref->embedding_backward(view(dwant, {V, E}), view(dout, {n, E}), id_t);
+    cuda::embedding_backward(dgot.data(), dout.data(), ids.data(), DType::i32, DType::f32, n, E, V,
+                             nullptr);
+    expect_near(dgot, dwant, 1e-6, "embedding backward");
+    ids[3] = int32_t(V);
+    cuda::embedding_forward(got.data(), table.data(), ids.data(), DType::i32, DType::f32, n, E, V,
+                            &bad, nullptr);
+    EXPECT_EQ(bad, 3u);
+  }
+  {  // adapters: column scaling, DoRA's norm and backward
+    const int64_t R = 13, C = 7;
+    auto x = random(rng, R * C), s = random(rng, C), bias = random(rng, C), m = random(rng, R);
+    std::vector<float> want(R * C), got(R * C);
+    ref->scale_columns(view(want, {R, C}), view(x, {R, C}), view(s, {C}), view(bias, {C}));
+    cuda::scale_columns(got.data(), x.data(), s.data(), bias.data(), DType::f32, R, C, nullptr);
+    expect_near(got, want, 0, "scale_columns");
+    std::vector<float> sw(R), iw(R), sg(R), ig(R);
+    ref->dora_norm(view(sw, {R}), view(iw, {R}), view(x, {R, C}), view(m, {R}));
+    cuda::dora_norm(sg.data(), ig.data(), x.data(), m.data(), DType::f32, R, C, nullptr);
+    expect_near(sg, sw, 1e-6, "dora scale"), expect_near(ig, iw, 1e-6, "dora inv_norm");
+    auto dy = random(rng, R * C), pre = random(rng, R * C), inv = random(rng, C, 0.5, 2);
+    auto dm_want = random(rng, C), dm_got = dm_want;
+    std::vector<float> dpre_want(R * C), dpre_got(R * C);
+    ref->dora_backward(view(dpre_want, {R, C}), view(dm_want, {C}), view(dy, {R, C}),
+                       view(pre, {R, C}), view(s, {C}), view(inv, {C}));
+    cuda::dora_backward(dpre_got.data(), dm_got.data(), dy.data(), pre.data(), s.data(), inv.data(),
+                        DType::f32, R, C, nullptr);
+    expect_near(dpre_got, dpre_want, 0, "dora dpre"), expect_near(dm_got, dm_want, 1e-6, "dora dm");
+  }
+  {  // a GEMM without products: C = beta C + bias
+    auto c = random(rng, 4 * 6), bias = random(rng, 5);
+    auto want = c;
+    for (int r = 0; r < 4; ++r)
+      for (int j = 0; j < 5; ++j) want[r * 6 + j] = 0.5f * want[r * 6 + j] + bias[j];
+    cuda::gemm_without_k(c.data(), 6, 4, 5, 0.5, bias.data(), DType::f32, nullptr);
+    expect_near(c, want, 1e-7, "gemm with k = 0");
+  }
+}
+
+}  // namespace
+}  // namespace seqforge
