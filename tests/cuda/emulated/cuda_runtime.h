@@ -11,6 +11,7 @@
 #include <barrier>
 #include <bit>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -107,5 +108,87 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, Kernel) {
 }
 template <typename Kernel>
 cudaError_t cudaFuncSetAttribute(Kernel, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+
+// The runtime calls of the backend (src/backend/cuda/cuda_backend.cpp): one emulated device whose
+// memory is the host's, every call synchronous.
+enum cudaMemcpyKind {
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3
+};
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor };
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+using cudaMemPool_t = struct CUmemPoolHandle_st*;
+constexpr unsigned cudaStreamNonBlocking = 1;
+struct cudaDeviceProp {
+  char name[256] = "seqforge's host emulation";
+  int major = 9, minor = 0;
+  size_t totalGlobalMem = size_t{1} << 30;
+};
+inline const char* cudaGetErrorName(cudaError_t) { return "cudaSuccess"; }
+inline const char* cudaGetErrorString(cudaError_t) { return "no error"; }
+inline cudaError_t cudaGetDeviceCount(int* n) { return *n = 1, cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* d) { return *d = 0, cudaSuccess; }
+inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { return *p = {}, cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+  return *v = a == cudaDevAttrComputeCapabilityMajor ? 9 : 0, cudaSuccess;
+}
+inline cudaError_t cudaRuntimeGetVersion(int* v) { return *v = 13000, cudaSuccess; }
+inline cudaError_t cudaDriverGetVersion(int* v) { return *v = 13000, cudaSuccess; }
+inline cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  *free = *total = size_t{1} << 30;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  *s = reinterpret_cast<cudaStream_t>(uintptr_t{1});
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* p, int) {
+  *p = nullptr;
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) {
+  return cudaSuccess;
+}
+// Device memory: poisoned when allocated (the backend must zero what it promises zeroed).
+inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  std::memset(*p, 0xcd, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+  return cudaMalloc(p, bytes);
+}
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+template <typename T>  // as the runtime's own overloads for typed pointers
+cudaError_t cudaMalloc(T** p, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(p), bytes);
+}
+template <typename T>
+cudaError_t cudaMallocAsync(T** p, size_t bytes, cudaStream_t stream) {
+  return cudaMallocAsync(reinterpret_cast<void**>(p), bytes, stream);
+}
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                                   cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                     size_t width, size_t height, cudaMemcpyKind, cudaStream_t) {
+  for (size_t r = 0; r < height; ++r)
+    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
+                 width);
   return cudaSuccess;
 }

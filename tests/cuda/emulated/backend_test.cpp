@@ -1,0 +1,198 @@
+// The CUDA backend itself (src/backend/cuda: memory, read-backs, scratch, the cuBLASLt calls and
+// their mapping), compiled against the host emulation beside this file, with the emulated
+// cuBLASLt loaded by its own dlopen: its ops against the reference backend, and recurrent models
+// forward and backward (LSTM, GRU, LN-LSTM; embedding, dropout, projection, adapters) giving the
+// reference's outputs and gradients.
+#include "seqforge/backend/backend.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "seqforge/backend/buffer.hpp"
+#include "seqforge/backend/host_access.hpp"
+#include "seqforge/core/rng.hpp"
+#include "seqforge/nn/model.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+std::vector<double> random(Rng& rng, size_t n, double lo = -1, double hi = 1) {
+  std::vector<double> v(n);
+  for (double& x : v) x = rng.uniform(lo, hi);
+  return v;
+}
+
+// A tensor of `be` holding `values` in `dtype`.
+struct Held {
+  Buffer buffer;
+  Tensor t;
+  Held(Backend& be, DType dtype, Shape shape, const std::vector<double>& values) {
+    t = buffer.get(be, dtype, shape);
+    upload_doubles(be, t, values);
+  }
+};
+
+double max_rel_error(const std::vector<double>& got, const std::vector<double>& want) {
+  double scale = 0, error = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t i = 0; i < want.size(); ++i) error = std::max(error, std::fabs(got[i] - want[i]));
+  return error / std::max(scale, 1e-30);
+}
+
+TEST(CudaBackendEmulated, MakesItselfAndSaysWhatRuns) {
+  auto be = make_cuda_backend();
+  EXPECT_EQ(be->name(), "cuda");
+  EXPECT_NE(be->description().find("host emulation"), std::string::npos) << be->description();
+  EXPECT_FALSE(be->host_addressable());
+  EXPECT_TRUE(be->supports(Op::cell, DType::f32));
+  EXPECT_TRUE(be->supports(Op::gemm, DType::bf16));
+  EXPECT_FALSE(be->supports(Op::attention, DType::f32));
+  EXPECT_EQ(test::error_of([&] { be->gelu_forward(Tensor(), Tensor()); }),
+            "cuda: the activation ops do not run on the cuda backend yet; train on the CPU "
+            "(train.device: cpu)");
+}
+
+// GEMMs through cuBLASLt's column-major API: every transpose, padded leading dimensions, alpha,
+// beta, the bias epilogue (f32, bf16) or the bias added after (f64), and k = 0.
+TEST(CudaBackendEmulated, GemmsMatchTheReference) {
+  auto cuda = make_cuda_backend();
+  auto ref = make_reference_backend();
+  Rng rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    GemmShape s;
+    s.trans_a = trial % 2, s.trans_b = trial / 2 % 2;
+    s.m = 1 + rng.next() % 7, s.n = 1 + rng.next() % 7, s.k = trial % 7 == 6 ? 0 : rng.next() % 7;
+    s.lda = std::max<int64_t>(1, (s.trans_a ? s.m : s.k) + rng.next() % 2);
+    s.ldb = (s.trans_b ? s.k : s.n) + rng.next() % 2;
+    s.ldb = std::max<int64_t>(s.ldb, 1);
+    s.ldc = s.n + rng.next() % 2;
+    s.bias = trial % 3 == 0;
+    s.alpha = s.bias ? 1.0 : 0.75;
+    s.beta = trial % 4 == 1 ? 0.5 : 0.0;
+    for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+      const DType out = dt == DType::bf16 ? DType::f32 : dt;
+      const auto a = random(rng, (s.trans_a ? s.k : s.m) * s.lda + 1);
+      const auto b = random(rng, (s.trans_b ? s.n : s.k) * s.ldb + 1);
+      const auto c = random(rng, s.m * s.ldc), bias = random(rng, s.n);
+      std::vector<double> results[2];
+      int i = 0;
+      for (Backend* be : {cuda.get(), ref.get()}) {
+        Held ha(*be, dt, {int64_t(a.size())}, a), hb(*be, dt, {int64_t(b.size())}, b),
+            hc(*be, out, {int64_t(c.size())}, c), hbias(*be, out, {s.n}, bias);
+        be->gemm(s, dt, ha.t.data(), hb.t.data(), hc.t.data(), s.bias ? hbias.t.data() : nullptr);
+        results[i++] = download_doubles(*be, hc.t);
+      }
+      EXPECT_LE(max_rel_error(results[0], results[1]), dt == DType::f64 ? 1e-14 : 1e-6)
+          << "trial " << trial << " " << dtype_name(dt) << " m " << s.m << " n " << s.n << " k "
+          << s.k << " trans " << s.trans_a << s.trans_b << " bias " << s.bias;
+    }
+  }
+}
+
+// A recurrent model on the emulated CUDA backend and on the reference: the same parameters
+// (the same seed), outputs and every parameter's gradient.
+void check_model(const ModelOptions& o, const std::string& what) {
+  std::vector<double> out[2], grads[2];
+  int i = 0;
+  auto cuda = make_cuda_backend();
+  auto ref = make_reference_backend();
+  for (Backend* be : {cuda.get(), ref.get()}) {
+    auto model = make_model(o);
+    model->initialize(*be, 5);
+    model->set_input_grad(false);
+    Rng data(9), drop(3);
+    const int64_t B = 3, T = 6;
+    const int64_t rows = o.per_step ? B * T : B;
+    Buffer x_buf, dy_buf;
+    Tensor x;
+    if (o.vocab_size) {
+      std::vector<double> ids(B * T);
+      for (double& id : ids) id = double(data.next() % o.vocab_size);
+      x = x_buf.get(*be, DType::i64, {B, T});
+      std::vector<int64_t> raw(ids.begin(), ids.end());
+      be->upload(x, raw.data());
+    } else {
+      x = x_buf.get(*be, DType::f32, {B, T, o.rnn.input_size});
+      upload_doubles(*be, x, random(data, B * T * o.rnn.input_size));
+    }
+    model->parameters().zero_grad(*be);
+    const Tensor y = model->forward(*be, x, {}, {}, true, drop);
+    out[i] = download_doubles(*be, y);
+    Tensor dy = dy_buf.get(*be, DType::f32, {rows, o.output_size});
+    upload_doubles(*be, dy, random(data, rows * o.output_size));
+    model->backward(*be, dy);
+    const Parameters& p = model->parameters();
+    for (size_t k = 0; k < p.size(); ++k)
+      for (double g : download_doubles(*be, p.grad(k))) grads[i].push_back(g);
+    ++i;
+  }
+  EXPECT_LE(max_rel_error(out[0], out[1]), 2e-6) << what << " outputs";
+  EXPECT_LE(max_rel_error(grads[0], grads[1]), 2e-5) << what << " gradients";
+}
+
+TEST(CudaBackendEmulated, RecurrentModelsMatchTheReference) {
+  for (CellKind cell : {CellKind::lstm, CellKind::gru, CellKind::lnlstm}) {
+    ModelOptions o;
+    o.rnn.cell = cell, o.rnn.input_size = 4, o.rnn.hidden_size = 6, o.rnn.num_layers = 2;
+    o.rnn.batch_first = true, o.output_size = 2;
+    const std::string name = cell_type(cell).name;
+    check_model(o, name);
+    ModelOptions bi = o;
+    bi.rnn.bidirectional = true, bi.rnn.dropout = 0.3, bi.per_step = true;
+    check_model(bi, name + " bidirectional, dropout, every step");
+    ModelOptions lm = o;
+    lm.vocab_size = 11, lm.embedding_dim = 4, lm.per_step = true, lm.output_size = 11;
+    check_model(lm, name + " character model");
+    ModelOptions adapted = o;
+    adapted.adapter.kind = AdapterKind::dora, adapted.adapter.rank = 2;
+    adapted.adapter.targets = {name + ".weight_ih", name + ".weight_hh"};
+    check_model(adapted, name + " DoRA");
+  }
+  ModelOptions proj;
+  proj.rnn.input_size = 4, proj.rnn.hidden_size = 6, proj.rnn.proj_size = 3;
+  proj.rnn.num_layers = 2, proj.rnn.batch_first = true, proj.output_size = 2;
+  check_model(proj, "lstm projection");
+}
+
+// Losses read back once; a target class or token id out of range is one line, as on the CPU.
+TEST(CudaBackendEmulated, LossesAndBadIdsAsTheReference) {
+  auto cuda = make_cuda_backend();
+  auto ref = make_reference_backend();
+  Rng rng(2);
+  const int64_t N = 9, K = 4;
+  const auto logits = random(rng, N * K, -2, 2), target = random(rng, N * K);
+  std::vector<int64_t> classes(N);
+  for (auto& c : classes) c = int64_t(rng.next() % K);
+  double loss[2][2];
+  int i = 0;
+  for (Backend* be : {cuda.get(), ref.get()}) {
+    Held x(*be, DType::f32, {N, K}, logits), t(*be, DType::f32, {N, K}, target),
+        d(*be, DType::f32, {N, K}, std::vector<double>(N * K));
+    Buffer ids;
+    Tensor y = ids.get(*be, DType::i64, {N});
+    be->upload(y, classes.data());
+    loss[i][0] = be->mse_loss(x.t, t.t, {}, d.t);
+    loss[i][1] = be->cross_entropy_loss(x.t, y, {}, -100, d.t);
+    ++i;
+  }
+  EXPECT_NEAR(loss[0][0], loss[1][0], 1e-6 * loss[1][0]);
+  EXPECT_NEAR(loss[0][1], loss[1][1], 1e-6 * loss[1][1]);
+  classes[5] = K + 3;
+  Held x(*cuda, DType::f32, {N, K}, logits), d(*cuda, DType::f32, {N, K}, logits);
+  Buffer ids;
+  Tensor y = ids.get(*cuda, DType::i64, {N});
+  cuda->upload(y, classes.data());
+  EXPECT_EQ(test::error_of([&] { cuda->cross_entropy_loss(x.t, y, {}, -100, d.t); }),
+            "target class 7 at row 5 outside [0, 4)");
+  Held table(*cuda, DType::f32, {K, 3}, random(rng, K * 3)),
+      out(*cuda, DType::f32, {N, 3}, random(rng, N * 3));
+  EXPECT_EQ(test::error_of([&] { cuda->embedding_forward(out.t, table.t, y); }),
+            "token id 7 outside [0, 4)");
+}
+
+}  // namespace
+}  // namespace seqforge
