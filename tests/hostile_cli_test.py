@@ -95,6 +95,10 @@ def main():
         "generate with damaged metadata": ["generate", bad_meta],
         "merge a truncated run": ["merge", truncated, "--output", out],
         "merge garbage": ["merge", garbage, "--output", out],
+        "predict over the run's model": ["predict", run_dir, "--input", data, "--output",
+                                         os.path.join(run_dir, "model.safetensors")],
+        "merge over the run's config": ["merge", run_dir, "--output",
+                                        os.path.join(run_dir, "config.resolved.yaml")],
         "tune a damaged config": ["tune", bad_yaml],
         "tune on /dev/zero": ["tune", "/dev/zero"],
         "report a directory that is no run": ["report", directory],
@@ -119,6 +123,9 @@ def main():
             failures.append("%s: a raw message: %r" % (name, err))
         else:
             print("%-36s %s" % (name, lines[0][:110]))
+    r = run(["eval", run_dir, "--split", "val"])
+    if r.returncode != 0:
+        failures.append("the run no longer evaluates after the hostile commands: %s" % r.stderr)
     shutil.rmtree(work)
     if failures:
         fail("\n".join(failures))

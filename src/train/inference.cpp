@@ -240,6 +240,7 @@ int64_t predict_text(const LoadedRun& r, const PredictOptions& options, std::ost
 }  // namespace
 
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
+  check_output_outside_run(options.output, run, "--output");
   LoadedRun r = load_run(run, options.input, WindowSet::every_window);
   for (const std::string& note : r.task.notes()) log << "note: " << note << "\n";
   if (r.task.kind == TaskKind::text_classify) {

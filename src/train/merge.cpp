@@ -46,6 +46,7 @@ Tensor value_of(const Parameters& p, const std::string& name) {
 }  // namespace
 
 int64_t merge_adapters(const std::string& run, const std::string& output) {
+  check_output_outside_run(output, run, "--output");
   LoadedRun r = load_run_model(run);
   const AdapterOptions& ad = r.task.model.adapter;
   if (ad.kind == AdapterKind::none) fail(run, ": no adapters to merge (adapter.kind is none)");

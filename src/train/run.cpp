@@ -498,6 +498,24 @@ LoadedRun read_run(const std::string& run, const std::string& data_override) {
 
 }  // namespace
 
+void check_output_outside_run(const std::string& output, const std::string& run,
+                              const std::string& option) {
+  if (output.empty() || output == "-") return;
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(run, ec) ? fs::path(run) : fs::path(run).parent_path();
+  const fs::path target = fs::weakly_canonical(output, ec);
+  const fs::path run_dir = fs::weakly_canonical(dir.empty() ? "." : dir, ec);
+  const std::string name = target.filename().string();
+  const bool own =
+      target.parent_path() == run_dir &&
+      (name == "model.safetensors" || name == "training_state.safetensors" ||
+       name == "config.resolved.yaml" || name == "metrics.jsonl" || name == "report.html" ||
+       name == ".lock" || name == "adapter_config.json" || name == "train.log");
+  if (own || (!fs::is_directory(run, ec) && target == fs::weakly_canonical(run, ec)))
+    fail(option, ": ", output, " is the run's own ", name,
+         "; writing it would destroy the run: give another path");
+}
+
 LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows) {
   LoadedRun r = read_run(run, data_override);
   const TaskKind kind = r.task.kind;

@@ -91,6 +91,10 @@ LoadedRun load_run(const std::string& run, const std::string& data_override,
 // The checkpoint and what building its model needs, without reading the run's data file (generate,
 // merge): the task holds no examples.
 LoadedRun load_run_model(const std::string& run);
+// Refuses an output path (`option`: "--output") that is one of the run's own files (its model,
+// training state, config, metrics, report, lock): writing there would destroy the run.
+void check_output_outside_run(const std::string& output, const std::string& run,
+                              const std::string& option);
 // The model of a loaded run, its weights loaded, computing in the run's precision.
 std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream* notes);
 
