@@ -554,6 +554,14 @@ LoadedRun load_run_model(const std::string& run) {
 }
 
 DType backend_precision(const std::string& precision, const Backend& be, std::string* notice) {
+  // A GPU's GEMMs take bf16 by its own generation (sm_80 and later), whatever the host CPU has.
+  if (be.name() == "cuda" && (precision == "bf16" || precision == "auto")) {
+    if (be.supports(Op::gemm, DType::bf16)) return DType::bf16;
+    if (notice && precision == "bf16")
+      *notice = "train.precision bf16: this GPU has no bf16 tensor cores (sm_80 and later); fp32 "
+                "GEMMs instead";
+    return DType::f32;
+  }
   const DType gemm = resolve_precision(precision, notice);
   if (gemm != DType::bf16 || be.supports(Op::gemm, DType::bf16)) return gemm;
   if (notice)

@@ -16,6 +16,7 @@
 #include "seqforge/core/rng.hpp"
 #include "seqforge/nn/model.hpp"
 #include "test_util.hpp"
+#include "train/run.hpp"
 
 namespace seqforge {
 namespace {
@@ -54,6 +55,16 @@ TEST(CudaBackendEmulated, MakesItselfAndSaysWhatRuns) {
   EXPECT_EQ(test::error_of([&] { be->gelu_forward(Tensor(), Tensor()); }),
             "cuda: the activation ops do not run on the cuda backend yet; train on the CPU "
             "(train.device: cpu)");
+}
+
+// bf16 GEMMs where the GPU has bf16 tensor cores, whatever the host CPU's instructions.
+TEST(CudaBackendEmulated, PrecisionFollowsTheGpu) {
+  auto be = make_cuda_backend();
+  std::string notice;
+  EXPECT_EQ(backend_precision("auto", *be, &notice), DType::bf16);
+  EXPECT_EQ(backend_precision("bf16", *be, &notice), DType::bf16);
+  EXPECT_EQ(backend_precision("fp32", *be, &notice), DType::f32);
+  EXPECT_TRUE(notice.empty()) << notice;
 }
 
 // GEMMs through cuBLASLt's column-major API: every transpose, padded leading dimensions, alpha,
