@@ -525,8 +525,8 @@ void Recurrent::run_tuned_forward(Backend& be) {
                                                                be.concurrency()};
   if (tuned_ && tuned_->first == problem) return run_forward(be, tuned_->second);
   const std::string key =
-      autotune::machine_prefix(be.concurrency()) + cell_.name + "|i" +
-      std::to_string(opt_.input_size) + "_h" + std::to_string(opt_.hidden_size) +
+      recurrent::tuning_prefix(be) + cell_.name + "|i" + std::to_string(opt_.input_size) + "_h" +
+      std::to_string(opt_.hidden_size) +
       (projected() ? "_p" + std::to_string(opt_.proj_size) : "") + "_l" +
       std::to_string(opt_.num_layers) + "_d" + std::to_string(directions()) + "_t" +
       std::to_string(T_) + "_b" + std::to_string(B_) + "_" + std::string(dtype_name(gemm_dtype_)) +

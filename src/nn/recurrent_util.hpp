@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/autotune.hpp"
 
 namespace seqforge::recurrent {
 
@@ -20,6 +21,13 @@ inline char* at(Tensor t, int64_t elements) {
 inline std::string upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return s;
+}
+
+// Where a choice was timed, the start of its autotune key: the CPU and its threads, and for a
+// backend whose memory the host cannot address (a GPU) the backend itself.
+inline std::string tuning_prefix(const Backend& be) {
+  const std::string machine = autotune::machine_prefix(be.concurrency());
+  return be.host_addressable() ? machine : be.description() + "|" + machine;
 }
 
 // Milliseconds of each of n candidates, run(i) for candidate i: a warm-up each (primitives are

@@ -90,11 +90,11 @@ bool Recurrent::k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor co
   if (weight_grad_chunk_ > 0 || !autotune::enabled()) return true;
   const int64_t H = opt_.hidden_size, P = opt_.state_size(), GH = G_ * H;
   const int64_t I = layer_input_size(l);
-  const std::string key = autotune::machine_prefix(be.concurrency()) + cell_.name +
-                          " weight gradients|h" + std::to_string(H) +
-                          (projected() ? "_p" + std::to_string(P) : "") + "_i" + std::to_string(I) +
-                          "_t" + std::to_string(T_) + "_b" + std::to_string(B_) + "_workers" +
-                          std::to_string(n) + "_" + std::string(dtype_name(gemm_dtype_));
+  const std::string key = recurrent::tuning_prefix(be) + cell_.name + " weight gradients|h" +
+                          std::to_string(H) + (projected() ? "_p" + std::to_string(P) : "") + "_i" +
+                          std::to_string(I) + "_t" + std::to_string(T_) + "_b" +
+                          std::to_string(B_) + "_workers" + std::to_string(n) + "_" +
+                          std::string(dtype_name(gemm_dtype_));
   if (const auto cached = autotune::lookup(key)) return *cached == "k_major";
   autotune::announce_first_use("the " + upper(cell_.name) +
                                "'s schedules and weight-gradient layouts");
