@@ -44,20 +44,10 @@ const std::vector<BackendEntry>& registered_backends() {
       {"reference", make_reference_backend},
       {"cpu", make_cpu_backend},
       {"sealed", make_sealed_backend},
-#ifdef SEQFORGE_HAVE_CUDA
-      {"cuda", make_cuda_backend, cuda_unavailable_reason},
-#endif
+      {"cuda", make_cuda_backend, cuda_unavailable_reason},  // backend/cuda, or no_cuda.cpp
   };
   return all;
 }
-
-#ifndef SEQFORGE_HAVE_CUDA
-std::string cuda_unavailable_reason() {
-  return "this seqforge was built without the CUDA backend (SEQFORGE_CUDA=OFF, or no nvcc)";
-}
-std::unique_ptr<Backend> make_cuda_backend() { fail(cuda_unavailable_reason()); }
-std::string cuda_summary() { return cuda_unavailable_reason(); }
-#endif
 
 std::unique_ptr<Backend> make_backend(std::string_view name) {
   std::string known;
