@@ -6,9 +6,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/file_util.hpp"
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/io/safetensors.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
@@ -101,6 +104,85 @@ TEST(Device, GpuRunMatchesTheCpuRun) {
     EXPECT_EQ(resumed.epochs, 3) << cell;
     EXPECT_TRUE(std::isfinite(resumed.last.at("val_loss"))) << cell;
   }
+}
+
+// The last epoch's line of a run's metrics.jsonl.
+nlohmann::json last_metrics(const fs::path& run) {
+  std::istringstream lines(io::read_file((run / "metrics.jsonl").string()));
+  std::string line;
+  nlohmann::json last;
+  while (std::getline(lines, line))
+    if (auto j = nlohmann::json::parse(line); j.contains("epoch")) last = j;
+  return last;
+}
+
+// SEQFORGE_BACKEND=name for the guard's life.
+struct BackendOverride {
+  explicit BackendOverride(const char* name) { setenv("SEQFORGE_BACKEND", name, 1); }
+  ~BackendOverride() { unsetenv("SEQFORGE_BACKEND"); }
+};
+
+// fp16 GEMMs with GradScaler's loss scaling, on a backend that has them (cuda; the reference, as
+// the oracle): the loss follows the fp32 run's, the scale is logged, kept in the training state
+// and carried through a resume; the cell state, the master weights and the gradients stay f32.
+void check_fp16_run(const std::string& device, const fs::path& dir) {
+  const std::string data = write_series(dir);
+  for (const char* cell : {"lstm", "gru"}) {
+    std::ostringstream log;
+    const TrainSummary fp32 = train(
+        forecaster(data, dir / (std::string(cell) + "_fp32"), cell, {"train.device=" + device}),
+        log);
+    const fs::path run = dir / (std::string(cell) + "_fp16");
+    const TrainSummary fp16 =
+        train(forecaster(data, run, cell, {"train.device=" + device, "train.precision=fp16"}), log);
+    EXPECT_NE(log.str().find("fp16 GEMMs with dynamic loss scaling"), std::string::npos)
+        << log.str();
+    EXPECT_NEAR(fp16.best, fp32.best, 1e-3 * std::fabs(fp32.best)) << cell;
+    EXPECT_NE(fp16.best, fp32.best) << cell << ": the fp16 run rounded nothing";
+    const nlohmann::json m = last_metrics(run);
+    EXPECT_EQ(m.at("loss_scale"), 65536.0) << m.dump();  // 2 short epochs: no overflow, no growth
+    EXPECT_EQ(m.at("skipped_steps"), 0) << m.dump();
+    const auto state = io::SafetensorsFile::read((run / "training_state.safetensors").string());
+    const auto loop = nlohmann::json::parse(state.metadata().at("seqforge.loop"));
+    EXPECT_GT(loop.at("loss_scale_growth").get<int64_t>(), 0) << loop.dump();
+    const TrainSummary resumed =
+        train(Config::load((run / "config.resolved.yaml").string(), {"train.epochs=3"}), log,
+              run.string());
+    EXPECT_EQ(resumed.epochs, 3) << cell;
+    EXPECT_TRUE(std::isfinite(resumed.last.at("val_loss"))) << cell;
+    const auto after = nlohmann::json::parse(
+        io::SafetensorsFile::read((run / "training_state.safetensors").string())
+            .metadata()
+            .at("seqforge.loop"));
+    EXPECT_GT(after.at("loss_scale_growth").get<int64_t>(),
+              loop.at("loss_scale_growth").get<int64_t>())
+        << "the clean steps before the resume count on";
+  }
+}
+
+TEST(Device, Fp16OnTheReferenceFollowsFp32) {
+  const BackendOverride reference("reference");
+  check_fp16_run("cpu", fresh_dir("fp16_reference"));
+}
+
+TEST(Device, Fp16OnTheGpuFollowsFp32) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  check_fp16_run("cuda", fresh_dir("fp16_gpu"));
+}
+
+// The CPU backend has no fp16 GEMMs: fp32, said once.
+TEST(Device, Fp16OnTheCpuIsFp32WithANote) {
+  const fs::path dir = fresh_dir("fp16_cpu");
+  std::ostringstream log;
+  train(forecaster(write_series(dir), dir / "run", "lstm",
+                   {"train.device=cpu", "train.precision=fp16", "train.epochs=1"}),
+        log);
+  EXPECT_NE(log.str().find("fp32 GEMMs (cpu: "), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("note: train.precision fp16: the cpu backend runs no fp16 GEMMs (fp16 "
+                           "is for GPUs: train.device cuda); fp32 GEMMs instead"),
+            std::string::npos)
+      << log.str();
+  EXPECT_FALSE(last_metrics(dir / "run").contains("loss_scale"));
 }
 
 }  // namespace

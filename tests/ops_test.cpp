@@ -266,7 +266,7 @@ TEST(Ops, LstmCellBackwardKeepsOnlyBf16Dgates) {
                          .ld_dh_out = H,
                          .dc = dc_out[with_f32].data(),
                          .dgates = with_f32 ? dgates.data() : nullptr,
-                         .dgates_bf16 = low[with_f32].data(),
+                         .dgates_low = low[with_f32].data(),
                          .dbias = dbias[with_f32].data()},
                         DType::f32);
     }
@@ -306,7 +306,7 @@ TEST(Ops, LstmCellKeepsActivationsInBf16) {
         CellForward f{.batch = B,
                       .hidden = H,
                       .gates = kept_low ? (narrow ? nullptr : scratch.data()) : gates.data(),
-                      .gates_bf16 = kept_low ? low.data() : nullptr,
+                      .gates_low = kept_low ? low.data() : nullptr,
                       .gates_rec = rec.data(),
                       .c_prev = c_prev.data(),
                       .c = c[kept_low].data(),
@@ -340,18 +340,18 @@ TEST(Ops, LstmCellKeepsActivationsInBf16) {
                          .ld_dh_out = H,
                          .dc = dc_f32.data(),
                          .dgates = dgates.data(),
-                         .dgates_bf16 = dg_low.data()},
+                         .dgates_low = dg_low.data()},
                         DType::f32);
       be->cell_backward(CellKind::lstm,
                         {.batch = B,
                          .hidden = H,
-                         .gates_bf16 = low.data(),
+                         .gates_low = low.data(),
                          .c_prev = c_prev.data(),
                          .saved = tanh_c[0].data(),
                          .dh_out = dh_out.data(),
                          .ld_dh_out = H,
                          .dc = dc_low.data(),
-                         .dgates_bf16 = low.data()},
+                         .dgates_low = low.data()},
                         DType::f32);
       for (int64_t i = 0; i < B * 4 * H; ++i)
         ASSERT_EQ(low[i].bits, dg_low[i].bits) << be->name() << " element " << i;

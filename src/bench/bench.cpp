@@ -303,7 +303,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
     std::erase_if(needs, [](Op op) { return op == Op::norm || op == Op::attention; });
   auto device = make_run_backend(options.device, needs);
   std::string notice;
-  const DType gemm_dtype = backend_precision(options.precision, *device, &notice);
+  const DType gemm_dtype = backend_precision(options.precision, *device, w.model.family, &notice);
   RecordingBackend be(*device);
   ModelOptions model_options = w.model;
   model_options.transformer.checkpoint_activations = options.checkpoint_activations;
@@ -356,20 +356,24 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   const Tensor dy_t = on_device(dy_buf, DType::f32, {rows, w.model.output_size}, nullptr);
 
   model.parameters().zero_grad(be);
+  // fp16 as train steps it: the loss's gradient scaled, the gradients checked and unscaled.
+  std::unique_ptr<LossScaler> scaler;
+  if (gemm_dtype == DType::f16) scaler = std::make_unique<LossScaler>();
   auto step = [&] {  // the optimizer's pass leaves the gradients zeroed for the next step
     Tensor out = model.forward(be, input, {}, {}, true, rng);
     if (w.loss == Workload::Loss::cross_entropy)
       be.cross_entropy_loss(out, targets_t, {}, -100, dy_t);
     else
       be.mse_loss(out, target_t, mask_t, dy_t);
+    if (scaler) be.scale(dy_t, scaler->scale());
     model.backward(be, dy_t);
-    fused_step(be, model.parameters(), optimizer, /*max_norm=*/0.0, /*scaler=*/nullptr);
+    fused_step(be, model.parameters(), optimizer, /*max_norm=*/0.0, scaler.get());
   };
 
   BenchResult r;
   r.id = w.id;
   r.name = w.name;
-  r.precision = gemm_dtype == DType::bf16 ? "bf16" : "fp32";
+  r.precision = gemm_precision_name(gemm_dtype);
   r.checkpoint_activations =
       options.checkpoint_activations && w.model.family == ModelFamily::transformer;
   r.notice = notice;

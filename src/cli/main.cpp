@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "Time training steps of the benchmark workloads");
   bench->add_option("workload", bench_which, "W1, W2, W3, W4, W5, W6, W1g, W4g, W1p, W4p or all")
       ->capture_default_str();
-  bench->add_option("--precision", bench_options.precision, "fp32, bf16 or auto")
+  bench->add_option("--precision", bench_options.precision, "fp32, bf16, fp16 (GPUs) or auto")
       ->capture_default_str();
   bench->add_option("--steps", bench_options.steps, "timed steps")->capture_default_str();
   bench->add_option("--warmup", bench_options.warmup, "untimed steps first")->capture_default_str();

@@ -32,9 +32,23 @@ inline uint64_t uniform_below(double p) {
 inline double widen(float x) { return x; }
 inline double widen(double x) { return x; }
 inline double widen(bf16 x) { return from_bf16(x); }
+inline double widen(f16 x) { return from_f16(x.bits); }
+
+// Element i of a half-precision copy (`low`: bf16 or f16), rounded through f32 as the host's
+// converters round.
+inline void store_low(void* p, DType low, int64_t i, double v) {
+  if (low == DType::f16)
+    static_cast<f16*>(p)[i].bits = to_f16(static_cast<float>(v));
+  else
+    static_cast<bf16*>(p)[i] = to_bf16(static_cast<float>(v));
+}
+inline double load_low(const void* p, DType low, int64_t i) {
+  return low == DType::f16 ? widen(static_cast<const f16*>(p)[i])
+                           : widen(static_cast<const bf16*>(p)[i]);
+}
 
 // C(m, n) = alpha * op(A) * op(B) + beta * C, rows [r0, r1) of C; accumulates in double.
-// In = Out for f32 and f64; In = bf16 with Out = float for mixed precision.
+// In = Out for f32 and f64; In = bf16 or f16 with Out = float for mixed precision.
 template <typename In, typename T>
 void gemm(const GemmShape& s, const In* a, const In* b, T* c, const T* bias, int64_t r0,
           int64_t r1) {

@@ -152,7 +152,8 @@ Recurrent::Recurrent(Parameters& params, const std::string& prefix, const Recurr
 }
 
 void Recurrent::set_gemm_dtype(DType dtype) {
-  if (dtype != params_.dtype() && !(dtype == DType::bf16 && params_.dtype() == DType::f32))
+  const bool half = dtype == DType::bf16 || dtype == DType::f16;
+  if (dtype != params_.dtype() && !(half && params_.dtype() == DType::f32))
     fail(upper(cell_.name), " GEMMs in ", dtype_name(dtype), " need f32 parameters, have ",
          dtype_name(params_.dtype()));
   gemm_dtype_ = dtype;
@@ -674,10 +675,11 @@ void Recurrent::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, in
   be.gemm(rec, gemm_dtype_, h_prev, recurrent_weights(s).data(),
           whole ? ch.w_hh_forward.get() : nullptr, rec_out);
   CellForward cell;
+  if (low()) cell.low = gemm_dtype_;
   cell.batch = nb;
   cell.hidden = H;
   cell.gates = low() && cell_projects_input(l) ? nullptr : at(ch.gates.tensor(), row * G_ * H);
-  cell.gates_bf16 = low() ? at(ch.gates_low.tensor(), row * G_ * H) : nullptr;
+  cell.gates_low = low() ? at(ch.gates_low.tensor(), row * G_ * H) : nullptr;
   cell.gates_rec = rec_out;
   if (cell_.cell_state) {
     cell.c_prev =
@@ -696,11 +698,11 @@ void Recurrent::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, in
   if (projected()) {  // the cell's h is m, projected below
     cell.h = at(ch.m.tensor(), row * H);
     cell.ldh = H;
-    cell.h_bf16 = low() ? at(ch.m_low.tensor(), row * H) : nullptr;
+    cell.h_low = low() ? at(ch.m_low.tensor(), row * H) : nullptr;
   } else {
     cell.h = at(out, row * D * H + d * H);
     cell.ldh = D * H;
-    cell.h_bf16 = low() ? at(out_g, row * D * H + d * H) : nullptr;
+    cell.h_low = low() ? at(out_g, row * D * H + d * H) : nullptr;
   }
   if (cell_projects_input(l)) {
     const int64_t I = layer_input_size(l);
@@ -940,10 +942,11 @@ void Recurrent::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, T
   const bool whole = nb == B_;
   const int64_t row = t * B_ + b0, row_prev = t_prev * B_ + b0;  // (T, B) rows of this step
   CellBackward cell;
+  if (low()) cell.low = gemm_dtype_;
   cell.batch = nb;
   cell.hidden = H;
   cell.gates = low() ? nullptr : at(ch.gates.tensor(), row * G_ * H);
-  cell.gates_bf16 = low() ? at(dg_g, row * G_ * H) : nullptr;
+  cell.gates_low = low() ? at(dg_g, row * G_ * H) : nullptr;
   cell.saved = at(ch.saved.tensor(), row * saved_columns(cell_, H));
   if (cell_.num_params > 0) cell.params = ch.own.tensor().data();
   if (cell_.cell_state) {
@@ -964,9 +967,9 @@ void Recurrent::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, T
     cell.dh_rec = at(ch.dh.tensor(), b0 * H);
   }
   cell.dgates = low() ? nullptr : at(ch.gates.tensor(), row * G_ * H);
-  cell.dgates_bf16 = low() ? at(dg_g, row * G_ * H) : nullptr;
+  cell.dgates_low = low() ? at(dg_g, row * G_ * H) : nullptr;
   if (cell_.recurrent_grads)
-    (low() ? cell.dgates_rec_bf16 : cell.dgates_rec) = at(dr_g, row * G_ * H);
+    (low() ? cell.dgates_rec_low : cell.dgates_rec) = at(dr_g, row * G_ * H);
   if (cell_.direct_state_grad) cell.dh_direct = at(ch.dh.tensor(), b0 * H);
   cell.dbias = dbias;
   be.cell_backward(cell_.kind, cell, dt);

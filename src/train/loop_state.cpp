@@ -36,6 +36,10 @@ std::string LoopState::to_json() const {
                       {"plateau_best", exact(plateau_best)},
                       {"since_plateau", since_plateau},
                       {"lr_factor", exact(lr_factor)}};
+  if (loss_scale > 0) {
+    j["loss_scale"] = exact(loss_scale);
+    j["loss_scale_growth"] = loss_scale_growth;
+  }
   if (in_epoch) {
     j["in_epoch"] = true;
     j["batch"] = batch;
@@ -78,6 +82,10 @@ LoopState LoopState::from_json(const std::string& text, const std::string& sourc
     s.plateau_best = real("plateau_best");
     s.since_plateau = count("since_plateau");
     s.lr_factor = real("lr_factor");
+    if (j.contains("loss_scale")) {
+      s.loss_scale = real("loss_scale");
+      s.loss_scale_growth = count("loss_scale_growth");
+    }
     s.in_epoch = j.value("in_epoch", false);
     if (s.in_epoch) {
       s.batch = count("batch");
@@ -99,7 +107,8 @@ void LoopState::check(const std::string& source, size_t parameters,
   for (const auto& [key, v] :
        {std::pair{"epoch", epochs_done}, std::pair{"step", step},
         std::pair{"optimizer_steps", optimizer_steps}, std::pair{"since_best", since_best},
-        std::pair{"since_plateau", since_plateau}})
+        std::pair{"since_plateau", since_plateau},
+        std::pair{"loss_scale_growth", loss_scale_growth}})
     if (v < 0) bad(key, v, "a count of 0 or more");
   if (in_epoch && (batch < 0 || batch >= batches_per_epoch))
     fail(source, ": seqforge.loop: 'batch' is ", batch, "; an epoch now has ", batches_per_epoch,
@@ -121,6 +130,8 @@ void LoopState::check(const std::string& source, size_t parameters,
   if (std::isnan(plateau_best)) bad("plateau_best", plateau_best, "a number");
   if (!(lr_factor > 0 && std::isfinite(lr_factor)))
     bad("lr_factor", lr_factor, "a positive number");
+  if (!(loss_scale >= 0 && std::isfinite(loss_scale)))
+    bad("loss_scale", loss_scale, "a positive number (0 without one)");
   if (!in_epoch) return;
   if (!(std::isfinite(loss_sum) && loss_sum >= 0)) bad("loss_sum", loss_sum, "a finite sum");
   if (!(std::isfinite(seen) && seen >= 0 && seen == std::floor(seen)))
@@ -128,15 +139,17 @@ void LoopState::check(const std::string& source, size_t parameters,
 }
 
 void LoopState::broadcast(dist::Communicator& comm) {
-  std::array<double, 11> v = {
-      double(epochs_done), double(step),  double(optimizer_steps),   best,
-      double(since_best),  plateau_best,  double(since_plateau),     lr_factor,
-      double(in_epoch),    double(batch), double(param_steps.size())};
+  std::array<double, 13> v = {
+      double(epochs_done),      double(step),  double(optimizer_steps),    best,
+      double(since_best),       plateau_best,  double(since_plateau),      lr_factor,
+      double(in_epoch),         double(batch), double(param_steps.size()), loss_scale,
+      double(loss_scale_growth)};
   comm.broadcast({reinterpret_cast<std::byte*>(v.data()), sizeof v});
   epochs_done = int64_t(v[0]), step = int64_t(v[1]), optimizer_steps = int64_t(v[2]);
   best = v[3], since_best = int64_t(v[4]), plateau_best = v[5], since_plateau = int64_t(v[6]);
   lr_factor = v[7], in_epoch = v[8] != 0, batch = int64_t(v[9]);
   param_steps.resize(size_t(v[10]), 0);
+  loss_scale = v[11], loss_scale_growth = int64_t(v[12]);
   comm.broadcast(
       {reinterpret_cast<std::byte*>(param_steps.data()), param_steps.size() * sizeof(int64_t)});
   if (comm.rank() != 0) loss_sum = seen = 0;

@@ -16,6 +16,9 @@ struct LoopState {
   std::vector<int64_t> param_steps;  // per parameter (frozen ones lag)
   double best = 0, plateau_best = 0, lr_factor = 1;
   int64_t since_best = 0, since_plateau = 0;
+  // fp16's dynamic loss scale and its count of clean steps since it last changed; 0: no scaler.
+  double loss_scale = 0;
+  int64_t loss_scale_growth = 0;
   // Stopped part-way through epoch epochs_done + 1 (a signal): its windows already shuffled,
   // `batch` batches done, their loss summed over `seen` windows.
   bool in_epoch = false;

@@ -553,21 +553,32 @@ LoadedRun load_run_model(const std::string& run) {
   return r;
 }
 
-DType backend_precision(const std::string& precision, const Backend& be, std::string* notice) {
+DType backend_precision(const std::string& precision, const Backend& be, ModelFamily family,
+                        std::string* notice) {
+  auto fallback = [&](const std::string& why) {
+    if (notice) *notice = "train.precision " + precision + ": " + why + "; fp32 GEMMs instead";
+    return DType::f32;
+  };
+  if (precision == "fp16") {
+    if (family != ModelFamily::recurrent)
+      return fallback("the transformer runs bf16 or fp32 GEMMs, not fp16");
+    if (be.supports(Op::gemm, DType::f16)) return DType::f16;
+    return fallback("the " + std::string(be.name()) +
+                    " backend runs no fp16 GEMMs (fp16 is for GPUs: train.device cuda)");
+  }
   // A GPU's GEMMs take bf16 by its own generation (sm_80 and later), whatever the host CPU has.
   if (be.name() == "cuda" && (precision == "bf16" || precision == "auto")) {
     if (be.supports(Op::gemm, DType::bf16)) return DType::bf16;
-    if (notice && precision == "bf16")
-      *notice = "train.precision bf16: this GPU has no bf16 tensor cores (sm_80 and later); fp32 "
-                "GEMMs instead";
+    if (precision == "bf16") return fallback("this GPU has no bf16 tensor cores (sm_80 and later)");
     return DType::f32;
   }
   const DType gemm = resolve_precision(precision, notice);
   if (gemm != DType::bf16 || be.supports(Op::gemm, DType::bf16)) return gemm;
-  if (notice)
-    *notice = "train.precision " + precision + ": the " + std::string(be.name()) +
-              " backend runs no bf16 GEMMs; fp32 GEMMs instead";
-  return DType::f32;
+  return fallback("the " + std::string(be.name()) + " backend runs no bf16 GEMMs");
+}
+
+const char* gemm_precision_name(DType gemm) {
+  return gemm == DType::bf16 ? "bf16" : gemm == DType::f16 ? "fp16" : "fp32";
 }
 
 void check_model_fits(Model& model, const Config& c, bool training) {
@@ -599,7 +610,8 @@ std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream*
   model->initialize(be, 0);
   load_parameters(r.file.source(), model->parameters(), be);
   std::string notice;
-  model->set_gemm_dtype(backend_precision(r.config.str("train.precision"), be, &notice));
+  model->set_gemm_dtype(
+      backend_precision(r.config.str("train.precision"), be, r.task.model.family, &notice));
   if (!notice.empty() && notes) *notes << "note: " << notice << "\n";
   return model;
 }

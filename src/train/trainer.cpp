@@ -166,6 +166,7 @@ class Training {
   int64_t start_pass(int64_t epoch, int64_t first_batch);
   // Forward, backward and the optimizer for batch `bi` (null: this rank has none); its loss.
   double train_step(int64_t epoch, int64_t bi, const Batch* batch);
+  void optimizer_update();
   void stop_if_signalled(int64_t epoch, int64_t batch, double loss_sum, double seen);
   void progress(int64_t epoch, int64_t batch, int64_t first_batch, double t0, double loss_sum,
                 int64_t seen, int64_t seen_before, double* last_progress) const;
@@ -192,6 +193,8 @@ class Training {
   std::unique_ptr<Backend> be_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LossScaler> scaler_;  // fp16 GEMMs: dynamic loss scaling
+  int64_t skipped_steps_ = 0;           // of this epoch, for an inf or NaN gradient (fp16)
   OptimizerOptions oo_;
   std::vector<std::string> initialized_;  // parameters loaded from model.init_from
   int64_t global_batch_ = 0, batches_per_epoch_ = 0, total_steps_ = 0;
@@ -353,7 +356,8 @@ std::pair<Tensor, Tensor> Training::carried_states(int64_t bi, int64_t rows) {
 
 void Training::build_model() {
   be_ = make_device_backend(c_, task_.model);
-  gemm_dtype_ = backend_precision(c_.str("train.precision"), *be_, &precision_notice_);
+  gemm_dtype_ =
+      backend_precision(c_.str("train.precision"), *be_, task_.model.family, &precision_notice_);
   const uint64_t seed = static_cast<uint64_t>(c_.integer("train.seed"));
   model_ = make_model(task_.model);
   check_model_fits(*model_, c_, true);
@@ -384,6 +388,7 @@ void Training::build_model() {
   oo_.momentum = c_.number("optim.momentum");
   oo_.nesterov = c_.boolean("optim.nesterov");
   optimizer_ = std::make_unique<Optimizer>(*be_, model_->parameters(), oo_);
+  if (gemm_dtype_ == DType::f16) scaler_ = std::make_unique<LossScaler>();
 }
 
 void Training::print_start() const {
@@ -392,8 +397,8 @@ void Training::print_start() const {
        << split.train.size() << " training / " << split.val.size() << " validation / "
        << split.test.size() << " test " << task_type(task_.kind).samples() << ", "
        << model_->parameters().count() << " parameters, " << threads_.threads << " threads ("
-       << threads_.reason << "), " << (gemm_dtype_ == DType::bf16 ? "bf16" : "fp32") << " GEMMs ("
-       << be_->description() << ")\n";
+       << threads_.reason << "), " << gemm_precision_name(gemm_dtype_) << " GEMMs"
+       << (scaler_ ? " with dynamic loss scaling" : "") << " (" << be_->description() << ")\n";
   if (ranks_ > 1)
     out_ << "data-parallel: " << ranks_ << " processes (" << comm_.name() << "), batch "
          << s_.batch_size << " per process, " << global_batch_ << " per step\n";
@@ -541,6 +546,8 @@ void Training::resume_from_state() {
   rng_.set_state(words);
   state_ = std::move(saved);
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
+  if (scaler_ && state_.loss_scale > 0)
+    scaler_->set_state(state_.loss_scale, state_.loss_scale_growth);
   if (state_.in_epoch)
     out_ << "resuming " << run_dir_ << " in epoch " << state_.epochs_done + 1 << " after batch "
          << state_.batch << "\n";
@@ -573,8 +580,14 @@ void Training::share_rank0_state() {
     state_.param_steps = optimizer_->param_steps();
   }
   if (rank_ == 0) state_.param_steps.resize(p.size(), 0);
+  if (rank_ == 0 && scaler_) {
+    state_.loss_scale = scaler_->scale();
+    state_.loss_scale_growth = scaler_->growth_tracker();
+  }
   state_.broadcast(comm_);
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
+  if (scaler_ && state_.loss_scale > 0)
+    scaler_->set_state(state_.loss_scale, state_.loss_scale_growth);
 }
 
 // The run's files are touched only now that everything has been checked, by rank 0 (which holds
@@ -746,7 +759,7 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
     }
     sync_->begin_step();
     sync_->finish();
-    fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, nullptr);
+    optimizer_update();
     return 0;
   }
   Tensor h0, c0;
@@ -784,6 +797,7 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
     be_->scale(dout, total > 0 ? terms[0] / total : 0.0);
     sync_->begin_step();
   }
+  if (scaler_) be_->scale(dout, scaler_->scale());
   model_->backward(*be_, dout);
   if (!activations_noted_) {
     activations_noted_ = true;
@@ -792,8 +806,15 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
   }
   if (sync_) sync_->finish();
   SF_PROFILE_SCOPE("optimizer");
-  fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, nullptr);
+  optimizer_update();
   return loss;
+}
+
+// Clipping and the optimizer's update; with fp16, the gradients unscaled first, and the step
+// skipped (the scale halved) when they overflowed.
+void Training::optimizer_update() {
+  const StepReport r = fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, scaler_.get());
+  if (!r.applied && scaler_) ++skipped_steps_;
 }
 
 // A signal stops the run before its next step, once every rank has seen it: the state is
@@ -932,15 +953,24 @@ void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epo
   j["data_wait_seconds"] = wait_s;
   j["data_wait_share"] = wait_s / std::max(train_s, 1e-9);
   j["checkpoint"] = saved;
+  if (scaler_) {
+    j["loss_scale"] = scaler_->scale();
+    j["skipped_steps"] = skipped_steps_;
+  }
   for (const auto& [k, v] : resources_.interval_summary()) j[k] = v;
   metrics_log_ << j.dump() << "\n" << std::flush;
   write_run_report(run_dir_);
   char head[96];
   std::snprintf(head, sizeof head, "epoch %lld/%lld", (long long)epoch, (long long)s_.epochs);
-  char tail[160];
-  std::snprintf(tail, sizeof tail, "  lr %.3g  %.1f s  %.0f samples/s  data wait %.1f%%%s",
+  char scaling[96] = "";
+  if (scaler_ && skipped_steps_ > 0)
+    std::snprintf(scaling, sizeof scaling, "  %lld steps skipped (fp16 overflow), loss scale %g",
+                  (long long)skipped_steps_, scaler_->scale());
+  skipped_steps_ = 0;
+  char tail[256];
+  std::snprintf(tail, sizeof tail, "  lr %.3g  %.1f s  %.0f samples/s  data wait %.1f%%%s%s",
                 optimizer_->options().lr, epoch_s, rate, 100 * wait_s / std::max(train_s, 1e-9),
-                saved ? "  [saved]" : "");
+                scaling, saved ? "  [saved]" : "");
   out_ << (tty_ ? "\r" : "") << head << metrics << tail << "\n" << std::flush;
 }
 
@@ -962,6 +992,10 @@ void Training::save_state(bool in_epoch, int64_t batch, double loss_sum, double 
       tensors.emplace_back("carry.c", carry_c_[carry_at_].tensor());
   }
   LoopState saved = state_;
+  if (scaler_) {
+    saved.loss_scale = scaler_->scale();
+    saved.loss_scale_growth = scaler_->growth_tracker();
+  }
   saved.optimizer_steps = optimizer_->steps();
   saved.param_steps = optimizer_->param_steps();
   saved.in_epoch = in_epoch;

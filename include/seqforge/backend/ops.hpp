@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "seqforge/core/dtype.hpp"
+
 namespace seqforge {
 
 // C(m, n) = alpha * op(A) * op(B) + beta * C, row-major; op(A) is (m, k), op(B) is (k, n).
@@ -74,8 +76,9 @@ inline int64_t bias_grad_columns(const CellType& c, int64_t hidden) {
   return (c.recurrent_grads ? 2 : 1) * c.gates * hidden + cell_param_columns(c, hidden);
 }
 
-// One time step of a cell for a batch, forward. Pointers are of the step's dtype (bf16 where
-// named); rows are G*H (gates) or H wide, packed unless a leading dimension is given.
+// One time step of a cell for a batch, forward. Pointers are of the step's dtype, but the *_low
+// copies (the operands of half-precision GEMMs), which are of `low`: bf16 or f16. Rows are G*H
+// (gates) or H wide, packed unless a leading dimension is given.
 //   LSTM, gates i, f, g, o:  c = f c_prev + i g,  h = o tanh(c);  saved: tanh(c)
 //   GRU, gates r, z, n (PyTorch's nn.GRU):  n = tanh(G_n + r (R_n + b_hn)),  h = (1 - z) n + z
 //   h_prev;  saved: R_n + b_hn
@@ -84,8 +87,9 @@ inline int64_t bias_grad_columns(const CellType& c, int64_t hidden) {
 struct CellForward {
   int64_t batch = 0, hidden = 0;
   void* gates = nullptr;            // (B, G*H) input projection in, activations out
-  void* gates_bf16 = nullptr;       // optional (B, G*H): the activations go here instead, in bf16,
-                                    // and gates is left as scratch (may be null when x is given)
+  void* gates_low = nullptr;        // optional (B, G*H): the activations go here instead, in
+                                    // `low`, and gates is left as scratch (may be null when x is
+                                    // given)
   const void* gates_rec = nullptr;  // (B, G*H) R; optional for the LSTM (then zero)
   const void* bias_rec = nullptr;   // GRU: (H) b_hn
   const void* h_prev = nullptr;     // GRU: (B, H) rows ld_h_prev apart
@@ -97,7 +101,8 @@ struct CellForward {
   const void* params = nullptr;  // the cell's own parameters (cell_param_columns), if any
   void* h = nullptr;             // (B, H) out, rows ldh apart
   int64_t ldh = 0;
-  void* h_bf16 = nullptr;  // optional bf16 copy of h for bf16 GEMMs, rows ldh apart
+  void* h_low = nullptr;  // optional copy of h in `low` for the GEMMs, rows ldh apart
+  DType low = DType::bf16;
   // Optional, for narrow inputs: the input projection is made here, bias + x W_ih^T, and `gates`
   // is output only. x (B, input) rows ldx apart; w_ih_t (input, G*H); bias (G*H). With
   // bias_in_cell, bias (G*H) is the one the cell adds (and x is never given).
@@ -110,25 +115,26 @@ struct CellForward {
 // The matching backward step.
 struct CellBackward {
   int64_t batch = 0, hidden = 0;
-  const void* gates = nullptr;       // (B, G*H) activations saved by forward
-  const void* gates_bf16 = nullptr;  // or saved in bf16 (then gates is null)
-  const void* c_prev = nullptr;      // LSTM: (B, H)
-  const void* saved = nullptr;       // (B, saved_columns) forward's saved values
-  const void* params = nullptr;      // the cell's own parameters
-  const void* h_prev = nullptr;      // GRU: (B, H) rows ld_h_prev apart
+  const void* gates = nullptr;      // (B, G*H) activations saved by forward
+  const void* gates_low = nullptr;  // or saved in `low` (then gates is null)
+  const void* c_prev = nullptr;     // LSTM: (B, H)
+  const void* saved = nullptr;      // (B, saved_columns) forward's saved values
+  const void* params = nullptr;     // the cell's own parameters
+  const void* h_prev = nullptr;     // GRU: (B, H) rows ld_h_prev apart
   int64_t ld_h_prev = 0;
   const void* dh_out = nullptr;  // (B, H) gradient from the layer output, rows ld_dh_out apart
   int64_t ld_dh_out = 0;
-  const void* dh_rec = nullptr;  // (B, H) gradient from step t+1, or null
-  void* dc = nullptr;            // LSTM: (B, H) in: dL/dc_t from later steps; out: dL/dc_{t-1}
-  void* dgates = nullptr;        // (B, G*H) out: gradient of the input projection (may be gates);
-                                 // null when only dgates_bf16 is wanted
-  void* dgates_bf16 = nullptr;   // optional bf16 copy of dgates for bf16 GEMMs
-  void* dgates_rec = nullptr;    // recurrent_grads: (B, G*H) out, gradient of R
-  void* dgates_rec_bf16 = nullptr;  // or its bf16 copy
+  const void* dh_rec = nullptr;    // (B, H) gradient from step t+1, or null
+  void* dc = nullptr;              // LSTM: (B, H) in: dL/dc_t from later steps; out: dL/dc_{t-1}
+  void* dgates = nullptr;          // (B, G*H) out: gradient of the input projection (may be gates);
+                                   // null when only dgates_low is wanted
+  void* dgates_low = nullptr;      // optional copy of dgates in `low` for the GEMMs
+  void* dgates_rec = nullptr;      // recurrent_grads: (B, G*H) out, gradient of R
+  void* dgates_rec_low = nullptr;  // or its copy in `low`
   void* dh_direct = nullptr;  // direct_state_grad: (B, H) out, dL/dh_prev but for R (may be dh_rec)
   void* dbias = nullptr;      // optional (bias_grad_columns): += d b_ih, d b_hh when apart, and the
                               // cell's own parameters' gradients, summed over the rows
+  DType low = DType::bf16;    // of the *_low copies: bf16 or f16
 };
 
 // Multi-head scaled dot-product attention over the packed projections of a (B, T, 3C) c_attn

@@ -47,8 +47,8 @@ std::string amx_permission();
 std::vector<std::string> nvidia_devices();
 
 // "fp32" -> f32; "bf16" -> bf16 GEMMs where the CPU (under the cap) has AVX512-BF16 or AMX-BF16,
-// otherwise f32 with `notice` set; "auto" -> bf16 where available, else f32. Throws on any other
-// name.
+// otherwise f32 with `notice` set; "auto" -> bf16 where available, else f32; "fp16" -> f32 with
+// `notice` set (a GPU backend takes fp16 in backend_precision). Throws on any other name.
 DType resolve_precision(const std::string& precision, std::string* notice);
 
 }  // namespace seqforge

@@ -54,6 +54,9 @@ inline float from_bf16(bf16 b) {
 // IEEE half precision (storage only): round to nearest even, with subnormals, inf and NaN.
 uint16_t to_f16(float f);
 float from_f16(uint16_t h);
+struct f16 {
+  uint16_t bits;
+};
 
 // Converts n elements between float-like dtypes (f32, f64, bf16, f16) on the host.
 void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t n);

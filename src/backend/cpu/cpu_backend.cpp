@@ -325,13 +325,15 @@ class CpuBackend final : public Backend {
   }
 
   void cell_forward(CellKind cell, const CellForward& a, DType dtype) override {
-    if (dtype != DType::f32) return ref_->cell_forward(cell, a, dtype);
+    // The SIMD kernels write bf16 copies only; f16 ones (a reference-checked path) go through the
+    // reference kernels.
+    if (dtype != DType::f32 || a.low != DType::bf16) return ref_->cell_forward(cell, a, dtype);
     const auto forward = cell_kernels(cell).simd_forward;
     parallel_rows(a.batch, cell_type(cell).gates * a.hidden,
                   [&](int64_t r0, int64_t r1) { forward(a, r0, r1); });
   }
   void cell_backward(CellKind cell, const CellBackward& a, DType dtype) override {
-    if (dtype != DType::f32) return ref_->cell_backward(cell, a, dtype);
+    if (dtype != DType::f32 || a.low != DType::bf16) return ref_->cell_backward(cell, a, dtype);
     const auto backward = cell_kernels(cell).simd_backward;
     const CellType& type = cell_type(cell);
     const int64_t work = type.gates * a.hidden;

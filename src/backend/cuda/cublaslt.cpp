@@ -112,8 +112,8 @@ void CublasLt::gemm(const GemmShape& s, DType dtype, const void* a, const void* 
   if (dtype == DType::f64) {
     operand = out = scale = CUDA_R_64F;
     compute = CUBLAS_COMPUTE_64F;
-  } else if (dtype == DType::bf16) {
-    operand = CUDA_R_16BF;
+  } else if (dtype == DType::bf16 || dtype == DType::f16) {
+    operand = dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
     compute = CUBLAS_COMPUTE_32F;
   } else if (dtype != DType::f32) {
     fail("cuda: no GEMM in ", dtype_name(dtype));

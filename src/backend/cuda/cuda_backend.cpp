@@ -68,7 +68,8 @@ class CudaBackend final : public Backend {
       case Op::memory:
         return true;
       case Op::gemm:
-        return d == DType::f32 || d == DType::f64 || (d == DType::bf16 && props_.major >= 8);
+        return d == DType::f32 || d == DType::f64 ||
+               ((d == DType::bf16 || d == DType::f16) && props_.major >= 8);
       case Op::elementwise:
       case Op::layout:
       case Op::dropout:

@@ -34,7 +34,8 @@ class ReferenceBackend final : public Backend {
   std::string_view name() const override { return "reference"; }
   bool supports(Op op, DType d) const override {
     if (op == Op::memory) return true;
-    if (op == Op::gemm && d == DType::bf16) return true;  // bf16 operands, f32 accumulation
+    // bf16 and f16 operands, f32 accumulation
+    if (op == Op::gemm && (d == DType::bf16 || d == DType::f16)) return true;
     return d == DType::f32 || d == DType::f64;
   }
 
@@ -93,6 +94,11 @@ class ReferenceBackend final : public Backend {
                 const void* bias) override {
     if (dtype == DType::bf16) {
       ref::gemm(s, static_cast<const bf16*>(a), static_cast<const bf16*>(b), static_cast<float*>(c),
+                static_cast<const float*>(bias), 0, s.m);
+      return;
+    }
+    if (dtype == DType::f16) {
+      ref::gemm(s, static_cast<const f16*>(a), static_cast<const f16*>(b), static_cast<float*>(c),
                 static_cast<const float*>(bias), 0, s.m);
       return;
     }

@@ -100,14 +100,14 @@ class SealedBackend final : public Backend {
   }
   void cell_forward(CellKind cell, const CellForward& a, DType dtype) override {
     Open o(*this, "cell_forward", {},
-           {a.gates, a.gates_bf16, a.gates_rec, a.bias_rec, a.h_prev, a.c_prev, a.c, a.saved,
-            a.params, a.h, a.h_bf16, a.x, a.w_ih_t, a.bias});
+           {a.gates, a.gates_low, a.gates_rec, a.bias_rec, a.h_prev, a.c_prev, a.c, a.saved,
+            a.params, a.h, a.h_low, a.x, a.w_ih_t, a.bias});
     inner_->cell_forward(cell, a, dtype);
   }
   void cell_backward(CellKind cell, const CellBackward& a, DType dtype) override {
     Open o(*this, "cell_backward", {},
-           {a.gates, a.gates_bf16, a.c_prev, a.saved, a.params, a.h_prev, a.dh_out, a.dh_rec, a.dc,
-            a.dgates, a.dgates_bf16, a.dgates_rec, a.dgates_rec_bf16, a.dh_direct, a.dbias});
+           {a.gates, a.gates_low, a.c_prev, a.saved, a.params, a.h_prev, a.dh_out, a.dh_rec, a.dc,
+            a.dgates, a.dgates_low, a.dgates_rec, a.dgates_rec_low, a.dh_direct, a.dbias});
     inner_->cell_backward(cell, a, dtype);
   }
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {

@@ -39,11 +39,10 @@ void gru_cell_forward(const CellForward& p, int64_t r0, int64_t r1) {
       const T z = sigmoid(gates[H + j] + rec[H + j]);
       hn[j] = rec[2 * H + j] + b_hn[j];
       const T n = std::tanh(gates[2 * H + j] + r * hn[j]);
-      if (p.gates_bf16) {
-        bf16* low = static_cast<bf16*>(p.gates_bf16) + b * 3 * H;
-        low[j] = to_bf16(static_cast<float>(r));
-        low[H + j] = to_bf16(static_cast<float>(z));
-        low[2 * H + j] = to_bf16(static_cast<float>(n));
+      if (p.gates_low) {
+        store_low(p.gates_low, p.low, b * 3 * H + j, r);
+        store_low(p.gates_low, p.low, b * 3 * H + H + j, z);
+        store_low(p.gates_low, p.low, b * 3 * H + 2 * H + j, n);
       } else {
         gates[j] = r;
         gates[H + j] = z;
@@ -51,9 +50,8 @@ void gru_cell_forward(const CellForward& p, int64_t r0, int64_t r1) {
       }
       h[j] = n + z * (h_prev[j] - n);
     }
-    if (p.h_bf16) {
-      bf16* low = static_cast<bf16*>(p.h_bf16) + b * p.ldh;
-      for (int64_t j = 0; j < H; ++j) low[j] = to_bf16(static_cast<float>(h[j]));
+    if (p.h_low) {
+      for (int64_t j = 0; j < H; ++j) store_low(p.h_low, p.low, b * p.ldh + j, h[j]);
     }
   }
 }
@@ -67,9 +65,10 @@ void gru_cell_backward(const CellBackward& p, int64_t r0, int64_t r1) {
   std::vector<T> row(p.dgates ? 0 : 3 * H), row_rec(p.dgates_rec ? 0 : 3 * H);
   for (int64_t b = r0; b < r1; ++b) {
     const T* saved = p.gates ? static_cast<const T*>(p.gates) + b * 3 * H : nullptr;
-    const bf16* saved_low =
-        p.gates_bf16 ? static_cast<const bf16*>(p.gates_bf16) + b * 3 * H : nullptr;
-    auto gate = [&](int64_t j) { return saved_low ? T(from_bf16(saved_low[j])) : saved[j]; };
+    const int64_t low_row = b * 3 * H;
+    auto gate = [&](int64_t j) {
+      return p.gates_low ? T(load_low(p.gates_low, p.low, low_row + j)) : saved[j];
+    };
     const T* hn = static_cast<const T*>(p.saved) + b * H;
     const T* h_prev = static_cast<const T*>(p.h_prev) + b * p.ld_h_prev;
     const T* dh_out = p.dh_out ? static_cast<const T*>(p.dh_out) + b * p.ld_dh_out : nullptr;
@@ -91,13 +90,12 @@ void gru_cell_backward(const CellBackward& p, int64_t r0, int64_t r1) {
       drec[2 * H + j] = da_n * r;
       dh_direct[j] = dh * z;
     }
-    if (p.dgates_bf16) {
-      bf16* low = static_cast<bf16*>(p.dgates_bf16) + b * 3 * H;
-      for (int64_t j = 0; j < 3 * H; ++j) low[j] = to_bf16(static_cast<float>(dgates[j]));
+    if (p.dgates_low) {
+      for (int64_t j = 0; j < 3 * H; ++j) store_low(p.dgates_low, p.low, b * 3 * H + j, dgates[j]);
     }
-    if (p.dgates_rec_bf16) {
-      bf16* low = static_cast<bf16*>(p.dgates_rec_bf16) + b * 3 * H;
-      for (int64_t j = 0; j < 3 * H; ++j) low[j] = to_bf16(static_cast<float>(drec[j]));
+    if (p.dgates_rec_low) {
+      for (int64_t j = 0; j < 3 * H; ++j)
+        store_low(p.dgates_rec_low, p.low, b * 3 * H + j, drec[j]);
     }
     if (p.dbias) {
       T* db = static_cast<T*>(p.dbias);

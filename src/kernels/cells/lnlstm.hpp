@@ -71,15 +71,13 @@ void lnlstm_cell_forward(const CellForward& p, int64_t r0, int64_t r1) {
       tc[j] = std::tanh(g_c[j] * c_hat[j] + b_c[j]);
       h[j] = act[3 * H + j] * tc[j];
     }
-    if (p.gates_bf16) {
-      bf16* low = static_cast<bf16*>(p.gates_bf16) + b * N;
-      for (int64_t j = 0; j < N; ++j) low[j] = to_bf16(static_cast<float>(act[j]));
+    if (p.gates_low) {
+      for (int64_t j = 0; j < N; ++j) store_low(p.gates_low, p.low, b * N + j, act[j]);
     } else {
       for (int64_t j = 0; j < N; ++j) gates[j] = act[j];
     }
-    if (p.h_bf16) {
-      bf16* low = static_cast<bf16*>(p.h_bf16) + b * p.ldh;
-      for (int64_t j = 0; j < H; ++j) low[j] = to_bf16(static_cast<float>(h[j]));
+    if (p.h_low) {
+      for (int64_t j = 0; j < H; ++j) store_low(p.h_low, p.low, b * p.ldh + j, h[j]);
     }
   }
 }
@@ -97,8 +95,9 @@ void lnlstm_cell_backward(const CellBackward& p, int64_t r0, int64_t r1) {
   std::vector<T> act(N), dpre(N), d_hat(N), dg(N), dr(N), dt(H), dc_hat(H), dc_norm(H);
   for (int64_t b = r0; b < r1; ++b) {
     const T* saved_act = p.gates ? static_cast<const T*>(p.gates) + b * N : nullptr;
-    const bf16* saved_low = p.gates_bf16 ? static_cast<const bf16*>(p.gates_bf16) + b * N : nullptr;
-    for (int64_t j = 0; j < N; ++j) act[j] = saved_low ? T(from_bf16(saved_low[j])) : saved_act[j];
+    const int64_t low_row = b * N;
+    for (int64_t j = 0; j < N; ++j)
+      act[j] = p.gates_low ? T(load_low(p.gates_low, p.low, low_row + j)) : saved_act[j];
     const T* saved = static_cast<const T*>(p.saved) + b * W;
     const T *g_hat = saved, *r_hat = saved + N, *c_hat = saved + 2 * N, *tc = c_hat + H;
     const T* rstd = tc + H;
@@ -132,17 +131,15 @@ void lnlstm_cell_backward(const CellBackward& p, int64_t r0, int64_t r1) {
       T* out = static_cast<T*>(p.dgates) + b * N;
       for (int64_t j = 0; j < N; ++j) out[j] = dg[j];
     }
-    if (p.dgates_bf16) {
-      bf16* low = static_cast<bf16*>(p.dgates_bf16) + b * N;
-      for (int64_t j = 0; j < N; ++j) low[j] = to_bf16(static_cast<float>(dg[j]));
+    if (p.dgates_low) {
+      for (int64_t j = 0; j < N; ++j) store_low(p.dgates_low, p.low, b * N + j, dg[j]);
     }
     if (p.dgates_rec) {
       T* out = static_cast<T*>(p.dgates_rec) + b * N;
       for (int64_t j = 0; j < N; ++j) out[j] = dr[j];
     }
-    if (p.dgates_rec_bf16) {
-      bf16* low = static_cast<bf16*>(p.dgates_rec_bf16) + b * N;
-      for (int64_t j = 0; j < N; ++j) low[j] = to_bf16(static_cast<float>(dr[j]));
+    if (p.dgates_rec_low) {
+      for (int64_t j = 0; j < N; ++j) store_low(p.dgates_rec_low, p.low, b * N + j, dr[j]);
     }
     if (p.dbias) {  // d b_ih, d b_hh, d g_ih, d g_hh, d g_c, d b_c
       T* db = static_cast<T*>(p.dbias);

@@ -41,12 +41,11 @@ void lstm_cell_forward(const CellForward& p, int64_t r0, int64_t r1) {
       const T f = sigmoid(gates[H + j]);
       const T g = std::tanh(gates[2 * H + j]);
       const T o = sigmoid(gates[3 * H + j]);
-      if (p.gates_bf16) {
-        bf16* low = static_cast<bf16*>(p.gates_bf16) + b * 4 * H;
-        low[j] = to_bf16(static_cast<float>(i));
-        low[H + j] = to_bf16(static_cast<float>(f));
-        low[2 * H + j] = to_bf16(static_cast<float>(g));
-        low[3 * H + j] = to_bf16(static_cast<float>(o));
+      if (p.gates_low) {
+        store_low(p.gates_low, p.low, b * 4 * H + j, i);
+        store_low(p.gates_low, p.low, b * 4 * H + H + j, f);
+        store_low(p.gates_low, p.low, b * 4 * H + 2 * H + j, g);
+        store_low(p.gates_low, p.low, b * 4 * H + 3 * H + j, o);
       } else {
         gates[j] = i;
         gates[H + j] = f;
@@ -57,9 +56,8 @@ void lstm_cell_forward(const CellForward& p, int64_t r0, int64_t r1) {
       tanh_c[j] = std::tanh(c[j]);
       h[j] = o * tanh_c[j];
     }
-    if (p.h_bf16) {
-      bf16* low = static_cast<bf16*>(p.h_bf16) + b * p.ldh;
-      for (int64_t j = 0; j < H; ++j) low[j] = to_bf16(static_cast<float>(h[j]));
+    if (p.h_low) {
+      for (int64_t j = 0; j < H; ++j) store_low(p.h_low, p.low, b * p.ldh + j, h[j]);
     }
   }
 }
@@ -71,14 +69,15 @@ void lstm_cell_forward(const CellForward& p, int64_t r0, int64_t r1) {
 template <typename T>
 void lstm_cell_backward(const CellBackward& p, int64_t r0, int64_t r1) {
   const int64_t H = p.hidden;
-  std::vector<T> row(p.dgates ? 0 : 4 * H);  // a row's dgates when only the bf16 copy is kept
+  std::vector<T> row(p.dgates ? 0 : 4 * H);  // a row's dgates when only the low copy is kept
   for (int64_t b = r0; b < r1; ++b) {
     const T* c_prev = static_cast<const T*>(p.c_prev) + b * H;
     const T* tanh_c = static_cast<const T*>(p.saved) + b * H;
     const T* saved = p.gates ? static_cast<const T*>(p.gates) + b * 4 * H : nullptr;
-    const bf16* saved_low =
-        p.gates_bf16 ? static_cast<const bf16*>(p.gates_bf16) + b * 4 * H : nullptr;
-    auto gate = [&](int64_t j) { return saved_low ? T(from_bf16(saved_low[j])) : saved[j]; };
+    const int64_t low_row = b * 4 * H;
+    auto gate = [&](int64_t j) {
+      return p.gates_low ? T(load_low(p.gates_low, p.low, low_row + j)) : saved[j];
+    };
     const T* dh_out = p.dh_out ? static_cast<const T*>(p.dh_out) + b * p.ld_dh_out : nullptr;
     const T* dh_rec = p.dh_rec ? static_cast<const T*>(p.dh_rec) + b * H : nullptr;
     T* dc = static_cast<T*>(p.dc) + b * H;
@@ -96,9 +95,8 @@ void lstm_cell_backward(const CellBackward& p, int64_t r0, int64_t r1) {
       dgates[3 * H + j] = dh * tc * o * (T(1) - o);
       dc[j] = dct * f;
     }
-    if (p.dgates_bf16) {
-      bf16* low = static_cast<bf16*>(p.dgates_bf16) + b * 4 * H;
-      for (int64_t j = 0; j < 4 * H; ++j) low[j] = to_bf16(static_cast<float>(dgates[j]));
+    if (p.dgates_low) {
+      for (int64_t j = 0; j < 4 * H; ++j) store_low(p.dgates_low, p.low, b * 4 * H + j, dgates[j]);
     }
     if (p.dbias) {
       T* db = static_cast<T*>(p.dbias);

@@ -28,7 +28,7 @@ void GruForwardRows(const CellForward& p, int64_t r0, int64_t r1) {
   const float* bias = static_cast<const float*>(p.bias);
   for (int64_t b = r0; b < r1; ++b) {
     float* gates = p.gates ? static_cast<float*>(p.gates) + b * 3 * H : row.data();  // (3H)
-    bf16* low = p.gates_bf16 ? static_cast<bf16*>(p.gates_bf16) + b * 3 * H : nullptr;
+    bf16* low = p.gates_low ? static_cast<bf16*>(p.gates_low) + b * 3 * H : nullptr;
     const float* rec = static_cast<const float*>(p.gates_rec) + b * 3 * H;
     const float* h_prev = static_cast<const float*>(p.h_prev) + b * p.ld_h_prev;
     float* hn_out = static_cast<float*>(p.saved) + b * H;
@@ -76,7 +76,7 @@ void GruForwardRows(const CellForward& p, int64_t r0, int64_t r1) {
         for (int64_t k = 0; k < 3; ++k) low[k * H + j] = to_bf16(gates[k * H + j]);
       h[j] = n + z * (h_prev[j] - n);
     }
-    if (p.h_bf16) ToBf16Row(h, static_cast<bf16*>(p.h_bf16) + b * p.ldh, H);
+    if (p.h_low) ToBf16Row(h, static_cast<bf16*>(p.h_low) + b * p.ldh, H);
   }
 }
 
@@ -91,7 +91,7 @@ void GruBackwardRows(const CellBackward& p, int64_t r0, int64_t r1, float* dbias
   for (int64_t b = r0; b < r1; ++b) {
     const float* saved = p.gates ? static_cast<const float*>(p.gates) + b * 3 * H : nullptr;
     const bf16* saved_low =
-        p.gates_bf16 ? static_cast<const bf16*>(p.gates_bf16) + b * 3 * H : nullptr;
+        p.gates_low ? static_cast<const bf16*>(p.gates_low) + b * 3 * H : nullptr;
     auto gate = [&](int64_t j) {
       return saved_low ? LoadBf16(d, saved_low + j) : hn::LoadU(d, saved + j);
     };
@@ -136,9 +136,8 @@ void GruBackwardRows(const CellBackward& p, int64_t r0, int64_t r1, float* dbias
       drec[2 * H + j] = da_n * r;
       dh_direct[j] = dh * z;
     }
-    if (p.dgates_bf16) ToBf16Row(dgates, static_cast<bf16*>(p.dgates_bf16) + b * 3 * H, 3 * H);
-    if (p.dgates_rec_bf16)
-      ToBf16Row(drec, static_cast<bf16*>(p.dgates_rec_bf16) + b * 3 * H, 3 * H);
+    if (p.dgates_low) ToBf16Row(dgates, static_cast<bf16*>(p.dgates_low) + b * 3 * H, 3 * H);
+    if (p.dgates_rec_low) ToBf16Row(drec, static_cast<bf16*>(p.dgates_rec_low) + b * 3 * H, 3 * H);
     if (dbias) {
       AddRow(dbias, dgates, 3 * H);
       AddRow(dbias + 3 * H, drec, 3 * H);

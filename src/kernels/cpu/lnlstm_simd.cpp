@@ -121,11 +121,11 @@ void LnLstmForwardRows(const CellForward& p, int64_t r0, int64_t r1) {
       tc[j] = std::tanh(g_c[j] * c_hat[j] + b_c[j]);
       h[j] = a[3 * H + j] * tc[j];
     }
-    if (p.gates_bf16)
-      ToBf16Row(a, static_cast<bf16*>(p.gates_bf16) + b * NG, NG);
+    if (p.gates_low)
+      ToBf16Row(a, static_cast<bf16*>(p.gates_low) + b * NG, NG);
     else
       std::copy(a, a + NG, gates);
-    if (p.h_bf16) ToBf16Row(h, static_cast<bf16*>(p.h_bf16) + b * p.ldh, H);
+    if (p.h_low) ToBf16Row(h, static_cast<bf16*>(p.h_low) + b * p.ldh, H);
   }
 }
 
@@ -141,8 +141,8 @@ void LnLstmBackwardRows(const CellBackward& p, int64_t r0, int64_t r1, float* db
   float *act = scratch.data(), *dpre = act + NG, *d_hat = dpre + NG, *dg = d_hat + NG;
   float *dr = dg + NG, *dt = dr + NG, *dc_hat = dt + H, *dc_norm = dc_hat + H;
   for (int64_t b = r0; b < r1; ++b) {
-    if (p.gates_bf16) {
-      const bf16* low = static_cast<const bf16*>(p.gates_bf16) + b * NG;
+    if (p.gates_low) {
+      const bf16* low = static_cast<const bf16*>(p.gates_low) + b * NG;
       for (int64_t j = 0; j < NG_vec; j += N) hn::StoreU(LoadBf16(d, low + j), d, act + j);
       for (int64_t j = NG_vec; j < NG; ++j) act[j] = from_bf16(low[j]);
     } else {
@@ -204,9 +204,9 @@ void LnLstmBackwardRows(const CellBackward& p, int64_t r0, int64_t r1, float* db
     for (int64_t j = NG_vec; j < NG; ++j) d_hat[j] = dpre[j] * g_hh[j];
     LayerNormBackwardRow(d_hat, r_hat, rstd[1], dr, NG);
     if (p.dgates) std::copy(dg, dg + NG, static_cast<float*>(p.dgates) + b * NG);
-    if (p.dgates_bf16) ToBf16Row(dg, static_cast<bf16*>(p.dgates_bf16) + b * NG, NG);
+    if (p.dgates_low) ToBf16Row(dg, static_cast<bf16*>(p.dgates_low) + b * NG, NG);
     if (p.dgates_rec) std::copy(dr, dr + NG, static_cast<float*>(p.dgates_rec) + b * NG);
-    if (p.dgates_rec_bf16) ToBf16Row(dr, static_cast<bf16*>(p.dgates_rec_bf16) + b * NG, NG);
+    if (p.dgates_rec_low) ToBf16Row(dr, static_cast<bf16*>(p.dgates_rec_low) + b * NG, NG);
     if (dbias) {  // d b_ih, d b_hh, d g_ih, d g_hh, d g_c, d b_c
       AddRow(dbias, dpre, NG);
       AddRow(dbias + NG, dpre, NG);

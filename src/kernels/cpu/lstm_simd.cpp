@@ -25,7 +25,7 @@ void LstmForwardRows(const CellForward& p, int64_t r0, int64_t r1) {
   if (!p.gates && row.size() < static_cast<size_t>(4 * H)) row.resize(4 * H);
   for (int64_t b = r0; b < r1; ++b) {
     float* gates = p.gates ? static_cast<float*>(p.gates) + b * 4 * H : row.data();  // (4H)
-    bf16* low = p.gates_bf16 ? static_cast<bf16*>(p.gates_bf16) + b * 4 * H : nullptr;
+    bf16* low = p.gates_low ? static_cast<bf16*>(p.gates_low) + b * 4 * H : nullptr;
     const float* c_prev = static_cast<const float*>(p.c_prev) + b * H;
     float* c = static_cast<float*>(p.c) + b * H;
     float* tanh_c = static_cast<float*>(p.saved) + b * H;
@@ -94,7 +94,7 @@ void LstmForwardRows(const CellForward& p, int64_t r0, int64_t r1) {
         h[j] = o * tanh_c[j];
       }
     }
-    if (p.h_bf16) ToBf16Row(h, static_cast<bf16*>(p.h_bf16) + b * p.ldh, H);
+    if (p.h_low) ToBf16Row(h, static_cast<bf16*>(p.h_low) + b * p.ldh, H);
   }
 }
 
@@ -108,7 +108,7 @@ void LstmBackwardRows(const CellBackward& p, int64_t r0, int64_t r1, float* dbia
   for (int64_t b = r0; b < r1; ++b) {
     const float* saved = p.gates ? static_cast<const float*>(p.gates) + b * 4 * H : nullptr;
     const bf16* saved_low =
-        p.gates_bf16 ? static_cast<const bf16*>(p.gates_bf16) + b * 4 * H : nullptr;
+        p.gates_low ? static_cast<const bf16*>(p.gates_low) + b * 4 * H : nullptr;
     auto gate = [&](int64_t j) {
       return saved_low ? LoadBf16(d, saved_low + j) : hn::LoadU(d, saved + j);
     };
@@ -149,7 +149,7 @@ void LstmBackwardRows(const CellBackward& p, int64_t r0, int64_t r1, float* dbia
       dgates[3 * H + j] = dh * tc * o * (1.0f - o);
       dc[j] = dct * f;
     }
-    if (p.dgates_bf16) ToBf16Row(dgates, static_cast<bf16*>(p.dgates_bf16) + b * 4 * H, 4 * H);
+    if (p.dgates_low) ToBf16Row(dgates, static_cast<bf16*>(p.dgates_low) + b * 4 * H, 4 * H);
     if (dbias) AddRow(dbias, dgates, 4 * H);
   }
 }

@@ -29,8 +29,8 @@ __device__ inline T preact(const CellForward& p, int gates, int64_t b, int64_t g
 template <typename T>
 __device__ inline void store_gate(const CellForward& p, int gates, int64_t b, int64_t gj, T v) {
   const int64_t GH = gates * p.hidden;
-  if (p.gates_bf16)
-    static_cast<bf16*>(p.gates_bf16)[b * GH + gj].bits = bf16_bits(static_cast<float>(v));
+  if (p.gates_low)
+    store_low(p.gates_low, p.low, b * GH + gj, static_cast<float>(v));
   else
     static_cast<T*>(p.gates)[b * GH + gj] = v;
 }
@@ -38,15 +38,14 @@ __device__ inline void store_gate(const CellForward& p, int gates, int64_t b, in
 template <typename T>
 __device__ inline T load_gate(const CellBackward& p, int gates, int64_t b, int64_t gj) {
   const int64_t GH = gates * p.hidden;
-  if (p.gates_bf16)
-    return T(from_bf16_bits(static_cast<const bf16*>(p.gates_bf16)[b * GH + gj].bits));
+  if (p.gates_low) return T(load_low(p.gates_low, p.low, b * GH + gj));
   return static_cast<const T*>(p.gates)[b * GH + gj];
 }
 
 template <typename T>
 __device__ inline void store_h(const CellForward& p, int64_t b, int64_t j, T h) {
   static_cast<T*>(p.h)[b * p.ldh + j] = h;
-  if (p.h_bf16) static_cast<bf16*>(p.h_bf16)[b * p.ldh + j].bits = bf16_bits(static_cast<float>(h));
+  if (p.h_low) store_low(p.h_low, p.low, b * p.ldh + j, static_cast<float>(h));
 }
 
 template <typename T>
@@ -57,13 +56,12 @@ __device__ inline T incoming_dh(const CellBackward& p, int64_t b, int64_t j) {
   return dh;
 }
 
-// dgates (never null here: the backend gives scratch when the step keeps only the bf16 copy).
+// dgates (never null here: the backend gives scratch when the step keeps only the low copy).
 template <typename T>
 __device__ inline void store_dgate(const CellBackward& p, int gates, int64_t b, int64_t gj, T v) {
   const int64_t GH = gates * p.hidden;
   static_cast<T*>(p.dgates)[b * GH + gj] = v;
-  if (p.dgates_bf16)
-    static_cast<bf16*>(p.dgates_bf16)[b * GH + gj].bits = bf16_bits(static_cast<float>(v));
+  if (p.dgates_low) store_low(p.dgates_low, p.low, b * GH + gj, static_cast<float>(v));
 }
 
 //   c = f c_prev + i g,  h = o tanh(c);  saved: tanh(c)
@@ -152,9 +150,8 @@ __global__ void gru_backward_kernel(CellBackward p) {
     const T rec[3] = {da_r, da_z, da_n * r};
     for (int g = 0; g < 3; ++g) {
       drec[g * H + j] = rec[g];
-      if (p.dgates_rec_bf16)
-        static_cast<bf16*>(p.dgates_rec_bf16)[b * 3 * H + g * H + j].bits =
-            bf16_bits(static_cast<float>(rec[g]));
+      if (p.dgates_rec_low)
+        store_low(p.dgates_rec_low, p.low, b * 3 * H + g * H + j, static_cast<float>(rec[g]));
     }
     static_cast<T*>(p.dh_direct)[b * H + j] = dh * z;
   }

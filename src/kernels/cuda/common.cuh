@@ -42,6 +42,19 @@ __device__ inline float from_bf16_bits(uint16_t b) {
   return __uint_as_float(static_cast<uint32_t>(b) << 16);
 }
 
+// Element i of a half-precision copy (`low`: bf16 or f16, the operands of half GEMMs), rounded
+// from f32 as the host's reference kernels round.
+__device__ inline void store_low(void* p, DType low, int64_t i, float v) {
+  if (low == DType::f16)
+    static_cast<__half*>(p)[i] = __float2half_rn(v);
+  else
+    static_cast<bf16*>(p)[i].bits = bf16_bits(v);
+}
+__device__ inline float load_low(const void* p, DType low, int64_t i) {
+  if (low == DType::f16) return __half2float(static_cast<const __half*>(p)[i]);
+  return from_bf16_bits(static_cast<const bf16*>(p)[i].bits);
+}
+
 // Element access by dtype for conversions: load as double, store rounding once.
 template <typename T>
 struct Element;

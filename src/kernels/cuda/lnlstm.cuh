@@ -137,11 +137,9 @@ __global__ void lnlstm_backward_kernel(CellBackward p, T* dbias_rows) {
     __syncthreads();
     T* rows = dbias_rows + b * 18 * H;
     for (int64_t j = threadIdx.x; j < N; j += blockDim.x) {
-      if (p.dgates_bf16)
-        static_cast<bf16*>(p.dgates_bf16)[b * N + j].bits = bf16_bits(static_cast<float>(dg[j]));
-      if (p.dgates_rec_bf16)
-        static_cast<bf16*>(p.dgates_rec_bf16)[b * N + j].bits =
-            bf16_bits(static_cast<float>(dr[j]));
+      if (p.dgates_low) store_low(p.dgates_low, p.low, b * N + j, static_cast<float>(dg[j]));
+      if (p.dgates_rec_low)
+        store_low(p.dgates_rec_low, p.low, b * N + j, static_cast<float>(dr[j]));
       rows[j] = dpre[j];
       rows[N + j] = dpre[j];
       rows[2 * N + j] = dpre[j] * g_hat[j];

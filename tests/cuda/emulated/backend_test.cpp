@@ -57,18 +57,25 @@ TEST(CudaBackendEmulated, MakesItselfAndSaysWhatRuns) {
             "(train.device: cpu)");
 }
 
-// bf16 GEMMs where the GPU has bf16 tensor cores, whatever the host CPU's instructions.
+// bf16 and fp16 GEMMs where the GPU has the tensor cores, whatever the host CPU's instructions;
+// fp16 for the recurrent models only.
 TEST(CudaBackendEmulated, PrecisionFollowsTheGpu) {
   auto be = make_cuda_backend();
+  const ModelFamily rnn = ModelFamily::recurrent;
   std::string notice;
-  EXPECT_EQ(backend_precision("auto", *be, &notice), DType::bf16);
-  EXPECT_EQ(backend_precision("bf16", *be, &notice), DType::bf16);
-  EXPECT_EQ(backend_precision("fp32", *be, &notice), DType::f32);
+  EXPECT_EQ(backend_precision("auto", *be, rnn, &notice), DType::bf16);
+  EXPECT_EQ(backend_precision("bf16", *be, rnn, &notice), DType::bf16);
+  EXPECT_EQ(backend_precision("fp16", *be, rnn, &notice), DType::f16);
+  EXPECT_EQ(backend_precision("fp32", *be, rnn, &notice), DType::f32);
   EXPECT_TRUE(notice.empty()) << notice;
+  EXPECT_EQ(backend_precision("fp16", *be, ModelFamily::transformer, &notice), DType::f32);
+  EXPECT_EQ(notice,
+            "train.precision fp16: the transformer runs bf16 or fp32 GEMMs, not fp16; fp32 GEMMs "
+            "instead");
 }
 
 // GEMMs through cuBLASLt's column-major API: every transpose, padded leading dimensions, alpha,
-// beta, the bias epilogue (f32, bf16) or the bias added after (f64), and k = 0.
+// beta, the bias epilogue (f32, bf16, f16) or the bias added after (f64), and k = 0.
 TEST(CudaBackendEmulated, GemmsMatchTheReference) {
   auto cuda = make_cuda_backend();
   auto ref = make_reference_backend();
@@ -84,8 +91,8 @@ TEST(CudaBackendEmulated, GemmsMatchTheReference) {
     s.bias = trial % 3 == 0;
     s.alpha = s.bias ? 1.0 : 0.75;
     s.beta = trial % 4 == 1 ? 0.5 : 0.0;
-    for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
-      const DType out = dt == DType::bf16 ? DType::f32 : dt;
+    for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+      const DType out = dt == DType::bf16 || dt == DType::f16 ? DType::f32 : dt;
       const auto a = random(rng, (s.trans_a ? s.k : s.m) * s.lda + 1);
       const auto b = random(rng, (s.trans_b ? s.n : s.k) * s.ldb + 1);
       const auto c = random(rng, s.m * s.ldc), bias = random(rng, s.n);
@@ -105,15 +112,19 @@ TEST(CudaBackendEmulated, GemmsMatchTheReference) {
 }
 
 // A recurrent model on the emulated CUDA backend and on the reference: the same parameters
-// (the same seed), outputs and every parameter's gradient.
-void check_model(const ModelOptions& o, const std::string& what) {
-  std::vector<double> out[2], grads[2];
+// (the same seed), outputs and every parameter's gradient, with GEMMs in `gemm` (f32, or half
+// operands: both backends round them alike, but a value at a rounding boundary may round apart).
+void check_model(const ModelOptions& o, const std::string& what, DType gemm = DType::f32) {
+  std::vector<double> out[3], grads[3];
   int i = 0;
   auto cuda = make_cuda_backend();
   auto ref = make_reference_backend();
-  for (Backend* be : {cuda.get(), ref.get()}) {
+  // The third run, the reference in f32, shows that half operands were rounded.
+  for (Backend* be : {cuda.get(), ref.get(), ref.get()}) {
+    if (i == 2 && gemm == DType::f32) break;
     auto model = make_model(o);
     model->initialize(*be, 5);
+    model->set_gemm_dtype(i == 2 ? DType::f32 : gemm);
     model->set_input_grad(false);
     Rng data(9), drop(3);
     const int64_t B = 3, T = 6;
@@ -141,8 +152,13 @@ void check_model(const ModelOptions& o, const std::string& what) {
       for (double g : download_doubles(*be, p.grad(k))) grads[i].push_back(g);
     ++i;
   }
-  EXPECT_LE(max_rel_error(out[0], out[1]), 2e-6) << what << " outputs";
-  EXPECT_LE(max_rel_error(grads[0], grads[1]), 2e-5) << what << " gradients";
+  const double half = gemm == DType::f16 ? 4e-3 : 3e-2;
+  EXPECT_LE(max_rel_error(out[0], out[1]), gemm == DType::f32 ? 2e-6 : half) << what << " outputs";
+  EXPECT_LE(max_rel_error(grads[0], grads[1]), gemm == DType::f32 ? 2e-5 : half)
+      << what << " gradients";
+  if (gemm != DType::f32)
+    EXPECT_GT(max_rel_error(out[1], out[2]), gemm == DType::f16 ? 1e-5 : 1e-4)
+        << what << ": no different from f32 GEMMs";
 }
 
 TEST(CudaBackendEmulated, RecurrentModelsMatchTheReference) {
@@ -162,11 +178,15 @@ TEST(CudaBackendEmulated, RecurrentModelsMatchTheReference) {
     adapted.adapter.kind = AdapterKind::dora, adapted.adapter.rank = 2;
     adapted.adapter.targets = {name + ".weight_ih", name + ".weight_hh"};
     check_model(adapted, name + " DoRA");
+    check_model(bi, name + " bidirectional, fp16 GEMMs", DType::f16);
+    check_model(lm, name + " character model, fp16 GEMMs", DType::f16);
+    check_model(bi, name + " bidirectional, bf16 GEMMs", DType::bf16);
   }
   ModelOptions proj;
   proj.rnn.input_size = 4, proj.rnn.hidden_size = 6, proj.rnn.proj_size = 3;
   proj.rnn.num_layers = 2, proj.rnn.batch_first = true, proj.output_size = 2;
   check_model(proj, "lstm projection");
+  check_model(proj, "lstm projection, fp16 GEMMs", DType::f16);
 }
 
 // Losses read back once; a target class or token id out of range is one line, as on the CPU.

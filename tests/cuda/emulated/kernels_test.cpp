@@ -1,7 +1,7 @@
 // seqforge's CUDA kernels and their launchers (src/kernels/cuda), compiled for the host emulation
 // beside this file and run on the CPU against the reference: every cell forward and backward with
-// each optional input, bf16 copies and strided rows; the elementwise, layout, dropout, loss,
-// optimizer, embedding and adapter ops. What it cannot see is the GPU itself (memory spaces,
+// each optional input, bf16 and f16 copies and strided rows; the elementwise, layout, dropout,
+// loss, optimizer, embedding and adapter ops. What it cannot see is the GPU itself (memory spaces,
 // real concurrency within a warp, launch limits): the device check runs the same ops there.
 #include "kernels/cuda/kernels.cu"  // the launchers, over the emulated runtime
 
@@ -20,11 +20,13 @@
 namespace seqforge {
 namespace {
 
-// Named buffers of T (and bf16), filled at random, for one run of a step.
+// Named buffers of T (and of the half-precision copies' bits), filled at random, for one run of a
+// step.
 template <typename T>
 struct Buffers {
   std::map<std::string, std::vector<T>> t;
-  std::map<std::string, std::vector<bf16>> low;
+  DType low_dtype = DType::bf16;
+  std::map<std::string, std::vector<uint16_t>> low;
   T* operator()(const std::string& name, size_t n, Rng* rng = nullptr, double lo = -1,
                 double hi = 1) {
     auto& v = t[name];
@@ -34,14 +36,18 @@ struct Buffers {
     }
     return v.data();
   }
-  bf16* bf(const std::string& name, size_t n) {
+  uint16_t* half(const std::string& name, size_t n) {
     auto& v = low[name];
-    if (v.empty()) v.assign(n, to_bf16(0.37f));
+    if (v.empty()) v.assign(n, low_dtype == DType::f16 ? to_f16(0.37f) : to_bf16(0.37f).bits);
     return v.data();
+  }
+  float widen(uint16_t bits) const {
+    return low_dtype == DType::f16 ? from_f16(bits) : from_bf16(bf16{bits});
   }
 };
 
-// Relative error of got against want over all named buffers; bf16 copies in bf16's units.
+// Relative error of got against want over all named buffers; half copies in their own units
+// (one rounding step apart at most: 2^-8 for bf16, 2^-11 for f16).
 template <typename T>
 void expect_close(const Buffers<T>& got, const Buffers<T>& want, double tolerance,
                   const std::string& what) {
@@ -53,18 +59,21 @@ void expect_close(const Buffers<T>& got, const Buffers<T>& want, double toleranc
       ASSERT_LE(std::fabs(double(g[i]) - double(w[i])), tolerance * std::max(scale, 1.0))
           << what << ": " << name << "[" << i << "] " << g[i] << " vs " << w[i];
   }
+  const double step = want.low_dtype == DType::f16 ? 0x1p-10 : 0x1p-7;
   for (const auto& [name, w] : want.low) {
     const auto& g = got.low.at(name);
     for (size_t i = 0; i < w.size(); ++i)
-      ASSERT_NEAR(from_bf16(g[i]), from_bf16(w[i]),
-                  1e-2 * std::max(1.0f, std::fabs(from_bf16(w[i]))))
+      ASSERT_NEAR(got.widen(g[i]), want.widen(w[i]),
+                  step * std::max(1.0f, std::fabs(want.widen(w[i]))))
           << what << ": " << name << "[" << i << "]";
   }
 }
 
 struct CellCase {
   CellKind cell;
-  bool narrow_input, bf16_copies, rec_dh, out_dh;
+  bool narrow_input;
+  DType copies;  // of the GEMM operands: bf16, f16, or f32 for none
+  bool rec_dh, out_dh;
 };
 
 // One forward and backward step of a cell with the emulated kernels and the reference, from the
@@ -76,12 +85,16 @@ void check_cell(const CellCase& c, double tolerance) {
   const int64_t B = 5, H = 7, G = type.gates, GH = G * H, I = 3;
   const int64_t ldh = H + 2, ld_prev = H + 3, ld_dh = H + 1;
   const bool narrow = c.narrow_input && c.cell != CellKind::lnlstm;
+  const bool copies = c.copies != DType::f32;
   const std::string what = std::string(type.name) + (narrow ? " narrow" : "") +
-                           (c.bf16_copies ? " bf16" : "") + (sizeof(T) == 8 ? " f64" : " f32");
+                           (copies ? " " + std::string(dtype_name(c.copies)) + " copies" : "") +
+                           (sizeof(T) == 8 ? " f64" : " f32");
   Buffers<T> ref, emu;
   for (Buffers<T>* b : {&ref, &emu}) {
     Rng rng(7);
+    b->low_dtype = c.copies;
     CellForward f;
+    f.low = c.copies;
     f.batch = B, f.hidden = H;
     f.gates = (*b)("gates", B * GH, &rng, -2, 2);
     if (narrow) {
@@ -103,9 +116,9 @@ void check_cell(const CellCase& c, double tolerance) {
     }
     f.saved = (*b)("saved", B * saved_columns(type, H));
     f.h = (*b)("h", B * ldh), f.ldh = ldh;
-    if (c.bf16_copies) {
-      f.gates_bf16 = b->bf("gates_bf16", B * GH);
-      f.h_bf16 = b->bf("h_bf16", B * ldh);
+    if (copies) {
+      f.gates_low = b->half("gates_low", B * GH);
+      f.h_low = b->half("h_low", B * ldh);
     }
     if (b == &ref)
       (sizeof(T) == 4 ? cell_kernels(c.cell).forward_f32 : cell_kernels(c.cell).forward_f64)(f, 0,
@@ -115,8 +128,9 @@ void check_cell(const CellCase& c, double tolerance) {
 
     CellBackward k;
     k.batch = B, k.hidden = H;
-    if (c.bf16_copies)
-      k.gates_bf16 = b->bf("gates_bf16", 0);
+    k.low = c.copies;
+    if (copies)
+      k.gates_low = b->half("gates_low", 0);
     else
       k.gates = b->t["gates"].data();
     k.c_prev = f.c_prev, k.saved = f.saved, k.params = f.params;
@@ -125,10 +139,10 @@ void check_cell(const CellCase& c, double tolerance) {
     if (c.rec_dh) k.dh_rec = (*b)("dh_rec", B * H, &rng);
     if (type.cell_state) k.dc = (*b)("dc", B * H, &rng);
     k.dgates = (*b)("dgates", B * GH);
-    if (c.bf16_copies) k.dgates_bf16 = b->bf("dgates_bf16", B * GH);
+    if (copies) k.dgates_low = b->half("dgates_low", B * GH);
     if (type.recurrent_grads) {
       k.dgates_rec = (*b)("dgates_rec", B * GH);
-      if (c.bf16_copies) k.dgates_rec_bf16 = b->bf("dgates_rec_bf16", B * GH);
+      if (copies) k.dgates_rec_low = b->half("dgates_rec_low", B * GH);
     }
     if (type.direct_state_grad) k.dh_direct = (*b)("dh_direct", B * H);
     const int64_t bias_columns = bias_grad_columns(type, H);
@@ -149,7 +163,7 @@ void check_cell(const CellCase& c, double tolerance) {
         cuda::sum_rows_acc(static_cast<T*>(k.dbias) + GH, k.dgates_rec, dt, B, GH, nullptr);
     }
   }
-  if (c.bf16_copies) {  // the activations went to gates_bf16: gates was the kernels' scratch
+  if (copies) {  // the activations went to gates_low: gates was the kernels' scratch
     ref.t.erase("gates");
     emu.t.erase("gates");
   }
@@ -159,9 +173,9 @@ void check_cell(const CellCase& c, double tolerance) {
 TEST(CudaKernelsEmulated, CellsMatchTheReference) {
   for (CellKind cell : {CellKind::lstm, CellKind::gru, CellKind::lnlstm})
     for (bool narrow : {false, true})
-      for (bool low : {false, true})
+      for (DType copies : {DType::f32, DType::bf16, DType::f16})
         for (auto [rec, out] : {std::pair{true, true}, {false, true}, {true, false}}) {
-          const CellCase c{cell, narrow, low, rec, out};
+          const CellCase c{cell, narrow, copies, rec, out};
           check_cell<float>(c, 2e-6);
           check_cell<double>(c, 1e-13);
         }

@@ -1,7 +1,7 @@
 // The host emulation's cuBLASLt (cublasLt.h): a shared library named libcublasLt.so.13, found by
 // the CUDA backend's dlopen in the emulated tests. It computes cuBLASLt's column-major
-// D = alpha op(A) op(B) + beta C (+ bias per row of D) on the host, in double, from f32, f64 or
-// bf16 operands, and checks what the real one would refuse: layouts that do not match the
+// D = alpha op(A) op(B) + beta C (+ bias per row of D) on the host, in double, from f32, f64, bf16
+// or f16 operands, and checks what the real one would refuse: layouts that do not match the
 // operation, leading dimensions below the rows.
 #include <cstring>
 #include <vector>
@@ -29,6 +29,7 @@ namespace {
 double load(const void* p, cudaDataType_t type, size_t i) {
   if (type == CUDA_R_64F) return static_cast<const double*>(p)[i];
   if (type == CUDA_R_16BF) return seqforge::from_bf16(static_cast<const seqforge::bf16*>(p)[i]);
+  if (type == CUDA_R_16F) return seqforge::from_f16(static_cast<const uint16_t*>(p)[i]);
   return static_cast<const float*>(p)[i];
 }
 
