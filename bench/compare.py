@@ -15,7 +15,10 @@ nanoGPT's Shakespeare-character transformer, W6: the same with DoRA adapters, ba
 in place of the LSTM) and the LSTM-projection workloads W1p and W4p (W1 and W4 with proj_size
 H/2). With --device cuda both engines train on the GPU (seqforge bench --device cuda; PyTorch
 with cuDNN, TF32, autocast and the fused Adam, bench/pytorch_bench.py), the recurrent workloads
-only by default, and --python names the interpreter that has a CUDA PyTorch.
+only by default, and --python names the interpreter that has a CUDA PyTorch. fp32 there is TF32 on
+both sides (seqforge bench --matmul-precision high), and the table adds each engine's achieved
+TFLOP/s and the GPU's GEMM peak in that precision, measured in the same run (an 8192^3 matmul
+through PyTorch's cuBLAS).
 """
 import argparse
 import json
@@ -33,6 +36,34 @@ def run(cmd, env=None):
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         subprocess.run(cmd + ["--json", f.name], check=True, stdout=subprocess.DEVNULL, env=env)
         return json.load(open(f.name))[0]
+
+
+GEMM_PEAK = r'''
+import json, sys, torch
+torch.backends.cuda.matmul.allow_tf32 = True
+n = 8192
+dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[sys.argv[1]]
+a = torch.randn(n, n, device="cuda", dtype=dtype)
+b = torch.randn(n, n, device="cuda", dtype=dtype)
+for _ in range(3):
+    a @ b
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+ms = []
+for _ in range(10):
+    start.record()
+    a @ b
+    end.record()
+    end.synchronize()
+    ms.append(start.elapsed_time(end))
+print(json.dumps(2 * n ** 3 / (sorted(ms)[len(ms) // 2] / 1e3) / 1e12))
+'''
+
+
+def gpu_gemm_peak(python, precision):
+    """The GPU's GEMM rate in TFLOP/s for the precision (fp32: TF32), the median of ten."""
+    out = subprocess.run([python, "-c", GEMM_PEAK, precision], check=True, capture_output=True,
+                         text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def capped_environments(tier):
@@ -70,17 +101,27 @@ def main():
         if wid not in WORKLOADS:
             sys.exit("unknown workload %s (expected %s)" % (wid, ", ".join(WORKLOADS)))
     rows = []
-    print("%-3s %-5s %12s %12s %8s %10s %10s %10s" % ("id", "prec", "seqforge ms", "PyTorch ms",
-                                                      "speedup", "sf/floor", "sf MB", "torch MB"))
+    cuda = a.device == "cuda"
+    peaks = {}
+    if cuda:
+        for prec in a.precision:
+            peaks[prec] = gpu_gemm_peak(a.python, prec)
+            print("GPU GEMM peak, %s%s: %.1f TFLOP/s" % (prec, " (TF32)" if prec == "fp32" else "",
+                                                        peaks[prec]), flush=True)
+    print("%-3s %-5s %12s %12s %8s %10s %10s %10s%s" % (
+        "id", "prec", "seqforge ms", "PyTorch ms", "speedup", "sf/floor", "sf MB", "torch MB",
+        "   sf TFLOP/s (peak)  torch TFLOP/s" if cuda else ""))
     for wid in a.workloads:
         # W3 steps are short: more of them for the same confidence.
         steps = a.steps * (20 if wid == "W3" else 1)
-        runs = {prec: dict(sf=[], pt=[], floor=[], sf_mb=[], pt_mb=[]) for prec in a.precision}
+        runs = {prec: dict(sf=[], pt=[], floor=[], sf_mb=[], pt_mb=[], sf_tf=[], pt_tf=[])
+                for prec in a.precision}
         # Every round runs every precision, so precisions are compared side by side as well.
         for _ in range(a.rounds):
             for prec in a.precision:
                 s = run([a.seqforge, "bench", wid, "--precision", prec, "--steps", str(steps),
-                         "--device", a.device], sf_env)
+                         "--device", a.device] +
+                        (["--matmul-precision", "high"] if cuda else []), sf_env)
                 t = run([a.python, os.path.join(HERE, "pytorch_bench.py"), wid,
                          "--precision", prec, "--steps", str(steps), "--device", a.device],
                         pt_env)
@@ -90,6 +131,8 @@ def main():
                 r["floor"].append(s["floor_ratio"])
                 r["sf_mb"].append(s["peak_mb"])
                 r["pt_mb"].append(t["peak_mb"])
+                r["sf_tf"].append(s["gflops"] / 1e3)
+                r["pt_tf"].append(t["gflops"] / 1e3)
         for prec in a.precision:
             sf_steps, pt_steps, floors, sf_mb, pt_mb = (runs[prec][k] for k in (
                 "sf", "pt", "floor", "sf_mb", "pt_mb"))
@@ -97,10 +140,18 @@ def main():
             row = dict(id=wid, precision=prec, seqforge_ms=sf, pytorch_ms=pt, speedup=pt / sf,
                        floor_ratio=statistics.median(floors), seqforge_mb=max(sf_mb),
                        pytorch_mb=max(pt_mb))
+            extra = ""
+            if cuda:
+                row.update(seqforge_tflops=statistics.median(runs[prec]["sf_tf"]),
+                           pytorch_tflops=statistics.median(runs[prec]["pt_tf"]),
+                           gemm_peak_tflops=peaks[prec])
+                extra = "   %8.2f (%4.1f%%)  %13.2f" % (
+                    row["seqforge_tflops"], 100 * row["seqforge_tflops"] / peaks[prec],
+                    row["pytorch_tflops"])
             rows.append(row)
-            print("%-3s %-5s %12.2f %12.2f %7.2fx %10.2f %10.0f %10.0f" % (
+            print("%-3s %-5s %12.2f %12.2f %7.2fx %10.2f %10.0f %10.0f%s" % (
                 wid, prec, sf, pt, pt / sf, row["floor_ratio"], row["seqforge_mb"],
-                row["pytorch_mb"]), flush=True)
+                row["pytorch_mb"], extra), flush=True)
     by = {(r["id"], r["precision"]): r for r in rows}
     for wid in a.workloads:
         if (wid, "fp32") in by and (wid, "bf16") in by:

@@ -58,8 +58,10 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tail 
 
 if [ "${1:-}" != "--no-bench" ]; then
   echo "== benchmark, GPU, seqforge against PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
-  "$python" "$root/bench/compare.py" --device cuda --python "$python" --seqforge "$seqforge" \
-    --precision fp32 bf16 --steps 10 --rounds 2 --json "$out/bench.json" 2>&1 |
+  # The issue's goal workloads; fp32 is TF32 on both sides.
+  "$python" "$root/bench/compare.py" W1 W3 W4 W1g W4g --device cuda --python "$python" \
+    --seqforge "$seqforge" --precision fp32 bf16 fp16 --steps 10 --rounds 2 \
+    --json "$out/bench.json" 2>&1 |
     tee "$out/bench.log" || status=1
 fi
 rm -rf "$work"

@@ -302,6 +302,9 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   if (w.model.family == ModelFamily::recurrent)
     std::erase_if(needs, [](Op op) { return op == Op::norm || op == Op::attention; });
   auto device = make_run_backend(options.device, needs);
+  if (options.matmul_precision != "highest" && options.matmul_precision != "high")
+    fail("--matmul-precision must be highest or high, got '", options.matmul_precision, "'");
+  device->set_float32_matmul_precision(options.matmul_precision);
   std::string notice;
   const DType gemm_dtype = backend_precision(options.precision, *device, w.model.family, &notice);
   RecordingBackend be(*device);

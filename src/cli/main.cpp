@@ -84,6 +84,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench->add_option("--precision", bench_options.precision, "fp32, bf16, fp16 (GPUs) or auto")
       ->capture_default_str();
+  bench
+      ->add_option("--matmul-precision", bench_options.matmul_precision,
+                   "highest (f32 GEMMs in f32) or high (on a GPU, f32 GEMMs on TF32 tensor cores)")
+      ->capture_default_str();
   bench->add_option("--steps", bench_options.steps, "timed steps")->capture_default_str();
   bench->add_option("--warmup", bench_options.warmup, "untimed steps first")->capture_default_str();
   bench->add_option("--json", bench_json, "write the results as JSON to this file");

@@ -22,7 +22,8 @@ const std::vector<Workload>& workloads();
 const Workload& find_workload(const std::string& id);  // "W1" or its name; throws if unknown
 
 struct BenchOptions {
-  std::string precision = "fp32";       // fp32 | bf16 | auto
+  std::string precision = "fp32";       // fp32 | bf16 | fp16 | auto
+  std::string matmul_precision = "highest";  // highest | high (f32 GEMMs on TF32 tensor cores)
   int steps = 10;                       // timed steps
   int warmup = 2;                       // untimed steps first
   bool profile = false;                 // profile the timed steps (profiler::summary() afterwards)
