@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/counter_hash.hpp"
+#include "kernels/grad_clip.hpp"
 #include "seqforge/backend/ops.hpp"
 #include "seqforge/core/dtype.hpp"
 
@@ -70,13 +71,19 @@ void gemm(const GemmShape& s, const In* a, const In* b, T* c, const T* bias, int
 // Adam / AdamW over elements [i0, i1), PyTorch's update order.
 template <typename T>
 void adam_step(T* p, T* grad, T* m, T* v, const AdamParams& a, int64_t i0, int64_t i1) {
+  bool skip;
+  const T gs = T(gradient_factor(a.grad_scale, a.clip, &skip));
+  if (skip) {  // an overflowed step: only the gradients are cleared
+    if (a.zero_grads)
+      for (int64_t i = i0; i < i1; ++i) grad[i] = T(0);
+    return;
+  }
   const double bc1 = 1.0 - std::pow(a.beta1, double(a.step));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(a.beta2, double(a.step)));
   const T step_size = T(a.lr / bc1);
   const T decay = T(1.0 - a.lr * a.weight_decay);
   const T b1 = T(a.beta1), b2 = T(a.beta2), eps = T(a.eps), wd = T(a.weight_decay);
   const T one_minus_b1 = T(1.0 - a.beta1), one_minus_b2 = T(1.0 - a.beta2);  // in double first
-  const T gs = T(a.grad_scale);
   for (int64_t i = i0; i < i1; ++i) {
     T g = grad[i] * gs;
     if (a.zero_grads) grad[i] = T(0);
@@ -95,8 +102,11 @@ void adam_step(T* p, T* grad, T* m, T* v, const AdamParams& a, int64_t i0, int64
 // SGD with momentum / dampening / Nesterov / L2 weight decay, PyTorch's semantics.
 template <typename T>
 void sgd_step(T* p, const T* grad, T* buf, const SgdParams& a, int64_t i0, int64_t i1) {
+  bool skip;
+  const T gs = T(gradient_factor(a.grad_scale, a.clip, &skip));
+  if (skip) return;
   const T mom = T(a.momentum), damp = T(1.0 - a.dampening), wd = T(a.weight_decay);
-  const T lr = T(a.lr), gs = T(a.grad_scale);
+  const T lr = T(a.lr);
   for (int64_t i = i0; i < i1; ++i) {
     T d = grad[i] * gs;
     if (a.weight_decay != 0.0) d += wd * p[i];

@@ -43,9 +43,11 @@ void Optimizer::set_steps(int64_t steps, std::vector<int64_t> param_steps) {
   param_steps_ = std::move(param_steps);
 }
 
-void Optimizer::step(double grad_scale, bool zero_grads) {
-  ++steps_;
+void Optimizer::step(double grad_scale, bool zero_grads, const GradClip& clip) {
   if (param_steps_.empty()) param_steps_.assign(params_.size(), 0);
+  before_steps_ = steps_;
+  before_param_steps_ = param_steps_;
+  ++steps_;
   const bool all_decay = !opt_.decay_matrices_only || opt_.weight_decay == 0;
   const bool uniform = all_decay && !any_fixed_ &&
                        std::none_of(frozen_.begin(), frozen_.end(), [](bool f) { return f; }) &&
@@ -62,6 +64,7 @@ void Optimizer::step(double grad_scale, bool zero_grads) {
       s.nesterov = opt_.nesterov;
       s.first_step = step == 1;
       s.grad_scale = grad_scale;
+      s.clip = clip;
       be_.sgd_step(p, g, m, s);
       if (zero_grads) be_.fill(g, 0.0);
     } else {
@@ -74,6 +77,7 @@ void Optimizer::step(double grad_scale, bool zero_grads) {
       a.decoupled = opt_.kind == "adamw";
       a.step = step;
       a.grad_scale = grad_scale;
+      a.clip = clip;
       a.zero_grads = zero_grads;
       be_.adam_step(p, g, m, v, a);
     }
@@ -95,6 +99,11 @@ void Optimizer::step(double grad_scale, bool zero_grads) {
            opt_.kind == "sgd" ? Tensor() : v_.view(i), ++param_steps_[i],
            decays(i) ? opt_.weight_decay : 0.0);
   }
+}
+
+void Optimizer::undo_step_counts() {
+  steps_ = before_steps_;
+  param_steps_ = before_param_steps_;
 }
 
 double clip_grad_norm(Backend& be, Parameters& params, double max_norm) {
@@ -133,21 +142,45 @@ void LossScaler::set_state(double scale, int64_t growth_tracker) {
   growth_tracker_ = growth_tracker;
 }
 
-StepReport fused_step(Backend& be, Parameters& params, Optimizer& optimizer, double max_norm,
-                      LossScaler* scaler) {
+void fused_step(Backend& be, Parameters& params, Optimizer& optimizer, double max_norm,
+                const LossScaler* scaler, Tensor sum_squares) {
+  be.sum_squares(params.grads().flat(), sum_squares);
+  GradClip clip;
+  clip.sum_squares = static_cast<const double*>(sum_squares.data());
+  clip.loss_scale = scaler ? scaler->scale() : 1.0;
+  clip.max_norm = max_norm;
+  clip.skip_nonfinite = scaler != nullptr;
+  optimizer.step(1.0, /*zero_grads=*/true, clip);
+}
+
+StepReport finish_step(double sum_squares, double max_norm, LossScaler* scaler,
+                       Optimizer& optimizer) {
   StepReport r;
   r.loss_scale = scaler ? scaler->scale() : 1.0;
-  Tensor grads = params.grads().flat();
-  r.grad_norm = std::sqrt(be.sum_squares(grads)) / r.loss_scale;
-  const bool found_inf = !std::isfinite(r.grad_norm);
-  if (scaler && !scaler->update(found_inf)) {
-    be.fill(grads, 0.0);  // the step is skipped; the next one starts from zero
+  r.grad_norm = std::sqrt(sum_squares) / r.loss_scale;
+  if (scaler && !scaler->update(!std::isfinite(r.grad_norm))) {
+    optimizer.undo_step_counts();  // as PyTorch's GradScaler, which skips optimizer.step()
     return r;
   }
   if (max_norm > 0) r.clip_coef = std::min(1.0, max_norm / (r.grad_norm + 1e-6));
-  optimizer.step(r.clip_coef / r.loss_scale, /*zero_grads=*/true);
   r.applied = true;
   return r;
+}
+
+StepReport fused_step(Backend& be, Parameters& params, Optimizer& optimizer, double max_norm,
+                      LossScaler* scaler) {
+  void* memory = be.alloc(sizeof(double));
+  const Tensor sum_squares(memory, DType::f64, {1});
+  double value = 0;
+  try {
+    fused_step(be, params, optimizer, max_norm, scaler, sum_squares);
+    be.download(&value, sum_squares);
+  } catch (...) {
+    be.free(memory);
+    throw;
+  }
+  be.free(memory);
+  return finish_step(value, max_norm, scaler, optimizer);
 }
 
 }  // namespace seqforge

@@ -324,9 +324,8 @@ int64_t batch_bytes(const Task& t, int64_t batch_size) {
   return batch_size * t.steps() * task_type(t.kind).bytes_per_step(t);
 }
 
-// The loss and its gradient for a batch; returns the mean loss.
-double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout) {
-  return task_type(t.kind).loss(be, out, b, dout);
+void loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout, Tensor loss) {
+  task_type(t.kind).loss(be, out, b, dout, loss);
 }
 
 double macro_f1(const std::vector<int64_t>& tp, const std::vector<int64_t>& fp,
@@ -357,7 +356,8 @@ std::map<std::string, double> evaluate_split(Backend& be, Model& model, const Ta
   if (starts.empty()) return m;
   const TaskType& type = task_type(t.kind);
   std::unique_ptr<MetricSums> sums = type.metric_sums(t);
-  Buffer dout_buf;
+  Buffer dout_buf, loss_buf;
+  const Tensor loss = loss_buf.get(be, DType::f64, {1});
   Rng rng(0);
   double loss_sum = 0;
   int64_t count = 0;
@@ -370,7 +370,10 @@ std::map<std::string, double> evaluate_split(Backend& be, Model& model, const Ta
     Tensor out = model.forward(be, b.input, {}, {}, false, rng);
     Tensor dout = dout_buf.get(be, DType::f32, out.shape());
     const int64_t n = type.loss_terms(t, b);
-    loss_sum += type.loss(be, out, b, dout) * double(n);
+    type.loss(be, out, b, dout, loss);
+    double value = 0;
+    be.download(&value, loss);
+    loss_sum += value * double(n);
     count += n;
     sums->add(HostView(be, out).data<float>(), b, windows);
   }

@@ -53,8 +53,9 @@ Config with_base_architecture(const Config& c, std::string* note);
 Task load_task(const Config& c, const Task* from = nullptr);
 // Bytes of one batch's buffers, for the loader's memory budget.
 int64_t batch_bytes(const Task& t, int64_t batch_size);
-// The loss and its gradient for a batch; returns the mean loss.
-double loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout);
+// The loss and its gradient for a batch: the mean loss into `loss` (one f64 in the backend's
+// memory, not waited for).
+void loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout, Tensor loss);
 // The metrics an epoch of this task reports.
 std::vector<std::string> metric_names(TaskKind kind);
 // Metrics over a split (no training, no dropout): val_loss and the task's val_* metrics.

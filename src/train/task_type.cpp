@@ -119,8 +119,8 @@ class ForecastSums final : public MetricSums {
 class Forecast final : public SeriesTask {
  public:
   TaskKind kind() const override { return TaskKind::forecast; }
-  double loss(Backend& be, Tensor out, const Batch& b, Tensor dout) const override {
-    return be.mse_loss(out, b.target, Tensor(), dout);
+  void loss(Backend& be, Tensor out, const Batch& b, Tensor dout, Tensor loss) const override {
+    be.mse_loss(out, b.target, Tensor(), dout, loss);
   }
   std::vector<std::string> metric_names() const override {
     return {"val_mse", "val_rmse", "val_mae"};
@@ -163,8 +163,8 @@ class ClassifySums final : public MetricSums {
 class Classify final : public SeriesTask {
  public:
   TaskKind kind() const override { return TaskKind::classify; }
-  double loss(Backend& be, Tensor out, const Batch& b, Tensor dout) const override {
-    return be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout);
+  void loss(Backend& be, Tensor out, const Batch& b, Tensor dout, Tensor loss) const override {
+    be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout, loss);
   }
   std::vector<std::string> metric_names() const override { return {"val_accuracy", "val_f1"}; }
   std::unique_ptr<MetricSums> metric_sums(const Dataset& d) const override {
@@ -182,8 +182,8 @@ class NoSums final : public MetricSums {
 class Mae final : public SeriesTask {
  public:
   TaskKind kind() const override { return TaskKind::mae; }
-  double loss(Backend& be, Tensor out, const Batch& b, Tensor dout) const override {
-    return be.mse_loss(out, b.target, b.mask, dout);
+  void loss(Backend& be, Tensor out, const Batch& b, Tensor dout, Tensor loss) const override {
+    be.mse_loss(out, b.target, b.mask, dout, loss);
   }
   int64_t loss_terms(const Dataset&, const Batch& b) const override {
     const float* mask = b.mask_buf.host<float>();
@@ -246,8 +246,8 @@ class Charlm final : public TextTask {
     m->per_step = true;
   }
   int64_t bytes_per_step(const Dataset&) const override { return 16; }
-  double loss(Backend& be, Tensor out, const Batch& b, Tensor dout) const override {
-    return be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout);
+  void loss(Backend& be, Tensor out, const Batch& b, Tensor dout, Tensor loss) const override {
+    be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout, loss);
   }
   int64_t loss_terms(const Dataset& d, const Batch& b) const override {
     return b.size * d.text.seq_len;
@@ -269,8 +269,8 @@ class TextClassify final : public TextTask {
     m->per_step = false;
   }
   int64_t bytes_per_step(const Dataset&) const override { return 24; }
-  double loss(Backend& be, Tensor out, const Batch& b, Tensor dout) const override {
-    return be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout);
+  void loss(Backend& be, Tensor out, const Batch& b, Tensor dout, Tensor loss) const override {
+    be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout, loss);
   }
   int64_t loss_terms(const Dataset&, const Batch& b) const override { return b.size; }
   std::vector<std::string> metric_names() const override { return {"val_accuracy", "val_f1"}; }

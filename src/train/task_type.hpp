@@ -34,8 +34,9 @@ class TaskType {
   virtual void shape_model(const Config& c, const Dataset& d, ModelOptions* m) const = 0;
   // Bytes of one batch's buffers per window step, for the loader's memory budget.
   virtual int64_t bytes_per_step(const Dataset& d) const = 0;
-  // The batch's mean loss; its gradient goes to `dout`.
-  virtual double loss(Backend& be, Tensor out, const Batch& b, Tensor dout) const = 0;
+  // The batch's mean loss into `loss` (one f64 in the backend's memory, not waited for); its
+  // gradient goes to `dout`.
+  virtual void loss(Backend& be, Tensor out, const Batch& b, Tensor dout, Tensor loss) const = 0;
   // The terms the batch's mean loss averages over (windows, masked steps, characters), and
   // whether they vary from batch to batch beyond the windows' count.
   virtual int64_t loss_terms(const Dataset& d, const Batch& b) const = 0;

@@ -166,7 +166,7 @@ class Training {
   int64_t start_pass(int64_t epoch, int64_t first_batch);
   // Forward, backward and the optimizer for batch `bi` (null: this rank has none); its loss.
   double train_step(int64_t epoch, int64_t bi, const Batch* batch);
-  void optimizer_update();
+  double finish_step(Tensor stats);
   void stop_if_signalled(int64_t epoch, int64_t batch, double loss_sum, double seen);
   void progress(int64_t epoch, int64_t batch, int64_t first_batch, double t0, double loss_sum,
                 int64_t seen, int64_t seen_before, double* last_progress) const;
@@ -194,6 +194,7 @@ class Training {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;  // fp16 GEMMs: dynamic loss scaling
+  Buffer step_stats_;                   // (2) f64: a step's loss and its gradients' sum of squares
   int64_t skipped_steps_ = 0;           // of this epoch, for an inf or NaN gradient (fp16)
   OptimizerOptions oo_;
   std::vector<std::string> initialized_;  // parameters loaded from model.init_from
@@ -759,7 +760,9 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
     }
     sync_->begin_step();
     sync_->finish();
-    optimizer_update();
+    const Tensor stats = step_stats_.get(*be_, DType::f64, {2});
+    fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, scaler_.get(), stats.slice(1, 2));
+    finish_step(stats);
     return 0;
   }
   Tensor h0, c0;
@@ -773,16 +776,13 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
       be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, c0.shape()), model_->recurrent()->c_n());
   }
   Tensor dout = dout_buf_.get(*be_, DType::f32, y.shape());
-  const double loss = [&] {
+  // The loss and the gradients' sum of squares stay in the backend's memory until the step's one
+  // read-back, at its end.
+  const Tensor stats = step_stats_.get(*be_, DType::f64, {2});
+  {
     SF_PROFILE_SCOPE("loss");
-    return loss_of(*be_, task_, y, *batch, dout);
-  }();
-  if (!std::isfinite(loss))
-    fail("epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ",
-         batches_per_epoch_, "): the training loss is ", loss,
-         "; lower optim.lr or set train.clip_grad_norm (e.g. 1.0). Nothing was saved from this "
-         "epoch: ",
-         kept_model(checkpoint_));
+    loss_of(*be_, task_, y, *batch, dout, stats.slice(0, 1));
+  }
   if (ranks_ > 1) {
     // The summed gradients are the mean over the global batch: each rank's mean gradient
     // weighted by its share of the loss's terms (windows, or masked steps for mae).
@@ -806,15 +806,27 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
   }
   if (sync_) sync_->finish();
   SF_PROFILE_SCOPE("optimizer");
-  optimizer_update();
+  // Clipping and the update, decided where the gradients are; with fp16, the gradients unscaled
+  // first, and the step skipped (the scale halved) when they overflowed.
+  fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, scaler_.get(), stats.slice(1, 2));
+  const double loss = finish_step(stats);
+  if (!std::isfinite(loss))
+    fail("epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ",
+         batches_per_epoch_, "): the training loss is ", loss,
+         "; lower optim.lr or set train.clip_grad_norm (e.g. 1.0). Nothing was saved from this "
+         "epoch: ",
+         kept_model(checkpoint_));
   return loss;
 }
 
-// Clipping and the optimizer's update; with fp16, the gradients unscaled first, and the step
-// skipped (the scale halved) when they overflowed.
-void Training::optimizer_update() {
-  const StepReport r = fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, scaler_.get());
+// The step's one read-back, (loss, sum of squares of the gradients): the scaler's update and the
+// skipped steps' count. Returns the loss.
+double Training::finish_step(Tensor stats) {
+  double host[2];
+  be_->download(host, stats);
+  const StepReport r = seqforge::finish_step(host[1], s_.clip, scaler_.get(), *optimizer_);
   if (!r.applied && scaler_) ++skipped_steps_;
+  return host[0];
 }
 
 // A signal stops the run before its next step, once every rank has seen it: the state is

@@ -126,7 +126,8 @@ class Backend {
   virtual void cell_forward(CellKind cell, const CellForward& a, DType dtype) = 0;
   virtual void cell_backward(CellKind cell, const CellBackward& a, DType dtype) = 0;
 
-  // out(N, E) = table[ids]; ids (N) i32 or i64, checked against V.
+  // out(N, E) = table[ids]; ids (N) i32 or i64, checked against V (an id outside it is an error,
+  // which a device backend may report at its next synchronisation).
   virtual void embedding_forward(Tensor out, Tensor table, Tensor ids) = 0;
   // dtable(V, E) += scatter of dout by ids.
   virtual void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) = 0;
@@ -159,14 +160,24 @@ class Backend {
   virtual void attention_backward(const AttentionBackward& a, DType dtype) = 0;
 
   // Mean squared error over rows of pred(N, F) selected by mask(N) (empty = all rows).
-  // Writes dpred = d(loss)/d(pred) and returns the loss.
-  virtual double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) = 0;
+  // Writes dpred = d(loss)/d(pred) and the loss into `loss` (one f64 in this backend's memory),
+  // without waiting for it.
+  virtual void mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred, Tensor loss) = 0;
   // Cross-entropy of logits(N, C) against targets(N) (i32/i64), optional class weights(C),
-  // rows with target == ignore_index skipped; weighted mean. Writes dlogits, returns the loss.
-  virtual double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights,
-                                    int64_t ignore_index, Tensor dlogits) = 0;
+  // rows with target == ignore_index skipped; weighted mean. Writes dlogits and `loss` as above.
+  // A target outside [0, C) is an error, which a device backend may report at its next
+  // synchronisation.
+  virtual void cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights,
+                                  int64_t ignore_index, Tensor dlogits, Tensor loss) = 0;
+  // out (one f64 in this backend's memory) = the sum of squares of x.
+  virtual void sum_squares(Tensor x, Tensor out) = 0;
 
-  virtual double sum_squares(Tensor x) = 0;
+  // The same, waiting for the value (evaluation, tests).
+  double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred);
+  double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
+                            Tensor dlogits);
+  double sum_squares(Tensor x);
+
   virtual void scale(Tensor x, double alpha) = 0;
   virtual void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& p) = 0;
   virtual void sgd_step(Tensor params, Tensor grads, Tensor momentum, const SgdParams& p) = 0;

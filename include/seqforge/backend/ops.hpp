@@ -183,11 +183,22 @@ struct AttentionBackward {
   void* dqkv = nullptr;           // (B, T, 3C) out
 };
 
+// Unscaling and clipping of the gradients by their norm, decided where they are: from the sum of
+// squares an earlier sum_squares wrote into backend memory (kernels/grad_clip.hpp), so that no
+// value travels to the host inside a step.
+struct GradClip {
+  const double* sum_squares = nullptr;  // backend memory; null: no unscaling nor clipping
+  double loss_scale = 1.0;              // the factor the gradients carry (fp16's loss scaling)
+  double max_norm = 0.0;                // the unscaled norm clipped to this; 0: no clipping
+  bool skip_nonfinite = false;          // an inf or NaN norm skips the update (grads still zeroed)
+};
+
 struct AdamParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   bool decoupled = true;    // AdamW: p -= lr*wd*p; Adam: g += wd*p
   int64_t step = 1;         // 1-based, for bias correction
   double grad_scale = 1.0;  // gradients are multiplied by this first (unscaling, clipping)
+  GradClip clip;            // and then by what this decides
   bool zero_grads = false;  // leave the gradients zeroed
 };
 
@@ -196,6 +207,7 @@ struct SgdParams {
   bool nesterov = false;
   bool first_step = true;  // momentum buffer starts as the gradient itself
   double grad_scale = 1.0;
+  GradClip clip;
 };
 
 }  // namespace seqforge

@@ -23,9 +23,13 @@ class Optimizer {
  public:
   // Throws seqforge::Error naming the bad option (e.g. "optim.kind", "optim.lr").
   Optimizer(Backend& be, Parameters& params, const OptimizerOptions& options);
-  // One update from the current gradients, first multiplied by grad_scale. With zero_grads the
-  // same pass leaves the gradients zeroed for the next accumulation (no separate zero_grad).
-  void step(double grad_scale = 1.0, bool zero_grads = false);
+  // One update from the current gradients, first multiplied by grad_scale (and by what `clip`
+  // decides where the gradients are: fused_step). With zero_grads the same pass leaves the
+  // gradients zeroed for the next accumulation (no separate zero_grad).
+  void step(double grad_scale = 1.0, bool zero_grads = false, const GradClip& clip = {});
+  // Takes back the step counts of the last step(), whose update the backend skipped (an
+  // overflowed fp16 step).
+  void undo_step_counts();
   int64_t steps() const { return steps_; }
   // Frozen parameters (by index) are not updated; their gradients are still zeroed (fixed ones
   // have neither gradients nor state). Each
@@ -45,7 +49,8 @@ class Optimizer {
   Parameters& params_;
   OptimizerOptions opt_;
   Arena m_, v_;
-  int64_t steps_ = 0;
+  int64_t steps_ = 0, before_steps_ = 0;
+  std::vector<int64_t> before_param_steps_;
   std::vector<bool> frozen_;
   bool any_fixed_ = false;
   std::vector<int64_t> param_steps_;
@@ -86,9 +91,18 @@ struct StepReport {
   double loss_scale = 1;  // the scale the gradients carried
 };
 
-// The fused update: one pass for the gradient norm (and the inf/NaN check), one pass that
-// unscales, clips, steps and zeroes the gradients. max_norm <= 0: no clipping. scaler may be
-// null (no loss scaling: inf/NaN gradients are then applied as PyTorch would).
+// The fused update, decided where the gradients are (no read-back): one pass for their sum of
+// squares into `sum_squares` (one f64 in the backend's memory), one pass that unscales, clips,
+// steps and zeroes them, or, with a scaler and an inf or NaN norm, only zeroes them. max_norm <= 0:
+// no clipping. scaler may be null (no loss scaling: inf/NaN gradients are then applied as
+// PyTorch would). Then finish_step with the sum of squares once it is read back.
+void fused_step(Backend& be, Parameters& params, Optimizer& optimizer, double max_norm,
+                const LossScaler* scaler, Tensor sum_squares);
+// What the step did, from its sum of squares: updates the scaler (GradScaler's update()), and
+// takes back the optimizer's step counts of a skipped step.
+StepReport finish_step(double sum_squares, double max_norm, LossScaler* scaler,
+                       Optimizer& optimizer);
+// Both, reading the sum of squares back in between.
 StepReport fused_step(Backend& be, Parameters& params, Optimizer& optimizer, double max_norm,
                       LossScaler* scaler);
 

@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_gemm.hpp"
 #include "backend/cpu/isa_cap.hpp"
 #include "backend/cpu/openblas_gemm.hpp"
+#include "backend/dispatch.hpp"
 #include "kernels/adapter.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cells.hpp"
@@ -463,16 +464,16 @@ class CpuBackend final : public Backend {
   void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override {
     ref_->embedding_backward(dtable, dout, ids);
   }
-  double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) override {
-    return ref_->mse_loss(pred, target, mask, dpred);
+  void mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred, Tensor loss) override {
+    ref_->mse_loss(pred, target, mask, dpred, loss);
   }
-  double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
-                            Tensor dlogits) override {
-    return ref_->cross_entropy_loss(logits, targets, weights, ignore_index, dlogits);
+  void cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
+                          Tensor dlogits, Tensor loss) override {
+    ref_->cross_entropy_loss(logits, targets, weights, ignore_index, dlogits, loss);
   }
   // Per-thread partial sums in double, eight lanes each, added in chunk order.
-  double sum_squares(Tensor x) override {
-    if (x.dtype() != DType::f32) return ref_->sum_squares(x);
+  void sum_squares(Tensor x, Tensor out) override {
+    if (x.dtype() != DType::f32) return ref_->sum_squares(x, out);
     const float* p = x.data_as<float>();
     const int threads = row_threads(x.numel(), 1);
     std::vector<double> partial(static_cast<size_t>(threads), 0.0);
@@ -484,7 +485,7 @@ class CpuBackend final : public Backend {
     });
     double total = 0;
     for (double v : partial) total += v;
-    return total;
+    store_scalar(out, total);
   }
   void scale(Tensor x, double alpha) override { ref_->scale(x, alpha); }
 

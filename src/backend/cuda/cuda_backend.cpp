@@ -37,7 +37,9 @@ class CudaBackend final : public Backend {
       check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
       check_cuda(cudaGetDeviceProperties(&props_, device_), "cudaGetDeviceProperties");
       check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-      check_cuda(cudaMalloc(&scratch_, 4 * sizeof(double)), "cudaMalloc (scratch)");
+      check_cuda(cudaMalloc(&scratch_, 2 * sizeof(double)), "cudaMalloc (scratch)");
+      check_cuda(cudaMalloc(&reports_, sizeof host_reports_), "cudaMalloc (reports)");
+      check_cuda(cudaMemset(reports_, 0xff, sizeof host_reports_), "cudaMemset (reports)");
       // Freed memory stays in the pool across synchronisations (the default gives it back at
       // each, and the next allocation pays for it again).
       cudaMemPool_t pool = nullptr;
@@ -115,7 +117,14 @@ class CudaBackend final : public Backend {
     cuda::convert(dst.data(), dst.dtype(), src.data(), src.dtype(), src.numel(), stream_);
     launched("convert", dst);
   }
-  void synchronize() override { check_cuda(cudaStreamSynchronize(stream_), "synchronize"); }
+  // Waits for the ops before, then raises what their kernels reported (a bad id or target).
+  void synchronize() override {
+    check_cuda(cudaMemcpyAsync(host_reports_, reports_, sizeof host_reports_,
+                               cudaMemcpyDeviceToHost, stream_),
+               "read-back of the kernels' reports");
+    check_cuda(cudaStreamSynchronize(stream_), "synchronize");
+    raise_reports();
+  }
 
   // The host buffer may be reused once these return: they wait for the copy.
   void upload(Tensor dst, const void* host) override {
@@ -201,27 +210,15 @@ class CudaBackend final : public Backend {
     }
     check_cuda(cudaGetLastError(), std::string(type.name) + " cell backward");
   }
+  // A bad id is reported at the next synchronisation (raise_reports).
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {
     const int64_t vocab = table.dim(0), e = table.dim(1);
     SF_CHECK(out.numel() == ids.numel() * e, "embedding: ", out.shape().str(), " for ", ids.numel(),
              " ids of width ", e);
-    auto* bad = reinterpret_cast<uint64_t*>(scratch_ + 3);
+    vocab_ = vocab;
     cuda::embedding_forward(out.data(), table.data(), ids.data(), ids.dtype(), table.dtype(),
-                            ids.numel(), e, vocab, bad, stream_);
+                            ids.numel(), e, vocab, reports_ + kBadId, stream_);
     launched("embedding_forward", out);
-    uint64_t index;
-    check_cuda(cudaMemcpyAsync(&index, bad, sizeof index, cudaMemcpyDeviceToHost, stream_),
-               "read-back");
-    synchronize();
-    if (index != UINT64_MAX) {
-      int64_t id = 0;
-      const size_t width = dtype_size(ids.dtype());
-      check_cuda(cudaMemcpy(&id, static_cast<const char*>(ids.data()) + index * width, width,
-                            cudaMemcpyDeviceToHost),
-                 "embedding_forward");
-      if (width == 4) id = static_cast<int32_t>(id);
-      fail("token id ", id, " outside [0, ", vocab, ")");
-    }
   }
   void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override {
     cuda::embedding_backward(dtable.data(), dout.data(), ids.data(), ids.dtype(), dtable.dtype(),
@@ -264,7 +261,8 @@ class CudaBackend final : public Backend {
   void attention_forward(const AttentionForward&, DType) override { unsupported(Op::attention); }
   void attention_backward(const AttentionBackward&, DType) override { unsupported(Op::attention); }
 
-  double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) override {
+  // The losses and the sum of squares stay on the device: nothing is read back here.
+  void mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred, Tensor loss) override {
     SF_CHECK(pred.numel() == target.numel() && pred.numel() == dpred.numel(), "mse: prediction ",
              pred.shape().str(), " vs target ", target.shape().str());
     const int64_t rows = rows_of(pred), f = pred.numel() / std::max<int64_t>(rows, 1);
@@ -272,45 +270,28 @@ class CudaBackend final : public Backend {
              " rows");
     cuda::mse_loss(pred.data(), target.data(), mask.empty() ? nullptr : mask.data(), dpred.data(),
                    pred.dtype(), rows, f, scratch_, stream_);
+    cuda::mean(scalar_out(loss), scratch_, double(f), stream_);
     launched("mse_loss", pred);
-    double sums[2];
-    read_back(sums, sizeof sums);
-    return sums[1] > 0 ? sums[0] / (sums[1] * double(f)) : 0.0;
   }
-  double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
-                            Tensor dlogits) override {
+  // A target out of range is reported at the next synchronisation (raise_reports).
+  void cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
+                          Tensor dlogits, Tensor loss) override {
     const int64_t rows = logits.dim(0), classes = logits.dim(1);
     SF_CHECK(targets.numel() == rows, "cross-entropy: ", rows, " rows of logits, ", targets.numel(),
              " targets");
     SF_CHECK(weights.empty() || weights.numel() == classes, "class weights ", weights.shape().str(),
              " for ", classes, " classes");
-    auto* bad = reinterpret_cast<uint64_t*>(scratch_ + 2);
+    classes_ = classes;
     cuda::cross_entropy_loss(logits.data(), targets.data(), targets.dtype(),
                              weights.empty() ? nullptr : weights.data(), ignore_index,
-                             dlogits.data(), logits.dtype(), rows, classes, scratch_, bad, stream_);
+                             dlogits.data(), logits.dtype(), rows, classes, scratch_,
+                             reports_ + kBadTarget, stream_);
+    cuda::mean(scalar_out(loss), scratch_, 1.0, stream_);
     launched("cross_entropy_loss", logits);
-    double sums[3];
-    read_back(sums, sizeof sums);
-    uint64_t bad_row;
-    std::memcpy(&bad_row, &sums[2], sizeof bad_row);
-    if (bad_row != UINT64_MAX) {
-      int64_t y = 0;
-      const size_t e = dtype_size(targets.dtype());
-      check_cuda(cudaMemcpy(&y, static_cast<const char*>(targets.data()) + bad_row * e, e,
-                            cudaMemcpyDeviceToHost),
-                 "cross_entropy_loss");
-      if (e == 4) y = static_cast<int32_t>(y);
-      fail("target class ", y, " at row ", bad_row, " outside [0, ", classes, ")");
-    }
-    return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
   }
-
-  double sum_squares(Tensor x) override {
-    cuda::sum_squares(scratch_, x.data(), x.dtype(), x.numel(), stream_);
+  void sum_squares(Tensor x, Tensor out) override {
+    cuda::sum_squares(scalar_out(out), x.data(), x.dtype(), x.numel(), stream_);
     launched("sum_squares", x);
-    double s;
-    read_back(&s, sizeof s);
-    return s;
   }
   void scale(Tensor x, double alpha) override {
     cuda::scale(x.data(), x.dtype(), x.numel(), alpha, stream_);
@@ -354,10 +335,31 @@ class CudaBackend final : public Backend {
     check_cuda(cudaGetLastError(), std::string(op) + " on " + t.shape().str() + " " +
                                        std::string(dtype_name(t.dtype())));
   }
+  // One f64 of device memory for a reduction's result.
+  static double* scalar_out(Tensor t) {
+    SF_CHECK(t.dtype() == DType::f64 && t.numel() == 1, "a scalar result goes to one f64, got ",
+             dtype_name(t.dtype()), " ", t.shape().str());
+    return static_cast<double*>(t.data());
+  }
+  // What the kernels reported since the last synchronisation, as the CPU backends' errors; the
+  // reports are reset first, so that the backend stays usable after the error.
+  void raise_reports() {
+    const uint64_t none = UINT64_MAX;
+    if (host_reports_[kBadId] == none && host_reports_[kBadTarget] == none) return;
+    const uint64_t r[4] = {host_reports_[0], host_reports_[1], host_reports_[2], host_reports_[3]};
+    std::fill(std::begin(host_reports_), std::end(host_reports_), none);
+    cudaMemcpy(reports_, host_reports_, sizeof host_reports_, cudaMemcpyHostToDevice);
+    if (r[kBadId] != none)
+      fail("token id ", static_cast<int64_t>(r[kBadId + 1]), " outside [0, ", vocab_, ")");
+    fail("target class ", static_cast<int64_t>(r[kBadTarget + 1]), " at row ", r[kBadTarget],
+         " outside [0, ", classes_, ")");
+  }
   void release() {
     for (auto& [ptr, size] : scratch_buffers_) free(ptr);
     blas_.reset();
     if (scratch_) cudaFree(scratch_);
+    if (reports_) cudaFree(reports_);
+    reports_ = nullptr;
     if (stream_) {
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
@@ -375,18 +377,18 @@ class CudaBackend final : public Backend {
     }
     return ptr;
   }
-  // `bytes` of the scratch buffer to the host, after the ops before.
-  void read_back(void* host, size_t bytes) {
-    check_cuda(cudaMemcpyAsync(host, scratch_, bytes, cudaMemcpyDeviceToHost, stream_),
-               "read-back");
-    synchronize();
-  }
 
   int device_ = 0;
   bool tf32_ = false;
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
-  double* scratch_ = nullptr;  // loss sums and flags read back once per op
+  double* scratch_ = nullptr;  // a loss's sum and denominator
+  // Bad inputs the kernels found (report_bad): a token id's index and value, a target's row and
+  // class; all ones while none.
+  static constexpr int kBadId = 0, kBadTarget = 2;
+  uint64_t* reports_ = nullptr;
+  uint64_t host_reports_[4] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
+  int64_t vocab_ = 0, classes_ = 0;  // of the last embedding and cross-entropy, for the messages
   std::pair<void*, size_t> scratch_buffers_[3] = {};
   std::unique_ptr<cuda::CublasLt> blas_;
 };

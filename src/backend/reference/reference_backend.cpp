@@ -306,7 +306,44 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) override {
+  void mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred, Tensor loss) override {
+    store_scalar(loss, mse(pred, target, mask, dpred));
+  }
+  void cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
+                          Tensor dlogits, Tensor loss) override {
+    store_scalar(loss, cross_entropy(logits, targets, weights, ignore_index, dlogits));
+  }
+  void sum_squares(Tensor x, Tensor out) override {
+    store_scalar(out, dispatch_float(x.dtype(), [&]<typename T>() {
+                   const T* p = static_cast<const T*>(x.data());
+                   double acc = 0;
+                   for (int64_t i = 0; i < x.numel(); ++i) acc += double(p[i]) * double(p[i]);
+                   return acc;
+                 }));
+  }
+
+  void scale(Tensor x, double alpha) override {
+    dispatch_float(x.dtype(), [&]<typename T>() {
+      T* p = static_cast<T*>(x.data());
+      for (int64_t i = 0; i < x.numel(); ++i) p[i] *= static_cast<T>(alpha);
+    });
+  }
+
+  void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& a) override {
+    dispatch_float(params.dtype(), [&]<typename T>() {
+      ref::adam_step<T>(params.data_as<T>(), grads.data_as<T>(), m.data_as<T>(), v.data_as<T>(), a,
+                        0, params.numel());
+    });
+  }
+  void sgd_step(Tensor params, Tensor grads, Tensor momentum, const SgdParams& a) override {
+    dispatch_float(params.dtype(), [&]<typename T>() {
+      ref::sgd_step<T>(params.data_as<T>(), grads.data_as<T>(),
+                       momentum.empty() ? nullptr : momentum.data_as<T>(), a, 0, params.numel());
+    });
+  }
+
+ private:
+  double mse(Tensor pred, Tensor target, Tensor mask, Tensor dpred) {
     SF_CHECK(pred.numel() == target.numel() && pred.numel() == dpred.numel(), "mse: prediction ",
              pred.shape().str(), " vs target ", target.shape().str());
     const int64_t rows = row_count(pred), f = row_size(pred);
@@ -333,8 +370,8 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
-                            Tensor dlogits) override {
+  double cross_entropy(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
+                       Tensor dlogits) {
     const int64_t rows = logits.dim(0), classes = logits.dim(1);
     SF_CHECK(targets.numel() == rows, "cross-entropy: ", rows, " rows of logits, ", targets.numel(),
              " targets");
@@ -372,36 +409,6 @@ class ReferenceBackend final : public Backend {
           dr[j] = static_cast<T>(coef * (std::exp(double(xr[j]) - lse) - (j == y ? 1.0 : 0.0)));
       }
       return total_weight > 0 ? loss / total_weight : 0.0;
-    });
-  }
-
-  double sum_squares(Tensor x) override {
-    return dispatch_float(x.dtype(), [&]<typename T>() {
-      const T* p = static_cast<const T*>(x.data());
-      double acc = 0;
-      for (int64_t i = 0; i < x.numel(); ++i) acc += double(p[i]) * double(p[i]);
-      return acc;
-    });
-  }
-
-  void scale(Tensor x, double alpha) override {
-    dispatch_float(x.dtype(), [&]<typename T>() {
-      T* p = static_cast<T*>(x.data());
-      for (int64_t i = 0; i < x.numel(); ++i) p[i] *= static_cast<T>(alpha);
-    });
-  }
-
-  void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& a) override {
-    dispatch_float(params.dtype(), [&]<typename T>() {
-      ref::adam_step<T>(params.data_as<T>(), grads.data_as<T>(), m.data_as<T>(), v.data_as<T>(), a,
-                        0, params.numel());
-    });
-  }
-
-  void sgd_step(Tensor params, Tensor grads, Tensor momentum, const SgdParams& a) override {
-    dispatch_float(params.dtype(), [&]<typename T>() {
-      ref::sgd_step<T>(params.data_as<T>(), grads.data_as<T>(),
-                       momentum.empty() ? nullptr : momentum.data_as<T>(), a, 0, params.numel());
     });
   }
 };

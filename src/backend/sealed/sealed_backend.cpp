@@ -157,29 +157,29 @@ class SealedBackend final : public Backend {
     Open o(*this, "attention_backward", {}, {a.qkv, a.lengths, a.out, a.lse, a.dout, a.dqkv});
     inner_->attention_backward(a, dtype);
   }
-  double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) override {
-    Open o(*this, "mse_loss", {pred, target, mask, dpred});
-    return inner_->mse_loss(pred, target, mask, dpred);
+  void mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred, Tensor loss) override {
+    Open o(*this, "mse_loss", {pred, target, mask, dpred, loss});
+    inner_->mse_loss(pred, target, mask, dpred, loss);
   }
-  double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
-                            Tensor dlogits) override {
-    Open o(*this, "cross_entropy_loss", {logits, targets, weights, dlogits});
-    return inner_->cross_entropy_loss(logits, targets, weights, ignore_index, dlogits);
+  void cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
+                          Tensor dlogits, Tensor loss) override {
+    Open o(*this, "cross_entropy_loss", {logits, targets, weights, dlogits, loss});
+    inner_->cross_entropy_loss(logits, targets, weights, ignore_index, dlogits, loss);
   }
-  double sum_squares(Tensor x) override {
-    Open o(*this, "sum_squares", {x});
-    return inner_->sum_squares(x);
+  void sum_squares(Tensor x, Tensor out) override {
+    Open o(*this, "sum_squares", {x, out});
+    inner_->sum_squares(x, out);
   }
   void scale(Tensor x, double alpha) override {
     Open o(*this, "scale", {x});
     inner_->scale(x, alpha);
   }
   void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& p) override {
-    Open o(*this, "adam_step", {params, grads, m, v});
+    Open o(*this, "adam_step", {params, grads, m, v}, {p.clip.sum_squares});
     inner_->adam_step(params, grads, m, v, p);
   }
   void sgd_step(Tensor params, Tensor grads, Tensor momentum, const SgdParams& p) override {
-    Open o(*this, "sgd_step", {params, grads, momentum});
+    Open o(*this, "sgd_step", {params, grads, momentum}, {p.clip.sum_squares});
     inner_->sgd_step(params, grads, momentum, p);
   }
 

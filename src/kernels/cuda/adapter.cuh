@@ -11,7 +11,7 @@ __global__ void embedding_forward_kernel(T* out, const T* table, const I* ids, i
   SF_GRID_STRIDE(idx, n * e) {
     const int64_t i = idx / e, id = static_cast<int64_t>(ids[i]);
     if (id < 0 || id >= vocab) {
-      atomicMin(bad, static_cast<unsigned long long>(i));
+      report_bad(bad, i, id);
       out[idx] = T(0);
       continue;
     }

@@ -55,6 +55,14 @@ __device__ inline float load_low(const void* p, DType low, int64_t i) {
   return from_bf16_bits(static_cast<const bf16*>(p)[i].bits);
 }
 
+// Records a bad input found by a kernel (a token id, a target class out of range), the first
+// thread to find one winning: report[0] = its index (all ones while none), report[1] = its value.
+// The backend reads the report at its next synchronisation.
+__device__ inline void report_bad(unsigned long long* report, int64_t index, int64_t value) {
+  if (atomicCAS(report, ~0ull, static_cast<unsigned long long>(index)) == ~0ull)
+    report[1] = static_cast<unsigned long long>(value);
+}
+
 // Element access by dtype for conversions: load as double, store rounding once.
 template <typename T>
 struct Element;

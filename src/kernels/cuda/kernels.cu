@@ -212,7 +212,6 @@ void dispatch_ids(DType id_type, Fn&& fn) {
 
 void embedding_forward(void* out, const void* table, const void* ids, DType id_type, DType dtype,
                        int64_t n, int64_t e, int64_t vocab, uint64_t* bad, cudaStream_t stream) {
-  cudaMemsetAsync(bad, 0xff, sizeof(uint64_t), stream);
   if (n * e == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     dispatch_ids(id_type, [&]<typename I>() {
@@ -285,7 +284,6 @@ void cross_entropy_loss(const void* logits, const void* targets, DType target_ty
                         int64_t rows, int64_t classes, double* sums, uint64_t* bad_row,
                         cudaStream_t stream) {
   cudaMemsetAsync(sums, 0, 2 * sizeof(double), stream);
-  cudaMemsetAsync(bad_row, 0xff, sizeof(uint64_t), stream);
   if (rows == 0) return;
   auto* bad = reinterpret_cast<unsigned long long*>(bad_row);
   dispatch_float(dtype, [&]<typename T>() {
@@ -304,17 +302,28 @@ void cross_entropy_loss(const void* logits, const void* targets, DType target_ty
   });
 }
 
+void mean(double* out, const double* sums, double per_term, cudaStream_t stream) {
+  SF_LAUNCH(1, 1, 0, stream, mean_kernel)(out, sums, per_term);
+}
+
 void adam_step(void* params, void* grads, void* m, void* v, DType dtype, int64_t n,
                const AdamParams& a, cudaStream_t stream) {
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     const double bc1 = 1.0 - std::pow(a.beta1, double(a.step));
-    const AdamScalars<T> s{T(a.lr / bc1),    T(1.0 - a.lr * a.weight_decay),
-                           T(a.beta1),       T(a.beta2),
-                           T(a.eps),         T(a.weight_decay),
-                           T(1.0 - a.beta1), T(1.0 - a.beta2),
-                           T(a.grad_scale),  T(std::sqrt(1.0 - std::pow(a.beta2, double(a.step)))),
-                           a.decoupled,      a.zero_grads};
+    const AdamScalars<T> s{T(a.lr / bc1),
+                           T(1.0 - a.lr * a.weight_decay),
+                           T(a.beta1),
+                           T(a.beta2),
+                           T(a.eps),
+                           T(a.weight_decay),
+                           T(1.0 - a.beta1),
+                           T(1.0 - a.beta2),
+                           T(std::sqrt(1.0 - std::pow(a.beta2, double(a.step)))),
+                           a.grad_scale,
+                           a.clip,
+                           a.decoupled,
+                           a.zero_grads};
     SF_LAUNCH(blocks_for(n), kThreads, 0, stream, adam_kernel<T>)
     (static_cast<T*>(params), static_cast<T*>(grads), static_cast<T*>(m), static_cast<T*>(v), n, s);
   });
@@ -324,9 +333,9 @@ void sgd_step(void* params, const void* grads, void* momentum, DType dtype, int6
               const SgdParams& a, cudaStream_t stream) {
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    const SgdScalars<T> s{T(a.momentum),     T(1.0 - a.dampening), T(a.weight_decay),
-                          T(a.lr),           T(a.grad_scale),      a.weight_decay != 0.0,
-                          a.momentum != 0.0, a.first_step,         a.nesterov};
+    const SgdScalars<T> s{
+        T(a.momentum), T(1.0 - a.dampening),  T(a.weight_decay), T(a.lr),      a.grad_scale,
+        a.clip,        a.weight_decay != 0.0, a.momentum != 0.0, a.first_step, a.nesterov};
     SF_LAUNCH(blocks_for(n), kThreads, 0, stream, sgd_kernel<T>)
     (static_cast<T*>(params), static_cast<const T*>(grads), static_cast<T*>(momentum), n, s);
   });

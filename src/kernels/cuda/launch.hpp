@@ -48,8 +48,8 @@ void cell_forward(CellKind cell, const CellForward& p, DType dtype, cudaStream_t
 void cell_backward(CellKind cell, const CellBackward& p, void* dbias_rows, DType dtype,
                    cudaStream_t stream);
 
-// Embedding and adapters (adapter.cuh). An id outside [0, vocab) sets *bad (device memory,
-// UINT64_MAX when none) to its index.
+// Embedding and adapters (adapter.cuh). An id outside [0, vocab) is reported in bad[0..1]
+// (device memory: its index and the id, report_bad), which the caller resets to all ones.
 void embedding_forward(void* out, const void* table, const void* ids, DType id_type, DType dtype,
                        int64_t n, int64_t e, int64_t vocab, uint64_t* bad, cudaStream_t stream);
 void embedding_backward(void* dtable, const void* dout, const void* ids, DType id_type, DType dtype,
@@ -63,17 +63,20 @@ void dora_backward(void* dpre, void* dm, const void* dy, const void* pre, const 
                    cudaStream_t stream);
 
 // Losses (loss.cuh). `sums` is device memory for two doubles, zeroed here: the loss sum and its
-// denominator (selected rows, or the total class weight), from which the backend forms the loss.
+// denominator (selected rows, or the total class weight); mean() forms the loss from them.
 // mse: pred, target, dpred (rows, f); mask (rows) or null. dpred = 2 diff / (selected * f).
 void mse_loss(const void* pred, const void* target, const void* mask, void* dpred, DType dtype,
               int64_t rows, int64_t f, double* sums, cudaStream_t stream);
 // Cross-entropy of logits (rows, classes) against targets (i32 or i64), class weights (classes) or
-// null; dlogits as the reference's. A target outside [0, classes) (and not ignore_index) sets
-// *bad_row (device memory, UINT64_MAX when none) to the first such row.
+// null; dlogits as the reference's. A target outside [0, classes) (and not ignore_index) is
+// reported in bad_row[0..1] (its row and class) as embedding_forward's.
 void cross_entropy_loss(const void* logits, const void* targets, DType target_type,
                         const void* weights, int64_t ignore_index, void* dlogits, DType dtype,
                         int64_t rows, int64_t classes, double* sums, uint64_t* bad_row,
                         cudaStream_t stream);
+
+// *out = sums[0] / (sums[1] * per_term), or 0 when sums[1] is 0: a loss, on the device.
+void mean(double* out, const double* sums, double per_term, cudaStream_t stream);
 
 // Optimizers (optimizer.cuh), PyTorch's update order, as ref::adam_step and ref::sgd_step.
 void adam_step(void* params, void* grads, void* m, void* v, DType dtype, int64_t n,

@@ -1,6 +1,6 @@
 #pragma once
 // Loss kernels: gradients written per element, the loss and its denominator reduced in double on
-// the device (sums[0], sums[1]); the backend reads the two back once.
+// the device (sums[0], sums[1]), and the loss formed from them there (mean_kernel).
 #include "kernels/cuda/common.cuh"
 
 namespace seqforge::cuda {
@@ -45,7 +45,8 @@ __device__ inline int64_t target_at(const void* targets, int64_t r) {
   return static_cast<int64_t>(static_cast<const I*>(targets)[r]);
 }
 
-// sums[1] = the total weight of the counted rows; *bad_row = a row whose target is out of range.
+// sums[1] = the total weight of the counted rows; a target out of range goes to bad_row
+// (report_bad).
 template <typename T, typename I>
 __global__ void class_weight_kernel(const void* targets, const T* weights, int64_t ignore_index,
                                     int64_t rows, int64_t classes, double* sums,
@@ -55,7 +56,7 @@ __global__ void class_weight_kernel(const void* targets, const T* weights, int64
     const int64_t y = target_at<I>(targets, r);
     if (y == ignore_index) continue;
     if (y < 0 || y >= classes) {
-      atomicMin(bad_row, static_cast<unsigned long long>(r));
+      report_bad(bad_row, r, y);
       continue;
     }
     total += weights ? double(weights[y]) : 1.0;
@@ -106,6 +107,12 @@ __global__ void cross_entropy_kernel(const T* logits, const void* targets, const
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
       d[j] = static_cast<T>(coef * (exp(double(x[j]) - lse) - (j == y ? 1.0 : 0.0)));
   }
+}
+
+// *out = sums[0] / (sums[1] * per_term), 0 when nothing was counted.
+__global__ void mean_kernel(double* out, const double* sums, double per_term) {
+  if (threadIdx.x == 0 && blockIdx.x == 0)
+    *out = sums[1] > 0 ? sums[0] / (sums[1] * per_term) : 0.0;
 }
 
 }  // namespace seqforge::cuda

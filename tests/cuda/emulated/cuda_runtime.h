@@ -88,6 +88,11 @@ inline uint32_t __float_as_uint(float f) { return std::bit_cast<uint32_t>(f); }
 inline float __uint_as_float(uint32_t u) { return std::bit_cast<float>(u); }
 inline double atomicAdd(double* p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long expected,
+                                    unsigned long long desired) {
+  std::atomic_ref<unsigned long long>(*p).compare_exchange_strong(expected, desired);
+  return expected;  // the old value either way
+}
 inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
   std::atomic_ref<unsigned long long> a(*p);
   unsigned long long seen = a.load();
@@ -99,6 +104,9 @@ inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v)
 inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t = nullptr) {
   std::memset(p, value, bytes);
   return cudaSuccess;
+}
+inline cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  return cudaMemsetAsync(p, value, bytes);
 }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 template <typename Kernel>

@@ -289,17 +289,19 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     const double loss =
         ref->cross_entropy_loss(view(logits, {N, K}), Tensor(targets.data(), DType::i64, {N}),
                                 view(weights, {K}), -100, view(want, {N, K}));
-    uint64_t bad = 0;
+    uint64_t bad[2] = {UINT64_MAX, UINT64_MAX};
     cuda::cross_entropy_loss(logits.data(), targets.data(), DType::i64, weights.data(), -100,
-                             got.data(), DType::f32, N, K, sums, &bad, nullptr);
-    EXPECT_EQ(bad, UINT64_MAX);
+                             got.data(), DType::f32, N, K, sums, bad, nullptr);
+    EXPECT_EQ(bad[0], UINT64_MAX);
     EXPECT_NEAR(sums[0] / sums[1], loss, 1e-6 * loss);
     expect_near(got, want, 1e-6, "cross-entropy dlogits");
     targets[7] = K;
     targets[9] = -3;
     cuda::cross_entropy_loss(logits.data(), targets.data(), DType::i64, nullptr, -100, got.data(),
-                             DType::f32, N, K, sums, &bad, nullptr);
-    EXPECT_EQ(bad, 7u);
+                             DType::f32, N, K, sums, bad, nullptr);
+    // Either bad row, with its class: the first thread to find one reports it.
+    ASSERT_TRUE(bad[0] == 7u || bad[0] == 9u) << bad[0];
+    EXPECT_EQ(static_cast<int64_t>(bad[1]), targets[bad[0]]);
   }
   {  // Adam (AdamW and L2), SGD (momentum, Nesterov, first step)
     auto p0 = random(rng, 50), g0 = random(rng, 50), m0 = random(rng, 50),
@@ -339,10 +341,10 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     std::vector<float> want(n * E), got(n * E), dwant(V * E), dgot(V * E);
     const Tensor id_t(ids.data(), DType::i32, {n});
     ref->embedding_forward(view(want, {n, E}), view(table, {V, E}), id_t);
-    uint64_t bad = 0;
+    uint64_t bad[2] = {UINT64_MAX, UINT64_MAX};
     cuda::embedding_forward(got.data(), table.data(), ids.data(), DType::i32, DType::f32, n, E, V,
-                            &bad, nullptr);
-    EXPECT_EQ(bad, UINT64_MAX);
+                            bad, nullptr);
+    EXPECT_EQ(bad[0], UINT64_MAX);
     expect_near(got, want, 0, "embedding forward");
     ref->embedding_backward(view(dwant, {V, E}), view(dout, {n, E}), id_t);
     cuda::embedding_backward(dgot.data(), dout.data(), ids.data(), DType::i32, DType::f32, n, E, V,
@@ -350,8 +352,9 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     expect_near(dgot, dwant, 1e-6, "embedding backward");
     ids[3] = int32_t(V);
     cuda::embedding_forward(got.data(), table.data(), ids.data(), DType::i32, DType::f32, n, E, V,
-                            &bad, nullptr);
-    EXPECT_EQ(bad, 3u);
+                            bad, nullptr);
+    EXPECT_EQ(bad[0], 3u);
+    EXPECT_EQ(bad[1], uint64_t(V));
   }
   {  // adapters: column scaling, DoRA's norm and backward
     const int64_t R = 13, C = 7;
