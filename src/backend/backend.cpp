@@ -1,6 +1,8 @@
-// The Backend's waiting forms of its reductions: the value through one f64 of the backend's
-// memory, read back.
+// The Backend's defaults: host staging memory, and the waiting forms of its reductions (the value
+// through one f64 of the backend's memory, read back).
 #include "seqforge/backend/backend.hpp"
+
+#include <cstdlib>
 
 namespace seqforge {
 
@@ -26,6 +28,14 @@ class Scalar {
 };
 
 }  // namespace
+
+void* Backend::alloc_host(size_t bytes) {
+  void* p = std::malloc(bytes ? bytes : 1);
+  if (!p) fail("out of host memory allocating ", bytes, " bytes");
+  return p;
+}
+
+void Backend::free_host(void* ptr) { std::free(ptr); }
 
 double Backend::mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) {
   Scalar loss(*this);

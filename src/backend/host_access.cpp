@@ -1,6 +1,7 @@
 #include "seqforge/backend/host_access.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace seqforge {
 
@@ -31,15 +32,45 @@ void upload_doubles(Backend& backend, Tensor t, const std::vector<double>& value
   backend.upload(t, raw.data());
 }
 
+StagedBuffer::StagedBuffer(StagedBuffer&& o) noexcept
+    : backend_(o.backend_),
+      buffer_(std::move(o.buffer_)),
+      staging_(std::exchange(o.staging_, nullptr)),
+      staging_bytes_(std::exchange(o.staging_bytes_, 0)) {}
+
+StagedBuffer& StagedBuffer::operator=(StagedBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    backend_ = o.backend_;
+    buffer_ = std::move(o.buffer_);
+    staging_ = std::exchange(o.staging_, nullptr);
+    staging_bytes_ = std::exchange(o.staging_bytes_, 0);
+  }
+  return *this;
+}
+
+StagedBuffer::~StagedBuffer() { release(); }
+
+void StagedBuffer::release() {
+  if (staging_) backend_->free_host(staging_);
+  staging_ = nullptr;
+  staging_bytes_ = 0;
+}
+
 Tensor StagedBuffer::get(Backend& backend, DType dtype, Shape shape) {
+  if (backend_ != &backend) release();
   backend_ = &backend;
   const Tensor t = buffer_.get(backend, dtype, shape);
-  if (!backend.host_addressable()) copy_.resize(std::max<size_t>(t.nbytes(), 1));
+  if (!backend.host_addressable() && staging_bytes_ < t.nbytes()) {
+    release();
+    staging_ = backend.alloc_host(std::max<size_t>(t.nbytes(), 1));
+    staging_bytes_ = std::max<size_t>(t.nbytes(), 1);
+  }
   return t;
 }
 
 void StagedBuffer::upload() {
-  if (!copy_.empty()) backend_->upload(tensor(), copy_.data());
+  if (staging_) backend_->upload(tensor(), staging_);
 }
 
 }  // namespace seqforge

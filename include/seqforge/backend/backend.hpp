@@ -74,6 +74,10 @@ class Backend {
   // Whether the host may address this backend's memory directly (the CPU backends): host code
   // then reads and writes tensors in place instead of through a host copy.
   virtual bool host_addressable() const { return false; }
+  // Host memory to stage uploads in (a loader's batches): page-locked where the backend copies
+  // from it faster and without an extra copy (a GPU's DMA engine), else ordinary memory.
+  virtual void* alloc_host(size_t bytes);
+  virtual void free_host(void* ptr);  // never throws
 
   // Independent op sequences this backend can run at the same time (CPU: its threads).
   virtual int concurrency() const { return 1; }

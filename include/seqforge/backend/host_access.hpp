@@ -32,15 +32,23 @@ class HostView {
 };
 
 // A backend tensor filled on the host and reused like a Buffer (a loader's batch): get() gives
-// the tensor, host<T>() the memory to fill, upload() sends what was filled; host<T>() keeps it.
+// the tensor, host<T>() the memory to fill (the backend's staging memory, Backend::alloc_host),
+// upload() sends what was filled; host<T>() keeps it.
 class StagedBuffer {
  public:
+  StagedBuffer() = default;
+  StagedBuffer(const StagedBuffer&) = delete;
+  StagedBuffer& operator=(const StagedBuffer&) = delete;
+  StagedBuffer(StagedBuffer&& o) noexcept;
+  StagedBuffer& operator=(StagedBuffer&& o) noexcept;
+  ~StagedBuffer();
+
   Tensor get(Backend& backend, DType dtype, Shape shape);
   Tensor tensor() const { return buffer_.tensor(); }
   template <typename T>
   T* host() {
     SF_CHECK(tensor().dtype() == dtype_of<T>(), "tensor holds ", dtype_name(tensor().dtype()));
-    return static_cast<T*>(copy_.empty() ? tensor().data() : static_cast<void*>(copy_.data()));
+    return static_cast<T*>(staging_ ? staging_ : tensor().data());
   }
   // What was filled (and uploaded), still on the host.
   template <typename T>
@@ -50,9 +58,12 @@ class StagedBuffer {
   void upload();
 
  private:
+  void release();
+
   Backend* backend_ = nullptr;
   Buffer buffer_;
-  std::vector<std::byte> copy_;
+  void* staging_ = nullptr;  // null where the host addresses the tensor itself
+  size_t staging_bytes_ = 0;
 };
 
 // A float tensor's values as doubles on the host, and the reverse (converted to its dtype).

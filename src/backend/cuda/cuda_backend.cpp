@@ -1,6 +1,7 @@
 // The CUDA backend: device memory from the stream-ordered pool, GEMMs on cuBLASLt, its own
 // kernels (kernels/cuda) for the elementwise, layout, dropout, cell (LSTM, GRU, LN-LSTM),
-// embedding, adapter, loss and optimizer ops, all on one stream. The transformer's ops (norms,
+// embedding, adapter, loss and optimizer ops, all on one stream; uploads from page-locked
+// staging memory on a copy stream, ordered against the ops by events. The transformer's ops (norms,
 // activations, attention) do not run on it yet: supports() says so, and a call is refused with
 // one line naming the op.
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -37,6 +39,11 @@ class CudaBackend final : public Backend {
       check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
       check_cuda(cudaGetDeviceProperties(&props_, device_), "cudaGetDeviceProperties");
       check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      check_cuda(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking),
+                 "cudaStreamCreate (copies)");
+      check_cuda(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming),
+                 "cudaEventCreate");
+      check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "cudaEventCreate");
       check_cuda(cudaMalloc(&scratch_, 2 * sizeof(double)), "cudaMalloc (scratch)");
       check_cuda(cudaMalloc(&reports_, sizeof host_reports_), "cudaMalloc (reports)");
       check_cuda(cudaMemset(reports_, 0xff, sizeof host_reports_), "cudaMemset (reports)");
@@ -126,12 +133,31 @@ class CudaBackend final : public Backend {
     raise_reports();
   }
 
-  // The host buffer may be reused once these return: they wait for the copy.
+  // Uploads run on the copy stream (the loader's workers call this while a step runs): each
+  // copy waits for the ops enqueued before it (which may still read the batch slot it refills),
+  // and the ops enqueued after it wait for the copy. The host buffer may be reused on return.
   void upload(Tensor dst, const void* host) override {
     if (!dst.nbytes()) return;
-    check_cuda(cudaMemcpyAsync(dst.data(), host, dst.nbytes(), cudaMemcpyHostToDevice, stream_),
-               "upload of " + dst.shape().str());
-    synchronize();
+    const std::string what = "upload of " + dst.shape().str();
+    std::lock_guard<std::mutex> lock(upload_mutex_);
+    check_cuda(cudaEventRecord(compute_mark_, stream_), what);
+    check_cuda(cudaStreamWaitEvent(copy_stream_, compute_mark_, 0), what);
+    check_cuda(
+        cudaMemcpyAsync(dst.data(), host, dst.nbytes(), cudaMemcpyHostToDevice, copy_stream_),
+        what);
+    check_cuda(cudaEventRecord(copied_, copy_stream_), what);
+    check_cuda(cudaStreamWaitEvent(stream_, copied_, 0), what);
+    check_cuda(cudaEventSynchronize(copied_), what);
+  }
+  // Page-locked: the copy engine reads it directly.
+  void* alloc_host(size_t bytes) override {
+    void* p = nullptr;
+    check_cuda(cudaMallocHost(&p, std::max<size_t>(bytes, 1)),
+               "out of page-locked host memory allocating " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void free_host(void* p) override {
+    if (p) cudaFreeHost(p);
   }
   void download(void* host, Tensor src) override {
     if (!src.nbytes()) return;
@@ -364,6 +390,14 @@ class CudaBackend final : public Backend {
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
     }
+    if (copy_stream_) {
+      cudaStreamSynchronize(copy_stream_);
+      cudaStreamDestroy(copy_stream_);
+    }
+    if (compute_mark_) cudaEventDestroy(compute_mark_);
+    if (copied_) cudaEventDestroy(copied_);
+    copy_stream_ = nullptr;
+    compute_mark_ = copied_ = nullptr;
     scratch_ = nullptr;
     stream_ = nullptr;
   }
@@ -381,7 +415,10 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   bool tf32_ = false;
   cudaDeviceProp props_{};
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;       // every op
+  cudaStream_t copy_stream_ = nullptr;  // uploads
+  cudaEvent_t compute_mark_ = nullptr, copied_ = nullptr;
+  std::mutex upload_mutex_;    // uploads come from several threads; the events are shared
   double* scratch_ = nullptr;  // a loss's sum and denominator
   // Bad inputs the kernels found (report_bad): a token id's index and value, a target's row and
   // class; all ones while none.
