@@ -12,8 +12,10 @@
 #include "io/file_util.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/io/safetensors.hpp"
+#include "seqforge/nn/model.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
+#include "train/run.hpp"
 
 namespace seqforge {
 namespace {
@@ -183,6 +185,62 @@ TEST(Device, Fp16OnTheCpuIsFp32WithANote) {
             std::string::npos)
       << log.str();
   EXPECT_FALSE(last_metrics(dir / "run").contains("loss_scale"));
+}
+
+// The estimate against a device's free memory: the batch that fits is named, or the model is too
+// big for any batch.
+TEST(Device, ABatchTheDeviceCannotHoldNamesTheOneThatFits) {
+  ModelOptions m;
+  m.rnn.input_size = 4, m.rnn.hidden_size = 512, m.rnn.num_layers = 2, m.output_size = 1;
+  auto model = make_model(m);
+  const int64_t T = 200;
+  double need = 0;
+  EXPECT_EQ(device_fit_problem(1e12, "GPU 0, Test", *model, m, T, 256, false, &need), "");
+  const double per_example = activation_bytes(m, T, 1, false);
+  const double fixed = need - 256 * per_example;
+  EXPECT_NEAR(fixed, 16.0 * double(model->parameters().count()), 1.0)
+      << "values, gradients and two moments in f32";
+  const std::string problem =
+      device_fit_problem(fixed + 100.5 * per_example, "GPU 0, Test", *model, m, T, 256, false);
+  EXPECT_NE(problem.find("on GPU 0, Test"), std::string::npos) << problem;
+  EXPECT_TRUE(problem.ends_with(": train.batch_size 100 fits")) << problem;
+  EXPECT_TRUE(device_fit_problem(fixed / 2, "GPU 0, Test", *model, m, T, 256, false)
+                  .ends_with("even a batch of 1 does not fit; make the model (model.hidden, "
+                             "model.layers) or the windows (data.lookback, data.seq_len) smaller"));
+  // Half-precision copies of the gates and outputs cost more per example.
+  EXPECT_GT(activation_bytes(m, T, 1, true), per_example);
+}
+
+// On the GPU (the emulated one offers 1 GiB), a batch that does not fit is refused before
+// anything is allocated, naming the batch size that fits.
+TEST(Device, TheGpuRefusesABatchItCannotHold) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  size_t free = 0, total = 0;
+  std::string device;
+  ASSERT_TRUE(make_cuda_backend()->device_memory(&free, &total, &device));
+  if (free >= (size_t{4} << 30))
+    GTEST_SKIP() << device << " has " << (free >> 20) << " MiB free: more than this test's "
+                 << "largest batch needs";
+  const fs::path dir = fresh_dir("gpu_batch");
+  const fs::path path = dir / "long.csv";
+  {
+    std::ofstream f(path);
+    f << "x,y\n";
+    for (int i = 0; i < 3000; ++i) f << std::sin(i * 0.2) << "," << std::cos(i * 0.07) << "\n";
+  }
+  std::ostringstream log;
+  const std::string error = error_of([&] {
+    train(forecaster(path.string(), dir / "run", "lstm",
+                     {"train.device=cuda", "model.hidden=1024", "data.lookback=200",
+                      "train.batch_size=2000"}),
+          log);
+  });
+  EXPECT_TRUE(
+      error.starts_with("override 'train.batch_size=2000': train.batch_size 2000: a "
+                        "training step needs about "))
+      << error;
+  EXPECT_NE(error.find(" fits"), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(dir / "run" / "model.safetensors"));
 }
 
 }  // namespace

@@ -123,6 +123,11 @@ void print_config(const ConfigDiagnosis& d) {
       "activations and gradients about %.1f MB\n",
       static_cast<long long>(d.batch_size), static_cast<long long>(d.batches_per_epoch),
       d.batch_input_mb, d.activation_mb);
+  if (!d.device.empty())
+    std::printf(
+        "  gpu           %s, %s GEMMs: a step needs about %.0f MiB; %.0f of %.0f MiB free\n",
+        d.device.c_str(), d.device_precision.c_str(), d.device_need_mb, d.device_free_mb,
+        d.device_total_mb);
   if (d.timed_steps > 0) {
     std::printf(
         "  speed         %.2f ms per step (median of %d), validation %.3f s; "

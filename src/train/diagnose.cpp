@@ -22,41 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Floats a training step keeps per batch: per layer and direction the gates (T, B, G*H), the
-// cell's saved state (T, B, H; the LSTM's c and tanh(c), the GRU's R_n and its dR (T, B, G*H)),
-// the layer output (T, B, D*H), its input gradient (T, B, I_l), dropout masks and masked copies;
-// bf16 GEMMs add half-size copies of gates and outputs.
-double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool bf16) {
-  if (m.family == ModelFamily::transformer) {
-    // Per block and token: the LayerNorm outputs, qkv, attention output, both branch outputs,
-    // the residual sums, the MLP's 4C pre- and post-GELU (18C), and in backward the MLP's 4C and
-    // qkv's 3C gradients and four C-wide ones (11C); the logits and their gradient (2V).
-    const double N = double(T) * double(B), C = double(m.transformer.n_embd);
-    return 4 * N * (double(m.transformer.n_layer) * 29 * C + 2.0 * double(m.vocab_size));
-  }
-  const RecurrentOptions& o = m.rnn;
-  const double D = o.bidirectional ? 2 : 1, H = static_cast<double>(o.hidden_size);
-  double floats = 0;
-  for (int64_t l = 0; l < o.num_layers; ++l) {
-    const double I = l == 0 ? static_cast<double>(o.input_size) : D * H;
-    const CellType& cell = cell_type(o.cell);
-    const double GH = cell.gates * H;
-    // What each chain keeps for backward: c, the cell's saved values, dR apart from dG.
-    const double saved = (cell.cell_state ? H : 0) +
-                         static_cast<double>(saved_columns(cell, o.hidden_size)) +
-                         (cell.recurrent_grads ? GH : 0);
-    double layer = D * (GH + saved) + D * H + I;
-    if (o.dropout > 0 && l + 1 < o.num_layers) layer += 2 * D * H;
-    if (bf16) layer += 0.5 * (D * GH + D * H);
-    floats += layer * T * B;
-  }
-  const double head_rows = m.per_step ? static_cast<double>(T * B) : static_cast<double>(B);
-  floats += 2 * head_rows * (D * H + static_cast<double>(m.output_size));
-  if (m.vocab_size > 0) floats += 2.0 * T * B * m.embedding_dim;
-  return floats * 4;
-}
-
-// The nearest existing directory at or above `p`, and whether this process may write there.
 bool writable_dir_for(const fs::path& p) {
   fs::path at = fs::absolute(p);
   while (!at.empty() && !fs::exists(at) && at != at.parent_path()) at = at.parent_path();
@@ -80,7 +45,9 @@ DType machine_problems(const Config& c, std::vector<std::string>* problems) {
                         std::to_string(cpus));
   std::string notice;
   const DType gemm = resolve_precision(c.str("train.precision"), &notice);
-  if (!notice.empty())
+  // A run on a GPU takes its precision from the GPU (data_problems).
+  const bool gpu = c.str("train.device") != "cpu" && cuda_unavailable_reason().empty();
+  if (!notice.empty() && !gpu)
     problems->push_back(notice +
                         ": set train.precision: fp32 (or auto, which picks bf16 only "
                         "where the CPU has it)");
@@ -118,6 +85,25 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
                               : 4.0 * (d->steps * F + task.series.num_outputs());
   d->batch_input_mb = in_bytes * B / 1048576;
   d->activation_mb = activation_bytes(task.model, d->steps, B, gemm == DType::bf16) / 1048576;
+  // On a GPU: the step against the device's free memory, in the GPU's precision.
+  const std::unique_ptr<Backend> be = make_device_backend(c, task.model);
+  size_t free = 0, total = 0;
+  if (std::string device; be->device_memory(&free, &total, &device)) {
+    std::string notice;
+    const DType g = backend_precision(c.str("train.precision"), *be, task.model.family, &notice);
+    if (!notice.empty()) problems.push_back(notice);
+    const std::unique_ptr<Model> model = make_model(task.model);
+    double need = 0;
+    if (const std::string problem = device_fit_problem(double(free), device, *model, task.model,
+                                                       d->steps, B, g != DType::f32, &need);
+        !problem.empty())
+      problems.push_back("train.batch_size " + std::to_string(d->batch_size) + ": " + problem);
+    d->device = device;
+    d->device_precision = gemm_precision_name(g);
+    d->device_need_mb = need / 1048576;
+    d->device_free_mb = double(free) / 1048576;
+    d->device_total_mb = double(total) / 1048576;
+  }
   if (d->train == 0)
     problems.push_back("the training split has no windows: lower data.lookback (" +
                        std::to_string(d->steps) + ") or give more rows, or raise data.split.train");

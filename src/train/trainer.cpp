@@ -362,6 +362,18 @@ void Training::build_model() {
   const uint64_t seed = static_cast<uint64_t>(c_.integer("train.seed"));
   model_ = make_model(task_.model);
   check_model_fits(*model_, c_, true);
+  size_t free = 0, total = 0;
+  if (std::string device; be_->device_memory(&free, &total, &device)) {
+    const int64_t batch =
+        std::min<int64_t>(c_.integer("train.batch_size"),
+                          std::max<int64_t>(1, static_cast<int64_t>(task_.split().train.size())));
+    if (const std::string problem =
+            device_fit_problem(double(free), device, *model_, task_.model, task_.steps(), batch,
+                               gemm_dtype_ != DType::f32);
+        !problem.empty())
+      fail(c_.origin("train.batch_size"), ": train.batch_size ", c_.integer("train.batch_size"),
+           ": ", problem);
+  }
   model_->initialize(*be_, seed);
   model_->set_gemm_dtype(gemm_dtype_);
   model_->set_input_grad(false);

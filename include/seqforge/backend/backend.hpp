@@ -74,6 +74,12 @@ class Backend {
   // Whether the host may address this backend's memory directly (the CPU backends): host code
   // then reads and writes tensors in place instead of through a host copy.
   virtual bool host_addressable() const { return false; }
+  // A device with memory of its own (a GPU): its free and total bytes now, and its name
+  // ("GPU 0, NVIDIA H100"); false where the backend's memory is the host's.
+  virtual bool device_memory(size_t* free, size_t* total, std::string* device) const {
+    (void)free, (void)total, (void)device;
+    return false;
+  }
   // Host memory to stage uploads in (a loader's batches): page-locked where the backend copies
   // from it faster and without an extra copy (a GPU's DMA engine), else ordinary memory.
   virtual void* alloc_host(size_t bytes);

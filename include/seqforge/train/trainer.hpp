@@ -105,6 +105,10 @@ struct ConfigDiagnosis {
   double batch_input_mb = 0;    // one batch's inputs and targets
   double activation_mb = 0;     // estimate: what a training step keeps for backward, and gradients
   double measured_peak_mb = 0;  // peak resident memory of this process after the measured run
+  // On a GPU (train.device cuda, or auto with one): which, the precision its GEMMs run in, a
+  // step's estimated need (parameters, gradients, moments, activations) and its memory.
+  std::string device, device_precision;
+  double device_need_mb = 0, device_free_mb = 0, device_total_mb = 0;
   int timed_steps = 0;
   double step_seconds = 0;            // median training step
   double validation_seconds = 0;      // one validation pass

@@ -69,6 +69,11 @@ class CudaBackend final : public Backend {
            " MiB), cuBLASLt " + blas_->version() + " GEMMs" +
            (tf32_ ? " (f32 on TF32 tensor cores: matmul precision high)" : "");
   }
+  bool device_memory(size_t* free, size_t* total, std::string* device) const override {
+    if (cudaMemGetInfo(free, total) != cudaSuccess) return false;
+    *device = "GPU " + std::to_string(device_) + ", " + props_.name;
+    return true;
+  }
   void set_float32_matmul_precision(std::string_view precision) override {
     tf32_ = precision == "high";
   }
