@@ -97,6 +97,20 @@ CublasLt::~CublasLt() {
   if (library_) dlclose(library_);
 }
 
+std::string library_version(const std::string& file, const char* symbol, size_t per_major,
+                            size_t per_minor) {
+  void* library = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!library) return "not found (" + file + ")";
+  std::string out = "in " + file + ", no " + symbol;
+  if (void* p = dlsym(library, symbol)) {
+    const size_t v = reinterpret_cast<size_t (*)()>(p)();
+    out = std::to_string(v / per_major) + "." + std::to_string(v / per_minor % 100) + "." +
+          std::to_string(v % per_minor);
+  }
+  dlclose(library);
+  return out;
+}
+
 std::string CublasLt::version() const {
   const size_t v = api_->get_version();
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +

@@ -26,6 +26,11 @@ struct ColumnMajorGemm {
 };
 ColumnMajorGemm column_major(const GemmShape& s);
 
+// A library's version from its get-version function (cuBLASLt: 130001 is 13.0.1, per_major
+// 10000, per_minor 100), loaded and unloaded here, or "not found (FILE)".
+std::string library_version(const std::string& file, const char* symbol, size_t per_major,
+                            size_t per_minor);
+
 class CublasLt {
  public:
   // Loads the library and makes a handle; throws a one-line error naming what is missing.

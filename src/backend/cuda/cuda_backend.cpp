@@ -465,8 +465,13 @@ std::string cuda_summary() {
   auto version = [](int v) {
     return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
   };
-  std::string out = "runtime " + version(runtime) +
-                    (driver ? ", driver for CUDA " + version(driver) : ", no driver");
+  // cuDNN is not used by seqforge; its version says what PyTorch beside it would run on.
+  std::string out =
+      "runtime " + version(runtime) +
+      (driver ? ", driver for CUDA " + version(driver) : ", no driver") + "; cuBLASLt " +
+      cuda::library_version("libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR),
+                            "cublasLtGetVersion", 10000, 100) +
+      "; cuDNN " + cuda::library_version("libcudnn.so.9", "cudnnGetVersion", 10000, 100);
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) return out + "; " + why;
   int count = 0, current = 0;
   cudaGetDeviceCount(&count);
