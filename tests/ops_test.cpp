@@ -809,7 +809,7 @@ class OpMatchesReference : public ::testing::TestWithParam<std::string> {};
 // The host backends run every op; a device backend says which it runs so far.
 bool runs_every_op(const BackendEntry& entry) {
   const std::string name = entry.name;
-  return name == "reference" || name == "cpu" || name == "sealed";
+  return name == "reference" || name == "cpu" || name == "sealed" || name == "sealed_async";
 }
 
 // Every registered backend this machine can make, in f32 against the reference in f64.

@@ -174,6 +174,7 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
 // In the PyTorchParity suite, which the test script runs after the fixtures are written.
 TEST(PyTorchParity, TransformerCpuF32) { run_all("cpu", DType::f32, 1e-5); }
 TEST(PyTorchParity, TransformerSealedF32) { run_all("sealed", DType::f32, 1e-5); }
+TEST(PyTorchParity, TransformerSealedAsyncF32) { run_all("sealed_async", DType::f32, 1e-5); }
 TEST(PyTorchParity, TransformerReferenceF64) { run_all("reference", DType::f64, 1e-10); }
 
 }  // namespace

@@ -44,6 +44,7 @@ const std::vector<BackendEntry>& registered_backends() {
       {"reference", make_reference_backend},
       {"cpu", make_cpu_backend},
       {"sealed", make_sealed_backend},
+      {"sealed_async", make_sealed_async_backend},
       {"cuda", make_cuda_backend, cuda_unavailable_reason},  // backend/cuda, or no_cuda.cpp
   };
   return all;

@@ -236,5 +236,8 @@ std::unique_ptr<Backend> make_run_backend(std::string_view device = "cpu",
 // and upload/download, and its ops take only its own memory, as a device backend's would. Host
 // code that reads backend memory directly faults under it (SEQFORGE_BACKEND=sealed).
 std::unique_ptr<Backend> make_sealed_backend();
+// The same with a GPU stream's timing: ops run later, in order, on a worker thread; download and
+// synchronize wait for them and raise their first error (SEQFORGE_BACKEND=sealed_async).
+std::unique_ptr<Backend> make_sealed_async_backend();
 
 }  // namespace seqforge

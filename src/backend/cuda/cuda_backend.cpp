@@ -381,7 +381,8 @@ class CudaBackend final : public Backend {
     std::fill(std::begin(host_reports_), std::end(host_reports_), none);
     cudaMemcpy(reports_, host_reports_, sizeof host_reports_, cudaMemcpyHostToDevice);
     if (r[kBadId] != none)
-      fail("token id ", static_cast<int64_t>(r[kBadId + 1]), " outside [0, ", vocab_, ")");
+      fail("token id ", static_cast<int64_t>(r[kBadId + 1]), " at position ", r[kBadId],
+           " outside [0, ", vocab_, ")");
     fail("target class ", static_cast<int64_t>(r[kBadTarget + 1]), " at row ", r[kBadTarget],
          " outside [0, ", classes_, ")");
   }

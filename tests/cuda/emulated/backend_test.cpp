@@ -226,7 +226,7 @@ TEST(CudaBackendEmulated, LossesAndBadIdsAsTheReference) {
               cuda->embedding_forward(out.t, table.t, y);
               cuda->synchronize();
             }),
-            "token id 7 outside [0, 4)");
+            "token id 7 at position 5 outside [0, 4)");
   classes[5] = 1;
   cuda->upload(y, classes.data());
   cuda->embedding_forward(out.t, table.t, y);
