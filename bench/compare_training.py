@@ -157,7 +157,9 @@ def state_dict(model):
 
 def boundaries(c, n):
     train, val = c["data"]["split"]["train"], c["data"]["split"]["val"]
-    return int(math.floor(train * n)), min(n, int(math.floor((train + val) * n)))
+    # As seqforge's: a share of n that is whole in decimal stays whole.
+    return (int(math.floor(train * n * (1 + 1e-12))),
+            min(n, int(math.floor((train + val) * n * (1 + 1e-12)))))
 
 
 def forecast_data(c):
@@ -177,10 +179,13 @@ def forecast_data(c):
     x, y = (x - mx) / sx, (y - my) / sy
     T, h, stride = d["lookback"], d["horizon"], d["stride"]
 
-    def windows(lo, hi):
-        return [s for s in range(lo, hi, stride) if s + T - 1 + h < hi]
+    # Windows whose target row lies in [lo, hi), starting at `first` or later: a validation
+    # window takes its lookback from the rows before its split (data.split.context: history).
+    def windows(lo, hi, first):
+        return [s for s in range(first, hi, stride) if s + T - 1 + h < hi]
+    history = d["split"].get("context", "history") == "history"
     return (torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32),
-            windows(0, a), windows(a, b), T, h)
+            windows(0, a, 0), windows(a, b, max(0, a - (T - 1 + h)) if history else a), T, h)
 
 
 def lr_at(c, step, total):

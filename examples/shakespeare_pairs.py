@@ -59,8 +59,11 @@ def main():
     rows = (pairs(train_lines, args.train, rng) + pairs(val_lines, held_out, rng) +
             pairs(test_lines, held_out, rng))
     n = len(rows)
-    # data.split {train: 0.8, val: 0.1} cuts at floor(0.8 n) and floor(0.9 n): the parts' ends.
-    assert int(0.8 * n) == args.train and int((0.8 + 0.1) * n) == args.train + held_out, n
+    # data.split {train: 0.8, val: 0.1} cuts at floor(0.8 n) and floor(0.9 n) (a whole share of n
+    # kept whole): the parts' ends.
+    def cut(share):
+        return int(share * n * (1 + 1e-12))
+    assert cut(0.8) == args.train and cut(0.8 + 0.1) == args.train + held_out, n
     with open(args.out, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["line_a", "line_b", "label"])

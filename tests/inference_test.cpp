@@ -312,12 +312,25 @@ TEST(Runs, ValidationShareZeroMeansNoValidation) {
     EXPECT_TRUE(line.contains("train_loss"));
     for (const auto& [key, value] : line.items()) EXPECT_NE(key.rfind("val_", 0), 0u) << key;
   }
-  // A validation share too small for one window is an error before training, with the counts.
+  // A validation share too small for one window is an error before training, with the counts:
+  // shorter than a window with whole windows (strict), or no row at all (history).
   const std::string e = error_of([&] {
-    train(Config::parse(yaml(data, dir / "run2"), "v.yaml", {"data.split.val=0.02"}), log);
+    train(Config::parse(yaml(data, dir / "run2"), "v.yaml",
+                        {"data.split.val=0.02", "data.split.context=strict"}),
+          log);
   });
   EXPECT_NE(e.find("validation 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("(data.split.context: strict keeps whole windows inside it; history would "
+                   "not)"),
+            std::string::npos)
+      << e;
   EXPECT_NE(e.find("data.split.val: 0"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir / "run2"));
+  const std::string none = error_of([&] {
+    train(Config::parse(yaml(data, dir / "run2"), "v.yaml", {"data.split.val=0.004"}), log);
+  });
+  EXPECT_NE(none.find("validation 0"), std::string::npos) << none;
+  EXPECT_NE(none.find("(or the validation parts are empty)"), std::string::npos) << none;
   EXPECT_FALSE(fs::exists(dir / "run2"));
   // Watching a validation metric without validation is an error too.
   EXPECT_NE(error_of([&] {

@@ -74,18 +74,68 @@ TEST(Series, WindowsNeverCrossSeriesAndEverySeriesIsSplit) {
     }
   }
   // Each series is cut at its own fractions: a's training part is its first 20 days, b's its
-  // first 12; every training target lies inside them, every validation window after.
+  // first 12; every training target lies inside them, every validation target after.
   for (int64_t s : d.split.train) {
     const double target = raw(d, d.target_row(s));
     EXPECT_LT(target < 2000 ? target - 1000 : target - 2000, target < 2000 ? 20 : 12);
   }
   bool a_val = false, b_val = false;
   for (int64_t s : d.split.val) {
-    const double v = raw(d, s);
+    const double v = raw(d, d.target_row(s));
     (v < 2000 ? a_val : b_val) = true;
     EXPECT_GE(v < 2000 ? v - 1000 : v - 2000, v < 2000 ? 20 : 12);
   }
   EXPECT_TRUE(a_val && b_val);
+}
+
+// data.split.context on 100 daily rows, lookback 10, horizon 1, train 0.7, val 0.2: training
+// targets are rows 10..69; with history, validation scores every target in rows 70..89 (windows
+// from row 60) and test every one in 90..99; strict keeps whole windows inside each part (10
+// validation windows, no test window). Series are never crossed, and mae stays strict.
+TEST(Series, ValidationAndTestWindowsTakeTheirLookbackFromTheRowsBefore) {
+  const fs::path dir = temp_dir("context");
+  const std::string one = two_series_csv(dir, 100, 0);
+  auto load = [&](std::vector<std::string> overrides) {
+    for (const char* o : {"data.lookback=10", "data.split.train=0.7", "data.split.val=0.2"})
+      overrides.push_back(o);
+    return load_series(series_config(one, overrides));
+  };
+  auto day = [&](const SeriesData& d, int64_t row) { return int64_t(raw(d, row)) - 1000; };
+  const SeriesData history = load({});
+  ASSERT_EQ(history.split.train.size(), 60u);
+  EXPECT_EQ(day(history, history.target_row(history.split.train.back())), 69);
+  ASSERT_EQ(history.split.val.size(), 20u);
+  EXPECT_EQ(day(history, history.split.val.front()), 60);
+  EXPECT_EQ(day(history, history.target_row(history.split.val.front())), 70);
+  EXPECT_EQ(day(history, history.target_row(history.split.val.back())), 89);
+  ASSERT_EQ(history.split.test.size(), 10u);
+  EXPECT_EQ(day(history, history.target_row(history.split.test.front())), 90);
+  EXPECT_EQ(day(history, history.target_row(history.split.test.back())), 99);
+
+  const SeriesData strict = load({"data.split.context=strict"});
+  EXPECT_EQ(strict.split.train, history.split.train);
+  ASSERT_EQ(strict.split.val.size(), 10u);
+  EXPECT_EQ(day(strict, strict.split.val.front()), 70);
+  EXPECT_TRUE(strict.split.test.empty());
+
+  // Two series: b's windows start no earlier than b's first row, however long the lookback.
+  const SeriesData two = load_series(
+      series_config(two_series_csv(dir, 100, 20),
+                    {"data.lookback=8", "data.split.train=0.5", "data.split.val=0.25"}));
+  for (int64_t s : two.split.val) {
+    const auto first = int64_t(raw(two, s)), target = int64_t(raw(two, two.target_row(s)));
+    EXPECT_EQ(first / 1000, target / 1000) << "a window crosses series";
+    EXPECT_GE(target % 1000, first / 1000 == 1 ? 50 : 10);
+  }
+  int64_t b_val = 0;
+  for (int64_t s : two.split.val) b_val += raw(two, s) >= 2000;
+  EXPECT_EQ(b_val, 5) << "b's validation rows 10..14, each with 8 rows of b before it";
+
+  const SeriesData mae = load({"data.task=mae", "data.targets=[]"});
+  for (int64_t s : mae.split.val) EXPECT_GE(day(mae, s), 70) << "mae's targets are its window";
+  EXPECT_EQ(error_of([&] { load({"data.split.context=all"}); }),
+            "override 'data.split.context=all': data.split.context must be history or strict, "
+            "got 'all'");
 }
 
 TEST(Series, SplitByDateCutsEverySeriesAtSharedDates) {
@@ -101,13 +151,14 @@ TEST(Series, SplitByDateCutsEverySeriesAtSharedDates) {
       load_series(series_config(write(dir / "d.csv", text), {"data.split.by=date"}));
   // 60 rows pooled: the validation part starts at row 30 of the sorted dates (day 25), the
   // test part at row 45 (day 32).
-  int64_t last_train_target = 0, first_val_start = INT64_MAX;
+  int64_t last_train_target = 0, first_val_target = INT64_MAX;
   for (int64_t s : d.split.train)
     last_train_target = std::max<int64_t>(last_train_target, d.times[d.target_row(s)]);
-  for (int64_t s : d.split.val) first_val_start = std::min<int64_t>(first_val_start, d.times[s]);
+  for (int64_t s : d.split.val)
+    first_val_target = std::min<int64_t>(first_val_target, d.times[d.target_row(s)]);
   const int64_t day25 = 1577836800 + 25 * int64_t{86400};
   EXPECT_LT(last_train_target, day25);
-  EXPECT_GE(first_val_start, day25);
+  EXPECT_EQ(first_val_target, day25);
   ASSERT_FALSE(d.notes.empty());
   EXPECT_NE(d.notes.back().find("2020-01-26"), std::string::npos) << d.notes.back();
   EXPECT_NE(error_of([&] {

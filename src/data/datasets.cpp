@@ -212,10 +212,15 @@ void Dataset::check_source() const {
          " bytes, or a new modification time); restart the run on the new data");
 }
 
-// Split boundaries [0, a), [a, b), [b, n) from the train and val shares.
+// Split boundaries [0, a), [a, b), [b, n) from the train and val shares. A share times n that is
+// a whole number in decimal (0.7 + 0.2 of 100) may come out just below it in binary: the relative
+// nudge keeps it whole.
 std::pair<int64_t, int64_t> boundaries(const SplitOptions& o, int64_t n) {
-  const int64_t a = static_cast<int64_t>(std::floor(o.train * n));
-  const int64_t b = std::min<int64_t>(n, static_cast<int64_t>(std::floor((o.train + o.val) * n)));
+  auto rows = [&](double share) {
+    return static_cast<int64_t>(std::floor(share * double(n) * (1 + 1e-12)));
+  };
+  const int64_t a = rows(o.train);
+  const int64_t b = std::min<int64_t>(n, rows(o.train + o.val));
   return {a, b};
 }
 
@@ -731,12 +736,19 @@ void list_windows(const DataOptions& opt, WindowSet which, SeriesData* d) {
     return;
   }
   const auto points = split_points(opt.split, *d);
-  for (size_t i = 0; i < d->series.size(); ++i) {  // windows wholly inside one part
+  // With history context, a validation or test window may start in the parts before its own:
+  // its first target is the part's first row that has a full window behind it in the series.
+  const bool history = opt.split.context == "history" && d->task != TaskKind::mae;
+  auto first_start = [&](const SeriesSpan& s, int64_t part_begin) {
+    if (!history) return part_begin;
+    return std::max(s.begin, part_begin - d->target_row(0));
+  };
+  for (size_t i = 0; i < d->series.size(); ++i) {
     const SeriesSpan& s = d->series[i];
     const auto [a, b] = points[i];
     add_windows(*d, s.begin, a, o.stride, true, &d->split.train);
-    add_windows(*d, a, b, o.stride, true, &d->split.val);
-    add_windows(*d, b, s.end, o.stride, true, &d->split.test);
+    add_windows(*d, first_start(s, a), b, o.stride, true, &d->split.val);
+    add_windows(*d, first_start(s, b), s.end, o.stride, true, &d->split.test);
   }
   for (auto* v : {&d->split.train, &d->split.val, &d->split.test}) std::sort(v->begin(), v->end());
   if (opt.split.by == "date" && !d->times.empty()) {

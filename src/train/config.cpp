@@ -77,8 +77,9 @@ const std::vector<ConfigKey> kKeys = {
      "Share of the data for training: the first rows (time series) or the first characters "
      "(text)."},
     {"data.split.val", T::number, "0.1",
-     "Share for validation, right after the training part; the rest is the test split. No window "
-     "crosses a boundary. 0: no validation on purpose (no val_* metrics; early stopping and "
+     "Share for validation, right after the training part; the rest is the test split. No target "
+     "crosses a boundary (see data.split.context for the inputs). 0: no validation on purpose (no "
+     "val_* metrics; early stopping and "
      "`save: best` watch train_loss). A positive share too small for one window is an error."},
     {"data.split.mode", T::string, "time",
      "`time`: train, validation and test follow each other in time. `random`: whole windows (or "
@@ -88,6 +89,13 @@ const std::vector<ConfigKey> kKeys = {
      "Time splits of several series: `rows` (every series cut at the same fractions of its own "
      "rows) or `date` (every series cut at two shared dates: those fractions of all rows' dates "
      "pooled; needs data.date_column)."},
+    {"data.split.context", T::string, "history",
+     "Time splits of a series: `history` (a validation or test window takes its lookback from the "
+     "rows before its split, training rows included, as darts' and Keras' users forecast; only "
+     "its target must lie in the split, so each split scores every target it holds that has a "
+     "full lookback behind it) or `strict` (whole windows inside their split: a split scores "
+     "only the targets a lookback after its start). A masked autoencoder (mae), whose targets "
+     "are its whole window, is always strict."},
     {"data.normalize", T::string, "zscore",
      "`zscore`, `minmax` or `none`: feature and target scaling, fitted on the training split only "
      "and stored in the checkpoint."},

@@ -29,6 +29,10 @@ SplitOptions split_options(const Config& c) {
   o.by = c.str("data.split.by");
   if (o.by != "rows" && o.by != "date")
     fail(c.origin("data.split.by"), ": data.split.by must be rows or date, got '", o.by, "'");
+  o.context = c.str("data.split.context");
+  if (o.context != "history" && o.context != "strict")
+    fail(c.origin("data.split.context"), ": data.split.context must be history or strict, got '",
+         o.context, "'");
   o.train = c.number("data.split.train");
   o.val = c.number("data.split.val");
   if (!(o.train > 0 && o.train <= 1))

@@ -111,10 +111,20 @@ void check_validation_split(const Config& c, const Task& t) {
          ": ", share, " of ", s.train.size() + s.test.size(), " ", what,
          " rounds to none; raise data.split.val, or set data.split.val: 0 to train without "
          "validation");
+  const bool strict =
+      t.is_text() || t.kind == TaskKind::mae || c.str("data.split.context") == "strict";
+  if (strict)
+    fail(c.origin("data.split.val"), ": data.split.val: the validation split has no ", what, counts,
+         ": each series' validation part is shorter than ", size,
+         t.is_text() || t.kind == TaskKind::mae ? ""
+                                                : " (data.split.context: strict keeps whole "
+                                                  "windows inside it; history would not)",
+         "; raise data.split.val, shorten the windows, or set data.split.val: 0 to train without "
+         "validation");
   fail(c.origin("data.split.val"), ": data.split.val: the validation split has no ", what, counts,
-       ": each series' validation part is shorter than ", size,
-       "; raise data.split.val, shorten the windows, or set "
-       "data.split.val: 0 to train without validation");
+       ": no validation row has ", size,
+       " rows of its series up to it (or the validation parts are empty); raise data.split.val, "
+       "shorten the windows, or set data.split.val: 0 to train without validation");
 }
 
 // What a run stopped for a non-finite model keeps: the last saved checkpoint, or nothing.

@@ -25,6 +25,9 @@ const char* transform_name(Transform t);
 struct SplitOptions {
   std::string mode = "time";  // time | random
   std::string by = "rows";    // rows | date (a series' rows, or dates shared by all series)
+  // history: a validation or test window's lookback may reach back into the parts before (only
+  // its target must lie in its split); strict: whole windows inside their split.
+  std::string context = "history";
   double train = 0.8, val = 0.1;
   uint64_t seed = 0;  // random splits and label subsets (train.seed)
 };
