@@ -299,6 +299,48 @@ TEST(Runs, ADirectoryHoldingARunIsNeverMixed) {
   EXPECT_GT(evaluate((dir / "runs" / "weather").string(), "test").at("samples"), 0);
 }
 
+// The baselines beside a forecaster's errors, against the file's own values: on 200 hourly rows
+// (train 0..159, validation targets 160..179 with history context), naive predicts y[t-1],
+// seasonal naive (data.season 21) y[t-21]; MASE scales the model's MAE by the mean |y[t] -
+// y[t-21]| over the training targets t = 21..159; skill is 1 - MSE / naive's MSE.
+TEST(Runs, ForecastsAreScoredAgainstNaiveAndSeasonalNaive) {
+  const fs::path dir = temp_dir("baselines");
+  const std::string data = write_hourly(dir / "d.csv", 200, true);
+  std::ostringstream log;
+  train(Config::parse(yaml(data, dir / "run"), "b.yaml", {"data.season=21", "train.epochs=1"}),
+        log);
+  const auto rows = read_csv(data);
+  std::vector<double> y;
+  for (size_t i = 1; i < rows.size(); ++i) y.push_back(std::stod(rows[i][3]));
+  ASSERT_EQ(y.size(), 200u);
+  double naive_abs = 0, naive_sq = 0, snaive_abs = 0, snaive_sq = 0, scale = 0;
+  for (int t = 160; t < 180; ++t) {
+    naive_abs += std::fabs(y[t - 1] - y[t]), naive_sq += std::pow(y[t - 1] - y[t], 2);
+    snaive_abs += std::fabs(y[t - 21] - y[t]), snaive_sq += std::pow(y[t - 21] - y[t], 2);
+  }
+  for (int t = 21; t < 160; ++t) scale += std::fabs(y[t] - y[t - 21]) / 139;
+  const nlohmann::json m = metrics_of(dir / "run").back();
+  EXPECT_NEAR(m.at("val_naive_mae").get<double>(), naive_abs / 20, 1e-12);
+  EXPECT_NEAR(m.at("val_naive_rmse").get<double>(), std::sqrt(naive_sq / 20), 1e-12);
+  EXPECT_NEAR(m.at("val_snaive_mae").get<double>(), snaive_abs / 20, 1e-12);
+  EXPECT_NEAR(m.at("val_snaive_rmse").get<double>(), std::sqrt(snaive_sq / 20), 1e-12);
+  EXPECT_NEAR(m.at("val_mase").get<double>(), m.at("val_mae").get<double>() / scale, 1e-9);
+  EXPECT_NEAR(m.at("val_skill").get<double>(), 1 - m.at("val_mse").get<double>() / (naive_sq / 20),
+              1e-9);
+  // Said once, and the epoch's line keeps to the model's errors; a model worse than naive is
+  // a warning at the end.
+  EXPECT_NE(log.str().find("baselines on validation: naive"), std::string::npos) << log.str();
+  EXPECT_EQ(log.str().find("val_naive_mae"), std::string::npos) << log.str();
+  if (m.at("val_skill").get<double>() < 0)
+    EXPECT_NE(log.str().find("warning: the saved model forecasts worse than the naive"),
+              std::string::npos)
+        << log.str();
+  // eval names them for its split.
+  const auto test = evaluate((dir / "run").string(), "test");
+  EXPECT_TRUE(test.count("test_naive_mae") && test.count("test_snaive_mae") &&
+              test.count("test_mase") && test.count("test_skill"));
+}
+
 TEST(Runs, ValidationShareZeroMeansNoValidation) {
   const fs::path dir = temp_dir("no_val");
   const std::string data = write_hourly(dir / "d.csv", 200, true);

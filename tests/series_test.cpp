@@ -138,6 +138,35 @@ TEST(Series, ValidationAndTestWindowsTakeTheirLookbackFromTheRowsBefore) {
             "got 'all'");
 }
 
+// A classifier of whole series (each series one example, its class on every row): the error for
+// a window too long for them says to take the class at the window's last row.
+TEST(Series, WholeSeriesExamplesAreToldToUseHorizonZero) {
+  const fs::path dir = temp_dir("whole_series");
+  std::string text = "digit,row,pixels,label\n";
+  for (int k = 0; k < 12; ++k)
+    for (int r = 0; r < 6; ++r)
+      text += "d" + std::to_string(k) + "," + std::to_string(r) + "," +
+              std::to_string((k * 7 + r) % 5) + "," + (k % 2 ? "odd" : "even") + "\n";
+  const std::string path = write(dir / "digits.csv", text);
+  auto config = [&](const std::string& extra) {
+    return Config::parse("data: {path: " + path +
+                             ", series_column: digit, features: [pixels], task: classify, "
+                             "class_column: label, lookback: 6" +
+                             extra + "}\n",
+                         "d.yaml");
+  };
+  const std::string e = error_of([&] { load_series(config(", split: {mode: random}")); });
+  EXPECT_NE(e.find("; when each series is one example, set data.horizon: 0 (the class at its "
+                   "window's last row)"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(e.find("data.split.mode: random"), std::string::npos) << e;
+  EXPECT_NE(error_of([&] { load_series(config("")); }).find(" and data.split.mode: random"),
+            std::string::npos);
+  const SeriesData d = load_series(config(", horizon: 0, split: {mode: random}"));
+  EXPECT_EQ(d.split.train.size() + d.split.val.size() + d.split.test.size(), 12u);
+}
+
 TEST(Series, SplitByDateCutsEverySeriesAtSharedDates) {
   const fs::path dir = temp_dir("by_date");
   // b starts 20 days after a: pooled dates put the cuts where a is further along.

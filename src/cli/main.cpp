@@ -117,6 +117,8 @@ int main(int argc, char** argv) {
   eval->add_option("run", eval_run, "run directory or model.safetensors")->required();
   eval->add_option("--split", eval_split, "val or test")->capture_default_str();
   eval->add_option("--data", eval_data, "evaluate on every window of this file instead");
+  bool eval_json = false;
+  eval->add_flag("--json", eval_json, "print the metrics as one JSON object");
 
   std::string pred_run;
   sf::PredictOptions pred_options;
@@ -241,8 +243,13 @@ int main(int argc, char** argv) {
       if (!eval_data.empty() && eval->count("--split"))
         sf::fail("eval: --data evaluates every window of that file; --split ", eval_split,
                  " evaluates a split of the run's own data: give one of them");
-      for (const auto& [k, v] : sf::evaluate(eval_run, eval_split, eval_data)) {
-        char value[32];  // the shortest text that reads back as the same double
+      const auto metrics = sf::evaluate(eval_run, eval_split, eval_data);
+      if (eval_json) {
+        std::printf("%s\n", nlohmann::json(metrics).dump().c_str());
+        return 0;
+      }
+      for (const auto& [k, v] : metrics) {  // sorted by name
+        char value[32];                     // the shortest text that reads back as the same double
         *std::to_chars(value, value + sizeof value - 1, v).ptr = '\0';
         std::printf("%s %s\n", k.c_str(), value);
       }

@@ -156,9 +156,13 @@ double SeriesData::prediction(int64_t start, int64_t j, double y) const {
 }
 
 double SeriesData::actual(int64_t start, int64_t j) const {
+  return target_value(target_row(start), j);
+}
+
+double SeriesData::target_value(int64_t row, int64_t j) const {
   const int64_t O = static_cast<int64_t>(target_names.size());
-  if (!raw_targets.empty()) return raw_targets[target_row(start) * O + j];
-  return source.at(target_row(start), target_cols[j]);
+  if (!raw_targets.empty()) return raw_targets[row * O + j];
+  return source.at(row, target_cols[j]);
 }
 
 int64_t SeriesData::num_outputs() const {
@@ -802,6 +806,7 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   d.task = opt.task;
   d.lookback = o.lookback;
   d.horizon = o.horizon;
+  d.season = o.season;
   const DataFile table(opt.path);
   auto require = [&](const char* key, const std::string& col) {
     if (!col.empty() && !table.has_column(col))
@@ -896,11 +901,25 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   if (which == WindowSet::with_targets) keep_windows_with_truth(&d);
   if (which != WindowSet::splits) return d;
   if (!stored) keep_labeled_fraction(opt, &d);
-  if (d.split.train.empty())
+  if (d.split.train.empty()) {
+    // A classifier of whole series (one example each: digits read row by row, say) has its
+    // class on every row: horizon 0 takes the class at the window's last row.
+    const bool whole_series =
+        d.task == TaskKind::classify && d.horizon > 0 &&
+        std::all_of(d.series.begin(), d.series.end(), [&](const auto& s) {
+          return s.end - s.begin <= d.lookback + d.horizon - 1 && s.end - s.begin >= d.lookback;
+        });
     fail(opt.path, ": ", d.rows,
          " rows give no training window: the training split is shorter "
          "than data.lookback + data.horizon = ",
-         d.lookback + d.horizon, d.series.size() > 1 ? " in every series" : "");
+         d.lookback + d.horizon, d.series.size() > 1 ? " in every series" : "",
+         whole_series ? "; when each series is one example, set data.horizon: 0 (the class at "
+                        "its window's last row)"
+                      : "",
+         whole_series && opt.split.mode == "time"
+             ? " and data.split.mode: random (whole examples dealt to the splits)"
+             : "");
+  }
   return d;
 }
 

@@ -64,6 +64,11 @@ const std::vector<ConfigKey> kKeys = {
      "How many steps after the window's last row the target lies (1 = the next row; classify "
      "also takes 0, the class at the window's last row)."},
     {"data.stride", T::integer, "1", "Rows between the starts of consecutive windows."},
+    {"data.season", T::integer, "0",
+     "forecast: the season's length in rows (24 for hourly data with a daily cycle, 7 for daily "
+     "data with a weekly one): evaluation adds the seasonal-naive forecast's errors (each "
+     "target predicted by the value one season before it) and MASE scales by the training "
+     "part's seasonal differences. 0: no season (MASE scales by one-step differences)."},
     {"data.seq_len", T::integer, "128",
      "Characters per training sequence (charlm); the most characters of an example "
      "(text_classify: a longer text, or the longer text of a pair, is cut at its end)."},
@@ -318,6 +323,7 @@ const IntegerRange kIntegerRanges[] = {
     {"data.lookback", 1, kMillion},
     {"data.horizon", 0, kMillion},
     {"data.stride", 1, kMillion},
+    {"data.season", 0, kMillion},
     {"data.seq_len", 1, kMillion},
     {"data.prefetch_factor", 1, 64},
     {"augment.magnitude_warp.knots", 1, 1000},

@@ -50,6 +50,7 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
   o.lookback = positive(c, "data.lookback");
   o.horizon = c.integer("data.horizon");
   o.stride = positive(c, "data.stride");
+  o.season = c.integer("data.season");
   o.date_col = c.str("data.date_column");
   o.class_col = c.str("data.class_column");
   o.series_col = c.str("data.series_column");

@@ -90,30 +90,84 @@ class SeriesTask : public TaskType {
   }
 };
 
-// Errors in the targets' own units, transforms undone: MSE, RMSE, MAE.
+// Errors in the targets' own units, transforms undone: MSE, RMSE, MAE; beside them, on the same
+// windows, the naive forecast's (each target predicted by the last value of its window) and with
+// data.season the seasonal-naive one's (by the value one season before the target), the model's
+// skill against naive (1 - MSE / naive MSE) and MASE (per target, MAE over the mean absolute
+// one-step, or seasonal, difference of the training part's targets; averaged over targets).
 class ForecastSums final : public MetricSums {
  public:
-  explicit ForecastSums(const SeriesData& d) : d_(d) {}
-  void add(const float* o, const Batch& b, const int64_t* windows) override {
-    const int64_t O = d_.num_outputs();
-    for (int64_t r = 0; r < b.size; ++r)
-      for (int64_t j = 0; j < O; ++j) {
-        const double e = d_.prediction(windows[r], j, o[r * O + j]) - d_.actual(windows[r], j);
-        abs_sum_ += std::fabs(e);
-        sq_sum_ += e * e;
-        ++values_;
+  explicit ForecastSums(const SeriesData& d)
+      : d_(d), outputs_(d.num_outputs()), model_abs_(outputs_, 0.0), scale_(outputs_, 0.0) {
+    // MASE's scale, from the rows the training windows' targets cover.
+    const int64_t lag = d.season > 0 ? d.season : 1;
+    std::vector<char> covered(static_cast<size_t>(d.rows), 0);
+    for (int64_t s : d.split.train) covered[d.target_row(s)] = 1;
+    std::vector<int64_t> n(outputs_, 0);
+    for (int64_t t = 0; t < d.rows; ++t) {
+      if (!covered[t] || t - lag < d.series_of(t).begin) continue;
+      for (int64_t j = 0; j < outputs_; ++j) {
+        const double diff = d.target_value(t, j) - d.target_value(t - lag, j);
+        if (!std::isfinite(diff)) continue;
+        scale_[j] += std::fabs(diff);
+        ++n[j];
       }
+    }
+    for (int64_t j = 0; j < outputs_; ++j) scale_[j] = n[j] > 0 ? scale_[j] / n[j] : 0.0;
+  }
+  void add(const float* o, const Batch& b, const int64_t* windows) override {
+    for (int64_t r = 0; r < b.size; ++r) {
+      const int64_t start = windows[r], t = d_.target_row(start);
+      const bool seasonal = d_.season > 0 && t - d_.season >= d_.series_of(t).begin;
+      for (int64_t j = 0; j < outputs_; ++j) {
+        const double actual = d_.actual(start, j);
+        const double e = d_.prediction(start, j, o[r * outputs_ + j]) - actual;
+        model_.add(e, /*keep_nonfinite=*/true);  // a NaN prediction must show
+        model_abs_[j] += std::fabs(e);
+        naive_.add(d_.target_value(d_.last_row(start), j) - actual);
+        if (seasonal) snaive_.add(d_.target_value(t - d_.season, j) - actual);
+      }
+    }
   }
   void finish(std::map<std::string, double>* m) const override {
-    (*m)["val_mse"] = sq_sum_ / values_;
-    (*m)["val_rmse"] = std::sqrt(sq_sum_ / values_);
-    (*m)["val_mae"] = abs_sum_ / values_;
+    (*m)["val_mse"] = model_.mse();
+    (*m)["val_rmse"] = std::sqrt(model_.mse());
+    (*m)["val_mae"] = model_.mae();
+    if (naive_.n > 0) {
+      (*m)["val_naive_mae"] = naive_.mae();
+      (*m)["val_naive_rmse"] = std::sqrt(naive_.mse());
+      if (naive_.mse() > 0) (*m)["val_skill"] = 1 - model_.mse() / naive_.mse();
+    }
+    if (snaive_.n > 0) {
+      (*m)["val_snaive_mae"] = snaive_.mae();
+      (*m)["val_snaive_rmse"] = std::sqrt(snaive_.mse());
+    }
+    double mase = 0;
+    for (int64_t j = 0; j < outputs_; ++j) {
+      if (!(scale_[j] > 0)) return;  // no training part here (eval --data), or a flat one
+      mase += model_abs_[j] / double(model_.n / outputs_) / scale_[j];
+    }
+    if (outputs_ > 0 && model_.n > 0) (*m)["val_mase"] = mase / double(outputs_);
   }
 
  private:
+  // Sums of errors; a baseline's non-finite one (an empty cell before the target) is left out.
+  struct Errors {
+    double abs = 0, sq = 0;
+    int64_t n = 0;
+    void add(double e, bool keep_nonfinite = false) {
+      if (!keep_nonfinite && !std::isfinite(e)) return;
+      abs += std::fabs(e);
+      sq += e * e;
+      ++n;
+    }
+    double mae() const { return abs / double(n); }
+    double mse() const { return sq / double(n); }
+  };
   const SeriesData& d_;
-  double abs_sum_ = 0, sq_sum_ = 0;
-  int64_t values_ = 0;
+  const int64_t outputs_;
+  Errors model_, naive_, snaive_;
+  std::vector<double> model_abs_, scale_;  // per target
 };
 
 class Forecast final : public SeriesTask {

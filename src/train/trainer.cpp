@@ -224,8 +224,10 @@ class Training {
   std::unique_ptr<dist::GradientSync> sync_;
   std::vector<int64_t> mine_;  // this rank's windows of the epoch
   Buffer dout_buf_;
-  bool tty_ = false, stepped_ = false;  // stepped: a step has run in this process
-  bool activations_noted_ = false;      // the model's activation note printed
+  bool tty_ = false, stepped_ = false;           // stepped: a step has run in this process
+  bool activations_noted_ = false;               // the model's activation note printed
+  bool baselines_noted_ = false;                 // the validation baselines printed
+  std::map<std::string, double> saved_metrics_;  // the epoch of the last checkpoint written
   // Stateful training: per position of order_, whether that row's state starts from zeros; the
   // states carried between batches, (L, B, H) each, two pairs used in turn (a batch's backward
   // still reads the states it started from while the next ones are written).
@@ -938,6 +940,7 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
       (s_.save == "every_n" && (epoch % std::max<int64_t>(1, s_.save_every) == 0 || last_epoch));
   const Parameters& p = model_->parameters();
   if (write) {
+    saved_metrics_ = m;
     writer_->submit(checkpoint_, *be_, named(p, p.values(), "", true), {},
                     checkpoint_metadata(c_, task_, epoch, m));
     if (const std::vector<bool> frozen = model_->frozen_parameters(); !frozen.empty()) {
@@ -978,7 +981,23 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
 // console line.
 void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epoch_s,
                          double train_s, double wait_s, double rate) {
-  const std::string metrics = format_metrics(j.get<std::map<std::string, double>>());
+  // The baselines' errors are the same every epoch: said once, kept out of the epoch's line.
+  std::map<std::string, double> shown = j.get<std::map<std::string, double>>();
+  std::erase_if(shown, [](const auto& kv) { return kv.first.find("naive_") != std::string::npos; });
+  const std::string metrics = format_metrics(shown);
+  if (!baselines_noted_ && j.contains("val_naive_mae")) {
+    baselines_noted_ = true;
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "baselines on validation: naive (each target predicted by its window's last "
+                  "value) MAE %.5g, RMSE %.5g",
+                  j["val_naive_mae"].get<double>(), j["val_naive_rmse"].get<double>());
+    out_ << line;
+    if (j.contains("val_snaive_mae"))
+      out_ << "; seasonal naive (" << task_.series.season << " rows before) MAE "
+           << j["val_snaive_mae"].get<double>() << ", RMSE " << j["val_snaive_rmse"].get<double>();
+    out_ << "; val_skill is 1 - the model's MSE / naive's\n";
+  }
   j["epoch"] = epoch;
   j["lr"] = optimizer_->options().lr;
   j["epoch_seconds"] = epoch_s;
@@ -1060,6 +1079,13 @@ void Training::finish() {
     out_ << "test (the saved model, epoch " << model_epoch << ", " << split.test.size() << " "
          << task_type(task_.kind).samples() << "):" << format_metrics(shown) << "\n";
   }
+  if (const auto it = saved_metrics_.find("val_skill");
+      it != saved_metrics_.end() && it->second < 0)
+    out_ << "warning: the saved model forecasts worse than the naive last-value forecast on "
+            "validation (val_mse "
+         << saved_metrics_.at("val_mse") << " against naive's "
+         << std::pow(saved_metrics_.at("val_naive_rmse"), 2) << ", val_skill " << it->second
+         << "): train longer, change the model, or predict the change (data.transform)\n";
   const std::string report = write_run_report(run_dir_);
   summary_.best = state_.best;
   out_ << "best " << s_.monitor << " " << state_.best << "; model: " << checkpoint_

@@ -77,6 +77,7 @@ enum class WindowSet {
 struct SeriesData {
   TaskKind task = TaskKind::forecast;  // forecast, classify or mae
   int64_t rows = 0, lookback = 0, horizon = 0;
+  int64_t season = 0;  // rows per season (data.season); 0: none
   std::vector<std::string> feature_names, target_names, class_names;
   SourceMatrix source;  // features (transformed), targets (transformed over the horizon)
   std::vector<int64_t> feature_cols, target_cols;  // columns of `source`; targets may be absent
@@ -110,6 +111,8 @@ struct SeriesData {
   double prediction(int64_t start, int64_t j, double y) const;
   // Target j of window `start` in its own units.
   double actual(int64_t start, int64_t j) const;
+  // Target column j at source row `row`, in its own units (NaN where the file leaves it empty).
+  double target_value(int64_t row, int64_t j) const;
 };
 
 // Reads options.path (CSV or .npy). With `stored`, uses its normalizers, classes and label

@@ -36,6 +36,7 @@ struct SplitOptions {
 struct SeriesOptions {
   std::string date_col, class_col, series_col, label, label_col;
   int64_t lookback = 0, horizon = 0, stride = 1;  // mae: horizon 0, the window is the target
+  int64_t season = 0;  // rows per season, for the seasonal-naive baseline and MASE; 0: none
   std::vector<std::string> features, targets;
   std::map<std::string, Transform> transforms;
   std::string normalize = "zscore";
