@@ -167,6 +167,50 @@ TEST(Series, WholeSeriesExamplesAreToldToUseHorizonZero) {
   EXPECT_EQ(d.split.train.size() + d.split.val.size() + d.split.test.size(), 12u);
 }
 
+// data.missing on two interleaved daily series with empty cells: filled within each series in
+// date order (never from the other series), counted in a note; the default is an error naming
+// the file, line and column.
+TEST(Series, EmptyCellsAreFilledWithinTheirSeries) {
+  const fs::path dir = temp_dir("missing");
+  // a: days 0..5 = 10, _, _, 40, 50, _   b: days 0..5 = _, 200, 300, _, 500, 600
+  const std::string path = write(dir / "m.csv",
+                                 "date,city,value\n"
+                                 "2020-01-01,a,10\n2020-01-01,b,\n2020-01-02,a,\n"
+                                 "2020-01-02,b,200\n2020-01-03,a,\n2020-01-03,b,300\n"
+                                 "2020-01-04,a,40\n2020-01-04,b,\n2020-01-05,a,50\n"
+                                 "2020-01-05,b,500\n2020-01-06,a,\n2020-01-06,b,600\n");
+  auto values = [&](const std::string& how) {
+    const SeriesData d =
+        load_series(series_config(path, {"data.missing=" + how, "data.lookback=2",
+                                         "data.split.train=1", "data.split.val=0"}));
+    std::vector<double> out;
+    for (int64_t r = 0; r < d.rows; ++r) out.push_back(raw(d, r));
+    return std::pair{out, d.notes};
+  };
+  const auto [interpolated, notes] = values("interpolate");
+  EXPECT_EQ(interpolated,
+            (std::vector<double>{10, 20, 30, 40, 50, 50, 200, 200, 300, 400, 500, 600}));
+  EXPECT_NE(std::find(notes.begin(), notes.end(),
+                      "data.missing interpolate: 5 empty cells of 'value' filled"),
+            notes.end());
+  EXPECT_EQ(error_of([&] { values("ffill"); }),
+            path +
+                ":3: column 'value': an empty cell with no value before it in its series, "
+                "which data.missing ffill needs (data.missing: interpolate takes the nearest "
+                "value)");
+  EXPECT_EQ(error_of([&] { load_series(series_config(path, {"data.lookback=2"})); }),
+            path +
+                ":3: column 'value': empty cell is not a number (data.missing: ffill or "
+                "interpolate fills empty cells)");
+  const std::string later = write(dir / "m2.csv",
+                                  "date,city,value\n2020-01-01,a,1\n2020-01-02,a,\n"
+                                  "2020-01-03,a,\n2020-01-04,a,4\n");
+  const SeriesData f = load_series(series_config(
+      later, {"data.missing=ffill", "data.lookback=2", "data.split.train=1", "data.split.val=0"}));
+  EXPECT_EQ(std::vector<double>({raw(f, 0), raw(f, 1), raw(f, 2), raw(f, 3)}),
+            (std::vector<double>{1, 1, 1, 4}));
+}
+
 TEST(Series, SplitByDateCutsEverySeriesAtSharedDates) {
   const fs::path dir = temp_dir("by_date");
   // b starts 20 days after a: pooled dates put the cuts where a is further along.

@@ -306,7 +306,8 @@ class DataFile {
     if (csv_) return missing_allowed ? csv_->numeric_or_missing(name) : csv_->numeric(name);
     const int64_t j = std::stoll(name);
     std::vector<double> x(matrix_.rows);
-    for (int64_t r = 0; r < matrix_.rows; ++r) x[r] = checked(r, j);
+    for (int64_t r = 0; r < matrix_.rows; ++r)
+      x[r] = missing_allowed && std::isnan(matrix_.at(r, j)) ? NAN : checked(r, j);
     return x;
   }
   // The mapped array itself and the indices of the named columns, every value used checked.
@@ -517,12 +518,55 @@ struct ColumnValues {
 // `horizon` before (the window's last row), the label column as it is. When a feature has a
 // differencing transform, each series' first row is dropped. Returns the file row of each source
 // row.
+// Fills the empty cells (NaN) of column x (by file row) per data.missing, each series walked in
+// time order; returns how many it filled.
+int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::string& how,
+                     const DataFile& table, const std::string& name) {
+  int64_t filled = 0;
+  std::vector<double>& v = *x;
+  for (const SeriesSpan& s : order.spans) {
+    auto at = [&](int64_t p) -> double& { return v[order.rows[p]]; };
+    int64_t last = -1;  // the position of the last value seen
+    for (int64_t p = s.begin; p < s.end; ++p) {
+      if (!std::isnan(at(p))) {
+        last = p;
+        continue;
+      }
+      if (how == "ffill") {
+        if (last < 0)
+          fail(table.where(order.rows[p]), ": column '", name,
+               "': an empty cell with no value before it in its series, which data.missing ffill "
+               "needs (data.missing: interpolate takes the nearest value)");
+        at(p) = at(last);
+        ++filled;
+        continue;
+      }
+      int64_t next = p;  // interpolate: the next value, if any
+      while (next < s.end && std::isnan(at(next))) ++next;
+      if (last < 0 && next == s.end)
+        fail(table.where(order.rows[p]), ": column '", name, "' has no value in its series",
+             s.name.empty() ? "" : " '" + s.name + "'");
+      for (int64_t q = p; q < next; ++q, ++filled) {
+        if (last < 0)
+          at(q) = at(next);
+        else if (next == s.end)
+          at(q) = at(last);
+        else
+          at(q) = at(last) + (at(next) - at(last)) * double(q - last) / double(next - last);
+      }
+      p = next - 1;
+    }
+  }
+  return filled;
+}
+
 std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
                                   const RowOrder& order,
                                   const std::vector<std::string>& target_names,
                                   const std::string& label_col, bool missing_targets,
                                   SeriesData* d) {
-  if (table.is_array() && o.transforms.empty()) {  // the mapped array itself, never loaded whole
+  // The mapped array itself, never loaded whole, where nothing is to be transformed or filled.
+  if (table.is_array() && o.transforms.empty() && o.missing == "error") {
     std::vector<std::string> names = o.features;
     names.insert(names.end(), target_names.begin(), target_names.end());
     if (!label_col.empty()) names.push_back(label_col);
@@ -565,7 +609,23 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   // `horizon` before); `raw` receives the values as they are, every O-th.
   // Empty target cells (values not known yet) are NaN with `missing_targets`.
   auto column = [&](const std::string& name, int64_t j, Transform t, bool is_target, double* raw) {
-    const std::vector<double> x = table.column(name, is_target && missing_targets);
+    const bool not_known_yet = is_target && missing_targets;  // predict: targets to come
+    std::vector<double> x;
+    try {
+      x = table.column(name, not_known_yet || o.missing != "error");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      if (what.ends_with("empty cell is not a number"))
+        fail(what, " (data.missing: ffill or interpolate fills empty cells)");
+      throw;
+    }
+    if (o.missing != "error" && !not_known_yet)
+      if (const int64_t filled = fill_missing(&x, order, o.missing, table, name); filled > 0) {
+        const std::string note = "data.missing " + o.missing + ": " + std::to_string(filled) +
+                                 " empty cells of '" + name + "' filled";
+        if (std::find(d->notes.begin(), d->notes.end(), note) == d->notes.end())
+          d->notes.push_back(note);  // once for a column that is a feature and a target
+      }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t p = keep[k], row = order.rows[p];
       double v = x[row];

@@ -64,6 +64,13 @@ const std::vector<ConfigKey> kKeys = {
      "How many steps after the window's last row the target lies (1 = the next row; classify "
      "also takes 0, the class at the window's last row)."},
     {"data.stride", T::integer, "1", "Rows between the starts of consecutive windows."},
+    {"data.missing", T::string, "error",
+     "Empty cells of the feature and target columns (NaN in a .npy array): `error` (one line "
+     "naming the file, line and column), `ffill` (each takes the last value before it in its "
+     "series; an empty cell before any value is an error) or `interpolate` (linear between the "
+     "values before and after it in its series; at a series' ends, the nearest value). Counts "
+     "per column are a note at start-up. Empty target cells of a file given to predict or eval "
+     "--data stay values not known yet."},
     {"data.season", T::integer, "0",
      "forecast: the season's length in rows (24 for hourly data with a daily cycle, 7 for daily "
      "data with a weekly one): evaluation adds the seasonal-naive forecast's errors (each "

@@ -51,6 +51,10 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
   o.horizon = c.integer("data.horizon");
   o.stride = positive(c, "data.stride");
   o.season = c.integer("data.season");
+  o.missing = c.str("data.missing");
+  if (o.missing != "error" && o.missing != "ffill" && o.missing != "interpolate")
+    fail(c.origin("data.missing"), ": data.missing must be error, ffill or interpolate, got '",
+         o.missing, "'");
   o.date_col = c.str("data.date_column");
   o.class_col = c.str("data.class_column");
   o.series_col = c.str("data.series_column");

@@ -37,6 +37,10 @@ struct SeriesOptions {
   std::string date_col, class_col, series_col, label, label_col;
   int64_t lookback = 0, horizon = 0, stride = 1;  // mae: horizon 0, the window is the target
   int64_t season = 0;  // rows per season, for the seasonal-naive baseline and MASE; 0: none
+  // Empty cells (CSV) or NaN (.npy) of features and targets: error, or filled within their
+  // series in time order: ffill (the last value before), interpolate (linear between the
+  // values around; the nearest at a series' ends).
+  std::string missing = "error";
   std::vector<std::string> features, targets;
   std::map<std::string, Transform> transforms;
   std::string normalize = "zscore";
