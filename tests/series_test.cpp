@@ -211,6 +211,56 @@ TEST(Series, EmptyCellsAreFilledWithinTheirSeries) {
             (std::vector<double>{1, 1, 1, 4}));
 }
 
+// data.normalize_per series: each series scaled by its own training rows (a's values are
+// 1000 + day, b's 2000 + day), predictions scaled back by their own series' scaler, the scalers
+// kept per name through JSON; a series without one is an error or (fallback pooled) a note.
+TEST(Series, EachSeriesCanHaveItsOwnScaler) {
+  const fs::path dir = temp_dir("per_series");
+  const std::string path = two_series_csv(dir, 40, 40);
+  const SeriesData d = load_series(series_config(
+      path, {"data.normalize=zscore", "data.normalize_per=series", "data.lookback=4"}));
+  ASSERT_EQ(d.feature_norm.series, (std::vector<std::string>{"a", "b"}));
+  // Training rows: the first 20 days of each series (train 0.5): mean day 9.5.
+  EXPECT_NEAR(d.feature_norm.series_shift[0][0], 1009.5, 1e-9);
+  EXPECT_NEAR(d.feature_norm.series_shift[1][0], 2009.5, 1e-9);
+  EXPECT_NEAR(d.feature_norm.series_scale[1][0], std::sqrt((20.0 * 20 - 1) / 12), 1e-9);
+  EXPECT_NEAR(d.feature_norm.shift[0], 1509.5, 1e-9) << "the pooled scaler stays";
+  for (int64_t start : {d.split.val.front(), d.split.val.back()}) {
+    const int64_t k = d.scaler_of(start);
+    ASSERT_GE(k, 0);
+    float window[4];
+    d.copy_window(start, window);
+    EXPECT_NEAR(
+        window[0],
+        (raw(d, start) - d.feature_norm.series_shift[k][0]) / d.feature_norm.series_scale[k][0],
+        1e-5);
+    EXPECT_NEAR(d.prediction(start, 0, 0.0), d.target_norm.series_shift[k][0], 1e-9);
+  }
+  const Normalizer back = Normalizer::from_json(d.target_norm.to_json(), "t");
+  EXPECT_EQ(back.series, d.target_norm.series);
+  EXPECT_EQ(back.series_shift, d.target_norm.series_shift);
+  // A file whose series "c" has no scaler.
+  const std::string other = write(dir / "c.csv",
+                                  "date,city,value\n2020-01-01,c,5\n"
+                                  "2020-01-02,c,6\n2020-01-03,c,7\n"
+                                  "2020-01-04,c,8\n2020-01-05,c,9\n");
+  const Config c = series_config(other, {"data.normalize_per=series", "data.lookback=4"});
+  EXPECT_EQ(error_of([&] { load_series(c, &d, WindowSet::every_window); }),
+            other +
+                ": series 'c' was not in the training data, so data.normalize_per series has "
+                "no scaler for it; set data.normalize_fallback: pooled to scale it by all "
+                "series' training rows");
+  const SeriesData pooled =
+      load_series(series_config(other, {"data.normalize_per=series", "data.lookback=4",
+                                        "data.normalize_fallback=pooled"}),
+                  &d, WindowSet::every_window);
+  EXPECT_EQ(pooled.scaler_of(0), -1);
+  ASSERT_FALSE(pooled.notes.empty());
+  EXPECT_NE(pooled.notes.back().find("1 series ('c') without a scaler of their own"),
+            std::string::npos)
+      << pooled.notes.back();
+}
+
 TEST(Series, SplitByDateCutsEverySeriesAtSharedDates) {
   const fs::path dir = temp_dir("by_date");
   // b starts 20 days after a: pooled dates put the cuts where a is further along.

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "data/splits.hpp"
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/io/csv.hpp"
@@ -58,8 +59,19 @@ void Normalizer::fit(const std::string& k, const SourceMatrix& m, const std::vec
   }
 }
 
+int64_t Normalizer::series_index(const std::string& name) const {
+  const auto it = std::find(series.begin(), series.end(), name);
+  return it == series.end() ? -1 : static_cast<int64_t>(it - series.begin());
+}
+
 std::string Normalizer::to_json() const {
-  return nlohmann::json{{"kind", kind}, {"shift", shift}, {"scale", scale}}.dump();
+  nlohmann::json j{{"kind", kind}, {"shift", shift}, {"scale", scale}};
+  if (!series.empty()) {
+    j["series"] = series;
+    j["series_shift"] = series_shift;
+    j["series_scale"] = series_scale;
+  }
+  return j.dump();
 }
 
 Normalizer Normalizer::from_json(const std::string& json, const std::string& where) {
@@ -69,8 +81,27 @@ Normalizer Normalizer::from_json(const std::string& json, const std::string& whe
     n.kind = j.at("kind").get<std::string>();
     n.shift = j.at("shift").get<std::vector<double>>();
     n.scale = j.at("scale").get<std::vector<double>>();
+    if (j.contains("series")) {
+      n.series = j.at("series").get<std::vector<std::string>>();
+      n.series_shift = j.at("series_shift").get<std::vector<std::vector<double>>>();
+      n.series_scale = j.at("series_scale").get<std::vector<std::vector<double>>>();
+    }
   } catch (const nlohmann::json::exception&) {
-    fail(where, ": not a normalizer (JSON with kind, shift and scale)");
+    fail(where, ": not a normalizer (JSON with kind, shift and scale, and per series)");
+  }
+  if (n.series_shift.size() != n.series.size() || n.series_scale.size() != n.series.size())
+    fail(where, ": ", n.series.size(), " series with ", n.series_shift.size(), " shifts and ",
+         n.series_scale.size(), " scales");
+  for (size_t i = 0; i < n.series.size(); ++i) {
+    if (n.series_shift[i].size() != n.shift.size() || n.series_scale[i].size() != n.shift.size())
+      fail(where, ": series ", io::quoted(n.series[i]), " has ", n.series_shift[i].size(),
+           " shifts and ", n.series_scale[i].size(), " scales for ", n.shift.size(), " columns");
+    for (size_t c = 0; c < n.shift.size(); ++c)
+      if (!std::isfinite(n.series_shift[i][c]) || !std::isfinite(n.series_scale[i][c]) ||
+          n.series_scale[i][c] == 0)
+        fail(where, ": series ", io::quoted(n.series[i]), ", column ", c, ": shift ",
+             n.series_shift[i][c], " and scale ", n.series_scale[i][c],
+             " (finite, and a scale not 0)");
   }
   if (n.kind != "zscore" && n.kind != "minmax" && n.kind != "none")
     fail(where, ": unknown kind '", n.kind, "'");
@@ -148,7 +179,7 @@ const SeriesSpan& SeriesData::series_of(int64_t row) const {
 }
 
 double SeriesData::prediction(int64_t start, int64_t j, double y) const {
-  const double v = target_norm.invert(y, j);
+  const double v = target_norm.invert(y, j, scaler_of(last_row(start)));
   const Transform t = target_transforms.empty() ? Transform::none : target_transforms[j];
   if (t == Transform::none || t == Transform::log) return invert_transform(t, v, 0);
   const int64_t O = static_cast<int64_t>(target_names.size());
@@ -176,32 +207,38 @@ namespace {
 // Rows [first, first + n) of columns `cols`, normalised, into out (n, cols.size()).
 template <typename T>
 void copy_normalized(const SourceMatrix& m, int64_t first, int64_t n,
-                     const std::vector<int64_t>& cols, const Normalizer& norm, float* out) {
+                     const std::vector<int64_t>& cols, const double* shift, const double* scale,
+                     float* out) {
   const T* src = reinterpret_cast<const T*>(m.data) + first * m.cols;
   const size_t width = cols.size();
   for (int64_t r = 0; r < n; ++r, src += m.cols)
     for (size_t j = 0; j < width; ++j)
-      *out++ =
-          static_cast<float>((static_cast<double>(src[cols[j]]) - norm.shift[j]) / norm.scale[j]);
+      *out++ = static_cast<float>((static_cast<double>(src[cols[j]]) - shift[j]) / scale[j]);
 }
 
+// With the scaler of the rows' series (`scaler`: Normalizer::series_index).
 void copy_rows(const SourceMatrix& m, int64_t first, int64_t n, const std::vector<int64_t>& cols,
-               const Normalizer& norm, float* out) {
+               const Normalizer& norm, int64_t scaler, float* out) {
   if (m.dtype == DType::f32) {
-    copy_normalized<float>(m, first, n, cols, norm, out);
+    copy_normalized<float>(m, first, n, cols, norm.shifts(scaler), norm.scales(scaler), out);
   } else {
-    copy_normalized<double>(m, first, n, cols, norm, out);
+    copy_normalized<double>(m, first, n, cols, norm.shifts(scaler), norm.scales(scaler), out);
   }
 }
 
 }  // namespace
 
 void SeriesData::copy_window(int64_t start, float* out) const {
-  copy_rows(source, start, lookback, feature_cols, feature_norm, out);
+  copy_rows(source, start, lookback, feature_cols, feature_norm, scaler_of(start), out);
 }
 
 void SeriesData::copy_target(int64_t start, float* out) const {
-  copy_rows(source, target_row(start), 1, target_cols, target_norm, out);
+  copy_rows(source, target_row(start), 1, target_cols, target_norm, scaler_of(start), out);
+}
+
+int64_t SeriesData::scaler_of(int64_t row) const {
+  if (series_scaler.empty()) return -1;
+  return series_scaler[static_cast<size_t>(&series_of(row) - series.data())];
 }
 
 void Dataset::check_source() const {
@@ -838,6 +875,49 @@ void fit_normalizers(const SeriesOptions& o, SeriesData* d) {
   d->feature_norm.fit(o.normalize, d->source, d->feature_cols, rows);
   if (d->task == TaskKind::forecast)
     d->target_norm.fit(o.normalize, d->source, d->target_cols, rows);
+  if (o.normalize_per != "series") return;
+  for (const SeriesSpan& s : d->series) {  // each series' own training rows
+    std::vector<int64_t> own;
+    for (int64_t r = s.begin; r < s.end; ++r)
+      if (used[r]) own.push_back(r);
+    if (own.empty()) continue;  // no training window: the pooled scaler serves it
+    for (Normalizer* norm : {&d->feature_norm, &d->target_norm}) {
+      if (norm == &d->target_norm && d->task != TaskKind::forecast) continue;
+      Normalizer one;
+      one.fit(o.normalize, d->source, norm == &d->feature_norm ? d->feature_cols : d->target_cols,
+              own);
+      norm->series.push_back(s.name);
+      norm->series_shift.push_back(one.shift);
+      norm->series_scale.push_back(one.scale);
+    }
+  }
+}
+
+// Which scaler each series takes: its own, or (a series without one) the pooled one, if
+// data.normalize_fallback allows (said once), else an error naming it.
+void assign_scalers(const DataOptions& opt, bool stored, SeriesData* d) {
+  const Normalizer& norm = d->feature_norm;
+  d->series_scaler.assign(d->series.size(), -1);
+  if (norm.series.empty()) return;  // one scaler for all
+  std::vector<std::string> pooled;
+  for (size_t i = 0; i < d->series.size(); ++i) {
+    const std::string& name = d->series[i].name;
+    d->series_scaler[i] = norm.series_index(name);
+    if (d->series_scaler[i] >= 0) continue;
+    if (opt.series.normalize_fallback != "pooled")
+      fail(opt.path, ": series ", io::quoted(name),
+           stored ? " was not in the training data" : " has no training window",
+           ", so data.normalize_per series has no scaler for it; set data.normalize_fallback: "
+           "pooled to scale it by all series' training rows");
+    pooled.push_back(io::quoted(name));
+  }
+  if (pooled.empty()) return;
+  std::string names;
+  for (size_t i = 0; i < pooled.size() && i < 5; ++i) names += (i ? ", " : "") + pooled[i];
+  d->notes.push_back(std::to_string(pooled.size()) + " series (" + names +
+                     (pooled.size() > 5 ? ", ..." : "") +
+                     ") without a scaler of their own: scaled by all series' training rows "
+                     "(data.normalize_fallback: pooled)");
 }
 
 // A fixed random subset of the training windows (data.label_fraction), kept in order.
@@ -957,6 +1037,7 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   } else {
     fit_normalizers(o, &d);
   }
+  assign_scalers(opt, stored != nullptr, &d);
   label_volatility(volatility, stored, &d);
   if (which == WindowSet::with_targets) keep_windows_with_truth(&d);
   if (which != WindowSet::splits) return d;

@@ -108,6 +108,15 @@ const std::vector<ConfigKey> kKeys = {
      "full lookback behind it) or `strict` (whole windows inside their split: a split scores "
      "only the targets a lookback after its start). A masked autoencoder (mae), whose targets "
      "are its whole window, is always strict."},
+    {"data.normalize_per", T::string, "all",
+     "`all`: one scaler per column, fitted on every series' training rows. `series`: one per "
+     "series and column, each fitted on its own series' training rows (series of different "
+     "levels, battery cells of different capacities) and stored in the checkpoint under the "
+     "series' names; predictions are scaled back with their own series' scaler."},
+    {"data.normalize_fallback", T::string, "error",
+     "With data.normalize_per series, a series that has no scaler of its own (absent from the "
+     "training data, or without a training window): `error` (one line naming it) or `pooled` "
+     "(the scaler of all series' training rows, said once)."},
     {"data.normalize", T::string, "zscore",
      "`zscore`, `minmax` or `none`: feature and target scaling, fitted on the training split only "
      "and stored in the checkpoint."},

@@ -96,6 +96,14 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
       fail(c.origin("data.horizon"), ": data.horizon must be positive, got ", o.horizon);
     o.horizon = 0;  // the window itself is the target
   }
+  o.normalize_per = c.str("data.normalize_per");
+  if (o.normalize_per != "all" && o.normalize_per != "series")
+    fail(c.origin("data.normalize_per"), ": data.normalize_per must be all or series, got '",
+         o.normalize_per, "'");
+  o.normalize_fallback = c.str("data.normalize_fallback");
+  if (o.normalize_fallback != "error" && o.normalize_fallback != "pooled")
+    fail(c.origin("data.normalize_fallback"),
+         ": data.normalize_fallback must be error or pooled, got '", o.normalize_fallback, "'");
   o.normalize = c.str("data.normalize");
   if (o.normalize != "zscore" && o.normalize != "minmax" && o.normalize != "none")
     fail(c.origin("data.normalize"), ": data.normalize must be zscore, minmax or none, got '",

@@ -31,14 +31,27 @@ struct SourceMatrix {
   }
 };
 
-// Per column: normalized = (x - shift) / scale.
+// Per column: normalized = (x - shift) / scale. With scalers per series (data.normalize_per:
+// series), each named series has its own shift and scale; the pooled ones serve the others.
 struct Normalizer {
   std::string kind = "none";  // zscore | minmax | none
   std::vector<double> shift, scale;
+  std::vector<std::string> series;                              // names, with scalers per series
+  std::vector<std::vector<double>> series_shift, series_scale;  // (series, columns)
   // Fits on the given rows of the given columns of `m`.
   void fit(const std::string& kind, const SourceMatrix& m, const std::vector<int64_t>& cols,
            const std::vector<int64_t>& rows);
-  double invert(double y, int64_t col) const { return y * scale[col] + shift[col]; }
+  // The index of series `name`'s own scaler, or -1 (the pooled one).
+  int64_t series_index(const std::string& name) const;
+  const double* shifts(int64_t series_index) const {
+    return series_index < 0 ? shift.data() : series_shift[series_index].data();
+  }
+  const double* scales(int64_t series_index) const {
+    return series_index < 0 ? scale.data() : series_scale[series_index].data();
+  }
+  double invert(double y, int64_t col, int64_t series_index = -1) const {
+    return y * scales(series_index)[col] + shifts(series_index)[col];
+  }
   std::string to_json() const;
   // Errors name `where`.
   static Normalizer from_json(const std::string& json, const std::string& where);
@@ -88,13 +101,14 @@ struct SeriesData {
   bool has_targets = true;          // the file holds the targets (or classes); predict needs none
   double label_threshold = 0;       // data.label volatility: the training windows' median
   Normalizer feature_norm, target_norm;
-  std::vector<SeriesSpan> series;  // in source order
-  std::vector<int64_t> file_rows;  // (rows) each row's 0-based row in the file; empty: the same
-  std::vector<std::string> dates;  // (rows) the date column's text, when there is one
-  std::vector<int64_t> times;      // (rows) seconds since 1970, when there is a date column
-  std::vector<std::string> notes;  // facts worth a line at start-up (gaps, cut dates)
-  bool drops_first_rows = false;   // a feature's differencing transform takes each series' first
-                                   // row as its base: the row is no window's
+  std::vector<SeriesSpan> series;      // in source order
+  std::vector<int64_t> series_scaler;  // (series) its normalizers' series index; -1: pooled
+  std::vector<int64_t> file_rows;      // (rows) each row's 0-based row in the file; empty: the same
+  std::vector<std::string> dates;      // (rows) the date column's text, when there is one
+  std::vector<int64_t> times;          // (rows) seconds since 1970, when there is a date column
+  std::vector<std::string> notes;      // facts worth a line at start-up (gaps, cut dates)
+  bool drops_first_rows = false;  // a feature's differencing transform takes each series' first
+                                  // row as its base: the row is no window's
   std::string layout;  // how rows were ordered and transformed (date, series, transforms)
   Split split;
   int64_t num_features() const { return static_cast<int64_t>(feature_names.size()); }
@@ -103,6 +117,8 @@ struct SeriesData {
   int64_t last_row(int64_t start) const { return start + lookback - 1; }
   // The series of source row `row`.
   const SeriesSpan& series_of(int64_t row) const;
+  // The scaler (Normalizer::series_index) of the series of source row `row`.
+  int64_t scaler_of(int64_t row) const;
   // The normalised features of window `start`, (lookback, F), into `out`.
   void copy_window(int64_t start, float* out) const;
   // The normalised targets of window `start`, (O), into `out` (forecast).

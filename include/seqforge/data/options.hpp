@@ -44,7 +44,9 @@ struct SeriesOptions {
   std::vector<std::string> features, targets;
   std::map<std::string, Transform> transforms;
   std::string normalize = "zscore";
-  double label_fraction = 1;  // of the training windows kept (a fixed random subset)
+  std::string normalize_per = "all";         // all | series: one scaler per series
+  std::string normalize_fallback = "error";  // error | pooled: a series without its own
+  double label_fraction = 1;                 // of the training windows kept (a fixed random subset)
 };
 
 struct TextOptions {
