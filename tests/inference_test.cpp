@@ -341,6 +341,37 @@ TEST(Runs, ForecastsAreScoredAgainstNaiveAndSeasonalNaive) {
               test.count("test_mase") && test.count("test_skill"));
 }
 
+// train.loss: a forecaster trains on it and val_loss is it (eval reproduces the logged value);
+// a classifier's loss is cross-entropy, so a regression loss there is refused by name.
+TEST(Runs, RegressionLossesTrainForecastersAndAreRefusedForClassifiers) {
+  const fs::path dir = temp_dir("losses");
+  const std::string data = write_hourly(dir / "d.csv", 200, true);
+  std::ostringstream log;
+  std::map<std::string, double> val_loss;
+  for (const char* kind : {"mse", "mae", "huber"}) {
+    const fs::path run = dir / kind;
+    train(Config::parse(yaml(data, run), "l.yaml",
+                        {std::string("train.loss=") + kind, "train.huber_delta=0.5"}),
+          log);
+    val_loss[kind] = metrics_of(run).back().at("val_loss").get<double>();
+    EXPECT_EQ(evaluate(run.string(), "val").at("val_loss"), val_loss[kind]) << kind;
+  }
+  EXPECT_NE(val_loss["mse"], val_loss["mae"]);
+  EXPECT_NE(val_loss["mae"], val_loss["huber"]);
+  EXPECT_EQ(error_of([&] {
+              train(Config::parse(yaml(data, dir / "c"), "l.yaml",
+                                  {"data.task=classify", "data.class_column=y", "data.targets=[]",
+                                   "train.loss=mae"}),
+                    log);
+            }),
+            "override 'train.loss=mae': train.loss mae is a regression loss; a classifier or "
+            "language model trains on cross-entropy");
+  EXPECT_EQ(error_of([&] {
+              train(Config::parse(yaml(data, dir / "q"), "l.yaml", {"train.loss=l3"}), log);
+            }),
+            "override 'train.loss=l3': train.loss must be mse, mae or huber, got 'l3'");
+}
+
 TEST(Runs, ValidationShareZeroMeansNoValidation) {
   const fs::path dir = temp_dir("no_val");
   const std::string data = write_hourly(dir / "d.csv", 200, true);

@@ -10,6 +10,8 @@
 #include <memory>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/buffer.hpp"
+#include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/rng.hpp"
 #include "test_util.hpp"
 
@@ -883,6 +885,54 @@ std::vector<std::string> case_names() {
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpMatchesReference, ::testing::ValuesIn(case_names()),
                          [](const auto& info) { return info.param; });
+
+// The regression losses as PyTorch defines them (F.mse_loss, F.l1_loss, F.huber_loss with
+// delta; mean over the selected rows' values), their gradients against central differences of
+// the loss, on every host backend.
+TEST(Ops, RegressionLossesAreTorchsAndTheirGradientsTheirDerivatives) {
+  const int64_t N = 7, F = 3;
+  Rng rng(17);
+  std::vector<double> pred(N * F), target(N * F), mask(N);
+  for (auto& v : pred) v = rng.uniform(-2, 2);
+  for (auto& v : target) v = rng.uniform(-1, 1);
+  for (int64_t r = 0; r < N; ++r) mask[r] = r % 3 == 1 ? 0.0 : 1.0;
+  const double delta = 0.6;
+  auto term = [&](LossKind k, double d) {
+    const double a = std::fabs(d);
+    return k == LossKind::mse   ? d * d
+           : k == LossKind::mae ? a
+           : a < delta          ? 0.5 * d * d
+                                : delta * (a - 0.5 * delta);
+  };
+  for (const char* name : {"reference", "cpu", "sealed", "sealed_async"}) {
+    auto be = make_backend(name);
+    for (LossKind k : {LossKind::mse, LossKind::mae, LossKind::huber}) {
+      const RegressionLoss kind{k, delta};
+      auto loss_at = [&](const std::vector<double>& p, std::vector<double>* grad) {
+        Buffer pb, tb, mb, db;
+        Tensor pt = pb.get(*be, DType::f64, {N, F}), tt = tb.get(*be, DType::f64, {N, F}),
+               mt = mb.get(*be, DType::f64, {N}), dt = db.get(*be, DType::f64, {N, F});
+        upload_doubles(*be, pt, p), upload_doubles(*be, tt, target), upload_doubles(*be, mt, mask);
+        const double l = be->regression_loss(kind, pt, tt, mt, dt);
+        if (grad) *grad = download_doubles(*be, dt);
+        return l;
+      };
+      std::vector<double> grad;
+      const double loss = loss_at(pred, &grad);
+      double want = 0, count = 0;
+      for (int64_t r = 0; r < N; ++r)
+        for (int64_t j = 0; j < F; ++j)
+          if (mask[r] != 0) want += term(k, pred[r * F + j] - target[r * F + j]), count += 1;
+      EXPECT_NEAR(loss, want / count, 1e-12) << name << " kind " << int(k);
+      for (int64_t i = 0; i < N * F; ++i) {
+        std::vector<double> up = pred, down = pred;
+        up[i] += 1e-6, down[i] -= 1e-6;
+        const double numeric = (loss_at(up, nullptr) - loss_at(down, nullptr)) / 2e-6;
+        EXPECT_NEAR(grad[i], numeric, 1e-6) << name << " kind " << int(k) << " value " << i;
+      }
+    }
+  }
+}
 
 TEST(Ops, DropoutMaskStatistics) {
   auto be = make_cpu_backend();

@@ -37,9 +37,10 @@ void* Backend::alloc_host(size_t bytes) {
 
 void Backend::free_host(void* ptr) { std::free(ptr); }
 
-double Backend::mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) {
+double Backend::regression_loss(const RegressionLoss& kind, Tensor pred, Tensor target, Tensor mask,
+                                Tensor dpred) {
   Scalar loss(*this);
-  mse_loss(pred, target, mask, dpred, loss.tensor());
+  regression_loss(kind, pred, target, mask, dpred, loss.tensor());
   return loss.read();
 }
 

@@ -184,8 +184,9 @@ class RecordingBackend final : public Backend {
   void attention_backward(const AttentionBackward& a, DType dt) override {
     inner_.attention_backward(a, dt);
   }
-  void mse_loss(Tensor p, Tensor t, Tensor m, Tensor d, Tensor loss) override {
-    inner_.mse_loss(p, t, m, d, loss);
+  void regression_loss(const RegressionLoss& k, Tensor p, Tensor t, Tensor m, Tensor d,
+                       Tensor loss) override {
+    inner_.regression_loss(k, p, t, m, d, loss);
   }
   void cross_entropy_loss(Tensor l, Tensor t, Tensor w, int64_t ig, Tensor d,
                           Tensor loss) override {

@@ -259,6 +259,13 @@ const std::vector<ConfigKey> kKeys = {
      "Without a terminal, a progress line (batches, loss, samples/s, ETA) at least this often "
      "during an epoch; 0: none. On a terminal the line is redrawn in place."},
     {"train.seed", T::integer, "0", "Seed for initialisation, shuffling and dropout."},
+    {"train.loss", T::string, "mse",
+     "The regression tasks' loss (forecast, mae), PyTorch's mean over the values: `mse`, `mae` "
+     "(F.l1_loss: less pulled by outliers) or `huber` (F.huber_loss with delta "
+     "train.huber_delta: squared within it, linear beyond). val_loss is this loss; val_mse, "
+     "val_mae and the baselines are reported whatever it is."},
+    {"train.huber_delta", T::number, "1.0",
+     "`huber`: where the loss turns from squared to linear, in normalised units."},
     {"train.precision", T::string, "auto",
      "`fp32`, `bf16` (bf16 GEMMs, f32 master weights and state), `fp16` (fp16 GEMMs with dynamic "
      "loss scaling as PyTorch's GradScaler: scale 65536 to start, doubled after 2000 clean steps, "

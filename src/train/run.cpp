@@ -316,7 +316,27 @@ Task load_task(const Config& c, const Task* from) {
   }
   static_cast<Dataset&>(t) = load_dataset(c, source);
   t.model = model_options(c, t);
+  t.loss = regression_loss_of(c, t.kind);
   return t;
+}
+
+RegressionLoss regression_loss_of(const Config& c, TaskKind task) {
+  RegressionLoss l;
+  const std::string kind = c.str("train.loss");
+  if (kind == "mae")
+    l.kind = LossKind::mae;
+  else if (kind == "huber")
+    l.kind = LossKind::huber;
+  else if (kind != "mse")
+    fail(c.origin("train.loss"), ": train.loss must be mse, mae or huber, got '", kind, "'");
+  l.delta = c.number("train.huber_delta");
+  if (!(l.delta > 0 && std::isfinite(l.delta)))
+    fail(c.origin("train.huber_delta"), ": train.huber_delta must be a positive number, got ",
+         l.delta);
+  if (l.kind != LossKind::mse && task != TaskKind::forecast && task != TaskKind::mae)
+    fail(c.origin("train.loss"), ": train.loss ", kind,
+         " is a regression loss; a classifier or language model trains on cross-entropy");
+  return l;
 }
 
 // Bytes of one batch's buffers, for the loader's memory budget.
@@ -325,7 +345,7 @@ int64_t batch_bytes(const Task& t, int64_t batch_size) {
 }
 
 void loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout, Tensor loss) {
-  task_type(t.kind).loss(be, out, b, dout, loss);
+  task_type(t.kind).loss(be, t.loss, out, b, dout, loss);
 }
 
 double macro_f1(const std::vector<int64_t>& tp, const std::vector<int64_t>& fp,
@@ -370,7 +390,7 @@ std::map<std::string, double> evaluate_split(Backend& be, Model& model, const Ta
     Tensor out = model.forward(be, b.input, {}, {}, false, rng);
     Tensor dout = dout_buf.get(be, DType::f32, out.shape());
     const int64_t n = type.loss_terms(t, b);
-    type.loss(be, out, b, dout, loss);
+    type.loss(be, t.loss, out, b, dout, loss);
     double value = 0;
     be.download(&value, loss);
     loss_sum += value * double(n);
@@ -532,6 +552,7 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   Task task;
   static_cast<Dataset&>(task) = load_dataset(r.config, &r.task, windows);
   task.model = model_options(r.config, task);
+  task.loss = regression_loss_of(r.config, task.kind);
   r.task = std::move(task);
   return r;
 }
@@ -543,6 +564,7 @@ LoadedRun load_run_model(const std::string& run) {
     // A checkpoint that does not name its columns: its data file does.
     static_cast<Dataset&>(t) = load_dataset(r.config, &t, WindowSet::splits);
     t.model = model_options(r.config, t);
+    t.loss = regression_loss_of(r.config, t.kind);
     return r;
   }
   const DataOptions o = data_options(r.config);
@@ -553,6 +575,7 @@ LoadedRun load_run_model(const std::string& run) {
   t.text.seq_len = o.text.seq_len;
   t.text.segments = o.text.columns.size() == 2 ? 2 : 0;
   t.model = model_options(r.config, t);
+  t.loss = regression_loss_of(r.config, t.kind);
   return r;
 }
 

@@ -25,9 +25,12 @@ double now_s();
 // A task: its data and the model it needs.
 struct Task : Dataset {
   ModelOptions model;
+  RegressionLoss loss;  // train.loss, of the regression tasks (forecast, mae)
 };
 
 ModelOptions model_options(const Config& c, const Task& t);
+// train.loss and train.huber_delta, checked against the task.
+RegressionLoss regression_loss_of(const Config& c, TaskKind task);
 // The backend that trains (or evaluates) model `m` on train.device: auto, cpu or cuda, checked.
 // `inference` (eval, predict, generate, merge): a stored cuda is auto, so that a run trained on
 // a GPU is served on a machine without one.

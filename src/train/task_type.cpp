@@ -173,8 +173,9 @@ class ForecastSums final : public MetricSums {
 class Forecast final : public SeriesTask {
  public:
   TaskKind kind() const override { return TaskKind::forecast; }
-  void loss(Backend& be, Tensor out, const Batch& b, Tensor dout, Tensor loss) const override {
-    be.mse_loss(out, b.target, Tensor(), dout, loss);
+  void loss(Backend& be, const RegressionLoss& regression, Tensor out, const Batch& b, Tensor dout,
+            Tensor loss) const override {
+    be.regression_loss(regression, out, b.target, Tensor(), dout, loss);
   }
   std::vector<std::string> metric_names() const override {
     return {"val_mse", "val_rmse", "val_mae"};
@@ -217,7 +218,8 @@ class ClassifySums final : public MetricSums {
 class Classify final : public SeriesTask {
  public:
   TaskKind kind() const override { return TaskKind::classify; }
-  void loss(Backend& be, Tensor out, const Batch& b, Tensor dout, Tensor loss) const override {
+  void loss(Backend& be, const RegressionLoss&, Tensor out, const Batch& b, Tensor dout,
+            Tensor loss) const override {
     be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout, loss);
   }
   std::vector<std::string> metric_names() const override { return {"val_accuracy", "val_f1"}; }
@@ -236,8 +238,9 @@ class NoSums final : public MetricSums {
 class Mae final : public SeriesTask {
  public:
   TaskKind kind() const override { return TaskKind::mae; }
-  void loss(Backend& be, Tensor out, const Batch& b, Tensor dout, Tensor loss) const override {
-    be.mse_loss(out, b.target, b.mask, dout, loss);
+  void loss(Backend& be, const RegressionLoss& regression, Tensor out, const Batch& b, Tensor dout,
+            Tensor loss) const override {
+    be.regression_loss(regression, out, b.target, b.mask, dout, loss);
   }
   int64_t loss_terms(const Dataset&, const Batch& b) const override {
     const float* mask = b.mask_buf.host<float>();
@@ -300,7 +303,8 @@ class Charlm final : public TextTask {
     m->per_step = true;
   }
   int64_t bytes_per_step(const Dataset&) const override { return 16; }
-  void loss(Backend& be, Tensor out, const Batch& b, Tensor dout, Tensor loss) const override {
+  void loss(Backend& be, const RegressionLoss&, Tensor out, const Batch& b, Tensor dout,
+            Tensor loss) const override {
     be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout, loss);
   }
   int64_t loss_terms(const Dataset& d, const Batch& b) const override {
@@ -323,7 +327,8 @@ class TextClassify final : public TextTask {
     m->per_step = false;
   }
   int64_t bytes_per_step(const Dataset&) const override { return 24; }
-  void loss(Backend& be, Tensor out, const Batch& b, Tensor dout, Tensor loss) const override {
+  void loss(Backend& be, const RegressionLoss&, Tensor out, const Batch& b, Tensor dout,
+            Tensor loss) const override {
     be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout, loss);
   }
   int64_t loss_terms(const Dataset&, const Batch& b) const override { return b.size; }

@@ -36,7 +36,9 @@ class TaskType {
   virtual int64_t bytes_per_step(const Dataset& d) const = 0;
   // The batch's mean loss into `loss` (one f64 in the backend's memory, not waited for); its
   // gradient goes to `dout`.
-  virtual void loss(Backend& be, Tensor out, const Batch& b, Tensor dout, Tensor loss) const = 0;
+  // `regression`: the regression tasks' loss (train.loss).
+  virtual void loss(Backend& be, const RegressionLoss& regression, Tensor out, const Batch& b,
+                    Tensor dout, Tensor loss) const = 0;
   // The terms the batch's mean loss averages over (windows, masked steps, characters), and
   // whether they vary from batch to batch beyond the windows' count.
   virtual int64_t loss_terms(const Dataset& d, const Batch& b) const = 0;

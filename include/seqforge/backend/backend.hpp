@@ -169,10 +169,11 @@ class Backend {
   virtual void attention_forward(const AttentionForward& a, DType dtype) = 0;
   virtual void attention_backward(const AttentionBackward& a, DType dtype) = 0;
 
-  // Mean squared error over rows of pred(N, F) selected by mask(N) (empty = all rows).
-  // Writes dpred = d(loss)/d(pred) and the loss into `loss` (one f64 in this backend's memory),
-  // without waiting for it.
-  virtual void mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred, Tensor loss) = 0;
+  // A regression loss (ops.hpp: mse, mae, huber) over rows of pred(N, F) selected by mask(N)
+  // (empty = all rows), the mean over the selected values. Writes dpred = d(loss)/d(pred) and the
+  // loss into `loss` (one f64 in this backend's memory), without waiting for it.
+  virtual void regression_loss(const RegressionLoss& kind, Tensor pred, Tensor target, Tensor mask,
+                               Tensor dpred, Tensor loss) = 0;
   // Cross-entropy of logits(N, C) against targets(N) (i32/i64), optional class weights(C),
   // rows with target == ignore_index skipped; weighted mean. Writes dlogits and `loss` as above.
   // A target outside [0, C) is an error, which a device backend may report at its next
@@ -182,8 +183,15 @@ class Backend {
   // out (one f64 in this backend's memory) = the sum of squares of x.
   virtual void sum_squares(Tensor x, Tensor out) = 0;
 
-  // The same, waiting for the value (evaluation, tests).
-  double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred);
+  // The same, waiting for the value (evaluation, tests); mse_loss is the mse kind.
+  double regression_loss(const RegressionLoss& kind, Tensor pred, Tensor target, Tensor mask,
+                         Tensor dpred);
+  double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) {
+    return regression_loss({}, pred, target, mask, dpred);
+  }
+  void mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred, Tensor loss) {
+    regression_loss({}, pred, target, mask, dpred, loss);
+  }
   double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
                             Tensor dlogits);
   double sum_squares(Tensor x);

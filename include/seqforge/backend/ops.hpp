@@ -183,6 +183,15 @@ struct AttentionBackward {
   void* dqkv = nullptr;           // (B, T, 3C) out
 };
 
+// A regression loss over selected rows, PyTorch's mean reductions of the error d = pred - target:
+// mse (d^2), mae (|d|, F.l1_loss; gradient sign(d)) or huber (F.huber_loss: d^2 / 2 within
+// delta, delta (|d| - delta / 2) beyond; gradient d clamped to [-delta, delta]).
+enum class LossKind { mse, mae, huber };
+struct RegressionLoss {
+  LossKind kind = LossKind::mse;
+  double delta = 1.0;  // huber
+};
+
 // Unscaling and clipping of the gradients by their norm, decided where they are: from the sum of
 // squares an earlier sum_squares wrote into backend memory (kernels/grad_clip.hpp), so that no
 // value travels to the host inside a step.

@@ -464,8 +464,9 @@ class CpuBackend final : public Backend {
   void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override {
     ref_->embedding_backward(dtable, dout, ids);
   }
-  void mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred, Tensor loss) override {
-    ref_->mse_loss(pred, target, mask, dpred, loss);
+  void regression_loss(const RegressionLoss& kind, Tensor pred, Tensor target, Tensor mask,
+                       Tensor dpred, Tensor loss) override {
+    ref_->regression_loss(kind, pred, target, mask, dpred, loss);
   }
   void cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
                           Tensor dlogits, Tensor loss) override {

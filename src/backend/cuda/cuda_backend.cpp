@@ -293,16 +293,17 @@ class CudaBackend final : public Backend {
   void attention_backward(const AttentionBackward&, DType) override { unsupported(Op::attention); }
 
   // The losses and the sum of squares stay on the device: nothing is read back here.
-  void mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred, Tensor loss) override {
-    SF_CHECK(pred.numel() == target.numel() && pred.numel() == dpred.numel(), "mse: prediction ",
+  void regression_loss(const RegressionLoss& kind, Tensor pred, Tensor target, Tensor mask,
+                       Tensor dpred, Tensor loss) override {
+    SF_CHECK(pred.numel() == target.numel() && pred.numel() == dpred.numel(), "loss: prediction ",
              pred.shape().str(), " vs target ", target.shape().str());
     const int64_t rows = rows_of(pred), f = pred.numel() / std::max<int64_t>(rows, 1);
     SF_CHECK(mask.empty() || mask.numel() == rows, "mse mask ", mask.shape().str(), " for ", rows,
              " rows");
-    cuda::mse_loss(pred.data(), target.data(), mask.empty() ? nullptr : mask.data(), dpred.data(),
-                   pred.dtype(), rows, f, scratch_, stream_);
+    cuda::regression_loss(kind, pred.data(), target.data(), mask.empty() ? nullptr : mask.data(),
+                          dpred.data(), pred.dtype(), rows, f, scratch_, stream_);
     cuda::mean(scalar_out(loss), scratch_, double(f), stream_);
-    launched("mse_loss", pred);
+    launched("regression_loss", pred);
   }
   // A target out of range is reported at the next synchronisation (raise_reports).
   void cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,

@@ -306,8 +306,9 @@ class ReferenceBackend final : public Backend {
     });
   }
 
-  void mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred, Tensor loss) override {
-    store_scalar(loss, mse(pred, target, mask, dpred));
+  void regression_loss(const RegressionLoss& kind, Tensor pred, Tensor target, Tensor mask,
+                       Tensor dpred, Tensor loss) override {
+    store_scalar(loss, regression(kind, pred, target, mask, dpred));
   }
   void cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
                           Tensor dlogits, Tensor loss) override {
@@ -343,8 +344,9 @@ class ReferenceBackend final : public Backend {
   }
 
  private:
-  double mse(Tensor pred, Tensor target, Tensor mask, Tensor dpred) {
-    SF_CHECK(pred.numel() == target.numel() && pred.numel() == dpred.numel(), "mse: prediction ",
+  double regression(const RegressionLoss& kind, Tensor pred, Tensor target, Tensor mask,
+                    Tensor dpred) {
+    SF_CHECK(pred.numel() == target.numel() && pred.numel() == dpred.numel(), "loss: prediction ",
              pred.shape().str(), " vs target ", target.shape().str());
     const int64_t rows = row_count(pred), f = row_size(pred);
     SF_CHECK(mask.empty() || mask.numel() == rows, "mse mask ", mask.shape().str(), " for ", rows,
@@ -362,8 +364,10 @@ class ReferenceBackend final : public Backend {
         const bool on = !m || m[r] != T(0);
         for (int64_t j = 0; j < f; ++j) {
           const double diff = double(p[r * f + j]) - double(t[r * f + j]);
-          if (on) loss += diff * diff;
-          d[r * f + j] = on ? static_cast<T>(2.0 * diff / denom) : T(0);
+          double value, grad;
+          ref::regression_term(kind, diff, &value, &grad);
+          if (on) loss += value;
+          d[r * f + j] = on ? static_cast<T>(grad / denom) : T(0);
         }
       }
       return selected ? loss / denom : 0.0;

@@ -181,9 +181,10 @@ class SealedBackend final : public Backend {
     call("attention_backward", {}, {a.qkv, a.lengths, a.out, a.lse, a.dout, a.dqkv},
          [=, this] { inner_->attention_backward(a, dtype); });
   }
-  void mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred, Tensor loss) override {
-    call("mse_loss", {pred, target, mask, dpred, loss}, {},
-         [=, this] { inner_->mse_loss(pred, target, mask, dpred, loss); });
+  void regression_loss(const RegressionLoss& kind, Tensor pred, Tensor target, Tensor mask,
+                       Tensor dpred, Tensor loss) override {
+    call("regression_loss", {pred, target, mask, dpred, loss}, {},
+         [=, this] { inner_->regression_loss(kind, pred, target, mask, dpred, loss); });
   }
   void cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
                           Tensor dlogits, Tensor loss) override {

@@ -266,16 +266,17 @@ void dora_backward(void* dpre, void* dm, const void* dy, const void* pre, const 
   });
 }
 
-void mse_loss(const void* pred, const void* target, const void* mask, void* dpred, DType dtype,
-              int64_t rows, int64_t f, double* sums, cudaStream_t stream) {
+void regression_loss(const RegressionLoss& kind, const void* pred, const void* target,
+                     const void* mask, void* dpred, DType dtype, int64_t rows, int64_t f,
+                     double* sums, cudaStream_t stream) {
   cudaMemsetAsync(sums, 0, 2 * sizeof(double), stream);
   dispatch_float(dtype, [&]<typename T>() {
     const T* m = static_cast<const T*>(mask);
     SF_LAUNCH(blocks_for(rows), kThreads, 0, stream, count_selected_kernel<T>)(m, rows, sums);
     if (rows * f == 0) return;
-    SF_LAUNCH(blocks_for(rows * f), kThreads, 0, stream, mse_kernel<T>)
-    (static_cast<const T*>(pred), static_cast<const T*>(target), m, static_cast<T*>(dpred), rows, f,
-     sums);
+    SF_LAUNCH(blocks_for(rows * f), kThreads, 0, stream, regression_kernel<T>)
+    (kind, static_cast<const T*>(pred), static_cast<const T*>(target), m, static_cast<T*>(dpred),
+     rows, f, sums);
   });
 }
 

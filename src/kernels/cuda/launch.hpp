@@ -64,9 +64,11 @@ void dora_backward(void* dpre, void* dm, const void* dy, const void* pre, const 
 
 // Losses (loss.cuh). `sums` is device memory for two doubles, zeroed here: the loss sum and its
 // denominator (selected rows, or the total class weight); mean() forms the loss from them.
-// mse: pred, target, dpred (rows, f); mask (rows) or null. dpred = 2 diff / (selected * f).
-void mse_loss(const void* pred, const void* target, const void* mask, void* dpred, DType dtype,
-              int64_t rows, int64_t f, double* sums, cudaStream_t stream);
+// A regression loss (ops.hpp): pred, target, dpred (rows, f); mask (rows) or null.
+// dpred = the term's derivative / (selected * f).
+void regression_loss(const RegressionLoss& kind, const void* pred, const void* target,
+                     const void* mask, void* dpred, DType dtype, int64_t rows, int64_t f,
+                     double* sums, cudaStream_t stream);
 // Cross-entropy of logits (rows, classes) against targets (i32 or i64), class weights (classes) or
 // null; dlogits as the reference's. A target outside [0, classes) (and not ignore_index) is
 // reported in bad_row[0..1] (its row and class) as embedding_forward's.

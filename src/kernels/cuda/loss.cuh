@@ -2,6 +2,7 @@
 // Loss kernels: gradients written per element, the loss and its denominator reduced in double on
 // the device (sums[0], sums[1]), and the loss formed from them there (mean_kernel).
 #include "kernels/cuda/common.cuh"
+#include "kernels/grad_clip.hpp"
 
 namespace seqforge::cuda {
 
@@ -25,17 +26,18 @@ __global__ void count_selected_kernel(const T* mask, int64_t rows, double* sums)
   block_add(sums + 1, n);
 }
 
-// denom = selected * f, known after count_selected_kernel.
+// denom = selected * f, known after count_selected_kernel; each term as the reference's.
 template <typename T>
-__global__ void mse_kernel(const T* pred, const T* target, const T* mask, T* dpred, int64_t rows,
-                           int64_t f, double* sums) {
+__global__ void regression_kernel(RegressionLoss kind, const T* pred, const T* target,
+                                  const T* mask, T* dpred, int64_t rows, int64_t f, double* sums) {
   const double denom = sums[1] * double(f);
   double loss = 0;
   SF_GRID_STRIDE(i, rows * f) {
     const bool on = !mask || mask[i / f] != T(0);
-    const double diff = double(pred[i]) - double(target[i]);
-    if (on) loss += diff * diff;
-    dpred[i] = on ? static_cast<T>(2.0 * diff / denom) : T(0);
+    double value, grad;
+    ref::regression_term(kind, double(pred[i]) - double(target[i]), &value, &grad);
+    if (on) loss += value;
+    dpred[i] = on ? static_cast<T>(grad / denom) : T(0);
   }
   block_add(sums, loss);
 }

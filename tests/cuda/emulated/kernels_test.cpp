@@ -266,20 +266,22 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
   Rng rng(5);
   const int64_t N = 29, F = 3, K = 6;
   double sums[3];
-  {  // MSE, with and without a row mask
-    auto pred = random(rng, N * F), target = random(rng, N * F);
+  {  // MSE, MAE and Huber (errors on both sides of its delta), with and without a row mask
+    auto pred = random(rng, N * F, -2, 2), target = random(rng, N * F);
     std::vector<float> mask(N);
     for (int64_t r = 0; r < N; ++r) mask[r] = r % 3 ? 1.0f : 0.0f;
-    for (bool masked : {false, true}) {
-      std::vector<float> want(N * F), got(N * F);
-      const Tensor m = masked ? view(mask, {N}) : Tensor();
-      const double loss =
-          ref->mse_loss(view(pred, {N, F}), view(target, {N, F}), m, view(want, {N, F}));
-      cuda::mse_loss(pred.data(), target.data(), masked ? mask.data() : nullptr, got.data(),
-                     DType::f32, N, F, sums, nullptr);
-      EXPECT_NEAR(sums[0] / (sums[1] * F), loss, 1e-6 * loss);
-      expect_near(got, want, 1e-6, "mse dpred");
-    }
+    for (const RegressionLoss kind :
+         {RegressionLoss{}, RegressionLoss{LossKind::mae}, RegressionLoss{LossKind::huber, 0.7}})
+      for (bool masked : {false, true}) {
+        std::vector<float> want(N * F), got(N * F);
+        const Tensor m = masked ? view(mask, {N}) : Tensor();
+        const double loss = ref->regression_loss(kind, view(pred, {N, F}), view(target, {N, F}), m,
+                                                 view(want, {N, F}));
+        cuda::regression_loss(kind, pred.data(), target.data(), masked ? mask.data() : nullptr,
+                              got.data(), DType::f32, N, F, sums, nullptr);
+        EXPECT_NEAR(sums[0] / (sums[1] * F), loss, 1e-6 * loss);
+        expect_near(got, want, 1e-6, "regression loss dpred");
+      }
   }
   {  // cross-entropy: class weights, an ignored row, i64 targets; and a target out of range
     auto logits = random(rng, N * K, -3, 3), weights = random(rng, K, 0.5, 2);
