@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numbers>
 #include <set>
 
 #include "seqforge/data/datasets.hpp"
@@ -259,6 +260,47 @@ TEST(Series, EachSeriesCanHaveItsOwnScaler) {
   EXPECT_NE(pooled.notes.back().find("1 series ('c') without a scaler of their own"),
             std::string::npos)
       << pooled.notes.back();
+}
+
+// data.calendar: each cycle as a sine and cosine after the file's features, from the date read
+// as UTC; a run trained with them predicts on a file that has only its own columns.
+TEST(Series, CalendarFeaturesComeFromTheDates) {
+  const fs::path dir = temp_dir("calendar");
+  std::string text = "when,value\n";
+  for (int h = 0; h < 60; ++h)  // from Wednesday 2020-01-01 00:00, hourly
+    text += io::format_datetime(int64_t{1577836800} + h * int64_t{3600}) + "," +
+            std::to_string(h % 7) + "\n";
+  const std::string path = write(dir / "h.csv", text);
+  const Config c = Config::parse("data: {path: " + path +
+                                     ", date_column: when, features: [value], targets: [value], "
+                                     "lookback: 4, normalize: none, calendar: [hour, dayofweek, "
+                                     "month]}\n",
+                                 "c.yaml");
+  const SeriesData d = load_series(c);
+  EXPECT_EQ(d.feature_names,
+            (std::vector<std::string>{"value", "hour_sin", "hour_cos", "dayofweek_sin",
+                                      "dayofweek_cos", "month_sin", "month_cos"}));
+  const double pi = std::numbers::pi;
+  auto at = [&](int64_t row, int64_t col) { return d.source.at(row, d.feature_cols[col]); };
+  // Row 6: Wednesday 06:00 (day 2.25 of a Monday-first week), January.
+  EXPECT_NEAR(at(6, 1), 1.0, 1e-12);
+  EXPECT_NEAR(at(6, 2), 0.0, 1e-12);
+  EXPECT_NEAR(at(6, 3), std::sin(2 * pi * 2.25 / 7), 1e-12);
+  EXPECT_NEAR(at(6, 4), std::cos(2 * pi * 2.25 / 7), 1e-12);
+  EXPECT_NEAR(at(6, 5), 0.0, 1e-12);
+  EXPECT_NEAR(at(6, 6), 1.0, 1e-12);
+  EXPECT_NEAR(at(18, 2), 0.0, 1e-12) << "18:00";
+  EXPECT_NEAR(at(18, 1), -1.0, 1e-12) << "18:00";
+  // A stored model's features by name: the calendar's come from the dates, not the file.
+  const SeriesData again = load_series(c, &d, WindowSet::every_window);
+  EXPECT_EQ(again.feature_names, d.feature_names);
+  EXPECT_EQ(error_of([&] {
+              load_series(Config::parse("data: {path: " + path +
+                                            ", features: [value], targets: [value], calendar: "
+                                            "[hour]}\n",
+                                        "c.yaml"));
+            }),
+            "c.yaml:1: data.calendar needs data.date_column, the dates it reads");
 }
 
 TEST(Series, SplitByDateCutsEverySeriesAtSharedDates) {

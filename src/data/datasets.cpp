@@ -7,10 +7,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <numeric>
 #include <sstream>
 #include <unordered_map>
@@ -555,6 +557,25 @@ struct ColumnValues {
 // `horizon` before (the window's last row), the label column as it is. When a feature has a
 // differencing transform, each series' first row is dropped. Returns the file row of each source
 // row.
+// Where seconds-since-1970 `t` (UTC) lies in the cycle `name` (data.calendar), and the cycle's
+// length: the hour of the day out of 24, the day of the week (Monday 0) out of 7, the day of
+// the month out of the month's days, the day of the year out of the year's, the month out of 12.
+std::pair<double, double> calendar_phase(const std::string& name, int64_t t) {
+  const std::time_t seconds = static_cast<std::time_t>(t);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  const double hour = tm.tm_hour + tm.tm_min / 60.0 + tm.tm_sec / 3600.0;
+  const int year = tm.tm_year + 1900;
+  const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+  static constexpr int kDays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (name == "hour") return {hour, 24.0};
+  if (name == "dayofweek") return {(tm.tm_wday + 6) % 7 + hour / 24, 7.0};
+  if (name == "dayofmonth")
+    return {tm.tm_mday - 1 + hour / 24, double(kDays[tm.tm_mon] + (tm.tm_mon == 1 && leap))};
+  if (name == "dayofyear") return {tm.tm_yday + hour / 24, leap ? 366.0 : 365.0};
+  return {double(tm.tm_mon), 12.0};  // month
+}
+
 // Fills the empty cells (NaN) of column x (by file row) per data.missing, each series walked in
 // time order; returns how many it filled.
 int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::string& how,
@@ -630,7 +651,8 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   }
   const int64_t n = static_cast<int64_t>(keep.size());
   d->rows = n;
-  const int64_t F = static_cast<int64_t>(o.features.size());
+  const int64_t file_features = static_cast<int64_t>(o.features.size());
+  const int64_t F = file_features + 2 * static_cast<int64_t>(o.calendar.size());
   const int64_t O = static_cast<int64_t>(target_names.size());
   std::vector<int64_t> present;  // targets in the file (predict needs none)
   for (int64_t j = 0; j < O; ++j)
@@ -687,8 +709,15 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       (*values)[k * width + j] = v;
     }
   };
-  for (int64_t j = 0; j < F; ++j)
+  for (int64_t j = 0; j < file_features; ++j)
     column(o.features[j], j, transform_of(o, o.features[j]), false, nullptr);
+  for (int64_t k = 0; k < n; ++k)  // the calendar's, from each row's date
+    for (size_t i = 0; i < o.calendar.size(); ++i) {
+      const auto [phase, period] = calendar_phase(o.calendar[i], order.times[keep[k]]);
+      const double angle = 2 * std::numbers::pi * phase / period;
+      (*values)[k * width + file_features + 2 * int64_t(i)] = std::sin(angle);
+      (*values)[k * width + file_features + 2 * int64_t(i) + 1] = std::cos(angle);
+    }
   for (size_t i = 0; i < present.size(); ++i) {
     const int64_t j = present[i];
     column(target_names[j], F + static_cast<int64_t>(i), d->target_transforms[j], true,
@@ -957,7 +986,11 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   d.feature_names = o.features;
   // A stored model's features by name: a file with more columns, or in another order, feeds the
   // model the columns it was trained on.
-  if (d.feature_names.empty() && stored) d.feature_names = stored->feature_names;
+  if (d.feature_names.empty() && stored) {
+    d.feature_names = stored->feature_names;  // less the calendar's, which the dates give
+    const size_t derived = 2 * o.calendar.size();
+    if (d.feature_names.size() >= derived) d.feature_names.resize(d.feature_names.size() - derived);
+  }
   if (d.feature_names.empty())
     for (const auto& col : table.columns())
       if (col != o.date_col && col != o.class_col && col != o.series_col)
@@ -1018,6 +1051,8 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
       opt.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";
   const std::vector<int64_t> file_rows =
       build_source(table, built, order, d.target_names, label_col, which != WindowSet::splits, &d);
+  for (const std::string& name : o.calendar)
+    for (const char* part : {"_sin", "_cos"}) d.feature_names.push_back(name + part);
   bool identity = true;
   for (size_t r = 0; r < file_rows.size() && identity; ++r) identity = file_rows[r] == int64_t(r);
   if (!identity) d.file_rows = file_rows;

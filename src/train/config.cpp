@@ -64,6 +64,11 @@ const std::vector<ConfigKey> kKeys = {
      "How many steps after the window's last row the target lies (1 = the next row; classify "
      "also takes 0, the class at the window's last row)."},
     {"data.stride", T::integer, "1", "Rows between the starts of consecutive windows."},
+    {"data.calendar", T::string_list, "[]",
+     "Features derived from data.date_column, known for any date: `hour`, `dayofweek`, "
+     "`dayofmonth`, `dayofyear`, `month`, each as the sine and cosine of its cycle (features "
+     "`hour_sin`, `hour_cos`, ...) after the file's features, so that 23:00 lies next to 00:00 "
+     "and December next to January. Dates are read as UTC."},
     {"data.missing", T::string, "error",
      "Empty cells of the feature and target columns (NaN in a .npy array): `error` (one line "
      "naming the file, line and column), `ffill` (each takes the last value before it in its "

@@ -51,6 +51,14 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
   o.horizon = c.integer("data.horizon");
   o.stride = positive(c, "data.stride");
   o.season = c.integer("data.season");
+  o.calendar = c.list("data.calendar");
+  for (const std::string& name : o.calendar)
+    if (name != "hour" && name != "dayofweek" && name != "dayofmonth" && name != "dayofyear" &&
+        name != "month")
+      fail(c.origin("data.calendar"), ": data.calendar: unknown '", name,
+           "' (expected hour, dayofweek, dayofmonth, dayofyear or month)");
+  if (!o.calendar.empty() && c.str("data.date_column").empty())
+    fail(c.origin("data.calendar"), ": data.calendar needs data.date_column, the dates it reads");
   o.missing = c.str("data.missing");
   if (o.missing != "error" && o.missing != "ffill" && o.missing != "interpolate")
     fail(c.origin("data.missing"), ": data.missing must be error, ffill or interpolate, got '",

@@ -41,6 +41,9 @@ struct SeriesOptions {
   // series in time order: ffill (the last value before), interpolate (linear between the
   // values around; the nearest at a series' ends).
   std::string missing = "error";
+  // Features derived from the date column, each as a sine and cosine of its cycle: hour,
+  // dayofweek, dayofmonth, dayofyear, month (after the file's features, named <name>_sin/_cos).
+  std::vector<std::string> calendar;
   std::vector<std::string> features, targets;
   std::map<std::string, Transform> transforms;
   std::string normalize = "zscore";
