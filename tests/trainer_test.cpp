@@ -1260,5 +1260,24 @@ TEST(Datasets, RandomSplitDealsWholeWindowsBySeed) {
   EXPECT_NE(a.split.train.back(), a.split.test.back());              // not in time order
 }
 
+// The start-up says what a random split does.
+TEST(Datasets, ARandomSplitSaysSoAtStartUp) {
+  const fs::path dir = temp_dir("random_split_line");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  train(Config::parse("data: {path: " + data +
+                          ", date_column: when, features: [signal], targets: [signal], lookback: "
+                          "5, split: {mode: random}}\nmodel: {hidden: 4}\ntrain: {epochs: 1, "
+                          "seed: 3, run_dir: " +
+                          (dir / "run").string() + "}\n",
+                      "r.yaml"),
+        log);
+  EXPECT_NE(log.str().find("split: whole windows dealt at random to training, validation and "
+                           "test (data.split.mode: random, train.seed 3); windows that overlap "
+                           "share rows across the splits\n"),
+            std::string::npos)
+      << log.str();
+}
+
 }  // namespace
 }  // namespace seqforge

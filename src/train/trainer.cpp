@@ -463,7 +463,13 @@ void Training::print_start() const {
          << " drops between layers and model.layers is 1: nothing is dropped (model.dropout_mode: "
             "variational drops inputs and states)\n";
   for (const std::string& note : task_.notes()) out_ << "note: " << note << "\n";
-  if (!task_.is_text() && task_.series.series.size() > 1)
+  if (c_.str("data.split.mode") == "random")
+    out_ << "split: " << (task_.is_text() ? "chunks" : "whole windows")
+         << " dealt at random to training, validation and test (data.split.mode: random, "
+            "train.seed "
+         << c_.integer("train.seed") << ")"
+         << (task_.is_text() ? "" : "; windows that overlap share rows across the splits") << "\n";
+  else if (!task_.is_text() && task_.series.series.size() > 1)
     out_ << "series: " << task_.series.series.size() << " in " << task_.path << " ("
          << c_.str("data.series_column") << "), split "
          << (c_.str("data.split.by") == "date" ? "at shared dates"
