@@ -60,6 +60,18 @@ TEST(Config, IgnoredSettingsOnlyWhenGiven) {
   const Config resolved =
       Config::parse(Config::parse("train:\n  epochs: 2\n", "cfg.yaml").resolved_yaml(), "r");
   EXPECT_TRUE(ignored_settings(resolved).empty());
+  // Forecasting keys that another setting makes moot.
+  const Config moot = Config::parse(
+      "data:\n  task: classify\n  season: 24\n  normalize_fallback: pooled\ntrain:\n  "
+      "huber_delta: 2\n",
+      "cfg.yaml");
+  EXPECT_EQ(ignored_settings(moot),
+            (std::vector<std::string>{
+                "data.season is for forecasters' seasonal-naive baseline; data.task is classify: "
+                "it is ignored",
+                "train.huber_delta is set but train.loss is mse: it is ignored",
+                "data.normalize_fallback is set but data.normalize_per is all (one scaler for "
+                "every series): it is ignored"}));
 }
 
 TEST(Config, UnknownKeysSuggestTheClosest) {

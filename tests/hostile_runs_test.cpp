@@ -653,5 +653,44 @@ TEST(HostileRuns, TextClassifierEvalLeavesOutUnseenAndEmptyClasses) {
   EXPECT_TRUE(m.count("data_accuracy"));
 }
 
+// A run written before data.split.context (its stored configs lack the key) is evaluated and
+// resumed with the strict windows it trained on, never silently on the history windows that are
+// now the default; asking to change it on resume is refused.
+TEST(HostileRuns, RunsOlderThanSplitContextKeepTheirWindows) {
+  const fs::path dir = temp_dir("old_context");
+  const std::string data = write_series(dir, 300);
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(forecast(data, run, {"data.split.context=strict"}), log);
+  const double strict_windows = evaluate(run.string(), "val").at("samples");
+  auto drop_key = [](std::string yaml) {
+    const size_t at = yaml.find("    context: strict\n");
+    EXPECT_NE(at, std::string::npos) << yaml;
+    return at == std::string::npos ? yaml : yaml.erase(at, std::strlen("    context: strict\n"));
+  };
+  rewrite(run / "model.safetensors", [&](std::vector<OwnedTensor>&, auto& meta) {
+    meta["seqforge.config"] = drop_key(meta.at("seqforge.config"));
+  });
+  const fs::path resolved = run / "config.resolved.yaml";
+  const std::string text = drop_key(io::read_file(resolved.string()));
+  std::ofstream(resolved) << text;
+  EXPECT_EQ(evaluate(run.string(), "val").at("samples"), strict_windows);
+  std::ostringstream resumed;
+  train(Config::load(resolved.string(), {"train.epochs=3"}), resumed, run.string());
+  EXPECT_NE(resumed.str().find(" / " + std::to_string(int64_t(strict_windows)) + " validation "),
+            std::string::npos)
+      << resumed.str();
+  EXPECT_NE(error_of([&] {
+              train(
+                  Config::load(resolved.string(), {"train.epochs=4", "data.split.context=history"}),
+                  log, run.string());
+            }).find("data.split.context cannot change when a run resumes"),
+            std::string::npos);
+  // A history run scores more validation windows on this data: the two differ.
+  const fs::path fresh = dir / "fresh";
+  train(forecast(data, fresh), log);
+  EXPECT_GT(evaluate(fresh.string(), "val").at("samples"), strict_windows);
+}
+
 }  // namespace
 }  // namespace seqforge

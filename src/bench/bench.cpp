@@ -372,7 +372,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
     if (w.loss == Workload::Loss::cross_entropy)
       be.cross_entropy_loss(out, targets_t, {}, -100, dy_t, stats.slice(0, 1));
     else
-      be.mse_loss(out, target_t, mask_t, dy_t, stats.slice(0, 1));
+      be.regression_loss({}, out, target_t, mask_t, dy_t, stats.slice(0, 1));
     if (scaler) be.scale(dy_t, scaler->scale());
     model.backward(be, dy_t);
     fused_step(be, model.parameters(), optimizer, /*max_norm=*/0.0, scaler.get(),

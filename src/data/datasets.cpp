@@ -7,16 +7,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <numbers>
 #include <numeric>
 #include <sstream>
 #include <unordered_map>
 
+#include "data/calendar.hpp"
 #include "data/splits.hpp"
 #include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
@@ -26,95 +25,6 @@
 #include "seqforge/io/npy.hpp"
 
 namespace seqforge {
-
-void Normalizer::fit(const std::string& k, const SourceMatrix& m, const std::vector<int64_t>& cols,
-                     const std::vector<int64_t>& rows) {
-  if (k != "zscore" && k != "minmax" && k != "none")
-    fail("data.normalize: unknown value '", k, "' (expected zscore, minmax or none)");
-  kind = k;
-  const size_t n_cols = cols.size();
-  shift.assign(n_cols, 0.0);
-  scale.assign(n_cols, 1.0);
-  if (k == "none" || rows.empty()) return;
-  std::vector<double> lo(n_cols, INFINITY), hi(n_cols, -INFINITY), sum(n_cols), sq(n_cols),
-      count(n_cols);
-  for (int64_t r : rows)  // row by row: one pass over a memory-mapped source
-    for (size_t j = 0; j < n_cols; ++j) {
-      const double x = m.at(r, cols[j]);
-      if (std::isnan(x)) continue;  // a target transformed over the horizon, at a series' start
-      lo[j] = std::min(lo[j], x);
-      hi[j] = std::max(hi[j], x);
-      sum[j] += x;
-      sq[j] += x * x;
-      count[j] += 1;
-    }
-  for (size_t j = 0; j < n_cols; ++j) {
-    if (count[j] == 0) continue;
-    if (k == "zscore") {
-      const double mean = sum[j] / count[j], var = std::max(0.0, sq[j] / count[j] - mean * mean);
-      shift[j] = mean;
-      scale[j] = var > 1e-24 ? std::sqrt(var) : 1.0;  // a constant column stays as it is
-    } else {
-      shift[j] = lo[j];
-      scale[j] = hi[j] > lo[j] ? hi[j] - lo[j] : 1.0;
-    }
-  }
-}
-
-int64_t Normalizer::series_index(const std::string& name) const {
-  const auto it = std::find(series.begin(), series.end(), name);
-  return it == series.end() ? -1 : static_cast<int64_t>(it - series.begin());
-}
-
-std::string Normalizer::to_json() const {
-  nlohmann::json j{{"kind", kind}, {"shift", shift}, {"scale", scale}};
-  if (!series.empty()) {
-    j["series"] = series;
-    j["series_shift"] = series_shift;
-    j["series_scale"] = series_scale;
-  }
-  return j.dump();
-}
-
-Normalizer Normalizer::from_json(const std::string& json, const std::string& where) {
-  Normalizer n;
-  try {
-    const auto j = nlohmann::json::parse(json);
-    n.kind = j.at("kind").get<std::string>();
-    n.shift = j.at("shift").get<std::vector<double>>();
-    n.scale = j.at("scale").get<std::vector<double>>();
-    if (j.contains("series")) {
-      n.series = j.at("series").get<std::vector<std::string>>();
-      n.series_shift = j.at("series_shift").get<std::vector<std::vector<double>>>();
-      n.series_scale = j.at("series_scale").get<std::vector<std::vector<double>>>();
-    }
-  } catch (const nlohmann::json::exception&) {
-    fail(where, ": not a normalizer (JSON with kind, shift and scale, and per series)");
-  }
-  if (n.series_shift.size() != n.series.size() || n.series_scale.size() != n.series.size())
-    fail(where, ": ", n.series.size(), " series with ", n.series_shift.size(), " shifts and ",
-         n.series_scale.size(), " scales");
-  for (size_t i = 0; i < n.series.size(); ++i) {
-    if (n.series_shift[i].size() != n.shift.size() || n.series_scale[i].size() != n.shift.size())
-      fail(where, ": series ", io::quoted(n.series[i]), " has ", n.series_shift[i].size(),
-           " shifts and ", n.series_scale[i].size(), " scales for ", n.shift.size(), " columns");
-    for (size_t c = 0; c < n.shift.size(); ++c)
-      if (!std::isfinite(n.series_shift[i][c]) || !std::isfinite(n.series_scale[i][c]) ||
-          n.series_scale[i][c] == 0)
-        fail(where, ": series ", io::quoted(n.series[i]), ", column ", c, ": shift ",
-             n.series_shift[i][c], " and scale ", n.series_scale[i][c],
-             " (finite, and a scale not 0)");
-  }
-  if (n.kind != "zscore" && n.kind != "minmax" && n.kind != "none")
-    fail(where, ": unknown kind '", n.kind, "'");
-  if (n.shift.size() != n.scale.size())
-    fail(where, ": ", n.shift.size(), " shifts and ", n.scale.size(), " scales");
-  for (size_t i = 0; i < n.shift.size(); ++i)
-    if (!std::isfinite(n.shift[i]) || !std::isfinite(n.scale[i]) || n.scale[i] == 0)
-      fail(where, ": column ", i, ": shift ", n.shift[i], " and scale ", n.scale[i],
-           " (finite, and a scale not 0)");
-  return n;
-}
 
 Transform parse_transform(const std::string& name) {
   if (name.empty() || name == "none") return Transform::none;
@@ -557,25 +467,6 @@ struct ColumnValues {
 // `horizon` before (the window's last row), the label column as it is. When a feature has a
 // differencing transform, each series' first row is dropped. Returns the file row of each source
 // row.
-// Where seconds-since-1970 `t` (UTC) lies in the cycle `name` (data.calendar), and the cycle's
-// length: the hour of the day out of 24, the day of the week (Monday 0) out of 7, the day of
-// the month out of the month's days, the day of the year out of the year's, the month out of 12.
-std::pair<double, double> calendar_phase(const std::string& name, int64_t t) {
-  const std::time_t seconds = static_cast<std::time_t>(t);
-  std::tm tm{};
-  gmtime_r(&seconds, &tm);
-  const double hour = tm.tm_hour + tm.tm_min / 60.0 + tm.tm_sec / 3600.0;
-  const int year = tm.tm_year + 1900;
-  const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-  static constexpr int kDays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  if (name == "hour") return {hour, 24.0};
-  if (name == "dayofweek") return {(tm.tm_wday + 6) % 7 + hour / 24, 7.0};
-  if (name == "dayofmonth")
-    return {tm.tm_mday - 1 + hour / 24, double(kDays[tm.tm_mon] + (tm.tm_mon == 1 && leap))};
-  if (name == "dayofyear") return {tm.tm_yday + hour / 24, leap ? 366.0 : 365.0};
-  return {double(tm.tm_mon), 12.0};  // month
-}
-
 // Fills the empty cells (NaN) of column x (by file row) per data.missing, each series walked in
 // time order; returns how many it filled.
 int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::string& how,
@@ -713,10 +604,9 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     column(o.features[j], j, transform_of(o, o.features[j]), false, nullptr);
   for (int64_t k = 0; k < n; ++k)  // the calendar's, from each row's date
     for (size_t i = 0; i < o.calendar.size(); ++i) {
-      const auto [phase, period] = calendar_phase(o.calendar[i], order.times[keep[k]]);
-      const double angle = 2 * std::numbers::pi * phase / period;
-      (*values)[k * width + file_features + 2 * int64_t(i)] = std::sin(angle);
-      (*values)[k * width + file_features + 2 * int64_t(i) + 1] = std::cos(angle);
+      const auto [sin, cos] = calendar_features(o.calendar[i], order.times[keep[k]]);
+      (*values)[k * width + file_features + 2 * int64_t(i)] = sin;
+      (*values)[k * width + file_features + 2 * int64_t(i) + 1] = cos;
     }
   for (size_t i = 0; i < present.size(); ++i) {
     const int64_t j = present[i];

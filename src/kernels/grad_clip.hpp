@@ -1,8 +1,7 @@
 #pragma once
-// Scalar rules shared by the host kernels and the CUDA kernels: the factor an optimizer step
-// multiplies the gradients by, decided from their sum of squares where the gradients are
-// (GradClip in ops.hpp, so that no value travels to the host inside a step), and a regression
-// loss's term.
+// The factor an optimizer step multiplies the gradients by, decided from their sum of squares
+// where the gradients are (GradClip in ops.hpp): shared by the host kernels and the CUDA kernels,
+// so that no value travels to the host inside a step.
 #include <math.h>
 
 #include "kernels/counter_hash.hpp"  // SF_HOST_DEVICE
@@ -24,25 +23,6 @@ SF_HOST_DEVICE inline double gradient_factor(double grad_scale, const GradClip& 
     coef = bound < coef ? bound : coef;  // as std::min(1.0, bound): NaN keeps 1
   }
   return grad_scale * coef / c.loss_scale;
-}
-
-// One error d = pred - target of a regression loss: its term and the term's derivative.
-SF_HOST_DEVICE inline void regression_term(const RegressionLoss& l, double d, double* value,
-                                           double* grad) {
-  const double a = d < 0 ? -d : d;
-  switch (l.kind) {
-    case LossKind::mae:
-      *value = a;
-      *grad = d > 0 ? 1.0 : d < 0 ? -1.0 : 0.0;
-      return;
-    case LossKind::huber:
-      *value = a < l.delta ? 0.5 * d * d : l.delta * (a - 0.5 * l.delta);
-      *grad = a < l.delta ? d : d > 0 ? l.delta : -l.delta;
-      return;
-    default:
-      *value = d * d;
-      *grad = 2.0 * d;
-  }
 }
 
 }  // namespace seqforge::ref

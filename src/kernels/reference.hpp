@@ -9,6 +9,7 @@
 
 #include "kernels/counter_hash.hpp"
 #include "kernels/grad_clip.hpp"
+#include "kernels/regression_loss.hpp"
 #include "seqforge/backend/ops.hpp"
 #include "seqforge/core/dtype.hpp"
 

@@ -22,6 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The nearest existing directory at or above `p`, and whether this process may write there.
 bool writable_dir_for(const fs::path& p) {
   fs::path at = fs::absolute(p);
   while (!at.empty() && !fs::exists(at) && at != at.parent_path()) at = at.parent_path();

@@ -275,6 +275,16 @@ std::vector<std::string> ignored_settings(const Config& c) {
                           "adapter.base_precision"})
     if (!adapters && c.differs_from_default(key))
       out.push_back(std::string(key) + " is set but adapter.kind is none: no adapter is trained");
+  if (c.str("data.task") != "forecast" && c.differs_from_default("data.season"))
+    out.push_back("data.season is for forecasters' seasonal-naive baseline; data.task is " +
+                  c.str("data.task") + ": it is ignored");
+  if (c.str("train.loss") != "huber" && c.differs_from_default("train.huber_delta"))
+    out.push_back("train.huber_delta is set but train.loss is " + c.str("train.loss") +
+                  ": it is ignored");
+  if (c.str("data.normalize_per") != "series" && c.differs_from_default("data.normalize_fallback"))
+    out.push_back(
+        "data.normalize_fallback is set but data.normalize_per is all (one scaler for "
+        "every series): it is ignored");
   if (adapters && c.str("model.init_from").empty())
     out.push_back("adapter.kind " + c.str("adapter.kind") +
                   " without model.init_from: the adapters train on a randomly initialised, "
@@ -291,6 +301,13 @@ bool init_loads_vocabulary(const Config& c) {
   for (const std::string& m : modules)
     if (m == "embedding" || m == "head" || m == "transformer" || m == "lm_head") return true;
   return false;
+}
+
+Config as_it_trained(const Config& stored) {
+  if (stored.is_set("data.split.context")) return stored;
+  return stored.with_values(
+      {{"data.split.context", "strict"}},
+      stored.source() + " (written before data.split.context; its windows were strict)");
 }
 
 Task load_task(const Config& c, const Task* from) {
@@ -512,7 +529,8 @@ LoadedRun read_run(const std::string& run, const std::string& data_override) {
     fail(path, ": not a seqforge checkpoint (no seqforge.config metadata)");
   std::vector<std::string> overrides;
   if (!data_override.empty()) overrides.push_back("data.path=" + data_override);
-  Config config = Config::parse(meta.at("seqforge.config"), path + " (stored config)", overrides);
+  Config config = as_it_trained(
+      Config::parse(meta.at("seqforge.config"), path + " (stored config)", overrides));
   Task stored;
   stored.kind = parse_task(config.str("data.task"), path + " (stored config)");
   task_type(stored.kind).restore(meta, path, &stored);
@@ -641,19 +659,25 @@ double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool half) 
   return floats * 4;
 }
 
-// The nearest existing directory at or above `p`, and whether this process may write there.
-std::string device_fit_problem(double free_bytes, const std::string& device, Model& model,
-                               const ModelOptions& m, int64_t T, int64_t batch, bool half,
-                               double* need_bytes) {
-  const Parameters& p = model.parameters();
+namespace {
+// Bytes of a model's parameters in f32, with their gradients and AdamW's two moments (the ones
+// that train) when `training`.
+double parameter_bytes(const Parameters& p, bool training) {
   double values = 0, trained = 0;
   for (size_t i = 0; i < p.size(); ++i) {
     const double n = double(p.values().entries()[i].shape.numel());
     values += n;
     if (!p.fixed(i)) trained += n;
   }
+  return sizeof(float) * (values + (training ? 3 * trained : 0));
+}
+}  // namespace
+
+std::string device_fit_problem(double free_bytes, const std::string& device, Model& model,
+                               const ModelOptions& m, int64_t T, int64_t batch, bool half,
+                               double* need_bytes) {
   const double mb = 1 << 20;
-  const double fixed = sizeof(float) * (values + 3 * trained);
+  const double fixed = parameter_bytes(model.parameters(), true);
   const double per_example = activation_bytes(m, T, 1, half);
   const double need = fixed + per_example * double(batch);
   if (need_bytes) *need_bytes = need;
@@ -675,13 +699,7 @@ std::string device_fit_problem(double free_bytes, const std::string& device, Mod
 void check_model_fits(Model& model, const Config& c, bool training) {
   const double mb = 1 << 20;
   const Parameters& p = model.parameters();
-  double values = 0, trained = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    const double n = double(p.values().entries()[i].shape.numel());
-    values += n;
-    if (!p.fixed(i)) trained += n;
-  }
-  const double need = sizeof(float) * (values + (training ? 3 * trained : 0));
+  const double need = parameter_bytes(p, training);
   const double available = double(available_memory_bytes());
   if (need <= available) return;
   const bool transformer = c.str("model.family") == "transformer";

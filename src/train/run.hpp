@@ -29,6 +29,9 @@ struct Task : Dataset {
 };
 
 ModelOptions model_options(const Config& c, const Task& t);
+// A run's stored config (its checkpoint's, its config.resolved.yaml) as the run trained: a key
+// added since it was written takes the behaviour it had then (data.split.context: strict).
+Config as_it_trained(const Config& stored);
 // train.loss and train.huber_delta, checked against the task.
 RegressionLoss regression_loss_of(const Config& c, TaskKind task);
 // The backend that trains (or evaluates) model `m` on train.device: auto, cpu or cuda, checked.

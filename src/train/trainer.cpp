@@ -176,7 +176,7 @@ class Training {
   int64_t start_pass(int64_t epoch, int64_t first_batch);
   // Forward, backward and the optimizer for batch `bi` (null: this rank has none); its loss.
   double train_step(int64_t epoch, int64_t bi, const Batch* batch);
-  double finish_step(Tensor stats);
+  double read_step(Tensor stats);
   void stop_if_signalled(int64_t epoch, int64_t batch, double loss_sum, double seen);
   void progress(int64_t epoch, int64_t batch, int64_t first_batch, double t0, double loss_sum,
                 int64_t seen, int64_t seen_before, double* last_progress) const;
@@ -792,7 +792,7 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
     sync_->finish();
     const Tensor stats = step_stats_.get(*be_, DType::f64, {2});
     fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, scaler_.get(), stats.slice(1, 2));
-    finish_step(stats);
+    read_step(stats);
     return 0;
   }
   Tensor h0, c0;
@@ -839,7 +839,7 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
   // Clipping and the update, decided where the gradients are; with fp16, the gradients unscaled
   // first, and the step skipped (the scale halved) when they overflowed.
   fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, scaler_.get(), stats.slice(1, 2));
-  const double loss = finish_step(stats);
+  const double loss = read_step(stats);
   if (!std::isfinite(loss))
     fail("epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ",
          batches_per_epoch_, "): the training loss is ", loss,
@@ -851,10 +851,10 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
 
 // The step's one read-back, (loss, sum of squares of the gradients): the scaler's update and the
 // skipped steps' count. Returns the loss.
-double Training::finish_step(Tensor stats) {
+double Training::read_step(Tensor stats) {
   double host[2];
   be_->download(host, stats);
-  const StepReport r = seqforge::finish_step(host[1], s_.clip, scaler_.get(), *optimizer_);
+  const StepReport r = finish_step(host[1], s_.clip, scaler_.get(), *optimizer_);
   if (!r.applied && scaler_) ++skipped_steps_;
   return host[0];
 }
@@ -1107,14 +1107,15 @@ namespace {
 void check_resume_keeps_the_model(const Config& config, const std::string& resume_dir) {
   const fs::path resolved = fs::path(resume_dir) / "config.resolved.yaml";
   if (!fs::is_regular_file(resolved)) return;  // nothing to resume: the run says so
-  const Config saved = Config::load(resolved.string());
+  const Config saved = as_it_trained(Config::load(resolved.string()));
   for (const ConfigKey& k : config_keys()) {
     const bool model = k.path.rfind("model.", 0) == 0 && k.path != "model.init_from" &&
                        k.path != "model.init_from_modules";
     const bool data = k.path == "data.task" || k.path == "data.features" ||
                       k.path == "data.targets" || k.path == "data.lookback" ||
                       k.path == "data.horizon" || k.path == "data.seq_len" ||
-                      k.path == "data.transform";
+                      k.path == "data.transform" || k.path == "data.split.context" ||
+                      k.path == "data.calendar" || k.path == "data.normalize_per";
     if (!(model || data || k.path.rfind("adapter.", 0) == 0)) continue;
     if (config.str(k.path) != saved.str(k.path))
       fail(config.origin(k.path), ": ", k.path,
@@ -1126,11 +1127,12 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
 
 TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir,
                    const TrainHooks& hooks, bool overwrite) {
-  if (!resume_dir.empty()) check_resume_keeps_the_model(config, resume_dir);
+  if (!resume_dir.empty()) check_resume_keeps_the_model(as_it_trained(config), resume_dir);
   // Paths made absolute, so eval, predict and --resume work from any directory.
   std::string note;
-  const Config c =
-      with_base_architecture(config.with_absolute_paths(fs::current_path().string()), &note);
+  const Config c = with_base_architecture((resume_dir.empty() ? config : as_it_trained(config))
+                                              .with_absolute_paths(fs::current_path().string()),
+                                          &note);
   const InterruptScope interrupts;  // SIGINT, SIGTERM: stop after the current step
   dist::Communicator& comm = dist::world();
   std::ostream quiet(nullptr);  // rank 0 alone prints

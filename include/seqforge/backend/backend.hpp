@@ -189,9 +189,6 @@ class Backend {
   double mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred) {
     return regression_loss({}, pred, target, mask, dpred);
   }
-  void mse_loss(Tensor pred, Tensor target, Tensor mask, Tensor dpred, Tensor loss) {
-    regression_loss({}, pred, target, mask, dpred, loss);
-  }
   double cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
                             Tensor dlogits);
   double sum_squares(Tensor x);

@@ -2,7 +2,7 @@
 // Loss kernels: gradients written per element, the loss and its denominator reduced in double on
 // the device (sums[0], sums[1]), and the loss formed from them there (mean_kernel).
 #include "kernels/cuda/common.cuh"
-#include "kernels/grad_clip.hpp"
+#include "kernels/regression_loss.hpp"
 
 namespace seqforge::cuda {
 

@@ -1,0 +1,102 @@
+// Feature and target scaling: fitted on the training rows, pooled or per series, kept as JSON in
+// a checkpoint and checked when read back.
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "io/file_util.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/data/datasets.hpp"
+
+namespace seqforge {
+
+void Normalizer::fit(const std::string& k, const SourceMatrix& m, const std::vector<int64_t>& cols,
+                     const std::vector<int64_t>& rows) {
+  if (k != "zscore" && k != "minmax" && k != "none")
+    fail("data.normalize: unknown value '", k, "' (expected zscore, minmax or none)");
+  kind = k;
+  const size_t n_cols = cols.size();
+  shift.assign(n_cols, 0.0);
+  scale.assign(n_cols, 1.0);
+  if (k == "none" || rows.empty()) return;
+  std::vector<double> lo(n_cols, INFINITY), hi(n_cols, -INFINITY), sum(n_cols), sq(n_cols),
+      count(n_cols);
+  for (int64_t r : rows)  // row by row: one pass over a memory-mapped source
+    for (size_t j = 0; j < n_cols; ++j) {
+      const double x = m.at(r, cols[j]);
+      if (std::isnan(x)) continue;  // a target transformed over the horizon, at a series' start
+      lo[j] = std::min(lo[j], x);
+      hi[j] = std::max(hi[j], x);
+      sum[j] += x;
+      sq[j] += x * x;
+      count[j] += 1;
+    }
+  for (size_t j = 0; j < n_cols; ++j) {
+    if (count[j] == 0) continue;
+    if (k == "zscore") {
+      const double mean = sum[j] / count[j], var = std::max(0.0, sq[j] / count[j] - mean * mean);
+      shift[j] = mean;
+      scale[j] = var > 1e-24 ? std::sqrt(var) : 1.0;  // a constant column stays as it is
+    } else {
+      shift[j] = lo[j];
+      scale[j] = hi[j] > lo[j] ? hi[j] - lo[j] : 1.0;
+    }
+  }
+}
+
+int64_t Normalizer::series_index(const std::string& name) const {
+  const auto it = std::find(series.begin(), series.end(), name);
+  return it == series.end() ? -1 : static_cast<int64_t>(it - series.begin());
+}
+
+std::string Normalizer::to_json() const {
+  nlohmann::json j{{"kind", kind}, {"shift", shift}, {"scale", scale}};
+  if (!series.empty()) {
+    j["series"] = series;
+    j["series_shift"] = series_shift;
+    j["series_scale"] = series_scale;
+  }
+  return j.dump();
+}
+
+Normalizer Normalizer::from_json(const std::string& json, const std::string& where) {
+  Normalizer n;
+  try {
+    const auto j = nlohmann::json::parse(json);
+    n.kind = j.at("kind").get<std::string>();
+    n.shift = j.at("shift").get<std::vector<double>>();
+    n.scale = j.at("scale").get<std::vector<double>>();
+    if (j.contains("series")) {
+      n.series = j.at("series").get<std::vector<std::string>>();
+      n.series_shift = j.at("series_shift").get<std::vector<std::vector<double>>>();
+      n.series_scale = j.at("series_scale").get<std::vector<std::vector<double>>>();
+    }
+  } catch (const nlohmann::json::exception&) {
+    fail(where, ": not a normalizer (JSON with kind, shift and scale, and per series)");
+  }
+  if (n.series_shift.size() != n.series.size() || n.series_scale.size() != n.series.size())
+    fail(where, ": ", n.series.size(), " series with ", n.series_shift.size(), " shifts and ",
+         n.series_scale.size(), " scales");
+  for (size_t i = 0; i < n.series.size(); ++i) {
+    if (n.series_shift[i].size() != n.shift.size() || n.series_scale[i].size() != n.shift.size())
+      fail(where, ": series ", io::quoted(n.series[i]), " has ", n.series_shift[i].size(),
+           " shifts and ", n.series_scale[i].size(), " scales for ", n.shift.size(), " columns");
+    for (size_t c = 0; c < n.shift.size(); ++c)
+      if (!std::isfinite(n.series_shift[i][c]) || !std::isfinite(n.series_scale[i][c]) ||
+          n.series_scale[i][c] == 0)
+        fail(where, ": series ", io::quoted(n.series[i]), ", column ", c, ": shift ",
+             n.series_shift[i][c], " and scale ", n.series_scale[i][c],
+             " (finite, and a scale not 0)");
+  }
+  if (n.kind != "zscore" && n.kind != "minmax" && n.kind != "none")
+    fail(where, ": unknown kind '", n.kind, "'");
+  if (n.shift.size() != n.scale.size())
+    fail(where, ": ", n.shift.size(), " shifts and ", n.scale.size(), " scales");
+  for (size_t i = 0; i < n.shift.size(); ++i)
+    if (!std::isfinite(n.shift[i]) || !std::isfinite(n.scale[i]) || n.scale[i] == 0)
+      fail(where, ": column ", i, ": shift ", n.shift[i], " and scale ", n.scale[i],
+           " (finite, and a scale not 0)");
+  return n;
+}
+
+}  // namespace seqforge
