@@ -2,8 +2,9 @@
 # Run on a GPU machine from the repository root, with device-pack.tar.xz (scripts/device_pack.sh)
 # beside it: finds the CUDA libraries, runs the CUDA tests (op driver, PyTorch parity, whole runs
 # on the GPU against the CPU) and the side-by-side benchmark against PyTorch on the GPU, and
-# writes logs and JSON into OUT (default ./device-out). Exits non-zero when a test fails.
-#   OUT=/tmp/out scripts/device_check.sh [--no-bench]
+# writes logs and JSON into OUT (default ./device-out). Exits non-zero when a test fails or
+# compute-sanitizer finds a bad access in the op driver's kernels.
+#   OUT=/tmp/out scripts/device_check.sh [--no-bench | --bench-rounds R]     (R default 2)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/device-out}"
@@ -56,11 +57,24 @@ echo "== CUDA tests"
   --gtest_output="json:$out/tests.json" > "$out/tests.log" 2>&1 || status=1
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tail -20
 
+echo "== compute-sanitizer memcheck, op driver"
+sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+if [ -x "$sanitizer" ]; then
+  timeout 180 "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 \
+    "$pack/bin/seqforge_tests" --gtest_filter='Ops/OpMatchesReference.*:PyTorchParity.CudaF32' \
+    > "$out/memcheck.log" 2>&1 || { echo "memcheck failed (see memcheck.log)"; status=1; }
+  grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$out/memcheck.log" | tail -5
+else
+  echo "no compute-sanitizer"
+fi
+
+rounds=2
+[ "${1:-}" = "--bench-rounds" ] && rounds="${2:?--bench-rounds needs a number}"
 if [ "${1:-}" != "--no-bench" ]; then
   echo "== benchmark, GPU, seqforge against PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
   # The issue's goal workloads; fp32 is TF32 on both sides.
   "$python" "$root/bench/compare.py" W1 W3 W4 W1g W4g --device cuda --python "$python" \
-    --seqforge "$seqforge" --precision fp32 bf16 fp16 --steps 10 --rounds 2 \
+    --seqforge "$seqforge" --precision fp32 bf16 fp16 --steps 10 --rounds "$rounds" \
     --json "$out/bench.json" 2>&1 |
     tee "$out/bench.log" || status=1
 fi

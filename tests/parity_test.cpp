@@ -51,7 +51,7 @@ struct Fixture {
   HostTensor ids(Backend& be, const std::string& name) const {
     HostTensor h;
     h.t = h.buffer.get(be, DType::i64, shape(name));
-    std::memcpy(h.t.data(), file.bytes(*file.find(name)).data(), h.t.nbytes());
+    be.upload(h.t, file.bytes(*file.find(name)).data());
     return h;
   }
 };
@@ -150,10 +150,10 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
                                              weights.t, c["ignore_index"], dy)
                      : be.mse_loss(y, target.t, mask.t, dy);
     if (states) {
-      const auto hn = to_doubles(model.rnn().h_n()), a = to_doubles(rh.t);
+      const auto hn = to_doubles(be, model.rnn().h_n()), a = to_doubles(be, rh.t);
       for (size_t i = 0; i < hn.size(); ++i) loss += hn[i] * a[i];
       if (cell_state) {
-        const auto cn = to_doubles(model.rnn().c_n()), b = to_doubles(rc.t);
+        const auto cn = to_doubles(be, model.rnn().c_n()), b = to_doubles(be, rc.t);
         for (size_t i = 0; i < cn.size(); ++i) loss += cn[i] * b[i];
       }
     }
@@ -162,10 +162,10 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
 
   Checker ck;
   auto [loss, y] = step();
-  ck.check("forward", "out.y", to_doubles(y), fx.values("out.y"));
-  ck.check("forward", "out.h_n", to_doubles(model.rnn().h_n()), fx.values("out.h_n"));
+  ck.check("forward", "out.y", to_doubles(be, y), fx.values("out.y"));
+  ck.check("forward", "out.h_n", to_doubles(be, model.rnn().h_n()), fx.values("out.h_n"));
   if (cell_state) {
-    ck.check("forward", "out.c_n", to_doubles(model.rnn().c_n()), fx.values("out.c_n"));
+    ck.check("forward", "out.c_n", to_doubles(be, model.rnn().c_n()), fx.values("out.c_n"));
   } else {
     EXPECT_TRUE(model.rnn().c_n().empty());
     EXPECT_FALSE(fx.has("out.c_n"));
@@ -174,13 +174,13 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
   Tensor dx = model.backward(be, dy_buf.tensor(), rh.t, rc.t);
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& name = params.values().entries()[i].name;
-    ck.check("backward", "grad." + name, to_doubles(params.grad(i)), fx.values("grad." + name));
+    ck.check("backward", "grad." + name, to_doubles(be, params.grad(i)), fx.values("grad." + name));
   }
-  if (!ce) ck.check("backward", "grad.x", to_doubles(dx), fx.values("grad.x"));
+  if (!ce) ck.check("backward", "grad.x", to_doubles(be, dx), fx.values("grad.x"));
   if (states) {
-    ck.check("backward", "grad.h0", to_doubles(model.rnn().dh0()), fx.values("grad.h0"));
+    ck.check("backward", "grad.h0", to_doubles(be, model.rnn().dh0()), fx.values("grad.h0"));
     if (cell_state)
-      ck.check("backward", "grad.c0", to_doubles(model.rnn().dc0()), fx.values("grad.c0"));
+      ck.check("backward", "grad.c0", to_doubles(be, model.rnn().dc0()), fx.values("grad.c0"));
   }
 
   {  // Two AdamW steps on the same batch (the first reuses the gradients above).
@@ -200,7 +200,7 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
       adamw.step();
       for (size_t i = 0; i < params.size(); ++i) {
         const std::string name = prefix + "." + params.values().entries()[i].name;
-        ck.check("adamw", name, to_doubles(params.value(i)), fx.values(name));
+        ck.check("adamw", name, to_doubles(be, params.value(i)), fx.values(name));
       }
       if (own_gradients) load_fixture_params(prefix);
     }
@@ -222,7 +222,7 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
       sgd.step();
       for (size_t i = 0; i < params.size(); ++i) {
         const std::string name = prefix + params.values().entries()[i].name;
-        ck.check("sgd", name, to_doubles(params.value(i)), fx.values(name));
+        ck.check("sgd", name, to_doubles(be, params.value(i)), fx.values(name));
       }
     }
   }
@@ -286,7 +286,10 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
 TEST(PyTorchParity, CpuF32) { run_all("cpu", DType::f32, 1e-5); }
 TEST(PyTorchParity, CudaF32) {
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-  run_all("cuda", DType::f32, 1e-5);
+  // A GPU's float32 rounds otherwise than the CPU's (products fused into FMAs, its own tanh and
+  // exp): the layer-normalised fixtures near PyTorch's own float32 error may land within twice
+  // the CPU's tolerance.
+  run_all("cuda", DType::f32, 2e-5);
 }
 TEST(PyTorchParity, CudaF64) {
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;

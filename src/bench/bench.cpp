@@ -300,10 +300,7 @@ const Workload& find_workload(const std::string& id) {
 
 BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   if (options.steps < 1) fail("--steps must be at least 1, got ", options.steps);
-  std::vector<Op> needs(std::begin(kAllOps), std::end(kAllOps));
-  if (w.model.family == ModelFamily::recurrent)
-    std::erase_if(needs, [](Op op) { return op == Op::norm || op == Op::attention; });
-  auto device = make_run_backend(options.device, needs);
+  auto device = make_run_backend(options.device, ops_needed(w.model));
   if (options.matmul_precision != "highest" && options.matmul_precision != "high")
     fail("--matmul-precision must be highest or high, got '", options.matmul_precision, "'");
   device->set_float32_matmul_precision(options.matmul_precision);

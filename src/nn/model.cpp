@@ -5,6 +5,18 @@
 
 namespace seqforge {
 
+std::vector<Op> ops_needed(const ModelOptions& options) {
+  std::vector<Op> needs = {Op::memory,  Op::gemm,      Op::elementwise, Op::layout,
+                           Op::dropout, Op::embedding, Op::loss,        Op::optimizer};
+  if (options.family == ModelFamily::transformer) {
+    for (Op op : {Op::norm, Op::activation, Op::attention}) needs.push_back(op);
+  } else {
+    needs.push_back(Op::cell);
+  }
+  if (options.adapter.kind != AdapterKind::none) needs.push_back(Op::adapter);
+  return needs;
+}
+
 std::unique_ptr<Model> make_model(const ModelOptions& options, DType dtype) {
   if (options.family == ModelFamily::transformer) {
     TransformerOptions t = options.transformer;

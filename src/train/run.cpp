@@ -169,21 +169,13 @@ std::unique_ptr<Backend> make_device_backend(const Config& c, const ModelOptions
   if (device != "auto" && device != "cpu" && device != "cuda")
     fail(c.origin("train.device"), ": train.device must be auto, cpu or cuda, got '", device, "'");
   if (inference && device == "cuda") device = "auto";
-  std::vector<Op> needs = {Op::memory,  Op::gemm,      Op::elementwise, Op::layout,
-                           Op::dropout, Op::embedding, Op::loss,        Op::optimizer};
-  if (m.family == ModelFamily::transformer) {
-    for (Op op : {Op::norm, Op::activation, Op::attention}) needs.push_back(op);
-  } else {
-    needs.push_back(Op::cell);
-  }
-  if (m.adapter.kind != AdapterKind::none) needs.push_back(Op::adapter);
   const std::string matmul = c.str("train.matmul_precision");
   if (matmul != "highest" && matmul != "high")
     fail(c.origin("train.matmul_precision"),
          ": train.matmul_precision must be highest or high, got '", matmul, "'");
   std::unique_ptr<Backend> be;
   try {
-    be = make_run_backend(device, needs);
+    be = make_run_backend(device, ops_needed(m));
   } catch (const Error& e) {
     if (std::getenv("SEQFORGE_BACKEND")) throw;
     fail(c.origin("train.device"), ": train.", e.what());

@@ -123,4 +123,7 @@ class Model {
 
 std::unique_ptr<Model> make_model(const ModelOptions& options, DType dtype = DType::f32);
 
+// The backend op groups training such a model runs: a device backend must run them all.
+std::vector<Op> ops_needed(const ModelOptions& options);
+
 }  // namespace seqforge

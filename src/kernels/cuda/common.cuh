@@ -55,6 +55,11 @@ __device__ inline float load_low(const void* p, DType low, int64_t i) {
   return from_bf16_bits(static_cast<const bf16*>(p)[i].bits);
 }
 
+// a * b rounded on its own: nvcc fuses a * b + c into one FMA, which would make a product that a
+// sum already saw rounded differ from its use beside that sum (LN's dy - mean(dy) must cancel).
+__device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
 // Records a bad input found by a kernel (a token id, a target class out of range), the first
 // thread to find one winning: report[0] = its index (all ones while none), report[1] = its value.
 // The backend reads the report at its next synchronisation.

@@ -37,7 +37,8 @@ __device__ inline T block_layer_norm(const T* x, T* out, int64_t n) {
   return rstd;
 }
 
-// dx = rstd (dy - mean(dy) - y mean(dy y)); dy may be recomputed per element by `dy_at`.
+// dx = rstd (dy - mean(dy) - y mean(dy y)); dy may be recomputed per element by `dy_at`, which
+// must round as it did for the means (mul_rn): where dy is constant dx is then exactly zero.
 template <typename T, typename Dy>
 __device__ inline void block_layer_norm_backward(Dy dy_at, const T* y, T rstd, T* dx, int64_t n) {
   double m1 = 0, m2 = 0;
@@ -118,7 +119,8 @@ __global__ void lnlstm_backward_kernel(CellBackward p, T* dbias_rows) {
     }
     __syncthreads();
     // dc_t = dc + LN'(c)(dt g_c); dc_norm lands in dpre[0, H) for the moment.
-    block_layer_norm_backward([&](int64_t j) { return dt[j] * g_c[j]; }, c_hat, rstd[2], dpre, H);
+    block_layer_norm_backward([&](int64_t j) { return mul_rn(dt[j], g_c[j]); }, c_hat, rstd[2],
+                              dpre, H);
     __syncthreads();
     for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
       const T i = load_gate<T>(p, 4, b, j), f = load_gate<T>(p, 4, b, H + j);
@@ -132,8 +134,10 @@ __global__ void lnlstm_backward_kernel(CellBackward p, T* dbias_rows) {
     __syncthreads();
     T* dg = static_cast<T*>(p.dgates) + b * N;
     T* dr = static_cast<T*>(p.dgates_rec) + b * N;
-    block_layer_norm_backward([&](int64_t j) { return dpre[j] * g_ih[j]; }, g_hat, rstd[0], dg, N);
-    block_layer_norm_backward([&](int64_t j) { return dpre[j] * g_hh[j]; }, r_hat, rstd[1], dr, N);
+    block_layer_norm_backward([&](int64_t j) { return mul_rn(dpre[j], g_ih[j]); }, g_hat, rstd[0],
+                              dg, N);
+    block_layer_norm_backward([&](int64_t j) { return mul_rn(dpre[j], g_hh[j]); }, r_hat, rstd[1],
+                              dr, N);
     __syncthreads();
     T* rows = dbias_rows + b * 18 * H;
     for (int64_t j = threadIdx.x; j < N; j += blockDim.x) {

@@ -84,6 +84,15 @@ struct Launch {
 #define SF_DYNAMIC_SHARED(name) unsigned char* name = ::sf_emu::dynamic_shared.data()
 
 inline void __syncthreads() { sf_emu::block_barrier->arrive_and_wait(); }
+// Rounded on their own: a volatile result is never fused into an FMA.
+inline float __fmul_rn(float a, float b) {
+  volatile float r = a * b;
+  return r;
+}
+inline double __dmul_rn(double a, double b) {
+  volatile double r = a * b;
+  return r;
+}
 inline uint32_t __float_as_uint(float f) { return std::bit_cast<uint32_t>(f); }
 inline float __uint_as_float(uint32_t u) { return std::bit_cast<float>(u); }
 inline double atomicAdd(double* p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }

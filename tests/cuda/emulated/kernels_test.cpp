@@ -364,7 +364,8 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     std::vector<float> want(R * C), got(R * C);
     ref->scale_columns(view(want, {R, C}), view(x, {R, C}), view(s, {C}), view(bias, {C}));
     cuda::scale_columns(got.data(), x.data(), s.data(), bias.data(), DType::f32, R, C, nullptr);
-    expect_near(got, want, 0, "scale_columns");
+    // x s + b is one FMA on a GPU (and here, compiled as nvcc compiles): one rounding fewer.
+    expect_near(got, want, 2.4e-7, "scale_columns");
     std::vector<float> sw(R), iw(R), sg(R), ig(R);
     ref->dora_norm(view(sw, {R}), view(iw, {R}), view(x, {R, C}), view(m, {R}));
     cuda::dora_norm(sg.data(), ig.data(), x.data(), m.data(), DType::f32, R, C, nullptr);
