@@ -56,20 +56,22 @@ std::map<std::string, std::vector<double>> run(Backend& be, const Case& c,
   HostTensor c0(be, DType::f32, c_shape, values(c_shape.numel()));
   Rng dropout_rng(5);
   Tensor y = lstm.forward(be, x.t, h0.t, cell_state ? c0.t : Tensor(), true, dropout_rng);
+  if (schedule == RecurrentSchedule::whole_chains && !lstm.whole_chains_apply())
+    schedule = RecurrentSchedule::layered;
   if (schedule != RecurrentSchedule::tuned) {
     EXPECT_EQ(lstm.schedule(), schedule);
   }
   EXPECT_NE(lstm.schedule(), RecurrentSchedule::tuned);
-  std::map<std::string, std::vector<double>> out = {{"y", to_doubles(y)},
-                                                    {"h_n", to_doubles(lstm.h_n())}};
-  if (cell_state) out["c_n"] = to_doubles(lstm.c_n());
+  std::map<std::string, std::vector<double>> out = {{"y", to_doubles(be, y)},
+                                                    {"h_n", to_doubles(be, lstm.h_n())}};
+  if (cell_state) out["c_n"] = to_doubles(be, lstm.c_n());
   HostTensor dy(be, DType::f32, y.shape(), values(y.numel()));
   HostTensor dhn(be, DType::f32, s_shape, values(s_shape.numel()));
   HostTensor dcn(be, DType::f32, c_shape, values(c_shape.numel()));
-  out["dx"] = to_doubles(lstm.backward(be, dy.t, dhn.t, cell_state ? dcn.t : Tensor()));
-  out["dh0"] = to_doubles(lstm.dh0());
-  if (cell_state) out["dc0"] = to_doubles(lstm.dc0());
-  out["grads"] = to_doubles(params.grads().flat());
+  out["dx"] = to_doubles(be, lstm.backward(be, dy.t, dhn.t, cell_state ? dcn.t : Tensor()));
+  out["dh0"] = to_doubles(be, lstm.dh0());
+  if (cell_state) out["dc0"] = to_doubles(be, lstm.dc0());
+  out["grads"] = to_doubles(be, params.grads().flat());
   return out;
 }
 
@@ -96,6 +98,33 @@ TEST_P(LstmConcurrency, MatchesSequentialReference) {
       EXPECT_LE(max_rel_error(got.at(name), w), tol)
           << GetParam().name << " " << name << " schedule " << static_cast<int>(schedule);
   }
+}
+
+// Each chain's steps in one backend call (RecurrentSchedule::whole_chains): on a GPU one
+// cooperative kernel per chain and direction, elsewhere the steps as the Backend defines them.
+// Every usable backend gives the reference's outputs, states and gradients. (Stacks it does not
+// apply to, projections, dropout on the state, the LN-LSTM, take the steps.)
+TEST_P(LstmConcurrency, WholeChainsMatchTheReferenceOnEveryBackend) {
+  const Case& c = GetParam();
+  if (c.opt.cell == CellKind::lnlstm || c.opt.proj_size > 0 ||
+      (c.opt.variational_dropout && c.opt.dropout > 0))
+    GTEST_SKIP() << c.name << ": whole chains are for LSTM and GRU stacks without projections "
+                 << "or dropout on the state";
+  auto ref = make_reference_backend();
+  const auto want = run(*ref, c, RecurrentSchedule::layered);
+  const double bf16_tol = c.opt.cell == CellKind::gru ? 4e-3 : 2e-3, f32_tol = 2e-5;
+  int ran = 0;
+  for (const BackendEntry& entry : registered_backends()) {
+    if (!entry.usable()) continue;
+    auto be = entry.make();
+    if (!be->supports(Op::gemm, c.gemm)) continue;  // bf16 on a CPU without bf16 dot products
+    const auto got = run(*be, c, RecurrentSchedule::whole_chains);
+    ++ran;
+    for (const auto& [name, w] : want)
+      EXPECT_LE(max_rel_error(got.at(name), w), c.gemm == DType::bf16 ? bf16_tol : f32_tol)
+          << c.name << " " << name << " on " << entry.name;
+  }
+  EXPECT_GE(ran, 2);
 }
 
 // Weight gradients after the loop, with bf16 GEMMs over at least 1024 rows, run on K-major

@@ -387,13 +387,15 @@ void Recurrent::compute_forward(Backend& be, RecurrentSchedule schedule) {
         // Bidirectional layers project their input a step at a time: the step's pre-activations
         // are then still in cache for the cell (W2 bf16, layered: 260-270 against 286-293 ms;
         // a unidirectional W4 gains nothing, its per-step GEMMs have 64 rows).
-        const bool per_step = D == 2 && schedule != RecurrentSchedule::split_batch;
+        const bool whole = schedule == RecurrentSchedule::whole_chains;
+        const bool per_step = D == 2 && schedule != RecurrentSchedule::split_batch && !whole;
         if (!per_step) {
           SF_PROFILE_SCOPE(scope_projection_, static_cast<int>(l0));
           for (int64_t d = 0; d < D; ++d) project_all(be, l0, d);
         }
         auto run_chain = [&](int64_t d) {
           SF_PROFILE_SCOPE(scope_forward_, static_cast<int>(l0), static_cast<int>(d));
+          if (whole) return chain_forward(be, l0, d);
           // W_ih packed by the worker that runs the chain: the layout depends on its threads.
           if (per_step && !cell_projects_input(l0))
             pack_weights(be, project_step_shape(l0), input_weights(l0 * D + d),
@@ -482,12 +484,16 @@ const char* schedule_name(RecurrentSchedule s) {
       return "one_worker";
     case RecurrentSchedule::split_batch:
       return "split_batch";
+    case RecurrentSchedule::whole_chains:
+      return "whole_chains";
   }
   return "?";
 }
 }  // namespace
 
 void Recurrent::run_forward(Backend& be, RecurrentSchedule schedule) {
+  if (schedule == RecurrentSchedule::whole_chains && !whole_chains_apply())
+    schedule = RecurrentSchedule::layered;
   chosen_ = schedule;
   if (schedule == RecurrentSchedule::one_worker)
     return be.run_concurrently(1, [&](int) { compute_forward(be, RecurrentSchedule::layered); });
@@ -518,6 +524,8 @@ void Recurrent::run_tuned_forward(Backend& be) {
     candidates.push_back(RecurrentSchedule::one_worker);
     if (B_ >= 2) candidates.push_back(RecurrentSchedule::split_batch);
   }
+  if (be.fuses_recurrence(cell_.kind) && whole_chains_apply())
+    candidates.push_back(RecurrentSchedule::whole_chains);
   const RecurrentSchedule fallback =
       chains ? RecurrentSchedule::side_by_side : RecurrentSchedule::layered;
   if (candidates.size() == 1 || !autotune::enabled()) return run_forward(be, fallback);
@@ -643,6 +651,53 @@ void Recurrent::finish_output_step(Backend& be, int64_t l, int64_t t) {
   Tensor dropped = dropped_[l].tensor().slice(t, t + 1);
   be.mul(dropped, out_[l].tensor().slice(t, t + 1), mask_[l].tensor().slice(t, t + 1));
   if (low()) be.convert(dropped_low_[l].tensor().slice(t, t + 1), dropped);
+}
+
+bool Recurrent::whole_chains_apply() const {
+  return (cell_.kind == CellKind::lstm || cell_.kind == CellKind::gru) && !projected() &&
+         !locked_dropout();
+}
+
+// step_forward's arguments for every step at once: pointers at time 0, the initial state.
+void Recurrent::chain_forward(Backend& be, int64_t l, int64_t d) {
+  const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
+  Chain& ch = chains_[s];
+  const Tensor out = out_[l].tensor();
+  RecurrenceForward a;
+  a.steps = T_;
+  a.reverse = d == 1;
+  a.gemm = gemm_dtype_;
+  a.w_hh = recurrent_weights(s).data();
+  a.h0 = chain_h0(s).data();
+  a.ld_h0 = H;
+  CellForward& cell = a.cell;
+  if (low()) cell.low = gemm_dtype_;
+  cell.batch = B_;
+  cell.hidden = H;
+  cell.gates = low() && cell_projects_input(l) ? nullptr : ch.gates.tensor().data();
+  cell.gates_low = low() ? ch.gates_low.tensor().data() : nullptr;
+  if (cell_.cell_state) {
+    cell.c_prev = c0_.tensor().slice(s, s + 1).data();
+    cell.c = ch.c.tensor().data();
+  } else {
+    cell.h_prev = h0_.tensor().slice(s, s + 1).data();
+    cell.ld_h_prev = H;
+  }
+  if (cell_.folded_hh_bias_gates < G_)
+    cell.bias_rec = at(params_.value(weights_[s].b_hh), cell_.folded_hh_bias_gates * H);
+  cell.saved = ch.saved.tensor().data();
+  cell.h = at(out, d * H);
+  cell.ldh = D * H;
+  cell.h_low = low() ? at(out_low_[l].tensor(), d * H) : nullptr;
+  if (cell_projects_input(l)) {
+    const int64_t I = layer_input_size(l);
+    cell.x = layer_input(l).data();
+    cell.input = I;
+    cell.ldx = I;
+    cell.w_ih_t = ch.w_ih_t.tensor().data();
+    cell.bias = ch.bias.tensor().data();
+  }
+  be.recurrence_forward(cell_.kind, a, params_.dtype());
 }
 
 void Recurrent::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t b0,
@@ -864,6 +919,8 @@ void Recurrent::compute_backward(Backend& be, RecurrentSchedule schedule) {
       if (group == 1) {
         auto run_chain = [&](int64_t d) {
           SF_PROFILE_SCOPE(scope_backward_, static_cast<int>(l0), static_cast<int>(d));
+          if (schedule == RecurrentSchedule::whole_chains)
+            return chain_backward(be, l0, d, group_dout, chains_[l0 * D + d].dbias.tensor().data());
           for (int64_t step = T_ - 1; step >= 0; --step) {
             step_backward(be, l0, d, step, group_dout, 0, B_,
                           chains_[l0 * D + d].dbias.tensor().data());
@@ -988,6 +1045,43 @@ void Recurrent::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, T
     be.add(dh, through);
   else
     be.copy(dh, through);
+}
+
+// step_backward's arguments for every step at once: pointers at time 0, the initial state.
+void Recurrent::chain_backward(Backend& be, int64_t l, int64_t d, Tensor dout, void* dbias) {
+  const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
+  Chain& ch = chains_[s];
+  const Tensor dg_g = input_grads(s), dr_g = recurrent_grads(s);
+  RecurrenceBackward a;
+  a.steps = T_;
+  a.reverse = d == 1;
+  a.gemm = gemm_dtype_;
+  a.w_hh = recurrent_weights(s).data();
+  a.dh = ch.dh.tensor().data();
+  a.c = cell_.cell_state ? ch.c.tensor().data() : nullptr;
+  a.h = at(out_[l].tensor(), d * H);
+  a.ldh = D * H;
+  CellBackward& cell = a.cell;
+  if (low()) cell.low = gemm_dtype_;
+  cell.batch = B_;
+  cell.hidden = H;
+  cell.gates = low() ? nullptr : ch.gates.tensor().data();
+  cell.gates_low = low() ? dg_g.data() : nullptr;
+  cell.saved = ch.saved.tensor().data();
+  if (cell_.cell_state) {
+    cell.c_prev = c0_.tensor().slice(s, s + 1).data();
+    cell.dc = ch.dc.tensor().data();
+  } else {
+    cell.h_prev = h0_.tensor().slice(s, s + 1).data();
+    cell.ld_h_prev = H;
+  }
+  cell.dh_out = dout.empty() ? nullptr : at(dout, d * H);
+  cell.ld_dh_out = D * H;
+  cell.dgates = low() ? nullptr : ch.gates.tensor().data();
+  cell.dgates_low = low() ? dg_g.data() : nullptr;
+  if (cell_.recurrent_grads) (low() ? cell.dgates_rec_low : cell.dgates_rec) = dr_g.data();
+  cell.dbias = dbias;
+  be.recurrence_backward(cell_.kind, a, params_.dtype());
 }
 
 // din[t](B, I) = dG[t](B, G*H) W_ih(G*H, I) for unidirectional layer l, times the dropout mask of

@@ -137,6 +137,36 @@ struct CellBackward {
   DType low = DType::bf16;    // of the *_low copies: bf16 or f16
 };
 
+// A chain's whole recurrence, all its steps in one call (Backend::recurrence_forward and
+// recurrence_backward; LSTM and GRU without projections): what T cell steps with their recurrent
+// GEMMs compute, R_t = h_{t-1} W_hh^T forward and dh_{t-1} (+)= dR_t W_hh backward. The cell
+// arguments describe time 0: every per-step buffer is (steps * B) rows, time t at row t * B of
+// its own width (gates and dgates G*H, c and saved H, h ldh, x ldx, dh_out ld_dh_out). A reverse
+// chain walks t = steps-1 .. 0. c_prev and h_prev (and h0) hold the initial state.
+struct RecurrenceForward {
+  CellForward cell;  // gates_rec is unused
+  int64_t steps = 0;
+  bool reverse = false;
+  DType gemm = DType::f32;     // the product's operands: h (h_low when the cell writes one), w_hh
+  const void* w_hh = nullptr;  // (G*H, H) in `gemm`
+  const void* h0 = nullptr;    // (B, H) in `gemm`, rows ld_h0 apart: the product's first h
+  int64_t ld_h0 = 0;
+};
+// dh (B, H) is dL/dh into the chain's first step back (read) and dL/dh_0 after its last
+// (written), in place of cell.dh_rec and cell.dh_direct; cell.dc likewise carries dL/dc. dgates
+// may be null when dgates_low is given; dbias, when given, gets every step's column sums.
+struct RecurrenceBackward {
+  CellBackward cell;
+  int64_t steps = 0;
+  bool reverse = false;
+  DType gemm = DType::f32;  // the product's operands: dgates (dgates_rec) or their low copies, w_hh
+  const void* w_hh = nullptr;
+  void* dh = nullptr;
+  const void* c = nullptr;  // LSTM: the forward's c, (steps * B, H)
+  const void* h = nullptr;  // GRU: the forward's h, (steps * B) rows ldh apart
+  int64_t ldh = 0;
+};
+
 // Multi-head scaled dot-product attention over the packed projections of a (B, T, 3C) c_attn
 // output, C = heads * head_dim: for batch row b and head h, q, k and v are the columns
 // [h*D, (h+1)*D) of the first, second and third C-block of each row (nanoGPT's layout), and

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
-#include "seqforge/backend/ops.hpp"
 #include "seqforge/backend/buffer.hpp"
+#include "seqforge/backend/ops.hpp"
 #include "seqforge/nn/parameters.hpp"
 
 namespace seqforge {
@@ -47,6 +47,7 @@ enum class RecurrentSchedule {
   one_worker,    // everything on one worker: small problems, whose data fit one core's caches
                  // and whose ops cost more split over workers than they save
   split_batch,   // each worker runs every step for its own rows of the batch: small problems
+  whole_chains,  // each chain's steps in one backend call (a device's recurrence kernel)
 };
 
 class Recurrent {
@@ -76,6 +77,9 @@ class Recurrent {
   // Whether backward computes dx (on by default; off saves a GEMM when the input is data).
   void set_input_grad(bool on) { input_grad_ = on; }
   void set_schedule(RecurrentSchedule schedule) { schedule_ = schedule; }
+  // Whether whole_chains runs as such (LSTM and GRU stacks without projections or dropout on the
+  // state; others take the steps).
+  bool whole_chains_apply() const;
   // Steps per chunk of the weight-gradient GEMMs; 0 (the default) sizes the chunks by their
   // K-major copies. Tests set small chunks, which also take bf16 GEMMs through K-major copies
   // at any size.
@@ -176,6 +180,8 @@ class Recurrent {
   void step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t b0, int64_t nb);
   void step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor dout, int64_t b0,
                      int64_t nb, void* dbias);
+  void chain_forward(Backend& be, int64_t l, int64_t d);
+  void chain_backward(Backend& be, int64_t l, int64_t d, Tensor dout, void* dbias);
   int split_workers(const Backend& be) const;
   void din_step(Backend& be, int64_t l, int64_t t);
   void din_all(Backend& be, int64_t l);

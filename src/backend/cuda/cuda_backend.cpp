@@ -241,6 +241,30 @@ class CudaBackend final : public Backend {
     }
     check_cuda(cudaGetLastError(), std::string(type.name) + " cell backward");
   }
+  // A chain's recurrence in one cooperative launch, its blocks waiting for each other between
+  // steps (recurrence.cuh): no launch per step.
+  bool fuses_recurrence(CellKind cell) const override {
+    return cell == CellKind::lstm || cell == CellKind::gru;
+  }
+  void recurrence_forward(CellKind cell, const RecurrenceForward& a, DType dtype) override {
+    cuda::recurrence_forward(cell, a, dtype, stream_);
+    check_cuda(cudaGetLastError(), std::string(cell_type(cell).name) + " recurrence forward");
+  }
+  void recurrence_backward(CellKind cell, const RecurrenceBackward& a, DType dtype) override {
+    const CellType& type = cell_type(cell);
+    const int64_t GH = type.gates * a.cell.hidden;
+    const size_t step = static_cast<size_t>(a.cell.batch * GH) * dtype_size(dtype);
+    void* dgates = a.cell.dgates ? nullptr : scratch(0, step);
+    void* drec = type.recurrent_grads && !a.cell.dgates_rec ? scratch(1, step) : nullptr;
+    const int64_t columns = bias_grad_columns(type, a.cell.hidden);
+    void* rows =
+        a.cell.dbias
+            ? scratch(2, static_cast<size_t>(cuda::recurrence_bias_rows(a.cell.batch) * columns) *
+                             dtype_size(dtype))
+            : nullptr;
+    cuda::recurrence_backward(cell, a, dgates, drec, rows, dtype, stream_);
+    check_cuda(cudaGetLastError(), std::string(type.name) + " recurrence backward");
+  }
   // A bad id is reported at the next synchronisation (raise_reports).
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {
     const int64_t vocab = table.dim(0), e = table.dim(1);

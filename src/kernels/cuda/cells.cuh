@@ -64,96 +64,126 @@ __device__ inline void store_dgate(const CellBackward& p, int gates, int64_t b, 
   if (p.dgates_low) store_low(p.dgates_low, p.low, b * GH + gj, static_cast<float>(v));
 }
 
-//   c = f c_prev + i g,  h = o tanh(c);  saved: tanh(c)
+// The recurrent pre-activations a unit's step adds: R(b, g*H + j) from gates_rec (or zero), or,
+// in a whole-chain kernel, its own tile's (recurrence.cuh).
 template <typename T>
-__global__ void lstm_forward_kernel(CellForward p) {
+struct GatesRec {
+  const T* rec;  // (B, G*H) or null
+  int64_t row;   // b * G*H + j
+  int64_t hidden;
+  __device__ T operator()(int g) const { return rec ? rec[row + g * hidden] : T(0); }
+};
+
+//   c = f c_prev + i g,  h = o tanh(c);  saved: tanh(c)
+// Unit j of row b; rec(g) is gate g's recurrent pre-activation.
+template <typename T, typename Rec>
+__device__ inline void lstm_forward_unit(const CellForward& p, int64_t b, int64_t j,
+                                         const Rec& rec) {
   const int64_t H = p.hidden;
-  SF_GRID_STRIDE(idx, p.batch * H) {
-    const int64_t b = idx / H, j = idx % H;
-    T a[4];
-    for (int g = 0; g < 4; ++g) {
-      a[g] = preact<T>(p, 4, b, g * H + j);
-      if (p.gates_rec) a[g] += static_cast<const T*>(p.gates_rec)[b * 4 * H + g * H + j];
-    }
-    const T i = sigmoid(a[0]), f = sigmoid(a[1]), g = tanh(a[2]), o = sigmoid(a[3]);
-    store_gate(p, 4, b, j, i);
-    store_gate(p, 4, b, H + j, f);
-    store_gate(p, 4, b, 2 * H + j, g);
-    store_gate(p, 4, b, 3 * H + j, o);
-    const T c = f * static_cast<const T*>(p.c_prev)[b * H + j] + i * g;
-    static_cast<T*>(p.c)[b * H + j] = c;
-    const T tc = tanh(c);
-    static_cast<T*>(p.saved)[b * H + j] = tc;
-    store_h(p, b, j, o * tc);
-  }
+  T a[4];
+  for (int g = 0; g < 4; ++g) a[g] = preact<T>(p, 4, b, g * H + j) + rec(g);
+  const T i = sigmoid(a[0]), f = sigmoid(a[1]), g = tanh(a[2]), o = sigmoid(a[3]);
+  store_gate(p, 4, b, j, i);
+  store_gate(p, 4, b, H + j, f);
+  store_gate(p, 4, b, 2 * H + j, g);
+  store_gate(p, 4, b, 3 * H + j, o);
+  const T c = f * static_cast<const T*>(p.c_prev)[b * H + j] + i * g;
+  static_cast<T*>(p.c)[b * H + j] = c;
+  const T tc = tanh(c);
+  static_cast<T*>(p.saved)[b * H + j] = tc;
+  store_h(p, b, j, o * tc);
 }
 
 template <typename T>
-__global__ void lstm_backward_kernel(CellBackward p) {
+__device__ inline void lstm_backward_unit(const CellBackward& p, int64_t b, int64_t j) {
   const int64_t H = p.hidden;
-  SF_GRID_STRIDE(idx, p.batch * H) {
-    const int64_t b = idx / H, j = idx % H;
-    const T i = load_gate<T>(p, 4, b, j), f = load_gate<T>(p, 4, b, H + j);
-    const T g = load_gate<T>(p, 4, b, 2 * H + j), o = load_gate<T>(p, 4, b, 3 * H + j);
-    const T dh = incoming_dh<T>(p, b, j);
-    const T tc = static_cast<const T*>(p.saved)[b * H + j];
-    T* dc = static_cast<T*>(p.dc) + b * H + j;
-    const T dct = *dc + dh * o * (T(1) - tc * tc);
-    store_dgate(p, 4, b, j, dct * g * i * (T(1) - i));
-    store_dgate(p, 4, b, H + j, dct * static_cast<const T*>(p.c_prev)[b * H + j] * f * (T(1) - f));
-    store_dgate(p, 4, b, 2 * H + j, dct * i * (T(1) - g * g));
-    store_dgate(p, 4, b, 3 * H + j, dh * tc * o * (T(1) - o));
-    *dc = dct * f;
-  }
+  const T i = load_gate<T>(p, 4, b, j), f = load_gate<T>(p, 4, b, H + j);
+  const T g = load_gate<T>(p, 4, b, 2 * H + j), o = load_gate<T>(p, 4, b, 3 * H + j);
+  const T dh = incoming_dh<T>(p, b, j);
+  const T tc = static_cast<const T*>(p.saved)[b * H + j];
+  T* dc = static_cast<T*>(p.dc) + b * H + j;
+  const T dct = *dc + dh * o * (T(1) - tc * tc);
+  store_dgate(p, 4, b, j, dct * g * i * (T(1) - i));
+  store_dgate(p, 4, b, H + j, dct * static_cast<const T*>(p.c_prev)[b * H + j] * f * (T(1) - f));
+  store_dgate(p, 4, b, 2 * H + j, dct * i * (T(1) - g * g));
+  store_dgate(p, 4, b, 3 * H + j, dh * tc * o * (T(1) - o));
+  *dc = dct * f;
 }
 
 //   r = sig(G_r + R_r), z = sig(G_z + R_z), hn = R_n + b_hn, n = tanh(G_n + r hn),
 //   h = n + z (h_prev - n);  saved: hn
-template <typename T>
-__global__ void gru_forward_kernel(CellForward p) {
+template <typename T, typename Rec>
+__device__ inline void gru_forward_unit(const CellForward& p, int64_t b, int64_t j,
+                                        const Rec& rec) {
   const int64_t H = p.hidden;
-  SF_GRID_STRIDE(idx, p.batch * H) {
-    const int64_t b = idx / H, j = idx % H;
-    const T* rec = static_cast<const T*>(p.gates_rec) + b * 3 * H;
-    const T r = sigmoid(preact<T>(p, 3, b, j) + rec[j]);
-    const T z = sigmoid(preact<T>(p, 3, b, H + j) + rec[H + j]);
-    const T hn = rec[2 * H + j] + static_cast<const T*>(p.bias_rec)[j];
-    static_cast<T*>(p.saved)[b * H + j] = hn;
-    const T n = tanh(preact<T>(p, 3, b, 2 * H + j) + r * hn);
-    store_gate(p, 3, b, j, r);
-    store_gate(p, 3, b, H + j, z);
-    store_gate(p, 3, b, 2 * H + j, n);
-    const T h_prev = static_cast<const T*>(p.h_prev)[b * p.ld_h_prev + j];
-    store_h(p, b, j, n + z * (h_prev - n));
-  }
+  const T r = sigmoid(preact<T>(p, 3, b, j) + rec(0));
+  const T z = sigmoid(preact<T>(p, 3, b, H + j) + rec(1));
+  const T hn = rec(2) + static_cast<const T*>(p.bias_rec)[j];
+  static_cast<T*>(p.saved)[b * H + j] = hn;
+  const T n = tanh(preact<T>(p, 3, b, 2 * H + j) + r * hn);
+  store_gate(p, 3, b, j, r);
+  store_gate(p, 3, b, H + j, z);
+  store_gate(p, 3, b, 2 * H + j, n);
+  const T h_prev = static_cast<const T*>(p.h_prev)[b * p.ld_h_prev + j];
+  store_h(p, b, j, n + z * (h_prev - n));
 }
 
 //   da_n = dh (1 - z)(1 - n^2), da_r = da_n hn r (1 - r), da_z = dh (h_prev - n) z (1 - z)
 //   dG = [da_r, da_z, da_n], dR = [da_r, da_z, da_n r], dh_direct = dh z
 template <typename T>
-__global__ void gru_backward_kernel(CellBackward p) {
+__device__ inline void gru_backward_unit(const CellBackward& p, int64_t b, int64_t j) {
+  const int64_t H = p.hidden;
+  const T r = load_gate<T>(p, 3, b, j), z = load_gate<T>(p, 3, b, H + j);
+  const T n = load_gate<T>(p, 3, b, 2 * H + j);
+  const T dh = incoming_dh<T>(p, b, j);
+  const T hn = static_cast<const T*>(p.saved)[b * H + j];
+  const T h_prev = static_cast<const T*>(p.h_prev)[b * p.ld_h_prev + j];
+  const T da_n = dh * (T(1) - z) * (T(1) - n * n);
+  const T da_r = da_n * hn * r * (T(1) - r);
+  const T da_z = dh * (h_prev - n) * z * (T(1) - z);
+  store_dgate(p, 3, b, j, da_r);
+  store_dgate(p, 3, b, H + j, da_z);
+  store_dgate(p, 3, b, 2 * H + j, da_n);
+  T* drec = static_cast<T*>(p.dgates_rec) + b * 3 * H;
+  const T rec[3] = {da_r, da_z, da_n * r};
+  for (int g = 0; g < 3; ++g) {
+    drec[g * H + j] = rec[g];
+    if (p.dgates_rec_low)
+      store_low(p.dgates_rec_low, p.low, b * 3 * H + g * H + j, static_cast<float>(rec[g]));
+  }
+  static_cast<T*>(p.dh_direct)[b * H + j] = dh * z;
+}
+
+template <typename T>
+__global__ void lstm_forward_kernel(CellForward p) {
   const int64_t H = p.hidden;
   SF_GRID_STRIDE(idx, p.batch * H) {
     const int64_t b = idx / H, j = idx % H;
-    const T r = load_gate<T>(p, 3, b, j), z = load_gate<T>(p, 3, b, H + j);
-    const T n = load_gate<T>(p, 3, b, 2 * H + j);
-    const T dh = incoming_dh<T>(p, b, j);
-    const T hn = static_cast<const T*>(p.saved)[b * H + j];
-    const T h_prev = static_cast<const T*>(p.h_prev)[b * p.ld_h_prev + j];
-    const T da_n = dh * (T(1) - z) * (T(1) - n * n);
-    const T da_r = da_n * hn * r * (T(1) - r);
-    const T da_z = dh * (h_prev - n) * z * (T(1) - z);
-    store_dgate(p, 3, b, j, da_r);
-    store_dgate(p, 3, b, H + j, da_z);
-    store_dgate(p, 3, b, 2 * H + j, da_n);
-    T* drec = static_cast<T*>(p.dgates_rec) + b * 3 * H;
-    const T rec[3] = {da_r, da_z, da_n * r};
-    for (int g = 0; g < 3; ++g) {
-      drec[g * H + j] = rec[g];
-      if (p.dgates_rec_low)
-        store_low(p.dgates_rec_low, p.low, b * 3 * H + g * H + j, static_cast<float>(rec[g]));
-    }
-    static_cast<T*>(p.dh_direct)[b * H + j] = dh * z;
+    lstm_forward_unit<T>(p, b, j,
+                         GatesRec<T>{static_cast<const T*>(p.gates_rec), b * 4 * H + j, H});
+  }
+}
+
+template <typename T>
+__global__ void lstm_backward_kernel(CellBackward p) {
+  SF_GRID_STRIDE(idx, p.batch * p.hidden) {
+    lstm_backward_unit<T>(p, idx / p.hidden, idx % p.hidden);
+  }
+}
+
+template <typename T>
+__global__ void gru_forward_kernel(CellForward p) {
+  const int64_t H = p.hidden;
+  SF_GRID_STRIDE(idx, p.batch * H) {
+    const int64_t b = idx / H, j = idx % H;
+    gru_forward_unit<T>(p, b, j, GatesRec<T>{static_cast<const T*>(p.gates_rec), b * 3 * H + j, H});
+  }
+}
+
+template <typename T>
+__global__ void gru_backward_kernel(CellBackward p) {
+  SF_GRID_STRIDE(idx, p.batch * p.hidden) {
+    gru_backward_unit<T>(p, idx / p.hidden, idx % p.hidden);
   }
 }
 

@@ -22,9 +22,28 @@ inline unsigned blocks_for(int64_t n) {
 // kernel<<<grid, block, shared, stream>>>(args...) as SF_LAUNCH(grid, block, shared, stream,
 // kernel)(args...), and dynamic shared memory as SF_DYNAMIC_SHARED(name): macros, so that the
 // kernels and their launchers also run in the tests' host emulation (tests/cuda/emulated).
+// A cooperative launch (all blocks resident at once, so that they may wait for each other) is
+// SF_LAUNCH_COOPERATIVE(...)(args...); a failed one is reported by cudaGetLastError.
 #ifndef SF_LAUNCH
 #define SF_LAUNCH(grid, block, shared, stream, ...) __VA_ARGS__<<<grid, block, shared, stream>>>
+#define SF_LAUNCH_COOPERATIVE(grid, block, shared, stream, ...) \
+  ::seqforge::cuda::Cooperative<decltype(&__VA_ARGS__)> {       \
+    &__VA_ARGS__, grid, block, shared, stream                   \
+  }
 #define SF_DYNAMIC_SHARED(name) extern __shared__ unsigned char name[]
+template <typename Kernel>
+struct Cooperative {
+  Kernel kernel;
+  unsigned grid, block;
+  size_t shared;
+  cudaStream_t stream;
+  template <typename... Args>
+  void operator()(Args... args) const {
+    void* pointers[] = {&args...};
+    cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(block),
+                                pointers, shared, stream);
+  }
+};
 #endif
 
 #define SF_GRID_STRIDE(i, n)                                                \

@@ -1,5 +1,6 @@
 // The CUDA kernels' launchers (launch.hpp): every kernel family's header, instantiated for the
 // dtypes the backend runs.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/adapter.cuh"
@@ -9,6 +10,7 @@
 #include "kernels/cuda/lnlstm.cuh"
 #include "kernels/cuda/loss.cuh"
 #include "kernels/cuda/optimizer.cuh"
+#include "kernels/cuda/recurrence.cuh"
 
 namespace seqforge::cuda {
 
@@ -196,6 +198,82 @@ void cell_backward(CellKind cell, const CellBackward& p, void* dbias_rows, DType
     allow_shared(lnlstm_backward_kernel<T>, shared, "the LN-LSTM cell's backward step");
     SF_LAUNCH(rows, kThreads, shared, stream, lnlstm_backward_kernel<T>)
     (p, static_cast<T*>(dbias_rows));
+  });
+}
+
+namespace {
+
+// Blocks for a cooperative launch over `tiles`: no more than the GPU holds at once.
+template <typename Kernel>
+unsigned resident_blocks(Kernel kernel, size_t shared, int64_t tiles, const char* what) {
+  allow_shared(kernel, shared, what);
+  int device = 0, sms = 0, per_sm = 0, cooperative = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kRecurrenceThreads, shared);
+  if (!cooperative || per_sm < 1)
+    fail("cuda: ", what, ": this GPU cannot run its blocks all at once (", per_sm,
+         " per multiprocessor); use train.device: cpu");
+  return static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{per_sm} * sms));
+}
+
+}  // namespace
+
+int64_t recurrence_bias_rows(int64_t batch) { return tile_groups(batch, kTileRows); }
+
+void recurrence_forward(CellKind cell, const RecurrenceForward& a, DType dtype,
+                        cudaStream_t stream) {
+  const int64_t B = a.cell.batch, H = a.cell.hidden;
+  if (a.steps == 0 || B == 0 || H == 0) return;
+  SF_CHECK(cell == CellKind::lstm || cell == CellKind::gru, "cuda: no whole-chain ",
+           cell_type(cell).name);
+  const int64_t tiles = tile_groups(B, kTileRows) * tile_groups(H, kTileUnits);
+  dispatch_float(dtype, [&]<typename T>() {
+    auto run = [&]<int G>() {
+      const size_t shared =
+          sizeof(T) * (kTileRows * (kTileChunk + 1) + G * kTileUnits * (kTileChunk + 1) +
+                       kTileRows * G * kTileUnits);
+      const unsigned blocks = resident_blocks(recurrence_forward_kernel<T, G>, shared, tiles,
+                                              "the recurrence's forward kernel");
+      SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, shared, stream,
+                            recurrence_forward_kernel<T, G>)
+      (a);
+    };
+    if (cell == CellKind::lstm)
+      run.template operator()<4>();
+    else
+      run.template operator()<3>();
+  });
+}
+
+void recurrence_backward(CellKind cell, const RecurrenceBackward& a, void* dgates_step,
+                         void* drec_step, void* bias_rows, DType dtype, cudaStream_t stream) {
+  const int64_t B = a.cell.batch, H = a.cell.hidden;
+  if (a.steps == 0 || B == 0 || H == 0) return;
+  SF_CHECK(cell == CellKind::lstm || cell == CellKind::gru, "cuda: no whole-chain ",
+           cell_type(cell).name);
+  const int64_t tiles = tile_groups(B, kTileRows) * tile_groups(H, kTileUnits);
+  dispatch_float(dtype, [&]<typename T>() {
+    auto run = [&]<int G>() {
+      const int64_t columns = (G == 3 ? 2 : 1) * G * H;
+      if (a.cell.dbias)
+        cudaMemsetAsync(bias_rows, 0, recurrence_bias_rows(B) * columns * sizeof(T), stream);
+      const size_t shared = sizeof(T) * (kTileRows * (kTileChunk + 1) +
+                                         kTileChunk * (kTileUnits + 1) + kTileRows * kTileUnits);
+      const unsigned blocks = resident_blocks(recurrence_backward_kernel<T, G>, shared, tiles,
+                                              "the recurrence's backward kernel");
+      SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, shared, stream,
+                            recurrence_backward_kernel<T, G>)
+      (a, static_cast<T*>(dgates_step), static_cast<T*>(drec_step),
+       a.cell.dbias ? static_cast<T*>(bias_rows) : nullptr);
+      if (a.cell.dbias)
+        sum_rows_acc(a.cell.dbias, bias_rows, dtype, recurrence_bias_rows(B), columns, stream);
+    };
+    if (cell == CellKind::lstm)
+      run.template operator()<4>();
+    else
+      run.template operator()<3>();
   });
 }
 

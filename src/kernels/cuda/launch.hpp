@@ -48,6 +48,15 @@ void cell_forward(CellKind cell, const CellForward& p, DType dtype, cudaStream_t
 void cell_backward(CellKind cell, const CellBackward& p, void* dbias_rows, DType dtype,
                    cudaStream_t stream);
 
+// A chain's whole recurrence, LSTM or GRU, in one cooperative launch (recurrence.cuh). Backward
+// needs scratch: for dgates and dgates_rec when they are null (B, G*H each), and for the bias
+// sums when dbias is given (recurrence_bias_rows(B) x bias columns), all in `dtype`.
+void recurrence_forward(CellKind cell, const RecurrenceForward& a, DType dtype,
+                        cudaStream_t stream);
+void recurrence_backward(CellKind cell, const RecurrenceBackward& a, void* dgates_step,
+                         void* drec_step, void* bias_rows, DType dtype, cudaStream_t stream);
+int64_t recurrence_bias_rows(int64_t batch);
+
 // Embedding and adapters (adapter.cuh). An id outside [0, vocab) is reported in bad[0..1]
 // (device memory: its index and the id, report_bad), which the caller resets to all ones.
 void embedding_forward(void* out, const void* table, const void* ids, DType id_type, DType dtype,

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -40,37 +41,52 @@ inline double2 make_double2(double x, double y) { return {x, y}; }
 namespace sf_emu {
 inline thread_local dim3 thread_index, block_index;
 inline dim3 block_dim, grid_dim;
-inline std::barrier<>* block_barrier = nullptr;
-inline std::vector<unsigned char> dynamic_shared;
+// The running thread's block: its barrier and its dynamic shared memory.
+inline thread_local std::barrier<>* block_barrier = nullptr;
+inline thread_local unsigned char* block_shared = nullptr;
+inline std::barrier<>* grid_barrier = nullptr;  // a cooperative launch's, across all its blocks
 inline int launches = 0;
 
 // kernel<<<grid, block, shared>>>(args...): every block in turn, its threads at once. Grids and
 // blocks are cut to at most 3 blocks of 8 threads: the kernels stride over any geometry (a
 // result that depended on it would be a defect this catches), and it keeps the threads few.
+// A cooperative launch runs all its blocks at once, as the GPU guarantees it.
 template <typename Kernel>
 struct Launch {
   Kernel* kernel;
   unsigned grid, block;
   size_t shared;
+  bool cooperative = false;
   template <typename... Args>
   void operator()(Args... args) const {
     ++launches;
     grid_dim = {std::min(grid, 3u)};
     block_dim = {std::min(block, 8u)};
-    dynamic_shared.assign(shared, 0xcd);  // never zeros: an unwritten read shows
-    for (unsigned b = 0; b < grid_dim.x; ++b) {
-      std::barrier<> barrier(block_dim.x);
-      block_barrier = &barrier;
+    const unsigned at_once = cooperative ? grid_dim.x : 1;
+    std::barrier<> grid_sync(at_once * block_dim.x);
+    grid_barrier = &grid_sync;
+    for (unsigned b0 = 0; b0 < grid_dim.x; b0 += at_once) {
+      std::vector<std::unique_ptr<std::barrier<>>> barriers;
+      std::vector<std::vector<unsigned char>> memory;
       std::vector<std::thread> threads;
-      for (unsigned t = 0; t < block_dim.x; ++t)
-        threads.emplace_back([&, t, b] {
-          thread_index = {t};
-          block_index = {b};
-          kernel(args...);
-          barrier.arrive_and_drop();
-        });
+      for (unsigned k = 0; k < at_once; ++k) {
+        barriers.push_back(std::make_unique<std::barrier<>>(block_dim.x));
+        memory.emplace_back(shared, 0xcd);  // never zeros: an unwritten read shows
+      }
+      for (unsigned k = 0; k < at_once; ++k)
+        for (unsigned t = 0; t < block_dim.x; ++t)
+          threads.emplace_back([&, t, k] {
+            thread_index = {t};
+            block_index = {b0 + k};
+            block_barrier = barriers[k].get();
+            block_shared = memory[k].data();
+            kernel(args...);
+            barriers[k]->arrive_and_drop();
+            if (cooperative) grid_sync.arrive_and_drop();
+          });
       for (auto& thread : threads) thread.join();
     }
+    grid_barrier = nullptr;
   }
 };
 }  // namespace sf_emu
@@ -81,7 +97,9 @@ struct Launch {
 #define gridDim ::sf_emu::grid_dim
 #define SF_LAUNCH(grid, block, shared, stream, ...) \
   ::sf_emu::Launch<decltype(__VA_ARGS__)> { __VA_ARGS__, grid, block, shared }
-#define SF_DYNAMIC_SHARED(name) unsigned char* name = ::sf_emu::dynamic_shared.data()
+#define SF_LAUNCH_COOPERATIVE(grid, block, shared, stream, ...) \
+  ::sf_emu::Launch<decltype(__VA_ARGS__)> { __VA_ARGS__, grid, block, shared, true }
+#define SF_DYNAMIC_SHARED(name) unsigned char* name = ::sf_emu::block_shared
 
 inline void __syncthreads() { sf_emu::block_barrier->arrive_and_wait(); }
 // Rounded on their own: a volatile result is never fused into an FMA.
@@ -135,7 +153,12 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToHost = 2,
   cudaMemcpyDeviceToDevice = 3
 };
-enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor };
+enum cudaDeviceAttr {
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrCooperativeLaunch = 95
+};
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 using cudaMemPool_t = struct CUmemPoolHandle_st*;
 constexpr unsigned cudaStreamNonBlocking = 1;
@@ -151,7 +174,16 @@ inline cudaError_t cudaGetDevice(int* d) { return *d = 0, cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { return *p = {}, cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  return *v = a == cudaDevAttrComputeCapabilityMajor ? 9 : 0, cudaSuccess;
+  *v = a == cudaDevAttrComputeCapabilityMajor ? 9
+       : a == cudaDevAttrMultiProcessorCount  ? 3
+       : a == cudaDevAttrCooperativeLaunch    ? 1
+                                              : 0;
+  return cudaSuccess;
+}
+template <typename Kernel>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel, int, size_t) {
+  *blocks = 1;
+  return cudaSuccess;
 }
 inline cudaError_t cudaRuntimeGetVersion(int* v) { return *v = 13000, cudaSuccess; }
 inline cudaError_t cudaDriverGetVersion(int* v) { return *v = 13000, cudaSuccess; }
