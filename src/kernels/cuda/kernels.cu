@@ -203,19 +203,35 @@ void cell_backward(CellKind cell, const CellBackward& p, void* dbias_rows, DType
 
 namespace {
 
-// Blocks for a cooperative launch over `tiles`: no more than the GPU holds at once.
-template <typename Kernel>
-unsigned resident_blocks(Kernel kernel, size_t shared, int64_t tiles, const char* what) {
-  allow_shared(kernel, shared, what);
-  int device = 0, sms = 0, per_sm = 0, cooperative = 0;
+// A whole-chain launch's plan and blocks: the largest chunk of K (all of it, or a multiple of 8)
+// whose staging fits the GPU's shared memory per block, with W_hh's slice resident when it fits
+// too and every tile can have a block of its own; no more blocks than the GPU holds at once (the
+// blocks wait for each other). `elements(plan)` is the shared memory a plan needs.
+template <typename T, typename Kernel, typename Elements>
+std::pair<RecurrencePlan, unsigned> plan_recurrence(Kernel kernel, int64_t k_total, int64_t tiles,
+                                                    Elements elements, const char* what) {
+  int device = 0, sms = 0, cooperative = 0, optin = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kRecurrenceThreads, shared);
-  if (!cooperative || per_sm < 1)
-    fail("cuda: ", what, ": this GPU cannot run its blocks all at once (", per_sm,
-         " per multiprocessor); use train.device: cpu");
-  return static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{per_sm} * sms));
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (!cooperative) fail("cuda: ", what, ": this GPU has no cooperative launches");
+  for (const bool resident : {true, false}) {
+    RecurrencePlan plan{static_cast<int>(k_total), resident};
+    auto bytes = [&] { return static_cast<size_t>(elements(plan)) * sizeof(T); };
+    while (bytes() > static_cast<size_t>(optin) && plan.chunk > 8)
+      plan.chunk = std::max(8, (plan.chunk / 2 + 7) / 8 * 8);
+    if (bytes() > static_cast<size_t>(optin)) continue;
+    allow_shared(kernel, bytes(), what);
+    int per_sm = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kRecurrenceThreads, bytes());
+    const int64_t capacity = int64_t{per_sm} * sms;
+    if (per_sm < 1 || (resident && tiles > capacity)) continue;
+    return {plan, static_cast<unsigned>(std::min(tiles, capacity))};
+  }
+  fail("cuda: ", what,
+       " needs more shared memory than this GPU offers a block; use a narrower "
+       "model.hidden or train.device: cpu");
 }
 
 }  // namespace
@@ -231,14 +247,16 @@ void recurrence_forward(CellKind cell, const RecurrenceForward& a, DType dtype,
   const int64_t tiles = tile_groups(B, kTileRows) * tile_groups(H, kTileUnits);
   dispatch_float(dtype, [&]<typename T>() {
     auto run = [&]<int G>() {
-      const size_t shared =
-          sizeof(T) * (kTileRows * (kTileChunk + 1) + G * kTileUnits * (kTileChunk + 1) +
-                       kTileRows * G * kTileUnits);
-      const unsigned blocks = resident_blocks(recurrence_forward_kernel<T, G>, shared, tiles,
-                                              "the recurrence's forward kernel");
-      SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, shared, stream,
+      constexpr int64_t GU = G * kTileUnits;
+      // weights [GU][H or chunk, + 1], rows [R][chunk + 1], rec [R][GU]
+      auto elements = [&](const RecurrencePlan& p) {
+        return GU * ((p.resident ? H : p.chunk) + 1) + kTileRows * (p.chunk + 1) + kTileRows * GU;
+      };
+      const auto [plan, blocks] = plan_recurrence<T>(recurrence_forward_kernel<T, G>, H, tiles,
+                                                     elements, "the recurrence's forward kernel");
+      SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, elements(plan) * sizeof(T), stream,
                             recurrence_forward_kernel<T, G>)
-      (a);
+      (a, plan);
     };
     if (cell == CellKind::lstm)
       run.template operator()<4>();
@@ -256,16 +274,19 @@ void recurrence_backward(CellKind cell, const RecurrenceBackward& a, void* dgate
   const int64_t tiles = tile_groups(B, kTileRows) * tile_groups(H, kTileUnits);
   dispatch_float(dtype, [&]<typename T>() {
     auto run = [&]<int G>() {
-      const int64_t columns = (G == 3 ? 2 : 1) * G * H;
+      const int64_t GH = G * H, columns = (G == 3 ? 2 : 1) * GH;
       if (a.cell.dbias)
         cudaMemsetAsync(bias_rows, 0, recurrence_bias_rows(B) * columns * sizeof(T), stream);
-      const size_t shared = sizeof(T) * (kTileRows * (kTileChunk + 1) +
-                                         kTileChunk * (kTileUnits + 1) + kTileRows * kTileUnits);
-      const unsigned blocks = resident_blocks(recurrence_backward_kernel<T, G>, shared, tiles,
-                                              "the recurrence's backward kernel");
-      SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, shared, stream,
+      // weights [GH or chunk][U + 1], rows [R][chunk + 1], acc [R][U]
+      auto elements = [&](const RecurrencePlan& p) {
+        return (p.resident ? GH : p.chunk) * (kTileUnits + 1) + kTileRows * (p.chunk + 1) +
+               kTileRows * kTileUnits;
+      };
+      const auto [plan, blocks] = plan_recurrence<T>(recurrence_backward_kernel<T, G>, GH, tiles,
+                                                     elements, "the recurrence's backward kernel");
+      SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, elements(plan) * sizeof(T), stream,
                             recurrence_backward_kernel<T, G>)
-      (a, static_cast<T*>(dgates_step), static_cast<T*>(drec_step),
+      (a, plan, static_cast<T*>(dgates_step), static_cast<T*>(drec_step),
        a.cell.dbias ? static_cast<T*>(bias_rows) : nullptr);
       if (a.cell.dbias)
         sum_rows_acc(a.cell.dbias, bias_rows, dtype, recurrence_bias_rows(B), columns, stream);

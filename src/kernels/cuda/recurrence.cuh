@@ -12,7 +12,7 @@
 
 namespace seqforge::cuda {
 
-constexpr int kTileRows = 32, kTileUnits = 8, kTileChunk = 32;  // the product's K, staged
+constexpr int kTileRows = 32, kTileUnits = 8;
 constexpr int kRecurrenceThreads = 256;
 
 __host__ __device__ inline int64_t tile_groups(int64_t n, int64_t per) {
@@ -42,18 +42,38 @@ struct TileRec {
   __device__ T operator()(int g) const { return rec[g * stride]; }
 };
 
-// G gates: 4 (LSTM) or 3 (GRU). Shared: the h chunk (rows x chunk), the weight chunk (G units x
-// chunk) and the tile's product (rows x G units).
+// How a launch stages its product in shared memory (planned by the launcher for the GPU's
+// shared memory): the K range in chunks of `chunk`, and the block's slice of W_hh loaded once for
+// all steps when `resident` (each block then has one tile), else a chunk of it with each chunk.
+struct RecurrencePlan {
+  int chunk = 32;
+  bool resident = false;
+};
+
+// G gates: 4 (LSTM) or 3 (GRU). The tile's product rec(r, c), c = g U + u (row g H + u0 + u of
+// W_hh), is computed in 2 x 2 blocks of outputs per thread: each staged value read serves two
+// products.
 template <typename T, int G>
-__global__ void recurrence_forward_kernel(RecurrenceForward a) {
-  constexpr int R = kTileRows, U = kTileUnits, K = kTileChunk, GU = G * U;
+__global__ void recurrence_forward_kernel(RecurrenceForward a, RecurrencePlan plan) {
+  constexpr int R = kTileRows, U = kTileUnits, GU = G * U;
   SF_DYNAMIC_SHARED(shared_bytes);
-  T* rows = reinterpret_cast<T*>(shared_bytes);  // [R][K + 1]
-  T* weights = rows + R * (K + 1);               // [GU][K + 1]
-  T* rec = weights + GU * (K + 1);               // [R][GU]
   const CellForward& c0 = a.cell;
   const int64_t B = c0.batch, H = c0.hidden, GH = G * H, es = sizeof(T), ls = 2;
+  const int K = plan.chunk;
+  const int64_t w_stride = plan.resident ? H + 1 : K + 1;
+  T* weights = reinterpret_cast<T*>(shared_bytes);  // [GU][w_stride]
+  T* rows = weights + GU * w_stride;                // [R][K + 1]
+  T* rec = rows + R * (K + 1);                      // [R][GU]
   const int64_t unit_groups = tile_groups(H, U), tiles = tile_groups(B, R) * unit_groups;
+  // W_hh's rows of the tile's gates, columns [k0, k0 + n), into weights[c][kk].
+  auto stage_weights = [&](int64_t u0, int64_t k0, int64_t n) {
+    for (int64_t e = threadIdx.x; e < GU * n; e += blockDim.x) {
+      const int64_t c = e / n, kk = e % n, unit = u0 + c % U, col = k0 + kk;
+      weights[c * w_stride + kk] =
+          unit < H && col < H ? operand<T>(a.w_hh, a.gemm, (c / U * H + unit) * H + col) : T(0);
+    }
+  };
+  if (plan.resident && blockIdx.x < tiles) stage_weights(blockIdx.x % unit_groups * U, 0, H);
   for (int64_t k = 0; k < a.steps; ++k) {
     const int64_t t = a.reverse ? a.steps - 1 - k : k, tp = a.reverse ? t + 1 : t - 1;
     CellForward p = c0;
@@ -76,27 +96,33 @@ __global__ void recurrence_forward_kernel(RecurrenceForward a) {
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int64_t r0 = tile / unit_groups * R, u0 = tile % unit_groups * U;
       for (int o = threadIdx.x; o < R * GU; o += blockDim.x) rec[o] = T(0);
-      // rec(r, c) = sum_k h(r0 + r, k) W_hh(row of c, k), c = g U + u the row g H + u0 + u
       for (int64_t k0 = 0; k0 < H; k0 += K) {
+        const int64_t n = k0 + K < H ? K : H - k0;
         __syncthreads();  // the previous chunk's readers are done
-        for (int e = threadIdx.x; e < R * K; e += blockDim.x) {
-          const int64_t b = r0 + e / K, col = k0 + e % K;
-          rows[e / K * (K + 1) + e % K] =
-              b < B && col < H ? operand<T>(h_prev, a.gemm, b * ld + col) : T(0);
+        for (int64_t e = threadIdx.x; e < R * n; e += blockDim.x) {
+          const int64_t b = r0 + e / n, kk = e % n;
+          rows[e / n * (K + 1) + kk] = b < B ? operand<T>(h_prev, a.gemm, b * ld + k0 + kk) : T(0);
         }
-        for (int e = threadIdx.x; e < GU * K; e += blockDim.x) {
-          const int c = e / K;
-          const int64_t unit = u0 + c % U, col = k0 + e % K;
-          weights[c * (K + 1) + e % K] =
-              unit < H && col < H ? operand<T>(a.w_hh, a.gemm, (c / U * H + unit) * H + col) : T(0);
-        }
+        if (!plan.resident) stage_weights(u0, k0, n);
         __syncthreads();
-        for (int o = threadIdx.x; o < R * GU; o += blockDim.x) {
-          const T* row = rows + o / GU * (K + 1);
-          const T* w = weights + o % GU * (K + 1);
-          T acc = rec[o];
-          for (int kk = 0; kk < K; ++kk) acc += row[kk] * w[kk];
-          rec[o] = acc;
+        const T* w0 = weights + (plan.resident ? k0 : 0);
+        for (int m = threadIdx.x; m < R * GU / 4; m += blockDim.x) {
+          const int r = m / (GU / 2) * 2, c = m % (GU / 2) * 2;
+          const T *a0 = rows + r * (K + 1), *a1 = a0 + K + 1;
+          const T *b0 = w0 + c * w_stride, *b1 = b0 + w_stride;
+          T s00 = rec[r * GU + c], s01 = rec[r * GU + c + 1];
+          T s10 = rec[(r + 1) * GU + c], s11 = rec[(r + 1) * GU + c + 1];
+          for (int64_t kk = 0; kk < n; ++kk) {
+            const T x0 = a0[kk], x1 = a1[kk], y0 = b0[kk], y1 = b1[kk];
+            s00 += x0 * y0;
+            s01 += x0 * y1;
+            s10 += x1 * y0;
+            s11 += x1 * y1;
+          }
+          rec[r * GU + c] = s00;
+          rec[r * GU + c + 1] = s01;
+          rec[(r + 1) * GU + c] = s10;
+          rec[(r + 1) * GU + c + 1] = s11;
         }
       }
       __syncthreads();
@@ -120,17 +146,17 @@ __global__ void recurrence_forward_kernel(RecurrenceForward a) {
 // the cell. dgates_step and drec_step stand in for dgates and dgates_rec when the caller keeps
 // only their low copies (B, G*H, overwritten each step: only the bias sums read them, each
 // tile's own). partial (row groups, bias columns), zeroed, gets each tile's bias sums.
-// Shared: the dR chunk (rows x chunk), the W_hh chunk (chunk x units), the tile's dh.
 template <typename T, int G>
-__global__ void recurrence_backward_kernel(RecurrenceBackward a, T* dgates_step, T* drec_step,
-                                           T* partial) {
-  constexpr int R = kTileRows, U = kTileUnits, K = kTileChunk, GU = G * U;
+__global__ void recurrence_backward_kernel(RecurrenceBackward a, RecurrencePlan plan,
+                                           T* dgates_step, T* drec_step, T* partial) {
+  constexpr int R = kTileRows, U = kTileUnits, GU = G * U;
   SF_DYNAMIC_SHARED(shared_bytes);
-  T* rows = reinterpret_cast<T*>(shared_bytes);  // [R][K + 1]
-  T* weights = rows + R * (K + 1);               // [K][U + 1]
-  T* acc = weights + K * (U + 1);                // [R][U]
   const CellBackward& c0 = a.cell;
   const int64_t B = c0.batch, H = c0.hidden, GH = G * H, es = sizeof(T), ls = 2;
+  const int K = plan.chunk;
+  T* weights = reinterpret_cast<T*>(shared_bytes);         // [GH or K][U + 1]: W_hh(k, u0 + u)
+  T* rows = weights + (plan.resident ? GH : K) * (U + 1);  // [R][K + 1]
+  T* acc = rows + R * (K + 1);                             // [R][U]
   const int64_t unit_groups = tile_groups(H, U), tiles = tile_groups(B, R) * unit_groups;
   const int64_t bias_columns = G == 3 ? 2 * GH : GH;
   T* dh = static_cast<T*>(a.dh);
@@ -140,6 +166,15 @@ __global__ void recurrence_backward_kernel(RecurrenceBackward a, T* dgates_step,
                              : (c0.dgates_low ? c0.dgates_low : c0.dgates);
   const int64_t d_rec_size = a.gemm == DType::bf16 || a.gemm == DType::f16 ? ls : es;
   auto time_of = [&](int64_t k) { return a.reverse ? k : a.steps - 1 - k; };
+  // W_hh's rows [k0, k0 + n), the tile's units, into weights[kk][u].
+  auto stage_weights = [&](int64_t u0, int64_t k0, int64_t n) {
+    for (int64_t e = threadIdx.x; e < n * U; e += blockDim.x) {
+      const int64_t row = k0 + e / U, unit = u0 + e % U;
+      weights[e / U * (U + 1) + e % U] =
+          unit < H ? operand<T>(a.w_hh, a.gemm, row * H + unit) : T(0);
+    }
+  };
+  if (plan.resident && blockIdx.x < tiles) stage_weights(blockIdx.x % unit_groups * U, 0, GH);
   for (int64_t k = 0; k <= a.steps; ++k) {
     if (k > 0) {  // dh = dR(t) W_hh (+ direct) for the step back just done
       const void* d = moved(d_rec, time_of(k - 1) * B * GH, d_rec_size);
@@ -147,23 +182,20 @@ __global__ void recurrence_backward_kernel(RecurrenceBackward a, T* dgates_step,
         const int64_t r0 = tile / unit_groups * R, u0 = tile % unit_groups * U;
         for (int o = threadIdx.x; o < R * U; o += blockDim.x) acc[o] = T(0);
         for (int64_t k0 = 0; k0 < GH; k0 += K) {
+          const int64_t n = k0 + K < GH ? K : GH - k0;
           __syncthreads();
-          for (int e = threadIdx.x; e < R * K; e += blockDim.x) {
-            const int64_t b = r0 + e / K, col = k0 + e % K;
-            rows[e / K * (K + 1) + e % K] =
-                b < B && col < GH ? operand<T>(d, a.gemm, b * GH + col) : T(0);
+          for (int64_t e = threadIdx.x; e < R * n; e += blockDim.x) {
+            const int64_t b = r0 + e / n, kk = e % n;
+            rows[e / n * (K + 1) + kk] = b < B ? operand<T>(d, a.gemm, b * GH + k0 + kk) : T(0);
           }
-          for (int e = threadIdx.x; e < K * U; e += blockDim.x) {
-            const int64_t row = k0 + e / U, unit = u0 + e % U;
-            weights[e / U * (U + 1) + e % U] =
-                row < GH && unit < H ? operand<T>(a.w_hh, a.gemm, row * H + unit) : T(0);
-          }
+          if (!plan.resident) stage_weights(u0, k0, n);
           __syncthreads();
+          const T* w0 = weights + (plan.resident ? k0 * (U + 1) : 0);
           for (int o = threadIdx.x; o < R * U; o += blockDim.x) {
             const T* row = rows + o / U * (K + 1);
-            const T* w = weights + o % U;
+            const T* w = w0 + o % U;
             T sum = acc[o];
-            for (int kk = 0; kk < K; ++kk) sum += row[kk] * w[kk * (U + 1)];
+            for (int64_t kk = 0; kk < n; ++kk) sum += row[kk] * w[kk * (U + 1)];
             acc[o] = sum;
           }
         }

@@ -157,7 +157,8 @@ enum cudaDeviceAttr {
   cudaDevAttrMultiProcessorCount = 16,
   cudaDevAttrComputeCapabilityMajor = 75,
   cudaDevAttrComputeCapabilityMinor = 76,
-  cudaDevAttrCooperativeLaunch = 95
+  cudaDevAttrCooperativeLaunch = 95,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
 };
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 using cudaMemPool_t = struct CUmemPoolHandle_st*;
@@ -177,7 +178,12 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
   *v = a == cudaDevAttrComputeCapabilityMajor ? 9
        : a == cudaDevAttrMultiProcessorCount  ? 3
        : a == cudaDevAttrCooperativeLaunch    ? 1
-                                              : 0;
+       : a == cudaDevAttrMaxSharedMemoryPerBlockOptin
+           // SEQFORGE_EMULATED_SHARED_KB: less, so that kernels that plan by it stage in chunks
+           ? 1024 * (std::getenv("SEQFORGE_EMULATED_SHARED_KB")
+                         ? std::atoi(std::getenv("SEQFORGE_EMULATED_SHARED_KB"))
+                         : 99)
+           : 0;
   return cudaSuccess;
 }
 template <typename Kernel>
