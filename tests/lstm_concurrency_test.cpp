@@ -90,12 +90,23 @@ TEST_P(LstmConcurrency, MatchesSequentialReference) {
   // float64 in the parity fixtures).
   const double f32_tol = GetParam().opt.cell == CellKind::lnlstm ? 1e-4 : 2e-5;
   const double tol = GetParam().gemm == DType::bf16 ? bf16_tol : f32_tol;
+  // bf16 on an ill-conditioned stack (the LN-LSTM's: bf16 activations through the layer norms'
+  // cancellations put its bf16 result 10-40% from its f32 one) lands anywhere within that spread
+  // when its sums round at other points (AMX tiles): there, within a tenth of it.
+  std::map<std::string, double> tols;
+  for (const auto& [name, w] : want) tols[name] = tol;
+  if (GetParam().gemm == DType::bf16) {
+    Case f32 = GetParam();
+    f32.gemm = DType::f32;
+    for (const auto& [name, w] : run(*ref, f32, RecurrentSchedule::layered))
+      tols[name] = std::max(tol, 0.1 * max_rel_error(want.at(name), w));
+  }
   for (RecurrentSchedule schedule :
        {RecurrentSchedule::layered, RecurrentSchedule::side_by_side, RecurrentSchedule::one_worker,
         RecurrentSchedule::split_batch, RecurrentSchedule::tuned}) {
     const auto got = run(*cpu, GetParam(), schedule);
     for (const auto& [name, w] : want)
-      EXPECT_LE(max_rel_error(got.at(name), w), tol)
+      EXPECT_LE(max_rel_error(got.at(name), w), tols.at(name))
           << GetParam().name << " " << name << " schedule " << static_cast<int>(schedule);
   }
 }
