@@ -36,6 +36,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -528,11 +529,12 @@ void Recurrent::run_tuned_forward(Backend& be) {
     candidates.push_back(RecurrentSchedule::whole_chains);
   const RecurrentSchedule fallback =
       chains ? RecurrentSchedule::side_by_side : RecurrentSchedule::layered;
-  if (candidates.size() == 1 || !autotune::enabled()) return run_forward(be, fallback);
   // The choice for the problem of the previous call, without building its key again.
   const std::tuple<int64_t, int64_t, DType, bool, int> problem{T_, B_, gemm_dtype_, dropout_active_,
                                                                be.concurrency()};
   if (tuned_ && tuned_->first == problem) return run_forward(be, tuned_->second);
+  backward_tuning_ = {};
+  if (candidates.size() == 1 || !autotune::enabled()) return run_forward(be, fallback);
   const std::string key =
       recurrent::tuning_prefix(be) + cell_.name + "|i" + std::to_string(opt_.input_size) + "_h" +
       std::to_string(opt_.hidden_size) +
@@ -540,6 +542,12 @@ void Recurrent::run_tuned_forward(Backend& be) {
       std::to_string(opt_.num_layers) + "_d" + std::to_string(directions()) + "_t" +
       std::to_string(T_) + "_b" + std::to_string(B_) + "_" + std::string(dtype_name(gemm_dtype_)) +
       (dropout_active_ ? (locked_dropout() ? "_vdropout" : "_dropout") : "");
+  if (candidates.back() == RecurrentSchedule::whole_chains) {
+    backward_tuning_.key = key + "|backward";
+    if (const auto cached = autotune::lookup(backward_tuning_.key))
+      for (RecurrentSchedule c : {RecurrentSchedule::layered, RecurrentSchedule::whole_chains})
+        if (*cached == schedule_name(c)) backward_tuning_.choice = c;
+  }
   if (const auto cached = autotune::lookup(key)) {
     for (RecurrentSchedule c : candidates) {
       if (*cached != schedule_name(c)) continue;
@@ -566,6 +574,34 @@ void Recurrent::run_tuned_forward(Backend& be) {
     std::fprintf(stderr, "seqforge: autotune %s: forward %s -> %s (cached in %s)\n", key.c_str(),
                  times.c_str(), schedule_name(candidates[best]), autotune::cache_path().c_str());
   }
+}
+
+// Backward with forward's schedule, but where whole chains were a candidate: then its own choice
+// between them and the steps (either reads what either forward wrote), tried on the first four
+// calls (whole chains, steps, whole chains, steps; the warm pair decides) and kept on disk. A
+// backward overwrites what it reads, so it is timed as training calls it, once per step.
+void Recurrent::run_tuned_backward(Backend& be) {
+  BackwardTuning& tuning = backward_tuning_;
+  if (tuning.key.empty()) return run_backward(be, chosen_);
+  if (tuning.choice) return run_backward(be, *tuning.choice);
+  const RecurrentSchedule trial =
+      tuning.ms.size() % 2 == 0 ? RecurrentSchedule::whole_chains : RecurrentSchedule::layered;
+  be.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  run_backward(be, trial);
+  be.synchronize();
+  tuning.ms.push_back(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  if (tuning.ms.size() < 4) return;
+  tuning.choice =
+      tuning.ms[2] <= tuning.ms[3] ? RecurrentSchedule::whole_chains : RecurrentSchedule::layered;
+  autotune::store(tuning.key, schedule_name(*tuning.choice));
+  if (autotune::verbose())
+    std::fprintf(stderr,
+                 "seqforge: autotune %s: whole_chains %.2f ms, layered %.2f ms -> %s (cached in "
+                 "%s)\n",
+                 tuning.key.c_str(), tuning.ms[2], tuning.ms[3], schedule_name(*tuning.choice),
+                 autotune::cache_path().c_str());
 }
 
 // G(T*B, G*H) = in(T*B, I) W_ih^T + bias, for chain (l, d); the cells do it for narrow inputs.
@@ -882,7 +918,7 @@ Tensor Recurrent::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
 
   if (T_ > 0 && B_ > 0) {
     dout_ = dout;
-    run_backward(be, chosen_);
+    run_tuned_backward(be);
   } else {
     for (int64_t l = 0; l < L; ++l) be.fill(din_[l].tensor(), 0.0);
   }

@@ -204,6 +204,7 @@ class Recurrent {
   void run_forward(Backend& be, RecurrentSchedule schedule);
   void run_backward(Backend& be, RecurrentSchedule schedule);
   void run_tuned_forward(Backend& be);
+  void run_tuned_backward(Backend& be);
   // forward's parts: h0/c0 checked and copied (zeros when empty), per-chain constants, the
   // buffers and dropout masks of the steps, h_n/c_n from the last steps.
   void take_initial_states(Backend& be, Tensor h0, Tensor c0);
@@ -227,10 +228,17 @@ class Recurrent {
   bool dropout_active_ = false;
   RecurrentSchedule schedule_ = RecurrentSchedule::tuned;
   int64_t weight_grad_chunk_ = 0;
-  RecurrentSchedule chosen_ = RecurrentSchedule::layered;  // what forward ran; backward follows it
+  RecurrentSchedule chosen_ = RecurrentSchedule::layered;  // what forward ran
   // The last problem's tuned schedule: (T, B, GEMM dtype, dropout, workers) -> schedule.
   std::optional<std::pair<std::tuple<int64_t, int64_t, DType, bool, int>, RecurrentSchedule>>
       tuned_;
+  // Backward's own choice for that problem when whole chains were a candidate (its cache key, the
+  // trial calls' times), else none: backward follows forward.
+  struct BackwardTuning {
+    std::string key;
+    std::vector<double> ms;
+    std::optional<RecurrentSchedule> choice;
+  } backward_tuning_;
   std::unique_ptr<std::atomic<int64_t>[]> progress_;  // [layer] steps done, for the wavefront
   std::atomic<bool> failed_{false};                   // a wavefront worker threw
 
