@@ -89,7 +89,10 @@ int main(int argc, char** argv) {
                    "highest (f32 GEMMs in f32) or high (on a GPU, f32 GEMMs on TF32 tensor cores)")
       ->capture_default_str();
   bench->add_option("--steps", bench_options.steps, "timed steps")->capture_default_str();
-  bench->add_option("--warmup", bench_options.warmup, "untimed steps first")->capture_default_str();
+  bench
+      ->add_option("--warmup", bench_options.warmup,
+                   "untimed steps first (at least 4 on a GPU's recurrent workloads)")
+      ->capture_default_str();
   bench->add_option("--json", bench_json, "write the results as JSON to this file");
   bench->add_option("--device", bench_options.device, "cpu or cuda (the recurrent workloads)")
       ->capture_default_str();
