@@ -34,6 +34,17 @@ __device__ inline void* moved(void* p, int64_t elements, int64_t size) {
   return p ? static_cast<char*>(p) + elements * size : nullptr;
 }
 
+// fn(r, kk) for r < rows, kk < n, split over the block: a warp's threads along a row, its warps
+// over the rows, so that a row's loads are consecutive and no index is divided.
+template <typename Fn>
+__device__ inline void for_each_in_block(int rows, int n, const Fn& fn) {
+  const int lanes = blockDim.x < 32 ? blockDim.x : 32, groups = blockDim.x / lanes;
+  const int lane = threadIdx.x % lanes, group = threadIdx.x / lanes;
+  if (group >= groups) return;
+  for (int r = group; r < rows; r += groups)
+    for (int kk = lane; kk < n; kk += lanes) fn(r, kk);
+}
+
 // Gate g's recurrent pre-activation from a tile's product, gates `stride` apart.
 template <typename T>
 struct TileRec {
@@ -67,11 +78,11 @@ __global__ void recurrence_forward_kernel(RecurrenceForward a, RecurrencePlan pl
   const int64_t unit_groups = tile_groups(H, U), tiles = tile_groups(B, R) * unit_groups;
   // W_hh's rows of the tile's gates, columns [k0, k0 + n), into weights[c][kk].
   auto stage_weights = [&](int64_t u0, int64_t k0, int64_t n) {
-    for (int64_t e = threadIdx.x; e < GU * n; e += blockDim.x) {
-      const int64_t c = e / n, kk = e % n, unit = u0 + c % U, col = k0 + kk;
+    for_each_in_block(GU, static_cast<int>(n), [&](int c, int kk) {
+      const int64_t unit = u0 + c % U;
       weights[c * w_stride + kk] =
-          unit < H && col < H ? operand<T>(a.w_hh, a.gemm, (c / U * H + unit) * H + col) : T(0);
-    }
+          unit < H ? operand<T>(a.w_hh, a.gemm, (c / U * H + unit) * H + k0 + kk) : T(0);
+    });
   };
   if (plan.resident && blockIdx.x < tiles) stage_weights(blockIdx.x % unit_groups * U, 0, H);
   for (int64_t k = 0; k < a.steps; ++k) {
@@ -99,10 +110,10 @@ __global__ void recurrence_forward_kernel(RecurrenceForward a, RecurrencePlan pl
       for (int64_t k0 = 0; k0 < H; k0 += K) {
         const int64_t n = k0 + K < H ? K : H - k0;
         __syncthreads();  // the previous chunk's readers are done
-        for (int64_t e = threadIdx.x; e < R * n; e += blockDim.x) {
-          const int64_t b = r0 + e / n, kk = e % n;
-          rows[e / n * (K + 1) + kk] = b < B ? operand<T>(h_prev, a.gemm, b * ld + k0 + kk) : T(0);
-        }
+        for_each_in_block(R, static_cast<int>(n), [&](int r, int kk) {
+          const int64_t b = r0 + r;
+          rows[r * (K + 1) + kk] = b < B ? operand<T>(h_prev, a.gemm, b * ld + k0 + kk) : T(0);
+        });
         if (!plan.resident) stage_weights(u0, k0, n);
         __syncthreads();
         const T* w0 = weights + (plan.resident ? k0 : 0);
@@ -168,7 +179,7 @@ __global__ void recurrence_backward_kernel(RecurrenceBackward a, RecurrencePlan 
   auto time_of = [&](int64_t k) { return a.reverse ? k : a.steps - 1 - k; };
   // W_hh's rows [k0, k0 + n), the tile's units, into weights[kk][u].
   auto stage_weights = [&](int64_t u0, int64_t k0, int64_t n) {
-    for (int64_t e = threadIdx.x; e < n * U; e += blockDim.x) {
+    for (int e = threadIdx.x; e < n * U; e += blockDim.x) {
       const int64_t row = k0 + e / U, unit = u0 + e % U;
       weights[e / U * (U + 1) + e % U] =
           unit < H ? operand<T>(a.w_hh, a.gemm, row * H + unit) : T(0);
@@ -184,10 +195,10 @@ __global__ void recurrence_backward_kernel(RecurrenceBackward a, RecurrencePlan 
         for (int64_t k0 = 0; k0 < GH; k0 += K) {
           const int64_t n = k0 + K < GH ? K : GH - k0;
           __syncthreads();
-          for (int64_t e = threadIdx.x; e < R * n; e += blockDim.x) {
-            const int64_t b = r0 + e / n, kk = e % n;
-            rows[e / n * (K + 1) + kk] = b < B ? operand<T>(d, a.gemm, b * GH + k0 + kk) : T(0);
-          }
+          for_each_in_block(R, static_cast<int>(n), [&](int r, int kk) {
+            const int64_t b = r0 + r;
+            rows[r * (K + 1) + kk] = b < B ? operand<T>(d, a.gemm, b * GH + k0 + kk) : T(0);
+          });
           if (!plan.resident) stage_weights(u0, k0, n);
           __syncthreads();
           const T* w0 = weights + (plan.resident ? k0 * (U + 1) : 0);
