@@ -59,6 +59,22 @@ TEST(CudaBackendEmulated, MakesItselfAndSaysWhatRuns) {
 
 // bf16 and fp16 GEMMs where the GPU has the tensor cores, whatever the host CPU's instructions;
 // fp16 for the recurrent models only.
+// As on a GPU, host code that reads or writes the device's memory fails (here, faults), while
+// uploads and downloads reach it: the emulated device memory is closed to the host outside the
+// device's own work.
+TEST(CudaBackendEmulated, HostCodeCannotTouchDeviceMemory) {
+  auto be = make_cuda_backend();
+  Buffer buffer;
+  const Tensor t = buffer.get(*be, DType::f32, {4});
+  const std::vector<float> values{1, 2, 3, 4};
+  be->upload(t, values.data());
+  std::vector<float> back(4);
+  be->download(back.data(), t);
+  EXPECT_EQ(back, values);
+  EXPECT_DEATH({ std::printf("%f\n", static_cast<volatile float*>(t.data())[0]); }, "");
+  EXPECT_DEATH({ static_cast<volatile float*>(t.data())[1] = 5; }, "");
+}
+
 TEST(CudaBackendEmulated, PrecisionFollowsTheGpu) {
   auto be = make_cuda_backend();
   const ModelFamily rnn = ModelFamily::recurrent;

@@ -3,8 +3,12 @@
 // kernels and their launchers (src/kernels/cuda) compile as C++ and run on the CPU, each block's
 // threads as std::threads with a barrier for __syncthreads, so that a session without a GPU
 // checks their indexing, barriers and math against the reference kernels. Device memory is host
-// memory; streams are ignored (every launch completes before it returns).
+// memory closed to the host (PROT_NONE) but while the emulated device works on it, so that host
+// code that reads or writes device memory faults here as it would on a GPU; streams are ignored
+// (every launch completes before it returns).
 #include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,7 +17,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -39,6 +45,62 @@ struct double2 {
 inline double2 make_double2(double x, double y) { return {x, y}; }
 
 namespace sf_emu {
+// Device memory: fresh pages of one reserved range (never reused; freed pages are given back),
+// opened for the duration of the device's work: launches, copies, sets and the emulated
+// cuBLASLt's matmul (through sf_emu_device_open, which the test executable exports to it).
+struct DeviceMemory {
+  static constexpr size_t kReserve = size_t{64} << 30;  // address space only
+  std::mutex mutex;
+  char* base = nullptr;
+  size_t used = 0;
+  int open = 0;
+  std::map<char*, size_t> sizes;
+  void protect(char* p, size_t bytes, int prot) {
+    if (bytes && mprotect(p, bytes, prot) != 0) std::abort();
+  }
+};
+inline DeviceMemory device_memory;
+inline void open_device(bool open) {
+  DeviceMemory& m = device_memory;
+  std::lock_guard lock(m.mutex);
+  if (open ? m.open++ == 0 : --m.open == 0)
+    m.protect(m.base, m.used, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+struct Open {
+  Open() { open_device(true); }
+  ~Open() { open_device(false); }
+  Open(const Open&) = delete;
+  Open& operator=(const Open&) = delete;
+};
+inline void* device_alloc(size_t bytes) {
+  DeviceMemory& m = device_memory;
+  std::lock_guard lock(m.mutex);
+  if (!m.base) {
+    void* p =
+        mmap(nullptr, m.kReserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    m.base = static_cast<char*>(p);
+  }
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t rounded = (std::max<size_t>(bytes, 1) + page - 1) / page * page;
+  if (m.used + rounded > m.kReserve) return nullptr;
+  char* p = m.base + m.used;
+  m.used += rounded;
+  m.sizes[p] = rounded;
+  m.protect(p, rounded, PROT_READ | PROT_WRITE);
+  std::memset(p, 0xcd, bytes);  // poisoned: the backend must zero what it promises zeroed
+  if (m.open == 0) m.protect(p, rounded, PROT_NONE);
+  return p;
+}
+inline void device_free(void* p) {
+  DeviceMemory& m = device_memory;
+  std::lock_guard lock(m.mutex);
+  const auto it = m.sizes.find(static_cast<char*>(p));
+  if (it == m.sizes.end()) return;
+  madvise(it->first, it->second, MADV_DONTNEED);
+  m.sizes.erase(it);
+}
+
 inline thread_local dim3 thread_index, block_index;
 inline dim3 block_dim, grid_dim;
 // The running thread's block: its barrier and its dynamic shared memory.
@@ -59,6 +121,7 @@ struct Launch {
   bool cooperative = false;
   template <typename... Args>
   void operator()(Args... args) const {
+    const Open open;
     ++launches;
     grid_dim = {std::min(grid, 3u)};
     block_dim = {std::min(block, 8u)};
@@ -129,6 +192,7 @@ inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v)
 }
 
 inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t = nullptr) {
+  const sf_emu::Open open;
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
@@ -224,14 +288,12 @@ inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* p, int) {
 inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) {
   return cudaSuccess;
 }
-// Device memory: poisoned when allocated (the backend must zero what it promises zeroed).
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
-  *p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
-  std::memset(*p, 0xcd, bytes);
-  return cudaSuccess;
+  *p = sf_emu::device_alloc(bytes);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 inline cudaError_t cudaFree(void* p) {
-  std::free(p);
+  sf_emu::device_free(p);
   return cudaSuccess;
 }
 inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
@@ -255,6 +317,7 @@ cudaError_t cudaMallocAsync(T** p, size_t bytes, cudaStream_t stream) {
   return cudaMallocAsync(reinterpret_cast<void**>(p), bytes, stream);
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  const sf_emu::Open open;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -264,8 +327,12 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cud
 }
 inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
                                      size_t width, size_t height, cudaMemcpyKind, cudaStream_t) {
+  const sf_emu::Open open;
   for (size_t r = 0; r < height; ++r)
     std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
                  width);
   return cudaSuccess;
 }
+
+// For the emulated cuBLASLt (another library): its matmul opens device memory through this.
+extern "C" inline void sf_emu_device_open(int open) { sf_emu::open_device(open != 0); }

@@ -17,6 +17,9 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/rng.hpp"
 
+// The switch with which the emulated cuBLASLt opens device memory, emitted (and exported) here.
+[[gnu::used]] static void (*const device_open_for_cublaslt)(int) = sf_emu_device_open;
+
 namespace seqforge {
 namespace {
 

@@ -3,6 +3,8 @@
 // D = alpha op(A) op(B) + beta C (+ bias per row of D) on the host, in double, from f32, f64, bf16
 // or f16 operands, and checks what the real one would refuse: layouts that do not match the
 // operation, leading dimensions below the rows.
+#include <dlfcn.h>
+
 #include <cstring>
 #include <vector>
 
@@ -114,6 +116,25 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   if (requested > 0) results[0] = {};
   return CUBLAS_STATUS_SUCCESS;
 }
+}  // extern "C"
+
+namespace {
+// The emulated runtime keeps device memory closed to the host outside the device's work; the
+// test executable exports the switch (cuda_runtime.h's sf_emu_device_open).
+struct DeviceOpen {
+  using Switch = void (*)(int);
+  Switch open = reinterpret_cast<Switch>(dlsym(RTLD_DEFAULT, "sf_emu_device_open"));
+  DeviceOpen() {
+    if (open) open(1);
+  }
+  ~DeviceOpen() {
+    if (open) open(0);
+  }
+};
+}  // namespace
+
+extern "C" {
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha,
                               const void* a, cublasLtMatrixLayout_t la, const void* b,
                               cublasLtMatrixLayout_t lb, const void* beta, const void* c,
@@ -121,6 +142,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
   if (!algo || c != d || lc->rows != ld->rows || lc->cols != ld->cols)
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  const DeviceOpen device;
   const bool ta = desc->trans_a == CUBLAS_OP_T, tb = desc->trans_b == CUBLAS_OP_T;
   const uint64_t m = ld->rows, n = ld->cols, k = ta ? la->rows : la->cols;
   if ((ta ? la->cols : la->rows) != m || (tb ? lb->cols : lb->rows) != k ||
