@@ -45,16 +45,18 @@ struct double2 {
 inline double2 make_double2(double x, double y) { return {x, y}; }
 
 namespace sf_emu {
-// Device memory: fresh pages of one reserved range (never reused; freed pages are given back),
-// opened for the duration of the device's work: launches, copies, sets and the emulated
-// cuBLASLt's matmul (through sf_emu_device_open, which the test executable exports to it).
+// Device memory: pages of one reserved range, a freed block reused for an allocation of its size
+// (so that the range opened and closed stays the size of what is live at most), opened for the
+// duration of the device's work: launches, copies, sets and the emulated cuBLASLt's matmul
+// (through sf_emu_device_open, which the test executable exports to it).
 struct DeviceMemory {
   static constexpr size_t kReserve = size_t{64} << 30;  // address space only
   std::mutex mutex;
   char* base = nullptr;
   size_t used = 0;
   int open = 0;
-  std::map<char*, size_t> sizes;
+  std::map<char*, size_t> sizes;        // live blocks
+  std::multimap<size_t, char*> unused;  // freed blocks by size
   void protect(char* p, size_t bytes, int prot) {
     if (bytes && mprotect(p, bytes, prot) != 0) std::abort();
   }
@@ -83,12 +85,20 @@ inline void* device_alloc(size_t bytes) {
   }
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t rounded = (std::max<size_t>(bytes, 1) + page - 1) / page * page;
-  if (m.used + rounded > m.kReserve) return nullptr;
-  char* p = m.base + m.used;
-  m.used += rounded;
+  char* p = nullptr;
+  if (const auto it = m.unused.find(rounded); it != m.unused.end()) {
+    p = it->second;
+    m.unused.erase(it);
+  } else {
+    if (m.used + rounded > m.kReserve) return nullptr;
+    p = m.base + m.used;
+    m.used += rounded;
+  }
   m.sizes[p] = rounded;
   m.protect(p, rounded, PROT_READ | PROT_WRITE);
-  std::memset(p, 0xcd, bytes);  // poisoned: the backend must zero what it promises zeroed
+  // Poisoned, so that memory the backend promises zeroed but leaves is seen; past the first MiB
+  // left unpopulated (zeros), since every page in use is reprotected at each launch.
+  std::memset(p, 0xcd, std::min<size_t>(bytes, size_t{1} << 20));
   if (m.open == 0) m.protect(p, rounded, PROT_NONE);
   return p;
 }
@@ -98,6 +108,7 @@ inline void device_free(void* p) {
   const auto it = m.sizes.find(static_cast<char*>(p));
   if (it == m.sizes.end()) return;
   madvise(it->first, it->second, MADV_DONTNEED);
+  m.unused.emplace(it->second, it->first);
   m.sizes.erase(it);
 }
 
