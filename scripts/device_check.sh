@@ -4,7 +4,8 @@
 # on the GPU against the CPU) and the side-by-side benchmark against PyTorch on the GPU, and
 # writes logs and JSON into OUT (default ./device-out). Exits non-zero when a test fails or
 # compute-sanitizer finds a bad access in the op driver's kernels.
-#   OUT=/tmp/out scripts/device_check.sh [--no-bench | --bench-rounds R]     (R default 2)
+#   OUT=/tmp/out scripts/device_check.sh [--no-bench | --bench-rounds R | --profile W]
+# (R default 2; --profile: Nsight Compute on workload W's whole-chain kernels, nothing else)
 # SEQFORGE_BENCH_PRECISIONS picks the benchmark's precisions (default fp32 bf16 fp16).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -47,6 +48,21 @@ seqforge="$pack/bin/seqforge"
 } | tee "$out/machine.txt"
 "$seqforge" diagnose > "$out/diagnose.txt" 2>&1
 grep -E "^  (cpu|cuda|gpu|backend) " "$out/diagnose.txt"
+
+# --profile W: Nsight Compute's view of the whole-chain recurrence kernels (and the step kernels
+# beside them) on workload W, forced to whole chains, instead of the tests and the benchmark.
+if [ "${1:-}" = "--profile" ]; then
+  workload="${2:-W1}"
+  ncu="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+  SEQFORGE_RECURRENT_SCHEDULE=whole_chains timeout 300 "$ncu" --target-processes all --clock-control none \
+    --kernel-name regex:recurrence --launch-skip 8 --launch-count 4 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis "$seqforge" bench "$workload" --device cuda --steps 2 \
+    --matmul-precision high > "$out/ncu.txt" 2>&1
+  echo "device_check.sh --profile: exit $?; Nsight Compute's report in $out/ncu.txt"
+  rm -rf "$work"
+  exit 0
+fi
 
 status=0
 echo "== PyTorch fixtures"

@@ -361,3 +361,23 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace seqforge
+
+namespace seqforge {
+namespace {
+
+// SEQFORGE_RECURRENT_SCHEDULE holds every recurrence to one schedule; a name it does not know is
+// one line naming the variable and the schedules.
+TEST(RecurrentSchedule, TheEnvironmentHoldsOne) {
+  unsetenv("SEQFORGE_RECURRENT_SCHEDULE");
+  EXPECT_EQ(schedule_from_environment(), RecurrentSchedule::tuned);
+  setenv("SEQFORGE_RECURRENT_SCHEDULE", "whole_chains", 1);
+  EXPECT_EQ(schedule_from_environment(), RecurrentSchedule::whole_chains);
+  setenv("SEQFORGE_RECURRENT_SCHEDULE", "fastest", 1);
+  EXPECT_EQ(test::error_of([] { schedule_from_environment(); }),
+            "SEQFORGE_RECURRENT_SCHEDULE: unknown schedule 'fastest' (expected layered, "
+            "side_by_side, one_worker, split_batch or whole_chains)");
+  unsetenv("SEQFORGE_RECURRENT_SCHEDULE");
+}
+
+}  // namespace
+}  // namespace seqforge

@@ -492,6 +492,17 @@ const char* schedule_name(RecurrentSchedule s) {
 }
 }  // namespace
 
+RecurrentSchedule schedule_from_environment() {
+  const char* name = std::getenv("SEQFORGE_RECURRENT_SCHEDULE");
+  if (!name || !*name) return RecurrentSchedule::tuned;
+  for (RecurrentSchedule s :
+       {RecurrentSchedule::layered, RecurrentSchedule::side_by_side, RecurrentSchedule::one_worker,
+        RecurrentSchedule::split_batch, RecurrentSchedule::whole_chains})
+    if (std::string_view(name) == schedule_name(s)) return s;
+  fail("SEQFORGE_RECURRENT_SCHEDULE: unknown schedule '", name,
+       "' (expected layered, side_by_side, one_worker, split_batch or whole_chains)");
+}
+
 void Recurrent::run_forward(Backend& be, RecurrentSchedule schedule) {
   if (schedule == RecurrentSchedule::whole_chains && !whole_chains_apply())
     schedule = RecurrentSchedule::layered;

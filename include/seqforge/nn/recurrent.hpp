@@ -50,6 +50,10 @@ enum class RecurrentSchedule {
   whole_chains,  // each chain's steps in one backend call (a device's recurrence kernel)
 };
 
+// SEQFORGE_RECURRENT_SCHEDULE=layered | side_by_side | one_worker | split_batch | whole_chains
+// holds every recurrence to one schedule (to profile or compare one); unset, they are tuned.
+RecurrentSchedule schedule_from_environment();
+
 class Recurrent {
  public:
   // Declares weight_ih_l{k}[_reverse], weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k} under `prefix`:
@@ -226,7 +230,7 @@ class Recurrent {
   std::vector<Chain> chains_;     // [layer * D + dir]
   int64_t T_ = 0, B_ = 0;
   bool dropout_active_ = false;
-  RecurrentSchedule schedule_ = RecurrentSchedule::tuned;
+  RecurrentSchedule schedule_ = schedule_from_environment();
   int64_t weight_grad_chunk_ = 0;
   RecurrentSchedule chosen_ = RecurrentSchedule::layered;  // what forward ran
   // The last problem's tuned schedule: (T, B, GEMM dtype, dropout, workers) -> schedule.
