@@ -9,6 +9,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/cells.cuh"
+#include "kernels/recurrence_steps.hpp"
 
 namespace seqforge::cuda {
 
@@ -24,14 +25,6 @@ template <typename T>
 __device__ inline T operand(const void* p, DType dtype, int64_t i) {
   if (dtype == DType::bf16 || dtype == DType::f16) return T(load_low(p, dtype, i));
   return static_cast<const T*>(p)[i];
-}
-
-// p moved by `elements` of `size` bytes (null stays null).
-__device__ inline const void* moved(const void* p, int64_t elements, int64_t size) {
-  return p ? static_cast<const char*>(p) + elements * size : nullptr;
-}
-__device__ inline void* moved(void* p, int64_t elements, int64_t size) {
-  return p ? static_cast<char*>(p) + elements * size : nullptr;
 }
 
 // fn(r, kk) for r < rows, kk < n, split over the block: a warp's threads along a row, its warps
@@ -68,8 +61,7 @@ template <typename T, int G>
 __global__ void recurrence_forward_kernel(RecurrenceForward a, RecurrencePlan plan) {
   constexpr int R = kTileRows, U = kTileUnits, GU = G * U;
   SF_DYNAMIC_SHARED(shared_bytes);
-  const CellForward& c0 = a.cell;
-  const int64_t B = c0.batch, H = c0.hidden, GH = G * H, es = sizeof(T), ls = 2;
+  const int64_t B = a.cell.batch, H = a.cell.hidden;
   const int K = plan.chunk;
   const int64_t w_stride = plan.resident ? H + 1 : K + 1;
   T* weights = reinterpret_cast<T*>(shared_bytes);  // [GU][w_stride]
@@ -86,24 +78,10 @@ __global__ void recurrence_forward_kernel(RecurrenceForward a, RecurrencePlan pl
   };
   if (plan.resident && blockIdx.x < tiles) stage_weights(blockIdx.x % unit_groups * U, 0, H);
   for (int64_t k = 0; k < a.steps; ++k) {
-    const int64_t t = a.reverse ? a.steps - 1 - k : k, tp = a.reverse ? t + 1 : t - 1;
-    CellForward p = c0;
-    p.gates = moved(c0.gates, t * B * GH, es);
-    p.gates_low = moved(c0.gates_low, t * B * GH, ls);
-    p.c = moved(c0.c, t * B * H, es);
-    p.saved = moved(c0.saved, t * B * H, es);
-    p.h = moved(c0.h, t * B * c0.ldh, es);
-    p.h_low = moved(c0.h_low, t * B * c0.ldh, ls);
-    p.x = moved(c0.x, t * B * c0.ldx, es);
-    const void* h_prev = a.h0;  // the product's h, in a.gemm
-    int64_t ld = a.ld_h0;
-    if (k > 0) {
-      p.c_prev = moved(c0.c, tp * B * H, es);
-      p.h_prev = moved(c0.h, tp * B * c0.ldh, es);
-      p.ld_h_prev = c0.ldh;
-      h_prev = c0.h_low ? moved(c0.h_low, tp * B * c0.ldh, ls) : p.h_prev;
-      ld = c0.ldh;
-    }
+    const ref::ForwardStep step = ref::forward_step(a, k, G, sizeof(T));
+    const CellForward& p = step.cell;
+    const void* h_prev = step.h_prev;  // the product's h, in a.gemm
+    const int64_t ld = step.ld;
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int64_t r0 = tile / unit_groups * R, u0 = tile % unit_groups * U;
       for (int o = threadIdx.x; o < R * GU; o += blockDim.x) rec[o] = T(0);
@@ -162,8 +140,7 @@ __global__ void recurrence_backward_kernel(RecurrenceBackward a, RecurrencePlan 
                                            T* dgates_step, T* drec_step, T* partial) {
   constexpr int R = kTileRows, U = kTileUnits, GU = G * U;
   SF_DYNAMIC_SHARED(shared_bytes);
-  const CellBackward& c0 = a.cell;
-  const int64_t B = c0.batch, H = c0.hidden, GH = G * H, es = sizeof(T), ls = 2;
+  const int64_t B = a.cell.batch, H = a.cell.hidden, GH = G * H;
   const int K = plan.chunk;
   T* weights = reinterpret_cast<T*>(shared_bytes);         // [GH or K][U + 1]: W_hh(k, u0 + u)
   T* rows = weights + (plan.resident ? GH : K) * (U + 1);  // [R][K + 1]
@@ -172,11 +149,6 @@ __global__ void recurrence_backward_kernel(RecurrenceBackward a, RecurrencePlan 
   const int64_t bias_columns = G == 3 ? 2 * GH : GH;
   T* dh = static_cast<T*>(a.dh);
   constexpr bool direct = G == 3;  // the GRU's dh_direct, kept in dh
-  // dR: the gradient of the recurrent pre-activations, in a.gemm
-  const void* d_rec = G == 3 ? (c0.dgates_rec_low ? c0.dgates_rec_low : c0.dgates_rec)
-                             : (c0.dgates_low ? c0.dgates_low : c0.dgates);
-  const int64_t d_rec_size = a.gemm == DType::bf16 || a.gemm == DType::f16 ? ls : es;
-  auto time_of = [&](int64_t k) { return a.reverse ? k : a.steps - 1 - k; };
   // W_hh's rows [k0, k0 + n), the tile's units, into weights[kk][u].
   auto stage_weights = [&](int64_t u0, int64_t k0, int64_t n) {
     for (int e = threadIdx.x; e < n * U; e += blockDim.x) {
@@ -188,7 +160,8 @@ __global__ void recurrence_backward_kernel(RecurrenceBackward a, RecurrencePlan 
   if (plan.resident && blockIdx.x < tiles) stage_weights(blockIdx.x % unit_groups * U, 0, GH);
   for (int64_t k = 0; k <= a.steps; ++k) {
     if (k > 0) {  // dh = dR(t) W_hh (+ direct) for the step back just done
-      const void* d = moved(d_rec, time_of(k - 1) * B * GH, d_rec_size);
+      // dR of the step back just done, in a.gemm
+      const void* d = ref::recurrent_operand(a, k - 1, G, G == 3, sizeof(T));
       for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int64_t r0 = tile / unit_groups * R, u0 = tile % unit_groups * U;
         for (int o = threadIdx.x; o < R * U; o += blockDim.x) acc[o] = T(0);
@@ -218,25 +191,10 @@ __global__ void recurrence_backward_kernel(RecurrenceBackward a, RecurrencePlan 
       }
     }
     if (k == a.steps) break;
-    const int64_t t = time_of(k), tp = a.reverse ? t + 1 : t - 1;
-    const bool first = a.reverse ? t == a.steps - 1 : t == 0;  // the chain's first step forward
-    CellBackward p = c0;
-    p.gates = moved(c0.gates, t * B * GH, es);
-    p.gates_low = moved(c0.gates_low, t * B * GH, ls);
-    p.saved = moved(c0.saved, t * B * H, es);
-    p.dh_out = moved(c0.dh_out, t * B * c0.ld_dh_out, es);
-    p.dgates = c0.dgates ? moved(c0.dgates, t * B * GH, es) : dgates_step;
-    p.dgates_low = moved(c0.dgates_low, t * B * GH, ls);
-    if (G == 3) p.dgates_rec = c0.dgates_rec ? moved(c0.dgates_rec, t * B * GH, es) : drec_step;
-    p.dgates_rec_low = moved(c0.dgates_rec_low, t * B * GH, ls);
-    if (!first) {
-      p.c_prev = moved(a.c, tp * B * H, es);
-      p.h_prev = moved(a.h, tp * B * a.ldh, es);
-      p.ld_h_prev = a.ldh;
-    }
-    p.dh_rec = dh;
-    p.dh_direct = direct ? dh : nullptr;
-    p.dbias = nullptr;
+    CellBackward p = ref::backward_step(a, k, G, direct, sizeof(T));
+    if (!p.dgates) p.dgates = dgates_step;
+    if (G == 3 && !p.dgates_rec) p.dgates_rec = drec_step;
+    p.dbias = nullptr;  // summed per tile into partial
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int64_t rg = tile / unit_groups, r0 = rg * R, u0 = tile % unit_groups * U;
       __syncthreads();  // this tile's dh is written
