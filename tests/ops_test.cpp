@@ -570,6 +570,60 @@ OpCase sgd_case(bool nesterov, bool first, int64_t n) {
   };
 }
 
+// The whole update over arenas in segments: weight decay on some, one frozen, update counts that
+// differ, values laid out apart from the gradients, padding between segments (left as it is),
+// segments across the CUDA kernel's tiles; clipping from a sum of squares in backend memory, or an
+// overflowed step that only zeroes the gradients and counts nothing. Two steps, the second from
+// the counts the first left.
+OpCase optimizer_case(OptimizerKind kind, bool overflow) {
+  return [=](Backend& be, DType dt, Rng& rng) {
+    using S = OptimizerSegment;
+    const std::vector<OptimizerSegment> segments = {{0, 0, 30, S::kDecays},
+                                                    {40, 32, 17, 0},
+                                                    {60, 50, 40, S::kFrozen | S::kDecays},
+                                                    {120, 96, 9000, S::kDecays},
+                                                    {9130, 9100, 1, 0}};
+    const int64_t nv = 9140, ng = 9104;
+    HostTensor p(be, dt, {nv}, values(rng, nv)), g(be, dt, {ng}, values(rng, ng, -1e-2, 1e-2)),
+        m(be, dt, {ng}, values(rng, ng, -1e-3, 1e-3)), v(be, dt, {ng}, values(rng, ng, 0, 1e-5));
+    std::vector<double> table;
+    for (const OptimizerSegment& seg : segments)
+      table.insert(table.end(), {double(seg.value_offset), double(seg.grad_offset),
+                                 double(seg.numel), double(seg.flags)});
+    const auto count = static_cast<int64_t>(segments.size());
+    HostTensor seg_t(be, DType::i64, {count, 4}, table);
+    HostTensor steps(be, DType::i64, {count}, {4, 0, 2, 9, 0});
+    HostTensor lr(be, DType::f64, {1}, {kind == OptimizerKind::sgd ? 0.1 : 1e-2});
+    HostTensor sum_squares(be, DType::f64, {1}, {overflow ? INFINITY : 3.0});
+    OptimizerStep a;
+    a.kind = kind;
+    a.momentum = 0.9;
+    a.dampening = 0.1;
+    a.weight_decay = 0.1;
+    a.grad_scale = 0.5;
+    a.clip = {.sum_squares = static_cast<const double*>(sum_squares.t.data()),
+              .loss_scale = 2.0,
+              .max_norm = 0.5,
+              .skip_nonfinite = true};
+    a.zero_grads = true;
+    a.params = p.t.data();
+    a.grads = g.t.data();
+    a.m = m.t.data();
+    a.v = kind == OptimizerKind::sgd ? nullptr : v.t.data();
+    a.grad_elements = ng;
+    a.segments = static_cast<const OptimizerSegment*>(seg_t.t.data());
+    a.segment_count = count;
+    a.steps = static_cast<int64_t*>(steps.t.data());
+    a.lr = static_cast<const double*>(lr.t.data());
+    for (int k = 0; k < 2; ++k) be.optimizer_step(a, dt);
+    return std::map<std::string, std::vector<double>>{{"p", to_doubles(be, p.t)},
+                                                      {"grads", to_doubles(be, g.t)},
+                                                      {"m", to_doubles(be, m.t)},
+                                                      {"v", to_doubles(be, v.t)},
+                                                      {"steps", to_doubles(be, steps.t)}};
+  };
+}
+
 OpCase small_ops_case() {
   return [](Backend& be, DType dt, Rng& rng) {
     std::map<std::string, std::vector<double>> out;
@@ -710,8 +764,16 @@ OpCase small_ops_case() {
 
 // Attention forward then backward over packed qkv; optional padding lengths (B). lse is compared
 // with -inf (rows with no key) replaced by 0, and where it is -inf as an output of its own.
+// Attention forward and backward; with first_row, forward only over rows [first_row, T) (a
+// decoding step), the earlier rows' outputs left as they were.
+struct AttentionOptions {
+  std::vector<int64_t> lengths;
+  double dropout = 0.0;
+  int64_t first_row = 0;
+};
+
 OpCase attention_case(int64_t B, int64_t T, int64_t H, int64_t D, bool causal,
-                      std::vector<int64_t> lengths = {}) {
+                      AttentionOptions o = {}) {
   return [=](Backend& be, DType dt, Rng& rng) {
     const int64_t C = H * D;
     const AttentionShape s{.batch = B,
@@ -719,26 +781,34 @@ OpCase attention_case(int64_t B, int64_t T, int64_t H, int64_t D, bool causal,
                            .heads = H,
                            .head_dim = D,
                            .causal = causal,
-                           .scale = 1 / std::sqrt(double(D))};
+                           .scale = 1 / std::sqrt(double(D)),
+                           .dropout = o.dropout,
+                           .seed = 1234};
     HostTensor qkv(be, dt, {B, T, 3 * C}, values(rng, B * T * 3 * C, -2, 2)),
         dout(be, dt, {B, T, C}, values(rng, B * T * C)),
-        out(be, dt, {B, T, C}, std::vector<double>(B * T * C)),
-        lse(be, dt, {B, H, T}, std::vector<double>(B * H * T)),
+        out(be, dt, {B, T, C}, std::vector<double>(B * T * C, 7.0)),
+        lse(be, dt, {B, H, T}, std::vector<double>(B * H * T, 7.0)),
         dqkv(be, dt, {B, T, 3 * C}, std::vector<double>(B * T * 3 * C)), len;
-    if (!lengths.empty())
-      len = HostTensor(be, DType::i64, {B}, std::vector<double>(lengths.begin(), lengths.end()));
-    const void* lp = lengths.empty() ? nullptr : len.t.data();
-    be.attention_forward(
-        {.shape = s, .qkv = qkv.t.data(), .lengths = lp, .out = out.t.data(), .lse = lse.t.data()},
-        dt);
-    be.attention_backward({.shape = s,
-                           .qkv = qkv.t.data(),
-                           .lengths = lp,
-                           .out = out.t.data(),
-                           .lse = lse.t.data(),
-                           .dout = dout.t.data(),
-                           .dqkv = dqkv.t.data()},
-                          dt);
+    if (!o.lengths.empty())
+      len =
+          HostTensor(be, DType::i64, {B}, std::vector<double>(o.lengths.begin(), o.lengths.end()));
+    const void* lp = o.lengths.empty() ? nullptr : len.t.data();
+    be.attention_forward({.shape = s,
+                          .qkv = qkv.t.data(),
+                          .lengths = lp,
+                          .out = out.t.data(),
+                          .lse = lse.t.data(),
+                          .first_row = o.first_row},
+                         dt);
+    if (o.first_row == 0)
+      be.attention_backward({.shape = s,
+                             .qkv = qkv.t.data(),
+                             .lengths = lp,
+                             .out = out.t.data(),
+                             .lse = lse.t.data(),
+                             .dout = dout.t.data(),
+                             .dqkv = dqkv.t.data()},
+                            dt);
     std::vector<double> l = to_doubles(be, lse.t), no_key(l.size());
     for (size_t i = 0; i < l.size(); ++i)
       if (std::isinf(l[i]) && l[i] < 0) {
@@ -784,11 +854,23 @@ const std::map<std::string, OpCase>& cases() {
       {"adam_l2_step7", adam_case(false, 7, 100003)},
       {"sgd_nesterov_first", sgd_case(true, true, 4097)},
       {"sgd_momentum_dampening", sgd_case(false, false, 100003)},
+      {"optimizer_step_adamw_segments", optimizer_case(OptimizerKind::adamw, false)},
+      {"optimizer_step_adam_segments_overflow", optimizer_case(OptimizerKind::adam, true)},
+      {"optimizer_step_sgd_segments", optimizer_case(OptimizerKind::sgd, false)},
       {"small_ops", small_ops_case()},
       {"attention_causal_b2_t33_h3_d20", attention_case(2, 33, 3, 20, true)},
       {"attention_padded_noncausal_b3_t40_h2_d16",
-       attention_case(3, 40, 2, 16, false, {40, 0, 17})},
-      {"attention_padded_causal_b2_t70_h4_d64", attention_case(2, 70, 4, 64, true, {70, 29})},
+       attention_case(3, 40, 2, 16, false, {.lengths = {40, 0, 17}})},
+      {"attention_padded_causal_b2_t70_h4_d64",
+       attention_case(2, 70, 4, 64, true, {.lengths = {70, 29}})},
+      {"attention_dropout_causal_b2_t45_h2_d24",
+       attention_case(2, 45, 2, 24, true, {.dropout = 0.3})},
+      {"attention_dropout_padded_b2_t33_h1_d7",
+       attention_case(2, 33, 1, 7, false, {.lengths = {20, 33}, .dropout = 0.5})},
+      {"attention_first_row_causal_b2_t50_h2_d12",
+       attention_case(2, 50, 2, 12, true, {.lengths = {50, 41}, .first_row = 37})},
+      {"attention_b1_t1030_h1_d24_causal", attention_case(1, 1030, 1, 24, true)},
+      {"attention_padded_b1_t67_h2_d130", attention_case(1, 67, 2, 130, false, {.lengths = {60}})},
       {"attention_b4_t128_h6_d32_causal", attention_case(4, 128, 6, 32, true)},
       {"attention_b1_t1_h1_d1", attention_case(1, 1, 1, 1, false)},
   };
@@ -802,7 +884,8 @@ std::vector<Op> ops_of(const std::string& name) {
   if (name.rfind("gemm", 0) == 0) return {Op::memory, Op::gemm};
   if (name.find("_cell_") != std::string::npos) return {Op::memory, Op::cell};
   if (name.rfind("attention", 0) == 0) return {Op::memory, Op::attention};
-  if (name.rfind("adam", 0) == 0 || name.rfind("sgd", 0) == 0) return {Op::memory, Op::optimizer};
+  if (name.rfind("adam", 0) == 0 || name.rfind("sgd", 0) == 0 || name.rfind("optimizer", 0) == 0)
+    return {Op::memory, Op::optimizer};
   return std::vector<Op>(std::begin(kAllOps), std::end(kAllOps));  // small_ops: the rest
 }
 
@@ -885,6 +968,80 @@ std::vector<std::string> case_names() {
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpMatchesReference, ::testing::ValuesIn(case_names()),
                          [](const auto& info) { return info.param; });
+
+// The update's segments as separate steps: each segment's own update count, weight decay only
+// where it applies, a frozen segment's gradients zeroed and nothing else moved, the padding
+// between segments left as it was, and every count advanced but the frozen one's; an overflowed
+// step zeroes the gradients and counts nothing. The reference's f64 run (two steps) of the op
+// driver's case against adam_step and sgd_step called segment by segment on host memory.
+TEST(Ops, OptimizerStepIsEachSegmentsOwnStep) {
+  auto ref = make_reference_backend();
+  for (const OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::adam, OptimizerKind::sgd})
+    for (const bool overflow : {false, true}) {
+      Rng r0(42);
+      const auto got = optimizer_case(kind, overflow)(*ref, DType::f64, r0);
+      Rng r(42);
+      std::vector<double> p = values(r, 9140), g = values(r, 9104, -1e-2, 1e-2),
+                          m = values(r, 9104, -1e-3, 1e-3), v = values(r, 9104, 0, 1e-5);
+      const std::vector<double> p0 = p, g0 = g;
+      double sum_squares = overflow ? INFINITY : 3.0;
+      const GradClip clip{
+          .sum_squares = &sum_squares, .loss_scale = 2.0, .max_norm = 0.5, .skip_nonfinite = true};
+      struct Seg {
+        int64_t value, grad, n, step;
+        bool decays, frozen;
+      };
+      const Seg segs[] = {{0, 0, 30, 5, true, false},
+                          {40, 32, 17, 1, false, false},
+                          {60, 50, 40, 3, true, true},
+                          {120, 96, 9000, 10, true, false},
+                          {9130, 9100, 1, 1, false, false}};
+      auto t = [](std::vector<double>& x, int64_t at, int64_t n) {
+        return Tensor(x.data() + at, DType::f64, {n});
+      };
+      for (int k = 0; k < 2; ++k)
+        for (Seg s : segs) {
+          if (!overflow) s.step += k;
+          if (s.frozen) {
+            std::fill_n(g.begin() + s.grad, s.n, 0.0);
+            continue;
+          }
+          const double wd = s.decays ? 0.1 : 0.0;
+          if (kind == OptimizerKind::sgd) {
+            ref->sgd_step(t(p, s.value, s.n), t(g, s.grad, s.n), t(m, s.grad, s.n),
+                          {.lr = 0.1,
+                           .momentum = 0.9,
+                           .dampening = 0.1,
+                           .weight_decay = wd,
+                           .first_step = s.step == 1,
+                           .grad_scale = 0.5,
+                           .clip = clip});
+            std::fill_n(g.begin() + s.grad, s.n, 0.0);
+          } else {
+            ref->adam_step(t(p, s.value, s.n), t(g, s.grad, s.n), t(m, s.grad, s.n),
+                           t(v, s.grad, s.n),
+                           {.lr = 1e-2,
+                            .weight_decay = wd,
+                            .decoupled = kind == OptimizerKind::adamw,
+                            .step = s.step,
+                            .grad_scale = 0.5,
+                            .clip = clip,
+                            .zero_grads = true});
+          }
+        }
+      const std::string what = std::to_string(int(kind)) + (overflow ? " overflow" : "");
+      EXPECT_EQ(got.at("p"), p) << what;
+      EXPECT_EQ(got.at("grads"), g) << what;
+      EXPECT_EQ(got.at("m"), m) << what;
+      if (kind != OptimizerKind::sgd) EXPECT_EQ(got.at("v"), v) << what;
+      const std::vector<double> counts =
+          overflow ? std::vector<double>{4, 0, 2, 9, 0} : std::vector<double>{6, 2, 2, 11, 2};
+      EXPECT_EQ(got.at("steps"), counts) << what;
+      for (const int64_t gap : {30, 31, 49, 90, 95, 9096, 9099, 9101, 9103})
+        EXPECT_EQ(got.at("grads")[gap], g0[gap]) << what << " at " << gap;
+      if (overflow) EXPECT_EQ(got.at("p"), p0) << what;
+    }
+}
 
 // The regression losses as PyTorch defines them (F.mse_loss, F.l1_loss, F.huber_loss with
 // delta; mean over the selected rows' values), their gradients against central differences of

@@ -1,9 +1,12 @@
 // The Backend's defaults: host staging memory, the waiting forms of its reductions (the value
-// through one f64 of the backend's memory, read back), and a recurrence as its steps.
+// through one f64 of the backend's memory, read back), a recurrence as its steps, and an optimizer
+// update segment by segment.
 #include "seqforge/backend/backend.hpp"
 
 #include <cstdlib>
+#include <vector>
 
+#include "kernels/grad_clip.hpp"
 #include "kernels/recurrence_steps.hpp"
 
 namespace seqforge {
@@ -112,6 +115,67 @@ void Backend::recurrence_backward(CellKind kind, const RecurrenceBackward& a, DT
     gemm(back, a.gemm, ref::recurrent_operand(a, k, type.gates, type.recurrent_grads, size), a.w_hh,
          a.dh);
   }
+}
+
+void Backend::optimizer_step(const OptimizerStep& a, DType dtype) {
+  const int64_t S = a.segment_count, size = dtype_size(dtype);
+  std::vector<OptimizerSegment> segments(static_cast<size_t>(S));
+  std::vector<int64_t> steps(static_cast<size_t>(S));
+  double lr = 0, sum_squares = 0;
+  if (S) {
+    download(segments.data(),
+             Tensor(const_cast<OptimizerSegment*>(a.segments), DType::i64, {S, 4}));
+    download(steps.data(), Tensor(a.steps, DType::i64, {S}));
+  }
+  download(&lr, Tensor(const_cast<double*>(a.lr), DType::f64, {1}));
+  GradClip host_clip = a.clip;
+  if (a.clip.sum_squares) {
+    download(&sum_squares, Tensor(const_cast<double*>(a.clip.sum_squares), DType::f64, {1}));
+    host_clip.sum_squares = &sum_squares;
+  }
+  bool skip;
+  ref::gradient_factor(a.grad_scale, host_clip, &skip);
+  auto view = [&](void* base, int64_t offset, int64_t n) {
+    return base ? Tensor(static_cast<char*>(base) + offset * size, dtype, {n}) : Tensor();
+  };
+  for (int64_t s = 0; s < S; ++s) {
+    const OptimizerSegment& seg = segments[s];
+    const Tensor g = view(a.grads, seg.grad_offset, seg.numel);
+    if (seg.flags & OptimizerSegment::kFrozen) {
+      if (a.zero_grads) fill(g, 0.0);
+      continue;
+    }
+    const Tensor p = view(a.params, seg.value_offset, seg.numel);
+    const Tensor m = view(a.m, seg.grad_offset, seg.numel);
+    const int64_t step = steps[s] + 1;
+    const double decay = seg.flags & OptimizerSegment::kDecays ? a.weight_decay : 0.0;
+    if (a.kind == OptimizerKind::sgd) {
+      sgd_step(p, g, m,
+               {.lr = lr,
+                .momentum = a.momentum,
+                .dampening = a.dampening,
+                .weight_decay = decay,
+                .nesterov = a.nesterov,
+                .first_step = step == 1,
+                .grad_scale = a.grad_scale,
+                .clip = a.clip});
+      if (a.zero_grads) fill(g, 0.0);
+    } else {
+      adam_step(p, g, m, view(a.v, seg.grad_offset, seg.numel),
+                {.lr = lr,
+                 .beta1 = a.beta1,
+                 .beta2 = a.beta2,
+                 .eps = a.eps,
+                 .weight_decay = decay,
+                 .decoupled = a.kind == OptimizerKind::adamw,
+                 .step = step,
+                 .grad_scale = a.grad_scale,
+                 .clip = a.clip,
+                 .zero_grads = a.zero_grads});
+    }
+    if (!skip) steps[s] = step;
+  }
+  if (S && !skip) upload(Tensor(a.steps, DType::i64, {S}), steps.data());
 }
 
 }  // namespace seqforge

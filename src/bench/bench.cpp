@@ -211,6 +211,7 @@ class RecordingBackend final : public Backend {
   void sgd_step(Tensor p, Tensor g, Tensor m, const SgdParams& a) override {
     inner_.sgd_step(p, g, m, a);
   }
+  void optimizer_step(const OptimizerStep& a, DType dt) override { inner_.optimizer_step(a, dt); }
 
  private:
   Backend& inner_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace seqforge {
 
@@ -23,13 +24,15 @@ Optimizer::Optimizer(Backend& be, Parameters& params, const OptimizerOptions& op
   // Laid out as the gradients: nothing for a fixed parameter.
   m_ = params.grads().like(be);
   if (opt_.kind != "sgd") v_ = params.grads().like(be);
-  for (size_t i = 0; i < params.size(); ++i) any_fixed_ = any_fixed_ || params.fixed(i);
+  param_steps_.assign(params.size(), 0);
+  build_segments();
 }
 
 void Optimizer::set_frozen(std::vector<bool> frozen) {
   SF_CHECK(frozen.size() == params_.size(), "frozen flags for ", frozen.size(), " of ",
            params_.size(), " parameters");
   frozen_ = std::move(frozen);
+  build_segments();
 }
 
 bool Optimizer::decays(size_t i) const {
@@ -41,64 +44,82 @@ void Optimizer::set_steps(int64_t steps, std::vector<int64_t> param_steps) {
            params_.size(), " parameters");
   steps_ = steps;
   param_steps_ = std::move(param_steps);
+  build_segments();
 }
 
+// Runs of parameters that move together (the same flags and update count, laid out alike in the
+// values and the gradients) form one segment: a model without groups is one pass over the arenas,
+// whose padding between parameters is zero and stays zero.
+void Optimizer::build_segments() {
+  std::vector<OptimizerSegment> segments;
+  std::vector<int64_t> steps;
+  const auto& values = params_.values().entries();
+  const auto& grads = params_.grads().entries();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_.fixed(i)) continue;
+    OptimizerSegment seg;
+    seg.value_offset = static_cast<int64_t>(values[i].offset);
+    seg.grad_offset = static_cast<int64_t>(grads[i].offset);
+    seg.numel = values[i].shape.numel();
+    seg.flags =
+        (frozen(i) ? OptimizerSegment::kFrozen : 0) | (decays(i) ? OptimizerSegment::kDecays : 0);
+    if (!segments.empty()) {
+      OptimizerSegment& last = segments.back();
+      const bool joins = last.flags == seg.flags && steps.back() == param_steps_[i] &&
+                         seg.value_offset - last.value_offset == seg.grad_offset - last.grad_offset;
+      if (joins) {
+        last.numel = seg.grad_offset + seg.numel - last.grad_offset;
+        continue;
+      }
+    }
+    segments.push_back(seg);
+    steps.push_back(param_steps_[i]);
+  }
+  const auto S = static_cast<int64_t>(segments.size());
+  segment_count_ = S;
+  static_assert(sizeof(OptimizerSegment) == 4 * sizeof(int64_t));
+  if (S) {
+    be_.upload(segments_.get(be_, DType::i64, {S, 4}), segments.data());
+    be_.upload(segment_steps_.get(be_, DType::i64, {S}), steps.data());
+  }
+}
+
+bool Optimizer::frozen(size_t i) const { return !frozen_.empty() && frozen_[i]; }
+
 void Optimizer::step(double grad_scale, bool zero_grads, const GradClip& clip) {
-  if (param_steps_.empty()) param_steps_.assign(params_.size(), 0);
   before_steps_ = steps_;
   before_param_steps_ = param_steps_;
   ++steps_;
-  const bool all_decay = !opt_.decay_matrices_only || opt_.weight_decay == 0;
-  const bool uniform = all_decay && !any_fixed_ &&
-                       std::none_of(frozen_.begin(), frozen_.end(), [](bool f) { return f; }) &&
-                       std::all_of(param_steps_.begin(), param_steps_.end(),
-                                   [&](int64_t s) { return s == param_steps_[0]; });
-  // One pass over the flat arena when every parameter moves in step; else parameter by parameter.
-  auto update = [&](Tensor p, Tensor g, Tensor m, Tensor v, int64_t step, double decay) {
-    if (opt_.kind == "sgd") {
-      SgdParams s;
-      s.lr = opt_.lr;
-      s.momentum = opt_.momentum;
-      s.dampening = opt_.dampening;
-      s.weight_decay = decay;
-      s.nesterov = opt_.nesterov;
-      s.first_step = step == 1;
-      s.grad_scale = grad_scale;
-      s.clip = clip;
-      be_.sgd_step(p, g, m, s);
-      if (zero_grads) be_.fill(g, 0.0);
-    } else {
-      AdamParams a;
-      a.lr = opt_.lr;
-      a.beta1 = opt_.beta1;
-      a.beta2 = opt_.beta2;
-      a.eps = opt_.eps;
-      a.weight_decay = decay;
-      a.decoupled = opt_.kind == "adamw";
-      a.step = step;
-      a.grad_scale = grad_scale;
-      a.clip = clip;
-      a.zero_grads = zero_grads;
-      be_.adam_step(p, g, m, v, a);
-    }
-  };
-  if (uniform) {
-    for (auto& s : param_steps_) ++s;
-    update(params_.values().flat(), params_.grads().flat(), m_.flat(),
-           opt_.kind == "sgd" ? Tensor() : v_.flat(),
-           param_steps_.empty() ? steps_ : param_steps_[0], opt_.weight_decay);
-    return;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!params_.fixed(i) && !frozen(i)) ++param_steps_[i];
+  if (!(opt_.lr == uploaded_lr_)) {
+    be_.upload(lr_.get(be_, DType::f64, {1}), &opt_.lr);
+    uploaded_lr_ = opt_.lr;
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (params_.fixed(i)) continue;
-    if (!frozen_.empty() && frozen_[i]) {
-      if (zero_grads) be_.fill(params_.grad(i), 0.0);
-      continue;
-    }
-    update(params_.value(i), params_.grad(i), m_.view(i),
-           opt_.kind == "sgd" ? Tensor() : v_.view(i), ++param_steps_[i],
-           decays(i) ? opt_.weight_decay : 0.0);
-  }
+  OptimizerStep a;
+  a.kind = opt_.kind == "sgd"    ? OptimizerKind::sgd
+           : opt_.kind == "adam" ? OptimizerKind::adam
+                                 : OptimizerKind::adamw;
+  a.beta1 = opt_.beta1;
+  a.beta2 = opt_.beta2;
+  a.eps = opt_.eps;
+  a.momentum = opt_.momentum;
+  a.dampening = opt_.dampening;
+  a.nesterov = opt_.nesterov;
+  a.weight_decay = opt_.weight_decay;
+  a.grad_scale = grad_scale;
+  a.clip = clip;
+  a.zero_grads = zero_grads;
+  a.params = params_.values().flat().data();
+  a.grads = params_.grads().flat().data();
+  a.m = m_.flat().data();
+  a.v = v_.allocated() ? v_.flat().data() : nullptr;
+  a.grad_elements = static_cast<int64_t>(params_.grads().elements());
+  a.segments = static_cast<const OptimizerSegment*>(segments_.tensor().data());
+  a.segment_count = segment_count_;
+  a.steps = static_cast<int64_t*>(segment_steps_.tensor().data());
+  a.lr = static_cast<const double*>(lr_.tensor().data());
+  be_.optimizer_step(a, params_.dtype());
 }
 
 void Optimizer::undo_step_counts() {

@@ -205,6 +205,10 @@ class Backend {
   virtual void scale(Tensor x, double alpha) = 0;
   virtual void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& p) = 0;
   virtual void sgd_step(Tensor params, Tensor grads, Tensor momentum, const SgdParams& p) = 0;
+  // The whole update (ops.hpp: OptimizerStep). Defined here segment by segment through adam_step
+  // and sgd_step, reading the segments, counts and learning rate back; a device backend runs it
+  // in one pass.
+  virtual void optimizer_step(const OptimizerStep& a, DType dtype);
 
  protected:
   virtual void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,

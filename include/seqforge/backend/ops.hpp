@@ -249,4 +249,37 @@ struct SgdParams {
   GradClip clip;
 };
 
+// One optimizer update of every parameter in one pass: flat arenas described segment by segment,
+// with the learning rate and each segment's update count in backend memory, so that nothing of a
+// step is decided on the host (a later step can replay the same launches).
+struct OptimizerSegment {
+  int64_t value_offset = 0;  // into params
+  int64_t grad_offset = 0;   // into grads and the state; segments ascend by it, gaps are skipped
+  int64_t numel = 0;
+  int64_t flags = 0;                     // kFrozen and kDecays
+  static constexpr int64_t kFrozen = 1;  // nothing updated, gradients still zeroed (zero_grads)
+  static constexpr int64_t kDecays = 2;  // weight_decay applies (else 0)
+};
+enum class OptimizerKind { adam, adamw, sgd };
+struct OptimizerStep {
+  OptimizerKind kind = OptimizerKind::adamw;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam, AdamW
+  double momentum = 0.0, dampening = 0.0;         // SGD
+  bool nesterov = false;
+  double weight_decay = 0.0;  // for kDecays segments
+  double grad_scale = 1.0;
+  GradClip clip;
+  bool zero_grads = false;  // leave every segment's gradients zeroed
+  void* params = nullptr;   // flat arenas of the dtype
+  void* grads = nullptr;
+  void* m = nullptr;                           // Adam's exp_avg, SGD's momentum buffer
+  void* v = nullptr;                           // Adam's exp_avg_sq
+  int64_t grad_elements = 0;                   // of grads, m and v
+  const OptimizerSegment* segments = nullptr;  // backend memory
+  int64_t segment_count = 0;
+  int64_t* steps = nullptr;  // backend memory: each segment's updates so far; one is added to each
+                             // segment updated (not frozen, not a skipped step)
+  const double* lr = nullptr;  // backend memory
+};
+
 }  // namespace seqforge

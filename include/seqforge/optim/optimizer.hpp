@@ -1,10 +1,12 @@
 #pragma once
 // Optimizers over the flat parameter arena: Adam, AdamW, SGD (momentum, Nesterov), with
 // PyTorch's exact update rules; clip_grad_norm over all gradients.
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/buffer.hpp"
 #include "seqforge/nn/parameters.hpp"
 
 namespace seqforge {
@@ -44,6 +46,8 @@ class Optimizer {
 
  private:
   bool decays(size_t i) const;  // whether weight decay applies to parameter i
+  bool frozen(size_t i) const;
+  void build_segments();  // and uploads them with their update counts
 
   Backend& be_;
   Parameters& params_;
@@ -52,8 +56,12 @@ class Optimizer {
   int64_t steps_ = 0, before_steps_ = 0;
   std::vector<int64_t> before_param_steps_;
   std::vector<bool> frozen_;
-  bool any_fixed_ = false;
   std::vector<int64_t> param_steps_;
+  // The update's description in backend memory (OptimizerStep): segments, their update counts
+  // (which the backend advances), the learning rate.
+  Buffer segments_, segment_steps_, lr_;
+  int64_t segment_count_ = 0;
+  double uploaded_lr_ = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Scales gradients so that their total L2 norm is at most max_norm (coefficient

@@ -1,9 +1,7 @@
 // The CUDA backend: device memory from the stream-ordered pool, GEMMs on cuBLASLt, its own
 // kernels (kernels/cuda) for the elementwise, layout, dropout, cell (LSTM, GRU, LN-LSTM),
-// embedding, adapter, loss and optimizer ops, all on one stream; uploads from page-locked
-// staging memory on a copy stream, ordered against the ops by events. The transformer's ops (norms,
-// activations, attention) do not run on it yet: supports() says so, and a call is refused with
-// one line naming the op.
+// embedding, layer norm, GELU, attention, adapter, loss and optimizer ops, all on one stream;
+// uploads from page-locked staging memory on a copy stream, ordered against the ops by events.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -92,10 +90,12 @@ class CudaBackend final : public Backend {
       case Op::adapter:
       case Op::loss:
       case Op::optimizer:
+      case Op::norm:
+      case Op::activation:
+      case Op::attention:
         return d == DType::f32 || d == DType::f64;
-      default:
-        return false;
     }
+    return false;
   }
 
   // Memory: stream-ordered, zeroed on the stream before any op that follows can read it.
@@ -280,14 +280,37 @@ class CudaBackend final : public Backend {
                              ids.numel(), dtable.dim(1), dtable.dim(0), stream_);
     launched("embedding_backward", dtable);
   }
-  void layer_norm_forward(Tensor, Tensor, Tensor, Tensor, Tensor, double) override {
-    unsupported(Op::norm);
+  void layer_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, Tensor b,
+                          double eps) override {
+    const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    SF_CHECK(y.numel() == x.numel() && saved.numel() == 2 * N && w.numel() == C && b.numel() == C,
+             "layer_norm_forward shapes");
+    cuda::layer_norm_forward(y.data(), y.dtype(), saved.data(), x.data(), w.data(), b.data(),
+                             x.dtype(), N, C, eps, stream_);
+    launched("layer_norm_forward", x);
   }
-  void layer_norm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {
-    unsupported(Op::norm);
+  void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
+                           Tensor saved) override {
+    const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    SF_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel() && dw.numel() == C &&
+                 db.numel() == C && saved.numel() == 2 * N,
+             "layer_norm_backward shapes");
+    const size_t partial = static_cast<size_t>(2 * cuda::layer_norm_partial_chunks(N) * C);
+    cuda::layer_norm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                              saved.data(), static_cast<double*>(scratch(0, partial * 8)),
+                              x.dtype(), N, C, stream_);
+    launched("layer_norm_backward", x);
   }
-  void gelu_forward(Tensor, Tensor) override { unsupported(Op::activation); }
-  void gelu_backward(Tensor, Tensor, Tensor) override { unsupported(Op::activation); }
+  void gelu_forward(Tensor y, Tensor x) override {
+    SF_CHECK(y.numel() == x.numel(), "gelu sizes");
+    cuda::gelu_forward(y.data(), y.dtype(), x.data(), x.dtype(), x.numel(), stream_);
+    launched("gelu_forward", x);
+  }
+  void gelu_backward(Tensor dx, Tensor dy, Tensor x) override {
+    SF_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel(), "gelu sizes");
+    cuda::gelu_backward(dx.data(), dy.data(), x.data(), x.dtype(), x.numel(), stream_);
+    launched("gelu_backward", x);
+  }
   void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
     const int64_t C = s.numel();
     SF_CHECK(y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C),
@@ -313,8 +336,16 @@ class CudaBackend final : public Backend {
                         inv_norm.data(), dy.dtype(), dy.numel() / C, C, stream_);
     launched("dora_backward", dy);
   }
-  void attention_forward(const AttentionForward&, DType) override { unsupported(Op::attention); }
-  void attention_backward(const AttentionBackward&, DType) override { unsupported(Op::attention); }
+  void attention_forward(const AttentionForward& a, DType dtype) override {
+    cuda::attention_forward(a, dtype, stream_);
+    launched("attention_forward", attention_shape(a.shape, dtype));
+  }
+  void attention_backward(const AttentionBackward& a, DType dtype) override {
+    const AttentionShape& s = a.shape;
+    void* delta = scratch(0, static_cast<size_t>(s.batch * s.heads * s.seq) * dtype_size(dtype));
+    cuda::attention_backward(a, delta, dtype, stream_);
+    launched("attention_backward", attention_shape(s, dtype));
+  }
 
   // The losses and the sum of squares stay on the device: nothing is read back here.
   void regression_loss(const RegressionLoss& kind, Tensor pred, Tensor target, Tensor mask,
@@ -363,6 +394,10 @@ class CudaBackend final : public Backend {
                    params.dtype(), params.numel(), p, stream_);
     launched("sgd_step", params);
   }
+  void optimizer_step(const OptimizerStep& a, DType dtype) override {
+    cuda::optimizer_step(a, dtype, stream_);
+    launched("optimizer_step", Tensor(a.params, dtype, {a.grad_elements}));
+  }
 
  protected:
   void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
@@ -382,9 +417,9 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  [[noreturn]] void unsupported(Op op) const {
-    fail("cuda: the ", op_name(op),
-         " ops do not run on the cuda backend yet; train on the CPU (train.device: cpu)");
+  // (B, T, heads, head_dim), to name attention's shape.
+  static Tensor attention_shape(const AttentionShape& s, DType dtype) {
+    return Tensor(nullptr, dtype, {s.batch, s.seq, s.heads, s.head_dim});
   }
   // A launch error names the op and the shape.
   void launched(const char* op, Tensor t) {

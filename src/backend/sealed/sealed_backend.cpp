@@ -206,6 +206,11 @@ class SealedBackend final : public Backend {
     call("sgd_step", {params, grads, momentum}, {p.clip.sum_squares},
          [=, this] { inner_->sgd_step(params, grads, momentum, p); });
   }
+  void optimizer_step(const OptimizerStep& a, DType dtype) override {
+    call("optimizer_step", {},
+         {a.params, a.grads, a.m, a.v, a.segments, a.steps, a.lr, a.clip.sum_squares},
+         [=, this] { inner_->optimizer_step(a, dtype); });
+  }
 
  protected:
   void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,

@@ -87,6 +87,22 @@ __device__ inline void report_bad(unsigned long long* report, int64_t index, int
     report[1] = static_cast<unsigned long long>(value);
 }
 
+// The block's sums of a and b, returned to every thread.
+__device__ inline double2 block_sum2(double a, double b) {
+  __shared__ double2 partial[kThreads];
+  __syncthreads();  // a previous call's readers are done
+  partial[threadIdx.x] = make_double2(a, b);
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      partial[threadIdx.x].x += partial[threadIdx.x + half].x;
+      partial[threadIdx.x].y += partial[threadIdx.x + half].y;
+    }
+    __syncthreads();
+  }
+  return partial[0];
+}
+
 // Element access by dtype for conversions: load as double, store rounding once.
 template <typename T>
 struct Element;

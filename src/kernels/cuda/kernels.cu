@@ -4,11 +4,13 @@
 #include <cmath>
 
 #include "kernels/cuda/adapter.cuh"
+#include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cells.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/lnlstm.cuh"
 #include "kernels/cuda/loss.cuh"
+#include "kernels/cuda/norm.cuh"
 #include "kernels/cuda/optimizer.cuh"
 #include "kernels/cuda/recurrence.cuh"
 
@@ -34,7 +36,8 @@ void dispatch_bytes(size_t bytes, Fn&& fn) {
 // A kernel whose shared memory (its static arrays and `bytes` more) passes the default 48 KB
 // asks for it; past what the GPU offers a block, the launch would fail: one line instead.
 template <typename Kernel>
-void allow_shared(Kernel kernel, size_t bytes, const char* what) {
+void allow_shared(Kernel kernel, size_t bytes, const char* what,
+                  const char* narrower = "model.hidden") {
   cudaFuncAttributes attributes{};
   cudaFuncGetAttributes(&attributes, kernel);
   if (attributes.sharedSizeBytes + bytes <= (size_t{48} << 10)) return;
@@ -42,8 +45,8 @@ void allow_shared(Kernel kernel, size_t bytes, const char* what) {
                            static_cast<int>(bytes)) != cudaSuccess) {
     cudaGetLastError();
     fail("cuda: ", what, " needs ", (attributes.sharedSizeBytes + bytes) >> 10,
-         " KB of shared memory per block, more than this GPU offers; use a narrower model.hidden "
-         "or train.device: cpu");
+         " KB of shared memory per block, more than this GPU offers; use a narrower ", narrower,
+         " or train.device: cpu");
   }
 }
 
@@ -439,6 +442,147 @@ void sgd_step(void* params, const void* grads, void* momentum, DType dtype, int6
     SF_LAUNCH(blocks_for(n), kThreads, 0, stream, sgd_kernel<T>)
     (static_cast<T*>(params), static_cast<const T*>(grads), static_cast<T*>(momentum), n, s);
   });
+}
+
+void layer_norm_forward(void* y, DType y_type, void* saved, const void* x, const void* w,
+                        const void* b, DType dtype, int64_t rows, int64_t C, double eps,
+                        cudaStream_t stream) {
+  if (rows == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    auto launch = [&]<typename Y>() {
+      SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, layer_norm_forward_kernel<T, Y>)
+      (static_cast<Y*>(y), static_cast<T*>(saved), static_cast<const T*>(x),
+       static_cast<const T*>(w), static_cast<const T*>(b), rows, C, eps);
+    };
+    if (y_type == dtype)
+      launch.template operator()<T>();
+    else if (y_type == DType::bf16 && dtype == DType::f32)
+      launch.template operator()<bf16>();
+    else
+      fail("cuda: layer_norm_forward into ", dtype_name(y_type), " from ", dtype_name(dtype));
+  });
+}
+
+int64_t layer_norm_partial_chunks(int64_t rows) {
+  return std::clamp<int64_t>((rows + 63) / 64, 1, 256);
+}
+
+void layer_norm_backward(void* dx, void* dw, void* db, const void* dy, const void* x, const void* w,
+                         const void* saved, double* partial, DType dtype, int64_t rows, int64_t C,
+                         cudaStream_t stream) {
+  if (rows == 0 || C == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, layer_norm_backward_input_kernel<T>)
+    (static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),
+     static_cast<const T*>(w), static_cast<const T*>(saved), rows, C);
+    const int64_t chunks = layer_norm_partial_chunks(rows);
+    const int64_t tiles = chunks * ((C + kThreads - 1) / kThreads);
+    SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
+              layer_norm_params_partial_kernel<T>)
+    (partial, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(saved),
+     rows, C, chunks);
+    SF_LAUNCH(blocks_for(C), kThreads, 0, stream, layer_norm_params_final_kernel<T>)
+    (static_cast<T*>(dw), static_cast<T*>(db), partial, C, chunks);
+  });
+}
+
+void gelu_forward(void* y, DType y_type, const void* x, DType dtype, int64_t n,
+                  cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    auto launch = [&]<typename Y>() {
+      SF_LAUNCH(blocks_for(n), kThreads, 0, stream, gelu_forward_kernel<T, Y>)
+      (static_cast<Y*>(y), static_cast<const T*>(x), n);
+    };
+    if (y_type == dtype)
+      launch.template operator()<T>();
+    else if (y_type == DType::bf16 && dtype == DType::f32)
+      launch.template operator()<bf16>();
+    else
+      fail("cuda: gelu_forward into ", dtype_name(y_type), " from ", dtype_name(dtype));
+  });
+}
+
+void gelu_backward(void* dx, const void* dy, const void* x, DType dtype, int64_t n,
+                   cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, gelu_backward_kernel<T>)
+    (static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), n);
+  });
+}
+
+namespace {
+
+// The tile of R query (or key) rows: the largest power of two up to 32 whose `per_row` elements
+// per row, and `per_square` per R^2, fit the default 48 KB of shared memory.
+int64_t attention_tile(int64_t per_row, int64_t per_square, size_t element) {
+  int64_t R = 32;
+  while (R > 1 && static_cast<size_t>(R * per_row + R * R * per_square) * element > (48u << 10))
+    R /= 2;
+  return R;
+}
+
+AttentionDropout attention_dropout(const AttentionShape& s) {
+  AttentionDropout d;
+  if (s.dropout > 0) {
+    d.threshold = kernels::attention_drop_threshold(s.dropout);
+    d.keep_scale = 1.0 / (1.0 - s.dropout);
+  }
+  return d;
+}
+
+unsigned attention_blocks(const AttentionShape& s, int64_t rows, int64_t R) {
+  const int64_t tiles = s.batch * s.heads * ((rows + R - 1) / R);
+  return static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 65535));
+}
+
+}  // namespace
+
+void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stream) {
+  const AttentionShape& s = a.shape;
+  if (s.batch * s.heads == 0 || a.first_row >= s.seq) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    const int64_t D = s.head_dim, R = attention_tile(4 * D + 3, 1, sizeof(T));
+    const size_t shared = static_cast<size_t>(4 * R * D + R * R + 3 * R) * sizeof(T);
+    allow_shared(attention_forward_kernel<T>, shared, "attention's forward", "head size");
+    SF_LAUNCH(attention_blocks(s, s.seq - a.first_row, R), kThreads, shared, stream,
+              attention_forward_kernel<T>)
+    (a, R, attention_dropout(s));
+  });
+}
+
+void attention_backward(const AttentionBackward& a, void* delta, DType dtype, cudaStream_t stream) {
+  const AttentionShape& s = a.shape;
+  if (s.batch * s.heads * s.seq == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    const int64_t D = s.head_dim;
+    T* d = static_cast<T*>(delta);
+    SF_LAUNCH(blocks_for(s.batch * s.heads * s.seq), kThreads, 0, stream, attention_delta_kernel<T>)
+    (d, static_cast<const T*>(a.out), static_cast<const T*>(a.dout), s);
+    const AttentionDropout drop = attention_dropout(s);
+    const int64_t Rk = attention_tile(6 * D + 2, 2, sizeof(T));
+    const size_t shared_k = static_cast<size_t>(6 * Rk * D + 2 * Rk * Rk + 2 * Rk) * sizeof(T);
+    allow_shared(attention_dkdv_kernel<T>, shared_k, "attention's backward", "head size");
+    SF_LAUNCH(attention_blocks(s, s.seq, Rk), kThreads, shared_k, stream, attention_dkdv_kernel<T>)
+    (a, d, Rk, drop);
+    const int64_t Rq = attention_tile(5 * D + 2, 2, sizeof(T));
+    const size_t shared_q = static_cast<size_t>(5 * Rq * D + 2 * Rq * Rq + 2 * Rq) * sizeof(T);
+    allow_shared(attention_dq_kernel<T>, shared_q, "attention's backward", "head size");
+    SF_LAUNCH(attention_blocks(s, s.seq, Rq), kThreads, shared_q, stream, attention_dq_kernel<T>)
+    (a, d, Rq, drop);
+  });
+}
+
+void optimizer_step(const OptimizerStep& a, DType dtype, cudaStream_t stream) {
+  if (a.segment_count == 0 || a.grad_elements == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    const int64_t tiles = (a.grad_elements + kOptimizerTile - 1) / kOptimizerTile;
+    SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
+              optimizer_kernel<T>)
+    (a);
+  });
+  SF_LAUNCH(1, kThreads, 0, stream, count_updates_kernel)(a);
 }
 
 }  // namespace seqforge::cuda

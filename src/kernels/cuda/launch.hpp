@@ -71,6 +71,24 @@ void dora_backward(void* dpre, void* dm, const void* dy, const void* pre, const 
                    const void* inv_norm, DType dtype, int64_t rows, int64_t cols,
                    cudaStream_t stream);
 
+// Layer norm and GELU (norm.cuh); y may be bf16 with x in f32. layer_norm_backward needs
+// `partial`: 2 * layer_norm_partial_chunks(rows) * C doubles of device memory.
+void layer_norm_forward(void* y, DType y_type, void* saved, const void* x, const void* w,
+                        const void* b, DType dtype, int64_t rows, int64_t C, double eps,
+                        cudaStream_t stream);
+int64_t layer_norm_partial_chunks(int64_t rows);
+void layer_norm_backward(void* dx, void* dw, void* db, const void* dy, const void* x, const void* w,
+                         const void* saved, double* partial, DType dtype, int64_t rows, int64_t C,
+                         cudaStream_t stream);
+void gelu_forward(void* y, DType y_type, const void* x, DType dtype, int64_t n,
+                  cudaStream_t stream);
+void gelu_backward(void* dx, const void* dy, const void* x, DType dtype, int64_t n,
+                   cudaStream_t stream);
+
+// Attention (attention.cuh). Backward needs `delta`: B * heads * T elements of the dtype.
+void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stream);
+void attention_backward(const AttentionBackward& a, void* delta, DType dtype, cudaStream_t stream);
+
 // Losses (loss.cuh). `sums` is device memory for two doubles, zeroed here: the loss sum and its
 // denominator (selected rows, or the total class weight); mean() forms the loss from them.
 // A regression loss (ops.hpp): pred, target, dpred (rows, f); mask (rows) or null.
@@ -94,5 +112,7 @@ void adam_step(void* params, void* grads, void* m, void* v, DType dtype, int64_t
                const AdamParams& p, cudaStream_t stream);
 void sgd_step(void* params, const void* grads, void* momentum, DType dtype, int64_t n,
               const SgdParams& p, cudaStream_t stream);
+// The whole update (OptimizerStep), one pass over the arenas and one launch for the counts.
+void optimizer_step(const OptimizerStep& a, DType dtype, cudaStream_t stream);
 
 }  // namespace seqforge::cuda

@@ -7,22 +7,6 @@ namespace seqforge::cuda {
 
 constexpr double kLayerNormEpsilon = 1e-5;
 
-// The block's sums of a and b, returned to every thread.
-__device__ inline double2 block_sum2(double a, double b) {
-  __shared__ double2 partial[kThreads];
-  __syncthreads();  // a previous call's readers are done
-  partial[threadIdx.x] = make_double2(a, b);
-  __syncthreads();
-  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) {
-      partial[threadIdx.x].x += partial[threadIdx.x + half].x;
-      partial[threadIdx.x].y += partial[threadIdx.x + half].y;
-    }
-    __syncthreads();
-  }
-  return partial[0];
-}
-
 // out = LN(x) over n values (strided over the block); returns 1 / sqrt(var + eps).
 template <typename T>
 __device__ inline T block_layer_norm(const T* x, T* out, int64_t n) {

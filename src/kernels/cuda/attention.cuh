@@ -1,0 +1,296 @@
+#pragma once
+// Multi-head attention in tiles held in shared memory (kernels/attention/reference.cpp's math),
+// products and sums in T (f32 or f64), the (T, T) scores never stored:
+//   forward: a block per (pair, tile of R query rows) walks the key tiles its rows may see (tiles
+//     above the causal diagonal and past the row's valid keys are never visited), with an online
+//     softmax; it keeps only each row's log-sum-exp.
+//   backward: D_i = dO_i . O_i first; then a block per (pair, key tile) sums dK and dV over the
+//     query tiles that see it, and a block per (pair, query tile) sums dQ over its key tiles, both
+//     from P recomputed with the saved log-sum-exp: every gradient is one block's, in a fixed
+//     order, so a run repeats bit for bit.
+// Dropout draws M_ij from kernels/attention/dropout_mask.hpp, as the CPU kernels do.
+#include "kernels/attention/dropout_mask.hpp"
+#include "kernels/cuda/common.cuh"
+#include "seqforge/backend/ops.hpp"
+
+namespace seqforge::cuda {
+
+// Pair p = (batch row, head): where its rows are and which keys each query row may see.
+struct AttentionPair {
+  int64_t T, C, D, heads, b, h, keys;
+  bool causal;
+  __device__ AttentionPair(const AttentionShape& s, const void* lengths, int64_t p)
+      : T(s.seq),
+        C(s.heads * s.head_dim),
+        D(s.head_dim),
+        heads(s.heads),
+        b(p / s.heads),
+        h(p % s.heads),
+        keys(s.seq),
+        causal(s.causal) {
+    if (lengths) {
+      const int64_t n = static_cast<const int64_t*>(lengths)[b];
+      keys = n < 0 ? 0 : n > T ? T : n;
+    }
+  }
+  // Offsets into (B, T, 3C) of row t's q, k and v; into (B, T, C) of its output; into
+  // (B, heads, T) of its log-sum-exp.
+  __device__ int64_t q(int64_t t) const { return (b * T + t) * 3 * C + h * D; }
+  __device__ int64_t k(int64_t t) const { return q(t) + C; }
+  __device__ int64_t v(int64_t t) const { return q(t) + 2 * C; }
+  __device__ int64_t o(int64_t t) const { return (b * T + t) * C + h * D; }
+  __device__ int64_t row(int64_t t) const { return (b * heads + h) * T + t; }
+  // Keys [0, allowed(i)) are query row i's.
+  __device__ int64_t allowed(int64_t i) const {
+    return causal ? (i + 1 < keys ? i + 1 : keys) : keys;
+  }
+};
+
+// The dropout factor of P_ij: 1 without dropout, else 0 or 1 / (1 - p).
+struct AttentionDropout {
+  uint64_t threshold = 0;  // attention_drop_threshold(p); unused when p == 0
+  double keep_scale = 1;   // 1 / (1 - p), 0 when there is no dropout
+  __device__ uint64_t row_key(const AttentionShape& s, const AttentionPair& pr, int64_t i) const {
+    return keep_scale
+               ? kernels::attention_row_key(kernels::attention_pair_key(s.seed, pr.b, pr.h), i)
+               : 0;
+  }
+  template <typename T>
+  __device__ T factor(uint64_t row_key, int64_t j) const {
+    if (!keep_scale) return T(1);
+    return kernels::attention_keep(row_key, j, threshold) ? T(keep_scale) : T(0);
+  }
+};
+
+// Rows [r0, r0 + n) of a (rows, 3C or C) tensor, one head's D values each, into tile (R, D); rows
+// past n are zeros.
+template <typename T>
+__device__ inline void load_rows(T* tile, const T* src, int64_t R, int64_t D, int64_t n,
+                                 int64_t first, int64_t stride) {
+  for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) {
+    const int64_t r = e / D, d = e % D;
+    tile[e] = r < n ? src[first + r * stride + d] : T(0);
+  }
+}
+
+template <typename T>
+__device__ inline T dot(const T* a, const T* b, int64_t D) {
+  T acc = 0;
+  for (int64_t d = 0; d < D; ++d) acc += a[d] * b[d];
+  return acc;
+}
+
+// Shared: Q, K, V, O (R, D), P (R, R), the rows' running max, sum and correction (R).
+template <typename T>
+__global__ void attention_forward_kernel(AttentionForward a, int64_t R, AttentionDropout drop) {
+  SF_DYNAMIC_SHARED(shared_bytes);
+  const AttentionShape& s = a.shape;
+  const int64_t D = s.head_dim, T_ = s.seq, stride = 3 * s.heads * D;
+  T* sQ = reinterpret_cast<T*>(shared_bytes);
+  T *sK = sQ + R * D, *sV = sK + R * D, *sO = sV + R * D, *sP = sO + R * D;
+  T *row_max = sP + R * R, *row_sum = row_max + R, *corr = row_sum + R;
+  const T* qkv = static_cast<const T*>(a.qkv);
+  const int64_t tiles = (T_ - a.first_row + R - 1) / R;
+  for (int64_t t = blockIdx.x; t < s.batch * s.heads * tiles; t += gridDim.x) {
+    const AttentionPair pr(s, a.lengths, t / tiles);
+    const int64_t i0 = a.first_row + t % tiles * R;
+    const int64_t nq = T_ - i0 < R ? T_ - i0 : R;
+    load_rows(sQ, qkv, R, D, nq, pr.q(i0), stride);
+    for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) sO[e] = T(0);
+    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = T(0);
+    }
+    const int64_t key_end = pr.allowed(i0 + nq - 1);  // the tile's last row sees the most
+    for (int64_t k0 = 0; k0 < key_end; k0 += R) {
+      const int64_t nk = key_end - k0 < R ? key_end - k0 : R;
+      __syncthreads();  // the previous tile's readers are done
+      load_rows(sK, qkv, R, D, nk, pr.k(k0), stride);
+      load_rows(sV, qkv, R, D, nk, pr.v(k0), stride);
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < R * R; e += blockDim.x) {
+        const int64_t r = e / R, c = e % R;
+        const bool on = r < nq && c < nk && k0 + c < pr.allowed(i0 + r);
+        sP[e] = on ? T(s.scale) * dot(sQ + r * D, sK + c * D, D) : T(-INFINITY);
+      }
+      __syncthreads();
+      for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) {
+        T mx = row_max[r];
+        for (int64_t c = 0; c < nk; ++c) mx = sP[r * R + c] > mx ? sP[r * R + c] : mx;
+        const T rescale = mx == T(-INFINITY) ? T(1) : exp(row_max[r] - mx);
+        const uint64_t key = drop.row_key(s, pr, i0 + r);
+        T sum = 0;
+        for (int64_t c = 0; c < R; ++c) {
+          const T score = sP[r * R + c];
+          const T p = c < nk && score != T(-INFINITY) ? exp(score - mx) : T(0);
+          sum += p;
+          sP[r * R + c] = p * drop.factor<T>(key, k0 + c);
+        }
+        row_sum[r] = row_sum[r] * rescale + sum;
+        row_max[r] = mx;
+        corr[r] = rescale;
+      }
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) {
+        const int64_t r = e / D, d = e % D;
+        if (r >= nq) continue;
+        T acc = 0;
+        for (int64_t c = 0; c < nk; ++c) acc += sP[r * R + c] * sV[c * D + d];
+        sO[e] = sO[e] * corr[r] + acc;
+      }
+    }
+    __syncthreads();
+    T* out = static_cast<T*>(a.out);
+    for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
+      const int64_t r = e / D, d = e % D;
+      out[pr.o(i0 + r) + d] = pr.allowed(i0 + r) ? sO[e] / row_sum[r] : T(0);
+    }
+    T* lse = static_cast<T*>(a.lse);
+    for (int64_t r = threadIdx.x; r < nq; r += blockDim.x)
+      lse[pr.row(i0 + r)] = pr.allowed(i0 + r) ? row_max[r] + log(row_sum[r]) : T(-INFINITY);
+    __syncthreads();
+  }
+}
+
+// delta (B, heads, T) = rowsum(dO * O) per head: D_i of the backward.
+template <typename T>
+__global__ void attention_delta_kernel(T* delta, const T* out, const T* dout, AttentionShape s) {
+  const int64_t C = s.heads * s.head_dim;
+  SF_GRID_STRIDE(n, s.batch * s.heads * s.seq) {
+    const int64_t i = n % s.seq, h = n / s.seq % s.heads, b = n / (s.seq * s.heads);
+    const int64_t at = (b * s.seq + i) * C + h * s.head_dim;
+    delta[n] = dot(out + at, dout + at, s.head_dim);
+  }
+}
+
+// P_ij (with its dropout factor, for dV) and dS_ij = P_ij (c_ij dO_i . v_j - D_i) of query rows
+// [i0, i0 + nq) against keys [j0, j0 + nk), into p and ds (R, R); zero where the mask is off.
+template <typename T>
+__device__ inline void attention_probabilities(T* p, T* ds, const T* sQ, const T* sK, const T* sV,
+                                               const T* sdO, const T* lse, const T* delta,
+                                               const AttentionShape& s, const AttentionPair& pr,
+                                               const AttentionDropout& drop, int64_t R, int64_t i0,
+                                               int64_t nq, int64_t j0, int64_t nk) {
+  const int64_t D = s.head_dim;
+  for (int64_t e = threadIdx.x; e < R * R; e += blockDim.x) {
+    const int64_t r = e / R, c = e % R;
+    if (r >= nq || c >= nk || j0 + c >= pr.allowed(i0 + r)) {
+      p[e] = ds[e] = T(0);
+      continue;
+    }
+    const T prob = exp(T(s.scale) * dot(sQ + r * D, sK + c * D, D) - lse[r]);
+    const T factor = drop.factor<T>(drop.row_key(s, pr, i0 + r), j0 + c);
+    const T dp = factor * dot(sdO + r * D, sV + c * D, D);
+    p[e] = prob * factor;
+    ds[e] = prob * (dp - delta[r]);
+  }
+}
+
+// A block per (pair, key tile): dK and dV of its keys. Shared: K, V, dK, dV, Q, dO (R, D),
+// P, dS (R, R), lse and delta (R).
+template <typename T>
+__global__ void attention_dkdv_kernel(AttentionBackward a, const T* delta_all, int64_t R,
+                                      AttentionDropout drop) {
+  SF_DYNAMIC_SHARED(shared_bytes);
+  const AttentionShape& s = a.shape;
+  const int64_t D = s.head_dim, T_ = s.seq, stride = 3 * s.heads * D, C = s.heads * D;
+  T* sK = reinterpret_cast<T*>(shared_bytes);
+  T *sV = sK + R * D, *dK = sV + R * D, *dV = dK + R * D, *sQ = dV + R * D, *sdO = sQ + R * D;
+  T *sP = sdO + R * D, *sdS = sP + R * R, *lse = sdS + R * R, *delta = lse + R;
+  const T* qkv = static_cast<const T*>(a.qkv);
+  const T* dout = static_cast<const T*>(a.dout);
+  const T* lse_all = static_cast<const T*>(a.lse);
+  const int64_t tiles = (T_ + R - 1) / R;
+  for (int64_t t = blockIdx.x; t < s.batch * s.heads * tiles; t += gridDim.x) {
+    const AttentionPair pr(s, a.lengths, t / tiles);
+    const int64_t j0 = t % tiles * R, nk = T_ - j0 < R ? T_ - j0 : R;
+    load_rows(sK, qkv, R, D, nk, pr.k(j0), stride);
+    load_rows(sV, qkv, R, D, nk, pr.v(j0), stride);
+    for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) dK[e] = dV[e] = T(0);
+    // Query rows that may see key j0: from j0 on when causal; none past the valid keys.
+    const int64_t first = j0 < pr.keys ? (pr.causal ? j0 : 0) : T_;
+    for (int64_t i0 = first; i0 < T_; i0 += R) {
+      const int64_t nq = T_ - i0 < R ? T_ - i0 : R;
+      __syncthreads();
+      load_rows(sQ, qkv, R, D, nq, pr.q(i0), stride);
+      load_rows(sdO, dout, R, D, nq, pr.o(i0), C);
+      for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
+        lse[r] = r < nq ? lse_all[pr.row(i0 + r)] : T(0);
+        delta[r] = r < nq ? delta_all[pr.row(i0 + r)] : T(0);
+      }
+      __syncthreads();
+      attention_probabilities(sP, sdS, sQ, sK, sV, sdO, lse, delta, s, pr, drop, R, i0, nq, j0, nk);
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) {
+        const int64_t c = e / D, d = e % D;
+        T acc_v = 0, acc_k = 0;
+        for (int64_t r = 0; r < nq; ++r) {
+          acc_v += sP[r * R + c] * sdO[r * D + d];
+          acc_k += sdS[r * R + c] * sQ[r * D + d];
+        }
+        dV[e] += acc_v;
+        dK[e] += T(s.scale) * acc_k;
+      }
+    }
+    __syncthreads();
+    T* dqkv = static_cast<T*>(a.dqkv);
+    for (int64_t e = threadIdx.x; e < nk * D; e += blockDim.x) {
+      const int64_t c = e / D, d = e % D;
+      dqkv[pr.k(j0 + c) + d] = dK[e];
+      dqkv[pr.v(j0 + c) + d] = dV[e];
+    }
+    __syncthreads();
+  }
+}
+
+// A block per (pair, query tile): dQ of its rows. Shared: Q, dO, dQ, K, V (R, D), P, dS (R, R),
+// lse and delta (R).
+template <typename T>
+__global__ void attention_dq_kernel(AttentionBackward a, const T* delta_all, int64_t R,
+                                    AttentionDropout drop) {
+  SF_DYNAMIC_SHARED(shared_bytes);
+  const AttentionShape& s = a.shape;
+  const int64_t D = s.head_dim, T_ = s.seq, stride = 3 * s.heads * D, C = s.heads * D;
+  T* sQ = reinterpret_cast<T*>(shared_bytes);
+  T *sdO = sQ + R * D, *dQ = sdO + R * D, *sK = dQ + R * D, *sV = sK + R * D;
+  T *sP = sV + R * D, *sdS = sP + R * R, *lse = sdS + R * R, *delta = lse + R;
+  const T* qkv = static_cast<const T*>(a.qkv);
+  const T* lse_all = static_cast<const T*>(a.lse);
+  const int64_t tiles = (T_ + R - 1) / R;
+  for (int64_t t = blockIdx.x; t < s.batch * s.heads * tiles; t += gridDim.x) {
+    const AttentionPair pr(s, a.lengths, t / tiles);
+    const int64_t i0 = t % tiles * R, nq = T_ - i0 < R ? T_ - i0 : R;
+    load_rows(sQ, qkv, R, D, nq, pr.q(i0), stride);
+    load_rows(sdO, static_cast<const T*>(a.dout), R, D, nq, pr.o(i0), C);
+    for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) dQ[e] = T(0);
+    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
+      lse[r] = r < nq ? lse_all[pr.row(i0 + r)] : T(0);
+      delta[r] = r < nq ? delta_all[pr.row(i0 + r)] : T(0);
+    }
+    const int64_t key_end = pr.allowed(i0 + nq - 1);
+    for (int64_t j0 = 0; j0 < key_end; j0 += R) {
+      const int64_t nk = key_end - j0 < R ? key_end - j0 : R;
+      __syncthreads();
+      load_rows(sK, qkv, R, D, nk, pr.k(j0), stride);
+      load_rows(sV, qkv, R, D, nk, pr.v(j0), stride);
+      __syncthreads();
+      attention_probabilities(sP, sdS, sQ, sK, sV, sdO, lse, delta, s, pr, drop, R, i0, nq, j0, nk);
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) {
+        const int64_t r = e / D, d = e % D;
+        T acc = 0;
+        for (int64_t c = 0; c < nk; ++c) acc += sdS[r * R + c] * sK[c * D + d];
+        dQ[e] += T(s.scale) * acc;
+      }
+    }
+    __syncthreads();
+    T* dqkv = static_cast<T*>(a.dqkv);
+    for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
+      const int64_t r = e / D, d = e % D;
+      dqkv[pr.q(i0 + r) + d] = dQ[e];
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace seqforge::cuda

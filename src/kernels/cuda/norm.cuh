@@ -1,0 +1,129 @@
+#pragma once
+// Layer norm over the last axis and the exact GELU (kernels/norm.hpp's math), sums and the
+// per-element formulas in double as the reference; outputs rounded once to T, or through f32 to
+// bf16 where y is the operand of bf16 GEMMs.
+#include "kernels/cuda/common.cuh"
+
+namespace seqforge::cuda {
+
+// Stores v rounded to Y: T itself, or bf16 through f32 as the host rounds.
+template <typename Y>
+__device__ inline void store_rounded(Y* p, double v) {
+  *p = static_cast<Y>(v);
+}
+template <>
+__device__ inline void store_rounded<bf16>(bf16* p, double v) {
+  p->bits = bf16_bits(static_cast<float>(v));
+}
+
+// One block per row of x (N, C): y = (x - mean) rstd w + b; saved (N, 2) = mean, rstd.
+template <typename T, typename Y>
+__global__ void layer_norm_forward_kernel(Y* y, T* saved, const T* x, const T* w, const T* b,
+                                          int64_t rows, int64_t C, double eps) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * C;
+    double sum = 0;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) sum += double(xr[j]);
+    const double mean = block_sum2(sum, 0).x / double(C);
+    double sq = 0;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+      const double d = double(xr[j]) - mean;
+      sq += d * d;
+    }
+    const double rstd = 1.0 / sqrt(block_sum2(sq, 0).x / double(C) + eps);
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+      store_rounded(y + r * C + j,
+                    mul_rn(mul_rn(double(xr[j]) - mean, rstd), double(w[j])) + double(b[j]));
+    if (threadIdx.x == 0) {
+      saved[2 * r] = static_cast<T>(mean);
+      saved[2 * r + 1] = static_cast<T>(rstd);
+    }
+  }
+}
+
+// One block per row: dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w.
+template <typename T>
+__global__ void layer_norm_backward_input_kernel(T* dx, const T* dy, const T* x, const T* w,
+                                                 const T* saved, int64_t rows, int64_t C) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const double mean = saved[2 * r], rstd = saved[2 * r + 1];
+    const T *xr = x + r * C, *dyr = dy + r * C;
+    double g_sum = 0, gx_sum = 0;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+      const double g = mul_rn(double(dyr[j]), double(w[j]));
+      g_sum += g;
+      gx_sum += mul_rn(mul_rn(g, double(xr[j]) - mean), rstd);
+    }
+    const double2 sums = block_sum2(g_sum, gx_sum);
+    const double g_mean = sums.x / double(C), gx_mean = sums.y / double(C);
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+      const double xhat = mul_rn(double(xr[j]) - mean, rstd);
+      const double g = mul_rn(double(dyr[j]), double(w[j]));
+      dx[r * C + j] = static_cast<T>(rstd * (g - g_mean - mul_rn(xhat, gx_mean)));
+    }
+  }
+}
+
+// The parameters' gradients in two deterministic passes: partial column sums of dy xhat and dy
+// over `chunks` bands of rows (partial: (chunks, 2, C) doubles), then their sum in band order.
+// Blocks stride over (band, column tile) pairs, a thread per column.
+template <typename T>
+__global__ void layer_norm_params_partial_kernel(double* partial, const T* dy, const T* x,
+                                                 const T* saved, int64_t rows, int64_t C,
+                                                 int64_t chunks) {
+  const int64_t tiles = (C + blockDim.x - 1) / blockDim.x;
+  const int64_t band = (rows + chunks - 1) / chunks;
+  for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {
+    const int64_t chunk = t / tiles, j = t % tiles * blockDim.x + threadIdx.x;
+    if (j >= C) continue;
+    const int64_t r0 = chunk * band, r1 = r0 + band < rows ? r0 + band : rows;
+    double sw = 0, sb = 0;
+    for (int64_t r = r0; r < r1; ++r) {
+      const double d = dy[r * C + j];
+      sw +=
+          mul_rn(mul_rn(d, double(x[r * C + j]) - double(saved[2 * r])), double(saved[2 * r + 1]));
+      sb += d;
+    }
+    partial[(chunk * 2) * C + j] = sw;
+    partial[(chunk * 2 + 1) * C + j] = sb;
+  }
+}
+
+template <typename T>
+__global__ void layer_norm_params_final_kernel(T* dw, T* db, const double* partial, int64_t C,
+                                               int64_t chunks) {
+  SF_GRID_STRIDE(j, C) {
+    double sw = 0, sb = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      sw += partial[(c * 2) * C + j];
+      sb += partial[(c * 2 + 1) * C + j];
+    }
+    dw[j] += static_cast<T>(sw);
+    db[j] += static_cast<T>(sb);
+  }
+}
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.3989422804014327;
+
+// GELU(x) = x / 2 (1 + erf(x / sqrt 2)).
+template <typename T, typename Y>
+__global__ void gelu_forward_kernel(Y* y, const T* x, int64_t n) {
+  SF_GRID_STRIDE(i, n) {
+    const double v = x[i];
+    store_rounded(y + i, mul_rn(0.5 * v, 1.0 + erf(mul_rn(v, kInvSqrt2))));
+  }
+}
+
+// dx = dy (Phi(x) + x phi(x)).
+template <typename T>
+__global__ void gelu_backward_kernel(T* dx, const T* dy, const T* x, int64_t n) {
+  SF_GRID_STRIDE(i, n) {
+    const double v = x[i];
+    const double d = mul_rn(0.5, 1.0 + erf(mul_rn(v, kInvSqrt2))) +
+                     mul_rn(mul_rn(v, kInvSqrt2Pi), exp(mul_rn(-0.5 * v, v)));
+    dx[i] = static_cast<T>(mul_rn(double(dy[i]), d));
+  }
+}
+
+}  // namespace seqforge::cuda
