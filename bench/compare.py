@@ -94,8 +94,6 @@ def main():
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--python", default="/usr/bin/python3", help="the interpreter with PyTorch")
     a = p.parse_args()
-    if a.device == "cuda" and a.workloads == WORKLOADS:
-        a.workloads = [w for w in WORKLOADS if w not in ("W5", "W6")]
     sf_env, pt_env = capped_environments(a.max_isa)
     for wid in a.workloads:
         if wid not in WORKLOADS:

@@ -73,7 +73,8 @@ class Dora(torch.nn.Module):
 
 
 class Block(torch.nn.Module):
-    """nanoGPT's pre-LayerNorm block: causal self-attention and a GELU MLP."""
+    """nanoGPT's pre-LayerNorm block: causal self-attention (its explicit form on the CPU, SDPA's
+    flash attention on a GPU) and a GELU MLP."""
 
     def __init__(self, c, heads):
         super().__init__()
@@ -86,6 +87,10 @@ class Block(torch.nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        if x.is_cuda:  # flash attention, as the seed guides set it on GPUs
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.attn_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+            return x + self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x))))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
         causal = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), 1)
         att = att.masked_fill(causal, float("-inf"))

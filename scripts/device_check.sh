@@ -66,8 +66,10 @@ fi
 
 status=0
 echo "== PyTorch fixtures"
-"$python" "$root/tests/python/make_parity_fixtures.py" "$SEQFORGE_FIXTURE_DIR" > "$out/fixtures.log" 2>&1 ||
-  { echo "fixtures failed (see fixtures.log)"; status=1; }
+for maker in make_parity_fixtures.py make_transformer_fixtures.py; do
+  "$python" "$root/tests/python/$maker" "$SEQFORGE_FIXTURE_DIR" >> "$out/fixtures.log" 2>&1 ||
+    { echo "$maker failed (see fixtures.log)"; status=1; }
+done
 echo "== CUDA tests"
 "$pack/bin/seqforge_tests" \
   --gtest_filter='Backends.*:Ops/OpMatchesReference.*:Device.*:PyTorchParity.Cuda*:CudaGemm*:*LstmConcurrency.*' \
@@ -78,7 +80,7 @@ echo "== compute-sanitizer memcheck, op driver"
 sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
 if [ -x "$sanitizer" ]; then
   timeout 180 "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 \
-    "$pack/bin/seqforge_tests" --gtest_filter='Ops/OpMatchesReference.*:PyTorchParity.CudaF32:*WholeChains*' \
+    "$pack/bin/seqforge_tests" --gtest_filter='Ops/OpMatchesReference.*:PyTorchParity.CudaF32:PyTorchParity.CudaTransformerF32:*WholeChains*' \
     > "$out/memcheck.log" 2>&1 || { echo "memcheck failed (see memcheck.log)"; status=1; }
   grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$out/memcheck.log" | tail -5
 else
@@ -92,7 +94,7 @@ if [ "${1:-}" != "--no-bench" ]; then
   # The goal workloads; fp32 is TF32 on both sides. SEQFORGE_VERBOSE: the autotuner's
   # timings of the recurrence schedules (whole chains against steps) in the log.
   # shellcheck disable=SC2086
-  SEQFORGE_VERBOSE=1 "$python" "$root/bench/compare.py" W1 W3 W4 W1g W4g --device cuda \
+  SEQFORGE_VERBOSE=1 "$python" "$root/bench/compare.py" W1 W3 W4 W1g W4g W5 W6 --device cuda \
     --python "$python" --seqforge "$seqforge" --precision ${SEQFORGE_BENCH_PRECISIONS:-fp32 bf16 fp16} \
     --steps 10 --rounds "$rounds" \
     --json "$out/bench.json" 2>&1 |

@@ -176,6 +176,14 @@ TEST(PyTorchParity, TransformerCpuF32) { run_all("cpu", DType::f32, 1e-5); }
 TEST(PyTorchParity, TransformerSealedF32) { run_all("sealed", DType::f32, 1e-5); }
 TEST(PyTorchParity, TransformerSealedAsyncF32) { run_all("sealed_async", DType::f32, 1e-5); }
 TEST(PyTorchParity, TransformerReferenceF64) { run_all("reference", DType::f64, 1e-10); }
+TEST(PyTorchParity, CudaTransformerF32) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  run_all("cuda", DType::f32, 1e-5);
+}
+TEST(PyTorchParity, CudaTransformerF64) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  run_all("cuda", DType::f64, 1e-10);
+}
 
 }  // namespace
 }  // namespace seqforge

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""`seqforge tune` end to end: two processes on one study file, a worker killed with SIGKILL and
+"""`seqforge tune` end to end: two processes on one study file, two workers from one command
+(tune.trials_per_device), a worker killed with SIGKILL and
 the study resumed, a crashing trial, the report, and the bad-input errors.
 
 Usage: tune_cli_test.py SEQFORGE DATA.csv WORKDIR
@@ -93,6 +94,29 @@ check(len(rows) == 8 and sorted(r[0] for r in rows) == list(range(8)),
       "two workers: 8 trials numbered 0..7")
 check(all(r[1] in ("complete", "pruned") for r in rows), "two workers: none failed or lost")
 check("best: trial" in outs[0][0] and "config:" in outs[0][0], "best trial's config and checkpoint printed")
+
+# 1b. tune.trials_per_device: one command, two workers on one study (the second's console in
+# worker-1.log beside the study): every trial once, from two processes; auto on a CPU is one.
+cfg = config("per_device", epochs=8, batches=12, n_trials=6)
+db = os.path.join(work, "per_device.db")
+out = run([cfg, "--study", db, "tune.trials_per_device=2",
+           "train.run_dir=" + work + "/per_device"]).stdout
+rows = trials(db)
+check(len(rows) == 6 and all(r[1] in ("complete", "pruned") for r in rows),
+      f"trials_per_device 2: 6 trials, none failed ({[r[1] for r in rows]})")
+pids = {r[4].get("seqforge:pid") for r in rows}
+check(len(pids) == 2, f"trials_per_device 2: trials from two processes ({pids})")
+check("tune.trials_per_device: 1 more worker on this CPU" in out, "the extra worker is announced")
+check("study 'per_device' in" in out, "a tune.* override leaves the study its config's name")
+with open(os.path.join(work, "per_device", "worker-1.log")) as f:
+    check("trial" in f.read(), "the extra worker's console is in worker-1.log")
+out = run([cfg, "--study", os.path.join(work, "per_device_auto.db"), "tune.trials_per_device=auto",
+           "--n-trials", "1", "train.run_dir=" + work + "/per_device_auto"]).stdout
+check("tune.trials_per_device auto: one trial at a time (the trials train on the CPU)" in out,
+      "auto on a CPU: one trial at a time")
+p = run([cfg, "tune.trials_per_device=0"], ok=False)
+check(p.returncode != 0 and "tune.trials_per_device: expected auto or 1 to 64, got 0" in p.stderr,
+      f"trials_per_device 0 is one line naming the key ({p.stderr.strip()})")
 
 # 2. A killed worker: its trial is found dead, retried, and the study resumes.
 cfg = config("kill", epochs=6, batches=12, n_trials=5)

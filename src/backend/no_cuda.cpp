@@ -10,5 +10,6 @@ std::string cuda_unavailable_reason() {
 }
 std::unique_ptr<Backend> make_cuda_backend() { fail(cuda_unavailable_reason()); }
 std::string cuda_summary() { return cuda_unavailable_reason(); }
+bool cuda_free_memory(size_t*, size_t*) { return false; }
 
 }  // namespace seqforge

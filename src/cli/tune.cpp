@@ -1,5 +1,6 @@
 #include "tune.hpp"
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -57,6 +58,8 @@ int run_tune(TuneCli* t) {
       fail("tune: --report takes a study, not a config ('", t->cmd.config, "')");
     return tune::run_tune_report(t->report, t->cmd.name, t->cmd.report_html, std::cout);
   }
+  std::error_code ec;
+  t->cmd.executable = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   return tune::run_tune(t->cmd, std::cout);
 }
 

@@ -280,7 +280,7 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
   if (!t) fail(source, ": no `tune:` section (tune.space lists the parameters to search)");
   r.only(t, "tune",
          {"name", "direction", "metric", "value", "n_trials", "timeout", "heartbeat_interval",
-          "grace_period", "sampler", "pruner", "space"});
+          "grace_period", "trials_per_device", "sampler", "pruner", "space"});
   if (t["name"]) s.name = r.text(t["name"], "tune.name");
   if (s.name.empty()) fail(r.at(t), ": tune.name: must not be empty");
   if (t["direction"]) {
@@ -310,6 +310,16 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
   positive("timeout", &s.timeout);
   positive("heartbeat_interval", &s.heartbeat_interval);
   positive("grace_period", &s.grace_period);
+  if (const YAML::Node n = t["trials_per_device"]) {
+    if (n.IsScalar() && n.Scalar() == "auto") {
+      s.trials_per_device_auto = true;
+    } else {
+      s.trials_per_device = r.integer(n, "tune.trials_per_device");
+      if (s.trials_per_device < 1 || s.trials_per_device > 64)
+        fail(r.at(n), ": tune.trials_per_device: expected auto or 1 to 64, got ",
+             s.trials_per_device);
+    }
+  }
   if (s.heartbeat_interval <= 0) fail(r.at(t), ": tune.heartbeat_interval: must be positive");
   if (s.grace_period <= s.heartbeat_interval)
     fail(r.at(t), ": tune.grace_period (", s.grace_period,

@@ -17,11 +17,13 @@
 
 #include "io/file_util.hpp"
 #include "report/chart.hpp"
+#include "seqforge/backend/backend.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/interrupt.hpp"
 #include "seqforge/train/config.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "train/yaml_limits.hpp"
+#include "tune/workers.hpp"
 
 namespace seqforge::tune {
 
@@ -507,6 +509,14 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
   return out.c_str();
 }
 
+// Whether a trial of this config trains on a GPU (train.device, SEQFORGE_BACKEND).
+bool trials_on_gpu(const Config& base) {
+  if (const char* env = std::getenv("SEQFORGE_BACKEND"); env && *env)
+    return std::string(env) == "cuda";
+  const std::string device = base.str("train.device");
+  return device == "cuda" || (device == "auto" && cuda_unavailable_reason().empty());
+}
+
 }  // namespace
 
 int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
@@ -520,11 +530,14 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     return true;
   });
   const Config base = Config::load(cmd.config, cmd.overrides);
+  const std::string source =
+      tune_overrides.empty() ? cmd.config : cmd.config + " (as the tune.* overrides leave it)";
   TuneSettings settings = parse_tune_settings(
-      with_tune_overrides(io::read_file(cmd.config), cmd.config, tune_overrides),
-      tune_overrides.empty() ? cmd.config : cmd.config + " (as the tune.* overrides leave it)",
+      with_tune_overrides(io::read_file(cmd.config), cmd.config, tune_overrides), source,
       base.str("train.early_stopping.monitor"),
       base.str("train.early_stopping.mode") == "max" ? Direction::maximize : Direction::minimize);
+  if (settings.name == fs::path(source).stem().string())  // no tune.name: the config's name
+    settings.name = fs::path(cmd.config).stem().string();
   if (!cmd.name.empty()) settings.name = cmd.name;
   settings.min_delta = base.number("train.early_stopping.min_delta");
   // The trainer keeps the checkpoint of the epoch the trial's value comes from: for `best`, its
@@ -616,7 +629,52 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     study.add_training_seconds(steady_now() - t0);
     return s.epochs;
   };
-  const OptimizeStats stats = study.optimize(objective, options, console);
+  // More workers on this device: at once for a given count; for auto on a GPU, once the first
+  // trial has shown what one takes (the memory pool keeps its peak).
+  HelperWorkers helpers;
+  const bool auto_workers = settings.trials_per_device_auto;
+  const bool on_gpu = (auto_workers || settings.trials_per_device > 1) && trials_on_gpu(base);
+  auto start_helpers = [&](int count) {
+    if (count < 1) return;
+    if (cmd.executable.empty())
+      fail(cmd.config, ": tune.trials_per_device: more workers need the seqforge command");
+    std::vector<std::string> args = {"tune", cmd.config};
+    args.insert(args.end(), cmd.overrides.begin(), cmd.overrides.end());
+    for (const std::string& o : tune_overrides)
+      if (o.rfind("tune.trials_per_device=", 0) != 0) args.push_back(o);
+    args.insert(args.end(), {"tune.trials_per_device=1", "--study", where, "--name", settings.name,
+                             "--n-trials", std::to_string(options.n_trials)});
+    if (options.timeout > 0) args.insert(args.end(), {"--timeout", fmt_value(options.timeout)});
+    const int first = helpers.count() + 1;
+    helpers.start(count, cmd.executable, args, dir);
+    console << "tune.trials_per_device: " << count << " more worker" << (count > 1 ? "s" : "")
+            << " on this " << (on_gpu ? "GPU" : "CPU")
+            << " (log: " << (dir / ("worker-" + std::to_string(first) + ".log")).string()
+            << (count > 1 ? ", ..." : "") << ")\n"
+            << std::flush;
+  };
+  size_t free_before = 0, total = 0;
+  bool measure = auto_workers && on_gpu && cuda_free_memory(&free_before, &total);
+  if (auto_workers && !on_gpu)
+    console << "tune.trials_per_device auto: one trial at a time (the trials train on the CPU)\n";
+  if (!auto_workers) start_helpers(static_cast<int>(settings.trials_per_device) - 1);
+  const Objective with_helpers = [&](TrialContext& ctx) -> int64_t {
+    if (!measure) return objective(ctx);
+    measure = false;
+    const int64_t epochs = objective(ctx);
+    size_t free_after = 0;
+    if (cuda_free_memory(&free_after, &total)) {
+      const double took = free_before > free_after ? double(free_before - free_after) : 0.0;
+      const int fit = trials_that_fit(double(free_after), took);
+      console << "tune.trials_per_device auto: trial " << ctx.number() << " took "
+              << int64_t(took / (1 << 20)) << " MiB of the GPU, " << int64_t(free_after >> 20)
+              << " MiB are free: " << fit << " trials at once\n";
+      start_helpers(fit - 1);
+    }
+    return epochs;
+  };
+  const OptimizeStats stats = study.optimize(with_helpers, options, console);
+  for (const std::string& problem : helpers.wait()) console << "warning: " << problem << "\n";
   const std::vector<Trial> trials = study.trials();
   console << "\n" << trials_table(trials, &settings);
   write_text(dir / "report.html",

@@ -231,6 +231,8 @@ std::unique_ptr<Backend> make_cuda_backend();
 // Why this process cannot use the CUDA backend ("no CUDA device: cudaErrorNoDevice", or a build
 // without it), or "" when it can.
 std::string cuda_unavailable_reason();
+// The current GPU's free and total memory; false when there is none.
+bool cuda_free_memory(size_t* free, size_t* total);
 // The CUDA runtime and driver versions and each GPU (name, compute capability, memory total and
 // free), or why there is none; for seqforge diagnose.
 std::string cuda_summary();

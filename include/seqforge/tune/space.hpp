@@ -57,6 +57,10 @@ struct TuneSettings {
   int64_t n_trials = 20;
   double timeout = 0;  // seconds; 0: none
   double heartbeat_interval = 10, grace_period = 60;
+  // Trials trained at once on one device, each in its own worker process; auto: as many as the
+  // GPU's memory holds after one trial (1 on a CPU).
+  int64_t trials_per_device = 1;
+  bool trials_per_device_auto = false;
   SamplerSettings sampler;
   PrunerSettings pruner;
   std::vector<Param> space;

@@ -92,6 +92,7 @@ struct TuneCommand {
   std::vector<std::string> enqueue;  // "key=value,key=value": waiting trials with fixed params
   int64_t n_trials = -1;
   double timeout = -1;
+  std::string executable;  // the seqforge command, for more workers (tune.trials_per_device)
 };
 int run_tune(const TuneCommand& cmd, std::ostream& console);
 // `seqforge tune --report STUDY`: prints the table, writes the HTML page (default: next to a

@@ -519,6 +519,10 @@ std::string cuda_unavailable_reason() {
 
 std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
 
+bool cuda_free_memory(size_t* free, size_t* total) {
+  return cuda_unavailable_reason().empty() && cudaMemGetInfo(free, total) == cudaSuccess;
+}
+
 std::string cuda_summary() {
   int runtime = 0, driver = 0;
   cudaRuntimeGetVersion(&runtime);

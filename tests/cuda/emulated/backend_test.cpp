@@ -51,14 +51,12 @@ TEST(CudaBackendEmulated, MakesItselfAndSaysWhatRuns) {
   EXPECT_FALSE(be->host_addressable());
   EXPECT_TRUE(be->supports(Op::cell, DType::f32));
   EXPECT_TRUE(be->supports(Op::gemm, DType::bf16));
-  EXPECT_FALSE(be->supports(Op::attention, DType::f32));
-  EXPECT_EQ(test::error_of([&] { be->gelu_forward(Tensor(), Tensor()); }),
-            "cuda: the activation ops do not run on the cuda backend yet; train on the CPU "
-            "(train.device: cpu)");
+  for (Op op : kAllOps)
+    for (DType dt : {DType::f32, DType::f64}) EXPECT_TRUE(be->supports(op, dt)) << op_name(op);
+  EXPECT_FALSE(be->supports(Op::attention, DType::bf16));
+  EXPECT_FALSE(be->supports(Op::cell, DType::bf16));
 }
 
-// bf16 and fp16 GEMMs where the GPU has the tensor cores, whatever the host CPU's instructions;
-// fp16 for the recurrent models only.
 // As on a GPU, host code that reads or writes the device's memory fails (here, faults), while
 // uploads and downloads reach it: the emulated device memory is closed to the host outside the
 // device's own work.
@@ -75,6 +73,8 @@ TEST(CudaBackendEmulated, HostCodeCannotTouchDeviceMemory) {
   EXPECT_DEATH({ static_cast<volatile float*>(t.data())[1] = 5; }, "");
 }
 
+// bf16 and fp16 GEMMs where the GPU has the tensor cores, whatever the host CPU's instructions;
+// fp16 for the recurrent models only.
 TEST(CudaBackendEmulated, PrecisionFollowsTheGpu) {
   auto be = make_cuda_backend();
   const ModelFamily rnn = ModelFamily::recurrent;
