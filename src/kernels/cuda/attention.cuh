@@ -62,14 +62,18 @@ struct AttentionDropout {
   }
 };
 
-// Rows [r0, r0 + n) of a (rows, 3C or C) tensor, one head's D values each, into tile (R, D); rows
-// past n are zeros.
+// Shared tiles are (R, D) with rows D + 1 apart, and P (R, R) with rows R + 1 apart: threads that
+// walk a column of a tile then reach distinct banks.
+__host__ __device__ constexpr int64_t tile_ld(int64_t width) { return width + 1; }
+
+// Rows [r0, r0 + n) of a (rows, 3C or C) tensor, one head's D values each, into a tile of R rows;
+// rows past n are zeros.
 template <typename T>
 __device__ inline void load_rows(T* tile, const T* src, int64_t R, int64_t D, int64_t n,
                                  int64_t first, int64_t stride) {
   for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) {
     const int64_t r = e / D, d = e % D;
-    tile[e] = r < n ? src[first + r * stride + d] : T(0);
+    tile[r * tile_ld(D) + d] = r < n ? src[first + r * stride + d] : T(0);
   }
 }
 
@@ -87,8 +91,9 @@ __global__ void attention_forward_kernel(AttentionForward a, int64_t R, Attentio
   const AttentionShape& s = a.shape;
   const int64_t D = s.head_dim, T_ = s.seq, stride = 3 * s.heads * D;
   T* sQ = reinterpret_cast<T*>(shared_bytes);
-  T *sK = sQ + R * D, *sV = sK + R * D, *sO = sV + R * D, *sP = sO + R * D;
-  T *row_max = sP + R * R, *row_sum = row_max + R, *corr = row_sum + R;
+  const int64_t L = tile_ld(D), PL = tile_ld(R);
+  T *sK = sQ + R * L, *sV = sK + R * L, *sO = sV + R * L, *sP = sO + R * L;
+  T *row_max = sP + R * PL, *row_sum = row_max + R, *corr = row_sum + R;
   const T* qkv = static_cast<const T*>(a.qkv);
   const int64_t tiles = (T_ - a.first_row + R - 1) / R;
   for (int64_t t = blockIdx.x; t < s.batch * s.heads * tiles; t += gridDim.x) {
@@ -96,7 +101,7 @@ __global__ void attention_forward_kernel(AttentionForward a, int64_t R, Attentio
     const int64_t i0 = a.first_row + t % tiles * R;
     const int64_t nq = T_ - i0 < R ? T_ - i0 : R;
     load_rows(sQ, qkv, R, D, nq, pr.q(i0), stride);
-    for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) sO[e] = T(0);
+    for (int64_t e = threadIdx.x; e < R * L; e += blockDim.x) sO[e] = T(0);
     for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
       row_max[r] = -INFINITY;
       row_sum[r] = T(0);
@@ -111,20 +116,20 @@ __global__ void attention_forward_kernel(AttentionForward a, int64_t R, Attentio
       for (int64_t e = threadIdx.x; e < R * R; e += blockDim.x) {
         const int64_t r = e / R, c = e % R;
         const bool on = r < nq && c < nk && k0 + c < pr.allowed(i0 + r);
-        sP[e] = on ? T(s.scale) * dot(sQ + r * D, sK + c * D, D) : T(-INFINITY);
+        sP[r * PL + c] = on ? T(s.scale) * dot(sQ + r * L, sK + c * L, D) : T(-INFINITY);
       }
       __syncthreads();
       for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) {
         T mx = row_max[r];
-        for (int64_t c = 0; c < nk; ++c) mx = sP[r * R + c] > mx ? sP[r * R + c] : mx;
+        for (int64_t c = 0; c < nk; ++c) mx = sP[r * PL + c] > mx ? sP[r * PL + c] : mx;
         const T rescale = mx == T(-INFINITY) ? T(1) : exp(row_max[r] - mx);
         const uint64_t key = drop.row_key(s, pr, i0 + r);
         T sum = 0;
         for (int64_t c = 0; c < R; ++c) {
-          const T score = sP[r * R + c];
+          const T score = sP[r * PL + c];
           const T p = c < nk && score != T(-INFINITY) ? exp(score - mx) : T(0);
           sum += p;
-          sP[r * R + c] = p * drop.factor<T>(key, k0 + c);
+          sP[r * PL + c] = p * drop.factor<T>(key, k0 + c);
         }
         row_sum[r] = row_sum[r] * rescale + sum;
         row_max[r] = mx;
@@ -135,15 +140,15 @@ __global__ void attention_forward_kernel(AttentionForward a, int64_t R, Attentio
         const int64_t r = e / D, d = e % D;
         if (r >= nq) continue;
         T acc = 0;
-        for (int64_t c = 0; c < nk; ++c) acc += sP[r * R + c] * sV[c * D + d];
-        sO[e] = sO[e] * corr[r] + acc;
+        for (int64_t c = 0; c < nk; ++c) acc += sP[r * PL + c] * sV[c * L + d];
+        sO[r * L + d] = sO[r * L + d] * corr[r] + acc;
       }
     }
     __syncthreads();
     T* out = static_cast<T*>(a.out);
     for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
       const int64_t r = e / D, d = e % D;
-      out[pr.o(i0 + r) + d] = pr.allowed(i0 + r) ? sO[e] / row_sum[r] : T(0);
+      out[pr.o(i0 + r) + d] = pr.allowed(i0 + r) ? sO[r * L + d] / row_sum[r] : T(0);
     }
     T* lse = static_cast<T*>(a.lse);
     for (int64_t r = threadIdx.x; r < nq; r += blockDim.x)
@@ -171,18 +176,18 @@ __device__ inline void attention_probabilities(T* p, T* ds, const T* sQ, const T
                                                const AttentionShape& s, const AttentionPair& pr,
                                                const AttentionDropout& drop, int64_t R, int64_t i0,
                                                int64_t nq, int64_t j0, int64_t nk) {
-  const int64_t D = s.head_dim;
+  const int64_t D = s.head_dim, L = tile_ld(D), PL = tile_ld(R);
   for (int64_t e = threadIdx.x; e < R * R; e += blockDim.x) {
     const int64_t r = e / R, c = e % R;
     if (r >= nq || c >= nk || j0 + c >= pr.allowed(i0 + r)) {
-      p[e] = ds[e] = T(0);
+      p[r * PL + c] = ds[r * PL + c] = T(0);
       continue;
     }
-    const T prob = exp(T(s.scale) * dot(sQ + r * D, sK + c * D, D) - lse[r]);
+    const T prob = exp(T(s.scale) * dot(sQ + r * L, sK + c * L, D) - lse[r]);
     const T factor = drop.factor<T>(drop.row_key(s, pr, i0 + r), j0 + c);
-    const T dp = factor * dot(sdO + r * D, sV + c * D, D);
-    p[e] = prob * factor;
-    ds[e] = prob * (dp - delta[r]);
+    const T dp = factor * dot(sdO + r * L, sV + c * L, D);
+    p[r * PL + c] = prob * factor;
+    ds[r * PL + c] = prob * (dp - delta[r]);
   }
 }
 
@@ -195,8 +200,9 @@ __global__ void attention_dkdv_kernel(AttentionBackward a, const T* delta_all, i
   const AttentionShape& s = a.shape;
   const int64_t D = s.head_dim, T_ = s.seq, stride = 3 * s.heads * D, C = s.heads * D;
   T* sK = reinterpret_cast<T*>(shared_bytes);
-  T *sV = sK + R * D, *dK = sV + R * D, *dV = dK + R * D, *sQ = dV + R * D, *sdO = sQ + R * D;
-  T *sP = sdO + R * D, *sdS = sP + R * R, *lse = sdS + R * R, *delta = lse + R;
+  const int64_t L = tile_ld(D), PL = tile_ld(R);
+  T *sV = sK + R * L, *dK = sV + R * L, *dV = dK + R * L, *sQ = dV + R * L, *sdO = sQ + R * L;
+  T *sP = sdO + R * L, *sdS = sP + R * PL, *lse = sdS + R * PL, *delta = lse + R;
   const T* qkv = static_cast<const T*>(a.qkv);
   const T* dout = static_cast<const T*>(a.dout);
   const T* lse_all = static_cast<const T*>(a.lse);
@@ -206,7 +212,7 @@ __global__ void attention_dkdv_kernel(AttentionBackward a, const T* delta_all, i
     const int64_t j0 = t % tiles * R, nk = T_ - j0 < R ? T_ - j0 : R;
     load_rows(sK, qkv, R, D, nk, pr.k(j0), stride);
     load_rows(sV, qkv, R, D, nk, pr.v(j0), stride);
-    for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) dK[e] = dV[e] = T(0);
+    for (int64_t e = threadIdx.x; e < R * L; e += blockDim.x) dK[e] = dV[e] = T(0);
     // Query rows that may see key j0: from j0 on when causal; none past the valid keys.
     const int64_t first = j0 < pr.keys ? (pr.causal ? j0 : 0) : T_;
     for (int64_t i0 = first; i0 < T_; i0 += R) {
@@ -225,19 +231,19 @@ __global__ void attention_dkdv_kernel(AttentionBackward a, const T* delta_all, i
         const int64_t c = e / D, d = e % D;
         T acc_v = 0, acc_k = 0;
         for (int64_t r = 0; r < nq; ++r) {
-          acc_v += sP[r * R + c] * sdO[r * D + d];
-          acc_k += sdS[r * R + c] * sQ[r * D + d];
+          acc_v += sP[r * PL + c] * sdO[r * L + d];
+          acc_k += sdS[r * PL + c] * sQ[r * L + d];
         }
-        dV[e] += acc_v;
-        dK[e] += T(s.scale) * acc_k;
+        dV[c * L + d] += acc_v;
+        dK[c * L + d] += T(s.scale) * acc_k;
       }
     }
     __syncthreads();
     T* dqkv = static_cast<T*>(a.dqkv);
     for (int64_t e = threadIdx.x; e < nk * D; e += blockDim.x) {
       const int64_t c = e / D, d = e % D;
-      dqkv[pr.k(j0 + c) + d] = dK[e];
-      dqkv[pr.v(j0 + c) + d] = dV[e];
+      dqkv[pr.k(j0 + c) + d] = dK[c * L + d];
+      dqkv[pr.v(j0 + c) + d] = dV[c * L + d];
     }
     __syncthreads();
   }
@@ -252,8 +258,9 @@ __global__ void attention_dq_kernel(AttentionBackward a, const T* delta_all, int
   const AttentionShape& s = a.shape;
   const int64_t D = s.head_dim, T_ = s.seq, stride = 3 * s.heads * D, C = s.heads * D;
   T* sQ = reinterpret_cast<T*>(shared_bytes);
-  T *sdO = sQ + R * D, *dQ = sdO + R * D, *sK = dQ + R * D, *sV = sK + R * D;
-  T *sP = sV + R * D, *sdS = sP + R * R, *lse = sdS + R * R, *delta = lse + R;
+  const int64_t L = tile_ld(D), PL = tile_ld(R);
+  T *sdO = sQ + R * L, *dQ = sdO + R * L, *sK = dQ + R * L, *sV = sK + R * L;
+  T *sP = sV + R * L, *sdS = sP + R * PL, *lse = sdS + R * PL, *delta = lse + R;
   const T* qkv = static_cast<const T*>(a.qkv);
   const T* lse_all = static_cast<const T*>(a.lse);
   const int64_t tiles = (T_ + R - 1) / R;
@@ -262,7 +269,7 @@ __global__ void attention_dq_kernel(AttentionBackward a, const T* delta_all, int
     const int64_t i0 = t % tiles * R, nq = T_ - i0 < R ? T_ - i0 : R;
     load_rows(sQ, qkv, R, D, nq, pr.q(i0), stride);
     load_rows(sdO, static_cast<const T*>(a.dout), R, D, nq, pr.o(i0), C);
-    for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) dQ[e] = T(0);
+    for (int64_t e = threadIdx.x; e < R * L; e += blockDim.x) dQ[e] = T(0);
     for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
       lse[r] = r < nq ? lse_all[pr.row(i0 + r)] : T(0);
       delta[r] = r < nq ? delta_all[pr.row(i0 + r)] : T(0);
@@ -279,15 +286,15 @@ __global__ void attention_dq_kernel(AttentionBackward a, const T* delta_all, int
       for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) {
         const int64_t r = e / D, d = e % D;
         T acc = 0;
-        for (int64_t c = 0; c < nk; ++c) acc += sdS[r * R + c] * sK[c * D + d];
-        dQ[e] += T(s.scale) * acc;
+        for (int64_t c = 0; c < nk; ++c) acc += sdS[r * PL + c] * sK[c * L + d];
+        dQ[r * L + d] += T(s.scale) * acc;
       }
     }
     __syncthreads();
     T* dqkv = static_cast<T*>(a.dqkv);
     for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
       const int64_t r = e / D, d = e % D;
-      dqkv[pr.q(i0 + r) + d] = dQ[e];
+      dqkv[pr.q(i0 + r) + d] = dQ[r * L + d];
     }
     __syncthreads();
   }

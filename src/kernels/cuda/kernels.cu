@@ -514,12 +514,15 @@ void gelu_backward(void* dx, const void* dy, const void* x, DType dtype, int64_t
 
 namespace {
 
-// The tile of R query (or key) rows: the largest power of two up to 32 whose `per_row` elements
-// per row, and `per_square` per R^2, fit the default 48 KB of shared memory.
-int64_t attention_tile(int64_t per_row, int64_t per_square, size_t element) {
+// The tile of R query (or key) rows: the largest power of two up to 32 whose shared memory,
+// `tiles` (R, D) tiles, `squares` (R, R) ones and `vectors` (R) ones, fits the default 48 KB.
+size_t attention_shared(int64_t R, int64_t D, int tiles, int squares, int vectors, size_t element) {
+  return static_cast<size_t>(tiles * R * tile_ld(D) + squares * R * tile_ld(R) + vectors * R) *
+         element;
+}
+int64_t attention_tile(int64_t D, int tiles, int squares, int vectors, size_t element) {
   int64_t R = 32;
-  while (R > 1 && static_cast<size_t>(R * per_row + R * R * per_square) * element > (48u << 10))
-    R /= 2;
+  while (R > 1 && attention_shared(R, D, tiles, squares, vectors, element) > (48u << 10)) R /= 2;
   return R;
 }
 
@@ -543,8 +546,8 @@ void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stre
   const AttentionShape& s = a.shape;
   if (s.batch * s.heads == 0 || a.first_row >= s.seq) return;
   dispatch_float(dtype, [&]<typename T>() {
-    const int64_t D = s.head_dim, R = attention_tile(4 * D + 3, 1, sizeof(T));
-    const size_t shared = static_cast<size_t>(4 * R * D + R * R + 3 * R) * sizeof(T);
+    const int64_t D = s.head_dim, R = attention_tile(D, 4, 1, 3, sizeof(T));
+    const size_t shared = attention_shared(R, D, 4, 1, 3, sizeof(T));
     allow_shared(attention_forward_kernel<T>, shared, "attention's forward", "head size");
     SF_LAUNCH(attention_blocks(s, s.seq - a.first_row, R), kThreads, shared, stream,
               attention_forward_kernel<T>)
@@ -561,13 +564,13 @@ void attention_backward(const AttentionBackward& a, void* delta, DType dtype, cu
     SF_LAUNCH(blocks_for(s.batch * s.heads * s.seq), kThreads, 0, stream, attention_delta_kernel<T>)
     (d, static_cast<const T*>(a.out), static_cast<const T*>(a.dout), s);
     const AttentionDropout drop = attention_dropout(s);
-    const int64_t Rk = attention_tile(6 * D + 2, 2, sizeof(T));
-    const size_t shared_k = static_cast<size_t>(6 * Rk * D + 2 * Rk * Rk + 2 * Rk) * sizeof(T);
+    const int64_t Rk = attention_tile(D, 6, 2, 2, sizeof(T));
+    const size_t shared_k = attention_shared(Rk, D, 6, 2, 2, sizeof(T));
     allow_shared(attention_dkdv_kernel<T>, shared_k, "attention's backward", "head size");
     SF_LAUNCH(attention_blocks(s, s.seq, Rk), kThreads, shared_k, stream, attention_dkdv_kernel<T>)
     (a, d, Rk, drop);
-    const int64_t Rq = attention_tile(5 * D + 2, 2, sizeof(T));
-    const size_t shared_q = static_cast<size_t>(5 * Rq * D + 2 * Rq * Rq + 2 * Rq) * sizeof(T);
+    const int64_t Rq = attention_tile(D, 5, 2, 2, sizeof(T));
+    const size_t shared_q = attention_shared(Rq, D, 5, 2, 2, sizeof(T));
     allow_shared(attention_dq_kernel<T>, shared_q, "attention's backward", "head size");
     SF_LAUNCH(attention_blocks(s, s.seq, Rq), kThreads, shared_q, stream, attention_dq_kernel<T>)
     (a, d, Rq, drop);
