@@ -214,14 +214,48 @@ void check_fp16_run(const std::string& device, const fs::path& dir) {
   }
 }
 
+// The same for a character GPT: fp16 GEMM operands (LayerNorm and GELU writing them directly,
+// the weights' and adapters' copies), the loss scaled.
+void check_fp16_transformer_run(const std::string& device, const fs::path& dir) {
+  const std::string text = (dir / "shakespeare.txt").string();
+  std::ofstream(text)
+      << io::read_file(SEQFORGE_SOURCE_DIR "/data/tinyshakespeare.txt").substr(0, 6000);
+  auto config = [&](const std::string& run, std::vector<std::string> extra) {
+    for (const char* o : {"model.embedding=32", "model.layers=2", "model.heads=2",
+                          "data.seq_len=32", "train.batch_size=8", "train.max_batches=5",
+                          "train.epochs=1", "train.warmup_steps=0", "train.test_after=false"})
+      extra.push_back(o);
+    extra.push_back("data.path=" + text);
+    extra.push_back("train.device=" + device);
+    extra.push_back("train.run_dir=" + (dir / run).string());
+    return Config::load(SEQFORGE_SOURCE_DIR "/examples/configs/shakespeare_gpt.yaml", extra);
+  };
+  std::ostringstream log;
+  const TrainSummary fp32 = train(config("gpt_fp32", {"train.precision=fp32"}), log);
+  const TrainSummary fp16 = train(config("gpt_fp16", {"train.precision=fp16"}), log);
+  EXPECT_NE(log.str().find("fp16 GEMMs with dynamic loss scaling"), std::string::npos) << log.str();
+  EXPECT_NEAR(fp16.best, fp32.best, 1e-2 * fp32.best);
+  EXPECT_NE(fp16.best, fp32.best) << "the fp16 run rounded nothing";
+  EXPECT_EQ(last_metrics(dir / "gpt_fp16").at("skipped_steps"), 0);
+  const std::vector<std::string> lora = {"adapter.kind=lora", "adapter.rank=4",
+                                         "model.init_from=" + (dir / "gpt_fp32").string()};
+  std::vector<std::string> lora16 = lora;
+  lora16.push_back("train.precision=fp16");
+  const TrainSummary adapted32 = train(config("lora_fp32", lora), log);
+  const TrainSummary adapted16 = train(config("lora_fp16", lora16), log);
+  EXPECT_NEAR(adapted16.best, adapted32.best, 1e-2 * adapted32.best);
+}
+
 TEST(Device, Fp16OnTheReferenceFollowsFp32) {
   const BackendOverride reference("reference");
   check_fp16_run("cpu", fresh_dir("fp16_reference"));
+  check_fp16_transformer_run("cpu", fresh_dir("fp16_reference_gpt"));
 }
 
 TEST(Device, Fp16OnTheGpuFollowsFp32) {
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   check_fp16_run("cuda", fresh_dir("fp16_gpu"));
+  check_fp16_transformer_run("cuda", fresh_dir("fp16_gpu_gpt"));
 }
 
 // The CPU backend has no fp16 GEMMs: fp32, said once.

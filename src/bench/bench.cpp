@@ -317,7 +317,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
     fail("--matmul-precision must be highest or high, got '", options.matmul_precision, "'");
   device->set_float32_matmul_precision(options.matmul_precision);
   std::string notice;
-  const DType gemm_dtype = backend_precision(options.precision, *device, w.model.family, &notice);
+  const DType gemm_dtype = backend_precision(options.precision, *device, &notice);
   RecordingBackend be(*device);
   ModelOptions model_options = w.model;
   model_options.transformer.checkpoint_activations = options.checkpoint_activations;

@@ -131,9 +131,10 @@ void Transformer::initialize(Backend& be, uint64_t seed) {
 }
 
 void Transformer::set_gemm_dtype(DType dtype) {
-  SF_CHECK(dtype == params_.dtype() || dtype == DType::bf16, "transformer GEMMs in ",
-           dtype_name(dtype));
-  low_ = dtype == DType::bf16;
+  SF_CHECK(dtype == params_.dtype() || dtype == DType::bf16 || dtype == DType::f16,
+           "transformer GEMMs in ", dtype_name(dtype));
+  low_ = dtype == DType::bf16 || dtype == DType::f16;
+  if (low_) low_type_ = dtype;
 }
 
 Tensor Transformer::forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool training,
@@ -170,7 +171,7 @@ void Transformer::join_branch(Backend& be, Block& k, Acts& a, int j, Tensor stre
 // seed.
 AttentionShape Transformer::block_attention(const Block& k) const {
   AttentionShape s = shape_;
-  s.bf16_products = low_;
+  s.bf16_products = low_ && low_type_ == DType::bf16;
   if (dropping_) {
     s.dropout = opt_.dropout;
     s.seed = mix_seed(k.seed, 3);
@@ -185,12 +186,12 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
   const int64_t N = x.dim(0), C = x.dim(1);
   auto W = [&](size_t i) { return params_.value(i); };
   Scratch& sc = *scratch_;
-  // With bf16 GEMMs the LayerNorm and GELU outputs are read only as GEMM operands: written
-  // directly in bf16 into their copies, or, where adapter dropout reads them in f32, into scratch
-  // (their copies made by the GEMMs' caller).
+  // With half GEMMs the LayerNorm and GELU outputs are read only as GEMM operands: written
+  // directly in the half type into their copies, or, where adapter dropout reads them in f32, into
+  // scratch (their copies made by the GEMMs' caller).
   auto norm_or_gelu_out = [&](Buffer& kept, Buffer& scratch, Buffer& low, int64_t width) {
     if (!low_) return kept.get(be, dt, {N, width});
-    if (!adapter_dropping_) return low.get(be, DType::bf16, {N, width});
+    if (!adapter_dropping_) return low.get(be, low_type_, {N, width});
     return scratch.get(be, dt, {N, width});
   };
   {
@@ -240,7 +241,7 @@ void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tenso
   auto G = [&](size_t i) {
     return train_base_ ? params_.grad(i) : scratch_->dnorm_w.get(be, dt, {C});
   };
-  // A GEMM's x operand as forward used it: the bf16 copy, or the f32 tensor.
+  // A GEMM's x operand as forward used it: the half copy, or the f32 tensor.
   auto op = [&](Buffer& low, Buffer& full) { return low_ ? low.tensor() : full.tensor(); };
   Scratch& sc = *scratch_;
   // MLP branch: out = mid + drop(gelu(fc) W_mproj^T + b).

@@ -25,43 +25,45 @@ void nn::linear_forward(Backend& be, Tensor y, Tensor x, Buffer& x_low, Tensor w
       .trans_b = true, .m = n, .n = out, .k = in, .lda = in, .ldb = in, .ldc = out, .beta = beta};
   s.bias = !b.empty();
   const void* bias = b.empty() ? nullptr : b.data();
-  if (x.dtype() == DType::bf16) {  // already the operand of bf16 GEMMs
-    SF_CHECK(!w_low.empty(), "linear_forward: a bf16 input needs the weights' bf16 copy");
-    return be.gemm(s, DType::bf16, x.data(), w_low.data(), y.data(), bias);
+  if (x.dtype() == DType::bf16 || x.dtype() == DType::f16) {  // already a half GEMM's operand
+    SF_CHECK(w_low.dtype() == x.dtype(), "linear_forward: a ", dtype_name(x.dtype()),
+             " input needs the weights' copy in it");
+    return be.gemm(s, x.dtype(), x.data(), w_low.data(), y.data(), bias);
   }
   if (w_low.empty()) return be.gemm(s, w.dtype(), x.data(), w.data(), y.data(), bias);
-  Tensor xl = x_low.get(be, DType::bf16, x.shape());
+  Tensor xl = x_low.get(be, w_low.dtype(), x.shape());
   be.convert(xl, x);
-  be.gemm(s, DType::bf16, xl.data(), w_low.data(), y.data(), bias);
+  be.gemm(s, w_low.dtype(), xl.data(), w_low.data(), y.data(), bias);
 }
 
 namespace {
 
-// The operand of dy's GEMMs: dy itself, or its bf16 copy in dy_low.
-const void* gemm_operand(Backend& be, Tensor dy, Buffer& dy_low, bool low) {
-  if (!low) return dy.data();
-  Tensor gl = dy_low.get(be, DType::bf16, dy.shape());
+// The operand of dy's GEMMs: dy itself (low: dy's dtype), or its copy in dy_low in the half type
+// `low`.
+const void* gemm_operand(Backend& be, Tensor dy, Buffer& dy_low, DType low) {
+  if (low == dy.dtype()) return dy.data();
+  Tensor gl = dy_low.get(be, low, dy.shape());
   be.convert(gl, dy);
   return gl.data();
 }
 
-// dx(N, in) = dy(N, out) W(out, in), from dy's operand g.
-void linear_input_backward(Backend& be, Tensor dx, const void* g, Tensor dy, Tensor w, bool low) {
+// dx(N, in) = dy(N, out) W(out, in), from dy's operand g in the GEMMs' dtype `low`.
+void linear_input_backward(Backend& be, Tensor dx, const void* g, Tensor dy, Tensor w, DType low) {
   const int64_t n = dy.dim(0), out = dy.dim(1), in = dx.dim(1);
   const GemmShape dxs{.m = n, .n = in, .k = out, .lda = out, .ldb = in, .ldc = in};
-  be.gemm(dxs, low ? DType::bf16 : dy.dtype(), g, w.data(), dx.data());
+  be.gemm(dxs, low, g, w.data(), dx.data());
 }
 
-// dW += dy^T x, db += column sums of dy, dx = dy W; x and W as forward used them (bf16 copies
-// with `low`, and dy then converted into dy_low).
+// dW += dy^T x, db += column sums of dy, dx = dy W; x and W as forward used them (half copies
+// when `low` is a half type, and dy then converted into dy_low).
 void linear_backward(Backend& be, Tensor dx, Tensor dw, Tensor db, Tensor dy, Buffer& dy_low,
-                     Tensor x, Tensor w, bool low) {
+                     Tensor x, Tensor w, DType low) {
   const int64_t n = dy.dim(0), out = dy.dim(1), in = dx.dim(1);
   if (!db.empty()) be.sum_rows_acc(db, dy);
   const void* g = gemm_operand(be, dy, dy_low, low);
   const GemmShape dws{
       .trans_a = true, .m = out, .n = in, .k = n, .lda = out, .ldb = in, .ldc = in, .beta = 1.0};
-  be.gemm(dws, low ? DType::bf16 : dy.dtype(), g, x.data(), dw.data());
+  be.gemm(dws, low, g, x.data(), dw.data());
   linear_input_backward(be, dx, g, dy, w, low);
 }
 
@@ -129,14 +131,14 @@ void Transformer::init_adapters(Backend& be, const std::vector<std::string>& loa
 void Transformer::prepare_weights(Backend& be) {
   SF_PROFILE_SCOPE("weights of the step");
   const DType dt = params_.dtype();
-  if (opt_.adapter.bf16_base && !low_)
+  if (opt_.adapter.bf16_base && !(low_ && low_type_ == DType::bf16))
     fail("adapter.base_precision: a base held in bf16 needs bf16 GEMMs (train.precision: bf16)");
   const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
   for (auto& k : blocks_)
     for (Proj& p : k->p) {
       const Tensor w0 = params_.value(p.w);
       Tensor w = w0;
-      if (p.m != Proj::kNone) {  // V = W0 + s B A; bf16 GEMMs read only its bf16 copy
+      if (p.m != Proj::kNone) {  // V = W0 + s B A; half GEMMs read only its half copy
         Tensor v = (low_ ? scratch_->v : p.v).get(be, dt, {p.out, p.in});
         if (w.dtype() == dt)
           be.copy(v, w);
@@ -148,45 +150,44 @@ void Transformer::prepare_weights(Backend& be) {
                      params_.value(p.m));
         w = v;
       }
-      if (low_ && w.dtype() != DType::bf16)
-        be.convert(p.low.get(be, DType::bf16, {p.out, p.in}), w);
+      if (low_ && w.dtype() != low_type_) be.convert(p.low.get(be, low_type_, {p.out, p.in}), w);
       if (low_ && p.A != Proj::kNone)
-        be.convert(p.a_low.get(be, DType::bf16, {opt_.adapter.rank, p.in}), params_.value(p.A));
-      if (low_ && p.m != Proj::kNone && adapter_dropping_ && w0.dtype() != DType::bf16)
-        be.convert(p.base_low.get(be, DType::bf16, {p.out, p.in}), w0);
+        be.convert(p.a_low.get(be, low_type_, {opt_.adapter.rank, p.in}), params_.value(p.A));
+      if (low_ && p.m != Proj::kNone && adapter_dropping_ && w0.dtype() != low_type_)
+        be.convert(p.base_low.get(be, low_type_, {p.out, p.in}), w0);
     }
 }
 
-// The weight bf16 GEMMs use: W0 as base_weight gives it, or DoRA's V in its bf16 copy.
+// The weight half GEMMs use: W0 as base_weight gives it, or DoRA's V in its half copy.
 Tensor Transformer::low_weight(const Proj& p) const {
   return p.m == Proj::kNone ? base_weight(p) : p.low.tensor();
 }
 
-// W0 as the GEMMs read it: a base held in bf16 itself, else its bf16 copy of this step with bf16
+// W0 as the GEMMs read it: a base held in bf16 itself, else its half copy of this step with half
 // GEMMs (under DoRA only with adapter dropout, the GEMMs otherwise reading V).
 Tensor Transformer::base_weight(const Proj& p) const {
   const Tensor w = params_.value(p.w);
-  if (!low_ || w.dtype() == DType::bf16) return w;
+  if (!low_ || w.dtype() == low_type_) return w;
   return p.m == Proj::kNone ? p.low.tensor() : p.base_low.tensor();
 }
 
-// xa(N, rank) = x A^T, on the bf16 copies (the one linear_forward just made) with bf16 GEMMs.
+// xa(N, rank) = x A^T, on the half copies (the one linear_forward just made) with half GEMMs.
 void Transformer::adapter_input(Backend& be, Proj& p, Tensor xa, Tensor x, Buffer& x_low) {
   const int64_t N = x.dim(0), r = opt_.adapter.rank;
   if (!low_)
     return gemm(be, params_.dtype(), false, true, N, r, p.in, 1.0f, 0.0f, x, params_.value(p.A),
                 xa);
-  gemm(be, DType::bf16, false, true, N, r, p.in, 1.0f, 0.0f, x_low.tensor(), p.a_low.tensor(), xa);
+  gemm(be, low_type_, false, true, N, r, p.in, 1.0f, 0.0f, x_low.tensor(), p.a_low.tensor(), xa);
 }
 
-// dA(rank, in) += s g^T x; with bf16 GEMMs from x's bf16 copy (the f32 x is not kept).
+// dA(rank, in) += s g^T x; with half GEMMs from x's half copy (the f32 x is not kept).
 void Transformer::adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tensor x_op, double s) {
   const int64_t N = g.dim(0), r = g.dim(1);
   if (!low_)
     return gemm(be, params_.dtype(), true, false, r, p.in, N, s, 1.0f, g, x, params_.grad(p.A));
-  Tensor gl = scratch_->g_low.get(be, DType::bf16, g.shape());
+  Tensor gl = scratch_->g_low.get(be, low_type_, g.shape());
   be.convert(gl, g);
-  gemm(be, DType::bf16, true, false, r, p.in, N, s, 1.0f, gl, x_op, params_.grad(p.A));
+  gemm(be, low_type_, true, false, r, p.in, N, s, 1.0f, gl, x_op, params_.grad(p.A));
 }
 
 // y(N, out) = the Linear j of a block on x(N, in), its adapter included.
@@ -240,8 +241,9 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
     if (train_base_)
       return linear_backward(be, dx, params_.grad(p.w),
                              p.b == Proj::kNone ? Tensor() : params_.grad(p.b), dy, sc.d_low, x_op,
-                             w_op, low_);
-    return linear_input_backward(be, dx, gemm_operand(be, dy, sc.d_low, low_), dy, w_op, low_);
+                             w_op, operand_type());
+    return linear_input_backward(be, dx, gemm_operand(be, dy, sc.d_low, operand_type()), dy, w_op,
+                                 operand_type());
   }
   const AdapterOptions& ad = opt_.adapter;
   const int64_t N = dy.dim(0), r = ad.rank;
@@ -260,11 +262,13 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
     gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dp, params_.value(p.B), g);
     grad_a();
     const Tensor v_op = low_ ? low_weight(p) : p.v.tensor();
-    linear_input_backward(be, dx, gemm_operand(be, dp, sc.d_low, low_), dp, v_op, low_);
+    linear_input_backward(be, dx, gemm_operand(be, dp, sc.d_low, operand_type()), dp, v_op,
+                          operand_type());
     if (!adapter_dropping_) return;
     // dx = dy W0 + (dP V - dy W0) * mask, from y = (x - in) W0^T + ... with in = x * mask.
     Tensor base = sc.t.get(be, dt, dx.shape());  // (N, in) dy W0
-    linear_input_backward(be, base, gemm_operand(be, dy, sc.d_low, low_), dy, base_weight(p), low_);
+    linear_input_backward(be, base, gemm_operand(be, dy, sc.d_low, operand_type()), dy,
+                          base_weight(p), operand_type());
     be.scale(base, -1.0);
     be.add(dx, base);
     be.mul(dx, dx, a.xd_mask[j].tensor());
@@ -275,7 +279,8 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
   gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dy, a.xa[j].tensor(), params_.grad(p.B));
   gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dy, params_.value(p.B), g);
   grad_a();
-  linear_input_backward(be, dx, gemm_operand(be, dy, sc.d_low, low_), dy, w_op, low_);
+  linear_input_backward(be, dx, gemm_operand(be, dy, sc.d_low, operand_type()), dy, w_op,
+                        operand_type());
   if (!adapter_dropping_)
     return gemm(be, dt, false, false, N, p.in, r, s, 1.0f, g, params_.value(p.A), dx);
   Tensor t = sc.t.get(be, dt, dx.shape());

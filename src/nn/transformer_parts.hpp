@@ -70,9 +70,9 @@ struct Transformer::Scratch {
 
 namespace nn {
 
-// y(N, out) = x(N, in) W(out, in)^T (+ b when given, + beta y); in bf16 on copies of x (made
-// here into x_low, unless x is bf16 already: then x_low's tensor itself) and of W (w_low, made
-// once per step) when w_low is given.
+// y(N, out) = x(N, in) W(out, in)^T (+ b when given, + beta y); in w_low's half type (bf16 or
+// f16) on copies of x (made here into x_low, unless x is in it already: then x_low's tensor
+// itself) and of W (w_low, made once per step) when w_low is given.
 void linear_forward(Backend& be, Tensor y, Tensor x, Buffer& x_low, Tensor w, Tensor w_low,
                     Tensor b, double beta = 0.0);
 

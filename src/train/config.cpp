@@ -274,8 +274,8 @@ const std::vector<ConfigKey> kKeys = {
     {"train.precision", T::string, "auto",
      "`fp32`, `bf16` (bf16 GEMMs, f32 master weights and state), `fp16` (fp16 GEMMs with dynamic "
      "loss scaling as PyTorch's GradScaler: scale 65536 to start, doubled after 2000 clean steps, "
-     "halved and the step skipped on an inf or NaN gradient; on GPUs, recurrent models; "
-     "elsewhere fp32 with a note) or `auto` (bf16 where the CPU or GPU has it)."},
+     "halved and the step skipped on an inf or NaN gradient; on GPUs and the reference backend; "
+     "on a CPU, fp32 with a note) or `auto` (bf16 where the CPU or GPU has it)."},
     {"train.threads", T::integer, "0", "Compute threads; 0: every CPU this process may use."},
     {"train.matmul_precision", T::string, "highest",
      "As PyTorch's `torch.set_float32_matmul_precision`: `highest` (f32 GEMMs in f32) or `high` "

@@ -91,7 +91,7 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   size_t free = 0, total = 0;
   if (std::string device; be->device_memory(&free, &total, &device)) {
     std::string notice;
-    const DType g = backend_precision(c.str("train.precision"), *be, task.model.family, &notice);
+    const DType g = backend_precision(c.str("train.precision"), *be, &notice);
     if (!notice.empty()) problems.push_back(notice);
     const std::unique_ptr<Model> model = make_model(task.model);
     double need = 0;

@@ -589,15 +589,12 @@ LoadedRun load_run_model(const std::string& run) {
   return r;
 }
 
-DType backend_precision(const std::string& precision, const Backend& be, ModelFamily family,
-                        std::string* notice) {
+DType backend_precision(const std::string& precision, const Backend& be, std::string* notice) {
   auto fallback = [&](const std::string& why) {
     if (notice) *notice = "train.precision " + precision + ": " + why + "; fp32 GEMMs instead";
     return DType::f32;
   };
   if (precision == "fp16") {
-    if (family != ModelFamily::recurrent)
-      return fallback("the transformer runs bf16 or fp32 GEMMs, not fp16");
     if (be.supports(Op::gemm, DType::f16)) return DType::f16;
     return fallback("the " + std::string(be.name()) +
                     " backend runs no fp16 GEMMs (fp16 is for GPUs: train.device cuda)");
@@ -711,8 +708,7 @@ std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream*
   model->initialize(be, 0);
   load_parameters(r.file.source(), model->parameters(), be);
   std::string notice;
-  model->set_gemm_dtype(
-      backend_precision(r.config.str("train.precision"), be, r.task.model.family, &notice));
+  model->set_gemm_dtype(backend_precision(r.config.str("train.precision"), be, &notice));
   if (!notice.empty() && notes) *notes << "note: " << notice << "\n";
   return model;
 }

@@ -39,11 +39,9 @@ RegressionLoss regression_loss_of(const Config& c, TaskKind task);
 // a GPU is served on a machine without one.
 std::unique_ptr<Backend> make_device_backend(const Config& c, const ModelOptions& m,
                                              bool inference = false);
-// The GEMM dtype `precision` (train.precision) gives a model of `family` on `be`:
-// resolve_precision's, f16 for fp16, or f32, with a notice, where the backend or the model runs
-// no such GEMMs.
-DType backend_precision(const std::string& precision, const Backend& be, ModelFamily family,
-                        std::string* notice);
+// The GEMM dtype `precision` (train.precision) gives a model on `be`: resolve_precision's, f16
+// for fp16, or f32, with a notice, where the backend runs no such GEMMs.
+DType backend_precision(const std::string& precision, const Backend& be, std::string* notice);
 // train.precision's name for a GEMM dtype: fp32, bf16 or fp16.
 const char* gemm_precision_name(DType gemm);
 // Before a model's parameters are allocated: refuses one whose parameters (with their gradients

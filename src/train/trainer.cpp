@@ -369,8 +369,7 @@ std::pair<Tensor, Tensor> Training::carried_states(int64_t bi, int64_t rows) {
 
 void Training::build_model() {
   be_ = make_device_backend(c_, task_.model);
-  gemm_dtype_ =
-      backend_precision(c_.str("train.precision"), *be_, task_.model.family, &precision_notice_);
+  gemm_dtype_ = backend_precision(c_.str("train.precision"), *be_, &precision_notice_);
   const uint64_t seed = static_cast<uint64_t>(c_.integer("train.seed"));
   model_ = make_model(task_.model);
   check_model_fits(*model_, c_, true);

@@ -14,8 +14,8 @@
 #include <memory>
 #include <vector>
 
-#include "seqforge/backend/ops.hpp"
 #include "seqforge/backend/buffer.hpp"
+#include "seqforge/backend/ops.hpp"
 #include "seqforge/nn/model.hpp"
 
 namespace seqforge {
@@ -69,6 +69,8 @@ class Transformer final : public Model {
   void declare_adapters();
   void prepare_weights(Backend& be);
   Tensor low_weight(const Proj& p) const;
+  // The dtype of the GEMMs' operands: the half type, or the parameters'.
+  DType operand_type() const { return low_ ? low_type_ : params_.dtype(); }
   Tensor base_weight(const Proj& p) const;
   void proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, Tensor x, Buffer& x_low,
                     uint64_t seed);
@@ -103,6 +105,7 @@ class Transformer final : public Model {
   size_t base_params_ = 0;  // parameters [0, base_params_) are the model's, the rest adapters
   bool train_base_ = true;  // false under adapters: no base gradient is computed
   bool low_ = false, dropping_ = false, adapter_dropping_ = false;
+  DType low_type_ = DType::bf16;  // with low_: the half type of the GEMMs' operands, bf16 or f16
   AttentionShape shape_;
   Tensor ids_, z_;                            // (N) the last forward's ids, (N, C) ln_f's output
   Buffer x0_, z_buf_, lnf_saved_, logits_;    // (N, C), (N, C), (N, 2), (N, V) or (B, K)

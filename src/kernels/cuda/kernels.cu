@@ -458,6 +458,8 @@ void layer_norm_forward(void* y, DType y_type, void* saved, const void* x, const
       launch.template operator()<T>();
     else if (y_type == DType::bf16 && dtype == DType::f32)
       launch.template operator()<bf16>();
+    else if (y_type == DType::f16 && dtype == DType::f32)
+      launch.template operator()<__half>();
     else
       fail("cuda: layer_norm_forward into ", dtype_name(y_type), " from ", dtype_name(dtype));
   });
@@ -498,6 +500,8 @@ void gelu_forward(void* y, DType y_type, const void* x, DType dtype, int64_t n,
       launch.template operator()<T>();
     else if (y_type == DType::bf16 && dtype == DType::f32)
       launch.template operator()<bf16>();
+    else if (y_type == DType::f16 && dtype == DType::f32)
+      launch.template operator()<__half>();
     else
       fail("cuda: gelu_forward into ", dtype_name(y_type), " from ", dtype_name(dtype));
   });

@@ -1,7 +1,7 @@
 #pragma once
 // Layer norm over the last axis and the exact GELU (kernels/norm.hpp's math), sums and the
 // per-element formulas in double as the reference; outputs rounded once to T, or through f32 to
-// bf16 where y is the operand of bf16 GEMMs.
+// bf16 or f16 where y is the operand of half GEMMs.
 #include "kernels/cuda/common.cuh"
 
 namespace seqforge::cuda {
@@ -14,6 +14,10 @@ __device__ inline void store_rounded(Y* p, double v) {
 template <>
 __device__ inline void store_rounded<bf16>(bf16* p, double v) {
   p->bits = bf16_bits(static_cast<float>(v));
+}
+template <>
+__device__ inline void store_rounded<__half>(__half* p, double v) {
+  *p = __float2half_rn(static_cast<float>(v));
 }
 
 // One block per row of x (N, C): y = (x - mean) rstd w + b; saved (N, 2) = mean, rstd.

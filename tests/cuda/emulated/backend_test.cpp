@@ -73,21 +73,20 @@ TEST(CudaBackendEmulated, HostCodeCannotTouchDeviceMemory) {
   EXPECT_DEATH({ static_cast<volatile float*>(t.data())[1] = 5; }, "");
 }
 
-// bf16 and fp16 GEMMs where the GPU has the tensor cores, whatever the host CPU's instructions;
-// fp16 for the recurrent models only.
+// bf16 and fp16 GEMMs where the GPU has the tensor cores, whatever the host CPU's instructions,
+// for every model family; a CPU runs no fp16 GEMMs.
 TEST(CudaBackendEmulated, PrecisionFollowsTheGpu) {
   auto be = make_cuda_backend();
-  const ModelFamily rnn = ModelFamily::recurrent;
   std::string notice;
-  EXPECT_EQ(backend_precision("auto", *be, rnn, &notice), DType::bf16);
-  EXPECT_EQ(backend_precision("bf16", *be, rnn, &notice), DType::bf16);
-  EXPECT_EQ(backend_precision("fp16", *be, rnn, &notice), DType::f16);
-  EXPECT_EQ(backend_precision("fp32", *be, rnn, &notice), DType::f32);
+  EXPECT_EQ(backend_precision("auto", *be, &notice), DType::bf16);
+  EXPECT_EQ(backend_precision("bf16", *be, &notice), DType::bf16);
+  EXPECT_EQ(backend_precision("fp16", *be, &notice), DType::f16);
+  EXPECT_EQ(backend_precision("fp32", *be, &notice), DType::f32);
   EXPECT_TRUE(notice.empty()) << notice;
-  EXPECT_EQ(backend_precision("fp16", *be, ModelFamily::transformer, &notice), DType::f32);
+  EXPECT_EQ(backend_precision("fp16", *make_cpu_backend(), &notice), DType::f32);
   EXPECT_EQ(notice,
-            "train.precision fp16: the transformer runs bf16 or fp32 GEMMs, not fp16; fp32 GEMMs "
-            "instead");
+            "train.precision fp16: the cpu backend runs no fp16 GEMMs (fp16 is for GPUs: "
+            "train.device cuda); fp32 GEMMs instead");
 }
 
 // GEMMs through cuBLASLt's column-major API: every transpose, padded leading dimensions, alpha,
