@@ -108,6 +108,17 @@ TEST(Device, GpuRunMatchesTheCpuRun) {
   }
 }
 
+// The bytes of a run's model checkpoint's tensors.
+std::string checkpoint_tensors(const fs::path& run) {
+  const auto f = io::SafetensorsFile::read((run / "model.safetensors").string());
+  std::string bytes;
+  for (const auto& e : f.entries()) {
+    const auto b = f.bytes(e);
+    bytes.append(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  return bytes;
+}
+
 // The last epoch's line of a run's metrics.jsonl.
 nlohmann::json last_metrics(const fs::path& run) {
   std::istringstream lines(io::read_file((run / "metrics.jsonl").string()));
@@ -174,6 +185,74 @@ TEST(Device, GpuTransformerRunsMatchTheCpuRuns) {
   }
   const std::string sample = generate((dir / "base_gpu").string(), "ROMEO:", 40, 1.0, 0, 7);
   EXPECT_EQ(sample.size(), std::string("ROMEO:").size() + 40) << sample;
+}
+
+// train.cuda_graphs: a run whose steps are replayed from a captured graph ends exactly where the
+// eager run does (the same weights, bit for bit, and the same losses), with most steps replayed;
+// dropout, whose seeds the host draws every step, keeps the steps eager with a note, and so do
+// stateful runs.
+TEST(Device, GpuStepGraphsReplayTheEagerRun) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  const fs::path dir = fresh_dir("gpu_graphs");
+  const std::string data = write_series(dir);
+  struct Case {
+    std::string name, cell;
+    std::vector<std::string> overrides;
+    bool replays;
+  };
+  const std::vector<Case> cases = {
+      {"lstm", "lstm", {"model.dropout=0"}, true},
+      {"gru_fp16",
+       "gru",
+       {"model.dropout=0", "train.precision=fp16", "train.clip_grad_norm=0.5"},
+       true},
+      {"lnlstm_dropout", "lnlstm", {}, false},
+      {"stateful", "lstm", {"model.dropout=0", "train.stateful=true"}, false}};
+  for (const Case& k : cases) {
+    std::ostringstream eager_log, graph_log;
+    auto run = [&](const std::string& graphs, std::ostream& log) {
+      std::vector<std::string> o = k.overrides;
+      o.push_back("train.device=cuda");
+      o.push_back("train.cuda_graphs=" + graphs);
+      return train(forecaster(data, dir / (k.name + "_" + graphs), k.cell, o), log);
+    };
+    const TrainSummary eager = run("off", eager_log);
+    const TrainSummary graphed = run("auto", graph_log);
+    EXPECT_EQ(graphed.best, eager.best) << k.name;
+    EXPECT_EQ(graphed.last.at("train_loss"), eager.last.at("train_loss")) << k.name;
+    EXPECT_TRUE(checkpoint_tensors(dir / (k.name + "_auto")) ==
+                checkpoint_tensors(dir / (k.name + "_off")))
+        << k.name << ": the weights differ";
+    const nlohmann::json m = last_metrics(dir / (k.name + "_auto"));
+    if (k.replays) {
+      EXPECT_GE(m.value("graph_steps", 0), 5) << k.name << ": " << m.dump();
+      EXPECT_EQ(graph_log.str().find("train.cuda_graphs"), std::string::npos) << graph_log.str();
+    } else {
+      EXPECT_EQ(m.value("graph_steps", 0), 0) << k.name << ": " << m.dump();
+      EXPECT_NE(graph_log.str().find("note: train.cuda_graphs: "), std::string::npos)
+          << graph_log.str();
+    }
+  }
+  // A character GPT without dropout: its steps replayed too, to the same weights.
+  const std::string text = (dir / "shakespeare.txt").string();
+  std::ofstream(text)
+      << io::read_file(SEQFORGE_SOURCE_DIR "/data/tinyshakespeare.txt").substr(0, 6000);
+  TrainSummary gpt[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string graphs = i ? "auto" : "off";
+    std::ostringstream log;
+    gpt[i] = train(
+        Config::load(
+            SEQFORGE_SOURCE_DIR "/examples/configs/shakespeare_gpt.yaml",
+            {"data.path=" + text, "model.embedding=32", "model.layers=2", "model.heads=2",
+             "model.dropout=0", "data.seq_len=32", "train.batch_size=8", "train.max_batches=9",
+             "train.epochs=1", "train.test_after=false", "train.device=cuda",
+             "train.cuda_graphs=" + graphs, "train.run_dir=" + (dir / ("gpt_" + graphs)).string()}),
+        log);
+  }
+  EXPECT_EQ(gpt[1].best, gpt[0].best);
+  EXPECT_TRUE(checkpoint_tensors(dir / "gpt_auto") == checkpoint_tensors(dir / "gpt_off"));
+  EXPECT_EQ(last_metrics(dir / "gpt_auto").value("graph_steps", 0), 4);
 }
 
 // fp16 GEMMs with GradScaler's loss scaling, on a backend that has them (cuda; the reference, as

@@ -117,6 +117,11 @@ void Backend::recurrence_backward(CellKind kind, const RecurrenceBackward& a, DT
   }
 }
 
+void Backend::begin_capture() { fail("the ", name(), " backend records no op sequences"); }
+std::unique_ptr<StepGraph> Backend::end_capture() {
+  fail("the ", name(), " backend records no op sequences");
+}
+
 void Backend::optimizer_step(const OptimizerStep& a, DType dtype) {
   const int64_t S = a.segment_count, size = dtype_size(dtype);
   std::vector<OptimizerSegment> segments(static_cast<size_t>(S));

@@ -86,16 +86,28 @@ void Optimizer::build_segments() {
 
 bool Optimizer::frozen(size_t i) const { return !frozen_.empty() && frozen_[i]; }
 
-void Optimizer::step(double grad_scale, bool zero_grads, const GradClip& clip) {
+void Optimizer::count_step() {
   before_steps_ = steps_;
   before_param_steps_ = param_steps_;
   ++steps_;
   for (size_t i = 0; i < params_.size(); ++i)
     if (!params_.fixed(i) && !frozen(i)) ++param_steps_[i];
-  if (!(opt_.lr == uploaded_lr_)) {
-    be_.upload(lr_.get(be_, DType::f64, {1}), &opt_.lr);
-    uploaded_lr_ = opt_.lr;
-  }
+}
+
+void Optimizer::set_lr(double lr) {
+  opt_.lr = lr;
+  upload_lr();
+}
+
+void Optimizer::upload_lr() {
+  if (opt_.lr == uploaded_lr_) return;
+  be_.upload(lr_.get(be_, DType::f64, {1}), &opt_.lr);
+  uploaded_lr_ = opt_.lr;
+}
+
+void Optimizer::step(double grad_scale, bool zero_grads, const GradClip& clip) {
+  count_step();
+  upload_lr();
   OptimizerStep a;
   a.kind = opt_.kind == "sgd"    ? OptimizerKind::sgd
            : opt_.kind == "adam" ? OptimizerKind::adam

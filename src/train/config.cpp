@@ -281,9 +281,14 @@ const std::vector<ConfigKey> kKeys = {
      "As PyTorch's `torch.set_float32_matmul_precision`: `highest` (f32 GEMMs in f32) or `high` "
      "(on a GPU, f32 GEMMs on TF32 tensor cores: 10-bit mantissa products, f32 sums; the CPU "
      "keeps f32)."},
+    {"train.cuda_graphs", T::string, "auto",
+     "`auto`: on a GPU, each training step after five warm-up steps is captured once as a CUDA "
+     "graph and replayed for every later batch of its shapes (one launch instead of hundreds; "
+     "a replayed run equals an eager one bit for bit); steps that draw from the host every "
+     "time (dropout), stateful and data-parallel runs stay eager, with a note. `off`: eager."},
     {"train.device", T::string, "auto",
      "`cpu`, `cuda` (the current GPU; an error where none can run the model) or `auto` (a GPU "
-     "where one can run the model: the recurrent family, for now; else the CPU). eval, predict, "
+     "where one can run the model; else the CPU). eval, predict, "
      "generate and merge take a stored `cuda` as `auto`. SEQFORGE_BACKEND, when set, overrides "
      "it."},
     {"train.freeze_modules", T::string_list, "[]",

@@ -29,6 +29,7 @@
 #include "seqforge/optim/optimizer.hpp"
 #include "seqforge/report/report.hpp"
 #include "seqforge/train/data_options.hpp"
+#include "step_graphs.hpp"
 #include "task_type.hpp"
 
 namespace seqforge {
@@ -176,6 +177,9 @@ class Training {
   int64_t start_pass(int64_t epoch, int64_t first_batch);
   // Forward, backward and the optimizer for batch `bi` (null: this rank has none); its loss.
   double train_step(int64_t epoch, int64_t bi, const Batch* batch);
+  // The ops of a step for a batch, its loss and gradients' sum of squares into `stats`.
+  void enqueue_step(int64_t bi, const Batch& batch, Tensor stats);
+  void make_step_graphs();
   double read_step(Tensor stats);
   void stop_if_signalled(int64_t epoch, int64_t batch, double loss_sum, double seen);
   void progress(int64_t epoch, int64_t batch, int64_t first_batch, double t0, double loss_sum,
@@ -204,6 +208,10 @@ class Training {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;  // fp16 GEMMs: dynamic loss scaling
+  std::unique_ptr<StepGraphs> graphs_;  // train.cuda_graphs: steps replayed as one graph
+  std::string graphs_note_;             // why there are none (said at start-up), or ""
+  bool graphs_off_noted_ = false;       // their turning off said
+  int64_t graph_steps_before_ = 0;      // steps replayed before this epoch
   Buffer step_stats_;                   // (2) f64: a step's loss and its gradients' sum of squares
   int64_t skipped_steps_ = 0;           // of this epoch, for an inf or NaN gradient (fp16)
   OptimizerOptions oo_;
@@ -413,6 +421,40 @@ void Training::build_model() {
   oo_.nesterov = c_.boolean("optim.nesterov");
   optimizer_ = std::make_unique<Optimizer>(*be_, model_->parameters(), oo_);
   if (gemm_dtype_ == DType::f16) scaler_ = std::make_unique<LossScaler>();
+  make_step_graphs();
+}
+
+void Training::make_step_graphs() {
+  const std::string setting = c_.str("train.cuda_graphs");
+  if (setting != "auto" && setting != "off")
+    fail(c_.origin("train.cuda_graphs"), ": train.cuda_graphs must be auto or off, got '", setting,
+         "'");
+  if (setting == "off" || !be_->captures()) return;
+  if (s_.stateful)
+    graphs_note_ = "train.cuda_graphs: stateful steps carry states from batch to batch; eager";
+  else if (ranks_ > 1)
+    graphs_note_ = "train.cuda_graphs: data-parallel steps all-reduce from the host; eager";
+  if (!graphs_note_.empty()) return;
+  StepGraphs::Hooks hooks;
+  hooks.enqueue = [this](const Batch& b) { enqueue_step(0, b, step_stats_.tensor()); };
+  hooks.host_key = [this] {
+    std::string key;
+    for (uint64_t w : rng_.state()) key += std::to_string(w) + ",";
+    return key + std::to_string(optimizer_->segment_count()) + "," +
+           std::to_string(scaler_ ? scaler_->scale() : 1.0);
+  };
+  hooks.replayed = [this] { optimizer_->count_step(); };
+  auto saved = std::make_shared<std::pair<std::array<uint64_t, 4>, std::vector<int64_t>>>();
+  auto saved_steps = std::make_shared<int64_t>(0);
+  hooks.save = [this, saved, saved_steps] {
+    *saved = {rng_.state(), optimizer_->param_steps()};
+    *saved_steps = optimizer_->steps();
+  };
+  hooks.restore = [this, saved, saved_steps] {
+    rng_.set_state(saved->first);
+    optimizer_->set_steps(*saved_steps, saved->second);
+  };
+  graphs_ = std::make_unique<StepGraphs>(*be_, std::move(hooks));
 }
 
 void Training::print_start() const {
@@ -427,6 +469,7 @@ void Training::print_start() const {
     out_ << "data-parallel: " << ranks_ << " processes (" << comm_.name() << "), batch "
          << s_.batch_size << " per process, " << global_batch_ << " per step\n";
   if (!precision_notice_.empty()) out_ << "note: " << precision_notice_ << "\n";
+  if (!graphs_note_.empty() && rank_ == 0) out_ << "note: " << graphs_note_ << "\n";
   if (!threads_.warning.empty()) out_ << "warning: " << threads_.warning << "\n";
   const RecurrentOptions& rnn = task_.model.rnn;
   const bool recurrent = task_.model.family == ModelFamily::recurrent;
@@ -719,6 +762,7 @@ bool Training::run_epoch(int64_t epoch) {
   const std::vector<bool> base = model_->frozen_parameters();  // under adapters: always
   for (size_t i = 0; i < base.size(); ++i) frozen[i] = frozen[i] || base[i];
   optimizer_->set_frozen(frozen);
+  if (graphs_) graphs_->invalidate();     // what trains may change between epochs
   const bool part_way = state_.in_epoch;  // resumed in the middle of this epoch
   const int64_t first_batch = part_way ? state_.batch : 0;
   if (!part_way && !s_.stateful)
@@ -794,10 +838,33 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
     read_step(stats);
     return 0;
   }
+  // The loss and the gradients' sum of squares stay in the backend's memory until the step's one
+  // read-back, at its end.
+  const Tensor stats = step_stats_.get(*be_, DType::f64, {2});
+  if (graphs_) {
+    graphs_->step(*batch);
+    if (!graphs_->on() && !graphs_off_noted_) {
+      graphs_off_noted_ = true;
+      if (rank_ == 0) out_ << "note: train.cuda_graphs: " << graphs_->off_reason() << "\n";
+    }
+  } else {
+    enqueue_step(bi, *batch, stats);
+  }
+  const double loss = read_step(stats);
+  if (!std::isfinite(loss))
+    fail("epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ",
+         batches_per_epoch_, "): the training loss is ", loss,
+         "; lower optim.lr or set train.clip_grad_norm (e.g. 1.0). Nothing was saved from this "
+         "epoch: ",
+         kept_model(checkpoint_));
+  return loss;
+}
+
+void Training::enqueue_step(int64_t bi, const Batch& batch, Tensor stats) {
   Tensor h0, c0;
-  if (s_.stateful) std::tie(h0, c0) = carried_states(bi, batch->size);
-  model_->set_token_layout(batch->lengths, batch->segments);
-  Tensor y = model_->forward(*be_, batch->input, h0, c0, true, ranks_ > 1 ? rank_rng_ : rng_);
+  if (s_.stateful) std::tie(h0, c0) = carried_states(bi, batch.size);
+  model_->set_token_layout(batch.lengths, batch.segments);
+  Tensor y = model_->forward(*be_, batch.input, h0, c0, true, ranks_ > 1 ? rank_rng_ : rng_);
   if (s_.stateful) {  // the final states start the next batch, detached from this one's graph
     carry_at_ ^= 1;
     be_->copy(carry_h_[carry_at_].get(*be_, DType::f32, h0.shape()), model_->recurrent()->h_n());
@@ -805,20 +872,17 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
       be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, c0.shape()), model_->recurrent()->c_n());
   }
   Tensor dout = dout_buf_.get(*be_, DType::f32, y.shape());
-  // The loss and the gradients' sum of squares stay in the backend's memory until the step's one
-  // read-back, at its end.
-  const Tensor stats = step_stats_.get(*be_, DType::f64, {2});
   {
     SF_PROFILE_SCOPE("loss");
-    loss_of(*be_, task_, y, *batch, dout, stats.slice(0, 1));
+    loss_of(*be_, task_, y, batch, dout, stats.slice(0, 1));
   }
   if (ranks_ > 1) {
     // The summed gradients are the mean over the global batch: each rank's mean gradient
     // weighted by its share of the loss's terms (windows, or masked steps for mae).
-    std::array<double, 1> terms = {double(batch->size)};
+    std::array<double, 1> terms = {double(batch.size)};
     double total = double(std::min(global_batch_, used_ - bi * global_batch_));
     if (const TaskType& type = task_type(task_.kind); type.loss_terms_vary()) {
-      terms[0] = double(type.loss_terms(task_, *batch));
+      terms[0] = double(type.loss_terms(task_, batch));
       std::array<double, 1> all = terms;
       comm_.all_reduce_sum(all);
       total = all[0];
@@ -838,14 +902,6 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
   // Clipping and the update, decided where the gradients are; with fp16, the gradients unscaled
   // first, and the step skipped (the scale halved) when they overflowed.
   fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, scaler_.get(), stats.slice(1, 2));
-  const double loss = read_step(stats);
-  if (!std::isfinite(loss))
-    fail("epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ",
-         batches_per_epoch_, "): the training loss is ", loss,
-         "; lower optim.lr or set train.clip_grad_norm (e.g. 1.0). Nothing was saved from this "
-         "epoch: ",
-         kept_model(checkpoint_));
-  return loss;
 }
 
 // The step's one read-back, (loss, sum of squares of the gradients): the scaler's update and the
@@ -1014,6 +1070,10 @@ void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epo
   if (scaler_) {
     j["loss_scale"] = scaler_->scale();
     j["skipped_steps"] = skipped_steps_;
+  }
+  if (graphs_) {  // the epoch's steps replayed from a captured graph
+    j["graph_steps"] = graphs_->replayed_steps() - graph_steps_before_;
+    graph_steps_before_ = graphs_->replayed_steps();
   }
   for (const auto& [k, v] : resources_.interval_summary()) j[k] = v;
   metrics_log_ << j.dump() << "\n" << std::flush;

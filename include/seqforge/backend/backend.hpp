@@ -15,6 +15,14 @@
 
 namespace seqforge {
 
+// A recorded op sequence (a CUDA graph) that runs again exactly as it was recorded: the same
+// kernels on the same memory with the same arguments.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  virtual void replay() = 0;
+};
+
 // A GEMM's B operand rearranged once into the backend's preferred layout, for many GEMMs of one
 // shape and dtype with the same B (the recurrent weights, at every time step). Made by
 // Backend::pack_b; what it holds is the backend's business.
@@ -84,6 +92,17 @@ class Backend {
   // from it faster and without an extra copy (a GPU's DMA engine), else ordinary memory.
   virtual void* alloc_host(size_t bytes);
   virtual void free_host(void* ptr);  // never throws
+
+  // Capturing an op sequence to replay it (CUDA graphs), where captures() says so: between
+  // begin_capture and end_capture the calling thread's ops are recorded, not run; none may
+  // allocate, upload, download or wait (those calls throw), and memory freed meanwhile makes
+  // end_capture throw. abort_capture ends a capture that threw. memory_epoch() counts the
+  // allocations and frees: a graph replays safely only while it is what it was at the capture.
+  virtual bool captures() const { return false; }
+  virtual void begin_capture();
+  virtual std::unique_ptr<StepGraph> end_capture();
+  virtual void abort_capture() noexcept {}
+  virtual uint64_t memory_epoch() const { return 0; }
 
   // Independent op sequences this backend can run at the same time (CPU: its threads).
   virtual int concurrency() const { return 1; }

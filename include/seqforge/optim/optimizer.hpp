@@ -40,7 +40,12 @@ class Optimizer {
   void set_frozen(std::vector<bool> frozen);
   const std::vector<int64_t>& param_steps() const { return param_steps_; }
   void set_steps(int64_t steps, std::vector<int64_t> param_steps);  // when resuming
-  void set_lr(double lr) { opt_.lr = lr; }
+  // The update's segments (OptimizerStep), runs of parameters that step together.
+  int64_t segment_count() const { return segment_count_; }
+  // The learning rate of the next steps, in backend memory at once (not inside a step).
+  void set_lr(double lr);
+  // The host's update counts of a step the backend ran without step(): a replayed graph of it.
+  void count_step();
   const OptimizerOptions& options() const { return opt_; }
   Arena& state(int i) { return i == 0 ? m_ : v_; }  // Adam: exp_avg, exp_avg_sq; SGD: momentum
 
@@ -48,6 +53,7 @@ class Optimizer {
   bool decays(size_t i) const;  // whether weight decay applies to parameter i
   bool frozen(size_t i) const;
   void build_segments();  // and uploads them with their update counts
+  void upload_lr();       // when it changed
 
   Backend& be_;
   Parameters& params_;

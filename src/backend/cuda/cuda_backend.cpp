@@ -5,12 +5,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "backend/cuda/cublaslt.hpp"
 #include "kernels/cuda/launch.hpp"
@@ -43,6 +46,8 @@ class CudaBackend final : public Backend {
                  "cudaEventCreate");
       check_cuda(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "cudaEventCreate");
       check_cuda(cudaMalloc(&scratch_, 2 * sizeof(double)), "cudaMalloc (scratch)");
+      check_cuda(cudaMalloc(&partials_, (cuda::kPartialBlocks + 1) * sizeof(double)),
+                 "cudaMalloc (partial sums)");
       check_cuda(cudaMalloc(&reports_, sizeof host_reports_), "cudaMalloc (reports)");
       check_cuda(cudaMemset(reports_, 0xff, sizeof host_reports_), "cudaMemset (reports)");
       // Freed memory stays in the pool across synchronisations (the default gives it back at
@@ -98,8 +103,12 @@ class CudaBackend final : public Backend {
     return false;
   }
 
-  // Memory: stream-ordered, zeroed on the stream before any op that follows can read it.
+  // Memory: stream-ordered, zeroed on the stream before any op that follows can read it. While a
+  // step is captured, other threads (the loader's) wait: their work on the stream would join it.
   void* alloc(size_t bytes) override {
+    refuse_in_capture("an allocation of " + std::to_string(bytes) + " bytes");
+    std::lock_guard<std::mutex> gate(gate_);
+    ++epoch_;
     void* p = nullptr;
     check_cuda(cudaMallocAsync(&p, std::max<size_t>(bytes, 1), stream_),
                "out of device memory allocating " + std::to_string(bytes) + " bytes");
@@ -107,10 +116,57 @@ class CudaBackend final : public Backend {
     return p;
   }
   // Never throws: it runs in destructors, also after a device error, which every later call
-  // returns again (the op that failed has reported it).
+  // returns again (the op that failed has reported it). Inside a capture, freed after it.
   void free(void* p) override {
-    if (p) cudaFreeAsync(p, stream_);
+    if (!p) return;
+    if (capturing_here()) {
+      deferred_frees_.push_back(p);
+      return;
+    }
+    std::lock_guard<std::mutex> gate(gate_);
+    ++epoch_;
+    cudaFreeAsync(p, stream_);
   }
+
+  // Capture: the gate held throughout, so that only this thread's ops reach the stream.
+  bool captures() const override { return true; }
+  void begin_capture() override {
+    refuse_in_capture("a capture");
+    gate_.lock();
+    const cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+      gate_.unlock();
+      check_cuda(e, "beginning the capture of a training step");
+    }
+    capture_thread_ = std::this_thread::get_id();
+    capturing_ = true;
+  }
+  std::unique_ptr<StepGraph> end_capture() override {
+    cudaGraph_t graph = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    const bool freed = !deferred_frees_.empty();
+    finish_capture();
+    if (e != cudaSuccess || freed) {
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      fail("cuda: the training step could not be captured: ",
+           freed ? "it frees memory" : cudaGetErrorName(e));
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check_cuda(instantiated, "instantiating the training step's graph");
+    return std::make_unique<Graph>(exec, stream_);
+  }
+  void abort_capture() noexcept override {
+    if (!capturing_) return;
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    finish_capture();
+  }
+  uint64_t memory_epoch() const override { return epoch_.load(); }
   void copy(Tensor dst, Tensor src) override {
     SF_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(), dst.shape().str(), " <- ",
              src.shape().str());
@@ -131,6 +187,7 @@ class CudaBackend final : public Backend {
   }
   // Waits for the ops before, then raises what their kernels reported (a bad id or target).
   void synchronize() override {
+    refuse_in_capture("a synchronisation");
     check_cuda(cudaMemcpyAsync(host_reports_, reports_, sizeof host_reports_,
                                cudaMemcpyDeviceToHost, stream_),
                "read-back of the kernels' reports");
@@ -144,7 +201,8 @@ class CudaBackend final : public Backend {
   void upload(Tensor dst, const void* host) override {
     if (!dst.nbytes()) return;
     const std::string what = "upload of " + dst.shape().str();
-    std::lock_guard<std::mutex> lock(upload_mutex_);
+    refuse_in_capture("an " + what);
+    std::lock_guard<std::mutex> gate(gate_);
     check_cuda(cudaEventRecord(compute_mark_, stream_), what);
     check_cuda(cudaStreamWaitEvent(copy_stream_, compute_mark_, 0), what);
     check_cuda(
@@ -166,6 +224,7 @@ class CudaBackend final : public Backend {
   }
   void download(void* host, Tensor src) override {
     if (!src.nbytes()) return;
+    refuse_in_capture("a download of " + src.shape().str());
     check_cuda(cudaMemcpyAsync(host, src.data(), src.nbytes(), cudaMemcpyDeviceToHost, stream_),
                "download of " + src.shape().str());
     synchronize();
@@ -356,7 +415,7 @@ class CudaBackend final : public Backend {
     SF_CHECK(mask.empty() || mask.numel() == rows, "mse mask ", mask.shape().str(), " for ", rows,
              " rows");
     cuda::regression_loss(kind, pred.data(), target.data(), mask.empty() ? nullptr : mask.data(),
-                          dpred.data(), pred.dtype(), rows, f, scratch_, stream_);
+                          dpred.data(), pred.dtype(), rows, f, scratch_, partials_, stream_);
     cuda::mean(scalar_out(loss), scratch_, double(f), stream_);
     launched("regression_loss", pred);
   }
@@ -371,13 +430,13 @@ class CudaBackend final : public Backend {
     classes_ = classes;
     cuda::cross_entropy_loss(logits.data(), targets.data(), targets.dtype(),
                              weights.empty() ? nullptr : weights.data(), ignore_index,
-                             dlogits.data(), logits.dtype(), rows, classes, scratch_,
+                             dlogits.data(), logits.dtype(), rows, classes, scratch_, partials_,
                              reports_ + kBadTarget, stream_);
     cuda::mean(scalar_out(loss), scratch_, 1.0, stream_);
     launched("cross_entropy_loss", logits);
   }
   void sum_squares(Tensor x, Tensor out) override {
-    cuda::sum_squares(scalar_out(out), x.data(), x.dtype(), x.numel(), stream_);
+    cuda::sum_squares(scalar_out(out), x.data(), x.dtype(), x.numel(), partials_, stream_);
     launched("sum_squares", x);
   }
   void scale(Tensor x, double alpha) override {
@@ -417,6 +476,31 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // A replayable training step: the instantiated graph, launched on the backend's stream.
+  class Graph final : public StepGraph {
+   public:
+    Graph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+    ~Graph() override { cudaGraphExecDestroy(exec_); }
+    void replay() override {
+      check_cuda(cudaGraphLaunch(exec_, stream_), "replay of the training step's graph");
+    }
+
+   private:
+    cudaGraphExec_t exec_;
+    cudaStream_t stream_;
+  };
+  bool capturing_here() const {
+    return capturing_ && capture_thread_ == std::this_thread::get_id();
+  }
+  void refuse_in_capture(const std::string& what) const {
+    if (capturing_here()) fail("cuda: ", what, " inside a captured training step");
+  }
+  void finish_capture() noexcept {
+    capturing_ = false;
+    gate_.unlock();
+    for (void* p : std::exchange(deferred_frees_, {})) free(p);
+  }
+
   // (B, T, heads, head_dim), to name attention's shape.
   static Tensor attention_shape(const AttentionShape& s, DType dtype) {
     return Tensor(nullptr, dtype, {s.batch, s.seq, s.heads, s.head_dim});
@@ -450,6 +534,7 @@ class CudaBackend final : public Backend {
     for (auto& [ptr, size] : scratch_buffers_) free(ptr);
     blas_.reset();
     if (scratch_) cudaFree(scratch_);
+    if (partials_) cudaFree(partials_);
     if (reports_) cudaFree(reports_);
     reports_ = nullptr;
     if (stream_) {
@@ -465,6 +550,7 @@ class CudaBackend final : public Backend {
     copy_stream_ = nullptr;
     compute_mark_ = copied_ = nullptr;
     scratch_ = nullptr;
+    partials_ = nullptr;
     stream_ = nullptr;
   }
   // Device scratch `slot` of at least `bytes`, kept for later calls (freed in stream order).
@@ -484,8 +570,15 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;       // every op
   cudaStream_t copy_stream_ = nullptr;  // uploads
   cudaEvent_t compute_mark_ = nullptr, copied_ = nullptr;
-  std::mutex upload_mutex_;    // uploads come from several threads; the events are shared
-  double* scratch_ = nullptr;  // a loss's sum and denominator
+  // Uploads, allocations and frees come from several threads (the loader's); the events are
+  // shared, and a capture holds it so that no other thread's work joins the captured stream.
+  std::mutex gate_;
+  std::atomic<bool> capturing_{false};
+  std::thread::id capture_thread_;
+  std::vector<void*> deferred_frees_;  // freed inside a capture
+  std::atomic<uint64_t> epoch_{0};     // allocations and frees so far
+  double* scratch_ = nullptr;          // a loss's sum and denominator
+  double* partials_ = nullptr;         // a reduction's block sums (cuda::kPartialBlocks + 1)
   // Bad inputs the kernels found (report_bad): a token id's index and value, a target's row and
   // class; all ones while none.
   static constexpr int kBadId = 0, kBadTarget = 2;

@@ -19,10 +19,29 @@ __global__ void embedding_forward_kernel(T* out, const T* table, const I* ids, i
   }
 }
 
-// dtable(V, E) += dout rows scattered by ids (ids checked by the forward).
+// dtable(V, E) += dout rows scattered by ids (ids checked by the forward): a thread per element of
+// the table, summing its rows in order, so that a run repeats bit for bit.
 template <typename T, typename I>
 __global__ void embedding_backward_kernel(T* dtable, const T* dout, const I* ids, int64_t n,
                                           int64_t e, int64_t vocab) {
+  SF_GRID_STRIDE(idx, vocab * e) {
+    const int64_t id = idx / e, j = idx % e;
+    double acc = 0;
+    bool any = false;
+    for (int64_t i = 0; i < n; ++i)
+      if (static_cast<int64_t>(ids[i]) == id) {
+        acc += double(dout[i * e + j]);
+        any = true;
+      }
+    if (any) dtable[idx] += static_cast<T>(acc);
+  }
+}
+
+// The same scattered by atomics, for tables too large to walk every row per element (the order of
+// a repeated id's sums then varies from run to run).
+template <typename T, typename I>
+__global__ void embedding_backward_atomic_kernel(T* dtable, const T* dout, const I* ids, int64_t n,
+                                                 int64_t e, int64_t vocab) {
   SF_GRID_STRIDE(idx, n * e) {
     const int64_t id = static_cast<int64_t>(ids[idx / e]);
     if (id >= 0 && id < vocab) atomicAdd(dtable + id * e + idx % e, dout[idx]);

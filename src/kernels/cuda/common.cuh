@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/launch.hpp"  // kPartialBlocks
 #include "seqforge/core/dtype.hpp"
 #include "seqforge/core/error.hpp"
 
@@ -101,6 +102,31 @@ __device__ inline double2 block_sum2(double a, double b) {
     __syncthreads();
   }
   return partial[0];
+}
+
+// Deterministic sums over a grid: each block writes its sum to partials[blockIdx.x] (grids of at
+// most kPartialBlocks blocks), block 0 the grid's size after them, and sum_partials_kernel adds
+// them up in a fixed order, so that a run repeats bit for bit (atomics would add in whatever order
+// the blocks finish). Every thread of a block calls block_partial once.
+__device__ inline void block_partial(double* partials, double v) {
+  const double total = block_sum2(v, 0).x;
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = total;
+    if (blockIdx.x == 0) partials[kPartialBlocks] = gridDim.x;
+  }
+}
+// *out = the sum of the partials (plus *out with `accumulate`); one block.
+template <typename T = double>
+__global__ void sum_partials_kernel(T* out, const T* partials, bool accumulate) {
+  const unsigned count = static_cast<unsigned>(partials[kPartialBlocks]);
+  T v = 0;
+  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) v += partials[i];
+  const T total = block_sum2(v, 0).x;
+  if (threadIdx.x == 0) *out = accumulate ? *out + total : total;
+}
+inline unsigned partial_blocks(int64_t n) {
+  const unsigned b = blocks_for(n);
+  return b < kPartialBlocks ? b : kPartialBlocks;
 }
 
 // Element access by dtype for conversions: load as double, store rounding once.

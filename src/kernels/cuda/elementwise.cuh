@@ -60,19 +60,12 @@ __global__ void gemm_without_k_kernel(T* c, int64_t ldc, int64_t rows, int64_t c
   }
 }
 
-// Per block a partial sum in double, added to *out.
+// Per block a partial sum in double (block_partial).
 template <typename T>
-__global__ void sum_squares_kernel(double* out, const T* x, int64_t n) {
-  __shared__ double partial[kThreads];
+__global__ void sum_squares_kernel(double* partials, const T* x, int64_t n) {
   double acc = 0;
   SF_GRID_STRIDE(i, n) acc += double(x[i]) * double(x[i]);
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) atomicAdd(out, partial[0]);
+  block_partial(partials, acc);
 }
 
 template <typename E>

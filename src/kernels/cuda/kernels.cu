@@ -135,13 +135,17 @@ void gemm_without_k(void* c, int64_t ldc, int64_t rows, int64_t cols, double bet
   });
 }
 
-void sum_squares(double* out, const void* x, DType dtype, int64_t n, cudaStream_t stream) {
-  cudaMemsetAsync(out, 0, sizeof(double), stream);
-  if (n == 0) return;
+void sum_squares(double* out, const void* x, DType dtype, int64_t n, double* partials,
+                 cudaStream_t stream) {
+  if (n == 0) {
+    cudaMemsetAsync(out, 0, sizeof(double), stream);
+    return;
+  }
   dispatch_float(dtype, [&]<typename T>() {
-    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, sum_squares_kernel<T>)
-    (out, static_cast<const T*>(x), n);
+    SF_LAUNCH(partial_blocks(n), kThreads, 0, stream, sum_squares_kernel<T>)
+    (partials, static_cast<const T*>(x), n);
   });
+  SF_LAUNCH(1, kThreads, 0, stream, sum_partials_kernel<double>)(out, partials, false);
 }
 
 void transpose01(void* dst, const void* src, int64_t d0, int64_t d1, int64_t f,
@@ -329,9 +333,15 @@ void embedding_backward(void* dtable, const void* dout, const void* ids, DType i
   if (n * e == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     dispatch_ids(id_type, [&]<typename I>() {
-      SF_LAUNCH(blocks_for(n * e), kThreads, 0, stream, embedding_backward_kernel<T, I>)
-      (static_cast<T*>(dtable), static_cast<const T*>(dout), static_cast<const I*>(ids), n, e,
-       vocab);
+      if (vocab * n <= (int64_t{1} << 27)) {
+        SF_LAUNCH(blocks_for(vocab * e), kThreads, 0, stream, embedding_backward_kernel<T, I>)
+        (static_cast<T*>(dtable), static_cast<const T*>(dout), static_cast<const I*>(ids), n, e,
+         vocab);
+      } else {
+        SF_LAUNCH(blocks_for(n * e), kThreads, 0, stream, embedding_backward_atomic_kernel<T, I>)
+        (static_cast<T*>(dtable), static_cast<const T*>(dout), static_cast<const I*>(ids), n, e,
+         vocab);
+      }
     });
   });
 }
@@ -370,34 +380,38 @@ void dora_backward(void* dpre, void* dm, const void* dy, const void* pre, const 
 
 void regression_loss(const RegressionLoss& kind, const void* pred, const void* target,
                      const void* mask, void* dpred, DType dtype, int64_t rows, int64_t f,
-                     double* sums, cudaStream_t stream) {
+                     double* sums, double* partials, cudaStream_t stream) {
   cudaMemsetAsync(sums, 0, 2 * sizeof(double), stream);
   dispatch_float(dtype, [&]<typename T>() {
     const T* m = static_cast<const T*>(mask);
+    // Counts of rows: whole numbers, exact in any order.
     SF_LAUNCH(blocks_for(rows), kThreads, 0, stream, count_selected_kernel<T>)(m, rows, sums);
     if (rows * f == 0) return;
-    SF_LAUNCH(blocks_for(rows * f), kThreads, 0, stream, regression_kernel<T>)
+    SF_LAUNCH(partial_blocks(rows * f), kThreads, 0, stream, regression_kernel<T>)
     (kind, static_cast<const T*>(pred), static_cast<const T*>(target), m, static_cast<T*>(dpred),
-     rows, f, sums);
+     rows, f, sums, partials);
+    SF_LAUNCH(1, kThreads, 0, stream, sum_partials_kernel<double>)(sums, partials, false);
   });
 }
 
 void cross_entropy_loss(const void* logits, const void* targets, DType target_type,
                         const void* weights, int64_t ignore_index, void* dlogits, DType dtype,
-                        int64_t rows, int64_t classes, double* sums, uint64_t* bad_row,
-                        cudaStream_t stream) {
+                        int64_t rows, int64_t classes, double* sums, double* partials,
+                        uint64_t* bad_row, cudaStream_t stream) {
   cudaMemsetAsync(sums, 0, 2 * sizeof(double), stream);
   if (rows == 0) return;
   auto* bad = reinterpret_cast<unsigned long long*>(bad_row);
   dispatch_float(dtype, [&]<typename T>() {
     auto run = [&]<typename I>() {
       const T* w = static_cast<const T*>(weights);
-      SF_LAUNCH(blocks_for(rows), kThreads, 0, stream, class_weight_kernel<T, I>)
-      (targets, w, ignore_index, rows, classes, sums, bad);
-      const unsigned grid = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+      SF_LAUNCH(partial_blocks(rows), kThreads, 0, stream, class_weight_kernel<T, I>)
+      (targets, w, ignore_index, rows, classes, partials, bad);
+      SF_LAUNCH(1, kThreads, 0, stream, sum_partials_kernel<double>)(sums + 1, partials, false);
+      const unsigned grid = static_cast<unsigned>(rows < kPartialBlocks ? rows : kPartialBlocks);
       SF_LAUNCH(grid, kThreads, 0, stream, cross_entropy_kernel<T, I>)
       (static_cast<const T*>(logits), targets, w, ignore_index, static_cast<T*>(dlogits), rows,
-       classes, sums);
+       classes, sums, partials);
+      SF_LAUNCH(1, kThreads, 0, stream, sum_partials_kernel<double>)(sums, partials, false);
     };
     if (target_type == DType::i32) return run.template operator()<int32_t>();
     if (target_type == DType::i64) return run.template operator()<int64_t>();

@@ -11,6 +11,9 @@
 
 namespace seqforge::cuda {
 
+// The most blocks of a reduction whose block sums are added in a fixed order (block_partial).
+constexpr unsigned kPartialBlocks = 1024;
+
 // Memory and elementwise (elementwise.cuh).
 void fill(void* p, DType dtype, int64_t n, double value, cudaStream_t stream);
 // dst = src converted (f32, f64, bf16, f16 either way), rounding as the host's convert().
@@ -28,8 +31,10 @@ void add_bias_rows(void* c, int64_t ldc, const void* bias, DType dtype, int64_t 
 // A GEMM with k = 0 on c(rows, cols), rows ldc apart: c = beta c (+ bias(cols)).
 void gemm_without_k(void* c, int64_t ldc, int64_t rows, int64_t cols, double beta, const void* bias,
                     DType dtype, cudaStream_t stream);
-// *out (one double, device memory) = sum of x^2.
-void sum_squares(double* out, const void* x, DType dtype, int64_t n, cudaStream_t stream);
+// *out (one double, device memory) = sum of x^2, through `partials` (kPartialBlocks + 1 doubles of
+// device memory; sums in a fixed order).
+void sum_squares(double* out, const void* x, DType dtype, int64_t n, double* partials,
+                 cudaStream_t stream);
 // dst(d1, d0, f) = src(d0, d1, f), elements of `element_bytes` (2, 4 or 8).
 void transpose01(void* dst, const void* src, int64_t d0, int64_t d1, int64_t f,
                  size_t element_bytes, cudaStream_t stream);
@@ -91,18 +96,19 @@ void attention_backward(const AttentionBackward& a, void* delta, DType dtype, cu
 
 // Losses (loss.cuh). `sums` is device memory for two doubles, zeroed here: the loss sum and its
 // denominator (selected rows, or the total class weight); mean() forms the loss from them.
+// `partials` as sum_squares'.
 // A regression loss (ops.hpp): pred, target, dpred (rows, f); mask (rows) or null.
 // dpred = the term's derivative / (selected * f).
 void regression_loss(const RegressionLoss& kind, const void* pred, const void* target,
                      const void* mask, void* dpred, DType dtype, int64_t rows, int64_t f,
-                     double* sums, cudaStream_t stream);
+                     double* sums, double* partials, cudaStream_t stream);
 // Cross-entropy of logits (rows, classes) against targets (i32 or i64), class weights (classes) or
 // null; dlogits as the reference's. A target outside [0, classes) (and not ignore_index) is
 // reported in bad_row[0..1] (its row and class) as embedding_forward's.
 void cross_entropy_loss(const void* logits, const void* targets, DType target_type,
                         const void* weights, int64_t ignore_index, void* dlogits, DType dtype,
-                        int64_t rows, int64_t classes, double* sums, uint64_t* bad_row,
-                        cudaStream_t stream);
+                        int64_t rows, int64_t classes, double* sums, double* partials,
+                        uint64_t* bad_row, cudaStream_t stream);
 
 // *out = sums[0] / (sums[1] * per_term), or 0 when sums[1] is 0: a loss, on the device.
 void mean(double* out, const double* sums, double per_term, cudaStream_t stream);

@@ -1,6 +1,7 @@
 #pragma once
 // Loss kernels: gradients written per element, the loss and its denominator reduced in double on
-// the device (sums[0], sums[1]), and the loss formed from them there (mean_kernel).
+// the device (sums[0], sums[1]; per block, then in a fixed order: block_partial), and the loss
+// formed from them there (mean_kernel).
 #include "kernels/cuda/common.cuh"
 #include "kernels/regression_loss.hpp"
 
@@ -29,7 +30,8 @@ __global__ void count_selected_kernel(const T* mask, int64_t rows, double* sums)
 // denom = selected * f, known after count_selected_kernel; each term as the reference's.
 template <typename T>
 __global__ void regression_kernel(RegressionLoss kind, const T* pred, const T* target,
-                                  const T* mask, T* dpred, int64_t rows, int64_t f, double* sums) {
+                                  const T* mask, T* dpred, int64_t rows, int64_t f,
+                                  const double* sums, double* partials) {
   const double denom = sums[1] * double(f);
   double loss = 0;
   SF_GRID_STRIDE(i, rows * f) {
@@ -39,7 +41,7 @@ __global__ void regression_kernel(RegressionLoss kind, const T* pred, const T* t
     if (on) loss += value;
     dpred[i] = on ? static_cast<T>(grad / denom) : T(0);
   }
-  block_add(sums, loss);
+  block_partial(partials, loss);
 }
 
 template <typename I>
@@ -51,7 +53,7 @@ __device__ inline int64_t target_at(const void* targets, int64_t r) {
 // (report_bad).
 template <typename T, typename I>
 __global__ void class_weight_kernel(const void* targets, const T* weights, int64_t ignore_index,
-                                    int64_t rows, int64_t classes, double* sums,
+                                    int64_t rows, int64_t classes, double* partials,
                                     unsigned long long* bad_row) {
   double total = 0;
   SF_GRID_STRIDE(r, rows) {
@@ -63,16 +65,17 @@ __global__ void class_weight_kernel(const void* targets, const T* weights, int64
     }
     total += weights ? double(weights[y]) : 1.0;
   }
-  block_add(sums + 1, total);
+  block_partial(partials, total);
 }
 
 // One block per row: max, log-sum-exp, then the gradient, all in double as the reference.
 template <typename T, typename I>
 __global__ void cross_entropy_kernel(const T* logits, const void* targets, const T* weights,
                                      int64_t ignore_index, T* dlogits, int64_t rows,
-                                     int64_t classes, double* sums) {
+                                     int64_t classes, const double* sums, double* partials) {
   __shared__ double shared[kThreads];
   const double total_weight = sums[1];
+  double block_loss = 0;  // thread 0's: the block's rows' weighted terms
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* x = logits + r * classes;
     T* d = dlogits + r * classes;
@@ -104,11 +107,12 @@ __global__ void cross_entropy_kernel(const T* logits, const void* targets, const
     __syncthreads();
     const double wy = weights ? double(weights[y]) : 1.0;
     const double coef = wy / total_weight;
-    if (threadIdx.x == 0) atomicAdd(sums, wy * (lse - double(x[y])));
+    if (threadIdx.x == 0) block_loss += wy * (lse - double(x[y]));
     __syncthreads();  // x[y] read before any gradient is written (dlogits may be logits)
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
       d[j] = static_cast<T>(coef * (exp(double(x[j]) - lse) - (j == y ? 1.0 : 0.0)));
   }
+  block_partial(partials, block_loss);
 }
 
 // *out = sums[0] / (sums[1] * per_term), 0 when nothing was counted.

@@ -5,7 +5,8 @@
 // checks their indexing, barriers and math against the reference kernels. Device memory is host
 // memory closed to the host (PROT_NONE) but while the emulated device works on it, so that host
 // code that reads or writes device memory faults here as it would on a GPU; streams are ignored
-// (every launch completes before it returns).
+// (every launch completes before it returns) but for graph capture: the work enqueued on a stream
+// being captured is recorded, not run, and runs when the graph is launched.
 #include <math.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,10 +18,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #define __global__
@@ -31,7 +34,12 @@
 
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
-enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901
+};
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 struct cudaFuncAttributes {
   size_t sharedSizeBytes = 0;
@@ -112,6 +120,33 @@ inline void device_free(void* p) {
   m.sizes.erase(it);
 }
 
+// Graph capture: what is enqueued on `capturing` goes into `recording` instead of running.
+struct Graph {
+  std::vector<std::function<void()>> ops;
+};
+inline std::mutex capture_mutex;
+inline cudaStream_t capturing = nullptr;
+inline Graph* recording = nullptr;
+inline bool invalidated = false;  // an op the capture cannot hold was asked for
+// Records `op` when `stream` is being captured (true), else leaves it to the caller to run.
+inline bool record(cudaStream_t stream, std::function<void()> op) {
+  std::lock_guard lock(capture_mutex);
+  if (!capturing || stream != capturing) return false;
+  recording->ops.push_back(std::move(op));
+  return true;
+}
+inline bool is_capturing(cudaStream_t stream) {
+  std::lock_guard lock(capture_mutex);
+  return capturing && stream == capturing;
+}
+// An op a capture cannot hold, on the stream being captured: the capture is invalidated.
+inline cudaError_t refuse_in_capture(cudaStream_t stream) {
+  std::lock_guard lock(capture_mutex);
+  if (!capturing || stream != capturing) return cudaSuccess;
+  invalidated = true;
+  return cudaErrorStreamCaptureUnsupported;
+}
+
 inline thread_local dim3 thread_index, block_index;
 inline dim3 block_dim, grid_dim;
 // The running thread's block: its barrier and its dynamic shared memory.
@@ -130,8 +165,15 @@ struct Launch {
   unsigned grid, block;
   size_t shared;
   bool cooperative = false;
+  cudaStream_t stream = nullptr;
   template <typename... Args>
   void operator()(Args... args) const {
+    const Launch self = *this;
+    if (record(stream, [self, args...] { self.run(args...); })) return;
+    run(args...);
+  }
+  template <typename... Args>
+  void run(Args... args) const {
     const Open open;
     ++launches;
     grid_dim = {std::min(grid, 3u)};
@@ -170,9 +212,9 @@ struct Launch {
 #define blockDim ::sf_emu::block_dim
 #define gridDim ::sf_emu::grid_dim
 #define SF_LAUNCH(grid, block, shared, stream, ...) \
-  ::sf_emu::Launch<decltype(__VA_ARGS__)> { __VA_ARGS__, grid, block, shared }
+  ::sf_emu::Launch<decltype(__VA_ARGS__)> { __VA_ARGS__, grid, block, shared, false, stream }
 #define SF_LAUNCH_COOPERATIVE(grid, block, shared, stream, ...) \
-  ::sf_emu::Launch<decltype(__VA_ARGS__)> { __VA_ARGS__, grid, block, shared, true }
+  ::sf_emu::Launch<decltype(__VA_ARGS__)> { __VA_ARGS__, grid, block, shared, true, stream }
 #define SF_DYNAMIC_SHARED(name) unsigned char* name = ::sf_emu::block_shared
 
 inline void __syncthreads() { sf_emu::block_barrier->arrive_and_wait(); }
@@ -202,9 +244,12 @@ inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v)
   return seen;
 }
 
-inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t = nullptr) {
-  const sf_emu::Open open;
-  std::memset(p, value, bytes);
+inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s = nullptr) {
+  auto op = [=] {
+    const sf_emu::Open open;
+    std::memset(p, value, bytes);
+  };
+  if (!sf_emu::record(s, op)) op();
   return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* p, int value, size_t bytes) {
@@ -243,8 +288,15 @@ struct cudaDeviceProp {
   int major = 9, minor = 0;
   size_t totalGlobalMem = size_t{1} << 30;
 };
-inline const char* cudaGetErrorName(cudaError_t) { return "cudaSuccess"; }
-inline const char* cudaGetErrorString(cudaError_t) { return "no error"; }
+inline const char* cudaGetErrorName(cudaError_t e) {
+  return e == cudaSuccess                         ? "cudaSuccess"
+         : e == cudaErrorMemoryAllocation         ? "cudaErrorMemoryAllocation"
+         : e == cudaErrorStreamCaptureUnsupported ? "cudaErrorStreamCaptureUnsupported"
+                                                  : "cudaErrorStreamCaptureInvalidated";
+}
+inline const char* cudaGetErrorString(cudaError_t e) {
+  return e == cudaSuccess ? "no error" : "operation failed (host emulation)";
+}
 inline cudaError_t cudaGetDeviceCount(int* n) { return *n = 1, cudaSuccess; }
 inline cudaError_t cudaGetDevice(int* d) { return *d = 0, cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
@@ -273,10 +325,11 @@ inline cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  *s = reinterpret_cast<cudaStream_t>(uintptr_t{1});
+  static std::atomic<uintptr_t> next{1};  // distinct handles: a capture is one stream's
+  *s = reinterpret_cast<cudaStream_t>(next++);
   return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { return sf_emu::refuse_in_capture(s); }
 // Events: every op has run by the time its call returns, so an event is always complete.
 struct CUevent_st;
 using cudaEvent_t = CUevent_st*;
@@ -307,10 +360,16 @@ inline cudaError_t cudaFree(void* p) {
   sf_emu::device_free(p);
   return cudaSuccess;
 }
-inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+// Within a capture the backend allocates and frees nothing: refused, as the steps it captures
+// must not need either.
+inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
+  if (const cudaError_t e = sf_emu::refuse_in_capture(s)) return e;
   return cudaMalloc(p, bytes);
 }
-inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  if (const cudaError_t e = sf_emu::refuse_in_capture(s)) return e;
+  return cudaFree(p);
+}
 inline cudaError_t cudaMallocHost(void** p, size_t bytes) {
   *p = std::malloc(bytes);
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
@@ -333,17 +392,77 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemc
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                                   cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+                                   cudaStream_t s) {
+  if (kind != cudaMemcpyDeviceToDevice)  // host memory: none in the steps captured here
+    if (const cudaError_t e = sf_emu::refuse_in_capture(s)) return e;
+  if (!sf_emu::record(s, [=] { cudaMemcpy(dst, src, bytes, kind); }))
+    cudaMemcpy(dst, src, bytes, kind);
+  return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
-                                     size_t width, size_t height, cudaMemcpyKind, cudaStream_t) {
-  const sf_emu::Open open;
-  for (size_t r = 0; r < height; ++r)
-    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
-                 width);
+                                     size_t width, size_t height, cudaMemcpyKind, cudaStream_t s) {
+  auto op = [=] {
+    const sf_emu::Open open;
+    for (size_t r = 0; r < height; ++r)
+      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
+                   width);
+  };
+  if (!sf_emu::record(s, op)) op();
   return cudaSuccess;
 }
 
-// For the emulated cuBLASLt (another library): its matmul opens device memory through this.
+// Graphs: a capture's ops, launched in order.
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2
+};
+using cudaGraph_t = sf_emu::Graph*;
+using cudaGraphExec_t = sf_emu::Graph*;
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  std::lock_guard lock(sf_emu::capture_mutex);
+  if (sf_emu::capturing) return cudaErrorStreamCaptureUnsupported;
+  sf_emu::capturing = s;
+  sf_emu::recording = new sf_emu::Graph;
+  sf_emu::invalidated = false;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  std::lock_guard lock(sf_emu::capture_mutex);
+  if (sf_emu::capturing != s) return cudaErrorStreamCaptureInvalidated;
+  sf_emu::capturing = nullptr;
+  *graph = std::exchange(sf_emu::recording, nullptr);
+  if (!sf_emu::invalidated) return cudaSuccess;
+  delete *graph;
+  *graph = nullptr;
+  return cudaErrorStreamCaptureInvalidated;
+}
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                        unsigned long long = 0) {
+  *exec = new sf_emu::Graph(*graph);
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  if (sf_emu::is_capturing(s)) return cudaErrorStreamCaptureUnsupported;
+  for (const auto& op : exec->ops) op();
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
+
+// For the emulated cuBLASLt (another library): its matmul opens device memory through this, and
+// is recorded through sf_emu_record when its stream is being captured (run(state) then runs it,
+// drop(state) frees it; returns 0 where the caller runs it at once).
 extern "C" inline void sf_emu_device_open(int open) { sf_emu::open_device(open != 0); }
+extern "C" inline int sf_emu_record(cudaStream_t stream, void* state, void (*run)(void*),
+                                    void (*drop)(void*)) {
+  if (!sf_emu::is_capturing(stream)) return 0;
+  std::shared_ptr<void> owned(state, drop);
+  return sf_emu::record(stream, [owned, run] { run(owned.get()); }) ? 1 : 0;
+}

@@ -17,8 +17,11 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/rng.hpp"
 
-// The switch with which the emulated cuBLASLt opens device memory, emitted (and exported) here.
+// The switch with which the emulated cuBLASLt opens device memory, and the hook through which a
+// captured stream records its matmuls, emitted (and exported) here.
 [[gnu::used]] static void (*const device_open_for_cublaslt)(int) = sf_emu_device_open;
+[[gnu::used]] static int (*const record_for_cublaslt)(cudaStream_t, void*, void (*)(void*),
+                                                      void (*)(void*)) = sf_emu_record;
 
 namespace seqforge {
 namespace {
@@ -225,7 +228,8 @@ TEST(CudaKernelsEmulated, ElementwiseLayoutAndDropoutMatchTheReference) {
     cuda::sum_rows_acc(got.data(), a.data(), DType::f32, R, C, nullptr);
     expect_near(got, want, 1e-6, "sum_rows_acc");
     double sum = 0;
-    cuda::sum_squares(&sum, a.data(), DType::f32, R * C, nullptr);
+    std::vector<double> partials(cuda::kPartialBlocks + 1);
+    cuda::sum_squares(&sum, a.data(), DType::f32, R * C, partials.data(), nullptr);
     EXPECT_NEAR(sum, ref->sum_squares(view(a, {R * C})), 1e-9 * sum);
   }
   {
@@ -269,6 +273,7 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
   Rng rng(5);
   const int64_t N = 29, F = 3, K = 6;
   double sums[3];
+  std::vector<double> partials(cuda::kPartialBlocks + 1);
   {  // MSE, MAE and Huber (errors on both sides of its delta), with and without a row mask
     auto pred = random(rng, N * F, -2, 2), target = random(rng, N * F);
     std::vector<float> mask(N);
@@ -281,7 +286,7 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
         const double loss = ref->regression_loss(kind, view(pred, {N, F}), view(target, {N, F}), m,
                                                  view(want, {N, F}));
         cuda::regression_loss(kind, pred.data(), target.data(), masked ? mask.data() : nullptr,
-                              got.data(), DType::f32, N, F, sums, nullptr);
+                              got.data(), DType::f32, N, F, sums, partials.data(), nullptr);
         EXPECT_NEAR(sums[0] / (sums[1] * F), loss, 1e-6 * loss);
         expect_near(got, want, 1e-6, "regression loss dpred");
       }
@@ -296,14 +301,14 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
                                 view(weights, {K}), -100, view(want, {N, K}));
     uint64_t bad[2] = {UINT64_MAX, UINT64_MAX};
     cuda::cross_entropy_loss(logits.data(), targets.data(), DType::i64, weights.data(), -100,
-                             got.data(), DType::f32, N, K, sums, bad, nullptr);
+                             got.data(), DType::f32, N, K, sums, partials.data(), bad, nullptr);
     EXPECT_EQ(bad[0], UINT64_MAX);
     EXPECT_NEAR(sums[0] / sums[1], loss, 1e-6 * loss);
     expect_near(got, want, 1e-6, "cross-entropy dlogits");
     targets[7] = K;
     targets[9] = -3;
     cuda::cross_entropy_loss(logits.data(), targets.data(), DType::i64, nullptr, -100, got.data(),
-                             DType::f32, N, K, sums, bad, nullptr);
+                             DType::f32, N, K, sums, partials.data(), bad, nullptr);
     // Either bad row, with its class: the first thread to find one reports it.
     ASSERT_TRUE(bad[0] == 7u || bad[0] == 9u) << bad[0];
     EXPECT_EQ(static_cast<int64_t>(bad[1]), targets[bad[0]]);

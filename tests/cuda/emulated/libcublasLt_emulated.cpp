@@ -133,35 +133,58 @@ struct DeviceOpen {
 };
 }  // namespace
 
+// One matmul's operands and layouts, to run now or when a captured graph is launched.
+struct Matmul {
+  cublasLtMatmulDescOpaque desc;
+  cublasLtMatrixLayoutOpaque la, lb, ld;
+  const void *a, *b;
+  void* d;
+  double al, be;
+  bool ta, tb;
+  uint64_t m, n, k;
+  void run() const {
+    const DeviceOpen device;
+    for (uint64_t j = 0; j < n; ++j)
+      for (uint64_t i = 0; i < m; ++i) {
+        double acc = 0;
+        for (uint64_t l = 0; l < k; ++l)
+          acc += load(a, la.type, ta ? l + i * la.ld : i + l * la.ld) *
+                 load(b, lb.type, tb ? j + l * lb.ld : l + j * lb.ld);
+        const size_t at = i + j * ld.ld;
+        double v = al * acc + (be != 0 ? be * load(d, ld.type, at) : 0.0);
+        if (desc.epilogue == CUBLASLT_EPILOGUE_BIAS) v += load(desc.bias, desc.bias_type, i);
+        store(d, ld.type, at, v);
+      }
+  }
+};
+
 extern "C" {
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void* alpha,
                               const void* a, cublasLtMatrixLayout_t la, const void* b,
                               cublasLtMatrixLayout_t lb, const void* beta, const void* c,
                               cublasLtMatrixLayout_t lc, void* d, cublasLtMatrixLayout_t ld,
-                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t* algo, void*, size_t,
+                              cudaStream_t stream) {
   if (!algo || c != d || lc->rows != ld->rows || lc->cols != ld->cols)
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  const DeviceOpen device;
   const bool ta = desc->trans_a == CUBLAS_OP_T, tb = desc->trans_b == CUBLAS_OP_T;
   const uint64_t m = ld->rows, n = ld->cols, k = ta ? la->rows : la->cols;
   if ((ta ? la->cols : la->rows) != m || (tb ? lb->cols : lb->rows) != k ||
       (tb ? lb->rows : lb->cols) != n)
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  // The scalars are read now, the descriptors copied: a captured matmul replays as it was asked.
   const bool f64 = desc->scale == CUDA_R_64F;
   const double al = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
   const double be = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
-  for (uint64_t j = 0; j < n; ++j)
-    for (uint64_t i = 0; i < m; ++i) {
-      double acc = 0;
-      for (uint64_t l = 0; l < k; ++l)
-        acc += load(a, la->type, ta ? l + i * la->ld : i + l * la->ld) *
-               load(b, lb->type, tb ? j + l * lb->ld : l + j * lb->ld);
-      const size_t at = i + j * ld->ld;
-      double v = al * acc + (be != 0 ? be * load(d, ld->type, at) : 0.0);
-      if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS) v += load(desc->bias, desc->bias_type, i);
-      store(d, ld->type, at, v);
-    }
+  auto* work = new Matmul{*desc, *la, *lb, *ld, a, b, d, al, be, ta, tb, m, n, k};
+  using Record = int (*)(cudaStream_t, void*, void (*)(void*), void (*)(void*));
+  static const Record record = reinterpret_cast<Record>(dlsym(RTLD_DEFAULT, "sf_emu_record"));
+  auto run = [](void* w) { static_cast<Matmul*>(w)->run(); };
+  auto drop = [](void* w) { delete static_cast<Matmul*>(w); };
+  if (record && record(stream, work, run, drop)) return CUBLAS_STATUS_SUCCESS;
+  work->run();
+  delete work;
   return CUBLAS_STATUS_SUCCESS;
 }
 
