@@ -11,6 +11,7 @@
 
 #include "io/file_util.hpp"
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/bench/bench.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/model.hpp"
 #include "seqforge/train/trainer.hpp"
@@ -199,16 +200,19 @@ TEST(Device, GpuStepGraphsReplayTheEagerRun) {
     std::string name, cell;
     std::vector<std::string> overrides;
     bool replays;
+    const char* schedule;  // both runs held to one (other tests may tune the shape meanwhile)
   };
   const std::vector<Case> cases = {
-      {"lstm", "lstm", {"model.dropout=0"}, true},
+      {"lstm", "lstm", {"model.dropout=0"}, true, "whole_chains"},
       {"gru_fp16",
        "gru",
        {"model.dropout=0", "train.precision=fp16", "train.clip_grad_norm=0.5"},
-       true},
-      {"lnlstm_dropout", "lnlstm", {}, false},
-      {"stateful", "lstm", {"model.dropout=0", "train.stateful=true"}, false}};
+       true,
+       "layered"},
+      {"lnlstm_dropout", "lnlstm", {}, false, "layered"},
+      {"stateful", "lstm", {"model.dropout=0", "train.stateful=true"}, false, "layered"}};
   for (const Case& k : cases) {
+    setenv("SEQFORGE_RECURRENT_SCHEDULE", k.schedule, 1);
     std::ostringstream eager_log, graph_log;
     auto run = [&](const std::string& graphs, std::ostream& log) {
       std::vector<std::string> o = k.overrides;
@@ -233,6 +237,7 @@ TEST(Device, GpuStepGraphsReplayTheEagerRun) {
           << graph_log.str();
     }
   }
+  unsetenv("SEQFORGE_RECURRENT_SCHEDULE");
   // A character GPT without dropout: its steps replayed too, to the same weights.
   const std::string text = (dir / "shakespeare.txt").string();
   std::ofstream(text)
@@ -253,6 +258,20 @@ TEST(Device, GpuStepGraphsReplayTheEagerRun) {
   EXPECT_EQ(gpt[1].best, gpt[0].best);
   EXPECT_TRUE(checkpoint_tensors(dir / "gpt_auto") == checkpoint_tensors(dir / "gpt_off"));
   EXPECT_EQ(last_metrics(dir / "gpt_auto").value("graph_steps", 0), 4);
+}
+
+// seqforge bench on a GPU times replayed steps, as training runs them; --no-cuda-graphs eager ones.
+TEST(Device, GpuBenchTimesReplayedSteps) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  BenchOptions options;
+  options.device = "cuda";
+  options.steps = 3;
+  const BenchResult graphed = run_benchmark(find_workload("W3"), options);
+  EXPECT_EQ(graphed.graph_steps, 3);
+  EXPECT_EQ(graphed.graphs_off, "");
+  EXPECT_GT(graphed.gemm_floor_ms, 0);
+  options.cuda_graphs = false;
+  EXPECT_EQ(run_benchmark(find_workload("W3"), options).graph_steps, 0);
 }
 
 // fp16 GEMMs with GradScaler's loss scaling, on a backend that has them (cuda; the reference, as

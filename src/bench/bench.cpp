@@ -16,6 +16,7 @@
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/optim/optimizer.hpp"
 #include "train/run.hpp"
+#include "train/step_graphs.hpp"
 
 namespace seqforge {
 
@@ -115,6 +116,11 @@ class RecordingBackend final : public Backend {
   bool host_addressable() const override { return inner_.host_addressable(); }
   void synchronize() override { inner_.synchronize(); }
   std::string description() const override { return inner_.description(); }
+  bool captures() const override { return inner_.captures(); }
+  void begin_capture() override { inner_.begin_capture(); }
+  std::unique_ptr<StepGraph> end_capture() override { return inner_.end_capture(); }
+  void abort_capture() noexcept override { inner_.abort_capture(); }
+  uint64_t memory_epoch() const override { return inner_.memory_epoch(); }
   void run_gemm(const GemmShape& s, DType dt, const void* a, const void* b, void* c,
                 const void* bias) override {
     if (recording) {
@@ -376,16 +382,43 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   if (gemm_dtype == DType::f16) scaler = std::make_unique<LossScaler>();
   Buffer stats_buf;
   const Tensor stats = stats_buf.get(be, DType::f64, {2});
-  auto step = [&] {  // the optimizer's pass leaves the gradients zeroed for the next step
-    Tensor out = model.forward(be, input, {}, {}, true, rng);
+  Batch batch;
+  batch.size = B;
+  batch.input = input;
+  batch.target = target_t;
+  batch.labels = targets_t;
+  batch.mask = mask_t;
+  // The optimizer's pass leaves the gradients zeroed for the next step.
+  auto enqueue = [&](const Batch& b) {
+    Tensor out = model.forward(be, b.input, {}, {}, true, rng);
     if (w.loss == Workload::Loss::cross_entropy)
-      be.cross_entropy_loss(out, targets_t, {}, -100, dy_t, stats.slice(0, 1));
+      be.cross_entropy_loss(out, b.labels, {}, -100, dy_t, stats.slice(0, 1));
     else
-      be.regression_loss({}, out, target_t, mask_t, dy_t, stats.slice(0, 1));
+      be.regression_loss({}, out, b.target, b.mask, dy_t, stats.slice(0, 1));
     if (scaler) be.scale(dy_t, scaler->scale());
     model.backward(be, dy_t);
     fused_step(be, model.parameters(), optimizer, /*max_norm=*/0.0, scaler.get(),
                stats.slice(1, 2));
+  };
+  // As training runs them: replayed from a captured graph where the backend captures.
+  std::unique_ptr<StepGraphs> graphs;
+  if (be.captures() && options.cuda_graphs) {
+    StepGraphs::Hooks hooks;
+    hooks.enqueue = enqueue;
+    hooks.host_key = [&] {
+      std::string key;
+      for (uint64_t v : rng.state()) key += std::to_string(v) + ",";
+      return key + std::to_string(scaler ? scaler->scale() : 1.0);
+    };
+    hooks.replayed = [&] { optimizer.count_step(); };
+    hooks.save = hooks.restore = [] {};  // a failed capture ends the benchmark's graphs only
+    graphs = std::make_unique<StepGraphs>(be, std::move(hooks));
+  }
+  auto step = [&] {
+    if (graphs)
+      graphs->step(batch);
+    else
+      enqueue(batch);
     double host[2];
     be.download(host, stats);
     finish_step(host[1], 0.0, scaler.get(), optimizer);
@@ -402,11 +435,18 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   // backward calls: none of them is timed.
   const bool tries =
       w.model.family == ModelFamily::recurrent && device->fuses_recurrence(w.model.rnn.cell);
-  const int warmup = tries ? std::max(options.warmup, 4) : options.warmup;
-  for (int i = 0; i < warmup; ++i) step();
+  // With graphs, the timed steps are replays: the warm-up runs the eager steps and the capture,
+  // and the first eager step's GEMMs are the ones recorded for the floor.
+  int warmup = tries ? std::max(options.warmup, 4) : options.warmup;
+  if (graphs) warmup = std::max(warmup, StepGraphs::kWarmupSteps + 1);
+  for (int i = 0; i < warmup; ++i) {
+    be.recording = graphs && i == 0;
+    step();
+  }
+  const int64_t replayed_before = graphs ? graphs->replayed_steps() : 0;
   if (options.profile) profiler::start();
   for (int i = 0; i < options.steps; ++i) {
-    be.recording = i == 0;
+    be.recording = !graphs && i == 0;
     const double t0 = now_ms();
     step();
     be.synchronize();  // a device's queued work counts
@@ -414,6 +454,10 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   }
   be.recording = false;
   if (options.profile) profiler::stop();
+  if (graphs) {
+    r.graph_steps = graphs->replayed_steps() - replayed_before;
+    r.graphs_off = graphs->off_reason();
+  }
   r.median_ms = percentile(r.step_ms, 0.5);
   r.p10_ms = percentile(r.step_ms, 0.1);
   r.p90_ms = percentile(r.step_ms, 0.9);

@@ -39,6 +39,8 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
     if (!r.notice.empty()) std::printf("note: %s\n", r.notice.c_str());
     if (r.checkpoint_activations)
       std::printf("note: %s with activation checkpointing\n", r.id.c_str());
+    if (!r.graphs_off.empty())
+      std::printf("note: %s: CUDA graphs: %s\n", r.id.c_str(), r.graphs_off.c_str());
     std::printf("%-3s %-34s %-5s %10.2f %8.2f-%-8.2f %10.0f %8.1f %10.2f %6.2f %8.0f\n",
                 r.id.c_str(), r.name.c_str(), r.precision.c_str(), r.median_ms, r.p10_ms, r.p90_ms,
                 r.samples_per_s, r.gflops, r.gemm_floor_ms, r.floor_ratio, r.peak_mb);
@@ -58,6 +60,7 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
                    {"gemm_floor_ms", r.gemm_floor_ms},
                    {"floor_ratio", r.floor_ratio},
                    {"peak_mb", r.peak_mb},
+                   {"graph_steps", r.graph_steps},
                    {"threads", threads.threads}});
   }
   std::printf("ratio: step time / the same step's GEMMs replayed alone (the GEMM floor)\n");
@@ -94,12 +97,13 @@ int main(int argc, char** argv) {
                    "untimed steps first (at least 4 on a GPU's recurrent workloads)")
       ->capture_default_str();
   bench->add_option("--json", bench_json, "write the results as JSON to this file");
-  bench->add_option("--device", bench_options.device, "cpu or cuda (the recurrent workloads)")
-      ->capture_default_str();
+  bench->add_option("--device", bench_options.device, "cpu or cuda")->capture_default_str();
   bench->add_flag("--profile", bench_options.profile,
                   "print where the timed steps spent their time, per workload");
   bench->add_flag("--checkpoint-activations", bench_options.checkpoint_activations,
                   "transformers: recompute each block's activations in backward");
+  bench->add_flag("!--no-cuda-graphs", bench_options.cuda_graphs,
+                  "on a GPU, run every step eagerly instead of replaying a captured graph");
 
   std::string run_dir;
   std::vector<std::string> train_args;  // the config and key.path=value overrides, in any order

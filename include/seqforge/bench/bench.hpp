@@ -22,13 +22,14 @@ const std::vector<Workload>& workloads();
 const Workload& find_workload(const std::string& id);  // "W1" or its name; throws if unknown
 
 struct BenchOptions {
-  std::string precision = "fp32";       // fp32 | bf16 | fp16 | auto
+  std::string precision = "fp32";            // fp32 | bf16 | fp16 | auto
   std::string matmul_precision = "highest";  // highest | high (f32 GEMMs on TF32 tensor cores)
-  int steps = 10;                       // timed steps
-  int warmup = 2;                       // untimed steps first
+  int steps = 10;                            // timed steps
+  int warmup = 2;                            // untimed steps first
   bool profile = false;                 // profile the timed steps (profiler::summary() afterwards)
   bool checkpoint_activations = false;  // transformers: activation checkpointing
   std::string device = "cpu";           // cpu | cuda (SEQFORGE_BACKEND overrides)
+  bool cuda_graphs = true;              // steps replayed from a captured graph where one can be
 };
 
 struct BenchResult {
@@ -41,6 +42,8 @@ struct BenchResult {
   double gemm_floor_ms = 0;  // the step's GEMMs alone, replayed in order (median)
   double floor_ratio = 0;    // median_ms / gemm_floor_ms
   double peak_mb = 0;        // process peak resident memory after the run
+  int64_t graph_steps = 0;   // timed steps replayed from a captured graph
+  std::string graphs_off;    // why the steps stayed eager though the backend captures, or ""
 };
 
 BenchResult run_benchmark(const Workload& w, const BenchOptions& options);
