@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 
+#include "kernels/counter_hash.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/buffer.hpp"
 #include "seqforge/backend/host_access.hpp"
@@ -822,6 +823,21 @@ OpCase attention_case(int64_t B, int64_t T, int64_t H, int64_t D, bool causal,
   };
 }
 
+// Dropout drawn from a seed base in backend memory (Backend::set_seed_base): every backend mixes
+// it into the masks' seeds alike, a plain mask's and attention's.
+OpCase seed_base_case() {
+  return [](Backend& be, DType dt, Rng& rng) {
+    HostTensor base(be, DType::i64, {1}, {977.0});
+    be.set_seed_base(static_cast<const uint64_t*>(base.t.data()));
+    HostTensor mask(be, dt, {300}, std::vector<double>(300));
+    be.dropout_mask(mask.t, 0.3, 5);
+    auto out = attention_case(2, 19, 2, 8, true, {.dropout = 0.4})(be, dt, rng);
+    be.set_seed_base(nullptr);
+    out["mask"] = to_doubles(be, mask.t);
+    return out;
+  };
+}
+
 const std::map<std::string, OpCase>& cases() {
   static const std::map<std::string, OpCase> all = {
       {"gemm_nn_256x128x512", gemm_case(false, false, 256, 128, 512, 0, 1.0f, 0.0f)},
@@ -870,6 +886,7 @@ const std::map<std::string, OpCase>& cases() {
       {"attention_first_row_causal_b2_t50_h2_d12",
        attention_case(2, 50, 2, 12, true, {.lengths = {50, 41}, .first_row = 37})},
       {"attention_b1_t1030_h1_d24_causal", attention_case(1, 1030, 1, 24, true)},
+      {"attention_dropout_seed_base", seed_base_case()},
       {"attention_padded_b1_t67_h2_d130", attention_case(1, 67, 2, 130, false, {.lengths = {60}})},
       {"attention_b4_t128_h6_d32_causal", attention_case(4, 128, 6, 32, true)},
       {"attention_b1_t1_h1_d1", attention_case(1, 1, 1, 1, false)},
@@ -1041,6 +1058,23 @@ TEST(Ops, OptimizerStepIsEachSegmentsOwnStep) {
         EXPECT_EQ(got.at("grads")[gap], g0[gap]) << what << " at " << gap;
       if (overflow) EXPECT_EQ(got.at("p"), p0) << what;
     }
+}
+
+// A seed base mixes into a mask's seed as ref::seed_with_base says (the hash of the base and the
+// seed), on every host backend; null restores the seeds as given.
+TEST(Ops, ASeedBaseMixesIntoEveryMasksSeed) {
+  for (const char* name : {"reference", "cpu"}) {
+    auto be = make_backend(name);
+    const uint64_t base = 977;
+    std::vector<float> with(300), plain(300), mixed(300), again(300);
+    be->set_seed_base(&base);
+    be->dropout_mask(Tensor(with.data(), DType::f32, {300}), 0.3, 5);
+    be->set_seed_base(nullptr);
+    be->dropout_mask(Tensor(plain.data(), DType::f32, {300}), 0.3, 5);
+    be->dropout_mask(Tensor(mixed.data(), DType::f32, {300}), 0.3, ref::counter_hash(977, 5));
+    EXPECT_EQ(with, mixed) << name;
+    EXPECT_NE(with, plain) << name;
+  }
 }
 
 // The regression losses as PyTorch defines them (F.mse_loss, F.l1_loss, F.huber_loss with

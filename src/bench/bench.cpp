@@ -145,6 +145,7 @@ class RecordingBackend final : public Backend {
   void add(Tensor y, Tensor x) override { inner_.add(y, x); }
   void mul(Tensor y, Tensor a, Tensor b) override { inner_.mul(y, a, b); }
   void dropout_mask(Tensor m, double p, uint64_t seed) override { inner_.dropout_mask(m, p, seed); }
+  void set_seed_base(const uint64_t* base) override { inner_.set_seed_base(base); }
   void transpose01(Tensor dst, Tensor src) override { inner_.transpose01(dst, src); }
   void copy_rows(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
                  int64_t n, DType dt) override {
@@ -405,10 +406,11 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   if (be.captures() && options.cuda_graphs) {
     StepGraphs::Hooks hooks;
     hooks.enqueue = enqueue;
-    hooks.host_key = [&] {
+    hooks.host_key = [&] { return std::to_string(scaler ? scaler->scale() : 1.0); };
+    hooks.host_draws = [&] {
       std::string key;
       for (uint64_t v : rng.state()) key += std::to_string(v) + ",";
-      return key + std::to_string(scaler ? scaler->scale() : 1.0);
+      return key;
     };
     hooks.replayed = [&] { optimizer.count_step(); };
     hooks.save = hooks.restore = [] {};  // a failed capture ends the benchmark's graphs only

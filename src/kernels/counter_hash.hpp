@@ -20,4 +20,9 @@ SF_HOST_DEVICE inline uint64_t counter_hash(uint64_t seed, uint64_t index) {
   return z ^ (z >> 31);
 }
 
+// A mask's seed mixed with the u64 at `base` where there is one (Backend::set_seed_base).
+SF_HOST_DEVICE inline uint64_t seed_with_base(const uint64_t* base, uint64_t seed) {
+  return base ? counter_hash(*base, seed) : seed;
+}
+
 }  // namespace seqforge::ref

@@ -284,8 +284,8 @@ const std::vector<ConfigKey> kKeys = {
     {"train.cuda_graphs", T::string, "auto",
      "`auto`: on a GPU, each training step after five warm-up steps is captured once as a CUDA "
      "graph and replayed for every later batch of its shapes (one launch instead of hundreds; "
-     "a replayed run equals an eager one bit for bit); steps that draw from the host every "
-     "time (dropout), stateful and data-parallel runs stay eager, with a note. `off`: eager."},
+     "a replayed run equals an eager one bit for bit); stateful and data-parallel runs stay "
+     "eager, with a note. `off`: eager."},
     {"train.device", T::string, "auto",
      "`cpu`, `cuda` (the current GPU; an error where none can run the model) or `auto` (a GPU "
      "where one can run the model; else the CPU). eval, predict, "

@@ -213,7 +213,11 @@ class Training {
   bool graphs_off_noted_ = false;       // their turning off said
   int64_t graph_steps_before_ = 0;      // steps replayed before this epoch
   Buffer step_stats_;                   // (2) f64: a step's loss and its gradients' sum of squares
-  int64_t skipped_steps_ = 0;           // of this epoch, for an inf or NaN gradient (fp16)
+  // Dropout's masks: each step's seed base in backend memory (Backend::set_seed_base), drawn from
+  // the run's random state, and the masks' own seeds from `salts_`, the same at every step.
+  Buffer seed_base_;
+  Rng salts_{0};
+  int64_t skipped_steps_ = 0;  // of this epoch, for an inf or NaN gradient (fp16)
   OptimizerOptions oo_;
   std::vector<std::string> initialized_;  // parameters loaded from model.init_from
   int64_t global_batch_ = 0, batches_per_epoch_ = 0, total_steps_ = 0;
@@ -421,6 +425,7 @@ void Training::build_model() {
   oo_.nesterov = c_.boolean("optim.nesterov");
   optimizer_ = std::make_unique<Optimizer>(*be_, model_->parameters(), oo_);
   if (gemm_dtype_ == DType::f16) scaler_ = std::make_unique<LossScaler>();
+  be_->set_seed_base(static_cast<const uint64_t*>(seed_base_.get(*be_, DType::i64, {1}).data()));
   make_step_graphs();
 }
 
@@ -438,10 +443,13 @@ void Training::make_step_graphs() {
   StepGraphs::Hooks hooks;
   hooks.enqueue = [this](const Batch& b) { enqueue_step(0, b, step_stats_.tensor()); };
   hooks.host_key = [this] {
+    return std::to_string(optimizer_->segment_count()) + "," +
+           std::to_string(scaler_ ? scaler_->scale() : 1.0);
+  };
+  hooks.host_draws = [this] {
     std::string key;
     for (uint64_t w : rng_.state()) key += std::to_string(w) + ",";
-    return key + std::to_string(optimizer_->segment_count()) + "," +
-           std::to_string(scaler_ ? scaler_->scale() : 1.0);
+    return key;
   };
   hooks.replayed = [this] { optimizer_->count_step(); };
   auto saved = std::make_shared<std::pair<std::array<uint64_t, 4>, std::vector<int64_t>>>();
@@ -785,6 +793,10 @@ bool Training::run_epoch(int64_t epoch) {
     }
     optimizer_->set_lr(
         learning_rate(s_, oo_.lr, state_.step, epoch, total_steps_, state_.lr_factor));
+    if (batch) {  // this step's dropout masks
+      const uint64_t base = (ranks_ > 1 ? rank_rng_ : rng_).next();
+      be_->upload(seed_base_.tensor(), &base);
+    }
     const double loss = train_step(epoch, bi, batch);
     if (!batch) continue;
     loss_sum += loss * batch->size;
@@ -864,7 +876,8 @@ void Training::enqueue_step(int64_t bi, const Batch& batch, Tensor stats) {
   Tensor h0, c0;
   if (s_.stateful) std::tie(h0, c0) = carried_states(bi, batch.size);
   model_->set_token_layout(batch.lengths, batch.segments);
-  Tensor y = model_->forward(*be_, batch.input, h0, c0, true, ranks_ > 1 ? rank_rng_ : rng_);
+  salts_.reseed(0x5eedba5e);
+  Tensor y = model_->forward(*be_, batch.input, h0, c0, true, salts_);
   if (s_.stateful) {  // the final states start the next batch, detached from this one's graph
     carry_at_ ^= 1;
     be_->copy(carry_h_[carry_at_].get(*be_, DType::f32, h0.shape()), model_->recurrent()->h_n());

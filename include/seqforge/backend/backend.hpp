@@ -142,6 +142,11 @@ class Backend {
   virtual void mul(Tensor y, Tensor a, Tensor b) = 0;
   // mask[i] = 0 with probability p, else 1 / (1 - p); a pure function of (seed, i).
   virtual void dropout_mask(Tensor mask, double p, uint64_t seed) = 0;
+  // Every dropout mask from here on (dropout_mask's, attention's) is drawn from its seed mixed
+  // with the u64 at `base` (backend memory, read when the op runs; null: the seeds as given), so
+  // that the same ops draw new masks at each step from one value written per step, as a replayed
+  // CUDA graph must.
+  virtual void set_seed_base(const uint64_t* base) { seed_base_ = base; }
   // dst(T, B, F) = src(B, T, F) with the first two axes swapped.
   virtual void transpose01(Tensor dst, Tensor src) = 0;
   // dst(rows, n) <- src with rows ld_src apart (strided copy, e.g. one direction of (T, B, 2H)).
@@ -230,6 +235,7 @@ class Backend {
   virtual void optimizer_step(const OptimizerStep& a, DType dtype);
 
  protected:
+  const uint64_t* seed_base_ = nullptr;  // set_seed_base's
   virtual void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
                         const void* bias) = 0;
   virtual void run_gemm_packed(const GemmShape& s, DType dtype, const void* a, const void* b,

@@ -185,6 +185,8 @@ struct AttentionShape {
   double scale = 0;      // usually 1 / sqrt(head_dim)
   double dropout = 0.0;  // in [0, 1): the probability of dropping each P_ij; 0 is none
   uint64_t seed = 0;     // of the dropout mask
+  // Set by a device backend: its seed base (Backend::set_seed_base), which the kernels mix in.
+  const uint64_t* seed_base = nullptr;
   // Mixed precision: the products may round their operands (q, k, v, dO and the probabilities)
   // to bf16, summing in f32, where the backend has bf16 dot products; tensors stay in the dtype.
   bool bf16_products = false;

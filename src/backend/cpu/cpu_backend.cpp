@@ -268,8 +268,13 @@ class CpuBackend final : public Backend {
       for (int64_t i = i0; i < i1; ++i) out[i] = pa[i] * pb[i];
     });
   }
+  void set_seed_base(const uint64_t* base) override {
+    Backend::set_seed_base(base);
+    ref_->set_seed_base(base);
+  }
   void dropout_mask(Tensor mask, double p, uint64_t seed) override {
     if (mask.dtype() != DType::f32) return ref_->dropout_mask(mask, p, seed);
+    seed = ref::seed_with_base(seed_base_, seed);
     const uint64_t below = ref::uniform_below(p);
     const float keep = static_cast<float>(1.0 / (1.0 - p));
     parallel_rows(mask.numel(), 8, [&](int64_t i0, int64_t i1) {
@@ -435,8 +440,10 @@ class CpuBackend final : public Backend {
   }
   // f32 fused kernels; with bf16 products allowed and bf16 dot products on the CPU, their bf16
   // form.
-  void attention_forward(const AttentionForward& a, DType dtype) override {
-    if (dtype != DType::f32) return ref_->attention_forward(a, dtype);
+  void attention_forward(const AttentionForward& given, DType dtype) override {
+    if (dtype != DType::f32) return ref_->attention_forward(given, dtype);
+    AttentionForward a = given;
+    a.shape.seed = ref::seed_with_base(seed_base_, given.shape.seed);
     const AttentionShape& s = a.shape;
     SF_CHECK(a.first_row >= 0 && a.first_row <= s.seq, "attention first row ", a.first_row, " of ",
              s.seq);
@@ -445,8 +452,10 @@ class CpuBackend final : public Backend {
     parallel_rows(s.batch * s.heads, (s.seq - a.first_row) * s.seq * s.head_dim,
                   [&](int64_t p0, int64_t p1) { kernel(a, p0, p1); });
   }
-  void attention_backward(const AttentionBackward& a, DType dtype) override {
-    if (dtype != DType::f32) return ref_->attention_backward(a, dtype);
+  void attention_backward(const AttentionBackward& given, DType dtype) override {
+    if (dtype != DType::f32) return ref_->attention_backward(given, dtype);
+    AttentionBackward a = given;
+    a.shape.seed = ref::seed_with_base(seed_base_, given.shape.seed);
     const AttentionShape& s = a.shape;
     const auto kernel = bf16_attention(s) ? kernels::attention_backward_fused_bf16
                                           : kernels::attention_backward_fused;

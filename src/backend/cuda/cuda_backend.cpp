@@ -248,7 +248,7 @@ class CudaBackend final : public Backend {
   }
   void dropout_mask(Tensor mask, double p, uint64_t seed) override {
     cuda::dropout_mask(mask.data(), mask.dtype(), mask.numel(), ref::uniform_below(p),
-                       1.0 / (1.0 - p), seed, stream_);
+                       1.0 / (1.0 - p), seed, seed_base_, stream_);
     launched("dropout_mask", mask);
   }
   void transpose01(Tensor dst, Tensor src) override {
@@ -395,11 +395,15 @@ class CudaBackend final : public Backend {
                         inv_norm.data(), dy.dtype(), dy.numel() / C, C, stream_);
     launched("dora_backward", dy);
   }
-  void attention_forward(const AttentionForward& a, DType dtype) override {
+  void attention_forward(const AttentionForward& given, DType dtype) override {
+    AttentionForward a = given;
+    a.shape.seed_base = seed_base_;
     cuda::attention_forward(a, dtype, stream_);
     launched("attention_forward", attention_shape(a.shape, dtype));
   }
-  void attention_backward(const AttentionBackward& a, DType dtype) override {
+  void attention_backward(const AttentionBackward& given, DType dtype) override {
+    AttentionBackward a = given;
+    a.shape.seed_base = seed_base_;
     const AttentionShape& s = a.shape;
     void* delta = scratch(0, static_cast<size_t>(s.batch * s.heads * s.seq) * dtype_size(dtype));
     cuda::attention_backward(a, delta, dtype, stream_);

@@ -142,6 +142,7 @@ class ReferenceBackend final : public Backend {
   }
 
   void dropout_mask(Tensor mask, double p, uint64_t seed) override {
+    seed = ref::seed_with_base(seed_base_, seed);
     dispatch_float(mask.dtype(), [&]<typename T>() {
       T* out = static_cast<T*>(mask.data());
       const T keep = static_cast<T>(1.0 / (1.0 - p));
@@ -270,13 +271,17 @@ class ReferenceBackend final : public Backend {
   void attention_forward(const AttentionForward& a, DType dtype) override {
     SF_CHECK(a.first_row >= 0 && a.first_row <= a.shape.seq, "attention first row ", a.first_row,
              " of ", a.shape.seq);
+    AttentionForward b = a;
+    b.shape.seed = ref::seed_with_base(seed_base_, a.shape.seed);
     dispatch_float(dtype, [&]<typename T>() {
-      kernels::attention_forward_reference<T>(a, 0, a.shape.batch * a.shape.heads);
+      kernels::attention_forward_reference<T>(b, 0, b.shape.batch * b.shape.heads);
     });
   }
   void attention_backward(const AttentionBackward& a, DType dtype) override {
+    AttentionBackward b = a;
+    b.shape.seed = ref::seed_with_base(seed_base_, a.shape.seed);
     dispatch_float(dtype, [&]<typename T>() {
-      kernels::attention_backward_reference<T>(a, 0, a.shape.batch * a.shape.heads);
+      kernels::attention_backward_reference<T>(b, 0, b.shape.batch * b.shape.heads);
     });
   }
 

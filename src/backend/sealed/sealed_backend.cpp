@@ -109,6 +109,11 @@ class SealedBackend final : public Backend {
   void mul(Tensor y, Tensor a, Tensor b) override {
     call("mul", {y, a, b}, {}, [=, this] { inner_->mul(y, a, b); });
   }
+  void set_seed_base(const uint64_t* base) override {
+    check(base, "set_seed_base");
+    Backend::set_seed_base(base);
+    inner_->set_seed_base(base);
+  }
   void dropout_mask(Tensor mask, double p, uint64_t seed) override {
     call("dropout_mask", {mask}, {}, [=, this] { inner_->dropout_mask(mask, p, seed); });
   }

@@ -51,9 +51,9 @@ struct AttentionDropout {
   uint64_t threshold = 0;  // attention_drop_threshold(p); unused when p == 0
   double keep_scale = 1;   // 1 / (1 - p), 0 when there is no dropout
   __device__ uint64_t row_key(const AttentionShape& s, const AttentionPair& pr, int64_t i) const {
-    return keep_scale
-               ? kernels::attention_row_key(kernels::attention_pair_key(s.seed, pr.b, pr.h), i)
-               : 0;
+    if (!keep_scale) return 0;
+    const uint64_t seed = ref::seed_with_base(s.seed_base, s.seed);
+    return kernels::attention_row_key(kernels::attention_pair_key(seed, pr.b, pr.h), i);
   }
   template <typename T>
   __device__ T factor(uint64_t row_key, int64_t j) const {

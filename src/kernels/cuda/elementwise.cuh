@@ -86,7 +86,9 @@ __global__ void copy_transposed_kernel(E* dst, int64_t ld_dst, const E* src, int
 }
 
 template <typename T>
-__global__ void dropout_mask_kernel(T* mask, int64_t n, uint64_t below, T keep, uint64_t seed) {
+__global__ void dropout_mask_kernel(T* mask, int64_t n, uint64_t below, T keep, uint64_t given,
+                                    const uint64_t* base) {
+  const uint64_t seed = ref::seed_with_base(base, given);
   SF_GRID_STRIDE(i, n) {
     mask[i] = (ref::counter_hash(seed, static_cast<uint64_t>(i)) >> 11) < below ? T(0) : keep;
   }

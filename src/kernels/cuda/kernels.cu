@@ -168,11 +168,11 @@ void copy_transposed(void* dst, int64_t ld_dst, const void* src, int64_t ld_src,
 }
 
 void dropout_mask(void* mask, DType dtype, int64_t n, uint64_t below, double keep, uint64_t seed,
-                  cudaStream_t stream) {
+                  const uint64_t* seed_base, cudaStream_t stream) {
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     SF_LAUNCH(blocks_for(n), kThreads, 0, stream, dropout_mask_kernel<T>)
-    (static_cast<T*>(mask), n, below, static_cast<T>(keep), seed);
+    (static_cast<T*>(mask), n, below, static_cast<T>(keep), seed, seed_base);
   });
 }
 

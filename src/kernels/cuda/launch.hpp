@@ -41,9 +41,10 @@ void transpose01(void* dst, const void* src, int64_t d0, int64_t d1, int64_t f,
 // dst(cols, rows) = src(rows, cols), rows ld_src and ld_dst elements apart.
 void copy_transposed(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
                      int64_t cols, size_t element_bytes, cudaStream_t stream);
-// mask[i] = 0 where counter_hash(seed, i) >> 11 < below (hash_uniform < p), else keep.
+// mask[i] = 0 where counter_hash(seed, i) >> 11 < below (hash_uniform < p), else keep; the seed
+// mixed with *seed_base (device memory) where that is given (ref::seed_with_base).
 void dropout_mask(void* mask, DType dtype, int64_t n, uint64_t below, double keep, uint64_t seed,
-                  cudaStream_t stream);
+                  const uint64_t* seed_base, cudaStream_t stream);
 
 // The recurrent cells (cells.cuh, lnlstm.cuh): steps as the reference's, but for dbias, which the
 // backend sums over the rows afterwards: the LSTM's and GRU's from dgates (and dgates_rec), the

@@ -246,7 +246,7 @@ TEST(CudaKernelsEmulated, ElementwiseLayoutAndDropoutMatchTheReference) {
     std::vector<float> want(1001), got(1001);
     ref->dropout_mask(view(want, {1001}), p, 42);
     cuda::dropout_mask(got.data(), DType::f32, 1001, ref::uniform_below(p), 1.0 / (1.0 - p), 42,
-                       nullptr);
+                       nullptr, nullptr);
     expect_near(got, want, 0, "dropout_mask p " + std::to_string(p));
   }
   // Conversions round as the host's convert, bit for bit (NaN and infinity included).
