@@ -213,8 +213,8 @@ class Training {
   bool graphs_off_noted_ = false;       // their turning off said
   int64_t graph_steps_before_ = 0;      // steps replayed before this epoch
   Buffer step_stats_;                   // (2) f64: a step's loss and its gradients' sum of squares
-  // Dropout's masks: each step's seed base in backend memory (Backend::set_seed_base), drawn from
-  // the run's random state, and the masks' own seeds from `salts_`, the same at every step.
+  // Dropout's masks: each step's seed base in backend memory (Backend::set_seed_base), a hash of
+  // the run's seed and the step, and the masks' own seeds from `salts_`, the same at every step.
   Buffer seed_base_;
   Rng salts_{0};
   int64_t skipped_steps_ = 0;  // of this epoch, for an inf or NaN gradient (fp16)
@@ -224,7 +224,7 @@ class Training {
   int64_t used_ = 0;  // windows of the epoch that fit its batches (all ranks)
   LoopState state_;
   std::vector<int64_t> order_;  // the training windows, shuffled every epoch
-  Rng rng_, rank_rng_{0};
+  Rng rng_;
   std::string state_path_, checkpoint_, metrics_path_;
   AugmentOptions augment_;
   std::unique_ptr<AugmentCache> augment_cache_;
@@ -793,8 +793,9 @@ bool Training::run_epoch(int64_t epoch) {
     }
     optimizer_->set_lr(
         learning_rate(s_, oo_.lr, state_.step, epoch, total_steps_, state_.lr_factor));
-    if (batch) {  // this step's dropout masks
-      const uint64_t base = (ranks_ > 1 ? rank_rng_ : rng_).next();
+    if (batch) {  // this step's dropout masks: a function of the seed, the step and the rank
+      const uint64_t base = mix_seed(mix_seed(uint64_t(c_.integer("train.seed")), 0xd50b0a5e),
+                                     uint64_t(state_.step) * uint64_t(ranks_) + uint64_t(rank_));
       be_->upload(seed_base_.tensor(), &base);
     }
     const double loss = train_step(epoch, bi, batch);
@@ -828,7 +829,6 @@ int64_t Training::start_pass(int64_t epoch, int64_t first_batch) {
                    order_.begin() + std::min(used_, begin + s_.batch_size));
     }
     local_batches = (static_cast<int64_t>(mine_.size()) + s_.batch_size - 1) / s_.batch_size;
-    rank_rng_ = Rng(mix_seed(epoch_seed, 0x72616e6b00ull + static_cast<uint64_t>(rank_)));
   }
   const BatchRecipe recipe{augment_.any() ? &augment_ : nullptr, augment_cache_.get()};
   loader_->start(ranks_ > 1 ? mine_ : order_, local_batches, recipe,
