@@ -71,6 +71,10 @@ void StepGraphs::step(const Batch& batch) {
     hooks_.restore();
     turn_off(std::string("the step could not be captured (") + e.what() + "): it runs eagerly");
     return hooks_.enqueue(b);
+  } catch (...) {  // not a capture's problem: the step's own, which the caller handles
+    be_.abort_capture();
+    hooks_.restore();
+    throw;
   }
   ++captures_;
   eager_steps_ = 0;
