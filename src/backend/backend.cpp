@@ -4,7 +4,6 @@
 #include "seqforge/backend/backend.hpp"
 
 #include <cstdlib>
-#include <vector>
 
 #include "kernels/grad_clip.hpp"
 #include "kernels/recurrence_steps.hpp"
@@ -123,28 +122,16 @@ std::unique_ptr<StepGraph> Backend::end_capture() {
 }
 
 void Backend::optimizer_step(const OptimizerStep& a, DType dtype) {
+  SF_CHECK(host_addressable(), "the ", name(), " backend must run optimizer_step itself");
   const int64_t S = a.segment_count, size = dtype_size(dtype);
-  std::vector<OptimizerSegment> segments(static_cast<size_t>(S));
-  std::vector<int64_t> steps(static_cast<size_t>(S));
-  double lr = 0, sum_squares = 0;
-  if (S) {
-    download(segments.data(),
-             Tensor(const_cast<OptimizerSegment*>(a.segments), DType::i64, {S, 4}));
-    download(steps.data(), Tensor(a.steps, DType::i64, {S}));
-  }
-  download(&lr, Tensor(const_cast<double*>(a.lr), DType::f64, {1}));
-  GradClip host_clip = a.clip;
-  if (a.clip.sum_squares) {
-    download(&sum_squares, Tensor(const_cast<double*>(a.clip.sum_squares), DType::f64, {1}));
-    host_clip.sum_squares = &sum_squares;
-  }
+  const double lr = *a.lr;
   bool skip;
-  ref::gradient_factor(a.grad_scale, host_clip, &skip);
+  ref::gradient_factor(a.grad_scale, a.clip, &skip);
   auto view = [&](void* base, int64_t offset, int64_t n) {
     return base ? Tensor(static_cast<char*>(base) + offset * size, dtype, {n}) : Tensor();
   };
   for (int64_t s = 0; s < S; ++s) {
-    const OptimizerSegment& seg = segments[s];
+    const OptimizerSegment& seg = a.segments[s];
     const Tensor g = view(a.grads, seg.grad_offset, seg.numel);
     if (seg.flags & OptimizerSegment::kFrozen) {
       if (a.zero_grads) fill(g, 0.0);
@@ -152,7 +139,7 @@ void Backend::optimizer_step(const OptimizerStep& a, DType dtype) {
     }
     const Tensor p = view(a.params, seg.value_offset, seg.numel);
     const Tensor m = view(a.m, seg.grad_offset, seg.numel);
-    const int64_t step = steps[s] + 1;
+    const int64_t step = a.steps[s] + 1;
     const double decay = seg.flags & OptimizerSegment::kDecays ? a.weight_decay : 0.0;
     if (a.kind == OptimizerKind::sgd) {
       sgd_step(p, g, m,
@@ -178,9 +165,8 @@ void Backend::optimizer_step(const OptimizerStep& a, DType dtype) {
                  .clip = a.clip,
                  .zero_grads = a.zero_grads});
     }
-    if (!skip) steps[s] = step;
+    if (!skip) a.steps[s] = step;
   }
-  if (S && !skip) upload(Tensor(a.steps, DType::i64, {S}), steps.data());
 }
 
 }  // namespace seqforge

@@ -4,8 +4,8 @@
 // whose batch has the captured shapes replays them, while the backend's memory is as it was at the
 // capture (no buffer allocated or freed since) and the host values the capture baked in are
 // unchanged (the loss scale). Any other step runs eagerly, and the next one is captured again. A
-// step that draws from the host every time or that cannot be captured turns replay off for the
-// run, with one note. (Dropout draws from a seed base in device memory: Backend::set_seed_base.)
+// step that cannot be captured turns replay off for the run, with one note. (Dropout draws from a
+// seed base in device memory: Backend::set_seed_base.)
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -23,9 +23,9 @@ class StepGraphs {
   struct Hooks {
     std::function<void(const Batch&)> enqueue;  // the step's ops for a batch
     // The host values a captured step bakes in (the loss scale): a replay's must be the capture's.
+    // The masks' seeds are among them, so a step must draw the same ones every time (its masks
+    // change through the backend's seed base).
     std::function<std::string()> host_key;
-    // The host's random state: a step that changes it draws from the host every time.
-    std::function<std::string()> host_draws;
     // The host's bookkeeping of a step the graph ran (the optimizer's update counts).
     std::function<void()> replayed;
     // Host state a failed capture must not leave changed: saved before, put back after.

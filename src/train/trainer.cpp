@@ -216,6 +216,7 @@ class Training {
   // Dropout's masks: each step's seed base in backend memory (Backend::set_seed_base), a hash of
   // the run's seed and the step, and the masks' own seeds from `salts_`, the same at every step.
   Buffer seed_base_;
+  uint64_t dropout_seed_ = 0;
   Rng salts_{0};
   int64_t skipped_steps_ = 0;  // of this epoch, for an inf or NaN gradient (fp16)
   OptimizerOptions oo_;
@@ -426,6 +427,7 @@ void Training::build_model() {
   optimizer_ = std::make_unique<Optimizer>(*be_, model_->parameters(), oo_);
   if (gemm_dtype_ == DType::f16) scaler_ = std::make_unique<LossScaler>();
   be_->set_seed_base(static_cast<const uint64_t*>(seed_base_.get(*be_, DType::i64, {1}).data()));
+  dropout_seed_ = mix_seed(seed, 0xd50b0a5e);
   make_step_graphs();
 }
 
@@ -446,22 +448,10 @@ void Training::make_step_graphs() {
     return std::to_string(optimizer_->segment_count()) + "," +
            std::to_string(scaler_ ? scaler_->scale() : 1.0);
   };
-  hooks.host_draws = [this] {
-    std::string key;
-    for (uint64_t w : rng_.state()) key += std::to_string(w) + ",";
-    return key;
-  };
   hooks.replayed = [this] { optimizer_->count_step(); };
-  auto saved = std::make_shared<std::pair<std::array<uint64_t, 4>, std::vector<int64_t>>>();
-  auto saved_steps = std::make_shared<int64_t>(0);
-  hooks.save = [this, saved, saved_steps] {
-    *saved = {rng_.state(), optimizer_->param_steps()};
-    *saved_steps = optimizer_->steps();
-  };
-  hooks.restore = [this, saved, saved_steps] {
-    rng_.set_state(saved->first);
-    optimizer_->set_steps(*saved_steps, saved->second);
-  };
+  auto saved = std::make_shared<std::pair<int64_t, std::vector<int64_t>>>();
+  hooks.save = [this, saved] { *saved = {optimizer_->steps(), optimizer_->param_steps()}; };
+  hooks.restore = [this, saved] { optimizer_->set_steps(saved->first, saved->second); };
   graphs_ = std::make_unique<StepGraphs>(*be_, std::move(hooks));
 }
 
@@ -794,8 +784,8 @@ bool Training::run_epoch(int64_t epoch) {
     optimizer_->set_lr(
         learning_rate(s_, oo_.lr, state_.step, epoch, total_steps_, state_.lr_factor));
     if (batch) {  // this step's dropout masks: a function of the seed, the step and the rank
-      const uint64_t base = mix_seed(mix_seed(uint64_t(c_.integer("train.seed")), 0xd50b0a5e),
-                                     uint64_t(state_.step) * uint64_t(ranks_) + uint64_t(rank_));
+      const uint64_t base =
+          mix_seed(dropout_seed_, uint64_t(state_.step) * uint64_t(ranks_) + uint64_t(rank_));
       be_->upload(seed_base_.tensor(), &base);
     }
     const double loss = train_step(epoch, bi, batch);

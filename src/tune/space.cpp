@@ -262,11 +262,12 @@ std::string TuneSettings::fingerprint() const {
 }
 
 TuneSettings parse_tune_settings(const std::string& yaml, const std::string& source,
-                                 const std::string& default_metric, Direction default_direction) {
+                                 const std::string& default_metric, Direction default_direction,
+                                 const std::string& file) {
   TuneSettings s;
   s.direction = default_direction;
   s.source = source;
-  s.name = std::filesystem::path(source).stem().string();
+  s.name = std::filesystem::path(file.empty() ? source : file).stem().string();
   s.metric = default_metric;
   Reader r{source};
   YAML::Node root;

@@ -509,14 +509,6 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
   return out.c_str();
 }
 
-// Whether a trial of this config trains on a GPU (train.device, SEQFORGE_BACKEND).
-bool trials_on_gpu(const Config& base) {
-  if (const char* env = std::getenv("SEQFORGE_BACKEND"); env && *env)
-    return std::string(env) == "cuda";
-  const std::string device = base.str("train.device");
-  return device == "cuda" || (device == "auto" && cuda_unavailable_reason().empty());
-}
-
 }  // namespace
 
 int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
@@ -530,14 +522,12 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     return true;
   });
   const Config base = Config::load(cmd.config, cmd.overrides);
-  const std::string source =
-      tune_overrides.empty() ? cmd.config : cmd.config + " (as the tune.* overrides leave it)";
   TuneSettings settings = parse_tune_settings(
-      with_tune_overrides(io::read_file(cmd.config), cmd.config, tune_overrides), source,
+      with_tune_overrides(io::read_file(cmd.config), cmd.config, tune_overrides),
+      tune_overrides.empty() ? cmd.config : cmd.config + " (as the tune.* overrides leave it)",
       base.str("train.early_stopping.monitor"),
-      base.str("train.early_stopping.mode") == "max" ? Direction::maximize : Direction::minimize);
-  if (settings.name == fs::path(source).stem().string())  // no tune.name: the config's name
-    settings.name = fs::path(cmd.config).stem().string();
+      base.str("train.early_stopping.mode") == "max" ? Direction::maximize : Direction::minimize,
+      cmd.config);
   if (!cmd.name.empty()) settings.name = cmd.name;
   settings.min_delta = base.number("train.early_stopping.min_delta");
   // The trainer keeps the checkpoint of the epoch the trial's value comes from: for `best`, its
@@ -633,7 +623,8 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   // trial has shown what one takes (the memory pool keeps its peak).
   HelperWorkers helpers;
   const bool auto_workers = settings.trials_per_device_auto;
-  const bool on_gpu = (auto_workers || settings.trials_per_device > 1) && trials_on_gpu(base);
+  const bool on_gpu = (auto_workers || settings.trials_per_device > 1) &&
+                      make_run_backend(base.str("train.device"))->name() == "cuda";
   auto start_helpers = [&](int count) {
     if (count < 1) return;
     if (cmd.executable.empty())

@@ -229,9 +229,8 @@ class Backend {
   virtual void scale(Tensor x, double alpha) = 0;
   virtual void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& p) = 0;
   virtual void sgd_step(Tensor params, Tensor grads, Tensor momentum, const SgdParams& p) = 0;
-  // The whole update (ops.hpp: OptimizerStep). Defined here segment by segment through adam_step
-  // and sgd_step, reading the segments, counts and learning rate back; a device backend runs it
-  // in one pass.
+  // The whole update (ops.hpp: OptimizerStep). Defined here for host memory, segment by segment
+  // through adam_step and sgd_step; a device backend runs it itself, in one pass.
   virtual void optimizer_step(const OptimizerStep& a, DType dtype);
 
  protected:

@@ -168,6 +168,16 @@ __global__ void attention_delta_kernel(T* delta, const T* out, const T* dout, At
   }
 }
 
+// Query rows [i0, i0 + nq)'s log-sum-exp and D_i into lse and delta (R); zeros past nq.
+template <typename T>
+__device__ inline void load_row_terms(T* lse, T* delta, const T* lse_all, const T* delta_all,
+                                      const AttentionPair& pr, int64_t R, int64_t i0, int64_t nq) {
+  for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
+    lse[r] = r < nq ? lse_all[pr.row(i0 + r)] : T(0);
+    delta[r] = r < nq ? delta_all[pr.row(i0 + r)] : T(0);
+  }
+}
+
 // P_ij (with its dropout factor, for dV) and dS_ij = P_ij (c_ij dO_i . v_j - D_i) of query rows
 // [i0, i0 + nq) against keys [j0, j0 + nk), into p and ds (R, R); zero where the mask is off.
 template <typename T>
@@ -220,10 +230,7 @@ __global__ void attention_dkdv_kernel(AttentionBackward a, const T* delta_all, i
       __syncthreads();
       load_rows(sQ, qkv, R, D, nq, pr.q(i0), stride);
       load_rows(sdO, dout, R, D, nq, pr.o(i0), C);
-      for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
-        lse[r] = r < nq ? lse_all[pr.row(i0 + r)] : T(0);
-        delta[r] = r < nq ? delta_all[pr.row(i0 + r)] : T(0);
-      }
+      load_row_terms(lse, delta, lse_all, delta_all, pr, R, i0, nq);
       __syncthreads();
       attention_probabilities(sP, sdS, sQ, sK, sV, sdO, lse, delta, s, pr, drop, R, i0, nq, j0, nk);
       __syncthreads();
@@ -270,10 +277,7 @@ __global__ void attention_dq_kernel(AttentionBackward a, const T* delta_all, int
     load_rows(sQ, qkv, R, D, nq, pr.q(i0), stride);
     load_rows(sdO, static_cast<const T*>(a.dout), R, D, nq, pr.o(i0), C);
     for (int64_t e = threadIdx.x; e < R * L; e += blockDim.x) dQ[e] = T(0);
-    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
-      lse[r] = r < nq ? lse_all[pr.row(i0 + r)] : T(0);
-      delta[r] = r < nq ? delta_all[pr.row(i0 + r)] : T(0);
-    }
+    load_row_terms(lse, delta, lse_all, delta_all, pr, R, i0, nq);
     const int64_t key_end = pr.allowed(i0 + nq - 1);
     for (int64_t j0 = 0; j0 < key_end; j0 += R) {
       const int64_t nk = key_end - j0 < R ? key_end - j0 : R;

@@ -33,6 +33,16 @@ void dispatch_bytes(size_t bytes, Fn&& fn) {
   }
 }
 
+// Calls fn.template operator()<Y>() with Y the storage of an output computed in T: T itself, or
+// bf16 or f16 from f32 (a half GEMM's operand, written directly).
+template <typename T, typename Fn>
+void dispatch_output(DType y_type, const char* op, Fn&& fn) {
+  if (y_type == dtype_of<T>()) return fn.template operator()<T>();
+  if (std::is_same_v<T, float> && y_type == DType::bf16) return fn.template operator()<bf16>();
+  if (std::is_same_v<T, float> && y_type == DType::f16) return fn.template operator()<__half>();
+  fail("cuda: ", op, " into ", dtype_name(y_type), " from ", dtype_name(dtype_of<T>()));
+}
+
 // A kernel whose shared memory (its static arrays and `bytes` more) passes the default 48 KB
 // asks for it; past what the GPU offers a block, the launch would fail: one line instead.
 template <typename Kernel>
@@ -463,19 +473,11 @@ void layer_norm_forward(void* y, DType y_type, void* saved, const void* x, const
                         cudaStream_t stream) {
   if (rows == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    auto launch = [&]<typename Y>() {
+    dispatch_output<T>(y_type, "layer_norm_forward", [&]<typename Y>() {
       SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, layer_norm_forward_kernel<T, Y>)
       (static_cast<Y*>(y), static_cast<T*>(saved), static_cast<const T*>(x),
        static_cast<const T*>(w), static_cast<const T*>(b), rows, C, eps);
-    };
-    if (y_type == dtype)
-      launch.template operator()<T>();
-    else if (y_type == DType::bf16 && dtype == DType::f32)
-      launch.template operator()<bf16>();
-    else if (y_type == DType::f16 && dtype == DType::f32)
-      launch.template operator()<__half>();
-    else
-      fail("cuda: layer_norm_forward into ", dtype_name(y_type), " from ", dtype_name(dtype));
+    });
   });
 }
 
@@ -506,18 +508,10 @@ void gelu_forward(void* y, DType y_type, const void* x, DType dtype, int64_t n,
                   cudaStream_t stream) {
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    auto launch = [&]<typename Y>() {
+    dispatch_output<T>(y_type, "gelu_forward", [&]<typename Y>() {
       SF_LAUNCH(blocks_for(n), kThreads, 0, stream, gelu_forward_kernel<T, Y>)
       (static_cast<Y*>(y), static_cast<const T*>(x), n);
-    };
-    if (y_type == dtype)
-      launch.template operator()<T>();
-    else if (y_type == DType::bf16 && dtype == DType::f32)
-      launch.template operator()<bf16>();
-    else if (y_type == DType::f16 && dtype == DType::f32)
-      launch.template operator()<__half>();
-    else
-      fail("cuda: gelu_forward into ", dtype_name(y_type), " from ", dtype_name(dtype));
+    });
   });
 }
 
