@@ -178,14 +178,18 @@ def forecast_data(c):
         raise SystemExit("this script compares zscore normalisation only")
     x, y = (x - mx) / sx, (y - my) / sy
     T, h, stride = d["lookback"], d["horizon"], d["stride"]
+    # direct: a target at every step ahead, 1 to h; last: only h ahead.
+    steps = h if d.get("horizon_mode", "direct") == "direct" else 1
 
-    # Windows whose target row lies in [lo, hi), starting at `first` or later: a validation
+    # Windows whose target rows lie in [lo, hi), starting at `first` or later: a validation
     # window takes its lookback from the rows before its split (data.split.context: history).
     def windows(lo, hi, first):
         return [s for s in range(first, hi, stride) if s + T - 1 + h < hi]
     history = d["split"].get("context", "history") == "history"
+    first_target = T - 1 + h - steps + 1
     return (torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32),
-            windows(0, a, 0), windows(a, b, max(0, a - (T - 1 + h)) if history else a), T, h)
+            windows(0, a, 0), windows(a, b, max(0, a - first_target) if history else a), T, h,
+            steps)
 
 
 def lr_at(c, step, total):
@@ -285,13 +289,26 @@ def main():
     if c["optim"]["kind"] != "adamw":
         raise SystemExit("this script compares adamw only")
     if task == "forecast":
-        x, y, train_starts, val_starts, T, h = forecast_data(c)
-        model = make_model(c, x.shape[1], y.shape[1])
+        x, y, train_starts, val_starts, T, h, steps = forecast_data(c)
+        kind = c["train"]["loss"]
+        if kind not in ("mse", "quantile"):
+            raise SystemExit("this script compares the mse and quantile losses only")
+        levels = [float(q) for q in c["train"]["quantiles"]] if kind == "quantile" else [None]
+        model = make_model(c, x.shape[1], y.shape[1] * steps * len(levels))
 
         def make_batch(starts):
             xb = torch.stack([x[s:s + T] for s in starts])
-            yb = torch.stack([y[s + T - 1 + h] for s in starts])
-            return xb, lambda out: torch.nn.functional.mse_loss(out, yb)
+            # (B, steps * targets * quantiles): step-major, each target repeated per quantile
+            yb = torch.stack([y[s + T + h - steps:s + T + h].reshape(-1) for s in starts])
+            if kind == "mse":
+                return xb, lambda out: torch.nn.functional.mse_loss(out, yb)
+            yq = yb.repeat_interleave(len(levels), dim=1)
+            q = torch.tensor(levels, dtype=torch.float32).repeat(yb.shape[1])
+
+            def pinball(out):
+                u = yq - out
+                return torch.maximum(q * u, (q - 1) * u).mean()
+            return xb, pinball
 
         def val_eval(m):
             total, n = 0.0, 0

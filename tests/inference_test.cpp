@@ -15,6 +15,7 @@
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
+#include "train/run.hpp"
 
 namespace seqforge {
 namespace {
@@ -341,6 +342,120 @@ TEST(Runs, ForecastsAreScoredAgainstNaiveAndSeasonalNaive) {
               test.count("test_mase") && test.count("test_skill"));
 }
 
+// data.horizon 4, direct (the default): each window forecasts the 4 hours after it. On 200 hourly
+// rows (train 0..159), a validation window's four targets all lie in 160..179: first targets
+// 160..176, 17 windows. Naive predicts every step by the window's last value; seasonal naive
+// (season 3) step h by the value ceil(h / 3) seasons before it, never a value after the window.
+TEST(Runs, DirectForecastsPredictEveryStepAhead) {
+  const fs::path dir = temp_dir("direct");
+  const std::string data = write_hourly(dir / "d.csv", 200, true);
+  std::ostringstream log;
+  train(Config::parse(yaml(data, dir / "run", "  horizon: 4\n"), "h.yaml",
+                      {"data.season=3", "train.epochs=2"}),
+        log);
+  const auto rows = read_csv(data);
+  std::vector<double> y;
+  for (size_t i = 1; i < rows.size(); ++i) y.push_back(std::stod(rows[i][3]));
+  double naive_abs = 0, snaive_abs = 0;
+  for (int first = 160; first <= 176; ++first)
+    for (int h = 1; h <= 4; ++h) {
+      const int t = first + h - 1, lag = 3 * ((h + 2) / 3);
+      naive_abs += std::fabs(y[first - 1] - y[t]);
+      snaive_abs += std::fabs(y[t - lag] - y[t]);
+    }
+  const nlohmann::json m = metrics_of(dir / "run").back();
+  EXPECT_NEAR(m.at("val_naive_mae").get<double>(), naive_abs / 68, 1e-12);
+  EXPECT_NEAR(m.at("val_snaive_mae").get<double>(), snaive_abs / 68, 1e-12);
+  double step_mean = 0;
+  for (int h = 1; h <= 4; ++h) step_mean += m.at("val_mae_h" + std::to_string(h)).get<double>() / 4;
+  EXPECT_NEAR(step_mean, m.at("val_mae").get<double>(), 1e-9);  // every step has 17 windows
+  EXPECT_FALSE(m.contains("val_mae_h5"));
+  const auto test = evaluate((dir / "run").string(), "test");
+  EXPECT_TRUE(test.count("test_mae_h1") && test.count("test_rmse_h4")) << test.size();
+  // predict: a row per window and step, dated step hours after the window's last row; the
+  // actual is y at that hour, empty past the file's end.
+  const std::string fresh = write_hourly(dir / "fresh.csv", 20, true);
+  std::ostringstream out;
+  EXPECT_EQ(predict((dir / "run").string(), {fresh, (dir / "p.csv").string(), false}, out), 13);
+  const auto p = read_csv((dir / "p.csv").string());
+  ASSERT_EQ(p.size(), 1u + 13 * 4);
+  EXPECT_EQ(p[0],
+            (std::vector<std::string>{"window_end", "forecast_for", "step", "y", "y_actual"}));
+  for (int w = 0; w < 13; ++w)
+    for (int h = 1; h <= 4; ++h) {
+      const auto& r = p[1 + w * 4 + (h - 1)];
+      const int hour = w + 7 + h;
+      EXPECT_EQ(r[0], io::format_datetime(int64_t{1577836800} + (w + 7) * int64_t{3600}, false));
+      EXPECT_EQ(r[1], io::format_datetime(int64_t{1577836800} + hour * int64_t{3600}, false));
+      EXPECT_EQ(r[2], std::to_string(h));
+      if (hour < 20)
+        EXPECT_NEAR(std::stod(r[4]), std::sin(0.3 * hour + 0.9), 1e-6);
+      else
+        EXPECT_EQ(r[4], "");
+    }
+  // A run stored before data.horizon_mode forecast one step, horizon steps ahead.
+  const Config old = as_it_trained(Config::parse("data: {path: x.csv, horizon: 4}\n", "o.yaml"));
+  EXPECT_EQ(old.str("data.horizon_mode"), "last");
+  EXPECT_EQ(as_it_trained(Config::parse("data: {horizon_mode: direct}\n", "n.yaml"))
+                .str("data.horizon_mode"),
+            "direct");
+}
+
+// train.loss quantile: the model forecasts each quantile of every step (here 2 steps of 3
+// quantiles); predict writes them ascending in a column each, and eval's pinball loss and
+// coverage on a file are those of predict's columns by their definitions.
+TEST(Runs, QuantileForecastsAreScoredByTheirDefinition) {
+  const fs::path dir = temp_dir("quantile");
+  const std::string data = write_hourly(dir / "d.csv", 200, true);
+  std::ostringstream log;
+  train(Config::parse(yaml(data, dir / "run", "  horizon: 2\n"), "q.yaml",
+                      {"train.loss=quantile", "train.quantiles=[0.1, 0.5, 0.9]"}),
+        log);
+  const nlohmann::json m = metrics_of(dir / "run").back();
+  EXPECT_TRUE(m.contains("val_pinball") && m.contains("val_coverage") && m.contains("val_mae_h2"));
+  const std::string fresh = write_hourly(dir / "fresh.csv", 40, true);
+  std::ostringstream out;
+  predict((dir / "run").string(), {fresh, (dir / "p.csv").string(), false}, out);
+  const auto p = read_csv((dir / "p.csv").string());
+  ASSERT_EQ(p[0], (std::vector<std::string>{"window_end", "forecast_for", "step", "y_q0.1",
+                                            "y_q0.5", "y_q0.9", "y_actual"}));
+  double pinball = 0, abs = 0;
+  int covered = 0, values = 0;
+  for (size_t i = 1; i < p.size(); ++i) {
+    const double lo = std::stod(p[i][3]), mid = std::stod(p[i][4]), hi = std::stod(p[i][5]);
+    EXPECT_LE(lo, mid);
+    EXPECT_LE(mid, hi);
+    // eval scores windows whose every step is in the file: rows come in pairs, steps 1 and 2
+    const size_t step2 = p[i][2] == "1" ? i + 1 : i;
+    if (p[step2][6].empty()) continue;
+    const double y = std::stod(p[i][6]);
+    const double level[] = {0.1, 0.5, 0.9}, f[] = {lo, mid, hi};
+    for (int q = 0; q < 3; ++q)
+      pinball += std::max(level[q] * (y - f[q]), (level[q] - 1) * (y - f[q])) / 3;
+    abs += std::fabs(mid - y);
+    covered += lo <= y && y <= hi;
+    ++values;
+  }
+  ASSERT_EQ(values, (40 - 8 - 1) * 2);  // windows with both targets in the file
+  const auto e = evaluate((dir / "run").string(), "", fresh);
+  EXPECT_NEAR(e.at("data_pinball"), pinball / values, 1e-6);
+  EXPECT_NEAR(e.at("data_mae"), abs / values, 1e-6);
+  EXPECT_NEAR(e.at("data_coverage"), double(covered) / values, 1e-12);
+  // A quantile outside (0, 1), or out of order, is named.
+  const std::string bad = error_of([&] {
+    train(Config::parse(yaml(data, dir / "bad"), "q.yaml",
+                        {"train.loss=quantile", "train.quantiles=[0.5, 0.2]"}),
+          log);
+  });
+  EXPECT_NE(bad.find("train.quantiles must be ascending"), std::string::npos) << bad;
+  EXPECT_NE(error_of([&] {
+              train(Config::parse(yaml(data, dir / "bad"), "q.yaml",
+                                  {"train.loss=quantile", "train.quantiles=[1.5]"}),
+                    log);
+            }).find("'1.5' is not a quantile"),
+            std::string::npos);
+}
+
 // train.loss: a forecaster trains on it and val_loss is it (eval reproduces the logged value);
 // a classifier's loss is cross-entropy, so a regression loss there is refused by name.
 TEST(Runs, RegressionLossesTrainForecastersAndAreRefusedForClassifiers) {
@@ -369,7 +484,7 @@ TEST(Runs, RegressionLossesTrainForecastersAndAreRefusedForClassifiers) {
   EXPECT_EQ(error_of([&] {
               train(Config::parse(yaml(data, dir / "q"), "l.yaml", {"train.loss=l3"}), log);
             }),
-            "override 'train.loss=l3': train.loss must be mse, mae or huber, got 'l3'");
+            "override 'train.loss=l3': train.loss must be mse, mae, huber or quantile, got 'l3'");
 }
 
 TEST(Runs, ValidationShareZeroMeansNoValidation) {

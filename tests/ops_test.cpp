@@ -1078,27 +1078,31 @@ TEST(Ops, ASeedBaseMixesIntoEveryMasksSeed) {
 }
 
 // The regression losses as PyTorch defines them (F.mse_loss, F.l1_loss, F.huber_loss with
-// delta; mean over the selected rows' values), their gradients against central differences of
-// the loss, on every host backend.
+// delta; the pinball loss of quantiles 0.1, 0.5 and 0.9, value j of a row for quantile j % 3;
+// mean over the selected rows' values), their gradients against central differences of the
+// loss, on every host backend.
 TEST(Ops, RegressionLossesAreTorchsAndTheirGradientsTheirDerivatives) {
-  const int64_t N = 7, F = 3;
+  const int64_t N = 7, F = 6;
+  const double levels[] = {0.1, 0.5, 0.9};
   Rng rng(17);
   std::vector<double> pred(N * F), target(N * F), mask(N);
   for (auto& v : pred) v = rng.uniform(-2, 2);
   for (auto& v : target) v = rng.uniform(-1, 1);
   for (int64_t r = 0; r < N; ++r) mask[r] = r % 3 == 1 ? 0.0 : 1.0;
   const double delta = 0.6;
-  auto term = [&](LossKind k, double d) {
-    const double a = std::fabs(d);
-    return k == LossKind::mse   ? d * d
-           : k == LossKind::mae ? a
-           : a < delta          ? 0.5 * d * d
-                                : delta * (a - 0.5 * delta);
+  auto term = [&](LossKind k, double d, int64_t j) {
+    const double a = std::fabs(d), q = levels[j % 3];
+    return k == LossKind::mse        ? d * d
+           : k == LossKind::mae      ? a
+           : k == LossKind::quantile ? std::max(q * -d, (q - 1) * -d)
+           : a < delta               ? 0.5 * d * d
+                                     : delta * (a - 0.5 * delta);
   };
   for (const char* name : {"reference", "cpu", "sealed", "sealed_async"}) {
     auto be = make_backend(name);
-    for (LossKind k : {LossKind::mse, LossKind::mae, LossKind::huber}) {
-      const RegressionLoss kind{k, delta};
+    for (LossKind k : {LossKind::mse, LossKind::mae, LossKind::huber, LossKind::quantile}) {
+      RegressionLoss kind{k, delta, 3};
+      std::copy(std::begin(levels), std::end(levels), kind.quantiles);
       auto loss_at = [&](const std::vector<double>& p, std::vector<double>* grad) {
         Buffer pb, tb, mb, db;
         Tensor pt = pb.get(*be, DType::f64, {N, F}), tt = tb.get(*be, DType::f64, {N, F}),
@@ -1113,7 +1117,7 @@ TEST(Ops, RegressionLossesAreTorchsAndTheirGradientsTheirDerivatives) {
       double want = 0, count = 0;
       for (int64_t r = 0; r < N; ++r)
         for (int64_t j = 0; j < F; ++j)
-          if (mask[r] != 0) want += term(k, pred[r * F + j] - target[r * F + j]), count += 1;
+          if (mask[r] != 0) want += term(k, pred[r * F + j] - target[r * F + j], j), count += 1;
       EXPECT_NEAR(loss, want / count, 1e-12) << name << " kind " << int(k);
       for (int64_t i = 0; i < N * F; ++i) {
         std::vector<double> up = pred, down = pred;

@@ -235,7 +235,7 @@ TEST(Series, EachSeriesCanHaveItsOwnScaler) {
         window[0],
         (raw(d, start) - d.feature_norm.series_shift[k][0]) / d.feature_norm.series_scale[k][0],
         1e-5);
-    EXPECT_NEAR(d.prediction(start, 0, 0.0), d.target_norm.series_shift[k][0], 1e-9);
+    EXPECT_NEAR(d.prediction(start, 0, 0, 0.0), d.target_norm.series_shift[k][0], 1e-9);
   }
   const Normalizer back = Normalizer::from_json(d.target_norm.to_json(), "t");
   EXPECT_EQ(back.series, d.target_norm.series);
@@ -448,7 +448,8 @@ TEST(Transforms, TargetsSpanTheHorizonAndInvertToOwnUnits) {
   const Config c = Config::parse(
       "data: {path: " + path +
           ", date_column: date, features: [price, volume], targets: [price], lookback: 5, "
-          "horizon: 3, transform: {price: log_return, volume: log}, split: {train: 0.6, val: "
+          "horizon: 3, horizon_mode: last, transform: {price: log_return, volume: log}, split: "
+          "{train: 0.6, val: "
           "0.2}}\n",
       "t.yaml");
   const SeriesData d = load_series(c);
@@ -464,8 +465,8 @@ TEST(Transforms, TargetsSpanTheHorizonAndInvertToOwnUnits) {
     const double normalised =
         (std::log(price[target] / price[last]) - d.target_norm.shift[0]) / d.target_norm.scale[0];
     EXPECT_NEAR(y, normalised, 1e-5);
-    EXPECT_NEAR(d.prediction(s, 0, y), price[target], 1e-4 * price[target]);
-    EXPECT_NEAR(d.actual(s, 0), price[target], 1e-9 * price[target]);
+    EXPECT_NEAR(d.prediction(s, 0, 0, y), price[target], 1e-4 * price[target]);
+    EXPECT_NEAR(d.actual(s, 0, 0), price[target], 1e-9 * price[target]);
   }
   // A price that is not positive has no log return: the error names file, line and column.
   const std::string bad = write(dir / "bad.csv",

@@ -83,6 +83,14 @@ double invert_transform(Transform t, double y, double base) {
   return NAN;
 }
 
+namespace {
+// A transform that takes a base: the previous row's value, or the window's last one.
+bool needs_base(Transform t) {
+  return t == Transform::diff || t == Transform::log_return || t == Transform::pct_change;
+}
+
+}  // namespace
+
 const SeriesSpan& SeriesData::series_of(int64_t row) const {
   SF_CHECK(!series.empty() && row >= 0 && row < rows, "row ", row, " of ", rows);
   const auto it = std::upper_bound(series.begin(), series.end(), row,
@@ -90,7 +98,7 @@ const SeriesSpan& SeriesData::series_of(int64_t row) const {
   return *(it - 1);
 }
 
-double SeriesData::prediction(int64_t start, int64_t j, double y) const {
+double SeriesData::prediction(int64_t start, int64_t, int64_t j, double y) const {
   const double v = target_norm.invert(y, j, scaler_of(last_row(start)));
   const Transform t = target_transforms.empty() ? Transform::none : target_transforms[j];
   if (t == Transform::none || t == Transform::log) return invert_transform(t, v, 0);
@@ -98,8 +106,8 @@ double SeriesData::prediction(int64_t start, int64_t j, double y) const {
   return invert_transform(t, v, raw_targets[last_row(start) * O + j]);
 }
 
-double SeriesData::actual(int64_t start, int64_t j) const {
-  return target_value(target_row(start), j);
+double SeriesData::actual(int64_t start, int64_t k, int64_t j) const {
+  return target_value(target_row(start, k), j);
 }
 
 double SeriesData::target_value(int64_t row, int64_t j) const {
@@ -111,7 +119,22 @@ double SeriesData::target_value(int64_t row, int64_t j) const {
 int64_t SeriesData::num_outputs() const {
   if (task == TaskKind::mae) return num_features();
   return task == TaskKind::classify ? static_cast<int64_t>(class_names.size())
-                                    : static_cast<int64_t>(target_names.size());
+                                    : num_targets() * steps_ahead * num_quantiles();
+}
+
+int64_t SeriesData::point_quantile() const {
+  int64_t best = 0;
+  for (size_t q = 1; q < quantiles.size(); ++q)
+    if (std::fabs(quantiles[q] - 0.5) < std::fabs(quantiles[best] - 0.5)) best = int64_t(q);
+  return best;
+}
+
+void SeriesData::forecasts(int64_t start, int64_t k, int64_t j, const float* o, double* out) const {
+  const int64_t Q = num_quantiles();
+  const float* at = o + (k * num_targets() + j) * Q;
+  bool finite = true;
+  for (int64_t q = 0; q < Q; ++q) finite &= std::isfinite(out[q] = prediction(start, k, j, at[q]));
+  if (finite) std::sort(out, out + Q);
 }
 
 namespace {
@@ -145,7 +168,22 @@ void SeriesData::copy_window(int64_t start, float* out) const {
 }
 
 void SeriesData::copy_target(int64_t start, float* out) const {
-  copy_rows(source, target_row(start), 1, target_cols, target_norm, scaler_of(start), out);
+  const int64_t scaler = scaler_of(start), Q = num_quantiles();
+  if (steps_ahead == 1 && Q == 1)
+    return copy_rows(source, target_row(start), 1, target_cols, target_norm, scaler, out);
+  // Every step's change is taken from the window's last row (its transform's base).
+  const int64_t O = num_targets(), last = last_row(start);
+  const double *shift = target_norm.shifts(scaler), *scale = target_norm.scales(scaler);
+  for (int64_t k = 0; k < steps_ahead; ++k) {
+    const int64_t row = target_row(start, k);
+    for (int64_t j = 0; j < O; ++j) {
+      const Transform t = target_transforms[j];
+      const double v = needs_base(t)
+                           ? apply_transform(t, raw_targets[row * O + j], raw_targets[last * O + j])
+                           : source.at(row, target_cols[j]);
+      std::fill_n(out + (k * O + j) * Q, Q, static_cast<float>((v - shift[j]) / scale[j]));
+    }
+  }
 }
 
 int64_t SeriesData::scaler_of(int64_t row) const {
@@ -292,10 +330,6 @@ namespace {
 Transform transform_of(const SeriesOptions& o, const std::string& column) {
   const auto it = o.transforms.find(column);
   return it == o.transforms.end() ? Transform::none : it->second;
-}
-
-bool needs_base(Transform t) {
-  return t == Transform::diff || t == Transform::log_return || t == Transform::pct_change;
 }
 
 // The calendar months between consecutive dates of rows [p, q) of `order` when they are all the
@@ -707,12 +741,11 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
 // Leaves out the listed windows whose truth the file does not hold (an empty target cell, a
 // class the model was not trained on), with a note.
 void keep_windows_with_truth(SeriesData* d) {
+  std::vector<float> targets(static_cast<size_t>(d->num_outputs()));
   auto has_truth = [&](int64_t start) {
-    const int64_t row = d->target_row(start);
-    if (d->task == TaskKind::classify) return d->classes[row] >= 0;
-    for (int64_t col : d->target_cols)
-      if (!std::isfinite(d->source.at(row, col))) return false;
-    return true;
+    if (d->task == TaskKind::classify) return d->classes[d->target_row(start)] >= 0;
+    d->copy_target(start, targets.data());
+    return std::all_of(targets.begin(), targets.end(), [](float y) { return std::isfinite(y); });
   };
   std::vector<int64_t>& all = d->split.test;
   const size_t before = all.size();
@@ -761,7 +794,7 @@ void list_windows(const DataOptions& opt, WindowSet which, SeriesData* d) {
   const bool history = opt.split.context == "history" && d->task != TaskKind::mae;
   auto first_start = [&](const SeriesSpan& s, int64_t part_begin) {
     if (!history) return part_begin;
-    return std::max(s.begin, part_begin - d->target_row(0));
+    return std::max(s.begin, part_begin - d->target_row(0, 0));
   };
   for (size_t i = 0; i < d->series.size(); ++i) {
     const SeriesSpan& s = d->series[i];
@@ -865,6 +898,8 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   d.task = opt.task;
   d.lookback = o.lookback;
   d.horizon = o.horizon;
+  if (opt.task == TaskKind::forecast && o.horizon_mode == "direct") d.steps_ahead = o.horizon;
+  if (opt.task == TaskKind::forecast) d.quantiles = o.quantiles;
   d.season = o.season;
   const DataFile table(opt.path);
   auto require = [&](const char* key, const std::string& col) {

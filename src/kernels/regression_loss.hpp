@@ -6,11 +6,19 @@
 
 namespace seqforge::ref {
 
-// One error d = pred - target of a regression loss: its term and the term's derivative.
-SF_HOST_DEVICE inline void regression_term(const RegressionLoss& l, double d, double* value,
-                                           double* grad) {
+// One error d = pred - target of a regression loss, value `column` of its row: its term and the
+// term's derivative. The pinball loss's derivative at d = 0 is the mean of its two slopes, as
+// torch.maximum's gradient splits between equal arguments.
+SF_HOST_DEVICE inline void regression_term(const RegressionLoss& l, double d, int64_t column,
+                                           double* value, double* grad) {
   const double a = d < 0 ? -d : d;
   switch (l.kind) {
+    case LossKind::quantile: {
+      const double q = l.quantiles[column % l.num_quantiles];
+      *value = d < 0 ? -q * d : (1 - q) * d;
+      *grad = d < 0 ? -q : d > 0 ? 1 - q : 0.5 - q;
+      return;
+    }
     case LossKind::mae:
       *value = a;
       *grad = d > 0 ? 1.0 : d < 0 ? -1.0 : 0.0;

@@ -30,6 +30,18 @@ using report::escape;
 using report::fmt;
 using report::Series;
 
+// One step's error of a direct multi-step forecast (val_mae_h3, test_rmse_h12): its step, else 0.
+int step_of_key(const std::string& key) {
+  const size_t at = key.rfind("_h");
+  if (at == std::string::npos || at + 2 >= key.size()) return 0;
+  int step = 0;
+  for (size_t i = at + 2; i < key.size(); ++i) {
+    if (key[i] < '0' || key[i] > '9' || step > 100000000) return 0;
+    step = step * 10 + (key[i] - '0');
+  }
+  return step;
+}
+
 std::vector<std::string> split_csv_line(const std::string& line) {
   std::vector<std::string> out;
   std::string cur;
@@ -285,7 +297,7 @@ std::string render_run_report(const std::string& run_dir) {
   std::vector<std::string> val_keys;
   for (const auto& j : epochs)
     for (const auto& [k, v] : j.items())
-      if (k.rfind("val_", 0) == 0 && k != "val_loss" && v.is_number() &&
+      if (k.rfind("val_", 0) == 0 && k != "val_loss" && v.is_number() && !step_of_key(k) &&
           std::find(val_keys.begin(), val_keys.end(), k) == val_keys.end())
         val_keys.push_back(k);
   // The epoch model.safetensors holds: the last one saved.
@@ -319,10 +331,11 @@ std::string render_run_report(const std::string& run_dir) {
     if (test.contains("model_epoch")) o << " (epoch " << test["model_epoch"].dump() << ")";
     o << " evaluated on the held-out test split after training.</p><table><tr>";
     for (const auto& [k, v] : test.items())
-      if (v.is_number() && k != "model_epoch") o << "<th>" << escape(k) << "</th>";
+      if (v.is_number() && k != "model_epoch" && !step_of_key(k))
+        o << "<th>" << escape(k) << "</th>";
     o << "</tr><tr>";
     for (const auto& [k, v] : test.items())
-      if (v.is_number() && k != "model_epoch")
+      if (v.is_number() && k != "model_epoch" && !step_of_key(k))
         o << "<td>" << fmt(v.get<double>(), "%.6g") << "</td>";
     o << "</tr></table>\n";
   }
@@ -347,6 +360,41 @@ std::string render_run_report(const std::string& run_dir) {
   o << "<h2>Training</h2><div class=\"grid\">\n";
   o << chart("Loss", {series("train_loss", "train"), series("val_loss", "validation")}, true);
   for (const auto& k : val_keys) o << chart(k, {series(k, "")}, true);
+  // A direct multi-step forecast: each step's errors, the saved (else the last) epoch's and the
+  // test split's.
+  const nlohmann::json* by_step = nullptr;
+  for (const auto& j : epochs)
+    if (!by_step || (saved && j["epoch"].get<double>() == *saved)) by_step = &j;
+  auto step_series = [&](const nlohmann::json* j, const std::string& metric,
+                         const std::string& label) {
+    Series s{label};
+    if (!j || !j->is_object()) return s;
+    for (const auto& [k, v] : j->items())
+      if (const int step = step_of_key(k);
+          step && v.is_number() && k.find("_" + metric + "_h") != std::string::npos) {
+        s.x.push_back(step);
+        s.y.push_back(v.get<double>());
+      }
+    std::vector<size_t> order(s.x.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s.x[a] < s.x[b]; });
+    Series sorted{label};
+    for (size_t i : order) {
+      sorted.x.push_back(s.x[i]);
+      sorted.y.push_back(s.y[i]);
+    }
+    return sorted;
+  };
+  if (Series mae = step_series(by_step, "mae", "validation MAE"); !mae.x.empty()) {
+    Chart c;
+    c.title = "Error by step ahead";
+    c.x_label = "step ahead";
+    c.x_kind = report::XKind::integer;
+    c.series = {mae, step_series(by_step, "rmse", "validation RMSE")};
+    if (Series t = step_series(&test, "mae", "test MAE"); !t.x.empty()) c.series.push_back(t);
+    for (Series& one : c.series) one.style = Series::Style::line_and_points;
+    o << report::render(c);
+  }
   o << chart("Throughput (samples/s)", {series("samples_per_second", "samples/s")}, false,
              report::Scale::linear);
   o << chart("Learning rate (end of epoch)", {series("lr", "lr")}, false);

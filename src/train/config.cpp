@@ -63,6 +63,11 @@ const std::vector<ConfigKey> kKeys = {
     {"data.horizon", T::integer, "1",
      "How many steps after the window's last row the target lies (1 = the next row; classify "
      "also takes 0, the class at the window's last row)."},
+    {"data.horizon_mode", T::string, "direct",
+     "forecast: `direct` (one output per step ahead, 1 to data.horizon, from one window: "
+     "data.horizon x targets outputs; eval reports each step's errors and predict writes one row "
+     "per window and step) or `last` (one output, data.horizon steps ahead). Runs written before "
+     "this key are `last`."},
     {"data.stride", T::integer, "1", "Rows between the starts of consecutive windows."},
     {"data.calendar", T::string_list, "[]",
      "Features derived from data.date_column, known for any date: `hour`, `dayofweek`, "
@@ -266,9 +271,17 @@ const std::vector<ConfigKey> kKeys = {
     {"train.seed", T::integer, "0", "Seed for initialisation, shuffling and dropout."},
     {"train.loss", T::string, "mse",
      "The regression tasks' loss (forecast, mae), PyTorch's mean over the values: `mse`, `mae` "
-     "(F.l1_loss: less pulled by outliers) or `huber` (F.huber_loss with delta "
-     "train.huber_delta: squared within it, linear beyond). val_loss is this loss; val_mse, "
-     "val_mae and the baselines are reported whatever it is."},
+     "(F.l1_loss: less pulled by outliers), `huber` (F.huber_loss with delta "
+     "train.huber_delta: squared within it, linear beyond) or, forecast only, `quantile` (the "
+     "pinball loss max(q (y - p), (q - 1) (y - p)) of each of train.quantiles: the model forecasts "
+     "every quantile of every target and step; eval adds val_coverage, the share of actuals "
+     "between the lowest and highest quantile, and the errors are the median's, or the quantile "
+     "nearest 0.5). val_loss is this loss; val_mse, val_mae and the baselines are reported "
+     "whatever it is."},
+    {"train.quantiles", T::string_list, "[0.1, 0.5, 0.9]",
+     "`quantile` loss: the quantiles forecast, ascending, each between 0 and 1 (at most 16). "
+     "predict writes a column per quantile (<target>_q0.1, ...), sorted per forecast so that "
+     "quantiles never cross."},
     {"train.huber_delta", T::number, "1.0",
      "`huber`: where the loss turns from squared to linear, in normalised units."},
     {"train.precision", T::string, "auto",

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "seqforge/backend/ops.hpp"
 #include "seqforge/core/autotune.hpp"
 #include "seqforge/core/error.hpp"
 
@@ -82,6 +83,10 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
       fail(c.origin("data.horizon"), ": data.horizon must be positive, got ", o.horizon);
     if (o.targets.empty())
       fail(c.origin("data.targets"), ": data.targets is required for data.task forecast");
+    o.horizon_mode = c.str("data.horizon_mode");
+    if (o.horizon_mode != "direct" && o.horizon_mode != "last")
+      fail(c.origin("data.horizon_mode"), ": data.horizon_mode must be direct or last, got '",
+           o.horizon_mode, "'");
   } else if (task == TaskKind::classify) {
     if (o.horizon < 0)
       fail(c.origin("data.horizon"), ": data.horizon must be >= 0, got ", o.horizon);
@@ -154,6 +159,7 @@ DataOptions data_options(const Config& c) {
     return o;
   }
   o.series = series_options(c, o.task, o.split);
+  if (o.task == TaskKind::forecast) o.series.quantiles = loss_quantiles(c);
   o.mask_ratio = c.number("data.mask_ratio");
   if (!(o.mask_ratio > 0 && o.mask_ratio < 1))
     fail(c.origin("data.mask_ratio"), ": data.mask_ratio must be in (0, 1), got ", o.mask_ratio);
@@ -200,6 +206,26 @@ AugmentOptions augment_options(const Config& c) {
     fail(c.origin("augment.cache"),
          ": augment.cache is true but no augmentation has a probability above 0");
   return o;
+}
+
+std::vector<double> loss_quantiles(const Config& c) {
+  if (c.str("train.loss") != "quantile") return {};
+  std::vector<double> out;
+  for (const std::string& text : c.list("train.quantiles")) {
+    char* end = nullptr;
+    const double q = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !(q > 0 && q < 1))
+      fail(c.origin("train.quantiles"), ": train.quantiles: '", text,
+           "' is not a quantile (a number between 0 and 1, exclusive)");
+    if (!out.empty() && !(q > out.back()))
+      fail(c.origin("train.quantiles"), ": train.quantiles must be ascending and distinct, got ",
+           out.back(), " then ", q);
+    out.push_back(q);
+  }
+  if (out.empty() || out.size() > kMaxQuantiles)
+    fail(c.origin("train.quantiles"), ": train.quantiles needs 1 to ", kMaxQuantiles,
+         " quantiles, got ", out.size());
+  return out;
 }
 
 LoaderOptions loader_options(const Config& c, int64_t batch_bytes) {

@@ -96,17 +96,18 @@ std::string row_label(const SeriesData& d, int64_t row) {
   return std::to_string((d.file_rows.empty() ? row : d.file_rows[row]) + 1);
 }
 
-// When a window's forecast is for: the target row's label when it is in the file, else the last
-// date plus horizon steps where the series' dates are regular; "" when unknown (no dates).
-std::string forecast_time(const SeriesData& d, int64_t start) {
-  const int64_t last = d.last_row(start), target = d.target_row(start);
+// When a window's forecast of step k is for: the target row's label when it is in the file, else
+// the last date plus as many steps where the series' dates are regular; "" when unknown (no
+// dates).
+std::string forecast_time(const SeriesData& d, int64_t start, int64_t k) {
+  const int64_t last = d.last_row(start), target = d.target_row(start, k);
   const SeriesSpan& s = d.series_of(last);
   if (target < s.end) return row_label(d, target);
   if (d.dates.empty() || !s.regular || s.step <= 0) return "";
   const bool date_only = d.dates[last].size() <= 10;
-  const int64_t when = s.months > 0
-                           ? io::add_months(d.times[last], d.horizon * s.months, s.month_end)
-                           : d.times[last] + d.horizon * s.step;
+  const int64_t ahead = target - last;
+  const int64_t when = s.months > 0 ? io::add_months(d.times[last], ahead * s.months, s.month_end)
+                                    : d.times[last] + ahead * s.step;
   return io::format_datetime(when, date_only);
 }
 
@@ -136,10 +137,13 @@ std::vector<int64_t> prediction_windows(const SeriesData& d, bool last_only) {
 std::string predictions_header(const SeriesData& d, bool multi) {
   std::string csv = multi ? "series," : "";
   csv += "window_end,forecast_for";
+  if (d.steps_ahead > 1) csv += ",step";
   if (d.task == TaskKind::forecast) {
-    for (const auto& name : d.target_names)
-      csv +=
-          "," + io::csv_field(name) + (d.has_targets ? "," + io::csv_field(name + "_actual") : "");
+    for (const auto& name : d.target_names) {
+      if (d.quantiles.empty()) csv += "," + io::csv_field(name);
+      for (double q : d.quantiles) csv += "," + io::csv_field(name + "_q" + shortest(q));
+      if (d.has_targets) csv += "," + io::csv_field(name + "_actual");
+    }
   } else {
     csv += ",class";
     for (const auto& name : d.class_names) csv += "," + io::csv_field("p_" + name);
@@ -148,32 +152,40 @@ std::string predictions_header(const SeriesData& d, bool multi) {
   return csv + "\n";
 }
 
-// One window's row of a predictions file from the model's output `o` (O); returns the number of
-// predictions left empty (a target transform undone from a value missing in the file).
+// One window's rows of a predictions file (one per step ahead) from the model's output `o` (O);
+// returns the number of predictions left empty (a target transform undone from a value missing in
+// the file).
 int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bool multi,
                           std::string* csv) {
-  const int64_t O = d.num_outputs(), target = d.target_row(start);
-  const bool known = d.has_targets && target < d.series_of(d.last_row(start)).end;
-  if (multi) *csv += io::csv_field(d.series_of(start).name) + ",";
-  *csv += row_label(d, d.last_row(start)) + "," + forecast_time(d, start);
+  const int64_t end = d.series_of(d.last_row(start)).end;
   int64_t unknown = 0;
-  if (d.task == TaskKind::forecast) {
-    for (int64_t j = 0; j < O; ++j) {
-      // The model computes in f32: the prediction's shortest f32 text reads back exactly.
-      const double y = d.prediction(start, j, o[j]);
-      unknown += std::isnan(y);
-      *csv += "," + (std::isnan(y) ? "" : shortest(static_cast<float>(y)));
-      const double actual = known ? d.actual(start, j) : NAN;
-      if (d.has_targets) *csv += "," + (std::isnan(actual) ? "" : shortest(actual));
+  for (int64_t k = 0; k < d.steps_ahead; ++k) {
+    const int64_t target = d.target_row(start, k);
+    const bool known = d.has_targets && target < end;
+    if (multi) *csv += io::csv_field(d.series_of(start).name) + ",";
+    *csv += row_label(d, d.last_row(start)) + "," + forecast_time(d, start, k);
+    if (d.steps_ahead > 1) *csv += "," + std::to_string(k + 1);
+    if (d.task == TaskKind::forecast) {
+      std::vector<double> f(static_cast<size_t>(d.num_quantiles()));
+      for (int64_t j = 0; j < d.num_targets(); ++j) {
+        d.forecasts(start, k, j, o, f.data());
+        for (const double y : f) {
+          // The model computes in f32: the prediction's shortest f32 text reads back exactly.
+          unknown += std::isnan(y);
+          *csv += "," + (std::isnan(y) ? "" : shortest(static_cast<float>(y)));
+        }
+        const double actual = known ? d.actual(start, k, j) : NAN;
+        if (d.has_targets) *csv += "," + (std::isnan(actual) ? "" : shortest(actual));
+      }
+    } else {
+      *csv += "," + class_columns(d.class_names, o);
+      if (d.has_targets)
+        *csv +=
+            "," + (known && d.classes[target] >= 0 ? io::csv_field(d.class_names[d.classes[target]])
+                                                   : "");
     }
-  } else {
-    *csv += "," + class_columns(d.class_names, o);
-    if (d.has_targets)
-      *csv +=
-          "," +
-          (known && d.classes[target] >= 0 ? io::csv_field(d.class_names[d.classes[target]]) : "");
+    *csv += "\n";
   }
-  *csv += "\n";
   return unknown;
 }
 
@@ -462,6 +474,7 @@ int64_t write_validation_outputs(const std::string& run) {
                         : std::string("row") + (dates ? ",time" : "") + (multi ? ",series" : "") +
                               ",actual,predicted\n";
   char cells[96];
+  std::vector<double> forecast(static_cast<size_t>(d.num_quantiles()));
   for (size_t i = 0; i < starts.size(); i += batch_size) {
     const Batch& b = loader.next();
     model->set_token_layout(b.lengths, b.segments);
@@ -488,13 +501,14 @@ int64_t write_validation_outputs(const std::string& run) {
           }
         continue;
       }
-      const int64_t row = d.target_row(start);
+      const int64_t row = d.target_row(start, 0);
       csv += std::to_string((d.file_rows.empty() ? row : d.file_rows[row]) + 1);  // 1-based
-      if (dates) csv += "," + forecast_time(d, start);
+      if (dates) csv += "," + forecast_time(d, start, 0);
       if (multi) csv += "," + io::csv_field(d.series_of(d.last_row(start)).name);
-      if (d.task == TaskKind::forecast) {  // the first target, in its own units
-        std::snprintf(cells, sizeof cells, ",%.7g,%.7g\n", d.actual(start, 0),
-                      d.prediction(start, 0, o[k * O]));
+      if (d.task == TaskKind::forecast) {  // the first target a step ahead, in its own units
+        d.forecasts(start, 0, 0, o.data() + k * O, forecast.data());
+        std::snprintf(cells, sizeof cells, ",%.7g,%.7g\n", d.actual(start, 0, 0),
+                      forecast[d.point_quantile()]);
         csv += cells;
       } else {
         const float* ok = o.data() + k * O;

@@ -296,10 +296,16 @@ bool init_loads_vocabulary(const Config& c) {
 }
 
 Config as_it_trained(const Config& stored) {
-  if (stored.is_set("data.split.context")) return stored;
-  return stored.with_values(
-      {{"data.split.context", "strict"}},
-      stored.source() + " (written before data.split.context; its windows were strict)");
+  Config c = stored;
+  if (!c.is_set("data.split.context"))
+    c = c.with_values({{"data.split.context", "strict"}},
+                      c.source() + " (written before data.split.context; its windows were strict)");
+  if (!c.is_set("data.horizon_mode"))
+    c = c.with_values({{"data.horizon_mode", "last"}},
+                      c.source() +
+                          " (written before data.horizon_mode; its outputs were the "
+                          "last step's)");
+  return c;
 }
 
 Task load_task(const Config& c, const Task* from) {
@@ -336,8 +342,20 @@ RegressionLoss regression_loss_of(const Config& c, TaskKind task) {
     l.kind = LossKind::mae;
   else if (kind == "huber")
     l.kind = LossKind::huber;
+  else if (kind == "quantile")
+    l.kind = LossKind::quantile;
   else if (kind != "mse")
-    fail(c.origin("train.loss"), ": train.loss must be mse, mae or huber, got '", kind, "'");
+    fail(c.origin("train.loss"), ": train.loss must be mse, mae, huber or quantile, got '", kind,
+         "'");
+  if (l.kind == LossKind::quantile) {
+    if (task != TaskKind::forecast)
+      fail(c.origin("train.loss"),
+           ": train.loss quantile forecasts quantiles of targets; data.task ", task_name(task),
+           " has none");
+    const std::vector<double> q = loss_quantiles(c);
+    l.num_quantiles = static_cast<int>(q.size());
+    std::copy(q.begin(), q.end(), l.quantiles);
+  }
   l.delta = c.number("train.huber_delta");
   if (!(l.delta > 0 && std::isfinite(l.delta)))
     fail(c.origin("train.huber_delta"), ": train.huber_delta must be a positive number, got ",

@@ -92,40 +92,67 @@ class SeriesTask : public TaskType {
 
 // Errors in the targets' own units, transforms undone: MSE, RMSE, MAE; beside them, on the same
 // windows, the naive forecast's (each target predicted by the last value of its window) and with
-// data.season the seasonal-naive one's (by the value one season before the target), the model's
-// skill against naive (1 - MSE / naive MSE) and MASE (per target, MAE over the mean absolute
-// one-step, or seasonal, difference of the training part's targets; averaged over targets).
+// data.season the seasonal-naive one's (by the value of the last season the window holds: h steps
+// ahead, the value ceil(h / season) seasons before the target), the model's skill against naive
+// (1 - MSE / naive MSE) and MASE (per target, MAE over the mean absolute one-step, or seasonal,
+// difference of the training part's targets; averaged over targets). A direct multi-step forecast
+// adds each step's MAE and RMSE (val_mae_h1, ...). With quantiles, the errors are the point
+// quantile's (the median's), beside the pinball loss in the targets' units (val_pinball) and the
+// share of actuals between the lowest and highest quantile (val_coverage).
 class ForecastSums final : public MetricSums {
  public:
   explicit ForecastSums(const SeriesData& d)
-      : d_(d), outputs_(d.num_outputs()), model_abs_(outputs_, 0.0), scale_(outputs_, 0.0) {
+      : d_(d),
+        targets_(d.num_targets()),
+        model_abs_(targets_, 0.0),
+        scale_(targets_, 0.0),
+        steps_(d.steps_ahead > 1 ? d.steps_ahead : 0) {
     // MASE's scale, from the rows the training windows' targets cover.
     const int64_t lag = d.season > 0 ? d.season : 1;
     std::vector<char> covered(static_cast<size_t>(d.rows), 0);
-    for (int64_t s : d.split.train) covered[d.target_row(s)] = 1;
-    std::vector<int64_t> n(outputs_, 0);
+    for (int64_t s : d.split.train)
+      for (int64_t k = 0; k < d.steps_ahead; ++k) covered[d.target_row(s, k)] = 1;
+    std::vector<int64_t> n(targets_, 0);
     for (int64_t t = 0; t < d.rows; ++t) {
       if (!covered[t] || t - lag < d.series_of(t).begin) continue;
-      for (int64_t j = 0; j < outputs_; ++j) {
+      for (int64_t j = 0; j < targets_; ++j) {
         const double diff = d.target_value(t, j) - d.target_value(t - lag, j);
         if (!std::isfinite(diff)) continue;
         scale_[j] += std::fabs(diff);
         ++n[j];
       }
     }
-    for (int64_t j = 0; j < outputs_; ++j) scale_[j] = n[j] > 0 ? scale_[j] / n[j] : 0.0;
+    for (int64_t j = 0; j < targets_; ++j) scale_[j] = n[j] > 0 ? scale_[j] / n[j] : 0.0;
   }
   void add(const float* o, const Batch& b, const int64_t* windows) override {
+    const int64_t K = d_.steps_ahead, Q = d_.num_quantiles(), outputs = d_.num_outputs();
+    const int64_t point = d_.point_quantile();
+    std::vector<double> f(static_cast<size_t>(Q));
     for (int64_t r = 0; r < b.size; ++r) {
-      const int64_t start = windows[r], t = d_.target_row(start);
-      const bool seasonal = d_.season > 0 && t - d_.season >= d_.series_of(t).begin;
-      for (int64_t j = 0; j < outputs_; ++j) {
-        const double actual = d_.actual(start, j);
-        const double e = d_.prediction(start, j, o[r * outputs_ + j]) - actual;
-        model_.add(e, /*keep_nonfinite=*/true);  // a NaN prediction must show
-        model_abs_[j] += std::fabs(e);
-        naive_.add(d_.target_value(d_.last_row(start), j) - actual);
-        if (seasonal) snaive_.add(d_.target_value(t - d_.season, j) - actual);
+      const int64_t start = windows[r], last = d_.last_row(start);
+      const int64_t begin = d_.series_of(last).begin;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t t = d_.target_row(start, k);
+        const int64_t season_lag =
+            d_.season > 0 ? d_.season * ((t - last + d_.season - 1) / d_.season) : 0;
+        const bool seasonal = d_.season > 0 && t - season_lag >= begin;
+        for (int64_t j = 0; j < targets_; ++j) {
+          const double actual = d_.actual(start, k, j);
+          d_.forecasts(start, k, j, o + r * outputs, f.data());
+          if (!d_.quantiles.empty()) {
+            for (int64_t q = 0; q < Q; ++q) {
+              const double u = actual - f[q], level = d_.quantiles[q];
+              pinball_ += std::max(level * u, (level - 1) * u) / double(Q);
+            }
+            covered_ += f[0] <= actual && actual <= f[Q - 1];
+          }
+          const double e = f[point] - actual;
+          model_.add(e, /*keep_nonfinite=*/true);  // a NaN prediction must show
+          if (steps_) per_step_[k].add(e, true);
+          model_abs_[j] += std::fabs(e);
+          naive_.add(d_.target_value(last, j) - actual);
+          if (seasonal) snaive_.add(d_.target_value(t - season_lag, j) - actual);
+        }
       }
     }
   }
@@ -133,6 +160,14 @@ class ForecastSums final : public MetricSums {
     (*m)["val_mse"] = model_.mse();
     (*m)["val_rmse"] = std::sqrt(model_.mse());
     (*m)["val_mae"] = model_.mae();
+    if (!d_.quantiles.empty()) {
+      (*m)["val_pinball"] = pinball_ / double(model_.n);
+      if (d_.quantiles.size() > 1) (*m)["val_coverage"] = double(covered_) / double(model_.n);
+    }
+    for (int64_t k = 0; k < steps_; ++k) {
+      (*m)["val_mae_h" + std::to_string(k + 1)] = per_step_[k].mae();
+      (*m)["val_rmse_h" + std::to_string(k + 1)] = std::sqrt(per_step_[k].mse());
+    }
     if (naive_.n > 0) {
       (*m)["val_naive_mae"] = naive_.mae();
       (*m)["val_naive_rmse"] = std::sqrt(naive_.mse());
@@ -143,11 +178,11 @@ class ForecastSums final : public MetricSums {
       (*m)["val_snaive_rmse"] = std::sqrt(snaive_.mse());
     }
     double mase = 0;
-    for (int64_t j = 0; j < outputs_; ++j) {
+    for (int64_t j = 0; j < targets_; ++j) {
       if (!(scale_[j] > 0)) return;  // no training part here (eval --data), or a flat one
-      mase += model_abs_[j] / double(model_.n / outputs_) / scale_[j];
+      mase += model_abs_[j] / double(model_.n / targets_) / scale_[j];
     }
-    if (outputs_ > 0 && model_.n > 0) (*m)["val_mase"] = mase / double(outputs_);
+    if (targets_ > 0 && model_.n > 0) (*m)["val_mase"] = mase / double(targets_);
   }
 
  private:
@@ -165,9 +200,13 @@ class ForecastSums final : public MetricSums {
     double mse() const { return sq / double(n); }
   };
   const SeriesData& d_;
-  const int64_t outputs_;
+  const int64_t targets_;
   Errors model_, naive_, snaive_;
   std::vector<double> model_abs_, scale_;  // per target
+  double pinball_ = 0;   // the quantile loss in the targets' units, summed over the values
+  int64_t covered_ = 0;  // values between the lowest and the highest quantile's forecast
+  const int64_t steps_;  // steps with errors of their own (direct), or 0
+  std::vector<Errors> per_step_ = std::vector<Errors>(static_cast<size_t>(steps_));
 };
 
 class Forecast final : public SeriesTask {

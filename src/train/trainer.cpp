@@ -1173,11 +1173,11 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
   for (const ConfigKey& k : config_keys()) {
     const bool model = k.path.rfind("model.", 0) == 0 && k.path != "model.init_from" &&
                        k.path != "model.init_from_modules";
-    const bool data = k.path == "data.task" || k.path == "data.features" ||
-                      k.path == "data.targets" || k.path == "data.lookback" ||
-                      k.path == "data.horizon" || k.path == "data.seq_len" ||
-                      k.path == "data.transform" || k.path == "data.split.context" ||
-                      k.path == "data.calendar" || k.path == "data.normalize_per";
+    const bool data =
+        k.path == "data.task" || k.path == "data.features" || k.path == "data.targets" ||
+        k.path == "data.lookback" || k.path == "data.horizon" || k.path == "data.horizon_mode" ||
+        k.path == "data.seq_len" || k.path == "data.transform" || k.path == "data.split.context" ||
+        k.path == "data.calendar" || k.path == "data.normalize_per";
     if (!(model || data || k.path.rfind("adapter.", 0) == 0)) continue;
     if (config.str(k.path) != saved.str(k.path))
       fail(config.origin(k.path), ": ", k.path,

@@ -218,10 +218,15 @@ struct AttentionBackward {
 // A regression loss over selected rows, PyTorch's mean reductions of the error d = pred - target:
 // mse (d^2), mae (|d|, F.l1_loss; gradient sign(d)) or huber (F.huber_loss: d^2 / 2 within
 // delta, delta (|d| - delta / 2) beyond; gradient d clamped to [-delta, delta]).
-enum class LossKind { mse, mae, huber };
+// quantile: the pinball loss of quantile q, max(q (y - p), (q - 1) (y - p)), where a row's value j
+// is for quantile quantiles[j % num_quantiles] (its outputs are (..., num_quantiles)).
+enum class LossKind { mse, mae, huber, quantile };
+constexpr int kMaxQuantiles = 16;
 struct RegressionLoss {
   LossKind kind = LossKind::mse;
   double delta = 1.0;  // huber
+  int num_quantiles = 0;
+  double quantiles[kMaxQuantiles] = {};
 };
 
 // Unscaling and clipping of the gradients by their norm, decided where they are: from the sum of

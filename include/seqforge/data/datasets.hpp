@@ -85,12 +85,16 @@ enum class WindowSet {
 };
 
 // A time series as windows: input rows [s, s + lookback), target at row s + lookback - 1 + horizon
-// (mae: horizon 0; the window's own features, some steps masked, are the target). Several series
-// lie one after another in `source`; no window crosses from one into the next.
+// (mae: horizon 0; the window's own features, some steps masked, are the target). A direct
+// multi-step forecast has a target at every step ahead, rows s + lookback to s + lookback - 1 +
+// horizon. Several series lie one after another in `source`; no window crosses from one into the
+// next.
 struct SeriesData {
   TaskKind task = TaskKind::forecast;  // forecast, classify or mae
   int64_t rows = 0, lookback = 0, horizon = 0;
-  int64_t season = 0;  // rows per season (data.season); 0: none
+  int64_t steps_ahead = 1;        // targets per target column: horizon (direct forecast), else 1
+  std::vector<double> quantiles;  // forecast with the quantile loss: those forecast, ascending
+  int64_t season = 0;             // rows per season (data.season); 0: none
   std::vector<std::string> feature_names, target_names, class_names;
   SourceMatrix source;  // features (transformed), targets (transformed over the horizon)
   std::vector<int64_t> feature_cols, target_cols;  // columns of `source`; targets may be absent
@@ -112,8 +116,18 @@ struct SeriesData {
   std::string layout;  // how rows were ordered and transformed (date, series, transforms)
   Split split;
   int64_t num_features() const { return static_cast<int64_t>(feature_names.size()); }
-  int64_t num_outputs() const;  // targets (forecast), classes (classify) or features (mae)
+  // Targets times steps_ahead times quantiles (forecast: output (k * targets + j) * quantiles + q
+  // is quantile q of target j at step k), classes (classify) or features (mae).
+  int64_t num_outputs() const;
+  int64_t num_targets() const { return static_cast<int64_t>(target_names.size()); }
+  int64_t num_quantiles() const { return quantiles.empty() ? 1 : int64_t(quantiles.size()); }
+  // The quantile whose forecast is the point forecast: the one nearest 0.5 (the median).
+  int64_t point_quantile() const;
+  // The row of the window's last target (the furthest step ahead), and of its step k.
   int64_t target_row(int64_t start) const { return start + lookback - 1 + horizon; }
+  int64_t target_row(int64_t start, int64_t k) const {
+    return target_row(start) - steps_ahead + 1 + k;
+  }
   int64_t last_row(int64_t start) const { return start + lookback - 1; }
   // The series of source row `row`.
   const SeriesSpan& series_of(int64_t row) const;
@@ -121,12 +135,16 @@ struct SeriesData {
   int64_t scaler_of(int64_t row) const;
   // The normalised features of window `start`, (lookback, F), into `out`.
   void copy_window(int64_t start, float* out) const;
-  // The normalised targets of window `start`, (O), into `out` (forecast).
+  // The normalised targets of window `start`, (steps_ahead, O, quantiles: each the same value),
+  // into `out` (forecast).
   void copy_target(int64_t start, float* out) const;
-  // A model output `y` (normalised, target j) of window `start` in the target's own units.
-  double prediction(int64_t start, int64_t j, double y) const;
-  // Target j of window `start` in its own units.
-  double actual(int64_t start, int64_t j) const;
+  // Target j at step k of window `start` forecast by the outputs `o` (num_outputs), in the
+  // target's units: a value per quantile into `out`, ascending (quantiles never cross).
+  void forecasts(int64_t start, int64_t k, int64_t j, const float* o, double* out) const;
+  // A model output `y` (normalised; target j at step k) of window `start` in the target's units.
+  double prediction(int64_t start, int64_t k, int64_t j, double y) const;
+  // Target j at step k of window `start` in its own units.
+  double actual(int64_t start, int64_t k, int64_t j) const;
   // Target column j at source row `row`, in its own units (NaN where the file leaves it empty).
   double target_value(int64_t row, int64_t j) const;
 };

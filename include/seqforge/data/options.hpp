@@ -36,6 +36,10 @@ struct SplitOptions {
 struct SeriesOptions {
   std::string date_col, class_col, series_col, label, label_col;
   int64_t lookback = 0, horizon = 0, stride = 1;  // mae: horizon 0, the window is the target
+  // forecast: direct (an output per step ahead, 1 to horizon) or last (only `horizon` ahead).
+  std::string horizon_mode = "direct";
+  // forecast with the quantile loss: the quantiles forecast for every target and step, ascending.
+  std::vector<double> quantiles;
   int64_t season = 0;  // rows per season, for the seasonal-naive baseline and MASE; 0: none
   // Empty cells (CSV) or NaN (.npy) of features and targets: error, or filled within their
   // series in time order: ffill (the last value before), interpolate (linear between the

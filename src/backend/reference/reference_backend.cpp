@@ -370,7 +370,7 @@ class ReferenceBackend final : public Backend {
         for (int64_t j = 0; j < f; ++j) {
           const double diff = double(p[r * f + j]) - double(t[r * f + j]);
           double value, grad;
-          ref::regression_term(kind, diff, &value, &grad);
+          ref::regression_term(kind, diff, j, &value, &grad);
           if (on) loss += value;
           d[r * f + j] = on ? static_cast<T>(grad / denom) : T(0);
         }

@@ -37,7 +37,7 @@ __global__ void regression_kernel(RegressionLoss kind, const T* pred, const T* t
   SF_GRID_STRIDE(i, rows * f) {
     const bool on = !mask || mask[i / f] != T(0);
     double value, grad;
-    ref::regression_term(kind, double(pred[i]) - double(target[i]), &value, &grad);
+    ref::regression_term(kind, double(pred[i]) - double(target[i]), i % f, &value, &grad);
     if (on) loss += value;
     dpred[i] = on ? static_cast<T>(grad / denom) : T(0);
   }

@@ -274,12 +274,14 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
   const int64_t N = 29, F = 3, K = 6;
   double sums[3];
   std::vector<double> partials(cuda::kPartialBlocks + 1);
-  {  // MSE, MAE and Huber (errors on both sides of its delta), with and without a row mask
+  {  // MSE, MAE, Huber (errors on both sides of its delta) and two quantiles' pinball loss (a
+     // row's values take them in turn), with and without a row mask
     auto pred = random(rng, N * F, -2, 2), target = random(rng, N * F);
     std::vector<float> mask(N);
     for (int64_t r = 0; r < N; ++r) mask[r] = r % 3 ? 1.0f : 0.0f;
-    for (const RegressionLoss kind :
-         {RegressionLoss{}, RegressionLoss{LossKind::mae}, RegressionLoss{LossKind::huber, 0.7}})
+    const RegressionLoss quantile{LossKind::quantile, 1.0, 2, {0.2, 0.75}};
+    for (const RegressionLoss kind : {RegressionLoss{}, RegressionLoss{LossKind::mae},
+                                      RegressionLoss{LossKind::huber, 0.7}, quantile})
       for (bool masked : {false, true}) {
         std::vector<float> want(N * F), got(N * F);
         const Tensor m = masked ? view(mask, {N}) : Tensor();
