@@ -176,7 +176,6 @@ def forecast_data(c):
         my, sy = y[:a].mean(0), y[:a].std(0)
     else:
         raise SystemExit("this script compares zscore normalisation only")
-    x, y = (x - mx) / sx, (y - my) / sy
     T, h, stride = d["lookback"], d["horizon"], d["stride"]
     # direct: a target at every step ahead, 1 to h; last: only h ahead.
     steps = h if d.get("horizon_mode", "direct") == "direct" else 1
@@ -187,9 +186,17 @@ def forecast_data(c):
         return [s for s in range(first, hi, stride) if s + T - 1 + h < hi]
     history = d["split"].get("context", "history") == "history"
     first_target = T - 1 + h - steps + 1
+    train, val = windows(0, a, 0), windows(a, b, max(0, a - first_target) if history else a)
+    # (rows, steps * targets): each window's targets, step-major, at the row of its start; several
+    # steps ahead are scaled per step over the training windows.
+    y = np.stack([y[s + first_target:s + first_target + steps].reshape(-1) if
+                  s + first_target + steps <= len(y) else np.zeros(steps * y.shape[1])
+                  for s in range(len(y))])
+    if steps > 1:
+        my, sy = y[train].mean(0), y[train].std(0)
+    x, y = (x - mx) / sx, (y - my) / sy
     return (torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32),
-            windows(0, a, 0), windows(a, b, max(0, a - first_target) if history else a), T, h,
-            steps)
+            train, val, T, steps)
 
 
 def lr_at(c, step, total):
@@ -289,17 +296,17 @@ def main():
     if c["optim"]["kind"] != "adamw":
         raise SystemExit("this script compares adamw only")
     if task == "forecast":
-        x, y, train_starts, val_starts, T, h, steps = forecast_data(c)
+        x, y, train_starts, val_starts, T, steps = forecast_data(c)
         kind = c["train"]["loss"]
         if kind not in ("mse", "quantile"):
             raise SystemExit("this script compares the mse and quantile losses only")
         levels = [float(q) for q in c["train"]["quantiles"]] if kind == "quantile" else [None]
-        model = make_model(c, x.shape[1], y.shape[1] * steps * len(levels))
+        model = make_model(c, x.shape[1], y.shape[1] * len(levels))
 
         def make_batch(starts):
             xb = torch.stack([x[s:s + T] for s in starts])
             # (B, steps * targets * quantiles): step-major, each target repeated per quantile
-            yb = torch.stack([y[s + T + h - steps:s + T + h].reshape(-1) for s in starts])
+            yb = y[starts]
             if kind == "mse":
                 return xb, lambda out: torch.nn.functional.mse_loss(out, yb)
             yq = yb.repeat_interleave(len(levels), dim=1)

@@ -1,5 +1,6 @@
 // The seqforge command-line tool.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include "seqforge/bench/bench.hpp"
 #include "seqforge/core/interrupt.hpp"
 #include "seqforge/core/profiler.hpp"
+#include "seqforge/report/report.hpp"
 #include "seqforge/seqforge.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "tune.hpp"
@@ -255,9 +257,12 @@ int main(int argc, char** argv) {
         std::printf("%s\n", nlohmann::json(metrics).dump().c_str());
         return 0;
       }
-      for (const auto& [k, v] : metrics) {  // sorted by name
-        char value[32];                     // the shortest text that reads back as the same double
-        *std::to_chars(value, value + sizeof value - 1, v).ptr = '\0';
+      std::vector<std::string> names;
+      for (const auto& [k, v] : metrics) names.push_back(k);
+      std::sort(names.begin(), names.end(), sf::metric_order);  // val_mae_h2 before _h10
+      for (const std::string& k : names) {
+        char value[32];  // the shortest text that reads back as the same double
+        *std::to_chars(value, value + sizeof value - 1, metrics.at(k)).ptr = '\0';
         std::printf("%s %s\n", k.c_str(), value);
       }
       return 0;

@@ -98,8 +98,9 @@ const SeriesSpan& SeriesData::series_of(int64_t row) const {
   return *(it - 1);
 }
 
-double SeriesData::prediction(int64_t start, int64_t, int64_t j, double y) const {
-  const double v = target_norm.invert(y, j, scaler_of(last_row(start)));
+double SeriesData::prediction(int64_t start, int64_t k, int64_t j, double y) const {
+  const int64_t column = target_norm.steps > 1 ? k * num_targets() + j : j;
+  const double v = target_norm.invert(y, column, scaler_of(last_row(start)));
   const Transform t = target_transforms.empty() ? Transform::none : target_transforms[j];
   if (t == Transform::none || t == Transform::log) return invert_transform(t, v, 0);
   const int64_t O = static_cast<int64_t>(target_names.size());
@@ -171,19 +172,23 @@ void SeriesData::copy_target(int64_t start, float* out) const {
   const int64_t scaler = scaler_of(start), Q = num_quantiles();
   if (steps_ahead == 1 && Q == 1)
     return copy_rows(source, target_row(start), 1, target_cols, target_norm, scaler, out);
-  // Every step's change is taken from the window's last row (its transform's base).
-  const int64_t O = num_targets(), last = last_row(start);
+  const int64_t O = num_targets();
   const double *shift = target_norm.shifts(scaler), *scale = target_norm.scales(scaler);
-  for (int64_t k = 0; k < steps_ahead; ++k) {
-    const int64_t row = target_row(start, k);
+  for (int64_t k = 0; k < steps_ahead; ++k)
     for (int64_t j = 0; j < O; ++j) {
-      const Transform t = target_transforms[j];
-      const double v = needs_base(t)
-                           ? apply_transform(t, raw_targets[row * O + j], raw_targets[last * O + j])
-                           : source.at(row, target_cols[j]);
-      std::fill_n(out + (k * O + j) * Q, Q, static_cast<float>((v - shift[j]) / scale[j]));
+      const int64_t c = target_norm.steps > 1 ? k * O + j : j;
+      const double v = (step_target(start, k, j) - shift[c]) / scale[c];
+      std::fill_n(out + (k * O + j) * Q, Q, static_cast<float>(v));
     }
-  }
+}
+
+double SeriesData::step_target(int64_t start, int64_t k, int64_t j) const {
+  // Every step's change is taken from the window's last row (its transform's base).
+  const int64_t O = num_targets(), row = target_row(start, k);
+  const Transform t = target_transforms[j];
+  return needs_base(t)
+             ? apply_transform(t, raw_targets[row * O + j], raw_targets[last_row(start) * O + j])
+             : source.at(row, target_cols[j]);
 }
 
 int64_t SeriesData::scaler_of(int64_t row) const {
@@ -825,7 +830,27 @@ void fit_normalizers(const SeriesOptions& o, SeriesData* d) {
   for (int64_t r = 0; r < d->rows; ++r)
     if (used[r]) rows.push_back(r);
   d->feature_norm.fit(o.normalize, d->source, d->feature_cols, rows);
-  if (d->task == TaskKind::forecast)
+  const bool per_step = d->task == TaskKind::forecast && d->steps_ahead > 1;
+  // A direct forecast's targets per step ahead over the given training windows, (windows,
+  // steps * targets), for a scaler per step.
+  auto fit_steps = [&](Normalizer* norm, const std::vector<int64_t>& windows) {
+    const int64_t O = d->num_targets(), width = d->steps_ahead * O;
+    auto values = std::make_shared<std::vector<double>>(windows.size() * width);
+    for (size_t w = 0; w < windows.size(); ++w)
+      for (int64_t k = 0; k < d->steps_ahead; ++k)
+        for (int64_t j = 0; j < O; ++j)
+          (*values)[w * width + k * O + j] = d->step_target(windows[w], k, j);
+    SourceMatrix m{DType::f64, static_cast<int64_t>(windows.size()), width,
+                   reinterpret_cast<const std::byte*>(values->data()), values};
+    std::vector<int64_t> cols(width), all(windows.size());
+    std::iota(cols.begin(), cols.end(), 0);
+    std::iota(all.begin(), all.end(), 0);
+    norm->fit(o.normalize, m, cols, all);
+    norm->steps = d->steps_ahead;
+  };
+  if (per_step)
+    fit_steps(&d->target_norm, d->split.train);
+  else if (d->task == TaskKind::forecast)
     d->target_norm.fit(o.normalize, d->source, d->target_cols, rows);
   if (o.normalize_per != "series") return;
   for (const SeriesSpan& s : d->series) {  // each series' own training rows
@@ -836,8 +861,15 @@ void fit_normalizers(const SeriesOptions& o, SeriesData* d) {
     for (Normalizer* norm : {&d->feature_norm, &d->target_norm}) {
       if (norm == &d->target_norm && d->task != TaskKind::forecast) continue;
       Normalizer one;
-      one.fit(o.normalize, d->source, norm == &d->feature_norm ? d->feature_cols : d->target_cols,
-              own);
+      if (norm == &d->target_norm && per_step) {
+        std::vector<int64_t> windows;
+        for (int64_t w : d->split.train)
+          if (w >= s.begin && w < s.end) windows.push_back(w);
+        fit_steps(&one, windows);
+      } else {
+        one.fit(o.normalize, d->source,
+                norm == &d->feature_norm ? d->feature_cols : d->target_cols, own);
+      }
       norm->series.push_back(s.name);
       norm->series_shift.push_back(one.shift);
       norm->series_scale.push_back(one.scale);
@@ -989,8 +1021,12 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
     d.feature_norm = stored->feature_norm;
     d.target_norm = stored->target_norm;
     const size_t targets = opt.task == TaskKind::forecast ? d.target_cols.size() : 0;
+    const int64_t steps = d.steps_ahead > 1 ? d.steps_ahead : 1;
+    if (targets && d.target_norm.steps != steps)
+      fail(opt.path, ": the model's target scalers are for ", d.target_norm.steps,
+           " steps ahead, its config says ", steps);
     if (d.feature_norm.shift.size() != d.feature_cols.size() ||
-        (targets && d.target_norm.shift.size() != targets))
+        (targets && d.target_norm.shift.size() != targets * steps))
       fail(opt.path, ": ", d.feature_cols.size(), " features and ", targets,
            " targets, where the model was trained on ", d.feature_norm.shift.size(), " and ",
            d.target_norm.shift.size());

@@ -51,6 +51,7 @@ int64_t Normalizer::series_index(const std::string& name) const {
 
 std::string Normalizer::to_json() const {
   nlohmann::json j{{"kind", kind}, {"shift", shift}, {"scale", scale}};
+  if (steps != 1) j["steps"] = steps;
   if (!series.empty()) {
     j["series"] = series;
     j["series_shift"] = series_shift;
@@ -66,6 +67,7 @@ Normalizer Normalizer::from_json(const std::string& json, const std::string& whe
     n.kind = j.at("kind").get<std::string>();
     n.shift = j.at("shift").get<std::vector<double>>();
     n.scale = j.at("scale").get<std::vector<double>>();
+    n.steps = j.value("steps", int64_t{1});
     if (j.contains("series")) {
       n.series = j.at("series").get<std::vector<std::string>>();
       n.series_shift = j.at("series_shift").get<std::vector<std::vector<double>>>();
@@ -92,6 +94,8 @@ Normalizer Normalizer::from_json(const std::string& json, const std::string& whe
     fail(where, ": unknown kind '", n.kind, "'");
   if (n.shift.size() != n.scale.size())
     fail(where, ": ", n.shift.size(), " shifts and ", n.scale.size(), " scales");
+  if (n.steps < 1 || n.shift.size() % static_cast<size_t>(n.steps) != 0)
+    fail(where, ": steps ", n.steps, " does not divide its ", n.shift.size(), " columns");
   for (size_t i = 0; i < n.shift.size(); ++i)
     if (!std::isfinite(n.shift[i]) || !std::isfinite(n.scale[i]) || n.scale[i] == 0)
       fail(where, ": column ", i, ": shift ", n.shift[i], " and scale ", n.scale[i],

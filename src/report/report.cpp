@@ -30,18 +30,6 @@ using report::escape;
 using report::fmt;
 using report::Series;
 
-// One step's error of a direct multi-step forecast (val_mae_h3, test_rmse_h12): its step, else 0.
-int step_of_key(const std::string& key) {
-  const size_t at = key.rfind("_h");
-  if (at == std::string::npos || at + 2 >= key.size()) return 0;
-  int step = 0;
-  for (size_t i = at + 2; i < key.size(); ++i) {
-    if (key[i] < '0' || key[i] > '9' || step > 100000000) return 0;
-    step = step * 10 + (key[i] - '0');
-  }
-  return step;
-}
-
 std::vector<std::string> split_csv_line(const std::string& line) {
   std::vector<std::string> out;
   std::string cur;
@@ -297,7 +285,7 @@ std::string render_run_report(const std::string& run_dir) {
   std::vector<std::string> val_keys;
   for (const auto& j : epochs)
     for (const auto& [k, v] : j.items())
-      if (k.rfind("val_", 0) == 0 && k != "val_loss" && v.is_number() && !step_of_key(k) &&
+      if (k.rfind("val_", 0) == 0 && k != "val_loss" && v.is_number() && !metric_step(k) &&
           std::find(val_keys.begin(), val_keys.end(), k) == val_keys.end())
         val_keys.push_back(k);
   // The epoch model.safetensors holds: the last one saved.
@@ -331,11 +319,11 @@ std::string render_run_report(const std::string& run_dir) {
     if (test.contains("model_epoch")) o << " (epoch " << test["model_epoch"].dump() << ")";
     o << " evaluated on the held-out test split after training.</p><table><tr>";
     for (const auto& [k, v] : test.items())
-      if (v.is_number() && k != "model_epoch" && !step_of_key(k))
+      if (v.is_number() && k != "model_epoch" && !metric_step(k))
         o << "<th>" << escape(k) << "</th>";
     o << "</tr><tr>";
     for (const auto& [k, v] : test.items())
-      if (v.is_number() && k != "model_epoch" && !step_of_key(k))
+      if (v.is_number() && k != "model_epoch" && !metric_step(k))
         o << "<td>" << fmt(v.get<double>(), "%.6g") << "</td>";
     o << "</tr></table>\n";
   }
@@ -365,25 +353,25 @@ std::string render_run_report(const std::string& run_dir) {
   const nlohmann::json* by_step = nullptr;
   for (const auto& j : epochs)
     if (!by_step || (saved && j["epoch"].get<double>() == *saved)) by_step = &j;
+  // The steps of one metric (val_mae_h1, ... for "mae") of an epoch's (or the test split's)
+  // line, in step order.
   auto step_series = [&](const nlohmann::json* j, const std::string& metric,
                          const std::string& label) {
+    std::vector<std::pair<int, double>> points;
+    if (j && j->is_object())
+      for (const auto& [k, v] : j->items())
+        if (const int step = metric_step(k); step && v.is_number()) {
+          const size_t split_end = k.find('_'), step_begin = k.rfind("_h");
+          if (k.substr(split_end + 1, step_begin - split_end - 1) == metric)
+            points.emplace_back(step, v.get<double>());
+        }
+    std::sort(points.begin(), points.end());
     Series s{label};
-    if (!j || !j->is_object()) return s;
-    for (const auto& [k, v] : j->items())
-      if (const int step = step_of_key(k);
-          step && v.is_number() && k.find("_" + metric + "_h") != std::string::npos) {
-        s.x.push_back(step);
-        s.y.push_back(v.get<double>());
-      }
-    std::vector<size_t> order(s.x.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s.x[a] < s.x[b]; });
-    Series sorted{label};
-    for (size_t i : order) {
-      sorted.x.push_back(s.x[i]);
-      sorted.y.push_back(s.y[i]);
+    for (const auto& [step, y] : points) {
+      s.x.push_back(step);
+      s.y.push_back(y);
     }
-    return sorted;
+    return s;
   };
   if (Series mae = step_series(by_step, "mae", "validation MAE"); !mae.x.empty()) {
     Chart c;
@@ -391,6 +379,8 @@ std::string render_run_report(const std::string& run_dir) {
     c.x_label = "step ahead";
     c.x_kind = report::XKind::integer;
     c.series = {mae, step_series(by_step, "rmse", "validation RMSE")};
+    if (Series naive = step_series(by_step, "snaive_mae", "seasonal naive MAE"); !naive.x.empty())
+      c.series.push_back(naive);
     if (Series t = step_series(&test, "mae", "test MAE"); !t.x.empty()) c.series.push_back(t);
     for (Series& one : c.series) one.style = Series::Style::line_and_points;
     o << report::render(c);
@@ -426,6 +416,24 @@ std::string render_run_report(const std::string& run_dir) {
       << escape(facts.config_text) << "</pre></details>\n";
   o << "</body></html>\n";
   return o.str();
+}
+
+int metric_step(const std::string& key) {
+  const size_t at = key.rfind("_h");
+  if (at == std::string::npos || at + 2 >= key.size()) return 0;
+  int step = 0;
+  for (size_t i = at + 2; i < key.size(); ++i) {
+    if (key[i] < '0' || key[i] > '9' || step > 100000000) return 0;
+    step = step * 10 + (key[i] - '0');
+  }
+  return step;
+}
+
+bool metric_order(const std::string& a, const std::string& b) {
+  const int sa = metric_step(a), sb = metric_step(b);
+  if (!sa || !sb) return a < b;
+  const std::string_view base_a(a.data(), a.rfind("_h")), base_b(b.data(), b.rfind("_h"));
+  return base_a != base_b ? a < b : sa < sb;
 }
 
 std::string write_run_report(const std::string& run_dir) {

@@ -17,6 +17,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/nn/checkpoint.hpp"
+#include "seqforge/report/report.hpp"
 #include "seqforge/train/data_options.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "task_type.hpp"
@@ -430,9 +431,19 @@ std::map<std::string, double> evaluate_split(Backend& be, Model& model, const Ta
 }
 
 std::string format_metrics(const std::map<std::string, double>& m) {
+  // Of a direct forecast's errors per step ahead, the first and the last step's.
+  std::map<std::string, int> last_step;
+  for (const auto& [k, v] : m)
+    if (const int step = metric_step(k)) {
+      int& last = last_step[k.substr(0, k.rfind("_h"))];
+      last = std::max(last, step);
+    }
   std::string out;
   char buf[64];
   for (const auto& [k, v] : m) {
+    if (const int step = metric_step(k);
+        step > 1 && step != last_step[k.substr(0, k.rfind("_h"))])
+      continue;
     std::snprintf(buf, sizeof buf, "  %s %.5g", k.c_str(), v);
     out += buf;
   }

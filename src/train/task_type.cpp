@@ -81,7 +81,8 @@ class SeriesTask : public TaskType {
       auto& f = stored->series;
       f.feature_names = metadata_json<std::vector<std::string>>(meta, "seqforge.features", where);
       f.target_names = metadata_json<std::vector<std::string>>(meta, "seqforge.targets", where);
-      const size_t targets = kind() == TaskKind::forecast ? f.target_norm.shift.size() : 0;
+      const size_t targets =
+          kind() == TaskKind::forecast ? f.target_norm.shift.size() / f.target_norm.steps : 0;
       if (f.feature_names.size() != f.feature_norm.shift.size() || f.target_names.size() != targets)
         fail(where, ": seqforge.features and seqforge.targets name ", f.feature_names.size(),
              " and ", f.target_names.size(), " columns where the normalizers hold ",
@@ -96,7 +97,7 @@ class SeriesTask : public TaskType {
 // ahead, the value ceil(h / season) seasons before the target), the model's skill against naive
 // (1 - MSE / naive MSE) and MASE (per target, MAE over the mean absolute one-step, or seasonal,
 // difference of the training part's targets; averaged over targets). A direct multi-step forecast
-// adds each step's MAE and RMSE (val_mae_h1, ...). With quantiles, the errors are the point
+// adds each step's MAE and RMSE (val_mae_h1, ...) and seasonal naive's MAE (val_snaive_mae_h1, ...). With quantiles, the errors are the point
 // quantile's (the median's), beside the pinball loss in the targets' units (val_pinball) and the
 // share of actuals between the lowest and highest quantile (val_coverage).
 class ForecastSums final : public MetricSums {
@@ -151,7 +152,11 @@ class ForecastSums final : public MetricSums {
           if (steps_) per_step_[k].add(e, true);
           model_abs_[j] += std::fabs(e);
           naive_.add(d_.target_value(last, j) - actual);
-          if (seasonal) snaive_.add(d_.target_value(t - season_lag, j) - actual);
+          if (seasonal) {
+            const double e_season = d_.target_value(t - season_lag, j) - actual;
+            snaive_.add(e_season);
+            if (steps_) snaive_per_step_[k].add(e_season);
+          }
         }
       }
     }
@@ -176,6 +181,9 @@ class ForecastSums final : public MetricSums {
     if (snaive_.n > 0) {
       (*m)["val_snaive_mae"] = snaive_.mae();
       (*m)["val_snaive_rmse"] = std::sqrt(snaive_.mse());
+      for (int64_t k = 0; k < steps_; ++k)
+        if (snaive_per_step_[k].n > 0)
+          (*m)["val_snaive_mae_h" + std::to_string(k + 1)] = snaive_per_step_[k].mae();
     }
     double mase = 0;
     for (int64_t j = 0; j < targets_; ++j) {
@@ -207,6 +215,7 @@ class ForecastSums final : public MetricSums {
   int64_t covered_ = 0;  // values between the lowest and the highest quantile's forecast
   const int64_t steps_;  // steps with errors of their own (direct), or 0
   std::vector<Errors> per_step_ = std::vector<Errors>(static_cast<size_t>(steps_));
+  std::vector<Errors> snaive_per_step_ = per_step_;
 };
 
 class Forecast final : public SeriesTask {

@@ -36,6 +36,9 @@ struct SourceMatrix {
 struct Normalizer {
   std::string kind = "none";  // zscore | minmax | none
   std::vector<double> shift, scale;
+  // Columns per target: a direct forecast's targets are scaled per step ahead (column k *
+  // targets + j), as a change over k steps differs in scale from one over the horizon.
+  int64_t steps = 1;
   std::vector<std::string> series;                              // names, with scalers per series
   std::vector<std::vector<double>> series_shift, series_scale;  // (series, columns)
   // Fits on the given rows of the given columns of `m`.
@@ -138,6 +141,8 @@ struct SeriesData {
   // The normalised targets of window `start`, (steps_ahead, O, quantiles: each the same value),
   // into `out` (forecast).
   void copy_target(int64_t start, float* out) const;
+  // Target j at step k of window `start` as the model learns it: transformed, not normalised.
+  double step_target(int64_t start, int64_t k, int64_t j) const;
   // Target j at step k of window `start` forecast by the outputs `o` (num_outputs), in the
   // target's units: a value per quantile into `out`, ascending (quantiles never cross).
   void forecasts(int64_t start, int64_t k, int64_t j, const float* o, double* out) const;

@@ -13,4 +13,10 @@ std::string render_run_report(const std::string& run_dir);
 // Writes render_run_report(run_dir) to run_dir/report.html atomically; returns that path.
 std::string write_run_report(const std::string& run_dir);
 
+// A direct multi-step forecast's metric of one step ahead (val_mae_h3, test_rmse_h12): the step;
+// else 0.
+int metric_step(const std::string& key);
+// Metric names in reading order: by name, a metric's steps ahead in their numeric order.
+bool metric_order(const std::string& a, const std::string& b);
+
 }  // namespace seqforge
