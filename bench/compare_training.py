@@ -113,12 +113,13 @@ class Model(torch.nn.Module):
             raise SystemExit("model.cell %s: PyTorch has no such module" % m["cell"])
         d = 2 if m["bidirectional"] else 1
         self.head = torch.nn.Linear(d * (m["proj_size"] or m["hidden"]), outputs)
+        self.every_step = m.get("output", "last") == "every_step"
 
     def forward(self, x):
         if self.vocab:
             x = self.embedding(x)
         y, _ = (self.gru if hasattr(self, "gru") else self.lstm)(x)
-        if self.vocab:
+        if self.vocab or self.every_step:
             return self.head(y.reshape(-1, y.shape[-1]))
         return self.head(y[:, -1])
 
@@ -187,13 +188,13 @@ def forecast_data(c):
     history = d["split"].get("context", "history") == "history"
     first_target = T - 1 + h - steps + 1
     train, val = windows(0, a, 0), windows(a, b, max(0, a - first_target) if history else a)
-    # (rows, steps * targets): each window's targets, step-major, at the row of its start; several
-    # steps ahead are scaled per step over the training windows.
-    y = np.stack([y[s + first_target:s + first_target + steps].reshape(-1) if
-                  s + first_target + steps <= len(y) else np.zeros(steps * y.shape[1])
-                  for s in range(len(y))])
+    # (rows, steps * targets): the targets that follow each row, step-major (those of the window
+    # ending there); several steps ahead are scaled per step over the training windows.
+    ahead = h - steps + 1
+    y = np.stack([y[r + ahead:r + ahead + steps].reshape(-1) if r + ahead + steps <= len(y)
+                  else np.zeros(steps * y.shape[1]) for r in range(len(y))])
     if steps > 1:
-        my, sy = y[train].mean(0), y[train].std(0)
+        my, sy = y[[s + T - 1 for s in train]].mean(0), y[[s + T - 1 for s in train]].std(0)
     x, y = (x - mx) / sx, (y - my) / sy
     return (torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32),
             train, val, T, steps)
@@ -306,7 +307,10 @@ def main():
         def make_batch(starts):
             xb = torch.stack([x[s:s + T] for s in starts])
             # (B, steps * targets * quantiles): step-major, each target repeated per quantile
-            yb = y[starts]
+            every_step = c["model"].get("output", "last") == "every_step"
+            # every_step: (B * T, ...), the targets after each step of each window
+            yb = torch.cat([y[s:s + T] for s in starts]) if every_step else \
+                y[[s + T - 1 for s in starts]]
             if kind == "mse":
                 return xb, lambda out: torch.nn.functional.mse_loss(out, yb)
             yq = yb.repeat_interleave(len(levels), dim=1)

@@ -401,6 +401,76 @@ TEST(Runs, DirectForecastsPredictEveryStepAhead) {
             "direct");
 }
 
+// data.missing mask end to end: empty feature and target cells train (the features taken from
+// the file, so predict finds the file's among the stored names, indicators included) and a new
+// file with an empty cell gets a forecast for every window.
+TEST(Runs, MaskedCellsTrainAndPredict) {
+  const fs::path dir = temp_dir("mask");
+  auto blank = [](const std::string& path, const std::vector<std::pair<int, int>>& cells) {
+    auto rows = read_csv(path);
+    for (const auto& [row, col] : cells) rows[row + 1][col].clear();
+    std::ofstream f(path);
+    for (const auto& r : rows) {
+      for (size_t c = 0; c < r.size(); ++c) f << (c ? "," : "") << r[c];
+      f << "\n";
+    }
+    return path;
+  };
+  const std::string data = blank(write_hourly(dir / "d.csv", 200, true),
+                                 {{50, 1}, {51, 1}, {120, 2}, {70, 3}, {171, 3}});
+  std::ostringstream log;
+  train(Config::parse("data:\n  path: " + data +
+                          "\n  date_column: when\n  targets: [y]\n  lookback: 8\n  missing: mask\n"
+                          "model: {hidden: 16}\ntrain: {epochs: 2, batch_size: 16, run_dir: " +
+                          (dir / "run").string() + "}\n",
+                      "m.yaml"),
+        log);
+  EXPECT_NE(log.str().find("data.missing mask: 2 empty cells of 'signal' masked"),
+            std::string::npos)
+      << log.str();
+  EXPECT_NE(log.str().find("windows whose target is missing are left out"), std::string::npos);
+  EXPECT_TRUE(std::isfinite(metrics_of(dir / "run").back().at("val_loss").get<double>()));
+  const std::string fresh = blank(write_hourly(dir / "f.csv", 30, true), {{10, 2}});
+  std::ostringstream out;
+  EXPECT_EQ(predict((dir / "run").string(), {fresh, (dir / "p.csv").string(), false}, out), 23);
+  const auto p = read_csv((dir / "p.csv").string());
+  for (size_t i = 1; i < p.size(); ++i) EXPECT_TRUE(std::isfinite(std::stod(p[i][2]))) << i;
+}
+
+// model.output every_step: the loss covers a forecast after every step of a window, and eval,
+// predict and the errors take the last step's. Validation windows of 200 hourly rows, horizon 2:
+// last rows 159..177; their MAE from predict's rows is the logged val_mae.
+TEST(Runs, EveryStepOutputsForecastFromTheLastStep) {
+  const fs::path dir = temp_dir("every_step");
+  const std::string data = write_hourly(dir / "d.csv", 200, true);
+  std::ostringstream log;
+  train(Config::parse(yaml(data, dir / "run", "  horizon: 2\n"), "e.yaml",
+                      {"model.output=every_step"}),
+        log);
+  const nlohmann::json m = metrics_of(dir / "run").back();
+  EXPECT_EQ(evaluate((dir / "run").string(), "val").at("val_loss"), m.at("val_loss").get<double>());
+  std::ostringstream out;
+  predict((dir / "run").string(), {data, (dir / "p.csv").string(), false}, out);
+  const auto p = read_csv((dir / "p.csv").string());
+  double abs = 0;
+  int values = 0;
+  for (size_t i = 1; i < p.size(); ++i) {
+    const int64_t last = (*io::parse_datetime(p[i][0]) - int64_t{1577836800}) / 3600;
+    if (last < 159 || last > 177) continue;
+    abs += std::fabs(std::stod(p[i][3]) - std::stod(p[i][4]));
+    ++values;
+  }
+  ASSERT_EQ(values, 19 * 2);
+  EXPECT_NEAR(abs / values, m.at("val_mae").get<double>(), 1e-5 * abs / values);
+  // A masked autoencoder has an output at every step already.
+  EXPECT_NE(error_of([&] {
+              train(Config::parse(yaml(data, dir / "bad"), "e.yaml",
+                                  {"model.output=every_step", "data.task=mae"}),
+                    log);
+            }).find("model.output every_step is for forecasters"),
+            std::string::npos);
+}
+
 // train.loss quantile: the model forecasts each quantile of every step (here 2 steps of 3
 // quantiles); predict writes them ascending in a column each, and eval's pinball loss and
 // coverage on a file are those of predict's columns by their definitions.

@@ -212,6 +212,39 @@ TEST(Series, EmptyCellsAreFilledWithinTheirSeries) {
             (std::vector<double>{1, 1, 1, 4}));
 }
 
+// data.missing mask on the same cells: a missing input is 0 (here unnormalised) with its
+// indicator feature 1, and the windows whose target is missing are left out. Lookback 2, the
+// target the next day: a keeps the windows ending days 1 and 2 (targets 40, 50), b those ending
+// days 0, 2 and 3 (targets 300, 500, 600).
+TEST(Series, MaskedCellsAreZeroInputsBesideAnIndicatorAndNoTarget) {
+  const fs::path dir = temp_dir("mask");
+  const std::string path = write(dir / "m.csv",
+                                 "date,city,value\n"
+                                 "2020-01-01,a,10\n2020-01-01,b,\n2020-01-02,a,\n"
+                                 "2020-01-02,b,200\n2020-01-03,a,\n2020-01-03,b,300\n"
+                                 "2020-01-04,a,40\n2020-01-04,b,\n2020-01-05,a,50\n"
+                                 "2020-01-05,b,500\n2020-01-06,a,\n2020-01-06,b,600\n");
+  const SeriesData d = load_series(series_config(
+      path, {"data.missing=mask", "data.lookback=2", "data.split.train=1", "data.split.val=0"}));
+  EXPECT_EQ(d.feature_names, (std::vector<std::string>{"value", "value_missing"}));
+  EXPECT_EQ(d.split.train, (std::vector<int64_t>{1, 2, 6, 8, 9}));
+  for (const char* note : {"data.missing mask: 5 empty cells of 'value' masked",
+                           "data.missing mask: 3 windows whose target is missing are left out of "
+                           "training and evaluation"})
+    EXPECT_NE(std::find(d.notes.begin(), d.notes.end(), note), d.notes.end()) << note;
+  auto window = [&](int64_t start) {
+    std::vector<float> x(4);
+    d.copy_window(start, x.data());
+    return x;
+  };
+  EXPECT_EQ(window(1), (std::vector<float>{0, 1, 0, 1}));
+  EXPECT_EQ(window(2), (std::vector<float>{0, 1, 40, 0}));
+  EXPECT_EQ(window(6), (std::vector<float>{0, 1, 200, 0}));
+  float y = 0;
+  d.copy_target(6, &y);
+  EXPECT_EQ(y, 300);
+}
+
 // data.normalize_per series: each series scaled by its own training rows (a's values are
 // 1000 + day, b's 2000 + day), predictions scaled back by their own series' scaler, the scalers
 // kept per name through JSON; a series without one is an error or (fallback pooled) a note.

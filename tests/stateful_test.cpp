@@ -134,57 +134,64 @@ TEST(Stateful, StreamsFollowTheDataAndResetAtSeriesBoundaries) {
 // With a learning rate of 0 the model stays as initialised: the logged training loss of a
 // stateful epoch is the mean loss of the streams' chunks run with carried states, computed here
 // by hand, and not the loss of the same chunks each started from zeros.
+// With model.output every_step, every row of a chunk is a target: the loss covers each step.
 TEST(Stateful, TheLoggedLossIsThatOfCarriedStates) {
-  const fs::path dir = temp_dir("carried");
-  {
-    std::ofstream f(dir / "series.csv");
-    f << "t,signal\n";
-    for (int i = 0; i < 400; ++i) f << i << "," << std::sin(i * 0.37) * std::cos(i * 0.011) << "\n";
-  }
-  const Config c = Config::parse(
-      "data: {path: " + (dir / "series.csv").string() +
-          ", features: [signal], targets: [signal], lookback: 5}\n"
-          "model: {hidden: 10, layers: 2}\noptim: {lr: 0}\n"
-          "train: {epochs: 1, batch_size: 4, stateful: true, precision: fp32, run_dir: " +
-          (dir / "run").string() + "}\n",
-      "s.yaml");
-  std::ostringstream log;
-  const double logged = train(c, log).last.at("train_loss");
-
-  auto be = make_cpu_backend();
-  const Task task = load_task(Config::parse(c.resolved_yaml(), "resolved"));
-  const StatefulStreams st = stateful_streams(task, 4);
-  SequenceModel model(task.model);
-  model.initialize(*be, 0);
-  const int64_t B = 4, L = task.model.rnn.num_layers, H = task.model.rnn.hidden_size;
-  auto mean_loss = [&](bool carry) {
-    std::vector<float> h(L * B * H, 0.0f), cs(L * B * H, 0.0f);
-    Rng rng(0);
-    double sum = 0, seen = 0;
-    Batch b;
-    Buffer dout_buf;
-    for (int64_t k = 0; k < st.batches; ++k) {
-      assemble_batch(*be, task, st.order, size_t(k * B), size_t((k + 1) * B), {}, rng, &b);
-      for (int64_t i = 0; i < B; ++i)
-        if (!carry || st.reset[k * B + i])
-          for (int64_t l = 0; l < L; ++l) {
-            std::fill_n(h.begin() + (l * B + i) * H, H, 0.0f);
-            std::fill_n(cs.begin() + (l * B + i) * H, H, 0.0f);
-          }
-      Tensor y = model.forward(*be, b.input, Tensor(h.data(), DType::f32, {L, B, H}),
-                               Tensor(cs.data(), DType::f32, {L, B, H}), true, rng);
-      Tensor dout = dout_buf.get(*be, DType::f32, y.shape());
-      sum += be->mse_loss(y, b.target, Tensor(), dout) * double(b.size);
-      seen += double(b.size);
-      std::copy_n(static_cast<const float*>(model.rnn().h_n().data()), h.size(), h.begin());
-      std::copy_n(static_cast<const float*>(model.rnn().c_n().data()), cs.size(), cs.begin());
+  for (const std::string output : {"last", "every_step"}) {
+    const fs::path dir = temp_dir("carried_" + output);
+    {
+      std::ofstream f(dir / "series.csv");
+      f << "t,signal\n";
+      for (int i = 0; i < 400; ++i)
+        f << i << "," << std::sin(i * 0.37) * std::cos(i * 0.011) << "\n";
     }
-    return sum / seen;
-  };
-  const double carried = mean_loss(true), fresh = mean_loss(false);
-  EXPECT_NEAR(logged, carried, 1e-6 * std::fabs(carried)) << log.str();
-  EXPECT_GT(std::fabs(carried - fresh), 1e-4 * std::fabs(carried))
-      << "carrying the states should change the loss on this series";
+    const Config c = Config::parse(
+        "data: {path: " + (dir / "series.csv").string() +
+            ", features: [signal], targets: [signal], lookback: 5}\n"
+            "model: {hidden: 10, layers: 2, output: " +
+            output +
+            "}\noptim: {lr: 0}\n"
+            "train: {epochs: 1, batch_size: 4, stateful: true, precision: fp32, run_dir: " +
+            (dir / "run").string() + "}\n",
+        "s.yaml");
+    std::ostringstream log;
+    const double logged = train(c, log).last.at("train_loss");
+
+    auto be = make_cpu_backend();
+    const Task task = load_task(Config::parse(c.resolved_yaml(), "resolved"));
+    const StatefulStreams st = stateful_streams(task, 4);
+    SequenceModel model(task.model);
+    model.initialize(*be, 0);
+    const int64_t B = 4, L = task.model.rnn.num_layers, H = task.model.rnn.hidden_size;
+    auto mean_loss = [&](bool carry) {
+      std::vector<float> h(L * B * H, 0.0f), cs(L * B * H, 0.0f);
+      Rng rng(0);
+      double sum = 0, seen = 0;
+      Batch b;
+      Buffer dout_buf;
+      for (int64_t k = 0; k < st.batches; ++k) {
+        assemble_batch(*be, task, st.order, size_t(k * B), size_t((k + 1) * B), {}, rng, &b);
+        for (int64_t i = 0; i < B; ++i)
+          if (!carry || st.reset[k * B + i])
+            for (int64_t l = 0; l < L; ++l) {
+              std::fill_n(h.begin() + (l * B + i) * H, H, 0.0f);
+              std::fill_n(cs.begin() + (l * B + i) * H, H, 0.0f);
+            }
+        Tensor y = model.forward(*be, b.input, Tensor(h.data(), DType::f32, {L, B, H}),
+                                 Tensor(cs.data(), DType::f32, {L, B, H}), true, rng);
+        EXPECT_EQ(y.dim(0), output == "last" ? B : B * 5);
+        Tensor dout = dout_buf.get(*be, DType::f32, y.shape());
+        sum += be->mse_loss(y, b.target, Tensor(), dout) * double(b.size);
+        seen += double(b.size);
+        std::copy_n(static_cast<const float*>(model.rnn().h_n().data()), h.size(), h.begin());
+        std::copy_n(static_cast<const float*>(model.rnn().c_n().data()), cs.size(), cs.begin());
+      }
+      return sum / seen;
+    };
+    const double carried = mean_loss(true), fresh = mean_loss(false);
+    EXPECT_NEAR(logged, carried, 1e-6 * std::fabs(carried)) << output << log.str();
+    EXPECT_GT(std::fabs(carried - fresh), 1e-4 * std::fabs(carried))
+        << "carrying the states should change the loss on this series";
+  }
 }
 
 TEST(Stateful, InterruptedStatefulRunResumesExactly) {

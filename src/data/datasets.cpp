@@ -166,20 +166,37 @@ void copy_rows(const SourceMatrix& m, int64_t first, int64_t n, const std::vecto
 
 void SeriesData::copy_window(int64_t start, float* out) const {
   copy_rows(source, start, lookback, feature_cols, feature_norm, scaler_of(start), out);
+  if (masks_missing)  // a missing input is 0, the features' mean; its indicator says it is missing
+    std::replace_if(
+        out, out + lookback * num_features(), [](float x) { return std::isnan(x); }, 0.0f);
 }
 
-void SeriesData::copy_target(int64_t start, float* out) const {
-  const int64_t scaler = scaler_of(start), Q = num_quantiles();
-  if (steps_ahead == 1 && Q == 1)
-    return copy_rows(source, target_row(start), 1, target_cols, target_norm, scaler, out);
-  const int64_t O = num_targets();
-  const double *shift = target_norm.shifts(scaler), *scale = target_norm.scales(scaler);
-  for (int64_t k = 0; k < steps_ahead; ++k)
+namespace {
+
+// The normalised targets that follow row `last` (those of the window ending there), with the
+// given scaler, into `out` (steps_ahead, O, quantiles).
+void copy_targets_after(const SeriesData& d, int64_t last, int64_t scaler, float* out) {
+  const int64_t start = last - d.lookback + 1, Q = d.num_quantiles();
+  if (d.steps_ahead == 1 && Q == 1)
+    return copy_rows(d.source, d.target_row(start), 1, d.target_cols, d.target_norm, scaler, out);
+  const int64_t O = d.num_targets();
+  const double *shift = d.target_norm.shifts(scaler), *scale = d.target_norm.scales(scaler);
+  for (int64_t k = 0; k < d.steps_ahead; ++k)
     for (int64_t j = 0; j < O; ++j) {
-      const int64_t c = target_norm.steps > 1 ? k * O + j : j;
-      const double v = (step_target(start, k, j) - shift[c]) / scale[c];
+      const int64_t c = d.target_norm.steps > 1 ? k * O + j : j;
+      const double v = (d.step_target(start, k, j) - shift[c]) / scale[c];
       std::fill_n(out + (k * O + j) * Q, Q, static_cast<float>(v));
     }
+}
+
+}  // namespace
+
+void SeriesData::copy_target(int64_t start, float* out) const {
+  const int64_t scaler = scaler_of(start), last = last_row(start);
+  if (!every_step) return copy_targets_after(*this, last, scaler, out);
+  const int64_t outputs = num_outputs();
+  for (int64_t t = 0; t < lookback; ++t)  // step t's: those after row start + t
+    copy_targets_after(*this, last - (lookback - 1 - t), scaler, out + t * outputs);
 }
 
 double SeriesData::step_target(int64_t start, int64_t k, int64_t j) const {
@@ -582,7 +599,9 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   const int64_t n = static_cast<int64_t>(keep.size());
   d->rows = n;
   const int64_t file_features = static_cast<int64_t>(o.features.size());
-  const int64_t F = file_features + 2 * static_cast<int64_t>(o.calendar.size());
+  const bool mask = o.missing == "mask";  // and an indicator per file feature, after the calendar's
+  const int64_t F =
+      file_features + 2 * static_cast<int64_t>(o.calendar.size()) + (mask ? file_features : 0);
   const int64_t O = static_cast<int64_t>(target_names.size());
   std::vector<int64_t> present;  // targets in the file (predict needs none)
   for (int64_t j = 0; j < O; ++j)
@@ -608,13 +627,15 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
         fail(what, " (data.missing: ffill or interpolate fills empty cells)");
       throw;
     }
-    if (o.missing != "error" && !not_known_yet)
-      if (const int64_t filled = fill_missing(&x, order, o.missing, table, name); filled > 0) {
-        const std::string note = "data.missing " + o.missing + ": " + std::to_string(filled) +
-                                 " empty cells of '" + name + "' filled";
-        if (std::find(d->notes.begin(), d->notes.end(), note) == d->notes.end())
-          d->notes.push_back(note);  // once for a column that is a feature and a target
-      }
+    if (o.missing != "error" && !not_known_yet) {
+      const int64_t empty =
+          mask ? std::count_if(x.begin(), x.end(), [](double v) { return std::isnan(v); })
+               : fill_missing(&x, order, o.missing, table, name);
+      const std::string note = "data.missing " + o.missing + ": " + std::to_string(empty) +
+                               " empty cells of '" + name + "' " + (mask ? "masked" : "filled");
+      if (empty > 0 && std::find(d->notes.begin(), d->notes.end(), note) == d->notes.end())
+        d->notes.push_back(note);  // once for a column that is a feature and a target
+    }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t p = keep[k], row = order.rows[p];
       double v = x[row];
@@ -647,6 +668,11 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       (*values)[k * width + file_features + 2 * int64_t(i)] = sin;
       (*values)[k * width + file_features + 2 * int64_t(i) + 1] = cos;
     }
+  if (mask)  // 1 where a file feature is missing (its value, zero once normalised, says nothing)
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t j = 0; j < file_features; ++j)
+        (*values)[k * width + F - file_features + j] =
+            std::isnan((*values)[k * width + j]) ? 1.0 : 0.0;
   for (size_t i = 0; i < present.size(); ++i) {
     const int64_t j = present[i];
     column(target_names[j], F + static_cast<int64_t>(i), d->target_transforms[j], true,
@@ -743,23 +769,19 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
                        (rows == 1 ? "it" : "them"));
 }
 
-// Leaves out the listed windows whose truth the file does not hold (an empty target cell, a
-// class the model was not trained on), with a note.
-void keep_windows_with_truth(SeriesData* d) {
-  std::vector<float> targets(static_cast<size_t>(d->num_outputs()));
+// Leaves out the windows of `list` whose truth the file does not hold (an empty target cell, a
+// class the model was not trained on); returns how many.
+size_t keep_windows_with_truth(SeriesData* d, std::vector<int64_t>* list) {
+  std::vector<float> targets(static_cast<size_t>(d->output_rows() * d->num_outputs()));
   auto has_truth = [&](int64_t start) {
     if (d->task == TaskKind::classify) return d->classes[d->target_row(start)] >= 0;
     d->copy_target(start, targets.data());
     return std::all_of(targets.begin(), targets.end(), [](float y) { return std::isfinite(y); });
   };
-  std::vector<int64_t>& all = d->split.test;
-  const size_t before = all.size();
-  all.erase(std::remove_if(all.begin(), all.end(), [&](int64_t s) { return !has_truth(s); }),
-            all.end());
-  if (all.size() < before)
-    d->notes.push_back(std::to_string(before - all.size()) + " of " + std::to_string(before) +
-                       " windows are left out: the file holds no target for them (an empty "
-                       "cell, or a class the model was not trained on)");
+  const size_t before = list->size();
+  list->erase(std::remove_if(list->begin(), list->end(), [&](int64_t s) { return !has_truth(s); }),
+              list->end());
+  return before - list->size();
 }
 
 // Volatility classes: high above the threshold (the training windows' median, or the stored one).
@@ -867,8 +889,8 @@ void fit_normalizers(const SeriesOptions& o, SeriesData* d) {
           if (w >= s.begin && w < s.end) windows.push_back(w);
         fit_steps(&one, windows);
       } else {
-        one.fit(o.normalize, d->source,
-                norm == &d->feature_norm ? d->feature_cols : d->target_cols, own);
+        one.fit(o.normalize, d->source, norm == &d->feature_norm ? d->feature_cols : d->target_cols,
+                own);
       }
       norm->series.push_back(s.name);
       norm->series_shift.push_back(one.shift);
@@ -932,6 +954,8 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   d.horizon = o.horizon;
   if (opt.task == TaskKind::forecast && o.horizon_mode == "direct") d.steps_ahead = o.horizon;
   if (opt.task == TaskKind::forecast) d.quantiles = o.quantiles;
+  d.every_step = o.every_step;
+  d.masks_missing = o.missing == "mask";
   d.season = o.season;
   const DataFile table(opt.path);
   auto require = [&](const char* key, const std::string& col) {
@@ -945,8 +969,10 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   // model the columns it was trained on.
   if (d.feature_names.empty() && stored) {
     d.feature_names = stored->feature_names;  // less the calendar's, which the dates give
-    const size_t derived = 2 * o.calendar.size();
-    if (d.feature_names.size() >= derived) d.feature_names.resize(d.feature_names.size() - derived);
+    // the file's: the calendar's and the missing indicators (one per file feature) are derived
+    size_t file = d.feature_names.size() - std::min(d.feature_names.size(), 2 * o.calendar.size());
+    if (o.missing == "mask") file /= 2;
+    d.feature_names.resize(file);
   }
   if (d.feature_names.empty())
     for (const auto& col : table.columns())
@@ -1008,8 +1034,12 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
       opt.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";
   const std::vector<int64_t> file_rows =
       build_source(table, built, order, d.target_names, label_col, which != WindowSet::splits, &d);
+  const size_t file_features = d.feature_names.size();
   for (const std::string& name : o.calendar)
     for (const char* part : {"_sin", "_cos"}) d.feature_names.push_back(name + part);
+  if (o.missing == "mask")
+    for (size_t j = 0; j < file_features; ++j)
+      d.feature_names.push_back(d.feature_names[j] + "_missing");
   bool identity = true;
   for (size_t r = 0; r < file_rows.size() && identity; ++r) identity = file_rows[r] == int64_t(r);
   if (!identity) d.file_rows = file_rows;
@@ -1035,7 +1065,22 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   }
   assign_scalers(opt, stored != nullptr, &d);
   label_volatility(volatility, stored, &d);
-  if (which == WindowSet::with_targets) keep_windows_with_truth(&d);
+  if (which == WindowSet::with_targets) {
+    const size_t all = d.split.test.size(), left_out = keep_windows_with_truth(&d, &d.split.test);
+    if (left_out > 0)
+      d.notes.push_back(std::to_string(left_out) + " of " + std::to_string(all) +
+                        " windows are left out: the file holds no target for them (an empty "
+                        "cell, or a class the model was not trained on)");
+  }
+  if (which == WindowSet::splits && d.masks_missing) {  // no loss on a missing target
+    size_t left_out = 0;
+    for (auto* list : {&d.split.train, &d.split.val, &d.split.test})
+      left_out += keep_windows_with_truth(&d, list);
+    if (left_out > 0)
+      d.notes.push_back("data.missing mask: " + std::to_string(left_out) +
+                        " windows whose target is missing are left out of training and "
+                        "evaluation");
+  }
   if (which != WindowSet::splits) return d;
   if (!stored) keep_labeled_fraction(opt, &d);
   if (d.split.train.empty()) {

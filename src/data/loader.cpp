@@ -101,10 +101,10 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
     b->target_buf.upload();
     b->mask_buf.upload();
   } else if (d.kind == TaskKind::forecast) {
-    const int64_t O = s.num_outputs();
-    b->target = b->target_buf.get(be, DType::f32, {B, O});
+    const int64_t O = s.num_outputs(), rows = s.output_rows();  // (B * rows, O)
+    b->target = b->target_buf.get(be, DType::f32, {B * rows, O});
     auto* y = b->target_buf.host<float>();
-    for (int64_t i = 0; i < B; ++i) s.copy_target(starts[begin + i], y + i * O);
+    for (int64_t i = 0; i < B; ++i) s.copy_target(starts[begin + i], y + i * rows * O);
     b->target_buf.upload();
   } else {
     b->labels = b->labels_buf.get(be, DType::i64, {B});

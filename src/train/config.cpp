@@ -77,8 +77,11 @@ const std::vector<ConfigKey> kKeys = {
     {"data.missing", T::string, "error",
      "Empty cells of the feature and target columns (NaN in a .npy array): `error` (one line "
      "naming the file, line and column), `ffill` (each takes the last value before it in its "
-     "series; an empty cell before any value is an error) or `interpolate` (linear between the "
-     "values before and after it in its series; at a series' ends, the nearest value). Counts "
+     "series; an empty cell before any value is an error), `interpolate` (linear between the "
+     "values before and after it in its series; at a series' ends, the nearest value) or `mask` "
+     "(a missing input is 0 once normalised, the column's training mean, and a feature "
+     "<column>_missing per file feature is 1 there; a window whose target is missing is left "
+     "out of training and evaluation, so no loss term is a missing value). Counts "
      "per column are a note at start-up. Empty target cells of a file given to predict or eval "
      "--data stay values not known yet."},
     {"data.season", T::integer, "0",
@@ -194,6 +197,12 @@ const std::vector<ConfigKey> kKeys = {
     {"model.block_size", T::integer, "0",
      "Transformer: the longest sequence it takes (rows of transformer.wpe.weight); 0: "
      "data.seq_len."},
+    {"model.output", T::string, "last",
+     "forecast: `last` (the model forecasts from its last step: one loss term per window) or "
+     "`every_step` (a forecast after every step of the window, each of the targets that follow "
+     "that step, as Keras' return_sequences=True: the loss covers every step, so stateful training "
+     "learns from every row, not one per chunk; evaluation, predict and the errors use the last "
+     "step's forecast, val_loss every step's)."},
     {"model.bidirectional", T::boolean, "false",
      "Bidirectional recurrent layers; for a transformer (text_classify), an encoder: every token "
      "attends to every token of its example, not only to those before it."},

@@ -61,9 +61,10 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
   if (!o.calendar.empty() && c.str("data.date_column").empty())
     fail(c.origin("data.calendar"), ": data.calendar needs data.date_column, the dates it reads");
   o.missing = c.str("data.missing");
-  if (o.missing != "error" && o.missing != "ffill" && o.missing != "interpolate")
-    fail(c.origin("data.missing"), ": data.missing must be error, ffill or interpolate, got '",
-         o.missing, "'");
+  if (o.missing != "error" && o.missing != "ffill" && o.missing != "interpolate" &&
+      o.missing != "mask")
+    fail(c.origin("data.missing"),
+         ": data.missing must be error, ffill, interpolate or mask, got '", o.missing, "'");
   o.date_col = c.str("data.date_column");
   o.class_col = c.str("data.class_column");
   o.series_col = c.str("data.series_column");
@@ -160,6 +161,14 @@ DataOptions data_options(const Config& c) {
   }
   o.series = series_options(c, o.task, o.split);
   if (o.task == TaskKind::forecast) o.series.quantiles = loss_quantiles(c);
+  const std::string output = c.str("model.output");
+  if (output != "last" && output != "every_step")
+    fail(c.origin("model.output"), ": model.output must be last or every_step, got '", output, "'");
+  if (output == "every_step" && o.task != TaskKind::forecast)
+    fail(c.origin("model.output"), ": model.output every_step is for forecasters; data.task ",
+         task_name(o.task), " has ",
+         o.task == TaskKind::mae ? "an output at every step already" : "one class per window");
+  o.series.every_step = output == "every_step";
   o.mask_ratio = c.number("data.mask_ratio");
   if (!(o.mask_ratio > 0 && o.mask_ratio < 1))
     fail(c.origin("data.mask_ratio"), ": data.mask_ratio must be in (0, 1), got ", o.mask_ratio);

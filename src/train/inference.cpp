@@ -290,12 +290,14 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
     for (int64_t i = 0; i < n; ++i)
       d.copy_window(windows[first + i], input_buf.host<float>() + i * T * F);
     input_buf.upload();
-    Tensor out = model->forward(*be, x, {}, {}, false, rng);  // (n, O)
+    Tensor out = model->forward(*be, x, {}, {}, false, rng);  // (n * output_rows, O)
     const HostView out_host(*be, out);
     compute_s += now_s() - t0;
     const float* o = out_host.data<float>();
+    const int64_t rows = d.output_rows();  // the forecast is the last row's
     for (int64_t i = 0; i < n; ++i)
-      unknown += append_prediction(d, windows[first + i], o + i * O, multi, &csv);
+      unknown +=
+          append_prediction(d, windows[first + i], o + (i * rows + rows - 1) * O, multi, &csv);
   }
   write_predictions(options.output, csv);
   char line[160];
@@ -505,8 +507,9 @@ int64_t write_validation_outputs(const std::string& run) {
       csv += std::to_string((d.file_rows.empty() ? row : d.file_rows[row]) + 1);  // 1-based
       if (dates) csv += "," + forecast_time(d, start, 0);
       if (multi) csv += "," + io::csv_field(d.series_of(d.last_row(start)).name);
-      if (d.task == TaskKind::forecast) {  // the first target a step ahead, in its own units
-        d.forecasts(start, 0, 0, o.data() + k * O, forecast.data());
+      if (d.task == TaskKind::forecast) {      // the first target a step ahead, in its own units
+        const int64_t rows = d.output_rows();  // the forecast is the last row's
+        d.forecasts(start, 0, 0, o.data() + (k * rows + rows - 1) * O, forecast.data());
         std::snprintf(cells, sizeof cells, ",%.7g,%.7g\n", d.actual(start, 0, 0),
                       forecast[d.point_quantile()]);
         csv += cells;

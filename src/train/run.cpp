@@ -441,8 +441,7 @@ std::string format_metrics(const std::map<std::string, double>& m) {
   std::string out;
   char buf[64];
   for (const auto& [k, v] : m) {
-    if (const int step = metric_step(k);
-        step > 1 && step != last_step[k.substr(0, k.rfind("_h"))])
+    if (const int step = metric_step(k); step > 1 && step != last_step[k.substr(0, k.rfind("_h"))])
       continue;
     std::snprintf(buf, sizeof buf, "  %s %.5g", k.c_str(), v);
     out += buf;

@@ -38,7 +38,7 @@ class SeriesTask : public TaskType {
   void shape_model(const Config&, const Dataset& d, ModelOptions* m) const override {
     m->rnn.input_size = d.series.num_features();
     m->output_size = d.series.num_outputs();
-    m->per_step = kind() == TaskKind::mae;
+    m->per_step = kind() == TaskKind::mae || d.series.every_step;
   }
   int64_t bytes_per_step(const Dataset& d) const override {
     return 4 * (2 * d.series.num_features() + 1);
@@ -97,9 +97,10 @@ class SeriesTask : public TaskType {
 // ahead, the value ceil(h / season) seasons before the target), the model's skill against naive
 // (1 - MSE / naive MSE) and MASE (per target, MAE over the mean absolute one-step, or seasonal,
 // difference of the training part's targets; averaged over targets). A direct multi-step forecast
-// adds each step's MAE and RMSE (val_mae_h1, ...) and seasonal naive's MAE (val_snaive_mae_h1, ...). With quantiles, the errors are the point
-// quantile's (the median's), beside the pinball loss in the targets' units (val_pinball) and the
-// share of actuals between the lowest and highest quantile (val_coverage).
+// adds each step's MAE and RMSE (val_mae_h1, ...) and seasonal naive's MAE (val_snaive_mae_h1,
+// ...). With quantiles, the errors are the point quantile's (the median's), beside the pinball loss
+// in the targets' units (val_pinball) and the share of actuals between the lowest and highest
+// quantile (val_coverage).
 class ForecastSums final : public MetricSums {
  public:
   explicit ForecastSums(const SeriesData& d)
@@ -127,9 +128,10 @@ class ForecastSums final : public MetricSums {
   }
   void add(const float* o, const Batch& b, const int64_t* windows) override {
     const int64_t K = d_.steps_ahead, Q = d_.num_quantiles(), outputs = d_.num_outputs();
-    const int64_t point = d_.point_quantile();
+    const int64_t point = d_.point_quantile(), rows = d_.output_rows();
     std::vector<double> f(static_cast<size_t>(Q));
     for (int64_t r = 0; r < b.size; ++r) {
+      const float* forecast = o + (r * rows + rows - 1) * outputs;  // the last step's
       const int64_t start = windows[r], last = d_.last_row(start);
       const int64_t begin = d_.series_of(last).begin;
       for (int64_t k = 0; k < K; ++k) {
@@ -139,7 +141,7 @@ class ForecastSums final : public MetricSums {
         const bool seasonal = d_.season > 0 && t - season_lag >= begin;
         for (int64_t j = 0; j < targets_; ++j) {
           const double actual = d_.actual(start, k, j);
-          d_.forecasts(start, k, j, o + r * outputs, f.data());
+          d_.forecasts(start, k, j, forecast, f.data());
           if (!d_.quantiles.empty()) {
             for (int64_t q = 0; q < Q; ++q) {
               const double u = actual - f[q], level = d_.quantiles[q];

@@ -97,6 +97,9 @@ struct SeriesData {
   int64_t rows = 0, lookback = 0, horizon = 0;
   int64_t steps_ahead = 1;        // targets per target column: horizon (direct forecast), else 1
   std::vector<double> quantiles;  // forecast with the quantile loss: those forecast, ascending
+  bool every_step = false;        // forecast: outputs after every step of a window (model.output)
+  bool masks_missing = false;     // data.missing mask: missing inputs are 0 (normalised) beside
+                                  // an indicator feature; windows of a missing target are left out
   int64_t season = 0;             // rows per season (data.season); 0: none
   std::vector<std::string> feature_names, target_names, class_names;
   SourceMatrix source;  // features (transformed), targets (transformed over the horizon)
@@ -139,8 +142,10 @@ struct SeriesData {
   // The normalised features of window `start`, (lookback, F), into `out`.
   void copy_window(int64_t start, float* out) const;
   // The normalised targets of window `start`, (steps_ahead, O, quantiles: each the same value),
-  // into `out` (forecast).
+  // into `out` (forecast); with every_step, those of every step of the window, (lookback, ...).
   void copy_target(int64_t start, float* out) const;
+  // Rows of model output per window: lookback with every_step, else 1; the last is the forecast.
+  int64_t output_rows() const { return every_step ? lookback : 1; }
   // Target j at step k of window `start` as the model learns it: transformed, not normalised.
   double step_target(int64_t start, int64_t k, int64_t j) const;
   // Target j at step k of window `start` forecast by the outputs `o` (num_outputs), in the

@@ -40,7 +40,8 @@ struct SeriesOptions {
   std::string horizon_mode = "direct";
   // forecast with the quantile loss: the quantiles forecast for every target and step, ascending.
   std::vector<double> quantiles;
-  int64_t season = 0;  // rows per season, for the seasonal-naive baseline and MASE; 0: none
+  bool every_step = false;  // forecast: a forecast after every step of a window (model.output)
+  int64_t season = 0;       // rows per season, for the seasonal-naive baseline and MASE; 0: none
   // Empty cells (CSV) or NaN (.npy) of features and targets: error, or filled within their
   // series in time order: ffill (the last value before), interpolate (linear between the
   // values around; the nearest at a series' ends).
