@@ -437,6 +437,68 @@ TEST(Runs, MaskedCellsTrainAndPredict) {
   for (size_t i = 1; i < p.size(); ++i) EXPECT_TRUE(std::isfinite(std::stod(p[i][2]))) << i;
 }
 
+// Business-day data: predict --last dates its forecasts by business days, past the weekend and
+// a listed holiday. The file ends on Friday 2020-03-06; Monday the 9th is listed.
+TEST(Predict, BusinessDayForecastsAreDatedByBusinessDays) {
+  const fs::path dir = temp_dir("business");
+  const std::string data = (dir / "d.csv").string();
+  {
+    std::ofstream f(data);
+    f << "day,price\n";
+    int i = 0;
+    for (int64_t t = *io::parse_datetime("2020-01-01"); t <= *io::parse_datetime("2020-03-06");
+         t += 86400)
+      if (const int64_t dow = (t / 86400 + 3) % 7; dow < 5)
+        f << io::format_datetime(t) << "," << 100 + std::sin(0.4 * i++) << "\n";
+  }
+  const std::string holidays = (dir / "h.txt").string();
+  std::ofstream(holidays) << "2020-03-09\n";
+  std::ostringstream log;
+  train(Config::parse("data: {path: " + data +
+                          ", date_column: day, features: [price], targets: [price], lookback: 5, "
+                          "horizon: 2, frequency: B, holidays: " +
+                          holidays + "}\nmodel: {hidden: 8}\ntrain: {epochs: 1, run_dir: " +
+                          (dir / "run").string() + "}\n",
+                      "b.yaml"),
+        log);
+  std::ostringstream out;
+  predict((dir / "run").string(), {data, (dir / "p.csv").string(), true}, out);
+  const auto p = read_csv((dir / "p.csv").string());
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[1][0], "2020-03-06");
+  EXPECT_EQ(p[1][1], "2020-03-10");
+  EXPECT_EQ(p[2][1], "2020-03-11");
+}
+
+// data.static end to end: the categories travel in the checkpoint; predict feeds each series its
+// own and refuses one the model was not trained on.
+TEST(Predict, StaticCategoriesTravelWithTheModel) {
+  const fs::path dir = temp_dir("static");
+  auto with_zone = [&](const std::string& name, const std::string& east) {
+    auto rows = read_csv(write_hourly(dir / name, 120, true, 3));
+    std::ofstream f(dir / name);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (const auto& cell : rows[i]) f << cell << ",";
+      f << (i == 0 ? "zone" : rows[i][1] == "s1" ? east : "west") << "\n";
+    }
+    return (dir / name).string();
+  };
+  const std::string data = with_zone("d.csv", "east");
+  std::ostringstream log;
+  train(
+      Config::parse(yaml(data, dir / "run", "  series_column: site\n  static: [zone]\n"), "s.yaml"),
+      log);
+  std::ostringstream out;
+  EXPECT_EQ(predict((dir / "run").string(), {data, (dir / "p.csv").string(), true}, out), 3);
+  const std::string north = with_zone("n.csv", "north");
+  EXPECT_EQ(error_of([&] {
+              predict((dir / "run").string(), {north, (dir / "q.csv").string(), true}, out);
+            }),
+            north +
+                ": series 's1' has zone 'north', which the model was not trained on "
+                "(data.static)");
+}
+
 // model.output every_step: the loss covers a forecast after every step of a window, and eval,
 // predict and the errors take the last step's. Validation windows of 200 hourly rows, horizon 2:
 // last rows 159..177; their MAE from predict's rows is the logged val_mae.

@@ -9,6 +9,7 @@
 #include <numbers>
 #include <set>
 
+#include "data/calendar.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/csv.hpp"
 #include "seqforge/train/data_options.hpp"
@@ -245,6 +246,49 @@ TEST(Series, MaskedCellsAreZeroInputsBesideAnIndicatorAndNoTarget) {
   EXPECT_EQ(y, 300);
 }
 
+// data.static: a category per series fed as one-hot features (normalize none here), from the
+// training file's categories; a value that changes within a series, or (predicting) a category
+// the model does not know, is named.
+TEST(Series, StaticCategoriesAreOneHotFeaturesPerSeries) {
+  const fs::path dir = temp_dir("static");
+  std::string text = "date,city,kind,value\n";
+  for (int day = 0; day < 20; ++day)  // line 2 + 3 * day + (0, 1, 2) for a, b, c
+    for (const char* city : {"a", "b", "c"})
+      text += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + "," + city + "," +
+              (std::string(city) == "b" ? "coastal" : "inland") + "," + std::to_string(day) + "\n";
+  const std::string path = write(dir / "s.csv", text);
+  const SeriesData d = load_series(series_config(path, {"data.static=[kind]"}));
+  EXPECT_EQ(d.feature_names, (std::vector<std::string>{"value", "kind=coastal", "kind=inland"}));
+  ASSERT_EQ(d.static_categories.size(), 1u);
+  for (int64_t s : d.split.train) {
+    std::vector<float> x(4 * 3);
+    d.copy_window(s, x.data());
+    const bool coastal = d.series_of(s).name == "b";
+    for (int t = 0; t < 4; ++t) {
+      EXPECT_EQ(x[t * 3 + 1], coastal ? 1.0f : 0.0f) << s;
+      EXPECT_EQ(x[t * 3 + 2], coastal ? 0.0f : 1.0f) << s;
+    }
+  }
+  std::string changed = text;
+  changed.replace(changed.rfind("coastal"), 7, "inland");
+  const std::string bad = write(dir / "changed.csv", changed);
+  EXPECT_EQ(error_of([&] { load_series(series_config(bad, {"data.static=[kind]"})); }),
+            bad + ":60: column 'kind' (data.static) is 'inland' where " + bad +
+                ":3 of the same series has 'coastal': a static column holds one value per series");
+  std::string other = text;
+  other.replace(other.rfind("coastal"), 7, "alpine");
+  for (size_t at = other.find("coastal"); at != std::string::npos; at = other.find("coastal"))
+    other.replace(at, 7, "alpine");
+  const std::string unseen = write(dir / "unseen.csv", other);
+  EXPECT_EQ(error_of([&] {
+              load_series(series_config(unseen, {"data.static=[kind]"}), &d,
+                          WindowSet::every_window);
+            }),
+            unseen +
+                ": series 'b' has kind 'alpine', which the model was not trained on "
+                "(data.static)");
+}
+
 // data.normalize_per series: each series scaled by its own training rows (a's values are
 // 1000 + day, b's 2000 + day), predictions scaled back by their own series' scaler, the scalers
 // kept per name through JSON; a series without one is an error or (fallback pooled) a note.
@@ -411,6 +455,59 @@ TEST(Series, DuplicateDatesAndGapsAreNamed) {
 
 // Calendar months: monthly, quarterly and month-end dates are regular, their steps counted in
 // months (28 to 31 days apart in seconds), and forecast dates land on the same day or month end.
+// Business days: weekends are no gaps, found from the dates or with data.frequency B; listed
+// holidays neither. 2020-01-01 was a Wednesday; 2020-01-20 a Monday holiday.
+TEST(Series, BusinessDaysAreRegularAndHolidaysNoGaps) {
+  auto at = [](const char* date) { return *io::parse_datetime(date); };
+  const BusinessCalendar plain, holidays({at("2020-01-20") / 86400});
+  EXPECT_EQ(plain.add(at("2020-01-03"), 1), at("2020-01-06"));  // Friday to Monday
+  EXPECT_EQ(plain.add(at("2020-01-17T16:00:00"), 1), at("2020-01-20T16:00:00"));
+  EXPECT_EQ(holidays.add(at("2020-01-17"), 1), at("2020-01-21"));
+  EXPECT_EQ(holidays.add(at("2020-01-17"), 6), at("2020-01-28"));
+  EXPECT_EQ(plain.between(at("2020-01-03"), at("2020-01-06")), 1);
+  EXPECT_EQ(holidays.between(at("2020-01-17"), at("2020-01-21")), 1);
+  EXPECT_EQ(plain.between(at("2020-01-17"), at("2020-01-21")), 2);
+  const fs::path dir = temp_dir("business");
+  // Every business day of January 2020 but the holiday.
+  std::string text = "date,city,value\n";
+  int64_t rows = 0;
+  for (int64_t t = at("2020-01-01"); t < at("2020-02-01"); t += 86400)
+    if (holidays.is_business_day(t))
+      text += io::format_datetime(t) + ",a," + std::to_string(rows++) + "\n";
+  const std::string path = write(dir / "b.csv", text);
+  const std::string list = write(dir / "holidays.txt", "date\n# US\n2020-01-20\n");
+  const SeriesData found = load_series(series_config(path));
+  EXPECT_TRUE(found.series[0].business_days);
+  EXPECT_FALSE(found.series[0].regular);  // the holiday is a gap without the list
+  EXPECT_EQ(found.notes.size(), 1u);
+  const SeriesData listed =
+      load_series(series_config(path, {"data.frequency=B", "data.holidays=" + list}));
+  EXPECT_TRUE(listed.series[0].business_days);
+  EXPECT_TRUE(listed.series[0].regular);
+  EXPECT_TRUE(listed.notes.empty()) << listed.notes[0];
+  // A weekend date under B, a date off an explicit step, a bad holidays line: named.
+  const std::string weekend = write(dir / "w.csv",
+                                    "date,city,value\n2020-01-03,a,1\n"
+                                    "2020-01-04,a,2\n2020-01-06,a,3\n");
+  EXPECT_EQ(error_of([&] { load_series(series_config(weekend, {"data.frequency=B"})); }),
+            weekend + ":3: '2020-01-04' is on a weekend, not a business day (data.frequency B)");
+  const std::string hourly = write(dir / "h.csv",
+                                   "date,city,value\n2020-01-03T00:00:00,a,1\n"
+                                   "2020-01-03T01:00:00,a,2\n"
+                                   "2020-01-03T01:30:00,a,3\n");
+  EXPECT_NE(error_of([&] { load_series(series_config(hourly, {"data.frequency=H"})); })
+                .find(":4: '2020-01-03T01:30:00' is 30 minutes after the row before, not a whole "
+                      "number of data.frequency H"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_series(series_config(path, {"data.frequency=fortnight"}));
+            }).find("data.frequency must be auto, B"),
+            std::string::npos);
+  const std::string bad = write(dir / "bad.txt", "2020-01-20\nnot a date\n");
+  EXPECT_EQ(error_of([&] { load_series(series_config(path, {"data.holidays=" + bad})); }),
+            bad + ":2: 'not a date' is not an ISO date (data.holidays)");
+}
+
 TEST(Series, MonthlyDatesAreRegularInCalendarMonths) {
   auto at = [](const char* date) { return *io::parse_datetime(date); };
   EXPECT_EQ(io::add_months(at("2019-12-01"), 2), at("2020-02-01"));

@@ -1,8 +1,16 @@
 #include "data/calendar.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <numbers>
+
+#include "seqforge/core/error.hpp"
+#include "seqforge/data/options.hpp"
+#include "seqforge/io/csv.hpp"
 
 namespace seqforge {
 
@@ -31,6 +39,86 @@ std::pair<double, double> calendar_features(const std::string& name, int64_t t) 
   const auto [phase, period] = calendar_phase(name, t);
   const double angle = 2 * std::numbers::pi * phase / period;
   return {std::sin(angle), std::cos(angle)};
+}
+
+namespace {
+constexpr int64_t kDay = 86400;
+int64_t day_of(int64_t t) { return t >= 0 ? t / kDay : -((-t + kDay - 1) / kDay); }
+bool weekend(int64_t day) { return ((day % 7 + 7) % 7 + 3) % 7 >= 5; }  // day 0: a Thursday
+}  // namespace
+
+BusinessCalendar::BusinessCalendar(std::vector<int64_t> holidays) : holidays_(std::move(holidays)) {
+  std::sort(holidays_.begin(), holidays_.end());
+}
+
+bool BusinessCalendar::is_holiday(int64_t t) const {
+  return std::binary_search(holidays_.begin(), holidays_.end(), day_of(t));
+}
+
+bool BusinessCalendar::is_business_day(int64_t t) const {
+  return !weekend(day_of(t)) && !is_holiday(t);
+}
+
+int64_t BusinessCalendar::add(int64_t t, int64_t n) const {
+  while (n > 0) {
+    t += kDay;
+    n -= is_business_day(t);
+  }
+  return t;
+}
+
+int64_t BusinessCalendar::between(int64_t a, int64_t b) const {
+  int64_t n = 0;
+  for (int64_t day = day_of(a) + 1; day <= day_of(b); ++day) n += is_business_day(day * kDay);
+  return n;
+}
+
+Frequency parse_frequency(const std::string& text, const std::string& where) {
+  Frequency f;
+  f.text = text;
+  if (text == "auto") return f;
+  if (text == "B") return f.kind = Frequency::business, f;
+  if (text == "M" || text == "Q" || text == "Y") {
+    f.kind = Frequency::calendar_months;
+    f.months = text == "M" ? 1 : text == "Q" ? 3 : 12;
+    return f;
+  }
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string unit = text.substr(digits);
+  const int64_t n = digits ? std::strtoll(text.substr(0, digits).c_str(), nullptr, 10) : 1;
+  const std::pair<const char*, int64_t> units[] = {
+      {"s", 1}, {"min", 60}, {"H", 3600}, {"D", 86400}, {"W", 7 * 86400}};
+  for (const auto& [name, seconds] : units)
+    if (unit == name && n > 0 && digits <= 9) {
+      f.kind = Frequency::fixed;
+      f.seconds = n * seconds;
+      return f;
+    }
+  fail(where,
+       ": data.frequency must be auto, B (business days), M, Q, Y (calendar months, "
+       "quarters, years) or a step such as 15min, H, 6H, D or W; got '",
+       text, "'");
+}
+
+std::vector<int64_t> read_holidays(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(path, ": cannot read the holidays file (data.holidays)");
+  std::vector<int64_t> days;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::string field = line.substr(0, line.find(','));
+    if (field.empty() || field[0] == '#') continue;
+    const auto t = io::parse_datetime(field);
+    if (!t) {
+      if (number == 1) continue;  // a header
+      fail(path, ":", number, ": '", field, "' is not an ISO date (data.holidays)");
+    }
+    days.push_back(day_of(*t));
+  }
+  std::sort(days.begin(), days.end());
+  return days;
 }
 
 }  // namespace seqforge

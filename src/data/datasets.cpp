@@ -400,6 +400,7 @@ struct RowOrder {
 
 RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::string& path) {
   RowOrder out;
+  const BusinessCalendar business(o.holidays);
   const int64_t n = table.rows();
   std::vector<int64_t> when(n, 0);
   if (!o.date_col.empty()) {
@@ -452,8 +453,58 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         span.step = sorted[sorted.size() / 2];
         span.regular = span.months > 0 || std::all_of(steps.begin(), steps.end(),
                                                       [&](int64_t s) { return s == span.step; });
+        // How many steps of the calendar each one spans: 1, or more across a gap.
+        std::vector<int64_t> spanned(steps.size());
+        const Frequency& f = o.frequency;
+        auto where = [&](int64_t k) { return table.where(out.rows[p + k]); };
+        auto date = [&](int64_t k) { return "'" + table.text(o.date_col)[out.rows[p + k]] + "'"; };
+        auto is_business = [&] {
+          for (int64_t k = p; k < q; ++k)
+            if (!business.is_business_day(when[out.rows[k]])) return false;
+          return true;
+        };
+        if (f.kind == Frequency::business || (f.kind == Frequency::automatic && !span.regular &&
+                                              span.step == 86400 && is_business())) {
+          span.business_days = true;
+          for (int64_t k = 0; k < q - p; ++k)
+            if (const int64_t t = when[out.rows[p + k]]; !business.is_business_day(t))
+              fail(where(k), ": ", date(k), " is ",
+                   business.is_holiday(t) ? "listed in data.holidays" : "on a weekend",
+                   ", not a business day (data.frequency B)");
+          for (size_t k = 0; k < steps.size(); ++k) {
+            spanned[k] = business.between(when[out.rows[p + k]], when[out.rows[p + k + 1]]);
+            if (steps[k] % 86400 != 0)
+              fail(where(int64_t(k) + 1), ": ", date(int64_t(k) + 1),
+                   " is not at the time of day of the row before (data.frequency B)");
+          }
+          span.regular =
+              std::all_of(spanned.begin(), spanned.end(), [](int64_t n) { return n == 1; });
+          span.step = 86400;
+          span.months = 0;
+        } else if (f.kind == Frequency::fixed) {
+          for (size_t k = 0; k < steps.size(); ++k) {
+            if (steps[k] % f.seconds != 0)
+              fail(where(int64_t(k) + 1), ": ", date(int64_t(k) + 1), " is ",
+                   format_duration(steps[k]), " after the row before, not a whole number of ",
+                   "data.frequency ", o.frequency.text);
+            spanned[k] = steps[k] / f.seconds;
+          }
+          span.step = f.seconds;
+          span.months = 0;
+          span.regular =
+              std::all_of(spanned.begin(), spanned.end(), [](int64_t n) { return n == 1; });
+        } else if (f.kind == Frequency::calendar_months) {
+          if (span.months != f.months && q - p > 1)
+            fail(path, ": ", span.name.empty() ? "the" : "series '" + span.name + "':",
+                 " dates do not step by ", f.months, " calendar month", f.months > 1 ? "s" : "",
+                 " (data.frequency ", o.frequency.text, "): see ", where(1));
+          std::fill(spanned.begin(), spanned.end(), 1);
+        } else {
+          for (size_t k = 0; k < steps.size(); ++k)
+            spanned[k] = 2 * steps[k] > 3 * span.step ? 2 : 1;
+        }
         for (size_t k = 0; k < steps.size(); ++k)
-          if (2 * steps[k] > 3 * span.step) {
+          if (spanned[k] > 1) {
             ++gaps;
             if (steps[k] > largest) {
               largest = steps[k];
@@ -571,7 +622,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
                                   const std::string& label_col, bool missing_targets,
                                   SeriesData* d) {
   // The mapped array itself, never loaded whole, where nothing is to be transformed or filled.
-  if (table.is_array() && o.transforms.empty() && o.missing == "error") {
+  if (table.is_array() && o.transforms.empty() && o.missing == "error" && o.statics.empty()) {
     std::vector<std::string> names = o.features;
     names.insert(names.end(), target_names.begin(), target_names.end());
     if (!label_col.empty()) names.push_back(label_col);
@@ -599,9 +650,12 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   const int64_t n = static_cast<int64_t>(keep.size());
   d->rows = n;
   const int64_t file_features = static_cast<int64_t>(o.features.size());
-  const bool mask = o.missing == "mask";  // and an indicator per file feature, after the calendar's
-  const int64_t F =
-      file_features + 2 * static_cast<int64_t>(o.calendar.size()) + (mask ? file_features : 0);
+  const bool mask = o.missing == "mask";  // an indicator per file feature, after the statics'
+  int64_t one_hots = 0;
+  for (const auto& [column, categories] : d->static_categories)
+    one_hots += static_cast<int64_t>(categories.size());
+  const int64_t statics_at = file_features + 2 * static_cast<int64_t>(o.calendar.size());
+  const int64_t F = statics_at + one_hots + (mask ? file_features : 0);
   const int64_t O = static_cast<int64_t>(target_names.size());
   std::vector<int64_t> present;  // targets in the file (predict needs none)
   for (int64_t j = 0; j < O; ++j)
@@ -667,6 +721,12 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       const auto [sin, cos] = calendar_features(o.calendar[i], order.times[keep[k]]);
       (*values)[k * width + file_features + 2 * int64_t(i)] = sin;
       (*values)[k * width + file_features + 2 * int64_t(i) + 1] = cos;
+    }
+  for (int64_t k = 0, at = statics_at; k < n; ++k, at = statics_at)  // one-hot categories
+    for (const auto& [column, categories] : d->static_categories) {
+      const std::string& value = table.text(column)[order.rows[keep[k]]];
+      for (const std::string& category : categories)
+        (*values)[k * width + at++] = value == category;
     }
   if (mask)  // 1 where a file feature is missing (its value, zero once normalised, says nothing)
     for (int64_t k = 0; k < n; ++k)
@@ -799,6 +859,51 @@ void label_volatility(const std::vector<double>& volatility, const SeriesData* s
   }
   for (int64_t r = 0; r < d->rows; ++r)
     if (!std::isnan(volatility[r])) d->classes[r] = volatility[r] > d->label_threshold ? 1 : 0;
+}
+
+// data.static: each column's value per series (one per series: checked) and the categories (the
+// file's, sorted; with `stored`, the model's, where an unknown one is an error naming the series).
+void static_categories(const DataFile& table, const DataOptions& opt, const RowOrder& order,
+                       const SeriesData* stored, SeriesData* d) {
+  const SeriesOptions& o = opt.series;
+  if (!o.statics.empty() && table.is_array())
+    fail(opt.source, ": data.static: ", opt.path, " is an array; static categories are a CSV's");
+  if (stored && stored->static_categories.size() != o.statics.size())
+    fail(opt.source, ": data.static names ", o.statics.size(),
+         " columns; the model was trained on ", stored->static_categories.size());
+  for (size_t i = 0; i < o.statics.size(); ++i) {
+    const std::string& column = o.statics[i];
+    if (!table.has_column(column))
+      fail(opt.source, ": data.static: ", opt.path, " has no column '", column, "'");
+    const std::vector<std::string>& text = table.text(column);
+    std::vector<std::string> values;  // per series
+    for (const SeriesSpan& s : order.spans) {
+      const int64_t first = order.rows[s.begin];
+      if (text[first].empty())
+        fail(table.where(first), ": column '", column, "' (data.static) is empty");
+      for (int64_t p = s.begin + 1; p < s.end; ++p)
+        if (text[order.rows[p]] != text[first])
+          fail(table.where(order.rows[p]), ": column '", column, "' (data.static) is '",
+               text[order.rows[p]], "' where ", table.where(first), " of the same series has '",
+               text[first], "': a static column holds one value per series");
+      values.push_back(text[first]);
+    }
+    std::vector<std::string> categories = values;
+    if (stored) {
+      categories = stored->static_categories[i].second;
+      for (size_t k = 0; k < values.size(); ++k)
+        if (!std::binary_search(categories.begin(), categories.end(), values[k]))
+          fail(opt.path, ": ",
+               order.spans[k].name.empty() ? "the series"
+                                           : "series " + io::quoted(order.spans[k].name),
+               " has ", column, " '", values[k],
+               "', which the model was not trained on (data.static)");
+    } else {
+      std::sort(categories.begin(), categories.end());
+      categories.erase(std::unique(categories.begin(), categories.end()), categories.end());
+    }
+    d->static_categories.emplace_back(column, std::move(categories));
+  }
 }
 
 // The windows of each series: the splits, or every window of the file.
@@ -956,6 +1061,7 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   if (opt.task == TaskKind::forecast) d.quantiles = o.quantiles;
   d.every_step = o.every_step;
   d.masks_missing = o.missing == "mask";
+  d.holidays = o.holidays;
   d.season = o.season;
   const DataFile table(opt.path);
   auto require = [&](const char* key, const std::string& col) {
@@ -969,8 +1075,11 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   // model the columns it was trained on.
   if (d.feature_names.empty() && stored) {
     d.feature_names = stored->feature_names;  // less the calendar's, which the dates give
-    // the file's: the calendar's and the missing indicators (one per file feature) are derived
-    size_t file = d.feature_names.size() - std::min(d.feature_names.size(), 2 * o.calendar.size());
+    // the file's: the calendar's, the statics' and the missing indicators (one per file feature)
+    // are derived
+    size_t derived = 2 * o.calendar.size();
+    for (const auto& [column, categories] : stored->static_categories) derived += categories.size();
+    size_t file = d.feature_names.size() - std::min(d.feature_names.size(), derived);
     if (o.missing == "mask") file /= 2;
     d.feature_names.resize(file);
   }
@@ -1027,6 +1136,7 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
              "', which predictions need to undo data.transform ",
              transform_name(transform_of(o, name)), " of the target");
   const RowOrder order = order_rows(table, built, opt.path);
+  static_categories(table, opt, order, stored, &d);
   d.layout = "date " + o.date_col + "; series " + o.series_col + "; transforms";
   for (const auto& [column, t] : o.transforms) d.layout += " " + column + ":" + transform_name(t);
   d.notes = order.notes;
@@ -1037,6 +1147,9 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   const size_t file_features = d.feature_names.size();
   for (const std::string& name : o.calendar)
     for (const char* part : {"_sin", "_cos"}) d.feature_names.push_back(name + part);
+  for (const auto& [column, categories] : d.static_categories)
+    for (const std::string& category : categories)
+      d.feature_names.push_back(column + "=" + category);
   if (o.missing == "mask")
     for (size_t j = 0; j < file_features; ++j)
       d.feature_names.push_back(d.feature_names[j] + "_missing");

@@ -74,6 +74,13 @@ const std::vector<ConfigKey> kKeys = {
      "`dayofmonth`, `dayofyear`, `month`, each as the sine and cosine of its cycle (features "
      "`hour_sin`, `hour_cos`, ...) after the file's features, so that 23:00 lies next to 00:00 "
      "and December next to January. Dates are read as UTC."},
+    {"data.static", T::string_list, "[]",
+     "CSV columns naming a category of each series that does not change over time (a battery's "
+     "cell type, a store's region): one value per series (a change within one is an error naming "
+     "the line), fed to the model as a one-hot feature per category (`<column>=<category>`, after "
+     "the calendar's), which the first layer's weights turn into a learnt embedding of the "
+     "category. The categories are the training file's; predict and eval refuse a category the "
+     "model was not trained on, naming the series."},
     {"data.missing", T::string, "error",
      "Empty cells of the feature and target columns (NaN in a .npy array): `error` (one line "
      "naming the file, line and column), `ffill` (each takes the last value before it in its "
@@ -84,6 +91,17 @@ const std::vector<ConfigKey> kKeys = {
      "out of training and evaluation, so no loss term is a missing value). Counts "
      "per column are a note at start-up. Empty target cells of a file given to predict or eval "
      "--data stay values not known yet."},
+    {"data.frequency", T::string, "auto",
+     "The dates' calendar (with data.date_column): `auto` (the usual step between rows, calendar "
+     "months, or business days when every date is a weekday one day apart but for weekends), `B` "
+     "(business days: Monday to Friday less data.holidays; a weekend or holiday date is an error), "
+     "`M`, `Q`, `Y` (calendar months, quarters, years) or a step (`15min`, `H`, `6H`, `D`, `W`; a "
+     "date off it is an error). Longer steps are gaps (a note at start-up), and predict dates "
+     "forecasts past the file's end by it."},
+    {"data.holidays", T::path, "",
+     "A file of dates that are no business days (one ISO date per line, or the first field of a "
+     "CSV line; a header line and # comments are skipped), for data.frequency B (or auto "
+     "finding business days): a step over one is no gap, and predict's dates skip them."},
     {"data.season", T::integer, "0",
      "forecast: the season's length in rows (24 for hourly data with a daily cycle, 7 for daily "
      "data with a weekly one): evaluation adds the seasonal-naive forecast's errors (each "

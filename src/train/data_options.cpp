@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "data/calendar.hpp"
 #include "seqforge/backend/ops.hpp"
 #include "seqforge/core/autotune.hpp"
 #include "seqforge/core/error.hpp"
@@ -53,6 +54,7 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
   o.stride = positive(c, "data.stride");
   o.season = c.integer("data.season");
   o.calendar = c.list("data.calendar");
+  o.statics = c.list("data.static");
   for (const std::string& name : o.calendar)
     if (name != "hour" && name != "dayofweek" && name != "dayofmonth" && name != "dayofyear" &&
         name != "month")
@@ -66,6 +68,15 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
     fail(c.origin("data.missing"),
          ": data.missing must be error, ffill, interpolate or mask, got '", o.missing, "'");
   o.date_col = c.str("data.date_column");
+  o.frequency = parse_frequency(c.str("data.frequency"), c.origin("data.frequency"));
+  if (o.frequency.kind != Frequency::automatic && o.date_col.empty())
+    fail(c.origin("data.frequency"), ": data.frequency needs data.date_column, the dates it reads");
+  if (const std::string holidays = c.str("data.holidays"); !holidays.empty()) {
+    if (o.frequency.kind != Frequency::business && o.frequency.kind != Frequency::automatic)
+      fail(c.origin("data.holidays"), ": data.holidays are days off business days; data.frequency ",
+           o.frequency.text, " has none (set data.frequency: B)");
+    o.holidays = read_holidays(holidays);
+  }
   o.class_col = c.str("data.class_column");
   o.series_col = c.str("data.series_column");
   o.features = c.list("data.features");

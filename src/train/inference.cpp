@@ -8,6 +8,7 @@
 #include <iostream>
 #include <numeric>
 
+#include "data/calendar.hpp"
 #include "io/file_util.hpp"
 #include "run.hpp"
 #include "seqforge/backend/host_access.hpp"
@@ -106,8 +107,9 @@ std::string forecast_time(const SeriesData& d, int64_t start, int64_t k) {
   if (d.dates.empty() || !s.regular || s.step <= 0) return "";
   const bool date_only = d.dates[last].size() <= 10;
   const int64_t ahead = target - last;
-  const int64_t when = s.months > 0 ? io::add_months(d.times[last], ahead * s.months, s.month_end)
-                                    : d.times[last] + ahead * s.step;
+  const int64_t when = s.business_days ? BusinessCalendar(d.holidays).add(d.times[last], ahead)
+                       : s.months > 0 ? io::add_months(d.times[last], ahead * s.months, s.month_end)
+                                      : d.times[last] + ahead * s.step;
   return io::format_datetime(when, date_only);
 }
 

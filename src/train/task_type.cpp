@@ -51,6 +51,8 @@ class SeriesTask : public TaskType {
     (*meta)["seqforge.classes"] = nlohmann::json(d.series.class_names).dump();
     (*meta)["seqforge.features"] = nlohmann::json(d.series.feature_names).dump();
     (*meta)["seqforge.targets"] = nlohmann::json(d.series.target_names).dump();
+    if (!d.series.static_categories.empty())
+      (*meta)["seqforge.static"] = nlohmann::json(d.series.static_categories).dump();
     if (kind() == TaskKind::classify && c.str("data.label") == "volatility")
       (*meta)["seqforge.label_threshold"] = shortest_text(d.series.label_threshold);
   }
@@ -67,6 +69,10 @@ class SeriesTask : public TaskType {
         Normalizer::from_json(text("seqforge.target_norm"), where + ": seqforge.target_norm");
     stored->series.class_names =
         metadata_json<std::vector<std::string>>(meta, "seqforge.classes", where);
+    if (meta.count("seqforge.static"))
+      stored->series.static_categories =
+          metadata_json<std::vector<std::pair<std::string, std::vector<std::string>>>>(
+              meta, "seqforge.static", where);
     if (const auto it = meta.find("seqforge.label_threshold"); it != meta.end()) {
       char* end = nullptr;
       const double v = std::strtod(it->second.c_str(), &end);

@@ -73,6 +73,7 @@ struct SeriesSpan {
   int64_t months = 0;      // the dates step by this many calendar months (the same time of day, on
                            // the same day of the month or each month's last day); 0: they do not
   bool month_end = false;  // with `months`: on each month's last day
+  bool business_days = false;  // the dates step by business days (data.frequency B)
 };
 
 // The transform of `x` against `base` (the previous row for a feature, the window's last row for
@@ -116,6 +117,9 @@ struct SeriesData {
   std::vector<int64_t> file_rows;      // (rows) each row's 0-based row in the file; empty: the same
   std::vector<std::string> dates;      // (rows) the date column's text, when there is one
   std::vector<int64_t> times;          // (rows) seconds since 1970, when there is a date column
+  std::vector<int64_t> holidays;       // days since 1970 that are no business days (data.holidays)
+  // data.static: each column with its categories (sorted), a one-hot feature per category.
+  std::vector<std::pair<std::string, std::vector<std::string>>> static_categories;
   std::vector<std::string> notes;      // facts worth a line at start-up (gaps, cut dates)
   bool drops_first_rows = false;  // a feature's differencing transform takes each series' first
                                   // row as its base: the row is no window's

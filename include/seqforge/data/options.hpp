@@ -32,6 +32,18 @@ struct SplitOptions {
   uint64_t seed = 0;  // random splits and label subsets (train.seed)
 };
 
+// The dates' calendar (data.frequency): found from the dates, a fixed step, business days
+// (Monday to Friday less holidays) or calendar months.
+struct Frequency {
+  enum Kind { automatic, fixed, business, calendar_months } kind = automatic;
+  int64_t seconds = 0;  // fixed
+  int64_t months = 0;   // calendar_months
+  std::string text = "auto";
+};
+// data.frequency's value: auto, B, M, Q, Y or a step ([n]s, [n]min, [n]H, [n]D, [n]W); an
+// unknown one is an error naming `where`.
+Frequency parse_frequency(const std::string& text, const std::string& where);
+
 // A time series as windows (forecast, classify, mae).
 struct SeriesOptions {
   std::string date_col, class_col, series_col, label, label_col;
@@ -46,9 +58,14 @@ struct SeriesOptions {
   // series in time order: ffill (the last value before), interpolate (linear between the
   // values around; the nearest at a series' ends).
   std::string missing = "error";
+  Frequency frequency;
+  std::vector<int64_t> holidays;  // days since 1970-01-01, sorted (data.holidays)
   // Features derived from the date column, each as a sine and cosine of its cycle: hour,
   // dayofweek, dayofmonth, dayofyear, month (after the file's features, named <name>_sin/_cos).
   std::vector<std::string> calendar;
+  // Columns naming a category per series (constant within it: a battery's cell type), each fed
+  // as one-hot features (data.static).
+  std::vector<std::string> statics;
   std::vector<std::string> features, targets;
   std::map<std::string, Transform> transforms;
   std::string normalize = "zscore";
