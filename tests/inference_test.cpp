@@ -499,6 +499,54 @@ TEST(Predict, StaticCategoriesTravelWithTheModel) {
                 "(data.static)");
 }
 
+// data.known_future in predict: the future rows at the file's end give the known values of the
+// last forecasts (and their dates); without them the windows that need them are left out, said.
+TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {
+  const fs::path dir = temp_dir("known_future");
+  auto hours = [](int i) {
+    return io::format_datetime(int64_t{1577836800} + i * int64_t{3600}, false);
+  };
+  auto write = [&](const std::string& name, int rows, int future) {
+    std::ofstream f(dir / name);
+    f << "when,signal,promo,y\n";
+    for (int i = 0; i < rows + future; ++i) {
+      const int promo = (i * 7) % 5 == 0;
+      f << hours(i) << ",";
+      if (i < rows) f << std::sin(0.3 * i);
+      f << "," << promo << ",";
+      if (i < rows) f << std::sin(0.3 * i) + promo;
+      f << "\n";
+    }
+    return (dir / name).string();
+  };
+  std::ostringstream log;
+  train(Config::parse("data: {path: " + write("d.csv", 150, 0) +
+                          ", date_column: when, features: [signal], targets: [y], lookback: 6, "
+                          "horizon: 2, known_future: [promo]}\nmodel: {hidden: 8}\n"
+                          "train: {epochs: 1, run_dir: " +
+                          (dir / "run").string() + "}\n",
+                      "k.yaml"),
+        log);
+  std::ostringstream out;
+  EXPECT_EQ(
+      predict((dir / "run").string(), {write("f.csv", 30, 2), (dir / "p.csv").string(), true}, out),
+      1);
+  auto p = read_csv((dir / "p.csv").string());
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[1][0], hours(29));
+  EXPECT_EQ(p[1][1], hours(30));
+  EXPECT_EQ(p[2][1], hours(31));
+  std::ostringstream without;
+  predict((dir / "run").string(), {write("g.csv", 30, 0), (dir / "q.csv").string(), true}, without);
+  EXPECT_NE(without.str().find("2 of 25 windows are left out: the file lacks their inputs or "
+                               "their data.known_future values"),
+            std::string::npos)
+      << without.str();
+  p = read_csv((dir / "q.csv").string());
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[1][0], hours(27));
+}
+
 // model.output every_step: the loss covers a forecast after every step of a window, and eval,
 // predict and the errors take the last step's. Validation windows of 200 hourly rows, horizon 2:
 // last rows 159..177; their MAE from predict's rows is the logged val_mae.

@@ -289,6 +289,34 @@ TEST(Series, StaticCategoriesAreOneHotFeaturesPerSeries) {
                 "(data.static)");
 }
 
+// data.known_future with two steps ahead: each step of a window also holds the known column at
+// the two rows after it (value = day, promo = 10 * day, normalize none).
+TEST(Series, KnownFutureValuesAreThoseOfTheRowsForecast) {
+  const fs::path dir = temp_dir("known_future");
+  std::string text = "date,city,value,promo\n";
+  for (int day = 0; day < 30; ++day)
+    text += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + ",a," +
+            std::to_string(day) + "," + std::to_string(10 * day) + "\n";
+  const std::string path = write(dir / "k.csv", text);
+  const SeriesData d = load_series(
+      series_config(path, {"data.known_future=[promo]", "data.lookback=3", "data.horizon=2"}));
+  EXPECT_EQ(d.feature_names, (std::vector<std::string>{"value", "promo+1", "promo+2"}));
+  ASSERT_FALSE(d.split.val.empty());
+  for (int64_t s : d.split.train) {
+    std::vector<float> x(3 * 3);
+    d.copy_window(s, x.data());
+    for (int64_t t = 0; t < 3; ++t) {
+      EXPECT_EQ(x[t * 3], float(s + t));
+      EXPECT_EQ(x[t * 3 + 1], float(10 * (s + t + 1)));
+      EXPECT_EQ(x[t * 3 + 2], float(10 * (s + t + 2)));
+    }
+  }
+  EXPECT_NE(error_of([&] {
+              load_series(series_config(path, {"data.known_future=[value]"}));
+            }).find("data.known_future: 'value' is a target"),
+            std::string::npos);
+}
+
 // data.normalize_per series: each series scaled by its own training rows (a's values are
 // 1000 + day, b's 2000 + day), predictions scaled back by their own series' scaler, the scalers
 // kept per name through JSON; a series without one is an error or (fallback pooled) a note.

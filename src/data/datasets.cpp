@@ -655,7 +655,9 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   for (const auto& [column, categories] : d->static_categories)
     one_hots += static_cast<int64_t>(categories.size());
   const int64_t statics_at = file_features + 2 * static_cast<int64_t>(o.calendar.size());
-  const int64_t F = statics_at + one_hots + (mask ? file_features : 0);
+  const int64_t known_at = statics_at + one_hots, K = d->steps_ahead;
+  const int64_t known = static_cast<int64_t>(o.known_future.size()) * K;
+  const int64_t F = known_at + known + (mask ? file_features : 0);
   const int64_t O = static_cast<int64_t>(target_names.size());
   std::vector<int64_t> present;  // targets in the file (predict needs none)
   for (int64_t j = 0; j < O; ++j)
@@ -671,7 +673,8 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   // `horizon` before); `raw` receives the values as they are, every O-th.
   // Empty target cells (values not known yet) are NaN with `missing_targets`.
   auto column = [&](const std::string& name, int64_t j, Transform t, bool is_target, double* raw) {
-    const bool not_known_yet = is_target && missing_targets;  // predict: targets to come
+    // predict: targets to come, and with data.known_future the future rows' other features
+    const bool not_known_yet = (is_target || !o.known_future.empty()) && missing_targets;
     std::vector<double> x;
     try {
       x = table.column(name, not_known_yet || o.missing != "error");
@@ -728,6 +731,20 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       for (const std::string& category : categories)
         (*values)[k * width + at++] = value == category;
     }
+  for (size_t i = 0; i < o.known_future.size(); ++i) {  // the values at the forecasts' rows
+    const std::string& name = o.known_future[i];
+    std::vector<double> x = table.column(name, missing_targets || o.missing != "error");
+    if (!missing_targets && o.missing != "error" && o.missing != "mask")
+      fill_missing(&x, order, o.missing, table, name);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t end = d->series_of(k).end;
+      for (int64_t a = 0; a < K; ++a) {
+        const int64_t at = k + o.horizon - K + 1 + a;  // the row of step a's forecast
+        (*values)[k * width + known_at + int64_t(i) * K + a] =
+            at < end ? x[order.rows[keep[at]]] : NAN;
+      }
+    }
+  }
   if (mask)  // 1 where a file feature is missing (its value, zero once normalised, says nothing)
     for (int64_t k = 0; k < n; ++k)
       for (int64_t j = 0; j < file_features; ++j)
@@ -1077,7 +1094,7 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
     d.feature_names = stored->feature_names;  // less the calendar's, which the dates give
     // the file's: the calendar's, the statics' and the missing indicators (one per file feature)
     // are derived
-    size_t derived = 2 * o.calendar.size();
+    size_t derived = 2 * o.calendar.size() + o.known_future.size() * d.steps_ahead;
     for (const auto& [column, categories] : stored->static_categories) derived += categories.size();
     size_t file = d.feature_names.size() - std::min(d.feature_names.size(), derived);
     if (o.missing == "mask") file /= 2;
@@ -1112,6 +1129,13 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
             d.feature_names.end() &&
         std::find(o.targets.begin(), o.targets.end(), column) == o.targets.end())
       fail(opt.source, ": data.transform: '", column, "' is neither a feature nor a target");
+  for (const std::string& column : o.known_future) {
+    if (!table.has_column(column))
+      fail(opt.source, ": data.known_future: ", opt.path, " has no column '", column, "'");
+    if (std::find(o.targets.begin(), o.targets.end(), column) != o.targets.end())
+      fail(opt.source, ": data.known_future: '", column,
+           "' is a target: its future values are what the model forecasts");
+  }
   // The truth: target columns, the class column or the label's column. Predict needs none.
   std::vector<std::string> truth = o.targets;
   if (opt.task == TaskKind::classify) truth = {o.label == "column" ? o.class_col : o.label_col};
@@ -1150,6 +1174,9 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   for (const auto& [column, categories] : d.static_categories)
     for (const std::string& category : categories)
       d.feature_names.push_back(column + "=" + category);
+  for (const std::string& name : o.known_future)
+    for (int64_t a = 0; a < d.steps_ahead; ++a)
+      d.feature_names.push_back(name + "+" + std::to_string(o.horizon - d.steps_ahead + 1 + a));
   if (o.missing == "mask")
     for (size_t j = 0; j < file_features; ++j)
       d.feature_names.push_back(d.feature_names[j] + "_missing");
@@ -1184,6 +1211,20 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
       d.notes.push_back(std::to_string(left_out) + " of " + std::to_string(all) +
                         " windows are left out: the file holds no target for them (an empty "
                         "cell, or a class the model was not trained on)");
+  }
+  if (which != WindowSet::splits && !o.known_future.empty() && !d.masks_missing) {
+    // Only windows whose inputs, known values ahead included, the file holds.
+    std::vector<float> x(static_cast<size_t>(d.lookback * d.num_features()));
+    const size_t all = d.split.test.size();
+    std::erase_if(d.split.test, [&](int64_t start) {
+      d.copy_window(start, x.data());
+      return !std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
+    });
+    if (d.split.test.size() < all)
+      d.notes.push_back(std::to_string(all - d.split.test.size()) + " of " + std::to_string(all) +
+                        " windows are left out: the file lacks their inputs or their "
+                        "data.known_future values at the rows they forecast (add the future "
+                        "rows at each series' end, the known columns filled)");
   }
   if (which == WindowSet::splits && d.masks_missing) {  // no loss on a missing target
     size_t left_out = 0;

@@ -74,6 +74,13 @@ const std::vector<ConfigKey> kKeys = {
      "`dayofmonth`, `dayofyear`, `month`, each as the sine and cosine of its cycle (features "
      "`hour_sin`, `hour_cos`, ...) after the file's features, so that 23:00 lies next to 00:00 "
      "and December next to January. Dates are read as UTC."},
+    {"data.known_future", T::string_list, "[]",
+     "forecast: CSV columns known ahead of time (a planned promotion, a holiday flag, a weather "
+     "forecast): every step of a window also gets their values at the rows its forecast is for "
+     "(features `<column>+<n>`, n rows ahead, one per step ahead with data.horizon_mode direct). "
+     "predict needs those rows in the file: future rows at a series' end with the known columns "
+     "filled and the other cells empty; a window whose known values are not in the file is left "
+     "out, with a note."},
     {"data.static", T::string_list, "[]",
      "CSV columns naming a category of each series that does not change over time (a battery's "
      "cell type, a store's region): one value per series (a change within one is an error naming "

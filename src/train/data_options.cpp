@@ -55,6 +55,10 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
   o.season = c.integer("data.season");
   o.calendar = c.list("data.calendar");
   o.statics = c.list("data.static");
+  o.known_future = c.list("data.known_future");
+  if (!o.known_future.empty() && task != TaskKind::forecast)
+    fail(c.origin("data.known_future"), ": data.known_future is for forecasters; data.task ",
+         task_name(task), " forecasts nothing");
   for (const std::string& name : o.calendar)
     if (name != "hour" && name != "dayofweek" && name != "dayofmonth" && name != "dayofyear" &&
         name != "month")
