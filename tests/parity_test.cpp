@@ -71,10 +71,11 @@ struct Checker {
   }
 };
 
-// Replays one fixture. With `own_gradients` (f32), AdamW steps start from PyTorch's gradients:
-// Adam's update divides by sqrt(v), which turns the last bits of near-zero gradients into
-// visible parameter differences, so only the update itself is compared.
-Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients) {
+// Replays one fixture. Each AdamW step starts from PyTorch's gradients (the backward pass is
+// checked on its own): Adam's update divides by sqrt(v), which turns the last bits of a gradient
+// near its epsilon into visible parameter differences, in float64 as in float32, so only the
+// update itself is compared.
+Checker run_fixture(const Fixture& fx, Backend& be, DType dt) {
   const auto& c = fx.config;
   const bool ce = c["head"] == "ce";
   ModelOptions opt;
@@ -91,7 +92,7 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
   opt.rnn.bidirectional = c.value("bi", false);
   opt.rnn.batch_first = c.value("bf", false);
   opt.output_size = c["output_size"];
-  opt.per_step = c["head"] != "last";
+  opt.per_step = c["head"] != "last" && c["head"] != "quantile";
   SequenceModel model(opt, dt);
   model.initialize(be, 0);
   Parameters& params = model.parameters();
@@ -146,9 +147,19 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
     params.zero_grad(be);
     Tensor y = model.forward(be, x.t, h0.t, c0.t, true, rng);
     Tensor dy = dy_buf.get(be, dt, y.shape());
-    double loss = ce ? be.cross_entropy_loss(y, target_ids.t.reshape({target_ids.t.numel()}),
-                                             weights.t, c["ignore_index"], dy)
-                     : be.mse_loss(y, target.t, mask.t, dy);
+    double loss = 0;
+    if (ce) {
+      loss = be.cross_entropy_loss(y, target_ids.t.reshape({target_ids.t.numel()}), weights.t,
+                                   c["ignore_index"], dy);
+    } else if (c["head"] == "quantile") {  // the pinball loss of each output's quantile
+      RegressionLoss pinball{LossKind::quantile};
+      const std::vector<double> levels = c["q"];
+      pinball.num_quantiles = static_cast<int>(levels.size());
+      std::copy(levels.begin(), levels.end(), pinball.quantiles);
+      loss = be.regression_loss(pinball, y, target.t, Tensor(), dy);
+    } else {
+      loss = be.mse_loss(y, target.t, mask.t, dy);
+    }
     if (states) {
       const auto hn = to_doubles(be, model.rnn().h_n()), a = to_doubles(be, rh.t);
       for (size_t i = 0; i < hn.size(); ++i) loss += hn[i] * a[i];
@@ -188,21 +199,16 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt, bool own_gradients
                     {.kind = "adamw", .lr = c["lr_adamw"], .weight_decay = c["wd_adamw"]});
     for (int s = 1; s <= 2; ++s) {
       const std::string prefix = "adamw" + std::to_string(s);
-      if (own_gradients) {
-        for (size_t i = 0; i < params.size(); ++i) {
-          HostTensor g = fx.tensor(be, dt, prefix + "_grad." + params.values().entries()[i].name);
-          be.copy(params.grad(i), g.t);
-        }
-      } else if (s == 2) {
-        step();
-        model.backward(be, dy_buf.tensor(), rh.t, rc.t);
+      for (size_t i = 0; i < params.size(); ++i) {
+        HostTensor g = fx.tensor(be, dt, prefix + "_grad." + params.values().entries()[i].name);
+        be.copy(params.grad(i), g.t);
       }
       adamw.step();
       for (size_t i = 0; i < params.size(); ++i) {
         const std::string name = prefix + "." + params.values().entries()[i].name;
         ck.check("adamw", name, to_doubles(be, params.value(i)), fx.values(name));
       }
-      if (own_gradients) load_fixture_params(prefix);
+      load_fixture_params(prefix);
     }
   }
   {  // Two clipped SGD steps with momentum (Nesterov on bidirectional fixtures).
@@ -242,15 +248,14 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
   ASSERT_GE(names.size(), 24u) << "no PyTorch fixtures in " << fixture_dir()
                                << " (run tests/python/make_parity_fixtures.py)";
   auto be = make_backend(backend_name);
-  const bool own_gradients = dt == DType::f32;
   std::printf("PyTorch parity, %s backend, %s: max relative error per group\n", backend_name,
               std::string(dtype_name(dt)).c_str());
   int ill_conditioned = 0;
   std::printf("  %-52s %-9s %-9s %-9s %-9s %-12s %s\n", "configuration", "forward", "backward",
-              own_gradients ? "adamw*" : "adamw", "sgd", "torch-f32", "worst tensor");
+              "adamw*", "sgd", "torch-f32", "worst tensor");
   for (const auto& name : names) {
     Fixture fx(fixture_dir() + "/" + name + ".safetensors");
-    const Checker ck = run_fixture(fx, *be, dt, own_gradients);
+    const Checker ck = run_fixture(fx, *be, dt);
     Checker::Worst worst;
     for (const auto& [group, w] : ck.groups)
       if (worst.tensor.empty() || w.error > worst.error) worst = w;
@@ -280,7 +285,7 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
   std::printf(
       "  error: max |got - want| / max(|want|, 0.1 max|want|) against PyTorch float64;\n"
       "  torch-f32: PyTorch's own float32 forward/backward under the same metric\n");
-  if (own_gradients) std::printf("  adamw*: each step from PyTorch's gradients\n");
+  std::printf("  adamw*: each step from PyTorch's gradients\n");
 }
 
 TEST(PyTorchParity, CpuF32) { run_all("cpu", DType::f32, 1e-5); }

@@ -21,7 +21,9 @@ import sys
 import torch
 
 # name fields: i input, h hidden, l layers, t steps, b batch; flags: bi (bidirectional), bf
-# (batch_first), st (given initial states), head: last | step | mask (MSE on masked steps) | ce;
+# (batch_first), st (given initial states), head: last | step | mask (MSE on masked steps) | ce |
+# quantile (the last step's forecast of k steps ahead, one output per quantile of q, the pinball
+# loss against targets repeated per quantile, as a seqforge forecaster with train.loss quantile);
 # cell="gru" makes the layer an nn.GRU (named gru_... / chargru_...; no cell state, so no c0, rc,
 # c_n): otherwise it is an nn.LSTM (lstm_... / charlm_...); p: the LSTM's proj_size (h, h0, h_n
 # and the output are p wide, weight_hr_l{k} (p, h); named ..._p{p}_...); cell="lnlstm" is the
@@ -85,6 +87,10 @@ CONFIGS = [
     dict(i=3, h=12, p=6, l=3, t=5, b=2, head="step", bi=True, bf=True),
     dict(cell="lnlstm", i=5, h=9, l=1, t=6, b=3, head="last", bi=True, st=True),
     dict(cell="lnlstm", i=3, h=12, l=3, t=5, b=2, head="step", bi=True, bf=True),
+    # Quantile forecasts of several steps ahead: appended last.
+    dict(i=4, h=9, l=2, t=6, b=5, head="quantile", k=3, q=[0.1, 0.5, 0.9], bf=True),
+    dict(cell="gru", i=3, h=16, l=1, t=7, b=4, head="quantile", k=1, q=[0.25, 0.75], st=True),
+    dict(i=5, h=12, p=5, l=2, t=5, b=3, head="quantile", k=24, q=[0.05, 0.5, 0.95], bi=True),
 ]
 
 LR_ADAMW, WD_ADAMW = 1e-2, 1e-2
@@ -170,6 +176,8 @@ def name_of(c):
     for flag in ("bi", "bf", "st", "weights", "ignore"):
         if c.get(flag):
             s += "_" + flag
+    if c["head"] == "quantile":
+        s += "_k%d_q%d" % (c["k"], len(c["q"]))
     return s + "_" + c["head"]
 
 
@@ -189,6 +197,8 @@ class Model(torch.nn.Module):
         else:
             self.lstm = torch.nn.LSTM(*args, proj_size=c.get("p", 0), **kw)
         out = c["v"] if "v" in c else (2 if c["head"] in ("step", "mask") else 1)
+        if c["head"] == "quantile":
+            out = c["k"] * len(c["q"])
         self.head = torch.nn.Linear(d * (c.get("p") or c["h"]), out)
 
     def forward(self, x, state):
@@ -201,7 +211,7 @@ class Model(torch.nn.Module):
             y, (hn, cn) = self.lnlstm(x, state)
         else:
             y, (hn, cn) = self.lstm(x, state)
-        if self.c["head"] == "last":
+        if self.c["head"] in ("last", "quantile"):
             y = y[:, -1, :] if self.c.get("bf") else y[-1]
         else:
             y = y.reshape(-1, y.shape[-1])
@@ -214,6 +224,10 @@ def loss_of(c, out, hn, cn, inputs):
         ignore = inputs["meta_ignore"]
         loss = torch.nn.functional.cross_entropy(out, inputs["input.target_ids"].reshape(-1),
                                                  weight=w, ignore_index=ignore)
+    elif c["head"] == "quantile":
+        q = torch.tensor(c["q"], dtype=out.dtype).repeat(c["k"])
+        u = inputs["input.target"] - out
+        loss = torch.maximum(q * u, (q - 1) * u).mean()
     elif c["head"] == "mask":
         m = inputs["input.mask"].reshape(-1) != 0
         loss = ((out[m] - inputs["input.target"][m]) ** 2).mean()
@@ -284,8 +298,11 @@ def make(c, seed):
             inputs["input.class_weights"] = f32(torch.rand(c["v"]) + 0.5)
     else:
         inputs["input.x"] = f32(torch.randn(*lead, c["i"]))
-        rows = B if c["head"] == "last" else T * B
-        inputs["input.target"] = f32(torch.randn(rows, 2 if c["head"] != "last" else 1))
+        rows = B if c["head"] in ("last", "quantile") else T * B
+        if c["head"] == "quantile":  # each target once per quantile
+            inputs["input.target"] = f32(torch.randn(B, c["k"])).repeat_interleave(len(c["q"]), 1)
+        else:
+            inputs["input.target"] = f32(torch.randn(rows, 2 if c["head"] != "last" else 1))
         if c["head"] == "mask":
             mask = (torch.rand(rows) < 0.3).double()
             mask[0] = 1.0
@@ -401,7 +418,10 @@ def random_configs(seed, count):
             c["ignore"] = rng.random() < 0.3 and c["b"] > 1 and c["t"] > 1  # some targets kept
         else:
             c.update(i=rng.choice([1, 2, 3, 7, 16, 17, 40]),
-                     head=rng.choice(["last", "step", "mask"]))
+                     head=rng.choice(["last", "step", "mask", "quantile"]))
+            if c["head"] == "quantile":
+                levels = sorted(rng.sample(range(1, 20), rng.randint(1, 5)))
+                c.update(k=rng.choice([1, 2, 5, 24]), q=[v / 20 for v in levels])
         c["bi"], c["bf"], c["st"] = (rng.random() < 0.5 for _ in range(3))
         if cell == "lstm" and c["h"] > 1 and rng.random() < 0.4:
             c["p"] = rng.randint(1, c["h"] - 1)
