@@ -545,6 +545,21 @@ TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {
   p = read_csv((dir / "q.csv").string());
   ASSERT_EQ(p.size(), 3u);
   EXPECT_EQ(p[1][0], hours(27));
+  // The hour of the rows forecast, a calendar feature, needs no future rows.
+  train(Config::parse("data: {path: " + write("d.csv", 150, 0) +
+                          ", date_column: when, features: [signal], targets: [y], lookback: 6, "
+                          "horizon: 2, calendar: [hour], known_future: [hour]}\n"
+                          "model: {hidden: 8}\ntrain: {epochs: 1, run_dir: " +
+                          (dir / "hour").string() + "}\n",
+                      "h.yaml"),
+        log);
+  std::ostringstream hour;
+  predict((dir / "hour").string(), {write("g.csv", 30, 0), (dir / "r.csv").string(), true}, hour);
+  EXPECT_EQ(hour.str().find("left out"), std::string::npos) << hour.str();
+  p = read_csv((dir / "r.csv").string());
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[1][0], hours(29));
+  EXPECT_EQ(p[2][1], hours(31));
 }
 
 // model.output every_step: the loss covers a forecast after every step of a window, and eval,

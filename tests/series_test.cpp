@@ -315,6 +315,24 @@ TEST(Series, KnownFutureValuesAreThoseOfTheRowsForecast) {
               load_series(series_config(path, {"data.known_future=[value]"}));
             }).find("data.known_future: 'value' is a target"),
             std::string::npos);
+  // A calendar feature among them comes from the dates of the rows forecast, past the file's
+  // end too (the dates are regular: a day apart).
+  const SeriesData c = load_series(
+      series_config(path, {"data.calendar=[dayofweek]", "data.known_future=[dayofweek]",
+                           "data.lookback=3", "data.horizon=2", "data.features=[promo]"}));
+  EXPECT_EQ(c.feature_names,
+            (std::vector<std::string>{"promo", "dayofweek_sin", "dayofweek_cos", "dayofweek_sin+1",
+                                      "dayofweek_cos+1", "dayofweek_sin+2", "dayofweek_cos+2"}));
+  const int64_t last = c.rows - 1;
+  EXPECT_EQ(*c.time_ahead(last, 3), c.times[last] + 3 * 86400);
+  std::vector<float> x(3 * 7);
+  c.copy_window(c.split.train.back(), x.data());
+  const int64_t row = c.split.train.back() + 2;  // the window's last step
+  for (int a = 1; a <= 2; ++a) {
+    const auto [sin, cos] = calendar_features("dayofweek", c.times[row + a]);
+    EXPECT_NEAR(x[2 * 7 + 1 + 2 * a], sin, 1e-6);
+    EXPECT_NEAR(x[2 * 7 + 2 + 2 * a], cos, 1e-6);
+  }
 }
 
 // data.normalize_per series: each series scaled by its own training rows (a's values are

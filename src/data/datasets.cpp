@@ -84,6 +84,11 @@ double invert_transform(Transform t, double y, double base) {
 }
 
 namespace {
+// A data.known_future name that is one of data.calendar's features (computed from the dates).
+bool is_calendar(const SeriesOptions& o, const std::string& name) {
+  return std::find(o.calendar.begin(), o.calendar.end(), name) != o.calendar.end();
+}
+
 // A transform that takes a base: the previous row's value, or the window's last one.
 bool needs_base(Transform t) {
   return t == Transform::diff || t == Transform::log_return || t == Transform::pct_change;
@@ -206,6 +211,17 @@ double SeriesData::step_target(int64_t start, int64_t k, int64_t j) const {
   return needs_base(t)
              ? apply_transform(t, raw_targets[row * O + j], raw_targets[last_row(start) * O + j])
              : source.at(row, target_cols[j]);
+}
+
+std::optional<int64_t> SeriesData::time_ahead(int64_t row, int64_t ahead) const {
+  if (times.empty()) return std::nullopt;
+  const SeriesSpan& s = series_of(row);
+  if (row + ahead < s.end) return times[row + ahead];
+  if (!s.regular || s.step <= 0) return std::nullopt;
+  const int64_t last = s.end - 1, n = row + ahead - last;  // steps past the series' last row
+  if (s.business_days) return BusinessCalendar(holidays).add(times[last], n);
+  if (s.months > 0) return io::add_months(times[last], n * s.months, s.month_end);
+  return times[last] + n * s.step;
 }
 
 int64_t SeriesData::scaler_of(int64_t row) const {
@@ -656,7 +672,8 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     one_hots += static_cast<int64_t>(categories.size());
   const int64_t statics_at = file_features + 2 * static_cast<int64_t>(o.calendar.size());
   const int64_t known_at = statics_at + one_hots, K = d->steps_ahead;
-  const int64_t known = static_cast<int64_t>(o.known_future.size()) * K;
+  int64_t known = 0;  // a column's value, or a calendar feature's sine and cosine, per step
+  for (const std::string& name : o.known_future) known += (is_calendar(o, name) ? 2 : 1) * K;
   const int64_t F = known_at + known + (mask ? file_features : 0);
   const int64_t O = static_cast<int64_t>(target_names.size());
   std::vector<int64_t> present;  // targets in the file (predict needs none)
@@ -731,19 +748,39 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       for (const std::string& category : categories)
         (*values)[k * width + at++] = value == category;
     }
-  for (size_t i = 0; i < o.known_future.size(); ++i) {  // the values at the forecasts' rows
+  if (!order.times.empty()) {
+    const auto& text = table.text(o.date_col);
+    for (int64_t p : keep) {
+      d->times.push_back(order.times[p]);
+      d->dates.push_back(text[order.rows[p]]);
+    }
+  }
+  // The known values at the forecasts' rows: a column's from the file (NaN past a series' end),
+  // a calendar feature's from the rows' dates (past the end too, where the dates are regular).
+  for (int64_t i = 0, at = known_at; i < int64_t(o.known_future.size()); ++i) {
     const std::string& name = o.known_future[i];
-    std::vector<double> x = table.column(name, missing_targets || o.missing != "error");
-    if (!missing_targets && o.missing != "error" && o.missing != "mask")
-      fill_missing(&x, order, o.missing, table, name);
+    const bool calendar = is_calendar(o, name);
+    std::vector<double> x;
+    if (!calendar) {
+      x = table.column(name, missing_targets || o.missing != "error");
+      if (!missing_targets && o.missing != "error" && o.missing != "mask")
+        fill_missing(&x, order, o.missing, table, name);
+    }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t end = d->series_of(k).end;
       for (int64_t a = 0; a < K; ++a) {
-        const int64_t at = k + o.horizon - K + 1 + a;  // the row of step a's forecast
-        (*values)[k * width + known_at + int64_t(i) * K + a] =
-            at < end ? x[order.rows[keep[at]]] : NAN;
+        const int64_t ahead = o.horizon - K + 1 + a;  // step a's forecast is for row k + ahead
+        double* out = values->data() + k * width + at + (calendar ? 2 : 1) * a;
+        if (!calendar) {
+          *out = k + ahead < end ? x[order.rows[keep[k + ahead]]] : NAN;
+        } else if (const auto when = d->time_ahead(k, ahead)) {
+          std::tie(out[0], out[1]) = calendar_features(name, *when);
+        } else {
+          out[0] = out[1] = NAN;
+        }
       }
     }
+    at += (calendar ? 2 : 1) * K;
   }
   if (mask)  // 1 where a file feature is missing (its value, zero once normalised, says nothing)
     for (int64_t k = 0; k < n; ++k)
@@ -768,13 +805,6 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   if (present.size() == target_names.size())
     for (int64_t j = 0; j < O; ++j) d->target_cols.push_back(F + j);
   d->rows = n;
-  if (!order.times.empty()) {
-    const auto& text = table.text(o.date_col);
-    for (int64_t p : keep) {
-      d->times.push_back(order.times[p]);
-      d->dates.push_back(text[order.rows[p]]);
-    }
-  }
   std::vector<int64_t> file_rows(n);
   for (int64_t k = 0; k < n; ++k) file_rows[k] = order.rows[keep[k]];
   return file_rows;
@@ -1094,7 +1124,9 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
     d.feature_names = stored->feature_names;  // less the calendar's, which the dates give
     // the file's: the calendar's, the statics' and the missing indicators (one per file feature)
     // are derived
-    size_t derived = 2 * o.calendar.size() + o.known_future.size() * d.steps_ahead;
+    size_t derived = 2 * o.calendar.size();
+    for (const std::string& name : o.known_future)
+      derived += (is_calendar(o, name) ? 2 : 1) * d.steps_ahead;
     for (const auto& [column, categories] : stored->static_categories) derived += categories.size();
     size_t file = d.feature_names.size() - std::min(d.feature_names.size(), derived);
     if (o.missing == "mask") file /= 2;
@@ -1130,6 +1162,7 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
         std::find(o.targets.begin(), o.targets.end(), column) == o.targets.end())
       fail(opt.source, ": data.transform: '", column, "' is neither a feature nor a target");
   for (const std::string& column : o.known_future) {
+    if (is_calendar(o, column)) continue;  // from the dates
     if (!table.has_column(column))
       fail(opt.source, ": data.known_future: ", opt.path, " has no column '", column, "'");
     if (std::find(o.targets.begin(), o.targets.end(), column) != o.targets.end())
@@ -1175,8 +1208,15 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
     for (const std::string& category : categories)
       d.feature_names.push_back(column + "=" + category);
   for (const std::string& name : o.known_future)
-    for (int64_t a = 0; a < d.steps_ahead; ++a)
-      d.feature_names.push_back(name + "+" + std::to_string(o.horizon - d.steps_ahead + 1 + a));
+    for (int64_t a = 0; a < d.steps_ahead; ++a) {
+      const std::string ahead = "+" + std::to_string(o.horizon - d.steps_ahead + 1 + a);
+      if (is_calendar(o, name)) {
+        d.feature_names.push_back(name + "_sin" + ahead);
+        d.feature_names.push_back(name + "_cos" + ahead);
+      } else {
+        d.feature_names.push_back(name + ahead);
+      }
+    }
   if (o.missing == "mask")
     for (size_t j = 0; j < file_features; ++j)
       d.feature_names.push_back(d.feature_names[j] + "_missing");

@@ -8,7 +8,6 @@
 #include <iostream>
 #include <numeric>
 
-#include "data/calendar.hpp"
 #include "io/file_util.hpp"
 #include "run.hpp"
 #include "seqforge/backend/host_access.hpp"
@@ -102,15 +101,9 @@ std::string row_label(const SeriesData& d, int64_t row) {
 // dates).
 std::string forecast_time(const SeriesData& d, int64_t start, int64_t k) {
   const int64_t last = d.last_row(start), target = d.target_row(start, k);
-  const SeriesSpan& s = d.series_of(last);
-  if (target < s.end) return row_label(d, target);
-  if (d.dates.empty() || !s.regular || s.step <= 0) return "";
-  const bool date_only = d.dates[last].size() <= 10;
-  const int64_t ahead = target - last;
-  const int64_t when = s.business_days ? BusinessCalendar(d.holidays).add(d.times[last], ahead)
-                       : s.months > 0 ? io::add_months(d.times[last], ahead * s.months, s.month_end)
-                                      : d.times[last] + ahead * s.step;
-  return io::format_datetime(when, date_only);
+  if (target < d.series_of(last).end) return row_label(d, target);
+  const std::optional<int64_t> when = d.time_ahead(last, target - last);
+  return when ? io::format_datetime(*when, d.dates[last].size() <= 10) : "";
 }
 
 // Windows per forward pass of predict: large batches run the GEMMs fastest (512-1024 rows ran

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -120,9 +121,9 @@ struct SeriesData {
   std::vector<int64_t> holidays;       // days since 1970 that are no business days (data.holidays)
   // data.static: each column with its categories (sorted), a one-hot feature per category.
   std::vector<std::pair<std::string, std::vector<std::string>>> static_categories;
-  std::vector<std::string> notes;      // facts worth a line at start-up (gaps, cut dates)
-  bool drops_first_rows = false;  // a feature's differencing transform takes each series' first
-                                  // row as its base: the row is no window's
+  std::vector<std::string> notes;  // facts worth a line at start-up (gaps, cut dates)
+  bool drops_first_rows = false;   // a feature's differencing transform takes each series' first
+                                   // row as its base: the row is no window's
   std::string layout;  // how rows were ordered and transformed (date, series, transforms)
   Split split;
   int64_t num_features() const { return static_cast<int64_t>(feature_names.size()); }
@@ -141,6 +142,9 @@ struct SeriesData {
   int64_t last_row(int64_t start) const { return start + lookback - 1; }
   // The series of source row `row`.
   const SeriesSpan& series_of(int64_t row) const;
+  // The time `ahead` rows after source row `row` in its series: the file's, or past the series'
+  // end by its calendar where its dates are regular; none without dates or calendar.
+  std::optional<int64_t> time_ahead(int64_t row, int64_t ahead) const;
   // The scaler (Normalizer::series_index) of the series of source row `row`.
   int64_t scaler_of(int64_t row) const;
   // The normalised features of window `start`, (lookback, F), into `out`.
