@@ -545,6 +545,18 @@ TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {
   p = read_csv((dir / "q.csv").string());
   ASSERT_EQ(p.size(), 3u);
   EXPECT_EQ(p[1][0], hours(27));
+  // Masking missing inputs never makes up a known value that is not in the file.
+  train(Config::parse("data: {path: " + write("d.csv", 150, 0) +
+                          ", date_column: when, features: [signal], targets: [y], lookback: 6, "
+                          "horizon: 2, known_future: [promo], missing: mask}\n"
+                          "model: {hidden: 8}\ntrain: {epochs: 1, run_dir: " +
+                          (dir / "masked").string() + "}\n",
+                      "m.yaml"),
+        log);
+  std::ostringstream masked;
+  predict((dir / "masked").string(), {write("g.csv", 30, 0), (dir / "m.csv").string(), true},
+          masked);
+  EXPECT_NE(masked.str().find("2 of 25 windows are left out"), std::string::npos) << masked.str();
   // The hour of the rows forecast, a calendar feature, needs no future rows.
   train(Config::parse("data: {path: " + write("d.csv", 150, 0) +
                           ", date_column: when, features: [signal], targets: [y], lookback: 6, "

@@ -638,7 +638,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
                                   const std::string& label_col, bool missing_targets,
                                   SeriesData* d) {
   // The mapped array itself, never loaded whole, where nothing is to be transformed or filled.
-  if (table.is_array() && o.transforms.empty() && o.missing == "error" && o.statics.empty()) {
+  if (table.is_array() && o.transforms.empty() && o.missing == "error" && o.known_future.empty()) {
     std::vector<std::string> names = o.features;
     names.insert(names.end(), target_names.begin(), target_names.end());
     if (!label_col.empty()) names.push_back(label_col);
@@ -675,6 +675,8 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   int64_t known = 0;  // a column's value, or a calendar feature's sine and cosine, per step
   for (const std::string& name : o.known_future) known += (is_calendar(o, name) ? 2 : 1) * K;
   const int64_t F = known_at + known + (mask ? file_features : 0);
+  d->known_begin = known_at;
+  d->known_end = known_at + known;
   const int64_t O = static_cast<int64_t>(target_names.size());
   std::vector<int64_t> present;  // targets in the file (predict needs none)
   for (int64_t j = 0; j < O; ++j)
@@ -1121,9 +1123,9 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   // A stored model's features by name: a file with more columns, or in another order, feeds the
   // model the columns it was trained on.
   if (d.feature_names.empty() && stored) {
-    d.feature_names = stored->feature_names;  // less the calendar's, which the dates give
-    // the file's: the calendar's, the statics' and the missing indicators (one per file feature)
-    // are derived
+    // The file's: the calendar's, the statics', the known values ahead and the missing
+    // indicators (one per file feature) are derived.
+    d.feature_names = stored->feature_names;
     size_t derived = 2 * o.calendar.size();
     for (const std::string& name : o.known_future)
       derived += (is_calendar(o, name) ? 2 : 1) * d.steps_ahead;
@@ -1252,13 +1254,16 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
                         " windows are left out: the file holds no target for them (an empty "
                         "cell, or a class the model was not trained on)");
   }
-  if (which != WindowSet::splits && !o.known_future.empty() && !d.masks_missing) {
-    // Only windows whose inputs, known values ahead included, the file holds.
-    std::vector<float> x(static_cast<size_t>(d.lookback * d.num_features()));
+  if (which != WindowSet::splits && !o.known_future.empty()) {
+    // Only windows whose known values ahead the file holds, and (unless masked) their inputs.
     const size_t all = d.split.test.size();
     std::erase_if(d.split.test, [&](int64_t start) {
-      d.copy_window(start, x.data());
-      return !std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
+      for (int64_t r = start; r <= d.last_row(start); ++r)
+        for (int64_t f = 0; f < d.num_features(); ++f)
+          if (!std::isfinite(d.source.at(r, d.feature_cols[f])) &&
+              (!d.masks_missing || (f >= d.known_begin && f < d.known_end)))
+            return true;
+      return false;
     });
     if (d.split.test.size() < all)
       d.notes.push_back(std::to_string(all - d.split.test.size()) + " of " + std::to_string(all) +

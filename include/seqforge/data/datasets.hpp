@@ -100,9 +100,10 @@ struct SeriesData {
   int64_t steps_ahead = 1;        // targets per target column: horizon (direct forecast), else 1
   std::vector<double> quantiles;  // forecast with the quantile loss: those forecast, ascending
   bool every_step = false;        // forecast: outputs after every step of a window (model.output)
-  bool masks_missing = false;     // data.missing mask: missing inputs are 0 (normalised) beside
-                                  // an indicator feature; windows of a missing target are left out
-  int64_t season = 0;             // rows per season (data.season); 0: none
+  int64_t known_begin = 0, known_end = 0;  // features holding data.known_future values ahead
+  bool masks_missing = false;  // data.missing mask: missing inputs are 0 (normalised) beside
+                               // an indicator feature; windows of a missing target are left out
+  int64_t season = 0;          // rows per season (data.season); 0: none
   std::vector<std::string> feature_names, target_names, class_names;
   SourceMatrix source;  // features (transformed), targets (transformed over the horizon)
   std::vector<int64_t> feature_cols, target_cols;  // columns of `source`; targets may be absent
