@@ -18,6 +18,7 @@
 #include "data/calendar.hpp"
 #include "data/splits.hpp"
 #include "io/file_util.hpp"
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/io/csv.hpp"
@@ -343,6 +344,7 @@ class DataFile {
     return matrix_;
   }
   // "<path>:<line>" for a CSV row, "<path>: row <r>" for an array row.
+  const std::string& path() const { return path_; }
   std::string where(int64_t row) const {
     return csv_ ? path_ + ":" + std::to_string(csv_->line_of_row(row))
                 : path_ + ": row " + std::to_string(row);
@@ -682,6 +684,14 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   for (int64_t j = 0; j < O; ++j)
     if (table.has_column(target_names[j])) present.push_back(j);
   const int64_t width = F + static_cast<int64_t>(present.size()) + (label_col.empty() ? 0 : 1);
+  // Derived features multiply: a static category's one-hots, a known column per step ahead.
+  if (const double bytes = 8.0 * double(n) * double(width);
+      bytes > 0.5 * double(available_memory_bytes()))
+    fail(table.path(), ": ", n, " rows of ", width, " values (", file_features, " features, ",
+         2 * o.calendar.size(), " of data.calendar, ", one_hots, " one-hot of data.static, ", known,
+         " of data.known_future over ", K, " steps ahead) need ", int64_t(bytes / (1 << 20)),
+         " MB, more than half the ", available_memory_bytes() >> 20,
+         " MB available: fewer derived features, or fewer steps ahead");
   auto values = std::make_shared<std::vector<double>>(n * width);
   for (const auto& t : target_names) d->target_transforms.push_back(transform_of(o, t));
   const bool keep_raw = std::any_of(d->target_transforms.begin(), d->target_transforms.end(),
@@ -1010,18 +1020,12 @@ void fit_normalizers(const SeriesOptions& o, SeriesData* d) {
   // A direct forecast's targets per step ahead over the given training windows, (windows,
   // steps * targets), for a scaler per step.
   auto fit_steps = [&](Normalizer* norm, const std::vector<int64_t>& windows) {
-    const int64_t O = d->num_targets(), width = d->steps_ahead * O;
-    auto values = std::make_shared<std::vector<double>>(windows.size() * width);
-    for (size_t w = 0; w < windows.size(); ++w)
-      for (int64_t k = 0; k < d->steps_ahead; ++k)
-        for (int64_t j = 0; j < O; ++j)
-          (*values)[w * width + k * O + j] = d->step_target(windows[w], k, j);
-    SourceMatrix m{DType::f64, static_cast<int64_t>(windows.size()), width,
-                   reinterpret_cast<const std::byte*>(values->data()), values};
-    std::vector<int64_t> cols(width), all(windows.size());
-    std::iota(cols.begin(), cols.end(), 0);
-    std::iota(all.begin(), all.end(), 0);
-    norm->fit(o.normalize, m, cols, all);
+    const int64_t O = d->num_targets();
+    norm->fit_values(o.normalize, size_t(d->steps_ahead * O), [&](const auto& add) {
+      for (int64_t w : windows)
+        for (int64_t k = 0; k < d->steps_ahead; ++k)
+          for (int64_t j = 0; j < O; ++j) add(size_t(k * O + j), d->step_target(w, k, j));
+    });
     norm->steps = d->steps_ahead;
   };
   if (per_step)

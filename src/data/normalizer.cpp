@@ -2,6 +2,7 @@
 // a checkpoint and checked when read back.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "io/file_util.hpp"
@@ -12,25 +13,31 @@ namespace seqforge {
 
 void Normalizer::fit(const std::string& k, const SourceMatrix& m, const std::vector<int64_t>& cols,
                      const std::vector<int64_t>& rows) {
+  fit_values(k, cols.size(), [&](const std::function<void(size_t, double)>& add) {
+    for (int64_t r : rows)  // row by row: one pass over a memory-mapped source
+      for (size_t j = 0; j < cols.size(); ++j) add(j, m.at(r, cols[j]));
+  });
+}
+
+void Normalizer::fit_values(
+    const std::string& k, size_t n_cols,
+    const std::function<void(const std::function<void(size_t, double)>&)>& each) {
   if (k != "zscore" && k != "minmax" && k != "none")
     fail("data.normalize: unknown value '", k, "' (expected zscore, minmax or none)");
   kind = k;
-  const size_t n_cols = cols.size();
   shift.assign(n_cols, 0.0);
   scale.assign(n_cols, 1.0);
-  if (k == "none" || rows.empty()) return;
+  if (k == "none") return;
   std::vector<double> lo(n_cols, INFINITY), hi(n_cols, -INFINITY), sum(n_cols), sq(n_cols),
       count(n_cols);
-  for (int64_t r : rows)  // row by row: one pass over a memory-mapped source
-    for (size_t j = 0; j < n_cols; ++j) {
-      const double x = m.at(r, cols[j]);
-      if (std::isnan(x)) continue;  // a target transformed over the horizon, at a series' start
-      lo[j] = std::min(lo[j], x);
-      hi[j] = std::max(hi[j], x);
-      sum[j] += x;
-      sq[j] += x * x;
-      count[j] += 1;
-    }
+  each([&](size_t j, double x) {
+    if (std::isnan(x)) return;  // a target transformed over the horizon, at a series' start
+    lo[j] = std::min(lo[j], x);
+    hi[j] = std::max(hi[j], x);
+    sum[j] += x;
+    sq[j] += x * x;
+    count[j] += 1;
+  });
   for (size_t j = 0; j < n_cols; ++j) {
     if (count[j] == 0) continue;
     if (k == "zscore") {

@@ -16,6 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr int64_t kMaxStepsAhead = 10000;  // a direct forecast's outputs per target
+
 int64_t positive(const Config& c, const std::string& key) {
   const int64_t v = c.integer(key);
   if (v <= 0) fail(c.source(), ": ", key, " must be positive, got ", v);
@@ -103,6 +105,10 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
     if (o.horizon_mode != "direct" && o.horizon_mode != "last")
       fail(c.origin("data.horizon_mode"), ": data.horizon_mode must be direct or last, got '",
            o.horizon_mode, "'");
+    if (o.horizon_mode == "direct" && o.horizon > kMaxStepsAhead)
+      fail(c.origin("data.horizon"), ": data.horizon ", o.horizon, " with data.horizon_mode "
+           "direct is an output per step ahead; at most ", kMaxStepsAhead,
+           " (data.horizon_mode: last forecasts only the last)");
   } else if (task == TaskKind::classify) {
     if (o.horizon < 0)
       fail(c.origin("data.horizon"), ": data.horizon must be >= 0, got ", o.horizon);

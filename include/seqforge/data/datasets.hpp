@@ -45,6 +45,9 @@ struct Normalizer {
   // Fits on the given rows of the given columns of `m`.
   void fit(const std::string& kind, const SourceMatrix& m, const std::vector<int64_t>& cols,
            const std::vector<int64_t>& rows);
+  // Fits `n_cols` columns on the values `each(add)` hands over, add(column, value), NaN skipped.
+  void fit_values(const std::string& kind, size_t n_cols,
+                  const std::function<void(const std::function<void(size_t, double)>&)>& each);
   // The index of series `name`'s own scaler, or -1 (the pooled one).
   int64_t series_index(const std::string& name) const;
   const double* shifts(int64_t series_index) const {
