@@ -620,6 +620,13 @@ TEST(Runs, QuantileForecastsAreScoredByTheirDefinition) {
         log);
   const nlohmann::json m = metrics_of(dir / "run").back();
   EXPECT_TRUE(m.contains("val_pinball") && m.contains("val_coverage") && m.contains("val_mae_h2"));
+  // Quantiles without the quantile loss would forecast one value: said at start-up.
+  std::ostringstream point;
+  train(Config::parse(yaml(data, dir / "point"), "q.yaml",
+                      {"train.quantiles=[0.2, 0.8]", "train.epochs=1"}),
+        point);
+  EXPECT_NE(point.str().find("train.quantiles is set but train.loss is mse"), std::string::npos)
+      << point.str();
   const std::string fresh = write_hourly(dir / "fresh.csv", 40, true);
   std::ostringstream out;
   predict((dir / "run").string(), {fresh, (dir / "p.csv").string(), false}, out);

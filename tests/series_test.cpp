@@ -169,18 +169,20 @@ TEST(Series, WholeSeriesExamplesAreToldToUseHorizonZero) {
   EXPECT_EQ(d.split.train.size() + d.split.val.size() + d.split.test.size(), 12u);
 }
 
-// data.missing on two interleaved daily series with empty cells: filled within each series in
-// date order (never from the other series), counted in a note; the default is an error naming
-// the file, line and column.
+// Two interleaved daily series with empty cells.
+// a: days 0..5 = 10, _, _, 40, 50, _   b: days 0..5 = _, 200, 300, _, 500, 600
+constexpr const char* kGappyCsv =
+    "date,city,value\n"
+    "2020-01-01,a,10\n2020-01-01,b,\n2020-01-02,a,\n"
+    "2020-01-02,b,200\n2020-01-03,a,\n2020-01-03,b,300\n"
+    "2020-01-04,a,40\n2020-01-04,b,\n2020-01-05,a,50\n"
+    "2020-01-05,b,500\n2020-01-06,a,\n2020-01-06,b,600\n";
+
+// data.missing: empty cells filled within each series in date order (never from the other
+// series), counted in a note; the default is an error naming the file, line and column.
 TEST(Series, EmptyCellsAreFilledWithinTheirSeries) {
   const fs::path dir = temp_dir("missing");
-  // a: days 0..5 = 10, _, _, 40, 50, _   b: days 0..5 = _, 200, 300, _, 500, 600
-  const std::string path = write(dir / "m.csv",
-                                 "date,city,value\n"
-                                 "2020-01-01,a,10\n2020-01-01,b,\n2020-01-02,a,\n"
-                                 "2020-01-02,b,200\n2020-01-03,a,\n2020-01-03,b,300\n"
-                                 "2020-01-04,a,40\n2020-01-04,b,\n2020-01-05,a,50\n"
-                                 "2020-01-05,b,500\n2020-01-06,a,\n2020-01-06,b,600\n");
+  const std::string path = write(dir / "m.csv", kGappyCsv);
   auto values = [&](const std::string& how) {
     const SeriesData d =
         load_series(series_config(path, {"data.missing=" + how, "data.lookback=2",
@@ -219,12 +221,7 @@ TEST(Series, EmptyCellsAreFilledWithinTheirSeries) {
 // days 0, 2 and 3 (targets 300, 500, 600).
 TEST(Series, MaskedCellsAreZeroInputsBesideAnIndicatorAndNoTarget) {
   const fs::path dir = temp_dir("mask");
-  const std::string path = write(dir / "m.csv",
-                                 "date,city,value\n"
-                                 "2020-01-01,a,10\n2020-01-01,b,\n2020-01-02,a,\n"
-                                 "2020-01-02,b,200\n2020-01-03,a,\n2020-01-03,b,300\n"
-                                 "2020-01-04,a,40\n2020-01-04,b,\n2020-01-05,a,50\n"
-                                 "2020-01-05,b,500\n2020-01-06,a,\n2020-01-06,b,600\n");
+  const std::string path = write(dir / "m.csv", kGappyCsv);
   const SeriesData d = load_series(series_config(
       path, {"data.missing=mask", "data.lookback=2", "data.split.train=1", "data.split.val=0"}));
   EXPECT_EQ(d.feature_names, (std::vector<std::string>{"value", "value_missing"}));

@@ -932,6 +932,9 @@ void static_categories(const DataFile& table, const DataOptions& opt, const RowO
          " columns; the model was trained on ", stored->static_categories.size());
   for (size_t i = 0; i < o.statics.size(); ++i) {
     const std::string& column = o.statics[i];
+    if (stored && stored->static_categories[i].first != column)
+      fail(opt.source, ": data.static names '", column, "' where the model was trained on '",
+           stored->static_categories[i].first, "'");
     if (!table.has_column(column))
       fail(opt.source, ": data.static: ", opt.path, " has no column '", column, "'");
     const std::vector<std::string>& text = table.text(column);

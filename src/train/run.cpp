@@ -271,6 +271,12 @@ std::vector<std::string> ignored_settings(const Config& c) {
   if (c.str("data.task") != "forecast" && c.differs_from_default("data.season"))
     out.push_back("data.season is for forecasters' seasonal-naive baseline; data.task is " +
                   c.str("data.task") + ": it is ignored");
+  if (c.str("train.loss") != "quantile" && c.differs_from_default("train.quantiles"))
+    out.push_back("train.quantiles is set but train.loss is " + c.str("train.loss") +
+                  ": the model forecasts one value per step, not quantiles");
+  if (c.str("data.task") != "forecast" && c.differs_from_default("data.horizon_mode"))
+    out.push_back("data.horizon_mode is for forecasters; data.task is " + c.str("data.task") +
+                  ": it is ignored");
   if (c.str("train.loss") != "huber" && c.differs_from_default("train.huber_delta"))
     out.push_back("train.huber_delta is set but train.loss is " + c.str("train.loss") +
                   ": it is ignored");
