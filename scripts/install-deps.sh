@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev
   python3-torch python3-numpy python3-yaml libopenblas0-pthread
   libsqlite3-dev libpq-dev postgresql python3-optuna
+  libonig-dev libicu-dev  # tokenizers: Oniguruma regexes (as Hugging Face's), ICU normalisation
   python3-pandas python3-sklearn python3-psycopg2 python3-plotly  # optuna's dataframe, importances, PostgreSQL, plots (tests)
   chromium  # renders report.html in the report test
   libopenmpi-dev openmpi-bin  # data-parallel training (mpirun) and its test

@@ -168,6 +168,8 @@ int main(int argc, char** argv) {
 
   CLI::App* report = seqforge::cli::add_report(app);
   CLI::App* diagnose = seqforge::cli::add_diagnose(app);
+  CLI::App* tokenize = seqforge::cli::add_tokenize(app);
+  CLI::App* tokenizer = seqforge::cli::add_tokenizer(app);
 
   CLI::App* reference =
       app.add_subcommand("config-reference", "Print the configuration reference (docs/config.md)");
@@ -292,6 +294,8 @@ int main(int argc, char** argv) {
     if (seqforge::cli::tune_parsed(tune)) return seqforge::cli::run_tune(tune);
     if (report->parsed()) return seqforge::cli::run_report();
     if (diagnose->parsed()) return seqforge::cli::run_diagnose();
+    if (tokenize->parsed()) return seqforge::cli::run_tokenize();
+    if (tokenizer->parsed()) return seqforge::cli::run_tokenizer();
     if (reference->parsed()) {
       std::fputs(sf::config_reference_markdown().c_str(), stdout);
       return 0;

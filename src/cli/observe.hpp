@@ -1,5 +1,6 @@
 #pragma once
-// `seqforge report` and `seqforge diagnose`: registered on the app before parsing, run after.
+// `seqforge report`, `diagnose`, `tokenize` and `tokenizer`: registered on the app before parsing,
+// run after.
 #include <CLI/CLI.hpp>
 
 namespace seqforge::cli {
@@ -9,5 +10,10 @@ int run_report();
 
 CLI::App* add_diagnose(CLI::App& app);
 int run_diagnose();
+
+CLI::App* add_tokenize(CLI::App& app);
+int run_tokenize();
+CLI::App* add_tokenizer(CLI::App& app);
+int run_tokenizer();
 
 }  // namespace seqforge::cli

@@ -1,0 +1,138 @@
+// `seqforge tokenize TOKENIZER.json` (a line of text in, a line of ids out) and
+// `seqforge tokenizer train TEXT -o tokenizer.json`.
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "io/file_util.hpp"
+#include "observe.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/text/tokenizer.hpp"
+
+namespace seqforge::cli {
+
+namespace {
+
+struct TokenizeOptions {
+  std::string tokenizer;
+  bool pair = false, no_special = false, decode = false, skip_special = false;
+};
+TokenizeOptions tokenize_options;
+
+struct TrainOptions {
+  std::string text, output;
+  text::BpeTrainOptions bpe;
+};
+TrainOptions train_options;
+
+std::vector<int32_t> parse_ids(const std::string& line, int64_t line_number) {
+  std::vector<int32_t> ids;
+  const char* p = line.data();
+  const char* end = p + line.size();
+  while (p < end) {
+    if (*p == ' ' || *p == '\t' || *p == '\r') {
+      ++p;
+      continue;
+    }
+    int32_t id = 0;
+    const auto [next, ec] = std::from_chars(p, end, id);
+    if (ec != std::errc() || (next < end && *next != ' ' && *next != '\t' && *next != '\r'))
+      fail("tokenize --decode: standard input line ", line_number, ": '", line,
+           "' is not a list of token ids");
+    ids.push_back(id);
+    p = next;
+  }
+  return ids;
+}
+
+}  // namespace
+
+CLI::App* add_tokenize(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "tokenize",
+      "Encode standard input with a Hugging Face tokenizer.json: each line's ids on a line");
+  TokenizeOptions& o = tokenize_options;
+  cmd->add_option("tokenizer", o.tokenizer, "tokenizer.json")->required();
+  cmd->add_flag("--pair", o.pair,
+                "each line holds a pair of texts separated by a tab (the pair template applies)");
+  cmd->add_flag("--no-special", o.no_special,
+                "leave out the special tokens the post-processor adds (BOS, EOS, ...)");
+  cmd->add_flag("--decode", o.decode, "the other way: each line's ids back to text");
+  cmd->add_flag("--skip-special", o.skip_special, "with --decode: leave special tokens out");
+  return cmd;
+}
+
+int run_tokenize() {
+  const TokenizeOptions& o = tokenize_options;
+  const text::Tokenizer tokenizer = text::Tokenizer::from_file(o.tokenizer);
+  std::string line, out;
+  int64_t line_number = 0;
+  while (std::getline(std::cin, line)) {
+    ++line_number;
+    out.clear();
+    try {
+      if (o.decode) {
+        out = tokenizer.decode(parse_ids(line, line_number), o.skip_special);
+      } else {
+        text::Encoding e;
+        if (o.pair) {
+          const size_t tab = line.find('\t');
+          if (tab == std::string::npos) fail("no tab between the two texts of the pair (--pair)");
+          e = tokenizer.encode_pair(std::string_view(line).substr(0, tab),
+                                    std::string_view(line).substr(tab + 1), !o.no_special);
+        } else {
+          e = tokenizer.encode(line, !o.no_special);
+        }
+        for (size_t i = 0; i < e.ids.size(); ++i) {
+          if (i) out += ' ';
+          out += std::to_string(e.ids[i]);
+        }
+      }
+    } catch (const Error& e) {
+      fail("tokenize: standard input line ", line_number, ": ", e.what());
+    }
+    out += '\n';
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  }
+  return 0;
+}
+
+CLI::App* add_tokenizer(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("tokenizer", "Make tokenizers");
+  cmd->require_subcommand(1);
+  CLI::App* train = cmd->add_subcommand(
+      "train", "Fit a byte-level BPE on a text file and write it as a tokenizer.json");
+  TrainOptions& o = train_options;
+  train->add_option("text", o.text, "UTF-8 text file")->required();
+  train->add_option("-o,--output", o.output, "tokenizer.json to write")->required();
+  train
+      ->add_option("--vocab-size", o.bpe.vocab_size,
+                   "tokens in all: 256 bytes, the merges and the special tokens")
+      ->capture_default_str();
+  train
+      ->add_option("--min-frequency", o.bpe.min_frequency,
+                   "stop before merging a pair seen fewer times")
+      ->capture_default_str();
+  train->add_option("--special", o.bpe.special_tokens, "special tokens, given ids 0, 1, ...")
+      ->capture_default_str();
+  return cmd;
+}
+
+int run_tokenizer() {
+  const TrainOptions& o = train_options;
+  const std::string text = io::read_file(o.text);
+  std::string json;
+  try {
+    json = text::train_byte_level_bpe(text, o.bpe);
+  } catch (const Error& e) {
+    fail(o.text, ": ", e.what());
+  }
+  io::write_file_atomically(o.output, {{json.data(), json.size()}});
+  const text::Tokenizer check = text::Tokenizer::from_json(json, o.output);
+  std::printf("wrote %s: %d tokens\n", o.output.c_str(), check.vocab_size());
+  return 0;
+}
+
+}  // namespace seqforge::cli
