@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (safetensors with a checkpoint's metadata, config, csv, npy) with
-# clang (ASan + UBSan) in build-fuzz/ and fuzzes each for its share of the given time, on a
-# temporary copy of its seed corpus in fuzz/corpus/<name>/, so the repository's corpora are never
-# modified.
-#   scripts/fuzz.sh [seconds]     default 60 (15 s per fuzzer)
+# Builds the libFuzzer targets (safetensors with a checkpoint's metadata, config, csv, npy,
+# tokenizer.json with a text) with clang (ASan + UBSan) in build-fuzz/ and fuzzes each for its
+# share of the given time, on a temporary copy of its seed corpus in fuzz/corpus/<name>/, so the
+# repository's corpora are never modified.
+#   scripts/fuzz.sh [seconds]     default 60 (12 s per fuzzer)
 # Exits non-zero if any fuzzer finds a crash, sanitizer report, leak, timeout or other failure;
 # every fuzzer still runs, and the reproducers are kept in build-fuzz/artifacts/<name>/.
 set -euo pipefail
@@ -11,7 +11,7 @@ set -euo pipefail
 seconds="${1:-60}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-fuzz"
-fuzzers=(safetensors config csv npy)
+fuzzers=(safetensors config csv npy tokenizer)
 per_fuzzer=$((seconds / ${#fuzzers[@]}))
 if [ "$per_fuzzer" -lt 1 ]; then per_fuzzer=1; fi
 

@@ -10,7 +10,7 @@ import sys
 LAYERS = [
     ["core", "io"],
     ["kernels", "backend"],
-    ["nn", "optim", "data"],
+    ["nn", "optim", "data", "text"],
     ["dist"],
     ["train", "tune", "bench", "report"],
     ["cli"],

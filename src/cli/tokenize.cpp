@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,7 @@ namespace {
 
 struct TokenizeOptions {
   std::string tokenizer;
-  bool pair = false, no_special = false, decode = false, skip_special = false;
+  bool pair = false, whole = false, no_special = false, decode = false, skip_special = false;
 };
 TokenizeOptions tokenize_options;
 
@@ -57,6 +58,7 @@ CLI::App* add_tokenize(CLI::App& app) {
   cmd->add_option("tokenizer", o.tokenizer, "tokenizer.json")->required();
   cmd->add_flag("--pair", o.pair,
                 "each line holds a pair of texts separated by a tab (the pair template applies)");
+  cmd->add_flag("--whole", o.whole, "all of standard input is one text (newlines included)");
   cmd->add_flag("--no-special", o.no_special,
                 "leave out the special tokens the post-processor adds (BOS, EOS, ...)");
   cmd->add_flag("--decode", o.decode, "the other way: each line's ids back to text");
@@ -68,33 +70,45 @@ int run_tokenize() {
   const TokenizeOptions& o = tokenize_options;
   const text::Tokenizer tokenizer = text::Tokenizer::from_file(o.tokenizer);
   std::string line, out;
+  const auto print_ids = [&](const std::vector<int32_t>& ids) {
+    out.clear();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i) out += ' ';
+      out += std::to_string(ids[i]);
+    }
+    out += '\n';
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  };
+  if (o.whole) {
+    if (o.pair || o.decode)
+      fail("tokenize: --whole encodes one text; leave out --pair and --decode");
+    std::string all((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    try {
+      print_ids(tokenizer.encode(all, !o.no_special).ids);
+    } catch (const Error& e) {
+      fail("tokenize: standard input: ", e.what());
+    }
+    return 0;
+  }
   int64_t line_number = 0;
   while (std::getline(std::cin, line)) {
     ++line_number;
-    out.clear();
     try {
       if (o.decode) {
-        out = tokenizer.decode(parse_ids(line, line_number), o.skip_special);
+        out = tokenizer.decode(parse_ids(line, line_number), o.skip_special) + '\n';
+        std::fwrite(out.data(), 1, out.size(), stdout);
+      } else if (o.pair) {
+        const size_t tab = line.find('\t');
+        if (tab == std::string::npos) fail("no tab between the two texts of the pair (--pair)");
+        const std::string_view both(line);
+        print_ids(
+            tokenizer.encode_pair(both.substr(0, tab), both.substr(tab + 1), !o.no_special).ids);
       } else {
-        text::Encoding e;
-        if (o.pair) {
-          const size_t tab = line.find('\t');
-          if (tab == std::string::npos) fail("no tab between the two texts of the pair (--pair)");
-          e = tokenizer.encode_pair(std::string_view(line).substr(0, tab),
-                                    std::string_view(line).substr(tab + 1), !o.no_special);
-        } else {
-          e = tokenizer.encode(line, !o.no_special);
-        }
-        for (size_t i = 0; i < e.ids.size(); ++i) {
-          if (i) out += ' ';
-          out += std::to_string(e.ids[i]);
-        }
+        print_ids(tokenizer.encode(line, !o.no_special).ids);
       }
     } catch (const Error& e) {
       fail("tokenize: standard input line ", line_number, ": ", e.what());
     }
-    out += '\n';
-    std::fwrite(out.data(), 1, out.size(), stdout);
   }
   return 0;
 }

@@ -38,6 +38,12 @@ BpeModel::BpeModel(const Json& config, const std::string& where) {
     vocab_.emplace(token, int32_t(i));
   }
 
+  const auto optional_string = [&](const char* key) {
+    const Json* v = optional_field(config, key, where);
+    return v && !v->is_null() ? string_field(config, key, where) : std::string();
+  };
+  continuing_subword_prefix_ = optional_string("continuing_subword_prefix");
+  end_of_word_suffix_ = optional_string("end_of_word_suffix");
   const auto id_of = [&](const std::string& token, size_t rank) {
     const auto it = vocab_.find(token);
     if (it == vocab_.end())
@@ -61,17 +67,14 @@ BpeModel::BpeModel(const Json& config, const std::string& where) {
     } else {
       fail(where, ".merges[", rank, "]: expected \"a b\" or [\"a\", \"b\"], got ", m.dump());
     }
-    const int32_t merged = id_of(left + right, rank);
-    merges_.try_emplace(pair_key(id_of(left, rank), id_of(right, rank)),
-                        Merge{int32_t(rank), merged});
+    // A continuing subword's prefix is not repeated inside the merged token.
+    const size_t prefix = continuing_subword_prefix_.size();
+    const bool continues = prefix > 0 && right.compare(0, prefix, continuing_subword_prefix_) == 0;
+    const int32_t left_id = id_of(left, rank), right_id = id_of(right, rank);
+    const int32_t merged = id_of(left + right.substr(continues ? prefix : 0), rank);
+    merges_.try_emplace(pair_key(left_id, right_id), Merge{int32_t(rank), merged});
   }
 
-  const auto optional_string = [&](const char* key) {
-    const Json* v = optional_field(config, key, where);
-    return v && !v->is_null() ? string_field(config, key, where) : std::string();
-  };
-  continuing_subword_prefix_ = optional_string("continuing_subword_prefix");
-  end_of_word_suffix_ = optional_string("end_of_word_suffix");
   if (const std::string unk = optional_string("unk_token"); !unk.empty()) {
     const auto it = vocab_.find(unk);
     if (it == vocab_.end()) fail(where, ".unk_token: '", unk, "' is not in the vocabulary");

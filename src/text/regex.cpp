@@ -8,8 +8,13 @@
 
 namespace seqforge::text {
 
+namespace {
+constexpr unsigned long kRetryLimit = 100'000'000;
+}
+
 struct Regex::Compiled {
   regex_t* regex = nullptr;
+  std::string where;
   ~Compiled() {
     if (regex) onig_free(regex);
   }
@@ -21,7 +26,10 @@ Regex::Regex(std::string_view pattern, const std::string& where)
   std::call_once(once, [] {
     OnigEncoding encodings[] = {ONIG_ENCODING_UTF8};
     onig_initialize(encodings, 1);
+    // A pathological pattern in a hostile file fails instead of running for hours.
+    onig_set_retry_limit_in_search(kRetryLimit);
   });
+  compiled_->where = where;
   OnigErrorInfo info;
   const auto* begin = reinterpret_cast<const OnigUChar*>(pattern.data());
   const int rc = onig_new(&compiled_->regex, begin, begin + pattern.size(), ONIG_OPTION_NONE,
@@ -50,7 +58,10 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view s) const
     if (pos == ONIG_MISMATCH) break;
     if (pos < 0) {
       onig_region_free(region, 1);
-      fail("regular expression: search failed (Oniguruma error ", pos, ")");
+      if (pos == ONIGERR_RETRY_LIMIT_IN_MATCH_OVER || pos == ONIGERR_RETRY_LIMIT_IN_SEARCH_OVER)
+        fail(compiled_->where, ": the pattern backtracked more than ", kRetryLimit,
+             " times on a text of ", s.size(), " bytes; it cannot be applied");
+      fail(compiled_->where, ": the pattern's search failed (Oniguruma error ", pos, ")");
     }
     const size_t match_begin = size_t(region->beg[0]), match_end = size_t(region->end[0]);
     if (match_end > match_begin) {

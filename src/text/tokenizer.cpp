@@ -127,7 +127,10 @@ class AddedTokenMatcher {
 class PostProcessor {
  public:
   virtual ~PostProcessor() = default;
-  virtual void apply(std::vector<Encoding>& encodings) const = 0;
+  // Without `add_special_tokens` only the type ids are set, as a template gives them.
+  virtual void apply(std::vector<Encoding>& encodings, bool add_special_tokens) const = 0;
+  // Every id it adds is a token of the vocabulary.
+  virtual void check_ids(int32_t vocab_size) const { (void)vocab_size; }
 };
 
 void append(Encoding& to, const Encoding& from) {
@@ -170,16 +173,27 @@ class TemplateProcessing final : public PostProcessor {
     }
     single_ = parse_template(config, "single", specials, where);
     pair_ = parse_template(config, "pair", specials, where);
+    where_ = where;
   }
 
-  void apply(std::vector<Encoding>& encodings) const override {
+  void check_ids(int32_t vocab_size) const override {
+    for (const auto* items : {&single_, &pair_})
+      for (const Item& item : *items)
+        for (int32_t id : item.ids)
+          if (id >= vocab_size)
+            fail(where_, ": special token id ", id, " is outside the vocabulary (", vocab_size,
+                 " tokens)");
+  }
+
+  void apply(std::vector<Encoding>& encodings, bool add_special_tokens) const override {
     const std::vector<Item>& items = encodings.size() == 2 ? pair_ : single_;
     Encoding out;
     for (const Item& item : items) {
-      if (item.sequence < 0)
-        append_special(out, item.ids, item.type_id);
-      else if (size_t(item.sequence) < encodings.size())
+      if (item.sequence < 0) {
+        if (add_special_tokens) append_special(out, item.ids, item.type_id);
+      } else if (size_t(item.sequence) < encodings.size()) {
         append_sequence(out, encodings[size_t(item.sequence)], item.type_id);
+      }
     }
     encodings.assign(1, std::move(out));
   }
@@ -228,6 +242,7 @@ class TemplateProcessing final : public PostProcessor {
   }
 
   std::vector<Item> single_, pair_;
+  std::string where_;
 };
 
 // BERT's [CLS] A [SEP] (B [SEP]) and RoBERTa's <s> A </s> (</s> B </s>).
@@ -237,8 +252,16 @@ class ClassifierProcessing final : public PostProcessor {
       : roberta_(roberta) {
     cls_ = token_field(config, "cls", where);
     sep_ = token_field(config, "sep", where);
+    where_ = where;
   }
-  void apply(std::vector<Encoding>& encodings) const override {
+  void check_ids(int32_t vocab_size) const override {
+    for (int32_t id : {cls_, sep_})
+      if (id < 0 || id >= vocab_size)
+        fail(where_, ": special token id ", id, " is outside the vocabulary (", vocab_size,
+             " tokens)");
+  }
+  void apply(std::vector<Encoding>& encodings, bool add_special_tokens) const override {
+    if (!add_special_tokens) return;
     Encoding out;
     append_special(out, {cls_}, 0);
     append_sequence(out, encodings[0], 0);
@@ -261,19 +284,23 @@ class ClassifierProcessing final : public PostProcessor {
   }
   bool roberta_;
   int32_t cls_ = 0, sep_ = 0;
+  std::string where_;
 };
 
 class IdentityProcessing final : public PostProcessor {
  public:
-  void apply(std::vector<Encoding>&) const override {}
+  void apply(std::vector<Encoding>&, bool) const override {}
 };
 
 class SequenceProcessing final : public PostProcessor {
  public:
   explicit SequenceProcessing(std::vector<std::unique_ptr<PostProcessor>> steps)
       : steps_(std::move(steps)) {}
-  void apply(std::vector<Encoding>& encodings) const override {
-    for (const auto& step : steps_) step->apply(encodings);
+  void apply(std::vector<Encoding>& encodings, bool add_special_tokens) const override {
+    for (const auto& step : steps_) step->apply(encodings, add_special_tokens);
+  }
+  void check_ids(int32_t vocab_size) const override {
+    for (const auto& step : steps_) step->check_ids(vocab_size);
   }
 
  private:
@@ -353,11 +380,10 @@ struct Tokenizer::Impl {
     for (size_t i = 0; i < texts.size(); ++i) {
       check_utf8(texts[i], texts.size() == 1 ? "text" : i == 0 ? "first text" : "second text");
       encode_text(texts[i], encodings[i]);
+      std::fill(encodings[i].type_ids.begin(), encodings[i].type_ids.end(), uint8_t(i));
     }
-    if (add_special_tokens && post_processor) {
-      post_processor->apply(encodings);
-    } else if (encodings.size() == 2) {
-      std::fill(encodings[1].type_ids.begin(), encodings[1].type_ids.end(), 1);
+    if (post_processor) post_processor->apply(encodings, add_special_tokens);
+    if (encodings.size() == 2) {  // a processor that leaves the pair apart: one after the other
       append(encodings[0], encodings[1]);
       encodings.resize(1);
     }
@@ -378,7 +404,7 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& or
   Json root;
   try {
     root = Json::parse(json_text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
     std::string what = e.what();
     if (const size_t tag = what.find("] "); tag != std::string::npos) what = what.substr(tag + 2);
     fail(origin, ": not valid JSON: ", what);
@@ -389,9 +415,9 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& or
   static const char* const known[] = {"version",      "truncation",     "padding",
                                       "added_tokens", "normalizer",     "pre_tokenizer",
                                       "model",        "post_processor", "decoder"};
-  for (const auto& [key, value] : root.items()) {
-    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return key == k; }) ==
-        std::end(known))
+  for (const auto& item : root.items()) {
+    const std::string& key = item.key();
+    if (std::none_of(std::begin(known), std::end(known), [&](const char* k) { return key == k; }))
       fail(origin, ": unknown field '", key, "' (a tokenizer.json has ",
            "version, truncation, padding, added_tokens, normalizer, pre_tokenizer, model, "
            "post_processor, decoder)");
@@ -444,6 +470,7 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& or
       impl->added.push_back(std::move(t));
     }
   }
+  if (impl->post_processor) impl->post_processor->check_ids(impl->vocab_size);
   for (size_t i = 0; i < impl->added.size(); ++i) {
     const AddedToken& t = impl->added[i];
     if (t.normalized && impl->normalizer)

@@ -1,0 +1,34 @@
+// The oracle of the tokenizer tests: Hugging Face's tokenizers.js (and, for GPT-2, the
+// gpt-3-encoder package). Reads one JSON request on standard input:
+//   {"modules": DIR (where npm installed the packages), "tokenizer": PATH | null, "gpt3_encoder": bool, "texts": [...], "pairs": [[a, b], ...],
+//    "add_special_tokens": bool, "decode": [[ids], ...], "skip_special_tokens": bool}
+// and writes {"texts": [[ids]], "pairs": [[ids]], "decoded": [...], "encode_ms": ms}.
+import fs from "fs";
+import { createRequire } from "module";
+import path from "path";
+
+const request = JSON.parse(fs.readFileSync(0, "utf8"));
+const require = createRequire(path.join(request.modules, "node_modules", "oracle.js"));
+const out = {};
+if (request.gpt3_encoder) {
+  const { encode } = require("gpt-3-encoder");
+  const start = performance.now();
+  out.texts = (request.texts ?? []).map((t) => encode(t));
+  out.encode_ms = performance.now() - start;
+} else {
+  const { Tokenizer } = require("@huggingface/tokenizers");
+  const config = JSON.parse(fs.readFileSync(request.tokenizer, "utf8"));
+  const tokenizer = new Tokenizer(config, {});
+  const add_special_tokens = request.add_special_tokens ?? true;
+  const start = performance.now();
+  out.texts = (request.texts ?? []).map((t) => tokenizer.encode(t, { add_special_tokens }).ids);
+  out.encode_ms = performance.now() - start;
+  out.pairs = (request.pairs ?? []).map(
+    ([a, b]) => tokenizer.encode(a, { text_pair: b, add_special_tokens }).ids);
+  out.decoded = (request.decode ?? []).map((ids) => ids.length === 0 ? "" :
+    tokenizer.decode(ids, {
+      skip_special_tokens: request.skip_special_tokens ?? false,
+      clean_up_tokenization_spaces: false,
+    }));
+}
+process.stdout.write(JSON.stringify(out));
