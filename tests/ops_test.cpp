@@ -773,6 +773,65 @@ struct AttentionOptions {
   int64_t first_row = 0;
 };
 
+// The decoders' ops: RMS norm (Llama's w and Gemma's 1 + w, rows wide enough for the column
+// chunks), rotary embeddings on heads inside wider rows, and both gated activations.
+OpCase decoder_ops_case() {
+  return [](Backend& be, DType dt, Rng& rng) {
+    std::map<std::string, std::vector<double>> out;
+    for (const double offset : {0.0, 1.0}) {
+      const std::string tag = offset == 0 ? "" : "_offset1";
+      const int64_t N = 70, C = 1100;
+      HostTensor x(be, dt, {N, C}, values(rng, N * C, -3, 3)),
+          w(be, dt, {C}, values(rng, C, 0.5, 1.5)), y(be, dt, {N, C}, std::vector<double>(N * C)),
+          saved(be, dt, {N}, std::vector<double>(N)), dy(be, dt, {N, C}, values(rng, N * C)),
+          dx(be, dt, {N, C}, std::vector<double>(N * C)), dw(be, dt, {C}, values(rng, C));
+      be.rms_norm_forward(y.t, saved.t, x.t, w.t, offset, 1e-6);
+      out["rms_norm_forward" + tag] = to_doubles(be, y.t);
+      be.rms_norm_backward(dx.t, dw.t, dy.t, x.t, w.t, offset, saved.t);
+      out["rms_norm_dx" + tag] = to_doubles(be, dx.t);
+      out["rms_norm_dw" + tag] = to_doubles(be, dw.t);
+    }
+    // Two rows of 9 positions; 3 heads of 10 starting at column 5 of rows 40 wide.
+    const int64_t B = 2, T = 9, H = 3, D = 10, ld = 40, positions = 12;
+    std::vector<double> cos(positions * D / 2), sin(positions * D / 2);
+    for (int64_t p = 0; p < positions; ++p)
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const double angle = double(p) / std::pow(10000.0, 2.0 * double(i) / double(D));
+        cos[size_t(p * D / 2 + i)] = std::cos(angle);
+        sin[size_t(p * D / 2 + i)] = std::sin(angle);
+      }
+    HostTensor rx(be, dt, {B * T, ld}, values(rng, B * T * ld)),
+        rcos(be, dt, {positions, D / 2}, cos), rsin(be, dt, {positions, D / 2}, sin);
+    Rotary rot{.x = static_cast<std::byte*>(rx.t.data()) + 5 * dtype_size(dt),
+               .ld = ld,
+               .rows = B * T,
+               .seq = T,
+               .first_pos = 2,
+               .heads = H,
+               .head_dim = D,
+               .cos = rcos.t.data(),
+               .sin = rsin.t.data()};
+    be.rotary(rot, dt);
+    out["rotary"] = to_doubles(be, rx.t);
+    rot.inverse = true;
+    be.rotary(rot, dt);
+    out["rotary_inverse"] = to_doubles(be, rx.t);
+    for (const GluKind kind : {GluKind::silu, GluKind::gelu_tanh}) {
+      const std::string tag = kind == GluKind::silu ? "silu" : "gelu_tanh";
+      HostTensor g(be, dt, {1000}, values(rng, 1000, -6, 6)), u(be, dt, {1000}, values(rng, 1000)),
+          y(be, dt, {1000}, std::vector<double>(1000)), dy(be, dt, {1000}, values(rng, 1000)),
+          dg(be, dt, {1000}, std::vector<double>(1000)),
+          du(be, dt, {1000}, std::vector<double>(1000));
+      be.glu_forward(y.t, g.t, u.t, kind);
+      out["glu_forward_" + tag] = to_doubles(be, y.t);
+      be.glu_backward(dg.t, du.t, dy.t, g.t, u.t, kind);
+      out["glu_dgate_" + tag] = to_doubles(be, dg.t);
+      out["glu_dup_" + tag] = to_doubles(be, du.t);
+    }
+    return out;
+  };
+}
+
 OpCase attention_case(int64_t B, int64_t T, int64_t H, int64_t D, bool causal,
                       AttentionOptions o = {}) {
   return [=](Backend& be, DType dt, Rng& rng) {
@@ -874,6 +933,7 @@ const std::map<std::string, OpCase>& cases() {
       {"optimizer_step_adam_segments_overflow", optimizer_case(OptimizerKind::adam, true)},
       {"optimizer_step_sgd_segments", optimizer_case(OptimizerKind::sgd, false)},
       {"small_ops", small_ops_case()},
+      {"decoder_ops", decoder_ops_case()},
       {"attention_causal_b2_t33_h3_d20", attention_case(2, 33, 3, 20, true)},
       {"attention_padded_noncausal_b3_t40_h2_d16",
        attention_case(3, 40, 2, 16, false, {.lengths = {40, 0, 17}})},
@@ -903,7 +963,11 @@ std::vector<Op> ops_of(const std::string& name) {
   if (name.rfind("attention", 0) == 0) return {Op::memory, Op::attention};
   if (name.rfind("adam", 0) == 0 || name.rfind("sgd", 0) == 0 || name.rfind("optimizer", 0) == 0)
     return {Op::memory, Op::optimizer};
-  return std::vector<Op>(std::begin(kAllOps), std::end(kAllOps));  // small_ops: the rest
+  if (name.rfind("decoder", 0) == 0) return {Op::memory, Op::decoder};
+  std::vector<Op> rest;  // small_ops: the others
+  for (Op op : kAllOps)
+    if (op != Op::decoder) rest.push_back(op);
+  return rest;
 }
 
 class OpMatchesReference : public ::testing::TestWithParam<std::string> {};

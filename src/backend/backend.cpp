@@ -52,6 +52,23 @@ void check_whole_chain(CellKind kind) {
 
 }  // namespace
 
+// The decoder ops, for backends that do not run them (supports(Op::decoder) is false there).
+void Backend::rms_norm_forward(Tensor, Tensor, Tensor, Tensor, double, double) {
+  fail("the ", name(), " backend does not run rms_norm_forward (Llama-style decoders) yet");
+}
+void Backend::rms_norm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, double, Tensor) {
+  fail("the ", name(), " backend does not run rms_norm_backward (Llama-style decoders) yet");
+}
+void Backend::rotary(const Rotary&, DType) {
+  fail("the ", name(), " backend does not run rotary (Llama-style decoders) yet");
+}
+void Backend::glu_forward(Tensor, Tensor, Tensor, GluKind) {
+  fail("the ", name(), " backend does not run glu_forward (Llama-style decoders) yet");
+}
+void Backend::glu_backward(Tensor, Tensor, Tensor, Tensor, Tensor, GluKind) {
+  fail("the ", name(), " backend does not run glu_backward (Llama-style decoders) yet");
+}
+
 void* Backend::alloc_host(size_t bytes) {
   void* p = std::malloc(bytes ? bytes : 1);
   if (!p) fail("out of host memory allocating ", bytes, " bytes");

@@ -35,6 +35,8 @@ const char* op_name(Op op) {
       return "loss";
     case Op::optimizer:
       return "optimizer";
+    case Op::decoder:
+      return "decoder";
   }
   return "?";
 }

@@ -46,12 +46,13 @@ enum class Op {
   adapter,      // scale_columns, dora_norm, dora_backward
   loss,         // mse_loss, cross_entropy_loss
   optimizer,    // adam_step, sgd_step
+  decoder,      // rms_norm_forward, rms_norm_backward, rotary, glu_forward, glu_backward
 };
 const char* op_name(Op op);
 constexpr Op kAllOps[] = {Op::memory,     Op::gemm,      Op::elementwise, Op::layout,
                           Op::dropout,    Op::cell,      Op::embedding,   Op::norm,
                           Op::activation, Op::attention, Op::adapter,     Op::loss,
-                          Op::optimizer};
+                          Op::optimizer,  Op::decoder};
 
 class Backend {
  public:
@@ -187,6 +188,20 @@ class Backend {
   // As in layer_norm_forward, y may be bf16 with x in f32.
   virtual void gelu_forward(Tensor y, Tensor x) = 0;
   virtual void gelu_backward(Tensor dx, Tensor dy, Tensor x) = 0;
+
+  // RMS norm over the last axis of x(N, C) (Llama, Qwen2, Gemma): y = x * rstd * (offset + w),
+  // rstd = 1 / sqrt(mean(x^2) + eps), saved (N) keeps rstd; Gemma scales by 1 + w (offset 1).
+  virtual void rms_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, double offset,
+                                double eps);
+  // dx assigned, dw (C) accumulates.
+  virtual void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
+                                 Tensor saved);
+  // Rotary position embeddings in place (ops.hpp).
+  virtual void rotary(const Rotary& a, DType dtype);
+  // A gated MLP's product y = act(gate) * up, and its gradients (assigned).
+  virtual void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind);
+  virtual void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
+                            GluKind kind);
 
   // y(R, C) = x * s(C) broadcast over rows, + b(C) when given (y may be x).
   virtual void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) = 0;

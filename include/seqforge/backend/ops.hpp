@@ -215,6 +215,22 @@ struct AttentionBackward {
   void* dqkv = nullptr;           // (B, T, 3C) out
 };
 
+// Rotary position embeddings in place, Hugging Face's rotate-half layout: in each of `heads`
+// heads of head_dim values (even) starting at x, element i < head_dim / 2 pairs with
+// i + head_dim / 2 and the pair turns by the angle of row r's position, first_pos + r % seq;
+// cos and sin (positions, head_dim / 2) of the dtype hold those angles. `inverse` turns the other
+// way, which is the backward of the forward (the rotation is orthogonal).
+struct Rotary {
+  void* x = nullptr;  // rows ld elements apart; rows = batch * seq
+  int64_t ld = 0, rows = 0, seq = 0, first_pos = 0, heads = 0, head_dim = 0;
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  bool inverse = false;
+};
+
+// The activation of a gated MLP's gate: Llama's and Qwen's SiLU, Gemma's tanh-form GELU.
+enum class GluKind { silu, gelu_tanh };
+
 // A regression loss over selected rows, PyTorch's mean reductions of the error d = pred - target:
 // mse (d^2), mae (|d|, F.l1_loss; gradient sign(d)) or huber (F.huber_loss: d^2 / 2 within
 // delta, delta (|d| - delta / 2) beyond; gradient d clamped to [-delta, delta]).

@@ -19,6 +19,7 @@
 #include "kernels/cpu/gemm_narrow.hpp"
 #include "kernels/cpu/norm_simd.hpp"
 #include "kernels/cpu/pointwise_simd.hpp"
+#include "kernels/decoder_ops.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/cpu.hpp"
@@ -399,6 +400,60 @@ class CpuBackend final : public Backend {
     if (x.dtype() != DType::f32) return ref_->gelu_backward(dx, dy, x);
     parallel_rows(x.numel(), 30, [&](int64_t i0, int64_t i1) {
       simd::gelu_backward(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(), i0, i1);
+    });
+  }
+  // The decoder ops: the scalar kernels over row ranges on the pool (f32; f64 on the reference).
+  void rms_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, double offset,
+                        double eps) override {
+    if (x.dtype() != DType::f32) return ref_->rms_norm_forward(y, saved, x, w, offset, eps);
+    const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    SF_CHECK(
+        y.numel() == x.numel() && saved.numel() == N && w.numel() == C && y.dtype() == DType::f32,
+        "rms_norm_forward shapes");
+    parallel_rows(N, 3 * C, [&](int64_t r0, int64_t r1) {
+      kernels::rms_norm_forward(y.data_as<float>(), saved.data_as<float>(), x.data_as<float>(),
+                                w.data_as<float>(), offset, C, eps, r0, r1);
+    });
+  }
+  void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
+                         Tensor saved) override {
+    if (x.dtype() != DType::f32) return ref_->rms_norm_backward(dx, dw, dy, x, w, offset, saved);
+    const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    SF_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel() && saved.numel() == N &&
+                 w.numel() == C && dw.numel() == C,
+             "rms_norm_backward shapes");
+    parallel_rows(N, 5 * C, [&](int64_t r0, int64_t r1) {
+      kernels::rms_norm_backward_input(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(),
+                                       w.data_as<float>(), offset, saved.data_as<float>(), C, r0,
+                                       r1);
+    });
+    parallel_rows(C, 3 * N, [&](int64_t c0, int64_t c1) {
+      kernels::rms_norm_backward_params(dw.data_as<float>(), dy.data_as<float>(),
+                                        x.data_as<float>(), saved.data_as<float>(), N, C, c0, c1);
+    });
+  }
+  void rotary(const Rotary& a, DType dtype) override {
+    if (dtype != DType::f32) return ref_->rotary(a, dtype);
+    parallel_rows(a.rows, 4 * a.heads * a.head_dim,
+                  [&](int64_t r0, int64_t r1) { kernels::rotary<float>(a, r0, r1); });
+  }
+  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind) override {
+    if (y.dtype() != DType::f32) return ref_->glu_forward(y, gate, up, kind);
+    SF_CHECK(y.numel() == gate.numel() && up.numel() == gate.numel(), "glu_forward sizes");
+    parallel_rows(y.numel(), 20, [&](int64_t i0, int64_t i1) {
+      kernels::glu_forward(y.data_as<float>(), gate.data_as<float>(), up.data_as<float>(), kind, i0,
+                           i1);
+    });
+  }
+  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
+                    GluKind kind) override {
+    if (dy.dtype() != DType::f32) return ref_->glu_backward(dgate, dup, dy, gate, up, kind);
+    SF_CHECK(dgate.numel() == dy.numel() && dup.numel() == dy.numel() &&
+                 gate.numel() == dy.numel() && up.numel() == dy.numel(),
+             "glu_backward sizes");
+    parallel_rows(dy.numel(), 30, [&](int64_t i0, int64_t i1) {
+      kernels::glu_backward(dgate.data_as<float>(), dup.data_as<float>(), dy.data_as<float>(),
+                            gate.data_as<float>(), up.data_as<float>(), kind, i0, i1);
     });
   }
   void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {

@@ -99,6 +99,8 @@ class CudaBackend final : public Backend {
       case Op::activation:
       case Op::attention:
         return d == DType::f32 || d == DType::f64;
+      case Op::decoder:  // the Llama-style decoders' ops do not run on the GPU yet
+        return false;
     }
     return false;
   }

@@ -10,6 +10,7 @@
 #include "kernels/adapter.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cells.hpp"
+#include "kernels/decoder_ops.hpp"
 #include "kernels/norm.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
@@ -229,6 +230,53 @@ class ReferenceBackend final : public Backend {
     dispatch_float(x.dtype(), [&]<typename T>() {
       kernels::gelu_backward(static_cast<T*>(dx.data()), static_cast<const T*>(dy.data()),
                              static_cast<const T*>(x.data()), 0, x.numel());
+    });
+  }
+  void rms_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, double offset,
+                        double eps) override {
+    const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    SF_CHECK(
+        y.numel() == x.numel() && saved.numel() == N && w.numel() == C && y.dtype() == x.dtype(),
+        "rms_norm_forward shapes");
+    dispatch_float(x.dtype(), [&]<typename T>() {
+      kernels::rms_norm_forward(static_cast<T*>(y.data()), static_cast<T*>(saved.data()),
+                                static_cast<const T*>(x.data()), static_cast<const T*>(w.data()),
+                                offset, C, eps, 0, N);
+    });
+  }
+  void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
+                         Tensor saved) override {
+    const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    SF_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel() && saved.numel() == N &&
+                 w.numel() == C && dw.numel() == C,
+             "rms_norm_backward shapes");
+    dispatch_float(x.dtype(), [&]<typename T>() {
+      const T *pdy = static_cast<const T*>(dy.data()), *px = static_cast<const T*>(x.data()),
+              *ps = static_cast<const T*>(saved.data());
+      kernels::rms_norm_backward_input(static_cast<T*>(dx.data()), pdy, px,
+                                       static_cast<const T*>(w.data()), offset, ps, C, 0, N);
+      kernels::rms_norm_backward_params(static_cast<T*>(dw.data()), pdy, px, ps, N, C, 0, C);
+    });
+  }
+  void rotary(const Rotary& a, DType dtype) override {
+    dispatch_float(dtype, [&]<typename T>() { kernels::rotary<T>(a, 0, a.rows); });
+  }
+  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind) override {
+    SF_CHECK(y.numel() == gate.numel() && up.numel() == gate.numel(), "glu_forward sizes");
+    dispatch_float(y.dtype(), [&]<typename T>() {
+      kernels::glu_forward(static_cast<T*>(y.data()), static_cast<const T*>(gate.data()),
+                           static_cast<const T*>(up.data()), kind, 0, y.numel());
+    });
+  }
+  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
+                    GluKind kind) override {
+    SF_CHECK(dgate.numel() == dy.numel() && dup.numel() == dy.numel() &&
+                 gate.numel() == dy.numel() && up.numel() == dy.numel(),
+             "glu_backward sizes");
+    dispatch_float(dy.dtype(), [&]<typename T>() {
+      kernels::glu_backward(static_cast<T*>(dgate.data()), static_cast<T*>(dup.data()),
+                            static_cast<const T*>(dy.data()), static_cast<const T*>(gate.data()),
+                            static_cast<const T*>(up.data()), kind, 0, dy.numel());
     });
   }
   void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {

@@ -166,6 +166,27 @@ class SealedBackend final : public Backend {
   void gelu_backward(Tensor dx, Tensor dy, Tensor x) override {
     call("gelu_backward", {dx, dy, x}, {}, [=, this] { inner_->gelu_backward(dx, dy, x); });
   }
+  void rms_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, double offset,
+                        double eps) override {
+    call("rms_norm_forward", {y, saved, x, w}, {},
+         [=, this] { inner_->rms_norm_forward(y, saved, x, w, offset, eps); });
+  }
+  void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
+                         Tensor saved) override {
+    call("rms_norm_backward", {dx, dw, dy, x, w, saved}, {},
+         [=, this] { inner_->rms_norm_backward(dx, dw, dy, x, w, offset, saved); });
+  }
+  void rotary(const Rotary& a, DType dtype) override {
+    call("rotary", {}, {a.x, a.cos, a.sin}, [=, this] { inner_->rotary(a, dtype); });
+  }
+  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind) override {
+    call("glu_forward", {y, gate, up}, {}, [=, this] { inner_->glu_forward(y, gate, up, kind); });
+  }
+  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
+                    GluKind kind) override {
+    call("glu_backward", {dgate, dup, dy, gate, up}, {},
+         [=, this] { inner_->glu_backward(dgate, dup, dy, gate, up, kind); });
+  }
   void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
     call("scale_columns", {y, x, s, b}, {}, [=, this] { inner_->scale_columns(y, x, s, b); });
   }
