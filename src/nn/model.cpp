@@ -1,5 +1,6 @@
 #include "seqforge/nn/model.hpp"
 
+#include "seqforge/nn/decoder.hpp"
 #include "seqforge/nn/sequence_model.hpp"
 #include "seqforge/nn/transformer.hpp"
 
@@ -10,6 +11,8 @@ std::vector<Op> ops_needed(const ModelOptions& options) {
                            Op::dropout, Op::embedding, Op::loss,        Op::optimizer};
   if (options.family == ModelFamily::transformer) {
     for (Op op : {Op::norm, Op::activation, Op::attention}) needs.push_back(op);
+  } else if (options.family == ModelFamily::decoder) {
+    for (Op op : {Op::decoder, Op::attention}) needs.push_back(op);
   } else {
     needs.push_back(Op::cell);
   }
@@ -24,6 +27,8 @@ std::unique_ptr<Model> make_model(const ModelOptions& options, DType dtype) {
     t.adapter = options.adapter;
     return std::make_unique<Transformer>(t, dtype);
   }
+  if (options.family == ModelFamily::decoder)
+    return std::make_unique<Decoder>(options.decoder, dtype);
   return std::make_unique<SequenceModel>(options, dtype);
 }
 

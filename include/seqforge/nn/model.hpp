@@ -8,13 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "seqforge/backend/ops.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/nn/parameters.hpp"
 #include "seqforge/nn/recurrent.hpp"
 
 namespace seqforge {
 
-enum class ModelFamily { recurrent, transformer };
+enum class ModelFamily { recurrent, transformer, decoder };
 
 // Low-rank adapters on a frozen model's Linear weights W0 (out, in), PEFT's LoRA and DoRA:
 //   lora: y = x W0^T + b + s (drop(x) A^T) B^T,  s = alpha / rank, A (rank, in), B (out, rank)
@@ -61,6 +62,29 @@ struct TransformerOptions {
   int64_t segments = 0;
 };
 
+// Llama 3's frequency-dependent stretch of the rotary frequencies (rope_scaling, rope_type llama3).
+struct RopeScaling {
+  bool llama3 = false;
+  double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct DecoderOptions {
+  std::string model_type = "llama";  // config.json's: llama, qwen2
+  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0;
+  int64_t num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t max_positions = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000;
+  RopeScaling rope_scaling{};
+  bool qkv_bias = false;  // Qwen2's biases on q, k and v (Llama's attention_bias: on o too)
+  bool o_bias = false;
+  bool mlp_bias = false;
+  GluKind activation = GluKind::silu;
+  bool tie_word_embeddings = false;
+  double initializer_range = 0.02;
+};
+
 struct ModelOptions {
   ModelFamily family = ModelFamily::recurrent;
   int64_t vocab_size = 0;          // > 0: inputs are token ids, embedded first
@@ -68,6 +92,7 @@ struct ModelOptions {
   RecurrentOptions rnn;            // recurrent: the layer's cell, sizes, layers, directions
   AdapterOptions adapter;          // either family's adapters (make_model hands a transformer them)
   TransformerOptions transformer;  // transformer: its sizes (vocab_size is the one above)
+  DecoderOptions decoder;          // decoder: a Llama-family model (its own vocab_size)
   int64_t output_size = 1;
   bool per_step = false;  // outputs on every step; otherwise on the last step
 };

@@ -1,0 +1,82 @@
+#pragma once
+// The Llama family of decoders as Hugging Face's transformers defines them (Llama 2 and 3,
+// SmolLM2, Qwen2 and 2.5), forward and backward: token embeddings, blocks of RMS norm,
+// grouped-query attention with rotary position embeddings and a gated MLP, each branch added
+// to the stream, a final RMS norm and an output head (tied to the embeddings or not).
+// Parameter names are HF's (model.embed_tokens.weight, model.layers.{i}.input_layernorm.weight,
+// .self_attn.{q,k,v,o}_proj.weight (Qwen2: q, k, v biases), .post_attention_layernorm.weight,
+// .mlp.{gate,up,down}_proj.weight, model.norm.weight, lm_head.weight); so is the initialisation
+// (N(0, initializer_range) weights, zero biases, unit norms).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "seqforge/backend/buffer.hpp"
+#include "seqforge/backend/ops.hpp"
+#include "seqforge/nn/model.hpp"
+
+namespace seqforge {
+
+// Reads a Hugging Face config.json strictly: every field that changes the function is honoured
+// or refused by name, and fields seqforge does not know are refused too.
+DecoderOptions read_decoder_config(const std::string& path);
+
+// The rotary frequencies 1 / theta^(2i / head_dim), i < head_dim / 2, after any scaling.
+std::vector<double> rope_inverse_frequencies(const DecoderOptions& options);
+
+class Decoder;
+// Loads a Hugging Face folder's weights (model.safetensors, or the shards its index names) into
+// `model` by HF's names, converting bf16, f16, f32 or f64 to the parameters' dtype. A missing,
+// extra, mis-shaped or non-finite tensor, or an index naming a missing shard, is one error
+// naming it; a tied head saved as lm_head.weight alone is read from there.
+void load_hf_weights(const std::string& folder, Decoder& model, Backend& be);
+
+class Decoder final : public Model {
+ public:
+  explicit Decoder(const DecoderOptions& options, DType dtype = DType::f32);
+  ~Decoder() override;
+  void initialize(Backend& be, uint64_t seed) override;
+
+  // ids (B, T) i64 -> logits (B*T, V).
+  Tensor forward(Backend& be, Tensor ids, bool training, Rng& rng);
+  // dlogits like forward's logits; parameter gradients accumulate.
+  void backward_logits(Backend& be, Tensor dlogits);
+
+  Tensor forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool training, Rng& rng) override;
+  Tensor backward(Backend& be, Tensor dlogits) override {
+    backward_logits(be, dlogits);
+    return Tensor();
+  }
+  Parameters& parameters() override { return params_; }
+  const ModelOptions& options() const override { return model_opt_; }
+  const DecoderOptions& decoder_options() const { return opt_; }
+  void set_gemm_dtype(DType dtype) override;
+  void set_input_grad(bool) override {}
+  void set_grad_ready_hook(GradReadyHook hook) override { grad_ready_ = std::move(hook); }
+  std::vector<std::string> unused_base_tensors() const override;
+  std::map<std::string, std::string> tied_base_tensors() const override;
+
+ private:
+  struct Layer;
+  struct Scratch;
+  void layer_forward(Backend& be, Layer& l, Tensor x);
+  void layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tensor dx);
+  void prepare_rope(Backend& be, int64_t seq);
+  Rotary rotary_of(void* x, int64_t heads) const;
+
+  DecoderOptions opt_;
+  ModelOptions model_opt_;
+  GradReadyHook grad_ready_;
+  Parameters params_;
+  static constexpr size_t kNone = SIZE_MAX;
+  size_t embed_ = 0, norm_ = 0, head_ = 0;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<Scratch> scratch_;
+  int64_t batch_ = 0, seq_ = 0;          // of the last forward
+  Tensor ids_;                           // (N) its ids
+  Buffer x0_, z_, norm_saved_, logits_;  // (N, C), (N, C), (N), (N, V)
+  Buffer cos_, sin_;                     // (positions, head_dim / 2)
+  int64_t rope_positions_ = 0;
+};
+
+}  // namespace seqforge

@@ -1,0 +1,298 @@
+// A Hugging Face model folder: config.json read strictly into DecoderOptions, and the weights
+// from model.safetensors or the shards model.safetensors.index.json names, by HF's names.
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "io/file_util.hpp"
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/io/safetensors.hpp"
+#include "seqforge/nn/decoder.hpp"
+
+namespace seqforge {
+
+namespace {
+
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// config.json fields that describe the file or generation, not the function the model computes.
+const std::set<std::string> kDescriptive = {"_name_or_path",
+                                            "architectures",
+                                            "model_type",
+                                            "torch_dtype",
+                                            "transformers_version",
+                                            "bos_token_id",
+                                            "eos_token_id",
+                                            "pad_token_id",
+                                            "use_cache",
+                                            "output_attentions",
+                                            "output_hidden_states",
+                                            "return_dict",
+                                            "id2label",
+                                            "label2id",
+                                            "problem_type",
+                                            "tokenizer_class",
+                                            "initializer_range",
+                                            "pretraining_tp",
+                                            "max_position_embeddings",
+                                            "is_decoder",
+                                            "chunk_size_feed_forward",
+                                            "finetuning_task",
+                                            "torchscript",
+                                            "tie_encoder_decoder",
+                                            "prefix",
+                                            "task_specific_params",
+                                            "decoder_start_token_id",
+                                            "sep_token_id",
+                                            "max_window_layers",
+                                            "sliding_window",
+                                            "dtype"};
+
+class ConfigReader {
+ public:
+  ConfigReader(const Json& root, std::string path) : root_(root), path_(std::move(path)) {}
+
+  const Json* get(const char* key) {
+    used_.insert(key);
+    const auto it = root_.find(key);
+    return it == root_.end() || it->is_null() ? nullptr : &*it;
+  }
+  int64_t count(const char* key, int64_t fallback = -1) {
+    const Json* v = get(key);
+    if (!v) {
+      if (fallback < 0) fail(path_, ": ", key, " is missing");
+      return fallback;
+    }
+    if (!v->is_number_integer() || v->get<int64_t>() <= 0 || v->get<int64_t>() > (1LL << 40))
+      fail(path_, ": ", key, " must be a positive integer, got ", v->dump());
+    return v->get<int64_t>();
+  }
+  double number(const char* key, double fallback) {
+    const Json* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_number() || !std::isfinite(v->get<double>()))
+      fail(path_, ": ", key, " must be a number, got ", v->dump());
+    return v->get<double>();
+  }
+  bool flag(const char* key, bool fallback) {
+    const Json* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_boolean()) fail(path_, ": ", key, " must be true or false, got ", v->dump());
+    return v->get<bool>();
+  }
+  std::string text(const char* key, const std::string& fallback) {
+    const Json* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_string()) fail(path_, ": ", key, " must be a string, got ", v->dump());
+    return v->get<std::string>();
+  }
+  // Every field neither read nor descriptive: refused, as seqforge cannot know it changes nothing.
+  void check_all_used(const std::string& model_type) {
+    for (const auto& item : root_.items())
+      if (!used_.count(item.key()) && !kDescriptive.count(item.key()))
+        fail(path_, ": field '", item.key(), "' is not known to seqforge for a ", model_type,
+             " model (it may change what the model computes; remove it if it does not)");
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  const Json& root_;
+  std::string path_;
+  std::set<std::string> used_;
+};
+
+RopeScaling read_rope_scaling(ConfigReader& c) {
+  RopeScaling s;
+  const Json* v = c.get("rope_scaling");
+  if (!v) return s;
+  const std::string where = c.path() + ": rope_scaling";
+  if (!v->is_object()) fail(where, " must be an object or null, got ", v->dump());
+  std::string type;
+  for (const char* key : {"rope_type", "type"})
+    if (v->contains(key) && (*v)[key].is_string()) type = (*v)[key].get<std::string>();
+  if (type == "default") return s;
+  if (type != "llama3")
+    fail(where, ": rope_type '", type,
+         "' is not supported (seqforge applies the default rotation and llama3's scaling)");
+  const auto number = [&](const char* key) {
+    if (!v->contains(key) || !(*v)[key].is_number() || !((*v)[key].get<double>() > 0))
+      fail(where, ".", key, " must be a positive number");
+    return (*v)[key].get<double>();
+  };
+  s.llama3 = true;
+  s.factor = number("factor");
+  s.low_freq_factor = number("low_freq_factor");
+  s.high_freq_factor = number("high_freq_factor");
+  s.original_max_position_embeddings = int64_t(number("original_max_position_embeddings"));
+  if (!(s.high_freq_factor > s.low_freq_factor))
+    fail(where, ": high_freq_factor must exceed low_freq_factor");
+  for (const auto& item : v->items())
+    if (item.key() != "rope_type" && item.key() != "type" && item.key() != "factor" &&
+        item.key() != "low_freq_factor" && item.key() != "high_freq_factor" &&
+        item.key() != "original_max_position_embeddings")
+      fail(where, ": field '", item.key(), "' is not known to seqforge");
+  return s;
+}
+
+}  // namespace
+
+DecoderOptions read_decoder_config(const std::string& path) {
+  Json root;
+  try {
+    root = Json::parse(io::read_file(path));
+  } catch (const Json::exception& e) {
+    std::string what = e.what();
+    if (const size_t tag = what.find("] "); tag != std::string::npos) what = what.substr(tag + 2);
+    fail(path, ": not valid JSON: ", what);
+  }
+  if (!root.is_object()) fail(path, ": expected a JSON object (a Hugging Face config.json)");
+  ConfigReader c(root, path);
+  DecoderOptions o;
+  o.model_type = c.text("model_type", "");
+  if (o.model_type != "llama" && o.model_type != "qwen2")
+    fail(path, ": model_type '", o.model_type,
+         "' is not supported (seqforge reads llama and qwen2 models: Llama 2 and 3, SmolLM2, "
+         "Qwen2 and 2.5)");
+  o.vocab_size = c.count("vocab_size");
+  o.hidden_size = c.count("hidden_size");
+  o.intermediate_size = c.count("intermediate_size");
+  o.num_layers = c.count("num_hidden_layers");
+  o.num_heads = c.count("num_attention_heads");
+  o.num_kv_heads = c.count("num_key_value_heads", o.num_heads);
+  if (o.num_heads % o.num_kv_heads != 0)
+    fail(path, ": num_attention_heads (", o.num_heads, ") must be a multiple of ",
+         "num_key_value_heads (", o.num_kv_heads, ")");
+  if (!c.get("head_dim") && o.hidden_size % o.num_heads != 0)
+    fail(path, ": hidden_size (", o.hidden_size, ") is not a multiple of num_attention_heads (",
+         o.num_heads, "); give head_dim");
+  o.head_dim = c.count("head_dim", o.hidden_size / o.num_heads);
+  if (o.head_dim % 2 != 0) fail(path, ": head_dim (", o.head_dim, ") must be even for RoPE");
+  o.max_positions = c.count("max_position_embeddings", 2048);
+  o.rms_norm_eps = c.number("rms_norm_eps", 1e-6);
+  o.rope_theta = c.number("rope_theta", 10000);
+  if (!(o.rope_theta > 1)) fail(path, ": rope_theta must exceed 1");
+  o.rope_scaling = read_rope_scaling(c);
+  o.initializer_range = c.number("initializer_range", 0.02);
+  o.tie_word_embeddings = c.flag("tie_word_embeddings", false);
+  const std::string act = c.text("hidden_act", "silu");
+  if (act == "silu" || act == "swish")
+    o.activation = GluKind::silu;
+  else if (act == "gelu_pytorch_tanh")
+    o.activation = GluKind::gelu_tanh;
+  else
+    fail(path, ": hidden_act '", act, "' is not supported (silu, gelu_pytorch_tanh)");
+  if (c.number("attention_dropout", 0) != 0)
+    fail(path, ": attention_dropout is not supported (set it to 0.0)");
+  if (c.number("partial_rotary_factor", 1) != 1)
+    fail(path, ": partial_rotary_factor is not supported (seqforge rotates whole heads)");
+  if (o.model_type == "llama") {
+    const bool bias = c.flag("attention_bias", false);
+    o.qkv_bias = o.o_bias = bias;
+    o.mlp_bias = c.flag("mlp_bias", false);
+  } else {  // qwen2: biases on q, k and v only
+    o.qkv_bias = true;
+    if (c.flag("use_sliding_window", false))
+      fail(path, ": use_sliding_window is not supported for qwen2 yet (set it to false)");
+    if (c.flag("use_mrope", false)) fail(path, ": use_mrope is not supported");
+  }
+  c.check_all_used(o.model_type);
+  return o;
+}
+
+void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
+  Parameters& params = model.parameters();
+  const fs::path dir(folder);
+  // Which file holds each tensor: the index's map, or the one file.
+  std::map<std::string, std::string> shard_of;
+  std::vector<std::string> shards;
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    Json root;
+    try {
+      root = Json::parse(io::read_file(index.string()));
+    } catch (const Json::exception& e) {
+      fail(index.string(), ": not valid JSON: ", e.what());
+    }
+    if (!root.is_object() || !root.contains("weight_map") || !root["weight_map"].is_object())
+      fail(index.string(), ": expected an object with a weight_map");
+    for (const auto& [name, file] : root["weight_map"].items()) {
+      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
+        fail(index.string(), ": weight_map['", name, "'] is not a file name in the folder");
+      shard_of[name] = file.get<std::string>();
+    }
+    std::set<std::string> unique;
+    for (const auto& [name, file] : shard_of) unique.insert(file);
+    for (const std::string& f : unique) {
+      if (!fs::exists(dir / f))
+        fail(index.string(), ": names shard '", f, "', which is not in ", folder);
+      shards.push_back(f);
+    }
+  } else if (fs::exists(dir / "model.safetensors")) {
+    shards.push_back("model.safetensors");
+  } else {
+    fail(folder, ": no model.safetensors nor model.safetensors.index.json");
+  }
+
+  std::map<std::string, size_t> wanted;  // parameter name -> index
+  for (size_t i = 0; i < params.size(); ++i) wanted[params.values().entries()[i].name] = i;
+  std::map<std::string, std::string> tied_name;  // a tied tensor's other name -> its parameter
+  for (const auto& [param, other] : model.tied_base_tensors()) tied_name[other] = param;
+  std::set<std::string> ignorable;
+  for (const std::string& n : model.unused_base_tensors()) ignorable.insert(n);
+
+  std::set<std::string> loaded;
+  const auto load = [&](const io::SafetensorsFile& file, const io::SafetensorsEntry& e,
+                        const std::string& target) {
+    const std::string& path = file.source();
+    const size_t i = wanted.at(target);
+    const Tensor value = params.value(i);
+    if (Shape(e.shape) != value.shape())
+      fail(path, ": tensor '", e.name, "' has shape ", Shape(e.shape).str(), "; the config gives ",
+           value.shape().str());
+    if (e.dtype != DType::f32 && e.dtype != DType::bf16 && e.dtype != DType::f16 &&
+        e.dtype != DType::f64)
+      fail(path, ": tensor '", e.name, "' is ", dtype_name(e.dtype),
+           "; expected f32, bf16, f16 or f64 weights");
+    const size_t n = size_t(value.numel());
+    std::vector<double> values(n);
+    convert(file.bytes(e).data(), e.dtype, values.data(), DType::f64, n);
+    for (size_t k = 0; k < n; ++k)
+      if (!std::isfinite(values[k]))
+        fail(path, ": tensor '", e.name, "' holds ", values[k], " at element ", k);
+    std::vector<std::byte> host(value.nbytes());
+    convert(values.data(), DType::f64, host.data(), value.dtype(), n);
+    be.upload(value, host.data());
+    loaded.insert(target);
+  };
+  std::string tied_shard, tied_entry;  // where a tied weight's other name was seen
+  for (const std::string& shard : shards) {
+    const io::SafetensorsFile file = io::SafetensorsFile::read((dir / shard).string());
+    for (const io::SafetensorsEntry& e : file.entries()) {
+      if (!shard_of.empty() && shard_of[e.name] != shard)
+        fail(file.source(), ": tensor '", e.name,
+             "' is not where model.safetensors.index.json says");
+      if (wanted.count(e.name)) {
+        load(file, e, e.name);
+      } else if (tied_name.count(e.name)) {
+        tied_shard = shard, tied_entry = e.name;
+      } else if (!ignorable.count(e.name)) {
+        fail(file.source(), ": tensor '", e.name, "' is not part of this ",
+             model.decoder_options().model_type, " model (config.json's sizes and flags)");
+      }
+    }
+  }
+  if (!tied_entry.empty() && !loaded.count(tied_name[tied_entry])) {
+    const io::SafetensorsFile file = io::SafetensorsFile::read((dir / tied_shard).string());
+    load(file, *file.find(tied_entry), tied_name[tied_entry]);
+  }
+  for (const auto& [name, i] : wanted)
+    if (!loaded.count(name))
+      fail(folder, ": tensor '", name, "' ", params.value(i).shape().str(),
+           " is missing from the model's safetensors");
+}
+
+}  // namespace seqforge

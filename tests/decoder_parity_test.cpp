@@ -1,0 +1,235 @@
+// Llama-family decoder parity with PyTorch: every fixture of tests/python/make_decoder_fixtures.py
+// (a reference written after Hugging Face's Llama and Qwen2 code, in float64 on the stored
+// weights) is a Hugging Face folder that seqforge reads as a user's model (config.json, the
+// weights in one file or shards, f32 or bf16): the logits, the mean cross-entropy and every
+// parameter gradient. The CPU backend runs in f32 (max relative error <= 1e-5), the reference
+// backend in f64 (<= 1e-10). Finite differences check the f64 gradients on their own, and the
+// folder reader refuses bad folders with one line.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/io/safetensors.hpp"
+#include "seqforge/nn/decoder.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+using test::HostTensor;
+using test::max_rel_error;
+using test::to_doubles;
+
+std::string fixture_dir() {
+  const char* env = std::getenv("SEQFORGE_FIXTURE_DIR");
+  return env ? env : SEQFORGE_FIXTURE_DIR;
+}
+
+std::vector<std::string> fixture_names() {
+  std::ifstream index(fixture_dir() + "/decoder_index.txt");
+  std::vector<std::string> names;
+  for (std::string line; std::getline(index, line);)
+    if (!line.empty()) names.push_back(line);
+  return names;
+}
+
+std::vector<double> values(const io::SafetensorsFile& f, const std::string& name) {
+  const io::SafetensorsEntry* e = f.find(name);
+  SF_CHECK(e, f.source(), ": no tensor ", name);
+  std::vector<double> out(static_cast<size_t>(Shape(e->shape).numel()));
+  convert(f.bytes(*e).data(), e->dtype, out.data(), DType::f64, out.size());
+  return out;
+}
+
+struct Errors {
+  double logits = 0, loss = 0, grads = 0, torch_f32 = 0;
+  std::string worst;
+};
+
+// Loads the fixture's folder as a user's model on `be`, runs forward, the loss and backward, and
+// measures each against the reference.
+Errors replay(const std::string& name, Backend& be, DType dt) {
+  const std::string folder = fixture_dir() + "/" + name;
+  const io::SafetensorsFile expected = io::SafetensorsFile::read(folder + "/expected.safetensors");
+  Decoder model(read_decoder_config(folder + "/config.json"), dt);
+  model.initialize(be, 0);
+  load_hf_weights(folder, model, be);
+  const HostTensor ids(be, DType::i64, Shape(expected.find("ids")->shape), values(expected, "ids"));
+  const HostTensor targets(be, DType::i64, Shape(expected.find("targets")->shape),
+                           values(expected, "targets"));
+  Rng rng(0);
+  const Tensor logits = model.forward(be, ids.t, false, rng);
+  Errors e;
+  e.torch_f32 = std::stod(expected.metadata().at("torch_f32"));
+  e.logits = max_rel_error(to_doubles(be, logits), values(expected, "logits"));
+  HostTensor dlogits(be, dt, logits.shape(), std::vector<double>(size_t(logits.numel())));
+  Parameters& p = model.parameters();
+  p.zero_grad(be);
+  const double loss = be.cross_entropy_loss(logits, targets.t, {}, -1, dlogits.t);
+  const double want = values(expected, "loss")[0];
+  e.loss = std::abs(loss - want) / std::abs(want);
+  model.backward_logits(be, dlogits.t);
+  // A gradient that is zero in exact arithmetic (q and k of one-token rows: the softmax over one
+  // key is constant) comes out as rounding noise in f32: measured against the largest gradient.
+  double scale = 0;
+  for (size_t i = 0; i < p.size(); ++i)
+    for (double v : values(expected, "grad." + p.values().entries()[i].name))
+      scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < p.size(); ++i) {
+    const std::string& pname = p.values().entries()[i].name;
+    const std::vector<double> got = to_doubles(be, p.grad(i)),
+                              want = values(expected, "grad." + pname);
+    double err = 0;
+    if (std::all_of(want.begin(), want.end(), [](double v) { return v == 0; })) {
+      for (double v : got) err = std::max(err, std::abs(v) / scale);
+    } else {
+      err = max_rel_error(got, want);
+    }
+    if (err > e.grads) e.grads = err, e.worst = pname;
+  }
+  return e;
+}
+
+void run_all(const char* backend_name, DType dt, double tolerance) {
+  const auto names = fixture_names();
+  ASSERT_GE(names.size(), 8u) << "no decoder fixtures in " << fixture_dir()
+                              << " (run tests/python/make_decoder_fixtures.py)";
+  auto be = make_backend(backend_name);
+  std::printf("PyTorch parity of the Llama-family decoder, %s backend, %s: max relative error\n",
+              backend_name, std::string(dtype_name(dt)).c_str());
+  std::printf("  %-56s %-9s %-9s %-9s %-10s %s\n", "configuration", "logits", "loss", "grads",
+              "torch-f32", "worst gradient");
+  for (const auto& name : names) {
+    const Errors e = replay(name, *be, dt);
+    std::printf("  %-56s %-9.2e %-9.2e %-9.2e %-10.2e %s\n", name.c_str(), e.logits, e.loss,
+                e.grads, e.torch_f32, e.worst.c_str());
+    // In f32, within the tolerance or within 4x PyTorch's own float32 error, whichever is
+    // larger: tiny random models with wide weights are ill-conditioned (a bias gradient summed
+    // over two rows that nearly cancel), and float32 itself is off by that much there. The f64
+    // run checks every fixture at the full tolerance.
+    const double bound = dt == DType::f32 ? std::max(tolerance, 4 * e.torch_f32) : tolerance;
+    EXPECT_LE(e.logits, bound) << name;
+    EXPECT_LE(e.loss, bound) << name;
+    EXPECT_LE(e.grads, bound) << name << ": worst " << e.worst;
+  }
+  std::printf(
+      "  error: max |got - want| / max(|want|, 0.1 max|want|) against PyTorch float64;\n"
+      "  torch-f32: PyTorch's own float32 logits and gradients under the same metric\n");
+}
+
+// In the PyTorchParity suite, which the test script runs after the fixtures are written.
+TEST(PyTorchParity, DecoderCpuF32) { run_all("cpu", DType::f32, 1e-5); }
+TEST(PyTorchParity, DecoderSealedF32) { run_all("sealed", DType::f32, 1e-5); }
+TEST(PyTorchParity, DecoderReferenceF64) { run_all("reference", DType::f64, 1e-10); }
+
+// Central differences of the loss in f64 against backward, for entries of every kind of
+// parameter of a model with grouped-query attention, biases and Llama 3's rope scaling.
+TEST(Decoder, GradientsMatchFiniteDifferences) {
+  DecoderOptions o;
+  o.vocab_size = 7, o.hidden_size = 8, o.intermediate_size = 6, o.num_layers = 2;
+  o.num_heads = 4, o.num_kv_heads = 2, o.head_dim = 4, o.qkv_bias = true, o.o_bias = true;
+  o.rope_theta = 500000,
+  o.rope_scaling = {.llama3 = true, .factor = 4, .original_max_position_embeddings = 8};
+  o.initializer_range = 0.5;
+  auto be = make_reference_backend();
+  Decoder model(o, DType::f64);
+  model.initialize(*be, 3);
+  const HostTensor ids(*be, DType::i64, {2, 5}, {1, 3, 0, 6, 2, 5, 5, 4, 1, 0});
+  const HostTensor targets(*be, DType::i64, {10}, {3, 0, 6, 2, 1, 5, 4, 1, 0, 2});
+  HostTensor dlogits(*be, DType::f64, {10, 7}, std::vector<double>(70));
+  Rng rng(0);
+  const auto loss = [&] {
+    return be->cross_entropy_loss(model.forward(*be, ids.t, false, rng), targets.t, {}, -1,
+                                  dlogits.t);
+  };
+  Parameters& p = model.parameters();
+  p.zero_grad(*be);
+  loss();
+  model.backward_logits(*be, dlogits.t);
+  double worst = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const Tensor value = p.value(i);
+    std::vector<double> v = to_doubles(*be, value), grad = to_doubles(*be, p.grad(i));
+    for (size_t k = 0; k < v.size(); k += std::max<size_t>(1, v.size() / 5)) {
+      const double h = 1e-6, keep = v[k];
+      v[k] = keep + h;
+      be->upload(value, v.data());
+      const double up = loss();
+      v[k] = keep - h;
+      be->upload(value, v.data());
+      const double down = loss();
+      v[k] = keep;
+      be->upload(value, v.data());
+      const double numeric = (up - down) / (2 * h);
+      worst = std::max(worst, std::abs(numeric - grad[k]) / std::max(1e-3, std::abs(numeric)));
+      EXPECT_NEAR(grad[k], numeric, 1e-6 + 1e-5 * std::abs(numeric))
+          << p.values().entries()[i].name << "[" << k << "]";
+    }
+  }
+  std::printf("decoder finite differences: worst relative gap %.1e\n", worst);
+}
+
+// A folder with something seqforge cannot honour is one error naming it.
+TEST(Decoder, BadFoldersAreOneErrorNamingTheField) {
+  const std::vector<std::string> names = fixture_names();
+  ASSERT_FALSE(names.empty());
+  const fs::path src = fs::path(fixture_dir()) / names[0];
+  const fs::path dir =
+      fs::temp_directory_path() / ("seqforge_bad_folder_" + std::to_string(getpid()));
+  const auto fresh = [&] {
+    fs::remove_all(dir);
+    fs::copy(src, dir, fs::copy_options::recursive);
+  };
+  const auto edit_config = [&](const std::string& from, const std::string& to) {
+    std::ifstream in(dir / "config.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+    std::ofstream(dir / "config.json") << text;
+  };
+  const auto error = [&] {
+    return test::error_of([&] {
+      auto be = make_reference_backend();
+      Decoder model(read_decoder_config((dir / "config.json").string()), DType::f64);
+      model.initialize(*be, 0);
+      load_hf_weights(dir.string(), model, *be);
+    });
+  };
+  fresh();
+  edit_config("\"rms_norm_eps\"", "\"use_magic\": true, \"rms_norm_eps\"");
+  EXPECT_NE(error().find("field 'use_magic' is not known to seqforge"), std::string::npos)
+      << error();
+  fresh();
+  edit_config("\"model_type\": \"llama\"", "\"model_type\": \"mamba\"");
+  EXPECT_NE(error().find("model_type 'mamba' is not supported"), std::string::npos) << error();
+  fresh();
+  edit_config("\"rope_scaling\": null",
+              "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}");
+  EXPECT_NE(error().find("rope_type 'yarn' is not supported"), std::string::npos) << error();
+  fresh();
+  edit_config("\"intermediate_size\": 40", "\"intermediate_size\": 41");
+  EXPECT_NE(error().find("tensor 'model.layers.0.mlp.gate_proj.weight' has shape (40, 24)"),
+            std::string::npos)
+      << error();
+  fresh();
+  edit_config("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
+  EXPECT_NE(error().find("tensor 'model.layers.2.input_layernorm.weight' (24) is missing"),
+            std::string::npos)
+      << error();
+  fresh();
+  edit_config("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1");
+  EXPECT_NE(error().find("tensor 'model.layers.1.input_layernorm.weight' is not part of this "
+                         "llama model"),
+            std::string::npos)
+      << error();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace seqforge

@@ -1,0 +1,306 @@
+#!/usr/bin/python3
+"""Writes PyTorch reference fixtures for seqforge's Llama-family decoder parity tests.
+
+The reference is written here after Hugging Face's modeling code for Llama and Qwen2 (Debian's
+torch 1.13 has neither RMSNorm nor SDPA, so both are spelt out): token embeddings, blocks of
+RMS norm, q/k/v projections (Qwen2: biases on q, k, v; Llama's attention_bias: on o too),
+rotary embeddings in the rotate-half layout (Llama 3's rope scaling where set), grouped-query
+attention by repeating each key/value head for its query heads, the explicit causal softmax, an
+o projection, RMS norm and a gated MLP (SiLU or tanh-GELU), a final RMS norm and the head (tied
+to the embeddings or not).
+
+Each configuration becomes a Hugging Face folder OUT_DIR/<name>/ (config.json, the weights as
+model.safetensors or as shards named by model.safetensors.index.json, in f32 or bf16) that
+seqforge loads as a user's model, and OUT_DIR/<name>/expected.safetensors: token ids and
+targets, the logits, the mean cross-entropy and every parameter's gradient, computed in float64
+from the stored (f32- or bf16-representable) weights, and PyTorch's own float32 error on them. OUT_DIR/decoder_index.txt lists them.
+
+Usage: /usr/bin/python3 tests/python/make_decoder_fixtures.py OUT_DIR [--random SEED COUNT]
+  SEQFORGE_FIXTURE_DIR=OUT_DIR build/tests/seqforge_tests --gtest_filter='DecoderParity.*'
+"""
+import json
+import math
+import os
+import random
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_parity_fixtures import max_rel_error, out_dir_and_configs  # noqa: E402
+
+# type: llama or qwen2; v vocabulary, c hidden, f MLP width, l layers, h query heads, kv
+# key/value heads, d head size (given as head_dim when not c / h), t tokens, b batch; tie: tied
+# head; bias: Llama's attention_bias, mlp: mlp_bias; act: hidden_act; theta: rope_theta; scaling:
+# Llama 3's rope_scaling; shards: weights in that many files; dtype: the weights' F32 or BF16.
+CONFIGS = [
+    dict(type="llama", v=37, c=24, f=40, l=2, h=4, kv=2, t=13, b=2),
+    dict(type="llama", v=29, c=16, f=24, l=1, h=4, kv=1, d=10, t=33, b=2, tie=True),
+    dict(type="llama", v=23, c=24, f=36, l=2, h=3, kv=3, d=8, t=20, b=2, bias=True, mlp=True),
+    dict(type="llama", v=31, c=24, f=32, l=1, h=2, kv=1, d=12, t=40, b=2, theta=500000.0,
+         scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                      original_max_position_embeddings=16)),
+    dict(type="qwen2", v=41, c=24, f=48, l=2, h=6, kv=2, t=17, b=3, tie=True),
+    dict(type="llama", v=11, c=28, f=20, l=1, h=2, kv=2, d=14, t=1, b=1, act="gelu_pytorch_tanh"),
+    dict(type="llama", v=50, c=32, f=44, l=3, h=4, kv=2, t=19, b=2, shards=2, dtype="BF16"),
+    dict(type="qwen2", v=19, c=32, f=40, l=1, h=2, kv=1, d=16, t=130, b=1, shards=3),
+]
+
+
+def random_configs(seed, count):
+    """count configurations drawn from Random(seed): either type, GQA ratios 1-4, head sizes
+    that are not multiples of 16, tied or untied, Llama 3 scaling or not."""
+    rng = random.Random(seed)
+    configs = []
+    for _ in range(count):
+        kv = rng.randint(1, 3)
+        c = dict(type=rng.choice(["llama", "qwen2"]), v=rng.randint(2, 70), kv=kv,
+                 h=kv * rng.randint(1, 4), d=2 * rng.randint(1, 12), l=rng.randint(1, 3),
+                 t=rng.choice([1, 2, 5, 16, 17, 33, 65]), b=rng.randint(1, 3),
+                 f=rng.randint(1, 50), c=rng.randint(2, 48), tie=rng.random() < 0.5)
+        if c["type"] == "llama" and rng.random() < 0.3:
+            c["bias"] = True
+        if rng.random() < 0.3:
+            c.update(theta=500000.0, scaling=dict(
+                rope_type="llama3", factor=rng.choice([2.0, 8.0]), low_freq_factor=1.0,
+                high_freq_factor=4.0, original_max_position_embeddings=rng.choice([8, 32])))
+        configs.append(c)
+    return configs
+
+
+def hf_config(c):
+    d = c.get("d", c["c"] // c["h"])
+    config = {
+        "architectures": ["LlamaForCausalLM" if c["type"] == "llama" else "Qwen2ForCausalLM"],
+        "model_type": c["type"], "vocab_size": c["v"], "hidden_size": c["c"],
+        "intermediate_size": c["f"], "num_hidden_layers": c["l"],
+        "num_attention_heads": c["h"], "num_key_value_heads": c["kv"], "head_dim": d,
+        "hidden_act": c.get("act", "silu"), "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-6, "rope_theta": c.get("theta", 10000.0),
+        "rope_scaling": c.get("scaling"), "tie_word_embeddings": bool(c.get("tie")),
+        "initializer_range": 0.02, "attention_dropout": 0.0, "torch_dtype": "float32",
+        "bos_token_id": 1, "eos_token_id": 2, "use_cache": True,
+        "transformers_version": "4.46.0"}
+    if c["type"] == "llama":
+        config.update(attention_bias=bool(c.get("bias")), mlp_bias=bool(c.get("mlp")),
+                      pretraining_tp=1)
+    else:
+        config.update(use_sliding_window=False, sliding_window=4096, max_window_layers=28)
+    return config
+
+
+def inverse_frequencies(config):
+    """Hugging Face's default rotary frequencies, and Llama 3's scaling of them."""
+    d, base = config["head_dim"], config["rope_theta"]
+    inv = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    s = config["rope_scaling"]
+    if not s:
+        return inv
+    old = s["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / s["low_freq_factor"], old / s["high_freq_factor"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > low_wavelen, inv / s["factor"], inv)
+    smooth = (old / wavelen - s["low_freq_factor"]) / (s["high_freq_factor"] - s["low_freq_factor"])
+    smoothed = (1 - smooth) * scaled / s["factor"] + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rms_norm(x, w, eps):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def forward(config, p, ids):
+    """Logits (B*T, V) of the reference decoder from parameters `p` (HF's names)."""
+    B, T = ids.shape
+    H, KV, D = (config["num_attention_heads"], config["num_key_value_heads"],
+                config["head_dim"])
+    eps = config["rms_norm_eps"]
+    act = F.silu if config["hidden_act"] == "silu" else (
+        lambda x: F.gelu(x, approximate="tanh"))
+    freqs = torch.arange(T, dtype=torch.float64)[:, None] * inverse_frequencies(config)[None]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    dtype = p["model.norm.weight"].dtype
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def lin(x, name):
+        b = p.get(name + ".bias")
+        return F.linear(x, p[name + ".weight"], b)
+
+    x = p["model.embed_tokens.weight"][ids]
+    causal = torch.full((T, T), float("-inf"), dtype=dtype).triu(1)
+    for i in range(config["num_hidden_layers"]):
+        pre = f"model.layers.{i}"
+        h = rms_norm(x, p[pre + ".input_layernorm.weight"], eps)
+        q = lin(h, pre + ".self_attn.q_proj").view(B, T, H, D).transpose(1, 2)
+        k = lin(h, pre + ".self_attn.k_proj").view(B, T, KV, D).transpose(1, 2)
+        v = lin(h, pre + ".self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(H // KV, dim=1)  # HF's repeat_kv
+        v = v.repeat_interleave(H // KV, dim=1)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(D) + causal
+        att = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
+        x = x + lin(att, pre + ".self_attn.o_proj")
+        h = rms_norm(x, p[pre + ".post_attention_layernorm.weight"], eps)
+        x = x + lin(act(lin(h, pre + ".mlp.gate_proj")) * lin(h, pre + ".mlp.up_proj"),
+                    pre + ".mlp.down_proj")
+    x = rms_norm(x, p["model.norm.weight"], eps)
+    head = p["model.embed_tokens.weight" if config["tie_word_embeddings"] else "lm_head.weight"]
+    return (x @ head.t()).reshape(B * T, -1)
+
+
+def parameters(config, rng):
+    """HF's parameters in their order, drawn as HF initialises them, then norms and biases
+    perturbed so that every tensor matters."""
+    C, Fw, V = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    H, KV, D = (config["num_attention_heads"], config["num_key_value_heads"],
+                config["head_dim"])
+    qwen = config["model_type"] == "qwen2"
+    qkv_bias = qwen or config.get("attention_bias", False)
+    o_bias = not qwen and config.get("attention_bias", False)
+    mlp_bias = config.get("mlp_bias", False)
+    shapes = [("model.embed_tokens.weight", (V, C))]
+    for i in range(config["num_hidden_layers"]):
+        pre = f"model.layers.{i}"
+        shapes.append((pre + ".input_layernorm.weight", (C,)))
+        for name, out, inp, bias in (("q_proj", H * D, C, qkv_bias), ("k_proj", KV * D, C, qkv_bias),
+                                     ("v_proj", KV * D, C, qkv_bias), ("o_proj", C, H * D, o_bias)):
+            shapes.append((f"{pre}.self_attn.{name}.weight", (out, inp)))
+            if bias:
+                shapes.append((f"{pre}.self_attn.{name}.bias", (out,)))
+        shapes.append((pre + ".post_attention_layernorm.weight", (C,)))
+        for name, out, inp in (("gate_proj", Fw, C), ("up_proj", Fw, C), ("down_proj", C, Fw)):
+            shapes.append((f"{pre}.mlp.{name}.weight", (out, inp)))
+            if mlp_bias:
+                shapes.append((f"{pre}.mlp.{name}.bias", (out,)))
+    shapes.append(("model.norm.weight", (C,)))
+    if not config["tie_word_embeddings"]:
+        shapes.append(("lm_head.weight", (V, C)))
+    p = {}
+    for name, shape in shapes:
+        if name.endswith("norm.weight"):
+            t = 1 + 0.3 * torch.randn(shape, generator=rng, dtype=torch.float64)
+        elif name.endswith(".bias"):
+            t = 0.1 * torch.randn(shape, generator=rng, dtype=torch.float64)
+        else:  # wider than HF's 0.02 so that a few layers of a tiny model still move the logits
+            t = 0.2 * torch.randn(shape, generator=rng, dtype=torch.float64)
+        p[name] = t
+    return p
+
+
+def representable(t, dtype):
+    return t.to(torch.bfloat16 if dtype == "BF16" else torch.float32).double()
+
+
+def tensor_bytes(t, dtype):
+    if dtype == "BF16":  # the top half of each float32
+        raw = t.float().contiguous().numpy().tobytes()
+        return b"".join(raw[i + 2:i + 4] for i in range(0, len(raw), 4))
+    return t.to({"F32": torch.float32, "F64": torch.float64, "I64": torch.int64}[dtype]) \
+        .contiguous().numpy().tobytes()
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: name -> (tensor, dtype) with dtype F32, BF16, F64 or I64."""
+    header, blobs, offset = {}, [], 0
+    for name, (t, dtype) in tensors.items():
+        raw = tensor_bytes(t, dtype)
+        header[name] = {"dtype": dtype, "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    if metadata:
+        header["__metadata__"] = metadata
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def write_folder(folder, config, p, shards, dtype):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    names = list(p)
+    if shards <= 1:
+        write_safetensors(os.path.join(folder, "model.safetensors"),
+                          {n: (p[n], dtype) for n in names}, {"format": "pt"})
+        return
+    weight_map = {}
+    per = -(-len(names) // shards)
+    for s in range(shards):
+        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        part = names[s * per:(s + 1) * per]
+        write_safetensors(os.path.join(folder, file), {n: (p[n], dtype) for n in part},
+                          {"format": "pt"})
+        weight_map.update({n: file for n in part})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
+
+
+def name_of(c):
+    parts = [c["type"], f"v{c['v']}", f"c{c['c']}", f"f{c['f']}", f"l{c['l']}", f"h{c['h']}",
+             f"kv{c['kv']}", f"d{c.get('d', c['c'] // c['h'])}", f"t{c['t']}", f"b{c['b']}"]
+    for flag in ("tie", "bias", "mlp"):
+        if c.get(flag):
+            parts.append(flag)
+    if c.get("scaling"):
+        parts.append("llama3rope")
+    if c.get("act"):
+        parts.append("gelu")
+    if c.get("shards"):
+        parts.append(f"shards{c['shards']}")
+    if c.get("dtype"):
+        parts.append(c["dtype"].lower())
+    return "_".join(parts)
+
+
+def main():
+    out, configs = out_dir_and_configs(CONFIGS, random_configs)
+    os.makedirs(out, exist_ok=True)
+    names = []
+    for index, c in enumerate(configs):
+        name = name_of(c)
+        config = hf_config(c)
+        rng = torch.Generator().manual_seed(1000 + index)
+        dtype = c.get("dtype", "F32")
+        p = {n: representable(t, dtype) for n, t in parameters(config, rng).items()}
+        B, T, V = c["b"], c["t"], c["v"]
+        ids = torch.randint(0, V, (B, T), generator=rng)
+        targets = torch.randint(0, V, (B * T,), generator=rng)
+        for t in p.values():
+            t.requires_grad_(True)
+        logits = forward(config, p, ids)
+        loss = F.cross_entropy(logits, targets)
+        loss.backward()
+        # PyTorch's own float32 error on the same weights, under the parity metric.
+        p32 = {n: t.detach().float().requires_grad_(True) for n, t in p.items()}
+        logits32 = forward(config, p32, ids)
+        F.cross_entropy(logits32, targets).backward()
+        torch_f32 = max([max_rel_error(logits32.detach(), logits.detach())] +
+                        [max_rel_error(p32[n].grad, t.grad) for n, t in p.items()])
+        folder = os.path.join(out, name)
+        write_folder(folder, config, {n: t.detach() for n, t in p.items()}, c.get("shards", 1),
+                     dtype)
+        expected = {"ids": (ids, "I64"), "targets": (targets, "I64"),
+                    "logits": (logits.detach(), "F64"), "loss": (loss.detach().reshape(1), "F64")}
+        for n, t in p.items():
+            expected["grad." + n] = (t.grad, "F64")
+        write_safetensors(os.path.join(folder, "expected.safetensors"), expected,
+                          {"torch_f32": repr(torch_f32)})
+        names.append(name)
+    with open(os.path.join(out, "decoder_index.txt"), "w") as f:
+        f.write("\n".join(names) + "\n")
+    print(f"wrote {len(names)} decoder fixtures to {out}")
+
+
+if __name__ == "__main__":
+    main()
