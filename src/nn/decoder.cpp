@@ -6,74 +6,14 @@
 
 #include <cmath>
 
+#include "nn/decoder_parts.hpp"
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/error.hpp"
 
 namespace seqforge {
 
-// A layer's parameters and what its backward needs of its forward. N = batch * seq rows;
-// C hidden, H query heads and KV key/value heads of D, F the MLP's width, W = (H + 2 KV) D.
-struct Decoder::Layer {
-  size_t ln1 = 0, ln2 = 0, q = 0, k = 0, v = 0, o = 0, gate = 0, up = 0, down = 0;
-  size_t bq = kNone, bk = kNone, bv = kNone, bo = kNone, bgate = kNone, bup = kNone, bdown = kNone;
-  Buffer h1, saved1;        // (N, C) input_layernorm's output, (N) its 1 / rms
-  Buffer qkv;               // (N, W) q, k (rotated) and v of every head
-  Buffer qkv3;              // (N, 3 H D) with each key/value head repeated for its query heads
-  Buffer att, lse;          // (N, H D) the heads side by side, (B, H, T)
-  Buffer mid;               // (N, C) the stream after the attention branch
-  Buffer h2, saved2;        // (N, C), (N) post_attention_layernorm's
-  Buffer gate_out, up_out;  // (N, F) before the product
-  Buffer act;               // (N, F) act(gate) * up
-  Buffer out;               // (N, C) the next layer's input
-};
-
-struct Decoder::Scratch {
-  Buffer dact, dgate, dup;  // (N, F)
-  Buffer dh, dnorm, dmid;   // (N, C)
-  Buffer datt;              // (N, H D)
-  Buffer dqkv3, dqkv;       // (N, 3 H D), (N, W)
-  Buffer kv_sum, kv_part;   // (N, D) a key/value head's gradient summed over its query heads
-  Buffer ones;              // (N) for the bias gradients of column slices
-  Buffer dx[2];             // (N, C) the gradient flowing down
-};
-
 namespace {
-
-// y(N, out), rows ldy apart, (beta y +)= x(N, in) W(out, in)^T (+ b).
-void linear(Backend& be, DType dt, void* y, int64_t ldy, const void* x, int64_t ldx, int64_t n,
-            Tensor w, Tensor b, double beta = 0.0) {
-  const int64_t out = w.shape()[0], in = w.shape()[1];
-  const GemmShape s{.trans_b = true,
-                    .m = n,
-                    .n = out,
-                    .k = in,
-                    .lda = ldx,
-                    .ldb = in,
-                    .ldc = ldy,
-                    .beta = beta,
-                    .bias = !b.empty()};
-  be.gemm(s, dt, x, w.data(), y, b.empty() ? nullptr : b.data());
-}
-
-// dx(N, in) (beta dx +)= dy(N, out) W; dW(out, in) += dy^T x; db(out) += the column sums of dy.
-void linear_backward(Backend& be, DType dt, void* dx, const void* dy, int64_t ldy, const void* x,
-                     int64_t ldx, int64_t n, Tensor w, Tensor dw, Tensor db, Tensor ones,
-                     double beta) {
-  const int64_t out = w.shape()[0], in = w.shape()[1];
-  if (dx) {
-    const GemmShape s{.m = n, .n = in, .k = out, .lda = ldy, .ldb = in, .ldc = in, .beta = beta};
-    be.gemm(s, dt, dy, w.data(), dx);
-  }
-  if (!dw.empty()) {
-    const GemmShape s{
-        .trans_a = true, .m = out, .n = in, .k = n, .lda = ldy, .ldb = ldx, .ldc = in, .beta = 1};
-    be.gemm(s, dt, dy, x, dw.data());
-  }
-  if (!db.empty()) {
-    const GemmShape s{.m = 1, .n = out, .k = n, .lda = n, .ldb = ldy, .ldc = out, .beta = 1};
-    be.gemm(s, dt, ones.data(), dy, db.data());
-  }
-}
 
 const std::byte* at(const void* p, int64_t elements, DType dt) {
   return static_cast<const std::byte*>(p) + elements * int64_t(dtype_size(dt));
@@ -124,33 +64,41 @@ Decoder::Decoder(const DecoderOptions& o, DType dtype) : opt_(o), params_(dtype)
   const Init w = Init::Normal(0.0, o.initializer_range), zero = Init::Constant(0.0),
              one = Init::Constant(1.0);
   embed_ = params_.declare("model.embed_tokens.weight", {o.vocab_size, C}, w);
-  const auto linear_param = [&](const std::string& name, int64_t in, int64_t out, bool bias,
-                                size_t* b) {
-    const size_t i = params_.declare(name + ".weight", {out, in}, w);
-    if (bias) *b = params_.declare(name + ".bias", {out}, zero);
-    return i;
+  const auto linear_param = [&](Proj& p, const std::string& name, int64_t in, int64_t out,
+                                bool bias) {
+    p.name = name;
+    p.in = in;
+    p.out = out;
+    p.w = params_.declare(name + ".weight", {out, in}, w);
+    if (bias) p.b = params_.declare(name + ".bias", {out}, zero);
   };
   for (int64_t i = 0; i < o.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);
     auto l = std::make_unique<Layer>();
     l->ln1 = params_.declare(p + ".input_layernorm.weight", {C}, one);
-    l->q = linear_param(p + ".self_attn.q_proj", C, o.num_heads * D, o.qkv_bias, &l->bq);
-    l->k = linear_param(p + ".self_attn.k_proj", C, o.num_kv_heads * D, o.qkv_bias, &l->bk);
-    l->v = linear_param(p + ".self_attn.v_proj", C, o.num_kv_heads * D, o.qkv_bias, &l->bv);
-    l->o = linear_param(p + ".self_attn.o_proj", o.num_heads * D, C, o.o_bias, &l->bo);
+    linear_param(l->q, p + ".self_attn.q_proj", C, o.num_heads * D, o.qkv_bias);
+    linear_param(l->k, p + ".self_attn.k_proj", C, o.num_kv_heads * D, o.qkv_bias);
+    linear_param(l->v, p + ".self_attn.v_proj", C, o.num_kv_heads * D, o.qkv_bias);
+    linear_param(l->o, p + ".self_attn.o_proj", o.num_heads * D, C, o.o_bias);
     l->ln2 = params_.declare(p + ".post_attention_layernorm.weight", {C}, one);
-    l->gate = linear_param(p + ".mlp.gate_proj", C, F, o.mlp_bias, &l->bgate);
-    l->up = linear_param(p + ".mlp.up_proj", C, F, o.mlp_bias, &l->bup);
-    l->down = linear_param(p + ".mlp.down_proj", F, C, o.mlp_bias, &l->bdown);
+    linear_param(l->gate, p + ".mlp.gate_proj", C, F, o.mlp_bias);
+    linear_param(l->up, p + ".mlp.up_proj", C, F, o.mlp_bias);
+    linear_param(l->down, p + ".mlp.down_proj", F, C, o.mlp_bias);
     layers_.push_back(std::move(l));
   }
   norm_ = params_.declare("model.norm.weight", {C}, one);
-  if (o.tie_word_embeddings) {
+  if (o.num_labels > 0) {
+    score_ = params_.declare("score.weight", {o.num_labels, C}, w);
+    model_opt_.output_size = o.num_labels;
+    model_opt_.per_step = false;
+  } else if (o.tie_word_embeddings) {
     head_ = embed_;
     params_.alias("lm_head.weight", embed_);
   } else {
     head_ = params_.declare("lm_head.weight", {o.vocab_size, C}, w);
   }
+  base_params_ = params_.size();
+  declare_adapters();
   scratch_ = std::make_unique<Scratch>();
 }
 
@@ -159,6 +107,7 @@ Decoder::~Decoder() = default;
 void Decoder::initialize(Backend& be, uint64_t seed) {
   Rng rng(seed);
   params_.allocate(be, rng);
+  init_adapters(be, {});
 }
 
 void Decoder::set_gemm_dtype(DType dtype) {
@@ -171,12 +120,18 @@ std::vector<std::string> Decoder::unused_base_tensors() const {
   std::vector<std::string> unused;  // rotary tables some checkpoints keep as buffers
   for (int64_t i = 0; i < opt_.num_layers; ++i)
     unused.push_back("model.layers." + std::to_string(i) + ".self_attn.rotary_emb.inv_freq");
+  if (score_ != kNone) unused.push_back("lm_head.weight");  // a classifier has its own head
   return unused;
 }
 
 std::map<std::string, std::string> Decoder::tied_base_tensors() const {
-  if (!opt_.tie_word_embeddings) return {};
+  if (!opt_.tie_word_embeddings || score_ != kNone) return {};
   return {{"model.embed_tokens.weight", "lm_head.weight"}};
+}
+
+void Decoder::set_token_layout(Tensor lengths, Tensor segments) {
+  SF_CHECK(segments.empty(), "a ", opt_.model_type, " model takes no segment ids");
+  lengths_ = lengths;
 }
 
 void Decoder::prepare_rope(Backend& be, int64_t seq) {
@@ -190,13 +145,8 @@ void Decoder::prepare_rope(Backend& be, int64_t seq) {
       c[size_t(p * half + i)] = std::cos(angle);
       s[size_t(p * half + i)] = std::sin(angle);
     }
-  const DType dt = params_.dtype();
-  const Tensor tc = cos_.get(be, dt, {seq, half}), ts = sin_.get(be, dt, {seq, half});
-  std::vector<std::byte> host(size_t(seq * half) * dtype_size(dt));
-  convert(c.data(), DType::f64, host.data(), dt, c.size());
-  be.upload(tc, host.data());
-  convert(s.data(), DType::f64, host.data(), dt, s.size());
-  be.upload(ts, host.data());
+  upload_doubles(be, cos_.get(be, params_.dtype(), {seq, half}), c);
+  upload_doubles(be, sin_.get(be, params_.dtype(), {seq, half}), s);
   rope_positions_ = seq;
 }
 
@@ -211,7 +161,14 @@ Rotary Decoder::rotary_of(void* x, int64_t heads) const {
                 .sin = sin_.tensor().data()};
 }
 
-Tensor Decoder::forward(Backend& be, Tensor ids, Tensor, Tensor, bool training, Rng& rng) {
+// A frozen norm's weight gradient goes to scratch.
+Tensor Decoder::norm_grad(Backend& be, size_t i) {
+  if (train_base_) return params_.grad(i);
+  return scratch_->dnorm_w.get(be, params_.dtype(), {opt_.hidden_size});
+}
+
+Tensor Decoder::forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool training, Rng& rng) {
+  SF_CHECK(h0.empty() && c0.empty(), "a decoder takes no initial states");
   return forward(be, ids, training, rng);
 }
 
@@ -226,6 +183,8 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
   const DType dt = params_.dtype();
   ids_ = ids.reshape({N});
   prepare_rope(be, seq_);
+  prepare_adapters(be);
+  be.fill(scratch_->ones.get(be, dt, {N}), 1.0);
   const Tensor x0 = x0_.get(be, dt, {N, C});
   be.embedding_forward(x0, params_.value(embed_), ids_);
   Tensor x = x0;
@@ -236,8 +195,44 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
   const Tensor z = z_.get(be, dt, {N, C});
   be.rms_norm_forward(z, norm_saved_.get(be, dt, {N}), x, params_.value(norm_), 0.0,
                       opt_.rms_norm_eps);
-  const Tensor logits = logits_.get(be, dt, {N, opt_.vocab_size});
-  linear(be, dt, logits.data(), opt_.vocab_size, z.data(), C, N, params_.value(head_), {});
+  if (score_ == kNone) {
+    const Tensor logits = logits_.get(be, dt, {N, opt_.vocab_size});
+    const GemmShape s{.trans_b = true,
+                      .m = N,
+                      .n = opt_.vocab_size,
+                      .k = C,
+                      .lda = C,
+                      .ldb = C,
+                      .ldc = opt_.vocab_size};
+    be.gemm(s, dt, z.data(), params_.value(head_).data(), logits.data());
+    return logits;
+  }
+  // A classifier scores each row's last token (HF's last non-padding token).
+  std::vector<int64_t> last(static_cast<size_t>(batch_), seq_ - 1);
+  if (!lengths_.empty()) {
+    const std::vector<int64_t> lengths = download_vector<int64_t>(be, lengths_);
+    SF_CHECK(int64_t(lengths.size()) == batch_, "token lengths for ", lengths.size(), " rows, ",
+             batch_, " in the batch");
+    for (int64_t b = 0; b < batch_; ++b) {
+      SF_CHECK(lengths[size_t(b)] >= 1 && lengths[size_t(b)] <= seq_, "row ", b, " length ",
+               lengths[size_t(b)]);
+      last[size_t(b)] = lengths[size_t(b)] - 1;
+    }
+  }
+  for (int64_t b = 0; b < batch_; ++b) last[size_t(b)] += b * seq_;
+  const Tensor rows = last_rows_.get(be, DType::i64, {batch_});
+  be.upload(rows, last.data());
+  const Tensor pooled = pooled_.get(be, dt, {batch_, C});
+  be.embedding_forward(pooled, z, rows);  // a gather of the rows
+  const Tensor logits = logits_.get(be, dt, {batch_, opt_.num_labels});
+  const GemmShape s{.trans_b = true,
+                    .m = batch_,
+                    .n = opt_.num_labels,
+                    .k = C,
+                    .lda = C,
+                    .ldb = C,
+                    .ldc = opt_.num_labels};
+  be.gemm(s, dt, pooled.data(), params_.value(score_).data(), logits.data());
   return logits;
 }
 
@@ -246,15 +241,15 @@ void Decoder::layer_forward(Backend& be, Layer& l, Tensor x) {
   const int64_t H = opt_.num_heads, KV = opt_.num_kv_heads, D = opt_.head_dim;
   const int64_t W = (H + 2 * KV) * D, HD = H * D;
   const DType dt = params_.dtype();
-  const auto p = [&](size_t i) { return i == kNone ? Tensor() : params_.value(i); };
 
   // Attention branch: q, k, v side by side in one buffer, q and k rotated in place.
   const Tensor h1 = l.h1.get(be, dt, {N, C});
-  be.rms_norm_forward(h1, l.saved1.get(be, dt, {N}), x, p(l.ln1), 0.0, opt_.rms_norm_eps);
+  be.rms_norm_forward(h1, l.saved1.get(be, dt, {N}), x, params_.value(l.ln1), 0.0,
+                      opt_.rms_norm_eps);
   const Tensor qkv = l.qkv.get(be, dt, {N, W});
-  linear(be, dt, qkv.data(), W, h1.data(), C, N, p(l.q), p(l.bq));
-  linear(be, dt, at(qkv.data(), HD, dt), W, h1.data(), C, N, p(l.k), p(l.bk));
-  linear(be, dt, at(qkv.data(), HD + KV * D, dt), W, h1.data(), C, N, p(l.v), p(l.bv));
+  proj_forward(be, l.q, qkv.data(), W, h1.data(), C, 0.0);
+  proj_forward(be, l.k, at(qkv.data(), HD, dt), W, h1.data(), C, 0.0);
+  proj_forward(be, l.v, at(qkv.data(), HD + KV * D, dt), W, h1.data(), C, 0.0);
   be.rotary(rotary_of(qkv.data(), H + KV), dt);
   Tensor qkv3 = qkv;
   if (KV < H) {  // each key/value head repeated for the query heads of its group
@@ -281,33 +276,48 @@ void Decoder::layer_forward(Backend& be, Layer& l, Tensor x) {
   be.attention_forward(a, dt);
   const Tensor mid = l.mid.get(be, dt, {N, C});
   be.copy(mid, x);
-  linear(be, dt, mid.data(), C, a.out, HD, N, p(l.o), p(l.bo), 1.0);
+  proj_forward(be, l.o, mid.data(), C, a.out, HD, 1.0);
 
   // MLP branch: down(act(gate(h2)) * up(h2)).
   const Tensor h2 = l.h2.get(be, dt, {N, C});
-  be.rms_norm_forward(h2, l.saved2.get(be, dt, {N}), mid, p(l.ln2), 0.0, opt_.rms_norm_eps);
+  be.rms_norm_forward(h2, l.saved2.get(be, dt, {N}), mid, params_.value(l.ln2), 0.0,
+                      opt_.rms_norm_eps);
   const Tensor g = l.gate_out.get(be, dt, {N, F}), u = l.up_out.get(be, dt, {N, F});
-  linear(be, dt, g.data(), F, h2.data(), C, N, p(l.gate), p(l.bgate));
-  linear(be, dt, u.data(), F, h2.data(), C, N, p(l.up), p(l.bup));
+  proj_forward(be, l.gate, g.data(), F, h2.data(), C, 0.0);
+  proj_forward(be, l.up, u.data(), F, h2.data(), C, 0.0);
   const Tensor act = l.act.get(be, dt, {N, F});
   be.glu_forward(act, g, u, opt_.activation);
   const Tensor out = l.out.get(be, dt, {N, C});
   be.copy(out, mid);
-  linear(be, dt, out.data(), C, act.data(), F, N, p(l.down), p(l.bdown), 1.0);
+  proj_forward(be, l.down, out.data(), C, act.data(), F, 1.0);
 }
 
 void Decoder::backward_logits(Backend& be, Tensor dlogits) {
   const int64_t N = batch_ * seq_, C = opt_.hidden_size;
   const DType dt = params_.dtype();
   Scratch& s = *scratch_;
-  be.fill(s.ones.get(be, dt, {N}), 1.0);
-  // Head: dz = dlogits W_head, dW_head += dlogits^T z; then the final norm.
+  // Head: dz = dlogits W_head, dW_head += dlogits^T z (a classifier: through its rows).
   const Tensor dz = s.dh.get(be, dt, {N, C});
-  linear_backward(be, dt, dz.data(), dlogits.data(), opt_.vocab_size, z_.tensor().data(), C, N,
-                  params_.value(head_), params_.grad(head_), {}, {}, 0.0);
+  if (score_ == kNone) {
+    const int64_t V = opt_.vocab_size;
+    be.gemm({.m = N, .n = C, .k = V, .lda = V, .ldb = C, .ldc = C}, dt, dlogits.data(),
+            params_.value(head_).data(), dz.data());
+    if (train_base_)
+      be.gemm({.trans_a = true, .m = V, .n = C, .k = N, .lda = V, .ldb = C, .ldc = C, .beta = 1},
+              dt, dlogits.data(), z_.tensor().data(), params_.grad(head_).data());
+  } else {
+    const int64_t B = batch_, K = opt_.num_labels;
+    const Tensor dpooled = s.dpooled.get(be, dt, {B, C});
+    be.gemm({.m = B, .n = C, .k = K, .lda = K, .ldb = C, .ldc = C}, dt, dlogits.data(),
+            params_.value(score_).data(), dpooled.data());
+    be.gemm({.trans_a = true, .m = K, .n = C, .k = B, .lda = K, .ldb = C, .ldc = C, .beta = 1}, dt,
+            dlogits.data(), pooled_.tensor().data(), params_.grad(score_).data());
+    be.fill(dz, 0.0);
+    be.embedding_backward(dz, dpooled, last_rows_.tensor());  // a scatter back to the rows
+  }
   const Tensor x_last = layers_.back()->out.tensor();
   Tensor dx = s.dx[0].get(be, dt, {N, C});
-  be.rms_norm_backward(dx, params_.grad(norm_), dz, x_last, params_.value(norm_), 0.0,
+  be.rms_norm_backward(dx, norm_grad(be, norm_), dz, x_last, params_.value(norm_), 0.0,
                        norm_saved_.tensor());
   for (size_t i = layers_.size(); i-- > 0;) {
     const Tensor x = i == 0 ? x0_.tensor() : layers_[i - 1]->out.tensor();
@@ -315,7 +325,7 @@ void Decoder::backward_logits(Backend& be, Tensor dlogits) {
     layer_backward(be, *layers_[i], x, dx, dnext);
     dx = dnext;
   }
-  be.embedding_backward(params_.grad(embed_), dx, ids_);
+  if (train_base_) be.embedding_backward(params_.grad(embed_), dx, ids_);
   if (grad_ready_) grad_ready_(0, params_.size());
 }
 
@@ -325,29 +335,23 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
   const int64_t W = (H + 2 * KV) * D, HD = H * D;
   const DType dt = params_.dtype();
   Scratch& s = *scratch_;
-  const Tensor ones = s.ones.tensor();
-  const auto p = [&](size_t i) { return i == kNone ? Tensor() : params_.value(i); };
-  const auto g = [&](size_t i) { return i == kNone ? Tensor() : params_.grad(i); };
 
   // MLP branch: dout reaches down_proj, the gated product, gate_proj and up_proj, the norm.
   const Tensor dact = s.dact.get(be, dt, {N, F});
-  linear_backward(be, dt, dact.data(), dout.data(), C, l.act.tensor().data(), F, N, p(l.down),
-                  g(l.down), g(l.bdown), ones, 0.0);
+  proj_backward(be, l.down, dact.data(), 0.0, dout.data(), C, l.act.tensor().data(), F);
   const Tensor dgate = s.dgate.get(be, dt, {N, F}), dup = s.dup.get(be, dt, {N, F});
   be.glu_backward(dgate, dup, dact, l.gate_out.tensor(), l.up_out.tensor(), opt_.activation);
   const Tensor dh = s.dh.get(be, dt, {N, C}), h2 = l.h2.tensor();
-  linear_backward(be, dt, dh.data(), dgate.data(), F, h2.data(), C, N, p(l.gate), g(l.gate),
-                  g(l.bgate), ones, 0.0);
-  linear_backward(be, dt, dh.data(), dup.data(), F, h2.data(), C, N, p(l.up), g(l.up), g(l.bup),
-                  ones, 1.0);
+  proj_backward(be, l.gate, dh.data(), 0.0, dgate.data(), F, h2.data(), C);
+  proj_backward(be, l.up, dh.data(), 1.0, dup.data(), F, h2.data(), C);
   const Tensor dmid = s.dmid.get(be, dt, {N, C});
-  be.rms_norm_backward(dmid, g(l.ln2), dh, l.mid.tensor(), p(l.ln2), 0.0, l.saved2.tensor());
+  be.rms_norm_backward(dmid, norm_grad(be, l.ln2), dh, l.mid.tensor(), params_.value(l.ln2), 0.0,
+                       l.saved2.tensor());
   be.add(dmid, dout);
 
   // Attention branch: o_proj, attention, the repeated heads summed back, the rotation undone.
   const Tensor datt = s.datt.get(be, dt, {N, HD});
-  linear_backward(be, dt, datt.data(), dmid.data(), C, l.att.tensor().data(), HD, N, p(l.o), g(l.o),
-                  g(l.bo), ones, 0.0);
+  proj_backward(be, l.o, datt.data(), 0.0, dmid.data(), C, l.att.tensor().data(), HD);
   const Tensor qkv = l.qkv.tensor();
   const Tensor qkv3 = KV < H ? l.qkv3.tensor() : qkv;
   const Tensor dqkv = s.dqkv.get(be, dt, {N, W});
@@ -385,13 +389,11 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
   back.inverse = true;
   be.rotary(back, dt);
   const Tensor h1 = l.h1.tensor();
-  linear_backward(be, dt, dh.data(), dqkv.data(), W, h1.data(), C, N, p(l.q), g(l.q), g(l.bq), ones,
-                  0.0);
-  linear_backward(be, dt, dh.data(), at(dqkv.data(), HD, dt), W, h1.data(), C, N, p(l.k), g(l.k),
-                  g(l.bk), ones, 1.0);
-  linear_backward(be, dt, dh.data(), at(dqkv.data(), HD + KV * D, dt), W, h1.data(), C, N, p(l.v),
-                  g(l.v), g(l.bv), ones, 1.0);
-  be.rms_norm_backward(dx, g(l.ln1), dh, x, p(l.ln1), 0.0, l.saved1.tensor());
+  proj_backward(be, l.q, dh.data(), 0.0, dqkv.data(), W, h1.data(), C);
+  proj_backward(be, l.k, dh.data(), 1.0, at(dqkv.data(), HD, dt), W, h1.data(), C);
+  proj_backward(be, l.v, dh.data(), 1.0, at(dqkv.data(), HD + KV * D, dt), W, h1.data(), C);
+  be.rms_norm_backward(dx, norm_grad(be, l.ln1), dh, x, params_.value(l.ln1), 0.0,
+                       l.saved1.tensor());
   be.add(dx, dmid);
 }
 

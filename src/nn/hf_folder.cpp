@@ -1,5 +1,6 @@
 // A Hugging Face model folder: config.json read strictly into DecoderOptions, and the weights
 // from model.safetensors or the shards model.safetensors.index.json names, by HF's names.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -237,8 +238,11 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
     fail(folder, ": no model.safetensors nor model.safetensors.index.json");
   }
 
-  std::map<std::string, size_t> wanted;  // parameter name -> index
-  for (size_t i = 0; i < params.size(); ++i) wanted[params.values().entries()[i].name] = i;
+  std::map<std::string, size_t> wanted;  // parameter name -> index, but adapters and a new head
+  const std::vector<std::string> fresh = model.fresh_parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    if (std::find(fresh.begin(), fresh.end(), params.values().entries()[i].name) == fresh.end())
+      wanted[params.values().entries()[i].name] = i;
   std::map<std::string, std::string> tied_name;  // a tied tensor's other name -> its parameter
   for (const auto& [param, other] : model.tied_base_tensors()) tied_name[other] = param;
   std::set<std::string> ignorable;

@@ -46,6 +46,17 @@ CONFIGS = [
     dict(type="llama", v=11, c=28, f=20, l=1, h=2, kv=2, d=14, t=1, b=1, act="gelu_pytorch_tanh"),
     dict(type="llama", v=50, c=32, f=44, l=3, h=4, kv=2, t=19, b=2, shards=2, dtype="BF16"),
     dict(type="qwen2", v=19, c=32, f=40, l=1, h=2, kv=1, d=16, t=130, b=1, shards=3),
+    # adapters (PEFT's LoRA and DoRA, the base frozen) on Linears by HF's names
+    dict(type="llama", v=23, c=24, f=40, l=2, h=4, kv=2, t=11, b=2, adapter="lora", r=4, a=8.0,
+         targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+    dict(type="qwen2", v=23, c=24, f=40, l=2, h=6, kv=2, t=11, b=2, adapter="dora", r=3, a=6.0,
+         targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+    dict(type="llama", v=17, c=20, f=28, l=1, h=2, kv=1, d=8, t=9, b=3, adapter="dora", r=2,
+         a=2.0, targets=["q_proj", "v_proj"], bias=True),
+    # HF's sequence classification head on each row's last token (rows padded on the right)
+    dict(type="llama", v=29, c=24, f=32, l=2, h=4, kv=2, t=15, b=3, k=3, lens=[15, 9, 1]),
+    dict(type="qwen2", v=29, c=24, f=32, l=1, h=2, kv=1, d=12, t=12, b=2, k=2, lens=[7, 12],
+         adapter="dora", r=4, a=8.0, targets=["q_proj", "v_proj", "down_proj"], tie=True),
 ]
 
 
@@ -117,8 +128,11 @@ def rms_norm(x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def forward(config, p, ids):
-    """Logits (B*T, V) of the reference decoder from parameters `p` (HF's names)."""
+def forward(config, p, ids, adapter=None, lens=None):
+    """Logits (B*T, V) of the reference decoder from parameters `p` (HF's names); with
+    `adapter` (kind, scale) PEFT's LoRA or DoRA on the Linears whose A and B `p` holds as
+    base_model.model.<name>.lora_A.weight ...; with `score.weight` in `p`, HF's sequence
+    classification logits (B, K) on each row's last token (lens)."""
     B, T = ids.shape
     H, KV, D = (config["num_attention_heads"], config["num_key_value_heads"],
                 config["head_dim"])
@@ -132,7 +146,18 @@ def forward(config, p, ids):
 
     def lin(x, name):
         b = p.get(name + ".bias")
-        return F.linear(x, p[name + ".weight"], b)
+        w = p[name + ".weight"]
+        key = "base_model.model." + name
+        if key + ".lora_A.weight" not in p:
+            return F.linear(x, w, b)
+        kind, scale = adapter
+        A, Bm = p[key + ".lora_A.weight"], p[key + ".lora_B.weight"]
+        if kind == "lora":
+            return F.linear(x, w, b) + scale * F.linear(F.linear(x, A), Bm)
+        v = w + scale * Bm @ A  # DoRA: the norm is a constant in backward, as in PEFT
+        m = p[key + ".lora_magnitude_vector"]
+        y = (m / v.norm(dim=1).detach()) * F.linear(x, v)
+        return y if b is None else y + b
 
     x = p["model.embed_tokens.weight"][ids]
     causal = torch.full((T, T), float("-inf"), dtype=dtype).triu(1)
@@ -153,6 +178,9 @@ def forward(config, p, ids):
         x = x + lin(act(lin(h, pre + ".mlp.gate_proj")) * lin(h, pre + ".mlp.up_proj"),
                     pre + ".mlp.down_proj")
     x = rms_norm(x, p["model.norm.weight"], eps)
+    if "score.weight" in p:
+        rows = x[torch.arange(B), torch.tensor(lens) - 1]
+        return rows @ p["score.weight"].t()
     head = p["model.embed_tokens.weight" if config["tie_word_embeddings"] else "lm_head.weight"]
     return (x @ head.t()).reshape(B * T, -1)
 
@@ -194,6 +222,39 @@ def parameters(config, rng):
             t = 0.2 * torch.randn(shape, generator=rng, dtype=torch.float64)
         p[name] = t
     return p
+
+
+def adapter_parameters(c, config, p, rng):
+    """Adds the adapters' parameters (PEFT's names; B and the magnitudes away from their start so
+    that they count) and a classifier's score head to `p`; returns their names."""
+    names = []
+    if c.get("k"):
+        p["score.weight"] = f32(0.2 * torch.randn(c["k"], config["hidden_size"], generator=rng))
+        names.append("score.weight")
+    if not c.get("adapter"):
+        return names
+    r, scale = c["r"], c["a"] / c["r"]
+    for i in range(config["num_hidden_layers"]):
+        for t in c["targets"]:
+            module = "self_attn" if t in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
+            name = f"model.layers.{i}.{module}.{t}"
+            w = p[name + ".weight"]
+            out, inp = w.shape
+            key = "base_model.model." + name
+            a = f32((torch.rand(r, inp, generator=rng) * 2 - 1) / math.sqrt(inp))
+            b = f32(0.1 * torch.randn(out, r, generator=rng))
+            p[key + ".lora_A.weight"], p[key + ".lora_B.weight"] = a, b
+            names += [key + ".lora_A.weight", key + ".lora_B.weight"]
+            if c["adapter"] == "dora":
+                norms = (w + scale * b @ a).norm(dim=1)
+                p[key + ".lora_magnitude_vector"] = f32(
+                    norms * (1 + 0.2 * torch.randn(out, generator=rng, dtype=torch.float64)))
+                names.append(key + ".lora_magnitude_vector")
+    return names
+
+
+def f32(t):
+    return t.double().float().double()
 
 
 def representable(t, dtype):
@@ -260,6 +321,10 @@ def name_of(c):
         parts.append(f"shards{c['shards']}")
     if c.get("dtype"):
         parts.append(c["dtype"].lower())
+    if c.get("adapter"):
+        parts.append(f"{c['adapter']}{c['r']}_" + "_".join(t[:-5] for t in c["targets"]))
+    if c.get("k"):
+        parts.append(f"classify{c['k']}")
     return "_".join(parts)
 
 
@@ -273,29 +338,41 @@ def main():
         rng = torch.Generator().manual_seed(1000 + index)
         dtype = c.get("dtype", "F32")
         p = {n: representable(t, dtype) for n, t in parameters(config, rng).items()}
+        if c.get("k"):  # HF's classifier has no LM head
+            p.pop("lm_head.weight", None)
+        base = list(p)
+        fresh = adapter_parameters(c, config, p, rng)
         B, T, V = c["b"], c["t"], c["v"]
         ids = torch.randint(0, V, (B, T), generator=rng)
-        targets = torch.randint(0, V, (B * T,), generator=rng)
-        for t in p.values():
-            t.requires_grad_(True)
-        logits = forward(config, p, ids)
+        k = c.get("k", 0)
+        targets = torch.randint(0, k if k else V, (B if k else B * T,), generator=rng)
+        trained = fresh if c.get("adapter") else list(p)
+        for n in trained:
+            p[n].requires_grad_(True)
+        adapter = (c["adapter"], c["a"] / c["r"]) if c.get("adapter") else None
+        lens = c.get("lens", [T] * B)
+        logits = forward(config, p, ids, adapter, lens)
         loss = F.cross_entropy(logits, targets)
         loss.backward()
         # PyTorch's own float32 error on the same weights, under the parity metric.
-        p32 = {n: t.detach().float().requires_grad_(True) for n, t in p.items()}
-        logits32 = forward(config, p32, ids)
+        p32 = {n: t.detach().float().requires_grad_(n in trained) for n, t in p.items()}
+        logits32 = forward(config, p32, ids, adapter, lens)
         F.cross_entropy(logits32, targets).backward()
         torch_f32 = max([max_rel_error(logits32.detach(), logits.detach())] +
-                        [max_rel_error(p32[n].grad, t.grad) for n, t in p.items()])
+                        [max_rel_error(p32[n].grad, p[n].grad) for n in trained])
         folder = os.path.join(out, name)
-        write_folder(folder, config, {n: t.detach() for n, t in p.items()}, c.get("shards", 1),
-                     dtype)
+        write_folder(folder, config, {n: p[n].detach() for n in base}, c.get("shards", 1), dtype)
+        if fresh:
+            write_safetensors(os.path.join(folder, "adapter.safetensors"),
+                              {n: (p[n].detach(), "F32") for n in fresh})
         expected = {"ids": (ids, "I64"), "targets": (targets, "I64"),
-                    "logits": (logits.detach(), "F64"), "loss": (loss.detach().reshape(1), "F64")}
-        for n, t in p.items():
-            expected["grad." + n] = (t.grad, "F64")
+                    "logits": (logits.detach(), "F64"), "loss": (loss.detach().reshape(1), "F64"),
+                    "lengths": (torch.tensor(lens), "I64")}
+        for n in trained:
+            expected["grad." + n] = (p[n].grad, "F64")
+        fixture = {key: c[key] for key in ("adapter", "r", "a", "targets", "k") if key in c}
         write_safetensors(os.path.join(folder, "expected.safetensors"), expected,
-                          {"torch_f32": repr(torch_f32)})
+                          {"torch_f32": repr(torch_f32), "fixture": json.dumps(fixture)})
         names.append(name)
     with open(os.path.join(out, "decoder_index.txt"), "w") as f:
         f.write("\n".join(names) + "\n")

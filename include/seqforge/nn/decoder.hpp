@@ -28,7 +28,8 @@ class Decoder;
 // Loads a Hugging Face folder's weights (model.safetensors, or the shards its index names) into
 // `model` by HF's names, converting bf16, f16, f32 or f64 to the parameters' dtype. A missing,
 // extra, mis-shaped or non-finite tensor, or an index naming a missing shard, is one error
-// naming it; a tied head saved as lm_head.weight alone is read from there.
+// naming it; a tied head saved as lm_head.weight alone is read from there. Adapters and a new
+// classification head (fresh_parameters) are not the base's: they keep their values.
 void load_hf_weights(const std::string& folder, Decoder& model, Backend& be);
 
 class Decoder final : public Model {
@@ -37,7 +38,7 @@ class Decoder final : public Model {
   ~Decoder() override;
   void initialize(Backend& be, uint64_t seed) override;
 
-  // ids (B, T) i64 -> logits (B*T, V).
+  // ids (B, T) i64 -> logits (B*T, V), or (B, num_labels) for a classifier.
   Tensor forward(Backend& be, Tensor ids, bool training, Rng& rng);
   // dlogits like forward's logits; parameter gradients accumulate.
   void backward_logits(Backend& be, Tensor dlogits);
@@ -53,12 +54,24 @@ class Decoder final : public Model {
   void set_gemm_dtype(DType dtype) override;
   void set_input_grad(bool) override {}
   void set_grad_ready_hook(GradReadyHook hook) override { grad_ready_ = std::move(hook); }
+  std::vector<bool> frozen_parameters() const override;
+  void init_adapters(Backend& be, const std::vector<std::string>& loaded) override;
+  void set_token_layout(Tensor lengths, Tensor segments) override;
+  std::vector<std::string> fresh_parameters() const override;
   std::vector<std::string> unused_base_tensors() const override;
   std::map<std::string, std::string> tied_base_tensors() const override;
 
  private:
+  struct Proj;
   struct Layer;
   struct Scratch;
+  void declare_adapters();
+  void prepare_adapters(Backend& be);
+  void proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const void* x, int64_t ldx,
+                    double beta);
+  void proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, const void* dy, int64_t ldy,
+                     const void* x, int64_t ldx);
+  Tensor norm_grad(Backend& be, size_t i);
   void layer_forward(Backend& be, Layer& l, Tensor x);
   void layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tensor dx);
   void prepare_rope(Backend& be, int64_t seq);
@@ -69,14 +82,18 @@ class Decoder final : public Model {
   GradReadyHook grad_ready_;
   Parameters params_;
   static constexpr size_t kNone = SIZE_MAX;
-  size_t embed_ = 0, norm_ = 0, head_ = 0;
+  size_t embed_ = 0, norm_ = 0, head_ = 0, score_ = kNone;
+  size_t base_params_ = 0;  // parameters [0, base_params_) are the model's, the rest adapters
+  bool train_base_ = true;  // false under adapters: the base is frozen
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Scratch> scratch_;
   int64_t batch_ = 0, seq_ = 0;          // of the last forward
   Tensor ids_;                           // (N) its ids
-  Buffer x0_, z_, norm_saved_, logits_;  // (N, C), (N, C), (N), (N, V)
+  Buffer x0_, z_, norm_saved_, logits_;  // (N, C), (N, C), (N), (N, V) or (B, K)
   Buffer cos_, sin_;                     // (positions, head_dim / 2)
   int64_t rope_positions_ = 0;
+  Tensor lengths_;             // (B) set_token_layout's
+  Buffer last_rows_, pooled_;  // a classifier's: (B) i64 each row's last token, (B, C)
 };
 
 }  // namespace seqforge

@@ -83,6 +83,12 @@ struct DecoderOptions {
   GluKind activation = GluKind::silu;
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;
+  // LoRA or DoRA on the Linears AdapterOptions::targets names by HF's module names (q_proj,
+  // k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj), the base frozen.
+  AdapterOptions adapter{.targets = {"q_proj", "v_proj"}};
+  // > 0: HF's sequence classification head, score.weight (num_labels, hidden) without a bias,
+  // on each row's last token (set_token_layout's lengths), giving (B, num_labels) logits.
+  int64_t num_labels = 0;
 };
 
 struct ModelOptions {

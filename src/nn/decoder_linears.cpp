@@ -1,0 +1,210 @@
+// The decoder's Linears (y = x W^T + b) with their LoRA/DoRA adapters (PEFT's computation, the
+// base frozen): the adapters' parameters, DoRA's weights of each step, and each Linear's forward
+// and backward on rows that may sit inside wider buffers (q, k and v side by side).
+//
+// Gradient rule: parameter gradients accumulate (+=), activation gradients are assigned (=).
+#include <algorithm>
+#include <cmath>
+
+#include "nn/decoder_parts.hpp"
+#include "nn/dense.hpp"
+#include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/host_access.hpp"
+#include "seqforge/core/error.hpp"
+
+namespace seqforge {
+
+namespace {
+
+// C (m, n), rows ldc apart, (beta C +)= alpha op(A) op(B).
+void gemm(Backend& be, DType dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a,
+          int64_t lda, const void* b, int64_t ldb, void* c, int64_t ldc, double alpha,
+          double beta) {
+  const GemmShape s{.trans_a = ta,
+                    .trans_b = tb,
+                    .m = m,
+                    .n = n,
+                    .k = k,
+                    .lda = lda,
+                    .ldb = ldb,
+                    .ldc = ldc,
+                    .alpha = alpha,
+                    .beta = beta};
+  be.gemm(s, dt, a, b, c);
+}
+
+const char* const kTargets[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                "gate_proj", "up_proj", "down_proj"};
+
+}  // namespace
+
+void Decoder::declare_adapters() {
+  const AdapterOptions& a = opt_.adapter;
+  if (a.kind == AdapterKind::none) return;
+  SF_CHECK(a.rank > 0 && a.alpha > 0, "adapter rank ", a.rank, ", alpha ", a.alpha);
+  if (a.dropout != 0)
+    fail("adapter.dropout: adapters on a ", opt_.model_type,
+         " model take no dropout yet (set adapter.dropout to 0)");
+  if (a.bf16_base)
+    fail("adapter.base_precision bf16: a ", opt_.model_type,
+         " model holds its base in its parameters' dtype so far");
+  for (const std::string& t : a.targets)
+    if (std::find(std::begin(kTargets), std::end(kTargets), t) == std::end(kTargets))
+      fail("adapter target '", t, "' is not a Linear of a ", opt_.model_type,
+           " layer (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+  train_base_ = false;
+  for (size_t i = 0; i < base_params_; ++i)  // the base never trains: no gradient, no state
+    if (i != score_) params_.fix(i);
+  for (auto& l : layers_)
+    for (int j = 0; j < 7; ++j) {
+      if (std::find(a.targets.begin(), a.targets.end(), kTargets[j]) == a.targets.end()) continue;
+      Proj& p = l->projs()[j];
+      const std::string name = "base_model.model." + p.name;
+      p.A = params_.declare(name + ".lora_A.weight", {a.rank, p.in},
+                            Init::Uniform(1.0 / std::sqrt(double(p.in))));
+      p.B = params_.declare(name + ".lora_B.weight", {p.out, a.rank}, Init::Constant(0.0));
+      if (a.kind == AdapterKind::dora)
+        p.m = params_.declare(name + ".lora_magnitude_vector", {p.out}, Init::Constant(1.0));
+    }
+}
+
+std::vector<bool> Decoder::frozen_parameters() const {
+  if (train_base_) return {};
+  std::vector<bool> frozen(params_.size(), false);
+  std::fill(frozen.begin(), frozen.begin() + std::ptrdiff_t(base_params_), true);
+  if (score_ != kNone) frozen[score_] = false;  // new with the task: it trains
+  return frozen;
+}
+
+std::vector<std::string> Decoder::fresh_parameters() const {
+  std::vector<std::string> out;
+  const auto& entries = params_.values().entries();
+  if (score_ != kNone) out.push_back(entries[score_].name);
+  for (size_t i = base_params_; i < params_.size(); ++i) out.push_back(entries[i].name);
+  return out;
+}
+
+// DoRA's magnitudes not in `loaded` start at ||W0 + s B A|| per row (PEFT's start: ||W0||).
+void Decoder::init_adapters(Backend& be, const std::vector<std::string>& loaded) {
+  const int64_t r = opt_.adapter.rank;
+  const double s = opt_.adapter.alpha / double(r);
+  for (auto& l : layers_)
+    for (int j = 0; j < 7; ++j) {
+      Proj& p = l->projs()[j];
+      if (p.m == kNone || std::find(loaded.begin(), loaded.end(),
+                                    params_.values().entries()[p.m].name) != loaded.end())
+        continue;
+      const std::vector<double> v = nn::adapted_weight(
+          download_doubles(be, params_.value(p.w)), download_doubles(be, params_.value(p.A)),
+          download_doubles(be, params_.value(p.B)), p.out, p.in, r, s);
+      upload_doubles(be, params_.value(p.m), nn::row_norms(v, p.out, p.in));
+    }
+}
+
+// DoRA: V = W0 + s B A and its row norms, from this step's A, B and m.
+void Decoder::prepare_adapters(Backend& be) {
+  if (opt_.adapter.kind != AdapterKind::dora) return;
+  const DType dt = params_.dtype();
+  const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
+  for (auto& l : layers_)
+    for (int j = 0; j < 7; ++j) {
+      Proj& p = l->projs()[j];
+      if (p.m == kNone) continue;
+      const Tensor v = p.v.get(be, dt, {p.out, p.in});
+      be.copy(v, params_.value(p.w));
+      gemm(be, dt, false, false, p.out, p.in, opt_.adapter.rank, params_.value(p.B).data(),
+           opt_.adapter.rank, params_.value(p.A).data(), p.in, v.data(), p.in, s, 1.0);
+      be.dora_norm(p.scale.get(be, dt, {p.out}), p.inv_norm.get(be, dt, {p.out}), v,
+                   params_.value(p.m));
+    }
+}
+
+// y(N, out), rows ldy apart, (beta y +)= the Linear of x(N, in), rows ldx apart: without an
+// adapter one GEMM into y; with LoRA x W0^T + b + s (x A^T) B^T; with DoRA (m / ||V||)(x V^T) + b,
+// computed packed and then added (beta 1, y packed) or copied (beta 0) into y.
+void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const void* x, int64_t ldx,
+                           double beta) {
+  const int64_t N = batch_ * seq_, r = opt_.adapter.rank;
+  const DType dt = params_.dtype();
+  const Tensor b = p.b == kNone ? Tensor() : params_.value(p.b);
+  const double s = opt_.adapter.alpha / double(r);
+  if (p.m == kNone) {
+    gemm(be, dt, false, true, N, p.out, p.in, x, ldx, params_.value(p.w).data(), p.in, y, ldy, 1.0,
+         beta);
+    if (!b.empty()) {  // + b on every row: ones (N, 1) b (1, out)
+      const Tensor ones = scratch_->ones.tensor();
+      gemm(be, dt, false, false, N, p.out, 1, ones.data(), 1, b.data(), p.out, y, ldy, 1.0, 1.0);
+    }
+    if (p.A == kNone) return;
+    const Tensor xa = p.xa.get(be, dt, {N, r});
+    gemm(be, dt, false, true, N, r, p.in, x, ldx, params_.value(p.A).data(), p.in, xa.data(), r,
+         1.0, 0.0);
+    gemm(be, dt, false, true, N, p.out, r, xa.data(), r, params_.value(p.B).data(), r, y, ldy, s,
+         1.0);
+    return;
+  }
+  const Tensor xa = p.xa.get(be, dt, {N, r});
+  gemm(be, dt, false, true, N, r, p.in, x, ldx, params_.value(p.A).data(), p.in, xa.data(), r, 1.0,
+       0.0);
+  const Tensor pre = p.pre.get(be, dt, {N, p.out});
+  gemm(be, dt, false, true, N, p.out, p.in, x, ldx, p.v.tensor().data(), p.in, pre.data(), p.out,
+       1.0, 0.0);
+  const Tensor branch = scratch_->branch.get(be, dt, {N, p.out});
+  be.scale_columns(branch, pre, p.scale.tensor(), b);
+  if (beta == 0) return be.copy_rows(y, ldy, branch.data(), p.out, N, p.out, dt);
+  SF_CHECK(beta == 1 && ldy == p.out, "a DoRA Linear adds into packed rows or writes strided ones");
+  be.add(Tensor(y, dt, {N, p.out}), branch);
+}
+
+// dx(N, in) (dx_beta dx +)= d(loss)/dx through the Linear, from dy(N, out) rows ldy apart; the
+// gradients of what trains accumulate: W and b without adapters, A, B (and m) with them.
+void Decoder::proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, const void* dy,
+                            int64_t ldy, const void* x, int64_t ldx) {
+  const int64_t N = batch_ * seq_, r = opt_.adapter.rank;
+  const DType dt = params_.dtype();
+  const double s = opt_.adapter.alpha / double(r);
+  const Tensor ones = scratch_->ones.tensor();
+  if (p.A == kNone) {  // a plain Linear; its weights train unless the base is frozen
+    if (dx)
+      gemm(be, dt, false, false, N, p.in, p.out, dy, ldy, params_.value(p.w).data(), p.in, dx, p.in,
+           1.0, dx_beta);
+    if (!train_base_) return;
+    gemm(be, dt, true, false, p.out, p.in, N, dy, ldy, x, ldx, params_.grad(p.w).data(), p.in, 1.0,
+         1.0);
+    if (p.b != kNone)
+      gemm(be, dt, false, false, 1, p.out, N, ones.data(), N, dy, ldy, params_.grad(p.b).data(),
+           p.out, 1.0, 1.0);
+    return;
+  }
+  const void* d = dy;  // the gradient at the adapted product: dy for LoRA, dpre for DoRA
+  int64_t ldd = ldy;
+  const void* weight = params_.value(p.w).data();  // the input gradient's: W0, or DoRA's V
+  if (p.m != kNone) {
+    Tensor dyc(const_cast<void*>(dy), dt, {N, p.out});
+    if (ldy != p.out) {
+      dyc = scratch_->dbranch.get(be, dt, {N, p.out});
+      be.copy_rows(dyc.data(), p.out, dy, ldy, N, p.out, dt);
+    }
+    const Tensor dpre = scratch_->dpre.get(be, dt, {N, p.out});
+    be.dora_backward(dpre, params_.grad(p.m), dyc, p.pre.tensor(), p.scale.tensor(),
+                     p.inv_norm.tensor());
+    d = dpre.data(), ldd = p.out;
+    weight = p.v.tensor().data();
+  }
+  // g = d B (N, rank); dB += s d^T (x A^T); dA += s g^T x.
+  const Tensor g = scratch_->g.get(be, dt, {N, r});
+  gemm(be, dt, false, false, N, r, p.out, d, ldd, params_.value(p.B).data(), r, g.data(), r, 1.0,
+       0.0);
+  gemm(be, dt, true, false, p.out, r, N, d, ldd, p.xa.tensor().data(), r, params_.grad(p.B).data(),
+       r, s, 1.0);
+  gemm(be, dt, true, false, r, p.in, N, g.data(), r, x, ldx, params_.grad(p.A).data(), p.in, s,
+       1.0);
+  if (!dx) return;
+  // dx = d W0 + s g A (LoRA), or d V (DoRA, whose V holds s B A already).
+  gemm(be, dt, false, false, N, p.in, p.out, d, ldd, weight, p.in, dx, p.in, 1.0, dx_beta);
+  if (p.m == kNone)
+    gemm(be, dt, false, false, N, p.in, r, g.data(), r, params_.value(p.A).data(), p.in, dx, p.in,
+         s, 1.0);
+}
+
+}  // namespace seqforge

@@ -1,0 +1,54 @@
+#pragma once
+// The decoder's parts that its two sources share: decoder.cpp runs the layers (forward,
+// backward, the heads); decoder_linears.cpp runs the layers' Linears with their LoRA/DoRA
+// adapters.
+#include <string>
+
+#include "seqforge/backend/buffer.hpp"
+#include "seqforge/nn/decoder.hpp"
+
+namespace seqforge {
+
+// One of a layer's Linears (y = x W^T + b) by its HF name, with its adapter when it has one.
+struct Decoder::Proj {
+  std::string name;  // "model.layers.0.self_attn.q_proj"
+  int64_t in = 0, out = 0;
+  size_t w = kNone, b = kNone;
+  size_t A = kNone, B = kNone, m = kNone;  // adapter: A (rank, in), B (out, rank); DoRA: m (out)
+  Buffer v, scale, inv_norm;  // DoRA, per step: V = W0 + s B A (out, in), m / ||V||, 1 / ||V||
+  Buffer xa;                  // adapter: x A^T (N, rank) of the last forward
+  Buffer pre;                 // DoRA: x V^T (N, out) of the last forward
+};
+
+// A layer's parameters and what its backward needs of its forward. N = batch * seq rows;
+// C hidden, H query heads and KV key/value heads of D, F the MLP's width, W = (H + 2 KV) D.
+struct Decoder::Layer {
+  size_t ln1 = kNone, ln2 = kNone;
+  Proj q, k, v, o, gate, up, down;
+  Buffer h1, saved1;            // (N, C) input_layernorm's output, (N) its 1 / rms
+  Buffer qkv;                   // (N, W) q, k (rotated) and v of every head
+  Buffer qkv3;                  // (N, 3 H D) with each key/value head repeated for its query heads
+  Buffer att, lse;              // (N, H D) the heads side by side, (B, H, T)
+  Buffer mid;                   // (N, C) the stream after the attention branch
+  Buffer h2, saved2;            // (N, C), (N) post_attention_layernorm's
+  Buffer gate_out, up_out;      // (N, F) before the product
+  Buffer act;                   // (N, F) act(gate) * up
+  Buffer out;                   // (N, C) the next layer's input
+  Proj* projs() { return &q; }  // the seven, in declaration order
+};
+
+struct Decoder::Scratch {
+  Buffer dact, dgate, dup;  // (N, F)
+  Buffer dh, dnorm, dmid;   // (N, C)
+  Buffer datt;              // (N, H D)
+  Buffer dqkv3, dqkv;       // (N, 3 H D), (N, W)
+  Buffer kv_sum, kv_part;   // (N, D) a key/value head's gradient summed over its query heads
+  Buffer ones;              // (N) for the bias gradients of column slices
+  Buffer dx[2];             // (N, C) the gradient flowing down
+  Buffer branch, dbranch;   // adapters: (N, out) a Linear's output or its gradient, packed
+  Buffer dpre, g;           // adapters: (N, out) DoRA's gradient at x V^T, (N, rank)
+  Buffer dnorm_w;           // (C) a frozen norm's gradient, discarded
+  Buffer dpooled;           // (B, C) a classifier's gradient at its rows
+};
+
+}  // namespace seqforge
