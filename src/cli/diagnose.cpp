@@ -103,7 +103,8 @@ void print_machine() {
 
 void print_config(const ConfigDiagnosis& d) {
   const TaskKind task = parse_task(d.task, "diagnose");
-  const bool text = task == TaskKind::charlm, examples = task == TaskKind::text_classify;
+  const bool text = task == TaskKind::charlm || task == TaskKind::lm,
+             examples = task == TaskKind::text_classify;
   std::printf("config\n");
   std::printf("  task          %s\n", d.task.c_str());
   std::printf("  data          %lld %s; %s per split: %lld train, %lld validation, %lld test\n",

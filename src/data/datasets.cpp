@@ -1107,8 +1107,9 @@ void keep_labeled_fraction(const DataOptions& opt, SeriesData* d) {
 
 SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowSet which) {
   const SeriesOptions& o = opt.series;
-  if (opt.task == TaskKind::charlm)
-    fail(opt.source, ": data.task: 'charlm' is not a time-series task (forecast, classify, mae)");
+  if (opt.task == TaskKind::charlm || opt.task == TaskKind::lm)
+    fail(opt.source, ": data.task: '", task_name(opt.task),
+         "' is not a time-series task (forecast, classify, mae)");
   SeriesData d;
   d.task = opt.task;
   d.lookback = o.lookback;
@@ -1323,16 +1324,18 @@ const char* task_name(TaskKind kind) {
       return "charlm";
     case TaskKind::text_classify:
       return "text_classify";
+    case TaskKind::lm:
+      return "lm";
   }
   return "?";
 }
 
 TaskKind parse_task(const std::string& name, const std::string& source) {
   for (TaskKind k : {TaskKind::forecast, TaskKind::classify, TaskKind::mae, TaskKind::charlm,
-                     TaskKind::text_classify})
+                     TaskKind::text_classify, TaskKind::lm})
     if (name == task_name(k)) return k;
   fail(source, ": data.task: unknown task '", name,
-       "' (expected forecast, classify, mae, charlm or text_classify)");
+       "' (expected forecast, classify, mae, charlm, lm or text_classify)");
 }
 
 Dataset load_dataset(const DataOptions& opt, const Dataset* from, WindowSet windows) {
@@ -1341,6 +1344,8 @@ Dataset load_dataset(const DataOptions& opt, const Dataset* from, WindowSet wind
   d.kind = opt.task;
   if (d.kind == TaskKind::charlm) {
     d.text = load_text(opt, from ? from->text.vocab : std::u32string());
+  } else if (d.kind == TaskKind::lm) {
+    d.text = load_tokens(opt);
   } else if (d.kind == TaskKind::text_classify) {
     d.text = load_text_examples(opt, from ? &from->text : nullptr, windows);
     if (windows != WindowSet::splits) {  // every example of the file, evaluated or predicted

@@ -25,7 +25,7 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
   SF_PROFILE_SCOPE("batch assembly");
   const int64_t B = static_cast<int64_t>(end - begin);
   b->size = B;
-  if (d.kind == TaskKind::charlm) {
+  if (d.is_lm()) {
     const int64_t T = d.text.seq_len;
     b->input = b->input_buf.get(be, DType::i64, {B, T});
     b->labels = b->labels_buf.get(be, DType::i64, {B * T});

@@ -1,4 +1,5 @@
-// Character-level text: UTF-8 decoded into a vocabulary of code points, split into chunks.
+// Text for language models: UTF-8 decoded into a vocabulary of code points (charlm), or token ids
+// of a tokenizer (lm), split into chunks.
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/data/datasets.hpp"
+#include "seqforge/text/tokenizer.hpp"
 
 namespace seqforge {
 
@@ -101,6 +103,51 @@ void check_vocabulary(const std::vector<std::u32string>& texts, const std::u32st
        " characters, from the text it was trained on): ", list, "; remove or replace them");
 }
 
+namespace {
+
+// Chunk starts of seq_len + 1 ids for each split of d.ids.
+void chunk_splits(const DataOptions& opt, TextData& d, const char* unit) {
+  const int64_t n = static_cast<int64_t>(d.ids.size());
+  const auto [train_end, val_end] = boundaries(opt.split, n);
+  auto chunks = [&](int64_t begin, int64_t end, std::vector<int64_t>* out) {
+    for (int64_t s = begin; s + d.seq_len + 1 <= end; s += d.seq_len) out->push_back(s);
+  };
+  if (opt.split.mode == "random") {
+    std::vector<int64_t> all;
+    chunks(0, n, &all);
+    random_split(opt.split, all, &d.split);
+  } else {
+    chunks(0, train_end, &d.split.train);
+    chunks(train_end, val_end, &d.split.val);
+    chunks(val_end, n, &d.split.test);
+  }
+  if (d.split.train.empty())
+    fail(opt.path, ": the training split (", train_end, " ", unit,
+         ") is shorter than data.seq_len + 1");
+}
+
+}  // namespace
+
+TextData load_tokens(const DataOptions& opt) {
+  TextData d;
+  d.seq_len = opt.text.seq_len;
+  d.tokenizer = opt.text.tokenizer;
+  const text::Tokenizer tokenizer = text::Tokenizer::from_file(d.tokenizer);
+  d.token_vocab = tokenizer.vocab_size();
+  std::string bytes = io::read_file(opt.path);
+  if (bytes.rfind("\xEF\xBB\xBF", 0) == 0) bytes.erase(0, 3);
+  if (bytes.empty()) fail(opt.path, ": empty file");
+  try {
+    // The file is one document: its tokens without a template's special tokens.
+    const std::vector<int32_t> ids = tokenizer.encode(bytes, false).ids;
+    d.ids.assign(ids.begin(), ids.end());
+  } catch (const Error& e) {
+    fail(opt.path, ": ", e.what());
+  }
+  chunk_splits(opt, d, "tokens");
+  return d;
+}
+
 TextData load_text(const DataOptions& opt, const std::u32string& vocab) {
   TextData d;
   d.seq_len = opt.text.seq_len;
@@ -124,23 +171,7 @@ TextData load_text(const DataOptions& opt, const std::u32string& vocab) {
   for (size_t i = 0; i < d.vocab.size(); ++i) index.emplace(d.vocab[i], int64_t(i));
   d.ids.resize(text.size());
   for (size_t i = 0; i < text.size(); ++i) d.ids[i] = index.at(text[i]);
-  const int64_t n = static_cast<int64_t>(d.ids.size());
-  const auto [train_end, val_end] = boundaries(opt.split, n);
-  auto chunks = [&](int64_t begin, int64_t end, std::vector<int64_t>* out) {
-    for (int64_t s = begin; s + d.seq_len + 1 <= end; s += d.seq_len) out->push_back(s);
-  };
-  if (opt.split.mode == "random") {
-    std::vector<int64_t> all;
-    chunks(0, n, &all);
-    random_split(opt.split, all, &d.split);
-  } else {
-    chunks(0, train_end, &d.split.train);
-    chunks(train_end, val_end, &d.split.val);
-    chunks(val_end, n, &d.split.test);
-  }
-  if (d.split.train.empty())
-    fail(path, ": the training split (", train_end,
-         " characters) is shorter than data.seq_len + 1");
+  chunk_splits(opt, d, "characters");
   return d;
 }
 

@@ -25,8 +25,12 @@ const std::vector<ConfigKey> kKeys = {
     {"data.task", T::string, "forecast",
      "`forecast` (predict target columns `horizon` steps after a window), `classify` (predict the "
      "class `horizon` steps after a window), `mae` (masked-autoencoder pre-training: reconstruct "
-     "the features of randomly masked time steps), `charlm` (character language model), or "
+     "the features of randomly masked time steps), `charlm` (character language model), `lm` "
+     "(language model on the tokens of data.tokenizer; model.family decoder), or "
      "`text_classify` (the class of a text, or of a pair of texts, per CSV row; a transformer)."},
+    {"data.tokenizer", T::path, "",
+     "lm: a Hugging Face tokenizer.json (BPE: GPT-2, Llama 3, Qwen, Gemma style, or one from "
+     "`seqforge tokenizer train`). Empty: model.init_from's folder's tokenizer.json."},
     {"data.features", T::string_list, "[]",
      "CSV columns fed to the model. Empty: every column but the date and class columns."},
     {"data.targets", T::string_list, "[]",
@@ -198,9 +202,10 @@ const std::vector<ConfigKey> kKeys = {
      "Where the cache lives; empty: `augment/` in seqforge's cache directory (SEQFORGE_CACHE_DIR, "
      "else ~/.cache/seqforge)."},
     {"model.family", T::string, "recurrent",
-     "`recurrent` (an LSTM-family network, model.cell) or `transformer` (GPT-2 style, "
+     "`recurrent` (an LSTM-family network, model.cell), `transformer` (GPT-2 style, "
      "pre-LayerNorm, nanoGPT's parameter names: model.embedding wide, model.layers blocks of "
-     "model.heads heads; data.task charlm)."},
+     "model.heads heads; data.task charlm), or `decoder` (a Hugging Face Llama or Qwen2 model: "
+     "model.init_from names its folder, whose config.json gives every size; data.task lm)."},
     {"model.cell", T::string, "lstm",
      "Recurrent cell: `lstm` (PyTorch's nn.LSTM), `gru` (nn.GRU) or `lnlstm` (layer-normalised "
      "LSTM, Ba et al. 2016: layer norms with gains on the input and recurrent projections and on "

@@ -24,6 +24,19 @@ int64_t positive(const Config& c, const std::string& key) {
   return v;
 }
 
+// data.tokenizer, or the tokenizer.json of model.init_from's folder.
+std::string tokenizer_path(const Config& c) {
+  std::string path = c.str("data.tokenizer");
+  const std::string init = c.str("model.init_from");
+  if (path.empty() && !init.empty() && fs::is_directory(init) &&
+      fs::exists(fs::path(init) / "tokenizer.json"))
+    path = (fs::path(init) / "tokenizer.json").string();
+  if (path.empty())
+    fail(c.origin("data.tokenizer"), ": data.task ", c.str("data.task"),
+         " needs data.tokenizer (a tokenizer.json), or a model.init_from folder that holds one");
+  return path;
+}
+
 SplitOptions split_options(const Config& c) {
   SplitOptions o;
   o.mode = c.str("data.split.mode");
@@ -106,9 +119,10 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
       fail(c.origin("data.horizon_mode"), ": data.horizon_mode must be direct or last, got '",
            o.horizon_mode, "'");
     if (o.horizon_mode == "direct" && o.horizon > kMaxStepsAhead)
-      fail(c.origin("data.horizon"), ": data.horizon ", o.horizon, " with data.horizon_mode "
-           "direct is an output per step ahead; at most ", kMaxStepsAhead,
-           " (data.horizon_mode: last forecasts only the last)");
+      fail(c.origin("data.horizon"), ": data.horizon ", o.horizon,
+           " with data.horizon_mode "
+           "direct is an output per step ahead; at most ",
+           kMaxStepsAhead, " (data.horizon_mode: last forecasts only the last)");
   } else if (task == TaskKind::classify) {
     if (o.horizon < 0)
       fail(c.origin("data.horizon"), ": data.horizon must be >= 0, got ", o.horizon);
@@ -161,6 +175,11 @@ DataOptions data_options(const Config& c) {
   o.split = split_options(c);
   if (o.task == TaskKind::charlm) {
     o.text.seq_len = positive(c, "data.seq_len");
+    return o;
+  }
+  if (o.task == TaskKind::lm) {
+    o.text.seq_len = positive(c, "data.seq_len");
+    o.text.tokenizer = tokenizer_path(c);
     return o;
   }
   if (o.task == TaskKind::text_classify) {
@@ -229,7 +248,8 @@ AugmentOptions augment_options(const Config& c) {
   if (o.cache_dir.empty())
     o.cache_dir = (fs::path(autotune::cache_path()).parent_path() / "augment").string();
   const TaskKind task = parse_task(c.str("data.task"), c.origin("data.task"));
-  if ((o.any() || o.cache) && (task == TaskKind::charlm || task == TaskKind::text_classify))
+  if ((o.any() || o.cache) &&
+      (task == TaskKind::charlm || task == TaskKind::lm || task == TaskKind::text_classify))
     fail(c.source(), ": augment: augmentations apply to time series, not to data.task ",
          c.str("data.task"));
   if (o.cache && !o.any())

@@ -15,6 +15,7 @@
 #include "seqforge/io/csv.hpp"
 #include "seqforge/nn/checkpoint.hpp"
 #include "seqforge/nn/transformer.hpp"
+#include "seqforge/text/tokenizer.hpp"
 #include "seqforge/train/data_options.hpp"
 #include "seqforge/train/trainer.hpp"
 
@@ -332,12 +333,49 @@ int64_t sample_next(const std::vector<float>& row, double temperature, int64_t t
 
 }  // namespace
 
+namespace {
+
+// A token language model's continuation of `prompt`: each new token from the logits of the
+// whole sequence so far (its last max_position_embeddings tokens), the text decoded by the
+// run's tokenizer.
+std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
+                            const std::string& prompt, int64_t length, double temperature,
+                            int64_t top_k, uint64_t seed) {
+  const std::string& path = data_options(r.config).text.tokenizer;
+  const text::Tokenizer tokenizer = text::Tokenizer::from_file(path);
+  std::vector<int64_t> ids;
+  for (int32_t id : tokenizer.encode(prompt, true).ids) ids.push_back(id);
+  if (ids.empty()) fail("--prompt: give a prompt for a token language model");
+  const int64_t window = model.options().family == ModelFamily::decoder
+                             ? model.options().decoder.max_positions
+                             : int64_t(ids.size()) + length;
+  Rng rng(seed);
+  Buffer ids_buf;
+  std::vector<int32_t> made;
+  for (int64_t n = 0; n < length; ++n) {
+    const int64_t count = std::min<int64_t>(window, int64_t(ids.size()));
+    const Tensor input = ids_buf.get(be, DType::i64, {1, count});
+    be.upload(input, ids.data() + ids.size() - count);
+    const Tensor logits = model.forward(be, input, {}, {}, false, rng);
+    const std::vector<float> last = download_vector<float>(be, logits.slice(count - 1, count));
+    // Only the tokenizer's ids: a model's vocabulary may be padded past them.
+    const int64_t next =
+        sample_next(std::vector<float>(last.begin(), last.begin() + tokenizer.vocab_size()),
+                    temperature, top_k, rng);
+    ids.push_back(next);
+    made.push_back(int32_t(next));
+  }
+  return prompt + tokenizer.decode(made, true);
+}
+
+}  // namespace
+
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
                      double temperature, int64_t top_k, uint64_t seed) {
   configure_threads();
   LoadedRun r = load_run_model(run);
-  if (r.task.kind != TaskKind::charlm)
-    fail(run, ": generate needs a character model (data.task charlm); this is a ",
+  if (!r.task.is_lm())
+    fail(run, ": generate needs a language model (data.task charlm or lm); this is a ",
          task_name(r.task.kind), " run",
          r.task.kind == TaskKind::mae ? "" : " (use seqforge predict)");
   if (!(temperature >= 0))
@@ -346,6 +384,8 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   if (length < 0) fail("--length must be >= 0, got ", length);
   auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, nullptr);  // in the run's precision, as eval and predict
+  if (r.task.kind == TaskKind::lm)
+    return generate_tokens(*be, *model, r, prompt, length, temperature, top_k, seed);
   const std::u32string& vocab = r.task.text.vocab;
   Rng rng(seed);
   // Without a prompt: after a newline, or a character drawn at random when the text had none.
@@ -447,7 +487,7 @@ int64_t write_text_validation_outputs(const std::string& run, const LoadedRun& r
 
 int64_t write_validation_outputs(const std::string& run) {
   LoadedRun r = load_run(run, "");
-  if (r.task.kind == TaskKind::charlm) return 0;
+  if (r.task.is_lm()) return 0;
   if (r.task.kind == TaskKind::text_classify) return write_text_validation_outputs(run, r);
   const SeriesData& d = r.task.series;
   std::vector<int64_t> starts = d.split.val;

@@ -17,6 +17,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/nn/checkpoint.hpp"
+#include "seqforge/nn/decoder.hpp"
 #include "seqforge/report/report.hpp"
 #include "seqforge/train/data_options.hpp"
 #include "seqforge/train/trainer.hpp"
@@ -66,6 +67,17 @@ AdapterOptions adapter_options(const Config& c, const std::string& cell) {
          ": adapter.base_precision bf16 needs bf16 GEMMs (train.precision: bf16 on a ",
          "CPU with AVX512-BF16 or AMX-BF16)");
   a.targets = c.list("adapter.targets");
+  if (cell == "decoder") {  // a Hugging Face decoder's Linears by their module names
+    static const std::vector<std::string> kLinears = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                      "gate_proj", "up_proj", "down_proj"};
+    if (a.targets.empty()) a.targets = {"q_proj", "v_proj"};  // PEFT's default for Llama
+    for (const std::string& t : a.targets)
+      if (std::find(kLinears.begin(), kLinears.end(), t) == kLinears.end())
+        fail(c.origin("adapter.targets"), ": adapter.targets: '", t,
+             "' is not a Linear of a decoder layer (q_proj, k_proj, v_proj, o_proj, gate_proj, "
+             "up_proj, down_proj)");
+    return a;
+  }
   if (a.targets.empty())
     a.targets = cell.empty() ? AdapterOptions().targets
                              : std::vector<std::string>{cell + ".weight_ih", cell + ".weight_hh"};
@@ -153,9 +165,27 @@ ModelOptions model_options(const Config& c, const Task& t) {
            ": model.bidirectional: a charlm transformer is causal (each character predicts the "
            "next from those before it)");
     }
+  } else if (family == "decoder") {
+    if (t.kind != TaskKind::lm)
+      fail(c.origin("model.family"), ": model.family decoder takes data.task lm, not ",
+           task_name(t.kind));
+    m.family = ModelFamily::decoder;
+    const std::string init = c.str("model.init_from");
+    if (init.empty() || !fs::is_directory(init))
+      fail(c.origin("model.init_from"),
+           ": model.family decoder builds its model from a Hugging Face folder: set "
+           "model.init_from to one (config.json, model.safetensors, tokenizer.json)",
+           init.empty() ? "" : "; '" + init + "' is not a directory");
+    m.decoder = read_decoder_config((fs::path(init) / "config.json").string());
+    if (t.text.token_vocab > m.decoder.vocab_size)
+      fail(c.origin("data.tokenizer"), ": the tokenizer ", t.text.tokenizer, " has ",
+           t.text.token_vocab, " tokens, more than the model's vocab_size ", m.decoder.vocab_size);
+    m.vocab_size = m.output_size = m.decoder.vocab_size;
+    m.embedding_dim = m.decoder.hidden_size;
+    m.adapter = m.decoder.adapter = adapter_options(c, "decoder");
   } else if (family != "recurrent") {
-    fail(c.origin("model.family"), ": model.family must be recurrent or transformer, got '", family,
-         "'");
+    fail(c.origin("model.family"),
+         ": model.family must be recurrent, transformer or decoder, got '", family, "'");
   } else if (t.kind == TaskKind::text_classify) {
     fail(c.origin("data.task"), ": data.task text_classify takes model.family transformer");
   } else {
@@ -323,7 +353,7 @@ Task load_task(const Config& c, const Task* from) {
   // every id after it).
   Dataset pretrained;
   const TaskKind task = parse_task(c.str("data.task"), c.origin("data.task"));
-  const bool text = task == TaskKind::text_classify || task == TaskKind::charlm;
+  const bool text = task == TaskKind::text_classify || task == TaskKind::charlm;  // characters
   if (std::string init = c.str("model.init_from");
       !from && !init.empty() && text && init_loads_vocabulary(c)) {
     if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
@@ -590,9 +620,9 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
       kind == TaskKind::forecast || kind == TaskKind::classify || kind == TaskKind::text_classify;
   if (windows == WindowSet::every_window && !forecasts)
     fail(run, ": predict needs a forecast or classify run; this is a ", task_name(kind), " run",
-         kind == TaskKind::charlm ? " (sample from it with seqforge generate)" : "");
-  if (windows == WindowSet::with_targets && kind == TaskKind::charlm)
-    fail("--data: evaluating a character model on another file is not supported; use --split");
+         r.task.is_lm() ? " (sample from it with seqforge generate)" : "");
+  if (windows == WindowSet::with_targets && r.task.is_lm())
+    fail("--data: evaluating a language model on another file is not supported; use --split");
   Task task;
   static_cast<Dataset&>(task) = load_dataset(r.config, &r.task, windows);
   task.model = model_options(r.config, task);
@@ -642,6 +672,16 @@ DType backend_precision(const std::string& precision, const Backend& be, std::st
   const DType gemm = resolve_precision(precision, notice);
   if (gemm != DType::bf16 || be.supports(Op::gemm, DType::bf16)) return gemm;
   return fallback("the " + std::string(be.name()) + " backend runs no bf16 GEMMs");
+}
+
+DType model_precision(const std::string& precision, const Backend& be, const ModelOptions& m,
+                      std::string* notice) {
+  const DType gemm = backend_precision(precision, be, notice);
+  if (m.family != ModelFamily::decoder || gemm == DType::f32) return gemm;
+  if (notice)
+    *notice = "train.precision " + precision + ": a " + m.decoder.model_type +
+              " decoder runs fp32 GEMMs so far; fp32 GEMMs instead";
+  return DType::f32;
 }
 
 const char* gemm_precision_name(DType gemm) {
@@ -742,7 +782,8 @@ std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream*
   model->initialize(be, 0);
   load_parameters(r.file.source(), model->parameters(), be);
   std::string notice;
-  model->set_gemm_dtype(backend_precision(r.config.str("train.precision"), be, &notice));
+  model->set_gemm_dtype(
+      model_precision(r.config.str("train.precision"), be, r.task.model, &notice));
   if (!notice.empty() && notes) *notes << "note: " << notice << "\n";
   return model;
 }
@@ -754,9 +795,8 @@ StatefulStreams stateful_streams(const Dataset& d, int64_t batch_size) {
   int64_t last = -1;
   for (int64_t s : d.split().train) {  // in time order
     if (last >= 0 && s < last + T) continue;
-    const bool continues =
-        last >= 0 && s == last + T &&
-        (d.kind == TaskKind::charlm || &d.series.series_of(s) == &d.series.series_of(last));
+    const bool continues = last >= 0 && s == last + T &&
+                           (d.is_lm() || &d.series.series_of(s) == &d.series.series_of(last));
     chunks.push_back(s);
     fresh.push_back(continues ? 0 : 1);
     last = s;

@@ -372,6 +372,53 @@ class Charlm final : public TextTask {
   }
 };
 
+// Bits per token and perplexity, from the loss.
+class TokenSums final : public MetricSums {
+ public:
+  void add(const float*, const Batch&, const int64_t*) override {}
+  void finish(std::map<std::string, double>* m) const override {
+    (*m)["val_bits_per_token"] = m->at("val_loss") / std::log(2.0);
+    (*m)["val_perplexity"] = std::exp(m->at("val_loss"));
+  }
+};
+
+// A language model on a tokenizer's tokens: the next token's logits out at every step; the
+// tokenizer file names the vocabulary.
+class TokenLm final : public TaskType {
+ public:
+  TaskKind kind() const override { return TaskKind::lm; }
+  const char* samples() const override { return "sequences"; }
+  void shape_model(const Config&, const Dataset& d, ModelOptions* m) const override {
+    m->vocab_size = d.text.token_vocab;
+    m->output_size = m->vocab_size;
+    m->per_step = true;
+  }
+  int64_t bytes_per_step(const Dataset&) const override { return 16; }
+  void loss(Backend& be, const RegressionLoss&, Tensor out, const Batch& b, Tensor dout,
+            Tensor loss) const override {
+    be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout, loss);
+  }
+  int64_t loss_terms(const Dataset& d, const Batch& b) const override {
+    return b.size * d.text.seq_len;
+  }
+  std::vector<std::string> metric_names() const override {
+    return {"val_bits_per_token", "val_perplexity"};
+  }
+  std::unique_ptr<MetricSums> metric_sums(const Dataset&) const override {
+    return std::make_unique<TokenSums>();
+  }
+  void store(const Config&, const Dataset& d,
+             std::map<std::string, std::string>* meta) const override {
+    (*meta)["seqforge.tokenizer"] = nlohmann::json(d.text.tokenizer).dump();
+    (*meta)["seqforge.token_vocab"] = std::to_string(d.text.token_vocab);
+  }
+  void restore(const std::map<std::string, std::string>& meta, const std::string& where,
+               Dataset* stored) const override {
+    stored->text.tokenizer = metadata_json<std::string>(meta, "seqforge.tokenizer", where);
+    stored->text.token_vocab = metadata_json<int64_t>(meta, "seqforge.token_vocab", where);
+  }
+};
+
 // The class of a text or a pair of texts: a transformer's classification head; its checkpoint
 // keeps the class names too.
 class TextClassify final : public TextTask {
@@ -413,6 +460,7 @@ const TaskType& task_type(TaskKind kind) {
   static const Mae mae;
   static const Charlm charlm;
   static const TextClassify text_classify;
+  static const TokenLm lm;
   switch (kind) {
     case TaskKind::forecast:
       return forecast;
@@ -422,6 +470,8 @@ const TaskType& task_type(TaskKind kind) {
       return mae;
     case TaskKind::text_classify:
       return text_classify;
+    case TaskKind::lm:
+      return lm;
     case TaskKind::charlm:
       break;
   }

@@ -26,6 +26,7 @@
 #include "seqforge/dist/communicator.hpp"
 #include "seqforge/dist/gradient_sync.hpp"
 #include "seqforge/nn/checkpoint.hpp"
+#include "seqforge/nn/decoder.hpp"
 #include "seqforge/optim/optimizer.hpp"
 #include "seqforge/report/report.hpp"
 #include "seqforge/train/data_options.hpp"
@@ -101,10 +102,9 @@ void check_validation_split(const Config& c, const Task& t) {
   if (share == 0 || !s.val.empty()) return;
   const char* what = task_type(t.kind).samples();
   const std::string size = t.kind == TaskKind::text_classify ? "one example"
-                           : t.kind == TaskKind::charlm
-                               ? "data.seq_len + 1 = " + std::to_string(t.text.seq_len + 1)
-                               : "data.lookback + data.horizon = " +
-                                     std::to_string(t.series.lookback + t.series.horizon);
+                           : t.is_lm() ? "data.seq_len + 1 = " + std::to_string(t.text.seq_len + 1)
+                                       : "data.lookback + data.horizon = " +
+                                             std::to_string(t.series.lookback + t.series.horizon);
   const std::string counts = " (train " + std::to_string(s.train.size()) + ", validation 0, test " +
                              std::to_string(s.test.size()) + ")";
   if (c.str("data.split.mode") == "random")
@@ -382,7 +382,7 @@ std::pair<Tensor, Tensor> Training::carried_states(int64_t bi, int64_t rows) {
 
 void Training::build_model() {
   be_ = make_device_backend(c_, task_.model);
-  gemm_dtype_ = backend_precision(c_.str("train.precision"), *be_, &precision_notice_);
+  gemm_dtype_ = model_precision(c_.str("train.precision"), *be_, task_.model, &precision_notice_);
   const uint64_t seed = static_cast<uint64_t>(c_.integer("train.seed"));
   model_ = make_model(task_.model);
   check_model_fits(*model_, c_, true);
@@ -402,7 +402,16 @@ void Training::build_model() {
   model_->set_gemm_dtype(gemm_dtype_);
   model_->set_input_grad(false);
   if (std::string init = c_.str("model.init_from");
-      !init.empty() && resume_dir_.empty() && rank_ == 0) {  // the others get rank 0's
+      !init.empty() && resume_dir_.empty() && rank_ == 0 &&
+      task_.model.family == ModelFamily::decoder) {  // a Hugging Face folder
+    auto& decoder = static_cast<Decoder&>(*model_);
+    load_hf_weights(init, decoder, *be_);
+    const auto& fresh = decoder.fresh_parameters();
+    for (const auto& e : decoder.parameters().values().entries())
+      if (std::find(fresh.begin(), fresh.end(), e.name) == fresh.end())
+        initialized_.push_back(e.name);
+    model_->init_adapters(*be_, {});
+  } else if (!init.empty() && resume_dir_.empty() && rank_ == 0) {  // the others get rank 0's
     if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
     // A base model's checkpoint holds no adapters nor a new head: they keep their start, and
     // DoRA's magnitudes not in the file are taken from the loaded weights; an adapter run's are
@@ -701,7 +710,7 @@ void Training::write_adapter_config() const {
     if (t.segments > 0) modules_to_save.push_back("transformer.wse");
   }
   nlohmann::json task_type = nullptr;  // PEFT's task types: a language model, a classifier
-  if (task_.kind == TaskKind::charlm) task_type = "CAUSAL_LM";
+  if (task_.is_lm()) task_type = "CAUSAL_LM";
   if (task_.kind == TaskKind::classify || task_.kind == TaskKind::text_classify)
     task_type = "SEQ_CLS";
   const nlohmann::json config = {

@@ -181,7 +181,9 @@ SeriesData load_series(const DataOptions& options, const SeriesData* stored = nu
 // UTF-8). charlm: the whole text, in chunks of seq_len + 1 characters. text_classify: one example
 // per CSV row, its text (or text A, the separator and text B) at most seq_len characters.
 struct TextData {
-  std::u32string vocab;      // the distinct characters (code points), sorted
+  std::u32string vocab;      // charlm: the distinct characters (code points), sorted
+  std::string tokenizer;     // lm: the tokenizer.json its ids come from (vocab is empty)
+  int64_t token_vocab = 0;   // lm: the tokenizer's vocabulary size
   std::vector<int64_t> ids;  // the whole text, or the examples one after another
   int64_t seq_len = 0;
   Split split;  // charlm: chunk starts, input ids[s, s+T), target ids[s+1, s+T+1); else examples
@@ -199,6 +201,9 @@ struct TextData {
 
 // With `vocab`, the characters of a stored model (one that is missing is an error).
 TextData load_text(const DataOptions& options, const std::u32string& vocab = {});
+// A language model's text as token ids of options.text.tokenizer, cut into sequences as
+// load_text cuts characters.
+TextData load_tokens(const DataOptions& options);
 // text_classify's examples from a CSV. With `stored`, its vocabulary and classes (when not
 // empty). `which` as for a series: splits (training) needs a known class in every row; with_targets
 // (eval --data) and every_window (predict) note the rows of an empty or unseen class (-1), and
@@ -225,7 +230,10 @@ struct Dataset {
   TextData text;
   std::string path;     // data.path
   io::FileStamp stamp;  // of `path` when it was read
-  bool is_text() const { return kind == TaskKind::charlm || kind == TaskKind::text_classify; }
+  bool is_text() const {
+    return kind == TaskKind::charlm || kind == TaskKind::lm || kind == TaskKind::text_classify;
+  }
+  bool is_lm() const { return kind == TaskKind::charlm || kind == TaskKind::lm; }
   const Split& split() const { return is_text() ? text.split : series.split; }
   int64_t steps() const { return is_text() ? text.seq_len : series.lookback; }
   // Facts worth a line at start-up (gaps, cut dates, rows left out).

@@ -11,7 +11,7 @@ namespace seqforge {
 // What a model learns from its data: to forecast targets, to classify windows, to reconstruct
 // masked steps (a masked autoencoder), the next character of a text, or the class of a text or
 // a pair of texts.
-enum class TaskKind { forecast, classify, mae, charlm, text_classify };
+enum class TaskKind { forecast, classify, mae, charlm, text_classify, lm };
 const char* task_name(TaskKind kind);
 // data.task's value; an unknown name is an error naming `source` and the key.
 TaskKind parse_task(const std::string& name, const std::string& source);
@@ -83,6 +83,8 @@ struct TextOptions {
   // joined by the separator), and the column of its class.
   std::vector<std::string> columns;
   std::string class_col, separator = "\n";
+  // lm: the tokenizer.json that turns the text into token ids (a Hugging Face tokenizer).
+  std::string tokenizer;
 };
 
 struct DataOptions {
