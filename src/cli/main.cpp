@@ -146,7 +146,10 @@ int main(int argc, char** argv) {
   CLI::App* merge = app.add_subcommand(
       "merge", "Fold a run's LoRA/DoRA adapters into its weights: a plain checkpoint");
   merge->add_option("run", merge_run, "run directory or model.safetensors")->required();
-  merge->add_option("--output", merge_output, "the .safetensors file to write")->required();
+  merge->add_option("--output", merge_output,
+                    "the .safetensors file to write; for a decoder run, a folder name writes a "
+                    "Hugging Face folder (config.json, model.safetensors, tokenizer.json)")
+      ->required();
 
   std::string gen_run, gen_prompt;
   int64_t gen_length = 200, gen_top_k = 0;

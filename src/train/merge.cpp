@@ -1,13 +1,19 @@
 // seqforge merge: a run's adapters folded into its base weights.
 #include <cmath>
 
+#include <filesystem>
+
+#include "io/file_util.hpp"
 #include "nn/dense.hpp"
 #include "run.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/nn/checkpoint.hpp"
+#include "seqforge/train/data_options.hpp"
 #include "seqforge/train/trainer.hpp"
 
 namespace seqforge {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -53,7 +59,7 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
   auto be = make_device_backend(r.config, r.task.model, true);
   auto adapted = load_model(*be, r, nullptr);
   ModelOptions plain_options = r.task.model;
-  plain_options.adapter.kind = AdapterKind::none;
+  plain_options.adapter.kind = plain_options.decoder.adapter.kind = AdapterKind::none;
   auto plain = make_model(plain_options);
   plain->initialize(*be, 0);
   const Parameters& src = adapted->parameters();
@@ -89,6 +95,22 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
       Config::parse(r.config.resolved_yaml(), r.config.source(), {"adapter.kind=none"})
           .resolved_yaml();
   meta["seqforge.merged_from"] = run;
+  if (r.task.model.family == ModelFamily::decoder && !output.ends_with(".safetensors")) {
+    // A Hugging Face folder: the base's config.json, the merged weights, the tokenizer's files.
+    const fs::path dir(output), base(r.config.str("model.init_from"));
+    fs::create_directories(dir);
+    const auto copy_file = [&](const fs::path& from, const std::string& name) {
+      const std::string text = io::read_file(from.string());
+      io::write_file_atomically((dir / name).string(), {{text.data(), text.size()}});
+    };
+    copy_file(base / "config.json", "config.json");
+    copy_file(data_options(r.config).text.tokenizer, "tokenizer.json");
+    for (const char* extra : {"tokenizer_config.json", "special_tokens_map.json",
+                              "generation_config.json"})
+      if (fs::exists(base / extra)) copy_file(base / extra, extra);
+    save_parameters((dir / "model.safetensors").string(), *be, dst, {{"format", "pt"}});
+    return merged;
+  }
   save_parameters(output, *be, dst, meta);
   return merged;
 }

@@ -1,0 +1,174 @@
+#!/usr/bin/python3
+"""A Hugging Face folder through the command line, as a user has one on disk: a byte-level BPE
+from `seqforge tokenizer train`, a small Llama-architecture config.json and its weights. `train`
+with data.task lm and model.family decoder lowers the loss from its start (ln V), `eval` and
+`generate` read the run back, a DoRA run merged by `seqforge merge` into a new folder evaluates
+as the adapters did, and bad setups are one line each.
+
+Usage: decoder_cli_test.py SEQFORGE SHAKESPEARE.txt WORK_DIR
+"""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
+from make_decoder_fixtures import parameters, write_safetensors  # noqa: E402
+
+import torch  # noqa: E402
+
+VOCAB = 384
+
+
+def fail(message):
+    raise SystemExit("FAIL: " + message)
+
+
+def run(args, expect_ok=True):
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if expect_ok and r.returncode != 0:
+        fail(" ".join(args) + " failed:\n" + r.stdout[-2000:] + r.stderr[-2000:])
+    return r
+
+
+def make_folder(seqforge, text, folder, vocab_size=VOCAB):
+    os.makedirs(folder, exist_ok=True)
+    run([seqforge, "tokenizer", "train", text, "--vocab-size", str(VOCAB), "-o",
+         os.path.join(folder, "tokenizer.json")])
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+              "vocab_size": vocab_size, "hidden_size": 48, "intermediate_size": 96,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 12, "hidden_act": "silu", "max_position_embeddings": 128,
+              "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True,
+              "initializer_range": 0.02, "torch_dtype": "float32", "bos_token_id": 0,
+              "eos_token_id": 0}
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    p = parameters(config, torch.Generator().manual_seed(0))
+    p = {n: torch.ones_like(t) if n.endswith("norm.weight") else 0.1 * t for n, t in p.items()}
+    write_safetensors(os.path.join(folder, "model.safetensors"),
+                      {n: (t, "F32") for n, t in p.items()}, {"format": "pt"})
+
+
+def write_config(path, data, folder, run_dir, extra=""):
+    with open(path, "w") as f:
+        f.write(f"""data:
+  task: lm
+  path: {data}
+  seq_len: 32
+model:
+  family: decoder
+  init_from: {folder}
+train:
+  epochs: 1
+  batch_size: 16
+  max_batches: 20
+  run_dir: {run_dir}
+optim:
+  lr: 0.003
+{extra}""")
+
+
+def last_metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f if '"epoch"' in line]
+    return rows[-1]
+
+
+def eval_metrics(seqforge, run_dir):
+    out = run([seqforge, "eval", run_dir, "--json"]).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    seqforge, text, work = sys.argv[1:4]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    data = os.path.join(work, "shakespeare.txt")
+    with open(text, encoding="utf-8") as f:
+        head = f.read()[:200000]
+    with open(data, "w", encoding="utf-8") as f:
+        f.write(head)
+    folder = os.path.join(work, "base")
+    make_folder(seqforge, data, folder)
+
+    # Full fine-tuning: the loss falls from ln V.
+    config = os.path.join(work, "lm.yaml")
+    run_dir = os.path.join(work, "run")
+    write_config(config, data, folder, run_dir)
+    run([seqforge, "train", config])
+    m = last_metrics(run_dir)
+    print(f"lm: val_loss {m['val_loss']:.3f} after 20 batches (ln V = {math.log(VOCAB):.3f})")
+    if not m["val_loss"] < math.log(VOCAB) - 0.5:
+        fail(f"the validation loss {m['val_loss']} did not fall below ln V - 0.5")
+    if abs(m["val_perplexity"] - math.exp(m["val_loss"])) > 1e-6 * m["val_perplexity"]:
+        fail("val_perplexity is not exp(val_loss)")
+    e = eval_metrics(seqforge, run_dir)
+    if "test_bits_per_token" not in e:
+        fail(f"eval gave {e}")
+    out = run([seqforge, "generate", run_dir, "--prompt", "ROMEO:", "--length", "20"]).stdout
+    if not out.startswith("ROMEO:") or len(out.strip()) <= len("ROMEO:"):
+        fail(f"generate gave {out!r}")
+    print("generate:", out.strip().replace("\n", " | ")[:80])
+
+    # DoRA on q, v and down_proj (base frozen), then merged into a Hugging Face folder that
+    # evaluates as the adapters did (a run from it with lr 0 keeps its weights).
+    dora_dir = os.path.join(work, "dora")
+    write_config(config, data, folder, dora_dir,
+                 "adapter:\n  kind: dora\n  rank: 4\n  alpha: 8\n"
+                 "  targets: [q_proj, v_proj, down_proj]\n")
+    run([seqforge, "train", config])
+    with open(os.path.join(dora_dir, "adapter_config.json")) as f:
+        peft = json.load(f)
+    if peft["target_modules"] != ["q_proj", "v_proj", "down_proj"] or not peft["use_dora"]:
+        fail(f"adapter_config.json: {peft}")
+    adapted = eval_metrics(seqforge, dora_dir)
+    merged = os.path.join(work, "merged")
+    run([seqforge, "merge", dora_dir, "--output", merged])
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        if not os.path.exists(os.path.join(merged, name)):
+            fail(f"merge wrote no {name}")
+    check_dir = os.path.join(work, "merged_run")
+    write_config(config, data, merged, check_dir, "")
+    run([seqforge, "train", config, "optim.lr=0", "train.max_batches=1"])
+    again = eval_metrics(seqforge, check_dir)
+    gap = abs(again["test_loss"] - adapted["test_loss"]) / adapted["test_loss"]
+    print(f"merged: test_loss {again['test_loss']:.6f}, adapters {adapted['test_loss']:.6f}")
+    if gap > 1e-5:
+        fail(f"the merged folder's test loss differs from the adapters' by {gap:.2e}")
+
+    # Bad setups: one line naming the problem.
+    no_tokenizer = os.path.join(work, "no_tokenizer")
+    shutil.copytree(folder, no_tokenizer)
+    os.remove(os.path.join(no_tokenizer, "tokenizer.json"))
+    small = os.path.join(work, "small_vocab")
+    shutil.copytree(folder, small)
+    with open(os.path.join(small, "config.json")) as f:
+        c = json.load(f)
+    c["vocab_size"] = 300
+    with open(os.path.join(small, "config.json"), "w") as f:
+        json.dump(c, f)
+    bad_dir = os.path.join(work, "bad")
+    cases = [
+        (["model.init_from=", f"data.tokenizer={folder}/tokenizer.json"],
+         "model.family decoder builds its model from a Hugging Face folder"),
+        ([f"model.init_from={no_tokenizer}"], "needs data.tokenizer"),
+        ([f"model.init_from={small}", f"data.tokenizer={folder}/tokenizer.json"],
+         "has 384 tokens, more than the model's vocab_size 300"),
+        (["adapter.kind=lora", "adapter.targets=[c_attn]"], "is not a Linear of a decoder layer"),
+        (["data.task=charlm"], "model.family decoder takes data.task lm"),
+    ]
+    write_config(config, data, folder, bad_dir)
+    for overrides, want in cases:
+        r = run([seqforge, "train", config] + overrides, expect_ok=False)
+        lines = [x for x in r.stderr.strip().splitlines() if x.startswith("seqforge: error")]
+        if r.returncode == 0 or len(lines) != 1 or want not in lines[0]:
+            fail(f"{overrides}: expected one error line with {want!r}, got {r.stderr!r}")
+        print("error:", lines[0][:150])
+    print("decoder CLI: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
