@@ -1,5 +1,5 @@
 // text_classify's examples: a text, or a pair of texts, and a class per CSV row, as character
-// ids over the vocabulary (the file's, or a pre-trained model's).
+// ids over the vocabulary (the file's, or a pre-trained model's), or as a tokenizer's tokens.
 #include <algorithm>
 #include <map>
 #include <unordered_map>
@@ -8,6 +8,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/text/tokenizer.hpp"
 
 namespace seqforge {
 
@@ -24,6 +25,53 @@ bool truncate_pair(std::u32string* a, std::u32string* b, size_t sep, size_t limi
     cut = true;
   }
   return cut;
+}
+
+// Each row as token ids of opt.text.tokenizer: text A (and text B) encoded, cut longest first
+// (HF's longest_first) so that they and the template's special tokens fit in seq_len, then the
+// template applied (a pair's); A's share is the tokens of type 0.
+void token_examples(const DataOptions& opt, const io::CsvTable& table, TextData* d) {
+  const TextOptions& o = opt.text;
+  const text::Tokenizer tokenizer = text::Tokenizer::from_file(o.tokenizer);
+  d->tokenizer = o.tokenizer;
+  d->token_vocab = tokenizer.vocab_size();
+  const bool pair = d->segments == 2;
+  text::Encoding empty;
+  const int64_t specials =
+      int64_t(tokenizer.with_template(empty, pair ? &empty : nullptr).ids.size());
+  if (specials >= d->seq_len)
+    fail(opt.source, ": data.seq_len ", d->seq_len, " leaves no room for text beside the ",
+         specials, " special tokens of the tokenizer's template");
+  const int64_t n = table.rows();
+  d->offsets.push_back(0);
+  for (int64_t r = 0; r < n; ++r) {
+    d->lines.push_back(table.line_of_row(r));
+    text::Encoding parts[2];
+    for (size_t k = 0; k < o.columns.size(); ++k) {
+      const std::string& cell = table.text(o.columns[k])[r];
+      if (cell.empty())
+        fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[k], "' is empty");
+      try {
+        parts[k] = tokenizer.encode(cell, false);
+      } catch (const Error& e) {
+        fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[k], "': ", e.what());
+      }
+    }
+    bool cut = false;
+    const size_t limit = size_t(d->seq_len - specials);
+    while (parts[0].ids.size() + parts[1].ids.size() > limit) {
+      text::Encoding& longer = parts[0].ids.size() > parts[1].ids.size() ? parts[0] : parts[1];
+      longer.ids.pop_back();
+      longer.type_ids.pop_back();
+      longer.special.pop_back();
+      cut = true;
+    }
+    d->truncated += cut;
+    const text::Encoding e = tokenizer.with_template(parts[0], pair ? &parts[1] : nullptr);
+    d->ids.insert(d->ids.end(), e.ids.begin(), e.ids.end());
+    d->offsets.push_back(int64_t(d->ids.size()));
+    d->first_lengths.push_back(int64_t(std::count(e.type_ids.begin(), e.type_ids.end(), 0)));
+  }
 }
 
 }  // namespace
@@ -48,49 +96,53 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
     fail(opt.source, ": data.class_column: ", opt.path, " has no column '", o.class_col, "'");
   const int64_t n = table.rows();
   if (n == 0) fail(opt.path, ": no rows");
-  const std::u32string sep = decode_utf8(o.separator, opt.source + ": data.separator");
-  if (d.segments == 2 && static_cast<int64_t>(sep.size()) + 2 > d.seq_len)
-    fail(opt.source, ": data.seq_len ", d.seq_len, " leaves no room for two texts and the ",
-         sep.size(), "-character data.separator");
-  // Each row's characters: text A (+ separator + text B), and A's share.
-  std::vector<std::u32string> texts(static_cast<size_t>(n));
-  for (int64_t r = 0; r < n; ++r) {
-    auto cell = [&](size_t k) {
-      return decode_utf8(table.text(o.columns[k])[r], opt.path + ":" +
-                                                          std::to_string(table.line_of_row(r)) +
-                                                          ": column '" + o.columns[k] + "'");
-    };
-    std::u32string a = cell(0), b;
-    for (size_t k = 0; k < o.columns.size(); ++k)
-      if (table.text(o.columns[k])[r].empty())
-        fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[k], "' is empty");
-    if (d.segments == 2) {
-      b = cell(1);
-      d.truncated += truncate_pair(&a, &b, sep.size(), static_cast<size_t>(d.seq_len));
-      a += sep;
-    } else if (static_cast<int64_t>(a.size()) > d.seq_len) {
-      a.resize(static_cast<size_t>(d.seq_len));
-      ++d.truncated;
-    }
-    d.first_lengths.push_back(static_cast<int64_t>(a.size()));
-    texts[r] = a + b;
-    d.lines.push_back(table.line_of_row(r));
-  }
-  if (stored && !stored->vocab.empty()) {
-    d.vocab = stored->vocab;
-    check_vocabulary(texts, d.vocab, opt.path,
-                     [&](size_t r, size_t) { return "at line " + std::to_string(d.lines[r]); });
+  if (!o.tokenizer.empty()) {
+    token_examples(opt, table, &d);
   } else {
-    for (const auto& t : texts) d.vocab += t;
-    std::sort(d.vocab.begin(), d.vocab.end());
-    d.vocab.erase(std::unique(d.vocab.begin(), d.vocab.end()), d.vocab.end());
-  }
-  std::unordered_map<char32_t, int64_t> index;
-  for (size_t i = 0; i < d.vocab.size(); ++i) index.emplace(d.vocab[i], int64_t(i));
-  d.offsets.push_back(0);
-  for (int64_t r = 0; r < n; ++r) {
-    for (const char32_t c : texts[r]) d.ids.push_back(index.at(c));
-    d.offsets.push_back(static_cast<int64_t>(d.ids.size()));
+    const std::u32string sep = decode_utf8(o.separator, opt.source + ": data.separator");
+    if (d.segments == 2 && static_cast<int64_t>(sep.size()) + 2 > d.seq_len)
+      fail(opt.source, ": data.seq_len ", d.seq_len, " leaves no room for two texts and the ",
+           sep.size(), "-character data.separator");
+    // Each row's characters: text A (+ separator + text B), and A's share.
+    std::vector<std::u32string> texts(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) {
+      auto cell = [&](size_t k) {
+        return decode_utf8(table.text(o.columns[k])[r], opt.path + ":" +
+                                                            std::to_string(table.line_of_row(r)) +
+                                                            ": column '" + o.columns[k] + "'");
+      };
+      std::u32string a = cell(0), b;
+      for (size_t k = 0; k < o.columns.size(); ++k)
+        if (table.text(o.columns[k])[r].empty())
+          fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[k], "' is empty");
+      if (d.segments == 2) {
+        b = cell(1);
+        d.truncated += truncate_pair(&a, &b, sep.size(), static_cast<size_t>(d.seq_len));
+        a += sep;
+      } else if (static_cast<int64_t>(a.size()) > d.seq_len) {
+        a.resize(static_cast<size_t>(d.seq_len));
+        ++d.truncated;
+      }
+      d.first_lengths.push_back(static_cast<int64_t>(a.size()));
+      texts[r] = a + b;
+      d.lines.push_back(table.line_of_row(r));
+    }
+    if (stored && !stored->vocab.empty()) {
+      d.vocab = stored->vocab;
+      check_vocabulary(texts, d.vocab, opt.path,
+                       [&](size_t r, size_t) { return "at line " + std::to_string(d.lines[r]); });
+    } else {
+      for (const auto& t : texts) d.vocab += t;
+      std::sort(d.vocab.begin(), d.vocab.end());
+      d.vocab.erase(std::unique(d.vocab.begin(), d.vocab.end()), d.vocab.end());
+    }
+    std::unordered_map<char32_t, int64_t> index;
+    for (size_t i = 0; i < d.vocab.size(); ++i) index.emplace(d.vocab[i], int64_t(i));
+    d.offsets.push_back(0);
+    for (int64_t r = 0; r < n; ++r) {
+      for (const char32_t c : texts[r]) d.ids.push_back(index.at(c));
+      d.offsets.push_back(static_cast<int64_t>(d.ids.size()));
+    }
   }
   d.classes.assign(static_cast<size_t>(n), -1);
   if (stored && !stored->class_names.empty()) d.class_names = stored->class_names;

@@ -129,10 +129,8 @@ std::map<std::string, std::string> Decoder::tied_base_tensors() const {
   return {{"model.embed_tokens.weight", "lm_head.weight"}};
 }
 
-void Decoder::set_token_layout(Tensor lengths, Tensor segments) {
-  SF_CHECK(segments.empty(), "a ", opt_.model_type, " model takes no segment ids");
-  lengths_ = lengths;
-}
+// Segments are not the decoder's: a pair reaches it through its tokenizer's template.
+void Decoder::set_token_layout(Tensor lengths, Tensor) { lengths_ = lengths; }
 
 void Decoder::prepare_rope(Backend& be, int64_t seq) {
   if (seq <= rope_positions_) return;

@@ -492,6 +492,20 @@ Encoding Tokenizer::encode_pair(std::string_view first, std::string_view second,
   return impl_->encode(texts, add_special_tokens);
 }
 
+Encoding Tokenizer::with_template(Encoding first, const Encoding* second) const {
+  std::vector<Encoding> encodings{std::move(first)};
+  if (second) {
+    encodings.push_back(*second);
+    std::fill(encodings[1].type_ids.begin(), encodings[1].type_ids.end(), 1);
+  }
+  if (impl_->post_processor) impl_->post_processor->apply(encodings, true);
+  if (encodings.size() == 2) {
+    append(encodings[0], encodings[1]);
+    encodings.resize(1);
+  }
+  return std::move(encodings[0]);
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());

@@ -194,6 +194,8 @@ DataOptions data_options(const Config& c) {
       fail(c.origin("data.class_column"),
            ": data.class_column is required for data.task text_classify");
     o.text.separator = c.str("data.separator");
+    // A Hugging Face decoder reads tokens, pairs joined by its tokenizer's template.
+    if (c.str("model.family") == "decoder") o.text.tokenizer = tokenizer_path(c);
     if (o.text.columns.size() == 2 && o.text.separator.empty())
       fail(c.origin("data.separator"),
            ": data.separator must not be empty for a pair of text columns");

@@ -1,6 +1,5 @@
 // seqforge merge: a run's adapters folded into its base weights.
 #include <cmath>
-
 #include <filesystem>
 
 #include "io/file_util.hpp"
@@ -105,8 +104,8 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
     };
     copy_file(base / "config.json", "config.json");
     copy_file(data_options(r.config).text.tokenizer, "tokenizer.json");
-    for (const char* extra : {"tokenizer_config.json", "special_tokens_map.json",
-                              "generation_config.json"})
+    for (const char* extra :
+         {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})
       if (fs::exists(base / extra)) copy_file(base / extra, extra);
     save_parameters((dir / "model.safetensors").string(), *be, dst, {{"format", "pt"}});
     return merged;

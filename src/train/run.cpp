@@ -166,9 +166,9 @@ ModelOptions model_options(const Config& c, const Task& t) {
            "next from those before it)");
     }
   } else if (family == "decoder") {
-    if (t.kind != TaskKind::lm)
-      fail(c.origin("model.family"), ": model.family decoder takes data.task lm, not ",
-           task_name(t.kind));
+    if (t.kind != TaskKind::lm && t.kind != TaskKind::text_classify)
+      fail(c.origin("model.family"),
+           ": model.family decoder takes data.task lm or text_classify, not ", task_name(t.kind));
     m.family = ModelFamily::decoder;
     const std::string init = c.str("model.init_from");
     if (init.empty() || !fs::is_directory(init))
@@ -180,8 +180,12 @@ ModelOptions model_options(const Config& c, const Task& t) {
     if (t.text.token_vocab > m.decoder.vocab_size)
       fail(c.origin("data.tokenizer"), ": the tokenizer ", t.text.tokenizer, " has ",
            t.text.token_vocab, " tokens, more than the model's vocab_size ", m.decoder.vocab_size);
-    m.vocab_size = m.output_size = m.decoder.vocab_size;
+    m.vocab_size = m.decoder.vocab_size;
     m.embedding_dim = m.decoder.hidden_size;
+    if (t.kind == TaskKind::text_classify)
+      m.decoder.num_labels = m.output_size;  // the classes: HF's sequence-classification head
+    else
+      m.output_size = m.vocab_size;
     m.adapter = m.decoder.adapter = adapter_options(c, "decoder");
   } else if (family != "recurrent") {
     fail(c.origin("model.family"),

@@ -324,6 +324,10 @@ class CharlmSums final : public MetricSums {
 class TextTask : public TaskType {
  public:
   void shape_model(const Config& c, const Dataset& d, ModelOptions* m) const override {
+    if (!d.text.tokenizer.empty()) {  // tokens: the decoder's config sizes the model
+      m->vocab_size = d.text.token_vocab;
+      return shape_head(d, m);
+    }
     m->vocab_size = static_cast<int64_t>(d.text.vocab.size());
     m->embedding_dim = c.integer("model.embedding");
     if (m->embedding_dim <= 0)
@@ -333,10 +337,20 @@ class TextTask : public TaskType {
   }
   void store(const Config&, const Dataset& d,
              std::map<std::string, std::string>* meta) const override {
+    if (!d.text.tokenizer.empty()) {
+      (*meta)["seqforge.tokenizer"] = nlohmann::json(d.text.tokenizer).dump();
+      (*meta)["seqforge.token_vocab"] = std::to_string(d.text.token_vocab);
+      return;
+    }
     (*meta)["seqforge.vocab"] = nlohmann::json(encode_utf8(d.text.vocab)).dump();
   }
   void restore(const std::map<std::string, std::string>& meta, const std::string& where,
                Dataset* stored) const override {
+    if (meta.count("seqforge.tokenizer")) {
+      stored->text.tokenizer = metadata_json<std::string>(meta, "seqforge.tokenizer", where);
+      stored->text.token_vocab = metadata_json<int64_t>(meta, "seqforge.token_vocab", where);
+      return;
+    }
     std::u32string& vocab = stored->text.vocab;
     vocab = decode_utf8(metadata_json<std::string>(meta, "seqforge.vocab", where),
                         where + ": seqforge.vocab");

@@ -705,6 +705,8 @@ void Training::write_adapter_config() const {
   nlohmann::json modules_to_save = nullptr;
   if (task_.model.family == ModelFamily::recurrent) {
     modules_to_save = {"head"};
+  } else if (task_.model.family == ModelFamily::decoder) {
+    if (task_.model.decoder.num_labels > 0) modules_to_save = {"score"};
   } else if (t.num_classes > 0) {
     modules_to_save = {"classifier"};
     if (t.segments > 0) modules_to_save.push_back("transformer.wse");

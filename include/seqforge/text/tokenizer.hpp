@@ -33,6 +33,9 @@ class Tokenizer {
   Encoding encode_pair(std::string_view first, std::string_view second,
                        bool add_special_tokens = true) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
+  // The post-processor's template on encodings made without it (after truncating them): the
+  // special tokens of a single text, or of a pair when `second` is given.
+  Encoding with_template(Encoding first, const Encoding* second) const;
 
   // Ids run from 0 to vocab_size() - 1 (the model's vocabulary and the added tokens).
   int32_t vocab_size() const;
