@@ -3,7 +3,8 @@
 from `seqforge tokenizer train`, a small Llama-architecture config.json and its weights. `train`
 with data.task lm and model.family decoder lowers the loss from its start (ln V), `eval` and
 `generate` read the run back, a DoRA run merged by `seqforge merge` into a new folder evaluates
-as the adapters did, and bad setups are one line each.
+as the adapters did, a LoRA pair classifier (text_classify) trains, evaluates and predicts, and
+bad setups are one line each.
 
 Usage: decoder_cli_test.py SEQFORGE SHAKESPEARE.txt WORK_DIR
 """
@@ -20,6 +21,7 @@ from make_decoder_fixtures import parameters, write_safetensors  # noqa: E402
 import torch  # noqa: E402
 
 VOCAB = 384
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def fail(message):
@@ -139,6 +141,39 @@ def main():
     if gap > 1e-5:
         fail(f"the merged folder's test loss differs from the adapters' by {gap:.2e}")
 
+    # Sentence pairs through the tokenizer's template and HF's score head on the last token.
+    pairs = os.path.join(work, "pairs.csv")
+    run([sys.executable, os.path.join(ROOT, "examples", "shakespeare_pairs.py"), text, pairs])
+    cls_dir = os.path.join(work, "pairs_run")
+    with open(os.path.join(work, "pairs.yaml"), "w") as f:
+        f.write(f"""data:
+  path: {pairs}
+  task: text_classify
+  text_columns: [line_a, line_b]
+  class_column: label
+  seq_len: 48
+  split: {{train: 0.8, val: 0.1}}
+model:
+  family: decoder
+  init_from: {folder}
+adapter: {{kind: lora, rank: 4, alpha: 8}}
+train: {{epochs: 1, batch_size: 16, max_batches: 5, run_dir: {cls_dir}}}
+""")
+    run([seqforge, "train", os.path.join(work, "pairs.yaml")])
+    with open(os.path.join(cls_dir, "adapter_config.json")) as f:
+        peft = json.load(f)
+    if peft["task_type"] != "SEQ_CLS" or peft["modules_to_save"] != ["score"]:
+        fail(f"a classifier's adapter_config.json: {peft}")
+    if "test_accuracy" not in eval_metrics(seqforge, cls_dir):
+        fail("eval of the pair classifier gave no test_accuracy")
+    predictions = os.path.join(work, "predictions.csv")
+    run([seqforge, "predict", cls_dir, "--input", pairs, "--output", predictions])
+    with open(predictions) as f:
+        header = f.readline().strip()
+    if header != "line,class,p_follows,p_random,actual":
+        fail(f"predictions' header: {header}")
+    print("pairs: a LoRA classifier trained, evaluated and predicted")
+
     # Bad setups: one line naming the problem.
     no_tokenizer = os.path.join(work, "no_tokenizer")
     shutil.copytree(folder, no_tokenizer)
@@ -158,7 +193,7 @@ def main():
         ([f"model.init_from={small}", f"data.tokenizer={folder}/tokenizer.json"],
          "has 384 tokens, more than the model's vocab_size 300"),
         (["adapter.kind=lora", "adapter.targets=[c_attn]"], "is not a Linear of a decoder layer"),
-        (["data.task=charlm"], "model.family decoder takes data.task lm"),
+        (["data.task=charlm"], "model.family decoder takes data.task lm or text_classify"),
     ]
     write_config(config, data, folder, bad_dir)
     for overrides, want in cases:
