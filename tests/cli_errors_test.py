@@ -50,8 +50,8 @@ def main():
         (["train"], "train: give a CONFIG.yaml, or --resume RUN_DIR"),
         (["train", "--resume", os.path.join(work, "nothing")], "no such run directory"),
         (["train", config, "train.epochs"], "is not a config file, nor an override: expected train.epochs=VALUE"),
-        (["generate", forecast], "generate needs a character model (data.task charlm); this is a "
-                                 "forecast run (use seqforge predict)"),
+        (["generate", forecast], "generate needs a language model (data.task charlm or lm); this "
+                                 "is a forecast run (use seqforge predict)"),
         (["generate", charlm, "--top-k", "0"], "--top-k must be positive"),
         (["generate", charlm, "--temperature", "-1"], "--temperature must be 0"),
         (["predict", charlm, "--input", text, "--output", "-"],
@@ -87,7 +87,7 @@ def main():
         (["predict", charlm, "--input", config, "--output", "-"],
          "predict needs a forecast or classify run; this is a charlm run"),
         (["eval", charlm, "--data", config],
-         "--data: evaluating a character model on another file is not supported"),
+         "--data: evaluating a language model on another file is not supported"),
         # The forecasting keys' values.
         (["train", config, "data.horizon=20000"],
          "data.horizon 20000 with data.horizon_mode direct is an output per step ahead; at most "

@@ -264,5 +264,38 @@ TEST(Decoder, BadFoldersAreOneErrorNamingTheField) {
   fs::remove_all(dir);
 }
 
+// Gemma 3: soft-capping is refused by name, and a sequence longer than the local layers' window
+// (which seqforge does not slide yet) is one error naming the window.
+TEST(Decoder, Gemma3LimitsAreOneError) {
+  std::string gemma;
+  for (const std::string& n : fixture_names())
+    if (n.rfind("gemma3", 0) == 0) gemma = n;
+  ASSERT_FALSE(gemma.empty()) << "no Gemma 3 fixture in " << fixture_dir();
+  const fs::path dir =
+      fs::temp_directory_path() / ("seqforge_gemma_folder_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(fs::path(fixture_dir()) / gemma, dir, fs::copy_options::recursive);
+  std::ifstream in(dir / "config.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  nlohmann::json config = nlohmann::json::parse(text);
+  config["final_logit_softcapping"] = 30.0;
+  std::ofstream(dir / "config.json") << config.dump();
+  const std::string capped =
+      test::error_of([&] { read_decoder_config((dir / "config.json").string()); });
+  EXPECT_NE(capped.find("final_logit_softcapping is set"), std::string::npos) << capped;
+  config["final_logit_softcapping"] = nullptr;
+  config["sliding_window"] = 4;
+  std::ofstream(dir / "config.json") << config.dump();
+  auto be = make_reference_backend();
+  Decoder model(read_decoder_config((dir / "config.json").string()), DType::f64);
+  model.initialize(*be, 0);
+  const HostTensor ids(*be, DType::i64, {1, 5}, {1, 2, 3, 4, 5});
+  Rng rng(0);
+  const std::string window = test::error_of([&] { model.forward(*be, ids.t, false, rng); });
+  EXPECT_NE(window.find("longer than the local layers' sliding_window (4)"), std::string::npos)
+      << window;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace seqforge

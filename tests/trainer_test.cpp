@@ -321,7 +321,7 @@ TEST(Trainer, TransformerCharlmLearnsAndGenerates) {
   EXPECT_NE(
       error_with("model.block_size=16").find("model.block_size 16 is shorter than data.seq_len"),
       std::string::npos);
-  EXPECT_NE(error_with("model.family=gpt").find("model.family must be recurrent or transformer"),
+  EXPECT_NE(error_with("model.family=gpt").find("model.family must be recurrent, transformer or decoder"),
             std::string::npos);
   EXPECT_NE(error_with("train.stateful=true").find("train.stateful carries recurrent states"),
             std::string::npos);

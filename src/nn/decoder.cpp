@@ -24,11 +24,15 @@ std::byte* at(void* p, int64_t elements, DType dt) {
 
 }  // namespace
 
-std::vector<double> rope_inverse_frequencies(const DecoderOptions& o) {
+std::vector<double> rope_inverse_frequencies(const DecoderOptions& o, bool local) {
   const int64_t half = o.head_dim / 2;
+  const double theta = local ? o.rope_local_theta : o.rope_theta;
   std::vector<double> inv(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
-    inv[size_t(i)] = 1.0 / std::pow(o.rope_theta, double(2 * i) / double(o.head_dim));
+    inv[size_t(i)] = 1.0 / std::pow(theta, double(2 * i) / double(o.head_dim));
+  if (local) return inv;
+  if (o.rope_scaling.linear)
+    for (double& f : inv) f /= o.rope_scaling.factor;
   if (!o.rope_scaling.llama3) return inv;
   // Llama 3: long wavelengths stretched by `factor`, short ones kept, a smooth blend between.
   const RopeScaling& s = o.rope_scaling;
@@ -62,7 +66,7 @@ Decoder::Decoder(const DecoderOptions& o, DType dtype) : opt_(o), params_(dtype)
   model_opt_.per_step = true;
   const int64_t C = o.hidden_size, F = o.intermediate_size, D = o.head_dim;
   const Init w = Init::Normal(0.0, o.initializer_range), zero = Init::Constant(0.0),
-             one = Init::Constant(1.0);
+             one = Init::Constant(1.0), norm = o.gemma ? zero : one;  // Gemma scales by 1 + w
   embed_ = params_.declare("model.embed_tokens.weight", {o.vocab_size, C}, w);
   const auto linear_param = [&](Proj& p, const std::string& name, int64_t in, int64_t out,
                                 bool bias) {
@@ -75,18 +79,27 @@ Decoder::Decoder(const DecoderOptions& o, DType dtype) : opt_(o), params_(dtype)
   for (int64_t i = 0; i < o.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);
     auto l = std::make_unique<Layer>();
-    l->ln1 = params_.declare(p + ".input_layernorm.weight", {C}, one);
+    l->ln1 = params_.declare(p + ".input_layernorm.weight", {C}, norm);
+    l->local = !o.sliding.empty() && o.sliding[size_t(i)];
     linear_param(l->q, p + ".self_attn.q_proj", C, o.num_heads * D, o.qkv_bias);
     linear_param(l->k, p + ".self_attn.k_proj", C, o.num_kv_heads * D, o.qkv_bias);
     linear_param(l->v, p + ".self_attn.v_proj", C, o.num_kv_heads * D, o.qkv_bias);
     linear_param(l->o, p + ".self_attn.o_proj", o.num_heads * D, C, o.o_bias);
-    l->ln2 = params_.declare(p + ".post_attention_layernorm.weight", {C}, one);
+    if (o.gemma) {
+      l->q_norm = params_.declare(p + ".self_attn.q_norm.weight", {D}, norm);
+      l->k_norm = params_.declare(p + ".self_attn.k_norm.weight", {D}, norm);
+      l->post_attn = params_.declare(p + ".post_attention_layernorm.weight", {C}, norm);
+      l->ln2 = params_.declare(p + ".pre_feedforward_layernorm.weight", {C}, norm);
+      l->post_mlp = params_.declare(p + ".post_feedforward_layernorm.weight", {C}, norm);
+    } else {
+      l->ln2 = params_.declare(p + ".post_attention_layernorm.weight", {C}, one);
+    }
     linear_param(l->gate, p + ".mlp.gate_proj", C, F, o.mlp_bias);
     linear_param(l->up, p + ".mlp.up_proj", C, F, o.mlp_bias);
     linear_param(l->down, p + ".mlp.down_proj", F, C, o.mlp_bias);
     layers_.push_back(std::move(l));
   }
-  norm_ = params_.declare("model.norm.weight", {C}, one);
+  norm_ = params_.declare("model.norm.weight", {C}, norm);
   if (o.num_labels > 0) {
     score_ = params_.declare("score.weight", {o.num_labels, C}, w);
     model_opt_.output_size = o.num_labels;
@@ -145,18 +158,31 @@ void Decoder::prepare_rope(Backend& be, int64_t seq) {
     }
   upload_doubles(be, cos_.get(be, params_.dtype(), {seq, half}), c);
   upload_doubles(be, sin_.get(be, params_.dtype(), {seq, half}), s);
+  if (opt_.gemma) {  // the local layers' tables, with their own base
+    const std::vector<double> local = rope_inverse_frequencies(opt_, true);
+    for (int64_t p = 0; p < seq; ++p)
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = double(p) * local[size_t(i)];
+        c[size_t(p * half + i)] = std::cos(angle);
+        s[size_t(p * half + i)] = std::sin(angle);
+      }
+    upload_doubles(be, local_cos_.get(be, params_.dtype(), {seq, half}), c);
+    upload_doubles(be, local_sin_.get(be, params_.dtype(), {seq, half}), s);
+  }
   rope_positions_ = seq;
 }
 
-Rotary Decoder::rotary_of(void* x, int64_t heads) const {
+Rotary Decoder::rotary_of(void* x, int64_t heads, bool local) const {
+  const Buffer& cos = local ? local_cos_ : cos_;
+  const Buffer& sin = local ? local_sin_ : sin_;
   return Rotary{.x = x,
                 .ld = (opt_.num_heads + 2 * opt_.num_kv_heads) * opt_.head_dim,
                 .rows = batch_ * seq_,
                 .seq = seq_,
                 .heads = heads,
                 .head_dim = opt_.head_dim,
-                .cos = cos_.tensor().data(),
-                .sin = sin_.tensor().data()};
+                .cos = cos.tensor().data(),
+                .sin = sin.tensor().data()};
 }
 
 // A frozen norm's weight gradient goes to scratch.
@@ -183,15 +209,21 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
   prepare_rope(be, seq_);
   prepare_adapters(be);
   be.fill(scratch_->ones.get(be, dt, {N}), 1.0);
+  if (opt_.gemma && opt_.sliding_window > 0 && seq_ > opt_.sliding_window)
+    fail("a sequence of ", seq_, " tokens is longer than the local layers' sliding_window (",
+         opt_.sliding_window, "); seqforge runs ", opt_.model_type,
+         " models on sequences that fit the window so far (set data.seq_len to at most ",
+         opt_.sliding_window, ")");
   const Tensor x0 = x0_.get(be, dt, {N, C});
   be.embedding_forward(x0, params_.value(embed_), ids_);
+  if (opt_.gemma) be.scale(x0, embed_scale());
   Tensor x = x0;
   for (auto& l : layers_) {
     layer_forward(be, *l, x);
     x = l->out.tensor();
   }
   const Tensor z = z_.get(be, dt, {N, C});
-  be.rms_norm_forward(z, norm_saved_.get(be, dt, {N}), x, params_.value(norm_), 0.0,
+  be.rms_norm_forward(z, norm_saved_.get(be, dt, {N}), x, params_.value(norm_), norm_offset(),
                       opt_.rms_norm_eps);
   if (score_ == kNone) {
     const Tensor logits = logits_.get(be, dt, {N, opt_.vocab_size});
@@ -239,16 +271,29 @@ void Decoder::layer_forward(Backend& be, Layer& l, Tensor x) {
   const int64_t H = opt_.num_heads, KV = opt_.num_kv_heads, D = opt_.head_dim;
   const int64_t W = (H + 2 * KV) * D, HD = H * D;
   const DType dt = params_.dtype();
+  const double offset = norm_offset(), eps = opt_.rms_norm_eps;
+  const auto value = [&](size_t i) { return params_.value(i); };
 
   // Attention branch: q, k, v side by side in one buffer, q and k rotated in place.
   const Tensor h1 = l.h1.get(be, dt, {N, C});
-  be.rms_norm_forward(h1, l.saved1.get(be, dt, {N}), x, params_.value(l.ln1), 0.0,
-                      opt_.rms_norm_eps);
+  be.rms_norm_forward(h1, l.saved1.get(be, dt, {N}), x, value(l.ln1), offset, eps);
   const Tensor qkv = l.qkv.get(be, dt, {N, W});
-  proj_forward(be, l.q, qkv.data(), W, h1.data(), C, 0.0);
-  proj_forward(be, l.k, at(qkv.data(), HD, dt), W, h1.data(), C, 0.0);
+  if (opt_.gemma) {  // q and k projected apart, normed per head, then placed in qkv
+    const Tensor q = l.q_raw.get(be, dt, {N * H, D}), k = l.k_raw.get(be, dt, {N * KV, D});
+    proj_forward(be, l.q, q.data(), HD, h1.data(), C, 0.0);
+    proj_forward(be, l.k, k.data(), KV * D, h1.data(), C, 0.0);
+    const Tensor qn = scratch_->dq_normed.get(be, dt, {N * H, D});
+    be.rms_norm_forward(qn, l.q_saved.get(be, dt, {N * H}), q, value(l.q_norm), offset, eps);
+    be.copy_rows(qkv.data(), W, qn.data(), HD, N, HD, dt);
+    const Tensor kn = scratch_->dq_normed.get(be, dt, {N * KV, D});
+    be.rms_norm_forward(kn, l.k_saved.get(be, dt, {N * KV}), k, value(l.k_norm), offset, eps);
+    be.copy_rows(at(qkv.data(), HD, dt), W, kn.data(), KV * D, N, KV * D, dt);
+  } else {
+    proj_forward(be, l.q, qkv.data(), W, h1.data(), C, 0.0);
+    proj_forward(be, l.k, at(qkv.data(), HD, dt), W, h1.data(), C, 0.0);
+  }
   proj_forward(be, l.v, at(qkv.data(), HD + KV * D, dt), W, h1.data(), C, 0.0);
-  be.rotary(rotary_of(qkv.data(), H + KV), dt);
+  be.rotary(rotary_of(qkv.data(), H + KV, l.local), dt);
   Tensor qkv3 = qkv;
   if (KV < H) {  // each key/value head repeated for the query heads of its group
     qkv3 = l.qkv3.get(be, dt, {N, 3 * HD});
@@ -267,19 +312,26 @@ void Decoder::layer_forward(Backend& be, Layer& l, Tensor x) {
              .heads = H,
              .head_dim = D,
              .causal = true,
-             .scale = 1.0 / std::sqrt(double(D))};
+             .scale = attention_scale()};
   a.qkv = qkv3.data();
   a.out = l.att.get(be, dt, {N, HD}).data();
   a.lse = l.lse.get(be, dt, {batch_, H, seq_}).data();
   be.attention_forward(a, dt);
   const Tensor mid = l.mid.get(be, dt, {N, C});
   be.copy(mid, x);
-  proj_forward(be, l.o, mid.data(), C, a.out, HD, 1.0);
+  if (opt_.gemma) {  // o_proj's output normed, then added
+    const Tensor o = l.o_out.get(be, dt, {N, C}),
+                 normed = scratch_->dbranch_out.get(be, dt, {N, C});
+    proj_forward(be, l.o, o.data(), C, a.out, HD, 0.0);
+    be.rms_norm_forward(normed, l.o_saved.get(be, dt, {N}), o, value(l.post_attn), offset, eps);
+    be.add(mid, normed);
+  } else {
+    proj_forward(be, l.o, mid.data(), C, a.out, HD, 1.0);
+  }
 
   // MLP branch: down(act(gate(h2)) * up(h2)).
   const Tensor h2 = l.h2.get(be, dt, {N, C});
-  be.rms_norm_forward(h2, l.saved2.get(be, dt, {N}), mid, params_.value(l.ln2), 0.0,
-                      opt_.rms_norm_eps);
+  be.rms_norm_forward(h2, l.saved2.get(be, dt, {N}), mid, value(l.ln2), offset, eps);
   const Tensor g = l.gate_out.get(be, dt, {N, F}), u = l.up_out.get(be, dt, {N, F});
   proj_forward(be, l.gate, g.data(), F, h2.data(), C, 0.0);
   proj_forward(be, l.up, u.data(), F, h2.data(), C, 0.0);
@@ -287,7 +339,15 @@ void Decoder::layer_forward(Backend& be, Layer& l, Tensor x) {
   be.glu_forward(act, g, u, opt_.activation);
   const Tensor out = l.out.get(be, dt, {N, C});
   be.copy(out, mid);
-  proj_forward(be, l.down, out.data(), C, act.data(), F, 1.0);
+  if (opt_.gemma) {
+    const Tensor m = l.mlp_out.get(be, dt, {N, C}),
+                 normed = scratch_->dbranch_out.get(be, dt, {N, C});
+    proj_forward(be, l.down, m.data(), C, act.data(), F, 0.0);
+    be.rms_norm_forward(normed, l.mlp_saved.get(be, dt, {N}), m, value(l.post_mlp), offset, eps);
+    be.add(out, normed);
+  } else {
+    proj_forward(be, l.down, out.data(), C, act.data(), F, 1.0);
+  }
 }
 
 void Decoder::backward_logits(Backend& be, Tensor dlogits) {
@@ -315,7 +375,7 @@ void Decoder::backward_logits(Backend& be, Tensor dlogits) {
   }
   const Tensor x_last = layers_.back()->out.tensor();
   Tensor dx = s.dx[0].get(be, dt, {N, C});
-  be.rms_norm_backward(dx, norm_grad(be, norm_), dz, x_last, params_.value(norm_), 0.0,
+  be.rms_norm_backward(dx, norm_grad(be, norm_), dz, x_last, params_.value(norm_), norm_offset(),
                        norm_saved_.tensor());
   for (size_t i = layers_.size(); i-- > 0;) {
     const Tensor x = i == 0 ? x0_.tensor() : layers_[i - 1]->out.tensor();
@@ -323,7 +383,10 @@ void Decoder::backward_logits(Backend& be, Tensor dlogits) {
     layer_backward(be, *layers_[i], x, dx, dnext);
     dx = dnext;
   }
-  if (train_base_) be.embedding_backward(params_.grad(embed_), dx, ids_);
+  if (train_base_) {
+    if (opt_.gemma) be.scale(dx, embed_scale());
+    be.embedding_backward(params_.grad(embed_), dx, ids_);
+  }
   if (grad_ready_) grad_ready_(0, params_.size());
 }
 
@@ -332,24 +395,42 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
   const int64_t H = opt_.num_heads, KV = opt_.num_kv_heads, D = opt_.head_dim;
   const int64_t W = (H + 2 * KV) * D, HD = H * D;
   const DType dt = params_.dtype();
+  const double offset = norm_offset();
   Scratch& s = *scratch_;
+  const auto value = [&](size_t i) { return params_.value(i); };
 
-  // MLP branch: dout reaches down_proj, the gated product, gate_proj and up_proj, the norm.
+  // MLP branch: dout reaches (Gemma: the branch's norm,) down_proj, the gated product, gate_proj
+  // and up_proj, the norm before them.
+  const void* dbranch = dout.data();
+  if (opt_.gemma) {
+    const Tensor d = s.dbranch_out.get(be, dt, {N, C});
+    be.rms_norm_backward(d, norm_grad(be, l.post_mlp), dout, l.mlp_out.tensor(), value(l.post_mlp),
+                         offset, l.mlp_saved.tensor());
+    dbranch = d.data();
+  }
   const Tensor dact = s.dact.get(be, dt, {N, F});
-  proj_backward(be, l.down, dact.data(), 0.0, dout.data(), C, l.act.tensor().data(), F);
+  proj_backward(be, l.down, dact.data(), 0.0, dbranch, C, l.act.tensor().data(), F);
   const Tensor dgate = s.dgate.get(be, dt, {N, F}), dup = s.dup.get(be, dt, {N, F});
   be.glu_backward(dgate, dup, dact, l.gate_out.tensor(), l.up_out.tensor(), opt_.activation);
   const Tensor dh = s.dh.get(be, dt, {N, C}), h2 = l.h2.tensor();
   proj_backward(be, l.gate, dh.data(), 0.0, dgate.data(), F, h2.data(), C);
   proj_backward(be, l.up, dh.data(), 1.0, dup.data(), F, h2.data(), C);
   const Tensor dmid = s.dmid.get(be, dt, {N, C});
-  be.rms_norm_backward(dmid, norm_grad(be, l.ln2), dh, l.mid.tensor(), params_.value(l.ln2), 0.0,
+  be.rms_norm_backward(dmid, norm_grad(be, l.ln2), dh, l.mid.tensor(), value(l.ln2), offset,
                        l.saved2.tensor());
   be.add(dmid, dout);
 
-  // Attention branch: o_proj, attention, the repeated heads summed back, the rotation undone.
+  // Attention branch: (Gemma: its norm,) o_proj, attention, the repeated heads summed back, the
+  // rotation undone, (Gemma: q's and k's norms,) the projections.
+  dbranch = dmid.data();
+  if (opt_.gemma) {
+    const Tensor d = s.dbranch_out.get(be, dt, {N, C});
+    be.rms_norm_backward(d, norm_grad(be, l.post_attn), dmid, l.o_out.tensor(), value(l.post_attn),
+                         offset, l.o_saved.tensor());
+    dbranch = d.data();
+  }
   const Tensor datt = s.datt.get(be, dt, {N, HD});
-  proj_backward(be, l.o, datt.data(), 0.0, dmid.data(), C, l.att.tensor().data(), HD);
+  proj_backward(be, l.o, datt.data(), 0.0, dbranch, C, l.att.tensor().data(), HD);
   const Tensor qkv = l.qkv.tensor();
   const Tensor qkv3 = KV < H ? l.qkv3.tensor() : qkv;
   const Tensor dqkv = s.dqkv.get(be, dt, {N, W});
@@ -360,7 +441,7 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
              .heads = H,
              .head_dim = D,
              .causal = true,
-             .scale = 1.0 / std::sqrt(double(D))};
+             .scale = attention_scale()};
   a.qkv = qkv3.data();
   a.out = l.att.tensor().data();
   a.lse = l.lse.tensor().data();
@@ -383,15 +464,29 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
                      dt);
       }
   }
-  Rotary back = rotary_of(dqkv.data(), H + KV);
+  Rotary back = rotary_of(dqkv.data(), H + KV, l.local);
   back.inverse = true;
   be.rotary(back, dt);
   const Tensor h1 = l.h1.tensor();
-  proj_backward(be, l.q, dh.data(), 0.0, dqkv.data(), W, h1.data(), C);
-  proj_backward(be, l.k, dh.data(), 1.0, at(dqkv.data(), HD, dt), W, h1.data(), C);
+  if (opt_.gemma) {  // through q's and k's norms (head_dim wide), packed
+    for (const bool is_q : {true, false}) {
+      const int64_t heads = is_q ? H : KV;
+      const Tensor dn = s.dq_normed.get(be, dt, {N * heads, D});
+      be.copy_rows(dn.data(), heads * D, at(dqkv.data(), is_q ? 0 : HD, dt), W, N, heads * D, dt);
+      const Tensor draw = s.dq_raw.get(be, dt, {N * heads, D});
+      const size_t w = is_q ? l.q_norm : l.k_norm;
+      be.rms_norm_backward(draw, train_base_ ? params_.grad(w) : s.dhead_w.get(be, dt, {D}), dn,
+                           (is_q ? l.q_raw : l.k_raw).tensor(), value(w), offset,
+                           (is_q ? l.q_saved : l.k_saved).tensor());
+      proj_backward(be, is_q ? l.q : l.k, dh.data(), is_q ? 0.0 : 1.0, draw.data(), heads * D,
+                    h1.data(), C);
+    }
+  } else {
+    proj_backward(be, l.q, dh.data(), 0.0, dqkv.data(), W, h1.data(), C);
+    proj_backward(be, l.k, dh.data(), 1.0, at(dqkv.data(), HD, dt), W, h1.data(), C);
+  }
   proj_backward(be, l.v, dh.data(), 1.0, at(dqkv.data(), HD + KV * D, dt), W, h1.data(), C);
-  be.rms_norm_backward(dx, norm_grad(be, l.ln1), dh, x, params_.value(l.ln1), 0.0,
-                       l.saved1.tensor());
+  be.rms_norm_backward(dx, norm_grad(be, l.ln1), dh, x, value(l.ln1), offset, l.saved1.tensor());
   be.add(dx, dmid);
 }
 

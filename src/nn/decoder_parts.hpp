@@ -23,32 +23,41 @@ struct Decoder::Proj {
 // A layer's parameters and what its backward needs of its forward. N = batch * seq rows;
 // C hidden, H query heads and KV key/value heads of D, F the MLP's width, W = (H + 2 KV) D.
 struct Decoder::Layer {
-  size_t ln1 = kNone, ln2 = kNone;
+  size_t ln1 = kNone, ln2 = kNone;  // the norms before attention and before the MLP
+  // Gemma 3: q and k normed per head (head_dim), each branch normed before it joins the stream.
+  size_t q_norm = kNone, k_norm = kNone, post_attn = kNone, post_mlp = kNone;
+  bool local = false;  // Gemma 3's local layer: its own rotary base
   Proj q, k, v, o, gate, up, down;
-  Buffer h1, saved1;            // (N, C) input_layernorm's output, (N) its 1 / rms
-  Buffer qkv;                   // (N, W) q, k (rotated) and v of every head
-  Buffer qkv3;                  // (N, 3 H D) with each key/value head repeated for its query heads
-  Buffer att, lse;              // (N, H D) the heads side by side, (B, H, T)
-  Buffer mid;                   // (N, C) the stream after the attention branch
-  Buffer h2, saved2;            // (N, C), (N) post_attention_layernorm's
-  Buffer gate_out, up_out;      // (N, F) before the product
-  Buffer act;                   // (N, F) act(gate) * up
-  Buffer out;                   // (N, C) the next layer's input
+  Buffer h1, saved1;        // (N, C) input_layernorm's output, (N) its 1 / rms
+  Buffer qkv;               // (N, W) q, k (rotated) and v of every head
+  Buffer qkv3;              // (N, 3 H D) with each key/value head repeated for its query heads
+  Buffer att, lse;          // (N, H D) the heads side by side, (B, H, T)
+  Buffer mid;               // (N, C) the stream after the attention branch
+  Buffer h2, saved2;        // (N, C), (N) post_attention_layernorm's
+  Buffer gate_out, up_out;  // (N, F) before the product
+  Buffer act;               // (N, F) act(gate) * up
+  Buffer out;               // (N, C) the next layer's input
+  // Gemma 3: q and k before their norms (N, H D), (N, KV D), the norms' 1 / rms (N H), (N KV);
+  // o_proj's and down_proj's outputs before their norms (N, C) and those norms' (N).
+  Buffer q_raw, k_raw, q_saved, k_saved, o_out, o_saved, mlp_out, mlp_saved;
   Proj* projs() { return &q; }  // the seven, in declaration order
 };
 
 struct Decoder::Scratch {
-  Buffer dact, dgate, dup;  // (N, F)
-  Buffer dh, dnorm, dmid;   // (N, C)
-  Buffer datt;              // (N, H D)
-  Buffer dqkv3, dqkv;       // (N, 3 H D), (N, W)
-  Buffer kv_sum, kv_part;   // (N, D) a key/value head's gradient summed over its query heads
-  Buffer ones;              // (N) for the bias gradients of column slices
-  Buffer dx[2];             // (N, C) the gradient flowing down
-  Buffer branch, dbranch;   // adapters: (N, out) a Linear's output or its gradient, packed
-  Buffer dpre, g;           // adapters: (N, out) DoRA's gradient at x V^T, (N, rank)
-  Buffer dnorm_w;           // (C) a frozen norm's gradient, discarded
-  Buffer dpooled;           // (B, C) a classifier's gradient at its rows
+  Buffer dact, dgate, dup;   // (N, F)
+  Buffer dh, dnorm, dmid;    // (N, C)
+  Buffer datt;               // (N, H D)
+  Buffer dqkv3, dqkv;        // (N, 3 H D), (N, W)
+  Buffer kv_sum, kv_part;    // (N, D) a key/value head's gradient summed over its query heads
+  Buffer ones;               // (N) for the bias gradients of column slices
+  Buffer dx[2];              // (N, C) the gradient flowing down
+  Buffer branch, dbranch;    // adapters: (N, out) a Linear's output or its gradient, packed
+  Buffer dpre, g;            // adapters: (N, out) DoRA's gradient at x V^T, (N, rank)
+  Buffer dnorm_w;            // (C) a frozen norm's gradient, discarded
+  Buffer dhead_w;            // (D) a frozen q or k norm's gradient, discarded
+  Buffer dbranch_out;        // Gemma 3: (N, C) at a branch's output before its norm
+  Buffer dq_normed, dq_raw;  // Gemma 3: (N, H D) at q after and before its norm (k: the same)
+  Buffer dpooled;            // (B, C) a classifier's gradient at its rows
 };
 
 }  // namespace seqforge

@@ -51,7 +51,8 @@ const std::set<std::string> kDescriptive = {"_name_or_path",
                                             "sep_token_id",
                                             "max_window_layers",
                                             "sliding_window",
-                                            "dtype"};
+                                            "dtype",
+                                            "cache_implementation"};
 
 class ConfigReader {
  public:
@@ -116,9 +117,20 @@ RopeScaling read_rope_scaling(ConfigReader& c) {
   for (const char* key : {"rope_type", "type"})
     if (v->contains(key) && (*v)[key].is_string()) type = (*v)[key].get<std::string>();
   if (type == "default") return s;
+  if (type == "linear") {
+    if (!v->contains("factor") || !(*v)["factor"].is_number() ||
+        !((*v)["factor"].get<double>() > 0))
+      fail(where, ".factor must be a positive number");
+    s.linear = true;
+    s.factor = (*v)["factor"].get<double>();
+    for (const auto& item : v->items())
+      if (item.key() != "rope_type" && item.key() != "type" && item.key() != "factor")
+        fail(where, ": field '", item.key(), "' is not known to seqforge");
+    return s;
+  }
   if (type != "llama3")
     fail(where, ": rope_type '", type,
-         "' is not supported (seqforge applies the default rotation and llama3's scaling)");
+         "' is not supported (seqforge applies the default rotation, linear and llama3 scaling)");
   const auto number = [&](const char* key) {
     if (!v->contains(key) || !(*v)[key].is_number() || !((*v)[key].get<double>() > 0))
       fail(where, ".", key, " must be a positive number");
@@ -154,10 +166,11 @@ DecoderOptions read_decoder_config(const std::string& path) {
   ConfigReader c(root, path);
   DecoderOptions o;
   o.model_type = c.text("model_type", "");
-  if (o.model_type != "llama" && o.model_type != "qwen2")
+  if (o.model_type != "llama" && o.model_type != "qwen2" && o.model_type != "gemma3_text")
     fail(path, ": model_type '", o.model_type,
-         "' is not supported (seqforge reads llama and qwen2 models: Llama 2 and 3, SmolLM2, "
-         "Qwen2 and 2.5)");
+         "' is not supported (seqforge reads llama, qwen2 and gemma3_text models: Llama 2 and 3, "
+         "SmolLM2, Qwen2 and 2.5, Gemma 3's text models)");
+  o.gemma = o.model_type == "gemma3_text";
   o.vocab_size = c.count("vocab_size");
   o.hidden_size = c.count("hidden_size");
   o.intermediate_size = c.count("intermediate_size");
@@ -178,8 +191,11 @@ DecoderOptions read_decoder_config(const std::string& path) {
   if (!(o.rope_theta > 1)) fail(path, ": rope_theta must exceed 1");
   o.rope_scaling = read_rope_scaling(c);
   o.initializer_range = c.number("initializer_range", 0.02);
-  o.tie_word_embeddings = c.flag("tie_word_embeddings", false);
-  const std::string act = c.text("hidden_act", "silu");
+  o.tie_word_embeddings = c.flag("tie_word_embeddings", o.gemma);
+  const std::string act =
+      o.gemma ? c.text("hidden_activation", "gelu_pytorch_tanh") : c.text("hidden_act", "silu");
+  if (o.gemma && c.get("hidden_act") && c.text("hidden_act", "") != act)
+    fail(path, ": hidden_act and hidden_activation differ; Gemma 3 uses hidden_activation");
   if (act == "silu" || act == "swish")
     o.activation = GluKind::silu;
   else if (act == "gelu_pytorch_tanh")
@@ -190,7 +206,32 @@ DecoderOptions read_decoder_config(const std::string& path) {
     fail(path, ": attention_dropout is not supported (set it to 0.0)");
   if (c.number("partial_rotary_factor", 1) != 1)
     fail(path, ": partial_rotary_factor is not supported (seqforge rotates whole heads)");
-  if (o.model_type == "llama") {
+  if (o.gemma) {
+    o.qkv_bias = o.o_bias = c.flag("attention_bias", false);
+    o.query_pre_attn_scalar = c.number("query_pre_attn_scalar", double(o.head_dim));
+    if (!(o.query_pre_attn_scalar > 0)) fail(path, ": query_pre_attn_scalar must be positive");
+    o.rope_local_theta = c.number("rope_local_base_freq", 10000);
+    o.sliding_window = c.count("sliding_window", 4096);
+    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+      if (c.get(key)) fail(path, ": ", key, " is set; seqforge applies no soft-capping (null)");
+    if (c.flag("use_bidirectional_attention", false))
+      fail(path, ": use_bidirectional_attention is not supported (a causal decoder)");
+    // Which layers are local: layer_types, or every layer but each sliding_window_pattern-th.
+    if (const Json* types = c.get("layer_types")) {
+      if (!types->is_array() || int64_t(types->size()) != o.num_layers)
+        fail(path, ": layer_types must list ", o.num_layers, " layer types");
+      for (const Json& t : *types) {
+        if (t != "sliding_attention" && t != "full_attention")
+          fail(path, ": layer_types: ", t.dump(),
+               " is neither sliding_attention nor full_attention");
+        o.sliding.push_back(t == "sliding_attention");
+      }
+      c.get("sliding_window_pattern");  // layer_types says it
+    } else {
+      const int64_t pattern = c.count("sliding_window_pattern", 6);
+      for (int64_t i = 0; i < o.num_layers; ++i) o.sliding.push_back((i + 1) % pattern != 0);
+    }
+  } else if (o.model_type == "llama") {
     const bool bias = c.flag("attention_bias", false);
     o.qkv_bias = o.o_bias = bias;
     o.mlp_bias = c.flag("mlp_bias", false);

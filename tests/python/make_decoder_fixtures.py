@@ -57,22 +57,39 @@ CONFIGS = [
     dict(type="llama", v=29, c=24, f=32, l=2, h=4, kv=2, t=15, b=3, k=3, lens=[15, 9, 1]),
     dict(type="qwen2", v=29, c=24, f=32, l=1, h=2, kv=1, d=12, t=12, b=2, k=2, lens=[7, 12],
          adapter="dora", r=4, a=8.0, targets=["q_proj", "v_proj", "down_proj"], tie=True),
+    # Gemma 3: (1 + w) norms, scaled embeddings, q/k norms, four norms a layer, its attention
+    # scale, local layers with their own rotary base (sequences within the window), linear
+    # scaling of the global layers' rotation
+    dict(type="gemma3_text", v=37, c=24, f=40, l=3, h=4, kv=2, d=8, t=13, b=2, tie=True,
+         qpas=16.0, window=16, pattern=2),
+    dict(type="gemma3_text", v=29, c=20, f=28, l=2, h=2, kv=1, d=10, t=9, b=3, tie=True,
+         qpas=8.0, window=9, pattern=6, scaling=dict(rope_type="linear", factor=8.0)),
+    dict(type="gemma3_text", v=29, c=24, f=32, l=2, h=4, kv=2, d=6, t=11, b=2, tie=True,
+         qpas=6.0, window=12, pattern=2, k=3, lens=[11, 4], adapter="dora", r=4, a=8.0,
+         targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
 ]
 
 
 def random_configs(seed, count):
-    """count configurations drawn from Random(seed): either type, GQA ratios 1-4, head sizes
-    that are not multiples of 16, tied or untied, Llama 3 scaling or not."""
+    """count configurations drawn from Random(seed): Llama, Qwen2 or Gemma 3, GQA ratios 1-4, head
+    sizes that are not multiples of 16, tied or untied, Llama 3 or linear scaling or none."""
     rng = random.Random(seed)
     configs = []
     for _ in range(count):
         kv = rng.randint(1, 3)
-        c = dict(type=rng.choice(["llama", "qwen2"]), v=rng.randint(2, 70), kv=kv,
+        c = dict(type=rng.choice(["llama", "qwen2", "gemma3_text"]), v=rng.randint(2, 70), kv=kv,
                  h=kv * rng.randint(1, 4), d=2 * rng.randint(1, 12), l=rng.randint(1, 3),
                  t=rng.choice([1, 2, 5, 16, 17, 33, 65]), b=rng.randint(1, 3),
                  f=rng.randint(1, 50), c=rng.randint(2, 48), tie=rng.random() < 0.5)
         if c["type"] == "llama" and rng.random() < 0.3:
             c["bias"] = True
+        if c["type"] == "gemma3_text":  # sequences within the local layers' window
+            c.update(tie=True, qpas=float(rng.choice([c["d"], 2 * c["d"], 7])),
+                     window=c["t"] + rng.randint(0, 8), pattern=rng.randint(1, 6))
+            if rng.random() < 0.3:
+                c["scaling"] = dict(rope_type="linear", factor=rng.choice([2.0, 8.0]))
+            configs.append(c)
+            continue
         if rng.random() < 0.3:
             c.update(theta=500000.0, scaling=dict(
                 rope_type="llama3", factor=rng.choice([2.0, 8.0]), low_freq_factor=1.0,
@@ -83,6 +100,24 @@ def random_configs(seed, count):
 
 def hf_config(c):
     d = c.get("d", c["c"] // c["h"])
+    if c["type"] == "gemma3_text":
+        pattern = c.get("pattern", 6)
+        return {
+            "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+            "vocab_size": c["v"], "hidden_size": c["c"], "intermediate_size": c["f"],
+            "num_hidden_layers": c["l"], "num_attention_heads": c["h"],
+            "num_key_value_heads": c["kv"], "head_dim": d,
+            "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 256,
+            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+            "rope_scaling": c.get("scaling"), "query_pre_attn_scalar": c["qpas"],
+            "sliding_window": c["window"],
+            "layer_types": ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+                            for i in range(c["l"])],
+            "attn_logit_softcapping": None, "final_logit_softcapping": None,
+            "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": True,
+            "initializer_range": 0.02, "torch_dtype": "float32", "bos_token_id": 2,
+            "eos_token_id": 1, "pad_token_id": 0, "use_cache": True,
+            "cache_implementation": "hybrid", "transformers_version": "4.53.0"}
     config = {
         "architectures": ["LlamaForCausalLM" if c["type"] == "llama" else "Qwen2ForCausalLM"],
         "model_type": c["type"], "vocab_size": c["v"], "hidden_size": c["c"],
@@ -102,13 +137,17 @@ def hf_config(c):
     return config
 
 
-def inverse_frequencies(config):
-    """Hugging Face's default rotary frequencies, and Llama 3's scaling of them."""
-    d, base = config["head_dim"], config["rope_theta"]
+def inverse_frequencies(config, local=False):
+    """Hugging Face's default rotary frequencies, and Llama 3's or linear scaling of them; a
+    Gemma 3 local layer's from its own base, unscaled."""
+    d = config["head_dim"]
+    base = config["rope_local_base_freq"] if local else config["rope_theta"]
     inv = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
     s = config["rope_scaling"]
-    if not s:
+    if not s or local:
         return inv
+    if s["rope_type"] == "linear":
+        return inv / s["factor"]
     old = s["original_max_position_embeddings"]
     low_wavelen, high_wavelen = old / s["low_freq_factor"], old / s["high_freq_factor"]
     wavelen = 2 * math.pi / inv
@@ -124,8 +163,8 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rms_norm(x, w, eps):
-    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+def rms_norm(x, w, eps, gemma=False):
+    return (1 + w if gemma else w) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
 def forward(config, p, ids, adapter=None, lens=None):
@@ -137,12 +176,19 @@ def forward(config, p, ids, adapter=None, lens=None):
     H, KV, D = (config["num_attention_heads"], config["num_key_value_heads"],
                 config["head_dim"])
     eps = config["rms_norm_eps"]
-    act = F.silu if config["hidden_act"] == "silu" else (
+    gemma = config["model_type"] == "gemma3_text"
+    act = F.silu if config.get("hidden_act") == "silu" else (
         lambda x: F.gelu(x, approximate="tanh"))
-    freqs = torch.arange(T, dtype=torch.float64)[:, None] * inverse_frequencies(config)[None]
-    emb = torch.cat((freqs, freqs), dim=-1)
     dtype = p["model.norm.weight"].dtype
-    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def tables(local):
+        freqs = torch.arange(T, dtype=torch.float64)[:, None] * \
+            inverse_frequencies(config, local)[None]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    rope = {False: tables(False), True: tables(True) if gemma else None}
+    scale = config["query_pre_attn_scalar"] ** -0.5 if gemma else 1 / math.sqrt(D)
 
     def lin(x, name):
         b = p.get(name + ".bias")
@@ -160,24 +206,38 @@ def forward(config, p, ids, adapter=None, lens=None):
         return y if b is None else y + b
 
     x = p["model.embed_tokens.weight"][ids]
+    if gemma:  # the embedding scale, rounded to the weights' dtype as HF rounds it
+        x = x * torch.tensor(config["hidden_size"] ** 0.5, dtype=dtype)
     causal = torch.full((T, T), float("-inf"), dtype=dtype).triu(1)
+    layer_types = config.get("layer_types") or ["full_attention"] * config["num_hidden_layers"]
     for i in range(config["num_hidden_layers"]):
         pre = f"model.layers.{i}"
-        h = rms_norm(x, p[pre + ".input_layernorm.weight"], eps)
+        cos, sin = rope[gemma and layer_types[i] == "sliding_attention"]
+        h = rms_norm(x, p[pre + ".input_layernorm.weight"], eps, gemma)
         q = lin(h, pre + ".self_attn.q_proj").view(B, T, H, D).transpose(1, 2)
         k = lin(h, pre + ".self_attn.k_proj").view(B, T, KV, D).transpose(1, 2)
         v = lin(h, pre + ".self_attn.v_proj").view(B, T, KV, D).transpose(1, 2)
+        if gemma:
+            q = rms_norm(q, p[pre + ".self_attn.q_norm.weight"], eps, True)
+            k = rms_norm(k, p[pre + ".self_attn.k_norm.weight"], eps, True)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(H // KV, dim=1)  # HF's repeat_kv
         v = v.repeat_interleave(H // KV, dim=1)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(D) + causal
+        scores = q @ k.transpose(-1, -2) * scale + causal
         att = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
-        x = x + lin(att, pre + ".self_attn.o_proj")
-        h = rms_norm(x, p[pre + ".post_attention_layernorm.weight"], eps)
-        x = x + lin(act(lin(h, pre + ".mlp.gate_proj")) * lin(h, pre + ".mlp.up_proj"),
-                    pre + ".mlp.down_proj")
-    x = rms_norm(x, p["model.norm.weight"], eps)
+        o = lin(att, pre + ".self_attn.o_proj")
+        if gemma:
+            o = rms_norm(o, p[pre + ".post_attention_layernorm.weight"], eps, True)
+        x = x + o
+        norm = ".pre_feedforward_layernorm.weight" if gemma else ".post_attention_layernorm.weight"
+        h = rms_norm(x, p[pre + norm], eps, gemma)
+        m = lin(act(lin(h, pre + ".mlp.gate_proj")) * lin(h, pre + ".mlp.up_proj"),
+                pre + ".mlp.down_proj")
+        if gemma:
+            m = rms_norm(m, p[pre + ".post_feedforward_layernorm.weight"], eps, True)
+        x = x + m
+    x = rms_norm(x, p["model.norm.weight"], eps, gemma)
     if "score.weight" in p:
         rows = x[torch.arange(B), torch.tensor(lens) - 1]
         return rows @ p["score.weight"].t()
@@ -192,6 +252,7 @@ def parameters(config, rng):
     H, KV, D = (config["num_attention_heads"], config["num_key_value_heads"],
                 config["head_dim"])
     qwen = config["model_type"] == "qwen2"
+    gemma = config["model_type"] == "gemma3_text"
     qkv_bias = qwen or config.get("attention_bias", False)
     o_bias = not qwen and config.get("attention_bias", False)
     mlp_bias = config.get("mlp_bias", False)
@@ -199,6 +260,11 @@ def parameters(config, rng):
     for i in range(config["num_hidden_layers"]):
         pre = f"model.layers.{i}"
         shapes.append((pre + ".input_layernorm.weight", (C,)))
+        if gemma:
+            shapes += [(pre + ".self_attn.q_norm.weight", (D,)),
+                       (pre + ".self_attn.k_norm.weight", (D,)),
+                       (pre + ".pre_feedforward_layernorm.weight", (C,)),
+                       (pre + ".post_feedforward_layernorm.weight", (C,))]
         for name, out, inp, bias in (("q_proj", H * D, C, qkv_bias), ("k_proj", KV * D, C, qkv_bias),
                                      ("v_proj", KV * D, C, qkv_bias), ("o_proj", C, H * D, o_bias)):
             shapes.append((f"{pre}.self_attn.{name}.weight", (out, inp)))
@@ -214,8 +280,8 @@ def parameters(config, rng):
         shapes.append(("lm_head.weight", (V, C)))
     p = {}
     for name, shape in shapes:
-        if name.endswith("norm.weight"):
-            t = 1 + 0.3 * torch.randn(shape, generator=rng, dtype=torch.float64)
+        if name.endswith("norm.weight"):  # Gemma scales by 1 + w
+            t = (0 if gemma else 1) + 0.3 * torch.randn(shape, generator=rng, dtype=torch.float64)
         elif name.endswith(".bias"):
             t = 0.1 * torch.randn(shape, generator=rng, dtype=torch.float64)
         else:  # wider than HF's 0.02 so that a few layers of a tiny model still move the logits
@@ -308,13 +374,13 @@ def write_folder(folder, config, p, shards, dtype):
 
 
 def name_of(c):
-    parts = [c["type"], f"v{c['v']}", f"c{c['c']}", f"f{c['f']}", f"l{c['l']}", f"h{c['h']}",
+    parts = [c["type"].replace("_text", ""), f"v{c['v']}", f"c{c['c']}", f"f{c['f']}", f"l{c['l']}", f"h{c['h']}",
              f"kv{c['kv']}", f"d{c.get('d', c['c'] // c['h'])}", f"t{c['t']}", f"b{c['b']}"]
     for flag in ("tie", "bias", "mlp"):
         if c.get(flag):
             parts.append(flag)
     if c.get("scaling"):
-        parts.append("llama3rope")
+        parts.append(c["scaling"]["rope_type"] + "rope")
     if c.get("act"):
         parts.append("gelu")
     if c.get("shards"):

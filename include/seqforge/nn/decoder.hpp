@@ -7,6 +7,7 @@
 // .self_attn.{q,k,v,o}_proj.weight (Qwen2: q, k, v biases), .post_attention_layernorm.weight,
 // .mlp.{gate,up,down}_proj.weight, model.norm.weight, lm_head.weight); so is the initialisation
 // (N(0, initializer_range) weights, zero biases, unit norms).
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,8 +22,9 @@ namespace seqforge {
 // or refused by name, and fields seqforge does not know are refused too.
 DecoderOptions read_decoder_config(const std::string& path);
 
-// The rotary frequencies 1 / theta^(2i / head_dim), i < head_dim / 2, after any scaling.
-std::vector<double> rope_inverse_frequencies(const DecoderOptions& options);
+// The rotary frequencies 1 / theta^(2i / head_dim), i < head_dim / 2, after any scaling; a
+// Gemma 3 local layer's with its own base and no scaling.
+std::vector<double> rope_inverse_frequencies(const DecoderOptions& options, bool local = false);
 
 class Decoder;
 // Loads a Hugging Face folder's weights (model.safetensors, or the shards its index names) into
@@ -75,7 +77,18 @@ class Decoder final : public Model {
   void layer_forward(Backend& be, Layer& l, Tensor x);
   void layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tensor dx);
   void prepare_rope(Backend& be, int64_t seq);
-  Rotary rotary_of(void* x, int64_t heads) const;
+  Rotary rotary_of(void* x, int64_t heads, bool local) const;
+  double norm_offset() const { return opt_.gemma ? 1.0 : 0.0; }
+  // 1 / sqrt(head_dim), or Gemma 3's query_pre_attn_scalar^-1/2.
+  double attention_scale() const {
+    return 1.0 / std::sqrt(opt_.query_pre_attn_scalar > 0 ? opt_.query_pre_attn_scalar
+                                                          : double(opt_.head_dim));
+  }
+  // Gemma 3's embedding scale: sqrt(hidden) rounded to the parameters' dtype, as HF rounds it.
+  double embed_scale() const {
+    const double s = std::sqrt(double(opt_.hidden_size));
+    return params_.dtype() == DType::f32 ? double(float(s)) : s;
+  }
 
   DecoderOptions opt_;
   ModelOptions model_opt_;
@@ -91,6 +104,7 @@ class Decoder final : public Model {
   Tensor ids_;                           // (N) its ids
   Buffer x0_, z_, norm_saved_, logits_;  // (N, C), (N, C), (N), (N, V) or (B, K)
   Buffer cos_, sin_;                     // (positions, head_dim / 2)
+  Buffer local_cos_, local_sin_;         // Gemma 3's local layers' tables
   int64_t rope_positions_ = 0;
   Tensor lengths_;             // (B) set_token_layout's
   Buffer last_rows_, pooled_;  // a classifier's: (B) i64 each row's last token, (B, C)

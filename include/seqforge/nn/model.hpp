@@ -62,15 +62,16 @@ struct TransformerOptions {
   int64_t segments = 0;
 };
 
-// Llama 3's frequency-dependent stretch of the rotary frequencies (rope_scaling, rope_type llama3).
+// rope_scaling: Llama 3's frequency-dependent stretch of the rotary frequencies (rope_type
+// llama3), or every frequency divided by `factor` (rope_type linear).
 struct RopeScaling {
-  bool llama3 = false;
+  bool llama3 = false, linear = false;
   double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
   int64_t original_max_position_embeddings = 8192;
 };
 
 struct DecoderOptions {
-  std::string model_type = "llama";  // config.json's: llama, qwen2
+  std::string model_type = "llama";  // config.json's: llama, qwen2, gemma3_text
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0;
   int64_t num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int64_t max_positions = 2048;
@@ -89,6 +90,15 @@ struct DecoderOptions {
   // > 0: HF's sequence classification head, score.weight (num_labels, hidden) without a bias,
   // on each row's last token (set_token_layout's lengths), giving (B, num_labels) logits.
   int64_t num_labels = 0;
+  // Gemma 3: norms scale by 1 + w, the embeddings by sqrt(hidden) (in the parameters' dtype), q
+  // and k are normed per head before the rotation, each branch is normed before it joins the
+  // stream, attention scales by query_pre_attn_scalar^-1/2, and the local (sliding-window)
+  // layers rotate with their own base and no scaling.
+  bool gemma = false;
+  double query_pre_attn_scalar = 0;  // 0: head_dim
+  double rope_local_theta = 10000;
+  std::vector<bool> sliding;   // per layer: a local layer, attending sliding_window keys back
+  int64_t sliding_window = 0;  // 0: none
 };
 
 struct ModelOptions {
