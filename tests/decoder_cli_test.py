@@ -2,7 +2,8 @@
 """A Hugging Face folder through the command line, as a user has one on disk: a byte-level BPE
 from `seqforge tokenizer train`, a small Llama-architecture config.json and its weights. `train`
 with data.task lm and model.family decoder lowers the loss from its start (ln V), `eval` and
-`generate` read the run back, a DoRA run merged by `seqforge merge` into a new folder evaluates
+`generate` read the run back, a model pre-trained from config.json alone (model.from_config)
+leaves a run directory that is a Hugging Face folder the next run starts from, a DoRA run merged by `seqforge merge` into a new folder evaluates
 as the adapters did, a LoRA pair classifier (text_classify) trains, evaluates and predicts, and
 bad setups are one line each.
 
@@ -114,6 +115,25 @@ def main():
     if not out.startswith("ROMEO:") or len(out.strip()) <= len("ROMEO:"):
         fail(f"generate gave {out!r}")
     print("generate:", out.strip().replace("\n", " | ")[:80])
+
+    # Pre-training from config.json alone (from_config), and the run directory, a Hugging Face
+    # folder itself, as the next run's base.
+    shape_only = os.path.join(work, "shape_only")
+    os.makedirs(shape_only)
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(os.path.join(folder, name), shape_only)
+    scratch_dir = os.path.join(work, "scratch")
+    write_config(config, data, shape_only, scratch_dir, "")
+    out = run([seqforge, "train", config, "model.from_config=true"]).stdout
+    if "from_config: a new llama model" not in out:
+        fail("from_config: " + out)
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        if not os.path.exists(os.path.join(scratch_dir, name)):
+            fail(f"a decoder run directory lacks {name}")
+    write_config(config, data, scratch_dir, os.path.join(work, "continued"), "")
+    out = run([seqforge, "train", config, "train.max_batches=1"]).stdout
+    if "init_from: " not in out or scratch_dir not in out:
+        fail("a run directory as the base: " + out)
 
     # DoRA on q, v and down_proj (base frozen), then merged into a Hugging Face folder that
     # evaluates as the adapters did (a run from it with lr 0 keeps its weights).

@@ -259,6 +259,10 @@ const std::vector<ConfigKey> kKeys = {
      "model.heads); keys the config gives must match. A tied pair saved once (lm_head.weight "
      "only) loads the embedding; names under torch.compile's _orig_mod. prefix are read as the "
      "names."},
+    {"model.from_config", T::boolean, "false",
+     "model.family decoder: a new model of the shape model.init_from's config.json gives, "
+     "initialised as Hugging Face initialises it (from_config: pre-training); the folder's "
+     "weights are not read."},
     {"model.init_from_modules", T::string_list, "[]",
      "Load only these modules (`embedding`, the cell's `lstm`, `gru` or `lnlstm`, `head`) from "
      "init_from; "

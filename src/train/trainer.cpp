@@ -47,7 +47,8 @@ const char* const kRunFiles[] = {
     "config.resolved.yaml",       "metrics.jsonl", "model.safetensors",
     "training_state.safetensors", "report.html",   "val_predictions.csv",
     "val_reconstructions.csv",    "trace.json",    "adapter_model.safetensors",
-    "adapter_config.json"};
+    "adapter_config.json",        "config.json",   "tokenizer.json",
+    "tokenizer_config.json",      "special_tokens_map.json"};
 
 // Whether `dir` holds a run with something to lose: a finished epoch's metrics, a model or a
 // training state (a run stopped before its first epoch ended left nothing of value).
@@ -167,6 +168,7 @@ class Training {
   void print_start() const;
   void prepare_run_dir();
   void write_adapter_config() const;
+  void write_hf_files() const;
   void freeze_modules();
   void start_streams();
   // Stateful training: the states batch `bi` starts from (rows reset where its streams begin).
@@ -404,13 +406,18 @@ void Training::build_model() {
   if (std::string init = c_.str("model.init_from");
       !init.empty() && resume_dir_.empty() && rank_ == 0 &&
       task_.model.family == ModelFamily::decoder) {  // a Hugging Face folder
-    auto& decoder = static_cast<Decoder&>(*model_);
-    load_hf_weights(init, decoder, *be_);
-    const auto& fresh = decoder.fresh_parameters();
-    for (const auto& e : decoder.parameters().values().entries())
-      if (std::find(fresh.begin(), fresh.end(), e.name) == fresh.end())
-        initialized_.push_back(e.name);
-    model_->init_adapters(*be_, {});
+    if (c_.boolean("model.from_config")) {  // its weights are not read
+      out_ << "from_config: a new " << task_.model.decoder.model_type << " model of " << init
+           << "/config.json's shape\n";
+    } else {
+      auto& decoder = static_cast<Decoder&>(*model_);
+      load_hf_weights(init, decoder, *be_);
+      const auto& fresh = decoder.fresh_parameters();
+      for (const auto& e : decoder.parameters().values().entries())
+        if (std::find(fresh.begin(), fresh.end(), e.name) == fresh.end())
+          initialized_.push_back(e.name);
+      model_->init_adapters(*be_, {});
+    }
   } else if (!init.empty() && resume_dir_.empty() && rank_ == 0) {  // the others get rank 0's
     if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
     // A base model's checkpoint holds no adapters nor a new head: they keep their start, and
@@ -695,6 +702,38 @@ void Training::prepare_run_dir() {
   }
   io::write_file_atomically(metrics_path_, {{kept.data(), kept.size()}});
   metrics_log_.open(metrics_path_, std::ios::app);
+  if (task_.model.family == ModelFamily::decoder) write_hf_files();
+}
+
+// A decoder run's directory is a Hugging Face folder too: the base's config.json (a classifier's
+// with its labels), the tokenizer's files, and model.safetensors under HF's names, so that a
+// later run (model.init_from) or transformers' from_pretrained reads it.
+void Training::write_hf_files() const {
+  const fs::path base(c_.str("model.init_from")), dir(run_dir_);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    io::write_file_atomically((dir / name).string(), {{text.data(), text.size()}});
+  };
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(
+      io::read_file((base / "config.json").string()), nullptr, false);
+  if (config.is_object() && task_.kind == TaskKind::text_classify) {
+    const std::vector<std::string>& names = task_.text.class_names;
+    nlohmann::ordered_json id2label = nlohmann::ordered_json::object(),
+                           label2id = nlohmann::ordered_json::object();
+    for (size_t i = 0; i < names.size(); ++i) {
+      id2label[std::to_string(i)] = names[i];
+      label2id[names[i]] = i;
+    }
+    config["id2label"] = id2label;
+    config["label2id"] = label2id;
+    const std::string& type = task_.model.decoder.model_type;
+    config["architectures"] = {type == "qwen2"   ? "Qwen2ForSequenceClassification"
+                               : type == "llama" ? "LlamaForSequenceClassification"
+                                                 : "Gemma3ForSequenceClassification"};
+  }
+  write("config.json", config.dump(2) + "\n");
+  write("tokenizer.json", io::read_file(task_.text.tokenizer));
+  for (const char* extra : {"tokenizer_config.json", "special_tokens_map.json"})
+    if (fs::exists(base / extra)) write(extra, io::read_file((base / extra).string()));
 }
 
 // PEFT's adapter_config.json for the run's adapters: peft.PeftModel.from_pretrained reads it
