@@ -1,15 +1,17 @@
 #!/usr/bin/python3
-"""Fine-tuning the character GPT on Shakespeare sentence pairs: DoRA, LoRA, full fine-tuning and
-training from scratch, over several seeds, each trained by seqforge with
-examples/configs/shakespeare_pairs_dora.yaml and the overrides below. Prints per method the test
+"""Fine-tuning a pre-trained model on Shakespeare sentence pairs: DoRA, LoRA, full fine-tuning and
+training from scratch, over several seeds, each trained by seqforge with --config (the character
+GPT's examples/configs/shakespeare_pairs_dora.yaml, or the Llama-architecture model's
+examples/configs/shakespeare_pairs_llama_dora.yaml) and the overrides below. Prints per method the test
 accuracy (mean, standard deviation and each seed's), the trainable share of the parameters, the
 peak resident memory of the training process and the seconds per epoch, with the majority-class
 baseline.
 
-Needs the pre-trained model (seqforge train examples/configs/shakespeare_gpt.yaml) and the pairs
-(examples/shakespeare_pairs.py).
+Needs the pre-trained model (seqforge train examples/configs/shakespeare_gpt.yaml, or
+shakespeare_llama.yaml) and the pairs (examples/shakespeare_pairs.py).
 
 Usage: examples/compare_finetuning.py [--seeds 5] [--seqforge build/seqforge]
+           [--config examples/configs/shakespeare_pairs_dora.yaml]
            [--base runs/shakespeare_gpt] [--data data/shakespeare_pairs.csv] [--out runs/compare]
 """
 import argparse
@@ -33,9 +35,14 @@ METHODS = {
 
 def train(args, method, seed):
     run_dir = os.path.join(args.out, "%s-%d" % (method, seed))
-    cmd = [args.seqforge, "train", CONFIG, "data.path=" + args.data,
+    overrides = METHODS[method]
+    with open(args.config) as f:
+        decoder = "family: decoder" in f.read()
+    if method == "scratch" and decoder:  # a new model of the base's config.json
+        overrides = ["adapter.kind=none", "model.from_config=true", "optim.lr=0.001"]
+    cmd = [args.seqforge, "train", args.config, "data.path=" + args.data,
            "model.init_from=" + args.base, "train.seed=%d" % seed, "train.run_dir=" + run_dir,
-           "--overwrite"] + METHODS[method] + args.set
+           "--overwrite"] + overrides + args.set
     out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if out.returncode != 0:
         sys.exit("%s failed:\n%s" % (" ".join(cmd), out.stdout))
@@ -56,6 +63,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--seqforge", default="build/seqforge")
+    ap.add_argument("--config", default=CONFIG)
     ap.add_argument("--base", default="runs/shakespeare_gpt")
     ap.add_argument("--data", default="data/shakespeare_pairs.csv")
     ap.add_argument("--out", default="runs/compare")
