@@ -115,6 +115,13 @@ def main():
     if not out.startswith("ROMEO:") or len(out.strip()) <= len("ROMEO:"):
         fail(f"generate gave {out!r}")
     print("generate:", out.strip().replace("\n", " | ")[:80])
+    # A nucleus this small keeps only the likeliest token: greedy decoding.
+    greedy = run([seqforge, "generate", run_dir, "--prompt", "ROMEO:", "--length", "12",
+                  "--temperature", "0"]).stdout
+    nucleus = run([seqforge, "generate", run_dir, "--prompt", "ROMEO:", "--length", "12",
+                   "--top-p", "1e-9", "--seed", "5"]).stdout
+    if greedy != nucleus:
+        fail(f"--top-p 1e-9 gave {nucleus!r}, greedy decoding {greedy!r}")
 
     # Pre-training from config.json alone (from_config), and the run directory, a Hugging Face
     # folder itself, as the next run's base.

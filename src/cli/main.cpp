@@ -146,13 +146,15 @@ int main(int argc, char** argv) {
   CLI::App* merge = app.add_subcommand(
       "merge", "Fold a run's LoRA/DoRA adapters into its weights: a plain checkpoint");
   merge->add_option("run", merge_run, "run directory or model.safetensors")->required();
-  merge->add_option("--output", merge_output,
-                    "the .safetensors file to write; for a decoder run, a folder name writes a "
-                    "Hugging Face folder (config.json, model.safetensors, tokenizer.json)")
+  merge
+      ->add_option("--output", merge_output,
+                   "the .safetensors file to write; for a decoder run, a folder name writes a "
+                   "Hugging Face folder (config.json, model.safetensors, tokenizer.json)")
       ->required();
 
   std::string gen_run, gen_prompt;
   int64_t gen_length = 200, gen_top_k = 0;
+  double gen_top_p = 1.0;
   double gen_temperature = 1.0;
   uint64_t gen_seed = 0;
   CLI::App* gen = app.add_subcommand("generate", "Sample text from a character model");
@@ -165,6 +167,9 @@ int main(int argc, char** argv) {
                   "sampling temperature; 0: always the likeliest character")
       ->capture_default_str();
   gen->add_option("--top-k", gen_top_k, "sample among the k likeliest (default: all)");
+  gen->add_option("--top-p", gen_top_p,
+                  "sample among the fewest likeliest whose probabilities reach p (nucleus)")
+      ->capture_default_str();
   gen->add_option("--seed", gen_seed, "random seed")->capture_default_str();
 
   seqforge::cli::TuneCli* tune = seqforge::cli::add_tune(app);
@@ -289,8 +294,10 @@ int main(int argc, char** argv) {
       if (gen->count("--top-k") && gen_top_k <= 0)
         sf::fail("generate: --top-k must be positive, got ", gen_top_k,
                  " (leave it out to sample among all characters)");
+      if (!(gen_top_p > 0 && gen_top_p <= 1))
+        sf::fail("generate: --top-p must be in (0, 1], got ", gen_top_p);
       std::printf("%s\n", sf::generate(gen_run, gen_prompt, gen_length, gen_temperature, gen_top_k,
-                                       gen_seed)
+                                       gen_seed, gen_top_p)
                               .c_str());
       return 0;
     }

@@ -171,6 +171,13 @@ DecoderOptions read_decoder_config(const std::string& path) {
          "' is not supported (seqforge reads llama, qwen2 and gemma3_text models: Llama 2 and 3, "
          "SmolLM2, Qwen2 and 2.5, Gemma 3's text models)");
   o.gemma = o.model_type == "gemma3_text";
+  if (const Json* eos = c.get("eos_token_id")) {  // one id, or a list of them
+    for (const Json& id : eos->is_array() ? *eos : Json::array({*eos})) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0)
+        fail(path, ": eos_token_id must be a token id or a list of them, got ", eos->dump());
+      o.eos_token_ids.push_back(id.get<int64_t>());
+    }
+  }
   o.vocab_size = c.count("vocab_size");
   o.hidden_size = c.count("hidden_size");
   o.intermediate_size = c.count("intermediate_size");

@@ -311,8 +311,11 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
 namespace {
 
 // The next character's id from its logits (V): the likeliest (the first of equals) at
-// temperature 0, else drawn from softmax(logits / temperature) over the top_k likeliest (0: all).
-int64_t sample_next(const std::vector<float>& row, double temperature, int64_t top_k, Rng& rng) {
+// temperature 0, else drawn from softmax(logits / temperature) over the top_k likeliest (0: all)
+// and, with top_p < 1, over the fewest likeliest of those whose probabilities reach top_p
+// (nucleus sampling, HF's top_p; the likeliest is always kept).
+int64_t sample_next(const std::vector<float>& row, double temperature, int64_t top_k, Rng& rng,
+                    double top_p = 1.0) {
   const int64_t V = static_cast<int64_t>(row.size());
   std::vector<int64_t> idx(V);
   std::iota(idx.begin(), idx.end(), 0);
@@ -325,10 +328,16 @@ int64_t sample_next(const std::vector<float>& row, double temperature, int64_t t
   double total = 0;
   for (int64_t i = 0; i < k; ++i)
     total += p[i] = std::exp((row[idx[i]] - row[idx[0]]) / temperature);
+  int64_t kept = k;
+  if (top_p < 1) {
+    double before = 0;
+    for (kept = 0; kept < k && before < top_p * total; ++kept) before += p[kept];
+    total = before;
+  }
   double u = rng.uniform() * total;
-  for (int64_t i = 0; i < k; ++i)
+  for (int64_t i = 0; i < kept; ++i)
     if ((u -= p[i]) <= 0) return idx[i];
-  return idx[k - 1];
+  return idx[kept - 1];
 }
 
 }  // namespace
@@ -340,7 +349,7 @@ namespace {
 // run's tokenizer.
 std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
                             const std::string& prompt, int64_t length, double temperature,
-                            int64_t top_k, uint64_t seed) {
+                            int64_t top_k, double top_p, uint64_t seed) {
   const std::string& path = data_options(r.config).text.tokenizer;
   const text::Tokenizer tokenizer = text::Tokenizer::from_file(path);
   std::vector<int64_t> ids;
@@ -361,7 +370,11 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
     // Only the tokenizer's ids: a model's vocabulary may be padded past them.
     const int64_t next =
         sample_next(std::vector<float>(last.begin(), last.begin() + tokenizer.vocab_size()),
-                    temperature, top_k, rng);
+                    temperature, top_k, rng, top_p);
+    const std::vector<int64_t>& eos = model.options().decoder.eos_token_ids;
+    if (model.options().family == ModelFamily::decoder &&
+        std::find(eos.begin(), eos.end(), next) != eos.end())
+      break;  // the model's end of text
     ids.push_back(next);
     made.push_back(int32_t(next));
   }
@@ -371,7 +384,7 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
 }  // namespace
 
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
-                     double temperature, int64_t top_k, uint64_t seed) {
+                     double temperature, int64_t top_k, uint64_t seed, double top_p) {
   configure_threads();
   LoadedRun r = load_run_model(run);
   if (!r.task.is_lm())
@@ -385,7 +398,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, nullptr);  // in the run's precision, as eval and predict
   if (r.task.kind == TaskKind::lm)
-    return generate_tokens(*be, *model, r, prompt, length, temperature, top_k, seed);
+    return generate_tokens(*be, *model, r, prompt, length, temperature, top_k, top_p, seed);
   const std::u32string& vocab = r.task.text.vocab;
   Rng rng(seed);
   // Without a prompt: after a newline, or a character drawn at random when the text had none.
@@ -451,7 +464,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   for (int64_t n = 0; n < length; ++n) {
     const int64_t next =
         sample_next(download_vector<float>(*be, logits.slice(logits.dim(0) - 1, logits.dim(0))),
-                    temperature, top_k, rng);
+                    temperature, top_k, rng, top_p);
     text += encode_utf8(vocab.substr(next, 1));
     ids.push_back(next);
     if (n + 1 < length) logits = next_logits();

@@ -94,6 +94,7 @@ struct DecoderOptions {
   // and k are normed per head before the rotation, each branch is normed before it joins the
   // stream, attention scales by query_pre_attn_scalar^-1/2, and the local (sliding-window)
   // layers rotate with their own base and no scaling.
+  std::vector<int64_t> eos_token_ids;  // config.json's eos_token_id: where generation stops
   bool gemma = false;
   double query_pre_attn_scalar = 0;  // 0: head_dim
   double rope_local_theta = 10000;

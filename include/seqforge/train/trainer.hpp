@@ -75,7 +75,7 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
 
 // Samples `length` characters from a character model after `prompt`.
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
-                     double temperature, int64_t top_k, uint64_t seed);
+                     double temperature, int64_t top_k, uint64_t seed, double top_p = 1.0);
 
 // Folds a run's LoRA or DoRA adapters into its base weights (W0 + (alpha/r) B A; DoRA: m V /
 // ||V|| per row) and writes them as a plain transformer checkpoint (nanoGPT's names, the run's
