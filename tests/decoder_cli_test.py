@@ -218,7 +218,7 @@ train: {{epochs: 1, batch_size: 16, max_batches: 5, run_dir: {cls_dir}}}
          "model.family decoder builds its model from a Hugging Face folder"),
         ([f"model.init_from={no_tokenizer}"], "needs data.tokenizer"),
         ([f"model.init_from={small}", f"data.tokenizer={folder}/tokenizer.json"],
-         "has 384 tokens, more than the model's vocab_size 300"),
+         "past the model's vocab_size 300 (tokenizer and model do not belong together)"),
         (["adapter.kind=lora", "adapter.targets=[c_attn]"], "is not a Linear of a decoder layer"),
         (["data.task=charlm"], "model.family decoder takes data.task lm or text_classify"),
     ]

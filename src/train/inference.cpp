@@ -367,10 +367,11 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
     be.upload(input, ids.data() + ids.size() - count);
     const Tensor logits = model.forward(be, input, {}, {}, false, rng);
     const std::vector<float> last = download_vector<float>(be, logits.slice(count - 1, count));
-    // Only the tokenizer's ids: a model's vocabulary may be padded past them.
-    const int64_t next =
-        sample_next(std::vector<float>(last.begin(), last.begin() + tokenizer.vocab_size()),
-                    temperature, top_k, rng, top_p);
+    // Ids both know: a model's rows may be padded past the tokenizer's, and a tokenizer may have
+    // ids past the model's (Gemma 3's image token).
+    const int64_t known = std::min<int64_t>(tokenizer.vocab_size(), int64_t(last.size()));
+    const int64_t next = sample_next(std::vector<float>(last.begin(), last.begin() + known),
+                                     temperature, top_k, rng, top_p);
     const std::vector<int64_t>& eos = model.options().decoder.eos_token_ids;
     if (model.options().family == ModelFamily::decoder &&
         std::find(eos.begin(), eos.end(), next) != eos.end())

@@ -177,9 +177,12 @@ ModelOptions model_options(const Config& c, const Task& t) {
            "model.init_from to one (config.json, model.safetensors, tokenizer.json)",
            init.empty() ? "" : "; '" + init + "' is not a directory");
     m.decoder = read_decoder_config((fs::path(init) / "config.json").string());
-    if (t.text.token_vocab > m.decoder.vocab_size)
-      fail(c.origin("data.tokenizer"), ": the tokenizer ", t.text.tokenizer, " has ",
-           t.text.token_vocab, " tokens, more than the model's vocab_size ", m.decoder.vocab_size);
+    // A tokenizer may have ids past the model's rows (Gemma 3's image token): the data must not.
+    if (const auto top = std::max_element(t.text.ids.begin(), t.text.ids.end());
+        top != t.text.ids.end() && *top >= m.decoder.vocab_size)
+      fail(c.origin("data.tokenizer"), ": the tokenizer ", t.text.tokenizer, " gives token id ",
+           *top, " on ", t.path, ", past the model's vocab_size ", m.decoder.vocab_size,
+           " (tokenizer and model do not belong together)");
     m.vocab_size = m.decoder.vocab_size;
     m.embedding_dim = m.decoder.hidden_size;
     if (t.kind == TaskKind::text_classify)
@@ -357,7 +360,9 @@ Task load_task(const Config& c, const Task* from) {
   // every id after it).
   Dataset pretrained;
   const TaskKind task = parse_task(c.str("data.task"), c.origin("data.task"));
-  const bool text = task == TaskKind::text_classify || task == TaskKind::charlm;  // characters
+  // Characters (a decoder reads its tokenizer's tokens instead).
+  const bool text = (task == TaskKind::text_classify || task == TaskKind::charlm) &&
+                    c.str("model.family") != "decoder";
   if (std::string init = c.str("model.init_from");
       !from && !init.empty() && text && init_loads_vocabulary(c)) {
     if (fs::is_directory(init)) init = (fs::path(init) / "model.safetensors").string();
@@ -697,6 +702,21 @@ const char* gemm_precision_name(DType gemm) {
 // the layer output (T, B, D*H), its input gradient (T, B, I_l), dropout masks and masked copies;
 // half-precision GEMMs add half-size copies of gates and outputs.
 double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool half) {
+  if (m.family == ModelFamily::decoder) {
+    // Per layer and token what backward keeps: both norms' outputs, q, k and v (and their
+    // per-head copies under GQA), the attention output, the stream after attention and after
+    // the layer, the MLP's gate, up and product (3F); Gemma adds q and k before their norms and
+    // both branches before theirs. Then the head: logits and their gradient (2V), or a
+    // classifier's rows.
+    const DecoderOptions& o = m.decoder;
+    const double N = double(T) * double(B), C = double(o.hidden_size),
+                 F = double(o.intermediate_size), HD = double(o.num_heads * o.head_dim),
+                 W = double((o.num_heads + 2 * o.num_kv_heads) * o.head_dim);
+    double layer = 4 * C + W + HD + 3 * F + (o.num_kv_heads < o.num_heads ? 3 * HD : 0);
+    if (o.gemma) layer += 2 * C + HD + double(o.num_kv_heads * o.head_dim);
+    const double head = o.num_labels > 0 ? 0 : 2.0 * double(o.vocab_size);
+    return 4 * N * (double(o.num_layers) * layer + head + 2 * C);
+  }
   if (m.family == ModelFamily::transformer) {
     // Per block and token: the LayerNorm outputs, qkv, attention output, both branch outputs,
     // the residual sums, the MLP's 4C pre- and post-GELU (18C), and in backward the MLP's 4C and
