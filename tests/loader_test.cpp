@@ -426,7 +426,11 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
   o.source = "c.yaml";
   o.task = TaskKind::text_classify;
   o.path = csv.string();
-  o.text = {.seq_len = 10, .columns = {"a", "b"}, .class_col = "label", .separator = " | "};
+  o.text = {.seq_len = 10,
+            .columns = {"a", "b"},
+            .class_col = "label",
+            .separator = " | ",
+            .tokenizer = {}};
   o.split.train = 1.0;
   o.split.val = 0.0;
   const Dataset d = load_dataset(o);

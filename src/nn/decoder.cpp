@@ -15,9 +15,6 @@ namespace seqforge {
 
 namespace {
 
-const std::byte* at(const void* p, int64_t elements, DType dt) {
-  return static_cast<const std::byte*>(p) + elements * int64_t(dtype_size(dt));
-}
 std::byte* at(void* p, int64_t elements, DType dt) {
   return static_cast<std::byte*>(p) + elements * int64_t(dtype_size(dt));
 }
