@@ -15,6 +15,14 @@ namespace seqforge {
 
 namespace {
 
+// y (rows, out) = x (rows, in) W (out, in)^T, all packed.
+void times_transposed(Backend& be, Tensor y, Tensor x, Tensor w) {
+  const int64_t out = w.dim(0), in = w.dim(1);
+  const GemmShape s{
+      .trans_b = true, .m = x.dim(0), .n = out, .k = in, .lda = in, .ldb = in, .ldc = out};
+  be.gemm(s, w.dtype(), x.data(), w.data(), y.data());
+}
+
 std::byte* at(void* p, int64_t elements, DType dt) {
   return static_cast<std::byte*>(p) + elements * int64_t(dtype_size(dt));
 }
@@ -224,14 +232,7 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
                       opt_.rms_norm_eps);
   if (score_ == kNone) {
     const Tensor logits = logits_.get(be, dt, {N, opt_.vocab_size});
-    const GemmShape s{.trans_b = true,
-                      .m = N,
-                      .n = opt_.vocab_size,
-                      .k = C,
-                      .lda = C,
-                      .ldb = C,
-                      .ldc = opt_.vocab_size};
-    be.gemm(s, dt, z.data(), params_.value(head_).data(), logits.data());
+    times_transposed(be, logits, z, params_.value(head_));
     return logits;
   }
   // A classifier scores each row's last token (HF's last non-padding token).
@@ -252,14 +253,7 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
   const Tensor pooled = pooled_.get(be, dt, {batch_, C});
   be.embedding_forward(pooled, z, rows);  // a gather of the rows
   const Tensor logits = logits_.get(be, dt, {batch_, opt_.num_labels});
-  const GemmShape s{.trans_b = true,
-                    .m = batch_,
-                    .n = opt_.num_labels,
-                    .k = C,
-                    .lda = C,
-                    .ldb = C,
-                    .ldc = opt_.num_labels};
-  be.gemm(s, dt, pooled.data(), params_.value(score_).data(), logits.data());
+  times_transposed(be, logits, pooled, params_.value(score_));
   return logits;
 }
 
@@ -304,12 +298,7 @@ void Decoder::layer_forward(Backend& be, Layer& l, Tensor x) {
     }
   }
   AttentionForward a;
-  a.shape = {.batch = batch_,
-             .seq = seq_,
-             .heads = H,
-             .head_dim = D,
-             .causal = true,
-             .scale = attention_scale()};
+  a.shape = attention_shape();
   a.qkv = qkv3.data();
   a.out = l.att.get(be, dt, {N, HD}).data();
   a.lse = l.lse.get(be, dt, {batch_, H, seq_}).data();
@@ -433,12 +422,7 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
   const Tensor dqkv = s.dqkv.get(be, dt, {N, W});
   const Tensor dqkv3 = KV < H ? s.dqkv3.get(be, dt, {N, 3 * HD}) : dqkv;
   AttentionBackward a;
-  a.shape = {.batch = batch_,
-             .seq = seq_,
-             .heads = H,
-             .head_dim = D,
-             .causal = true,
-             .scale = attention_scale()};
+  a.shape = attention_shape();
   a.qkv = qkv3.data();
   a.out = l.att.tensor().data();
   a.lse = l.lse.tensor().data();

@@ -94,10 +94,8 @@ void Decoder::init_adapters(Backend& be, const std::vector<std::string>& loaded)
       if (p.m == kNone || std::find(loaded.begin(), loaded.end(),
                                     params_.values().entries()[p.m].name) != loaded.end())
         continue;
-      const std::vector<double> v = nn::adapted_weight(
-          download_doubles(be, params_.value(p.w)), download_doubles(be, params_.value(p.A)),
-          download_doubles(be, params_.value(p.B)), p.out, p.in, r, s);
-      upload_doubles(be, params_.value(p.m), nn::row_norms(v, p.out, p.in));
+      nn::init_dora_magnitude(be, params_.value(p.m), params_.value(p.w), params_.value(p.A),
+                              params_.value(p.B), s);
     }
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/host_access.hpp"
 
 namespace seqforge::nn {
 
@@ -45,6 +46,14 @@ inline std::vector<double> row_norms(const std::vector<double>& w, int64_t out, 
     norms[r] = std::sqrt(sq);
   }
   return norms;
+}
+
+// DoRA's start: m (out) = ||W0 + s B A|| per row, from W0 (out, in), A (rank, in), B (out, rank).
+inline void init_dora_magnitude(Backend& be, Tensor m, Tensor w0, Tensor a, Tensor b, double s) {
+  const int64_t out = w0.dim(0), in = w0.dim(1), rank = a.dim(0);
+  const std::vector<double> v = adapted_weight(download_doubles(be, w0), download_doubles(be, a),
+                                               download_doubles(be, b), out, in, rank, s);
+  upload_doubles(be, m, row_norms(v, out, in));
 }
 
 }  // namespace seqforge::nn

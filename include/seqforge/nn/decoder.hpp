@@ -79,6 +79,16 @@ class Decoder final : public Model {
   void prepare_rope(Backend& be, int64_t seq);
   Rotary rotary_of(void* x, int64_t heads, bool local) const;
   double norm_offset() const { return opt_.gemma ? 1.0 : 0.0; }
+  // The attention of the last forward's batch: causal, its query heads (keys and values repeated
+  // for them), attention_scale().
+  AttentionShape attention_shape() const {
+    return {.batch = batch_,
+            .seq = seq_,
+            .heads = opt_.num_heads,
+            .head_dim = opt_.head_dim,
+            .causal = true,
+            .scale = attention_scale()};
+  }
   // 1 / sqrt(head_dim), or Gemma 3's query_pre_attn_scalar^-1/2.
   double attention_scale() const {
     return 1.0 / std::sqrt(opt_.query_pre_attn_scalar > 0 ? opt_.query_pre_attn_scalar
