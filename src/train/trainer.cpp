@@ -43,12 +43,20 @@ namespace {
 constexpr const char* kPeftPrefix = "base_model.model.";
 
 // The files a training run writes into its directory.
-const char* const kRunFiles[] = {
-    "config.resolved.yaml",       "metrics.jsonl", "model.safetensors",
-    "training_state.safetensors", "report.html",   "val_predictions.csv",
-    "val_reconstructions.csv",    "trace.json",    "adapter_model.safetensors",
-    "adapter_config.json",        "config.json",   "tokenizer.json",
-    "tokenizer_config.json",      "special_tokens_map.json"};
+const char* const kRunFiles[] = {"config.resolved.yaml",
+                                 "metrics.jsonl",
+                                 "model.safetensors",
+                                 "training_state.safetensors",
+                                 "report.html",
+                                 "val_predictions.csv",
+                                 "val_reconstructions.csv",
+                                 "trace.json",
+                                 "adapter_model.safetensors",
+                                 "adapter_config.json",
+                                 "config.json",
+                                 "tokenizer.json",
+                                 "tokenizer_config.json",
+                                 "special_tokens_map.json"};
 
 // Whether `dir` holds a run with something to lose: a finished epoch's metrics, a model or a
 // training state (a run stopped before its first epoch ended left nothing of value).
@@ -406,7 +414,7 @@ void Training::build_model() {
   if (std::string init = c_.str("model.init_from");
       !init.empty() && resume_dir_.empty() && rank_ == 0 &&
       task_.model.family == ModelFamily::decoder) {  // a Hugging Face folder
-    if (c_.boolean("model.from_config")) {  // its weights are not read
+    if (c_.boolean("model.from_config")) {           // its weights are not read
       out_ << "from_config: a new " << task_.model.decoder.model_type << " model of " << init
            << "/config.json's shape\n";
     } else {
@@ -497,10 +505,13 @@ void Training::print_start() const {
     for (const std::string& x : a.targets) targets += (targets.empty() ? "" : ", ") + x;
     char share[32];
     std::snprintf(share, sizeof share, "%.2f%%", 100.0 * double(trainable) / double(p.count()));
-    const int64_t layers = recurrent ? rnn.num_layers : task_.model.transformer.n_layer;
+    const bool decoder = task_.model.family == ModelFamily::decoder;
+    const int64_t layers = recurrent ? rnn.num_layers
+                           : decoder ? task_.model.decoder.num_layers
+                                     : task_.model.transformer.n_layer;
     out_ << "adapters: " << (a.kind == AdapterKind::lora ? "lora" : "dora") << " rank " << a.rank
          << ", alpha " << a.alpha << " on " << targets << " of " << layers
-         << (recurrent ? " layer" : " block") << (layers == 1 ? "" : "s");
+         << (recurrent || decoder ? " layer" : " block") << (layers == 1 ? "" : "s");
     if (a.dropout > 0)
       out_ << ", dropout " << a.dropout
            << (recurrent ? " on the entries of A (DropConnect)" : " on the adapters' inputs");
@@ -713,8 +724,8 @@ void Training::write_hf_files() const {
   const auto write = [&](const std::string& name, const std::string& text) {
     io::write_file_atomically((dir / name).string(), {{text.data(), text.size()}});
   };
-  nlohmann::ordered_json config = nlohmann::ordered_json::parse(
-      io::read_file((base / "config.json").string()), nullptr, false);
+  nlohmann::ordered_json config =
+      nlohmann::ordered_json::parse(io::read_file((base / "config.json").string()), nullptr, false);
   if (config.is_object() && task_.kind == TaskKind::text_classify) {
     const std::vector<std::string>& names = task_.text.class_names;
     nlohmann::ordered_json id2label = nlohmann::ordered_json::object(),
