@@ -1345,7 +1345,7 @@ Dataset load_dataset(const DataOptions& opt, const Dataset* from, WindowSet wind
   if (d.kind == TaskKind::charlm) {
     d.text = load_text(opt, from ? from->text.vocab : std::u32string());
   } else if (d.kind == TaskKind::lm) {
-    d.text = load_tokens(opt);
+    d.text = load_tokens(opt, from ? &from->text : nullptr);
   } else if (d.kind == TaskKind::text_classify) {
     d.text = load_text_examples(opt, from ? &from->text : nullptr, windows);
     if (windows != WindowSet::splits) {  // every example of the file, evaluated or predicted

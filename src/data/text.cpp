@@ -9,6 +9,7 @@
 #include "data/splits.hpp"
 #include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/core/hash.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/text/tokenizer.hpp"
 
@@ -128,11 +129,22 @@ void chunk_splits(const DataOptions& opt, TextData& d, const char* unit) {
 
 }  // namespace
 
-TextData load_tokens(const DataOptions& opt) {
+text::Tokenizer read_tokenizer(const std::string& path, uint64_t expected, uint64_t* hash) {
+  const std::string bytes = io::read_file(path);
+  *hash = hash_text(bytes);
+  if (expected != 0 && *hash != expected)
+    fail(path, ": this tokenizer is not the file the model was trained with (it changed since): ",
+         "its ids would mean other tokens; give the run the tokenizer.json it used (a decoder ",
+         "run keeps a copy in its directory)");
+  return text::Tokenizer::from_json(bytes, path);
+}
+
+TextData load_tokens(const DataOptions& opt, const TextData* stored) {
   TextData d;
   d.seq_len = opt.text.seq_len;
   d.tokenizer = opt.text.tokenizer;
-  const text::Tokenizer tokenizer = text::Tokenizer::from_file(d.tokenizer);
+  const text::Tokenizer tokenizer =
+      read_tokenizer(d.tokenizer, stored ? stored->tokenizer_hash : 0, &d.tokenizer_hash);
   d.token_vocab = tokenizer.vocab_size();
   std::string bytes = io::read_file(opt.path);
   if (bytes.rfind("\xEF\xBB\xBF", 0) == 0) bytes.erase(0, 3);

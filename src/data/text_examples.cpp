@@ -30,9 +30,11 @@ bool truncate_pair(std::u32string* a, std::u32string* b, size_t sep, size_t limi
 // Each row as token ids of opt.text.tokenizer: text A (and text B) encoded, cut longest first
 // (HF's longest_first) so that they and the template's special tokens fit in seq_len, then the
 // template applied (a pair's); A's share is the tokens of type 0.
-void token_examples(const DataOptions& opt, const io::CsvTable& table, TextData* d) {
+void token_examples(const DataOptions& opt, const io::CsvTable& table, const TextData* stored,
+                    TextData* d) {
   const TextOptions& o = opt.text;
-  const text::Tokenizer tokenizer = text::Tokenizer::from_file(o.tokenizer);
+  const text::Tokenizer tokenizer =
+      read_tokenizer(o.tokenizer, stored ? stored->tokenizer_hash : 0, &d->tokenizer_hash);
   d->tokenizer = o.tokenizer;
   d->token_vocab = tokenizer.vocab_size();
   const bool pair = d->segments == 2;
@@ -97,7 +99,7 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
   const int64_t n = table.rows();
   if (n == 0) fail(opt.path, ": no rows");
   if (!o.tokenizer.empty()) {
-    token_examples(opt, table, &d);
+    token_examples(opt, table, stored, &d);
   } else {
     const std::u32string sep = decode_utf8(o.separator, opt.source + ": data.separator");
     if (d.segments == 2 && static_cast<int64_t>(sep.size()) + 2 > d.seq_len)

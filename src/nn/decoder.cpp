@@ -152,28 +152,22 @@ void Decoder::set_token_layout(Tensor lengths, Tensor) { lengths_ = lengths; }
 
 void Decoder::prepare_rope(Backend& be, int64_t seq) {
   if (seq <= rope_positions_) return;
-  const std::vector<double> inv = rope_inverse_frequencies(opt_);
   const int64_t half = opt_.head_dim / 2;
-  std::vector<double> c(size_t(seq * half)), s(size_t(seq * half));
-  for (int64_t p = 0; p < seq; ++p)
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle = double(p) * inv[size_t(i)];
-      c[size_t(p * half + i)] = std::cos(angle);
-      s[size_t(p * half + i)] = std::sin(angle);
-    }
-  upload_doubles(be, cos_.get(be, params_.dtype(), {seq, half}), c);
-  upload_doubles(be, sin_.get(be, params_.dtype(), {seq, half}), s);
-  if (opt_.gemma) {  // the local layers' tables, with their own base
-    const std::vector<double> local = rope_inverse_frequencies(opt_, true);
+  // cos and sin (seq, half) of each position's angles, from the given frequencies.
+  const auto tables = [&](bool local, Buffer& cos, Buffer& sin) {
+    const std::vector<double> inv = rope_inverse_frequencies(opt_, local);
+    std::vector<double> c(size_t(seq * half)), s(size_t(seq * half));
     for (int64_t p = 0; p < seq; ++p)
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = double(p) * local[size_t(i)];
+        const double angle = double(p) * inv[size_t(i)];
         c[size_t(p * half + i)] = std::cos(angle);
         s[size_t(p * half + i)] = std::sin(angle);
       }
-    upload_doubles(be, local_cos_.get(be, params_.dtype(), {seq, half}), c);
-    upload_doubles(be, local_sin_.get(be, params_.dtype(), {seq, half}), s);
-  }
+    upload_doubles(be, cos.get(be, params_.dtype(), {seq, half}), c);
+    upload_doubles(be, sin.get(be, params_.dtype(), {seq, half}), s);
+  };
+  tables(false, cos_, sin_);
+  if (opt_.gemma) tables(true, local_cos_, local_sin_);  // the local layers' own base
   rope_positions_ = seq;
 }
 

@@ -350,8 +350,9 @@ namespace {
 std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
                             const std::string& prompt, int64_t length, double temperature,
                             int64_t top_k, double top_p, uint64_t seed) {
-  const std::string& path = data_options(r.config).text.tokenizer;
-  const text::Tokenizer tokenizer = text::Tokenizer::from_file(path);
+  uint64_t hash = 0;
+  const text::Tokenizer tokenizer =
+      read_tokenizer(data_options(r.config).text.tokenizer, r.task.text.tokenizer_hash, &hash);
   std::vector<int64_t> ids;
   for (int32_t id : tokenizer.encode(prompt, true).ids) ids.push_back(id);
   if (ids.empty()) fail("--prompt: give a prompt for a token language model");

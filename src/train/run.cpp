@@ -290,12 +290,28 @@ Config with_base_architecture(const Config& c, std::string* note) {
 std::vector<std::string> ignored_settings(const Config& c) {
   std::vector<std::string> out;
   const std::string family = c.str("model.family");
-  const bool transformer = family == "transformer";
+  const bool transformer = family == "transformer", decoder = family == "decoder";
   for (const char* key : {"model.cell", "model.hidden", "model.proj_size", "model.dropout_mode"})
-    if (transformer && c.differs_from_default(key))
-      out.push_back(std::string(key) +
-                    " is for recurrent models; model.family is transformer: "
-                    "it is ignored");
+    if ((transformer || decoder) && c.differs_from_default(key))
+      out.push_back(std::string(key) + " is for recurrent models; model.family is " + family +
+                    ": it is ignored");
+  // A decoder's shape is its config.json's, and it has no dropout.
+  for (const char* key :
+       {"model.embedding", "model.layers", "model.dropout", "model.bidirectional", "model.bias"})
+    if (decoder && c.differs_from_default(key))
+      out.push_back(
+          std::string(key) + " does not apply to model.family decoder (" +
+          "model.init_from's config.json gives its shape; it has no dropout): " + "it is ignored");
+  if (!decoder && c.differs_from_default("model.from_config"))
+    out.push_back("model.from_config is for model.family decoder; model.family is " + family +
+                  ": it is ignored");
+  const std::string task = c.str("data.task");
+  if (task != "lm" && !(task == "text_classify" && decoder) &&
+      c.differs_from_default("data.tokenizer"))
+    out.push_back(
+        "data.tokenizer is for data.task lm, or text_classify on a decoder; data.task "
+        "is " +
+        task + ": it is ignored");
   for (const char* key : {"model.heads", "model.block_size", "model.checkpoint_activations"})
     if (!transformer && c.differs_from_default(key))
       out.push_back(std::string(key) + " is for transformers; model.family is " + family +

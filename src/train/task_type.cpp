@@ -309,6 +309,19 @@ class Mae final : public SeriesTask {
   }
 };
 
+// A tokenizer's text task keeps the tokenizer's path, size and fingerprint.
+void store_tokenizer(const TextData& t, std::map<std::string, std::string>* meta) {
+  (*meta)["seqforge.tokenizer"] = nlohmann::json(t.tokenizer).dump();
+  (*meta)["seqforge.token_vocab"] = std::to_string(t.token_vocab);
+  (*meta)["seqforge.tokenizer_hash"] = std::to_string(t.tokenizer_hash);
+}
+void restore_tokenizer(const std::map<std::string, std::string>& meta, const std::string& where,
+                       TextData* t) {
+  t->tokenizer = metadata_json<std::string>(meta, "seqforge.tokenizer", where);
+  t->token_vocab = metadata_json<int64_t>(meta, "seqforge.token_vocab", where);
+  t->tokenizer_hash = metadata_json<uint64_t>(meta, "seqforge.tokenizer_hash", where);
+}
+
 // Bits per character and perplexity, from the loss.
 class CharlmSums final : public MetricSums {
  public:
@@ -337,20 +350,12 @@ class TextTask : public TaskType {
   }
   void store(const Config&, const Dataset& d,
              std::map<std::string, std::string>* meta) const override {
-    if (!d.text.tokenizer.empty()) {
-      (*meta)["seqforge.tokenizer"] = nlohmann::json(d.text.tokenizer).dump();
-      (*meta)["seqforge.token_vocab"] = std::to_string(d.text.token_vocab);
-      return;
-    }
+    if (!d.text.tokenizer.empty()) return store_tokenizer(d.text, meta);
     (*meta)["seqforge.vocab"] = nlohmann::json(encode_utf8(d.text.vocab)).dump();
   }
   void restore(const std::map<std::string, std::string>& meta, const std::string& where,
                Dataset* stored) const override {
-    if (meta.count("seqforge.tokenizer")) {
-      stored->text.tokenizer = metadata_json<std::string>(meta, "seqforge.tokenizer", where);
-      stored->text.token_vocab = metadata_json<int64_t>(meta, "seqforge.token_vocab", where);
-      return;
-    }
+    if (meta.count("seqforge.tokenizer")) return restore_tokenizer(meta, where, &stored->text);
     std::u32string& vocab = stored->text.vocab;
     vocab = decode_utf8(metadata_json<std::string>(meta, "seqforge.vocab", where),
                         where + ": seqforge.vocab");
@@ -423,13 +428,11 @@ class TokenLm final : public TaskType {
   }
   void store(const Config&, const Dataset& d,
              std::map<std::string, std::string>* meta) const override {
-    (*meta)["seqforge.tokenizer"] = nlohmann::json(d.text.tokenizer).dump();
-    (*meta)["seqforge.token_vocab"] = std::to_string(d.text.token_vocab);
+    store_tokenizer(d.text, meta);
   }
   void restore(const std::map<std::string, std::string>& meta, const std::string& where,
                Dataset* stored) const override {
-    stored->text.tokenizer = metadata_json<std::string>(meta, "seqforge.tokenizer", where);
-    stored->text.token_vocab = metadata_json<int64_t>(meta, "seqforge.token_vocab", where);
+    restore_tokenizer(meta, where, &stored->text);
   }
 };
 

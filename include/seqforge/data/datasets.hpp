@@ -15,6 +15,7 @@
 #include "seqforge/core/dtype.hpp"
 #include "seqforge/data/options.hpp"
 #include "seqforge/io/file_stamp.hpp"
+#include "seqforge/text/tokenizer.hpp"
 
 namespace seqforge {
 
@@ -181,10 +182,11 @@ SeriesData load_series(const DataOptions& options, const SeriesData* stored = nu
 // UTF-8). charlm: the whole text, in chunks of seq_len + 1 characters. text_classify: one example
 // per CSV row, its text (or text A, the separator and text B) at most seq_len characters.
 struct TextData {
-  std::u32string vocab;      // charlm: the distinct characters (code points), sorted
-  std::string tokenizer;     // lm: the tokenizer.json its ids come from (vocab is empty)
-  int64_t token_vocab = 0;   // lm: the tokenizer's vocabulary size
-  std::vector<int64_t> ids;  // the whole text, or the examples one after another
+  std::u32string vocab;         // charlm: the distinct characters (code points), sorted
+  std::string tokenizer;        // lm: the tokenizer.json its ids come from (vocab is empty)
+  int64_t token_vocab = 0;      // lm: the tokenizer's vocabulary size
+  uint64_t tokenizer_hash = 0;  // lm: a fingerprint of the tokenizer file's bytes
+  std::vector<int64_t> ids;     // the whole text, or the examples one after another
   int64_t seq_len = 0;
   Split split;  // charlm: chunk starts, input ids[s, s+T), target ids[s+1, s+T+1); else examples
   // text_classify, per example i: ids [offsets[i], offsets[i + 1]), of which the first
@@ -202,8 +204,11 @@ struct TextData {
 // With `vocab`, the characters of a stored model (one that is missing is an error).
 TextData load_text(const DataOptions& options, const std::u32string& vocab = {});
 // A language model's text as token ids of options.text.tokenizer, cut into sequences as
-// load_text cuts characters.
-TextData load_tokens(const DataOptions& options);
+// load_text cuts characters. With `stored`, the tokenizer must be the file the stored run used.
+TextData load_tokens(const DataOptions& options, const TextData* stored = nullptr);
+// The tokenizer at `path`, and its fingerprint into *hash. A stored run's fingerprint
+// (`expected`, 0: none) that differs is an error: its ids would mean other tokens.
+text::Tokenizer read_tokenizer(const std::string& path, uint64_t expected, uint64_t* hash);
 // text_classify's examples from a CSV. With `stored`, its vocabulary and classes (when not
 // empty). `which` as for a series: splits (training) needs a known class in every row; with_targets
 // (eval --data) and every_window (predict) note the rows of an empty or unseen class (-1), and
