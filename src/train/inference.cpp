@@ -40,18 +40,6 @@ double majority_accuracy(const Dataset& t, const std::vector<int64_t>& starts) {
   return starts.empty() ? 0.0 : double(hits) / double(starts.size());
 }
 
-// The class probabilities of logits o (K): "class,p_0,...,p_K-1".
-std::string class_columns(const std::vector<std::string>& names, const float* o) {
-  const int64_t K = static_cast<int64_t>(names.size());
-  const double top = *std::max_element(o, o + K);
-  std::vector<double> p(K);
-  double total = 0;
-  for (int64_t k = 0; k < K; ++k) total += p[k] = std::exp(o[k] - top);
-  std::string out = io::csv_field(names[std::max_element(o, o + K) - o]);
-  for (int64_t k = 0; k < K; ++k) out += "," + shortest(static_cast<float>(p[k] / total));
-  return out;
-}
-
 }  // namespace
 
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
@@ -129,67 +117,76 @@ std::vector<int64_t> prediction_windows(const SeriesData& d, bool last_only) {
   return out;
 }
 
-// The header of a predictions file.
-std::string predictions_header(const SeriesData& d, bool multi) {
-  std::string csv = multi ? "series," : "";
-  csv += "window_end,forecast_for";
-  if (d.steps_ahead > 1) csv += ",step";
+using Column = PredictionColumn;
+
+// The columns of a series run's predictions, empty.
+std::vector<Column> prediction_columns(const SeriesData& d, bool multi) {
+  std::vector<Column> c;
+  if (multi) c.emplace_back("series", Column::Kind::text);
+  c.emplace_back("window_end", Column::Kind::text);
+  c.emplace_back("forecast_for", Column::Kind::text);
+  if (d.steps_ahead > 1) c.emplace_back("step", Column::Kind::integer);
   if (d.task == TaskKind::forecast) {
     for (const auto& name : d.target_names) {
-      if (d.quantiles.empty()) csv += "," + io::csv_field(name);
-      for (double q : d.quantiles) csv += "," + io::csv_field(name + "_q" + shortest(q));
-      if (d.has_targets) csv += "," + io::csv_field(name + "_actual");
+      if (d.quantiles.empty()) c.emplace_back(name, Column::Kind::f32);
+      for (double q : d.quantiles) c.emplace_back(name + "_q" + shortest(q), Column::Kind::f32);
+      if (d.has_targets) c.emplace_back(name + "_actual", Column::Kind::f64);
     }
   } else {
-    csv += ",class";
-    for (const auto& name : d.class_names) csv += "," + io::csv_field("p_" + name);
-    if (d.has_targets) csv += ",actual";
+    c.emplace_back("class", Column::Kind::text);
+    for (const auto& name : d.class_names) c.emplace_back("p_" + name, Column::Kind::f32);
+    if (d.has_targets) c.emplace_back("actual", Column::Kind::text);
   }
-  return csv + "\n";
+  return c;
 }
 
-// One window's rows of a predictions file (one per step ahead) from the model's output `o` (O);
-// returns the number of predictions left empty (a target transform undone from a value missing in
-// the file).
+// The likeliest class of logits o (K) into column *c, then each class's probability into the
+// columns after it.
+void append_classes(const std::vector<std::string>& names, const float* o, Column* c) {
+  const int64_t K = static_cast<int64_t>(names.size());
+  const double top = *std::max_element(o, o + K);
+  std::vector<double> p(K);
+  double total = 0;
+  for (int64_t k = 0; k < K; ++k) total += p[k] = std::exp(o[k] - top);
+  (c++)->text.push_back(names[std::max_element(o, o + K) - o]);
+  // Probabilities are computed in f32: stored as the f32 the file's shortest text reads back as.
+  for (int64_t k = 0; k < K; ++k) (c++)->values.push_back(static_cast<float>(p[k] / total));
+}
+
+// One window's rows of predictions (one per step ahead) from the model's output `o` (O); returns
+// the number of predictions left empty (a target transform undone from a value missing in the
+// file).
 int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bool multi,
-                          std::string* csv) {
+                          std::vector<Column>* columns) {
   const int64_t end = d.series_of(d.last_row(start)).end;
   int64_t unknown = 0;
   for (int64_t k = 0; k < d.steps_ahead; ++k) {
+    Column* c = columns->data();
     const int64_t target = d.target_row(start, k);
     const bool known = d.has_targets && target < end;
-    if (multi) *csv += io::csv_field(d.series_of(start).name) + ",";
-    *csv += row_label(d, d.last_row(start)) + "," + forecast_time(d, start, k);
-    if (d.steps_ahead > 1) *csv += "," + std::to_string(k + 1);
+    if (multi) (c++)->text.push_back(d.series_of(start).name);
+    (c++)->text.push_back(row_label(d, d.last_row(start)));
+    (c++)->text.push_back(forecast_time(d, start, k));
+    if (d.steps_ahead > 1) (c++)->values.push_back(static_cast<double>(k + 1));
     if (d.task == TaskKind::forecast) {
       std::vector<double> f(static_cast<size_t>(d.num_quantiles()));
       for (int64_t j = 0; j < d.num_targets(); ++j) {
         d.forecasts(start, k, j, o, f.data());
         for (const double y : f) {
-          // The model computes in f32: the prediction's shortest f32 text reads back exactly.
           unknown += std::isnan(y);
-          *csv += "," + (std::isnan(y) ? "" : shortest(static_cast<float>(y)));
+          (c++)->values.push_back(std::isnan(y) ? NAN : static_cast<float>(y));
         }
-        const double actual = known ? d.actual(start, k, j) : NAN;
-        if (d.has_targets) *csv += "," + (std::isnan(actual) ? "" : shortest(actual));
+        if (d.has_targets) (c++)->values.push_back(known ? d.actual(start, k, j) : NAN);
       }
     } else {
-      *csv += "," + class_columns(d.class_names, o);
+      append_classes(d.class_names, o, c);
+      c += 1 + static_cast<int64_t>(d.class_names.size());
       if (d.has_targets)
-        *csv +=
-            "," + (known && d.classes[target] >= 0 ? io::csv_field(d.class_names[d.classes[target]])
-                                                   : "");
+        (c++)->text.push_back(known && d.classes[target] >= 0 ? d.class_names[d.classes[target]]
+                                                              : "");
     }
-    *csv += "\n";
   }
   return unknown;
-}
-
-// The predictions file, written atomically, or to standard output for "-".
-void write_predictions(const std::string& output, const std::string& csv) {
-  if (output != "-") return io::write_file_atomically(output, {{csv.data(), csv.size()}});
-  std::fwrite(csv.data(), 1, csv.size(), stdout);
-  std::fflush(stdout);
 }
 
 // The model's logits on text examples, batch by batch (train.batch_size examples): fn(first,
@@ -214,70 +211,74 @@ double for_text_batches(Backend& be, Model& model, const LoadedRun& r,
   return compute_s;
 }
 
-// predict of a text_classify run: per example, its file line, the class and each class's
+// The predictions of a text_classify run: per example, its file line, the class and each class's
 // probability, and the actual class when the file has it.
-int64_t predict_text(const LoadedRun& r, const PredictOptions& options, std::ostream& log) {
+Predictions predict_text(const LoadedRun& r) {
   const TextData& d = r.task.text;
   auto be = make_device_backend(r.config, r.task.model, true);
+  Predictions p;
+  std::ostringstream log;
   auto model = load_model(*be, r, &log);
-  std::string csv = "line,class";
-  for (const auto& name : d.class_names) csv += "," + io::csv_field("p_" + name);
-  csv += d.has_classes ? ",actual\n" : "\n";
+  p.columns.emplace_back("line", Column::Kind::integer);
+  p.columns.emplace_back("class", Column::Kind::text);
+  for (const auto& name : d.class_names) p.columns.emplace_back("p_" + name, Column::Kind::f32);
+  if (d.has_classes) p.columns.emplace_back("actual", Column::Kind::text);
   const std::vector<int64_t>& examples = r.task.split().test;
   const int64_t K = static_cast<int64_t>(d.class_names.size());
-  const double compute_s =
+  p.compute_seconds =
       for_text_batches(*be, *model, r, examples, [&](size_t first, size_t end, const float* o) {
         for (size_t i = first; i < end; ++i) {
           const int64_t e = examples[i];
-          csv +=
-              std::to_string(d.lines[e]) + "," + class_columns(d.class_names, o + (i - first) * K);
+          p.columns[0].values.push_back(static_cast<double>(d.lines[e]));
+          append_classes(d.class_names, o + (i - first) * K, &p.columns[1]);
           if (d.has_classes)
-            csv += "," + (d.classes[e] >= 0 ? io::csv_field(d.class_names[d.classes[e]]) : "");
-          csv += "\n";
+            p.columns.back().text.push_back(d.classes[e] >= 0 ? d.class_names[d.classes[e]] : "");
         }
       });
-  write_predictions(options.output, csv);
+  p.rows = p.windows = static_cast<int64_t>(examples.size());
   char line[160];
-  std::snprintf(line, sizeof line, "predict: %zu example%s in %.3f s (%.0f examples/s)\n",
-                examples.size(), examples.size() == 1 ? "" : "s", compute_s,
-                examples.size() / std::max(compute_s, 1e-9));
-  log << line << std::flush;
-  return static_cast<int64_t>(examples.size());
+  std::snprintf(line, sizeof line, "predict: %zu example%s in %.3f s (%.0f examples/s)",
+                examples.size(), examples.size() == 1 ? "" : "s", p.compute_seconds,
+                examples.size() / std::max(p.compute_seconds, 1e-9));
+  p.summary = line;
+  return p;
 }
 
 }  // namespace
 
-int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
-  check_output_outside_run(options.output, run, "--output");
-  LoadedRun r = load_run(run, options.input, WindowSet::every_window);
-  for (const std::string& note : r.task.notes()) log << "note: " << note << "\n";
-  if (r.task.kind == TaskKind::text_classify) {
-    if (options.last_only) fail("--last: a text classifier predicts every row of the file");
-    configure_threads(static_cast<int>(r.config.integer("train.threads")));
-    return predict_text(r, options, log);
-  }
+Predictions predictions(const std::string& run, const std::string& input, bool last_only) {
+  LoadedRun r = load_run(run, input, WindowSet::every_window);
+  Predictions p;
+  for (const std::string& note : r.task.notes()) p.notes.push_back(note);
   configure_threads(static_cast<int>(r.config.integer("train.threads")));
+  if (r.task.kind == TaskKind::text_classify) {
+    if (last_only) fail("--last: a text classifier predicts every row of the file");
+    Predictions text = predict_text(r);
+    text.notes.insert(text.notes.begin(), p.notes.begin(), p.notes.end());
+    return text;
+  }
   const SeriesData& d = r.task.series;
   for (const SeriesSpan& s : d.series)
     if (s.end - s.begin < d.lookback && d.series.size() > 1)
-      log << "note: series '" << s.name << "' has " << s.end - s.begin
-          << " rows, fewer than data.lookback = " << d.lookback << ": no prediction for it\n";
-  const std::vector<int64_t> windows = prediction_windows(d, options.last_only);
+      p.notes.push_back("series '" + s.name + "' has " + std::to_string(s.end - s.begin) +
+                        " rows, fewer than data.lookback = " + std::to_string(d.lookback) +
+                        ": no prediction for it");
+  const std::vector<int64_t> windows = prediction_windows(d, last_only);
   if (windows.empty())
-    fail(options.input, ": ", d.rows, " rows", d.series.size() > 1 ? " in every series" : "",
+    fail(input, ": ", d.rows, " rows", d.series.size() > 1 ? " in every series" : "",
          d.drops_first_rows ? " (after data.transform, whose differences use each series' "
                               "first row as their base)"
                             : "",
          " are fewer than data.lookback = ", d.lookback, ": no complete window to predict from");
   auto be = make_device_backend(r.config, r.task.model, true);
-  auto model = load_model(*be, r, &log);
+  std::ostringstream model_log;
+  auto model = load_model(*be, r, &model_log);
   const bool multi = d.series.size() > 1 || !r.config.str("data.series_column").empty();
-  std::string csv = predictions_header(d, multi);
+  p.columns = prediction_columns(d, multi);
   const int64_t B = prediction_batch(r.task.model, d.lookback);
   const int64_t T = d.lookback, F = d.num_features(), O = d.num_outputs();
   StagedBuffer input_buf;  // (B, T, F) normalised windows
   Rng rng(0);
-  double compute_s = 0;
   int64_t unknown = 0;
   for (size_t first = 0; first < windows.size(); first += B) {
     const int64_t n = std::min<int64_t>(B, static_cast<int64_t>(windows.size() - first));
@@ -288,24 +289,69 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
     input_buf.upload();
     Tensor out = model->forward(*be, x, {}, {}, false, rng);  // (n * output_rows, O)
     const HostView out_host(*be, out);
-    compute_s += now_s() - t0;
+    p.compute_seconds += now_s() - t0;
     const float* o = out_host.data<float>();
     const int64_t rows = d.output_rows();  // the forecast is the last row's
     for (int64_t i = 0; i < n; ++i)
-      unknown +=
-          append_prediction(d, windows[first + i], o + (i * rows + rows - 1) * O, multi, &csv);
+      unknown += append_prediction(d, windows[first + i], o + (i * rows + rows - 1) * O, multi,
+                                   &p.columns);
   }
-  write_predictions(options.output, csv);
+  p.windows = static_cast<int64_t>(windows.size());
+  p.rows = p.windows * d.steps_ahead;
   char line[160];
   std::snprintf(line, sizeof line,
-                "predict: %zu window%s in %.3f s (%.0f windows/s, inference only; batch %lld)\n",
-                windows.size(), windows.size() == 1 ? "" : "s", compute_s,
-                windows.size() / std::max(compute_s, 1e-9), static_cast<long long>(B));
-  log << line << std::flush;
+                "predict: %zu window%s in %.3f s (%.0f windows/s, inference only; batch %lld)",
+                windows.size(), windows.size() == 1 ? "" : "s", p.compute_seconds,
+                windows.size() / std::max(p.compute_seconds, 1e-9), static_cast<long long>(B));
+  p.summary = line;
   if (unknown > 0)
-    log << "note: " << unknown << " predictions are empty: data.transform of the target is undone "
-        << "from the window's last value of it, which is empty in " << options.input << "\n";
-  return static_cast<int64_t>(windows.size());
+    p.notes.push_back(std::to_string(unknown) +
+                      " predictions are empty: data.transform of the target is undone from the "
+                      "window's last value of it, which is empty in " +
+                      input);
+  return p;
+}
+
+std::string predictions_csv(const Predictions& p) {
+  std::string csv;
+  for (size_t j = 0; j < p.columns.size(); ++j)
+    csv += (j ? "," : "") + io::csv_field(p.columns[j].name);
+  csv += "\n";
+  for (int64_t i = 0; i < p.rows; ++i) {
+    for (size_t j = 0; j < p.columns.size(); ++j) {
+      const Column& c = p.columns[j];
+      if (j) csv += ",";
+      if (c.kind == Column::Kind::text) {
+        csv += io::csv_field(c.text[i]);
+        continue;
+      }
+      const double x = c.values[i];
+      if (std::isnan(x)) continue;
+      if (c.kind == Column::Kind::integer)
+        csv += std::to_string(static_cast<int64_t>(x));
+      else if (c.kind == Column::Kind::f32)
+        csv += shortest(static_cast<float>(x));
+      else
+        csv += shortest(x);
+    }
+    csv += "\n";
+  }
+  return csv;
+}
+
+int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
+  check_output_outside_run(options.output, run, "--output");
+  const Predictions p = predictions(run, options.input, options.last_only);
+  const std::string csv = predictions_csv(p);
+  if (options.output != "-") {
+    io::write_file_atomically(options.output, {{csv.data(), csv.size()}});
+  } else {
+    std::fwrite(csv.data(), 1, csv.size(), stdout);
+    std::fflush(stdout);
+  }
+  for (const std::string& note : p.notes) log << "note: " << note << "\n";
+  log << p.summary << "\n" << std::flush;
+  return p.windows;
 }
 
 namespace {

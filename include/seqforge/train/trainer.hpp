@@ -66,6 +66,29 @@ struct PredictOptions {
   bool last_only = false;  // only the forecast after each series' last row
 };
 
+// One column of predictions: text (series, dates, classes) or numbers (NaN: empty).
+struct PredictionColumn {
+  enum class Kind { text, integer, f32, f64 };  // numbers: as computed (f32) or read (f64)
+  PredictionColumn(std::string name_, Kind kind_) : name(std::move(name_)), kind(kind_) {}
+  std::string name;
+  Kind kind;
+  std::vector<std::string> text;  // a text column's rows
+  std::vector<double> values;     // a numeric column's rows
+};
+
+// What predict writes, as a table: its columns in the file's order.
+struct Predictions {
+  std::vector<PredictionColumn> columns;
+  int64_t rows = 0;                // windows times steps ahead (text: examples)
+  int64_t windows = 0;             // windows (text: examples) predicted
+  double compute_seconds = 0;      // assembling windows and running the model
+  std::vector<std::string> notes;  // facts worth a line (short series, empty predictions)
+  std::string summary;             // "predict: N windows in S s (...)"
+};
+Predictions predictions(const std::string& run, const std::string& input, bool last_only);
+// The table as predict's CSV: numbers computed in f32 as their shortest f32 text.
+std::string predictions_csv(const Predictions& p);
+
 // Predictions of a forecasting or classification run for every complete window of `input`
 // (never split), in the run's precision: per window its series, its last row's date (or row),
 // the date (or row) the forecast is for, and the prediction in the targets' own units (transforms
