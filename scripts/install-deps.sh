@@ -14,6 +14,7 @@ packages=(
   libsqlite3-dev libpq-dev postgresql python3-optuna
   libonig-dev libicu-dev  # tokenizers: Oniguruma regexes (as Hugging Face's), ICU normalisation
   python3-pandas python3-sklearn python3-psycopg2 python3-plotly  # optuna's dataframe, importances, PostgreSQL, plots (tests)
+  pybind11-dev python3-dev python3-pytest python3-tqdm  # the Python module and its tests
   chromium  # renders report.html in the report test
   libopenmpi-dev openmpi-bin  # data-parallel training (mpirun) and its test
 )

@@ -13,7 +13,7 @@ LAYERS = [
     ["nn", "optim", "data", "text"],
     ["dist"],
     ["train", "tune", "bench", "report"],
-    ["cli"],
+    ["cli", "python"],
 ]
 RANK = {folder: i for i, layer in enumerate(LAYERS) for folder in layer}
 # Public headers (seqforge/<folder>/...) and the private ones under src/ (<folder>/...).

@@ -1,0 +1,264 @@
+"""train, load and Run: the command's train, eval, predict and generate on run directories."""
+import hashlib
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+import yaml
+
+from . import _native
+
+
+def _yaml_value(value):
+    """A Python value as the YAML text of an override (JSON is YAML's flow style)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return repr(value.item() if hasattr(value, "item") else value)
+    if isinstance(value, (os.PathLike,)):
+        return os.fspath(value)
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return json.dumps([v.item() if hasattr(v, "item") else v for v in value])
+    if isinstance(value, dict):
+        return json.dumps({str(k): v for k, v in value.items()})
+    raise TypeError(f"seqforge: cannot give {type(value).__name__} {value!r} as a config value")
+
+
+def _overrides(values, keys, prefix=""):
+    """Overrides "key.path=value" from nested dicts ({"train": {"epochs": 3}}) or dotted keys
+    ({"train.epochs": 3}); a dict is a value where its key is a config key (data.transform)."""
+    out = []
+    for key, value in values.items():
+        path = prefix + str(key)
+        if isinstance(value, dict) and path not in keys:
+            out += _overrides(value, keys, path + ".")
+        else:
+            out.append(f"{path}={_yaml_value(value)}")
+    return out
+
+
+def _config_source(config):
+    """(YAML text or None for a file, its name): a path, YAML text or a dict."""
+    if isinstance(config, dict):
+        return "", "python"
+    if isinstance(config, os.PathLike) or (
+            isinstance(config, str) and "\n" not in config and (
+                os.path.exists(config) or config.endswith((".yaml", ".yml")))):
+        return None, os.fspath(config)
+    if isinstance(config, str):
+        return config, "python"
+    raise TypeError(f"seqforge.train: config is a path, YAML text or a dict, not "
+                    f"{type(config).__name__}")
+
+
+def _holds_a_run(directory):
+    metrics = os.path.join(directory, "metrics.jsonl")
+    return ((os.path.exists(metrics) and os.path.getsize(metrics) > 0) or
+            os.path.exists(os.path.join(directory, "model.safetensors")) or
+            os.path.exists(os.path.join(directory, "training_state.safetensors")))
+
+
+def _new_run_dir(source):
+    """runs/<config name>, or the first of runs/<name>-2, -3, ... that holds no run."""
+    stem = os.path.splitext(os.path.basename(source))[0]
+    base = os.path.join("runs", stem)
+    version = 1
+    while True:
+        path = base if version == 1 else f"{base}-{version}"
+        if not _holds_a_run(path):
+            return path
+        version += 1
+
+
+def _data_payload(data):
+    """(suffix, bytes or a C-contiguous array) of in-memory data; errors for what cannot be."""
+    if isinstance(data, np.ndarray):
+        if data.ndim != 2 or data.dtype.kind not in "iuf":
+            raise _native.Error(f"data: expected a 2-D numeric array (rows, columns), got "
+                                f"{data.ndim} dimensions of {data.dtype}")
+        dtype = np.float32 if data.dtype == np.float32 else np.float64
+        return ".npy", np.ascontiguousarray(data, dtype=dtype)
+    if type(data).__name__ == "DataFrame":
+        index = not (type(data.index).__name__ == "RangeIndex" and data.index.name is None)
+        return ".csv", data.to_csv(index=index).encode()
+    if isinstance(data, (list, tuple)) and all(isinstance(t, str) for t in data):
+        return ".txt", "\n".join(data).encode()
+    raise TypeError(f"seqforge: data is a path, a 2-D numpy array, a pandas DataFrame or a list "
+                    f"of texts, not {type(data).__name__}")
+
+
+def _data_file(data, directory, payload=None):
+    """`data` (an array, a data frame or texts) written once into `directory` under a name of its
+    content's hash; its path. A path is returned as it is."""
+    if isinstance(data, (str, os.PathLike)):
+        return os.fspath(data)
+    suffix, content = payload or _data_payload(data)
+    hashed = content if isinstance(content, bytes) else (
+        content.tobytes() + str((content.dtype, content.shape)).encode())
+    digest = hashlib.sha256(hashed).hexdigest()[:16]
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.abspath(os.path.join(directory, f"data-{digest}{suffix}"))
+    if not os.path.exists(path):
+        partial = path + ".partial"
+        with open(partial, "wb") as f:
+            if isinstance(content, bytes):
+                f.write(content)
+            else:
+                np.save(f, content)
+        os.replace(partial, path)
+    return path
+
+
+def _config_parts(config, overrides, sections):
+    """(YAML text or None, source, overrides) for the native calls."""
+    keys = set(_native.config_keys())
+    values = _overrides(sections or {}, keys) + _overrides(overrides or {}, keys)
+    text, source = _config_source({} if config is None else config)
+    if isinstance(config, dict):
+        values = _overrides(config, keys) + values
+    return text, source, values
+
+
+def resolved_config(config, overrides=None, sections=None):
+    """The config train would run (every key, defaults filled in) as nested dicts."""
+    return yaml.safe_load(_native.resolved_config(*_config_parts(config, overrides, sections)))
+
+
+def _print_line(line):
+    sys.stdout.write(line)
+    sys.stdout.flush()
+
+
+def train(config=None, data=None, *, overrides=None, resume=None, overwrite=False,
+          on_epoch=None, log=_print_line, **sections):
+    """Trains as `seqforge train` does and returns the Run.
+
+    config: a YAML file's path, YAML text or a dict ({"data": {"path": ...}, "model": ...}).
+    data: the data instead of data.path: a path, a 2-D numpy array (columns "0", "1", ...), a
+      pandas DataFrame (named columns; a named or date index is written as a column) or a list
+      of texts (charlm, lm); arrays and frames are written once into the run directory.
+    overrides / sections: settings over the config, {"train.epochs": 3} or train={"epochs": 3}.
+    resume: a run directory to continue from its last saved state.
+    on_epoch(epoch, metrics) -> bool: after each epoch; returning False ends the run there.
+    log(text): each line the run prints (default: standard output; None: silent).
+    """
+    if resume is not None:
+        if config is not None or data is not None:
+            raise _native.Error(f"resume={resume} continues that run with its own config; drop "
+                                "config and data")
+        summary = _native.train(None, "", [], resume=os.fspath(resume), log=log,
+                                on_epoch=on_epoch)
+        return Run(summary["run_dir"], summary)
+    text, source, values = _config_parts(config, overrides, sections)
+    if data is not None:
+        payload = None if isinstance(data, (str, os.PathLike)) else _data_payload(data)
+        resolved = yaml.safe_load(_native.resolved_config(text, source, values))
+        run_dir = resolved["train"]["run_dir"] or _new_run_dir(source)
+        if _holds_a_run(run_dir) and not overwrite:
+            raise _native.Error(f"{run_dir}: holds another run's files; pass overwrite=True to "
+                                f"replace them, or resume='{run_dir}' to continue that run")
+        values += [f"data.path={_data_file(data, run_dir, payload)}", f"train.run_dir={run_dir}"]
+    summary = _native.train(text, source, values, overwrite=overwrite, log=log,
+                            on_epoch=on_epoch)
+    return Run(summary["run_dir"], summary)
+
+
+def load(run_dir):
+    """The Run in a run directory (as written by train)."""
+    if not os.path.exists(os.path.join(run_dir, "config.resolved.yaml")):
+        raise _native.Error(f"{run_dir}: not a run directory (no config.resolved.yaml)")
+    return Run(run_dir)
+
+
+class Run:
+    """A trained run: its directory, config and metrics, and what can be done with its model."""
+
+    def __init__(self, path, summary=None):
+        self.path = os.fspath(path)
+        self.summary = summary
+
+    def __repr__(self):
+        return f"seqforge.Run({self.path!r})"
+
+    @property
+    def config(self):
+        """The resolved config (every key, defaults filled in) as nested dicts."""
+        with open(os.path.join(self.path, "config.resolved.yaml"), encoding="utf-8") as f:
+            return yaml.safe_load(f)
+
+    @property
+    def metrics(self):
+        """metrics.jsonl's rows: one dict per epoch."""
+        path = os.path.join(self.path, "metrics.jsonl")
+        if not os.path.exists(path):
+            return []
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def evaluate(self, split="test", data=None):
+        """Metrics on a split of the run's data ("val" or "test"), or on every window of `data`
+        (a path, array or data frame of the training data's layout)."""
+        if data is None:
+            return _native.evaluate(self.path, split)
+        with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
+            return _native.evaluate(self.path, split, _data_file(data, scratch))
+
+    def predictions(self, X, last=False):
+        """predict's table for the windows of `X` (a path, array or data frame of the training
+        data's layout): {column: values}, numbers as float64 arrays over the library's own
+        buffers (NaN: empty), text as object arrays, in the command's column order."""
+        with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
+            table = _native.predictions(self.path, _data_file(X, scratch), last)
+        return {name: values if kind != "text" else np.array(values, dtype=object)
+                for name, kind, values in table["columns"]}
+
+    def predict(self, X, last=False):
+        """Predictions for every window of `X` (or only each series' last with last=True).
+
+        A data frame or a path gives a pandas DataFrame with the command's columns. An array
+        gives an array: a forecast's values (windows, outputs), one column squeezed away, or a
+        classifier's classes."""
+        table = self.predictions(X, last)
+        if isinstance(X, np.ndarray):
+            return self._as_array(table)
+        import pandas as pd
+        return pd.DataFrame(table)
+
+    def predict_last(self, X):
+        """The forecast after the last row of each series of `X`."""
+        return self.predict(X, last=True)
+
+    def predict_proba(self, X):
+        """A classifier's probabilities per window of `X`: (windows, classes), in the order of
+        the class names (sorted)."""
+        table = self.predictions(X)
+        columns = [name for name in table if name.startswith("p_")]
+        if not columns:
+            raise _native.Error(f"{self.path}: predict_proba needs a classifier")
+        return np.stack([table[name] for name in columns], axis=1)
+
+    @staticmethod
+    def _as_array(table):
+        if "class" in table:
+            return table["class"]
+        skip = {"series", "window_end", "forecast_for", "step", "line"}
+        columns = [name for name in table if name not in skip and not name.endswith("_actual")]
+        if len(columns) == 1:
+            return table[columns[0]]
+        return np.stack([table[name] for name in columns], axis=1)
+
+    def merge(self, output):
+        """Folds the run's LoRA or DoRA adapters into its weights (as `seqforge merge`): a plain
+        checkpoint at `output` (a decoder run: a Hugging Face folder). Returns the Linears
+        merged."""
+        return _native.merge(self.path, os.fspath(output))
+
+    def generate(self, prompt="", length=200, temperature=1.0, top_k=None, top_p=1.0, seed=0):
+        """Text sampled from a language model after `prompt` (as `seqforge generate`)."""
+        return _native.generate(self.path, prompt, length, temperature, top_k or 0, seed, top_p)

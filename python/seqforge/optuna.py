@@ -1,0 +1,89 @@
+"""Optuna studies driving seqforge trials.
+
+    import optuna, seqforge.optuna
+    objective = seqforge.optuna.objective(
+        "examples/configs/weather_forecast.yaml",
+        {"model.hidden": optuna.distributions.IntDistribution(16, 128, log=True),
+         "optim.lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
+         "model.cell": ["lstm", "gru"]})
+    study = optuna.create_study(pruner=optuna.pruners.MedianPruner())
+    study.optimize(objective, n_trials=20)
+
+Each trial trains a run in runs/<study>/trial-<number> and reports the monitored metric after
+every epoch (trial.report); a pruned trial stops after that epoch and raises optuna.TrialPruned.
+"""
+import os
+
+import optuna
+from optuna.distributions import (CategoricalDistribution, FloatDistribution,
+                                  IntDistribution)
+
+from . import _api
+
+
+def suggest(trial, name, spec):
+    """A value for config key `name` from `spec`: an optuna distribution, a list (categorical) or
+    a tuple (low, high) of ints or floats, with "log" as an optional third element."""
+    if isinstance(spec, list):
+        spec = CategoricalDistribution(spec)
+    elif isinstance(spec, tuple):
+        low, high = spec[0], spec[1]
+        log = len(spec) > 2 and spec[2] == "log"
+        integer = isinstance(low, int) and isinstance(high, int)
+        spec = IntDistribution(low, high, log=log) if integer else FloatDistribution(
+            float(low), float(high), log=log)
+    if isinstance(spec, IntDistribution):
+        return trial.suggest_int(name, spec.low, spec.high, step=spec.step, log=spec.log)
+    if isinstance(spec, FloatDistribution):
+        return trial.suggest_float(name, spec.low, spec.high, step=spec.step, log=spec.log)
+    if isinstance(spec, CategoricalDistribution):
+        return trial.suggest_categorical(name, spec.choices)
+    raise TypeError(f"seqforge.optuna: {name}: expected an optuna distribution, a list or a "
+                    f"(low, high) tuple, got {spec!r}")
+
+
+class PruningCallback:
+    """on_epoch for seqforge.train: reports the monitored metric to the trial after each epoch
+    and raises optuna.TrialPruned when the study's pruner says so."""
+
+    def __init__(self, trial, monitor):
+        self.trial = trial
+        self.monitor = monitor
+
+    def __call__(self, epoch, metrics):
+        if self.monitor not in metrics:
+            raise KeyError(f"seqforge.optuna: the run reports no '{self.monitor}' (it reports "
+                           f"{', '.join(sorted(metrics))})")
+        self.trial.report(metrics[self.monitor], epoch - 1)  # steps from 0, as seqforge tune
+        if self.trial.should_prune():
+            raise optuna.TrialPruned(f"pruned after epoch {epoch}: {self.monitor} "
+                                     f"{metrics[self.monitor]:.6g}")
+        return True
+
+
+def objective(config, space, data=None, monitor=None, runs="runs", log=None, **sections):
+    """An objective for study.optimize: each trial trains `config` with the values `space`
+    ({config key: spec}, see suggest) suggests, pruned through PruningCallback, and returns the
+    best value of `monitor` (default: the config's train.early_stopping.monitor)."""
+
+    def run_trial(trial):
+        values = {name: suggest(trial, name, spec) for name, spec in space.items()}
+        study = trial.study.study_name
+        run_dir = os.path.join(runs, study, f"trial-{trial.number}")
+        overrides = dict(values, **{"train.run_dir": run_dir})
+        metric = monitor
+        if metric is None:
+            resolved = _api.resolved_config(config, overrides, sections)
+            metric = resolved["train"]["early_stopping"]["monitor"]
+        trial.set_user_attr("run_dir", run_dir)
+        run = _api.train(config, data=data, overrides=overrides, overwrite=True,
+                         on_epoch=PruningCallback(trial, metric), log=log, **sections)
+        if run.summary["monitor"] != metric:
+            values = [row[metric] for row in run.metrics if metric in row]
+            if not values:
+                raise KeyError(f"seqforge.optuna: the run reports no '{metric}'")
+            minimize = trial.study.direction == optuna.study.StudyDirection.MINIMIZE
+            return min(values) if minimize else max(values)
+        return run.summary["best"]
+
+    return run_trial

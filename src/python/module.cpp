@@ -1,0 +1,228 @@
+// seqforge._native: the library's entry points for the Python package (python/seqforge). The
+// package turns arrays and data frames into files and configs; this module trains, evaluates,
+// predicts and generates with the GIL released, and hands predictions back as numpy arrays over
+// the library's own buffers.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <sstream>
+#include <streambuf>
+
+#include "seqforge/core/error.hpp"
+#include "seqforge/core/interrupt.hpp"
+#include "seqforge/core/threads.hpp"
+#include "seqforge/seqforge.hpp"
+#include "seqforge/train/config.hpp"
+#include "seqforge/train/trainer.hpp"
+
+namespace py = pybind11;
+namespace sf = seqforge;
+
+namespace {
+
+// Text written by the library, handed to a Python callable a line at a time (GIL taken for it).
+class LineSink : public std::streambuf {
+ public:
+  explicit LineSink(py::object log) : log_(std::move(log)) {}
+  ~LineSink() override { flush_line(); }
+
+ protected:
+  int overflow(int c) override {
+    if (c == traits_type::eof()) return 0;
+    line_ += static_cast<char>(c);
+    if (c == '\n') flush_line();
+    return c;
+  }
+  int sync() override { return 0; }
+
+ private:
+  void flush_line() {
+    if (line_.empty() || log_.is_none()) return line_.clear();
+    py::gil_scoped_acquire gil;
+    try {
+      log_(line_);
+    } catch (py::error_already_set&) {
+      // A failing log callable must not end a run: its text is dropped.
+      PyErr_Clear();
+    }
+    line_.clear();
+  }
+  py::object log_;
+  std::string line_;
+};
+
+// The caller's denormal handling, restored when a call returns: the backend flushes denormals to
+// zero on its threads for speed, which must not change the numbers numpy and scikit-learn compute
+// in the same process afterwards.
+class KeepCallersDenormals {
+ public:
+  KeepCallersDenormals() : flushed_(sf::flushes_denormals()) {}
+  ~KeepCallersDenormals() {
+    if (sf::flushes_denormals() != flushed_) sf::set_flush_denormals(flushed_);
+  }
+
+ private:
+  bool flushed_;
+};
+
+// The first Python exception a callback raised during a call, raised again once the call is over.
+struct CallbackError {
+  std::unique_ptr<py::error_already_set> error;
+  void rethrow() {
+    if (error) throw std::move(*error);
+  }
+};
+
+py::dict summary_dict(const sf::TrainSummary& s) {
+  py::dict d;
+  d["run_dir"] = s.run_dir;
+  d["checkpoint"] = s.checkpoint;
+  d["epochs"] = s.epochs;
+  d["monitor"] = s.monitor;
+  d["best"] = s.best;
+  d["last"] = s.last;
+  d["test"] = s.test;
+  d["stopped"] = s.stopped;
+  return d;
+}
+
+// The config of a file (`yaml` None) or of YAML text named `source`, with overrides.
+sf::Config config_of(const py::object& yaml, const std::string& source,
+                     const std::vector<std::string>& overrides) {
+  if (yaml.is_none()) return sf::Config::load(source, overrides);
+  return sf::Config::parse(yaml.cast<std::string>(), source, overrides);
+}
+
+// Trains from a config (see config_of); on_epoch(epoch, metrics) -> bool may stop the run.
+py::dict train(const py::object& yaml, const std::string& source,
+               const std::vector<std::string>& overrides, const std::string& resume, bool overwrite,
+               py::object log, py::object on_epoch) {
+  KeepCallersDenormals keep;
+  CallbackError callback_error;
+  sf::TrainHooks hooks;
+  if (!on_epoch.is_none())
+    hooks.on_epoch = [&](int64_t epoch, const std::map<std::string, double>& metrics) {
+      py::gil_scoped_acquire gil;
+      try {
+        const py::object keep = on_epoch(epoch, metrics);
+        return keep.is_none() || keep.cast<bool>();
+      } catch (py::error_already_set& e) {
+        if (!callback_error.error) callback_error.error.reset(new py::error_already_set(e));
+        return false;
+      }
+    };
+  sf::TrainSummary summary;
+  {
+    const sf::Config config = resume.empty()
+                                  ? config_of(yaml, source, overrides)
+                                  : sf::Config::load(resume + "/config.resolved.yaml", overrides);
+    LineSink sink(log);
+    std::ostream out(&sink);
+    py::gil_scoped_release released;
+    summary = sf::train(config, out, resume, hooks, overwrite);
+  }
+  callback_error.rethrow();
+  return summary_dict(summary);
+}
+
+std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
+                                       const std::string& data) {
+  KeepCallersDenormals keep;
+  py::gil_scoped_release released;
+  return sf::evaluate(run, split, data);
+}
+
+// A vector handed to numpy without a copy: the array's base owns it.
+py::array owned_array(std::vector<double>&& values) {
+  auto* owner = new std::vector<double>(std::move(values));
+  py::capsule base(owner, [](void* p) { delete static_cast<std::vector<double>*>(p); });
+  return py::array_t<double>({static_cast<py::ssize_t>(owner->size())}, owner->data(), base);
+}
+
+// predict's table: {"columns": [(name, kind, values)], "notes": [...], "summary": "..."}, numeric
+// columns as float64 arrays (NaN where the file has an empty cell), text columns as lists.
+py::dict predictions(const std::string& run, const std::string& input, bool last_only) {
+  KeepCallersDenormals keep;
+  sf::Predictions p;
+  {
+    py::gil_scoped_release released;
+    p = sf::predictions(run, input, last_only);
+  }
+  static const char* const kinds[] = {"text", "integer", "f32", "f64"};
+  py::list columns;
+  for (sf::PredictionColumn& c : p.columns) {
+    const char* kind = kinds[static_cast<int>(c.kind)];
+    if (c.kind == sf::PredictionColumn::Kind::text)
+      columns.append(py::make_tuple(c.name, kind, py::cast(c.text)));
+    else
+      columns.append(py::make_tuple(c.name, kind, owned_array(std::move(c.values))));
+  }
+  py::dict d;
+  d["columns"] = columns;
+  d["notes"] = p.notes;
+  d["summary"] = p.summary;
+  d["windows"] = p.windows;
+  return d;
+}
+
+std::string generate(const std::string& run, const std::string& prompt, int64_t length,
+                     double temperature, int64_t top_k, uint64_t seed, double top_p) {
+  KeepCallersDenormals keep;
+  py::gil_scoped_release released;
+  return sf::generate(run, prompt, length, temperature, top_k, seed, top_p);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "seqforge's native core; use the seqforge package";
+  static py::exception<sf::Error> error(m, "Error", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const sf::Interrupted& e) {
+      // The run's state is saved: Ctrl-C in Python is KeyboardInterrupt, its message the hint,
+      // given in Python's words.
+      std::string message = e.what();
+      const std::string command = "seqforge train --resume ";
+      if (const size_t at = message.find(command); at != std::string::npos)
+        message = message.substr(0, at) + "seqforge.train(resume='" +
+                  message.substr(at + command.size()) + "')";
+      PyErr_SetString(PyExc_KeyboardInterrupt, message.c_str());
+    } catch (const sf::Error& e) {
+      error(e.what());
+    }
+  });
+  m.def("version", [] { return std::string(sf::version()); });
+  m.def("train", &train, py::arg("yaml"), py::arg("source"), py::arg("overrides"),
+        py::arg("resume") = "", py::arg("overwrite") = false, py::arg("log") = py::none(),
+        py::arg("on_epoch") = py::none());
+  m.def(
+      "resolved_config",
+      [](const py::object& yaml, const std::string& source,
+         const std::vector<std::string>& overrides) {
+        return config_of(yaml, source, overrides).resolved_yaml();
+      },
+      py::arg("yaml"), py::arg("source"), py::arg("overrides"));
+  m.def("evaluate", &evaluate, py::arg("run"), py::arg("split") = "test", py::arg("data") = "");
+  m.def("predictions", &predictions, py::arg("run"), py::arg("input"),
+        py::arg("last_only") = false);
+  m.def("generate", &generate, py::arg("run"), py::arg("prompt"), py::arg("length"),
+        py::arg("temperature"), py::arg("top_k"), py::arg("seed"), py::arg("top_p"));
+  m.def(
+      "merge",
+      [](const std::string& run, const std::string& output) {
+        KeepCallersDenormals keep;
+        py::gil_scoped_release released;
+        return sf::merge_adapters(run, output);
+      },
+      py::arg("run"), py::arg("output"));
+  m.def("config_keys", [] {
+    py::list keys;
+    for (const sf::ConfigKey& k : sf::config_keys()) keys.append(k.path);
+    return keys;
+  });
+}

@@ -1,0 +1,298 @@
+"""The Python package (python/seqforge) against the command: every task through seqforge.train,
+arrays and data frames as data, predictions over the library's buffers, the GIL released while
+training, Ctrl-C, errors, callbacks, the scikit-learn estimators and the Optuna integration.
+
+Run by ctest with Debian's python3: pytest python_api_test.py, with PYTHONPATH holding the
+built package and SEQFORGE the command, SEQFORGE_DATA the repository's data folder."""
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import seqforge
+
+SEQFORGE = os.environ["SEQFORGE"]
+DATA = os.environ["SEQFORGE_DATA"]
+HOURLY = os.path.join(DATA, "seattle-weather-hourly-normals.csv")
+DAILY = os.path.join(DATA, "seattle-weather.csv")
+SHAKESPEARE = os.path.join(DATA, "tinyshakespeare.txt")
+
+FORECAST = {
+    "data": {"path": HOURLY, "date_column": "date", "features": ["pressure", "temperature", "wind"],
+             "targets": ["temperature"], "lookback": 8, "split": {"train": 0.7, "val": 0.15}},
+    "model": {"hidden": 8},
+    "train": {"epochs": 2, "batch_size": 32, "max_batches": 6, "threads": 1,
+              "progress_seconds": 0},
+}
+# How long an epoch took and what it used: never part of a comparison.
+RESOURCES = ("cpu_percent", "rss_mb", "per_second", "_seconds", "_share")
+
+
+def without_timing(rows):
+    return [{k: v for k, v in row.items() if not k.endswith(RESOURCES)} for row in rows]
+
+
+def config_file(tmp_path, config):
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return str(path)
+
+
+def test_forecast_from_a_path_a_frame_and_the_command_agree(tmp_path):
+    os.chdir(tmp_path)
+    path_run = seqforge.train(FORECAST, train={"run_dir": "a"}, log=None)
+    frame = pd.read_csv(HOURLY)
+    frame_run = seqforge.train(FORECAST, data=frame, train={"run_dir": "b"}, log=None)
+    assert frame_run.config["data"]["path"].startswith(os.path.abspath("b") + "/data-")
+    cli = subprocess.run([SEQFORGE, "train", config_file(tmp_path, FORECAST), "train.run_dir=c"],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    cli_metrics = seqforge.load("c").metrics
+    assert len(path_run.metrics) == 3  # two epochs and the test split
+    assert without_timing(path_run.metrics) == without_timing(cli_metrics)
+    assert without_timing(frame_run.metrics) == without_timing(cli_metrics)
+    assert path_run.summary["epochs"] == 2 and path_run.summary["monitor"] == "val_loss"
+
+    assert path_run.evaluate("val")["val_loss"] == pytest.approx(path_run.metrics[1]["val_loss"],
+                                                                rel=1e-12)
+    predicted = path_run.predict(frame)
+    subprocess.run([SEQFORGE, "predict", "c", "--input", HOURLY, "--output", "p.csv"],
+                   check=True, capture_output=True)
+    expected = pd.read_csv("p.csv")
+    assert list(predicted.columns) == list(expected.columns)
+    pd.testing.assert_frame_equal(predicted, expected, check_dtype=False)
+    last = path_run.predict_last(HOURLY)
+    assert len(last) == 1 and np.isnan(last["temperature_actual"][0])
+
+
+def test_arrays_in_and_out(tmp_path):
+    os.chdir(tmp_path)
+    array = pd.read_csv(HOURLY)[["pressure", "temperature", "wind"]].to_numpy()
+    config = {"data": {"features": ["0", "1", "2"], "targets": ["1"], "lookback": 8},
+              "model": {"hidden": 8},
+              "train": {"epochs": 1, "max_batches": 4, "threads": 1, "run_dir": "arr"}}
+    run = seqforge.train(config, data=array, log=None)
+    assert run.config["data"]["path"].endswith(".npy")
+    y = run.predict(array[:100])
+    assert y.shape == (100 - 8 + 1,) and y.dtype == np.float64 and np.isfinite(y).all()
+    # The library's buffer, not a copy: the array's base owns the C++ vector.
+    assert not y.flags.owndata and type(y.base).__name__ == "PyCapsule"
+    # The library flushes denormals on its threads; the caller's arithmetic is left as it was.
+    assert (np.array([5e-324]) * 2.0)[0] > 0
+    table = run.predictions(array[:100])
+    assert np.isnan(table["1_actual"][-1]) and table["1_actual"][0] == array[8, 1]
+    # The same data written again is the same file; a run directory is not overwritten.
+    with pytest.raises(seqforge.Error, match="holds another run's files; pass overwrite=True"):
+        seqforge.train(config, data=array, log=None)
+    again = seqforge.train(config, data=array, overwrite=True, log=None)
+    assert again.config["data"]["path"] == run.config["data"]["path"]
+    with pytest.raises(seqforge.Error, match="2-D numeric array"):
+        seqforge.train(config, data=array[:, 0], overwrite=True, log=None)
+
+
+def test_classify_mae_charlm_transformer_and_adapters(tmp_path):
+    os.chdir(tmp_path)
+    classify = seqforge.train(
+        {"data": {"path": DAILY, "task": "classify", "date_column": "date",
+                  "class_column": "weather", "features": ["precipitation", "temp_max", "wind"],
+                  "lookback": 7},
+         "model": {"hidden": 8}, "train": {"epochs": 2, "threads": 1, "run_dir": "cls"}},
+        log=None)
+    assert 0 <= classify.metrics[-1]["test_accuracy"] <= 1
+    frame = pd.read_csv(DAILY)
+    proba = classify.predict_proba(frame)
+    assert proba.shape[1] == 5 and np.allclose(proba.sum(axis=1), 1, atol=1e-5)
+    assert set(classify.predict(frame)["class"]) <= {"drizzle", "fog", "rain", "snow", "sun"}
+
+    mae = seqforge.train({"data": {"path": HOURLY, "task": "mae", "date_column": "date",
+                                   "lookback": 8},
+                          "model": {"hidden": 8, "bidirectional": True},
+                          "train": {"epochs": 1, "max_batches": 4, "threads": 1,
+                                    "run_dir": "mae"}}, log=None)
+    assert "test_masked_mse" in mae.evaluate() or "test_loss" in mae.evaluate()
+
+    with open(SHAKESPEARE, encoding="utf-8") as f:
+        texts = f.read().split("\n")[:3000]
+    gpt = seqforge.train({"data": {"task": "charlm", "seq_len": 32},
+                          "model": {"family": "transformer", "embedding": 32, "layers": 1,
+                                    "heads": 2},
+                          "train": {"epochs": 1, "max_batches": 8, "threads": 1,
+                                    "run_dir": "gpt"}}, data=texts, log=None)
+    sample = gpt.generate("ROMEO:", length=40, temperature=0, seed=1)
+    assert sample.startswith("ROMEO:") and len(sample) == len("ROMEO:") + 40
+    lora = seqforge.train({"data": {"task": "charlm", "seq_len": 32},
+                           "model": {"family": "transformer", "init_from": gpt.path},
+                           "adapter": {"kind": "lora", "rank": 4},
+                           "train": {"epochs": 1, "max_batches": 4, "threads": 1,
+                                     "run_dir": "lora"}}, data=texts, log=None)
+    assert lora.merge("merged.safetensors") > 0 and os.path.exists("merged.safetensors")
+
+    lstm = seqforge.train({"data": {"task": "charlm", "seq_len": 32}, "model": {"hidden": 16},
+                           "train": {"epochs": 1, "max_batches": 4, "threads": 1,
+                                     "run_dir": "lstm"}}, data=texts, log=None)
+    assert len(lstm.generate("A", length=10, seed=3)) == 11
+
+
+def test_errors_are_the_commands_line(tmp_path):
+    os.chdir(tmp_path)
+    bad = dict(FORECAST, model={"hiden": 8})
+    with pytest.raises(seqforge.Error) as caught:
+        seqforge.train(config_file(tmp_path, bad), log=None)
+    cli = subprocess.run([SEQFORGE, "train", config_file(tmp_path, bad)], capture_output=True,
+                         text=True)
+    assert cli.returncode == 1
+    assert cli.stderr.strip() == f"seqforge: error: {caught.value}"
+    assert "did you mean 'model.hidden'" in str(caught.value)
+    with pytest.raises(seqforge.Error, match="not a run directory"):
+        seqforge.load(tmp_path / "nowhere")
+    with pytest.raises(TypeError, match="cannot give"):
+        seqforge.train(FORECAST, train={"epochs": object()})
+
+
+def test_callbacks_stop_the_run_and_their_errors_reach_the_caller(tmp_path):
+    os.chdir(tmp_path)
+    seen = []
+
+    def stop_after_first(epoch, metrics):
+        seen.append((epoch, metrics["val_loss"]))
+        return False
+
+    run = seqforge.train(FORECAST, train={"epochs": 5, "run_dir": "stop"}, log=None,
+                         on_epoch=stop_after_first)
+    assert seen == [(1, run.metrics[0]["val_loss"])] and run.summary["stopped"]
+
+    def failing(epoch, metrics):
+        raise ValueError("from the callback")
+
+    with pytest.raises(ValueError, match="from the callback"):
+        seqforge.train(FORECAST, train={"epochs": 5, "run_dir": "fail"}, log=None,
+                       on_epoch=failing)
+    lines = []
+    seqforge.train(FORECAST, train={"run_dir": "log"}, log=lines.append)
+    assert any(line.startswith("epoch 2/2") for line in lines)
+
+
+def test_the_gil_is_released_while_training(tmp_path):
+    os.chdir(tmp_path)
+    counts = {"during": 0}
+    running = threading.Event()
+    done = threading.Event()
+
+    def count():
+        while not done.is_set():
+            if running.is_set():
+                counts["during"] += 1
+            time.sleep(0.001)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    calls = []
+
+    def on_epoch(epoch, metrics):
+        calls.append(counts["during"])
+        return True
+
+    running.set()
+    seqforge.train(FORECAST, train={"epochs": 3, "max_batches": 60, "run_dir": "gil"},
+                   model={"hidden": 64}, log=None, on_epoch=on_epoch)
+    done.set()
+    counter.join()
+    # The counting thread ran between the epochs' ends, while the library trained.
+    assert calls[0] > 5 and calls[2] - calls[0] > 5, calls
+
+
+def test_ctrl_c_saves_the_run_and_raises_keyboard_interrupt(tmp_path):
+    os.chdir(tmp_path)
+    settings = {"epochs": 3, "max_batches": 0, "run_dir": "int", "batch_size": 8}
+    model = {"hidden": 48}
+    full = seqforge.train(FORECAST, train=dict(settings, run_dir="full"), model=model, log=None)
+    timer = None
+
+    def interrupt_during_epoch_two(epoch, metrics):
+        nonlocal timer
+        if epoch == 1:
+            timer = threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGINT))
+            timer.start()
+        return True
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        seqforge.train(FORECAST, train=settings, model=model, log=None,
+                       on_epoch=interrupt_during_epoch_two)
+    timer.join()
+    message = str(caught.value)
+    assert "in epoch 2 after batch" in message, message
+    assert message.endswith("/int')") and "continue with: seqforge.train(resume='/" in message
+    assert os.path.exists("int/training_state.safetensors")
+    resumed = seqforge.train(resume="int", log=None)
+    assert resumed.summary["epochs"] == 3
+    assert without_timing(resumed.metrics) == without_timing(full.metrics)
+
+
+def test_estimators_pass_scikit_learns_checks():
+    from sklearn.utils.estimator_checks import check_estimator
+    from seqforge.sklearn import SeqForgeClassifier, SeqForgeRegressor
+    check_estimator(SeqForgeRegressor(epochs=5, threads=1))
+    check_estimator(SeqForgeClassifier(epochs=5, threads=1))
+
+
+def test_estimators_learn_and_work_in_pipelines_and_grid_search():
+    import pickle
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
+    from seqforge.sklearn import SeqForgeClassifier, SeqForgeRegressor
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 12, 2))
+    y = X[:, :, 0].sum(axis=1) - X[:, -1, 1]
+    regressor = SeqForgeRegressor(epochs=25, hidden=16, threads=1).fit(X[:200], y[:200])
+    assert regressor.score(X[200:], y[200:]) > 0.9
+    two = SeqForgeRegressor(epochs=5, threads=1).fit(X, np.stack([y, -y], axis=1))
+    assert two.predict(X[:7]).shape == (7, 2)
+    labels = np.where(y > 0, "up", "down")
+    pipeline = make_pipeline(FunctionTransformer(np.negative),
+                             SeqForgeClassifier(epochs=20, hidden=16, threads=1))
+    pipeline.fit(X[:200], labels[:200])
+    assert pipeline.score(X[200:], labels[200:]) > 0.85
+    restored = pickle.loads(pickle.dumps(pipeline))
+    np.testing.assert_array_equal(restored.predict(X[200:]), pipeline.predict(X[200:]))
+    search = GridSearchCV(SeqForgeRegressor(epochs=5, threads=1), {"hidden": [4, 16]}, cv=2)
+    search.fit(X[:100, :, 0], y[:100])
+    assert search.best_params_["hidden"] in (4, 16)
+    with pytest.raises(ValueError, match="expecting 12 features"):
+        regressor.predict(X[:, :5])
+    with pytest.raises(ValueError, match=r"windows of shape \(12, 3\)"):
+        regressor.predict(np.zeros((4, 12, 3)))
+
+
+def test_optuna_prunes_as_seqforge_tune_does(tmp_path):
+    import optuna
+    import seqforge.optuna
+    os.chdir(tmp_path)
+    study_config = dict(FORECAST, train=dict(FORECAST["train"], epochs=4, max_batches=4), tune={
+        "n_trials": 6, "sampler": {"kind": "random", "seed": 3},
+        "pruner": {"kind": "median", "n_startup_trials": 2},
+        "space": {"optim.lr": {"type": "float", "low": 1e-4, "high": 3e-2, "log": True}}})
+    config = config_file(tmp_path, study_config)
+    subprocess.run([SEQFORGE, "tune", config, "train.run_dir=tuned"], check=True,
+                   capture_output=True)
+    tuned = optuna.load_study(study_name=None, storage="sqlite:///tuned/study.db").trials
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="python",
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=2))
+    for trial in tuned:
+        study.enqueue_trial(trial.params)
+    objective = seqforge.optuna.objective(
+        config, {"optim.lr": optuna.distributions.FloatDistribution(1e-4, 3e-2, log=True)})
+    study.optimize(objective, n_trials=len(tuned))
+    assert [t.state for t in study.trials] == [t.state for t in tuned]
+    assert any(t.state == optuna.trial.TrialState.PRUNED for t in tuned)
+    for mine, theirs in zip(study.trials, tuned):
+        assert mine.intermediate_values == theirs.intermediate_values
+        assert mine.value == theirs.value
+        assert os.path.exists(os.path.join(mine.user_attrs["run_dir"], "metrics.jsonl"))
