@@ -296,3 +296,13 @@ def test_optuna_prunes_as_seqforge_tune_does(tmp_path):
         assert mine.intermediate_values == theirs.intermediate_values
         assert mine.value == theirs.value
         assert os.path.exists(os.path.join(mine.user_attrs["run_dir"], "metrics.jsonl"))
+
+
+def test_a_progress_bar_through_tqdm(tmp_path, capsys):
+    pytest.importorskip("tqdm", reason="tqdm is not installed (Debian's python3-tqdm)")
+    os.chdir(tmp_path)
+    seqforge.train(FORECAST, train={"epochs": 3, "max_batches": 5, "run_dir": "bar"},
+                   progress=True)
+    out, err = capsys.readouterr()
+    assert "15/15" in err and "val_loss" in err, err
+    assert "best val_loss" in out and "epoch 1/3" not in out

@@ -213,7 +213,7 @@ TEST(Stateful, InterruptedStatefulRunResumesExactly) {
   EXPECT_TRUE(std::isfinite(whole.last.at("val_loss")));
   const fs::path run = dir / "stopped";
   TrainHooks hooks;
-  hooks.on_step = [](int64_t epoch, int64_t batch) {
+  hooks.on_step = [](int64_t epoch, int64_t batch, int64_t) {
     if (epoch == 2 && batch == 3) raise(SIGINT);
   };
   EXPECT_THROW(

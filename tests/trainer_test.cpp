@@ -1014,7 +1014,7 @@ TEST(Trainer, SignalStopsAtAStepAndTheRunResumesExactly) {
       if (epoch == 2 && stop_after_batches == 0) raise(SIGINT);
       return true;
     };
-    hooks.on_step = [&](int64_t epoch, int64_t batch) {
+    hooks.on_step = [&](int64_t epoch, int64_t batch, int64_t) {
       if (epoch == 3 && batch == stop_after_batches && stop_after_batches > 0) raise(SIGTERM);
     };
     try {

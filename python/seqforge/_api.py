@@ -135,8 +135,48 @@ def _print_line(line):
     sys.stdout.flush()
 
 
+class _ProgressBar:
+    """A tqdm bar over a run's steps (every epoch's), its postfix the last epoch's losses; the
+    run's other lines are written above it."""
+
+    def __init__(self, tqdm, epochs):
+        self.tqdm = tqdm
+        self.epochs = epochs
+        self.bar = None
+
+    def step(self, epoch, done, per_epoch):
+        if self.bar is None:
+            self.bar = self.tqdm(total=self.epochs * per_epoch, unit="step", dynamic_ncols=True)
+        self.bar.n = (epoch - 1) * per_epoch + done
+        self.bar.set_description(f"epoch {epoch}", refresh=False)
+        self.bar.refresh()
+
+    def log(self, line):
+        if line.startswith("epoch ") and self.bar is not None:
+            shown = [part for part in line.split("  ") if part.startswith(("train_loss", "val_"))]
+            self.bar.set_postfix_str("  ".join(shown[:3]))
+        else:
+            self.tqdm.write(line.rstrip("\n"), file=sys.stdout)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _progress_bar(progress, log, epochs):
+    """A tqdm bar when asked for (progress=True), or by default on a terminal where tqdm is
+    installed and the lines go to standard output."""
+    if progress == "auto" and not sys.stdout.isatty():
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return _ProgressBar(tqdm, epochs)
+
+
 def train(config=None, data=None, *, overrides=None, resume=None, overwrite=False,
-          on_epoch=None, log=_print_line, **sections):
+          on_epoch=None, log=_print_line, progress="auto", **sections):
     """Trains as `seqforge train` does and returns the Run.
 
     config: a YAML file's path, YAML text or a dict ({"data": {"path": ...}, "model": ...}).
@@ -147,13 +187,30 @@ def train(config=None, data=None, *, overrides=None, resume=None, overwrite=Fals
     resume: a run directory to continue from its last saved state.
     on_epoch(epoch, metrics) -> bool: after each epoch; returning False ends the run there.
     log(text): each line the run prints (default: standard output; None: silent).
+    progress: a tqdm progress bar (where tqdm is installed) instead of the lines a run prints
+      during and after each epoch: True, False, or "auto" (on a terminal).
     """
+    bar = None
+    if progress is not False and log is _print_line:
+        resolved = load(resume).config if resume is not None else resolved_config(
+            config, overrides, sections)
+        bar = _progress_bar(progress, log, resolved["train"]["epochs"])
+    if bar is None:
+        return _train(config, data, overrides, resume, overwrite, on_epoch, log, None, sections)
+    try:
+        return _train(config, data, overrides, resume, overwrite, on_epoch, bar.log, bar.step,
+                      sections)
+    finally:
+        bar.close()
+
+
+def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, sections):
     if resume is not None:
         if config is not None or data is not None:
             raise _native.Error(f"resume={resume} continues that run with its own config; drop "
                                 "config and data")
         summary = _native.train(None, "", [], resume=os.fspath(resume), log=log,
-                                on_epoch=on_epoch)
+                                on_epoch=on_epoch, on_step=on_step)
         return Run(summary["run_dir"], summary)
     text, source, values = _config_parts(config, overrides, sections)
     if data is not None:
@@ -165,7 +222,7 @@ def train(config=None, data=None, *, overrides=None, resume=None, overwrite=Fals
                                 f"replace them, or resume='{run_dir}' to continue that run")
         values += [f"data.path={_data_file(data, run_dir, payload)}", f"train.run_dir={run_dir}"]
     summary = _native.train(text, source, values, overwrite=overwrite, log=log,
-                            on_epoch=on_epoch)
+                            on_epoch=on_epoch, on_step=on_step)
     return Run(summary["run_dir"], summary)
 
 

@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <memory>
 #include <sstream>
 #include <streambuf>
@@ -96,10 +97,11 @@ sf::Config config_of(const py::object& yaml, const std::string& source,
   return sf::Config::parse(yaml.cast<std::string>(), source, overrides);
 }
 
-// Trains from a config (see config_of); on_epoch(epoch, metrics) -> bool may stop the run.
+// Trains from a config (see config_of); on_epoch(epoch, metrics) -> bool may stop the run;
+// on_step(epoch, batches done, batches per epoch) shows progress.
 py::dict train(const py::object& yaml, const std::string& source,
                const std::vector<std::string>& overrides, const std::string& resume, bool overwrite,
-               py::object log, py::object on_epoch) {
+               py::object log, py::object on_epoch, py::object on_step) {
   KeepCallersDenormals keep;
   CallbackError callback_error;
   sf::TrainHooks hooks;
@@ -112,6 +114,20 @@ py::dict train(const py::object& yaml, const std::string& source,
       } catch (py::error_already_set& e) {
         if (!callback_error.error) callback_error.error.reset(new py::error_already_set(e));
         return false;
+      }
+    };
+  // Progress at most ten times a second, and at each epoch's end: a step can take microseconds.
+  auto last_step_call = std::chrono::steady_clock::now();
+  if (!on_step.is_none())
+    hooks.on_step = [&](int64_t epoch, int64_t done, int64_t per_epoch) {
+      const auto now = std::chrono::steady_clock::now();
+      if (done < per_epoch && now - last_step_call < std::chrono::milliseconds(100)) return;
+      last_step_call = now;
+      py::gil_scoped_acquire gil;
+      try {
+        on_step(epoch, done, per_epoch);
+      } catch (py::error_already_set&) {
+        PyErr_Clear();  // a failing progress display must not end a run
       }
     };
   sf::TrainSummary summary;
@@ -199,7 +215,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("version", [] { return std::string(sf::version()); });
   m.def("train", &train, py::arg("yaml"), py::arg("source"), py::arg("overrides"),
         py::arg("resume") = "", py::arg("overwrite") = false, py::arg("log") = py::none(),
-        py::arg("on_epoch") = py::none());
+        py::arg("on_epoch") = py::none(), py::arg("on_step") = py::none());
   m.def(
       "resolved_config",
       [](const py::object& yaml, const std::string& source,

@@ -853,7 +853,7 @@ bool Training::run_epoch(int64_t epoch) {
     if (!batch) continue;
     loss_sum += loss * batch->size;
     seen += batch->size;
-    if (hooks_.on_step) hooks_.on_step(epoch, bi + 1);
+    if (hooks_.on_step) hooks_.on_step(epoch, bi + 1, batches_per_epoch_);
     progress(epoch, bi, first_batch, t0, loss_sum, seen, seen_before, &last_progress);
   }
   if (ranks_ > 1) {  // the global training loss

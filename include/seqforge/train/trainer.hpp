@@ -27,8 +27,8 @@ struct TrainHooks {
   // After each epoch's validation, with that epoch's metrics (val_loss, train_loss, ...).
   // Returning false ends the run after this epoch, with its checkpoint and state written.
   std::function<bool(int64_t epoch, const std::map<std::string, double>& metrics)> on_epoch;
-  // After each training step, with its epoch and the batches of that epoch done.
-  std::function<void(int64_t epoch, int64_t batches_done)> on_step;
+  // After each training step, with its epoch, the batches of that epoch done and its batches.
+  std::function<void(int64_t epoch, int64_t batches_done, int64_t batches_per_epoch)> on_step;
 };
 
 // Trains per `config`; progress and one line per epoch go to `out`. With `resume_dir`, continues
