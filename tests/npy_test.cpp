@@ -541,3 +541,25 @@ TEST_F(NpyTest, ErrorMessagesStayOnOneLineForHostileHeaders) {
 
 }  // namespace
 }  // namespace seqforge::io
+
+TEST(MemoryNpy, MapsTheCallersBufferWhileRegistered) {
+  const std::vector<double> values = {1, 2, 3, 4, 5, 6};
+  std::string path;
+  {
+    seqforge::io::MappedNpy array;
+    array.dtype = seqforge::DType::f64;
+    array.shape = {3, 2};
+    array.data = reinterpret_cast<const std::byte*>(values.data());
+    const seqforge::io::MemoryNpy memory("numpy array", array);
+    path = memory.path();
+    EXPECT_EQ(path.substr(0, 13), "<numpy array ");
+    EXPECT_TRUE(seqforge::io::MemoryNpy::is_registered(path));
+    const seqforge::io::MappedNpy mapped = seqforge::io::map_npy(path);
+    EXPECT_EQ(mapped.data, array.data);  // the buffer itself, not a copy
+    EXPECT_EQ(mapped.shape, (std::vector<int64_t>{3, 2}));
+    const seqforge::io::MemoryNpy other("numpy array", array);
+    EXPECT_NE(other.path(), path);
+  }
+  EXPECT_FALSE(seqforge::io::MemoryNpy::is_registered(path));
+  EXPECT_THROW(seqforge::io::map_npy(path), seqforge::Error);
+}

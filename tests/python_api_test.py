@@ -83,6 +83,14 @@ def test_arrays_in_and_out(tmp_path):
     assert y.shape == (100 - 8 + 1,) and y.dtype == np.float64 and np.isfinite(y).all()
     # The library's buffer, not a copy: the array's base owns the C++ vector.
     assert not y.flags.owndata and type(y.base).__name__ == "PyCapsule"
+    # Arrays in are read where they are (no file written): errors name the array.
+    np.testing.assert_array_equal(run.predict(np.asfortranarray(array[:100])), y)
+    assert np.allclose(run.predict(array[:100].astype(np.float32)), y, rtol=1e-4)
+    holed = array[:100].copy()
+    holed[50, 1] = np.nan
+    with pytest.raises(seqforge.Error, match=r"^<numpy array \d+>\.npy: row 50, column 1: nan"):
+        run.predict(holed)
+    assert run.evaluate(data=array[:500])["samples"] == 500 - 8
     # The library flushes denormals on its threads; the caller's arithmetic is left as it was.
     assert (np.array([5e-324]) * 2.0)[0] > 0
     table = run.predictions(array[:100])

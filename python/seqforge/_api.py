@@ -263,15 +263,21 @@ class Run:
         (a path, array or data frame of the training data's layout)."""
         if data is None:
             return _native.evaluate(self.path, split)
+        if isinstance(data, np.ndarray):
+            return _native.evaluate_array(self.path, data)
         with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
             return _native.evaluate(self.path, split, _data_file(data, scratch))
 
     def predictions(self, X, last=False):
         """predict's table for the windows of `X` (a path, array or data frame of the training
         data's layout): {column: values}, numbers as float64 arrays over the library's own
-        buffers (NaN: empty), text as object arrays, in the command's column order."""
-        with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
-            table = _native.predictions(self.path, _data_file(X, scratch), last)
+        buffers (NaN: empty), text as object arrays, in the command's column order. A float32
+        or float64 array in C order is read where it is."""
+        if isinstance(X, np.ndarray):  # read where it is, not copied
+            table = _native.predictions_of_array(self.path, X, last)
+        else:
+            with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
+                table = _native.predictions(self.path, _data_file(X, scratch), last)
         return {name: values if kind != "text" else np.array(values, dtype=object)
                 for name, kind, values in table["columns"]}
 

@@ -231,6 +231,7 @@ int64_t SeriesData::scaler_of(int64_t row) const {
 }
 
 void Dataset::check_source() const {
+  if (stamp == io::FileStamp{}) return;  // an array in memory
   io::FileStamp now;
   try {
     now = io::stamp_of(path);
@@ -1360,7 +1361,7 @@ Dataset load_dataset(const DataOptions& opt, const Dataset* from, WindowSet wind
     d.series = load_series(opt, from ? &from->series : nullptr, windows);
     d.mask_ratio = opt.mask_ratio;
   }
-  d.stamp = io::stamp_of(d.path);
+  if (!io::MemoryNpy::is_registered(d.path)) d.stamp = io::stamp_of(d.path);
   return d;
 }
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -404,7 +405,39 @@ NpyArray parse_npy(std::string_view bytes, const std::string& source) {
   return a;
 }
 
+namespace {
+
+// The arrays MemoryNpy registered, by path.
+std::mutex memory_arrays_mutex;
+std::map<std::string, MappedNpy>& memory_arrays() {
+  static std::map<std::string, MappedNpy> arrays;
+  return arrays;
+}
+
+}  // namespace
+
+MemoryNpy::MemoryNpy(const std::string& name, MappedNpy array) {
+  std::lock_guard<std::mutex> lock(memory_arrays_mutex);
+  static int64_t registered = 0;
+  path_ = "<" + name + " " + std::to_string(++registered) + ">.npy";
+  memory_arrays()[path_] = std::move(array);
+}
+
+MemoryNpy::~MemoryNpy() {
+  std::lock_guard<std::mutex> lock(memory_arrays_mutex);
+  memory_arrays().erase(path_);
+}
+
+bool MemoryNpy::is_registered(const std::string& path) {
+  std::lock_guard<std::mutex> lock(memory_arrays_mutex);
+  return memory_arrays().count(path) > 0;
+}
+
 MappedNpy map_npy(const std::string& path) {
+  {
+    std::lock_guard<std::mutex> lock(memory_arrays_mutex);
+    if (auto it = memory_arrays().find(path); it != memory_arrays().end()) return it->second;
+  }
   MappedFile file = map_file(path);
   size_t offset = 0;
   NpyArray header = parse_header(

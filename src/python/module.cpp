@@ -9,12 +9,14 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <streambuf>
 
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/interrupt.hpp"
 #include "seqforge/core/threads.hpp"
+#include "seqforge/io/npy.hpp"
 #include "seqforge/seqforge.hpp"
 #include "seqforge/train/config.hpp"
 #include "seqforge/train/trainer.hpp"
@@ -144,6 +146,37 @@ py::dict train(const py::object& yaml, const std::string& source,
   return summary_dict(summary);
 }
 
+// A 2-D numpy array as an .npy source while it lives: float32 and float64 arrays in C order are
+// read where they are, others are converted once (the converted copy kept here).
+class ArraySource {
+ public:
+  explicit ArraySource(const py::array& array) {
+    const bool c_order = array.flags() & py::array::c_style;
+    if (c_order && py::dtype::of<float>().is(array.dtype())) {
+      array_ = array;
+    } else if (c_order && py::dtype::of<double>().is(array.dtype())) {
+      array_ = array;
+    } else {
+      if (array.dtype().kind() != 'f' && array.dtype().kind() != 'i' && array.dtype().kind() != 'u')
+        throw sf::Error("the array holds " + std::string(py::str(array.dtype())) + ", not numbers");
+      array_ = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(array);
+    }
+    if (array_.ndim() != 2)
+      throw sf::Error("expected a 2-D array (rows, columns), got " + std::to_string(array_.ndim()) +
+                      " dimensions");
+    sf::io::MappedNpy m;
+    m.dtype = py::dtype::of<float>().is(array_.dtype()) ? sf::DType::f32 : sf::DType::f64;
+    m.shape = {array_.shape(0), array_.shape(1)};
+    m.data = static_cast<const std::byte*>(array_.data());
+    memory_.emplace("numpy array", std::move(m));
+  }
+  const std::string& path() const { return memory_->path(); }
+
+ private:
+  py::array array_;
+  std::optional<sf::io::MemoryNpy> memory_;
+};
+
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
                                        const std::string& data) {
   KeepCallersDenormals keep;
@@ -182,6 +215,11 @@ py::dict predictions(const std::string& run, const std::string& input, bool last
   d["summary"] = p.summary;
   d["windows"] = p.windows;
   return d;
+}
+
+py::dict predictions_of_array(const std::string& run, const py::array& array, bool last_only) {
+  const ArraySource source(array);
+  return predictions(run, source.path(), last_only);
 }
 
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
@@ -226,6 +264,15 @@ PYBIND11_MODULE(_native, m) {
   m.def("evaluate", &evaluate, py::arg("run"), py::arg("split") = "test", py::arg("data") = "");
   m.def("predictions", &predictions, py::arg("run"), py::arg("input"),
         py::arg("last_only") = false);
+  m.def("predictions_of_array", &predictions_of_array, py::arg("run"), py::arg("array"),
+        py::arg("last_only") = false);
+  m.def(
+      "evaluate_array",
+      [](const std::string& run, const py::array& array) {
+        const ArraySource source(array);
+        return evaluate(run, "test", source.path());
+      },
+      py::arg("run"), py::arg("array"));
   m.def("generate", &generate, py::arg("run"), py::arg("prompt"), py::arg("length"),
         py::arg("temperature"), py::arg("top_k"), py::arg("seed"), py::arg("top_p"));
   m.def(

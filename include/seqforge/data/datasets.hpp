@@ -234,7 +234,7 @@ struct Dataset {
   SeriesData series;
   TextData text;
   std::string path;     // data.path
-  io::FileStamp stamp;  // of `path` when it was read
+  io::FileStamp stamp;  // of `path` when it was read; none for an array in memory (io::MemoryNpy)
   bool is_text() const {
     return kind == TaskKind::charlm || kind == TaskKind::lm || kind == TaskKind::text_classify;
   }

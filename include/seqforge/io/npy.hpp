@@ -29,8 +29,26 @@ struct MappedNpy {
   std::shared_ptr<const void> mapping;  // unmaps when the last copy goes
 };
 
-// Maps and validates a file (the same checks as read_npy; the data itself is not read).
+// Maps and validates a file (the same checks as read_npy; the data itself is not read), or
+// returns the in-memory array registered under `path`.
 MappedNpy map_npy(const std::string& path);
+
+// An array in memory (a caller's buffer, not copied) that map_npy, and so every reader of .npy
+// data, takes for a file while this object lives: path() is its name ("<NAME>.npy"), which
+// errors show. The buffer must outlive the object.
+class MemoryNpy {
+ public:
+  MemoryNpy(const std::string& name, MappedNpy array);
+  ~MemoryNpy();
+  MemoryNpy(const MemoryNpy&) = delete;
+  MemoryNpy& operator=(const MemoryNpy&) = delete;
+  const std::string& path() const { return path_; }
+  // Whether `path` names a registered array (then it has no file stamp to check).
+  static bool is_registered(const std::string& path);
+
+ private:
+  std::string path_;
+};
 
 // Reads and validates a file. Throws seqforge::Error("<path>: <problem>").
 NpyArray read_npy(const std::string& path);
