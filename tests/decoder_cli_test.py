@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
-from make_decoder_fixtures import parameters, write_safetensors  # noqa: E402
+from make_decoder_fixtures import forward, parameters, write_safetensors  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -85,6 +85,51 @@ def eval_metrics(seqforge, run_dir):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def read_safetensors(path):
+    """{name: float32 tensor} of an F32 safetensors file."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+        body = f.read()
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        assert entry["dtype"] == "F32", entry
+        out[name] = torch.frombuffer(bytearray(body[begin:end]), dtype=torch.float32).reshape(
+            entry["shape"])
+    return out
+
+
+def reference_greedy(seqforge, run_dir, prompt, length):
+    """What greedy decoding of the run's model gives in PyTorch (make_decoder_fixtures' forward),
+    each token after the last max_position_embeddings tokens, stopping at the end-of-text id."""
+    with open(os.path.join(run_dir, "config.json")) as f:
+        config = json.load(f)
+    config.setdefault("rope_scaling", None)
+    config.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
+    p = read_safetensors(os.path.join(run_dir, "model.safetensors"))
+    tokenizer = os.path.join(run_dir, "tokenizer.json")
+    ids = [int(t) for t in subprocess.run([seqforge, "tokenize", tokenizer, "--whole"],
+                                          input=prompt, capture_output=True, text=True,
+                                          check=True).stdout.split()]
+    made = []
+    with torch.no_grad():
+        for _ in range(length):
+            window = ids[-config["max_position_embeddings"]:]
+            logits = forward(config, p, torch.tensor([window]))
+            nxt = int(logits[-1].argmax())
+            if nxt == config["eos_token_id"]:
+                break
+            ids.append(nxt)
+            made.append(nxt)
+    text = subprocess.run([seqforge, "tokenize", tokenizer, "--decode", "--skip-special"],
+                          input=" ".join(map(str, made)) + "\n", capture_output=True,
+                          text=True, check=True).stdout
+    return prompt + text
+
+
 def main():
     seqforge, text, work = sys.argv[1:4]
     shutil.rmtree(work, ignore_errors=True)
@@ -141,6 +186,15 @@ def main():
                    "--top-p", "1e-9", "--seed", "5"]).stdout
     if greedy != nucleus:
         fail(f"--top-p 1e-9 gave {nucleus!r}, greedy decoding {greedy!r}")
+
+    # Greedy generation past the model's 128 positions (the key/value cache, then the last 128
+    # tokens read afresh for each token) against PyTorch's greedy decoding of the same weights.
+    long = run([seqforge, "generate", run_dir, "--prompt", "ROMEO:", "--length", "150",
+                "--temperature", "0"]).stdout
+    want = reference_greedy(seqforge, run_dir, "ROMEO:", 150)
+    if long != want:
+        fail(f"greedy generation {long!r} differs from PyTorch's {want!r}")
+    print(f"generate: {len(long)} characters of greedy text, as PyTorch's")
 
     # Pre-training from config.json alone (from_config), and the run directory, a Hugging Face
     # folder itself, as the next run's base.

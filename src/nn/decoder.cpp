@@ -10,6 +10,7 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/core/profiler.hpp"
 
 namespace seqforge {
 
@@ -171,14 +172,15 @@ void Decoder::prepare_rope(Backend& be, int64_t seq) {
   rope_positions_ = seq;
 }
 
-Rotary Decoder::rotary_of(void* x, int64_t heads, bool local) const {
+Rotary Decoder::rotary_of(void* x, int64_t rows, int64_t seq, int64_t first_pos, bool local) const {
   const Buffer& cos = local ? local_cos_ : cos_;
   const Buffer& sin = local ? local_sin_ : sin_;
   return Rotary{.x = x,
                 .ld = (opt_.num_heads + 2 * opt_.num_kv_heads) * opt_.head_dim,
-                .rows = batch_ * seq_,
-                .seq = seq_,
-                .heads = heads,
+                .rows = rows,
+                .seq = seq,
+                .first_pos = first_pos,
+                .heads = opt_.num_heads + opt_.num_kv_heads,
                 .head_dim = opt_.head_dim,
                 .cos = cos.tensor().data(),
                 .sin = sin.tensor().data()};
@@ -251,65 +253,71 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
   return logits;
 }
 
-void Decoder::layer_forward(Backend& be, Layer& l, Tensor x) {
-  const int64_t N = batch_ * seq_, C = opt_.hidden_size, F = opt_.intermediate_size;
+// q, k and v of the N rows of h1 (N, C) side by side in qkv (N, W), q and k normed (Gemma 3) and
+// rotated for positions first_pos + row % seq.
+void Decoder::project_qkv(Backend& be, Layer& l, Tensor h1, Tensor qkv, int64_t seq,
+                          int64_t first_pos) {
+  const int64_t N = h1.shape()[0], C = opt_.hidden_size;
   const int64_t H = opt_.num_heads, KV = opt_.num_kv_heads, D = opt_.head_dim;
   const int64_t W = (H + 2 * KV) * D, HD = H * D;
   const DType dt = params_.dtype();
   const double offset = norm_offset(), eps = opt_.rms_norm_eps;
-  const auto value = [&](size_t i) { return params_.value(i); };
-
-  // Attention branch: q, k, v side by side in one buffer, q and k rotated in place.
-  const Tensor h1 = l.h1.get(be, dt, {N, C});
-  be.rms_norm_forward(h1, l.saved1.get(be, dt, {N}), x, value(l.ln1), offset, eps);
-  const Tensor qkv = l.qkv.get(be, dt, {N, W});
   if (opt_.gemma) {  // q and k projected apart, normed per head, then placed in qkv
     const Tensor q = l.q_raw.get(be, dt, {N * H, D}), k = l.k_raw.get(be, dt, {N * KV, D});
     proj_forward(be, l.q, q.data(), HD, h1.data(), C, 0.0);
     proj_forward(be, l.k, k.data(), KV * D, h1.data(), C, 0.0);
     const Tensor qn = scratch_->dq_normed.get(be, dt, {N * H, D});
-    be.rms_norm_forward(qn, l.q_saved.get(be, dt, {N * H}), q, value(l.q_norm), offset, eps);
+    be.rms_norm_forward(qn, l.q_saved.get(be, dt, {N * H}), q, params_.value(l.q_norm), offset,
+                        eps);
     be.copy_rows(qkv.data(), W, qn.data(), HD, N, HD, dt);
     const Tensor kn = scratch_->dq_normed.get(be, dt, {N * KV, D});
-    be.rms_norm_forward(kn, l.k_saved.get(be, dt, {N * KV}), k, value(l.k_norm), offset, eps);
+    be.rms_norm_forward(kn, l.k_saved.get(be, dt, {N * KV}), k, params_.value(l.k_norm), offset,
+                        eps);
     be.copy_rows(at(qkv.data(), HD, dt), W, kn.data(), KV * D, N, KV * D, dt);
   } else {
     proj_forward(be, l.q, qkv.data(), W, h1.data(), C, 0.0);
     proj_forward(be, l.k, at(qkv.data(), HD, dt), W, h1.data(), C, 0.0);
   }
   proj_forward(be, l.v, at(qkv.data(), HD + KV * D, dt), W, h1.data(), C, 0.0);
-  be.rotary(rotary_of(qkv.data(), H + KV, l.local), dt);
-  Tensor qkv3 = qkv;
-  if (KV < H) {  // each key/value head repeated for the query heads of its group
-    qkv3 = l.qkv3.get(be, dt, {N, 3 * HD});
-    be.copy_rows(qkv3.data(), 3 * HD, qkv.data(), W, N, HD, dt);
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t g = h / (H / KV);
-      be.copy_rows(at(qkv3.data(), HD + h * D, dt), 3 * HD, at(qkv.data(), HD + g * D, dt), W, N, D,
-                   dt);
-      be.copy_rows(at(qkv3.data(), 2 * HD + h * D, dt), 3 * HD,
-                   at(qkv.data(), HD + KV * D + g * D, dt), W, N, D, dt);
-    }
+  be.rotary(rotary_of(qkv.data(), N, seq, first_pos, l.local), dt);
+}
+
+// qkv (N, W) as the fused attention reads it, (N, 3 H D) rows ld apart at dst: each key/value
+// head repeated for the query heads of its group.
+void Decoder::repeat_kv_heads(Backend& be, const Tensor& qkv, void* dst, int64_t ld) {
+  const int64_t N = qkv.shape()[0], H = opt_.num_heads, KV = opt_.num_kv_heads;
+  const int64_t D = opt_.head_dim, W = (H + 2 * KV) * D, HD = H * D;
+  const DType dt = params_.dtype();
+  if (KV == H) return be.copy_rows(dst, ld, qkv.data(), W, N, W, dt);
+  be.copy_rows(dst, ld, qkv.data(), W, N, HD, dt);
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t g = h / (H / KV);
+    be.copy_rows(at(dst, HD + h * D, dt), ld, at(qkv.data(), HD + g * D, dt), W, N, D, dt);
+    be.copy_rows(at(dst, 2 * HD + h * D, dt), ld, at(qkv.data(), HD + KV * D + g * D, dt), W, N, D,
+                 dt);
   }
-  AttentionForward a;
-  a.shape = attention_shape();
-  a.qkv = qkv3.data();
-  a.out = l.att.get(be, dt, {N, HD}).data();
-  a.lse = l.lse.get(be, dt, {batch_, H, seq_}).data();
-  be.attention_forward(a, dt);
+}
+
+// The layer after its attention: o_proj of att (N, H D) joins x (N, C) into l.mid, then the MLP
+// branch, down(act(gate(h2)) * up(h2)), into l.out.
+void Decoder::layer_tail(Backend& be, Layer& l, Tensor x, const void* att) {
+  const int64_t N = x.shape()[0], C = opt_.hidden_size, F = opt_.intermediate_size;
+  const int64_t HD = opt_.num_heads * opt_.head_dim;
+  const DType dt = params_.dtype();
+  const double offset = norm_offset(), eps = opt_.rms_norm_eps;
+  const auto value = [&](size_t i) { return params_.value(i); };
   const Tensor mid = l.mid.get(be, dt, {N, C});
   be.copy(mid, x);
   if (opt_.gemma) {  // o_proj's output normed, then added
     const Tensor o = l.o_out.get(be, dt, {N, C}),
                  normed = scratch_->dbranch_out.get(be, dt, {N, C});
-    proj_forward(be, l.o, o.data(), C, a.out, HD, 0.0);
+    proj_forward(be, l.o, o.data(), C, att, HD, 0.0);
     be.rms_norm_forward(normed, l.o_saved.get(be, dt, {N}), o, value(l.post_attn), offset, eps);
     be.add(mid, normed);
   } else {
-    proj_forward(be, l.o, mid.data(), C, a.out, HD, 1.0);
+    proj_forward(be, l.o, mid.data(), C, att, HD, 1.0);
   }
 
-  // MLP branch: down(act(gate(h2)) * up(h2)).
   const Tensor h2 = l.h2.get(be, dt, {N, C});
   be.rms_norm_forward(h2, l.saved2.get(be, dt, {N}), mid, value(l.ln2), offset, eps);
   const Tensor g = l.gate_out.get(be, dt, {N, F}), u = l.up_out.get(be, dt, {N, F});
@@ -328,6 +336,93 @@ void Decoder::layer_forward(Backend& be, Layer& l, Tensor x) {
   } else {
     proj_forward(be, l.down, out.data(), C, act.data(), F, 1.0);
   }
+}
+
+void Decoder::layer_forward(Backend& be, Layer& l, Tensor x) {
+  const int64_t N = batch_ * seq_, C = opt_.hidden_size;
+  const int64_t H = opt_.num_heads, KV = opt_.num_kv_heads, D = opt_.head_dim;
+  const int64_t W = (H + 2 * KV) * D, HD = H * D;
+  const DType dt = params_.dtype();
+  const Tensor h1 = l.h1.get(be, dt, {N, C});
+  be.rms_norm_forward(h1, l.saved1.get(be, dt, {N}), x, params_.value(l.ln1), norm_offset(),
+                      opt_.rms_norm_eps);
+  const Tensor qkv = l.qkv.get(be, dt, {N, W});
+  project_qkv(be, l, h1, qkv, seq_, 0);
+  Tensor qkv3 = qkv;
+  if (KV < H) {
+    qkv3 = l.qkv3.get(be, dt, {N, 3 * HD});
+    repeat_kv_heads(be, qkv, qkv3.data(), 3 * HD);
+  }
+  AttentionForward a;
+  a.shape = attention_shape();
+  a.qkv = qkv3.data();
+  a.out = l.att.get(be, dt, {N, HD}).data();
+  a.lse = l.lse.get(be, dt, {batch_, H, seq_}).data();
+  be.attention_forward(a, dt);
+  layer_tail(be, l, x, a.out);
+}
+
+void Decoder::decode_start(Backend& be, int64_t capacity) {
+  SF_CHECK(score_ == kNone, "decoding needs a language model, not a classifier");
+  if (capacity > opt_.max_positions)
+    fail("generating ", capacity, " tokens in all needs more than the model's ", opt_.max_positions,
+         " positions (max_position_embeddings)");
+  if (opt_.gemma && opt_.sliding_window > 0 && capacity > opt_.sliding_window)
+    fail("generating ", capacity,
+         " tokens in all is longer than the local layers' "
+         "sliding_window (",
+         opt_.sliding_window, "); seqforge runs ", opt_.model_type,
+         " models on sequences that fit the window so far");
+  decode_pos_ = 0;
+  decode_capacity_ = capacity;
+  prepare_rope(be, capacity);
+  prepare_adapters(be);  // the weights hold still while generating
+  kv_.resize(layers_.size());
+}
+
+Tensor Decoder::decode(Backend& be, Tensor ids) {
+  SF_PROFILE_SCOPE("decode");
+  const int64_t n = ids.numel(), T = decode_pos_ + n, C = opt_.hidden_size;
+  SF_CHECK(n > 0 && T <= decode_capacity_, "decode: ", decode_pos_, " cached + ", n,
+           " new tokens exceed the ", decode_capacity_, " decode_start made room for");
+  const int64_t H = opt_.num_heads, KV = opt_.num_kv_heads, D = opt_.head_dim;
+  const int64_t W = (H + 2 * KV) * D, HD = H * D;
+  const DType dt = params_.dtype();
+  batch_ = 1, seq_ = n;  // the rows the Linears run on
+  const Tensor x0 = x0_.get(be, dt, {n, C});
+  be.embedding_forward(x0, params_.value(embed_), ids.reshape({n}));
+  if (opt_.gemma) be.scale(x0, embed_scale());
+  be.fill(scratch_->ones.get(be, dt, {n}), 1.0);
+  const AttentionShape shape{
+      .batch = 1, .seq = T, .heads = H, .head_dim = D, .causal = true, .scale = attention_scale()};
+  Tensor x = x0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = *layers_[i];
+    // (capacity, 3 H D) the q, k and v rows of every token so far, key/value heads repeated.
+    const Tensor cache = kv_[i].get(be, dt, {decode_capacity_, 3 * HD});
+    const Tensor h1 = l.h1.get(be, dt, {n, C});
+    be.rms_norm_forward(h1, l.saved1.get(be, dt, {n}), x, params_.value(l.ln1), norm_offset(),
+                        opt_.rms_norm_eps);
+    const Tensor qkv = l.qkv.get(be, dt, {n, W});
+    project_qkv(be, l, h1, qkv, n, decode_pos_);
+    repeat_kv_heads(be, qkv, cache.slice(decode_pos_, T).data(), 3 * HD);
+    const Tensor att = l.att.get(be, dt, {T, HD});  // the new rows, the last n, computed
+    be.attention_forward({.shape = shape,
+                          .qkv = cache.data(),
+                          .out = att.data(),
+                          .lse = l.lse.get(be, dt, {1, H, T}).data(),
+                          .first_row = decode_pos_},
+                         dt);
+    layer_tail(be, l, x, att.slice(decode_pos_, T).data());
+    x = l.out.tensor();
+  }
+  decode_pos_ = T;
+  const Tensor z = z_.get(be, dt, {n, C});
+  be.rms_norm_forward(z, norm_saved_.get(be, dt, {n}), x, params_.value(norm_), norm_offset(),
+                      opt_.rms_norm_eps);
+  const Tensor logits = logits_.get(be, dt, {n, opt_.vocab_size});
+  times_transposed(be, logits, z, params_.value(head_));
+  return logits;
 }
 
 void Decoder::backward_logits(Backend& be, Tensor dlogits) {
@@ -439,7 +534,7 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
                      dt);
       }
   }
-  Rotary back = rotary_of(dqkv.data(), H + KV, l.local);
+  Rotary back = rotary_of(dqkv.data(), N, seq_, 0, l.local);
   back.inverse = true;
   be.rotary(back, dt);
   const Tensor h1 = l.h1.tensor();

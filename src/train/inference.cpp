@@ -14,6 +14,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/csv.hpp"
 #include "seqforge/nn/checkpoint.hpp"
+#include "seqforge/nn/decoder.hpp"
 #include "seqforge/nn/transformer.hpp"
 #include "seqforge/text/tokenizer.hpp"
 #include "seqforge/train/data_options.hpp"
@@ -402,26 +403,43 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
   std::vector<int64_t> ids;
   for (int32_t id : tokenizer.encode(prompt, true).ids) ids.push_back(id);
   if (ids.empty()) fail("--prompt: give a prompt for a token language model");
-  const int64_t window = model.options().family == ModelFamily::decoder
-                             ? model.options().decoder.max_positions
-                             : int64_t(ids.size()) + length;
+  auto* decoder = dynamic_cast<Decoder*>(&model);
+  SF_CHECK(decoder, "generate: a token language model that is not a decoder");
+  const DecoderOptions& o = decoder->decoder_options();
+  // The most tokens the model reads: its positions, or a Gemma 3 model's sliding window (its
+  // local layers' reach, which seqforge does not exceed).
+  const int64_t window = o.gemma && o.sliding_window > 0
+                             ? std::min(o.max_positions, o.sliding_window)
+                             : o.max_positions;
   Rng rng(seed);
   Buffer ids_buf;
   std::vector<int32_t> made;
+  // The logits (n, V) whose last row predicts the next token: the newest token's read after the
+  // key/value cache of those before it; at the start, or once the cache is full, the last
+  // `window` tokens read afresh.
+  int64_t capacity = 0;
+  const auto next_logits = [&] {
+    const int64_t have = int64_t(ids.size());
+    int64_t first = have - 1;
+    if (decoder->decoded() == 0 || decoder->decoded() == capacity) {
+      first = std::max<int64_t>(0, have - window);
+      capacity = std::min(window, have - first + length - int64_t(made.size()));
+      decoder->decode_start(be, capacity);
+    }
+    const Tensor input = ids_buf.get(be, DType::i64, {1, have - first});
+    be.upload(input, ids.data() + first);
+    return decoder->decode(be, input);
+  };
   for (int64_t n = 0; n < length; ++n) {
-    const int64_t count = std::min<int64_t>(window, int64_t(ids.size()));
-    const Tensor input = ids_buf.get(be, DType::i64, {1, count});
-    be.upload(input, ids.data() + ids.size() - count);
-    const Tensor logits = model.forward(be, input, {}, {}, false, rng);
-    const std::vector<float> last = download_vector<float>(be, logits.slice(count - 1, count));
+    const Tensor logits = next_logits();
+    const std::vector<float> last =
+        download_vector<float>(be, logits.slice(logits.dim(0) - 1, logits.dim(0)));
     // Ids both know: a model's rows may be padded past the tokenizer's, and a tokenizer may have
     // ids past the model's (Gemma 3's image token).
     const int64_t known = std::min<int64_t>(tokenizer.vocab_size(), int64_t(last.size()));
     const int64_t next = sample_next(std::vector<float>(last.begin(), last.begin() + known),
                                      temperature, top_k, rng, top_p);
-    const std::vector<int64_t>& eos = model.options().decoder.eos_token_ids;
-    if (model.options().family == ModelFamily::decoder &&
-        std::find(eos.begin(), eos.end(), next) != eos.end())
+    if (std::find(o.eos_token_ids.begin(), o.eos_token_ids.end(), next) != o.eos_token_ids.end())
       break;  // the model's end of text
     ids.push_back(next);
     made.push_back(int32_t(next));

@@ -45,6 +45,13 @@ class Decoder final : public Model {
   // dlogits like forward's logits; parameter gradients accumulate.
   void backward_logits(Backend& be, Tensor dlogits);
 
+  // Generation with a key/value cache: decode_start() empties it and makes room for `capacity`
+  // tokens in all; decode(ids (1, n)) runs the n new tokens after those cached and returns their
+  // logits (n, V), as forward's last n rows of the whole sequence.
+  void decode_start(Backend& be, int64_t capacity);
+  Tensor decode(Backend& be, Tensor ids);
+  int64_t decoded() const { return decode_pos_; }
+
   Tensor forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool training, Rng& rng) override;
   Tensor backward(Backend& be, Tensor dlogits) override {
     backward_logits(be, dlogits);
@@ -74,10 +81,14 @@ class Decoder final : public Model {
   void proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, const void* dy, int64_t ldy,
                      const void* x, int64_t ldx);
   Tensor norm_grad(Backend& be, size_t i);
+  void project_qkv(Backend& be, Layer& l, Tensor h1, Tensor qkv, int64_t seq, int64_t first_pos);
+  void repeat_kv_heads(Backend& be, const Tensor& qkv, void* dst, int64_t ld);
+  void layer_tail(Backend& be, Layer& l, Tensor x, const void* att);
   void layer_forward(Backend& be, Layer& l, Tensor x);
   void layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tensor dx);
   void prepare_rope(Backend& be, int64_t seq);
-  Rotary rotary_of(void* x, int64_t heads, bool local) const;
+  // The rotation of q and k in rows of x: `rows` rows at positions first_pos + row % seq.
+  Rotary rotary_of(void* x, int64_t rows, int64_t seq, int64_t first_pos, bool local) const;
   double norm_offset() const { return opt_.gemma ? 1.0 : 0.0; }
   // The attention of the last forward's batch: causal, its query heads (keys and values repeated
   // for them), attention_scale().
@@ -118,6 +129,8 @@ class Decoder final : public Model {
   int64_t rope_positions_ = 0;
   Tensor lengths_;             // (B) set_token_layout's
   Buffer last_rows_, pooled_;  // a classifier's: (B) i64 each row's last token, (B, C)
+  std::vector<Buffer> kv_;     // decoding: per layer (capacity, 3 H D), every token's q, k, v
+  int64_t decode_pos_ = 0, decode_capacity_ = 0;
 };
 
 }  // namespace seqforge
