@@ -146,7 +146,7 @@ def main():
     config = os.path.join(work, "lm.yaml")
     run_dir = os.path.join(work, "run")
     write_config(config, data, folder, run_dir)
-    run([seqforge, "train", config])
+    run([seqforge, "train", config, "train.precision=fp32"])
     m = last_metrics(run_dir)
     print(f"lm: val_loss {m['val_loss']:.3f} after 20 batches (ln V = {math.log(VOCAB):.3f})")
     if not m["val_loss"] < math.log(VOCAB) - 0.5:
@@ -156,6 +156,17 @@ def main():
     e = eval_metrics(seqforge, run_dir)
     if "test_bits_per_token" not in e:
         fail(f"eval gave {e}")
+    # The same run with bf16 GEMMs (where the CPU has them) ends within 2% of its loss.
+    bf16_dir = os.path.join(work, "run_bf16")
+    out = run([seqforge, "train", config, "train.precision=bf16",
+               "train.run_dir=" + bf16_dir]).stdout
+    if "bf16 GEMMs" in out.splitlines()[0]:
+        low = last_metrics(bf16_dir)["val_loss"]
+        print(f"lm in bf16: val_loss {low:.4f}, fp32 {m['val_loss']:.4f}")
+        if abs(low - m["val_loss"]) > 0.02 * m["val_loss"]:
+            fail(f"bf16 val_loss {low} is not within 2% of fp32's {m['val_loss']}")
+    else:
+        print("lm in bf16: skipped, this CPU runs no bf16 GEMMs: " + out.splitlines()[0])
     out = run([seqforge, "generate", run_dir, "--prompt", "ROMEO:", "--length", "20"]).stdout
     if not out.startswith("ROMEO:") or len(out.strip()) <= len("ROMEO:"):
         fail(f"generate gave {out!r}")

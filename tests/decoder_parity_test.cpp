@@ -274,6 +274,122 @@ TEST(DecoderDecode, CachedKeysAndValuesGiveTheFullPassLogits) {
     }
 }
 
+// A small Llama (grouped-query attention, biases) or Gemma 3 decoder with `kind` adapters on
+// every Linear, their B away from zero so that they count.
+DecoderOptions small_decoder(bool gemma, AdapterKind kind) {
+  DecoderOptions o;
+  o.vocab_size = 11, o.hidden_size = 12, o.intermediate_size = 10, o.num_layers = 2;
+  o.num_heads = 6, o.num_kv_heads = gemma ? 6 : 2, o.head_dim = 4;
+  o.initializer_range = 0.3;
+  if (gemma) {
+    o.model_type = "gemma3_text", o.gemma = true, o.activation = GluKind::gelu_tanh;
+    o.query_pre_attn_scalar = 8, o.rope_local_theta = 100, o.sliding_window = 256;
+    o.sliding = {true, false};
+  } else {
+    o.qkv_bias = o.o_bias = true;
+  }
+  o.adapter.kind = kind;
+  o.adapter.rank = 2;
+  o.adapter.alpha = 3;
+  o.adapter.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                       "down_proj"};
+  return o;
+}
+
+std::unique_ptr<Decoder> make_small_decoder(Backend& be, const DecoderOptions& o) {
+  auto model = std::make_unique<Decoder>(o);
+  model->initialize(be, 5);
+  Parameters& p = model->parameters();
+  Rng values(9);
+  for (size_t i = 0; i < p.size(); ++i) {
+    const auto& e = p.values().entries()[i];
+    if (e.name.find("lora_B") == std::string::npos) continue;
+    std::vector<double> b(static_cast<size_t>(Shape(e.shape).numel()));
+    for (double& v : b) v = 0.4 * (values.uniform() - 0.5);
+    be.copy(p.value(i), HostTensor(be, DType::f32, e.shape, b).t);
+  }
+  return model;
+}
+
+// Logits and every parameter's gradient of one step (a cross-entropy loss) of `m` on 2 x 9 ids.
+std::pair<std::vector<double>, std::vector<double>> decoder_step(Backend& be, Decoder& m) {
+  std::vector<double> ids(18), targets(18);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = double((i * 5 + 2) % 11);
+    targets[i] = double((i * 3 + 1) % 11);
+  }
+  const HostTensor in(be, DType::i64, {2, 9}, ids), y(be, DType::i64, {18}, targets);
+  Rng rng(1);
+  const Tensor out = m.forward(be, in.t, false, rng);
+  const std::vector<double> logits = to_doubles(be, out);
+  HostTensor dlogits(be, DType::f32, {18, 11}, std::vector<double>(18 * 11));
+  be.cross_entropy_loss(out, y.t, {}, -1, dlogits.t);
+  m.parameters().zero_grad(be);
+  m.backward_logits(be, dlogits.t);
+  std::vector<double> grads;
+  for (size_t i = 0; i < m.parameters().size(); ++i)
+    for (double g : to_doubles(be, m.parameters().grad(i))) grads.push_back(g);
+  return {logits, grads};
+}
+
+// bf16 GEMMs (bf16 operands, f32 accumulation, f32 parameters): the CPU backend gives the
+// reference backend's logits and gradients from the same bf16 operands; at HF's initialisation
+// scale they follow f32 GEMMs to bf16's rounding, and differ from them (the bf16 path ran);
+// with and without adapters, and a bf16 model decodes as its full pass does.
+TEST(Decoder, Bf16GemmsMatchTheReferenceAndFollowF32) {
+  SF_SKIP_WITHOUT_BF16();
+  for (const bool gemma : {false, true})
+    for (const AdapterKind kind : {AdapterKind::none, AdapterKind::lora, AdapterKind::dora}) {
+      const std::string what =
+          std::string(gemma ? "gemma3" : "llama") + ", adapter " + std::to_string(int(kind));
+      auto cpu = make_cpu_backend(), ref = make_reference_backend();
+      DecoderOptions o = small_decoder(gemma, kind);
+      auto low = make_small_decoder(*cpu, o), low_ref = make_small_decoder(*ref, o);
+      low->set_gemm_dtype(DType::bf16);
+      low_ref->set_gemm_dtype(DType::bf16);
+      const auto [logits, grads] = decoder_step(*cpu, *low);
+      const auto [ref_logits, ref_grads] = decoder_step(*ref, *low_ref);
+      EXPECT_LE(max_rel_error(logits, ref_logits), 1e-3) << what;
+      EXPECT_LE(max_rel_error(grads, ref_grads), 1e-3) << what;
+
+      o.initializer_range = 0.02;
+      auto f32 = make_small_decoder(*cpu, o), bf16 = make_small_decoder(*cpu, o);
+      bf16->set_gemm_dtype(DType::bf16);
+      const auto [want_logits, want_grads] = decoder_step(*cpu, *f32);
+      const auto [got_logits, got_grads] = decoder_step(*cpu, *bf16);
+      // ||got - want|| / ||want||: bf16's rounding of each operand (2^-9) spread over the sums.
+      const auto gap = [](const std::vector<double>& got, const std::vector<double>& want) {
+        double err = 0, norm = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          err += (got[i] - want[i]) * (got[i] - want[i]);
+          norm += want[i] * want[i];
+        }
+        return std::sqrt(err / norm);
+      };
+      const double logit_gap = gap(got_logits, want_logits);
+      const double grad_gap = gap(got_grads, want_grads);
+      std::printf("decoder bf16 vs fp32 (%s): logits %.1e, gradients %.1e\n", what.c_str(),
+                  logit_gap, grad_gap);
+      EXPECT_LE(logit_gap, 1e-2) << what;
+      EXPECT_GT(logit_gap, 1e-7) << what;
+      EXPECT_LE(grad_gap, 2e-2) << what;
+      EXPECT_GT(grad_gap, 1e-7) << what;
+
+      if (kind == AdapterKind::none) continue;
+      // Decoding reads the same bf16 weights: the full pass's logits of one row, token by token.
+      const HostTensor row(*cpu, DType::i64, {1, 9}, {2, 7, 1, 6, 0, 5, 10, 4, 9});
+      Rng rng(1);
+      const std::vector<double> want = to_doubles(*cpu, bf16->forward(*cpu, row.t, false, rng));
+      bf16->decode_start(*cpu, 9);
+      std::vector<double> got;
+      for (const double id : {2, 7, 1, 6, 0, 5, 10, 4, 9}) {
+        const HostTensor one(*cpu, DType::i64, {1, 1}, {id});
+        for (double v : to_doubles(*cpu, bf16->decode(*cpu, one.t))) got.push_back(v);
+      }
+      EXPECT_LE(max_rel_error(got, want), 1e-5) << what;
+    }
+}
+
 // A folder with something seqforge cannot honour is one error naming it.
 TEST(Decoder, BadFoldersAreOneErrorNamingTheField) {
   const std::vector<std::string> names = fixture_names();

@@ -58,7 +58,7 @@ std::vector<double> rope_inverse_frequencies(const DecoderOptions& o, bool local
   return inv;
 }
 
-Decoder::Decoder(const DecoderOptions& o, DType dtype) : opt_(o), params_(dtype) {
+Decoder::Decoder(const DecoderOptions& o, DType dtype) : opt_(o), params_(dtype), gemm_dt_(dtype) {
   SF_CHECK(o.vocab_size > 0 && o.hidden_size > 0 && o.intermediate_size > 0 && o.num_layers > 0 &&
                o.num_heads > 0 && o.num_kv_heads > 0 && o.num_heads % o.num_kv_heads == 0 &&
                o.head_dim > 0 && o.head_dim % 2 == 0,
@@ -130,9 +130,27 @@ void Decoder::initialize(Backend& be, uint64_t seed) {
 }
 
 void Decoder::set_gemm_dtype(DType dtype) {
-  if (dtype != params_.dtype())
+  if (dtype != params_.dtype() && !(dtype == DType::bf16 && params_.dtype() == DType::f32))
     fail("a ", opt_.model_type, " decoder runs its GEMMs in its parameters' dtype (",
-         dtype_name(params_.dtype()), ") so far; ", dtype_name(dtype), " GEMMs are not supported");
+         dtype_name(params_.dtype()), ") or, with f32 parameters, in bf16; ", dtype_name(dtype),
+         " GEMMs are not supported");
+  gemm_dt_ = dtype;
+  frozen_low_ready_ = false;
+}
+
+// logits (N, V) = z (N, C) W_head^T: in bf16 from the head's bf16 copy, or in f32.
+void Decoder::head_forward(Backend& be, Tensor logits, Tensor z) {
+  if (!low()) return times_transposed(be, logits, z, params_.value(head_));
+  const int64_t N = z.dim(0), C = z.dim(1);
+  const void* z_low = low_operand(be, z_low_, z.data(), N, C, C);
+  be.gemm({.trans_b = true,
+           .m = N,
+           .n = opt_.vocab_size,
+           .k = C,
+           .lda = C,
+           .ldb = C,
+           .ldc = opt_.vocab_size},
+          gemm_dt_, z_low, head_low_.tensor().data(), logits.data());
 }
 
 std::vector<std::string> Decoder::unused_base_tensors() const {
@@ -208,7 +226,7 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
   const DType dt = params_.dtype();
   ids_ = ids.reshape({N});
   prepare_rope(be, seq_);
-  prepare_adapters(be);
+  prepare_weights(be);
   be.fill(scratch_->ones.get(be, dt, {N}), 1.0);
   if (opt_.gemma && opt_.sliding_window > 0 && seq_ > opt_.sliding_window)
     fail("a sequence of ", seq_, " tokens is longer than the local layers' sliding_window (",
@@ -228,7 +246,7 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
                       opt_.rms_norm_eps);
   if (score_ == kNone) {
     const Tensor logits = logits_.get(be, dt, {N, opt_.vocab_size});
-    times_transposed(be, logits, z, params_.value(head_));
+    head_forward(be, logits, z);
     return logits;
   }
   // A classifier scores each row's last token (HF's last non-padding token).
@@ -253,10 +271,10 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
   return logits;
 }
 
-// q, k and v of the N rows of h1 (N, C) side by side in qkv (N, W), q and k normed (Gemma 3) and
-// rotated for positions first_pos + row % seq.
-void Decoder::project_qkv(Backend& be, Layer& l, Tensor h1, Tensor qkv, int64_t seq,
-                          int64_t first_pos) {
+// q, k and v of the N rows of h1 (N, C) (h1_low: its bf16 operand, or null) side by side in qkv
+// (N, W), q and k normed (Gemma 3) and rotated for positions first_pos + row % seq.
+void Decoder::project_qkv(Backend& be, Layer& l, Tensor h1, const void* h1_low, Tensor qkv,
+                          int64_t seq, int64_t first_pos) {
   const int64_t N = h1.shape()[0], C = opt_.hidden_size;
   const int64_t H = opt_.num_heads, KV = opt_.num_kv_heads, D = opt_.head_dim;
   const int64_t W = (H + 2 * KV) * D, HD = H * D;
@@ -264,8 +282,8 @@ void Decoder::project_qkv(Backend& be, Layer& l, Tensor h1, Tensor qkv, int64_t 
   const double offset = norm_offset(), eps = opt_.rms_norm_eps;
   if (opt_.gemma) {  // q and k projected apart, normed per head, then placed in qkv
     const Tensor q = l.q_raw.get(be, dt, {N * H, D}), k = l.k_raw.get(be, dt, {N * KV, D});
-    proj_forward(be, l.q, q.data(), HD, h1.data(), C, 0.0);
-    proj_forward(be, l.k, k.data(), KV * D, h1.data(), C, 0.0);
+    proj_forward(be, l.q, q.data(), HD, h1.data(), C, h1_low, 0.0);
+    proj_forward(be, l.k, k.data(), KV * D, h1.data(), C, h1_low, 0.0);
     const Tensor qn = scratch_->dq_normed.get(be, dt, {N * H, D});
     be.rms_norm_forward(qn, l.q_saved.get(be, dt, {N * H}), q, params_.value(l.q_norm), offset,
                         eps);
@@ -275,10 +293,10 @@ void Decoder::project_qkv(Backend& be, Layer& l, Tensor h1, Tensor qkv, int64_t 
                         eps);
     be.copy_rows(at(qkv.data(), HD, dt), W, kn.data(), KV * D, N, KV * D, dt);
   } else {
-    proj_forward(be, l.q, qkv.data(), W, h1.data(), C, 0.0);
-    proj_forward(be, l.k, at(qkv.data(), HD, dt), W, h1.data(), C, 0.0);
+    proj_forward(be, l.q, qkv.data(), W, h1.data(), C, h1_low, 0.0);
+    proj_forward(be, l.k, at(qkv.data(), HD, dt), W, h1.data(), C, h1_low, 0.0);
   }
-  proj_forward(be, l.v, at(qkv.data(), HD + KV * D, dt), W, h1.data(), C, 0.0);
+  proj_forward(be, l.v, at(qkv.data(), HD + KV * D, dt), W, h1.data(), C, h1_low, 0.0);
   be.rotary(rotary_of(qkv.data(), N, seq, first_pos, l.local), dt);
 }
 
@@ -306,35 +324,38 @@ void Decoder::layer_tail(Backend& be, Layer& l, Tensor x, const void* att) {
   const DType dt = params_.dtype();
   const double offset = norm_offset(), eps = opt_.rms_norm_eps;
   const auto value = [&](size_t i) { return params_.value(i); };
+  const void* att_low = low_operand(be, l.att_low, att, N, HD, HD);
   const Tensor mid = l.mid.get(be, dt, {N, C});
   be.copy(mid, x);
   if (opt_.gemma) {  // o_proj's output normed, then added
     const Tensor o = l.o_out.get(be, dt, {N, C}),
                  normed = scratch_->dbranch_out.get(be, dt, {N, C});
-    proj_forward(be, l.o, o.data(), C, att, HD, 0.0);
+    proj_forward(be, l.o, o.data(), C, att, HD, att_low, 0.0);
     be.rms_norm_forward(normed, l.o_saved.get(be, dt, {N}), o, value(l.post_attn), offset, eps);
     be.add(mid, normed);
   } else {
-    proj_forward(be, l.o, mid.data(), C, att, HD, 1.0);
+    proj_forward(be, l.o, mid.data(), C, att, HD, att_low, 1.0);
   }
 
   const Tensor h2 = l.h2.get(be, dt, {N, C});
   be.rms_norm_forward(h2, l.saved2.get(be, dt, {N}), mid, value(l.ln2), offset, eps);
   const Tensor g = l.gate_out.get(be, dt, {N, F}), u = l.up_out.get(be, dt, {N, F});
-  proj_forward(be, l.gate, g.data(), F, h2.data(), C, 0.0);
-  proj_forward(be, l.up, u.data(), F, h2.data(), C, 0.0);
+  const void* h2_low = low_operand(be, l.h2_low, h2.data(), N, C, C);
+  proj_forward(be, l.gate, g.data(), F, h2.data(), C, h2_low, 0.0);
+  proj_forward(be, l.up, u.data(), F, h2.data(), C, h2_low, 0.0);
   const Tensor act = l.act.get(be, dt, {N, F});
   be.glu_forward(act, g, u, opt_.activation);
+  const void* act_low = low_operand(be, l.act_low, act.data(), N, F, F);
   const Tensor out = l.out.get(be, dt, {N, C});
   be.copy(out, mid);
   if (opt_.gemma) {
     const Tensor m = l.mlp_out.get(be, dt, {N, C}),
                  normed = scratch_->dbranch_out.get(be, dt, {N, C});
-    proj_forward(be, l.down, m.data(), C, act.data(), F, 0.0);
+    proj_forward(be, l.down, m.data(), C, act.data(), F, act_low, 0.0);
     be.rms_norm_forward(normed, l.mlp_saved.get(be, dt, {N}), m, value(l.post_mlp), offset, eps);
     be.add(out, normed);
   } else {
-    proj_forward(be, l.down, out.data(), C, act.data(), F, 1.0);
+    proj_forward(be, l.down, out.data(), C, act.data(), F, act_low, 1.0);
   }
 }
 
@@ -347,7 +368,7 @@ void Decoder::layer_forward(Backend& be, Layer& l, Tensor x) {
   be.rms_norm_forward(h1, l.saved1.get(be, dt, {N}), x, params_.value(l.ln1), norm_offset(),
                       opt_.rms_norm_eps);
   const Tensor qkv = l.qkv.get(be, dt, {N, W});
-  project_qkv(be, l, h1, qkv, seq_, 0);
+  project_qkv(be, l, h1, low_operand(be, l.h1_low, h1.data(), N, C, C), qkv, seq_, 0);
   Tensor qkv3 = qkv;
   if (KV < H) {
     qkv3 = l.qkv3.get(be, dt, {N, 3 * HD});
@@ -376,7 +397,7 @@ void Decoder::decode_start(Backend& be, int64_t capacity) {
   decode_pos_ = 0;
   decode_capacity_ = capacity;
   prepare_rope(be, capacity);
-  prepare_adapters(be);  // the weights hold still while generating
+  prepare_weights(be);  // the weights hold still while generating
   kv_.resize(layers_.size());
 }
 
@@ -404,7 +425,7 @@ Tensor Decoder::decode(Backend& be, Tensor ids) {
     be.rms_norm_forward(h1, l.saved1.get(be, dt, {n}), x, params_.value(l.ln1), norm_offset(),
                         opt_.rms_norm_eps);
     const Tensor qkv = l.qkv.get(be, dt, {n, W});
-    project_qkv(be, l, h1, qkv, n, decode_pos_);
+    project_qkv(be, l, h1, low_operand(be, l.h1_low, h1.data(), n, C, C), qkv, n, decode_pos_);
     repeat_kv_heads(be, qkv, cache.slice(decode_pos_, T).data(), 3 * HD);
     const Tensor att = l.att.get(be, dt, {T, HD});  // the new rows, the last n, computed
     be.attention_forward({.shape = shape,
@@ -421,7 +442,7 @@ Tensor Decoder::decode(Backend& be, Tensor ids) {
   be.rms_norm_forward(z, norm_saved_.get(be, dt, {n}), x, params_.value(norm_), norm_offset(),
                       opt_.rms_norm_eps);
   const Tensor logits = logits_.get(be, dt, {n, opt_.vocab_size});
-  times_transposed(be, logits, z, params_.value(head_));
+  head_forward(be, logits, z);
   return logits;
 }
 
@@ -433,11 +454,14 @@ void Decoder::backward_logits(Backend& be, Tensor dlogits) {
   const Tensor dz = s.dh.get(be, dt, {N, C});
   if (score_ == kNone) {
     const int64_t V = opt_.vocab_size;
-    be.gemm({.m = N, .n = C, .k = V, .lda = V, .ldb = C, .ldc = C}, dt, dlogits.data(),
-            params_.value(head_).data(), dz.data());
+    // In bf16 from dlogits' and z's bf16 operands and the head's bf16 copy, or in f32.
+    const DType gt = low() ? gemm_dt_ : dt;
+    const void* d = low() ? low_operand(be, dlogits_low_, dlogits.data(), N, V, V) : dlogits.data();
+    be.gemm({.m = N, .n = C, .k = V, .lda = V, .ldb = C, .ldc = C}, gt, d,
+            (low() ? head_low_.tensor() : params_.value(head_)).data(), dz.data());
     if (train_base_)
       be.gemm({.trans_a = true, .m = V, .n = C, .k = N, .lda = V, .ldb = C, .ldc = C, .beta = 1},
-              dt, dlogits.data(), z_.tensor().data(), params_.grad(head_).data());
+              gt, d, (low() ? z_low_.tensor() : z_.tensor()).data(), params_.grad(head_).data());
   } else {
     const int64_t B = batch_, K = opt_.num_labels;
     const Tensor dpooled = s.dpooled.get(be, dt, {B, C});
@@ -473,6 +497,10 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
   const double offset = norm_offset();
   Scratch& s = *scratch_;
   const auto value = [&](size_t i) { return params_.value(i); };
+  // A Linear input's bf16 operand of the forward pass, or null with f32 GEMMs.
+  const auto low_of = [&](const Buffer& b) -> const void* {
+    return low() ? b.tensor().data() : nullptr;
+  };
 
   // MLP branch: dout reaches (Gemma: the branch's norm,) down_proj, the gated product, gate_proj
   // and up_proj, the norm before them.
@@ -484,12 +512,13 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
     dbranch = d.data();
   }
   const Tensor dact = s.dact.get(be, dt, {N, F});
-  proj_backward(be, l.down, dact.data(), 0.0, dbranch, C, l.act.tensor().data(), F);
+  proj_backward(be, l.down, dact.data(), 0.0, dbranch, C, l.act.tensor().data(), F,
+                low_of(l.act_low));
   const Tensor dgate = s.dgate.get(be, dt, {N, F}), dup = s.dup.get(be, dt, {N, F});
   be.glu_backward(dgate, dup, dact, l.gate_out.tensor(), l.up_out.tensor(), opt_.activation);
   const Tensor dh = s.dh.get(be, dt, {N, C}), h2 = l.h2.tensor();
-  proj_backward(be, l.gate, dh.data(), 0.0, dgate.data(), F, h2.data(), C);
-  proj_backward(be, l.up, dh.data(), 1.0, dup.data(), F, h2.data(), C);
+  proj_backward(be, l.gate, dh.data(), 0.0, dgate.data(), F, h2.data(), C, low_of(l.h2_low));
+  proj_backward(be, l.up, dh.data(), 1.0, dup.data(), F, h2.data(), C, low_of(l.h2_low));
   const Tensor dmid = s.dmid.get(be, dt, {N, C});
   be.rms_norm_backward(dmid, norm_grad(be, l.ln2), dh, l.mid.tensor(), value(l.ln2), offset,
                        l.saved2.tensor());
@@ -505,7 +534,8 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
     dbranch = d.data();
   }
   const Tensor datt = s.datt.get(be, dt, {N, HD});
-  proj_backward(be, l.o, datt.data(), 0.0, dbranch, C, l.att.tensor().data(), HD);
+  proj_backward(be, l.o, datt.data(), 0.0, dbranch, C, l.att.tensor().data(), HD,
+                low_of(l.att_low));
   const Tensor qkv = l.qkv.tensor();
   const Tensor qkv3 = KV < H ? l.qkv3.tensor() : qkv;
   const Tensor dqkv = s.dqkv.get(be, dt, {N, W});
@@ -549,13 +579,15 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
                            (is_q ? l.q_raw : l.k_raw).tensor(), value(w), offset,
                            (is_q ? l.q_saved : l.k_saved).tensor());
       proj_backward(be, is_q ? l.q : l.k, dh.data(), is_q ? 0.0 : 1.0, draw.data(), heads * D,
-                    h1.data(), C);
+                    h1.data(), C, low_of(l.h1_low));
     }
   } else {
-    proj_backward(be, l.q, dh.data(), 0.0, dqkv.data(), W, h1.data(), C);
-    proj_backward(be, l.k, dh.data(), 1.0, at(dqkv.data(), HD, dt), W, h1.data(), C);
+    proj_backward(be, l.q, dh.data(), 0.0, dqkv.data(), W, h1.data(), C, low_of(l.h1_low));
+    proj_backward(be, l.k, dh.data(), 1.0, at(dqkv.data(), HD, dt), W, h1.data(), C,
+                  low_of(l.h1_low));
   }
-  proj_backward(be, l.v, dh.data(), 1.0, at(dqkv.data(), HD + KV * D, dt), W, h1.data(), C);
+  proj_backward(be, l.v, dh.data(), 1.0, at(dqkv.data(), HD + KV * D, dt), W, h1.data(), C,
+                low_of(l.h1_low));
   be.rms_norm_backward(dx, norm_grad(be, l.ln1), dh, x, value(l.ln1), offset, l.saved1.tensor());
   be.add(dx, dmid);
 }

@@ -99,36 +99,69 @@ void Decoder::init_adapters(Backend& be, const std::vector<std::string>& loaded)
     }
 }
 
-// DoRA: V = W0 + s B A and its row norms, from this step's A, B and m.
-void Decoder::prepare_adapters(Backend& be) {
-  if (opt_.adapter.kind != AdapterKind::dora) return;
+// This step's weights: DoRA's V = W0 + s B A and its row norms, from this step's A, B and m;
+// with bf16 GEMMs, bf16 copies of each Linear's weight (DoRA: of V) and of the head, a frozen
+// weight's made once.
+void Decoder::prepare_weights(Backend& be) {
   const DType dt = params_.dtype();
   const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
   for (auto& l : layers_)
     for (int j = 0; j < 7; ++j) {
       Proj& p = l->projs()[j];
-      if (p.m == kNone) continue;
-      const Tensor v = p.v.get(be, dt, {p.out, p.in});
-      be.copy(v, params_.value(p.w));
-      gemm(be, dt, false, false, p.out, p.in, opt_.adapter.rank, params_.value(p.B).data(),
-           opt_.adapter.rank, params_.value(p.A).data(), p.in, v.data(), p.in, s, 1.0);
-      be.dora_norm(p.scale.get(be, dt, {p.out}), p.inv_norm.get(be, dt, {p.out}), v,
-                   params_.value(p.m));
+      if (p.m != kNone) {
+        const Tensor v = p.v.get(be, dt, {p.out, p.in});
+        be.copy(v, params_.value(p.w));
+        gemm(be, dt, false, false, p.out, p.in, opt_.adapter.rank, params_.value(p.B).data(),
+             opt_.adapter.rank, params_.value(p.A).data(), p.in, v.data(), p.in, s, 1.0);
+        be.dora_norm(p.scale.get(be, dt, {p.out}), p.inv_norm.get(be, dt, {p.out}), v,
+                     params_.value(p.m));
+      }
+      if (!low()) continue;
+      if (p.m != kNone)
+        be.convert(p.w_low.get(be, gemm_dt_, {p.out, p.in}), p.v.tensor());
+      else if (!params_.fixed(p.w) || !frozen_low_ready_)
+        be.convert(p.w_low.get(be, gemm_dt_, {p.out, p.in}), params_.value(p.w));
     }
+  if (low() && score_ == kNone && (!params_.fixed(head_) || !frozen_low_ready_))
+    be.convert(head_low_.get(be, gemm_dt_, params_.value(head_).shape()), params_.value(head_));
+  frozen_low_ready_ = low();
 }
 
-// y(N, out), rows ldy apart, (beta y +)= the Linear of x(N, in), rows ldx apart: without an
-// adapter one GEMM into y; with LoRA x W0^T + b + s (x A^T) B^T; with DoRA (m / ||V||)(x V^T) + b,
-// computed packed and then added (beta 1, y packed) or copied (beta 0) into y.
+const void* Decoder::low_operand(Backend& be, Buffer& low_buf, const void* x, int64_t rows,
+                                 int64_t cols, int64_t ld) {
+  if (!low()) return nullptr;
+  const DType dt = params_.dtype();
+  Tensor packed(const_cast<void*>(x), dt, {rows, cols});
+  if (ld != cols) {
+    packed = scratch_->d_packed.get(be, dt, {rows, cols});
+    be.copy_rows(packed.data(), cols, x, ld, rows, cols, dt);
+  }
+  const Tensor out = low_buf.get(be, gemm_dt_, {rows, cols});
+  be.convert(out, packed);
+  return out.data();
+}
+
+// y(N, out), rows ldy apart, (beta y +)= the Linear of x(N, in), rows ldx apart (x_low: x as a
+// packed bf16 operand, or null): without an adapter one GEMM into y; with LoRA x W0^T + b +
+// s (x A^T) B^T; with DoRA (m / ||V||)(x V^T) + b, computed packed and then added (beta 1, y
+// packed) or copied (beta 0) into y. With bf16 GEMMs the products with W0 and V take bf16
+// operands; the adapters' rank-r products stay in f32.
 void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const void* x, int64_t ldx,
-                           double beta) {
+                           const void* x_low, double beta) {
   const int64_t N = batch_ * seq_, r = opt_.adapter.rank;
   const DType dt = params_.dtype();
   const Tensor b = p.b == kNone ? Tensor() : params_.value(p.b);
   const double s = opt_.adapter.alpha / double(r);
+  // y (+)= x W^T for W0 or V: in bf16 from x_low and the weight's bf16 copy, or in f32.
+  const auto times_weight = [&](const void* w, void* out, int64_t ldo, double out_beta) {
+    if (x_low)
+      gemm(be, gemm_dt_, false, true, N, p.out, p.in, x_low, p.in, p.w_low.tensor().data(), p.in,
+           out, ldo, 1.0, out_beta);
+    else
+      gemm(be, dt, false, true, N, p.out, p.in, x, ldx, w, p.in, out, ldo, 1.0, out_beta);
+  };
   if (p.m == kNone) {
-    gemm(be, dt, false, true, N, p.out, p.in, x, ldx, params_.value(p.w).data(), p.in, y, ldy, 1.0,
-         beta);
+    times_weight(params_.value(p.w).data(), y, ldy, beta);
     if (!b.empty()) {  // + b on every row: ones (N, 1) b (1, out)
       const Tensor ones = scratch_->ones.tensor();
       gemm(be, dt, false, false, N, p.out, 1, ones.data(), 1, b.data(), p.out, y, ldy, 1.0, 1.0);
@@ -145,8 +178,7 @@ void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const voi
   gemm(be, dt, false, true, N, r, p.in, x, ldx, params_.value(p.A).data(), p.in, xa.data(), r, 1.0,
        0.0);
   const Tensor pre = p.pre.get(be, dt, {N, p.out});
-  gemm(be, dt, false, true, N, p.out, p.in, x, ldx, p.v.tensor().data(), p.in, pre.data(), p.out,
-       1.0, 0.0);
+  times_weight(p.v.tensor().data(), pre.data(), p.out, 0.0);
   const Tensor branch = scratch_->branch.get(be, dt, {N, p.out});
   be.scale_columns(branch, pre, p.scale.tensor(), b);
   if (beta == 0) return be.copy_rows(y, ldy, branch.data(), p.out, N, p.out, dt);
@@ -155,20 +187,35 @@ void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const voi
 }
 
 // dx(N, in) (dx_beta dx +)= d(loss)/dx through the Linear, from dy(N, out) rows ldy apart; the
-// gradients of what trains accumulate: W and b without adapters, A, B (and m) with them.
+// gradients of what trains accumulate: W and b without adapters, A, B (and m) with them. With
+// bf16 GEMMs (x_low: x's bf16 operand), the products with W0 or V and W's gradient take bf16
+// operands.
 void Decoder::proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, const void* dy,
-                            int64_t ldy, const void* x, int64_t ldx) {
+                            int64_t ldy, const void* x, int64_t ldx, const void* x_low) {
   const int64_t N = batch_ * seq_, r = opt_.adapter.rank;
   const DType dt = params_.dtype();
   const double s = opt_.adapter.alpha / double(r);
   const Tensor ones = scratch_->ones.tensor();
+  // dx (dx_beta dx +)= d W for W0 or V, d (N, out) rows ldd apart: in bf16 or f32.
+  const auto times_weight = [&](const void* d, int64_t ldd, const void* w) {
+    if (x_low)
+      gemm(be, gemm_dt_, false, false, N, p.in, p.out,
+           low_operand(be, scratch_->d_low, d, N, p.out, ldd), p.out, p.w_low.tensor().data(), p.in,
+           dx, p.in, 1.0, dx_beta);
+    else
+      gemm(be, dt, false, false, N, p.in, p.out, d, ldd, w, p.in, dx, p.in, 1.0, dx_beta);
+  };
   if (p.A == kNone) {  // a plain Linear; its weights train unless the base is frozen
-    if (dx)
-      gemm(be, dt, false, false, N, p.in, p.out, dy, ldy, params_.value(p.w).data(), p.in, dx, p.in,
-           1.0, dx_beta);
+    if (dx) times_weight(dy, ldy, params_.value(p.w).data());
     if (!train_base_) return;
-    gemm(be, dt, true, false, p.out, p.in, N, dy, ldy, x, ldx, params_.grad(p.w).data(), p.in, 1.0,
-         1.0);
+    if (x_low)  // d_low holds dy when dx was computed; made again otherwise
+      gemm(be, gemm_dt_, true, false, p.out, p.in, N,
+           dx ? scratch_->d_low.tensor().data()
+              : low_operand(be, scratch_->d_low, dy, N, p.out, ldy),
+           p.out, x_low, p.in, params_.grad(p.w).data(), p.in, 1.0, 1.0);
+    else
+      gemm(be, dt, true, false, p.out, p.in, N, dy, ldy, x, ldx, params_.grad(p.w).data(), p.in,
+           1.0, 1.0);
     if (p.b != kNone)
       gemm(be, dt, false, false, 1, p.out, N, ones.data(), N, dy, ldy, params_.grad(p.b).data(),
            p.out, 1.0, 1.0);
@@ -199,7 +246,7 @@ void Decoder::proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, cons
        1.0);
   if (!dx) return;
   // dx = d W0 + s g A (LoRA), or d V (DoRA, whose V holds s B A already).
-  gemm(be, dt, false, false, N, p.in, p.out, d, ldd, weight, p.in, dx, p.in, 1.0, dx_beta);
+  times_weight(d, ldd, weight);
   if (p.m == kNone)
     gemm(be, dt, false, false, N, p.in, r, g.data(), r, params_.value(p.A).data(), p.in, dx, p.in,
          s, 1.0);

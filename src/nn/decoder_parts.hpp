@@ -18,6 +18,7 @@ struct Decoder::Proj {
   Buffer v, scale, inv_norm;  // DoRA, per step: V = W0 + s B A (out, in), m / ||V||, 1 / ||V||
   Buffer xa;                  // adapter: x A^T (N, rank) of the last forward
   Buffer pre;                 // DoRA: x V^T (N, out) of the last forward
+  Buffer w_low;               // bf16 GEMMs: W0, or DoRA's V, in bf16 (out, in)
 };
 
 // A layer's parameters and what its backward needs of its forward. N = batch * seq rows;
@@ -40,6 +41,8 @@ struct Decoder::Layer {
   // Gemma 3: q and k before their norms (N, H D), (N, KV D), the norms' 1 / rms (N H), (N KV);
   // o_proj's and down_proj's outputs before their norms (N, C) and those norms' (N).
   Buffer q_raw, k_raw, q_saved, k_saved, o_out, o_saved, mlp_out, mlp_saved;
+  // bf16 GEMMs: the Linears' inputs h1, att, h2 and act as bf16 operands, kept for backward.
+  Buffer h1_low, att_low, h2_low, act_low;
   Proj* projs() { return &q; }  // the seven, in declaration order
 };
 
@@ -58,6 +61,7 @@ struct Decoder::Scratch {
   Buffer dbranch_out;        // Gemma 3: (N, C) at a branch's output before its norm
   Buffer dq_normed, dq_raw;  // Gemma 3: (N, H D) at q after and before its norm (k: the same)
   Buffer dpooled;            // (B, C) a classifier's gradient at its rows
+  Buffer d_low, d_packed;    // bf16 GEMMs: a Linear's output gradient in bf16, packed first
 };
 
 }  // namespace seqforge

@@ -702,10 +702,10 @@ DType backend_precision(const std::string& precision, const Backend& be, std::st
 DType model_precision(const std::string& precision, const Backend& be, const ModelOptions& m,
                       std::string* notice) {
   const DType gemm = backend_precision(precision, be, notice);
-  if (m.family != ModelFamily::decoder || gemm == DType::f32) return gemm;
+  if (m.family != ModelFamily::decoder || gemm != DType::f16) return gemm;
   if (notice)
     *notice = "train.precision " + precision + ": a " + m.decoder.model_type +
-              " decoder runs fp32 GEMMs so far; fp32 GEMMs instead";
+              " decoder runs fp32 or bf16 GEMMs so far; fp32 GEMMs instead";
   return DType::f32;
 }
 

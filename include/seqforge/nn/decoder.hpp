@@ -75,13 +75,20 @@ class Decoder final : public Model {
   struct Layer;
   struct Scratch;
   void declare_adapters();
-  void prepare_adapters(Backend& be);
+  void prepare_weights(Backend& be);
+  // With bf16 GEMMs, x (rows, cols), rows ld apart, as a packed bf16 operand in `low`; null with
+  // f32 GEMMs.
+  const void* low_operand(Backend& be, Buffer& low, const void* x, int64_t rows, int64_t cols,
+                          int64_t ld);
+  bool low() const { return gemm_dt_ != params_.dtype(); }
   void proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const void* x, int64_t ldx,
-                    double beta);
+                    const void* x_low, double beta);
   void proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, const void* dy, int64_t ldy,
-                     const void* x, int64_t ldx);
+                     const void* x, int64_t ldx, const void* x_low);
+  void head_forward(Backend& be, Tensor logits, Tensor z);
   Tensor norm_grad(Backend& be, size_t i);
-  void project_qkv(Backend& be, Layer& l, Tensor h1, Tensor qkv, int64_t seq, int64_t first_pos);
+  void project_qkv(Backend& be, Layer& l, Tensor h1, const void* h1_low, Tensor qkv, int64_t seq,
+                   int64_t first_pos);
   void repeat_kv_heads(Backend& be, const Tensor& qkv, void* dst, int64_t ld);
   void layer_tail(Backend& be, Layer& l, Tensor x, const void* att);
   void layer_forward(Backend& be, Layer& l, Tensor x);
@@ -130,6 +137,11 @@ class Decoder final : public Model {
   Tensor lengths_;             // (B) set_token_layout's
   Buffer last_rows_, pooled_;  // a classifier's: (B) i64 each row's last token, (B, C)
   std::vector<Buffer> kv_;     // decoding: per layer (capacity, 3 H D), every token's q, k, v
+  // The GEMMs' operand dtype: the parameters' (f32), or bf16 (f32 accumulation) with bf16
+  // copies of the weights, made each step, a frozen weight's once (frozen_low_ready_).
+  DType gemm_dt_;
+  bool frozen_low_ready_ = false;
+  Buffer head_low_, z_low_, dlogits_low_;  // bf16 GEMMs: the head's weight, its input and dlogits
   int64_t decode_pos_ = 0, decode_capacity_ = 0;
 };
 
