@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -303,15 +304,25 @@ std::string json_string(const std::string& path, const std::string& s, const cha
 }  // namespace
 
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
-  return parse(read_file(path), path);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return parse(read_file(path), path);
+  MappedFile m = map_file(path);
+  return parse(m.data, m.size, std::move(m.mapping), path);
 }
 
 SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& source) {
-  const size_t size = bytes.size();
+  auto owner = std::make_shared<const std::string>(std::move(bytes));
+  return parse(reinterpret_cast<const std::byte*>(owner->data()), owner->size(), owner, source);
+}
+
+SafetensorsFile SafetensorsFile::parse(const std::byte* data, size_t size,
+                                       std::shared_ptr<const void> owner,
+                                       const std::string& source) {
+  const char* bytes = reinterpret_cast<const char*>(data);
   if (size < 8) {
     fail(source, ": file too short (", size, " bytes) to hold the 8-byte header length");
   }
-  const uint64_t header_len = read_u64_le(bytes.data());
+  const uint64_t header_len = read_u64_le(bytes);
   if (header_len > kMaxHeaderBytes) {
     fail(source, ": header length ", header_len, " exceeds the limit of ", kMaxHeaderBytes,
          " bytes");
@@ -320,7 +331,7 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& sou
     fail(source, ": header length ", header_len, " exceeds the file size (", size, " bytes)");
   }
 
-  const char* header_begin = bytes.data() + 8;
+  const char* header_begin = bytes + 8;
   // nlohmann's lexer treats a NUL byte as the end of input, which would let "{}\0<anything>"
   // pass; raw NUL is never valid in JSON text.
   if (const void* nul = std::memchr(header_begin, '\0', header_len)) {
@@ -392,7 +403,9 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, const std::string& sou
   }
 
   file.metadata_ = std::move(parser.metadata);
-  file.buffer_ = std::move(bytes);
+  file.data_ = data;
+  file.size_ = size;
+  file.owner_ = std::move(owner);
   return file;
 }
 
@@ -404,12 +417,12 @@ const SafetensorsEntry* SafetensorsFile::find(std::string_view name) const {
 }
 
 std::span<const std::byte> SafetensorsFile::bytes(const SafetensorsEntry& e) const {
-  const size_t data_size = buffer_.size() - std::min(buffer_.size(), data_start_);
+  const size_t data_size = size_ - std::min(size_, data_start_);
   if (e.begin > e.end || e.end > data_size) {
     fail(source_, ": tensor ", quote(e.name), ": data_offsets ", offsets_str(e.begin, e.end),
          " are out of range of the data buffer (", data_size, " bytes)");
   }
-  const auto* base = reinterpret_cast<const std::byte*>(buffer_.data()) + data_start_;
+  const std::byte* base = data_ + data_start_;
   return {base + e.begin, e.end - e.begin};
 }
 

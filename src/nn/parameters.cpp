@@ -28,18 +28,26 @@ void Parameters::allocate(Backend& backend, Rng& rng) {
   }
   values_.allocate(backend);
   grads_.allocate(backend);
+  // Drawn and uploaded a block at a time: a host copy of the largest tensor (an LLM's embedding
+  // of 300M values) would cost gigabytes at its peak.
+  constexpr int64_t kBlock = int64_t{1} << 20;
+  std::vector<double> host;
+  std::vector<char> converted;
   for (size_t i = 0; i < size(); ++i) {
-    Tensor v = values_.view(i);
+    const Tensor flat = values_.view(i).reshape({values_.view(i).numel()});
     const Init& init = inits_[i];
-    std::vector<double> host(static_cast<size_t>(v.numel()), 0.0);
-    for (double& x : host) {
-      if (init.kind == Init::uniform) x = rng.uniform(init.a, init.b);
-      if (init.kind == Init::normal) x = init.a + init.b * rng.normal();
-      if (init.kind == Init::constant) x = init.a;
+    for (int64_t begin = 0; begin < flat.numel(); begin += kBlock) {
+      const Tensor block = flat.slice(begin, std::min(flat.numel(), begin + kBlock));
+      host.assign(static_cast<size_t>(block.numel()), 0.0);
+      for (double& x : host) {
+        if (init.kind == Init::uniform) x = rng.uniform(init.a, init.b);
+        if (init.kind == Init::normal) x = init.a + init.b * rng.normal();
+        if (init.kind == Init::constant) x = init.a;
+      }
+      converted.resize(block.nbytes());
+      convert(host.data(), DType::f64, converted.data(), block.dtype(), host.size());
+      backend.upload(block, converted.data());
     }
-    std::vector<char> converted(v.nbytes());
-    convert(host.data(), DType::f64, converted.data(), v.dtype(), host.size());
-    backend.upload(v, converted.data());
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,7 +27,9 @@ class SafetensorsFile {
  public:
   static constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
-  // Reads and validates a file. Throws seqforge::Error("<path>: <problem>").
+  // Maps (a regular file) or reads a file and validates it. Throws
+  // seqforge::Error("<path>: <problem>"). A mapped file's tensors are read from the page cache
+  // when they are used, so a file only asked for its metadata costs its header.
   static SafetensorsFile read(const std::string& path);
   // Validates bytes already in memory; `source` names them in errors.
   static SafetensorsFile parse(std::string bytes, const std::string& source);
@@ -38,8 +41,13 @@ class SafetensorsFile {
   const std::string& source() const { return source_; }
 
  private:
+  // Validates the file's `size` bytes at `data`, which `owner` keeps alive.
+  static SafetensorsFile parse(const std::byte* data, size_t size,
+                               std::shared_ptr<const void> owner, const std::string& source);
   std::string source_;
-  std::string buffer_;  // whole file
+  const std::byte* data_ = nullptr;  // the whole file: mapped, or a string `owner_` holds
+  size_t size_ = 0;
+  std::shared_ptr<const void> owner_;
   size_t data_start_ = 0;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;
