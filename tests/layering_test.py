@@ -1,4 +1,4 @@
-"""The folders' includes point down the layers only (README, "Layout and conventions"): a file
+"""The folders' includes point down the layers only (docs/internals.md, "Layout and conventions"): a file
 may include headers of its own layer and of the layers below it, never of one above; kernels
 include only the op descriptions of the backend layer; CUDA's headers (the runtime, cuBLAS,
 cuDNN, NCCL) only in backend/cuda and kernels/cuda."""

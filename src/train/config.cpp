@@ -619,7 +619,7 @@ std::string config_reference_markdown() {
   out << "\n## The `tune:` section\n\n"
       << "`seqforge tune CONFIG.yaml [key.path=value ...]` searches the keys of the config's "
          "`tune:` section, which a training run ignores; overrides beginning with `tune.` set "
-         "the section, the others every trial's config. See README.md, Hyperparameter search.\n\n"
+         "the section, the others every trial's config. See [tuning.md](tuning.md).\n\n"
       << "| key | default | meaning |\n|---|---|---|\n"
       << "| `tune.name` | the config's file name | the study's name |\n"
       << "| `tune.direction` | from `train.early_stopping.mode` | minimize or maximize |\n"
