@@ -207,6 +207,44 @@ TEST(Decoder, GradientsMatchFiniteDifferences) {
   std::printf("decoder finite differences: worst relative gap %.1e\n", worst);
 }
 
+// A small Llama (grouped-query attention, biases, Llama 3's rope scaling) or Gemma 3 decoder with
+// `kind` adapters on every Linear, their B away from zero so that they count.
+DecoderOptions small_decoder(bool gemma, AdapterKind kind) {
+  DecoderOptions o;
+  o.vocab_size = 11, o.hidden_size = 12, o.intermediate_size = 10, o.num_layers = 2;
+  o.num_heads = 6, o.num_kv_heads = gemma ? 6 : 2, o.head_dim = 4;
+  o.initializer_range = 0.3;
+  if (gemma) {
+    o.model_type = "gemma3_text", o.gemma = true, o.activation = GluKind::gelu_tanh;
+    o.query_pre_attn_scalar = 8, o.rope_local_theta = 100, o.sliding_window = 256;
+    o.sliding = {true, false};
+  } else {
+    o.qkv_bias = o.o_bias = true;
+    o.rope_theta = 500000;
+    o.rope_scaling = {.llama3 = true, .factor = 4, .original_max_position_embeddings = 8};
+  }
+  o.adapter.kind = kind;
+  o.adapter.rank = 2;
+  o.adapter.alpha = 3;
+  o.adapter.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return o;
+}
+
+std::unique_ptr<Decoder> make_small_decoder(Backend& be, const DecoderOptions& o) {
+  auto model = std::make_unique<Decoder>(o);
+  model->initialize(be, 5);
+  Parameters& p = model->parameters();
+  Rng values(9);
+  for (size_t i = 0; i < p.size(); ++i) {
+    const auto& e = p.values().entries()[i];
+    if (e.name.find("lora_B") == std::string::npos) continue;
+    std::vector<double> b(static_cast<size_t>(Shape(e.shape).numel()));
+    for (double& v : b) v = 0.4 * (values.uniform() - 0.5);
+    be.copy(p.value(i), HostTensor(be, DType::f32, e.shape, b).t);
+  }
+  return model;
+}
+
 // Decoding with the key/value cache (a prompt, then one token at a time) gives the logits a full
 // forward pass gives the same tokens: Llama with grouped-query attention, biases and Llama 3's
 // rope scaling, and Gemma 3 (q/k norms, local layers with their own base, a scaled embedding),
@@ -215,41 +253,10 @@ TEST(DecoderDecode, CachedKeysAndValuesGiveTheFullPassLogits) {
   const int64_t kTokens = 150;
   for (const bool gemma : {false, true})
     for (const AdapterKind kind : {AdapterKind::none, AdapterKind::lora, AdapterKind::dora}) {
-      DecoderOptions o;
-      o.vocab_size = 11, o.hidden_size = 12, o.intermediate_size = 10, o.num_layers = 2;
-      o.num_heads = 6, o.num_kv_heads = gemma ? 6 : 2, o.head_dim = 4;
-      o.initializer_range = 0.3;
-      if (gemma) {
-        o.model_type = "gemma3_text", o.gemma = true, o.activation = GluKind::gelu_tanh;
-        o.query_pre_attn_scalar = 8, o.rope_local_theta = 100, o.sliding_window = 256;
-        o.sliding = {true, false};
-      } else {
-        o.qkv_bias = o.o_bias = true;
-        o.rope_theta = 500000;
-        o.rope_scaling = {.llama3 = true, .factor = 4, .original_max_position_embeddings = 8};
-      }
-      o.adapter.kind = kind;
-      o.adapter.rank = 2;
-      o.adapter.alpha = 3;
-      o.adapter.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                           "down_proj"};
       auto be = make_cpu_backend();
       // Two equal models: decoding must not lean on state a forward pass left behind.
-      const auto make = [&] {
-        auto model = std::make_unique<Decoder>(o);
-        model->initialize(*be, 5);
-        Parameters& p = model->parameters();
-        Rng values(9);
-        for (size_t i = 0; i < p.size(); ++i) {
-          const auto& e = p.values().entries()[i];
-          if (e.name.find("lora_B") == std::string::npos) continue;
-          std::vector<double> b(static_cast<size_t>(Shape(e.shape).numel()));
-          for (double& v : b) v = 0.4 * (values.uniform() - 0.5);
-          be->copy(p.value(i), HostTensor(*be, DType::f32, e.shape, b).t);
-        }
-        return model;
-      };
-      auto full = make(), cached = make();
+      const DecoderOptions o = small_decoder(gemma, kind);
+      auto full = make_small_decoder(*be, o), cached = make_small_decoder(*be, o);
       Decoder& model = *cached;
       std::vector<double> ids(kTokens);
       for (size_t i = 0; i < ids.size(); ++i) ids[i] = double((i * 5 + 2) % 11);
@@ -272,43 +279,6 @@ TEST(DecoderDecode, CachedKeysAndValuesGiveTheFullPassLogits) {
       const HostTensor more(*be, DType::i64, {1, 1}, {1});
       EXPECT_THROW(model.decode(*be, more.t), Error) << what;  // past the room made
     }
-}
-
-// A small Llama (grouped-query attention, biases) or Gemma 3 decoder with `kind` adapters on
-// every Linear, their B away from zero so that they count.
-DecoderOptions small_decoder(bool gemma, AdapterKind kind) {
-  DecoderOptions o;
-  o.vocab_size = 11, o.hidden_size = 12, o.intermediate_size = 10, o.num_layers = 2;
-  o.num_heads = 6, o.num_kv_heads = gemma ? 6 : 2, o.head_dim = 4;
-  o.initializer_range = 0.3;
-  if (gemma) {
-    o.model_type = "gemma3_text", o.gemma = true, o.activation = GluKind::gelu_tanh;
-    o.query_pre_attn_scalar = 8, o.rope_local_theta = 100, o.sliding_window = 256;
-    o.sliding = {true, false};
-  } else {
-    o.qkv_bias = o.o_bias = true;
-  }
-  o.adapter.kind = kind;
-  o.adapter.rank = 2;
-  o.adapter.alpha = 3;
-  o.adapter.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                       "down_proj"};
-  return o;
-}
-
-std::unique_ptr<Decoder> make_small_decoder(Backend& be, const DecoderOptions& o) {
-  auto model = std::make_unique<Decoder>(o);
-  model->initialize(be, 5);
-  Parameters& p = model->parameters();
-  Rng values(9);
-  for (size_t i = 0; i < p.size(); ++i) {
-    const auto& e = p.values().entries()[i];
-    if (e.name.find("lora_B") == std::string::npos) continue;
-    std::vector<double> b(static_cast<size_t>(Shape(e.shape).numel()));
-    for (double& v : b) v = 0.4 * (values.uniform() - 0.5);
-    be.copy(p.value(i), HostTensor(be, DType::f32, e.shape, b).t);
-  }
-  return model;
 }
 
 // Logits and every parameter's gradient of one step (a cross-entropy loss) of `m` on 2 x 9 ids.
