@@ -252,6 +252,32 @@ def main():
     if gap > 1e-5:
         fail(f"the merged folder's test loss differs from the adapters' by {gap:.2e}")
 
+    # The same DoRA with the base held in bf16 (bf16 GEMMs, where the CPU has them): trains,
+    # evaluates, and merges into a folder that evaluates as the adapters did.
+    low_dir = os.path.join(work, "dora_bf16_base")
+    write_config(config, data, folder, low_dir,
+                 "adapter:\n  kind: dora\n  rank: 4\n  alpha: 8\n"
+                 "  targets: [q_proj, v_proj, down_proj]\n  base_precision: bf16\n")
+    out = run([seqforge, "train", config, "train.precision=bf16"], expect_ok=False)
+    if out.returncode == 0:
+        adapted = eval_metrics(seqforge, low_dir)
+        merged = os.path.join(work, "merged_bf16_base")
+        run([seqforge, "merge", low_dir, "--output", merged])
+        check_dir = os.path.join(work, "merged_bf16_base_run")
+        write_config(config, data, merged, check_dir, "")
+        run([seqforge, "train", config, "optim.lr=0", "train.max_batches=1",
+             "train.precision=bf16"])
+        again = eval_metrics(seqforge, check_dir)
+        gap = abs(again["test_loss"] - adapted["test_loss"]) / adapted["test_loss"]
+        print(f"bf16 base merged: test_loss {again['test_loss']:.6f}, adapters "
+              f"{adapted['test_loss']:.6f}")
+        if gap > 1e-5:
+            fail(f"the merged bf16-base folder's test loss differs by {gap:.2e}")
+    elif "needs bf16 GEMMs" in out.stderr:
+        print("bf16 base: skipped, " + out.stderr.strip().splitlines()[-1])
+    else:
+        fail("a DoRA run on a bf16 base failed: " + out.stderr[-2000:])
+
     # Sentence pairs through the tokenizer's template and HF's score head on the last token.
     pairs = os.path.join(work, "pairs.csv")
     run([sys.executable, os.path.join(ROOT, "examples", "shakespeare_pairs.py"), text, pairs])

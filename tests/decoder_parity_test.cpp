@@ -281,6 +281,17 @@ TEST(DecoderDecode, CachedKeysAndValuesGiveTheFullPassLogits) {
     }
 }
 
+// ||got - want|| / ||want||: where bf16's rounding of each operand (2^-9) spreads over the sums,
+// a tensor's error as a whole rather than its worst element's.
+double relative_l2(const std::vector<double>& got, const std::vector<double>& want) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(err / norm);
+}
+
 // Logits and every parameter's gradient of one step (a cross-entropy loss) of `m` on 2 x 9 ids.
 std::pair<std::vector<double>, std::vector<double>> decoder_step(Backend& be, Decoder& m) {
   std::vector<double> ids(18), targets(18);
@@ -327,17 +338,8 @@ TEST(Decoder, Bf16GemmsMatchTheReferenceAndFollowF32) {
       bf16->set_gemm_dtype(DType::bf16);
       const auto [want_logits, want_grads] = decoder_step(*cpu, *f32);
       const auto [got_logits, got_grads] = decoder_step(*cpu, *bf16);
-      // ||got - want|| / ||want||: bf16's rounding of each operand (2^-9) spread over the sums.
-      const auto gap = [](const std::vector<double>& got, const std::vector<double>& want) {
-        double err = 0, norm = 0;
-        for (size_t i = 0; i < want.size(); ++i) {
-          err += (got[i] - want[i]) * (got[i] - want[i]);
-          norm += want[i] * want[i];
-        }
-        return std::sqrt(err / norm);
-      };
-      const double logit_gap = gap(got_logits, want_logits);
-      const double grad_gap = gap(got_grads, want_grads);
+      const double logit_gap = relative_l2(got_logits, want_logits);
+      const double grad_gap = relative_l2(got_grads, want_grads);
       std::printf("decoder bf16 vs fp32 (%s): logits %.1e, gradients %.1e\n", what.c_str(),
                   logit_gap, grad_gap);
       EXPECT_LE(logit_gap, 1e-2) << what;
@@ -357,6 +359,46 @@ TEST(Decoder, Bf16GemmsMatchTheReferenceAndFollowF32) {
         for (double v : to_doubles(*cpu, bf16->decode(*cpu, one.t))) got.push_back(v);
       }
       EXPECT_LE(max_rel_error(got, want), 1e-5) << what;
+    }
+}
+
+// A base held in bf16 (adapter.base_precision) is what bf16 GEMMs read of an f32 base: the same
+// logits and adapter gradients under LoRA; under DoRA, whose V = W0 + s B A (and its starting
+// magnitudes) come from the rounded W0, the same to bf16's rounding. It needs bf16 GEMMs.
+TEST(Decoder, BaseHeldInBf16GivesTheStepOfBf16Gemms) {
+  SF_SKIP_WITHOUT_BF16();
+  for (const bool gemma : {false, true})
+    for (const AdapterKind kind : {AdapterKind::lora, AdapterKind::dora}) {
+      const std::string what =
+          std::string(gemma ? "gemma3" : "llama") + ", adapter " + std::to_string(int(kind));
+      auto be = make_cpu_backend();
+      DecoderOptions o = small_decoder(gemma, kind);
+      o.initializer_range = 0.02;
+      auto f32_base = make_small_decoder(*be, o);
+      o.adapter.bf16_base = true;
+      auto bf16_base = make_small_decoder(*be, o);
+      for (size_t i = 0; i < bf16_base->parameters().size(); ++i) {
+        const std::string& name = bf16_base->parameters().values().entries()[i].name;
+        const bool linear = name.starts_with("model.layers.") && name.ends_with("proj.weight");
+        EXPECT_EQ(bf16_base->parameters().value(i).dtype(), linear ? DType::bf16 : DType::f32)
+            << name;
+      }
+      EXPECT_NE(test::error_of([&] {
+                  decoder_step(*be, *bf16_base);
+                }).find("adapter.base_precision bf16: a base held in bf16 needs bf16 GEMMs"),
+                std::string::npos)
+          << what;
+      f32_base->set_gemm_dtype(DType::bf16);
+      bf16_base->set_gemm_dtype(DType::bf16);
+      const auto [want_logits, want_grads] = decoder_step(*be, *f32_base);
+      const auto [got_logits, got_grads] = decoder_step(*be, *bf16_base);
+      if (kind == AdapterKind::lora) {
+        EXPECT_LE(max_rel_error(got_logits, want_logits), 1e-5) << what;
+        EXPECT_LE(max_rel_error(got_grads, want_grads), 1e-5) << what;
+      } else {
+        EXPECT_LE(relative_l2(got_logits, want_logits), 1e-2) << what;
+        EXPECT_LE(relative_l2(got_grads, want_grads), 2e-2) << what;
+      }
     }
 }
 

@@ -45,9 +45,6 @@ void Decoder::declare_adapters() {
   if (a.dropout != 0)
     fail("adapter.dropout: adapters on a ", opt_.model_type,
          " model take no dropout yet (set adapter.dropout to 0)");
-  if (a.bf16_base)
-    fail("adapter.base_precision bf16: a ", opt_.model_type,
-         " model holds its base in its parameters' dtype so far");
   for (const std::string& t : a.targets)
     if (std::find(std::begin(kTargets), std::end(kTargets), t) == std::end(kTargets))
       fail("adapter target '", t, "' is not a Linear of a ", opt_.model_type,
@@ -55,6 +52,9 @@ void Decoder::declare_adapters() {
   train_base_ = false;
   for (size_t i = 0; i < base_params_; ++i)  // the base never trains: no gradient, no state
     if (i != score_) params_.fix(i);
+  if (a.bf16_base)  // the Linears' weights held in bf16, the GEMMs' operands as they are
+    for (auto& l : layers_)
+      for (int j = 0; j < 7; ++j) params_.fix(l->projs()[j].w, DType::bf16);
   for (auto& l : layers_)
     for (int j = 0; j < 7; ++j) {
       if (std::find(a.targets.begin(), a.targets.end(), kTargets[j]) == a.targets.end()) continue;
@@ -104,13 +104,21 @@ void Decoder::init_adapters(Backend& be, const std::vector<std::string>& loaded)
 // weight's made once.
 void Decoder::prepare_weights(Backend& be) {
   const DType dt = params_.dtype();
+  if (opt_.adapter.bf16_base && gemm_dt_ != DType::bf16)
+    fail(
+        "adapter.base_precision bf16: a base held in bf16 needs bf16 GEMMs (train.precision: "
+        "bf16)");
   const double s = opt_.adapter.alpha / double(opt_.adapter.rank);
   for (auto& l : layers_)
     for (int j = 0; j < 7; ++j) {
       Proj& p = l->projs()[j];
+      const Tensor w = params_.value(p.w);
       if (p.m != kNone) {
         const Tensor v = p.v.get(be, dt, {p.out, p.in});
-        be.copy(v, params_.value(p.w));
+        if (w.dtype() == dt)
+          be.copy(v, w);
+        else
+          be.convert(v, w);
         gemm(be, dt, false, false, p.out, p.in, opt_.adapter.rank, params_.value(p.B).data(),
              opt_.adapter.rank, params_.value(p.A).data(), p.in, v.data(), p.in, s, 1.0);
         be.dora_norm(p.scale.get(be, dt, {p.out}), p.inv_norm.get(be, dt, {p.out}), v,
@@ -119,12 +127,17 @@ void Decoder::prepare_weights(Backend& be) {
       if (!low()) continue;
       if (p.m != kNone)
         be.convert(p.w_low.get(be, gemm_dt_, {p.out, p.in}), p.v.tensor());
-      else if (!params_.fixed(p.w) || !frozen_low_ready_)
-        be.convert(p.w_low.get(be, gemm_dt_, {p.out, p.in}), params_.value(p.w));
+      else if (w.dtype() != gemm_dt_ && (!params_.fixed(p.w) || !frozen_low_ready_))
+        be.convert(p.w_low.get(be, gemm_dt_, {p.out, p.in}), w);
     }
   if (low() && score_ == kNone && (!params_.fixed(head_) || !frozen_low_ready_))
     be.convert(head_low_.get(be, gemm_dt_, params_.value(head_).shape()), params_.value(head_));
   frozen_low_ready_ = low();
+}
+
+const void* Decoder::low_weight(const Proj& p) const {
+  const Tensor w = params_.value(p.w);
+  return p.m == kNone && w.dtype() == gemm_dt_ ? w.data() : p.w_low.tensor().data();
 }
 
 const void* Decoder::low_operand(Backend& be, Buffer& low_buf, const void* x, int64_t rows,
@@ -155,8 +168,8 @@ void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const voi
   // y (+)= x W^T for W0 or V: in bf16 from x_low and the weight's bf16 copy, or in f32.
   const auto times_weight = [&](const void* w, void* out, int64_t ldo, double out_beta) {
     if (x_low)
-      gemm(be, gemm_dt_, false, true, N, p.out, p.in, x_low, p.in, p.w_low.tensor().data(), p.in,
-           out, ldo, 1.0, out_beta);
+      gemm(be, gemm_dt_, false, true, N, p.out, p.in, x_low, p.in, low_weight(p), p.in, out, ldo,
+           1.0, out_beta);
     else
       gemm(be, dt, false, true, N, p.out, p.in, x, ldx, w, p.in, out, ldo, 1.0, out_beta);
   };
@@ -200,8 +213,8 @@ void Decoder::proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, cons
   const auto times_weight = [&](const void* d, int64_t ldd, const void* w) {
     if (x_low)
       gemm(be, gemm_dt_, false, false, N, p.in, p.out,
-           low_operand(be, scratch_->d_low, d, N, p.out, ldd), p.out, p.w_low.tensor().data(), p.in,
-           dx, p.in, 1.0, dx_beta);
+           low_operand(be, scratch_->d_low, d, N, p.out, ldd), p.out, low_weight(p), p.in, dx, p.in,
+           1.0, dx_beta);
     else
       gemm(be, dt, false, false, N, p.in, p.out, d, ldd, w, p.in, dx, p.in, 1.0, dx_beta);
   };

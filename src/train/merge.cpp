@@ -74,8 +74,11 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
     if (value_of(src, stem + ".lora_A.weight").empty() && name.ends_with(".weight"))
       stem = kAdapterPrefix + name.substr(0, name.rfind('.'));
     const Tensor a = value_of(src, stem + ".lora_A.weight");
-    if (a.empty()) {  // not an adapted weight: as it is
-      be->copy(dst.value(i), w0);
+    if (a.empty()) {  // not an adapted weight: as it is (a base held in bf16: widened)
+      if (w0.dtype() == dst.value(i).dtype())
+        be->copy(dst.value(i), w0);
+      else
+        be->convert(dst.value(i), w0);
       continue;
     }
     const std::vector<double> m =

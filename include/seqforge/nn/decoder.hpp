@@ -81,6 +81,9 @@ class Decoder final : public Model {
   const void* low_operand(Backend& be, Buffer& low, const void* x, int64_t rows, int64_t cols,
                           int64_t ld);
   bool low() const { return gemm_dt_ != params_.dtype(); }
+  // The bf16 operand of a Linear's weight: a base held in bf16 itself, else its bf16 copy (DoRA:
+  // of V).
+  const void* low_weight(const Proj& p) const;
   void proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const void* x, int64_t ldx,
                     const void* x_low, double beta);
   void proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, const void* dy, int64_t ldy,
