@@ -11,6 +11,7 @@ random (validation_fraction), and each fit trains a fresh model in a run directo
 import os
 import shutil
 import tempfile
+import warnings
 import weakref
 
 import numpy as np
@@ -72,6 +73,9 @@ class _Estimator(BaseEstimator):
 
     def _settings(self, n, T, F):
         val = self.validation_fraction if round(n * self.validation_fraction) >= 1 else 0.0
+        if self.validation_fraction and not val:
+            warnings.warn(f"validation_fraction={self.validation_fraction} of {n} samples holds "
+                          f"no sample: training without validation (patience does nothing)")
         seed = self.random_state if isinstance(self.random_state, (int, np.integer)) else 0
         settings = {
             "data.series_column": "series",

@@ -152,9 +152,8 @@ class ArraySource {
  public:
   explicit ArraySource(const py::array& array) {
     const bool c_order = array.flags() & py::array::c_style;
-    if (c_order && py::dtype::of<float>().is(array.dtype())) {
-      array_ = array;
-    } else if (c_order && py::dtype::of<double>().is(array.dtype())) {
+    if (c_order &&
+        (py::dtype::of<float>().is(array.dtype()) || py::dtype::of<double>().is(array.dtype()))) {
       array_ = array;
     } else {
       if (array.dtype().kind() != 'f' && array.dtype().kind() != 'i' && array.dtype().kind() != 'u')
