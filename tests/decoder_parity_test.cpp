@@ -154,7 +154,8 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
   }
   std::printf(
       "  error: max |got - want| / max(|want|, 0.1 max|want|) against PyTorch float64;\n"
-      "  torch-f32: PyTorch's own float32 logits and gradients under the same metric, the worst of\n"
+      "  torch-f32: PyTorch's own float32 logits and gradients under the same metric, the worst "
+      "of\n"
       "  five summation orders of its Linears\n");
 }
 
