@@ -1,7 +1,7 @@
 #pragma once
 // A host emulation of the CUDA runtime, for the tests alone: enough of it that seqforge's CUDA
 // kernels and their launchers (src/kernels/cuda) compile as C++ and run on the CPU, each block's
-// threads as std::threads with a barrier for __syncthreads, so that a session without a GPU
+// threads as fibers that switch at __syncthreads, so that a session without a GPU
 // checks their indexing, barriers and math against the reference kernels. Device memory is host
 // memory closed to the host (PROT_NONE) but while the emulated device works on it, so that host
 // code that reads or writes device memory faults here as it would on a GPU; streams are ignored
@@ -9,13 +9,14 @@
 // being captured is recorded, not run, and runs when the graph is launched.
 #include <math.h>
 #include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <bit>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -147,16 +148,151 @@ inline cudaError_t refuse_in_capture(cudaStream_t stream) {
   return cudaErrorStreamCaptureUnsupported;
 }
 
+// A launch's threads are fibers on the launching thread: each runs until it reaches a barrier
+// (__syncthreads, a grid sync) or its end, then the next runs; a barrier opens when every live
+// thread it holds has reached it. Threads that run at once as OS threads, 8 a block on two
+// cores, spent most of an emulated run in the scheduler. Between barriers the threads run in
+// turn, in ascending order in one phase and descending in the next, so that a read of another
+// thread's write without a barrier between them sees the poisoned value one way or the other.
+struct Fiber {
+  enum State { ready, at_block_barrier, at_grid_barrier, done };
+  ucontext_t context;
+  std::function<void()> body;
+  unsigned thread = 0, block = 0;
+  unsigned char* shared = nullptr;
+  State state = ready;
+};
+
+// Fiber stacks, reserved once per launching thread and reused, each under a guard page.
+struct FiberStacks {
+  static constexpr size_t kBytes = size_t{4} << 20;
+  std::vector<char*> stacks;
+  char* get(size_t i) {
+    while (stacks.size() <= i) {
+      void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+      if (p == MAP_FAILED) std::abort();
+      mprotect(p, static_cast<size_t>(sysconf(_SC_PAGESIZE)), PROT_NONE);
+      stacks.push_back(static_cast<char*>(p));
+    }
+    return stacks[i];
+  }
+  ~FiberStacks() {
+    for (char* p : stacks) munmap(p, kBytes);
+  }
+};
+
+#if defined(__SANITIZE_ADDRESS__)
+extern "C" void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom,
+                                               size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old,
+                                                size_t* size_old);
+#endif
+
+struct FiberScheduler {
+  ucontext_t main;
+  std::vector<Fiber> fibers;
+  Fiber* current = nullptr;
+  FiberStacks stacks;
+#if defined(__SANITIZE_ADDRESS__)
+  const void* main_bottom = nullptr;
+  size_t main_size = 0;
+#endif
+
+  static void entry();
+  // Switches from the launching thread into f until it waits or ends.
+  void resume(Fiber& f) {
+    current = &f;
+#if defined(__SANITIZE_ADDRESS__)
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f.context.uc_stack.ss_sp, f.context.uc_stack.ss_size);
+#endif
+    swapcontext(&main, &f.context);
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    current = nullptr;
+  }
+  // From inside the running fiber: back to the launching thread, to resume at `state`'s opening.
+  void wait(Fiber::State state) {
+    Fiber& f = *current;
+    f.state = state;
+#if defined(__SANITIZE_ADDRESS__)
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, main_bottom, main_size);
+#endif
+    swapcontext(&f.context, &main);
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(fake, &main_bottom, &main_size);
+#endif
+  }
+  // Runs every fiber to its end, opening barriers as they fill.
+  void run();
+};
+inline thread_local FiberScheduler launching_thread;
+inline thread_local FiberScheduler* scheduler = nullptr;  // the one running kernels
+
 inline thread_local dim3 thread_index, block_index;
 inline dim3 block_dim, grid_dim;
-// The running thread's block: its barrier and its dynamic shared memory.
-inline thread_local std::barrier<>* block_barrier = nullptr;
+// The running thread's dynamic shared memory.
 inline thread_local unsigned char* block_shared = nullptr;
-inline std::barrier<>* grid_barrier = nullptr;  // a cooperative launch's, across all its blocks
 inline int launches = 0;
 
-// kernel<<<grid, block, shared>>>(args...): every block in turn, its threads at once. Grids and
-// blocks are cut to at most 3 blocks of 8 threads: the kernels stride over any geometry (a
+inline void FiberScheduler::entry() {
+  FiberScheduler& s = *scheduler;
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(nullptr, &s.main_bottom, &s.main_size);
+#endif
+  Fiber& f = *s.current;
+  f.body();
+  f.state = Fiber::done;
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(nullptr, s.main_bottom, s.main_size);
+#endif
+  // returns through uc_link to the launching thread
+}
+
+inline void FiberScheduler::run() {
+  for (size_t phase = 0;; ++phase) {
+    const size_t n = fibers.size();
+    for (size_t i = 0; i < n; ++i) {
+      Fiber& f = fibers[phase % 2 ? n - 1 - i : i];
+      if (f.state != Fiber::ready) continue;
+      thread_index = {f.thread};
+      block_index = {f.block};
+      block_shared = f.shared;
+      resume(f);
+    }
+    // Every live fiber waits now. A grid sync opens when all of them wait there, a block's
+    // barrier when its live threads wait there.
+    bool live = false, all_at_grid = true;
+    for (const Fiber& f : fibers) {
+      live |= f.state != Fiber::done;
+      all_at_grid &= f.state == Fiber::done || f.state == Fiber::at_grid_barrier;
+    }
+    if (!live) return;
+    bool opened = false;
+    if (all_at_grid) {
+      for (Fiber& f : fibers)
+        if (f.state == Fiber::at_grid_barrier) f.state = Fiber::ready, opened = true;
+    } else {
+      std::map<unsigned, bool> full;  // block -> every live thread at its barrier
+      for (const Fiber& f : fibers)
+        if (f.state != Fiber::done)
+          full.try_emplace(f.block, true).first->second &= f.state == Fiber::at_block_barrier;
+      for (Fiber& f : fibers)
+        if (f.state == Fiber::at_block_barrier && full[f.block])
+          f.state = Fiber::ready, opened = true;
+    }
+    if (!opened) {  // on a GPU this launch would hang
+      std::fprintf(stderr, "emulated CUDA: a kernel's threads wait at different barriers\n");
+      std::abort();
+    }
+  }
+}
+
+// kernel<<<grid, block, shared>>>(args...): every block in turn, its threads as fibers. Grids
+// and blocks are cut to at most 3 blocks of 8 threads: the kernels stride over any geometry (a
 // result that depended on it would be a defect this catches), and it keeps the threads few.
 // A cooperative launch runs all its blocks at once, as the GPU guarantees it.
 template <typename Kernel>
@@ -178,31 +314,31 @@ struct Launch {
     ++launches;
     grid_dim = {std::min(grid, 3u)};
     block_dim = {std::min(block, 8u)};
+    FiberScheduler& s = launching_thread;
+    scheduler = &s;
     const unsigned at_once = cooperative ? grid_dim.x : 1;
-    std::barrier<> grid_sync(at_once * block_dim.x);
-    grid_barrier = &grid_sync;
     for (unsigned b0 = 0; b0 < grid_dim.x; b0 += at_once) {
-      std::vector<std::unique_ptr<std::barrier<>>> barriers;
       std::vector<std::vector<unsigned char>> memory;
-      std::vector<std::thread> threads;
-      for (unsigned k = 0; k < at_once; ++k) {
-        barriers.push_back(std::make_unique<std::barrier<>>(block_dim.x));
-        memory.emplace_back(shared, 0xcd);  // never zeros: an unwritten read shows
-      }
       for (unsigned k = 0; k < at_once; ++k)
-        for (unsigned t = 0; t < block_dim.x; ++t)
-          threads.emplace_back([&, t, k] {
-            thread_index = {t};
-            block_index = {b0 + k};
-            block_barrier = barriers[k].get();
-            block_shared = memory[k].data();
-            kernel(args...);
-            barriers[k]->arrive_and_drop();
-            if (cooperative) grid_sync.arrive_and_drop();
-          });
-      for (auto& thread : threads) thread.join();
+        memory.emplace_back(shared, 0xcd);  // never zeros: an unwritten read shows
+      s.fibers.assign(at_once * block_dim.x, Fiber{});
+      for (unsigned k = 0; k < at_once; ++k)
+        for (unsigned t = 0; t < block_dim.x; ++t) {
+          const size_t i = k * block_dim.x + t;
+          Fiber& f = s.fibers[i];
+          f.thread = t;
+          f.block = b0 + k;
+          f.shared = memory[k].data();
+          f.body = [&] { kernel(args...); };
+          getcontext(&f.context);
+          f.context.uc_stack.ss_sp = s.stacks.get(i);
+          f.context.uc_stack.ss_size = FiberStacks::kBytes;
+          f.context.uc_link = &s.main;
+          makecontext(&f.context, &FiberScheduler::entry, 0);
+        }
+      s.run();
     }
-    grid_barrier = nullptr;
+    s.fibers.clear();
   }
 };
 }  // namespace sf_emu
@@ -217,7 +353,7 @@ struct Launch {
   ::sf_emu::Launch<decltype(__VA_ARGS__)> { __VA_ARGS__, grid, block, shared, true, stream }
 #define SF_DYNAMIC_SHARED(name) unsigned char* name = ::sf_emu::block_shared
 
-inline void __syncthreads() { sf_emu::block_barrier->arrive_and_wait(); }
+inline void __syncthreads() { sf_emu::scheduler->wait(sf_emu::Fiber::at_block_barrier); }
 // Rounded on their own: a volatile result is never fused into an FMA.
 inline float __fmul_rn(float a, float b) {
   volatile float r = a * b;

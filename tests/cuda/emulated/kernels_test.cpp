@@ -399,5 +399,39 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
   }
 }
 
+// The emulation itself. A block's threads meet at __syncthreads; between barriers they run in
+// turn, forwards in one phase and backwards in the next, so that a thread reading its
+// neighbour's write with no barrier between them reads the poison in either phase.
+__global__ void neighbour_kernel(float* out, int phase, bool barrier) {
+  SF_DYNAMIC_SHARED(bytes);
+  float* s = reinterpret_cast<float*>(bytes);
+  const unsigned t = threadIdx.x, n = blockDim.x;
+  if (phase == 1) __syncthreads();
+  s[t] = float(t);
+  if (barrier) __syncthreads();
+  out[t] = s[(t + 1) % n] + s[(t + n - 1) % n];
+}
+
+__global__ void divergent_barriers_kernel() {
+  if (threadIdx.x == 0)
+    __syncthreads();
+  else
+    cooperative_groups::this_grid().sync();
+}
+
+TEST(CudaKernelsEmulated, ThreadsMeetAtBarriersAndUnsyncedReadsSeeThePoison) {
+  for (int phase : {0, 1})
+    for (bool barrier : {true, false}) {
+      std::vector<float> out(8, -1);
+      SF_LAUNCH(1, 8, 8 * sizeof(float), nullptr, neighbour_kernel)(out.data(), phase, barrier);
+      bool all_neighbours = true;
+      for (unsigned t = 0; t < 8; ++t)
+        all_neighbours &= out[t] == float((t + 1) % 8 + (t + 7) % 8);
+      EXPECT_EQ(all_neighbours, barrier) << "phase " << phase << ", barrier " << barrier;
+    }
+  const auto divergent = SF_LAUNCH(1, 8, 0, nullptr, divergent_barriers_kernel);
+  EXPECT_DEATH(divergent(), "a kernel's threads wait at different barriers");
+}
+
 }  // namespace
 }  // namespace seqforge
