@@ -16,7 +16,8 @@ jobs="$(nproc)"
 
 start=$SECONDS
 timings="$(mktemp)"
-trap 'rm -f "$timings"' EXIT
+trap 'rm -f "$timings" "$timings.phases"' EXIT
+: >"$timings.phases"
 
 run_suite() {  # build dir, then ctest options (-E excludes go to the first pass)
   local dir="$1"
@@ -27,27 +28,40 @@ run_suite() {  # build dir, then ctest options (-E excludes go to the first pass
     sed -n -E 's/^[0-9]+: ( |PyTorch)/\1/p; /tests passed|tests failed/p'
 }
 
+phase_name="" phase_start=$SECONDS
+phase() {  # starts the pass named $1 (none: the end), noting how long the one before it took
+  if [ -n "$phase_name" ]; then
+    echo "== $phase_name took $((SECONDS - phase_start)) s" | tee -a "$timings.phases"
+  fi
+  phase_name="$1" phase_start=$SECONDS
+  if [ -n "$1" ]; then echo "== $1"; fi
+}
+
 slowest() {  # the ten slowest tests of every pass so far, and the time since the start
   echo "== slowest tests"
   sed -n -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$timings" |
     sort -rn | awk 'NR <= 10 {printf "  %8.1f s  %s\n", $1, $2}'
+  phase ""
+  cat "$timings.phases"
   echo "== total $((SECONDS - start)) s"
 }
 
-echo "== release build"
+phase "release build"
 # The CUDA kernels are compiled for one architecture here, a type check (a plain build makes
 # sm_80, sm_86, sm_89 and sm_90 with PTX).
 "$root/scripts/build.sh" "$root/build" -DSEQFORGE_CUDA_ARCHITECTURES="${SEQFORGE_CUDA_ARCHITECTURES:-80-real}"
+phase "release tests"
 run_suite "$root/build"
 [ "$quick" = 1 ] && { slowest; exit 0; }
 
-echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
+phase "AddressSanitizer + UndefinedBehaviorSanitizer build"
 BUILD_TYPE=RelWithDebInfo "$root/scripts/build.sh" "$root/build-asan" -DSEQFORGE_SANITIZE=ON \
   -DSEQFORGE_CUDA=OFF
+phase "AddressSanitizer + UndefinedBehaviorSanitizer tests"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions="$root/tests/lsan.supp" run_suite "$root/build-asan"
 
-echo "== fuzzers"
+phase "fuzzers"
 "$root/scripts/fuzz.sh" "${FUZZ_SECONDS:-120}"
 slowest
 echo "all tests passed"
