@@ -42,7 +42,8 @@ slowest() {  # the ten slowest tests of every pass so far, and the time since th
   sed -n -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$timings" |
     sort -rn | awk 'NR <= 10 {printf "  %8.1f s  %s\n", $1, $2}'
   phase ""
-  cat "$timings.phases"
+  echo "== time by pass"
+  sed 's/^== /  /' "$timings.phases"
   echo "== total $((SECONDS - start)) s"
 }
 
