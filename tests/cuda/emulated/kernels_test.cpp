@@ -425,8 +425,7 @@ TEST(CudaKernelsEmulated, ThreadsMeetAtBarriersAndUnsyncedReadsSeeThePoison) {
       std::vector<float> out(8, -1);
       SF_LAUNCH(1, 8, 8 * sizeof(float), nullptr, neighbour_kernel)(out.data(), phase, barrier);
       bool all_neighbours = true;
-      for (unsigned t = 0; t < 8; ++t)
-        all_neighbours &= out[t] == float((t + 1) % 8 + (t + 7) % 8);
+      for (unsigned t = 0; t < 8; ++t) all_neighbours &= out[t] == float((t + 1) % 8 + (t + 7) % 8);
       EXPECT_EQ(all_neighbours, barrier) << "phase " << phase << ", barrier " << barrier;
     }
   const auto divergent = SF_LAUNCH(1, 8, 0, nullptr, divergent_barriers_kernel);
