@@ -5,7 +5,7 @@
 
 namespace cooperative_groups {
 struct grid_group {
-  void sync() const { sf_emu::scheduler->wait(sf_emu::Fiber::at_grid_barrier); }
+  void sync() const { sf_emu::scheduler.wait(sf_emu::Fiber::at_grid_barrier); }
 };
 inline grid_group this_grid() { return {}; }
 }  // namespace cooperative_groups

@@ -23,7 +23,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -191,6 +190,7 @@ extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const voi
 
 struct FiberScheduler {
   ucontext_t main;
+  bool cooperative = false;  // the launch's: grid syncs allowed
   std::vector<Fiber> fibers;
   Fiber* current = nullptr;
   FiberStacks stacks;
@@ -215,6 +215,10 @@ struct FiberScheduler {
   }
   // From inside the running fiber: back to the launching thread, to resume at `state`'s opening.
   void wait(Fiber::State state) {
+    if (state == Fiber::at_grid_barrier && !cooperative) {  // undefined on a GPU
+      std::fprintf(stderr, "emulated CUDA: a grid sync in a launch that is not cooperative\n");
+      std::abort();
+    }
     Fiber& f = *current;
     f.state = state;
 #if defined(__SANITIZE_ADDRESS__)
@@ -229,8 +233,7 @@ struct FiberScheduler {
   // Runs every fiber to its end, opening barriers as they fill.
   void run();
 };
-inline thread_local FiberScheduler launching_thread;
-inline thread_local FiberScheduler* scheduler = nullptr;  // the one running kernels
+inline thread_local FiberScheduler scheduler;  // the launching thread's
 
 inline thread_local dim3 thread_index, block_index;
 inline dim3 block_dim, grid_dim;
@@ -239,7 +242,7 @@ inline thread_local unsigned char* block_shared = nullptr;
 inline int launches = 0;
 
 inline void FiberScheduler::entry() {
-  FiberScheduler& s = *scheduler;
+  FiberScheduler& s = scheduler;
 #if defined(__SANITIZE_ADDRESS__)
   __sanitizer_finish_switch_fiber(nullptr, &s.main_bottom, &s.main_size);
 #endif
@@ -294,7 +297,7 @@ inline void FiberScheduler::run() {
 // kernel<<<grid, block, shared>>>(args...): every block in turn, its threads as fibers. Grids
 // and blocks are cut to at most 3 blocks of 8 threads: the kernels stride over any geometry (a
 // result that depended on it would be a defect this catches), and it keeps the threads few.
-// A cooperative launch runs all its blocks at once, as the GPU guarantees it.
+// A cooperative launch runs all its blocks together, as the GPU guarantees it.
 template <typename Kernel>
 struct Launch {
   Kernel* kernel;
@@ -314,8 +317,8 @@ struct Launch {
     ++launches;
     grid_dim = {std::min(grid, 3u)};
     block_dim = {std::min(block, 8u)};
-    FiberScheduler& s = launching_thread;
-    scheduler = &s;
+    FiberScheduler& s = scheduler;
+    s.cooperative = cooperative;
     const unsigned at_once = cooperative ? grid_dim.x : 1;
     for (unsigned b0 = 0; b0 < grid_dim.x; b0 += at_once) {
       std::vector<std::vector<unsigned char>> memory;
@@ -353,7 +356,7 @@ struct Launch {
   ::sf_emu::Launch<decltype(__VA_ARGS__)> { __VA_ARGS__, grid, block, shared, true, stream }
 #define SF_DYNAMIC_SHARED(name) unsigned char* name = ::sf_emu::block_shared
 
-inline void __syncthreads() { sf_emu::scheduler->wait(sf_emu::Fiber::at_block_barrier); }
+inline void __syncthreads() { sf_emu::scheduler.wait(sf_emu::Fiber::at_block_barrier); }
 // Rounded on their own: a volatile result is never fused into an FMA.
 inline float __fmul_rn(float a, float b) {
   volatile float r = a * b;

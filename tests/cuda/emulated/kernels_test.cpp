@@ -419,6 +419,8 @@ __global__ void divergent_barriers_kernel() {
     cooperative_groups::this_grid().sync();
 }
 
+__global__ void grid_sync_kernel() { cooperative_groups::this_grid().sync(); }
+
 TEST(CudaKernelsEmulated, ThreadsMeetAtBarriersAndUnsyncedReadsSeeThePoison) {
   for (int phase : {0, 1})
     for (bool barrier : {true, false}) {
@@ -428,8 +430,10 @@ TEST(CudaKernelsEmulated, ThreadsMeetAtBarriersAndUnsyncedReadsSeeThePoison) {
       for (unsigned t = 0; t < 8; ++t) all_neighbours &= out[t] == float((t + 1) % 8 + (t + 7) % 8);
       EXPECT_EQ(all_neighbours, barrier) << "phase " << phase << ", barrier " << barrier;
     }
-  const auto divergent = SF_LAUNCH(1, 8, 0, nullptr, divergent_barriers_kernel);
+  const auto divergent = SF_LAUNCH_COOPERATIVE(1, 8, 0, nullptr, divergent_barriers_kernel);
   EXPECT_DEATH(divergent(), "a kernel's threads wait at different barriers");
+  const auto grid_sync_not_cooperative = SF_LAUNCH(1, 8, 0, nullptr, grid_sync_kernel);
+  EXPECT_DEATH(grid_sync_not_cooperative(), "a grid sync in a launch that is not cooperative");
 }
 
 }  // namespace
