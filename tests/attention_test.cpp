@@ -1,9 +1,10 @@
 // The attention kernels: the CPU backend's fused f32 kernel against the reference in f64 over
 // many shapes (head sizes with and without vector tails, sequences across tile edges, 300 across
 // the forward's key tiles of 256; causal or not, padded batch rows including empty ones), with
-// and without dropout on the probabilities, and the reference's gradient against central finite
-// differences of sum(out * w). The dropout mask itself is read out through the op (uniform
-// probabilities, one-hot values) for its statistics.
+// and without dropout on the probabilities, with grouped key/value heads and sliding windows, and
+// the reference's gradient against central finite differences of sum(out * w); the groups and the
+// window checked against their definitions. The dropout mask itself is read out through the op
+// (uniform probabilities, one-hot values) for its statistics.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,14 +33,14 @@ using test::to_doubles;
 struct Problem {
   AttentionShape shape;
   std::vector<int64_t> lengths;  // (B), or empty for no padding
-  std::vector<double> qkv;       // (B, T, 3C)
+  std::vector<double> qkv;       // (B, T, W) W = shape.qkv_width()
   std::vector<double> dout;      // (B, T, C)
 };
 
 struct Result {
   std::vector<double> out;   // (B, T, C)
   std::vector<double> lse;   // (B, heads, T)
-  std::vector<double> dqkv;  // (B, T, 3C)
+  std::vector<double> dqkv;  // (B, T, W)
 };
 
 std::vector<double> values(Rng& rng, int64_t n, double lo, double hi) {
@@ -53,7 +54,7 @@ Problem make_problem(AttentionShape s, std::vector<int64_t> lengths, uint64_t se
   Rng rng(seed);
   const int64_t C = s.heads * s.head_dim;
   if (s.scale == 0) s.scale = 1.0 / std::sqrt(double(s.head_dim));
-  return {s, std::move(lengths), values(rng, s.batch * s.seq * 3 * C, -range, range),
+  return {s, std::move(lengths), values(rng, s.batch * s.seq * s.qkv_width(), -range, range),
           values(rng, s.batch * s.seq * C, -1, 1)};
 }
 
@@ -61,11 +62,11 @@ Problem make_problem(AttentionShape s, std::vector<int64_t> lengths, uint64_t se
 // garbage (7) so that every element has to be written.
 Result run(Backend& be, DType dt, const Problem& p, bool backward = true, int64_t first_row = 0) {
   const AttentionShape& s = p.shape;
-  const int64_t B = s.batch, T = s.seq, C = s.heads * s.head_dim;
+  const int64_t B = s.batch, T = s.seq, C = s.heads * s.head_dim, W = s.qkv_width();
   auto garbage = [](int64_t n) { return std::vector<double>(static_cast<size_t>(n), 7.0); };
-  HostTensor qkv(be, dt, {B, T, 3 * C}, p.qkv), out(be, dt, {B, T, C}, garbage(B * T * C)),
+  HostTensor qkv(be, dt, {B, T, W}, p.qkv), out(be, dt, {B, T, C}, garbage(B * T * C)),
       lse(be, dt, {B, s.heads, T}, garbage(B * s.heads * T)), dout(be, dt, {B, T, C}, p.dout),
-      dqkv(be, dt, {B, T, 3 * C}, garbage(B * T * 3 * C)), lengths;
+      dqkv(be, dt, {B, T, W}, garbage(B * T * W)), lengths;
   if (!p.lengths.empty())
     lengths =
         HostTensor(be, DType::i64, {B}, std::vector<double>(p.lengths.begin(), p.lengths.end()));
@@ -101,31 +102,29 @@ double lse_error(std::vector<double> got, std::vector<double> want) {
   return max_rel_error(got, want);
 }
 
-// What the op description promises about padding: a batch row with no keys has out 0 and lse
-// -inf, and keys (and values) no query sees, and queries with no key, get gradient 0.
+// What the op description promises about padding: a query row with no key (a batch row without
+// keys, or a row whose window lies past them) has out 0, lse -inf and gradient 0, and keys (and
+// values) no query sees get gradient 0.
 void expect_padding_zeros(const Problem& p, const Result& r, const std::string& what) {
   const AttentionShape& s = p.shape;
-  const int64_t T = s.seq, D = s.head_dim, C = s.heads * D;
+  const int64_t T = s.seq, D = s.head_dim, C = s.heads * D, W = s.qkv_width();
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t n = p.lengths.empty() ? T : std::min(p.lengths[b], T);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < C; ++c) {
-        const size_t row = static_cast<size_t>(b * T + t);
-        if (n == 0) {
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t row = static_cast<size_t>(b * T + t);
+      if (s.first_key(t) >= s.last_key(t, n)) {  // no key
+        for (int64_t c = 0; c < C; ++c) {
           ASSERT_EQ(r.out[row * C + c], 0.0) << what << " out b" << b << " t" << t;
-          ASSERT_EQ(r.dqkv[row * 3 * C + c], 0.0) << what << " dq b" << b << " t" << t;
+          ASSERT_EQ(r.dqkv[row * W + c], 0.0) << what << " dq b" << b << " t" << t;
         }
-        if (t >= n) {
-          ASSERT_EQ(r.dqkv[row * 3 * C + C + c], 0.0) << what << " dk b" << b << " t" << t;
-          ASSERT_EQ(r.dqkv[row * 3 * C + 2 * C + c], 0.0) << what << " dv b" << b << " t" << t;
-        }
-      }
-    if (n == 0) {
-      for (int64_t h = 0; h < s.heads; ++h)
-        for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < s.heads; ++h)
           ASSERT_EQ(r.lse[static_cast<size_t>((b * s.heads + h) * T + t)],
                     -std::numeric_limits<double>::infinity())
-              << what;
+              << what << " lse b" << b << " h" << h << " t" << t;
+      }
+      if (t >= n)
+        for (int64_t c = C; c < W; ++c)
+          ASSERT_EQ(r.dqkv[row * W + c], 0.0) << what << " dk/dv b" << b << " t" << t;
     }
   }
 }
@@ -135,6 +134,8 @@ std::string describe(const Problem& p) {
   std::ostringstream d;
   d << "B" << s.batch << " T" << s.seq << " heads" << s.heads << " D" << s.head_dim
     << (s.causal ? " causal" : " full") << " scale " << s.scale;
+  if (s.kv() != s.heads) d << " kv_heads " << s.kv();
+  if (s.window) d << " window " << s.window;
   if (s.dropout != 0) d << " dropout " << s.dropout << " seed " << s.seed;
   if (!p.lengths.empty()) {
     d << " lengths";
@@ -234,8 +235,33 @@ TEST(Attention, FusedMatchesReferenceWithDropout) {
 // bf16 products (AVX512-BF16): the fused kernel with q, k, v, dO, P and dS rounded to bf16 and
 // f32 sums, against the reference in f64 on the unrounded inputs: its error at most 4x (+ 2e-3)
 // the error of the same reference on inputs rounded to bf16 (measured: at most 0.84 of that
-// bound, dqkv; out 0.62, lse 0.33), so rounding, not a wrong index, explains it; and it is the
-// bf16 kernel that ran (not bit for bit the f32 one).
+// bound, dqkv; out 0.62, lse 0.33), so rounding, not a wrong index, explains it. Returns whether
+// the result differs from the f32 kernel's (so that it is the bf16 kernel that ran).
+bool expect_bf16_within_rounding(Backend& ref, Backend& cpu, Problem p, Errors& worst) {
+  const std::string what = describe(p);
+  const Result want = run(ref, DType::f64, p), f32 = run(cpu, DType::f32, p);
+  p.shape.bf16_products = true;
+  const Result got = run(cpu, DType::f32, p);
+  // The same reference on the inputs rounded to bf16: the error rounding alone brings.
+  Problem rounded = p;
+  for (double& x : rounded.qkv) x = from_bf16(to_bf16(float(x)));
+  for (double& x : rounded.dout) x = from_bf16(to_bf16(float(x)));
+  const Result r = run(ref, DType::f64, rounded);
+  const Errors e{max_rel_error(got.out, want.out), lse_error(got.lse, want.lse),
+                 max_rel_error(got.dqkv, want.dqkv)};
+  const Errors bound{4 * max_rel_error(r.out, want.out) + 2e-3,
+                     4 * lse_error(r.lse, want.lse) + 2e-3,
+                     4 * max_rel_error(r.dqkv, want.dqkv) + 2e-3};
+  EXPECT_LE(e.out, bound.out) << what;
+  EXPECT_LE(e.lse, bound.lse) << what;
+  EXPECT_LE(e.dqkv, bound.dqkv) << what;
+  expect_padding_zeros(p, got, "bf16 " + what);
+  worst.out = std::max(worst.out, e.out);
+  worst.lse = std::max(worst.lse, e.lse);
+  worst.dqkv = std::max(worst.dqkv, e.dqkv);
+  return got.out != f32.out || got.dqkv != f32.dqkv;
+}
+
 TEST(Attention, Bf16ProductsMatchReferenceWithinBf16Rounding) {
   if (!cpu_features().avx512_bf16) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   auto ref = make_reference_backend();
@@ -253,34 +279,171 @@ TEST(Attention, Bf16ProductsMatchReferenceWithinBf16Rounding) {
             s.dropout = 0.2;
             s.seed = 5 + idx;
           }
-          Problem p = make_problem(
+          const Problem p = make_problem(
               s, padded ? sweep_lengths(idx, s.batch, T) : std::vector<int64_t>{}, 3000 + idx);
-          const std::string what = describe(p);
-          const Result want = run(*ref, DType::f64, p), f32 = run(*cpu, DType::f32, p);
-          p.shape.bf16_products = true;
-          const Result got = run(*cpu, DType::f32, p);
-          // The same reference on the inputs rounded to bf16: the error rounding alone brings.
-          Problem rounded = p;
-          for (double& x : rounded.qkv) x = from_bf16(to_bf16(float(x)));
-          for (double& x : rounded.dout) x = from_bf16(to_bf16(float(x)));
-          const Result r = run(*ref, DType::f64, rounded);
-          const Errors e{max_rel_error(got.out, want.out), lse_error(got.lse, want.lse),
-                         max_rel_error(got.dqkv, want.dqkv)};
-          const Errors bound{4 * max_rel_error(r.out, want.out) + 2e-3,
-                             4 * lse_error(r.lse, want.lse) + 2e-3,
-                             4 * max_rel_error(r.dqkv, want.dqkv) + 2e-3};
-          EXPECT_LE(e.out, bound.out) << what;
-          EXPECT_LE(e.lse, bound.lse) << what;
-          EXPECT_LE(e.dqkv, bound.dqkv) << what;
-          expect_padding_zeros(p, got, "bf16 " + what);
-          differs_from_f32 += got.out != f32.out || got.dqkv != f32.dqkv;
-          worst.out = std::max(worst.out, e.out);
-          worst.lse = std::max(worst.lse, e.lse);
-          worst.dqkv = std::max(worst.dqkv, e.dqkv);
+          differs_from_f32 += expect_bf16_within_rounding(*ref, *cpu, p, worst);
         }
   EXPECT_GT(differs_from_f32, count / 2) << "the bf16 kernel did not run";
   std::printf("bf16 products, %d shapes; largest relative errors: out %.2e, lse %.2e, dqkv %.2e\n",
               count, worst.out, worst.lse, worst.dqkv);
+}
+
+// Grouped-query attention and sliding windows: case idx's shape has 2-6 query heads in groups
+// of 1-4 key/value heads, and when causal a window of none, 1, 7, about T / 3 or 64 keys.
+AttentionShape grouped_shape(int idx, int64_t T, int64_t D, bool causal, bool* peaked) {
+  AttentionShape s = sweep_shape(idx, T, D, causal, peaked);
+  const int64_t heads[] = {2, 4, 6, 6, 4, 3}, kv[] = {1, 2, 2, 3, 1, 3};
+  s.heads = heads[idx % 6];
+  s.kv_heads = kv[idx % 6];
+  const int64_t windows[] = {0, 1, 7, T / 3 + 1, 64};
+  if (causal) s.window = windows[(idx / 2) % 5];
+  return s;
+}
+
+TEST(Attention, FusedMatchesReferenceWithGroupedHeadsAndWindows) {
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  Errors worst, worst_bf16;
+  int count = 0, differs_from_f32 = 0;
+  for (int64_t D : {7, 16, 24, 65})
+    for (int64_t T : {1, 17, 64, 130, 300})
+      for (bool causal : {true, false})
+        for (bool padded : {false, true}) {
+          const int idx = count++;
+          bool peaked;
+          AttentionShape s = grouped_shape(idx, T, D, causal, &peaked);
+          if (idx % 3 == 2) {
+            s.dropout = 0.2;
+            s.seed = 31 + idx;
+          }
+          const Problem p = make_problem(
+              s, padded ? sweep_lengths(idx, s.batch, T) : std::vector<int64_t>{}, 5000 + idx);
+          expect_fused_matches_reference(*ref, *cpu, p, peaked ? 4e-5 : 2e-5, worst);
+          if (cpu_features().avx512_bf16)
+            differs_from_f32 += expect_bf16_within_rounding(*ref, *cpu, p, worst_bf16);
+        }
+  if (cpu_features().avx512_bf16)
+    EXPECT_GT(differs_from_f32, count / 2) << "the bf16 kernel did not run";
+  std::printf(
+      "%d shapes; largest relative errors: out %.2e, lse %.2e, dqkv %.2e (bf16 products: "
+      "%.2e, %.2e, %.2e)\n",
+      count, worst.out, worst.lse, worst.dqkv, worst_bf16.out, worst_bf16.lse, worst_bf16.dqkv);
+}
+
+// A key/value head shared by a group is the same as each query head having its own copy: out,
+// lse and dq equal the ungrouped op's on repeated keys and values (dropout included, as its mask
+// is the query head's), and dk, dv the sums of the copies' gradients.
+TEST(Attention, ReferenceGroupsAreRepeatedHeads) {
+  auto ref = make_reference_backend();
+  const Problem problems[] = {
+      make_problem(
+          {.batch = 2, .seq = 13, .heads = 6, .head_dim = 5, .causal = true, .kv_heads = 2},
+          {13, 6}, 1),
+      make_problem({.batch = 1,
+                    .seq = 9,
+                    .heads = 4,
+                    .head_dim = 3,
+                    .causal = false,
+                    .kv_heads = 1,
+                    .dropout = 0.3,
+                    .seed = 4},
+                   {}, 2),
+      make_problem({.batch = 2,
+                    .seq = 20,
+                    .heads = 3,
+                    .head_dim = 4,
+                    .causal = true,
+                    .kv_heads = 1,
+                    .window = 5},
+                   {20, 11}, 3),
+  };
+  for (const Problem& p : problems) {
+    const AttentionShape& s = p.shape;
+    const int64_t B = s.batch, T = s.seq, D = s.head_dim, H = s.heads, KV = s.kv();
+    const int64_t W = s.qkv_width(), C = H * D;
+    Problem copies = p;
+    copies.shape.kv_heads = 0;
+    copies.qkv.assign(static_cast<size_t>(B * T * 3 * C), 0.0);
+    for (int64_t r = 0; r < B * T; ++r)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t g = h / s.group();
+          auto at = [&](int64_t row_width, int64_t col) { return size_t(r * row_width + col); };
+          copies.qkv[at(3 * C, h * D + d)] = p.qkv[at(W, h * D + d)];
+          copies.qkv[at(3 * C, C + h * D + d)] = p.qkv[at(W, C + g * D + d)];
+          copies.qkv[at(3 * C, 2 * C + h * D + d)] = p.qkv[at(W, C + KV * D + g * D + d)];
+        }
+    const Result got = run(*ref, DType::f64, p), want = run(*ref, DType::f64, copies);
+    EXPECT_EQ(got.out, want.out) << describe(p);
+    EXPECT_EQ(got.lse, want.lse) << describe(p);
+    std::vector<double> summed(static_cast<size_t>(B * T * W), 0.0);
+    for (int64_t r = 0; r < B * T; ++r)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t g = h / s.group();
+          const size_t w = size_t(r * 3 * C);
+          summed[size_t(r * W + h * D + d)] = want.dqkv[w + size_t(h * D + d)];
+          summed[size_t(r * W + C + g * D + d)] += want.dqkv[w + size_t(C + h * D + d)];
+          summed[size_t(r * W + C + KV * D + g * D + d)] +=
+              want.dqkv[w + size_t(2 * C + h * D + d)];
+        }
+    EXPECT_LE(max_rel_error(got.dqkv, summed), 1e-13) << describe(p);
+  }
+}
+
+// Hugging Face's sliding window: query row i sees keys i - window < j <= i, so its out and lse
+// are those of the last row of the unwindowed causal op on rows (i - window, i] alone.
+TEST(Attention, ReferenceWindowSeesTheLastWindowKeys) {
+  auto ref = make_reference_backend();
+  const int64_t T = 23, H = 4, KV = 2, D = 6;
+  for (int64_t window : {1, 4, 9, 23, 40}) {
+    const Problem p = make_problem({.batch = 1,
+                                    .seq = T,
+                                    .heads = H,
+                                    .head_dim = D,
+                                    .causal = true,
+                                    .kv_heads = KV,
+                                    .window = window},
+                                   {}, 50 + window);
+    const Result r = run(*ref, DType::f64, p, false);
+    const int64_t W = p.shape.qkv_width(), C = H * D;
+    for (int64_t i = 0; i < T; ++i) {
+      const int64_t first = std::max<int64_t>(0, i - window + 1), n = i + 1 - first;
+      Problem part = p;
+      part.shape.seq = n;
+      part.shape.window = 0;
+      part.qkv.assign(p.qkv.begin() + first * W, p.qkv.begin() + (i + 1) * W);
+      part.dout.assign(p.dout.begin() + first * C, p.dout.begin() + (i + 1) * C);
+      const Result want = run(*ref, DType::f64, part, false);
+      for (int64_t c = 0; c < C; ++c)
+        EXPECT_NEAR(r.out[size_t(i * C + c)], want.out[size_t((n - 1) * C + c)], 1e-14)
+            << "window " << window << " row " << i;
+      for (int64_t h = 0; h < H; ++h)
+        EXPECT_NEAR(r.lse[size_t(h * T + i)], want.lse[size_t(h * n + n - 1)], 1e-13)
+            << "window " << window << " row " << i;
+    }
+  }
+}
+
+TEST(Attention, GroupsThatDoNotDivideAndWindowsWithoutCausalAreErrors) {
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  for (Backend* be : {ref.get(), cpu.get()}) {
+    Problem p =
+        make_problem({.batch = 1, .seq = 3, .heads = 4, .head_dim = 2, .kv_heads = 3}, {}, 7);
+    EXPECT_NE(error_of([&] {
+                run(*be, DType::f32, p);
+              }).find("4 query heads are not groups of 3 key/value heads"),
+              std::string::npos)
+        << be->name();
+    p = make_problem(
+        {.batch = 1, .seq = 3, .heads = 2, .head_dim = 2, .causal = false, .window = 2}, {}, 7);
+    EXPECT_NE(error_of([&] {
+                run(*be, DType::f32, p);
+              }).find("a sliding window of 2 needs a causal mask"),
+              std::string::npos)
+        << be->name();
+  }
 }
 
 // From a first query row (decoding against cached keys): the rows from it as the whole op computes
@@ -292,51 +455,53 @@ TEST(Attention, FirstRowComputesOnlyTheRowsFromIt) {
   for (int64_t D : {7, 64})
     for (int64_t T : {1, 17, 130, 300})
       for (bool causal : {true, false})
-        for (bool padded : {false, true}) {
-          const int idx = count++;
-          bool peaked;
-          AttentionShape s = sweep_shape(idx, T, D, causal, &peaked);
-          if (idx % 3 == 1) {
-            s.dropout = 0.2;
-            s.seed = 11 + idx;
-          }
-          const Problem p = make_problem(
-              s, padded ? sweep_lengths(idx, s.batch, T) : std::vector<int64_t>{}, 4000 + idx);
-          struct Case {
-            Backend* be;
-            DType dt;
-            bool bf16;
-          };
-          std::vector<Case> cases = {{ref.get(), DType::f64, false},
-                                     {ref.get(), DType::f32, false},
-                                     {cpu.get(), DType::f32, false}};
-          if (cpu_features().avx512_bf16) cases.push_back({cpu.get(), DType::f32, true});
-          for (const Case& c : cases) {
-            Problem q = p;
-            q.shape.bf16_products = c.bf16;
-            const Result all = run(*c.be, c.dt, q, false);
-            for (int64_t first : {T - 1, T / 2, T}) {
-              const Result part = run(*c.be, c.dt, q, false, first);
-              const std::string what = describe(q) + " first row " + std::to_string(first) +
-                                       (c.be == ref.get() ? " reference " : " cpu ") +
-                                       std::string(dtype_name(c.dt)) +
-                                       (c.bf16 ? " bf16 products" : "");
-              const int64_t C = s.heads * D;
-              for (int64_t b = 0; b < s.batch; ++b) {
-                for (int64_t t = 0; t < T; ++t)
-                  for (int64_t k = 0; k < C; ++k) {
-                    const size_t i = static_cast<size_t>((b * T + t) * C + k);
-                    ASSERT_EQ(part.out[i], t < first ? 7.0 : all.out[i]) << what << " out " << i;
-                  }
-                for (int64_t h = 0; h < s.heads; ++h)
-                  for (int64_t t = 0; t < T; ++t) {
-                    const size_t i = static_cast<size_t>((b * s.heads + h) * T + t);
-                    ASSERT_EQ(part.lse[i], t < first ? 7.0 : all.lse[i]) << what << " lse " << i;
-                  }
+        for (bool padded : {false, true})
+          for (bool grouped : {false, true}) {
+            const int idx = count++;
+            bool peaked;
+            AttentionShape s = grouped ? grouped_shape(idx, T, D, causal, &peaked)
+                                       : sweep_shape(idx, T, D, causal, &peaked);
+            if (idx % 3 == 1) {
+              s.dropout = 0.2;
+              s.seed = 11 + idx;
+            }
+            const Problem p = make_problem(
+                s, padded ? sweep_lengths(idx, s.batch, T) : std::vector<int64_t>{}, 4000 + idx);
+            struct Case {
+              Backend* be;
+              DType dt;
+              bool bf16;
+            };
+            std::vector<Case> cases = {{ref.get(), DType::f64, false},
+                                       {ref.get(), DType::f32, false},
+                                       {cpu.get(), DType::f32, false}};
+            if (cpu_features().avx512_bf16) cases.push_back({cpu.get(), DType::f32, true});
+            for (const Case& c : cases) {
+              Problem q = p;
+              q.shape.bf16_products = c.bf16;
+              const Result all = run(*c.be, c.dt, q, false);
+              for (int64_t first : {T - 1, T / 2, T}) {
+                const Result part = run(*c.be, c.dt, q, false, first);
+                const std::string what = describe(q) + " first row " + std::to_string(first) +
+                                         (c.be == ref.get() ? " reference " : " cpu ") +
+                                         std::string(dtype_name(c.dt)) +
+                                         (c.bf16 ? " bf16 products" : "");
+                const int64_t C = s.heads * D;
+                for (int64_t b = 0; b < s.batch; ++b) {
+                  for (int64_t t = 0; t < T; ++t)
+                    for (int64_t k = 0; k < C; ++k) {
+                      const size_t i = static_cast<size_t>((b * T + t) * C + k);
+                      ASSERT_EQ(part.out[i], t < first ? 7.0 : all.out[i]) << what << " out " << i;
+                    }
+                  for (int64_t h = 0; h < s.heads; ++h)
+                    for (int64_t t = 0; t < T; ++t) {
+                      const size_t i = static_cast<size_t>((b * s.heads + h) * T + t);
+                      ASSERT_EQ(part.lse[i], t < first ? 7.0 : all.lse[i]) << what << " lse " << i;
+                    }
+                }
               }
             }
           }
-        }
   auto cpu_first = [&](int64_t first) {
     const Problem p = make_problem({.batch = 1, .seq = 5, .heads = 1, .head_dim = 4}, {}, 1);
     return error_of([&] { run(*cpu, DType::f32, p, false, first); });
@@ -345,22 +510,32 @@ TEST(Attention, FirstRowComputesOnlyTheRowsFromIt) {
   EXPECT_NE(cpu_first(-1).find("attention first row -1 of 5"), std::string::npos);
 }
 
-// Every thread split of the pairs gives the same bits: each pair is computed whole by one thread.
+// Every thread split of the pairs (and of backward's groups) gives the same bits: each is
+// computed whole by one thread.
 TEST(Attention, FusedDoesNotDependOnThreads) {
   auto cpu = make_cpu_backend();
-  const Problem p = make_problem(
-      {.batch = 3, .seq = 100, .heads = 5, .head_dim = 40, .causal = true}, {100, 37, 0}, 7);
-  const Result all = run(*cpu, DType::f32, p);
-  for (int64_t b = 0; b < 3; ++b) {  // batch row b alone
-    const int64_t T = 100, C = 200;
-    Problem one = p;
-    one.shape.batch = 1;
-    one.lengths = {p.lengths[b]};
-    one.qkv.assign(p.qkv.begin() + b * T * 3 * C, p.qkv.begin() + (b + 1) * T * 3 * C);
-    one.dout.assign(p.dout.begin() + b * T * C, p.dout.begin() + (b + 1) * T * C);
-    const Result r = run(*cpu, DType::f32, one);
-    EXPECT_TRUE(std::equal(r.out.begin(), r.out.end(), all.out.begin() + b * T * C));
-    EXPECT_TRUE(std::equal(r.dqkv.begin(), r.dqkv.end(), all.dqkv.begin() + b * T * 3 * C));
+  for (const AttentionShape& shape :
+       {AttentionShape{.batch = 3, .seq = 100, .heads = 5, .head_dim = 40, .causal = true},
+        AttentionShape{.batch = 3,
+        .seq = 100,
+        .heads = 6,
+        .head_dim = 24,
+        .causal = true,
+        .kv_heads = 2,
+        .window = 30}}) {
+    const Problem p = make_problem(shape, {100, 37, 0}, 7);
+    const Result all = run(*cpu, DType::f32, p);
+    for (int64_t b = 0; b < 3; ++b) {  // batch row b alone
+      const int64_t T = 100, C = shape.heads * shape.head_dim, W = shape.qkv_width();
+      Problem one = p;
+      one.shape.batch = 1;
+      one.lengths = {p.lengths[b]};
+      one.qkv.assign(p.qkv.begin() + b * T * W, p.qkv.begin() + (b + 1) * T * W);
+      one.dout.assign(p.dout.begin() + b * T * C, p.dout.begin() + (b + 1) * T * C);
+      const Result r = run(*cpu, DType::f32, one);
+      EXPECT_TRUE(std::equal(r.out.begin(), r.out.end(), all.out.begin() + b * T * C));
+      EXPECT_TRUE(std::equal(r.dqkv.begin(), r.dqkv.end(), all.dqkv.begin() + b * T * W));
+    }
   }
 }
 
@@ -373,6 +548,16 @@ TEST(Attention, ReferenceGradientMatchesFiniteDifferences) {
       make_problem({.batch = 1, .seq = 4, .heads = 1, .head_dim = 2, .causal = false}, {}, 2),
       make_problem({.batch = 2, .seq = 6, .heads = 3, .head_dim = 2, .causal = false}, {0, 4}, 3),
       make_problem({.batch = 1, .seq = 7, .heads = 2, .head_dim = 4, .causal = true}, {}, 4, 3.0),
+      make_problem({.batch = 2,
+                    .seq = 6,
+                    .heads = 4,
+                    .head_dim = 2,
+                    .causal = true,
+                    .kv_heads = 2,
+                    .window = 3},
+                   {4, 6}, 5),
+      make_problem(
+          {.batch = 1, .seq = 7, .heads = 3, .head_dim = 3, .causal = false, .kv_heads = 1}, {}, 6),
   };
   for (double dropout : {0.0, 0.3})
     for (Problem p : problems) {

@@ -767,10 +767,12 @@ OpCase small_ops_case() {
 // with -inf (rows with no key) replaced by 0, and where it is -inf as an output of its own.
 // Attention forward and backward; with first_row, forward only over rows [first_row, T) (a
 // decoding step), the earlier rows' outputs left as they were.
+// kv_heads and window: grouped-query attention and a sliding window.
 struct AttentionOptions {
   std::vector<int64_t> lengths;
   double dropout = 0.0;
   int64_t first_row = 0;
+  int64_t kv_heads = 0, window = 0;
 };
 
 // The decoders' ops: RMS norm (Llama's w and Gemma's 1 + w, rows wide enough for the column
@@ -841,14 +843,17 @@ OpCase attention_case(int64_t B, int64_t T, int64_t H, int64_t D, bool causal,
                            .heads = H,
                            .head_dim = D,
                            .causal = causal,
+                           .kv_heads = o.kv_heads,
+                           .window = o.window,
                            .scale = 1 / std::sqrt(double(D)),
                            .dropout = o.dropout,
                            .seed = 1234};
-    HostTensor qkv(be, dt, {B, T, 3 * C}, values(rng, B * T * 3 * C, -2, 2)),
+    const int64_t W = s.qkv_width();
+    HostTensor qkv(be, dt, {B, T, W}, values(rng, B * T * W, -2, 2)),
         dout(be, dt, {B, T, C}, values(rng, B * T * C)),
         out(be, dt, {B, T, C}, std::vector<double>(B * T * C, 7.0)),
         lse(be, dt, {B, H, T}, std::vector<double>(B * H * T, 7.0)),
-        dqkv(be, dt, {B, T, 3 * C}, std::vector<double>(B * T * 3 * C)), len;
+        dqkv(be, dt, {B, T, W}, std::vector<double>(B * T * W)), len;
     if (!o.lengths.empty())
       len =
           HostTensor(be, DType::i64, {B}, std::vector<double>(o.lengths.begin(), o.lengths.end()));
@@ -950,6 +955,19 @@ const std::map<std::string, OpCase>& cases() {
       {"attention_padded_b1_t67_h2_d130", attention_case(1, 67, 2, 130, false, {.lengths = {60}})},
       {"attention_b4_t128_h6_d32_causal", attention_case(4, 128, 6, 32, true)},
       {"attention_b1_t1_h1_d1", attention_case(1, 1, 1, 1, false)},
+      {"attention_grouped_b2_t40_h6_kv2_d12",
+       attention_case(2, 40, 6, 12, true, {.lengths = {40, 23}, .kv_heads = 2})},
+      {"attention_grouped_noncausal_b2_t33_h4_kv1_d10",
+       attention_case(2, 33, 4, 10, false, {.lengths = {7, 33}, .dropout = 0.3, .kv_heads = 1})},
+      {"attention_window_b2_t300_h2_d24",
+       attention_case(2, 300, 2, 24, true, {.lengths = {300, 130}, .window = 37})},
+      {"attention_window_grouped_b1_t200_h4_kv2_d16",
+       attention_case(1, 200, 4, 16, true, {.dropout = 0.2, .kv_heads = 2, .window = 64})},
+      {"attention_window_first_row_b2_t90_h3_kv1_d8",
+       attention_case(2, 90, 3, 8, true,
+                      {.lengths = {90, 40}, .first_row = 61, .kv_heads = 1, .window = 9})},
+      {"attention_window_1_b1_t20_h2_kv1_d5",
+       attention_case(1, 20, 2, 5, true, {.kv_heads = 1, .window = 1})},
   };
   return all;
 }

@@ -6,6 +6,15 @@
 
 #include "seqforge/core/dtype.hpp"
 
+// Small members that the CUDA kernels call as well.
+#ifndef SF_HOST_DEVICE
+#ifdef __CUDACC__
+#define SF_HOST_DEVICE __host__ __device__
+#else
+#define SF_HOST_DEVICE
+#endif
+#endif
+
 namespace seqforge {
 
 // C(m, n) = alpha * op(A) * op(B) + beta * C, row-major; op(A) is (m, k), op(B) is (k, n).
@@ -179,9 +188,17 @@ struct RecurrenceBackward {
 // where the keep-mask M_ij in {0, 1} is a pure function of (seed, b, h, i, j), a counter-based
 // hash: backward regenerates it without storing anything, and it depends on neither the tiling
 // nor the threads. lse stays the log-sum-exp of the undropped scores.
+//
+// Rows of qkv (and dqkv) hold the query heads, then the key heads, then the value heads, head_dim
+// values each: (heads + 2 kv_heads) head_dim wide. Grouped-query attention (kv_heads < heads):
+// query head h reads key/value head h / (heads / kv_heads), and that head's gradient sums over
+// its group. A sliding window (causal only) lets query row i see keys j with i - window < j <= i,
+// Hugging Face's sliding_window.
 struct AttentionShape {
   int64_t batch = 0, seq = 0, heads = 0, head_dim = 0;
   bool causal = true;
+  int64_t kv_heads = 0;  // 0: heads (one key/value head per query head)
+  int64_t window = 0;    // 0: none
   double scale = 0;      // usually 1 / sqrt(head_dim)
   double dropout = 0.0;  // in [0, 1): the probability of dropping each P_ij; 0 is none
   uint64_t seed = 0;     // of the dropout mask
@@ -190,11 +207,22 @@ struct AttentionShape {
   // Mixed precision: the products may round their operands (q, k, v, dO and the probabilities)
   // to bf16, summing in f32, where the backend has bf16 dot products; tensors stay in the dtype.
   bool bf16_products = false;
+
+  SF_HOST_DEVICE int64_t kv() const { return kv_heads ? kv_heads : heads; }
+  SF_HOST_DEVICE int64_t group() const { return heads / kv(); }  // query heads per kv head
+  SF_HOST_DEVICE int64_t qkv_width() const { return (heads + 2 * kv()) * head_dim; }
+  // Keys [first_key(i), last_key(i, keys)) are query row i's, of the keys [0, keys) its row has.
+  SF_HOST_DEVICE int64_t first_key(int64_t i) const {
+    return window > 0 && i >= window ? i - window + 1 : 0;
+  }
+  SF_HOST_DEVICE int64_t last_key(int64_t i, int64_t keys) const {
+    return causal ? (i + 1 < keys ? i + 1 : keys) : keys;
+  }
 };
 
 struct AttentionForward {
   AttentionShape shape;
-  const void* qkv = nullptr;      // (B, T, 3C)
+  const void* qkv = nullptr;      // (B, T, qkv_width())
   const void* lengths = nullptr;  // optional (B) i64: valid keys per batch row (padding)
   void* out = nullptr;            // (B, T, C)
   void* lse = nullptr;            // (B, heads, T), the dtype's: log sum_j exp(scale q_i . k_j),
@@ -207,12 +235,12 @@ struct AttentionForward {
 // Gradients of the same; dqkv is assigned (rows of padded keys get 0).
 struct AttentionBackward {
   AttentionShape shape;
-  const void* qkv = nullptr;      // (B, T, 3C)
+  const void* qkv = nullptr;      // (B, T, qkv_width())
   const void* lengths = nullptr;  // as forward
   const void* out = nullptr;      // (B, T, C) forward's
   const void* lse = nullptr;      // (B, heads, T) forward's
   const void* dout = nullptr;     // (B, T, C)
-  void* dqkv = nullptr;           // (B, T, 3C) out
+  void* dqkv = nullptr;           // (B, T, qkv_width()) out
 };
 
 // Rotary position embeddings in place, Hugging Face's rotate-half layout: in each of `heads`

@@ -500,6 +500,7 @@ class CpuBackend final : public Backend {
     AttentionForward a = given;
     a.shape.seed = ref::seed_with_base(seed_base_, given.shape.seed);
     const AttentionShape& s = a.shape;
+    kernels::check_attention_shape(s);
     SF_CHECK(a.first_row >= 0 && a.first_row <= s.seq, "attention first row ", a.first_row, " of ",
              s.seq);
     const auto kernel = bf16_attention(s) ? kernels::attention_forward_fused_bf16
@@ -512,10 +513,11 @@ class CpuBackend final : public Backend {
     AttentionBackward a = given;
     a.shape.seed = ref::seed_with_base(seed_base_, given.shape.seed);
     const AttentionShape& s = a.shape;
+    kernels::check_attention_shape(s);
     const auto kernel = bf16_attention(s) ? kernels::attention_backward_fused_bf16
                                           : kernels::attention_backward_fused;
-    parallel_rows(s.batch * s.heads, 2 * s.seq * s.seq * s.head_dim,
-                  [&](int64_t p0, int64_t p1) { kernel(a, p0, p1); });
+    parallel_rows(s.batch * s.kv(), 2 * s.group() * s.seq * s.seq * s.head_dim,
+                  [&](int64_t g0, int64_t g1) { kernel(a, g0, g1); });
   }
   static bool bf16_attention(const AttentionShape& s) {
     return s.bf16_products && cpu_features().avx512_bf16 &&

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/cublaslt.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
@@ -398,12 +399,16 @@ class CudaBackend final : public Backend {
     launched("dora_backward", dy);
   }
   void attention_forward(const AttentionForward& given, DType dtype) override {
+    kernels::check_attention_shape(given.shape);
+    SF_CHECK(given.first_row >= 0 && given.first_row <= given.shape.seq, "attention first row ",
+             given.first_row, " of ", given.shape.seq);
     AttentionForward a = given;
     a.shape.seed_base = seed_base_;
     cuda::attention_forward(a, dtype, stream_);
     launched("attention_forward", attention_shape(a.shape, dtype));
   }
   void attention_backward(const AttentionBackward& given, DType dtype) override {
+    kernels::check_attention_shape(given.shape);
     AttentionBackward a = given;
     a.shape.seed_base = seed_base_;
     const AttentionShape& s = a.shape;

@@ -317,6 +317,7 @@ class ReferenceBackend final : public Backend {
     });
   }
   void attention_forward(const AttentionForward& a, DType dtype) override {
+    kernels::check_attention_shape(a.shape);
     SF_CHECK(a.first_row >= 0 && a.first_row <= a.shape.seq, "attention first row ", a.first_row,
              " of ", a.shape.seq);
     AttentionForward b = a;
@@ -326,10 +327,11 @@ class ReferenceBackend final : public Backend {
     });
   }
   void attention_backward(const AttentionBackward& a, DType dtype) override {
+    kernels::check_attention_shape(a.shape);
     AttentionBackward b = a;
     b.shape.seed = ref::seed_with_base(seed_base_, a.shape.seed);
     dispatch_float(dtype, [&]<typename T>() {
-      kernels::attention_backward_reference<T>(b, 0, b.shape.batch * b.shape.heads);
+      kernels::attention_backward_reference<T>(b, 0, b.shape.batch * b.shape.kv());
     });
   }
 

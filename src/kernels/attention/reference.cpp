@@ -1,5 +1,7 @@
 // Multi-head attention, the scalar reference: for each (batch row, head) pair and query row, the
 // scores over the row's allowed keys, softmax and the weighted sum of values, all in double.
+// Backward runs per (batch row, key/value head), its group's query heads in turn, so that each
+// key and value gradient is summed in one place.
 // Backward recomputes the probabilities from qkv (it reads neither out nor lse) and applies the
 // textbook gradient, per query row i over its allowed keys j, with c_ij = M_ij / (1 - p) the
 // dropout factor (1 without dropout):
@@ -22,48 +24,52 @@ namespace seqforge::kernels {
 
 namespace {
 
-// Where pair p's q, k and v rows are, and how many keys each query row may see.
+// Where pair p's q, k and v rows are (its key/value head's for k and v), and which keys each
+// query row may see.
 struct Pair {
-  int64_t T, C, D, ld, b, h, keys;
-  bool causal;
-  Pair(const AttentionShape& s, const void* lengths, int64_t p)
-      : T(s.seq),
-        C(s.heads * s.head_dim),
+  const AttentionShape& s;
+  int64_t T, D, ld, b, h, g, keys;
+  Pair(const AttentionShape& shape, const void* lengths, int64_t p)
+      : s(shape),
+        T(s.seq),
         D(s.head_dim),
-        ld(3 * C),
+        ld(s.qkv_width()),
         b(p / s.heads),
         h(p % s.heads),
-        keys(s.seq),
-        causal(s.causal) {
+        g(h / s.group()),
+        keys(s.seq) {
     if (lengths) keys = std::clamp<int64_t>(static_cast<const int64_t*>(lengths)[b], 0, T);
   }
-  // Offsets into (B, T, 3C) of row t's q, k and v for this head.
+  // Offsets into (B, T, qkv_width()) of row t's q, k and v for this head.
   int64_t q(int64_t t) const { return (b * T + t) * ld + h * D; }
-  int64_t k(int64_t t) const { return q(t) + C; }
-  int64_t v(int64_t t) const { return q(t) + 2 * C; }
-  // Offset into (B, T, C) of row t's head slice, and into (B, heads, T) of row t's lse.
-  int64_t o(int64_t t) const { return (b * T + t) * C + h * D; }
-  int64_t lse(int64_t t, int64_t heads) const { return (b * heads + h) * T + t; }
-  // Keys [0, allowed(i)) are query row i's.
-  int64_t allowed(int64_t i) const { return causal ? std::min(i + 1, keys) : keys; }
+  int64_t k(int64_t t) const { return (b * T + t) * ld + (s.heads + g) * D; }
+  int64_t v(int64_t t) const { return k(t) + s.kv() * D; }
+  // Offset into (B, T, heads D) of row t's head slice, and into (B, heads, T) of row t's lse.
+  int64_t o(int64_t t) const { return (b * T + t) * s.heads * D + h * D; }
+  int64_t lse(int64_t t) const { return (b * s.heads + h) * T + t; }
+  // Keys [first(i), last(i)) are query row i's.
+  int64_t first(int64_t i) const { return std::min(s.first_key(i), last(i)); }
+  int64_t last(int64_t i) const { return s.last_key(i, keys); }
 };
 
-// p (n) = softmax of scale q_i . k_j over keys j < n; returns log sum_j exp(scale q_i . k_j).
+// p [j0, n) = softmax of scale q_i . k_j over keys j0 <= j < n; returns
+// log sum_j exp(scale q_i . k_j).
 template <typename T>
-double softmax_row(const T* qkv, const Pair& pr, double scale, int64_t i, int64_t n, double* p) {
+double softmax_row(const T* qkv, const Pair& pr, double scale, int64_t i, int64_t j0, int64_t n,
+                   double* p) {
   double m = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < n; ++j) {
+  for (int64_t j = j0; j < n; ++j) {
     double s = 0;
     for (int64_t d = 0; d < pr.D; ++d) s += double(qkv[pr.q(i) + d]) * double(qkv[pr.k(j) + d]);
     p[j] = scale * s;
     m = std::max(m, p[j]);
   }
   double sum = 0;
-  for (int64_t j = 0; j < n; ++j) {
+  for (int64_t j = j0; j < n; ++j) {
     p[j] = std::exp(p[j] - m);
     sum += p[j];
   }
-  for (int64_t j = 0; j < n; ++j) p[j] /= sum;
+  for (int64_t j = j0; j < n; ++j) p[j] /= sum;
   return m + std::log(sum);
 }
 
@@ -84,25 +90,25 @@ void dropout_factors(const AttentionShape& s, const Pair& pr, int64_t i, int64_t
 template <typename T>
 void attention_forward_reference(const AttentionForward& a, int64_t p0, int64_t p1) {
   const AttentionShape& s = a.shape;
-  const T* qkv = static_cast<const T*>(a.qkv);        // (B, T, 3C)
-  T* out = static_cast<T*>(a.out);                    // (B, T, C)
+  const T* qkv = static_cast<const T*>(a.qkv);        // (B, T, qkv_width())
+  T* out = static_cast<T*>(a.out);                    // (B, T, heads D)
   T* lse = static_cast<T*>(a.lse);                    // (B, heads, T)
   std::vector<double> p(static_cast<size_t>(s.seq));  // (T) one row's probabilities
   std::vector<double> c(p.size());                    // (T) their dropout factors
   for (int64_t pair = p0; pair < p1; ++pair) {
     const Pair pr(s, a.lengths, pair);
     for (int64_t i = a.first_row; i < pr.T; ++i) {
-      const int64_t n = pr.allowed(i);
-      if (n == 0) {
+      const int64_t j0 = pr.first(i), n = pr.last(i);
+      if (n == j0) {
         std::fill_n(out + pr.o(i), pr.D, T(0));
-        lse[pr.lse(i, s.heads)] = -std::numeric_limits<T>::infinity();
+        lse[pr.lse(i)] = -std::numeric_limits<T>::infinity();
         continue;
       }
-      lse[pr.lse(i, s.heads)] = static_cast<T>(softmax_row(qkv, pr, s.scale, i, n, p.data()));
+      lse[pr.lse(i)] = static_cast<T>(softmax_row(qkv, pr, s.scale, i, j0, n, p.data()));
       dropout_factors(s, pr, i, n, c.data());
       for (int64_t d = 0; d < pr.D; ++d) {
         double o = 0;
-        for (int64_t j = 0; j < n; ++j) o += p[j] * c[j] * double(qkv[pr.v(j) + d]);
+        for (int64_t j = j0; j < n; ++j) o += p[j] * c[j] * double(qkv[pr.v(j) + d]);
         out[pr.o(i) + d] = static_cast<T>(o);
       }
     }
@@ -110,47 +116,51 @@ void attention_forward_reference(const AttentionForward& a, int64_t p0, int64_t 
 }
 
 template <typename T>
-void attention_backward_reference(const AttentionBackward& a, int64_t p0, int64_t p1) {
+void attention_backward_reference(const AttentionBackward& a, int64_t g0, int64_t g1) {
   const AttentionShape& s = a.shape;
-  const T* qkv = static_cast<const T*>(a.qkv);    // (B, T, 3C)
-  const T* dout = static_cast<const T*>(a.dout);  // (B, T, C)
-  T* dqkv = static_cast<T*>(a.dqkv);              // (B, T, 3C)
+  const T* qkv = static_cast<const T*>(a.qkv);    // (B, T, qkv_width())
+  const T* dout = static_cast<const T*>(a.dout);  // (B, T, heads D)
+  T* dqkv = static_cast<T*>(a.dqkv);              // (B, T, qkv_width())
   const size_t TD = static_cast<size_t>(s.seq * s.head_dim);
   std::vector<double> p(static_cast<size_t>(s.seq)), dp(p.size());  // (T) one query row's
   std::vector<double> c(p.size());                                  // (T) its dropout factors
   std::vector<double> dq(static_cast<size_t>(s.head_dim));          // (D)
-  std::vector<double> dk(TD), dv(TD);                               // (T, D) one pair's
-  for (int64_t pair = p0; pair < p1; ++pair) {
-    const Pair pr(s, a.lengths, pair);
-    const int64_t D = pr.D;
+  std::vector<double> dk(TD), dv(TD);  // (T, D) one key/value head's, over its group
+  for (int64_t group = g0; group < g1; ++group) {
+    const int64_t b = group / s.kv(), h0 = group % s.kv() * s.group();
     std::fill(dk.begin(), dk.end(), 0.0);
     std::fill(dv.begin(), dv.end(), 0.0);
-    for (int64_t i = 0; i < pr.T; ++i) {
-      const int64_t n = pr.allowed(i);
-      std::fill(dq.begin(), dq.end(), 0.0);
-      if (n > 0) softmax_row(qkv, pr, s.scale, i, n, p.data());
-      dropout_factors(s, pr, i, n, c.data());
-      double Di = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        double g = 0;
-        for (int64_t d = 0; d < D; ++d) g += double(dout[pr.o(i) + d]) * double(qkv[pr.v(j) + d]);
-        dp[j] = g * c[j];
-        Di += p[j] * dp[j];
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        const double ds = p[j] * (dp[j] - Di);
-        for (int64_t d = 0; d < D; ++d) {
-          dq[d] += s.scale * ds * double(qkv[pr.k(j) + d]);
-          dk[j * D + d] += s.scale * ds * double(qkv[pr.q(i) + d]);
-          dv[j * D + d] += p[j] * c[j] * double(dout[pr.o(i) + d]);
+    for (int64_t h = h0; h < h0 + s.group(); ++h) {
+      const Pair pr(s, a.lengths, b * s.heads + h);
+      const int64_t D = pr.D;
+      for (int64_t i = 0; i < pr.T; ++i) {
+        const int64_t j0 = pr.first(i), n = pr.last(i);
+        std::fill(dq.begin(), dq.end(), 0.0);
+        if (n > j0) softmax_row(qkv, pr, s.scale, i, j0, n, p.data());
+        dropout_factors(s, pr, i, n, c.data());
+        double Di = 0;
+        for (int64_t j = j0; j < n; ++j) {
+          double g = 0;
+          for (int64_t d = 0; d < D; ++d) g += double(dout[pr.o(i) + d]) * double(qkv[pr.v(j) + d]);
+          dp[j] = g * c[j];
+          Di += p[j] * dp[j];
         }
+        for (int64_t j = j0; j < n; ++j) {
+          const double ds = p[j] * (dp[j] - Di);
+          for (int64_t d = 0; d < D; ++d) {
+            dq[d] += s.scale * ds * double(qkv[pr.k(j) + d]);
+            dk[j * D + d] += s.scale * ds * double(qkv[pr.q(i) + d]);
+            dv[j * D + d] += p[j] * c[j] * double(dout[pr.o(i) + d]);
+          }
+        }
+        for (int64_t d = 0; d < D; ++d) dqkv[pr.q(i) + d] = static_cast<T>(dq[d]);
       }
-      for (int64_t d = 0; d < D; ++d) dqkv[pr.q(i) + d] = static_cast<T>(dq[d]);
     }
+    const Pair pr(s, a.lengths, b * s.heads + h0);
     for (int64_t j = 0; j < pr.T; ++j)
-      for (int64_t d = 0; d < D; ++d) {
-        dqkv[pr.k(j) + d] = static_cast<T>(dk[j * D + d]);
-        dqkv[pr.v(j) + d] = static_cast<T>(dv[j * D + d]);
+      for (int64_t d = 0; d < pr.D; ++d) {
+        dqkv[pr.k(j) + d] = static_cast<T>(dk[j * pr.D + d]);
+        dqkv[pr.v(j) + d] = static_cast<T>(dv[j * pr.D + d]);
       }
   }
 }

@@ -2,6 +2,11 @@
 // at a time on the calling thread, and the (T, T) scores never exist beyond one tile. A second
 // form of both passes (at the end) takes its products' operands in bf16 on AVX512-BF16.
 //
+// Grouped-query attention reads each query head's key/value head where it is; backward runs per
+// key/value head, its query heads in turn, adding into the same dK and dV. A sliding window
+// starts a query tile's keys at its first row's window, and backward's key tile stops at the
+// rows whose window it leaves.
+//
 // Forward: per tile of kBr query rows, the key tiles (kBcF keys) in order; per block of kRows rows
 // and key tile, S = q k^T, then an online softmax per row (running max m and sum l; the row's
 // accumulator is scaled by exp(m_old - m_new) as P V is added). At the end out = acc / l and
@@ -207,22 +212,29 @@ HWY_INLINE void Axpy(int nr, const float* p, int64_t rs, int64_t ts, int64_t t0,
   });
 }
 
-// One row s (wv, a multiple of the vector) of raw q.k dots whose first n are the row's keys:
-// updates the running max m and sum l, leaves p = exp(scale s - m) in s (0 beyond n) and returns
-// the factor exp(m_old - m_new) for the row's accumulator.
-HWY_INLINE float OnlineSoftmaxRow(float* s, int64_t n, int64_t wv, float scale, float& m,
-                                  float& l) {
+// The lanes of the vector at t that lie in [n0, n).
+HWY_INLINE hn::Mask<DF> LanesWithin(int64_t t, int64_t n0, int64_t n) {
+  const DF d;
+  const auto below_n = hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(n - t, 0)));
+  return hn::AndNot(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(n0 - t, 0))), below_n);
+}
+
+// One row s (wv, a multiple of the vector) of raw q.k dots whose entries [n0, n) are the row's
+// keys: updates the running max m and sum l, leaves p = exp(scale s - m) in s (0 outside
+// [n0, n)) and returns the factor exp(m_old - m_new) for the row's accumulator.
+HWY_INLINE float OnlineSoftmaxRow(float* s, int64_t n0, int64_t n, int64_t wv, float scale,
+                                  float& m, float& l) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  if (n <= 0) {
+  if (n <= n0) {
     for (int64_t t = 0; t < wv; t += N) hn::StoreU(hn::Zero(d), d, s + t);
     return 1.0f;
   }
   const VF vscale = hn::Set(d, scale), ninf = hn::Set(d, kNegInf);
   VF vmax = ninf;
-  for (int64_t t = 0; t < n; t += N) {
+  for (int64_t t = n0 / N * N; t < n; t += N) {
     VF x = hn::Mul(hn::LoadU(d, s + t), vscale);
-    if (n - t < N) x = hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(n - t)), x, ninf);
+    if (n - t < N || t < n0) x = hn::IfThenElse(LanesWithin(t, n0, n), x, ninf);
     vmax = hn::Max(vmax, x);
   }
   const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(d, vmax)));
@@ -231,9 +243,9 @@ HWY_INLINE float OnlineSoftmaxRow(float* s, int64_t n, int64_t wv, float scale, 
   VF sum = hn::Zero(d);
   for (int64_t t = 0; t < wv; t += N) {
     VF p = hn::Zero(d);
-    if (t < n) {
+    if (t < n && t + N > n0) {
       p = hn::Exp(d, hn::MulSub(hn::LoadU(d, s + t), vscale, vm));
-      if (n - t < N) p = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(n - t)), p);
+      if (n - t < N || t < n0) p = hn::IfThenElseZero(LanesWithin(t, n0, n), p);
     }
     hn::StoreU(p, d, s + t);
     sum = hn::Add(sum, p);
@@ -243,18 +255,19 @@ HWY_INLINE float OnlineSoftmaxRow(float* s, int64_t n, int64_t wv, float scale, 
   return alpha;
 }
 
-// One row of raw q.k dots (p) and dO.v dots (g), the first n of wv the row's keys, into
-// p = exp(scale s - lse) and g = scale p (g - Di); both 0 beyond n. With kDrop, c (wv) holds the
-// dropout factors M_ij / (1 - p): p = c exp(scale s - lse) and g = scale exp(..) (c g - Di).
+// One row of raw q.k dots (p) and dO.v dots (g), entries [n0, n) of wv the row's keys, into
+// p = exp(scale s - lse) and g = scale p (g - Di); both 0 outside [n0, n). With kDrop, c (wv)
+// holds the dropout factors M_ij / (1 - p): p = c exp(scale s - lse) and
+// g = scale exp(..) (c g - Di).
 template <bool kDrop>
-HWY_INLINE void GradRow(float* p, float* g, int64_t n, int64_t wv, float scale, float lse, float Di,
-                        const float* c) {
+HWY_INLINE void GradRow(float* p, float* g, int64_t n0, int64_t n, int64_t wv, float scale,
+                        float lse, float Di, const float* c) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const VF vscale = hn::Set(d, scale), vlse = hn::Set(d, lse), vD = hn::Set(d, Di);
   for (int64_t t = 0; t < wv; t += N) {
     VF pv = hn::Zero(d), gv = hn::Zero(d);
-    if (t < n) {
+    if (t < n && t + N > n0) {
       pv = hn::Exp(d, hn::MulSub(hn::LoadU(d, p + t), vscale, vlse));
       if constexpr (kDrop) {
         const VF cv = hn::LoadU(d, c + t);
@@ -263,8 +276,8 @@ HWY_INLINE void GradRow(float* p, float* g, int64_t n, int64_t wv, float scale, 
       } else {
         gv = hn::Mul(hn::Mul(pv, vscale), hn::Sub(hn::LoadU(d, g + t), vD));
       }
-      if (n - t < N) {
-        const auto keep = hn::FirstN(d, static_cast<size_t>(n - t));
+      if (n - t < N || t < n0) {
+        const auto keep = LanesWithin(t, n0, n);
         pv = hn::IfThenElseZero(keep, pv);
         gv = hn::IfThenElseZero(keep, gv);
       }
@@ -357,18 +370,20 @@ int64_t KeysOf(const void* lengths, int64_t b, int64_t T) {
 }
 
 // The forward pass over pairs [p0, p1), its products taken by `Products` (F32Products here, or
-// Bf16Products with AVX512-BF16): pack(q, nk, first) packs a pair's operands (q rows ld apart,
-// from row `first`; k at + C, v at + 2C); dot(nr, rb, j0, panels, sc) puts a row block's raw scores
+// Bf16Products with AVX512-BF16): pack(q, k, v, nk, first) packs a pair's operands (rows ld
+// apart, q from row `first`, k and v its key/value head's); dot(nr, rb, j0, panels, sc) puts a
+// row block's raw scores
 // q.k into sc (rows kBc apart); row(r, p, w) sees row r's final probabilities; axpy(nr, j0, w, sc,
 // acc, alpha) adds the block's P V into acc (rows Products::width apart), scaling acc by alpha
 // first.
 template <class Products>
 HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, Products& prod) {
   const AttentionShape& s = a.shape;
-  const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C, W = prod.width;
+  const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, W = prod.width;
+  const int64_t ld = s.qkv_width(), KV = s.kv();
   const int64_t first = a.first_row;  // the first query row computed
   const float scale = static_cast<float>(s.scale);
-  const float* qkv = static_cast<const float*>(a.qkv);  // (B, T, 3C)
+  const float* qkv = static_cast<const float*>(a.qkv);  // (B, T, ld)
   float* out = static_cast<float*>(a.out);              // (B, T, C)
   float* lse = static_cast<float*>(a.lse);              // (B, heads, T)
 
@@ -397,24 +412,28 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
       continue;
     }
     if (h == 0 || pair == p0) WarmBlocks({{qkv + b * T * ld, T * ld}, {out + b * T * C, T * C}});
-    prod.pack(qkv + b * T * ld + h * D, nk, first);
+    const float* k = qkv + b * T * ld + (H + h / s.group()) * D;
+    prod.pack(qkv + b * T * ld + h * D, k, k + KV * D, nk, first);
     for (int64_t i0 = first; i0 < T; i0 += kBr) {
       const int64_t i1 = std::min(T, i0 + kBr), kend = s.causal ? std::min(nk, i1) : nk;
+      // The tile's keys start at its first row's window, at a panel's start.
+      const int64_t kbegin = s.first_key(i0) / kKeyBlock * kKeyBlock;
       std::fill_n(m, i1 - i0, kNegInf);
       std::fill_n(l, i1 - i0, 0.0f);
       std::fill_n(acc, (i1 - i0) * W, 0.0f);
-      for (int64_t j0 = 0; j0 < kend; j0 += kBcF) {
+      for (int64_t j0 = kbegin; j0 < kend; j0 += kBcF) {
         const int64_t j1 = std::min(kend, j0 + kBcF);
         for (int64_t rb = i0; rb < i1; rb += kRows) {
           const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
           const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;  // keys the block needs
-          if (last <= j0) continue;
+          if (last <= j0 || j1 <= s.first_key(rb)) continue;
           const int64_t w = last - j0, wp = RoundUp(w, kKeyBlock);
           prod.dot(nr, rb, j0, wp / kKeyBlock, sc);
           for (int r = 0; r < nr; ++r) {
             const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
+            const int64_t n0 = std::max<int64_t>(0, s.first_key(i) - j0);
             float* pr = sc + r * kBcF;
-            alpha[r] = OnlineSoftmaxRow(pr, n, wp, scale, m[i - i0], l[i - i0]);
+            alpha[r] = OnlineSoftmaxRow(pr, n0, n, wp, scale, m[i - i0], l[i - i0]);
             if (drop) {  // after l has the undropped row
               dropout.factors(c, i, j0, n, n);
               for (int64_t t = 0; t < n; ++t) pr[t] *= c[t];
@@ -425,10 +444,15 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
         }
       }
       for (int64_t i = i0; i < i1; ++i) {
+        float* orow = o + i * C;
+        if (l[i - i0] == 0) {  // a row whose window has passed the batch row's keys
+          std::fill_n(orow, D, 0.0f);
+          lrow[i] = kNegInf;
+          continue;
+        }
         const float inv = 1.0f / l[i - i0];
         const float* ar = acc + (i - i0) * W;
-        float* orow = o + i * C;
-        for (int64_t k = 0; k < D; ++k) orow[k] = ar[k] * inv;
+        for (int64_t d = 0; d < D; ++d) orow[d] = ar[d] * inv;
         lrow[i] = m[i - i0] + std::log(l[i - i0]);
       }
     }
@@ -439,7 +463,7 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
 // padded copy).
 struct F32Products {
   explicit F32Products(const AttentionShape& s)
-      : D(s.head_dim), ld(3 * s.heads * s.head_dim), width(RoundUp(D, kMaxLanes)) {
+      : D(s.head_dim), ld(s.qkv_width()), width(RoundUp(D, kMaxLanes)) {
     const int64_t T = s.seq, Tk = RoundUp(T, kKeyBlock);
     thread_local Scratch scratch;
     Carver sizes(nullptr);
@@ -448,13 +472,12 @@ struct F32Products {
     kt = carve.take(D * Tk);    // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
     v = carve.take(T * width);  // (T, width) v, when D is not whole vectors
   }
-  void pack(const float* qrows, int64_t nk, int64_t) {
-    const int64_t C = ld / 3;
+  void pack(const float* qrows, const float* krows, const float* vrows, int64_t nk, int64_t) {
     q = qrows;
-    PackPanels(kt, q + C, ld, nk, D);
-    V = {q + 2 * C, ld};
+    PackPanels(kt, krows, ld, nk, D);
+    V = {vrows, ld};
     if (D != width) {
-      PackRows(v, width, q + 2 * C, ld, nk, D);
+      PackRows(v, width, vrows, ld, nk, D);
       V = {v, width};
     }
   }
@@ -497,27 +520,32 @@ HWY_INLINE void RowDots(float* Dv, const float* o, const float* g, int64_t ld, i
   }
 }
 
-// The backward pass over pairs [p0, p1), its products taken by `Grads` (F32Grads here, or
-// Bf16Grads with AVX512-BF16). Per pair, begin(q, dO, dqr, nk) packs the operands (q rows ld
-// apart, k at + C, v at + 2C; dO rows C apart) and readies the gradients dqr (rows ld apart);
-// kRoundDout says whether the products see dO rounded to bf16. Per key tile, begin_keys(j0, nkt)
-// and end_keys(j0, j1); per query tile, dots(nr, rb, j0, panels, P, dP) puts a row block's raw
-// q.k and dO.v into P and dP (rows kBc apart), ds_row(r, dS, nkt) sees a row's final dS,
-// tile(rows, nkt) the whole tile's P and dS, then dv_dk(nr, kb, t0, i0, rows, .., assign) adds
-// keys kb..'s P^T dO and dS^T q over the tile's queries [t0, rows), dq(nr, rb, i0, j0, last, ..,
-// assign) the row block's dS k; with assign the gradient rows start from 0 rather than adding to
-// what they hold, so no gradient is zero-filled first. end() finishes the pair.
+// The backward pass over groups [g0, g1) (batch row, key/value head), the group's query heads in
+// turn, its products taken by `Grads` (F32Grads here, or Bf16Grads with AVX512-BF16). Per query
+// head, begin(q, k, v, dO, dq, dk, dv, nk, accumulate) packs the operands (rows ld apart; dO rows
+// C apart) and readies the gradients (rows ld apart; dk and dv add to what they hold with
+// accumulate, the group's later heads); kRoundDout says whether the products see dO rounded to
+// bf16. Per key tile, begin_keys(j0, nkt) and end_keys(j0, j1); per query tile,
+// dots(nr, rb, j0, panels, P, dP) puts a row block's raw q.k and dO.v into P and dP (rows kBc
+// apart), ds_row(r, dS, nkt) sees a row's final dS, tile(rows, nkt) the whole tile's P and dS,
+// then dv_dk(nr, kb, t0, i0, rows, .., assign) adds keys kb..'s P^T dO and dS^T q over the tile's
+// queries [t0, rows), dq(nr, rb, i0, j0, last, .., assign) the row block's dS k; with assign the
+// gradient rows start from 0 rather than adding to what they hold, so no gradient is zero-filled
+// first (assigns_keys(first_head): whether a key tile's first query tile assigns). Under a
+// sliding window the rows' first key tiles differ, so clear_dq() zeroes dQ first instead.
+// end() finishes the head.
 template <class Grads>
-HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t p0, int64_t p1, Grads& g) {
+HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t g0, int64_t g1, Grads& g) {
   const AttentionShape& s = a.shape;
-  const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = 3 * C;
+  const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = s.qkv_width();
+  const int64_t KV = s.kv(), G = s.group();
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   const float scale = static_cast<float>(s.scale);
-  const float* qkv = static_cast<const float*>(a.qkv);    // (B, T, 3C)
+  const float* qkv = static_cast<const float*>(a.qkv);    // (B, T, ld)
   const float* out = static_cast<const float*>(a.out);    // (B, T, C)
   const float* lse = static_cast<const float*>(a.lse);    // (B, heads, T)
   const float* dout = static_cast<const float*>(a.dout);  // (B, T, C)
-  float* dqkv = static_cast<float*>(a.dqkv);              // (B, T, 3C)
+  float* dqkv = static_cast<float*>(a.dqkv);              // (B, T, ld)
 
   thread_local Scratch scratch;
   Carver sizes(nullptr);
@@ -531,73 +559,99 @@ HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t p0, int64_t p1,
   RowDropout dropout{0, drop ? attention_drop_threshold(s.dropout) : 0,
                      static_cast<float>(1.0 / (1.0 - s.dropout))};
 
-  for (int64_t pair = p0; pair < p1; ++pair) {
-    const int64_t b = pair / H, h = pair % H, nk = KeysOf(a.lengths, b, T);
-    const float* q = qkv + b * T * ld + h * D;  // rows ld apart; k at + C, v at + 2C
-    const float* o = out + b * T * C + h * D;   // rows C apart
-    const float* dO = dout + b * T * C + h * D;
-    const float* lrow = lse + pair * T;      // (T)
-    float* dqr = dqkv + b * T * ld + h * D;  // rows ld apart; dk at + C, dv at + 2C
-    for (int64_t j = nk; j < T; ++j) {       // keys no query sees
-      std::fill_n(dqr + j * ld + C, D, 0.0f);
-      std::fill_n(dqr + j * ld + 2 * C, D, 0.0f);
+  for (int64_t group = g0; group < g1; ++group) {
+    const int64_t b = group / KV, kvh = group % KV, nk = KeysOf(a.lengths, b, T);
+    const float* k = qkv + b * T * ld + (H + kvh) * D;  // rows ld apart; v at + KV D
+    float* dk = dqkv + b * T * ld + (H + kvh) * D;      // rows ld apart; dv at + KV D
+    for (int64_t j = nk; j < T; ++j) {                  // keys no query sees
+      std::fill_n(dk + j * ld, D, 0.0f);
+      std::fill_n(dk + j * ld + KV * D, D, 0.0f);
     }
-    if (nk == 0) {
-      for (int64_t i = 0; i < T; ++i) std::fill_n(dqr + i * ld, D, 0.0f);
-      continue;
-    }
-    if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
-    if (h == 0 || pair == p0)
-      WarmBlocks({{qkv + b * T * ld, T * ld},
-                  {out + b * T * C, T * C},
-                  {dout + b * T * C, T * C},
-                  {dqkv + b * T * ld, T * ld}});
-    g.begin(q, dO, dqr, nk);
-    RowDots<Grads::kRoundDout>(Dv, o, dO, C, T, D);
+    for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
+      const int64_t pair = b * H + h;
+      const bool first_head = h == kvh * G;
+      const float* q = qkv + b * T * ld + h * D;  // rows ld apart
+      const float* o = out + b * T * C + h * D;   // rows C apart
+      const float* dO = dout + b * T * C + h * D;
+      const float* lrow = lse + pair * T;      // (T)
+      float* dqr = dqkv + b * T * ld + h * D;  // rows ld apart
+      if (nk == 0) {
+        for (int64_t i = 0; i < T; ++i) std::fill_n(dqr + i * ld, D, 0.0f);
+        continue;
+      }
+      if (drop) dropout.pair_key = attention_pair_key(s.seed, b, h);
+      if (h == 0 || group == g0)
+        WarmBlocks({{qkv + b * T * ld, T * ld},
+                    {out + b * T * C, T * C},
+                    {dout + b * T * C, T * C},
+                    {dqkv + b * T * ld, T * ld}});
+      g.begin(q, k, k + KV * D, dO, dqr, dk, dk + KV * D, nk, !first_head);
+      if (s.window > 0) g.clear_dq();
+      RowDots<Grads::kRoundDout>(Dv, o, dO, C, T, D);
 
-    for (int64_t j0 = 0; j0 < nk; j0 += kBc) {
-      const int64_t j1 = std::min(nk, j0 + kBc), nkt = j1 - j0, wt = RoundUp(nkt, N);
-      bool seen[kBc / kRows + 1] = {};  // key blocks that have had a query tile
-      g.begin_keys(j0, nkt);
-      for (int64_t i0 = s.causal ? j0 : 0; i0 < T; i0 += kBr) {  // the rows that see the tile
-        const int64_t i1 = std::min(T, i0 + kBr), rows = i1 - i0;
-        for (int64_t rb = i0; rb < i1; rb += kRows) {
-          const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
-          const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;
-          float *pr = P + (rb - i0) * kBc, *gr = dS + (rb - i0) * kBc;
-          g.dots(nr, rb, j0, RoundUp(last - j0, kKeyBlock) / kKeyBlock, pr, gr);
-          for (int r = 0; r < nr; ++r) {
-            const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
-            if (drop) {
-              dropout.factors(c, i, j0, n, wt);
-              GradRow<true>(pr + r * kBc, gr + r * kBc, n, wt, scale, lrow[i], Dv[i], c);
-            } else {
-              GradRow<false>(pr + r * kBc, gr + r * kBc, n, wt, scale, lrow[i], Dv[i], nullptr);
+      for (int64_t j0 = 0; j0 < nk; j0 += kBc) {
+        const int64_t j1 = std::min(nk, j0 + kBc), nkt = j1 - j0, wt = RoundUp(nkt, N);
+        // The rows that see the tile: from j0 when causal, up to its last key's window.
+        const int64_t iend = s.window > 0 ? std::min(T, j1 - 1 + s.window) : T;
+        bool seen[kBc / kRows + 1] = {};  // key blocks that have had a query tile
+        g.begin_keys(j0, nkt);
+        for (int64_t i0 = s.causal ? j0 : 0; i0 < iend; i0 += kBr) {
+          const int64_t i1 = std::min(iend, i0 + kBr), rows = i1 - i0;
+          for (int64_t rb = i0; rb < i1; rb += kRows) {
+            const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
+            const int64_t last = s.causal ? std::min(j1, rb + nr) : j1;
+            float *pr = P + (rb - i0) * kBc, *gr = dS + (rb - i0) * kBc;
+            g.dots(nr, rb, j0, RoundUp(last - j0, kKeyBlock) / kKeyBlock, pr, gr);
+            for (int r = 0; r < nr; ++r) {
+              const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
+              const int64_t n0 = std::max<int64_t>(0, s.first_key(i) - j0);
+              if (drop) {
+                dropout.factors(c, i, j0, n, wt);
+                GradRow<true>(pr + r * kBc, gr + r * kBc, n0, n, wt, scale, lrow[i], Dv[i], c);
+              } else {
+                GradRow<false>(pr + r * kBc, gr + r * kBc, n0, n, wt, scale, lrow[i], Dv[i],
+                               nullptr);
+              }
+              g.ds_row(rb - i0 + r, gr + r * kBc, nkt);
             }
-            g.ds_row(rb - i0 + r, gr + r * kBc, nkt);
+          }
+          g.tile(P, dS, rows, nkt);
+          for (int64_t kb = 0; kb < nkt; kb += kRows) {  // dV += P^T dO, dK += dS^T q
+            const int nr = static_cast<int>(std::min<int64_t>(kRows, nkt - kb));
+            const int64_t t0 = s.causal ? std::max<int64_t>(0, j0 + kb - i0) : 0;
+            if (t0 >= rows) continue;
+            g.dv_dk(nr, kb, t0, i0, rows, P, dS, !seen[kb / kRows] && g.assigns_keys(first_head));
+            seen[kb / kRows] = true;
+          }
+          for (int64_t rb = i0; rb < i1; rb += kRows) {  // dQ += dS k, assigned on the first tile
+            const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
+            g.dq(nr, rb, i0, j0, s.causal ? std::min(j1, rb + nr) : j1, dS,
+                 j0 == 0 && s.window == 0);
           }
         }
-        g.tile(P, dS, rows, nkt);
-        for (int64_t kb = 0; kb < nkt; kb += kRows) {  // dV += P^T dO, dK += dS^T q
-          const int nr = static_cast<int>(std::min<int64_t>(kRows, nkt - kb));
-          const int64_t t0 = s.causal ? std::max<int64_t>(0, j0 + kb - i0) : 0;
-          if (t0 >= rows) continue;
-          g.dv_dk(nr, kb, t0, i0, rows, P, dS, !seen[kb / kRows]);
-          seen[kb / kRows] = true;
-        }
-        for (int64_t rb = i0; rb < i1; rb += kRows) {  // dQ += dS k, assigned on the first tile
-          const int nr = static_cast<int>(std::min<int64_t>(kRows, i1 - rb));
-          g.dq(nr, rb, i0, j0, s.causal ? std::min(j1, rb + nr) : j1, dS, j0 == 0);
-        }
+        // Keys no query tile reached, 0: none under these tilings (every key has a query at or
+        // after it), but no gradient row is left unwritten should one arise.
+        for (int64_t kb = 0; kb < nkt; kb += kRows)
+          if (!seen[kb / kRows])
+            g.dv_dk(static_cast<int>(std::min<int64_t>(kRows, nkt - kb)), kb, 0, 0, 0, P, dS,
+                    g.assigns_keys(first_head));
+        g.end_keys(j0, j1);
       }
-      // Keys no query tile reached, 0: none under these tilings (every key has a query at or
-      // after it), but no gradient row is left unwritten should one arise.
-      for (int64_t kb = 0; kb < nkt; kb += kRows)
-        if (!seen[kb / kRows])
-          g.dv_dk(static_cast<int>(std::min<int64_t>(kRows, nkt - kb)), kb, 0, 0, 0, P, dS, true);
-      g.end_keys(j0, j1);
+      g.end();
     }
-    g.end();
+  }
+}
+
+// dst (n, D) rows ld apart += src (n, D) rows lds apart, or = with assign.
+void StoreRows(float* dst, int64_t ld, const float* src, int64_t lds, int64_t n, int64_t D,
+               bool assign) {
+  for (int64_t j = 0; j < n; ++j) {
+    float* d = dst + j * ld;
+    const float* x = src + j * lds;
+    if (assign)
+      std::memcpy(d, x, D * sizeof(float));
+    else
+      for (int64_t k = 0; k < D; ++k) d[k] += x[k];
   }
 }
 
@@ -608,7 +662,7 @@ struct F32Grads {
       : T(s.seq),
         D(s.head_dim),
         C(s.heads * s.head_dim),
-        ld(3 * C),
+        ld(s.qkv_width()),
         Dp(RoundUp(D, kMaxLanes)),
         direct(D == Dp) {
     const int64_t Tk = RoundUp(T, kKeyBlock);
@@ -626,28 +680,34 @@ struct F32Grads {
     dkp = carve.take(kBc * Dp);  // (kBc, Dp) one key tile's dK, same
     dvp = carve.take(kBc * Dp);  // (kBc, Dp) one key tile's dV, same
   }
-  void begin(const float* q, const float* dO, float* dqr_, int64_t nk) {
-    dqr = dqr_;
+  void begin(const float* q, const float* k, const float* v, const float* dO, float* dq, float* dk,
+             float* dv, int64_t nk, bool accumulate_) {
+    dqr = dq, dkr = dk, dvr = dv, accumulate = accumulate_;
     Q = {q, ld};
-    K = {q + C, ld};
+    K = {k, ld};
     G = {dO, C};
     dQ = {dqr, ld};
     if (!direct) {
       PackRows(qp, Dp, q, ld, T, D);
       PackRows(dop, Dp, dO, C, T, D);
-      PackRows(kp, Dp, q + C, ld, nk, D);
+      PackRows(kp, Dp, k, ld, nk, D);
       Q = {qp, Dp};
       K = {kp, Dp};
       G = {dop, Dp};
       dQ = {dqp, Dp};
     }
-    PackPanels(kt, q + C, ld, nk, D);
-    PackPanels(vt, q + 2 * C, ld, nk, D);
+    PackPanels(kt, k, ld, nk, D);
+    PackPanels(vt, v, ld, nk, D);
   }
+  void clear_dq() const {
+    for (int64_t i = 0; i < T; ++i) std::fill_n(dQ[i], direct ? D : Dp, 0.0f);
+  }
+  // In place, the group's later heads add to what the first assigned; a padded copy is per head.
+  bool assigns_keys(bool first_head) const { return first_head || !direct; }
   static constexpr bool kRoundDout = false;
   void begin_keys(int64_t j0, int64_t) {
-    dK = {dqr + j0 * ld + C, ld};
-    dV = {dqr + j0 * ld + 2 * C, ld};
+    dK = {dkr + j0 * ld, ld};
+    dV = {dvr + j0 * ld, ld};
     if (!direct) {
       dK = {dkp, Dp};
       dV = {dvp, Dp};
@@ -671,27 +731,26 @@ struct F32Grads {
   }
   void end_keys(int64_t j0, int64_t j1) const {
     if (direct) return;
-    for (int64_t j = j0; j < j1; ++j) {
-      std::memcpy(dqr + j * ld + C, dkp + (j - j0) * Dp, D * sizeof(float));
-      std::memcpy(dqr + j * ld + 2 * C, dvp + (j - j0) * Dp, D * sizeof(float));
-    }
+    StoreRows(dkr + j0 * ld, ld, dkp, Dp, j1 - j0, D, !accumulate);
+    StoreRows(dvr + j0 * ld, ld, dvp, Dp, j1 - j0, D, !accumulate);
   }
   void end() const {
     if (direct) return;
-    for (int64_t i = 0; i < T; ++i) std::memcpy(dqr + i * ld, dqp + i * Dp, D * sizeof(float));
+    StoreRows(dqr, ld, dqp, Dp, T, D, true);
   }
 
   const int64_t T, D, C, ld, Dp;
   const bool direct;  // D whole vectors: rows are used where they are
   float *qp, *dop, *kp, *kt, *vt, *dqp, *dkp, *dvp;
-  float* dqr = nullptr;  // the pair's gradients, rows ld apart; dk at + C, dv at + 2C
+  float *dqr = nullptr, *dkr = nullptr, *dvr = nullptr;  // the head's gradients, rows ld apart
+  bool accumulate = false;                               // dk and dv add to what they hold
   Rows<const float> Q{nullptr, 0}, K{nullptr, 0}, G{nullptr, 0};
   Rows<float> dQ{nullptr, 0}, dK{nullptr, 0}, dV{nullptr, 0};
 };
 
-void BackwardPairs(const AttentionBackward& a, int64_t p0, int64_t p1) {
+void BackwardGroups(const AttentionBackward& a, int64_t g0, int64_t g1) {
   F32Grads grads(a.shape);
-  BackwardPass(a, p0, p1, grads);
+  BackwardPass(a, g0, g1, grads);
 }
 
 // bf16 products (AttentionShape::bf16_products, AVX512-BF16): the same tiles and online softmax
@@ -861,11 +920,7 @@ struct Bf16Products {
   static constexpr int64_t kBcw = kBcF / 2;  // words of a row of kBcF probabilities
 
   SF_BF16_ATTR explicit Bf16Products(const AttentionShape& s)
-      : T(s.seq),
-        D(s.head_dim),
-        ld(3 * s.heads * s.head_dim),
-        Dw((D + 1) / 2),
-        width(RoundUp(D, kWordLanes)) {
+      : T(s.seq), D(s.head_dim), ld(s.qkv_width()), Dw((D + 1) / 2), width(RoundUp(D, kWordLanes)) {
     const int64_t Tk = RoundUp(T, kKeyBlock), Tp = (T + 1) / 2;
     thread_local Scratch scratch;
     Carver sizes(nullptr);
@@ -878,11 +933,11 @@ struct Bf16Products {
     vs = words(Tp * width);    // (ceil(T / 2), Dv) v stacked over keys
     pw = words(kRows * kBcw);  // (kRows, kBcw) P rows as words
   }
-  SF_BF16_ATTR void pack(const float* q, int64_t nk, int64_t first) {
-    const int64_t C = ld / 3;
+  SF_BF16_ATTR void pack(const float* q, const float* k, const float* v, int64_t nk,
+                         int64_t first) {
     PackRowWords(qw + first * Dw, Dw, q + first * ld, ld, T - first, D);
-    PackWordPanels(kt, rows, Dw, q + C, ld, nk, D);
-    PackStacked(vs, width, q + 2 * C, ld, nk, D, (nk + 1) / 2);
+    PackWordPanels(kt, rows, Dw, k, ld, nk, D);
+    PackStacked(vs, width, v, ld, nk, D, (nk + 1) / 2);
   }
   SF_BF16_ATTR void dot(int nr, int64_t rb, int64_t j0, int64_t panels, float* sc) const {
     DotWords(nr, qw + rb * Dw, Dw, kt + j0 * Dw, Dw, panels, sc, kBcF);
@@ -915,7 +970,7 @@ struct Bf16Grads {
       : T(s.seq),
         D(s.head_dim),
         C(s.heads * s.head_dim),
-        ld(3 * C),
+        ld(s.qkv_width()),
         Dw((D + 1) / 2),
         Dv(RoundUp(D, kWordLanes)),
         Tp((T + 1) / 2) {
@@ -942,16 +997,19 @@ struct Bf16Grads {
     dst = words((kBr / 2) * kBc);  // (kBr / 2, kBc) dS^T the same
     dsw = words(kBr * kBcw);       // (kBr, kBcw) dS rows as words
   }
-  SF_BF16_ATTR void begin(const float* q, const float* dO, float* dqr_, int64_t nk) {
-    dqr = dqr_;
+  SF_BF16_ATTR void begin(const float* q, const float* k, const float* v, const float* dO,
+                          float* dq, float* dk, float* dv, int64_t nk, bool accumulate_) {
+    dqr = dq, dkr = dk, dvr = dv, accumulate = accumulate_;
     PackRowWords(qw, Dw, q, ld, T, D);
     PackRowWords(gw, Dw, dO, C, T, D);
-    PackWordPanels(kt, rows, Dw, q + C, ld, nk, D);
-    PackWordPanels(vt, rows, Dw, q + 2 * C, ld, nk, D);
-    PackStacked(ks, Dv, q + C, ld, nk, D, (nk + 1) / 2);
+    PackWordPanels(kt, rows, Dw, k, ld, nk, D);
+    PackWordPanels(vt, rows, Dw, v, ld, nk, D);
+    PackStacked(ks, Dv, k, ld, nk, D, (nk + 1) / 2);
     PackStacked(qs, Dv, q, ld, T, D, Tp);
     PackStacked(gs, Dv, dO, C, T, D, Tp);
   }
+  void clear_dq() const { std::fill_n(dqb, T * Dv, 0.0f); }
+  bool assigns_keys(bool) const { return true; }  // the key tile's buffers are the head's
   // dO rounded as dP = dO v^T has it, so that dP - D cancels where it should (one key: dS = 0).
   static constexpr bool kRoundDout = true;
   void begin_keys(int64_t, int64_t) const {}
@@ -985,32 +1043,29 @@ struct Bf16Grads {
               dqb + rb * Dv, Dv, nullptr, Dv, assign);
   }
   SF_BF16_ATTR void end_keys(int64_t j0, int64_t j1) const {
-    for (int64_t j = j0; j < j1; ++j) {
-      std::memcpy(dqr + j * ld + C, dkb + (j - j0) * Dv, D * sizeof(float));
-      std::memcpy(dqr + j * ld + 2 * C, dvb + (j - j0) * Dv, D * sizeof(float));
-    }
+    StoreRows(dkr + j0 * ld, ld, dkb, Dv, j1 - j0, D, !accumulate);
+    StoreRows(dvr + j0 * ld, ld, dvb, Dv, j1 - j0, D, !accumulate);
   }
-  SF_BF16_ATTR void end() const {
-    for (int64_t i = 0; i < T; ++i) std::memcpy(dqr + i * ld, dqb + i * Dv, D * sizeof(float));
-  }
+  SF_BF16_ATTR void end() const { StoreRows(dqr, ld, dqb, Dv, T, D, true); }
 
   const int64_t T, D, C, ld, Dw, Dv, Tp;
   uint32_t *qw, *gw, *rows, *kt, *vt, *ks, *qs, *gs, *pt, *dst, *dsw;
   float *dqb, *dkb, *dvb;
-  float* dqr = nullptr;  // the pair's gradients, rows ld apart; dk at + C, dv at + 2C
+  float *dqr = nullptr, *dkr = nullptr, *dvr = nullptr;  // the head's gradients, rows ld apart
+  bool accumulate = false;                               // dk and dv add to what they hold
 };
 
-SF_BF16_ATTR void BackwardPairsBf16(const AttentionBackward& a, int64_t p0, int64_t p1) {
+SF_BF16_ATTR void BackwardGroupsBf16(const AttentionBackward& a, int64_t g0, int64_t g1) {
   Bf16Grads grads(a.shape);
-  BackwardPass(a, p0, p1, grads);
+  BackwardPass(a, g0, g1, grads);
 }
 #undef SF_BF16_ATTR
 #else
 void ForwardPairsBf16(const AttentionForward& a, int64_t p0, int64_t p1) {
   ForwardPairs(a, p0, p1);
 }
-void BackwardPairsBf16(const AttentionBackward& a, int64_t p0, int64_t p1) {
-  BackwardPairs(a, p0, p1);
+void BackwardGroupsBf16(const AttentionBackward& a, int64_t g0, int64_t g1) {
+  BackwardGroups(a, g0, g1);
 }
 #endif
 
@@ -1021,21 +1076,21 @@ HWY_AFTER_NAMESPACE();
 namespace seqforge::kernels {
 
 HWY_EXPORT(ForwardPairs);
-HWY_EXPORT(BackwardPairs);
+HWY_EXPORT(BackwardGroups);
 HWY_EXPORT(ForwardPairsBf16);
-HWY_EXPORT(BackwardPairsBf16);
+HWY_EXPORT(BackwardGroupsBf16);
 
 void attention_forward_fused(const AttentionForward& a, int64_t p0, int64_t p1) {
   HWY_DYNAMIC_DISPATCH(ForwardPairs)(a, p0, p1);
 }
-void attention_backward_fused(const AttentionBackward& a, int64_t p0, int64_t p1) {
-  HWY_DYNAMIC_DISPATCH(BackwardPairs)(a, p0, p1);
+void attention_backward_fused(const AttentionBackward& a, int64_t g0, int64_t g1) {
+  HWY_DYNAMIC_DISPATCH(BackwardGroups)(a, g0, g1);
 }
 void attention_forward_fused_bf16(const AttentionForward& a, int64_t p0, int64_t p1) {
   HWY_DYNAMIC_DISPATCH(ForwardPairsBf16)(a, p0, p1);
 }
-void attention_backward_fused_bf16(const AttentionBackward& a, int64_t p0, int64_t p1) {
-  HWY_DYNAMIC_DISPATCH(BackwardPairsBf16)(a, p0, p1);
+void attention_backward_fused_bf16(const AttentionBackward& a, int64_t g0, int64_t g1) {
+  HWY_DYNAMIC_DISPATCH(BackwardGroupsBf16)(a, g0, g1);
 }
 
 }  // namespace seqforge::kernels

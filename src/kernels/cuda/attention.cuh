@@ -2,12 +2,12 @@
 // Multi-head attention in tiles held in shared memory (kernels/attention/reference.cpp's math),
 // products and sums in T (f32 or f64), the (T, T) scores never stored:
 //   forward: a block per (pair, tile of R query rows) walks the key tiles its rows may see (tiles
-//     above the causal diagonal and past the row's valid keys are never visited), with an online
-//     softmax; it keeps only each row's log-sum-exp.
-//   backward: D_i = dO_i . O_i first; then a block per (pair, key tile) sums dK and dV over the
-//     query tiles that see it, and a block per (pair, query tile) sums dQ over its key tiles, both
-//     from P recomputed with the saved log-sum-exp: every gradient is one block's, in a fixed
-//     order, so a run repeats bit for bit.
+//     above the causal diagonal, before the sliding window and past the row's valid keys are
+//     never visited), with an online softmax; it keeps only each row's log-sum-exp.
+//   backward: D_i = dO_i . O_i first; then a block per (batch row, key/value head, key tile) sums
+//     dK and dV over the group's query heads and the query tiles that see it, and a block per
+//     (pair, query tile) sums dQ over its key tiles, both from P recomputed with the saved
+//     log-sum-exp: every gradient is one block's, in a fixed order, so a run repeats bit for bit.
 // Dropout draws M_ij from kernels/attention/dropout_mask.hpp, as the CPU kernels do.
 #include "kernels/attention/dropout_mask.hpp"
 #include "kernels/cuda/common.cuh"
@@ -15,35 +15,40 @@
 
 namespace seqforge::cuda {
 
-// Pair p = (batch row, head): where its rows are and which keys each query row may see.
+// Pair p = (batch row, head): where its rows are (k and v: its key/value head's) and which keys
+// each query row may see.
 struct AttentionPair {
-  int64_t T, C, D, heads, b, h, keys;
-  bool causal;
-  __device__ AttentionPair(const AttentionShape& s, const void* lengths, int64_t p)
-      : T(s.seq),
+  const AttentionShape& s;
+  int64_t T, C, D, ld, b, h, g, keys;
+  __device__ AttentionPair(const AttentionShape& shape, const void* lengths, int64_t p)
+      : s(shape),
+        T(s.seq),
         C(s.heads * s.head_dim),
         D(s.head_dim),
-        heads(s.heads),
+        ld(s.qkv_width()),
         b(p / s.heads),
         h(p % s.heads),
-        keys(s.seq),
-        causal(s.causal) {
+        g(h / s.group()),
+        keys(s.seq) {
     if (lengths) {
       const int64_t n = static_cast<const int64_t*>(lengths)[b];
       keys = n < 0 ? 0 : n > T ? T : n;
     }
   }
-  // Offsets into (B, T, 3C) of row t's q, k and v; into (B, T, C) of its output; into
+  // Offsets into (B, T, qkv_width()) of row t's q, k and v; into (B, T, C) of its output; into
   // (B, heads, T) of its log-sum-exp.
-  __device__ int64_t q(int64_t t) const { return (b * T + t) * 3 * C + h * D; }
-  __device__ int64_t k(int64_t t) const { return q(t) + C; }
-  __device__ int64_t v(int64_t t) const { return q(t) + 2 * C; }
+  __device__ int64_t q(int64_t t) const { return (b * T + t) * ld + h * D; }
+  __device__ int64_t k(int64_t t) const { return (b * T + t) * ld + (s.heads + g) * D; }
+  __device__ int64_t v(int64_t t) const { return k(t) + s.kv() * D; }
   __device__ int64_t o(int64_t t) const { return (b * T + t) * C + h * D; }
-  __device__ int64_t row(int64_t t) const { return (b * heads + h) * T + t; }
-  // Keys [0, allowed(i)) are query row i's.
-  __device__ int64_t allowed(int64_t i) const {
-    return causal ? (i + 1 < keys ? i + 1 : keys) : keys;
+  __device__ int64_t row(int64_t t) const { return (b * s.heads + h) * T + t; }
+  // Keys [first(i), last(i)) are query row i's.
+  __device__ int64_t last(int64_t i) const { return s.last_key(i, keys); }
+  __device__ int64_t first(int64_t i) const {
+    const int64_t f = s.first_key(i), l = last(i);
+    return f < l ? f : l;
   }
+  __device__ bool sees(int64_t i, int64_t j) const { return j >= s.first_key(i) && j < last(i); }
 };
 
 // The dropout factor of P_ij: 1 without dropout, else 0 or 1 / (1 - p).
@@ -89,7 +94,7 @@ template <typename T>
 __global__ void attention_forward_kernel(AttentionForward a, int64_t R, AttentionDropout drop) {
   SF_DYNAMIC_SHARED(shared_bytes);
   const AttentionShape& s = a.shape;
-  const int64_t D = s.head_dim, T_ = s.seq, stride = 3 * s.heads * D;
+  const int64_t D = s.head_dim, T_ = s.seq, stride = s.qkv_width();
   T* sQ = reinterpret_cast<T*>(shared_bytes);
   const int64_t L = tile_ld(D), PL = tile_ld(R);
   T *sK = sQ + R * L, *sV = sK + R * L, *sO = sV + R * L, *sP = sO + R * L;
@@ -106,8 +111,9 @@ __global__ void attention_forward_kernel(AttentionForward a, int64_t R, Attentio
       row_max[r] = -INFINITY;
       row_sum[r] = T(0);
     }
-    const int64_t key_end = pr.allowed(i0 + nq - 1);  // the tile's last row sees the most
-    for (int64_t k0 = 0; k0 < key_end; k0 += R) {
+    // From the first row's first key to the last row's last.
+    const int64_t key_end = pr.last(i0 + nq - 1);
+    for (int64_t k0 = pr.first(i0); k0 < key_end; k0 += R) {
       const int64_t nk = key_end - k0 < R ? key_end - k0 : R;
       __syncthreads();  // the previous tile's readers are done
       load_rows(sK, qkv, R, D, nk, pr.k(k0), stride);
@@ -115,7 +121,7 @@ __global__ void attention_forward_kernel(AttentionForward a, int64_t R, Attentio
       __syncthreads();
       for (int64_t e = threadIdx.x; e < R * R; e += blockDim.x) {
         const int64_t r = e / R, c = e % R;
-        const bool on = r < nq && c < nk && k0 + c < pr.allowed(i0 + r);
+        const bool on = r < nq && c < nk && pr.sees(i0 + r, k0 + c);
         sP[r * PL + c] = on ? T(s.scale) * dot(sQ + r * L, sK + c * L, D) : T(-INFINITY);
       }
       __syncthreads();
@@ -148,11 +154,11 @@ __global__ void attention_forward_kernel(AttentionForward a, int64_t R, Attentio
     T* out = static_cast<T*>(a.out);
     for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
       const int64_t r = e / D, d = e % D;
-      out[pr.o(i0 + r) + d] = pr.allowed(i0 + r) ? sO[r * L + d] / row_sum[r] : T(0);
+      out[pr.o(i0 + r) + d] = row_sum[r] > T(0) ? sO[r * L + d] / row_sum[r] : T(0);
     }
     T* lse = static_cast<T*>(a.lse);
     for (int64_t r = threadIdx.x; r < nq; r += blockDim.x)
-      lse[pr.row(i0 + r)] = pr.allowed(i0 + r) ? row_max[r] + log(row_sum[r]) : T(-INFINITY);
+      lse[pr.row(i0 + r)] = row_sum[r] > T(0) ? row_max[r] + log(row_sum[r]) : T(-INFINITY);
     __syncthreads();
   }
 }
@@ -189,7 +195,7 @@ __device__ inline void attention_probabilities(T* p, T* ds, const T* sQ, const T
   const int64_t D = s.head_dim, L = tile_ld(D), PL = tile_ld(R);
   for (int64_t e = threadIdx.x; e < R * R; e += blockDim.x) {
     const int64_t r = e / R, c = e % R;
-    if (r >= nq || c >= nk || j0 + c >= pr.allowed(i0 + r)) {
+    if (r >= nq || c >= nk || !pr.sees(i0 + r, j0 + c)) {
       p[r * PL + c] = ds[r * PL + c] = T(0);
       continue;
     }
@@ -201,14 +207,14 @@ __device__ inline void attention_probabilities(T* p, T* ds, const T* sQ, const T
   }
 }
 
-// A block per (pair, key tile): dK and dV of its keys. Shared: K, V, dK, dV, Q, dO (R, D),
-// P, dS (R, R), lse and delta (R).
+// A block per (batch row, key/value head, key tile): dK and dV of its keys, over the group's
+// query heads. Shared: K, V, dK, dV, Q, dO (R, D), P, dS (R, R), lse and delta (R).
 template <typename T>
 __global__ void attention_dkdv_kernel(AttentionBackward a, const T* delta_all, int64_t R,
                                       AttentionDropout drop) {
   SF_DYNAMIC_SHARED(shared_bytes);
   const AttentionShape& s = a.shape;
-  const int64_t D = s.head_dim, T_ = s.seq, stride = 3 * s.heads * D, C = s.heads * D;
+  const int64_t D = s.head_dim, T_ = s.seq, stride = s.qkv_width(), C = s.heads * D;
   T* sK = reinterpret_cast<T*>(shared_bytes);
   const int64_t L = tile_ld(D), PL = tile_ld(R);
   T *sV = sK + R * L, *dK = sV + R * L, *dV = dK + R * L, *sQ = dV + R * L, *sdO = sQ + R * L;
@@ -216,41 +222,48 @@ __global__ void attention_dkdv_kernel(AttentionBackward a, const T* delta_all, i
   const T* qkv = static_cast<const T*>(a.qkv);
   const T* dout = static_cast<const T*>(a.dout);
   const T* lse_all = static_cast<const T*>(a.lse);
-  const int64_t tiles = (T_ + R - 1) / R;
-  for (int64_t t = blockIdx.x; t < s.batch * s.heads * tiles; t += gridDim.x) {
-    const AttentionPair pr(s, a.lengths, t / tiles);
+  const int64_t tiles = (T_ + R - 1) / R, G = s.group();
+  for (int64_t t = blockIdx.x; t < s.batch * s.kv() * tiles; t += gridDim.x) {
+    const int64_t b = t / tiles / s.kv(), kvh = t / tiles % s.kv();
+    const AttentionPair first_pair(s, a.lengths, b * s.heads + kvh * G);
     const int64_t j0 = t % tiles * R, nk = T_ - j0 < R ? T_ - j0 : R;
-    load_rows(sK, qkv, R, D, nk, pr.k(j0), stride);
-    load_rows(sV, qkv, R, D, nk, pr.v(j0), stride);
+    load_rows(sK, qkv, R, D, nk, first_pair.k(j0), stride);
+    load_rows(sV, qkv, R, D, nk, first_pair.v(j0), stride);
     for (int64_t e = threadIdx.x; e < R * L; e += blockDim.x) dK[e] = dV[e] = T(0);
-    // Query rows that may see key j0: from j0 on when causal; none past the valid keys.
-    const int64_t first = j0 < pr.keys ? (pr.causal ? j0 : 0) : T_;
-    for (int64_t i0 = first; i0 < T_; i0 += R) {
-      const int64_t nq = T_ - i0 < R ? T_ - i0 : R;
-      __syncthreads();
-      load_rows(sQ, qkv, R, D, nq, pr.q(i0), stride);
-      load_rows(sdO, dout, R, D, nq, pr.o(i0), C);
-      load_row_terms(lse, delta, lse_all, delta_all, pr, R, i0, nq);
-      __syncthreads();
-      attention_probabilities(sP, sdS, sQ, sK, sV, sdO, lse, delta, s, pr, drop, R, i0, nq, j0, nk);
-      __syncthreads();
-      for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) {
-        const int64_t c = e / D, d = e % D;
-        T acc_v = 0, acc_k = 0;
-        for (int64_t r = 0; r < nq; ++r) {
-          acc_v += sP[r * PL + c] * sdO[r * L + d];
-          acc_k += sdS[r * PL + c] * sQ[r * L + d];
+    // Query rows that may see keys [j0, j0 + nk): from j0 on when causal, up to the last key's
+    // window; none past the valid keys.
+    const int64_t first = j0 < first_pair.keys ? (s.causal ? j0 : 0) : T_;
+    const int64_t end = s.window > 0 && j0 + nk - 1 + s.window < T_ ? j0 + nk - 1 + s.window : T_;
+    for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
+      const AttentionPair pr(s, a.lengths, b * s.heads + h);
+      for (int64_t i0 = first; i0 < end; i0 += R) {
+        const int64_t nq = end - i0 < R ? end - i0 : R;
+        __syncthreads();
+        load_rows(sQ, qkv, R, D, nq, pr.q(i0), stride);
+        load_rows(sdO, dout, R, D, nq, pr.o(i0), C);
+        load_row_terms(lse, delta, lse_all, delta_all, pr, R, i0, nq);
+        __syncthreads();
+        attention_probabilities(sP, sdS, sQ, sK, sV, sdO, lse, delta, s, pr, drop, R, i0, nq, j0,
+                                nk);
+        __syncthreads();
+        for (int64_t e = threadIdx.x; e < R * D; e += blockDim.x) {
+          const int64_t c = e / D, d = e % D;
+          T acc_v = 0, acc_k = 0;
+          for (int64_t r = 0; r < nq; ++r) {
+            acc_v += sP[r * PL + c] * sdO[r * L + d];
+            acc_k += sdS[r * PL + c] * sQ[r * L + d];
+          }
+          dV[c * L + d] += acc_v;
+          dK[c * L + d] += T(s.scale) * acc_k;
         }
-        dV[c * L + d] += acc_v;
-        dK[c * L + d] += T(s.scale) * acc_k;
       }
     }
     __syncthreads();
     T* dqkv = static_cast<T*>(a.dqkv);
     for (int64_t e = threadIdx.x; e < nk * D; e += blockDim.x) {
       const int64_t c = e / D, d = e % D;
-      dqkv[pr.k(j0 + c) + d] = dK[c * L + d];
-      dqkv[pr.v(j0 + c) + d] = dV[c * L + d];
+      dqkv[first_pair.k(j0 + c) + d] = dK[c * L + d];
+      dqkv[first_pair.v(j0 + c) + d] = dV[c * L + d];
     }
     __syncthreads();
   }
@@ -263,7 +276,7 @@ __global__ void attention_dq_kernel(AttentionBackward a, const T* delta_all, int
                                     AttentionDropout drop) {
   SF_DYNAMIC_SHARED(shared_bytes);
   const AttentionShape& s = a.shape;
-  const int64_t D = s.head_dim, T_ = s.seq, stride = 3 * s.heads * D, C = s.heads * D;
+  const int64_t D = s.head_dim, T_ = s.seq, stride = s.qkv_width(), C = s.heads * D;
   T* sQ = reinterpret_cast<T*>(shared_bytes);
   const int64_t L = tile_ld(D), PL = tile_ld(R);
   T *sdO = sQ + R * L, *dQ = sdO + R * L, *sK = dQ + R * L, *sV = sK + R * L;
@@ -278,8 +291,8 @@ __global__ void attention_dq_kernel(AttentionBackward a, const T* delta_all, int
     load_rows(sdO, static_cast<const T*>(a.dout), R, D, nq, pr.o(i0), C);
     for (int64_t e = threadIdx.x; e < R * L; e += blockDim.x) dQ[e] = T(0);
     load_row_terms(lse, delta, lse_all, delta_all, pr, R, i0, nq);
-    const int64_t key_end = pr.allowed(i0 + nq - 1);
-    for (int64_t j0 = 0; j0 < key_end; j0 += R) {
+    const int64_t key_end = pr.last(i0 + nq - 1);
+    for (int64_t j0 = pr.first(i0); j0 < key_end; j0 += R) {
       const int64_t nk = key_end - j0 < R ? key_end - j0 : R;
       __syncthreads();
       load_rows(sK, qkv, R, D, nk, pr.k(j0), stride);

@@ -547,8 +547,9 @@ AttentionDropout attention_dropout(const AttentionShape& s) {
   return d;
 }
 
-unsigned attention_blocks(const AttentionShape& s, int64_t rows, int64_t R) {
-  const int64_t tiles = s.batch * s.heads * ((rows + R - 1) / R);
+// Blocks for tiles of R of `rows` rows in each of `units` (pairs, or key/value groups).
+unsigned attention_blocks(int64_t units, int64_t rows, int64_t R) {
+  const int64_t tiles = units * ((rows + R - 1) / R);
   return static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 65535));
 }
 
@@ -561,7 +562,7 @@ void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stre
     const int64_t D = s.head_dim, R = attention_tile(D, 4, 1, 3, sizeof(T));
     const size_t shared = attention_shared(R, D, 4, 1, 3, sizeof(T));
     allow_shared(attention_forward_kernel<T>, shared, "attention's forward", "head size");
-    SF_LAUNCH(attention_blocks(s, s.seq - a.first_row, R), kThreads, shared, stream,
+    SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq - a.first_row, R), kThreads, shared, stream,
               attention_forward_kernel<T>)
     (a, R, attention_dropout(s));
   });
@@ -579,12 +580,14 @@ void attention_backward(const AttentionBackward& a, void* delta, DType dtype, cu
     const int64_t Rk = attention_tile(D, 6, 2, 2, sizeof(T));
     const size_t shared_k = attention_shared(Rk, D, 6, 2, 2, sizeof(T));
     allow_shared(attention_dkdv_kernel<T>, shared_k, "attention's backward", "head size");
-    SF_LAUNCH(attention_blocks(s, s.seq, Rk), kThreads, shared_k, stream, attention_dkdv_kernel<T>)
+    SF_LAUNCH(attention_blocks(s.batch * s.kv(), s.seq, Rk), kThreads, shared_k, stream,
+              attention_dkdv_kernel<T>)
     (a, d, Rk, drop);
     const int64_t Rq = attention_tile(D, 5, 2, 2, sizeof(T));
     const size_t shared_q = attention_shared(Rq, D, 5, 2, 2, sizeof(T));
     allow_shared(attention_dq_kernel<T>, shared_q, "attention's backward", "head size");
-    SF_LAUNCH(attention_blocks(s, s.seq, Rq), kThreads, shared_q, stream, attention_dq_kernel<T>)
+    SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq, Rq), kThreads, shared_q, stream,
+              attention_dq_kernel<T>)
     (a, d, Rq, drop);
   });
 }
