@@ -191,8 +191,9 @@ void Decoder::prepare_rope(Backend& be, int64_t seq) {
 }
 
 Rotary Decoder::rotary_of(void* x, int64_t rows, int64_t seq, int64_t first_pos, bool local) const {
-  const Buffer& cos = local ? local_cos_ : cos_;
-  const Buffer& sin = local ? local_sin_ : sin_;
+  const bool own_base = local && opt_.gemma;  // Gemma 3's local layers rotate by their own base
+  const Buffer& cos = own_base ? local_cos_ : cos_;
+  const Buffer& sin = own_base ? local_sin_ : sin_;
   return Rotary{.x = x,
                 .ld = (opt_.num_heads + 2 * opt_.num_kv_heads) * opt_.head_dim,
                 .rows = rows,
@@ -228,11 +229,6 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
   prepare_rope(be, seq_);
   prepare_weights(be);
   be.fill(scratch_->ones.get(be, dt, {N}), 1.0);
-  if (opt_.gemma && opt_.sliding_window > 0 && seq_ > opt_.sliding_window)
-    fail("a sequence of ", seq_, " tokens is longer than the local layers' sliding_window (",
-         opt_.sliding_window, "); seqforge runs ", opt_.model_type,
-         " models on sequences that fit the window so far (set data.seq_len to at most ",
-         opt_.sliding_window, ")");
   const Tensor x0 = x0_.get(be, dt, {N, C});
   be.embedding_forward(x0, params_.value(embed_), ids_);
   if (opt_.gemma) be.scale(x0, embed_scale());
@@ -300,20 +296,15 @@ void Decoder::project_qkv(Backend& be, Layer& l, Tensor h1, const void* h1_low, 
   be.rotary(rotary_of(qkv.data(), N, seq, first_pos, l.local), dt);
 }
 
-// qkv (N, W) as the fused attention reads it, (N, 3 H D) rows ld apart at dst: each key/value
-// head repeated for the query heads of its group.
-void Decoder::repeat_kv_heads(Backend& be, const Tensor& qkv, void* dst, int64_t ld) {
-  const int64_t N = qkv.shape()[0], H = opt_.num_heads, KV = opt_.num_kv_heads;
-  const int64_t D = opt_.head_dim, W = (H + 2 * KV) * D, HD = H * D;
-  const DType dt = params_.dtype();
-  if (KV == H) return be.copy_rows(dst, ld, qkv.data(), W, N, W, dt);
-  be.copy_rows(dst, ld, qkv.data(), W, N, HD, dt);
-  for (int64_t h = 0; h < H; ++h) {
-    const int64_t g = h / (H / KV);
-    be.copy_rows(at(dst, HD + h * D, dt), ld, at(qkv.data(), HD + g * D, dt), W, N, D, dt);
-    be.copy_rows(at(dst, 2 * HD + h * D, dt), ld, at(qkv.data(), HD + KV * D + g * D, dt), W, N, D,
-                 dt);
-  }
+AttentionShape Decoder::attention_shape(const Layer& l, int64_t batch, int64_t seq) const {
+  return {.batch = batch,
+          .seq = seq,
+          .heads = opt_.num_heads,
+          .head_dim = opt_.head_dim,
+          .causal = true,
+          .kv_heads = opt_.num_kv_heads,
+          .window = l.local ? opt_.sliding_window : 0,
+          .scale = attention_scale()};
 }
 
 // The layer after its attention: o_proj of att (N, H D) joins x (N, C) into l.mid, then the MLP
@@ -369,14 +360,9 @@ void Decoder::layer_forward(Backend& be, Layer& l, Tensor x) {
                       opt_.rms_norm_eps);
   const Tensor qkv = l.qkv.get(be, dt, {N, W});
   project_qkv(be, l, h1, low_operand(be, l.h1_low, h1.data(), N, C, C), qkv, seq_, 0);
-  Tensor qkv3 = qkv;
-  if (KV < H) {
-    qkv3 = l.qkv3.get(be, dt, {N, 3 * HD});
-    repeat_kv_heads(be, qkv, qkv3.data(), 3 * HD);
-  }
   AttentionForward a;
-  a.shape = attention_shape();
-  a.qkv = qkv3.data();
+  a.shape = attention_shape(l, batch_, seq_);
+  a.qkv = qkv.data();
   a.out = l.att.get(be, dt, {N, HD}).data();
   a.lse = l.lse.get(be, dt, {batch_, H, seq_}).data();
   be.attention_forward(a, dt);
@@ -388,12 +374,6 @@ void Decoder::decode_start(Backend& be, int64_t capacity) {
   if (capacity > opt_.max_positions)
     fail("generating ", capacity, " tokens in all needs more than the model's ", opt_.max_positions,
          " positions (max_position_embeddings)");
-  if (opt_.gemma && opt_.sliding_window > 0 && capacity > opt_.sliding_window)
-    fail("generating ", capacity,
-         " tokens in all is longer than the local layers' "
-         "sliding_window (",
-         opt_.sliding_window, "); seqforge runs ", opt_.model_type,
-         " models on sequences that fit the window so far");
   decode_pos_ = 0;
   decode_capacity_ = capacity;
   prepare_rope(be, capacity);
@@ -414,21 +394,18 @@ Tensor Decoder::decode(Backend& be, Tensor ids) {
   be.embedding_forward(x0, params_.value(embed_), ids.reshape({n}));
   if (opt_.gemma) be.scale(x0, embed_scale());
   be.fill(scratch_->ones.get(be, dt, {n}), 1.0);
-  const AttentionShape shape{
-      .batch = 1, .seq = T, .heads = H, .head_dim = D, .causal = true, .scale = attention_scale()};
   Tensor x = x0;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = *layers_[i];
-    // (capacity, 3 H D) the q, k and v rows of every token so far, key/value heads repeated.
-    const Tensor cache = kv_[i].get(be, dt, {decode_capacity_, 3 * HD});
+    // (capacity, W) the q, k and v rows of every token so far.
+    const Tensor cache = kv_[i].get(be, dt, {decode_capacity_, W});
     const Tensor h1 = l.h1.get(be, dt, {n, C});
     be.rms_norm_forward(h1, l.saved1.get(be, dt, {n}), x, params_.value(l.ln1), norm_offset(),
                         opt_.rms_norm_eps);
-    const Tensor qkv = l.qkv.get(be, dt, {n, W});
+    const Tensor qkv = cache.slice(decode_pos_, T);
     project_qkv(be, l, h1, low_operand(be, l.h1_low, h1.data(), n, C, C), qkv, n, decode_pos_);
-    repeat_kv_heads(be, qkv, cache.slice(decode_pos_, T).data(), 3 * HD);
     const Tensor att = l.att.get(be, dt, {T, HD});  // the new rows, the last n, computed
-    be.attention_forward({.shape = shape,
+    be.attention_forward({.shape = attention_shape(l, 1, T),
                           .qkv = cache.data(),
                           .out = att.data(),
                           .lse = l.lse.get(be, dt, {1, H, T}).data(),
@@ -524,8 +501,8 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
                        l.saved2.tensor());
   be.add(dmid, dout);
 
-  // Attention branch: (Gemma: its norm,) o_proj, attention, the repeated heads summed back, the
-  // rotation undone, (Gemma: q's and k's norms,) the projections.
+  // Attention branch: (Gemma: its norm,) o_proj, attention, the rotation undone, (Gemma: q's and
+  // k's norms,) the projections.
   dbranch = dmid.data();
   if (opt_.gemma) {
     const Tensor d = s.dbranch_out.get(be, dt, {N, C});
@@ -536,34 +513,15 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
   const Tensor datt = s.datt.get(be, dt, {N, HD});
   proj_backward(be, l.o, datt.data(), 0.0, dbranch, C, l.att.tensor().data(), HD,
                 low_of(l.att_low));
-  const Tensor qkv = l.qkv.tensor();
-  const Tensor qkv3 = KV < H ? l.qkv3.tensor() : qkv;
   const Tensor dqkv = s.dqkv.get(be, dt, {N, W});
-  const Tensor dqkv3 = KV < H ? s.dqkv3.get(be, dt, {N, 3 * HD}) : dqkv;
   AttentionBackward a;
-  a.shape = attention_shape();
-  a.qkv = qkv3.data();
+  a.shape = attention_shape(l, batch_, seq_);
+  a.qkv = l.qkv.tensor().data();
   a.out = l.att.tensor().data();
   a.lse = l.lse.tensor().data();
   a.dout = datt.data();
-  a.dqkv = dqkv3.data();
+  a.dqkv = dqkv.data();
   be.attention_backward(a, dt);
-  if (KV < H) {
-    be.copy_rows(dqkv.data(), W, dqkv3.data(), 3 * HD, N, HD, dt);
-    const int64_t group = H / KV;
-    const Tensor sum = s.kv_sum.get(be, dt, {N, D}), part = s.kv_part.get(be, dt, {N, D});
-    for (int64_t kv = 0; kv < KV; ++kv)
-      for (const int64_t base : {int64_t(1), int64_t(2)}) {  // keys, then values
-        be.copy_rows(sum.data(), D, at(dqkv3.data(), base * HD + kv * group * D, dt), 3 * HD, N, D,
-                     dt);
-        for (int64_t h = kv * group + 1; h < (kv + 1) * group; ++h) {
-          be.copy_rows(part.data(), D, at(dqkv3.data(), base * HD + h * D, dt), 3 * HD, N, D, dt);
-          be.add(sum, part);
-        }
-        be.copy_rows(at(dqkv.data(), HD + (base - 1) * KV * D + kv * D, dt), W, sum.data(), D, N, D,
-                     dt);
-      }
-  }
   Rotary back = rotary_of(dqkv.data(), N, seq_, 0, l.local);
   back.inverse = true;
   be.rotary(back, dt);

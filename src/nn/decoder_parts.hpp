@@ -31,7 +31,6 @@ struct Decoder::Layer {
   Proj q, k, v, o, gate, up, down;
   Buffer h1, saved1;        // (N, C) input_layernorm's output, (N) its 1 / rms
   Buffer qkv;               // (N, W) q, k (rotated) and v of every head
-  Buffer qkv3;              // (N, 3 H D) with each key/value head repeated for its query heads
   Buffer att, lse;          // (N, H D) the heads side by side, (B, H, T)
   Buffer mid;               // (N, C) the stream after the attention branch
   Buffer h2, saved2;        // (N, C), (N) post_attention_layernorm's
@@ -50,8 +49,7 @@ struct Decoder::Scratch {
   Buffer dact, dgate, dup;   // (N, F)
   Buffer dh, dnorm, dmid;    // (N, C)
   Buffer datt;               // (N, H D)
-  Buffer dqkv3, dqkv;        // (N, 3 H D), (N, W)
-  Buffer kv_sum, kv_part;    // (N, D) a key/value head's gradient summed over its query heads
+  Buffer dqkv;               // (N, W)
   Buffer ones;               // (N) for the bias gradients of column slices
   Buffer dx[2];              // (N, C) the gradient flowing down
   Buffer branch, dbranch;    // adapters: (N, out) a Linear's output or its gradient, packed

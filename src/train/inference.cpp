@@ -406,11 +406,7 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
   auto* decoder = dynamic_cast<Decoder*>(&model);
   SF_CHECK(decoder, "generate: a token language model that is not a decoder");
   const DecoderOptions& o = decoder->decoder_options();
-  // The most tokens the model reads: its positions, or a Gemma 3 model's sliding window (its
-  // local layers' reach, which seqforge does not exceed).
-  const int64_t window = o.gemma && o.sliding_window > 0
-                             ? std::min(o.max_positions, o.sliding_window)
-                             : o.max_positions;
+  const int64_t window = o.max_positions;  // the most tokens the model reads
   Rng rng(seed);
   Buffer ids_buf;
   std::vector<int32_t> made;

@@ -5,8 +5,8 @@ The reference is written here after Hugging Face's modeling code for Llama and Q
 torch 1.13 has neither RMSNorm nor SDPA, so both are spelt out): token embeddings, blocks of
 RMS norm, q/k/v projections (Qwen2: biases on q, k, v; Llama's attention_bias: on o too),
 rotary embeddings in the rotate-half layout (Llama 3's rope scaling where set), grouped-query
-attention by repeating each key/value head for its query heads, the explicit causal softmax, an
-o projection, RMS norm and a gated MLP (SiLU or tanh-GELU), a final RMS norm and the head (tied
+attention by repeating each key/value head for its query heads, the explicit causal softmax
+(Gemma 3's local layers: within the sliding window), an o projection, RMS norm and a gated MLP (SiLU or tanh-GELU), a final RMS norm and the head (tied
 to the embeddings or not).
 
 Each configuration becomes a Hugging Face folder OUT_DIR/<name>/ (config.json, the weights as
@@ -59,8 +59,8 @@ CONFIGS = [
     dict(type="qwen2", v=29, c=24, f=32, l=1, h=2, kv=1, d=12, t=12, b=2, k=2, lens=[7, 12],
          adapter="dora", r=4, a=8.0, targets=["q_proj", "v_proj", "down_proj"], tie=True),
     # Gemma 3: (1 + w) norms, scaled embeddings, q/k norms, four norms a layer, its attention
-    # scale, local layers with their own rotary base (sequences within the window), linear
-    # scaling of the global layers' rotation
+    # scale, local layers with their own rotary base and a sliding window (longer or shorter than
+    # the sequence), linear scaling of the global layers' rotation
     dict(type="gemma3_text", v=37, c=24, f=40, l=3, h=4, kv=2, d=8, t=13, b=2, tie=True,
          qpas=16.0, window=16, pattern=2),
     dict(type="gemma3_text", v=29, c=20, f=28, l=2, h=2, kv=1, d=10, t=9, b=3, tie=True,
@@ -68,6 +68,13 @@ CONFIGS = [
     dict(type="gemma3_text", v=29, c=24, f=32, l=2, h=4, kv=2, d=6, t=11, b=2, tie=True,
          qpas=6.0, window=12, pattern=2, k=3, lens=[11, 4], adapter="dora", r=4, a=8.0,
          targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+    dict(type="gemma3_text", v=31, c=24, f=32, l=3, h=4, kv=1, d=10, t=40, b=2, tie=True,
+         qpas=10.0, window=7, pattern=3),
+    dict(type="gemma3_text", v=23, c=20, f=24, l=2, h=6, kv=2, d=6, t=200, b=1, tie=True,
+         qpas=6.0, window=33, pattern=2),
+    dict(type="gemma3_text", v=29, c=24, f=32, l=2, h=4, kv=2, d=8, t=21, b=3, tie=True,
+         qpas=8.0, window=1, pattern=2, k=2, lens=[21, 5, 13], adapter="dora", r=2, a=4.0,
+         targets=["q_proj", "v_proj"]),
 ]
 
 
@@ -84,9 +91,9 @@ def random_configs(seed, count):
                  f=rng.randint(1, 50), c=rng.randint(2, 48), tie=rng.random() < 0.5)
         if c["type"] == "llama" and rng.random() < 0.3:
             c["bias"] = True
-        if c["type"] == "gemma3_text":  # sequences within the local layers' window
+        if c["type"] == "gemma3_text":  # windows shorter and longer than the sequence
             c.update(tie=True, qpas=float(rng.choice([c["d"], 2 * c["d"], 7])),
-                     window=c["t"] + rng.randint(0, 8), pattern=rng.randint(1, 6))
+                     window=rng.randint(1, c["t"] + 8), pattern=rng.randint(1, 6))
             if rng.random() < 0.3:
                 c["scaling"] = dict(rope_type="linear", factor=rng.choice([2.0, 8.0]))
             configs.append(c)
@@ -217,10 +224,15 @@ def forward(config, p, ids, adapter=None, lens=None, order=None):
     if gemma:  # the embedding scale, rounded to the weights' dtype as HF rounds it
         x = x * torch.tensor(config["hidden_size"] ** 0.5, dtype=dtype)
     causal = torch.full((T, T), float("-inf"), dtype=dtype).triu(1)
+    # HF's sliding window on local layers: key j is seen by query i when i - window < j <= i.
+    window = config.get("sliding_window")
+    local_mask = causal.clone() if not window else causal.masked_fill(
+        torch.ones(T, T, dtype=torch.bool).tril(-window), float("-inf"))
     layer_types = config.get("layer_types") or ["full_attention"] * config["num_hidden_layers"]
     for i in range(config["num_hidden_layers"]):
         pre = f"model.layers.{i}"
-        cos, sin = rope[gemma and layer_types[i] == "sliding_attention"]
+        local = gemma and layer_types[i] == "sliding_attention"
+        cos, sin = rope[local]
         h = rms_norm(x, p[pre + ".input_layernorm.weight"], eps, gemma)
         q = lin(h, pre + ".self_attn.q_proj").view(B, T, H, D).transpose(1, 2)
         k = lin(h, pre + ".self_attn.k_proj").view(B, T, KV, D).transpose(1, 2)
@@ -232,7 +244,7 @@ def forward(config, p, ids, adapter=None, lens=None, order=None):
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(H // KV, dim=1)  # HF's repeat_kv
         v = v.repeat_interleave(H // KV, dim=1)
-        scores = q @ k.transpose(-1, -2) * scale + causal
+        scores = q @ k.transpose(-1, -2) * scale + (local_mask if local else causal)
         att = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
         o = lin(att, pre + ".self_attn.o_proj")
         if gemma:

@@ -92,7 +92,6 @@ class Decoder final : public Model {
   Tensor norm_grad(Backend& be, size_t i);
   void project_qkv(Backend& be, Layer& l, Tensor h1, const void* h1_low, Tensor qkv, int64_t seq,
                    int64_t first_pos);
-  void repeat_kv_heads(Backend& be, const Tensor& qkv, void* dst, int64_t ld);
   void layer_tail(Backend& be, Layer& l, Tensor x, const void* att);
   void layer_forward(Backend& be, Layer& l, Tensor x);
   void layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tensor dx);
@@ -100,16 +99,9 @@ class Decoder final : public Model {
   // The rotation of q and k in rows of x: `rows` rows at positions first_pos + row % seq.
   Rotary rotary_of(void* x, int64_t rows, int64_t seq, int64_t first_pos, bool local) const;
   double norm_offset() const { return opt_.gemma ? 1.0 : 0.0; }
-  // The attention of the last forward's batch: causal, its query heads (keys and values repeated
-  // for them), attention_scale().
-  AttentionShape attention_shape() const {
-    return {.batch = batch_,
-            .seq = seq_,
-            .heads = opt_.num_heads,
-            .head_dim = opt_.head_dim,
-            .causal = true,
-            .scale = attention_scale()};
-  }
+  // The attention of `seq` tokens in `batch` rows in a layer: causal, grouped-query, a local
+  // layer's sliding window, attention_scale().
+  AttentionShape attention_shape(const Layer& l, int64_t batch, int64_t seq) const;
   // 1 / sqrt(head_dim), or Gemma 3's query_pre_attn_scalar^-1/2.
   double attention_scale() const {
     return 1.0 / std::sqrt(opt_.query_pre_attn_scalar > 0 ? opt_.query_pre_attn_scalar
@@ -139,7 +131,7 @@ class Decoder final : public Model {
   int64_t rope_positions_ = 0;
   Tensor lengths_;             // (B) set_token_layout's
   Buffer last_rows_, pooled_;  // a classifier's: (B) i64 each row's last token, (B, C)
-  std::vector<Buffer> kv_;     // decoding: per layer (capacity, 3 H D), every token's q, k, v
+  std::vector<Buffer> kv_;     // decoding: per layer (capacity, W), every token's q, k, v
   // The GEMMs' operand dtype: the parameters' (f32), or bf16 (f32 accumulation) with bf16
   // copies of the weights, made each step, a frozen weight's once (frozen_low_ready_).
   DType gemm_dt_;
