@@ -10,10 +10,11 @@ For every workload, each of R rounds runs every precision on both engines in tur
 steps each, every run in a fresh process (so peak memory is per workload), so that both the
 engines and the precisions are compared side by side. The table shows medians of
 all timed steps and the ratio PyTorch / seqforge, plus seqforge's step time over its GEMM floor
-and each engine's peak resident memory. Without workloads it runs all ten: W1..W6 (W5:
-nanoGPT's Shakespeare-character transformer, W6: the same with DoRA adapters, base frozen), the GRU workloads W1g and W4g (W1 and W4 with a GRU
-in place of the LSTM) and the LSTM-projection workloads W1p and W4p (W1 and W4 with proj_size
-H/2). With --device cuda both engines train on the GPU (seqforge bench --device cuda; PyTorch
+and each engine's peak resident memory. Without workloads it runs all eleven: W1..W6 (W5:
+nanoGPT's Shakespeare-character transformer, W6: the same with DoRA adapters, base frozen), the
+GRU workloads W1g and W4g (W1 and W4 with a GRU in place of the LSTM), the LSTM-projection
+workloads W1p and W4p (W1 and W4 with proj_size H/2) and W9 (a small Llama with grouped-query
+attention and DoRA on all seven Linears of each block, base frozen). With --device cuda both engines train on the GPU (seqforge bench --device cuda; PyTorch
 with cuDNN, TF32, autocast and the fused Adam, bench/pytorch_bench.py), the recurrent workloads
 only by default, and --python names the interpreter that has a CUDA PyTorch. fp32 there is TF32 on
 both sides (seqforge bench --matmul-precision high), and the table adds each engine's achieved
@@ -29,7 +30,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "W1g", "W4g", "W1p", "W4p"]
+WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "W1g", "W4g", "W1p", "W4p", "W9"]
 
 
 def run(cmd, env=None):

@@ -10,10 +10,13 @@ bf16 uses torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss. O
 what the GPU guides set by hand: cuDNN's fused LSTM/GRU with cudnn.benchmark, TF32 for fp32
 GEMMs and convolutions, autocast (bf16; fp16 with a GradScaler), the fused Adam, and each step
 timed after torch.cuda.synchronize().
-W6 is W5 with DoRA rank 8 on every attention and MLP Linear, the rest frozen.
+W6 is W5 with DoRA rank 8 on every attention and MLP Linear, the rest frozen. W9 is a small
+Llama (the modules of Hugging Face's Llama written out: RMS norm, rotate-half rotary embeddings,
+grouped-query attention by repeated key/value heads, a SiLU gated MLP, an untied head) with DoRA
+rank 8 on all seven Linears of every block, the rest frozen.
 W1g and W4g are W1 and W4 with an nn.GRU in place of the nn.LSTM, W1p and W4p with an LSTM of
 proj_size H/2; W5 is nanoGPT's Shakespeare-character model (its modules, with the explicit
-(T, T) attention softmax: PyTorch 1.13 has no fused attention on the CPU); "all" runs all nine.
+(T, T) attention softmax: PyTorch 1.13 has no fused attention on the CPU); "all" runs them all.
 """
 import math
 import argparse
@@ -50,6 +53,9 @@ WORKLOADS = {
     "W6": dict(name="gpt_v65_d384_l6_h6_t256_b16_dora_r8", cell="gpt", vocab=65, width=384,
                layers=6, heads=6, bi=False, out=65, per_step=True, batch=16, steps=256, loss="ce",
                dora=8),
+    "W9": dict(name="llama_v2048_d384_f1024_l6_h6_kv2_t256_b16_dora_r8", cell="llama",
+               vocab=2048, width=384, mlp=1024, layers=6, heads=6, kv=2, bi=False, out=2048,
+               per_step=True, batch=16, steps=256, loss="ce", dora=8),
 }
 
 
@@ -69,7 +75,8 @@ class Dora(torch.nn.Module):
         delta = (x @ self.lora_A.t()) @ self.lora_B.t() * self.s
         weight = self.base.weight + self.s * (self.lora_B @ self.lora_A)
         scale = self.m / weight.norm(dim=1).detach()
-        return scale * (x @ self.base.weight.t() + delta) + self.base.bias
+        y = scale * (x @ self.base.weight.t() + delta)
+        return y if self.base.bias is None else y + self.base.bias
 
 
 class Block(torch.nn.Module):
@@ -116,6 +123,79 @@ class Gpt(torch.nn.Module):
         return (x @ self.wte.weight.t()).reshape(-1, self.wte.weight.shape[0])  # tied head
 
 
+class RmsNorm(torch.nn.Module):
+    def __init__(self, c, eps=1e-6):
+        super().__init__()
+        self.weight, self.eps = torch.nn.Parameter(torch.ones(c)), eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class LlamaLayer(torch.nn.Module):
+    """Hugging Face's LlamaDecoderLayer: RMS norm, q/k/v projections, rotary embeddings, key and
+    value heads repeated for their query heads, causal attention (explicit on the CPU, SDPA on a
+    GPU), o projection; RMS norm and the SiLU gated MLP."""
+
+    def __init__(self, w):
+        super().__init__()
+        c, self.h, self.kv = w["width"], w["heads"], w["kv"]
+        self.d = c // self.h
+        lin = lambda i, o: torch.nn.Linear(i, o, bias=False)  # noqa: E731
+        self.input_layernorm, self.post_attention_layernorm = RmsNorm(c), RmsNorm(c)
+        self.q_proj, self.k_proj = lin(c, self.h * self.d), lin(c, self.kv * self.d)
+        self.v_proj, self.o_proj = lin(c, self.kv * self.d), lin(self.h * self.d, c)
+        self.gate_proj, self.up_proj = lin(c, w["mlp"]), lin(c, w["mlp"])
+        self.down_proj = lin(w["mlp"], c)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        h = self.input_layernorm(x)
+        q = self.q_proj(h).view(B, T, self.h, self.d).transpose(1, 2)
+        k = self.k_proj(h).view(B, T, self.kv, self.d).transpose(1, 2)
+        v = self.v_proj(h).view(B, T, self.kv, self.d).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(self.h // self.kv, dim=1)
+        v = v.repeat_interleave(self.h // self.kv, dim=1)
+        if x.is_cuda:
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(self.d)
+            causal = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), 1)
+            y = torch.softmax(att.masked_fill(causal, float("-inf")), dim=-1) @ v
+        x = x + self.o_proj(y.transpose(1, 2).reshape(B, T, self.h * self.d))
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(torch.nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        c = w["width"]
+        self.embed_tokens = torch.nn.Embedding(w["vocab"], c)
+        self.layers = torch.nn.ModuleList([LlamaLayer(w) for _ in range(w["layers"])])
+        self.norm = RmsNorm(c)
+        self.lm_head = torch.nn.Linear(c, w["vocab"], bias=False)
+        d = c // w["heads"]
+        inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+        freqs = torch.arange(w["steps"], dtype=torch.float32)[:, None] * inv[None]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def forward(self, ids):
+        x = self.embed_tokens(ids)
+        T = ids.shape[1]
+        for layer in self.layers:
+            x = layer(x, self.cos[:T], self.sin[:T])
+        return self.lm_head(self.norm(x)).reshape(-1, self.lm_head.weight.shape[0])
+
+
 class Model(torch.nn.Module):
     def __init__(self, w):
         super().__init__()
@@ -141,6 +221,12 @@ class Model(torch.nn.Module):
 
 
 def gflop(w):
+    if w["cell"] == "llama":  # as seqforge bench counts it
+        c, n, L = w["width"], w["batch"] * w["steps"], w["layers"]
+        kvd = w["kv"] * c // w["heads"]
+        layer = c * (c + 2 * kvd) + c * c + 3 * c * w["mlp"]
+        fwd = 2.0 * n * (L * layer + c * w["vocab"]) + 2.0 * n * w["steps"] * c * L
+        return (2 if "dora" in w else 3) * fwd / 1e9
     if w["cell"] == "gpt":  # as seqforge bench counts it: 3x the forward pass, 2x when frozen
         c, n = w["width"], w["batch"] * w["steps"]
         fwd = 2.0 * n * (12 * w["layers"] * c * c + c * w["vocab"]) + \
@@ -164,11 +250,16 @@ def run(wid, precision, steps, warmup, device="cpu"):
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    model = Gpt(w) if w["cell"] == "gpt" else Model(w)
+    model = {"gpt": Gpt, "llama": Llama}.get(w["cell"], Model)(w)
     if "dora" in w:
         model.requires_grad_(False)
-        for block in model.h:
-            for name in ("c_attn", "attn_proj", "c_fc", "mlp_proj"):
+        if w["cell"] == "llama":
+            blocks, names = model.layers, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                           "up_proj", "down_proj")
+        else:
+            blocks, names = model.h, ("c_attn", "attn_proj", "c_fc", "mlp_proj")
+        for block in blocks:
+            for name in names:
                 setattr(block, name, Dora(getattr(block, name), w["dora"]))
     model = model.to(device)
     trained = [p for p in model.parameters() if p.requires_grad]

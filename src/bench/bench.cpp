@@ -47,6 +47,33 @@ Workload make_gpt(std::string id, std::string name, int64_t vocab, int64_t width
   return w;
 }
 
+// A Llama-architecture decoder (RMS norm, rotary embeddings, grouped-query attention, a SiLU
+// gated MLP, an untied head) with DoRA of rank 8 on every Linear of its blocks, the base frozen.
+Workload make_llama(std::string id, std::string name, int64_t vocab, int64_t width, int64_t mlp,
+                    int64_t layers, int64_t heads, int64_t kv_heads, int64_t steps, int64_t batch) {
+  Workload w;
+  w.id = std::move(id);
+  w.name = std::move(name);
+  w.model.family = ModelFamily::decoder;
+  w.model.vocab_size = vocab;
+  DecoderOptions& d = w.model.decoder;
+  d.vocab_size = vocab, d.hidden_size = width, d.intermediate_size = mlp;
+  d.num_layers = layers, d.num_heads = heads, d.num_kv_heads = kv_heads;
+  d.head_dim = width / heads;
+  d.max_positions = steps;
+  d.adapter = {
+      .kind = AdapterKind::dora,
+      .rank = 8,
+      .alpha = 16,
+      .targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}};
+  w.model.output_size = vocab;
+  w.model.per_step = true;
+  w.batch = batch;
+  w.steps = steps;
+  w.loss = Workload::Loss::cross_entropy;
+  return w;
+}
+
 Workload make(std::string id, std::string name, int64_t vocab, int64_t embed, int64_t input,
               int64_t hidden, int64_t layers, bool bidirectional, int64_t output, bool per_step,
               int64_t batch, int64_t steps, Workload::Loss loss, CellKind cell = CellKind::lstm,
@@ -187,6 +214,22 @@ class RecordingBackend final : public Backend {
   }
   void gelu_forward(Tensor y, Tensor x) override { inner_.gelu_forward(y, x); }
   void gelu_backward(Tensor dx, Tensor dy, Tensor x) override { inner_.gelu_backward(dx, dy, x); }
+  void rms_norm_forward(Tensor y, Tensor s, Tensor x, Tensor w, double offset,
+                        double eps) override {
+    inner_.rms_norm_forward(y, s, x, w, offset, eps);
+  }
+  void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
+                         Tensor s) override {
+    inner_.rms_norm_backward(dx, dw, dy, x, w, offset, s);
+  }
+  void rotary(const Rotary& a, DType dt) override { inner_.rotary(a, dt); }
+  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind) override {
+    inner_.glu_forward(y, gate, up, kind);
+  }
+  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
+                    GluKind kind) override {
+    inner_.glu_backward(dgate, dup, dy, gate, up, kind);
+  }
   void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
     inner_.scale_columns(y, x, s, b);
   }
@@ -263,6 +306,18 @@ void print_gemm_breakdown(Backend& be, const std::vector<RecordingBackend::Call>
 }  // namespace
 
 double Workload::gflop() const {
+  if (model.family == ModelFamily::decoder) {
+    // Per token and layer: q, k, v and o (C (H + 2 KV) D + H D C), the gated MLP (3 C F), causal
+    // attention over T/2 keys on average (2 T H D); the head once (C V). A frozen base: forward
+    // and the input gradients, no dW.
+    const DecoderOptions& d = model.decoder;
+    const double C = double(d.hidden_size), HD = double(d.num_heads * d.head_dim);
+    const double KVD = double(d.num_kv_heads * d.head_dim), N = double(batch * steps);
+    const double layer = C * (HD + 2 * KVD) + HD * C + 3 * C * double(d.intermediate_size);
+    const double forward = 2 * N * (double(d.num_layers) * layer + C * double(d.vocab_size)) +
+                           2 * N * double(steps) * HD * double(d.num_layers);
+    return (d.adapter.kind == AdapterKind::none ? 3 : 2) * forward / 1e9;
+  }
   if (model.family == ModelFamily::transformer) {
     // Per token: the blocks' weights (12 C^2 per layer), the head (C V), and causal attention
     // (on average T/2 keys: 2 (T/2) C for q.k and as much for p.v, per layer).
@@ -305,6 +360,8 @@ const std::vector<Workload>& workloads() {
       make_gpt("W5", "gpt_v65_d384_l6_h6_t256_b16", 65, 384, 6, 6, 256, 16),
       make_gpt("W6", "gpt_v65_d384_l6_h6_t256_b16_dora_r8", 65, 384, 6, 6, 256, 16,
                AdapterKind::dora, 8),
+      make_llama("W9", "llama_v2048_d384_f1024_l6_h6_kv2_t256_b16_dora_r8", 2048, 384, 1024, 6, 6,
+                 2, 256, 16),
   };
   return all;
 }

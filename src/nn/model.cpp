@@ -16,7 +16,9 @@ std::vector<Op> ops_needed(const ModelOptions& options) {
   } else {
     needs.push_back(Op::cell);
   }
-  if (options.adapter.kind != AdapterKind::none) needs.push_back(Op::adapter);
+  const AdapterKind adapter =
+      options.family == ModelFamily::decoder ? options.decoder.adapter.kind : options.adapter.kind;
+  if (adapter != AdapterKind::none) needs.push_back(Op::adapter);
   return needs;
 }
 
