@@ -887,6 +887,23 @@ OpCase attention_case(int64_t B, int64_t T, int64_t H, int64_t D, bool causal,
   };
 }
 
+// Cross-entropy over a vocabulary of many vectors and a tail, rows split over threads, wide
+// logits, i64 targets with ignored rows, no class weights.
+OpCase cross_entropy_case(int64_t rows, int64_t classes) {
+  return [=](Backend& be, DType dt, Rng& rng) {
+    HostTensor logits(be, dt, {rows, classes}, values(rng, rows * classes, -30, 30)),
+        dlogits(be, dt, {rows, classes}, std::vector<double>(rows * classes, 7.0));
+    std::vector<double> ids(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      ids[size_t(r)] = r % 7 == 3 ? -100.0 : double((r * 131) % classes);
+    HostTensor targets(be, DType::i64, {rows}, ids);
+    std::map<std::string, std::vector<double>> out;
+    out["ce_loss"] = {be.cross_entropy_loss(logits.t, targets.t, {}, -100, dlogits.t)};
+    out["ce_grad"] = to_doubles(be, dlogits.t);
+    return out;
+  };
+}
+
 // Dropout drawn from a seed base in backend memory (Backend::set_seed_base): every backend mixes
 // it into the masks' seeds alike, a plain mask's and attention's.
 OpCase seed_base_case() {
@@ -939,6 +956,7 @@ const std::map<std::string, OpCase>& cases() {
       {"optimizer_step_sgd_segments", optimizer_case(OptimizerKind::sgd, false)},
       {"small_ops", small_ops_case()},
       {"decoder_ops", decoder_ops_case()},
+      {"cross_entropy_rows300_v2051", cross_entropy_case(300, 2051)},
       {"attention_causal_b2_t33_h3_d20", attention_case(2, 33, 3, 20, true)},
       {"attention_padded_noncausal_b3_t40_h2_d16",
        attention_case(3, 40, 2, 16, false, {.lengths = {40, 0, 17}})},

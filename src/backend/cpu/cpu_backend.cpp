@@ -16,6 +16,7 @@
 #include "kernels/adapter.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cells.hpp"
+#include "kernels/cpu/decoder_simd.hpp"
 #include "kernels/cpu/gemm_narrow.hpp"
 #include "kernels/cpu/norm_simd.hpp"
 #include "kernels/cpu/pointwise_simd.hpp"
@@ -411,8 +412,8 @@ class CpuBackend final : public Backend {
         y.numel() == x.numel() && saved.numel() == N && w.numel() == C && y.dtype() == DType::f32,
         "rms_norm_forward shapes");
     parallel_rows(N, 3 * C, [&](int64_t r0, int64_t r1) {
-      kernels::rms_norm_forward(y.data_as<float>(), saved.data_as<float>(), x.data_as<float>(),
-                                w.data_as<float>(), offset, C, eps, r0, r1);
+      simd::rms_norm_forward(y.data_as<float>(), saved.data_as<float>(), x.data_as<float>(),
+                             w.data_as<float>(), float(offset), C, float(eps), r0, r1);
     });
   }
   void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
@@ -423,13 +424,13 @@ class CpuBackend final : public Backend {
                  w.numel() == C && dw.numel() == C,
              "rms_norm_backward shapes");
     parallel_rows(N, 5 * C, [&](int64_t r0, int64_t r1) {
-      kernels::rms_norm_backward_input(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(),
-                                       w.data_as<float>(), offset, saved.data_as<float>(), C, r0,
-                                       r1);
+      simd::rms_norm_backward_input(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(),
+                                    w.data_as<float>(), float(offset), saved.data_as<float>(), C,
+                                    r0, r1);
     });
     parallel_rows(C, 3 * N, [&](int64_t c0, int64_t c1) {
-      kernels::rms_norm_backward_params(dw.data_as<float>(), dy.data_as<float>(),
-                                        x.data_as<float>(), saved.data_as<float>(), N, C, c0, c1);
+      simd::rms_norm_backward_params(dw.data_as<float>(), dy.data_as<float>(), x.data_as<float>(),
+                                     saved.data_as<float>(), N, C, c0, c1);
     });
   }
   void rotary(const Rotary& a, DType dtype) override {
@@ -441,8 +442,8 @@ class CpuBackend final : public Backend {
     if (y.dtype() != DType::f32) return ref_->glu_forward(y, gate, up, kind);
     SF_CHECK(y.numel() == gate.numel() && up.numel() == gate.numel(), "glu_forward sizes");
     parallel_rows(y.numel(), 20, [&](int64_t i0, int64_t i1) {
-      kernels::glu_forward(y.data_as<float>(), gate.data_as<float>(), up.data_as<float>(), kind, i0,
-                           i1);
+      simd::glu_forward(y.data_as<float>(), gate.data_as<float>(), up.data_as<float>(), kind, i0,
+                        i1);
     });
   }
   void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
@@ -452,8 +453,8 @@ class CpuBackend final : public Backend {
                  gate.numel() == dy.numel() && up.numel() == dy.numel(),
              "glu_backward sizes");
     parallel_rows(dy.numel(), 30, [&](int64_t i0, int64_t i1) {
-      kernels::glu_backward(dgate.data_as<float>(), dup.data_as<float>(), dy.data_as<float>(),
-                            gate.data_as<float>(), up.data_as<float>(), kind, i0, i1);
+      simd::glu_backward(dgate.data_as<float>(), dup.data_as<float>(), dy.data_as<float>(),
+                         gate.data_as<float>(), up.data_as<float>(), kind, i0, i1);
     });
   }
   void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
@@ -534,9 +535,57 @@ class CpuBackend final : public Backend {
                        Tensor dpred, Tensor loss) override {
     ref_->regression_loss(kind, pred, target, mask, dpred, loss);
   }
+  // f32 rows on the threads, each row's exponentials taken once; the loss summed in double per
+  // chunk, the chunks added in order.
   void cross_entropy_loss(Tensor logits, Tensor targets, Tensor weights, int64_t ignore_index,
                           Tensor dlogits, Tensor loss) override {
-    ref_->cross_entropy_loss(logits, targets, weights, ignore_index, dlogits, loss);
+    if (logits.dtype() != DType::f32 || dlogits.dtype() != DType::f32 ||
+        logits.shape().rank() != 2 || (!weights.empty() && weights.dtype() != DType::f32))
+      return ref_->cross_entropy_loss(logits, targets, weights, ignore_index, dlogits, loss);
+    const int64_t rows = logits.dim(0), classes = logits.dim(1);
+    SF_CHECK(targets.numel() == rows, "cross-entropy: ", rows, " rows of logits, ", targets.numel(),
+             " targets");
+    SF_CHECK(weights.empty() || weights.numel() == classes, "class weights ", weights.shape().str(),
+             " for ", classes, " classes");
+    SF_CHECK(dlogits.numel() == logits.numel(), "cross-entropy: dlogits ", dlogits.shape().str(),
+             " for logits ", logits.shape().str());
+    SF_CHECK(targets.dtype() == DType::i32 || targets.dtype() == DType::i64,
+             "ids must be i32 or i64, got ", dtype_name(targets.dtype()));
+    const auto target = [&](int64_t r) -> int64_t {
+      return targets.dtype() == DType::i32 ? targets.data_as<int32_t>()[r]
+                                           : targets.data_as<int64_t>()[r];
+    };
+    const float* w = weights.empty() ? nullptr : weights.data_as<float>();
+    double total_weight = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t y = target(r);
+      if (y == ignore_index) continue;
+      if (y < 0 || y >= classes)
+        fail("target class ", y, " at row ", r, " outside [0, ", classes, ")");
+      total_weight += w ? double(w[y]) : 1.0;
+    }
+    const float* x = logits.data_as<float>();
+    float* d = dlogits.data_as<float>();
+    const int threads = row_threads(rows, 3 * classes);
+    std::vector<double> partial(static_cast<size_t>(threads), 0.0);
+    parallel_chunks(rows, threads, [&](int64_t r0, int64_t r1, int chunk) {
+      double acc = 0;
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t y = target(r);
+        float* dr = d + r * classes;
+        if (y == ignore_index || total_weight == 0) {
+          std::fill_n(dr, classes, 0.0f);
+          continue;
+        }
+        const double wy = w ? double(w[y]) : 1.0;
+        acc += wy * simd::cross_entropy_row(dr, x + r * classes, classes, y,
+                                            static_cast<float>(wy / total_weight));
+      }
+      partial[static_cast<size_t>(chunk)] = acc;
+    });
+    double total = 0;
+    for (double v : partial) total += v;
+    store_scalar(loss, total_weight > 0 ? total / total_weight : 0.0);
   }
   // Per-thread partial sums in double, eight lanes each, added in chunk order.
   void sum_squares(Tensor x, Tensor out) override {

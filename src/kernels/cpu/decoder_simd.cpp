@@ -1,0 +1,229 @@
+// The decoders' RMS norm and gated activations, and a row of cross-entropy, in f32 SIMD
+// (Highway, dispatched at run time), forward and backward. The scalar forms in
+// kernels/decoder_ops.hpp and the reference backend are the reference.
+//
+// Gradient rule: parameter gradients accumulate (+=), activation gradients are assigned (=).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/decoder_simd.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+// clang-format off
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+// clang-format on
+
+#include "kernels/cpu/decoder_simd.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace seqforge::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Calls f(i, n) over [i0, i1) a vector at a time: n = Lanes, then the tail's n < Lanes.
+template <class F>
+HWY_INLINE void ForVectors(int64_t i0, int64_t i1, F&& f) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  int64_t i = i0;
+  for (; i + N <= i1; i += N) f(i, N);
+  if (i < i1) f(i, i1 - i);
+}
+// n values at p (zeros after them), and storing the first n lanes: a tail goes through a buffer,
+// so that nothing past the row is read or written.
+HWY_INLINE VF Load(const float* p, int64_t n) {
+  const DF d;
+  if (n == static_cast<int64_t>(hn::Lanes(d))) return hn::LoadU(d, p);
+  HWY_ALIGN float buf[hn::MaxLanes(d)] = {};
+  std::copy_n(p, n, buf);
+  return hn::Load(d, buf);
+}
+HWY_INLINE void Store(VF v, float* p, int64_t n) {
+  const DF d;
+  if (n == static_cast<int64_t>(hn::Lanes(d))) return hn::StoreU(v, d, p);
+  HWY_ALIGN float buf[hn::MaxLanes(d)];
+  hn::Store(v, d, buf);
+  std::copy_n(buf, n, p);
+}
+
+// act(g) and act'(g): SiLU g sigmoid(g) (exp's argument held where it is defined, below 88), or
+// GELU's tanh form 0.5 g (1 + tanh(u)), u = sqrt(2 / pi) (g + 0.044715 g^3).
+HWY_INLINE VF Activation(GluKind kind, VF g, VF& derivative) {
+  const DF d;
+  const VF one = hn::Set(d, 1.0f);
+  if (kind == GluKind::silu) {
+    const VF e = hn::Exp(d, hn::Min(hn::Neg(g), hn::Set(d, 88.0f)));
+    const VF s = hn::Div(one, hn::Add(one, e));
+    derivative = hn::Mul(s, hn::MulAdd(g, hn::Sub(one, s), one));
+    return hn::Mul(g, s);
+  }
+  const VF c = hn::Set(d, 0.7978845608028654f), k = hn::Set(d, 0.044715f);
+  const VF g2 = hn::Mul(g, g);
+  const VF t = hn::Tanh(d, hn::Mul(c, hn::MulAdd(hn::Mul(k, g2), g, g)));
+  const VF half = hn::Set(d, 0.5f);
+  const VF du = hn::Mul(c, hn::MulAdd(hn::Set(d, 3 * 0.044715f), g2, one));  // u'(g)
+  // 0.5 (1 + t) + 0.5 g (1 - t^2) u'
+  derivative = hn::MulAdd(hn::Mul(hn::Mul(half, g), hn::NegMulAdd(t, t, one)), du,
+                          hn::Mul(half, hn::Add(one, t)));
+  return hn::Mul(hn::Mul(half, g), hn::Add(one, t));
+}
+
+void GluForward(float* y, const float* gate, const float* up, GluKind kind, int64_t i0,
+                int64_t i1) {
+  ForVectors(i0, i1, [&](int64_t i, int64_t n) {
+    VF derivative;
+    Store(hn::Mul(Activation(kind, Load(gate + i, n), derivative), Load(up + i, n)), y + i, n);
+  });
+}
+
+void GluBackward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
+                 GluKind kind, int64_t i0, int64_t i1) {
+  ForVectors(i0, i1, [&](int64_t i, int64_t n) {
+    VF derivative;
+    const VF a = Activation(kind, Load(gate + i, n), derivative), g = Load(dy + i, n);
+    Store(hn::Mul(hn::Mul(g, Load(up + i, n)), derivative), dgate + i, n);
+    Store(hn::Mul(g, a), dup + i, n);
+  });
+}
+
+// The sum of a row's n values, a vector of partial sums at a time.
+template <class F>
+HWY_INLINE float RowSum(int64_t n, F&& term) {
+  const DF d;
+  VF acc = hn::Zero(d);
+  ForVectors(0, n, [&](int64_t j, int64_t m) { acc = hn::Add(acc, term(j, m)); });
+  return hn::GetLane(hn::SumOfLanes(d, acc));
+}
+
+// Rows [r0, r1): y = x rstd (offset + w), rstd = 1 / sqrt(mean(x^2) + eps); saved = rstd.
+void RmsNormForward(float* y, float* saved, const float* x, const float* w, float offset, int64_t C,
+                    float eps, int64_t r0, int64_t r1) {
+  const DF d;
+  const VF off = hn::Set(d, offset);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * C;
+    const float sq = RowSum(C, [&](int64_t j, int64_t n) {
+      const VF v = Load(xr + j, n);
+      return hn::Mul(v, v);
+    });
+    const float rstd = 1.0f / std::sqrt(sq / float(C) + eps);
+    const VF vr = hn::Set(d, rstd);
+    ForVectors(0, C, [&](int64_t j, int64_t n) {
+      Store(hn::Mul(hn::Mul(Load(xr + j, n), vr), hn::Add(off, Load(w + j, n))), y + r * C + j, n);
+    });
+    saved[r] = rstd;
+  }
+}
+
+// Rows [r0, r1): dx = rstd (g - x rstd^2 mean(g x)), g = dy (offset + w).
+void RmsNormBackwardInput(float* dx, const float* dy, const float* x, const float* w, float offset,
+                          const float* saved, int64_t C, int64_t r0, int64_t r1) {
+  const DF d;
+  const VF off = hn::Set(d, offset);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float *xr = x + r * C, *dyr = dy + r * C, rstd = saved[r];
+    const float gx = RowSum(C, [&](int64_t j, int64_t n) {
+      return hn::Mul(hn::Mul(Load(dyr + j, n), hn::Add(off, Load(w + j, n))), Load(xr + j, n));
+    });
+    const VF vr = hn::Set(d, rstd), k = hn::Set(d, rstd * rstd * gx / float(C));
+    ForVectors(0, C, [&](int64_t j, int64_t n) {
+      const VF g = hn::Mul(Load(dyr + j, n), hn::Add(off, Load(w + j, n)));
+      Store(hn::Mul(vr, hn::NegMulAdd(Load(xr + j, n), k, g)), dx + r * C + j, n);
+    });
+  }
+}
+
+// Columns [c0, c1): dw += sum over rows of dy x rstd, in column chunks held on the stack, the
+// rows read in order (summed 32 at a time, then into the chunk's total).
+void RmsNormBackwardParams(float* dw, const float* dy, const float* x, const float* saved,
+                           int64_t rows, int64_t C, int64_t c0, int64_t c1) {
+  const DF d;
+  constexpr int64_t kChunk = 512;
+  HWY_ALIGN float block[kChunk], total[kChunk];
+  for (int64_t cc = c0; cc < c1; cc += kChunk) {
+    const int64_t width = std::min(kChunk, c1 - cc);
+    std::fill_n(total, width, 0.0f);
+    for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+      std::fill_n(block, width, 0.0f);
+      for (int64_t r = r0; r < std::min(rows, r0 + 32); ++r) {
+        const float *g = dy + r * C + cc, *xr = x + r * C + cc;
+        const VF vr = hn::Set(d, saved[r]);
+        ForVectors(0, width, [&](int64_t j, int64_t n) {
+          Store(hn::MulAdd(hn::Mul(Load(g + j, n), Load(xr + j, n)), vr, Load(block + j, n)),
+                block + j, n);
+        });
+      }
+      for (int64_t j = 0; j < width; ++j) total[j] += block[j];
+    }
+    for (int64_t j = 0; j < width; ++j) dw[cc + j] += total[j];
+  }
+}
+
+double CrossEntropyRow(float* dr, const float* x, int64_t C, int64_t y, float coef) {
+  const DF d;
+  VF vmax = hn::Set(d, -std::numeric_limits<float>::infinity());
+  ForVectors(0, C, [&](int64_t j, int64_t n) {
+    const VF v = Load(x + j, n);
+    vmax = hn::Max(vmax, n == static_cast<int64_t>(hn::Lanes(d))
+                             ? v
+                             : hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(n)), v, vmax));
+  });
+  const float mx = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  const VF vm = hn::Set(d, mx);
+  // exp(x - max) into dr, then scaled in place: one pass of exp.
+  const float sum = RowSum(C, [&](int64_t j, int64_t n) {
+    const VF e = hn::Exp(d, hn::Sub(Load(x + j, n), vm));
+    Store(e, dr + j, n);
+    return n == static_cast<int64_t>(hn::Lanes(d))
+               ? e
+               : hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(n)), e);
+  });
+  const VF scale = hn::Set(d, coef / sum);
+  ForVectors(0, C,
+             [&](int64_t j, int64_t n) { Store(hn::Mul(Load(dr + j, n), scale), dr + j, n); });
+  dr[y] -= coef;
+  return double(mx) + std::log(double(sum)) - double(x[y]);
+}
+
+}  // namespace seqforge::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace seqforge::simd {
+
+HWY_EXPORT(GluForward);
+HWY_EXPORT(GluBackward);
+HWY_EXPORT(RmsNormForward);
+HWY_EXPORT(RmsNormBackwardInput);
+HWY_EXPORT(RmsNormBackwardParams);
+HWY_EXPORT(CrossEntropyRow);
+
+void glu_forward(float* y, const float* gate, const float* up, GluKind kind, int64_t i0,
+                 int64_t i1) {
+  HWY_DYNAMIC_DISPATCH(GluForward)(y, gate, up, kind, i0, i1);
+}
+void glu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
+                  GluKind kind, int64_t i0, int64_t i1) {
+  HWY_DYNAMIC_DISPATCH(GluBackward)(dgate, dup, dy, gate, up, kind, i0, i1);
+}
+void rms_norm_forward(float* y, float* saved, const float* x, const float* w, float offset,
+                      int64_t C, float eps, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(RmsNormForward)(y, saved, x, w, offset, C, eps, r0, r1);
+}
+void rms_norm_backward_input(float* dx, const float* dy, const float* x, const float* w,
+                             float offset, const float* saved, int64_t C, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(RmsNormBackwardInput)(dx, dy, x, w, offset, saved, C, r0, r1);
+}
+void rms_norm_backward_params(float* dw, const float* dy, const float* x, const float* saved,
+                              int64_t rows, int64_t C, int64_t c0, int64_t c1) {
+  HWY_DYNAMIC_DISPATCH(RmsNormBackwardParams)(dw, dy, x, saved, rows, C, c0, c1);
+}
+double cross_entropy_row(float* d, const float* x, int64_t C, int64_t y, float coef) {
+  return HWY_DYNAMIC_DISPATCH(CrossEntropyRow)(d, x, C, y, coef);
+}
+
+}  // namespace seqforge::simd
+#endif
