@@ -385,6 +385,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   RecordingBackend be(*device);
   ModelOptions model_options = w.model;
   model_options.transformer.checkpoint_activations = options.checkpoint_activations;
+  model_options.decoder.checkpoint_activations = options.checkpoint_activations;
   std::unique_ptr<Model> made = make_model(model_options);
   Model& model = *made;
   model.initialize(be, 1);
@@ -484,7 +485,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   r.name = w.name;
   r.precision = gemm_precision_name(gemm_dtype);
   r.checkpoint_activations =
-      options.checkpoint_activations && w.model.family == ModelFamily::transformer;
+      options.checkpoint_activations && w.model.family != ModelFamily::recurrent;
   r.notice = notice;
   // A recurrence whose backward may run as whole chains tries both schedules on its first four
   // backward calls: none of them is timed.

@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--profile", bench_options.profile,
                   "print where the timed steps spent their time, per workload");
   bench->add_flag("--checkpoint-activations", bench_options.checkpoint_activations,
-                  "transformers: recompute each block's activations in backward");
+                  "transformers and decoders: recompute each block's activations in backward");
   bench->add_flag("!--no-cuda-graphs", bench_options.cuda_graphs,
                   "on a GPU, run every step eagerly instead of replaying a captured graph");
 

@@ -123,6 +123,13 @@ Decoder::Decoder(const DecoderOptions& o, DType dtype) : opt_(o), params_(dtype)
 
 Decoder::~Decoder() = default;
 
+void Decoder::bind_activations(size_t i) {
+  acts_.resize(opt_.checkpoint_activations ? 1 : layers_.size());
+  std::unique_ptr<Acts>& set = acts_[opt_.checkpoint_activations ? 0 : i];
+  if (!set) set = std::make_unique<Acts>();
+  layers_[i]->bind(*set);
+}
+
 void Decoder::initialize(Backend& be, uint64_t seed) {
   Rng rng(seed);
   params_.allocate(be, rng);
@@ -233,9 +240,10 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
   be.embedding_forward(x0, params_.value(embed_), ids_);
   if (opt_.gemma) be.scale(x0, embed_scale());
   Tensor x = x0;
-  for (auto& l : layers_) {
-    layer_forward(be, *l, x);
-    x = l->out.tensor();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    bind_activations(i);
+    layer_forward(be, *layers_[i], x);
+    x = layers_[i]->out.tensor();
   }
   const Tensor z = z_.get(be, dt, {N, C});
   be.rms_norm_forward(z, norm_saved_.get(be, dt, {N}), x, params_.value(norm_), norm_offset(),
@@ -277,15 +285,15 @@ void Decoder::project_qkv(Backend& be, Layer& l, Tensor h1, const void* h1_low, 
   const DType dt = params_.dtype();
   const double offset = norm_offset(), eps = opt_.rms_norm_eps;
   if (opt_.gemma) {  // q and k projected apart, normed per head, then placed in qkv
-    const Tensor q = l.q_raw.get(be, dt, {N * H, D}), k = l.k_raw.get(be, dt, {N * KV, D});
+    const Tensor q = l.a->q_raw.get(be, dt, {N * H, D}), k = l.a->k_raw.get(be, dt, {N * KV, D});
     proj_forward(be, l.q, q.data(), HD, h1.data(), C, h1_low, 0.0);
     proj_forward(be, l.k, k.data(), KV * D, h1.data(), C, h1_low, 0.0);
     const Tensor qn = scratch_->dq_normed.get(be, dt, {N * H, D});
-    be.rms_norm_forward(qn, l.q_saved.get(be, dt, {N * H}), q, params_.value(l.q_norm), offset,
+    be.rms_norm_forward(qn, l.a->q_saved.get(be, dt, {N * H}), q, params_.value(l.q_norm), offset,
                         eps);
     be.copy_rows(qkv.data(), W, qn.data(), HD, N, HD, dt);
     const Tensor kn = scratch_->dq_normed.get(be, dt, {N * KV, D});
-    be.rms_norm_forward(kn, l.k_saved.get(be, dt, {N * KV}), k, params_.value(l.k_norm), offset,
+    be.rms_norm_forward(kn, l.a->k_saved.get(be, dt, {N * KV}), k, params_.value(l.k_norm), offset,
                         eps);
     be.copy_rows(at(qkv.data(), HD, dt), W, kn.data(), KV * D, N, KV * D, dt);
   } else {
@@ -307,7 +315,7 @@ AttentionShape Decoder::attention_shape(const Layer& l, int64_t batch, int64_t s
           .scale = attention_scale()};
 }
 
-// The layer after its attention: o_proj of att (N, H D) joins x (N, C) into l.mid, then the MLP
+// The layer after its attention: o_proj of att (N, H D) joins x (N, C) into l.a->mid, then the MLP
 // branch, down(act(gate(h2)) * up(h2)), into l.out.
 void Decoder::layer_tail(Backend& be, Layer& l, Tensor x, const void* att) {
   const int64_t N = x.shape()[0], C = opt_.hidden_size, F = opt_.intermediate_size;
@@ -315,35 +323,35 @@ void Decoder::layer_tail(Backend& be, Layer& l, Tensor x, const void* att) {
   const DType dt = params_.dtype();
   const double offset = norm_offset(), eps = opt_.rms_norm_eps;
   const auto value = [&](size_t i) { return params_.value(i); };
-  const void* att_low = low_operand(be, l.att_low, att, N, HD, HD);
-  const Tensor mid = l.mid.get(be, dt, {N, C});
+  const void* att_low = low_operand(be, l.a->att_low, att, N, HD, HD);
+  const Tensor mid = l.a->mid.get(be, dt, {N, C});
   be.copy(mid, x);
   if (opt_.gemma) {  // o_proj's output normed, then added
-    const Tensor o = l.o_out.get(be, dt, {N, C}),
+    const Tensor o = l.a->o_out.get(be, dt, {N, C}),
                  normed = scratch_->dbranch_out.get(be, dt, {N, C});
     proj_forward(be, l.o, o.data(), C, att, HD, att_low, 0.0);
-    be.rms_norm_forward(normed, l.o_saved.get(be, dt, {N}), o, value(l.post_attn), offset, eps);
+    be.rms_norm_forward(normed, l.a->o_saved.get(be, dt, {N}), o, value(l.post_attn), offset, eps);
     be.add(mid, normed);
   } else {
     proj_forward(be, l.o, mid.data(), C, att, HD, att_low, 1.0);
   }
 
-  const Tensor h2 = l.h2.get(be, dt, {N, C});
-  be.rms_norm_forward(h2, l.saved2.get(be, dt, {N}), mid, value(l.ln2), offset, eps);
-  const Tensor g = l.gate_out.get(be, dt, {N, F}), u = l.up_out.get(be, dt, {N, F});
-  const void* h2_low = low_operand(be, l.h2_low, h2.data(), N, C, C);
+  const Tensor h2 = l.a->h2.get(be, dt, {N, C});
+  be.rms_norm_forward(h2, l.a->saved2.get(be, dt, {N}), mid, value(l.ln2), offset, eps);
+  const Tensor g = l.a->gate_out.get(be, dt, {N, F}), u = l.a->up_out.get(be, dt, {N, F});
+  const void* h2_low = low_operand(be, l.a->h2_low, h2.data(), N, C, C);
   proj_forward(be, l.gate, g.data(), F, h2.data(), C, h2_low, 0.0);
   proj_forward(be, l.up, u.data(), F, h2.data(), C, h2_low, 0.0);
-  const Tensor act = l.act.get(be, dt, {N, F});
+  const Tensor act = l.a->act.get(be, dt, {N, F});
   be.glu_forward(act, g, u, opt_.activation);
-  const void* act_low = low_operand(be, l.act_low, act.data(), N, F, F);
+  const void* act_low = low_operand(be, l.a->act_low, act.data(), N, F, F);
   const Tensor out = l.out.get(be, dt, {N, C});
   be.copy(out, mid);
   if (opt_.gemma) {
-    const Tensor m = l.mlp_out.get(be, dt, {N, C}),
+    const Tensor m = l.a->mlp_out.get(be, dt, {N, C}),
                  normed = scratch_->dbranch_out.get(be, dt, {N, C});
     proj_forward(be, l.down, m.data(), C, act.data(), F, act_low, 0.0);
-    be.rms_norm_forward(normed, l.mlp_saved.get(be, dt, {N}), m, value(l.post_mlp), offset, eps);
+    be.rms_norm_forward(normed, l.a->mlp_saved.get(be, dt, {N}), m, value(l.post_mlp), offset, eps);
     be.add(out, normed);
   } else {
     proj_forward(be, l.down, out.data(), C, act.data(), F, act_low, 1.0);
@@ -355,16 +363,16 @@ void Decoder::layer_forward(Backend& be, Layer& l, Tensor x) {
   const int64_t H = opt_.num_heads, KV = opt_.num_kv_heads, D = opt_.head_dim;
   const int64_t W = (H + 2 * KV) * D, HD = H * D;
   const DType dt = params_.dtype();
-  const Tensor h1 = l.h1.get(be, dt, {N, C});
-  be.rms_norm_forward(h1, l.saved1.get(be, dt, {N}), x, params_.value(l.ln1), norm_offset(),
+  const Tensor h1 = l.a->h1.get(be, dt, {N, C});
+  be.rms_norm_forward(h1, l.a->saved1.get(be, dt, {N}), x, params_.value(l.ln1), norm_offset(),
                       opt_.rms_norm_eps);
-  const Tensor qkv = l.qkv.get(be, dt, {N, W});
-  project_qkv(be, l, h1, low_operand(be, l.h1_low, h1.data(), N, C, C), qkv, seq_, 0);
+  const Tensor qkv = l.a->qkv.get(be, dt, {N, W});
+  project_qkv(be, l, h1, low_operand(be, l.a->h1_low, h1.data(), N, C, C), qkv, seq_, 0);
   AttentionForward a;
   a.shape = attention_shape(l, batch_, seq_);
   a.qkv = qkv.data();
-  a.out = l.att.get(be, dt, {N, HD}).data();
-  a.lse = l.lse.get(be, dt, {batch_, H, seq_}).data();
+  a.out = l.a->att.get(be, dt, {N, HD}).data();
+  a.lse = l.a->lse.get(be, dt, {batch_, H, seq_}).data();
   be.attention_forward(a, dt);
   layer_tail(be, l, x, a.out);
 }
@@ -396,19 +404,20 @@ Tensor Decoder::decode(Backend& be, Tensor ids) {
   be.fill(scratch_->ones.get(be, dt, {n}), 1.0);
   Tensor x = x0;
   for (size_t i = 0; i < layers_.size(); ++i) {
+    bind_activations(i);
     Layer& l = *layers_[i];
     // (capacity, W) the q, k and v rows of every token so far.
     const Tensor cache = kv_[i].get(be, dt, {decode_capacity_, W});
-    const Tensor h1 = l.h1.get(be, dt, {n, C});
-    be.rms_norm_forward(h1, l.saved1.get(be, dt, {n}), x, params_.value(l.ln1), norm_offset(),
+    const Tensor h1 = l.a->h1.get(be, dt, {n, C});
+    be.rms_norm_forward(h1, l.a->saved1.get(be, dt, {n}), x, params_.value(l.ln1), norm_offset(),
                         opt_.rms_norm_eps);
     const Tensor qkv = cache.slice(decode_pos_, T);
-    project_qkv(be, l, h1, low_operand(be, l.h1_low, h1.data(), n, C, C), qkv, n, decode_pos_);
-    const Tensor att = l.att.get(be, dt, {T, HD});  // the new rows, the last n, computed
+    project_qkv(be, l, h1, low_operand(be, l.a->h1_low, h1.data(), n, C, C), qkv, n, decode_pos_);
+    const Tensor att = l.a->att.get(be, dt, {T, HD});  // the new rows, the last n, computed
     be.attention_forward({.shape = attention_shape(l, 1, T),
                           .qkv = cache.data(),
                           .out = att.data(),
-                          .lse = l.lse.get(be, dt, {1, H, T}).data(),
+                          .lse = l.a->lse.get(be, dt, {1, H, T}).data(),
                           .first_row = decode_pos_},
                          dt);
     layer_tail(be, l, x, att.slice(decode_pos_, T).data());
@@ -455,6 +464,11 @@ void Decoder::backward_logits(Backend& be, Tensor dlogits) {
                        norm_saved_.tensor());
   for (size_t i = layers_.size(); i-- > 0;) {
     const Tensor x = i == 0 ? x0_.tensor() : layers_[i - 1]->out.tensor();
+    if (opt_.checkpoint_activations && i + 1 < layers_.size()) {  // the set holds the last layer's
+      SF_PROFILE_SCOPE("recompute");
+      bind_activations(i);
+      layer_forward(be, *layers_[i], x);
+    }
     const Tensor dnext = s.dx[(layers_.size() - i) % 2].get(be, dt, {N, C});
     layer_backward(be, *layers_[i], x, dx, dnext);
     dx = dnext;
@@ -484,21 +498,21 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
   const void* dbranch = dout.data();
   if (opt_.gemma) {
     const Tensor d = s.dbranch_out.get(be, dt, {N, C});
-    be.rms_norm_backward(d, norm_grad(be, l.post_mlp), dout, l.mlp_out.tensor(), value(l.post_mlp),
-                         offset, l.mlp_saved.tensor());
+    be.rms_norm_backward(d, norm_grad(be, l.post_mlp), dout, l.a->mlp_out.tensor(),
+                         value(l.post_mlp), offset, l.a->mlp_saved.tensor());
     dbranch = d.data();
   }
   const Tensor dact = s.dact.get(be, dt, {N, F});
-  proj_backward(be, l.down, dact.data(), 0.0, dbranch, C, l.act.tensor().data(), F,
-                low_of(l.act_low));
+  proj_backward(be, l.down, dact.data(), 0.0, dbranch, C, l.a->act.tensor().data(), F,
+                low_of(l.a->act_low));
   const Tensor dgate = s.dgate.get(be, dt, {N, F}), dup = s.dup.get(be, dt, {N, F});
-  be.glu_backward(dgate, dup, dact, l.gate_out.tensor(), l.up_out.tensor(), opt_.activation);
-  const Tensor dh = s.dh.get(be, dt, {N, C}), h2 = l.h2.tensor();
-  proj_backward(be, l.gate, dh.data(), 0.0, dgate.data(), F, h2.data(), C, low_of(l.h2_low));
-  proj_backward(be, l.up, dh.data(), 1.0, dup.data(), F, h2.data(), C, low_of(l.h2_low));
+  be.glu_backward(dgate, dup, dact, l.a->gate_out.tensor(), l.a->up_out.tensor(), opt_.activation);
+  const Tensor dh = s.dh.get(be, dt, {N, C}), h2 = l.a->h2.tensor();
+  proj_backward(be, l.gate, dh.data(), 0.0, dgate.data(), F, h2.data(), C, low_of(l.a->h2_low));
+  proj_backward(be, l.up, dh.data(), 1.0, dup.data(), F, h2.data(), C, low_of(l.a->h2_low));
   const Tensor dmid = s.dmid.get(be, dt, {N, C});
-  be.rms_norm_backward(dmid, norm_grad(be, l.ln2), dh, l.mid.tensor(), value(l.ln2), offset,
-                       l.saved2.tensor());
+  be.rms_norm_backward(dmid, norm_grad(be, l.ln2), dh, l.a->mid.tensor(), value(l.ln2), offset,
+                       l.a->saved2.tensor());
   be.add(dmid, dout);
 
   // Attention branch: (Gemma: its norm,) o_proj, attention, the rotation undone, (Gemma: q's and
@@ -506,26 +520,26 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
   dbranch = dmid.data();
   if (opt_.gemma) {
     const Tensor d = s.dbranch_out.get(be, dt, {N, C});
-    be.rms_norm_backward(d, norm_grad(be, l.post_attn), dmid, l.o_out.tensor(), value(l.post_attn),
-                         offset, l.o_saved.tensor());
+    be.rms_norm_backward(d, norm_grad(be, l.post_attn), dmid, l.a->o_out.tensor(),
+                         value(l.post_attn), offset, l.a->o_saved.tensor());
     dbranch = d.data();
   }
   const Tensor datt = s.datt.get(be, dt, {N, HD});
-  proj_backward(be, l.o, datt.data(), 0.0, dbranch, C, l.att.tensor().data(), HD,
-                low_of(l.att_low));
+  proj_backward(be, l.o, datt.data(), 0.0, dbranch, C, l.a->att.tensor().data(), HD,
+                low_of(l.a->att_low));
   const Tensor dqkv = s.dqkv.get(be, dt, {N, W});
   AttentionBackward a;
   a.shape = attention_shape(l, batch_, seq_);
-  a.qkv = l.qkv.tensor().data();
-  a.out = l.att.tensor().data();
-  a.lse = l.lse.tensor().data();
+  a.qkv = l.a->qkv.tensor().data();
+  a.out = l.a->att.tensor().data();
+  a.lse = l.a->lse.tensor().data();
   a.dout = datt.data();
   a.dqkv = dqkv.data();
   be.attention_backward(a, dt);
   Rotary back = rotary_of(dqkv.data(), N, seq_, 0, l.local);
   back.inverse = true;
   be.rotary(back, dt);
-  const Tensor h1 = l.h1.tensor();
+  const Tensor h1 = l.a->h1.tensor();
   if (opt_.gemma) {  // through q's and k's norms (head_dim wide), packed
     for (const bool is_q : {true, false}) {
       const int64_t heads = is_q ? H : KV;
@@ -534,19 +548,19 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
       const Tensor draw = s.dq_raw.get(be, dt, {N * heads, D});
       const size_t w = is_q ? l.q_norm : l.k_norm;
       be.rms_norm_backward(draw, train_base_ ? params_.grad(w) : s.dhead_w.get(be, dt, {D}), dn,
-                           (is_q ? l.q_raw : l.k_raw).tensor(), value(w), offset,
-                           (is_q ? l.q_saved : l.k_saved).tensor());
+                           (is_q ? l.a->q_raw : l.a->k_raw).tensor(), value(w), offset,
+                           (is_q ? l.a->q_saved : l.a->k_saved).tensor());
       proj_backward(be, is_q ? l.q : l.k, dh.data(), is_q ? 0.0 : 1.0, draw.data(), heads * D,
-                    h1.data(), C, low_of(l.h1_low));
+                    h1.data(), C, low_of(l.a->h1_low));
     }
   } else {
-    proj_backward(be, l.q, dh.data(), 0.0, dqkv.data(), W, h1.data(), C, low_of(l.h1_low));
+    proj_backward(be, l.q, dh.data(), 0.0, dqkv.data(), W, h1.data(), C, low_of(l.a->h1_low));
     proj_backward(be, l.k, dh.data(), 1.0, at(dqkv.data(), HD, dt), W, h1.data(), C,
-                  low_of(l.h1_low));
+                  low_of(l.a->h1_low));
   }
   proj_backward(be, l.v, dh.data(), 1.0, at(dqkv.data(), HD + KV * D, dt), W, h1.data(), C,
-                low_of(l.h1_low));
-  be.rms_norm_backward(dx, norm_grad(be, l.ln1), dh, x, value(l.ln1), offset, l.saved1.tensor());
+                low_of(l.a->h1_low));
+  be.rms_norm_backward(dx, norm_grad(be, l.ln1), dh, x, value(l.ln1), offset, l.a->saved1.tensor());
   be.add(dx, dmid);
 }
 

@@ -180,17 +180,17 @@ void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const voi
       gemm(be, dt, false, false, N, p.out, 1, ones.data(), 1, b.data(), p.out, y, ldy, 1.0, 1.0);
     }
     if (p.A == kNone) return;
-    const Tensor xa = p.xa.get(be, dt, {N, r});
+    const Tensor xa = p.xa->get(be, dt, {N, r});
     gemm(be, dt, false, true, N, r, p.in, x, ldx, params_.value(p.A).data(), p.in, xa.data(), r,
          1.0, 0.0);
     gemm(be, dt, false, true, N, p.out, r, xa.data(), r, params_.value(p.B).data(), r, y, ldy, s,
          1.0);
     return;
   }
-  const Tensor xa = p.xa.get(be, dt, {N, r});
+  const Tensor xa = p.xa->get(be, dt, {N, r});
   gemm(be, dt, false, true, N, r, p.in, x, ldx, params_.value(p.A).data(), p.in, xa.data(), r, 1.0,
        0.0);
-  const Tensor pre = p.pre.get(be, dt, {N, p.out});
+  const Tensor pre = p.pre->get(be, dt, {N, p.out});
   times_weight(p.v.tensor().data(), pre.data(), p.out, 0.0);
   const Tensor branch = scratch_->branch.get(be, dt, {N, p.out});
   be.scale_columns(branch, pre, p.scale.tensor(), b);
@@ -244,7 +244,7 @@ void Decoder::proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, cons
       be.copy_rows(dyc.data(), p.out, dy, ldy, N, p.out, dt);
     }
     const Tensor dpre = scratch_->dpre.get(be, dt, {N, p.out});
-    be.dora_backward(dpre, params_.grad(p.m), dyc, p.pre.tensor(), p.scale.tensor(),
+    be.dora_backward(dpre, params_.grad(p.m), dyc, p.pre->tensor(), p.scale.tensor(),
                      p.inv_norm.tensor());
     d = dpre.data(), ldd = p.out;
     weight = p.v.tensor().data();
@@ -253,7 +253,7 @@ void Decoder::proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, cons
   const Tensor g = scratch_->g.get(be, dt, {N, r});
   gemm(be, dt, false, false, N, r, p.out, d, ldd, params_.value(p.B).data(), r, g.data(), r, 1.0,
        0.0);
-  gemm(be, dt, true, false, p.out, r, N, d, ldd, p.xa.tensor().data(), r, params_.grad(p.B).data(),
+  gemm(be, dt, true, false, p.out, r, N, d, ldd, p.xa->tensor().data(), r, params_.grad(p.B).data(),
        r, s, 1.0);
   gemm(be, dt, true, false, r, p.in, N, g.data(), r, x, ldx, params_.grad(p.A).data(), p.in, s,
        1.0);

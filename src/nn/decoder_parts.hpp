@@ -16,19 +16,16 @@ struct Decoder::Proj {
   size_t w = kNone, b = kNone;
   size_t A = kNone, B = kNone, m = kNone;  // adapter: A (rank, in), B (out, rank); DoRA: m (out)
   Buffer v, scale, inv_norm;  // DoRA, per step: V = W0 + s B A (out, in), m / ||V||, 1 / ||V||
-  Buffer xa;                  // adapter: x A^T (N, rank) of the last forward
-  Buffer pre;                 // DoRA: x V^T (N, out) of the last forward
   Buffer w_low;               // bf16 GEMMs: W0, or DoRA's V, in bf16 (out, in)
+  // In the layer's activations (Acts), bound by the layer's forward:
+  Buffer* xa = nullptr;   // adapter: x A^T (N, rank) of the last forward
+  Buffer* pre = nullptr;  // DoRA: x V^T (N, out) of the last forward
 };
 
-// A layer's parameters and what its backward needs of its forward. N = batch * seq rows;
-// C hidden, H query heads and KV key/value heads of D, F the MLP's width, W = (H + 2 KV) D.
-struct Decoder::Layer {
-  size_t ln1 = kNone, ln2 = kNone;  // the norms before attention and before the MLP
-  // Gemma 3: q and k normed per head (head_dim), each branch normed before it joins the stream.
-  size_t q_norm = kNone, k_norm = kNone, post_attn = kNone, post_mlp = kNone;
-  bool local = false;  // Gemma 3's local layer: its own rotary base
-  Proj q, k, v, o, gate, up, down;
+// What a layer's backward needs of its forward, N = batch * seq rows; C hidden, H query heads and
+// KV key/value heads of D, F the MLP's width, W = (H + 2 KV) D. Each layer has its own set, or,
+// with activation checkpointing, all layers share one that backward refills layer by layer.
+struct Decoder::Acts {
   Buffer h1, saved1;        // (N, C) input_layernorm's output, (N) its 1 / rms
   Buffer qkv;               // (N, W) q, k (rotated) and v of every head
   Buffer att, lse;          // (N, H D) the heads side by side, (B, H, T)
@@ -36,13 +33,28 @@ struct Decoder::Layer {
   Buffer h2, saved2;        // (N, C), (N) post_attention_layernorm's
   Buffer gate_out, up_out;  // (N, F) before the product
   Buffer act;               // (N, F) act(gate) * up
-  Buffer out;               // (N, C) the next layer's input
   // Gemma 3: q and k before their norms (N, H D), (N, KV D), the norms' 1 / rms (N H), (N KV);
   // o_proj's and down_proj's outputs before their norms (N, C) and those norms' (N).
   Buffer q_raw, k_raw, q_saved, k_saved, o_out, o_saved, mlp_out, mlp_saved;
   // bf16 GEMMs: the Linears' inputs h1, att, h2 and act as bf16 operands, kept for backward.
   Buffer h1_low, att_low, h2_low, act_low;
+  Buffer xa[7], pre[7];  // the seven Linears' adapter activations (Proj::xa, Proj::pre)
+};
+
+// A layer's parameters, its output and its activations.
+struct Decoder::Layer {
+  size_t ln1 = kNone, ln2 = kNone;  // the norms before attention and before the MLP
+  // Gemma 3: q and k normed per head (head_dim), each branch normed before it joins the stream.
+  size_t q_norm = kNone, k_norm = kNone, post_attn = kNone, post_mlp = kNone;
+  bool local = false;  // Gemma 3's local layer: its own rotary base and sliding window
+  Proj q, k, v, o, gate, up, down;
+  Buffer out;                   // (N, C) the next layer's input, kept either way
+  Acts* a = nullptr;            // its activations, bound by its forward
   Proj* projs() { return &q; }  // the seven, in declaration order
+  void bind(Acts& acts) {
+    a = &acts;
+    for (int i = 0; i < 7; ++i) projs()[i].xa = &acts.xa[i], projs()[i].pre = &acts.pre[i];
+  }
 };
 
 struct Decoder::Scratch {

@@ -219,9 +219,9 @@ const std::vector<ConfigKey> kKeys = {
     {"model.heads", T::integer, "4",
      "Transformer: attention heads; model.embedding must be a multiple of them."},
     {"model.checkpoint_activations", T::boolean, "false",
-     "Transformer: activation checkpointing; forward keeps only each block's output and backward "
-     "recomputes a block's activations before its gradients (about a third more compute, a "
-     "fraction of the activation memory)."},
+     "Transformer or decoder: activation checkpointing; forward keeps only each block's output "
+     "and backward recomputes a block's activations before its gradients (about a third more "
+     "compute, a fraction of the activation memory)."},
     {"model.bias", T::boolean, "true",
      "Transformer: biases in the Linears and LayerNorms (nanoGPT's bias; its train.py defaults to "
      "false, and so do checkpoints trained with it). With model.init_from, the base's."},

@@ -190,6 +190,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
     else
       m.output_size = m.vocab_size;
     m.adapter = m.decoder.adapter = adapter_options(c, "decoder");
+    m.decoder.checkpoint_activations = c.boolean("model.checkpoint_activations");
   } else if (family != "recurrent") {
     fail(c.origin("model.family"),
          ": model.family must be recurrent, transformer or decoder, got '", family, "'");
@@ -312,10 +313,15 @@ std::vector<std::string> ignored_settings(const Config& c) {
         "data.tokenizer is for data.task lm, or text_classify on a decoder; data.task "
         "is " +
         task + ": it is ignored");
-  for (const char* key : {"model.heads", "model.block_size", "model.checkpoint_activations"})
+  for (const char* key : {"model.heads", "model.block_size"})
     if (!transformer && c.differs_from_default(key))
       out.push_back(std::string(key) + " is for transformers; model.family is " + family +
                     ": it is ignored");
+  if (!transformer && !decoder && c.differs_from_default("model.checkpoint_activations"))
+    out.push_back(
+        "model.checkpoint_activations is for transformers and decoders; model.family "
+        "is " +
+        family + ": it is ignored");
   const bool adapters = c.str("adapter.kind") != "none";
   for (const char* key : {"adapter.rank", "adapter.alpha", "adapter.dropout", "adapter.targets",
                           "adapter.base_precision"})

@@ -517,10 +517,11 @@ void Training::print_start() const {
            << (recurrent ? " on the entries of A (DropConnect)" : " on the adapters' inputs");
     out_ << ": " << trainable << " trainable parameters (" << share << "), the base frozen\n";
   }
-  if (const TransformerOptions& t = task_.model.transformer; !recurrent) {
-    if (t.checkpoint_activations)
-      out_ << "activation checkpointing: each block's activations recomputed in backward\n";
-  }
+  if (!recurrent && (task_.model.transformer.checkpoint_activations ||
+                     task_.model.decoder.checkpoint_activations))
+    out_ << "activation checkpointing: each "
+         << (task_.model.family == ModelFamily::decoder ? "layer" : "block")
+         << "'s activations recomputed in backward\n";
   for (const std::string& w : ignored_settings(c_)) out_ << "warning: " << w << "\n";
   if (recurrent && rnn.variational_dropout && rnn.dropout == 0)
     out_ << "warning: model.dropout_mode is variational but model.dropout is 0: nothing is "

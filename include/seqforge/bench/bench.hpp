@@ -27,7 +27,7 @@ struct BenchOptions {
   int steps = 10;                            // timed steps
   int warmup = 2;                            // untimed steps first
   bool profile = false;                 // profile the timed steps (profiler::summary() afterwards)
-  bool checkpoint_activations = false;  // transformers: activation checkpointing
+  bool checkpoint_activations = false;  // transformers and decoders: activation checkpointing
   std::string device = "cpu";           // cpu | cuda (SEQFORGE_BACKEND overrides)
   bool cuda_graphs = true;              // steps replayed from a captured graph where one can be
 };

@@ -72,8 +72,12 @@ class Decoder final : public Model {
 
  private:
   struct Proj;
+  struct Acts;
   struct Layer;
   struct Scratch;
+  // Binds layer i to its activations: its own set, or with activation checkpointing the one set
+  // every layer shares.
+  void bind_activations(size_t i);
   void declare_adapters();
   void prepare_weights(Backend& be);
   // With bf16 GEMMs, x (rows, cols), rows ld apart, as a packed bf16 operand in `low`; null with
@@ -132,6 +136,7 @@ class Decoder final : public Model {
   Tensor lengths_;             // (B) set_token_layout's
   Buffer last_rows_, pooled_;  // a classifier's: (B) i64 each row's last token, (B, C)
   std::vector<Buffer> kv_;     // decoding: per layer (capacity, W), every token's q, k, v
+  std::vector<std::unique_ptr<Acts>> acts_;  // per layer, or one with checkpointing
   // The GEMMs' operand dtype: the parameters' (f32), or bf16 (f32 accumulation) with bf16
   // copies of the weights, made each step, a frozen weight's once (frozen_low_ready_).
   DType gemm_dt_;

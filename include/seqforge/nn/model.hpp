@@ -100,6 +100,8 @@ struct DecoderOptions {
   double rope_local_theta = 10000;
   std::vector<bool> sliding;   // per layer: a local layer, attending sliding_window keys back
   int64_t sliding_window = 0;  // 0: none
+  // Forward keeps each layer's output only; backward recomputes a layer's activations first.
+  bool checkpoint_activations = false;
 };
 
 struct ModelOptions {
