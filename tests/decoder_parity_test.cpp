@@ -164,6 +164,14 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
 TEST(PyTorchParity, DecoderCpuF32) { run_all("cpu", DType::f32, 1e-5); }
 TEST(PyTorchParity, DecoderSealedF32) { run_all("sealed", DType::f32, 1e-5); }
 TEST(PyTorchParity, DecoderReferenceF64) { run_all("reference", DType::f64, 1e-10); }
+TEST(PyTorchParity, CudaDecoderF32) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  run_all("cuda", DType::f32, 1e-5);
+}
+TEST(PyTorchParity, CudaDecoderF64) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  run_all("cuda", DType::f64, 1e-10);
+}
 
 // Central differences of the loss in f64 against backward, for entries of every kind of
 // parameter of a model with grouped-query attention, biases, Llama 3's rope scaling and a

@@ -99,9 +99,8 @@ class CudaBackend final : public Backend {
       case Op::norm:
       case Op::activation:
       case Op::attention:
+      case Op::decoder:
         return d == DType::f32 || d == DType::f64;
-      case Op::decoder:  // the Llama-style decoders' ops do not run on the GPU yet
-        return false;
     }
     return false;
   }
@@ -362,6 +361,46 @@ class CudaBackend final : public Backend {
                               saved.data(), static_cast<double*>(scratch(0, partial * 8)),
                               x.dtype(), N, C, stream_);
     launched("layer_norm_backward", x);
+  }
+  void rms_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, double offset,
+                        double eps) override {
+    const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    SF_CHECK(
+        y.numel() == x.numel() && saved.numel() == N && w.numel() == C && y.dtype() == x.dtype(),
+        "rms_norm_forward shapes");
+    cuda::rms_norm_forward(y.data(), saved.data(), x.data(), w.data(), offset, x.dtype(), N, C, eps,
+                           stream_);
+    launched("rms_norm_forward", x);
+  }
+  void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
+                         Tensor saved) override {
+    const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    SF_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel() && saved.numel() == N &&
+                 w.numel() == C && dw.numel() == C,
+             "rms_norm_backward shapes");
+    const size_t partial = static_cast<size_t>(cuda::layer_norm_partial_chunks(N) * C);
+    cuda::rms_norm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), offset,
+                            saved.data(), static_cast<double*>(scratch(0, partial * 8)), x.dtype(),
+                            N, C, stream_);
+    launched("rms_norm_backward", x);
+  }
+  void rotary(const Rotary& a, DType dtype) override {
+    cuda::rotary(a, dtype, stream_);
+    launched("rotary", Tensor(nullptr, dtype, {a.rows, a.heads, a.head_dim}));
+  }
+  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind) override {
+    SF_CHECK(y.numel() == gate.numel() && up.numel() == gate.numel(), "glu_forward sizes");
+    cuda::glu_forward(y.data(), gate.data(), up.data(), kind, y.dtype(), y.numel(), stream_);
+    launched("glu_forward", y);
+  }
+  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
+                    GluKind kind) override {
+    SF_CHECK(dgate.numel() == dy.numel() && dup.numel() == dy.numel() &&
+                 gate.numel() == dy.numel() && up.numel() == dy.numel(),
+             "glu_backward sizes");
+    cuda::glu_backward(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(), kind,
+                       dy.dtype(), dy.numel(), stream_);
+    launched("glu_backward", dy);
   }
   void gelu_forward(Tensor y, Tensor x) override {
     SF_CHECK(y.numel() == x.numel(), "gelu sizes");

@@ -6,6 +6,7 @@
 #include "kernels/cuda/adapter.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cells.cuh"
+#include "kernels/cuda/decoder.cuh"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/lnlstm.cuh"
@@ -521,6 +522,62 @@ void gelu_backward(void* dx, const void* dy, const void* x, DType dtype, int64_t
   dispatch_float(dtype, [&]<typename T>() {
     SF_LAUNCH(blocks_for(n), kThreads, 0, stream, gelu_backward_kernel<T>)
     (static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), n);
+  });
+}
+
+void rms_norm_forward(void* y, void* saved, const void* x, const void* w, double offset,
+                      DType dtype, int64_t rows, int64_t C, double eps, cudaStream_t stream) {
+  if (rows == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, rms_norm_forward_kernel<T>)
+    (static_cast<T*>(y), static_cast<T*>(saved), static_cast<const T*>(x), static_cast<const T*>(w),
+     offset, rows, C, eps);
+  });
+}
+
+void rms_norm_backward(void* dx, void* dw, const void* dy, const void* x, const void* w,
+                       double offset, const void* saved, double* partial, DType dtype, int64_t rows,
+                       int64_t C, cudaStream_t stream) {
+  if (rows == 0 || C == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, rms_norm_backward_input_kernel<T>)
+    (static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),
+     static_cast<const T*>(w), offset, static_cast<const T*>(saved), rows, C);
+    const int64_t chunks = layer_norm_partial_chunks(rows);
+    const int64_t tiles = chunks * ((C + kThreads - 1) / kThreads);
+    SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
+              rms_norm_params_partial_kernel<T>)
+    (partial, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(saved),
+     rows, C, chunks);
+    SF_LAUNCH(blocks_for(C), kThreads, 0, stream, rms_norm_params_final_kernel<T>)
+    (static_cast<T*>(dw), partial, C, chunks);
+  });
+}
+
+void rotary(const Rotary& a, DType dtype, cudaStream_t stream) {
+  const int64_t n = a.rows * a.heads * (a.head_dim / 2);
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, rotary_kernel<T>)(a);
+  });
+}
+
+void glu_forward(void* y, const void* gate, const void* up, GluKind kind, DType dtype, int64_t n,
+                 cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, glu_forward_kernel<T>)
+    (static_cast<T*>(y), static_cast<const T*>(gate), static_cast<const T*>(up), kind, n);
+  });
+}
+
+void glu_backward(void* dgate, void* dup, const void* dy, const void* gate, const void* up,
+                  GluKind kind, DType dtype, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, glu_backward_kernel<T>)
+    (static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<const T*>(dy),
+     static_cast<const T*>(gate), static_cast<const T*>(up), kind, n);
   });
 }
 

@@ -91,6 +91,19 @@ void gelu_forward(void* y, DType y_type, const void* x, DType dtype, int64_t n,
 void gelu_backward(void* dx, const void* dy, const void* x, DType dtype, int64_t n,
                    cudaStream_t stream);
 
+// The decoders' ops (decoder.cuh): RMS norm (rms_norm_backward needs `partial`:
+// layer_norm_partial_chunks(rows) * C doubles), rotary embeddings, the gated activations.
+void rms_norm_forward(void* y, void* saved, const void* x, const void* w, double offset,
+                      DType dtype, int64_t rows, int64_t C, double eps, cudaStream_t stream);
+void rms_norm_backward(void* dx, void* dw, const void* dy, const void* x, const void* w,
+                       double offset, const void* saved, double* partial, DType dtype, int64_t rows,
+                       int64_t C, cudaStream_t stream);
+void rotary(const Rotary& a, DType dtype, cudaStream_t stream);
+void glu_forward(void* y, const void* gate, const void* up, GluKind kind, DType dtype, int64_t n,
+                 cudaStream_t stream);
+void glu_backward(void* dgate, void* dup, const void* dy, const void* gate, const void* up,
+                  GluKind kind, DType dtype, int64_t n, cudaStream_t stream);
+
 // Attention (attention.cuh). Backward needs `delta`: B * heads * T elements of the dtype.
 void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stream);
 void attention_backward(const AttentionBackward& a, void* delta, DType dtype, cudaStream_t stream);

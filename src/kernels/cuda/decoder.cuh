@@ -1,0 +1,129 @@
+#pragma once
+// The Llama-style decoders' ops (kernels/decoder_ops.hpp's math): RMS norm over the last axis,
+// rotary position embeddings in Hugging Face's rotate-half layout, and the gated activations
+// (SiLU, GELU's tanh form), forward and backward; sums and formulas in double as the reference.
+#include "kernels/cuda/common.cuh"
+#include "seqforge/backend/ops.hpp"
+
+namespace seqforge::cuda {
+
+// One block per row of x (N, C): y = x rstd (offset + w), rstd = 1 / sqrt(mean(x^2) + eps);
+// saved (N) = rstd.
+template <typename T>
+__global__ void rms_norm_forward_kernel(T* y, T* saved, const T* x, const T* w, double offset,
+                                        int64_t rows, int64_t C, double eps) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * C;
+    double sq = 0;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+      sq += mul_rn(double(xr[j]), double(xr[j]));
+    const double rstd = 1.0 / sqrt(block_sum2(sq, 0).x / double(C) + eps);
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+      y[r * C + j] = static_cast<T>(mul_rn(mul_rn(double(xr[j]), rstd), offset + double(w[j])));
+    if (threadIdx.x == 0) saved[r] = static_cast<T>(rstd);
+  }
+}
+
+// One block per row: dx = rstd (g - x rstd^2 mean(g x)), g = dy (offset + w).
+template <typename T>
+__global__ void rms_norm_backward_input_kernel(T* dx, const T* dy, const T* x, const T* w,
+                                               double offset, const T* saved, int64_t rows,
+                                               int64_t C) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const double rstd = saved[r];
+    const T *xr = x + r * C, *dyr = dy + r * C;
+    double gx = 0;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+      gx += mul_rn(mul_rn(double(dyr[j]), offset + double(w[j])), double(xr[j]));
+    const double k = mul_rn(mul_rn(rstd, rstd), block_sum2(gx, 0).x) / double(C);
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+      const double g = mul_rn(double(dyr[j]), offset + double(w[j]));
+      dx[r * C + j] = static_cast<T>(mul_rn(rstd, g - mul_rn(double(xr[j]), k)));
+    }
+  }
+}
+
+// dw's column sums of dy x rstd in two deterministic passes, as layer norm's: partial sums over
+// `chunks` bands of rows (partial: (chunks, C) doubles), then their sum in band order.
+template <typename T>
+__global__ void rms_norm_params_partial_kernel(double* partial, const T* dy, const T* x,
+                                               const T* saved, int64_t rows, int64_t C,
+                                               int64_t chunks) {
+  const int64_t tiles = (C + blockDim.x - 1) / blockDim.x;
+  const int64_t band = (rows + chunks - 1) / chunks;
+  for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {
+    const int64_t chunk = t / tiles, j = t % tiles * blockDim.x + threadIdx.x;
+    if (j >= C) continue;
+    const int64_t r0 = chunk * band, r1 = r0 + band < rows ? r0 + band : rows;
+    double s = 0;
+    for (int64_t r = r0; r < r1; ++r)
+      s += mul_rn(mul_rn(double(dy[r * C + j]), double(x[r * C + j])), double(saved[r]));
+    partial[chunk * C + j] = s;
+  }
+}
+
+template <typename T>
+__global__ void rms_norm_params_final_kernel(T* dw, const double* partial, int64_t C,
+                                             int64_t chunks) {
+  SF_GRID_STRIDE(j, C) {
+    double s = 0;
+    for (int64_t c = 0; c < chunks; ++c) s += partial[c * C + j];
+    dw[j] += static_cast<T>(s);
+  }
+}
+
+// Every (row, head, i < head_dim / 2) pair of a.x turned by its position's angle, in place.
+template <typename T>
+__global__ void rotary_kernel(Rotary a) {
+  const int64_t half = a.head_dim / 2;
+  const T* cos = static_cast<const T*>(a.cos);
+  const T* sin = static_cast<const T*>(a.sin);
+  const double sign = a.inverse ? -1.0 : 1.0;
+  SF_GRID_STRIDE(n, a.rows * a.heads * half) {
+    const int64_t i = n % half, h = n / half % a.heads, r = n / (half * a.heads);
+    const int64_t pos = a.first_pos + r % a.seq;
+    T* v = static_cast<T*>(a.x) + r * a.ld + h * a.head_dim;
+    const double c = cos[pos * half + i], s = sign * double(sin[pos * half + i]);
+    const double x0 = v[i], x1 = v[i + half];
+    v[i] = static_cast<T>(mul_rn(x0, c) - mul_rn(x1, s));
+    v[i + half] = static_cast<T>(mul_rn(x1, c) + mul_rn(x0, s));
+  }
+}
+
+// The gate's activation and its derivative (kernels::glu_act).
+__device__ inline double glu_activation(GluKind kind, double g, double* derivative) {
+  if (kind == GluKind::silu) {
+    const double s = 1.0 / (1.0 + exp(-g));
+    *derivative = mul_rn(s, 1.0 + mul_rn(g, 1.0 - s));
+    return mul_rn(g, s);
+  }
+  const double kC = 0.7978845608028654;  // sqrt(2 / pi)
+  const double t = tanh(mul_rn(kC, g + mul_rn(mul_rn(mul_rn(0.044715, g), g), g)));
+  *derivative =
+      mul_rn(0.5, 1.0 + t) + mul_rn(mul_rn(mul_rn(mul_rn(0.5, g), 1.0 - mul_rn(t, t)), kC),
+                                    1.0 + mul_rn(mul_rn(3 * 0.044715, g), g));
+  return mul_rn(mul_rn(0.5, g), 1.0 + t);
+}
+
+// y = act(gate) * up.
+template <typename T>
+__global__ void glu_forward_kernel(T* y, const T* gate, const T* up, GluKind kind, int64_t n) {
+  SF_GRID_STRIDE(i, n) {
+    double d;
+    y[i] = static_cast<T>(mul_rn(glu_activation(kind, gate[i], &d), double(up[i])));
+  }
+}
+
+// dgate = dy * up * act'(gate), dup = dy * act(gate).
+template <typename T>
+__global__ void glu_backward_kernel(T* dgate, T* dup, const T* dy, const T* gate, const T* up,
+                                    GluKind kind, int64_t n) {
+  SF_GRID_STRIDE(i, n) {
+    double d;
+    const double a = glu_activation(kind, gate[i], &d), g = dy[i];
+    dgate[i] = static_cast<T>(mul_rn(mul_rn(g, double(up[i])), d));
+    dup[i] = static_cast<T>(mul_rn(g, a));
+  }
+}
+
+}  // namespace seqforge::cuda
