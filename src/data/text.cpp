@@ -11,6 +11,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/hash.hpp"
 #include "seqforge/data/datasets.hpp"
+#include "seqforge/io/csv.hpp"
 #include "seqforge/text/tokenizer.hpp"
 
 namespace seqforge {
@@ -129,6 +130,49 @@ void chunk_splits(const DataOptions& opt, TextData& d, const char* unit) {
 
 }  // namespace
 
+namespace {
+
+// The documents of a CSV column (one per row, empty cells left out with a note), each one's
+// tokens followed by the end-of-text token, packed into one stream as the blocks cut it.
+void document_tokens(const DataOptions& opt, const text::Tokenizer& tokenizer, TextData* d) {
+  const TextOptions& o = opt.text;
+  int32_t eos = -1;
+  if (!o.eos_token.empty()) {
+    const std::optional<int32_t> id = tokenizer.token_to_id(o.eos_token);
+    if (!id) fail(o.eos_from, ": '", o.eos_token, "' is not a token of ", o.tokenizer);
+    eos = *id;
+  } else {
+    if (o.eos_id < 0 || o.eos_id >= tokenizer.vocab_size())
+      fail(o.eos_from, ": ", o.eos_id, " is not an id of ", o.tokenizer, " (",
+           tokenizer.vocab_size(), " tokens)");
+    eos = static_cast<int32_t>(o.eos_id);
+  }
+  const io::CsvTable table = io::CsvTable::read(opt.path);
+  const std::string& column = o.columns[0];
+  if (!table.has_column(column))
+    fail(opt.source, ": data.text_columns: ", opt.path, " has no column '", column, "'");
+  int64_t empty = 0;
+  for (int64_t r = 0; r < table.rows(); ++r) {
+    const std::string& cell = table.text(column)[r];
+    if (cell.empty()) {
+      ++empty;
+      continue;
+    }
+    try {
+      for (int32_t id : tokenizer.encode(cell, false).ids) d->ids.push_back(id);
+    } catch (const Error& e) {
+      fail(opt.path, ":", table.line_of_row(r), ": column '", column, "': ", e.what());
+    }
+    d->ids.push_back(eos);
+  }
+  if (d->ids.empty()) fail(opt.path, ": column '", column, "' holds no text");
+  if (empty)
+    d->notes.push_back(std::to_string(empty) + " of " + std::to_string(table.rows()) +
+                       " rows with no text in column '" + column + "' left out");
+}
+
+}  // namespace
+
 text::Tokenizer read_tokenizer(const std::string& path, uint64_t expected, uint64_t* hash) {
   const std::string bytes = io::read_file(path);
   *hash = hash_text(bytes);
@@ -146,15 +190,19 @@ TextData load_tokens(const DataOptions& opt, const TextData* stored) {
   const text::Tokenizer tokenizer =
       read_tokenizer(d.tokenizer, stored ? stored->tokenizer_hash : 0, &d.tokenizer_hash);
   d.token_vocab = tokenizer.vocab_size();
-  std::string bytes = io::read_file(opt.path);
-  if (bytes.rfind("\xEF\xBB\xBF", 0) == 0) bytes.erase(0, 3);
-  if (bytes.empty()) fail(opt.path, ": empty file");
-  try {
-    // The file is one document: its tokens without a template's special tokens.
-    const std::vector<int32_t> ids = tokenizer.encode(bytes, false).ids;
-    d.ids.assign(ids.begin(), ids.end());
-  } catch (const Error& e) {
-    fail(opt.path, ": ", e.what());
+  if (!opt.text.columns.empty()) {
+    document_tokens(opt, tokenizer, &d);
+  } else {
+    std::string bytes = io::read_file(opt.path);
+    if (bytes.rfind("\xEF\xBB\xBF", 0) == 0) bytes.erase(0, 3);
+    if (bytes.empty()) fail(opt.path, ": empty file");
+    try {
+      // The file is one document: its tokens without a template's special tokens.
+      const std::vector<int32_t> ids = tokenizer.encode(bytes, false).ids;
+      d.ids.assign(ids.begin(), ids.end());
+    } catch (const Error& e) {
+      fail(opt.path, ": ", e.what());
+    }
   }
   chunk_splits(opt, d, "tokens");
   return d;

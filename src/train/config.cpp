@@ -124,7 +124,13 @@ const std::vector<ConfigKey> kKeys = {
      "(text_classify: a longer text, or the longer text of a pair, is cut at its end)."},
     {"data.text_columns", T::string_list, "[]",
      "text_classify: the CSV column of each example's text, or two columns, a pair (text A, then "
-     "data.separator, then text B, with segment embeddings telling them apart)."},
+     "data.separator, then text B, with segment embeddings telling them apart). lm: one column "
+     "whose rows are documents, their tokens joined with data.eos_token after each (empty: the "
+     "file is one text)."},
+    {"data.eos_token", T::string, "",
+     "lm on data.text_columns: the token ending each document (row). Empty: "
+     "tokenizer_config.json's "
+     "eos_token beside the tokenizer, else model.init_from's config.json eos_token_id."},
     {"data.separator", T::string, "\n",
      "text_classify: the characters between text A and text B of a pair (part of text A's "
      "segment)."},

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "data/calendar.hpp"
+#include "io/file_util.hpp"
 #include "seqforge/backend/ops.hpp"
 #include "seqforge/core/autotune.hpp"
 #include "seqforge/core/error.hpp"
@@ -25,6 +27,49 @@ int64_t positive(const Config& c, const std::string& key) {
 }
 
 // data.tokenizer, or the tokenizer.json of model.init_from's folder.
+// The token ending each document of an lm text column: data.eos_token, else the eos_token of the
+// tokenizer_config.json beside the tokenizer, else the eos_token_id of model.init_from's
+// config.json (the first of a list).
+void end_of_document(const Config& c, TextOptions* o) {
+  o->eos_token = c.str("data.eos_token");
+  o->eos_from = c.origin("data.eos_token") + ": data.eos_token";
+  if (!o->eos_token.empty()) return;
+  const auto read_json = [](const fs::path& path) {
+    try {
+      return nlohmann::json::parse(io::read_file(path.string()));
+    } catch (const nlohmann::json::exception& e) {
+      fail(path.string(), ": not valid JSON: ", e.what());
+    }
+  };
+  const fs::path beside = fs::path(o->tokenizer).parent_path() / "tokenizer_config.json";
+  if (fs::exists(beside)) {
+    const nlohmann::json j = read_json(beside);
+    const auto it = j.find("eos_token");
+    if (it != j.end() && it->is_object() && it->contains("content") && (*it)["content"].is_string())
+      o->eos_token = (*it)["content"].get<std::string>();
+    else if (it != j.end() && it->is_string())
+      o->eos_token = it->get<std::string>();
+    o->eos_from = beside.string() + ": eos_token";
+    if (!o->eos_token.empty()) return;
+  }
+  const std::string init = c.str("model.init_from");
+  const fs::path config = fs::path(init) / "config.json";
+  if (!init.empty() && fs::is_directory(init) && fs::exists(config)) {
+    const nlohmann::json j = read_json(config);
+    const auto it = j.find("eos_token_id");
+    if (it != j.end() && it->is_number_integer()) o->eos_id = it->get<int64_t>();
+    if (it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_number_integer())
+      o->eos_id = (*it)[0].get<int64_t>();
+    o->eos_from = config.string() + ": eos_token_id";
+    if (o->eos_id >= 0) return;
+  }
+  fail(c.origin("data.eos_token"),
+       ": data.eos_token: data.task lm on data.text_columns ends each document with an "
+       "end-of-text token: set data.eos_token to it (no eos_token in a tokenizer_config.json "
+       "beside ",
+       o->tokenizer, ", nor an eos_token_id in model.init_from's config.json)");
+}
+
 std::string tokenizer_path(const Config& c) {
   std::string path = c.str("data.tokenizer");
   const std::string init = c.str("model.init_from");
@@ -180,6 +225,12 @@ DataOptions data_options(const Config& c) {
   if (o.task == TaskKind::lm) {
     o.text.seq_len = positive(c, "data.seq_len");
     o.text.tokenizer = tokenizer_path(c);
+    o.text.columns = c.list("data.text_columns");
+    if (o.text.columns.size() > 1)
+      fail(c.origin("data.text_columns"),
+           ": data.task lm reads one text column (each row a document), got ",
+           o.text.columns.size());
+    if (!o.text.columns.empty()) end_of_document(c, &o.text);
     return o;
   }
   if (o.task == TaskKind::text_classify) {

@@ -313,6 +313,9 @@ std::vector<std::string> ignored_settings(const Config& c) {
         "data.tokenizer is for data.task lm, or text_classify on a decoder; data.task "
         "is " +
         task + ": it is ignored");
+  if (!(task == "lm" && !c.list("data.text_columns").empty()) &&
+      c.differs_from_default("data.eos_token"))
+    out.push_back("data.eos_token is for data.task lm on data.text_columns: it is ignored");
   for (const char* key : {"model.heads", "model.block_size"})
     if (!transformer && c.differs_from_default(key))
       out.push_back(std::string(key) + " is for transformers; model.family is " + family +

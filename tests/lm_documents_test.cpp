@@ -1,0 +1,104 @@
+// data.task lm on a CSV column: each row a document, its tokens followed by the end-of-text token
+// (data.eos_token, tokenizer_config.json's eos_token, or the model folder's eos_token_id), empty
+// rows left out with a note, and each way of naming the token that is wrong one error.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "seqforge/text/tokenizer.hpp"
+#include "seqforge/train/config.hpp"
+#include "seqforge/train/data_options.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Folder {
+  fs::path dir, csv, tokenizer;
+};
+
+// A tokenizer fitted on the documents (<|endoftext|> its id 0) and a CSV of them with an empty
+// row, in a fresh directory.
+Folder make_folder(const std::string& name, const std::vector<std::string>& docs) {
+  Folder f;
+  f.dir = fs::temp_directory_path() / ("seqforge_lm_docs_" + name + std::to_string(getpid()));
+  fs::remove_all(f.dir);
+  fs::create_directories(f.dir);
+  std::string all;
+  for (const std::string& d : docs) all += d + "\n";
+  f.tokenizer = f.dir / "tokenizer.json";
+  std::ofstream(f.tokenizer) << text::train_byte_level_bpe(all, {.vocab_size = 300});
+  f.csv = f.dir / "docs.csv";
+  std::ofstream csv(f.csv);
+  csv << "id,text\n";
+  for (size_t i = 0; i < docs.size(); ++i) csv << i << ",\"" << docs[i] << "\"\n";
+  csv << docs.size() << ",\n";  // no text: left out
+  return f;
+}
+
+Config lm_config(const Folder& f, std::vector<std::string> extra) {
+  extra.push_back("data.path=" + f.csv.string());
+  extra.push_back("data.tokenizer=" + f.tokenizer.string());
+  return Config::parse("data: {task: lm, seq_len: 4, text_columns: [text]}\n", "lm.yaml", extra);
+}
+
+TEST(LmDocuments, EachRowEndsWithTheEndOfTextToken) {
+  const std::vector<std::string> docs = {"To be, or not to be", "that is the question",
+                                         "Whether 'tis nobler in the mind to suffer"};
+  const Folder f = make_folder("rows", docs);
+  const text::Tokenizer tok = text::Tokenizer::from_file(f.tokenizer.string());
+  std::vector<int64_t> want;
+  for (const std::string& d : docs) {
+    for (int32_t id : tok.encode(d, false).ids) want.push_back(id);
+    want.push_back(0);  // <|endoftext|>
+  }
+  const Dataset d = load_dataset(lm_config(f, {"data.eos_token=<|endoftext|>"}));
+  EXPECT_EQ(d.text.ids, want);
+  ASSERT_EQ(d.text.notes.size(), 1u);
+  EXPECT_NE(d.text.notes[0].find("1 of 4 rows with no text in column 'text' left out"),
+            std::string::npos)
+      << d.text.notes[0];
+
+  // The token from tokenizer_config.json beside the tokenizer (HF writes it as a string or as
+  // an object), else an id from the model folder's config.json.
+  std::ofstream(f.dir / "tokenizer_config.json")
+      << R"({"eos_token": {"content": "<|endoftext|>", "special": true}})";
+  EXPECT_EQ(load_dataset(lm_config(f, {})).text.ids, want);
+  fs::remove(f.dir / "tokenizer_config.json");
+  const fs::path model = f.dir / "model";
+  fs::create_directories(model);
+  std::ofstream(model / "config.json") << R"({"eos_token_id": [0, 7]})";
+  EXPECT_EQ(load_dataset(lm_config(f, {"model.init_from=" + model.string()})).text.ids, want);
+  fs::remove_all(f.dir);
+}
+
+TEST(LmDocuments, AMissingOrUnknownEndOfTextTokenIsOneError) {
+  const Folder f = make_folder("errors", {"one document", "another one"});
+  const auto error = [&](std::vector<std::string> extra) {
+    return test::error_of([&] { load_dataset(lm_config(f, std::move(extra))); });
+  };
+  EXPECT_NE(error({}).find("data.eos_token: data.task lm on data.text_columns ends each document"),
+            std::string::npos)
+      << error({});
+  EXPECT_NE(error({"data.eos_token=</s>"}).find("'</s>' is not a token of"), std::string::npos)
+      << error({"data.eos_token=</s>"});
+  EXPECT_NE(error({"data.eos_token=x", "data.text_columns=[body]"}).find("has no column 'body'"),
+            std::string::npos);
+  EXPECT_NE(error({"data.text_columns=[text, id]"}).find("reads one text column"),
+            std::string::npos);
+  const fs::path model = f.dir / "model";
+  fs::create_directories(model);
+  std::ofstream(model / "config.json") << R"({"eos_token_id": 5000})";
+  const std::string past = error({"model.init_from=" + model.string()});
+  EXPECT_NE(past.find("eos_token_id: 5000 is not an id of"), std::string::npos) << past;
+  fs::remove_all(f.dir);
+}
+
+}  // namespace
+}  // namespace seqforge
