@@ -66,6 +66,7 @@ Errors replay(const std::string& name, Backend& be, DType dt) {
     o.adapter.rank = fixture["r"];
     o.adapter.alpha = fixture["a"];
     o.adapter.targets = fixture["targets"].get<std::vector<std::string>>();
+    o.adapter.dropout = fixture.value("drop", 0.0);
   }
   o.num_labels = fixture.value("k", 0);
   Decoder model(o, dt);
@@ -90,8 +91,8 @@ Errors replay(const std::string& name, Backend& be, DType dt) {
   const HostTensor ids(be, DType::i64, Shape(expected.find("ids")->shape), values(expected, "ids"));
   const HostTensor targets(be, DType::i64, Shape(expected.find("targets")->shape),
                            values(expected, "targets"));
-  Rng rng(0);
-  const Tensor logits = model.forward(be, ids.t, false, rng);
+  Rng rng(1);  // adapter dropout draws its masks as the fixture did, in a training pass
+  const Tensor logits = model.forward(be, ids.t, o.adapter.dropout > 0, rng);
   Errors e;
   e.torch_f32 = std::stod(expected.metadata().at("torch_f32"));
   e.logits = max_rel_error(to_doubles(be, logits), values(expected, "logits"));
@@ -310,7 +311,9 @@ double relative_l2(const std::vector<double>& got, const std::vector<double>& wa
 }
 
 // Logits and every parameter's gradient of one step (a cross-entropy loss) of `m` on 2 x 9 ids.
-std::pair<std::vector<double>, std::vector<double>> decoder_step(Backend& be, Decoder& m) {
+// A training pass draws adapter dropout's masks from Rng(1).
+std::pair<std::vector<double>, std::vector<double>> decoder_step(Backend& be, Decoder& m,
+                                                                 bool training = false) {
   std::vector<double> ids(18), targets(18);
   for (size_t i = 0; i < ids.size(); ++i) {
     ids[i] = double((i * 5 + 2) % 11);
@@ -318,7 +321,7 @@ std::pair<std::vector<double>, std::vector<double>> decoder_step(Backend& be, De
   }
   const HostTensor in(be, DType::i64, {2, 9}, ids), y(be, DType::i64, {18}, targets);
   Rng rng(1);
-  const Tensor out = m.forward(be, in.t, false, rng);
+  const Tensor out = m.forward(be, in.t, training, rng);
   const std::vector<double> logits = to_doubles(be, out);
   HostTensor dlogits(be, DType::f32, {18, 11}, std::vector<double>(18 * 11));
   be.cross_entropy_loss(out, y.t, {}, -1, dlogits.t);
@@ -332,8 +335,9 @@ std::pair<std::vector<double>, std::vector<double>> decoder_step(Backend& be, De
 
 // Activation checkpointing: backward recomputes each layer's activations from its input in one
 // set all layers share, and the logits and every gradient are the bits of the run that keeps
-// them all; f32 and bf16 GEMMs, with and without adapters, Llama and Gemma 3, and decoding
-// afterwards still equals the full pass.
+// them all; f32 and bf16 GEMMs, with and without adapters (with adapter dropout, whose masks the
+// recomputation draws again), Llama and Gemma 3, and decoding afterwards still equals the full
+// pass.
 TEST(Decoder, CheckpointedActivationsGiveTheSameBits) {
   for (const bool gemma : {false, true})
     for (const AdapterKind kind : {AdapterKind::none, AdapterKind::lora, AdapterKind::dora})
@@ -345,14 +349,15 @@ TEST(Decoder, CheckpointedActivationsGiveTheSameBits) {
         DecoderOptions o = small_decoder(gemma, kind);
         o.num_layers = 3;
         o.sliding = {true, false, true};
+        if (kind != AdapterKind::none) o.adapter.dropout = 0.3;  // recomputed with its masks
         auto kept = make_small_decoder(*be, o);
         o.checkpoint_activations = true;
         auto recomputed = make_small_decoder(*be, o);
         kept->set_gemm_dtype(gemm);
         recomputed->set_gemm_dtype(gemm);
         for (int step = 0; step < 2; ++step) {  // the second reuses the shared set
-          const auto [logits, grads] = decoder_step(*be, *kept);
-          const auto [logits2, grads2] = decoder_step(*be, *recomputed);
+          const auto [logits, grads] = decoder_step(*be, *kept, true);
+          const auto [logits2, grads2] = decoder_step(*be, *recomputed, true);
           EXPECT_EQ(logits, logits2) << what;
           EXPECT_EQ(grads, grads2) << what;
         }
@@ -386,6 +391,18 @@ TEST(Decoder, Bf16GemmsMatchTheReferenceAndFollowF32) {
       const auto [ref_logits, ref_grads] = decoder_step(*ref, *low_ref);
       EXPECT_LE(max_rel_error(logits, ref_logits), 1e-3) << what;
       EXPECT_LE(max_rel_error(grads, ref_grads), 1e-3) << what;
+      if (kind != AdapterKind::none) {  // adapter dropout: W0 on the dropped-out part in bf16
+        DecoderOptions d = o;
+        d.adapter.dropout = 0.3;
+        auto drop = make_small_decoder(*cpu, d), drop_ref = make_small_decoder(*ref, d);
+        drop->set_gemm_dtype(DType::bf16);
+        drop_ref->set_gemm_dtype(DType::bf16);
+        const auto [dl, dg] = decoder_step(*cpu, *drop, true);
+        const auto [rl, rg] = decoder_step(*ref, *drop_ref, true);
+        EXPECT_LE(max_rel_error(dl, rl), 1e-3) << what << " with dropout";
+        EXPECT_LE(max_rel_error(dg, rg), 1e-3) << what << " with dropout";
+        EXPECT_NE(dl, logits) << what << ": the masks changed nothing";
+      }
 
       o.initializer_range = 0.02;
       auto f32 = make_small_decoder(*cpu, o), bf16 = make_small_decoder(*cpu, o);

@@ -10,6 +10,7 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/core/hash.hpp"
 #include "seqforge/core/profiler.hpp"
 
 namespace seqforge {
@@ -223,7 +224,7 @@ Tensor Decoder::forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool trai
   return forward(be, ids, training, rng);
 }
 
-Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
+Tensor Decoder::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
   SF_CHECK(ids.shape().rank() == 2, "decoder input ", ids.shape().str(), ": expected (B, T) ids");
   batch_ = ids.shape()[0];
   seq_ = ids.shape()[1];
@@ -240,7 +241,14 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool, Rng&) {
   be.embedding_forward(x0, params_.value(embed_), ids_);
   if (opt_.gemma) be.scale(x0, embed_scale());
   Tensor x = x0;
+  // Adapter dropout: a seed per layer from rng, its Linear j's mask hashed from (seed, 16 + j).
+  adapter_dropping_ =
+      training && opt_.adapter.kind != AdapterKind::none && opt_.adapter.dropout > 0;
   for (size_t i = 0; i < layers_.size(); ++i) {
+    if (adapter_dropping_) {
+      const uint64_t seed = rng.next();
+      for (int j = 0; j < 7; ++j) layers_[i]->projs()[j].seed = mix_seed(seed, 16 + uint64_t(j));
+    }
     bind_activations(i);
     layer_forward(be, *layers_[i], x);
     x = layers_[i]->out.tensor();
@@ -384,6 +392,7 @@ void Decoder::decode_start(Backend& be, int64_t capacity) {
          " positions (max_position_embeddings)");
   decode_pos_ = 0;
   decode_capacity_ = capacity;
+  adapter_dropping_ = false;
   prepare_rope(be, capacity);
   prepare_weights(be);  // the weights hold still while generating
   kv_.resize(layers_.size());

@@ -41,10 +41,8 @@ const char* const kTargets[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
 void Decoder::declare_adapters() {
   const AdapterOptions& a = opt_.adapter;
   if (a.kind == AdapterKind::none) return;
-  SF_CHECK(a.rank > 0 && a.alpha > 0, "adapter rank ", a.rank, ", alpha ", a.alpha);
-  if (a.dropout != 0)
-    fail("adapter.dropout: adapters on a ", opt_.model_type,
-         " model take no dropout yet (set adapter.dropout to 0)");
+  SF_CHECK(a.rank > 0 && a.alpha > 0 && a.dropout >= 0 && a.dropout < 1, "adapter rank ", a.rank,
+           ", alpha ", a.alpha, ", dropout ", a.dropout);
   for (const std::string& t : a.targets)
     if (std::find(std::begin(kTargets), std::end(kTargets), t) == std::end(kTargets))
       fail("adapter target '", t, "' is not a Linear of a ", opt_.model_type,
@@ -125,6 +123,9 @@ void Decoder::prepare_weights(Backend& be) {
                      params_.value(p.m));
       }
       if (!low()) continue;
+      if (p.m != kNone && opt_.adapter.dropout > 0 && w.dtype() != gemm_dt_ &&
+          !frozen_low_ready_)  // W0 on the dropped-out part of the input
+        be.convert(p.base_low.get(be, gemm_dt_, {p.out, p.in}), w);
       if (p.m != kNone)
         be.convert(p.w_low.get(be, gemm_dt_, {p.out, p.in}), p.v.tensor());
       else if (w.dtype() != gemm_dt_ && (!params_.fixed(p.w) || !frozen_low_ready_))
@@ -154,46 +155,82 @@ const void* Decoder::low_operand(Backend& be, Buffer& low_buf, const void* x, in
   return out.data();
 }
 
+// W0's bf16 operand: a base held in bf16 itself, else its bf16 copy (DoRA: the one kept for
+// adapter dropout, as its w_low holds V).
+const void* Decoder::base_low_weight(const Proj& p) const {
+  const Tensor w = params_.value(p.w);
+  if (w.dtype() == gemm_dt_) return w.data();
+  return (p.m == kNone ? p.w_low : p.base_low).tensor().data();
+}
+
 // y(N, out), rows ldy apart, (beta y +)= the Linear of x(N, in), rows ldx apart (x_low: x as a
 // packed bf16 operand, or null): without an adapter one GEMM into y; with LoRA x W0^T + b +
-// s (x A^T) B^T; with DoRA (m / ||V||)(x V^T) + b, computed packed and then added (beta 1, y
-// packed) or copied (beta 0) into y. With bf16 GEMMs the products with W0 and V take bf16
-// operands; the adapters' rank-r products stay in f32.
+// s (in A^T) B^T; with DoRA (m / ||V||)(in V^T) + b (+ (x - in) W0^T), computed packed and then
+// added (beta 1, y packed) or copied (beta 0) into y. The adapter's input `in` is x, or with
+// adapter dropout x * mask (PEFT's lora_dropout: the base keeps x, so DoRA adds W0 on the
+// dropped-out part). With bf16 GEMMs the products with W0 and V take bf16 operands; the
+// adapters' rank-r products stay in f32.
 void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const void* x, int64_t ldx,
                            const void* x_low, double beta) {
   const int64_t N = batch_ * seq_, r = opt_.adapter.rank;
   const DType dt = params_.dtype();
   const Tensor b = p.b == kNone ? Tensor() : params_.value(p.b);
   const double s = opt_.adapter.alpha / double(r);
-  // y (+)= x W^T for W0 or V: in bf16 from x_low and the weight's bf16 copy, or in f32.
-  const auto times_weight = [&](const void* w, void* out, int64_t ldo, double out_beta) {
-    if (x_low)
-      gemm(be, gemm_dt_, false, true, N, p.out, p.in, x_low, p.in, low_weight(p), p.in, out, ldo,
-           1.0, out_beta);
+  // out (N, out) rows ldo apart (out_beta out +)= a W^T: in bf16 from a_low and w_low, or in f32
+  // from a (rows lda apart) and w.
+  const auto product = [&](const void* a, int64_t lda, const void* a_low, const void* w,
+                           const void* w_low, void* out, int64_t ldo, double out_beta) {
+    if (a_low)
+      gemm(be, gemm_dt_, false, true, N, p.out, p.in, a_low, p.in, w_low, p.in, out, ldo, 1.0,
+           out_beta);
     else
-      gemm(be, dt, false, true, N, p.out, p.in, x, ldx, w, p.in, out, ldo, 1.0, out_beta);
+      gemm(be, dt, false, true, N, p.out, p.in, a, lda, w, p.in, out, ldo, 1.0, out_beta);
   };
+  const bool drop = adapter_dropping_ && p.A != kNone;
+  const void* in = x;  // the adapter's input
+  int64_t ldi = ldx;
+  if (drop) {
+    SF_CHECK(ldx == p.in, "adapter dropout on a Linear whose input rows are strided");
+    const Tensor mask = p.xd_mask->get(be, dt, {N, p.in});
+    be.dropout_mask(mask, opt_.adapter.dropout, p.seed);
+    const Tensor xd = p.xd->get(be, dt, {N, p.in});
+    be.mul(xd, Tensor(const_cast<void*>(x), dt, {N, p.in}), mask);
+    in = xd.data(), ldi = p.in;
+  }
   if (p.m == kNone) {
-    times_weight(params_.value(p.w).data(), y, ldy, beta);
+    product(x, ldx, x_low, params_.value(p.w).data(), low() ? low_weight(p) : nullptr, y, ldy,
+            beta);
     if (!b.empty()) {  // + b on every row: ones (N, 1) b (1, out)
       const Tensor ones = scratch_->ones.tensor();
       gemm(be, dt, false, false, N, p.out, 1, ones.data(), 1, b.data(), p.out, y, ldy, 1.0, 1.0);
     }
     if (p.A == kNone) return;
     const Tensor xa = p.xa->get(be, dt, {N, r});
-    gemm(be, dt, false, true, N, r, p.in, x, ldx, params_.value(p.A).data(), p.in, xa.data(), r,
+    gemm(be, dt, false, true, N, r, p.in, in, ldi, params_.value(p.A).data(), p.in, xa.data(), r,
          1.0, 0.0);
     gemm(be, dt, false, true, N, p.out, r, xa.data(), r, params_.value(p.B).data(), r, y, ldy, s,
          1.0);
     return;
   }
   const Tensor xa = p.xa->get(be, dt, {N, r});
-  gemm(be, dt, false, true, N, r, p.in, x, ldx, params_.value(p.A).data(), p.in, xa.data(), r, 1.0,
+  gemm(be, dt, false, true, N, r, p.in, in, ldi, params_.value(p.A).data(), p.in, xa.data(), r, 1.0,
        0.0);
   const Tensor pre = p.pre->get(be, dt, {N, p.out});
-  times_weight(p.v.tensor().data(), pre.data(), p.out, 0.0);
+  // rest_low holds the dropped input's bf16 operand here, then the dropped-out part's below.
+  const void* in_low = drop ? low_operand(be, scratch_->rest_low, in, N, p.in, p.in) : x_low;
+  product(in, ldi, in_low, p.v.tensor().data(), low() ? low_weight(p) : nullptr, pre.data(), p.out,
+          0.0);
   const Tensor branch = scratch_->branch.get(be, dt, {N, p.out});
   be.scale_columns(branch, pre, p.scale.tensor(), b);
+  if (drop) {  // + (x - in) W0^T
+    const Tensor rest = scratch_->rest.get(be, dt, {N, p.in});
+    be.copy(rest, Tensor(const_cast<void*>(in), dt, {N, p.in}));
+    be.scale(rest, -1.0);
+    be.add(rest, Tensor(const_cast<void*>(x), dt, {N, p.in}));
+    product(rest.data(), p.in, low_operand(be, scratch_->rest_low, rest.data(), N, p.in, p.in),
+            params_.value(p.w).data(), low() ? base_low_weight(p) : nullptr, branch.data(), p.out,
+            1.0);
+  }
   if (beta == 0) return be.copy_rows(y, ldy, branch.data(), p.out, N, p.out, dt);
   SF_CHECK(beta == 1 && ldy == p.out, "a DoRA Linear adds into packed rows or writes strided ones");
   be.add(Tensor(y, dt, {N, p.out}), branch);
@@ -202,24 +239,28 @@ void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const voi
 // dx(N, in) (dx_beta dx +)= d(loss)/dx through the Linear, from dy(N, out) rows ldy apart; the
 // gradients of what trains accumulate: W and b without adapters, A, B (and m) with them. With
 // bf16 GEMMs (x_low: x's bf16 operand), the products with W0 or V and W's gradient take bf16
-// operands.
+// operands. With adapter dropout the adapter's gradients read the input it had, and its part of
+// dx passes the mask: LoRA dx = dy W0 + s (g A) * mask; DoRA dx = dy W0 + (dpre V - dy W0) * mask.
 void Decoder::proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, const void* dy,
                             int64_t ldy, const void* x, int64_t ldx, const void* x_low) {
   const int64_t N = batch_ * seq_, r = opt_.adapter.rank;
   const DType dt = params_.dtype();
   const double s = opt_.adapter.alpha / double(r);
   const Tensor ones = scratch_->ones.tensor();
-  // dx (dx_beta dx +)= d W for W0 or V, d (N, out) rows ldd apart: in bf16 or f32.
-  const auto times_weight = [&](const void* d, int64_t ldd, const void* w) {
+  // out (N, in) (out_beta out +)= e W for e (N, out) rows lde apart and W0 or V: in bf16 (e's
+  // bf16 operand and w_low) or f32 (w).
+  const auto input_grad = [&](const void* e, int64_t lde, const void* w, const void* w_low,
+                              void* out, double out_beta) {
     if (x_low)
       gemm(be, gemm_dt_, false, false, N, p.in, p.out,
-           low_operand(be, scratch_->d_low, d, N, p.out, ldd), p.out, low_weight(p), p.in, dx, p.in,
-           1.0, dx_beta);
+           low_operand(be, scratch_->d_low, e, N, p.out, lde), p.out, w_low, p.in, out, p.in, 1.0,
+           out_beta);
     else
-      gemm(be, dt, false, false, N, p.in, p.out, d, ldd, w, p.in, dx, p.in, 1.0, dx_beta);
+      gemm(be, dt, false, false, N, p.in, p.out, e, lde, w, p.in, out, p.in, 1.0, out_beta);
   };
+  const void* w0 = params_.value(p.w).data();
   if (p.A == kNone) {  // a plain Linear; its weights train unless the base is frozen
-    if (dx) times_weight(dy, ldy, params_.value(p.w).data());
+    if (dx) input_grad(dy, ldy, w0, x_low ? low_weight(p) : nullptr, dx, dx_beta);
     if (!train_base_) return;
     if (x_low)  // d_low holds dy when dx was computed; made again otherwise
       gemm(be, gemm_dt_, true, false, p.out, p.in, N,
@@ -234,9 +275,11 @@ void Decoder::proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, cons
            p.out, 1.0, 1.0);
     return;
   }
+  const bool drop = adapter_dropping_;
+  const void* in = drop ? p.xd->tensor().data() : x;  // the adapter's input
+  const int64_t ldi = drop ? p.in : ldx;
   const void* d = dy;  // the gradient at the adapted product: dy for LoRA, dpre for DoRA
   int64_t ldd = ldy;
-  const void* weight = params_.value(p.w).data();  // the input gradient's: W0, or DoRA's V
   if (p.m != kNone) {
     Tensor dyc(const_cast<void*>(dy), dt, {N, p.out});
     if (ldy != p.out) {
@@ -247,22 +290,43 @@ void Decoder::proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, cons
     be.dora_backward(dpre, params_.grad(p.m), dyc, p.pre->tensor(), p.scale.tensor(),
                      p.inv_norm.tensor());
     d = dpre.data(), ldd = p.out;
-    weight = p.v.tensor().data();
   }
-  // g = d B (N, rank); dB += s d^T (x A^T); dA += s g^T x.
+  // g = d B (N, rank); dB += s d^T (in A^T); dA += s g^T in.
   const Tensor g = scratch_->g.get(be, dt, {N, r});
   gemm(be, dt, false, false, N, r, p.out, d, ldd, params_.value(p.B).data(), r, g.data(), r, 1.0,
        0.0);
   gemm(be, dt, true, false, p.out, r, N, d, ldd, p.xa->tensor().data(), r, params_.grad(p.B).data(),
        r, s, 1.0);
-  gemm(be, dt, true, false, r, p.in, N, g.data(), r, x, ldx, params_.grad(p.A).data(), p.in, s,
+  gemm(be, dt, true, false, r, p.in, N, g.data(), r, in, ldi, params_.grad(p.A).data(), p.in, s,
        1.0);
   if (!dx) return;
-  // dx = d W0 + s g A (LoRA), or d V (DoRA, whose V holds s B A already).
-  times_weight(d, ldd, weight);
-  if (p.m == kNone)
-    gemm(be, dt, false, false, N, p.in, r, g.data(), r, params_.value(p.A).data(), p.in, dx, p.in,
-         s, 1.0);
+  const Tensor dxt(dx, dt, {N, p.in});
+  if (p.m == kNone) {  // dx = d W0 + s (g A) (* mask)
+    input_grad(d, ldd, w0, x_low ? low_weight(p) : nullptr, dx, dx_beta);
+    if (!drop)
+      return gemm(be, dt, false, false, N, p.in, r, g.data(), r, params_.value(p.A).data(), p.in,
+                  dx, p.in, s, 1.0);
+    const Tensor own = scratch_->own.get(be, dt, {N, p.in});
+    gemm(be, dt, false, false, N, p.in, r, g.data(), r, params_.value(p.A).data(), p.in, own.data(),
+         p.in, s, 0.0);
+    be.mul(own, own, p.xd_mask->tensor());
+    return be.add(dxt, own);
+  }
+  // DoRA, whose V holds s B A already: dx = dpre V, or with dropout dy W0 + (dpre V - dy W0) *
+  // mask.
+  if (!drop)
+    return input_grad(d, ldd, p.v.tensor().data(), x_low ? low_weight(p) : nullptr, dx, dx_beta);
+  const Tensor own = scratch_->own.get(be, dt, {N, p.in}),
+               base = scratch_->own2.get(be, dt, {N, p.in});
+  input_grad(d, ldd, p.v.tensor().data(), x_low ? low_weight(p) : nullptr, own.data(), 0.0);
+  input_grad(dy, ldy, w0, x_low ? base_low_weight(p) : nullptr, base.data(), 0.0);
+  be.scale(base, -1.0);
+  be.add(own, base);  // dpre V - dy W0
+  be.mul(own, own, p.xd_mask->tensor());
+  be.scale(base, -1.0);
+  be.add(own, base);
+  if (dx_beta == 0) return be.copy(dxt, own);
+  be.add(dxt, own);
 }
 
 }  // namespace seqforge

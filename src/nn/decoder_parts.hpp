@@ -17,9 +17,13 @@ struct Decoder::Proj {
   size_t A = kNone, B = kNone, m = kNone;  // adapter: A (rank, in), B (out, rank); DoRA: m (out)
   Buffer v, scale, inv_norm;  // DoRA, per step: V = W0 + s B A (out, in), m / ||V||, 1 / ||V||
   Buffer w_low;               // bf16 GEMMs: W0, or DoRA's V, in bf16 (out, in)
+  Buffer base_low;            // bf16 GEMMs, DoRA with adapter dropout: W0 in bf16 (out, in)
+  uint64_t seed = 0;          // adapter dropout: the mask's seed of this forward
   // In the layer's activations (Acts), bound by the layer's forward:
-  Buffer* xa = nullptr;   // adapter: x A^T (N, rank) of the last forward
-  Buffer* pre = nullptr;  // DoRA: x V^T (N, out) of the last forward
+  Buffer* xa = nullptr;       // adapter: in A^T (N, rank) of the last forward
+  Buffer* pre = nullptr;      // DoRA: in V^T (N, out) of the last forward
+  Buffer* xd = nullptr;       // adapter dropout: in = x * mask (N, in), the adapter's input
+  Buffer* xd_mask = nullptr;  // adapter dropout: the mask (N, in), 0 or 1 / (1 - p)
 };
 
 // What a layer's backward needs of its forward, N = batch * seq rows; C hidden, H query heads and
@@ -38,7 +42,8 @@ struct Decoder::Acts {
   Buffer q_raw, k_raw, q_saved, k_saved, o_out, o_saved, mlp_out, mlp_saved;
   // bf16 GEMMs: the Linears' inputs h1, att, h2 and act as bf16 operands, kept for backward.
   Buffer h1_low, att_low, h2_low, act_low;
-  Buffer xa[7], pre[7];  // the seven Linears' adapter activations (Proj::xa, Proj::pre)
+  // The seven Linears' adapter activations (Proj::xa, Proj::pre, Proj::xd, Proj::xd_mask).
+  Buffer xa[7], pre[7], xd[7], xd_mask[7];
 };
 
 // A layer's parameters, its output and its activations.
@@ -53,7 +58,10 @@ struct Decoder::Layer {
   Proj* projs() { return &q; }  // the seven, in declaration order
   void bind(Acts& acts) {
     a = &acts;
-    for (int i = 0; i < 7; ++i) projs()[i].xa = &acts.xa[i], projs()[i].pre = &acts.pre[i];
+    for (int i = 0; i < 7; ++i) {
+      Proj& p = projs()[i];
+      p.xa = &acts.xa[i], p.pre = &acts.pre[i], p.xd = &acts.xd[i], p.xd_mask = &acts.xd_mask[i];
+    }
   }
 };
 
@@ -72,6 +80,8 @@ struct Decoder::Scratch {
   Buffer dq_normed, dq_raw;  // Gemma 3: (N, H D) at q after and before its norm (k: the same)
   Buffer dpooled;            // (B, C) a classifier's gradient at its rows
   Buffer d_low, d_packed;    // bf16 GEMMs: a Linear's output gradient in bf16, packed first
+  Buffer rest, rest_low;     // adapter dropout, DoRA: (N, in) x - in, and its bf16 operand
+  Buffer own, own2;          // adapter dropout: (N, in) a Linear's own input gradient parts
 };
 
 }  // namespace seqforge

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_parity_fixtures import max_rel_error, out_dir_and_configs  # noqa: E402
+from make_transformer_fixtures import SeqforgeRng, dropout_mask, mix_seed  # noqa: E402
 
 # type: llama or qwen2; v vocabulary, c hidden, f MLP width, l layers, h query heads, kv
 # key/value heads, d head size (given as head_dim when not c / h), t tokens, b batch; tie: tied
@@ -54,6 +55,12 @@ CONFIGS = [
          targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
     dict(type="llama", v=17, c=20, f=28, l=1, h=2, kv=1, d=8, t=9, b=3, adapter="dora", r=2,
          a=2.0, targets=["q_proj", "v_proj"], bias=True),
+    # adapter dropout, PEFT's lora_dropout, with seqforge's masks (adapter_masks)
+    dict(type="llama", v=23, c=24, f=40, l=2, h=4, kv=2, t=11, b=2, adapter="dora", r=4, a=8.0,
+         drop=0.25, bias=True,
+         targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+    dict(type="qwen2", v=19, c=24, f=32, l=2, h=6, kv=3, d=6, t=13, b=2, adapter="lora", r=3,
+         a=6.0, drop=0.4, targets=["q_proj", "v_proj", "o_proj", "down_proj"]),
     # HF's sequence classification head on each row's last token (rows padded on the right)
     dict(type="llama", v=29, c=24, f=32, l=2, h=4, kv=2, t=15, b=3, k=3, lens=[15, 9, 1]),
     dict(type="qwen2", v=29, c=24, f=32, l=1, h=2, kv=1, d=12, t=12, b=2, k=2, lens=[7, 12],
@@ -75,6 +82,9 @@ CONFIGS = [
     dict(type="gemma3_text", v=29, c=24, f=32, l=2, h=4, kv=2, d=8, t=21, b=3, tie=True,
          qpas=8.0, window=1, pattern=2, k=2, lens=[21, 5, 13], adapter="dora", r=2, a=4.0,
          targets=["q_proj", "v_proj"]),
+    dict(type="gemma3_text", v=29, c=20, f=24, l=2, h=4, kv=1, d=8, t=17, b=2, tie=True,
+         qpas=8.0, window=6, pattern=2, adapter="dora", r=2, a=4.0, drop=0.1,
+         targets=["q_proj", "o_proj", "up_proj"]),
 ]
 
 
@@ -175,12 +185,34 @@ def rms_norm(x, w, eps, gemma=False):
     return (1 + w if gemma else w) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def forward(config, p, ids, adapter=None, lens=None, order=None):
+LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def adapter_masks(c, config):
+    """{(layer, Linear): (B, T, in) mask} of a training forward from Rng(1): each layer draws a
+    seed, its Linear j (q, k, v, o, gate, up, down) hashes mix_seed(seed, 16 + j)."""
+    rng, masks = SeqforgeRng(1), {}
+    H, D = config["num_attention_heads"], config["head_dim"]
+    widths = {"o_proj": H * D, "down_proj": c["f"]}
+    for i in range(c["l"]):
+        seed = rng.next()
+        for j, target in enumerate(LINEARS):
+            if target in c["targets"]:
+                width = widths.get(target, c["c"])
+                mask = dropout_mask(mix_seed(seed, 16 + j), c["drop"], c["b"] * c["t"], width)
+                masks[(i, target)] = mask.view(c["b"], c["t"], width)
+    return masks
+
+
+def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None):
     """Logits (B*T, V) of the reference decoder from parameters `p` (HF's names); with
     `adapter` (kind, scale) PEFT's LoRA or DoRA on the Linears whose A and B `p` holds as
     base_model.model.<name>.lora_A.weight ...; with `score.weight` in `p`, HF's sequence
     classification logits (B, K) on each row's last token (lens). With `order` (a generator),
-    every Linear sums its inputs in a random order: the same function, rounded otherwise."""
+    every Linear sums its inputs in a random order: the same function, rounded otherwise. With
+    `masks` (adapter_masks) the adapters read the dropped input x' = x * mask, as PEFT's
+    lora_dropout: LoRA adds s x' A^T B^T; DoRA keeps the base on x and adds
+    (m / ||V|| - 1) x' W0^T + (m / ||V||) s x' A^T B^T."""
     B, T = ids.shape
     H, KV, D = (config["num_attention_heads"], config["num_key_value_heads"],
                 config["head_dim"])
@@ -213,12 +245,19 @@ def forward(config, p, ids, adapter=None, lens=None, order=None):
             return linear(x, w, b)
         kind, scale = adapter
         A, Bm = p[key + ".lora_A.weight"], p[key + ".lora_B.weight"]
+        parts = name.split(".")
+        mask = masks.get((int(parts[2]), parts[-1])) if masks else None
         if kind == "lora":
-            return linear(x, w, b) + scale * linear(linear(x, A), Bm)
+            xd = x if mask is None else x * mask.to(x.dtype)
+            return linear(x, w, b) + scale * linear(linear(xd, A), Bm)
         v = w + scale * Bm @ A  # DoRA: the norm is a constant in backward, as in PEFT
         m = p[key + ".lora_magnitude_vector"]
-        y = (m / v.norm(dim=1).detach()) * linear(x, v)
-        return y if b is None else y + b
+        mag = m / v.norm(dim=1).detach()
+        if mask is None:
+            y = mag * linear(x, v)
+            return y if b is None else y + b
+        xd = x * mask.to(x.dtype)
+        return linear(x, w, b) + (mag - 1) * linear(xd, w) + mag * scale * linear(linear(xd, A), Bm)
 
     x = p["model.embed_tokens.weight"][ids]
     if gemma:  # the embedding scale, rounded to the weights' dtype as HF rounds it
@@ -409,6 +448,8 @@ def name_of(c):
         parts.append(c["dtype"].lower())
     if c.get("adapter"):
         parts.append(f"{c['adapter']}{c['r']}_" + "_".join(t[:-5] for t in c["targets"]))
+    if c.get("drop"):
+        parts.append(f"drop{c['drop']:g}")
     if c.get("k"):
         parts.append(f"classify{c['k']}")
     return "_".join(parts)
@@ -437,7 +478,8 @@ def main():
             p[n].requires_grad_(True)
         adapter = (c["adapter"], c["a"] / c["r"]) if c.get("adapter") else None
         lens = c.get("lens", [T] * B)
-        logits = forward(config, p, ids, adapter, lens)
+        masks = adapter_masks(c, config) if c.get("drop") else None
+        logits = forward(config, p, ids, adapter, lens, masks=masks)
         loss = F.cross_entropy(logits, targets)
         loss.backward()
         # PyTorch's own float32 error on the same weights, under the parity metric: the worst of
@@ -448,7 +490,7 @@ def main():
         for probe in range(5):
             p32 = {n: t.detach().float().requires_grad_(n in trained) for n, t in p.items()}
             order = torch.Generator().manual_seed(probe) if probe else None
-            logits32 = forward(config, p32, ids, adapter, lens, order)
+            logits32 = forward(config, p32, ids, adapter, lens, order, masks)
             F.cross_entropy(logits32, targets).backward()
             torch_f32 = max([torch_f32, max_rel_error(logits32.detach(), logits.detach())] +
                             [max_rel_error(p32[n].grad, p[n].grad) for n in trained])
@@ -462,7 +504,7 @@ def main():
                     "lengths": (torch.tensor(lens), "I64")}
         for n in trained:
             expected["grad." + n] = (p[n].grad, "F64")
-        fixture = {key: c[key] for key in ("adapter", "r", "a", "targets", "k") if key in c}
+        fixture = {key: c[key] for key in ("adapter", "r", "a", "targets", "k", "drop") if key in c}
         write_safetensors(os.path.join(folder, "expected.safetensors"), expected,
                           {"torch_f32": repr(torch_f32), "fixture": json.dumps(fixture)})
         names.append(name)

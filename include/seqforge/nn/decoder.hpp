@@ -88,6 +88,7 @@ class Decoder final : public Model {
   // The bf16 operand of a Linear's weight: a base held in bf16 itself, else its bf16 copy (DoRA:
   // of V).
   const void* low_weight(const Proj& p) const;
+  const void* base_low_weight(const Proj& p) const;
   void proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const void* x, int64_t ldx,
                     const void* x_low, double beta);
   void proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, const void* dy, int64_t ldy,
@@ -141,6 +142,7 @@ class Decoder final : public Model {
   // copies of the weights, made each step, a frozen weight's once (frozen_low_ready_).
   DType gemm_dt_;
   bool frozen_low_ready_ = false;
+  bool adapter_dropping_ = false;          // this forward is a training one with adapter dropout
   Buffer head_low_, z_low_, dlogits_low_;  // bf16 GEMMs: the head's weight, its input and dlogits
   int64_t decode_pos_ = 0, decode_capacity_ = 0;
 };
