@@ -66,7 +66,7 @@ fi
 
 status=0
 echo "== PyTorch fixtures"
-for maker in make_parity_fixtures.py make_transformer_fixtures.py; do
+for maker in make_parity_fixtures.py make_transformer_fixtures.py make_decoder_fixtures.py; do
   "$python" "$root/tests/python/$maker" "$SEQFORGE_FIXTURE_DIR" >> "$out/fixtures.log" 2>&1 ||
     { echo "$maker failed (see fixtures.log)"; status=1; }
 done
