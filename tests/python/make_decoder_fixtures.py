@@ -6,8 +6,9 @@ torch 1.13 has neither RMSNorm nor SDPA, so both are spelt out): token embedding
 RMS norm, q/k/v projections (Qwen2: biases on q, k, v; Llama's attention_bias: on o too),
 rotary embeddings in the rotate-half layout (Llama 3's rope scaling where set), grouped-query
 attention by repeating each key/value head for its query heads, the explicit causal softmax
-(Gemma 3's local layers: within the sliding window), an o projection, RMS norm and a gated MLP (SiLU or tanh-GELU), a final RMS norm and the head (tied
-to the embeddings or not).
+(Gemma 3's local layers: within the sliding window), an o projection, RMS norm and a gated MLP
+(SiLU or tanh-GELU), a final RMS norm and the head (tied to the embeddings or not); PEFT's LoRA
+and DoRA, with lora_dropout on seqforge's masks where a configuration sets `drop`.
 
 Each configuration becomes a Hugging Face folder OUT_DIR/<name>/ (config.json, the weights as
 model.safetensors or as shards named by model.safetensors.index.json, in f32 or bf16) that
