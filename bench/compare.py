@@ -16,10 +16,10 @@ GRU workloads W1g and W4g (W1 and W4 with a GRU in place of the LSTM), the LSTM-
 workloads W1p and W4p (W1 and W4 with proj_size H/2) and W9 (a small Llama with grouped-query
 attention and DoRA on all seven Linears of each block, base frozen). With --device cuda both
 engines train on the GPU (seqforge bench --device cuda; PyTorch with cuDNN, TF32, autocast and
-the fused Adam, bench/pytorch_bench.py), the recurrent workloads only by default, and --python names the interpreter that has a CUDA PyTorch. fp32 there is TF32 on
-both sides (seqforge bench --matmul-precision high), and the table adds each engine's achieved
-TFLOP/s and the GPU's GEMM peak in that precision, measured in the same run (an 8192^3 matmul
-through PyTorch's cuBLAS).
+the fused Adam, bench/pytorch_bench.py), the recurrent workloads only by default, and --python
+names the interpreter that has a CUDA PyTorch. fp32 there is TF32 on both sides (seqforge bench
+--matmul-precision high), and the table adds each engine's achieved TFLOP/s and the GPU's GEMM
+peak in that precision, measured in the same run (an 8192^3 matmul through PyTorch's cuBLAS).
 """
 import argparse
 import json
