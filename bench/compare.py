@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """seqforge against PyTorch on the benchmark workloads, side by side in one run.
 
-Usage: /usr/bin/python3 bench/compare.py [W1 W2 ... W5 W1g W4g W1p W4p] [--precision fp32 bf16]
+Usage: /usr/bin/python3 bench/compare.py [W1 ... W6 W1g W4g W1p W4p W9] [--precision fp32 bf16]
                                          [--steps N]
                                          [--rounds R] [--seqforge build/seqforge] [--json FILE]
                                          [--max-isa avx2|avx512|avx512_bf16]

@@ -2,7 +2,7 @@
 """The benchmark workloads of WORKLOADS.md in PyTorch, for side-by-side comparison with
 `seqforge bench`: one training step = forward, backward, Adam step, on random data.
 
-Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|W2|W3|W4|W5|W1g|W4g|W1p|W4p|all]
+Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|...|W6|W1g|W4g|W1p|W4p|W9|all]
                                               [--precision fp32|bf16|fp16] [--device cpu|cuda]
                                                [--steps N] [--warmup N] [--threads N] [--json FILE]
 Threads are tuned as WORKLOADS.md describes: torch.set_num_threads(cores), OMP_WAIT_POLICY=PASSIVE.
