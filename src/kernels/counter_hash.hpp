@@ -3,13 +3,7 @@
 // kernels and the CUDA kernels so that a GPU run draws the CPU run's masks bit for bit.
 #include <cstdint>
 
-#ifndef SF_HOST_DEVICE
-#ifdef __CUDACC__
-#define SF_HOST_DEVICE __host__ __device__
-#else
-#define SF_HOST_DEVICE
-#endif
-#endif
+#include "seqforge/core/host_device.hpp"
 
 namespace seqforge::ref {
 

@@ -5,15 +5,7 @@
 #include <string_view>
 
 #include "seqforge/core/dtype.hpp"
-
-// Small members that the CUDA kernels call as well.
-#ifndef SF_HOST_DEVICE
-#ifdef __CUDACC__
-#define SF_HOST_DEVICE __host__ __device__
-#else
-#define SF_HOST_DEVICE
-#endif
-#endif
+#include "seqforge/core/host_device.hpp"
 
 namespace seqforge {
 
