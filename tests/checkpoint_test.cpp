@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/backend/buffer.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/sequence_model.hpp"
 #include "seqforge/nn/transformer.hpp"
+#include "train/checkpoint_writer.hpp"
 
 namespace seqforge {
 namespace {
@@ -23,6 +26,50 @@ fs::path temp_dir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
+}
+
+std::vector<float> floats_of(const io::SafetensorsFile& f, const std::string& name) {
+  const io::SafetensorsEntry* e = f.find(name);
+  if (!e) return {};
+  const std::span<const std::byte> b = f.bytes(*e);
+  std::vector<float> out(b.size() / sizeof(float));
+  std::memcpy(out.data(), b.data(), b.size());
+  return out;
+}
+
+// A frozen base is handed to the writer as constant: every checkpoint still holds its values, as
+// it holds the changing tensors' values at their submit, on a host-addressable backend (read in
+// place) and on one the host cannot read (downloaded once).
+TEST(CheckpointWriter, ConstantAndChangingTensorsAreWrittenAsSubmitted) {
+  const fs::path dir = temp_dir("writer");
+  for (const char* name : {"cpu", "sealed"}) {
+    auto be = make_backend(name);
+    Buffer base_buf, adapter_buf;
+    const Tensor base = base_buf.get(*be, DType::f32, {2, 3});
+    const Tensor adapter = adapter_buf.get(*be, DType::f32, {2});
+    const std::vector<float> base_values = {1, 2, 3, 4, 5, 6};
+    be->upload(base, base_values.data());
+    std::vector<std::string> paths;
+    {
+      CheckpointWriter writer;
+      writer.keep_constant(*be, {base});
+      for (int k = 0; k < 3; ++k) {
+        const std::vector<float> a = {float(k), float(10 * k)};
+        be->upload(adapter, a.data());
+        paths.push_back((dir / (std::string(name) + std::to_string(k))).string());
+        writer.submit(paths.back(), *be, {{"base", base}, {"adapter", adapter}}, {},
+                      {{"k", std::to_string(k)}});
+      }
+      writer.flush();
+    }
+    for (int k = 0; k < 3; ++k) {
+      const io::SafetensorsFile f = io::SafetensorsFile::read(paths[size_t(k)]);
+      EXPECT_EQ(floats_of(f, "base"), base_values) << name << " " << k;
+      EXPECT_EQ(floats_of(f, "adapter"), (std::vector<float>{float(k), float(10 * k)}))
+          << name << " " << k;
+      EXPECT_EQ(f.metadata().at("k"), std::to_string(k));
+    }
+  }
 }
 
 ModelOptions small_model() {

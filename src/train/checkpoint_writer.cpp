@@ -1,5 +1,8 @@
 #include "checkpoint_writer.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/io/safetensors.hpp"
@@ -17,6 +20,28 @@ CheckpointWriter::~CheckpointWriter() {
   thread_.join();
 }
 
+void CheckpointWriter::keep_constant(const Backend& backend, const std::vector<Tensor>& tensors) {
+  for (const Tensor& t : tensors) {
+    Constant c{t, nullptr};
+    if (backend.host_addressable())  // not owned: the tensor outlives the writer's jobs
+      c.bytes = std::shared_ptr<const char>(std::shared_ptr<const char>(),
+                                            static_cast<const char*>(t.data()));
+    constants_.push_back(std::move(c));
+  }
+}
+
+std::shared_ptr<const char> CheckpointWriter::snapshot(Backend& backend, const Tensor& t) {
+  const auto constant = std::find_if(constants_.begin(), constants_.end(), [&](const Constant& c) {
+    return c.tensor.data() == t.data() && c.tensor.nbytes() == t.nbytes();
+  });
+  if (constant != constants_.end() && constant->bytes) return constant->bytes;
+  std::shared_ptr<char[]> copy = std::make_shared_for_overwrite<char[]>(t.nbytes());
+  backend.download(copy.get(), t);
+  std::shared_ptr<const char> bytes(copy, copy.get());
+  if (constant != constants_.end()) constant->bytes = bytes;
+  return bytes;
+}
+
 void CheckpointWriter::submit(const std::string& path, Backend& backend,
                               const std::vector<std::pair<std::string, Tensor>>& tensors,
                               const std::vector<std::pair<std::string, Tensor>>& host_tensors,
@@ -27,15 +52,15 @@ void CheckpointWriter::submit(const std::string& path, Backend& backend,
   job.metadata = std::move(metadata);
   for (const auto& [name, v] : tensors) {
     job.names.push_back(name);
-    job.data.emplace_back(v.nbytes());
-    backend.download(job.data.back().data(), v);
+    job.data.push_back(snapshot(backend, v));
     job.shapes.push_back(v.shape().to_vector());
     job.dtypes.push_back(v.dtype());
   }
   for (const auto& [name, v] : host_tensors) {
     job.names.push_back(name);
-    job.data.emplace_back(static_cast<const char*>(v.data()),
-                          static_cast<const char*>(v.data()) + v.nbytes());
+    std::shared_ptr<char[]> copy = std::make_shared_for_overwrite<char[]>(v.nbytes());
+    std::memcpy(copy.get(), v.data(), v.nbytes());
+    job.data.emplace_back(copy, copy.get());
     job.shapes.push_back(v.shape().to_vector());
     job.dtypes.push_back(v.dtype());
   }
@@ -71,7 +96,7 @@ void CheckpointWriter::run() {
       SF_PROFILE_SCOPE("checkpoint write");
       std::vector<io::SafetensorsTensor> tensors;
       for (size_t i = 0; i < job.names.size(); ++i)
-        tensors.push_back({job.names[i], job.dtypes[i], job.shapes[i], job.data[i].data()});
+        tensors.push_back({job.names[i], job.dtypes[i], job.shapes[i], job.data[i].get()});
       io::write_safetensors(job.path, tensors, job.metadata);
     } catch (...) {
       lock.lock();

@@ -5,6 +5,7 @@
 #include <deque>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -23,6 +24,10 @@ class CheckpointWriter {
   ~CheckpointWriter();  // writes what was submitted, then stops
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+  // Tensors of `backend` that keep their values while the writer lives (a frozen base's weights):
+  // a later submit takes them as they are where the host can read them, else downloads them
+  // once, rather than copying a large base for every checkpoint.
+  void keep_constant(const Backend& backend, const std::vector<Tensor>& tensors);
   // Snapshots the tensors now (`tensors` from `backend`, `host_tensors` from host memory);
   // writes them later.
   void submit(const std::string& path, Backend& backend,
@@ -36,13 +41,20 @@ class CheckpointWriter {
   struct Job {
     std::string path;
     std::vector<std::string> names;
-    std::vector<std::vector<char>> data;
+    std::vector<std::shared_ptr<const char>> data;
     std::map<std::string, std::string> metadata;
     std::vector<std::vector<int64_t>> shapes;
     std::vector<DType> dtypes;
   };
   void rethrow_locked();
   void run();
+  std::shared_ptr<const char> snapshot(Backend& backend, const Tensor& t);
+
+  struct Constant {
+    Tensor tensor;
+    std::shared_ptr<const char> bytes;  // null until first submitted
+  };
+  std::vector<Constant> constants_;  // used by the submitting thread only
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -317,6 +317,13 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
   prepare_run_dir();
   if (rank_ == 0 && !model_->frozen_parameters().empty()) write_adapter_config();
   writer_ = std::make_unique<CheckpointWriter>();
+  {
+    std::vector<Tensor> fixed;  // a base under adapters: the same in every checkpoint
+    const Parameters& p = model_->parameters();
+    for (size_t i = 0; i < p.size(); ++i)
+      if (p.fixed(i)) fixed.push_back(p.value(i));
+    writer_->keep_constant(*be_, fixed);
+  }
   tty_ = isatty(STDOUT_FILENO) && &out_ == &std::cout;
   summary_.run_dir = run_dir_;
   summary_.checkpoint = checkpoint_;
