@@ -140,6 +140,74 @@ TEST(Ops, OpenBlasGemmMatchesTheReference) {
   EXPECT_EQ(checked, 32);
 }
 
+// SEQFORGE_GEMM_PROVIDER set to `value` for the scope, then unset.
+struct ScopedProvider {
+  explicit ScopedProvider(const char* value) { setenv("SEQFORGE_GEMM_PROVIDER", value, 1); }
+  ~ScopedProvider() { unsetenv("SEQFORGE_GEMM_PROVIDER"); }
+};
+
+// The CPU backend's own kernels for a narrow side (A^T B with A of few columns, A B^T and A B with
+// B of few columns), forced instead of the race, against the reference: f32 and bf16 operands,
+// padded rows, alpha and beta, odd sizes and edges of the vector and row blocks, enough rows for
+// threads; and the libraries forced on the same shapes.
+TEST(Ops, OwnNarrowGemmsMatchTheReference) {
+  auto cpu = make_cpu_backend();
+  auto ref = make_reference_backend();
+  Rng rng(11);
+  struct Case {
+    bool ta, tb;
+    int64_t m, n, k;
+  };
+  const Case cases[] = {
+      {true, false, 8, 384, 4096}, {true, false, 1, 1, 1},      {true, false, 16, 37, 301},
+      {false, true, 4096, 8, 384}, {false, true, 33, 13, 37},   {false, true, 1, 16, 1},
+      {false, false, 41, 6, 1030}, {false, false, 300, 16, 17}, {false, false, 3, 1, 0}};
+  int checked = 0;
+  for (const char* provider : {"seqforge", "onednn"}) {
+    ScopedProvider forced(provider);
+    for (const DType dt : {DType::f32, DType::bf16}) {
+      if (dt == DType::bf16 && !test::cpu_runs_bf16()) continue;
+      for (const Case& c : cases) {
+        const int64_t pad = 2;
+        const GemmShape s{.trans_a = c.ta,
+                          .trans_b = c.tb,
+                          .m = c.m,
+                          .n = c.n,
+                          .k = c.k,
+                          .lda = (c.ta ? c.m : c.k) + pad,
+                          .ldb = (c.tb ? c.k : c.n) + pad,
+                          .ldc = c.n + pad,
+                          .alpha = 0.75,
+                          .beta = 0.5};
+        const int64_t na = (c.ta ? c.k : c.m) * s.lda, nb = (c.tb ? c.n : c.k) * s.ldb;
+        std::vector<float> a(na), b(nb), c0(c.m * s.ldc);
+        for (std::vector<float>* v : {&a, &b, &c0})
+          for (float& x : *v) x = static_cast<float>(rng.uniform(-1, 1));
+        std::vector<bf16> a16(na), b16(nb);
+        for (int64_t i = 0; i < na; ++i) a16[i] = to_bf16(a[i]);
+        for (int64_t i = 0; i < nb; ++i) b16[i] = to_bf16(b[i]);
+        const void* pa = dt == DType::bf16 ? static_cast<const void*>(a16.data()) : a.data();
+        const void* pb = dt == DType::bf16 ? static_cast<const void*>(b16.data()) : b.data();
+        std::vector<float> got = c0, want = c0;
+        cpu->gemm(s, dt, pa, pb, got.data());
+        ref->gemm(s, dt, pa, pb, want.data());
+        EXPECT_LE(max_rel_error(std::vector<double>(got.begin(), got.end()),
+                                std::vector<double>(want.begin(), want.end())),
+                  2e-5)
+            << provider << " " << dtype_name(dt) << " " << c.m << "x" << c.n << "x" << c.k << " ta "
+            << c.ta << " tb " << c.tb;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(checked, 18);
+  ScopedProvider unknown("mkl");
+  const GemmShape s{.m = 2, .n = 2, .k = 2, .lda = 2, .ldb = 2, .ldc = 2};
+  std::vector<float> x(4, 1.0f), y(4);
+  EXPECT_EQ(error_of([&] { cpu->gemm(s, DType::f32, x.data(), x.data(), y.data()); }),
+            "SEQFORGE_GEMM_PROVIDER: unknown value 'mkl' (expected onednn, openblas or seqforge)");
+}
+
 // Racing the providers times both and leaves C as it was; the CPU backend then computes C once.
 TEST(Ops, RacingTheGemmProvidersLeavesCUntouched) {
   if (!cpu::OpenBlasGemm::get()) GTEST_SKIP() << "no OpenBLAS: " << cpu::openblas_status();
@@ -147,7 +215,7 @@ TEST(Ops, RacingTheGemmProvidersLeavesCUntouched) {
   std::vector<float> a(48 * 32, 0.5f), b(32 * 40, 0.25f), c(48 * 40, 2.0f);
   cpu::OneDnnGemm onednn;
   const cpu::GemmRace race =
-      cpu::race_providers(onednn, s, a.data(), b.data(), nullptr, c.data(), nullptr);
+      cpu::race_providers(onednn, s, DType::f32, a.data(), b.data(), nullptr, c.data(), nullptr);
   EXPECT_GT(race.onednn_ms, 0);
   EXPECT_GT(race.openblas_ms, 0);
   EXPECT_EQ(race.winner, race.openblas_ms < race.onednn_ms ? cpu::GemmProvider::openblas

@@ -373,6 +373,9 @@ TEST(Ops, Bf16GemmMatchesReference) {
   check_bf16_gemm(false, false, 54, 5, 96, 0, 1.0f);
   check_bf16_gemm(true, false, 512, 4, 5003, 0, 1.0f);  // narrow: A streamed once
   check_bf16_gemm(true, false, 33, 16, 130, 2, 0.0f);
+  check_bf16_gemm(true, false, 8, 384, 1000, 0, 1.0f);  // narrow A
+  check_bf16_gemm(false, true, 300, 8, 385, 0, 0.0f);   // narrow B^T
+  check_bf16_gemm(false, false, 61, 11, 200, 3, 1.0f);  // narrow B, transposed first
 }
 
 // input > 0: the cell projects an input of that width itself; no_dh_out: no output gradient.
@@ -932,6 +935,11 @@ const std::map<std::string, OpCase>& cases() {
       {"gemm_tn_narrow_512x8x3001", gemm_case(true, false, 512, 8, 3001, 0, 1.0f, 1.0f)},
       {"gemm_tn_narrow_odd_37x1x9", gemm_case(true, false, 37, 1, 9, 3, 0.5f, 0.25f)},
       {"gemm_tn_narrow_70x16x100001", gemm_case(true, false, 70, 16, 100001, 1, 1.0f, 0.0f)},
+      {"gemm_tn_narrow_m_8x384x4096", gemm_case(true, false, 8, 384, 4096, 0, 1.0f, 1.0f)},
+      {"gemm_tn_narrow_m_odd_5x37x301", gemm_case(true, false, 5, 37, 301, 3, 0.5f, 0.25f)},
+      {"gemm_nt_narrow_4096x8x384", gemm_case(false, true, 4096, 8, 384, 0, 1.0f, 0.0f)},
+      {"gemm_nt_narrow_odd_33x13x37", gemm_case(false, true, 33, 13, 37, 2, 0.5f, 0.25f)},
+      {"gemm_nn_narrow_odd_41x6x1030", gemm_case(false, false, 41, 6, 1030, 1, 1.0f, 1.0f)},
       {"gemm_packed_nt_64x512x128", packed_gemm_case(true, 64, 512, 128, 128, false)},
       {"gemm_packed_nn_bias_33x17x68", packed_gemm_case(false, 33, 17, 68, 2, true)},
       {"lstm_cell_b1_h1", lstm_cell_case(1, 1, 0)},

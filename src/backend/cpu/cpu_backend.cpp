@@ -189,20 +189,36 @@ class CpuBackend final : public Backend {
   void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
                 const void* bias) override {
     check_gemm_dtype(s, dtype);
-    if ((dtype == DType::f32 || dtype == DType::bf16) && simd::gemm_tn_narrow_fits(s)) {
-      gemm_tn_narrow(s, dtype, a, b, static_cast<float*>(c));
-    } else if (dtype == DType::f32 || dtype == DType::bf16) {
-      gemm_.run(s, dtype, a, b, static_cast<float*>(c), static_cast<const float*>(bias));
-    } else {
-      ref_->gemm(s, dtype, a, b, c, bias);
+    if (dtype != DType::f32 && dtype != DType::bf16) return ref_->gemm(s, dtype, a, b, c, bias);
+    if (simd::gemm_tn_narrow_fits(s))
+      return gemm_tn_narrow(s, dtype, a, b, static_cast<float*>(c), false);
+    // A narrow side of another form: the own kernel races the libraries.
+    cpu::OwnGemm own;
+    if (simd::gemm_tn_narrow_fits(swapped(s))) {
+      own = [&](float* out) { gemm_tn_narrow(swapped(s), dtype, b, a, out, true); };
+    } else if (simd::gemm_nt_narrow_fits(s)) {
+      own = [&](float* out) { gemm_nt_narrow(s, dtype, a, b, out); };
     }
+    gemm_.run(s, dtype, a, b, static_cast<float*>(c), static_cast<const float*>(bias),
+              own ? &own : nullptr);
+  }
+
+  // C = A^T B with A narrow (m small) as (B^T A)^T: the narrow-B kernel with the operands
+  // swapped, whose (n, m) accumulator is then C itself.
+  static GemmShape swapped(const GemmShape& s) {
+    GemmShape t = s;
+    t.m = s.n;
+    t.n = s.m;
+    t.lda = s.ldb;
+    t.ldb = s.lda;
+    return t;
   }
 
   // A^T B for narrow B: the rows of A and B split over threads, each summing blocks of rows
   // into its own (n, m) accumulator (a long f32 sum in one accumulator would lose digits); the
-  // accumulators are added in thread order.
+  // accumulators are added in thread order. `accumulator_is_c`: C is (n, m) (swapped operands).
   static void gemm_tn_narrow(const GemmShape& s, DType dtype, const void* a, const void* b,
-                             float* c) {
+                             float* c, bool accumulator_is_c) {
     constexpr int64_t kBlockRows = 256;
     const int64_t m = s.m, n = s.n;
     const int threads = row_threads(s.k, m * n);
@@ -223,11 +239,27 @@ class CpuBackend final : public Backend {
       for (int64_t i = 0; i < n; ++i) {
         float sum = 0.0f;
         for (int t = 0; t < threads; ++t) sum += acc[(t * n + i) * m + r];
-        float& out = c[r * s.ldc + i];
+        float& out = accumulator_is_c ? c[i * s.ldc + r] : c[r * s.ldc + i];
         out = static_cast<float>(s.alpha) * sum +
               (s.beta == 0.0 ? 0.0f : static_cast<float>(s.beta) * out);
       }
     }
+  }
+
+  // A B^T (or A B) for narrow B^T: A's rows split over threads; a plain B (k, n) is first
+  // transposed, n rows of k.
+  void gemm_nt_narrow(GemmShape s, DType dtype, const void* a, const void* b, float* c) {
+    if (!s.trans_b) {
+      thread_local std::vector<char> transposed;
+      transposed.resize(static_cast<size_t>(s.n * s.k) * dtype_size(dtype));
+      copy_transposed(transposed.data(), s.k, b, s.ldb, s.k, s.n, dtype);
+      b = transposed.data();
+      s.trans_b = true;
+      s.ldb = s.k;
+    }
+    parallel_rows(s.m, s.n * s.k, [&](int64_t r0, int64_t r1) {
+      simd::gemm_nt_narrow_rows(s, dtype == DType::bf16, a, b, r0, r1, c);
+    });
   }
 
   void pack_b(const GemmShape& s, DType dtype, const void* b,

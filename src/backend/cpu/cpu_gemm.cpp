@@ -5,16 +5,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <optional>
 #include <vector>
 
 #include "backend/cpu/openblas_gemm.hpp"
 #include "seqforge/core/autotune.hpp"
+#include "seqforge/core/error.hpp"
 
 namespace seqforge::cpu {
 
 const char* provider_name(GemmProvider p) {
-  return p == GemmProvider::openblas ? "openblas" : "onednn";
+  return p == GemmProvider::openblas ? "openblas" : p == GemmProvider::own ? "seqforge" : "onednn";
 }
 
 namespace {
@@ -36,89 +39,124 @@ double best_ms(F&& f) {
   return best;
 }
 
-std::string shape_key(const GemmShape& s) {
+bool openblas_runs(const GemmShape& s, DType operands) {
+  return operands == DType::f32 && OpenBlasGemm::get() && OpenBlasGemm::fits(s);
+}
+
+// SEQFORGE_GEMM_PROVIDER (onednn, openblas or seqforge): that provider wherever it runs the
+// shape, instead of the race (to compare them, or to test one).
+std::optional<GemmProvider> forced_provider() {
+  const char* v = std::getenv("SEQFORGE_GEMM_PROVIDER");
+  if (!v || !*v) return std::nullopt;
+  for (GemmProvider p : {GemmProvider::onednn, GemmProvider::openblas, GemmProvider::own})
+    if (std::string_view(v) == provider_name(p)) return p;
+  fail("SEQFORGE_GEMM_PROVIDER: unknown value '", v, "' (expected onednn, openblas or seqforge)");
+}
+
+std::string shape_key(const GemmShape& s, DType operands) {
   char key[160];
-  std::snprintf(key, sizeof key, "gemm_f32|%c%c_m%lld_n%lld_k%lld_ld%lld,%lld,%lld%s%s%s",
-                s.trans_a ? 't' : 'n', s.trans_b ? 't' : 'n', static_cast<long long>(s.m),
-                static_cast<long long>(s.n), static_cast<long long>(s.k),
-                static_cast<long long>(s.lda), static_cast<long long>(s.ldb),
-                static_cast<long long>(s.ldc), s.alpha != 1.0 ? "_alpha" : "",
-                s.beta != 0.0 ? "_beta" : "", s.bias ? "_bias" : "");
+  std::snprintf(
+      key, sizeof key, "gemm_%s|%c%c_m%lld_n%lld_k%lld_ld%lld,%lld,%lld%s%s%s",
+      std::string(dtype_name(operands)).c_str(), s.trans_a ? 't' : 'n', s.trans_b ? 't' : 'n',
+      static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),
+      static_cast<long long>(s.lda), static_cast<long long>(s.ldb), static_cast<long long>(s.ldc),
+      s.alpha != 1.0 ? "_alpha" : "", s.beta != 0.0 ? "_beta" : "", s.bias ? "_bias" : "");
   return key;
 }
 
 }  // namespace
 
-GemmRace race_providers(OneDnnGemm& onednn, const GemmShape& s, const void* a, const void* b,
-                        const PackedB* packed, const float* c, const float* bias) {
-  // Both write a copy of C, so that the caller's C is computed once, by the winner.
+GemmRace race_providers(OneDnnGemm& onednn, const GemmShape& s, DType operands, const void* a,
+                        const void* b, const PackedB* packed, const float* c, const float* bias,
+                        const OwnGemm* own) {
+  // Each writes a copy of C, so that the caller's C is computed once, by the winner.
   const size_t c_size = static_cast<size_t>((s.m - 1) * s.ldc + s.n);
   std::vector<float> scratch(c, c + c_size);
+  constexpr double kNone = std::numeric_limits<double>::infinity();
   GemmRace race;
   race.onednn_ms = best_ms([&] {
     std::copy(c, c + c_size, scratch.begin());
-    if (packed) return onednn.run_packed(s, DType::f32, a, b, *packed, scratch.data(), bias);
-    onednn.run(s, DType::f32, a, b, scratch.data(), bias);
+    if (packed) return onednn.run_packed(s, operands, a, b, *packed, scratch.data(), bias);
+    onednn.run(s, operands, a, b, scratch.data(), bias);
   });
-  race.openblas_ms = best_ms([&] {
+  race.openblas_ms = !openblas_runs(s, operands) ? kNone : best_ms([&] {
     std::copy(c, c + c_size, scratch.begin());
     OpenBlasGemm::get()->run(s, static_cast<const float*>(a), static_cast<const float*>(b),
                              scratch.data(), bias);
   });
+  race.own_ms = !own ? kNone : best_ms([&] {
+    std::copy(c, c + c_size, scratch.begin());
+    (*own)(scratch.data());
+  });
   race.winner = race.openblas_ms < race.onednn_ms ? GemmProvider::openblas : GemmProvider::onednn;
+  if (race.own_ms < std::min(race.onednn_ms, race.openblas_ms)) race.winner = GemmProvider::own;
   return race;
 }
 
 GemmProvider CpuGemm::provider(const GemmShape& s, DType operands, const void* a, const void* b,
-                               const PackedB* packed, const float* c, const float* bias) {
-  const OpenBlasGemm* blas = OpenBlasGemm::get();
-  if (operands != DType::f32 || !blas || !OpenBlasGemm::fits(s) || !autotune::enabled())
-    return GemmProvider::onednn;
+                               const PackedB* packed, const float* c, const float* bias,
+                               const OwnGemm* own) {
+  if (const std::optional<GemmProvider> forced = forced_provider()) {
+    if (*forced == GemmProvider::openblas && openblas_runs(s, operands)) return *forced;
+    if (*forced == GemmProvider::own && own) return *forced;
+    if (*forced == GemmProvider::onednn) return *forced;
+  }
+  if (!(openblas_runs(s, operands) || own) || !autotune::enabled()) return GemmProvider::onednn;
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const Key key{s.trans_a,     s.trans_b, s.m,
                 s.n,           s.k,       s.lda,
                 s.ldb,         s.ldc,     s.alpha != 1.0,
                 s.beta != 0.0, s.bias,    packed != nullptr,
-                threads};
+                threads,       operands,  own != nullptr};
   // The step loop runs one shape over and over: its choice is remembered per thread, so those
   // calls take no lock. (A choice is by shape, the same for every CpuGemm: cached on disk.)
   thread_local std::optional<std::pair<Key, GemmProvider>> last;
   if (last && last->first == key) return last->second;
   std::lock_guard lock(mutex_);
-  const GemmProvider p = choose(key, s, a, b, packed, c, bias);
+  const GemmProvider p = choose(key, s, operands, a, b, packed, c, bias, own);
   last.emplace(key, p);
   return p;
 }
 
-GemmProvider CpuGemm::choose(const Key& key, const GemmShape& s, const void* a, const void* b,
-                             const PackedB* packed, const float* c, const float* bias) {
+GemmProvider CpuGemm::choose(const Key& key, const GemmShape& s, DType operands, const void* a,
+                             const void* b, const PackedB* packed, const float* c,
+                             const float* bias, const OwnGemm* own) {
   const int threads = std::get<12>(key);
   if (auto it = chosen_.find(key); it != chosen_.end()) return it->second;
-  const std::string cache_key =
-      autotune::machine_prefix(threads) + shape_key(s) + (packed ? "_packed" : "");
+  const std::string cache_key = autotune::machine_prefix(threads) + shape_key(s, operands) +
+                                (packed ? "_packed" : "") + (own ? "_own" : "");
   if (const auto cached = autotune::lookup(cache_key)) {
-    const GemmProvider p = *cached == provider_name(GemmProvider::openblas) ? GemmProvider::openblas
-                                                                            : GemmProvider::onednn;
+    GemmProvider p = GemmProvider::onednn;
+    if (*cached == provider_name(GemmProvider::openblas) && openblas_runs(s, operands))
+      p = GemmProvider::openblas;
+    if (*cached == provider_name(GemmProvider::own) && own) p = GemmProvider::own;
     return chosen_.emplace(key, p).first->second;
   }
   autotune::announce_first_use("the GEMM providers and recurrence schedules");
-  const GemmRace race = race_providers(onednn_, s, a, b, packed, c, bias);
+  const GemmRace race = race_providers(onednn_, s, operands, a, b, packed, c, bias, own);
   const GemmProvider best = race.winner;
   autotune::store(cache_key, provider_name(best));
   if (autotune::verbose())
-    std::fprintf(stderr,
-                 "seqforge: autotune %s: onednn %.3f ms, openblas %.3f ms -> %s (cached in %s)\n",
-                 cache_key.c_str(), race.onednn_ms, race.openblas_ms, provider_name(best),
-                 autotune::cache_path().c_str());
+    std::fprintf(
+        stderr,
+        "seqforge: autotune %s: onednn %.3f ms, openblas %.3f ms, seqforge %.3f ms -> %s (cached "
+        "in %s)\n",
+        cache_key.c_str(), race.onednn_ms, race.openblas_ms, race.own_ms, provider_name(best),
+        autotune::cache_path().c_str());
   return chosen_.emplace(key, best).first->second;
 }
 
 void CpuGemm::run(const GemmShape& s, DType operands, const void* a, const void* b, float* c,
-                  const float* bias) {
-  if (provider(s, operands, a, b, nullptr, c, bias) == GemmProvider::openblas)
-    return OpenBlasGemm::get()->run(s, static_cast<const float*>(a), static_cast<const float*>(b),
-                                    c, bias);
-  onednn_.run(s, operands, a, b, c, bias);
+                  const float* bias, const OwnGemm* own) {
+  switch (provider(s, operands, a, b, nullptr, c, bias, own)) {
+    case GemmProvider::openblas:
+      return OpenBlasGemm::get()->run(s, static_cast<const float*>(a), static_cast<const float*>(b),
+                                      c, bias);
+    case GemmProvider::own:
+      return (*own)(c);
+    case GemmProvider::onednn:
+      return onednn_.run(s, operands, a, b, c, bias);
+  }
 }
 
 void CpuGemm::pack(const GemmShape& s, DType operands, const void* b,
@@ -128,7 +166,7 @@ void CpuGemm::pack(const GemmShape& s, DType operands, const void* b,
 
 void CpuGemm::run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
                          const PackedB& packed, float* c, const float* bias) {
-  if (provider(s, operands, a, b, &packed, c, bias) == GemmProvider::openblas)
+  if (provider(s, operands, a, b, &packed, c, bias, nullptr) == GemmProvider::openblas)
     return OpenBlasGemm::get()->run(s, static_cast<const float*>(a), static_cast<const float*>(b),
                                     c, bias);
   onednn_.run_packed(s, operands, a, b, packed, c, bias);

@@ -2,8 +2,10 @@
 // The CPU backend's GEMMs: a choice of provider per shape, like the recurrence schedules. For f32
 // operands oneDNN and OpenBLAS are timed on a shape's first use and the faster is cached (the
 // autotuning cache); which is faster depends on the machine (OpenBLAS's AVX2 kernels beat
-// oneDNN 2.6's on some AVX2-only CPUs, oneDNN's brgemm wins on AVX-512). bf16 operands and
-// packed B are oneDNN's.
+// oneDNN 2.6's on some AVX2-only CPUs, oneDNN's brgemm wins on AVX-512). A shape with a narrow
+// side (a low-rank adapter's) also races the backend's own kernel for it, which streams the wide
+// operand once. bf16 operands and packed B are oneDNN's, or the own kernel's where it wins.
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,21 +17,27 @@
 
 namespace seqforge::cpu {
 
-enum class GemmProvider { onednn, openblas };
-const char* provider_name(GemmProvider p);  // "onednn", "openblas"
+enum class GemmProvider { onednn, openblas, own };
+const char* provider_name(GemmProvider p);  // "onednn", "openblas", "seqforge"
 
-// Both providers timed on one f32 GEMM (C left as it was): the fastest of a few runs each.
+// The backend's own kernel for one GEMM, writing C (alpha A B + beta C) at the given address.
+using OwnGemm = std::function<void(float* c)>;
+
+// The providers timed on one GEMM (C left as it was): the fastest of a few runs each. OpenBLAS
+// runs only f32 operands of the shapes it takes, the own kernel only where there is one;
+// a provider that does not run has time infinity.
 struct GemmRace {
-  double onednn_ms = 0, openblas_ms = 0;
+  double onednn_ms = 0, openblas_ms = 0, own_ms = 0;
   GemmProvider winner = GemmProvider::onednn;
 };
-GemmRace race_providers(OneDnnGemm& onednn, const GemmShape& s, const void* a, const void* b,
-                        const PackedB* packed, const float* c, const float* bias);
+GemmRace race_providers(OneDnnGemm& onednn, const GemmShape& s, DType operands, const void* a,
+                        const void* b, const PackedB* packed, const float* c, const float* bias,
+                        const OwnGemm* own = nullptr);
 
 class CpuGemm {
  public:
   void run(const GemmShape& s, DType operands, const void* a, const void* b, float* c,
-           const float* bias);
+           const float* bias, const OwnGemm* own = nullptr);
   // B packed for oneDNN's GEMMs (OpenBLAS, where it wins the shape, reads B as stored).
   void pack(const GemmShape& s, DType operands, const void* b, std::unique_ptr<PackedB>* packed);
   void run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
@@ -39,13 +47,15 @@ class CpuGemm {
   // The provider for `s` (timed on these operands on first use, C kept as it was); oneDNN
   // timed with `packed` B where the caller has it.
   GemmProvider provider(const GemmShape& s, DType operands, const void* a, const void* b,
-                        const PackedB* packed, const float* c, const float* bias);
+                        const PackedB* packed, const float* c, const float* bias,
+                        const OwnGemm* own);
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                         bool, bool, bool, int>;
+                         bool, bool, bool, int, DType, bool>;
   // provider()'s choice for a shape this thread has not just run, under mutex_: looked up,
   // read from the autotuning cache, or timed.
-  GemmProvider choose(const Key& key, const GemmShape& s, const void* a, const void* b,
-                      const PackedB* packed, const float* c, const float* bias);
+  GemmProvider choose(const Key& key, const GemmShape& s, DType operands, const void* a,
+                      const void* b, const PackedB* packed, const float* c, const float* bias,
+                      const OwnGemm* own);
   OneDnnGemm onednn_;
   std::mutex mutex_;
   std::map<Key, GemmProvider> chosen_;

@@ -79,7 +79,7 @@ std::string f32_gemm_race(int64_t m, int64_t n, int64_t k) {
       c(static_cast<size_t>(m * n));
   cpu::OneDnnGemm onednn;
   const cpu::GemmRace r =
-      cpu::race_providers(onednn, s, a.data(), b.data(), nullptr, c.data(), nullptr);
+      cpu::race_providers(onednn, s, DType::f32, a.data(), b.data(), nullptr, c.data(), nullptr);
   char out[96];
   std::snprintf(out, sizeof out, "onednn %.3f ms, openblas %.3f ms -> %s", r.onednn_ms,
                 r.openblas_ms, cpu::provider_name(r.winner));
