@@ -1200,6 +1200,13 @@ void Training::save_state(bool in_epoch, int64_t batch, double loss_sum, double 
 // and the report.
 void Training::finish() {
   writer_->flush();
+  // What follows loads the saved model: the training one goes first, so that a large base is
+  // not held twice.
+  graphs_.reset();
+  sync_.reset();
+  optimizer_.reset();
+  loader_.reset();
+  model_.reset();
   if (fs::exists(checkpoint_)) write_validation_outputs(run_dir_);
   const Split& split = task_.split();
   if (s_.test_after && !split.test.empty() && fs::exists(checkpoint_)) {
