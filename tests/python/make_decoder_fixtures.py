@@ -205,7 +205,7 @@ def adapter_masks(c, config):
     return masks
 
 
-def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None):
+def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None, offset=0):
     """Logits (B*T, V) of the reference decoder from parameters `p` (HF's names); with
     `adapter` (kind, scale) PEFT's LoRA or DoRA on the Linears whose A and B `p` holds as
     base_model.model.<name>.lora_A.weight ...; with `score.weight` in `p`, HF's sequence
@@ -213,7 +213,7 @@ def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None):
     every Linear sums its inputs in a random order: the same function, rounded otherwise. With
     `masks` (adapter_masks) the adapters read the dropped input x' = x * mask, as PEFT's
     lora_dropout: LoRA adds s x' A^T B^T; DoRA keeps the base on x and adds
-    (m / ||V|| - 1) x' W0^T + (m / ||V||) s x' A^T B^T."""
+    (m / ||V|| - 1) x' W0^T + (m / ||V||) s x' A^T B^T. The positions start at `offset`."""
     B, T = ids.shape
     H, KV, D = (config["num_attention_heads"], config["num_key_value_heads"],
                 config["head_dim"])
@@ -224,7 +224,7 @@ def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None):
     dtype = p["model.norm.weight"].dtype
 
     def tables(local):
-        freqs = torch.arange(T, dtype=torch.float64)[:, None] * \
+        freqs = (offset + torch.arange(T, dtype=torch.float64))[:, None] * \
             inverse_frequencies(config, local)[None]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -505,6 +505,14 @@ def main():
                     "lengths": (torch.tensor(lens), "I64")}
         for n in trained:
             expected["grad." + n] = (p[n].grad, "F64")
+        if k and min(lens) < T and not masks:
+            # HF's scores of the batch padded on the left (tokenizer_config.json's padding_side
+            # "left"): pads first, masked as keys, so a row's tokens sit at positions T - len ...
+            # T - 1; each row on its own is that.
+            with torch.no_grad():
+                left = [forward(config, p, ids[b:b + 1, :lens[b]], adapter, [lens[b]],
+                                offset=T - lens[b]) for b in range(B)]
+            expected["logits_left"] = (torch.cat(left), "F64")
         fixture = {key: c[key] for key in ("adapter", "r", "a", "targets", "k", "drop") if key in c}
         write_safetensors(os.path.join(folder, "expected.safetensors"), expected,
                           {"torch_f32": repr(torch_f32), "fixture": json.dumps(fixture)})
