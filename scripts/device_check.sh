@@ -72,7 +72,7 @@ for maker in make_parity_fixtures.py make_transformer_fixtures.py make_decoder_f
 done
 echo "== CUDA tests"
 "$pack/bin/seqforge_tests" \
-  --gtest_filter='Backends.*:Ops/OpMatchesReference.*:Device.*:PyTorchParity.Cuda*:CudaGemm*:*LstmConcurrency.*' \
+  --gtest_filter='Backends.*:Ops/OpMatchesReference.*:Device.*:PyTorchParity.Cuda*:CudaGemm*:*LstmConcurrency.*:Attention.Gpu*' \
   --gtest_output="json:$out/tests.json" > "$out/tests.log" 2>&1 || status=1
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/tests.log" | tail -20
 
@@ -80,7 +80,7 @@ echo "== compute-sanitizer memcheck, op driver"
 sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
 if [ -x "$sanitizer" ]; then
   timeout 180 "$sanitizer" --tool memcheck --error-exitcode 3 --print-limit 20 \
-    "$pack/bin/seqforge_tests" --gtest_filter='Ops/OpMatchesReference.*:PyTorchParity.CudaF32:PyTorchParity.CudaTransformerF32:*WholeChains*' \
+    "$pack/bin/seqforge_tests" --gtest_filter='Ops/OpMatchesReference.*:PyTorchParity.CudaF32:PyTorchParity.CudaTransformerF32:*WholeChains*:Attention.GpuTensorCores*' \
     > "$out/memcheck.log" 2>&1 || { echo "memcheck failed (see memcheck.log)"; status=1; }
   grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$out/memcheck.log" | tail -5
 else
@@ -99,6 +99,11 @@ if [ "${1:-}" != "--no-bench" ]; then
     --steps 10 --rounds "$rounds" \
     --json "$out/bench.json" 2>&1 |
     tee "$out/bench.log" || status=1
+  # The transformers' bf16 steps again with attention on tensor cores (attention_tc.cuh).
+  SEQFORGE_CUDA_ATTENTION=tensor_cores "$python" "$root/bench/compare.py" W5 W6 --device cuda \
+    --python "$python" --seqforge "$seqforge" --precision bf16 --steps 10 --rounds 1 \
+    --json "$out/bench_tensor_core_attention.json" 2>&1 |
+    tee "$out/bench_tensor_core_attention.log" || status=1
 fi
 rm -rf "$work"
 echo "device_check.sh: exit $status; logs and JSON in $out"

@@ -24,14 +24,15 @@ inline unsigned blocks_for(int64_t n) {
 // kernel)(args...), and dynamic shared memory as SF_DYNAMIC_SHARED(name): macros, so that the
 // kernels and their launchers also run in the tests' host emulation (tests/cuda/emulated).
 // A cooperative launch (all blocks resident at once, so that they may wait for each other) is
-// SF_LAUNCH_COOPERATIVE(...)(args...); a failed one is reported by cudaGetLastError.
+// SF_LAUNCH_COOPERATIVE(...)(args...); a failed one is reported by cudaGetLastError. Dynamic
+// shared memory is 128-byte aligned (warp matrix loads need 32).
 #ifndef SF_LAUNCH
 #define SF_LAUNCH(grid, block, shared, stream, ...) __VA_ARGS__<<<grid, block, shared, stream>>>
 #define SF_LAUNCH_COOPERATIVE(grid, block, shared, stream, ...) \
   ::seqforge::cuda::Cooperative<decltype(&__VA_ARGS__)> {       \
     &__VA_ARGS__, grid, block, shared, stream                   \
   }
-#define SF_DYNAMIC_SHARED(name) extern __shared__ unsigned char name[]
+#define SF_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 template <typename Kernel>
 struct Cooperative {
   Kernel kernel;

@@ -2,9 +2,12 @@
 // dtypes the backend runs.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/cuda/adapter.cuh"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_tc.cuh"
 #include "kernels/cuda/cells.cuh"
 #include "kernels/cuda/decoder.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -610,11 +613,37 @@ unsigned attention_blocks(int64_t units, int64_t rows, int64_t R) {
   return static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 65535));
 }
 
+// Tensor cores (attention_tc.cuh) for bf16 products of f32 tensors where
+// SEQFORGE_CUDA_ATTENTION=tensor_cores asks for them (until they have run on a GPU, the f32
+// kernels are the default): the rows of the other side per tile, the most of 64, 32 and 16 whose
+// shared memory this GPU offers a block; 0 for the f32 kernels.
+int64_t tensor_core_tile(const AttentionShape& s, DType dtype, size_t (*shared)(int64_t, int64_t)) {
+  if (dtype != DType::f32 || !s.bf16_products) return 0;
+  const char* choice = std::getenv("SEQFORGE_CUDA_ATTENTION");
+  if (!choice || std::string_view(choice) == "" || std::string_view(choice) == "f32") return 0;
+  if (std::string_view(choice) != "tensor_cores")
+    fail("SEQFORGE_CUDA_ATTENTION: unknown value '", choice, "' (expected f32 or tensor_cores)");
+  int device = 0, optin = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  for (const int64_t other : {64, 32, 16})
+    if (shared(s.head_dim, other) <= static_cast<size_t>(optin)) return other;
+  return 0;
+}
+
 }  // namespace
 
 void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   if (s.batch * s.heads == 0 || a.first_row >= s.seq) return;
+  if (const int64_t other = tensor_core_tile(s, dtype, tc_forward_shared)) {
+    const size_t shared = tc_forward_shared(s.head_dim, other);
+    allow_shared(attention_forward_tc_kernel, shared, "attention's forward", "head size");
+    SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq - a.first_row, kTcRows), kTcThreads, shared,
+              stream, attention_forward_tc_kernel)
+    (a, other, attention_dropout(s));
+    return;
+  }
   dispatch_float(dtype, [&]<typename T>() {
     const int64_t D = s.head_dim, R = attention_tile(D, 4, 1, 3, sizeof(T));
     const size_t shared = attention_shared(R, D, 4, 1, 3, sizeof(T));
@@ -628,12 +657,30 @@ void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stre
 void attention_backward(const AttentionBackward& a, void* delta, DType dtype, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   if (s.batch * s.heads * s.seq == 0) return;
+  const AttentionDropout drop = attention_dropout(s);
+  const int64_t other_k = tensor_core_tile(s, dtype, tc_dkdv_shared),
+                other_q = tensor_core_tile(s, dtype, tc_dq_shared);
+  if (other_k && other_q) {
+    float* d = static_cast<float*>(delta);
+    SF_LAUNCH(blocks_for(s.batch * s.heads * s.seq), kThreads, 0, stream, attention_delta_tc_kernel)
+    (d, static_cast<const float*>(a.out), static_cast<const float*>(a.dout), s);
+    const size_t shared_k = tc_dkdv_shared(s.head_dim, other_k),
+                 shared_q = tc_dq_shared(s.head_dim, other_q);
+    allow_shared(attention_dkdv_tc_kernel, shared_k, "attention's backward", "head size");
+    SF_LAUNCH(attention_blocks(s.batch * s.kv(), s.seq, kTcRows), kTcThreads, shared_k, stream,
+              attention_dkdv_tc_kernel)
+    (a, d, other_k, drop);
+    allow_shared(attention_dq_tc_kernel, shared_q, "attention's backward", "head size");
+    SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq, kTcRows), kTcThreads, shared_q, stream,
+              attention_dq_tc_kernel)
+    (a, d, other_q, drop);
+    return;
+  }
   dispatch_float(dtype, [&]<typename T>() {
     const int64_t D = s.head_dim;
     T* d = static_cast<T*>(delta);
     SF_LAUNCH(blocks_for(s.batch * s.heads * s.seq), kThreads, 0, stream, attention_delta_kernel<T>)
     (d, static_cast<const T*>(a.out), static_cast<const T*>(a.dout), s);
-    const AttentionDropout drop = attention_dropout(s);
     const int64_t Rk = attention_tile(D, 6, 2, 2, sizeof(T));
     const size_t shared_k = attention_shared(Rk, D, 6, 2, 2, sizeof(T));
     allow_shared(attention_dkdv_kernel<T>, shared_k, "attention's backward", "head size");

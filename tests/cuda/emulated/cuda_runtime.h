@@ -321,9 +321,15 @@ struct Launch {
     s.cooperative = cooperative;
     const unsigned at_once = cooperative ? grid_dim.x : 1;
     for (unsigned b0 = 0; b0 < grid_dim.x; b0 += at_once) {
-      std::vector<std::vector<unsigned char>> memory;
-      for (unsigned k = 0; k < at_once; ++k)
-        memory.emplace_back(shared, 0xcd);  // never zeros: an unwritten read shows
+      // Aligned as a GPU aligns a block's shared memory (warp matrix loads check 32 bytes).
+      struct alignas(128) Line {
+        unsigned char bytes[128];
+      };
+      std::vector<std::vector<Line>> memory;
+      for (unsigned k = 0; k < at_once; ++k) {
+        memory.emplace_back((shared + 127) / 128);
+        std::memset(memory.back().data(), 0xcd, shared);  // never zeros: an unwritten read shows
+      }
       s.fibers.assign(at_once * block_dim.x, Fiber{});
       for (unsigned k = 0; k < at_once; ++k)
         for (unsigned t = 0; t < block_dim.x; ++t) {
@@ -331,7 +337,7 @@ struct Launch {
           Fiber& f = s.fibers[i];
           f.thread = t;
           f.block = b0 + k;
-          f.shared = memory[k].data();
+          f.shared = memory[k].empty() ? nullptr : memory[k].data()->bytes;
           f.body = [&] { kernel(args...); };
           getcontext(&f.context);
           f.context.uc_stack.ss_sp = s.stacks.get(i);

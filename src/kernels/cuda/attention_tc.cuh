@@ -1,0 +1,374 @@
+#pragma once
+// Attention on tensor cores, for bf16 products (AttentionShape::bf16_products) of f32 tensors:
+// attention.cuh's tiles, masks, dropout and online softmax, with its five products as warp
+// matrix operations on bf16 operands summing in f32:
+//   forward:  S = Q K^T, O = O * correction + P V;
+//   backward: (per key tile) S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q;
+//             (per query tile) S = Q K^T, dP = dO V^T, dQ += dS K.
+// q, k, v and dO are rounded to bf16 as they are staged in shared memory, P and dS after the f32
+// softmax; row statistics, accumulators (in shared memory, f32) and outputs stay f32, as the CPU's
+// bf16-products kernel. A block owns kTcRows rows (query rows forward and for dQ, keys for
+// dK/dV) in slices of 16, each slice a warp's (a block of fewer warps takes several); the other
+// side comes in tiles of `other` rows (64, 32 or 16, whichever fits the GPU's shared memory).
+// Head sizes are padded to a multiple of 16 with zeros.
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include "kernels/cuda/attention.cuh"
+
+namespace seqforge::cuda {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int64_t kTcRows = 64, kTcSlice = 16;
+constexpr int kTcThreads = 128;
+
+using TcBf16 = __nv_bfloat16;
+using TcA = wmma::fragment<wmma::matrix_a, 16, 16, 16, TcBf16, wmma::row_major>;
+using TcBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, TcBf16, wmma::col_major>;
+using TcBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, TcBf16, wmma::row_major>;
+using TcAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+// Widths: the head padded to 16; leading dimensions padded by 8 bf16 or 4 f32 elements (the warp
+// matrix functions' multiples), so that consecutive rows start in different banks.
+__host__ __device__ inline int64_t tc_head(int64_t D) { return (D + 15) / 16 * 16; }
+__host__ __device__ inline int64_t tc_ld16(int64_t width) { return width + 8; }
+__host__ __device__ inline int64_t tc_ld32(int64_t width) { return width + 4; }
+
+// Carves a block's shared memory into regions, each 128-byte aligned.
+__host__ __device__ inline size_t tc_region(int64_t elements, size_t element) {
+  return (static_cast<size_t>(elements) * element + 127) / 128 * 128;
+}
+struct TcShared {
+  unsigned char* base;
+  size_t used = 0;
+  template <typename T>
+  __device__ T* take(int64_t elements) {
+    T* p = reinterpret_cast<T*>(base + used);
+    used += tc_region(elements, sizeof(T));
+    return p;
+  }
+};
+
+// The block's warps and this thread's: an emulated block of fewer than 32 threads is one warp.
+__device__ inline int tc_warps() {
+  return blockDim.x >= 32 ? static_cast<int>(blockDim.x / 32) : 1;
+}
+__device__ inline int tc_warp() {
+  return blockDim.x >= 32 ? static_cast<int>(threadIdx.x / 32) : 0;
+}
+
+// Rows [first, first + n) of a tensor whose rows are `stride` apart, D values each, rounded to
+// bf16 into a (R, tc_head(D)) tile; rows past n and columns past D are zeros.
+__device__ inline void tc_load_rows(TcBf16* tile, const float* src, int64_t R, int64_t D, int64_t n,
+                                    int64_t first, int64_t stride) {
+  const int64_t Dp = tc_head(D), ld = tc_ld16(Dp);
+  for (int64_t e = threadIdx.x; e < R * Dp; e += blockDim.x) {
+    const int64_t r = e / Dp, d = e % Dp;
+    tile[r * ld + d] = __float2bfloat16_rn(r < n && d < D ? src[first + r * stride + d] : 0.0f);
+  }
+}
+
+// out (R, cols) f32 = a (R, depth) b^T: a's rows and b's rows (cols of them) both `depth` long,
+// bf16 with leading dimensions lda and ldb; each warp takes 16-row slices.
+__device__ inline void tc_abt(float* out, int64_t ldo, const TcBf16* a, int64_t lda,
+                              const TcBf16* b, int64_t ldb, int64_t R, int64_t cols,
+                              int64_t depth) {
+  for (int64_t slice = tc_warp(); slice < R / kTcSlice; slice += tc_warps())
+    for (int64_t c = 0; c < cols; c += 16) {
+      TcAcc acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int64_t k = 0; k < depth; k += 16) {
+        TcA fa;
+        TcBCol fb;
+        wmma::load_matrix_sync(fa, a + slice * kTcSlice * lda + k, lda);
+        wmma::load_matrix_sync(fb, b + c * ldb + k, ldb);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(out + slice * kTcSlice * ldo + c, acc, ldo, wmma::mem_row_major);
+    }
+}
+
+// acc (R, width) f32 += a (R, depth) b: b's rows `depth` of them, `width` long; each warp takes
+// 16-row slices.
+__device__ inline void tc_acc_ab(float* acc, int64_t ldacc, const TcBf16* a, int64_t lda,
+                                 const TcBf16* b, int64_t ldb, int64_t R, int64_t width,
+                                 int64_t depth) {
+  for (int64_t slice = tc_warp(); slice < R / kTcSlice; slice += tc_warps())
+    for (int64_t c = 0; c < width; c += 16) {
+      TcAcc f;
+      float* at = acc + slice * kTcSlice * ldacc + c;
+      wmma::load_matrix_sync(f, at, ldacc, wmma::mem_row_major);
+      for (int64_t k = 0; k < depth; k += 16) {
+        TcA fa;
+        TcBRow fb;
+        wmma::load_matrix_sync(fa, a + slice * kTcSlice * lda + k, lda);
+        wmma::load_matrix_sync(fb, b + k * ldb + c, ldb);
+        wmma::mma_sync(f, fa, fb, f);
+      }
+      wmma::store_matrix_sync(at, f, ldacc, wmma::mem_row_major);
+    }
+}
+
+// Shared memory of each kernel for head size D and `other` rows per tile of the other side (as
+// the kernels take it).
+inline size_t tc_forward_shared(int64_t D, int64_t other) {
+  const int64_t Dp = tc_head(D), R = kTcRows;
+  return tc_region(R * tc_ld16(Dp), 2) + tc_region(2 * other * tc_ld16(Dp), 2) +
+         tc_region(R * tc_ld32(other), 4) + tc_region(R * tc_ld16(other), 2) +
+         tc_region(R * tc_ld32(Dp), 4) + tc_region(3 * R, 4);
+}
+inline size_t tc_dkdv_shared(int64_t D, int64_t other) {
+  const int64_t Dp = tc_head(D), R = kTcRows;
+  return tc_region(2 * R * tc_ld16(Dp), 2) + tc_region(2 * other * tc_ld16(Dp), 2) +
+         tc_region(2 * R * tc_ld32(other), 4) + tc_region(2 * R * tc_ld16(other), 2) +
+         tc_region(2 * R * tc_ld32(Dp), 4) + tc_region(2 * other, 4);
+}
+inline size_t tc_dq_shared(int64_t D, int64_t other) {
+  const int64_t Dp = tc_head(D), R = kTcRows;
+  return tc_region(2 * R * tc_ld16(Dp), 2) + tc_region(2 * other * tc_ld16(Dp), 2) +
+         tc_region(2 * R * tc_ld32(other), 4) + tc_region(R * tc_ld16(other), 2) +
+         tc_region(R * tc_ld32(Dp), 4) + tc_region(2 * R, 4);
+}
+
+// A block per (pair, tile of kTcRows query rows), key tiles of `other`.
+__global__ void attention_forward_tc_kernel(AttentionForward a, int64_t other,
+                                            AttentionDropout drop) {
+  SF_DYNAMIC_SHARED(shared_bytes);
+  const AttentionShape& s = a.shape;
+  const int64_t D = s.head_dim, Dp = tc_head(D), T_ = s.seq, stride = s.qkv_width();
+  const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
+                LO = tc_ld32(Dp);
+  TcShared m{shared_bytes};
+  TcBf16* sQ = m.take<TcBf16>(R * LB);
+  TcBf16* sK = m.take<TcBf16>(2 * other * LB);
+  TcBf16* sV = sK + other * LB;
+  float* sS = m.take<float>(R * LS);
+  TcBf16* sP = m.take<TcBf16>(R * LP);
+  float* sO = m.take<float>(R * LO);
+  float* row_max = m.take<float>(3 * R);
+  float *row_sum = row_max + R, *corr = row_sum + R;
+  const float* qkv = static_cast<const float*>(a.qkv);
+  const int64_t tiles = (T_ - a.first_row + R - 1) / R;
+  for (int64_t t = blockIdx.x; t < s.batch * s.heads * tiles; t += gridDim.x) {
+    const AttentionPair pr(s, a.lengths, t / tiles);
+    const int64_t i0 = a.first_row + t % tiles * R;
+    const int64_t nq = T_ - i0 < R ? T_ - i0 : R;
+    tc_load_rows(sQ, qkv, R, D, nq, pr.q(i0), stride);
+    for (int64_t e = threadIdx.x; e < R * LO; e += blockDim.x) sO[e] = 0.0f;
+    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.0f;
+    }
+    const int64_t key_end = pr.last(i0 + nq - 1);
+    for (int64_t k0 = pr.first(i0); k0 < key_end; k0 += other) {
+      const int64_t nk = key_end - k0 < other ? key_end - k0 : other;
+      __syncthreads();  // the previous tile's readers are done
+      tc_load_rows(sK, qkv, other, D, nk, pr.k(k0), stride);
+      tc_load_rows(sV, qkv, other, D, nk, pr.v(k0), stride);
+      __syncthreads();
+      tc_abt(sS, LS, sQ, LB, sK, LB, R, other, Dp);
+      __syncthreads();
+      for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
+        float* row = sS + r * LS;
+        float mx = row_max[r];
+        for (int64_t c = 0; c < other; ++c) {
+          const bool on = r < nq && c < nk && pr.sees(i0 + r, k0 + c);
+          row[c] = on ? static_cast<float>(s.scale) * row[c] : -INFINITY;
+          mx = row[c] > mx ? row[c] : mx;
+        }
+        const float rescale = mx == -INFINITY ? 1.0f : expf(row_max[r] - mx);
+        const uint64_t key = r < nq ? drop.row_key(s, pr, i0 + r) : 0;
+        float sum = 0.0f;
+        for (int64_t c = 0; c < other; ++c) {
+          const float p = row[c] != -INFINITY ? expf(row[c] - mx) : 0.0f;
+          sum += p;
+          sP[r * LP + c] = __float2bfloat16_rn(p * drop.factor<float>(key, k0 + c));
+        }
+        row_sum[r] = row_sum[r] * rescale + sum;
+        row_max[r] = mx;
+        corr[r] = rescale;
+      }
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < R * Dp; e += blockDim.x) {
+        const int64_t r = e / Dp, d = e % Dp;
+        sO[r * LO + d] *= corr[r];
+      }
+      __syncthreads();
+      tc_acc_ab(sO, LO, sP, LP, sV, LB, R, Dp, other);
+    }
+    __syncthreads();
+    float* out = static_cast<float*>(a.out);
+    for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
+      const int64_t r = e / D, d = e % D;
+      out[pr.o(i0 + r) + d] = row_sum[r] > 0.0f ? sO[r * LO + d] / row_sum[r] : 0.0f;
+    }
+    float* lse = static_cast<float*>(a.lse);
+    for (int64_t r = threadIdx.x; r < nq; r += blockDim.x)
+      lse[pr.row(i0 + r)] = row_sum[r] > 0.0f ? row_max[r] + logf(row_sum[r]) : -INFINITY;
+    __syncthreads();
+  }
+}
+
+// delta (B, heads, T) = rowsum(bf16(dO) * O): D_i from the dO the products see, so that a row
+// whose P is one-hot gets dP - D_i = 0 as it should, not dO's rounding.
+__global__ void attention_delta_tc_kernel(float* delta, const float* out, const float* dout,
+                                          AttentionShape s) {
+  const int64_t C = s.heads * s.head_dim;
+  SF_GRID_STRIDE(n, s.batch * s.heads * s.seq) {
+    const int64_t i = n % s.seq, h = n / s.seq % s.heads, b = n / (s.seq * s.heads);
+    const int64_t at = (b * s.seq + i) * C + h * s.head_dim;
+    float acc = 0.0f;
+    for (int64_t d = 0; d < s.head_dim; ++d)
+      acc += __bfloat162float(__float2bfloat16_rn(dout[at + d])) * out[at + d];
+    delta[n] = acc;
+  }
+}
+
+// A block per (batch row, key/value head, tile of kTcRows keys): dK and dV of its keys over the
+// group's query heads, query tiles of `other`.
+__global__ void attention_dkdv_tc_kernel(AttentionBackward a, const float* delta_all, int64_t other,
+                                         AttentionDropout drop) {
+  SF_DYNAMIC_SHARED(shared_bytes);
+  const AttentionShape& s = a.shape;
+  const int64_t D = s.head_dim, Dp = tc_head(D), T_ = s.seq, stride = s.qkv_width(),
+                C = s.heads * D;
+  const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
+                LO = tc_ld32(Dp);
+  TcShared m{shared_bytes};
+  TcBf16* sK = m.take<TcBf16>(2 * R * LB);
+  TcBf16* sV = sK + R * LB;
+  TcBf16* sQ = m.take<TcBf16>(2 * other * LB);
+  TcBf16* sdO = sQ + other * LB;
+  float* sST = m.take<float>(2 * R * LS);  // S^T, then dP^T beside it
+  float* sdPT = sST + R * LS;
+  TcBf16* sPT = m.take<TcBf16>(2 * R * LP);
+  TcBf16* sdST = sPT + R * LP;
+  float* dK = m.take<float>(2 * R * LO);
+  float* dV = dK + R * LO;
+  float* lse = m.take<float>(2 * other);
+  float* delta = lse + other;
+  const float* qkv = static_cast<const float*>(a.qkv);
+  const float* dout = static_cast<const float*>(a.dout);
+  const float* lse_all = static_cast<const float*>(a.lse);
+  const int64_t tiles = (T_ + R - 1) / R, G = s.group();
+  for (int64_t t = blockIdx.x; t < s.batch * s.kv() * tiles; t += gridDim.x) {
+    const int64_t b = t / tiles / s.kv(), kvh = t / tiles % s.kv();
+    const AttentionPair first_pair(s, a.lengths, b * s.heads + kvh * G);
+    const int64_t j0 = t % tiles * R, nk = T_ - j0 < R ? T_ - j0 : R;
+    tc_load_rows(sK, qkv, R, D, nk, first_pair.k(j0), stride);
+    tc_load_rows(sV, qkv, R, D, nk, first_pair.v(j0), stride);
+    for (int64_t e = threadIdx.x; e < 2 * R * LO; e += blockDim.x) dK[e] = 0.0f;
+    // Query rows that may see keys [j0, j0 + nk), as attention_dkdv_kernel's.
+    const int64_t first = j0 < first_pair.keys ? (s.causal ? j0 : 0) : T_;
+    const int64_t end = s.window > 0 && j0 + nk - 1 + s.window < T_ ? j0 + nk - 1 + s.window : T_;
+    for (int64_t h = kvh * G; h < (kvh + 1) * G; ++h) {
+      const AttentionPair pr(s, a.lengths, b * s.heads + h);
+      for (int64_t i0 = first; i0 < end; i0 += other) {
+        const int64_t nq = end - i0 < other ? end - i0 : other;
+        __syncthreads();
+        tc_load_rows(sQ, qkv, other, D, nq, pr.q(i0), stride);
+        tc_load_rows(sdO, dout, other, D, nq, pr.o(i0), C);
+        for (int64_t c = threadIdx.x; c < other; c += blockDim.x) {
+          lse[c] = c < nq ? lse_all[pr.row(i0 + c)] : 0.0f;
+          delta[c] = c < nq ? delta_all[pr.row(i0 + c)] : 0.0f;
+        }
+        __syncthreads();
+        tc_abt(sST, LS, sK, LB, sQ, LB, R, other, Dp);
+        tc_abt(sdPT, LS, sV, LB, sdO, LB, R, other, Dp);
+        __syncthreads();
+        for (int64_t e = threadIdx.x; e < R * other; e += blockDim.x) {
+          const int64_t r = e / other, c = e % other;  // key j0 + r, query row i0 + c
+          float p = 0.0f, ds = 0.0f;
+          if (r < nk && c < nq && pr.sees(i0 + c, j0 + r)) {
+            const float prob = expf(static_cast<float>(s.scale) * sST[r * LS + c] - lse[c]);
+            const float factor = drop.factor<float>(drop.row_key(s, pr, i0 + c), j0 + r);
+            p = prob * factor;
+            ds = prob * (factor * sdPT[r * LS + c] - delta[c]);
+          }
+          sPT[r * LP + c] = __float2bfloat16_rn(p);
+          sdST[r * LP + c] = __float2bfloat16_rn(ds);
+        }
+        __syncthreads();
+        tc_acc_ab(dV, LO, sPT, LP, sdO, LB, R, Dp, other);
+        tc_acc_ab(dK, LO, sdST, LP, sQ, LB, R, Dp, other);
+      }
+    }
+    __syncthreads();
+    float* dqkv = static_cast<float*>(a.dqkv);
+    for (int64_t e = threadIdx.x; e < nk * D; e += blockDim.x) {
+      const int64_t c = e / D, d = e % D;
+      dqkv[first_pair.k(j0 + c) + d] = static_cast<float>(s.scale) * dK[c * LO + d];
+      dqkv[first_pair.v(j0 + c) + d] = dV[c * LO + d];
+    }
+    __syncthreads();
+  }
+}
+
+// A block per (pair, tile of kTcRows query rows): dQ of its rows, key tiles of `other`.
+__global__ void attention_dq_tc_kernel(AttentionBackward a, const float* delta_all, int64_t other,
+                                       AttentionDropout drop) {
+  SF_DYNAMIC_SHARED(shared_bytes);
+  const AttentionShape& s = a.shape;
+  const int64_t D = s.head_dim, Dp = tc_head(D), T_ = s.seq, stride = s.qkv_width(),
+                C = s.heads * D;
+  const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
+                LO = tc_ld32(Dp);
+  TcShared m{shared_bytes};
+  TcBf16* sQ = m.take<TcBf16>(2 * R * LB);
+  TcBf16* sdO = sQ + R * LB;
+  TcBf16* sK = m.take<TcBf16>(2 * other * LB);
+  TcBf16* sV = sK + other * LB;
+  float* sS = m.take<float>(2 * R * LS);  // S, then dP beside it
+  float* sdP = sS + R * LS;
+  TcBf16* sdS = m.take<TcBf16>(R * LP);
+  float* dQ = m.take<float>(R * LO);
+  float* lse = m.take<float>(2 * R);
+  float* delta = lse + R;
+  const float* qkv = static_cast<const float*>(a.qkv);
+  const float* lse_all = static_cast<const float*>(a.lse);
+  const int64_t tiles = (T_ + R - 1) / R;
+  for (int64_t t = blockIdx.x; t < s.batch * s.heads * tiles; t += gridDim.x) {
+    const AttentionPair pr(s, a.lengths, t / tiles);
+    const int64_t i0 = t % tiles * R, nq = T_ - i0 < R ? T_ - i0 : R;
+    tc_load_rows(sQ, qkv, R, D, nq, pr.q(i0), stride);
+    tc_load_rows(sdO, static_cast<const float*>(a.dout), R, D, nq, pr.o(i0), C);
+    for (int64_t e = threadIdx.x; e < R * LO; e += blockDim.x) dQ[e] = 0.0f;
+    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
+      lse[r] = r < nq ? lse_all[pr.row(i0 + r)] : 0.0f;
+      delta[r] = r < nq ? delta_all[pr.row(i0 + r)] : 0.0f;
+    }
+    const int64_t key_end = pr.last(i0 + nq - 1);
+    for (int64_t j0 = pr.first(i0); j0 < key_end; j0 += other) {
+      const int64_t nk = key_end - j0 < other ? key_end - j0 : other;
+      __syncthreads();
+      tc_load_rows(sK, qkv, other, D, nk, pr.k(j0), stride);
+      tc_load_rows(sV, qkv, other, D, nk, pr.v(j0), stride);
+      __syncthreads();
+      tc_abt(sS, LS, sQ, LB, sK, LB, R, other, Dp);
+      tc_abt(sdP, LS, sdO, LB, sV, LB, R, other, Dp);
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < R * other; e += blockDim.x) {
+        const int64_t r = e / other, c = e % other;
+        float ds = 0.0f;
+        if (r < nq && c < nk && pr.sees(i0 + r, j0 + c)) {
+          const float prob = expf(static_cast<float>(s.scale) * sS[r * LS + c] - lse[r]);
+          const float factor = drop.factor<float>(drop.row_key(s, pr, i0 + r), j0 + c);
+          ds = prob * (factor * sdP[r * LS + c] - delta[r]);
+        }
+        sdS[r * LP + c] = __float2bfloat16_rn(ds);
+      }
+      __syncthreads();
+      tc_acc_ab(dQ, LO, sdS, LP, sK, LB, R, Dp, other);
+    }
+    __syncthreads();
+    float* dqkv = static_cast<float*>(a.dqkv);
+    for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
+      const int64_t r = e / D, d = e % D;
+      dqkv[pr.q(i0 + r) + d] = static_cast<float>(s.scale) * dQ[r * LO + d];
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace seqforge::cuda

@@ -1,0 +1,68 @@
+// Attention on a GPU's tensor cores (bf16 products of f32 tensors, SEQFORGE_CUDA_ATTENTION=
+// tensor_cores) against the reference in f64, within what bf16 rounding of the operands explains:
+// head sizes off and on multiples of 16, sequences across the 64-row tiles, causal or not, padded
+// rows, dropout, grouped key/value heads and sliding windows. Runs on the emulated GPU in CI.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "attention_problems.hpp"
+#include "seqforge/backend/backend.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+using namespace test::attention;
+
+// SEQFORGE_CUDA_ATTENTION set for the scope, then unset.
+struct ScopedAttentionChoice {
+  explicit ScopedAttentionChoice(const char* v) { setenv("SEQFORGE_CUDA_ATTENTION", v, 1); }
+  ~ScopedAttentionChoice() { unsetenv("SEQFORGE_CUDA_ATTENTION"); }
+};
+
+TEST(Attention, GpuTensorCoresMatchReferenceWithinBf16Rounding) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  auto ref = make_reference_backend();
+  auto gpu = make_backend("cuda");
+  const ScopedAttentionChoice tensor_cores("tensor_cores");
+  Errors worst;
+  int count = 0, differs_from_f32 = 0;
+  for (int64_t D : {7, 16, 65})
+    for (int64_t T : {1, 17, 130})
+      for (bool causal : {true, false})
+        for (bool padded : {false, true}) {
+          const int idx = count++;
+          bool peaked;
+          AttentionShape s = grouped_shape(idx, T, D, causal, &peaked);
+          s.batch = 1 + idx % 2;
+          if (idx % 3 == 1) {
+            s.dropout = 0.2;
+            s.seed = 41 + idx;
+          }
+          const Problem p = make_problem(
+              s, padded ? sweep_lengths(idx, s.batch, T) : std::vector<int64_t>{}, 7000 + idx);
+          differs_from_f32 += expect_bf16_within_rounding(*ref, *gpu, p, worst);
+        }
+  EXPECT_GT(differs_from_f32, count / 2) << "the tensor-core kernels did not run";
+  std::printf("tensor cores, %d shapes; largest relative errors: out %.2e, lse %.2e, dqkv %.2e\n",
+              count, worst.out, worst.lse, worst.dqkv);
+}
+
+TEST(Attention, GpuAttentionChoiceIsChecked) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  auto gpu = make_backend("cuda");
+  const ScopedAttentionChoice wrong("tensor-cores");
+  AttentionShape s{.batch = 1, .seq = 4, .heads = 1, .head_dim = 8};
+  s.bf16_products = true;
+  const Problem p = make_problem(s, {}, 3);
+  const std::string e = test::error_of([&] { run(*gpu, DType::f32, p); });
+  EXPECT_NE(e.find("SEQFORGE_CUDA_ATTENTION: unknown value 'tensor-cores' (expected f32 or "
+                   "tensor_cores)"),
+            std::string::npos)
+      << e;
+}
+
+}  // namespace
+}  // namespace seqforge
