@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """seqforge against PyTorch on the benchmark workloads, side by side in one run.
 
-Usage: /usr/bin/python3 bench/compare.py [W1 ... W6 W1g W4g W1p W4p W9] [--precision fp32 bf16]
+Usage: /usr/bin/python3 bench/compare.py [W1 ... W6 W1g W4g W1p W4p W9 A5 A5k]
+                                         [--precision fp32 bf16]
                                          [--steps N]
                                          [--rounds R] [--seqforge build/seqforge] [--json FILE]
                                          [--max-isa avx2|avx512|avx512_bf16]
@@ -14,7 +15,9 @@ and each engine's peak resident memory. Without workloads it runs all eleven: W1
 nanoGPT's Shakespeare-character transformer, W6: the same with DoRA adapters, base frozen), the
 GRU workloads W1g and W4g (W1 and W4 with a GRU in place of the LSTM), the LSTM-projection
 workloads W1p and W4p (W1 and W4 with proj_size H/2) and W9 (a small Llama with grouped-query
-attention and DoRA on all seven Linears of each block, base frozen). With --device cuda both
+attention and DoRA on all seven Linears of each block, base frozen). A5 and A5k, named only,
+time attention alone (forward and backward, W5's heads at T 256 and 1024; PyTorch's
+scaled_dot_product_attention where it has it). With --device cuda both
 engines train on the GPU (seqforge bench --device cuda; PyTorch with cuDNN, TF32, autocast and
 the fused Adam, bench/pytorch_bench.py), the recurrent workloads only by default, and --python
 names the interpreter that has a CUDA PyTorch. fp32 there is TF32 on both sides (seqforge bench
@@ -31,6 +34,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "W1g", "W4g", "W1p", "W4p", "W9"]
+ATTENTION = ["A5", "A5k"]  # attention alone: run when named
 
 
 def run(cmd, env=None):
@@ -97,8 +101,8 @@ def main():
     a = p.parse_args()
     sf_env, pt_env = capped_environments(a.max_isa)
     for wid in a.workloads:
-        if wid not in WORKLOADS:
-            sys.exit("unknown workload %s (expected %s)" % (wid, ", ".join(WORKLOADS)))
+        if wid not in WORKLOADS + ATTENTION:
+            sys.exit("unknown workload %s (expected %s)" % (wid, ", ".join(WORKLOADS + ATTENTION)))
     rows = []
     cuda = a.device == "cuda"
     peaks = {}

@@ -2,7 +2,7 @@
 """The benchmark workloads of WORKLOADS.md in PyTorch, for side-by-side comparison with
 `seqforge bench`: one training step = forward, backward, Adam step, on random data.
 
-Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|...|W6|W1g|W4g|W1p|W4p|W9|all]
+Usage: /usr/bin/python3 bench/pytorch_bench.py [W1|...|W6|W1g|W4g|W1p|W4p|W9|A5|A5k|all]
                                               [--precision fp32|bf16|fp16] [--device cpu|cuda]
                                                [--steps N] [--warmup N] [--threads N] [--json FILE]
 Threads are tuned as WORKLOADS.md describes: torch.set_num_threads(cores), OMP_WAIT_POLICY=PASSIVE.
@@ -14,6 +14,9 @@ W6 is W5 with DoRA rank 8 on every attention and MLP Linear, the rest frozen. W9
 Llama (the modules of Hugging Face's Llama written out: RMS norm, rotate-half rotary embeddings,
 grouped-query attention by repeated key/value heads, a SiLU gated MLP, an untied head) with DoRA
 rank 8 on all seven Linears of every block, the rest frozen.
+A5 and A5k are attention alone, forward and backward of causal self-attention (W5's heads at
+T 256, and at T 1024): F.scaled_dot_product_attention where PyTorch has it (2.x: flash attention
+on a GPU, in the precision's dtype), else the explicit softmax.
 W1g and W4g are W1 and W4 with an nn.GRU in place of the nn.LSTM, W1p and W4p with an LSTM of
 proj_size H/2; W5 is nanoGPT's Shakespeare-character model (its modules, with the explicit
 (T, T) attention softmax: PyTorch 1.13 has no fused attention on the CPU); "all" runs them all.
@@ -56,6 +59,10 @@ WORKLOADS = {
     "W9": dict(name="llama_v2048_d384_f1024_l6_h6_kv2_t256_b16_dora_r8", cell="llama",
                vocab=2048, width=384, mlp=1024, layers=6, heads=6, kv=2, bi=False, out=2048,
                per_step=True, batch=16, steps=256, loss="ce", dora=8),
+    "A5": dict(name="attention_h6_d64_t256_b16", cell="attention", heads=6, head_dim=64,
+               batch=16, steps=256),
+    "A5k": dict(name="attention_h6_d64_t1024_b4", cell="attention", heads=6, head_dim=64,
+                batch=4, steps=1024),
 }
 
 
@@ -221,6 +228,9 @@ class Model(torch.nn.Module):
 
 
 def gflop(w):
+    if w["cell"] == "attention":  # as seqforge bench counts it: q.k and p.v over T/2 keys, 3.5x
+        T = w["steps"]
+        return 3.5 * 2.0 * 2 * w["batch"] * w["heads"] * T * T / 2 * w["head_dim"] / 1e9
     if w["cell"] == "llama":  # as seqforge bench counts it
         c, n, L = w["width"], w["batch"] * w["steps"], w["layers"]
         kvd = w["kv"] * c // w["heads"]
@@ -242,8 +252,62 @@ def gflop(w):
     return 3 * fwd / 1e9
 
 
+def attention(q, k, v):
+    """Causal self-attention of (B, H, T, D) tensors."""
+    sdpa = getattr(torch.nn.functional, "scaled_dot_product_attention", None)
+    if sdpa is not None:
+        return sdpa(q, k, v, is_causal=True)
+    T = q.shape[-2]
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1),
+                                float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def run_attention(wid, precision, steps, warmup, device):
+    w = WORKLOADS[wid]
+    torch.manual_seed(0)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    shape = (w["batch"], w["heads"], w["steps"], w["head_dim"])
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True)
+               for _ in range(3))
+    dout = torch.randn(shape, device=device, dtype=dtype)
+
+    def step():
+        attention(q, k, v).backward(dout)
+
+    return timed(wid, w, precision, step, steps, warmup, device)
+
+
+def timed(wid, w, precision, step, steps, warmup, device):
+    """Times `step` as the training steps are timed; the result row of `wid`."""
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(warmup):
+        step()
+    sync()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append((time.perf_counter() - t0) * 1e3)
+    s = sorted(times)
+    median = s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
+    B = w["batch"]
+    return dict(id=wid, name=w["name"], precision=precision, step_ms=times, median_ms=median,
+                samples_per_s=B / (median / 1e3), gflops=gflop(w) / (median / 1e3),
+                peak_mb=(torch.cuda.max_memory_allocated() / 2**20 if cuda else
+                         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0),
+                threads=torch.get_num_threads(), torch=torch.__version__, device=device)
+
+
 def run(wid, precision, steps, warmup, device="cpu"):
     w = WORKLOADS[wid]
+    if w["cell"] == "attention":
+        return run_attention(wid, precision, steps, warmup, device)
     torch.manual_seed(0)
     cuda = device == "cuda"
     if cuda:
@@ -297,23 +361,7 @@ def run(wid, precision, steps, warmup, device="cpu"):
             loss.backward()
             opt.step()
 
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    for _ in range(warmup):
-        step()
-    sync()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        sync()
-        times.append((time.perf_counter() - t0) * 1e3)
-    s = sorted(times)
-    median = s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
-    return dict(id=wid, name=w["name"], precision=precision, step_ms=times, median_ms=median,
-                samples_per_s=B / (median / 1e3), gflops=gflop(w) / (median / 1e3),
-                peak_mb=(torch.cuda.max_memory_allocated() / 2**20 if cuda else
-                         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0),
-                threads=torch.get_num_threads(), torch=torch.__version__, device=device)
+    return timed(wid, w, precision, step, steps, warmup, device)
 
 
 def main():

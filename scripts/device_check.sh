@@ -94,13 +94,13 @@ if [ "${1:-}" != "--no-bench" ]; then
   # The issue's goal workloads; fp32 is TF32 on both sides. SEQFORGE_VERBOSE: the autotuner's
   # timings of the recurrence schedules (whole chains against steps) in the log.
   # shellcheck disable=SC2086
-  SEQFORGE_VERBOSE=1 "$python" "$root/bench/compare.py" W1 W3 W4 W1g W4g W5 W6 --device cuda \
+  SEQFORGE_VERBOSE=1 "$python" "$root/bench/compare.py" W1 W3 W4 W1g W4g W5 W6 A5 A5k --device cuda \
     --python "$python" --seqforge "$seqforge" --precision ${SEQFORGE_BENCH_PRECISIONS:-fp32 bf16 fp16} \
     --steps 10 --rounds "$rounds" \
     --json "$out/bench.json" 2>&1 |
     tee "$out/bench.log" || status=1
   # The transformers' bf16 steps again with attention on tensor cores (attention_tc.cuh).
-  SEQFORGE_CUDA_ATTENTION=tensor_cores "$python" "$root/bench/compare.py" W5 W6 --device cuda \
+  SEQFORGE_CUDA_ATTENTION=tensor_cores "$python" "$root/bench/compare.py" W5 W6 A5 A5k --device cuda \
     --python "$python" --seqforge "$seqforge" --precision bf16 --steps 10 --rounds 1 \
     --json "$out/bench_tensor_core_attention.json" 2>&1 |
     tee "$out/bench_tensor_core_attention.log" || status=1

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -95,6 +96,18 @@ Workload make(std::string id, std::string name, int64_t vocab, int64_t embed, in
   w.batch = batch;
   w.steps = steps;
   w.loss = loss;
+  return w;
+}
+
+Workload make_attention(std::string id, std::string name, int64_t heads, int64_t head_dim,
+                        int64_t seq, int64_t batch) {
+  Workload w;
+  w.id = std::move(id);
+  w.name = std::move(name);
+  w.batch = batch;
+  w.steps = seq;
+  w.heads = heads;
+  w.head_dim = head_dim;
   return w;
 }
 
@@ -306,6 +319,11 @@ void print_gemm_breakdown(Backend& be, const std::vector<RecordingBackend::Call>
 }  // namespace
 
 double Workload::gflop() const {
+  if (heads) {  // q.k and p.v over T/2 keys on average
+    const double forward =
+        2.0 * 2 * double(batch * heads) * double(steps) * double(steps) / 2 * double(head_dim);
+    return 3.5 * forward / 1e9;
+  }
   if (model.family == ModelFamily::decoder) {
     // Per token and layer: q, k, v and o (C (H + 2 KV) D + H D C), the gated MLP (3 C F), causal
     // attention over T/2 keys on average (2 T H D); the head once (C V). A frozen base: forward
@@ -362,6 +380,8 @@ const std::vector<Workload>& workloads() {
                AdapterKind::dora, 8),
       make_llama("W9", "llama_v2048_d384_f1024_l6_h6_kv2_t256_b16_dora_r8", 2048, 384, 1024, 6, 6,
                  2, 256, 16),
+      make_attention("A5", "attention_h6_d64_t256_b16", 6, 64, 256, 16),
+      make_attention("A5k", "attention_h6_d64_t1024_b4", 6, 64, 1024, 4),
   };
   return all;
 }
@@ -374,8 +394,70 @@ const Workload& find_workload(const std::string& id) {
   fail("unknown workload '", id, "' (expected ", ids, "or all)");
 }
 
+namespace {
+
+// Attention alone: forward and backward of causal self-attention, as a transformer's block runs
+// it (bf16 products under bf16 precision), on random inputs in the backend's memory.
+BenchResult run_attention_benchmark(const Workload& w, const BenchOptions& options) {
+  auto be = make_run_backend(options.device, {Op::memory, Op::attention});
+  std::string notice;
+  const DType gemm_dtype = backend_precision(options.precision, *be, &notice);
+  AttentionShape s{.batch = w.batch, .seq = w.steps, .heads = w.heads, .head_dim = w.head_dim};
+  s.scale = 1.0 / std::sqrt(double(w.head_dim));
+  s.bf16_products = gemm_dtype == DType::bf16;
+  const int64_t B = w.batch, T = w.steps, C = w.heads * w.head_dim;
+  Rng rng(4);
+  std::vector<float> qkv(static_cast<size_t>(B * T * 3 * C)), dout(static_cast<size_t>(B * T * C));
+  for (float& v : qkv) v = static_cast<float>(rng.normal());
+  for (float& v : dout) v = static_cast<float>(rng.normal());
+  Buffer qkv_buf, out_buf, lse_buf, dout_buf, dqkv_buf;
+  const Tensor qkv_t = qkv_buf.get(*be, DType::f32, {B, T, 3 * C});
+  const Tensor out_t = out_buf.get(*be, DType::f32, {B, T, C});
+  const Tensor lse_t = lse_buf.get(*be, DType::f32, {B, w.heads, T});
+  const Tensor dout_t = dout_buf.get(*be, DType::f32, {B, T, C});
+  const Tensor dqkv_t = dqkv_buf.get(*be, DType::f32, {B, T, 3 * C});
+  be->upload(qkv_t, qkv.data());
+  be->upload(dout_t, dout.data());
+  auto step = [&] {
+    be->attention_forward(
+        {.shape = s, .qkv = qkv_t.data(), .out = out_t.data(), .lse = lse_t.data()}, DType::f32);
+    be->attention_backward({.shape = s,
+                            .qkv = qkv_t.data(),
+                            .out = out_t.data(),
+                            .lse = lse_t.data(),
+                            .dout = dout_t.data(),
+                            .dqkv = dqkv_t.data()},
+                           DType::f32);
+  };
+  for (int i = 0; i < options.warmup; ++i) step();
+  be->synchronize();
+  BenchResult r;
+  r.id = w.id;
+  r.name = w.name;
+  r.precision = gemm_precision_name(gemm_dtype);
+  r.notice = notice;
+  for (int i = 0; i < options.steps; ++i) {
+    const double t0 = now_ms();
+    step();
+    be->synchronize();
+    r.step_ms.push_back(now_ms() - t0);
+  }
+  r.median_ms = percentile(r.step_ms, 0.5);
+  r.p10_ms = percentile(r.step_ms, 0.1);
+  r.p90_ms = percentile(r.step_ms, 0.9);
+  r.samples_per_s = double(B) / (r.median_ms / 1e3);
+  r.gflops = w.gflop() / (r.median_ms / 1e3);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  r.peak_mb = usage.ru_maxrss / 1024.0;
+  return r;
+}
+
+}  // namespace
+
 BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   if (options.steps < 1) fail("--steps must be at least 1, got ", options.steps);
+  if (w.heads) return run_attention_benchmark(w, options);
   auto device = make_run_backend(options.device, ops_needed(w.model));
   if (options.matmul_precision != "highest" && options.matmul_precision != "high")
     fail("--matmul-precision must be highest or high, got '", options.matmul_precision, "'");

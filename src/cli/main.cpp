@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
   sf::BenchOptions bench_options;
   CLI::App* bench = app.add_subcommand("bench", "Time training steps of the benchmark workloads");
   bench
-      ->add_option("workload", bench_which, "W1, W2, W3, W4, W5, W6, W1g, W4g, W1p, W4p, W9 or all")
+      ->add_option("workload", bench_which,
+                   "W1, W2, W3, W4, W5, W6, W1g, W4g, W1p, W4p, W9, A5, A5k or all")
       ->capture_default_str();
   bench->add_option("--precision", bench_options.precision, "fp32, bf16, fp16 (GPUs) or auto")
       ->capture_default_str();

@@ -1,6 +1,7 @@
 #pragma once
 // The benchmark workloads (W1-W5 of WORKLOADS.md, and W1 and W4 with GRU cells or LSTM
-// projections) and a runner that times training steps.
+// projections, W6 and W9 with adapters; A5 and A5k attention alone) and a runner that times
+// training steps.
 #include <string>
 #include <vector>
 
@@ -13,9 +14,13 @@ struct Workload {
   std::string name;  // compact problem string, e.g. "lstm_i8_h128_l2_t150_b256"
   ModelOptions model;
   int64_t batch = 0, steps = 0;  // B, T
+  // Attention alone (A5, A5k): causal self-attention of B rows of T tokens in `heads` heads of
+  // head_dim, forward and backward; `model` unused.
+  int64_t heads = 0, head_dim = 0;
   enum class Loss { mse, mse_masked, cross_entropy } loss = Loss::mse;
   double mask_ratio = 0.15;  // mse_masked: share of time steps in the loss
   double gflop() const;      // per training step: 3x the forward pass, multiply-add = 2
+                             // (attention alone: 3.5x, backward's five products to two)
 };
 
 const std::vector<Workload>& workloads();
