@@ -328,7 +328,8 @@ struct Launch {
       std::vector<std::vector<Line>> memory;
       for (unsigned k = 0; k < at_once; ++k) {
         memory.emplace_back((shared + 127) / 128);
-        std::memset(memory.back().data(), 0xcd, shared);  // never zeros: an unwritten read shows
+        if (shared)  // never zeros: an unwritten read shows
+          std::memset(memory.back().data(), 0xcd, shared);
       }
       s.fibers.assign(at_once * block_dim.x, Fiber{});
       for (unsigned k = 0; k < at_once; ++k)
