@@ -35,20 +35,55 @@ __host__ __device__ inline int64_t tc_head(int64_t D) { return (D + 15) / 16 * 1
 __host__ __device__ inline int64_t tc_ld16(int64_t width) { return width + 8; }
 __host__ __device__ inline int64_t tc_ld32(int64_t width) { return width + 4; }
 
-// Carves a block's shared memory into regions, each 128-byte aligned.
-__host__ __device__ inline size_t tc_region(int64_t elements, size_t element) {
-  return (static_cast<size_t>(elements) * element + 127) / 128 * 128;
-}
-struct TcShared {
-  unsigned char* base;
-  size_t used = 0;
-  template <typename T>
-  __device__ T* take(int64_t elements) {
-    T* p = reinterpret_cast<T*>(base + used);
-    used += tc_region(elements, sizeof(T));
-    return p;
-  }
+// A kernel's shared memory, each region 128-byte aligned: `own` tiles of its block's kTcRows rows
+// of the head (bf16), `others` tiles of the other side's rows, `scores` (f32) and `probs` (bf16)
+// tiles of kTcRows x other, `accs` (f32) tiles of kTcRows rows of the head, and `values` f32s.
+// With a null base only `bytes` is meaningful: the launcher sizes what the kernel carves.
+struct TcTiles {
+  TcBf16 *own, *other;
+  float* scores;
+  TcBf16* probs;
+  float *acc, *values;
+  size_t bytes = 0;
 };
+__host__ __device__ inline TcTiles tc_tiles(unsigned char* base, int64_t D, int64_t other, int own,
+                                            int others, int scores, int probs, int accs,
+                                            int64_t values) {
+  const int64_t Dp = tc_head(D), R = kTcRows;
+  TcTiles t{};
+  auto take = [&](int64_t elements, size_t element) {
+    unsigned char* p = base ? base + t.bytes : nullptr;
+    t.bytes += (static_cast<size_t>(elements) * element + 127) / 128 * 128;
+    return p;
+  };
+  t.own = reinterpret_cast<TcBf16*>(take(own * R * tc_ld16(Dp), 2));
+  t.other = reinterpret_cast<TcBf16*>(take(others * other * tc_ld16(Dp), 2));
+  t.scores = reinterpret_cast<float*>(take(scores * R * tc_ld32(other), 4));
+  t.probs = reinterpret_cast<TcBf16*>(take(probs * R * tc_ld16(other), 2));
+  t.acc = reinterpret_cast<float*>(take(accs * R * tc_ld32(Dp), 4));
+  t.values = reinterpret_cast<float*>(take(values, 4));
+  return t;
+}
+// Each kernel's: forward Q | K, V | S | P | O | max, sum, correction; dK/dV K, V | Q, dO |
+// S^T, dP^T | P^T, dS^T | dK, dV | lse, delta; dQ Q, dO | K, V | S, dP | dS | dQ | lse, delta.
+__host__ __device__ inline TcTiles tc_forward_tiles(unsigned char* base, int64_t D, int64_t other) {
+  return tc_tiles(base, D, other, 1, 2, 1, 1, 1, 3 * kTcRows);
+}
+__host__ __device__ inline TcTiles tc_dkdv_tiles(unsigned char* base, int64_t D, int64_t other) {
+  return tc_tiles(base, D, other, 2, 2, 2, 2, 2, 2 * other);
+}
+__host__ __device__ inline TcTiles tc_dq_tiles(unsigned char* base, int64_t D, int64_t other) {
+  return tc_tiles(base, D, other, 2, 2, 2, 1, 1, 2 * kTcRows);
+}
+inline size_t tc_forward_shared(int64_t D, int64_t other) {
+  return tc_forward_tiles(nullptr, D, other).bytes;
+}
+inline size_t tc_dkdv_shared(int64_t D, int64_t other) {
+  return tc_dkdv_tiles(nullptr, D, other).bytes;
+}
+inline size_t tc_dq_shared(int64_t D, int64_t other) {
+  return tc_dq_tiles(nullptr, D, other).bytes;
+}
 
 // The block's warps and this thread's: an emulated block of fewer than 32 threads is one warp.
 __device__ inline int tc_warps() {
@@ -110,27 +145,6 @@ __device__ inline void tc_acc_ab(float* acc, int64_t ldacc, const TcBf16* a, int
     }
 }
 
-// Shared memory of each kernel for head size D and `other` rows per tile of the other side (as
-// the kernels take it).
-inline size_t tc_forward_shared(int64_t D, int64_t other) {
-  const int64_t Dp = tc_head(D), R = kTcRows;
-  return tc_region(R * tc_ld16(Dp), 2) + tc_region(2 * other * tc_ld16(Dp), 2) +
-         tc_region(R * tc_ld32(other), 4) + tc_region(R * tc_ld16(other), 2) +
-         tc_region(R * tc_ld32(Dp), 4) + tc_region(3 * R, 4);
-}
-inline size_t tc_dkdv_shared(int64_t D, int64_t other) {
-  const int64_t Dp = tc_head(D), R = kTcRows;
-  return tc_region(2 * R * tc_ld16(Dp), 2) + tc_region(2 * other * tc_ld16(Dp), 2) +
-         tc_region(2 * R * tc_ld32(other), 4) + tc_region(2 * R * tc_ld16(other), 2) +
-         tc_region(2 * R * tc_ld32(Dp), 4) + tc_region(2 * other, 4);
-}
-inline size_t tc_dq_shared(int64_t D, int64_t other) {
-  const int64_t Dp = tc_head(D), R = kTcRows;
-  return tc_region(2 * R * tc_ld16(Dp), 2) + tc_region(2 * other * tc_ld16(Dp), 2) +
-         tc_region(2 * R * tc_ld32(other), 4) + tc_region(R * tc_ld16(other), 2) +
-         tc_region(R * tc_ld32(Dp), 4) + tc_region(2 * R, 4);
-}
-
 // A block per (pair, tile of kTcRows query rows), key tiles of `other`.
 __global__ void attention_forward_tc_kernel(AttentionForward a, int64_t other,
                                             AttentionDropout drop) {
@@ -139,15 +153,10 @@ __global__ void attention_forward_tc_kernel(AttentionForward a, int64_t other,
   const int64_t D = s.head_dim, Dp = tc_head(D), T_ = s.seq, stride = s.qkv_width();
   const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
                 LO = tc_ld32(Dp);
-  TcShared m{shared_bytes};
-  TcBf16* sQ = m.take<TcBf16>(R * LB);
-  TcBf16* sK = m.take<TcBf16>(2 * other * LB);
-  TcBf16* sV = sK + other * LB;
-  float* sS = m.take<float>(R * LS);
-  TcBf16* sP = m.take<TcBf16>(R * LP);
-  float* sO = m.take<float>(R * LO);
-  float* row_max = m.take<float>(3 * R);
-  float *row_sum = row_max + R, *corr = row_sum + R;
+  const TcTiles tiles_at = tc_forward_tiles(shared_bytes, D, other);
+  TcBf16 *sQ = tiles_at.own, *sK = tiles_at.other, *sV = sK + other * LB, *sP = tiles_at.probs;
+  float *sS = tiles_at.scores, *sO = tiles_at.acc;
+  float *row_max = tiles_at.values, *row_sum = row_max + R, *corr = row_sum + R;
   const float* qkv = static_cast<const float*>(a.qkv);
   const int64_t tiles = (T_ - a.first_row + R - 1) / R;
   for (int64_t t = blockIdx.x; t < s.batch * s.heads * tiles; t += gridDim.x) {
@@ -235,19 +244,11 @@ __global__ void attention_dkdv_tc_kernel(AttentionBackward a, const float* delta
                 C = s.heads * D;
   const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
                 LO = tc_ld32(Dp);
-  TcShared m{shared_bytes};
-  TcBf16* sK = m.take<TcBf16>(2 * R * LB);
-  TcBf16* sV = sK + R * LB;
-  TcBf16* sQ = m.take<TcBf16>(2 * other * LB);
-  TcBf16* sdO = sQ + other * LB;
-  float* sST = m.take<float>(2 * R * LS);  // S^T, then dP^T beside it
-  float* sdPT = sST + R * LS;
-  TcBf16* sPT = m.take<TcBf16>(2 * R * LP);
-  TcBf16* sdST = sPT + R * LP;
-  float* dK = m.take<float>(2 * R * LO);
-  float* dV = dK + R * LO;
-  float* lse = m.take<float>(2 * other);
-  float* delta = lse + other;
+  const TcTiles tiles_at = tc_dkdv_tiles(shared_bytes, D, other);
+  TcBf16 *sK = tiles_at.own, *sV = sK + R * LB, *sQ = tiles_at.other, *sdO = sQ + other * LB;
+  TcBf16 *sPT = tiles_at.probs, *sdST = sPT + R * LP;
+  float *sST = tiles_at.scores, *sdPT = sST + R * LS, *dK = tiles_at.acc, *dV = dK + R * LO;
+  float *lse = tiles_at.values, *delta = lse + other;
   const float* qkv = static_cast<const float*>(a.qkv);
   const float* dout = static_cast<const float*>(a.dout);
   const float* lse_all = static_cast<const float*>(a.lse);
@@ -314,17 +315,11 @@ __global__ void attention_dq_tc_kernel(AttentionBackward a, const float* delta_a
                 C = s.heads * D;
   const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
                 LO = tc_ld32(Dp);
-  TcShared m{shared_bytes};
-  TcBf16* sQ = m.take<TcBf16>(2 * R * LB);
-  TcBf16* sdO = sQ + R * LB;
-  TcBf16* sK = m.take<TcBf16>(2 * other * LB);
-  TcBf16* sV = sK + other * LB;
-  float* sS = m.take<float>(2 * R * LS);  // S, then dP beside it
-  float* sdP = sS + R * LS;
-  TcBf16* sdS = m.take<TcBf16>(R * LP);
-  float* dQ = m.take<float>(R * LO);
-  float* lse = m.take<float>(2 * R);
-  float* delta = lse + R;
+  const TcTiles tiles_at = tc_dq_tiles(shared_bytes, D, other);
+  TcBf16 *sQ = tiles_at.own, *sdO = sQ + R * LB, *sK = tiles_at.other, *sV = sK + other * LB;
+  TcBf16* sdS = tiles_at.probs;
+  float *sS = tiles_at.scores, *sdP = sS + R * LS, *dQ = tiles_at.acc;
+  float *lse = tiles_at.values, *delta = lse + R;
   const float* qkv = static_cast<const float*>(a.qkv);
   const float* lse_all = static_cast<const float*>(a.lse);
   const int64_t tiles = (T_ + R - 1) / R;
