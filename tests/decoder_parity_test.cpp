@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "seqforge/backend/backend.hpp"
@@ -51,7 +52,8 @@ std::vector<double> values(const io::SafetensorsFile& f, const std::string& name
 
 struct Errors {
   double logits = 0, loss = 0, grads = 0, torch_f32 = 0;
-  bool left_padded = false;  // the logits also measured against HF's left-padded batch
+  bool left_padded = false;        // the logits also measured against HF's left-padded batch
+  bool padded_classifier = false;  // a classifier over padded rows, no dropout: has them
   std::string worst;
 };
 
@@ -100,6 +102,9 @@ Errors replay(const std::string& name, Backend& be, DType dt) {
   // A classifier's rows padded on the right score as HF's padded on the left
   // (tokenizer_config.json's padding_side), where a row's tokens sit at later positions: rotary
   // attention sees only their differences.
+  const std::vector<double> lens = values(expected, "lengths");
+  e.padded_classifier = o.num_labels > 0 && o.adapter.dropout == 0 &&
+                        *std::min_element(lens.begin(), lens.end()) < double(ids.t.shape()[1]);
   if (expected.find("logits_left")) {
     e.left_padded = true;
     e.logits =
@@ -148,10 +153,11 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
               backend_name, std::string(dtype_name(dt)).c_str());
   std::printf("  %-56s %-9s %-9s %-9s %-10s %s\n", "configuration", "logits", "loss", "grads",
               "torch-f32", "worst gradient");
-  int left_padded = 0;
+  int left_padded = 0, padded_classifiers = 0;
   for (const auto& name : names) {
     const Errors e = replay(name, *be, dt);
     left_padded += e.left_padded;
+    padded_classifiers += e.padded_classifier;
     std::printf("  %-56s %-9.2e %-9.2e %-9.2e %-10.2e %s\n", name.c_str(), e.logits, e.loss,
                 e.grads, e.torch_f32, e.worst.c_str());
     // In f32, within the tolerance or within 4x PyTorch's own float32 error, whichever is
@@ -165,7 +171,8 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
     EXPECT_LE(e.loss, bound) << name;
     EXPECT_LE(e.grads, bound) << name << ": worst " << e.worst;
   }
-  EXPECT_GE(left_padded, 3) << "classifier fixtures with HF's left-padded logits";
+  EXPECT_EQ(left_padded, padded_classifiers)
+      << "classifier fixtures over padded rows with HF's left-padded logits";
   std::printf(
       "  error: max |got - want| / max(|want|, 0.1 max|want|) against PyTorch float64;\n"
       "  torch-f32: PyTorch's own float32 logits and gradients under the same metric, the worst "
@@ -546,6 +553,65 @@ TEST(Decoder, BadFoldersAreOneErrorNamingTheField) {
             std::string::npos)
       << error();
   fs::remove_all(dir);
+}
+
+// Qwen2: layer_types naming sliding layers needs use_sliding_window (transformers raises too), and
+// a layer type that is neither kind is one error.
+TEST(Decoder, Qwen2LayerTypesAreCheckedAgainstUseSlidingWindow) {
+  std::string qwen;
+  for (const std::string& n : fixture_names())
+    if (n.rfind("qwen2", 0) == 0) qwen = n;
+  ASSERT_FALSE(qwen.empty()) << "no Qwen2 fixture in " << fixture_dir();
+  const fs::path config_path = fs::path(fixture_dir()) / qwen / "config.json";
+  std::ifstream in(config_path);
+  nlohmann::json config = nlohmann::json::parse(in);
+  config.erase("layer_types");
+  const fs::path path =
+      fs::temp_directory_path() / ("seqforge_qwen2_config_" + std::to_string(getpid()) + ".json");
+  const auto error_with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json c = config;
+    edit(c);
+    std::ofstream(path) << c.dump();
+    return test::error_of([&] { read_decoder_config(path.string()); });
+  };
+  const int64_t layers = config["num_hidden_layers"].get<int64_t>();
+  std::string e = error_with([&](nlohmann::json& c) {
+    c["use_sliding_window"] = false;
+    c["layer_types"] = std::vector<std::string>(size_t(layers), "sliding_attention");
+  });
+  EXPECT_NE(e.find("layer_types names sliding_attention layers but use_sliding_window is false"),
+            std::string::npos)
+      << e;
+  e = error_with([&](nlohmann::json& c) {
+    c["layer_types"] = std::vector<std::string>(size_t(layers), "chunked_attention");
+  });
+  EXPECT_NE(e.find("layer_types: \"chunked_attention\" is neither"), std::string::npos) << e;
+  e = error_with([&](nlohmann::json& c) {
+    c["use_sliding_window"] = true;
+    c["max_window_layers"] = -1;
+  });
+  EXPECT_NE(e.find("max_window_layers must be a non-negative integer"), std::string::npos) << e;
+  // Without use_sliding_window no layer is windowed, whatever max_window_layers says.
+  std::ofstream(path) << [&] {
+    nlohmann::json c = config;
+    c["use_sliding_window"] = false;
+    c["max_window_layers"] = 0;
+    return c.dump();
+  }();
+  const DecoderOptions plain = read_decoder_config(path.string());
+  EXPECT_EQ(std::count(plain.sliding.begin(), plain.sliding.end(), true), 0);
+  std::ofstream(path) << [&] {
+    nlohmann::json c = config;
+    c["use_sliding_window"] = true;
+    c["sliding_window"] = 7;
+    c["max_window_layers"] = layers - 1;
+    return c.dump();
+  }();
+  const DecoderOptions windowed = read_decoder_config(path.string());
+  ASSERT_EQ(int64_t(windowed.sliding.size()), layers);
+  EXPECT_EQ(windowed.sliding_window, 7);
+  for (int64_t i = 0; i < layers; ++i) EXPECT_EQ(windowed.sliding[size_t(i)], i == layers - 1) << i;
+  fs::remove(path);
 }
 
 // Gemma 3: soft-capping is refused by name.

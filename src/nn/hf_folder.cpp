@@ -73,6 +73,13 @@ class ConfigReader {
       fail(path_, ": ", key, " must be a positive integer, got ", v->dump());
     return v->get<int64_t>();
   }
+  int64_t count_or_zero(const char* key, int64_t fallback) {
+    const Json* v = get(key);
+    if (!v) return fallback;
+    if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > (1LL << 40))
+      fail(path_, ": ", key, " must be a non-negative integer, got ", v->dump());
+    return v->get<int64_t>();
+  }
   double number(const char* key, double fallback) {
     const Json* v = get(key);
     if (!v) return fallback;
@@ -106,6 +113,22 @@ class ConfigReader {
   std::string path_;
   std::set<std::string> used_;
 };
+
+// layer_types: per layer, true for sliding_attention; empty when the config does not list them.
+std::vector<bool> read_layer_types(ConfigReader& c, int64_t num_layers) {
+  std::vector<bool> sliding;
+  const Json* types = c.get("layer_types");
+  if (!types) return sliding;
+  if (!types->is_array() || int64_t(types->size()) != num_layers)
+    fail(c.path(), ": layer_types must list ", num_layers, " layer types");
+  for (const Json& t : *types) {
+    if (t != "sliding_attention" && t != "full_attention")
+      fail(c.path(), ": layer_types: ", t.dump(),
+           " is neither sliding_attention nor full_attention");
+    sliding.push_back(t == "sliding_attention");
+  }
+  return sliding;
+}
 
 RopeScaling read_rope_scaling(ConfigReader& c) {
   RopeScaling s;
@@ -224,19 +247,12 @@ DecoderOptions read_decoder_config(const std::string& path) {
     if (c.flag("use_bidirectional_attention", false))
       fail(path, ": use_bidirectional_attention is not supported (a causal decoder)");
     // Which layers are local: layer_types, or every layer but each sliding_window_pattern-th.
-    if (const Json* types = c.get("layer_types")) {
-      if (!types->is_array() || int64_t(types->size()) != o.num_layers)
-        fail(path, ": layer_types must list ", o.num_layers, " layer types");
-      for (const Json& t : *types) {
-        if (t != "sliding_attention" && t != "full_attention")
-          fail(path, ": layer_types: ", t.dump(),
-               " is neither sliding_attention nor full_attention");
-        o.sliding.push_back(t == "sliding_attention");
-      }
-      c.get("sliding_window_pattern");  // layer_types says it
-    } else {
+    o.sliding = read_layer_types(c, o.num_layers);
+    if (o.sliding.empty()) {
       const int64_t pattern = c.count("sliding_window_pattern", 6);
       for (int64_t i = 0; i < o.num_layers; ++i) o.sliding.push_back((i + 1) % pattern != 0);
+    } else {
+      c.get("sliding_window_pattern");  // layer_types says it
     }
   } else if (o.model_type == "llama") {
     const bool bias = c.flag("attention_bias", false);
@@ -244,8 +260,19 @@ DecoderOptions read_decoder_config(const std::string& path) {
     o.mlp_bias = c.flag("mlp_bias", false);
   } else {  // qwen2: biases on q, k and v only
     o.qkv_bias = true;
-    if (c.flag("use_sliding_window", false))
-      fail(path, ": use_sliding_window is not supported for qwen2 yet (set it to false)");
+    // transformers' Qwen2: with use_sliding_window, the layers from max_window_layers on (or
+    // those layer_types names) attend sliding_window keys back; without it, none does.
+    const bool windowed = c.flag("use_sliding_window", false);
+    o.sliding = read_layer_types(c, o.num_layers);
+    if (windowed) {
+      o.sliding_window = c.count("sliding_window", 4096);
+      if (o.sliding.empty()) {
+        const int64_t first = c.count_or_zero("max_window_layers", 28);
+        for (int64_t i = 0; i < o.num_layers; ++i) o.sliding.push_back(i >= first);
+      }
+    } else if (std::find(o.sliding.begin(), o.sliding.end(), true) != o.sliding.end()) {
+      fail(path, ": layer_types names sliding_attention layers but use_sliding_window is false");
+    }
     if (c.flag("use_mrope", false)) fail(path, ": use_mrope is not supported");
   }
   c.check_all_used(o.model_type);

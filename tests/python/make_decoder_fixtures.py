@@ -6,7 +6,7 @@ torch 1.13 has neither RMSNorm nor SDPA, so both are spelt out): token embedding
 RMS norm, q/k/v projections (Qwen2: biases on q, k, v; Llama's attention_bias: on o too),
 rotary embeddings in the rotate-half layout (Llama 3's rope scaling where set), grouped-query
 attention by repeating each key/value head for its query heads, the explicit causal softmax
-(Gemma 3's local layers: within the sliding window), an o projection, RMS norm and a gated MLP
+(Gemma 3's local layers and Qwen2's windowed ones: within the sliding window), an o projection, RMS norm and a gated MLP
 (SiLU or tanh-GELU), a final RMS norm and the head (tied to the embeddings or not); PEFT's LoRA
 and DoRA, with lora_dropout on seqforge's masks where a configuration sets `drop`.
 
@@ -69,6 +69,14 @@ CONFIGS = [
     # Gemma 3: (1 + w) norms, scaled embeddings, q/k norms, four norms a layer, its attention
     # scale, local layers with their own rotary base and a sliding window (longer or shorter than
     # the sequence), linear scaling of the global layers' rotation
+    # Qwen2's sliding window (use_sliding_window) on the layers from max_window_layers on (mwl),
+    # or on those layer_types names (types)
+    dict(type="qwen2", v=23, c=24, f=32, l=3, h=4, kv=2, d=6, t=19, b=2, window=5, mwl=1),
+    dict(type="qwen2", v=29, c=24, f=32, l=2, h=6, kv=2, d=4, t=14, b=3, window=3, mwl=0,
+         k=3, lens=[14, 6, 2], adapter="dora", r=3, a=6.0, targets=["q_proj", "k_proj", "o_proj"]),
+    dict(type="qwen2", v=19, c=16, f=24, l=2, h=2, kv=1, d=8, t=9, b=2, window=4,
+         types=["sliding_attention", "full_attention"], adapter="lora", r=2, a=4.0,
+         targets=["v_proj", "up_proj"]),
     dict(type="gemma3_text", v=37, c=24, f=40, l=3, h=4, kv=2, d=8, t=13, b=2, tie=True,
          qpas=16.0, window=16, pattern=2),
     dict(type="gemma3_text", v=29, c=20, f=28, l=2, h=2, kv=1, d=10, t=9, b=3, tie=True,
@@ -109,6 +117,8 @@ def random_configs(seed, count):
                 c["scaling"] = dict(rope_type="linear", factor=rng.choice([2.0, 8.0]))
             configs.append(c)
             continue
+        if c["type"] == "qwen2" and rng.random() < 0.4:
+            c.update(window=rng.randint(1, c["t"] + 4), mwl=rng.randint(0, c["l"]))
         if rng.random() < 0.3:
             c.update(theta=500000.0, scaling=dict(
                 rope_type="llama3", factor=rng.choice([2.0, 8.0]), low_freq_factor=1.0,
@@ -152,7 +162,10 @@ def hf_config(c):
         config.update(attention_bias=bool(c.get("bias")), mlp_bias=bool(c.get("mlp")),
                       pretraining_tp=1)
     else:
-        config.update(use_sliding_window=False, sliding_window=4096, max_window_layers=28)
+        config.update(use_sliding_window="window" in c, sliding_window=c.get("window", 4096),
+                      max_window_layers=c.get("mwl", 28))
+        if "types" in c:
+            config["layer_types"] = c["types"]
     return config
 
 
@@ -268,11 +281,13 @@ def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None, off
     window = config.get("sliding_window")
     local_mask = causal.clone() if not window else causal.masked_fill(
         torch.ones(T, T, dtype=torch.bool).tril(-window), float("-inf"))
-    layer_types = config.get("layer_types") or ["full_attention"] * config["num_hidden_layers"]
+    layer_types = config.get("layer_types") or [
+        "sliding_attention" if config.get("use_sliding_window") and i >= config["max_window_layers"]
+        else "full_attention" for i in range(config["num_hidden_layers"])]
     for i in range(config["num_hidden_layers"]):
         pre = f"model.layers.{i}"
-        local = gemma and layer_types[i] == "sliding_attention"
-        cos, sin = rope[local]
+        local = layer_types[i] == "sliding_attention"
+        cos, sin = rope[gemma and local]  # Gemma 3's local layers rotate by their own base
         h = rms_norm(x, p[pre + ".input_layernorm.weight"], eps, gemma)
         q = lin(h, pre + ".self_attn.q_proj").view(B, T, H, D).transpose(1, 2)
         k = lin(h, pre + ".self_attn.k_proj").view(B, T, KV, D).transpose(1, 2)
@@ -453,6 +468,8 @@ def name_of(c):
         parts.append(f"drop{c['drop']:g}")
     if c.get("k"):
         parts.append(f"classify{c['k']}")
+    if c["type"] == "qwen2" and c.get("window"):
+        parts.append(f"window{c['window']}" + ("_types" if "types" in c else f"_from{c['mwl']}"))
     return "_".join(parts)
 
 
