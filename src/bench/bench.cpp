@@ -147,7 +147,18 @@ class RecordingBackend final : public Backend {
   }
   bool supports(Op op, DType d) const override { return inner_.supports(op, d); }
   void* alloc(size_t bytes) override { return inner_.alloc(bytes); }
-  void free(void* p) override { inner_.free(p); }
+  // While recording and until release(), memory is kept, not freed: the recorded GEMMs replay
+  // on the buffers they ran on, temporaries of the step included.
+  void free(void* p) override {
+    std::lock_guard lock(mutex_);
+    if (recording || !kept_.empty()) return kept_.push_back(p);
+    inner_.free(p);
+  }
+  void release() {
+    calls.clear();
+    for (void* p : kept_) inner_.free(p);
+    kept_.clear();
+  }
   void copy(Tensor dst, Tensor src) override { inner_.copy(dst, src); }
   void fill(Tensor dst, double v) override { inner_.fill(dst, v); }
   void convert(Tensor dst, Tensor src) override { inner_.convert(dst, src); }
@@ -279,6 +290,7 @@ class RecordingBackend final : public Backend {
  private:
   Backend& inner_;
   std::mutex mutex_;
+  std::vector<void*> kept_;
 };
 
 void replay(Backend& be, const RecordingBackend::Call& c) {
@@ -573,24 +585,23 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   // backward calls: none of them is timed.
   const bool tries =
       w.model.family == ModelFamily::recurrent && device->fuses_recurrence(w.model.rnn.cell);
-  // With graphs, the timed steps are replays: the warm-up runs the eager steps and the capture,
-  // and the first eager step's GEMMs are the ones recorded for the floor.
+  // The GEMMs of one step are recorded for the floor: with graphs (the timed steps are replays)
+  // the captured step's, otherwise those of one more step after the timed ones.
   int warmup = tries ? std::max(options.warmup, 4) : options.warmup;
   if (graphs) warmup = std::max(warmup, StepGraphs::kWarmupSteps + 1);
   for (int i = 0; i < warmup; ++i) {
-    be.recording = graphs && i == 0;
+    be.recording = graphs && i == StepGraphs::kWarmupSteps;
     step();
   }
+  be.recording = false;
   const int64_t replayed_before = graphs ? graphs->replayed_steps() : 0;
   if (options.profile) profiler::start();
   for (int i = 0; i < options.steps; ++i) {
-    be.recording = !graphs && i == 0;
     const double t0 = now_ms();
     step();
     be.synchronize();  // a device's queued work counts
     r.step_ms.push_back(now_ms() - t0);
   }
-  be.recording = false;
   if (options.profile) profiler::stop();
   if (graphs) {
     r.graph_steps = graphs->replayed_steps() - replayed_before;
@@ -602,7 +613,17 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   r.samples_per_s = B / (r.median_ms / 1e3);
   r.gflops = w.gflop() / (r.median_ms / 1e3);
 
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  r.peak_mb = usage.ru_maxrss / 1024.0;
+
   // The GEMM floor: the recorded GEMMs of one step, replayed alone, same library, same buffers.
+  if (!graphs) {
+    be.recording = true;
+    step();
+    be.recording = false;
+    be.synchronize();
+  }
   std::vector<double> floor_ms;
   for (int i = 0; i < std::max(3, options.steps / 2); ++i) {
     const double t0 = now_ms();
@@ -613,9 +634,7 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   r.gemm_floor_ms = percentile(floor_ms, 0.5);
   if (std::getenv("SEQFORGE_BENCH_GEMMS")) print_gemm_breakdown(*device, be.calls);
   r.floor_ratio = r.median_ms / r.gemm_floor_ms;
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  r.peak_mb = usage.ru_maxrss / 1024.0;
+  be.release();
   return r;
 }
 
