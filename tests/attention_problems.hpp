@@ -127,6 +127,7 @@ inline std::string describe(const Problem& p) {
     << (s.causal ? " causal" : " full") << " scale " << s.scale;
   if (s.kv() != s.heads) d << " kv_heads " << s.kv();
   if (s.window) d << " window " << s.window;
+  if (s.softcap) d << " softcap " << s.softcap;
   if (s.dropout != 0) d << " dropout " << s.dropout << " seed " << s.seed;
   if (!p.lengths.empty()) {
     d << " lengths";
@@ -186,8 +187,9 @@ inline bool expect_bf16_within_rounding(Backend& ref, Backend& be, Problem p, Er
   return got.out != f32.out || got.dqkv != f32.dqkv;
 }
 
-// Grouped-query attention and sliding windows: case idx's shape has 2-6 query heads in groups
-// of 1-4 key/value heads, and when causal a window of none, 1, 7, about T / 3 or 64 keys.
+// Grouped-query attention, sliding windows and soft-capping: case idx's shape has 2-6 query heads
+// in groups of 1-4 key/value heads, when causal a window of none, 1, 7, about T / 3 or 64 keys,
+// and every other case capped scores.
 inline AttentionShape grouped_shape(int idx, int64_t T, int64_t D, bool causal, bool* peaked) {
   AttentionShape s = sweep_shape(idx, T, D, causal, peaked);
   const int64_t heads[] = {2, 4, 6, 6, 4, 3}, kv[] = {1, 2, 2, 3, 1, 3};
@@ -195,6 +197,8 @@ inline AttentionShape grouped_shape(int idx, int64_t T, int64_t D, bool causal, 
   s.kv_heads = kv[idx % 6];
   const int64_t windows[] = {0, 1, 7, T / 3 + 1, 64};
   if (causal) s.window = windows[(idx / 2) % 5];
+  const double caps[] = {0, 0.7, 0, 3.0};  // Gemma's soft-capping, well inside the scores' range
+  s.softcap = caps[idx % 4];
   return s;
 }
 

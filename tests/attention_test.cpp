@@ -385,6 +385,17 @@ TEST(Attention, ReferenceGradientMatchesFiniteDifferences) {
                    {4, 6}, 5),
       make_problem(
           {.batch = 1, .seq = 7, .heads = 3, .head_dim = 3, .causal = false, .kv_heads = 1}, {}, 6),
+      make_problem({.batch = 2,
+                    .seq = 6,
+                    .heads = 2,
+                    .head_dim = 3,
+                    .causal = true,
+                    .kv_heads = 1,
+                    .window = 4,
+                    .softcap = 0.6},
+                   {5, 6}, 7, 3.0),
+      make_problem({.batch = 1, .seq = 5, .heads = 2, .head_dim = 4, .causal = false, .softcap = 2},
+                   {}, 8, 3.0),
   };
   for (double dropout : {0.0, 0.3})
     for (Problem p : problems) {

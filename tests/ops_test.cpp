@@ -776,6 +776,7 @@ struct AttentionOptions {
   double dropout = 0.0;
   int64_t first_row = 0;
   int64_t kv_heads = 0, window = 0;
+  double softcap = 0;
 };
 
 // The decoders' ops: RMS norm (Llama's w and Gemma's 1 + w, rows wide enough for the column
@@ -849,6 +850,7 @@ OpCase attention_case(int64_t B, int64_t T, int64_t H, int64_t D, bool causal,
                            .kv_heads = o.kv_heads,
                            .window = o.window,
                            .scale = 1 / std::sqrt(double(D)),
+                           .softcap = o.softcap,
                            .dropout = o.dropout,
                            .seed = 1234};
     const int64_t W = s.qkv_width();
@@ -989,6 +991,13 @@ const std::map<std::string, OpCase>& cases() {
        attention_case(2, 300, 2, 24, true, {.lengths = {300, 130}, .window = 37})},
       {"attention_window_grouped_b1_t200_h4_kv2_d16",
        attention_case(1, 200, 4, 16, true, {.dropout = 0.2, .kv_heads = 2, .window = 64})},
+      {"attention_softcap_causal_b2_t70_h2_d24",
+       attention_case(2, 70, 2, 24, true, {.lengths = {70, 33}, .softcap = 0.8})},
+      {"attention_softcap_window_grouped_b1_t130_h4_kv2_d10",
+       attention_case(1, 130, 4, 10, true,
+                      {.dropout = 0.3, .kv_heads = 2, .window = 20, .softcap = 2.0})},
+      {"attention_softcap_first_row_b2_t40_h2_d16",
+       attention_case(2, 40, 2, 16, true, {.lengths = {40, 35}, .first_row = 30, .softcap = 1.5})},
       {"attention_window_first_row_b2_t90_h3_kv1_d8",
        attention_case(2, 90, 3, 8, true,
                       {.lengths = {90, 40}, .first_row = 61, .kv_heads = 1, .window = 9})},

@@ -5,6 +5,7 @@
 //
 // Dropout (AttentionShape::dropout > 0): both kernels draw M_ij from
 // kernels/attention/dropout_mask.hpp, so they agree element for element.
+#include <cmath>
 #include <cstdint>
 
 #include "seqforge/backend/ops.hpp"
@@ -20,6 +21,22 @@ inline void check_attention_shape(const AttentionShape& s) {
            " query heads are not groups of ", s.kv(), " key/value heads");
   SF_CHECK(s.window >= 0 && (s.window == 0 || s.causal), "attention: a sliding window of ",
            s.window, " needs a causal mask");
+  SF_CHECK(s.softcap >= 0 && std::isfinite(s.softcap), "attention: soft-capping at ", s.softcap);
+}
+
+// A score x = scale q.k, soft-capped: softcap tanh(x / softcap) (x itself without a cap), and the
+// derivative of the capped score by x: 1 - tanh^2(x / softcap).
+template <typename T>
+SF_HOST_DEVICE inline T capped_score(T x, T softcap) {
+  using std::tanh;
+  return softcap > T(0) ? softcap * tanh(x / softcap) : x;
+}
+template <typename T>
+SF_HOST_DEVICE inline T capped_score_slope(T x, T softcap) {
+  using std::tanh;
+  if (!(softcap > T(0))) return T(1);
+  const T t = tanh(x / softcap);
+  return T(1) - t * t;
 }
 
 // The scalar reference, the oracle: each query row's scores over all its keys, then softmax,

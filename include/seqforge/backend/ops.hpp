@@ -192,6 +192,9 @@ struct AttentionShape {
   int64_t kv_heads = 0;  // 0: heads (one key/value head per query head)
   int64_t window = 0;    // 0: none
   double scale = 0;      // usually 1 / sqrt(head_dim)
+  // > 0: each score x = scale q.k becomes softcap tanh(x / softcap) before the mask and softmax
+  // (Gemma's attn_logit_softcapping); 0: none.
+  double softcap = 0;
   double dropout = 0.0;  // in [0, 1): the probability of dropping each P_ij; 0 is none
   uint64_t seed = 0;     // of the dropout mask
   // Set by a device backend: its seed base (Backend::set_seed_base), which the kernels mix in.

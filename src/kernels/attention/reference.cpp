@@ -5,9 +5,10 @@
 // Backward recomputes the probabilities from qkv (it reads neither out nor lse) and applies the
 // textbook gradient, per query row i over its allowed keys j, with c_ij = M_ij / (1 - p) the
 // dropout factor (1 without dropout):
-//   P_ij = softmax_j(scale q_i . k_j)      dP_ij = c_ij dO_i . v_j
+//   P_ij = softmax_j(cap(scale q_i . k_j))      dP_ij = c_ij dO_i . v_j
 //   D_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij
-//   dS_ij = P_ij (dP_ij - D_i)
+//   dS_ij = P_ij (dP_ij - D_i) cap'(scale q_i . k_j)
+// where cap is the identity, or with soft-capping x -> softcap tanh(x / softcap).
 //   dq_i = scale sum_j dS_ij k_j,   dk_j = scale sum_i dS_ij q_i,   dv_j = sum_i P_ij c_ij dO_i
 //
 // Gradient rule: activation gradients are assigned (dqkv =); a query with no key, and a key
@@ -52,16 +53,17 @@ struct Pair {
   int64_t last(int64_t i) const { return s.last_key(i, keys); }
 };
 
-// p [j0, n) = softmax of scale q_i . k_j over keys j0 <= j < n; returns
-// log sum_j exp(scale q_i . k_j).
+// p [j0, n) = softmax of the scores x_ij = cap(scale q_i . k_j) over keys j0 <= j < n; returns
+// log sum_j exp(x_ij). With `slope`, slope[j] = d x_ij / d (scale q_i . k_j) (1 without a cap).
 template <typename T>
-double softmax_row(const T* qkv, const Pair& pr, double scale, int64_t i, int64_t j0, int64_t n,
-                   double* p) {
+double softmax_row(const T* qkv, const Pair& pr, int64_t i, int64_t j0, int64_t n, double* p,
+                   double* slope = nullptr) {
   double m = -std::numeric_limits<double>::infinity();
   for (int64_t j = j0; j < n; ++j) {
     double s = 0;
     for (int64_t d = 0; d < pr.D; ++d) s += double(qkv[pr.q(i) + d]) * double(qkv[pr.k(j) + d]);
-    p[j] = scale * s;
+    p[j] = capped_score(pr.s.scale * s, pr.s.softcap);
+    if (slope) slope[j] = capped_score_slope(pr.s.scale * s, pr.s.softcap);
     m = std::max(m, p[j]);
   }
   double sum = 0;
@@ -104,7 +106,7 @@ void attention_forward_reference(const AttentionForward& a, int64_t p0, int64_t 
         lse[pr.lse(i)] = -std::numeric_limits<T>::infinity();
         continue;
       }
-      lse[pr.lse(i)] = static_cast<T>(softmax_row(qkv, pr, s.scale, i, j0, n, p.data()));
+      lse[pr.lse(i)] = static_cast<T>(softmax_row(qkv, pr, i, j0, n, p.data()));
       dropout_factors(s, pr, i, n, c.data());
       for (int64_t d = 0; d < pr.D; ++d) {
         double o = 0;
@@ -123,6 +125,7 @@ void attention_backward_reference(const AttentionBackward& a, int64_t g0, int64_
   T* dqkv = static_cast<T*>(a.dqkv);              // (B, T, qkv_width())
   const size_t TD = static_cast<size_t>(s.seq * s.head_dim);
   std::vector<double> p(static_cast<size_t>(s.seq)), dp(p.size());  // (T) one query row's
+  std::vector<double> slope(p.size());  // (T) its scores' slopes under the cap
   std::vector<double> c(p.size());                                  // (T) its dropout factors
   std::vector<double> dq(static_cast<size_t>(s.head_dim));          // (D)
   std::vector<double> dk(TD), dv(TD);  // (T, D) one key/value head's, over its group
@@ -136,7 +139,7 @@ void attention_backward_reference(const AttentionBackward& a, int64_t g0, int64_
       for (int64_t i = 0; i < pr.T; ++i) {
         const int64_t j0 = pr.first(i), n = pr.last(i);
         std::fill(dq.begin(), dq.end(), 0.0);
-        if (n > j0) softmax_row(qkv, pr, s.scale, i, j0, n, p.data());
+        if (n > j0) softmax_row(qkv, pr, i, j0, n, p.data(), slope.data());
         dropout_factors(s, pr, i, n, c.data());
         double Di = 0;
         for (int64_t j = j0; j < n; ++j) {
@@ -146,7 +149,7 @@ void attention_backward_reference(const AttentionBackward& a, int64_t g0, int64_
           Di += p[j] * dp[j];
         }
         for (int64_t j = j0; j < n; ++j) {
-          const double ds = p[j] * (dp[j] - Di);
+          const double ds = p[j] * (dp[j] - Di) * slope[j];
           for (int64_t d = 0; d < D; ++d) {
             dq[d] += s.scale * ds * double(qkv[pr.k(j) + d]);
             dk[j * D + d] += s.scale * ds * double(qkv[pr.q(i) + d]);

@@ -219,6 +219,26 @@ HWY_INLINE hn::Mask<DF> LanesWithin(int64_t t, int64_t n0, int64_t n) {
   return hn::AndNot(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(n0 - t, 0))), below_n);
 }
 
+// Soft-capping (AttentionShape::softcap): the raw q.k dots s [n0, n) of one row become
+// cap tanh(scale s / cap) / scale, so that the softmax's scale s is the capped score; with
+// `slope` (the row's wv entries), slope = 1 - tanh^2 there and 1 elsewhere.
+HWY_INLINE void CapRow(float* s, float* slope, int64_t n0, int64_t n, int64_t wv, float scale,
+                       float cap) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const VF vin = hn::Set(d, scale / cap), vout = hn::Set(d, cap / scale), one = hn::Set(d, 1.0f);
+  for (int64_t t = 0; t < wv; t += N) {
+    if (t >= n || t + N <= n0) {
+      if (slope) hn::StoreU(one, d, slope + t);
+      continue;
+    }
+    const auto keep = LanesWithin(t, n0, n);
+    const VF th = hn::Tanh(d, hn::Mul(hn::LoadU(d, s + t), vin));
+    hn::StoreU(hn::IfThenElse(keep, hn::Mul(th, vout), hn::LoadU(d, s + t)), d, s + t);
+    if (slope) hn::StoreU(hn::IfThenElse(keep, hn::NegMulAdd(th, th, one), one), d, slope + t);
+  }
+}
+
 // One row s (wv, a multiple of the vector) of raw q.k dots whose entries [n0, n) are the row's
 // keys: updates the running max m and sum l, leaves p = exp(scale s - m) in s (0 outside
 // [n0, n)) and returns the factor exp(m_old - m_new) for the row's accumulator.
@@ -285,6 +305,14 @@ HWY_INLINE void GradRow(float* p, float* g, int64_t n0, int64_t n, int64_t wv, f
     hn::StoreU(pv, d, p + t);
     hn::StoreU(gv, d, g + t);
   }
+}
+
+// g (wv) *= slope (wv).
+HWY_INLINE void MulRow(float* g, const float* slope, int64_t wv) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t t = 0; t < wv; t += N)
+    hn::StoreU(hn::Mul(hn::LoadU(d, g + t), hn::LoadU(d, slope + t)), d, g + t);
 }
 
 // The dropout factors M_ij / (1 - p) of one pair's query rows.
@@ -382,7 +410,7 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
   const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, W = prod.width;
   const int64_t ld = s.qkv_width(), KV = s.kv();
   const int64_t first = a.first_row;  // the first query row computed
-  const float scale = static_cast<float>(s.scale);
+  const float scale = static_cast<float>(s.scale), cap = static_cast<float>(s.softcap);
   const float* qkv = static_cast<const float*>(a.qkv);  // (B, T, ld)
   float* out = static_cast<float*>(a.out);              // (B, T, C)
   float* lse = static_cast<float*>(a.lse);              // (B, heads, T)
@@ -433,6 +461,7 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
             const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
             const int64_t n0 = std::max<int64_t>(0, s.first_key(i) - j0);
             float* pr = sc + r * kBcF;
+            if (cap > 0) CapRow(pr, nullptr, n0, n, wp, scale, cap);
             alpha[r] = OnlineSoftmaxRow(pr, n0, n, wp, scale, m[i - i0], l[i - i0]);
             if (drop) {  // after l has the undropped row
               dropout.factors(c, i, j0, n, n);
@@ -540,7 +569,7 @@ HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t g0, int64_t g1,
   const int64_t T = s.seq, H = s.heads, D = s.head_dim, C = H * D, ld = s.qkv_width();
   const int64_t KV = s.kv(), G = s.group();
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  const float scale = static_cast<float>(s.scale);
+  const float scale = static_cast<float>(s.scale), cap = static_cast<float>(s.softcap);
   const float* qkv = static_cast<const float*>(a.qkv);    // (B, T, ld)
   const float* out = static_cast<const float*>(a.out);    // (B, T, C)
   const float* lse = static_cast<const float*>(a.lse);    // (B, heads, T)
@@ -549,12 +578,13 @@ HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t g0, int64_t g1,
 
   thread_local Scratch scratch;
   Carver sizes(nullptr);
-  for (int64_t n : {T, kBr * kBc, kBr * kBc, kBc}) sizes.take(n);
+  for (int64_t n : {T, kBr * kBc, kBr * kBc, kBc, kBc}) sizes.take(n);
   Carver carve(scratch.get(sizes.used()));
   float* Dv = carve.take(T);          // (T) rowsum(dO * O), dO as the products see it
   float* P = carve.take(kBr * kBc);   // (kBr, kBc) one tile's probabilities
   float* dS = carve.take(kBr * kBc);  // (kBr, kBc) one tile's dP, then scale * dS
   float* c = carve.take(kBc);         // (kBc) one row's dropout factors
+  float* slope = carve.take(kBc);     // (kBc) one row's slopes of the capped scores
   const bool drop = s.dropout != 0;
   RowDropout dropout{0, drop ? attention_drop_threshold(s.dropout) : 0,
                      static_cast<float>(1.0 / (1.0 - s.dropout))};
@@ -605,6 +635,7 @@ HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t g0, int64_t g1,
             for (int r = 0; r < nr; ++r) {
               const int64_t i = rb + r, n = (s.causal ? std::min(j1, i + 1) : j1) - j0;
               const int64_t n0 = std::max<int64_t>(0, s.first_key(i) - j0);
+              if (cap > 0) CapRow(pr + r * kBc, slope, n0, n, wt, scale, cap);
               if (drop) {
                 dropout.factors(c, i, j0, n, wt);
                 GradRow<true>(pr + r * kBc, gr + r * kBc, n0, n, wt, scale, lrow[i], Dv[i], c);
@@ -612,6 +643,7 @@ HWY_INLINE void BackwardPass(const AttentionBackward& a, int64_t g0, int64_t g1,
                 GradRow<false>(pr + r * kBc, gr + r * kBc, n0, n, wt, scale, lrow[i], Dv[i],
                                nullptr);
               }
+              if (cap > 0) MulRow(gr + r * kBc, slope, wt);
               g.ds_row(rb - i0 + r, gr + r * kBc, nkt);
             }
           }
