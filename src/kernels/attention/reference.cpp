@@ -125,9 +125,9 @@ void attention_backward_reference(const AttentionBackward& a, int64_t g0, int64_
   T* dqkv = static_cast<T*>(a.dqkv);              // (B, T, qkv_width())
   const size_t TD = static_cast<size_t>(s.seq * s.head_dim);
   std::vector<double> p(static_cast<size_t>(s.seq)), dp(p.size());  // (T) one query row's
-  std::vector<double> slope(p.size());  // (T) its scores' slopes under the cap
-  std::vector<double> c(p.size());                                  // (T) its dropout factors
-  std::vector<double> dq(static_cast<size_t>(s.head_dim));          // (D)
+  std::vector<double> slope(p.size());                      // (T) its scores' slopes under the cap
+  std::vector<double> c(p.size());                          // (T) its dropout factors
+  std::vector<double> dq(static_cast<size_t>(s.head_dim));  // (D)
   std::vector<double> dk(TD), dv(TD);  // (T, D) one key/value head's, over its group
   for (int64_t group = g0; group < g1; ++group) {
     const int64_t b = group / s.kv(), h0 = group % s.kv() * s.group();

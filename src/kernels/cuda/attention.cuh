@@ -9,6 +9,7 @@
 //     (pair, query tile) sums dQ over its key tiles, both from P recomputed with the saved
 //     log-sum-exp: every gradient is one block's, in a fixed order, so a run repeats bit for bit.
 // Dropout draws M_ij from kernels/attention/dropout_mask.hpp, as the CPU kernels do.
+#include "kernels/attention.hpp"
 #include "kernels/attention/dropout_mask.hpp"
 #include "kernels/cuda/common.cuh"
 #include "seqforge/backend/ops.hpp"
@@ -122,7 +123,9 @@ __global__ void attention_forward_kernel(AttentionForward a, int64_t R, Attentio
       for (int64_t e = threadIdx.x; e < R * R; e += blockDim.x) {
         const int64_t r = e / R, c = e % R;
         const bool on = r < nq && c < nk && pr.sees(i0 + r, k0 + c);
-        sP[r * PL + c] = on ? T(s.scale) * dot(sQ + r * L, sK + c * L, D) : T(-INFINITY);
+        sP[r * PL + c] =
+            on ? kernels::capped_score(T(s.scale) * dot(sQ + r * L, sK + c * L, D), T(s.softcap))
+               : T(-INFINITY);
       }
       __syncthreads();
       for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) {
@@ -184,8 +187,9 @@ __device__ inline void load_row_terms(T* lse, T* delta, const T* lse_all, const 
   }
 }
 
-// P_ij (with its dropout factor, for dV) and dS_ij = P_ij (c_ij dO_i . v_j - D_i) of query rows
-// [i0, i0 + nq) against keys [j0, j0 + nk), into p and ds (R, R); zero where the mask is off.
+// P_ij (with its dropout factor, for dV) and dS_ij = P_ij (c_ij dO_i . v_j - D_i) (times the
+// capped score's slope under soft-capping) of query rows [i0, i0 + nq) against keys
+// [j0, j0 + nk), into p and ds (R, R); zero where the mask is off.
 template <typename T>
 __device__ inline void attention_probabilities(T* p, T* ds, const T* sQ, const T* sK, const T* sV,
                                                const T* sdO, const T* lse, const T* delta,
@@ -199,11 +203,12 @@ __device__ inline void attention_probabilities(T* p, T* ds, const T* sQ, const T
       p[r * PL + c] = ds[r * PL + c] = T(0);
       continue;
     }
-    const T prob = exp(T(s.scale) * dot(sQ + r * L, sK + c * L, D) - lse[r]);
+    const T x = T(s.scale) * dot(sQ + r * L, sK + c * L, D);
+    const T prob = exp(kernels::capped_score(x, T(s.softcap)) - lse[r]);
     const T factor = drop.factor<T>(drop.row_key(s, pr, i0 + r), j0 + c);
     const T dp = factor * dot(sdO + r * L, sV + c * L, D);
     p[r * PL + c] = prob * factor;
-    ds[r * PL + c] = prob * (dp - delta[r]);
+    ds[r * PL + c] = prob * (dp - delta[r]) * kernels::capped_score_slope(x, T(s.softcap));
   }
 }
 

@@ -150,6 +150,7 @@ __global__ void attention_forward_tc_kernel(AttentionForward a, int64_t other,
                                             AttentionDropout drop) {
   SF_DYNAMIC_SHARED(shared_bytes);
   const AttentionShape& s = a.shape;
+  const float cap = static_cast<float>(s.softcap);
   const int64_t D = s.head_dim, Dp = tc_head(D), T_ = s.seq, stride = s.qkv_width();
   const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
                 LO = tc_ld32(Dp);
@@ -183,7 +184,8 @@ __global__ void attention_forward_tc_kernel(AttentionForward a, int64_t other,
         float mx = row_max[r];
         for (int64_t c = 0; c < other; ++c) {
           const bool on = r < nq && c < nk && pr.sees(i0 + r, k0 + c);
-          row[c] = on ? static_cast<float>(s.scale) * row[c] : -INFINITY;
+          row[c] =
+              on ? kernels::capped_score(static_cast<float>(s.scale) * row[c], cap) : -INFINITY;
           mx = row[c] > mx ? row[c] : mx;
         }
         const float rescale = mx == -INFINITY ? 1.0f : expf(row_max[r] - mx);
@@ -240,6 +242,7 @@ __global__ void attention_dkdv_tc_kernel(AttentionBackward a, const float* delta
                                          AttentionDropout drop) {
   SF_DYNAMIC_SHARED(shared_bytes);
   const AttentionShape& s = a.shape;
+  const float cap = static_cast<float>(s.softcap);
   const int64_t D = s.head_dim, Dp = tc_head(D), T_ = s.seq, stride = s.qkv_width(),
                 C = s.heads * D;
   const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
@@ -282,10 +285,12 @@ __global__ void attention_dkdv_tc_kernel(AttentionBackward a, const float* delta
           const int64_t r = e / other, c = e % other;  // key j0 + r, query row i0 + c
           float p = 0.0f, ds = 0.0f;
           if (r < nk && c < nq && pr.sees(i0 + c, j0 + r)) {
-            const float prob = expf(static_cast<float>(s.scale) * sST[r * LS + c] - lse[c]);
+            const float x = static_cast<float>(s.scale) * sST[r * LS + c];
+            const float prob = expf(kernels::capped_score(x, cap) - lse[c]);
             const float factor = drop.factor<float>(drop.row_key(s, pr, i0 + c), j0 + r);
             p = prob * factor;
-            ds = prob * (factor * sdPT[r * LS + c] - delta[c]);
+            ds =
+                prob * (factor * sdPT[r * LS + c] - delta[c]) * kernels::capped_score_slope(x, cap);
           }
           sPT[r * LP + c] = __float2bfloat16_rn(p);
           sdST[r * LP + c] = __float2bfloat16_rn(ds);
@@ -311,6 +316,7 @@ __global__ void attention_dq_tc_kernel(AttentionBackward a, const float* delta_a
                                        AttentionDropout drop) {
   SF_DYNAMIC_SHARED(shared_bytes);
   const AttentionShape& s = a.shape;
+  const float cap = static_cast<float>(s.softcap);
   const int64_t D = s.head_dim, Dp = tc_head(D), T_ = s.seq, stride = s.qkv_width(),
                 C = s.heads * D;
   const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
@@ -347,9 +353,10 @@ __global__ void attention_dq_tc_kernel(AttentionBackward a, const float* delta_a
         const int64_t r = e / other, c = e % other;
         float ds = 0.0f;
         if (r < nq && c < nk && pr.sees(i0 + r, j0 + c)) {
-          const float prob = expf(static_cast<float>(s.scale) * sS[r * LS + c] - lse[r]);
+          const float x = static_cast<float>(s.scale) * sS[r * LS + c];
+          const float prob = expf(kernels::capped_score(x, cap) - lse[r]);
           const float factor = drop.factor<float>(drop.row_key(s, pr, i0 + r), j0 + c);
-          ds = prob * (factor * sdP[r * LS + c] - delta[r]);
+          ds = prob * (factor * sdP[r * LS + c] - delta[r]) * kernels::capped_score_slope(x, cap);
         }
         sdS[r * LP + c] = __float2bfloat16_rn(ds);
       }
