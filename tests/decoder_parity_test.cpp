@@ -614,8 +614,9 @@ TEST(Decoder, Qwen2LayerTypesAreCheckedAgainstUseSlidingWindow) {
   fs::remove(path);
 }
 
-// Gemma 3: soft-capping is refused by name.
-TEST(Decoder, Gemma3SoftCappingIsOneError) {
+// Gemma 3: soft-capping is read (the parity fixtures check what it does); a cap that is not
+// positive is refused by name.
+TEST(Decoder, Gemma3SoftCappingIsReadAndChecked) {
   std::string gemma;
   for (const std::string& n : fixture_names())
     if (n.rfind("gemma3", 0) == 0) gemma = n;
@@ -628,10 +629,20 @@ TEST(Decoder, Gemma3SoftCappingIsOneError) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   nlohmann::json config = nlohmann::json::parse(text);
   config["final_logit_softcapping"] = 30.0;
+  config["attn_logit_softcapping"] = 50.0;
   std::ofstream(dir / "config.json") << config.dump();
-  const std::string capped =
-      test::error_of([&] { read_decoder_config((dir / "config.json").string()); });
-  EXPECT_NE(capped.find("final_logit_softcapping is set"), std::string::npos) << capped;
+  const DecoderOptions o = read_decoder_config((dir / "config.json").string());
+  EXPECT_EQ(o.final_logit_softcapping, 30.0);
+  EXPECT_EQ(o.attn_logit_softcapping, 50.0);
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"})
+    for (const double bad : {0.0, -1.0}) {
+      nlohmann::json c = config;
+      c[key] = bad;
+      std::ofstream(dir / "config.json") << c.dump();
+      const std::string e =
+          test::error_of([&] { read_decoder_config((dir / "config.json").string()); });
+      EXPECT_NE(e.find(std::string(key) + " must be positive or null"), std::string::npos) << e;
+    }
   fs::remove_all(dir);
 }
 

@@ -780,7 +780,8 @@ struct AttentionOptions {
 };
 
 // The decoders' ops: RMS norm (Llama's w and Gemma's 1 + w, rows wide enough for the column
-// chunks), rotary embeddings on heads inside wider rows, and both gated activations.
+// chunks), rotary embeddings on heads inside wider rows, both gated activations and
+// soft-capping.
 OpCase decoder_ops_case() {
   return [](Backend& be, DType dt, Rng& rng) {
     std::map<std::string, std::vector<double>> out;
@@ -834,6 +835,18 @@ OpCase decoder_ops_case() {
       out["glu_dgate_" + tag] = to_doubles(be, dg.t);
       out["glu_dup_" + tag] = to_doubles(be, du.t);
     }
+    // Soft-capping at 3 of values up to 12 (well into tanh's flat part), then in place.
+    HostTensor sx(be, dt, {30, 37}, values(rng, 1110, -12, 12)),
+        sy(be, dt, {30, 37}, std::vector<double>(1110, 7.0)),
+        sdy(be, dt, {30, 37}, values(rng, 1110)),
+        sdx(be, dt, {30, 37}, std::vector<double>(1110, 7.0));
+    be.soft_cap_forward(sy.t, sx.t, 3.0);
+    out["soft_cap_forward"] = to_doubles(be, sy.t);
+    be.soft_cap_backward(sdx.t, sdy.t, sy.t, 3.0);
+    out["soft_cap_backward"] = to_doubles(be, sdx.t);
+    be.soft_cap_forward(sx.t, sx.t, 0.5);
+    be.soft_cap_backward(sdy.t, sdy.t, sx.t, 0.5);
+    out["soft_cap_in_place"] = to_doubles(be, sdy.t);
     return out;
   };
 }

@@ -68,6 +68,12 @@ void Backend::glu_forward(Tensor, Tensor, Tensor, GluKind) {
 void Backend::glu_backward(Tensor, Tensor, Tensor, Tensor, Tensor, GluKind) {
   fail("the ", name(), " backend does not run glu_backward (Llama-style decoders) yet");
 }
+void Backend::soft_cap_forward(Tensor, Tensor, double) {
+  fail("the ", name(), " backend does not run soft_cap_forward (Gemma's soft-capping) yet");
+}
+void Backend::soft_cap_backward(Tensor, Tensor, Tensor, double) {
+  fail("the ", name(), " backend does not run soft_cap_backward (Gemma's soft-capping) yet");
+}
 
 void* Backend::alloc_host(size_t bytes) {
   void* p = std::malloc(bytes ? bytes : 1);

@@ -302,6 +302,14 @@ class RecordingBackend final : public Backend {
     SF_PROFILE_SCOPE("glu_backward");
     inner_.glu_backward(dgate, dup, dy, gate, up, kind);
   }
+  void soft_cap_forward(Tensor y, Tensor x, double cap) override {
+    SF_PROFILE_SCOPE("soft_cap_forward");
+    inner_.soft_cap_forward(y, x, cap);
+  }
+  void soft_cap_backward(Tensor dx, Tensor dy, Tensor y, double cap) override {
+    SF_PROFILE_SCOPE("soft_cap_backward");
+    inner_.soft_cap_backward(dx, dy, y, cap);
+  }
   void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
     SF_PROFILE_SCOPE("scale_columns");
     inner_.scale_columns(y, x, s, b);

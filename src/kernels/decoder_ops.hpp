@@ -113,4 +113,17 @@ void glu_backward(T* dgate, T* dup, const T* dy, const T* gate, const T* up, Glu
   }
 }
 
+// Elements [i0, i1): y = cap tanh(x / cap), and dx = dy (1 - (y / cap)^2) from the capped y.
+template <typename T>
+void soft_cap_forward(T* y, const T* x, double cap, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) y[i] = static_cast<T>(cap * std::tanh(double(x[i]) / cap));
+}
+template <typename T>
+void soft_cap_backward(T* dx, const T* dy, const T* y, double cap, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const double t = double(y[i]) / cap;
+    dx[i] = static_cast<T>(double(dy[i]) * (1.0 - t * t));
+  }
+}
+
 }  // namespace seqforge::kernels

@@ -146,8 +146,15 @@ void Decoder::set_gemm_dtype(DType dtype) {
   frozen_low_ready_ = false;
 }
 
-// logits (N, V) = z (N, C) W_head^T: in bf16 from the head's bf16 copy, or in f32.
+// logits (N, V) = z (N, C) W_head^T: in bf16 from the head's bf16 copy, or in f32; soft-capped
+// where the model caps its logits.
 void Decoder::head_forward(Backend& be, Tensor logits, Tensor z) {
+  head_product(be, logits, z);
+  if (opt_.final_logit_softcapping > 0)
+    be.soft_cap_forward(logits, logits, opt_.final_logit_softcapping);
+}
+
+void Decoder::head_product(Backend& be, Tensor logits, Tensor z) {
   if (!low()) return times_transposed(be, logits, z, params_.value(head_));
   const int64_t N = z.dim(0), C = z.dim(1);
   const void* z_low = low_operand(be, z_low_, z.data(), N, C, C);
@@ -320,7 +327,8 @@ AttentionShape Decoder::attention_shape(const Layer& l, int64_t batch, int64_t s
           .causal = true,
           .kv_heads = opt_.num_kv_heads,
           .window = l.local ? opt_.sliding_window : 0,
-          .scale = attention_scale()};
+          .scale = attention_scale(),
+          .softcap = opt_.attn_logit_softcapping};
 }
 
 // The layer after its attention: o_proj of att (N, H D) joins x (N, C) into l.a->mid, then the MLP
@@ -449,6 +457,13 @@ void Decoder::backward_logits(Backend& be, Tensor dlogits) {
   const Tensor dz = s.dh.get(be, dt, {N, C});
   if (score_ == kNone) {
     const int64_t V = opt_.vocab_size;
+    if (opt_.final_logit_softcapping > 0) {  // through the cap, from the capped logits kept
+      SF_CHECK(dlogits.data() != logits_.tensor().data(),
+               "the decoder's logits are needed in backward: dlogits must not overwrite them");
+      const Tensor d = dlogits_uncapped_.get(be, dt, dlogits.shape());
+      be.soft_cap_backward(d, dlogits, logits_.tensor(), opt_.final_logit_softcapping);
+      dlogits = d;
+    }
     // In bf16 from dlogits' and z's bf16 operands and the head's bf16 copy, or in f32.
     const DType gt = low() ? gemm_dt_ : dt;
     const void* d = low() ? low_operand(be, dlogits_low_, dlogits.data(), N, V, V) : dlogits.data();

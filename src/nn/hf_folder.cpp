@@ -242,8 +242,11 @@ DecoderOptions read_decoder_config(const std::string& path) {
     if (!(o.query_pre_attn_scalar > 0)) fail(path, ": query_pre_attn_scalar must be positive");
     o.rope_local_theta = c.number("rope_local_base_freq", 10000);
     o.sliding_window = c.count("sliding_window", 4096);
-    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
-      if (c.get(key)) fail(path, ": ", key, " is set; seqforge applies no soft-capping (null)");
+    for (auto [key, cap] : {std::pair{"attn_logit_softcapping", &o.attn_logit_softcapping},
+                            std::pair{"final_logit_softcapping", &o.final_logit_softcapping}}) {
+      *cap = c.number(key, 0);
+      if (c.get(key) && !(*cap > 0)) fail(path, ": ", key, " must be positive or null, got ", *cap);
+    }
     if (c.flag("use_bidirectional_attention", false))
       fail(path, ": use_bidirectional_attention is not supported (a causal decoder)");
     // Which layers are local: layer_types, or every layer but each sliding_window_pattern-th.

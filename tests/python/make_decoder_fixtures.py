@@ -6,8 +6,10 @@ torch 1.13 has neither RMSNorm nor SDPA, so both are spelt out): token embedding
 RMS norm, q/k/v projections (Qwen2: biases on q, k, v; Llama's attention_bias: on o too),
 rotary embeddings in the rotate-half layout (Llama 3's rope scaling where set), grouped-query
 attention by repeating each key/value head for its query heads, the explicit causal softmax
-(Gemma 3's local layers and Qwen2's windowed ones: within the sliding window), an o projection, RMS norm and a gated MLP
-(SiLU or tanh-GELU), a final RMS norm and the head (tied to the embeddings or not); PEFT's LoRA
+(Gemma 3's local layers and Qwen2's windowed ones: within the sliding window; Gemma's soft-capped
+scores where attn_logit_softcapping is set), an o projection, RMS norm and a gated MLP (SiLU or
+tanh-GELU), a final RMS norm and the head (tied to the embeddings or not; soft-capped where
+final_logit_softcapping is set); PEFT's LoRA
 and DoRA, with lora_dropout on seqforge's masks where a configuration sets `drop`.
 
 Each configuration becomes a Hugging Face folder OUT_DIR/<name>/ (config.json, the weights as
@@ -94,6 +96,15 @@ CONFIGS = [
     dict(type="gemma3_text", v=29, c=20, f=24, l=2, h=4, kv=1, d=8, t=17, b=2, tie=True,
          qpas=8.0, window=6, pattern=2, adapter="dora", r=2, a=4.0, drop=0.1,
          targets=["q_proj", "o_proj", "up_proj"]),
+    # soft-capping (attn_logit_softcapping, final_logit_softcapping), caps the scores and logits
+    # reach
+    dict(type="gemma3_text", v=31, c=24, f=32, l=2, h=4, kv=2, d=8, t=19, b=2, tie=True,
+         qpas=2.0, window=7, pattern=2, acap=1.5, fcap=2.0),
+    dict(type="gemma3_text", v=23, c=20, f=28, l=2, h=2, kv=1, d=10, t=12, b=3, tie=True,
+         qpas=1.0, window=5, pattern=2, acap=0.8, fcap=0.5, adapter="dora", r=2, a=4.0,
+         targets=["q_proj", "k_proj", "down_proj"]),
+    dict(type="gemma3_text", v=29, c=24, f=32, l=1, h=4, kv=2, d=6, t=14, b=3, tie=True,
+         qpas=1.0, window=20, pattern=6, acap=1.0, fcap=0.5, k=3, lens=[14, 9, 3]),
 ]
 
 
@@ -115,6 +126,8 @@ def random_configs(seed, count):
                      window=rng.randint(1, c["t"] + 8), pattern=rng.randint(1, 6))
             if rng.random() < 0.3:
                 c["scaling"] = dict(rope_type="linear", factor=rng.choice([2.0, 8.0]))
+            if rng.random() < 0.4:
+                c.update(acap=rng.choice([0.5, 2.0]), fcap=rng.choice([0.3, 1.0, 5.0]))
             configs.append(c)
             continue
         if c["type"] == "qwen2" and rng.random() < 0.4:
@@ -142,7 +155,7 @@ def hf_config(c):
             "sliding_window": c["window"],
             "layer_types": ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
                             for i in range(c["l"])],
-            "attn_logit_softcapping": None, "final_logit_softcapping": None,
+            "attn_logit_softcapping": c.get("acap"), "final_logit_softcapping": c.get("fcap"),
             "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": True,
             "initializer_range": 0.02, "torch_dtype": "float32", "bos_token_id": 2,
             "eos_token_id": 1, "pad_token_id": 0, "use_cache": True,
@@ -299,7 +312,11 @@ def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None, off
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(H // KV, dim=1)  # HF's repeat_kv
         v = v.repeat_interleave(H // KV, dim=1)
-        scores = q @ k.transpose(-1, -2) * scale + (local_mask if local else causal)
+        scores = q @ k.transpose(-1, -2) * scale
+        cap = config.get("attn_logit_softcapping")
+        if cap:
+            scores = cap * torch.tanh(scores / cap)
+        scores = scores + (local_mask if local else causal)
         att = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
         o = lin(att, pre + ".self_attn.o_proj")
         if gemma:
@@ -317,7 +334,9 @@ def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None, off
         rows = x[torch.arange(B), torch.tensor(lens) - 1]
         return rows @ p["score.weight"].t()
     head = p["model.embed_tokens.weight" if config["tie_word_embeddings"] else "lm_head.weight"]
-    return (x @ head.t()).reshape(B * T, -1)
+    logits = (x @ head.t()).reshape(B * T, -1)
+    cap = config.get("final_logit_softcapping")  # Gemma's, on the language-model head only
+    return logits if not cap else cap * torch.tanh(logits / cap)
 
 
 def parameters(config, rng):
@@ -468,6 +487,8 @@ def name_of(c):
         parts.append(f"drop{c['drop']:g}")
     if c.get("k"):
         parts.append(f"classify{c['k']}")
+    if c.get("acap"):
+        parts.append(f"softcap{c['acap']:g}_{c['fcap']:g}")
     if c["type"] == "qwen2" and c.get("window"):
         parts.append(f"window{c['window']}" + ("_types" if "types" in c else f"_from{c['mwl']}"))
     return "_".join(parts)

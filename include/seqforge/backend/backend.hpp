@@ -46,7 +46,8 @@ enum class Op {
   adapter,      // scale_columns, dora_norm, dora_backward
   loss,         // mse_loss, cross_entropy_loss
   optimizer,    // adam_step, sgd_step
-  decoder,      // rms_norm_forward, rms_norm_backward, rotary, glu_forward, glu_backward
+  decoder,      // rms_norm_forward, rms_norm_backward, rotary, glu_forward, glu_backward,
+                // soft_cap_forward, soft_cap_backward
 };
 const char* op_name(Op op);
 constexpr Op kAllOps[] = {Op::memory,     Op::gemm,      Op::elementwise, Op::layout,
@@ -202,6 +203,10 @@ class Backend {
   virtual void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind);
   virtual void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
                             GluKind kind);
+  // Soft-capping (Gemma's final_logit_softcapping): y = cap * tanh(x / cap) (y may be x), and
+  // dx = dy * (1 - (y / cap)^2) from the capped y (dx may be dy).
+  virtual void soft_cap_forward(Tensor y, Tensor x, double cap);
+  virtual void soft_cap_backward(Tensor dx, Tensor dy, Tensor y, double cap);
 
   // y(R, C) = x * s(C) broadcast over rows, + b(C) when given (y may be x).
   virtual void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) = 0;

@@ -94,6 +94,7 @@ class Decoder final : public Model {
   void proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, const void* dy, int64_t ldy,
                      const void* x, int64_t ldx, const void* x_low);
   void head_forward(Backend& be, Tensor logits, Tensor z);
+  void head_product(Backend& be, Tensor logits, Tensor z);
   Tensor norm_grad(Backend& be, size_t i);
   void project_qkv(Backend& be, Layer& l, Tensor h1, const void* h1_low, Tensor qkv, int64_t seq,
                    int64_t first_pos);
@@ -131,6 +132,7 @@ class Decoder final : public Model {
   int64_t batch_ = 0, seq_ = 0;          // of the last forward
   Tensor ids_;                           // (N) its ids
   Buffer x0_, z_, norm_saved_, logits_;  // (N, C), (N, C), (N), (N, V) or (B, K)
+  Buffer dlogits_uncapped_;              // (N, V) the gradient at the logits before soft-capping
   Buffer cos_, sin_;                     // (positions, head_dim / 2)
   Buffer local_cos_, local_sin_;         // Gemma 3's local layers' tables
   int64_t rope_positions_ = 0;

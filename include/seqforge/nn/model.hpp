@@ -100,6 +100,10 @@ struct DecoderOptions {
   double rope_local_theta = 10000;
   std::vector<bool> sliding;   // per layer: a local layer, attending sliding_window keys back
   int64_t sliding_window = 0;  // 0: none
+  // > 0: attention scores, and the language-model head's logits, x -> cap tanh(x / cap)
+  // (attn_logit_softcapping, final_logit_softcapping); 0: none.
+  double attn_logit_softcapping = 0;
+  double final_logit_softcapping = 0;
   // Forward keeps each layer's output only; backward recomputes a layer's activations first.
   bool checkpoint_activations = false;
 };

@@ -489,6 +489,22 @@ class CpuBackend final : public Backend {
                          gate.data_as<float>(), up.data_as<float>(), kind, i0, i1);
     });
   }
+  void soft_cap_forward(Tensor y, Tensor x, double cap) override {
+    if (y.dtype() != DType::f32) return ref_->soft_cap_forward(y, x, cap);
+    SF_CHECK(y.numel() == x.numel() && cap > 0, "soft_cap_forward sizes or cap ", cap);
+    parallel_rows(y.numel(), 20, [&](int64_t i0, int64_t i1) {
+      kernels::soft_cap_forward(y.data_as<float>(), x.data_as<float>(), cap, i0, i1);
+    });
+  }
+  void soft_cap_backward(Tensor dx, Tensor dy, Tensor y, double cap) override {
+    if (dy.dtype() != DType::f32) return ref_->soft_cap_backward(dx, dy, y, cap);
+    SF_CHECK(dx.numel() == dy.numel() && y.numel() == dy.numel() && cap > 0,
+             "soft_cap_backward sizes or cap ", cap);
+    parallel_rows(dy.numel(), 4, [&](int64_t i0, int64_t i1) {
+      kernels::soft_cap_backward(dx.data_as<float>(), dy.data_as<float>(), y.data_as<float>(), cap,
+                                 i0, i1);
+    });
+  }
   void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
     if (x.dtype() != DType::f32) return ref_->scale_columns(y, x, s, b);
     const int64_t C = s.numel();

@@ -388,6 +388,17 @@ class CudaBackend final : public Backend {
     cuda::rotary(a, dtype, stream_);
     launched("rotary", Tensor(nullptr, dtype, {a.rows, a.heads, a.head_dim}));
   }
+  void soft_cap_forward(Tensor y, Tensor x, double cap) override {
+    SF_CHECK(y.numel() == x.numel() && cap > 0, "soft_cap_forward sizes or cap ", cap);
+    cuda::soft_cap_forward(y.data(), x.data(), cap, y.dtype(), y.numel(), stream_);
+    launched("soft_cap_forward", y);
+  }
+  void soft_cap_backward(Tensor dx, Tensor dy, Tensor y, double cap) override {
+    SF_CHECK(dx.numel() == dy.numel() && y.numel() == dy.numel() && cap > 0,
+             "soft_cap_backward sizes or cap ", cap);
+    cuda::soft_cap_backward(dx.data(), dy.data(), y.data(), cap, dy.dtype(), dy.numel(), stream_);
+    launched("soft_cap_backward", dy);
+  }
   void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind) override {
     SF_CHECK(y.numel() == gate.numel() && up.numel() == gate.numel(), "glu_forward sizes");
     cuda::glu_forward(y.data(), gate.data(), up.data(), kind, y.dtype(), y.numel(), stream_);

@@ -279,6 +279,21 @@ class ReferenceBackend final : public Backend {
                             static_cast<const T*>(up.data()), kind, 0, dy.numel());
     });
   }
+  void soft_cap_forward(Tensor y, Tensor x, double cap) override {
+    SF_CHECK(y.numel() == x.numel() && cap > 0, "soft_cap_forward sizes or cap ", cap);
+    dispatch_float(y.dtype(), [&]<typename T>() {
+      kernels::soft_cap_forward(static_cast<T*>(y.data()), static_cast<const T*>(x.data()), cap, 0,
+                                y.numel());
+    });
+  }
+  void soft_cap_backward(Tensor dx, Tensor dy, Tensor y, double cap) override {
+    SF_CHECK(dx.numel() == dy.numel() && y.numel() == dy.numel() && cap > 0,
+             "soft_cap_backward sizes or cap ", cap);
+    dispatch_float(dy.dtype(), [&]<typename T>() {
+      kernels::soft_cap_backward(static_cast<T*>(dx.data()), static_cast<const T*>(dy.data()),
+                                 static_cast<const T*>(y.data()), cap, 0, dy.numel());
+    });
+  }
   void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
     const int64_t C = s.numel();
     SF_CHECK(y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C),

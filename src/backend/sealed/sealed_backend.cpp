@@ -187,6 +187,13 @@ class SealedBackend final : public Backend {
     call("glu_backward", {dgate, dup, dy, gate, up}, {},
          [=, this] { inner_->glu_backward(dgate, dup, dy, gate, up, kind); });
   }
+  void soft_cap_forward(Tensor y, Tensor x, double cap) override {
+    call("soft_cap_forward", {y, x}, {}, [=, this] { inner_->soft_cap_forward(y, x, cap); });
+  }
+  void soft_cap_backward(Tensor dx, Tensor dy, Tensor y, double cap) override {
+    call("soft_cap_backward", {dx, dy, y}, {},
+         [=, this] { inner_->soft_cap_backward(dx, dy, y, cap); });
+  }
   void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
     call("scale_columns", {y, x, s, b}, {}, [=, this] { inner_->scale_columns(y, x, s, b); });
   }

@@ -126,4 +126,19 @@ __global__ void glu_backward_kernel(T* dgate, T* dup, const T* dy, const T* gate
   }
 }
 
+// y = cap tanh(x / cap) (y may be x).
+template <typename T>
+__global__ void soft_cap_forward_kernel(T* y, const T* x, double cap, int64_t n) {
+  SF_GRID_STRIDE(i, n) { y[i] = static_cast<T>(mul_rn(cap, tanh(double(x[i]) / cap))); }
+}
+
+// dx = dy (1 - (y / cap)^2) from the capped y (dx may be dy).
+template <typename T>
+__global__ void soft_cap_backward_kernel(T* dx, const T* dy, const T* y, double cap, int64_t n) {
+  SF_GRID_STRIDE(i, n) {
+    const double t = double(y[i]) / cap;
+    dx[i] = static_cast<T>(mul_rn(double(dy[i]), 1.0 - mul_rn(t, t)));
+  }
+}
+
 }  // namespace seqforge::cuda

@@ -574,6 +574,24 @@ void glu_forward(void* y, const void* gate, const void* up, GluKind kind, DType 
   });
 }
 
+void soft_cap_forward(void* y, const void* x, double cap, DType dtype, int64_t n,
+                      cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, soft_cap_forward_kernel<T>)
+    (static_cast<T*>(y), static_cast<const T*>(x), cap, n);
+  });
+}
+
+void soft_cap_backward(void* dx, const void* dy, const void* y, double cap, DType dtype, int64_t n,
+                       cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, soft_cap_backward_kernel<T>)
+    (static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(y), cap, n);
+  });
+}
+
 void glu_backward(void* dgate, void* dup, const void* dy, const void* gate, const void* up,
                   GluKind kind, DType dtype, int64_t n, cudaStream_t stream) {
   if (n == 0) return;

@@ -99,6 +99,10 @@ void rms_norm_backward(void* dx, void* dw, const void* dy, const void* x, const 
                        double offset, const void* saved, double* partial, DType dtype, int64_t rows,
                        int64_t C, cudaStream_t stream);
 void rotary(const Rotary& a, DType dtype, cudaStream_t stream);
+void soft_cap_forward(void* y, const void* x, double cap, DType dtype, int64_t n,
+                      cudaStream_t stream);
+void soft_cap_backward(void* dx, const void* dy, const void* y, double cap, DType dtype, int64_t n,
+                       cudaStream_t stream);
 void glu_forward(void* y, const void* gate, const void* up, GluKind kind, DType dtype, int64_t n,
                  cudaStream_t stream);
 void glu_backward(void* dgate, void* dup, const void* dy, const void* gate, const void* up,
