@@ -68,6 +68,15 @@ void Backend::glu_forward(Tensor, Tensor, Tensor, GluKind) {
 void Backend::glu_backward(Tensor, Tensor, Tensor, Tensor, Tensor, GluKind) {
   fail("the ", name(), " backend does not run glu_backward (Llama-style decoders) yet");
 }
+std::string Backend::collectives_unavailable() {
+  return "the " + std::string(name()) + " backend has no collectives of its own";
+}
+void Backend::join_collectives(const HostCollectives&) {
+  fail("the ", name(), " backend has no collectives of its own (join_collectives)");
+}
+void Backend::all_reduce_sum(Tensor) {
+  fail("the ", name(), " backend has no collectives of its own (join_collectives)");
+}
 void Backend::soft_cap_forward(Tensor, Tensor, double) {
   fail("the ", name(), " backend does not run soft_cap_forward (Gemma's soft-capping) yet");
 }

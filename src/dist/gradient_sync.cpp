@@ -12,7 +12,8 @@ GradientSync::GradientSync(Communicator& comm, Backend& backend, Parameters& par
     : comm_(comm), backend_(backend), params_(params) {
   const Arena& grads = params.grads();
   if (grads.dtype() != DType::f32) fail("data-parallel training needs f32 gradients");
-  if (!backend.host_addressable()) host_.resize(grads.elements());
+  if (comm.size() > 1) join_device_collectives();
+  if (!on_device_ && !backend.host_addressable()) host_.resize(grads.elements());
   const auto& entries = grads.entries();
   const size_t n = entries.size(), per = dtype_size(grads.dtype());
   bucket_of_.assign(n, 0);
@@ -34,6 +35,32 @@ GradientSync::GradientSync(Communicator& comm, Backend& backend, Parameters& par
   if (!buckets_.empty()) buckets_.back().begin = 0;
 }
 
+// The ranks agree before any joins, so that none waits on the device for one that went through
+// the host: every rank has the collectives, and each its own device.
+void GradientSync::join_device_collectives() {
+  const size_t n = size_t(comm_.size()), r = size_t(comm_.rank());
+  const std::string why = backend_.collectives_unavailable();
+  std::vector<double> votes(2 * n, 0.0);  // per rank: 1 if it can join, and its device
+  votes[r] = why.empty() ? 1 : 0;
+  votes[n + r] = double(backend_.device_identity());
+  comm_.all_reduce_sum(votes);
+  for (size_t k = 0; k < n; ++k) {
+    if (votes[k] != 1) {
+      why_host_ = k == r ? why : "rank " + std::to_string(k) + " cannot join them";
+      return;
+    }
+    for (size_t o = 0; o < k; ++o)
+      if (votes[n + k] == votes[n + o]) {
+        why_host_ = "ranks " + std::to_string(o) + " and " + std::to_string(k) + " share a device";
+        return;
+      }
+  }
+  backend_.join_collectives({.rank = comm_.rank(),
+                             .size = comm_.size(),
+                             .broadcast = [this](std::span<std::byte> b) { comm_.broadcast(b); }});
+  on_device_ = true;
+}
+
 void GradientSync::begin_step() {
   std::fill(ready_.begin(), ready_.end(), 0);
   for (Bucket& b : buckets_) b.pending = 0;
@@ -47,6 +74,10 @@ void GradientSync::start_ready_buckets() {
   // In bucket order on every rank: MPI needs the same collectives in the same order everywhere.
   for (; started_ < buckets_.size() && buckets_[started_].pending == 0; ++started_) {
     Bucket& b = buckets_[started_];
+    if (on_device_) {  // queued behind the backward ops that made it
+      backend_.all_reduce_sum(flat.slice(b.begin, b.end));
+      continue;
+    }
     if (!host_.empty()) backend_.download(data + b.begin, flat.slice(b.begin, b.end));
     b.request = comm_.all_reduce_start({data + b.begin, b.end - b.begin}, ReduceOp::sum);
   }
@@ -60,6 +91,7 @@ void GradientSync::ready(size_t first, size_t end) {
       --buckets_[bucket_of_[i]].pending;
     }
   start_ready_buckets();
+  if (on_device_) return;
   for (size_t k = 0; k < started_; ++k) comm_.test(buckets_[k].request);
 }
 
@@ -67,6 +99,7 @@ void GradientSync::finish() {
   SF_PROFILE_SCOPE("all-reduce wait");
   for (Bucket& b : buckets_) b.pending = 0;
   start_ready_buckets();
+  if (on_device_) return;  // the sums are queued before whatever reads the gradients next
   for (Bucket& b : buckets_) comm_.wait(b.request);
   if (host_.empty()) return;
   const Tensor flat = params_.grads().flat();

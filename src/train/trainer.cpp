@@ -336,6 +336,10 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
     sync_ = std::make_unique<dist::GradientSync>(comm_, *be_, model_->parameters(),
                                                  static_cast<size_t>(s_.bucket_mb * (1 << 20)));
     model_->set_grad_ready_hook([this](size_t first, size_t end) { sync_->ready(first, end); });
+    out_ << "data-parallel: gradients summed "
+         << (sync_->on_device() ? "by " + be_->collectives_name()
+                                : "through host memory (" + sync_->why_host() + ")")
+         << "\n";
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -252,6 +253,24 @@ class Backend {
   // The whole update (ops.hpp: OptimizerStep). Defined here for host memory, segment by segment
   // through adam_step and sgd_step; a device backend runs it itself, in one pass.
   virtual void optimizer_step(const OptimizerStep& a, DType dtype);
+
+  // Data-parallel sums on the device itself (NCCL between GPUs), where the backend has them:
+  // "" when this process could join them (what they need is loaded), else why not.
+  virtual std::string collectives_unavailable();
+  // This process's device (a GPU's PCI address), so that two processes on one can be told; 0
+  // where memory is the host's.
+  virtual uint64_t device_identity() const { return 0; }
+  // Joins the job's device collectives; every rank calls it at once, after all have found them
+  // available on distinct devices, with host collectives to exchange what joining needs.
+  struct HostCollectives {
+    int rank = 0, size = 1;
+    std::function<void(std::span<std::byte>)> broadcast;  // rank 0's bytes to every rank
+  };
+  virtual void join_collectives(const HostCollectives& host);
+  // x (f32) summed over the job's ranks in place, in order with the other ops (after joining).
+  virtual void all_reduce_sum(Tensor x);
+  // What sums gradients across ranks once join_collectives succeeded ("NCCL 2.28.3").
+  virtual std::string collectives_name() const { return ""; }
 
  protected:
   const uint64_t* seed_base_ = nullptr;  // set_seed_base's

@@ -2,8 +2,11 @@
 // Averaging gradients across ranks while backward still runs: the flat gradient arena is cut into
 // buckets of about bucket_bytes, from the last parameter back (the order backward produces
 // them), and each bucket's all-reduce starts as soon as every parameter it covers is final.
-// Where the host cannot address the backend's memory, buckets go through a host copy.
+// A backend with collectives of its own (NCCL on GPUs) sums the buckets on the device, queued
+// with its ops; otherwise the communicator sums them, through a host copy where the host cannot
+// address the backend's memory.
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
@@ -25,6 +28,9 @@ class GradientSync {
   // for every bucket.
   void finish();
   size_t buckets() const { return buckets_.size(); }
+  // Whether the backend sums on the device, and if not, why.
+  bool on_device() const { return on_device_; }
+  const std::string& why_host() const { return why_host_; }
 
  private:
   struct Bucket {
@@ -33,6 +39,7 @@ class GradientSync {
     Communicator::Request request = 0;
   };
   void start_ready_buckets();
+  void join_device_collectives();
 
   Communicator& comm_;
   Backend& backend_;
@@ -42,6 +49,8 @@ class GradientSync {
   std::vector<size_t> bucket_of_;  // per parameter
   std::vector<char> ready_;        // per parameter, this step
   size_t started_ = 0;             // buckets [0, started_) are under way
+  bool on_device_ = false;         // the backend's all_reduce_sum (join_collectives succeeded)
+  std::string why_host_;
 };
 
 }  // namespace seqforge::dist

@@ -5,17 +5,21 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "backend/cuda/cublaslt.hpp"
+#include "backend/cuda/nccl.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/reference.hpp"
@@ -38,6 +42,7 @@ class CudaBackend final : public Backend {
   CudaBackend() {
     if (const std::string why = cuda_unavailable_reason(); !why.empty()) fail(why);
     try {
+      select_local_device();
       check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
       check_cuda(cudaGetDeviceProperties(&props_, device_), "cudaGetDeviceProperties");
       check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -519,6 +524,37 @@ class CudaBackend final : public Backend {
     launched("optimizer_step", Tensor(a.params, dtype, {a.grad_elements}));
   }
 
+  // NCCL, one GPU per process.
+  std::string collectives_unavailable() override {
+    if (const char* v = std::getenv("SEQFORGE_NCCL"); v && std::string_view(v) == "0")
+      return "SEQFORGE_NCCL=0";
+    std::string why;
+    if (!nccl_) nccl_ = cuda::Nccl::load(&why);
+    return why;
+  }
+  uint64_t device_identity() const override {
+    return (uint64_t(props_.pciDomainID) << 16 | uint64_t(props_.pciBusID) << 8 |
+            uint64_t(props_.pciDeviceID)) +
+           1;
+  }
+  void join_collectives(const HostCollectives& host) override {
+    SF_CHECK(nccl_, "cuda: join_collectives before collectives_unavailable");
+    std::array<std::byte, cuda::Nccl::kIdBytes> id{};
+    if (host.rank == 0) nccl_->unique_id(id);
+    host.broadcast(id);
+    nccl_->join(host.rank, host.size, id);
+    joined_ = true;
+  }
+  void all_reduce_sum(Tensor x) override {
+    SF_CHECK(joined_, "cuda: all_reduce_sum before join_collectives");
+    SF_CHECK(x.dtype() == DType::f32, "cuda: all_reduce_sum of ", dtype_name(x.dtype()));
+    nccl_->all_reduce_sum(static_cast<float*>(x.data()), size_t(x.numel()), stream_);
+    launched("all_reduce_sum", x);
+  }
+  std::string collectives_name() const override {
+    return joined_ ? "NCCL " + nccl_->version() + " on the GPUs" : "";
+  }
+
  protected:
   void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
                 const void* bias) override {
@@ -591,7 +627,23 @@ class CudaBackend final : public Backend {
     fail("target class ", static_cast<int64_t>(r[kBadTarget + 1]), " at row ", r[kBadTarget],
          " outside [0, ", classes_, ")");
   }
+  // A process of a job that a launcher started on this machine (mpirun, srun) takes the GPU of
+  // its local rank, so that the job's processes use one GPU each (modulo the GPUs there are).
+  static void select_local_device() {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 2) return;
+    for (const char* key : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+      if (const char* v = std::getenv(key)) {
+        char* end = nullptr;
+        const long rank = std::strtol(v, &end, 10);
+        if (end != v && *end == '\0' && rank >= 0)
+          check_cuda(cudaSetDevice(int(rank % count)),
+                     "cudaSetDevice (local rank " + std::string(v) + ")");
+        return;
+      }
+  }
   void release() {
+    nccl_.reset();
     for (auto& [ptr, size] : scratch_buffers_) free(ptr);
     blas_.reset();
     if (scratch_) cudaFree(scratch_);
@@ -648,6 +700,8 @@ class CudaBackend final : public Backend {
   int64_t vocab_ = 0, classes_ = 0;  // of the last embedding and cross-entropy, for the messages
   std::pair<void*, size_t> scratch_buffers_[3] = {};
   std::unique_ptr<cuda::CublasLt> blas_;
+  std::unique_ptr<cuda::Nccl> nccl_;  // loaded by collectives_unavailable
+  bool joined_ = false;               // join_collectives ran
 };
 
 }  // namespace
@@ -691,6 +745,9 @@ std::string cuda_summary() {
       cuda::library_version("libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR),
                             "cublasLtGetVersion", 10000, 100) +
       "; cuDNN " + cuda::library_version("libcudnn.so.9", "cudnnGetVersion", 10000, 100);
+  std::string why_not_nccl;
+  const std::unique_ptr<cuda::Nccl> nccl = cuda::Nccl::load(&why_not_nccl);
+  out += "; NCCL " + (nccl ? nccl->version() : "not found (libnccl.so.2)");
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) return out + "; " + why;
   int count = 0, current = 0;
   cudaGetDeviceCount(&count);

@@ -2,18 +2,26 @@
 // their mapping), compiled against the host emulation beside this file, with the emulated
 // cuBLASLt loaded by its own dlopen: its ops against the reference backend, and recurrent models
 // forward and backward (LSTM, GRU, LN-LSTM; embedding, dropout, projection, adapters) giving the
-// reference's outputs and gradients.
+// reference's outputs and gradients; data-parallel gradient sums through the emulated NCCL.
 #include "seqforge/backend/backend.hpp"
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <cmath>
+#include <cstdlib>
+#include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "seqforge/backend/buffer.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/rng.hpp"
+#include "seqforge/dist/communicator.hpp"
+#include "seqforge/dist/gradient_sync.hpp"
 #include "seqforge/nn/model.hpp"
 #include "test_util.hpp"
 #include "train/run.hpp"
@@ -247,6 +255,123 @@ TEST(CudaBackendEmulated, LossesAndBadIdsAsTheReference) {
   cuda->upload(y, classes.data());
   cuda->embedding_forward(out.t, table.t, y);
   EXPECT_EQ(test::error_of([&] { cuda->synchronize(); }), "") << "a report outlived its error";
+}
+
+// Two ranks' host collectives between two threads: sums and broadcasts meet at a barrier. Floats
+// are never summed through the host here (the device sums them).
+class ThreadCommunicator final : public dist::Communicator {
+ public:
+  struct Shared {
+    std::barrier<> meet{2};
+    std::vector<double> parts[2];
+    std::vector<std::byte> bytes;
+  };
+  ThreadCommunicator(Shared& shared, int rank) : s_(shared), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return 2; }
+  int local_size() const override { return 2; }
+  std::string name() const override { return "two threads"; }
+  void set_timeout(double, std::string) override {}
+  Request all_reduce_start(std::span<float>, dist::ReduceOp) override {
+    ADD_FAILURE() << "gradients summed through the host";
+    return 0;
+  }
+  bool test(Request) override { return true; }
+  void wait(Request) override {}
+  void all_reduce_sum(std::span<double> v) override {
+    s_.parts[rank_].assign(v.begin(), v.end());
+    s_.meet.arrive_and_wait();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = s_.parts[0][i] + s_.parts[1][i];
+    s_.meet.arrive_and_wait();
+  }
+  void broadcast(std::span<std::byte> data) override {
+    if (rank_ == 0) s_.bytes.assign(data.begin(), data.end());
+    s_.meet.arrive_and_wait();
+    if (rank_ != 0) std::copy(s_.bytes.begin(), s_.bytes.end(), data.begin());
+    s_.meet.arrive_and_wait();
+  }
+  void barrier() override { s_.meet.arrive_and_wait(); }
+  [[noreturn]] void abort(const std::string& message) override {
+    throw std::runtime_error(message);
+  }
+
+ private:
+  Shared& s_;
+  int rank_;
+};
+
+// One rank: a backend on emulated GPU `device` and three parameters.
+struct Rank {
+  std::unique_ptr<Backend> be;
+  Parameters params;
+  explicit Rank(int device) {
+    cudaSetDevice(device);
+    be = make_cuda_backend();
+    cudaSetDevice(0);
+    for (int64_t n : {7, 300, 1000})
+      params.declare("w" + std::to_string(n), {n}, Init::Constant(0));
+    Rng rng(1);
+    params.allocate(*be, rng);
+  }
+  Tensor grads() const { return params.grads().flat(); }
+};
+
+// Both ranks' GradientSync made at once (they agree through the host as they are made).
+std::pair<std::unique_ptr<dist::GradientSync>, std::unique_ptr<dist::GradientSync>> syncs(Rank& a,
+                                                                                          Rank& b) {
+  ThreadCommunicator::Shared shared;
+  ThreadCommunicator ca(shared, 0), cb(shared, 1);
+  std::unique_ptr<dist::GradientSync> sa, sb;
+  std::thread other([&] { sb = std::make_unique<dist::GradientSync>(cb, *b.be, b.params, 1024); });
+  sa = std::make_unique<dist::GradientSync>(ca, *a.be, a.params, 1024);
+  other.join();
+  return {std::move(sa), std::move(sb)};
+}
+
+// Data-parallel sums on the device: two ranks on two GPUs join NCCL (the emulated one) and each
+// bucket of the gradient arena is summed in place on both; two ranks on one GPU, or NCCL turned
+// off, are told to sum through the host, with the reason.
+TEST(CudaBackendEmulated, NcclSumsTheGradientBucketsOnTheDevice) {
+  Rank r0(0), r1(1);
+  const size_t n = size_t(r0.grads().numel());
+  Rng rng(5);
+  std::vector<double> g0(n), g1(n);
+  for (size_t i = 0; i < n; ++i) {
+    g0[i] = static_cast<float>(rng.uniform(-1, 1));
+    g1[i] = static_cast<float>(rng.uniform(-1, 1));
+  }
+  upload_doubles(*r0.be, r0.grads(), g0);
+  upload_doubles(*r1.be, r1.grads(), g1);
+  auto [s0, s1] = syncs(r0, r1);
+  ASSERT_TRUE(s0->on_device()) << s0->why_host();
+  ASSERT_TRUE(s1->on_device()) << s1->why_host();
+  ASSERT_GE(s0->buckets(), 2u);
+  EXPECT_NE(r0.be->collectives_name().find("NCCL 2.28.0"), std::string::npos)
+      << r0.be->collectives_name();
+  s0->begin_step();
+  s0->ready(1, 3);  // the last two parameters' buckets go out first, the rest at finish
+  s0->finish();
+  s1->begin_step();
+  s1->finish();
+  const std::vector<double> got0 = download_doubles(*r0.be, r0.grads());
+  const std::vector<double> got1 = download_doubles(*r1.be, r1.grads());
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got0[i], double(float(g0[i] + g1[i]))) << i;
+    ASSERT_EQ(got1[i], got0[i]) << i;
+  }
+
+  Rank same(0);
+  auto [h0, h1] = syncs(r0, same);
+  EXPECT_FALSE(h0->on_device());
+  EXPECT_EQ(h0->why_host(), "ranks 0 and 1 share a device");
+  EXPECT_EQ(h1->why_host(), "ranks 0 and 1 share a device");
+
+  setenv("SEQFORGE_NCCL", "0", 1);
+  Rank off(1);
+  auto [o0, o1] = syncs(r0, off);
+  unsetenv("SEQFORGE_NCCL");
+  EXPECT_EQ(o0->why_host(), "SEQFORGE_NCCL=0");
+  EXPECT_EQ(o1->why_host(), "rank 0 cannot join them");
 }
 
 }  // namespace

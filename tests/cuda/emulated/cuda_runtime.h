@@ -433,6 +433,7 @@ struct cudaDeviceProp {
   char name[256] = "seqforge's host emulation";
   int major = 9, minor = 0;
   size_t totalGlobalMem = size_t{1} << 30;
+  int pciDomainID = 0, pciBusID = 0, pciDeviceID = 0;
 };
 inline const char* cudaGetErrorName(cudaError_t e) {
   return e == cudaSuccess                         ? "cudaSuccess"
@@ -444,9 +445,19 @@ inline const char* cudaGetErrorString(cudaError_t e) {
   return e == cudaSuccess ? "no error" : "operation failed (host emulation)";
 }
 inline cudaError_t cudaGetDeviceCount(int* n) { return *n = 1, cudaSuccess; }
-inline cudaError_t cudaGetDevice(int* d) { return *d = 0, cudaSuccess; }
-inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { return *p = {}, cudaSuccess; }
+// One device as far as counting goes, but a process may set another current device number, which
+// shows as the device's PCI bus (the emulated NCCL's test has two backends tell their "GPUs"
+// apart); the memory is the same.
+namespace sf_emu {
+inline int current_device = 0;
+}
+inline cudaError_t cudaGetDevice(int* d) { return *d = sf_emu::current_device, cudaSuccess; }
+inline cudaError_t cudaSetDevice(int d) { return sf_emu::current_device = d, cudaSuccess; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  *p = {};
+  p->pciBusID = device;
+  return cudaSuccess;
+}
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
   *v = a == cudaDevAttrComputeCapabilityMajor ? 9
        : a == cudaDevAttrMultiProcessorCount  ? 3
