@@ -38,6 +38,17 @@ for base in site.getsitepackages():
 PY
 )"
 fi
+# NCCL (data-parallel sums on GPUs): beside cuBLASLt, else the one PyTorch's wheels bring.
+if [ ! -e "$cuda_libs/libnccl.so.2" ]; then
+  nccl_libs="$("$python" - <<'PY' 2>/dev/null
+import glob, os, site
+for base in site.getsitepackages():
+    for path in glob.glob(os.path.join(base, "nvidia", "**", "libnccl.so.2"), recursive=True):
+        print(os.path.dirname(path)); raise SystemExit
+PY
+)"
+  [ -n "$nccl_libs" ] && cuda_libs="$cuda_libs${cuda_libs:+:}$nccl_libs"
+fi
 export SEQFORGE_CUDA_LIBS="$cuda_libs"  # read by the packed binaries' wrappers
 export SEQFORGE_CACHE_DIR="$work/cache" SEQFORGE_FIXTURE_DIR="$work/fixtures"
 seqforge="$pack/bin/seqforge"

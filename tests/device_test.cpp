@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 
 #include "io/file_util.hpp"
@@ -321,6 +322,22 @@ TEST(Device, GpuStepGraphsReplayTheEagerRun) {
   EXPECT_EQ(gpt[1].best, gpt[0].best);
   EXPECT_TRUE(checkpoint_tensors(dir / "gpt_auto") == checkpoint_tensors(dir / "gpt_off"));
   EXPECT_EQ(last_metrics(dir / "gpt_auto").value("graph_steps", 0), 4);
+}
+
+// NCCL on this GPU as a job of one rank: loaded, joined, and a sum over the one rank leaves a
+// tensor as it was (what a job of several GPUs runs, short of the other GPUs).
+TEST(Device, GpuNcclSumsAsAJobOfOne) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  auto be = make_backend("cuda");
+  if (const std::string why = be->collectives_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  EXPECT_NE(be->device_identity(), 0u);
+  be->join_collectives({.rank = 0, .size = 1, .broadcast = [](std::span<std::byte>) {}});
+  EXPECT_NE(be->collectives_name().find("NCCL"), std::string::npos) << be->collectives_name();
+  std::vector<double> values(1000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25 * double(i) - 7;
+  test::HostTensor x(*be, DType::f32, {1000}, values);
+  be->all_reduce_sum(x.t);
+  EXPECT_EQ(test::to_doubles(*be, x.t), values);
 }
 
 // seqforge bench on a GPU times replayed steps, as training runs them; --no-cuda-graphs eager ones.
