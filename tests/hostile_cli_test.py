@@ -106,6 +106,7 @@ def main():
         "diagnose a damaged config": ["diagnose", bad_yaml],
         "bench an unknown workload": ["bench", "W\x1b[31m"],
         "bench with a huge step count": ["bench", "W3", "--steps", "99999999999999999999"],
+        "bench with a negative warm-up": ["bench", "W3", "--warmup", "-1"],
     }
     failures = []
     for name, args in cases.items():

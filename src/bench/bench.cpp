@@ -541,8 +541,13 @@ BenchResult run_attention_benchmark(const Workload& w, const BenchOptions& optio
 
 }  // namespace
 
-BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
+void check_bench_options(const BenchOptions& options) {
   if (options.steps < 1) fail("--steps must be at least 1, got ", options.steps);
+  if (options.warmup < 0) fail("--warmup must be at least 0, got ", options.warmup);
+}
+
+BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
+  check_bench_options(options);
   if (w.heads) return run_attention_benchmark(w, options);
   auto device = make_run_backend(options.device, ops_needed(w.model));
   if (options.matmul_precision != "highest" && options.matmul_precision != "high")

@@ -29,6 +29,7 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
   } else {
     selected.push_back(&sf::find_workload(which));
   }
+  sf::check_bench_options(options);
   const sf::ThreadConfig threads = sf::configure_threads();
   std::printf("seqforge %s bench: %d threads (%s), %d timed steps after %d warm-up; %s\n",
               sf::version(), threads.threads, threads.reason.c_str(), options.steps, options.warmup,
