@@ -197,6 +197,10 @@ def main():
                    "--top-p", "1e-9", "--seed", "5"]).stdout
     if greedy != nucleus:
         fail(f"--top-p 1e-9 gave {nucleus!r}, greedy decoding {greedy!r}")
+    hot = subprocess.run([seqforge, "generate", run_dir, "--prompt", "ROMEO:", "--temperature",
+                          "inf"], capture_output=True, text=True)
+    if hot.returncode == 0 or "--temperature must be 0" not in hot.stderr:
+        fail(f"an infinite temperature should be one error: {hot.returncode} {hot.stderr!r}")
 
     # Greedy generation past the model's 128 positions (the key/value cache, then the last 128
     # tokens read afresh for each token) against PyTorch's greedy decoding of the same weights.

@@ -453,8 +453,9 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     fail(run, ": generate needs a language model (data.task charlm or lm); this is a ",
          task_name(r.task.kind), " run",
          r.task.kind == TaskKind::mae ? "" : " (use seqforge predict)");
-  if (!(temperature >= 0))
-    fail("--temperature must be 0 (always the likeliest character) or more, got ", temperature);
+  if (!(temperature >= 0) || !std::isfinite(temperature))
+    fail("--temperature must be 0 (always the likeliest character) or a finite number above, got ",
+         temperature);
   if (top_k < 0) fail("--top-k must be positive, got ", top_k);
   if (length < 0) fail("--length must be >= 0, got ", length);
   auto be = make_device_backend(r.config, r.task.model, true);
