@@ -138,6 +138,7 @@ class RecordingBackend final : public Backend {
     const PackedB* packed;  // B's packed form, or null
   };
   explicit RecordingBackend(Backend& inner) : inner_(inner) {}
+  ~RecordingBackend() override { release(); }
   std::vector<Call> calls;
   bool recording = false;
 
