@@ -683,6 +683,16 @@ OpCase small_ops_case() {
         sc_b(be, dt, {13}, values(rng, 13)), sc_y(be, dt, {40, 13}, std::vector<double>(520));
     be.scale_columns(sc_y.t, sc_x.t, sc_s.t, sc_b.t);
     out["scale_columns_bias"] = to_doubles(be, sc_y.t);
+    // Into columns 5..17 of rows 30 wide: written (beta 0), then added to (beta 1); the other
+    // columns untouched.
+    HostTensor sc_wide(be, dt, {40, 30}, values(rng, 1200));
+    const auto at_column = [&](int64_t c) {
+      return Tensor(static_cast<std::byte*>(sc_wide.t.data()) + c * dtype_size(dt), dt, {40, 13});
+    };
+    be.scale_columns(at_column(5), sc_x.t, sc_s.t, sc_b.t, 30, 0.0);
+    out["scale_columns_strided"] = to_doubles(be, sc_wide.t);
+    be.scale_columns(at_column(5), sc_x.t, sc_s.t, {}, 30, 1.0);
+    out["scale_columns_strided_added"] = to_doubles(be, sc_wide.t);
     be.scale_columns(sc_x.t, sc_x.t, sc_s.t, {});
     out["scale_columns_in_place"] = to_doubles(be, sc_x.t);
     HostTensor dn_v(be, dt, {9, 31}, values(rng, 279)), dn_m(be, dt, {9}, values(rng, 9, 0.5, 2)),
@@ -698,6 +708,14 @@ OpCase small_ops_case() {
     be.dora_backward(db_dpre.t, db_dm.t, db_dy.t, db_pre.t, db_scale.t, db_inv.t);
     out["dora_backward_dpre"] = to_doubles(be, db_dpre.t);
     out["dora_backward_dm"] = to_doubles(be, db_dm.t);
+    // ... with dy the columns 3..23 of rows 29 wide.
+    HostTensor db_wide(be, dt, {300, 29}, values(rng, 300 * 29));
+    be.dora_backward(
+        db_dpre.t, db_dm.t,
+        Tensor(static_cast<std::byte*>(db_wide.t.data()) + 3 * dtype_size(dt), dt, {300, 21}),
+        db_pre.t, db_scale.t, db_inv.t, 29);
+    out["dora_backward_strided_dpre"] = to_doubles(be, db_dpre.t);
+    out["dora_backward_strided_dm"] = to_doubles(be, db_dm.t);
     // Layer norm (rows wide enough for several SIMD blocks and a tail, and threads) and GELU.
     HostTensor ln_x(be, dt, {70, 37}, values(rng, 70 * 37, -3, 3)),
         ln_w(be, dt, {37}, values(rng, 37, 0.5, 1.5)), ln_b(be, dt, {37}, values(rng, 37)),

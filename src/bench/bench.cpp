@@ -311,13 +311,15 @@ class RecordingBackend final : public Backend {
     SF_PROFILE_SCOPE("soft_cap_backward");
     inner_.soft_cap_backward(dx, dy, y, cap);
   }
-  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
+  void run_scale_columns(Tensor y, int64_t ldy, double beta, Tensor x, Tensor s,
+                         Tensor b) override {
     SF_PROFILE_SCOPE("scale_columns");
-    inner_.scale_columns(y, x, s, b);
+    inner_.scale_columns(y, x, s, b, ldy, beta);
   }
-  void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor s, Tensor inv) override {
+  void run_dora_backward(Tensor dpre, Tensor dm, Tensor dy, int64_t ldy, Tensor pre, Tensor s,
+                         Tensor inv) override {
     SF_PROFILE_SCOPE("dora_backward");
-    inner_.dora_backward(dpre, dm, dy, pre, s, inv);
+    inner_.dora_backward(dpre, dm, dy, pre, s, inv, ldy);
   }
   void dora_norm(Tensor s, Tensor inv, Tensor v, Tensor m) override {
     SF_PROFILE_SCOPE("dora_norm");

@@ -7,14 +7,18 @@
 
 namespace seqforge::kernels {
 
-// Rows [r0, r1) of y (R, C) = x * s (C) broadcast over the rows, + b (C) when given.
-// y may be x (in place).
+// Rows [r0, r1) of y (R, C), rows ldy apart, = beta y + x * s (C) broadcast over the rows, + b (C)
+// when given. y may be x (in place, ldy C, beta 0).
 template <typename T>
-void scale_columns(T* y, const T* x, const T* s, const T* b, int64_t C, int64_t r0, int64_t r1) {
+void scale_columns(T* y, int64_t ldy, T beta, const T* x, const T* s, const T* b, int64_t C,
+                   int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
-    T* yr = y + r * C;
+    T* yr = y + r * ldy;
     const T* xr = x + r * C;
-    if (b) {
+    if (beta != T(0)) {
+#pragma omp simd
+      for (int64_t j = 0; j < C; ++j) yr[j] = beta * yr[j] + (xr[j] * s[j] + (b ? b[j] : T(0)));
+    } else if (b) {
 #pragma omp simd
       for (int64_t j = 0; j < C; ++j) yr[j] = xr[j] * s[j] + b[j];
     } else {
@@ -25,13 +29,13 @@ void scale_columns(T* y, const T* x, const T* s, const T* b, int64_t C, int64_t 
 }
 
 // Rows [r0, r1) of DoRA's backward (Backend::dora_backward): dpre = dy * scale per column, and
-// sums (C) += the column sums of dy * pre over the rows.
+// sums (C) += the column sums of dy * pre over the rows; dy's rows are ldy apart.
 template <typename T, typename Acc>
-void dora_backward_rows(T* dpre, Acc* sums, const T* dy, const T* pre, const T* scale, int64_t C,
-                        int64_t r0, int64_t r1) {
+void dora_backward_rows(T* dpre, Acc* sums, const T* dy, int64_t ldy, const T* pre, const T* scale,
+                        int64_t C, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     T* dr = dpre + r * C;
-    const T* gr = dy + r * C;
+    const T* gr = dy + r * ldy;
     const T* pr = pre + r * C;
 #pragma omp simd
     for (int64_t j = 0; j < C; ++j) {

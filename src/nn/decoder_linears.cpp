@@ -165,8 +165,8 @@ const void* Decoder::base_low_weight(const Proj& p) const {
 
 // y(N, out), rows ldy apart, (beta y +)= the Linear of x(N, in), rows ldx apart (x_low: x as a
 // packed bf16 operand, or null): without an adapter one GEMM into y; with LoRA x W0^T + b +
-// s (in A^T) B^T; with DoRA (m / ||V||)(in V^T) + b (+ (x - in) W0^T), computed packed and then
-// added (beta 1, y packed) or copied (beta 0) into y. The adapter's input `in` is x, or with
+// s (in A^T) B^T; with DoRA (m / ||V||)(in V^T) + b (+ (x - in) W0^T): the product in V^T packed,
+// then scaled per column into y's rows. The adapter's input `in` is x, or with
 // adapter dropout x * mask (PEFT's lora_dropout: the base keeps x, so DoRA adds W0 on the
 // dropped-out part). With bf16 GEMMs the products with W0 and V take bf16 operands; the
 // adapters' rank-r products stay in f32.
@@ -220,20 +220,15 @@ void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const voi
   const void* in_low = drop ? low_operand(be, scratch_->rest_low, in, N, p.in, p.in) : x_low;
   product(in, ldi, in_low, p.v.tensor().data(), low() ? low_weight(p) : nullptr, pre.data(), p.out,
           0.0);
-  const Tensor branch = scratch_->branch.get(be, dt, {N, p.out});
-  be.scale_columns(branch, pre, p.scale.tensor(), b);
-  if (drop) {  // + (x - in) W0^T
-    const Tensor rest = scratch_->rest.get(be, dt, {N, p.in});
-    be.copy(rest, Tensor(const_cast<void*>(in), dt, {N, p.in}));
-    be.scale(rest, -1.0);
-    be.add(rest, Tensor(const_cast<void*>(x), dt, {N, p.in}));
-    product(rest.data(), p.in, low_operand(be, scratch_->rest_low, rest.data(), N, p.in, p.in),
-            params_.value(p.w).data(), low() ? base_low_weight(p) : nullptr, branch.data(), p.out,
-            1.0);
-  }
-  if (beta == 0) return be.copy_rows(y, ldy, branch.data(), p.out, N, p.out, dt);
-  SF_CHECK(beta == 1 && ldy == p.out, "a DoRA Linear adds into packed rows or writes strided ones");
-  be.add(Tensor(y, dt, {N, p.out}), branch);
+  be.scale_columns(Tensor(y, dt, {N, p.out}), pre, p.scale.tensor(), b, ldy, beta);
+  if (!drop) return;
+  // + (x - in) W0^T
+  const Tensor rest = scratch_->rest.get(be, dt, {N, p.in});
+  be.copy(rest, Tensor(const_cast<void*>(in), dt, {N, p.in}));
+  be.scale(rest, -1.0);
+  be.add(rest, Tensor(const_cast<void*>(x), dt, {N, p.in}));
+  product(rest.data(), p.in, low_operand(be, scratch_->rest_low, rest.data(), N, p.in, p.in),
+          params_.value(p.w).data(), low() ? base_low_weight(p) : nullptr, y, ldy, 1.0);
 }
 
 // dx(N, in) (dx_beta dx +)= d(loss)/dx through the Linear, from dy(N, out) rows ldy apart; the
@@ -281,14 +276,9 @@ void Decoder::proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, cons
   const void* d = dy;  // the gradient at the adapted product: dy for LoRA, dpre for DoRA
   int64_t ldd = ldy;
   if (p.m != kNone) {
-    Tensor dyc(const_cast<void*>(dy), dt, {N, p.out});
-    if (ldy != p.out) {
-      dyc = scratch_->dbranch.get(be, dt, {N, p.out});
-      be.copy_rows(dyc.data(), p.out, dy, ldy, N, p.out, dt);
-    }
     const Tensor dpre = scratch_->dpre.get(be, dt, {N, p.out});
-    be.dora_backward(dpre, params_.grad(p.m), dyc, p.pre->tensor(), p.scale.tensor(),
-                     p.inv_norm.tensor());
+    be.dora_backward(dpre, params_.grad(p.m), Tensor(const_cast<void*>(dy), dt, {N, p.out}),
+                     p.pre->tensor(), p.scale.tensor(), p.inv_norm.tensor(), ldy);
     d = dpre.data(), ldd = p.out;
   }
   // g = d B (N, rank); dB += s d^T (in A^T); dA += s g^T in.

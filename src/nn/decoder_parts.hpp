@@ -72,7 +72,6 @@ struct Decoder::Scratch {
   Buffer dqkv;               // (N, W)
   Buffer ones;               // (N) for the bias gradients of column slices
   Buffer dx[2];              // (N, C) the gradient flowing down
-  Buffer branch, dbranch;    // adapters: (N, out) a Linear's output or its gradient, packed
   Buffer dpre, g;            // adapters: (N, out) DoRA's gradient at x V^T, (N, rank)
   Buffer dnorm_w;            // (C) a frozen norm's gradient, discarded
   Buffer dhead_w;            // (D) a frozen q or k norm's gradient, discarded

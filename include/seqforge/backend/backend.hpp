@@ -209,15 +209,20 @@ class Backend {
   virtual void soft_cap_forward(Tensor y, Tensor x, double cap);
   virtual void soft_cap_backward(Tensor dx, Tensor dy, Tensor y, double cap);
 
-  // y(R, C) = x * s(C) broadcast over rows, + b(C) when given (y may be x).
-  virtual void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) = 0;
+  // y(R, C) = beta y + x(R, C) * s(C) broadcast over rows, + b(C) when given; y's rows are ldy
+  // apart (0: C), so that it may sit inside wider rows; y may be x (C apart, beta 0).
+  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b, int64_t ldy = 0, double beta = 0) {
+    run_scale_columns(y, ldy ? ldy : s.numel(), beta, x, s, b);
+  }
   // DoRA's weight norm, per row of v(R, C): inv_norm(R) = 1 / ||v_r||, scale(R) = m * inv_norm.
   virtual void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) = 0;
   // DoRA's backward through y = pre * scale + b per column, pre(R, C) = x V^T and scale = m / ||V||
   // (||V|| held constant): dpre(R, C) = dy * scale (assigned), dm(C) += inv_norm * the column
-  // sums of dy * pre.
-  virtual void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor scale,
-                             Tensor inv_norm) = 0;
+  // sums of dy * pre; dy's rows are ldy apart (0: C).
+  void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor scale, Tensor inv_norm,
+                     int64_t ldy = 0) {
+    run_dora_backward(dpre, dm, dy, ldy ? ldy : scale.numel(), pre, scale, inv_norm);
+  }
 
   // Multi-head attention (ops.hpp), forward and backward.
   virtual void attention_forward(const AttentionForward& a, DType dtype) = 0;
@@ -274,6 +279,10 @@ class Backend {
 
  protected:
   const uint64_t* seed_base_ = nullptr;  // set_seed_base's
+  virtual void run_scale_columns(Tensor y, int64_t ldy, double beta, Tensor x, Tensor s,
+                                 Tensor b) = 0;
+  virtual void run_dora_backward(Tensor dpre, Tensor dm, Tensor dy, int64_t ldy, Tensor pre,
+                                 Tensor scale, Tensor inv_norm) = 0;
   virtual void run_gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
                         const void* bias) = 0;
   virtual void run_gemm_packed(const GemmShape& s, DType dtype, const void* a, const void* b,

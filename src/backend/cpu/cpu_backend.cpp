@@ -505,27 +505,31 @@ class CpuBackend final : public Backend {
                                  i0, i1);
     });
   }
-  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
-    if (x.dtype() != DType::f32) return ref_->scale_columns(y, x, s, b);
+  void run_scale_columns(Tensor y, int64_t ldy, double beta, Tensor x, Tensor s,
+                         Tensor b) override {
+    if (x.dtype() != DType::f32) return ref_->scale_columns(y, x, s, b, ldy, beta);
     const int64_t C = s.numel();
-    SF_CHECK(y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C),
-             "scale_columns shapes");
+    SF_CHECK(
+        y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C) && ldy >= C,
+        "scale_columns shapes");
     parallel_rows(x.numel() / C, C, [&](int64_t r0, int64_t r1) {
-      kernels::scale_columns(y.data_as<float>(), x.data_as<float>(), s.data_as<float>(),
-                             b.empty() ? nullptr : b.data_as<float>(), C, r0, r1);
+      kernels::scale_columns(y.data_as<float>(), ldy, float(beta), x.data_as<float>(),
+                             s.data_as<float>(), b.empty() ? nullptr : b.data_as<float>(), C, r0,
+                             r1);
     });
   }
-  void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor scale,
-                     Tensor inv_norm) override {
-    if (dy.dtype() != DType::f32) return ref_->dora_backward(dpre, dm, dy, pre, scale, inv_norm);
+  void run_dora_backward(Tensor dpre, Tensor dm, Tensor dy, int64_t ldy, Tensor pre, Tensor scale,
+                         Tensor inv_norm) override {
+    if (dy.dtype() != DType::f32)
+      return ref_->dora_backward(dpre, dm, dy, pre, scale, inv_norm, ldy);
     const int64_t C = scale.numel(), rows = C ? dy.numel() / C : 0;
     SF_CHECK(dpre.numel() == dy.numel() && pre.numel() == dy.numel() && rows * C == dy.numel() &&
-                 dm.numel() == C && inv_norm.numel() == C,
+                 dm.numel() == C && inv_norm.numel() == C && ldy >= C,
              "dora_backward shapes");
     column_sums_.assign(static_cast<size_t>(C), 0.0f);
     sum_over_rows(rows, row_threads(rows, 2 * C), C, column_sums_.data(),
                   [&](int64_t r0, int64_t r1, float* sums) {
-                    simd::dora_backward_rows(dpre.data_as<float>(), sums, dy.data_as<float>(),
+                    simd::dora_backward_rows(dpre.data_as<float>(), sums, dy.data_as<float>(), ldy,
                                              pre.data_as<float>(), scale.data_as<float>(), C, r0,
                                              r1);
                   });

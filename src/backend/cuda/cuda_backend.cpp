@@ -428,12 +428,14 @@ class CudaBackend final : public Backend {
     cuda::gelu_backward(dx.data(), dy.data(), x.data(), x.dtype(), x.numel(), stream_);
     launched("gelu_backward", x);
   }
-  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
+  void run_scale_columns(Tensor y, int64_t ldy, double beta, Tensor x, Tensor s,
+                         Tensor b) override {
     const int64_t C = s.numel();
-    SF_CHECK(y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C),
-             "scale_columns shapes");
-    cuda::scale_columns(y.data(), x.data(), s.data(), b.empty() ? nullptr : b.data(), x.dtype(),
-                        x.numel() / C, C, stream_);
+    SF_CHECK(
+        y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C) && ldy >= C,
+        "scale_columns shapes");
+    cuda::scale_columns(y.data(), ldy, beta, x.data(), s.data(), b.empty() ? nullptr : b.data(),
+                        x.dtype(), x.numel() / C, C, stream_);
     launched("scale_columns", x);
   }
   void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) override {
@@ -443,13 +445,13 @@ class CudaBackend final : public Backend {
                     stream_);
     launched("dora_norm", v);
   }
-  void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor scale,
-                     Tensor inv_norm) override {
+  void run_dora_backward(Tensor dpre, Tensor dm, Tensor dy, int64_t ldy, Tensor pre, Tensor scale,
+                         Tensor inv_norm) override {
     const int64_t C = scale.numel();
     SF_CHECK(dpre.numel() == dy.numel() && pre.numel() == dy.numel() && dy.numel() % C == 0 &&
-                 dm.numel() == C && inv_norm.numel() == C,
+                 dm.numel() == C && inv_norm.numel() == C && ldy >= C,
              "dora_backward shapes");
-    cuda::dora_backward(dpre.data(), dm.data(), dy.data(), pre.data(), scale.data(),
+    cuda::dora_backward(dpre.data(), dm.data(), dy.data(), ldy, pre.data(), scale.data(),
                         inv_norm.data(), dy.dtype(), dy.numel() / C, C, stream_);
     launched("dora_backward", dy);
   }

@@ -294,27 +294,29 @@ class ReferenceBackend final : public Backend {
                                  static_cast<const T*>(y.data()), cap, 0, dy.numel());
     });
   }
-  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
+  void run_scale_columns(Tensor y, int64_t ldy, double beta, Tensor x, Tensor s,
+                         Tensor b) override {
     const int64_t C = s.numel();
-    SF_CHECK(y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C),
-             "scale_columns shapes");
+    SF_CHECK(
+        y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C) && ldy >= C,
+        "scale_columns shapes");
     dispatch_float(x.dtype(), [&]<typename T>() {
-      kernels::scale_columns(static_cast<T*>(y.data()), static_cast<const T*>(x.data()),
-                             static_cast<const T*>(s.data()),
+      kernels::scale_columns(static_cast<T*>(y.data()), ldy, T(beta),
+                             static_cast<const T*>(x.data()), static_cast<const T*>(s.data()),
                              b.empty() ? nullptr : static_cast<const T*>(b.data()), C, 0,
                              x.numel() / C);
     });
   }
-  void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor scale,
-                     Tensor inv_norm) override {
+  void run_dora_backward(Tensor dpre, Tensor dm, Tensor dy, int64_t ldy, Tensor pre, Tensor scale,
+                         Tensor inv_norm) override {
     const int64_t C = scale.numel();
     SF_CHECK(dpre.numel() == dy.numel() && pre.numel() == dy.numel() && dy.numel() % C == 0 &&
-                 dm.numel() == C && inv_norm.numel() == C,
+                 dm.numel() == C && inv_norm.numel() == C && ldy >= C,
              "dora_backward shapes");
     dispatch_float(dy.dtype(), [&]<typename T>() {
       std::vector<double> sums(static_cast<size_t>(C), 0.0);
       kernels::dora_backward_rows(static_cast<T*>(dpre.data()), sums.data(),
-                                  static_cast<const T*>(dy.data()),
+                                  static_cast<const T*>(dy.data()), ldy,
                                   static_cast<const T*>(pre.data()),
                                   static_cast<const T*>(scale.data()), C, 0, dy.numel() / C);
       T* out = static_cast<T*>(dm.data());

@@ -194,13 +194,15 @@ class SealedBackend final : public Backend {
     call("soft_cap_backward", {dx, dy, y}, {},
          [=, this] { inner_->soft_cap_backward(dx, dy, y, cap); });
   }
-  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b) override {
-    call("scale_columns", {y, x, s, b}, {}, [=, this] { inner_->scale_columns(y, x, s, b); });
+  void run_scale_columns(Tensor y, int64_t ldy, double beta, Tensor x, Tensor s,
+                         Tensor b) override {
+    call("scale_columns", {y, x, s, b}, {},
+         [=, this] { inner_->scale_columns(y, x, s, b, ldy, beta); });
   }
-  void dora_backward(Tensor dpre, Tensor dm, Tensor dy, Tensor pre, Tensor scale,
-                     Tensor inv_norm) override {
+  void run_dora_backward(Tensor dpre, Tensor dm, Tensor dy, int64_t ldy, Tensor pre, Tensor scale,
+                         Tensor inv_norm) override {
     call("dora_backward", {dpre, dm, dy, pre, scale, inv_norm}, {},
-         [=, this] { inner_->dora_backward(dpre, dm, dy, pre, scale, inv_norm); });
+         [=, this] { inner_->dora_backward(dpre, dm, dy, pre, scale, inv_norm, ldy); });
   }
   void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) override {
     call("dora_norm", {scale, inv_norm, v, m}, {},

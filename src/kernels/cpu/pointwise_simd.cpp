@@ -35,14 +35,14 @@ void SumRows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
 }
 
 // Rows [r0, r1) of DoRA's backward (kernels/adapter.hpp, dora_backward_rows): dpre = dy * scale
-// per column; sums(n) += column sums of dy * pre.
-void DoraBackwardRows(float* dpre, float* sums, const float* dy, const float* pre,
+// per column; sums(n) += column sums of dy * pre; dy's rows ldy apart.
+void DoraBackwardRows(float* dpre, float* sums, const float* dy, int64_t ldy, const float* pre,
                       const float* scale, int64_t n, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d)), n_vec = n / N * N;
   for (int64_t r = r0; r < r1; ++r) {
     float* dr = dpre + r * n;
-    const float *gr = dy + r * n, *pr = pre + r * n;
+    const float *gr = dy + r * ldy, *pr = pre + r * n;
     for (int64_t j = 0; j < n_vec; j += N) {
       const auto g = hn::LoadU(d, gr + j);
       hn::StoreU(hn::MulAdd(g, hn::LoadU(d, pr + j), hn::LoadU(d, sums + j)), d, sums + j);
@@ -247,9 +247,9 @@ HWY_EXPORT(TargetName);
 void sum_rows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
   HWY_DYNAMIC_DISPATCH(SumRows)(dy, n, r0, r1, acc);
 }
-void dora_backward_rows(float* dpre, float* sums, const float* dy, const float* pre,
+void dora_backward_rows(float* dpre, float* sums, const float* dy, int64_t ldy, const float* pre,
                         const float* scale, int64_t n, int64_t r0, int64_t r1) {
-  HWY_DYNAMIC_DISPATCH(DoraBackwardRows)(dpre, sums, dy, pre, scale, n, r0, r1);
+  HWY_DYNAMIC_DISPATCH(DoraBackwardRows)(dpre, sums, dy, ldy, pre, scale, n, r0, r1);
 }
 void dora_norm(float* scale, float* inv_norm, const float* v, const float* m, int64_t n, int64_t r0,
                int64_t r1) {

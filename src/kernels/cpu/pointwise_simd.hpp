@@ -9,8 +9,8 @@ namespace seqforge::simd {
 // acc(n) += column sums of dy rows [r0, r1).
 void sum_rows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc);
 // DoRA's backward over rows [r0, r1) of (rows, n): dpre = dy * scale per column, sums(n) += the
-// column sums of dy * pre.
-void dora_backward_rows(float* dpre, float* sums, const float* dy, const float* pre,
+// column sums of dy * pre; dy's rows are ldy apart.
+void dora_backward_rows(float* dpre, float* sums, const float* dy, int64_t ldy, const float* pre,
                         const float* scale, int64_t n, int64_t r0, int64_t r1);
 // Rows [r0, r1) of v (rows, n): inv_norm = 1 / ||v_r||, scale = m_r * inv_norm (DoRA's m / ||V||).
 void dora_norm(float* scale, float* inv_norm, const float* v, const float* m, int64_t n, int64_t r0,

@@ -48,12 +48,15 @@ __global__ void embedding_backward_atomic_kernel(T* dtable, const T* dout, const
   }
 }
 
+// y (rows ldy apart) = beta y + x * s (+ b) per column.
 template <typename T>
-__global__ void scale_columns_kernel(T* y, const T* x, const T* s, const T* b, int64_t rows,
-                                     int64_t cols) {
+__global__ void scale_columns_kernel(T* y, int64_t ldy, T beta, const T* x, const T* s, const T* b,
+                                     int64_t rows, int64_t cols) {
   SF_GRID_STRIDE(i, rows * cols) {
-    const int64_t j = i % cols;
-    y[i] = b ? x[i] * s[j] + b[j] : x[i] * s[j];
+    const int64_t r = i / cols, j = i % cols;
+    const T v = b ? x[i] * s[j] + b[j] : x[i] * s[j];
+    T& out = y[r * ldy + j];
+    out = beta != T(0) ? beta * out + v : v;
   }
 }
 
@@ -70,16 +73,19 @@ __global__ void dora_norm_kernel(T* scale, T* inv_norm, const T* v, const T* m, 
   }
 }
 
-// One thread per column: dpre = dy * scale, dm += inv_norm * the column sum of dy * pre.
+// One thread per column: dpre = dy * scale, dm += inv_norm * the column sum of dy * pre (dy's
+// rows ldy apart).
 template <typename T>
-__global__ void dora_backward_kernel(T* dpre, T* dm, const T* dy, const T* pre, const T* scale,
-                                     const T* inv_norm, int64_t rows, int64_t cols) {
+__global__ void dora_backward_kernel(T* dpre, T* dm, const T* dy, int64_t ldy, const T* pre,
+                                     const T* scale, const T* inv_norm, int64_t rows,
+                                     int64_t cols) {
   SF_GRID_STRIDE(j, cols) {
     double sum = 0;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = r * cols + j;
-      sum += double(dy[i]) * double(pre[i]);
-      dpre[i] = dy[i] * scale[j];
+      const T g = dy[r * ldy + j];
+      sum += double(g) * double(pre[i]);
+      dpre[i] = g * scale[j];
     }
     dm[j] += static_cast<T>(sum * double(inv_norm[j]));
   }

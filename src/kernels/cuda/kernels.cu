@@ -360,12 +360,12 @@ void embedding_backward(void* dtable, const void* dout, const void* ids, DType i
   });
 }
 
-void scale_columns(void* y, const void* x, const void* s, const void* b, DType dtype, int64_t rows,
-                   int64_t cols, cudaStream_t stream) {
+void scale_columns(void* y, int64_t ldy, double beta, const void* x, const void* s, const void* b,
+                   DType dtype, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     SF_LAUNCH(blocks_for(rows * cols), kThreads, 0, stream, scale_columns_kernel<T>)
-    (static_cast<T*>(y), static_cast<const T*>(x), static_cast<const T*>(s),
+    (static_cast<T*>(y), ldy, T(beta), static_cast<const T*>(x), static_cast<const T*>(s),
      static_cast<const T*>(b), rows, cols);
   });
 }
@@ -380,13 +380,13 @@ void dora_norm(void* scale, void* inv_norm, const void* v, const void* m, DType 
   });
 }
 
-void dora_backward(void* dpre, void* dm, const void* dy, const void* pre, const void* scale,
-                   const void* inv_norm, DType dtype, int64_t rows, int64_t cols,
+void dora_backward(void* dpre, void* dm, const void* dy, int64_t ldy, const void* pre,
+                   const void* scale, const void* inv_norm, DType dtype, int64_t rows, int64_t cols,
                    cudaStream_t stream) {
   if (cols == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     SF_LAUNCH(blocks_for(cols), kThreads, 0, stream, dora_backward_kernel<T>)
-    (static_cast<T*>(dpre), static_cast<T*>(dm), static_cast<const T*>(dy),
+    (static_cast<T*>(dpre), static_cast<T*>(dm), static_cast<const T*>(dy), ldy,
      static_cast<const T*>(pre), static_cast<const T*>(scale), static_cast<const T*>(inv_norm),
      rows, cols);
   });

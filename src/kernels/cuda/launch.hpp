@@ -69,12 +69,12 @@ void embedding_forward(void* out, const void* table, const void* ids, DType id_t
                        int64_t n, int64_t e, int64_t vocab, uint64_t* bad, cudaStream_t stream);
 void embedding_backward(void* dtable, const void* dout, const void* ids, DType id_type, DType dtype,
                         int64_t n, int64_t e, int64_t vocab, cudaStream_t stream);
-void scale_columns(void* y, const void* x, const void* s, const void* b, DType dtype, int64_t rows,
-                   int64_t cols, cudaStream_t stream);
+void scale_columns(void* y, int64_t ldy, double beta, const void* x, const void* s, const void* b,
+                   DType dtype, int64_t rows, int64_t cols, cudaStream_t stream);
 void dora_norm(void* scale, void* inv_norm, const void* v, const void* m, DType dtype, int64_t rows,
                int64_t cols, cudaStream_t stream);
-void dora_backward(void* dpre, void* dm, const void* dy, const void* pre, const void* scale,
-                   const void* inv_norm, DType dtype, int64_t rows, int64_t cols,
+void dora_backward(void* dpre, void* dm, const void* dy, int64_t ldy, const void* pre,
+                   const void* scale, const void* inv_norm, DType dtype, int64_t rows, int64_t cols,
                    cudaStream_t stream);
 
 // Layer norm and GELU (norm.cuh); y may be bf16 with x in f32. layer_norm_backward needs

@@ -373,7 +373,8 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     auto x = random(rng, R * C), s = random(rng, C), bias = random(rng, C), m = random(rng, R);
     std::vector<float> want(R * C), got(R * C);
     ref->scale_columns(view(want, {R, C}), view(x, {R, C}), view(s, {C}), view(bias, {C}));
-    cuda::scale_columns(got.data(), x.data(), s.data(), bias.data(), DType::f32, R, C, nullptr);
+    cuda::scale_columns(got.data(), C, 0.0, x.data(), s.data(), bias.data(), DType::f32, R, C,
+                        nullptr);
     // x s + b is one FMA on a GPU (and here, compiled as nvcc compiles): one rounding fewer.
     expect_near(got, want, 2.4e-7, "scale_columns");
     std::vector<float> sw(R), iw(R), sg(R), ig(R);
@@ -385,8 +386,8 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     std::vector<float> dpre_want(R * C), dpre_got(R * C);
     ref->dora_backward(view(dpre_want, {R, C}), view(dm_want, {C}), view(dy, {R, C}),
                        view(pre, {R, C}), view(s, {C}), view(inv, {C}));
-    cuda::dora_backward(dpre_got.data(), dm_got.data(), dy.data(), pre.data(), s.data(), inv.data(),
-                        DType::f32, R, C, nullptr);
+    cuda::dora_backward(dpre_got.data(), dm_got.data(), dy.data(), C, pre.data(), s.data(),
+                        inv.data(), DType::f32, R, C, nullptr);
     expect_near(dpre_got, dpre_want, 0, "dora dpre"), expect_near(dm_got, dm_want, 1e-6, "dora dm");
   }
   {  // a GEMM without products: C = beta C + bias
