@@ -583,6 +583,12 @@ TEST(Decoder, Qwen2LayerTypesAreCheckedAgainstUseSlidingWindow) {
             std::string::npos)
       << e;
   e = error_with([&](nlohmann::json& c) {
+    c["use_sliding_window"] = true;
+    c["sliding_window"] = nullptr;
+    c["layer_types"] = std::vector<std::string>(size_t(layers), "sliding_attention");
+  });
+  EXPECT_NE(e.find("sliding_window null"), std::string::npos) << e;
+  e = error_with([&](nlohmann::json& c) {
     c["layer_types"] = std::vector<std::string>(size_t(layers), "chunked_attention");
   });
   EXPECT_NE(e.find("layer_types: \"chunked_attention\" is neither"), std::string::npos) << e;
@@ -600,6 +606,17 @@ TEST(Decoder, Qwen2LayerTypesAreCheckedAgainstUseSlidingWindow) {
   }();
   const DecoderOptions plain = read_decoder_config(path.string());
   EXPECT_EQ(std::count(plain.sliding.begin(), plain.sliding.end(), true), 0);
+  // use_sliding_window with sliding_window null: transformers then windows no layer either.
+  std::ofstream(path) << [&] {
+    nlohmann::json c = config;
+    c["use_sliding_window"] = true;
+    c["sliding_window"] = nullptr;
+    c["max_window_layers"] = 0;
+    return c.dump();
+  }();
+  const DecoderOptions unset = read_decoder_config(path.string());
+  EXPECT_EQ(std::count(unset.sliding.begin(), unset.sliding.end(), true), 0);
+  EXPECT_EQ(unset.sliding_window, 0);
   std::ofstream(path) << [&] {
     nlohmann::json c = config;
     c["use_sliding_window"] = true;

@@ -63,6 +63,12 @@ class ConfigReader {
     const auto it = root_.find(key);
     return it == root_.end() || it->is_null() ? nullptr : &*it;
   }
+  // Present and null (as against absent, where transformers' default applies).
+  bool is_null(const char* key) {
+    used_.insert(key);
+    const auto it = root_.find(key);
+    return it != root_.end() && it->is_null();
+  }
   int64_t count(const char* key, int64_t fallback = -1) {
     const Json* v = get(key);
     if (!v) {
@@ -264,8 +270,9 @@ DecoderOptions read_decoder_config(const std::string& path) {
   } else {  // qwen2: biases on q, k and v only
     o.qkv_bias = true;
     // transformers' Qwen2: with use_sliding_window, the layers from max_window_layers on (or
-    // those layer_types names) attend sliding_window keys back; without it, none does.
-    const bool windowed = c.flag("use_sliding_window", false);
+    // those layer_types names) attend sliding_window keys back (its default 4096 where absent);
+    // without it, or with sliding_window null, none does.
+    const bool windowed = c.flag("use_sliding_window", false) && !c.is_null("sliding_window");
     o.sliding = read_layer_types(c, o.num_layers);
     if (windowed) {
       o.sliding_window = c.count("sliding_window", 4096);
@@ -274,7 +281,9 @@ DecoderOptions read_decoder_config(const std::string& path) {
         for (int64_t i = 0; i < o.num_layers; ++i) o.sliding.push_back(i >= first);
       }
     } else if (std::find(o.sliding.begin(), o.sliding.end(), true) != o.sliding.end()) {
-      fail(path, ": layer_types names sliding_attention layers but use_sliding_window is false");
+      fail(path,
+           ": layer_types names sliding_attention layers but use_sliding_window is false or "
+           "sliding_window null");
     }
     if (c.flag("use_mrope", false)) fail(path, ": use_mrope is not supported");
   }

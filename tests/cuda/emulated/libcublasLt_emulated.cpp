@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cublasLt.h"
+#include "device_open.h"
 #include "seqforge/core/dtype.hpp"
 
 struct cublasLtMatmulDescOpaque {
@@ -117,21 +118,6 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   return CUBLAS_STATUS_SUCCESS;
 }
 }  // extern "C"
-
-namespace {
-// The emulated runtime keeps device memory closed to the host outside the device's work; the
-// test executable exports the switch (cuda_runtime.h's sf_emu_device_open).
-struct DeviceOpen {
-  using Switch = void (*)(int);
-  Switch open = reinterpret_cast<Switch>(dlsym(RTLD_DEFAULT, "sf_emu_device_open"));
-  DeviceOpen() {
-    if (open) open(1);
-  }
-  ~DeviceOpen() {
-    if (open) open(0);
-  }
-};
-}  // namespace
 
 // One matmul's operands and layouts, to run now or when a captured graph is launched.
 struct Matmul {

@@ -4,14 +4,14 @@
 // one sums them all (in rank order, in double) into every rank's buffer. It refuses what the real
 // one would: a type or operation other than f32 sum, a count that differs between the ranks, a
 // rank joined twice.
-#include <dlfcn.h>
-
 #include <cstddef>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
+
+#include "device_open.h"
 
 namespace {
 
@@ -40,19 +40,6 @@ std::map<long, std::shared_ptr<Group>>& groups() {
   static std::map<long, std::shared_ptr<Group>> g;
   return g;
 }
-
-// The emulated runtime keeps device memory closed to the host outside the device's work; the
-// test executable exports the switch (cuda_runtime.h's sf_emu_device_open).
-struct DeviceOpen {
-  using Switch = void (*)(int);
-  Switch open = reinterpret_cast<Switch>(dlsym(RTLD_DEFAULT, "sf_emu_device_open"));
-  DeviceOpen() {
-    if (open) open(1);
-  }
-  ~DeviceOpen() {
-    if (open) open(0);
-  }
-};
 
 // Sums every call that all ranks have made.
 int reduce_ready(Group& g) {
