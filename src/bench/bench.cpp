@@ -700,22 +700,30 @@ BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   r.peak_mb = usage.ru_maxrss / 1024.0;
 
   // The GEMM floor: the recorded GEMMs of one step, replayed alone, same library, same buffers.
+  // Each replay follows a step of its own, and the ratio is the median of those pairs' ratios: a
+  // shared machine's speed drifts from second to second, and a step and a floor timed apart
+  // would see it differently.
   if (!graphs) {
     be.recording = true;
     step();
     be.recording = false;
     be.synchronize();
   }
-  std::vector<double> floor_ms;
+  std::vector<double> floor_ms, ratios;
   for (int i = 0; i < std::max(3, options.steps / 2); ++i) {
-    const double t0 = now_ms();
+    double t0 = now_ms();
+    step();
+    be.synchronize();
+    const double step_ms = now_ms() - t0;
+    t0 = now_ms();
     for (const auto& c : be.calls) replay(*device, c);
     device->synchronize();
     floor_ms.push_back(now_ms() - t0);
+    ratios.push_back(step_ms / floor_ms.back());
   }
   r.gemm_floor_ms = percentile(floor_ms, 0.5);
   if (std::getenv("SEQFORGE_BENCH_GEMMS")) print_gemm_breakdown(*device, be.calls);
-  r.floor_ratio = r.median_ms / r.gemm_floor_ms;
+  r.floor_ratio = percentile(ratios, 0.5);
   be.release();
   return r;
 }

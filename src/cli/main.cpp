@@ -66,7 +66,9 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
                    {"graph_steps", r.graph_steps},
                    {"threads", threads.threads}});
   }
-  std::printf("ratio: step time / the same step's GEMMs replayed alone (the GEMM floor)\n");
+  std::printf(
+      "ratio: step time / the same step's GEMMs replayed alone right after it (the GEMM floor), "
+      "median of pairs\n");
   if (!json_path.empty()) {
     std::ofstream f(json_path);
     if (!f) sf::fail(json_path, ": cannot write");

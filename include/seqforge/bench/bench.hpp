@@ -47,7 +47,7 @@ struct BenchResult {
   double median_ms = 0, p10_ms = 0, p90_ms = 0;
   double samples_per_s = 0, gflops = 0;
   double gemm_floor_ms = 0;  // the step's GEMMs alone, replayed in order (median)
-  double floor_ratio = 0;    // median_ms / gemm_floor_ms
+  double floor_ratio = 0;    // median of (a step / the floor replayed right after it)
   double peak_mb = 0;        // process peak resident memory after the run
   int64_t graph_steps = 0;   // timed steps replayed from a captured graph
   std::string graphs_off;    // why the steps stayed eager though the backend captures, or ""
