@@ -268,10 +268,8 @@ void recurrence_forward(CellKind cell, const RecurrenceForward& a, DType dtype,
   const int64_t tiles = tile_groups(B, kTileRows) * tile_groups(H, kTileUnits);
   dispatch_float(dtype, [&]<typename T>() {
     auto run = [&]<int G>() {
-      constexpr int64_t GU = G * kTileUnits;
-      // weights [GU][H or chunk, + 1], rows [R][chunk + 1], rec [R][GU]
       auto elements = [&](const RecurrencePlan& p) {
-        return GU * ((p.resident ? H : p.chunk) + 1) + kTileRows * (p.chunk + 1) + kTileRows * GU;
+        return recurrence_forward_elements(G, H, p, sizeof(T));
       };
       const auto [plan, blocks] = plan_recurrence<T>(recurrence_forward_kernel<T, G>, H, tiles,
                                                      elements, "the recurrence's forward kernel");
@@ -298,10 +296,8 @@ void recurrence_backward(CellKind cell, const RecurrenceBackward& a, void* dgate
       const int64_t GH = G * H, columns = (G == 3 ? 2 : 1) * GH;
       if (a.cell.dbias)
         cudaMemsetAsync(bias_rows, 0, recurrence_bias_rows(B) * columns * sizeof(T), stream);
-      // weights [GH or chunk][U + 1], rows [R][chunk + 1], acc [R][U]
       auto elements = [&](const RecurrencePlan& p) {
-        return (p.resident ? GH : p.chunk) * (kTileUnits + 1) + kTileRows * (p.chunk + 1) +
-               kTileRows * kTileUnits;
+        return recurrence_backward_elements(G, H, p, sizeof(T));
       };
       const auto [plan, blocks] = plan_recurrence<T>(recurrence_backward_kernel<T, G>, GH, tiles,
                                                      elements, "the recurrence's backward kernel");

@@ -5,8 +5,12 @@
 // compute the tile's part of the recurrent product from operands staged in shared memory, run
 // cells.cuh's unit steps on it, and wait for each other (a grid sync) before the next step, which
 // reads every tile's output. Each block keeps the same tiles at every step, so a unit's carried
-// state (c, dc, dh) is only ever touched by one block.
+// state (c, dc, dh) is only ever touched by one block. A step's latency is its cost: every thread
+// issues all its loads of a staged operand before it stores any, and the products read 16-byte
+// vectors along K from rows padded so that those reads spread over the banks.
 #include <cooperative_groups.h>
+
+#include <type_traits>
 
 #include "kernels/cuda/cells.cuh"
 #include "kernels/recurrence_steps.hpp"
@@ -15,6 +19,7 @@ namespace seqforge::cuda {
 
 constexpr int kTileRows = 32, kTileUnits = 8;
 constexpr int kRecurrenceThreads = 256;
+static_assert(kTileRows * kTileUnits == kRecurrenceThreads, "a tile's units, one per thread");
 
 __host__ __device__ inline int64_t tile_groups(int64_t n, int64_t per) {
   return (n + per - 1) / per;
@@ -27,15 +32,66 @@ __device__ inline T operand(const void* p, DType dtype, int64_t i) {
   return static_cast<const T*>(p)[i];
 }
 
-// fn(r, kk) for r < rows, kk < n, split over the block: a warp's threads along a row, its warps
-// over the rows, so that a row's loads are consecutive and no index is divided.
-template <typename Fn>
-__device__ inline void for_each_in_block(int rows, int n, const Fn& fn) {
-  const int lanes = blockDim.x < 32 ? blockDim.x : 32, groups = blockDim.x / lanes;
-  const int lane = threadIdx.x % lanes, group = threadIdx.x / lanes;
-  if (group >= groups) return;
-  for (int r = group; r < rows; r += groups)
-    for (int kk = lane; kk < n; kk += lanes) fn(r, kk);
+// 16 bytes of T: the unit the products read shared memory in.
+template <typename T>
+struct alignas(16) Vec16 {
+  static constexpr int n = 16 / sizeof(T);
+  T v[n];
+};
+template <typename T>
+__device__ inline Vec16<T> load16(const T* p) {
+  return *reinterpret_cast<const Vec16<T>*>(p);
+}
+
+// The row stride, in elements of `size` bytes, of n values staged in shared memory: an odd
+// number of 16-byte vectors, so that 8 threads reading a vector each from 8 consecutive rows
+// touch 8 different groups of banks.
+__host__ __device__ inline int64_t staged_stride(int64_t n, int64_t size) {
+  const int64_t vec = 16 / size;
+  return (n + 2 * vec - 1) / (2 * vec) * (2 * vec) + vec;
+}
+// n rounded up to whole 16-byte vectors of `size`-byte elements.
+__host__ __device__ inline int64_t staged_width(int64_t n, int64_t size) {
+  const int64_t vec = 16 / size;
+  return (n + vec - 1) / vec * vec;
+}
+
+// dst[r * ld + kk] = value(r, kk) for r < rows, kk < width, split over the block with
+// consecutive threads along a row. Each thread loads kBatch values before it stores any, so that
+// the loads' latencies overlap rather than add up.
+template <typename T, typename Value>
+__device__ inline void stage(T* dst, int64_t ld, int rows, int width, const Value& value) {
+  constexpr int kBatch = 8;
+  const int total = rows * width, stride = static_cast<int>(blockDim.x);
+  for (int base = threadIdx.x; base < total; base += kBatch * stride) {
+    T v[kBatch];
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = base + i * stride;
+      v[i] = e < total ? value(e / width, e % width) : T(0);
+    }
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = base + i * stride;
+      if (e < total) dst[e / width * ld + e % width] = v[i];
+    }
+  }
+}
+
+// stage() of rows of a product operand (T's own or a half-precision copy, `dtype`): row r,
+// column kk is element (row0 + r) * ld_src + col0 + kk of src where row0 + r < nrows and kk < n,
+// else 0.
+template <typename T>
+__device__ inline void stage_operand(T* dst, int64_t ld, int rows, int width, const void* src,
+                                     DType dtype, int64_t ld_src, int64_t row0, int64_t nrows,
+                                     int64_t col0, int64_t n) {
+  const auto from = [&](auto load) {
+    stage(dst, ld, rows, width, [&](int r, int kk) {
+      return row0 + r < nrows && kk < n ? T(load((row0 + r) * ld_src + col0 + kk)) : T(0);
+    });
+  };
+  if (dtype == DType::bf16 || dtype == DType::f16)
+    from([&](int64_t i) { return load_low(src, dtype, i); });
+  else
+    from([&](int64_t i) { return static_cast<const T*>(src)[i]; });
 }
 
 // Gate g's recurrent pre-activation from a tile's product, gates `stride` apart.
@@ -54,29 +110,69 @@ struct RecurrencePlan {
   bool resident = false;
 };
 
+// The shared memory of a forward launch, in elements: weights [GU][staged_stride(H or chunk)],
+// rows [R][staged_stride(chunk)], rec [R][GU].
+__host__ __device__ inline int64_t recurrence_forward_elements(int gates, int64_t hidden,
+                                                               const RecurrencePlan& p,
+                                                               int64_t size) {
+  const int64_t GU = gates * kTileUnits;
+  return GU * staged_stride(p.resident ? hidden : p.chunk, size) +
+         kTileRows * staged_stride(p.chunk, size) + kTileRows * GU;
+}
+
+// A cell's inputs besides the recurrent product, for unit e of the tile at (r0, u0) (zeros for
+// a unit outside the batch or the layer).
+template <typename T, int G>
+using ForwardInputs = std::conditional_t<G == 4, LstmForwardInputs<T>, GruForwardInputs<T>>;
+template <typename T, int G>
+__device__ inline ForwardInputs<T, G> forward_inputs(const CellForward& p, int64_t r0, int64_t u0,
+                                                     int e, int64_t B, int64_t H) {
+  const int64_t b = r0 + e / kTileUnits, j = u0 + e % kTileUnits;
+  if (e >= kTileRows * kTileUnits || b >= B || j >= H) return {};
+  if constexpr (G == 4)
+    return lstm_forward_inputs<T>(p, b, j);
+  else
+    return gru_forward_inputs<T>(p, b, j);
+}
+template <typename T, int G>
+using BackwardInputs = std::conditional_t<G == 4, LstmBackwardInputs<T>, GruBackwardInputs<T>>;
+template <typename T, int G>
+__device__ inline BackwardInputs<T, G> backward_inputs(const CellBackward& p, int64_t r0,
+                                                       int64_t u0, int e, int64_t B, int64_t H) {
+  const int64_t b = r0 + e / kTileUnits, j = u0 + e % kTileUnits;
+  if (e >= kTileRows * kTileUnits || b >= B || j >= H) return {};
+  if constexpr (G == 4)
+    return lstm_backward_inputs<T>(p, b, j);
+  else
+    return gru_backward_inputs<T>(p, b, j);
+}
+
 // G gates: 4 (LSTM) or 3 (GRU). The tile's product rec(r, c), c = g U + u (row g H + u0 + u of
-// W_hh), is computed in 2 x 2 blocks of outputs per thread: each staged value read serves two
-// products.
+// W_hh), is computed in 2 x 2 blocks of outputs per thread, rows r and r + 1, columns c and
+// c + GU / 2: each staged vector read serves two products of each of its elements, and a warp's
+// columns are consecutive rows of the staged weights.
 template <typename T, int G>
 __global__ void recurrence_forward_kernel(RecurrenceForward a, RecurrencePlan plan) {
-  constexpr int R = kTileRows, U = kTileUnits, GU = G * U;
+  constexpr int R = kTileRows, U = kTileUnits, GU = G * U, V = Vec16<T>::n;
   SF_DYNAMIC_SHARED(shared_bytes);
   const int64_t B = a.cell.batch, H = a.cell.hidden;
   const int K = plan.chunk;
-  const int64_t w_stride = plan.resident ? H + 1 : K + 1;
+  const int64_t w_stride = staged_stride(plan.resident ? H : K, sizeof(T));
+  const int64_t r_stride = staged_stride(K, sizeof(T));
   T* weights = reinterpret_cast<T*>(shared_bytes);  // [GU][w_stride]
-  T* rows = weights + GU * w_stride;                // [R][K + 1]
-  T* rec = rows + R * (K + 1);                      // [R][GU]
+  T* rows = weights + GU * w_stride;                // [R][r_stride]
+  T* rec = rows + R * r_stride;                     // [R][GU]
   const int64_t unit_groups = tile_groups(H, U), tiles = tile_groups(B, R) * unit_groups;
-  // W_hh's rows of the tile's gates, columns [k0, k0 + n), into weights[c][kk].
+  // W_hh's rows of the tile's gates, columns [k0, k0 + n), into weights[c][kk], zero-padded to
+  // whole vectors.
   auto stage_weights = [&](int64_t u0, int64_t k0, int64_t n) {
-    for_each_in_block(GU, static_cast<int>(n), [&](int c, int kk) {
-      const int64_t unit = u0 + c % U;
-      weights[c * w_stride + kk] =
-          unit < H ? operand<T>(a.w_hh, a.gemm, (c / U * H + unit) * H + k0 + kk) : T(0);
-    });
+    const int width = static_cast<int>(staged_width(n, sizeof(T)));
+    for (int g = 0; g < G; ++g)  // gate g's U rows: W_hh rows g H + u0 ..
+      stage_operand<T>(weights + g * U * w_stride, w_stride, U, width, a.w_hh, a.gemm, H,
+                       g * H + u0, g * H + (H < u0 + U ? H : u0 + U), k0, n);
   };
   if (plan.resident && blockIdx.x < tiles) stage_weights(blockIdx.x % unit_groups * U, 0, H);
+  using Inputs = ForwardInputs<T, G>;
   for (int64_t k = 0; k < a.steps; ++k) {
     const ref::ForwardStep step = ref::forward_step(a, k, G, sizeof(T));
     const CellForward& p = step.cell;
@@ -84,51 +180,63 @@ __global__ void recurrence_forward_kernel(RecurrenceForward a, RecurrencePlan pl
     const int64_t ld = step.ld;
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int64_t r0 = tile / unit_groups * R, u0 = tile % unit_groups * U;
+      // The thread's first unit (its only one at kRecurrenceThreads) reads its inputs now.
+      const Inputs first = forward_inputs<T, G>(p, r0, u0, threadIdx.x, B, H);
       for (int o = threadIdx.x; o < R * GU; o += blockDim.x) rec[o] = T(0);
       for (int64_t k0 = 0; k0 < H; k0 += K) {
         const int64_t n = k0 + K < H ? K : H - k0;
+        const int width = static_cast<int>(staged_width(n, sizeof(T)));
         __syncthreads();  // the previous chunk's readers are done
-        for_each_in_block(R, static_cast<int>(n), [&](int r, int kk) {
-          const int64_t b = r0 + r;
-          rows[r * (K + 1) + kk] = b < B ? operand<T>(h_prev, a.gemm, b * ld + k0 + kk) : T(0);
-        });
+        stage_operand<T>(rows, r_stride, R, width, h_prev, a.gemm, ld, r0, B, k0, n);
         if (!plan.resident) stage_weights(u0, k0, n);
         __syncthreads();
         const T* w0 = weights + (plan.resident ? k0 : 0);
         for (int m = threadIdx.x; m < R * GU / 4; m += blockDim.x) {
-          const int r = m / (GU / 2) * 2, c = m % (GU / 2) * 2;
-          const T *a0 = rows + r * (K + 1), *a1 = a0 + K + 1;
-          const T *b0 = w0 + c * w_stride, *b1 = b0 + w_stride;
-          T s00 = rec[r * GU + c], s01 = rec[r * GU + c + 1];
-          T s10 = rec[(r + 1) * GU + c], s11 = rec[(r + 1) * GU + c + 1];
-          for (int64_t kk = 0; kk < n; ++kk) {
-            const T x0 = a0[kk], x1 = a1[kk], y0 = b0[kk], y1 = b1[kk];
-            s00 += x0 * y0;
-            s01 += x0 * y1;
-            s10 += x1 * y0;
-            s11 += x1 * y1;
+          const int r = m / (GU / 2) * 2, c = m % (GU / 2), c2 = c + GU / 2;
+          const T *a0 = rows + r * r_stride, *a1 = a0 + r_stride;
+          const T *b0 = w0 + c * w_stride, *b1 = w0 + c2 * w_stride;
+          T s00 = rec[r * GU + c], s01 = rec[r * GU + c2];
+          T s10 = rec[(r + 1) * GU + c], s11 = rec[(r + 1) * GU + c2];
+          for (int kk = 0; kk < width; kk += V) {
+            const Vec16<T> x0 = load16(a0 + kk), x1 = load16(a1 + kk);
+            const Vec16<T> y0 = load16(b0 + kk), y1 = load16(b1 + kk);
+            for (int v = 0; v < V; ++v) {
+              s00 += x0.v[v] * y0.v[v];
+              s01 += x0.v[v] * y1.v[v];
+              s10 += x1.v[v] * y0.v[v];
+              s11 += x1.v[v] * y1.v[v];
+            }
           }
           rec[r * GU + c] = s00;
-          rec[r * GU + c + 1] = s01;
+          rec[r * GU + c2] = s01;
           rec[(r + 1) * GU + c] = s10;
-          rec[(r + 1) * GU + c + 1] = s11;
+          rec[(r + 1) * GU + c2] = s11;
         }
       }
       __syncthreads();
       for (int e = threadIdx.x; e < R * U; e += blockDim.x) {
-        const int r = e / U, u = e % U;
-        const int64_t b = r0 + r, j = u0 + u;
+        const int64_t b = r0 + e / U, j = u0 + e % U;
         if (b >= B || j >= H) continue;
-        const TileRec<T> from{rec + r * GU + u, U};
+        const Inputs in = e == threadIdx.x ? first : forward_inputs<T, G>(p, r0, u0, e, B, H);
+        const TileRec<T> from{rec + e / U * GU + e % U, U};
         if constexpr (G == 4)
-          lstm_forward_unit<T>(p, b, j, from);
+          lstm_forward_finish<T>(p, b, j, in, from);
         else
-          gru_forward_unit<T>(p, b, j, from);
+          gru_forward_finish<T>(p, b, j, in, from);
       }
       __syncthreads();  // rec is read before the next tile zeroes it
     }
     cooperative_groups::this_grid().sync();
   }
+}
+
+// The shared memory of a backward launch, in elements: weights [U][staged_stride(G H or chunk)],
+// rows [R][staged_stride(chunk)], acc [R][U].
+__host__ __device__ inline int64_t recurrence_backward_elements(int gates, int64_t hidden,
+                                                                const RecurrencePlan& p,
+                                                                int64_t size) {
+  return kTileUnits * staged_stride(p.resident ? gates * hidden : p.chunk, size) +
+         kTileRows * staged_stride(p.chunk, size) + kTileRows * kTileUnits;
 }
 
 // Per step back: dh = dR(prev step back) W_hh (+ the cell's direct term, already in dh), then
@@ -138,73 +246,79 @@ __global__ void recurrence_forward_kernel(RecurrenceForward a, RecurrencePlan pl
 template <typename T, int G>
 __global__ void recurrence_backward_kernel(RecurrenceBackward a, RecurrencePlan plan,
                                            T* dgates_step, T* drec_step, T* partial) {
-  constexpr int R = kTileRows, U = kTileUnits, GU = G * U;
+  constexpr int R = kTileRows, U = kTileUnits, GU = G * U, V = Vec16<T>::n;
   SF_DYNAMIC_SHARED(shared_bytes);
   const int64_t B = a.cell.batch, H = a.cell.hidden, GH = G * H;
   const int K = plan.chunk;
-  T* weights = reinterpret_cast<T*>(shared_bytes);         // [GH or K][U + 1]: W_hh(k, u0 + u)
-  T* rows = weights + (plan.resident ? GH : K) * (U + 1);  // [R][K + 1]
-  T* acc = rows + R * (K + 1);                             // [R][U]
+  const int64_t w_stride = staged_stride(plan.resident ? GH : K, sizeof(T));
+  const int64_t r_stride = staged_stride(K, sizeof(T));
+  T* weights = reinterpret_cast<T*>(shared_bytes);  // [U][w_stride]: W_hh(k, u0 + u) at [u][k]
+  T* rows = weights + U * w_stride;                 // [R][r_stride]
+  T* acc = rows + R * r_stride;                     // [R][U]
   const int64_t unit_groups = tile_groups(H, U), tiles = tile_groups(B, R) * unit_groups;
   const int64_t bias_columns = G == 3 ? 2 * GH : GH;
   T* dh = static_cast<T*>(a.dh);
   constexpr bool direct = G == 3;  // the GRU's dh_direct, kept in dh
-  // W_hh's rows [k0, k0 + n), the tile's units, into weights[kk][u].
+  // W_hh's rows [k0, k0 + n), the tile's units, into weights[u][kk], zero-padded to whole
+  // vectors.
   auto stage_weights = [&](int64_t u0, int64_t k0, int64_t n) {
-    for (int e = threadIdx.x; e < n * U; e += blockDim.x) {
-      const int64_t row = k0 + e / U, unit = u0 + e % U;
-      weights[e / U * (U + 1) + e % U] =
-          unit < H ? operand<T>(a.w_hh, a.gemm, row * H + unit) : T(0);
-    }
+    stage(weights, w_stride, U, static_cast<int>(staged_width(n, sizeof(T))), [&](int u, int kk) {
+      return u0 + u < H && kk < n ? operand<T>(a.w_hh, a.gemm, (k0 + kk) * H + u0 + u) : T(0);
+    });
   };
   if (plan.resident && blockIdx.x < tiles) stage_weights(blockIdx.x % unit_groups * U, 0, GH);
-  for (int64_t k = 0; k <= a.steps; ++k) {
-    if (k > 0) {  // dh = dR(t) W_hh (+ direct) for the step back just done
-      // dR of the step back just done, in a.gemm
-      const void* d = ref::recurrent_operand(a, k - 1, G, G == 3, sizeof(T));
-      for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int64_t r0 = tile / unit_groups * R, u0 = tile % unit_groups * U;
-        for (int o = threadIdx.x; o < R * U; o += blockDim.x) acc[o] = T(0);
-        for (int64_t k0 = 0; k0 < GH; k0 += K) {
-          const int64_t n = k0 + K < GH ? K : GH - k0;
-          __syncthreads();
-          for_each_in_block(R, static_cast<int>(n), [&](int r, int kk) {
-            const int64_t b = r0 + r;
-            rows[r * (K + 1) + kk] = b < B ? operand<T>(d, a.gemm, b * GH + k0 + kk) : T(0);
-          });
-          if (!plan.resident) stage_weights(u0, k0, n);
-          __syncthreads();
-          const T* w0 = weights + (plan.resident ? k0 * (U + 1) : 0);
-          for (int o = threadIdx.x; o < R * U; o += blockDim.x) {
-            const T* row = rows + o / U * (K + 1);
-            const T* w = w0 + o % U;
-            T sum = acc[o];
-            for (int64_t kk = 0; kk < n; ++kk) sum += row[kk] * w[kk * (U + 1)];
-            acc[o] = sum;
-          }
+  // The tile's dh (+)= dR W_hh, dR (rows r0.., all G H columns) in a.gemm: into dh, and into
+  // acc[e] for unit e, which the thread that wrote it reads back.
+  auto recurrent_dh = [&](const void* d, int64_t r0, int64_t u0) {
+    for (int o = threadIdx.x; o < R * U; o += blockDim.x) acc[o] = T(0);
+    for (int64_t k0 = 0; k0 < GH; k0 += K) {
+      const int64_t n = k0 + K < GH ? K : GH - k0;
+      const int width = static_cast<int>(staged_width(n, sizeof(T)));
+      __syncthreads();
+      stage_operand<T>(rows, r_stride, R, width, d, a.gemm, GH, r0, B, k0, n);
+      if (!plan.resident) stage_weights(u0, k0, n);
+      __syncthreads();
+      const T* w0 = weights + (plan.resident ? k0 : 0);
+      for (int o = threadIdx.x; o < R * U; o += blockDim.x) {
+        const T* row = rows + o / U * r_stride;
+        const T* w = w0 + o % U * w_stride;
+        T sum = acc[o];
+        for (int kk = 0; kk < width; kk += V) {
+          const Vec16<T> x = load16(row + kk), y = load16(w + kk);
+          for (int v = 0; v < V; ++v) sum += x.v[v] * y.v[v];
         }
-        __syncthreads();
-        for (int o = threadIdx.x; o < R * U; o += blockDim.x) {
-          const int64_t b = r0 + o / U, j = u0 + o % U;
-          if (b < B && j < H) dh[b * H + j] = (direct ? dh[b * H + j] : T(0)) + acc[o];
-        }
+        acc[o] = sum;
       }
     }
-    if (k == a.steps) break;
+    __syncthreads();
+    for (int e = threadIdx.x; e < R * U; e += blockDim.x) {
+      const int64_t b = r0 + e / U, j = u0 + e % U;
+      if (b >= B || j >= H) continue;
+      acc[e] += direct ? dh[b * H + j] : T(0);
+      dh[b * H + j] = acc[e];
+    }
+  };
+  using Inputs = BackwardInputs<T, G>;
+  for (int64_t k = 0; k < a.steps; ++k) {
     CellBackward p = ref::backward_step(a, k, G, direct, sizeof(T));
     if (!p.dgates) p.dgates = dgates_step;
     if (G == 3 && !p.dgates_rec) p.dgates_rec = drec_step;
     p.dbias = nullptr;  // summed per tile into partial
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int64_t rg = tile / unit_groups, r0 = rg * R, u0 = tile % unit_groups * U;
-      __syncthreads();  // this tile's dh is written
+      // The thread's first unit (its only one at kRecurrenceThreads) reads its inputs now.
+      const Inputs first = backward_inputs<T, G>(p, r0, u0, threadIdx.x, B, H);
+      // dh from the step back just done: dR(k - 1) W_hh (+ direct); at the first, a.dh as given.
+      if (k > 0) recurrent_dh(ref::recurrent_operand(a, k - 1, G, direct, sizeof(T)), r0, u0);
       for (int e = threadIdx.x; e < R * U; e += blockDim.x) {
         const int64_t b = r0 + e / U, j = u0 + e % U;
         if (b >= B || j >= H) continue;
+        const Inputs in = e == threadIdx.x ? first : backward_inputs<T, G>(p, r0, u0, e, B, H);
+        const T dh_rec = k > 0 ? acc[e] : dh[b * H + j];
         if constexpr (G == 4)
-          lstm_backward_unit<T>(p, b, j);
+          lstm_backward_finish<T>(p, b, j, in, dh_rec);
         else
-          gru_backward_unit<T>(p, b, j);
+          gru_backward_finish<T>(p, b, j, in, dh_rec);
       }
       if (!partial) continue;
       __syncthreads();  // the tile's dgates are written
@@ -213,12 +327,16 @@ __global__ void recurrence_backward_kernel(RecurrenceBackward a, RecurrencePlan 
         if (unit >= H) continue;
         const T* from = static_cast<const T*>(c < GU ? p.dgates : p.dgates_rec);
         T sum = T(0);
-        for (int64_t b = r0; b < r0 + R && b < B; ++b) sum += from[b * GH + col];
+        for (int64_t row = r0; row < r0 + R && row < B; ++row) sum += from[row * GH + col];
         partial[rg * bias_columns + (c < GU ? 0 : GH) + col] += sum;
       }
     }
     cooperative_groups::this_grid().sync();
   }
+  // dh of the chain's first step forward: dR of the last step back, W_hh (+ direct).
+  const void* d = ref::recurrent_operand(a, a.steps - 1, G, direct, sizeof(T));
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x)
+    recurrent_dh(d, tile / unit_groups * R, tile % unit_groups * U);
 }
 
 }  // namespace seqforge::cuda
