@@ -67,12 +67,11 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
 constexpr int64_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+constexpr int kRows = 6;  // rows of a micro-kernel block, by kVecs vectors of accumulators
 #if HWY_TARGET <= HWY_AVX3
-constexpr int kRows = 6;  // 32 vector registers: 6 x 4 accumulators in the axpy
-constexpr int kVecs = 4;
+constexpr int kVecs = 4;  // 32 vector registers: 24 accumulators in the axpy
 #else
-constexpr int kRows = 4;  // 16 registers
-constexpr int kVecs = 2;
+constexpr int kVecs = 2;  // 16 registers: 12 accumulators, more than two FMA pipes' latency needs
 #endif
 constexpr int64_t kKeyBlock = 2 * kMaxLanes;               // keys per panel: two vectors
 constexpr int64_t kBc = std::max<int64_t>(64, kKeyBlock);  // keys per tile (backward)
@@ -536,14 +535,21 @@ HWY_INLINE void RowDots(float* Dv, const float* o, const float* g, int64_t ld, i
                         int64_t D) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  // n <= N values at p, zeros after them, reading nothing past them (unaligned rows).
+  const auto load = [&](const float* p, int64_t n) HWY_ATTR {
+    if (n == N) return hn::LoadU(d, p);
+    HWY_ALIGN float buf[kMaxLanes] = {};
+    std::copy_n(p, n, buf);
+    return hn::Load(d, buf);
+  };
   for (int64_t i = 0; i < T; ++i) {
     const float *oi = o + i * ld, *gi = g + i * ld;
     VF sum = hn::Zero(d);
     for (int64_t k = 0; k < D; k += N) {
-      const auto m = hn::FirstN(d, static_cast<size_t>(D - k));
-      VF gv = hn::MaskedLoad(m, d, gi + k);
+      const int64_t n = std::min(N, D - k);
+      VF gv = load(gi + k, n);
       if constexpr (kRound) gv = simd::HWY_NAMESPACE::RoundToBf16(d, gv);
-      sum = hn::MulAdd(gv, hn::MaskedLoad(m, d, oi + k), sum);
+      sum = hn::MulAdd(gv, load(oi + k, n), sum);
     }
     Dv[i] = hn::GetLane(hn::SumOfLanes(d, sum));
   }
