@@ -552,6 +552,32 @@ TEST(Decoder, BadFoldersAreOneErrorNamingTheField) {
                          "llama model"),
             std::string::npos)
       << error();
+  // Values that would train into NaN or overflow are refused by name.
+  const auto set_field = [&](const fs::path& from, const std::string& key,
+                             const nlohmann::json& value) {
+    fs::remove_all(dir);
+    fs::copy(from, dir, fs::copy_options::recursive);
+    std::ifstream in(dir / "config.json");
+    nlohmann::json config = nlohmann::json::parse(in);
+    config[key] = value;
+    std::ofstream(dir / "config.json") << config.dump();
+  };
+  set_field(src, "rms_norm_eps", -1e-6);
+  EXPECT_NE(error().find("rms_norm_eps must not be negative"), std::string::npos) << error();
+  set_field(src, "rope_scaling",
+            {{"rope_type", "llama3"},
+             {"factor", 8.0},
+             {"low_freq_factor", 1.0},
+             {"high_freq_factor", 4.0},
+             {"original_max_position_embeddings", 1e300}});
+  EXPECT_NE(error().find("original_max_position_embeddings must be a positive integer"),
+            std::string::npos)
+      << error();
+  const auto gemma = std::find_if(names.begin(), names.end(),
+                                  [](const std::string& n) { return n.rfind("gemma3", 0) == 0; });
+  ASSERT_NE(gemma, names.end());
+  set_field(fs::path(fixture_dir()) / *gemma, "rope_local_base_freq", -3.0);
+  EXPECT_NE(error().find("rope_local_base_freq must exceed 1"), std::string::npos) << error();
   fs::remove_all(dir);
 }
 

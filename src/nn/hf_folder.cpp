@@ -169,7 +169,10 @@ RopeScaling read_rope_scaling(ConfigReader& c) {
   s.factor = number("factor");
   s.low_freq_factor = number("low_freq_factor");
   s.high_freq_factor = number("high_freq_factor");
-  s.original_max_position_embeddings = int64_t(number("original_max_position_embeddings"));
+  const double original = number("original_max_position_embeddings");
+  if (original != std::floor(original) || original > double(int64_t{1} << 40))
+    fail(where, ".original_max_position_embeddings must be a positive integer");
+  s.original_max_position_embeddings = int64_t(original);
   if (!(s.high_freq_factor > s.low_freq_factor))
     fail(where, ": high_freq_factor must exceed low_freq_factor");
   for (const auto& item : v->items())
@@ -223,6 +226,7 @@ DecoderOptions read_decoder_config(const std::string& path) {
   if (o.head_dim % 2 != 0) fail(path, ": head_dim (", o.head_dim, ") must be even for RoPE");
   o.max_positions = c.count("max_position_embeddings", 2048);
   o.rms_norm_eps = c.number("rms_norm_eps", 1e-6);
+  if (!(o.rms_norm_eps >= 0)) fail(path, ": rms_norm_eps must not be negative");
   o.rope_theta = c.number("rope_theta", 10000);
   if (!(o.rope_theta > 1)) fail(path, ": rope_theta must exceed 1");
   o.rope_scaling = read_rope_scaling(c);
@@ -247,6 +251,7 @@ DecoderOptions read_decoder_config(const std::string& path) {
     o.query_pre_attn_scalar = c.number("query_pre_attn_scalar", double(o.head_dim));
     if (!(o.query_pre_attn_scalar > 0)) fail(path, ": query_pre_attn_scalar must be positive");
     o.rope_local_theta = c.number("rope_local_base_freq", 10000);
+    if (!(o.rope_local_theta > 1)) fail(path, ": rope_local_base_freq must exceed 1");
     o.sliding_window = c.count("sliding_window", 4096);
     for (auto [key, cap] : {std::pair{"attn_logit_softcapping", &o.attn_logit_softcapping},
                             std::pair{"final_logit_softcapping", &o.final_logit_softcapping}}) {
