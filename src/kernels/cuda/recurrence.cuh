@@ -20,6 +20,8 @@ namespace seqforge::cuda {
 constexpr int kTileRows = 32, kTileUnits = 8;
 constexpr int kRecurrenceThreads = 256;
 static_assert(kTileRows * kTileUnits == kRecurrenceThreads, "a tile's units, one per thread");
+// Registers are held to what two blocks per SM allow (__launch_bounds__), so that grids of up to
+// twice the SMs' count keep their weights resident.
 
 __host__ __device__ inline int64_t tile_groups(int64_t n, int64_t per) {
   return (n + per - 1) / per;
@@ -58,21 +60,25 @@ __host__ __device__ inline int64_t staged_width(int64_t n, int64_t size) {
 
 // dst[r * ld + kk] = value(r, kk) for r < rows, kk < width, split over the block with
 // consecutive threads along a row. Each thread loads kBatch values before it stores any, so that
-// the loads' latencies overlap rather than add up.
+// the loads' latencies overlap rather than add up, and steps through its elements by additions
+// (a division per element would cost more than the loads).
 template <typename T, typename Value>
 __device__ inline void stage(T* dst, int64_t ld, int rows, int width, const Value& value) {
   constexpr int kBatch = 8;
-  const int total = rows * width, stride = static_cast<int>(blockDim.x);
-  for (int base = threadIdx.x; base < total; base += kBatch * stride) {
+  if (rows <= 0 || width <= 0) return;
+  const int stride = static_cast<int>(blockDim.x), dr = stride / width, dc = stride % width;
+  int r = static_cast<int>(threadIdx.x) / width, c = static_cast<int>(threadIdx.x) % width;
+  while (r < rows) {
     T v[kBatch];
-    for (int i = 0; i < kBatch; ++i) {
-      const int e = base + i * stride;
-      v[i] = e < total ? value(e / width, e % width) : T(0);
+    int rs[kBatch], cs[kBatch];
+    for (int i = 0; i < kBatch; ++i) {  // element i of the batch: stride i further on
+      rs[i] = r, cs[i] = c;
+      v[i] = r < rows ? value(r, c) : T(0);
+      r += dr, c += dc;
+      if (c >= width) c -= width, ++r;
     }
-    for (int i = 0; i < kBatch; ++i) {
-      const int e = base + i * stride;
-      if (e < total) dst[e / width * ld + e % width] = v[i];
-    }
+    for (int i = 0; i < kBatch; ++i)
+      if (rs[i] < rows) dst[rs[i] * ld + cs[i]] = v[i];
   }
 }
 
@@ -152,7 +158,8 @@ __device__ inline BackwardInputs<T, G> backward_inputs(const CellBackward& p, in
 // c + GU / 2: each staged vector read serves two products of each of its elements, and a warp's
 // columns are consecutive rows of the staged weights.
 template <typename T, int G>
-__global__ void recurrence_forward_kernel(RecurrenceForward a, RecurrencePlan plan) {
+__global__ void __launch_bounds__(kRecurrenceThreads, 2)
+    recurrence_forward_kernel(RecurrenceForward a, RecurrencePlan plan) {
   constexpr int R = kTileRows, U = kTileUnits, GU = G * U, V = Vec16<T>::n;
   SF_DYNAMIC_SHARED(shared_bytes);
   const int64_t B = a.cell.batch, H = a.cell.hidden;
@@ -244,8 +251,9 @@ __host__ __device__ inline int64_t recurrence_backward_elements(int gates, int64
 // only their low copies (B, G*H, overwritten each step: only the bias sums read them, each
 // tile's own). partial (row groups, bias columns), zeroed, gets each tile's bias sums.
 template <typename T, int G>
-__global__ void recurrence_backward_kernel(RecurrenceBackward a, RecurrencePlan plan,
-                                           T* dgates_step, T* drec_step, T* partial) {
+__global__ void __launch_bounds__(kRecurrenceThreads, 2)
+    recurrence_backward_kernel(RecurrenceBackward a, RecurrencePlan plan, T* dgates_step,
+                               T* drec_step, T* partial) {
   constexpr int R = kTileRows, U = kTileUnits, GU = G * U, V = Vec16<T>::n;
   SF_DYNAMIC_SHARED(shared_bytes);
   const int64_t B = a.cell.batch, H = a.cell.hidden, GH = G * H;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #define __global__
+#define __launch_bounds__(...)
 #define __device__
 #define __host__
 #define __forceinline__ inline
