@@ -62,39 +62,56 @@ __host__ __device__ inline int64_t staged_width(int64_t n, int64_t size) {
 // consecutive threads along a row. Each thread loads kBatch values before it stores any, so that
 // the loads' latencies overlap rather than add up, and steps through its elements by additions
 // (a division per element would cost more than the loads).
-template <typename T, typename Value>
+template <int kBatch, typename T, typename Value>
 __device__ inline void stage(T* dst, int64_t ld, int rows, int width, const Value& value) {
-  constexpr int kBatch = 8;
   if (rows <= 0 || width <= 0) return;
   const int stride = static_cast<int>(blockDim.x), dr = stride / width, dc = stride % width;
   int r = static_cast<int>(threadIdx.x) / width, c = static_cast<int>(threadIdx.x) % width;
+  const auto next = [&](int& r, int& c) {  // the element stride further on
+    r += dr, c += dc;
+    if (c >= width) c -= width, ++r;
+  };
   while (r < rows) {
     T v[kBatch];
-    int rs[kBatch], cs[kBatch];
-    for (int i = 0; i < kBatch; ++i) {  // element i of the batch: stride i further on
-      rs[i] = r, cs[i] = c;
-      v[i] = r < rows ? value(r, c) : T(0);
-      r += dr, c += dc;
-      if (c >= width) c -= width, ++r;
-    }
-    for (int i = 0; i < kBatch; ++i)
-      if (rs[i] < rows) dst[rs[i] * ld + cs[i]] = v[i];
+    const int r0 = r, c0 = c;
+    for (int i = 0; i < kBatch; ++i, next(r, c)) v[i] = r < rows ? value(r, c) : T{};
+    r = r0, c = c0;
+    for (int i = 0; i < kBatch; ++i, next(r, c))
+      if (r < rows) dst[r * ld + c] = v[i];
   }
 }
 
 // stage() of rows of a product operand (T's own or a half-precision copy, `dtype`): row r,
 // column kk is element (row0 + r) * ld_src + col0 + kk of src where row0 + r < nrows and kk < n,
-// else 0.
-template <typename T>
+// else 0. With kVectors, T's own rows whose vectors are 16-byte aligned are read 16 bytes at a
+// time. kBatch values (kBatch / 2 vectors) a thread are in flight at once: what the registers
+// the kernel has to spare allow.
+template <typename T, bool kVectors, int kBatch>
 __device__ inline void stage_operand(T* dst, int64_t ld, int rows, int width, const void* src,
                                      DType dtype, int64_t ld_src, int64_t row0, int64_t nrows,
                                      int64_t col0, int64_t n) {
+  constexpr int V = Vec16<T>::n;
+  const bool low = dtype == DType::bf16 || dtype == DType::f16;
+  if (kVectors && !low && ld_src % V == 0 && col0 % V == 0 &&
+      reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    const T* from = static_cast<const T*>(src);
+    stage<kBatch / 2>(
+        reinterpret_cast<Vec16<T>*>(dst), ld / V, rows, width / V, [&](int r, int cv) {
+          const int64_t row = row0 + r, kk = int64_t{cv} * V, at = row * ld_src + col0 + kk;
+          Vec16<T> x{};
+          if (row >= nrows) return x;
+          if (kk + V <= n) return load16(from + at);
+          for (int v = 0; v < V; ++v) x.v[v] = kk + v < n ? from[at + v] : T(0);
+          return x;
+        });
+    return;
+  }
   const auto from = [&](auto load) {
-    stage(dst, ld, rows, width, [&](int r, int kk) {
+    stage<kBatch>(dst, ld, rows, width, [&](int r, int kk) {
       return row0 + r < nrows && kk < n ? T(load((row0 + r) * ld_src + col0 + kk)) : T(0);
     });
   };
-  if (dtype == DType::bf16 || dtype == DType::f16)
+  if (low)
     from([&](int64_t i) { return load_low(src, dtype, i); });
   else
     from([&](int64_t i) { return static_cast<const T*>(src)[i]; });
@@ -175,8 +192,8 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
   auto stage_weights = [&](int64_t u0, int64_t k0, int64_t n) {
     const int width = static_cast<int>(staged_width(n, sizeof(T)));
     for (int g = 0; g < G; ++g)  // gate g's U rows: W_hh rows g H + u0 ..
-      stage_operand<T>(weights + g * U * w_stride, w_stride, U, width, a.w_hh, a.gemm, H,
-                       g * H + u0, g * H + (H < u0 + U ? H : u0 + U), k0, n);
+      stage_operand<T, false, 8>(weights + g * U * w_stride, w_stride, U, width, a.w_hh, a.gemm, H,
+                                 g * H + u0, g * H + (H < u0 + U ? H : u0 + U), k0, n);
   };
   if (plan.resident && blockIdx.x < tiles) stage_weights(blockIdx.x % unit_groups * U, 0, H);
   using Inputs = ForwardInputs<T, G>;
@@ -194,7 +211,8 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
         const int64_t n = k0 + K < H ? K : H - k0;
         const int width = static_cast<int>(staged_width(n, sizeof(T)));
         __syncthreads();  // the previous chunk's readers are done
-        stage_operand<T>(rows, r_stride, R, width, h_prev, a.gemm, ld, r0, B, k0, n);
+        // Scalars, 4 at a time: more registers would spill here (sm_80 to sm_89).
+        stage_operand<T, false, 4>(rows, r_stride, R, width, h_prev, a.gemm, ld, r0, B, k0, n);
         if (!plan.resident) stage_weights(u0, k0, n);
         __syncthreads();
         const T* w0 = weights + (plan.resident ? k0 : 0);
@@ -270,9 +288,10 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
   // W_hh's rows [k0, k0 + n), the tile's units, into weights[u][kk], zero-padded to whole
   // vectors.
   auto stage_weights = [&](int64_t u0, int64_t k0, int64_t n) {
-    stage(weights, w_stride, U, static_cast<int>(staged_width(n, sizeof(T))), [&](int u, int kk) {
-      return u0 + u < H && kk < n ? operand<T>(a.w_hh, a.gemm, (k0 + kk) * H + u0 + u) : T(0);
-    });
+    stage<8>(
+        weights, w_stride, U, static_cast<int>(staged_width(n, sizeof(T))), [&](int u, int kk) {
+          return u0 + u < H && kk < n ? operand<T>(a.w_hh, a.gemm, (k0 + kk) * H + u0 + u) : T(0);
+        });
   };
   if (plan.resident && blockIdx.x < tiles) stage_weights(blockIdx.x % unit_groups * U, 0, GH);
   // The tile's dh (+)= dR W_hh, dR (rows r0.., all G H columns) in a.gemm: into dh, and into
@@ -283,7 +302,7 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
       const int64_t n = k0 + K < GH ? K : GH - k0;
       const int width = static_cast<int>(staged_width(n, sizeof(T)));
       __syncthreads();
-      stage_operand<T>(rows, r_stride, R, width, d, a.gemm, GH, r0, B, k0, n);
+      stage_operand<T, true, 8>(rows, r_stride, R, width, d, a.gemm, GH, r0, B, k0, n);
       if (!plan.resident) stage_weights(u0, k0, n);
       __syncthreads();
       const T* w0 = weights + (plan.resident ? k0 : 0);
