@@ -5,9 +5,10 @@
 // compute the tile's part of the recurrent product from operands staged in shared memory, run
 // cells.cuh's unit steps on it, and wait for each other (a grid sync) before the next step, which
 // reads every tile's output. Each block keeps the same tiles at every step, so a unit's carried
-// state (c, dc, dh) is only ever touched by one block. A step's latency is its cost: every thread
-// issues all its loads of a staged operand before it stores any, and the products read 16-byte
-// vectors along K from rows padded so that those reads spread over the banks.
+// state (c, dc, dh) is only ever touched by one block. A step's latency is its cost: a thread
+// issues its loads of a staged operand in batches before it stores them, loads its cell's other
+// inputs before the product, and the products read 16-byte vectors along K from rows padded so
+// that those reads spread over the banks.
 #include <cooperative_groups.h>
 
 #include <type_traits>
@@ -67,9 +68,9 @@ __device__ inline void stage(T* dst, int64_t ld, int rows, int width, const Valu
   if (rows <= 0 || width <= 0) return;
   const int stride = static_cast<int>(blockDim.x), dr = stride / width, dc = stride % width;
   int r = static_cast<int>(threadIdx.x) / width, c = static_cast<int>(threadIdx.x) % width;
-  const auto next = [&](int& r, int& c) {  // the element stride further on
-    r += dr, c += dc;
-    if (c >= width) c -= width, ++r;
+  const auto next = [&](int& row, int& col) {  // the element stride further on
+    row += dr, col += dc;
+    if (col >= width) col -= width, ++row;
   };
   while (r < rows) {
     T v[kBatch];
