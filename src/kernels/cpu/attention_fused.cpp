@@ -55,6 +55,7 @@
 #include "kernels/cpu/pointwise_simd.hpp"
 // clang-format off
 #include "kernels/cpu/bf16_simd-inl.h"
+#include "kernels/cpu/partial_simd-inl.h"
 #include "kernels/cpu/hash_simd-inl.h"
 // clang-format on
 #include "seqforge/core/error.hpp"
@@ -535,21 +536,14 @@ HWY_INLINE void RowDots(float* Dv, const float* o, const float* g, int64_t ld, i
                         int64_t D) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  // n <= N values at p, zeros after them, reading nothing past them (unaligned rows).
-  const auto load = [&](const float* p, int64_t n) HWY_ATTR {
-    if (n == N) return hn::LoadU(d, p);
-    HWY_ALIGN float buf[kMaxLanes] = {};
-    std::copy_n(p, n, buf);
-    return hn::Load(d, buf);
-  };
   for (int64_t i = 0; i < T; ++i) {
     const float *oi = o + i * ld, *gi = g + i * ld;
     VF sum = hn::Zero(d);
     for (int64_t k = 0; k < D; k += N) {
-      const int64_t n = std::min(N, D - k);
-      VF gv = load(gi + k, n);
+      const size_t n = static_cast<size_t>(std::min(N, D - k));  // rows unaligned: no masked loads
+      VF gv = simd::HWY_NAMESPACE::LoadN(d, gi + k, n);
       if constexpr (kRound) gv = simd::HWY_NAMESPACE::RoundToBf16(d, gv);
-      sum = hn::MulAdd(gv, load(oi + k, n), sum);
+      sum = hn::MulAdd(gv, simd::HWY_NAMESPACE::LoadN(d, oi + k, n), sum);
     }
     Dv[i] = hn::GetLane(hn::SumOfLanes(d, sum));
   }

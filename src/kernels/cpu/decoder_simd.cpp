@@ -16,6 +16,7 @@
 // clang-format on
 
 #include "kernels/cpu/decoder_simd.hpp"
+#include "kernels/cpu/partial_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace seqforge::simd::HWY_NAMESPACE {
@@ -32,22 +33,9 @@ HWY_INLINE void ForVectors(int64_t i0, int64_t i1, F&& f) {
   for (; i + N <= i1; i += N) f(i, N);
   if (i < i1) f(i, i1 - i);
 }
-// n values at p (zeros after them), and storing the first n lanes: a tail goes through a buffer,
-// so that nothing past the row is read or written.
-HWY_INLINE VF Load(const float* p, int64_t n) {
-  const DF d;
-  if (n == static_cast<int64_t>(hn::Lanes(d))) return hn::LoadU(d, p);
-  HWY_ALIGN float buf[hn::MaxLanes(d)] = {};
-  std::copy_n(p, n, buf);
-  return hn::Load(d, buf);
-}
-HWY_INLINE void Store(VF v, float* p, int64_t n) {
-  const DF d;
-  if (n == static_cast<int64_t>(hn::Lanes(d))) return hn::StoreU(v, d, p);
-  HWY_ALIGN float buf[hn::MaxLanes(d)];
-  hn::Store(v, d, buf);
-  std::copy_n(buf, n, p);
-}
+// n values at p (zeros after them), and storing the first n lanes (partial_simd-inl.h).
+HWY_INLINE VF Load(const float* p, int64_t n) { return LoadN(DF(), p, static_cast<size_t>(n)); }
+HWY_INLINE void Store(VF v, float* p, int64_t n) { StoreN(v, DF(), p, static_cast<size_t>(n)); }
 
 // act(g) and act'(g): SiLU g sigmoid(g) (exp's argument held where it is defined, below 88), or
 // GELU's tanh form 0.5 g (1 + tanh(u)), u = sqrt(2 / pi) (g + 0.044715 g^3).

@@ -14,24 +14,11 @@
 // clang-format on
 
 #include "kernels/cpu/norm_simd.hpp"
+#include "kernels/cpu/partial_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace seqforge::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// The first n < Lanes(d) values at p, zeros after them; and storing the first n lanes of v.
-template <class D>
-HWY_INLINE hn::Vec<D> LoadN(D d, const float* p, size_t n) {
-  HWY_ALIGN float buf[hn::MaxLanes(d)] = {};
-  for (size_t i = 0; i < n; ++i) buf[i] = p[i];
-  return hn::Load(d, buf);
-}
-template <class D>
-HWY_INLINE void StoreN(hn::Vec<D> v, D d, float* p, size_t n) {
-  HWY_ALIGN float buf[hn::MaxLanes(d)];
-  hn::Store(v, d, buf);
-  for (size_t i = 0; i < n; ++i) p[i] = buf[i];
-}
 
 // Phi(x), the normal distribution function, and gauss = exp(-x^2 / 2), to a few ulp (relative
 // error at most 6e-7; 4e-6 at x = -12, where exp(-x^2 / 2) itself loses digits). With

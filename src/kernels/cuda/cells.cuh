@@ -54,7 +54,7 @@ __device__ inline void store_h(const CellForward& p, int64_t b, int64_t j, T h) 
 // dh_out's term of the incoming dh (0 without one); dh_rec's is added to it.
 template <typename T>
 __device__ inline T outer_dh(const CellBackward& p, int64_t b, int64_t j) {
-  return p.dh_out ? T(0) + static_cast<const T*>(p.dh_out)[b * p.ld_dh_out + j] : T(0);
+  return p.dh_out ? static_cast<const T*>(p.dh_out)[b * p.ld_dh_out + j] : T(0);
 }
 template <typename T>
 __device__ inline T rec_dh(const CellBackward& p, int64_t b, int64_t j) {
