@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <unordered_set>
 
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/buffer.hpp"
@@ -148,18 +149,25 @@ class RecordingBackend final : public Backend {
     inner_.run_concurrently(n, fn);
   }
   bool supports(Op op, DType d) const override { return inner_.supports(op, d); }
-  void* alloc(size_t bytes) override { return inner_.alloc(bytes); }
+  void* alloc(size_t bytes) override {
+    void* p = inner_.alloc(bytes);
+    std::lock_guard lock(mutex_);
+    if (!recording && !calls.empty()) fresh_.insert(p);  // after the recorded step: not its
+    return p;
+  }
   // While recording and until release(), memory is kept, not freed: the recorded GEMMs replay
-  // on the buffers they ran on, temporaries of the step included.
+  // on the buffers they ran on, temporaries of the step included. Memory allocated after the
+  // recorded step (the steps timed beside the replays) is freed as usual.
   void free(void* p) override {
     std::lock_guard lock(mutex_);
-    if (recording || !kept_.empty()) return kept_.push_back(p);
+    if (fresh_.erase(p) == 0 && (recording || !kept_.empty())) return kept_.push_back(p);
     inner_.free(p);
   }
   void release() {
     calls.clear();
     for (void* p : kept_) inner_.free(p);
     kept_.clear();
+    fresh_.clear();
   }
   void copy(Tensor dst, Tensor src) override {
     SF_PROFILE_SCOPE("copy");
@@ -368,6 +376,7 @@ class RecordingBackend final : public Backend {
   Backend& inner_;
   std::mutex mutex_;
   std::vector<void*> kept_;
+  std::unordered_set<void*> fresh_;  // allocated after the recorded step
 };
 
 void replay(Backend& be, const RecordingBackend::Call& c) {
