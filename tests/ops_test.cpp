@@ -852,6 +852,28 @@ OpCase decoder_ops_case() {
       be.glu_backward(dg.t, du.t, dy.t, g.t, u.t, kind);
       out["glu_dgate_" + tag] = to_doubles(be, dg.t);
       out["glu_dup_" + tag] = to_doubles(be, du.t);
+      // Per-column maps (DoRA's scaling fused) on rows of 45 (a partial vector), enough rows for
+      // threads: both inputs mapped with both scales' gradients, then only up with its own.
+      const int64_t R = 70, W = 45;
+      HostTensor ag(be, dt, {R, W}, values(rng, R * W, -4, 4)), au(be, dt, {R, W}, values(rng, R * W)),
+          ay(be, dt, {R, W}, std::vector<double>(R * W)), ady(be, dt, {R, W}, values(rng, R * W)),
+          adg(be, dt, {R, W}, std::vector<double>(R * W)),
+          adu(be, dt, {R, W}, std::vector<double>(R * W)), gs(be, dt, {W}, values(rng, W, 0.2, 2)),
+          gb(be, dt, {W}, values(rng, W)), us(be, dt, {W}, values(rng, W, -2, 2)),
+          ub(be, dt, {W}, values(rng, W)), dgs(be, dt, {W}, values(rng, W)),
+          dus(be, dt, {W}, values(rng, W));
+      for (const bool both : {true, false}) {
+        const std::string at = tag + (both ? "_affine" : "_affine_up");
+        GluAffine affine{.up_scale = us.t, .up_bias = ub.t, .dup_scale = dus.t};
+        if (both) affine.gate_scale = gs.t, affine.gate_bias = gb.t, affine.dgate_scale = dgs.t;
+        be.glu_forward(ay.t, ag.t, au.t, kind, affine);
+        out["glu_forward_" + at] = to_doubles(be, ay.t);
+        be.glu_backward(adg.t, adu.t, ady.t, ag.t, au.t, kind, affine);
+        out["glu_dgate_" + at] = to_doubles(be, adg.t);
+        out["glu_dup_" + at] = to_doubles(be, adu.t);
+        out["glu_dup_scale_" + at] = to_doubles(be, dus.t);
+        if (both) out["glu_dgate_scale_" + at] = to_doubles(be, dgs.t);
+      }
     }
     // Soft-capping at 3 of values up to 12 (well into tanh's flat part), then in place.
     HostTensor sx(be, dt, {30, 37}, values(rng, 1110, -12, 12)),

@@ -62,10 +62,25 @@ void Backend::rms_norm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, double, 
 void Backend::rotary(const Rotary&, DType) {
   fail("the ", name(), " backend does not run rotary (Llama-style decoders) yet");
 }
-void Backend::glu_forward(Tensor, Tensor, Tensor, GluKind) {
+int64_t GluAffine::width(const Tensor& gate) const {
+  const Shape& shape = gate.shape();
+  int64_t C = shape.rank() ? shape[shape.rank() - 1] : gate.numel();
+  bool first = true;
+  for (const Tensor* t : {&gate_scale, &gate_bias, &up_scale, &up_bias, &dgate_scale, &dup_scale}) {
+    if (t->empty()) continue;
+    SF_CHECK(t->dtype() == gate.dtype(), "glu: a column map's dtype ", dtype_name(t->dtype()),
+             " against the gate's ", dtype_name(gate.dtype()));
+    if (first) C = t->numel(), first = false;
+    SF_CHECK(t->numel() == C, "glu: column maps of ", t->numel(), " and ", C, " values");
+  }
+  SF_CHECK(C > 0 ? gate.numel() % C == 0 : gate.numel() == 0, "glu: ", gate.numel(),
+           " gate values are not rows of ", C);
+  return C;
+}
+void Backend::glu_forward(Tensor, Tensor, Tensor, GluKind, const GluAffine&) {
   fail("the ", name(), " backend does not run glu_forward (Llama-style decoders) yet");
 }
-void Backend::glu_backward(Tensor, Tensor, Tensor, Tensor, Tensor, GluKind) {
+void Backend::glu_backward(Tensor, Tensor, Tensor, Tensor, Tensor, GluKind, const GluAffine&) {
   fail("the ", name(), " backend does not run glu_backward (Llama-style decoders) yet");
 }
 std::string Backend::collectives_unavailable() {

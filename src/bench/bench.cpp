@@ -302,14 +302,15 @@ class RecordingBackend final : public Backend {
     SF_PROFILE_SCOPE("rotary");
     inner_.rotary(a, dt);
   }
-  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind) override {
+  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind,
+                   const GluAffine& affine) override {
     SF_PROFILE_SCOPE("glu_forward");
-    inner_.glu_forward(y, gate, up, kind);
+    inner_.glu_forward(y, gate, up, kind, affine);
   }
-  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
-                    GluKind kind) override {
+  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up, GluKind kind,
+                    const GluAffine& affine) override {
     SF_PROFILE_SCOPE("glu_backward");
-    inner_.glu_backward(dgate, dup, dy, gate, up, kind);
+    inner_.glu_backward(dgate, dup, dy, gate, up, kind, affine);
   }
   void soft_cap_forward(Tensor y, Tensor x, double cap) override {
     SF_PROFILE_SCOPE("soft_cap_forward");

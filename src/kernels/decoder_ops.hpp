@@ -91,25 +91,52 @@ inline double glu_act(GluKind kind, double g, double* derivative) {
   return 0.5 * g * (1.0 + t);
 }
 
-// Elements [i0, i1): y = act(gate) * up.
+// A GLU's per-column input maps (Backend's GluAffine) as pointers to C values each; null: left
+// out (scale 1, bias 0).
 template <typename T>
-void glu_forward(T* y, const T* gate, const T* up, GluKind kind, int64_t i0, int64_t i1) {
-  for (int64_t i = i0; i < i1; ++i) {
+struct GluMaps {
+  const T *gate_scale = nullptr, *gate_bias = nullptr, *up_scale = nullptr, *up_bias = nullptr;
+};
+
+// x * scale[j] + bias[j] in T, as scale_columns rounds it.
+template <typename T>
+T glu_mapped(T x, const T* scale, const T* bias, int64_t j) {
+  if (scale) x = static_cast<T>(x * scale[j]);
+  if (bias) x = static_cast<T>(x + bias[j]);
+  return x;
+}
+
+// Rows [r0, r1) of gate, up (R, C): y = act(g) * u, g and u the inputs mapped per column.
+template <typename T>
+void glu_forward(T* y, const T* gate, const T* up, const GluMaps<T>& maps, GluKind kind, int64_t C,
+                 int64_t r0, int64_t r1) {
+  for (int64_t i = r0 * C; i < r1 * C; ++i) {
+    const int64_t j = i % C;
+    const double g = glu_mapped(gate[i], maps.gate_scale, maps.gate_bias, j);
+    const double u = glu_mapped(up[i], maps.up_scale, maps.up_bias, j);
     double d;
-    y[i] = static_cast<T>(glu_act(kind, gate[i], &d) * up[i]);
+    y[i] = static_cast<T>(glu_act(kind, g, &d) * u);
   }
 }
 
-// dgate = dy * up * act'(gate), dup = dy * act(gate).
-template <typename T>
-void glu_backward(T* dgate, T* dup, const T* dy, const T* gate, const T* up, GluKind kind,
-                  int64_t i0, int64_t i1) {
-  for (int64_t i = i0; i < i1; ++i) {
+// Rows [r0, r1) of the backward: with dg = dy * u * act'(g) and du = dy * act(g), dgate = dg *
+// gate_scale and dup = du * up_scale (the inputs' gradients); where gate_sums (C) is given it
+// gains the column sums of dg * gate (the gate scale's gradient), up_sums those of du * up.
+template <typename T, typename Acc>
+void glu_backward(T* dgate, T* dup, Acc* gate_sums, Acc* up_sums, const T* dy, const T* gate,
+                  const T* up, const GluMaps<T>& maps, GluKind kind, int64_t C, int64_t r0,
+                  int64_t r1) {
+  for (int64_t i = r0 * C; i < r1 * C; ++i) {
+    const int64_t j = i % C;
+    const double g = glu_mapped(gate[i], maps.gate_scale, maps.gate_bias, j);
+    const double u = glu_mapped(up[i], maps.up_scale, maps.up_bias, j);
     double d;
-    const double a = glu_act(kind, gate[i], &d);
-    const double g = dy[i];
-    dgate[i] = static_cast<T>(g * up[i] * d);
-    dup[i] = static_cast<T>(g * a);
+    const double a = glu_act(kind, g, &d), e = dy[i];
+    const double dg = e * u * d, du = e * a;
+    dgate[i] = static_cast<T>(maps.gate_scale ? dg * double(maps.gate_scale[j]) : dg);
+    dup[i] = static_cast<T>(maps.up_scale ? du * double(maps.up_scale[j]) : du);
+    if (gate_sums) gate_sums[j] += static_cast<Acc>(dg * double(gate[i]));
+    if (up_sums) up_sums[j] += static_cast<Acc>(du * double(up[i]));
   }
 }
 

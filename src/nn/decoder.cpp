@@ -354,12 +354,15 @@ void Decoder::layer_tail(Backend& be, Layer& l, Tensor x, const void* att) {
 
   const Tensor h2 = l.a->h2.get(be, dt, {N, C});
   be.rms_norm_forward(h2, l.a->saved2.get(be, dt, {N}), mid, value(l.ln2), offset, eps);
-  const Tensor g = l.a->gate_out.get(be, dt, {N, F}), u = l.a->up_out.get(be, dt, {N, F});
   const void* h2_low = low_operand(be, l.a->h2_low, h2.data(), N, C, C);
-  proj_forward(be, l.gate, g.data(), F, h2.data(), C, h2_low, 0.0);
-  proj_forward(be, l.up, u.data(), F, h2.data(), C, h2_low, 0.0);
+  for (Proj* p : {&l.gate, &l.up}) {
+    const bool unscaled = scaled_in_glu(*p);
+    const Tensor y = unscaled ? Tensor() : (p == &l.gate ? l.a->gate_out : l.a->up_out).get(be, dt, {N, F});
+    proj_forward(be, *p, y.data(), F, h2.data(), C, h2_low, 0.0, unscaled);
+  }
+  const GluInputs in = glu_inputs(l);
   const Tensor act = l.a->act.get(be, dt, {N, F});
-  be.glu_forward(act, g, u, opt_.activation);
+  be.glu_forward(act, in.gate, in.up, opt_.activation, in.affine);
   const void* act_low = low_operand(be, l.a->act_low, act.data(), N, F, F);
   const Tensor out = l.out.get(be, dt, {N, C});
   be.copy(out, mid);
@@ -529,11 +532,25 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
   const Tensor dact = s.dact.get(be, dt, {N, F});
   proj_backward(be, l.down, dact.data(), 0.0, dbranch, C, l.a->act.tensor().data(), F,
                 low_of(l.a->act_low));
+  // With DoRA's scaling in the activation, its backward gives the gradients at the products
+  // before it and the scales' gradients, from which m's: dm += dscale / ||V||.
   const Tensor dgate = s.dgate.get(be, dt, {N, F}), dup = s.dup.get(be, dt, {N, F});
-  be.glu_backward(dgate, dup, dact, l.a->gate_out.tensor(), l.a->up_out.tensor(), opt_.activation);
+  GluInputs in = glu_inputs(l);
+  const bool gate_unscaled = scaled_in_glu(l.gate), up_unscaled = scaled_in_glu(l.up);
+  if (gate_unscaled) in.affine.dgate_scale = s.dscale[0].get(be, dt, {F});
+  if (up_unscaled) in.affine.dup_scale = s.dscale[1].get(be, dt, {F});
+  be.glu_backward(dgate, dup, dact, in.gate, in.up, opt_.activation, in.affine);
+  for (const auto& [p, dscale] : {std::pair{&l.gate, in.affine.dgate_scale},
+                                  std::pair{&l.up, in.affine.dup_scale}}) {
+    if (dscale.empty()) continue;
+    be.mul(dscale, dscale, p->inv_norm.tensor());
+    be.add(params_.grad(p->m), dscale);
+  }
   const Tensor dh = s.dh.get(be, dt, {N, C}), h2 = l.a->h2.tensor();
-  proj_backward(be, l.gate, dh.data(), 0.0, dgate.data(), F, h2.data(), C, low_of(l.a->h2_low));
-  proj_backward(be, l.up, dh.data(), 1.0, dup.data(), F, h2.data(), C, low_of(l.a->h2_low));
+  proj_backward(be, l.gate, dh.data(), 0.0, dgate.data(), F, h2.data(), C, low_of(l.a->h2_low),
+                gate_unscaled);
+  proj_backward(be, l.up, dh.data(), 1.0, dup.data(), F, h2.data(), C, low_of(l.a->h2_low),
+                up_unscaled);
   const Tensor dmid = s.dmid.get(be, dt, {N, C});
   be.rms_norm_backward(dmid, norm_grad(be, l.ln2), dh, l.a->mid.tensor(), value(l.ln2), offset,
                        l.a->saved2.tensor());

@@ -171,7 +171,7 @@ const void* Decoder::base_low_weight(const Proj& p) const {
 // dropped-out part). With bf16 GEMMs the products with W0 and V take bf16 operands; the
 // adapters' rank-r products stay in f32.
 void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const void* x, int64_t ldx,
-                           const void* x_low, double beta) {
+                           const void* x_low, double beta, bool unscaled) {
   const int64_t N = batch_ * seq_, r = opt_.adapter.rank;
   const DType dt = params_.dtype();
   const Tensor b = p.b == kNone ? Tensor() : params_.value(p.b);
@@ -220,6 +220,10 @@ void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const voi
   const void* in_low = drop ? low_operand(be, scratch_->rest_low, in, N, p.in, p.in) : x_low;
   product(in, ldi, in_low, p.v.tensor().data(), low() ? low_weight(p) : nullptr, pre.data(), p.out,
           0.0);
+  if (unscaled) {
+    SF_CHECK(!drop, "DoRA's column scaling left to the caller with adapter dropout");
+    return;
+  }
   be.scale_columns(Tensor(y, dt, {N, p.out}), pre, p.scale.tensor(), b, ldy, beta);
   if (!drop) return;
   // + (x - in) W0^T
@@ -231,13 +235,29 @@ void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const voi
           params_.value(p.w).data(), low() ? base_low_weight(p) : nullptr, y, ldy, 1.0);
 }
 
+bool Decoder::scaled_in_glu(const Proj& p) const { return p.m != kNone && !adapter_dropping_; }
+
+Decoder::GluInputs Decoder::glu_inputs(Layer& l) const {
+  GluInputs in;
+  const auto input = [&](Proj& p, const Buffer& out, Tensor& scale, Tensor& bias) {
+    if (!scaled_in_glu(p)) return out.tensor();
+    scale = p.scale.tensor();
+    if (p.b != kNone) bias = params_.value(p.b);
+    return p.pre->tensor();
+  };
+  in.gate = input(l.gate, l.a->gate_out, in.affine.gate_scale, in.affine.gate_bias);
+  in.up = input(l.up, l.a->up_out, in.affine.up_scale, in.affine.up_bias);
+  return in;
+}
+
 // dx(N, in) (dx_beta dx +)= d(loss)/dx through the Linear, from dy(N, out) rows ldy apart; the
 // gradients of what trains accumulate: W and b without adapters, A, B (and m) with them. With
 // bf16 GEMMs (x_low: x's bf16 operand), the products with W0 or V and W's gradient take bf16
 // operands. With adapter dropout the adapter's gradients read the input it had, and its part of
 // dx passes the mask: LoRA dx = dy W0 + s (g A) * mask; DoRA dx = dy W0 + (dpre V - dy W0) * mask.
 void Decoder::proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, const void* dy,
-                            int64_t ldy, const void* x, int64_t ldx, const void* x_low) {
+                            int64_t ldy, const void* x, int64_t ldx, const void* x_low,
+                            bool unscaled) {
   const int64_t N = batch_ * seq_, r = opt_.adapter.rank;
   const DType dt = params_.dtype();
   const double s = opt_.adapter.alpha / double(r);
@@ -275,7 +295,7 @@ void Decoder::proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, cons
   const int64_t ldi = drop ? p.in : ldx;
   const void* d = dy;  // the gradient at the adapted product: dy for LoRA, dpre for DoRA
   int64_t ldd = ldy;
-  if (p.m != kNone) {
+  if (p.m != kNone && !unscaled) {
     const Tensor dpre = scratch_->dpre.get(be, dt, {N, p.out});
     be.dora_backward(dpre, params_.grad(p.m), Tensor(const_cast<void*>(dy), dt, {N, p.out}),
                      p.pre->tensor(), p.scale.tensor(), p.inv_norm.tensor(), ldy);

@@ -73,6 +73,7 @@ struct Decoder::Scratch {
   Buffer ones;               // (N) for the bias gradients of column slices
   Buffer dx[2];              // (N, C) the gradient flowing down
   Buffer dpre, g;            // adapters: (N, out) DoRA's gradient at x V^T, (N, rank)
+  Buffer dscale[2];          // DoRA in the gated activation: (F) gate's and up's scale gradients
   Buffer dnorm_w;            // (C) a frozen norm's gradient, discarded
   Buffer dhead_w;            // (D) a frozen q or k norm's gradient, discarded
   Buffer dbranch_out;        // Gemma 3: (N, C) at a branch's output before its norm

@@ -32,6 +32,23 @@ class PackedB {
   virtual ~PackedB() = default;
 };
 
+// Per-column affine maps on a gated MLP's inputs, fused into Backend::glu_forward and
+// glu_backward (DoRA's column scaling m / ||V|| and a frozen base's bias): the gate the
+// activation sees is gate * gate_scale + gate_bias per column of gate (R, C), up likewise; an
+// empty tensor leaves its part out (scale 1, bias 0). Backward then writes the gradients of the
+// inputs as given (through the scales), and where dgate_scale or dup_scale is given the scale's
+// gradient (assigned): dgate_scale (C) = the column sums of d(mapped gate) * gate.
+struct GluAffine {
+  Tensor gate_scale, gate_bias, up_scale, up_bias;
+  Tensor dgate_scale, dup_scale;  // backward only
+  bool empty() const {
+    return gate_scale.empty() && gate_bias.empty() && up_scale.empty() && up_bias.empty();
+  }
+  // C, the width of gate's rows: the given tensors' length (each checked against gate's dtype
+  // and size), else gate's last axis.
+  int64_t width(const Tensor& gate) const;
+};
+
 // The interface's operations, in the groups backends implement them (Backend::supports).
 enum class Op {
   memory,       // alloc, copy, fill, convert, upload, download
@@ -200,10 +217,12 @@ class Backend {
                                  Tensor saved);
   // Rotary position embeddings in place (ops.hpp).
   virtual void rotary(const Rotary& a, DType dtype);
-  // A gated MLP's product y = act(gate) * up, and its gradients (assigned).
-  virtual void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind);
+  // A gated MLP's product y = act(gate) * up of gate, up (R, C), and its gradients (assigned).
+  // With `affine` (GluAffine) the inputs are first mapped per column.
+  virtual void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind,
+                           const GluAffine& affine = {});
   virtual void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
-                            GluKind kind);
+                            GluKind kind, const GluAffine& affine = {});
   // Soft-capping (Gemma's final_logit_softcapping): y = cap * tanh(x / cap) (y may be x), and
   // dx = dy * (1 - (y / cap)^2) from the capped y (dx may be dy).
   virtual void soft_cap_forward(Tensor y, Tensor x, double cap);

@@ -89,10 +89,22 @@ class Decoder final : public Model {
   // of V).
   const void* low_weight(const Proj& p) const;
   const void* base_low_weight(const Proj& p) const;
+  // A Linear forward and backward; `unscaled`: the caller applies DoRA's column scaling (the
+  // forward stops at the product before it, p.pre; dy is the gradient there and m's is done).
   void proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const void* x, int64_t ldx,
-                    const void* x_low, double beta);
+                    const void* x_low, double beta, bool unscaled = false);
   void proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, const void* dy, int64_t ldy,
-                     const void* x, int64_t ldx, const void* x_low);
+                     const void* x, int64_t ldx, const void* x_low, bool unscaled = false);
+  // Whether the gated activation applies gate_proj's or up_proj's DoRA column scaling (and bias)
+  // itself, reading the product before it: DoRA without adapter dropout.
+  bool scaled_in_glu(const Proj& p) const;
+  struct GluInputs {
+    Tensor gate, up;
+    GluAffine affine;
+  };
+  // The gated activation's inputs after the forward's gate_proj and up_proj: their outputs, or
+  // where scaled_in_glu, their products before the scaling with the scaling as column maps.
+  GluInputs glu_inputs(Layer& l) const;
   void head_forward(Backend& be, Tensor logits, Tensor z);
   void head_product(Backend& be, Tensor logits, Tensor z);
   Tensor norm_grad(Backend& be, size_t i);

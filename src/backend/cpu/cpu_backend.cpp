@@ -40,6 +40,11 @@ std::string simd_name(const std::string& target) {
 // Below this many element operations a parallel region costs more than it saves.
 constexpr int64_t kMinParallelWork = 65536;
 
+simd::GluMaps glu_maps(const GluAffine& a) {
+  const auto at = [](const Tensor& t) { return t.empty() ? nullptr : t.data_as<float>(); };
+  return {at(a.gate_scale), at(a.gate_bias), at(a.up_scale), at(a.up_bias)};
+}
+
 // How many threads parallel_rows() splits n rows over: 1 when the work is not worth a parallel
 // region, or when already inside one.
 int row_threads(int64_t n, int64_t work_per_row) {
@@ -470,24 +475,40 @@ class CpuBackend final : public Backend {
     parallel_rows(a.rows, 4 * a.heads * a.head_dim,
                   [&](int64_t r0, int64_t r1) { kernels::rotary<float>(a, r0, r1); });
   }
-  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind) override {
-    if (y.dtype() != DType::f32) return ref_->glu_forward(y, gate, up, kind);
+  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind,
+                   const GluAffine& affine) override {
+    if (y.dtype() != DType::f32) return ref_->glu_forward(y, gate, up, kind, affine);
+    const int64_t C = affine.width(gate);
     SF_CHECK(y.numel() == gate.numel() && up.numel() == gate.numel(), "glu_forward sizes");
-    parallel_rows(y.numel(), 20, [&](int64_t i0, int64_t i1) {
-      simd::glu_forward(y.data_as<float>(), gate.data_as<float>(), up.data_as<float>(), kind, i0,
-                        i1);
+    if (gate.numel() == 0) return;
+    const simd::GluMaps maps = glu_maps(affine);
+    parallel_rows(y.numel() / C, 20 * C, [&](int64_t r0, int64_t r1) {
+      simd::glu_forward(y.data_as<float>(), gate.data_as<float>(), up.data_as<float>(), maps, kind,
+                        C, r0, r1);
     });
   }
-  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
-                    GluKind kind) override {
-    if (dy.dtype() != DType::f32) return ref_->glu_backward(dgate, dup, dy, gate, up, kind);
+  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up, GluKind kind,
+                    const GluAffine& affine) override {
+    if (dy.dtype() != DType::f32)
+      return ref_->glu_backward(dgate, dup, dy, gate, up, kind, affine);
+    const int64_t C = affine.width(gate), rows = C ? dy.numel() / C : 0;
     SF_CHECK(dgate.numel() == dy.numel() && dup.numel() == dy.numel() &&
                  gate.numel() == dy.numel() && up.numel() == dy.numel(),
              "glu_backward sizes");
-    parallel_rows(dy.numel(), 30, [&](int64_t i0, int64_t i1) {
-      simd::glu_backward(dgate.data_as<float>(), dup.data_as<float>(), dy.data_as<float>(),
-                         gate.data_as<float>(), up.data_as<float>(), kind, i0, i1);
+    const simd::GluMaps maps = glu_maps(affine);
+    const bool gate_sums = !affine.dgate_scale.empty(), up_sums = !affine.dup_scale.empty();
+    const auto rows_of = [&](int64_t r0, int64_t r1, float* sums) {
+      simd::glu_backward(dgate.data_as<float>(), dup.data_as<float>(), gate_sums ? sums : nullptr,
+                         up_sums ? sums + C : nullptr, dy.data_as<float>(), gate.data_as<float>(),
+                         up.data_as<float>(), maps, kind, C, r0, r1);
+    };
+    if (!gate_sums && !up_sums) return parallel_rows(rows, 30 * C, [&](int64_t r0, int64_t r1) {
+      rows_of(r0, r1, nullptr);
     });
+    column_sums_.assign(static_cast<size_t>(2 * C), 0.0f);  // the gate's, then up's
+    sum_over_rows(rows, row_threads(rows, 30 * C), 2 * C, column_sums_.data(), rows_of);
+    if (gate_sums) std::copy_n(column_sums_.data(), C, affine.dgate_scale.data_as<float>());
+    if (up_sums) std::copy_n(column_sums_.data() + C, C, affine.dup_scale.data_as<float>());
   }
   void soft_cap_forward(Tensor y, Tensor x, double cap) override {
     if (y.dtype() != DType::f32) return ref_->soft_cap_forward(y, x, cap);
@@ -692,7 +713,7 @@ class CpuBackend final : public Backend {
   }
 
   std::vector<float> partial_;      // per-thread column sums
-  std::vector<float> column_sums_;  // dora_backward's, before the scaling
+  std::vector<float> column_sums_;  // dora_backward's before the scaling, glu_backward's
 };
 
 }  // namespace

@@ -30,6 +30,16 @@ namespace seqforge {
 
 namespace {
 
+cuda::GluColumns glu_columns(const Tensor& gate, const GluAffine& a) {
+  return {.C = a.width(gate),
+          .gate_scale = a.gate_scale.data(),
+          .gate_bias = a.gate_bias.data(),
+          .up_scale = a.up_scale.data(),
+          .up_bias = a.up_bias.data(),
+          .dgate_scale = a.dgate_scale.data(),
+          .dup_scale = a.dup_scale.data()};
+}
+
 void check_cuda(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess)
     fail("cuda: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
@@ -404,17 +414,20 @@ class CudaBackend final : public Backend {
     cuda::soft_cap_backward(dx.data(), dy.data(), y.data(), cap, dy.dtype(), dy.numel(), stream_);
     launched("soft_cap_backward", dy);
   }
-  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind) override {
+  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind,
+                   const GluAffine& affine) override {
+    const cuda::GluColumns cols = glu_columns(gate, affine);
     SF_CHECK(y.numel() == gate.numel() && up.numel() == gate.numel(), "glu_forward sizes");
-    cuda::glu_forward(y.data(), gate.data(), up.data(), kind, y.dtype(), y.numel(), stream_);
+    cuda::glu_forward(y.data(), gate.data(), up.data(), cols, kind, y.dtype(), y.numel(), stream_);
     launched("glu_forward", y);
   }
-  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
-                    GluKind kind) override {
+  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up, GluKind kind,
+                    const GluAffine& affine) override {
+    const cuda::GluColumns cols = glu_columns(gate, affine);
     SF_CHECK(dgate.numel() == dy.numel() && dup.numel() == dy.numel() &&
                  gate.numel() == dy.numel() && up.numel() == dy.numel(),
              "glu_backward sizes");
-    cuda::glu_backward(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(), kind,
+    cuda::glu_backward(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(), cols, kind,
                        dy.dtype(), dy.numel(), stream_);
     launched("glu_backward", dy);
   }

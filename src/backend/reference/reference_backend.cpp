@@ -19,6 +19,12 @@ namespace seqforge {
 
 namespace {
 
+template <typename T>
+kernels::GluMaps<T> glu_maps(const GluAffine& a) {
+  const auto at = [](const Tensor& t) { return static_cast<const T*>(t.data()); };
+  return {at(a.gate_scale), at(a.gate_bias), at(a.up_scale), at(a.up_bias)};
+}
+
 int64_t row_count(Tensor t) { return t.shape().rank() ? t.dim(0) : 1; }
 int64_t row_size(Tensor t) {
   return t.shape().rank() ? t.numel() / std::max<int64_t>(t.dim(0), 1) : 1;
@@ -261,22 +267,35 @@ class ReferenceBackend final : public Backend {
   void rotary(const Rotary& a, DType dtype) override {
     dispatch_float(dtype, [&]<typename T>() { kernels::rotary<T>(a, 0, a.rows); });
   }
-  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind) override {
+  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind,
+                   const GluAffine& affine) override {
+    const int64_t C = affine.width(gate);
     SF_CHECK(y.numel() == gate.numel() && up.numel() == gate.numel(), "glu_forward sizes");
+    if (gate.numel() == 0) return;
     dispatch_float(y.dtype(), [&]<typename T>() {
       kernels::glu_forward(static_cast<T*>(y.data()), static_cast<const T*>(gate.data()),
-                           static_cast<const T*>(up.data()), kind, 0, y.numel());
+                           static_cast<const T*>(up.data()), glu_maps<T>(affine), kind, C, 0,
+                           y.numel() / C);
     });
   }
-  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
-                    GluKind kind) override {
+  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up, GluKind kind,
+                    const GluAffine& affine) override {
+    const int64_t C = affine.width(gate);
     SF_CHECK(dgate.numel() == dy.numel() && dup.numel() == dy.numel() &&
                  gate.numel() == dy.numel() && up.numel() == dy.numel(),
              "glu_backward sizes");
     dispatch_float(dy.dtype(), [&]<typename T>() {
-      kernels::glu_backward(static_cast<T*>(dgate.data()), static_cast<T*>(dup.data()),
-                            static_cast<const T*>(dy.data()), static_cast<const T*>(gate.data()),
-                            static_cast<const T*>(up.data()), kind, 0, dy.numel());
+      std::vector<double> gate_sums(static_cast<size_t>(C), 0.0), up_sums = gate_sums;
+      if (dy.numel() > 0)
+        kernels::glu_backward(static_cast<T*>(dgate.data()), static_cast<T*>(dup.data()),
+                              gate_sums.data(), up_sums.data(), static_cast<const T*>(dy.data()),
+                              static_cast<const T*>(gate.data()), static_cast<const T*>(up.data()),
+                              glu_maps<T>(affine), kind, C, 0, dy.numel() / C);
+      for (const auto& [out, sums] : {std::pair{affine.dgate_scale, &gate_sums},
+                                      std::pair{affine.dup_scale, &up_sums}})
+        if (!out.empty())
+          for (int64_t c = 0; c < C; ++c)
+            static_cast<T*>(out.data())[c] = static_cast<T>((*sums)[size_t(c)]);
     });
   }
   void soft_cap_forward(Tensor y, Tensor x, double cap) override {

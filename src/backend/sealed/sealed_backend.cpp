@@ -179,13 +179,18 @@ class SealedBackend final : public Backend {
   void rotary(const Rotary& a, DType dtype) override {
     call("rotary", {}, {a.x, a.cos, a.sin}, [=, this] { inner_->rotary(a, dtype); });
   }
-  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind) override {
-    call("glu_forward", {y, gate, up}, {}, [=, this] { inner_->glu_forward(y, gate, up, kind); });
+  void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind,
+                   const GluAffine& affine) override {
+    call("glu_forward",
+         {y, gate, up, affine.gate_scale, affine.gate_bias, affine.up_scale, affine.up_bias}, {},
+         [=, this] { inner_->glu_forward(y, gate, up, kind, affine); });
   }
-  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up,
-                    GluKind kind) override {
-    call("glu_backward", {dgate, dup, dy, gate, up}, {},
-         [=, this] { inner_->glu_backward(dgate, dup, dy, gate, up, kind); });
+  void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up, GluKind kind,
+                    const GluAffine& affine) override {
+    call("glu_backward",
+         {dgate, dup, dy, gate, up, affine.gate_scale, affine.gate_bias, affine.up_scale,
+          affine.up_bias, affine.dgate_scale, affine.dup_scale},
+         {}, [=, this] { inner_->glu_backward(dgate, dup, dy, gate, up, kind, affine); });
   }
   void soft_cap_forward(Tensor y, Tensor x, double cap) override {
     call("soft_cap_forward", {y, x}, {}, [=, this] { inner_->soft_cap_forward(y, x, cap); });

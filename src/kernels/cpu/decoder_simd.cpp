@@ -59,22 +59,43 @@ HWY_INLINE VF Activation(GluKind kind, VF g, VF& derivative) {
   return hn::Mul(hn::Mul(half, g), hn::Add(one, t));
 }
 
-void GluForward(float* y, const float* gate, const float* up, GluKind kind, int64_t i0,
-                int64_t i1) {
-  ForVectors(i0, i1, [&](int64_t i, int64_t n) {
-    VF derivative;
-    Store(hn::Mul(Activation(kind, Load(gate + i, n), derivative), Load(up + i, n)), y + i, n);
-  });
+// x * scale + bias per column (either null: left out), rounded as scale_columns rounds it.
+HWY_INLINE VF Mapped(VF x, const float* scale, const float* bias, int64_t j, int64_t n) {
+  if (scale) x = hn::Mul(x, Load(scale + j, n));
+  if (bias) x = hn::Add(x, Load(bias + j, n));
+  return x;
 }
 
-void GluBackward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
-                 GluKind kind, int64_t i0, int64_t i1) {
-  ForVectors(i0, i1, [&](int64_t i, int64_t n) {
-    VF derivative;
-    const VF a = Activation(kind, Load(gate + i, n), derivative), g = Load(dy + i, n);
-    Store(hn::Mul(hn::Mul(g, Load(up + i, n)), derivative), dgate + i, n);
-    Store(hn::Mul(g, a), dup + i, n);
-  });
+void GluForward(float* y, const float* gate, const float* up, const GluMaps& m, GluKind kind,
+                int64_t C, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t o = r * C;
+    ForVectors(0, C, [&](int64_t j, int64_t n) {
+      VF derivative;
+      const VF g = Mapped(Load(gate + o + j, n), m.gate_scale, m.gate_bias, j, n);
+      const VF u = Mapped(Load(up + o + j, n), m.up_scale, m.up_bias, j, n);
+      Store(hn::Mul(Activation(kind, g, derivative), u), y + o + j, n);
+    });
+  }
+}
+
+void GluBackward(float* dgate, float* dup, float* gate_sums, float* up_sums, const float* dy,
+                 const float* gate, const float* up, const GluMaps& m, GluKind kind, int64_t C,
+                 int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t o = r * C;
+    ForVectors(0, C, [&](int64_t j, int64_t n) {
+      VF derivative;
+      const VF g0 = Load(gate + o + j, n), u0 = Load(up + o + j, n);
+      const VF u = Mapped(u0, m.up_scale, m.up_bias, j, n), e = Load(dy + o + j, n);
+      const VF a = Activation(kind, Mapped(g0, m.gate_scale, m.gate_bias, j, n), derivative);
+      const VF dg = hn::Mul(hn::Mul(e, u), derivative), du = hn::Mul(e, a);
+      Store(m.gate_scale ? hn::Mul(dg, Load(m.gate_scale + j, n)) : dg, dgate + o + j, n);
+      Store(m.up_scale ? hn::Mul(du, Load(m.up_scale + j, n)) : du, dup + o + j, n);
+      if (gate_sums) Store(hn::MulAdd(dg, g0, Load(gate_sums + j, n)), gate_sums + j, n);
+      if (up_sums) Store(hn::MulAdd(du, u0, Load(up_sums + j, n)), up_sums + j, n);
+    });
+  }
 }
 
 // The sum of a row's n values, a vector of partial sums at a time.
@@ -189,13 +210,15 @@ HWY_EXPORT(RmsNormBackwardInput);
 HWY_EXPORT(RmsNormBackwardParams);
 HWY_EXPORT(CrossEntropyRow);
 
-void glu_forward(float* y, const float* gate, const float* up, GluKind kind, int64_t i0,
-                 int64_t i1) {
-  HWY_DYNAMIC_DISPATCH(GluForward)(y, gate, up, kind, i0, i1);
+void glu_forward(float* y, const float* gate, const float* up, const GluMaps& maps, GluKind kind,
+                 int64_t C, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(GluForward)(y, gate, up, maps, kind, C, r0, r1);
 }
-void glu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
-                  GluKind kind, int64_t i0, int64_t i1) {
-  HWY_DYNAMIC_DISPATCH(GluBackward)(dgate, dup, dy, gate, up, kind, i0, i1);
+void glu_backward(float* dgate, float* dup, float* gate_sums, float* up_sums, const float* dy,
+                  const float* gate, const float* up, const GluMaps& maps, GluKind kind, int64_t C,
+                  int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(GluBackward)(dgate, dup, gate_sums, up_sums, dy, gate, up, maps, kind, C, r0,
+                                    r1);
 }
 void rms_norm_forward(float* y, float* saved, const float* x, const float* w, float offset,
                       int64_t C, float eps, int64_t r0, int64_t r1) {

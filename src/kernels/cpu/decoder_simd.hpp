@@ -4,14 +4,19 @@
 // cross-entropy: the scalar forms and the argument conventions).
 #include <cstdint>
 
+#include "kernels/decoder_ops.hpp"
 #include "seqforge/backend/ops.hpp"
 
 namespace seqforge::simd {
 
-void glu_forward(float* y, const float* gate, const float* up, GluKind kind, int64_t i0,
-                 int64_t i1);
-void glu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up,
-                  GluKind kind, int64_t i0, int64_t i1);
+// Rows [r0, r1) of a GLU over gate, up (R, C) with per-column input maps (kernels/decoder_ops.hpp:
+// glu_forward, glu_backward; the column sums in f32, added into gate_sums, up_sums where given).
+using GluMaps = kernels::GluMaps<float>;
+void glu_forward(float* y, const float* gate, const float* up, const GluMaps& maps, GluKind kind,
+                 int64_t C, int64_t r0, int64_t r1);
+void glu_backward(float* dgate, float* dup, float* gate_sums, float* up_sums, const float* dy,
+                  const float* gate, const float* up, const GluMaps& maps, GluKind kind, int64_t C,
+                  int64_t r0, int64_t r1);
 void rms_norm_forward(float* y, float* saved, const float* x, const float* w, float offset,
                       int64_t C, float eps, int64_t r0, int64_t r1);
 void rms_norm_backward_input(float* dx, const float* dy, const float* x, const float* w,

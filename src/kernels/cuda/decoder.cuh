@@ -105,24 +105,74 @@ __device__ inline double glu_activation(GluKind kind, double g, double* derivati
   return mul_rn(mul_rn(0.5, g), 1.0 + t);
 }
 
-// y = act(gate) * up.
+// A GLU's per-column input maps (Backend's GluAffine); null: left out.
 template <typename T>
-__global__ void glu_forward_kernel(T* y, const T* gate, const T* up, GluKind kind, int64_t n) {
+struct GluMaps {
+  const T *gate_scale, *gate_bias, *up_scale, *up_bias;
+};
+
+// x * scale[j] + bias[j], rounded in T as scale_columns rounds it.
+template <typename T>
+__device__ inline T glu_mapped(T x, const T* scale, const T* bias, int64_t j) {
+  if (scale) x = mul_rn(x, scale[j]);
+  if (bias) x = x + bias[j];
+  return x;
+}
+
+// y = act(g) * u over gate, up (rows of C), g and u the inputs mapped per column.
+template <typename T>
+__global__ void glu_forward_kernel(T* y, const T* gate, const T* up, GluMaps<T> m, GluKind kind,
+                                   int64_t n, int64_t C) {
   SF_GRID_STRIDE(i, n) {
+    const int64_t j = i % C;
+    const double g = glu_mapped(gate[i], m.gate_scale, m.gate_bias, j);
+    const double u = glu_mapped(up[i], m.up_scale, m.up_bias, j);
     double d;
-    y[i] = static_cast<T>(mul_rn(glu_activation(kind, gate[i], &d), double(up[i])));
+    y[i] = static_cast<T>(mul_rn(glu_activation(kind, g, &d), u));
   }
 }
 
-// dgate = dy * up * act'(gate), dup = dy * act(gate).
+// Element i of the backward: dg = dy * u * act'(g), du = dy * act(g); dgate = dg * gate_scale,
+// dup = du * up_scale.
+template <typename T>
+__device__ inline void glu_backward_element(T* dgate, T* dup, const T* dy, const T* gate,
+                                            const T* up, const GluMaps<T>& m, GluKind kind,
+                                            int64_t i, int64_t j, double& dg, double& du) {
+  const double g = glu_mapped(gate[i], m.gate_scale, m.gate_bias, j);
+  const double u = glu_mapped(up[i], m.up_scale, m.up_bias, j);
+  double d;
+  const double a = glu_activation(kind, g, &d), e = dy[i];
+  dg = mul_rn(mul_rn(e, u), d), du = mul_rn(e, a);
+  dgate[i] = static_cast<T>(m.gate_scale ? mul_rn(dg, double(m.gate_scale[j])) : dg);
+  dup[i] = static_cast<T>(m.up_scale ? mul_rn(du, double(m.up_scale[j])) : du);
+}
+
 template <typename T>
 __global__ void glu_backward_kernel(T* dgate, T* dup, const T* dy, const T* gate, const T* up,
-                                    GluKind kind, int64_t n) {
+                                    GluMaps<T> m, GluKind kind, int64_t n, int64_t C) {
   SF_GRID_STRIDE(i, n) {
-    double d;
-    const double a = glu_activation(kind, gate[i], &d), g = dy[i];
-    dgate[i] = static_cast<T>(mul_rn(mul_rn(g, double(up[i])), d));
-    dup[i] = static_cast<T>(mul_rn(g, a));
+    double dg, du;
+    glu_backward_element(dgate, dup, dy, gate, up, m, kind, i, i % C, dg, du);
+  }
+}
+
+// The same, one thread per column over the rows in order, writing the scales' gradients: the
+// column sums of dg * gate into dgate_scale, of du * up into dup_scale (each where given).
+template <typename T>
+__global__ void glu_backward_columns_kernel(T* dgate, T* dup, T* dgate_scale, T* dup_scale,
+                                            const T* dy, const T* gate, const T* up, GluMaps<T> m,
+                                            GluKind kind, int64_t rows, int64_t C) {
+  SF_GRID_STRIDE(j, C) {
+    double gate_sum = 0, up_sum = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r * C + j;
+      double dg, du;
+      glu_backward_element(dgate, dup, dy, gate, up, m, kind, i, j, dg, du);
+      gate_sum += mul_rn(dg, double(gate[i]));
+      up_sum += mul_rn(du, double(up[i]));
+    }
+    if (dgate_scale) dgate_scale[j] = static_cast<T>(gate_sum);
+    if (dup_scale) dup_scale[j] = static_cast<T>(up_sum);
   }
 }
 

@@ -561,12 +561,19 @@ void rotary(const Rotary& a, DType dtype, cudaStream_t stream) {
   });
 }
 
-void glu_forward(void* y, const void* gate, const void* up, GluKind kind, DType dtype, int64_t n,
-                 cudaStream_t stream) {
+template <typename T>
+GluMaps<T> glu_maps(const GluColumns& c) {
+  const auto at = [](const void* p) { return static_cast<const T*>(p); };
+  return {at(c.gate_scale), at(c.gate_bias), at(c.up_scale), at(c.up_bias)};
+}
+
+void glu_forward(void* y, const void* gate, const void* up, const GluColumns& cols, GluKind kind,
+                 DType dtype, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     SF_LAUNCH(blocks_for(n), kThreads, 0, stream, glu_forward_kernel<T>)
-    (static_cast<T*>(y), static_cast<const T*>(gate), static_cast<const T*>(up), kind, n);
+    (static_cast<T*>(y), static_cast<const T*>(gate), static_cast<const T*>(up), glu_maps<T>(cols),
+     kind, n, cols.C);
   });
 }
 
@@ -589,12 +596,20 @@ void soft_cap_backward(void* dx, const void* dy, const void* y, double cap, DTyp
 }
 
 void glu_backward(void* dgate, void* dup, const void* dy, const void* gate, const void* up,
-                  GluKind kind, DType dtype, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
+                  const GluColumns& cols, GluKind kind, DType dtype, int64_t n,
+                  cudaStream_t stream) {
+  if (cols.C == 0 || (n == 0 && !cols.dgate_scale && !cols.dup_scale)) return;
   dispatch_float(dtype, [&]<typename T>() {
+    if (cols.dgate_scale || cols.dup_scale) {
+      SF_LAUNCH(blocks_for(cols.C), kThreads, 0, stream, glu_backward_columns_kernel<T>)
+      (static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<T*>(cols.dgate_scale),
+       static_cast<T*>(cols.dup_scale), static_cast<const T*>(dy), static_cast<const T*>(gate),
+       static_cast<const T*>(up), glu_maps<T>(cols), kind, n / cols.C, cols.C);
+      return;
+    }
     SF_LAUNCH(blocks_for(n), kThreads, 0, stream, glu_backward_kernel<T>)
     (static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<const T*>(dy),
-     static_cast<const T*>(gate), static_cast<const T*>(up), kind, n);
+     static_cast<const T*>(gate), static_cast<const T*>(up), glu_maps<T>(cols), kind, n, cols.C);
   });
 }
 

@@ -103,10 +103,17 @@ void soft_cap_forward(void* y, const void* x, double cap, DType dtype, int64_t n
                       cudaStream_t stream);
 void soft_cap_backward(void* dx, const void* dy, const void* y, double cap, DType dtype, int64_t n,
                        cudaStream_t stream);
-void glu_forward(void* y, const void* gate, const void* up, GluKind kind, DType dtype, int64_t n,
-                 cudaStream_t stream);
+// A GLU over rows of C with per-column input maps (Backend's GluAffine; null: left out).
+struct GluColumns {
+  int64_t C = 0;
+  const void *gate_scale = nullptr, *gate_bias = nullptr, *up_scale = nullptr, *up_bias = nullptr;
+  void *dgate_scale = nullptr, *dup_scale = nullptr;
+};
+void glu_forward(void* y, const void* gate, const void* up, const GluColumns& cols, GluKind kind,
+                 DType dtype, int64_t n, cudaStream_t stream);
 void glu_backward(void* dgate, void* dup, const void* dy, const void* gate, const void* up,
-                  GluKind kind, DType dtype, int64_t n, cudaStream_t stream);
+                  const GluColumns& cols, GluKind kind, DType dtype, int64_t n,
+                  cudaStream_t stream);
 
 // Attention (attention.cuh). Backward needs `delta`: B * heads * T elements of the dtype.
 void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stream);
