@@ -683,16 +683,21 @@ OpCase small_ops_case() {
         sc_b(be, dt, {13}, values(rng, 13)), sc_y(be, dt, {40, 13}, std::vector<double>(520));
     be.scale_columns(sc_y.t, sc_x.t, sc_s.t, sc_b.t);
     out["scale_columns_bias"] = to_doubles(be, sc_y.t);
-    // Into columns 5..17 of rows 30 wide: written (beta 0), then added to (beta 1); the other
-    // columns untouched.
-    HostTensor sc_wide(be, dt, {40, 30}, values(rng, 1200));
-    const auto at_column = [&](int64_t c) {
-      return Tensor(static_cast<std::byte*>(sc_wide.t.data()) + c * dtype_size(dt), dt, {40, 13});
+    // Into columns 5..17 of rows 30 wide: written, then added to in place, then written as the
+    // sum with columns 2..14 of another such block; the other columns untouched.
+    HostTensor sc_wide(be, dt, {40, 30}, values(rng, 1200)),
+        sc_other(be, dt, {40, 30}, values(rng, 1200));
+    const auto at_column = [&](const HostTensor& h, int64_t c) {
+      return Tensor(static_cast<std::byte*>(h.t.data()) + c * dtype_size(dt), dt, {40, 13});
     };
-    be.scale_columns(at_column(5), sc_x.t, sc_s.t, sc_b.t, 30, 0.0);
+    be.scale_columns(at_column(sc_wide, 5), sc_x.t, sc_s.t, sc_b.t, 30);
     out["scale_columns_strided"] = to_doubles(be, sc_wide.t);
-    be.scale_columns(at_column(5), sc_x.t, sc_s.t, {}, 30, 1.0);
+    be.scale_columns(at_column(sc_wide, 5), sc_x.t, sc_s.t, {}, 30,
+                     at_column(sc_wide, 5).data());
     out["scale_columns_strided_added"] = to_doubles(be, sc_wide.t);
+    be.scale_columns(at_column(sc_wide, 5), sc_x.t, sc_s.t, sc_b.t, 30,
+                     at_column(sc_other, 2).data());
+    out["scale_columns_strided_addend"] = to_doubles(be, sc_wide.t);
     be.scale_columns(sc_x.t, sc_x.t, sc_s.t, {});
     out["scale_columns_in_place"] = to_doubles(be, sc_x.t);
     HostTensor dn_v(be, dt, {9, 31}, values(rng, 279)), dn_m(be, dt, {9}, values(rng, 9, 0.5, 2)),

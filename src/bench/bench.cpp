@@ -320,10 +320,10 @@ class RecordingBackend final : public Backend {
     SF_PROFILE_SCOPE("soft_cap_backward");
     inner_.soft_cap_backward(dx, dy, y, cap);
   }
-  void run_scale_columns(Tensor y, int64_t ldy, double beta, Tensor x, Tensor s,
+  void run_scale_columns(Tensor y, int64_t ldy, const void* addend, Tensor x, Tensor s,
                          Tensor b) override {
     SF_PROFILE_SCOPE("scale_columns");
-    inner_.scale_columns(y, x, s, b, ldy, beta);
+    inner_.scale_columns(y, x, s, b, ldy, addend);
   }
   void run_dora_backward(Tensor dpre, Tensor dm, Tensor dy, int64_t ldy, Tensor pre, Tensor s,
                          Tensor inv) override {

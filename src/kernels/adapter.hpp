@@ -7,17 +7,18 @@
 
 namespace seqforge::kernels {
 
-// Rows [r0, r1) of y (R, C), rows ldy apart, = beta y + x * s (C) broadcast over the rows, + b (C)
-// when given. y may be x (in place, ldy C, beta 0).
+// Rows [r0, r1) of y (R, C), rows ldy apart, = x * s (C) broadcast over the rows, + b (C) when
+// given, + addend (rows ldy apart) when given. y may be x (in place, ldy C) or the addend.
 template <typename T>
-void scale_columns(T* y, int64_t ldy, T beta, const T* x, const T* s, const T* b, int64_t C,
-                   int64_t r0, int64_t r1) {
+void scale_columns(T* y, int64_t ldy, const T* addend, const T* x, const T* s, const T* b,
+                   int64_t C, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     T* yr = y + r * ldy;
     const T* xr = x + r * C;
-    if (beta != T(0)) {
+    if (addend) {
+      const T* ar = addend + r * ldy;
 #pragma omp simd
-      for (int64_t j = 0; j < C; ++j) yr[j] = beta * yr[j] + (xr[j] * s[j] + (b ? b[j] : T(0)));
+      for (int64_t j = 0; j < C; ++j) yr[j] = ar[j] + (xr[j] * s[j] + (b ? b[j] : T(0)));
     } else if (b) {
 #pragma omp simd
       for (int64_t j = 0; j < C; ++j) yr[j] = xr[j] * s[j] + b[j];

@@ -301,8 +301,8 @@ void Decoder::project_qkv(Backend& be, Layer& l, Tensor h1, const void* h1_low, 
   const double offset = norm_offset(), eps = opt_.rms_norm_eps;
   if (opt_.gemma) {  // q and k projected apart, normed per head, then placed in qkv
     const Tensor q = l.a->q_raw.get(be, dt, {N * H, D}), k = l.a->k_raw.get(be, dt, {N * KV, D});
-    proj_forward(be, l.q, q.data(), HD, h1.data(), C, h1_low, 0.0);
-    proj_forward(be, l.k, k.data(), KV * D, h1.data(), C, h1_low, 0.0);
+    proj_forward(be, l.q, q.data(), HD, h1.data(), C, h1_low, nullptr);
+    proj_forward(be, l.k, k.data(), KV * D, h1.data(), C, h1_low, nullptr);
     const Tensor qn = scratch_->dq_normed.get(be, dt, {N * H, D});
     be.rms_norm_forward(qn, l.a->q_saved.get(be, dt, {N * H}), q, params_.value(l.q_norm), offset,
                         eps);
@@ -312,10 +312,10 @@ void Decoder::project_qkv(Backend& be, Layer& l, Tensor h1, const void* h1_low, 
                         eps);
     be.copy_rows(at(qkv.data(), HD, dt), W, kn.data(), KV * D, N, KV * D, dt);
   } else {
-    proj_forward(be, l.q, qkv.data(), W, h1.data(), C, h1_low, 0.0);
-    proj_forward(be, l.k, at(qkv.data(), HD, dt), W, h1.data(), C, h1_low, 0.0);
+    proj_forward(be, l.q, qkv.data(), W, h1.data(), C, h1_low, nullptr);
+    proj_forward(be, l.k, at(qkv.data(), HD, dt), W, h1.data(), C, h1_low, nullptr);
   }
-  proj_forward(be, l.v, at(qkv.data(), HD + KV * D, dt), W, h1.data(), C, h1_low, 0.0);
+  proj_forward(be, l.v, at(qkv.data(), HD + KV * D, dt), W, h1.data(), C, h1_low, nullptr);
   be.rotary(rotary_of(qkv.data(), N, seq, first_pos, l.local), dt);
 }
 
@@ -341,15 +341,15 @@ void Decoder::layer_tail(Backend& be, Layer& l, Tensor x, const void* att) {
   const auto value = [&](size_t i) { return params_.value(i); };
   const void* att_low = low_operand(be, l.a->att_low, att, N, HD, HD);
   const Tensor mid = l.a->mid.get(be, dt, {N, C});
-  be.copy(mid, x);
   if (opt_.gemma) {  // o_proj's output normed, then added
     const Tensor o = l.a->o_out.get(be, dt, {N, C}),
                  normed = scratch_->dbranch_out.get(be, dt, {N, C});
-    proj_forward(be, l.o, o.data(), C, att, HD, att_low, 0.0);
+    proj_forward(be, l.o, o.data(), C, att, HD, att_low, nullptr);
     be.rms_norm_forward(normed, l.a->o_saved.get(be, dt, {N}), o, value(l.post_attn), offset, eps);
+    be.copy(mid, x);
     be.add(mid, normed);
   } else {
-    proj_forward(be, l.o, mid.data(), C, att, HD, att_low, 1.0);
+    proj_forward(be, l.o, mid.data(), C, att, HD, att_low, x.data());
   }
 
   const Tensor h2 = l.a->h2.get(be, dt, {N, C});
@@ -358,22 +358,22 @@ void Decoder::layer_tail(Backend& be, Layer& l, Tensor x, const void* att) {
   for (Proj* p : {&l.gate, &l.up}) {
     const bool unscaled = scaled_in_glu(*p);
     const Tensor y = unscaled ? Tensor() : (p == &l.gate ? l.a->gate_out : l.a->up_out).get(be, dt, {N, F});
-    proj_forward(be, *p, y.data(), F, h2.data(), C, h2_low, 0.0, unscaled);
+    proj_forward(be, *p, y.data(), F, h2.data(), C, h2_low, nullptr, unscaled);
   }
   const GluInputs in = glu_inputs(l);
   const Tensor act = l.a->act.get(be, dt, {N, F});
   be.glu_forward(act, in.gate, in.up, opt_.activation, in.affine);
   const void* act_low = low_operand(be, l.a->act_low, act.data(), N, F, F);
   const Tensor out = l.out.get(be, dt, {N, C});
-  be.copy(out, mid);
   if (opt_.gemma) {
     const Tensor m = l.a->mlp_out.get(be, dt, {N, C}),
                  normed = scratch_->dbranch_out.get(be, dt, {N, C});
-    proj_forward(be, l.down, m.data(), C, act.data(), F, act_low, 0.0);
+    proj_forward(be, l.down, m.data(), C, act.data(), F, act_low, nullptr);
     be.rms_norm_forward(normed, l.a->mlp_saved.get(be, dt, {N}), m, value(l.post_mlp), offset, eps);
+    be.copy(out, mid);
     be.add(out, normed);
   } else {
-    proj_forward(be, l.down, out.data(), C, act.data(), F, act_low, 1.0);
+    proj_forward(be, l.down, out.data(), C, act.data(), F, act_low, mid.data());
   }
 }
 

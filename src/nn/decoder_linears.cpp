@@ -163,15 +163,15 @@ const void* Decoder::base_low_weight(const Proj& p) const {
   return (p.m == kNone ? p.w_low : p.base_low).tensor().data();
 }
 
-// y(N, out), rows ldy apart, (beta y +)= the Linear of x(N, in), rows ldx apart (x_low: x as a
-// packed bf16 operand, or null): without an adapter one GEMM into y; with LoRA x W0^T + b +
+// y(N, out), rows ldy apart, = (residual +) the Linear of x(N, in), rows ldx apart (x_low: x as a
+// packed bf16 operand, or null; residual: rows ldy apart, may be y): without an adapter one GEMM; with LoRA x W0^T + b +
 // s (in A^T) B^T; with DoRA (m / ||V||)(in V^T) + b (+ (x - in) W0^T): the product in V^T packed,
 // then scaled per column into y's rows. The adapter's input `in` is x, or with
 // adapter dropout x * mask (PEFT's lora_dropout: the base keeps x, so DoRA adds W0 on the
 // dropped-out part). With bf16 GEMMs the products with W0 and V take bf16 operands; the
 // adapters' rank-r products stay in f32.
 void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const void* x, int64_t ldx,
-                           const void* x_low, double beta, bool unscaled) {
+                           const void* x_low, const void* residual, bool unscaled) {
   const int64_t N = batch_ * seq_, r = opt_.adapter.rank;
   const DType dt = params_.dtype();
   const Tensor b = p.b == kNone ? Tensor() : params_.value(p.b);
@@ -198,8 +198,9 @@ void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const voi
     in = xd.data(), ldi = p.in;
   }
   if (p.m == kNone) {
+    if (residual && residual != y) be.copy_rows(y, ldy, residual, ldy, N, p.out, dt);
     product(x, ldx, x_low, params_.value(p.w).data(), low() ? low_weight(p) : nullptr, y, ldy,
-            beta);
+            residual ? 1.0 : 0.0);
     if (!b.empty()) {  // + b on every row: ones (N, 1) b (1, out)
       const Tensor ones = scratch_->ones.tensor();
       gemm(be, dt, false, false, N, p.out, 1, ones.data(), 1, b.data(), p.out, y, ldy, 1.0, 1.0);
@@ -224,7 +225,7 @@ void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const voi
     SF_CHECK(!drop, "DoRA's column scaling left to the caller with adapter dropout");
     return;
   }
-  be.scale_columns(Tensor(y, dt, {N, p.out}), pre, p.scale.tensor(), b, ldy, beta);
+  be.scale_columns(Tensor(y, dt, {N, p.out}), pre, p.scale.tensor(), b, ldy, residual);
   if (!drop) return;
   // + (x - in) W0^T
   const Tensor rest = scratch_->rest.get(be, dt, {N, p.in});

@@ -228,10 +228,12 @@ class Backend {
   virtual void soft_cap_forward(Tensor y, Tensor x, double cap);
   virtual void soft_cap_backward(Tensor dx, Tensor dy, Tensor y, double cap);
 
-  // y(R, C) = beta y + x(R, C) * s(C) broadcast over rows, + b(C) when given; y's rows are ldy
-  // apart (0: C), so that it may sit inside wider rows; y may be x (C apart, beta 0).
-  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b, int64_t ldy = 0, double beta = 0) {
-    run_scale_columns(y, ldy ? ldy : s.numel(), beta, x, s, b);
+  // y(R, C) = x(R, C) * s(C) broadcast over rows, + b(C) when given, + addend when given; y's
+  // and addend's rows are ldy apart (0: C), so that they may sit inside wider rows. y may be x
+  // (C apart, no addend) or the addend (a residual stream gaining a branch).
+  void scale_columns(Tensor y, Tensor x, Tensor s, Tensor b, int64_t ldy = 0,
+                     const void* addend = nullptr) {
+    run_scale_columns(y, ldy ? ldy : s.numel(), addend, x, s, b);
   }
   // DoRA's weight norm, per row of v(R, C): inv_norm(R) = 1 / ||v_r||, scale(R) = m * inv_norm.
   virtual void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) = 0;
@@ -298,7 +300,7 @@ class Backend {
 
  protected:
   const uint64_t* seed_base_ = nullptr;  // set_seed_base's
-  virtual void run_scale_columns(Tensor y, int64_t ldy, double beta, Tensor x, Tensor s,
+  virtual void run_scale_columns(Tensor y, int64_t ldy, const void* addend, Tensor x, Tensor s,
                                  Tensor b) = 0;
   virtual void run_dora_backward(Tensor dpre, Tensor dm, Tensor dy, int64_t ldy, Tensor pre,
                                  Tensor scale, Tensor inv_norm) = 0;

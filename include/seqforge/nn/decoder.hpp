@@ -92,7 +92,7 @@ class Decoder final : public Model {
   // A Linear forward and backward; `unscaled`: the caller applies DoRA's column scaling (the
   // forward stops at the product before it, p.pre; dy is the gradient there and m's is done).
   void proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const void* x, int64_t ldx,
-                    const void* x_low, double beta, bool unscaled = false);
+                    const void* x_low, const void* residual, bool unscaled = false);
   void proj_backward(Backend& be, Proj& p, void* dx, double dx_beta, const void* dy, int64_t ldy,
                      const void* x, int64_t ldx, const void* x_low, bool unscaled = false);
   // Whether the gated activation applies gate_proj's or up_proj's DoRA column scaling (and bias)

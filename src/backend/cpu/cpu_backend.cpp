@@ -526,15 +526,16 @@ class CpuBackend final : public Backend {
                                  i0, i1);
     });
   }
-  void run_scale_columns(Tensor y, int64_t ldy, double beta, Tensor x, Tensor s,
+  void run_scale_columns(Tensor y, int64_t ldy, const void* addend, Tensor x, Tensor s,
                          Tensor b) override {
-    if (x.dtype() != DType::f32) return ref_->scale_columns(y, x, s, b, ldy, beta);
+    if (x.dtype() != DType::f32) return ref_->scale_columns(y, x, s, b, ldy, addend);
     const int64_t C = s.numel();
     SF_CHECK(
         y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C) && ldy >= C,
         "scale_columns shapes");
     parallel_rows(x.numel() / C, C, [&](int64_t r0, int64_t r1) {
-      kernels::scale_columns(y.data_as<float>(), ldy, float(beta), x.data_as<float>(),
+      kernels::scale_columns(y.data_as<float>(), ldy, static_cast<const float*>(addend),
+                             x.data_as<float>(),
                              s.data_as<float>(), b.empty() ? nullptr : b.data_as<float>(), C, r0,
                              r1);
     });

@@ -441,13 +441,13 @@ class CudaBackend final : public Backend {
     cuda::gelu_backward(dx.data(), dy.data(), x.data(), x.dtype(), x.numel(), stream_);
     launched("gelu_backward", x);
   }
-  void run_scale_columns(Tensor y, int64_t ldy, double beta, Tensor x, Tensor s,
+  void run_scale_columns(Tensor y, int64_t ldy, const void* addend, Tensor x, Tensor s,
                          Tensor b) override {
     const int64_t C = s.numel();
     SF_CHECK(
         y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C) && ldy >= C,
         "scale_columns shapes");
-    cuda::scale_columns(y.data(), ldy, beta, x.data(), s.data(), b.empty() ? nullptr : b.data(),
+    cuda::scale_columns(y.data(), ldy, addend, x.data(), s.data(), b.empty() ? nullptr : b.data(),
                         x.dtype(), x.numel() / C, C, stream_);
     launched("scale_columns", x);
   }

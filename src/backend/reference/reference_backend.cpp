@@ -313,14 +313,14 @@ class ReferenceBackend final : public Backend {
                                  static_cast<const T*>(y.data()), cap, 0, dy.numel());
     });
   }
-  void run_scale_columns(Tensor y, int64_t ldy, double beta, Tensor x, Tensor s,
+  void run_scale_columns(Tensor y, int64_t ldy, const void* addend, Tensor x, Tensor s,
                          Tensor b) override {
     const int64_t C = s.numel();
     SF_CHECK(
         y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C) && ldy >= C,
         "scale_columns shapes");
     dispatch_float(x.dtype(), [&]<typename T>() {
-      kernels::scale_columns(static_cast<T*>(y.data()), ldy, T(beta),
+      kernels::scale_columns(static_cast<T*>(y.data()), ldy, static_cast<const T*>(addend),
                              static_cast<const T*>(x.data()), static_cast<const T*>(s.data()),
                              b.empty() ? nullptr : static_cast<const T*>(b.data()), C, 0,
                              x.numel() / C);

@@ -199,10 +199,10 @@ class SealedBackend final : public Backend {
     call("soft_cap_backward", {dx, dy, y}, {},
          [=, this] { inner_->soft_cap_backward(dx, dy, y, cap); });
   }
-  void run_scale_columns(Tensor y, int64_t ldy, double beta, Tensor x, Tensor s,
+  void run_scale_columns(Tensor y, int64_t ldy, const void* addend, Tensor x, Tensor s,
                          Tensor b) override {
-    call("scale_columns", {y, x, s, b}, {},
-         [=, this] { inner_->scale_columns(y, x, s, b, ldy, beta); });
+    call("scale_columns", {y, x, s, b}, {addend},
+         [=, this] { inner_->scale_columns(y, x, s, b, ldy, addend); });
   }
   void run_dora_backward(Tensor dpre, Tensor dm, Tensor dy, int64_t ldy, Tensor pre, Tensor scale,
                          Tensor inv_norm) override {

@@ -48,15 +48,14 @@ __global__ void embedding_backward_atomic_kernel(T* dtable, const T* dout, const
   }
 }
 
-// y (rows ldy apart) = beta y + x * s (+ b) per column.
+// y (rows ldy apart) = x * s (+ b) per column (+ addend, rows ldy apart).
 template <typename T>
-__global__ void scale_columns_kernel(T* y, int64_t ldy, T beta, const T* x, const T* s, const T* b,
-                                     int64_t rows, int64_t cols) {
+__global__ void scale_columns_kernel(T* y, int64_t ldy, const T* addend, const T* x, const T* s,
+                                     const T* b, int64_t rows, int64_t cols) {
   SF_GRID_STRIDE(i, rows * cols) {
     const int64_t r = i / cols, j = i % cols;
     const T v = b ? x[i] * s[j] + b[j] : x[i] * s[j];
-    T& out = y[r * ldy + j];
-    out = beta != T(0) ? beta * out + v : v;
+    y[r * ldy + j] = addend ? addend[r * ldy + j] + v : v;
   }
 }
 

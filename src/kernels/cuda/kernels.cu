@@ -356,13 +356,14 @@ void embedding_backward(void* dtable, const void* dout, const void* ids, DType i
   });
 }
 
-void scale_columns(void* y, int64_t ldy, double beta, const void* x, const void* s, const void* b,
+void scale_columns(void* y, int64_t ldy, const void* addend, const void* x, const void* s,
+                   const void* b,
                    DType dtype, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     SF_LAUNCH(blocks_for(rows * cols), kThreads, 0, stream, scale_columns_kernel<T>)
-    (static_cast<T*>(y), ldy, T(beta), static_cast<const T*>(x), static_cast<const T*>(s),
-     static_cast<const T*>(b), rows, cols);
+    (static_cast<T*>(y), ldy, static_cast<const T*>(addend), static_cast<const T*>(x),
+     static_cast<const T*>(s), static_cast<const T*>(b), rows, cols);
   });
 }
 

@@ -373,7 +373,7 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     auto x = random(rng, R * C), s = random(rng, C), bias = random(rng, C), m = random(rng, R);
     std::vector<float> want(R * C), got(R * C);
     ref->scale_columns(view(want, {R, C}), view(x, {R, C}), view(s, {C}), view(bias, {C}));
-    cuda::scale_columns(got.data(), C, 0.0, x.data(), s.data(), bias.data(), DType::f32, R, C,
+    cuda::scale_columns(got.data(), C, nullptr, x.data(), s.data(), bias.data(), DType::f32, R, C,
                         nullptr);
     // x s + b is one FMA on a GPU (and here, compiled as nvcc compiles): one rounding fewer.
     expect_near(got, want, 2.4e-7, "scale_columns");
