@@ -735,6 +735,11 @@ OpCase small_ops_case() {
     out["layer_norm_dx"] = to_doubles(be, ln_dx.t);
     out["layer_norm_dw"] = to_doubles(be, ln_dw.t);
     out["layer_norm_db"] = to_doubles(be, ln_db.t);
+    // dx joined by a residual stream's gradient in the same pass.
+    HostTensor ln_res(be, dt, {70, 37}, values(rng, 70 * 37));
+    be.layer_norm_backward(ln_dx.t, ln_dw.t, ln_db.t, ln_dy.t, ln_x.t, ln_w.t, ln_saved.t,
+                           ln_res.t);
+    out["layer_norm_dx_residual"] = to_doubles(be, ln_dx.t);
     // Rows wider than the parameter gradients' column chunk (512 per thread), with a tail.
     HostTensor wide_x(be, dt, {45, 1100}, values(rng, 45 * 1100, -3, 3)),
         wide_w(be, dt, {1100}, values(rng, 1100, 0.5, 1.5)),
@@ -820,6 +825,9 @@ OpCase decoder_ops_case() {
       be.rms_norm_backward(dx.t, dw.t, dy.t, x.t, w.t, offset, saved.t);
       out["rms_norm_dx" + tag] = to_doubles(be, dx.t);
       out["rms_norm_dw" + tag] = to_doubles(be, dw.t);
+      HostTensor res(be, dt, {N, C}, values(rng, N * C));
+      be.rms_norm_backward(dx.t, dw.t, dy.t, x.t, w.t, offset, saved.t, res.t);
+      out["rms_norm_dx_residual" + tag] = to_doubles(be, dx.t);
     }
     // Two rows of 9 positions; 3 heads of 10 starting at column 5 of rows 40 wide.
     const int64_t B = 2, T = 9, H = 3, D = 10, ld = 40, positions = 12;

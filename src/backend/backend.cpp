@@ -56,7 +56,7 @@ void check_whole_chain(CellKind kind) {
 void Backend::rms_norm_forward(Tensor, Tensor, Tensor, Tensor, double, double) {
   fail("the ", name(), " backend does not run rms_norm_forward (Llama-style decoders) yet");
 }
-void Backend::rms_norm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, double, Tensor) {
+void Backend::rms_norm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, double, Tensor, Tensor) {
   fail("the ", name(), " backend does not run rms_norm_backward (Llama-style decoders) yet");
 }
 void Backend::rotary(const Rotary&, DType) {

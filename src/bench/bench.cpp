@@ -276,9 +276,9 @@ class RecordingBackend final : public Backend {
     inner_.layer_norm_forward(y, s, x, w, b, eps);
   }
   void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
-                           Tensor s) override {
+                           Tensor s, Tensor residual) override {
     SF_PROFILE_SCOPE("layer_norm_backward");
-    inner_.layer_norm_backward(dx, dw, db, dy, x, w, s);
+    inner_.layer_norm_backward(dx, dw, db, dy, x, w, s, residual);
   }
   void gelu_forward(Tensor y, Tensor x) override {
     SF_PROFILE_SCOPE("gelu_forward");
@@ -294,9 +294,9 @@ class RecordingBackend final : public Backend {
     inner_.rms_norm_forward(y, s, x, w, offset, eps);
   }
   void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
-                         Tensor s) override {
+                         Tensor s, Tensor residual) override {
     SF_PROFILE_SCOPE("rms_norm_backward");
-    inner_.rms_norm_backward(dx, dw, dy, x, w, offset, s);
+    inner_.rms_norm_backward(dx, dw, dy, x, w, offset, s, residual);
   }
   void rotary(const Rotary& a, DType dt) override {
     SF_PROFILE_SCOPE("rotary");

@@ -27,18 +27,21 @@ void rms_norm_forward(T* y, T* saved, const T* x, const T* w, double offset, int
   }
 }
 
-// Rows [r0, r1) of dx = rstd * (g - x * rstd^2 * mean(g * x)), g = dy * (offset + w).
+// Rows [r0, r1) of dx = rstd * (g - x * rstd^2 * mean(g * x)), g = dy * (offset + w), + residual
+// (rows of C) when given.
 template <typename T>
-void rms_norm_backward_input(T* dx, const T* dy, const T* x, const T* w, double offset,
-                             const T* saved, int64_t C, int64_t r0, int64_t r1) {
+void rms_norm_backward_input(T* dx, const T* residual, const T* dy, const T* x, const T* w,
+                             double offset, const T* saved, int64_t C, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const double rstd = saved[r];
     const T *xr = x + r * C, *dyr = dy + r * C;
     double gx = 0;
     for (int64_t j = 0; j < C; ++j) gx += double(dyr[j]) * (offset + w[j]) * xr[j];
     const double k = rstd * rstd * gx / double(C);
-    for (int64_t j = 0; j < C; ++j)
-      dx[r * C + j] = static_cast<T>(rstd * (double(dyr[j]) * (offset + w[j]) - xr[j] * k));
+    for (int64_t j = 0; j < C; ++j) {
+      const double v = rstd * (double(dyr[j]) * (offset + w[j]) - xr[j] * k);
+      dx[r * C + j] = static_cast<T>(residual ? v + double(residual[r * C + j]) : v);
+    }
   }
 }
 

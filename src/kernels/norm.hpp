@@ -28,10 +28,11 @@ void layer_norm_forward(T* y, T* saved, const T* x, const T* w, const T* b, int6
   }
 }
 
-// Rows [r0, r1) of dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.
+// Rows [r0, r1) of dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w, + residual (rows
+// of C) when given.
 template <typename T>
-void layer_norm_backward_input(T* dx, const T* dy, const T* x, const T* w, const T* saved,
-                               int64_t C, int64_t r0, int64_t r1) {
+void layer_norm_backward_input(T* dx, const T* residual, const T* dy, const T* x, const T* w,
+                               const T* saved, int64_t C, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const double mean = saved[2 * r], rstd = saved[2 * r + 1];
     const T *xr = x + r * C, *dyr = dy + r * C;
@@ -44,7 +45,8 @@ void layer_norm_backward_input(T* dx, const T* dy, const T* x, const T* w, const
     const double g_mean = g_sum / double(C), gx_mean = gx_sum / double(C);
     for (int64_t j = 0; j < C; ++j) {
       const double xhat = (xr[j] - mean) * rstd;
-      dx[r * C + j] = static_cast<T>(rstd * (double(dyr[j]) * w[j] - g_mean - xhat * gx_mean));
+      const double v = rstd * (double(dyr[j]) * w[j] - g_mean - xhat * gx_mean);
+      dx[r * C + j] = static_cast<T>(residual ? v + double(residual[r * C + j]) : v);
     }
   }
 }

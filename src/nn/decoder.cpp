@@ -553,8 +553,7 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
                 up_unscaled);
   const Tensor dmid = s.dmid.get(be, dt, {N, C});
   be.rms_norm_backward(dmid, norm_grad(be, l.ln2), dh, l.a->mid.tensor(), value(l.ln2), offset,
-                       l.a->saved2.tensor());
-  be.add(dmid, dout);
+                       l.a->saved2.tensor(), dout);
 
   // Attention branch: (Gemma: its norm,) o_proj, attention, the rotation undone, (Gemma: q's and
   // k's norms,) the projections.
@@ -601,8 +600,8 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
   }
   proj_backward(be, l.v, dh.data(), 1.0, at(dqkv.data(), HD + KV * D, dt), W, h1.data(), C,
                 low_of(l.a->h1_low));
-  be.rms_norm_backward(dx, norm_grad(be, l.ln1), dh, x, value(l.ln1), offset, l.a->saved1.tensor());
-  be.add(dx, dmid);
+  be.rms_norm_backward(dx, norm_grad(be, l.ln1), dh, x, value(l.ln1), offset, l.a->saved1.tensor(),
+                       dmid);
 }
 
 }  // namespace seqforge

@@ -260,8 +260,7 @@ void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tenso
   proj_backward(be, k.p[2], a, 2, dln2, d4, a.ln2.tensor(), op(a.ln2_low, a.ln2));
   Tensor dmid = sc.dmid.get(be, dt, {N, C});
   be.layer_norm_backward(dmid, G(k.ln2_w), norm_bias_grad(be, k.ln2_b), dln2, a.mid.tensor(),
-                         W(k.ln2_w), a.ln2_saved.tensor());
-  be.add(dmid, dout);
+                         W(k.ln2_w), a.ln2_saved.tensor(), dout);
   // Attention branch: mid = x + drop(att W_proj^T + b).
   dbranch = dmid;
   if (dropping_) {
@@ -285,8 +284,7 @@ void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tenso
   Tensor dln1 = sc.dc1.get(be, dt, {N, C});
   proj_backward(be, k.p[0], a, 0, dln1, dqkv, a.ln1.tensor(), op(a.ln1_low, a.ln1));
   be.layer_norm_backward(dx, G(k.ln1_w), norm_bias_grad(be, k.ln1_b), dln1, x, W(k.ln1_w),
-                         a.ln1_saved.tensor());
-  be.add(dx, dmid);
+                         a.ln1_saved.tensor(), dmid);
 }
 
 Tensor Transformer::bias(size_t i) const { return i == kNone ? Tensor() : params_.value(i); }

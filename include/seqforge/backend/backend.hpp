@@ -200,9 +200,10 @@ class Backend {
   // y may be bf16 with x in f32 (the result rounded): the operand of bf16 GEMMs, written directly.
   virtual void layer_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, Tensor b,
                                   double eps) = 0;
-  // dx = d(loss)/dx (assigned); dw, db (C) accumulate.
+  // dx = d(loss)/dx (assigned), + residual (x's shape) when given: a residual stream's gradient
+  // joining in the same pass; dw, db (C) accumulate.
   virtual void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
-                                   Tensor saved) = 0;
+                                   Tensor saved, Tensor residual = {}) = 0;
   // y = GELU(x) in its exact form x * Phi(x) (PyTorch's nn.GELU()), and dx = dy * GELU'(x).
   // As in layer_norm_forward, y may be bf16 with x in f32.
   virtual void gelu_forward(Tensor y, Tensor x) = 0;
@@ -212,9 +213,9 @@ class Backend {
   // rstd = 1 / sqrt(mean(x^2) + eps), saved (N) keeps rstd; Gemma scales by 1 + w (offset 1).
   virtual void rms_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, double offset,
                                 double eps);
-  // dx assigned, dw (C) accumulates.
+  // dx assigned (+ residual when given, as layer_norm_backward's), dw (C) accumulates.
   virtual void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
-                                 Tensor saved);
+                                 Tensor saved, Tensor residual = {});
   // Rotary position embeddings in place (ops.hpp).
   virtual void rotary(const Rotary& a, DType dtype);
   // A gated MLP's product y = act(gate) * up of gate, up (R, C), and its gradients (assigned).

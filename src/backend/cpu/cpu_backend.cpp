@@ -410,12 +410,16 @@ class CpuBackend final : public Backend {
     });
   }
   void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
-                           Tensor saved) override {
-    if (x.dtype() != DType::f32) return ref_->layer_norm_backward(dx, dw, db, dy, x, w, saved);
+                           Tensor saved, Tensor residual) override {
+    if (x.dtype() != DType::f32)
+      return ref_->layer_norm_backward(dx, dw, db, dy, x, w, saved, residual);
     const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    SF_CHECK(residual.empty() || residual.numel() == x.numel(), "layer_norm_backward residual");
+    const float* res = residual.empty() ? nullptr : residual.data_as<float>();
     parallel_rows(N, 6 * C, [&](int64_t r0, int64_t r1) {
-      simd::layer_norm_backward_input(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(),
-                                      w.data_as<float>(), saved.data_as<float>(), C, r0, r1);
+      simd::layer_norm_backward_input(dx.data_as<float>(), res, dy.data_as<float>(),
+                                      x.data_as<float>(), w.data_as<float>(),
+                                      saved.data_as<float>(), C, r0, r1);
     });
     parallel_rows(C, 4 * N, [&](int64_t c0, int64_t c1) {
       simd::layer_norm_backward_params(dw.data_as<float>(), db.data_as<float>(),
@@ -454,16 +458,19 @@ class CpuBackend final : public Backend {
     });
   }
   void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
-                         Tensor saved) override {
-    if (x.dtype() != DType::f32) return ref_->rms_norm_backward(dx, dw, dy, x, w, offset, saved);
+                         Tensor saved, Tensor residual) override {
+    if (x.dtype() != DType::f32)
+      return ref_->rms_norm_backward(dx, dw, dy, x, w, offset, saved, residual);
     const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
     SF_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel() && saved.numel() == N &&
-                 w.numel() == C && dw.numel() == C,
+                 w.numel() == C && dw.numel() == C &&
+                 (residual.empty() || residual.numel() == x.numel()),
              "rms_norm_backward shapes");
+    const float* res = residual.empty() ? nullptr : residual.data_as<float>();
     parallel_rows(N, 5 * C, [&](int64_t r0, int64_t r1) {
-      simd::rms_norm_backward_input(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(),
-                                    w.data_as<float>(), float(offset), saved.data_as<float>(), C,
-                                    r0, r1);
+      simd::rms_norm_backward_input(dx.data_as<float>(), res, dy.data_as<float>(),
+                                    x.data_as<float>(), w.data_as<float>(), float(offset),
+                                    saved.data_as<float>(), C, r0, r1);
     });
     parallel_rows(C, 3 * N, [&](int64_t c0, int64_t c1) {
       simd::rms_norm_backward_params(dw.data_as<float>(), dy.data_as<float>(), x.data_as<float>(),

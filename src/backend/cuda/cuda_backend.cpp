@@ -366,13 +366,15 @@ class CudaBackend final : public Backend {
     launched("layer_norm_forward", x);
   }
   void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
-                           Tensor saved) override {
+                           Tensor saved, Tensor residual) override {
     const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
     SF_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel() && dw.numel() == C &&
-                 db.numel() == C && saved.numel() == 2 * N,
+                 db.numel() == C && saved.numel() == 2 * N &&
+                 (residual.empty() || residual.numel() == x.numel()),
              "layer_norm_backward shapes");
     const size_t partial = static_cast<size_t>(2 * cuda::layer_norm_partial_chunks(N) * C);
-    cuda::layer_norm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+    cuda::layer_norm_backward(dx.data(), dw.data(), db.data(), residual.data(), dy.data(), x.data(),
+                              w.data(),
                               saved.data(), static_cast<double*>(scratch(0, partial * 8)),
                               x.dtype(), N, C, stream_);
     launched("layer_norm_backward", x);
@@ -388,13 +390,15 @@ class CudaBackend final : public Backend {
     launched("rms_norm_forward", x);
   }
   void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
-                         Tensor saved) override {
+                         Tensor saved, Tensor residual) override {
     const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
     SF_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel() && saved.numel() == N &&
-                 w.numel() == C && dw.numel() == C,
+                 w.numel() == C && dw.numel() == C &&
+                 (residual.empty() || residual.numel() == x.numel()),
              "rms_norm_backward shapes");
     const size_t partial = static_cast<size_t>(cuda::layer_norm_partial_chunks(N) * C);
-    cuda::rms_norm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), offset,
+    cuda::rms_norm_backward(dx.data(), dw.data(), residual.data(), dy.data(), x.data(), w.data(),
+                            offset,
                             saved.data(), static_cast<double*>(scratch(0, partial * 8)), x.dtype(),
                             N, C, stream_);
     launched("rms_norm_backward", x);

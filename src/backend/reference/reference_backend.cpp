@@ -212,12 +212,14 @@ class ReferenceBackend final : public Backend {
     });
   }
   void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
-                           Tensor saved) override {
+                           Tensor saved, Tensor residual) override {
     const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
+    SF_CHECK(residual.empty() || residual.numel() == x.numel(), "layer_norm_backward residual");
     dispatch_float(x.dtype(), [&]<typename T>() {
       const T *pdy = static_cast<const T*>(dy.data()), *px = static_cast<const T*>(x.data()),
               *ps = static_cast<const T*>(saved.data());
-      kernels::layer_norm_backward_input(static_cast<T*>(dx.data()), pdy, px,
+      kernels::layer_norm_backward_input(static_cast<T*>(dx.data()),
+                                         static_cast<const T*>(residual.data()), pdy, px,
                                          static_cast<const T*>(w.data()), ps, C, 0, N);
       kernels::layer_norm_backward_params(static_cast<T*>(dw.data()), static_cast<T*>(db.data()),
                                           pdy, px, ps, N, C, 0, C);
@@ -251,15 +253,17 @@ class ReferenceBackend final : public Backend {
     });
   }
   void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
-                         Tensor saved) override {
+                         Tensor saved, Tensor residual) override {
     const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
     SF_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel() && saved.numel() == N &&
-                 w.numel() == C && dw.numel() == C,
+                 w.numel() == C && dw.numel() == C &&
+                 (residual.empty() || residual.numel() == x.numel()),
              "rms_norm_backward shapes");
     dispatch_float(x.dtype(), [&]<typename T>() {
       const T *pdy = static_cast<const T*>(dy.data()), *px = static_cast<const T*>(x.data()),
               *ps = static_cast<const T*>(saved.data());
-      kernels::rms_norm_backward_input(static_cast<T*>(dx.data()), pdy, px,
+      kernels::rms_norm_backward_input(static_cast<T*>(dx.data()),
+                                       static_cast<const T*>(residual.data()), pdy, px,
                                        static_cast<const T*>(w.data()), offset, ps, C, 0, N);
       kernels::rms_norm_backward_params(static_cast<T*>(dw.data()), pdy, px, ps, N, C, 0, C);
     });

@@ -156,9 +156,9 @@ class SealedBackend final : public Backend {
          [=, this] { inner_->layer_norm_forward(y, saved, x, w, b, eps); });
   }
   void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
-                           Tensor saved) override {
-    call("layer_norm_backward", {dx, dw, db, dy, x, w, saved}, {},
-         [=, this] { inner_->layer_norm_backward(dx, dw, db, dy, x, w, saved); });
+                           Tensor saved, Tensor residual) override {
+    call("layer_norm_backward", {dx, dw, db, dy, x, w, saved, residual}, {},
+         [=, this] { inner_->layer_norm_backward(dx, dw, db, dy, x, w, saved, residual); });
   }
   void gelu_forward(Tensor y, Tensor x) override {
     call("gelu_forward", {y, x}, {}, [=, this] { inner_->gelu_forward(y, x); });
@@ -172,9 +172,9 @@ class SealedBackend final : public Backend {
          [=, this] { inner_->rms_norm_forward(y, saved, x, w, offset, eps); });
   }
   void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
-                         Tensor saved) override {
-    call("rms_norm_backward", {dx, dw, dy, x, w, saved}, {},
-         [=, this] { inner_->rms_norm_backward(dx, dw, dy, x, w, offset, saved); });
+                         Tensor saved, Tensor residual) override {
+    call("rms_norm_backward", {dx, dw, dy, x, w, saved, residual}, {},
+         [=, this] { inner_->rms_norm_backward(dx, dw, dy, x, w, offset, saved, residual); });
   }
   void rotary(const Rotary& a, DType dtype) override {
     call("rotary", {}, {a.x, a.cos, a.sin}, [=, this] { inner_->rotary(a, dtype); });

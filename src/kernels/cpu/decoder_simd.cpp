@@ -127,9 +127,10 @@ void RmsNormForward(float* y, float* saved, const float* x, const float* w, floa
   }
 }
 
-// Rows [r0, r1): dx = rstd (g - x rstd^2 mean(g x)), g = dy (offset + w).
-void RmsNormBackwardInput(float* dx, const float* dy, const float* x, const float* w, float offset,
-                          const float* saved, int64_t C, int64_t r0, int64_t r1) {
+// Rows [r0, r1): dx = rstd (g - x rstd^2 mean(g x)), g = dy (offset + w), + residual when given.
+void RmsNormBackwardInput(float* dx, const float* residual, const float* dy, const float* x,
+                          const float* w, float offset, const float* saved, int64_t C, int64_t r0,
+                          int64_t r1) {
   const DF d;
   const VF off = hn::Set(d, offset);
   for (int64_t r = r0; r < r1; ++r) {
@@ -138,9 +139,11 @@ void RmsNormBackwardInput(float* dx, const float* dy, const float* x, const floa
       return hn::Mul(hn::Mul(Load(dyr + j, n), hn::Add(off, Load(w + j, n))), Load(xr + j, n));
     });
     const VF vr = hn::Set(d, rstd), k = hn::Set(d, rstd * rstd * gx / float(C));
+    const float* res = residual ? residual + r * C : nullptr;
     ForVectors(0, C, [&](int64_t j, int64_t n) {
       const VF g = hn::Mul(Load(dyr + j, n), hn::Add(off, Load(w + j, n)));
-      Store(hn::Mul(vr, hn::NegMulAdd(Load(xr + j, n), k, g)), dx + r * C + j, n);
+      const VF v = hn::Mul(vr, hn::NegMulAdd(Load(xr + j, n), k, g));
+      Store(res ? hn::Add(v, Load(res + j, n)) : v, dx + r * C + j, n);
     });
   }
 }
@@ -224,9 +227,10 @@ void rms_norm_forward(float* y, float* saved, const float* x, const float* w, fl
                       int64_t C, float eps, int64_t r0, int64_t r1) {
   HWY_DYNAMIC_DISPATCH(RmsNormForward)(y, saved, x, w, offset, C, eps, r0, r1);
 }
-void rms_norm_backward_input(float* dx, const float* dy, const float* x, const float* w,
-                             float offset, const float* saved, int64_t C, int64_t r0, int64_t r1) {
-  HWY_DYNAMIC_DISPATCH(RmsNormBackwardInput)(dx, dy, x, w, offset, saved, C, r0, r1);
+void rms_norm_backward_input(float* dx, const float* residual, const float* dy, const float* x,
+                             const float* w, float offset, const float* saved, int64_t C,
+                             int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(RmsNormBackwardInput)(dx, residual, dy, x, w, offset, saved, C, r0, r1);
 }
 void rms_norm_backward_params(float* dw, const float* dy, const float* x, const float* saved,
                               int64_t rows, int64_t C, int64_t c0, int64_t c1) {

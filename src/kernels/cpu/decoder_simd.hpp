@@ -19,8 +19,9 @@ void glu_backward(float* dgate, float* dup, float* gate_sums, float* up_sums, co
                   int64_t r0, int64_t r1);
 void rms_norm_forward(float* y, float* saved, const float* x, const float* w, float offset,
                       int64_t C, float eps, int64_t r0, int64_t r1);
-void rms_norm_backward_input(float* dx, const float* dy, const float* x, const float* w,
-                             float offset, const float* saved, int64_t C, int64_t r0, int64_t r1);
+void rms_norm_backward_input(float* dx, const float* residual, const float* dy, const float* x,
+                             const float* w, float offset, const float* saved, int64_t C,
+                             int64_t r0, int64_t r1);
 void rms_norm_backward_params(float* dw, const float* dy, const float* x, const float* saved,
                               int64_t rows, int64_t C, int64_t c0, int64_t c1);
 // One row x (C) of logits against class y: d = coef (softmax(x) - onehot(y)); returns the row's

@@ -121,8 +121,9 @@ void LayerNormForward(float* y, float* saved, const float* x, const float* w, co
 }
 
 // Rows [r0, r1): dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w.
-void LayerNormBackwardInput(float* dx, const float* dy, const float* x, const float* w,
-                            const float* saved, int64_t C, int64_t r0, int64_t r1) {
+void LayerNormBackwardInput(float* dx, const float* residual, const float* dy, const float* x,
+                            const float* w, const float* saved, int64_t C, int64_t r0,
+                            int64_t r1) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   for (int64_t r = r0; r < r1; ++r) {
@@ -148,11 +149,15 @@ void LayerNormBackwardInput(float* dx, const float* dy, const float* x, const fl
       const auto xhat = hn::Mul(hn::Sub(xv, vmean), vrstd);
       return hn::Mul(vrstd, hn::Sub(hn::Sub(hn::Mul(dyv, wv), g_mean), hn::Mul(xhat, gx_mean)));
     };
-    for (j = 0; j + N <= C; j += N)
-      hn::StoreU(out(hn::LoadU(d, xr + j), hn::LoadU(d, dyr + j), hn::LoadU(d, w + j)), d, dxr + j);
+    const float* res = residual ? residual + r * C : nullptr;
+    for (j = 0; j + N <= C; j += N) {
+      auto v = out(hn::LoadU(d, xr + j), hn::LoadU(d, dyr + j), hn::LoadU(d, w + j));
+      hn::StoreU(res ? hn::Add(v, hn::LoadU(d, res + j)) : v, d, dxr + j);
+    }
     if (j < C) {
       const size_t n = static_cast<size_t>(C - j);
-      StoreN(out(LoadN(d, xr + j, n), LoadN(d, dyr + j, n), LoadN(d, w + j, n)), d, dxr + j, n);
+      auto v = out(LoadN(d, xr + j, n), LoadN(d, dyr + j, n), LoadN(d, w + j, n));
+      StoreN(res ? hn::Add(v, LoadN(d, res + j, n)) : v, d, dxr + j, n);
     }
   }
 }
@@ -226,9 +231,10 @@ void layer_norm_forward(float* y, float* saved, const float* x, const float* w, 
                         int64_t C, float eps, int64_t r0, int64_t r1) {
   HWY_DYNAMIC_DISPATCH(LayerNormForward)(y, saved, x, w, b, C, eps, r0, r1);
 }
-void layer_norm_backward_input(float* dx, const float* dy, const float* x, const float* w,
-                               const float* saved, int64_t C, int64_t r0, int64_t r1) {
-  HWY_DYNAMIC_DISPATCH(LayerNormBackwardInput)(dx, dy, x, w, saved, C, r0, r1);
+void layer_norm_backward_input(float* dx, const float* residual, const float* dy, const float* x,
+                               const float* w, const float* saved, int64_t C, int64_t r0,
+                               int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(LayerNormBackwardInput)(dx, residual, dy, x, w, saved, C, r0, r1);
 }
 void layer_norm_backward_params(float* dw, float* db, const float* dy, const float* x,
                                 const float* saved, int64_t rows, int64_t C, int64_t c0,

@@ -26,9 +26,9 @@ __global__ void rms_norm_forward_kernel(T* y, T* saved, const T* x, const T* w, 
 
 // One block per row: dx = rstd (g - x rstd^2 mean(g x)), g = dy (offset + w).
 template <typename T>
-__global__ void rms_norm_backward_input_kernel(T* dx, const T* dy, const T* x, const T* w,
-                                               double offset, const T* saved, int64_t rows,
-                                               int64_t C) {
+__global__ void rms_norm_backward_input_kernel(T* dx, const T* residual, const T* dy, const T* x,
+                                               const T* w, double offset, const T* saved,
+                                               int64_t rows, int64_t C) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const double rstd = saved[r];
     const T *xr = x + r * C, *dyr = dy + r * C;
@@ -38,7 +38,8 @@ __global__ void rms_norm_backward_input_kernel(T* dx, const T* dy, const T* x, c
     const double k = mul_rn(mul_rn(rstd, rstd), block_sum2(gx, 0).x) / double(C);
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
       const double g = mul_rn(double(dyr[j]), offset + double(w[j]));
-      dx[r * C + j] = static_cast<T>(mul_rn(rstd, g - mul_rn(double(xr[j]), k)));
+      const double v = mul_rn(rstd, g - mul_rn(double(xr[j]), k));
+      dx[r * C + j] = static_cast<T>(residual ? v + double(residual[r * C + j]) : v);
     }
   }
 }

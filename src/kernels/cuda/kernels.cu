@@ -486,13 +486,14 @@ int64_t layer_norm_partial_chunks(int64_t rows) {
   return std::clamp<int64_t>((rows + 63) / 64, 1, 256);
 }
 
-void layer_norm_backward(void* dx, void* dw, void* db, const void* dy, const void* x, const void* w,
-                         const void* saved, double* partial, DType dtype, int64_t rows, int64_t C,
-                         cudaStream_t stream) {
+void layer_norm_backward(void* dx, void* dw, void* db, const void* residual, const void* dy,
+                         const void* x, const void* w, const void* saved, double* partial,
+                         DType dtype, int64_t rows, int64_t C, cudaStream_t stream) {
   if (rows == 0 || C == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, layer_norm_backward_input_kernel<T>)
-    (static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),
+    (static_cast<T*>(dx), static_cast<const T*>(residual), static_cast<const T*>(dy),
+     static_cast<const T*>(x),
      static_cast<const T*>(w), static_cast<const T*>(saved), rows, C);
     const int64_t chunks = layer_norm_partial_chunks(rows);
     const int64_t tiles = chunks * ((C + kThreads - 1) / kThreads);
@@ -535,13 +536,14 @@ void rms_norm_forward(void* y, void* saved, const void* x, const void* w, double
   });
 }
 
-void rms_norm_backward(void* dx, void* dw, const void* dy, const void* x, const void* w,
-                       double offset, const void* saved, double* partial, DType dtype, int64_t rows,
-                       int64_t C, cudaStream_t stream) {
+void rms_norm_backward(void* dx, void* dw, const void* residual, const void* dy, const void* x,
+                       const void* w, double offset, const void* saved, double* partial,
+                       DType dtype, int64_t rows, int64_t C, cudaStream_t stream) {
   if (rows == 0 || C == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, rms_norm_backward_input_kernel<T>)
-    (static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),
+    (static_cast<T*>(dx), static_cast<const T*>(residual), static_cast<const T*>(dy),
+     static_cast<const T*>(x),
      static_cast<const T*>(w), offset, static_cast<const T*>(saved), rows, C);
     const int64_t chunks = layer_norm_partial_chunks(rows);
     const int64_t tiles = chunks * ((C + kThreads - 1) / kThreads);

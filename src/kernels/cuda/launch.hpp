@@ -78,26 +78,28 @@ void dora_backward(void* dpre, void* dm, const void* dy, int64_t ldy, const void
                    cudaStream_t stream);
 
 // Layer norm and GELU (norm.cuh); y may be bf16 with x in f32. layer_norm_backward needs
-// `partial`: 2 * layer_norm_partial_chunks(rows) * C doubles of device memory.
+// `partial`: 2 * layer_norm_partial_chunks(rows) * C doubles of device memory; its dx gains
+// `residual` (rows of C) where given.
 void layer_norm_forward(void* y, DType y_type, void* saved, const void* x, const void* w,
                         const void* b, DType dtype, int64_t rows, int64_t C, double eps,
                         cudaStream_t stream);
 int64_t layer_norm_partial_chunks(int64_t rows);
-void layer_norm_backward(void* dx, void* dw, void* db, const void* dy, const void* x, const void* w,
-                         const void* saved, double* partial, DType dtype, int64_t rows, int64_t C,
-                         cudaStream_t stream);
+void layer_norm_backward(void* dx, void* dw, void* db, const void* residual, const void* dy,
+                         const void* x, const void* w, const void* saved, double* partial,
+                         DType dtype, int64_t rows, int64_t C, cudaStream_t stream);
 void gelu_forward(void* y, DType y_type, const void* x, DType dtype, int64_t n,
                   cudaStream_t stream);
 void gelu_backward(void* dx, const void* dy, const void* x, DType dtype, int64_t n,
                    cudaStream_t stream);
 
 // The decoders' ops (decoder.cuh): RMS norm (rms_norm_backward needs `partial`:
-// layer_norm_partial_chunks(rows) * C doubles), rotary embeddings, the gated activations.
+// layer_norm_partial_chunks(rows) * C doubles; dx gains `residual` where given), rotary
+// embeddings, the gated activations.
 void rms_norm_forward(void* y, void* saved, const void* x, const void* w, double offset,
                       DType dtype, int64_t rows, int64_t C, double eps, cudaStream_t stream);
-void rms_norm_backward(void* dx, void* dw, const void* dy, const void* x, const void* w,
-                       double offset, const void* saved, double* partial, DType dtype, int64_t rows,
-                       int64_t C, cudaStream_t stream);
+void rms_norm_backward(void* dx, void* dw, const void* residual, const void* dy, const void* x,
+                       const void* w, double offset, const void* saved, double* partial,
+                       DType dtype, int64_t rows, int64_t C, cudaStream_t stream);
 void rotary(const Rotary& a, DType dtype, cudaStream_t stream);
 void soft_cap_forward(void* y, const void* x, double cap, DType dtype, int64_t n,
                       cudaStream_t stream);

@@ -47,8 +47,9 @@ __global__ void layer_norm_forward_kernel(Y* y, T* saved, const T* x, const T* w
 
 // One block per row: dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w.
 template <typename T>
-__global__ void layer_norm_backward_input_kernel(T* dx, const T* dy, const T* x, const T* w,
-                                                 const T* saved, int64_t rows, int64_t C) {
+__global__ void layer_norm_backward_input_kernel(T* dx, const T* residual, const T* dy, const T* x,
+                                                 const T* w, const T* saved, int64_t rows,
+                                                 int64_t C) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const double mean = saved[2 * r], rstd = saved[2 * r + 1];
     const T *xr = x + r * C, *dyr = dy + r * C;
@@ -63,7 +64,8 @@ __global__ void layer_norm_backward_input_kernel(T* dx, const T* dy, const T* x,
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
       const double xhat = mul_rn(double(xr[j]) - mean, rstd);
       const double g = mul_rn(double(dyr[j]), double(w[j]));
-      dx[r * C + j] = static_cast<T>(rstd * (g - g_mean - mul_rn(xhat, gx_mean)));
+      const double v = mul_rn(rstd, g - g_mean - mul_rn(xhat, gx_mean));
+      dx[r * C + j] = static_cast<T>(residual ? v + double(residual[r * C + j]) : v);
     }
   }
 }
