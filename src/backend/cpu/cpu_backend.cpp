@@ -416,16 +416,21 @@ class CpuBackend final : public Backend {
     const int64_t C = x.shape()[x.shape().rank() - 1], N = x.numel() / C;
     SF_CHECK(residual.empty() || residual.numel() == x.numel(), "layer_norm_backward residual");
     const float* res = residual.empty() ? nullptr : residual.data_as<float>();
-    parallel_rows(N, 6 * C, [&](int64_t r0, int64_t r1) {
-      simd::layer_norm_backward_input(dx.data_as<float>(), res, dy.data_as<float>(),
-                                      x.data_as<float>(), w.data_as<float>(),
-                                      saved.data_as<float>(), C, r0, r1);
+    // Each thread's sums of dw and db side by side, then added in thread order.
+    const int threads = row_threads(N, 8 * C);
+    const int64_t block = simd::norm_block_floats(C);
+    partial_.assign(static_cast<size_t>(threads * (2 * C + block)), 0.0f);
+    parallel_chunks(N, threads, [&](int64_t r0, int64_t r1, int t) {
+      float* own = partial_.data() + t * (2 * C + block);
+      simd::layer_norm_backward(dx.data_as<float>(), own, own + C, own + 2 * C, res,
+                                dy.data_as<float>(), x.data_as<float>(), w.data_as<float>(),
+                                saved.data_as<float>(), C, r0, r1);
     });
-    parallel_rows(C, 4 * N, [&](int64_t c0, int64_t c1) {
-      simd::layer_norm_backward_params(dw.data_as<float>(), db.data_as<float>(),
-                                       dy.data_as<float>(), x.data_as<float>(),
-                                       saved.data_as<float>(), N, C, c0, c1);
-    });
+    float *pw = dw.data_as<float>(), *pb = db.data_as<float>();
+    for (int t = 0; t < threads; ++t) {
+      const float* own = partial_.data() + t * (2 * C + block);
+      for (int64_t j = 0; j < C; ++j) pw[j] += own[j], pb[j] += own[C + j];
+    }
   }
   void gelu_forward(Tensor y, Tensor x) override {
     if (x.dtype() != DType::f32 || !f32_or_bf16(y)) return ref_->gelu_forward(y, x);
@@ -467,15 +472,21 @@ class CpuBackend final : public Backend {
                  (residual.empty() || residual.numel() == x.numel()),
              "rms_norm_backward shapes");
     const float* res = residual.empty() ? nullptr : residual.data_as<float>();
-    parallel_rows(N, 5 * C, [&](int64_t r0, int64_t r1) {
-      simd::rms_norm_backward_input(dx.data_as<float>(), res, dy.data_as<float>(),
-                                    x.data_as<float>(), w.data_as<float>(), float(offset),
-                                    saved.data_as<float>(), C, r0, r1);
+    // Each thread's sums of dw, then added in thread order.
+    const int threads = row_threads(N, 7 * C);
+    const int64_t block = simd::norm_block_floats(C);
+    partial_.assign(static_cast<size_t>(threads * (C + block)), 0.0f);
+    parallel_chunks(N, threads, [&](int64_t r0, int64_t r1, int t) {
+      float* own = partial_.data() + t * (C + block);
+      simd::rms_norm_backward(dx.data_as<float>(), own, own + C, res, dy.data_as<float>(),
+                              x.data_as<float>(), w.data_as<float>(), float(offset),
+                              saved.data_as<float>(), C, r0, r1);
     });
-    parallel_rows(C, 3 * N, [&](int64_t c0, int64_t c1) {
-      simd::rms_norm_backward_params(dw.data_as<float>(), dy.data_as<float>(), x.data_as<float>(),
-                                     saved.data_as<float>(), N, C, c0, c1);
-    });
+    float* pw = dw.data_as<float>();
+    for (int t = 0; t < threads; ++t) {
+      const float* own = partial_.data() + t * (C + block);
+      for (int64_t j = 0; j < C; ++j) pw[j] += own[j];
+    }
   }
   void rotary(const Rotary& a, DType dtype) override {
     if (dtype != DType::f32) return ref_->rotary(a, dtype);

@@ -127,12 +127,16 @@ void RmsNormForward(float* y, float* saved, const float* x, const float* w, floa
   }
 }
 
-// Rows [r0, r1): dx = rstd (g - x rstd^2 mean(g x)), g = dy (offset + w), + residual when given.
-void RmsNormBackwardInput(float* dx, const float* residual, const float* dy, const float* x,
-                          const float* w, float offset, const float* saved, int64_t C, int64_t r0,
-                          int64_t r1) {
+// Rows [r0, r1): dx = rstd (g - x rstd^2 mean(g x)), g = dy (offset + w), + residual when given;
+// and dw (C) += these rows' dy x rstd, summed 32 rows at a time in `block` (C rounded up to whole
+// vectors) first. dy and x are read once.
+void RmsNormBackward(float* dx, float* dw, float* block, const float* residual, const float* dy,
+                     const float* x, const float* w, float offset, const float* saved, int64_t C,
+                     int64_t r0, int64_t r1) {
   const DF d;
   const VF off = hn::Set(d, offset);
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), padded = (C + lanes - 1) / lanes * lanes;
+  std::fill_n(block, padded, 0.0f);
   for (int64_t r = r0; r < r1; ++r) {
     const float *xr = x + r * C, *dyr = dy + r * C, rstd = saved[r];
     const float gx = RowSum(C, [&](int64_t j, int64_t n) {
@@ -141,36 +145,16 @@ void RmsNormBackwardInput(float* dx, const float* residual, const float* dy, con
     const VF vr = hn::Set(d, rstd), k = hn::Set(d, rstd * rstd * gx / float(C));
     const float* res = residual ? residual + r * C : nullptr;
     ForVectors(0, C, [&](int64_t j, int64_t n) {
-      const VF g = hn::Mul(Load(dyr + j, n), hn::Add(off, Load(w + j, n)));
-      const VF v = hn::Mul(vr, hn::NegMulAdd(Load(xr + j, n), k, g));
+      const VF dyv = Load(dyr + j, n), xv = Load(xr + j, n);
+      const VF g = hn::Mul(dyv, hn::Add(off, Load(w + j, n)));
+      const VF v = hn::Mul(vr, hn::NegMulAdd(xv, k, g));
       Store(res ? hn::Add(v, Load(res + j, n)) : v, dx + r * C + j, n);
+      hn::StoreU(hn::MulAdd(hn::Mul(dyv, xv), vr, hn::LoadU(d, block + j)), d, block + j);
     });
-  }
-}
-
-// Columns [c0, c1): dw += sum over rows of dy x rstd, in column chunks held on the stack, the
-// rows read in order (summed 32 at a time, then into the chunk's total).
-void RmsNormBackwardParams(float* dw, const float* dy, const float* x, const float* saved,
-                           int64_t rows, int64_t C, int64_t c0, int64_t c1) {
-  const DF d;
-  constexpr int64_t kChunk = 512;
-  HWY_ALIGN float block[kChunk], total[kChunk];
-  for (int64_t cc = c0; cc < c1; cc += kChunk) {
-    const int64_t width = std::min(kChunk, c1 - cc);
-    std::fill_n(total, width, 0.0f);
-    for (int64_t r0 = 0; r0 < rows; r0 += 32) {
-      std::fill_n(block, width, 0.0f);
-      for (int64_t r = r0; r < std::min(rows, r0 + 32); ++r) {
-        const float *g = dy + r * C + cc, *xr = x + r * C + cc;
-        const VF vr = hn::Set(d, saved[r]);
-        ForVectors(0, width, [&](int64_t j, int64_t n) {
-          Store(hn::MulAdd(hn::Mul(Load(g + j, n), Load(xr + j, n)), vr, Load(block + j, n)),
-                block + j, n);
-        });
-      }
-      for (int64_t j = 0; j < width; ++j) total[j] += block[j];
+    if ((r - r0) % 32 == 31 || r + 1 == r1) {
+      for (int64_t j = 0; j < C; ++j) dw[j] += block[j];
+      std::fill_n(block, padded, 0.0f);
     }
-    for (int64_t j = 0; j < width; ++j) dw[cc + j] += total[j];
   }
 }
 
@@ -209,8 +193,7 @@ namespace seqforge::simd {
 HWY_EXPORT(GluForward);
 HWY_EXPORT(GluBackward);
 HWY_EXPORT(RmsNormForward);
-HWY_EXPORT(RmsNormBackwardInput);
-HWY_EXPORT(RmsNormBackwardParams);
+HWY_EXPORT(RmsNormBackward);
 HWY_EXPORT(CrossEntropyRow);
 
 void glu_forward(float* y, const float* gate, const float* up, const GluMaps& maps, GluKind kind,
@@ -227,14 +210,10 @@ void rms_norm_forward(float* y, float* saved, const float* x, const float* w, fl
                       int64_t C, float eps, int64_t r0, int64_t r1) {
   HWY_DYNAMIC_DISPATCH(RmsNormForward)(y, saved, x, w, offset, C, eps, r0, r1);
 }
-void rms_norm_backward_input(float* dx, const float* residual, const float* dy, const float* x,
-                             const float* w, float offset, const float* saved, int64_t C,
-                             int64_t r0, int64_t r1) {
-  HWY_DYNAMIC_DISPATCH(RmsNormBackwardInput)(dx, residual, dy, x, w, offset, saved, C, r0, r1);
-}
-void rms_norm_backward_params(float* dw, const float* dy, const float* x, const float* saved,
-                              int64_t rows, int64_t C, int64_t c0, int64_t c1) {
-  HWY_DYNAMIC_DISPATCH(RmsNormBackwardParams)(dw, dy, x, saved, rows, C, c0, c1);
+void rms_norm_backward(float* dx, float* dw, float* block, const float* residual, const float* dy,
+                       const float* x, const float* w, float offset, const float* saved, int64_t C,
+                       int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(RmsNormBackward)(dx, dw, block, residual, dy, x, w, offset, saved, C, r0, r1);
 }
 double cross_entropy_row(float* d, const float* x, int64_t C, int64_t y, float coef) {
   return HWY_DYNAMIC_DISPATCH(CrossEntropyRow)(d, x, C, y, coef);

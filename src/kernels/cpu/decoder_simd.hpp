@@ -19,11 +19,11 @@ void glu_backward(float* dgate, float* dup, float* gate_sums, float* up_sums, co
                   int64_t r0, int64_t r1);
 void rms_norm_forward(float* y, float* saved, const float* x, const float* w, float offset,
                       int64_t C, float eps, int64_t r0, int64_t r1);
-void rms_norm_backward_input(float* dx, const float* residual, const float* dy, const float* x,
-                             const float* w, float offset, const float* saved, int64_t C,
-                             int64_t r0, int64_t r1);
-void rms_norm_backward_params(float* dw, const float* dy, const float* x, const float* saved,
-                              int64_t rows, int64_t C, int64_t c0, int64_t c1);
+// Rows [r0, r1) of RMS norm's backward: dx (+ residual where given) and these rows' sums added
+// into dw; `block`: scratch of norm_block_floats(C) / 2 floats (norm_simd.hpp).
+void rms_norm_backward(float* dx, float* dw, float* block, const float* residual, const float* dy,
+                       const float* x, const float* w, float offset, const float* saved, int64_t C,
+                       int64_t r0, int64_t r1);
 // One row x (C) of logits against class y: d = coef (softmax(x) - onehot(y)); returns the row's
 // log-sum-exp minus x[y].
 double cross_entropy_row(float* d, const float* x, int64_t C, int64_t y, float coef);

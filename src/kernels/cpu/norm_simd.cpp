@@ -120,91 +120,45 @@ void LayerNormForward(float* y, float* saved, const float* x, const float* w, co
   }
 }
 
-// Rows [r0, r1): dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w.
-void LayerNormBackwardInput(float* dx, const float* residual, const float* dy, const float* x,
-                            const float* w, const float* saved, int64_t C, int64_t r0,
-                            int64_t r1) {
+// Rows [r0, r1): dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, + residual when given;
+// and the parameters' gradients over these rows added into dw, db (C): dy xhat and dy summed 32
+// rows at a time in `block` (norm_block_floats), then into dw and db, the rounding
+// of a two-level sum. dy and x are read once.
+void LayerNormBackward(float* dx, float* dw, float* db, float* block, const float* residual,
+                       const float* dy, const float* x, const float* w, const float* saved,
+                       int64_t C, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), padded = (C + N - 1) / N * N;
+  float *bw = block, *bb = block + padded;
+  std::fill_n(block, 2 * padded, 0.0f);
   for (int64_t r = r0; r < r1; ++r) {
     const float *xr = x + r * C, *dyr = dy + r * C;
     float* dxr = dx + r * C;
     const auto vmean = hn::Set(d, saved[2 * r]), vrstd = hn::Set(d, saved[2 * r + 1]);
     auto g_sum = hn::Zero(d), gx_sum = hn::Zero(d);
-    int64_t j = 0;
-    for (; j + N <= C; j += N) {
-      const auto g = hn::Mul(hn::LoadU(d, dyr + j), hn::LoadU(d, w + j));
-      g_sum = hn::Add(g_sum, g);
-      gx_sum = hn::MulAdd(g, hn::Mul(hn::Sub(hn::LoadU(d, xr + j), vmean), vrstd), gx_sum);
-    }
-    if (j < C) {  // padding lanes: dy and w load 0, so g is 0 there
-      const size_t n = static_cast<size_t>(C - j);
+    for (int64_t j = 0; j < C; j += N) {  // the tail's padding lanes load 0: g is 0 there
+      const size_t n = static_cast<size_t>(std::min(N, C - j));
       const auto g = hn::Mul(LoadN(d, dyr + j, n), LoadN(d, w + j, n));
       g_sum = hn::Add(g_sum, g);
       gx_sum = hn::MulAdd(g, hn::Mul(hn::Sub(LoadN(d, xr + j, n), vmean), vrstd), gx_sum);
     }
     const auto g_mean = hn::Set(d, hn::GetLane(hn::SumOfLanes(d, g_sum)) / static_cast<float>(C));
     const auto gx_mean = hn::Set(d, hn::GetLane(hn::SumOfLanes(d, gx_sum)) / static_cast<float>(C));
-    auto out = [&](auto xv, auto dyv, auto wv) {
-      const auto xhat = hn::Mul(hn::Sub(xv, vmean), vrstd);
-      return hn::Mul(vrstd, hn::Sub(hn::Sub(hn::Mul(dyv, wv), g_mean), hn::Mul(xhat, gx_mean)));
-    };
     const float* res = residual ? residual + r * C : nullptr;
-    for (j = 0; j + N <= C; j += N) {
-      auto v = out(hn::LoadU(d, xr + j), hn::LoadU(d, dyr + j), hn::LoadU(d, w + j));
-      hn::StoreU(res ? hn::Add(v, hn::LoadU(d, res + j)) : v, d, dxr + j);
+    for (int64_t j = 0; j < C; j += N) {
+      const size_t n = static_cast<size_t>(std::min(N, C - j));
+      const auto dyv = LoadN(d, dyr + j, n);
+      const auto xhat = hn::Mul(hn::Sub(LoadN(d, xr + j, n), vmean), vrstd);
+      auto v = hn::Mul(
+          vrstd, hn::Sub(hn::Sub(hn::Mul(dyv, LoadN(d, w + j, n)), g_mean), hn::Mul(xhat, gx_mean)));
+      if (res) v = hn::Add(v, LoadN(d, res + j, n));
+      StoreN(v, d, dxr + j, n);
+      hn::StoreU(hn::MulAdd(dyv, xhat, hn::LoadU(d, bw + j)), d, bw + j);
+      hn::StoreU(hn::Add(hn::LoadU(d, bb + j), dyv), d, bb + j);
     }
-    if (j < C) {
-      const size_t n = static_cast<size_t>(C - j);
-      auto v = out(LoadN(d, xr + j, n), LoadN(d, dyr + j, n), LoadN(d, w + j, n));
-      StoreN(res ? hn::Add(v, LoadN(d, res + j, n)) : v, d, dxr + j, n);
-    }
-  }
-}
-
-// Columns [c0, c1): dw += sum over the rows of dy xhat, db += sum of dy. Sums of blocks of 32
-// rows, then of the blocks: the rounding of a two-level sum. Rows are walked in order over a
-// chunk of columns, the chunk's sums held in L1, so each row is read as whole cache lines.
-void LayerNormBackwardParams(float* dw, float* db, const float* dy, const float* x,
-                             const float* saved, int64_t rows, int64_t C, int64_t c0, int64_t c1) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  constexpr int64_t kChunk = 512;
-  HWY_ALIGN float bw[kChunk], bb[kChunk], sw[kChunk], sb[kChunk];  // block and total sums
-  for (int64_t cc = c0; cc < c1; cc += kChunk) {
-    const int64_t width = std::min(kChunk, c1 - cc), whole = width / N * N;
-    const int64_t padded = (width + N - 1) / N * N;  // kChunk is whole vectors
-    const size_t tail = static_cast<size_t>(width - whole);
-    std::fill_n(sw, padded, 0.0f);
-    std::fill_n(sb, padded, 0.0f);
-    for (int64_t r0 = 0; r0 < rows; r0 += 32) {
-      std::fill_n(bw, padded, 0.0f);
-      std::fill_n(bb, padded, 0.0f);
-      for (int64_t r = r0; r < std::min(rows, r0 + 32); ++r) {
-        const float *g = dy + r * C + cc, *xr = x + r * C + cc;
-        const auto vmean = hn::Set(d, saved[2 * r]), vrstd = hn::Set(d, saved[2 * r + 1]);
-        int64_t j = 0;
-        for (; j < whole; j += N) {
-          const auto gv = hn::LoadU(d, g + j);
-          const auto xhat = hn::Mul(hn::Sub(hn::LoadU(d, xr + j), vmean), vrstd);
-          hn::Store(hn::MulAdd(gv, xhat, hn::Load(d, bw + j)), d, bw + j);
-          hn::Store(hn::Add(hn::Load(d, bb + j), gv), d, bb + j);
-        }
-        if (tail) {
-          const auto gv = LoadN(d, g + j, tail);
-          const auto xhat = hn::Mul(hn::Sub(LoadN(d, xr + j, tail), vmean), vrstd);
-          hn::Store(hn::MulAdd(gv, xhat, hn::Load(d, bw + j)), d, bw + j);
-          hn::Store(hn::Add(hn::Load(d, bb + j), gv), d, bb + j);
-        }
-      }
-      for (int64_t j = 0; j < padded; j += N) {
-        hn::Store(hn::Add(hn::Load(d, sw + j), hn::Load(d, bw + j)), d, sw + j);
-        hn::Store(hn::Add(hn::Load(d, sb + j), hn::Load(d, bb + j)), d, sb + j);
-      }
-    }
-    for (int64_t j = 0; j < width; ++j) {
-      dw[cc + j] += sw[j];
-      db[cc + j] += sb[j];
+    if ((r - r0) % 32 == 31 || r + 1 == r1) {
+      for (int64_t j = 0; j < C; ++j) dw[j] += bw[j], db[j] += bb[j];
+      std::fill_n(block, 2 * padded, 0.0f);
     }
   }
 }
@@ -218,8 +172,7 @@ namespace seqforge::simd {
 HWY_EXPORT(GeluForward);
 HWY_EXPORT(GeluBackward);
 HWY_EXPORT(LayerNormForward);
-HWY_EXPORT(LayerNormBackwardInput);
-HWY_EXPORT(LayerNormBackwardParams);
+HWY_EXPORT(LayerNormBackward);
 
 void gelu_forward(float* y, const float* x, int64_t i0, int64_t i1) {
   HWY_DYNAMIC_DISPATCH(GeluForward)(y, x, i0, i1);
@@ -231,15 +184,14 @@ void layer_norm_forward(float* y, float* saved, const float* x, const float* w, 
                         int64_t C, float eps, int64_t r0, int64_t r1) {
   HWY_DYNAMIC_DISPATCH(LayerNormForward)(y, saved, x, w, b, C, eps, r0, r1);
 }
-void layer_norm_backward_input(float* dx, const float* residual, const float* dy, const float* x,
-                               const float* w, const float* saved, int64_t C, int64_t r0,
-                               int64_t r1) {
-  HWY_DYNAMIC_DISPATCH(LayerNormBackwardInput)(dx, residual, dy, x, w, saved, C, r0, r1);
+void layer_norm_backward(float* dx, float* dw, float* db, float* block, const float* residual,
+                         const float* dy, const float* x, const float* w, const float* saved,
+                         int64_t C, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(LayerNormBackward)(dx, dw, db, block, residual, dy, x, w, saved, C, r0, r1);
 }
-void layer_norm_backward_params(float* dw, float* db, const float* dy, const float* x,
-                                const float* saved, int64_t rows, int64_t C, int64_t c0,
-                                int64_t c1) {
-  HWY_DYNAMIC_DISPATCH(LayerNormBackwardParams)(dw, db, dy, x, saved, rows, C, c0, c1);
+int64_t norm_block_floats(int64_t C) {
+  constexpr int64_t kMaxLanes = 16;  // the widest target's floats per vector
+  return 2 * ((C + kMaxLanes - 1) / kMaxLanes * kMaxLanes);
 }
 
 }  // namespace seqforge::simd

@@ -9,11 +9,12 @@ void gelu_forward(float* y, const float* x, int64_t i0, int64_t i1);
 void gelu_backward(float* dx, const float* dy, const float* x, int64_t i0, int64_t i1);
 void layer_norm_forward(float* y, float* saved, const float* x, const float* w, const float* b,
                         int64_t C, float eps, int64_t r0, int64_t r1);
-void layer_norm_backward_input(float* dx, const float* residual, const float* dy, const float* x,
-                               const float* w, const float* saved, int64_t C, int64_t r0,
-                               int64_t r1);
-void layer_norm_backward_params(float* dw, float* db, const float* dy, const float* x,
-                                const float* saved, int64_t rows, int64_t C, int64_t c0,
-                                int64_t c1);
+// Rows [r0, r1) of layer norm's backward: dx (+ residual where given) and these rows' sums added
+// into dw, db; `block`: scratch of 2 C floats rounded up to whole vectors (layer_norm_block).
+void layer_norm_backward(float* dx, float* dw, float* db, float* block, const float* residual,
+                         const float* dy, const float* x, const float* w, const float* saved,
+                         int64_t C, int64_t r0, int64_t r1);
+// The floats of a norm's backward scratch for rows of C: a block of sums per parameter vector.
+int64_t norm_block_floats(int64_t C);
 
 }  // namespace seqforge::simd
