@@ -491,7 +491,7 @@ class CpuBackend final : public Backend {
   void rotary(const Rotary& a, DType dtype) override {
     if (dtype != DType::f32) return ref_->rotary(a, dtype);
     parallel_rows(a.rows, 4 * a.heads * a.head_dim,
-                  [&](int64_t r0, int64_t r1) { kernels::rotary<float>(a, r0, r1); });
+                  [&](int64_t r0, int64_t r1) { simd::rotary(a, r0, r1); });
   }
   void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind,
                    const GluAffine& affine) override {

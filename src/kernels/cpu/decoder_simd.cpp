@@ -158,6 +158,28 @@ void RmsNormBackward(float* dx, float* dw, float* block, const float* residual, 
   }
 }
 
+// Rows [r0, r1) of a.x rotated in place (kernels/decoder_ops.hpp: rotary), in f32.
+void Rotary(const seqforge::Rotary& a, int64_t r0, int64_t r1) {
+  const DF d;
+  const int64_t half = a.head_dim / 2;
+  const float* cos = static_cast<const float*>(a.cos);
+  const float* sin = static_cast<const float*>(a.sin);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t pos = a.first_pos + r % a.seq;
+    const float *c = cos + pos * half, *s = sin + pos * half;
+    float* row = static_cast<float*>(a.x) + r * a.ld;
+    for (int64_t h = 0; h < a.heads; ++h) {
+      float* v = row + h * a.head_dim;
+      ForVectors(0, half, [&](int64_t i, int64_t n) {
+        const VF x0 = Load(v + i, n), x1 = Load(v + half + i, n), vc = Load(c + i, n);
+        const VF vs = a.inverse ? hn::Neg(Load(s + i, n)) : Load(s + i, n);
+        Store(hn::NegMulAdd(x1, vs, hn::Mul(x0, vc)), v + i, n);
+        Store(hn::MulAdd(x0, vs, hn::Mul(x1, vc)), v + half + i, n);
+      });
+    }
+  }
+}
+
 double CrossEntropyRow(float* dr, const float* x, int64_t C, int64_t y, float coef) {
   const DF d;
   VF vmax = hn::Set(d, -std::numeric_limits<float>::infinity());
@@ -194,6 +216,7 @@ HWY_EXPORT(GluForward);
 HWY_EXPORT(GluBackward);
 HWY_EXPORT(RmsNormForward);
 HWY_EXPORT(RmsNormBackward);
+HWY_EXPORT(Rotary);
 HWY_EXPORT(CrossEntropyRow);
 
 void glu_forward(float* y, const float* gate, const float* up, const GluMaps& maps, GluKind kind,
@@ -215,6 +238,7 @@ void rms_norm_backward(float* dx, float* dw, float* block, const float* residual
                        int64_t r0, int64_t r1) {
   HWY_DYNAMIC_DISPATCH(RmsNormBackward)(dx, dw, block, residual, dy, x, w, offset, saved, C, r0, r1);
 }
+void rotary(const Rotary& a, int64_t r0, int64_t r1) { HWY_DYNAMIC_DISPATCH(Rotary)(a, r0, r1); }
 double cross_entropy_row(float* d, const float* x, int64_t C, int64_t y, float coef) {
   return HWY_DYNAMIC_DISPATCH(CrossEntropyRow)(d, x, C, y, coef);
 }

@@ -24,6 +24,8 @@ void rms_norm_forward(float* y, float* saved, const float* x, const float* w, fl
 void rms_norm_backward(float* dx, float* dw, float* block, const float* residual, const float* dy,
                        const float* x, const float* w, float offset, const float* saved, int64_t C,
                        int64_t r0, int64_t r1);
+// Rows [r0, r1) of rotary embeddings in place, f32 (kernels/decoder_ops.hpp: rotary).
+void rotary(const Rotary& a, int64_t r0, int64_t r1);
 // One row x (C) of logits against class y: d = coef (softmax(x) - onehot(y)); returns the row's
 // log-sum-exp minus x[y].
 double cross_entropy_row(float* d, const float* x, int64_t C, int64_t y, float coef);
