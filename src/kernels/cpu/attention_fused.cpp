@@ -398,8 +398,8 @@ int64_t KeysOf(const void* lengths, int64_t b, int64_t T) {
 }
 
 // The forward pass over pairs [p0, p1), its products taken by `Products` (F32Products here, or
-// Bf16Products with AVX512-BF16): pack(q, k, v, nk, first) packs a pair's operands (rows ld
-// apart, q from row `first`, k and v its key/value head's); dot(nr, rb, j0, panels, sc) puts a
+// Bf16Products with AVX512-BF16): pack_keys(k, v, nk) packs a key/value head's operands (rows ld
+// apart), pack_queries(q, first) a query head's from row `first`; dot(nr, rb, j0, panels, sc) puts a
 // row block's raw scores
 // q.k into sc (rows kBc apart); row(r, p, w) sees row r's final probabilities; axpy(nr, j0, w, sc,
 // acc, alpha) adds the block's P V into acc (rows Products::width apart), scaling acc by alpha
@@ -429,6 +429,7 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
   RowDropout dropout{0, drop ? attention_drop_threshold(s.dropout) : 0,
                      static_cast<float>(1.0 / (1.0 - s.dropout))};
 
+  const float* packed = nullptr;  // the key rows whose copy the products hold
   for (int64_t pair = p0; pair < p1; ++pair) {
     const int64_t b = pair / H, h = pair % H, nk = KeysOf(a.lengths, b, T);
     float* o = out + b * T * C + h * D;  // rows C apart
@@ -440,8 +441,11 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
       continue;
     }
     if (h == 0 || pair == p0) WarmBlocks({{qkv + b * T * ld, T * ld}, {out + b * T * C, T * C}});
+    // A group's query heads share their key/value head's packed copy.
     const float* k = qkv + b * T * ld + (H + h / s.group()) * D;
-    prod.pack(qkv + b * T * ld + h * D, k, k + KV * D, nk, first);
+    if (k != packed) prod.pack_keys(k, k + KV * D, nk);
+    packed = k;
+    prod.pack_queries(qkv + b * T * ld + h * D, first);
     for (int64_t i0 = first; i0 < T; i0 += kBr) {
       const int64_t i1 = std::min(T, i0 + kBr), kend = s.causal ? std::min(nk, i1) : nk;
       // The tile's keys start at its first row's window, at a panel's start.
@@ -501,8 +505,8 @@ struct F32Products {
     kt = carve.take(D * Tk);    // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
     v = carve.take(T * width);  // (T, width) v, when D is not whole vectors
   }
-  void pack(const float* qrows, const float* krows, const float* vrows, int64_t nk, int64_t) {
-    q = qrows;
+  void pack_queries(const float* qrows, int64_t) { q = qrows; }
+  void pack_keys(const float* krows, const float* vrows, int64_t nk) {
     PackPanels(kt, krows, ld, nk, D);
     V = {vrows, ld};
     if (D != width) {
@@ -965,9 +969,10 @@ struct Bf16Products {
     vs = words(Tp * width);    // (ceil(T / 2), Dv) v stacked over keys
     pw = words(kRows * kBcw);  // (kRows, kBcw) P rows as words
   }
-  SF_BF16_ATTR void pack(const float* q, const float* k, const float* v, int64_t nk,
-                         int64_t first) {
+  SF_BF16_ATTR void pack_queries(const float* q, int64_t first) {
     PackRowWords(qw + first * Dw, Dw, q + first * ld, ld, T - first, D);
+  }
+  SF_BF16_ATTR void pack_keys(const float* k, const float* v, int64_t nk) {
     PackWordPanels(kt, rows, Dw, k, ld, nk, D);
     PackStacked(vs, width, v, ld, nk, D, (nk + 1) / 2);
   }
