@@ -431,8 +431,11 @@ class CudaBackend final : public Backend {
     SF_CHECK(dgate.numel() == dy.numel() && dup.numel() == dy.numel() &&
                  gate.numel() == dy.numel() && up.numel() == dy.numel(),
              "glu_backward sizes");
+    const int64_t rows = cols.C ? dy.numel() / cols.C : 0;
+    const size_t partial = static_cast<size_t>(2 * cuda::layer_norm_partial_chunks(rows) * cols.C);
     cuda::glu_backward(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(), cols, kind,
-                       dy.dtype(), dy.numel(), stream_);
+                       static_cast<double*>(scratch(0, partial * 8)), dy.dtype(), dy.numel(),
+                       stream_);
     launched("glu_backward", dy);
   }
   void gelu_forward(Tensor y, Tensor x) override {
@@ -468,8 +471,11 @@ class CudaBackend final : public Backend {
     SF_CHECK(dpre.numel() == dy.numel() && pre.numel() == dy.numel() && dy.numel() % C == 0 &&
                  dm.numel() == C && inv_norm.numel() == C && ldy >= C,
              "dora_backward shapes");
+    const int64_t rows = dy.numel() / C;
+    const size_t partial = static_cast<size_t>(cuda::layer_norm_partial_chunks(rows) * C);
     cuda::dora_backward(dpre.data(), dm.data(), dy.data(), ldy, pre.data(), scale.data(),
-                        inv_norm.data(), dy.dtype(), dy.numel() / C, C, stream_);
+                        inv_norm.data(), static_cast<double*>(scratch(0, partial * 8)), dy.dtype(),
+                        rows, C, stream_);
     launched("dora_backward", dy);
   }
   void attention_forward(const AttentionForward& given, DType dtype) override {

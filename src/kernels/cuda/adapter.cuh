@@ -72,20 +72,37 @@ __global__ void dora_norm_kernel(T* scale, T* inv_norm, const T* v, const T* m, 
   }
 }
 
-// One thread per column: dpre = dy * scale, dm += inv_norm * the column sum of dy * pre (dy's
-// rows ldy apart).
+// DoRA's backward in two deterministic passes, as layer norm's parameters: blocks stride over
+// (band of rows, column tile) pairs, a thread per column writing dpre = dy * scale over its band
+// and the band's sum of dy * pre into partial (chunks, cols); then dm += inv_norm * the bands'
+// sums in band order. dy's rows are ldy apart.
 template <typename T>
-__global__ void dora_backward_kernel(T* dpre, T* dm, const T* dy, int64_t ldy, const T* pre,
-                                     const T* scale, const T* inv_norm, int64_t rows,
-                                     int64_t cols) {
-  SF_GRID_STRIDE(j, cols) {
+__global__ void dora_backward_partial_kernel(double* partial, T* dpre, const T* dy, int64_t ldy,
+                                             const T* pre, const T* scale, int64_t rows,
+                                             int64_t cols, int64_t chunks) {
+  const int64_t tiles = (cols + blockDim.x - 1) / blockDim.x;
+  const int64_t band = (rows + chunks - 1) / chunks;
+  for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {
+    const int64_t chunk = t / tiles, j = t % tiles * blockDim.x + threadIdx.x;
+    if (j >= cols) continue;
+    const int64_t r0 = chunk * band, r1 = r0 + band < rows ? r0 + band : rows;
     double sum = 0;
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = r0; r < r1; ++r) {
       const int64_t i = r * cols + j;
       const T g = dy[r * ldy + j];
       sum += double(g) * double(pre[i]);
       dpre[i] = g * scale[j];
     }
+    partial[chunk * cols + j] = sum;
+  }
+}
+
+template <typename T>
+__global__ void dora_backward_final_kernel(T* dm, const double* partial, const T* inv_norm,
+                                           int64_t cols, int64_t chunks) {
+  SF_GRID_STRIDE(j, cols) {
+    double sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * cols + j];
     dm[j] += static_cast<T>(sum * double(inv_norm[j]));
   }
 }

@@ -157,20 +157,42 @@ __global__ void glu_backward_kernel(T* dgate, T* dup, const T* dy, const T* gate
   }
 }
 
-// The same, one thread per column over the rows in order, writing the scales' gradients: the
-// column sums of dg * gate into dgate_scale, of du * up into dup_scale (each where given).
+// The same writing the scales' gradients, in two deterministic passes as layer norm's
+// parameters: blocks stride over (band of rows, column tile) pairs, a thread per column summing
+// dg * gate and du * up over its band into partial (chunks, 2, C); then the bands' sums in band
+// order into dgate_scale and dup_scale (each where given).
 template <typename T>
-__global__ void glu_backward_columns_kernel(T* dgate, T* dup, T* dgate_scale, T* dup_scale,
-                                            const T* dy, const T* gate, const T* up, GluMaps<T> m,
-                                            GluKind kind, int64_t rows, int64_t C) {
-  SF_GRID_STRIDE(j, C) {
+__global__ void glu_backward_partial_kernel(double* partial, T* dgate, T* dup, const T* dy,
+                                            const T* gate, const T* up, GluMaps<T> m,
+                                            GluKind kind, int64_t rows, int64_t C,
+                                            int64_t chunks) {
+  const int64_t tiles = (C + blockDim.x - 1) / blockDim.x;
+  const int64_t band = (rows + chunks - 1) / chunks;
+  for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {
+    const int64_t chunk = t / tiles, j = t % tiles * blockDim.x + threadIdx.x;
+    if (j >= C) continue;
+    const int64_t r0 = chunk * band, r1 = r0 + band < rows ? r0 + band : rows;
     double gate_sum = 0, up_sum = 0;
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = r0; r < r1; ++r) {
       const int64_t i = r * C + j;
       double dg, du;
       glu_backward_element(dgate, dup, dy, gate, up, m, kind, i, j, dg, du);
       gate_sum += mul_rn(dg, double(gate[i]));
       up_sum += mul_rn(du, double(up[i]));
+    }
+    partial[(chunk * 2) * C + j] = gate_sum;
+    partial[(chunk * 2 + 1) * C + j] = up_sum;
+  }
+}
+
+template <typename T>
+__global__ void glu_backward_final_kernel(T* dgate_scale, T* dup_scale, const double* partial,
+                                          int64_t C, int64_t chunks) {
+  SF_GRID_STRIDE(j, C) {
+    double gate_sum = 0, up_sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      gate_sum += partial[(c * 2) * C + j];
+      up_sum += partial[(c * 2 + 1) * C + j];
     }
     if (dgate_scale) dgate_scale[j] = static_cast<T>(gate_sum);
     if (dup_scale) dup_scale[j] = static_cast<T>(up_sum);

@@ -378,14 +378,18 @@ void dora_norm(void* scale, void* inv_norm, const void* v, const void* m, DType 
 }
 
 void dora_backward(void* dpre, void* dm, const void* dy, int64_t ldy, const void* pre,
-                   const void* scale, const void* inv_norm, DType dtype, int64_t rows, int64_t cols,
-                   cudaStream_t stream) {
-  if (cols == 0) return;
+                   const void* scale, const void* inv_norm, double* partial, DType dtype,
+                   int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (cols == 0 || rows == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
-    SF_LAUNCH(blocks_for(cols), kThreads, 0, stream, dora_backward_kernel<T>)
-    (static_cast<T*>(dpre), static_cast<T*>(dm), static_cast<const T*>(dy), ldy,
-     static_cast<const T*>(pre), static_cast<const T*>(scale), static_cast<const T*>(inv_norm),
-     rows, cols);
+    const int64_t chunks = layer_norm_partial_chunks(rows);
+    const int64_t tiles = chunks * ((cols + kThreads - 1) / kThreads);
+    SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
+              dora_backward_partial_kernel<T>)
+    (partial, static_cast<T*>(dpre), static_cast<const T*>(dy), ldy, static_cast<const T*>(pre),
+     static_cast<const T*>(scale), rows, cols, chunks);
+    SF_LAUNCH(blocks_for(cols), kThreads, 0, stream, dora_backward_final_kernel<T>)
+    (static_cast<T*>(dm), partial, static_cast<const T*>(inv_norm), cols, chunks);
   });
 }
 
@@ -599,15 +603,21 @@ void soft_cap_backward(void* dx, const void* dy, const void* y, double cap, DTyp
 }
 
 void glu_backward(void* dgate, void* dup, const void* dy, const void* gate, const void* up,
-                  const GluColumns& cols, GluKind kind, DType dtype, int64_t n,
+                  const GluColumns& cols, GluKind kind, double* partial, DType dtype, int64_t n,
                   cudaStream_t stream) {
   if (cols.C == 0 || (n == 0 && !cols.dgate_scale && !cols.dup_scale)) return;
   dispatch_float(dtype, [&]<typename T>() {
     if (cols.dgate_scale || cols.dup_scale) {
-      SF_LAUNCH(blocks_for(cols.C), kThreads, 0, stream, glu_backward_columns_kernel<T>)
-      (static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<T*>(cols.dgate_scale),
-       static_cast<T*>(cols.dup_scale), static_cast<const T*>(dy), static_cast<const T*>(gate),
-       static_cast<const T*>(up), glu_maps<T>(cols), kind, n / cols.C, cols.C);
+      const int64_t rows = n / cols.C, chunks = layer_norm_partial_chunks(rows);
+      const int64_t tiles = chunks * ((cols.C + kThreads - 1) / kThreads);
+      SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
+                glu_backward_partial_kernel<T>)
+      (partial, static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<const T*>(dy),
+       static_cast<const T*>(gate), static_cast<const T*>(up), glu_maps<T>(cols), kind, rows,
+       cols.C, chunks);
+      SF_LAUNCH(blocks_for(cols.C), kThreads, 0, stream, glu_backward_final_kernel<T>)
+      (static_cast<T*>(cols.dgate_scale), static_cast<T*>(cols.dup_scale), partial, cols.C,
+       chunks);
       return;
     }
     SF_LAUNCH(blocks_for(n), kThreads, 0, stream, glu_backward_kernel<T>)

@@ -73,9 +73,10 @@ void scale_columns(void* y, int64_t ldy, const void* addend, const void* x, cons
                    DType dtype, int64_t rows, int64_t cols, cudaStream_t stream);
 void dora_norm(void* scale, void* inv_norm, const void* v, const void* m, DType dtype, int64_t rows,
                int64_t cols, cudaStream_t stream);
+// dora_backward needs `partial`: layer_norm_partial_chunks(rows) * cols doubles.
 void dora_backward(void* dpre, void* dm, const void* dy, int64_t ldy, const void* pre,
-                   const void* scale, const void* inv_norm, DType dtype, int64_t rows, int64_t cols,
-                   cudaStream_t stream);
+                   const void* scale, const void* inv_norm, double* partial, DType dtype,
+                   int64_t rows, int64_t cols, cudaStream_t stream);
 
 // Layer norm and GELU (norm.cuh); y may be bf16 with x in f32. layer_norm_backward needs
 // `partial`: 2 * layer_norm_partial_chunks(rows) * C doubles of device memory; its dx gains
@@ -105,7 +106,9 @@ void soft_cap_forward(void* y, const void* x, double cap, DType dtype, int64_t n
                       cudaStream_t stream);
 void soft_cap_backward(void* dx, const void* dy, const void* y, double cap, DType dtype, int64_t n,
                        cudaStream_t stream);
-// A GLU over rows of C with per-column input maps (Backend's GluAffine; null: left out).
+// A GLU over rows of C with per-column input maps (Backend's GluAffine; null: left out). With
+// the scales' gradients, glu_backward needs `partial`: 2 * layer_norm_partial_chunks(rows) * C
+// doubles.
 struct GluColumns {
   int64_t C = 0;
   const void *gate_scale = nullptr, *gate_bias = nullptr, *up_scale = nullptr, *up_bias = nullptr;
@@ -114,7 +117,7 @@ struct GluColumns {
 void glu_forward(void* y, const void* gate, const void* up, const GluColumns& cols, GluKind kind,
                  DType dtype, int64_t n, cudaStream_t stream);
 void glu_backward(void* dgate, void* dup, const void* dy, const void* gate, const void* up,
-                  const GluColumns& cols, GluKind kind, DType dtype, int64_t n,
+                  const GluColumns& cols, GluKind kind, double* partial, DType dtype, int64_t n,
                   cudaStream_t stream);
 
 // Attention (attention.cuh). Backward needs `delta`: B * heads * T elements of the dtype.

@@ -386,9 +386,22 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     std::vector<float> dpre_want(R * C), dpre_got(R * C);
     ref->dora_backward(view(dpre_want, {R, C}), view(dm_want, {C}), view(dy, {R, C}),
                        view(pre, {R, C}), view(s, {C}), view(inv, {C}));
+    std::vector<double> partial(static_cast<size_t>(cuda::layer_norm_partial_chunks(R) * C));
     cuda::dora_backward(dpre_got.data(), dm_got.data(), dy.data(), C, pre.data(), s.data(),
-                        inv.data(), DType::f32, R, C, nullptr);
+                        inv.data(), partial.data(), DType::f32, R, C, nullptr);
     expect_near(dpre_got, dpre_want, 0, "dora dpre"), expect_near(dm_got, dm_want, 1e-6, "dora dm");
+    // Rows in several bands (200: four of 50), dy's rows strided.
+    const int64_t Rb = 200, ld = C + 3;
+    auto dyb = random(rng, Rb * ld), preb = random(rng, Rb * C);
+    auto dmb_want = random(rng, C), dmb_got = dmb_want;
+    std::vector<float> dpreb_want(Rb * C), dpreb_got(Rb * C);
+    ref->dora_backward(view(dpreb_want, {Rb, C}), view(dmb_want, {C}), view(dyb, {Rb, C}),
+                       view(preb, {Rb, C}), view(s, {C}), view(inv, {C}), ld);
+    partial.resize(static_cast<size_t>(cuda::layer_norm_partial_chunks(Rb) * C));
+    cuda::dora_backward(dpreb_got.data(), dmb_got.data(), dyb.data(), ld, preb.data(), s.data(),
+                        inv.data(), partial.data(), DType::f32, Rb, C, nullptr);
+    expect_near(dpreb_got, dpreb_want, 0, "dora dpre in bands");
+    expect_near(dmb_got, dmb_want, 1e-5, "dora dm in bands");
   }
   {  // a GEMM without products: C = beta C + bias
     auto c = random(rng, 4 * 6), bias = random(rng, 5);
