@@ -152,14 +152,11 @@ void Transformer::drop(Backend& be, Tensor x, Buffer& mask, uint64_t seed) {
 }
 
 // stream (N, C) += drop(the Linear j of block k on x), the dropout mask drawn from mask_seed: by
-// the Linear's GEMM itself, adding into the stream, when neither dropout nor an adapter comes
-// between them.
+// the Linear itself, adding into the stream, when no dropout comes between them.
 void Transformer::join_branch(Backend& be, Block& k, Acts& a, int j, Tensor stream, Tensor x,
                               Buffer& x_low, Buffer& mask, uint64_t mask_seed) {
   Proj& p = k.p[j];
-  if (!dropping_ && p.A == Proj::kNone)
-    return linear_forward(be, stream, x, x_low, params_.value(p.w), low_ ? low_weight(p) : Tensor(),
-                          bias(p.b), 1.0);
+  if (!dropping_) return proj_forward(be, p, a, j, stream, x, x_low, k.seed, true);
   Tensor branch = scratch_->branch.get(be, params_.dtype(), stream.shape());
   proj_forward(be, p, a, j, branch, x, x_low, k.seed);
   drop(be, branch, mask, mask_seed);

@@ -188,12 +188,14 @@ void Transformer::adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tenso
   gemm(be, low_type_, true, false, r, p.in, N, s, 1.0f, gl, x_op, params_.grad(p.A));
 }
 
-// y(N, out) = the Linear j of a block on x(N, in), its adapter included.
+// y(N, out) = (or with `add`, y +=) the Linear j of a block on x(N, in), its adapter included.
 void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, Tensor x,
-                               Buffer& x_low, uint64_t seed) {
+                               Buffer& x_low, uint64_t seed, bool add) {
   const DType dt = params_.dtype();
   const Tensor b = bias(p.b), w_low = low_ ? low_weight(p) : Tensor();
-  if (p.A == Proj::kNone) return linear_forward(be, y, x, x_low, params_.value(p.w), w_low, b);
+  const double beta = add ? 1.0 : 0.0;
+  if (p.A == Proj::kNone)
+    return linear_forward(be, y, x, x_low, params_.value(p.w), w_low, b, beta);
   const AdapterOptions& ad = opt_.adapter;
   const int64_t N = x.dim(0), r = ad.rank;
   const double s = ad.alpha / double(r);
@@ -207,7 +209,7 @@ void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, T
   if (p.m != Proj::kNone) {  // DoRA: y = (m / ||V||) in V^T + b (+ (x - in) W0^T, see below)
     Tensor pre = a.pre[j].get(be, dt, {N, p.out});
     linear_forward(be, pre, in, x_low, low_ ? Tensor() : p.v.tensor(), w_low, {});
-    be.scale_columns(y, pre, p.scale.tensor(), b);
+    be.scale_columns(y, pre, p.scale.tensor(), b, 0, add ? y.data() : nullptr);
     if (adapter_dropping_) {  // PEFT: the base on x, DoRA's correction on the dropped input
       Tensor rest = scratch_->rest.get(be, dt, x.shape());  // (N, in) x - in
       be.copy(rest, in);
@@ -217,7 +219,7 @@ void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, T
                      low_ ? base_weight(p) : Tensor(), {}, 1.0f);
     }
   } else {  // LoRA: y = x W0^T + b + s in A^T B^T
-    linear_forward(be, y, x, x_low, params_.value(p.w), w_low, b);
+    linear_forward(be, y, x, x_low, params_.value(p.w), w_low, b, beta);
   }
   Tensor xa = a.xa[j].get(be, dt, {N, r});  // (N, rank) in A^T
   if (adapter_dropping_)

@@ -72,8 +72,9 @@ class Transformer final : public Model {
   // The dtype of the GEMMs' operands: the half type, or the parameters'.
   DType operand_type() const { return low_ ? low_type_ : params_.dtype(); }
   Tensor base_weight(const Proj& p) const;
+  // y = (or with `add`, y +=) the Linear j of a block on x, its adapter included.
   void proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, Tensor x, Buffer& x_low,
-                    uint64_t seed);
+                    uint64_t seed, bool add = false);
   void proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx, Tensor dy, Tensor x,
                      Tensor x_op);
   void adapter_input(Backend& be, Proj& p, Tensor xa, Tensor x, Buffer& x_low);
