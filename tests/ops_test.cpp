@@ -762,6 +762,20 @@ OpCase small_ops_case() {
     out["gelu_forward"] = to_doubles(be, g_y.t);
     be.gelu_backward(g_dx.t, g_dy.t, g_x.t);
     out["gelu_backward"] = to_doubles(be, g_dx.t);
+    // Mapped per column (DoRA's scaling fused) on rows of 45 with threads: scale and bias, the
+    // scale's gradient, the backward in place; then a scale alone.
+    const int64_t GR = 70, GC = 45;
+    HostTensor m_x(be, dt, {GR, GC}, values(rng, GR * GC, -3, 3)),
+        m_y(be, dt, {GR, GC}, std::vector<double>(GR * GC)),
+        m_d(be, dt, {GR, GC}, values(rng, GR * GC)), m_s(be, dt, {GC}, values(rng, GC, -2, 2)),
+        m_b(be, dt, {GC}, values(rng, GC)), m_ds(be, dt, {GC}, values(rng, GC));
+    be.gelu_forward(m_y.t, m_x.t, {.scale = m_s.t, .bias = m_b.t});
+    out["gelu_forward_mapped"] = to_doubles(be, m_y.t);
+    be.gelu_backward(m_d.t, m_d.t, m_x.t, {.scale = m_s.t, .bias = m_b.t, .dscale = m_ds.t});
+    out["gelu_backward_mapped"] = to_doubles(be, m_d.t);
+    out["gelu_dscale"] = to_doubles(be, m_ds.t);
+    be.gelu_forward(m_y.t, m_x.t, {.scale = m_s.t});
+    out["gelu_forward_scaled"] = to_doubles(be, m_y.t);
     // Elementwise product, fill, copy, strided row copies and dtype conversions.
     const std::vector<double> av = values(rng, 257), bv = values(rng, 257);
     HostTensor a(be, dt, {257}, av), b(be, dt, {257}, bv),
@@ -877,8 +891,8 @@ OpCase decoder_ops_case() {
           dus(be, dt, {W}, values(rng, W));
       for (const bool both : {true, false}) {
         const std::string at = tag + (both ? "_affine" : "_affine_up");
-        GluAffine affine{.up_scale = us.t, .up_bias = ub.t, .dup_scale = dus.t};
-        if (both) affine.gate_scale = gs.t, affine.gate_bias = gb.t, affine.dgate_scale = dgs.t;
+        GluAffine affine{.up = {.scale = us.t, .bias = ub.t, .dscale = dus.t}};
+        if (both) affine.gate.scale = gs.t, affine.gate.bias = gb.t, affine.gate.dscale = dgs.t;
         be.glu_forward(ay.t, ag.t, au.t, kind, affine);
         out["glu_forward_" + at] = to_doubles(be, ay.t);
         be.glu_backward(adg.t, adu.t, ady.t, ag.t, au.t, kind, affine);
@@ -1383,6 +1397,16 @@ TEST(Ops, NormAndGeluWriteBf16AsTheirF32OutputsRounded) {
       be->gelu_forward(y.t, x.t);
       be->gelu_forward(y_low.t, x.t);
       EXPECT_EQ(to_doubles(*be, y_low.t), rounded(to_doubles(*be, y.t))) << entry.name << " " << n;
+    }
+    {  // mapped per column, rows of 45 (blocks of whole rows)
+      const int64_t R = 300, C = 45;
+      HostTensor x(*be, DType::f32, {R, C}, values(rng, R * C, -6, 6)),
+          s(*be, DType::f32, {C}, values(rng, C, -2, 2)), b(*be, DType::f32, {C}, values(rng, C)),
+          y(*be, DType::f32, {R, C}, std::vector<double>(R * C)),
+          y_low(*be, DType::bf16, {R, C}, std::vector<double>(R * C));
+      be->gelu_forward(y.t, x.t, {.scale = s.t, .bias = b.t});
+      be->gelu_forward(y_low.t, x.t, {.scale = s.t, .bias = b.t});
+      EXPECT_EQ(to_doubles(*be, y_low.t), rounded(to_doubles(*be, y.t))) << entry.name << " mapped";
     }
   }
 }

@@ -62,19 +62,24 @@ void Backend::rms_norm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, double, 
 void Backend::rotary(const Rotary&, DType) {
   fail("the ", name(), " backend does not run rotary (Llama-style decoders) yet");
 }
-int64_t GluAffine::width(const Tensor& gate) const {
-  const Shape& shape = gate.shape();
-  int64_t C = shape.rank() ? shape[shape.rank() - 1] : gate.numel();
+int64_t ColumnMap::width(const Tensor& x) const {
+  const Shape& shape = x.shape();
+  int64_t C = shape.rank() ? shape[shape.rank() - 1] : x.numel();
   bool first = true;
-  for (const Tensor* t : {&gate_scale, &gate_bias, &up_scale, &up_bias, &dgate_scale, &dup_scale}) {
+  for (const Tensor* t : {&scale, &bias, &dscale}) {
     if (t->empty()) continue;
-    SF_CHECK(t->dtype() == gate.dtype(), "glu: a column map's dtype ", dtype_name(t->dtype()),
-             " against the gate's ", dtype_name(gate.dtype()));
+    SF_CHECK(t->dtype() == x.dtype(), "a column map's dtype ", dtype_name(t->dtype()),
+             " against its input's ", dtype_name(x.dtype()));
     if (first) C = t->numel(), first = false;
-    SF_CHECK(t->numel() == C, "glu: column maps of ", t->numel(), " and ", C, " values");
+    SF_CHECK(t->numel() == C, "column maps of ", t->numel(), " and ", C, " values");
   }
-  SF_CHECK(C > 0 ? gate.numel() % C == 0 : gate.numel() == 0, "glu: ", gate.numel(),
-           " gate values are not rows of ", C);
+  SF_CHECK(C > 0 ? x.numel() % C == 0 : x.numel() == 0, "a column map: ", x.numel(),
+           " values are not rows of ", C);
+  return C;
+}
+int64_t GluAffine::width(const Tensor& gate_x) const {
+  const int64_t C = gate.width(gate_x), U = up.width(gate_x);
+  SF_CHECK(C == U, "glu: the gate's column maps of ", C, " values, up's of ", U);
   return C;
 }
 void Backend::glu_forward(Tensor, Tensor, Tensor, GluKind, const GluAffine&) {

@@ -280,13 +280,13 @@ class RecordingBackend final : public Backend {
     SF_PROFILE_SCOPE("layer_norm_backward");
     inner_.layer_norm_backward(dx, dw, db, dy, x, w, s, residual);
   }
-  void gelu_forward(Tensor y, Tensor x) override {
+  void gelu_forward(Tensor y, Tensor x, const ColumnMap& map) override {
     SF_PROFILE_SCOPE("gelu_forward");
-    inner_.gelu_forward(y, x);
+    inner_.gelu_forward(y, x, map);
   }
-  void gelu_backward(Tensor dx, Tensor dy, Tensor x) override {
+  void gelu_backward(Tensor dx, Tensor dy, Tensor x, const ColumnMap& map) override {
     SF_PROFILE_SCOPE("gelu_backward");
-    inner_.gelu_backward(dx, dy, x);
+    inner_.gelu_backward(dx, dy, x, map);
   }
   void rms_norm_forward(Tensor y, Tensor s, Tensor x, Tensor w, double offset,
                         double eps) override {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/norm.hpp"
 #include "seqforge/backend/ops.hpp"
 
 namespace seqforge::kernels {
@@ -101,22 +102,14 @@ struct GluMaps {
   const T *gate_scale = nullptr, *gate_bias = nullptr, *up_scale = nullptr, *up_bias = nullptr;
 };
 
-// x * scale[j] + bias[j] in T, as scale_columns rounds it.
-template <typename T>
-T glu_mapped(T x, const T* scale, const T* bias, int64_t j) {
-  if (scale) x = static_cast<T>(x * scale[j]);
-  if (bias) x = static_cast<T>(x + bias[j]);
-  return x;
-}
-
 // Rows [r0, r1) of gate, up (R, C): y = act(g) * u, g and u the inputs mapped per column.
 template <typename T>
 void glu_forward(T* y, const T* gate, const T* up, const GluMaps<T>& maps, GluKind kind, int64_t C,
                  int64_t r0, int64_t r1) {
   for (int64_t i = r0 * C; i < r1 * C; ++i) {
     const int64_t j = i % C;
-    const double g = glu_mapped(gate[i], maps.gate_scale, maps.gate_bias, j);
-    const double u = glu_mapped(up[i], maps.up_scale, maps.up_bias, j);
+    const double g = column_mapped(gate[i], maps.gate_scale, maps.gate_bias, j);
+    const double u = column_mapped(up[i], maps.up_scale, maps.up_bias, j);
     double d;
     y[i] = static_cast<T>(glu_act(kind, g, &d) * u);
   }
@@ -131,8 +124,8 @@ void glu_backward(T* dgate, T* dup, Acc* gate_sums, Acc* up_sums, const T* dy, c
                   int64_t r1) {
   for (int64_t i = r0 * C; i < r1 * C; ++i) {
     const int64_t j = i % C;
-    const double g = glu_mapped(gate[i], maps.gate_scale, maps.gate_bias, j);
-    const double u = glu_mapped(up[i], maps.up_scale, maps.up_bias, j);
+    const double g = column_mapped(gate[i], maps.gate_scale, maps.gate_bias, j);
+    const double u = column_mapped(up[i], maps.up_scale, maps.up_bias, j);
     double d;
     const double a = glu_act(kind, g, &d), e = dy[i];
     const double dg = e * u * d, du = e * a;

@@ -67,24 +67,40 @@ void layer_norm_backward_params(T* dw, T* db, const T* dy, const T* x, const T* 
   }
 }
 
-// GELU(x) = x * Phi(x) = x / 2 * (1 + erf(x / sqrt 2)), elements [i0, i1).
+// An activation's input mapped per column (Backend's ColumnMap): x * scale[j] + bias[j] in T, as
+// scale_columns rounds it; scale or bias null: left out.
 template <typename T>
-void gelu_forward(T* y, const T* x, int64_t i0, int64_t i1) {
+T column_mapped(T x, const T* scale, const T* bias, int64_t j) {
+  if (scale) x = static_cast<T>(x * scale[j]);
+  if (bias) x = static_cast<T>(x + bias[j]);
+  return x;
+}
+
+// GELU(m) = m * Phi(m) = m / 2 * (1 + erf(m / sqrt 2)) of m = x mapped per column (rows of C),
+// elements [i0, i1).
+template <typename T>
+void gelu_forward(T* y, const T* x, const T* scale, const T* bias, int64_t C, int64_t i0,
+                  int64_t i1) {
   for (int64_t i = i0; i < i1; ++i) {
-    const double v = x[i];
+    const double v = column_mapped(x[i], scale, bias, i % C);
     y[i] = static_cast<T>(0.5 * v * (1.0 + std::erf(v * M_SQRT1_2)));
   }
 }
 
-// dx = dy * (Phi(x) + x * phi(x)).
-template <typename T>
-void gelu_backward(T* dx, const T* dy, const T* x, int64_t i0, int64_t i1) {
+// dm = dy * (Phi(m) + m * phi(m)); dx = dm * scale; sums (C), where given, gain dm * x (the
+// scale's gradient). dx may be dy.
+template <typename T, typename Acc>
+void gelu_backward(T* dx, Acc* sums, const T* dy, const T* x, const T* scale, const T* bias,
+                   int64_t C, int64_t i0, int64_t i1) {
   constexpr double kInvSqrt2Pi = 0.3989422804014327;
   for (int64_t i = i0; i < i1; ++i) {
-    const double v = x[i];
+    const int64_t j = i % C;
+    const double v = column_mapped(x[i], scale, bias, j);
     const double d =
         0.5 * (1.0 + std::erf(v * M_SQRT1_2)) + v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
-    dx[i] = static_cast<T>(double(dy[i]) * d);
+    const double dm = double(dy[i]) * d;
+    if (sums) sums[j] += static_cast<Acc>(dm * double(x[i]));
+    dx[i] = static_cast<T>(scale ? dm * double(scale[j]) : dm);
   }
 }
 

@@ -537,11 +537,11 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
   const Tensor dgate = s.dgate.get(be, dt, {N, F}), dup = s.dup.get(be, dt, {N, F});
   GluInputs in = glu_inputs(l);
   const bool gate_unscaled = scaled_in_glu(l.gate), up_unscaled = scaled_in_glu(l.up);
-  if (gate_unscaled) in.affine.dgate_scale = s.dscale[0].get(be, dt, {F});
-  if (up_unscaled) in.affine.dup_scale = s.dscale[1].get(be, dt, {F});
+  if (gate_unscaled) in.affine.gate.dscale = s.dscale[0].get(be, dt, {F});
+  if (up_unscaled) in.affine.up.dscale = s.dscale[1].get(be, dt, {F});
   be.glu_backward(dgate, dup, dact, in.gate, in.up, opt_.activation, in.affine);
-  for (const auto& [p, dscale] : {std::pair{&l.gate, in.affine.dgate_scale},
-                                  std::pair{&l.up, in.affine.dup_scale}}) {
+  for (const auto& [p, dscale] : {std::pair{&l.gate, in.affine.gate.dscale},
+                                  std::pair{&l.up, in.affine.up.dscale}}) {
     if (dscale.empty()) continue;
     be.mul(dscale, dscale, p->inv_norm.tensor());
     be.add(params_.grad(p->m), dscale);

@@ -246,8 +246,8 @@ Decoder::GluInputs Decoder::glu_inputs(Layer& l) const {
     if (p.b != kNone) bias = params_.value(p.b);
     return p.pre->tensor();
   };
-  in.gate = input(l.gate, l.a->gate_out, in.affine.gate_scale, in.affine.gate_bias);
-  in.up = input(l.up, l.a->up_out, in.affine.up_scale, in.affine.up_bias);
+  in.gate = input(l.gate, l.a->gate_out, in.affine.gate.scale, in.affine.gate.bias);
+  in.up = input(l.up, l.a->up_out, in.affine.up.scale, in.affine.up.bias);
   return in;
 }
 

@@ -215,12 +215,14 @@ void Transformer::block_forward(Backend& be, Block& k, Acts& a, Tensor x) {
   Tensor ln2 = norm_or_gelu_out(a.ln2, sc.ln, a.ln2_low, C);
   be.layer_norm_forward(ln2, a.ln2_saved.get(be, dt, {N, 2}), mid, W(k.ln2_w),
                         norm_bias(be, k.ln2_b), kLayerNormEps);
-  Tensor fc = a.fc.get(be, dt, {N, 4 * C});
-  proj_forward(be, k.p[2], a, 2, fc, ln2, a.ln2_low, k.seed);
+  // With DoRA, GELU applies the first Linear's column scaling to the product before it.
+  const ColumnMap map = fc_map(k.p[2]);
+  Tensor fc = map.empty() ? a.fc.get(be, dt, {N, 4 * C}) : Tensor();
+  proj_forward(be, k.p[2], a, 2, fc, ln2, a.ln2_low, k.seed, false, !map.empty());
   Tensor gelu = norm_or_gelu_out(a.gelu, sc.gelu, a.gelu_low, 4 * C);
   {
     SF_PROFILE_SCOPE("gelu");
-    be.gelu_forward(gelu, fc);
+    be.gelu_forward(gelu, map.empty() ? fc : a.pre[2].tensor(), map);
   }
   Tensor out = k.out.get(be, dt, {N, C});
   be.copy(out, mid);
@@ -249,12 +251,18 @@ void Transformer::block_backward(Backend& be, Block& k, Acts& a, Tensor x, Tenso
   }
   Tensor d4 = sc.d4.get(be, dt, {N, 4 * C});  // (N, 4C) d gelu, then d fc in place
   proj_backward(be, k.p[3], a, 3, d4, dbranch, a.gelu.tensor(), op(a.gelu_low, a.gelu));
+  ColumnMap map = fc_map(k.p[2]);  // d4 then holds d(pre) and m's gradient is added here
   {
     SF_PROFILE_SCOPE("gelu");
-    be.gelu_backward(d4, d4, a.fc.tensor());
+    if (!map.empty()) map.dscale = sc.dscale.get(be, dt, {4 * C});
+    be.gelu_backward(d4, d4, map.empty() ? a.fc.tensor() : a.pre[2].tensor(), map);
+    if (!map.empty()) {
+      be.mul(map.dscale, map.dscale, k.p[2].inv_norm.tensor());
+      be.add(params_.grad(k.p[2].m), map.dscale);
+    }
   }
   Tensor dln2 = sc.dc2.get(be, dt, {N, C});
-  proj_backward(be, k.p[2], a, 2, dln2, d4, a.ln2.tensor(), op(a.ln2_low, a.ln2));
+  proj_backward(be, k.p[2], a, 2, dln2, d4, a.ln2.tensor(), op(a.ln2_low, a.ln2), !map.empty());
   Tensor dmid = sc.dmid.get(be, dt, {N, C});
   be.layer_norm_backward(dmid, G(k.ln2_w), norm_bias_grad(be, k.ln2_b), dln2, a.mid.tensor(),
                          W(k.ln2_w), a.ln2_saved.tensor(), dout);

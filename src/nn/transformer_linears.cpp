@@ -190,7 +190,7 @@ void Transformer::adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tenso
 
 // y(N, out) = (or with `add`, y +=) the Linear j of a block on x(N, in), its adapter included.
 void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, Tensor x,
-                               Buffer& x_low, uint64_t seed, bool add) {
+                               Buffer& x_low, uint64_t seed, bool add, bool unscaled) {
   const DType dt = params_.dtype();
   const Tensor b = bias(p.b), w_low = low_ ? low_weight(p) : Tensor();
   const double beta = add ? 1.0 : 0.0;
@@ -209,7 +209,9 @@ void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, T
   if (p.m != Proj::kNone) {  // DoRA: y = (m / ||V||) in V^T + b (+ (x - in) W0^T, see below)
     Tensor pre = a.pre[j].get(be, dt, {N, p.out});
     linear_forward(be, pre, in, x_low, low_ ? Tensor() : p.v.tensor(), w_low, {});
-    be.scale_columns(y, pre, p.scale.tensor(), b, 0, add ? y.data() : nullptr);
+    SF_CHECK(!unscaled || !adapter_dropping_,
+             "DoRA's column scaling left to the caller with adapter dropout");
+    if (!unscaled) be.scale_columns(y, pre, p.scale.tensor(), b, 0, add ? y.data() : nullptr);
     if (adapter_dropping_) {  // PEFT: the base on x, DoRA's correction on the dropped input
       Tensor rest = scratch_->rest.get(be, dt, x.shape());  // (N, in) x - in
       be.copy(rest, in);
@@ -230,10 +232,15 @@ void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, T
     gemm(be, dt, false, true, N, p.out, r, s, 1.0f, xa, params_.value(p.B), y);
 }
 
+ColumnMap Transformer::fc_map(const Proj& p) const {
+  if (p.m == Proj::kNone || adapter_dropping_) return {};
+  return {.scale = p.scale.tensor(), .bias = bias(p.b)};
+}
+
 // dx(N, in) from dy(N, out) through the Linear j, and the gradients of what trains: the base
 // weights without adapters (unless frozen), the adapters with them. x as forward had it (f32).
 void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx, Tensor dy,
-                                Tensor x, Tensor x_op) {
+                                Tensor x, Tensor x_op, bool unscaled) {
   const DType dt = params_.dtype();
   Scratch& sc = *scratch_;
   const Tensor w_op = base_weight(p);
@@ -255,9 +262,12 @@ void Transformer::proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx,
     gemm(be, dt, true, false, r, p.in, N, s, 1.0f, g, a.xd[j].tensor(), params_.grad(p.A));
   };
   if (p.m != Proj::kNone) {  // DoRA, ||V|| a constant: dP = dy m/||V||, dm = sum dy in V^T/||V||
-    Tensor dp = sc.dp.get(be, dt, dy.shape());
-    be.dora_backward(dp, params_.grad(p.m), dy, a.pre[j].tensor(), p.scale.tensor(),
-                     p.inv_norm.tensor());
+    Tensor dp = dy;
+    if (!unscaled) {
+      dp = sc.dp.get(be, dt, dy.shape());
+      be.dora_backward(dp, params_.grad(p.m), dy, a.pre[j].tensor(), p.scale.tensor(),
+                       p.inv_norm.tensor());
+    }
     gemm(be, dt, true, false, p.out, r, N, s, 1.0f, dp, a.xa[j].tensor(), params_.grad(p.B));
     gemm(be, dt, false, false, N, r, p.out, 1.0f, 0.0f, dp, params_.value(p.B), g);
     grad_a();

@@ -53,6 +53,7 @@ struct Transformer::Scratch {
   Buffer dc1, dc2;  // (N, C)
   Buffer dmid;      // (N, C) gradient at x + attention branch
   Buffer d4;        // (N, 4C) d GELU output, then d fc
+  Buffer dscale;    // (4C) DoRA in GELU: the first MLP Linear's scale gradient
   Buffer dqkv;      // (N, 3C)
   Buffer d_low;     // bf16 copy of the gradient a GEMM reads, up to (N, 4C)
   Buffer dx[2];     // (N, C) the gradient flowing down, block by block

@@ -32,21 +32,22 @@ class PackedB {
   virtual ~PackedB() = default;
 };
 
-// Per-column affine maps on a gated MLP's inputs, fused into Backend::glu_forward and
-// glu_backward (DoRA's column scaling m / ||V|| and a frozen base's bias): the gate the
-// activation sees is gate * gate_scale + gate_bias per column of gate (R, C), up likewise; an
-// empty tensor leaves its part out (scale 1, bias 0). Backward then writes the gradients of the
-// inputs as given (through the scales), and where dgate_scale or dup_scale is given the scale's
-// gradient (assigned): dgate_scale (C) = the column sums of d(mapped gate) * gate.
+// A per-column affine map on an activation's input, fused into the activation (DoRA's column
+// scaling m / ||V|| and a frozen base's bias): the activation sees x * scale + bias per column of
+// x (R, C); an empty tensor leaves its part out (scale 1, bias 0). Backward then writes the
+// gradient of x as given (through the scale), and where dscale is given the scale's gradient
+// (assigned): dscale (C) = the column sums of d(mapped x) * x.
+struct ColumnMap {
+  Tensor scale, bias, dscale;
+  bool empty() const { return scale.empty() && bias.empty() && dscale.empty(); }
+  // C, the width of x's rows: the given tensors' length (each checked against x's dtype and
+  // size), else x's last axis.
+  int64_t width(const Tensor& x) const;
+};
+// A gated MLP's two inputs' maps.
 struct GluAffine {
-  Tensor gate_scale, gate_bias, up_scale, up_bias;
-  Tensor dgate_scale, dup_scale;  // backward only
-  bool empty() const {
-    return gate_scale.empty() && gate_bias.empty() && up_scale.empty() && up_bias.empty();
-  }
-  // C, the width of gate's rows: the given tensors' length (each checked against gate's dtype
-  // and size), else gate's last axis.
-  int64_t width(const Tensor& gate) const;
+  ColumnMap gate, up;
+  int64_t width(const Tensor& gate_x) const;  // both maps' C (ColumnMap::width)
 };
 
 // The interface's operations, in the groups backends implement them (Backend::supports).
@@ -204,10 +205,11 @@ class Backend {
   // joining in the same pass; dw, db (C) accumulate.
   virtual void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
                                    Tensor saved, Tensor residual = {}) = 0;
-  // y = GELU(x) in its exact form x * Phi(x) (PyTorch's nn.GELU()), and dx = dy * GELU'(x).
-  // As in layer_norm_forward, y may be bf16 with x in f32.
-  virtual void gelu_forward(Tensor y, Tensor x) = 0;
-  virtual void gelu_backward(Tensor dx, Tensor dy, Tensor x) = 0;
+  // y = GELU(x) in its exact form x * Phi(x) (PyTorch's nn.GELU()), and dx = dy * GELU'(x) (dx
+  // may be dy); with `map` (ColumnMap) of x mapped per column first. As in layer_norm_forward,
+  // y may be bf16 with x in f32.
+  virtual void gelu_forward(Tensor y, Tensor x, const ColumnMap& map = {}) = 0;
+  virtual void gelu_backward(Tensor dx, Tensor dy, Tensor x, const ColumnMap& map = {}) = 0;
 
   // RMS norm over the last axis of x(N, C) (Llama, Qwen2, Gemma): y = x * rstd * (offset + w),
   // rstd = 1 / sqrt(mean(x^2) + eps), saved (N) keeps rstd; Gemma scales by 1 + w (offset 1).

@@ -72,11 +72,16 @@ class Transformer final : public Model {
   // The dtype of the GEMMs' operands: the half type, or the parameters'.
   DType operand_type() const { return low_ ? low_type_ : params_.dtype(); }
   Tensor base_weight(const Proj& p) const;
-  // y = (or with `add`, y +=) the Linear j of a block on x, its adapter included.
+  // y = (or with `add`, y +=) the Linear j of a block on x, its adapter included; `unscaled`:
+  // the caller applies DoRA's column scaling (the forward stops at the product before it,
+  // a.pre[j]; dy is the gradient there and m's is done).
   void proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, Tensor x, Buffer& x_low,
-                    uint64_t seed, bool add = false);
+                    uint64_t seed, bool add = false, bool unscaled = false);
   void proj_backward(Backend& be, Proj& p, Acts& a, int j, Tensor dx, Tensor dy, Tensor x,
-                     Tensor x_op);
+                     Tensor x_op, bool unscaled = false);
+  // The map GELU applies to the MLP's first Linear's product: DoRA's column scaling and the
+  // bias, where DoRA runs without adapter dropout (the Linear then stops before it); else none.
+  ColumnMap fc_map(const Proj& p) const;
   void adapter_input(Backend& be, Proj& p, Tensor xa, Tensor x, Buffer& x_low);
   void adapter_grad_a(Backend& be, Proj& p, Tensor g, Tensor x, Tensor x_op, double s);
   void drop(Backend& be, Tensor x, Buffer& mask, uint64_t seed);

@@ -40,9 +40,11 @@ std::string simd_name(const std::string& target) {
 // Below this many element operations a parallel region costs more than it saves.
 constexpr int64_t kMinParallelWork = 65536;
 
+const float* floats_or_null(const Tensor& t) { return t.empty() ? nullptr : t.data_as<float>(); }
+
 simd::GluMaps glu_maps(const GluAffine& a) {
-  const auto at = [](const Tensor& t) { return t.empty() ? nullptr : t.data_as<float>(); };
-  return {at(a.gate_scale), at(a.gate_bias), at(a.up_scale), at(a.up_bias)};
+  return {floats_or_null(a.gate.scale), floats_or_null(a.gate.bias), floats_or_null(a.up.scale),
+          floats_or_null(a.up.bias)};
 }
 
 // How many threads parallel_rows() splits n rows over: 1 when the work is not worth a parallel
@@ -432,22 +434,36 @@ class CpuBackend final : public Backend {
       for (int64_t j = 0; j < C; ++j) pw[j] += own[j], pb[j] += own[C + j];
     }
   }
-  void gelu_forward(Tensor y, Tensor x) override {
-    if (x.dtype() != DType::f32 || !f32_or_bf16(y)) return ref_->gelu_forward(y, x);
+  void gelu_forward(Tensor y, Tensor x, const ColumnMap& map) override {
+    if (x.dtype() != DType::f32 || !f32_or_bf16(y)) return ref_->gelu_forward(y, x, map);
     SF_CHECK(y.numel() == x.numel(), "gelu sizes");
-    const float* xs = x.data_as<float>();
-    parallel_rows(x.numel(), 20, [&](int64_t i0, int64_t i1) {
-      if (y.dtype() == DType::f32) return simd::gelu_forward(y.data_as<float>(), xs, i0, i1);
-      in_f32_blocks(y, i0, i1, 1, [&](float* out, int64_t e0, int64_t e1) {
-        simd::gelu_forward(out, xs + e0, 0, e1 - e0);
+    const int64_t C = map.width(x);
+    if (x.numel() == 0) return;
+    const float *xs = x.data_as<float>(), *scale = floats_or_null(map.scale),
+                *bias = floats_or_null(map.bias);
+    parallel_rows(x.numel() / C, 20 * C, [&](int64_t r0, int64_t r1) {
+      if (y.dtype() == DType::f32)
+        return simd::gelu_forward(y.data_as<float>(), xs, scale, bias, C, r0, r1);
+      in_f32_blocks(y, r0 * C, r1 * C, C, [&](float* out, int64_t e0, int64_t e1) {
+        simd::gelu_forward(out, xs + e0, scale, bias, C, 0, (e1 - e0) / C);
       });
     });
   }
-  void gelu_backward(Tensor dx, Tensor dy, Tensor x) override {
-    if (x.dtype() != DType::f32) return ref_->gelu_backward(dx, dy, x);
-    parallel_rows(x.numel(), 30, [&](int64_t i0, int64_t i1) {
-      simd::gelu_backward(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(), i0, i1);
-    });
+  void gelu_backward(Tensor dx, Tensor dy, Tensor x, const ColumnMap& map) override {
+    if (x.dtype() != DType::f32) return ref_->gelu_backward(dx, dy, x, map);
+    SF_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel(), "gelu sizes");
+    const int64_t C = map.width(x), rows = C ? x.numel() / C : 0;
+    const float *scale = floats_or_null(map.scale), *bias = floats_or_null(map.bias);
+    const auto rows_of = [&](int64_t r0, int64_t r1, float* sums) {
+      simd::gelu_backward(dx.data_as<float>(), sums, dy.data_as<float>(), x.data_as<float>(),
+                          scale, bias, C, r0, r1);
+    };
+    if (map.dscale.empty())
+      return parallel_rows(rows, 30 * C,
+                           [&](int64_t r0, int64_t r1) { rows_of(r0, r1, nullptr); });
+    column_sums_.assign(static_cast<size_t>(C), 0.0f);
+    sum_over_rows(rows, row_threads(rows, 30 * C), C, column_sums_.data(), rows_of);
+    std::copy_n(column_sums_.data(), C, map.dscale.data_as<float>());
   }
   // The decoder ops: the scalar kernels over row ranges on the pool (f32; f64 on the reference).
   void rms_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, double offset,
@@ -514,7 +530,7 @@ class CpuBackend final : public Backend {
                  gate.numel() == dy.numel() && up.numel() == dy.numel(),
              "glu_backward sizes");
     const simd::GluMaps maps = glu_maps(affine);
-    const bool gate_sums = !affine.dgate_scale.empty(), up_sums = !affine.dup_scale.empty();
+    const bool gate_sums = !affine.gate.dscale.empty(), up_sums = !affine.up.dscale.empty();
     const auto rows_of = [&](int64_t r0, int64_t r1, float* sums) {
       simd::glu_backward(dgate.data_as<float>(), dup.data_as<float>(), gate_sums ? sums : nullptr,
                          up_sums ? sums + C : nullptr, dy.data_as<float>(), gate.data_as<float>(),
@@ -525,8 +541,8 @@ class CpuBackend final : public Backend {
     });
     column_sums_.assign(static_cast<size_t>(2 * C), 0.0f);  // the gate's, then up's
     sum_over_rows(rows, row_threads(rows, 30 * C), 2 * C, column_sums_.data(), rows_of);
-    if (gate_sums) std::copy_n(column_sums_.data(), C, affine.dgate_scale.data_as<float>());
-    if (up_sums) std::copy_n(column_sums_.data() + C, C, affine.dup_scale.data_as<float>());
+    if (gate_sums) std::copy_n(column_sums_.data(), C, affine.gate.dscale.data_as<float>());
+    if (up_sums) std::copy_n(column_sums_.data() + C, C, affine.up.dscale.data_as<float>());
   }
   void soft_cap_forward(Tensor y, Tensor x, double cap) override {
     if (y.dtype() != DType::f32) return ref_->soft_cap_forward(y, x, cap);

@@ -32,12 +32,12 @@ namespace {
 
 cuda::GluColumns glu_columns(const Tensor& gate, const GluAffine& a) {
   return {.C = a.width(gate),
-          .gate_scale = a.gate_scale.data(),
-          .gate_bias = a.gate_bias.data(),
-          .up_scale = a.up_scale.data(),
-          .up_bias = a.up_bias.data(),
-          .dgate_scale = a.dgate_scale.data(),
-          .dup_scale = a.dup_scale.data()};
+          .gate_scale = a.gate.scale.data(),
+          .gate_bias = a.gate.bias.data(),
+          .up_scale = a.up.scale.data(),
+          .up_bias = a.up.bias.data(),
+          .dgate_scale = a.gate.dscale.data(),
+          .dup_scale = a.up.dscale.data()};
 }
 
 void check_cuda(cudaError_t e, const std::string& what) {
@@ -438,14 +438,20 @@ class CudaBackend final : public Backend {
                        stream_);
     launched("glu_backward", dy);
   }
-  void gelu_forward(Tensor y, Tensor x) override {
+  void gelu_forward(Tensor y, Tensor x, const ColumnMap& map) override {
     SF_CHECK(y.numel() == x.numel(), "gelu sizes");
-    cuda::gelu_forward(y.data(), y.dtype(), x.data(), x.dtype(), x.numel(), stream_);
+    cuda::gelu_forward(y.data(), y.dtype(), x.data(), map.scale.data(), map.bias.data(), x.dtype(),
+                       x.numel(), map.width(x), stream_);
     launched("gelu_forward", x);
   }
-  void gelu_backward(Tensor dx, Tensor dy, Tensor x) override {
+  void gelu_backward(Tensor dx, Tensor dy, Tensor x, const ColumnMap& map) override {
     SF_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel(), "gelu sizes");
-    cuda::gelu_backward(dx.data(), dy.data(), x.data(), x.dtype(), x.numel(), stream_);
+    const int64_t C = map.width(x), rows = C ? x.numel() / C : 0;
+    const size_t partial =
+        map.dscale.empty() ? 0 : static_cast<size_t>(cuda::layer_norm_partial_chunks(rows) * C);
+    cuda::gelu_backward(dx.data(), map.dscale.data(), dy.data(), x.data(), map.scale.data(),
+                        map.bias.data(), static_cast<double*>(scratch(0, partial * 8)), x.dtype(),
+                        x.numel(), C, stream_);
     launched("gelu_backward", x);
   }
   void run_scale_columns(Tensor y, int64_t ldy, const void* addend, Tensor x, Tensor s,

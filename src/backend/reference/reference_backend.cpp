@@ -22,7 +22,7 @@ namespace {
 template <typename T>
 kernels::GluMaps<T> glu_maps(const GluAffine& a) {
   const auto at = [](const Tensor& t) { return static_cast<const T*>(t.data()); };
-  return {at(a.gate_scale), at(a.gate_bias), at(a.up_scale), at(a.up_bias)};
+  return {at(a.gate.scale), at(a.gate.bias), at(a.up.scale), at(a.up.bias)};
 }
 
 int64_t row_count(Tensor t) { return t.shape().rank() ? t.dim(0) : 1; }
@@ -225,19 +225,28 @@ class ReferenceBackend final : public Backend {
                                           pdy, px, ps, N, C, 0, C);
     });
   }
-  void gelu_forward(Tensor y, Tensor x) override {
+  void gelu_forward(Tensor y, Tensor x, const ColumnMap& map) override {
     SF_CHECK(y.numel() == x.numel(), "gelu sizes");
+    const int64_t C = map.width(x);
     if (y.dtype() != x.dtype())
-      return into_dtype(y, x.dtype(), [&](Tensor t) { gelu_forward(t, x); });
+      return into_dtype(y, x.dtype(), [&](Tensor t) { gelu_forward(t, x, map); });
     dispatch_float(x.dtype(), [&]<typename T>() {
-      kernels::gelu_forward(static_cast<T*>(y.data()), static_cast<const T*>(x.data()), 0,
-                            x.numel());
+      kernels::gelu_forward(static_cast<T*>(y.data()), static_cast<const T*>(x.data()),
+                            static_cast<const T*>(map.scale.data()),
+                            static_cast<const T*>(map.bias.data()), C, 0, x.numel());
     });
   }
-  void gelu_backward(Tensor dx, Tensor dy, Tensor x) override {
+  void gelu_backward(Tensor dx, Tensor dy, Tensor x, const ColumnMap& map) override {
+    SF_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel(), "gelu sizes");
+    const int64_t C = map.width(x);
     dispatch_float(x.dtype(), [&]<typename T>() {
-      kernels::gelu_backward(static_cast<T*>(dx.data()), static_cast<const T*>(dy.data()),
-                             static_cast<const T*>(x.data()), 0, x.numel());
+      std::vector<double> sums(static_cast<size_t>(map.dscale.empty() ? 0 : C), 0.0);
+      kernels::gelu_backward(static_cast<T*>(dx.data()), sums.empty() ? nullptr : sums.data(),
+                             static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()),
+                             static_cast<const T*>(map.scale.data()),
+                             static_cast<const T*>(map.bias.data()), C, 0, x.numel());
+      for (size_t c = 0; c < sums.size(); ++c)
+        static_cast<T*>(map.dscale.data())[c] = static_cast<T>(sums[c]);
     });
   }
   void rms_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, double offset,
@@ -295,8 +304,8 @@ class ReferenceBackend final : public Backend {
                               gate_sums.data(), up_sums.data(), static_cast<const T*>(dy.data()),
                               static_cast<const T*>(gate.data()), static_cast<const T*>(up.data()),
                               glu_maps<T>(affine), kind, C, 0, dy.numel() / C);
-      for (const auto& [out, sums] : {std::pair{affine.dgate_scale, &gate_sums},
-                                      std::pair{affine.dup_scale, &up_sums}})
+      for (const auto& [out, sums] : {std::pair{affine.gate.dscale, &gate_sums},
+                                      std::pair{affine.up.dscale, &up_sums}})
         if (!out.empty())
           for (int64_t c = 0; c < C; ++c)
             static_cast<T*>(out.data())[c] = static_cast<T>((*sums)[size_t(c)]);

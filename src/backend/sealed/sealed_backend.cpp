@@ -160,11 +160,13 @@ class SealedBackend final : public Backend {
     call("layer_norm_backward", {dx, dw, db, dy, x, w, saved, residual}, {},
          [=, this] { inner_->layer_norm_backward(dx, dw, db, dy, x, w, saved, residual); });
   }
-  void gelu_forward(Tensor y, Tensor x) override {
-    call("gelu_forward", {y, x}, {}, [=, this] { inner_->gelu_forward(y, x); });
+  void gelu_forward(Tensor y, Tensor x, const ColumnMap& map) override {
+    call("gelu_forward", {y, x, map.scale, map.bias}, {},
+         [=, this] { inner_->gelu_forward(y, x, map); });
   }
-  void gelu_backward(Tensor dx, Tensor dy, Tensor x) override {
-    call("gelu_backward", {dx, dy, x}, {}, [=, this] { inner_->gelu_backward(dx, dy, x); });
+  void gelu_backward(Tensor dx, Tensor dy, Tensor x, const ColumnMap& map) override {
+    call("gelu_backward", {dx, dy, x, map.scale, map.bias, map.dscale}, {},
+         [=, this] { inner_->gelu_backward(dx, dy, x, map); });
   }
   void rms_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, double offset,
                         double eps) override {
@@ -182,14 +184,14 @@ class SealedBackend final : public Backend {
   void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind,
                    const GluAffine& affine) override {
     call("glu_forward",
-         {y, gate, up, affine.gate_scale, affine.gate_bias, affine.up_scale, affine.up_bias}, {},
+         {y, gate, up, affine.gate.scale, affine.gate.bias, affine.up.scale, affine.up.bias}, {},
          [=, this] { inner_->glu_forward(y, gate, up, kind, affine); });
   }
   void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up, GluKind kind,
                     const GluAffine& affine) override {
     call("glu_backward",
-         {dgate, dup, dy, gate, up, affine.gate_scale, affine.gate_bias, affine.up_scale,
-          affine.up_bias, affine.dgate_scale, affine.dup_scale},
+         {dgate, dup, dy, gate, up, affine.gate.scale, affine.gate.bias, affine.up.scale,
+          affine.up.bias, affine.gate.dscale, affine.up.dscale},
          {}, [=, this] { inner_->glu_backward(dgate, dup, dy, gate, up, kind, affine); });
   }
   void soft_cap_forward(Tensor y, Tensor x, double cap) override {

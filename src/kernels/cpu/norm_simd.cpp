@@ -45,38 +45,47 @@ HWY_INLINE V Phi(D d, V x, V& gauss) {
   return hn::IfThenElse(hn::Lt(x, hn::Zero(d)), half_erfc, hn::Sub(hn::Set(d, 1.0f), half_erfc));
 }
 
-// y = x Phi(x), elements [i0, i1).
-void GeluForward(float* y, const float* x, int64_t i0, int64_t i1) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  auto gelu = [&](auto v) {
-    hn::Vec<decltype(d)> gauss;
-    return hn::Mul(v, Phi(d, v, gauss));
-  };
-  int64_t i = i0;
-  for (; i + N <= i1; i += N) hn::StoreU(gelu(hn::LoadU(d, x + i)), d, y + i);
-  if (i < i1) {
-    const size_t n = static_cast<size_t>(i1 - i);
-    StoreN(gelu(LoadN(d, x + i, n)), d, y + i, n);
-  }
+// x * scale + bias per column (either null: left out), rounded as scale_columns rounds it.
+template <class D>
+HWY_INLINE hn::Vec<D> Mapped(D d, hn::Vec<D> x, const float* scale, const float* bias, int64_t j,
+                             size_t n) {
+  if (scale) x = hn::Mul(x, LoadN(d, scale + j, n));
+  if (bias) x = hn::Add(x, LoadN(d, bias + j, n));
+  return x;
 }
 
-// dx = dy (Phi(x) + x phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
-void GeluBackward(float* dx, const float* dy, const float* x, int64_t i0, int64_t i1) {
+// Rows [r0, r1) of x (rows of C): y = GELU(m), m = x mapped per column.
+void GeluForward(float* y, const float* x, const float* scale, const float* bias, int64_t C,
+                 int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  auto grad = [&](auto v, auto g) {
-    hn::Vec<decltype(d)> gauss;
-    const auto phi = Phi(d, v, gauss);
-    return hn::Mul(g, hn::MulAdd(hn::Mul(v, gauss), hn::Set(d, 0.3989422804014327f), phi));
-  };
-  int64_t i = i0;
-  for (; i + N <= i1; i += N)
-    hn::StoreU(grad(hn::LoadU(d, x + i), hn::LoadU(d, dy + i)), d, dx + i);
-  if (i < i1) {
-    const size_t n = static_cast<size_t>(i1 - i);
-    StoreN(grad(LoadN(d, x + i, n), LoadN(d, dy + i, n)), d, dx + i, n);
-  }
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < C; j += N) {
+      const size_t n = static_cast<size_t>(std::min(N, C - j));
+      const auto v = Mapped(d, LoadN(d, x + r * C + j, n), scale, bias, j, n);
+      hn::Vec<decltype(d)> gauss;
+      StoreN(hn::Mul(v, Phi(d, v, gauss)), d, y + r * C + j, n);
+    }
+}
+
+// Rows [r0, r1): dm = dy (Phi(m) + m phi(m)), phi(m) = exp(-m^2 / 2) / sqrt(2 pi); dx = dm *
+// scale (dx may be dy); sums (C), where given, gain dm * x.
+void GeluBackward(float* dx, float* sums, const float* dy, const float* x, const float* scale,
+                  const float* bias, int64_t C, int64_t r0, int64_t r1) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < C; j += N) {
+      const size_t n = static_cast<size_t>(std::min(N, C - j));
+      const int64_t i = r * C + j;
+      const auto xv = LoadN(d, x + i, n), v = Mapped(d, xv, scale, bias, j, n);
+      hn::Vec<decltype(d)> gauss;
+      const auto phi = Phi(d, v, gauss);
+      const auto dm = hn::Mul(LoadN(d, dy + i, n),
+                              hn::MulAdd(hn::Mul(v, gauss), hn::Set(d, 0.3989422804014327f), phi));
+      StoreN(scale ? hn::Mul(dm, LoadN(d, scale + j, n)) : dm, d, dx + i, n);
+      if (sums) StoreN(hn::MulAdd(dm, xv, LoadN(d, sums + j, n)), d, sums + j, n);
+    }
 }
 
 // Rows [r0, r1) of x (rows, C): y = (x - mean) rstd w + b; saved (rows, 2) = mean, rstd.
@@ -174,11 +183,13 @@ HWY_EXPORT(GeluBackward);
 HWY_EXPORT(LayerNormForward);
 HWY_EXPORT(LayerNormBackward);
 
-void gelu_forward(float* y, const float* x, int64_t i0, int64_t i1) {
-  HWY_DYNAMIC_DISPATCH(GeluForward)(y, x, i0, i1);
+void gelu_forward(float* y, const float* x, const float* scale, const float* bias, int64_t C,
+                  int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(GeluForward)(y, x, scale, bias, C, r0, r1);
 }
-void gelu_backward(float* dx, const float* dy, const float* x, int64_t i0, int64_t i1) {
-  HWY_DYNAMIC_DISPATCH(GeluBackward)(dx, dy, x, i0, i1);
+void gelu_backward(float* dx, float* sums, const float* dy, const float* x, const float* scale,
+                   const float* bias, int64_t C, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(GeluBackward)(dx, sums, dy, x, scale, bias, C, r0, r1);
 }
 void layer_norm_forward(float* y, float* saved, const float* x, const float* w, const float* b,
                         int64_t C, float eps, int64_t r0, int64_t r1) {

@@ -5,8 +5,12 @@
 
 namespace seqforge::simd {
 
-void gelu_forward(float* y, const float* x, int64_t i0, int64_t i1);
-void gelu_backward(float* dx, const float* dy, const float* x, int64_t i0, int64_t i1);
+// Rows [r0, r1) of GELU over x (rows of C) mapped per column (scale, bias null: left out); the
+// backward's sums (C), where given, gain the scale's gradient (kernels/norm.hpp).
+void gelu_forward(float* y, const float* x, const float* scale, const float* bias, int64_t C,
+                  int64_t r0, int64_t r1);
+void gelu_backward(float* dx, float* sums, const float* dy, const float* x, const float* scale,
+                   const float* bias, int64_t C, int64_t r0, int64_t r1);
 void layer_norm_forward(float* y, float* saved, const float* x, const float* w, const float* b,
                         int64_t C, float eps, int64_t r0, int64_t r1);
 // Rows [r0, r1) of layer norm's backward: dx (+ residual where given) and these rows' sums added

@@ -81,6 +81,15 @@ __device__ inline float load_low(const void* p, DType low, int64_t i) {
 __device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 
+// An activation's input mapped per column (Backend's ColumnMap): x * scale[j] + bias[j], rounded
+// in T as scale_columns rounds it; scale or bias null: left out.
+template <typename T>
+__device__ inline T column_mapped(T x, const T* scale, const T* bias, int64_t j) {
+  if (scale) x = mul_rn(x, scale[j]);
+  if (bias) x = x + bias[j];
+  return x;
+}
+
 // Records a bad input found by a kernel (a token id, a target class out of range), the first
 // thread to find one winning: report[0] = its index (all ones while none), report[1] = its value.
 // The backend reads the report at its next synchronisation.

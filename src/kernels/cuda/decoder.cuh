@@ -112,22 +112,14 @@ struct GluMaps {
   const T *gate_scale, *gate_bias, *up_scale, *up_bias;
 };
 
-// x * scale[j] + bias[j], rounded in T as scale_columns rounds it.
-template <typename T>
-__device__ inline T glu_mapped(T x, const T* scale, const T* bias, int64_t j) {
-  if (scale) x = mul_rn(x, scale[j]);
-  if (bias) x = x + bias[j];
-  return x;
-}
-
 // y = act(g) * u over gate, up (rows of C), g and u the inputs mapped per column.
 template <typename T>
 __global__ void glu_forward_kernel(T* y, const T* gate, const T* up, GluMaps<T> m, GluKind kind,
                                    int64_t n, int64_t C) {
   SF_GRID_STRIDE(i, n) {
     const int64_t j = i % C;
-    const double g = glu_mapped(gate[i], m.gate_scale, m.gate_bias, j);
-    const double u = glu_mapped(up[i], m.up_scale, m.up_bias, j);
+    const double g = column_mapped(gate[i], m.gate_scale, m.gate_bias, j);
+    const double u = column_mapped(up[i], m.up_scale, m.up_bias, j);
     double d;
     y[i] = static_cast<T>(mul_rn(glu_activation(kind, g, &d), u));
   }
@@ -139,8 +131,8 @@ template <typename T>
 __device__ inline void glu_backward_element(T* dgate, T* dup, const T* dy, const T* gate,
                                             const T* up, const GluMaps<T>& m, GluKind kind,
                                             int64_t i, int64_t j, double& dg, double& du) {
-  const double g = glu_mapped(gate[i], m.gate_scale, m.gate_bias, j);
-  const double u = glu_mapped(up[i], m.up_scale, m.up_bias, j);
+  const double g = column_mapped(gate[i], m.gate_scale, m.gate_bias, j);
+  const double u = column_mapped(up[i], m.up_scale, m.up_bias, j);
   double d;
   const double a = glu_activation(kind, g, &d), e = dy[i];
   dg = mul_rn(mul_rn(e, u), d), du = mul_rn(e, a);

@@ -510,23 +510,37 @@ void layer_norm_backward(void* dx, void* dw, void* db, const void* residual, con
   });
 }
 
-void gelu_forward(void* y, DType y_type, const void* x, DType dtype, int64_t n,
-                  cudaStream_t stream) {
+void gelu_forward(void* y, DType y_type, const void* x, const void* scale, const void* bias,
+                  DType dtype, int64_t n, int64_t C, cudaStream_t stream) {
   if (n == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     dispatch_output<T>(y_type, "gelu_forward", [&]<typename Y>() {
       SF_LAUNCH(blocks_for(n), kThreads, 0, stream, gelu_forward_kernel<T, Y>)
-      (static_cast<Y*>(y), static_cast<const T*>(x), n);
+      (static_cast<Y*>(y), static_cast<const T*>(x), static_cast<const T*>(scale),
+       static_cast<const T*>(bias), n, C);
     });
   });
 }
 
-void gelu_backward(void* dx, const void* dy, const void* x, DType dtype, int64_t n,
+void gelu_backward(void* dx, void* dscale, const void* dy, const void* x, const void* scale,
+                   const void* bias, double* partial, DType dtype, int64_t n, int64_t C,
                    cudaStream_t stream) {
-  if (n == 0) return;
+  if (C == 0 || (n == 0 && !dscale)) return;
   dispatch_float(dtype, [&]<typename T>() {
-    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, gelu_backward_kernel<T>)
-    (static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), n);
+    const T *s = static_cast<const T*>(scale), *b = static_cast<const T*>(bias);
+    if (!dscale) {
+      SF_LAUNCH(blocks_for(n), kThreads, 0, stream, gelu_backward_kernel<T>)
+      (static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), s, b, n, C);
+      return;
+    }
+    const int64_t rows = n / C, chunks = layer_norm_partial_chunks(rows);
+    const int64_t tiles = chunks * ((C + kThreads - 1) / kThreads);
+    SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
+              gelu_backward_partial_kernel<T>)
+    (partial, static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), s, b, rows,
+     C, chunks);
+    SF_LAUNCH(blocks_for(C), kThreads, 0, stream, column_sums_final_kernel<T>)
+    (static_cast<T*>(dscale), partial, C, chunks);
   });
 }
 

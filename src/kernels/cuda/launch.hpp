@@ -88,9 +88,12 @@ int64_t layer_norm_partial_chunks(int64_t rows);
 void layer_norm_backward(void* dx, void* dw, void* db, const void* residual, const void* dy,
                          const void* x, const void* w, const void* saved, double* partial,
                          DType dtype, int64_t rows, int64_t C, cudaStream_t stream);
-void gelu_forward(void* y, DType y_type, const void* x, DType dtype, int64_t n,
-                  cudaStream_t stream);
-void gelu_backward(void* dx, const void* dy, const void* x, DType dtype, int64_t n,
+// GELU of x mapped per column (rows of C; scale, bias null: left out); with dscale (the scale's
+// gradient), gelu_backward needs `partial`: layer_norm_partial_chunks(n / C) * C doubles.
+void gelu_forward(void* y, DType y_type, const void* x, const void* scale, const void* bias,
+                  DType dtype, int64_t n, int64_t C, cudaStream_t stream);
+void gelu_backward(void* dx, void* dscale, const void* dy, const void* x, const void* scale,
+                   const void* bias, double* partial, DType dtype, int64_t n, int64_t C,
                    cudaStream_t stream);
 
 // The decoders' ops (decoder.cuh): RMS norm (rms_norm_backward needs `partial`:

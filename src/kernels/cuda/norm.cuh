@@ -112,23 +112,64 @@ __global__ void layer_norm_params_final_kernel(T* dw, T* db, const double* parti
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.3989422804014327;
 
-// GELU(x) = x / 2 (1 + erf(x / sqrt 2)).
+// GELU(m) = m / 2 (1 + erf(m / sqrt 2)), m = x mapped per column (rows of C).
 template <typename T, typename Y>
-__global__ void gelu_forward_kernel(Y* y, const T* x, int64_t n) {
+__global__ void gelu_forward_kernel(Y* y, const T* x, const T* scale, const T* bias, int64_t n,
+                                    int64_t C) {
   SF_GRID_STRIDE(i, n) {
-    const double v = x[i];
+    const double v = column_mapped(x[i], scale, bias, i % C);
     store_rounded(y + i, mul_rn(0.5 * v, 1.0 + erf(mul_rn(v, kInvSqrt2))));
   }
 }
 
-// dx = dy (Phi(x) + x phi(x)).
+// Element i: dm = dy (Phi(m) + m phi(m)), dx = dm * scale (dx may be dy); returns dm.
 template <typename T>
-__global__ void gelu_backward_kernel(T* dx, const T* dy, const T* x, int64_t n) {
-  SF_GRID_STRIDE(i, n) {
-    const double v = x[i];
-    const double d = mul_rn(0.5, 1.0 + erf(mul_rn(v, kInvSqrt2))) +
-                     mul_rn(mul_rn(v, kInvSqrt2Pi), exp(mul_rn(-0.5 * v, v)));
-    dx[i] = static_cast<T>(mul_rn(double(dy[i]), d));
+__device__ inline double gelu_backward_element(T* dx, const T* dy, const T* x, const T* scale,
+                                               const T* bias, int64_t i, int64_t j) {
+  const double v = column_mapped(x[i], scale, bias, j);
+  const double d = mul_rn(0.5, 1.0 + erf(mul_rn(v, kInvSqrt2))) +
+                   mul_rn(mul_rn(v, kInvSqrt2Pi), exp(mul_rn(-0.5 * v, v)));
+  const double dm = mul_rn(double(dy[i]), d);
+  dx[i] = static_cast<T>(scale ? mul_rn(dm, double(scale[j])) : dm);
+  return dm;
+}
+
+template <typename T>
+__global__ void gelu_backward_kernel(T* dx, const T* dy, const T* x, const T* scale, const T* bias,
+                                     int64_t n, int64_t C) {
+  SF_GRID_STRIDE(i, n) { gelu_backward_element(dx, dy, x, scale, bias, i, i % C); }
+}
+
+// The same writing the scale's gradient, in two deterministic passes as layer norm's
+// parameters: a thread per column of a band of rows sums dm * x into partial (chunks, C), then
+// the bands' sums in band order into dscale.
+template <typename T>
+__global__ void gelu_backward_partial_kernel(double* partial, T* dx, const T* dy, const T* x,
+                                             const T* scale, const T* bias, int64_t rows,
+                                             int64_t C, int64_t chunks) {
+  const int64_t tiles = (C + blockDim.x - 1) / blockDim.x;
+  const int64_t band = (rows + chunks - 1) / chunks;
+  for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {
+    const int64_t chunk = t / tiles, j = t % tiles * blockDim.x + threadIdx.x;
+    if (j >= C) continue;
+    const int64_t r0 = chunk * band, r1 = r0 + band < rows ? r0 + band : rows;
+    double sum = 0;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t i = r * C + j;
+      const double xi = x[i];  // read before dx (which may be dy) is written
+      sum += mul_rn(gelu_backward_element(dx, dy, x, scale, bias, i, j), xi);
+    }
+    partial[chunk * C + j] = sum;
+  }
+}
+
+template <typename T>
+__global__ void column_sums_final_kernel(T* out, const double* partial, int64_t C,
+                                         int64_t chunks) {
+  SF_GRID_STRIDE(j, C) {
+    double sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * C + j];
+    out[j] = static_cast<T>(sum);
   }
 }
 
