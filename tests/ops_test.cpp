@@ -692,8 +692,7 @@ OpCase small_ops_case() {
     };
     be.scale_columns(at_column(sc_wide, 5), sc_x.t, sc_s.t, sc_b.t, 30);
     out["scale_columns_strided"] = to_doubles(be, sc_wide.t);
-    be.scale_columns(at_column(sc_wide, 5), sc_x.t, sc_s.t, {}, 30,
-                     at_column(sc_wide, 5).data());
+    be.scale_columns(at_column(sc_wide, 5), sc_x.t, sc_s.t, {}, 30, at_column(sc_wide, 5).data());
     out["scale_columns_strided_added"] = to_doubles(be, sc_wide.t);
     be.scale_columns(at_column(sc_wide, 5), sc_x.t, sc_s.t, sc_b.t, 30,
                      at_column(sc_other, 2).data());
@@ -882,9 +881,9 @@ OpCase decoder_ops_case() {
       // Per-column maps (DoRA's scaling fused) on rows of 45 (a partial vector), enough rows for
       // threads: both inputs mapped with both scales' gradients, then only up with its own.
       const int64_t R = 70, W = 45;
-      HostTensor ag(be, dt, {R, W}, values(rng, R * W, -4, 4)), au(be, dt, {R, W}, values(rng, R * W)),
-          ay(be, dt, {R, W}, std::vector<double>(R * W)), ady(be, dt, {R, W}, values(rng, R * W)),
-          adg(be, dt, {R, W}, std::vector<double>(R * W)),
+      HostTensor ag(be, dt, {R, W}, values(rng, R * W, -4, 4)),
+          au(be, dt, {R, W}, values(rng, R * W)), ay(be, dt, {R, W}, std::vector<double>(R * W)),
+          ady(be, dt, {R, W}, values(rng, R * W)), adg(be, dt, {R, W}, std::vector<double>(R * W)),
           adu(be, dt, {R, W}, std::vector<double>(R * W)), gs(be, dt, {W}, values(rng, W, 0.2, 2)),
           gb(be, dt, {W}, values(rng, W)), us(be, dt, {W}, values(rng, W, -2, 2)),
           ub(be, dt, {W}, values(rng, W)), dgs(be, dt, {W}, values(rng, W)),

@@ -275,8 +275,8 @@ class RecordingBackend final : public Backend {
     SF_PROFILE_SCOPE("layer_norm_forward");
     inner_.layer_norm_forward(y, s, x, w, b, eps);
   }
-  void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
-                           Tensor s, Tensor residual) override {
+  void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w, Tensor s,
+                           Tensor residual) override {
     SF_PROFILE_SCOPE("layer_norm_backward");
     inner_.layer_norm_backward(dx, dw, db, dy, x, w, s, residual);
   }

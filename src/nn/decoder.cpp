@@ -357,7 +357,8 @@ void Decoder::layer_tail(Backend& be, Layer& l, Tensor x, const void* att) {
   const void* h2_low = low_operand(be, l.a->h2_low, h2.data(), N, C, C);
   for (Proj* p : {&l.gate, &l.up}) {
     const bool unscaled = scaled_in_glu(*p);
-    const Tensor y = unscaled ? Tensor() : (p == &l.gate ? l.a->gate_out : l.a->up_out).get(be, dt, {N, F});
+    const Tensor y =
+        unscaled ? Tensor() : (p == &l.gate ? l.a->gate_out : l.a->up_out).get(be, dt, {N, F});
     proj_forward(be, *p, y.data(), F, h2.data(), C, h2_low, nullptr, unscaled);
   }
   const GluInputs in = glu_inputs(l);
@@ -540,8 +541,8 @@ void Decoder::layer_backward(Backend& be, Layer& l, Tensor x, Tensor dout, Tenso
   if (gate_unscaled) in.affine.gate.dscale = s.dscale[0].get(be, dt, {F});
   if (up_unscaled) in.affine.up.dscale = s.dscale[1].get(be, dt, {F});
   be.glu_backward(dgate, dup, dact, in.gate, in.up, opt_.activation, in.affine);
-  for (const auto& [p, dscale] : {std::pair{&l.gate, in.affine.gate.dscale},
-                                  std::pair{&l.up, in.affine.up.dscale}}) {
+  for (const auto& [p, dscale] :
+       {std::pair{&l.gate, in.affine.gate.dscale}, std::pair{&l.up, in.affine.up.dscale}}) {
     if (dscale.empty()) continue;
     be.mul(dscale, dscale, p->inv_norm.tensor());
     be.add(params_.grad(p->m), dscale);

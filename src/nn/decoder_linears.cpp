@@ -164,10 +164,10 @@ const void* Decoder::base_low_weight(const Proj& p) const {
 }
 
 // y(N, out), rows ldy apart, = (residual +) the Linear of x(N, in), rows ldx apart (x_low: x as a
-// packed bf16 operand, or null; residual: rows ldy apart, may be y): without an adapter one GEMM; with LoRA x W0^T + b +
-// s (in A^T) B^T; with DoRA (m / ||V||)(in V^T) + b (+ (x - in) W0^T): the product in V^T packed,
-// then scaled per column into y's rows. The adapter's input `in` is x, or with
-// adapter dropout x * mask (PEFT's lora_dropout: the base keeps x, so DoRA adds W0 on the
+// packed bf16 operand, or null; residual: rows ldy apart, may be y): without an adapter one GEMM;
+// with LoRA x W0^T + b + s (in A^T) B^T; with DoRA (m / ||V||)(in V^T) + b (+ (x - in) W0^T): the
+// product in V^T packed, then scaled per column into y's rows. The adapter's input `in` is x, or
+// with adapter dropout x * mask (PEFT's lora_dropout: the base keeps x, so DoRA adds W0 on the
 // dropped-out part). With bf16 GEMMs the products with W0 and V take bf16 operands; the
 // adapters' rank-r products stay in f32.
 void Decoder::proj_forward(Backend& be, Proj& p, void* y, int64_t ldy, const void* x, int64_t ldx,

@@ -455,12 +455,11 @@ class CpuBackend final : public Backend {
     const int64_t C = map.width(x), rows = C ? x.numel() / C : 0;
     const float *scale = floats_or_null(map.scale), *bias = floats_or_null(map.bias);
     const auto rows_of = [&](int64_t r0, int64_t r1, float* sums) {
-      simd::gelu_backward(dx.data_as<float>(), sums, dy.data_as<float>(), x.data_as<float>(),
-                          scale, bias, C, r0, r1);
+      simd::gelu_backward(dx.data_as<float>(), sums, dy.data_as<float>(), x.data_as<float>(), scale,
+                          bias, C, r0, r1);
     };
     if (map.dscale.empty())
-      return parallel_rows(rows, 30 * C,
-                           [&](int64_t r0, int64_t r1) { rows_of(r0, r1, nullptr); });
+      return parallel_rows(rows, 30 * C, [&](int64_t r0, int64_t r1) { rows_of(r0, r1, nullptr); });
     column_sums_.assign(static_cast<size_t>(C), 0.0f);
     sum_over_rows(rows, row_threads(rows, 30 * C), C, column_sums_.data(), rows_of);
     std::copy_n(column_sums_.data(), C, map.dscale.data_as<float>());
@@ -523,8 +522,7 @@ class CpuBackend final : public Backend {
   }
   void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up, GluKind kind,
                     const GluAffine& affine) override {
-    if (dy.dtype() != DType::f32)
-      return ref_->glu_backward(dgate, dup, dy, gate, up, kind, affine);
+    if (dy.dtype() != DType::f32) return ref_->glu_backward(dgate, dup, dy, gate, up, kind, affine);
     const int64_t C = affine.width(gate), rows = C ? dy.numel() / C : 0;
     SF_CHECK(dgate.numel() == dy.numel() && dup.numel() == dy.numel() &&
                  gate.numel() == dy.numel() && up.numel() == dy.numel(),
@@ -536,9 +534,8 @@ class CpuBackend final : public Backend {
                          up_sums ? sums + C : nullptr, dy.data_as<float>(), gate.data_as<float>(),
                          up.data_as<float>(), maps, kind, C, r0, r1);
     };
-    if (!gate_sums && !up_sums) return parallel_rows(rows, 30 * C, [&](int64_t r0, int64_t r1) {
-      rows_of(r0, r1, nullptr);
-    });
+    if (!gate_sums && !up_sums)
+      return parallel_rows(rows, 30 * C, [&](int64_t r0, int64_t r1) { rows_of(r0, r1, nullptr); });
     column_sums_.assign(static_cast<size_t>(2 * C), 0.0f);  // the gate's, then up's
     sum_over_rows(rows, row_threads(rows, 30 * C), 2 * C, column_sums_.data(), rows_of);
     if (gate_sums) std::copy_n(column_sums_.data(), C, affine.gate.dscale.data_as<float>());
@@ -569,9 +566,8 @@ class CpuBackend final : public Backend {
         "scale_columns shapes");
     parallel_rows(x.numel() / C, C, [&](int64_t r0, int64_t r1) {
       kernels::scale_columns(y.data_as<float>(), ldy, static_cast<const float*>(addend),
-                             x.data_as<float>(),
-                             s.data_as<float>(), b.empty() ? nullptr : b.data_as<float>(), C, r0,
-                             r1);
+                             x.data_as<float>(), s.data_as<float>(),
+                             b.empty() ? nullptr : b.data_as<float>(), C, r0, r1);
     });
   }
   void run_dora_backward(Tensor dpre, Tensor dm, Tensor dy, int64_t ldy, Tensor pre, Tensor scale,

@@ -374,8 +374,7 @@ class CudaBackend final : public Backend {
              "layer_norm_backward shapes");
     const size_t partial = static_cast<size_t>(2 * cuda::layer_norm_partial_chunks(N) * C);
     cuda::layer_norm_backward(dx.data(), dw.data(), db.data(), residual.data(), dy.data(), x.data(),
-                              w.data(),
-                              saved.data(), static_cast<double*>(scratch(0, partial * 8)),
+                              w.data(), saved.data(), static_cast<double*>(scratch(0, partial * 8)),
                               x.dtype(), N, C, stream_);
     launched("layer_norm_backward", x);
   }
@@ -398,9 +397,8 @@ class CudaBackend final : public Backend {
              "rms_norm_backward shapes");
     const size_t partial = static_cast<size_t>(cuda::layer_norm_partial_chunks(N) * C);
     cuda::rms_norm_backward(dx.data(), dw.data(), residual.data(), dy.data(), x.data(), w.data(),
-                            offset,
-                            saved.data(), static_cast<double*>(scratch(0, partial * 8)), x.dtype(),
-                            N, C, stream_);
+                            offset, saved.data(), static_cast<double*>(scratch(0, partial * 8)),
+                            x.dtype(), N, C, stream_);
     launched("rms_norm_backward", x);
   }
   void rotary(const Rotary& a, DType dtype) override {

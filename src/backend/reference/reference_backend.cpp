@@ -304,8 +304,8 @@ class ReferenceBackend final : public Backend {
                               gate_sums.data(), up_sums.data(), static_cast<const T*>(dy.data()),
                               static_cast<const T*>(gate.data()), static_cast<const T*>(up.data()),
                               glu_maps<T>(affine), kind, C, 0, dy.numel() / C);
-      for (const auto& [out, sums] : {std::pair{affine.gate.dscale, &gate_sums},
-                                      std::pair{affine.up.dscale, &up_sums}})
+      for (const auto& [out, sums] :
+           {std::pair{affine.gate.dscale, &gate_sums}, std::pair{affine.up.dscale, &up_sums}})
         if (!out.empty())
           for (int64_t c = 0; c < C; ++c)
             static_cast<T*>(out.data())[c] = static_cast<T>((*sums)[size_t(c)]);

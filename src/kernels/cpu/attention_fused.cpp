@@ -399,11 +399,10 @@ int64_t KeysOf(const void* lengths, int64_t b, int64_t T) {
 
 // The forward pass over pairs [p0, p1), its products taken by `Products` (F32Products here, or
 // Bf16Products with AVX512-BF16): pack_keys(k, v, nk) packs a key/value head's operands (rows ld
-// apart), pack_queries(q, first) a query head's from row `first`; dot(nr, rb, j0, panels, sc) puts a
-// row block's raw scores
-// q.k into sc (rows kBc apart); row(r, p, w) sees row r's final probabilities; axpy(nr, j0, w, sc,
-// acc, alpha) adds the block's P V into acc (rows Products::width apart), scaling acc by alpha
-// first.
+// apart), pack_queries(q, first) a query head's from row `first`; dot(nr, rb, j0, panels, sc) puts
+// a row block's raw scores q.k into sc (rows kBc apart); row(r, p, w) sees row r's final
+// probabilities; axpy(nr, j0, w, sc, acc, alpha) adds the block's P V into acc (rows
+// Products::width apart), scaling acc by alpha first.
 template <class Products>
 HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, Products& prod) {
   const AttentionShape& s = a.shape;

@@ -135,7 +135,8 @@ void RmsNormBackward(float* dx, float* dw, float* block, const float* residual, 
                      int64_t r0, int64_t r1) {
   const DF d;
   const VF off = hn::Set(d, offset);
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), padded = (C + lanes - 1) / lanes * lanes;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)),
+                padded = (C + lanes - 1) / lanes * lanes;
   std::fill_n(block, padded, 0.0f);
   for (int64_t r = r0; r < r1; ++r) {
     const float *xr = x + r * C, *dyr = dy + r * C, rstd = saved[r];
@@ -226,8 +227,8 @@ void glu_forward(float* y, const float* gate, const float* up, const GluMaps& ma
 void glu_backward(float* dgate, float* dup, float* gate_sums, float* up_sums, const float* dy,
                   const float* gate, const float* up, const GluMaps& maps, GluKind kind, int64_t C,
                   int64_t r0, int64_t r1) {
-  HWY_DYNAMIC_DISPATCH(GluBackward)(dgate, dup, gate_sums, up_sums, dy, gate, up, maps, kind, C, r0,
-                                    r1);
+  HWY_DYNAMIC_DISPATCH(GluBackward)
+  (dgate, dup, gate_sums, up_sums, dy, gate, up, maps, kind, C, r0, r1);
 }
 void rms_norm_forward(float* y, float* saved, const float* x, const float* w, float offset,
                       int64_t C, float eps, int64_t r0, int64_t r1) {
@@ -236,7 +237,8 @@ void rms_norm_forward(float* y, float* saved, const float* x, const float* w, fl
 void rms_norm_backward(float* dx, float* dw, float* block, const float* residual, const float* dy,
                        const float* x, const float* w, float offset, const float* saved, int64_t C,
                        int64_t r0, int64_t r1) {
-  HWY_DYNAMIC_DISPATCH(RmsNormBackward)(dx, dw, block, residual, dy, x, w, offset, saved, C, r0, r1);
+  HWY_DYNAMIC_DISPATCH(RmsNormBackward)
+  (dx, dw, block, residual, dy, x, w, offset, saved, C, r0, r1);
 }
 void rotary(const Rotary& a, int64_t r0, int64_t r1) { HWY_DYNAMIC_DISPATCH(Rotary)(a, r0, r1); }
 double cross_entropy_row(float* d, const float* x, int64_t C, int64_t y, float coef) {

@@ -158,8 +158,8 @@ void LayerNormBackward(float* dx, float* dw, float* db, float* block, const floa
       const size_t n = static_cast<size_t>(std::min(N, C - j));
       const auto dyv = LoadN(d, dyr + j, n);
       const auto xhat = hn::Mul(hn::Sub(LoadN(d, xr + j, n), vmean), vrstd);
-      auto v = hn::Mul(
-          vrstd, hn::Sub(hn::Sub(hn::Mul(dyv, LoadN(d, w + j, n)), g_mean), hn::Mul(xhat, gx_mean)));
+      auto v = hn::Mul(vrstd, hn::Sub(hn::Sub(hn::Mul(dyv, LoadN(d, w + j, n)), g_mean),
+                                      hn::Mul(xhat, gx_mean)));
       if (res) v = hn::Add(v, LoadN(d, res + j, n));
       StoreN(v, d, dxr + j, n);
       hn::StoreU(hn::MulAdd(dyv, xhat, hn::LoadU(d, bw + j)), d, bw + j);

@@ -155,9 +155,8 @@ __global__ void glu_backward_kernel(T* dgate, T* dup, const T* dy, const T* gate
 // order into dgate_scale and dup_scale (each where given).
 template <typename T>
 __global__ void glu_backward_partial_kernel(double* partial, T* dgate, T* dup, const T* dy,
-                                            const T* gate, const T* up, GluMaps<T> m,
-                                            GluKind kind, int64_t rows, int64_t C,
-                                            int64_t chunks) {
+                                            const T* gate, const T* up, GluMaps<T> m, GluKind kind,
+                                            int64_t rows, int64_t C, int64_t chunks) {
   const int64_t tiles = (C + blockDim.x - 1) / blockDim.x;
   const int64_t band = (rows + chunks - 1) / chunks;
   for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {

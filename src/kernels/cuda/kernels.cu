@@ -357,8 +357,7 @@ void embedding_backward(void* dtable, const void* dout, const void* ids, DType i
 }
 
 void scale_columns(void* y, int64_t ldy, const void* addend, const void* x, const void* s,
-                   const void* b,
-                   DType dtype, int64_t rows, int64_t cols, cudaStream_t stream) {
+                   const void* b, DType dtype, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     SF_LAUNCH(blocks_for(rows * cols), kThreads, 0, stream, scale_columns_kernel<T>)
@@ -497,8 +496,7 @@ void layer_norm_backward(void* dx, void* dw, void* db, const void* residual, con
   dispatch_float(dtype, [&]<typename T>() {
     SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, layer_norm_backward_input_kernel<T>)
     (static_cast<T*>(dx), static_cast<const T*>(residual), static_cast<const T*>(dy),
-     static_cast<const T*>(x),
-     static_cast<const T*>(w), static_cast<const T*>(saved), rows, C);
+     static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(saved), rows, C);
     const int64_t chunks = layer_norm_partial_chunks(rows);
     const int64_t tiles = chunks * ((C + kThreads - 1) / kThreads);
     SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
@@ -561,8 +559,8 @@ void rms_norm_backward(void* dx, void* dw, const void* residual, const void* dy,
   dispatch_float(dtype, [&]<typename T>() {
     SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, rms_norm_backward_input_kernel<T>)
     (static_cast<T*>(dx), static_cast<const T*>(residual), static_cast<const T*>(dy),
-     static_cast<const T*>(x),
-     static_cast<const T*>(w), offset, static_cast<const T*>(saved), rows, C);
+     static_cast<const T*>(x), static_cast<const T*>(w), offset, static_cast<const T*>(saved), rows,
+     C);
     const int64_t chunks = layer_norm_partial_chunks(rows);
     const int64_t tiles = chunks * ((C + kThreads - 1) / kThreads);
     SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
@@ -630,8 +628,7 @@ void glu_backward(void* dgate, void* dup, const void* dy, const void* gate, cons
        static_cast<const T*>(gate), static_cast<const T*>(up), glu_maps<T>(cols), kind, rows,
        cols.C, chunks);
       SF_LAUNCH(blocks_for(cols.C), kThreads, 0, stream, glu_backward_final_kernel<T>)
-      (static_cast<T*>(cols.dgate_scale), static_cast<T*>(cols.dup_scale), partial, cols.C,
-       chunks);
+      (static_cast<T*>(cols.dgate_scale), static_cast<T*>(cols.dup_scale), partial, cols.C, chunks);
       return;
     }
     SF_LAUNCH(blocks_for(n), kThreads, 0, stream, glu_backward_kernel<T>)

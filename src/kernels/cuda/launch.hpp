@@ -69,8 +69,8 @@ void embedding_forward(void* out, const void* table, const void* ids, DType id_t
                        int64_t n, int64_t e, int64_t vocab, uint64_t* bad, cudaStream_t stream);
 void embedding_backward(void* dtable, const void* dout, const void* ids, DType id_type, DType dtype,
                         int64_t n, int64_t e, int64_t vocab, cudaStream_t stream);
-void scale_columns(void* y, int64_t ldy, const void* addend, const void* x, const void* s, const void* b,
-                   DType dtype, int64_t rows, int64_t cols, cudaStream_t stream);
+void scale_columns(void* y, int64_t ldy, const void* addend, const void* x, const void* s,
+                   const void* b, DType dtype, int64_t rows, int64_t cols, cudaStream_t stream);
 void dora_norm(void* scale, void* inv_norm, const void* v, const void* m, DType dtype, int64_t rows,
                int64_t cols, cudaStream_t stream);
 // dora_backward needs `partial`: layer_norm_partial_chunks(rows) * cols doubles.

@@ -145,8 +145,8 @@ __global__ void gelu_backward_kernel(T* dx, const T* dy, const T* x, const T* sc
 // the bands' sums in band order into dscale.
 template <typename T>
 __global__ void gelu_backward_partial_kernel(double* partial, T* dx, const T* dy, const T* x,
-                                             const T* scale, const T* bias, int64_t rows,
-                                             int64_t C, int64_t chunks) {
+                                             const T* scale, const T* bias, int64_t rows, int64_t C,
+                                             int64_t chunks) {
   const int64_t tiles = (C + blockDim.x - 1) / blockDim.x;
   const int64_t band = (rows + chunks - 1) / chunks;
   for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {
@@ -164,8 +164,7 @@ __global__ void gelu_backward_partial_kernel(double* partial, T* dx, const T* dy
 }
 
 template <typename T>
-__global__ void column_sums_final_kernel(T* out, const double* partial, int64_t C,
-                                         int64_t chunks) {
+__global__ void column_sums_final_kernel(T* out, const double* partial, int64_t C, int64_t chunks) {
   SF_GRID_STRIDE(j, C) {
     double sum = 0;
     for (int64_t c = 0; c < chunks; ++c) sum += partial[c * C + j];
