@@ -80,12 +80,7 @@ template <typename T>
 __global__ void dora_backward_partial_kernel(double* partial, T* dpre, const T* dy, int64_t ldy,
                                              const T* pre, const T* scale, int64_t rows,
                                              int64_t cols, int64_t chunks) {
-  const int64_t tiles = (cols + blockDim.x - 1) / blockDim.x;
-  const int64_t band = (rows + chunks - 1) / chunks;
-  for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {
-    const int64_t chunk = t / tiles, j = t % tiles * blockDim.x + threadIdx.x;
-    if (j >= cols) continue;
-    const int64_t r0 = chunk * band, r1 = r0 + band < rows ? r0 + band : rows;
+  for_band_columns(rows, cols, chunks, [&](int64_t chunk, int64_t j, int64_t r0, int64_t r1) {
     double sum = 0;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t i = r * cols + j;
@@ -94,7 +89,7 @@ __global__ void dora_backward_partial_kernel(double* partial, T* dpre, const T* 
       dpre[i] = g * scale[j];
     }
     partial[chunk * cols + j] = sum;
-  }
+  });
 }
 
 template <typename T>

@@ -20,6 +20,12 @@ inline unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
+// The grid of for_band_columns: a block per (band, column tile) pair of kThreads columns.
+inline unsigned band_blocks(int64_t chunks, int64_t C) {
+  const int64_t pairs = chunks * ((C + kThreads - 1) / kThreads);
+  return static_cast<unsigned>(pairs < 65535 ? pairs : 65535);
+}
+
 // kernel<<<grid, block, shared, stream>>>(args...) as SF_LAUNCH(grid, block, shared, stream,
 // kernel)(args...), and dynamic shared memory as SF_DYNAMIC_SHARED(name): macros, so that the
 // kernels and their launchers also run in the tests' host emulation (tests/cuda/emulated).
@@ -80,6 +86,21 @@ __device__ inline float load_low(const void* p, DType low, int64_t i) {
 // sum already saw rounded differ from its use beside that sum (LN's dy - mean(dy) must cancel).
 __device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
+// The first pass of the two-pass column sums (layer and RMS norm parameters, DoRA, the
+// activations' scales): blocks stride over (band of rows, column tile) pairs of `chunks` bands
+// (layer_norm_partial_chunks), a thread per column; f(chunk, j, r0, r1) for column j < C and its
+// band's rows [r0, r1).
+template <class F>
+__device__ inline void for_band_columns(int64_t rows, int64_t C, int64_t chunks, F&& f) {
+  const int64_t tiles = (C + blockDim.x - 1) / blockDim.x;
+  const int64_t band = (rows + chunks - 1) / chunks;
+  for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {
+    const int64_t chunk = t / tiles, j = t % tiles * blockDim.x + threadIdx.x;
+    if (j >= C) continue;
+    f(chunk, j, chunk * band, chunk * band + band < rows ? chunk * band + band : rows);
+  }
+}
 
 // An activation's input mapped per column (Backend's ColumnMap): x * scale[j] + bias[j], rounded
 // in T as scale_columns rounds it; scale or bias null: left out.

@@ -50,17 +50,12 @@ template <typename T>
 __global__ void rms_norm_params_partial_kernel(double* partial, const T* dy, const T* x,
                                                const T* saved, int64_t rows, int64_t C,
                                                int64_t chunks) {
-  const int64_t tiles = (C + blockDim.x - 1) / blockDim.x;
-  const int64_t band = (rows + chunks - 1) / chunks;
-  for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {
-    const int64_t chunk = t / tiles, j = t % tiles * blockDim.x + threadIdx.x;
-    if (j >= C) continue;
-    const int64_t r0 = chunk * band, r1 = r0 + band < rows ? r0 + band : rows;
+  for_band_columns(rows, C, chunks, [&](int64_t chunk, int64_t j, int64_t r0, int64_t r1) {
     double s = 0;
     for (int64_t r = r0; r < r1; ++r)
       s += mul_rn(mul_rn(double(dy[r * C + j]), double(x[r * C + j])), double(saved[r]));
     partial[chunk * C + j] = s;
-  }
+  });
 }
 
 template <typename T>
@@ -157,12 +152,7 @@ template <typename T>
 __global__ void glu_backward_partial_kernel(double* partial, T* dgate, T* dup, const T* dy,
                                             const T* gate, const T* up, GluMaps<T> m, GluKind kind,
                                             int64_t rows, int64_t C, int64_t chunks) {
-  const int64_t tiles = (C + blockDim.x - 1) / blockDim.x;
-  const int64_t band = (rows + chunks - 1) / chunks;
-  for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {
-    const int64_t chunk = t / tiles, j = t % tiles * blockDim.x + threadIdx.x;
-    if (j >= C) continue;
-    const int64_t r0 = chunk * band, r1 = r0 + band < rows ? r0 + band : rows;
+  for_band_columns(rows, C, chunks, [&](int64_t chunk, int64_t j, int64_t r0, int64_t r1) {
     double gate_sum = 0, up_sum = 0;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t i = r * C + j;
@@ -173,7 +163,7 @@ __global__ void glu_backward_partial_kernel(double* partial, T* dgate, T* dup, c
     }
     partial[(chunk * 2) * C + j] = gate_sum;
     partial[(chunk * 2 + 1) * C + j] = up_sum;
-  }
+  });
 }
 
 template <typename T>

@@ -382,9 +382,7 @@ void dora_backward(void* dpre, void* dm, const void* dy, int64_t ldy, const void
   if (cols == 0 || rows == 0) return;
   dispatch_float(dtype, [&]<typename T>() {
     const int64_t chunks = layer_norm_partial_chunks(rows);
-    const int64_t tiles = chunks * ((cols + kThreads - 1) / kThreads);
-    SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
-              dora_backward_partial_kernel<T>)
+    SF_LAUNCH(band_blocks(chunks, cols), kThreads, 0, stream, dora_backward_partial_kernel<T>)
     (partial, static_cast<T*>(dpre), static_cast<const T*>(dy), ldy, static_cast<const T*>(pre),
      static_cast<const T*>(scale), rows, cols, chunks);
     SF_LAUNCH(blocks_for(cols), kThreads, 0, stream, dora_backward_final_kernel<T>)
@@ -498,9 +496,7 @@ void layer_norm_backward(void* dx, void* dw, void* db, const void* residual, con
     (static_cast<T*>(dx), static_cast<const T*>(residual), static_cast<const T*>(dy),
      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(saved), rows, C);
     const int64_t chunks = layer_norm_partial_chunks(rows);
-    const int64_t tiles = chunks * ((C + kThreads - 1) / kThreads);
-    SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
-              layer_norm_params_partial_kernel<T>)
+    SF_LAUNCH(band_blocks(chunks, C), kThreads, 0, stream, layer_norm_params_partial_kernel<T>)
     (partial, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(saved),
      rows, C, chunks);
     SF_LAUNCH(blocks_for(C), kThreads, 0, stream, layer_norm_params_final_kernel<T>)
@@ -532,9 +528,7 @@ void gelu_backward(void* dx, void* dscale, const void* dy, const void* x, const 
       return;
     }
     const int64_t rows = n / C, chunks = layer_norm_partial_chunks(rows);
-    const int64_t tiles = chunks * ((C + kThreads - 1) / kThreads);
-    SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
-              gelu_backward_partial_kernel<T>)
+    SF_LAUNCH(band_blocks(chunks, C), kThreads, 0, stream, gelu_backward_partial_kernel<T>)
     (partial, static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), s, b, rows,
      C, chunks);
     SF_LAUNCH(blocks_for(C), kThreads, 0, stream, column_sums_final_kernel<T>)
@@ -562,9 +556,7 @@ void rms_norm_backward(void* dx, void* dw, const void* residual, const void* dy,
      static_cast<const T*>(x), static_cast<const T*>(w), offset, static_cast<const T*>(saved), rows,
      C);
     const int64_t chunks = layer_norm_partial_chunks(rows);
-    const int64_t tiles = chunks * ((C + kThreads - 1) / kThreads);
-    SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
-              rms_norm_params_partial_kernel<T>)
+    SF_LAUNCH(band_blocks(chunks, C), kThreads, 0, stream, rms_norm_params_partial_kernel<T>)
     (partial, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(saved),
      rows, C, chunks);
     SF_LAUNCH(blocks_for(C), kThreads, 0, stream, rms_norm_params_final_kernel<T>)
@@ -621,9 +613,7 @@ void glu_backward(void* dgate, void* dup, const void* dy, const void* gate, cons
   dispatch_float(dtype, [&]<typename T>() {
     if (cols.dgate_scale || cols.dup_scale) {
       const int64_t rows = n / cols.C, chunks = layer_norm_partial_chunks(rows);
-      const int64_t tiles = chunks * ((cols.C + kThreads - 1) / kThreads);
-      SF_LAUNCH(static_cast<unsigned>(std::min<int64_t>(tiles, 65535)), kThreads, 0, stream,
-                glu_backward_partial_kernel<T>)
+      SF_LAUNCH(band_blocks(chunks, cols.C), kThreads, 0, stream, glu_backward_partial_kernel<T>)
       (partial, static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<const T*>(dy),
        static_cast<const T*>(gate), static_cast<const T*>(up), glu_maps<T>(cols), kind, rows,
        cols.C, chunks);

@@ -77,12 +77,7 @@ template <typename T>
 __global__ void layer_norm_params_partial_kernel(double* partial, const T* dy, const T* x,
                                                  const T* saved, int64_t rows, int64_t C,
                                                  int64_t chunks) {
-  const int64_t tiles = (C + blockDim.x - 1) / blockDim.x;
-  const int64_t band = (rows + chunks - 1) / chunks;
-  for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {
-    const int64_t chunk = t / tiles, j = t % tiles * blockDim.x + threadIdx.x;
-    if (j >= C) continue;
-    const int64_t r0 = chunk * band, r1 = r0 + band < rows ? r0 + band : rows;
+  for_band_columns(rows, C, chunks, [&](int64_t chunk, int64_t j, int64_t r0, int64_t r1) {
     double sw = 0, sb = 0;
     for (int64_t r = r0; r < r1; ++r) {
       const double d = dy[r * C + j];
@@ -92,7 +87,7 @@ __global__ void layer_norm_params_partial_kernel(double* partial, const T* dy, c
     }
     partial[(chunk * 2) * C + j] = sw;
     partial[(chunk * 2 + 1) * C + j] = sb;
-  }
+  });
 }
 
 template <typename T>
@@ -147,12 +142,7 @@ template <typename T>
 __global__ void gelu_backward_partial_kernel(double* partial, T* dx, const T* dy, const T* x,
                                              const T* scale, const T* bias, int64_t rows, int64_t C,
                                              int64_t chunks) {
-  const int64_t tiles = (C + blockDim.x - 1) / blockDim.x;
-  const int64_t band = (rows + chunks - 1) / chunks;
-  for (int64_t t = blockIdx.x; t < chunks * tiles; t += gridDim.x) {
-    const int64_t chunk = t / tiles, j = t % tiles * blockDim.x + threadIdx.x;
-    if (j >= C) continue;
-    const int64_t r0 = chunk * band, r1 = r0 + band < rows ? r0 + band : rows;
+  for_band_columns(rows, C, chunks, [&](int64_t chunk, int64_t j, int64_t r0, int64_t r1) {
     double sum = 0;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t i = r * C + j;
@@ -160,7 +150,7 @@ __global__ void gelu_backward_partial_kernel(double* partial, T* dx, const T* dy
       sum += mul_rn(gelu_backward_element(dx, dy, x, scale, bias, i, j), xi);
     }
     partial[chunk * C + j] = sum;
-  }
+  });
 }
 
 template <typename T>
