@@ -111,8 +111,8 @@ TEST_P(LstmConcurrency, MatchesSequentialReference) {
   }
 }
 
-// Each chain's steps in one backend call (RecurrentSchedule::whole_chains): on a GPU one
-// cooperative kernel per chain and direction, elsewhere the steps as the Backend defines them.
+// Each layer's chains in one backend call (RecurrentSchedule::whole_chains): on a GPU one
+// cooperative kernel for both directions, elsewhere the steps as the Backend defines them.
 // Every usable backend gives the reference's outputs, states and gradients. (Stacks it does not
 // apply to, projections, dropout on the state, the LN-LSTM, take the steps.)
 TEST_P(LstmConcurrency, WholeChainsMatchTheReferenceOnEveryBackend) {
@@ -233,6 +233,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"uni_2_layers_wide_batch",
              {.input_size = 5, .hidden_size = 45, .num_layers = 2},
              4,
+             37,
+             DType::f32},
+        Case{"bi_wide_batch",
+             {.input_size = 4, .hidden_size = 45, .bidirectional = true},
+             5,
              37,
              DType::f32},
         Case{"gru_uni_wide_batch",

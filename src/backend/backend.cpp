@@ -132,39 +132,52 @@ double Backend::sum_squares(Tensor x) {
   return sum.read();
 }
 
-void Backend::recurrence_forward(CellKind kind, const RecurrenceForward& a, DType dtype) {
+void Backend::recurrence_forward(CellKind kind, std::span<const RecurrenceForward> chains,
+                                 DType dtype) {
   check_whole_chain(kind);
   const int gates = cell_type(kind).gates;
-  const int64_t B = a.cell.batch, GH = gates * a.cell.hidden, size = dtype_size(dtype);
-  Scratch rec(*this, static_cast<size_t>(B * GH * size));
-  for (int64_t k = 0; k < a.steps; ++k) {
-    ref::ForwardStep s = ref::forward_step(a, k, gates, size);
-    // R(B, G*H) = h_prev(B, H) W_hh^T
-    gemm({.trans_b = true,
-          .m = B,
-          .n = GH,
-          .k = a.cell.hidden,
-          .lda = s.ld,
-          .ldb = a.cell.hidden,
-          .ldc = GH},
-         a.gemm, s.h_prev, a.w_hh, rec.data());
-    s.cell.gates_rec = rec.data();
-    cell_forward(kind, s.cell, dtype);
+  const int64_t size = dtype_size(dtype);
+  for (const RecurrenceForward& a : chains) {
+    const int64_t B = a.cell.batch, GH = gates * a.cell.hidden;
+    Scratch rec(*this, static_cast<size_t>(B * GH * size));
+    for (int64_t k = 0; k < a.steps; ++k) {
+      ref::ForwardStep s = ref::forward_step(a, k, gates, size);
+      // R(B, G*H) = h_prev(B, H) W_hh^T
+      gemm({.trans_b = true,
+            .m = B,
+            .n = GH,
+            .k = a.cell.hidden,
+            .lda = s.ld,
+            .ldb = a.cell.hidden,
+            .ldc = GH},
+           a.gemm, s.h_prev, a.w_hh, rec.data());
+      s.cell.gates_rec = rec.data();
+      cell_forward(kind, s.cell, dtype);
+    }
   }
 }
 
-void Backend::recurrence_backward(CellKind kind, const RecurrenceBackward& a, DType dtype) {
+void Backend::recurrence_backward(CellKind kind, std::span<const RecurrenceBackward> chains,
+                                  DType dtype) {
   check_whole_chain(kind);
   const CellType& type = cell_type(kind);
-  const int64_t H = a.cell.hidden, size = dtype_size(dtype);
-  for (int64_t k = 0; k < a.steps; ++k) {
-    cell_backward(kind, ref::backward_step(a, k, type.gates, type.direct_state_grad, size), dtype);
-    // dh(B, H) (+)= dR(B, G*H) W_hh(G*H, H)
-    GemmShape back{
-        .m = a.cell.batch, .n = H, .k = type.gates * H, .lda = type.gates * H, .ldb = H, .ldc = H};
-    back.beta = type.direct_state_grad ? 1.0 : 0.0;
-    gemm(back, a.gemm, ref::recurrent_operand(a, k, type.gates, type.recurrent_grads, size), a.w_hh,
-         a.dh);
+  const int64_t size = dtype_size(dtype);
+  for (const RecurrenceBackward& a : chains) {
+    const int64_t H = a.cell.hidden;
+    for (int64_t k = 0; k < a.steps; ++k) {
+      cell_backward(kind, ref::backward_step(a, k, type.gates, type.direct_state_grad, size),
+                    dtype);
+      // dh(B, H) (+)= dR(B, G*H) W_hh(G*H, H)
+      GemmShape back{.m = a.cell.batch,
+                     .n = H,
+                     .k = type.gates * H,
+                     .lda = type.gates * H,
+                     .ldb = H,
+                     .ldc = H};
+      back.beta = type.direct_state_grad ? 1.0 : 0.0;
+      gemm(back, a.gemm, ref::recurrent_operand(a, k, type.gates, type.recurrent_grads, size),
+           a.w_hh, a.dh);
+    }
   }
 }
 

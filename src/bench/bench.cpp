@@ -255,13 +255,15 @@ class RecordingBackend final : public Backend {
   // A device's whole-chain kernel runs as such (its recurrent products are then no GEMMs of the
   // floor); otherwise the steps, through this backend, so that their GEMMs are recorded.
   bool fuses_recurrence(CellKind cell) const override { return inner_.fuses_recurrence(cell); }
-  void recurrence_forward(CellKind cell, const RecurrenceForward& a, DType dt) override {
-    if (!inner_.fuses_recurrence(cell)) return Backend::recurrence_forward(cell, a, dt);
-    inner_.recurrence_forward(cell, a, dt);
+  void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains,
+                          DType dt) override {
+    if (!inner_.fuses_recurrence(cell)) return Backend::recurrence_forward(cell, chains, dt);
+    inner_.recurrence_forward(cell, chains, dt);
   }
-  void recurrence_backward(CellKind cell, const RecurrenceBackward& a, DType dt) override {
-    if (!inner_.fuses_recurrence(cell)) return Backend::recurrence_backward(cell, a, dt);
-    inner_.recurrence_backward(cell, a, dt);
+  void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
+                           DType dt) override {
+    if (!inner_.fuses_recurrence(cell)) return Backend::recurrence_backward(cell, chains, dt);
+    inner_.recurrence_backward(cell, chains, dt);
   }
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {
     SF_PROFILE_SCOPE("embedding_forward");

@@ -36,11 +36,13 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <deque>
 #include <mutex>
+#include <span>
 #include <thread>
 
 #include "nn/recurrent_util.hpp"
@@ -396,7 +398,6 @@ void Recurrent::compute_forward(Backend& be, RecurrentSchedule schedule) {
         }
         auto run_chain = [&](int64_t d) {
           SF_PROFILE_SCOPE(scope_forward_, static_cast<int>(l0), static_cast<int>(d));
-          if (whole) return chain_forward(be, l0, d);
           // W_ih packed by the worker that runs the chain: the layout depends on its threads.
           if (per_step && !cell_projects_input(l0))
             pack_weights(be, project_step_shape(l0), input_weights(l0 * D + d),
@@ -416,6 +417,9 @@ void Recurrent::compute_forward(Backend& be, RecurrentSchedule schedule) {
           });
         } else if (D == 2 && concurrent) {
           be.run_concurrently(2, [&](int d) { run_chain(d); });
+        } else if (whole) {
+          SF_PROFILE_SCOPE(scope_forward_, static_cast<int>(l0), 0);
+          chains_forward(be, l0);
         } else {
           for (int64_t d = 0; d < D; ++d) run_chain(d);
         }
@@ -705,8 +709,14 @@ bool Recurrent::whole_chains_apply() const {
          !locked_dropout();
 }
 
+void Recurrent::chains_forward(Backend& be, int64_t l) {
+  std::array<RecurrenceForward, 2> chains;
+  for (int64_t d = 0; d < directions(); ++d) chains[d] = chain_forward_args(l, d);
+  be.recurrence_forward(cell_.kind, std::span(chains.data(), directions()), params_.dtype());
+}
+
 // step_forward's arguments for every step at once: pointers at time 0, the initial state.
-void Recurrent::chain_forward(Backend& be, int64_t l, int64_t d) {
+RecurrenceForward Recurrent::chain_forward_args(int64_t l, int64_t d) {
   const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
   Chain& ch = chains_[s];
   const Tensor out = out_[l].tensor();
@@ -744,7 +754,7 @@ void Recurrent::chain_forward(Backend& be, int64_t l, int64_t d) {
     cell.w_ih_t = ch.w_ih_t.tensor().data();
     cell.bias = ch.bias.tensor().data();
   }
-  be.recurrence_forward(cell_.kind, a, params_.dtype());
+  return a;
 }
 
 void Recurrent::step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t b0,
@@ -966,8 +976,6 @@ void Recurrent::compute_backward(Backend& be, RecurrentSchedule schedule) {
       if (group == 1) {
         auto run_chain = [&](int64_t d) {
           SF_PROFILE_SCOPE(scope_backward_, static_cast<int>(l0), static_cast<int>(d));
-          if (schedule == RecurrentSchedule::whole_chains)
-            return chain_backward(be, l0, d, group_dout, chains_[l0 * D + d].dbias.tensor().data());
           for (int64_t step = T_ - 1; step >= 0; --step) {
             step_backward(be, l0, d, step, group_dout, 0, B_,
                           chains_[l0 * D + d].dbias.tensor().data());
@@ -997,6 +1005,9 @@ void Recurrent::compute_backward(Backend& be, RecurrentSchedule schedule) {
                          {bias_grad_columns()}));
         } else if (D == 2 && concurrent) {
           be.run_concurrently(2, [&](int d) { run_chain(d); });
+        } else if (schedule == RecurrentSchedule::whole_chains) {
+          SF_PROFILE_SCOPE(scope_backward_, static_cast<int>(l0), 0);
+          chains_backward(be, l0, group_dout);
         } else {
           for (int64_t d = 0; d < D; ++d) run_chain(d);
         }
@@ -1095,7 +1106,15 @@ void Recurrent::step_backward(Backend& be, int64_t l, int64_t d, int64_t step, T
 }
 
 // step_backward's arguments for every step at once: pointers at time 0, the initial state.
-void Recurrent::chain_backward(Backend& be, int64_t l, int64_t d, Tensor dout, void* dbias) {
+void Recurrent::chains_backward(Backend& be, int64_t l, Tensor dout) {
+  std::array<RecurrenceBackward, 2> chains;
+  for (int64_t d = 0; d < directions(); ++d)
+    chains[d] =
+        chain_backward_args(l, d, dout, chains_[l * directions() + d].dbias.tensor().data());
+  be.recurrence_backward(cell_.kind, std::span(chains.data(), directions()), params_.dtype());
+}
+
+RecurrenceBackward Recurrent::chain_backward_args(int64_t l, int64_t d, Tensor dout, void* dbias) {
   const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
   Chain& ch = chains_[s];
   const Tensor dg_g = input_grads(s), dr_g = recurrent_grads(s);
@@ -1128,7 +1147,7 @@ void Recurrent::chain_backward(Backend& be, int64_t l, int64_t d, Tensor dout, v
   cell.dgates_low = low() ? dg_g.data() : nullptr;
   if (cell_.recurrent_grads) (low() ? cell.dgates_rec_low : cell.dgates_rec) = dr_g.data();
   cell.dbias = dbias;
-  be.recurrence_backward(cell_.kind, a, params_.dtype());
+  return a;
 }
 
 // din[t](B, I) = dG[t](B, G*H) W_ih(G*H, I) for unidirectional layer l, times the dropout mask of

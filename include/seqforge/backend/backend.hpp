@@ -180,11 +180,14 @@ class Backend {
   // One step of a recurrent cell (ops.hpp), forward and backward.
   virtual void cell_forward(CellKind cell, const CellForward& a, DType dtype) = 0;
   virtual void cell_backward(CellKind cell, const CellBackward& a, DType dtype) = 0;
-  // A chain's whole recurrence (ops.hpp), LSTM or GRU: here as its steps, each a recurrent GEMM
-  // and a cell call (the definition); a backend that runs the chain in one go says so with
-  // fuses_recurrence and overrides both.
-  virtual void recurrence_forward(CellKind cell, const RecurrenceForward& a, DType dtype);
-  virtual void recurrence_backward(CellKind cell, const RecurrenceBackward& a, DType dtype);
+  // Whole chains' recurrences (ops.hpp), LSTM or GRU: independent chains of one batch, width and
+  // length (a bidirectional layer's two directions), here one after another, each as its steps, a
+  // recurrent GEMM and a cell call (the definition); a backend that runs the chains in one go
+  // says so with fuses_recurrence and overrides both.
+  virtual void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains,
+                                  DType dtype);
+  virtual void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
+                                   DType dtype);
   virtual bool fuses_recurrence(CellKind cell) const {
     (void)cell;
     return false;

@@ -184,8 +184,11 @@ class Recurrent {
   void step_forward(Backend& be, int64_t l, int64_t d, int64_t step, int64_t b0, int64_t nb);
   void step_backward(Backend& be, int64_t l, int64_t d, int64_t step, Tensor dout, int64_t b0,
                      int64_t nb, void* dbias);
-  void chain_forward(Backend& be, int64_t l, int64_t d);
-  void chain_backward(Backend& be, int64_t l, int64_t d, Tensor dout, void* dbias);
+  // Layer l's whole chains, every direction in one backend call (a GPU steps them together).
+  void chains_forward(Backend& be, int64_t l);
+  void chains_backward(Backend& be, int64_t l, Tensor dout);
+  RecurrenceForward chain_forward_args(int64_t l, int64_t d);
+  RecurrenceBackward chain_backward_args(int64_t l, int64_t d, Tensor dout, void* dbias);
   int split_workers(const Backend& be) const;
   void din_step(Backend& be, int64_t l, int64_t t);
   void din_all(Backend& be, int64_t l);

@@ -322,23 +322,33 @@ class CudaBackend final : public Backend {
   bool fuses_recurrence(CellKind cell) const override {
     return cell == CellKind::lstm || cell == CellKind::gru;
   }
-  void recurrence_forward(CellKind cell, const RecurrenceForward& a, DType dtype) override {
-    cuda::recurrence_forward(cell, a, dtype, stream_);
+  void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains,
+                          DType dtype) override {
+    cuda::recurrence_forward(cell, chains, dtype, stream_);
     check_cuda(cudaGetLastError(), std::string(cell_type(cell).name) + " recurrence forward");
   }
-  void recurrence_backward(CellKind cell, const RecurrenceBackward& a, DType dtype) override {
+  void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
+                           DType dtype) override {
+    if (chains.empty()) return;
     const CellType& type = cell_type(cell);
-    const int64_t GH = type.gates * a.cell.hidden;
-    const size_t step = static_cast<size_t>(a.cell.batch * GH) * dtype_size(dtype);
-    void* dgates = a.cell.dgates ? nullptr : scratch(0, step);
-    void* drec = type.recurrent_grads && !a.cell.dgates_rec ? scratch(1, step) : nullptr;
-    const int64_t columns = bias_grad_columns(type, a.cell.hidden);
-    void* rows =
-        a.cell.dbias
-            ? scratch(2, static_cast<size_t>(cuda::recurrence_bias_rows(a.cell.batch) * columns) *
-                             dtype_size(dtype))
-            : nullptr;
-    cuda::recurrence_backward(cell, a, dgates, drec, rows, dtype, stream_);
+    const RecurrenceBackward& a = chains.front();
+    const int64_t GH = type.gates * a.cell.hidden, size = dtype_size(dtype);
+    const int64_t together =
+        std::min<int64_t>(static_cast<int64_t>(chains.size()), cuda::recurrence_chains_together);
+    auto per_chain = [&](int slot, int64_t elements) {
+      return scratch(slot, static_cast<size_t>(together * elements * size));
+    };
+    bool own_dgates = false, own_drec = false;
+    for (const RecurrenceBackward& c : chains) {
+      own_dgates |= !c.cell.dgates;
+      own_drec |= type.recurrent_grads && !c.cell.dgates_rec;
+    }
+    void* dgates = own_dgates ? per_chain(0, a.cell.batch * GH) : nullptr;
+    void* drec = own_drec ? per_chain(1, a.cell.batch * GH) : nullptr;
+    void* rows = a.cell.dbias ? per_chain(2, cuda::recurrence_bias_rows(a.cell.batch) *
+                                                 bias_grad_columns(type, a.cell.hidden))
+                              : nullptr;
+    cuda::recurrence_backward(cell, chains, dgates, drec, rows, dtype, stream_);
     check_cuda(cudaGetLastError(), std::string(type.name) + " recurrence backward");
   }
   // A bad id is reported at the next synchronisation (raise_reports).

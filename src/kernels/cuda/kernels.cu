@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 
 #include "kernels/cuda/adapter.cuh"
 #include "kernels/cuda/attention.cuh"
@@ -259,60 +260,96 @@ std::pair<RecurrencePlan, unsigned> plan_recurrence(Kernel kernel, int64_t k_tot
 
 int64_t recurrence_bias_rows(int64_t batch) { return tile_groups(batch, kTileRows); }
 
-void recurrence_forward(CellKind cell, const RecurrenceForward& a, DType dtype,
-                        cudaStream_t stream) {
-  const int64_t B = a.cell.batch, H = a.cell.hidden;
-  if (a.steps == 0 || B == 0 || H == 0) return;
-  SF_CHECK(cell == CellKind::lstm || cell == CellKind::gru, "cuda: no whole-chain ",
-           cell_type(cell).name);
-  const int64_t tiles = tile_groups(B, kTileRows) * tile_groups(H, kTileUnits);
-  dispatch_float(dtype, [&]<typename T>() {
-    auto run = [&]<int G>() {
-      auto elements = [&](const RecurrencePlan& p) {
-        return recurrence_forward_elements(G, H, p, sizeof(T));
-      };
-      const auto [plan, blocks] = plan_recurrence<T>(recurrence_forward_kernel<T, G>, H, tiles,
-                                                     elements, "the recurrence's forward kernel");
-      SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, elements(plan) * sizeof(T), stream,
-                            recurrence_forward_kernel<T, G>)
-      (a, plan);
-    };
-    if (cell == CellKind::lstm)
-      run.template operator()<4>();
-    else
-      run.template operator()<3>();
-  });
+namespace {
+
+static_assert(kMaxChains == recurrence_chains_together);
+
+// The launches' groups of chains: up to kMaxChains at a time, all of one batch, width and length.
+template <typename Chain>
+std::vector<Chains<Chain>> chain_groups(std::span<const Chain> chains) {
+  std::vector<Chains<Chain>> groups;
+  for (const Chain& c : chains) {
+    const Chain& first = chains.front();
+    SF_CHECK(c.cell.batch == first.cell.batch && c.cell.hidden == first.cell.hidden &&
+                 c.steps == first.steps && c.gemm == first.gemm,
+             "cuda: chains run together need one batch, width, length and product dtype");
+    if (groups.empty() || groups.back().count == kMaxChains) groups.emplace_back();
+    groups.back().chain[groups.back().count++] = c;
+  }
+  return groups;
 }
 
-void recurrence_backward(CellKind cell, const RecurrenceBackward& a, void* dgates_step,
-                         void* drec_step, void* bias_rows, DType dtype, cudaStream_t stream) {
-  const int64_t B = a.cell.batch, H = a.cell.hidden;
-  if (a.steps == 0 || B == 0 || H == 0) return;
+}  // namespace
+
+void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains, DType dtype,
+                        cudaStream_t stream) {
+  if (chains.empty()) return;
+  const int64_t B = chains[0].cell.batch, H = chains[0].cell.hidden;
+  if (chains[0].steps == 0 || B == 0 || H == 0) return;
   SF_CHECK(cell == CellKind::lstm || cell == CellKind::gru, "cuda: no whole-chain ",
            cell_type(cell).name);
-  const int64_t tiles = tile_groups(B, kTileRows) * tile_groups(H, kTileUnits);
-  dispatch_float(dtype, [&]<typename T>() {
-    auto run = [&]<int G>() {
-      const int64_t GH = G * H, columns = (G == 3 ? 2 : 1) * GH;
-      if (a.cell.dbias)
-        cudaMemsetAsync(bias_rows, 0, recurrence_bias_rows(B) * columns * sizeof(T), stream);
-      auto elements = [&](const RecurrencePlan& p) {
-        return recurrence_backward_elements(G, H, p, sizeof(T));
+  const int64_t per_chain = tile_groups(B, kTileRows) * tile_groups(H, kTileUnits);
+  for (const Chains<RecurrenceForward>& group : chain_groups(chains)) {
+    dispatch_float(dtype, [&]<typename T>() {
+      auto run = [&]<int G>() {
+        auto elements = [&](const RecurrencePlan& p) {
+          return recurrence_forward_elements(G, H, p, sizeof(T));
+        };
+        const auto [plan, blocks] =
+            plan_recurrence<T>(recurrence_forward_kernel<T, G>, H, group.count * per_chain,
+                               elements, "the recurrence's forward kernel");
+        SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, elements(plan) * sizeof(T), stream,
+                              recurrence_forward_kernel<T, G>)
+        (group, plan);
       };
-      const auto [plan, blocks] = plan_recurrence<T>(recurrence_backward_kernel<T, G>, GH, tiles,
-                                                     elements, "the recurrence's backward kernel");
-      SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, elements(plan) * sizeof(T), stream,
-                            recurrence_backward_kernel<T, G>)
-      (a, plan, static_cast<T*>(dgates_step), static_cast<T*>(drec_step),
-       a.cell.dbias ? static_cast<T*>(bias_rows) : nullptr);
-      if (a.cell.dbias)
-        sum_rows_acc(a.cell.dbias, bias_rows, dtype, recurrence_bias_rows(B), columns, stream);
-    };
-    if (cell == CellKind::lstm)
-      run.template operator()<4>();
-    else
-      run.template operator()<3>();
-  });
+      if (cell == CellKind::lstm)
+        run.template operator()<4>();
+      else
+        run.template operator()<3>();
+    });
+  }
+}
+
+void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
+                         void* dgates_step, void* drec_step, void* bias_rows, DType dtype,
+                         cudaStream_t stream) {
+  if (chains.empty()) return;
+  const int64_t B = chains[0].cell.batch, H = chains[0].cell.hidden;
+  if (chains[0].steps == 0 || B == 0 || H == 0) return;
+  SF_CHECK(cell == CellKind::lstm || cell == CellKind::gru, "cuda: no whole-chain ",
+           cell_type(cell).name);
+  const bool dbias = chains[0].cell.dbias != nullptr;
+  for (const RecurrenceBackward& c : chains)
+    SF_CHECK((c.cell.dbias != nullptr) == dbias,
+             "cuda: chains run together either all sum their bias gradients or none does");
+  const int64_t per_chain = tile_groups(B, kTileRows) * tile_groups(H, kTileUnits);
+  for (const Chains<RecurrenceBackward>& group : chain_groups(chains)) {
+    dispatch_float(dtype, [&]<typename T>() {
+      auto run = [&]<int G>() {
+        const int64_t GH = G * H, columns = (G == 3 ? 2 : 1) * GH;
+        const int64_t rows = recurrence_bias_rows(B) * columns;  // a chain's bias sums
+        if (dbias) cudaMemsetAsync(bias_rows, 0, group.count * rows * sizeof(T), stream);
+        auto elements = [&](const RecurrencePlan& p) {
+          return recurrence_backward_elements(G, H, p, sizeof(T));
+        };
+        const auto [plan, blocks] =
+            plan_recurrence<T>(recurrence_backward_kernel<T, G>, GH, group.count * per_chain,
+                               elements, "the recurrence's backward kernel");
+        SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, elements(plan) * sizeof(T), stream,
+                              recurrence_backward_kernel<T, G>)
+        (group, plan, static_cast<T*>(dgates_step), static_cast<T*>(drec_step),
+         dbias ? static_cast<T*>(bias_rows) : nullptr);
+        if (dbias)
+          for (int c = 0; c < group.count; ++c)
+            sum_rows_acc(group.chain[c].cell.dbias, static_cast<T*>(bias_rows) + c * rows, dtype,
+                         recurrence_bias_rows(B), columns, stream);
+      };
+      if (cell == CellKind::lstm)
+        run.template operator()<4>();
+      else
+        run.template operator()<3>();
+    });
+  }
 }
 
 namespace {

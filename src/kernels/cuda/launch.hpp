@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 
 #include "seqforge/backend/ops.hpp"
 #include "seqforge/core/dtype.hpp"
@@ -54,13 +55,17 @@ void cell_forward(CellKind cell, const CellForward& p, DType dtype, cudaStream_t
 void cell_backward(CellKind cell, const CellBackward& p, void* dbias_rows, DType dtype,
                    cudaStream_t stream);
 
-// A chain's whole recurrence, LSTM or GRU, in one cooperative launch (recurrence.cuh). Backward
-// needs scratch: for dgates and dgates_rec when they are null (B, G*H each), and for the bias
-// sums when dbias is given (recurrence_bias_rows(B) x bias columns), all in `dtype`.
-void recurrence_forward(CellKind cell, const RecurrenceForward& a, DType dtype,
+// Independent whole chains of one batch, width and length, LSTM or GRU, up to
+// recurrence_chains_together at a time in one cooperative launch (recurrence.cuh). Backward needs
+// scratch for that many chains, one after another: for dgates and dgates_rec when they are null
+// (B, G*H each), and for the bias sums when dbias is given (recurrence_bias_rows(B) x bias
+// columns), all in `dtype`.
+void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains, DType dtype,
                         cudaStream_t stream);
-void recurrence_backward(CellKind cell, const RecurrenceBackward& a, void* dgates_step,
-                         void* drec_step, void* bias_rows, DType dtype, cudaStream_t stream);
+void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
+                         void* dgates_step, void* drec_step, void* bias_rows, DType dtype,
+                         cudaStream_t stream);
+constexpr int64_t recurrence_chains_together = 2;
 int64_t recurrence_bias_rows(int64_t batch);
 
 // Embedding and adapters (adapter.cuh). An id outside [0, vocab) is reported in bad[0..1]

@@ -1,14 +1,15 @@
 #pragma once
-// A chain's whole recurrence (ops.hpp's RecurrenceForward and RecurrenceBackward) in one
-// cooperative launch, instead of a GEMM and a cell kernel per step from the host: the blocks
-// split each step into tiles of batch rows x hidden units (a tile's units with all their gates),
-// compute the tile's part of the recurrent product from operands staged in shared memory, run
-// cells.cuh's unit steps on it, and wait for each other (a grid sync) before the next step, which
-// reads every tile's output. Each block keeps the same tiles at every step, so a unit's carried
-// state (c, dc, dh) is only ever touched by one block. A step's latency is its cost: a thread
-// issues its loads of a staged operand in batches before it stores them, loads its cell's other
-// inputs before the product, and the products read 16-byte vectors along K from rows padded so
-// that those reads spread over the banks.
+// Whole chains' recurrences (ops.hpp's RecurrenceForward and RecurrenceBackward) in one
+// cooperative launch, instead of a GEMM and a cell kernel per step from the host: independent
+// chains of one shape (a bidirectional layer's directions) step together, and the blocks split
+// each step into tiles of a chain's batch rows x hidden units (a tile's units with all their
+// gates), compute the tile's part of the recurrent product from operands staged in shared memory,
+// run cells.cuh's unit steps on it, and wait for each other (a grid sync) before the next step,
+// which reads every tile's output. Each block keeps the same tiles at every step, so a unit's
+// carried state (c, dc, dh) is only ever touched by one block. A step's latency is its cost: a
+// thread issues its loads of a staged operand in batches before it stores them, loads its cell's
+// other inputs before the product, and the products read 16-byte vectors along K from rows padded
+// so that those reads spread over the banks.
 #include <cooperative_groups.h>
 
 #include <type_traits>
@@ -26,6 +27,21 @@ static_assert(kTileRows * kTileUnits == kRecurrenceThreads, "a tile's units, one
 
 __host__ __device__ inline int64_t tile_groups(int64_t n, int64_t per) {
   return (n + per - 1) / per;
+}
+
+// Up to kMaxChains independent chains of one batch, width and length, passed by value to a launch.
+constexpr int kMaxChains = 2;
+template <typename Chain>
+struct Chains {
+  Chain chain[kMaxChains];
+  int count = 0;
+};
+// Chain c, by value and each member selected with static indices: indexing the parameter array
+// with c would copy the whole array to local memory.
+template <typename Chain>
+__device__ inline Chain chain_at(const Chains<Chain>& chains, int64_t c) {
+  static_assert(kMaxChains == 2);
+  return c == 0 ? chains.chain[0] : chains.chain[1];
 }
 
 // Element i of a product operand, T's own or a half-precision copy's (`dtype` bf16 or f16).
@@ -177,34 +193,38 @@ __device__ inline BackwardInputs<T, G> backward_inputs(const CellBackward& p, in
 // columns are consecutive rows of the staged weights.
 template <typename T, int G>
 __global__ void __launch_bounds__(kRecurrenceThreads, 2)
-    recurrence_forward_kernel(RecurrenceForward a, RecurrencePlan plan) {
+    recurrence_forward_kernel(Chains<RecurrenceForward> chains, RecurrencePlan plan) {
   constexpr int R = kTileRows, U = kTileUnits, GU = G * U, V = Vec16<T>::n;
   SF_DYNAMIC_SHARED(shared_bytes);
-  const int64_t B = a.cell.batch, H = a.cell.hidden;
+  const int64_t B = chains.chain[0].cell.batch, H = chains.chain[0].cell.hidden;
   const int K = plan.chunk;
   const int64_t w_stride = staged_stride(plan.resident ? H : K, sizeof(T));
   const int64_t r_stride = staged_stride(K, sizeof(T));
   T* weights = reinterpret_cast<T*>(shared_bytes);  // [GU][w_stride]
   T* rows = weights + GU * w_stride;                // [R][r_stride]
   T* rec = rows + R * r_stride;                     // [R][GU]
-  const int64_t unit_groups = tile_groups(H, U), tiles = tile_groups(B, R) * unit_groups;
-  // W_hh's rows of the tile's gates, columns [k0, k0 + n), into weights[c][kk], zero-padded to
-  // whole vectors.
-  auto stage_weights = [&](int64_t u0, int64_t k0, int64_t n) {
+  // Tile t is chain t / per_chain's tile t % per_chain.
+  const int64_t unit_groups = tile_groups(H, U), per_chain = tile_groups(B, R) * unit_groups;
+  const int64_t tiles = chains.count * per_chain;
+  // Chain a's W_hh rows of the tile's gates, columns [k0, k0 + n), into weights[c][kk],
+  // zero-padded to whole vectors.
+  auto stage_weights = [&](const RecurrenceForward& a, int64_t u0, int64_t k0, int64_t n) {
     const int width = static_cast<int>(staged_width(n, sizeof(T)));
     for (int g = 0; g < G; ++g)  // gate g's U rows: W_hh rows g H + u0 ..
       stage_operand<T, false, 8>(weights + g * U * w_stride, w_stride, U, width, a.w_hh, a.gemm, H,
                                  g * H + u0, g * H + (H < u0 + U ? H : u0 + U), k0, n);
   };
-  if (plan.resident && blockIdx.x < tiles) stage_weights(blockIdx.x % unit_groups * U, 0, H);
+  if (plan.resident && blockIdx.x < tiles)
+    stage_weights(chain_at(chains, blockIdx.x / per_chain), blockIdx.x % unit_groups * U, 0, H);
   using Inputs = ForwardInputs<T, G>;
-  for (int64_t k = 0; k < a.steps; ++k) {
-    const ref::ForwardStep step = ref::forward_step(a, k, G, sizeof(T));
-    const CellForward& p = step.cell;
-    const void* h_prev = step.h_prev;  // the product's h, in a.gemm
-    const int64_t ld = step.ld;
+  for (int64_t k = 0; k < chains.chain[0].steps; ++k) {
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int64_t r0 = tile / unit_groups * R, u0 = tile % unit_groups * U;
+      const RecurrenceForward a = chain_at(chains, tile / per_chain);
+      const ref::ForwardStep step = ref::forward_step(a, k, G, sizeof(T));
+      const CellForward& p = step.cell;
+      const void* h_prev = step.h_prev;  // the product's h, in a.gemm
+      const int64_t ld = step.ld;
+      const int64_t r0 = tile % per_chain / unit_groups * R, u0 = tile % unit_groups * U;
       // The thread's first unit (its only one at kRecurrenceThreads) reads its inputs now.
       const Inputs first = forward_inputs<T, G>(p, r0, u0, threadIdx.x, B, H);
       for (int o = threadIdx.x; o < R * GU; o += blockDim.x) rec[o] = T(0);
@@ -214,7 +234,7 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
         __syncthreads();  // the previous chunk's readers are done
         // Scalars, 4 at a time: more registers would spill here (sm_80 to sm_89).
         stage_operand<T, false, 4>(rows, r_stride, R, width, h_prev, a.gemm, ld, r0, B, k0, n);
-        if (!plan.resident) stage_weights(u0, k0, n);
+        if (!plan.resident) stage_weights(a, u0, k0, n);
         __syncthreads();
         const T* w0 = weights + (plan.resident ? k0 : 0);
         for (int m = threadIdx.x; m < R * GU / 4; m += blockDim.x) {
@@ -267,44 +287,48 @@ __host__ __device__ inline int64_t recurrence_backward_elements(int gates, int64
 
 // Per step back: dh = dR(prev step back) W_hh (+ the cell's direct term, already in dh), then
 // the cell. dgates_step and drec_step stand in for dgates and dgates_rec when the caller keeps
-// only their low copies (B, G*H, overwritten each step: only the bias sums read them, each
-// tile's own). partial (row groups, bias columns), zeroed, gets each tile's bias sums.
+// only their low copies ((B, G*H) a chain, overwritten each step: only the bias sums read them,
+// each tile's own). partial ((row groups, bias columns) a chain), zeroed, gets each tile's bias
+// sums.
 template <typename T, int G>
 __global__ void __launch_bounds__(kRecurrenceThreads, 2)
-    recurrence_backward_kernel(RecurrenceBackward a, RecurrencePlan plan, T* dgates_step,
-                               T* drec_step, T* partial) {
+    recurrence_backward_kernel(Chains<RecurrenceBackward> chains, RecurrencePlan plan,
+                               T* dgates_step, T* drec_step, T* partial) {
   constexpr int R = kTileRows, U = kTileUnits, GU = G * U, V = Vec16<T>::n;
   SF_DYNAMIC_SHARED(shared_bytes);
-  const int64_t B = a.cell.batch, H = a.cell.hidden, GH = G * H;
+  const int64_t B = chains.chain[0].cell.batch, H = chains.chain[0].cell.hidden, GH = G * H;
   const int K = plan.chunk;
   const int64_t w_stride = staged_stride(plan.resident ? GH : K, sizeof(T));
   const int64_t r_stride = staged_stride(K, sizeof(T));
   T* weights = reinterpret_cast<T*>(shared_bytes);  // [U][w_stride]: W_hh(k, u0 + u) at [u][k]
   T* rows = weights + U * w_stride;                 // [R][r_stride]
   T* acc = rows + R * r_stride;                     // [R][U]
-  const int64_t unit_groups = tile_groups(H, U), tiles = tile_groups(B, R) * unit_groups;
+  // Tile t is chain t / per_chain's tile t % per_chain.
+  const int64_t unit_groups = tile_groups(H, U), row_groups = tile_groups(B, R);
+  const int64_t per_chain = row_groups * unit_groups, tiles = chains.count * per_chain;
   const int64_t bias_columns = G == 3 ? 2 * GH : GH;
-  T* dh = static_cast<T*>(a.dh);
   constexpr bool direct = G == 3;  // the GRU's dh_direct, kept in dh
-  // W_hh's rows [k0, k0 + n), the tile's units, into weights[u][kk], zero-padded to whole
-  // vectors.
-  auto stage_weights = [&](int64_t u0, int64_t k0, int64_t n) {
+  // Chain a's W_hh rows [k0, k0 + n), the tile's units, into weights[u][kk], zero-padded to
+  // whole vectors.
+  auto stage_weights = [&](const RecurrenceBackward& a, int64_t u0, int64_t k0, int64_t n) {
     stage<8>(
         weights, w_stride, U, static_cast<int>(staged_width(n, sizeof(T))), [&](int u, int kk) {
           return u0 + u < H && kk < n ? operand<T>(a.w_hh, a.gemm, (k0 + kk) * H + u0 + u) : T(0);
         });
   };
-  if (plan.resident && blockIdx.x < tiles) stage_weights(blockIdx.x % unit_groups * U, 0, GH);
-  // The tile's dh (+)= dR W_hh, dR (rows r0.., all G H columns) in a.gemm: into dh, and into
-  // acc[e] for unit e, which the thread that wrote it reads back.
-  auto recurrent_dh = [&](const void* d, int64_t r0, int64_t u0) {
+  if (plan.resident && blockIdx.x < tiles)
+    stage_weights(chain_at(chains, blockIdx.x / per_chain), blockIdx.x % unit_groups * U, 0, GH);
+  // The tile's dh (+)= dR W_hh of chain a, dR (rows r0.., all G H columns) in a.gemm: into dh,
+  // and into acc[e] for unit e, which the thread that wrote it reads back.
+  auto recurrent_dh = [&](const RecurrenceBackward& a, const void* d, int64_t r0, int64_t u0) {
+    T* dh = static_cast<T*>(a.dh);
     for (int o = threadIdx.x; o < R * U; o += blockDim.x) acc[o] = T(0);
     for (int64_t k0 = 0; k0 < GH; k0 += K) {
       const int64_t n = k0 + K < GH ? K : GH - k0;
       const int width = static_cast<int>(staged_width(n, sizeof(T)));
       __syncthreads();
       stage_operand<T, true, 8>(rows, r_stride, R, width, d, a.gemm, GH, r0, B, k0, n);
-      if (!plan.resident) stage_weights(u0, k0, n);
+      if (!plan.resident) stage_weights(a, u0, k0, n);
       __syncthreads();
       const T* w0 = weights + (plan.resident ? k0 : 0);
       for (int o = threadIdx.x; o < R * U; o += blockDim.x) {
@@ -327,17 +351,20 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
     }
   };
   using Inputs = BackwardInputs<T, G>;
-  for (int64_t k = 0; k < a.steps; ++k) {
-    CellBackward p = ref::backward_step(a, k, G, direct, sizeof(T));
-    if (!p.dgates) p.dgates = dgates_step;
-    if (G == 3 && !p.dgates_rec) p.dgates_rec = drec_step;
-    p.dbias = nullptr;  // summed per tile into partial
+  for (int64_t k = 0; k < chains.chain[0].steps; ++k) {
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int64_t rg = tile / unit_groups, r0 = rg * R, u0 = tile % unit_groups * U;
+      const int64_t c = tile / per_chain;
+      const RecurrenceBackward a = chain_at(chains, c);
+      CellBackward p = ref::backward_step(a, k, G, direct, sizeof(T));
+      if (!p.dgates) p.dgates = dgates_step + c * B * GH;
+      if (G == 3 && !p.dgates_rec) p.dgates_rec = drec_step + c * B * GH;
+      p.dbias = nullptr;  // summed per tile into partial
+      T* dh = static_cast<T*>(a.dh);
+      const int64_t rg = tile % per_chain / unit_groups, r0 = rg * R, u0 = tile % unit_groups * U;
       // The thread's first unit (its only one at kRecurrenceThreads) reads its inputs now.
       const Inputs first = backward_inputs<T, G>(p, r0, u0, threadIdx.x, B, H);
       // dh from the step back just done: dR(k - 1) W_hh (+ direct); at the first, a.dh as given.
-      if (k > 0) recurrent_dh(ref::recurrent_operand(a, k - 1, G, direct, sizeof(T)), r0, u0);
+      if (k > 0) recurrent_dh(a, ref::recurrent_operand(a, k - 1, G, direct, sizeof(T)), r0, u0);
       for (int e = threadIdx.x; e < R * U; e += blockDim.x) {
         const int64_t b = r0 + e / U, j = u0 + e % U;
         if (b >= B || j >= H) continue;
@@ -350,21 +377,23 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
       }
       if (!partial) continue;
       __syncthreads();  // the tile's dgates are written
-      for (int c = threadIdx.x; c < (G == 3 ? 2 : 1) * GU; c += blockDim.x) {
-        const int64_t unit = u0 + c % GU % U, col = c % GU / U * H + unit;
+      for (int column = threadIdx.x; column < (G == 3 ? 2 : 1) * GU; column += blockDim.x) {
+        const int64_t unit = u0 + column % GU % U, col = column % GU / U * H + unit;
         if (unit >= H) continue;
-        const T* from = static_cast<const T*>(c < GU ? p.dgates : p.dgates_rec);
+        const T* from = static_cast<const T*>(column < GU ? p.dgates : p.dgates_rec);
         T sum = T(0);
         for (int64_t row = r0; row < r0 + R && row < B; ++row) sum += from[row * GH + col];
-        partial[rg * bias_columns + (c < GU ? 0 : GH) + col] += sum;
+        partial[(c * row_groups + rg) * bias_columns + (column < GU ? 0 : GH) + col] += sum;
       }
     }
     cooperative_groups::this_grid().sync();
   }
-  // dh of the chain's first step forward: dR of the last step back, W_hh (+ direct).
-  const void* d = ref::recurrent_operand(a, a.steps - 1, G, direct, sizeof(T));
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x)
-    recurrent_dh(d, tile / unit_groups * R, tile % unit_groups * U);
+  // dh of each chain's first step forward: dR of the last step back, W_hh (+ direct).
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const RecurrenceBackward a = chain_at(chains, tile / per_chain);
+    recurrent_dh(a, ref::recurrent_operand(a, a.steps - 1, G, direct, sizeof(T)),
+                 tile % per_chain / unit_groups * R, tile % unit_groups * U);
+  }
 }
 
 }  // namespace seqforge::cuda
