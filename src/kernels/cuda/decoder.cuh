@@ -1,7 +1,8 @@
 #pragma once
 // The Llama-style decoders' ops (kernels/decoder_ops.hpp's math): RMS norm over the last axis,
 // rotary position embeddings in Hugging Face's rotate-half layout, and the gated activations
-// (SiLU, GELU's tanh form), forward and backward; sums and formulas in double as the reference.
+// (SiLU, GELU's tanh form), forward and backward; the norm's sums and formulas in double as the
+// reference, the activations' in T.
 #include "kernels/cuda/common.cuh"
 #include "seqforge/backend/ops.hpp"
 
@@ -86,19 +87,21 @@ __global__ void rotary_kernel(Rotary a) {
   }
 }
 
-// The gate's activation and its derivative (kernels::glu_act).
-__device__ inline double glu_activation(GluKind kind, double g, double* derivative) {
+// The gate's activation and its derivative (kernels::glu_act), in T.
+template <typename T>
+__device__ inline T glu_activation(GluKind kind, T g, T* derivative) {
+  const T one(1), half(0.5);
   if (kind == GluKind::silu) {
-    const double s = 1.0 / (1.0 + exp(-g));
-    *derivative = mul_rn(s, 1.0 + mul_rn(g, 1.0 - s));
+    const T s = one / (one + exp(-g));
+    *derivative = mul_rn(s, one + mul_rn(g, one - s));
     return mul_rn(g, s);
   }
-  const double kC = 0.7978845608028654;  // sqrt(2 / pi)
-  const double t = tanh(mul_rn(kC, g + mul_rn(mul_rn(mul_rn(0.044715, g), g), g)));
+  const T kC(0.7978845608028654), kCubic(0.044715);  // sqrt(2 / pi)
+  const T t = tanh(mul_rn(kC, g + mul_rn(mul_rn(mul_rn(kCubic, g), g), g)));
   *derivative =
-      mul_rn(0.5, 1.0 + t) + mul_rn(mul_rn(mul_rn(mul_rn(0.5, g), 1.0 - mul_rn(t, t)), kC),
-                                    1.0 + mul_rn(mul_rn(3 * 0.044715, g), g));
-  return mul_rn(mul_rn(0.5, g), 1.0 + t);
+      mul_rn(half, one + t) + mul_rn(mul_rn(mul_rn(mul_rn(half, g), one - mul_rn(t, t)), kC),
+                                     one + mul_rn(mul_rn(T(3) * kCubic, g), g));
+  return mul_rn(mul_rn(half, g), one + t);
 }
 
 // A GLU's per-column input maps (Backend's GluAffine); null: left out.
@@ -107,16 +110,17 @@ struct GluMaps {
   const T *gate_scale, *gate_bias, *up_scale, *up_bias;
 };
 
-// y = act(g) * u over gate, up (rows of C), g and u the inputs mapped per column.
+// y = act(g) * u over gate, up (rows of C), g and u the inputs mapped per column; in T (f32 math
+// for f32: the consumer GPUs run f64 at a 64th of the f32 rate).
 template <typename T>
 __global__ void glu_forward_kernel(T* y, const T* gate, const T* up, GluMaps<T> m, GluKind kind,
                                    int64_t n, int64_t C) {
   SF_GRID_STRIDE(i, n) {
     const int64_t j = i % C;
-    const double g = column_mapped(gate[i], m.gate_scale, m.gate_bias, j);
-    const double u = column_mapped(up[i], m.up_scale, m.up_bias, j);
-    double d;
-    y[i] = static_cast<T>(mul_rn(glu_activation(kind, g, &d), u));
+    const T g = column_mapped(gate[i], m.gate_scale, m.gate_bias, j);
+    const T u = column_mapped(up[i], m.up_scale, m.up_bias, j);
+    T d;
+    y[i] = mul_rn(glu_activation(kind, g, &d), u);
   }
 }
 
@@ -125,21 +129,21 @@ __global__ void glu_forward_kernel(T* y, const T* gate, const T* up, GluMaps<T> 
 template <typename T>
 __device__ inline void glu_backward_element(T* dgate, T* dup, const T* dy, const T* gate,
                                             const T* up, const GluMaps<T>& m, GluKind kind,
-                                            int64_t i, int64_t j, double& dg, double& du) {
-  const double g = column_mapped(gate[i], m.gate_scale, m.gate_bias, j);
-  const double u = column_mapped(up[i], m.up_scale, m.up_bias, j);
-  double d;
-  const double a = glu_activation(kind, g, &d), e = dy[i];
+                                            int64_t i, int64_t j, T& dg, T& du) {
+  const T g = column_mapped(gate[i], m.gate_scale, m.gate_bias, j);
+  const T u = column_mapped(up[i], m.up_scale, m.up_bias, j);
+  T d;
+  const T a = glu_activation(kind, g, &d), e = dy[i];
   dg = mul_rn(mul_rn(e, u), d), du = mul_rn(e, a);
-  dgate[i] = static_cast<T>(m.gate_scale ? mul_rn(dg, double(m.gate_scale[j])) : dg);
-  dup[i] = static_cast<T>(m.up_scale ? mul_rn(du, double(m.up_scale[j])) : du);
+  dgate[i] = m.gate_scale ? mul_rn(dg, m.gate_scale[j]) : dg;
+  dup[i] = m.up_scale ? mul_rn(du, m.up_scale[j]) : du;
 }
 
 template <typename T>
 __global__ void glu_backward_kernel(T* dgate, T* dup, const T* dy, const T* gate, const T* up,
                                     GluMaps<T> m, GluKind kind, int64_t n, int64_t C) {
   SF_GRID_STRIDE(i, n) {
-    double dg, du;
+    T dg, du;
     glu_backward_element(dgate, dup, dy, gate, up, m, kind, i, i % C, dg, du);
   }
 }
@@ -156,10 +160,10 @@ __global__ void glu_backward_partial_kernel(double* partial, T* dgate, T* dup, c
     double gate_sum = 0, up_sum = 0;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t i = r * C + j;
-      double dg, du;
+      T dg, du;
       glu_backward_element(dgate, dup, dy, gate, up, m, kind, i, j, dg, du);
-      gate_sum += mul_rn(dg, double(gate[i]));
-      up_sum += mul_rn(du, double(up[i]));
+      gate_sum += double(mul_rn(dg, gate[i]));
+      up_sum += double(mul_rn(du, up[i]));
     }
     partial[(chunk * 2) * C + j] = gate_sum;
     partial[(chunk * 2 + 1) * C + j] = up_sum;
@@ -183,15 +187,17 @@ __global__ void glu_backward_final_kernel(T* dgate_scale, T* dup_scale, const do
 // y = cap tanh(x / cap) (y may be x).
 template <typename T>
 __global__ void soft_cap_forward_kernel(T* y, const T* x, double cap, int64_t n) {
-  SF_GRID_STRIDE(i, n) { y[i] = static_cast<T>(mul_rn(cap, tanh(double(x[i]) / cap))); }
+  const T c = static_cast<T>(cap);
+  SF_GRID_STRIDE(i, n) { y[i] = mul_rn(c, tanh(x[i] / c)); }
 }
 
 // dx = dy (1 - (y / cap)^2) from the capped y (dx may be dy).
 template <typename T>
 __global__ void soft_cap_backward_kernel(T* dx, const T* dy, const T* y, double cap, int64_t n) {
+  const T c = static_cast<T>(cap);
   SF_GRID_STRIDE(i, n) {
-    const double t = double(y[i]) / cap;
-    dx[i] = static_cast<T>(mul_rn(double(dy[i]), 1.0 - mul_rn(t, t)));
+    const T t = y[i] / c;
+    dx[i] = mul_rn(dy[i], T(1) - mul_rn(t, t));
   }
 }
 

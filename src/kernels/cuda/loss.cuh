@@ -68,7 +68,8 @@ __global__ void class_weight_kernel(const void* targets, const T* weights, int64
   block_partial(partials, total);
 }
 
-// One block per row: max, log-sum-exp, then the gradient, all in double as the reference.
+// One block per row: max, log-sum-exp, then the gradient; the sums and the log-sum-exp in double,
+// the exponentials in T.
 template <typename T, typename I>
 __global__ void cross_entropy_kernel(const T* logits, const void* targets, const T* weights,
                                      int64_t ignore_index, T* dlogits, int64_t rows,
@@ -96,7 +97,9 @@ __global__ void cross_entropy_kernel(const T* logits, const void* targets, const
     mx = shared[0];
     __syncthreads();
     double sum = 0;
-    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) sum += exp(double(x[j]) - mx);
+    // f32 math for f32: the consumer GPUs run f64 at a 64th of the f32 rate.
+    const T mx_t = static_cast<T>(mx);
+    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) sum += double(exp(x[j] - mx_t));
     shared[threadIdx.x] = sum;
     __syncthreads();
     for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
@@ -109,8 +112,9 @@ __global__ void cross_entropy_kernel(const T* logits, const void* targets, const
     const double coef = wy / total_weight;
     if (threadIdx.x == 0) block_loss += wy * (lse - double(x[y]));
     __syncthreads();  // x[y] read before any gradient is written (dlogits may be logits)
+    const T lse_t = static_cast<T>(lse), coef_t = static_cast<T>(coef);
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-      d[j] = static_cast<T>(coef * (exp(double(x[j]) - lse) - (j == y ? 1.0 : 0.0)));
+      d[j] = coef_t * (exp(x[j] - lse_t) - (j == y ? T(1) : T(0)));
   }
   block_partial(partials, block_loss);
 }

@@ -1,7 +1,7 @@
 #pragma once
-// Layer norm over the last axis and the exact GELU (kernels/norm.hpp's math), sums and the
-// per-element formulas in double as the reference; outputs rounded once to T, or through f32 to
-// bf16 or f16 where y is the operand of half GEMMs.
+// Layer norm over the last axis and the exact GELU (kernels/norm.hpp's math): layer norm's sums
+// and formulas in double as the reference, GELU's in T; outputs rounded once to T, or through f32
+// to bf16 or f16 where y is the operand of half GEMMs.
 #include "kernels/cuda/common.cuh"
 
 namespace seqforge::cuda {
@@ -107,25 +107,32 @@ __global__ void layer_norm_params_final_kernel(T* dw, T* db, const double* parti
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.3989422804014327;
 
-// GELU(m) = m / 2 (1 + erf(m / sqrt 2)), m = x mapped per column (rows of C).
+// Phi(v) = erfc(-v / sqrt 2) / 2, the normal distribution function, in T: erfc keeps the lower
+// tail's relative precision, which 1 + erf(v / sqrt 2) would cancel away.
+template <typename T>
+__device__ inline T normal_cdf(T v) {
+  return T(0.5) * erfc(mul_rn(-v, T(kInvSqrt2)));
+}
+
+// GELU(m) = m Phi(m), m = x mapped per column (rows of C), in T (f32 math for f32: the consumer
+// GPUs run f64 at a 64th of the f32 rate).
 template <typename T, typename Y>
 __global__ void gelu_forward_kernel(Y* y, const T* x, const T* scale, const T* bias, int64_t n,
                                     int64_t C) {
   SF_GRID_STRIDE(i, n) {
-    const double v = column_mapped(x[i], scale, bias, i % C);
-    store_rounded(y + i, mul_rn(0.5 * v, 1.0 + erf(mul_rn(v, kInvSqrt2))));
+    const T v = column_mapped(x[i], scale, bias, i % C);
+    store_rounded(y + i, mul_rn(v, normal_cdf(v)));
   }
 }
 
 // Element i: dm = dy (Phi(m) + m phi(m)), dx = dm * scale (dx may be dy); returns dm.
 template <typename T>
-__device__ inline double gelu_backward_element(T* dx, const T* dy, const T* x, const T* scale,
-                                               const T* bias, int64_t i, int64_t j) {
-  const double v = column_mapped(x[i], scale, bias, j);
-  const double d = mul_rn(0.5, 1.0 + erf(mul_rn(v, kInvSqrt2))) +
-                   mul_rn(mul_rn(v, kInvSqrt2Pi), exp(mul_rn(-0.5 * v, v)));
-  const double dm = mul_rn(double(dy[i]), d);
-  dx[i] = static_cast<T>(scale ? mul_rn(dm, double(scale[j])) : dm);
+__device__ inline T gelu_backward_element(T* dx, const T* dy, const T* x, const T* scale,
+                                          const T* bias, int64_t i, int64_t j) {
+  const T v = column_mapped(x[i], scale, bias, j);
+  const T d = normal_cdf(v) + mul_rn(mul_rn(v, T(kInvSqrt2Pi)), exp(mul_rn(T(-0.5) * v, v)));
+  const T dm = mul_rn(dy[i], d);
+  dx[i] = scale ? mul_rn(dm, scale[j]) : dm;
   return dm;
 }
 
@@ -146,8 +153,8 @@ __global__ void gelu_backward_partial_kernel(double* partial, T* dx, const T* dy
     double sum = 0;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t i = r * C + j;
-      const double xi = x[i];  // read before dx (which may be dy) is written
-      sum += mul_rn(gelu_backward_element(dx, dy, x, scale, bias, i, j), xi);
+      const T xi = x[i];  // read before dx (which may be dy) is written
+      sum += double(mul_rn(gelu_backward_element(dx, dy, x, scale, bias, i, j), xi));
     }
     partial[chunk * C + j] = sum;
   });
