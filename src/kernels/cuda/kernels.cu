@@ -264,19 +264,48 @@ namespace {
 
 static_assert(kMaxChains == recurrence_chains_together);
 
-// The launches' groups of chains: up to kMaxChains at a time, all of one batch, width and length.
+// The launches' groups of chains, `together` (at most kMaxChains) at a time, all of one batch,
+// width and length.
 template <typename Chain>
-std::vector<Chains<Chain>> chain_groups(std::span<const Chain> chains) {
+std::vector<Chains<Chain>> chain_groups(std::span<const Chain> chains, int together) {
   std::vector<Chains<Chain>> groups;
   for (const Chain& c : chains) {
     const Chain& first = chains.front();
     SF_CHECK(c.cell.batch == first.cell.batch && c.cell.hidden == first.cell.hidden &&
                  c.steps == first.steps && c.gemm == first.gemm,
              "cuda: chains run together need one batch, width, length and product dtype");
-    if (groups.empty() || groups.back().count == kMaxChains) groups.emplace_back();
+    if (groups.empty() || groups.back().count == together) groups.emplace_back();
     groups.back().chain[groups.back().count++] = c;
   }
   return groups;
+}
+
+// Chains step together in one launch unless that would cost them their resident weights, which
+// one chain alone keeps: then a launch a chain.
+template <typename T, typename Kernel, typename Elements>
+int chains_together(Kernel kernel, int64_t k_total, int64_t per_chain, int64_t count,
+                    Elements elements, const char* what) {
+  if (count < 2) return 1;
+  const int together = static_cast<int>(std::min<int64_t>(count, kMaxChains));
+  if (plan_recurrence<T>(kernel, k_total, together * per_chain, elements, what).first.resident)
+    return together;
+  return plan_recurrence<T>(kernel, k_total, per_chain, elements, what).first.resident ? 1
+                                                                                       : together;
+}
+
+// Launches `kernel` over each group of chains (chains_together), `launch(group, plan, blocks)`.
+template <typename T, typename Chain, typename Kernel, typename Elements, typename Launch>
+void launch_chains(std::span<const Chain> chains, Kernel kernel, int64_t k_total, Elements elements,
+                   const char* what, Launch&& launch) {
+  const int64_t per_chain =
+      tile_groups(chains[0].cell.batch, kTileRows) * tile_groups(chains[0].cell.hidden, kTileUnits);
+  const int together = chains_together<T>(kernel, k_total, per_chain,
+                                          static_cast<int64_t>(chains.size()), elements, what);
+  for (const Chains<Chain>& group : chain_groups(chains, together)) {
+    const auto [plan, blocks] =
+        plan_recurrence<T>(kernel, k_total, group.count * per_chain, elements, what);
+    launch(group, plan, blocks);
+  }
 }
 
 }  // namespace
@@ -288,26 +317,24 @@ void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains
   if (chains[0].steps == 0 || B == 0 || H == 0) return;
   SF_CHECK(cell == CellKind::lstm || cell == CellKind::gru, "cuda: no whole-chain ",
            cell_type(cell).name);
-  const int64_t per_chain = tile_groups(B, kTileRows) * tile_groups(H, kTileUnits);
-  for (const Chains<RecurrenceForward>& group : chain_groups(chains)) {
-    dispatch_float(dtype, [&]<typename T>() {
-      auto run = [&]<int G>() {
-        auto elements = [&](const RecurrencePlan& p) {
-          return recurrence_forward_elements(G, H, p, sizeof(T));
-        };
-        const auto [plan, blocks] =
-            plan_recurrence<T>(recurrence_forward_kernel<T, G>, H, group.count * per_chain,
-                               elements, "the recurrence's forward kernel");
-        SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, elements(plan) * sizeof(T), stream,
-                              recurrence_forward_kernel<T, G>)
-        (group, plan);
+  dispatch_float(dtype, [&]<typename T>() {
+    auto run = [&]<int G>() {
+      auto elements = [&](const RecurrencePlan& p) {
+        return recurrence_forward_elements(G, H, p, sizeof(T));
       };
-      if (cell == CellKind::lstm)
-        run.template operator()<4>();
-      else
-        run.template operator()<3>();
-    });
-  }
+      launch_chains<T>(
+          chains, recurrence_forward_kernel<T, G>, H, elements, "the recurrence's forward kernel",
+          [&](const Chains<RecurrenceForward>& group, const RecurrencePlan& plan, unsigned blocks) {
+            SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, elements(plan) * sizeof(T), stream,
+                                  recurrence_forward_kernel<T, G>)
+            (group, plan);
+          });
+    };
+    if (cell == CellKind::lstm)
+      run.template operator()<4>();
+    else
+      run.template operator()<3>();
+  });
 }
 
 void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
@@ -322,34 +349,34 @@ void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chai
   for (const RecurrenceBackward& c : chains)
     SF_CHECK((c.cell.dbias != nullptr) == dbias,
              "cuda: chains run together either all sum their bias gradients or none does");
-  const int64_t per_chain = tile_groups(B, kTileRows) * tile_groups(H, kTileUnits);
-  for (const Chains<RecurrenceBackward>& group : chain_groups(chains)) {
-    dispatch_float(dtype, [&]<typename T>() {
-      auto run = [&]<int G>() {
-        const int64_t GH = G * H, columns = (G == 3 ? 2 : 1) * GH;
-        const int64_t rows = recurrence_bias_rows(B) * columns;  // a chain's bias sums
-        if (dbias) cudaMemsetAsync(bias_rows, 0, group.count * rows * sizeof(T), stream);
-        auto elements = [&](const RecurrencePlan& p) {
-          return recurrence_backward_elements(G, H, p, sizeof(T));
-        };
-        const auto [plan, blocks] =
-            plan_recurrence<T>(recurrence_backward_kernel<T, G>, GH, group.count * per_chain,
-                               elements, "the recurrence's backward kernel");
-        SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, elements(plan) * sizeof(T), stream,
-                              recurrence_backward_kernel<T, G>)
-        (group, plan, static_cast<T*>(dgates_step), static_cast<T*>(drec_step),
-         dbias ? static_cast<T*>(bias_rows) : nullptr);
-        if (dbias)
-          for (int c = 0; c < group.count; ++c)
-            sum_rows_acc(group.chain[c].cell.dbias, static_cast<T*>(bias_rows) + c * rows, dtype,
-                         recurrence_bias_rows(B), columns, stream);
+  dispatch_float(dtype, [&]<typename T>() {
+    auto run = [&]<int G>() {
+      const int64_t GH = G * H, columns = (G == 3 ? 2 : 1) * GH;
+      const int64_t rows = recurrence_bias_rows(B) * columns;  // a chain's bias sums
+      auto elements = [&](const RecurrencePlan& p) {
+        return recurrence_backward_elements(G, H, p, sizeof(T));
       };
-      if (cell == CellKind::lstm)
-        run.template operator()<4>();
-      else
-        run.template operator()<3>();
-    });
-  }
+      launch_chains<T>(
+          chains, recurrence_backward_kernel<T, G>, GH, elements,
+          "the recurrence's backward kernel",
+          [&](const Chains<RecurrenceBackward>& group, const RecurrencePlan& plan,
+              unsigned blocks) {
+            if (dbias) cudaMemsetAsync(bias_rows, 0, group.count * rows * sizeof(T), stream);
+            SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, elements(plan) * sizeof(T), stream,
+                                  recurrence_backward_kernel<T, G>)
+            (group, plan, static_cast<T*>(dgates_step), static_cast<T*>(drec_step),
+             dbias ? static_cast<T*>(bias_rows) : nullptr);
+            if (dbias)
+              for (int c = 0; c < group.count; ++c)
+                sum_rows_acc(group.chain[c].cell.dbias, static_cast<T*>(bias_rows) + c * rows,
+                             dtype, recurrence_bias_rows(B), columns, stream);
+          });
+    };
+    if (cell == CellKind::lstm)
+      run.template operator()<4>();
+    else
+      run.template operator()<3>();
+  });
 }
 
 namespace {

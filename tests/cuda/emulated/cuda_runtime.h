@@ -461,8 +461,11 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
 }
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
   *v = a == cudaDevAttrComputeCapabilityMajor ? 9
-       : a == cudaDevAttrMultiProcessorCount  ? 3
-       : a == cudaDevAttrCooperativeLaunch    ? 1
+       // SEQFORGE_EMULATED_SMS: more, so that launches planned by the GPU's size hold more blocks
+       : a == cudaDevAttrMultiProcessorCount
+           ? (std::getenv("SEQFORGE_EMULATED_SMS") ? std::atoi(std::getenv("SEQFORGE_EMULATED_SMS"))
+                                                   : 3)
+       : a == cudaDevAttrCooperativeLaunch ? 1
        : a == cudaDevAttrMaxSharedMemoryPerBlockOptin
            // SEQFORGE_EMULATED_SHARED_KB: less, so that kernels that plan by it stage in chunks
            ? 1024 * (std::getenv("SEQFORGE_EMULATED_SHARED_KB")
