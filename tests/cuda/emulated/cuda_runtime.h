@@ -298,7 +298,9 @@ inline void FiberScheduler::run() {
 // kernel<<<grid, block, shared>>>(args...): every block in turn, its threads as fibers. Grids
 // and blocks are cut to at most 3 blocks of 8 threads: the kernels stride over any geometry (a
 // result that depended on it would be a defect this catches), and it keeps the threads few.
-// A cooperative launch runs all its blocks together, as the GPU guarantees it.
+// A cooperative launch runs all its blocks together, as the GPU guarantees it, and keeps its
+// grid: the launcher sized it to the blocks the (emulated) GPU holds at once, and the kernel may
+// give each block work of its own (the whole-chain kernels' resident weights).
 template <typename Kernel>
 struct Launch {
   Kernel* kernel;
@@ -316,7 +318,7 @@ struct Launch {
   void run(Args... args) const {
     const Open open;
     ++launches;
-    grid_dim = {std::min(grid, 3u)};
+    grid_dim = {cooperative ? grid : std::min(grid, 3u)};
     block_dim = {std::min(block, 8u)};
     FiberScheduler& s = scheduler;
     s.cooperative = cooperative;
