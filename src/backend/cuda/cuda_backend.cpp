@@ -55,6 +55,10 @@ class CudaBackend final : public Backend {
       select_local_device();
       check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
       check_cuda(cudaGetDeviceProperties(&props_, device_), "cudaGetDeviceProperties");
+      int cooperative = 0;
+      check_cuda(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device_),
+                 "cudaDeviceGetAttribute (cooperative launches)");
+      cooperative_ = cooperative != 0;
       check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
       check_cuda(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking),
                  "cudaStreamCreate (copies)");
@@ -318,17 +322,20 @@ class CudaBackend final : public Backend {
     check_cuda(cudaGetLastError(), std::string(type.name) + " cell backward");
   }
   // A chain's recurrence in one cooperative launch, its blocks waiting for each other between
-  // steps (recurrence.cuh): no launch per step.
+  // steps (recurrence.cuh): no launch per step. A GPU without cooperative launches takes the
+  // steps.
   bool fuses_recurrence(CellKind cell) const override {
-    return cell == CellKind::lstm || cell == CellKind::gru;
+    return cooperative_ && (cell == CellKind::lstm || cell == CellKind::gru);
   }
   void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains,
                           DType dtype) override {
+    if (!fuses_recurrence(cell)) return Backend::recurrence_forward(cell, chains, dtype);
     cuda::recurrence_forward(cell, chains, dtype, stream_);
     check_cuda(cudaGetLastError(), std::string(cell_type(cell).name) + " recurrence forward");
   }
   void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
                            DType dtype) override {
+    if (!fuses_recurrence(cell)) return Backend::recurrence_backward(cell, chains, dtype);
     if (chains.empty()) return;
     const CellType& type = cell_type(cell);
     const RecurrenceBackward& a = chains.front();
@@ -719,6 +726,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   bool tf32_ = false;
   cudaDeviceProp props_{};
+  bool cooperative_ = false;  // the GPU runs cooperative launches (the whole-chain kernels)
   cudaStream_t stream_ = nullptr;       // every op
   cudaStream_t copy_stream_ = nullptr;  // uploads
   cudaEvent_t compute_mark_ = nullptr, copied_ = nullptr;
