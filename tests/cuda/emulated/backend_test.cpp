@@ -66,6 +66,37 @@ TEST(CudaBackendEmulated, MakesItselfAndSaysWhatRuns) {
   EXPECT_FALSE(be->supports(Op::cell, DType::bf16));
 }
 
+// A GPU without cooperative launches takes a recurrence's steps, even where whole chains are
+// asked for.
+TEST(CudaBackendEmulated, WithoutCooperativeLaunchesTheRecurrenceTakesItsSteps) {
+  EXPECT_TRUE(make_cuda_backend()->fuses_recurrence(CellKind::lstm));
+  setenv("SEQFORGE_EMULATED_COOPERATIVE", "0", 1);
+  auto be = make_cuda_backend();
+  unsetenv("SEQFORGE_EMULATED_COOPERATIVE");
+  EXPECT_FALSE(be->fuses_recurrence(CellKind::lstm));
+  EXPECT_FALSE(be->fuses_recurrence(CellKind::gru));
+  auto ref = make_reference_backend();
+  Rng rng(3);
+  const int64_t B = 3, H = 5, T = 4, G = 4;
+  const auto w_hh = random(rng, G * H * H), gates = random(rng, T * B * G * H);
+  const auto h0 = random(rng, B * H), c0 = random(rng, B * H);
+  auto run = [&](Backend& b) {
+    Held w(b, DType::f32, {G * H, H}, w_hh), g(b, DType::f32, {T * B, G * H}, gates);
+    Held h_init(b, DType::f32, {B, H}, h0), c_init(b, DType::f32, {B, H}, c0);
+    Held h(b, DType::f32, {T * B, H}, std::vector<double>(T * B * H));
+    Held c(b, DType::f32, {T * B, H}, std::vector<double>(T * B * H));
+    Held saved(b, DType::f32, {T * B, H}, std::vector<double>(T * B * H));
+    RecurrenceForward a;
+    a.steps = T, a.w_hh = w.t.data(), a.h0 = h_init.t.data(), a.ld_h0 = H;
+    a.cell.batch = B, a.cell.hidden = H, a.cell.gates = g.t.data();
+    a.cell.c_prev = c_init.t.data(), a.cell.c = c.t.data(), a.cell.saved = saved.t.data();
+    a.cell.h = h.t.data(), a.cell.ldh = H;
+    b.recurrence_forward(CellKind::lstm, std::span(&a, 1), DType::f32);
+    return test::to_doubles(b, h.t);
+  };
+  EXPECT_LE(max_rel_error(run(*be), run(*ref)), 1e-5);
+}
+
 // As on a GPU, host code that reads or writes the device's memory fails (here, faults), while
 // uploads and downloads reach it: the emulated device memory is closed to the host outside the
 // device's own work.

@@ -467,7 +467,11 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
        : a == cudaDevAttrMultiProcessorCount
            ? (std::getenv("SEQFORGE_EMULATED_SMS") ? std::atoi(std::getenv("SEQFORGE_EMULATED_SMS"))
                                                    : 3)
-       : a == cudaDevAttrCooperativeLaunch ? 1
+       // SEQFORGE_EMULATED_COOPERATIVE=0: a GPU without cooperative launches
+       : a == cudaDevAttrCooperativeLaunch
+           ? (std::getenv("SEQFORGE_EMULATED_COOPERATIVE")
+                  ? std::atoi(std::getenv("SEQFORGE_EMULATED_COOPERATIVE"))
+                  : 1)
        : a == cudaDevAttrMaxSharedMemoryPerBlockOptin
            // SEQFORGE_EMULATED_SHARED_KB: less, so that kernels that plan by it stage in chunks
            ? 1024 * (std::getenv("SEQFORGE_EMULATED_SHARED_KB")
