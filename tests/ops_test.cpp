@@ -238,6 +238,44 @@ TEST(Ops, LstmCellActivationsAreAccurateEverywhere) {
   EXPECT_LT(worst, 1e-6);
 }
 
+// GELU in f32 on every backend against erfc in double, element by element over
+// [-14, 14] (far into both tails): forward to a few ulp relative, where the value is a normal
+// float; backward's derivative Phi(x) + x phi(x) to a few ulp of its terms' size (it crosses zero
+// near x = -0.75).
+TEST(Ops, GeluIsAccurateElementByElement) {
+  const int64_t n = 28001;
+  std::vector<double> xs(n), ones(n, 1.0);
+  for (int64_t i = 0; i < n; ++i)
+    xs[i] = static_cast<float>(-14.0 + 28.0 * static_cast<double>(i) / (n - 1));
+  int ran = 0;
+  for (const BackendEntry& entry : registered_backends()) {
+    if (!entry.usable()) continue;
+    auto be = entry.make();
+    if (!be->supports(Op::memory, DType::f32)) continue;
+    HostTensor x(*be, DType::f32, {n}, xs), dy(*be, DType::f32, {n}, ones);
+    HostTensor y(*be, DType::f32, {n}, std::vector<double>(n)),
+        dx(*be, DType::f32, {n}, std::vector<double>(n));
+    be->gelu_forward(y.t, x.t);
+    be->gelu_backward(dx.t, dy.t, x.t);
+    const std::vector<double> got_y = to_doubles(*be, y.t), got_d = to_doubles(*be, dx.t);
+    double worst_y = 0, worst_d = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = xs[i], phi_cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+      const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+      const double want_y = v * phi_cdf, want_d = phi_cdf + v * pdf;
+      if (phi_cdf < 1e-36) continue;  // below, flushed to zero or subnormal
+      const double ey = want_y == 0 ? std::fabs(got_y[i]) : std::fabs(got_y[i] / want_y - 1);
+      const double ed = std::fabs(got_d[i] - want_d) / (phi_cdf + std::fabs(v * pdf));
+      worst_y = std::max(worst_y, ey);
+      worst_d = std::max(worst_d, ed);
+    }
+    EXPECT_LT(worst_y, 2e-6) << entry.name;
+    EXPECT_LT(worst_d, 2e-6) << entry.name;
+    ++ran;
+  }
+  EXPECT_GE(ran, 2);
+}
+
 // Without an f32 dgates output the backward cell writes the same bf16 dgates and bias gradient
 // as with one, on both backends.
 TEST(Ops, LstmCellBackwardKeepsOnlyBf16Dgates) {

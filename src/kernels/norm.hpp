@@ -76,14 +76,17 @@ T column_mapped(T x, const T* scale, const T* bias, int64_t j) {
   return x;
 }
 
-// GELU(m) = m * Phi(m) = m / 2 * (1 + erf(m / sqrt 2)) of m = x mapped per column (rows of C),
-// elements [i0, i1).
+// Phi(v) = erfc(-v / sqrt 2) / 2, the normal distribution function: erfc keeps the lower tail's
+// relative precision, which 1 + erf(v / sqrt 2) cancels away (below v = -8 in double).
+inline double normal_cdf(double v) { return 0.5 * std::erfc(-v * M_SQRT1_2); }
+
+// GELU(m) = m * Phi(m) of m = x mapped per column (rows of C), elements [i0, i1).
 template <typename T>
 void gelu_forward(T* y, const T* x, const T* scale, const T* bias, int64_t C, int64_t i0,
                   int64_t i1) {
   for (int64_t i = i0; i < i1; ++i) {
     const double v = column_mapped(x[i], scale, bias, i % C);
-    y[i] = static_cast<T>(0.5 * v * (1.0 + std::erf(v * M_SQRT1_2)));
+    y[i] = static_cast<T>(v * normal_cdf(v));
   }
 }
 
@@ -96,8 +99,7 @@ void gelu_backward(T* dx, Acc* sums, const T* dy, const T* x, const T* scale, co
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t j = i % C;
     const double v = column_mapped(x[i], scale, bias, j);
-    const double d =
-        0.5 * (1.0 + std::erf(v * M_SQRT1_2)) + v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
+    const double d = normal_cdf(v) + v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
     const double dm = double(dy[i]) * d;
     if (sums) sums[j] += static_cast<Acc>(dm * double(x[i]));
     dx[i] = static_cast<T>(scale ? dm * double(scale[j]) : dm);

@@ -104,14 +104,18 @@ __global__ void layer_norm_params_final_kernel(T* dw, T* db, const double* parti
   }
 }
 
-constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.3989422804014327;
 
-// Phi(v) = erfc(-v / sqrt 2) / 2, the normal distribution function, in T: erfc keeps the lower
-// tail's relative precision, which 1 + erf(v / sqrt 2) would cancel away.
+// Phi(v), the normal distribution function, in T: CUDA's normcdf keeps a few ulp far into the
+// lower tail, where erfc(-v / sqrt 2) loses digits to the rounding of v / sqrt 2.
+__device__ inline float normal_cdf(float v) { return normcdff(v); }
+__device__ inline double normal_cdf(double v) { return normcdf(v); }
+
+// exp(-v^2 / 2), v^2 split exactly in two (sq + sq_low) so that the tail keeps its digits.
 template <typename T>
-__device__ inline T normal_cdf(T v) {
-  return T(0.5) * erfc(mul_rn(-v, T(kInvSqrt2)));
+__device__ inline T gauss(T v) {
+  const T sq = mul_rn(v, v), sq_low = fma(v, v, -sq);
+  return exp(T(-0.5) * sq) * (T(1) - T(0.5) * sq_low);
 }
 
 // GELU(m) = m Phi(m), m = x mapped per column (rows of C), in T (f32 math for f32: the consumer
@@ -130,7 +134,7 @@ template <typename T>
 __device__ inline T gelu_backward_element(T* dx, const T* dy, const T* x, const T* scale,
                                           const T* bias, int64_t i, int64_t j) {
   const T v = column_mapped(x[i], scale, bias, j);
-  const T d = normal_cdf(v) + mul_rn(mul_rn(v, T(kInvSqrt2Pi)), exp(mul_rn(T(-0.5) * v, v)));
+  const T d = normal_cdf(v) + mul_rn(mul_rn(v, T(kInvSqrt2Pi)), gauss(v));
   const T dm = mul_rn(dy[i], d);
   dx[i] = scale ? mul_rn(dm, scale[j]) : dm;
   return dm;

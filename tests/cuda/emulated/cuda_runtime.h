@@ -376,6 +376,10 @@ inline double __dmul_rn(double a, double b) {
   volatile double r = a * b;
   return r;
 }
+// CUDA's normal distribution function (a few ulp on the device), here from the host's erfc in
+// double.
+inline double normcdf(double x) { return 0.5 * erfc(-x * M_SQRT1_2); }
+inline float normcdff(float x) { return static_cast<float>(normcdf(x)); }
 inline uint32_t __float_as_uint(float f) { return std::bit_cast<uint32_t>(f); }
 inline float __uint_as_float(uint32_t u) { return std::bit_cast<float>(u); }
 inline double atomicAdd(double* p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
