@@ -241,7 +241,7 @@ TEST(Ops, LstmCellActivationsAreAccurateEverywhere) {
 // GELU in f32 on every backend against erfc in double, element by element over
 // [-14, 14] (far into both tails): forward to a few ulp relative, where the value is a normal
 // float; backward's derivative Phi(x) + x phi(x) to a few ulp of its terms' size (it crosses zero
-// near x = -0.75).
+// near x = -0.75); infinity and NaN as PyTorch gives them.
 TEST(Ops, GeluIsAccurateElementByElement) {
   const int64_t n = 28001;
   std::vector<double> xs(n), ones(n, 1.0);
@@ -271,6 +271,12 @@ TEST(Ops, GeluIsAccurateElementByElement) {
     }
     EXPECT_LT(worst_y, 2e-6) << entry.name;
     EXPECT_LT(worst_d, 2e-6) << entry.name;
+    // GELU(inf) = inf and a NaN stays a NaN, as in PyTorch.
+    HostTensor odd(*be, DType::f32, {2}, {INFINITY, NAN}), odd_y(*be, DType::f32, {2}, {0, 0});
+    be->gelu_forward(odd_y.t, odd.t);
+    const std::vector<double> got_odd = to_doubles(*be, odd_y.t);
+    EXPECT_EQ(got_odd[0], INFINITY) << entry.name;
+    EXPECT_TRUE(std::isnan(got_odd[1])) << entry.name;
     ++ran;
   }
   EXPECT_GE(ran, 2);

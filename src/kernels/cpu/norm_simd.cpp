@@ -71,8 +71,8 @@ HWY_INLINE V SquareError(D d, V x, V sq) {
 template <class D, class V>
 HWY_INLINE V Phi(D d, V x, V& gauss) {
   // t by a reciprocal estimate and one Newton step (|x| clamped: t stays finite and in range).
-  const V a = hn::MulAdd(hn::Min(hn::Abs(x), hn::Set(d, 16.0f)), hn::Set(d, 0.35355339059f),
-                         hn::Set(d, 1.0f));
+  const V ax = hn::Min(hn::Abs(x), hn::Set(d, 16.0f));
+  const V a = hn::MulAdd(ax, hn::Set(d, 0.35355339059f), hn::Set(d, 1.0f));
   const V r = hn::ApproximateReciprocal(a);
   const V t = hn::Mul(r, hn::NegMulAdd(a, r, hn::Set(d, 2.0f)));
   const V u = hn::MulAdd(t, hn::Set(d, 2.4f), hn::Set(d, -1.4f));
@@ -81,8 +81,9 @@ HWY_INLINE V Phi(D d, V x, V& gauss) {
        {-2.669278680e-05f, 4.597583472e-06f, 2.927962316e-04f, -3.114937972e-04f, -3.075302434e-03f,
         2.981861276e-03f, 5.101469017e-02f, 1.631112177e-01f, 2.860059914e-01f})
     q = hn::MulAdd(q, u, hn::Set(d, c));
-  // x^2 = sq + sq_low exactly: exp(-sq / 2) (1 - sq_low / 2), so that the tail keeps its digits.
-  const V sq = hn::Mul(x, x), sq_low = SquareError(d, x, sq);
+  // x^2 = sq + sq_low exactly: exp(-sq / 2) (1 - sq_low / 2), so that the tail keeps its digits
+  // (of the clamped |x|: gauss is 0 beyond either way, and sq_low stays finite at x = +-inf).
+  const V sq = hn::Mul(ax, ax), sq_low = SquareError(d, ax, sq);
   const V e = ExpNonPositive(d, hn::Mul(sq, hn::Set(d, -0.5f)));
   gauss = hn::Mul(e, hn::NegMulAdd(sq_low, hn::Set(d, 0.5f), hn::Set(d, 1.0f)));
   const V half_erfc = hn::Mul(hn::Mul(t, gauss), q);

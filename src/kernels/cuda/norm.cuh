@@ -111,10 +111,12 @@ constexpr double kInvSqrt2Pi = 0.3989422804014327;
 __device__ inline float normal_cdf(float v) { return normcdff(v); }
 __device__ inline double normal_cdf(double v) { return normcdf(v); }
 
-// exp(-v^2 / 2), v^2 split exactly in two (sq + sq_low) so that the tail keeps its digits.
+// exp(-v^2 / 2), v^2 split exactly in two (sq + sq_low) so that the tail keeps its digits; |v|
+// clamped at 40, beyond which the value is 0 in double too, so that sq_low stays finite at +-inf.
 template <typename T>
 __device__ inline T gauss(T v) {
-  const T sq = mul_rn(v, v), sq_low = fma(v, v, -sq);
+  const T a = fmin(fabs(v), T(40));
+  const T sq = mul_rn(a, a), sq_low = fma(a, a, -sq);
   return exp(T(-0.5) * sq) * (T(1) - T(0.5) * sq_low);
 }
 
