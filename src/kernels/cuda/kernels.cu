@@ -280,30 +280,29 @@ std::vector<Chains<Chain>> chain_groups(std::span<const Chain> chains, int toget
   return groups;
 }
 
-// Chains step together in one launch unless that would cost them their resident weights, which
-// one chain alone keeps: then a launch a chain.
-template <typename T, typename Kernel, typename Elements>
-int chains_together(Kernel kernel, int64_t k_total, int64_t per_chain, int64_t count,
-                    Elements elements, const char* what) {
-  if (count < 2) return 1;
-  const int together = static_cast<int>(std::min<int64_t>(count, kMaxChains));
-  if (plan_recurrence<T>(kernel, k_total, together * per_chain, elements, what).first.resident)
-    return together;
-  return plan_recurrence<T>(kernel, k_total, per_chain, elements, what).first.resident ? 1
-                                                                                       : together;
-}
-
-// Launches `kernel` over each group of chains (chains_together), `launch(group, plan, blocks)`.
+// Launches `kernel` over the chains, `launch(group, plan, blocks)` for each group: together in
+// one launch (up to kMaxChains) unless that would cost them their resident weights, which one
+// chain alone keeps; then a launch a chain.
 template <typename T, typename Chain, typename Kernel, typename Elements, typename Launch>
 void launch_chains(std::span<const Chain> chains, Kernel kernel, int64_t k_total, Elements elements,
                    const char* what, Launch&& launch) {
   const int64_t per_chain =
       tile_groups(chains[0].cell.batch, kTileRows) * tile_groups(chains[0].cell.hidden, kTileUnits);
-  const int together = chains_together<T>(kernel, k_total, per_chain,
-                                          static_cast<int64_t>(chains.size()), elements, what);
+  const int together = static_cast<int>(std::min<int64_t>(chains.size(), kMaxChains));
+  const auto joint = plan_recurrence<T>(kernel, k_total, together * per_chain, elements, what);
+  if (together > 1 && !joint.first.resident) {
+    const auto alone = plan_recurrence<T>(kernel, k_total, per_chain, elements, what);
+    if (alone.first.resident) {
+      for (const Chains<Chain>& group : chain_groups(chains, 1))
+        launch(group, alone.first, alone.second);
+      return;
+    }
+  }
   for (const Chains<Chain>& group : chain_groups(chains, together)) {
     const auto [plan, blocks] =
-        plan_recurrence<T>(kernel, k_total, group.count * per_chain, elements, what);
+        group.count == together
+            ? joint
+            : plan_recurrence<T>(kernel, k_total, group.count * per_chain, elements, what);
     launch(group, plan, blocks);
   }
 }
