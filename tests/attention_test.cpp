@@ -13,6 +13,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -362,6 +363,36 @@ TEST(Attention, FusedDoesNotDependOnThreads) {
       const Result r = run(*cpu, DType::f32, one);
       EXPECT_TRUE(std::equal(r.out.begin(), r.out.end(), all.out.begin() + b * T * C));
       EXPECT_TRUE(std::equal(r.dqkv.begin(), r.dqkv.end(), all.dqkv.begin() + b * T * W));
+    }
+  }
+}
+
+// A NaN in q, k or v reaches every output, lse and gradient entry that it reaches in the
+// reference: the softmax's exp must not turn it into a number.
+TEST(Attention, NaNInputsStayNaN) {
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (bool causal : {true, false}) {
+    const AttentionShape shape{.batch = 2, .seq = 40, .heads = 2, .head_dim = 24, .causal = causal};
+    const int64_t T = shape.seq, D = shape.head_dim, C = shape.heads * D, W = shape.qkv_width();
+    Problem p = make_problem(shape, {}, 11);
+    p.qkv[static_cast<size_t>((0 * T + 10) * W + 1 * D + 3)] = nan;  // q: row 0, query 10, head 1
+    p.qkv[static_cast<size_t>((1 * T + 20) * W + C + 0 * D + 5)] = nan;  // k: row 1, key 20, head 0
+    p.qkv[static_cast<size_t>((1 * T + 30) * W + 2 * C + 1 * D + 7)] =
+        nan;  // v: row 1, key 30, head 1
+    const Result want = run(*ref, DType::f64, p), got = run(*cpu, DType::f32, p);
+    for (const auto& [name, w, g] :
+         {std::tuple{"out", &want.out, &got.out}, std::tuple{"lse", &want.lse, &got.lse},
+          std::tuple{"dqkv", &want.dqkv, &got.dqkv}}) {
+      const auto nans = std::count_if(w->begin(), w->end(), [](double x) { return std::isnan(x); });
+      EXPECT_GT(nans, 0) << name;
+      EXPECT_LT(nans, static_cast<std::ptrdiff_t>(w->size())) << name;
+      for (size_t i = 0; i < w->size(); ++i)
+        if (std::isnan((*w)[i])) {
+          ASSERT_TRUE(std::isnan((*g)[i]))
+              << name << "[" << i << "] = " << (*g)[i] << (causal ? ", causal" : "");
+        }
     }
   }
 }

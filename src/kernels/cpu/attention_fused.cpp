@@ -55,6 +55,7 @@
 #include "kernels/cpu/pointwise_simd.hpp"
 // clang-format off
 #include "kernels/cpu/bf16_simd-inl.h"
+#include "kernels/cpu/exp_simd-inl.h"
 #include "kernels/cpu/partial_simd-inl.h"
 #include "kernels/cpu/hash_simd-inl.h"
 // clang-format on
@@ -194,23 +195,58 @@ HWY_INLINE void AxpyBlock(const float* HWY_RESTRICT p, int64_t rs, int64_t ts, i
     for (int v = 0; v < NV; ++v) hn::StoreU(acc[r][v], d, c + r * ldc + v * N);
 }
 
+// The right-hand side of an axpy: rows of Dp columns in chunks of kChunk columns, column col of
+// row t at p[(col / kChunk) * chunk + t * ld + col % kChunk]. Rows where they are have
+// chunk = kChunk; rows packed by PackChunks have ld = kChunk and each chunk's column of rows
+// contiguous, which the axpy reads as one sequential stream rather than a line per row.
+struct AxpyRows {
+  const float* p;
+  int64_t ld, chunk;
+  AxpyRows at(int64_t t) const { return {p + t * ld, ld, chunk}; }
+};
+constexpr int64_t kChunk = kVecs * kMaxLanes;
+
 // The same over all Dp columns (a multiple of kMaxLanes), kVecs vectors at a time, for nr rows.
 HWY_INLINE void Axpy(int nr, const float* p, int64_t rs, int64_t ts, int64_t t0, int64_t t1,
-                     const float* b, int64_t ldb, float* c, int64_t ldc, const float* alpha,
-                     int64_t Dp, bool assign = false) {
+                     AxpyRows b, float* c, int64_t ldc, const float* alpha, int64_t Dp,
+                     bool assign = false) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   WithCount<kRows>(nr, [&](auto rows) HWY_ATTR {
     constexpr int R = decltype(rows)::value;
     int64_t col = 0;
-    for (; col + kVecs * N <= Dp; col += kVecs * N)
-      AxpyBlock<R, kVecs>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc, alpha, assign);
+    const float* bc = b.p;
+    for (; col + kChunk <= Dp; col += kChunk, bc += b.chunk)
+      AxpyBlock<R, kVecs>(p, rs, ts, t0, t1, bc, b.ld, c + col, ldc, alpha, assign);
     if (col < Dp)
       WithCount<kVecs>(static_cast<int>((Dp - col) / N), [&](auto vecs) HWY_ATTR {
-        AxpyBlock<R, decltype(vecs)::value>(p, rs, ts, t0, t1, b + col, ldb, c + col, ldc, alpha,
+        AxpyBlock<R, decltype(vecs)::value>(p, rs, ts, t0, t1, bc, b.ld, c + col, ldc, alpha,
                                             assign);
       });
   });
 }
+
+// Rows [0, n) (ld apart, D floats) into chunks of kChunk columns (AxpyRows with ld = kChunk and
+// chunk = rows * kChunk), zero-padded to whole chunks.
+void PackChunks(float* dst, int64_t rows, const float* src, int64_t ld, int64_t n, int64_t D) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t c0 = 0; c0 < D; c0 += kChunk) {
+    float* chunk = dst + c0 / kChunk * rows * kChunk;
+    const int64_t cols = std::min(kChunk, D - c0);
+    if (cols == kChunk) {
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t k = 0; k < kChunk; k += N)
+          hn::Store(hn::LoadU(d, src + t * ld + c0 + k), d, chunk + t * kChunk + k);
+      continue;
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      std::memcpy(chunk + t * kChunk, src + t * ld + c0, cols * sizeof(float));
+      std::fill(chunk + t * kChunk + cols, chunk + (t + 1) * kChunk, 0.0f);
+    }
+  }
+}
+// Floats PackChunks writes for `rows` rows of D columns.
+int64_t ChunkFloats(int64_t rows, int64_t D) { return RoundUp(D, kChunk) * rows; }
 
 // The lanes of the vector at t that lie in [n0, n).
 HWY_INLINE hn::Mask<DF> LanesWithin(int64_t t, int64_t n0, int64_t n) {
@@ -264,7 +300,7 @@ HWY_INLINE float OnlineSoftmaxRow(float* s, int64_t n0, int64_t n, int64_t wv, f
   for (int64_t t = 0; t < wv; t += N) {
     VF p = hn::Zero(d);
     if (t < n && t + N > n0) {
-      p = hn::Exp(d, hn::MulSub(hn::LoadU(d, s + t), vscale, vm));
+      p = simd::HWY_NAMESPACE::ExpNonPositiveOrNaN(d, hn::MulSub(hn::LoadU(d, s + t), vscale, vm));
       if (n - t < N || t < n0) p = hn::IfThenElseZero(LanesWithin(t, n0, n), p);
     }
     hn::StoreU(p, d, s + t);
@@ -288,7 +324,8 @@ HWY_INLINE void GradRow(float* p, float* g, int64_t n0, int64_t n, int64_t wv, f
   for (int64_t t = 0; t < wv; t += N) {
     VF pv = hn::Zero(d), gv = hn::Zero(d);
     if (t < n && t + N > n0) {
-      pv = hn::Exp(d, hn::MulSub(hn::LoadU(d, p + t), vscale, vlse));
+      pv = simd::HWY_NAMESPACE::ExpNonPositiveOrNaN(d,
+                                                    hn::MulSub(hn::LoadU(d, p + t), vscale, vlse));
       if constexpr (kDrop) {
         const VF cv = hn::LoadU(d, c + t);
         gv = hn::Mul(hn::Mul(pv, vscale), hn::MulSub(hn::LoadU(d, g + t), cv, vD));
@@ -354,14 +391,6 @@ void PackPanels(float* dst, const float* src, int64_t ld, int64_t n, int64_t D) 
     if (cols < kKeyBlock)
       for (int64_t k = 0; k < D; ++k)
         std::fill(panel + k * kKeyBlock + cols, panel + (k + 1) * kKeyBlock, 0.0f);
-  }
-}
-
-// Rows [0, n) of (n, D) rows ld apart into (n, Dp), zero-padded.
-void PackRows(float* dst, int64_t Dp, const float* src, int64_t ld, int64_t n, int64_t D) {
-  for (int64_t j = 0; j < n; ++j) {
-    std::memcpy(dst + j * Dp, src + j * ld, D * sizeof(float));
-    std::fill(dst + j * Dp + D, dst + (j + 1) * Dp, 0.0f);
   }
 }
 
@@ -491,40 +520,36 @@ HWY_INLINE void ForwardPass(const AttentionForward& a, int64_t p0, int64_t p1, P
   }
 }
 
-// f32 products: k^T in panels of kKeyBlock keys, v where it is when D is whole vectors (else a
-// padded copy).
+// f32 products: q where it is, k^T in panels of kKeyBlock keys, v in chunks.
 struct F32Products {
   explicit F32Products(const AttentionShape& s)
       : D(s.head_dim), ld(s.qkv_width()), width(RoundUp(D, kMaxLanes)) {
     const int64_t T = s.seq, Tk = RoundUp(T, kKeyBlock);
     thread_local Scratch scratch;
     Carver sizes(nullptr);
-    for (int64_t n : {D * Tk, T * width}) sizes.take(n);
+    for (int64_t n : {D * Tk, ChunkFloats(T, D)}) sizes.take(n);
     Carver carve(scratch.get(sizes.used()));
-    kt = carve.take(D * Tk);    // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
-    v = carve.take(T * width);  // (T, width) v, when D is not whole vectors
+    kt = carve.take(D * Tk);            // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
+    v = carve.take(ChunkFloats(T, D));  // v in chunks
+    V = {v, kChunk, T * kChunk};
   }
   void pack_queries(const float* qrows, int64_t) { q = qrows; }
   void pack_keys(const float* krows, const float* vrows, int64_t nk) {
     PackPanels(kt, krows, ld, nk, D);
-    V = {vrows, ld};
-    if (D != width) {
-      PackRows(v, width, vrows, ld, nk, D);
-      V = {v, width};
-    }
+    PackChunks(v, V.chunk / kChunk, vrows, ld, nk, D);
   }
   void dot(int nr, int64_t rb, int64_t j0, int64_t panels, float* sc) const {
     Dot(nr, q + rb * ld, ld, kt + j0 * D, D, panels, sc, kBcF);
   }
   void row(int, const float*, int64_t) const {}
   void axpy(int nr, int64_t j0, int64_t w, const float* sc, float* acc, const float* alpha) const {
-    Axpy(nr, sc, kBcF, 1, 0, w, V[j0], V.ld, acc, width, alpha, width);
+    Axpy(nr, sc, kBcF, 1, 0, w, V.at(j0), acc, width, alpha, width);
   }
 
   const int64_t D, ld, width;  // width: Dp
   float *kt, *v;
   const float* q = nullptr;
-  Rows<const float> V{nullptr, 0};
+  AxpyRows V{nullptr, 0, 0};  // v in chunks
 };
 
 void ForwardPairs(const AttentionForward& a, int64_t p0, int64_t p1) {
@@ -690,8 +715,9 @@ void StoreRows(float* dst, int64_t ld, const float* src, int64_t lds, int64_t n,
   }
 }
 
-// f32 products: q, k, dO and the gradients where they are when D is whole vectors (the
-// gradients then accumulate in place), else padded copies; k^T and v^T in panels.
+// f32 products: q and dO where they are for the dots, k^T and v^T in panels; q, dO and k in
+// chunks for the axpys; the gradients where they are when D is whole vectors (they then
+// accumulate in place), else padded copies.
 struct F32Grads {
   explicit F32Grads(const AttentionShape& s)
       : T(s.seq),
@@ -703,15 +729,16 @@ struct F32Grads {
     const int64_t Tk = RoundUp(T, kKeyBlock);
     thread_local Scratch scratch;
     Carver sizes(nullptr);
-    for (int64_t n : {T * Dp, T * Dp, T * Dp, D * Tk, D * Tk, T * Dp, kBc * Dp, kBc * Dp})
+    const int64_t chunks = ChunkFloats(T, D);
+    for (int64_t n : {D * Tk, D * Tk, chunks, chunks, chunks, T * Dp, kBc * Dp, kBc * Dp})
       sizes.take(n);
     Carver carve(scratch.get(sizes.used()));
-    qp = carve.take(T * Dp);     // (T, Dp) q, when D is not whole vectors
-    dop = carve.take(T * Dp);    // (T, Dp) dO, same
-    kp = carve.take(T * Dp);     // (T, Dp) k, same
-    kt = carve.take(D * Tk);     // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
-    vt = carve.take(D * Tk);     // same for v^T
-    dqp = carve.take(T * Dp);    // (T, Dp) dQ, same
+    kt = carve.take(D * Tk);  // (Tk / kKeyBlock panels of (D, kKeyBlock)) k^T
+    vt = carve.take(D * Tk);  // same for v^T
+    qc = carve.take(chunks);  // q, dO and k in chunks, the axpys' right-hand sides
+    gc = carve.take(chunks);
+    kc = carve.take(chunks);
+    dqp = carve.take(T * Dp);    // (T, Dp) dQ, when D is not whole vectors
     dkp = carve.take(kBc * Dp);  // (kBc, Dp) one key tile's dK, same
     dvp = carve.take(kBc * Dp);  // (kBc, Dp) one key tile's dV, same
   }
@@ -719,21 +746,16 @@ struct F32Grads {
              float* dv, int64_t nk, bool accumulate_) {
     dqr = dq, dkr = dk, dvr = dv, accumulate = accumulate_;
     Q = {q, ld};
-    K = {k, ld};
     G = {dO, C};
     dQ = {dqr, ld};
-    if (!direct) {
-      PackRows(qp, Dp, q, ld, T, D);
-      PackRows(dop, Dp, dO, C, T, D);
-      PackRows(kp, Dp, k, ld, nk, D);
-      Q = {qp, Dp};
-      K = {kp, Dp};
-      G = {dop, Dp};
-      dQ = {dqp, Dp};
-    }
+    if (!direct) dQ = {dqp, Dp};
     PackPanels(kt, k, ld, nk, D);
     PackPanels(vt, v, ld, nk, D);
+    PackChunks(qc, T, q, ld, T, D);
+    PackChunks(gc, T, dO, C, T, D);
+    PackChunks(kc, T, k, ld, nk, D);
   }
+  AxpyRows Chunks(const float* p) const { return {p, kChunk, T * kChunk}; }
   void clear_dq() const {
     for (int64_t i = 0; i < T; ++i) std::fill_n(dQ[i], direct ? D : Dp, 0.0f);
   }
@@ -756,13 +778,13 @@ struct F32Grads {
   void tile(const float*, const float*, int64_t, int64_t) const {}
   void dv_dk(int nr, int64_t kb, int64_t t0, int64_t i0, int64_t rows, const float* P,
              const float* dS, bool assign) const {
-    Axpy(nr, P + kb, 1, kBc, t0, rows, G[i0], G.ld, dV[kb], dV.ld, nullptr, Dp, assign);
-    Axpy(nr, dS + kb, 1, kBc, t0, rows, Q[i0], Q.ld, dK[kb], dK.ld, nullptr, Dp, assign);
+    Axpy(nr, P + kb, 1, kBc, t0, rows, Chunks(gc).at(i0), dV[kb], dV.ld, nullptr, Dp, assign);
+    Axpy(nr, dS + kb, 1, kBc, t0, rows, Chunks(qc).at(i0), dK[kb], dK.ld, nullptr, Dp, assign);
   }
   void dq(int nr, int64_t rb, int64_t i0, int64_t j0, int64_t last, const float* dS,
           bool assign) const {
-    Axpy(nr, dS + (rb - i0) * kBc, kBc, 1, 0, last - j0, K[j0], K.ld, dQ[rb], dQ.ld, nullptr, Dp,
-         assign);
+    Axpy(nr, dS + (rb - i0) * kBc, kBc, 1, 0, last - j0, Chunks(kc).at(j0), dQ[rb], dQ.ld, nullptr,
+         Dp, assign);
   }
   void end_keys(int64_t j0, int64_t j1) const {
     if (direct) return;
@@ -776,10 +798,10 @@ struct F32Grads {
 
   const int64_t T, D, C, ld, Dp;
   const bool direct;  // D whole vectors: rows are used where they are
-  float *qp, *dop, *kp, *kt, *vt, *dqp, *dkp, *dvp;
+  float *kt, *vt, *qc, *gc, *kc, *dqp, *dkp, *dvp;
   float *dqr = nullptr, *dkr = nullptr, *dvr = nullptr;  // the head's gradients, rows ld apart
   bool accumulate = false;                               // dk and dv add to what they hold
-  Rows<const float> Q{nullptr, 0}, K{nullptr, 0}, G{nullptr, 0};
+  Rows<const float> Q{nullptr, 0}, G{nullptr, 0};
   Rows<float> dQ{nullptr, 0}, dK{nullptr, 0}, dV{nullptr, 0};
 };
 

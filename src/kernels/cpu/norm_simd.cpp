@@ -15,36 +15,14 @@
 // clang-format on
 
 #include "kernels/cpu/norm_simd.hpp"
+// clang-format off
+#include "kernels/cpu/exp_simd-inl.h"
 #include "kernels/cpu/partial_simd-inl.h"
+// clang-format on
 
 HWY_BEFORE_NAMESPACE();
 namespace seqforge::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// exp(y) for y <= 0, to about 2 ulp; 0 below -86.6, where exp(y) is within a factor of 5 of the
-// smallest normal float. n = round(y / ln 2), r = y - n ln 2 (ln 2 in two parts), exp(r) by a
-// degree-7 polynomial fitted to the range (Cephes' expf coefficients), scaled by 2^n through the
-// exponent field. Half the instructions of a general exp, which sets GELU's speed under AVX2.
-template <class D, class V>
-HWY_INLINE V ExpNonPositive(D d, V y) {
-  const hn::RebindToSigned<D> di;
-  const V lowest = hn::Set(d, -86.6f);
-  const V clamped = hn::Max(y, lowest);
-  // k's low mantissa bits hold n (the magic 1.5 2^23 rounds to an integer and keeps k's exponent).
-  const V magic = hn::Set(d, 12582912.0f);
-  const V k = hn::MulAdd(clamped, hn::Set(d, 1.44269504088896341f), magic);
-  const V n = hn::Sub(k, magic);
-  V r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), clamped);
-  r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), r);
-  V p = hn::Set(d, 1.9875691500e-4f);
-  for (float c :
-       {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
-    p = hn::MulAdd(p, r, hn::Set(d, c));
-  p = hn::MulAdd(hn::Mul(p, r), r, hn::Add(r, hn::Set(d, 1.0f)));
-  const auto scale = hn::ShiftLeft<23>(hn::BitCast(di, k));  // n << 23, wrapped
-  const V e = hn::BitCast(d, hn::Add(hn::BitCast(di, p), scale));
-  return hn::IfThenZeroElse(hn::Lt(y, lowest), e);
-}
 
 // x^2 - sq exactly, sq = x^2 rounded: by an FMA, or where the target has none, by splitting x into
 // halves of 12 bits (Dekker).
