@@ -300,7 +300,7 @@ HWY_INLINE float OnlineSoftmaxRow(float* s, int64_t n0, int64_t n, int64_t wv, f
   for (int64_t t = 0; t < wv; t += N) {
     VF p = hn::Zero(d);
     if (t < n && t + N > n0) {
-      p = simd::HWY_NAMESPACE::ExpNonPositiveOrNaN(d, hn::MulSub(hn::LoadU(d, s + t), vscale, vm));
+      p = simd::HWY_NAMESPACE::ExpAtMost88OrNaN(d, hn::MulSub(hn::LoadU(d, s + t), vscale, vm));
       if (n - t < N || t < n0) p = hn::IfThenElseZero(LanesWithin(t, n0, n), p);
     }
     hn::StoreU(p, d, s + t);
@@ -324,8 +324,7 @@ HWY_INLINE void GradRow(float* p, float* g, int64_t n0, int64_t n, int64_t wv, f
   for (int64_t t = 0; t < wv; t += N) {
     VF pv = hn::Zero(d), gv = hn::Zero(d);
     if (t < n && t + N > n0) {
-      pv = simd::HWY_NAMESPACE::ExpNonPositiveOrNaN(d,
-                                                    hn::MulSub(hn::LoadU(d, p + t), vscale, vlse));
+      pv = simd::HWY_NAMESPACE::ExpAtMost88OrNaN(d, hn::MulSub(hn::LoadU(d, p + t), vscale, vlse));
       if constexpr (kDrop) {
         const VF cv = hn::LoadU(d, c + t);
         gv = hn::Mul(hn::Mul(pv, vscale), hn::MulSub(hn::LoadU(d, g + t), cv, vD));

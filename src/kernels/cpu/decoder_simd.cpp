@@ -16,7 +16,10 @@
 // clang-format on
 
 #include "kernels/cpu/decoder_simd.hpp"
+// clang-format off
+#include "kernels/cpu/exp_simd-inl.h"
 #include "kernels/cpu/partial_simd-inl.h"
+// clang-format on
 
 HWY_BEFORE_NAMESPACE();
 namespace seqforge::simd::HWY_NAMESPACE {
@@ -43,7 +46,7 @@ HWY_INLINE VF Activation(GluKind kind, VF g, VF& derivative) {
   const DF d;
   const VF one = hn::Set(d, 1.0f);
   if (kind == GluKind::silu) {
-    const VF e = hn::Exp(d, hn::Min(hn::Neg(g), hn::Set(d, 88.0f)));
+    const VF e = ExpAtMost88(d, hn::Min(hn::Neg(g), hn::Set(d, 88.0f)));
     const VF s = hn::Div(one, hn::Add(one, e));
     derivative = hn::Mul(s, hn::MulAdd(g, hn::Sub(one, s), one));
     return hn::Mul(g, s);
@@ -161,7 +164,6 @@ void RmsNormBackward(float* dx, float* dw, float* block, const float* residual, 
 
 // Rows [r0, r1) of a.x rotated in place (kernels/decoder_ops.hpp: rotary), in f32.
 void Rotary(const seqforge::Rotary& a, int64_t r0, int64_t r1) {
-  const DF d;
   const int64_t half = a.head_dim / 2;
   const float* cos = static_cast<const float*>(a.cos);
   const float* sin = static_cast<const float*>(a.sin);
@@ -194,7 +196,7 @@ double CrossEntropyRow(float* dr, const float* x, int64_t C, int64_t y, float co
   const VF vm = hn::Set(d, mx);
   // exp(x - max) into dr, then scaled in place: one pass of exp.
   const float sum = RowSum(C, [&](int64_t j, int64_t n) {
-    const VF e = hn::Exp(d, hn::Sub(Load(x + j, n), vm));
+    const VF e = ExpAtMost88OrNaN(d, hn::Sub(Load(x + j, n), vm));
     Store(e, dr + j, n);
     return n == static_cast<int64_t>(hn::Lanes(d))
                ? e

@@ -1,5 +1,5 @@
-// exp for the arguments that softmax and GELU take (at most 0 or about), compiled once per
-// target: include it after <hwy/highway.h> in a file that goes through hwy/foreach_target.h.
+// exp for the arguments that softmax, GELU and SiLU take (at most 88), compiled once per target:
+// include it after <hwy/highway.h> in a file that goes through hwy/foreach_target.h.
 #if defined(SEQFORGE_KERNELS_CPU_EXP_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SEQFORGE_KERNELS_CPU_EXP_SIMD_INL_H_
 #undef SEQFORGE_KERNELS_CPU_EXP_SIMD_INL_H_
@@ -13,14 +13,14 @@ HWY_BEFORE_NAMESPACE();
 namespace seqforge::simd::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// exp(y) for y <= 0, to about 2 ulp (also right for y up to about 88, so a softmax argument a
-// rounding above 0 is no concern); 0 below -86.6, where exp(y) is within a factor of 5 of the
-// smallest normal float. n = round(y / ln 2), r = y - n ln 2 (ln 2 in two parts), exp(r) by a
-// degree-7 polynomial fitted to the range (Cephes' expf coefficients), scaled by 2^n through the
-// exponent field. Half the instructions of a general exp, which sets the speed of GELU and of
-// attention's softmax under AVX2. A NaN gives an unspecified value: see ExpNonPositiveOrNaN.
+// exp(y) for y <= 88 (below float's largest value, exp(88.7)), to about 2 ulp; 0 below -86.6,
+// where exp(y) is within a factor of 5 of the smallest normal float.
+// n = round(y / ln 2), r = y - n ln 2 (ln 2 in two parts), exp(r) by a degree-7 polynomial fitted
+// to the range (Cephes' expf coefficients), scaled by 2^n through the exponent field. Half the
+// instructions of a general exp, which sets the speed of GELU, SiLU and the softmaxes under AVX2.
+// A NaN gives an unspecified value: see ExpAtMost88OrNaN.
 template <class D, class V>
-HWY_INLINE V ExpNonPositive(D d, V y) {
+HWY_INLINE V ExpAtMost88(D d, V y) {
   const hn::RebindToSigned<D> di;
   const V lowest = hn::Set(d, -86.6f);
   const V clamped = hn::Max(y, lowest);
@@ -42,8 +42,8 @@ HWY_INLINE V ExpNonPositive(D d, V y) {
 
 // The same, and a NaN stays a NaN (a softmax over a row with a NaN score is NaN, as in PyTorch).
 template <class D, class V>
-HWY_INLINE V ExpNonPositiveOrNaN(D d, V y) {
-  return hn::IfThenElse(hn::IsNaN(y), y, ExpNonPositive(d, y));
+HWY_INLINE V ExpAtMost88OrNaN(D d, V y) {
+  return hn::IfThenElse(hn::IsNaN(y), y, ExpAtMost88(d, y));
 }
 
 }  // namespace seqforge::simd::HWY_NAMESPACE
