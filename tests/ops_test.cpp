@@ -1454,6 +1454,29 @@ TEST(Ops, NormAndGeluWriteBf16AsTheirF32OutputsRounded) {
   }
 }
 
+// A Linear's bias gradient and dy's bf16 copy in one pass: on every backend exactly what
+// sum_rows_acc and convert give (shapes with vector tails, and enough rows to split over threads).
+TEST(Ops, SumRowsAccAndConvertIsBothOpsInOnePass) {
+  for (const BackendEntry& entry : registered_backends()) {
+    if (!entry.usable()) continue;
+    auto be = entry.make();
+    if (!be->supports(Op::elementwise, DType::f32)) continue;
+    Rng rng(12);
+    for (auto [R, N] : {std::pair<int64_t, int64_t>{37, 19}, {3000, 45}, {64, 1152}}) {
+      const std::vector<double> dy_values = values(rng, R * N), db_values = values(rng, N);
+      HostTensor dy(*be, DType::f32, {R, N}, dy_values), db(*be, DType::f32, {N}, db_values),
+          db_two(*be, DType::f32, {N}, db_values),
+          low(*be, DType::bf16, {R, N}, std::vector<double>(R * N)),
+          low_two(*be, DType::bf16, {R, N}, std::vector<double>(R * N));
+      be->sum_rows_acc_and_convert(db.t, dy.t, low.t);
+      be->sum_rows_acc(db_two.t, dy.t);
+      be->convert(low_two.t, dy.t);
+      EXPECT_EQ(to_doubles(*be, db.t), to_doubles(*be, db_two.t)) << entry.name << " " << R;
+      EXPECT_EQ(to_doubles(*be, low.t), to_doubles(*be, low_two.t)) << entry.name << " " << R;
+    }
+  }
+}
+
 // The CPU backend's vector hash draws the reference's mask element for element: sizes with a
 // tail and split over threads, probabilities at the edges and between representable ones.
 TEST(Ops, DropoutMaskMatchesReferenceExactly) {

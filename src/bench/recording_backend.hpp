@@ -105,6 +105,10 @@ class RecordingBackend final : public Backend {
     SF_PROFILE_SCOPE("sum_rows_acc");
     inner_.sum_rows_acc(db, dy);
   }
+  void sum_rows_acc_and_convert(Tensor db, Tensor dy, Tensor dy_low) override {
+    SF_PROFILE_SCOPE("sum_rows_acc_and_convert");
+    inner_.sum_rows_acc_and_convert(db, dy, dy_low);
+  }
   void add(Tensor y, Tensor x) override {
     SF_PROFILE_SCOPE("add");
     inner_.add(y, x);

@@ -59,8 +59,15 @@ void linear_input_backward(Backend& be, Tensor dx, const void* g, Tensor dy, Ten
 void linear_backward(Backend& be, Tensor dx, Tensor dw, Tensor db, Tensor dy, Buffer& dy_low,
                      Tensor x, Tensor w, DType low) {
   const int64_t n = dy.dim(0), out = dy.dim(1), in = dx.dim(1);
-  if (!db.empty()) be.sum_rows_acc(db, dy);
-  const void* g = gemm_operand(be, dy, dy_low, low);
+  const void* g = dy.data();
+  if (low != dy.dtype() && !db.empty()) {  // one pass over dy for both
+    Tensor gl = dy_low.get(be, low, dy.shape());
+    be.sum_rows_acc_and_convert(db, dy, gl);
+    g = gl.data();
+  } else {
+    if (!db.empty()) be.sum_rows_acc(db, dy);
+    g = gemm_operand(be, dy, dy_low, low);
+  }
   const GemmShape dws{
       .trans_a = true, .m = out, .n = in, .k = n, .lda = out, .ldb = in, .ldc = in, .beta = 1.0};
   be.gemm(dws, low, g, x.data(), dw.data());

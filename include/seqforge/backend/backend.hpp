@@ -157,6 +157,12 @@ class Backend {
 
   // db(N) += column sums of dy(R, N).
   virtual void sum_rows_acc(Tensor db, Tensor dy) = 0;
+  // Both of a Linear's backward reads of dy at once: db(N) += column sums of dy(R, N) (as
+  // sum_rows_acc sums them) and dy_low = dy in dy_low's dtype (as convert rounds it).
+  virtual void sum_rows_acc_and_convert(Tensor db, Tensor dy, Tensor dy_low) {
+    sum_rows_acc(db, dy);
+    convert(dy_low, dy);
+  }
   // y += x, elementwise.
   virtual void add(Tensor y, Tensor x) = 0;
   // y = a * b, elementwise.

@@ -289,6 +289,20 @@ class CpuBackend final : public Backend {
     sum_over_rows(rows, row_threads(rows, n), n, db.data_as<float>(),
                   [&](int64_t r0, int64_t r1, float* acc) { simd::sum_rows(in, n, r0, r1, acc); });
   }
+  // One pass over dy: each thread's rows converted to bf16 while their column sums are taken.
+  void sum_rows_acc_and_convert(Tensor db, Tensor dy, Tensor dy_low) override {
+    if (dy.dtype() != DType::f32 || dy_low.dtype() != DType::bf16)
+      return Backend::sum_rows_acc_and_convert(db, dy, dy_low);
+    const int64_t n = db.numel(), rows = n ? dy.numel() / n : 0;
+    SF_CHECK(rows * n == dy.numel() && dy_low.numel() == dy.numel(), db.shape().str(),
+             " vs rows of ", dy.shape().str(), " into ", dy_low.shape().str());
+    const float* in = dy.data_as<float>();
+    bf16* out = static_cast<bf16*>(dy_low.data());
+    sum_over_rows(rows, row_threads(rows, n), n, db.data_as<float>(),
+                  [&](int64_t r0, int64_t r1, float* acc) {
+                    simd::sum_rows_to_bf16(out, in, n, r0, r1, acc);
+                  });
+  }
   void add(Tensor y, Tensor x) override {
     if (y.dtype() != DType::f32) return ref_->add(y, x);
     SF_CHECK(y.numel() == x.numel(), y.shape().str(), " += ", x.shape().str());
@@ -691,17 +705,14 @@ class CpuBackend final : public Backend {
     for (double v : partial) total += v;
     store_scalar(loss, total_weight > 0 ? total / total_weight : 0.0);
   }
-  // Per-thread partial sums in double, eight lanes each, added in chunk order.
+  // Per-thread partial sums in double, added in chunk order.
   void sum_squares(Tensor x, Tensor out) override {
     if (x.dtype() != DType::f32) return ref_->sum_squares(x, out);
     const float* p = x.data_as<float>();
     const int threads = row_threads(x.numel(), 1);
     std::vector<double> partial(static_cast<size_t>(threads), 0.0);
     parallel_chunks(x.numel(), threads, [&](int64_t i0, int64_t i1, int chunk) {
-      double acc = 0;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t i = i0; i < i1; ++i) acc += double(p[i]) * double(p[i]);
-      partial[static_cast<size_t>(chunk)] = acc;
+      partial[static_cast<size_t>(chunk)] = simd::sum_squares(p + i0, i1 - i0);
     });
     double total = 0;
     for (double v : partial) total += v;

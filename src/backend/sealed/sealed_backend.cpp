@@ -103,6 +103,10 @@ class SealedBackend final : public Backend {
   void sum_rows_acc(Tensor db, Tensor dy) override {
     call("sum_rows_acc", {db, dy}, {}, [=, this] { inner_->sum_rows_acc(db, dy); });
   }
+  void sum_rows_acc_and_convert(Tensor db, Tensor dy, Tensor dy_low) override {
+    call("sum_rows_acc_and_convert", {db, dy, dy_low}, {},
+         [=, this] { inner_->sum_rows_acc_and_convert(db, dy, dy_low); });
+  }
   void add(Tensor y, Tensor x) override {
     call("add", {y, x}, {}, [=, this] { inner_->add(y, x); });
   }

@@ -34,6 +34,30 @@ void SumRows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
   }
 }
 
+// The sum of x[i]^2, i < n, in double: four accumulators of the vector's width in f64 (one would
+// wait on its own latency, well below memory's pace), then a scalar tail.
+double SumSquares(const float* x, int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;  // as many floats as a vector has doubles
+  const int64_t N = static_cast<int64_t>(hn::Lanes(dd));
+  auto a0 = hn::Zero(dd), a1 = a0, a2 = a0, a3 = a0;
+  const auto square = [&](int64_t i, hn::Vec<decltype(dd)> acc) {
+    const auto v = hn::PromoteTo(dd, hn::LoadU(df, x + i));
+    return hn::MulAdd(v, v, acc);
+  };
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    a0 = square(i, a0);
+    a1 = square(i + N, a1);
+    a2 = square(i + 2 * N, a2);
+    a3 = square(i + 3 * N, a3);
+  }
+  for (; i + N <= n; i += N) a0 = square(i, a0);
+  double total = hn::GetLane(hn::SumOfLanes(dd, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; i < n; ++i) total += double(x[i]) * double(x[i]);
+  return total;
+}
+
 // Rows [r0, r1) of DoRA's backward (kernels/adapter.hpp, dora_backward_rows): dpre = dy * scale
 // per column; sums(n) += column sums of dy * pre; dy's rows ldy apart.
 void DoraBackwardRows(float* dpre, float* sums, const float* dy, int64_t ldy, const float* pre,
@@ -84,6 +108,22 @@ void ToBf16(bf16* dst, const float* src, int64_t n) {
   int64_t i = 0;
   for (; i + N <= n; i += N) StoreBf16(d, hn::LoadU(d, src + i), dst + i);
   for (; i < n; ++i) dst[i] = seqforge::to_bf16(src[i]);
+}
+
+// SumRows, each row also converted into dst (rows of n bf16).
+void SumRowsToBf16(bf16* dst, const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), n_vec = n / N * N;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = dy + r * n;
+    for (int64_t j = 0; j < n_vec; j += N) {
+      const auto v = hn::LoadU(d, row + j);
+      hn::StoreU(hn::Add(hn::LoadU(d, acc + j), v), d, acc + j);
+      StoreBf16(d, v, dst + r * n + j);
+    }
+    for (int64_t j = n_vec; j < n; ++j) acc[j] += row[j];
+    if (n_vec < n) ToBf16(dst + r * n + n_vec, row + n_vec, n - n_vec);
+  }
 }
 
 // Elements [i0, i1) of a dropout mask of `seed` into out[0, i1 - i0): 0 where element i's
@@ -236,6 +276,8 @@ HWY_AFTER_NAMESPACE();
 namespace seqforge::simd {
 
 HWY_EXPORT(SumRows);
+HWY_EXPORT(SumSquares);
+HWY_EXPORT(SumRowsToBf16);
 HWY_EXPORT(DoraBackwardRows);
 HWY_EXPORT(DoraNorm);
 HWY_EXPORT(DropoutMask);
@@ -247,6 +289,10 @@ HWY_EXPORT(TargetName);
 void sum_rows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
   HWY_DYNAMIC_DISPATCH(SumRows)(dy, n, r0, r1, acc);
 }
+void sum_rows_to_bf16(bf16* dst, const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc) {
+  HWY_DYNAMIC_DISPATCH(SumRowsToBf16)(dst, dy, n, r0, r1, acc);
+}
+double sum_squares(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumSquares)(x, n); }
 void dora_backward_rows(float* dpre, float* sums, const float* dy, int64_t ldy, const float* pre,
                         const float* scale, int64_t n, int64_t r0, int64_t r1) {
   HWY_DYNAMIC_DISPATCH(DoraBackwardRows)(dpre, sums, dy, ldy, pre, scale, n, r0, r1);

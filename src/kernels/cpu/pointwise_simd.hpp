@@ -8,6 +8,11 @@ namespace seqforge::simd {
 
 // acc(n) += column sums of dy rows [r0, r1).
 void sum_rows(const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc);
+// The same over rows [r0, r1), each row also converted into dst (rows of n bf16) as
+// convert_to_bf16 rounds it.
+void sum_rows_to_bf16(bf16* dst, const float* dy, int64_t n, int64_t r0, int64_t r1, float* acc);
+// The sum of x[i]^2 over i < n, in double.
+double sum_squares(const float* x, int64_t n);
 // DoRA's backward over rows [r0, r1) of (rows, n): dpre = dy * scale per column, sums(n) += the
 // column sums of dy * pre; dy's rows are ldy apart.
 void dora_backward_rows(float* dpre, float* sums, const float* dy, int64_t ldy, const float* pre,
