@@ -26,11 +26,13 @@
 // runs.
 //
 // Each pair's k (and v for backward) is packed into thread-local scratch first, transposed into
-// panels of kKeyBlock keys (D, kKeyBlock), zero-padded, for the dot products. The axpys run on
-// rows of whole vectors: q, k, v, dO and the gradients where they are when D is a multiple of the
-// vector, else copies padded to Dp columns. Both micro-kernels hold a block of kRows rows by a
-// few vectors in registers. Before its first pair, a batch row's blocks are read once in order
-// (WarmBlocks), as the heads' strided pieces of them come several times slower from memory.
+// panels of kKeyBlock keys (D, kKeyBlock), zero-padded, for the dot products. The axpys' right-hand
+// sides (v; q, dO and k for backward) are packed in column chunks as wide as the micro-kernel
+// (kChunk), each chunk's rows contiguous, so that an axpy streams them in order; the gradients
+// accumulate where they are when D is a multiple of the vector, else in copies padded to Dp
+// columns. Both micro-kernels hold a block of kRows rows by a few vectors in registers. Before its
+// first pair, a batch row's blocks are read once in order (WarmBlocks), as the heads' strided
+// pieces of them come several times slower from memory.
 //
 // Gradient rule: activation gradients are assigned (dqkv =).
 #undef HWY_TARGET_INCLUDE
@@ -748,11 +750,14 @@ struct F32Grads {
     G = {dO, C};
     dQ = {dqr, ld};
     if (!direct) dQ = {dqp, Dp};
-    PackPanels(kt, k, ld, nk, D);
-    PackPanels(vt, v, ld, nk, D);
+    if (k != packed_k) {  // a group's later query heads reuse their key/value head's copies
+      PackPanels(kt, k, ld, nk, D);
+      PackPanels(vt, v, ld, nk, D);
+      PackChunks(kc, T, k, ld, nk, D);
+      packed_k = k;
+    }
     PackChunks(qc, T, q, ld, T, D);
     PackChunks(gc, T, dO, C, T, D);
-    PackChunks(kc, T, k, ld, nk, D);
   }
   AxpyRows Chunks(const float* p) const { return {p, kChunk, T * kChunk}; }
   void clear_dq() const {
@@ -800,6 +805,7 @@ struct F32Grads {
   float *kt, *vt, *qc, *gc, *kc, *dqp, *dkp, *dvp;
   float *dqr = nullptr, *dkr = nullptr, *dvr = nullptr;  // the head's gradients, rows ld apart
   bool accumulate = false;                               // dk and dv add to what they hold
+  const float* packed_k = nullptr;                       // the key rows kt, vt and kc hold
   Rows<const float> Q{nullptr, 0}, G{nullptr, 0};
   Rows<float> dQ{nullptr, 0}, dK{nullptr, 0}, dV{nullptr, 0};
 };
@@ -1059,9 +1065,12 @@ struct Bf16Grads {
     dqr = dq, dkr = dk, dvr = dv, accumulate = accumulate_;
     PackRowWords(qw, Dw, q, ld, T, D);
     PackRowWords(gw, Dw, dO, C, T, D);
-    PackWordPanels(kt, rows, Dw, k, ld, nk, D);
-    PackWordPanels(vt, rows, Dw, v, ld, nk, D);
-    PackStacked(ks, Dv, k, ld, nk, D, (nk + 1) / 2);
+    if (k != packed_k) {  // a group's later query heads reuse their key/value head's copies
+      PackWordPanels(kt, rows, Dw, k, ld, nk, D);
+      PackWordPanels(vt, rows, Dw, v, ld, nk, D);
+      PackStacked(ks, Dv, k, ld, nk, D, (nk + 1) / 2);
+      packed_k = k;
+    }
     PackStacked(qs, Dv, q, ld, T, D, Tp);
     PackStacked(gs, Dv, dO, C, T, D, Tp);
   }
@@ -1110,6 +1119,7 @@ struct Bf16Grads {
   float *dqb, *dkb, *dvb;
   float *dqr = nullptr, *dkr = nullptr, *dvr = nullptr;  // the head's gradients, rows ld apart
   bool accumulate = false;                               // dk and dv add to what they hold
+  const float* packed_k = nullptr;                       // the key rows kt, vt and ks hold
 };
 
 SF_BF16_ATTR void BackwardGroupsBf16(const AttentionBackward& a, int64_t g0, int64_t g1) {
