@@ -251,11 +251,12 @@ class CudaBackend final : public Backend {
     synchronize();
   }
 
-  void sum_rows_acc(Tensor db, Tensor dy) override {
-    const int64_t rows = rows_of(dy), cols = dy.numel() / std::max<int64_t>(rows, 1);
-    SF_CHECK(db.numel() == cols, db.shape().str(), " vs rows of ", dy.shape().str());
-    cuda::sum_rows_acc(db.data(), dy.data(), dy.dtype(), rows, cols, stream_);
-    launched("sum_rows_acc", dy);
+  void sum_rows_acc(Tensor db, Tensor dy) override { sum_rows(db, dy, Tensor()); }
+  void sum_rows_acc_and_convert(Tensor db, Tensor dy, Tensor dy_low) override {
+    if (dy.dtype() != DType::f32 || (dy_low.dtype() != DType::bf16 && dy_low.dtype() != DType::f16))
+      return Backend::sum_rows_acc_and_convert(db, dy, dy_low);
+    SF_CHECK(dy_low.numel() == dy.numel(), dy_low.shape().str(), " <- ", dy.shape().str());
+    sum_rows(db, dy, dy_low);
   }
   void add(Tensor y, Tensor x) override {
     SF_CHECK(y.numel() == x.numel(), y.shape().str(), " += ", x.shape().str());
@@ -713,6 +714,16 @@ class CudaBackend final : public Backend {
     stream_ = nullptr;
   }
   // Device scratch `slot` of at least `bytes`, kept for later calls (freed in stream order).
+  // db += column sums of dy over bands of rows in parallel, dy also written to low when given.
+  void sum_rows(Tensor db, Tensor dy, Tensor low) {
+    const int64_t rows = rows_of(dy), cols = dy.numel() / std::max<int64_t>(rows, 1);
+    SF_CHECK(db.numel() == cols, db.shape().str(), " vs rows of ", dy.shape().str());
+    const size_t partial = static_cast<size_t>(cuda::layer_norm_partial_chunks(rows) * cols);
+    cuda::sum_rows_acc_banded(db.data(), dy.data(), dy.dtype(), rows, cols,
+                              static_cast<double*>(scratch(0, partial * 8)),
+                              low.empty() ? nullptr : low.data(), low.dtype(), stream_);
+    launched(low.empty() ? "sum_rows_acc" : "sum_rows_acc_and_convert", dy);
+  }
   void* scratch(int slot, size_t bytes) {
     auto& [ptr, size] = scratch_buffers_[slot];
     if (size < bytes) {
@@ -726,8 +737,8 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   bool tf32_ = false;
   cudaDeviceProp props_{};
-  bool cooperative_ = false;  // the GPU runs cooperative launches (the whole-chain kernels)
-  cudaStream_t stream_ = nullptr;       // every op
+  bool cooperative_ = false;       // the GPU runs cooperative launches (the whole-chain kernels)
+  cudaStream_t stream_ = nullptr;  // every op
   cudaStream_t copy_stream_ = nullptr;  // uploads
   cudaEvent_t compute_mark_ = nullptr, copied_ = nullptr;
   // Uploads, allocations and frees come from several threads (the loader's); the events are

@@ -35,7 +35,35 @@ __global__ void scale_kernel(T* x, int64_t n, T alpha) {
   SF_GRID_STRIDE(i, n) x[i] *= alpha;
 }
 
-// One thread per column, summing down the rows in double as the reference does.
+// Column sums of dy(rows, cols) over bands of rows into partial (chunks, cols), a thread per
+// column of a band, in double; with `low`, each value is also written there in low_type (the
+// half GEMMs' copy of dy, from the same read, rounded as convert rounds).
+template <typename T>
+__global__ void sum_rows_partial_kernel(double* partial, const T* dy, void* low, DType low_type,
+                                        int64_t rows, int64_t cols, int64_t chunks) {
+  for_band_columns(rows, cols, chunks, [&](int64_t chunk, int64_t j, int64_t r0, int64_t r1) {
+    double sum = 0;
+    for (int64_t r = r0; r < r1; ++r) {
+      const T v = dy[r * cols + j];
+      sum += double(v);
+      if (low) store_low(low, low_type, r * cols + j, static_cast<float>(v));
+    }
+    partial[chunk * cols + j] = sum;
+  });
+}
+
+// db(cols) += the bands' sums, added in band order.
+template <typename T>
+__global__ void add_column_sums_kernel(T* db, const double* partial, int64_t cols, int64_t chunks) {
+  SF_GRID_STRIDE(j, cols) {
+    double sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * cols + j];
+    db[j] += static_cast<T>(sum);
+  }
+}
+
+// One thread per column, summing down the rows in double as the reference does (for few rows:
+// a recurrent layer's batch).
 template <typename T>
 __global__ void sum_rows_acc_kernel(T* db, const T* dy, int64_t rows, int64_t cols) {
   SF_GRID_STRIDE(j, cols) {

@@ -132,6 +132,20 @@ void sum_rows_acc(void* db, const void* dy, DType dtype, int64_t rows, int64_t c
   });
 }
 
+void sum_rows_acc_banded(void* db, const void* dy, DType dtype, int64_t rows, int64_t cols,
+                         double* partial, void* low, DType low_type, cudaStream_t stream) {
+  if (cols == 0) return;
+  SF_CHECK(!low || (dtype == DType::f32 && (low_type == DType::bf16 || low_type == DType::f16)),
+           "sum_rows_acc_banded: a copy of ", dtype_name(dtype), " in ", dtype_name(low_type));
+  const int64_t chunks = layer_norm_partial_chunks(rows);
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(band_blocks(chunks, cols), kThreads, 0, stream, sum_rows_partial_kernel<T>)
+    (partial, static_cast<const T*>(dy), low, low_type, rows, cols, chunks);
+    SF_LAUNCH(blocks_for(cols), kThreads, 0, stream, add_column_sums_kernel<T>)
+    (static_cast<T*>(db), partial, cols, chunks);
+  });
+}
+
 void add_bias_rows(void* c, int64_t ldc, const void* bias, DType dtype, int64_t rows, int64_t cols,
                    cudaStream_t stream) {
   if (rows * cols == 0) return;

@@ -23,9 +23,14 @@ void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t
 void add(void* y, const void* x, DType dtype, int64_t n, cudaStream_t stream);
 void mul(void* y, const void* a, const void* b, DType dtype, int64_t n, cudaStream_t stream);
 void scale(void* x, DType dtype, int64_t n, double alpha, cudaStream_t stream);
-// db(cols) += column sums of dy(rows, cols).
+// db(cols) += column sums of dy(rows, cols), a thread per column (for few rows).
 void sum_rows_acc(void* db, const void* dy, DType dtype, int64_t rows, int64_t cols,
                   cudaStream_t stream);
+// The same over bands of rows in parallel (`partial`: layer_norm_partial_chunks(rows) * cols
+// doubles), then the bands' sums in order; with `low` (f32 dy only), dy is also written there in
+// low_type (bf16 or f16) as convert writes it.
+void sum_rows_acc_banded(void* db, const void* dy, DType dtype, int64_t rows, int64_t cols,
+                         double* partial, void* low, DType low_type, cudaStream_t stream);
 // c(rows, cols) += bias(cols) broadcast over rows, rows ldc apart.
 void add_bias_rows(void* c, int64_t ldc, const void* bias, DType dtype, int64_t rows, int64_t cols,
                    cudaStream_t stream);
