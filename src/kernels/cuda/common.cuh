@@ -102,6 +102,18 @@ __device__ inline void for_band_columns(int64_t rows, int64_t C, int64_t chunks,
   }
 }
 
+// The second pass: out(C) = (or, with `add`, +=) the bands' sums of partial (chunks, C), added
+// in band order.
+template <typename T>
+__global__ void column_sums_final_kernel(T* out, const double* partial, int64_t C, int64_t chunks,
+                                         bool add) {
+  SF_GRID_STRIDE(j, C) {
+    double sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * C + j];
+    out[j] = add ? out[j] + static_cast<T>(sum) : static_cast<T>(sum);
+  }
+}
+
 // An activation's input mapped per column (Backend's ColumnMap): x * scale[j] + bias[j], rounded
 // in T as scale_columns rounds it; scale or bias null: left out.
 template <typename T>

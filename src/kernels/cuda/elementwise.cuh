@@ -52,16 +52,6 @@ __global__ void sum_rows_partial_kernel(double* partial, const T* dy, void* low,
   });
 }
 
-// db(cols) += the bands' sums, added in band order.
-template <typename T>
-__global__ void add_column_sums_kernel(T* db, const double* partial, int64_t cols, int64_t chunks) {
-  SF_GRID_STRIDE(j, cols) {
-    double sum = 0;
-    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * cols + j];
-    db[j] += static_cast<T>(sum);
-  }
-}
-
 // One thread per column, summing down the rows in double as the reference does (for few rows:
 // a recurrent layer's batch).
 template <typename T>

@@ -141,8 +141,8 @@ void sum_rows_acc_banded(void* db, const void* dy, DType dtype, int64_t rows, in
   dispatch_float(dtype, [&]<typename T>() {
     SF_LAUNCH(band_blocks(chunks, cols), kThreads, 0, stream, sum_rows_partial_kernel<T>)
     (partial, static_cast<const T*>(dy), low, low_type, rows, cols, chunks);
-    SF_LAUNCH(blocks_for(cols), kThreads, 0, stream, add_column_sums_kernel<T>)
-    (static_cast<T*>(db), partial, cols, chunks);
+    SF_LAUNCH(blocks_for(cols), kThreads, 0, stream, column_sums_final_kernel<T>)
+    (static_cast<T*>(db), partial, cols, chunks, true);
   });
 }
 
@@ -609,7 +609,7 @@ void gelu_backward(void* dx, void* dscale, const void* dy, const void* x, const 
     (partial, static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), s, b, rows,
      C, chunks);
     SF_LAUNCH(blocks_for(C), kThreads, 0, stream, column_sums_final_kernel<T>)
-    (static_cast<T*>(dscale), partial, C, chunks);
+    (static_cast<T*>(dscale), partial, C, chunks, false);
   });
 }
 

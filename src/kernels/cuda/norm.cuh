@@ -166,13 +166,4 @@ __global__ void gelu_backward_partial_kernel(double* partial, T* dx, const T* dy
   });
 }
 
-template <typename T>
-__global__ void column_sums_final_kernel(T* out, const double* partial, int64_t C, int64_t chunks) {
-  SF_GRID_STRIDE(j, C) {
-    double sum = 0;
-    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * C + j];
-    out[j] = static_cast<T>(sum);
-  }
-}
-
 }  // namespace seqforge::cuda
