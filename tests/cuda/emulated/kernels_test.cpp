@@ -3,8 +3,8 @@
 // each optional input, bf16 and f16 copies and strided rows; the elementwise, layout, dropout,
 // loss, optimizer, embedding and adapter ops. What it cannot see is the GPU itself (memory spaces,
 // real concurrency within a warp, launch limits): the device check runs the same ops there.
-#include "kernels/cuda/kernels.cu"  // the launchers, over the emulated runtime
-
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "kernels/cells.hpp"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launch.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/rng.hpp"

@@ -1,0 +1,285 @@
+// The launchers (launch.hpp) of the transformer's kernels: norms, GELU, rotary embeddings, gated
+// units, soft caps and attention.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_tc.cuh"
+#include "kernels/cuda/decoder.cuh"
+#include "kernels/cuda/dispatch.cuh"
+#include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/norm.cuh"
+
+namespace seqforge::cuda {
+
+void layer_norm_forward(void* y, DType y_type, void* saved, const void* x, const void* w,
+                        const void* b, DType dtype, int64_t rows, int64_t C, double eps,
+                        cudaStream_t stream) {
+  if (rows == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    dispatch_output<T>(y_type, "layer_norm_forward", [&]<typename Y>() {
+      SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, layer_norm_forward_kernel<T, Y>)
+      (static_cast<Y*>(y), static_cast<T*>(saved), static_cast<const T*>(x),
+       static_cast<const T*>(w), static_cast<const T*>(b), rows, C, eps);
+    });
+  });
+}
+
+int64_t layer_norm_partial_chunks(int64_t rows) {
+  return std::clamp<int64_t>((rows + 63) / 64, 1, 256);
+}
+
+void layer_norm_backward(void* dx, void* dw, void* db, const void* residual, const void* dy,
+                         const void* x, const void* w, const void* saved, double* partial,
+                         DType dtype, int64_t rows, int64_t C, cudaStream_t stream) {
+  if (rows == 0 || C == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, layer_norm_backward_input_kernel<T>)
+    (static_cast<T*>(dx), static_cast<const T*>(residual), static_cast<const T*>(dy),
+     static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(saved), rows, C);
+    const int64_t chunks = layer_norm_partial_chunks(rows);
+    SF_LAUNCH(band_blocks(chunks, C), kThreads, 0, stream, layer_norm_params_partial_kernel<T>)
+    (partial, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(saved),
+     rows, C, chunks);
+    SF_LAUNCH(blocks_for(C), kThreads, 0, stream, layer_norm_params_final_kernel<T>)
+    (static_cast<T*>(dw), static_cast<T*>(db), partial, C, chunks);
+  });
+}
+
+void gelu_forward(void* y, DType y_type, const void* x, const void* scale, const void* bias,
+                  DType dtype, int64_t n, int64_t C, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    dispatch_output<T>(y_type, "gelu_forward", [&]<typename Y>() {
+      SF_LAUNCH(blocks_for(n), kThreads, 0, stream, gelu_forward_kernel<T, Y>)
+      (static_cast<Y*>(y), static_cast<const T*>(x), static_cast<const T*>(scale),
+       static_cast<const T*>(bias), n, C);
+    });
+  });
+}
+
+void gelu_backward(void* dx, void* dscale, const void* dy, const void* x, const void* scale,
+                   const void* bias, double* partial, DType dtype, int64_t n, int64_t C,
+                   cudaStream_t stream) {
+  if (C == 0 || (n == 0 && !dscale)) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    const T *s = static_cast<const T*>(scale), *b = static_cast<const T*>(bias);
+    if (!dscale) {
+      SF_LAUNCH(blocks_for(n), kThreads, 0, stream, gelu_backward_kernel<T>)
+      (static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), s, b, n, C);
+      return;
+    }
+    const int64_t rows = n / C, chunks = layer_norm_partial_chunks(rows);
+    SF_LAUNCH(band_blocks(chunks, C), kThreads, 0, stream, gelu_backward_partial_kernel<T>)
+    (partial, static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), s, b, rows,
+     C, chunks);
+    SF_LAUNCH(blocks_for(C), kThreads, 0, stream, column_sums_final_kernel<T>)
+    (static_cast<T*>(dscale), partial, C, chunks, false);
+  });
+}
+
+void rms_norm_forward(void* y, void* saved, const void* x, const void* w, double offset,
+                      DType dtype, int64_t rows, int64_t C, double eps, cudaStream_t stream) {
+  if (rows == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, rms_norm_forward_kernel<T>)
+    (static_cast<T*>(y), static_cast<T*>(saved), static_cast<const T*>(x), static_cast<const T*>(w),
+     offset, rows, C, eps);
+  });
+}
+
+void rms_norm_backward(void* dx, void* dw, const void* residual, const void* dy, const void* x,
+                       const void* w, double offset, const void* saved, double* partial,
+                       DType dtype, int64_t rows, int64_t C, cudaStream_t stream) {
+  if (rows == 0 || C == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(rows * kThreads), kThreads, 0, stream, rms_norm_backward_input_kernel<T>)
+    (static_cast<T*>(dx), static_cast<const T*>(residual), static_cast<const T*>(dy),
+     static_cast<const T*>(x), static_cast<const T*>(w), offset, static_cast<const T*>(saved), rows,
+     C);
+    const int64_t chunks = layer_norm_partial_chunks(rows);
+    SF_LAUNCH(band_blocks(chunks, C), kThreads, 0, stream, rms_norm_params_partial_kernel<T>)
+    (partial, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(saved),
+     rows, C, chunks);
+    SF_LAUNCH(blocks_for(C), kThreads, 0, stream, rms_norm_params_final_kernel<T>)
+    (static_cast<T*>(dw), partial, C, chunks);
+  });
+}
+
+void rotary(const Rotary& a, DType dtype, cudaStream_t stream) {
+  const int64_t n = a.rows * a.heads * (a.head_dim / 2);
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, rotary_kernel<T>)(a);
+  });
+}
+
+template <typename T>
+GluMaps<T> glu_maps(const GluColumns& c) {
+  const auto at = [](const void* p) { return static_cast<const T*>(p); };
+  return {at(c.gate_scale), at(c.gate_bias), at(c.up_scale), at(c.up_bias)};
+}
+
+void glu_forward(void* y, const void* gate, const void* up, const GluColumns& cols, GluKind kind,
+                 DType dtype, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, glu_forward_kernel<T>)
+    (static_cast<T*>(y), static_cast<const T*>(gate), static_cast<const T*>(up), glu_maps<T>(cols),
+     kind, n, cols.C);
+  });
+}
+
+void soft_cap_forward(void* y, const void* x, double cap, DType dtype, int64_t n,
+                      cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, soft_cap_forward_kernel<T>)
+    (static_cast<T*>(y), static_cast<const T*>(x), cap, n);
+  });
+}
+
+void soft_cap_backward(void* dx, const void* dy, const void* y, double cap, DType dtype, int64_t n,
+                       cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, soft_cap_backward_kernel<T>)
+    (static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(y), cap, n);
+  });
+}
+
+void glu_backward(void* dgate, void* dup, const void* dy, const void* gate, const void* up,
+                  const GluColumns& cols, GluKind kind, double* partial, DType dtype, int64_t n,
+                  cudaStream_t stream) {
+  if (cols.C == 0 || (n == 0 && !cols.dgate_scale && !cols.dup_scale)) return;
+  dispatch_float(dtype, [&]<typename T>() {
+    if (cols.dgate_scale || cols.dup_scale) {
+      const int64_t rows = n / cols.C, chunks = layer_norm_partial_chunks(rows);
+      SF_LAUNCH(band_blocks(chunks, cols.C), kThreads, 0, stream, glu_backward_partial_kernel<T>)
+      (partial, static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<const T*>(dy),
+       static_cast<const T*>(gate), static_cast<const T*>(up), glu_maps<T>(cols), kind, rows,
+       cols.C, chunks);
+      SF_LAUNCH(blocks_for(cols.C), kThreads, 0, stream, glu_backward_final_kernel<T>)
+      (static_cast<T*>(cols.dgate_scale), static_cast<T*>(cols.dup_scale), partial, cols.C, chunks);
+      return;
+    }
+    SF_LAUNCH(blocks_for(n), kThreads, 0, stream, glu_backward_kernel<T>)
+    (static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<const T*>(dy),
+     static_cast<const T*>(gate), static_cast<const T*>(up), glu_maps<T>(cols), kind, n, cols.C);
+  });
+}
+
+namespace {
+
+// The tile of R query (or key) rows: the largest power of two up to 32 whose shared memory,
+// `tiles` (R, D) tiles, `squares` (R, R) ones and `vectors` (R) ones, fits the default 48 KB.
+size_t attention_shared(int64_t R, int64_t D, int tiles, int squares, int vectors, size_t element) {
+  return static_cast<size_t>(tiles * R * tile_ld(D) + squares * R * tile_ld(R) + vectors * R) *
+         element;
+}
+int64_t attention_tile(int64_t D, int tiles, int squares, int vectors, size_t element) {
+  int64_t R = 32;
+  while (R > 1 && attention_shared(R, D, tiles, squares, vectors, element) > (48u << 10)) R /= 2;
+  return R;
+}
+
+AttentionDropout attention_dropout(const AttentionShape& s) {
+  AttentionDropout d;
+  if (s.dropout > 0) {
+    d.threshold = kernels::attention_drop_threshold(s.dropout);
+    d.keep_scale = 1.0 / (1.0 - s.dropout);
+  }
+  return d;
+}
+
+// Blocks for tiles of R of `rows` rows in each of `units` (pairs, or key/value groups).
+unsigned attention_blocks(int64_t units, int64_t rows, int64_t R) {
+  const int64_t tiles = units * ((rows + R - 1) / R);
+  return static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 65535));
+}
+
+// Tensor cores (attention_tc.cuh) for bf16 products of f32 tensors where
+// SEQFORGE_CUDA_ATTENTION=tensor_cores asks for them (until they have run on a GPU, the f32
+// kernels are the default): the rows of the other side per tile, the most of 64, 32 and 16 whose
+// shared memory this GPU offers a block; 0 for the f32 kernels.
+int64_t tensor_core_tile(const AttentionShape& s, DType dtype, size_t (*shared)(int64_t, int64_t)) {
+  if (dtype != DType::f32 || !s.bf16_products) return 0;
+  const char* choice = std::getenv("SEQFORGE_CUDA_ATTENTION");
+  if (!choice || std::string_view(choice) == "" || std::string_view(choice) == "f32") return 0;
+  if (std::string_view(choice) != "tensor_cores")
+    fail("SEQFORGE_CUDA_ATTENTION: unknown value '", choice, "' (expected f32 or tensor_cores)");
+  int device = 0, optin = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  for (const int64_t other : {64, 32, 16})
+    if (shared(s.head_dim, other) <= static_cast<size_t>(optin)) return other;
+  return 0;
+}
+
+}  // namespace
+
+void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stream) {
+  const AttentionShape& s = a.shape;
+  if (s.batch * s.heads == 0 || a.first_row >= s.seq) return;
+  if (const int64_t other = tensor_core_tile(s, dtype, tc_forward_shared)) {
+    const size_t shared = tc_forward_shared(s.head_dim, other);
+    allow_shared(attention_forward_tc_kernel, shared, "attention's forward", "head size");
+    SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq - a.first_row, kTcRows), kTcThreads, shared,
+              stream, attention_forward_tc_kernel)
+    (a, other, attention_dropout(s));
+    return;
+  }
+  dispatch_float(dtype, [&]<typename T>() {
+    const int64_t D = s.head_dim, R = attention_tile(D, 4, 1, 3, sizeof(T));
+    const size_t shared = attention_shared(R, D, 4, 1, 3, sizeof(T));
+    allow_shared(attention_forward_kernel<T>, shared, "attention's forward", "head size");
+    SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq - a.first_row, R), kThreads, shared, stream,
+              attention_forward_kernel<T>)
+    (a, R, attention_dropout(s));
+  });
+}
+
+void attention_backward(const AttentionBackward& a, void* delta, DType dtype, cudaStream_t stream) {
+  const AttentionShape& s = a.shape;
+  if (s.batch * s.heads * s.seq == 0) return;
+  const AttentionDropout drop = attention_dropout(s);
+  const int64_t other_k = tensor_core_tile(s, dtype, tc_dkdv_shared),
+                other_q = tensor_core_tile(s, dtype, tc_dq_shared);
+  if (other_k && other_q) {
+    float* d = static_cast<float*>(delta);
+    SF_LAUNCH(blocks_for(s.batch * s.heads * s.seq), kThreads, 0, stream, attention_delta_tc_kernel)
+    (d, static_cast<const float*>(a.out), static_cast<const float*>(a.dout), s);
+    const size_t shared_k = tc_dkdv_shared(s.head_dim, other_k),
+                 shared_q = tc_dq_shared(s.head_dim, other_q);
+    allow_shared(attention_dkdv_tc_kernel, shared_k, "attention's backward", "head size");
+    SF_LAUNCH(attention_blocks(s.batch * s.kv(), s.seq, kTcRows), kTcThreads, shared_k, stream,
+              attention_dkdv_tc_kernel)
+    (a, d, other_k, drop);
+    allow_shared(attention_dq_tc_kernel, shared_q, "attention's backward", "head size");
+    SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq, kTcRows), kTcThreads, shared_q, stream,
+              attention_dq_tc_kernel)
+    (a, d, other_q, drop);
+    return;
+  }
+  dispatch_float(dtype, [&]<typename T>() {
+    const int64_t D = s.head_dim;
+    T* d = static_cast<T*>(delta);
+    SF_LAUNCH(blocks_for(s.batch * s.heads * s.seq), kThreads, 0, stream, attention_delta_kernel<T>)
+    (d, static_cast<const T*>(a.out), static_cast<const T*>(a.dout), s);
+    const int64_t Rk = attention_tile(D, 6, 2, 2, sizeof(T));
+    const size_t shared_k = attention_shared(Rk, D, 6, 2, 2, sizeof(T));
+    allow_shared(attention_dkdv_kernel<T>, shared_k, "attention's backward", "head size");
+    SF_LAUNCH(attention_blocks(s.batch * s.kv(), s.seq, Rk), kThreads, shared_k, stream,
+              attention_dkdv_kernel<T>)
+    (a, d, Rk, drop);
+    const int64_t Rq = attention_tile(D, 5, 2, 2, sizeof(T));
+    const size_t shared_q = attention_shared(Rq, D, 5, 2, 2, sizeof(T));
+    allow_shared(attention_dq_kernel<T>, shared_q, "attention's backward", "head size");
+    SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq, Rq), kThreads, shared_q, stream,
+              attention_dq_kernel<T>)
+    (a, d, Rq, drop);
+  });
+}
+
+}  // namespace seqforge::cuda
