@@ -16,7 +16,7 @@ jobs="$(nproc)"
 
 start=$SECONDS
 timings="$(mktemp)"
-trap 'rm -f "$timings" "$timings.phases"' EXIT
+trap 'rm -f "$timings" "$timings.phases" "$timings.parity"' EXIT
 : >"$timings.phases"
 
 run_suite() {  # build dir, then ctest options (-E excludes go to the first pass)
@@ -24,8 +24,17 @@ run_suite() {  # build dir, then ctest options (-E excludes go to the first pass
   shift
   # The PyTorch parity tests print a table of every configuration and its max error.
   ctest --test-dir "$dir" -j "$jobs" --output-on-failure -E 'PyTorchParity' "$@" | tee -a "$timings"
-  ctest --test-dir "$dir" --output-on-failure -R 'PyTorchParity' -V | tee -a "$timings" |
-    sed -n -E 's/^[0-9]+: ( |PyTorch)/\1/p; /tests passed|tests failed/p'
+  # Side by side too: their lines, numbered by test, are put back in order before printing.
+  local status=0
+  ctest --test-dir "$dir" -j "$jobs" -R 'PyTorchParity' -V >"$timings.parity" || status=$?
+  cat "$timings.parity" >>"$timings"
+  if [ "$status" -eq 0 ]; then
+    sort -s -n -k1,1 "$timings.parity" | sed -n -E 's/^[0-9]+: ( |PyTorch)/\1/p'
+  else
+    sort -s -n -k1,1 "$timings.parity" | sed -E 's/^[0-9]+: //'
+  fi
+  grep -E "tests passed|tests failed" "$timings.parity"
+  return "$status"
 }
 
 phase_name="" phase_start=$SECONDS
