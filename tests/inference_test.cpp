@@ -332,10 +332,11 @@ TEST(Runs, ForecastsAreScoredAgainstNaiveAndSeasonalNaive) {
   // a warning at the end.
   EXPECT_NE(log.str().find("baselines on validation: naive"), std::string::npos) << log.str();
   EXPECT_EQ(log.str().find("val_naive_mae"), std::string::npos) << log.str();
-  if (m.at("val_skill").get<double>() < 0)
+  if (m.at("val_skill").get<double>() < 0) {
     EXPECT_NE(log.str().find("warning: the saved model forecasts worse than the naive"),
               std::string::npos)
         << log.str();
+  }
   // eval names them for its split.
   const auto test = evaluate((dir / "run").string(), "test");
   EXPECT_TRUE(test.count("test_naive_mae") && test.count("test_snaive_mae") &&

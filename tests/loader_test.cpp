@@ -430,7 +430,9 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
             .columns = {"a", "b"},
             .class_col = "label",
             .separator = " | ",
-            .tokenizer = {}};
+            .tokenizer = {},
+            .eos_token = {},
+            .eos_from = {}};
   o.split.train = 1.0;
   o.split.val = 0.0;
   const Dataset d = load_dataset(o);
