@@ -1,4 +1,5 @@
-// `seqforge tokenize TOKENIZER.json` (a line of text in, a line of ids out) and
+// `seqforge tokenize TOKENIZER.json` (a line of text in, a line of ids out; with -z a text ends
+// with a NUL byte and may hold newlines) and
 // `seqforge tokenizer train TEXT -o tokenizer.json`.
 #include <charconv>
 #include <cstdio>
@@ -18,7 +19,8 @@ namespace {
 
 struct TokenizeOptions {
   std::string tokenizer;
-  bool pair = false, whole = false, no_special = false, decode = false, skip_special = false;
+  bool pair = false, whole = false, no_special = false, decode = false, skip_special = false,
+       null_data = false;
 };
 TokenizeOptions tokenize_options;
 
@@ -63,6 +65,9 @@ CLI::App* add_tokenize(CLI::App& app) {
                 "leave out the special tokens the post-processor adds (BOS, EOS, ...)");
   cmd->add_flag("--decode", o.decode, "the other way: each line's ids back to text");
   cmd->add_flag("--skip-special", o.skip_special, "with --decode: leave special tokens out");
+  cmd->add_flag("-z,--null-data", o.null_data,
+                "texts end with a NUL byte instead of a newline, so they may hold newlines "
+                "(with --decode: each text written so)");
   return cmd;
 }
 
@@ -80,8 +85,8 @@ int run_tokenize() {
     std::fwrite(out.data(), 1, out.size(), stdout);
   };
   if (o.whole) {
-    if (o.pair || o.decode)
-      fail("tokenize: --whole encodes one text; leave out --pair and --decode");
+    if (o.pair || o.decode || o.null_data)
+      fail("tokenize: --whole encodes one text; leave out --pair, --decode and -z");
     std::string all((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
     try {
       print_ids(tokenizer.encode(all, !o.no_special).ids);
@@ -90,12 +95,15 @@ int run_tokenize() {
     }
     return 0;
   }
-  int64_t line_number = 0;
-  while (std::getline(std::cin, line)) {
-    ++line_number;
+  // The text side's separator: lines of ids always end with a newline.
+  const char text_end = o.null_data ? '\0' : '\n';
+  const char* const unit = o.null_data && !o.decode ? "text" : "line";
+  int64_t number = 0;
+  while (std::getline(std::cin, line, o.decode ? '\n' : text_end)) {
+    ++number;
     try {
       if (o.decode) {
-        out = tokenizer.decode(parse_ids(line, line_number), o.skip_special) + '\n';
+        out = tokenizer.decode(parse_ids(line, number), o.skip_special) + text_end;
         std::fwrite(out.data(), 1, out.size(), stdout);
       } else if (o.pair) {
         const size_t tab = line.find('\t');
@@ -107,7 +115,7 @@ int run_tokenize() {
         print_ids(tokenizer.encode(line, !o.no_special).ids);
       }
     } catch (const Error& e) {
-      fail("tokenize: standard input line ", line_number, ": ", e.what());
+      fail("tokenize: standard input ", unit, " ", number, ": ", e.what());
     }
   }
   return 0;
