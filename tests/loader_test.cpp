@@ -430,9 +430,7 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
             .columns = {"a", "b"},
             .class_col = "label",
             .separator = " | ",
-            .tokenizer = {},
-            .eos_token = {},
-            .eos_from = {}};
+            .tokenizer = {}};
   o.split.train = 1.0;
   o.split.val = 0.0;
   const Dataset d = load_dataset(o);

@@ -857,7 +857,7 @@ OpCase small_ops_case() {
 // decoding step), the earlier rows' outputs left as they were.
 // kv_heads and window: grouped-query attention and a sliding window.
 struct AttentionOptions {
-  std::vector<int64_t> lengths;
+  std::vector<int64_t> lengths{};
   double dropout = 0.0;
   int64_t first_row = 0;
   int64_t kv_heads = 0, window = 0;
@@ -1040,7 +1040,7 @@ OpCase seed_base_case() {
     be.set_seed_base(static_cast<const uint64_t*>(base.t.data()));
     HostTensor mask(be, dt, {300}, std::vector<double>(300));
     be.dropout_mask(mask.t, 0.3, 5);
-    auto out = attention_case(2, 19, 2, 8, true, {.lengths = {}, .dropout = 0.4})(be, dt, rng);
+    auto out = attention_case(2, 19, 2, 8, true, {.dropout = 0.4})(be, dt, rng);
     be.set_seed_base(nullptr);
     out["mask"] = to_doubles(be, mask.t);
     return out;
@@ -1096,7 +1096,7 @@ const std::map<std::string, OpCase>& cases() {
       {"attention_padded_causal_b2_t70_h4_d64",
        attention_case(2, 70, 4, 64, true, {.lengths = {70, 29}})},
       {"attention_dropout_causal_b2_t45_h2_d24",
-       attention_case(2, 45, 2, 24, true, {.lengths = {}, .dropout = 0.3})},
+       attention_case(2, 45, 2, 24, true, {.dropout = 0.3})},
       {"attention_dropout_padded_b2_t33_h1_d7",
        attention_case(2, 33, 1, 7, false, {.lengths = {20, 33}, .dropout = 0.5})},
       {"attention_first_row_causal_b2_t50_h2_d12",
@@ -1113,14 +1113,12 @@ const std::map<std::string, OpCase>& cases() {
       {"attention_window_b2_t300_h2_d24",
        attention_case(2, 300, 2, 24, true, {.lengths = {300, 130}, .window = 37})},
       {"attention_window_grouped_b1_t200_h4_kv2_d16",
-       attention_case(1, 200, 4, 16, true,
-                      {.lengths = {}, .dropout = 0.2, .kv_heads = 2, .window = 64})},
+       attention_case(1, 200, 4, 16, true, {.dropout = 0.2, .kv_heads = 2, .window = 64})},
       {"attention_softcap_causal_b2_t70_h2_d24",
        attention_case(2, 70, 2, 24, true, {.lengths = {70, 33}, .softcap = 0.8})},
       {"attention_softcap_window_grouped_b1_t130_h4_kv2_d10",
-       attention_case(
-           1, 130, 4,
-           10, true, {.lengths = {}, .dropout = 0.3, .kv_heads = 2, .window = 20, .softcap = 2.0})},
+       attention_case(1, 130, 4, 10, true,
+                      {.dropout = 0.3, .kv_heads = 2, .window = 20, .softcap = 2.0})},
       {"attention_softcap_first_row_b2_t40_h2_d16",
        attention_case(2, 40, 2, 16, true, {.lengths = {40, 35}, .first_row = 30, .softcap = 1.5})},
       {"attention_window_first_row_b2_t90_h3_kv1_d8",
@@ -1292,13 +1290,17 @@ TEST(Ops, OptimizerStepIsEachSegmentsOwnStep) {
       EXPECT_EQ(got.at("p"), p) << what;
       EXPECT_EQ(got.at("grads"), g) << what;
       EXPECT_EQ(got.at("m"), m) << what;
-      if (kind != OptimizerKind::sgd) EXPECT_EQ(got.at("v"), v) << what;
+      if (kind != OptimizerKind::sgd) {
+        EXPECT_EQ(got.at("v"), v) << what;
+      }
       const std::vector<double> counts =
           overflow ? std::vector<double>{4, 0, 2, 9, 0} : std::vector<double>{6, 2, 2, 11, 2};
       EXPECT_EQ(got.at("steps"), counts) << what;
       for (const int64_t gap : {30, 31, 49, 90, 95, 9096, 9099, 9101, 9103})
         EXPECT_EQ(got.at("grads")[gap], g0[gap]) << what << " at " << gap;
-      if (overflow) EXPECT_EQ(got.at("p"), p0) << what;
+      if (overflow) {
+        EXPECT_EQ(got.at("p"), p0) << what;
+      }
     }
 }
 
@@ -1449,8 +1451,8 @@ TEST(Ops, NormAndGeluWriteBf16AsTheirF32OutputsRounded) {
           s(*be, DType::f32, {C}, values(rng, C, -2, 2)), b(*be, DType::f32, {C}, values(rng, C)),
           y(*be, DType::f32, {R, C}, std::vector<double>(R * C)),
           y_low(*be, DType::bf16, {R, C}, std::vector<double>(R * C));
-      be->gelu_forward(y.t, x.t, {.scale = s.t, .bias = b.t, .dscale = {}});
-      be->gelu_forward(y_low.t, x.t, {.scale = s.t, .bias = b.t, .dscale = {}});
+      be->gelu_forward(y.t, x.t, {.scale = s.t, .bias = b.t});
+      be->gelu_forward(y_low.t, x.t, {.scale = s.t, .bias = b.t});
       EXPECT_EQ(to_doubles(*be, y_low.t), rounded(to_doubles(*be, y.t))) << entry.name << " mapped";
     }
   }

@@ -299,7 +299,9 @@ TEST(Report, ChartTicksAreFewFiniteAndSpanTheValues) {
       EXPECT_LE(ys.size(), 12u) << what;
       const auto [lo, hi] = std::minmax_element(ys.begin(), ys.end());
       for (double y : ys) EXPECT_TRUE(y >= 34 - 0.5 && y <= 260 - 42 + 0.5) << what << ": " << y;
-      if (ys.size() >= 2) EXPECT_GE(*hi - *lo, (260 - 34 - 42) / 2.0) << what;
+      if (ys.size() >= 2) {
+        EXPECT_GE(*hi - *lo, (260 - 34 - 42) / 2.0) << what;
+      }
     }
   }
 }

@@ -191,6 +191,52 @@ TEST(Tokenizer, ByteLevelRoundTripsAnyText) {
   EXPECT_THROW(train_byte_level_bpe(text, options), Error);
 }
 
+// The vocab and merges are read as they stream past; what that reading does not take (a second
+// model, a repeated key, a malformed entry) goes through the whole tree with the same result.
+TEST(Tokenizer, StreamedAndTreeReadingsAgree) {
+  const std::string vocab = R"({"a": 0, "b": 1, "ab": 2, "c": 3})";
+  const auto plain = Tokenizer::from_json(bpe_json(vocab, R"(["a b"])"), "t");
+  const auto pairs = Tokenizer::from_json(bpe_json(vocab, R"([["a", "b"]])"), "t");
+  // A repeated key keeps its last value, in the root, the model and the vocab.
+  const auto second_model =
+      Tokenizer::from_json(R"({"model": {"type": "BPE", "vocab": {"z": 0}, "merges": []}, )" +
+                               bpe_json(vocab, R"(["a b"])").substr(1),
+                           "t");
+  const auto second_vocab =
+      Tokenizer::from_json(bpe_json(R"({"q": 0}, "vocab": )" + vocab, R"(["a b"])"), "t");
+  const auto second_merges =
+      Tokenizer::from_json(bpe_json(vocab, R"(["b a"], "merges": ["a b"])"), "t");
+  const auto repeated_token = Tokenizer::from_json(
+      bpe_json(R"({"a": 3, "b": 1, "ab": 2, "c": 0, "a": 0, "c": 3})", R"(["a b"])"), "t");
+  for (const Tokenizer* t :
+       {&plain, &pairs, &second_model, &second_vocab, &second_merges, &repeated_token}) {
+    EXPECT_EQ(ids_of(*t, "abcab"), (Ids{2, 3, 2}));
+    EXPECT_EQ(t->vocab_size(), 4);
+    EXPECT_EQ(t->token_to_id("a"), 0);
+  }
+
+  const auto error_has = [](const std::string& json, const std::string& part) {
+    const std::string e = error_of(json);
+    EXPECT_NE(e.find(part), std::string::npos) << json << "\n" << e;
+  };
+  error_has(bpe_json(R"({"a": 0.5})", "[]"), "model.vocab: token 'a' has id 0.5");
+  error_has(bpe_json(R"({"a": -1})", "[]"), "model.vocab: token 'a' has id -1");
+  error_has(bpe_json(R"({"a": 18446744073709551615})", "[]"),
+            "token 'a' has id 18446744073709551615");
+  error_has(bpe_json(R"({"a": "0"})", "[]"), R"(token 'a' has id "0")");
+  error_has(bpe_json(R"({"a": {"b": 0}})", "[]"), "token 'a' has id {");
+  error_has(bpe_json(R"(["a"])", "[]"), "model.vocab: expected an object");
+  error_has(bpe_json(vocab, R"([["a", "b", "c"]])"), R"(model.merges[0]: expected "a b" or)");
+  error_has(bpe_json(vocab, R"([["a"]])"), R"(model.merges[0]: expected "a b" or)");
+  error_has(bpe_json(vocab, R"(["a b", 7])"), R"(model.merges[1]: expected "a b" or)");
+  error_has(bpe_json(vocab, R"(["a b c"])"), "model.merges[0]: 'a b c' is not two tokens");
+  error_has(bpe_json(vocab, R"({"a b": 1})"), "model.merges: expected a list");
+  error_has(R"({"model": {"type": "BPE", "merges": []}})", "model.vocab: expected an object");
+  // A syntax error after the reading stopped at a malformed entry.
+  error_has(bpe_json(R"({"a": 0.5})", "[]") + ",", "tok.json: not valid JSON");
+  error_has(bpe_json(vocab, "[\"a b\"") + "}", "tok.json: not valid JSON");
+}
+
 TEST(Tokenizer, BadFilesAreOneErrorNamingThePlace) {
   const std::string ok_vocab = R"({"a": 0, "b": 1, "ab": 2})";
   EXPECT_NE(error_of("{").find("tok.json: not valid JSON"), std::string::npos) << error_of("{");

@@ -241,7 +241,7 @@ void Transformer::proj_forward(Backend& be, Proj& p, Acts& a, int j, Tensor y, T
 
 ColumnMap Transformer::fc_map(const Proj& p) const {
   if (p.m == Proj::kNone || adapter_dropping_) return {};
-  return {.scale = p.scale.tensor(), .bias = bias(p.b), .dscale = {}};
+  return {.scale = p.scale.tensor(), .bias = bias(p.b)};
 }
 
 // dx(N, in) from dy(N, out) through the Linear j, and the gradients of what trains: the base

@@ -7,7 +7,9 @@
 
 namespace seqforge::text {
 
-BpeModel::BpeModel(const Json& config, const std::string& where) {
+namespace {
+
+void check_bpe_config(const Json& config, const std::string& where) {
   if (const Json* type = optional_field(config, "type", where); type && !type->is_null()) {
     const std::string name = string_field(config, "type", where);
     if (name != "BPE")
@@ -17,25 +19,63 @@ BpeModel::BpeModel(const Json& config, const std::string& where) {
   if (const Json* dropout = optional_field(config, "dropout", where);
       dropout && !dropout->is_null() && !(dropout->is_number() && dropout->get<double>() == 0))
     fail(where, ".dropout: BPE dropout is not supported (set it to null)");
+}
 
+}  // namespace
+
+BpeTables bpe_tables(const Json& config, const std::string& where) {
+  check_bpe_config(config, where);
+  BpeTables tables;
   const Json* vocab = optional_field(config, "vocab", where);
   if (!vocab || !vocab->is_object()) fail(where, ".vocab: expected an object of token: id");
-  int64_t max_id = -1;
+  tables.vocab.reserve(vocab->size());
   for (const auto& [token, id] : vocab->items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1LL << 30))
       fail(where, ".vocab: token '", token, "' has id ", id.dump(),
            " (expected an integer from 0 to 2^30)");
-    max_id = std::max(max_id, id.get<int64_t>());
+    tables.vocab.emplace_back(token, id.get<int64_t>());
   }
+  const Json* merges = optional_field(config, "merges", where);
+  if (!merges || !merges->is_array()) fail(where, ".merges: expected a list");
+  tables.merges.reserve(merges->size());
+  for (size_t rank = 0; rank < merges->size(); ++rank) {
+    const Json& m = (*merges)[rank];
+    if (m.is_string()) {
+      const std::string& line = m.get_ref<const std::string&>();
+      const size_t space = line.find(' ');
+      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
+        fail(where, ".merges[", rank, "]: '", line, "' is not two tokens separated by a space");
+      tables.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      tables.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      fail(where, ".merges[", rank, "]: expected \"a b\" or [\"a\", \"b\"], got ", m.dump());
+    }
+  }
+  return tables;
+}
+
+BpeModel::BpeModel(const Json& config, const BpeTables& tables, const std::string& where) {
+  check_bpe_config(config, where);
+
+  // A token listed twice keeps its last id, as a JSON object's repeated key does.
+  vocab_.reserve(tables.vocab.size());
+  for (const auto& [token, id] : tables.vocab) {
+    if (id < 0 || id >= (1LL << 30))
+      fail(where, ".vocab: token '", token, "' has id ", id,
+           " (expected an integer from 0 to 2^30)");
+    vocab_.insert_or_assign(token, int32_t(id));
+  }
+  int32_t max_id = -1;
+  for (const auto& [token, id] : vocab_) max_id = std::max(max_id, id);
   tokens_.resize(size_t(max_id + 1));
   std::vector<bool> seen(tokens_.size());
-  vocab_.reserve(vocab->size());
-  for (const auto& [token, id] : vocab->items()) {
-    const auto i = size_t(id.get<int64_t>());
+  for (const auto& [token, id] : tables.vocab) {
+    const auto i = size_t(id);
+    if (vocab_.at(token) != int32_t(id) || (seen[i] && tokens_[i] == token)) continue;
     if (seen[i]) fail(where, ".vocab: id ", i, " is given to '", tokens_[i], "' and '", token, "'");
     seen[i] = true;
     tokens_[i] = token;
-    vocab_.emplace(token, int32_t(i));
   }
 
   const auto optional_string = [&](const char* key) {
@@ -50,28 +90,16 @@ BpeModel::BpeModel(const Json& config, const std::string& where) {
       fail(where, ".merges[", rank, "]: '", token, "' is not in the vocabulary");
     return it->second;
   };
-  const Json* merges = optional_field(config, "merges", where);
-  if (!merges || !merges->is_array()) fail(where, ".merges: expected a list");
-  merges_.reserve(merges->size());
-  for (size_t rank = 0; rank < merges->size(); ++rank) {
-    const Json& m = (*merges)[rank];
-    std::string left, right;
-    if (m.is_string()) {
-      const std::string& line = m.get_ref<const std::string&>();
-      const size_t space = line.find(' ');
-      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
-        fail(where, ".merges[", rank, "]: '", line, "' is not two tokens separated by a space");
-      left = line.substr(0, space), right = line.substr(space + 1);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      left = m[0].get<std::string>(), right = m[1].get<std::string>();
-    } else {
-      fail(where, ".merges[", rank, "]: expected \"a b\" or [\"a\", \"b\"], got ", m.dump());
-    }
+  merges_.reserve(tables.merges.size());
+  std::string merged_token;
+  for (size_t rank = 0; rank < tables.merges.size(); ++rank) {
+    const auto& [left, right] = tables.merges[rank];
     // A continuing subword's prefix is not repeated inside the merged token.
     const size_t prefix = continuing_subword_prefix_.size();
     const bool continues = prefix > 0 && right.compare(0, prefix, continuing_subword_prefix_) == 0;
     const int32_t left_id = id_of(left, rank), right_id = id_of(right, rank);
-    const int32_t merged = id_of(left + right.substr(continues ? prefix : 0), rank);
+    merged_token.assign(left).append(right, continues ? prefix : 0);
+    const int32_t merged = id_of(merged_token, rank);
     merges_.try_emplace(pair_key(left_id, right_id), Merge{int32_t(rank), merged});
   }
 

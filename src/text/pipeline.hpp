@@ -63,10 +63,25 @@ SplitBehavior split_behavior(const Json& object, const std::string& where);
 void split_piece(const Piece& piece, const std::vector<std::pair<size_t, size_t>>& matches,
                  SplitBehavior behavior, bool invert, std::vector<Piece>& out);
 
+// A BPE model's vocabulary and merges, most of a tokenizer.json (a million entries for Gemma 3).
+struct BpeTables {
+  std::vector<std::pair<std::string, int64_t>> vocab;       // token, id, in the file's order
+  std::vector<std::pair<std::string, std::string>> merges;  // left, right, by rank
+};
+// The tables of a model's parsed JSON; a malformed entry is an error naming it.
+BpeTables bpe_tables(const Json& config, const std::string& where);
+// A tokenizer.json parsed in one pass, root["model"]'s vocab and merges into `tables` (and left
+// out of `root`). False where those two are missing or hold what the tables do not take (a
+// float id, a merge of three tokens): the whole tree and bpe_tables() then name the problem.
+// Invalid JSON is an error naming `origin`.
+bool read_tokenizer_json(std::string_view text, const std::string& origin, Json& root,
+                         BpeTables& tables);
+
 // Byte-pair encoding by merge rank.
 class BpeModel {
  public:
-  BpeModel(const Json& config, const std::string& where);
+  // `config` is the model's JSON object, whose vocab and merges are read from `tables`.
+  BpeModel(const Json& config, const BpeTables& tables, const std::string& where);
   // Appends the ids of one pre-tokenized piece.
   void tokenize(std::string_view word, std::vector<int32_t>& out) const;
   int32_t size() const { return int32_t(tokens_.size()); }

@@ -402,12 +402,16 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 
 Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& origin) {
   Json root;
-  try {
-    root = Json::parse(json_text);
-  } catch (const Json::exception& e) {
-    std::string what = e.what();
-    if (const size_t tag = what.find("] "); tag != std::string::npos) what = what.substr(tag + 2);
-    fail(origin, ": not valid JSON: ", what);
+  BpeTables tables;
+  const bool streamed = read_tokenizer_json(json_text, origin, root, tables);
+  if (!streamed) {
+    try {
+      root = Json::parse(json_text);
+    } catch (const Json::exception& e) {  // past where the reader stopped
+      std::string what = e.what();
+      if (const size_t tag = what.find("] "); tag != std::string::npos) what = what.substr(tag + 2);
+      fail(origin, ": not valid JSON: ", what);
+    }
   }
   if (!root.is_object()) fail(origin, ": expected a JSON object (a Hugging Face tokenizer.json)");
   auto impl = std::make_unique<Impl>();
@@ -433,7 +437,9 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& or
   };
   const Json* model = stage("model");
   if (!model) fail(origin, ": model: missing");
-  impl->model = std::make_unique<BpeModel>(*model, origin + ": model");
+  const std::string model_where = origin + ": model";
+  if (!streamed) tables = bpe_tables(*model, model_where);
+  impl->model = std::make_unique<BpeModel>(*model, tables, model_where);
   if (const Json* j = stage("normalizer"))
     impl->normalizer = make_normalizer(*j, origin + ": normalizer");
   if (const Json* j = stage("pre_tokenizer"))

@@ -38,7 +38,7 @@ class PackedB {
 // gradient of x as given (through the scale), and where dscale is given the scale's gradient
 // (assigned): dscale (C) = the column sums of d(mapped x) * x.
 struct ColumnMap {
-  Tensor scale, bias, dscale;
+  Tensor scale{}, bias{}, dscale{};
   bool empty() const { return scale.empty() && bias.empty() && dscale.empty(); }
   // C, the width of x's rows: the given tensors' length (each checked against x's dtype and
   // size), else x's last axis.
@@ -46,7 +46,7 @@ struct ColumnMap {
 };
 // A gated MLP's two inputs' maps.
 struct GluAffine {
-  ColumnMap gate, up;
+  ColumnMap gate{}, up{};
   int64_t width(const Tensor& gate_x) const;  // both maps' C (ColumnMap::width)
 };
 

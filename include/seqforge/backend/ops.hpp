@@ -283,7 +283,7 @@ struct AdamParams {
   bool decoupled = true;    // AdamW: p -= lr*wd*p; Adam: g += wd*p
   int64_t step = 1;         // 1-based, for bias correction
   double grad_scale = 1.0;  // gradients are multiplied by this first (unscaling, clipping)
-  GradClip clip;            // and then by what this decides
+  GradClip clip{};          // and then by what this decides
   bool zero_grads = false;  // leave the gradients zeroed
 };
 
@@ -292,7 +292,7 @@ struct SgdParams {
   bool nesterov = false;
   bool first_step = true;  // momentum buffer starts as the gradient itself
   double grad_scale = 1.0;
-  GradClip clip;
+  GradClip clip{};
 };
 
 // One optimizer update of every parameter in one pass: flat arenas described segment by segment,

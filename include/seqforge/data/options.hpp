@@ -88,7 +88,7 @@ struct TextOptions {
   // lm on a CSV column (columns holds it): each row's text is a document, and the token that ends
   // one is eos_token (a token of the tokenizer), or eos_id when only an id is known (a model
   // folder's config.json); eos_from says where it came from, for error messages.
-  std::string eos_token, eos_from;
+  std::string eos_token{}, eos_from{};
   int64_t eos_id = -1;
 };
 
