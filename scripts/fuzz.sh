@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (safetensors with a checkpoint's metadata, config, csv, npy,
 # tokenizer.json with a text) with clang (ASan + UBSan) in build-fuzz/ and fuzzes each for its
-# share of the given time (one fuzzer a core at a time), on a temporary copy of its seed corpus in fuzz/corpus/<name>/, so the
-# repository's corpora are never modified.
+# share of the given time (one fuzzer a core at a time, SEQFORGE_FUZZ_JOBS), on a temporary copy
+# of its seed corpus in fuzz/corpus/<name>/, so the repository's corpora are never modified.
 #   scripts/fuzz.sh [seconds]     default 60 (12 s per fuzzer)
 # Exits non-zero if any fuzzer finds a crash, sanitizer report, leak, timeout or other failure;
 # every fuzzer still runs, and the reproducers are kept in build-fuzz/artifacts/<name>/.

@@ -70,9 +70,8 @@ BpeModel::BpeModel(const Json& config, const BpeTables& tables, const std::strin
   for (const auto& [token, id] : vocab_) max_id = std::max(max_id, id);
   tokens_.resize(size_t(max_id + 1));
   std::vector<bool> seen(tokens_.size());
-  for (const auto& [token, id] : tables.vocab) {
+  for (const auto& [token, id] : vocab_) {
     const auto i = size_t(id);
-    if (vocab_.at(token) != int32_t(id) || (seen[i] && tokens_[i] == token)) continue;
     if (seen[i]) fail(where, ".vocab: id ", i, " is given to '", tokens_[i], "' and '", token, "'");
     seen[i] = true;
     tokens_[i] = token;

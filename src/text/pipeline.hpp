@@ -76,6 +76,8 @@ BpeTables bpe_tables(const Json& config, const std::string& where);
 // Invalid JSON is an error naming `origin`.
 bool read_tokenizer_json(std::string_view text, const std::string& origin, Json& root,
                          BpeTables& tables);
+// "ORIGIN: not valid JSON: ..." from nlohmann's message (its "[json.exception...] " tag dropped).
+[[noreturn]] void fail_not_json(const std::string& origin, std::string what);
 
 // Byte-pair encoding by merge rank.
 class BpeModel {

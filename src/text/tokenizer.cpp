@@ -408,9 +408,7 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& or
     try {
       root = Json::parse(json_text);
     } catch (const Json::exception& e) {  // past where the reader stopped
-      std::string what = e.what();
-      if (const size_t tag = what.find("] "); tag != std::string::npos) what = what.substr(tag + 2);
-      fail(origin, ": not valid JSON: ", what);
+      fail_not_json(origin, e.what());
     }
   }
   if (!root.is_object()) fail(origin, ": expected a JSON object (a Hugging Face tokenizer.json)");

@@ -159,15 +159,16 @@ class TokenizerJsonReader final : public nlohmann::json_sax<Json> {
 
 }  // namespace
 
+void fail_not_json(const std::string& origin, std::string what) {
+  if (const size_t tag = what.find("] "); tag != std::string::npos) what = what.substr(tag + 2);
+  fail(origin, ": not valid JSON: ", what);
+}
+
 bool read_tokenizer_json(std::string_view text, const std::string& origin, Json& root,
                          BpeTables& tables) {
   TokenizerJsonReader reader;
   Json::sax_parse(text, &reader);
-  if (!reader.syntax_error.empty()) {
-    std::string what = reader.syntax_error;
-    if (const size_t tag = what.find("] "); tag != std::string::npos) what = what.substr(tag + 2);
-    fail(origin, ": not valid JSON: ", what);
-  }
+  if (!reader.syntax_error.empty()) fail_not_json(origin, reader.syntax_error);
   if (reader.irregular || !reader.streamed_both()) return false;
   root = std::move(reader.root);
   tables = std::move(reader.tables);
