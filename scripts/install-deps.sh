@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev libhwy-dev libomp-dev
-  libopenblas-openmp-dev  # a second f32 GEMM provider, on the same OpenMP runtime as oneDNN
+  libopenblas-openmp-dev libblis4-openmp  # more f32 GEMM providers, on oneDNN's OpenMP runtime
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev

@@ -2,13 +2,16 @@
 // strictly and every library dispatches within it; OpenBLAS, the second provider, matches the
 // reference on every GEMM form the engine uses, and racing the providers leaves C untouched.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/blas_gemm.hpp"
 #include "backend/cpu/cpu_gemm.hpp"
-#include "backend/cpu/openblas_gemm.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/onednn_info.hpp"
 #include "seqforge/core/cpu.hpp"
@@ -98,11 +101,13 @@ TEST(Ops, Bf16GemmWithoutBf16InstructionsNamesTheShapeAndIsa) {
   EXPECT_NE(e.find(isa_tier_name(isa_tier())), std::string::npos) << e;
 }
 
-// OpenBLAS's sgemm against the reference on the forms the engine runs: both transposes, padded
-// leading dimensions, alpha, beta and the bias epilogue, and sizes that leave partial tiles.
-TEST(Ops, OpenBlasGemmMatchesTheReference) {
-  const cpu::OpenBlasGemm* blas = cpu::OpenBlasGemm::get();
-  if (!blas) GTEST_SKIP() << "no OpenBLAS: " << cpu::openblas_status();
+// A BLAS library's sgemm against the reference on the forms the engine runs: both transposes,
+// padded leading dimensions, alpha, beta and the bias epilogue, and sizes that leave partial tiles
+// (and, for the sizes of a step, more than one thread's share).
+void expect_blas_matches_the_reference(cpu::BlasLibrary library) {
+  const cpu::BlasGemm* blas = cpu::BlasGemm::get(library);
+  if (!blas) GTEST_SKIP() << "no " << cpu::blas_name(library) << ": " << cpu::blas_status(library);
+  ASSERT_TRUE(blas->runs_here());
   auto ref = make_reference_backend();
   Rng rng(5);
   int checked = 0;
@@ -111,7 +116,8 @@ TEST(Ops, OpenBlasGemmMatchesTheReference) {
       for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
                                     {7, 13, 5},
                                     {64, 512, 128},
-                                    {33, 65, 300}})
+                                    {33, 65, 300},
+                                    {515, 387, 129}})
         for (const bool bias : {false, true}) {
           const int64_t pad = 3;
           GemmShape s{.trans_a = ta,
@@ -134,10 +140,19 @@ TEST(Ops, OpenBlasGemmMatchesTheReference) {
           EXPECT_LE(max_rel_error(std::vector<double>(got.begin(), got.end()),
                                   std::vector<double>(want.begin(), want.end())),
                     1e-5)
-              << m << "x" << n << "x" << k << " ta " << ta << " tb " << tb << " bias " << bias;
+              << cpu::blas_name(library) << " " << m << "x" << n << "x" << k << " ta " << ta
+              << " tb " << tb << " bias " << bias;
           ++checked;
         }
-  EXPECT_EQ(checked, 32);
+  EXPECT_EQ(checked, 40);
+}
+
+TEST(Ops, OpenBlasGemmMatchesTheReference) {
+  expect_blas_matches_the_reference(cpu::BlasLibrary::openblas);
+}
+
+TEST(Ops, BlisGemmMatchesTheReference) {
+  expect_blas_matches_the_reference(cpu::BlasLibrary::blis);
 }
 
 // SEQFORGE_GEMM_PROVIDER set to `value` for the scope, then unset.
@@ -149,7 +164,7 @@ struct ScopedProvider {
 // The CPU backend's own kernels for a narrow side (A^T B with A of few columns, A B^T and A B with
 // B of few columns), forced instead of the race, against the reference: f32 and bf16 operands,
 // padded rows, alpha and beta, odd sizes and edges of the vector and row blocks, enough rows for
-// threads; and the libraries forced on the same shapes.
+// threads; and the libraries forced on the same shapes (f32 on OpenBLAS and BLIS).
 TEST(Ops, OwnNarrowGemmsMatchTheReference) {
   auto cpu = make_cpu_backend();
   auto ref = make_reference_backend();
@@ -163,7 +178,7 @@ TEST(Ops, OwnNarrowGemmsMatchTheReference) {
       {false, true, 4096, 8, 384}, {false, true, 33, 13, 37},   {false, true, 1, 16, 1},
       {false, false, 41, 6, 1030}, {false, false, 300, 16, 17}, {false, false, 3, 1, 0}};
   int checked = 0;
-  for (const char* provider : {"seqforge", "onednn"}) {
+  for (const char* provider : {"seqforge", "onednn", "openblas", "blis"}) {
     ScopedProvider forced(provider);
     for (const DType dt : {DType::f32, DType::bf16}) {
       if (dt == DType::bf16 && !test::cpu_runs_bf16()) continue;
@@ -200,30 +215,69 @@ TEST(Ops, OwnNarrowGemmsMatchTheReference) {
       }
     }
   }
-  EXPECT_GE(checked, 18);
+  EXPECT_GE(checked, 36);
   ScopedProvider unknown("mkl");
   const GemmShape s{.m = 2, .n = 2, .k = 2, .lda = 2, .ldb = 2, .ldc = 2};
   std::vector<float> x(4, 1.0f), y(4);
   EXPECT_EQ(error_of([&] { cpu->gemm(s, DType::f32, x.data(), x.data(), y.data()); }),
-            "SEQFORGE_GEMM_PROVIDER: unknown value 'mkl' (expected onednn, openblas or seqforge)");
+            "SEQFORGE_GEMM_PROVIDER: unknown value 'mkl' (expected onednn, openblas, blis or "
+            "seqforge)");
 }
 
-// Racing the providers times both and leaves C as it was; the CPU backend then computes C once.
+// Racing the providers times each that is there and leaves C as it was; the fastest wins; the CPU
+// backend then computes C once.
 TEST(Ops, RacingTheGemmProvidersLeavesCUntouched) {
-  if (!cpu::OpenBlasGemm::get()) GTEST_SKIP() << "no OpenBLAS: " << cpu::openblas_status();
+  const cpu::BlasGemm* openblas = cpu::BlasGemm::get(cpu::BlasLibrary::openblas);
+  const cpu::BlasGemm* blis = cpu::BlasGemm::get(cpu::BlasLibrary::blis);
+  if (!openblas && !blis)
+    GTEST_SKIP() << "no OpenBLAS (" << cpu::blas_status(cpu::BlasLibrary::openblas)
+                 << ") and no BLIS (" << cpu::blas_status(cpu::BlasLibrary::blis) << ")";
   const GemmShape s{.m = 48, .n = 40, .k = 32, .lda = 32, .ldb = 40, .ldc = 40, .beta = 1.0};
   std::vector<float> a(48 * 32, 0.5f), b(32 * 40, 0.25f), c(48 * 40, 2.0f);
   cpu::OneDnnGemm onednn;
   const cpu::GemmRace race =
       cpu::race_providers(onednn, s, DType::f32, a.data(), b.data(), nullptr, c.data(), nullptr);
   EXPECT_GT(race.onednn_ms, 0);
-  EXPECT_GT(race.openblas_ms, 0);
-  EXPECT_EQ(race.winner, race.openblas_ms < race.onednn_ms ? cpu::GemmProvider::openblas
-                                                           : cpu::GemmProvider::onednn);
+  EXPECT_EQ(std::isfinite(race.openblas_ms), openblas != nullptr);
+  EXPECT_EQ(std::isfinite(race.blis_ms), blis != nullptr);
+  EXPECT_TRUE(std::isinf(race.own_ms));
+  const double fastest = std::min({race.onednn_ms, race.openblas_ms, race.blis_ms});
+  const double winner_ms = race.winner == cpu::GemmProvider::onednn     ? race.onednn_ms
+                           : race.winner == cpu::GemmProvider::openblas ? race.openblas_ms
+                           : race.winner == cpu::GemmProvider::blis     ? race.blis_ms
+                                                                        : -1;
+  EXPECT_EQ(winner_ms, fastest) << cpu::provider_name(race.winner);
   for (float v : c) ASSERT_EQ(v, 2.0f);
   auto be = make_cpu_backend();
   be->gemm(s, DType::f32, a.data(), b.data(), c.data());
   for (float v : c) ASSERT_FLOAT_EQ(v, 2.0f + 32 * 0.125f);  // beta C + A B, once
+}
+
+// BLIS's thread count is global, so it runs outside parallel regions only: forced, a GEMM called
+// from inside one runs elsewhere, and every thread's result is right.
+TEST(Ops, BlisStaysOutOfParallelRegions) {
+  const cpu::BlasGemm* blis = cpu::BlasGemm::get(cpu::BlasLibrary::blis);
+  if (!blis) GTEST_SKIP() << "no BLIS: " << cpu::blas_status(cpu::BlasLibrary::blis);
+  ScopedProvider forced("blis");
+  auto be = make_cpu_backend();
+  const GemmShape s{.m = 96, .n = 80, .k = 64, .lda = 64, .ldb = 80, .ldc = 80};
+  std::vector<float> a(96 * 64, 0.5f), b(64 * 80, 0.25f);
+  std::vector<std::vector<float>> c(2, std::vector<float>(96 * 80, -1.0f));
+  int kept_out = 0, team = 1;
+#pragma omp parallel num_threads(2) reduction(+ : kept_out)
+  {
+#pragma omp single
+    team = omp_get_num_threads();
+    kept_out += blis->runs_here() ? 0 : 1;
+    be->gemm(s, DType::f32, a.data(), b.data(), c[omp_get_thread_num()].data());
+  }
+  EXPECT_EQ(kept_out, team > 1 ? team : 0);
+  for (const std::vector<float>& ci : c)
+    for (float v : ci) ASSERT_FLOAT_EQ(v, 64 * 0.125f);
+  EXPECT_TRUE(blis->runs_here());
+  std::vector<float> outside(96 * 80);
+  be->gemm(s, DType::f32, a.data(), b.data(), outside.data());
+  for (float v : outside) ASSERT_FLOAT_EQ(v, 64 * 0.125f);
 }
 
 }  // namespace

@@ -75,6 +75,7 @@ void print_machine() {
     std::printf("                bf16: none (needs AVX512-BF16 or AMX-BF16; dispatch reaches %s)\n",
                 isa_tier_name(isa_tier()));
   std::printf("  openblas      %s\n", openblas_status().c_str());
+  std::printf("  blis          %s\n", blis_status().c_str());
   // The f32 provider the CPU backend times and caches per shape, raced here on the same shapes.
   std::printf("  f32 gemms     recurrent 64x512x128: %s; projection 6400x512x128: %s\n",
               f32_gemm_race(64, 512, 128).c_str(), f32_gemm_race(6400, 512, 128).c_str());

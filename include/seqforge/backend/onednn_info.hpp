@@ -1,7 +1,7 @@
 #pragma once
 // What the GEMM libraries do on this machine (for `seqforge diagnose`): oneDNN's version, the
-// instruction set it dispatches to and the matmul implementation it picks for a problem; OpenBLAS,
-// the second f32 provider, and which of the two the CPU backend would choose for a problem.
+// instruction set it dispatches to and the matmul implementation it picks for a problem; OpenBLAS
+// and BLIS, the other f32 providers, and which the CPU backend would choose for a problem.
 #include <cstdint>
 #include <string>
 
@@ -17,10 +17,13 @@ OneDnnInfo onednn_info();
 // ("brg:avx512_core_bf16"), or "unavailable: <reason>".
 std::string onednn_matmul_kernel(int64_t m, int64_t n, int64_t k, bool bf16);
 
-// "OpenBLAS 0.3.21 ..., Haswell kernels", or why the CPU backend runs no GEMM on it.
+// "OpenBLAS 0.3.21 ..., Haswell kernels" and "BLIS 0.9.0 ..., zen3 kernels", or why the CPU
+// backend runs no GEMM on it.
 std::string openblas_status();
-// C(m, n) = A(m, k) B(k, n) in f32 on both providers, timed as the CPU backend does on a shape's
-// first use: "onednn 0.12 ms, openblas 0.20 ms -> onednn", or "onednn (OpenBLAS <why not>)".
+std::string blis_status();
+// C(m, n) = A(m, k) B(k, n) in f32 on every provider, timed as the CPU backend does on a shape's
+// first use: "onednn 0.12 ms, openblas 0.20 ms, blis 0.18 ms -> onednn" (a provider that is not
+// there is left out).
 std::string f32_gemm_race(int64_t m, int64_t n, int64_t k);
 
 }  // namespace seqforge

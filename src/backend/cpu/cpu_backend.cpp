@@ -9,9 +9,9 @@
 #include <exception>
 #include <vector>
 
+#include "backend/cpu/blas_gemm.hpp"
 #include "backend/cpu/cpu_gemm.hpp"
 #include "backend/cpu/isa_cap.hpp"
-#include "backend/cpu/openblas_gemm.hpp"
 #include "backend/dispatch.hpp"
 #include "kernels/adapter.hpp"
 #include "kernels/attention.hpp"
@@ -101,11 +101,13 @@ class CpuBackend final : public Backend {
     const dnnl_version_t* v = dnnl_version();
     const std::string onednn = "oneDNN " + std::to_string(v->major) + "." +
                                std::to_string(v->minor) + "." + std::to_string(v->patch);
-    const cpu::OpenBlasGemm* blas = cpu::OpenBlasGemm::get();
+    std::string blas;
+    for (cpu::BlasLibrary library : {cpu::BlasLibrary::openblas, cpu::BlasLibrary::blis})
+      if (const cpu::BlasGemm* lib = cpu::BlasGemm::get(library))
+        blas += (blas.empty() ? "" : ", ") + lib->description();
     return "cpu: " + onednn +
-           (blas ? " and " + blas->description() + " GEMMs (f32: the faster per shape)"
-                 : " GEMMs") +
-           ", " + simd_name(simd::target_name()) + " kernels" +
+           (blas.empty() ? " GEMMs" : ", " + blas + " GEMMs (f32: the fastest per shape)") + ", " +
+           simd_name(simd::target_name()) + " kernels" +
            (flushes_denormals() ? ", denormals flushed to zero" : ", denormals kept");
   }
   // f32 on its own kernels, f64 on the reference's; bf16 GEMMs where the CPU has bf16 dot

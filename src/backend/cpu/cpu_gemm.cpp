@@ -10,14 +10,24 @@
 #include <optional>
 #include <vector>
 
-#include "backend/cpu/openblas_gemm.hpp"
+#include "backend/cpu/blas_gemm.hpp"
 #include "seqforge/core/autotune.hpp"
 #include "seqforge/core/error.hpp"
 
 namespace seqforge::cpu {
 
 const char* provider_name(GemmProvider p) {
-  return p == GemmProvider::openblas ? "openblas" : p == GemmProvider::own ? "seqforge" : "onednn";
+  switch (p) {
+    case GemmProvider::openblas:
+      return "openblas";
+    case GemmProvider::blis:
+      return "blis";
+    case GemmProvider::own:
+      return "seqforge";
+    case GemmProvider::onednn:
+      break;
+  }
+  return "onednn";
 }
 
 namespace {
@@ -39,18 +49,32 @@ double best_ms(F&& f) {
   return best;
 }
 
-bool openblas_runs(const GemmShape& s, DType operands) {
-  return operands == DType::f32 && OpenBlasGemm::get() && OpenBlasGemm::fits(s);
+// The BLAS library behind a provider, where it is one and runs this GEMM here; else nullptr.
+const BlasGemm* blas_for(GemmProvider p, const GemmShape& s, DType operands) {
+  if (p != GemmProvider::openblas && p != GemmProvider::blis) return nullptr;
+  const BlasGemm* blas =
+      BlasGemm::get(p == GemmProvider::blis ? BlasLibrary::blis : BlasLibrary::openblas);
+  if (operands != DType::f32 || !blas || !BlasGemm::fits(s) || !blas->runs_here()) return nullptr;
+  return blas;
 }
 
-// SEQFORGE_GEMM_PROVIDER (onednn, openblas or seqforge): that provider wherever it runs the
+// Whether provider p can run this GEMM here (the own kernel: where the caller has one).
+bool runs(GemmProvider p, const GemmShape& s, DType operands, const OwnGemm* own) {
+  if (p == GemmProvider::onednn) return true;
+  if (p == GemmProvider::own) return own != nullptr;
+  return blas_for(p, s, operands) != nullptr;
+}
+
+// SEQFORGE_GEMM_PROVIDER (onednn, openblas, blis or seqforge): that provider wherever it runs the
 // shape, instead of the race (to compare them, or to test one).
 std::optional<GemmProvider> forced_provider() {
   const char* v = std::getenv("SEQFORGE_GEMM_PROVIDER");
   if (!v || !*v) return std::nullopt;
-  for (GemmProvider p : {GemmProvider::onednn, GemmProvider::openblas, GemmProvider::own})
+  for (GemmProvider p :
+       {GemmProvider::onednn, GemmProvider::openblas, GemmProvider::blis, GemmProvider::own})
     if (std::string_view(v) == provider_name(p)) return p;
-  fail("SEQFORGE_GEMM_PROVIDER: unknown value '", v, "' (expected onednn, openblas or seqforge)");
+  fail("SEQFORGE_GEMM_PROVIDER: unknown value '", v,
+       "' (expected onednn, openblas, blis or seqforge)");
 }
 
 std::string shape_key(const GemmShape& s, DType operands) {
@@ -79,29 +103,37 @@ GemmRace race_providers(OneDnnGemm& onednn, const GemmShape& s, DType operands, 
     if (packed) return onednn.run_packed(s, operands, a, b, *packed, scratch.data(), bias);
     onednn.run(s, operands, a, b, scratch.data(), bias);
   });
-  race.openblas_ms = !openblas_runs(s, operands) ? kNone : best_ms([&] {
-    std::copy(c, c + c_size, scratch.begin());
-    OpenBlasGemm::get()->run(s, static_cast<const float*>(a), static_cast<const float*>(b),
-                             scratch.data(), bias);
-  });
+  const auto time_blas = [&](GemmProvider p) {
+    const BlasGemm* blas = blas_for(p, s, operands);
+    return !blas ? kNone : best_ms([&] {
+      std::copy(c, c + c_size, scratch.begin());
+      blas->run(s, static_cast<const float*>(a), static_cast<const float*>(b), scratch.data(),
+                bias);
+    });
+  };
+  race.openblas_ms = time_blas(GemmProvider::openblas);
+  race.blis_ms = time_blas(GemmProvider::blis);
   race.own_ms = !own ? kNone : best_ms([&] {
     std::copy(c, c + c_size, scratch.begin());
     (*own)(scratch.data());
   });
-  race.winner = race.openblas_ms < race.onednn_ms ? GemmProvider::openblas : GemmProvider::onednn;
-  if (race.own_ms < std::min(race.onednn_ms, race.openblas_ms)) race.winner = GemmProvider::own;
+  // Ties go to the earlier in this order.
+  double best = race.onednn_ms;
+  for (const auto& [ms, p] :
+       {std::pair{race.openblas_ms, GemmProvider::openblas},
+        std::pair{race.blis_ms, GemmProvider::blis}, std::pair{race.own_ms, GemmProvider::own}})
+    if (ms < best) best = ms, race.winner = p;
   return race;
 }
 
 GemmProvider CpuGemm::provider(const GemmShape& s, DType operands, const void* a, const void* b,
                                const PackedB* packed, const float* c, const float* bias,
                                const OwnGemm* own) {
-  if (const std::optional<GemmProvider> forced = forced_provider()) {
-    if (*forced == GemmProvider::openblas && openblas_runs(s, operands)) return *forced;
-    if (*forced == GemmProvider::own && own) return *forced;
-    if (*forced == GemmProvider::onednn) return *forced;
-  }
-  if (!(openblas_runs(s, operands) || own) || !autotune::enabled()) return GemmProvider::onednn;
+  if (const std::optional<GemmProvider> forced = forced_provider())
+    if (runs(*forced, s, operands, own)) return *forced;
+  const bool contest = runs(GemmProvider::openblas, s, operands, own) ||
+                       runs(GemmProvider::blis, s, operands, own) || own;
+  if (!contest || !autotune::enabled()) return GemmProvider::onednn;
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const Key key{s.trans_a,     s.trans_b, s.m,
                 s.n,           s.k,       s.lda,
@@ -123,13 +155,15 @@ GemmProvider CpuGemm::choose(const Key& key, const GemmShape& s, DType operands,
                              const float* bias, const OwnGemm* own) {
   const int threads = std::get<12>(key);
   if (auto it = chosen_.find(key); it != chosen_.end()) return it->second;
-  const std::string cache_key = autotune::machine_prefix(threads) + shape_key(s, operands) +
-                                (packed ? "_packed" : "") + (own ? "_own" : "");
+  // The contestants are part of the key: a library installed later gets its race.
+  std::string cache_key = autotune::machine_prefix(threads) + shape_key(s, operands) +
+                          (packed ? "_packed" : "") + (own ? "_own" : "");
+  for (GemmProvider p : {GemmProvider::openblas, GemmProvider::blis})
+    if (runs(p, s, operands, own)) cache_key += std::string("_") + provider_name(p);
   if (const auto cached = autotune::lookup(cache_key)) {
     GemmProvider p = GemmProvider::onednn;
-    if (*cached == provider_name(GemmProvider::openblas) && openblas_runs(s, operands))
-      p = GemmProvider::openblas;
-    if (*cached == provider_name(GemmProvider::own) && own) p = GemmProvider::own;
+    for (GemmProvider q : {GemmProvider::openblas, GemmProvider::blis, GemmProvider::own})
+      if (*cached == provider_name(q) && runs(q, s, operands, own)) p = q;
     return chosen_.emplace(key, p).first->second;
   }
   autotune::announce_first_use("the GEMM providers and recurrence schedules");
@@ -139,24 +173,21 @@ GemmProvider CpuGemm::choose(const Key& key, const GemmShape& s, DType operands,
   if (autotune::verbose())
     std::fprintf(
         stderr,
-        "seqforge: autotune %s: onednn %.3f ms, openblas %.3f ms, seqforge %.3f ms -> %s (cached "
-        "in %s)\n",
-        cache_key.c_str(), race.onednn_ms, race.openblas_ms, race.own_ms, provider_name(best),
-        autotune::cache_path().c_str());
+        "seqforge: autotune %s: onednn %.3f ms, openblas %.3f ms, blis %.3f ms, seqforge %.3f ms "
+        "-> %s (cached in %s)\n",
+        cache_key.c_str(), race.onednn_ms, race.openblas_ms, race.blis_ms, race.own_ms,
+        provider_name(best), autotune::cache_path().c_str());
   return chosen_.emplace(key, best).first->second;
 }
 
 void CpuGemm::run(const GemmShape& s, DType operands, const void* a, const void* b, float* c,
                   const float* bias, const OwnGemm* own) {
-  switch (provider(s, operands, a, b, nullptr, c, bias, own)) {
-    case GemmProvider::openblas:
-      return OpenBlasGemm::get()->run(s, static_cast<const float*>(a), static_cast<const float*>(b),
-                                      c, bias);
-    case GemmProvider::own:
-      return (*own)(c);
-    case GemmProvider::onednn:
-      return onednn_.run(s, operands, a, b, c, bias);
-  }
+  const GemmProvider p = provider(s, operands, a, b, nullptr, c, bias, own);
+  // (A BLAS library chosen outside a parallel region may not run inside one: oneDNN does.)
+  if (const BlasGemm* blas = blas_for(p, s, operands))
+    return blas->run(s, static_cast<const float*>(a), static_cast<const float*>(b), c, bias);
+  if (p == GemmProvider::own) return (*own)(c);
+  onednn_.run(s, operands, a, b, c, bias);
 }
 
 void CpuGemm::pack(const GemmShape& s, DType operands, const void* b,
@@ -166,9 +197,9 @@ void CpuGemm::pack(const GemmShape& s, DType operands, const void* b,
 
 void CpuGemm::run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
                          const PackedB& packed, float* c, const float* bias) {
-  if (provider(s, operands, a, b, &packed, c, bias, nullptr) == GemmProvider::openblas)
-    return OpenBlasGemm::get()->run(s, static_cast<const float*>(a), static_cast<const float*>(b),
-                                    c, bias);
+  if (const BlasGemm* blas =
+          blas_for(provider(s, operands, a, b, &packed, c, bias, nullptr), s, operands))
+    return blas->run(s, static_cast<const float*>(a), static_cast<const float*>(b), c, bias);
   onednn_.run_packed(s, operands, a, b, packed, c, bias);
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 // The CPU backend's GEMMs: a choice of provider per shape, like the recurrence schedules. For f32
-// operands oneDNN and OpenBLAS are timed on a shape's first use and the faster is cached (the
-// autotuning cache); which is faster depends on the machine (OpenBLAS's AVX2 kernels beat
-// oneDNN 2.6's on some AVX2-only CPUs, oneDNN's brgemm wins on AVX-512). A shape with a narrow
+// operands oneDNN, OpenBLAS and BLIS are timed on a shape's first use and the fastest is cached
+// (the autotuning cache); which is fastest depends on the machine and the shape (OpenBLAS's and
+// BLIS's AVX2 kernels beat oneDNN 2.6's on AVX2-only CPUs, BLIS most transformer shapes there;
+// oneDNN's brgemm wins on AVX-512). A shape with a narrow
 // side (a low-rank adapter's) also races the backend's own kernel for it, which streams the wide
 // operand once. bf16 operands and packed B are oneDNN's, or the own kernel's where it wins.
 #include <functional>
@@ -17,17 +18,17 @@
 
 namespace seqforge::cpu {
 
-enum class GemmProvider { onednn, openblas, own };
-const char* provider_name(GemmProvider p);  // "onednn", "openblas", "seqforge"
+enum class GemmProvider { onednn, openblas, blis, own };
+const char* provider_name(GemmProvider p);  // "onednn", "openblas", "blis", "seqforge"
 
 // The backend's own kernel for one GEMM, writing C (alpha A B + beta C) at the given address.
 using OwnGemm = std::function<void(float* c)>;
 
 // The providers timed on one GEMM (C left as it was): the fastest of a few runs each. OpenBLAS
-// runs only f32 operands of the shapes it takes, the own kernel only where there is one;
-// a provider that does not run has time infinity.
+// and BLIS run only f32 operands of the shapes they take (BLIS only outside a parallel region),
+// the own kernel only where there is one; a provider that does not run has time infinity.
 struct GemmRace {
-  double onednn_ms = 0, openblas_ms = 0, own_ms = 0;
+  double onednn_ms = 0, openblas_ms = 0, blis_ms = 0, own_ms = 0;
   GemmProvider winner = GemmProvider::onednn;
 };
 GemmRace race_providers(OneDnnGemm& onednn, const GemmShape& s, DType operands, const void* a,
@@ -38,7 +39,7 @@ class CpuGemm {
  public:
   void run(const GemmShape& s, DType operands, const void* a, const void* b, float* c,
            const float* bias, const OwnGemm* own = nullptr);
-  // B packed for oneDNN's GEMMs (OpenBLAS, where it wins the shape, reads B as stored).
+  // B packed for oneDNN's GEMMs (OpenBLAS or BLIS, where one wins the shape, reads B as stored).
   void pack(const GemmShape& s, DType operands, const void* b, std::unique_ptr<PackedB>* packed);
   void run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
                   const PackedB& packed, float* c, const float* bias);

@@ -1,12 +1,13 @@
 #include "seqforge/backend/onednn_info.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
+#include "backend/cpu/blas_gemm.hpp"
 #include "backend/cpu/cpu_gemm.hpp"
 #include "backend/cpu/isa_cap.hpp"
-#include "backend/cpu/openblas_gemm.hpp"
 
 namespace seqforge {
 
@@ -70,19 +71,23 @@ std::string onednn_matmul_kernel(int64_t m, int64_t n, int64_t k, bool bf16) {
   }
 }
 
-std::string openblas_status() { return cpu::openblas_status(); }
+std::string openblas_status() { return cpu::blas_status(cpu::BlasLibrary::openblas); }
+std::string blis_status() { return cpu::blas_status(cpu::BlasLibrary::blis); }
 
 std::string f32_gemm_race(int64_t m, int64_t n, int64_t k) {
-  if (!cpu::OpenBlasGemm::get()) return "onednn (OpenBLAS " + cpu::openblas_status() + ")";
   const GemmShape s{.m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n};
   std::vector<float> a(static_cast<size_t>(m * k), 0.5f), b(static_cast<size_t>(k * n), 0.25f),
       c(static_cast<size_t>(m * n));
   cpu::OneDnnGemm onednn;
   const cpu::GemmRace r =
       cpu::race_providers(onednn, s, DType::f32, a.data(), b.data(), nullptr, c.data(), nullptr);
-  char out[96];
-  std::snprintf(out, sizeof out, "onednn %.3f ms, openblas %.3f ms -> %s", r.onednn_ms,
-                r.openblas_ms, cpu::provider_name(r.winner));
+  char out[160];
+  int used = std::snprintf(out, sizeof out, "onednn %.3f ms", r.onednn_ms);
+  for (const auto& [ms, name] :
+       {std::pair{r.openblas_ms, "openblas"}, std::pair{r.blis_ms, "blis"}})
+    if (std::isfinite(ms))
+      used += std::snprintf(out + used, sizeof out - used, ", %s %.3f ms", name, ms);
+  std::snprintf(out + used, sizeof out - used, " -> %s", cpu::provider_name(r.winner));
   return out;
 }
 
