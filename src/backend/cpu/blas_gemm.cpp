@@ -5,6 +5,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string_view>
 
@@ -45,7 +46,7 @@ const BlasGemm* load_openblas(std::string* why_not) {
     *why_not = std::string("not loaded: ") + dlerror();
     return nullptr;
   }
-  auto* blas = new BlasGemm;  // kept for the process's lifetime, as the library is
+  auto blas = std::make_unique<BlasGemm>();  // kept for the process's lifetime, as the library is
   blas->sgemm_ = reinterpret_cast<BlasGemm::Sgemm>(dlsym(lib, "cblas_sgemm"));
   using Name = char* (*)();
   const auto config = reinterpret_cast<Name>(dlsym(lib, "openblas_get_config"));
@@ -64,7 +65,7 @@ const BlasGemm* load_openblas(std::string* why_not) {
   std::string version = config();
   version = version.substr(0, version.find(' ', version.find(' ') + 1));
   blas->description_ = version + " (OpenMP), " + core() + " kernels";
-  return blas;
+  return blas.release();
 #else
   *why_not = "not built with OpenBLAS (Debian's libopenblas-openmp-dev was not found)";
   return nullptr;
@@ -95,7 +96,7 @@ const BlasGemm* load_blis(std::string* why_not) {
     *why_not = std::string("not loaded: ") + dlerror();
     return nullptr;
   }
-  auto* blas = new BlasGemm;  // kept for the process's lifetime, as the library is
+  auto blas = std::make_unique<BlasGemm>();  // kept for the process's lifetime, as the library is
   blas->sgemm_ = reinterpret_cast<BlasGemm::Sgemm>(dlsym(lib, "cblas_sgemm"));
   blas->set_threads_ =
       reinterpret_cast<BlasGemm::SetThreads>(dlsym(lib, "bli_thread_set_num_threads"));
@@ -126,7 +127,10 @@ const BlasGemm* load_blis(std::string* why_not) {
     }
   }
   blas->description_ = std::string("BLIS ") + version() + " (OpenMP), " + config + " kernels";
-  return blas;
+  return blas.release();
+#elif defined(SEQFORGE_BLIS_LEFT_OUT)
+  *why_not = "left out of the sanitizer build (LeakSanitizer faults on its threads' storage)";
+  return nullptr;
 #else
   *why_not = "not built with BLIS (Debian's libblis4-openmp was not found)";
   return nullptr;
