@@ -104,10 +104,11 @@ class CpuBackend final : public Backend {
     std::string blas;
     for (cpu::BlasLibrary library : {cpu::BlasLibrary::openblas, cpu::BlasLibrary::blis})
       if (const cpu::BlasGemm* lib = cpu::BlasGemm::get(library))
-        blas += (blas.empty() ? "" : ", ") + lib->description();
-    return "cpu: " + onednn +
-           (blas.empty() ? " GEMMs" : ", " + blas + " GEMMs (f32: the fastest per shape)") + ", " +
-           simd_name(simd::target_name()) + " kernels" +
+        blas += (blas.empty() ? "" : " and ") + lib->description();
+    // "cpu: oneDNN 2.6.3 GEMMs, f32 raced against OpenBLAS ..., Zen kernels and BLIS ...; AVX2
+    // kernels, ...": the libraries' own descriptions hold commas, so the parts end with ';'.
+    return "cpu: " + onednn + " GEMMs" + (blas.empty() ? "" : ", f32 raced against " + blas) +
+           "; " + simd_name(simd::target_name()) + " kernels" +
            (flushes_denormals() ? ", denormals flushed to zero" : ", denormals kept");
   }
   // f32 on its own kernels, f64 on the reference's; bf16 GEMMs where the CPU has bf16 dot
