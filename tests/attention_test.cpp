@@ -31,6 +31,7 @@ using namespace test::attention;
 using test::error_of;
 using test::HostTensor;
 using test::max_rel_error;
+using test::sweep_case_runs;
 using test::to_doubles;
 
 // The fused kernel (CPU backend, f32) against the reference in f64 from the same inputs, within
@@ -55,12 +56,14 @@ TEST(Attention, FusedMatchesReferenceOnManyShapes) {
   auto ref = make_reference_backend();
   auto cpu = make_cpu_backend();
   Errors worst;
-  int count = 0;
+  int count = 0, index = 0;
   for (int64_t D : {1, 7, 16, 24, 64, 65})
     for (int64_t T : {1, 2, 17, 64, 130, 300})
       for (bool causal : {true, false})
         for (bool padded : {false, true}) {
-          const int idx = count++;
+          const int idx = index++;
+          if (!sweep_case_runs(idx)) continue;
+          ++count;
           bool peaked;
           const AttentionShape s = sweep_shape(idx, T, D, causal, &peaked);
           const Problem p = make_problem(
@@ -77,12 +80,14 @@ TEST(Attention, FusedMatchesReferenceWithDropout) {
   auto cpu = make_cpu_backend();
   for (double dropout : {0.1, 0.5}) {
     Errors worst;
-    int count = 0;
+    int count = 0, index = 0;
     for (int64_t D : {7, 16, 24, 65})
       for (int64_t T : {17, 64, 130, 300})
         for (bool causal : {true, false})
           for (bool padded : {false, true}) {
-            const int idx = count++;
+            const int idx = index++;
+            if (!sweep_case_runs(idx)) continue;
+            ++count;
             bool peaked;
             AttentionShape s = sweep_shape(idx, T, D, causal, &peaked);
             s.dropout = dropout;
@@ -106,12 +111,14 @@ TEST(Attention, Bf16ProductsMatchReferenceWithinBf16Rounding) {
   auto ref = make_reference_backend();
   auto cpu = make_cpu_backend();
   Errors worst;
-  int count = 0, differs_from_f32 = 0;
+  int count = 0, index = 0, differs_from_f32 = 0;
   for (int64_t D : {1, 7, 16, 24, 64, 65})
     for (int64_t T : {1, 2, 17, 64, 130, 300})
       for (bool causal : {true, false})
         for (bool padded : {false, true}) {
-          const int idx = count++;
+          const int idx = index++;
+          if (!sweep_case_runs(idx)) continue;
+          ++count;
           bool peaked;
           AttentionShape s = sweep_shape(idx, T, D, causal, &peaked);
           if (idx % 3 == 1) {
@@ -131,12 +138,14 @@ TEST(Attention, FusedMatchesReferenceWithGroupedHeadsAndWindows) {
   auto ref = make_reference_backend();
   auto cpu = make_cpu_backend();
   Errors worst, worst_bf16;
-  int count = 0, differs_from_f32 = 0;
+  int count = 0, index = 0, differs_from_f32 = 0;
   for (int64_t D : {7, 16, 24, 65})
     for (int64_t T : {1, 17, 64, 130, 300})
       for (bool causal : {true, false})
         for (bool padded : {false, true}) {
-          const int idx = count++;
+          const int idx = index++;
+          if (!sweep_case_runs(idx)) continue;
+          ++count;
           bool peaked;
           AttentionShape s = grouped_shape(idx, T, D, causal, &peaked);
           if (idx % 3 == 2) {
@@ -279,13 +288,15 @@ TEST(Attention, GroupsThatDoNotDivideAndWindowsWithoutCausalAreErrors) {
 TEST(Attention, FirstRowComputesOnlyTheRowsFromIt) {
   auto ref = make_reference_backend();
   auto cpu = make_cpu_backend();
-  int count = 0;
+  int count = 0, index = 0;
   for (int64_t D : {7, 64})
     for (int64_t T : {1, 17, 130, 300})
       for (bool causal : {true, false})
         for (bool padded : {false, true})
           for (bool grouped : {false, true}) {
-            const int idx = count++;
+            const int idx = index++;
+            if (!sweep_case_runs(idx)) continue;
+            ++count;
             bool peaked;
             AttentionShape s = grouped ? grouped_shape(idx, T, D, causal, &peaked)
                                        : sweep_shape(idx, T, D, causal, &peaked);

@@ -284,7 +284,8 @@ def main():
 
     # Sentence pairs through the tokenizer's template and HF's score head on the last token.
     pairs = os.path.join(work, "pairs.csv")
-    run([sys.executable, os.path.join(ROOT, "examples", "shakespeare_pairs.py"), text, pairs])
+    run([sys.executable, os.path.join(ROOT, "examples", "shakespeare_pairs.py"), text, pairs,
+         "--train", "800"])
     cls_dir = os.path.join(work, "pairs_run")
     with open(os.path.join(work, "pairs.yaml"), "w") as f:
         f.write(f"""data:
