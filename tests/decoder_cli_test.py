@@ -136,7 +136,7 @@ def main():
     os.makedirs(work)
     data = os.path.join(work, "shakespeare.txt")
     with open(text, encoding="utf-8") as f:
-        head = f.read()[:200000]
+        head = f.read()[:100000]
     with open(data, "w", encoding="utf-8") as f:
         f.write(head)
     folder = os.path.join(work, "base")

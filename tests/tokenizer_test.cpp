@@ -182,7 +182,7 @@ TEST(Tokenizer, ByteLevelRoundTripsAnyText) {
   const auto t = Tokenizer::from_json(json, "trained");
   EXPECT_EQ(t.vocab_size(), 300);
   EXPECT_EQ(t.token_to_id("<|endoftext|>"), 0);
-  for (const std::string s : {text, std::string("unseen words \x01\x7f \xE4\xBD\xA0\xE5\xA5\xBD"),
+  for (const std::string& s : {text, std::string("unseen words \x01\x7f \xE4\xBD\xA0\xE5\xA5\xBD"),
                               std::string("  "), std::string()})
     EXPECT_EQ(t.decode(t.encode(s).ids), s);
   EXPECT_LT(t.encode(text).ids.size(), text.size() * 7 / 10);  // the learnt merges apply
