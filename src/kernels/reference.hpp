@@ -4,8 +4,10 @@
 // Row-range signatures let a backend split the work over threads.
 //
 // Gradient rule: parameter gradients accumulate (+=), activation gradients are assigned (=).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/counter_hash.hpp"
 #include "kernels/grad_clip.hpp"
@@ -49,21 +51,33 @@ inline double load_low(const void* p, DType low, int64_t i) {
                            : widen(static_cast<const bf16*>(p)[i]);
 }
 
-// C(m, n) = alpha * op(A) * op(B) + beta * C, rows [r0, r1) of C; accumulates in double.
+// C(m, n) = alpha * op(A) * op(B) + beta * C, rows [r0, r1) of C; accumulates in double, each
+// element's products summed in order of p. B is read in its memory order (along rows for
+// op(B) = B, along columns for op(B) = B^T), not across a long K.
 // In = Out for f32 and f64; In = bf16 or f16 with Out = float for mixed precision.
 template <typename In, typename T>
 void gemm(const GemmShape& s, const In* a, const In* b, T* c, const T* bias, int64_t r0,
           int64_t r1) {
+  std::vector<double> acc(static_cast<size_t>(s.n));
   for (int64_t i = r0; i < r1; ++i) {
-    for (int64_t j = 0; j < s.n; ++j) {
-      double acc = 0;
-      for (int64_t p = 0; p < s.k; ++p) {
-        const double av = widen(s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p]);
-        const double bv = widen(s.trans_b ? b[j * s.ldb + p] : b[p * s.ldb + j]);
-        acc += av * bv;
+    auto a_at = [&](int64_t p) { return widen(s.trans_a ? a[p * s.lda + i] : a[i * s.lda + p]); };
+    if (s.trans_b) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < s.k; ++p) sum += a_at(p) * widen(b[j * s.ldb + p]);
+        acc[j] = sum;
       }
+    } else {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t p = 0; p < s.k; ++p) {
+        const double av = a_at(p);
+        const In* b_row = b + p * s.ldb;
+        for (int64_t j = 0; j < s.n; ++j) acc[j] += av * widen(b_row[j]);
+      }
+    }
+    for (int64_t j = 0; j < s.n; ++j) {
       T& out = c[i * s.ldc + j];
-      out = static_cast<T>(s.alpha * acc + (s.beta == 0.0 ? 0.0 : s.beta * double(out)) +
+      out = static_cast<T>(s.alpha * acc[j] + (s.beta == 0.0 ? 0.0 : s.beta * double(out)) +
                            (bias ? double(bias[j]) : 0.0));
     }
   }
