@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/interrupt.hpp"
 #include "seqforge/data/datasets.hpp"
@@ -36,12 +37,9 @@ fs::path temp_dir(const std::string& name) {
 // The first 200 KB of tiny Shakespeare, written into dir: for runs that check what a fine-tune
 // loads and keeps rather than how well it learns (a tenth of the validation windows to score).
 std::string shakespeare_head(const fs::path& dir) {
-  std::ifstream in(SEQFORGE_SOURCE_DIR "/data/tinyshakespeare.txt", std::ios::binary);
-  std::string text(200000, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
   const fs::path path = dir / "shakespeare_head.txt";
-  std::ofstream(path, std::ios::binary) << text;
+  std::ofstream(path, std::ios::binary)
+      << io::read_file(SEQFORGE_SOURCE_DIR "/data/tinyshakespeare.txt").substr(0, 200000);
   return path.string();
 }
 
