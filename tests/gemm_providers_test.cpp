@@ -224,6 +224,74 @@ TEST(Ops, OwnNarrowGemmsMatchTheReference) {
             "seqforge)");
 }
 
+// The own kernel on packed f32 B (the recurrent weights' GEMMs), forced instead of the race,
+// against the reference: B plain and transposed, padded rows, alpha and beta or a bias, sizes off
+// the panel width, the micro-kernel's rows, its k blocks and its row blocks, called on the
+// calling thread (its panels over the threads) and inside a concurrent chain (alone); and B packed
+// again in place for a second B.
+TEST(Ops, OwnPackedGemmMatchesTheReference) {
+  auto cpu = make_cpu_backend();
+  auto ref = make_reference_backend();
+  Rng rng(12);
+  struct Case {
+    bool tb;
+    int64_t m, n, k;
+    bool bias;
+  };
+  const Case cases[] = {{true, 64, 2048, 512, false}, {false, 64, 512, 2048, false},
+                        {true, 13, 37, 300, true},    {false, 7, 33, 1030, false},
+                        {true, 250, 70, 65, true},    {false, 1, 1, 1, false},
+                        {true, 5, 16, 0, true},       {false, 200, 17, 257, true}};
+  ScopedProvider forced("seqforge");
+  int checked = 0;
+  for (const Case& c : cases) {
+    const int64_t pad = 3;
+    const GemmShape s{.trans_b = c.tb,
+                      .m = c.m,
+                      .n = c.n,
+                      .k = c.k,
+                      .lda = c.k + pad,
+                      .ldb = (c.tb ? c.k : c.n) + pad,
+                      .ldc = c.n + pad,
+                      .alpha = c.bias ? 1.0 : 0.75,
+                      .beta = c.bias ? 0.0 : 0.5,
+                      .bias = c.bias};
+    std::vector<float> a(c.m * s.lda), b((c.tb ? c.n : c.k) * s.ldb), bias(c.n), c0(c.m * s.ldc);
+    for (std::vector<float>* v : {&a, &bias, &c0})
+      for (float& x : *v) x = static_cast<float>(rng.uniform(-1, 1));
+    const float* bias_or_null = c.bias ? bias.data() : nullptr;
+    std::unique_ptr<PackedB> packed;
+    for (int round = 0; round < 2; ++round) {
+      for (float& x : b) x = static_cast<float>(rng.uniform(-1, 1));
+      cpu->pack_b(s, DType::f32, b.data(), &packed);
+      if (c.k == 0) {
+        EXPECT_FALSE(packed) << "an empty product packs nothing";
+      } else {
+        ASSERT_TRUE(packed);
+        EXPECT_GT(cpu::own_panel_width(*packed), 0) << "f32 B of a plain A is packed into panels";
+      }
+      std::vector<float> want = c0, main_thread = c0, in_chain = c0;
+      ref->gemm(s, DType::f32, a.data(), b.data(), want.data(), bias_or_null);
+      cpu->gemm(s, DType::f32, a.data(), b.data(), packed.get(), main_thread.data(), bias_or_null);
+      cpu->run_concurrently(std::min(2, cpu->concurrency()), [&](int i) {
+        if (i == 0)
+          cpu->gemm(s, DType::f32, a.data(), b.data(), packed.get(), in_chain.data(), bias_or_null);
+      });
+      for (const auto* got : {&main_thread, &in_chain}) {
+        EXPECT_LE(max_rel_error(std::vector<double>(got->begin(), got->end()),
+                                std::vector<double>(want.begin(), want.end())),
+                  2e-5)
+            << c.m << "x" << c.n << "x" << c.k << " tb " << c.tb << " round " << round;
+        for (int64_t i = 0; i < c.m; ++i)  // the padding between C's rows is left alone
+          for (int64_t j = c.n; j < s.ldc && i * s.ldc + j < int64_t(got->size()); ++j)
+            ASSERT_EQ((*got)[i * s.ldc + j], c0[i * s.ldc + j]) << "row " << i << " col " << j;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 16);
+}
+
 // Racing the providers times each that is there and leaves C as it was; the fastest wins; the CPU
 // backend then computes C once.
 TEST(Ops, RacingTheGemmProvidersLeavesCUntouched) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/blas_gemm.hpp"
+#include "kernels/cpu/gemm_packed.hpp"
 #include "seqforge/core/autotune.hpp"
 #include "seqforge/core/error.hpp"
 
@@ -86,6 +87,34 @@ std::string shape_key(const GemmShape& s, DType operands) {
       static_cast<long long>(s.lda), static_cast<long long>(s.ldb), static_cast<long long>(s.ldc),
       s.alpha != 1.0 ? "_alpha" : "", s.beta != 0.0 ? "_beta" : "", s.bias ? "_bias" : "");
   return key;
+}
+
+// B packed twice: for oneDNN's primitive (its "any" layout) and, f32 B of a plain A, into the own
+// kernel's panels (simd::gemm_panels).
+struct CpuPackedB final : PackedB {
+  std::unique_ptr<PackedB> onednn;
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float[], Free> panels;
+  int64_t floats = 0, width = 0;  // panels' capacity and width; width 0: none packed
+};
+
+// The own kernel on packed panels: the panels split over the threads, or on this thread alone
+// inside a parallel region.
+void run_panels(const GemmShape& s, const float* a, const CpuPackedB& p, float* c,
+                const float* bias) {
+  SF_CHECK(p.width == simd::gemm_panel_width(), "GEMM panels packed ", p.width,
+           " wide for a kernel that reads ", simd::gemm_panel_width());
+  const int64_t panels = (s.n + p.width - 1) / p.width;
+  const int threads =
+      omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), panels));
+  if (threads <= 1) return simd::gemm_panels(s, a, p.panels.get(), 0, panels, c, bias);
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    simd::gemm_panels(s, a, p.panels.get(), panels * t / nt, panels * (t + 1) / nt, c, bias);
+  }
 }
 
 }  // namespace
@@ -190,17 +219,47 @@ void CpuGemm::run(const GemmShape& s, DType operands, const void* a, const void*
   onednn_.run(s, operands, a, b, c, bias);
 }
 
+int64_t own_panel_width(const PackedB& packed) {
+  const auto* p = dynamic_cast<const CpuPackedB*>(&packed);
+  return p ? p->width : 0;
+}
+
 void CpuGemm::pack(const GemmShape& s, DType operands, const void* b,
                    std::unique_ptr<PackedB>* packed) {
-  onednn_.pack(s, operands, b, packed);
+  auto* p = dynamic_cast<CpuPackedB*>(packed->get());
+  if (!p) {
+    auto fresh = std::make_unique<CpuPackedB>();
+    p = fresh.get();
+    *packed = std::move(fresh);
+  }
+  onednn_.pack(s, operands, b, &p->onednn);
+  if (!p->onednn) return packed->reset();  // an empty GEMM: nothing to pack
+  p->width = 0;
+  if (operands != DType::f32 || !simd::gemm_panels_fit(s)) return;
+  const int64_t width = simd::gemm_panel_width(), floats = simd::gemm_panels_floats(s, width);
+  if (floats > p->floats) {
+    const size_t bytes = (static_cast<size_t>(floats) * sizeof(float) + 63) / 64 * 64;
+    p->panels.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    SF_CHECK(p->panels != nullptr, "GEMM panels of ", floats, " floats");
+    p->floats = floats;
+  }
+  simd::pack_gemm_panels(s, static_cast<const float*>(b), width, p->panels.get());
+  p->width = width;
 }
 
 void CpuGemm::run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
                          const PackedB& packed, float* c, const float* bias) {
-  if (const BlasGemm* blas =
-          blas_for(provider(s, operands, a, b, &packed, c, bias, nullptr), s, operands))
+  const auto& p = static_cast<const CpuPackedB&>(packed);
+  SF_CHECK(p.onednn != nullptr, "GEMM ", s.m, "x", s.n, "x", s.k, " on an empty packed B");
+  OwnGemm own;
+  if (p.width != 0)
+    own = [&](float* out) { run_panels(s, static_cast<const float*>(a), p, out, bias); };
+  const GemmProvider provider =
+      this->provider(s, operands, a, b, p.onednn.get(), c, bias, own ? &own : nullptr);
+  if (provider == GemmProvider::own) return own(c);
+  if (const BlasGemm* blas = blas_for(provider, s, operands))
     return blas->run(s, static_cast<const float*>(a), static_cast<const float*>(b), c, bias);
-  onednn_.run_packed(s, operands, a, b, packed, c, bias);
+  onednn_.run_packed(s, operands, a, b, *p.onednn, c, bias);
 }
 
 }  // namespace seqforge::cpu

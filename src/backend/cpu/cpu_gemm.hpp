@@ -3,9 +3,10 @@
 // operands oneDNN, OpenBLAS and BLIS are timed on a shape's first use and the fastest is cached
 // (the autotuning cache); which is fastest depends on the machine and the shape (OpenBLAS's and
 // BLIS's AVX2 kernels beat oneDNN 2.6's on AVX2-only CPUs, BLIS most transformer shapes there;
-// oneDNN's brgemm wins on AVX-512). A shape with a narrow
-// side (a low-rank adapter's) also races the backend's own kernel for it, which streams the wide
-// operand once. bf16 operands and packed B are oneDNN's, or the own kernel's where it wins.
+// oneDNN's brgemm wins on AVX-512). A shape with a narrow side (a low-rank adapter's) also races
+// the backend's own kernel for it, which streams the wide operand once, and so does a GEMM on a
+// packed f32 B (the recurrent weights), on the own panels packed beside oneDNN's layout. bf16
+// operands are oneDNN's, or the own narrow kernel's where it wins.
 #include <functional>
 #include <map>
 #include <memory>
@@ -35,11 +36,15 @@ GemmRace race_providers(OneDnnGemm& onednn, const GemmShape& s, DType operands, 
                         const void* b, const PackedB* packed, const float* c, const float* bias,
                         const OwnGemm* own = nullptr);
 
+// The own kernel's panel width in B packed by CpuGemm::pack, 0 where it holds no panels.
+int64_t own_panel_width(const PackedB& packed);
+
 class CpuGemm {
  public:
   void run(const GemmShape& s, DType operands, const void* a, const void* b, float* c,
            const float* bias, const OwnGemm* own = nullptr);
-  // B packed for oneDNN's GEMMs (OpenBLAS or BLIS, where one wins the shape, reads B as stored).
+  // B packed for oneDNN's GEMMs and, f32 B of a plain A, for the own kernel (OpenBLAS or BLIS,
+  // where one wins the shape, reads B as stored).
   void pack(const GemmShape& s, DType operands, const void* b, std::unique_ptr<PackedB>* packed);
   void run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
                   const PackedB& packed, float* c, const float* bias);
