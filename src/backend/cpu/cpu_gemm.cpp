@@ -33,20 +33,25 @@ const char* provider_name(GemmProvider p) {
 
 namespace {
 
-// The fastest of a few runs of f, ms, after one untimed run (oneDNN builds its kernel then):
-// three runs, or fewer where they take long.
-template <typename F>
-double best_ms(F&& f) {
+// The fastest of a few runs of each contestant, ms, after one untimed run each (oneDNN builds its
+// kernel then): up to five rounds, each running every contestant once in turn, so that a burst of
+// load on a shared machine slows one round of all rather than all runs of one; fewer rounds where
+// they take long. A contestant that is null has time infinity.
+std::vector<double> best_ms(const std::vector<std::function<void()>>& runs) {
   using clock = std::chrono::steady_clock;
-  f();
-  double best = 1e300, total = 0;
-  for (int i = 0; i < 3 && total < 100; ++i) {
-    const auto t0 = clock::now();
-    f();
-    const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-    best = std::min(best, ms);
-    total += ms;
-  }
+  std::vector<double> best(runs.size(), std::numeric_limits<double>::infinity());
+  for (const auto& run : runs)
+    if (run) run();
+  double total = 0;
+  for (int round = 0; round < 5 && (round < 2 || total < 100); ++round)
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (!runs[i]) continue;
+      const auto t0 = clock::now();
+      runs[i]();
+      const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+      best[i] = std::min(best[i], ms);
+      total += ms;
+    }
   return best;
 }
 
@@ -125,27 +130,33 @@ GemmRace race_providers(OneDnnGemm& onednn, const GemmShape& s, DType operands, 
   // Each writes a copy of C, so that the caller's C is computed once, by the winner.
   const size_t c_size = static_cast<size_t>((s.m - 1) * s.ldc + s.n);
   std::vector<float> scratch(c, c + c_size);
-  constexpr double kNone = std::numeric_limits<double>::infinity();
-  GemmRace race;
-  race.onednn_ms = best_ms([&] {
-    std::copy(c, c + c_size, scratch.begin());
-    if (packed) return onednn.run_packed(s, operands, a, b, *packed, scratch.data(), bias);
-    onednn.run(s, operands, a, b, scratch.data(), bias);
-  });
-  const auto time_blas = [&](GemmProvider p) {
+  const auto blas_run = [&](GemmProvider p) -> std::function<void()> {
     const BlasGemm* blas = blas_for(p, s, operands);
-    return !blas ? kNone : best_ms([&] {
+    if (!blas) return nullptr;
+    return [&, blas] {
       std::copy(c, c + c_size, scratch.begin());
       blas->run(s, static_cast<const float*>(a), static_cast<const float*>(b), scratch.data(),
                 bias);
-    });
+    };
   };
-  race.openblas_ms = time_blas(GemmProvider::openblas);
-  race.blis_ms = time_blas(GemmProvider::blis);
-  race.own_ms = !own ? kNone : best_ms([&] {
+  std::function<void()> own_run;
+  if (own)
+    own_run = [&] {
+      std::copy(c, c + c_size, scratch.begin());
+      (*own)(scratch.data());
+    };
+  const std::function<void()> onednn_run = [&] {
     std::copy(c, c + c_size, scratch.begin());
-    (*own)(scratch.data());
-  });
+    if (packed) return onednn.run_packed(s, operands, a, b, *packed, scratch.data(), bias);
+    onednn.run(s, operands, a, b, scratch.data(), bias);
+  };
+  const std::vector<double> times = best_ms(
+      {onednn_run, blas_run(GemmProvider::openblas), blas_run(GemmProvider::blis), own_run});
+  GemmRace race;
+  race.onednn_ms = times[0];
+  race.openblas_ms = times[1];
+  race.blis_ms = times[2];
+  race.own_ms = times[3];
   // Ties go to the earlier in this order.
   double best = race.onednn_ms;
   for (const auto& [ms, p] :

@@ -25,9 +25,10 @@ const char* provider_name(GemmProvider p);  // "onednn", "openblas", "blis", "se
 // The backend's own kernel for one GEMM, writing C (alpha A B + beta C) at the given address.
 using OwnGemm = std::function<void(float* c)>;
 
-// The providers timed on one GEMM (C left as it was): the fastest of a few runs each. OpenBLAS
-// and BLIS run only f32 operands of the shapes they take (BLIS only outside a parallel region),
-// the own kernel only where there is one; a provider that does not run has time infinity.
+// The providers timed on one GEMM (C left as it was): the fastest of a few runs each, in rounds
+// that run each in turn. OpenBLAS and BLIS run only f32 operands of the shapes they take (BLIS
+// only outside a parallel region), the own kernel only where there is one; a provider that does
+// not run has time infinity.
 struct GemmRace {
   double onednn_ms = 0, openblas_ms = 0, blis_ms = 0, own_ms = 0;
   GemmProvider winner = GemmProvider::onednn;
