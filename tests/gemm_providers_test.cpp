@@ -227,8 +227,8 @@ TEST(Ops, OwnNarrowGemmsMatchTheReference) {
 // The own kernel on packed f32 B (the recurrent weights' GEMMs), forced instead of the race,
 // against the reference: B plain and transposed, padded rows, alpha and beta or a bias, sizes off
 // the panel width, the micro-kernel's rows, its k blocks and its row blocks, called on the
-// calling thread (its panels over the threads) and inside a concurrent chain (alone); and B packed
-// again in place for a second B.
+// calling thread (its panels over the threads) and inside a concurrent chain (alone); B packed
+// again in place for a second B; and panels left unread by a GEMM of another shape.
 TEST(Ops, OwnPackedGemmMatchesTheReference) {
   auto cpu = make_cpu_backend();
   auto ref = make_reference_backend();
@@ -290,6 +290,25 @@ TEST(Ops, OwnPackedGemmMatchesTheReference) {
     }
   }
   EXPECT_EQ(checked, 16);
+
+  // B packed for one shape and used with another (the first 8 of its 16 rows of op(B)): the
+  // panels are not read, the GEMM reads B as stored.
+  const GemmShape packed_shape{
+      .trans_b = true, .m = 8, .n = 32, .k = 16, .lda = 16, .ldb = 16, .ldc = 32};
+  GemmShape shorter = packed_shape;
+  shorter.k = 8;
+  std::vector<float> a(8 * 16), b(32 * 16);
+  for (std::vector<float>* v : {&a, &b})
+    for (float& x : *v) x = static_cast<float>(rng.uniform(-1, 1));
+  std::unique_ptr<PackedB> packed;
+  cpu->pack_b(packed_shape, DType::f32, b.data(), &packed);
+  ASSERT_TRUE(packed);
+  std::vector<float> got(8 * 32), want(8 * 32);
+  cpu->gemm(shorter, DType::f32, a.data(), b.data(), packed.get(), got.data());
+  ref->gemm(shorter, DType::f32, a.data(), b.data(), want.data());
+  EXPECT_LE(max_rel_error(std::vector<double>(got.begin(), got.end()),
+                          std::vector<double>(want.begin(), want.end())),
+            2e-5);
 }
 
 // Racing the providers times each that is there and leaves C as it was; the fastest wins; the CPU

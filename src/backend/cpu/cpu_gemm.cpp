@@ -103,6 +103,12 @@ struct CpuPackedB final : PackedB {
   };
   std::unique_ptr<float[], Free> panels;
   int64_t floats = 0, width = 0;  // panels' capacity and width; width 0: none packed
+  int64_t k = 0, n = 0;           // op(B)'s shape in the panels
+  bool trans_b = false;
+  // Whether the panels hold op(B) of a GEMM of shape s (else the GEMM reads B as stored).
+  bool panels_for(const GemmShape& g) const {
+    return width != 0 && g.k == k && g.n == n && g.trans_b == trans_b && simd::gemm_panels_fit(g);
+  }
 };
 
 // The own kernel on packed panels: the panels split over the threads, or on this thread alone
@@ -256,6 +262,9 @@ void CpuGemm::pack(const GemmShape& s, DType operands, const void* b,
   }
   simd::pack_gemm_panels(s, static_cast<const float*>(b), width, p->panels.get());
   p->width = width;
+  p->k = s.k;
+  p->n = s.n;
+  p->trans_b = s.trans_b;
 }
 
 void CpuGemm::run_packed(const GemmShape& s, DType operands, const void* a, const void* b,
@@ -263,7 +272,7 @@ void CpuGemm::run_packed(const GemmShape& s, DType operands, const void* a, cons
   const auto& p = static_cast<const CpuPackedB&>(packed);
   SF_CHECK(p.onednn != nullptr, "GEMM ", s.m, "x", s.n, "x", s.k, " on an empty packed B");
   OwnGemm own;
-  if (p.width != 0)
+  if (p.panels_for(s))
     own = [&](float* out) { run_panels(s, static_cast<const float*>(a), p, out, bias); };
   const GemmProvider provider =
       this->provider(s, operands, a, b, p.onednn.get(), c, bias, own ? &own : nullptr);
