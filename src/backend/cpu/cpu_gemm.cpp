@@ -271,9 +271,12 @@ void CpuGemm::run_packed(const GemmShape& s, DType operands, const void* a, cons
                          const PackedB& packed, float* c, const float* bias) {
   const auto& p = static_cast<const CpuPackedB&>(packed);
   SF_CHECK(p.onednn != nullptr, "GEMM ", s.m, "x", s.n, "x", s.k, " on an empty packed B");
+  // One pointer captured, so that the per-step call's std::function allocates nothing.
+  const auto run_own = [&](float* out) {
+    run_panels(s, static_cast<const float*>(a), p, out, bias);
+  };
   OwnGemm own;
-  if (p.panels_for(s))
-    own = [&](float* out) { run_panels(s, static_cast<const float*>(a), p, out, bias); };
+  if (p.panels_for(s)) own = [run = &run_own](float* out) { (*run)(out); };
   const GemmProvider provider =
       this->provider(s, operands, a, b, p.onednn.get(), c, bias, own ? &own : nullptr);
   if (provider == GemmProvider::own) return own(c);

@@ -121,14 +121,7 @@ class Carver {
   int64_t used_ = 0;
 };
 
-// Calls f(std::integral_constant<int, n>()) for 1 <= n <= kMax.
-template <int kMax, class F>
-HWY_INLINE void WithCount(int n, F&& f) {
-  if constexpr (kMax > 1) {
-    if (n < kMax) return WithCount<kMax - 1>(n, f);
-  }
-  f(std::integral_constant<int, kMax>());
-}
+using simd::HWY_NAMESPACE::WithCount;
 
 // c (R, panels * kKeyBlock) = a (R, D) bt: a rows lda apart; bt the panels, each (D, kKeyBlock)
 // contiguous; c rows ldc apart.

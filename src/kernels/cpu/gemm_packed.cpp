@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include "kernels/cpu/gemm_packed.hpp"
 #include "kernels/cpu/pointwise_simd.hpp"
@@ -42,15 +41,6 @@ constexpr int64_t kPanelBytes = 16 << 10;
 constexpr int64_t kBlockRows = 16 * kRows;
 
 int64_t PanelWidth() { return 2 * static_cast<int64_t>(hn::Lanes(DF())); }
-
-// Calls f(std::integral_constant<int, n>()) for 1 <= n <= kMax.
-template <int kMax, class F>
-HWY_INLINE void WithCount(int n, F&& f) {
-  if constexpr (kMax > 1) {
-    if (n < kMax) return WithCount<kMax - 1>(n, f);
-  }
-  f(std::integral_constant<int, kMax>());
-}
 
 // How a tile's sums reach C: c = alpha sum + keep c + bias (c not read where keep is 0).
 struct Epilogue {
