@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -9,9 +10,12 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "seqforge/core/cpu.hpp"
+#include "seqforge/source_id.hpp"
 
 namespace seqforge::autotune {
 
@@ -19,21 +23,61 @@ namespace {
 
 std::mutex mutex;
 std::map<std::string, std::string>* table = nullptr;  // loaded on first use
+std::set<std::string>* chosen = nullptr;              // keys this process has stored
 
-void load_locked() {
-  if (table) return;
-  table = new std::map<std::string, std::string>();
+// The cache keeps the choices of this many source trees (builds of different code), the most
+// recently stored first, so that a cache shared by a few builds is not timed again each time one
+// of them runs, and one that sees many builds does not grow without end.
+constexpr size_t kKeptSources = 4;
+constexpr const char* kSourcesEntry = "#sources";  // their digests, most recent first
+
+// The entries of the cache file (none if it is missing or unreadable).
+std::map<std::string, std::string> read_file() {
+  std::map<std::string, std::string> entries;
   std::ifstream in(cache_path());
-  if (!in) return;
+  if (!in) return entries;
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
     for (const auto& [key, value] : j.items())
-      if (value.is_string()) (*table)[key] = value.get<std::string>();
+      if (value.is_string()) entries[key] = value.get<std::string>();
   } catch (const std::exception& e) {
     if (verbose())
       std::fprintf(stderr, "seqforge: autotune cache %s unreadable (%s); starting afresh\n",
                    cache_path().c_str(), e.what());
   }
+  return entries;
+}
+
+void load_locked() {
+  if (table) return;
+  table = new std::map<std::string, std::string>(read_file());
+  chosen = new std::set<std::string>();
+}
+
+// The source digest a key was made under, "" for keys without one (caches of earlier versions).
+std::string source_of(const std::string& key) {
+  const std::string marker = " sources ";
+  const size_t version = key.find("|seqforge ");
+  const size_t at = version == std::string::npos ? version : key.find(marker, version);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + marker.size();
+  return key.substr(begin, key.find('|', begin) - begin);
+}
+
+// `entries` without the choices of source trees beyond the kKeptSources most recent (this one
+// first), and the list of those kept.
+void keep_recent_sources(std::map<std::string, std::string>& entries) {
+  std::vector<std::string> kept = {SEQFORGE_SOURCE_ID};
+  std::istringstream listed(entries[kSourcesEntry]);
+  for (std::string id; listed >> id && kept.size() < kKeptSources;)
+    if (std::find(kept.begin(), kept.end(), id) == kept.end()) kept.push_back(id);
+  std::string list;
+  for (const auto& id : kept) list += (list.empty() ? "" : " ") + id;
+  std::erase_if(entries, [&](const auto& entry) {
+    return entry.first != kSourcesEntry &&
+           std::find(kept.begin(), kept.end(), source_of(entry.first)) == kept.end();
+  });
+  entries[kSourcesEntry] = list;
 }
 
 }  // namespace
@@ -66,7 +110,8 @@ std::string cache_path() {
 std::string machine_prefix(int threads) {
   // The tier dispatch reaches: schedules timed under SEQFORGE_MAX_ISA=avx2 are not the machine's.
   static const std::string model = cpu_model() + " up to " + isa_tier_name(isa_tier());
-  return model + "|" + std::to_string(threads) + " threads|seqforge " SEQFORGE_VERSION "|";
+  return model + "|" + std::to_string(threads) +
+         " threads|seqforge " SEQFORGE_VERSION " sources " SEQFORGE_SOURCE_ID "|";
 }
 
 std::optional<std::string> lookup(const std::string& key) {
@@ -92,6 +137,13 @@ void store(const std::string& key, const std::string& choice) {
   std::lock_guard lock(mutex);
   load_locked();
   (*table)[key] = choice;
+  chosen->insert(key);
+  // What other processes have stored since this one loaded the cache stays, under this process's
+  // own choices.
+  std::map<std::string, std::string> merged = read_file();
+  for (const auto& k : *chosen) merged[k] = (*table)[k];
+  keep_recent_sources(merged);
+  *table = std::move(merged);
   const fs::path path = cache_path();
   const fs::path tmp = path.string() + ".tmp." + std::to_string(getpid());
   std::error_code ec;

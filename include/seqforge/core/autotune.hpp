@@ -1,8 +1,11 @@
 #pragma once
 // The autotuning cache: choices measured once per problem on this machine, kept on disk
 // (SEQFORGE_CACHE_DIR, else $XDG_CACHE_HOME/seqforge, else ~/.cache/seqforge; autotune.json),
-// the way cudnn.benchmark keeps its choice per shape. Keys include the CPU model, the thread count
-// and the seqforge version, so a cache copied to another machine or version is simply not hit.
+// the way cudnn.benchmark keeps its choice per shape. Keys include the CPU model, the thread count,
+// the seqforge version and a digest of its sources, so a cache copied to another machine, or
+// written by other code (an upgrade, a rebuild with changed kernels), is simply not hit; the file
+// keeps the choices of the four source trees that stored last. A store merges with what other
+// processes have stored in the meantime.
 #include <optional>
 #include <string>
 
@@ -13,7 +16,8 @@ std::optional<std::string> lookup(const std::string& key);
 // Records a choice (in memory and, atomically, on disk; a cache that cannot be written is
 // reported once under SEQFORGE_VERBOSE and otherwise ignored).
 void store(const std::string& key, const std::string& choice);
-// Prefix for keys: "<cpu model>|<threads> threads|seqforge <version>|".
+// Prefix for keys: "<cpu model> up to <tier>|<threads> threads|seqforge <version> sources
+// <digest>|".
 std::string machine_prefix(int threads);
 // Says once per process, on standard error, that `what` is being timed on its first use and
 // that the choice will be cached (first runs are slower by that much).
