@@ -1,5 +1,6 @@
 #include "seqforge/core/autotune.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -25,6 +27,26 @@ std::mutex mutex;
 std::map<std::string, std::string>* table = nullptr;  // loaded on first use
 std::set<std::string>* chosen = nullptr;              // keys this process has stored
 
+// The cache file as this process last read or wrote it, so that a store re-reads the file only
+// when another process has written it since (a parse per store would cost more than the races).
+struct FileStamp {
+  dev_t device = 0;
+  ino_t inode = 0;
+  off_t size = 0;
+  timespec modified{};
+  bool operator==(const FileStamp& o) const {
+    return device == o.device && inode == o.inode && size == o.size &&
+           modified.tv_sec == o.modified.tv_sec && modified.tv_nsec == o.modified.tv_nsec;
+  }
+};
+std::optional<FileStamp> known_file;
+
+std::optional<FileStamp> stamp_of(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileStamp{st.st_dev, st.st_ino, st.st_size, st.st_mtim};
+}
+
 // The cache keeps the choices of this many source trees (builds of different code), the most
 // recently stored first, so that a cache shared by a few builds is not timed again each time one
 // of them runs, and one that sees many builds does not grow without end.
@@ -34,6 +56,7 @@ constexpr const char* kSourcesEntry = "#sources";  // their digests, most recent
 // The entries of the cache file (none if it is missing or unreadable).
 std::map<std::string, std::string> read_file() {
   std::map<std::string, std::string> entries;
+  known_file = stamp_of(cache_path());  // before the read: a later write is then seen as new
   std::ifstream in(cache_path());
   if (!in) return entries;
   try {
@@ -138,13 +161,16 @@ void store(const std::string& key, const std::string& choice) {
   load_locked();
   (*table)[key] = choice;
   chosen->insert(key);
-  // What other processes have stored since this one loaded the cache stays, under this process's
-  // own choices.
-  std::map<std::string, std::string> merged = read_file();
-  for (const auto& k : *chosen) merged[k] = (*table)[k];
-  keep_recent_sources(merged);
-  *table = std::move(merged);
   const fs::path path = cache_path();
+  // What other processes have stored since this one last read or wrote the file stays, under
+  // this process's own choices.
+  const std::optional<FileStamp> now = stamp_of(path);
+  if (now && !(known_file && *now == *known_file)) {
+    std::map<std::string, std::string> merged = read_file();
+    for (const auto& k : *chosen) merged[k] = (*table)[k];
+    *table = std::move(merged);
+  }
+  keep_recent_sources(*table);
   const fs::path tmp = path.string() + ".tmp." + std::to_string(getpid());
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
@@ -154,6 +180,7 @@ void store(const std::string& key, const std::string& choice) {
     if (!out) ec = std::make_error_code(std::errc::io_error);
   }
   if (!ec) fs::rename(tmp, path, ec);
+  if (!ec) known_file = stamp_of(path);
   if (ec) {
     fs::remove(tmp, ec);
     static bool reported = false;
