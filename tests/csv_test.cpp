@@ -230,8 +230,12 @@ TEST_F(CsvTest, NumericRejectsEachKindOfBadCell) {
       {"", "empty cell is not a number"},
       {"   ", "empty cell is not a number"},
       {"\"\"", "empty cell is not a number"},
-      {"NaN", "'NaN' is not a finite number"},
-      {"nan", "'nan' is not a finite number"},
+      {"NaN", "'NaN' marks a missing value, not a number"},
+      {"nan", "'nan' marks a missing value, not a number"},
+      {" null ", "' null ' marks a missing value, not a number"},
+      {"#N/A", "'#N/A' marks a missing value, not a number"},
+      {"nA", "'nA' marks a missing value, not a number"},
+      {"NAN.", "'NAN.' is not a number"},
       {"-inf", "'-inf' is not a finite number"},
       {"Infinity", "'Infinity' is not a finite number"},
       {"1e999", "'1e999' is not a finite number"},
@@ -242,13 +246,45 @@ TEST_F(CsvTest, NumericRejectsEachKindOfBadCell) {
       {"+-1", "'+-1' is not a number"},
       {"+", "'+' is not a number"},
       {"1e", "'1e' is not a number"},
-      {"NA", "'NA' is not a number"},
+      {"NA", "'NA' marks a missing value, not a number"},
+      {"NAs", "'NAs' is not a number"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.cell);
     const CsvTable t = CsvTable::parse("t,value\n0,1\n1," + c.cell + "\n", "cells.csv");
     expect_error([&] { t.numeric("value"); }, {"cells.csv:3: column 'value': " + c.message});
   }
+}
+
+// Missing cells: empty ones, the words written for a missing value (any case) and the codes of
+// data.missing_values, a number matching by value and a text by its letters; NaN with
+// numeric_or_missing, an error naming the cell with numeric.
+TEST_F(CsvTest, MissingWordsAndCodesAreMissingCells) {
+  CsvTable t =
+      CsvTable::parse("v\n1\n\n NA \nNone\n<NA>\n-99.99\n-99.990\n-99.9\nn.a.\n9999\n", "m.csv");
+  auto missing = [&] {
+    std::vector<int> rows;
+    const Doubles x = t.numeric_or_missing("v");
+    for (size_t r = 0; r < x.size(); ++r)
+      if (std::isnan(x[r])) rows.push_back(int(r));
+    return rows;
+  };
+  expect_error([&] { missing(); }, {"m.csv:10: column 'v': 'n.a.' is not a number"});
+  t.set_missing_codes({"n.a."});
+  EXPECT_EQ(missing(), (std::vector<int>{1, 2, 3, 4, 8}));
+  t.set_missing_codes({"-99.99", " n.a. "});
+  EXPECT_EQ(missing(), (std::vector<int>{1, 2, 3, 4, 5, 6, 8}));
+  EXPECT_EQ(t.numeric_or_missing("v")[7], -99.9);
+  EXPECT_EQ(t.numeric_or_missing("v")[9], 9999);
+  const CsvTable u = CsvTable::parse("v\n1\n-99.990\n", "u.csv");
+  CsvTable coded = u;
+  coded.set_missing_codes({"-99.99"});
+  EXPECT_EQ(u.numeric("v"), (Doubles{1, -99.99}));
+  expect_error([&] { coded.numeric("v"); },
+               {"u.csv:3: column 'v': '-99.990' marks a missing value, not a number"});
+  for (double x : {9.0, -99.0, 99.9, -99.99, -999.0, 9999.0, -9999.9, 999999.0})
+    EXPECT_TRUE(is_nines(x)) << x;
+  for (double x : {0.9, 8.0, 90.0, -99.98, 1e10, 99.5, 0.0, 19.0}) EXPECT_FALSE(is_nines(x)) << x;
 }
 
 TEST_F(CsvTest, UnknownColumnListsTheColumns) {

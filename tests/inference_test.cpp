@@ -426,7 +426,7 @@ TEST(Runs, MaskedCellsTrainAndPredict) {
                           (dir / "run").string() + "}\n",
                       "m.yaml"),
         log);
-  EXPECT_NE(log.str().find("data.missing mask: 2 empty cells of 'signal' masked"),
+  EXPECT_NE(log.str().find("data.missing mask: 2 missing cells of 'signal' masked"),
             std::string::npos)
       << log.str();
   EXPECT_NE(log.str().find("windows whose target is missing are left out"), std::string::npos);

@@ -12,6 +12,7 @@
 #include "data/calendar.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/io/npy.hpp"
 #include "seqforge/train/data_options.hpp"
 #include "test_util.hpp"
 
@@ -195,17 +196,17 @@ TEST(Series, EmptyCellsAreFilledWithinTheirSeries) {
   EXPECT_EQ(interpolated,
             (std::vector<double>{10, 20, 30, 40, 50, 50, 200, 200, 300, 400, 500, 600}));
   EXPECT_NE(std::find(notes.begin(), notes.end(),
-                      "data.missing interpolate: 5 empty cells of 'value' filled"),
+                      "data.missing interpolate: 5 missing cells of 'value' filled"),
             notes.end());
   EXPECT_EQ(error_of([&] { values("ffill"); }),
             path +
-                ":3: column 'value': an empty cell with no value before it in its series, "
+                ":3: column 'value': a missing cell with no value before it in its series, "
                 "which data.missing ffill needs (data.missing: interpolate takes the nearest "
                 "value)");
   EXPECT_EQ(error_of([&] { load_series(series_config(path, {"data.lookback=2"})); }),
             path +
                 ":3: column 'value': empty cell is not a number (data.missing: ffill or "
-                "interpolate fills empty cells)");
+                "interpolate fills missing cells, mask masks them)");
   const std::string later = write(dir / "m2.csv",
                                   "date,city,value\n2020-01-01,a,1\n2020-01-02,a,\n"
                                   "2020-01-03,a,\n2020-01-04,a,4\n");
@@ -213,6 +214,62 @@ TEST(Series, EmptyCellsAreFilledWithinTheirSeries) {
       later, {"data.missing=ffill", "data.lookback=2", "data.split.train=1", "data.split.val=0"}));
   EXPECT_EQ(std::vector<double>({raw(f, 0), raw(f, 1), raw(f, 2), raw(f, 3)}),
             (std::vector<double>{1, 1, 1, 4}));
+}
+
+// data.missing_values: a code (-99.99, in a file whose other values lie near 300) is a missing
+// cell like an empty or NA one: filled, or an error naming it. Left a value, it gets a note
+// naming it and where it first is. In a .npy array a code matches by value.
+TEST(Series, MissingCodesAreMissingCellsAndANinesCodeGetsANote) {
+  const fs::path dir = temp_dir("codes");
+  const std::string path = write(dir / "c.csv",
+                                 "date,city,value\n2020-01-01,a,300\n2020-01-02,a,-99.99\n"
+                                 "2020-01-03,a,NA\n2020-01-04,a,330\n2020-01-05,a,340\n"
+                                 "2020-01-06,a,-99.990\n2020-01-07,a,360\n");
+  auto load = [&](std::vector<std::string> overrides) {
+    for (const char* o : {"data.lookback=2", "data.split.train=1", "data.split.val=0"})
+      overrides.push_back(o);
+    return load_series(series_config(path, overrides));
+  };
+  auto values = [](const SeriesData& d) {
+    std::vector<double> out;
+    for (int64_t r = 0; r < d.rows; ++r) out.push_back(raw(d, r));
+    return out;
+  };
+  auto has_note = [](const SeriesData& d, const std::string& part) {
+    return std::any_of(d.notes.begin(), d.notes.end(),
+                       [&](const std::string& n) { return n.find(part) != std::string::npos; });
+  };
+  const SeriesData filled = load({"data.missing=interpolate", "data.missing_values=[-99.99]"});
+  EXPECT_EQ(values(filled), (std::vector<double>{300, 310, 320, 330, 340, 350, 360}));
+  EXPECT_TRUE(has_note(filled, "data.missing interpolate: 3 missing cells of 'value' filled"));
+  EXPECT_FALSE(has_note(filled, "a code for a missing value"));
+
+  const SeriesData kept = load({"data.missing=interpolate"});
+  const std::vector<double> v = values(kept);
+  EXPECT_EQ(v[1], -99.99);
+  EXPECT_EQ(v[5], -99.99);
+  EXPECT_NEAR(v[2], (-99.99 + 330) / 2, 1e-9);
+  EXPECT_TRUE(has_note(kept, "column 'value': 2 cells hold -99.99 (the first at " + path +
+                                 ":3), far outside its other values (300 to 360): a code for a "
+                                 "missing value? data.missing_values: [-99.99] makes such cells "
+                                 "missing"));
+  EXPECT_EQ(error_of([&] { load({"data.missing_values=[-99.99]"}); }),
+            path +
+                ":3: column 'value': '-99.99' marks a missing value, not a number (data.missing: "
+                "ffill or interpolate fills missing cells, mask masks them)");
+
+  const std::string npy = (dir / "c.npy").string();
+  const std::vector<double> array = {300, -99.99, NAN, 330, 340, -99.99, 360};
+  io::write_npy(npy, DType::f64, {7, 1}, array.data());
+  const std::string yaml = "data: {path: " + npy +
+                           ", features: ['0'], targets: ['0'], lookback: 2, split: {train: 1, "
+                           "val: 0}, normalize: none, missing: interpolate}\n";
+  const SeriesData from_npy =
+      load_series(Config::parse(yaml, "n.yaml", {"data.missing_values=[-99.99]"}));
+  EXPECT_EQ(values(from_npy), (std::vector<double>{300, 310, 320, 330, 340, 350, 360}));
+  EXPECT_EQ(
+      error_of([&] { load_series(Config::parse(yaml, "n.yaml", {"data.missing_values=[n.a.]"})); }),
+      npy + ": data.missing_values: 'n.a.' is no number, and a .npy array holds only numbers");
 }
 
 // data.missing mask on the same cells: a missing input is 0 (here unnormalised) with its
@@ -226,7 +283,7 @@ TEST(Series, MaskedCellsAreZeroInputsBesideAnIndicatorAndNoTarget) {
       path, {"data.missing=mask", "data.lookback=2", "data.split.train=1", "data.split.val=0"}));
   EXPECT_EQ(d.feature_names, (std::vector<std::string>{"value", "value_missing"}));
   EXPECT_EQ(d.split.train, (std::vector<int64_t>{1, 2, 6, 8, 9}));
-  for (const char* note : {"data.missing mask: 5 empty cells of 'value' masked",
+  for (const char* note : {"data.missing mask: 5 missing cells of 'value' masked",
                            "data.missing mask: 3 windows whose target is missing are left out of "
                            "training and evaluation"})
     EXPECT_NE(std::find(d.notes.begin(), d.notes.end(), note), d.notes.end()) << note;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -291,7 +293,7 @@ void on_sigbus_report(const std::string& path) {
 // float arrays stay memory-mapped).
 class DataFile {
  public:
-  explicit DataFile(const std::string& path) : path_(path) {
+  DataFile(const std::string& path, const std::vector<std::string>& missing_codes) : path_(path) {
     if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0) {
       io::MappedNpy mapped = io::map_npy(path);
       if (mapped.shape.size() != 2)
@@ -312,8 +314,17 @@ class DataFile {
         matrix_.owner = values;
       }
       for (int64_t j = 0; j < matrix_.cols; ++j) names_.push_back(std::to_string(j));
+      for (const std::string& code : missing_codes) {
+        char* end = nullptr;
+        const double v = std::strtod(code.c_str(), &end);
+        if (end == code.c_str() || *end != '\0' || !std::isfinite(v))
+          fail(path, ": data.missing_values: '", code,
+               "' is no number, and a .npy array holds only numbers");
+        missing_numbers_.push_back(v);
+      }
     } else {
       csv_ = std::make_unique<io::CsvTable>(io::CsvTable::read(path));
+      csv_->set_missing_codes(missing_codes);
       names_ = csv_->columns();
     }
   }
@@ -327,16 +338,25 @@ class DataFile {
     return csv_->text(name);
   }
   bool is_array() const { return !csv_; }
-  // A numeric column, one finite value per file row (or NaN for an empty cell, with
+  // A numeric column, one finite value per file row (or NaN for a missing cell, with
   // `missing_allowed`).
   std::vector<double> column(const std::string& name, bool missing_allowed = false) const {
     if (csv_) return missing_allowed ? csv_->numeric_or_missing(name) : csv_->numeric(name);
     const int64_t j = std::stoll(name);
     std::vector<double> x(matrix_.rows);
-    for (int64_t r = 0; r < matrix_.rows; ++r)
-      x[r] = missing_allowed && std::isnan(matrix_.at(r, j)) ? NAN : checked(r, j);
+    for (int64_t r = 0; r < matrix_.rows; ++r) {
+      const double v = matrix_.at(r, j);
+      const bool code =
+          std::find(missing_numbers_.begin(), missing_numbers_.end(), v) != missing_numbers_.end();
+      if (code && !missing_allowed)
+        fail(path_, ": row ", r, ", column ", j, ": ", v,
+             " marks a missing value (data.missing_values), not a number");
+      x[r] = missing_allowed && (code || std::isnan(v)) ? NAN : checked(r, j);
+    }
     return x;
   }
+  // Whether the array is used as it is: no value of it marks a missing one.
+  bool has_missing_codes() const { return !missing_numbers_.empty(); }
   // The mapped array itself and the indices of the named columns, every value used checked.
   SourceMatrix array(const std::vector<std::string>& names, std::vector<int64_t>* cols) const {
     for (const auto& name : names) cols->push_back(std::stoll(name));
@@ -362,6 +382,7 @@ class DataFile {
   std::unique_ptr<io::CsvTable> csv_;
   SourceMatrix matrix_;
   std::vector<std::string> names_;
+  std::vector<double> missing_numbers_;  // .npy: data.missing_values
 };
 
 }  // namespace
@@ -593,7 +614,7 @@ struct ColumnValues {
 // `horizon` before (the window's last row), the label column as it is. When a feature has a
 // differencing transform, each series' first row is dropped. Returns the file row of each source
 // row.
-// Fills the empty cells (NaN) of column x (by file row) per data.missing, each series walked in
+// Fills the missing cells (NaN) of column x (by file row) per data.missing, each series walked in
 // time order; returns how many it filled.
 int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::string& how,
                      const DataFile& table, const std::string& name) {
@@ -610,7 +631,7 @@ int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::s
       if (how == "ffill") {
         if (last < 0)
           fail(table.where(order.rows[p]), ": column '", name,
-               "': an empty cell with no value before it in its series, which data.missing ffill "
+               "': a missing cell with no value before it in its series, which data.missing ffill "
                "needs (data.missing: interpolate takes the nearest value)");
         at(p) = at(last);
         ++filled;
@@ -635,13 +656,54 @@ int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::s
   return filled;
 }
 
+// A number of nines (-99.99, -999, 9999) in column x lying farther outside the range of the
+// column's other values than that range is wide: the usual code for a missing measurement, which
+// taken as a value would swamp the column's scale. Named in a note, the most frequent one.
+std::optional<std::string> nines_note(const std::vector<double>& x, const std::string& column,
+                                      const DataFile& table) {
+  std::map<double, std::pair<int64_t, int64_t>> nines;  // value -> (cells, first row)
+  double lo = INFINITY, hi = -INFINITY;
+  for (int64_t r = 0; r < int64_t(x.size()); ++r) {
+    const double v = x[r];
+    if (std::isnan(v)) continue;
+    if (io::is_nines(v)) {
+      auto [it, added] = nines.try_emplace(v, 0, r);
+      ++it->second.first;
+    } else {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  if (!(lo <= hi)) return std::nullopt;
+  const double width = hi - lo;
+  const std::pair<const double, std::pair<int64_t, int64_t>>* code = nullptr;
+  for (const auto& entry : nines) {
+    const double v = entry.first;
+    if ((v < lo - width || v > hi + width) && (!code || entry.second.first > code->second.first))
+      code = &entry;
+  }
+  if (!code) return std::nullopt;
+  auto text = [](double v) {
+    char buf[32];
+    const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+    return std::string(buf, end);
+  };
+  const int64_t cells = code->second.first;
+  return "column '" + column + "': " + std::to_string(cells) +
+         (cells == 1 ? " cell holds " : " cells hold ") + text(code->first) + " (the first at " +
+         table.where(code->second.second) + "), far outside its other values (" + text(lo) +
+         " to " + text(hi) + "): a code for a missing value? data.missing_values: [" +
+         text(code->first) + "] makes such cells missing";
+}
+
 std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
                                   const RowOrder& order,
                                   const std::vector<std::string>& target_names,
                                   const std::string& label_col, bool missing_targets,
                                   SeriesData* d) {
   // The mapped array itself, never loaded whole, where nothing is to be transformed or filled.
-  if (table.is_array() && o.transforms.empty() && o.missing == "error" && o.known_future.empty()) {
+  if (table.is_array() && o.transforms.empty() && o.missing == "error" && o.known_future.empty() &&
+      !table.has_missing_codes()) {
     std::vector<std::string> names = o.features;
     names.insert(names.end(), target_names.begin(), target_names.end());
     if (!label_col.empty()) names.push_back(label_col);
@@ -710,16 +772,20 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       x = table.column(name, not_known_yet || o.missing != "error");
     } catch (const Error& e) {
       const std::string what = e.what();
-      if (what.ends_with("empty cell is not a number"))
-        fail(what, " (data.missing: ffill or interpolate fills empty cells)");
+      if (what.ends_with("empty cell is not a number") ||
+          what.ends_with("missing value, not a number"))
+        fail(what, " (data.missing: ffill or interpolate fills missing cells, mask masks them)");
       throw;
     }
+    if (auto note = nines_note(x, name, table);
+        note && std::find(d->notes.begin(), d->notes.end(), *note) == d->notes.end())
+      d->notes.push_back(*note);
     if (o.missing != "error" && !not_known_yet) {
       const int64_t empty =
           mask ? std::count_if(x.begin(), x.end(), [](double v) { return std::isnan(v); })
                : fill_missing(&x, order, o.missing, table, name);
       const std::string note = "data.missing " + o.missing + ": " + std::to_string(empty) +
-                               " empty cells of '" + name + "' " + (mask ? "masked" : "filled");
+                               " missing cells of '" + name + "' " + (mask ? "masked" : "filled");
       if (empty > 0 && std::find(d->notes.begin(), d->notes.end(), note) == d->notes.end())
         d->notes.push_back(note);  // once for a column that is a feature and a target
     }
@@ -1121,7 +1187,7 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   d.masks_missing = o.missing == "mask";
   d.holidays = o.holidays;
   d.season = o.season;
-  const DataFile table(opt.path);
+  const DataFile table(opt.path, o.missing_values);
   auto require = [&](const char* key, const std::string& col) {
     if (!col.empty() && !table.has_column(col))
       fail(opt.source, ": ", key, ": ", opt.path, " has no column '", col, "'");

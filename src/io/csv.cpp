@@ -1,6 +1,7 @@
 #include "seqforge/io/csv.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -245,21 +246,43 @@ std::vector<double> CsvTable::numeric_or_missing(std::string_view name) const {
   return parse_column(name, true);
 }
 
-std::vector<double> CsvTable::parse_column(std::string_view name, bool empty_is_nan) const {
+void CsvTable::set_missing_codes(const std::vector<std::string>& codes) {
+  missing_texts_.clear();
+  missing_numbers_.clear();
+  for (const std::string& code : codes) {
+    double v = 0;
+    if (parse_number(code, &v) == NumberStatus::ok)
+      missing_numbers_.push_back(v);
+    else
+      missing_texts_.emplace_back(trim(code));
+  }
+}
+
+std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_is_nan) const {
   const std::vector<std::string>& cells = cells_[index_of(name)];
   std::vector<double> out(cells.size());
   for (size_t r = 0; r < cells.size(); ++r) {
-    if (empty_is_nan && trim(cells[r]).empty()) {
-      out[r] = NAN;
-      continue;
+    const std::string_view cell = trim(cells[r]);
+    const NumberStatus status = parse_number(cell, &out[r]);
+    const bool missing =
+        is_missing_cell(cell) ||
+        std::find(missing_texts_.begin(), missing_texts_.end(), cell) != missing_texts_.end() ||
+        (status == NumberStatus::ok && std::find(missing_numbers_.begin(), missing_numbers_.end(),
+                                                 out[r]) != missing_numbers_.end());
+    if (missing) {
+      if (missing_is_nan) {
+        out[r] = NAN;
+        continue;
+      }
+      if (cell.empty())
+        fail(source_, ":", lines_[r], ": column ", quote(name), ": empty cell is not a number");
+      fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
+           " marks a missing value, not a number");
     }
-    switch (parse_number(cells[r], &out[r])) {
+    switch (status) {
       case NumberStatus::ok:
         break;
       case NumberStatus::not_number:
-        if (trim(cells[r]).empty()) {
-          fail(source_, ":", lines_[r], ": column ", quote(name), ": empty cell is not a number");
-        }
         fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
              " is not a number");
       case NumberStatus::not_finite:
@@ -268,6 +291,28 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool empty_is_
     }
   }
   return out;
+}
+
+bool is_missing_cell(std::string_view cell) {
+  cell = trim(cell);
+  if (cell.empty()) return true;
+  if (cell.size() > 5) return false;
+  std::string lower(cell);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* word : {"na", "n/a", "#n/a", "#na", "<na>", "nan", "-nan", "null", "none"})
+    if (lower == word) return true;
+  return false;
+}
+
+bool is_nines(double x) {
+  const double a = std::fabs(x);
+  if (!(a >= 9 && a < 1e9)) return false;
+  char text[64];
+  const int n = std::snprintf(text, sizeof text, "%.6f", a);
+  std::string_view digits(text, static_cast<size_t>(n));
+  while (digits.ends_with('0')) digits.remove_suffix(1);
+  if (digits.ends_with('.')) digits.remove_suffix(1);
+  return digits.find_first_not_of("9.") == std::string_view::npos;
 }
 
 int64_t CsvTable::line_of_row(int64_t row) const {

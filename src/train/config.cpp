@@ -94,15 +94,22 @@ const std::vector<ConfigKey> kKeys = {
      "category. The categories are the training file's; predict and eval refuse a category the "
      "model was not trained on, naming the series."},
     {"data.missing", T::string, "error",
-     "Empty cells of the feature and target columns (NaN in a .npy array): `error` (one line "
+     "Missing cells of the feature and target columns: empty ones, the words written for a "
+     "missing value (NA, N/A, NaN, null, None, #N/A, <NA>; any case) and data.missing_values "
+     "(NaN in a .npy array): `error` (one line "
      "naming the file, line and column), `ffill` (each takes the last value before it in its "
      "series; an empty cell before any value is an error), `interpolate` (linear between the "
      "values before and after it in its series; at a series' ends, the nearest value) or `mask` "
      "(a missing input is 0 once normalised, the column's training mean, and a feature "
      "<column>_missing per file feature is 1 there; a window whose target is missing is left "
      "out of training and evaluation, so no loss term is a missing value). Counts "
-     "per column are a note at start-up. Empty target cells of a file given to predict or eval "
+     "per column are a note at start-up. Missing target cells of a file given to predict or eval "
      "--data stay values not known yet."},
+    {"data.missing_values", T::string_list, "[]",
+     "More cells that mark a missing value, as data.missing treats them: numbers (`-99.99` "
+     "matches every cell of that value, -99.990 too) or texts (`n.a.`). A column holding a "
+     "number of nines (-99.99, -999, 9999) far outside its other values gets a note at start-up "
+     "naming it."},
     {"data.frequency", T::string, "auto",
      "The dates' calendar (with data.date_column): `auto` (the usual step between rows, calendar "
      "months, or business days when every date is a weekday one day apart but for weekends), `B` "

@@ -131,6 +131,11 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
       o.missing != "mask")
     fail(c.origin("data.missing"),
          ": data.missing must be error, ffill, interpolate or mask, got '", o.missing, "'");
+  o.missing_values = c.list("data.missing_values");
+  for (const std::string& code : o.missing_values)
+    if (code.find_first_not_of(" \t") == std::string::npos)
+      fail(c.origin("data.missing_values"),
+           ": data.missing_values: an empty entry (empty cells are missing values already)");
   o.date_col = c.str("data.date_column");
   o.frequency = parse_frequency(c.str("data.frequency"), c.origin("data.frequency"));
   if (o.frequency.kind != Frequency::automatic && o.date_col.empty())

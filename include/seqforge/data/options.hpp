@@ -58,6 +58,7 @@ struct SeriesOptions {
   // series in time order: ffill (the last value before), interpolate (linear between the
   // values around; the nearest at a series' ends).
   std::string missing = "error";
+  std::vector<std::string> missing_values;  // more cells that mark a missing value
   Frequency frequency;
   std::vector<int64_t> holidays;  // days since 1970-01-01, sorted (data.holidays)
   // Features derived from the date column, each as a sine and cosine of its cycle: hour,

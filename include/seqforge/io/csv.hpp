@@ -28,24 +28,38 @@ class CsvTable {
   // Cell text of a column, one per data row. Throws "<path>: no column 'x' (columns: a, b)".
   const std::vector<std::string>& text(std::string_view name) const;
   // A column parsed as finite doubles (surrounding spaces allowed). Throws
-  // "<path>:<line>: column 'x': 'abc' is not a number" for the first bad cell; empty cells, NaN
-  // and infinities (including overflow such as 1e999) are errors too.
+  // "<path>:<line>: column 'x': 'abc' is not a number" for the first bad cell; missing cells
+  // (is_missing_cell) and infinities (including overflow such as 1e999) are errors too.
   std::vector<double> numeric(std::string_view name) const;
-  // The same, with empty cells as NaN (values not known yet).
+  // The same, with missing cells as NaN (values not known yet, or to be filled).
   std::vector<double> numeric_or_missing(std::string_view name) const;
+  // Cells that also mark a missing value (data.missing_values): a number matches a cell of the
+  // same value (-99.99 matches -99.990), any other text a cell of that text.
+  void set_missing_codes(const std::vector<std::string>& codes);
   // 1-based file line on which data row `row` (0-based) starts.
   int64_t line_of_row(int64_t row) const;
 
  private:
   size_t index_of(std::string_view name) const;
-  std::vector<double> parse_column(std::string_view name, bool empty_is_nan) const;
+  std::vector<double> parse_column(std::string_view name, bool missing_is_nan) const;
 
   std::string source_;
   std::vector<std::string> columns_;
   std::map<std::string, size_t, std::less<>> index_;  // column name -> position
   std::vector<std::vector<std::string>> cells_;       // [column][row]
   std::vector<int64_t> lines_;                        // file line of each data row
+  std::vector<std::string> missing_texts_;            // set_missing_codes: texts, numbers
+  std::vector<double> missing_numbers_;
 };
+
+// Whether a cell's text marks a missing value: empty, or one of the words that spreadsheets,
+// databases and pandas write for one (NA, N/A, NaN, null, None, #N/A, <NA>; any case), spaces
+// around it ignored.
+bool is_missing_cell(std::string_view cell);
+
+// Whether x is a number whose digits are all nines (9, -99.9, -999, 9999.99): the usual codes for
+// a missing measurement.
+bool is_nines(double x);
 
 // A CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, a quote, a line
 // break or surrounding spaces; as it is otherwise.
