@@ -287,6 +287,17 @@ TEST_F(CsvTest, MissingWordsAndCodesAreMissingCells) {
   for (double x : {0.9, 8.0, 90.0, -99.98, 1e10, 99.5, 0.0, 19.0}) EXPECT_FALSE(is_nines(x)) << x;
 }
 
+TEST_F(CsvTest, AHeaderOfOneColumnWithAnotherSeparatorIsNamed) {
+  const CsvTable semi = CsvTable::parse("date;value\n2020-01-01;1\n", "semi.csv");
+  expect_error([&] { semi.text("value"); },
+               {"semi.csv: no column 'value' (columns: date;value): the header is one column; a "
+                "file separated by ';'? seqforge reads comma-separated values"});
+  const CsvTable tabs = CsvTable::parse("date\tvalue\n2020-01-01\t1\n", "tabs.tsv");
+  EXPECT_NE(tabs.columns_hint().find("a file separated by tabs?"), std::string::npos);
+  const CsvTable one = CsvTable::parse("value\n1\n", "one.csv");
+  EXPECT_EQ(one.columns_hint(), " (columns: value)");
+}
+
 TEST_F(CsvTest, UnknownColumnListsTheColumns) {
   const CsvTable t = CsvTable::parse("a,b,c\n1,2,3\n", "cols.csv");
   expect_error([&] { t.text("x"); }, {"cols.csv: no column 'x' (columns: a, b, c)"});

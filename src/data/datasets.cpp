@@ -338,6 +338,10 @@ class DataFile {
     return csv_->text(name);
   }
   bool is_array() const { return !csv_; }
+  std::string columns_hint() const {
+    return csv_ ? csv_->columns_hint()
+                : " (a .npy array's columns are 0 to " + std::to_string(matrix_.cols - 1) + ")";
+  }
   // A numeric column, one finite value per file row (or NaN for a missing cell, with
   // `missing_allowed`).
   std::vector<double> column(const std::string& name, bool missing_allowed = false) const {
@@ -1003,7 +1007,8 @@ void static_categories(const DataFile& table, const DataOptions& opt, const RowO
       fail(opt.source, ": data.static names '", column, "' where the model was trained on '",
            stored->static_categories[i].first, "'");
     if (!table.has_column(column))
-      fail(opt.source, ": data.static: ", opt.path, " has no column '", column, "'");
+      fail(opt.source, ": data.static: ", opt.path, " has no column '", column, "'",
+           table.columns_hint());
     const std::vector<std::string>& text = table.text(column);
     std::vector<std::string> values;  // per series
     for (const SeriesSpan& s : order.spans) {
@@ -1190,7 +1195,8 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   const DataFile table(opt.path, o.missing_values);
   auto require = [&](const char* key, const std::string& col) {
     if (!col.empty() && !table.has_column(col))
-      fail(opt.source, ": ", key, ": ", opt.path, " has no column '", col, "'");
+      fail(opt.source, ": ", key, ": ", opt.path, " has no column '", col, "'",
+           table.columns_hint());
   };
   require("data.date_column", o.date_col);
   require("data.series_column", o.series_col);
@@ -1219,7 +1225,8 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   for (const auto& name : d.feature_names)
     if (!table.has_column(name))
       fail(opt.source, ": data.features: ", opt.path, " has no column '", name, "'",
-           stored && o.features.empty() ? " (a feature of the trained model)" : "");
+           stored && o.features.empty() ? ", a feature of the trained model" : "",
+           table.columns_hint());
   if (!o.series_col.empty()) {  // the series' names say which series a row is of, nothing more
     using Columns = const std::vector<std::string>*;
     for (const auto& [key, columns] : {std::pair<const char*, Columns>{"feature", &d.feature_names},
@@ -1241,7 +1248,8 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   for (const std::string& column : o.known_future) {
     if (is_calendar(o, column)) continue;  // from the dates
     if (!table.has_column(column))
-      fail(opt.source, ": data.known_future: ", opt.path, " has no column '", column, "'");
+      fail(opt.source, ": data.known_future: ", opt.path, " has no column '", column, "'",
+           table.columns_hint());
     if (std::find(o.targets.begin(), o.targets.end(), column) != o.targets.end())
       fail(opt.source, ": data.known_future: '", column,
            "' is a target: its future values are what the model forecasts");

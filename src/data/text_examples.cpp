@@ -89,13 +89,15 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
   const io::CsvTable table = io::CsvTable::read(opt.path);
   for (const std::string& c : o.columns)
     if (!table.has_column(c))
-      fail(opt.source, ": data.text_columns: ", opt.path, " has no column '", c, "'");
+      fail(opt.source, ": data.text_columns: ", opt.path, " has no column '", c, "'",
+           table.columns_hint());
   TextData d;
   d.seq_len = o.seq_len;
   d.segments = o.columns.size() == 2 ? 2 : 0;
   d.has_classes = table.has_column(o.class_col);
   if (!d.has_classes && which != WindowSet::every_window)
-    fail(opt.source, ": data.class_column: ", opt.path, " has no column '", o.class_col, "'");
+    fail(opt.source, ": data.class_column: ", opt.path, " has no column '", o.class_col, "'",
+         table.columns_hint());
   const int64_t n = table.rows();
   if (n == 0) fail(opt.path, ": no rows");
   if (!o.tokenizer.empty()) {

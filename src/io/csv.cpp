@@ -220,9 +220,7 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
 
 bool CsvTable::has_column(std::string_view name) const { return index_.contains(name); }
 
-size_t CsvTable::index_of(std::string_view name) const {
-  const auto it = index_.find(name);
-  if (it != index_.end()) return it->second;
+std::string CsvTable::columns_hint() const {
   constexpr size_t kMaxListed = 20;
   std::string list;
   for (size_t c = 0; c < columns_.size() && c < kMaxListed; ++c) {
@@ -231,7 +229,19 @@ size_t CsvTable::index_of(std::string_view name) const {
   if (columns_.size() > kMaxListed) {
     list += ", ... (" + std::to_string(columns_.size()) + " in all)";
   }
-  fail(source_, ": no column ", quote(name), " (columns: ", list, ")");
+  std::string hint = " (columns: " + list + ")";
+  if (columns_.size() == 1)
+    for (const auto& [c, name] : {std::pair{';', "';'"}, {'\t', "tabs"}, {'|', "'|'"}})
+      if (columns_[0].find(c) != std::string::npos)
+        return hint + ": the header is one column; a file separated by " + name +
+               "? seqforge reads comma-separated values";
+  return hint;
+}
+
+size_t CsvTable::index_of(std::string_view name) const {
+  const auto it = index_.find(name);
+  if (it != index_.end()) return it->second;
+  fail(source_, ": no column ", quote(name), columns_hint());
 }
 
 const std::vector<std::string>& CsvTable::text(std::string_view name) const {

@@ -24,6 +24,9 @@ class CsvTable {
   const std::vector<std::string>& columns() const { return columns_; }  // header names, file order
   int64_t rows() const { return static_cast<int64_t>(lines_.size()); }  // header excluded
   bool has_column(std::string_view name) const;
+  // For a "no column 'x'" error: " (columns: a, b, c)", and where the header is one column
+  // holding ';', a tab or '|', the hint that the file is separated by that instead of commas.
+  std::string columns_hint() const;
 
   // Cell text of a column, one per data row. Throws "<path>: no column 'x' (columns: a, b)".
   const std::vector<std::string>& text(std::string_view name) const;
