@@ -100,6 +100,11 @@ def main():
          "train.quantiles: 'nan' is not a quantile"),
         (["train", config, "model.output=sequence"],
          "model.output must be last or every_step, got 'sequence'"),
+        (["train", config, "data.split.train=0.9", "data.split.val=0.2"],
+         "data.split.train 0.9 (override 'data.split.train=0.9') + data.split.val 0.2 exceed 1: "
+         "the test part is what is left"),
+        (["train", config, "data.missing_values=['', x]"],
+         "data.missing_values: an empty entry (empty cells are missing values already)"),
         (["train", config, "data.missing=drop"],
          "data.missing must be error, ffill, interpolate or mask, got 'drop'"),
         (["train", config, "data.frequency=0H"], "data.frequency must be auto, B"),

@@ -99,9 +99,11 @@ SplitOptions split_options(const Config& c) {
   o.val = c.number("data.split.val");
   if (!(o.train > 0 && o.train <= 1))
     fail(c.origin("data.split.train"), ": data.split.train must be in (0, 1], got ", o.train);
-  if (!(o.val >= 0 && o.train + o.val <= 1 + 1e-9))
-    fail(c.origin("data.split.val"), ": data.split.val must be >= 0 with train + val <= 1, got ",
-         o.val);
+  if (!(o.val >= 0)) fail(c.origin("data.split.val"), ": data.split.val must be >= 0, got ", o.val);
+  if (!(o.train + o.val <= 1 + 1e-9))
+    fail(c.origin("data.split.val"), ": data.split.train ", o.train, " (",
+         c.origin("data.split.train"), ") + data.split.val ", o.val,
+         " exceed 1: the test part is what is left");
   o.seed = static_cast<uint64_t>(c.integer("train.seed"));
   return o;
 }
