@@ -538,7 +538,8 @@ TEST(Series, DuplicateDatesAndGapsAreNamed) {
   ASSERT_EQ(d.notes.size(), 1u);
   EXPECT_NE(d.notes[0].find("1 gap"), std::string::npos) << d.notes[0];
   EXPECT_NE(d.notes[0].find("3 days"), std::string::npos) << d.notes[0];
-  EXPECT_FALSE(d.series[0].regular);
+  EXPECT_TRUE(d.series[0].regular);  // a whole number of days: dates past the end are known
+  EXPECT_EQ(d.time_ahead(d.rows - 1, 2), int64_t{1577836800} + 31 * int64_t{86400});
   // The series column names a series; it is no feature or target, and never empty.
   const std::string two = two_series_csv(dir, 10, 10);
   for (const char* as : {"data.features=[value,city]", "data.targets=[city]"}) {
@@ -578,8 +579,9 @@ TEST(Series, BusinessDaysAreRegularAndHolidaysNoGaps) {
   const std::string list = write(dir / "holidays.txt", "date\n# US\n2020-01-20\n");
   const SeriesData found = load_series(series_config(path));
   EXPECT_TRUE(found.series[0].business_days);
-  EXPECT_FALSE(found.series[0].regular);  // the holiday is a gap without the list
+  EXPECT_TRUE(found.series[0].regular);  // the holiday is a gap without the list, on the grid
   EXPECT_EQ(found.notes.size(), 1u);
+  EXPECT_EQ(found.time_ahead(found.rows - 1, 1), at("2020-02-03"));  // Friday to Monday
   const SeriesData listed =
       load_series(series_config(path, {"data.frequency=B", "data.holidays=" + list}));
   EXPECT_TRUE(listed.series[0].business_days);
@@ -643,6 +645,28 @@ TEST(Series, MonthlyDatesAreRegularInCalendarMonths) {
   EXPECT_FALSE(d.month_end);
   EXPECT_FALSE(c.regular);  // one date off its day of the month
   EXPECT_EQ(c.months, 0);
+  // Months missing from monthly data are gaps, in auto and under data.frequency M, and the dates
+  // past the end are the next months still; a step of no whole number of quarters is an error
+  // under Q.
+  std::vector<std::string> gappy;
+  for (int m : {0, 1, 2, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 17, 18, 19, 20, 21})
+    gappy.push_back(io::format_datetime(io::add_months(at("2010-01-31"), m, true)));
+  std::string text = "date,city,value\n";
+  for (size_t i = 0; i < gappy.size(); ++i) text += gappy[i] + ",a," + std::to_string(i) + "\n";
+  const std::string path = write(dir / "gappy.csv", text);
+  for (const char* frequency : {"data.frequency=auto", "data.frequency=M"}) {
+    const SeriesData g = load_series(series_config(path, {frequency}));
+    EXPECT_TRUE(g.series[0].regular) << frequency;
+    EXPECT_EQ(g.series[0].months, 1) << frequency;
+    EXPECT_TRUE(g.series[0].month_end) << frequency;
+    ASSERT_EQ(g.notes.size(), 1u) << frequency;
+    EXPECT_NE(g.notes[0].find("2 gaps"), std::string::npos) << g.notes[0];
+    EXPECT_EQ(g.time_ahead(g.rows - 1, 2), at("2011-12-31")) << frequency;
+  }
+  EXPECT_NE(error_of([&] {
+              load_series(series_config(path, {"data.frequency=Q"}));
+            }).find("dates do not step by whole multiples of 3 calendar months"),
+            std::string::npos);
 }
 
 TEST(Transforms, ApplyAndInvertRoundTrip) {

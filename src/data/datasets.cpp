@@ -398,15 +398,17 @@ Transform transform_of(const SeriesOptions& o, const std::string& column) {
   return it == o.transforms.end() ? Transform::none : it->second;
 }
 
-// The calendar months between consecutive dates of rows [p, q) of `order` when they are all the
-// same number (1 for monthly data, 3 for quarterly, 12 for yearly) at the same time of day and on
-// the same day of the month (or else each month's last day: `*month_end`); else 0.
+// The calendar months `unit` that the dates of rows [p, q) of `order` step by, each step a whole
+// number of units (more than one across a gap, counted into `spanned`), at the same time of day
+// and on the same day of the month (or else each month's last day: `*month_end`); the unit is
+// `want`, or with 0 the median step; 0 when the dates do not step so.
 int64_t calendar_months(const std::vector<int64_t>& when, const std::vector<int64_t>& order,
-                        int64_t p, int64_t q, bool* month_end) {
+                        int64_t p, int64_t q, int64_t want, bool* month_end,
+                        std::vector<int64_t>* spanned) {
   if (q - p < 2) return 0;
   const io::CivilTime first = io::civil_time(when[order[p]]);
   bool same_day = true, last_day = first.day == first.days_in_month;
-  int64_t months = 0;
+  std::vector<int64_t> months;
   io::CivilTime prev = first;
   for (int64_t k = p + 1; k < q; ++k) {
     const io::CivilTime c = io::civil_time(when[order[k]]);
@@ -414,12 +416,22 @@ int64_t calendar_months(const std::vector<int64_t>& when, const std::vector<int6
     last_day = last_day && c.day == c.days_in_month;
     if ((!same_day && !last_day) || c.second_of_day != first.second_of_day) return 0;
     const int64_t step = c.month_index - prev.month_index;
-    if (step <= 0 || (months > 0 && step != months)) return 0;
-    months = step;
+    if (step <= 0) return 0;
+    months.push_back(step);
     prev = c;
   }
+  int64_t unit = want;
+  if (unit == 0) {
+    std::vector<int64_t> sorted = months;
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    unit = sorted[sorted.size() / 2];
+  }
+  for (int64_t m : months)
+    if (m % unit != 0) return 0;
   *month_end = !same_day;
-  return months;
+  spanned->resize(months.size());
+  for (size_t k = 0; k < months.size(); ++k) (*spanned)[k] = months[k] / unit;
+  return unit;
 }
 
 std::string format_duration(int64_t seconds) {
@@ -491,15 +503,19 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         steps.push_back(when[b] - when[a]);
       }
       if (!steps.empty()) {
-        span.months = calendar_months(when, out.rows, p, q, &span.month_end);
+        const Frequency& f = o.frequency;
+        // How many steps of the calendar each one spans: 1, or more across a gap.
+        std::vector<int64_t> spanned(steps.size());
+        span.months = calendar_months(when, out.rows, p, q,
+                                      f.kind == Frequency::calendar_months ? f.months : 0,
+                                      &span.month_end, &spanned);
         std::vector<int64_t> sorted = steps;
         std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
         span.step = sorted[sorted.size() / 2];
-        span.regular = span.months > 0 || std::all_of(steps.begin(), steps.end(),
-                                                      [&](int64_t s) { return s == span.step; });
-        // How many steps of the calendar each one spans: 1, or more across a gap.
-        std::vector<int64_t> spanned(steps.size());
-        const Frequency& f = o.frequency;
+        // On a grid: every step a whole number of the usual one (or of calendar months).
+        span.regular = span.months > 0 || std::all_of(steps.begin(), steps.end(), [&](int64_t s) {
+                         return s % span.step == 0;
+                       });
         auto where = [&](int64_t k) { return table.where(out.rows[p + k]); };
         auto date = [&](int64_t k) { return "'" + table.text(o.date_col)[out.rows[p + k]] + "'"; };
         auto is_business = [&] {
@@ -507,8 +523,10 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
             if (!business.is_business_day(when[out.rows[k]])) return false;
           return true;
         };
-        if (f.kind == Frequency::business || (f.kind == Frequency::automatic && !span.regular &&
-                                              span.step == 86400 && is_business())) {
+        if (f.kind == Frequency::business ||
+            (f.kind == Frequency::automatic && span.months == 0 && span.step == 86400 &&
+             std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s != 86400; }) &&
+             is_business())) {
           span.business_days = true;
           for (int64_t k = 0; k < q - p; ++k)
             if (const int64_t t = when[out.rows[p + k]]; !business.is_business_day(t))
@@ -521,8 +539,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
               fail(where(int64_t(k) + 1), ": ", date(int64_t(k) + 1),
                    " is not at the time of day of the row before (data.frequency B)");
           }
-          span.regular =
-              std::all_of(spanned.begin(), spanned.end(), [](int64_t n) { return n == 1; });
+          span.regular = true;
           span.step = 86400;
           span.months = 0;
         } else if (f.kind == Frequency::fixed) {
@@ -535,17 +552,16 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
           }
           span.step = f.seconds;
           span.months = 0;
-          span.regular =
-              std::all_of(spanned.begin(), spanned.end(), [](int64_t n) { return n == 1; });
+          span.regular = true;
         } else if (f.kind == Frequency::calendar_months) {
           if (span.months != f.months && q - p > 1)
             fail(path, ": ", span.name.empty() ? "the" : "series '" + span.name + "':",
-                 " dates do not step by ", f.months, " calendar month", f.months > 1 ? "s" : "",
-                 " (data.frequency ", o.frequency.text, "): see ", where(1));
-          std::fill(spanned.begin(), spanned.end(), 1);
-        } else {
+                 " dates do not step by whole multiples of ", f.months, " calendar month",
+                 f.months > 1 ? "s" : "", " on one day of the month (data.frequency ",
+                 o.frequency.text, "): see ", where(1));
+        } else if (span.months == 0) {
           for (size_t k = 0; k < steps.size(); ++k)
-            spanned[k] = 2 * steps[k] > 3 * span.step ? 2 : 1;
+            spanned[k] = span.regular ? steps[k] / span.step : 2 * steps[k] > 3 * span.step ? 2 : 1;
         }
         for (size_t k = 0; k < steps.size(); ++k)
           if (spanned[k] > 1) {

@@ -74,7 +74,8 @@ struct SeriesSpan {
   std::string name;  // the series column's value ("" for a file of one series)
   int64_t begin = 0, end = 0;
   int64_t step = 0;        // the usual time step in seconds (the median), with a date column
-  bool regular = false;    // every step equals `step`, or is `months` calendar months
+  bool regular = false;    // every step a whole number of `step`s, of `months` calendar months
+                           // or of business days (more than one: a gap), so later dates are known
   int64_t months = 0;      // the dates step by this many calendar months (the same time of day, on
                            // the same day of the month or each month's last day); 0: they do not
   bool month_end = false;  // with `months`: on each month's last day
