@@ -379,11 +379,25 @@ TEST_F(CsvTest, RejectsTextAfterClosingQuote) {
   expect_rejected("a,b\n1,\"two\nlines\" \"\n", ":3: unexpected '\"'", "closing quote");
 }
 
-TEST_F(CsvTest, RejectsEmptyHeaderNames) {
-  expect_rejected("a,,c\n1,2,3\n", ":1: column 2 of the header has an empty name", "empty name");
-  expect_rejected("a,b,\n1,2,3\n", ":1: column 3 of the header has an empty name", "empty name");
+// A column without a name is dropped when it is empty (a spreadsheet's trailing commas), and an
+// error naming its first value otherwise.
+TEST_F(CsvTest, UnnamedColumnsMustBeEmptyAndAreDropped) {
+  expect_rejected("a,,c\n1,2,3\n",
+                  ":1: column 2 of the header has an empty name, and holds "
+                  "values (line 2)",
+                  "empty name");
+  expect_rejected("a,b,\n1,2,\n4,5,6\n",
+                  ":1: column 3 of the header has an empty name, and "
+                  "holds values (line 3)",
+                  "empty name");
   expect_rejected(" ,b\n1,2\n", ":1: column 1", "empty name");
   expect_rejected("\"\",b\n1,2\n", ":1: column 1", "empty name");
+  expect_rejected(",\n,\n", ":1: the header names no column", "names no column");
+  const CsvTable t = CsvTable::parse("a,,b,,\n1,,2,,\n3, ,4,\"\",\n", "x.csv");
+  EXPECT_EQ(t.columns(), (Strings{"a", "b"}));
+  EXPECT_EQ(t.numeric("b"), (Doubles{2, 4}));
+  EXPECT_EQ(t.numeric("a"), (Doubles{1, 3}));
+  EXPECT_EQ(t.columns_hint(), " (columns: a, b)");
 }
 
 TEST_F(CsvTest, RejectsDuplicateHeaderNames) {

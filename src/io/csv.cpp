@@ -174,10 +174,13 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
     fail(source, ": empty file, expected a header row");
   }
   const int64_t header_line = row.line;
+  std::vector<size_t> unnamed;  // columns without a name: allowed only empty (a spreadsheet's)
   for (size_t c = 0; c < row.fields.size(); ++c) {
     std::string name = row.quoted[c] ? std::move(row.fields[c]) : std::string(trim(row.fields[c]));
     if (name.empty()) {
-      fail(source, ":", header_line, ": column ", c + 1, " of the header has an empty name");
+      unnamed.push_back(c);
+      t.columns_.emplace_back();
+      continue;
     }
     const auto [it, inserted] = t.index_.try_emplace(name, c);
     if (!inserted) {
@@ -215,7 +218,24 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
     t.lines_.push_back(row.line);
   }
   if (t.lines_.empty()) fail(source, ": no data rows after the header (line ", header_line, ")");
+  if (!unnamed.empty()) t.drop_unnamed(unnamed, header_line);
   return t;
+}
+
+void CsvTable::drop_unnamed(const std::vector<size_t>& unnamed, int64_t header_line) {
+  for (size_t c : unnamed)
+    for (size_t r = 0; r < cells_[c].size(); ++r)
+      if (!trim(cells_[c][r]).empty())
+        fail(source_, ":", header_line, ": column ", c + 1,
+             " of the header has an empty name, and holds values (line ", lines_[r], ")");
+  if (unnamed.size() == columns_.size())
+    fail(source_, ":", header_line, ": the header names no column");
+  for (auto c = unnamed.rbegin(); c != unnamed.rend(); ++c) {
+    columns_.erase(columns_.begin() + static_cast<std::ptrdiff_t>(*c));
+    cells_.erase(cells_.begin() + static_cast<std::ptrdiff_t>(*c));
+  }
+  index_.clear();
+  for (size_t c = 0; c < columns_.size(); ++c) index_.emplace(columns_[c], c);
 }
 
 bool CsvTable::has_column(std::string_view name) const { return index_.contains(name); }

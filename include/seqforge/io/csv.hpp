@@ -1,9 +1,10 @@
 #pragma once
-// CSV (RFC 4180): a header row of unique, non-empty column names, then data rows with as many
-// fields each. Fields may be quoted ("a,b", "say ""hi""", newlines inside quotes); lines end in
-// LF, CRLF or CR; an optional UTF-8 BOM, a missing final newline and blank lines at the end are
-// accepted. Cells are kept as text per column and converted on request; every error is one line
-// naming the file and the line (or the column).
+// CSV (RFC 4180): a header row of unique column names, then data rows with as many fields each;
+// a column without a name must be empty and is dropped (a spreadsheet's trailing commas). Fields
+// may be quoted ("a,b", "say ""hi""", newlines inside quotes); lines end in LF, CRLF or CR; an
+// optional UTF-8 BOM, a missing final newline and blank lines at the end are accepted. Cells are
+// kept as text per column and converted on request; every error is one line naming the file and the
+// line (or the column).
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -45,6 +46,8 @@ class CsvTable {
  private:
   size_t index_of(std::string_view name) const;
   std::vector<double> parse_column(std::string_view name, bool missing_is_nan) const;
+  // Removes the columns without a name, which must be empty (a spreadsheet's trailing commas).
+  void drop_unnamed(const std::vector<size_t>& unnamed, int64_t header_line);
 
   std::string source_;
   std::vector<std::string> columns_;
