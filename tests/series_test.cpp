@@ -669,6 +669,62 @@ TEST(Series, MonthlyDatesAreRegularInCalendarMonths) {
             std::string::npos);
 }
 
+// A date column of numbers (elapsed seconds, sampled every half second here) orders each series'
+// rows in its own units: gaps are named in them, forecasts past the end dated by the usual step,
+// and the calendar, which needs dates, is an error. A .npy array's column works the same.
+TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
+  const fs::path dir = temp_dir("numeric_times");
+  const std::string path = write(dir / "t.csv",
+                                 "t,city,value\n1.5,a,3\n0,a,0\n0.5,a,1\n1,a,2\n3,a,6\n"
+                                 "3.5,a,7\n4,a,8\n4.5,a,9\n5,a,10\n5.5,a,11\n6,a,12\n");
+  auto config = [&](const std::string& file, std::vector<std::string> overrides) {
+    overrides.push_back("data.date_column=t");
+    overrides.push_back("data.lookback=2");
+    overrides.push_back("data.split.train=1");
+    overrides.push_back("data.split.val=0");
+    return series_config(file, overrides);
+  };
+  const SeriesData d = load_series(config(path, {}));
+  EXPECT_TRUE(d.numeric_times);
+  std::vector<double> values;
+  for (int64_t r = 0; r < d.rows; ++r) values.push_back(raw(d, r));
+  EXPECT_EQ(values, (std::vector<double>{0, 1, 2, 3, 6, 7, 8, 9, 10, 11, 12}));
+  ASSERT_EQ(d.notes.size(), 1u);
+  EXPECT_EQ(d.notes[0], path +
+                            ": 1 gap in the times longer than the usual step (the largest 1.5 in "
+                            "column 't', series 'a' after 1.5)");
+  EXPECT_TRUE(d.series[0].regular);
+  const auto ahead = d.time_ahead(d.rows - 1, 3);
+  ASSERT_TRUE(ahead.has_value());
+  EXPECT_EQ(d.time_text(*ahead, true), "7.5");
+  EXPECT_EQ(d.dates[0], "0");
+  EXPECT_EQ(error_of([&] { load_series(config(path, {"data.calendar=[hour]"})); }),
+            path + ": data.calendar needs dates; column 't' holds numbers, not dates");
+  EXPECT_EQ(error_of([&] { load_series(config(path, {"data.frequency=H"})); }),
+            path + ": data.frequency H needs dates; column 't' holds numbers, not dates");
+  const std::string bad = write(dir / "bad.csv", "t,city,value\n0,a,0\n2020-01-01,a,1\n");
+  EXPECT_EQ(error_of([&] { load_series(config(bad, {})); }),
+            bad + ":3: column 't': '2020-01-01' is not a number");
+  const std::string dated = write(dir / "dated.csv", "t,city,value\n2020-01-01,a,0\n7,a,1\n");
+  EXPECT_EQ(error_of([&] { load_series(config(dated, {})); }),
+            dated +
+                ":3: column 't': '7' is not an ISO date or date-time (the column's first cell is "
+                "a date)");
+
+  const std::string npy = (dir / "t.npy").string();
+  const std::vector<double> array = {1.5, 3, 0, 0, 0.5, 1, 1, 2};  // (time, value) rows
+  io::write_npy(npy, DType::f64, {4, 2}, array.data());
+  const SeriesData n = load_series(
+      Config::parse("data: {path: " + npy +
+                        ", date_column: '0', features: ['1'], targets: ['1'], lookback: 2, "
+                        "split: {train: 1, val: 0}, normalize: none}\n",
+                    "n.yaml"));
+  std::vector<double> from_npy;
+  for (int64_t r = 0; r < n.rows; ++r) from_npy.push_back(raw(n, r));
+  EXPECT_EQ(from_npy, (std::vector<double>{0, 1, 2, 3}));
+  EXPECT_EQ(n.dates, (std::vector<std::string>{"0", "0.5", "1", "1.5"}));
+}
+
 TEST(Transforms, ApplyAndInvertRoundTrip) {
   for (Transform t :
        {Transform::log, Transform::diff, Transform::log_return, Transform::pct_change}) {

@@ -216,6 +216,18 @@ double SeriesData::step_target(int64_t start, int64_t k, int64_t j) const {
              : source.at(row, target_cols[j]);
 }
 
+namespace {
+
+// A number of the date column's times (millionths of its unit) as the shortest text reading back.
+std::string numeric_time_text(int64_t when) {
+  char buf[32];
+  const auto end =
+      std::to_chars(buf, buf + sizeof buf, double(when) / SeriesData::kNumericTimeScale).ptr;
+  return std::string(buf, end);
+}
+
+}  // namespace
+
 std::optional<int64_t> SeriesData::time_ahead(int64_t row, int64_t ahead) const {
   if (times.empty()) return std::nullopt;
   const SeriesSpan& s = series_of(row);
@@ -225,6 +237,10 @@ std::optional<int64_t> SeriesData::time_ahead(int64_t row, int64_t ahead) const 
   if (s.business_days) return BusinessCalendar(holidays).add(times[last], n);
   if (s.months > 0) return io::add_months(times[last], n * s.months, s.month_end);
   return times[last] + n * s.step;
+}
+
+std::string SeriesData::time_text(int64_t when, bool date_only) const {
+  return numeric_times ? numeric_time_text(when) : io::format_datetime(when, date_only);
 }
 
 int64_t SeriesData::scaler_of(int64_t row) const {
@@ -451,6 +467,7 @@ struct RowOrder {
   std::vector<int64_t> rows;  // file rows, ordered
   std::vector<SeriesSpan> spans;
   std::vector<int64_t> times;  // (rows) with a date column
+  bool numeric_times = false;  // the date column holds numbers (SeriesData::numeric_times)
   std::vector<std::string> notes;
 };
 
@@ -459,16 +476,43 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   const BusinessCalendar business(o.holidays);
   const int64_t n = table.rows();
   std::vector<int64_t> when(n, 0);
-  if (!o.date_col.empty()) {
+  // A date column of numbers (elapsed seconds, a Unix time, a sample index) orders the rows in
+  // its own units, kept in millionths so that fractional steps survive; it has no calendar.
+  out.numeric_times = !o.date_col.empty() && n > 0 &&
+                      (table.is_array() || (!io::parse_datetime(table.text(o.date_col)[0]) &&
+                                            io::parse_finite(table.text(o.date_col)[0])));
+  if (out.numeric_times) {
+    const std::string numbers = "column '" + o.date_col + "' holds numbers, not dates";
+    if (!o.calendar.empty()) fail(path, ": data.calendar needs dates; ", numbers);
+    if (!o.known_future.empty())
+      for (const std::string& name : o.known_future)
+        if (is_calendar(o, name))
+          fail(path, ": data.known_future '", name, "' needs dates; ", numbers);
+    if (o.frequency.kind != Frequency::automatic)
+      fail(path, ": data.frequency ", o.frequency.text, " needs dates; ", numbers);
+    if (!o.holidays.empty()) fail(path, ": data.holidays need dates; ", numbers);
+    const std::vector<double> x = table.column(o.date_col);  // names a cell that is no number
+    for (int64_t r = 0; r < n; ++r) {
+      if (!(std::fabs(x[r]) < 9e12))
+        fail(table.where(r), ": column '", o.date_col, "': ", x[r],
+             " is too large a time (at most 9e12 in magnitude)");
+      when[r] = std::llround(x[r] * SeriesData::kNumericTimeScale);
+    }
+  } else if (!o.date_col.empty()) {
     const auto& dates = table.text(o.date_col);
     for (int64_t r = 0; r < n; ++r) {
       const auto t = io::parse_datetime(dates[r]);
       if (!t)
         fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
-             "' is not an ISO date or date-time");
+             "' is not an ISO date or date-time",
+             r == 0 ? "" : " (the column's first cell is a date)");
       when[r] = *t;
     }
   }
+  // A file row's date as the file writes it.
+  auto date_text = [&](int64_t r) {
+    return table.is_array() ? numeric_time_text(when[r]) : table.text(o.date_col)[r];
+  };
   static const std::vector<std::string> no_names;
   const std::vector<std::string>& names =
       o.series_col.empty() ? no_names : table.text(o.series_col);
@@ -492,7 +536,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
       for (int64_t k = p + 1; k < q; ++k) {
         const int64_t a = out.rows[k - 1], b = out.rows[k];
         if (when[a] == when[b]) {
-          const std::string& date = table.text(o.date_col)[b];
+          const std::string date = date_text(b);
           if (o.series_col.empty())
             fail(table.where(b), ": date '", date, "' appears again (first at ", table.where(a),
                  "): several series in one file? Name the column that tells them apart in "
@@ -506,9 +550,10 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         const Frequency& f = o.frequency;
         // How many steps of the calendar each one spans: 1, or more across a gap.
         std::vector<int64_t> spanned(steps.size());
-        span.months = calendar_months(when, out.rows, p, q,
-                                      f.kind == Frequency::calendar_months ? f.months : 0,
-                                      &span.month_end, &spanned);
+        if (!out.numeric_times)
+          span.months = calendar_months(when, out.rows, p, q,
+                                        f.kind == Frequency::calendar_months ? f.months : 0,
+                                        &span.month_end, &spanned);
         std::vector<int64_t> sorted = steps;
         std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
         span.step = sorted[sorted.size() / 2];
@@ -517,14 +562,15 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
                          return s % span.step == 0;
                        });
         auto where = [&](int64_t k) { return table.where(out.rows[p + k]); };
-        auto date = [&](int64_t k) { return "'" + table.text(o.date_col)[out.rows[p + k]] + "'"; };
+        auto date = [&](int64_t k) { return "'" + date_text(out.rows[p + k]) + "'"; };
         auto is_business = [&] {
           for (int64_t k = p; k < q; ++k)
             if (!business.is_business_day(when[out.rows[k]])) return false;
           return true;
         };
         if (f.kind == Frequency::business ||
-            (f.kind == Frequency::automatic && span.months == 0 && span.step == 86400 &&
+            (f.kind == Frequency::automatic && !out.numeric_times && span.months == 0 &&
+             span.step == 86400 &&
              std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s != 86400; }) &&
              is_business())) {
           span.business_days = true;
@@ -568,7 +614,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
             ++gaps;
             if (steps[k] > largest) {
               largest = steps[k];
-              largest_at = table.text(o.date_col)[out.rows[p + k]];
+              largest_at = date_text(out.rows[p + k]);
               if (!span.name.empty())
                 largest_at = "series '" + span.name + "' after " + largest_at;
               else
@@ -585,9 +631,12 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     for (int64_t p = 0; p < n; ++p) out.times[p] = when[out.rows[p]];
   }
   if (gaps > 0)
-    out.notes.push_back(path + ": " + std::to_string(gaps) + " gap" + (gaps == 1 ? "" : "s") +
-                        " in the dates longer than the usual step (the largest " +
-                        format_duration(largest) + ", " + largest_at + ")");
+    out.notes.push_back(
+        path + ": " + std::to_string(gaps) + " gap" + (gaps == 1 ? "" : "s") + " in the " +
+        (out.numeric_times ? "times" : "dates") + " longer than the usual step (the largest " +
+        (out.numeric_times ? numeric_time_text(largest) + " in column '" + o.date_col + "'"
+                           : format_duration(largest)) +
+        ", " + largest_at + ")");
   return out;
 }
 
@@ -721,9 +770,10 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
                                   const std::vector<std::string>& target_names,
                                   const std::string& label_col, bool missing_targets,
                                   SeriesData* d) {
-  // The mapped array itself, never loaded whole, where nothing is to be transformed or filled.
+  // The mapped array itself, never loaded whole, where nothing is to be transformed, filled or
+  // reordered.
   if (table.is_array() && o.transforms.empty() && o.missing == "error" && o.known_future.empty() &&
-      !table.has_missing_codes()) {
+      !table.has_missing_codes() && o.date_col.empty()) {
     std::vector<std::string> names = o.features;
     names.insert(names.end(), target_names.begin(), target_names.end());
     if (!label_col.empty()) names.push_back(label_col);
@@ -848,10 +898,11 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
         (*values)[k * width + at++] = value == category;
     }
   if (!order.times.empty()) {
-    const auto& text = table.text(o.date_col);
+    d->numeric_times = order.numeric_times;
     for (int64_t p : keep) {
       d->times.push_back(order.times[p]);
-      d->dates.push_back(text[order.rows[p]]);
+      d->dates.push_back(table.is_array() ? numeric_time_text(order.times[p])
+                                          : table.text(o.date_col)[order.rows[p]]);
     }
   }
   // The known values at the forecasts' rows: a column's from the file (NaN past a series' end),
@@ -1092,9 +1143,9 @@ void list_windows(const DataOptions& opt, WindowSet which, SeriesData* d) {
     const auto [a, b] = boundaries(opt.split, static_cast<int64_t>(pooled.size()));
     const int64_t n = static_cast<int64_t>(pooled.size());
     d->notes.push_back("split by date: validation from " +
-                       (a < n ? io::format_datetime(pooled[a], true) : std::string("(none)")) +
+                       (a < n ? d->time_text(pooled[a], true) : std::string("(none)")) +
                        ", test from " +
-                       (b < n ? io::format_datetime(pooled[b], true) : std::string("(none)")));
+                       (b < n ? d->time_text(pooled[b], true) : std::string("(none)")));
   }
 }
 

@@ -295,10 +295,11 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
     const std::string_view cell = trim(cells[r]);
     const NumberStatus status = parse_number(cell, &out[r]);
     const bool missing =
-        is_missing_cell(cell) ||
-        std::find(missing_texts_.begin(), missing_texts_.end(), cell) != missing_texts_.end() ||
-        (status == NumberStatus::ok && std::find(missing_numbers_.begin(), missing_numbers_.end(),
-                                                 out[r]) != missing_numbers_.end());
+        status == NumberStatus::ok
+            ? std::find(missing_numbers_.begin(), missing_numbers_.end(), out[r]) !=
+                  missing_numbers_.end()
+            : is_missing_cell(cell) || std::find(missing_texts_.begin(), missing_texts_.end(),
+                                                 cell) != missing_texts_.end();
     if (missing) {
       if (missing_is_nan) {
         out[r] = NAN;
@@ -326,7 +327,7 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
 bool is_missing_cell(std::string_view cell) {
   cell = trim(cell);
   if (cell.empty()) return true;
-  if (cell.size() > 5) return false;
+  if (cell.size() > 4) return false;
   std::string lower(cell);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   for (const char* word : {"na", "n/a", "#n/a", "#na", "<na>", "nan", "-nan", "null", "none"})
@@ -334,9 +335,18 @@ bool is_missing_cell(std::string_view cell) {
   return false;
 }
 
+std::optional<double> parse_finite(std::string_view cell) {
+  double v = 0;
+  if (parse_number(cell, &v) != NumberStatus::ok) return std::nullopt;
+  return v;
+}
+
 bool is_nines(double x) {
   const double a = std::fabs(x);
   if (!(a >= 9 && a < 1e9)) return false;
+  double lead = a;  // the leading digit must be a 9: most values stop here
+  while (lead >= 10) lead /= 10;
+  if (lead < 9) return false;
   char text[64];
   const int n = std::snprintf(text, sizeof text, "%.6f", a);
   std::string_view digits(text, static_cast<size_t>(n));

@@ -36,7 +36,10 @@ const std::vector<ConfigKey> kKeys = {
     {"data.targets", T::string_list, "[]",
      "CSV columns to predict (forecast). Required for forecast."},
     {"data.date_column", T::string, "",
-     "CSV column of ISO dates or date-times: rows are ordered by it; never a feature."},
+     "The column of each row's time: ISO dates or date-times, or numbers (elapsed seconds, a Unix "
+     "time, a sample index; in their own units, with no calendar: data.calendar, "
+     "data.frequency and data.holidays need dates). Rows are ordered by it within each series; "
+     "never a feature."},
     {"data.series_column", T::string, "",
      "CSV column naming the series when one file holds several (a battery cell, a city, a "
      "ticker); never a feature. Each series is ordered by its own dates, windows never cross "

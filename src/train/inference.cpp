@@ -93,7 +93,7 @@ std::string forecast_time(const SeriesData& d, int64_t start, int64_t k) {
   const int64_t last = d.last_row(start), target = d.target_row(start, k);
   if (target < d.series_of(last).end) return row_label(d, target);
   const std::optional<int64_t> when = d.time_ahead(last, target - last);
-  return when ? io::format_datetime(*when, d.dates[last].size() <= 10) : "";
+  return when ? d.time_text(*when, d.dates[last].size() <= 10) : "";
 }
 
 // Windows per forward pass of predict: large batches run the GEMMs fastest (512-1024 rows ran

@@ -124,7 +124,11 @@ struct SeriesData {
   std::vector<int64_t> file_rows;      // (rows) each row's 0-based row in the file; empty: the same
   std::vector<std::string> dates;      // (rows) the date column's text, when there is one
   std::vector<int64_t> times;          // (rows) seconds since 1970, when there is a date column
-  std::vector<int64_t> holidays;       // days since 1970 that are no business days (data.holidays)
+  // The date column holds numbers (elapsed seconds, a Unix time, a sample index): times are
+  // those numbers in millionths (kNumericTimeScale), with no calendar.
+  bool numeric_times = false;
+  static constexpr double kNumericTimeScale = 1e6;
+  std::vector<int64_t> holidays;  // days since 1970 that are no business days (data.holidays)
   // data.static: each column with its categories (sorted), a one-hot feature per category.
   std::vector<std::pair<std::string, std::vector<std::string>>> static_categories;
   std::vector<std::string> notes;  // facts worth a line at start-up (gaps, cut dates)
@@ -151,6 +155,9 @@ struct SeriesData {
   // The time `ahead` rows after source row `row` in its series: the file's, or past the series'
   // end by its calendar where its dates are regular; none without dates or calendar.
   std::optional<int64_t> time_ahead(int64_t row, int64_t ahead) const;
+  // A time of `times` as the date column writes it: an ISO date (date-time unless `date_only`),
+  // or the number.
+  std::string time_text(int64_t when, bool date_only) const;
   // The scaler (Normalizer::series_index) of the series of source row `row`.
   int64_t scaler_of(int64_t row) const;
   // The normalised features of window `start`, (lookback, F), into `out`.

@@ -63,6 +63,9 @@ class CsvTable {
 // around it ignored.
 bool is_missing_cell(std::string_view cell);
 
+// A cell as a finite number (surrounding spaces allowed), as CsvTable::numeric reads it.
+std::optional<double> parse_finite(std::string_view cell);
+
 // Whether x is a number whose digits are all nines (9, -99.9, -999, 9999.99): the usual codes for
 // a missing measurement.
 bool is_nines(double x);
