@@ -689,8 +689,11 @@ TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   std::vector<double> values;
   for (int64_t r = 0; r < d.rows; ++r) values.push_back(raw(d, r));
   EXPECT_EQ(values, (std::vector<double>{0, 1, 2, 3, 6, 7, 8, 9, 10, 11, 12}));
-  ASSERT_EQ(d.notes.size(), 1u);
+  ASSERT_EQ(d.notes.size(), 2u);
   EXPECT_EQ(d.notes[0], path +
+                            ": column 't' holds numbers, not dates, times in its own units "
+                            "(ISO dates give a calendar)");
+  EXPECT_EQ(d.notes[1], path +
                             ": 1 gap in the times longer than the usual step (the largest 1.5 in "
                             "column 't', series 'a' after 1.5)");
   EXPECT_TRUE(d.series[0].regular);

@@ -498,6 +498,8 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
              " is too large a time (at most 9e12 in magnitude)");
       when[r] = std::llround(x[r] * SeriesData::kNumericTimeScale);
     }
+    out.notes.push_back(path + ": " + numbers +
+                        ", times in its own units (ISO dates give a calendar)");
   } else if (!o.date_col.empty()) {
     const auto& dates = table.text(o.date_col);
     for (int64_t r = 0; r < n; ++r) {
