@@ -1166,7 +1166,9 @@ TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {
               train(Config::parse("data: {path: " + path + ", targets: ['0'], date_column: '0'}\n",
                                   "npy.yaml"),
                     log);
-            }).find("no text column"),
+            })
+                .find("npy.yaml: data.targets: '0' is data.date_column, which orders the rows and "
+                      "cannot be a target"),
             std::string::npos);
   const std::string bad = (dir / "cube.npy").string();
   io::write_npy(bad, DType::f32, {10, 3, 2}, data.data());

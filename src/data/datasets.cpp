@@ -1296,6 +1296,13 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
       fail(opt.source, ": data.features: ", opt.path, " has no column '", name, "'",
            stored && o.features.empty() ? ", a feature of the trained model" : "",
            table.columns_hint());
+  if (!o.date_col.empty())  // the times order the rows, nothing more
+    for (const auto& [key, columns] :
+         {std::pair<const char*, const std::vector<std::string>*>{"feature", &d.feature_names},
+          std::pair<const char*, const std::vector<std::string>*>{"target", &o.targets}})
+      if (std::find(columns->begin(), columns->end(), o.date_col) != columns->end())
+        fail(opt.source, ": data.", key, "s: '", o.date_col,
+             "' is data.date_column, which orders the rows and cannot be a ", key);
   if (!o.series_col.empty()) {  // the series' names say which series a row is of, nothing more
     using Columns = const std::vector<std::string>*;
     for (const auto& [key, columns] : {std::pair<const char*, Columns>{"feature", &d.feature_names},
