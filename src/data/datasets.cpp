@@ -484,10 +484,9 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   if (out.numeric_times) {
     const std::string numbers = "column '" + o.date_col + "' holds numbers, not dates";
     if (!o.calendar.empty()) fail(path, ": data.calendar needs dates; ", numbers);
-    if (!o.known_future.empty())
-      for (const std::string& name : o.known_future)
-        if (is_calendar(o, name))
-          fail(path, ": data.known_future '", name, "' needs dates; ", numbers);
+    for (const std::string& name : o.known_future)
+      if (is_calendar(o, name))
+        fail(path, ": data.known_future '", name, "' needs dates; ", numbers);
     if (o.frequency.kind != Frequency::automatic)
       fail(path, ": data.frequency ", o.frequency.text, " needs dates; ", numbers);
     if (!o.holidays.empty()) fail(path, ": data.holidays need dates; ", numbers);
