@@ -331,12 +331,11 @@ class DataFile {
       }
       for (int64_t j = 0; j < matrix_.cols; ++j) names_.push_back(std::to_string(j));
       for (const std::string& code : missing_codes) {
-        char* end = nullptr;
-        const double v = std::strtod(code.c_str(), &end);
-        if (end == code.c_str() || *end != '\0' || !std::isfinite(v))
+        const std::optional<double> v = io::parse_finite(code);  // as a CSV cell reads
+        if (!v)
           fail(path, ": data.missing_values: '", code,
                "' is no number, and a .npy array holds only numbers");
-        missing_numbers_.push_back(v);
+        missing_numbers_.push_back(*v);
       }
     } else {
       csv_ = std::make_unique<io::CsvTable>(io::CsvTable::read(path));
