@@ -63,12 +63,39 @@ struct Checker {
     double error = 0;
     std::string tensor;
   };
+  struct Tensor {
+    std::string group, name;
+    std::vector<double> got, want;
+  };
   std::map<std::string, Worst> groups;  // forward, backward, adamw, sgd
+  std::vector<Tensor> tensors;
   void check(const std::string& group, const std::string& name, const std::vector<double>& got,
              const std::vector<double>& want) {
     const double e = max_rel_error(got, want);
     Worst& w = groups[group];
     if (w.tensor.empty() || e > w.error) w = {e, name};
+    tensors.push_back({group, name, got, want});
+  }
+  // The group's worst error when each value is also judged against `share` of the largest
+  // magnitude in its group: a value that is the residue of a cancellation (the gradient of an
+  // input seen only through a layer norm of its multiples) has no float32 digits of its own.
+  Worst floored(const std::string& group, double share) const {
+    double scale = 0;
+    for (const Tensor& t : tensors)
+      if (t.group == group)
+        for (double v : t.want) scale = std::max(scale, std::fabs(v));
+    Worst worst;
+    for (const Tensor& t : tensors) {
+      if (t.group != group) continue;
+      double own = 0, e = 0;
+      for (double v : t.want) own = std::max(own, std::fabs(v));
+      for (size_t i = 0; i < t.want.size(); ++i)
+        e = std::max(e, std::fabs(t.got[i] - t.want[i]) /
+                            std::max({std::fabs(t.want[i]), 0.1 * own, share * scale, 1e-30}));
+      if (std::isnan(e)) e = INFINITY;
+      if (worst.tensor.empty() || e > worst.error) worst = {e, t.name};
+    }
+    return worst;
   }
 };
 
@@ -275,11 +302,14 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
     }
     // Where float32 itself cannot hold the tolerance (layer norms of nearly constant rows:
     // PyTorch's own float32 forward and backward are off by more), seqforge's may be off by a few
-    // times as much; the SGD steps, which compound two steps of its own gradients, are only
-    // printed. The float64 run checks these fixtures at the full tolerance.
+    // times as much, each value judged against at least a thousandth of its group's largest;
+    // the SGD steps, which compound two steps of its own gradients, are only printed. The
+    // float64 run checks these fixtures at the full tolerance.
     ++ill_conditioned;
-    for (const char* group : {"forward", "backward", "adamw"})
-      EXPECT_LE(ck.groups.at(group).error, 10 * torch_f32) << name << ": " << group;
+    for (const char* group : {"forward", "backward", "adamw"}) {
+      const Checker::Worst w = ck.floored(group, 1e-3);
+      EXPECT_LE(w.error, 10 * torch_f32) << name << ": " << group << ", worst " << w.tensor;
+    }
   }
   if (ill_conditioned)
     std::printf(

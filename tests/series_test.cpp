@@ -91,6 +91,28 @@ TEST(Series, WindowsNeverCrossSeriesAndEverySeriesIsSplit) {
   EXPECT_TRUE(a_val && b_val);
 }
 
+// A series shorter than one window gives none: a note names it and its rows, in training (time
+// and random splits) and in inference; the other series' windows are unchanged.
+TEST(Series, ASeriesShorterThanAWindowIsNamed) {
+  const fs::path dir = temp_dir("short");
+  const std::string path = two_series_csv(dir, 40, 4);  // b: 4 rows, a window spans 5
+  const std::string note = "1 of 2 series in " + path +
+                           " (city) is shorter than one window (5 rows: data.lookback 4 + "
+                           "data.horizon 1) and gives none: 'b' (4 rows)";
+  for (const std::string mode : {"time", "random"}) {
+    const SeriesData d = load_series(series_config(path, {"data.split.mode=" + mode}));
+    ASSERT_EQ(d.series.size(), 2u);
+    EXPECT_EQ(d.split.train.size() + d.split.val.size() + d.split.test.size(), 36u) << mode;
+    EXPECT_NE(std::find(d.notes.begin(), d.notes.end(), note), d.notes.end()) << mode;
+  }
+  const SeriesData every = load_series(series_config(path), nullptr, WindowSet::with_targets);
+  EXPECT_EQ(every.split.test.size(), 36u);
+  EXPECT_NE(std::find(every.notes.begin(), every.notes.end(), note), every.notes.end());
+  const SeriesData long_enough = load_series(series_config(two_series_csv(dir, 40, 5)));
+  for (const std::string& n : long_enough.notes)
+    EXPECT_EQ(n.find("shorter than one window"), std::string::npos) << n;
+}
+
 // data.split.context on 100 daily rows, lookback 10, horizon 1, train 0.7, val 0.2: training
 // targets are rows 10..69; with history, validation scores every target in rows 70..89 (windows
 // from row 60) and test every one in 90..99; strict keeps whole windows inside each part (10
@@ -861,6 +883,11 @@ TEST(Series, InferenceWindowsNeedNoTargets) {
   ASSERT_EQ(d.split.test.size(), 7u);  // every complete window of a: days 0-3 ... 6-9
   EXPECT_EQ(d.last_row(d.split.test.back()), d.series[0].end - 1);  // up to the last row
   EXPECT_TRUE(d.split.train.empty() && d.split.val.empty());
+  ASSERT_EQ(d.notes.size(), 1u);
+  EXPECT_NE(d.notes[0].find("is shorter than one window (4 rows: data.lookback 4) and gives "
+                            "none: 'b' (3 rows)"),
+            std::string::npos)
+      << d.notes[0];
   // Evaluation needs the targets.
   EXPECT_NE(error_of([&] {
               load_series(c, &stored, WindowSet::with_targets);

@@ -139,11 +139,12 @@ int main(int argc, char** argv) {
   CLI::App* pred = app.add_subcommand(
       "predict", "Predict every window of a file with a forecasting or classification run");
   pred->add_option("run", pred_run, "run directory or model.safetensors")->required();
-  pred->add_option("--input", pred_options.input,
-                   "CSV of the training data's layout (target columns optional)")
+  pred->add_option("--input,--data", pred_options.input,
+                   "CSV or .npy of the training data's layout (target columns optional)")
       ->required();
+  pred_options.output = "-";
   pred->add_option("--output", pred_options.output, "CSV to write; - for standard output")
-      ->required();
+      ->capture_default_str();
   pred->add_flag("--last", pred_options.last_only,
                  "only the forecast after the last row (of each series)");
 

@@ -1107,18 +1107,45 @@ void static_categories(const DataFile& table, const DataOptions& opt, const RowO
   }
 }
 
+// Names the series of a file of several that give no window at all: too short for one.
+void note_windowless_series(const DataOptions& opt, bool targets, SeriesData* d) {
+  if (d->series.size() < 2) return;
+  std::vector<char> starts(d->rows, 0);
+  for (const auto* list : {&d->split.train, &d->split.val, &d->split.test})
+    for (int64_t start : *list) starts[start] = 1;
+  std::vector<std::string> names;
+  for (const SeriesSpan& s : d->series) {
+    if (std::find(starts.begin() + s.begin, starts.begin() + s.end, 1) == starts.begin() + s.end)
+      names.push_back(io::quoted(s.name) + " (" + std::to_string(s.end - s.begin) + " rows)");
+  }
+  if (names.empty()) return;
+  const int64_t span = (targets ? d->target_row(0) : d->last_row(0)) + 1;
+  const bool one = names.size() == 1;
+  std::ostringstream note;
+  note << names.size() << " of " << d->series.size() << " series in " << opt.path << " ("
+       << opt.series.series_col << ") " << (one ? "is" : "are") << " shorter than one window ("
+       << span << " rows: data.lookback " << d->lookback;
+  if (span > d->lookback) note << " + data.horizon " << span - d->lookback;
+  note << ") and " << (one ? "gives" : "give") << " none: ";
+  for (size_t i = 0; i < names.size() && i < 5; ++i) note << (i ? ", " : "") << names[i];
+  if (names.size() > 5) note << " and " << names.size() - 5 << " more";
+  d->notes.push_back(note.str());
+}
+
 // The windows of each series: the splits, or every window of the file.
 void list_windows(const DataOptions& opt, WindowSet which, SeriesData* d) {
   const SeriesOptions& o = opt.series;
   if (which != WindowSet::splits) {
     for (const SeriesSpan& s : d->series)
       add_windows(*d, s.begin, s.end, 1, which == WindowSet::with_targets, &d->split.test);
+    note_windowless_series(opt, which == WindowSet::with_targets, d);
     return;
   }
   if (opt.split.mode == "random") {
     std::vector<int64_t> all;
     for (const SeriesSpan& s : d->series) add_windows(*d, s.begin, s.end, o.stride, true, &all);
     random_split(opt.split, all, &d->split);
+    note_windowless_series(opt, true, d);
     return;
   }
   const auto points = split_points(opt.split, *d);
@@ -1137,6 +1164,7 @@ void list_windows(const DataOptions& opt, WindowSet which, SeriesData* d) {
     add_windows(*d, first_start(s, b), s.end, o.stride, true, &d->split.test);
   }
   for (auto* v : {&d->split.train, &d->split.val, &d->split.test}) std::sort(v->begin(), v->end());
+  note_windowless_series(opt, true, d);
   if (opt.split.by == "date" && !d->times.empty()) {
     std::vector<int64_t> pooled = d->times;
     std::sort(pooled.begin(), pooled.end());

@@ -259,11 +259,6 @@ Predictions predictions(const std::string& run, const std::string& input, bool l
     return text;
   }
   const SeriesData& d = r.task.series;
-  for (const SeriesSpan& s : d.series)
-    if (s.end - s.begin < d.lookback && d.series.size() > 1)
-      p.notes.push_back("series '" + s.name + "' has " + std::to_string(s.end - s.begin) +
-                        " rows, fewer than data.lookback = " + std::to_string(d.lookback) +
-                        ": no prediction for it");
   const std::vector<int64_t> windows = prediction_windows(d, last_only);
   if (windows.empty())
     fail(input, ": ", d.rows, " rows", d.series.size() > 1 ? " in every series" : "",
