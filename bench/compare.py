@@ -23,6 +23,8 @@ the fused Adam, bench/pytorch_bench.py), the recurrent workloads only by default
 names the interpreter that has a CUDA PyTorch. fp32 there is TF32 on both sides (seqforge bench
 --matmul-precision high), and the table adds each engine's achieved TFLOP/s and the GPU's GEMM
 peak in that precision, measured in the same run (an 8192^3 matmul through PyTorch's cuBLAS).
+On a CPU whose model PyTorch's OpenBLAS does not know (it then runs generic SSE kernels), the
+peer runs with OPENBLAS_CORETYPE set to the best kernels the CPU supports, and says so.
 """
 import argparse
 import json
@@ -85,6 +87,41 @@ def capped_environments(tier):
     return sf, pt
 
 
+# OpenBLAS picks its kernels by CPU model; a model newer than it knows (a Xeon of 2023 for 0.3.21)
+# falls back to these generic SSE kernels, several times slower than its AVX2/AVX-512 ones.
+GENERIC_OPENBLAS_CORES = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Katmai",
+                          "Coppermine", "Northwood", "Banias", "Atom", "Generic"}
+
+OPENBLAS_CORE = '''
+import ctypes
+lib = ctypes.CDLL("libopenblas.so.0")
+lib.openblas_get_corename.restype = ctypes.c_char_p
+print(lib.openblas_get_corename().decode())
+'''
+
+
+def peer_blas_environment(python):
+    """PyTorch's environment with OpenBLAS on the best kernels the CPU runs, where OpenBLAS does not
+    know the CPU's model and would fall back to generic ones: the peer as a user would tune it."""
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return None
+    try:
+        core = subprocess.run([python, "-c", OPENBLAS_CORE], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        flags = open("/proc/cpuinfo").read().split()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    if core not in GENERIC_OPENBLAS_CORES:
+        return None
+    best = ("Cooperlake" if "avx512_bf16" in flags else "SkylakeX" if "avx512f" in flags else
+            "Haswell" if "avx2" in flags and "fma" in flags else None)
+    if best is None:
+        return None
+    print("PyTorch's OpenBLAS would run its generic %s kernels on this CPU: OPENBLAS_CORETYPE=%s"
+          % (core, best), flush=True)
+    return dict(os.environ, OPENBLAS_CORETYPE=best)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("workloads", nargs="*", default=WORKLOADS)
@@ -100,6 +137,8 @@ def main():
     p.add_argument("--python", default="/usr/bin/python3", help="the interpreter with PyTorch")
     a = p.parse_args()
     sf_env, pt_env = capped_environments(a.max_isa)
+    if pt_env is None and a.device == "cpu":
+        pt_env = peer_blas_environment(a.python)
     for wid in a.workloads:
         if wid not in WORKLOADS + ATTENTION:
             sys.exit("unknown workload %s (expected %s)" % (wid, ", ".join(WORKLOADS + ATTENTION)))

@@ -61,7 +61,15 @@ void check_accepted(const CsvTable& t, std::string_view bytes) {
     const auto& text = t.text(c);
     if (static_cast<int64_t>(text.size()) != t.rows()) bug("column length");
     for (const std::string& cell : text) {
-      if (const auto s = seqforge::io::parse_datetime(cell)) sink += static_cast<unsigned>(*s);
+      using seqforge::io::DateLayout;
+      for (DateLayout layout :
+           {DateLayout::iso, DateLayout::day_first, DateLayout::month_first, DateLayout::compact})
+        if (const auto s = seqforge::io::parse_date(cell, layout)) {
+          // Every date lies in the years 0000 to 9999 (a UTC offset of up to a day aside).
+          if (*s < -62167219200 - 86400 || *s > 253402300799 + 86400) bug("date out of range");
+          sink += static_cast<unsigned>(*s);
+        }
+      if (const auto f = seqforge::io::day_month_fields(cell)) sink += f->first + f->second;
     }
     try {
       const std::vector<double> v = t.numeric(c);

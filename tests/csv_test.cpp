@@ -429,6 +429,51 @@ TEST(ParseDatetime, DatesAndTimes) {
   EXPECT_EQ(parse_datetime("9999-12-31T23:59:59Z"), 253402300799);
 }
 
+TEST(ParseDatetime, SlashesAndMonths) {
+  EXPECT_EQ(parse_datetime("2012/01/01"), 1325376000);
+  EXPECT_EQ(parse_datetime("2012/01/01 13:00"), 1325376000 + 13 * 3600);
+  EXPECT_EQ(parse_datetime("2012-01"), 1325376000);  // a month: its first day
+  EXPECT_EQ(parse_datetime("1958-03"), -373593600);
+}
+
+TEST(ParseDate, DayOrMonthFirst) {
+  const int64_t jan2 = 1325376000 + 86400;  // 2012-01-02
+  EXPECT_EQ(parse_date("02/01/2012", DateLayout::day_first), jan2);
+  EXPECT_EQ(parse_date("2/1/2012", DateLayout::day_first), jan2);
+  EXPECT_EQ(parse_date("02.01.2012", DateLayout::day_first), jan2);
+  EXPECT_EQ(parse_date("02-01-2012", DateLayout::day_first), jan2);
+  EXPECT_EQ(parse_date("01/02/2012", DateLayout::month_first), jan2);
+  EXPECT_EQ(parse_date(" 1/2/2012 ", DateLayout::month_first), jan2);
+  EXPECT_EQ(parse_date("01/02/2012", DateLayout::day_first), jan2 + 30 * 86400);  // 1 February
+  EXPECT_EQ(parse_date("31/12/2020 13:45", DateLayout::day_first), 1609422300);
+  EXPECT_EQ(parse_date("31.12.2020 13:45:59", DateLayout::day_first), 1609422359);
+  EXPECT_EQ(parse_date("12/31/2020 1:45 PM", DateLayout::month_first), 1609422300);
+  EXPECT_EQ(parse_date("12/31/2020 1:45:00 pm", DateLayout::month_first), 1609422300);
+  EXPECT_EQ(parse_date("12/31/2020 12:05 AM", DateLayout::month_first), 1609372800 + 300);
+  EXPECT_EQ(parse_date("12/31/2020 12:05 PM", DateLayout::month_first),
+            1609372800 + 12 * 3600 + 300);
+  EXPECT_EQ(parse_date("12/31/2020 9:05", DateLayout::month_first), 1609372800 + 9 * 3600 + 300);
+  EXPECT_EQ(parse_date("12/31/2020T09:05Z", DateLayout::month_first), 1609372800 + 9 * 3600 + 300);
+  for (const char* s :
+       {"31/12/2020", "12/31/20", "12/31/2020 13:45 PM", "12/31/2020 0:45 AM", "12/31/2020 1:45 XM",
+        "12/31/2020 1:45PM", "12/31/2020 1:4", "12/31/2020 T", "12/31-2020", "12//2020",
+        "123/1/2020", "12/31/2020x", "02/30/2020", "2012-01-02", "20120102", ""})
+    EXPECT_EQ(parse_date(s, DateLayout::month_first), std::nullopt) << "'" << s << "'";
+  EXPECT_EQ(day_month_fields("31/12/2020 13:45"), (std::pair{31, 12}));
+  EXPECT_EQ(day_month_fields("1.2.2012"), (std::pair{1, 2}));
+  EXPECT_EQ(day_month_fields("2012-01-02"), std::nullopt);
+  EXPECT_EQ(day_month_fields("1/2/12"), std::nullopt);
+}
+
+TEST(ParseDate, CompactAndIso) {
+  EXPECT_EQ(parse_date("20120102", DateLayout::compact), 1325376000 + 86400);
+  EXPECT_EQ(parse_date(" 20201231", DateLayout::compact), 1609372800);
+  for (const char* s : {"20121301", "20120230", "2012010", "201201021", "17991231", "22000101",
+                        "2012-01-02", "20120102 13:00", "+2012010"})
+    EXPECT_EQ(parse_date(s, DateLayout::compact), std::nullopt) << "'" << s << "'";
+  EXPECT_EQ(parse_date("2012-01-02T13:00", DateLayout::iso), parse_datetime("2012-01-02T13:00"));
+}
+
 TEST(ParseDatetime, UtcOffsets) {
   EXPECT_EQ(parse_datetime("2012-01-01T13:00:00+01:00"), 1325376000 + 12 * 3600);
   EXPECT_EQ(parse_datetime("2012-01-01T13:00-0530"), 1325376000 + 18 * 3600 + 30 * 60);
@@ -439,11 +484,15 @@ TEST(ParseDatetime, RejectsEverythingElse) {
   for (const char* s : {"",
                         " ",
                         "2012",
-                        "2012-01",
+                        "2012-1",
+                        "2012/01",
+                        "2012-13",
                         "2012-1-1",
                         "2012-01-1",
                         "12-01-01",
-                        "2012/01/01",
+                        "2012/01-01",
+                        "2012-01/01",
+                        "2012-01 13:00",
                         "20120101",
                         "2013-02-29",
                         "1900-02-29",

@@ -694,6 +694,86 @@ TEST(Series, MonthlyDatesAreRegularInCalendarMonths) {
 // A date column of numbers (elapsed seconds, sampled every half second here) orders each series'
 // rows in its own units: gaps are named in them, forecasts past the end dated by the usual step,
 // and the calendar, which needs dates, is an error. A .npy array's column works the same.
+// Dates day or month first: the column's order told by a field past 12 (or data.date_order),
+// the rows ordered by date, a note saying how they were read, the dates ISO from then on; an
+// undecidable or mixed column is one error each. YYYYMMDD likewise.
+TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
+  const fs::path dir = temp_dir("date_layouts");
+  auto file = [&](const std::string& name, const std::vector<std::string>& dates) {
+    std::string text = "date,value\n";
+    for (size_t k = 0; k < dates.size(); ++k) text += dates[k] + "," + std::to_string(k) + "\n";
+    return write(dir / name, text);
+  };
+  auto config = [](const std::string& path, const std::vector<std::string>& more = {}) {
+    return Config::parse("data: {path: " + path +
+                             ", date_column: date, features: [value], targets: [value], "
+                             "lookback: 2, split: {train: 0.5, val: 0.25}, normalize: none}\n",
+                         "d.yaml", more);
+  };
+  // 12 days from 2020-01-08, written day first, the rows out of order.
+  std::vector<std::string> day_first, month_first, compact;
+  for (int k = 0; k < 12; ++k) {
+    const std::string iso = io::format_datetime(int64_t{1578441600} + k * int64_t{86400}, true);
+    const std::string y = iso.substr(0, 4), m = iso.substr(5, 2), d = iso.substr(8, 2);
+    day_first.push_back(d + "/" + m + "/" + y);
+    month_first.push_back(m + "/" + d + "/" + y);
+    compact.push_back(y + m + d);
+  }
+  std::swap(day_first[0], day_first[5]);
+  const std::string dmy = file("dmy.csv", day_first);
+  const SeriesData d = load_series(config(dmy));
+  ASSERT_EQ(d.dates.size(), 12u);
+  EXPECT_EQ(d.dates.front(), "2020-01-08");
+  EXPECT_EQ(d.dates.back(), "2020-01-19");
+  EXPECT_EQ(d.series[0].step, 86400);
+  EXPECT_TRUE(d.series[0].regular);
+  EXPECT_EQ(raw(d, 0), 5);  // the 8th is the file's sixth row
+  ASSERT_FALSE(d.notes.empty());
+  EXPECT_EQ(d.notes[0], dmy +
+                            ": column 'date' writes its dates day first (day/month/year: "
+                            "'13/01/2020' at " +
+                            dmy + ":2); predictions write them as ISO dates");
+  const SeriesData m = load_series(config(file("mdy.csv", month_first)));
+  EXPECT_EQ(m.dates, std::vector<std::string>(d.dates.begin(), d.dates.end()));
+  EXPECT_NE(m.notes[0].find("month first (month/day/year: '01/13/2020' at "), std::string::npos)
+      << m.notes[0];
+  const SeriesData c = load_series(config(file("compact.csv", compact)));
+  EXPECT_EQ(c.dates, m.dates);
+  EXPECT_NE(c.notes[0].find("writes its dates as YYYYMMDD"), std::string::npos) << c.notes[0];
+  // The first of each month of 2020, month first: no field past 12 tells the order, an error
+  // unless data.date_order says it (day first, they are 1 to 12 January).
+  std::vector<std::string> firsts;
+  for (int k = 1; k <= 12; ++k)
+    firsts.push_back((k < 10 ? "0" : "") + std::to_string(k) + "/01/2020");
+  const std::string early = file("early.csv", firsts);
+  EXPECT_NE(error_of([&] { load_series(config(early)); })
+                .find(early + ":2: column 'date': '01/01/2020' may have its day or its month "
+                              "first, and no date of the column has a field past 12 to tell: set "
+                              "data.date_order: dmy (day first) or mdy (month first)"),
+            std::string::npos);
+  const SeriesData told = load_series(config(early, {"data.date_order=mdy"}));
+  EXPECT_EQ(told.dates.back(), "2020-12-01");
+  EXPECT_EQ(told.series[0].months, 1);
+  EXPECT_NE(told.notes[0].find("month first (month/day/year: data.date_order)"), std::string::npos)
+      << told.notes[0];
+  const SeriesData days = load_series(config(early, {"data.date_order=dmy"}));
+  EXPECT_EQ(days.dates.back(), "2020-01-12");
+  EXPECT_EQ(days.series[0].step, 86400);
+  // Both orders in one column, and a cell that is no date of the column's kind.
+  std::vector<std::string> mixed = day_first;
+  mixed[8] = month_first[8];
+  EXPECT_NE(error_of([&] {
+              load_series(config(file("mixed.csv", mixed)));
+            }).find("has its month first where"),
+            std::string::npos);
+  std::vector<std::string> bad = compact;
+  bad[3] = "2020-01-11";
+  EXPECT_NE(error_of([&] { load_series(config(file("bad.csv", bad))); })
+                .find("bad.csv:5: column 'date': '2020-01-11' is not a date written as the "
+                      "column's first, '20200108' (column 'date' writes its dates as YYYYMMDD"),
+            std::string::npos);
+}
+
 TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   const fs::path dir = temp_dir("numeric_times");
   const std::string path = write(dir / "t.csv",
@@ -733,8 +813,8 @@ TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   const std::string dated = write(dir / "dated.csv", "t,city,value\n2020-01-01,a,0\n7,a,1\n");
   EXPECT_EQ(error_of([&] { load_series(config(dated, {})); }),
             dated +
-                ":3: column 't': '7' is not an ISO date or date-time (the column's first cell is "
-                "a date)");
+                ":3: column 't': '7' is not a date written as the column's first, "
+                "'2020-01-01'");
 
   const std::string npy = (dir / "t.npy").string();
   const std::vector<double> array = {1.5, 3, 0, 0, 0.5, 1, 1, 2};  // (time, value) rows

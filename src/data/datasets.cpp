@@ -465,10 +465,57 @@ std::string format_duration(int64_t seconds) {
 struct RowOrder {
   std::vector<int64_t> rows;  // file rows, ordered
   std::vector<SeriesSpan> spans;
-  std::vector<int64_t> times;  // (rows) with a date column
-  bool numeric_times = false;  // the date column holds numbers (SeriesData::numeric_times)
+  std::vector<int64_t> times;          // (rows) with a date column
+  bool numeric_times = false;          // the date column holds numbers (SeriesData::numeric_times)
+  std::vector<std::string> iso_dates;  // (file rows) dates the file writes otherwise, as ISO
   std::vector<std::string> notes;
 };
+
+// How the date column of a CSV writes its dates: its first cell tells ISO, YYYYMMDD or day and
+// month first, whose order a field past 12 anywhere in the column tells (or data.date_order).
+// nullopt: the column holds numbers, not dates.
+std::optional<io::DateLayout> date_layout(const DataFile& table, const SeriesOptions& o) {
+  const std::vector<std::string>& cells = table.text(o.date_col);
+  const std::string& first = cells[0];
+  if (io::parse_datetime(first)) return io::DateLayout::iso;
+  if (io::parse_date(first, io::DateLayout::compact)) return io::DateLayout::compact;
+  if (io::parse_finite(first)) return std::nullopt;
+  if (!io::day_month_fields(first)) return io::DateLayout::iso;  // each cell's error says why
+  if (o.date_order != "auto")
+    return o.date_order == "dmy" ? io::DateLayout::day_first : io::DateLayout::month_first;
+  int64_t day_past_12 = -1, month_past_12 = -1;  // rows whose first or second field is past 12
+  for (int64_t r = 0; r < table.rows() && (day_past_12 < 0 || month_past_12 < 0); ++r)
+    if (const auto f = io::day_month_fields(cells[r])) {
+      if (f->first > 12 && day_past_12 < 0) day_past_12 = r;
+      if (f->second > 12 && month_past_12 < 0) month_past_12 = r;
+    }
+  if (day_past_12 >= 0 && month_past_12 >= 0)
+    fail(table.where(month_past_12), ": column '", o.date_col, "': '", cells[month_past_12],
+         "' has its month first where '", cells[day_past_12], "' (", table.where(day_past_12),
+         ") has its day first: one order per column");
+  if (day_past_12 >= 0) return io::DateLayout::day_first;
+  if (month_past_12 >= 0) return io::DateLayout::month_first;
+  fail(table.where(0), ": column '", o.date_col, "': '", first,
+       "' may have its day or its month first, and no date of the column has a field past 12 "
+       "to tell: set data.date_order: dmy (day first) or mdy (month first)");
+}
+
+std::string layout_note(const DataFile& table, const SeriesOptions& o, io::DateLayout layout) {
+  const std::string column = "column '" + o.date_col + "' writes its dates ";
+  if (layout == io::DateLayout::compact)
+    return column + "as YYYYMMDD; predictions write them as ISO dates";
+  const bool day = layout == io::DateLayout::day_first;
+  std::string why = "data.date_order";
+  if (o.date_order == "auto")
+    for (int64_t r = 0; r < table.rows(); ++r)
+      if (const auto f = io::day_month_fields(table.text(o.date_col)[r]);
+          f && (day ? f->first : f->second) > 12) {
+        why = "'" + table.text(o.date_col)[r] + "' at " + table.where(r);
+        break;
+      }
+  return column + (day ? "day first (day/month/year: " : "month first (month/day/year: ") + why +
+         "); predictions write them as ISO dates";
+}
 
 RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::string& path) {
   RowOrder out;
@@ -477,9 +524,9 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   std::vector<int64_t> when(n, 0);
   // A date column of numbers (elapsed seconds, a Unix time, a sample index) orders the rows in
   // its own units, kept in millionths so that fractional steps survive; it has no calendar.
-  out.numeric_times = !o.date_col.empty() && n > 0 &&
-                      (table.is_array() || (!io::parse_datetime(table.text(o.date_col)[0]) &&
-                                            io::parse_finite(table.text(o.date_col)[0])));
+  std::optional<io::DateLayout> layout;  // a CSV's dates; nullopt: numbers
+  if (!o.date_col.empty() && n > 0 && !table.is_array()) layout = date_layout(table, o);
+  out.numeric_times = !o.date_col.empty() && n > 0 && !layout;
   if (out.numeric_times) {
     const std::string numbers = "column '" + o.date_col + "' holds numbers, not dates";
     if (!o.calendar.empty()) fail(path, ": data.calendar needs dates; ", numbers);
@@ -498,16 +545,31 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     }
     out.notes.push_back(path + ": " + numbers +
                         ", times in its own units (ISO dates give a calendar)");
-  } else if (!o.date_col.empty()) {
+  } else if (!o.date_col.empty() && n > 0) {
     const auto& dates = table.text(o.date_col);
+    bool midnights = true;
     for (int64_t r = 0; r < n; ++r) {
-      const auto t = io::parse_datetime(dates[r]);
+      const auto t = io::parse_date(dates[r], *layout);
+      if (!t && r == 0)
+        fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
+             "' is neither a date (2012-01-31, 2012-01-31 13:45, 2012/01/31, 20120131, "
+             "31/01/2012, 01/31/2012 1:45 PM, 31.01.2012) nor a number");
       if (!t)
         fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
-             "' is not an ISO date or date-time",
-             r == 0 ? "" : " (the column's first cell is a date)");
+             "' is not a date written as the column's first, '", dates[0], "'",
+             layout == io::DateLayout::iso ? "" : " (" + layout_note(table, o, *layout) + ")");
       when[r] = *t;
+      midnights = midnights && *t % 86400 == 0;
     }
+    if (layout != io::DateLayout::iso)
+      out.notes.push_back(path + ": " + layout_note(table, o, *layout));
+    // Predictions write every date one way: 2012/01/31 and a month's 2012-01 as 2012-01-31 and
+    // 2012-01-01, like the dates they add past a series' end.
+    const std::string& first = dates[0];
+    const bool month = first.find_last_not_of(' ') - first.find_first_not_of(' ') == 6;
+    if (layout != io::DateLayout::iso || first.find('/') != std::string::npos || month)
+      for (int64_t r = 0; r < n; ++r)
+        out.iso_dates.push_back(io::format_datetime(when[r], midnights));
   }
   // A file row's date as the file writes it.
   auto date_text = [&](int64_t r) {
@@ -901,8 +963,10 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     d->numeric_times = order.numeric_times;
     for (int64_t p : keep) {
       d->times.push_back(order.times[p]);
-      d->dates.push_back(table.is_array() ? numeric_time_text(order.times[p])
-                                          : table.text(o.date_col)[order.rows[p]]);
+      const int64_t row = order.rows[p];
+      d->dates.push_back(table.is_array()           ? numeric_time_text(order.times[p])
+                         : !order.iso_dates.empty() ? order.iso_dates[row]
+                                                    : table.text(o.date_col)[row]);
     }
   }
   // The known values at the forecasts' rows: a column's from the file (NaN past a series' end),

@@ -362,62 +362,135 @@ int64_t CsvTable::line_of_row(int64_t row) const {
   return lines_[static_cast<size_t>(row)];
 }
 
-std::optional<int64_t> parse_datetime(std::string_view s) {
-  s = trim(s);
+namespace {
+
+// A cursor over a date's text.
+struct DateScanner {
+  std::string_view s;
   size_t i = 0;
-  auto digits = [&](size_t n, int* out) {
-    if (s.size() - i < n) return false;
+
+  bool done() const { return i == s.size(); }
+  // From `least` to `most` digits, as many as there are.
+  bool number(size_t least, size_t most, int* out) {
+    size_t k = 0;
     int v = 0;
-    for (size_t k = 0; k < n; ++k) {
-      const char c = s[i + k];
-      if (c < '0' || c > '9') return false;
-      v = v * 10 + (c - '0');
-    }
+    while (k < most && i + k < s.size() && s[i + k] >= '0' && s[i + k] <= '9')
+      v = v * 10 + (s[i + k++] - '0');
+    if (k < least) return false;
     *out = v;
-    i += n;
+    i += k;
     return true;
-  };
-  auto literal = [&](char c) {
+  }
+  bool literal(char c) {
     if (i < s.size() && s[i] == c) {
       ++i;
       return true;
     }
     return false;
-  };
-
-  int y = 0, mo = 0, d = 0;
-  if (!digits(4, &y) || !literal('-') || !digits(2, &mo) || !literal('-') || !digits(2, &d)) {
-    return std::nullopt;
   }
+  bool word(std::string_view w) {  // any case
+    if (s.size() - i < w.size()) return false;
+    for (size_t k = 0; k < w.size(); ++k)
+      if (std::toupper(static_cast<unsigned char>(s[i + k])) != w[k]) return false;
+    i += w.size();
+    return true;
+  }
+};
+
+// Seconds since 1970 at midnight of a calendar date; nullopt for an impossible one.
+std::optional<int64_t> midnight(int y, int mo, int d) {
   namespace chr = std::chrono;
   const chr::year_month_day ymd{chr::year{y}, chr::month{static_cast<unsigned>(mo)},
                                 chr::day{static_cast<unsigned>(d)}};
   if (!ymd.ok()) return std::nullopt;
-  int64_t seconds = int64_t{chr::sys_days{ymd}.time_since_epoch().count()} * 86400;
-  if (i == s.size()) return seconds;
+  return int64_t{chr::sys_days{ymd}.time_since_epoch().count()} * 86400;
+}
 
-  if (!literal('T') && !literal('t') && !literal(' ')) return std::nullopt;
+// The rest of a date-time after its date: nothing, or 'T' or ' ' and HH:MM[:SS[.fff]] and an
+// optional Z or UTC offset. Returns the seconds to add (the offset taken off). `clock12`: one-digit
+// hours too, and an optional AM/PM after a space.
+std::optional<int64_t> time_of_day(DateScanner& c, bool clock12) {
+  if (c.done()) return 0;
+  if (!c.literal('T') && !c.literal('t') && !c.literal(' ')) return std::nullopt;
   int h = 0, mi = 0, sec = 0;
-  if (!digits(2, &h) || !literal(':') || !digits(2, &mi)) return std::nullopt;
-  if (literal(':')) {
-    if (!digits(2, &sec)) return std::nullopt;
-    if (literal('.')) {  // fractional seconds: at least one digit, dropped
-      const size_t start = i;
-      while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
-      if (i == start) return std::nullopt;
+  if (!c.number(clock12 ? 1 : 2, 2, &h) || !c.literal(':') || !c.number(2, 2, &mi))
+    return std::nullopt;
+  if (c.literal(':')) {
+    if (!c.number(2, 2, &sec)) return std::nullopt;
+    if (c.literal('.')) {  // fractional seconds: at least one digit, dropped
+      const size_t start = c.i;
+      while (!c.done() && c.s[c.i] >= '0' && c.s[c.i] <= '9') ++c.i;
+      if (c.i == start) return std::nullopt;
     }
   }
+  if (clock12 && c.literal(' ')) {
+    const bool am = c.word("AM"), pm = !am && c.word("PM");
+    if ((!am && !pm) || h < 1 || h > 12) return std::nullopt;
+    h = h % 12 + (pm ? 12 : 0);
+  }
   if (h > 23 || mi > 59 || sec > 59) return std::nullopt;
-  seconds += h * 3600 + mi * 60 + sec;
-  if (i == s.size()) return seconds;
-
-  if (literal('Z') || literal('z')) return i == s.size() ? std::optional(seconds) : std::nullopt;
-  const int sign = literal('+') ? 1 : literal('-') ? -1 : 0;
+  const int64_t seconds = h * 3600 + mi * 60 + sec;
+  if (c.done()) return seconds;
+  if (c.literal('Z') || c.literal('z')) return c.done() ? std::optional(seconds) : std::nullopt;
+  const int sign = c.literal('+') ? 1 : c.literal('-') ? -1 : 0;
   int oh = 0, om = 0;
-  if (sign == 0 || !digits(2, &oh)) return std::nullopt;
-  literal(':');  // +HH:MM or +HHMM
-  if (!digits(2, &om) || oh > 23 || om > 59 || i != s.size()) return std::nullopt;
+  if (sign == 0 || !c.number(2, 2, &oh)) return std::nullopt;
+  c.literal(':');  // +HH:MM or +HHMM
+  if (!c.number(2, 2, &om) || oh > 23 || om > 59 || !c.done()) return std::nullopt;
   return seconds - sign * (oh * 3600 + om * 60);
+}
+
+}  // namespace
+
+std::optional<int64_t> parse_datetime(std::string_view s) {
+  DateScanner c{trim(s)};
+  int y = 0, mo = 0, d = 0;
+  if (!c.number(4, 4, &y)) return std::nullopt;
+  const char sep = c.literal('-') ? '-' : c.literal('/') ? '/' : 0;
+  if (sep == 0 || !c.number(2, 2, &mo)) return std::nullopt;
+  if (c.done()) return sep == '-' ? midnight(y, mo, 1) : std::nullopt;  // a month: "2012-01"
+  if (!c.literal(sep) || !c.number(2, 2, &d)) return std::nullopt;
+  const auto day = midnight(y, mo, d);
+  const auto time = day ? time_of_day(c, false) : std::nullopt;
+  if (!time) return std::nullopt;
+  return *day + *time;
+}
+
+namespace {
+
+// "D/M/YYYY" (also with '.' or '-', one or two digits each for D and M): the two leading fields
+// and the year, the cursor past them.
+bool day_month_year(DateScanner& c, int* first, int* second, int* year) {
+  if (!c.number(1, 2, first)) return false;
+  const char sep = c.literal('/') ? '/' : c.literal('.') ? '.' : c.literal('-') ? '-' : 0;
+  return sep != 0 && c.number(1, 2, second) && c.literal(sep) && c.number(4, 4, year);
+}
+
+}  // namespace
+
+std::optional<std::pair<int, int>> day_month_fields(std::string_view s) {
+  DateScanner c{trim(s)};
+  int a = 0, b = 0, y = 0;
+  if (!day_month_year(c, &a, &b, &y)) return std::nullopt;
+  return std::pair{a, b};
+}
+
+std::optional<int64_t> parse_date(std::string_view s, DateLayout layout) {
+  if (layout == DateLayout::iso) return parse_datetime(s);
+  DateScanner c{trim(s)};
+  int y = 0, mo = 0, d = 0;
+  if (layout == DateLayout::compact) {
+    if (!c.number(8, 8, &y) || !c.done()) return std::nullopt;
+    d = y % 100, mo = y / 100 % 100, y /= 10000;
+    if (y < 1800 || y >= 2200) return std::nullopt;  // a number of 8 digits, not a date
+    return midnight(y, mo, d);
+  }
+  if (!day_month_year(c, &d, &mo, &y)) return std::nullopt;
+  if (layout == DateLayout::month_first) std::swap(d, mo);
+  const auto day = midnight(y, mo, d);
+  const auto time = day ? time_of_day(c, true) : std::nullopt;
+  if (!time) return std::nullopt;
+  return *day + *time;
 }
 
 namespace {

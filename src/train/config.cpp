@@ -36,10 +36,16 @@ const std::vector<ConfigKey> kKeys = {
     {"data.targets", T::string_list, "[]",
      "CSV columns to predict (forecast). Required for forecast."},
     {"data.date_column", T::string, "",
-     "The column of each row's time: ISO dates or date-times, or numbers (elapsed seconds, a Unix "
-     "time, a sample index; in their own units, with no calendar: data.calendar, "
-     "data.frequency and data.holidays need dates). Rows are ordered by it within each series; "
-     "never a feature."},
+     "The column of each row's time: dates or date-times (ISO 8601 `2012-01-31`, "
+     "`2012-01-31 13:45`, `2012/01/31`, `2012-01` for a month; `20120131`; day or month first, "
+     "`31/01/2012`, `01/31/2012 1:45 PM`, `31.01.2012`: see data.date_order), or numbers "
+     "(elapsed seconds, a Unix time, a sample index; in their own units, with no calendar: "
+     "data.calendar, data.frequency and data.holidays need dates). Rows are ordered by it within "
+     "each series; never a feature. Predictions write the dates as ISO 8601."},
+    {"data.date_order", T::string, "auto",
+     "Dates written with the day and the month first (`01/02/2012`): `dmy` (day first), `mdy` "
+     "(month first) or `auto`: the order a day past 12 in the column shows (31/01/2012: day "
+     "first); a column where no field is past 12 is an error asking for dmy or mdy."},
     {"data.series_column", T::string, "",
      "CSV column naming the series when one file holds several (a battery cell, a city, a "
      "ticker); never a feature. Each series is ordered by its own dates, windows never cross "

@@ -139,6 +139,10 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
       fail(c.origin("data.missing_values"),
            ": data.missing_values: an empty entry (empty cells are missing values already)");
   o.date_col = c.str("data.date_column");
+  o.date_order = c.str("data.date_order");
+  if (o.date_order != "auto" && o.date_order != "dmy" && o.date_order != "mdy")
+    fail(c.origin("data.date_order"), ": data.date_order must be auto, dmy or mdy, got '",
+         o.date_order, "'");
   o.frequency = parse_frequency(c.str("data.frequency"), c.origin("data.frequency"));
   if (o.frequency.kind != Frequency::automatic && o.date_col.empty())
     fail(c.origin("data.frequency"), ": data.frequency needs data.date_column, the dates it reads");

@@ -59,6 +59,9 @@ struct SeriesOptions {
   // values around; the nearest at a series' ends).
   std::string missing = "error";
   std::vector<std::string> missing_values;  // more cells that mark a missing value
+  // Dates written day and month first, 01/02/2012: the order (dmy, mdy), or auto (told by a day
+  // past 12 in the column).
+  std::string date_order = "auto";
   Frequency frequency;
   std::vector<int64_t> holidays;  // days since 1970-01-01, sorted (data.holidays)
   // Features derived from the date column, each as a sine and cosine of its cycle: hour,

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace seqforge::io {
@@ -79,6 +80,20 @@ std::string csv_field(std::string_view s);
 // optional "Z" or "+HH:MM"/"-HH:MM" offset after a time. Surrounding spaces are ignored. Returns
 // nullopt for anything else, including impossible dates such as 2013-02-29 or 24:00.
 std::optional<int64_t> parse_datetime(std::string_view s);
+
+// The ways a date column may write its dates: ISO 8601 (parse_datetime; also with '/' between
+// year, month and day), day first ("31/12/2020", "31.12.2020", "31-12-2020", with one or two
+// digits for day and month), month first ("12/31/2020"), or compact ("20201231"). Day and month
+// first take an optional time as ISO's ("31/12/2020 13:45", "12/31/2020 1:45:00 PM": one-digit
+// hours, and AM/PM on a 12-hour clock).
+enum class DateLayout { iso, day_first, month_first, compact };
+
+// Seconds since 1970 (UTC) of `s` written in `layout`; nullopt when it is not such a date.
+std::optional<int64_t> parse_date(std::string_view s, DateLayout layout);
+
+// The day-and-month fields of a day- or month-first date ("31/12/2020" -> {31, 12}); nullopt for
+// any other text.
+std::optional<std::pair<int, int>> day_month_fields(std::string_view s);
 
 // The calendar parts of seconds since 1970 (UTC).
 struct CivilTime {
