@@ -17,6 +17,7 @@
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/rng.hpp"
 #include "test_util.hpp"
+#include "train/run.hpp"
 
 namespace seqforge {
 namespace {
@@ -99,6 +100,30 @@ TEST(Ops, Bf16GemmWithoutBf16InstructionsNamesTheShapeAndIsa) {
             std::string::npos)
       << e;
   EXPECT_NE(e.find(isa_tier_name(isa_tier())), std::string::npos) << e;
+}
+
+// train.precision auto on a CPU takes bf16 GEMMs only where they run at least 1.2x as fast as
+// f32 ones here (an Intel core's AVX512-BF16 without AMX does not), timed once and cached; on a
+// CPU without bf16 instructions it is fp32 without a word.
+TEST(Precision, AutoTakesBf16OnlyWhereItPaysOff) {
+  std::string why, notice;
+  const bool pays = bf16_gemms_pay_off(&why);
+  const DType gemm = backend_precision("auto", *make_cpu_backend(), &notice);
+  if (!test::cpu_runs_bf16()) {
+    EXPECT_FALSE(pays);
+    EXPECT_EQ(why, "this CPU has neither AVX512-BF16 nor AMX-BF16");
+    EXPECT_EQ(gemm, DType::f32);
+    EXPECT_TRUE(notice.empty()) << notice;
+    return;
+  }
+  const double speedup = cpu::bf16_gemm_speedup();
+  ASSERT_TRUE(std::isfinite(speedup) && speedup > 0) << speedup;
+  EXPECT_EQ(cpu::bf16_gemm_speedup(), speedup) << "timed once, then cached";
+  EXPECT_EQ(pays, speedup >= 1.2) << why;
+  EXPECT_EQ(gemm, pays ? DType::bf16 : DType::f32);
+  EXPECT_EQ(notice.empty(), pays) << notice;
+  if (!pays) EXPECT_EQ(notice.rfind("train.precision auto: bf16 GEMMs run 0.", 0), 0u) << notice;
+  EXPECT_EQ(backend_precision("bf16", *make_cpu_backend(), &notice), DType::bf16);
 }
 
 // A BLAS library's sgemm against the reference on the forms the engine runs: both transposes,

@@ -83,9 +83,10 @@ void print_machine() {
   std::printf("  cuda          %s\n", cuda_summary().c_str());
   if (cuda_unavailable_reason().empty())
     std::printf("                %s\n", make_cuda_backend()->description().c_str());
-  std::string precision_notice;
-  const bool bf16 = resolve_precision("auto", &precision_notice) == DType::bf16;
-  std::printf("  precision     auto -> %s\n", bf16 ? "bf16 GEMMs (fp32 master weights)" : "fp32");
+  std::string why;
+  const bool bf16 = bf16_gemms_pay_off(&why);
+  std::printf("  precision     auto -> %s (%s)\n",
+              bf16 ? "bf16 GEMMs, fp32 master weights" : "fp32", why.c_str());
   const ThreadConfig threads = configure_threads();
   std::printf("  threads       %d (%s); OMP_WAIT_POLICY %s\n", threads.threads,
               threads.reason.c_str(),

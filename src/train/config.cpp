@@ -354,7 +354,9 @@ const std::vector<ConfigKey> kKeys = {
      "`fp32`, `bf16` (bf16 GEMMs, f32 master weights and state), `fp16` (fp16 GEMMs with dynamic "
      "loss scaling as PyTorch's GradScaler: scale 65536 to start, doubled after 2000 clean steps, "
      "halved and the step skipped on an inf or NaN gradient; on GPUs and the reference backend; "
-     "on a CPU, fp32 with a note) or `auto` (bf16 where the CPU or GPU has it)."},
+     "on a CPU, fp32 with a note) or `auto`: bf16 on a GPU with bf16 tensor cores, and on a CPU "
+     "whose bf16 GEMMs run at least 1.2x as fast as its f32 ones (AMX, Zen 4's AVX512-BF16; not "
+     "an Intel core's AVX512-BF16 without AMX), timed once per machine; else fp32."},
     {"train.threads", T::integer, "0", "Compute threads; 0: every CPU this process may use."},
     {"train.matmul_precision", T::string, "highest",
      "As PyTorch's `torch.set_float32_matmul_precision`: `highest` (f32 GEMMs in f32) or `high` "

@@ -45,13 +45,13 @@ DType machine_problems(const Config& c, std::vector<std::string>* problems) {
                         " CPUs are available: unset it or set it to at most " +
                         std::to_string(cpus));
   std::string notice;
-  const DType gemm = resolve_precision(c.str("train.precision"), &notice);
+  const DType gemm = cpu_gemm_precision(c.str("train.precision"), &notice);
   // A run on a GPU takes its precision from the GPU (data_problems).
   const bool gpu = c.str("train.device") != "cpu" && cuda_unavailable_reason().empty();
-  if (!notice.empty() && !gpu)
+  if (!notice.empty() && !gpu && c.str("train.precision") != "auto")
     problems->push_back(notice +
                         ": set train.precision: fp32 (or auto, which picks bf16 only "
-                        "where the CPU has it)");
+                        "where it pays off)");
   std::string run_dir = c.str("train.run_dir");
   if (run_dir.empty()) run_dir = (fs::path("runs") / fs::path(c.source()).stem()).string();
   if (!writable_dir_for(run_dir))

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "seqforge/backend/onednn_info.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/profiler.hpp"
@@ -62,7 +63,7 @@ AdapterOptions adapter_options(const Config& c, const std::string& cell) {
     fail(c.origin("adapter.base_precision"), ": adapter.base_precision must be fp32 or bf16, got '",
          base, "'");
   a.bf16_base = a.kind != AdapterKind::none && base == "bf16";
-  if (a.bf16_base && resolve_precision(c.str("train.precision"), nullptr) != DType::bf16)
+  if (a.bf16_base && cpu_gemm_precision(c.str("train.precision"), nullptr) != DType::bf16)
     fail(c.origin("adapter.base_precision"),
          ": adapter.base_precision bf16 needs bf16 GEMMs (train.precision: bf16 on a ",
          "CPU with AVX512-BF16 or AMX-BF16)");
@@ -703,9 +704,19 @@ DType backend_precision(const std::string& precision, const Backend& be, std::st
     if (precision == "bf16") return fallback("this GPU has no bf16 tensor cores (sm_80 and later)");
     return DType::f32;
   }
-  const DType gemm = resolve_precision(precision, notice);
+  const DType gemm = cpu_gemm_precision(precision, notice);
   if (gemm != DType::bf16 || be.supports(Op::gemm, DType::bf16)) return gemm;
   return fallback("the " + std::string(be.name()) + " backend runs no bf16 GEMMs");
+}
+
+DType cpu_gemm_precision(const std::string& precision, std::string* notice) {
+  const DType gemm = resolve_precision(precision, notice);
+  if (gemm != DType::bf16 || precision != "auto") return gemm;
+  std::string why;
+  if (bf16_gemms_pay_off(&why)) return gemm;
+  if (notice)
+    *notice = "train.precision auto: " + why + "; fp32 GEMMs (train.precision bf16 takes bf16)";
+  return DType::f32;
 }
 
 DType model_precision(const std::string& precision, const Backend& be, const ModelOptions& m,

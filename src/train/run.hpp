@@ -42,6 +42,9 @@ std::unique_ptr<Backend> make_device_backend(const Config& c, const ModelOptions
 // The GEMM dtype `precision` (train.precision) gives a model on `be`: resolve_precision's, f16
 // for fp16, or f32, with a notice, where the backend runs no such GEMMs.
 DType backend_precision(const std::string& precision, const Backend& be, std::string* notice);
+// resolve_precision's GEMM dtype on a CPU, `auto` taking bf16 only where bf16 GEMMs pay off here
+// (bf16_gemms_pay_off; else fp32, with a notice saying why).
+DType cpu_gemm_precision(const std::string& precision, std::string* notice);
 // backend_precision for model `m`: fp32, with a notice, for a family that runs no half GEMMs yet.
 DType model_precision(const std::string& precision, const Backend& be, const ModelOptions& m,
                       std::string* notice);

@@ -26,4 +26,11 @@ std::string blis_status();
 // there is left out).
 std::string f32_gemm_race(int64_t m, int64_t n, int64_t k);
 
+// Whether bf16 GEMMs pay off on this CPU, what train.precision auto takes: it has AVX512-BF16 or
+// AMX-BF16, and oneDNN's bf16 GEMMs run at least 1.2x as fast as its f32 ones (AMX's and Zen 4's
+// do; an Intel core's AVX512-BF16 without AMX runs vdpbf16ps at half its f32 FMA rate). Timed
+// once per machine (cached; with SEQFORGE_AUTOTUNE=0 the instructions alone decide). `why`, when
+// given, says so in a line.
+bool bf16_gemms_pay_off(std::string* why = nullptr);
+
 }  // namespace seqforge

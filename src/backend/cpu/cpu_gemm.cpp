@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -129,6 +130,36 @@ void run_panels(const GemmShape& s, const float* a, const CpuPackedB& p, float* 
 }
 
 }  // namespace
+
+double bf16_gemm_speedup() {
+  // The shape of a transformer block's MLP at a batch of 512 tokens: large enough that the
+  // instructions' rates, not the call's overhead, decide.
+  const GemmShape s{.m = 512, .n = 1024, .k = 1024, .lda = 1024, .ldb = 1024, .ldc = 1024};
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const std::string key = autotune::machine_prefix(threads) + "bf16_gemm_speedup_512x1024x1024";
+  if (const auto cached = autotune::lookup(key)) {
+    char* end = nullptr;
+    const double v = std::strtod(cached->c_str(), &end);
+    if (end != cached->c_str() && v > 0) return v;
+  }
+  autotune::announce_first_use("bf16 against f32 GEMMs (train.precision auto)");
+  std::vector<float> a(static_cast<size_t>(s.m * s.k), 0.5f),
+      b(static_cast<size_t>(s.k * s.n), 0.25f), c(static_cast<size_t>(s.m * s.n));
+  // bf16 0.5 and 0.25: the upper halves of the floats.
+  std::vector<uint16_t> a16(a.size(), 0x3F00), b16(b.size(), 0x3E80);
+  OneDnnGemm onednn;
+  const std::vector<double> ms =
+      best_ms({[&] { onednn.run(s, DType::f32, a.data(), b.data(), c.data(), nullptr); },
+               [&] { onednn.run(s, DType::bf16, a16.data(), b16.data(), c.data(), nullptr); }});
+  const double speedup = ms[0] / ms[1];
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", speedup);
+  autotune::store(key, text);
+  if (autotune::verbose())
+    std::fprintf(stderr, "seqforge: autotune %s: f32 %.3f ms, bf16 %.3f ms (cached in %s)\n",
+                 key.c_str(), ms[0], ms[1], autotune::cache_path().c_str());
+  return speedup;
+}
 
 GemmRace race_providers(OneDnnGemm& onednn, const GemmShape& s, DType operands, const void* a,
                         const void* b, const PackedB* packed, const float* c, const float* bias,

@@ -8,8 +8,15 @@
 #include "backend/cpu/blas_gemm.hpp"
 #include "backend/cpu/cpu_gemm.hpp"
 #include "backend/cpu/isa_cap.hpp"
+#include "seqforge/core/autotune.hpp"
+#include "seqforge/core/cpu.hpp"
 
 namespace seqforge {
+
+namespace {
+// bf16 operands cost accuracy and conversions: they are taken only where clearly faster.
+constexpr double kBf16Payoff = 1.2;
+}  // namespace
 
 OneDnnInfo onednn_info() {
   cpu::cap_library_dispatch();
@@ -89,6 +96,22 @@ std::string f32_gemm_race(int64_t m, int64_t n, int64_t k) {
       used += std::snprintf(out + used, sizeof out - used, ", %s %.3f ms", name, ms);
   std::snprintf(out + used, sizeof out - used, " -> %s", cpu::provider_name(r.winner));
   return out;
+}
+
+bool bf16_gemms_pay_off(std::string* why) {
+  if (!cpu_features().avx512_bf16 && !cpu_features().amx_bf16) {
+    if (why) *why = "this CPU has neither AVX512-BF16 nor AMX-BF16";
+    return false;
+  }
+  if (!autotune::enabled()) {
+    if (why) *why = "bf16 instructions (SEQFORGE_AUTOTUNE=0: not timed)";
+    return true;
+  }
+  const double speedup = cpu::bf16_gemm_speedup();
+  char line[160];
+  std::snprintf(line, sizeof line, "bf16 GEMMs run %.2fx as fast as f32 ones on this CPU", speedup);
+  if (why) *why = line;
+  return speedup >= kBf16Payoff;
 }
 
 }  // namespace seqforge
