@@ -550,6 +550,25 @@ TEST(Series, DuplicateDatesAndGapsAreNamed) {
   });
   EXPECT_NE(merged.find("dup.csv:4"), std::string::npos) << merged;
   EXPECT_NE(merged.find("data.series_column"), std::string::npos) << merged;
+  // Hourly local times where the clock went back an hour (Sunday 2021-11-07, 01:00 twice) are
+  // named as such; the same repeat on a Wednesday is not.
+  auto hourly = [&](const std::string& day) {
+    std::string t = "date,value\n";
+    for (const char* hour : {"00:00", "01:00", "01:00", "02:00", "03:00"})
+      t += day + " " + hour + ",1\n";
+    return error_of([&] {
+      load_series(Config::parse("data: {path: " + write(dir / "dst.csv", t) +
+                                    ", date_column: date, features: [value], targets: [value]}\n",
+                                "h.yaml"));
+    });
+  };
+  const std::string dst = hourly("2021-11-07");
+  EXPECT_NE(dst.find("dst.csv:4: date '2021-11-07 01:00' appears again (first at " + dir.string() +
+                     "/dst.csv:3): a local clock set back an hour for daylight saving time?"),
+            std::string::npos)
+      << dst;
+  EXPECT_EQ(dst.find("data.series_column"), std::string::npos) << dst;
+  EXPECT_EQ(hourly("2021-11-10").find("daylight saving"), std::string::npos);
   // A missing day in an otherwise daily series is a gap, reported once.
   std::string text = "date,city,value\n";
   for (int day = 0; day < 30; ++day)

@@ -471,6 +471,19 @@ struct RowOrder {
   std::vector<std::string> notes;
 };
 
+// Whether a time written twice may be the hour a local clock repeats when it is set back for
+// daylight saving time: a time of day before 04:00 on a Sunday of March, April, October or
+// November (the northern and southern hemispheres' autumns).
+bool clock_set_back(int64_t when, const std::string& text) {
+  if (text.find(':') == std::string::npos) return false;
+  const io::CivilTime t = io::civil_time(when);
+  const int64_t days = (when - t.second_of_day) / 86400;
+  const int64_t weekday = ((days % 7) + 7 + 4) % 7;  // 1970-01-01 was a Thursday; 0: Sunday
+  const int64_t month = t.month_index % 12 + 1;
+  return weekday == 0 && (month == 3 || month == 4 || month == 10 || month == 11) &&
+         t.second_of_day < 4 * 3600;
+}
+
 // How the date column of a CSV writes its dates: its first cell tells ISO, YYYYMMDD or day and
 // month first, whose order a field past 12 anywhere in the column tells (or data.date_order).
 // nullopt: the column holds numbers, not dates.
@@ -599,12 +612,19 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         const int64_t a = out.rows[k - 1], b = out.rows[k];
         if (when[a] == when[b]) {
           const std::string date = date_text(b);
+          const std::string set_back =
+              clock_set_back(when[b], date)
+                  ? ": a local clock set back an hour for daylight saving time? Write the times "
+                    "in UTC or with their UTC offsets (2021-11-07T01:30-04:00)"
+                  : "";
           if (o.series_col.empty())
             fail(table.where(b), ": date '", date, "' appears again (first at ", table.where(a),
-                 "): several series in one file? Name the column that tells them apart in "
-                 "data.series_column");
+                 ")",
+                 set_back.empty() ? ": several series in one file? Name the column that tells "
+                                    "them apart in data.series_column"
+                                  : set_back);
           fail(table.where(b), ": series '", span.name, "': duplicate date '", date, "' (first at ",
-               table.where(a), ")");
+               table.where(a), ")", set_back);
         }
         steps.push_back(when[b] - when[a]);
       }
