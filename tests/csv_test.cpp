@@ -475,6 +475,16 @@ TEST(ParseDate, CompactAndIso) {
 }
 
 TEST(ParseDatetime, UtcOffsets) {
+  int64_t offset = 1;
+  EXPECT_EQ(parse_date("2012-01-01T13:00:00+01:00", DateLayout::iso, &offset),
+            1325376000 + 12 * 3600);
+  EXPECT_EQ(offset, 3600);
+  EXPECT_EQ(parse_date("31/12/2020 23:30 -05:30", DateLayout::day_first, &offset), std::nullopt);
+  EXPECT_EQ(parse_date("31/12/2020 23:30-05:30", DateLayout::day_first, &offset),
+            1609457400 + 5 * 3600 + 1800);
+  EXPECT_EQ(offset, -(5 * 3600 + 1800));
+  EXPECT_EQ(parse_date("2012-01-01T13:00:00Z", DateLayout::iso, &offset), 1325376000 + 13 * 3600);
+  EXPECT_EQ(offset, 0);
   EXPECT_EQ(parse_datetime("2012-01-01T13:00:00+01:00"), 1325376000 + 12 * 3600);
   EXPECT_EQ(parse_datetime("2012-01-01T13:00-0530"), 1325376000 + 18 * 3600 + 30 * 60);
   EXPECT_EQ(parse_datetime("2012-01-01T00:30+01:00"), 1325376000 - 1800);

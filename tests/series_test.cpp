@@ -793,6 +793,50 @@ TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
             std::string::npos);
 }
 
+// Dates with UTC offsets: local midnights (a time zone's days, the offset changing with daylight
+// saving time) are the days they name; other times are instants, ordered and stepped in UTC
+// across the clock's change and written in UTC with a Z.
+TEST(Series, TimesWithUtcOffsets) {
+  const fs::path dir = temp_dir("offsets");
+  auto load = [&](const std::string& name, const std::vector<std::string>& dates) {
+    std::string text = "date,value\n";
+    for (size_t k = 0; k < dates.size(); ++k) text += dates[k] + "," + std::to_string(k) + "\n";
+    return load_series(Config::parse("data: {path: " + write(dir / name, text) +
+                                         ", date_column: date, features: [value], targets: "
+                                         "[value], lookback: 2, normalize: none}\n",
+                                     "o.yaml"));
+  };
+  // New York's days around 2021-11-07, when its offset went from -04:00 to -05:00.
+  std::vector<std::string> days;
+  for (int day = 1; day <= 12; ++day)
+    days.push_back("2021-11-" + std::string(day < 10 ? "0" : "") + std::to_string(day) +
+                   " 00:00:00" + (day <= 7 ? "-04:00" : "-05:00"));
+  const SeriesData d = load("days.csv", days);
+  EXPECT_EQ(d.series[0].step, 86400);
+  EXPECT_TRUE(d.series[0].regular);
+  EXPECT_FALSE(d.utc_times);
+  EXPECT_EQ(d.dates.front(), "2021-11-01");
+  EXPECT_EQ(d.time_text(*d.time_ahead(d.rows - 1, 1), true), "2021-11-13");
+  ASSERT_FALSE(d.notes.empty());
+  EXPECT_NE(d.notes[0].find("holds local midnights with UTC offsets: read as the days they name"),
+            std::string::npos)
+      << d.notes[0];
+  // Its hours through the night the clock went back: 01:00 twice, an hour apart in UTC.
+  const std::vector<std::string> hours = {"2021-11-07 00:00-04:00", "2021-11-07 01:00-04:00",
+                                          "2021-11-07 01:00-05:00", "2021-11-07 02:00-05:00",
+                                          "2021-11-07 03:00-05:00", "2021-11-07 04:00-05:00"};
+  const SeriesData h = load("hours.csv", hours);
+  EXPECT_EQ(h.series[0].step, 3600);
+  EXPECT_TRUE(h.series[0].regular);
+  EXPECT_TRUE(h.utc_times);
+  EXPECT_EQ(h.dates[1], "2021-11-07T05:00:00Z");
+  EXPECT_EQ(h.dates[2], "2021-11-07T06:00:00Z");
+  EXPECT_EQ(h.time_text(*h.time_ahead(h.rows - 1, 1), false), "2021-11-07T10:00:00Z");
+  EXPECT_NE(h.notes[0].find("holds times with UTC offsets: read as instants, written in UTC"),
+            std::string::npos)
+      << h.notes[0];
+}
+
 TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   const fs::path dir = temp_dir("numeric_times");
   const std::string path = write(dir / "t.csv",

@@ -240,7 +240,8 @@ std::optional<int64_t> SeriesData::time_ahead(int64_t row, int64_t ahead) const 
 }
 
 std::string SeriesData::time_text(int64_t when, bool date_only) const {
-  return numeric_times ? numeric_time_text(when) : io::format_datetime(when, date_only);
+  if (numeric_times) return numeric_time_text(when);
+  return io::format_datetime(when, date_only && !utc_times) + (utc_times ? "Z" : "");
 }
 
 int64_t SeriesData::scaler_of(int64_t row) const {
@@ -467,6 +468,7 @@ struct RowOrder {
   std::vector<SeriesSpan> spans;
   std::vector<int64_t> times;          // (rows) with a date column
   bool numeric_times = false;          // the date column holds numbers (SeriesData::numeric_times)
+  bool utc_times = false;              // times with UTC offsets (SeriesData::utc_times)
   std::vector<std::string> iso_dates;  // (file rows) dates the file writes otherwise, as ISO
   std::vector<std::string> notes;
 };
@@ -560,9 +562,9 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
                         ", times in its own units (ISO dates give a calendar)");
   } else if (!o.date_col.empty() && n > 0) {
     const auto& dates = table.text(o.date_col);
-    bool midnights = true;
+    std::vector<int64_t> offsets(n, 0);  // the UTC offsets written (seconds)
     for (int64_t r = 0; r < n; ++r) {
-      const auto t = io::parse_date(dates[r], *layout);
+      const auto t = io::parse_date(dates[r], *layout, &offsets[r]);
       if (!t && r == 0)
         fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
              "' is neither a date (2012-01-31, 2012-01-31 13:45, 2012/01/31, 20120131, "
@@ -572,17 +574,38 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
              "' is not a date written as the column's first, '", dates[0], "'",
              layout == io::DateLayout::iso ? "" : " (" + layout_note(table, o, *layout) + ")");
       when[r] = *t;
-      midnights = midnights && *t % 86400 == 0;
     }
+    // Days at local midnight with their UTC offsets (a pandas frame's dates in a time zone): the
+    // offset changes with daylight saving time, so in UTC the steps would be 23 and 25 hours.
+    // Such dates are read as the local days they name; other times stay instants (UTC), whose
+    // order and steps hold across the clock's changes.
+    const bool offsets_written =
+        std::any_of(offsets.begin(), offsets.end(), [](int64_t o) { return o != 0; });
+    bool local_days = offsets_written;
+    for (int64_t r = 0; r < n && local_days; ++r) local_days = (when[r] + offsets[r]) % 86400 == 0;
+    if (local_days) {
+      for (int64_t r = 0; r < n; ++r) when[r] += offsets[r];
+      out.notes.push_back(path + ": column '" + o.date_col +
+                          "' holds local midnights with UTC offsets: read as the days they name");
+    } else if (offsets_written) {
+      out.utc_times = true;
+      out.notes.push_back(path + ": column '" + o.date_col +
+                          "' holds times with UTC offsets: read as instants, written in UTC "
+                          "(2021-11-07T06:30:00Z), data.calendar's hours and days UTC's");
+    }
+    bool midnights = true;
+    for (int64_t r = 0; r < n; ++r) midnights = midnights && when[r] % 86400 == 0;
     if (layout != io::DateLayout::iso)
       out.notes.push_back(path + ": " + layout_note(table, o, *layout));
     // Predictions write every date one way: 2012/01/31 and a month's 2012-01 as 2012-01-31 and
     // 2012-01-01, like the dates they add past a series' end.
     const std::string& first = dates[0];
     const bool month = first.find_last_not_of(' ') - first.find_first_not_of(' ') == 6;
-    if (layout != io::DateLayout::iso || first.find('/') != std::string::npos || month)
+    if (layout != io::DateLayout::iso || first.find('/') != std::string::npos || month ||
+        offsets_written)
       for (int64_t r = 0; r < n; ++r)
-        out.iso_dates.push_back(io::format_datetime(when[r], midnights));
+        out.iso_dates.push_back(io::format_datetime(when[r], midnights && !out.utc_times) +
+                                (out.utc_times ? "Z" : ""));
   }
   // A file row's date as the file writes it.
   auto date_text = [&](int64_t r) {
@@ -981,6 +1004,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     }
   if (!order.times.empty()) {
     d->numeric_times = order.numeric_times;
+    d->utc_times = order.utc_times;
     for (int64_t p : keep) {
       d->times.push_back(order.times[p]);
       const int64_t row = order.rows[p];

@@ -409,7 +409,8 @@ std::optional<int64_t> midnight(int y, int mo, int d) {
 // The rest of a date-time after its date: nothing, or 'T' or ' ' and HH:MM[:SS[.fff]] and an
 // optional Z or UTC offset. Returns the seconds to add (the offset taken off). `clock12`: one-digit
 // hours too, and an optional AM/PM after a space.
-std::optional<int64_t> time_of_day(DateScanner& c, bool clock12) {
+std::optional<int64_t> time_of_day(DateScanner& c, bool clock12, int64_t* offset) {
+  *offset = 0;
   if (c.done()) return 0;
   if (!c.literal('T') && !c.literal('t') && !c.literal(' ')) return std::nullopt;
   int h = 0, mi = 0, sec = 0;
@@ -437,12 +438,17 @@ std::optional<int64_t> time_of_day(DateScanner& c, bool clock12) {
   if (sign == 0 || !c.number(2, 2, &oh)) return std::nullopt;
   c.literal(':');  // +HH:MM or +HHMM
   if (!c.number(2, 2, &om) || oh > 23 || om > 59 || !c.done()) return std::nullopt;
-  return seconds - sign * (oh * 3600 + om * 60);
+  *offset = sign * (oh * 3600 + om * 60);
+  return seconds - *offset;
 }
 
 }  // namespace
 
-std::optional<int64_t> parse_datetime(std::string_view s) {
+std::optional<int64_t> parse_datetime(std::string_view s) { return parse_date(s, DateLayout::iso); }
+
+namespace {
+
+std::optional<int64_t> parse_iso(std::string_view s, int64_t* offset) {
   DateScanner c{trim(s)};
   int y = 0, mo = 0, d = 0;
   if (!c.number(4, 4, &y)) return std::nullopt;
@@ -451,12 +457,10 @@ std::optional<int64_t> parse_datetime(std::string_view s) {
   if (c.done()) return sep == '-' ? midnight(y, mo, 1) : std::nullopt;  // a month: "2012-01"
   if (!c.literal(sep) || !c.number(2, 2, &d)) return std::nullopt;
   const auto day = midnight(y, mo, d);
-  const auto time = day ? time_of_day(c, false) : std::nullopt;
+  const auto time = day ? time_of_day(c, false, offset) : std::nullopt;
   if (!time) return std::nullopt;
   return *day + *time;
 }
-
-namespace {
 
 // "D/M/YYYY" (also with '.' or '-', one or two digits each for D and M): the two leading fields
 // and the year, the cursor past them.
@@ -475,8 +479,11 @@ std::optional<std::pair<int, int>> day_month_fields(std::string_view s) {
   return std::pair{a, b};
 }
 
-std::optional<int64_t> parse_date(std::string_view s, DateLayout layout) {
-  if (layout == DateLayout::iso) return parse_datetime(s);
+std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t* offset) {
+  int64_t ignored_offset = 0;
+  if (!offset) offset = &ignored_offset;
+  *offset = 0;
+  if (layout == DateLayout::iso) return parse_iso(s, offset);
   DateScanner c{trim(s)};
   int y = 0, mo = 0, d = 0;
   if (layout == DateLayout::compact) {
@@ -488,7 +495,7 @@ std::optional<int64_t> parse_date(std::string_view s, DateLayout layout) {
   if (!day_month_year(c, &d, &mo, &y)) return std::nullopt;
   if (layout == DateLayout::month_first) std::swap(d, mo);
   const auto day = midnight(y, mo, d);
-  const auto time = day ? time_of_day(c, true) : std::nullopt;
+  const auto time = day ? time_of_day(c, true, offset) : std::nullopt;
   if (!time) return std::nullopt;
   return *day + *time;
 }

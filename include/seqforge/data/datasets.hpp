@@ -128,6 +128,8 @@ struct SeriesData {
   // those numbers in millionths (kNumericTimeScale), with no calendar.
   bool numeric_times = false;
   static constexpr double kNumericTimeScale = 1e6;
+  // The dates are times with UTC offsets: instants, written in UTC with a Z.
+  bool utc_times = false;
   std::vector<int64_t> holidays;  // days since 1970 that are no business days (data.holidays)
   // data.static: each column with its categories (sorted), a one-hot feature per category.
   std::vector<std::pair<std::string, std::vector<std::string>>> static_categories;

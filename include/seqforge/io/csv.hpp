@@ -89,7 +89,9 @@ std::optional<int64_t> parse_datetime(std::string_view s);
 enum class DateLayout { iso, day_first, month_first, compact };
 
 // Seconds since 1970 (UTC) of `s` written in `layout`; nullopt when it is not such a date.
-std::optional<int64_t> parse_date(std::string_view s, DateLayout layout);
+// `offset`, where given, receives the UTC offset written after a time in seconds (0 without one):
+// the local time is the result plus it.
+std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t* offset = nullptr);
 
 // The day-and-month fields of a day- or month-first date ("31/12/2020" -> {31, 12}); nullopt for
 // any other text.
