@@ -126,6 +126,19 @@ TEST(Precision, AutoTakesBf16OnlyWhereItPaysOff) {
   EXPECT_EQ(backend_precision("bf16", *make_cpu_backend(), &notice), DType::bf16);
 }
 
+// OpenBLAS on a CPU model it does not know (an Emerald Rapids Xeon for 0.3.21) would run generic
+// SSE kernels: it is loaded on the kernels of the CPU's tier instead.
+TEST(Ops, OpenBlasRunsKernelsOfTheCpusTier) {
+  // (Read before the library loads, which may set it.)
+  const bool chosen = std::getenv("OPENBLAS_CORETYPE") && !std::getenv("SEQFORGE_MAX_ISA");
+  const std::string status = openblas_status();
+  if (!cpu::BlasGemm::get(cpu::BlasLibrary::openblas)) GTEST_SKIP() << status;
+  if (chosen) GTEST_SKIP() << "OPENBLAS_CORETYPE is set: the user's choice stands";
+  if (isa_tier() < IsaTier::avx2) GTEST_SKIP() << "a baseline CPU runs OpenBLAS's SSE kernels";
+  for (const char* generic : {"Prescott", "Core2", "Penryn", "Nehalem", "Atom"})
+    EXPECT_EQ(status.find(std::string(generic) + " kernels"), std::string::npos) << status;
+}
+
 // A BLAS library's sgemm against the reference on the forms the engine runs: both transposes,
 // padded leading dimensions, alpha, beta and the bias epilogue, and sizes that leave partial tiles
 // (and, for the sizes of a step, more than one thread's share).

@@ -32,30 +32,58 @@ const char* openblas_core_type(IsaTier tier) {
   }
   return nullptr;
 }
+// The core types OpenBLAS falls back to on a CPU model it does not know: generic SSE kernels.
+bool generic_openblas_core(std::string_view core) {
+  for (std::string_view generic : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom",
+                                   "Katmai", "Coppermine", "Northwood", "Banias"})
+    if (core == generic) return true;
+  return false;
+}
 }  // namespace
 
 const BlasGemm* load_openblas(std::string* why_not) {
 #ifdef SEQFORGE_OPENBLAS_PATH
   const char* path = SEQFORGE_OPENBLAS_PATH;
   // Set before the library loads, and only where the user has not chosen a core type.
-  if (const std::optional<IsaTier> cap = isa_cap(); cap && !std::getenv("OPENBLAS_CORETYPE"))
+  const bool chosen = std::getenv("OPENBLAS_CORETYPE") != nullptr;
+  if (const std::optional<IsaTier> cap = isa_cap(); cap && !chosen)
     if (const char* core = openblas_core_type(std::min(*cap, machine_isa_tier())))
       setenv("OPENBLAS_CORETYPE", core, 0);
-  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
+  using Name = char* (*)();
+  using Parallel = int (*)();
+  void* lib = nullptr;
+  auto blas = std::make_unique<BlasGemm>();  // kept for the process's lifetime, as the library is
+  Name config = nullptr, core = nullptr;
+  Parallel parallel = nullptr;
+  auto open = [&] {
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return false;
+    blas->sgemm_ = reinterpret_cast<BlasGemm::Sgemm>(dlsym(lib, "cblas_sgemm"));
+    config = reinterpret_cast<Name>(dlsym(lib, "openblas_get_config"));
+    core = reinterpret_cast<Name>(dlsym(lib, "openblas_get_corename"));
+    parallel = reinterpret_cast<Parallel>(dlsym(lib, "openblas_get_parallel"));
+    return true;
+  };
+  if (!open()) {
     *why_not = std::string("not loaded: ") + dlerror();
     return nullptr;
   }
-  auto blas = std::make_unique<BlasGemm>();  // kept for the process's lifetime, as the library is
-  blas->sgemm_ = reinterpret_cast<BlasGemm::Sgemm>(dlsym(lib, "cblas_sgemm"));
-  using Name = char* (*)();
-  const auto config = reinterpret_cast<Name>(dlsym(lib, "openblas_get_config"));
-  const auto core = reinterpret_cast<Name>(dlsym(lib, "openblas_get_corename"));
-  using Parallel = int (*)();
-  const auto parallel = reinterpret_cast<Parallel>(dlsym(lib, "openblas_get_parallel"));
   if (!blas->sgemm_ || !config || !core || !parallel) {
     *why_not = std::string(path) + " lacks cblas_sgemm or OpenBLAS's own functions";
     return nullptr;
+  }
+  // A CPU model newer than the library (a Xeon of 2023 for 0.3.21) gets its generic SSE kernels,
+  // several times slower than those the CPU runs: loaded again on the best of those, unless the
+  // user chose a core type.
+  const IsaTier tier = std::min(isa_tier(), IsaTier::avx512_bf16);
+  if (!chosen && tier >= IsaTier::avx2 && generic_openblas_core(core())) {
+    dlclose(lib);
+    setenv("OPENBLAS_CORETYPE", openblas_core_type(tier), 0);
+    if (!open() || !blas->sgemm_ || !config || !core || !parallel) {
+      *why_not = std::string(path) +
+                 " did not load again with OPENBLAS_CORETYPE=" + openblas_core_type(tier);
+      return nullptr;
+    }
   }
   if (parallel() != 2) {  // 1: its own pthreads pool, which would compete with OpenMP's
     *why_not = std::string(path) + " is not OpenBLAS's OpenMP build";
