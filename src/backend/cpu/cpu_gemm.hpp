@@ -37,8 +37,8 @@ GemmRace race_providers(OneDnnGemm& onednn, const GemmShape& s, DType operands, 
                         const void* b, const PackedB* packed, const float* c, const float* bias,
                         const OwnGemm* own = nullptr);
 
-// oneDNN's f32 GEMM time over its bf16 one on a 512x1024x1024 product here: above 1, bf16
-// operands run faster. Timed on first use per machine and source tree, then cached.
+// oneDNN's f32 GEMM time over its bf16 one on a 512x1024x1024 product on one thread here: above
+// 1, bf16 operands run faster. Timed on first use per machine and source tree, then cached.
 double bf16_gemm_speedup();
 
 // The own kernel's panel width in B packed by CpuGemm::pack, 0 where it holds no panels.
