@@ -32,6 +32,7 @@ const char* openblas_core_type(IsaTier tier) {
   }
   return nullptr;
 }
+
 // The core types OpenBLAS falls back to on a CPU model it does not know: generic SSE kernels.
 bool generic_openblas_core(std::string_view core) {
   for (std::string_view generic : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom",

@@ -150,12 +150,17 @@ double bf16_gemm_speedup() {
   OneDnnGemm onednn;
   // On one thread: the ratio is the core's, and one thread needs only one quiet core, where
   // two would be slowed by any other process on either (a shared host, a second run).
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const std::vector<double> ms =
-      best_ms({[&] { onednn.run(s, DType::f32, a.data(), b.data(), c.data(), nullptr); },
-               [&] { onednn.run(s, DType::bf16, a16.data(), b16.data(), c.data(), nullptr); }});
-  omp_set_num_threads(before);
+  struct OneThread {
+    const int before = omp_get_max_threads();
+    OneThread() { omp_set_num_threads(1); }
+    ~OneThread() { omp_set_num_threads(before); }
+  };
+  std::vector<double> ms;
+  {
+    const OneThread one;
+    ms = best_ms({[&] { onednn.run(s, DType::f32, a.data(), b.data(), c.data(), nullptr); },
+                  [&] { onednn.run(s, DType::bf16, a16.data(), b16.data(), c.data(), nullptr); }});
+  }
   const double speedup = ms[0] / ms[1];
   char text[32];
   std::snprintf(text, sizeof text, "%.3f", speedup);
