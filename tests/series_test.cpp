@@ -46,6 +46,13 @@ std::string two_series_csv(const fs::path& dir, int days_a, int days_b) {
   return write(dir / "two.csv", text);
 }
 
+// A file of one series, "date,value", its k-th row the given date and value k.
+std::string dated_csv(const fs::path& path, const std::vector<std::string>& dates) {
+  std::string text = "date,value\n";
+  for (size_t k = 0; k < dates.size(); ++k) text += dates[k] + "," + std::to_string(k) + "\n";
+  return write(path, text);
+}
+
 Config series_config(const std::string& path, const std::vector<std::string>& overrides = {}) {
   return Config::parse("data: {path: " + path +
                            ", date_column: date, series_column: city, features: [value], "
@@ -710,18 +717,13 @@ TEST(Series, MonthlyDatesAreRegularInCalendarMonths) {
             std::string::npos);
 }
 
-// A date column of numbers (elapsed seconds, sampled every half second here) orders each series'
-// rows in its own units: gaps are named in them, forecasts past the end dated by the usual step,
-// and the calendar, which needs dates, is an error. A .npy array's column works the same.
 // Dates day or month first: the column's order told by a field past 12 (or data.date_order),
 // the rows ordered by date, a note saying how they were read, the dates ISO from then on; an
 // undecidable or mixed column is one error each. YYYYMMDD likewise.
 TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
   const fs::path dir = temp_dir("date_layouts");
   auto file = [&](const std::string& name, const std::vector<std::string>& dates) {
-    std::string text = "date,value\n";
-    for (size_t k = 0; k < dates.size(); ++k) text += dates[k] + "," + std::to_string(k) + "\n";
-    return write(dir / name, text);
+    return dated_csv(dir / name, dates);
   };
   auto config = [](const std::string& path, const std::vector<std::string>& more = {}) {
     return Config::parse("data: {path: " + path +
@@ -799,9 +801,7 @@ TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
 TEST(Series, TimesWithUtcOffsets) {
   const fs::path dir = temp_dir("offsets");
   auto load = [&](const std::string& name, const std::vector<std::string>& dates) {
-    std::string text = "date,value\n";
-    for (size_t k = 0; k < dates.size(); ++k) text += dates[k] + "," + std::to_string(k) + "\n";
-    return load_series(Config::parse("data: {path: " + write(dir / name, text) +
+    return load_series(Config::parse("data: {path: " + dated_csv(dir / name, dates) +
                                          ", date_column: date, features: [value], targets: "
                                          "[value], lookback: 2, normalize: none}\n",
                                      "o.yaml"));
@@ -837,6 +837,9 @@ TEST(Series, TimesWithUtcOffsets) {
       << h.notes[0];
 }
 
+// A date column of numbers (elapsed seconds, sampled every half second here) orders each series'
+// rows in its own units: gaps are named in them, forecasts past the end dated by the usual step,
+// and the calendar, which needs dates, is an error. A .npy array's column works the same.
 TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   const fs::path dir = temp_dir("numeric_times");
   const std::string path = write(dir / "t.csv",
