@@ -189,11 +189,41 @@ class Adapted(torch.nn.Module):
         return self.base(x) + (scale - 1) * (xd @ self.base.weight.t()) + scale * delta
 
 
+# With a generator here, every Linear sums its inputs in a random order: the same function, rounded
+# otherwise (PyTorch's own float32 error is the worst of several such orders).
+SUMMATION_ORDER = None
+
+
+class Linear(torch.nn.Linear):
+    def forward(self, x):
+        if SUMMATION_ORDER is None:
+            return super().forward(x)
+        perm = torch.randperm(self.in_features, generator=SUMMATION_ORDER)
+        return torch.nn.functional.linear(x[..., perm], self.weight[:, perm], self.bias)
+
+
+def float32_probes(probes=5):
+    """The summation orders of PyTorch's float32 runs: its own, then probes - 1 random ones."""
+    global SUMMATION_ORDER
+    for probe in range(probes):
+        SUMMATION_ORDER = torch.Generator().manual_seed(probe) if probe else None
+        yield probe
+    SUMMATION_ORDER = None
+
+
+def note_float32_errors(errors, logits32, logits64, grads32, grads64):
+    """Raises errors' torch_f32_forward and _backward to one float32 run's errors, if larger."""
+    errors["torch_f32_forward"] = max(errors["torch_f32_forward"],
+                                      max_rel_error(logits32.detach(), logits64.detach()))
+    errors["torch_f32_backward"] = max([errors["torch_f32_backward"]] +
+                                       [max_rel_error(grads32[n], g) for n, g in grads64.items()])
+
+
 class SelfAttention(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.c_attn = torch.nn.Linear(c["c"], 3 * c["c"], bias=c.get("bias", True))
-        self.c_proj = torch.nn.Linear(c["c"], c["c"], bias=c.get("bias", True))
+        self.c_attn = Linear(c["c"], 3 * c["c"], bias=c.get("bias", True))
+        self.c_proj = Linear(c["c"], c["c"], bias=c.get("bias", True))
         self.heads, self.causal = c["h"], c.get("causal", True)
 
     def forward(self, x, lengths):
@@ -214,9 +244,9 @@ class SelfAttention(torch.nn.Module):
 class Mlp(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.c_fc = torch.nn.Linear(c["c"], 4 * c["c"], bias=c.get("bias", True))
+        self.c_fc = Linear(c["c"], 4 * c["c"], bias=c.get("bias", True))
         self.gelu = torch.nn.GELU()
-        self.c_proj = torch.nn.Linear(4 * c["c"], c["c"], bias=c.get("bias", True))
+        self.c_proj = Linear(4 * c["c"], c["c"], bias=c.get("bias", True))
 
     def forward(self, x):
         return self.c_proj(self.gelu(self.c_fc(x)))
@@ -258,9 +288,9 @@ class Gpt(torch.nn.Module):
         modules["ln_f"] = LayerNorm(c)
         self.transformer = torch.nn.ModuleDict(modules)
         if "k" in c:
-            self.classifier = torch.nn.Linear(c["c"], c["k"])
+            self.classifier = Linear(c["c"], c["k"])
         else:
-            self.lm_head = torch.nn.Linear(c["c"], c["v"], bias=False)
+            self.lm_head = Linear(c["c"], c["v"], bias=False)
             self.lm_head.weight = self.transformer.wte.weight
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
@@ -359,25 +389,26 @@ def make(c, seed):
     if "adapter" in c:
         return make_adapted(c, model)
     x = inputs(c)
-    tensors, errors = {}, {}
-    for dtype in (torch.float32, torch.float64):
-        m = Gpt(c)
-        m.load_state_dict(model.state_dict())
-        m.to(dtype)
-        logits, loss = run(m, x)
-        grads = {n: p.grad.detach() for n, p in m.named_parameters()}
-        if dtype == torch.float32:
-            f32_logits, f32_grads = logits.detach(), grads
-            continue
-        errors["torch_f32_forward"] = max_rel_error(f32_logits, logits.detach())
-        errors["torch_f32_backward"] = max(max_rel_error(f32_grads[n], g) for n, g in grads.items())
-        for n, p in m.named_parameters():
-            tensors["param." + n] = p.detach().clone()
-            tensors["grad." + n] = grads[n]
-        tensors.update(x)
-        tensors["logits"] = logits.detach()
-        tensors["loss"] = loss.detach().reshape(1)
-        adamw_step(dict(m.named_parameters()), tensors)
+    tensors = {}
+    m = Gpt(c)
+    m.load_state_dict(model.state_dict())
+    m.to(torch.float64)
+    logits, loss = run(m, x)
+    grads = {n: p.grad.detach() for n, p in m.named_parameters()}
+    for n, p in m.named_parameters():
+        tensors["param." + n] = p.detach().clone()
+        tensors["grad." + n] = grads[n]
+    tensors.update(x)
+    tensors["logits"] = logits.detach()
+    tensors["loss"] = loss.detach().reshape(1)
+    adamw_step(dict(m.named_parameters()), tensors)
+    errors = dict(torch_f32_forward=0.0, torch_f32_backward=0.0)
+    for _ in float32_probes():
+        m32 = Gpt(c)
+        m32.load_state_dict(model.state_dict())
+        logits32, _ = run(m32, x)
+        note_float32_errors(errors, logits32, logits,
+                            {n: p.grad for n, p in m32.named_parameters()}, grads)
     meta = dict(c, name=name_of(c), causal=c.get("causal", True), **errors)
     return meta, tensors
 
@@ -389,8 +420,10 @@ def make_adapted(c, base):
     if c.get("drop"):
         c = dict(c, masks=adapter_masks(c))
     adapters = {}
-    tensors, errors, outputs = {}, {}, {}
-    for dtype in (torch.float64, torch.float32):
+
+    def adapted_run(dtype):
+        """The model with its adapters in dtype after a forward and backward pass: the model,
+        its adapters, the trained parameters (the adapters and a new head), logits and loss."""
         m = Gpt(c)
         m.load_state_dict(base.state_dict())
         named = add_adapters(m, c)
@@ -410,29 +443,34 @@ def make_adapted(c, base):
         for p in m.parameters():
             p.grad = None
         logits, loss = run(m, x)
-        trained = dict(named)  # the adapters and a new head
+        trained = dict(named)
         for n, p in m.named_parameters():
             if n.startswith(("classifier.", "transformer.wse.")):
                 trained[n] = p
-        outputs[dtype] = (logits.detach(), {n: p.grad.detach() for n, p in trained.items()})
-        if dtype == torch.float64:
-            for n, p in m.named_parameters():
-                if not n.endswith(("lora_A", "lora_B", "lora_magnitude_vector")) and n not in trained:
-                    assert p.grad is None, n  # the base is frozen
-            for n, p in base.named_parameters():
-                tensors["param." + n] = p.detach().double()
-                if n in trained:
-                    tensors["grad." + n] = trained[n].grad.detach()
-            for n, p in named.items():
-                tensors["param." + n] = p.detach().clone()
-                tensors["grad." + n] = p.grad.detach()
-            tensors.update(x)
-            tensors["logits"] = logits.detach()
-            tensors["loss"] = loss.detach().reshape(1)
-            adamw_step(trained, tensors)
-    (l64, g64), (l32, g32) = outputs[torch.float64], outputs[torch.float32]
-    errors["torch_f32_forward"] = max_rel_error(l32, l64)
-    errors["torch_f32_backward"] = max(max_rel_error(g32[n], g) for n, g in g64.items())
+        return m, named, trained, logits, loss
+
+    m, named, trained, logits, loss = adapted_run(torch.float64)
+    for n, p in m.named_parameters():
+        if not n.endswith(("lora_A", "lora_B", "lora_magnitude_vector")) and n not in trained:
+            assert p.grad is None, n  # the base is frozen
+    tensors = {}
+    for n, p in base.named_parameters():
+        tensors["param." + n] = p.detach().double()
+        if n in trained:
+            tensors["grad." + n] = trained[n].grad.detach()
+    for n, p in named.items():
+        tensors["param." + n] = p.detach().clone()
+        tensors["grad." + n] = p.grad.detach()
+    tensors.update(x)
+    tensors["logits"] = logits.detach()
+    tensors["loss"] = loss.detach().reshape(1)
+    grads = {n: p.grad.detach() for n, p in trained.items()}
+    adamw_step(trained, tensors)
+    errors = dict(torch_f32_forward=0.0, torch_f32_backward=0.0)
+    for _ in float32_probes():
+        _, _, trained32, logits32, _ = adapted_run(torch.float32)
+        note_float32_errors(errors, logits32, logits,
+                            {n: p.grad for n, p in trained32.items()}, grads)
     c = {k: v for k, v in c.items() if k != "masks"}
     meta = dict(c, name=name_of(c), causal=c.get("causal", True), **errors)
     return meta, tensors
