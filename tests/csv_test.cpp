@@ -287,15 +287,76 @@ TEST_F(CsvTest, MissingWordsAndCodesAreMissingCells) {
   for (double x : {0.9, 8.0, 90.0, -99.98, 1e10, 99.5, 0.0, 19.0}) EXPECT_FALSE(is_nines(x)) << x;
 }
 
-TEST_F(CsvTest, AHeaderOfOneColumnWithAnotherSeparatorIsNamed) {
+TEST_F(CsvTest, AHeaderWithoutCommasTellsTheSeparator) {
   const CsvTable semi = CsvTable::parse("date;value\n2020-01-01;1\n", "semi.csv");
-  expect_error([&] { semi.text("value"); },
-               {"semi.csv: no column 'value' (columns: date;value): the header is one column; a "
-                "file separated by ';'? seqforge reads comma-separated values"});
-  const CsvTable tabs = CsvTable::parse("date\tvalue\n2020-01-01\t1\n", "tabs.tsv");
-  EXPECT_NE(tabs.columns_hint().find("a file separated by tabs?"), std::string::npos);
-  const CsvTable one = CsvTable::parse("value\n1\n", "one.csv");
-  EXPECT_EQ(one.columns_hint(), " (columns: value)");
+  EXPECT_EQ(semi.delimiter(), ';');
+  EXPECT_EQ(semi.columns(), (Strings{"date", "value"}));
+  EXPECT_EQ(semi.numeric("value"), (Doubles{1}));
+  const CsvTable tabs = CsvTable::parse("date\tvalue\t\n2020-01-01\t1\t\n", "tabs.tsv");
+  EXPECT_EQ(tabs.delimiter(), '\t');
+  EXPECT_EQ(tabs.delimiter_name(), "tabs");
+  EXPECT_EQ(tabs.columns(), (Strings{"date", "value"}));  // the trailing tab: an empty column
+  const CsvTable quoted = CsvTable::parse("\"a\"\"\"\t\"b\"\n1\t2\n", "q.tsv");
+  EXPECT_EQ(quoted.columns(), (Strings{"a\"", "b"}));
+  const CsvTable pipes = CsvTable::parse("a | b\n1 | 2\n", "p.txt");
+  EXPECT_EQ(pipes.delimiter(), '|');
+  EXPECT_EQ(pipes.numeric("b"), (Doubles{2}));
+  // A comma in the header, outside quotes, makes it comma-separated whatever else it holds.
+  const CsvTable comma = CsvTable::parse("\"a;b\"\t,c\n\"1;2\",3\n", "c.csv");
+  EXPECT_EQ(comma.delimiter(), ',');
+  EXPECT_EQ(comma.columns(), (Strings{"a;b", "c"}));
+  // Neither: one column, whose cells may hold any of them; a trailing tab separates nothing.
+  const CsvTable one = CsvTable::parse("text\t\n\"a;b,c\"\n", "one.csv");
+  EXPECT_EQ(one.delimiter(), ',');
+  EXPECT_EQ(one.columns(), (Strings{"text"}));
+  expect_rejected("a;b\n1;2\n3\n", ":3",
+                  "1 field, the header has 2 (separated by ';', as the header is)");
+  expect_rejected("a\tb\n1\t2\t3\n", ":2", "3 fields, the header has 2 (separated by tabs");
+}
+
+TEST_F(CsvTest, TabsLeaveQuotesThatDoNotCloseAFieldAsText) {
+  // GLUE's TSV files quote nothing and hold quotes as text; a field quoted as RFC 4180 quotes it
+  // (a tab inside) is read as such.
+  const CsvTable t = CsvTable::parse(
+      "label\ttext\n"
+      "1\tAmrozi called his brother \" the witness \" .\n"
+      "0\t\" I think so \" , he said .\n"
+      "1\t\"a\tb \"\"c\"\"\"\n"
+      "0\t\"open\n",
+      "glue.tsv");
+  EXPECT_EQ(t.text("text"), (Strings{"Amrozi called his brother \" the witness \" .",
+                                     "\" I think so \" , he said .", "a\tb \"c\"", "\"open"}));
+  EXPECT_EQ(t.numeric("label"), (Doubles{1, 0, 1, 0}));
+  // Commas and semicolons keep RFC 4180's rule: a quote that does not close its field is an error.
+  expect_rejected("a;b\n1;\"x\" y\n", ":2", "after the closing quote of field 2");
+}
+
+TEST_F(CsvTest, SemicolonsTakeDecimalCommasAndNeverGuessAPoint) {
+  const CsvTable t = CsvTable::parse(
+      "temp;load;code\n"
+      "20,5;100;1.5\n"
+      "-0,25;1e3;2\n"
+      "NA;7;3\n",
+      "eu.csv");
+  EXPECT_TRUE(t.decimal_commas("temp"));
+  EXPECT_FALSE(t.decimal_commas("load"));
+  EXPECT_FALSE(t.decimal_commas("code"));
+  const Doubles temp = t.numeric_or_missing("temp");
+  EXPECT_EQ(temp[0], 20.5);
+  EXPECT_EQ(temp[1], -0.25);
+  EXPECT_TRUE(std::isnan(temp[2]));
+  EXPECT_EQ(t.numeric("load"), (Doubles{100, 1000, 7}));
+  EXPECT_EQ(t.numeric("code"), (Doubles{1.5, 2, 3}));  // no comma: points are decimal points
+  const CsvTable mixed = CsvTable::parse("v;w\n1,5;0\n1.234;0\n2,5,1;0\n", "mixed.csv");
+  expect_error([&] { mixed.numeric("v"); },
+               {"mixed.csv:3: column 'v': '1.234' has a point where the column writes decimal "
+                "commas ('1,5' on line 2): a thousands separator?"});
+  const CsvTable twice = CsvTable::parse("v;w\n1,5;0\n2,5,1;0\n", "twice.csv");
+  expect_error([&] { twice.numeric("v"); }, {"twice.csv:3: column 'v': '2,5,1' is not a number"});
+  // Commas in a tab- or comma-separated file's numbers are no decimal marks.
+  const CsvTable tabs = CsvTable::parse("v\tw\n1,5\t0\n", "t.tsv");
+  EXPECT_FALSE(tabs.decimal_commas("v"));
+  expect_error([&] { tabs.numeric("v"); }, {"t.tsv:2: column 'v': '1,5' is not a number"});
 }
 
 TEST_F(CsvTest, UnknownColumnListsTheColumns) {

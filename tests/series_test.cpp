@@ -798,6 +798,52 @@ TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
 // Dates with UTC offsets: local midnights (a time zone's days, the offset changing with daylight
 // saving time) are the days they name; other times are instants, ordered and stepped in UTC
 // across the clock's change and written in UTC with a Z.
+TEST(Series, ASemicolonFileWithDecimalCommasReadsAsItsCommaTwin) {
+  const fs::path dir = temp_dir("semicolons");
+  std::string eu = "date;temp;load\n", us = "date,temp,load\n";
+  for (int k = 0; k < 12; ++k) {
+    const std::string day = std::to_string(10 + k);
+    eu += day + ".01.2020;" + std::to_string(k - 3) + "," + (k % 2 ? "5" : "25") + ";" +
+          std::to_string(100 + k) + "\n";
+    us += "2020-01-" + day + "," + std::to_string(k - 3) + "." + (k % 2 ? "5" : "25") + "," +
+          std::to_string(100 + k) + "\n";
+  }
+  auto config = [](const std::string& path) {
+    return Config::parse("data: {path: " + path +
+                             ", date_column: date, features: [temp, load], targets: [load], "
+                             "lookback: 2, split: {train: 0.5, val: 0.25}, normalize: none}\n",
+                         "e.yaml");
+  };
+  const std::string eu_path = write(dir / "eu.csv", eu);
+  const SeriesData e = load_series(config(eu_path));
+  const SeriesData u = load_series(config(write(dir / "us.csv", us)));
+  EXPECT_EQ(e.dates, u.dates);
+  ASSERT_EQ(e.source.rows, u.source.rows);
+  for (int64_t r = 0; r < e.source.rows; ++r)
+    for (int64_t c : e.feature_cols) EXPECT_EQ(e.source.at(r, c), u.source.at(r, c)) << r;
+  EXPECT_EQ(e.source.at(1, e.feature_cols[0]), -2.5);
+  ASSERT_FALSE(e.notes.empty());
+  EXPECT_EQ(e.notes[0], eu_path +
+                            ": fields separated by ';' (the header has no comma); decimal "
+                            "commas in 'temp'");
+  for (const std::string& n : u.notes) EXPECT_EQ(n.find("separated"), std::string::npos) << n;
+}
+
+TEST(Series, DatesInAColumnThatIsNotTheDateColumnAreNamed) {
+  const fs::path dir = temp_dir("dates_as_feature");
+  for (const char* date : {"2020-01-10", "10.01.2020", "01/10/2020 1:45 PM"}) {
+    const std::string path = write(
+        dir / "d.csv", "when,value\n" + std::string(date) + ",1\n" + std::string(date) + ",2\n");
+    const std::string error = error_of([&] {
+      load_series(
+          Config::parse("data: {path: " + path + ", targets: [value], lookback: 1}\n", "f.yaml"));
+    });
+    EXPECT_EQ(error, path + ":2: column 'when' holds dates ('" + date +
+                         "'): name it in data.date_column, which orders the rows (dates are no "
+                         "feature)");
+  }
+}
+
 TEST(Series, TimesWithUtcOffsets) {
   const fs::path dir = temp_dir("offsets");
   auto load = [&](const std::string& name, const std::vector<std::string>& dates) {

@@ -354,6 +354,20 @@ class DataFile {
     return csv_->text(name);
   }
   bool is_array() const { return !csv_; }
+  // Where the file is not comma-separated: which separator its header told, and which of
+  // `numeric` write decimal commas.
+  std::optional<std::string> separator_note(const std::vector<std::string>& numeric) const {
+    if (!csv_ || csv_->delimiter() == ',') return std::nullopt;
+    std::string note =
+        path_ + ": fields separated by " + csv_->delimiter_name() + " (the header has no comma)";
+    std::string decimal;
+    for (const std::string& name : numeric)
+      if (csv_->has_column(name) && csv_->decimal_commas(name) &&
+          decimal.find("'" + name + "'") == std::string::npos)
+        decimal += (decimal.empty() ? "" : ", ") + ("'" + name + "'");
+    if (!decimal.empty()) note += "; decimal commas in " + decimal;
+    return note;
+  }
   std::string columns_hint() const {
     return csv_ ? csv_->columns_hint()
                 : " (a .npy array's columns are 0 to " + std::to_string(matrix_.cols - 1) + ")";
@@ -1430,6 +1444,17 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
       fail(opt.source, ": data.features: ", opt.path, " has no column '", name, "'",
            stored && o.features.empty() ? ", a feature of the trained model" : "",
            table.columns_hint());
+  if (o.date_col.empty() && !table.is_array() && table.rows() > 0)
+    for (const std::string& name : named) {
+      if (!table.has_column(name)) continue;
+      const std::string& cell = table.text(name)[0];
+      if (io::parse_finite(cell)) continue;
+      for (io::DateLayout layout :
+           {io::DateLayout::iso, io::DateLayout::day_first, io::DateLayout::month_first})
+        if (io::parse_date(cell, layout))
+          fail(table.where(0), ": column '", name, "' holds dates ('", cell,
+               "'): name it in data.date_column, which orders the rows (dates are no feature)");
+    }
   if (!o.date_col.empty())  // the times order the rows, nothing more
     for (const auto& [key, columns] :
          {std::pair<const char*, const std::vector<std::string>*>{"feature", &d.feature_names},
@@ -1492,6 +1517,7 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   d.layout = "date " + o.date_col + "; series " + o.series_col + "; transforms";
   for (const auto& [column, t] : o.transforms) d.layout += " " + column + ":" + transform_name(t);
   d.notes = order.notes;
+  if (auto note = table.separator_note(named)) d.notes.insert(d.notes.begin(), *note);
   const std::string label_col =
       opt.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";
   const std::vector<int64_t> file_rows =

@@ -92,6 +92,9 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
       fail(opt.source, ": data.text_columns: ", opt.path, " has no column '", c, "'",
            table.columns_hint());
   TextData d;
+  if (table.delimiter() != ',')
+    d.notes.push_back(opt.path + ": fields separated by " + table.delimiter_name() +
+                      " (the header has no comma)");
   d.seq_len = o.seq_len;
   d.segments = o.columns.size() == 2 ? 2 : 0;
   d.has_classes = table.has_column(o.class_col);

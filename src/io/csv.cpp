@@ -31,10 +31,14 @@ std::string describe_char(char c) {
   return quote(std::string_view(&c, 1));
 }
 
-// Splits RFC 4180 text into rows of fields, tracking 1-based file lines.
+// Splits RFC 4180 text into rows of fields separated by `delimiter`, tracking 1-based file lines.
+// Separated by tabs, a quote opens a quoted field only where that field closes on its line and
+// ends there (TSV files such as GLUE's hold quotes as text, `" the witness "`); elsewhere a quote
+// is text.
 class Tokenizer {
  public:
-  Tokenizer(std::string_view bytes, const std::string& source) : b_(bytes), source_(source) {}
+  Tokenizer(std::string_view bytes, const std::string& source, char delimiter)
+      : b_(bytes), source_(source), delimiter_(delimiter) {}
 
   struct Row {
     std::vector<std::string> fields;
@@ -52,19 +56,20 @@ class Tokenizer {
     for (;;) {
       std::string field;
       size_t j = i_;
-      while (j < b_.size() && is_space(b_[j])) ++j;
-      const bool quoted = j < b_.size() && b_[j] == '"';
+      while (j < b_.size() && is_space(b_[j]) && b_[j] != delimiter_) ++j;
+      const bool quoted =
+          j < b_.size() && b_[j] == '"' && (delimiter_ != '\t' || closes_on_its_line(j + 1));
       if (quoted) {
         read_quoted(j + 1, row.fields.size() + 1, &field);
       } else {
         const size_t start = i_;
-        while (i_ < b_.size() && b_[i_] != ',' && b_[i_] != '\n' && b_[i_] != '\r') ++i_;
+        while (i_ < b_.size() && b_[i_] != delimiter_ && b_[i_] != '\n' && b_[i_] != '\r') ++i_;
         field.assign(b_.substr(start, i_ - start));
       }
       row.fields.push_back(std::move(field));
       row.quoted.push_back(quoted);
       if (i_ >= b_.size()) break;
-      if (b_[i_] == ',') {
+      if (b_[i_] == delimiter_) {
         ++i_;
         continue;
       }
@@ -79,6 +84,27 @@ class Tokenizer {
   }
 
  private:
+  bool ends_field(size_t pos) const {
+    return pos >= b_.size() || b_[pos] == delimiter_ || b_[pos] == '\n' || b_[pos] == '\r';
+  }
+
+  // Whether the quoted field whose content starts at `pos` closes before its line ends and is
+  // followed (past spaces) by the delimiter or the line's end. Stops at the first lone quote, so
+  // a line's fields are scanned about once.
+  bool closes_on_its_line(size_t pos) const {
+    for (size_t k = pos; k < b_.size() && b_[k] != '\n' && b_[k] != '\r'; ++k) {
+      if (b_[k] != '"') continue;
+      if (k + 1 < b_.size() && b_[k + 1] == '"') {
+        ++k;
+        continue;
+      }
+      ++k;
+      while (k < b_.size() && is_space(b_[k]) && b_[k] != delimiter_) ++k;
+      return ends_field(k);
+    }
+    return false;
+  }
+
   // Reads a quoted field whose content starts at `pos`; leaves i_ on the delimiter or line end.
   void read_quoted(size_t pos, size_t field_number, std::string* field) {
     const int64_t open_line = line_;
@@ -105,8 +131,8 @@ class Tokenizer {
       field->append(b_.substr(i_, end - i_));
       i_ = end;
     }
-    while (i_ < b_.size() && is_space(b_[i_])) ++i_;
-    if (i_ < b_.size() && b_[i_] != ',' && b_[i_] != '\n' && b_[i_] != '\r') {
+    while (i_ < b_.size() && is_space(b_[i_]) && b_[i_] != delimiter_) ++i_;
+    if (!ends_field(i_)) {
       fail(source_, ":", line_, ": unexpected ", describe_char(b_[i_]),
            " after the closing quote of field ", field_number,
            " (a quote inside a quoted field is written \"\")");
@@ -115,6 +141,7 @@ class Tokenizer {
 
   std::string_view b_;
   const std::string& source_;
+  const char delimiter_;
   size_t i_ = 0;
   int64_t line_ = 1;
 };
@@ -155,13 +182,45 @@ std::string csv_field(std::string_view s) {
   return out + "\"";
 }
 
+namespace {
+
+// The header's separator: ',' where its line holds a comma outside quotes, else the most frequent
+// of a tab, ';' and '|' there (none: one column, ',').
+char header_delimiter(std::string_view bytes) {
+  int64_t tabs = 0, semicolons = 0, pipes = 0, pending_tabs = 0;
+  bool in_quotes = false;
+  for (const char c : bytes) {
+    if (in_quotes) {
+      in_quotes = c != '"';  // a doubled quote closes and opens again
+      continue;
+    }
+    if (c == '\n' || c == '\r') break;
+    if (c == ',') return ',';
+    if (c == '\t') {
+      ++pending_tabs;  // counted once a name follows: trailing tabs separate nothing
+      continue;
+    }
+    if (c == ' ') continue;
+    tabs += std::exchange(pending_tabs, 0);
+    in_quotes = c == '"';
+    semicolons += c == ';';
+    pipes += c == '|';
+  }
+  if (tabs == 0 && semicolons == 0 && pipes == 0) return ',';
+  if (tabs >= semicolons && tabs >= pipes) return '\t';
+  return semicolons >= pipes ? ';' : '|';
+}
+
+}  // namespace
+
 CsvTable CsvTable::read(const std::string& path) { return parse(read_file(path), path); }
 
 CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
   if (bytes.starts_with("\xef\xbb\xbf")) bytes.remove_prefix(3);
   CsvTable t;
   t.source_ = source;
-  Tokenizer tok(bytes, source);
+  t.delimiter_ = header_delimiter(bytes);
+  Tokenizer tok(bytes, source, t.delimiter_);
   Tokenizer::Row row;
 
   if (!tok.next(row)) fail(source, ": empty file, expected a header row");
@@ -212,7 +271,9 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
     }
     if (row.fields.size() != ncols) {
       fail(source, ":", row.line, ": ", row.fields.size(),
-           row.fields.size() == 1 ? " field" : " fields", ", the header has ", ncols);
+           row.fields.size() == 1 ? " field" : " fields", ", the header has ", ncols,
+           t.delimiter_ == ',' ? ""
+                               : " (separated by " + t.delimiter_name() + ", as the header is)");
     }
     for (size_t c = 0; c < ncols; ++c) t.cells_[c].push_back(std::move(row.fields[c]));
     t.lines_.push_back(row.line);
@@ -249,13 +310,18 @@ std::string CsvTable::columns_hint() const {
   if (columns_.size() > kMaxListed) {
     list += ", ... (" + std::to_string(columns_.size()) + " in all)";
   }
-  std::string hint = " (columns: " + list + ")";
-  if (columns_.size() == 1)
-    for (const auto& [c, name] : {std::pair{';', "';'"}, {'\t', "tabs"}, {'|', "'|'"}})
-      if (columns_[0].find(c) != std::string::npos)
-        return hint + ": the header is one column; a file separated by " + name +
-               "? seqforge reads comma-separated values";
-  return hint;
+  return " (columns: " + list + ")";
+}
+
+std::string CsvTable::delimiter_name() const {
+  return delimiter_ == '\t' ? "tabs" : quote(std::string_view(&delimiter_, 1));
+}
+
+bool CsvTable::decimal_commas(std::string_view name) const {
+  if (delimiter_ != ';') return false;
+  for (const std::string& cell : cells_[index_of(name)])
+    if (cell.find(',') != std::string::npos) return true;
+  return false;
 }
 
 size_t CsvTable::index_of(std::string_view name) const {
@@ -291,8 +357,24 @@ void CsvTable::set_missing_codes(const std::vector<std::string>& codes) {
 std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_is_nan) const {
   const std::vector<std::string>& cells = cells_[index_of(name)];
   std::vector<double> out(cells.size());
+  // A column of a ';'-separated file that writes a decimal comma anywhere writes them all: a
+  // point there could be a thousands separator ("1.234,5"), so it is an error, never a guess.
+  size_t comma_row = cells.size();
+  if (decimal_commas(name))
+    for (size_t r = 0; r < cells.size() && comma_row == cells.size(); ++r)
+      if (cells[r].find(',') != std::string::npos) comma_row = r;
+  std::string decimal_point;
   for (size_t r = 0; r < cells.size(); ++r) {
-    const std::string_view cell = trim(cells[r]);
+    std::string_view cell = trim(cells[r]);
+    if (comma_row < cells.size()) {
+      if (cell.find('.') != std::string::npos)
+        fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
+             " has a point where the column writes decimal commas (", quote(cells[comma_row]),
+             " on line ", lines_[comma_row], "): a thousands separator?");
+      decimal_point.assign(cell);
+      std::replace(decimal_point.begin(), decimal_point.end(), ',', '.');
+      cell = decimal_point;
+    }
     const NumberStatus status = parse_number(cell, &out[r]);
     const bool missing =
         status == NumberStatus::ok

@@ -1,10 +1,11 @@
 #pragma once
 // CSV (RFC 4180): a header row of unique column names, then data rows with as many fields each;
 // a column without a name must be empty and is dropped (a spreadsheet's trailing commas). Fields
-// may be quoted ("a,b", "say ""hi""", newlines inside quotes); lines end in LF, CRLF or CR; an
-// optional UTF-8 BOM, a missing final newline and blank lines at the end are accepted. Cells are
-// kept as text per column and converted on request; every error is one line naming the file and the
-// line (or the column).
+// are separated by commas, or, in a file whose header has none, by tabs, ';' or '|' (and with ';',
+// numbers may write decimal commas). Fields may be quoted ("a,b", "say ""hi""", newlines inside
+// quotes); lines end in LF, CRLF or CR; an optional UTF-8 BOM, a missing final newline and blank
+// lines at the end are accepted. Cells are kept as text per column and converted on request; every
+// error is one line naming the file and the line (or the column).
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -26,9 +27,15 @@ class CsvTable {
   const std::vector<std::string>& columns() const { return columns_; }  // header names, file order
   int64_t rows() const { return static_cast<int64_t>(lines_.size()); }  // header excluded
   bool has_column(std::string_view name) const;
-  // For a "no column 'x'" error: " (columns: a, b, c)", and where the header is one column
-  // holding ';', a tab or '|', the hint that the file is separated by that instead of commas.
+  // For a "no column 'x'" error: " (columns: a, b, c)".
   std::string columns_hint() const;
+  // The fields' separator, told by the header: ',' unless the header has no comma and has tabs,
+  // ';' or '|'; and its name for messages ("';'", "tabs").
+  char delimiter() const { return delimiter_; }
+  std::string delimiter_name() const;
+  // Whether a column writes decimal commas ("20,5"): a column of a ';'-separated file with a
+  // comma in any cell. numeric() then reads "20,5" as 20.5 and fails on a cell with a point.
+  bool decimal_commas(std::string_view name) const;
 
   // Cell text of a column, one per data row. Throws "<path>: no column 'x' (columns: a, b)".
   const std::vector<std::string>& text(std::string_view name) const;
@@ -51,6 +58,7 @@ class CsvTable {
   void drop_unnamed(const std::vector<size_t>& unnamed, int64_t header_line);
 
   std::string source_;
+  char delimiter_ = ',';
   std::vector<std::string> columns_;
   std::map<std::string, size_t, std::less<>> index_;  // column name -> position
   std::vector<std::vector<std::string>> cells_;       // [column][row]
