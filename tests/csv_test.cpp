@@ -440,6 +440,22 @@ TEST_F(CsvTest, RejectsTextAfterClosingQuote) {
   expect_rejected("a,b\n1,\"two\nlines\" \"\n", ":3: unexpected '\"'", "closing quote");
 }
 
+// A first column without a name that holds values is the index pandas writes by default, named
+// as pandas reads it back; a second such column, or one that is not first, is an error.
+TEST_F(CsvTest, AFirstUnnamedColumnWithValuesIsPandasIndex) {
+  for (const char* header : {",a,b", " ,a,b", "\"\",a,b"}) {
+    const CsvTable t =
+        CsvTable::parse(std::string(header) + "\n2020-01-01,1,2\n2020-01-02,3,4\n", "pd.csv");
+    EXPECT_EQ(t.columns(), (Strings{CsvTable::kIndexColumn, "a", "b"})) << header;
+    EXPECT_EQ(t.text("Unnamed: 0"), (Strings{"2020-01-01", "2020-01-02"}));
+    EXPECT_EQ(t.numeric("b"), (Doubles{2, 4}));
+  }
+  const CsvTable empty_index = CsvTable::parse(",a\n,1\n", "e.csv");  // no values: dropped
+  EXPECT_EQ(empty_index.columns(), (Strings{"a"}));
+  expect_rejected(",Unnamed: 0,a\n0,1,2\n", ":1: column 1", "empty name");
+  expect_rejected(",a,\n0,1,2\n", ":1: column 3 of the header has an empty name", "values");
+}
+
 // A column without a name is dropped when it is empty (a spreadsheet's trailing commas), and an
 // error naming its first value otherwise.
 TEST_F(CsvTest, UnnamedColumnsMustBeEmptyAndAreDropped) {
@@ -451,8 +467,8 @@ TEST_F(CsvTest, UnnamedColumnsMustBeEmptyAndAreDropped) {
                   ":1: column 3 of the header has an empty name, and "
                   "holds values (line 3)",
                   "empty name");
-  expect_rejected(" ,b\n1,2\n", ":1: column 1", "empty name");
-  expect_rejected("\"\",b\n1,2\n", ":1: column 1", "empty name");
+  expect_rejected(",b,\n1,2,3\n", ":1: column 3", "empty name");
+  expect_rejected("\"\"\n1\n", ":1: column 1", "empty name");
   expect_rejected(",\n,\n", ":1: the header names no column", "names no column");
   const CsvTable t = CsvTable::parse("a,,b,,\n1,,2,,\n3, ,4,\"\",\n", "x.csv");
   EXPECT_EQ(t.columns(), (Strings{"a", "b"}));

@@ -844,6 +844,47 @@ TEST(Series, DatesInAColumnThatIsNotTheDateColumnAreNamed) {
   }
 }
 
+// pandas' to_csv writes a frame's index as a first column without a name.
+TEST(Series, PandasIndexOfDatesOrdersTheRowsAndANumberedOneIsNoFeature) {
+  const fs::path dir = temp_dir("pandas_index");
+  std::string dated = ",value,other\n", numbered = dated;
+  for (int k = 11; k >= 0; --k) {  // rows out of order
+    const std::string v = std::to_string(k) + "," + std::to_string(100 + k) + "\n";
+    dated += io::format_datetime(int64_t{1577836800} + k * int64_t{86400}) + "," + v;
+    numbered += std::to_string(k) + "," + v;
+  }
+  auto config = [](const std::string& path) {
+    return Config::parse("data: {path: " + path +
+                             ", targets: [value], lookback: 2, split: {train: 0.5, val: 0.25}, "
+                             "normalize: none}\n",
+                         "p.yaml");
+  };
+  const std::string dated_path = write(dir / "dated.csv", dated);
+  const SeriesData d = load_series(config(dated_path));
+  EXPECT_EQ(d.feature_names, (std::vector<std::string>{"value", "other"}));
+  ASSERT_EQ(d.dates.size(), 12u);
+  EXPECT_EQ(d.dates.front(), "2020-01-01");
+  EXPECT_EQ(raw(d, 0), 0);  // ordered by the index's dates
+  ASSERT_FALSE(d.notes.empty());
+  EXPECT_EQ(d.notes[0], dated_path +
+                            ": column 1 has no name, as pandas writes a frame's index, and holds "
+                            "dates: they order the rows (data.date_column 'Unnamed: 0')");
+  const std::string numbered_path = write(dir / "numbered.csv", numbered);
+  const SeriesData n = load_series(config(numbered_path));
+  EXPECT_EQ(n.feature_names, (std::vector<std::string>{"value", "other"}));
+  EXPECT_EQ(raw(n, 0), 11);  // the file's order
+  ASSERT_FALSE(n.notes.empty());
+  EXPECT_EQ(n.notes[0], numbered_path +
+                            ": column 1 has no name, as pandas writes a frame's index: not a "
+                            "feature (data.features: ['Unnamed: 0', ...] makes it one)");
+  const SeriesData listed = load_series(Config::parse(
+      "data: {path: " + numbered_path +
+          ", features: ['Unnamed: 0', value], targets: [value], lookback: 2, normalize: none}\n",
+      "l.yaml"));
+  EXPECT_EQ(listed.feature_names, (std::vector<std::string>{"Unnamed: 0", "value"}));
+  EXPECT_EQ(raw(listed, 0), 11);
+}
+
 TEST(Series, TimesWithUtcOffsets) {
   const fs::path dir = temp_dir("offsets");
   auto load = [&](const std::string& name, const std::vector<std::string>& dates) {

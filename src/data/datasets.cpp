@@ -490,6 +490,15 @@ struct RowOrder {
 // Whether a time written twice may be the hour a local clock repeats when it is set back for
 // daylight saving time: a time of day before 04:00 on a Sunday of March, April, October or
 // November (the northern and southern hemispheres' autumns).
+// Whether a cell is a date or date-time that is not also a number (20201231 is both).
+bool is_date_cell(const std::string& cell) {
+  if (io::parse_finite(cell)) return false;
+  for (io::DateLayout layout :
+       {io::DateLayout::iso, io::DateLayout::day_first, io::DateLayout::month_first})
+    if (io::parse_date(cell, layout)) return true;
+  return false;
+}
+
 bool clock_set_back(int64_t when, const std::string& text) {
   if (text.find(':') == std::string::npos) return false;
   const io::CivilTime t = io::civil_time(when);
@@ -1394,7 +1403,8 @@ void keep_labeled_fraction(const DataOptions& opt, SeriesData* d) {
 
 }  // namespace
 
-SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowSet which) {
+SeriesData load_series(const DataOptions& given, const SeriesData* stored, WindowSet which) {
+  DataOptions opt = given;  // with pandas' index of dates as the date column where none is named
   const SeriesOptions& o = opt.series;
   if (opt.task == TaskKind::charlm || opt.task == TaskKind::lm)
     fail(opt.source, ": data.task: '", task_name(opt.task),
@@ -1410,6 +1420,18 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   d.holidays = o.holidays;
   d.season = o.season;
   const DataFile table(opt.path, o.missing_values);
+  std::vector<std::string> file_notes;
+  if (const std::string index = io::CsvTable::kIndexColumn; table.has_column(index)) {
+    const std::string what = opt.path + ": column 1 has no name, as pandas writes a frame's index";
+    if (o.date_col.empty() && is_date_cell(table.text(index)[0])) {
+      opt.series.date_col = index;
+      file_notes.push_back(what + ", and holds dates: they order the rows (data.date_column '" +
+                           index + "')");
+    } else if (o.features.empty() && !stored && o.date_col != index) {
+      file_notes.push_back(what + ": not a feature (data.features: ['" + index +
+                           "', ...] makes it one)");
+    }
+  }
   auto require = [&](const char* key, const std::string& col) {
     if (!col.empty() && !table.has_column(col))
       fail(opt.source, ": ", key, ": ", opt.path, " has no column '", col, "'",
@@ -1434,7 +1456,8 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   }
   if (d.feature_names.empty())
     for (const auto& col : table.columns())
-      if (col != o.date_col && col != o.class_col && col != o.series_col)
+      if (col != o.date_col && col != o.class_col && col != o.series_col &&
+          col != io::CsvTable::kIndexColumn)
         d.feature_names.push_back(col);
   std::vector<std::string> named = d.feature_names;  // kept in a checkpoint's JSON
   named.insert(named.end(), o.targets.begin(), o.targets.end());
@@ -1448,12 +1471,9 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
     for (const std::string& name : named) {
       if (!table.has_column(name)) continue;
       const std::string& cell = table.text(name)[0];
-      if (io::parse_finite(cell)) continue;
-      for (io::DateLayout layout :
-           {io::DateLayout::iso, io::DateLayout::day_first, io::DateLayout::month_first})
-        if (io::parse_date(cell, layout))
-          fail(table.where(0), ": column '", name, "' holds dates ('", cell,
-               "'): name it in data.date_column, which orders the rows (dates are no feature)");
+      if (is_date_cell(cell))
+        fail(table.where(0), ": column '", name, "' holds dates ('", cell,
+             "'): name it in data.date_column, which orders the rows (dates are no feature)");
     }
   if (!o.date_col.empty())  // the times order the rows, nothing more
     for (const auto& [key, columns] :
@@ -1517,7 +1537,8 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
   d.layout = "date " + o.date_col + "; series " + o.series_col + "; transforms";
   for (const auto& [column, t] : o.transforms) d.layout += " " + column + ":" + transform_name(t);
   d.notes = order.notes;
-  if (auto note = table.separator_note(named)) d.notes.insert(d.notes.begin(), *note);
+  if (auto note = table.separator_note(named)) file_notes.insert(file_notes.begin(), *note);
+  d.notes.insert(d.notes.begin(), file_notes.begin(), file_notes.end());
   const std::string label_col =
       opt.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";
   const std::vector<int64_t> file_rows =

@@ -283,7 +283,20 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
   return t;
 }
 
-void CsvTable::drop_unnamed(const std::vector<size_t>& unnamed, int64_t header_line) {
+void CsvTable::drop_unnamed(std::vector<size_t> unnamed, int64_t header_line) {
+  auto holds_values = [&](size_t c) {
+    return std::any_of(cells_[c].begin(), cells_[c].end(),
+                       [](const std::string& v) { return !trim(v).empty(); });
+  };
+  // A first column without a name that holds values is a pandas frame's index (to_csv's
+  // default): named as pandas reads it back.
+  if (unnamed.front() == 0 && unnamed.size() < columns_.size() && holds_values(0) &&
+      !index_.contains(kIndexColumn)) {
+    columns_[0] = kIndexColumn;
+    index_.emplace(kIndexColumn, 0);
+    unnamed.erase(unnamed.begin());
+    if (unnamed.empty()) return;
+  }
   for (size_t c : unnamed)
     for (size_t r = 0; r < cells_[c].size(); ++r)
       if (!trim(cells_[c][r]).empty())

@@ -1,7 +1,8 @@
 #pragma once
 // CSV (RFC 4180): a header row of unique column names, then data rows with as many fields each;
-// a column without a name must be empty and is dropped (a spreadsheet's trailing commas). Fields
-// are separated by commas, or, in a file whose header has none, by tabs, ';' or '|' (and with ';',
+// a column without a name must be empty and is dropped (a spreadsheet's trailing commas), but a
+// first one with values, pandas' index, is named "Unnamed: 0" as pandas names it. Fields are
+// separated by commas, or, in a file whose header has none, by tabs, ';' or '|' (and with ';',
 // numbers may write decimal commas). Fields may be quoted ("a,b", "say ""hi""", newlines inside
 // quotes); lines end in LF, CRLF or CR; an optional UTF-8 BOM, a missing final newline and blank
 // lines at the end are accepted. Cells are kept as text per column and converted on request; every
@@ -18,6 +19,10 @@ namespace seqforge::io {
 
 class CsvTable {
  public:
+  // The name of a first column without a name in the header but with values: the index that
+  // pandas' to_csv writes by default, named as read_csv names it.
+  static constexpr const char* kIndexColumn = "Unnamed: 0";
+
   // Reads and validates a file. Throws seqforge::Error("<path>[:<line>]: <problem>").
   static CsvTable read(const std::string& path);
   // Parses bytes already in memory; `source` names them in errors.
@@ -55,7 +60,8 @@ class CsvTable {
   size_t index_of(std::string_view name) const;
   std::vector<double> parse_column(std::string_view name, bool missing_is_nan) const;
   // Removes the columns without a name, which must be empty (a spreadsheet's trailing commas).
-  void drop_unnamed(const std::vector<size_t>& unnamed, int64_t header_line);
+  // A first such column that holds values is a pandas frame's index instead, kIndexColumn.
+  void drop_unnamed(std::vector<size_t> unnamed, int64_t header_line);
 
   std::string source_;
   char delimiter_ = ',';
