@@ -44,7 +44,7 @@ double majority_accuracy(const Dataset& t, const std::vector<int64_t>& starts) {
 }  // namespace
 
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
-                                       const std::string& data) {
+                                       const std::string& data, std::ostream* notes) {
   if (data.empty() && split != "val" && split != "test")
     fail("--split: expected val or test, got '", split, "'");
   LoadedRun r = load_run(run, data, data.empty() ? WindowSet::splits : WindowSet::with_targets);
@@ -52,7 +52,7 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
     for (const std::string& note : r.task.notes()) std::cerr << "note: " << note << "\n";
   configure_threads(static_cast<int>(r.config.integer("train.threads")));
   auto be = make_device_backend(r.config, r.task.model, true);
-  auto model = load_model(*be, r, &std::cerr);
+  auto model = load_model(*be, r, notes);
   const Split& s = r.task.split();
   const std::vector<int64_t>& starts = !data.empty() ? s.test : split == "val" ? s.val : s.test;
   if (starts.empty()) {

@@ -1214,7 +1214,7 @@ void Training::finish() {
   if (fs::exists(checkpoint_)) write_validation_outputs(run_dir_);
   const Split& split = task_.split();
   if (s_.test_after && !split.test.empty() && fs::exists(checkpoint_)) {
-    summary_.test = evaluate(run_dir_, "test");
+    summary_.test = evaluate(run_dir_, "test", "", nullptr);  // its notes came at start-up
     const io::SafetensorsFile saved = io::SafetensorsFile::read(checkpoint_);
     const int64_t model_epoch = std::stoll(saved.metadata().at("seqforge.epoch"));
     nlohmann::json j = summary_.test;

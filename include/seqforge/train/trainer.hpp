@@ -3,6 +3,7 @@
 // config, runs the epoch loop (validation, early stopping, learning-rate schedules, clipping,
 // checkpoints written atomically in the background) and reports every epoch.
 #include <functional>
+#include <iostream>
 #include <map>
 #include <ostream>
 #include <string>
@@ -51,9 +52,11 @@ std::vector<std::string> ignored_settings(const Config& c);
 
 // Metrics of a trained run (a run directory or its model.safetensors) on a split of its data
 // ("val" or "test": test_*, val_* metrics), or on every window of another file of the same
-// layout (`data`: data_* metrics), computed in the run's precision.
+// layout (`data`: data_* metrics), computed in the run's precision; the precision's note, if
+// any, goes to `notes` (none: not printed).
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
-                                       const std::string& data = "");
+                                       const std::string& data = "",
+                                       std::ostream* notes = &std::cerr);
 
 // Macro-averaged F1 from per-class true positives, false positives and false negatives, over the
 // classes present in the truth or the predictions (scikit-learn's default); 0 with none.
