@@ -200,6 +200,14 @@ TEST_F(CsvTest, NumericAcceptsSpacesSignsExponentsAndTinyValues) {
   EXPECT_TRUE(std::signbit(v[8]));
 }
 
+TEST_F(CsvTest, NumericReadsPandasBoolsAsOneAndZero) {
+  const CsvTable t = CsvTable::parse("b\nTrue\nFalse\n true \nFALSE\nfalse\nTRUE\n", "b.csv");
+  EXPECT_EQ(t.numeric("b"), (Doubles{1, 0, 1, 0, 0, 1}));
+  EXPECT_EQ(parse_finite("True"), 1.0);
+  for (const char* word : {"T", "F", "yes", "no", "Truth", "falsey"})
+    EXPECT_FALSE(parse_finite(word)) << word;
+}
+
 TEST_F(CsvTest, LineOfRowRejectsOutOfRange) {
   const CsvTable t = CsvTable::parse("a\n1\n", "r.csv");
   EXPECT_EQ(t.line_of_row(0), 2);

@@ -885,6 +885,34 @@ TEST(Series, PandasIndexOfDatesOrdersTheRowsAndANumberedOneIsNoFeature) {
   EXPECT_EQ(raw(listed, 0), 11);
 }
 
+TEST(Series, ATextColumnTakenAsAFeatureByDefaultSaysSo) {
+  const fs::path dir = temp_dir("text_feature");
+  const std::string path = write(dir / "w.csv",
+                                 "date,temp,weather\n2020-01-01,1,rain\n2020-01-02,2,sun\n"
+                                 "2020-01-03,3,n.a.\n");
+  auto load = [&](const std::string& more) {
+    return load_series(Config::parse(
+        "data: {path: " + path + ", date_column: date, targets: [temp], lookback: 1" + more + "}\n",
+        "t.yaml"));
+  };
+  EXPECT_EQ(error_of([&] { load(""); }),
+            path +
+                ":2: column 'weather': 'rain' is not a number (without data.features, every "
+                "column but the date, series and class columns is a feature: list the "
+                "features in data.features)");
+  EXPECT_EQ(load(", features: [temp]").feature_names, (std::vector<std::string>{"temp"}));
+  const std::string coded = write(dir / "coded.csv",
+                                  "date,temp,rainy\n2020-01-01,1,n.a.\n2020-01-02,2,True\n"
+                                  "2020-01-03,3,False\n");
+  const SeriesData d = load_series(Config::parse(
+      "data: {path: " + coded +
+          ", date_column: date, targets: [temp], lookback: 1, missing_values: [n.a.], "
+          "missing: interpolate, normalize: none}\n",
+      "c.yaml"));
+  EXPECT_EQ(d.feature_names, (std::vector<std::string>{"temp", "rainy"}));
+  EXPECT_EQ(d.source.at(2, d.feature_cols[1]), 0);
+}
+
 TEST(Series, TimesWithUtcOffsets) {
   const fs::path dir = temp_dir("offsets");
   auto load = [&](const std::string& name, const std::vector<std::string>& dates) {

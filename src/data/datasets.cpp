@@ -1467,13 +1467,24 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
       fail(opt.source, ": data.features: ", opt.path, " has no column '", name, "'",
            stored && o.features.empty() ? ", a feature of the trained model" : "",
            table.columns_hint());
-  if (o.date_col.empty() && !table.is_array() && table.rows() > 0)
+  if (!table.is_array() && table.rows() > 0)
     for (const std::string& name : named) {
       if (!table.has_column(name)) continue;
       const std::string& cell = table.text(name)[0];
-      if (is_date_cell(cell))
+      if (o.date_col.empty() && is_date_cell(cell))
         fail(table.where(0), ": column '", name, "' holds dates ('", cell,
              "'): name it in data.date_column, which orders the rows (dates are no feature)");
+      const bool defaulted_feature =
+          o.features.empty() && !stored &&
+          std::find(o.targets.begin(), o.targets.end(), name) == o.targets.end();
+      if (defaulted_feature && !io::is_missing_cell(cell) && !io::parse_finite(cell)) {
+        try {
+          table.column(name, true);  // the first cell may be one of data.missing_values
+        } catch (const Error& e) {
+          fail(e.what(), " (without data.features, every column but the date, series and class "
+                         "columns is a feature: list the features in data.features)");
+        }
+      }
     }
   if (!o.date_col.empty())  // the times order the rows, nothing more
     for (const auto& [key, columns] :

@@ -148,8 +148,20 @@ class Tokenizer {
 
 enum class NumberStatus { ok, not_number, not_finite };
 
+bool equals_ignoring_case(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == y;
+         });
+}
+
+// A number, or a truth value as pandas writes a bool column (True, False; any case): 1 or 0.
 NumberStatus parse_number(std::string_view s, double* out) {
   s = trim(s);
+  for (const auto& [word, value] : {std::pair{"true", 1.0}, {"false", 0.0}})
+    if (equals_ignoring_case(s, word)) {
+      *out = value;
+      return NumberStatus::ok;
+    }
   if (s.size() > 1 && s[0] == '+' && s[1] != '-') s.remove_prefix(1);  // from_chars rejects '+'
   if (s.empty()) return NumberStatus::not_number;
   const char* end = s.data() + s.size();

@@ -44,7 +44,8 @@ class CsvTable {
 
   // Cell text of a column, one per data row. Throws "<path>: no column 'x' (columns: a, b)".
   const std::vector<std::string>& text(std::string_view name) const;
-  // A column parsed as finite doubles (surrounding spaces allowed). Throws
+  // A column parsed as finite doubles (surrounding spaces allowed; True and False, as pandas writes
+  // a bool column, in any case, are 1 and 0). Throws
   // "<path>:<line>: column 'x': 'abc' is not a number" for the first bad cell; missing cells
   // (is_missing_cell) and infinities (including overflow such as 1e999) are errors too.
   std::vector<double> numeric(std::string_view name) const;
