@@ -121,4 +121,54 @@ std::vector<int64_t> read_holidays(const std::string& path) {
   return days;
 }
 
+int64_t calendar_months(const std::vector<int64_t>& when, const std::vector<int64_t>& order,
+                        int64_t p, int64_t q, int64_t want, bool* month_end,
+                        std::vector<int64_t>* spanned) {
+  if (q - p < 2) return 0;
+  const io::CivilTime first = io::civil_time(when[order[p]]);
+  bool same_day = true, last_day = first.day == first.days_in_month;
+  std::vector<int64_t> months;
+  io::CivilTime prev = first;
+  for (int64_t k = p + 1; k < q; ++k) {
+    const io::CivilTime c = io::civil_time(when[order[k]]);
+    same_day = same_day && c.day == first.day;
+    last_day = last_day && c.day == c.days_in_month;
+    if ((!same_day && !last_day) || c.second_of_day != first.second_of_day) return 0;
+    const int64_t step = c.month_index - prev.month_index;
+    if (step <= 0) return 0;
+    months.push_back(step);
+    prev = c;
+  }
+  int64_t unit = want;
+  if (unit == 0) {
+    std::vector<int64_t> sorted = months;
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    unit = sorted[sorted.size() / 2];
+  }
+  for (int64_t m : months)
+    if (m % unit != 0) return 0;
+  *month_end = !same_day;
+  spanned->resize(months.size());
+  for (size_t k = 0; k < months.size(); ++k) (*spanned)[k] = months[k] / unit;
+  return unit;
+}
+
+bool clock_set_back(int64_t when, const std::string& text) {
+  if (text.find(':') == std::string::npos) return false;
+  const io::CivilTime t = io::civil_time(when);
+  const int64_t days = (when - t.second_of_day) / 86400;
+  const int64_t weekday = ((days % 7) + 7 + 4) % 7;  // 1970-01-01 was a Thursday; 0: Sunday
+  const int64_t month = t.month_index % 12 + 1;
+  return weekday == 0 && (month == 3 || month == 4 || month == 10 || month == 11) &&
+         t.second_of_day < 4 * 3600;
+}
+
+bool is_date_cell(const std::string& cell) {
+  if (io::parse_finite(cell)) return false;
+  for (io::DateLayout layout :
+       {io::DateLayout::iso, io::DateLayout::day_first, io::DateLayout::month_first})
+    if (io::parse_date(cell, layout)) return true;
+  return false;
+}
+
 }  // namespace seqforge

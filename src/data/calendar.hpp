@@ -33,4 +33,22 @@ class BusinessCalendar {
 // Errors name the file and line. Returns days since 1970-01-01, sorted.
 std::vector<int64_t> read_holidays(const std::string& path);
 
+// The calendar months `unit` that the dates of rows [p, q) of `order` step by (`when` holds each
+// file row's time), each step a whole number of units (more than one across a gap, counted into
+// `spanned`), at the same time of day and on the same day of the month (or else each month's last
+// day: `*month_end`); the unit is `want`, or with 0 the median step; 0 when the dates do not step
+// so.
+int64_t calendar_months(const std::vector<int64_t>& when, const std::vector<int64_t>& order,
+                        int64_t p, int64_t q, int64_t want, bool* month_end,
+                        std::vector<int64_t>* spanned);
+
+// Whether a time written twice (its text `text`) may be the hour a local clock repeats when it is
+// set back for daylight saving time: a time of day before 04:00 on a Sunday of March, April,
+// October or November (the northern and southern hemispheres' autumns).
+bool clock_set_back(int64_t when, const std::string& text);
+
+// Whether a cell is a date or date-time in any layout that is not also a number (20201231 is
+// both).
+bool is_date_cell(const std::string& cell);
+
 }  // namespace seqforge

@@ -428,42 +428,6 @@ Transform transform_of(const SeriesOptions& o, const std::string& column) {
   return it == o.transforms.end() ? Transform::none : it->second;
 }
 
-// The calendar months `unit` that the dates of rows [p, q) of `order` step by, each step a whole
-// number of units (more than one across a gap, counted into `spanned`), at the same time of day
-// and on the same day of the month (or else each month's last day: `*month_end`); the unit is
-// `want`, or with 0 the median step; 0 when the dates do not step so.
-int64_t calendar_months(const std::vector<int64_t>& when, const std::vector<int64_t>& order,
-                        int64_t p, int64_t q, int64_t want, bool* month_end,
-                        std::vector<int64_t>* spanned) {
-  if (q - p < 2) return 0;
-  const io::CivilTime first = io::civil_time(when[order[p]]);
-  bool same_day = true, last_day = first.day == first.days_in_month;
-  std::vector<int64_t> months;
-  io::CivilTime prev = first;
-  for (int64_t k = p + 1; k < q; ++k) {
-    const io::CivilTime c = io::civil_time(when[order[k]]);
-    same_day = same_day && c.day == first.day;
-    last_day = last_day && c.day == c.days_in_month;
-    if ((!same_day && !last_day) || c.second_of_day != first.second_of_day) return 0;
-    const int64_t step = c.month_index - prev.month_index;
-    if (step <= 0) return 0;
-    months.push_back(step);
-    prev = c;
-  }
-  int64_t unit = want;
-  if (unit == 0) {
-    std::vector<int64_t> sorted = months;
-    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
-    unit = sorted[sorted.size() / 2];
-  }
-  for (int64_t m : months)
-    if (m % unit != 0) return 0;
-  *month_end = !same_day;
-  spanned->resize(months.size());
-  for (size_t k = 0; k < months.size(); ++k) (*spanned)[k] = months[k] / unit;
-  return unit;
-}
-
 std::string format_duration(int64_t seconds) {
   const std::pair<int64_t, const char*> units[] = {
       {86400, "day"}, {3600, "hour"}, {60, "minute"}, {1, "second"}};
@@ -486,28 +450,6 @@ struct RowOrder {
   std::vector<std::string> iso_dates;  // (file rows) dates the file writes otherwise, as ISO
   std::vector<std::string> notes;
 };
-
-// Whether a time written twice may be the hour a local clock repeats when it is set back for
-// daylight saving time: a time of day before 04:00 on a Sunday of March, April, October or
-// November (the northern and southern hemispheres' autumns).
-// Whether a cell is a date or date-time that is not also a number (20201231 is both).
-bool is_date_cell(const std::string& cell) {
-  if (io::parse_finite(cell)) return false;
-  for (io::DateLayout layout :
-       {io::DateLayout::iso, io::DateLayout::day_first, io::DateLayout::month_first})
-    if (io::parse_date(cell, layout)) return true;
-  return false;
-}
-
-bool clock_set_back(int64_t when, const std::string& text) {
-  if (text.find(':') == std::string::npos) return false;
-  const io::CivilTime t = io::civil_time(when);
-  const int64_t days = (when - t.second_of_day) / 86400;
-  const int64_t weekday = ((days % 7) + 7 + 4) % 7;  // 1970-01-01 was a Thursday; 0: Sunday
-  const int64_t month = t.month_index % 12 + 1;
-  return weekday == 0 && (month == 3 || month == 4 || month == 10 || month == 11) &&
-         t.second_of_day < 4 * 3600;
-}
 
 // How the date column of a CSV writes its dates: its first cell tells ISO, YYYYMMDD or day and
 // month first, whose order a field past 12 anywhere in the column tells (or data.date_order).
@@ -1481,8 +1423,9 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
         try {
           table.column(name, true);  // the first cell may be one of data.missing_values
         } catch (const Error& e) {
-          fail(e.what(), " (without data.features, every column but the date, series and class "
-                         "columns is a feature: list the features in data.features)");
+          fail(e.what(),
+               " (without data.features, every column but the date, series and class "
+               "columns is a feature: list the features in data.features)");
         }
       }
     }
