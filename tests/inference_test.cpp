@@ -500,6 +500,41 @@ TEST(Predict, StaticCategoriesTravelWithTheModel) {
                 "(data.static)");
 }
 
+// data.categorical end to end: the categories travel in the checkpoint; predict feeds a category
+// the model was not trained on as all 0, with a note, and feeds it the same as an empty cell.
+TEST(Predict, CategoricalColumnsTravelWithTheModel) {
+  const fs::path dir = temp_dir("categorical");
+  auto with_mode = [&](const std::string& name, const std::string& third) {
+    auto rows = read_csv(write_hourly(dir / name, 120, true));
+    std::ofstream f(dir / name);
+    const std::string modes[] = {"idle", "run", third};
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (const auto& cell : rows[i]) f << cell << ",";
+      f << (i == 0 ? "mode" : modes[i % 3]) << "\n";
+    }
+    return (dir / name).string();
+  };
+  const std::string data = with_mode("d.csv", "boost");
+  std::ostringstream log;
+  train(Config::parse(yaml(data, dir / "run", "  categorical: [mode]\n"), "c.yaml"), log);
+  const std::string run = (dir / "run").string();
+  std::ostringstream out;
+  EXPECT_EQ(predict(run, {data, (dir / "p.csv").string(), true}, out), 1);
+  EXPECT_EQ(out.str().find("not trained on"), std::string::npos) << out.str();
+  const std::string unseen = with_mode("u.csv", "surge"), empty = with_mode("e.csv", "");
+  std::ostringstream unseen_log, empty_log;
+  EXPECT_EQ(predict(run, {unseen, (dir / "pu.csv").string(), false}, unseen_log), 113);
+  EXPECT_NE(unseen_log.str().find("40 rows have mode 'surge', which the model was not trained on "
+                                  "(data.categorical): all its one-hot features 0"),
+            std::string::npos)
+      << unseen_log.str();
+  EXPECT_EQ(predict(run, {empty, (dir / "pe.csv").string(), false}, empty_log), 113);
+  EXPECT_EQ(read_csv((dir / "pu.csv").string()), read_csv((dir / "pe.csv").string()));
+  std::ostringstream known_log;
+  EXPECT_EQ(predict(run, {data, (dir / "pk.csv").string(), false}, known_log), 113);
+  EXPECT_NE(read_csv((dir / "pu.csv").string()), read_csv((dir / "pk.csv").string()));
+}
+
 // data.known_future in predict: the future rows at the file's end give the known values of the
 // last forecasts (and their dates); without them the windows that need them are left out, said.
 TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {

@@ -372,6 +372,59 @@ TEST(Series, StaticCategoriesAreOneHotFeaturesPerSeries) {
                 "(data.static)");
 }
 
+// data.categorical: a one-hot feature per category of the training file, row by row; an empty
+// cell, and at inference a category the model was not trained on, all 0.
+TEST(Series, CategoricalColumnsAreOneHotFeaturesRowByRow) {
+  const fs::path dir = temp_dir("categorical");
+  const char* weather[] = {"sun", "rain", "", "fog"};
+  std::string text = "date,city,weather,value\n";
+  for (int day = 0; day < 20; ++day)
+    text += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + ",a," +
+            weather[day % 4] + "," + std::to_string(day) + "\n";
+  const std::string path = write(dir / "c.csv", text);
+  const SeriesData d = load_series(series_config(path, {"data.categorical=[weather]"}));
+  EXPECT_EQ(d.feature_names,
+            (std::vector<std::string>{"value", "weather=fog", "weather=rain", "weather=sun"}));
+  auto one_hot = [](const SeriesData& s, int64_t row) {
+    std::vector<double> v;
+    for (size_t j = 1; j < s.feature_cols.size(); ++j)
+      v.push_back(s.source.at(row, s.feature_cols[j]));
+    return v;
+  };
+  for (int64_t r = 0; r < d.rows; ++r) {
+    const int day = static_cast<int>(raw(d, r));
+    const std::string w = weather[day % 4];
+    EXPECT_EQ(one_hot(d, r), (std::vector<double>{w == "fog", w == "rain", w == "sun"})) << day;
+  }
+  std::string later = text;
+  for (size_t at = later.find(",fog,"); at != std::string::npos; at = later.find(",fog,"))
+    later.replace(at, 5, ",hail,");
+  const std::string unseen = write(dir / "unseen.csv", later);
+  const SeriesData u = load_series(series_config(unseen, {"data.categorical=[weather]"}), &d,
+                                   WindowSet::every_window);
+  EXPECT_EQ(u.feature_names, d.feature_names);
+  for (int64_t r = 0; r < u.rows; ++r)
+    if (static_cast<int>(raw(u, r)) % 4 == 3)
+      EXPECT_EQ(one_hot(u, r), (std::vector<double>{0, 0, 0}));
+  EXPECT_NE(std::find(u.notes.begin(), u.notes.end(),
+                      "5 rows have weather 'hail', which the model was not trained on "
+                      "(data.categorical): all its one-hot features 0"),
+            u.notes.end());
+  EXPECT_EQ(
+      error_of([&] { load_series(series_config(path, {"data.categorical=[weather, value]"})); }),
+      "s.yaml: data.categorical: 'value' is also a feature, a target or a static column "
+      "(data.features, data.targets, data.static): a column is one of them");
+  std::string many = "date,city,id,value\n";
+  for (int day = 0; day < 300; ++day)
+    many += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + ",a,id" +
+            std::to_string(day) + "," + std::to_string(day) + "\n";
+  const std::string ids = write(dir / "ids.csv", many);
+  EXPECT_EQ(error_of([&] { load_series(series_config(ids, {"data.categorical=[id]"})); }),
+            ids +
+                ": column 'id' (data.categorical) holds 300 categories, more than the 256 that "
+                "one-hot features take (an identifier, or free text?)");
+}
+
 // data.known_future with two steps ahead: each step of a window also holds the known column at
 // the two rows after it (value = day, promo = 10 * day, normalize none).
 TEST(Series, KnownFutureValuesAreThoseOfTheRowsForecast) {
@@ -899,8 +952,11 @@ TEST(Series, ATextColumnTakenAsAFeatureByDefaultSaysSo) {
             path +
                 ":2: column 'weather': 'rain' is not a number (without data.features, every "
                 "column but the date, series and class columns is a feature: list the "
-                "features in data.features)");
+                "features in data.features, or make a text column one-hot features with "
+                "data.categorical)");
   EXPECT_EQ(load(", features: [temp]").feature_names, (std::vector<std::string>{"temp"}));
+  EXPECT_EQ(load(", categorical: [weather]").feature_names,
+            (std::vector<std::string>{"temp", "weather=n.a.", "weather=rain", "weather=sun"}));
   const std::string coded = write(dir / "coded.csv",
                                   "date,temp,rainy\n2020-01-01,1,n.a.\n2020-01-02,2,True\n"
                                   "2020-01-03,3,False\n");

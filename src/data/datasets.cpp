@@ -873,8 +873,9 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   const int64_t file_features = static_cast<int64_t>(o.features.size());
   const bool mask = o.missing == "mask";  // an indicator per file feature, after the statics'
   int64_t one_hots = 0;
-  for (const auto& [column, categories] : d->static_categories)
-    one_hots += static_cast<int64_t>(categories.size());
+  for (const auto* list : {&d->static_categories, &d->categories})
+    for (const auto& [column, categories] : *list)
+      one_hots += static_cast<int64_t>(categories.size());
   const int64_t statics_at = file_features + 2 * static_cast<int64_t>(o.calendar.size());
   const int64_t known_at = statics_at + one_hots, K = d->steps_ahead;
   int64_t known = 0;  // a column's value, or a calendar feature's sine and cosine, per step
@@ -962,11 +963,12 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       (*values)[k * width + file_features + 2 * int64_t(i) + 1] = cos;
     }
   for (int64_t k = 0, at = statics_at; k < n; ++k, at = statics_at)  // one-hot categories
-    for (const auto& [column, categories] : d->static_categories) {
-      const std::string& value = table.text(column)[order.rows[keep[k]]];
-      for (const std::string& category : categories)
-        (*values)[k * width + at++] = value == category;
-    }
+    for (const auto* list : {&d->static_categories, &d->categories})
+      for (const auto& [column, categories] : *list) {
+        const std::string& value = table.text(column)[order.rows[keep[k]]];
+        for (const std::string& category : categories)
+          (*values)[k * width + at++] = value == category;
+      }
   if (!order.times.empty()) {
     d->numeric_times = order.numeric_times;
     d->utc_times = order.utc_times;
@@ -1177,6 +1179,67 @@ void static_categories(const DataFile& table, const DataOptions& opt, const RowO
       categories.erase(std::unique(categories.begin(), categories.end()), categories.end());
     }
     d->static_categories.emplace_back(column, std::move(categories));
+  }
+}
+
+// data.categorical: each column's categories (the training file's, sorted; a stored model's at
+// inference, where a category it was not trained on is all 0 with a note).
+void categorical_columns(const DataFile& table, const DataOptions& opt, const SeriesData* stored,
+                         SeriesData* d) {
+  const SeriesOptions& o = opt.series;
+  constexpr size_t kMaxCategories = 256;
+  if (!o.categorical.empty() && table.is_array())
+    fail(opt.source, ": data.categorical: ", opt.path,
+         " is an array; categorical columns are a CSV's");
+  if (stored && stored->categories.size() != o.categorical.size())
+    fail(opt.source, ": data.categorical names ", o.categorical.size(),
+         " columns; the model was trained on ", stored->categories.size());
+  for (size_t i = 0; i < o.categorical.size(); ++i) {
+    const std::string& column = o.categorical[i];
+    if (stored && stored->categories[i].first != column)
+      fail(opt.source, ": data.categorical names '", column, "' where the model was trained on '",
+           stored->categories[i].first, "'");
+    if (!table.has_column(column))
+      fail(opt.source, ": data.categorical: ", opt.path, " has no column '", column, "'",
+           table.columns_hint());
+    for (const std::string* other : {&o.date_col, &o.series_col, &o.class_col})
+      if (column == *other)
+        fail(opt.source, ": data.categorical: '", column,
+             "' is the date, series or class column, which cannot be a feature");
+    using Names = const std::vector<std::string>*;
+    for (Names names : {Names{&d->feature_names}, Names{&o.targets}, Names{&o.statics}})
+      if (std::find(names->begin(), names->end(), column) != names->end())
+        fail(opt.source, ": data.categorical: '", column,
+             "' is also a feature, a target or a static column (data.features, data.targets, "
+             "data.static): a column is one of them");
+    const std::vector<std::string>& text = table.text(column);
+    if (stored) {
+      const std::vector<std::string>& known = stored->categories[i].second;
+      std::map<std::string, int64_t> unseen;
+      for (const std::string& v : text)
+        if (!io::is_missing_cell(v) && !std::binary_search(known.begin(), known.end(), v))
+          ++unseen[v];
+      for (const auto& [value, rows] : unseen)
+        d->notes.push_back(std::to_string(rows) + (rows == 1 ? " row has " : " rows have ") +
+                           column + " '" + value +
+                           "', which the model was not trained on (data.categorical): all its "
+                           "one-hot features 0");
+      d->categories.emplace_back(column, known);
+      continue;
+    }
+    std::vector<std::string> categories;
+    for (const std::string& v : text)
+      if (!io::is_missing_cell(v)) categories.push_back(v);
+    std::sort(categories.begin(), categories.end());
+    categories.erase(std::unique(categories.begin(), categories.end()), categories.end());
+    if (categories.empty())
+      fail(opt.path, ": column '", column,
+           "' (data.categorical) holds no category: every cell is empty");
+    if (categories.size() > kMaxCategories)
+      fail(opt.path, ": column '", column, "' (data.categorical) holds ", categories.size(),
+           " categories, more than the ", kMaxCategories,
+           " that one-hot features take (an identifier, or free text?)");
+    d->categories.emplace_back(column, std::move(categories));
   }
 }
 
@@ -1391,7 +1454,8 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
     size_t derived = 2 * o.calendar.size();
     for (const std::string& name : o.known_future)
       derived += (is_calendar(o, name) ? 2 : 1) * d.steps_ahead;
-    for (const auto& [column, categories] : stored->static_categories) derived += categories.size();
+    for (const auto* list : {&stored->static_categories, &stored->categories})
+      for (const auto& [column, categories] : *list) derived += categories.size();
     size_t file = d.feature_names.size() - std::min(d.feature_names.size(), derived);
     if (o.missing == "mask") file /= 2;
     d.feature_names.resize(file);
@@ -1399,7 +1463,9 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
   if (d.feature_names.empty())
     for (const auto& col : table.columns())
       if (col != o.date_col && col != o.class_col && col != o.series_col &&
-          col != io::CsvTable::kIndexColumn)
+          col != io::CsvTable::kIndexColumn &&
+          std::find(o.statics.begin(), o.statics.end(), col) == o.statics.end() &&
+          std::find(o.categorical.begin(), o.categorical.end(), col) == o.categorical.end())
         d.feature_names.push_back(col);
   std::vector<std::string> named = d.feature_names;  // kept in a checkpoint's JSON
   named.insert(named.end(), o.targets.begin(), o.targets.end());
@@ -1425,7 +1491,8 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
         } catch (const Error& e) {
           fail(e.what(),
                " (without data.features, every column but the date, series and class "
-               "columns is a feature: list the features in data.features)");
+               "columns is a feature: list the features in data.features, or make a text "
+               "column one-hot features with data.categorical)");
         }
       }
     }
@@ -1493,6 +1560,7 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
   d.notes = order.notes;
   if (auto note = table.separator_note(named)) file_notes.insert(file_notes.begin(), *note);
   d.notes.insert(d.notes.begin(), file_notes.begin(), file_notes.end());
+  categorical_columns(table, opt, stored, &d);
   const std::string label_col =
       opt.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";
   const std::vector<int64_t> file_rows =
@@ -1500,9 +1568,10 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
   const size_t file_features = d.feature_names.size();
   for (const std::string& name : o.calendar)
     for (const char* part : {"_sin", "_cos"}) d.feature_names.push_back(name + part);
-  for (const auto& [column, categories] : d.static_categories)
-    for (const std::string& category : categories)
-      d.feature_names.push_back(column + "=" + category);
+  for (const auto* list : {&d.static_categories, &d.categories})
+    for (const auto& [column, categories] : *list)
+      for (const std::string& category : categories)
+        d.feature_names.push_back(column + "=" + category);
   for (const std::string& name : o.known_future)
     for (int64_t a = 0; a < d.steps_ahead; ++a) {
       const std::string ahead = "+" + std::to_string(o.horizon - d.steps_ahead + 1 + a);

@@ -102,6 +102,12 @@ const std::vector<ConfigKey> kKeys = {
      "the calendar's), which the first layer's weights turn into a learnt embedding of the "
      "category. The categories are the training file's; predict and eval refuse a category the "
      "model was not trained on, naming the series."},
+    {"data.categorical", T::string_list, "[]",
+     "CSV columns of text whose value may change from row to row (the day's weather, a machine's "
+     "mode), each fed to the model as a one-hot feature per category (`<column>=<category>`, after "
+     "data.static's); an empty or missing cell is no category (all 0). The categories are the "
+     "training file's (at most 256 per column); at predict and eval a category the model was not "
+     "trained on is all 0 too, with a note."},
     {"data.missing", T::string, "error",
      "Missing cells of the feature and target columns: empty ones, the words written for a "
      "missing value (NA, N/A, NaN, null, None, #N/A, <NA>; any case) and data.missing_values "

@@ -117,6 +117,7 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
   o.season = c.integer("data.season");
   o.calendar = c.list("data.calendar");
   o.statics = c.list("data.static");
+  o.categorical = c.list("data.categorical");
   o.known_future = c.list("data.known_future");
   if (!o.known_future.empty() && task != TaskKind::forecast)
     fail(c.origin("data.known_future"), ": data.known_future is for forecasters; data.task ",

@@ -53,6 +53,8 @@ class SeriesTask : public TaskType {
     (*meta)["seqforge.targets"] = nlohmann::json(d.series.target_names).dump();
     if (!d.series.static_categories.empty())
       (*meta)["seqforge.static"] = nlohmann::json(d.series.static_categories).dump();
+    if (!d.series.categories.empty())
+      (*meta)["seqforge.categorical"] = nlohmann::json(d.series.categories).dump();
     if (kind() == TaskKind::classify && c.str("data.label") == "volatility")
       (*meta)["seqforge.label_threshold"] = shortest_text(d.series.label_threshold);
   }
@@ -73,6 +75,10 @@ class SeriesTask : public TaskType {
       stored->series.static_categories =
           metadata_json<std::vector<std::pair<std::string, std::vector<std::string>>>>(
               meta, "seqforge.static", where);
+    if (meta.count("seqforge.categorical"))
+      stored->series.categories =
+          metadata_json<std::vector<std::pair<std::string, std::vector<std::string>>>>(
+              meta, "seqforge.categorical", where);
     if (const auto it = meta.find("seqforge.label_threshold"); it != meta.end()) {
       char* end = nullptr;
       const double v = std::strtod(it->second.c_str(), &end);

@@ -133,6 +133,9 @@ struct SeriesData {
   std::vector<int64_t> holidays;  // days since 1970 that are no business days (data.holidays)
   // data.static: each column with its categories (sorted), a one-hot feature per category.
   std::vector<std::pair<std::string, std::vector<std::string>>> static_categories;
+  // data.categorical: each column with its categories (sorted), a one-hot feature per category
+  // after the statics'.
+  std::vector<std::pair<std::string, std::vector<std::string>>> categories;
   std::vector<std::string> notes;  // facts worth a line at start-up (gaps, cut dates)
   bool drops_first_rows = false;   // a feature's differencing transform takes each series' first
                                    // row as its base: the row is no window's

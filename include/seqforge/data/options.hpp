@@ -70,6 +70,9 @@ struct SeriesOptions {
   // Columns naming a category per series (constant within it: a battery's cell type), each fed
   // as one-hot features (data.static).
   std::vector<std::string> statics;
+  // Text columns whose value may change from row to row (the day's weather, a machine's mode),
+  // each fed as one-hot features, one per category (data.categorical).
+  std::vector<std::string> categorical;
   // forecast: columns known ahead of time (a promotion, a holiday, a weather forecast); each step
   // of a window also gets their values at the rows its forecast is for (data.known_future).
   std::vector<std::string> known_future;
