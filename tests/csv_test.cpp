@@ -354,6 +354,11 @@ TEST_F(CsvTest, SemicolonsTakeDecimalCommasAndNeverGuessAPoint) {
   EXPECT_EQ(temp[1], -0.25);
   EXPECT_TRUE(std::isnan(temp[2]));
   EXPECT_EQ(t.numeric("load"), (Doubles{100, 1000, 7}));
+  CsvTable coded = CsvTable::parse("v;w\n1,5;0\nn.a.;0\n-99,9;0\n", "coded.csv");
+  coded.set_missing_codes({"n.a.", "-99.9"});
+  const Doubles v = coded.numeric_or_missing("v");
+  EXPECT_EQ(v[0], 1.5);
+  EXPECT_TRUE(std::isnan(v[1]) && std::isnan(v[2]));
   EXPECT_EQ(t.numeric("code"), (Doubles{1.5, 2, 3}));  // no comma: points are decimal points
   const CsvTable mixed = CsvTable::parse("v;w\n1,5;0\n1.234;0\n2,5,1;0\n", "mixed.csv");
   expect_error([&] { mixed.numeric("v"); },

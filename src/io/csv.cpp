@@ -391,7 +391,10 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
   std::string decimal_point;
   for (size_t r = 0; r < cells.size(); ++r) {
     std::string_view cell = trim(cells[r]);
-    if (comma_row < cells.size()) {
+    const bool missing_text =
+        is_missing_cell(cell) ||
+        std::find(missing_texts_.begin(), missing_texts_.end(), cell) != missing_texts_.end();
+    if (comma_row < cells.size() && !missing_text) {
       if (cell.find('.') != std::string::npos)
         fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
              " has a point where the column writes decimal commas (", quote(cells[comma_row]),
@@ -401,12 +404,10 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
       cell = decimal_point;
     }
     const NumberStatus status = parse_number(cell, &out[r]);
-    const bool missing =
-        status == NumberStatus::ok
-            ? std::find(missing_numbers_.begin(), missing_numbers_.end(), out[r]) !=
-                  missing_numbers_.end()
-            : is_missing_cell(cell) || std::find(missing_texts_.begin(), missing_texts_.end(),
-                                                 cell) != missing_texts_.end();
+    const bool missing = status == NumberStatus::ok
+                             ? std::find(missing_numbers_.begin(), missing_numbers_.end(),
+                                         out[r]) != missing_numbers_.end()
+                             : missing_text;
     if (missing) {
       if (missing_is_nan) {
         out[r] = NAN;
