@@ -543,6 +543,14 @@ TEST(HostileRuns, DamagedNormalizersInACheckpointAreRefused) {
              "seqforge.features and seqforge.targets name 1 and 1 columns");
   EXPECT_HAS(error_with("seqforge.label_threshold", "nan"),
              "seqforge.label_threshold is not a volatility");
+  for (const char* key : {"seqforge.static", "seqforge.categorical"}) {
+    EXPECT_HAS(error_with(key, R"([["mode", ["run", "idle"]]])"),
+               model.string() + ": " + key +
+                   " metadata: the categories of 'mode' are not sorted and distinct");
+    EXPECT_HAS(error_with(key, R"([["mode", ["idle", "idle"]]])"), "not sorted and distinct");
+    EXPECT_HAS(error_with(key, R"([["mode", []]])"), "not sorted and distinct");
+    EXPECT_HAS(error_with(key, R"([["mode"]])"), "metadata is not what seqforge wrote");
+  }
   fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
   EXPECT_TRUE(evaluate(run.string(), "test").count("test_mse"));
 }

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "seqforge/core/error.hpp"
@@ -29,6 +30,22 @@ Value metadata_json(const std::map<std::string, std::string>& meta, const std::s
   } catch (const nlohmann::json::exception&) {
     fail(where, ": ", key, " metadata is not what seqforge wrote");
   }
+}
+
+// One-hot columns with their categories (data.static, data.categorical), none where the key is
+// absent; each column's categories sorted and distinct, as the lookups at inference need.
+std::vector<std::pair<std::string, std::vector<std::string>>> categories(
+    const std::map<std::string, std::string>& meta, const std::string& key,
+    const std::string& where) {
+  if (!meta.count(key)) return {};
+  auto columns = metadata_json<std::vector<std::pair<std::string, std::vector<std::string>>>>(
+      meta, key, where);
+  for (const auto& [column, values] : columns)
+    if (values.empty() ||
+        std::adjacent_find(values.begin(), values.end(), std::greater_equal<>()) != values.end())
+      fail(where, ": ", key, " metadata: the categories of '", column,
+           "' are not sorted and distinct, as seqforge writes them");
+  return columns;
 }
 
 // Forecasting, classification and the masked autoencoder read windows of a time series: their
@@ -71,14 +88,8 @@ class SeriesTask : public TaskType {
         Normalizer::from_json(text("seqforge.target_norm"), where + ": seqforge.target_norm");
     stored->series.class_names =
         metadata_json<std::vector<std::string>>(meta, "seqforge.classes", where);
-    if (meta.count("seqforge.static"))
-      stored->series.static_categories =
-          metadata_json<std::vector<std::pair<std::string, std::vector<std::string>>>>(
-              meta, "seqforge.static", where);
-    if (meta.count("seqforge.categorical"))
-      stored->series.categories =
-          metadata_json<std::vector<std::pair<std::string, std::vector<std::string>>>>(
-              meta, "seqforge.categorical", where);
+    stored->series.static_categories = categories(meta, "seqforge.static", where);
+    stored->series.categories = categories(meta, "seqforge.categorical", where);
     if (const auto it = meta.find("seqforge.label_threshold"); it != meta.end()) {
       char* end = nullptr;
       const double v = std::strtod(it->second.c_str(), &end);

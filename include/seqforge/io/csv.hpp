@@ -39,7 +39,8 @@ class CsvTable {
   char delimiter() const { return delimiter_; }
   std::string delimiter_name() const;
   // Whether a column writes decimal commas ("20,5"): a column of a ';'-separated file with a
-  // comma in any cell. numeric() then reads "20,5" as 20.5 and fails on a cell with a point.
+  // comma in any cell. numeric() then reads "20,5" as 20.5 and fails on a cell with a point
+  // (but for a missing-value code, n.a.).
   bool decimal_commas(std::string_view name) const;
 
   // Cell text of a column, one per data row. Throws "<path>: no column 'x' (columns: a, b)".
