@@ -391,10 +391,11 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
   std::string decimal_point;
   for (size_t r = 0; r < cells.size(); ++r) {
     std::string_view cell = trim(cells[r]);
-    const bool missing_text =
-        is_missing_cell(cell) ||
-        std::find(missing_texts_.begin(), missing_texts_.end(), cell) != missing_texts_.end();
-    if (comma_row < cells.size() && !missing_text) {
+    auto missing_text = [&] {  // asked only of cells that may be one, not of every number
+      return is_missing_cell(cell) ||
+             std::find(missing_texts_.begin(), missing_texts_.end(), cell) != missing_texts_.end();
+    };
+    if (comma_row < cells.size() && !missing_text()) {
       if (cell.find('.') != std::string::npos)
         fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
              " has a point where the column writes decimal commas (", quote(cells[comma_row]),
@@ -407,7 +408,7 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
     const bool missing = status == NumberStatus::ok
                              ? std::find(missing_numbers_.begin(), missing_numbers_.end(),
                                          out[r]) != missing_numbers_.end()
-                             : missing_text;
+                             : missing_text();
     if (missing) {
       if (missing_is_nan) {
         out[r] = NAN;
