@@ -521,6 +521,52 @@ TEST(Series, EachSeriesCanHaveItsOwnScaler) {
       << pooled.notes.back();
 }
 
+// z-scores as a two-pass mean and variance give them: a column far from zero (a meter's
+// counter, a timestamp) keeps its spread, not the noise a sum of squares leaves there; a column of
+// tiny values (farads) is not taken for a constant one; a constant one stays as it is.
+TEST(Series, ZscoreIsTheTwoPassMeanAndSpreadOfEveryColumn) {
+  std::vector<std::vector<double>> columns(3);
+  for (int r = 0; r < 500; ++r) {
+    const double wave = std::sin(r * 0.7) + 0.25 * (r % 3);
+    columns[0].push_back(1.7e9 + wave);
+    columns[1].push_back(1e-15 * (2 + wave));
+    columns[2].push_back(4.2);
+  }
+  Normalizer norm;
+  norm.fit_values("zscore", columns.size(), [&](const auto& add) {
+    for (size_t r = 0; r < columns[0].size(); ++r)
+      for (size_t j = 0; j < columns.size(); ++j) add(j, columns[j][r]);
+  });
+  for (size_t j = 0; j < 2; ++j) {
+    const double n = static_cast<double>(columns[j].size());
+    double mean = 0, var = 0;
+    for (double x : columns[j]) mean += x / n;
+    for (double x : columns[j]) var += (x - mean) * (x - mean) / n;
+    EXPECT_NEAR(norm.shift[j], mean, 1e-12 * std::fabs(mean)) << "column " << j;
+    EXPECT_NEAR(norm.scale[j], std::sqrt(var), 1e-6 * std::sqrt(var)) << "column " << j;
+  }
+  EXPECT_EQ(norm.shift[2], 4.2);
+  EXPECT_EQ(norm.scale[2], 1.0);
+}
+
+// The model computes in float32: a value beyond its range once scaled is named where it is.
+TEST(Series, AValueBeyondFloat32IsNamedUnlessScaledIntoRange) {
+  const fs::path dir = temp_dir("beyond_float");
+  std::string text = "date,city,value\n";
+  for (int day = 0; day < 40; ++day)
+    text += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + ",a," +
+            (day == 30 ? "1e39" : std::to_string(day)) + "\n";
+  const std::string path = write(dir / "huge.csv", text);
+  EXPECT_EQ(error_of([&] { load_series(series_config(path)); }),
+            path +
+                ":32: column 'value': 1e+39 is beyond float32's range (the model computes in "
+                "float32); scale it, or set data.normalize: zscore");
+  const SeriesData d = load_series(series_config(path, {"data.normalize=zscore"}));
+  float window[4];
+  d.copy_window(d.split.val.back(), window);
+  for (float x : window) EXPECT_TRUE(std::isfinite(x));
+}
+
 // data.calendar: each cycle as a sine and cosine after the file's features, from the date read
 // as UTC; a run trained with them predicts on a file that has only its own columns.
 TEST(Series, CalendarFeaturesComeFromTheDates) {

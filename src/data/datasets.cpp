@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -1390,6 +1391,32 @@ void assign_scalers(const DataOptions& opt, bool stored, SeriesData* d) {
                      "(data.normalize_fallback: pooled)");
 }
 
+// Every feature and target as the model sees it, scaled, is a float32: a value beyond its range
+// (data.normalize none on 1e39) is named here rather than met as an infinite loss.
+void check_float_range(const DataFile& table, const std::vector<int64_t>& file_rows,
+                       const SeriesData& d) {
+  const bool targets = d.task == TaskKind::forecast && d.target_norm.steps == 1 &&
+                       d.target_norm.shift.size() == d.target_cols.size();
+  for (int64_t r = 0; r < d.rows; ++r) {
+    const int64_t scaler = d.scaler_of(r);
+    const auto check = [&](const Normalizer& norm, const std::vector<int64_t>& cols,
+                           const std::vector<std::string>& names) {
+      const double *shift = norm.shifts(scaler), *scale = norm.scales(scaler);
+      for (size_t j = 0; j < cols.size(); ++j) {
+        const double x = d.source.at(r, cols[j]);
+        if (std::fabs((x - shift[j]) / scale[j]) <= std::numeric_limits<float>::max() ||
+            std::isnan(x))
+          continue;
+        fail(table.where(file_rows[r]), ": column ", io::quoted(names[j]), ": ", x,
+             " is beyond float32's range (the model computes in float32)",
+             norm.kind == "none" ? "; scale it, or set data.normalize: zscore" : "");
+      }
+    };
+    check(d.feature_norm, d.feature_cols, d.feature_names);
+    if (targets) check(d.target_norm, d.target_cols, d.target_names);
+  }
+}
+
 // A fixed random subset of the training windows (data.label_fraction), kept in order.
 void keep_labeled_fraction(const DataOptions& opt, SeriesData* d) {
   const double fraction = opt.series.label_fraction;
@@ -1609,6 +1636,7 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
     fit_normalizers(o, &d);
   }
   assign_scalers(opt, stored != nullptr, &d);
+  check_float_range(table, file_rows, d);
   label_volatility(volatility, stored, &d);
   if (which == WindowSet::with_targets) {
     const size_t all = d.split.test.size(), left_out = keep_windows_with_truth(&d, &d.split.test);

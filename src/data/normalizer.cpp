@@ -28,22 +28,25 @@ void Normalizer::fit_values(
   shift.assign(n_cols, 0.0);
   scale.assign(n_cols, 1.0);
   if (k == "none") return;
-  std::vector<double> lo(n_cols, INFINITY), hi(n_cols, -INFINITY), sum(n_cols), sq(n_cols),
+  // Mean and variance by Welford's updates: the sum of squares less the squared mean cancels to
+  // noise on columns far from zero (timestamps, meter counters: 1e8 +- 1).
+  std::vector<double> lo(n_cols, INFINITY), hi(n_cols, -INFINITY), mean(n_cols), m2(n_cols),
       count(n_cols);
   each([&](size_t j, double x) {
     if (std::isnan(x)) return;  // a target transformed over the horizon, at a series' start
     lo[j] = std::min(lo[j], x);
     hi[j] = std::max(hi[j], x);
-    sum[j] += x;
-    sq[j] += x * x;
     count[j] += 1;
+    const double delta = x - mean[j];
+    mean[j] += delta / count[j];
+    m2[j] += delta * (x - mean[j]);
   });
   for (size_t j = 0; j < n_cols; ++j) {
     if (count[j] == 0) continue;
     if (k == "zscore") {
-      const double mean = sum[j] / count[j], var = std::max(0.0, sq[j] / count[j] - mean * mean);
-      shift[j] = mean;
-      scale[j] = var > 1e-24 ? std::sqrt(var) : 1.0;  // a constant column stays as it is
+      const double var = std::max(0.0, m2[j] / count[j]);
+      shift[j] = mean[j];
+      scale[j] = hi[j] > lo[j] && var > 0 ? std::sqrt(var) : 1.0;  // a constant column stays
     } else {
       shift[j] = lo[j];
       scale[j] = hi[j] > lo[j] ? hi[j] - lo[j] : 1.0;
