@@ -923,6 +923,13 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
   EXPECT_NE(train_with(base, {"train.threads=-1"})
                 .find("override 'train.threads=-1': train.threads must be in [0, 4096], got -1"),
             std::string::npos);
+  EXPECT_NE(train_with(base, {"train.clip_grad_norm=-1"})
+                .find("override 'train.clip_grad_norm=-1': train.clip_grad_norm must be >= 0, "
+                      "got -1"),
+            std::string::npos);
+  EXPECT_NE(train_with(base, {"train.gamma=0"})
+                .find("override 'train.gamma=0': train.gamma must be > 0, got 0"),
+            std::string::npos);
   {  // more threads than CPUs: a warning, and the run goes on
     std::ostringstream many;
     train(Config::parse(base, "bad.yaml",

@@ -56,6 +56,14 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
   s.progress_seconds = c.number("train.progress_seconds");
   s.test_after = c.boolean("train.test_after");
   s.stateful = c.boolean("train.stateful");
+  const auto at_least = [&](const char* key, double value, double lo, bool open) {
+    if (!(open ? value > lo : value >= lo) || !std::isfinite(value))
+      fail(c.origin(key), ": ", key, " must be ", open ? "> " : ">= ", lo, ", got ", value);
+  };
+  at_least("train.clip_grad_norm", s.clip, 0, false);  // 0: no clipping
+  at_least("train.gamma", s.gamma, 0, true);
+  at_least("train.early_stopping.min_delta", s.min_delta, 0, false);
+  at_least("train.progress_seconds", s.progress_seconds, 0, false);
   if (s.stateful && c.str("model.family") != "recurrent")
     fail(c.origin("train.stateful"), ": train.stateful carries recurrent states; model.family ",
          c.str("model.family"), " has none");
