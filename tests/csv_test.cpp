@@ -157,6 +157,36 @@ TEST_F(CsvTest, Utf8BomIsSkipped) {
   EXPECT_EQ(u.text("ville"), (Strings{"Zürich"}));
 }
 
+// UTF-16 with a byte-order mark (Excel's "Unicode Text", pandas' encoding='utf-16') reads as its
+// UTF-8 twin, line numbers and all; broken UTF-16 is named.
+TEST_F(CsvTest, Utf16WithAByteOrderMarkReadsAsUtf8) {
+  const std::u16string text = u"ville\tt\u00e9mp\r\nZ\u00fcrich\t21.5\r\n\U0001F600\t3\r\n";
+  std::string little = "\xff\xfe", big = "\xfe\xff";
+  for (char16_t u : text) {
+    little += {char(u & 0xff), char(u >> 8)};
+    big += {char(u >> 8), char(u & 0xff)};
+  }
+  for (const std::string& bytes : {little, big}) {
+    const CsvTable t = CsvTable::read(write("u16.csv", bytes));
+    EXPECT_EQ(t.columns(), (Strings{"ville", "t\u00e9mp"}));
+    EXPECT_EQ(t.text("ville"), (Strings{"Z\u00fcrich", "\U0001F600"}));
+    EXPECT_EQ(t.numeric("t\u00e9mp"), (Doubles{21.5, 3}));
+    EXPECT_EQ(t.line_of_row(1), 3);
+  }
+  const std::string unpaired(
+      "\xff\xfe"
+      "a\0\x3d\xd8"
+      "b\0",
+      8);  // a high surrogate, then b
+  const std::string p = write("bad16.csv", unpaired);
+  expect_error([&] { CsvTable::read(p); },
+               {p + ": byte 4: not UTF-16 text (a high surrogate without its low one)"});
+  const std::string odd = write("odd16.csv", std::string("\xff\xfe"
+                                                         "a\0b",
+                                                         5));
+  expect_error([&] { CsvTable::read(odd); }, {odd + ": UTF-16 text", "odd number of bytes"});
+}
+
 TEST_F(CsvTest, TrailingNewlineOptionalAndTrailingBlankLinesIgnored) {
   for (const std::string& bytes :
        {std::string("a,b\n1,2\n3,4"), std::string("a,b\n1,2\n3,4\n"),

@@ -194,8 +194,7 @@ TextData load_tokens(const DataOptions& opt, const TextData* stored) {
   if (!opt.text.columns.empty()) {
     document_tokens(opt, tokenizer, &d);
   } else {
-    std::string bytes = io::read_file(opt.path);
-    if (bytes.rfind("\xEF\xBB\xBF", 0) == 0) bytes.erase(0, 3);
+    const std::string bytes = io::read_text_file(opt.path);
     if (bytes.empty()) fail(opt.path, ": empty file");
     try {
       // The file is one document: its tokens without a template's special tokens.
@@ -213,9 +212,7 @@ TextData load_text(const DataOptions& opt, const std::u32string& vocab) {
   TextData d;
   d.seq_len = opt.text.seq_len;
   const std::string& path = opt.path;
-  std::string bytes = io::read_file(path);
-  // A byte-order mark is no character of the text (the CSV reader drops it too).
-  if (bytes.rfind("\xEF\xBB\xBF", 0) == 0) bytes.erase(0, 3);
+  const std::string bytes = io::read_text_file(path);  // a byte-order mark is no character
   const std::u32string text = decode_utf8(bytes, path);
   if (text.empty()) fail(path, ": empty file");
   d.vocab = vocab;

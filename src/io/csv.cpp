@@ -225,7 +225,7 @@ char header_delimiter(std::string_view bytes) {
 
 }  // namespace
 
-CsvTable CsvTable::read(const std::string& path) { return parse(read_file(path), path); }
+CsvTable CsvTable::read(const std::string& path) { return parse(read_text_file(path), path); }
 
 CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
   if (bytes.starts_with("\xef\xbb\xbf")) bytes.remove_prefix(3);

@@ -212,6 +212,50 @@ void DirLock::release() {
   dir_.clear();
 }
 
+std::string text_as_utf8(std::string bytes, const std::string& source) {
+  if (bytes.starts_with("\xef\xbb\xbf")) return bytes.substr(3);
+  const bool little = bytes.starts_with("\xff\xfe"), big = bytes.starts_with("\xfe\xff");
+  if (!little && !big) return bytes;
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t n = bytes.size();
+  if (n % 2 != 0) fail(source, ": UTF-16 text (by its byte-order mark) of an odd number of bytes");
+  const auto unit = [&](size_t i) -> char32_t {
+    return little ? char32_t(b[i] | (b[i + 1] << 8)) : char32_t((b[i] << 8) | b[i + 1]);
+  };
+  std::string out;
+  out.reserve(n / 2);
+  for (size_t i = 2; i < n; i += 2) {
+    char32_t cp = unit(i);
+    if (cp >= 0xdc00 && cp <= 0xdfff)
+      fail(source, ": byte ", i, ": not UTF-16 text (a low surrogate without its high one)");
+    if (cp >= 0xd800 && cp <= 0xdbff) {
+      const char32_t low = i + 2 < n ? unit(i + 2) : 0;
+      if (low < 0xdc00 || low > 0xdfff)
+        fail(source, ": byte ", i, ": not UTF-16 text (a high surrogate without its low one)");
+      cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+      i += 2;
+    }
+    if (cp < 0x80) {
+      out += char(cp);
+    } else if (cp < 0x800) {
+      out += char(0xc0 | (cp >> 6));
+      out += char(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+      out += char(0xe0 | (cp >> 12));
+      out += char(0x80 | ((cp >> 6) & 0x3f));
+      out += char(0x80 | (cp & 0x3f));
+    } else {
+      out += char(0xf0 | (cp >> 18));
+      out += char(0x80 | ((cp >> 12) & 0x3f));
+      out += char(0x80 | ((cp >> 6) & 0x3f));
+      out += char(0x80 | (cp & 0x3f));
+    }
+  }
+  return out;
+}
+
+std::string read_text_file(const std::string& path) { return text_as_utf8(read_file(path), path); }
+
 std::string read_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));

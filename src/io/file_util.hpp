@@ -31,6 +31,12 @@ MappedFile map_file(const std::string& path);
 // The whole file; errors name `path` and the system's reason.
 std::string read_file(const std::string& path);
 
+// A text file's whole text as UTF-8: a UTF-8 byte-order mark dropped, UTF-16 with one (Excel's
+// "Unicode Text", PowerShell's files) converted; other bytes as they are, for the reader to judge.
+std::string read_text_file(const std::string& path);
+// The same for bytes already read from `source`.
+std::string text_as_utf8(std::string bytes, const std::string& source);
+
 // An advisory lock (flock) on DIR/.lock, held while the object lives: one process at a time
 // owns a run directory. The kernel drops it when the process dies, so a killed process's lock
 // never blocks; the file holds the holder's pid for the message of the one refused. The file
