@@ -1,5 +1,6 @@
 // libFuzzer target: CsvTable::parse must either accept the bytes or throw seqforge::Error, and so
-// must numeric() on every column. Any other exception, a crash, a sanitizer report or a broken
+// must numeric() on every column; UTF-16 text converted to UTF-8 (text_as_utf8) must convert back
+// to the same bytes. Any other exception, a crash, a sanitizer report or a broken
 // invariant below is a bug.
 #include <cmath>
 #include <cstddef>
@@ -12,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/csv.hpp"
 
@@ -119,10 +121,49 @@ void check_accepted(const CsvTable& t, std::string_view bytes) {
 
 }  // namespace
 
+// UTF-8 back to UTF-16 in the byte order of `bom`, after it; bug() on bytes that are not UTF-8.
+std::string utf16_of(std::string_view utf8, std::string_view bom) {
+  std::string out(bom);
+  const bool little = bom == "\xff\xfe";
+  const auto put = [&](uint32_t u) {
+    out += little ? char(u & 0xff) : char(u >> 8);
+    out += little ? char(u >> 8) : char(u & 0xff);
+  };
+  const auto* b = reinterpret_cast<const unsigned char*>(utf8.data());
+  for (size_t i = 0; i < utf8.size();) {
+    const int more = b[i] < 0x80 ? 0 : b[i] >= 0xf0 ? 3 : b[i] >= 0xe0 ? 2 : 1;
+    if (b[i] >= 0x80 && b[i] < 0xc0) bug("UTF-16 converted to a continuation byte first");
+    if (more > 0 && i + more >= utf8.size()) bug("UTF-16 converted to a cut UTF-8 character");
+    uint32_t cp = more == 0 ? b[i] : b[i] & (0x3f >> more);
+    for (int k = 1; k <= more; ++k) cp = (cp << 6) | (b[i + k] & 0x3f);
+    if (cp >= 0xd800 && cp <= 0xdfff) bug("UTF-16 converted to an encoded surrogate");
+    if (cp >= 0x10000) {
+      put(0xd800 + ((cp - 0x10000) >> 10));
+      put(0xdc00 + ((cp - 0x10000) & 0x3ff));
+    } else {
+      put(cp);
+    }
+    i += 1 + more;
+  }
+  return out;
+}
+
+void check_utf16(std::string_view bytes) {
+  if (!bytes.starts_with("\xff\xfe") && !bytes.starts_with("\xfe\xff")) return;
+  std::string utf8;
+  try {
+    utf8 = seqforge::io::text_as_utf8(std::string(bytes), "fuzz-input");
+  } catch (const seqforge::Error&) {
+    return;
+  }
+  if (utf16_of(utf8, bytes.substr(0, 2)) != bytes) bug("UTF-16 does not convert back");
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   static volatile bool parsed_date;
   parsed_date = seqforge::io::parse_datetime(bytes.substr(0, 64)).has_value();
+  check_utf16(bytes);
   std::optional<CsvTable> table;
   try {
     table.emplace(CsvTable::parse(bytes, "fuzz-input"));
