@@ -6,12 +6,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "seqforge/text/tokenizer.hpp"
 #include "seqforge/train/config.hpp"
 #include "seqforge/train/data_options.hpp"
+#include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
 namespace seqforge {
@@ -97,6 +99,48 @@ TEST(LmDocuments, AMissingOrUnknownEndOfTextTokenIsOneError) {
   std::ofstream(model / "config.json") << R"({"eos_token_id": 5000})";
   const std::string past = error({"model.init_from=" + model.string()});
   EXPECT_NE(past.find("eos_token_id: 5000 is not an id of"), std::string::npos) << past;
+  fs::remove_all(f.dir);
+}
+
+// generate streams a token model's sample as it is made: the pieces join into the text it
+// returns, each piece whole UTF-8 characters though byte-level tokens split them.
+TEST(LmDocuments, GenerateStreamsWholeCharactersThatJoinIntoTheSample) {
+  std::vector<std::string> docs;
+  for (int i = 0; i < 20; ++i)
+    for (const char* d :
+         {"caf\u00e9 cr\u00e8me br\u00fbl\u00e9e", "\u65e5\u672c\u8a9e\u306e\u6587\u7ae0",
+          "na\u00efve fa\u00e7ade \U0001F600 d\u00e9j\u00e0 vu"})
+      docs.push_back(d);
+  const Folder f = make_folder("stream", docs);
+  const fs::path model = f.dir / "model", run = f.dir / "run";
+  fs::create_directories(model);
+  std::ofstream(model / "config.json") << R"({"model_type": "llama", "vocab_size": 300,
+      "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
+      "max_position_embeddings": 64, "tie_word_embeddings": true, "eos_token_id": 0})";
+  std::ostringstream log;
+  train(lm_config(f, {"data.eos_token=<|endoftext|>", "model.family=decoder",
+                      "model.init_from=" + model.string(), "model.from_config=true",
+                      "train.epochs=20", "optim.lr=0.01", "train.run_dir=" + run.string()}),
+        log);
+  for (uint64_t seed : {1, 2, 3}) {
+    std::vector<std::string> pieces;
+    const std::string sample =
+        generate(run.string(), "caf", 40, 0.7, 0, seed, 1.0,
+                 [&](std::string_view piece) { pieces.emplace_back(piece); });
+    std::string joined;
+    for (const std::string& piece : pieces) joined += piece;
+    EXPECT_EQ(joined, sample);
+    ASSERT_FALSE(pieces.empty());
+    EXPECT_EQ(pieces.front(), "caf");
+    EXPECT_GT(pieces.size(), 5u) << "streamed as it is made";
+    for (size_t i = 0; i + 1 < pieces.size(); ++i) {  // the last one flushes what is left
+      EXPECT_FALSE(pieces[i].ends_with("\xef\xbf\xbd")) << pieces[i];
+      const unsigned char end = static_cast<unsigned char>(pieces[i].back());
+      EXPECT_TRUE(end < 0x80 || (end & 0xc0) == 0x80) << "a character cut short: " << pieces[i];
+    }
+    EXPECT_EQ(generate(run.string(), "caf", 40, 0.7, 0, seed), sample);
+  }
   fs::remove_all(f.dir);
 }
 

@@ -135,6 +135,13 @@ TEST(Trainer, ClassifyAndCharlmRun) {
   const std::string sample = generate((dir / "lm").string(), "ab", 20, 1.0, 0, 3);
   EXPECT_EQ(sample.size(), 22u);
   EXPECT_EQ(sample.substr(0, 2), "ab");
+  std::vector<std::string> pieces;  // streamed: the prompt, then a character at a time
+  EXPECT_EQ(generate((dir / "lm").string(), "ab", 20, 1.0, 0, 3, 1.0,
+                     [&](std::string_view piece) { pieces.emplace_back(piece); }),
+            sample);
+  ASSERT_EQ(pieces.size(), 21u);
+  EXPECT_EQ(pieces[0], "ab");
+  for (size_t i = 1; i < pieces.size(); ++i) EXPECT_EQ(pieces[i], sample.substr(i + 1, 1));
   EXPECT_NE(error_of([&] {
               generate((dir / "lm").string(), "xyz", 5, 1.0, 0, 0);
             }).find("not in the model's vocabulary"),

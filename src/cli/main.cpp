@@ -302,9 +302,13 @@ int main(int argc, char** argv) {
                  " (leave it out to sample among all characters)");
       if (!(gen_top_p > 0 && gen_top_p <= 1))
         sf::fail("generate: --top-p must be in (0, 1], got ", gen_top_p);
-      std::printf("%s\n", sf::generate(gen_run, gen_prompt, gen_length, gen_temperature, gen_top_k,
-                                       gen_seed, gen_top_p)
-                              .c_str());
+      // The text as it is made, as a chat model's is.
+      sf::generate(gen_run, gen_prompt, gen_length, gen_temperature, gen_top_k, gen_seed, gen_top_p,
+                   [](std::string_view piece) {
+                     std::fwrite(piece.data(), 1, piece.size(), stdout);
+                     std::fflush(stdout);
+                   });
+      std::printf("\n");
       return 0;
     }
     if (seqforge::cli::tune_parsed(tune)) return seqforge::cli::run_tune(tune);

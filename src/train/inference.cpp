@@ -389,9 +389,27 @@ namespace {
 // A token language model's continuation of `prompt`: each new token from the logits of the
 // whole sequence so far (its last max_position_embeddings tokens), the text decoded by the
 // run's tokenizer.
+// How many leading bytes of a token model's decoding are settled: all but a character cut short
+// at the end, and the U+FFFD run before it (bytes that a later token may complete into one).
+size_t settled_prefix(std::string_view text) {
+  size_t end = text.size();
+  for (size_t back = 1; back <= 4 && back <= text.size(); ++back) {
+    const unsigned char c = static_cast<unsigned char>(text[text.size() - back]);
+    if ((c & 0xc0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+    if (need > back) end = text.size() - back;
+    break;
+  }
+  constexpr std::string_view kReplacement = "\xef\xbf\xbd";
+  while (end >= kReplacement.size() && text.substr(0, end).ends_with(kReplacement))
+    end -= kReplacement.size();
+  return end;
+}
+
 std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
                             const std::string& prompt, int64_t length, double temperature,
-                            int64_t top_k, double top_p, uint64_t seed) {
+                            int64_t top_k, double top_p, uint64_t seed,
+                            const std::function<void(std::string_view)>& stream) {
   uint64_t hash = 0;
   const text::Tokenizer tokenizer =
       read_tokenizer(data_options(r.config).text.tokenizer, r.task.text.tokenizer_hash, &hash);
@@ -405,6 +423,20 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
   Rng rng(seed);
   Buffer ids_buf;
   std::vector<int32_t> made;
+  // What `stream` has had of the sample's decoding: its tokens decoded afresh after each new one
+  // (a decoder may join tokens into characters), and passed on once settled.
+  std::string streamed;
+  const auto pass_on = [&](bool last) {
+    if (!stream) return;
+    const std::string text = tokenizer.decode(made, true);
+    SF_CHECK(text.starts_with(streamed), "generate: the decoding of the sample changed what it ",
+             "had streamed");
+    const size_t whole = last ? text.size() : settled_prefix(text);
+    if (whole <= streamed.size()) return;
+    stream(std::string_view(text).substr(streamed.size(), whole - streamed.size()));
+    streamed.assign(text, 0, whole);
+  };
+  if (stream) stream(prompt);
   // The logits (n, V) whose last row predicts the next token: the newest token's read after the
   // key/value cache of those before it; at the start, or once the cache is full, the last
   // `window` tokens read afresh.
@@ -434,14 +466,17 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
       break;  // the model's end of text
     ids.push_back(next);
     made.push_back(int32_t(next));
+    pass_on(false);
   }
+  pass_on(true);
   return prompt + tokenizer.decode(made, true);
 }
 
 }  // namespace
 
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
-                     double temperature, int64_t top_k, uint64_t seed, double top_p) {
+                     double temperature, int64_t top_k, uint64_t seed, double top_p,
+                     const std::function<void(std::string_view)>& stream) {
   configure_threads();
   LoadedRun r = load_run_model(run);
   if (!r.task.is_lm())
@@ -456,7 +491,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, nullptr);  // in the run's precision, as eval and predict
   if (r.task.kind == TaskKind::lm)
-    return generate_tokens(*be, *model, r, prompt, length, temperature, top_k, top_p, seed);
+    return generate_tokens(*be, *model, r, prompt, length, temperature, top_k, top_p, seed, stream);
   const std::u32string& vocab = r.task.text.vocab;
   Rng rng(seed);
   // Without a prompt: after a newline, or a character drawn at random when the text had none.
@@ -476,6 +511,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
            "') is not in the model's vocabulary");
     ids.push_back(static_cast<int64_t>(at));
   }
+  if (stream) stream(text);
   Buffer ids_buf;
   // The ids [first, first + count) as a (1, count) tensor.
   auto upload_ids = [&](const int64_t* first, int64_t count) {
@@ -523,7 +559,9 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     const int64_t next =
         sample_next(download_vector<float>(*be, logits.slice(logits.dim(0) - 1, logits.dim(0))),
                     temperature, top_k, rng, top_p);
-    text += encode_utf8(vocab.substr(next, 1));
+    const std::string character = encode_utf8(vocab.substr(next, 1));
+    text += character;
+    if (stream) stream(character);
     ids.push_back(next);
     if (n + 1 < length) logits = next_logits();
   }

@@ -99,9 +99,13 @@ std::string predictions_csv(const Predictions& p);
 // value beside it when the file has it. A throughput line goes to `log`. Returns the rows written.
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log);
 
-// Samples `length` characters from a character model after `prompt`.
+// Samples `length` characters (a token model: tokens) from a language model after `prompt`;
+// returns the prompt and the sample. `stream`, when given, receives that text as it is made, in
+// pieces whose concatenation is the returned text (a token model's held back until its decoding
+// is whole characters).
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
-                     double temperature, int64_t top_k, uint64_t seed, double top_p = 1.0);
+                     double temperature, int64_t top_k, uint64_t seed, double top_p = 1.0,
+                     const std::function<void(std::string_view)>& stream = {});
 
 // Folds a run's LoRA or DoRA adapters into its base weights (W0 + (alpha/r) B A; DoRA: m V /
 // ||V|| per row) and writes them as a plain transformer checkpoint (nanoGPT's names, the run's
