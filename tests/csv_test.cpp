@@ -594,6 +594,32 @@ TEST(ParseDate, CompactAndIso) {
   EXPECT_EQ(parse_date("2012-01-02T13:00", DateLayout::iso), parse_datetime("2012-01-02T13:00"));
 }
 
+// BigQuery's " UTC", one-digit months and days (R's and Excel's "2012-1-5"), and dates with the
+// month's English name (Yahoo's "Jan 05, 2024", Excel's "05-Jan-2024").
+TEST(ParseDate, UnpaddedIsoUtcAndNamedMonths) {
+  const int64_t jan5 = 1325376000 + 4 * 86400;  // 2012-01-05
+  EXPECT_EQ(parse_datetime("2012-1-5"), jan5);
+  EXPECT_EQ(parse_datetime("2012-01-5 13:00"), jan5 + 13 * 3600);
+  EXPECT_EQ(parse_datetime("2012/1/05"), jan5);
+  EXPECT_EQ(parse_datetime("2012-01-05 13:00:00 UTC"), jan5 + 13 * 3600);
+  EXPECT_EQ(parse_datetime("2012-01-05T13:00:00 gmt"), jan5 + 13 * 3600);
+  EXPECT_EQ(parse_datetime("2012-1"), std::nullopt) << "a month takes two digits";
+  for (const char* s :
+       {"Jan 5, 2012", "January 05 2012", "jan 5 2012", "JAN. 5, 2012", "5 Jan 2012", "05-Jan-2012",
+        "5/jan/2012", "5 January, 2012", " 05 jan 2012 "})
+    EXPECT_EQ(parse_date(s, DateLayout::named_month), jan5) << "'" << s << "'";
+  EXPECT_EQ(parse_date("Sept 30, 2012", DateLayout::named_month), 1348963200);
+  EXPECT_EQ(parse_date("Sep. 30, 2012 1:45 PM", DateLayout::named_month),
+            1348963200 + 13 * 3600 + 45 * 60);
+  EXPECT_EQ(parse_date("30-Sep-2012 13:45", DateLayout::named_month),
+            1348963200 + 13 * 3600 + 45 * 60);
+  for (const char* s :
+       {"Jan 5, 12", "05-Jan-12", "Janu 5 2012", "Ja 5 2012", "Feb 30, 2012", "5 Jan-2012",
+        "5-Jan 2012", "Jan5, 2012", "Jan 5,2012", "Jan 5, 2012x", "May", "5 May", "2012-01-05",
+        "01/05/2012", "Septe 5 2012", "Jan. 5 2012 25:00"})
+    EXPECT_EQ(parse_date(s, DateLayout::named_month), std::nullopt) << "'" << s << "'";
+}
+
 TEST(ParseDatetime, UtcOffsets) {
   int64_t offset = 1;
   EXPECT_EQ(parse_date("2012-01-01T13:00:00+01:00", DateLayout::iso, &offset),
@@ -617,8 +643,6 @@ TEST(ParseDatetime, RejectsEverythingElse) {
                         "2012-1",
                         "2012/01",
                         "2012-13",
-                        "2012-1-1",
-                        "2012-01-1",
                         "12-01-01",
                         "2012/01-01",
                         "2012-01/01",
@@ -641,8 +665,11 @@ TEST(ParseDatetime, RejectsEverythingElse) {
                         "2012-01-01T13:00:0",
                         "2012-01-01T13:00:00.",
                         "2012-01-01T13:00:00Zjunk",
+                        "2012-01-01 13:00 UTC junk",
+                        "2012-01-01 UTC",
+                        "2012-01-1 13:00 CET",
+                        "2012-001-01",
                         "2012-01-01Z",
-                        "2012-01-01 13:00 UTC",
                         "2012-01-01x",
                         "2012-01-01T13:00+1",
                         "2012-01-01T13:00+01:60",

@@ -897,6 +897,41 @@ TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
 // Dates with UTC offsets: local midnights (a time zone's days, the offset changing with daylight
 // saving time) are the days they name; other times are instants, ordered and stepped in UTC
 // across the clock's change and written in UTC with a Z.
+// Dates with the months' names (Yahoo's "Jan 05, 2024"), out of order as such files list them
+// (newest first), read as their ISO twins, with a note.
+TEST(Series, DatesWithMonthNamesReadAsTheirIsoTwins) {
+  const fs::path dir = temp_dir("month_names");
+  const char* months[] = {"Jan", "Feb", "Mar"};
+  std::string named = "Date,Close\n", iso = "Date,Close\n";
+  for (int k = 29; k >= 0; --k) {
+    const int month = k / 10, day = 1 + k % 10 * 2;
+    const std::string close = std::to_string(100 + k * k % 7) + "\n";
+    named += "\"" + std::string(months[month]) + " " + (day < 10 ? "0" : "") + std::to_string(day) +
+             ", 2024\"," + close;
+    iso += "2024-0" + std::to_string(month + 1) + "-" + (day < 10 ? "0" : "") +
+           std::to_string(day) + "," + close;
+  }
+  auto config = [](const std::string& path) {
+    return Config::parse("data: {path: " + path +
+                             ", date_column: Date, targets: [Close], lookback: 3, "
+                             "split: {train: 0.5, val: 0.25}, normalize: none}\n",
+                         "m.yaml");
+  };
+  const std::string named_path = write(dir / "named.csv", named);
+  const SeriesData n = load_series(config(named_path));
+  const SeriesData i = load_series(config(write(dir / "iso.csv", iso)));
+  EXPECT_EQ(n.dates, i.dates);
+  EXPECT_EQ(n.dates.front(), "2024-01-01");
+  ASSERT_EQ(n.source.rows, i.source.rows);
+  for (int64_t r = 0; r < n.source.rows; ++r)
+    EXPECT_EQ(n.source.at(r, n.target_cols[0]), i.source.at(r, i.target_cols[0])) << r;
+  EXPECT_NE(
+      std::find(n.notes.begin(), n.notes.end(),
+                named_path + ": column 'Date' writes its dates with the months' names; predictions "
+                             "write them as ISO dates"),
+      n.notes.end());
+}
+
 TEST(Series, ASemicolonFileWithDecimalCommasReadsAsItsCommaTwin) {
   const fs::path dir = temp_dir("semicolons");
   std::string eu = "date;temp;load\n", us = "date,temp,load\n";

@@ -165,8 +165,8 @@ bool clock_set_back(int64_t when, const std::string& text) {
 
 bool is_date_cell(const std::string& cell) {
   if (io::parse_finite(cell)) return false;
-  for (io::DateLayout layout :
-       {io::DateLayout::iso, io::DateLayout::day_first, io::DateLayout::month_first})
+  for (io::DateLayout layout : {io::DateLayout::iso, io::DateLayout::day_first,
+                                io::DateLayout::month_first, io::DateLayout::named_month})
     if (io::parse_date(cell, layout)) return true;
   return false;
 }

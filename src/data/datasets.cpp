@@ -460,6 +460,7 @@ std::optional<io::DateLayout> date_layout(const DataFile& table, const SeriesOpt
   const std::string& first = cells[0];
   if (io::parse_datetime(first)) return io::DateLayout::iso;
   if (io::parse_date(first, io::DateLayout::compact)) return io::DateLayout::compact;
+  if (io::parse_date(first, io::DateLayout::named_month)) return io::DateLayout::named_month;
   if (io::parse_finite(first)) return std::nullopt;
   if (!io::day_month_fields(first)) return io::DateLayout::iso;  // each cell's error says why
   if (o.date_order != "auto")
@@ -485,6 +486,8 @@ std::string layout_note(const DataFile& table, const SeriesOptions& o, io::DateL
   const std::string column = "column '" + o.date_col + "' writes its dates ";
   if (layout == io::DateLayout::compact)
     return column + "as YYYYMMDD; predictions write them as ISO dates";
+  if (layout == io::DateLayout::named_month)
+    return column + "with the months' names; predictions write them as ISO dates";
   const bool day = layout == io::DateLayout::day_first;
   std::string why = "data.date_order";
   if (o.date_order == "auto")
@@ -534,7 +537,8 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
       if (!t && r == 0)
         fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
              "' is neither a date (2012-01-31, 2012-01-31 13:45, 2012/01/31, 20120131, "
-             "31/01/2012, 01/31/2012 1:45 PM, 31.01.2012) nor a number");
+             "31/01/2012, 01/31/2012 1:45 PM, 31.01.2012, Jan 31, 2012, 31-Jan-2012) nor a "
+             "number");
       if (!t)
         fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
              "' is not a date written as the column's first, '", dates[0], "'",
@@ -565,9 +569,15 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
       out.notes.push_back(path + ": " + layout_note(table, o, *layout));
     // Predictions write every date one way: 2012/01/31 and a month's 2012-01 as 2012-01-31 and
     // 2012-01-01, like the dates they add past a series' end.
-    const std::string& first = dates[0];
-    const bool month = first.find_last_not_of(' ') - first.find_first_not_of(' ') == 6;
-    if (layout != io::DateLayout::iso || first.find('/') != std::string::npos || month ||
+    const std::string& cell = dates[0];
+    const size_t from = cell.find_first_not_of(' ');
+    const std::string first = from == std::string::npos
+                                  ? std::string()
+                                  : cell.substr(from, cell.find_last_not_of(' ') + 1 - from);
+    const bool month = first.size() == 7;
+    const bool padded =
+        first.size() >= 10 && first[7] == '-' && std::isdigit(static_cast<unsigned char>(first[9]));
+    if (layout != io::DateLayout::iso || first.find('/') != std::string::npos || month || !padded ||
         offsets_written)
       for (int64_t r = 0; r < n; ++r)
         out.iso_dates.push_back(io::format_datetime(when[r], midnights && !out.utc_times) +

@@ -541,7 +541,8 @@ std::optional<int64_t> time_of_day(DateScanner& c, bool clock12, int64_t* offset
   if (h > 23 || mi > 59 || sec > 59) return std::nullopt;
   const int64_t seconds = h * 3600 + mi * 60 + sec;
   if (c.done()) return seconds;
-  if (c.literal('Z') || c.literal('z')) return c.done() ? std::optional(seconds) : std::nullopt;
+  if (c.literal('Z') || c.literal('z') || c.word(" UTC") || c.word(" GMT"))
+    return c.done() ? std::optional(seconds) : std::nullopt;
   const int sign = c.literal('+') ? 1 : c.literal('-') ? -1 : 0;
   int oh = 0, om = 0;
   if (sign == 0 || !c.number(2, 2, &oh)) return std::nullopt;
@@ -562,9 +563,11 @@ std::optional<int64_t> parse_iso(std::string_view s, int64_t* offset) {
   int y = 0, mo = 0, d = 0;
   if (!c.number(4, 4, &y)) return std::nullopt;
   const char sep = c.literal('-') ? '-' : c.literal('/') ? '/' : 0;
-  if (sep == 0 || !c.number(2, 2, &mo)) return std::nullopt;
-  if (c.done()) return sep == '-' ? midnight(y, mo, 1) : std::nullopt;  // a month: "2012-01"
-  if (!c.literal(sep) || !c.number(2, 2, &d)) return std::nullopt;
+  const size_t month_at = c.i;
+  if (sep == 0 || !c.number(1, 2, &mo)) return std::nullopt;
+  if (c.done())  // a month: "2012-01"
+    return sep == '-' && c.i - month_at == 2 ? midnight(y, mo, 1) : std::nullopt;
+  if (!c.literal(sep) || !c.number(1, 2, &d)) return std::nullopt;
   const auto day = midnight(y, mo, d);
   const auto time = day ? time_of_day(c, false, offset) : std::nullopt;
   if (!time) return std::nullopt;
@@ -577,6 +580,41 @@ bool day_month_year(DateScanner& c, int* first, int* second, int* year) {
   if (!c.number(1, 2, first)) return false;
   const char sep = c.literal('/') ? '/' : c.literal('.') ? '.' : c.literal('-') ? '-' : 0;
   return sep != 0 && c.number(1, 2, second) && c.literal(sep) && c.number(4, 4, year);
+}
+
+// A month's English name or abbreviation (Jan, Sept, January; any case, an optional '.' after an
+// abbreviation): 1 to 12, the cursor past it; 0 for anything else.
+int month_name(DateScanner& c) {
+  static constexpr std::string_view kNames[] = {"JANUARY",   "FEBRUARY", "MARCH",    "APRIL",
+                                                "MAY",       "JUNE",     "JULY",     "AUGUST",
+                                                "SEPTEMBER", "OCTOBER",  "NOVEMBER", "DECEMBER"};
+  size_t end = c.i;
+  while (end < c.s.size() && std::isalpha(static_cast<unsigned char>(c.s[end]))) ++end;
+  std::string word(c.s.substr(c.i, end - c.i));
+  for (char& ch : word) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  for (int m = 0; m < 12; ++m) {
+    const bool abbreviation = word == kNames[m].substr(0, 3) || (m == 8 && word == "SEPT");
+    if (word != kNames[m] && !abbreviation) continue;
+    c.i = end;
+    if (abbreviation && word != kNames[m]) c.literal('.');
+    return m + 1;
+  }
+  return 0;
+}
+
+// "Dec 31, 2020", "December 31 2020", "31 Dec 2020", "31-Dec-2020": day, month and year, the
+// cursor past them.
+bool named_month_date(DateScanner& c, int* day, int* month, int* year) {
+  if ((*month = month_name(c))) {  // month first
+    if (!c.literal(' ') || !c.number(1, 2, day)) return false;
+    c.literal(',');
+    return c.literal(' ') && c.number(4, 4, year);
+  }
+  if (!c.number(1, 2, day)) return false;
+  const char sep = c.literal(' ') ? ' ' : c.literal('-') ? '-' : c.literal('/') ? '/' : 0;
+  if (sep == 0 || !(*month = month_name(c))) return false;
+  if (sep == ' ') c.literal(',');
+  return c.literal(sep) && c.number(4, 4, year);
 }
 
 }  // namespace
@@ -601,7 +639,9 @@ std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t
     if (y < 1800 || y >= 2200) return std::nullopt;  // a number of 8 digits, not a date
     return midnight(y, mo, d);
   }
-  if (!day_month_year(c, &d, &mo, &y)) return std::nullopt;
+  if (layout == DateLayout::named_month ? !named_month_date(c, &d, &mo, &y)
+                                        : !day_month_year(c, &d, &mo, &y))
+    return std::nullopt;
   if (layout == DateLayout::month_first) std::swap(d, mo);
   const auto day = midnight(y, mo, d);
   const auto time = day ? time_of_day(c, true, offset) : std::nullopt;
