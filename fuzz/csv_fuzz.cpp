@@ -162,7 +162,10 @@ void check_utf16(std::string_view bytes) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   static volatile bool parsed_date;
-  parsed_date = seqforge::io::parse_datetime(bytes.substr(0, 64)).has_value();
+  for (auto layout : {seqforge::io::DateLayout::iso, seqforge::io::DateLayout::day_first,
+                      seqforge::io::DateLayout::month_first, seqforge::io::DateLayout::compact,
+                      seqforge::io::DateLayout::named_month})
+    parsed_date = seqforge::io::parse_date(bytes.substr(0, 64), layout).has_value();
   check_utf16(bytes);
   std::optional<CsvTable> table;
   try {
