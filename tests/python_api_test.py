@@ -104,6 +104,26 @@ def test_arrays_in_and_out(tmp_path):
         seqforge.train(config, data=array[:, 0], overwrite=True, log=None)
 
 
+def test_errors_in_a_frame_or_an_array_name_its_row(tmp_path):
+    os.chdir(tmp_path)
+    days = pd.date_range("2024-01-01", periods=60, name="day")
+    frame = pd.DataFrame({"load": np.arange(60.0)}, index=days)
+    frame.iloc[7, 0] = np.nan
+    config = {"data": {"targets": ["load"], "lookback": 4, "date_column": "day"},
+              "train": {"epochs": 1, "run_dir": "frame"}}
+    with pytest.raises(seqforge.Error, match=r"^the DataFrame's row 7 \(index 2024-01-08 00:00:00\): "
+                                             r"column 'load': empty cell is not a number"):
+        seqforge.train(config, data=frame, log=None)
+    array = np.arange(120.0).reshape(60, 2)
+    array[9, 1] = np.inf
+    with pytest.raises(seqforge.Error, match=r"^the array's row 9, column 1: inf is not a finite"):
+        seqforge.train({"data": {"targets": ["0"], "lookback": 4}, "train": {"epochs": 1}},
+                       data=array, log=None)
+    run = seqforge.train(config, data=frame.fillna(0.0), log=None, overwrite=True)
+    with pytest.raises(seqforge.Error, match=r"^the DataFrame's row 7 \(index 2024-01-08"):
+        run.predict(frame)
+
+
 def test_classify_mae_charlm_transformer_and_adapters(tmp_path):
     os.chdir(tmp_path)
     classify = seqforge.train(

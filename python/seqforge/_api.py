@@ -1,7 +1,9 @@
 """train, load and Run: the command's train, eval, predict and generate on run directories."""
+import contextlib
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -115,6 +117,39 @@ def _data_file(data, directory, payload=None):
     return path
 
 
+def _where_in_data(message, path, data):
+    """`message` naming the data instead of the file `path` it was written to: a frame's row by
+    its position and index label, an array's row."""
+    if type(data).__name__ == "DataFrame":
+        # A line is a row unless a text cell spans lines.
+        texts = [data[c] for c in data.columns if data[c].dtype == object]
+        lines_are_rows = not any(t.astype(str).str.contains("\n").any() for t in texts)
+
+        def row(match):
+            r = int(match.group(1)) - 2  # line 1: the header
+            if not lines_are_rows or not 0 <= r < len(data):
+                return match.group(0)
+            return f"the DataFrame's row {r} (index {data.index[r]})"
+
+        message = re.sub(re.escape(path) + r":(\d+)", row, message)
+        return message.replace(path, "the DataFrame")
+    if isinstance(data, np.ndarray):
+        message = re.sub(re.escape(path) + r": row (\d+)", r"the array's row \1", message)
+        return message.replace(path, "the array")
+    return message
+
+
+@contextlib.contextmanager
+def _naming_the_data(data, path):
+    """Errors raised inside name `data` where they would name the file it was written to."""
+    try:
+        yield
+    except _native.Error as e:
+        if isinstance(data, (str, os.PathLike)):
+            raise
+        raise _native.Error(_where_in_data(str(e), path, data)) from None
+
+
 def _config_parts(config, overrides, sections):
     """(YAML text or None, source, overrides) for the native calls."""
     keys = set(_native.config_keys())
@@ -220,7 +255,12 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
         if _holds_a_run(run_dir) and not overwrite:
             raise _native.Error(f"{run_dir}: holds another run's files; pass overwrite=True to "
                                 f"replace them, or resume='{run_dir}' to continue that run")
-        values += [f"data.path={_data_file(data, run_dir, payload)}", f"train.run_dir={run_dir}"]
+        path = _data_file(data, run_dir, payload)
+        values += [f"data.path={path}", f"train.run_dir={run_dir}"]
+        with _naming_the_data(data, path):
+            summary = _native.train(text, source, values, overwrite=overwrite, log=log,
+                                    on_epoch=on_epoch, on_step=on_step)
+        return Run(summary["run_dir"], summary)
     summary = _native.train(text, source, values, overwrite=overwrite, log=log,
                             on_epoch=on_epoch, on_step=on_step)
     return Run(summary["run_dir"], summary)
@@ -266,7 +306,9 @@ class Run:
         if isinstance(data, np.ndarray):
             return _native.evaluate_array(self.path, data)
         with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
-            return _native.evaluate(self.path, split, _data_file(data, scratch))
+            path = _data_file(data, scratch)
+            with _naming_the_data(data, path):
+                return _native.evaluate(self.path, split, path)
 
     def predictions(self, X, last=False):
         """predict's table for the windows of `X` (a path, array or data frame of the training
@@ -277,7 +319,9 @@ class Run:
             table = _native.predictions_of_array(self.path, X, last)
         else:
             with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
-                table = _native.predictions(self.path, _data_file(X, scratch), last)
+                path = _data_file(X, scratch)
+                with _naming_the_data(X, path):
+                    table = _native.predictions(self.path, path, last)
         return {name: values if kind != "text" else np.array(values, dtype=object)
                 for name, kind, values in table["columns"]}
 
