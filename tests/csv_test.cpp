@@ -278,7 +278,24 @@ TEST_F(CsvTest, NumericRejectsEachKindOfBadCell) {
       {"Infinity", "'Infinity' is not a finite number"},
       {"1e999", "'1e999' is not a finite number"},
       {"-1e99999", "'-1e99999' is not a finite number"},
-      {"\"1,5\"", "'1,5' is not a number"},
+      {"\"1,5\"",
+       "'1,5' is not a number (a decimal comma: write 1.5, or separate the fields "
+       "with ';')"},
+      {"\"1,234.5\"", "'1,234.5' is not a number (a thousands separator: write 1234.5)"},
+      {"\"-12,345,678\"", "'-12,345,678' is not a number (a thousands separator"},
+      {"$185.64", "'$185.64' is not a number (a currency sign: write the number alone"},
+      {"\"\xe2\x82\xac"
+       "1,234\"",
+       "'\xe2\x82\xac"
+       "1,234' is not a number (a currency sign"},
+      {"12.5\xc2\xa3", "'12.5\xc2\xa3' is not a number (a currency sign"},
+      {"5.2%", "'5.2%' is not a number (a percentage: write the number alone, 5.2 or 0.052)"},
+      {"1.2M", "'1.2M' is not a number (a suffix for thousands, millions or billions"},
+      {"(12.5)", "'(12.5)' is not a number (an accountant's negative: write -12.5)"},
+      {"\xe2\x88\x92"
+       "5.5",
+       "'\xe2\x88\x92"
+       "5.5' is not a number (a typographic minus sign"},
       {"0x10", "'0x10' is not a number"},
       {"1 000", "'1 000' is not a number"},
       {"+-1", "'+-1' is not a number"},
@@ -291,6 +308,16 @@ TEST_F(CsvTest, NumericRejectsEachKindOfBadCell) {
     SCOPED_TRACE(c.cell);
     const CsvTable t = CsvTable::parse("t,value\n0,1\n1," + c.cell + "\n", "cells.csv");
     expect_error([&] { t.numeric("value"); }, {"cells.csv:3: column 'value': " + c.message});
+  }
+  // A cell that is nothing recognisable gets no reason.
+  for (const char* cell : {"\"1,23,4\"", "12.5 kWh", "$", "%", "(1", "\"1,5,\""}) {
+    const CsvTable t = CsvTable::parse(std::string("value\n") + cell + "\n", "cells.csv");
+    try {
+      t.numeric("value");
+      ADD_FAILURE() << cell;
+    } catch (const Error& e) {
+      EXPECT_TRUE(std::string_view(e.what()).ends_with("is not a number")) << e.what();
+    }
   }
 }
 

@@ -180,6 +180,53 @@ NumberStatus parse_number(std::string_view s, double* out) {
   return NumberStatus::ok;
 }
 
+// Why a cell that is almost a number is not one, for its error: " (a currency sign: ...)", or ""
+// where nothing is recognised.
+std::string number_hint(std::string_view cell) {
+  cell = trim(cell);
+  double ignored = 0;
+  const auto number = [&](std::string_view s) {
+    return parse_number(s, &ignored) == NumberStatus::ok;
+  };
+  const auto without = [](std::string_view s, std::string_view drop) {
+    std::string out;
+    for (char c : s)
+      if (drop.find(c) == std::string_view::npos) out += c;
+    return out;
+  };
+  for (std::string_view sign : {"$", "\xe2\x82\xac", "\xc2\xa3", "\xc2\xa5"})  // $ euro pound yen
+    for (std::string_view rest :
+         {cell.starts_with(sign) ? cell.substr(sign.size()) : "",
+          cell.ends_with(sign) ? cell.substr(0, cell.size() - sign.size()) : ""})
+      if (!rest.empty() && (number(rest) || number(without(rest, ","))))
+        return " (a currency sign: write the number alone, 1234.5)";
+  if (cell.size() > 1 && cell.ends_with('%') && number(cell.substr(0, cell.size() - 1)))
+    return " (a percentage: write the number alone, 5.2 or 0.052)";
+  if (cell.find(',') != std::string_view::npos && number(without(cell, ","))) {
+    // 1,234,567.5: each comma three digits before the point or the end.
+    const std::string_view whole = cell.substr(0, cell.find('.'));
+    bool thousands = whole.find(',') > 0;
+    for (size_t at = whole.find(','); at != std::string_view::npos && thousands;
+         at = whole.find(',', at + 1))
+      thousands =
+          whole.size() - at > 3 &&
+          whole.substr(at + 1, 3).find_first_not_of("0123456789") == std::string_view::npos &&
+          (whole.size() - at == 4 || whole[at + 4] == ',');
+    if (thousands) return " (a thousands separator: write 1234.5)";
+    if (std::count(cell.begin(), cell.end(), ',') == 1 && cell.find('.') == std::string_view::npos)
+      return " (a decimal comma: write 1.5, or separate the fields with ';')";
+  }
+  if (cell.size() > 1 && std::string_view("kKmMbB").find(cell.back()) != std::string_view::npos &&
+      number(cell.substr(0, cell.size() - 1)))
+    return " (a suffix for thousands, millions or billions: write the number in full)";
+  if (cell.size() > 2 && cell.front() == '(' && cell.back() == ')' &&
+      number(cell.substr(1, cell.size() - 2)))
+    return " (an accountant's negative: write -12.5)";
+  if (cell.starts_with("\xe2\x88\x92") && number(cell.substr(3)))  // U+2212
+    return " (a typographic minus sign: write '-')";
+  return "";
+}
+
 }  // namespace
 
 std::string csv_field(std::string_view s) {
@@ -424,7 +471,7 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
         break;
       case NumberStatus::not_number:
         fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
-             " is not a number");
+             " is not a number", number_hint(cells[r]));
       case NumberStatus::not_finite:
         fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
              " is not a finite number");
