@@ -394,6 +394,31 @@ TEST(Runs, DirectForecastsPredictEveryStepAhead) {
       else
         EXPECT_EQ(r[4], "");
     }
+  // Dates past the end are written as the file writes its own: "2020-01-01 07:00", a column of
+  // one format.
+  std::string spaced;
+  {
+    std::ifstream in(fresh);
+    for (std::string line; std::getline(in, line);) {
+      if (line.size() > 19 && line[10] == 'T')
+        line = line.substr(0, 10) + " " + line.substr(11, 5) + line.substr(19);
+      spaced += line + "\n";
+    }
+  }
+  std::ofstream(dir / "spaced.csv") << spaced;
+  EXPECT_EQ(predict((dir / "run").string(),
+                    {(dir / "spaced.csv").string(), (dir / "q.csv").string(), true}, out),
+            1);
+  const auto q = read_csv((dir / "q.csv").string());
+  ASSERT_EQ(q.size(), 1u + 4);
+  for (int h = 1; h <= 4; ++h) {
+    EXPECT_EQ(q[h][0], io::format_datetime(int64_t{1577836800} + 19 * int64_t{3600}, false)
+                           .replace(10, 1, " ")
+                           .substr(0, 16));
+    EXPECT_EQ(q[h][1], io::format_datetime(int64_t{1577836800} + (19 + h) * int64_t{3600}, false)
+                           .replace(10, 1, " ")
+                           .substr(0, 16));
+  }
   // A run stored before data.horizon_mode forecast one step, horizon steps ahead.
   const Config old = as_it_trained(Config::parse("data: {path: x.csv, horizon: 4}\n", "o.yaml"));
   EXPECT_EQ(old.str("data.horizon_mode"), "last");

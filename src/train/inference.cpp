@@ -86,14 +86,28 @@ std::string row_label(const SeriesData& d, int64_t row) {
   return std::to_string((d.file_rows.empty() ? row : d.file_rows[row]) + 1);
 }
 
+// An ISO date-time made here ("2024-01-13T12:00:00") written as `like`, a date of the file, writes
+// its own: with a space before the time, or without seconds; so that a column of dates holds one
+// format (pandas 2 reads a column in its first cell's format).
+std::string in_style_of(const std::string& like, std::string text) {
+  const bool minutes = like.size() == 16, seconds = like.size() == 19;
+  if (text.size() != 19 || text[10] != 'T' || !(minutes || seconds) || like[4] != '-' ||
+      like[7] != '-' || like[13] != ':' || (like[10] != ' ' && like[10] != 'T'))
+    return text;
+  text[10] = like[10];
+  if (minutes && text.ends_with(":00")) text.resize(16);
+  return text;
+}
+
 // When a window's forecast of step k is for: the target row's label when it is in the file, else
-// the last date plus as many steps where the series' dates are regular; "" when unknown (no
-// dates).
+// the last date plus as many steps where the series' dates are regular, written as the file
+// writes its dates; "" when unknown (no dates).
 std::string forecast_time(const SeriesData& d, int64_t start, int64_t k) {
   const int64_t last = d.last_row(start), target = d.target_row(start, k);
   if (target < d.series_of(last).end) return row_label(d, target);
   const std::optional<int64_t> when = d.time_ahead(last, target - last);
-  return when ? d.time_text(*when, d.dates[last].size() <= 10) : "";
+  if (!when) return "";
+  return in_style_of(d.dates[last], d.time_text(*when, d.dates[last].size() <= 10));
 }
 
 // Windows per forward pass of predict: large batches run the GEMMs fastest (512-1024 rows ran
