@@ -566,13 +566,14 @@ using test::error_of;
 
 #define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
-Config text_classifier(const fs::path& data, const fs::path& run) {
+Config text_classifier(const fs::path& data, const fs::path& run,
+                       const std::vector<std::string>& overrides = {}) {
   return Config::parse("data: {path: " + data.string() +
                            ", task: text_classify, text_columns: [text], class_column: label, "
                            "seq_len: 16}\nmodel: {family: transformer, embedding: 16, layers: 1, "
                            "heads: 2}\ntrain: {epochs: 1, batch_size: 8, run_dir: " +
                            run.string() + "}\n",
-                       "tc.yaml");
+                       "tc.yaml", overrides);
 }
 
 // Class names and column names go into a checkpoint's JSON metadata: invalid UTF-8 is refused
@@ -659,6 +660,24 @@ TEST(HostileRuns, TextClassifierEvalLeavesOutUnseenAndEmptyClasses) {
   const auto m = evaluate(run.string(), "", other.string());
   EXPECT_EQ(m.at("samples"), 38);
   EXPECT_TRUE(m.count("data_accuracy"));
+}
+
+// A class that only the validation or test examples hold is named before training: no training
+// example teaches it.
+TEST(HostileRuns, TextClassifierNamesAClassWithoutATrainingExample) {
+  const fs::path dir = temp_dir("late_text_class");
+  const fs::path texts = dir / "texts.csv";
+  std::ofstream f(texts);
+  f << "text,label\n";
+  for (int i = 0; i < 40; ++i)
+    f << "some text " << i % 5 << "," << (i >= 36 ? "late" : "early") << "\n";
+  f.close();
+  std::ostringstream log;
+  train(text_classifier(texts, dir / "run", {"data.split.mode=time"}), log);
+  EXPECT_NE(log.str().find("note: 1 of 2 classes ('late') in no training example, only in "
+                           "validation or test: the model cannot learn them"),
+            std::string::npos)
+      << log.str();
 }
 
 // A run written before data.split.context (its stored configs lack the key) is evaluated and

@@ -521,6 +521,35 @@ TEST(Series, EachSeriesCanHaveItsOwnScaler) {
       << pooled.notes.back();
 }
 
+// A class only validation or test rows hold is named: no training window teaches it.
+TEST(Series, AClassWithoutATrainingWindowIsNamed) {
+  const fs::path dir = temp_dir("late_class");
+  std::string text = "date,x,kind\n";
+  for (int day = 0; day < 40; ++day)
+    text += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + "," +
+            std::to_string(day % 5) + "," +
+            (day >= 36 ? "late"
+             : day % 2 ? "odd"
+                       : "even") +
+            "\n";
+  const std::string path = write(dir / "late.csv", text);
+  const auto config = [&](const std::string& mode) {
+    return Config::parse("data: {path: " + path +
+                             ", task: classify, date_column: date, features: [x], class_column: "
+                             "kind, lookback: 4, split: {train: 0.5, val: 0.25, mode: " +
+                             mode + "}}\n",
+                         "c.yaml");
+  };
+  const SeriesData d = load_series(config("time"));
+  EXPECT_NE(std::find(d.notes.begin(), d.notes.end(),
+                      "1 of 3 classes ('late') in no training window, only in validation or test: "
+                      "the model cannot learn them (data.split.mode: random deals windows of every "
+                      "class to the training split)"),
+            d.notes.end());
+  for (const std::string& note : load_series(config("random")).notes)
+    EXPECT_EQ(note.find("no training window"), std::string::npos) << note;
+}
+
 // z-scores as a two-pass mean and variance give them: a column far from zero (a meter's
 // counter, a timestamp) keeps its spread, not the noise a sum of squares leaves there; a column of
 // tiny values (farads) is not taken for a constant one; a constant one stays as it is.

@@ -1427,6 +1427,25 @@ void check_float_range(const DataFile& table, const std::vector<int64_t>& file_r
   }
 }
 
+// A class that no training window has (one that only validation or test rows hold) cannot be
+// learnt: said once, with the classes, rather than left to a test accuracy of 0 for it.
+void note_untrained_classes(SeriesData* d) {
+  std::vector<int64_t> windows(d->class_names.size(), 0);
+  for (int64_t start : d->split.train)
+    if (const int64_t c = d->classes[d->target_row(start)]; c >= 0) ++windows[size_t(c)];
+  std::string names;
+  int64_t untrained = 0;
+  for (size_t c = 0; c < windows.size(); ++c)
+    if (windows[c] == 0 && untrained++ < 5)
+      names += (names.empty() ? "'" : ", '") + d->class_names[c] + "'";
+  if (untrained == 0) return;
+  d->notes.push_back(std::to_string(untrained) + " of " + std::to_string(windows.size()) +
+                     " classes (" + names + (untrained > 5 ? ", ..." : "") +
+                     ") in no training window, only in validation or test: the model cannot "
+                     "learn them (data.split.mode: random deals windows of every class to the "
+                     "training split)");
+}
+
 // A fixed random subset of the training windows (data.label_fraction), kept in order.
 void keep_labeled_fraction(const DataOptions& opt, SeriesData* d) {
   const double fraction = opt.series.label_fraction;
@@ -1702,6 +1721,7 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
              ? " and data.split.mode: random (whole examples dealt to the splits)"
              : "");
   }
+  if (d.task == TaskKind::classify) note_untrained_classes(&d);
   return d;
 }
 
