@@ -451,6 +451,10 @@ TEST(Series, KnownFutureValuesAreThoseOfTheRowsForecast) {
               load_series(series_config(path, {"data.known_future=[value]"}));
             }).find("data.known_future: 'value' is a target"),
             std::string::npos);
+  EXPECT_NE(error_of([&] { load_series(series_config(path, {"data.known_future=[dayofweek]"})); })
+                .find("data.known_future: 'dayofweek' is a calendar feature only when "
+                      "data.calendar lists it too (data.calendar: [dayofweek])"),
+            std::string::npos);
   // A calendar feature among them comes from the dates of the rows forecast, past the file's
   // end too (the dates are regular: a day apart).
   const SeriesData c = load_series(

@@ -1579,6 +1579,11 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
       fail(opt.source, ": data.transform: '", column, "' is neither a feature nor a target");
   for (const std::string& column : o.known_future) {
     if (is_calendar(o, column)) continue;  // from the dates
+    const bool cycle = column == "hour" || column == "dayofweek" || column == "dayofmonth" ||
+                       column == "dayofyear" || column == "month";
+    if (!table.has_column(column) && cycle)
+      fail(opt.source, ": data.known_future: '", column, "' is a calendar feature only when ",
+           "data.calendar lists it too (data.calendar: [", column, "])");
     if (!table.has_column(column))
       fail(opt.source, ": data.known_future: ", opt.path, " has no column '", column, "'",
            table.columns_hint());
