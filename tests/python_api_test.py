@@ -154,6 +154,16 @@ def test_classify_mae_charlm_transformer_and_adapters(tmp_path):
                                     "run_dir": "gpt"}}, data=texts, log=None)
     sample = gpt.generate("ROMEO:", length=40, temperature=0, seed=1)
     assert sample.startswith("ROMEO:") and len(sample) == len("ROMEO:") + 40
+    pieces = []  # streamed: the prompt, then a character at a time
+    assert gpt.generate("ROMEO:", length=40, temperature=0, seed=1, stream=pieces.append) == sample
+    assert pieces[0] == "ROMEO:" and len(pieces) == 41 and "".join(pieces) == sample
+
+    def stop(piece):
+        if len(piece) == 1:
+            raise KeyError("enough")
+
+    with pytest.raises(KeyError, match="enough"):
+        gpt.generate("ROMEO:", length=1000, stream=stop)
     lora = seqforge.train({"data": {"task": "charlm", "seq_len": 32},
                            "model": {"family": "transformer", "init_from": gpt.path},
                            "adapter": {"kind": "lora", "rank": 4},

@@ -366,6 +366,10 @@ class Run:
         merged."""
         return _native.merge(self.path, os.fspath(output))
 
-    def generate(self, prompt="", length=200, temperature=1.0, top_k=None, top_p=1.0, seed=0):
-        """Text sampled from a language model after `prompt` (as `seqforge generate`)."""
-        return _native.generate(self.path, prompt, length, temperature, top_k or 0, seed, top_p)
+    def generate(self, prompt="", length=200, temperature=1.0, top_k=None, top_p=1.0, seed=0,
+                 stream=None):
+        """Text sampled from a language model after `prompt` (as `seqforge generate`).
+        stream(text), where given, sees the text as it is made (the prompt first): the pieces
+        join into the returned text; an exception it raises ends the sampling."""
+        return _native.generate(self.path, prompt, length, temperature, top_k or 0, seed, top_p,
+                                stream)

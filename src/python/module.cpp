@@ -221,11 +221,33 @@ py::dict predictions_of_array(const std::string& run, const py::array& array, bo
   return predictions(run, source.path(), last_only);
 }
 
+// Samples from a language model; stream(text), where given, sees the text as it is made (an
+// exception it raises ends the sampling and reaches the caller).
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
-                     double temperature, int64_t top_k, uint64_t seed, double top_p) {
+                     double temperature, int64_t top_k, uint64_t seed, double top_p,
+                     py::object stream) {
   KeepCallersDenormals keep;
-  py::gil_scoped_release released;
-  return sf::generate(run, prompt, length, temperature, top_k, seed, top_p);
+  CallbackError callback_error;
+  std::function<void(std::string_view)> pass_on;
+  if (!stream.is_none())
+    pass_on = [&](std::string_view piece) {
+      py::gil_scoped_acquire gil;
+      try {
+        stream(py::str(piece.data(), piece.size()));
+      } catch (py::error_already_set& e) {
+        callback_error.error.reset(new py::error_already_set(e));
+        throw sf::Error("generate: stopped by the stream callback");
+      }
+    };
+  std::string text;
+  try {
+    py::gil_scoped_release released;
+    text = sf::generate(run, prompt, length, temperature, top_k, seed, top_p, pass_on);
+  } catch (const sf::Error&) {
+    callback_error.rethrow();
+    throw;
+  }
+  return text;
 }
 
 }  // namespace
@@ -273,7 +295,8 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("run"), py::arg("array"));
   m.def("generate", &generate, py::arg("run"), py::arg("prompt"), py::arg("length"),
-        py::arg("temperature"), py::arg("top_k"), py::arg("seed"), py::arg("top_p"));
+        py::arg("temperature"), py::arg("top_k"), py::arg("seed"), py::arg("top_p"),
+        py::arg("stream") = py::none());
   m.def(
       "merge",
       [](const std::string& run, const std::string& output) {
