@@ -190,12 +190,19 @@ TEST_F(CsvTest, Utf16WithAByteOrderMarkReadsAsUtf8) {
 TEST_F(CsvTest, TrailingNewlineOptionalAndTrailingBlankLinesIgnored) {
   for (const std::string& bytes :
        {std::string("a,b\n1,2\n3,4"), std::string("a,b\n1,2\n3,4\n"),
-        std::string("a,b\n1,2\n3,4\n\n\n"), std::string("a,b\r\n1,2\r\n3,4\r\n\r\n  \r\n\t\n")}) {
+        std::string("a,b\n1,2\n3,4\n\n\n"), std::string("a,b\r\n1,2\r\n3,4\r\n\r\n  \r\n\t\n"),
+        std::string("a,b\n1,2\n3,4\n,\n , \n,\"\"\n\n")}) {  // a spreadsheet's empty rows
     SCOPED_TRACE(bytes);
     const CsvTable t = CsvTable::parse(bytes, "t.csv");
     EXPECT_EQ(t.rows(), 2);
     EXPECT_EQ(t.numeric("b"), (Doubles{2, 4}));
   }
+  // Inside the data such a row is a row of empty cells.
+  const CsvTable inside = CsvTable::parse("a,b\n1,2\n,\n3,4\n,\n", "i.csv");
+  EXPECT_EQ(inside.rows(), 3);
+  EXPECT_EQ(inside.text("a"), (Strings{"1", "", "3"}));
+  expect_error([] { CsvTable::parse("a,b\n,\n,\n", "e.csv"); },
+               {"e.csv: no data rows after the header (line 1)"});
 }
 
 TEST_F(CsvTest, SingleColumnBlankLineInsideIsAnEmptyCell) {

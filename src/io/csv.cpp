@@ -339,6 +339,16 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
   }
   if (t.lines_.empty()) fail(source, ": no data rows after the header (line ", header_line, ")");
   if (!unnamed.empty()) t.drop_unnamed(unnamed, header_line);
+  // Rows of nothing but separators at the end (",,,": a spreadsheet's formatted empty rows) hold
+  // nothing, as blank lines there do.
+  while (!t.lines_.empty() &&
+         std::all_of(t.cells_.begin(), t.cells_.end(), [](const std::vector<std::string>& column) {
+           return trim(column.back()).empty();
+         })) {
+    for (auto& column : t.cells_) column.pop_back();
+    t.lines_.pop_back();
+  }
+  if (t.lines_.empty()) fail(source, ": no data rows after the header (line ", header_line, ")");
   return t;
 }
 
