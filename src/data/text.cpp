@@ -53,23 +53,7 @@ std::u32string decode_utf8(const std::string& text, const std::string& what) {
 std::string encode_utf8(std::u32string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (const char32_t cp : text) {
-    if (cp < 0x80) {
-      out += char(cp);
-    } else if (cp < 0x800) {
-      out += char(0xc0 | (cp >> 6));
-      out += char(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += char(0xe0 | (cp >> 12));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
-    } else {
-      out += char(0xf0 | (cp >> 18));
-      out += char(0x80 | ((cp >> 12) & 0x3f));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
-    }
-  }
+  for (const char32_t cp : text) io::append_utf8(out, cp);
   return out;
 }
 

@@ -36,6 +36,8 @@ std::string read_file(const std::string& path);
 std::string read_text_file(const std::string& path);
 // The same for bytes already read from `source`.
 std::string text_as_utf8(std::string bytes, const std::string& source);
+// Code point `c` (at most U+10FFFF) appended to `out` as UTF-8.
+void append_utf8(std::string& out, char32_t c);
 
 // An advisory lock (flock) on DIR/.lock, held while the object lives: one process at a time
 // owns a run directory. The kernel drops it when the process dies, so a killed process's lock

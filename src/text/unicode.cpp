@@ -6,6 +6,7 @@
 
 #include <array>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 
 namespace seqforge::text {
@@ -55,24 +56,6 @@ char32_t decode_utf8(std::string_view s, size_t i, size_t* length) {
   char32_t cp = p[0] & (0x7F >> len);
   for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[k] & 0x3F);
   return cp;
-}
-
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
 }
 
 bool is_whitespace(char32_t c) { return u_hasBinaryProperty(UChar32(c), UCHAR_WHITE_SPACE); }
@@ -185,7 +168,7 @@ struct ByteAlphabet {
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
       const char32_t c = printable ? char32_t(b) : char32_t(next++);
-      append_utf8(chars[size_t(b)], c);
+      io::append_utf8(chars[size_t(b)], c);
       bytes[c] = int16_t(b);
     }
   }

@@ -17,7 +17,6 @@ void check_utf8(std::string_view s, const std::string& what);
 
 // The code point starting at s[i] (valid UTF-8 assumed) and its length in bytes.
 char32_t decode_utf8(std::string_view s, size_t i, size_t* length);
-void append_utf8(std::string& out, char32_t c);
 size_t utf8_length(unsigned char lead);
 
 bool is_whitespace(char32_t c);   // Unicode White_Space
