@@ -400,9 +400,6 @@ int64_t sample_next(const std::vector<float>& row, double temperature, int64_t t
 
 namespace {
 
-// A token language model's continuation of `prompt`: each new token from the logits of the
-// whole sequence so far (its last max_position_embeddings tokens), the text decoded by the
-// run's tokenizer.
 // How many leading bytes of a token model's decoding are settled: all but a character cut short
 // at the end, and the U+FFFD run before it (bytes that a later token may complete into one).
 size_t settled_prefix(std::string_view text) {
@@ -420,6 +417,9 @@ size_t settled_prefix(std::string_view text) {
   return end;
 }
 
+// A token language model's continuation of `prompt`: each new token from the logits of the
+// whole sequence so far (its last max_position_embeddings tokens), the text decoded by the
+// run's tokenizer.
 std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
                             const std::string& prompt, int64_t length, double temperature,
                             int64_t top_k, double top_p, uint64_t seed,
