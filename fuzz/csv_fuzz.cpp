@@ -16,6 +16,7 @@
 #include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/io/dates.hpp"
 
 namespace {
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "seqforge/core/error.hpp"
+#include "seqforge/io/dates.hpp"
 
 namespace seqforge::io {
 namespace {

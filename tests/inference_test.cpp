@@ -12,6 +12,7 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/io/dates.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"

@@ -12,6 +12,7 @@
 #include "data/calendar.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/io/dates.hpp"
 #include "seqforge/io/npy.hpp"
 #include "seqforge/train/data_options.hpp"
 #include "test_util.hpp"

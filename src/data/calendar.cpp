@@ -11,6 +11,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/data/options.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/io/dates.hpp"
 
 namespace seqforge {
 

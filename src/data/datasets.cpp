@@ -25,6 +25,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/io/dates.hpp"
 #include "seqforge/io/file_stamp.hpp"
 #include "seqforge/io/npy.hpp"
 
@@ -266,6 +267,23 @@ void Dataset::check_source() const {
 // Split boundaries [0, a), [a, b), [b, n) from the train and val shares. A share times n that is
 // a whole number in decimal (0.7 + 0.2 of 100) may come out just below it in binary: the relative
 // nudge keeps it whole.
+std::string untrained_classes_note(const std::vector<std::string>& names,
+                                   const std::vector<int64_t>& train_classes, const char* item) {
+  std::vector<int64_t> count(names.size(), 0);
+  for (int64_t c : train_classes)
+    if (c >= 0) ++count[size_t(c)];
+  std::string listed;
+  int64_t untrained = 0;
+  for (size_t c = 0; c < count.size(); ++c)
+    if (count[c] == 0 && untrained++ < 5) listed += (listed.empty() ? "'" : ", '") + names[c] + "'";
+  if (untrained == 0) return "";
+  return std::to_string(untrained) + " of " + std::to_string(names.size()) + " classes (" + listed +
+         (untrained > 5 ? ", ..." : "") + ") in no training " + item +
+         ", only in validation or test: the model cannot learn them (data.split.mode: random "
+         "deals " +
+         item + "s of every class to the training split)";
+}
+
 std::pair<int64_t, int64_t> boundaries(const SplitOptions& o, int64_t n) {
   auto rows = [&](double share) {
     return static_cast<int64_t>(std::floor(share * double(n) * (1 + 1e-12)));
@@ -569,11 +587,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
       out.notes.push_back(path + ": " + layout_note(table, o, *layout));
     // Predictions write every date one way: 2012/01/31 and a month's 2012-01 as 2012-01-31 and
     // 2012-01-01, like the dates they add past a series' end.
-    const std::string& cell = dates[0];
-    const size_t from = cell.find_first_not_of(' ');
-    const std::string first = from == std::string::npos
-                                  ? std::string()
-                                  : cell.substr(from, cell.find_last_not_of(' ') + 1 - from);
+    const std::string_view first = io::trim(dates[0]);
     const bool month = first.size() == 7;
     const bool padded =
         first.size() >= 10 && first[7] == '-' && std::isdigit(static_cast<unsigned char>(first[9]));
@@ -1427,25 +1441,6 @@ void check_float_range(const DataFile& table, const std::vector<int64_t>& file_r
   }
 }
 
-// A class that no training window has (one that only validation or test rows hold) cannot be
-// learnt: said once, with the classes, rather than left to a test accuracy of 0 for it.
-void note_untrained_classes(SeriesData* d) {
-  std::vector<int64_t> windows(d->class_names.size(), 0);
-  for (int64_t start : d->split.train)
-    if (const int64_t c = d->classes[d->target_row(start)]; c >= 0) ++windows[size_t(c)];
-  std::string names;
-  int64_t untrained = 0;
-  for (size_t c = 0; c < windows.size(); ++c)
-    if (windows[c] == 0 && untrained++ < 5)
-      names += (names.empty() ? "'" : ", '") + d->class_names[c] + "'";
-  if (untrained == 0) return;
-  d->notes.push_back(std::to_string(untrained) + " of " + std::to_string(windows.size()) +
-                     " classes (" + names + (untrained > 5 ? ", ..." : "") +
-                     ") in no training window, only in validation or test: the model cannot "
-                     "learn them (data.split.mode: random deals windows of every class to the "
-                     "training split)");
-}
-
 // A fixed random subset of the training windows (data.label_fraction), kept in order.
 void keep_labeled_fraction(const DataOptions& opt, SeriesData* d) {
   const double fraction = opt.series.label_fraction;
@@ -1726,7 +1721,13 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
              ? " and data.split.mode: random (whole examples dealt to the splits)"
              : "");
   }
-  if (d.task == TaskKind::classify) note_untrained_classes(&d);
+  if (d.task == TaskKind::classify) {
+    std::vector<int64_t> train_classes;
+    for (int64_t start : d.split.train) train_classes.push_back(d.classes[d.target_row(start)]);
+    if (std::string note = untrained_classes_note(d.class_names, train_classes, "window");
+        !note.empty())
+      d.notes.push_back(std::move(note));
+  }
   return d;
 }
 

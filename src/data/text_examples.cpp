@@ -198,21 +198,12 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
     d.split.val.assign(all.begin() + a, all.begin() + b);
     d.split.test.assign(all.begin() + b, all.end());
   }
-  if (!lenient) {  // as a series classifier's: a class no training example teaches
-    std::vector<int64_t> examples(d.class_names.size(), 0);
-    for (int64_t e : d.split.train)
-      if (d.classes[e] >= 0) ++examples[size_t(d.classes[e])];
-    std::string names;
-    int64_t untrained = 0;
-    for (size_t c = 0; c < examples.size(); ++c)
-      if (examples[c] == 0 && untrained++ < 5)
-        names += (names.empty() ? "'" : ", '") + d.class_names[c] + "'";
-    if (untrained > 0)
-      d.notes.push_back(std::to_string(untrained) + " of " + std::to_string(examples.size()) +
-                        " classes (" + names + (untrained > 5 ? ", ..." : "") +
-                        ") in no training example, only in validation or test: the model "
-                        "cannot learn them (data.split.mode: random deals examples of every "
-                        "class to the training split)");
+  if (!lenient) {
+    std::vector<int64_t> train_classes;
+    for (int64_t e : d.split.train) train_classes.push_back(d.classes[e]);
+    if (std::string note = untrained_classes_note(d.class_names, train_classes, "example");
+        !note.empty())
+      d.notes.push_back(std::move(note));
   }
   return d;
 }

@@ -36,6 +36,9 @@ std::string read_file(const std::string& path);
 std::string read_text_file(const std::string& path);
 // The same for bytes already read from `source`.
 std::string text_as_utf8(std::string bytes, const std::string& source);
+// `s` without the spaces and tabs around it.
+std::string_view trim(std::string_view s);
+
 // Code point `c` (at most U+10FFFF) appended to `out` as UTF-8.
 void append_utf8(std::string& out, char32_t c);
 

@@ -16,7 +16,7 @@
 #include "chart.hpp"
 #include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
-#include "seqforge/io/csv.hpp"
+#include "seqforge/io/dates.hpp"
 #include "seqforge/io/safetensors.hpp"
 
 namespace seqforge {
