@@ -20,6 +20,27 @@
 
 namespace seqforge {
 
+Batch batch_rows(const Batch& b, int64_t first, int64_t end) {
+  SF_CHECK(0 <= first && first < end && end <= b.size, "examples [", first, ", ", end,
+           ") of a batch of ", b.size);
+  const auto rows = [&](Tensor t) {
+    if (t.empty()) return t;
+    const int64_t per = t.dim(0) / b.size;
+    SF_CHECK(per * b.size == t.dim(0), "a batch of ", b.size, " with a tensor of ", t.dim(0),
+             " rows");
+    return t.slice(first * per, end * per);
+  };
+  Batch part;
+  part.size = end - first;
+  part.input = rows(b.input);
+  part.target = rows(b.target);
+  part.labels = rows(b.labels);
+  part.mask = rows(b.mask);
+  part.lengths = rows(b.lengths);
+  part.segments = rows(b.segments);
+  return part;
+}
+
 void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& starts, size_t begin,
                     size_t end, const BatchRecipe& recipe, Rng& rng, Batch* b) {
   SF_PROFILE_SCOPE("batch assembly");

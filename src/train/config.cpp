@@ -336,6 +336,11 @@ const std::vector<ConfigKey> kKeys = {
     {"optim.nesterov", T::boolean, "false", "SGD Nesterov momentum."},
     {"train.epochs", T::integer, "10", "Passes over the training split."},
     {"train.batch_size", T::integer, "64", "Windows (or sequences) per step."},
+    {"train.micro_batch_size", T::integer, "0",
+     "Windows (or sequences) run through forward and backward at once; 0: the whole batch. A "
+     "batch runs as micro-batches of this size whose gradients add up before the step "
+     "(gradient accumulation): the same step, with the activations of one micro-batch in "
+     "memory. Not with train.stateful."},
     {"train.max_batches", T::integer, "0", "Steps per epoch at most; 0: the whole training split."},
     {"train.progress_seconds", T::number, "30",
      "Without a terminal, a progress line (batches, loss, samples/s, ETA) at least this often "
@@ -458,6 +463,7 @@ const IntegerRange kIntegerRanges[] = {
     {"adapter.rank", 1, 65536},
     {"train.epochs", 1, kMillion},
     {"train.batch_size", 1, kMillion},
+    {"train.micro_batch_size", 0, kMillion},
     {"train.max_batches", 0, 1000 * kMillion},
     {"train.seed", INT64_MIN, INT64_MAX},
     {"train.threads", 0, 4096},

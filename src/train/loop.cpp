@@ -1,5 +1,6 @@
 #include "loop.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -26,6 +27,8 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
          "share");
   s.batch_size = c.integer("train.batch_size");
   s.epochs = c.integer("train.epochs");
+  const int64_t micro = c.integer("train.micro_batch_size");
+  s.micro_batch = micro > 0 ? std::min(micro, s.batch_size) : s.batch_size;
   s.dist_timeout = c.number("dist.timeout_seconds");
   s.bucket_mb = c.number("dist.bucket_mb");
   if (!(s.dist_timeout > 0)) bad("dist.timeout_seconds", "positive", s.dist_timeout);
@@ -67,6 +70,10 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
   if (s.stateful && c.str("model.family") != "recurrent")
     fail(c.origin("train.stateful"), ": train.stateful carries recurrent states; model.family ",
          c.str("model.family"), " has none");
+  if (s.stateful && s.micro_batch < s.batch_size)
+    fail(c.origin("train.micro_batch_size"),
+         ": train.micro_batch_size splits a batch's streams, which train.stateful carries whole "
+         "from batch to batch: lower train.batch_size instead");
   if (s.stateful && c.boolean("model.bidirectional"))
     fail(c.origin("train.stateful"),
          ": train.stateful needs a unidirectional model (model.bidirectional: false)");

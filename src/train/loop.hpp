@@ -11,6 +11,7 @@ namespace seqforge {
 
 struct LoopSettings {
   int64_t batch_size = 0, epochs = 0;
+  int64_t micro_batch = 0;       // rows per forward and backward: batch_size or fewer
   int64_t max_batches = 0;       // per epoch; 0: the whole split
   int64_t warmup_steps = 0;      // linear warm-up before the schedule
   std::string schedule;          // constant | step | cosine | plateau

@@ -488,7 +488,7 @@ std::map<std::string, double> evaluate_split(Backend& be, Model& model, const Ta
     model.set_token_layout(b.lengths, b.segments);
     Tensor out = model.forward(be, b.input, {}, {}, false, rng);
     Tensor dout = dout_buf.get(be, DType::f32, out.shape());
-    const int64_t n = type.loss_terms(t, b);
+    const int64_t n = type.loss_terms(t, b, 0, b.size);
     type.loss(be, t.loss, out, b, dout, loss);
     double value = 0;
     be.download(&value, loss);

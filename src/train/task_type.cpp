@@ -60,7 +60,9 @@ class SeriesTask : public TaskType {
   int64_t bytes_per_step(const Dataset& d) const override {
     return 4 * (2 * d.series.num_features() + 1);
   }
-  int64_t loss_terms(const Dataset&, const Batch& b) const override { return b.size; }
+  int64_t loss_terms(const Dataset&, const Batch&, int64_t first, int64_t end) const override {
+    return end - first;
+  }
   void store(const Config& c, const Dataset& d,
              std::map<std::string, std::string>* meta) const override {
     (*meta)["seqforge.feature_norm"] = d.series.feature_norm.to_json();
@@ -315,9 +317,10 @@ class Mae final : public SeriesTask {
             Tensor loss) const override {
     be.regression_loss(regression, out, b.target, b.mask, dout, loss);
   }
-  int64_t loss_terms(const Dataset&, const Batch& b) const override {
+  int64_t loss_terms(const Dataset&, const Batch& b, int64_t first, int64_t end) const override {
+    const int64_t steps = b.mask.numel() / b.size;  // per window
     const float* mask = b.mask_buf.host<float>();
-    return static_cast<int64_t>(std::count(mask, mask + b.mask.numel(), 1.0f));
+    return static_cast<int64_t>(std::count(mask + first * steps, mask + end * steps, 1.0f));
   }
   bool loss_terms_vary() const override { return true; }
   std::vector<std::string> metric_names() const override { return {}; }
@@ -399,8 +402,8 @@ class Charlm final : public TextTask {
             Tensor loss) const override {
     be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout, loss);
   }
-  int64_t loss_terms(const Dataset& d, const Batch& b) const override {
-    return b.size * d.text.seq_len;
+  int64_t loss_terms(const Dataset& d, const Batch&, int64_t first, int64_t end) const override {
+    return (end - first) * d.text.seq_len;
   }
   std::vector<std::string> metric_names() const override { return {"val_bpc", "val_perplexity"}; }
   std::unique_ptr<MetricSums> metric_sums(const Dataset&) const override {
@@ -434,8 +437,8 @@ class TokenLm final : public TaskType {
             Tensor loss) const override {
     be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout, loss);
   }
-  int64_t loss_terms(const Dataset& d, const Batch& b) const override {
-    return b.size * d.text.seq_len;
+  int64_t loss_terms(const Dataset& d, const Batch&, int64_t first, int64_t end) const override {
+    return (end - first) * d.text.seq_len;
   }
   std::vector<std::string> metric_names() const override {
     return {"val_bits_per_token", "val_perplexity"};
@@ -468,7 +471,9 @@ class TextClassify final : public TextTask {
             Tensor loss) const override {
     be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout, loss);
   }
-  int64_t loss_terms(const Dataset&, const Batch& b) const override { return b.size; }
+  int64_t loss_terms(const Dataset&, const Batch&, int64_t first, int64_t end) const override {
+    return end - first;
+  }
   std::vector<std::string> metric_names() const override { return {"val_accuracy", "val_f1"}; }
   std::unique_ptr<MetricSums> metric_sums(const Dataset& d) const override {
     return std::make_unique<ClassifySums>(static_cast<int64_t>(d.text.class_names.size()));

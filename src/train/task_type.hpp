@@ -39,9 +39,10 @@ class TaskType {
   // `regression`: the regression tasks' loss (train.loss).
   virtual void loss(Backend& be, const RegressionLoss& regression, Tensor out, const Batch& b,
                     Tensor dout, Tensor loss) const = 0;
-  // The terms the batch's mean loss averages over (windows, masked steps, characters), and
-  // whether they vary from batch to batch beyond the windows' count.
-  virtual int64_t loss_terms(const Dataset& d, const Batch& b) const = 0;
+  // The terms the mean loss of the batch's examples [first, end) averages over (windows, masked
+  // steps, characters), and whether they vary from batch to batch beyond the examples' count.
+  virtual int64_t loss_terms(const Dataset& d, const Batch& b, int64_t first,
+                             int64_t end) const = 0;
   virtual bool loss_terms_vary() const { return false; }
   // The val_* metrics an epoch reports besides val_loss.
   virtual std::vector<std::string> metric_names() const = 0;

@@ -187,10 +187,13 @@ class Training {
   int64_t start_pass(int64_t epoch, int64_t first_batch);
   // Forward, backward and the optimizer for batch `bi` (null: this rank has none); its loss.
   double train_step(int64_t epoch, int64_t bi, const Batch* batch);
-  // The ops of a step for a batch, its loss and gradients' sum of squares into `stats`.
-  void enqueue_step(int64_t bi, const Batch& batch, Tensor stats);
+  // The micro-batches of batch `bi` and their loss terms, and the step's terms on every rank.
+  void plan_step(int64_t bi, const Batch* batch);
+  // The ops of a step for a batch as planned, its losses and gradients' sum of squares into
+  // step_stats_.
+  void enqueue_step(int64_t bi, const Batch& batch);
   void make_step_graphs();
-  double read_step(Tensor stats);
+  double read_step();
   void stop_if_signalled(int64_t epoch, int64_t batch, double loss_sum, double seen);
   void progress(int64_t epoch, int64_t batch, int64_t first_batch, double t0, double loss_sum,
                 int64_t seen, int64_t seen_before, double* last_progress) const;
@@ -222,7 +225,17 @@ class Training {
   std::string graphs_note_;             // why there are none (said at start-up), or ""
   bool graphs_off_noted_ = false;       // their turning off said
   int64_t graph_steps_before_ = 0;      // steps replayed before this epoch
-  Buffer step_stats_;                   // (2) f64: a step's loss and its gradients' sum of squares
+  // (1 + micro-batches) f64: a step's gradients' sum of squares, then each micro-batch's loss.
+  Buffer step_stats_;
+  // A batch runs as micro-batches of examples [first, end) whose gradients add up; each one's
+  // mean loss weighs terms / step_terms_ in the step's.
+  struct MicroBatch {
+    int64_t first = 0, end = 0;
+    double terms = 0;
+  };
+  std::vector<MicroBatch> micro_;
+  double local_terms_ = 0, step_terms_ = 0;  // this rank's loss terms, every rank's
+  bool sync_open_ = false;  // backward's finished gradients go to sync_ (the last micro-batch)
   // Dropout's masks: each step's seed base in backend memory (Backend::set_seed_base), a hash of
   // the run's seed and the step, and the masks' own seeds from `salts_`, the same at every step.
   Buffer seed_base_;
@@ -335,7 +348,9 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
   if (ranks_ > 1) {
     sync_ = std::make_unique<dist::GradientSync>(comm_, *be_, model_->parameters(),
                                                  static_cast<size_t>(s_.bucket_mb * (1 << 20)));
-    model_->set_grad_ready_hook([this](size_t first, size_t end) { sync_->ready(first, end); });
+    model_->set_grad_ready_hook([this](size_t first, size_t end) {
+      if (sync_open_) sync_->ready(first, end);
+    });
     out_ << "data-parallel: gradients summed "
          << (sync_->on_device() ? "by " + be_->collectives_name()
                                 : "through host memory (" + sync_->why_host() + ")")
@@ -476,9 +491,13 @@ void Training::make_step_graphs() {
     graphs_note_ = "train.cuda_graphs: stateful steps carry states from batch to batch; eager";
   else if (ranks_ > 1)
     graphs_note_ = "train.cuda_graphs: data-parallel steps all-reduce from the host; eager";
+  else if (s_.micro_batch < s_.batch_size && task_type(task_.kind).loss_terms_vary())
+    graphs_note_ =
+        "train.cuda_graphs: micro-batches weigh their losses by the masked steps "
+        "each holds, which change from batch to batch; eager";
   if (!graphs_note_.empty()) return;
   StepGraphs::Hooks hooks;
-  hooks.enqueue = [this](const Batch& b) { enqueue_step(0, b, step_stats_.tensor()); };
+  hooks.enqueue = [this](const Batch& b) { enqueue_step(0, b); };
   hooks.host_key = [this] {
     return std::to_string(optimizer_->segment_count()) + "," +
            std::to_string(scaler_ ? scaler_->scale() : 1.0);
@@ -901,21 +920,18 @@ int64_t Training::start_pass(int64_t epoch, int64_t first_batch) {
 }
 
 double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
+  plan_step(bi, batch);
+  const int64_t most = (s_.batch_size + s_.micro_batch - 1) / s_.micro_batch;
+  const Tensor stats = step_stats_.get(*be_, DType::f64, {1 + most});
   if (!batch) {  // this rank still joins the collectives of the step
-    if (task_type(task_.kind).loss_terms_vary()) {  // the others count their terms
-      std::array<double, 1> none{};
-      comm_.all_reduce_sum(none);
-    }
     sync_->begin_step();
     sync_->finish();
-    const Tensor stats = step_stats_.get(*be_, DType::f64, {2});
-    fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, scaler_.get(), stats.slice(1, 2));
-    read_step(stats);
+    fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, scaler_.get(), stats.slice(0, 1));
+    read_step();
     return 0;
   }
-  // The loss and the gradients' sum of squares stay in the backend's memory until the step's one
-  // read-back, at its end.
-  const Tensor stats = step_stats_.get(*be_, DType::f64, {2});
+  // The losses and the gradients' sum of squares stay in the backend's memory until the step's
+  // one read-back, at its end.
   if (graphs_) {
     graphs_->step(*batch);
     if (!graphs_->on() && !graphs_off_noted_) {
@@ -923,9 +939,9 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
       if (rank_ == 0) out_ << "note: train.cuda_graphs: " << graphs_->off_reason() << "\n";
     }
   } else {
-    enqueue_step(bi, *batch, stats);
+    enqueue_step(bi, *batch);
   }
-  const double loss = read_step(stats);
+  const double loss = read_step();
   if (!std::isfinite(loss))
     fail("epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ",
          batches_per_epoch_, "): the training loss is ", loss,
@@ -935,59 +951,92 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
   return loss;
 }
 
-void Training::enqueue_step(int64_t bi, const Batch& batch, Tensor stats) {
+void Training::plan_step(int64_t bi, const Batch* batch) {
+  // Terms are windows where every window's loss has as many (then the step's count is known
+  // without asking the other ranks), else the task's count (mae's masked steps).
+  const TaskType& type = task_type(task_.kind);
+  const bool vary = type.loss_terms_vary();
+  micro_.clear();
+  local_terms_ = 0;
+  for (int64_t first = 0; batch && first < batch->size; first += s_.micro_batch) {
+    const int64_t end = std::min(batch->size, first + s_.micro_batch);
+    const double terms = vary ? double(type.loss_terms(task_, *batch, first, end)) : end - first;
+    micro_.push_back({first, end, terms});
+    local_terms_ += terms;
+  }
+  step_terms_ = local_terms_;
+  if (ranks_ == 1) return;
+  if (vary) {
+    std::array<double, 1> all = {local_terms_};
+    comm_.all_reduce_sum(all);
+    step_terms_ = all[0];
+  } else {
+    step_terms_ = double(std::min(global_batch_, used_ - bi * global_batch_));
+  }
+}
+
+void Training::enqueue_step(int64_t bi, const Batch& batch) {
+  const Tensor stats = step_stats_.tensor();
   Tensor h0, c0;
   if (s_.stateful) std::tie(h0, c0) = carried_states(bi, batch.size);
-  model_->set_token_layout(batch.lengths, batch.segments);
-  salts_.reseed(0x5eedba5e);
-  Tensor y = model_->forward(*be_, batch.input, h0, c0, true, salts_);
-  if (s_.stateful) {  // the final states start the next batch, detached from this one's graph
-    carry_at_ ^= 1;
-    be_->copy(carry_h_[carry_at_].get(*be_, DType::f32, h0.shape()), model_->recurrent()->h_n());
-    if (!c0.empty())
-      be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, c0.shape()), model_->recurrent()->c_n());
-  }
-  Tensor dout = dout_buf_.get(*be_, DType::f32, y.shape());
-  {
-    SF_PROFILE_SCOPE("loss");
-    loss_of(*be_, task_, y, batch, dout, stats.slice(0, 1));
-  }
-  if (ranks_ > 1) {
-    // The summed gradients are the mean over the global batch: each rank's mean gradient
-    // weighted by its share of the loss's terms (windows, or masked steps for mae).
-    std::array<double, 1> terms = {double(batch.size)};
-    double total = double(std::min(global_batch_, used_ - bi * global_batch_));
-    if (const TaskType& type = task_type(task_.kind); type.loss_terms_vary()) {
-      terms[0] = double(type.loss_terms(task_, batch));
-      std::array<double, 1> all = terms;
-      comm_.all_reduce_sum(all);
-      total = all[0];
+  // The summed gradients are the mean over the step's examples on every rank: each
+  // micro-batch's mean gradient weighted by its share of the loss's terms.
+  for (size_t j = 0; j < micro_.size(); ++j) {
+    const MicroBatch& m = micro_[j];
+    Batch rows;
+    if (micro_.size() > 1) rows = batch_rows(batch, m.first, m.end);
+    const Batch& part = micro_.size() > 1 ? rows : batch;
+    model_->set_token_layout(part.lengths, part.segments);
+    salts_.reseed(0x5eedba5e + j);
+    Tensor y = model_->forward(*be_, part.input, h0, c0, true, salts_);
+    if (s_.stateful) {  // the final states start the next batch, detached from this one's graph
+      carry_at_ ^= 1;
+      be_->copy(carry_h_[carry_at_].get(*be_, DType::f32, h0.shape()), model_->recurrent()->h_n());
+      if (!c0.empty())
+        be_->copy(carry_c_[carry_at_].get(*be_, DType::f32, c0.shape()),
+                  model_->recurrent()->c_n());
     }
-    be_->scale(dout, total > 0 ? terms[0] / total : 0.0);
-    sync_->begin_step();
+    Tensor dout = dout_buf_.get(*be_, DType::f32, y.shape());
+    {
+      SF_PROFILE_SCOPE("loss");
+      loss_of(*be_, task_, y, part, dout, stats.slice(1 + j, 2 + j));
+    }
+    if (const double share = step_terms_ > 0 ? m.terms / step_terms_ : 0.0; share != 1.0)
+      be_->scale(dout, share);
+    const bool last = j + 1 == micro_.size();
+    if (sync_ && last) {  // its gradients are the step's as backward finishes them
+      sync_->begin_step();
+      sync_open_ = true;
+    }
+    if (scaler_) be_->scale(dout, scaler_->scale());
+    model_->backward(*be_, dout);
   }
-  if (scaler_) be_->scale(dout, scaler_->scale());
-  model_->backward(*be_, dout);
   if (!activations_noted_) {
     activations_noted_ = true;
     if (const std::string note = model_->activation_note(); !note.empty() && rank_ == 0)
       out_ << note << "\n";
   }
-  if (sync_) sync_->finish();
+  if (sync_) {
+    sync_->finish();
+    sync_open_ = false;
+  }
   SF_PROFILE_SCOPE("optimizer");
   // Clipping and the update, decided where the gradients are; with fp16, the gradients unscaled
   // first, and the step skipped (the scale halved) when they overflowed.
-  fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, scaler_.get(), stats.slice(1, 2));
+  fused_step(*be_, model_->parameters(), *optimizer_, s_.clip, scaler_.get(), stats.slice(0, 1));
 }
 
-// The step's one read-back, (loss, sum of squares of the gradients): the scaler's update and the
-// skipped steps' count. Returns the loss.
-double Training::read_step(Tensor stats) {
-  double host[2];
-  be_->download(host, stats);
-  const StepReport r = finish_step(host[1], s_.clip, scaler_.get(), *optimizer_);
+// The step's one read-back, (sum of squares of the gradients, the micro-batches' losses): the
+// scaler's update and the skipped steps' count. Returns this rank's mean loss.
+double Training::read_step() {
+  std::vector<double> host(size_t(step_stats_.tensor().numel()));
+  be_->download(host.data(), step_stats_.tensor());
+  const StepReport r = finish_step(host[0], s_.clip, scaler_.get(), *optimizer_);
   if (!r.applied && scaler_) ++skipped_steps_;
-  return host[0];
+  if (micro_.size() == 1) return host[1];
+  double sum = 0;
+  for (size_t j = 0; j < micro_.size(); ++j) sum += micro_[j].terms * host[1 + j];
+  return local_terms_ > 0 ? sum / local_terms_ : 0.0;
 }
 
 // A signal stops the run before its next step, once every rank has seen it: the state is

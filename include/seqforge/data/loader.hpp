@@ -38,6 +38,10 @@ struct BatchRecipe {
 void assemble_batch(Backend& backend, const Dataset& data, const std::vector<int64_t>& starts,
                     size_t begin, size_t end, const BatchRecipe& recipe, Rng& rng, Batch* b);
 
+// Examples [first, end) of `b`: views of its tensors, without its host staging. Each tensor's
+// outer dimension holds b.size examples of equal rows (B, B*T, (B, T, F), ...).
+Batch batch_rows(const Batch& b, int64_t first, int64_t end);
+
 struct LoaderOptions {
   int workers = 1;          // 0: batches are assembled on the calling thread, when asked for
   int prefetch_factor = 2;  // batches assembled ahead, per worker
