@@ -83,6 +83,16 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
   EXPECT_NE(o.find("did you mean 'train.epochs'"), std::string::npos) << o;
   EXPECT_NE(error_of([] { Config::parse("nonsense: 1\n", "cfg.yaml"); }).find("unknown key"),
             std::string::npos);
+  // Other trainers' names get seqforge's.
+  const std::string lr =
+      error_of([] { Config::parse("train:\n  learning_rate: 0.1\n", "cfg.yaml"); });
+  EXPECT_NE(lr.find("unknown key 'train.learning_rate' (seqforge's name: 'optim.lr')"),
+            std::string::npos)
+      << lr;
+  const std::string accumulate =
+      error_of([] { Config::parse("", "cfg.yaml", {"train.gradient_accumulation_steps=4"}); });
+  EXPECT_NE(accumulate.find("train.micro_batch_size the examples run at once"), std::string::npos)
+      << accumulate;
 }
 
 // A key that is a list or a map is refused with the line, not a YAML library message.

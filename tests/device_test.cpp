@@ -467,7 +467,9 @@ TEST(Device, ABatchTheDeviceCannotHoldNamesTheOneThatFits) {
   const std::string problem =
       device_fit_problem(fixed + 100.5 * per_example, "GPU 0, Test", *model, m, T, 256, false);
   EXPECT_NE(problem.find("on GPU 0, Test"), std::string::npos) << problem;
-  EXPECT_TRUE(problem.ends_with(": train.batch_size 100 fits")) << problem;
+  EXPECT_TRUE(
+      problem.ends_with(": train.micro_batch_size 100 fits (the same steps, run in micro-batches)"))
+      << problem;
   EXPECT_TRUE(device_fit_problem(fixed / 2, "GPU 0, Test", *model, m, T, 256, false)
                   .ends_with("even a batch of 1 does not fit; make the model (model.hidden, "
                              "model.layers) or the windows (data.lookback, data.seq_len) smaller"));

@@ -5,7 +5,8 @@
 
 1. Equivalence: 2 ranks at batch b reach the parameters of 1 process at batch 2b (same seed, fp32,
    no dropout or augmentation), over epochs whose last global batch is short and leaves one rank
-   without windows; a run with another seed does not match (the comparison can fail).
+   without windows, and so do 3 ranks, also in micro-batches; a run with another seed does not
+   match (the comparison can fail).
 2. A rank killed (SIGKILL) after the first epoch ends the job within a bound with a non-zero code;
    the checkpoint loads (seqforge eval) and every rank resumes from it.
 3. A rank that hangs (SIGSTOP) makes the other stop after dist.timeout_seconds with one line that
@@ -128,6 +129,17 @@ if not failures:
                           tensors(os.path.join(single96, "model.safetensors")))
         check(d3 < 1e-4, f"3 ranks x 32 (a short last step) equal 1 x 96 "
                          f"(max relative difference {d3:.2e})")
+        # Micro-batches of 12 on every rank (12, 12, 8; the last step's 19 as 12 and 7).
+        code, out = run(MPI[:-1] + ["3", seqforge, "train", cfg, "train.batch_size=32",
+                                    "train.micro_batch_size=12",
+                                    "train.run_dir=" + os.path.join(work, "three_micro")])
+        if code == 0:
+            dm = max_rel_diff(tensors(os.path.join(work, "three_micro", "model.safetensors")),
+                              tensors(os.path.join(single96, "model.safetensors")))
+            check(dm < 1e-4, f"3 ranks x 32 in micro-batches of 12 equal 1 x 96 "
+                             f"(max relative difference {dm:.2e})")
+        else:
+            check(False, "mpirun -np 3 with micro-batches: " + out[-2000:])
     else:
         check(False, "mpirun -np 3: " + out[-2000:])
     lines = epoch_lines(os.path.join(work, "two"))

@@ -121,11 +121,11 @@ void print_config(const ConfigDiagnosis& d) {
               static_cast<long long>(d.test));
   std::printf("  model         %lld parameters, %lld time steps per window\n",
               static_cast<long long>(d.parameters), static_cast<long long>(d.steps));
-  std::printf(
-      "  batch         %lld per batch, %lld batches per epoch; inputs %.2f MB, "
-      "activations and gradients about %.1f MB\n",
-      static_cast<long long>(d.batch_size), static_cast<long long>(d.batches_per_epoch),
-      d.batch_input_mb, d.activation_mb);
+  std::printf("  batch         %lld per batch", static_cast<long long>(d.batch_size));
+  if (d.micro_batch < d.batch_size)
+    std::printf(" in micro-batches of %lld", static_cast<long long>(d.micro_batch));
+  std::printf(", %lld batches per epoch; inputs %.2f MB, activations and gradients about %.1f MB\n",
+              static_cast<long long>(d.batches_per_epoch), d.batch_input_mb, d.activation_mb);
   if (!d.device.empty())
     std::printf(
         "  gpu           %s, %s GEMMs: a step needs about %.0f MiB; %.0f of %.0f MiB free\n",

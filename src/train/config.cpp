@@ -521,8 +521,35 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// Other trainers' names for settings (Hugging Face's TrainingArguments, Lightning, Keras), with
+// what they are here.
+const std::map<std::string, std::string>& other_trainers_names() {
+  static const std::map<std::string, std::string> names = {
+      {"gradient_accumulation_steps", "train.micro_batch_size"},
+      {"accumulate_grad_batches", "train.micro_batch_size"},
+      {"grad_accum", "train.micro_batch_size"},
+      {"gradient_accumulation", "train.micro_batch_size"},
+      {"learning_rate", "optim.lr"},
+      {"num_train_epochs", "train.epochs"},
+      {"max_epochs", "train.epochs"},
+      {"per_device_train_batch_size", "train.batch_size"},
+      {"max_grad_norm", "train.clip_grad_norm"},
+      {"gradient_clip_val", "train.clip_grad_norm"},
+      {"lr_scheduler_type", "train.schedule"},
+  };
+  return names;
+}
+
 std::string did_you_mean(const std::string& path) {
   const std::string last = path.substr(path.rfind('.') + 1);
+  if (const auto other = other_trainers_names().find(last);
+      other != other_trainers_names().end()) {
+    if (other->second != "train.micro_batch_size")
+      return " (seqforge's name: '" + other->second + "')";
+    return " (seqforge's train.batch_size is a step's batch, and train.micro_batch_size the "
+           "examples run at once, whose gradients add up: batch_size / micro_batch_size "
+           "accumulation steps)";
+  }
   const ConfigKey* best = nullptr;
   size_t best_d = SIZE_MAX;
   for (const auto& k : kKeys) {

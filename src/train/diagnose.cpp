@@ -76,6 +76,9 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   d->batch_size = c.integer("train.batch_size");
   d->parameters = make_model(task.model)->parameters().count();
   const int64_t B = std::max<int64_t>(1, std::min(d->batch_size, std::max<int64_t>(1, d->train)));
+  const int64_t micro = c.integer("train.micro_batch_size");
+  d->micro_batch = micro > 0 ? std::min(micro, B) : B;
+  const std::string rows_key = d->micro_batch < B ? "train.micro_batch_size" : "train.batch_size";
   d->batches_per_epoch = d->batch_size > 0 ? (d->train + d->batch_size - 1) / d->batch_size : 0;
   if (const int64_t mb = c.integer("train.max_batches"); mb > 0)
     d->batches_per_epoch = std::min(d->batches_per_epoch, mb);
@@ -85,7 +88,8 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
                               ? 4.0 * d->steps * (2 * F + 1)
                               : 4.0 * (d->steps * F + task.series.num_outputs());
   d->batch_input_mb = in_bytes * B / 1048576;
-  d->activation_mb = activation_bytes(task.model, d->steps, B, gemm == DType::bf16) / 1048576;
+  d->activation_mb =
+      activation_bytes(task.model, d->steps, d->micro_batch, gemm == DType::bf16) / 1048576;
   // On a GPU: the step against the device's free memory, in the GPU's precision.
   const std::unique_ptr<Backend> be = make_device_backend(c, task.model);
   size_t free = 0, total = 0;
@@ -95,10 +99,11 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
     if (!notice.empty()) problems.push_back(notice);
     const std::unique_ptr<Model> model = make_model(task.model);
     double need = 0;
-    if (const std::string problem = device_fit_problem(double(free), device, *model, task.model,
-                                                       d->steps, B, g != DType::f32, &need);
+    if (const std::string problem =
+            device_fit_problem(double(free), device, *model, task.model, d->steps, d->micro_batch,
+                               g != DType::f32, &need);
         !problem.empty())
-      problems.push_back("train.batch_size " + std::to_string(d->batch_size) + ": " + problem);
+      problems.push_back(rows_key + " " + std::to_string(c.integer(rows_key)) + ": " + problem);
     d->device = device;
     d->device_precision = gemm_precision_name(g);
     d->device_need_mb = need / 1048576;
@@ -126,7 +131,8 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   if (avail > 0 && d->activation_mb + d->batch_input_mb > 0.5 * avail)
     problems.push_back("a training step needs about " + std::to_string(int(d->activation_mb)) +
                        " MB but " + std::to_string(int(avail)) +
-                       " MB are available: lower train.batch_size or data.lookback");
+                       " MB are available: set train.micro_batch_size (the same steps in "
+                       "micro-batches), or lower data.lookback");
 }
 
 // A short measured run: `steps` training steps (their median; the first pays for start-up) and

@@ -64,7 +64,7 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
            "series)");
     fail(run, ": the ", split, " split has no windows");
   }
-  const int64_t batch_size = r.config.integer("train.batch_size");
+  const int64_t batch_size = forward_rows(r.config);
   Loader loader(*be, r.task, batch_size, loader_options(r.config, batch_bytes(r.task, batch_size)));
   const auto m = evaluate_split(*be, *model, r.task, starts, loader);
   // Named for what was evaluated: test_*, val_*, or data_* for another file's every window.
@@ -204,13 +204,13 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
   return unknown;
 }
 
-// The model's logits on text examples, batch by batch (train.batch_size examples): fn(first,
+// The model's logits on text examples, batch by batch (forward_rows examples): fn(first,
 // end, logits) sees examples [first, end) with their logits (end - first, classes) on the host.
 // Returns the seconds spent assembling batches and running the model.
 double for_text_batches(Backend& be, Model& model, const LoadedRun& r,
                         const std::vector<int64_t>& examples,
                         const std::function<void(size_t, size_t, const float*)>& fn) {
-  const size_t B = static_cast<size_t>(std::max<int64_t>(1, r.config.integer("train.batch_size")));
+  const size_t B = static_cast<size_t>(std::max<int64_t>(1, forward_rows(r.config)));
   Batch batch;
   Rng rng(0);
   double compute_s = 0;
@@ -624,7 +624,7 @@ int64_t write_validation_outputs(const std::string& run) {
   }
   auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, nullptr);
-  const int64_t batch_size = r.config.integer("train.batch_size"), O = d.num_outputs();
+  const int64_t batch_size = forward_rows(r.config), O = d.num_outputs();
   const int64_t T = d.lookback, F = d.num_features();
   Loader loader(*be, r.task, batch_size, loader_options(r.config, batch_bytes(r.task, batch_size)));
   loader.start(starts, INT64_MAX, {}, 0);

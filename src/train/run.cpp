@@ -439,6 +439,11 @@ RegressionLoss regression_loss_of(const Config& c, TaskKind task) {
 }
 
 // Bytes of one batch's buffers, for the loader's memory budget.
+int64_t forward_rows(const Config& c) {
+  const int64_t batch = c.integer("train.batch_size"), micro = c.integer("train.micro_batch_size");
+  return micro > 0 ? std::min(micro, batch) : batch;
+}
+
 int64_t batch_bytes(const Task& t, int64_t batch_size) {
   return batch_size * t.steps() * task_type(t.kind).bytes_per_step(t);
 }
@@ -809,11 +814,13 @@ std::string device_fit_problem(double free_bytes, const std::string& device, Mod
   char head[256];
   std::snprintf(head, sizeof head,
                 "a training step needs about %.0f MiB on %s (parameters, gradients and AdamW's "
-                "moments %.0f MiB, activations %.0f MiB for a batch of %lld), more than the %.0f "
-                "MiB free",
+                "moments %.0f MiB, activations %.0f MiB for %lld examples at once), more than the "
+                "%.0f MiB free",
                 need / mb, device.c_str(), fixed / mb, per_example * double(batch) / mb,
                 static_cast<long long>(batch), free_bytes / mb);
-  if (fits >= 1) return std::string(head) + ": train.batch_size " + std::to_string(fits) + " fits";
+  if (fits >= 1)
+    return std::string(head) + ": train.micro_batch_size " + std::to_string(fits) +
+           " fits (the same steps, run in micro-batches)";
   return std::string(head) +
          ": even a batch of 1 does not fit; make the model (model.hidden, model.layers) or the "
          "windows (data.lookback, data.seq_len) smaller";

@@ -54,12 +54,16 @@ const char* gemm_precision_name(DType gemm);
 // and AdamW's two moments when `training`) need more memory than is available, naming the keys
 // that size it.
 void check_model_fits(Model& model, const Config& c, bool training);
+// Examples a forward pass without backward (validation, eval, predict) takes at once:
+// train.batch_size, or train.micro_batch_size where smaller (set to bound the memory).
+int64_t forward_rows(const Config& c);
 // Bytes a training step keeps for backward per batch of B windows of T steps (an estimate: the
 // layers' saved activations, their gradients, the head's), with half-precision GEMM copies.
 double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool half);
 // Before a device with its own memory allocates a run: "" when the model's parameters, gradients,
-// AdamW's moments and a step's activations for `batch` fit `free_bytes`, else the problem in one
-// line, naming the batch size that fits. *need_bytes: the estimate.
+// AdamW's moments and the activations of `batch` examples at once (a micro-batch) fit
+// `free_bytes`, else the problem in one line, naming the micro-batch size that fits.
+// *need_bytes: the estimate.
 std::string device_fit_problem(double free_bytes, const std::string& device, Model& model,
                                const ModelOptions& m, int64_t T, int64_t batch, bool half,
                                double* need_bytes = nullptr);

@@ -253,6 +253,7 @@ class Training {
   AugmentOptions augment_;
   std::unique_ptr<AugmentCache> augment_cache_;
   std::unique_ptr<Loader> loader_;
+  std::unique_ptr<Loader> val_loader_;  // validation's in micro-batches; null: loader_
   std::ofstream metrics_log_;
   std::unique_ptr<CheckpointWriter> writer_;
   ResourceMonitor resources_;  // cpu_percent, rss_mb, peak_rss_mb per epoch
@@ -305,6 +306,9 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
         AugmentCache::open(task_, augment_, seed ^ 0xa06e47ull, threads_.threads, out_);
   loader_ = std::make_unique<Loader>(*be_, task_, s_.batch_size,
                                      loader_options(c_, batch_bytes(task_, s_.batch_size)));
+  if (s_.micro_batch < s_.batch_size)  // validation's batches need no more memory than a step's
+    val_loader_ = std::make_unique<Loader>(*be_, task_, s_.micro_batch,
+                                           loader_options(c_, batch_bytes(task_, s_.micro_batch)));
   const LoaderOptions& lo = loader_->options();
   out_ << "loader: " << lo.workers << " worker" << (lo.workers == 1 ? "" : "s") << " (" << lo.reason
        << "), prefetch " << lo.prefetch_factor << " batches per worker"
@@ -424,15 +428,15 @@ void Training::build_model() {
   check_model_fits(*model_, c_, true);
   size_t free = 0, total = 0;
   if (std::string device; be_->device_memory(&free, &total, &device)) {
-    const int64_t batch =
-        std::min<int64_t>(c_.integer("train.batch_size"),
-                          std::max<int64_t>(1, static_cast<int64_t>(task_.split().train.size())));
+    const int64_t rows = std::min<int64_t>(
+        s_.micro_batch, std::max<int64_t>(1, static_cast<int64_t>(task_.split().train.size())));
+    const std::string key =
+        s_.micro_batch < s_.batch_size ? "train.micro_batch_size" : "train.batch_size";
     if (const std::string problem =
-            device_fit_problem(double(free), device, *model_, task_.model, task_.steps(), batch,
+            device_fit_problem(double(free), device, *model_, task_.model, task_.steps(), rows,
                                gemm_dtype_ != DType::f32);
         !problem.empty())
-      fail(c_.origin("train.batch_size"), ": train.batch_size ", c_.integer("train.batch_size"),
-           ": ", problem);
+      fail(c_.origin(key), ": ", key, " ", c_.integer(key), ": ", problem);
   }
   model_->initialize(*be_, seed);
   model_->set_gemm_dtype(gemm_dtype_);
@@ -520,6 +524,10 @@ void Training::print_start() const {
   if (ranks_ > 1)
     out_ << "data-parallel: " << ranks_ << " processes (" << comm_.name() << "), batch "
          << s_.batch_size << " per process, " << global_batch_ << " per step\n";
+  if (s_.micro_batch < s_.batch_size)
+    out_ << "micro-batches: each batch of " << s_.batch_size << " runs as "
+         << (s_.batch_size + s_.micro_batch - 1) / s_.micro_batch << " micro-batches of up to "
+         << s_.micro_batch << ", their gradients summed before the step\n";
   if (!precision_notice_.empty()) out_ << "note: " << precision_notice_ << "\n";
   if (!graphs_note_.empty() && rank_ == 0) out_ << "note: " << graphs_note_ << "\n";
   if (!threads_.warning.empty()) out_ << "warning: " << threads_.warning << "\n";
@@ -1091,8 +1099,8 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
     state_.epochs_done = epoch;
     return next[0] == 0;
   }
-  std::map<std::string, double> m =
-      evaluate_split(*be_, *model_, task_, task_.split().val, *loader_);
+  std::map<std::string, double> m = evaluate_split(*be_, *model_, task_, task_.split().val,
+                                                   val_loader_ ? *val_loader_ : *loader_);
   m["train_loss"] = loss_sum / double(seen);
   check_finite_parameters(*be_, model_->parameters(), epoch,
                           std::max<int64_t>(1, state_.step - batches_per_epoch_ + 1), state_.step,
@@ -1259,6 +1267,7 @@ void Training::finish() {
   sync_.reset();
   optimizer_.reset();
   loader_.reset();
+  val_loader_.reset();
   model_.reset();
   if (fs::exists(checkpoint_)) write_validation_outputs(run_dir_);
   const Split& split = task_.split();

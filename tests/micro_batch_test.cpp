@@ -1,0 +1,186 @@
+// Gradient accumulation: a batch run as micro-batches (train.micro_batch_size) takes the whole
+// batch's step, for every task and model family.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/file_util.hpp"
+#include "seqforge/core/rng.hpp"
+#include "seqforge/io/csv.hpp"
+#include "seqforge/io/safetensors.hpp"
+#include "seqforge/train/trainer.hpp"
+#include "test_util.hpp"
+
+namespace seqforge {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_micro_batch_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// The largest difference between two checkpoints' f32 tensors, which must hold the same names.
+double max_difference(const fs::path& a_run, const fs::path& b_run) {
+  const auto a = io::SafetensorsFile::read((a_run / "model.safetensors").string());
+  const auto b = io::SafetensorsFile::read((b_run / "model.safetensors").string());
+  EXPECT_EQ(a.entries().size(), b.entries().size());
+  double worst = 0;
+  for (const auto& e : a.entries()) {
+    const io::SafetensorsEntry* f = b.find(e.name);
+    if (!f || e.dtype != DType::f32 || f->shape != e.shape) {
+      ADD_FAILURE() << e.name << " differs in name, dtype or shape";
+      return INFINITY;
+    }
+    const auto x = a.bytes(e), y = b.bytes(*f);
+    const auto* p = reinterpret_cast<const float*>(x.data());
+    const auto* q = reinterpret_cast<const float*>(y.data());
+    for (size_t i = 0; i < x.size() / sizeof(float); ++i)
+      worst = std::max(worst, std::fabs(double(p[i]) - double(q[i])));
+  }
+  return worst;
+}
+
+// Pairs of short texts labelled by whether the second holds a quote: examples of varied
+// lengths, so that micro-batches hold padding.
+std::string write_pairs(const fs::path& path, int rows) {
+  std::ofstream f(path);
+  f << "first,second,label\n";
+  Rng rng(7);
+  const std::string alphabet = "abc,\"e";
+  auto text = [&](int64_t n) {
+    std::string t;
+    for (int64_t i = 0; i < n; ++i) t += alphabet[rng.next() % alphabet.size()];
+    return t;
+  };
+  for (int i = 0; i < rows; ++i) {
+    const std::string a = text(2 + static_cast<int64_t>(rng.next() % 9));
+    const std::string b = text(1 + static_cast<int64_t>(rng.next() % 9));
+    f << io::csv_field(a) << "," << io::csv_field(b) << ","
+      << (b.find('"') != std::string::npos ? "yes" : "no") << "\n";
+  }
+  return path.string();
+}
+
+struct Case {
+  std::string name, config;
+  std::vector<std::string> overrides;
+};
+
+// Batches of 16 as micro-batches of 6 (6, 6 and 4 examples, weighed 6/16, 6/16 and 4/16 of the
+// step; mae by the masked steps each holds) reach the whole batches' parameters after 8 steps
+// of Adam, within float32 rounding of the sums' order; a run at batch 6 does not (the
+// comparison can fail). fp32 GEMMs (precision auto may time bf16 faster for one batch size and
+// not another), and no dropout: micro-batches draw their own masks.
+TEST(MicroBatches, TakeTheWholeBatchStepForEveryTask) {
+  const fs::path dir = temp_dir("tasks");
+  const std::string source = SEQFORGE_SOURCE_DIR;
+  const std::string text = (dir / "head.txt").string();
+  std::ofstream(text, std::ios::binary)
+      << io::read_file(source + "/data/tinyshakespeare.txt").substr(0, 100000);
+  const std::string pairs = write_pairs(dir / "pairs.csv", 400);
+  const std::vector<Case> cases = {
+      {"forecast",
+       "weather_forecast.yaml",
+       {"data.path=" + source + "/data/seattle-weather-hourly-normals.csv", "data.lookback=24",
+        "model.hidden=24"}},
+      {"classify_gru",
+       "weather_classify.yaml",
+       {"data.path=" + source + "/data/seattle-weather.csv", "model.cell=gru", "model.hidden=24"}},
+      {"mae",
+       "sp500_pretrain.yaml",
+       {"data.path=" + source + "/data/sp500-2000.csv", "model.hidden=16"}},
+      {"charlm_gpt",
+       "shakespeare_gpt.yaml",
+       {"data.path=" + text, "model.embedding=32", "model.layers=2", "model.heads=2",
+        "data.seq_len=32"}},
+      {"text_pairs",
+       "shakespeare_pairs_dora.yaml",
+       {"data.path=" + pairs, "data.text_columns=[first, second]",
+        "model.init_from=", "adapter.kind=none", "model.embedding=32", "model.layers=2",
+        "model.heads=2", "model.block_size=24", "data.seq_len=24"}},
+  };
+  for (const Case& c : cases) {
+    auto run = [&](const std::string& name, const std::vector<std::string>& extra) {
+      std::vector<std::string> o = {"train.epochs=1",      "train.max_batches=8",
+                                    "train.batch_size=16", "train.warmup_steps=0",
+                                    "model.dropout=0",     "train.test_after=false",
+                                    "train.precision=fp32"};
+      o.insert(o.end(), c.overrides.begin(), c.overrides.end());
+      o.insert(o.end(), extra.begin(), extra.end());
+      o.push_back("train.run_dir=" + (dir / (c.name + "_" + name)).string());
+      std::ostringstream log;
+      train(Config::load(source + "/examples/configs/" + c.config, o), log);
+      return dir / (c.name + "_" + name);
+    };
+    const fs::path whole = run("whole", {});
+    const fs::path micro = run("micro", {"train.micro_batch_size=6"});
+    EXPECT_LT(max_difference(whole, micro), 1e-5) << c.name;
+    const fs::path small = run("small", {"train.batch_size=6"});
+    EXPECT_GT(max_difference(whole, small), 1e-3) << c.name;
+  }
+}
+
+// Adapters on a frozen LSTM take their gradients through the recurrence's weight gradients:
+// those of every micro-batch add up too.
+TEST(MicroBatches, AdaptersOnARecurrentLayerAccumulate) {
+  const fs::path dir = temp_dir("adapters");
+  const std::string source = SEQFORGE_SOURCE_DIR;
+  const std::vector<std::string> common = {
+      "data.path=" + source + "/data/seattle-weather-hourly-normals.csv",
+      "data.lookback=24",
+      "model.hidden=24",
+      "model.dropout=0",
+      "train.epochs=1",
+      "train.max_batches=8",
+      "train.batch_size=16",
+      "train.warmup_steps=0",
+      "train.test_after=false",
+      "train.precision=fp32"};
+  auto run = [&](const std::string& name, std::vector<std::string> extra) {
+    extra.insert(extra.begin(), common.begin(), common.end());
+    extra.push_back("train.run_dir=" + (dir / name).string());
+    std::ostringstream log;
+    train(Config::load(source + "/examples/configs/weather_forecast.yaml", extra), log);
+    return dir / name;
+  };
+  const fs::path base = run("base", {});
+  for (const char* kind : {"lora", "dora"}) {
+    const std::vector<std::string> tune = {"model.init_from=" + base.string(),
+                                           std::string("adapter.kind=") + kind, "adapter.rank=2"};
+    std::vector<std::string> micro = tune;
+    micro.push_back("train.micro_batch_size=5");
+    EXPECT_LT(max_difference(run(std::string(kind) + "_whole", tune),
+                             run(std::string(kind) + "_micro", micro)),
+              1e-5)
+        << kind;
+  }
+}
+
+TEST(MicroBatches, BadSettingsNameTheKey) {
+  const fs::path dir = temp_dir("bad");
+  const std::string source = SEQFORGE_SOURCE_DIR;
+  auto error_with = [&](std::vector<std::string> overrides) {
+    overrides.push_back("data.path=" + source + "/data/seattle-weather-hourly-normals.csv");
+    overrides.push_back("train.run_dir=" + (dir / "run").string());
+    return test::error_of([&] {
+      std::ostringstream quiet;
+      train(Config::load(source + "/examples/configs/weather_forecast.yaml", overrides), quiet);
+    });
+  };
+  EXPECT_NE(error_with({"train.micro_batch_size=-1"}).find("train.micro_batch_size"),
+            std::string::npos);
+  EXPECT_NE(error_with({"train.micro_batch_size=8", "train.stateful=true", "data.split.mode=time",
+                        "model.bidirectional=false"})
+                .find("train.micro_batch_size splits a batch's streams"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace seqforge
