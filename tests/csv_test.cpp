@@ -192,7 +192,8 @@ TEST_F(CsvTest, TrailingNewlineOptionalAndTrailingBlankLinesIgnored) {
   for (const std::string& bytes :
        {std::string("a,b\n1,2\n3,4"), std::string("a,b\n1,2\n3,4\n"),
         std::string("a,b\n1,2\n3,4\n\n\n"), std::string("a,b\r\n1,2\r\n3,4\r\n\r\n  \r\n\t\n"),
-        std::string("a,b\n1,2\n3,4\n,\n , \n,\"\"\n\n")}) {  // a spreadsheet's empty rows
+        std::string("a,b\n1,2\n3,4\n,\n , \n,\"\"\n\n"),  // a spreadsheet's empty rows
+        std::string("a,b\n1,2\n3,4\n\n,\n\n,\n\n")}) {    // and blank lines between them
     SCOPED_TRACE(bytes);
     const CsvTable t = CsvTable::parse(bytes, "t.csv");
     EXPECT_EQ(t.rows(), 2);
@@ -204,6 +205,8 @@ TEST_F(CsvTest, TrailingNewlineOptionalAndTrailingBlankLinesIgnored) {
   EXPECT_EQ(inside.text("a"), (Strings{"1", "", "3"}));
   expect_error([] { CsvTable::parse("a,b\n,\n,\n", "e.csv"); },
                {"e.csv: no data rows after the header (line 1)"});
+  expect_error([] { CsvTable::parse("a,b\n1,2\n,\n\n3,4\n", "b.csv"); },
+               {"b.csv:4: blank line inside the data, expected 2 fields like the header"});
 }
 
 TEST_F(CsvTest, SingleColumnBlankLineInsideIsAnEmptyCell) {

@@ -303,45 +303,46 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
   const size_t ncols = t.columns_.size();
   t.cells_.resize(ncols);
 
-  // Blank lines are held back: at the end of the file they are ignored.
-  std::vector<int64_t> pending_blank;
-  while (tok.next(row)) {
-    if (row.blank) {
-      pending_blank.push_back(row.line);
-      continue;
-    }
-    if (!pending_blank.empty()) {
-      if (ncols != 1) {
-        fail(source, ":", pending_blank.front(), ": blank line inside the data, expected ", ncols,
-             " fields like the header");
-      }
-      for (int64_t line : pending_blank) {  // a single column: a blank line is an empty cell
-        t.cells_[0].emplace_back();
-        t.lines_.push_back(line);
-      }
-      pending_blank.clear();
-    }
-    if (row.fields.size() != ncols) {
-      fail(source, ":", row.line, ": ", row.fields.size(),
-           row.fields.size() == 1 ? " field" : " fields", ", the header has ", ncols,
+  // Blank lines and rows of nothing but separators (",,,": a spreadsheet's formatted empty rows)
+  // are held back: at the end of the file they are ignored, in any mix.
+  struct Held {
+    int64_t line;
+    bool blank;
+    std::vector<std::string> fields;
+  };
+  std::vector<Held> held;
+  auto add_row = [&](int64_t line, std::vector<std::string>& fields) {
+    if (fields.size() != ncols) {
+      fail(source, ":", line, ": ", fields.size(), fields.size() == 1 ? " field" : " fields",
+           ", the header has ", ncols,
            t.delimiter_ == ',' ? ""
                                : " (separated by " + t.delimiter_name() + ", as the header is)");
     }
-    for (size_t c = 0; c < ncols; ++c) t.cells_[c].push_back(std::move(row.fields[c]));
-    t.lines_.push_back(row.line);
+    for (size_t c = 0; c < ncols; ++c) t.cells_[c].push_back(std::move(fields[c]));
+    t.lines_.push_back(line);
+  };
+  while (tok.next(row)) {
+    const bool empty =
+        !row.blank && std::all_of(row.fields.begin(), row.fields.end(),
+                                  [](const std::string& f) { return trim(f).empty(); });
+    if (row.blank || (empty && ncols > 1)) {
+      held.push_back({row.line, row.blank, row.blank ? std::vector<std::string>() : row.fields});
+      continue;
+    }
+    for (Held& h : held) {  // rows inside the data after all
+      if (h.blank && ncols != 1)
+        fail(source, ":", h.line, ": blank line inside the data, expected ", ncols,
+             " fields like the header");
+      if (h.blank) h.fields.emplace_back();  // a single column: a blank line is an empty cell
+      add_row(h.line, h.fields);
+    }
+    held.clear();
+    add_row(row.line, row.fields);
   }
+  if (t.lines_.empty() && unnamed.size() == ncols)
+    fail(source, ":", header_line, ": the header names no column");
   if (t.lines_.empty()) fail(source, ": no data rows after the header (line ", header_line, ")");
   if (!unnamed.empty()) t.drop_unnamed(unnamed, header_line);
-  // Rows of nothing but separators at the end (",,,": a spreadsheet's formatted empty rows) hold
-  // nothing, as blank lines there do.
-  while (!t.lines_.empty() &&
-         std::all_of(t.cells_.begin(), t.cells_.end(), [](const std::vector<std::string>& column) {
-           return trim(column.back()).empty();
-         })) {
-    for (auto& column : t.cells_) column.pop_back();
-    t.lines_.pop_back();
-  }
-  if (t.lines_.empty()) fail(source, ": no data rows after the header (line ", header_line, ")");
   return t;
 }
 
