@@ -115,6 +115,29 @@ TEST(Predict, EveryWindowOfANewFileWithoutTargets) {
   EXPECT_EQ(last[1][1], b.back()[1]);
   // A batch of one rounds its f32 sums differently from a batch of 43: the last bits may differ.
   EXPECT_NEAR(std::stod(last[1][2]), std::stod(b.back()[2]), 1e-6);
+  // Without dates the rows past the end are numbered on from the file's last data row (50), and
+  // not where series follow one another in the file (a number would name another series' row).
+  {
+    const fs::path undated = dir / "undated.csv";
+    std::ifstream in(without);
+    std::ofstream u(undated);
+    std::string line;
+    std::getline(in, line);
+    u << "signal,other\n";
+    while (std::getline(in, line)) u << line.substr(line.find(',') + 1) << "\n";
+  }
+  train(Config::parse(yaml((dir / "undated.csv").string(), dir / "undated_run"), "u.yaml",
+                      {"data.date_column=", "data.targets=[other]", "data.horizon=2",
+                       "data.horizon_mode=direct", "train.epochs=1"}),
+        log);
+  EXPECT_EQ(predict((dir / "undated_run").string(),
+                    {(dir / "undated.csv").string(), (dir / "d.csv").string(), true}, out),
+            1);
+  const auto undated = read_csv((dir / "d.csv").string());
+  ASSERT_EQ(undated.size(), 3u);
+  EXPECT_EQ(undated[1][0], "50");
+  EXPECT_EQ(undated[1][1], "51");
+  EXPECT_EQ(undated[2][1], "52");
   // Too short for a window: one line naming the rows and the lookback.
   const std::string shorter = write_hourly(dir / "short.csv", 5, false);
   const std::string e = error_of([&] {

@@ -105,6 +105,10 @@ std::string in_style_of(const std::string& like, std::string text) {
 std::string forecast_time(const SeriesData& d, int64_t start, int64_t k) {
   const int64_t last = d.last_row(start), target = d.target_row(start, k);
   if (target < d.series_of(last).end) return row_label(d, target);
+  // Past the end of a file without dates that is one series in its own order: its row numbers go
+  // on (where rows were reordered or series follow, a number would name another row).
+  if (d.dates.empty())
+    return d.file_rows.empty() && d.series.size() == 1 ? std::to_string(target + 1) : "";
   const std::optional<int64_t> when = d.time_ahead(last, target - last);
   if (!when) return "";
   return in_style_of(d.dates[last], d.time_text(*when, d.dates[last].size() <= 10));
