@@ -103,6 +103,34 @@ TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
   }
 }
 
+// The masked autoencoder's masks are a function of the pass's seed and the window: the same for
+// batches of 16 and of 5 (validation in micro-batches scores the same masked steps), another
+// seed another mask.
+TEST(Loader, AWindowsMaskDoesNotDependOnItsBatch) {
+  const fs::path dir = temp_dir("masks");
+  const Dataset data = load_dataset(series_config(write_series(dir, 300), {"data.task=mae"}));
+  auto be = make_cpu_backend();
+  const std::vector<int64_t>& order = data.split().train;
+  const int64_t n = 40, T = 12;
+  auto masks = [&](int64_t batch, uint64_t seed) {
+    Loader loader(*be, data, batch, LoaderOptions{1, 2, ""});
+    loader.start({order.begin(), order.begin() + n}, INT64_MAX, {}, seed);
+    std::vector<float> all;
+    for (int64_t done = 0; done < n;) {
+      const Batch& b = loader.next();
+      const auto m = floats(b.mask);
+      all.insert(all.end(), m.begin(), m.end());
+      done += b.size;
+    }
+    return all;
+  };
+  const std::vector<float> whole = masks(16, 7);
+  ASSERT_EQ(whole.size(), size_t(n * T));
+  EXPECT_EQ(masks(5, 7), whole);
+  EXPECT_NE(masks(16, 8), whole);
+  EXPECT_GT(std::count(whole.begin(), whole.end(), 1.0f), 0);
+}
+
 TEST(Loader, PassesCanEndEarlyAndRestart) {
   const fs::path dir = temp_dir("early");
   const std::string csv = write_series(dir, 400);

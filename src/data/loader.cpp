@@ -113,9 +113,10 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
     std::copy_n(x, B * T * F, y);
     std::fill_n(mask, B * T, 0.0f);
     for (int64_t i = 0; i < B; ++i) {
+      Rng draw(mix_seed(recipe.mask_seed, static_cast<uint64_t>(starts[begin + i])));
       bool any = false;
-      for (int64_t u = 0; u < T; ++u) any |= (mask[i * T + u] = rng.uniform() < d.mask_ratio) != 0;
-      if (!any) mask[i * T + static_cast<int64_t>(rng.next() % T)] = 1.0f;
+      for (int64_t u = 0; u < T; ++u) any |= (mask[i * T + u] = draw.uniform() < d.mask_ratio) != 0;
+      if (!any) mask[i * T + static_cast<int64_t>(draw.next() % T)] = 1.0f;
       for (int64_t u = 0; u < T; ++u)
         if (mask[i * T + u] != 0.0f) std::fill_n(x + (i * T + u) * F, F, 0.0f);
     }
@@ -191,7 +192,9 @@ struct Loader::State {
       const size_t begin = static_cast<size_t>(index * batch_size);
       const size_t end = std::min(starts.size(), begin + static_cast<size_t>(batch_size));
       Rng rng(mix_seed(seed, static_cast<uint64_t>(index)));
-      assemble_batch(backend, data, starts, begin, end, recipe, rng, &slot.batch);
+      BatchRecipe keyed = recipe;
+      keyed.mask_seed = seed;
+      assemble_batch(backend, data, starts, begin, end, keyed, rng, &slot.batch);
     } catch (...) {
       slot.error = std::current_exception();
     }

@@ -32,9 +32,12 @@ struct Batch {
 struct BatchRecipe {
   const AugmentOptions* augment = nullptr;  // null: no augmentation
   const AugmentCache* cache = nullptr;      // with augment: windows come from the cache
+  // mae: the masked steps of the window at `start` are drawn from mix_seed(mask_seed, start), so
+  // that a window's mask does not depend on the batch it lands in (its size, its rank).
+  uint64_t mask_seed = 0;
 };
 
-// Assembles windows starts[begin, end) into `b`; `rng` draws masks and augmentations.
+// Assembles windows starts[begin, end) into `b`; `rng` draws augmentations.
 void assemble_batch(Backend& backend, const Dataset& data, const std::vector<int64_t>& starts,
                     size_t begin, size_t end, const BatchRecipe& recipe, Rng& rng, Batch* b);
 
