@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -322,6 +323,50 @@ TEST(Device, GpuStepGraphsReplayTheEagerRun) {
   EXPECT_EQ(gpt[1].best, gpt[0].best);
   EXPECT_TRUE(checkpoint_tensors(dir / "gpt_auto") == checkpoint_tensors(dir / "gpt_off"));
   EXPECT_EQ(last_metrics(dir / "gpt_auto").value("graph_steps", 0), 4);
+}
+
+// The largest difference between two runs' checkpoints, read as f32.
+double max_difference(const fs::path& a_run, const fs::path& b_run) {
+  const std::string a = checkpoint_tensors(a_run), b = checkpoint_tensors(b_run);
+  if (a.size() != b.size()) return INFINITY;
+  std::vector<float> x(a.size() / 4), y(b.size() / 4);
+  std::memcpy(x.data(), a.data(), a.size());
+  std::memcpy(y.data(), b.data(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(double(x[i]) - y[i]));
+  return worst;
+}
+
+// Micro-batches on the GPU: the step is the whole batch's, replayed as a graph where every
+// micro-batch's weight is fixed by the batch's shape; mae's weights follow each batch's masks,
+// so its micro-batched steps run eagerly, with a note.
+TEST(Device, GpuMicroBatchesTakeTheWholeBatchStep) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  const fs::path dir = fresh_dir("gpu_micro");
+  const std::string data = write_series(dir);
+  setenv("SEQFORGE_RECURRENT_SCHEDULE", "layered", 1);
+  for (const std::string task : {"forecast", "mae"}) {
+    auto run = [&](const std::string& name, const std::string& micro, std::ostream& log) {
+      train(forecaster(data, dir / (task + name), "lstm",
+                       {"data.task=" + task, "model.dropout=0", "train.device=cuda",
+                        "train.cuda_graphs=auto", "train.micro_batch_size=" + micro}),
+            log);
+      return dir / (task + name);
+    };
+    std::ostringstream whole_log, micro_log;
+    const fs::path whole = run("_whole", "0", whole_log);
+    const fs::path micro = run("_micro", "6", micro_log);
+    EXPECT_LT(max_difference(whole, micro), 1e-5) << task;
+    EXPECT_NEAR(last_metrics(micro).at("val_loss").get<double>(),
+                last_metrics(whole).at("val_loss").get<double>(), 1e-6)
+        << task;
+    const bool replays = task == "forecast";
+    EXPECT_EQ(last_metrics(micro).value("graph_steps", 0) > 0, replays) << micro_log.str();
+    EXPECT_EQ(micro_log.str().find("note: train.cuda_graphs: micro-batches") != std::string::npos,
+              !replays)
+        << micro_log.str();
+  }
+  unsetenv("SEQFORGE_RECURRENT_SCHEDULE");
 }
 
 // NCCL on this GPU as a job of one rank: loaded, joined, and a sum over the one rank leaves a
