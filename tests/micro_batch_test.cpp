@@ -9,8 +9,6 @@
 #include <sstream>
 
 #include "io/file_util.hpp"
-#include "seqforge/core/rng.hpp"
-#include "seqforge/io/csv.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
@@ -56,27 +54,6 @@ double last_val_loss(const fs::path& run) {
   return value;
 }
 
-// Pairs of short texts labelled by whether the second holds a quote: examples of varied
-// lengths, so that micro-batches hold padding.
-std::string write_pairs(const fs::path& path, int rows) {
-  std::ofstream f(path);
-  f << "first,second,label\n";
-  Rng rng(7);
-  const std::string alphabet = "abc,\"e";
-  auto text = [&](int64_t n) {
-    std::string t;
-    for (int64_t i = 0; i < n; ++i) t += alphabet[rng.next() % alphabet.size()];
-    return t;
-  };
-  for (int i = 0; i < rows; ++i) {
-    const std::string a = text(2 + static_cast<int64_t>(rng.next() % 9));
-    const std::string b = text(1 + static_cast<int64_t>(rng.next() % 9));
-    f << io::csv_field(a) << "," << io::csv_field(b) << ","
-      << (b.find('"') != std::string::npos ? "yes" : "no") << "\n";
-  }
-  return path.string();
-}
-
 struct Case {
   std::string name, config;
   std::vector<std::string> overrides;
@@ -93,7 +70,7 @@ TEST(MicroBatches, TakeTheWholeBatchStepForEveryTask) {
   const std::string text = (dir / "head.txt").string();
   std::ofstream(text, std::ios::binary)
       << io::read_file(source + "/data/tinyshakespeare.txt").substr(0, 100000);
-  const std::string pairs = write_pairs(dir / "pairs.csv", 400);
+  const std::string pairs = test::write_text_pairs(dir / "pairs.csv", 400, 7);
   const std::vector<Case> cases = {
       {"forecast",
        "weather_forecast.yaml",

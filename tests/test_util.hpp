@@ -1,7 +1,9 @@
 #pragma once
-// Helpers shared by the tests: host tensors in any float dtype, and the error metric.
+// Helpers shared by the tests: host tensors in any float dtype, the error metric, data files.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -9,6 +11,8 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/buffer.hpp"
 #include "seqforge/core/cpu.hpp"
+#include "seqforge/core/rng.hpp"
+#include "seqforge/io/csv.hpp"
 
 namespace seqforge::test {
 
@@ -82,6 +86,30 @@ inline double max_rel_error(const std::vector<double>& got, const std::vector<do
     err = std::isnan(e) ? INFINITY : std::max(err, e);
   }
   return err;
+}
+
+// Pairs of short texts over "abc,\"e" (commas and quotes exercise the CSV's quoting), of varied
+// lengths: `yes` when the second holds a quote (the first's quotes do not count: the segments
+// tell them apart). Without labels, the columns first and second only.
+inline std::string write_text_pairs(const std::filesystem::path& path, int rows, uint64_t seed,
+                                    bool labels = true) {
+  std::ofstream f(path);
+  f << "first,second" << (labels ? ",label" : "") << "\n";
+  Rng rng(seed);
+  const std::string alphabet = "abc,\"e";
+  auto text = [&](int64_t n) {
+    std::string t;
+    for (int64_t i = 0; i < n; ++i) t += alphabet[rng.next() % alphabet.size()];
+    return t;
+  };
+  for (int i = 0; i < rows; ++i) {
+    const std::string a = text(2 + static_cast<int64_t>(rng.next() % 9));
+    const std::string b = text(1 + static_cast<int64_t>(rng.next() % 9));
+    f << io::csv_field(a) << "," << io::csv_field(b);
+    if (labels) f << "," << (b.find('"') != std::string::npos ? "yes" : "no");
+    f << "\n";
+  }
+  return path.string();
 }
 
 }  // namespace seqforge::test

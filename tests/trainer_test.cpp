@@ -678,34 +678,12 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
             std::string::npos);
 }
 
-// Pairs of short texts over "abc,\"e" (commas and quotes exercise the CSV's quoting): `yes` when
-// the second holds a quote (the first's quotes do not count: the segments tell them apart).
-std::string write_pairs(const fs::path& path, int rows, uint64_t seed, bool labels = true) {
-  std::ofstream f(path);
-  f << "first,second" << (labels ? ",label" : "") << "\n";
-  Rng rng(seed);
-  const std::string alphabet = "abc,\"e";
-  auto text = [&](int64_t n) {
-    std::string t;
-    for (int64_t i = 0; i < n; ++i) t += alphabet[rng.next() % alphabet.size()];
-    return t;
-  };
-  for (int i = 0; i < rows; ++i) {
-    const std::string a = text(2 + static_cast<int64_t>(rng.next() % 9));
-    const std::string b = text(1 + static_cast<int64_t>(rng.next() % 9));
-    f << io::csv_field(a) << "," << io::csv_field(b);
-    if (labels) f << "," << (b.find('"') != std::string::npos ? "yes" : "no");
-    f << "\n";
-  }
-  return path.string();
-}
-
 // A transformer encoder classifies pairs of texts: it learns, eval scores another file, predict
 // writes each row's class and probabilities for a file without labels; bad settings name their
 // keys.
 TEST(Trainer, TransformerClassifiesTextPairs) {
   const fs::path dir = temp_dir("text_pairs");
-  const std::string data = write_pairs(dir / "pairs.csv", 1200, 1);
+  const std::string data = test::write_text_pairs(dir / "pairs.csv", 1200, 1);
   const fs::path run = dir / "run";
   const std::string yaml =
       "data: {path: " + data +
@@ -726,10 +704,10 @@ TEST(Trainer, TransformerClassifiesTextPairs) {
   std::ifstream report(run / "report.html");
   EXPECT_NE(std::string(std::istreambuf_iterator<char>(report), {}).find("class=\"confusion\""),
             std::string::npos);
-  const auto m = evaluate(run.string(), "", write_pairs(dir / "more.csv", 300, 2));
+  const auto m = evaluate(run.string(), "", test::write_text_pairs(dir / "more.csv", 300, 2));
   EXPECT_EQ(m.at("samples"), 300);
   EXPECT_GT(m.at("data_accuracy"), 0.85);
-  const std::string unlabeled = write_pairs(dir / "new.csv", 25, 3, false);
+  const std::string unlabeled = test::write_text_pairs(dir / "new.csv", 25, 3, false);
   std::ostringstream predict_log;
   EXPECT_EQ(predict(run.string(), {unlabeled, (dir / "p.csv").string()}, predict_log), 25);
   const io::CsvTable p = io::CsvTable::read((dir / "p.csv").string());
@@ -770,7 +748,7 @@ TEST(Trainer, AdaptersFineTuneACharacterModelAsAClassifier) {
     const std::string alphabet = "abc,\"e\nxyz";  // characters the pairs never use, too
     for (int i = 0; i < 6000; ++i) text << alphabet[rng.next() % alphabet.size()];
   }
-  const std::string data = write_pairs(dir / "pairs.csv", 400, 1);
+  const std::string data = test::write_text_pairs(dir / "pairs.csv", 400, 1);
   std::ostringstream log;
   train(Config::parse("data: {path: " + (dir / "text.txt").string() +
                           ", task: charlm, seq_len: 16}\n"
