@@ -103,18 +103,19 @@ TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
   }
 }
 
-// The masked autoencoder's masks are a function of the pass's seed and the window: the same for
-// batches of 16 and of 5 (validation in micro-batches scores the same masked steps), another
-// seed another mask.
+// The masked autoencoder's masks are a function of the recipe's mask seed and the window: the same
+// for batches of 16 and of 5 (validation in micro-batches scores the same masked steps) and
+// whatever the pass's seed (a rank's), another mask seed another mask.
 TEST(Loader, AWindowsMaskDoesNotDependOnItsBatch) {
   const fs::path dir = temp_dir("masks");
   const Dataset data = load_dataset(series_config(write_series(dir, 300), {"data.task=mae"}));
   auto be = make_cpu_backend();
   const std::vector<int64_t>& order = data.split().train;
   const int64_t n = 40, T = 12;
-  auto masks = [&](int64_t batch, uint64_t seed) {
+  auto masks = [&](int64_t batch, uint64_t mask_seed, uint64_t seed = 3) {
     Loader loader(*be, data, batch, LoaderOptions{1, 2, ""});
-    loader.start({order.begin(), order.begin() + n}, INT64_MAX, {}, seed);
+    loader.start({order.begin(), order.begin() + n}, INT64_MAX, {nullptr, nullptr, mask_seed},
+                 seed);
     std::vector<float> all;
     for (int64_t done = 0; done < n;) {
       const Batch& b = loader.next();
@@ -127,6 +128,7 @@ TEST(Loader, AWindowsMaskDoesNotDependOnItsBatch) {
   const std::vector<float> whole = masks(16, 7);
   ASSERT_EQ(whole.size(), size_t(n * T));
   EXPECT_EQ(masks(5, 7), whole);
+  EXPECT_EQ(masks(16, 7, 4), whole);
   EXPECT_NE(masks(16, 8), whole);
   EXPECT_GT(std::count(whole.begin(), whole.end(), 1.0f), 0);
 }

@@ -5,8 +5,8 @@
 
 1. Equivalence: 2 ranks at batch b reach the parameters of 1 process at batch 2b (same seed, fp32,
    no dropout or augmentation), over epochs whose last global batch is short and leaves one rank
-   without windows, and so do 3 ranks, also in micro-batches; a run with another seed does not
-   match (the comparison can fail).
+   without windows, and so do 3 ranks, also in micro-batches, and a masked autoencoder's 2 ranks;
+   a run with another seed does not match (the comparison can fail).
 2. A rank killed (SIGKILL) after the first epoch ends the job within a bound with a non-zero code;
    the checkpoint loads (seqforge eval) and every rank resumes from it.
 3. A rank that hangs (SIGSTOP) makes the other stop after dist.timeout_seconds with one line that
@@ -142,6 +142,21 @@ if not failures:
             check(False, "mpirun -np 3 with micro-batches: " + out[-2000:])
     else:
         check(False, "mpirun -np 3: " + out[-2000:])
+    # The masked autoencoder: a window's mask depends on the epoch and the window, not on the rank
+    # or batch it lands in, so its runs are equal too (each rank's share weighed by its masked
+    # steps).
+    mae = ["data.task=mae", "data.targets=[]"]
+    run([seqforge, "train", cfg, "train.batch_size=64", "train.threads=1",
+         "train.run_dir=" + os.path.join(work, "mae_single")] + mae)
+    code, out = run(MPI + [seqforge, "train", cfg, "train.batch_size=32", "train.micro_batch_size=20",
+                           "train.run_dir=" + os.path.join(work, "mae_two")] + mae)
+    if code == 0:
+        da = max_rel_diff(tensors(os.path.join(work, "mae_two", "model.safetensors")),
+                          tensors(os.path.join(work, "mae_single", "model.safetensors")))
+        check(da < 1e-4, f"mae: 2 ranks x 32 in micro-batches of 20 equal 1 x 64 "
+                         f"(max relative difference {da:.2e})")
+    else:
+        check(False, "mpirun -np 2, mae: " + out[-2000:])
     lines = epoch_lines(os.path.join(work, "two"))
     single_lines = epoch_lines(single)
     check(len(lines) == 2 and abs(lines[-1]["train_loss"] - single_lines[-1]["train_loss"]) < 1e-4,

@@ -192,9 +192,7 @@ struct Loader::State {
       const size_t begin = static_cast<size_t>(index * batch_size);
       const size_t end = std::min(starts.size(), begin + static_cast<size_t>(batch_size));
       Rng rng(mix_seed(seed, static_cast<uint64_t>(index)));
-      BatchRecipe keyed = recipe;
-      keyed.mask_seed = seed;
-      assemble_batch(backend, data, starts, begin, end, keyed, rng, &slot.batch);
+      assemble_batch(backend, data, starts, begin, end, recipe, rng, &slot.batch);
     } catch (...) {
       slot.error = std::current_exception();
     }

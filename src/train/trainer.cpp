@@ -920,7 +920,7 @@ int64_t Training::start_pass(int64_t epoch, int64_t first_batch) {
     }
     local_batches = (static_cast<int64_t>(mine_.size()) + s_.batch_size - 1) / s_.batch_size;
   }
-  const BatchRecipe recipe{augment_.any() ? &augment_ : nullptr, augment_cache_.get()};
+  const BatchRecipe recipe{augment_.any() ? &augment_ : nullptr, augment_cache_.get(), epoch_seed};
   loader_->start(ranks_ > 1 ? mine_ : order_, local_batches, recipe,
                  ranks_ > 1 ? mix_seed(epoch_seed, static_cast<uint64_t>(rank_)) : epoch_seed,
                  first_batch);

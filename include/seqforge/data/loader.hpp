@@ -33,7 +33,8 @@ struct BatchRecipe {
   const AugmentOptions* augment = nullptr;  // null: no augmentation
   const AugmentCache* cache = nullptr;      // with augment: windows come from the cache
   // mae: the masked steps of the window at `start` are drawn from mix_seed(mask_seed, start), so
-  // that a window's mask does not depend on the batch it lands in (its size, its rank).
+  // that a window's mask does not depend on the batch it lands in (its size, its rank). Training
+  // gives each epoch's seed; evaluation 0, the same masks every time.
   uint64_t mask_seed = 0;
 };
 
