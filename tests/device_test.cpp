@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -325,18 +324,6 @@ TEST(Device, GpuStepGraphsReplayTheEagerRun) {
   EXPECT_EQ(last_metrics(dir / "gpt_auto").value("graph_steps", 0), 4);
 }
 
-// The largest difference between two runs' checkpoints, read as f32.
-double max_difference(const fs::path& a_run, const fs::path& b_run) {
-  const std::string a = checkpoint_tensors(a_run), b = checkpoint_tensors(b_run);
-  if (a.size() != b.size()) return INFINITY;
-  std::vector<float> x(a.size() / 4), y(b.size() / 4);
-  std::memcpy(x.data(), a.data(), a.size());
-  std::memcpy(y.data(), b.data(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(double(x[i]) - y[i]));
-  return worst;
-}
-
 // Micro-batches on the GPU: the step is the whole batch's, replayed as a graph where every
 // micro-batch's weight is fixed by the batch's shape; mae's weights follow each batch's masks,
 // so its micro-batched steps run eagerly, with a note.
@@ -356,7 +343,7 @@ TEST(Device, GpuMicroBatchesTakeTheWholeBatchStep) {
     std::ostringstream whole_log, micro_log;
     const fs::path whole = run("_whole", "0", whole_log);
     const fs::path micro = run("_micro", "6", micro_log);
-    EXPECT_LT(max_difference(whole, micro), 1e-5) << task;
+    EXPECT_LT(test::max_checkpoint_difference(whole, micro), 1e-5) << task;
     EXPECT_NEAR(last_metrics(micro).at("val_loss").get<double>(),
                 last_metrics(whole).at("val_loss").get<double>(), 1e-6)
         << task;

@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "io/file_util.hpp"
-#include "seqforge/io/safetensors.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
@@ -23,27 +22,6 @@ fs::path temp_dir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
-}
-
-// The largest difference between two checkpoints' f32 tensors, which must hold the same names.
-double max_difference(const fs::path& a_run, const fs::path& b_run) {
-  const auto a = io::SafetensorsFile::read((a_run / "model.safetensors").string());
-  const auto b = io::SafetensorsFile::read((b_run / "model.safetensors").string());
-  EXPECT_EQ(a.entries().size(), b.entries().size());
-  double worst = 0;
-  for (const auto& e : a.entries()) {
-    const io::SafetensorsEntry* f = b.find(e.name);
-    if (!f || e.dtype != DType::f32 || f->shape != e.shape) {
-      ADD_FAILURE() << e.name << " differs in name, dtype or shape";
-      return INFINITY;
-    }
-    const auto x = a.bytes(e), y = b.bytes(*f);
-    const auto* p = reinterpret_cast<const float*>(x.data());
-    const auto* q = reinterpret_cast<const float*>(y.data());
-    for (size_t i = 0; i < x.size() / sizeof(float); ++i)
-      worst = std::max(worst, std::fabs(double(p[i]) - double(q[i])));
-  }
-  return worst;
 }
 
 double last_val_loss(const fs::path& run) {
@@ -107,11 +85,11 @@ TEST(MicroBatches, TakeTheWholeBatchStepForEveryTask) {
     };
     const fs::path whole = run("whole", {});
     const fs::path micro = run("micro", {"train.micro_batch_size=6"});
-    EXPECT_LT(max_difference(whole, micro), 1e-5) << c.name;
+    EXPECT_LT(test::max_checkpoint_difference(whole, micro), 1e-5) << c.name;
     // Validation runs in micro-batches too, and scores the same (mae: the same masked steps).
     EXPECT_NEAR(last_val_loss(micro), last_val_loss(whole), 1e-5 * last_val_loss(whole)) << c.name;
     const fs::path small = run("small", {"train.batch_size=6"});
-    EXPECT_GT(max_difference(whole, small), 1e-3) << c.name;
+    EXPECT_GT(test::max_checkpoint_difference(whole, small), 1e-3) << c.name;
   }
 }
 
@@ -144,8 +122,8 @@ TEST(MicroBatches, AdaptersOnARecurrentLayerAccumulate) {
                                            std::string("adapter.kind=") + kind, "adapter.rank=2"};
     std::vector<std::string> micro = tune;
     micro.push_back("train.micro_batch_size=5");
-    EXPECT_LT(max_difference(run(std::string(kind) + "_whole", tune),
-                             run(std::string(kind) + "_micro", micro)),
+    EXPECT_LT(test::max_checkpoint_difference(run(std::string(kind) + "_whole", tune),
+                                              run(std::string(kind) + "_micro", micro)),
               1e-5)
         << kind;
   }

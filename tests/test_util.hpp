@@ -13,6 +13,7 @@
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/io/safetensors.hpp"
 
 namespace seqforge::test {
 
@@ -110,6 +111,26 @@ inline std::string write_text_pairs(const std::filesystem::path& path, int rows,
     f << "\n";
   }
   return path.string();
+}
+
+// The largest difference between the f32 tensors of two runs' checkpoints (run directories);
+// infinity where their names, dtypes or shapes differ.
+inline double max_checkpoint_difference(const std::filesystem::path& a_run,
+                                        const std::filesystem::path& b_run) {
+  const auto a = io::SafetensorsFile::read((a_run / "model.safetensors").string());
+  const auto b = io::SafetensorsFile::read((b_run / "model.safetensors").string());
+  if (a.entries().size() != b.entries().size()) return INFINITY;
+  double worst = 0;
+  for (const auto& e : a.entries()) {
+    const io::SafetensorsEntry* f = b.find(e.name);
+    if (!f || e.dtype != DType::f32 || f->dtype != DType::f32 || f->shape != e.shape)
+      return INFINITY;
+    const auto* p = reinterpret_cast<const float*>(a.bytes(e).data());
+    const auto* q = reinterpret_cast<const float*>(b.bytes(*f).data());
+    for (size_t i = 0; i < a.bytes(e).size() / sizeof(float); ++i)
+      worst = std::max(worst, std::fabs(double(p[i]) - double(q[i])));
+  }
+  return worst;
 }
 
 }  // namespace seqforge::test

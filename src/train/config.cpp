@@ -542,8 +542,7 @@ const std::map<std::string, std::string>& other_trainers_names() {
 
 std::string did_you_mean(const std::string& path) {
   const std::string last = path.substr(path.rfind('.') + 1);
-  if (const auto other = other_trainers_names().find(last);
-      other != other_trainers_names().end()) {
+  if (const auto other = other_trainers_names().find(last); other != other_trainers_names().end()) {
     if (other->second != "train.micro_batch_size")
       return " (seqforge's name: '" + other->second + "')";
     return " (seqforge's train.batch_size is a step's batch, and train.micro_batch_size the "

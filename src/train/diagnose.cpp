@@ -76,8 +76,7 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   d->batch_size = c.integer("train.batch_size");
   d->parameters = make_model(task.model)->parameters().count();
   const int64_t B = std::max<int64_t>(1, std::min(d->batch_size, std::max<int64_t>(1, d->train)));
-  const int64_t micro = c.integer("train.micro_batch_size");
-  d->micro_batch = micro > 0 ? std::min(micro, B) : B;
+  d->micro_batch = std::min(forward_rows(c), B);
   const std::string rows_key = d->micro_batch < B ? "train.micro_batch_size" : "train.batch_size";
   d->batches_per_epoch = d->batch_size > 0 ? (d->train + d->batch_size - 1) / d->batch_size : 0;
   if (const int64_t mb = c.integer("train.max_batches"); mb > 0)

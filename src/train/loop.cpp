@@ -27,8 +27,7 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
          "share");
   s.batch_size = c.integer("train.batch_size");
   s.epochs = c.integer("train.epochs");
-  const int64_t micro = c.integer("train.micro_batch_size");
-  s.micro_batch = micro > 0 ? std::min(micro, s.batch_size) : s.batch_size;
+  s.micro_batch = forward_rows(c);
   s.dist_timeout = c.number("dist.timeout_seconds");
   s.bucket_mb = c.number("dist.bucket_mb");
   if (!(s.dist_timeout > 0)) bad("dist.timeout_seconds", "positive", s.dist_timeout);

@@ -234,6 +234,7 @@ class Training {
     double terms = 0;
   };
   std::vector<MicroBatch> micro_;
+  std::vector<double> step_host_;            // step_stats_ read back
   double local_terms_ = 0, step_terms_ = 0;  // this rank's loss terms, every rank's
   bool sync_open_ = false;  // backward's finished gradients go to sync_ (the last micro-batch)
   // Dropout's masks: each step's seed base in backend memory (Backend::set_seed_base), a hash of
@@ -1037,7 +1038,8 @@ void Training::enqueue_step(int64_t bi, const Batch& batch) {
 // The step's one read-back, (sum of squares of the gradients, the micro-batches' losses): the
 // scaler's update and the skipped steps' count. Returns this rank's mean loss.
 double Training::read_step() {
-  std::vector<double> host(size_t(step_stats_.tensor().numel()));
+  std::vector<double>& host = step_host_;
+  host.resize(size_t(step_stats_.tensor().numel()));
   be_->download(host.data(), step_stats_.tensor());
   const StepReport r = finish_step(host[0], s_.clip, scaler_.get(), *optimizer_);
   if (!r.applied && scaler_) ++skipped_steps_;
