@@ -1,0 +1,136 @@
+#include "data/data_file.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "seqforge/core/error.hpp"
+#include "seqforge/io/npy.hpp"
+
+namespace seqforge {
+namespace {
+
+// A mapped file cut short under the process makes reading it raise SIGBUS: say which file it was
+// and exit (checkpoints are written atomically, so the last one stays whole).
+char sigbus_message[512];
+void report_sigbus(int) {
+  const ssize_t n = ::write(STDERR_FILENO, sigbus_message, std::strlen(sigbus_message));
+  (void)n;
+  ::_exit(1);
+}
+void on_sigbus_report(const std::string& path) {
+  std::snprintf(
+      sigbus_message, sizeof sigbus_message,
+      "seqforge: error: %.400s: the memory-mapped data file was truncated during the run\n",
+      path.c_str());
+  struct sigaction action {};
+  action.sa_handler = report_sigbus;
+  ::sigaction(SIGBUS, &action, nullptr);
+}
+
+}  // namespace
+
+DataFile::DataFile(const std::string& path, const std::vector<std::string>& missing_codes)
+    : path_(path) {
+  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0) {
+    io::MappedNpy mapped = io::map_npy(path);
+    if (mapped.shape.size() != 2)
+      fail(path, ": expected a 2-D array (rows, columns), got ", mapped.shape.size(),
+           " dimensions");
+    matrix_.rows = mapped.shape[0];
+    matrix_.cols = mapped.shape[1];
+    if (mapped.dtype == DType::f32 || mapped.dtype == DType::f64) {
+      matrix_.dtype = mapped.dtype;
+      matrix_.data = mapped.data;
+      matrix_.owner = mapped.mapping;
+      on_sigbus_report(path);
+    } else {  // integers: converted in memory
+      auto values = std::make_shared<std::vector<double>>(matrix_.rows * matrix_.cols);
+      convert(mapped.data, mapped.dtype, values->data(), DType::f64, values->size());
+      matrix_.dtype = DType::f64;
+      matrix_.data = reinterpret_cast<const std::byte*>(values->data());
+      matrix_.owner = values;
+    }
+    for (int64_t j = 0; j < matrix_.cols; ++j) names_.push_back(std::to_string(j));
+    for (const std::string& code : missing_codes) {
+      const std::optional<double> v = io::parse_finite(code);  // as a CSV cell reads
+      if (!v)
+        fail(path, ": data.missing_values: '", code,
+             "' is no number, and a .npy array holds only numbers");
+      missing_numbers_.push_back(*v);
+    }
+  } else {
+    csv_ = std::make_unique<io::CsvTable>(io::CsvTable::read(path));
+    csv_->set_missing_codes(missing_codes);
+    names_ = csv_->columns();
+  }
+}
+
+bool DataFile::has_column(const std::string& name) const {
+  return std::find(names_.begin(), names_.end(), name) != names_.end();
+}
+
+const std::vector<std::string>& DataFile::text(const std::string& name) const {
+  if (!csv_) fail(path_, ": a .npy array has no text column '", name, "'");
+  return csv_->text(name);
+}
+
+std::optional<std::string> DataFile::separator_note(const std::vector<std::string>& numeric) const {
+  if (!csv_ || csv_->delimiter() == ',') return std::nullopt;
+  std::string note =
+      path_ + ": fields separated by " + csv_->delimiter_name() + " (the header has no comma)";
+  std::string decimal;
+  for (const std::string& name : numeric)
+    if (csv_->has_column(name) && csv_->decimal_commas(name) &&
+        decimal.find("'" + name + "'") == std::string::npos)
+      decimal += (decimal.empty() ? "" : ", ") + ("'" + name + "'");
+  if (!decimal.empty()) note += "; decimal commas in " + decimal;
+  return note;
+}
+
+std::string DataFile::columns_hint() const {
+  return csv_ ? csv_->columns_hint()
+              : " (a .npy array's columns are 0 to " + std::to_string(matrix_.cols - 1) + ")";
+}
+
+std::vector<double> DataFile::column(const std::string& name, bool missing_allowed) const {
+  if (csv_) return missing_allowed ? csv_->numeric_or_missing(name) : csv_->numeric(name);
+  const int64_t j = std::stoll(name);
+  std::vector<double> x(matrix_.rows);
+  for (int64_t r = 0; r < matrix_.rows; ++r) {
+    const double v = matrix_.at(r, j);
+    const bool code =
+        std::find(missing_numbers_.begin(), missing_numbers_.end(), v) != missing_numbers_.end();
+    if (code && !missing_allowed)
+      fail(path_, ": row ", r, ", column ", j, ": ", v,
+           " marks a missing value (data.missing_values), not a number");
+    x[r] = missing_allowed && (code || std::isnan(v)) ? NAN : checked(r, j);
+  }
+  return x;
+}
+
+SourceMatrix DataFile::array(const std::vector<std::string>& names,
+                             std::vector<int64_t>* cols) const {
+  for (const auto& name : names) cols->push_back(std::stoll(name));
+  for (int64_t r = 0; r < matrix_.rows; ++r)
+    for (int64_t j : *cols) checked(r, j);
+  return matrix_;
+}
+
+std::string DataFile::where(int64_t row) const {
+  return csv_ ? path_ + ":" + std::to_string(csv_->line_of_row(row))
+              : path_ + ": row " + std::to_string(row);
+}
+
+double DataFile::checked(int64_t r, int64_t j) const {
+  const double x = matrix_.at(r, j);
+  if (!std::isfinite(x))
+    fail(path_, ": row ", r, ", column ", j, ": ", x, " is not a finite number");
+  return x;
+}
+
+}  // namespace seqforge

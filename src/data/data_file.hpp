@@ -1,0 +1,49 @@
+#pragma once
+// A series loader's data file: a CSV (named columns, read whole) or a 2-D .npy array (columns
+// "0", "1", ...; float arrays stay memory-mapped), read as named columns either way.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "seqforge/data/datasets.hpp"
+#include "seqforge/io/csv.hpp"
+
+namespace seqforge {
+
+class DataFile {
+ public:
+  // `missing_codes`: data.missing_values.
+  DataFile(const std::string& path, const std::vector<std::string>& missing_codes);
+
+  int64_t rows() const { return csv_ ? csv_->rows() : matrix_.rows; }
+  const std::vector<std::string>& columns() const { return names_; }
+  bool has_column(const std::string& name) const;
+  const std::vector<std::string>& text(const std::string& name) const;
+  bool is_array() const { return !csv_; }
+  // Where the file is not comma-separated: which separator its header told, and which of
+  // `numeric` write decimal commas.
+  std::optional<std::string> separator_note(const std::vector<std::string>& numeric) const;
+  std::string columns_hint() const;
+  // A numeric column, one finite value per file row (or NaN for a missing cell, with
+  // `missing_allowed`).
+  std::vector<double> column(const std::string& name, bool missing_allowed = false) const;
+  // Whether the array is used as it is: no value of it marks a missing one.
+  bool has_missing_codes() const { return !missing_numbers_.empty(); }
+  // The mapped array itself and the indices of the named columns, every value used checked.
+  SourceMatrix array(const std::vector<std::string>& names, std::vector<int64_t>* cols) const;
+  const std::string& path() const { return path_; }
+  // "<path>:<line>" for a CSV row, "<path>: row <r>" for an array row.
+  std::string where(int64_t row) const;
+
+ private:
+  double checked(int64_t r, int64_t j) const;
+  std::string path_;
+  std::unique_ptr<io::CsvTable> csv_;
+  SourceMatrix matrix_;
+  std::vector<std::string> names_;
+  std::vector<double> missing_numbers_;  // .npy: data.missing_values
+};
+
+}  // namespace seqforge

@@ -1,0 +1,298 @@
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/calendar.hpp"
+#include "data/series_stages.hpp"
+#include "io/file_util.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/io/csv.hpp"
+#include "seqforge/io/dates.hpp"
+
+namespace seqforge::series {
+
+namespace {
+
+std::string format_duration(int64_t seconds) {
+  const std::pair<int64_t, const char*> units[] = {
+      {86400, "day"}, {3600, "hour"}, {60, "minute"}, {1, "second"}};
+  for (const auto& [size, name] : units)
+    if (seconds % size == 0 || size == 1) {
+      const int64_t n = seconds / size;
+      return std::to_string(n) + " " + name + (n == 1 ? "" : "s");
+    }
+  return std::to_string(seconds) + " seconds";
+}
+
+// How the date column of a CSV writes its dates: its first cell tells ISO, YYYYMMDD or day and
+// month first, whose order a field past 12 anywhere in the column tells (or data.date_order).
+// nullopt: the column holds numbers, not dates.
+std::optional<io::DateLayout> date_layout(const DataFile& table, const SeriesOptions& o) {
+  const std::vector<std::string>& cells = table.text(o.date_col);
+  const std::string& first = cells[0];
+  if (io::parse_datetime(first)) return io::DateLayout::iso;
+  if (io::parse_date(first, io::DateLayout::compact)) return io::DateLayout::compact;
+  if (io::parse_date(first, io::DateLayout::named_month)) return io::DateLayout::named_month;
+  if (io::parse_finite(first)) return std::nullopt;
+  if (!io::day_month_fields(first)) return io::DateLayout::iso;  // each cell's error says why
+  if (o.date_order != "auto")
+    return o.date_order == "dmy" ? io::DateLayout::day_first : io::DateLayout::month_first;
+  int64_t day_past_12 = -1, month_past_12 = -1;  // rows whose first or second field is past 12
+  for (int64_t r = 0; r < table.rows() && (day_past_12 < 0 || month_past_12 < 0); ++r)
+    if (const auto f = io::day_month_fields(cells[r])) {
+      if (f->first > 12 && day_past_12 < 0) day_past_12 = r;
+      if (f->second > 12 && month_past_12 < 0) month_past_12 = r;
+    }
+  if (day_past_12 >= 0 && month_past_12 >= 0)
+    fail(table.where(month_past_12), ": column '", o.date_col, "': '", cells[month_past_12],
+         "' has its month first where '", cells[day_past_12], "' (", table.where(day_past_12),
+         ") has its day first: one order per column");
+  if (day_past_12 >= 0) return io::DateLayout::day_first;
+  if (month_past_12 >= 0) return io::DateLayout::month_first;
+  fail(table.where(0), ": column '", o.date_col, "': '", first,
+       "' may have its day or its month first, and no date of the column has a field past 12 "
+       "to tell: set data.date_order: dmy (day first) or mdy (month first)");
+}
+
+std::string layout_note(const DataFile& table, const SeriesOptions& o, io::DateLayout layout) {
+  const std::string column = "column '" + o.date_col + "' writes its dates ";
+  if (layout == io::DateLayout::compact)
+    return column + "as YYYYMMDD; predictions write them as ISO dates";
+  if (layout == io::DateLayout::named_month)
+    return column + "with the months' names; predictions write them as ISO dates";
+  const bool day = layout == io::DateLayout::day_first;
+  std::string why = "data.date_order";
+  if (o.date_order == "auto")
+    for (int64_t r = 0; r < table.rows(); ++r)
+      if (const auto f = io::day_month_fields(table.text(o.date_col)[r]);
+          f && (day ? f->first : f->second) > 12) {
+        why = "'" + table.text(o.date_col)[r] + "' at " + table.where(r);
+        break;
+      }
+  return column + (day ? "day first (day/month/year: " : "month first (month/day/year: ") + why +
+         "); predictions write them as ISO dates";
+}
+
+}  // namespace
+
+RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::string& path) {
+  RowOrder out;
+  const BusinessCalendar business(o.holidays);
+  const int64_t n = table.rows();
+  std::vector<int64_t> when(n, 0);
+  // A date column of numbers (elapsed seconds, a Unix time, a sample index) orders the rows in
+  // its own units, kept in millionths so that fractional steps survive; it has no calendar.
+  std::optional<io::DateLayout> layout;  // a CSV's dates; nullopt: numbers
+  if (!o.date_col.empty() && n > 0 && !table.is_array()) layout = date_layout(table, o);
+  out.numeric_times = !o.date_col.empty() && n > 0 && !layout;
+  if (out.numeric_times) {
+    const std::string numbers = "column '" + o.date_col + "' holds numbers, not dates";
+    if (!o.calendar.empty()) fail(path, ": data.calendar needs dates; ", numbers);
+    for (const std::string& name : o.known_future)
+      if (is_calendar(o, name))
+        fail(path, ": data.known_future '", name, "' needs dates; ", numbers);
+    if (o.frequency.kind != Frequency::automatic)
+      fail(path, ": data.frequency ", o.frequency.text, " needs dates; ", numbers);
+    if (!o.holidays.empty()) fail(path, ": data.holidays need dates; ", numbers);
+    const std::vector<double> x = table.column(o.date_col);  // names a cell that is no number
+    for (int64_t r = 0; r < n; ++r) {
+      if (!(std::fabs(x[r]) < 9e12))
+        fail(table.where(r), ": column '", o.date_col, "': ", x[r],
+             " is too large a time (at most 9e12 in magnitude)");
+      when[r] = std::llround(x[r] * SeriesData::kNumericTimeScale);
+    }
+    out.notes.push_back(path + ": " + numbers +
+                        ", times in its own units (ISO dates give a calendar)");
+  } else if (!o.date_col.empty() && n > 0) {
+    const auto& dates = table.text(o.date_col);
+    std::vector<int64_t> offsets(n, 0);  // the UTC offsets written (seconds)
+    for (int64_t r = 0; r < n; ++r) {
+      const auto t = io::parse_date(dates[r], *layout, &offsets[r]);
+      if (!t && r == 0)
+        fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
+             "' is neither a date (2012-01-31, 2012-01-31 13:45, 2012/01/31, 20120131, "
+             "31/01/2012, 01/31/2012 1:45 PM, 31.01.2012, Jan 31, 2012, 31-Jan-2012) nor a "
+             "number");
+      if (!t)
+        fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
+             "' is not a date written as the column's first, '", dates[0], "'",
+             layout == io::DateLayout::iso ? "" : " (" + layout_note(table, o, *layout) + ")");
+      when[r] = *t;
+    }
+    // Days at local midnight with their UTC offsets (a pandas frame's dates in a time zone): the
+    // offset changes with daylight saving time, so in UTC the steps would be 23 and 25 hours.
+    // Such dates are read as the local days they name; other times stay instants (UTC), whose
+    // order and steps hold across the clock's changes.
+    const bool offsets_written =
+        std::any_of(offsets.begin(), offsets.end(), [](int64_t o) { return o != 0; });
+    bool local_days = offsets_written;
+    for (int64_t r = 0; r < n && local_days; ++r) local_days = (when[r] + offsets[r]) % 86400 == 0;
+    if (local_days) {
+      for (int64_t r = 0; r < n; ++r) when[r] += offsets[r];
+      out.notes.push_back(path + ": column '" + o.date_col +
+                          "' holds local midnights with UTC offsets: read as the days they name");
+    } else if (offsets_written) {
+      out.utc_times = true;
+      out.notes.push_back(path + ": column '" + o.date_col +
+                          "' holds times with UTC offsets: read as instants, written in UTC "
+                          "(2021-11-07T06:30:00Z), data.calendar's hours and days UTC's");
+    }
+    bool midnights = true;
+    for (int64_t r = 0; r < n; ++r) midnights = midnights && when[r] % 86400 == 0;
+    if (layout != io::DateLayout::iso)
+      out.notes.push_back(path + ": " + layout_note(table, o, *layout));
+    // Predictions write every date one way: 2012/01/31 and a month's 2012-01 as 2012-01-31 and
+    // 2012-01-01, like the dates they add past a series' end.
+    const std::string_view first = io::trim(dates[0]);
+    const bool month = first.size() == 7;
+    const bool padded =
+        first.size() >= 10 && first[7] == '-' && std::isdigit(static_cast<unsigned char>(first[9]));
+    if (layout != io::DateLayout::iso || first.find('/') != std::string::npos || month || !padded ||
+        offsets_written)
+      for (int64_t r = 0; r < n; ++r)
+        out.iso_dates.push_back(io::format_datetime(when[r], midnights && !out.utc_times) +
+                                (out.utc_times ? "Z" : ""));
+  }
+  // A file row's date as the file writes it.
+  auto date_text = [&](int64_t r) {
+    return table.is_array() ? numeric_time_text(when[r]) : table.text(o.date_col)[r];
+  };
+  static const std::vector<std::string> no_names;
+  const std::vector<std::string>& names =
+      o.series_col.empty() ? no_names : table.text(o.series_col);
+  out.rows.resize(n);
+  std::iota(out.rows.begin(), out.rows.end(), 0);
+  std::stable_sort(out.rows.begin(), out.rows.end(), [&](int64_t a, int64_t b) {
+    if (!names.empty() && names[a] != names[b]) return names[a] < names[b];
+    return when[a] < when[b];
+  });
+  int64_t gaps = 0, largest = 0;
+  std::string largest_at;
+  for (int64_t p = 0; p < n;) {
+    SeriesSpan span;
+    span.name = names.empty() ? "" : names[out.rows[p]];
+    span.begin = p;
+    int64_t q = p + 1;
+    while (q < n && (names.empty() || names[out.rows[q]] == span.name)) ++q;
+    span.end = q;
+    if (!o.date_col.empty()) {
+      std::vector<int64_t> steps;
+      for (int64_t k = p + 1; k < q; ++k) {
+        const int64_t a = out.rows[k - 1], b = out.rows[k];
+        if (when[a] == when[b]) {
+          const std::string date = date_text(b);
+          const std::string set_back =
+              clock_set_back(when[b], date)
+                  ? ": a local clock set back an hour for daylight saving time? Write the times "
+                    "in UTC or with their UTC offsets (2021-11-07T01:30-04:00)"
+                  : "";
+          if (o.series_col.empty())
+            fail(table.where(b), ": date '", date, "' appears again (first at ", table.where(a),
+                 ")",
+                 set_back.empty() ? ": several series in one file? Name the column that tells "
+                                    "them apart in data.series_column"
+                                  : set_back);
+          fail(table.where(b), ": series '", span.name, "': duplicate date '", date, "' (first at ",
+               table.where(a), ")", set_back);
+        }
+        steps.push_back(when[b] - when[a]);
+      }
+      if (!steps.empty()) {
+        const Frequency& f = o.frequency;
+        // How many steps of the calendar each one spans: 1, or more across a gap.
+        std::vector<int64_t> spanned(steps.size());
+        if (!out.numeric_times)
+          span.months = calendar_months(when, out.rows, p, q,
+                                        f.kind == Frequency::calendar_months ? f.months : 0,
+                                        &span.month_end, &spanned);
+        std::vector<int64_t> sorted = steps;
+        std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+        span.step = sorted[sorted.size() / 2];
+        // On a grid: every step a whole number of the usual one (or of calendar months).
+        span.regular = span.months > 0 || std::all_of(steps.begin(), steps.end(), [&](int64_t s) {
+                         return s % span.step == 0;
+                       });
+        auto where = [&](int64_t k) { return table.where(out.rows[p + k]); };
+        auto date = [&](int64_t k) { return "'" + date_text(out.rows[p + k]) + "'"; };
+        auto is_business = [&] {
+          for (int64_t k = p; k < q; ++k)
+            if (!business.is_business_day(when[out.rows[k]])) return false;
+          return true;
+        };
+        if (f.kind == Frequency::business ||
+            (f.kind == Frequency::automatic && !out.numeric_times && span.months == 0 &&
+             span.step == 86400 &&
+             std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s != 86400; }) &&
+             is_business())) {
+          span.business_days = true;
+          for (int64_t k = 0; k < q - p; ++k)
+            if (const int64_t t = when[out.rows[p + k]]; !business.is_business_day(t))
+              fail(where(k), ": ", date(k), " is ",
+                   business.is_holiday(t) ? "listed in data.holidays" : "on a weekend",
+                   ", not a business day (data.frequency B)");
+          for (size_t k = 0; k < steps.size(); ++k) {
+            spanned[k] = business.between(when[out.rows[p + k]], when[out.rows[p + k + 1]]);
+            if (steps[k] % 86400 != 0)
+              fail(where(int64_t(k) + 1), ": ", date(int64_t(k) + 1),
+                   " is not at the time of day of the row before (data.frequency B)");
+          }
+          span.regular = true;
+          span.step = 86400;
+          span.months = 0;
+        } else if (f.kind == Frequency::fixed) {
+          for (size_t k = 0; k < steps.size(); ++k) {
+            if (steps[k] % f.seconds != 0)
+              fail(where(int64_t(k) + 1), ": ", date(int64_t(k) + 1), " is ",
+                   format_duration(steps[k]), " after the row before, not a whole number of ",
+                   "data.frequency ", o.frequency.text);
+            spanned[k] = steps[k] / f.seconds;
+          }
+          span.step = f.seconds;
+          span.months = 0;
+          span.regular = true;
+        } else if (f.kind == Frequency::calendar_months) {
+          if (span.months != f.months && q - p > 1)
+            fail(path, ": ", span.name.empty() ? "the" : "series '" + span.name + "':",
+                 " dates do not step by whole multiples of ", f.months, " calendar month",
+                 f.months > 1 ? "s" : "", " on one day of the month (data.frequency ",
+                 o.frequency.text, "): see ", where(1));
+        } else if (span.months == 0) {
+          for (size_t k = 0; k < steps.size(); ++k)
+            spanned[k] = span.regular ? steps[k] / span.step : 2 * steps[k] > 3 * span.step ? 2 : 1;
+        }
+        for (size_t k = 0; k < steps.size(); ++k)
+          if (spanned[k] > 1) {
+            ++gaps;
+            if (steps[k] > largest) {
+              largest = steps[k];
+              largest_at = date_text(out.rows[p + k]);
+              if (!span.name.empty())
+                largest_at = "series '" + span.name + "' after " + largest_at;
+              else
+                largest_at = "after " + largest_at;
+            }
+          }
+      }
+    }
+    out.spans.push_back(span);
+    p = q;
+  }
+  if (!o.date_col.empty()) {
+    out.times.resize(n);
+    for (int64_t p = 0; p < n; ++p) out.times[p] = when[out.rows[p]];
+  }
+  if (gaps > 0)
+    out.notes.push_back(
+        path + ": " + std::to_string(gaps) + " gap" + (gaps == 1 ? "" : "s") + " in the " +
+        (out.numeric_times ? "times" : "dates") + " longer than the usual step (the largest " +
+        (out.numeric_times ? numeric_time_text(largest) + " in column '" + o.date_col + "'"
+                           : format_duration(largest)) +
+        ", " + largest_at + ")");
+  return out;
+}
+
+}  // namespace seqforge::series

@@ -1,0 +1,103 @@
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "data/series_stages.hpp"
+#include "seqforge/core/error.hpp"
+
+namespace seqforge::series {
+
+void label_rows(const DataFile& table, const SeriesOptions& o,
+                const std::vector<int64_t>& file_rows, const SeriesData* stored, bool lenient,
+                SeriesData* d, std::vector<double>* volatility) {
+  d->classes.assign(d->rows, -1);
+  if (o.label != "column") {
+    d->class_names = o.label == "direction" ? std::vector<std::string>{"down", "up"}
+                                            : std::vector<std::string>{"low", "high"};
+    if (!d->has_targets) return;
+    const int64_t col = d->label_col, h = o.horizon;
+    if (o.label == "volatility") volatility->assign(d->rows, NAN);
+    for (const SeriesSpan& s : d->series)
+      for (int64_t r = s.begin + h; r < s.end; ++r) {
+        if (o.label == "direction") {
+          d->classes[r] = d->source.at(r, col) > d->source.at(r - h, col) ? 1 : 0;
+          continue;
+        }
+        double sq = 0;  // realised volatility: the log returns over rows (r - h, r]
+        for (int64_t i = r - h + 1; i <= r; ++i) {
+          const double a = d->source.at(i - 1, col), b = d->source.at(i, col);
+          if (!(a > 0 && b > 0))
+            fail(table.where(file_rows[a > 0 ? i : i - 1]), ": column '", o.label_col,
+                 "': data.label volatility needs positive values for log returns, got ",
+                 a > 0 ? b : a);
+          sq += std::log(b / a) * std::log(b / a);
+        }
+        (*volatility)[r] = std::sqrt(sq);
+      }
+    return;
+  }
+  if (stored) d->class_names = stored->class_names;
+  if (!d->has_targets) return;
+  const auto& names = table.text(o.class_col);
+  for (int64_t row : file_rows) {  // not a class named "", nor one JSON cannot store
+    if (!lenient && names[row].empty())
+      fail(table.where(row), ": column '", o.class_col, "' is empty (every row needs a class)");
+    decode_utf8(names[row], table.where(row) + ": column '" + o.class_col + "'");
+  }
+  if (!stored) {
+    for (int64_t row : file_rows) d->class_names.push_back(names[row]);
+    std::sort(d->class_names.begin(), d->class_names.end());
+    d->class_names.erase(std::unique(d->class_names.begin(), d->class_names.end()),
+                         d->class_names.end());
+  }
+  std::map<std::string, int64_t> unseen;  // class name -> rows
+  for (int64_t r = 0; r < d->rows; ++r) {
+    const auto& name = names[file_rows[r]];
+    const auto it = std::lower_bound(d->class_names.begin(), d->class_names.end(), name);
+    if (it != d->class_names.end() && *it == name) {
+      d->classes[r] = it - d->class_names.begin();
+    } else if (!lenient) {
+      fail(table.where(file_rows[r]), ": class '", name, "' was not seen in training");
+    } else if (!name.empty()) {
+      ++unseen[name];
+    }
+  }
+  for (const auto& [name, rows] : unseen)
+    d->notes.push_back(std::to_string(rows) + (rows == 1 ? " row has" : " rows have") + " class '" +
+                       name + "' in column '" + o.class_col +
+                       "', which the model was not trained on: no actual class for " +
+                       (rows == 1 ? "it" : "them"));
+}
+
+size_t keep_windows_with_truth(SeriesData* d, std::vector<int64_t>* list) {
+  std::vector<float> targets(static_cast<size_t>(d->output_rows() * d->num_outputs()));
+  auto has_truth = [&](int64_t start) {
+    if (d->task == TaskKind::classify) return d->classes[d->target_row(start)] >= 0;
+    d->copy_target(start, targets.data());
+    return std::all_of(targets.begin(), targets.end(), [](float y) { return std::isfinite(y); });
+  };
+  const size_t before = list->size();
+  list->erase(std::remove_if(list->begin(), list->end(), [&](int64_t s) { return !has_truth(s); }),
+              list->end());
+  return before - list->size();
+}
+
+void label_volatility(const std::vector<double>& volatility, const SeriesData* stored,
+                      SeriesData* d) {
+  if (volatility.empty()) return;
+  if (stored) {
+    d->label_threshold = stored->label_threshold;
+  } else {
+    std::vector<double> v;
+    for (int64_t s : d->split.train) v.push_back(volatility[d->target_row(s)]);
+    if (v.empty()) return;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    d->label_threshold = v[v.size() / 2];
+  }
+  for (int64_t r = 0; r < d->rows; ++r)
+    if (!std::isnan(volatility[r])) d->classes[r] = volatility[r] > d->label_threshold ? 1 : 0;
+}
+
+}  // namespace seqforge::series

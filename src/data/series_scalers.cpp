@@ -1,0 +1,111 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "data/series_stages.hpp"
+#include "io/file_util.hpp"
+#include "seqforge/core/error.hpp"
+
+namespace seqforge::series {
+
+void fit_normalizers(const SeriesOptions& o, SeriesData* d) {
+  std::vector<char> used(d->rows, 0);
+  for (int64_t s : d->split.train)
+    for (int64_t r = s; r <= std::max(d->target_row(s), d->last_row(s)); ++r) used[r] = 1;
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < d->rows; ++r)
+    if (used[r]) rows.push_back(r);
+  d->feature_norm.fit(o.normalize, d->source, d->feature_cols, rows);
+  const bool per_step = d->task == TaskKind::forecast && d->steps_ahead > 1;
+  // A direct forecast's targets per step ahead over the given training windows, (windows,
+  // steps * targets), for a scaler per step.
+  auto fit_steps = [&](Normalizer* norm, const std::vector<int64_t>& windows) {
+    const int64_t O = d->num_targets();
+    norm->fit_values(o.normalize, size_t(d->steps_ahead * O), [&](const auto& add) {
+      for (int64_t w : windows)
+        for (int64_t k = 0; k < d->steps_ahead; ++k)
+          for (int64_t j = 0; j < O; ++j) add(size_t(k * O + j), d->step_target(w, k, j));
+    });
+    norm->steps = d->steps_ahead;
+  };
+  if (per_step)
+    fit_steps(&d->target_norm, d->split.train);
+  else if (d->task == TaskKind::forecast)
+    d->target_norm.fit(o.normalize, d->source, d->target_cols, rows);
+  if (o.normalize_per != "series") return;
+  for (const SeriesSpan& s : d->series) {  // each series' own training rows
+    std::vector<int64_t> own;
+    for (int64_t r = s.begin; r < s.end; ++r)
+      if (used[r]) own.push_back(r);
+    if (own.empty()) continue;  // no training window: the pooled scaler serves it
+    for (Normalizer* norm : {&d->feature_norm, &d->target_norm}) {
+      if (norm == &d->target_norm && d->task != TaskKind::forecast) continue;
+      Normalizer one;
+      if (norm == &d->target_norm && per_step) {
+        std::vector<int64_t> windows;
+        for (int64_t w : d->split.train)
+          if (w >= s.begin && w < s.end) windows.push_back(w);
+        fit_steps(&one, windows);
+      } else {
+        one.fit(o.normalize, d->source, norm == &d->feature_norm ? d->feature_cols : d->target_cols,
+                own);
+      }
+      norm->series.push_back(s.name);
+      norm->series_shift.push_back(one.shift);
+      norm->series_scale.push_back(one.scale);
+    }
+  }
+}
+
+void assign_scalers(const DataOptions& opt, bool stored, SeriesData* d) {
+  const Normalizer& norm = d->feature_norm;
+  d->series_scaler.assign(d->series.size(), -1);
+  if (norm.series.empty()) return;  // one scaler for all
+  std::vector<std::string> pooled;
+  for (size_t i = 0; i < d->series.size(); ++i) {
+    const std::string& name = d->series[i].name;
+    d->series_scaler[i] = norm.series_index(name);
+    if (d->series_scaler[i] >= 0) continue;
+    if (opt.series.normalize_fallback != "pooled")
+      fail(opt.path, ": series ", io::quoted(name),
+           stored ? " was not in the training data" : " has no training window",
+           ", so data.normalize_per series has no scaler for it; set data.normalize_fallback: "
+           "pooled to scale it by all series' training rows");
+    pooled.push_back(io::quoted(name));
+  }
+  if (pooled.empty()) return;
+  std::string names;
+  for (size_t i = 0; i < pooled.size() && i < 5; ++i) names += (i ? ", " : "") + pooled[i];
+  d->notes.push_back(std::to_string(pooled.size()) + " series (" + names +
+                     (pooled.size() > 5 ? ", ..." : "") +
+                     ") without a scaler of their own: scaled by all series' training rows "
+                     "(data.normalize_fallback: pooled)");
+}
+
+void check_float_range(const DataFile& table, const std::vector<int64_t>& file_rows,
+                       const SeriesData& d) {
+  const bool targets = d.task == TaskKind::forecast && d.target_norm.steps == 1 &&
+                       d.target_norm.shift.size() == d.target_cols.size();
+  for (int64_t r = 0; r < d.rows; ++r) {
+    const int64_t scaler = d.scaler_of(r);
+    const auto check = [&](const Normalizer& norm, const std::vector<int64_t>& cols,
+                           const std::vector<std::string>& names) {
+      const double *shift = norm.shifts(scaler), *scale = norm.scales(scaler);
+      for (size_t j = 0; j < cols.size(); ++j) {
+        const double x = d.source.at(r, cols[j]);
+        if (std::fabs((x - shift[j]) / scale[j]) <= std::numeric_limits<float>::max() ||
+            std::isnan(x))
+          continue;
+        fail(table.where(file_rows[r]), ": column ", io::quoted(names[j]), ": ", x,
+             " is beyond float32's range (the model computes in float32)",
+             norm.kind == "none" ? "; scale it, or set data.normalize: zscore" : "");
+      }
+    };
+    check(d.feature_norm, d.feature_cols, d.feature_names);
+    if (targets) check(d.target_norm, d.target_cols, d.target_names);
+  }
+}
+
+}  // namespace seqforge::series

@@ -1,0 +1,305 @@
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "data/calendar.hpp"
+#include "data/series_stages.hpp"
+#include "seqforge/core/cpu.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/io/csv.hpp"
+
+namespace seqforge::series {
+
+namespace {
+
+// Fills the missing cells (NaN) of column x (by file row) per data.missing, each series walked in
+// time order; returns how many it filled.
+int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::string& how,
+                     const DataFile& table, const std::string& name) {
+  int64_t filled = 0;
+  std::vector<double>& v = *x;
+  for (const SeriesSpan& s : order.spans) {
+    auto at = [&](int64_t p) -> double& { return v[order.rows[p]]; };
+    int64_t last = -1;  // the position of the last value seen
+    for (int64_t p = s.begin; p < s.end; ++p) {
+      if (!std::isnan(at(p))) {
+        last = p;
+        continue;
+      }
+      if (how == "ffill") {
+        if (last < 0)
+          fail(table.where(order.rows[p]), ": column '", name,
+               "': a missing cell with no value before it in its series, which data.missing ffill "
+               "needs (data.missing: interpolate takes the nearest value)");
+        at(p) = at(last);
+        ++filled;
+        continue;
+      }
+      int64_t next = p;  // interpolate: the next value, if any
+      while (next < s.end && std::isnan(at(next))) ++next;
+      if (last < 0 && next == s.end)
+        fail(table.where(order.rows[p]), ": column '", name, "' has no value in its series",
+             s.name.empty() ? "" : " '" + s.name + "'");
+      for (int64_t q = p; q < next; ++q, ++filled) {
+        if (last < 0)
+          at(q) = at(next);
+        else if (next == s.end)
+          at(q) = at(last);
+        else
+          at(q) = at(last) + (at(next) - at(last)) * double(q - last) / double(next - last);
+      }
+      p = next - 1;
+    }
+  }
+  return filled;
+}
+
+// A number of nines (-99.99, -999, 9999) in column x lying farther outside the range of the
+// column's other values than that range is wide: the usual code for a missing measurement, which
+// taken as a value would swamp the column's scale. Named in a note, the most frequent one.
+std::optional<std::string> nines_note(const std::vector<double>& x, const std::string& column,
+                                      const DataFile& table) {
+  std::map<double, std::pair<int64_t, int64_t>> nines;  // value -> (cells, first row)
+  double lo = INFINITY, hi = -INFINITY;
+  for (int64_t r = 0; r < int64_t(x.size()); ++r) {
+    const double v = x[r];
+    if (std::isnan(v)) continue;
+    if (io::is_nines(v)) {
+      auto [it, added] = nines.try_emplace(v, 0, r);
+      ++it->second.first;
+    } else {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  if (!(lo <= hi)) return std::nullopt;
+  const double width = hi - lo;
+  const std::pair<const double, std::pair<int64_t, int64_t>>* code = nullptr;
+  for (const auto& entry : nines) {
+    const double v = entry.first;
+    if ((v < lo - width || v > hi + width) && (!code || entry.second.first > code->second.first))
+      code = &entry;
+  }
+  if (!code) return std::nullopt;
+  auto text = [](double v) {
+    char buf[32];
+    const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+    return std::string(buf, end);
+  };
+  const int64_t cells = code->second.first;
+  return "column '" + column + "': " + std::to_string(cells) +
+         (cells == 1 ? " cell holds " : " cells hold ") + text(code->first) + " (the first at " +
+         table.where(code->second.second) + "), far outside its other values (" + text(lo) +
+         " to " + text(hi) + "): a code for a missing value? data.missing_values: [" +
+         text(code->first) + "] makes such cells missing";
+}
+
+}  // namespace
+
+std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
+                                  const RowOrder& order,
+                                  const std::vector<std::string>& target_names,
+                                  const std::string& label_col, bool missing_targets,
+                                  SeriesData* d) {
+  // The mapped array itself, never loaded whole, where nothing is to be transformed, filled or
+  // reordered.
+  if (table.is_array() && o.transforms.empty() && o.missing == "error" && o.known_future.empty() &&
+      !table.has_missing_codes() && o.date_col.empty()) {
+    std::vector<std::string> names = o.features;
+    names.insert(names.end(), target_names.begin(), target_names.end());
+    if (!label_col.empty()) names.push_back(label_col);
+    std::vector<int64_t> cols;
+    d->source = table.array(names, &cols);
+    d->rows = d->source.rows;
+    d->series = order.spans;
+    const size_t F = o.features.size();
+    d->feature_cols.assign(cols.begin(), cols.begin() + F);
+    d->target_cols.assign(cols.begin() + F, cols.begin() + F + target_names.size());
+    d->target_transforms.assign(target_names.size(), Transform::none);
+    if (!label_col.empty()) d->label_col = cols.back();
+    return order.rows;
+  }
+  bool& drop_first = d->drops_first_rows;
+  for (const auto& f : o.features) drop_first |= needs_base(transform_of(o, f));
+  std::vector<int64_t> keep;  // positions in order.rows
+  for (const SeriesSpan& s : order.spans) {
+    SeriesSpan kept = s;
+    kept.begin = static_cast<int64_t>(keep.size());
+    for (int64_t p = s.begin + (drop_first ? 1 : 0); p < s.end; ++p) keep.push_back(p);
+    kept.end = static_cast<int64_t>(keep.size());
+    d->series.push_back(kept);
+  }
+  const int64_t n = static_cast<int64_t>(keep.size());
+  d->rows = n;
+  const int64_t file_features = static_cast<int64_t>(o.features.size());
+  const bool mask = o.missing == "mask";  // an indicator per file feature, after the statics'
+  int64_t one_hots = 0;
+  for (const auto* list : {&d->static_categories, &d->categories})
+    for (const auto& [column, categories] : *list)
+      one_hots += static_cast<int64_t>(categories.size());
+  const int64_t statics_at = file_features + 2 * static_cast<int64_t>(o.calendar.size());
+  const int64_t known_at = statics_at + one_hots, K = d->steps_ahead;
+  int64_t known = 0;  // a column's value, or a calendar feature's sine and cosine, per step
+  for (const std::string& name : o.known_future) known += (is_calendar(o, name) ? 2 : 1) * K;
+  const int64_t F = known_at + known + (mask ? file_features : 0);
+  d->known_begin = known_at;
+  d->known_end = known_at + known;
+  const int64_t O = static_cast<int64_t>(target_names.size());
+  std::vector<int64_t> present;  // targets in the file (predict needs none)
+  for (int64_t j = 0; j < O; ++j)
+    if (table.has_column(target_names[j])) present.push_back(j);
+  const int64_t width = F + static_cast<int64_t>(present.size()) + (label_col.empty() ? 0 : 1);
+  // Derived features multiply: a static category's one-hots, a known column per step ahead.
+  if (const double bytes = 8.0 * double(n) * double(width);
+      bytes > 0.5 * double(available_memory_bytes()))
+    fail(table.path(), ": ", n, " rows of ", width, " values (", file_features, " features, ",
+         2 * o.calendar.size(), " of data.calendar, ", one_hots, " one-hot of data.static, ", known,
+         " of data.known_future over ", K, " steps ahead) need ", int64_t(bytes / (1 << 20)),
+         " MB, more than half the ", available_memory_bytes() >> 20,
+         " MB available: fewer derived features, or fewer steps ahead");
+  auto values = std::make_shared<std::vector<double>>(n * width);
+  for (const auto& t : target_names) d->target_transforms.push_back(transform_of(o, t));
+  const bool keep_raw = std::any_of(d->target_transforms.begin(), d->target_transforms.end(),
+                                    [](Transform t) { return t != Transform::none; });
+  if (keep_raw) d->raw_targets.assign(n * O, NAN);
+  // Column `name` into source column `j`, transformed against the row `lag` source rows before
+  // (a feature: the file's previous row of the series, dropped or not; a target: the row
+  // `horizon` before); `raw` receives the values as they are, every O-th.
+  // Empty target cells (values not known yet) are NaN with `missing_targets`.
+  auto column = [&](const std::string& name, int64_t j, Transform t, bool is_target, double* raw) {
+    // predict: targets to come, and with data.known_future the future rows' other features
+    const bool not_known_yet = (is_target || !o.known_future.empty()) && missing_targets;
+    std::vector<double> x;
+    try {
+      x = table.column(name, not_known_yet || o.missing != "error");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      if (what.ends_with("empty cell is not a number") ||
+          what.ends_with("missing value, not a number"))
+        fail(what, " (data.missing: ffill or interpolate fills missing cells, mask masks them)");
+      throw;
+    }
+    if (auto note = nines_note(x, name, table);
+        note && std::find(d->notes.begin(), d->notes.end(), *note) == d->notes.end())
+      d->notes.push_back(*note);
+    if (o.missing != "error" && !not_known_yet) {
+      const int64_t empty =
+          mask ? std::count_if(x.begin(), x.end(), [](double v) { return std::isnan(v); })
+               : fill_missing(&x, order, o.missing, table, name);
+      const std::string note = "data.missing " + o.missing + ": " + std::to_string(empty) +
+                               " missing cells of '" + name + "' " + (mask ? "masked" : "filled");
+      if (empty > 0 && std::find(d->notes.begin(), d->notes.end(), note) == d->notes.end())
+        d->notes.push_back(note);  // once for a column that is a feature and a target
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t p = keep[k], row = order.rows[p];
+      double v = x[row];
+      if (raw) raw[k * O] = v;
+      if (t != Transform::none && !std::isnan(v)) {
+        const int64_t first = d->series_of(k).begin;
+        double base = NAN;
+        bool defined = true;
+        if (!is_target) {
+          base = p > 0 ? x[order.rows[p - 1]] : NAN;
+        } else if (k - o.horizon >= first) {
+          base = x[order.rows[keep[k - o.horizon]]];
+        } else {
+          defined = !needs_base(t);  // the series' first rows are no window's target
+        }
+        v = defined ? apply_transform(t, v, base) : NAN;
+        if (defined && !std::isfinite(v) && (!needs_base(t) || !std::isnan(base)))
+          fail(table.where(row), ": column '", name, "': data.transform ", transform_name(t),
+               " is undefined for ", x[row],
+               needs_base(t) ? " after " + std::to_string(base) : std::string());
+      }
+      (*values)[k * width + j] = v;
+    }
+  };
+  for (int64_t j = 0; j < file_features; ++j)
+    column(o.features[j], j, transform_of(o, o.features[j]), false, nullptr);
+  for (int64_t k = 0; k < n; ++k)  // the calendar's, from each row's date
+    for (size_t i = 0; i < o.calendar.size(); ++i) {
+      const auto [sin, cos] = calendar_features(o.calendar[i], order.times[keep[k]]);
+      (*values)[k * width + file_features + 2 * int64_t(i)] = sin;
+      (*values)[k * width + file_features + 2 * int64_t(i) + 1] = cos;
+    }
+  for (int64_t k = 0, at = statics_at; k < n; ++k, at = statics_at)  // one-hot categories
+    for (const auto* list : {&d->static_categories, &d->categories})
+      for (const auto& [column, categories] : *list) {
+        const std::string& value = table.text(column)[order.rows[keep[k]]];
+        for (const std::string& category : categories)
+          (*values)[k * width + at++] = value == category;
+      }
+  if (!order.times.empty()) {
+    d->numeric_times = order.numeric_times;
+    d->utc_times = order.utc_times;
+    for (int64_t p : keep) {
+      d->times.push_back(order.times[p]);
+      const int64_t row = order.rows[p];
+      d->dates.push_back(table.is_array()           ? numeric_time_text(order.times[p])
+                         : !order.iso_dates.empty() ? order.iso_dates[row]
+                                                    : table.text(o.date_col)[row]);
+    }
+  }
+  // The known values at the forecasts' rows: a column's from the file (NaN past a series' end),
+  // a calendar feature's from the rows' dates (past the end too, where the dates are regular).
+  for (int64_t i = 0, at = known_at; i < int64_t(o.known_future.size()); ++i) {
+    const std::string& name = o.known_future[i];
+    const bool calendar = is_calendar(o, name);
+    std::vector<double> x;
+    if (!calendar) {
+      x = table.column(name, missing_targets || o.missing != "error");
+      if (!missing_targets && o.missing != "error" && o.missing != "mask")
+        fill_missing(&x, order, o.missing, table, name);
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t end = d->series_of(k).end;
+      for (int64_t a = 0; a < K; ++a) {
+        const int64_t ahead = o.horizon - K + 1 + a;  // step a's forecast is for row k + ahead
+        double* out = values->data() + k * width + at + (calendar ? 2 : 1) * a;
+        if (!calendar) {
+          *out = k + ahead < end ? x[order.rows[keep[k + ahead]]] : NAN;
+        } else if (const auto when = d->time_ahead(k, ahead)) {
+          std::tie(out[0], out[1]) = calendar_features(name, *when);
+        } else {
+          out[0] = out[1] = NAN;
+        }
+      }
+    }
+    at += (calendar ? 2 : 1) * K;
+  }
+  if (mask)  // 1 where a file feature is missing (its value, zero once normalised, says nothing)
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t j = 0; j < file_features; ++j)
+        (*values)[k * width + F - file_features + j] =
+            std::isnan((*values)[k * width + j]) ? 1.0 : 0.0;
+  for (size_t i = 0; i < present.size(); ++i) {
+    const int64_t j = present[i];
+    column(target_names[j], F + static_cast<int64_t>(i), d->target_transforms[j], true,
+           keep_raw ? d->raw_targets.data() + j : nullptr);
+  }
+  if (!label_col.empty()) {
+    d->label_col = width - 1;
+    column(label_col, d->label_col, Transform::none, false, nullptr);
+  }
+  d->source.dtype = DType::f64;
+  d->source.rows = n;
+  d->source.cols = width;
+  d->source.data = reinterpret_cast<const std::byte*>(values->data());
+  d->source.owner = values;
+  for (int64_t j = 0; j < F; ++j) d->feature_cols.push_back(j);
+  if (present.size() == target_names.size())
+    for (int64_t j = 0; j < O; ++j) d->target_cols.push_back(F + j);
+  d->rows = n;
+  std::vector<int64_t> file_rows(n);
+  for (int64_t k = 0; k < n; ++k) file_rows[k] = order.rows[keep[k]];
+  return file_rows;
+}
+
+}  // namespace seqforge::series

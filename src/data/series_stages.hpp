@@ -1,0 +1,96 @@
+#pragma once
+// The stages of the series loader. load_series (datasets.cpp) runs them in this order on a
+// DataFile: the rows ordered by series and date (row_order.cpp); the data.static and
+// data.categorical columns' categories (series_categories.cpp); the source matrix of features,
+// targets and labels (series_source.cpp); class labels (series_labels.cpp); the windows and their
+// splits (series_windows.cpp); the scalers and the float32 range check (series_scalers.cpp).
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/data_file.hpp"
+#include "seqforge/data/datasets.hpp"
+
+namespace seqforge::series {
+
+// A data.known_future name that is one of data.calendar's features (computed from the dates).
+inline bool is_calendar(const SeriesOptions& o, const std::string& name) {
+  return std::find(o.calendar.begin(), o.calendar.end(), name) != o.calendar.end();
+}
+
+// A transform that takes a base: the previous row's value, or the window's last one.
+inline bool needs_base(Transform t) {
+  return t == Transform::diff || t == Transform::log_return || t == Transform::pct_change;
+}
+
+inline Transform transform_of(const SeriesOptions& o, const std::string& column) {
+  const auto it = o.transforms.find(column);
+  return it == o.transforms.end() ? Transform::none : it->second;
+}
+
+// A number of the date column's times (millionths of its unit) as the shortest text reading back.
+std::string numeric_time_text(int64_t when);
+
+// The file's rows in the order the data takes: grouped by series (sorted by name), each series
+// by its dates (file order without a date column). Checks duplicate dates and counts gaps.
+struct RowOrder {
+  std::vector<int64_t> rows;  // file rows, ordered
+  std::vector<SeriesSpan> spans;
+  std::vector<int64_t> times;          // (rows) with a date column
+  bool numeric_times = false;          // the date column holds numbers (SeriesData::numeric_times)
+  bool utc_times = false;              // times with UTC offsets (SeriesData::utc_times)
+  std::vector<std::string> iso_dates;  // (file rows) dates the file writes otherwise, as ISO
+  std::vector<std::string> notes;
+};
+RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::string& path);
+
+// data.static: each column's value per series (one per series: checked) and the categories (the
+// file's, sorted; with `stored`, the model's, where an unknown one is an error naming the series).
+void static_categories(const DataFile& table, const DataOptions& opt, const RowOrder& order,
+                       const SeriesData* stored, SeriesData* d);
+// data.categorical: each column's categories (the training file's, sorted; a stored model's at
+// inference, where a category it was not trained on is all 0 with a note).
+void categorical_columns(const DataFile& table, const DataOptions& opt, const SeriesData* stored,
+                         SeriesData* d);
+
+// The source matrix: features transformed against the previous row, targets against the row
+// `horizon` before (the window's last row), the label column as it is. When a feature has a
+// differencing transform, each series' first row is dropped. Empty target cells (values not known
+// yet) are NaN with `missing_targets`. Returns the file row of each source row.
+std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
+                                  const RowOrder& order,
+                                  const std::vector<std::string>& target_names,
+                                  const std::string& label_col, bool missing_targets,
+                                  SeriesData* d);
+
+// Class ids per source row (classify; -1 where a row has none). Volatility classes need the
+// training windows' median and are set by label_volatility once the split is known.
+// With `lenient` (predict, eval --data), a class not seen in training or an empty cell is -1, not
+// an error; unseen classes are counted in a note.
+void label_rows(const DataFile& table, const SeriesOptions& o,
+                const std::vector<int64_t>& file_rows, const SeriesData* stored, bool lenient,
+                SeriesData* d, std::vector<double>* volatility);
+// Volatility classes: high above the threshold (the training windows' median, or the stored one).
+void label_volatility(const std::vector<double>& volatility, const SeriesData* stored,
+                      SeriesData* d);
+// Leaves out the windows of `list` whose truth the file does not hold (an empty target cell, a
+// class the model was not trained on); returns how many.
+size_t keep_windows_with_truth(SeriesData* d, std::vector<int64_t>* list);
+
+// The windows of each series: the splits, or every window of the file.
+void list_windows(const DataOptions& opt, WindowSet which, SeriesData* d);
+// A fixed random subset of the training windows (data.label_fraction), kept in order.
+void keep_labeled_fraction(const DataOptions& opt, SeriesData* d);
+
+// Normalisation from the rows the training windows cover (inputs and targets), and no others.
+void fit_normalizers(const SeriesOptions& o, SeriesData* d);
+// Which scaler each series takes: its own, or (a series without one) the pooled one, if
+// data.normalize_fallback allows (said once), else an error naming it.
+void assign_scalers(const DataOptions& opt, bool stored, SeriesData* d);
+// Every feature and target as the model sees it, scaled, is a float32: a value beyond its range
+// (data.normalize none on 1e39) is named here rather than met as an infinite loss.
+void check_float_range(const DataFile& table, const std::vector<int64_t>& file_rows,
+                       const SeriesData& d);
+
+}  // namespace seqforge::series

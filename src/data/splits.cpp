@@ -1,0 +1,49 @@
+#include "data/splits.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "seqforge/core/rng.hpp"
+
+namespace seqforge {
+
+std::string untrained_classes_note(const std::vector<std::string>& names,
+                                   const std::vector<int64_t>& train_classes, const char* item) {
+  std::vector<int64_t> count(names.size(), 0);
+  for (int64_t c : train_classes)
+    if (c >= 0) ++count[size_t(c)];
+  std::string listed;
+  int64_t untrained = 0;
+  for (size_t c = 0; c < count.size(); ++c)
+    if (count[c] == 0 && untrained++ < 5) listed += (listed.empty() ? "'" : ", '") + names[c] + "'";
+  if (untrained == 0) return "";
+  return std::to_string(untrained) + " of " + std::to_string(names.size()) + " classes (" + listed +
+         (untrained > 5 ? ", ..." : "") + ") in no training " + item +
+         ", only in validation or test: the model cannot learn them (data.split.mode: random "
+         "deals " +
+         item + "s of every class to the training split)";
+}
+
+// A share times n that is a whole number in decimal (0.7 + 0.2 of 100) may come out just below
+// it in binary: the relative nudge keeps it whole.
+std::pair<int64_t, int64_t> boundaries(const SplitOptions& o, int64_t n) {
+  auto rows = [&](double share) {
+    return static_cast<int64_t>(std::floor(share * double(n) * (1 + 1e-12)));
+  };
+  const int64_t a = rows(o.train);
+  const int64_t b = std::min<int64_t>(n, rows(o.train + o.val));
+  return {a, b};
+}
+
+void random_split(const SplitOptions& o, std::vector<int64_t> all, Split* out) {
+  Rng rng(o.seed ^ 0x5b117ull);
+  for (int64_t i = static_cast<int64_t>(all.size()) - 1; i > 0; --i)
+    std::swap(all[i], all[rng.next() % (i + 1)]);
+  const auto [a, b] = boundaries(o, static_cast<int64_t>(all.size()));
+  out->train.assign(all.begin(), all.begin() + a);
+  out->val.assign(all.begin() + a, all.begin() + b);
+  out->test.assign(all.begin() + b, all.end());
+  for (auto* v : {&out->train, &out->val, &out->test}) std::sort(v->begin(), v->end());
+}
+
+}  // namespace seqforge
