@@ -5,12 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "data/calendar.hpp"
 #include "data/data_file.hpp"
 #include "data/series_stages.hpp"
 #include "data/splits.hpp"
 #include "seqforge/core/error.hpp"
-#include "seqforge/io/csv.hpp"
 #include "seqforge/io/file_stamp.hpp"
 #include "seqforge/io/npy.hpp"
 
@@ -47,143 +45,16 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
   d.season = o.season;
   const DataFile table(opt.path, o.missing_values);
   std::vector<std::string> file_notes;
-  if (const std::string index = io::CsvTable::kIndexColumn; table.has_column(index)) {
-    const std::string what = opt.path + ": column 1 has no name, as pandas writes a frame's index";
-    if (o.date_col.empty() && is_date_cell(table.text(index)[0])) {
-      opt.series.date_col = index;
-      file_notes.push_back(what + ", and holds dates: they order the rows (data.date_column '" +
-                           index + "')");
-    } else if (o.features.empty() && !stored && o.date_col != index) {
-      file_notes.push_back(what + ": not a feature (data.features: ['" + index +
-                           "', ...] makes it one)");
-    }
-  }
-  auto require = [&](const char* key, const std::string& col) {
-    if (!col.empty() && !table.has_column(col))
-      fail(opt.source, ": ", key, ": ", opt.path, " has no column '", col, "'",
-           table.columns_hint());
-  };
-  require("data.date_column", o.date_col);
-  require("data.series_column", o.series_col);
-  d.feature_names = o.features;
-  // A stored model's features by name: a file with more columns, or in another order, feeds the
-  // model the columns it was trained on.
-  if (d.feature_names.empty() && stored) {
-    // The file's: the calendar's, the statics', the known values ahead and the missing
-    // indicators (one per file feature) are derived.
-    d.feature_names = stored->feature_names;
-    size_t derived = 2 * o.calendar.size();
-    for (const std::string& name : o.known_future)
-      derived += (series::is_calendar(o, name) ? 2 : 1) * d.steps_ahead;
-    for (const auto* list : {&stored->static_categories, &stored->categories})
-      for (const auto& [column, categories] : *list) derived += categories.size();
-    size_t file = d.feature_names.size() - std::min(d.feature_names.size(), derived);
-    if (o.missing == "mask") file /= 2;
-    d.feature_names.resize(file);
-  }
-  if (d.feature_names.empty())
-    for (const auto& col : table.columns())
-      if (col != o.date_col && col != o.class_col && col != o.series_col &&
-          col != io::CsvTable::kIndexColumn &&
-          std::find(o.statics.begin(), o.statics.end(), col) == o.statics.end() &&
-          std::find(o.categorical.begin(), o.categorical.end(), col) == o.categorical.end())
-        d.feature_names.push_back(col);
-  std::vector<std::string> named = d.feature_names;  // kept in a checkpoint's JSON
-  named.insert(named.end(), o.targets.begin(), o.targets.end());
-  for (const auto& name : named) decode_utf8(name, opt.path + ": column name '" + name + "'");
-  for (const auto& name : d.feature_names)
-    if (!table.has_column(name))
-      fail(opt.source, ": data.features: ", opt.path, " has no column '", name, "'",
-           stored && o.features.empty() ? ", a feature of the trained model" : "",
-           table.columns_hint());
-  if (!table.is_array() && table.rows() > 0)
-    for (const std::string& name : named) {
-      if (!table.has_column(name)) continue;
-      const std::string& cell = table.text(name)[0];
-      if (o.date_col.empty() && is_date_cell(cell))
-        fail(table.where(0), ": column '", name, "' holds dates ('", cell,
-             "'): name it in data.date_column, which orders the rows (dates are no feature)");
-      const bool defaulted_feature =
-          o.features.empty() && !stored &&
-          std::find(o.targets.begin(), o.targets.end(), name) == o.targets.end();
-      if (defaulted_feature && !io::is_missing_cell(cell) && !io::parse_finite(cell)) {
-        try {
-          table.column(name, true);  // the first cell may be one of data.missing_values
-        } catch (const Error& e) {
-          fail(e.what(),
-               " (without data.features, every column but the date, series and class "
-               "columns is a feature: list the features in data.features, or make a text "
-               "column one-hot features with data.categorical)");
-        }
-      }
-    }
-  if (!o.date_col.empty())  // the times order the rows, nothing more
-    for (const auto& [key, columns] :
-         {std::pair<const char*, const std::vector<std::string>*>{"feature", &d.feature_names},
-          std::pair<const char*, const std::vector<std::string>*>{"target", &o.targets}})
-      if (std::find(columns->begin(), columns->end(), o.date_col) != columns->end())
-        fail(opt.source, ": data.", key, "s: '", o.date_col,
-             "' is data.date_column, which orders the rows and cannot be a ", key);
-  if (!o.series_col.empty()) {  // the series' names say which series a row is of, nothing more
-    using Columns = const std::vector<std::string>*;
-    for (const auto& [key, columns] : {std::pair<const char*, Columns>{"feature", &d.feature_names},
-                                       std::pair<const char*, Columns>{"target", &o.targets}})
-      if (std::find(columns->begin(), columns->end(), o.series_col) != columns->end())
-        fail(opt.source, ": data.", key, "s: '", o.series_col,
-             "' is data.series_column, which names the series and cannot be a ", key);
-    const auto& names = table.text(o.series_col);
-    for (int64_t r = 0; r < table.rows(); ++r)
-      if (names[r].empty())
-        fail(table.where(r), ": column '", o.series_col,
-             "' (data.series_column) is empty: every row needs its series' name");
-  }
-  for (const auto& [column, t] : o.transforms)
-    if (std::find(d.feature_names.begin(), d.feature_names.end(), column) ==
-            d.feature_names.end() &&
-        std::find(o.targets.begin(), o.targets.end(), column) == o.targets.end())
-      fail(opt.source, ": data.transform: '", column, "' is neither a feature nor a target");
-  for (const std::string& column : o.known_future) {
-    if (series::is_calendar(o, column)) continue;  // from the dates
-    const bool cycle = column == "hour" || column == "dayofweek" || column == "dayofmonth" ||
-                       column == "dayofyear" || column == "month";
-    if (!table.has_column(column) && cycle)
-      fail(opt.source, ": data.known_future: '", column, "' is a calendar feature only when ",
-           "data.calendar lists it too (data.calendar: [", column, "])");
-    if (!table.has_column(column))
-      fail(opt.source, ": data.known_future: ", opt.path, " has no column '", column, "'",
-           table.columns_hint());
-    if (std::find(o.targets.begin(), o.targets.end(), column) != o.targets.end())
-      fail(opt.source, ": data.known_future: '", column,
-           "' is a target: its future values are what the model forecasts");
-  }
-  // The truth: target columns, the class column or the label's column. Predict needs none.
-  std::vector<std::string> truth = o.targets;
-  if (opt.task == TaskKind::classify) truth = {o.label == "column" ? o.class_col : o.label_col};
-  for (const auto& name : truth) {
-    if (which == WindowSet::every_window && !table.has_column(name)) {
-      d.has_targets = false;
-      continue;
-    }
-    require(opt.task == TaskKind::forecast ? "data.targets"
-            : o.label == "column"          ? "data.class_column"
-                                           : "data.label_column",
-            name);
-  }
-  if (opt.task == TaskKind::forecast) d.target_names = o.targets;
+  series::name_columns(table, stored, which, &opt, &d, &file_notes);
   SeriesOptions built = o;
   built.features = d.feature_names;
-  if (!d.has_targets &&
-      opt.task == TaskKind::forecast)  // predictions are inverted against the last input
-    for (const auto& name : o.targets)
-      if (series::needs_base(series::transform_of(o, name)) && !table.has_column(name))
-        fail(opt.path, ": has no column '", name,
-             "', which predictions need to undo data.transform ",
-             transform_name(series::transform_of(o, name)), " of the target");
   const series::RowOrder order = series::order_rows(table, built, opt.path);
   series::static_categories(table, opt, order, stored, &d);
   d.layout = "date " + o.date_col + "; series " + o.series_col + "; transforms";
   for (const auto& [column, t] : o.transforms) d.layout += " " + column + ":" + transform_name(t);
   d.notes = order.notes;
+  std::vector<std::string> named = d.feature_names;  // the file's numeric columns
+  named.insert(named.end(), o.targets.begin(), o.targets.end());
   if (auto note = table.separator_note(named)) file_notes.insert(file_notes.begin(), *note);
   d.notes.insert(d.notes.begin(), file_notes.begin(), file_notes.end());
   series::categorical_columns(table, opt, stored, &d);
@@ -191,26 +62,7 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
       opt.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";
   const std::vector<int64_t> file_rows = series::build_source(
       table, built, order, d.target_names, label_col, which != WindowSet::splits, &d);
-  const size_t file_features = d.feature_names.size();
-  for (const std::string& name : o.calendar)
-    for (const char* part : {"_sin", "_cos"}) d.feature_names.push_back(name + part);
-  for (const auto* list : {&d.static_categories, &d.categories})
-    for (const auto& [column, categories] : *list)
-      for (const std::string& category : categories)
-        d.feature_names.push_back(column + "=" + category);
-  for (const std::string& name : o.known_future)
-    for (int64_t a = 0; a < d.steps_ahead; ++a) {
-      const std::string ahead = "+" + std::to_string(o.horizon - d.steps_ahead + 1 + a);
-      if (series::is_calendar(o, name)) {
-        d.feature_names.push_back(name + "_sin" + ahead);
-        d.feature_names.push_back(name + "_cos" + ahead);
-      } else {
-        d.feature_names.push_back(name + ahead);
-      }
-    }
-  if (o.missing == "mask")
-    for (size_t j = 0; j < file_features; ++j)
-      d.feature_names.push_back(d.feature_names[j] + "_missing");
+  series::name_derived_features(o, &d);
   bool identity = true;
   for (size_t r = 0; r < file_rows.size() && identity; ++r) identity = file_rows[r] == int64_t(r);
   if (!identity) d.file_rows = file_rows;

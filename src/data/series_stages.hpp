@@ -1,6 +1,7 @@
 #pragma once
 // The stages of the series loader. load_series (datasets.cpp) runs them in this order on a
-// DataFile: the rows ordered by series and date (row_order.cpp); the data.static and
+// DataFile: the columns named and checked (series_columns.cpp); the rows ordered by series and
+// date (row_order.cpp); the data.static and
 // data.categorical columns' categories (series_categories.cpp); the source matrix of features,
 // targets and labels (series_source.cpp); class labels (series_labels.cpp); the windows and their
 // splits (series_windows.cpp); the scalers and the float32 range check (series_scalers.cpp).
@@ -31,6 +32,18 @@ inline Transform transform_of(const SeriesOptions& o, const std::string& column)
 
 // A number of the date column's times (millionths of its unit) as the shortest text reading back.
 std::string numeric_time_text(int64_t when);
+
+// The file's columns as the data takes them: pandas' unnamed index column, where it holds dates
+// and no date column is named, becomes opt->series.date_col (with a note in `notes`); the file's
+// features (data.features, a stored model's by name, or every column but the date, series, class,
+// static and categorical ones) go to d->feature_names and a forecast's targets to
+// d->target_names. Every named column is checked against the file and against the others' roles;
+// with WindowSet::every_window an absent truth column leaves d->has_targets false.
+void name_columns(const DataFile& table, const SeriesData* stored, WindowSet which,
+                  DataOptions* opt, SeriesData* d, std::vector<std::string>* notes);
+// After the file's features, the names of those derived from them: data.calendar's sines and
+// cosines, the one-hot categories, the known values ahead, the missing indicators.
+void name_derived_features(const SeriesOptions& o, SeriesData* d);
 
 // The file's rows in the order the data takes: grouped by series (sorted by name), each series
 // by its dates (file order without a date column). Checks duplicate dates and counts gaps.
