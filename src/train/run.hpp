@@ -28,10 +28,16 @@ struct Task : Dataset {
   RegressionLoss loss;  // train.loss, of the regression tasks (forecast, mae)
 };
 
-ModelOptions model_options(const Config& c, const Task& t);
+// Loads the task's data per the config; with `from`, reuses its normalisation and vocabulary.
+Task load_task(const Config& c, const Task* from = nullptr);
 // A run's stored config (its checkpoint's, its config.resolved.yaml) as the run trained: a key
 // added since it was written takes the behaviour it had then (data.split.context: strict).
 Config as_it_trained(const Config& stored);
+
+// ---- The model, its device and its precision, from the config (run_model.cpp) -------------------
+
+// The model.* keys, checked against the task.
+ModelOptions model_options(const Config& c, const Task& t);
 // train.loss and train.huber_delta, checked against the task.
 RegressionLoss regression_loss_of(const Config& c, TaskKind task);
 // The backend that trains (or evaluates) model `m` on train.device: auto, cpu or cuda, checked.
@@ -50,6 +56,14 @@ DType model_precision(const std::string& precision, const Backend& be, const Mod
                       std::string* notice);
 // train.precision's name for a GEMM dtype: fp32, bf16 or fp16.
 const char* gemm_precision_name(DType gemm);
+// A transformer initialised from a base model takes the base's shape: model.embedding,
+// model.layers and model.block_size from its tensors, model.heads from the seqforge config in
+// its metadata. Keys the config leaves out are set (and named in `note`); a key set to another
+// value, or heads that neither the file nor the config give, is an error.
+Config with_base_architecture(const Config& c, std::string* note);
+
+// ---- What a run needs in memory, checked before it allocates (run_memory.cpp) -------------------
+
 // Before a model's parameters are allocated: refuses one whose parameters (with their gradients
 // and AdamW's two moments when `training`) need more memory than is available, naming the keys
 // that size it.
@@ -67,15 +81,11 @@ double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool half);
 std::string device_fit_problem(double free_bytes, const std::string& device, Model& model,
                                const ModelOptions& m, int64_t T, int64_t batch, bool half,
                                double* need_bytes = nullptr);
-// A transformer initialised from a base model takes the base's shape: model.embedding,
-// model.layers and model.block_size from its tensors, model.heads from the seqforge config in
-// its metadata. Keys the config leaves out are set (and named in `note`); a key set to another
-// value, or heads that neither the file nor the config give, is an error.
-Config with_base_architecture(const Config& c, std::string* note);
-// Loads the task's data per the config; with `from`, reuses its normalisation and vocabulary.
-Task load_task(const Config& c, const Task* from = nullptr);
 // Bytes of one batch's buffers, for the loader's memory budget.
 int64_t batch_bytes(const Task& t, int64_t batch_size);
+
+// ---- The loss and the metrics (run_metrics.cpp) -------------------------------------------------
+
 // The loss and its gradient for a batch: the mean loss into `loss` (one f64 in the backend's
 // memory, not waited for).
 void loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout, Tensor loss);
@@ -84,7 +94,6 @@ std::vector<std::string> metric_names(TaskKind kind);
 // Metrics over a split (no training, no dropout): val_loss and the task's val_* metrics.
 std::map<std::string, double> evaluate_split(Backend& be, Model& model, const Task& t,
                                              const std::vector<int64_t>& starts, Loader& loader);
-
 // The shortest text that reads back as the same number.
 template <typename Real>
 std::string shortest(Real x) {
@@ -94,6 +103,8 @@ std::string shortest(Real x) {
 }
 // "  key value" for each metric.
 std::string format_metrics(const std::map<std::string, double>& m);
+
+// ---- Checkpoints and saved runs -----------------------------------------------------------------
 
 // Metadata stored with the weights: what eval, predict and generate need to rebuild the task.
 std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Task& t,
