@@ -4,12 +4,15 @@
 #include <omp.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <vector>
 
 #include "seqforge/backend/arena.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/buffer.hpp"
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/core/rng.hpp"
 #include "seqforge/core/threads.hpp"
 #include "test_util.hpp"
@@ -191,6 +194,67 @@ TEST(Rng, DeterministicAndResumable) {
   }
   EXPECT_NEAR(sum / 100000, 0.0, 0.02);
   EXPECT_NEAR(sq / 100000, 1.0, 0.02);
+}
+
+// A container's memory limit bounds what is available: cgroup v2 and v1 hierarchies written
+// under a temporary root, each level's limit, usage and reclaimable page cache.
+TEST(Memory, CgroupLimitsBoundTheAvailableMemory) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / "cgroup_memory_test";
+  fs::remove_all(root);
+  auto write = [](const fs::path& file, const std::string& text) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+  };
+  const double mib = 1 << 20;
+  // v2: a limit of 512 MiB on the slice, 300 MiB used of which 100 MiB reclaimable cache; the
+  // process's own cgroup below it has no limit ("max").
+  write(root / "v2/memory.max", "max\n");  // the root's: none
+  write(root / "v2/app.slice/memory.max", std::to_string(int64_t(512 * mib)) + "\n");
+  write(root / "v2/app.slice/memory.current", std::to_string(int64_t(300 * mib)) + "\n");
+  write(root / "v2/app.slice/memory.stat",
+        "anon 1\ninactive_file " + std::to_string(int64_t(100 * mib)) + "\nactive_file 5\n");
+  write(root / "v2/app.slice/run/memory.max", "max\n");
+  write(root / "v2/app.slice/run/memory.current", "4096\n");
+  write(root / "cgroup_v2", "0::/app.slice/run\n");
+  const auto v2 = cgroup_memory_room((root / "cgroup_v2").string(), (root / "v2").string());
+  ASSERT_TRUE(v2.has_value());
+  EXPECT_DOUBLE_EQ(*v2, (512 - 300 + 100) * mib);
+
+  // v1 mounted as the container's own cgroup (its path in /proc/self/cgroup absent under the
+  // mount): 2 GiB, 1.5 GiB used, no cache; the cpu controller's line is not memory's.
+  write(root / "v1/memory/memory.limit_in_bytes", std::to_string(int64_t(2048 * mib)) + "\n");
+  write(root / "v1/memory/memory.usage_in_bytes", std::to_string(int64_t(1536 * mib)) + "\n");
+  write(root / "cgroup_v1", "5:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n0::/\n");
+  const auto v1 = cgroup_memory_room((root / "cgroup_v1").string(), (root / "v1").string());
+  ASSERT_TRUE(v1.has_value());
+  EXPECT_DOUBLE_EQ(*v1, 512 * mib);
+
+  // A cgroup below the container's own, its path given from the host's root: the limit of the
+  // part under the mount counts (256 MiB, 56 used), and the container's above it.
+  write(root / "v1/memory/job/memory.limit_in_bytes", std::to_string(int64_t(256 * mib)) + "\n");
+  write(root / "v1/memory/job/memory.usage_in_bytes", std::to_string(int64_t(56 * mib)) + "\n");
+  write(root / "cgroup_job", "4:memory:/docker/abc/job\n");
+  EXPECT_DOUBLE_EQ(*cgroup_memory_room((root / "cgroup_job").string(), (root / "v1").string()),
+                   200 * mib);
+  write(root / "v1/memory/memory.usage_in_bytes", std::to_string(int64_t(1940 * mib)) + "\n");
+  EXPECT_DOUBLE_EQ(*cgroup_memory_room((root / "cgroup_job").string(), (root / "v1").string()),
+                   108 * mib);
+
+  // No limit anywhere (v1's "unlimited" is about 2^63), or no cgroup file: none.
+  write(root / "v1/memory/memory.limit_in_bytes", "9223372036854771712\n");
+  write(root / "v1/memory/job/memory.limit_in_bytes", "9223372036854771712\n");
+  EXPECT_FALSE(
+      cgroup_memory_room((root / "cgroup_job").string(), (root / "v1").string()).has_value());
+  EXPECT_FALSE(
+      cgroup_memory_room((root / "cgroup_v1").string(), (root / "v1").string()).has_value());
+  EXPECT_FALSE(cgroup_memory_room((root / "absent").string(), (root / "v2").string()).has_value());
+  // Over the limit (usage above it): no room, not a negative one.
+  write(root / "v2/app.slice/memory.current", std::to_string(int64_t(900 * mib)) + "\n");
+  write(root / "v2/app.slice/memory.stat", "inactive_file 0\n");
+  EXPECT_DOUBLE_EQ(*cgroup_memory_room((root / "cgroup_v2").string(), (root / "v2").string()), 0.0);
+  EXPECT_LE(available_memory_bytes(), int64_t(meminfo_mb("MemAvailable") * mib) + 1);
+  fs::remove_all(root);
 }
 
 }  // namespace

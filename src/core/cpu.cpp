@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -129,10 +131,86 @@ double meminfo_mb(const std::string& field) {
   return 0;
 }
 
+namespace {
+
+// The first number a file holds, or nullopt ("max", absent, unreadable).
+std::optional<double> read_number(const std::string& path) {
+  std::ifstream f(path);
+  double v = 0;
+  if (!(f >> v)) return std::nullopt;
+  return v;
+}
+
+// A field of a cgroup's memory.stat ("inactive_file"), or 0.
+double memory_stat(const std::string& dir, const std::string& field) {
+  std::ifstream f(dir + "/memory.stat");
+  for (std::string key; f >> key;) {
+    double v = 0;
+    f >> v;
+    if (key == field) return v;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::optional<double> cgroup_memory_room(const std::string& cgroup_file, const std::string& root) {
+  std::ifstream f(cgroup_file);
+  std::optional<double> room;
+  auto take = [&](double limit, double usage, double reclaimable) {
+    if (limit <= 0 || limit >= 0x1p60) return;  // no limit (cgroup v1 writes about 2^63)
+    const double left = std::max(0.0, limit - std::max(0.0, usage - reclaimable));
+    room = room ? std::min(*room, left) : left;
+  };
+  // Each level of a controller's hierarchy from the process's cgroup up to the mount's root.
+  // The path /proc/self/cgroup gives is from the hierarchy's root, which a container may not
+  // see: its mount may be some cgroup below the root (its own), so the path is taken from the
+  // first of its components that leads to a directory under the mount.
+  auto each_level = [](const std::string& mount, std::string path, const auto& visit) {
+    std::error_code error;
+    while (!path.empty() && !std::filesystem::is_directory(mount + path, error)) {
+      const size_t next = path.find('/', 1);
+      path = next == std::string::npos ? "" : path.substr(next);
+    }
+    while (true) {
+      visit(mount + path);
+      if (path.empty() || path == "/") break;
+      path.erase(path.rfind('/'));
+    }
+  };
+  for (std::string line; std::getline(f, line);) {
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (controllers.empty()) {  // cgroup v2
+      each_level(root, path, [&](const std::string& dir) {
+        if (const auto limit = read_number(dir + "/memory.max"))
+          take(*limit, read_number(dir + "/memory.current").value_or(0),
+               memory_stat(dir, "inactive_file"));
+      });
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {  // v1
+      each_level(root + "/memory", path, [&](const std::string& dir) {
+        if (const auto limit = read_number(dir + "/memory.limit_in_bytes"))
+          take(*limit, read_number(dir + "/memory.usage_in_bytes").value_or(0),
+               memory_stat(dir, "total_inactive_file"));
+      });
+    }
+  }
+  return room;
+}
+
+std::optional<double> cgroup_memory_room() {
+  return cgroup_memory_room("/proc/self/cgroup", "/sys/fs/cgroup");
+}
+
 int64_t available_memory_bytes() {
+  double bytes = 0;
   if (const double mb = meminfo_mb("MemAvailable"); mb > 0)
-    return static_cast<int64_t>(mb * 1048576);
-  return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    bytes = mb * 1048576;
+  else
+    bytes = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (const auto room = cgroup_memory_room()) bytes = std::min(bytes, *room);
+  return static_cast<int64_t>(bytes);
 }
 
 // Linux x86 arch_prctl codes for the dynamically enabled AMX tile state (asm/prctl.h).

@@ -126,7 +126,7 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
                        " is larger than the " + std::to_string(d->train) +
                        " training windows (one short batch per epoch): " +
                        "lower train.batch_size to at most " + std::to_string(d->train));
-  const double avail = meminfo_mb("MemAvailable");
+  const double avail = double(available_memory_bytes()) / 1048576;
   if (avail > 0 && d->activation_mb + d->batch_input_mb > 0.5 * avail)
     problems.push_back("a training step needs about " + std::to_string(int(d->activation_mb)) +
                        " MB but " + std::to_string(int(avail)) +

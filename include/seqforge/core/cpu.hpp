@@ -38,8 +38,16 @@ int online_cpus();        // CPUs online on the machine
 int physical_cores();     // distinct (package, core) pairs; 0 when unknown
 // A /proc/meminfo field in MB ("MemTotal", "MemAvailable"); 0 when unknown.
 double meminfo_mb(const std::string& field);
-// Memory available to new allocations (MemAvailable, else the free pages), in bytes.
+// Memory available to new allocations (MemAvailable, else the free pages; at most the room under
+// the process's cgroup memory limit, a container's), in bytes.
 int64_t available_memory_bytes();
+// The room left under this process's cgroup memory limit (a container's, a systemd slice's), in
+// bytes: the limit less the usage, the page cache the kernel would reclaim first counted free
+// (as `docker stats` counts it); the smallest over the cgroup and its parents. nullopt: no limit.
+std::optional<double> cgroup_memory_room();
+// The same from `cgroup_file` (as /proc/self/cgroup) and the hierarchy mounted at `root` (as
+// /sys/fs/cgroup: cgroup v2 there, v1's memory controller under root/memory).
+std::optional<double> cgroup_memory_room(const std::string& cgroup_file, const std::string& root);
 // Whether the kernel lets this process use AMX tiles ("granted", "denied by the kernel", ...;
 // Linux 5.16+ grants them on request).
 std::string amx_permission();
