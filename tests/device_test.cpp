@@ -356,6 +356,43 @@ TEST(Device, GpuMicroBatchesTakeTheWholeBatchStep) {
   unsetenv("SEQFORGE_RECURRENT_SCHEDULE");
 }
 
+// train.micro_batch_size auto on a GPU: the largest micro-batch whose step fits 90% of the free
+// memory (the emulated GPU's set to hold the parameters' bytes and 6.5 examples' activations), the
+// same steps as the whole batch's, the number in config.resolved.yaml; a GPU whose free memory
+// cannot be set (a real one) holds the whole batch.
+TEST(Device, GpuAutoMicroBatchFitsTheFreeMemory) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  const fs::path dir = fresh_dir("gpu_auto_micro");
+  const std::string data = write_series(dir);
+  setenv("SEQFORGE_RECURRENT_SCHEDULE", "layered", 1);
+  auto config = [&](const std::string& name, const std::string& micro) {
+    return forecaster(data, dir / name, "lstm",
+                      {"model.dropout=0", "train.device=cuda", "train.micro_batch_size=" + micro});
+  };
+  std::ostringstream whole_log, auto_log;
+  train(config("whole", "0"), whole_log);
+  const Task task = load_task(config("auto", "auto"));
+  const double per_example = activation_bytes(task.model, task.steps(), 1, false);
+  const double fixed = 16.0 * double(make_model(task.model)->parameters().count());
+  const auto free = static_cast<size_t>((fixed + 6.5 * per_example) / 0.9);
+  setenv("SEQFORGE_EMULATED_FREE_BYTES", std::to_string(free).c_str(), 1);
+  size_t seen = 0, total = 0;
+  std::string device;
+  make_backend("cuda")->device_memory(&seen, &total, &device);
+  const bool set = seen == free;
+  train(config("auto", "auto"), auto_log);
+  unsetenv("SEQFORGE_EMULATED_FREE_BYTES");
+  unsetenv("SEQFORGE_RECURRENT_SCHEDULE");
+  const std::string chosen =
+      set ? "6 of each batch of 16 at once" : "the whole batch of 16 at once";
+  EXPECT_NE(auto_log.str().find("note: train.micro_batch_size auto: " + chosen), std::string::npos)
+      << auto_log.str();
+  EXPECT_NE(io::read_file((dir / "auto" / "config.resolved.yaml").string())
+                .find(set ? "micro_batch_size: 6\n" : "micro_batch_size: 0\n"),
+            std::string::npos);
+  EXPECT_LT(test::max_checkpoint_difference(dir / "whole", dir / "auto"), 1e-5);
+}
+
 // NCCL on this GPU as a job of one rank: loaded, joined, and a sum over the one rank leaves a
 // tensor as it was (what a job of several GPUs runs, short of the other GPUs).
 TEST(Device, GpuNcclSumsAsAJobOfOne) {
@@ -496,12 +533,29 @@ TEST(Device, ABatchTheDeviceCannotHoldNamesTheOneThatFits) {
   const double fixed = need - 256 * per_example;
   EXPECT_NEAR(fixed, 16.0 * double(model->parameters().count()), 1.0)
       << "values, gradients and two moments in f32";
-  const std::string problem =
-      device_fit_problem(fixed + 100.5 * per_example, "GPU 0, Test", *model, m, T, 256, false);
+  // What auto takes: 90% of the free memory for the parameters' and 100.5 examples' bytes.
+  const std::string problem = device_fit_problem((fixed + 100.5 * per_example) / 0.9, "GPU 0, Test",
+                                                 *model, m, T, 256, false);
   EXPECT_NE(problem.find("on GPU 0, Test"), std::string::npos) << problem;
   EXPECT_TRUE(
-      problem.ends_with(": train.micro_batch_size 100 fits (the same steps, run in micro-batches)"))
+      problem.ends_with(": train.micro_batch_size 100 fits (the same steps, run in "
+                        "micro-batches; `auto` chooses it)"))
       << problem;
+  std::string why;
+  EXPECT_EQ(
+      auto_micro_batch(*model, m, T, 256, false, (fixed + 100.5 * per_example) / 0.9, true, &why),
+      100)
+      << why;
+  EXPECT_EQ(
+      auto_micro_batch(*model, m, T, 64, false, (fixed + 100.5 * per_example) / 0.9, true, &why),
+      64)
+      << "the whole batch where it fits";
+  EXPECT_NE(why.find("the whole batch of 64 at once"), std::string::npos) << why;
+  EXPECT_EQ(auto_micro_batch(*model, m, T, 256, false, fixed / 2, true, &why), 0) << why;
+  // On the CPU: the activations in half the available memory, the parameters apart, at least 1.
+  EXPECT_EQ(auto_micro_batch(*model, m, T, 256, false, 2 * 40.5 * per_example, false, &why), 40)
+      << why;
+  EXPECT_EQ(auto_micro_batch(*model, m, T, 256, false, per_example / 4, false, &why), 1) << why;
   EXPECT_TRUE(device_fit_problem(fixed / 2, "GPU 0, Test", *model, m, T, 256, false)
                   .ends_with("even a batch of 1 does not fit; make the model (model.hidden, "
                              "model.layers) or the windows (data.lookback, data.seq_len) smaller"));

@@ -93,6 +93,43 @@ TEST(MicroBatches, TakeTheWholeBatchStepForEveryTask) {
   }
 }
 
+// train.micro_batch_size auto on a CPU with room: the whole batch, said at start-up and stored as
+// 0; `auto` on another integer key, or with a stateful run's streams, is handled by name.
+TEST(MicroBatches, AutoTakesTheWholeBatchWhereItFits) {
+  const fs::path dir = temp_dir("auto");
+  const std::string source = SEQFORGE_SOURCE_DIR;
+  auto config = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> o = {
+        "data.path=" + source + "/data/seattle-weather-hourly-normals.csv",
+        "data.lookback=24",
+        "model.hidden=24",
+        "train.epochs=1",
+        "train.max_batches=2",
+        "train.batch_size=16",
+        "train.run_dir=" + (dir / "run").string()};
+    o.insert(o.end(), extra.begin(), extra.end());
+    return Config::load(source + "/examples/configs/weather_forecast.yaml", o);
+  };
+  std::ostringstream log;
+  train(config({"train.micro_batch_size=auto"}), log, "", {}, true);
+  EXPECT_NE(log.str().find("note: train.micro_batch_size auto: the whole batch of 16 at once ("),
+            std::string::npos)
+      << log.str();
+  EXPECT_EQ(log.str().find("micro-batches: each batch"), std::string::npos) << log.str();
+  EXPECT_NE(io::read_file((dir / "run" / "config.resolved.yaml").string())
+                .find("  micro_batch_size: 0\n"),
+            std::string::npos);
+  std::ostringstream stateful;
+  train(config({"train.micro_batch_size=auto", "train.stateful=true", "data.split.mode=time"}),
+        stateful, "", {}, true);
+  EXPECT_NE(stateful.str().find("note: train.micro_batch_size auto: the whole batch "
+                                "(train.stateful carries its streams whole)"),
+            std::string::npos)
+      << stateful.str();
+  EXPECT_EQ(test::error_of([&] { config({"train.batch_size=auto"}); }),
+            "override 'train.batch_size=auto': train.batch_size: expected an integer, got 'auto'");
+}
+
 // Adapters on a frozen LSTM take their gradients through the recurrence's weight gradients:
 // those of every micro-batch add up too.
 TEST(MicroBatches, AdaptersOnARecurrentLayerAccumulate) {

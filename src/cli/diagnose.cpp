@@ -131,6 +131,7 @@ void print_config(const ConfigDiagnosis& d) {
     std::printf(" in micro-batches of %lld", static_cast<long long>(d.micro_batch));
   std::printf(", %lld batches per epoch; inputs %.2f MB, activations and gradients about %.1f MB\n",
               static_cast<long long>(d.batches_per_epoch), d.batch_input_mb, d.activation_mb);
+  if (!d.micro_batch_note.empty()) std::printf("  micro-batch   %s\n", d.micro_batch_note.c_str());
   if (!d.device.empty())
     std::printf(
         "  gpu           %s, %s GEMMs: a step needs about %.0f MiB; %.0f of %.0f MiB free\n",

@@ -340,7 +340,11 @@ const std::vector<ConfigKey> kKeys = {
      "Windows (or sequences) run through forward and backward at once; 0: the whole batch. A "
      "batch runs as micro-batches of this size whose gradients add up before the step "
      "(gradient accumulation): the same step, with the activations of one micro-batch in "
-     "memory. Not with train.stateful."},
+     "memory. `auto`: the whole batch where its step fits the memory (on a GPU, 90% of its "
+     "free memory with the parameters, gradients and AdamW's moments; on a CPU, activations "
+     "in half the available memory), else the largest micro-batch that does; start-up says "
+     "which, and config.resolved.yaml holds the number. Not with train.stateful (`auto` keeps "
+     "a stateful run's batch whole)."},
     {"train.max_batches", T::integer, "0", "Steps per epoch at most; 0: the whole training split."},
     {"train.progress_seconds", T::number, "30",
      "Without a terminal, a progress line (batches, loss, samples/s, ETA) at least this often "
@@ -480,6 +484,9 @@ const IntegerRange& integer_range(const std::string& path) {
     if (path == r.path) return r;
   fail("internal: integer key ", path, " has no range");
 }
+
+// Integer keys that also take `auto`, resolved once the run knows its device and model.
+bool integer_takes_auto(const std::string& path) { return path == "train.micro_batch_size"; }
 
 std::string range_text(const IntegerRange& r) {
   if (r.lo == INT64_MIN) return "any";
@@ -633,6 +640,7 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
   bool b;
   switch (key.type) {
     case T::integer: {
+      if (s == "auto" && integer_takes_auto(key.path)) break;
       if (!parse_int(s, &i)) return bad("'" + s + "'");
       const IntegerRange& r = integer_range(key.path);
       if (i < r.lo && r.lo == 1) fail(where, ": ", key.path, " must be positive, got ", i);
@@ -672,9 +680,10 @@ std::string config_reference_markdown() {
     std::string shown;  // the default as one line: a newline as \n
     for (const char ch : k.default_value)
       shown += ch == '\n' ? std::string("\\n") : std::string(1, ch);
-    const std::string type = k.type == T::integer && integer_range(k.path).lo != INT64_MIN
-                                 ? "integer, " + range_text(integer_range(k.path))
-                                 : type_name(k.type);
+    std::string type = k.type == T::integer && integer_range(k.path).lo != INT64_MIN
+                           ? "integer, " + range_text(integer_range(k.path))
+                           : type_name(k.type);
+    if (integer_takes_auto(k.path)) type += ", or auto";
     out << "| `" << k.path << "` | " << type << " | " << (shown.empty() ? "" : "`" + shown + "`")
         << " | " << k.doc << " |\n";
   }

@@ -77,7 +77,8 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   d->parameters = make_model(task.model)->parameters().count();
   const int64_t B = std::max<int64_t>(1, std::min(d->batch_size, std::max<int64_t>(1, d->train)));
   d->micro_batch = std::min(forward_rows(c), B);
-  const std::string rows_key = d->micro_batch < B ? "train.micro_batch_size" : "train.batch_size";
+  const bool micro_auto = c.str("train.micro_batch_size") == "auto";
+  std::string rows_key = d->micro_batch < B ? "train.micro_batch_size" : "train.batch_size";
   d->batches_per_epoch = d->batch_size > 0 ? (d->train + d->batch_size - 1) / d->batch_size : 0;
   if (const int64_t mb = c.integer("train.max_batches"); mb > 0)
     d->batches_per_epoch = std::min(d->batches_per_epoch, mb);
@@ -87,22 +88,33 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
                               ? 4.0 * d->steps * (2 * F + 1)
                               : 4.0 * (d->steps * F + task.series.num_outputs());
   d->batch_input_mb = in_bytes * B / 1048576;
-  d->activation_mb =
-      activation_bytes(task.model, d->steps, d->micro_batch, gemm == DType::bf16) / 1048576;
   // On a GPU: the step against the device's free memory, in the GPU's precision.
   const std::unique_ptr<Backend> be = make_device_backend(c, task.model);
   size_t free = 0, total = 0;
-  if (std::string device; be->device_memory(&free, &total, &device)) {
-    std::string notice;
-    const DType g = backend_precision(c.str("train.precision"), *be, &notice);
+  std::string device;
+  const bool own_memory = be->device_memory(&free, &total, &device);
+  std::string notice;
+  const DType g = own_memory ? backend_precision(c.str("train.precision"), *be, &notice) : gemm;
+  const std::unique_ptr<Model> model = make_model(task.model);
+  if (micro_auto && !c.boolean("train.stateful")) {  // as training will resolve it
+    const int64_t m = auto_micro_batch(*model, task.model, d->steps, B, g != DType::f32,
+                                       own_memory ? double(free) : double(available_memory_bytes()),
+                                       own_memory, &d->micro_batch_note);
+    if (m >= 1) d->micro_batch = m;
+    rows_key = d->micro_batch < B ? "train.micro_batch_size" : "train.batch_size";
+  }
+  d->activation_mb =
+      activation_bytes(task.model, d->steps, d->micro_batch, gemm == DType::bf16) / 1048576;
+  if (own_memory) {
     if (!notice.empty()) problems.push_back(notice);
-    const std::unique_ptr<Model> model = make_model(task.model);
     double need = 0;
     if (const std::string problem =
             device_fit_problem(double(free), device, *model, task.model, d->steps, d->micro_batch,
                                g != DType::f32, &need);
         !problem.empty())
-      problems.push_back(rows_key + " " + std::to_string(c.integer(rows_key)) + ": " + problem);
+      problems.push_back(rows_key + " " +
+                         std::to_string(rows_key == "train.batch_size" ? B : d->micro_batch) +
+                         ": " + problem);
     d->device = device;
     d->device_precision = gemm_precision_name(g);
     d->device_need_mb = need / 1048576;

@@ -69,18 +69,27 @@ Config with_base_architecture(const Config& c, std::string* note);
 // that size it.
 void check_model_fits(Model& model, const Config& c, bool training);
 // Examples a forward pass without backward (validation, eval, predict) takes at once:
-// train.batch_size, or train.micro_batch_size where smaller (set to bound the memory).
+// train.batch_size, or train.micro_batch_size where smaller (set to bound the memory; `auto`,
+// which training resolves with auto_micro_batch and stores resolved, counts as the batch).
 int64_t forward_rows(const Config& c);
 // Bytes a training step keeps for backward per batch of B windows of T steps (an estimate: the
 // layers' saved activations, their gradients, the head's), with half-precision GEMM copies.
 double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool half);
-// Before a device with its own memory allocates a run: "" when the model's parameters, gradients,
-// AdamW's moments and the activations of `batch` examples at once (a micro-batch) fit
-// `free_bytes`, else the problem in one line, naming the micro-batch size that fits.
-// *need_bytes: the estimate.
+// Before a run allocates: "" when the model's parameters, gradients, AdamW's moments and the
+// activations of `batch` examples at once (a micro-batch) fit `free_bytes` (a device's free
+// memory; with !own_memory, the memory available on the CPU), else the problem in one line,
+// naming the micro-batch size that fits (auto_micro_batch's). *need_bytes: the estimate.
 std::string device_fit_problem(double free_bytes, const std::string& device, Model& model,
                                const ModelOptions& m, int64_t T, int64_t batch, bool half,
-                               double* need_bytes = nullptr);
+                               double* need_bytes = nullptr, bool own_memory = true);
+// train.micro_batch_size `auto`: the examples of a batch of `batch` a training step runs at once,
+// given `free_bytes`. On a device with its own memory (`device`): the whole batch where the step
+// fits 90% of its free memory with the model's parameters, gradients and AdamW's moments, else
+// the largest micro-batch that does (0: not even one example). On the CPU (free_bytes: the
+// memory available to this process): the whole batch where its activations take at most half
+// of it, else the largest that do, at least 1. `why`: the choice in one line.
+int64_t auto_micro_batch(Model& model, const ModelOptions& m, int64_t T, int64_t batch, bool half,
+                         double free_bytes, bool device, std::string* why);
 // Bytes of one batch's buffers, for the loader's memory budget.
 int64_t batch_bytes(const Task& t, int64_t batch_size);
 

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 #include "run.hpp"
 #include "seqforge/core/cpu.hpp"
@@ -9,7 +11,9 @@
 namespace seqforge {
 
 int64_t forward_rows(const Config& c) {
-  const int64_t batch = c.integer("train.batch_size"), micro = c.integer("train.micro_batch_size");
+  const int64_t batch = c.integer("train.batch_size");
+  if (c.str("train.micro_batch_size") == "auto") return batch;  // until auto_micro_batch
+  const int64_t micro = c.integer("train.micro_batch_size");
   return micro > 0 ? std::min(micro, batch) : batch;
 }
 
@@ -80,16 +84,31 @@ double parameter_bytes(const Parameters& p, bool training) {
 }
 }  // namespace
 
+namespace {
+// The most examples at once, at most `batch`, as train.micro_batch_size auto counts them: on a
+// device, 90% of its free memory holds the parameters, gradients and AdamW's moments (`fixed`)
+// and the activations (the allocator, workspaces and the loader's buffers take the rest); on the
+// CPU, the activations take at most half the available memory, as diagnose checks.
+int64_t examples_that_fit(double free_bytes, bool device, double fixed, double per_example,
+                          int64_t batch) {
+  const double budget = device ? 0.9 * free_bytes - fixed : 0.5 * free_bytes;
+  return static_cast<int64_t>(std::clamp(std::floor(budget / per_example), 0.0, double(batch)));
+}
+}  // namespace
+
 std::string device_fit_problem(double free_bytes, const std::string& device, Model& model,
                                const ModelOptions& m, int64_t T, int64_t batch, bool half,
-                               double* need_bytes) {
+                               double* need_bytes, bool own_memory) {
   const double mb = 1 << 20;
   const double fixed = parameter_bytes(model.parameters(), true);
-  const double per_example = activation_bytes(m, T, 1, half);
+  const double per_example = std::max(1.0, activation_bytes(m, T, 1, half));
   const double need = fixed + per_example * double(batch);
   if (need_bytes) *need_bytes = need;
   if (need <= free_bytes) return "";
-  const auto fits = static_cast<int64_t>(std::floor((free_bytes - fixed) / per_example));
+  // What auto would take; where even that is none, what fits at all.
+  int64_t fits = examples_that_fit(free_bytes, own_memory, fixed, per_example, batch);
+  if (fits == 0)
+    fits = static_cast<int64_t>(std::max(0.0, std::floor((free_bytes - fixed) / per_example)));
   char head[256];
   std::snprintf(head, sizeof head,
                 "a training step needs about %.0f MiB on %s (parameters, gradients and AdamW's "
@@ -99,10 +118,33 @@ std::string device_fit_problem(double free_bytes, const std::string& device, Mod
                 static_cast<long long>(batch), free_bytes / mb);
   if (fits >= 1)
     return std::string(head) + ": train.micro_batch_size " + std::to_string(fits) +
-           " fits (the same steps, run in micro-batches)";
+           " fits (the same steps, run in micro-batches; `auto` chooses it)";
   return std::string(head) +
          ": even a batch of 1 does not fit; make the model (model.hidden, model.layers) or the "
          "windows (data.lookback, data.seq_len) smaller";
+}
+
+int64_t auto_micro_batch(Model& model, const ModelOptions& m, int64_t T, int64_t batch, bool half,
+                         double free_bytes, bool device, std::string* why) {
+  const double mb = 1 << 20;
+  const double fixed = parameter_bytes(model.parameters(), true);
+  const double per_example = std::max(1.0, activation_bytes(m, T, 1, half));
+  const int64_t fits = examples_that_fit(free_bytes, device, fixed, per_example, batch);
+  const int64_t chosen = device ? fits : std::max<int64_t>(fits, 1);
+  char detail[256];
+  std::snprintf(detail, sizeof detail, "about %.1f MiB of activations an example; %s",
+                per_example / mb,
+                device ? "90% of the device's free memory for them, the parameters, gradients "
+                         "and AdamW's moments"
+                       : "half the available memory for them");
+  *why = "train.micro_batch_size auto: " +
+         (chosen >= batch ? "the whole batch of " + std::to_string(batch) + " at once"
+          : chosen == 0   ? std::string("not even one example fits")
+                          : std::to_string(chosen) + " of each batch of " + std::to_string(batch) +
+                              " at once") +
+         " (" + detail + ", " + std::to_string(int64_t(free_bytes / mb)) + " MiB " +
+         (device ? "free" : "available") + ")";
+  return chosen;
 }
 
 void check_model_fits(Model& model, const Config& c, bool training) {

@@ -193,6 +193,8 @@ class Training {
   // step_stats_.
   void enqueue_step(int64_t bi, const Batch& batch);
   void make_step_graphs();
+  // train.micro_batch_size auto: the micro-batch that fits, into s_ and the run's config.
+  void resolve_micro_batch(double free_bytes, bool device);
   double read_step();
   void stop_if_signalled(int64_t epoch, int64_t batch, double loss_sum, double seen);
   void progress(int64_t epoch, int64_t batch, int64_t first_batch, double t0, double loss_sum,
@@ -204,7 +206,7 @@ class Training {
   void save_state(bool in_epoch, int64_t batch, double loss_sum, double seen);
   void finish();
 
-  const Config& c_;
+  Config c_;  // train.micro_batch_size auto resolved into it (build_model)
   std::ostream& out_;
   const std::string resume_dir_;
   const TrainHooks& hooks_;
@@ -212,9 +214,10 @@ class Training {
   const int ranks_, rank_;
   const ThreadConfig threads_;
   std::string precision_notice_;
+  std::string micro_note_;  // how train.micro_batch_size auto chose
   Task task_;
   DType gemm_dtype_ = DType::f32;  // train.precision as the backend runs it (build_model)
-  const LoopSettings s_;
+  LoopSettings s_;                 // its micro_batch resolved by build_model where `auto`
   io::DirLock lock_;  // rank 0 owns the run directory from before it touches it to the end
   const std::string run_dir_;
   std::unique_ptr<Backend> be_;
@@ -428,14 +431,22 @@ void Training::build_model() {
   model_ = make_model(task_.model);
   check_model_fits(*model_, c_, true);
   size_t free = 0, total = 0;
-  if (std::string device; be_->device_memory(&free, &total, &device)) {
+  std::string device;
+  const bool own_memory = be_->device_memory(&free, &total, &device);
+  // On the CPU, the memory this process may take: the machine's (or its container's) available
+  // memory, shared by the ranks on this machine.
+  const double room = own_memory
+                          ? double(free)
+                          : double(available_memory_bytes()) / std::max(1, comm_.local_size());
+  if (c_.str("train.micro_batch_size") == "auto") resolve_micro_batch(room, own_memory);
+  {  // a step that cannot fit is refused before anything is allocated, naming what fits
     const int64_t rows = std::min<int64_t>(
         s_.micro_batch, std::max<int64_t>(1, static_cast<int64_t>(task_.split().train.size())));
     const std::string key =
         s_.micro_batch < s_.batch_size ? "train.micro_batch_size" : "train.batch_size";
     if (const std::string problem =
-            device_fit_problem(double(free), device, *model_, task_.model, task_.steps(), rows,
-                               gemm_dtype_ != DType::f32);
+            device_fit_problem(room, own_memory ? device : "this machine", *model_, task_.model,
+                               task_.steps(), rows, gemm_dtype_ != DType::f32, nullptr, own_memory);
         !problem.empty())
       fail(c_.origin(key), ": ", key, " ", c_.integer(key), ": ", problem);
   }
@@ -486,6 +497,24 @@ void Training::build_model() {
   make_step_graphs();
 }
 
+void Training::resolve_micro_batch(double free_bytes, bool device) {
+  const int64_t rows =
+      std::min<int64_t>(s_.batch_size, std::max<int64_t>(1, int64_t(task_.split().train.size())));
+  int64_t micro = rows;
+  if (s_.stateful)
+    micro_note_ =
+        "train.micro_batch_size auto: the whole batch (train.stateful carries its "
+        "streams whole)";
+  else
+    micro = auto_micro_batch(*model_, task_.model, task_.steps(), rows, gemm_dtype_ != DType::f32,
+                             free_bytes, device, &micro_note_);
+  // 0, where not one example fits: the whole batch, which the device's check refuses by name.
+  s_.micro_batch = micro >= 1 && micro < rows ? micro : s_.batch_size;
+  const std::string key = "train.micro_batch_size";
+  c_ = c_.with_values({{key, std::to_string(s_.micro_batch < s_.batch_size ? s_.micro_batch : 0)}},
+                      c_.origin(key));
+}
+
 void Training::make_step_graphs() {
   const std::string setting = c_.str("train.cuda_graphs");
   if (setting != "auto" && setting != "off")
@@ -529,6 +558,7 @@ void Training::print_start() const {
     out_ << "micro-batches: each batch of " << s_.batch_size << " runs as "
          << (s_.batch_size + s_.micro_batch - 1) / s_.micro_batch << " micro-batches of up to "
          << s_.micro_batch << ", their gradients summed before the step\n";
+  if (!micro_note_.empty()) out_ << "note: " << micro_note_ << "\n";
   if (!precision_notice_.empty()) out_ << "note: " << precision_notice_ << "\n";
   if (!graphs_note_.empty() && rank_ == 0) out_ << "note: " << graphs_note_ << "\n";
   if (!threads_.warning.empty()) out_ << "warning: " << threads_.warning << "\n";

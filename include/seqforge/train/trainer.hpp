@@ -132,10 +132,11 @@ struct ConfigDiagnosis {
   int64_t train = 0, val = 0, test = 0;  // windows (sequences) per split
   int64_t steps = 0;                     // time steps per window
   int64_t parameters = 0, batch_size = 0, batches_per_epoch = 0;
-  int64_t micro_batch = 0;      // examples through forward and backward at once
-  double batch_input_mb = 0;    // one batch's inputs and targets
-  double activation_mb = 0;     // estimate: what a micro-batch keeps for backward, and gradients
-  double measured_peak_mb = 0;  // peak resident memory of this process after the measured run
+  int64_t micro_batch = 0;       // examples through forward and backward at once
+  std::string micro_batch_note;  // how train.micro_batch_size auto chose ("" when not auto)
+  double batch_input_mb = 0;     // one batch's inputs and targets
+  double activation_mb = 0;      // estimate: what a micro-batch keeps for backward, and gradients
+  double measured_peak_mb = 0;   // peak resident memory of this process after the measured run
   // On a GPU (train.device cuda, or auto with one): which, the precision its GEMMs run in, a
   // step's estimated need (parameters, gradients, moments, activations) and its memory.
   std::string device, device_precision;
