@@ -207,13 +207,14 @@ TEST(Memory, CgroupLimitsBoundTheAvailableMemory) {
     std::ofstream(file) << text;
   };
   const double mib = 1 << 20;
-  // v2: a limit of 512 MiB on the slice, 300 MiB used of which 100 MiB reclaimable cache; the
+  // v2: a limit of 512 MiB on the slice, 300 MiB used of which 100 MiB file cache; the
   // process's own cgroup below it has no limit ("max").
   write(root / "v2/memory.max", "max\n");  // the root's: none
   write(root / "v2/app.slice/memory.max", std::to_string(int64_t(512 * mib)) + "\n");
   write(root / "v2/app.slice/memory.current", std::to_string(int64_t(300 * mib)) + "\n");
   write(root / "v2/app.slice/memory.stat",
-        "anon 1\ninactive_file " + std::to_string(int64_t(100 * mib)) + "\nactive_file 5\n");
+        "anon 1\ninactive_file " + std::to_string(int64_t(60 * mib)) + "\nactive_file " +
+            std::to_string(int64_t(40 * mib)) + "\nactive_anon 7\n");
   write(root / "v2/app.slice/run/memory.max", "max\n");
   write(root / "v2/app.slice/run/memory.current", "4096\n");
   write(root / "cgroup_v2", "0::/app.slice/run\n");

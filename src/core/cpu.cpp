@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <utility>
@@ -141,15 +142,17 @@ std::optional<double> read_number(const std::string& path) {
   return v;
 }
 
-// A field of a cgroup's memory.stat ("inactive_file"), or 0.
-double memory_stat(const std::string& dir, const std::string& field) {
+// The sum of fields of a cgroup's memory.stat ("active_file", "inactive_file"), 0 for absent ones.
+double memory_stat(const std::string& dir, std::initializer_list<const char*> fields) {
   std::ifstream f(dir + "/memory.stat");
+  double sum = 0;
   for (std::string key; f >> key;) {
     double v = 0;
     f >> v;
-    if (key == field) return v;
+    for (const char* field : fields)
+      if (key == field) sum += v;
   }
-  return 0;
+  return sum;
 }
 
 }  // namespace
@@ -186,13 +189,13 @@ std::optional<double> cgroup_memory_room(const std::string& cgroup_file, const s
       each_level(root, path, [&](const std::string& dir) {
         if (const auto limit = read_number(dir + "/memory.max"))
           take(*limit, read_number(dir + "/memory.current").value_or(0),
-               memory_stat(dir, "inactive_file"));
+               memory_stat(dir, {"active_file", "inactive_file"}));
       });
     } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {  // v1
       each_level(root + "/memory", path, [&](const std::string& dir) {
         if (const auto limit = read_number(dir + "/memory.limit_in_bytes"))
           take(*limit, read_number(dir + "/memory.usage_in_bytes").value_or(0),
-               memory_stat(dir, "total_inactive_file"));
+               memory_stat(dir, {"total_active_file", "total_inactive_file"}));
       });
     }
   }

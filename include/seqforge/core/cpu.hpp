@@ -42,8 +42,8 @@ double meminfo_mb(const std::string& field);
 // the process's cgroup memory limit, a container's), in bytes.
 int64_t available_memory_bytes();
 // The room left under this process's cgroup memory limit (a container's, a systemd slice's), in
-// bytes: the limit less the usage, the page cache the kernel would reclaim first counted free
-// (as `docker stats` counts it); the smallest over the cgroup and its parents. nullopt: no limit.
+// bytes: the limit less the usage, the file pages of the page cache, which the kernel reclaims
+// before it kills, counted free; the smallest over the cgroup and its parents. nullopt: no limit.
 std::optional<double> cgroup_memory_room();
 // The same from `cgroup_file` (as /proc/self/cgroup) and the hierarchy mounted at `root` (as
 // /sys/fs/cgroup: cgroup v2 there, v1's memory controller under root/memory).
