@@ -528,14 +528,14 @@ TEST(Device, ABatchTheDeviceCannotHoldNamesTheOneThatFits) {
   auto model = make_model(m);
   const int64_t T = 200;
   double need = 0;
-  EXPECT_EQ(device_fit_problem(1e12, "GPU 0, Test", *model, m, T, 256, false, &need), "");
+  EXPECT_EQ(step_fit_problem(1e12, "GPU 0, Test", *model, m, T, 256, false, &need), "");
   const double per_example = activation_bytes(m, T, 1, false);
   const double fixed = need - 256 * per_example;
   EXPECT_NEAR(fixed, 16.0 * double(model->parameters().count()), 1.0)
       << "values, gradients and two moments in f32";
   // What auto takes: 90% of the free memory for the parameters' and 100.5 examples' bytes.
-  const std::string problem = device_fit_problem((fixed + 100.5 * per_example) / 0.9, "GPU 0, Test",
-                                                 *model, m, T, 256, false);
+  const std::string problem = step_fit_problem((fixed + 100.5 * per_example) / 0.9, "GPU 0, Test",
+                                               *model, m, T, 256, false);
   EXPECT_NE(problem.find("on GPU 0, Test"), std::string::npos) << problem;
   EXPECT_TRUE(
       problem.ends_with(": train.micro_batch_size 100 fits (the same steps, run in "
@@ -556,7 +556,7 @@ TEST(Device, ABatchTheDeviceCannotHoldNamesTheOneThatFits) {
   EXPECT_EQ(auto_micro_batch(*model, m, T, 256, false, 2 * 40.5 * per_example, false, &why), 40)
       << why;
   EXPECT_EQ(auto_micro_batch(*model, m, T, 256, false, per_example / 4, false, &why), 1) << why;
-  EXPECT_TRUE(device_fit_problem(fixed / 2, "GPU 0, Test", *model, m, T, 256, false)
+  EXPECT_TRUE(step_fit_problem(fixed / 2, "GPU 0, Test", *model, m, T, 256, false)
                   .ends_with("even a batch of 1 does not fit; make the model (model.hidden, "
                              "model.layers) or the windows (data.lookback, data.seq_len) smaller"));
   // Half-precision copies of the gates and outputs cost more per example.

@@ -109,8 +109,8 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
     if (!notice.empty()) problems.push_back(notice);
     double need = 0;
     if (const std::string problem =
-            device_fit_problem(double(free), device, *model, task.model, d->steps, d->micro_batch,
-                               g != DType::f32, &need);
+            step_fit_problem(double(free), device, *model, task.model, d->steps, d->micro_batch,
+                             g != DType::f32, &need);
         !problem.empty())
       problems.push_back(rows_key + " " +
                          std::to_string(rows_key == "train.batch_size" ? B : d->micro_batch) +

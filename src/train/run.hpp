@@ -79,9 +79,9 @@ double activation_bytes(const ModelOptions& m, int64_t T, int64_t B, bool half);
 // activations of `batch` examples at once (a micro-batch) fit `free_bytes` (a device's free
 // memory; with !own_memory, the memory available on the CPU), else the problem in one line,
 // naming the micro-batch size that fits (auto_micro_batch's). *need_bytes: the estimate.
-std::string device_fit_problem(double free_bytes, const std::string& device, Model& model,
-                               const ModelOptions& m, int64_t T, int64_t batch, bool half,
-                               double* need_bytes = nullptr, bool own_memory = true);
+std::string step_fit_problem(double free_bytes, const std::string& device, Model& model,
+                             const ModelOptions& m, int64_t T, int64_t batch, bool half,
+                             double* need_bytes = nullptr, bool own_memory = true);
 // train.micro_batch_size `auto`: the examples of a batch of `batch` a training step runs at once,
 // given `free_bytes`. On a device with its own memory (`device`): the whole batch where the step
 // fits 90% of its free memory with the model's parameters, gradients and AdamW's moments, else

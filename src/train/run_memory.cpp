@@ -82,9 +82,7 @@ double parameter_bytes(const Parameters& p, bool training) {
   }
   return sizeof(float) * (values + (training ? 3 * trained : 0));
 }
-}  // namespace
 
-namespace {
 // The most examples at once, at most `batch`, as train.micro_batch_size auto counts them: on a
 // device, 90% of its free memory holds the parameters, gradients and AdamW's moments (`fixed`)
 // and the activations (the allocator, workspaces and the loader's buffers take the rest); on the
@@ -96,9 +94,9 @@ int64_t examples_that_fit(double free_bytes, bool device, double fixed, double p
 }
 }  // namespace
 
-std::string device_fit_problem(double free_bytes, const std::string& device, Model& model,
-                               const ModelOptions& m, int64_t T, int64_t batch, bool half,
-                               double* need_bytes, bool own_memory) {
+std::string step_fit_problem(double free_bytes, const std::string& device, Model& model,
+                             const ModelOptions& m, int64_t T, int64_t batch, bool half,
+                             double* need_bytes, bool own_memory) {
   const double mb = 1 << 20;
   const double fixed = parameter_bytes(model.parameters(), true);
   const double per_example = std::max(1.0, activation_bytes(m, T, 1, half));

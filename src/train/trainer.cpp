@@ -445,8 +445,8 @@ void Training::build_model() {
     const std::string key =
         s_.micro_batch < s_.batch_size ? "train.micro_batch_size" : "train.batch_size";
     if (const std::string problem =
-            device_fit_problem(room, own_memory ? device : "this machine", *model_, task_.model,
-                               task_.steps(), rows, gemm_dtype_ != DType::f32, nullptr, own_memory);
+            step_fit_problem(room, own_memory ? device : "this machine", *model_, task_.model,
+                             task_.steps(), rows, gemm_dtype_ != DType::f32, nullptr, own_memory);
         !problem.empty())
       fail(c_.origin(key), ": ", key, " ", c_.integer(key), ": ", problem);
   }
