@@ -58,13 +58,11 @@ void print_machine() {
     std::printf("  isa cap       none (SEQFORGE_MAX_ISA unset): kernels dispatch up to %s\n",
                 isa_tier_name(isa_tier()));
   std::printf("  amx           %s\n", amx_permission().c_str());
+  std::printf("  memory        %.0f MB total, %.0f MB available", meminfo_mb("MemTotal"),
+              meminfo_mb("MemAvailable"));
   if (const auto room = cgroup_memory_room())
-    std::printf(
-        "  memory        %.0f MB total, %.0f MB available, %.0f MB under the cgroup's limit\n",
-        meminfo_mb("MemTotal"), meminfo_mb("MemAvailable"), *room / 1048576);
-  else
-    std::printf("  memory        %.0f MB total, %.0f MB available\n", meminfo_mb("MemTotal"),
-                meminfo_mb("MemAvailable"));
+    std::printf(", %.0f MB under the cgroup's limit", *room / 1048576);
+  std::printf("\n");
   const OneDnnInfo dnnl = onednn_info();
   std::printf("  onednn        %s, dispatching up to %s\n", dnnl.version.c_str(), dnnl.isa.c_str());
   // The shapes of a typical step: the recurrent GEMM (batch 64, hidden 128) and the input

@@ -25,6 +25,7 @@ inline bool needs_base(Transform t) {
   return t == Transform::diff || t == Transform::log_return || t == Transform::pct_change;
 }
 
+// data.transform of a column (Transform::none where it names none).
 inline Transform transform_of(const SeriesOptions& o, const std::string& column) {
   const auto it = o.transforms.find(column);
   return it == o.transforms.end() ? Transform::none : it->second;
