@@ -293,18 +293,29 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
                 ck.groups.at("forward").error, ck.groups.at("backward").error,
                 ck.groups.at("adamw").error, ck.groups.at("sgd").error, torch_f32,
                 worst.tensor.c_str());
-    if (dt != DType::f32 || torch_f32 <= tolerance) {
+    if (dt != DType::f32) {
+      // Two SGD steps compound a layer norm's ill-conditioning: there float64 itself spreads (the
+      // same steps with the norms written out), and another order lands a few times that spread.
+      const double sgd_spread = fx.config.value("torch_f64_sgd_spread", 0.0);
+      for (const auto& [group, w] : ck.groups) {
+        const double limit = group == "sgd" ? std::max(tolerance, 4 * sgd_spread) : tolerance;
+        EXPECT_LE(w.error, limit) << name << ": " << group << ", worst " << w.tensor;
+      }
+      continue;
+    }
+    if (torch_f32 <= tolerance) {
       // Where PyTorch's own float32 error comes near the tolerance (a layer norm over a few
       // features), another float32 order of operations lands a few times its error.
-      const double limit = dt == DType::f32 ? std::max(tolerance, 4 * torch_f32) : tolerance;
-      EXPECT_LE(worst.error, limit) << name << ": worst " << worst.tensor;
+      EXPECT_LE(worst.error, std::max(tolerance, 4 * torch_f32))
+          << name << ": worst " << worst.tensor;
       continue;
     }
     // Where float32 itself cannot hold the tolerance (layer norms of nearly constant rows:
     // PyTorch's own float32 forward and backward are off by more), seqforge's may be off by a few
     // times as much, each value judged against at least a thousandth of its group's largest;
     // the SGD steps, which compound two steps of its own gradients, are only printed. The
-    // float64 run checks these fixtures at the full tolerance.
+    // float64 run checks these fixtures at the full tolerance (the SGD steps within a few times
+    // float64's own spread).
     ++ill_conditioned;
     for (const char* group : {"forward", "backward", "adamw"}) {
       const Checker::Worst w = ck.floored(group, 1e-3);

@@ -160,7 +160,8 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
     std::printf("  %-48s %-9.2e %-9.2e %-9.2e %-12.2e %s\n", name.c_str(), e.forward, e.backward,
                 e.adamw, torch_f32, e.worst.c_str());
     // In f32, within the tolerance or within 4x PyTorch's own float32 error (the worst of five
-    // summation orders of its Linears), whichever is larger: another order of the same sums
+    // summation orders of its Linears and two runs with flash attention's backward), whichever
+    // is larger: another order of the same sums
     // lands a few times its error (a LayerNorm weight's gradient summed over 116 rows with
     // OpenBLAS's order: 1.1e-5 where PyTorch's orders reach 6e-6). Where float32 itself misses
     // the tolerance, within 10x its error. The f64 run checks every fixture at the full
@@ -175,7 +176,7 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
   std::printf(
       "  error: max |got - want| / max(|want|, 0.1 max|want|) against PyTorch float64;\n"
       "  torch-f32: PyTorch's own float32 forward/backward under the same metric, the worst of\n"
-      "  five summation orders of its Linears\n");
+      "  five summation orders of its Linears and two runs with flash attention's backward\n");
 }
 
 // In the PyTorchParity suite, which the test script runs after the fixtures are written.

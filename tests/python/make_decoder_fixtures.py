@@ -17,7 +17,7 @@ model.safetensors or as shards named by model.safetensors.index.json, in f32 or 
 seqforge loads as a user's model, and OUT_DIR/<name>/expected.safetensors: token ids and
 targets, the logits, the mean cross-entropy and every parameter's gradient, computed in float64
 from the stored (f32- or bf16-representable) weights, and PyTorch's own float32 error on them (the
-worst of five summation orders). OUT_DIR/decoder_index.txt lists them.
+worst of five summation orders and two runs with flash attention's backward). OUT_DIR/decoder_index.txt lists them.
 
 Usage: /usr/bin/python3 tests/python/make_decoder_fixtures.py OUT_DIR [--random SEED COUNT]
   SEQFORGE_FIXTURE_DIR=OUT_DIR build/tests/seqforge_tests --gtest_filter='DecoderParity.*'
@@ -34,7 +34,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_parity_fixtures import max_rel_error, out_dir_and_configs  # noqa: E402
-from make_transformer_fixtures import SeqforgeRng, dropout_mask, mix_seed  # noqa: E402
+from make_transformer_fixtures import (  # noqa: E402
+    SeqforgeRng, dropout_mask, float32_runs, mix_seed, softmax_pv)
 
 # type: llama or qwen2; v vocabulary, c hidden, f MLP width, l layers, h query heads, kv
 # key/value heads, d head size (given as head_dim when not c / h), t tokens, b batch; tie: tied
@@ -231,7 +232,8 @@ def adapter_masks(c, config):
     return masks
 
 
-def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None, offset=0):
+def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None, offset=0,
+            flash=False):
     """Logits (B*T, V) of the reference decoder from parameters `p` (HF's names); with
     `adapter` (kind, scale) PEFT's LoRA or DoRA on the Linears whose A and B `p` holds as
     base_model.model.<name>.lora_A.weight ...; with `score.weight` in `p`, HF's sequence
@@ -239,7 +241,8 @@ def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None, off
     every Linear sums its inputs in a random order: the same function, rounded otherwise. With
     `masks` (adapter_masks) the adapters read the dropped input x' = x * mask, as PEFT's
     lora_dropout: LoRA adds s x' A^T B^T; DoRA keeps the base on x and adds
-    (m / ||V|| - 1) x' W0^T + (m / ||V||) s x' A^T B^T. The positions start at `offset`."""
+    (m / ||V|| - 1) x' W0^T + (m / ||V||) s x' A^T B^T. The positions start at `offset`. With `flash`, attention is
+    differentiated as flash attention does (softmax_pv)."""
     B, T = ids.shape
     H, KV, D = (config["num_attention_heads"], config["num_key_value_heads"],
                 config["head_dim"])
@@ -317,7 +320,7 @@ def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None, off
         if cap:
             scores = cap * torch.tanh(scores / cap)
         scores = scores + (local_mask if local else causal)
-        att = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
+        att = softmax_pv(scores, v, flash).transpose(1, 2).reshape(B, T, H * D)
         o = lin(att, pre + ".self_attn.o_proj")
         if gemma:
             o = rms_norm(o, p[pre + ".post_attention_layernorm.weight"], eps, True)
@@ -522,14 +525,14 @@ def main():
         loss = F.cross_entropy(logits, targets)
         loss.backward()
         # PyTorch's own float32 error on the same weights, under the parity metric: the worst of
-        # its run and of four runs whose Linears sum in other orders. A small random model can be
-        # ill-conditioned (a q/k norm over a projection whose terms nearly cancel), and one
-        # float32 run is then one draw from a wide spread of roundings.
+        # its run, of four runs whose Linears sum in other orders and of two whose attention is
+        # differentiated as flash attention does. A small random model can be ill-conditioned (a
+        # q/k norm over a projection whose terms nearly cancel), and one float32 run is then one
+        # draw from a wide spread of roundings.
         torch_f32 = 0.0
-        for probe in range(5):
+        for order, flash in float32_runs():
             p32 = {n: t.detach().float().requires_grad_(n in trained) for n, t in p.items()}
-            order = torch.Generator().manual_seed(probe) if probe else None
-            logits32 = forward(config, p32, ids, adapter, lens, order, masks)
+            logits32 = forward(config, p32, ids, adapter, lens, order, masks, flash=flash)
             F.cross_entropy(logits32, targets).backward()
             torch_f32 = max([torch_f32, max_rel_error(logits32.detach(), logits.detach())] +
                             [max_rel_error(p32[n].grad, p[n].grad) for n in trained])

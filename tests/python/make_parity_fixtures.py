@@ -123,11 +123,18 @@ class LayerNormLSTM(torch.nn.Module):
                     self.register_parameter(name + sfx, torch.nn.Parameter(
                         torch.empty(n * hidden).uniform_(lo, hi)))
 
+    # With explicit_norm, the layer norms are written out (mean, variance, division): the same
+    # function, rounded otherwise, to measure how far float64 itself spreads on a configuration.
+    explicit_norm = False
+
     def forward(self, x, state):
         if self.batch_first:
             x = x.transpose(0, 1)
         T, B = x.shape[0], x.shape[1]
         ln = lambda v: torch.nn.functional.layer_norm(v, v.shape[-1:], eps=1e-5)
+        if self.explicit_norm:
+            ln = lambda v: ((v - v.mean(-1, keepdim=True)) /
+                            torch.sqrt(v.var(-1, unbiased=False, keepdim=True) + 1e-5))
         h_n, c_n = [], []
         for l in range(self.layers):
             outs = []
@@ -354,26 +361,40 @@ def make(c, seed):
 
     # Two SGD-momentum steps (Nesterov on bidirectional configs), gradients clipped to half their
     # norm so the clipping is active.
-    model.load_state_dict(initial)
     nesterov = bool(c.get("bi"))
-    opt = torch.optim.SGD(model.parameters(), lr=LR_SGD, momentum=MOMENTUM, nesterov=nesterov)
-    clip = {}
-    for step in (1, 2):
-        run(model)
-        total = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))
-        clip[step] = float(total) * 0.5
-        got = torch.nn.utils.clip_grad_norm_(model.parameters(), clip[step])
-        tensors["sgd%d.total_norm" % step] = got.detach().reshape(())
-        opt.step()
-        for k, p in model.named_parameters():
-            tensors["sgd%d.%s" % (step, k)] = p.detach().clone()
+
+    def sgd_steps():
+        model.load_state_dict(initial)
+        opt = torch.optim.SGD(model.parameters(), lr=LR_SGD, momentum=MOMENTUM, nesterov=nesterov)
+        steps, clip = {}, {}
+        for step in (1, 2):
+            run(model)
+            total = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))
+            clip[step] = float(total) * 0.5
+            got = torch.nn.utils.clip_grad_norm_(model.parameters(), clip[step])
+            steps["sgd%d.total_norm" % step] = got.detach().reshape(())
+            opt.step()
+            for k, p in model.named_parameters():
+                steps["sgd%d.%s" % (step, k)] = p.detach().clone()
+        return steps, clip
+
+    steps, clip = sgd_steps()
+    tensors.update(steps)
+    # Two steps compound a layer norm's ill-conditioning (a norm over a few nearly equal values):
+    # float64's own spread there, the same steps with the norms written out, bounds the f64 check.
+    sgd_f64_spread = 0.0
+    if c.get("cell") == "lnlstm":
+        LayerNormLSTM.explicit_norm = True
+        other, _ = sgd_steps()
+        LayerNormLSTM.explicit_norm = False
+        sgd_f64_spread = max(max_rel_error(other[k], v) for k, v in steps.items())
 
     meta = dict(c)
     meta.update(name=name_of(c), seed=seed, ignore_index=inputs.get("meta_ignore", -100),
                 lr_adamw=LR_ADAMW, wd_adamw=WD_ADAMW, lr_sgd=LR_SGD, momentum=MOMENTUM,
                 nesterov=nesterov, max_norm1=clip[1], max_norm2=clip[2],
                 output_size=model.head.out_features, torch_f32_forward_error=torch_f32[0],
-                torch_f32_backward_error=torch_f32[1])
+                torch_f32_backward_error=torch_f32[1], torch_f64_sgd_spread=sgd_f64_spread)
     return meta, tensors
 
 

@@ -192,6 +192,36 @@ class Adapted(torch.nn.Module):
 # With a generator here, every Linear sums its inputs in a random order: the same function, rounded
 # otherwise (PyTorch's own float32 error is the worst of several such orders).
 SUMMATION_ORDER = None
+# With FLASH_BACKWARD, attention is differentiated as flash attention differentiates it.
+FLASH_BACKWARD = False
+
+
+class FlashSoftmaxPV(torch.autograd.Function):
+    """softmax(scores) @ v whose backward takes each row's sum of dP * P from the output, as flash
+    attention does: dscores = P (dP - rowsum(dO * O)) rather than P (dP - rowsum(P * dP)). The
+    same gradient, rounded otherwise: where a row's probabilities nearly cancel (two keys, one of
+    them dominant), float32's spread between the two is part of its own error."""
+
+    @staticmethod
+    def forward(ctx, scores, v):
+        p = torch.softmax(scores, dim=-1)
+        o = p @ v
+        ctx.save_for_backward(p, v, o)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        p, v, o = ctx.saved_tensors
+        dp = do @ v.transpose(-1, -2)
+        return p * (dp - (do * o).sum(-1, keepdim=True)), p.transpose(-1, -2) @ do
+
+
+def softmax_pv(scores, v, flash=None):
+    """softmax(scores) @ v over the last axis of scores; flash (default FLASH_BACKWARD) as
+    FlashSoftmaxPV differentiates it."""
+    if FLASH_BACKWARD if flash is None else flash:
+        return FlashSoftmaxPV.apply(scores, v)
+    return torch.softmax(scores, dim=-1) @ v
 
 
 class Linear(torch.nn.Linear):
@@ -202,13 +232,22 @@ class Linear(torch.nn.Linear):
         return torch.nn.functional.linear(x[..., perm], self.weight[:, perm], self.bias)
 
 
-def float32_probes(probes=5):
-    """The summation orders of PyTorch's float32 runs: its own, then probes - 1 random ones."""
-    global SUMMATION_ORDER
-    for probe in range(probes):
-        SUMMATION_ORDER = torch.Generator().manual_seed(probe) if probe else None
+def float32_runs(probes=5, flash_probes=2):
+    """(summation order, flash) of PyTorch's float32 runs: its own order, then probes - 1 random
+    ones, then flash_probes runs (its own order, then random ones) whose attention is
+    differentiated as flash attention does."""
+    for probe in range(probes + flash_probes):
+        flash = probe >= probes
+        seed = probe - probes if flash else probe
+        yield (torch.Generator().manual_seed(seed) if seed else None), flash
+
+
+def float32_probes():
+    """Sets SUMMATION_ORDER and FLASH_BACKWARD for each of float32_runs in turn."""
+    global SUMMATION_ORDER, FLASH_BACKWARD
+    for probe, (SUMMATION_ORDER, FLASH_BACKWARD) in enumerate(float32_runs()):
         yield probe
-    SUMMATION_ORDER = None
+    SUMMATION_ORDER, FLASH_BACKWARD = None, False
 
 
 def note_float32_errors(errors, logits32, logits64, grads32, grads64):
@@ -237,7 +276,7 @@ class SelfAttention(torch.nn.Module):
         if lengths is not None:  # padding: keys at and past a row's length
             keys = torch.arange(T).view(1, 1, 1, T) < lengths.view(B, 1, 1, 1)
             att = att.masked_fill(~keys, float("-inf"))
-        y = torch.softmax(att, dim=-1) @ v
+        y = softmax_pv(att, v)
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
