@@ -222,7 +222,8 @@ __global__ void attention_forward_tc_kernel(AttentionForward a, int64_t other,
 }
 
 // delta (B, heads, T) = rowsum(bf16(dO) * O): D_i from the dO the products see, so that a row
-// whose P is one-hot gets dP - D_i = 0 as it should, not dO's rounding.
+// whose P is one-hot gets dP - D_i within the products' own rounding of 0 (the tensor cores sum
+// dP in their own order, so not exactly 0), not within dO's rounding to bf16.
 __global__ void attention_delta_tc_kernel(float* delta, const float* out, const float* dout,
                                           AttentionShape s) {
   const int64_t C = s.heads * s.head_dim;

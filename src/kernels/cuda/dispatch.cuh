@@ -35,13 +35,15 @@ void dispatch_output(DType y_type, const char* op, Fn&& fn) {
 }
 
 // A kernel whose shared memory (its static arrays and `bytes` more) passes the default 48 KB
-// asks for it; past what the GPU offers a block, the launch would fail: one line instead.
+// asks for it; past what the GPU offers a block, the launch would fail: one line instead. The
+// limit is only ever raised: a launch planned earlier (one in a captured graph) keeps its room.
 template <typename Kernel>
 void allow_shared(Kernel kernel, size_t bytes, const char* what,
                   const char* narrower = "model.hidden") {
   cudaFuncAttributes attributes{};
   cudaFuncGetAttributes(&attributes, kernel);
   if (attributes.sharedSizeBytes + bytes <= (size_t{48} << 10)) return;
+  if (bytes <= static_cast<size_t>(attributes.maxDynamicSharedSizeBytes)) return;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(bytes)) != cudaSuccess) {
     cudaGetLastError();

@@ -53,11 +53,19 @@ namespace {
 template <typename T, typename Kernel, typename Elements>
 std::pair<RecurrencePlan, unsigned> plan_recurrence(Kernel kernel, int64_t k_total, int64_t tiles,
                                                     Elements elements, const char* what) {
+  auto check = [&](cudaError_t e, const char* query) {
+    if (e == cudaSuccess) return;
+    cudaGetLastError();
+    fail("cuda: ", what, ": ", query, " failed: ", cudaGetErrorName(e));
+  };
   int device = 0, sms = 0, cooperative = 0, optin = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device);
-  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+        "the multiprocessor count");
+  check(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device),
+        "the cooperative launch attribute");
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+        "the shared memory per block");
   if (!cooperative) fail("cuda: ", what, ": this GPU has no cooperative launches");
   for (const bool resident : {true, false}) {
     RecurrencePlan plan{static_cast<int>(k_total), resident};
@@ -67,7 +75,9 @@ std::pair<RecurrencePlan, unsigned> plan_recurrence(Kernel kernel, int64_t k_tot
     if (bytes() > static_cast<size_t>(optin)) continue;
     allow_shared(kernel, bytes(), what);
     int per_sm = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kRecurrenceThreads, bytes());
+    check(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kRecurrenceThreads, bytes()),
+        "the occupancy query");
     const int64_t capacity = int64_t{per_sm} * sms;
     if (per_sm < 1 || (resident && tiles > capacity)) continue;
     return {plan, static_cast<unsigned>(std::min(tiles, capacity))};

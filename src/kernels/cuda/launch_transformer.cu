@@ -201,20 +201,30 @@ unsigned attention_blocks(int64_t units, int64_t rows, int64_t R) {
 
 // Tensor cores (attention_tc.cuh) for bf16 products of f32 tensors where
 // SEQFORGE_CUDA_ATTENTION=tensor_cores asks for them (until they have run on a GPU, the f32
-// kernels are the default): the rows of the other side per tile, the most of 64, 32 and 16 whose
-// shared memory this GPU offers a block; 0 for the f32 kernels.
-int64_t tensor_core_tile(const AttentionShape& s, DType dtype, size_t (*shared)(int64_t, int64_t)) {
-  if (dtype != DType::f32 || !s.bf16_products) return 0;
+// kernels are the default): per kernel the rows of the other side per tile, the most of 64, 32
+// and 16 whose shared memory this GPU offers a block. Forward and backward take tensor cores
+// together or not at all: the backward recomputes the probabilities from the forward's
+// log-sum-exp, which must have come from the same products.
+struct TensorCoreTiles {
+  int64_t forward = 0, dkdv = 0, dq = 0;
+  explicit operator bool() const { return forward && dkdv && dq; }
+};
+TensorCoreTiles tensor_core_tiles(const AttentionShape& s, DType dtype) {
+  if (dtype != DType::f32 || !s.bf16_products) return {};
   const char* choice = std::getenv("SEQFORGE_CUDA_ATTENTION");
-  if (!choice || std::string_view(choice) == "" || std::string_view(choice) == "f32") return 0;
+  if (!choice || std::string_view(choice) == "" || std::string_view(choice) == "f32") return {};
   if (std::string_view(choice) != "tensor_cores")
     fail("SEQFORGE_CUDA_ATTENTION: unknown value '", choice, "' (expected f32 or tensor_cores)");
   int device = 0, optin = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  for (const int64_t other : {64, 32, 16})
-    if (shared(s.head_dim, other) <= static_cast<size_t>(optin)) return other;
-  return 0;
+  auto tile = [&](size_t (*shared)(int64_t, int64_t)) -> int64_t {
+    for (const int64_t other : {64, 32, 16})
+      if (shared(s.head_dim, other) <= static_cast<size_t>(optin)) return other;
+    return 0;
+  };
+  const TensorCoreTiles t{tile(tc_forward_shared), tile(tc_dkdv_shared), tile(tc_dq_shared)};
+  return t ? t : TensorCoreTiles{};
 }
 
 }  // namespace
@@ -222,7 +232,8 @@ int64_t tensor_core_tile(const AttentionShape& s, DType dtype, size_t (*shared)(
 void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   if (s.batch * s.heads == 0 || a.first_row >= s.seq) return;
-  if (const int64_t other = tensor_core_tile(s, dtype, tc_forward_shared)) {
+  if (const TensorCoreTiles tiles = tensor_core_tiles(s, dtype)) {
+    const int64_t other = tiles.forward;
     const size_t shared = tc_forward_shared(s.head_dim, other);
     allow_shared(attention_forward_tc_kernel, shared, "attention's forward", "head size");
     SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq - a.first_row, kTcRows), kTcThreads, shared,
@@ -244,9 +255,8 @@ void attention_backward(const AttentionBackward& a, void* delta, DType dtype, cu
   const AttentionShape& s = a.shape;
   if (s.batch * s.heads * s.seq == 0) return;
   const AttentionDropout drop = attention_dropout(s);
-  const int64_t other_k = tensor_core_tile(s, dtype, tc_dkdv_shared),
-                other_q = tensor_core_tile(s, dtype, tc_dq_shared);
-  if (other_k && other_q) {
+  if (const TensorCoreTiles tiles = tensor_core_tiles(s, dtype)) {
+    const int64_t other_k = tiles.dkdv, other_q = tiles.dq;
     float* d = static_cast<float*>(delta);
     SF_LAUNCH(blocks_for(s.batch * s.heads * s.seq), kThreads, 0, stream, attention_delta_tc_kernel)
     (d, static_cast<const float*>(a.out), static_cast<const float*>(a.dout), s);

@@ -44,6 +44,7 @@ enum cudaError_t {
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 struct cudaFuncAttributes {
   size_t sharedSizeBytes = 0;
+  int maxDynamicSharedSizeBytes = 48 << 10;
 };
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
