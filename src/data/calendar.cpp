@@ -5,9 +5,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
-#include <fstream>
 #include <numbers>
+#include <sstream>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/data/options.hpp"
 #include "seqforge/io/csv.hpp"
@@ -103,8 +104,13 @@ Frequency parse_frequency(const std::string& text, const std::string& where) {
 }
 
 std::vector<int64_t> read_holidays(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(path, ": cannot read the holidays file (data.holidays)");
+  std::string text;
+  try {
+    text = io::read_text_file(path);
+  } catch (const std::exception& e) {
+    fail(e.what(), " (data.holidays)");
+  }
+  std::istringstream in(text);
   std::vector<int64_t> days;
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
@@ -164,7 +170,7 @@ bool clock_set_back(int64_t when, const std::string& text) {
          t.second_of_day < 4 * 3600;
 }
 
-bool is_date_cell(const std::string& cell) {
+bool is_date_cell(std::string_view cell) {
   if (io::parse_finite(cell)) return false;
   for (io::DateLayout layout : {io::DateLayout::iso, io::DateLayout::day_first,
                                 io::DateLayout::month_first, io::DateLayout::named_month})

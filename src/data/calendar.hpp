@@ -49,6 +49,6 @@ bool clock_set_back(int64_t when, const std::string& text);
 
 // Whether a cell is a date or date-time in any layout that is not also a number (20201231 is
 // both).
-bool is_date_cell(const std::string& cell);
+bool is_date_cell(std::string_view cell);
 
 }  // namespace seqforge

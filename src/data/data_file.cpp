@@ -74,7 +74,7 @@ bool DataFile::has_column(const std::string& name) const {
   return std::find(names_.begin(), names_.end(), name) != names_.end();
 }
 
-const std::vector<std::string>& DataFile::text(const std::string& name) const {
+const io::CsvColumn& DataFile::text(const std::string& name) const {
   if (!csv_) fail(path_, ": a .npy array has no text column '", name, "'");
   return csv_->text(name);
 }

@@ -20,7 +20,7 @@ class DataFile {
   int64_t rows() const { return csv_ ? csv_->rows() : matrix_.rows; }
   const std::vector<std::string>& columns() const { return names_; }
   bool has_column(const std::string& name) const;
-  const std::vector<std::string>& text(const std::string& name) const;
+  const io::CsvColumn& text(const std::string& name) const;
   bool is_array() const { return !csv_; }
   // Where the file is not comma-separated: which separator its header told, and which of
   // `numeric` write decimal commas.

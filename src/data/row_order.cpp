@@ -32,8 +32,8 @@ std::string format_duration(int64_t seconds) {
 // month first, whose order a field past 12 anywhere in the column tells (or data.date_order).
 // nullopt: the column holds numbers, not dates.
 std::optional<io::DateLayout> date_layout(const DataFile& table, const SeriesOptions& o) {
-  const std::vector<std::string>& cells = table.text(o.date_col);
-  const std::string& first = cells[0];
+  const io::CsvColumn& cells = table.text(o.date_col);
+  const std::string first(cells[0]);
   if (io::parse_datetime(first)) return io::DateLayout::iso;
   if (io::parse_date(first, io::DateLayout::compact)) return io::DateLayout::compact;
   if (io::parse_date(first, io::DateLayout::named_month)) return io::DateLayout::named_month;
@@ -70,7 +70,7 @@ std::string layout_note(const DataFile& table, const SeriesOptions& o, io::DateL
     for (int64_t r = 0; r < table.rows(); ++r)
       if (const auto f = io::day_month_fields(table.text(o.date_col)[r]);
           f && (day ? f->first : f->second) > 12) {
-        why = "'" + table.text(o.date_col)[r] + "' at " + table.where(r);
+        why = "'" + std::string(table.text(o.date_col)[r]) + "' at " + table.where(r);
         break;
       }
   return column + (day ? "day first (day/month/year: " : "month first (month/day/year: ") + why +
@@ -159,11 +159,10 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   }
   // A file row's date as the file writes it.
   auto date_text = [&](int64_t r) {
-    return table.is_array() ? numeric_time_text(when[r]) : table.text(o.date_col)[r];
+    return table.is_array() ? numeric_time_text(when[r]) : std::string(table.text(o.date_col)[r]);
   };
-  static const std::vector<std::string> no_names;
-  const std::vector<std::string>& names =
-      o.series_col.empty() ? no_names : table.text(o.series_col);
+  static const io::CsvColumn no_names;
+  const io::CsvColumn& names = o.series_col.empty() ? no_names : table.text(o.series_col);
   out.rows.resize(n);
   std::iota(out.rows.begin(), out.rows.end(), 0);
   std::stable_sort(out.rows.begin(), out.rows.end(), [&](int64_t a, int64_t b) {
@@ -174,7 +173,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   std::string largest_at;
   for (int64_t p = 0; p < n;) {
     SeriesSpan span;
-    span.name = names.empty() ? "" : names[out.rows[p]];
+    span.name = names.empty() ? "" : std::string(names[out.rows[p]]);
     span.begin = p;
     int64_t q = p + 1;
     while (q < n && (names.empty() || names[out.rows[q]] == span.name)) ++q;

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,7 @@ void static_categories(const DataFile& table, const DataOptions& opt, const RowO
     if (!table.has_column(column))
       fail(opt.source, ": data.static: ", opt.path, " has no column '", column, "'",
            table.columns_hint());
-    const std::vector<std::string>& text = table.text(column);
+    const io::CsvColumn& text = table.text(column);
     std::vector<std::string> values;  // per series
     for (const SeriesSpan& s : order.spans) {
       const int64_t first = order.rows[s.begin];
@@ -37,7 +38,7 @@ void static_categories(const DataFile& table, const DataOptions& opt, const RowO
           fail(table.where(order.rows[p]), ": column '", column, "' (data.static) is '",
                text[order.rows[p]], "' where ", table.where(first), " of the same series has '",
                text[first], "': a static column holds one value per series");
-      values.push_back(text[first]);
+      values.emplace_back(text[first]);
     }
     std::vector<std::string> categories = values;
     if (stored) {
@@ -85,13 +86,15 @@ void categorical_columns(const DataFile& table, const DataOptions& opt, const Se
         fail(opt.source, ": data.categorical: '", column,
              "' is also a feature, a target or a static column (data.features, data.targets, "
              "data.static): a column is one of them");
-    const std::vector<std::string>& text = table.text(column);
+    const io::CsvColumn& text = table.text(column);
     if (stored) {
       const std::vector<std::string>& known = stored->categories[i].second;
-      std::map<std::string, int64_t> unseen;
-      for (const std::string& v : text)
-        if (!io::is_missing_cell(v) && !std::binary_search(known.begin(), known.end(), v))
-          ++unseen[v];
+      std::map<std::string, int64_t, std::less<>> unseen;
+      for (const std::string_view v : text)
+        if (!io::is_missing_cell(v) && !std::binary_search(known.begin(), known.end(), v)) {
+          const auto it = unseen.find(v);
+          ++(it != unseen.end() ? it->second : unseen[std::string(v)]);
+        }
       for (const auto& [value, rows] : unseen)
         d->notes.push_back(std::to_string(rows) + (rows == 1 ? " row has " : " rows have ") +
                            column + " '" + value +
@@ -100,11 +103,10 @@ void categorical_columns(const DataFile& table, const DataOptions& opt, const Se
       d->categories.emplace_back(column, known);
       continue;
     }
-    std::vector<std::string> categories;
-    for (const std::string& v : text)
-      if (!io::is_missing_cell(v)) categories.push_back(v);
-    std::sort(categories.begin(), categories.end());
-    categories.erase(std::unique(categories.begin(), categories.end()), categories.end());
+    std::set<std::string, std::less<>> distinct;
+    for (const std::string_view v : text)
+      if (!io::is_missing_cell(v) && !distinct.contains(v)) distinct.emplace(v);
+    const std::vector<std::string> categories(distinct.begin(), distinct.end());
     if (categories.empty())
       fail(opt.path, ": column '", column,
            "' (data.categorical) holds no category: every cell is empty");

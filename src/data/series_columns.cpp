@@ -67,7 +67,7 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
   if (!table.is_array() && table.rows() > 0)
     for (const std::string& name : named) {
       if (!table.has_column(name)) continue;
-      const std::string& cell = table.text(name)[0];
+      const std::string cell(table.text(name)[0]);
       if (o.date_col.empty() && is_date_cell(cell))
         fail(table.where(0), ": column '", name, "' holds dates ('", cell,
              "'): name it in data.date_column, which orders the rows (dates are no feature)");

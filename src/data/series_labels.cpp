@@ -44,24 +44,24 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
   for (int64_t row : file_rows) {  // not a class named "", nor one JSON cannot store
     if (!lenient && names[row].empty())
       fail(table.where(row), ": column '", o.class_col, "' is empty (every row needs a class)");
-    decode_utf8(names[row], table.where(row) + ": column '" + o.class_col + "'");
+    decode_utf8(std::string(names[row]), table.where(row) + ": column '" + o.class_col + "'");
   }
   if (!stored) {
-    for (int64_t row : file_rows) d->class_names.push_back(names[row]);
+    for (int64_t row : file_rows) d->class_names.emplace_back(names[row]);
     std::sort(d->class_names.begin(), d->class_names.end());
     d->class_names.erase(std::unique(d->class_names.begin(), d->class_names.end()),
                          d->class_names.end());
   }
   std::map<std::string, int64_t> unseen;  // class name -> rows
   for (int64_t r = 0; r < d->rows; ++r) {
-    const auto& name = names[file_rows[r]];
+    const std::string_view name = names[file_rows[r]];
     const auto it = std::lower_bound(d->class_names.begin(), d->class_names.end(), name);
     if (it != d->class_names.end() && *it == name) {
       d->classes[r] = it - d->class_names.begin();
     } else if (!lenient) {
       fail(table.where(file_rows[r]), ": class '", name, "' was not seen in training");
     } else if (!name.empty()) {
-      ++unseen[name];
+      ++unseen[std::string(name)];
     }
   }
   for (const auto& [name, rows] : unseen)

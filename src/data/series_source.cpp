@@ -232,7 +232,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   for (int64_t k = 0, at = statics_at; k < n; ++k, at = statics_at)  // one-hot categories
     for (const auto* list : {&d->static_categories, &d->categories})
       for (const auto& [column, categories] : *list) {
-        const std::string& value = table.text(column)[order.rows[keep[k]]];
+        const std::string_view value = table.text(column)[order.rows[keep[k]]];
         for (const std::string& category : categories)
           (*values)[k * width + at++] = value == category;
       }
@@ -244,7 +244,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       const int64_t row = order.rows[p];
       d->dates.push_back(table.is_array()           ? numeric_time_text(order.times[p])
                          : !order.iso_dates.empty() ? order.iso_dates[row]
-                                                    : table.text(o.date_col)[row]);
+                                                    : std::string(table.text(o.date_col)[row]));
     }
   }
   // The known values at the forecasts' rows: a column's from the file (NaN past a series' end),

@@ -16,7 +16,7 @@
 
 namespace seqforge {
 
-std::u32string decode_utf8(const std::string& text, const std::string& what) {
+std::u32string decode_utf8(std::string_view text, const std::string& what) {
   std::u32string out;
   out.reserve(text.size());
   const auto* b = reinterpret_cast<const unsigned char*>(text.data());
@@ -138,7 +138,7 @@ void document_tokens(const DataOptions& opt, const text::Tokenizer& tokenizer, T
          table.columns_hint());
   int64_t empty = 0;
   for (int64_t r = 0; r < table.rows(); ++r) {
-    const std::string& cell = table.text(column)[r];
+    const std::string_view cell = table.text(column)[r];
     if (cell.empty()) {
       ++empty;
       continue;

@@ -50,7 +50,7 @@ void token_examples(const DataOptions& opt, const io::CsvTable& table, const Tex
     d->lines.push_back(table.line_of_row(r));
     text::Encoding parts[2];
     for (size_t k = 0; k < o.columns.size(); ++k) {
-      const std::string& cell = table.text(o.columns[k])[r];
+      const std::string_view cell = table.text(o.columns[k])[r];
       if (cell.empty())
         fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[k], "' is empty");
       try {
@@ -162,7 +162,7 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
       decode_utf8(names[r], where);
     }
     if (d.class_names.empty()) {
-      d.class_names = names;
+      for (const std::string_view name : names) d.class_names.emplace_back(name);
       std::sort(d.class_names.begin(), d.class_names.end());
       d.class_names.erase(std::unique(d.class_names.begin(), d.class_names.end()),
                           d.class_names.end());
@@ -176,7 +176,7 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
       else if (!lenient)
         fail(opt.path, ":", d.lines[r], ": class '", names[r], "' was not seen in training");
       else
-        ++(names[r].empty() ? empty : unseen[names[r]]);
+        ++(names[r].empty() ? empty : unseen[std::string(names[r])]);
     }
     auto rows = [](int64_t k) { return std::to_string(k) + (k == 1 ? " row has" : " rows have"); };
     for (const auto& [name, k] : unseen)

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "io/file_util.hpp"
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 
 namespace seqforge::io {
@@ -40,26 +41,27 @@ class Tokenizer {
     bool blank = false;  // nothing but spaces, no quotes
   };
 
-  // Reads the next row into `row`; false at the end of the input.
+  // Reads the next row into `row` (its strings reused); false at the end of the input.
   bool next(Row& row) {
     if (i_ >= b_.size()) return false;
-    row.fields.clear();
+    size_t n = 0;
     row.quoted.clear();
     row.line = line_;
-    for (;;) {
-      std::string field;
+    for (;; ++n) {
+      if (n == row.fields.size()) row.fields.emplace_back();
+      std::string& field = row.fields[n];
+      field.clear();
       size_t j = i_;
       while (j < b_.size() && is_space(b_[j]) && b_[j] != delimiter_) ++j;
       const bool quoted =
           j < b_.size() && b_[j] == '"' && (delimiter_ != '\t' || closes_on_its_line(j + 1));
       if (quoted) {
-        read_quoted(j + 1, row.fields.size() + 1, &field);
+        read_quoted(j + 1, n + 1, &field);
       } else {
         const size_t start = i_;
         while (i_ < b_.size() && b_[i_] != delimiter_ && b_[i_] != '\n' && b_[i_] != '\r') ++i_;
         field.assign(b_.substr(start, i_ - start));
       }
-      row.fields.push_back(std::move(field));
       row.quoted.push_back(quoted);
       if (i_ >= b_.size()) break;
       if (b_[i_] == delimiter_) {
@@ -72,6 +74,7 @@ class Tokenizer {
       ++line_;
       break;
     }
+    row.fields.resize(n + 1);
     row.blank = row.fields.size() == 1 && !row.quoted[0] && trim(row.fields[0]).empty();
     return true;
   }
@@ -265,7 +268,20 @@ char header_delimiter(std::string_view bytes) {
 
 }  // namespace
 
-CsvTable CsvTable::read(const std::string& path) { return parse(read_text_file(path), path); }
+CsvTable CsvTable::read(const std::string& path) {
+  const std::string bytes = read_text_file(path);
+  // The table holds the cells' text again and 8 bytes a cell: refused by name where that would
+  // not fit, rather than killed by the kernel on the way.
+  const int64_t lines = std::count(bytes.begin(), bytes.end(), '\n') + 1;
+  const std::string_view header = std::string_view(bytes).substr(0, bytes.find('\n'));
+  const int64_t columns = std::count(header.begin(), header.end(), header_delimiter(bytes)) + 1;
+  const int64_t need = static_cast<int64_t>(bytes.size()) + lines * (columns + 1) * 8;
+  if (const int64_t available = available_memory_bytes(); need > available)
+    fail(path, ": its ", lines, " lines of ", columns, " columns need about ", need >> 20,
+         " MB of memory to read, more than the ", available >> 20,
+         " MB available; a .npy file (numpy.save) is read in place instead");
+  return parse(bytes, path);
+}
 
 CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
   if (bytes.starts_with("\xef\xbb\xbf")) bytes.remove_prefix(3);
@@ -302,6 +318,10 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
   }
   const size_t ncols = t.columns_.size();
   t.cells_.resize(ncols);
+  // Room for every row at once: no column's buffer grows by doubling through a large file.
+  const size_t lines = static_cast<size_t>(std::count(bytes.begin(), bytes.end(), '\n')) + 1;
+  for (CsvColumn& column : t.cells_) column.reserve(lines, bytes.size() / ncols);
+  t.lines_.reserve(lines);
 
   // Blank lines and rows of nothing but separators (",,,": a spreadsheet's formatted empty rows)
   // are held back: at the end of the file they are ignored, in any mix.
@@ -318,7 +338,7 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
            t.delimiter_ == ',' ? ""
                                : " (separated by " + t.delimiter_name() + ", as the header is)");
     }
-    for (size_t c = 0; c < ncols; ++c) t.cells_[c].push_back(std::move(fields[c]));
+    for (size_t c = 0; c < ncols; ++c) t.cells_[c].push_back(fields[c]);
     t.lines_.push_back(line);
   };
   while (tok.next(row)) {
@@ -349,7 +369,7 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
 void CsvTable::drop_unnamed(std::vector<size_t> unnamed, int64_t header_line) {
   auto holds_values = [&](size_t c) {
     return std::any_of(cells_[c].begin(), cells_[c].end(),
-                       [](const std::string& v) { return !trim(v).empty(); });
+                       [](std::string_view v) { return !trim(v).empty(); });
   };
   // A first column without a name that holds values is a pandas frame's index (to_csv's
   // default): named as pandas reads it back.
@@ -395,8 +415,8 @@ std::string CsvTable::delimiter_name() const {
 
 bool CsvTable::decimal_commas(std::string_view name) const {
   if (delimiter_ != ';') return false;
-  for (const std::string& cell : cells_[index_of(name)])
-    if (cell.find(',') != std::string::npos) return true;
+  for (const std::string_view cell : cells_[index_of(name)])
+    if (cell.find(',') != std::string_view::npos) return true;
   return false;
 }
 
@@ -406,9 +426,7 @@ size_t CsvTable::index_of(std::string_view name) const {
   fail(source_, ": no column ", quote(name), columns_hint());
 }
 
-const std::vector<std::string>& CsvTable::text(std::string_view name) const {
-  return cells_[index_of(name)];
-}
+const CsvColumn& CsvTable::text(std::string_view name) const { return cells_[index_of(name)]; }
 
 std::vector<double> CsvTable::numeric(std::string_view name) const {
   return parse_column(name, false);
@@ -431,14 +449,14 @@ void CsvTable::set_missing_codes(const std::vector<std::string>& codes) {
 }
 
 std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_is_nan) const {
-  const std::vector<std::string>& cells = cells_[index_of(name)];
+  const CsvColumn& cells = cells_[index_of(name)];
   std::vector<double> out(cells.size());
   // A column of a ';'-separated file that writes a decimal comma anywhere writes them all: a
   // point there could be a thousands separator ("1.234,5"), so it is an error, never a guess.
   size_t comma_row = cells.size();
   if (decimal_commas(name))
     for (size_t r = 0; r < cells.size() && comma_row == cells.size(); ++r)
-      if (cells[r].find(',') != std::string::npos) comma_row = r;
+      if (cells[r].find(',') != std::string_view::npos) comma_row = r;
   std::string decimal_point;
   for (size_t r = 0; r < cells.size(); ++r) {
     std::string_view cell = trim(cells[r]);
@@ -447,7 +465,7 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
              std::find(missing_texts_.begin(), missing_texts_.end(), cell) != missing_texts_.end();
     };
     if (comma_row < cells.size() && !missing_text()) {
-      if (cell.find('.') != std::string::npos)
+      if (cell.find('.') != std::string_view::npos)
         fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
              " has a point where the column writes decimal commas (", quote(cells[comma_row]),
              " on line ", lines_[comma_row], "): a thousands separator?");

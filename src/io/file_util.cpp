@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 
 namespace seqforge::io {
@@ -36,13 +37,21 @@ bool write_all(int fd, const void* data, size_t n) {
 
 }  // namespace
 
+// A user's file opened for reading: O_NONBLOCK, so that a named pipe without a writer is refused
+// (not a regular file) instead of waiting forever in open(); reads of regular files ignore it.
+int open_for_reading(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
+  return fd;
+}
+
 MappedFile map_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open_for_reading(path);
   if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail(path, ": not a regular file");
+    fail(path, ": not a regular file (a directory, device or pipe); give a file");
   }
   const size_t size = static_cast<size_t>(st.st_size);
   void* base = size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
@@ -267,14 +276,19 @@ std::string text_as_utf8(std::string bytes, const std::string& source) {
 std::string read_text_file(const std::string& path) { return text_as_utf8(read_file(path), path); }
 
 std::string read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
+  const int fd = open_for_reading(path);
   std::string bytes;
   struct stat st {};
   // A device or pipe may never end (/dev/zero): only files are read whole.
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     fail(path, ": not a regular file (a directory, device or pipe); give a file");
+  }
+  // Read whole, a file must fit the memory there is: a clear line rather than the kernel's kill.
+  if (const int64_t available = available_memory_bytes(); st.st_size > available) {
+    ::close(fd);
+    fail(path, ": ", st.st_size >> 20, " MB, more than the ", available >> 20,
+         " MB of memory available to read it into");
   }
   if (st.st_size > 0) bytes.reserve(static_cast<size_t>(st.st_size));
   char chunk[1 << 16];

@@ -1301,9 +1301,13 @@ void Training::finish() {
   loader_.reset();
   val_loader_.reset();
   model_.reset();
+  // The data too: the saved model is evaluated on the data read again, as `seqforge eval` reads
+  // it, and a large file must not be held twice.
+  const size_t test_windows = task_.split().test.size();
+  task_.series = SeriesData{};
+  task_.text = TextData{};
   if (fs::exists(checkpoint_)) write_validation_outputs(run_dir_);
-  const Split& split = task_.split();
-  if (s_.test_after && !split.test.empty() && fs::exists(checkpoint_)) {
+  if (s_.test_after && test_windows > 0 && fs::exists(checkpoint_)) {
     summary_.test = evaluate(run_dir_, "test", "", nullptr);  // its notes came at start-up
     const io::SafetensorsFile saved = io::SafetensorsFile::read(checkpoint_);
     const int64_t model_epoch = std::stoll(saved.metadata().at("seqforge.epoch"));
@@ -1314,7 +1318,7 @@ void Training::finish() {
     std::map<std::string, double> shown;
     for (const auto& [k, v] : summary_.test)
       if (k != "samples") shown[k] = v;
-    out_ << "test (the saved model, epoch " << model_epoch << ", " << split.test.size() << " "
+    out_ << "test (the saved model, epoch " << model_epoch << ", " << test_windows << " "
          << task_type(task_.kind).samples() << "):" << format_metrics(shown) << "\n";
   }
   if (const auto it = saved_metrics_.find("val_skill");

@@ -230,7 +230,7 @@ TextData load_text_examples(const DataOptions& options, const TextData* stored, 
 
 // UTF-8 text as code points; a malformed sequence (overlong, a surrogate, past U+10FFFF, cut
 // short) is an error naming `what` and the byte offset.
-std::u32string decode_utf8(const std::string& text, const std::string& what);
+std::u32string decode_utf8(std::string_view text, const std::string& what);
 std::string encode_utf8(std::u32string_view text);
 
 // Fails when texts hold characters outside a stored model's vocabulary, naming each (up to 8)

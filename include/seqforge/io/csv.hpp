@@ -7,6 +7,7 @@
 // quotes); lines end in LF, CRLF or CR; an optional UTF-8 BOM, a missing final newline and blank
 // lines at the end are accepted. Cells are kept as text per column and converted on request; every
 // error is one line naming the file and the line (or the column).
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -16,6 +17,50 @@
 #include <vector>
 
 namespace seqforge::io {
+
+// A column's cells, their texts back to back in one buffer (a cell costs its length and 8 bytes,
+// not a string's 32 and its own allocation: a large file's table stays near the file's size).
+class CsvColumn {
+ public:
+  size_t size() const { return ends_.size(); }
+  bool empty() const { return ends_.empty(); }
+  std::string_view operator[](size_t row) const {
+    const size_t begin = row ? ends_[row - 1] : 0;
+    return std::string_view(text_).substr(begin, ends_[row] - begin);
+  }
+  void push_back(std::string_view cell) {
+    text_ += cell;
+    ends_.push_back(text_.size());
+  }
+  void reserve(size_t rows, size_t bytes) {
+    ends_.reserve(rows);
+    text_.reserve(bytes);
+  }
+
+  class iterator {
+   public:
+    using value_type = std::string_view;
+    using difference_type = std::ptrdiff_t;
+    iterator(const CsvColumn* column, size_t row) : column_(column), row_(row) {}
+    std::string_view operator*() const { return (*column_)[row_]; }
+    iterator& operator++() {
+      ++row_;
+      return *this;
+    }
+    iterator operator++(int) { return {column_, row_++}; }
+    bool operator==(const iterator& other) const { return row_ == other.row_; }
+
+   private:
+    const CsvColumn* column_;
+    size_t row_;
+  };
+  iterator begin() const { return {this, 0}; }
+  iterator end() const { return {this, size()}; }
+
+ private:
+  std::string text_;
+  std::vector<uint64_t> ends_;  // one past each cell's last byte in text_
+};
 
 class CsvTable {
  public:
@@ -44,7 +89,7 @@ class CsvTable {
   bool decimal_commas(std::string_view name) const;
 
   // Cell text of a column, one per data row. Throws "<path>: no column 'x' (columns: a, b)".
-  const std::vector<std::string>& text(std::string_view name) const;
+  const CsvColumn& text(std::string_view name) const;
   // A column parsed as finite doubles (surrounding spaces allowed; True and False, as pandas writes
   // a bool column, in any case, are 1 and 0). Throws
   // "<path>:<line>: column 'x': 'abc' is not a number" for the first bad cell; missing cells
@@ -69,7 +114,7 @@ class CsvTable {
   char delimiter_ = ',';
   std::vector<std::string> columns_;
   std::map<std::string, size_t, std::less<>> index_;  // column name -> position
-  std::vector<std::vector<std::string>> cells_;       // [column][row]
+  std::vector<CsvColumn> cells_;                      // [column][row]
   std::vector<int64_t> lines_;                        // file line of each data row
   std::vector<std::string> missing_texts_;            // set_missing_codes: texts, numbers
   std::vector<double> missing_numbers_;
