@@ -109,7 +109,7 @@ def main():
          "data.missing must be error, ffill, interpolate or mask, got 'drop'"),
         (["train", config, "data.frequency=0H"], "data.frequency must be auto, B"),
         (["train", config, "data.holidays=/nonexistent/h.txt"],
-         "/nonexistent/h.txt: cannot read the holidays file (data.holidays)"),
+         "/nonexistent/h.txt: cannot open: No such file or directory (data.holidays)"),
         (["train", config, "data.static=[pressure]"],
          "column 'pressure' (data.static) is"),
         (["train", config, "data.known_future=[nothing]"],

@@ -1,6 +1,7 @@
 #include "seqforge/io/csv.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/dates.hpp"
 
@@ -483,6 +485,30 @@ TEST_F(CsvTest, RejectsMissingFileAndDirectory) {
   const std::string sub = (dir_ / "sub").string();
   fs::create_directory(sub);
   expect_error([&] { CsvTable::read(sub); }, {sub + ": not a regular file"});
+  // A named pipe without a writer is refused at once, not waited on.
+  const std::string pipe = (dir_ / "pipe.csv").string();
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0600), 0);
+  expect_error([&] { CsvTable::read(pipe); }, {pipe + ": not a regular file"});
+}
+
+TEST_F(CsvTest, RejectsAFileLargerThanTheMemoryAvailable) {
+  // Sparse: as large as the memory available and a GiB more, on no disk.
+  const std::string huge = (dir_ / "huge.csv").string();
+  write("huge.csv", "a,b\n1,2\n");
+  fs::resize_file(huge, static_cast<uintmax_t>(available_memory_bytes()) + (uintmax_t{1} << 30));
+  expect_error([&] { CsvTable::read(huge); }, {huge + ": ", "MB, more than the ",
+                                                " MB of memory available to read it into"});
+}
+
+TEST_F(CsvTest, CellsKeepTheirTextAndOrder) {
+  // A column's cells back to back: empty ones, quoted ones with doubled quotes, long ones.
+  const std::string long_cell(100, 'x');
+  const CsvTable t = CsvTable::read(
+      write("cells.csv", "a,b\n,\"q \"\"x\"\"\"\n" + long_cell + ",2\nlast,\n"));
+  EXPECT_EQ(texts(t.text("a")), (Strings{"", long_cell, "last"}));
+  EXPECT_EQ(texts(t.text("b")), (Strings{"q \"x\"", "2", ""}));
+  EXPECT_EQ(t.text("a").size(), 3u);
+  EXPECT_EQ(t.text("b")[1], "2");
 }
 
 TEST_F(CsvTest, RejectsEmptyFile) {
