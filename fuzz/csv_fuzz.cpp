@@ -28,7 +28,7 @@ using seqforge::io::CsvTable;
 }
 
 // Every field quoted, so any cell text (commas, quotes, line breaks, spaces) survives.
-std::string quoted(const std::string& s) {
+std::string quoted(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     if (c == '"') out += '"';
@@ -63,7 +63,7 @@ void check_accepted(const CsvTable& t, std::string_view bytes) {
     if (!t.has_column(c)) bug("has_column");
     const auto& text = t.text(c);
     if (static_cast<int64_t>(text.size()) != t.rows()) bug("column length");
-    for (const std::string& cell : text) {
+    for (const std::string_view cell : text) {
       using seqforge::io::DateLayout;
       for (DateLayout layout :
            {DateLayout::iso, DateLayout::day_first, DateLayout::month_first, DateLayout::compact})

@@ -36,6 +36,7 @@ class CsvColumn {
     ends_.reserve(rows);
     text_.reserve(bytes);
   }
+  bool operator==(const CsvColumn& other) const = default;  // the same cells
 
   class iterator {
    public:
