@@ -70,7 +70,7 @@ std::string layout_note(const DataFile& table, const SeriesOptions& o, io::DateL
     for (int64_t r = 0; r < table.rows(); ++r)
       if (const auto f = io::day_month_fields(table.text(o.date_col)[r]);
           f && (day ? f->first : f->second) > 12) {
-        why = "'" + std::string(table.text(o.date_col)[r]) + "' at " + table.where(r);
+        why.assign("'").append(table.text(o.date_col)[r]).append("' at " + table.where(r));
         break;
       }
   return column + (day ? "day first (day/month/year: " : "month first (month/day/year: ") + why +

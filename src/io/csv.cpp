@@ -272,7 +272,8 @@ CsvTable CsvTable::read(const std::string& path) {
   const std::string bytes = read_text_file(path);
   // The table holds the cells' text again and 8 bytes a cell: refused by name where that would
   // not fit, rather than killed by the kernel on the way.
-  const int64_t lines = std::count(bytes.begin(), bytes.end(), '\n') + 1;
+  const size_t line_feeds = static_cast<size_t>(std::count(bytes.begin(), bytes.end(), '\n'));
+  const int64_t lines = static_cast<int64_t>(line_feeds) + 1;
   const std::string_view header = std::string_view(bytes).substr(0, bytes.find('\n'));
   const int64_t columns = std::count(header.begin(), header.end(), header_delimiter(bytes)) + 1;
   const int64_t need = static_cast<int64_t>(bytes.size()) + lines * (columns + 1) * 8;
@@ -280,10 +281,14 @@ CsvTable CsvTable::read(const std::string& path) {
     fail(path, ": its ", lines, " lines of ", columns, " columns need about ", need >> 20,
          " MB of memory to read, more than the ", available >> 20,
          " MB available; a .npy file (numpy.save) is read in place instead");
-  return parse(bytes, path);
+  return parse(bytes, path, line_feeds);
 }
 
 CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
+  return parse(bytes, source, static_cast<size_t>(std::count(bytes.begin(), bytes.end(), '\n')));
+}
+
+CsvTable CsvTable::parse(std::string_view bytes, const std::string& source, size_t line_feeds) {
   if (bytes.starts_with("\xef\xbb\xbf")) bytes.remove_prefix(3);
   CsvTable t;
   t.source_ = source;
@@ -319,9 +324,8 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
   const size_t ncols = t.columns_.size();
   t.cells_.resize(ncols);
   // Room for every row at once: no column's buffer grows by doubling through a large file.
-  const size_t lines = static_cast<size_t>(std::count(bytes.begin(), bytes.end(), '\n')) + 1;
-  for (CsvColumn& column : t.cells_) column.reserve(lines, bytes.size() / ncols);
-  t.lines_.reserve(lines);
+  for (CsvColumn& column : t.cells_) column.reserve(line_feeds + 1, bytes.size() / ncols);
+  t.lines_.reserve(line_feeds + 1);
 
   // Blank lines and rows of nothing but separators (",,,": a spreadsheet's formatted empty rows)
   // are held back: at the end of the file they are ignored, in any mix.
