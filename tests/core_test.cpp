@@ -111,9 +111,16 @@ TEST(Arena, AlignedNamedViews) {
   Arena twin = arena.like(*be);
   EXPECT_EQ(twin.elements(), arena.elements());
   EXPECT_EQ(twin.entries()[1].offset, arena.entries()[1].offset);
+  EXPECT_EQ(arena.entries()[1].offset, 16u);  // 3 floats, then the next 64-byte boundary
+  EXPECT_EQ(arena.elements(), 16u + 35u);
+  ASSERT_NE(twin.find("b"), nullptr);
+  EXPECT_EQ(twin.find("b")->shape, Shape({5, 7}));
+  EXPECT_EQ(twin.find("c"), nullptr);
   for (double v : std::vector<float>(static_cast<float*>(twin.flat().data()),
                                      static_cast<float*>(twin.flat().data()) + twin.elements()))
     EXPECT_EQ(v, 0.0);
+  Arena moved = std::move(twin);
+  EXPECT_EQ(moved.view("b").shape(), Shape({5, 7}));
 }
 
 TEST(Arena, EntriesOfANarrowerDtypeTakeTheirOwnBytes) {

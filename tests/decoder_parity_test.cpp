@@ -566,6 +566,12 @@ TEST(Decoder, BadFoldersAreOneErrorNamingTheField) {
   };
   set_field(src, "rms_norm_eps", -1e-6);
   EXPECT_NE(error().find("rms_norm_eps must not be negative"), std::string::npos) << error();
+  set_field(src, "initializer_range", -0.02);
+  EXPECT_NE(error().find("initializer_range must not be negative"), std::string::npos) << error();
+  // A model too large for memory is refused from its config.json, before any of it is built.
+  set_field(src, "num_hidden_layers", 1000000000);
+  EXPECT_NE(error().find("num_hidden_layers 1000000000) needs"), std::string::npos) << error();
+  EXPECT_NE(error().find("MB for its values alone, more than the"), std::string::npos) << error();
   set_field(src, "rope_scaling",
             {{"rope_type", "llama3"},
              {"factor", 8.0},

@@ -9,6 +9,7 @@
 
 #include "io/file_util.hpp"
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/decoder.hpp"
@@ -183,6 +184,23 @@ RopeScaling read_rope_scaling(ConfigReader& c) {
   return s;
 }
 
+// Refuses a model whose f32 values alone cannot fit in memory before any of it is built (a
+// config.json with a billion layers would otherwise take hours to lay out, then fail).
+void check_values_fit(const DecoderOptions& o, const std::string& path) {
+  const double H = double(o.hidden_size), q = double(o.num_heads) * double(o.head_dim),
+               kv = double(o.num_kv_heads) * double(o.head_dim);
+  const double per_layer = 2 * H * q + 2 * H * kv + 3 * H * double(o.intermediate_size);
+  const double count =
+      double(o.vocab_size) * H * (o.tie_word_embeddings ? 1 : 2) + double(o.num_layers) * per_layer;
+  const double mb = 1 << 20, need = 4 * count, available = double(available_memory_bytes());
+  if (need <= available) return;
+  fail(path, ": a model of about ", static_cast<int64_t>(std::min(count, 9e18)),
+       " parameters (vocab_size ", o.vocab_size, ", hidden_size ", o.hidden_size,
+       ", intermediate_size ", o.intermediate_size, ", num_hidden_layers ", o.num_layers,
+       ") needs ", int64_t(need / mb), " MB for its values alone, more than the ",
+       int64_t(available / mb), " MB available");
+}
+
 }  // namespace
 
 DecoderOptions read_decoder_config(const std::string& path) {
@@ -231,6 +249,7 @@ DecoderOptions read_decoder_config(const std::string& path) {
   if (!(o.rope_theta > 1)) fail(path, ": rope_theta must exceed 1");
   o.rope_scaling = read_rope_scaling(c);
   o.initializer_range = c.number("initializer_range", 0.02);
+  if (!(o.initializer_range >= 0)) fail(path, ": initializer_range must not be negative");
   o.tie_word_embeddings = c.flag("tie_word_embeddings", o.gemma);
   const std::string act =
       o.gemma ? c.text("hidden_activation", "gelu_pytorch_tanh") : c.text("hidden_act", "silu");
@@ -293,6 +312,7 @@ DecoderOptions read_decoder_config(const std::string& path) {
     if (c.flag("use_mrope", false)) fail(path, ": use_mrope is not supported");
   }
   c.check_all_used(o.model_type);
+  check_values_fit(o, path);
   return o;
 }
 

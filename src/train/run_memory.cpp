@@ -151,14 +151,21 @@ void check_model_fits(Model& model, const Config& c, bool training) {
   const double need = parameter_bytes(p, training);
   const double available = double(available_memory_bytes());
   if (need <= available) return;
-  const bool transformer = c.str("model.family") == "transformer";
+  const std::string family = c.str("model.family");
+  const std::string what =
+      family == "decoder"
+          ? "use a smaller model than " + c.str("model.init_from") + "/config.json's" +
+                (training && c.str("adapter.kind") == "none" ? ", or adapters (adapter.kind: dora)"
+                                                             : "")
+          : "make " + std::string(family == "transformer" ? "model.embedding" : "model.hidden") +
+                " or model.layers smaller (now " +
+                std::to_string(
+                    c.integer(family == "transformer" ? "model.embedding" : "model.hidden")) +
+                " and " + std::to_string(c.integer("model.layers")) + ")";
   fail(c.source(), ": the model's ", p.count(), " parameters need ",
        static_cast<int64_t>(need / mb), " MB",
        training ? " (values, gradients and AdamW's two moments)" : "", ", more than the ",
-       static_cast<int64_t>(available / mb), " MB available: make ",
-       transformer ? "model.embedding" : "model.hidden", " or model.layers smaller (now ",
-       c.integer(transformer ? "model.embedding" : "model.hidden"), " and ",
-       c.integer("model.layers"), ")");
+       static_cast<int64_t>(available / mb), " MB available: ", what);
 }
 
 }  // namespace seqforge

@@ -3,6 +3,7 @@
 // each live in one arena with identical layouts, so the optimizer, clipping, checkpointing and
 // all-reduce each touch one buffer. An entry may be stored in a narrower dtype than the arena's
 // (a frozen base weight in bf16); offsets count elements of the arena's dtype.
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,10 +52,11 @@ class Arena {
   bool allocated() const { return data_ != nullptr; }
 
  private:
-  void layout();  // the entries' offsets and elements_
+  void layout(size_t from);  // the offsets of entries [from, end) and elements_
 
   DType dtype_ = DType::f32;
   std::vector<Entry> entries_;
+  std::map<std::string, size_t, std::less<>> index_of_;  // by name: a model may hold thousands
   size_t elements_ = 0;
   Backend* backend_ = nullptr;
   void* data_ = nullptr;
