@@ -122,7 +122,9 @@ TEST(Precision, AutoTakesBf16OnlyWhereItPaysOff) {
   EXPECT_EQ(pays, speedup >= 1.2) << why;
   EXPECT_EQ(gemm, pays ? DType::bf16 : DType::f32);
   EXPECT_EQ(notice.empty(), pays) << notice;
-  if (!pays) EXPECT_EQ(notice.rfind("train.precision auto: bf16 GEMMs run 0.", 0), 0u) << notice;
+  if (!pays) {
+    EXPECT_EQ(notice.rfind("train.precision auto: bf16 GEMMs run 0.", 0), 0u) << notice;
+  }
   EXPECT_EQ(backend_precision("bf16", *make_cpu_backend(), &notice), DType::bf16);
 }
 

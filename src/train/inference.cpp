@@ -50,6 +50,12 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
   LoadedRun r = load_run(run, data, data.empty() ? WindowSet::splits : WindowSet::with_targets);
   if (!data.empty())
     for (const std::string& note : r.task.notes()) std::cerr << "note: " << note << "\n";
+  return evaluate(r, run, split, data, notes);
+}
+
+std::map<std::string, double> evaluate(LoadedRun& r, const std::string& run,
+                                       const std::string& split, const std::string& data,
+                                       std::ostream* notes) {
   configure_threads(static_cast<int>(r.config.integer("train.threads")));
   auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, notes);
@@ -614,6 +620,10 @@ int64_t write_text_validation_outputs(const std::string& run, const LoadedRun& r
 
 int64_t write_validation_outputs(const std::string& run) {
   LoadedRun r = load_run(run, "");
+  return write_validation_outputs(run, r);
+}
+
+int64_t write_validation_outputs(const std::string& run, LoadedRun& r) {
   if (r.task.is_lm()) return 0;
   if (r.task.kind == TaskKind::text_classify) return write_text_validation_outputs(run, r);
   const SeriesData& d = r.task.series;

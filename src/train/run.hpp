@@ -136,6 +136,12 @@ struct LoadedRun {
 };
 LoadedRun load_run(const std::string& run, const std::string& data_override,
                    WindowSet windows = WindowSet::splits);
+// evaluate() and write_validation_outputs() of a run already loaded (the end of training reads
+// its data once for both); `data` names the file `r` was loaded with ("" for the run's own).
+std::map<std::string, double> evaluate(LoadedRun& r, const std::string& run,
+                                       const std::string& split, const std::string& data,
+                                       std::ostream* notes);
+int64_t write_validation_outputs(const std::string& run, LoadedRun& r);
 // The checkpoint and what building its model needs, without reading the run's data file (generate,
 // merge): the task holds no examples.
 LoadedRun load_run_model(const std::string& run);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "checkpoint_writer.hpp"
 #include "io/file_util.hpp"
@@ -1301,16 +1302,20 @@ void Training::finish() {
   loader_.reset();
   val_loader_.reset();
   model_.reset();
-  // The data too: the saved model is evaluated on the data read again, as `seqforge eval` reads
-  // it, and a large file must not be held twice.
+  // The data too: the saved model is evaluated on the data read again (once, for the validation
+  // outputs and the test split), as `seqforge eval` reads it, and a large file must not be held
+  // twice.
   const size_t test_windows = task_.split().test.size();
   task_.series = SeriesData{};
   task_.text = TextData{};
-  if (fs::exists(checkpoint_)) write_validation_outputs(run_dir_);
-  if (s_.test_after && test_windows > 0 && fs::exists(checkpoint_)) {
-    summary_.test = evaluate(run_dir_, "test", "", nullptr);  // its notes came at start-up
-    const io::SafetensorsFile saved = io::SafetensorsFile::read(checkpoint_);
-    const int64_t model_epoch = std::stoll(saved.metadata().at("seqforge.epoch"));
+  std::optional<LoadedRun> saved_run;
+  if (fs::exists(checkpoint_)) {
+    saved_run.emplace(load_run(run_dir_, ""));
+    write_validation_outputs(run_dir_, *saved_run);
+  }
+  if (s_.test_after && test_windows > 0 && saved_run) {
+    summary_.test = evaluate(*saved_run, run_dir_, "test", "", nullptr);  // notes: at start-up
+    const int64_t model_epoch = std::stoll(saved_run->file.metadata().at("seqforge.epoch"));
     nlohmann::json j = summary_.test;
     j["split"] = "test";
     j["model_epoch"] = model_epoch;
@@ -1321,6 +1326,7 @@ void Training::finish() {
     out_ << "test (the saved model, epoch " << model_epoch << ", " << test_windows << " "
          << task_type(task_.kind).samples() << "):" << format_metrics(shown) << "\n";
   }
+  saved_run.reset();
   if (const auto it = saved_metrics_.find("val_skill");
       it != saved_metrics_.end() && it->second < 0)
     out_ << "warning: the saved model forecasts worse than the naive last-value forecast on "
