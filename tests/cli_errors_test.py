@@ -117,6 +117,10 @@ def main():
         # Data quoted in a message is escaped: no terminal control sequence, no second line.
         (["train", config, "data.targets=[\x1b(0red]"], "no column '\\x1b(0red'"),
         (["train", config, "data.date_column=a\tb"], "'a\\x09b'"),
+        # Loader and augmentation settings are checked before anything is printed.
+        (["train", config, "data.num_workers=-3"],
+         "data.num_workers must be auto or a count in [0, 256], got '-3'"),
+        (["train", config, "augment.jitter.p=3"], "augment.jitter.p must be in [0, 1], got 3"),
     ]
     for args, words in cases:
         r = run(*args)
@@ -127,6 +131,8 @@ def main():
             fail("%s: a control character reached the terminal: %r" % (" ".join(args), r.stderr))
         if len(lines) != 1 or words not in lines[0]:
             fail("%s: expected one line with %r, got:\n%s" % (" ".join(args), words, r.stderr))
+        if r.stdout:
+            fail("%s: the error came after output:\n%s" % (" ".join(args), r.stdout))
         print("ok: seqforge %s -> %s" % (" ".join(os.path.basename(a) for a in args), lines[0]))
     # Dropout settings that drop nothing are said at start-up.
     for args, words in [

@@ -301,16 +301,18 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       (static_cast<int64_t>(task_.split().train.size()) + global_batch_ - 1) / global_batch_;
   if (s_.max_batches > 0) batches_per_epoch_ = std::min(batches_per_epoch_, s_.max_batches);
   total_steps_ = batches_per_epoch_ * s_.epochs;
+  // The loader's and augmentations' settings are checked before the start-up line: a bad one is
+  // the run's only output.
+  augment_ = augment_options(c_);
+  const LoaderOptions loading = loader_options(c_, batch_bytes(task_, s_.batch_size));
   print_start();
   // The loader, and the augmentation cache (built now: a failure leaves the run directory as it
   // was).
   const uint64_t seed = static_cast<uint64_t>(c_.integer("train.seed"));
-  augment_ = augment_options(c_);
   if (augment_.cache)
     augment_cache_ =
         AugmentCache::open(task_, augment_, seed ^ 0xa06e47ull, threads_.threads, out_);
-  loader_ = std::make_unique<Loader>(*be_, task_, s_.batch_size,
-                                     loader_options(c_, batch_bytes(task_, s_.batch_size)));
+  loader_ = std::make_unique<Loader>(*be_, task_, s_.batch_size, loading);
   if (s_.micro_batch < s_.batch_size)  // validation's batches need no more memory than a step's
     val_loader_ = std::make_unique<Loader>(*be_, task_, s_.micro_batch,
                                            loader_options(c_, batch_bytes(task_, s_.micro_batch)));
