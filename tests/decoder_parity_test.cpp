@@ -323,6 +323,19 @@ TEST(DecoderDecode, CachedKeysAndValuesGiveTheFullPassLogits) {
     }
 }
 
+// A cache larger than memory is one error naming the count that fits, before any allocation.
+TEST(DecoderDecode, ACacheLargerThanMemoryIsRefusedByName) {
+  auto be = make_cpu_backend();
+  DecoderOptions o = small_decoder(false, AdapterKind::none);
+  o.max_positions = int64_t{1} << 50;
+  auto model = make_small_decoder(*be, o);
+  const std::string error = test::error_of([&] { model->decode_start(*be, int64_t{1} << 49); });
+  EXPECT_NE(error.find("generating 562949953421312 tokens in all keeps"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("generate at most"), std::string::npos) << error;
+  model->decode_start(*be, 8);  // a cache that fits still starts
+}
+
 // ||got - want|| / ||want||: where bf16's rounding of each operand (2^-9) spreads over the sums,
 // a tensor's error as a whole rather than its worst element's.
 double relative_l2(const std::vector<double>& got, const std::vector<double>& want) {

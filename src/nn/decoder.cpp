@@ -9,6 +9,7 @@
 #include "nn/decoder_parts.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/host_access.hpp"
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/hash.hpp"
 #include "seqforge/core/profiler.hpp"
@@ -402,6 +403,23 @@ void Decoder::decode_start(Backend& be, int64_t capacity) {
   if (capacity > opt_.max_positions)
     fail("generating ", capacity, " tokens in all needs more than the model's ", opt_.max_positions,
          " positions (max_position_embeddings)");
+  // Each position keeps its q, k and v rows in every layer, its attention output and its rotary
+  // angles (as doubles on the host while they are made): refused by name before any is allocated.
+  const double unit = double(dtype_size(params_.dtype()));
+  const double qkv = double(opt_.num_heads + 2 * opt_.num_kv_heads) * double(opt_.head_dim);
+  const double per_position = double(layers_.size()) * qkv * unit +
+                              double(opt_.num_heads * opt_.head_dim) * unit +
+                              double(opt_.head_dim) * (16 + unit) * (opt_.gemma ? 2 : 1);
+  size_t free = 0, total = 0;
+  std::string device;
+  const double room =
+      be.device_memory(&free, &total, &device) ? double(free) : double(available_memory_bytes());
+  if (double(capacity) * per_position > room)
+    fail("generating ", capacity, " tokens in all keeps ",
+         int64_t(double(capacity) * per_position / (1 << 20)),
+         " MB of keys, values and rotary angles, more than the ", int64_t(room / (1 << 20)),
+         " MB available: generate at most ", int64_t(room / per_position),
+         " tokens in all (the prompt's and --length)");
   decode_pos_ = 0;
   decode_capacity_ = capacity;
   adapter_dropping_ = false;
