@@ -398,6 +398,53 @@ TEST(TuneStudy, EnqueuedTrialsRunFirstWithTheirParameters) {
   for (const auto& t : trials) EXPECT_EQ(t.state, TrialState::complete) << t.message;
 }
 
+// A damaged study file (a value or parameter that is not a number, a choice outside the space) is
+// one error naming the trial, never a 0 read in its place.
+TEST(TuneStorage, DamagedValuesAndParametersAreErrorsNamingTheTrial) {
+  const fs::path dir = temp_dir("damaged");
+  const std::string db = (dir / "study.db").string();
+  TuneSettings s = parse_tune_settings(
+      "tune:\n  sampler: {kind: random, seed: 1}\n  space:\n"
+      "    optim.lr: {type: float, low: 0.001, high: 0.1, log: true}\n"
+      "    optim.kind: {type: categorical, choices: [adamw, sgd]}\n",
+      "s.yaml", "val_loss");
+  {
+    Study study(Storage::open(db), s, db);
+    std::ostringstream console;
+    OptimizeOptions o;
+    o.n_trials = 2;
+    study.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
+  }
+  const fs::path copy = dir / "damaged.db";
+  const auto error_after = [&](const std::string& statement) {
+    fs::copy_file(db, copy, fs::copy_options::overwrite_existing);
+    sql(copy, statement);
+    return error_of([&] {
+      auto st = Storage::open(copy.string());
+      st->info("s");
+      st->trials();
+    });
+  };
+  const std::string first = "(SELECT trial_id FROM trials WHERE number = 0)";
+  std::string e = error_after("UPDATE trial_values SET value = 'abc' WHERE trial_id = " + first);
+  EXPECT_NE(e.find("trial 0: its value 'abc' is not a number"), std::string::npos) << e;
+  e = error_after("UPDATE trial_values SET value = NULL WHERE trial_id = " + first);
+  EXPECT_NE(e.find("trial 0: its value NULL is not a number"), std::string::npos) << e;
+  e = error_after("UPDATE trial_intermediate_values SET intermediate_value = 'x' WHERE step = 1");
+  EXPECT_NE(e.find("its value at step 1 'x' is not a number"), std::string::npos) << e;
+  e = error_after("UPDATE trial_params SET param_value = 'nan' WHERE param_name = 'optim.lr'");
+  EXPECT_NE(e.find("parameter 'optim.lr' holds 'nan', not a number"), std::string::npos) << e;
+  e = error_after("UPDATE trial_params SET param_value = 7 WHERE param_name = 'optim.kind'");
+  EXPECT_NE(e.find("parameter 'optim.kind' holds choice 7, which is not one of the search "
+                   "space's 2 choices"),
+            std::string::npos)
+      << e;
+  // The undamaged file reads as it was written.
+  auto st = Storage::open(db);
+  st->info("s");
+  EXPECT_EQ(st->trials().size(), 2u);
+}
+
 // The tables of seqforge's former study schema (version 1).
 constexpr const char* kFormerSchema =
     "CREATE TABLE seqforge_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"

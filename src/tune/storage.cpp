@@ -29,6 +29,7 @@
 #include <ctime>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "db.hpp"
@@ -115,12 +116,25 @@ std::pair<Arg, std::string> typed_value(double v) {
   if (std::isinf(v)) return {Arg(Value()), v > 0 ? "INF_POS" : "INF_NEG"};
   return {Arg::number(v), "FINITE"};
 }
-double from_typed(const Value& v, const Value& type) {
+// A number stored in the study file, or nullopt when it is not one (NULL, text).
+std::optional<double> stored_number(const Value& v) {
+  if (!v) return std::nullopt;
+  const std::string& s = *v;
+  if (s == "NaN" || s == "nan" || s == "Infinity" || s == "inf" || s == "-Infinity" || s == "-inf")
+    return real(v);
+  char* end = nullptr;
+  const double x = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size()) return std::nullopt;
+  return x;
+}
+
+// Optuna's (value, value_type) pair; nullopt when a FINITE value is not a number.
+std::optional<double> from_typed(const Value& v, const Value& type) {
   const std::string t = type.value_or("FINITE");
   if (t == "NAN") return std::numeric_limits<double>::quiet_NaN();
   if (t == "INF_POS") return std::numeric_limits<double>::infinity();
   if (t == "INF_NEG") return -std::numeric_limits<double>::infinity();
-  return real(v);
+  return stored_number(v);
 }
 
 // A categorical choice (YAML text) as the JSON value Optuna would hold: 16, 2.5, true, "lstm".
@@ -664,26 +678,49 @@ class SqlStorage final : public Storage {
     each("SELECT x.trial_id, x.param_name, x.param_value, x.distribution_json FROM trial_params x",
          [&](Trial& t, const Row& r) {
            if (!r[1]) return;
-           double v = real(r[2]);
+           const std::optional<double> stored = stored_number(r[2]);
+           if (!stored || !std::isfinite(*stored))
+             fail(where(), ": trial ", t.number, ": parameter '", *r[1], "' holds ",
+                  r[2] ? "'" + *r[2] + "'" : std::string("NULL"), ", not a number");
+           double v = *stored;
            const Param* p = find_param(space_, *r[1]);
-           if (p && p->kind == Param::Kind::categorical && r[3]) {  // the index into its choices
-             const json d = json::parse(*r[3], nullptr, false);
-             if (d.is_object() && d.contains("attributes")) {
+           if (p && p->kind == Param::Kind::categorical) {  // the index into its choices
+             bool known = false;
+             const json d = r[3] ? json::parse(*r[3], nullptr, false) : json();
+             if (d.is_object() && d.contains("attributes") && v >= 0) {
                const json choices = d["attributes"].value("choices", json::array());
                const size_t i = size_t(v);
                if (i < choices.size())
-                 for (size_t k = 0; k < p->choices.size(); ++k)
-                   if (same_choice(choice_json(p->choices[k]), choices[i])) v = double(k);
+                 for (size_t k = 0; k < p->choices.size() && !known; ++k)
+                   if (same_choice(choice_json(p->choices[k]), choices[i])) {
+                     v = double(k);
+                     known = true;
+                   }
              }
+             if (!known)
+               fail(where(), ": trial ", t.number, ": parameter '", *r[1], "' holds choice ", *r[2],
+                    ", which is not one of the search space's ", p->choices.size(), " choices");
            }
            t.params[*r[1]] = v;
          });
     each("SELECT x.trial_id, x.value, x.value_type FROM trial_values x",
-         [&](Trial& t, const Row& r) { t.value = from_typed(r[1], r[2]); });
+         [&](Trial& t, const Row& r) {
+           const std::optional<double> v = from_typed(r[1], r[2]);
+           if (!v)
+             fail(where(), ": trial ", t.number, ": its value ",
+                  r[1] ? "'" + *r[1] + "'" : std::string("NULL"), " is not a number");
+           t.value = *v;
+         });
     each(
         "SELECT x.trial_id, x.step, x.intermediate_value, x.intermediate_value_type FROM "
         "trial_intermediate_values x",
-        [&](Trial& t, const Row& r) { t.intermediate[integer(r[1])] = from_typed(r[2], r[3]); });
+        [&](Trial& t, const Row& r) {
+          const std::optional<double> v = from_typed(r[2], r[3]);
+          if (!v)
+            fail(where(), ": trial ", t.number, ": its value at step ", integer(r[1]), " ",
+                 r[2] ? "'" + *r[2] + "'" : std::string("NULL"), " is not a number");
+          t.intermediate[integer(r[1])] = *v;
+        });
     each("SELECT x.trial_id, x.heartbeat FROM trial_heartbeats x",
          [&](Trial& t, const Row& r) { t.heartbeat = datetime_seconds(r[1], true); });
     // Waiting or just claimed trials: fixed parameters (Optuna's enqueue_trial, a retry) that
