@@ -496,15 +496,15 @@ TEST_F(CsvTest, RejectsAFileLargerThanTheMemoryAvailable) {
   const std::string huge = (dir_ / "huge.csv").string();
   write("huge.csv", "a,b\n1,2\n");
   fs::resize_file(huge, static_cast<uintmax_t>(available_memory_bytes()) + (uintmax_t{1} << 30));
-  expect_error([&] { CsvTable::read(huge); }, {huge + ": ", "MB, more than the ",
-                                                " MB of memory available to read it into"});
+  expect_error([&] { CsvTable::read(huge); },
+               {huge + ": ", "MB, more than the ", " MB of memory available to read it into"});
 }
 
 TEST_F(CsvTest, CellsKeepTheirTextAndOrder) {
   // A column's cells back to back: empty ones, quoted ones with doubled quotes, long ones.
   const std::string long_cell(100, 'x');
-  const CsvTable t = CsvTable::read(
-      write("cells.csv", "a,b\n,\"q \"\"x\"\"\"\n" + long_cell + ",2\nlast,\n"));
+  const CsvTable t =
+      CsvTable::read(write("cells.csv", "a,b\n,\"q \"\"x\"\"\"\n" + long_cell + ",2\nlast,\n"));
   EXPECT_EQ(texts(t.text("a")), (Strings{"", long_cell, "last"}));
   EXPECT_EQ(texts(t.text("b")), (Strings{"q \"x\"", "2", ""}));
   EXPECT_EQ(t.text("a").size(), 3u);
@@ -612,6 +612,11 @@ TEST(ParseDatetime, DatesAndTimes) {
   EXPECT_EQ(parse_datetime("2012-01-01t13:00z"), 1325376000 + 13 * 3600);
   EXPECT_EQ(parse_datetime("2012-01-01T13:00:00.999"), 1325376000 + 13 * 3600);
   EXPECT_EQ(parse_datetime("2012-01-01T13:00:00.5Z"), 1325376000 + 13 * 3600);
+  EXPECT_TRUE(has_fraction_of_second("2012-01-01T13:00:00.5Z"));
+  EXPECT_TRUE(has_fraction_of_second("01/31/2012 1:45:09.001 PM"));
+  EXPECT_FALSE(has_fraction_of_second("2012-01-01T13:00:00.000"));
+  EXPECT_FALSE(has_fraction_of_second("2012-01-01T13:00:00"));
+  EXPECT_FALSE(has_fraction_of_second("2012-01-01"));
   EXPECT_EQ(parse_datetime("  2012-01-01 "), 1325376000);
   EXPECT_EQ(parse_datetime("2000-02-29"), 951782400);  // divisible by 400: leap
   EXPECT_EQ(parse_datetime("2016-02-29T23:59:59"), 1456790399);

@@ -395,7 +395,8 @@ TEST(Series, CategoricalColumnsAreOneHotFeaturesRowByRow) {
   for (int64_t r = 0; r < d.rows; ++r) {
     const int day = static_cast<int>(raw(d, r));
     const std::string w = weather[day % 4];
-    EXPECT_EQ(one_hot(d, r), (std::vector<double>{w == "fog", w == "rain", w == "sun"})) << day;
+    const auto is = [&](const char* name) { return w == name ? 1.0 : 0.0; };
+    EXPECT_EQ(one_hot(d, r), (std::vector<double>{is("fog"), is("rain"), is("sun")})) << day;
   }
   std::string later = text;
   for (size_t at = later.find(",fog,"); at != std::string::npos; at = later.find(",fog,"))
@@ -405,8 +406,9 @@ TEST(Series, CategoricalColumnsAreOneHotFeaturesRowByRow) {
                                    WindowSet::every_window);
   EXPECT_EQ(u.feature_names, d.feature_names);
   for (int64_t r = 0; r < u.rows; ++r)
-    if (static_cast<int>(raw(u, r)) % 4 == 3)
+    if (static_cast<int>(raw(u, r)) % 4 == 3) {
       EXPECT_EQ(one_hot(u, r), (std::vector<double>{0, 0, 0}));
+    }
   EXPECT_NE(std::find(u.notes.begin(), u.notes.end(),
                       "5 rows have weather 'hail', which the model was not trained on "
                       "(data.categorical): all its one-hot features 0"),
@@ -690,6 +692,24 @@ TEST(Series, DuplicateDatesAndGapsAreNamed) {
   });
   EXPECT_NE(merged.find("dup.csv:4"), std::string::npos) << merged;
   EXPECT_NE(merged.find("data.series_column"), std::string::npos) << merged;
+  // Times a fraction of a second apart would merge (or shift) to the second: named instead; a
+  // fraction of zeros is the whole second.
+  const auto sampled = [&](const std::string& name, const char* fraction) {
+    std::string t = "date,value\n";
+    for (int i = 0; i < 30; ++i)
+      t += "2024-03-01T10:00:" + std::string(i < 10 ? "0" : "") + std::to_string(i) +
+           (i == 7 ? fraction : ".000") + "," + std::to_string(i % 4) + "\n";
+    return Config::parse("data: {path: " + write(dir / name, t) +
+                             ", date_column: date, features: [value], targets: [value], "
+                             "lookback: 4}\n",
+                         "s.yaml");
+  };
+  const std::string fraction = error_of([&] { load_series(sampled("ms.csv", ".250")); });
+  EXPECT_NE(fraction.find("ms.csv:9: column 'date': '2024-03-01T10:00:07.250' has a fraction of "
+                          "a second"),
+            std::string::npos)
+      << fraction;
+  EXPECT_EQ(load_series(sampled("whole.csv", ".000")).rows, 30);
   // Hourly local times where the clock went back an hour (Sunday 2021-11-07, 01:00 twice) are
   // named as such; the same repeat on a Wednesday is not.
   auto hourly = [&](const std::string& day) {

@@ -121,6 +121,11 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
              "' is not a date written as the column's first, '", dates[0], "'",
              layout == io::DateLayout::iso ? "" : " (" + layout_note(table, o, *layout) + ")");
+      if (io::has_fraction_of_second(dates[r]))
+        fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
+             "' has a fraction of a second, and dates are read to the whole second: write the "
+             "times as numbers (seconds, such as 0.25), or leave data.date_column empty to take "
+             "the rows in the file's order");
       when[r] = *t;
     }
     // Days at local midnight with their UTC offsets (a pandas frame's dates in a time zone): the

@@ -10,9 +10,9 @@
 namespace seqforge::io {
 
 // Seconds since 1970-01-01T00:00:00 UTC of an ISO 8601 date or date-time: "2012-01-01",
-// "2012-01-01 13:00", "2012-01-01T13:00:00", with optional fractional seconds (dropped) and an
-// optional "Z" (or " UTC") or "+HH:MM"/"-HH:MM" offset after a time. Surrounding spaces are
-// ignored. Returns nullopt for anything else, including impossible dates such as 2013-02-29 or
+// "2012-01-01 13:00", "2012-01-01T13:00:00", with optional fractional seconds (dropped: see
+// has_fraction_of_second) and an optional "Z" (or " UTC") or "+HH:MM"/"-HH:MM" offset after a
+// time. Surrounding spaces are ignored. Returns nullopt for anything else, including impossible dates such as 2013-02-29 or
 // 24:00.
 std::optional<int64_t> parse_datetime(std::string_view s);
 
@@ -29,6 +29,10 @@ enum class DateLayout { iso, day_first, month_first, compact, named_month };
 // `offset`, where given, receives the UTC offset written after a time in seconds (0 without one):
 // the local time is the result plus it.
 std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t* offset = nullptr);
+
+// Whether a date-time's seconds have a fraction other than zero ("13:45:07.250"): parse_date drops
+// it, which the readers of data files refuse rather than merge or misplace rows.
+bool has_fraction_of_second(std::string_view s);
 
 // The day-and-month fields of a day- or month-first date ("31/12/2020" -> {31, 12}); nullopt for
 // any other text.
