@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -595,6 +596,31 @@ TEST(WriteFileAtomically, ReplacesFilesButWritesIntoPipesAndThroughLinks) {
               io::write_file_atomically(dir.string(), {bytes});
             }).find("cannot rename"),
             std::string::npos);
+  fs::remove_all(dir);
+}
+
+// What a writer killed mid-write left (name.tmp.PID.N of a process gone) is removed; a running
+// process's, and other names, stay.
+TEST(WriteFileAtomically, TemporariesOfKilledWritersAreRemoved) {
+  const fs::path dir = fs::temp_directory_path() / "seqforge_stale_temporaries_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  const std::string dead = std::to_string(gone), alive = std::to_string(::getpid());
+  for (const std::string& name :
+       {"model.safetensors.tmp." + dead + ".0", "model.safetensors.tmp." + alive + ".1",
+        "report.html.tmp." + dead + ".7", "notes.txt.tmp." + dead + ".0",
+        std::string("model.safetensors")})
+    std::ofstream(dir / name) << "x";
+  EXPECT_EQ(remove_stale_temporaries(dir.string(), {"model.safetensors", "report.html"}), 2);
+  EXPECT_FALSE(fs::exists(dir / ("model.safetensors.tmp." + dead + ".0")));
+  EXPECT_FALSE(fs::exists(dir / ("report.html.tmp." + dead + ".7")));
+  EXPECT_TRUE(fs::exists(dir / ("model.safetensors.tmp." + alive + ".1")));
+  EXPECT_TRUE(fs::exists(dir / ("notes.txt.tmp." + dead + ".0")));
+  EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
   fs::remove_all(dir);
 }
 

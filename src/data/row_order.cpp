@@ -221,7 +221,12 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
                          return s % span.step == 0;
                        });
         auto where = [&](int64_t k) { return table.where(out.rows[p + k]); };
-        auto date = [&](int64_t k) { return "'" + date_text(out.rows[p + k]) + "'"; };
+        auto date = [&](int64_t k) {  // quoted, built in place (GCC 12 warns on "'" + text)
+          std::string quoted(1, '\'');
+          quoted += date_text(out.rows[p + k]);
+          quoted += '\'';
+          return quoted;
+        };
         auto is_business = [&] {
           for (int64_t k = p; k < q; ++k)
             if (!business.is_business_day(when[out.rows[k]])) return false;

@@ -1,6 +1,7 @@
 #include "io/file_util.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -145,6 +146,24 @@ void write_file_atomically(const std::string& path_in, const std::vector<ByteSpa
     fail(path, ": cannot fsync directory ", dir, ": ", std::strerror(e));
   }
   ::close(dfd);
+}
+
+int remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& names) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    for (const std::string& name : names) {
+      const std::string prefix = name + ".tmp.";  // write_file_atomically's: name.tmp.PID.N
+      if (file.rfind(prefix, 0) != 0) continue;
+      char* end = nullptr;
+      const long pid = std::strtol(file.c_str() + prefix.size(), &end, 10);
+      if (pid > 0 && *end == '.' && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH &&
+          std::filesystem::remove(entry.path(), ec))
+        ++removed;
+    }
+  }
+  return removed;
 }
 
 DirLock& DirLock::operator=(DirLock&& o) noexcept {

@@ -20,6 +20,10 @@ struct ByteSpan {
 // and a seqforge::Error names `path`, the step and the system's reason.
 void write_file_atomically(const std::string& path, const std::vector<ByteSpan>& parts);
 
+// Removes from `dir` the temporary files write_file_atomically left of `names` when its process
+// was killed while writing (a process that no longer runs); returns how many.
+int remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& names);
+
 // A file mapped read-only; unmapped when the last copy of `mapping` goes.
 struct MappedFile {
   const std::byte* data = nullptr;

@@ -76,6 +76,7 @@ void lock_run_dir(const std::string& dir, io::DirLock* lock) {
          holder > 0 ? "pid " + std::to_string(holder) : std::string("its pid not yet written"),
          " holds ", (fs::path(dir) / ".lock").string(),
          "); wait for it to end or stop it. Nothing in the directory was changed");
+  io::remove_stale_temporaries(dir, {std::begin(kRunFiles), std::end(kRunFiles)});
 }
 
 // The run directory of a new run, locked for it: train.run_dir, which must not hold another
