@@ -443,6 +443,27 @@ TEST(Runs, DirectForecastsPredictEveryStepAhead) {
                            .replace(10, 1, " ")
                            .substr(0, 16));
   }
+  // ... and "2020-01-01T07:00:00.000", with the fraction of zeros.
+  std::string millis;
+  {
+    std::ifstream in(fresh);
+    for (std::string line; std::getline(in, line);) {
+      if (line.size() > 19 && line[10] == 'T') line = line.substr(0, 19) + ".000" + line.substr(19);
+      millis += line + "\n";
+    }
+  }
+  std::ofstream(dir / "millis.csv") << millis;
+  EXPECT_EQ(predict((dir / "run").string(),
+                    {(dir / "millis.csv").string(), (dir / "m.csv").string(), true}, out),
+            1);
+  const auto ms = read_csv((dir / "m.csv").string());
+  ASSERT_EQ(ms.size(), 1u + 4);
+  for (int h = 1; h <= 4; ++h) {
+    EXPECT_EQ(ms[h][0],
+              io::format_datetime(int64_t{1577836800} + 19 * int64_t{3600}, false) + ".000");
+    EXPECT_EQ(ms[h][1],
+              io::format_datetime(int64_t{1577836800} + (19 + h) * int64_t{3600}, false) + ".000");
+  }
   // A run stored before data.horizon_mode forecast one step, horizon steps ahead.
   const Config old = as_it_trained(Config::parse("data: {path: x.csv, horizon: 4}\n", "o.yaml"));
   EXPECT_EQ(old.str("data.horizon_mode"), "last");
