@@ -409,7 +409,7 @@ void Decoder::decode_start(Backend& be, int64_t capacity) {
   const double qkv = double(opt_.num_heads + 2 * opt_.num_kv_heads) * double(opt_.head_dim);
   const double per_position = double(layers_.size()) * qkv * unit +
                               double(opt_.num_heads * opt_.head_dim) * unit +
-                              double(opt_.head_dim) * (16 + unit) * (opt_.gemma ? 2 : 1);
+                              double(opt_.head_dim) * (8 + unit) * (opt_.gemma ? 2 : 1);
   size_t free = 0, total = 0;
   std::string device;
   const double room =

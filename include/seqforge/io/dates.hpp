@@ -12,8 +12,8 @@ namespace seqforge::io {
 // Seconds since 1970-01-01T00:00:00 UTC of an ISO 8601 date or date-time: "2012-01-01",
 // "2012-01-01 13:00", "2012-01-01T13:00:00", with optional fractional seconds (dropped: see
 // has_fraction_of_second) and an optional "Z" (or " UTC") or "+HH:MM"/"-HH:MM" offset after a
-// time. Surrounding spaces are ignored. Returns nullopt for anything else, including impossible dates such as 2013-02-29 or
-// 24:00.
+// time. Surrounding spaces are ignored. Returns nullopt for anything else, including impossible
+// dates such as 2013-02-29 or 24:00.
 std::optional<int64_t> parse_datetime(std::string_view s);
 
 // The ways a date column may write its dates: ISO 8601 (parse_datetime; also with '/' between
