@@ -420,16 +420,18 @@ TEST(Runs, DirectForecastsPredictEveryStepAhead) {
     }
   // Dates past the end are written as the file writes its own: "2020-01-01 07:00", a column of
   // one format.
-  std::string spaced;
-  {
+  // `fresh` with each date-time line's "YYYY-MM-DDTHH:MM:SS" rewritten by `date`, as `name`.
+  const auto with_dates = [&](const std::string& name, auto&& date) {
+    std::string text;
     std::ifstream in(fresh);
     for (std::string line; std::getline(in, line);) {
-      if (line.size() > 19 && line[10] == 'T')
-        line = line.substr(0, 10) + " " + line.substr(11, 5) + line.substr(19);
-      spaced += line + "\n";
+      if (line.size() > 19 && line[10] == 'T') line = date(line.substr(0, 19)) + line.substr(19);
+      text += line + "\n";
     }
-  }
-  std::ofstream(dir / "spaced.csv") << spaced;
+    std::ofstream(dir / name) << text;
+  };
+  with_dates("spaced.csv",
+             [](const std::string& d) { return d.substr(0, 10) + " " + d.substr(11, 5); });
   EXPECT_EQ(predict((dir / "run").string(),
                     {(dir / "spaced.csv").string(), (dir / "q.csv").string(), true}, out),
             1);
@@ -444,15 +446,7 @@ TEST(Runs, DirectForecastsPredictEveryStepAhead) {
                            .substr(0, 16));
   }
   // ... and "2020-01-01T07:00:00.000", with the fraction of zeros.
-  std::string millis;
-  {
-    std::ifstream in(fresh);
-    for (std::string line; std::getline(in, line);) {
-      if (line.size() > 19 && line[10] == 'T') line = line.substr(0, 19) + ".000" + line.substr(19);
-      millis += line + "\n";
-    }
-  }
-  std::ofstream(dir / "millis.csv") << millis;
+  with_dates("millis.csv", [](const std::string& d) { return d + ".000"; });
   EXPECT_EQ(predict((dir / "run").string(),
                     {(dir / "millis.csv").string(), (dir / "m.csv").string(), true}, out),
             1);

@@ -41,6 +41,15 @@ TuneSettings settings(const std::string& name = "s", double grace = 5) {
   return s;
 }
 
+// A learning rate and a categorical choice, sampled at random.
+TuneSettings settings_with_a_choice() {
+  return parse_tune_settings(
+      "tune:\n  sampler: {kind: random, seed: 1}\n  space:\n"
+      "    optim.lr: {type: float, low: 0.001, high: 0.1, log: true}\n"
+      "    optim.kind: {type: categorical, choices: [adamw, sgd]}\n",
+      "s.yaml", "val_loss");
+}
+
 // A fake training run: five epochs whose metric depends on the learning rate.
 int64_t fake_training(TrialContext& ctx, int sleep_ms = 1) {
   const double lr = ctx.params().at("optim.lr");
@@ -363,11 +372,7 @@ TEST(TuneStudy, AWorkerWhoseTrialWasFailedDiscardsItAndGoesOn) {
 TEST(TuneStudy, EnqueuedTrialsRunFirstWithTheirParameters) {
   const fs::path dir = temp_dir("enqueue");
   const std::string db = (dir / "study.db").string();
-  TuneSettings s = parse_tune_settings(
-      "tune:\n  sampler: {kind: random, seed: 1}\n  space:\n"
-      "    optim.lr: {type: float, low: 0.001, high: 0.1, log: true}\n"
-      "    optim.kind: {type: categorical, choices: [adamw, sgd]}\n",
-      "s.yaml", "val_loss");
+  const TuneSettings s = settings_with_a_choice();
   Study study(Storage::open(db), s, db);
   auto st = Storage::open(db);
   st->info("s");
@@ -403,11 +408,7 @@ TEST(TuneStudy, EnqueuedTrialsRunFirstWithTheirParameters) {
 TEST(TuneStorage, DamagedValuesAndParametersAreErrorsNamingTheTrial) {
   const fs::path dir = temp_dir("damaged");
   const std::string db = (dir / "study.db").string();
-  TuneSettings s = parse_tune_settings(
-      "tune:\n  sampler: {kind: random, seed: 1}\n  space:\n"
-      "    optim.lr: {type: float, low: 0.001, high: 0.1, log: true}\n"
-      "    optim.kind: {type: categorical, choices: [adamw, sgd]}\n",
-      "s.yaml", "val_loss");
+  const TuneSettings s = settings_with_a_choice();
   {
     Study study(Storage::open(db), s, db);
     std::ostringstream console;
@@ -432,6 +433,8 @@ TEST(TuneStorage, DamagedValuesAndParametersAreErrorsNamingTheTrial) {
   EXPECT_NE(e.find("trial 0: its value NULL is not a number"), std::string::npos) << e;
   e = error_after("UPDATE trial_intermediate_values SET intermediate_value = 'x' WHERE step = 1");
   EXPECT_NE(e.find("its value at step 1 'x' is not a number"), std::string::npos) << e;
+  e = error_after("UPDATE trial_intermediate_values SET step = 'one' WHERE step = 1");
+  EXPECT_NE(e.find("a step value's step 'one' is not a whole number"), std::string::npos) << e;
   e = error_after("UPDATE trial_params SET param_value = 'nan' WHERE param_name = 'optim.lr'");
   EXPECT_NE(e.find("parameter 'optim.lr' holds 'nan', not a number"), std::string::npos) << e;
   e = error_after("UPDATE trial_params SET param_value = 7 WHERE param_name = 'optim.kind'");

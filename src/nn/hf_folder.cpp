@@ -184,20 +184,21 @@ RopeScaling read_rope_scaling(ConfigReader& c) {
   return s;
 }
 
-// Refuses a model whose f32 values alone cannot fit in memory before any of it is built (a
-// config.json with a billion layers would otherwise take hours to lay out, then fail).
+// Refuses a model whose values cannot fit in memory even at 2 bytes each (a frozen base held in
+// bf16) before any of it is built: a config.json with a billion layers would otherwise take hours
+// to lay out, then fail.
 void check_values_fit(const DecoderOptions& o, const std::string& path) {
   const double H = double(o.hidden_size), q = double(o.num_heads) * double(o.head_dim),
                kv = double(o.num_kv_heads) * double(o.head_dim);
   const double per_layer = 2 * H * q + 2 * H * kv + 3 * H * double(o.intermediate_size);
   const double count =
       double(o.vocab_size) * H * (o.tie_word_embeddings ? 1 : 2) + double(o.num_layers) * per_layer;
-  const double mb = 1 << 20, need = 4 * count, available = double(available_memory_bytes());
+  const double mb = 1 << 20, need = 2 * count, available = double(available_memory_bytes());
   if (need <= available) return;
   fail(path, ": a model of about ", static_cast<int64_t>(std::min(count, 9e18)),
        " parameters (vocab_size ", o.vocab_size, ", hidden_size ", o.hidden_size,
        ", intermediate_size ", o.intermediate_size, ", num_hidden_layers ", o.num_layers,
-       ") needs ", int64_t(need / mb), " MB for its values alone, more than the ",
+       ") needs ", int64_t(need / mb), " MB for its values alone even in bf16, more than the ",
        int64_t(available / mb), " MB available");
 }
 

@@ -715,11 +715,14 @@ class SqlStorage final : public Storage {
         "SELECT x.trial_id, x.step, x.intermediate_value, x.intermediate_value_type FROM "
         "trial_intermediate_values x",
         [&](Trial& t, const Row& r) {
-          const std::optional<double> v = from_typed(r[2], r[3]);
+          const std::optional<double> step = stored_number(r[1]), v = from_typed(r[2], r[3]);
+          if (!step || !(std::fabs(*step) < 9e15) || *step != std::floor(*step))
+            fail(where(), ": trial ", t.number, ": a step value's step ",
+                 r[1] ? "'" + *r[1] + "'" : std::string("NULL"), " is not a whole number");
           if (!v)
-            fail(where(), ": trial ", t.number, ": its value at step ", integer(r[1]), " ",
+            fail(where(), ": trial ", t.number, ": its value at step ", int64_t(*step), " ",
                  r[2] ? "'" + *r[2] + "'" : std::string("NULL"), " is not a number");
-          t.intermediate[integer(r[1])] = *v;
+          t.intermediate[int64_t(*step)] = *v;
         });
     each("SELECT x.trial_id, x.heartbeat FROM trial_heartbeats x",
          [&](Trial& t, const Row& r) { t.heartbeat = datetime_seconds(r[1], true); });
