@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -239,6 +240,17 @@ TEST(HostileRuns, ResumeRefusesADamagedTrainingState) {
       },
       "'batch' is 1000000; an epoch now has");
   EXPECT_EQ(fs::last_write_time(run / "model.safetensors"), model_time);
+  // A damaged line of metrics.jsonl is refused before the run's files are touched.
+  const fs::path metrics = run / "metrics.jsonl";
+  const std::string kept = io::read_file(metrics.string());
+  std::ofstream(metrics, std::ios::app) << "{\"epoch\": \"3\"}\n";
+  const std::string damaged = io::read_file(metrics.string());
+  EXPECT_HAS(resume_error(run, [](auto&, auto&) {}, {"train.epochs=3"}),
+             metrics.string() + ":" +
+                 std::to_string(std::count(kept.begin(), kept.end(), '\n') + 1) +
+                 ": \"epoch\" is \"3\"");
+  EXPECT_EQ(io::read_file(metrics.string()), damaged);
+  std::ofstream(metrics) << kept;
   // Stateful streams keep their order: a permutation of it is refused too.
   const fs::path stateful = dir / "stateful";
   train(forecast(data, stateful, {"train.stateful=true", "train.batch_size=4"}), log);

@@ -42,7 +42,6 @@ TEST(Report, DrawsCurvesAndForecastPredictions) {
         "{\"epoch\":1,\"train_loss\":0.9,\"val_loss\":0.8,\"val_rmse\":2.0,\"lr\":0.001,"
         "\"samples_per_second\":1000,\"epoch_seconds\":1.5,\"train_seconds\":1.2,"
         "\"cpu_percent\":180,\"rss_mb\":30,\"peak_rss_mb\":31}\n"
-        "not json, a line cut short by a kill\n"
         "{\"epoch\":2,\"train_loss\":0.5,\"val_loss\":null,\"val_rmse\":1.5,\"lr\":0.0005,"
         "\"samples_per_second\":1100,\"epoch_seconds\":1.4,\"train_seconds\":1.1}\n"
         "{\"epoch\":3,\"train_loss\":0.3,\"val_loss\":0.4,\"val_rmse\":1.2,\"lr\":0.0001,"
@@ -154,6 +153,42 @@ TEST(Report, WritesReportHtmlAndNeedsMetrics) {
   EXPECT_NE(io::read_file((dir / "report.html").string()).find("</html>"), std::string::npos);
 }
 
+// Every line of metrics.jsonl is read as the trainer writes it: a damaged one is one error naming
+// the file and line, never a curve with a point left out; a last line without its newline (being
+// written, or cut by a kill) is left out.
+TEST(Report, DamagedMetricsLinesAreErrorsNamingTheLine) {
+  const fs::path dir = run_dir("damaged");
+  const std::string good =
+      "{\"checkpoint\":true,\"epoch\":1,\"train_loss\":1.0,\"val_loss\":null}\n"
+      "{\"checkpoint\":false,\"epoch\":2,\"train_loss\":0.5,\"val_loss\":0.4}\n";
+  write(dir / "metrics.jsonl", good + "{\"checkpoint\":false,\"epoch\":3,\"train_lo");
+  const std::string html = render_run_report(dir.string());
+  EXPECT_NE(html.find(" 2 epochs"), std::string::npos);
+  const std::string file = (dir / "metrics.jsonl").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{not json\n", ":3: not a JSON object"},
+      {"[1, 2]\n", ":3: not a JSON object"},
+      {"{\"epoch\":3,\"val_loss\":NaN}\n", ":3: not a JSON object"},
+      {"{\"epoch\":\"3\"}\n", ":3: \"epoch\" is \"3\", not a whole number of 1 or more"},
+      {"{\"epoch\":2.5}\n", ":3: \"epoch\" is 2.5, not a whole number"},
+      {"{\"epoch\":-1e308}\n", ":3: \"epoch\" is -1e+308, not a whole number"},
+      {"{\"epoch\":2}\n", ":3: epoch 2 follows epoch 2: a line out of order, or two runs'"},
+      {"{\"train_loss\":1}\n", ":3: neither an epoch's line"},
+      {"{\"epoch\":3,\"checkpoint\":1}\n", ":3: \"checkpoint\" is 1, not true or false"},
+      {"{\"epoch\":3,\"epoch_seconds\":\"fast\"}\n",
+       ":3: \"epoch_seconds\" is \"fast\", not a number"},
+      {"\n{\"split\":5}\n", ":4: \"split\" is 5, not \"test\""},
+      {"{\"split\":\"test\",\"model_epoch\":{\"a\":1}}\n",
+       ":3: \"model_epoch\" is {\"a\":1}, not a number"},
+  };
+  for (const auto& [tail, message] : cases) {
+    write(dir / "metrics.jsonl", good + tail);
+    const std::string e = test::error_of([&] { render_run_report(dir.string()); });
+    EXPECT_NE(e.find(file + message), std::string::npos) << tail << " -> " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+}
+
 TEST(Report, TrainerWritesPredictionsAndReport) {
   const fs::path dir = run_dir("trainer");
   {
@@ -233,7 +268,7 @@ TEST(Report, ChartsOfHostileSeriesStayFiniteAndSmall) {
       auto json = [](double x) {
         char buf[40];
         std::snprintf(buf, sizeof buf, "%.17g", x);
-        return std::isnan(x) ? std::string("null") : std::string(buf);
+        return std::isfinite(x) ? std::string(buf) : std::string("null");  // as the trainer
       };
       std::snprintf(line, sizeof line,
                     "{\"epoch\":%zu,\"train_loss\":%s,\"val_loss\":%s,\"val_rmse\":%s,\"lr\":%s}\n",

@@ -15,6 +15,7 @@
 
 #include "chart.hpp"
 #include "io/file_util.hpp"
+#include "report/metrics_log.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/dates.hpp"
 #include "seqforge/io/safetensors.hpp"
@@ -258,19 +259,9 @@ std::string render_run_report(const std::string& run_dir) {
   const fs::path dir(run_dir);
   const fs::path metrics_path = dir / "metrics.jsonl";
   if (!fs::exists(metrics_path)) fail(metrics_path.string(), ": missing (not a run directory?)");
-  std::vector<nlohmann::json> epochs;
-  nlohmann::json test;  // the test split's evaluation after training, if any
-  {
-    std::ifstream f(metrics_path);
-    for (std::string line; std::getline(f, line);) {
-      auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!j.is_object()) continue;
-      if (j.contains("epoch") && j["epoch"].is_number())
-        epochs.push_back(std::move(j));
-      else if (j.value("split", "") == "test")
-        test = std::move(j);
-    }
-  }
+  const MetricsLog log = read_metrics_log(metrics_path.string());
+  const std::vector<nlohmann::json>& epochs = log.epochs;
+  const nlohmann::json& test = log.test;
   const RunFacts facts = read_facts(dir);
   // Every numeric key across the epochs, as series over the epoch number.
   auto series = [&](const std::string& key, const std::string& label) {
@@ -309,7 +300,9 @@ std::string render_run_report(const std::string& run_dir) {
   }
   if (!epochs.empty()) {
     double total = 0;
-    for (const auto& j : epochs) total += j.value("epoch_seconds", 0.0);
+    for (const auto& j : epochs)
+      if (j.contains("epoch_seconds") && j["epoch_seconds"].is_number())
+        total += j["epoch_seconds"].get<double>();
     o << " &middot; " << fmt(total, "%.1f") << " s of epochs";
   }
   o << " &middot; " << escape(fs::absolute(dir).lexically_normal().string()) << "</p>\n";

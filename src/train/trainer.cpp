@@ -16,6 +16,7 @@
 #include "checkpoint_writer.hpp"
 #include "io/file_util.hpp"
 #include "loop.hpp"
+#include "report/metrics_log.hpp"
 #include "run.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/cpu.hpp"
@@ -261,6 +262,7 @@ class Training {
   std::unique_ptr<Loader> loader_;
   std::unique_ptr<Loader> val_loader_;  // validation's in micro-batches; null: loader_
   std::ofstream metrics_log_;
+  std::string kept_metrics_;  // a resumed run's lines of the epochs it keeps
   std::unique_ptr<CheckpointWriter> writer_;
   ResourceMonitor resources_;  // cpu_percent, rss_mb, peak_rss_mb per epoch
   std::vector<bool> frozen_;   // held fixed for the first freeze_epochs epochs
@@ -718,6 +720,9 @@ void Training::resume_from_state() {
   rng_.set_state(words);
   state_ = std::move(saved);
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
+  if (fs::exists(metrics_path_))
+    for (const nlohmann::json& j : read_metrics_log(metrics_path_).epochs)
+      if (j["epoch"].get<int64_t>() <= state_.epochs_done) kept_metrics_ += j.dump() + "\n";
   if (scaler_ && state_.loss_scale > 0)
     scaler_->set_state(state_.loss_scale, state_.loss_scale_growth);
   if (state_.in_epoch)
@@ -758,6 +763,9 @@ void Training::share_rank0_state() {
   }
   state_.broadcast(comm_);
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
+  if (fs::exists(metrics_path_))
+    for (const nlohmann::json& j : read_metrics_log(metrics_path_).epochs)
+      if (j["epoch"].get<int64_t>() <= state_.epochs_done) kept_metrics_ += j.dump() + "\n";
   if (scaler_ && state_.loss_scale > 0)
     scaler_->set_state(state_.loss_scale, state_.loss_scale_growth);
 }
@@ -775,17 +783,7 @@ void Training::prepare_run_dir() {
   // metrics.jsonl keeps a resumed run's epochs before the next one (a line cut short by a kill
   // is dropped, and so is the test split's line); it is replaced atomically, then appended to,
   // a flushed line per epoch.
-  std::string kept;
-  if (!resume_dir_.empty()) {
-    std::ifstream old(metrics_path_);
-    for (std::string line; std::getline(old, line);) {
-      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("epoch") &&
-          j.value("epoch", int64_t{0}) <= state_.epochs_done)
-        kept += line + "\n";
-    }
-  }
-  io::write_file_atomically(metrics_path_, {{kept.data(), kept.size()}});
+  io::write_file_atomically(metrics_path_, {{kept_metrics_.data(), kept_metrics_.size()}});
   metrics_log_.open(metrics_path_, std::ios::app);
   if (task_.model.family == ModelFamily::decoder) write_hf_files();
 }

@@ -1,0 +1,51 @@
+#include "report/metrics_log.hpp"
+
+#include <cmath>
+
+#include "io/file_util.hpp"
+#include "seqforge/core/error.hpp"
+
+namespace seqforge {
+
+MetricsLog read_metrics_log(const std::string& path) {
+  const std::string text = io::read_file(path);
+  MetricsLog log;
+  size_t begin = 0;
+  for (int64_t line = 1; begin < text.size(); ++line) {
+    const size_t end = text.find('\n', begin);
+    if (end == std::string::npos) break;  // being written, or cut short by a kill
+    const std::string_view row(text.data() + begin, end - begin);
+    begin = end + 1;
+    if (row.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const auto where = [&] { return path + ":" + std::to_string(line) + ": "; };
+    nlohmann::json j = nlohmann::json::parse(row, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) fail(where(), "not a JSON object, as the trainer writes a line");
+    const bool test = j.contains("split");
+    if (test && j["split"] != "test")
+      fail(where(), "\"split\" is ", j["split"].dump(), ", not \"test\"");
+    if (!test) {
+      const auto e = j.find("epoch");
+      if (e == j.end())
+        fail(where(), "neither an epoch's line (no \"epoch\") nor the test split's");
+      const double epoch = e->is_number() ? e->get<double>() : 0;
+      const double before = log.epochs.empty() ? 0 : log.epochs.back()["epoch"].get<double>();
+      if (!(epoch >= 1 && epoch < 1e15 && std::floor(epoch) == epoch))
+        fail(where(), "\"epoch\" is ", e->dump(), ", not a whole number of 1 or more");
+      if (epoch <= before)
+        fail(where(), "epoch ", e->dump(), " follows epoch ", before,
+             ": a line out of order, or two runs' lines in one file");
+    }
+    for (const auto& [key, value] : j.items()) {
+      const bool fits = key == "split"        ? true
+                        : key == "checkpoint" ? value.is_boolean()
+                                              : value.is_number() || value.is_null();
+      if (!fits)
+        fail(where(), "\"", key, "\" is ", value.dump(), ", not ",
+             key == "checkpoint" ? "true or false" : "a number");
+    }
+    (test ? log.test : log.epochs.emplace_back()) = std::move(j);
+  }
+  return log;
+}
+
+}  // namespace seqforge

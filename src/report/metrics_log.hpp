@@ -1,0 +1,21 @@
+#pragma once
+// A run's metrics.jsonl read back: a line per epoch (its metrics, timings and resources) and the
+// test split's evaluation after training, each checked against what the trainer writes.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace seqforge {
+
+struct MetricsLog {
+  std::vector<nlohmann::json> epochs;  // in epoch order
+  nlohmann::json test;                 // null where the run has no test line
+};
+
+// Reads `path`: every line a JSON object, either an epoch's (a whole "epoch" above the line
+// before's, numbers for its values, null for a NaN, true or false for "checkpoint") or the test
+// split's ("split": "test", numbers for the rest). A last line without its newline is one being
+// written or cut short by a kill, and is left out. Anything else throws, naming the file and line.
+MetricsLog read_metrics_log(const std::string& path);
+
+}  // namespace seqforge
