@@ -189,6 +189,36 @@ TEST(Report, DamagedMetricsLinesAreErrorsNamingTheLine) {
   }
 }
 
+// val_predictions.csv is read as the trainer writes it (class names quoted where they hold a
+// comma, a quote or a line break); a damaged row is one error naming the file and line.
+TEST(Report, PredictionsAreReadWholeOrRefusedNamingTheLine) {
+  const fs::path dir = run_dir("predictions");
+  write(dir / "metrics.jsonl", "{\"epoch\":1,\"train_loss\":1.0}\n");
+  write(dir / "config.resolved.yaml", "data:\n  task: classify\n");
+  write(dir / "val_predictions.csv",
+        "row,actual,predicted\n1,\"two\nlines\",\"a, \"\"b\"\"\"\n2,\"a, \"\"b\"\"\",\"a, "
+        "\"\"b\"\"\"\n3,sun,sun\n4,sun,rai");
+  const std::string html = render_run_report(dir.string());
+  EXPECT_NE(html.find("Accuracy 66.7% of 3 windows"), std::string::npos) << html;
+  EXPECT_NE(html.find("two\nlines"), std::string::npos);
+  EXPECT_NE(html.find("a, &quot;b&quot;"), std::string::npos);
+  write(dir / "config.resolved.yaml", "data:\n  task: forecast\n  targets: [t]\n");
+  const std::string file = (dir / "val_predictions.csv").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"row,actual,predicted\n1,2,3\n2,3\n", ":3: 2 fields where the header has 3"},
+      {"row,actual,predicted\n1,2,3\n2,3,4,5\n", ":3: 4 fields where the header has 3"},
+      {"row,actual,predicted\n1,2,abc\n", ":2: column 'predicted' holds 'abc', not a number"},
+      {"row,actual,predicted\n1,2,3\n\"2,3,4\n5,6,7\n", ":3: a quoted field is never closed"},
+  };
+  for (const auto& [text, message] : cases) {
+    write(dir / "val_predictions.csv", text);
+    const std::string e = test::error_of([&] { render_run_report(dir.string()); });
+    EXPECT_NE(e.find(file + message), std::string::npos) << text << " -> " << e;
+  }
+  write(dir / "val_predictions.csv", "row,actual,predicted\n1,nan,3\n2,inf,4\n3,,5\n");
+  EXPECT_NE(render_run_report(dir.string()).find("3 windows"), std::string::npos);
+}
+
 TEST(Report, TrainerWritesPredictionsAndReport) {
   const fs::path dir = run_dir("trainer");
   {

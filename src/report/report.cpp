@@ -31,67 +31,82 @@ using report::escape;
 using report::fmt;
 using report::Series;
 
-std::vector<std::string> split_csv_line(const std::string& line) {
-  std::vector<std::string> out;
-  std::string cur;
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char ch = line[i];
-    if (ch == '"' && quoted && i + 1 < line.size() && line[i + 1] == '"') {
-      cur += '"';  // a doubled quote inside quotes
-      ++i;
-    } else if (ch == '"') {
-      quoted = !quoted;
-    } else if (ch == ',' && !quoted) {
-      out.push_back(cur);
-      cur.clear();
-    } else if (ch != '\r') {
-      cur += ch;
-    }
-  }
-  out.push_back(cur);
-  return out;
-}
-
-// A CSV the trainer wrote (val_predictions.csv, val_reconstructions.csv): columns by name.
+// A CSV the trainer wrote (val_predictions.csv, val_reconstructions.csv): columns by name, each
+// row as long as the header; a quoted field may hold commas, doubled quotes and line breaks.
 struct Table {
+  std::string path;
   std::map<std::string, std::vector<std::string>> columns;
+  std::vector<int64_t> lines;  // each row's line in the file
   size_t rows = 0;
+
   const std::vector<std::string>* column(const std::string& name) const {
     const auto it = columns.find(name);
     return it == columns.end() ? nullptr : &it->second;
   }
+  // The column's numbers (nan and inf as the trainer writes them); a cell that is not one throws,
+  // naming the file, line and column.
+  std::vector<double> numbers(const std::string& name) const {
+    std::vector<double> out;
+    const auto* cells = column(name);
+    for (size_t i = 0; cells && i < cells->size(); ++i) {
+      const std::string& s = (*cells)[i];
+      char* end = nullptr;
+      out.push_back(s.empty() ? NAN : std::strtod(s.c_str(), &end));
+      if (!s.empty() && *end != '\0')
+        fail(path, ":", lines[i], ": column '", name, "' holds '", s.substr(0, 40),
+             "', not a number");
+    }
+    return out;
+  }
 };
 
 Table read_table(const fs::path& path) {
+  const std::string text = io::read_file(path.string());
   Table t;
-  std::ifstream f(path);
-  std::string line;
-  if (!std::getline(f, line)) return t;
-  const std::vector<std::string> header = split_csv_line(line);
-  while (std::getline(f, line)) {
-    const auto cells = split_csv_line(line);
-    if (cells.size() != header.size()) continue;  // a line cut short
-    for (size_t i = 0; i < header.size(); ++i) t.columns[header[i]].push_back(cells[i]);
-    ++t.rows;
+  t.path = path.string();
+  std::vector<std::string> header, cells(1);
+  int64_t line = 1, row_line = 1;
+  bool quoted = false;
+  const auto end_row = [&] {
+    if (header.empty()) {
+      header = std::move(cells);
+    } else if (cells.size() != header.size()) {
+      fail(t.path, ":", row_line, ": ", cells.size(), cells.size() == 1 ? " field" : " fields",
+           " where the header has ", header.size());
+    } else {
+      for (size_t i = 0; i < header.size(); ++i) t.columns[header[i]].push_back(cells[i]);
+      t.lines.push_back(row_line);
+      ++t.rows;
+    }
+    cells.assign(1, std::string());
+    row_line = line;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (ch == '\n') ++line;
+    if (ch == '"' && quoted && i + 1 < text.size() && text[i + 1] == '"') {
+      cells.back() += '"';  // a doubled quote inside quotes
+      ++i;
+    } else if (ch == '"') {
+      quoted = !quoted;
+    } else if (ch == ',' && !quoted) {
+      cells.emplace_back();
+    } else if (ch == '\n' && !quoted) {
+      end_row();
+    } else if (ch != '\r' || quoted) {
+      cells.back() += ch;
+    }
   }
-  return t;
-}
-
-double number(const std::string& s) {
-  if (s.empty()) return NAN;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  return end && *end == '\0' ? v : NAN;
+  if (quoted) fail(t.path, ":", row_line, ": a quoted field is never closed");
+  return t;  // a last row without its line break is one cut short: left out
 }
 
 std::string forecast_section(const Table& p, const std::string& target) {
-  const auto* actual_text = p.column("actual");
-  const auto* predicted_text = p.column("predicted");
-  const auto* row = p.column("row");
   const auto* time = p.column("time");
   const auto* series = p.column("series");
-  if (!actual_text || !predicted_text || !row) return "";
+  if (!p.column("actual") || !p.column("predicted") || !p.column("row")) return "";
+  const std::vector<double> actual_values = p.numbers("actual"),
+                            predicted_values = p.numbers("predicted"), rows = p.numbers("row");
   // One series' windows (the first), by date where the data has dates.
   const std::string shown = series && !series->empty() ? (*series)[0] : "";
   bool dates = time != nullptr;  // every window's time a date: dates on the x axis, else rows
@@ -100,10 +115,10 @@ std::string forecast_section(const Table& p, const std::string& target) {
   double abs_sum = 0;
   size_t counted = 0;
   for (size_t i = 0; i < p.rows; ++i) {
-    const double av = number((*actual_text)[i]), qv = number((*predicted_text)[i]);
+    const double av = actual_values[i], qv = predicted_values[i];
     if (std::isfinite(av) && std::isfinite(qv)) abs_sum += std::fabs(av - qv), ++counted;
     if (series && (*series)[i] != shown) continue;
-    x.push_back(dates ? double(*io::parse_datetime((*time)[i])) : number((*row)[i]));
+    x.push_back(dates ? double(*io::parse_datetime((*time)[i])) : rows[i]);
     a.push_back(av), q.push_back(qv);
   }
   // At most ~1500 points per line: the page stays small and quick to draw.
@@ -179,11 +194,12 @@ std::string reconstruction_section(const Table& t) {
   const auto* window = t.column("window");
   const auto* step = t.column("step");
   const auto* feature = t.column("feature");
-  const auto* original = t.column("original");
-  const auto* reconstructed = t.column("reconstructed");
   const auto* masked = t.column("masked");
-  if (!window || !step || !feature || !original || !reconstructed || !masked || t.rows == 0)
+  if (!window || !step || !feature || !t.column("original") || !t.column("reconstructed") ||
+      !masked || t.rows == 0)
     return "";
+  const std::vector<double> steps = t.numbers("step"), original = t.numbers("original"),
+                            reconstructed = t.numbers("reconstructed");
   const std::string first_feature = (*feature)[0];
   std::map<std::string, std::vector<size_t>> rows;  // window -> its rows of the first feature
   std::vector<std::string> order;
@@ -200,10 +216,10 @@ std::string reconstruction_section(const Table& t) {
     Series orig{"original"}, rec{"reconstructed"}, mask{"masked"};
     mask.style = Series::Style::points;
     for (size_t i : rows[order[w]]) {
-      const double x = number((*step)[i]);
-      orig.x.push_back(x), orig.y.push_back(number((*original)[i]));
-      rec.x.push_back(x), rec.y.push_back(number((*reconstructed)[i]));
-      if ((*masked)[i] == "1") mask.x.push_back(x), mask.y.push_back(number((*original)[i]));
+      const double x = steps[i];
+      orig.x.push_back(x), orig.y.push_back(original[i]);
+      rec.x.push_back(x), rec.y.push_back(reconstructed[i]);
+      if ((*masked)[i] == "1") mask.x.push_back(x), mask.y.push_back(original[i]);
     }
     Chart c;
     c.title = "window " + order[w];
