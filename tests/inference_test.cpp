@@ -3,12 +3,14 @@
 // numbers exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/file_util.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/io/csv.hpp"
@@ -74,6 +76,82 @@ std::vector<nlohmann::json> metrics_of(const fs::path& run) {
   for (std::string line; std::getline(f, line);)  // per-epoch lines; the test split's left out
     if (auto j = nlohmann::json::parse(line); j.contains("epoch")) out.push_back(std::move(j));
   return out;
+}
+
+// A new file with gaps, from a run trained on a whole one: predict and eval --data refuse it
+// naming the cell and --missing, and with --missing ffill predict as on the file filled by hand.
+TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
+  const fs::path dir = temp_dir("missing");
+  std::ostringstream log;
+  train(Config::parse(yaml(write_hourly(dir / "train.csv", 200, true), dir / "run"), "p.yaml"),
+        log);
+  const std::string whole = io::read_file(write_hourly(dir / "whole.csv", 40, true));
+  std::vector<std::string> lines;
+  for (size_t at = 0, end; (end = whole.find('\n', at)) != std::string::npos; at = end + 1)
+    lines.push_back(whole.substr(at, end - at));
+  // Line 21's signal empty, line 31's other NA; filled by hand with the lines before.
+  auto cells = [](const std::string& line) {
+    std::vector<std::string> c;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) c.push_back(cell);
+    return c;
+  };
+  auto join = [](const std::vector<std::string>& c) {
+    return c[0] + "," + c[1] + "," + c[2] + "," + c[3];
+  };
+  std::string gaps, filled;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::vector<std::string> c = cells(lines[i]), f = c;
+    if (i == 20) c[1] = "", f[1] = cells(lines[19])[1];
+    if (i == 30) c[2] = "NA", f[2] = cells(lines[29])[2];
+    gaps += join(c) + "\n";
+    filled += join(f) + "\n";
+  }
+  const fs::path gaps_csv = dir / "gaps.csv", filled_csv = dir / "filled.csv";
+  std::ofstream(gaps_csv) << gaps;
+  std::ofstream(filled_csv) << filled;
+  const std::string run = (dir / "run").string();
+  std::ostringstream out;
+  EXPECT_NE(error_of([&] {
+              predict(run, {gaps_csv.string(), "-", false}, out);
+            })
+                .find("gaps.csv:21: column 'signal': empty cell is not a number (--missing ffill "
+                      "or interpolate fills the file's missing cells)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { evaluate(run, "test", gaps_csv.string()); }).find("--missing ffill"),
+            std::string::npos);
+  const Predictions by_hand = predictions(run, filled_csv.string(), false);
+  const Predictions on_request = predictions(run, gaps_csv.string(), false, "ffill");
+  ASSERT_EQ(by_hand.columns.size(), on_request.columns.size());
+  for (size_t c = 0; c < by_hand.columns.size(); ++c) {
+    EXPECT_EQ(by_hand.columns[c].text, on_request.columns[c].text);
+    ASSERT_EQ(by_hand.columns[c].values.size(), on_request.columns[c].values.size());
+    for (size_t i = 0; i < by_hand.columns[c].values.size(); ++i) {
+      const double a = by_hand.columns[c].values[i], b = on_request.columns[c].values[i];
+      EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b)))
+          << by_hand.columns[c].name << " row " << i << ": " << a << " vs " << b;
+    }
+  }
+  EXPECT_NE(std::find(on_request.notes.begin(), on_request.notes.end(),
+                      "data.missing ffill: 1 missing cells of 'signal' filled"),
+            on_request.notes.end());
+  EXPECT_EQ(evaluate(run, "test", gaps_csv.string(), nullptr, "interpolate").at("samples"),
+            evaluate(run, "test", filled_csv.string(), nullptr).at("samples"));
+  EXPECT_NE(error_of([&] {
+              predictions(run, gaps_csv.string(), false, "mask");
+            }).find("--missing: expected error, ffill or interpolate, got 'mask'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              evaluate(run, "test", "", nullptr, "ffill");
+            }).find("--missing fills the missing cells of a file given with --data"),
+            std::string::npos);
+  // A run that masks its missing cells reads them as masked: --missing would change its inputs.
+  train(Config::parse(yaml(dir / "train.csv", dir / "masked", "  missing: mask\n"), "m.yaml"), log);
+  EXPECT_NE(error_of([&] {
+              predictions((dir / "masked").string(), gaps_csv.string(), false, "ffill");
+            }).find("masks missing cells (data.missing: mask)"),
+            std::string::npos);
+  EXPECT_GT(predictions((dir / "masked").string(), gaps_csv.string(), false).windows, 0);
 }
 
 TEST(Predict, EveryWindowOfANewFileWithoutTargets) {

@@ -90,6 +90,11 @@ def test_arrays_in_and_out(tmp_path):
     holed[50, 1] = np.nan
     with pytest.raises(seqforge.Error, match=r"^<numpy array \d+>\.npy: row 50, column 1: nan"):
         run.predict(holed)
+    filled = holed.copy()
+    filled[50, 1] = holed[49, 1]
+    np.testing.assert_array_equal(run.predict(holed, missing="ffill"), run.predict(filled))
+    # The missing target is filled as an input, and its window left out of the metrics.
+    assert run.evaluate(data=holed, missing="interpolate")["samples"] == 100 - 8 - 1
     assert run.evaluate(data=array[:500])["samples"] == 500 - 8
     # The library flushes denormals on its threads; the caller's arithmetic is left as it was.
     assert (np.array([5e-324]) * 2.0)[0] > 0
@@ -122,6 +127,11 @@ def test_errors_in_a_frame_or_an_array_name_its_row(tmp_path):
     run = seqforge.train(config, data=frame.fillna(0.0), log=None, overwrite=True)
     with pytest.raises(seqforge.Error, match=r"^the DataFrame's row 7 \(index 2024-01-08"):
         run.predict(frame)
+    # Filled as inputs; a missing target stays unknown in the actual column.
+    filled, by_hand = run.predict(frame, missing="ffill"), run.predict(frame.ffill())
+    assert np.isnan(filled["load_actual"][3]) and by_hand["load_actual"][3] == 6.0
+    pd.testing.assert_frame_equal(filled.drop(columns="load_actual"),
+                                  by_hand.drop(columns="load_actual"))
 
 
 def test_classify_mae_charlm_transformer_and_adapters(tmp_path):

@@ -298,40 +298,43 @@ class Run:
         with open(path, encoding="utf-8") as f:
             return [json.loads(line) for line in f if line.strip()]
 
-    def evaluate(self, split="test", data=None):
+    def evaluate(self, split="test", data=None, missing=None):
         """Metrics on a split of the run's data ("val" or "test"), or on every window of `data`
-        (a path, array or data frame of the training data's layout)."""
+        (a path, array or data frame of the training data's layout); `missing` ("ffill" or
+        "interpolate") fills that data's missing cells, as eval's --missing."""
         if data is None:
-            return _native.evaluate(self.path, split)
+            return _native.evaluate(self.path, split, "", missing or "")
         if isinstance(data, np.ndarray):
-            return _native.evaluate_array(self.path, data)
+            return _native.evaluate_array(self.path, data, missing or "")
         with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
             path = _data_file(data, scratch)
             with _naming_the_data(data, path):
-                return _native.evaluate(self.path, split, path)
+                return _native.evaluate(self.path, split, path, missing or "")
 
-    def predictions(self, X, last=False):
+    def predictions(self, X, last=False, missing=None):
         """predict's table for the windows of `X` (a path, array or data frame of the training
         data's layout): {column: values}, numbers as float64 arrays over the library's own
         buffers (NaN: empty), text as object arrays, in the command's column order. A float32
-        or float64 array in C order is read where it is."""
+        or float64 array in C order is read where it is. `missing` ("ffill" or "interpolate")
+        fills X's missing cells, as predict's --missing."""
         if isinstance(X, np.ndarray):  # read where it is, not copied
-            table = _native.predictions_of_array(self.path, X, last)
+            table = _native.predictions_of_array(self.path, X, last, missing or "")
         else:
             with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
                 path = _data_file(X, scratch)
                 with _naming_the_data(X, path):
-                    table = _native.predictions(self.path, path, last)
+                    table = _native.predictions(self.path, path, last, missing or "")
         return {name: values if kind != "text" else np.array(values, dtype=object)
                 for name, kind, values in table["columns"]}
 
-    def predict(self, X, last=False):
-        """Predictions for every window of `X` (or only each series' last with last=True).
+    def predict(self, X, last=False, missing=None):
+        """Predictions for every window of `X` (or only each series' last with last=True); see
+        predictions() for `missing`.
 
         A data frame or a path gives a pandas DataFrame with the command's columns. An array
         gives an array: a forecast's values (windows, outputs), one column squeezed away, or a
         classifier's classes."""
-        table = self.predictions(X, last)
+        table = self.predictions(X, last, missing)
         if isinstance(X, np.ndarray):
             return self._as_array(table)
         import pandas as pd

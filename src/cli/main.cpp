@@ -131,6 +131,10 @@ int main(int argc, char** argv) {
   eval->add_option("run", eval_run, "run directory or model.safetensors")->required();
   eval->add_option("--split", eval_split, "val or test")->capture_default_str();
   eval->add_option("--data", eval_data, "evaluate on every window of this file instead");
+  std::string eval_missing;
+  eval->add_option("--missing", eval_missing,
+                   "fill that file's missing cells: ffill or interpolate (default: as the run "
+                   "trained, data.missing)");
   bool eval_json = false;
   eval->add_flag("--json", eval_json, "print the metrics as one JSON object");
 
@@ -147,6 +151,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   pred->add_flag("--last", pred_options.last_only,
                  "only the forecast after the last row (of each series)");
+  pred->add_option("--missing", pred_options.missing,
+                   "fill the input's missing cells: ffill or interpolate (default: as the run "
+                   "trained, data.missing)");
 
   std::string merge_run, merge_output;
   CLI::App* merge = app.add_subcommand(
@@ -268,7 +275,7 @@ int main(int argc, char** argv) {
       if (!eval_data.empty() && eval->count("--split"))
         sf::fail("eval: --data evaluates every window of that file; --split ", eval_split,
                  " evaluates a split of the run's own data: give one of them");
-      const auto metrics = sf::evaluate(eval_run, eval_split, eval_data);
+      const auto metrics = sf::evaluate(eval_run, eval_split, eval_data, &std::cerr, eval_missing);
       if (eval_json) {
         std::printf("%s\n", nlohmann::json(metrics).dump().c_str());
         return 0;

@@ -182,7 +182,10 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       const std::string what = e.what();
       if (what.ends_with("empty cell is not a number") ||
           what.ends_with("missing value, not a number"))
-        fail(what, " (data.missing: ffill or interpolate fills missing cells, mask masks them)");
+        fail(what,
+             missing_targets
+                 ? " (--missing ffill or interpolate fills the file's missing cells)"
+                 : " (data.missing: ffill or interpolate fills missing cells, mask masks them)");
       throw;
     }
     if (auto note = nines_note(x, name, table);

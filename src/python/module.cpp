@@ -177,10 +177,10 @@ class ArraySource {
 };
 
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
-                                       const std::string& data) {
+                                       const std::string& data, const std::string& missing) {
   KeepCallersDenormals keep;
   py::gil_scoped_release released;
-  return sf::evaluate(run, split, data);
+  return sf::evaluate(run, split, data, &std::cerr, missing);
 }
 
 // A vector handed to numpy without a copy: the array's base owns it.
@@ -192,12 +192,13 @@ py::array owned_array(std::vector<double>&& values) {
 
 // predict's table: {"columns": [(name, kind, values)], "notes": [...], "summary": "..."}, numeric
 // columns as float64 arrays (NaN where the file has an empty cell), text columns as lists.
-py::dict predictions(const std::string& run, const std::string& input, bool last_only) {
+py::dict predictions(const std::string& run, const std::string& input, bool last_only,
+                     const std::string& missing) {
   KeepCallersDenormals keep;
   sf::Predictions p;
   {
     py::gil_scoped_release released;
-    p = sf::predictions(run, input, last_only);
+    p = sf::predictions(run, input, last_only, missing);
   }
   static const char* const kinds[] = {"text", "integer", "f32", "f64"};
   py::list columns;
@@ -216,9 +217,10 @@ py::dict predictions(const std::string& run, const std::string& input, bool last
   return d;
 }
 
-py::dict predictions_of_array(const std::string& run, const py::array& array, bool last_only) {
+py::dict predictions_of_array(const std::string& run, const py::array& array, bool last_only,
+                              const std::string& missing) {
   const ArraySource source(array);
-  return predictions(run, source.path(), last_only);
+  return predictions(run, source.path(), last_only, missing);
 }
 
 // Samples from a language model; stream(text), where given, sees the text as it is made (an
@@ -282,18 +284,19 @@ PYBIND11_MODULE(_native, m) {
         return config_of(yaml, source, overrides).resolved_yaml();
       },
       py::arg("yaml"), py::arg("source"), py::arg("overrides"));
-  m.def("evaluate", &evaluate, py::arg("run"), py::arg("split") = "test", py::arg("data") = "");
-  m.def("predictions", &predictions, py::arg("run"), py::arg("input"),
-        py::arg("last_only") = false);
+  m.def("evaluate", &evaluate, py::arg("run"), py::arg("split") = "test", py::arg("data") = "",
+        py::arg("missing") = "");
+  m.def("predictions", &predictions, py::arg("run"), py::arg("input"), py::arg("last_only") = false,
+        py::arg("missing") = "");
   m.def("predictions_of_array", &predictions_of_array, py::arg("run"), py::arg("array"),
-        py::arg("last_only") = false);
+        py::arg("last_only") = false, py::arg("missing") = "");
   m.def(
       "evaluate_array",
-      [](const std::string& run, const py::array& array) {
+      [](const std::string& run, const py::array& array, const std::string& missing) {
         const ArraySource source(array);
-        return evaluate(run, "test", source.path());
+        return evaluate(run, "test", source.path(), missing);
       },
-      py::arg("run"), py::arg("array"));
+      py::arg("run"), py::arg("array"), py::arg("missing") = "");
   m.def("generate", &generate, py::arg("run"), py::arg("prompt"), py::arg("length"),
         py::arg("temperature"), py::arg("top_k"), py::arg("seed"), py::arg("top_p"),
         py::arg("stream") = py::none());

@@ -44,10 +44,16 @@ double majority_accuracy(const Dataset& t, const std::vector<int64_t>& starts) {
 }  // namespace
 
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
-                                       const std::string& data, std::ostream* notes) {
+                                       const std::string& data, std::ostream* notes,
+                                       const std::string& missing) {
   if (data.empty() && split != "val" && split != "test")
     fail("--split: expected val or test, got '", split, "'");
-  LoadedRun r = load_run(run, data, data.empty() ? WindowSet::splits : WindowSet::with_targets);
+  if (data.empty() && !missing.empty())
+    fail(
+        "--missing fills the missing cells of a file given with --data; a split of the run's own "
+        "data is read as it trained");
+  LoadedRun r =
+      load_run(run, data, data.empty() ? WindowSet::splits : WindowSet::with_targets, missing);
   if (!data.empty())
     for (const std::string& note : r.task.notes()) std::cerr << "note: " << note << "\n";
   return evaluate(r, run, split, data, notes);
@@ -275,8 +281,9 @@ Predictions predict_text(const LoadedRun& r) {
 
 }  // namespace
 
-Predictions predictions(const std::string& run, const std::string& input, bool last_only) {
-  LoadedRun r = load_run(run, input, WindowSet::every_window);
+Predictions predictions(const std::string& run, const std::string& input, bool last_only,
+                        const std::string& missing) {
+  LoadedRun r = load_run(run, input, WindowSet::every_window, missing);
   Predictions p;
   for (const std::string& note : r.task.notes()) p.notes.push_back(note);
   configure_threads(static_cast<int>(r.config.integer("train.threads")));
@@ -365,7 +372,7 @@ std::string predictions_csv(const Predictions& p) {
 
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
   check_output_outside_run(options.output, run, "--output");
-  const Predictions p = predictions(run, options.input, options.last_only);
+  const Predictions p = predictions(run, options.input, options.last_only, options.missing);
   const std::string csv = predictions_csv(p);
   if (options.output != "-") {
     io::write_file_atomically(options.output, {{csv.data(), csv.size()}});

@@ -146,7 +146,8 @@ namespace {
 
 // A run's checkpoint, its stored config (data.path replaced by `data_override` when given) and
 // the task as stored: normalizers, classes, vocabulary, column names.
-LoadedRun read_run(const std::string& run, const std::string& data_override) {
+LoadedRun read_run(const std::string& run, const std::string& data_override,
+                   const std::string& missing = "") {
   const std::string path =
       fs::is_directory(run) ? (fs::path(run) / "model.safetensors").string() : run;
   if (!fs::exists(run)) fail(run, ": no such run directory or model.safetensors");
@@ -178,6 +179,15 @@ LoadedRun read_run(const std::string& run, const std::string& data_override) {
   if (!data_override.empty()) overrides.push_back("data.path=" + data_override);
   Config config = as_it_trained(
       Config::parse(meta.at("seqforge.config"), path + " (stored config)", overrides));
+  if (!missing.empty()) {
+    const std::string trained = config.str("data.missing");
+    if (missing != "error" && missing != "ffill" && missing != "interpolate")
+      fail("--missing: expected error, ffill or interpolate, got '", missing, "'");
+    if (trained == "mask")
+      fail("--missing ", missing, ": ", run,
+           " masks missing cells (data.missing: mask), as its model was trained to read them");
+    config = config.with_values({{"data.missing", missing}}, "--missing");
+  }
   Task stored;
   stored.kind = parse_task(config.str("data.task"), path + " (stored config)");
   task_type(stored.kind).restore(meta, path, &stored);
@@ -204,8 +214,9 @@ void check_output_outside_run(const std::string& output, const std::string& run,
          "; writing it would destroy the run: give another path");
 }
 
-LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows) {
-  LoadedRun r = read_run(run, data_override);
+LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows,
+                   const std::string& missing) {
+  LoadedRun r = read_run(run, data_override, missing);
   const TaskKind kind = r.task.kind;
   const bool forecasts =
       kind == TaskKind::forecast || kind == TaskKind::classify || kind == TaskKind::text_classify;

@@ -134,8 +134,10 @@ struct LoadedRun {
   Config config;
   Task task;
 };
+// `missing`, where given with another file (`data_override`), replaces the run's data.missing
+// (predict and eval's --missing: ffill or interpolate, where the run did not mask).
 LoadedRun load_run(const std::string& run, const std::string& data_override,
-                   WindowSet windows = WindowSet::splits);
+                   WindowSet windows = WindowSet::splits, const std::string& missing = "");
 // evaluate() and write_validation_outputs() of a run already loaded (the end of training reads
 // its data once for both); `data` names the file `r` was loaded with ("" for the run's own).
 std::map<std::string, double> evaluate(LoadedRun& r, const std::string& run,

@@ -54,9 +54,12 @@ std::vector<std::string> ignored_settings(const Config& c);
 // ("val" or "test": test_*, val_* metrics), or on every window of another file of the same
 // layout (`data`: data_* metrics), computed in the run's precision; the precision's note, if
 // any, goes to `notes` (none: not printed).
+// `missing` (with `data`) fills that file's missing cells: "ffill" or "interpolate" in place of
+// the run's data.missing (see load_run).
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
                                        const std::string& data = "",
-                                       std::ostream* notes = &std::cerr);
+                                       std::ostream* notes = &std::cerr,
+                                       const std::string& missing = "");
 
 // Macro-averaged F1 from per-class true positives, false positives and false negatives, over the
 // classes present in the truth or the predictions (scikit-learn's default); 0 with none.
@@ -67,6 +70,7 @@ struct PredictOptions {
   std::string input;       // a CSV (or .npy) of the training data's layout; targets optional
   std::string output;      // CSV to write; "-": standard output
   bool last_only = false;  // only the forecast after each series' last row
+  std::string missing{};   // the input's missing cells: ffill or interpolate ("": the run's)
 };
 
 // One column of predictions: text (series, dates, classes) or numbers (NaN: empty).
@@ -88,7 +92,8 @@ struct Predictions {
   std::vector<std::string> notes;  // facts worth a line (short series, empty predictions)
   std::string summary;             // "predict: N windows in S s (...)"
 };
-Predictions predictions(const std::string& run, const std::string& input, bool last_only);
+Predictions predictions(const std::string& run, const std::string& input, bool last_only,
+                        const std::string& missing = "");
 // The table as predict's CSV: numbers computed in f32 as their shortest f32 text.
 std::string predictions_csv(const Predictions& p);
 
