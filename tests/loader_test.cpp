@@ -518,6 +518,14 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
               load_dataset(o, &d);
             }).find("new.csv:2: class 'maybe' was not seen in training"),
             std::string::npos);
+  std::ofstream(dir / "case.csv") << "a,b,label\nab,c,Yes\nb,c,no\n";
+  o.path = (dir / "case.csv").string();
+  const Dataset other_case = load_dataset(o, &d, WindowSet::with_targets);
+  ASSERT_EQ(other_case.notes().size(), 1u);
+  EXPECT_NE(other_case.notes()[0].find("class 'Yes' in column 'label', which the model was not "
+                                       "trained on (the model knows 'yes'): no actual class"),
+            std::string::npos)
+      << other_case.notes()[0];
   // Every character outside the vocabulary at once, each with its count and first line.
   std::ofstream(dir / "odd.csv") << "a,b,label\nab,q\u00e9,yes\nq,a,no\n";
   o.path = (dir / "odd.csv").string();

@@ -413,6 +413,17 @@ TEST(Series, CategoricalColumnsAreOneHotFeaturesRowByRow) {
                       "5 rows have weather 'hail', which the model was not trained on "
                       "(data.categorical): all its one-hot features 0"),
             u.notes.end());
+  // The same category written in another case or with spaces is named beside the model's.
+  std::string other_case = text;
+  for (size_t at = other_case.find(",sun,"); at != std::string::npos; at = other_case.find(",sun,"))
+    other_case.replace(at, 5, ", Sun,");
+  const SeriesData c = load_series(
+      series_config(write(dir / "case.csv", other_case), {"data.categorical=[weather]"}), &d,
+      WindowSet::every_window);
+  EXPECT_NE(std::find(c.notes.begin(), c.notes.end(),
+                      "5 rows have weather ' Sun', which the model was not trained on "
+                      "(data.categorical) (the model knows 'sun'): all its one-hot features 0"),
+            c.notes.end());
   EXPECT_EQ(
       error_of([&] { load_series(series_config(path, {"data.categorical=[weather, value]"})); }),
       "s.yaml: data.categorical: 'value' is also a feature, a target or a static column "
@@ -555,6 +566,20 @@ TEST(Series, AClassWithoutATrainingWindowIsNamed) {
             d.notes.end());
   for (const std::string& note : load_series(config("random")).notes)
     EXPECT_EQ(note.find("no training window"), std::string::npos) << note;
+  // At eval --data, a class written in another case is named beside the model's.
+  std::string upper = text;
+  for (size_t at = upper.find(",odd"); at != std::string::npos; at = upper.find(",odd"))
+    upper.replace(at, 4, ",ODD");
+  const SeriesData u = load_series(
+      Config::parse("data: {path: " + write(dir / "upper.csv", upper) +
+                        ", task: classify, date_column: date, features: [x], class_column: kind, "
+                        "lookback: 4}\n",
+                    "c.yaml"),
+      &d, WindowSet::with_targets);
+  EXPECT_NE(std::find(u.notes.begin(), u.notes.end(),
+                      "18 rows have class 'ODD' in column 'kind', which the model was not trained "
+                      "on (the model knows 'odd'): no actual class for them"),
+            u.notes.end());
 }
 
 // z-scores as a two-pass mean and variance give them: a column far from zero (a meter's

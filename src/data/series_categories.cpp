@@ -49,7 +49,8 @@ void static_categories(const DataFile& table, const DataOptions& opt, const RowO
                order.spans[k].name.empty() ? "the series"
                                            : "series " + io::quoted(order.spans[k].name),
                " has ", column, " '", values[k],
-               "', which the model was not trained on (data.static)");
+               "', which the model was not trained on (data.static)",
+               io::known_otherwise(values[k], categories));
     } else {
       std::sort(categories.begin(), categories.end());
       categories.erase(std::unique(categories.begin(), categories.end()), categories.end());
@@ -98,8 +99,8 @@ void categorical_columns(const DataFile& table, const DataOptions& opt, const Se
       for (const auto& [value, rows] : unseen)
         d->notes.push_back(std::to_string(rows) + (rows == 1 ? " row has " : " rows have ") +
                            column + " '" + value +
-                           "', which the model was not trained on (data.categorical): all its "
-                           "one-hot features 0");
+                           "', which the model was not trained on (data.categorical)" +
+                           io::known_otherwise(value, known) + ": all its one-hot features 0");
       d->categories.emplace_back(column, known);
       continue;
     }

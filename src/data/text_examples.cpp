@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "data/splits.hpp"
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/csv.hpp"
@@ -181,7 +182,8 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
     auto rows = [](int64_t k) { return std::to_string(k) + (k == 1 ? " row has" : " rows have"); };
     for (const auto& [name, k] : unseen)
       d.notes.push_back(rows(k) + " class '" + name + "' in column '" + o.class_col +
-                        "', which the model was not trained on: no actual class for " +
+                        "', which the model was not trained on" +
+                        io::known_otherwise(name, d.class_names) + ": no actual class for " +
                         (k == 1 ? "it" : "them"));
     if (empty) d.notes.push_back(rows(empty) + " no class in column '" + o.class_col + "'");
   }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -351,6 +352,20 @@ std::string quoted(std::string_view s, size_t max_shown) {
   out += printable(s, max_shown);
   out += '\'';
   return out;
+}
+
+std::string known_otherwise(std::string_view name, const std::vector<std::string>& known) {
+  const auto folded = [](std::string_view s) {
+    std::string f;
+    for (const char c : s)
+      if (c != ' ' && c != '\t')
+        f += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return f;
+  };
+  const std::string key = folded(name);
+  for (const std::string& k : known)
+    if (folded(k) == key) return " (the model knows " + io::quoted(k) + ")";
+  return "";
 }
 
 }  // namespace seqforge::io

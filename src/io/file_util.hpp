@@ -78,4 +78,8 @@ std::string printable(std::string_view s, size_t max_shown = 80);
 // printable(s) in single quotes.
 std::string quoted(std::string_view s, size_t max_shown = 80);
 
+// For a name a model does not know: " (the model knows 'rain')" where one of `known` differs from
+// it only in case or spaces ("Rain", " rain"); else "".
+std::string known_otherwise(std::string_view name, const std::vector<std::string>& known);
+
 }  // namespace seqforge::io

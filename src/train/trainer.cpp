@@ -763,9 +763,6 @@ void Training::share_rank0_state() {
   }
   state_.broadcast(comm_);
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
-  if (fs::exists(metrics_path_))
-    for (const nlohmann::json& j : read_metrics_log(metrics_path_).epochs)
-      if (j["epoch"].get<int64_t>() <= state_.epochs_done) kept_metrics_ += j.dump() + "\n";
   if (scaler_ && state_.loss_scale > 0)
     scaler_->set_state(state_.loss_scale, state_.loss_scale_growth);
 }
