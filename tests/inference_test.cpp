@@ -154,6 +154,36 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   EXPECT_GT(predictions((dir / "masked").string(), gaps_csv.string(), false).windows, 0);
 }
 
+// A column of a new file far from its training values (another unit) is named in a note; the
+// training file itself is not.
+TEST(Predict, ValuesFarFromTrainingAreNamed) {
+  const fs::path dir = temp_dir("far");
+  std::ostringstream log;
+  const std::string data = write_hourly(dir / "train.csv", 200, true);
+  train(Config::parse(yaml(data, dir / "run"), "p.yaml"), log);
+  const std::string run = (dir / "run").string();
+  for (const std::string& note : predictions(run, data, false).notes)
+    EXPECT_EQ(note.find("far outside"), std::string::npos) << note;
+  std::string text = io::read_file(data), scaled = "when,signal,other,y\n";
+  for (size_t at = text.find('\n') + 1, end; (end = text.find('\n', at)) != std::string::npos;
+       at = end + 1) {
+    std::stringstream row(text.substr(at, end - at));
+    std::string when, signal, other, y;
+    std::getline(row, when, ','), std::getline(row, signal, ','), std::getline(row, other, ',');
+    std::getline(row, y, ',');
+    scaled +=
+        when + "," + signal + "," + std::to_string(std::stod(other) * 1000 + 5000) + "," + y + "\n";
+  }
+  std::ofstream(dir / "scaled.csv") << scaled;
+  const Predictions p = predictions(run, (dir / "scaled.csv").string(), false);
+  ASSERT_EQ(p.notes.size(), 1u);
+  EXPECT_EQ(p.notes[0].find("column 'other' of " + (dir / "scaled.csv").string() + " averages "),
+            0u)
+      << p.notes[0];
+  EXPECT_NE(p.notes[0].find(" standard deviations from its training values ("), std::string::npos);
+  EXPECT_NE(p.notes[0].find("far outside what the model was trained on"), std::string::npos);
+}
+
 TEST(Predict, EveryWindowOfANewFileWithoutTargets) {
   const fs::path dir = temp_dir("predict");
   std::ostringstream log;

@@ -46,6 +46,7 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
   const DataFile table(opt.path, o.missing_values);
   std::vector<std::string> file_notes;
   series::name_columns(table, stored, which, &opt, &d, &file_notes);
+  const size_t file_features = d.feature_names.size();
   SeriesOptions built = o;
   built.features = d.feature_names;
   const series::RowOrder order = series::order_rows(table, built, opt.path);
@@ -87,6 +88,8 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
     series::fit_normalizers(o, &d);
   }
   series::assign_scalers(opt, stored != nullptr, &d);
+  if (stored && which != WindowSet::splits)
+    series::note_values_far_from_training(opt.path, file_features, &d);
   series::check_float_range(table, file_rows, d);
   series::label_volatility(volatility, stored, &d);
   if (which == WindowSet::with_targets) {

@@ -158,7 +158,8 @@ void name_derived_features(const SeriesOptions& o, SeriesData* out) {
         d.feature_names.push_back(column + "=" + category);
   for (const std::string& name : o.known_future)
     for (int64_t a = 0; a < d.steps_ahead; ++a) {
-      const std::string ahead = "+" + std::to_string(o.horizon - d.steps_ahead + 1 + a);
+      std::string ahead(1, '+');  // built in place (GCC 12 warns on "+" + text)
+      ahead += std::to_string(o.horizon - d.steps_ahead + 1 + a);
       if (is_calendar(o, name)) {
         d.feature_names.push_back(name + "_sin" + ahead);
         d.feature_names.push_back(name + "_cos" + ahead);

@@ -84,6 +84,45 @@ void assign_scalers(const DataOptions& opt, bool stored, SeriesData* d) {
                      "(data.normalize_fallback: pooled)");
 }
 
+void note_values_far_from_training(const std::string& path, size_t file_features, SeriesData* d) {
+  const Normalizer& norm = d->feature_norm;
+  if (norm.kind != "zscore" && norm.kind != "minmax") return;
+  constexpr double kFar = 8;
+  for (size_t j = 0; j < file_features && j < d->feature_cols.size(); ++j) {
+    double scaled = 0, raw = 0;
+    int64_t n = 0;
+    for (int64_t r = 0; r < d->rows; ++r) {
+      const double x = d->source.at(r, d->feature_cols[j]);
+      if (!std::isfinite(x)) continue;
+      const int64_t s = d->scaler_of(r);
+      scaled += (x - norm.shifts(s)[j]) / norm.scales(s)[j];
+      raw += x;
+      ++n;
+    }
+    if (n == 0) continue;
+    const double mean = scaled / double(n);
+    // minmax's training values scale to [0, 1]: the distance is from that range.
+    const double away = norm.kind == "zscore" ? std::fabs(mean)
+                        : mean < 0            ? -mean
+                                              : std::max(0.0, mean - 1);
+    if (!(away >= kFar)) continue;
+    char line[400];
+    const double shift = norm.shift[j], scale = norm.scale[j];
+    if (norm.kind == "zscore")
+      std::snprintf(line, sizeof line,
+                    "averages %.6g, %.3g standard deviations from its training values (%.6g +- "
+                    "%.3g)",
+                    raw / double(n), away, shift, scale);
+    else
+      std::snprintf(line, sizeof line,
+                    "averages %.6g, %.3g times the range of its training values (%.6g to %.6g) "
+                    "away from them",
+                    raw / double(n), away, shift, shift + scale);
+    d->notes.push_back("column " + io::quoted(d->feature_names[j]) + " of " + path + " " + line +
+                       ": far outside what the model was trained on (another unit? other data?)");
+  }
+}
+
 void check_float_range(const DataFile& table, const std::vector<int64_t>& file_rows,
                        const SeriesData& d) {
   const bool targets = d.task == TaskKind::forecast && d.target_norm.steps == 1 &&

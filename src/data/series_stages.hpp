@@ -102,6 +102,10 @@ void fit_normalizers(const SeriesOptions& o, SeriesData* d);
 // Which scaler each series takes: its own, or (a series without one) the pooled one, if
 // data.normalize_fallback allows (said once), else an error naming it.
 void assign_scalers(const DataOptions& opt, bool stored, SeriesData* d);
+// At inference: each of the file's first `file_features` features (the file's own columns) whose
+// values average far from its training values once scaled (8 standard deviations, or 8 training
+// ranges with minmax: another unit, another sensor) is named in a note.
+void note_values_far_from_training(const std::string& path, size_t file_features, SeriesData* d);
 // Every feature and target as the model sees it, scaled, is a float32: a value beyond its range
 // (data.normalize none on 1e39) is named here rather than met as an infinite loss.
 void check_float_range(const DataFile& table, const std::vector<int64_t>& file_rows,
