@@ -555,6 +555,9 @@ TEST(HostileRuns, DamagedNormalizersInACheckpointAreRefused) {
              "seqforge.features and seqforge.targets name 1 and 1 columns");
   EXPECT_HAS(error_with("seqforge.label_threshold", "nan"),
              "seqforge.label_threshold is not a volatility");
+  EXPECT_HAS(error_with("seqforge.step", "1 hour\x1b[2J"),
+             model.string() + ": seqforge.step is not a step such as '1 hour': '1 hour\\x1b[2J'");
+  EXPECT_HAS(error_with("seqforge.step", ""), "seqforge.step is not a step");
   for (const char* key : {"seqforge.static", "seqforge.categorical"}) {
     EXPECT_HAS(error_with(key, R"([["mode", ["run", "idle"]]])"),
                model.string() + ": " + key +

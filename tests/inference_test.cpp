@@ -182,6 +182,18 @@ TEST(Predict, ValuesFarFromTrainingAreNamed) {
       << p.notes[0];
   EXPECT_NE(p.notes[0].find(" standard deviations from its training values ("), std::string::npos);
   EXPECT_NE(p.notes[0].find("far outside what the model was trained on"), std::string::npos);
+  // A file of rows a day apart, where the model trained on hourly ones.
+  std::string daily = "when,signal,other,y\n";
+  for (int i = 0; i < 40; ++i)
+    daily += io::format_datetime(int64_t{1577836800} + i * int64_t{86400}, false) + "," +
+             std::to_string(std::sin(0.3 * i)) + "," + std::to_string(std::cos(i * 0.05)) + ",\n";
+  std::ofstream(dir / "daily.csv") << daily;
+  const Predictions days = predictions(run, (dir / "daily.csv").string(), false);
+  EXPECT_NE(std::find(days.notes.begin(), days.notes.end(),
+                      (dir / "daily.csv").string() +
+                          ": its rows are 1 day apart, the model's training data's 1 hour: the "
+                          "model takes each row for one of its training steps"),
+            days.notes.end());
 }
 
 TEST(Predict, EveryWindowOfANewFileWithoutTargets) {

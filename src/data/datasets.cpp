@@ -88,8 +88,14 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
     series::fit_normalizers(o, &d);
   }
   series::assign_scalers(opt, stored != nullptr, &d);
-  if (stored && which != WindowSet::splits)
+  if (stored && which != WindowSet::splits) {
     series::note_values_far_from_training(opt.path, file_features, &d);
+    const std::string step = d.usual_step();
+    if (!step.empty() && !stored->trained_step.empty() && step != stored->trained_step)
+      d.notes.push_back(opt.path + ": its rows are " + step +
+                        " apart, the model's training data's " + stored->trained_step +
+                        ": the model takes each row for one of its training steps");
+  }
   series::check_float_range(table, file_rows, d);
   series::label_volatility(volatility, stored, &d);
   if (which == WindowSet::with_targets) {

@@ -17,17 +17,6 @@ namespace seqforge::series {
 
 namespace {
 
-std::string format_duration(int64_t seconds) {
-  const std::pair<int64_t, const char*> units[] = {
-      {86400, "day"}, {3600, "hour"}, {60, "minute"}, {1, "second"}};
-  for (const auto& [size, name] : units)
-    if (seconds % size == 0 || size == 1) {
-      const int64_t n = seconds / size;
-      return std::to_string(n) + " " + name + (n == 1 ? "" : "s");
-    }
-  return std::to_string(seconds) + " seconds";
-}
-
 // How the date column of a CSV writes its dates: its first cell tells ISO, YYYYMMDD or day and
 // month first, whose order a field past 12 anywhere in the column tells (or data.date_order).
 // nullopt: the column holds numbers, not dates.

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -206,6 +207,38 @@ std::string SeriesData::time_text(int64_t when, bool date_only) const {
 int64_t SeriesData::scaler_of(int64_t row) const {
   if (series_scaler.empty()) return -1;
   return series_scaler[static_cast<size_t>(&series_of(row) - series.data())];
+}
+
+namespace series {
+
+std::string format_duration(int64_t seconds) {
+  const std::pair<int64_t, const char*> units[] = {
+      {86400, "day"}, {3600, "hour"}, {60, "minute"}, {1, "second"}};
+  for (const auto& [size, name] : units)
+    if (seconds % size == 0 || size == 1) {
+      const int64_t n = seconds / size;
+      return std::to_string(n) + " " + name + (n == 1 ? "" : "s");
+    }
+  return std::to_string(seconds) + " seconds";
+}
+
+}  // namespace series
+
+std::string SeriesData::usual_step() const {
+  if (times.empty() || numeric_times) return "";
+  std::map<std::string, int64_t> rows;  // step -> rows of the series taking it
+  for (const SeriesSpan& s : series) {
+    if (s.step <= 0 && s.months <= 0) continue;
+    const std::string step = s.months > 0
+                                 ? std::to_string(s.months) + (s.months == 1 ? " month" : " months")
+                             : s.business_days ? "1 business day"
+                                               : series::format_duration(s.step);
+    rows[step] += s.end - s.begin;
+  }
+  std::string most;
+  for (const auto& [step, n] : rows)
+    if (most.empty() || n > rows[most]) most = step;
+  return most;
 }
 
 namespace series {

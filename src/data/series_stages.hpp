@@ -34,6 +34,9 @@ inline Transform transform_of(const SeriesOptions& o, const std::string& column)
 // A number of the date column's times (millionths of its unit) as the shortest text reading back.
 std::string numeric_time_text(int64_t when);
 
+// Seconds as a whole number of the largest unit that divides them: "1 hour", "90 minutes".
+std::string format_duration(int64_t seconds);
+
 // The file's columns as the data takes them: pandas' unnamed index column, where it holds dates
 // and no date column is named, becomes opt->series.date_col (with a note in `notes`); the file's
 // features (data.features, a stored model's by name, or every column but the date, series, class,

@@ -1,12 +1,14 @@
 #include "task_type.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/train/trainer.hpp"
 
@@ -76,6 +78,8 @@ class SeriesTask : public TaskType {
       (*meta)["seqforge.categorical"] = nlohmann::json(d.series.categories).dump();
     if (kind() == TaskKind::classify && c.str("data.label") == "volatility")
       (*meta)["seqforge.label_threshold"] = shortest_text(d.series.label_threshold);
+    if (const std::string step = d.series.usual_step(); !step.empty())
+      (*meta)["seqforge.step"] = step;
   }
   void restore(const std::map<std::string, std::string>& meta, const std::string& where,
                Dataset* stored) const override {
@@ -99,6 +103,16 @@ class SeriesTask : public TaskType {
         fail(where, ": seqforge.label_threshold is not a volatility (a finite number >= 0): '",
              it->second, "'");
       stored->series.label_threshold = v;
+    }
+    if (const auto it = meta.find("seqforge.step"); it != meta.end()) {
+      const std::string& step = it->second;  // "1 hour": a number and a unit, for a note
+      if (step.size() > 40 || step.empty() || !std::isdigit(static_cast<unsigned char>(step[0])) ||
+          !std::all_of(step.begin(), step.end(), [](char ch) {
+            return std::isdigit(static_cast<unsigned char>(ch)) || (ch >= 'a' && ch <= 'z') ||
+                   ch == ' ';
+          }))
+        fail(where, ": seqforge.step is not a step such as '1 hour': ", io::quoted(step));
+      stored->series.trained_step = step;
     }
     // Checkpoints written before the names were stored leave them empty: the data file names
     // the columns then.

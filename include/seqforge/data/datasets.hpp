@@ -130,6 +130,12 @@ struct SeriesData {
   static constexpr double kNumericTimeScale = 1e6;
   // The dates are times with UTC offsets: instants, written in UTC with a Z.
   bool utc_times = false;
+  // A stored model's: its training data's usual step between rows ("1 hour", "1 month";
+  // usual_step), which predict and eval --data compare with their file's; "": not known.
+  std::string trained_step;
+  // The step between rows most of the series take ("1 hour", "1 month", "1 business day"); ""
+  // without dates, or with numeric times (which have no unit).
+  std::string usual_step() const;
   std::vector<int64_t> holidays;  // days since 1970 that are no business days (data.holidays)
   // data.static: each column with its categories (sorted), a one-hot feature per category.
   std::vector<std::pair<std::string, std::vector<std::string>>> static_categories;
