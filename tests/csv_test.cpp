@@ -397,6 +397,10 @@ TEST_F(CsvTest, AHeaderWithoutCommasTellsTheSeparator) {
   expect_rejected("a;b\n1;2\n3\n", ":3",
                   "1 field, the header has 2 (separated by ';', as the header is)");
   expect_rejected("a\tb\n1\t2\t3\n", ":2", "3 fields, the header has 2 (separated by tabs");
+  // A logger's comment lines before the header.
+  expect_rejected("# logger v2\ntime,value\n0,1\n", ":2",
+                  "2 fields, the header has 1; the header '# logger v2' reads as a comment: a "
+                  "file's first line is its header, so remove the lines before it");
 }
 
 TEST_F(CsvTest, TabsLeaveQuotesThatDoNotCloseAFieldAsText) {

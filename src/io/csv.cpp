@@ -337,10 +337,15 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source, size
   std::vector<Held> held;
   auto add_row = [&](int64_t line, std::vector<std::string>& fields) {
     if (fields.size() != ncols) {
-      fail(source, ":", line, ": ", fields.size(), fields.size() == 1 ? " field" : " fields",
-           ", the header has ", ncols,
-           t.delimiter_ == ',' ? ""
-                               : " (separated by " + t.delimiter_name() + ", as the header is)");
+      const bool comment = t.columns_[0].starts_with('#');  // a logger's preamble
+      fail(
+          source, ":", line, ": ", fields.size(), fields.size() == 1 ? " field" : " fields",
+          ", the header has ", ncols,
+          t.delimiter_ == ',' ? "" : " (separated by " + t.delimiter_name() + ", as the header is)",
+          comment ? "; the header " + quoted(t.columns_[0], 40) +
+                        " reads as a comment: a file's first line is its header, so remove the "
+                        "lines before it"
+                  : "");
     }
     for (size_t c = 0; c < ncols; ++c) t.cells_[c].push_back(fields[c]);
     t.lines_.push_back(line);
