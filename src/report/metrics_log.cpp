@@ -7,6 +7,13 @@
 
 namespace seqforge {
 
+namespace {
+
+// A value as JSON text, fit for one line of an error message.
+std::string shown(const nlohmann::json& value) { return io::printable(value.dump(), 60); }
+
+}  // namespace
+
 MetricsLog read_metrics_log(const std::string& path) {
   const std::string text = io::read_file(path);
   MetricsLog log;
@@ -22,7 +29,7 @@ MetricsLog read_metrics_log(const std::string& path) {
     if (!j.is_object()) fail(where(), "not a JSON object, as the trainer writes a line");
     const bool test = j.contains("split");
     if (test && j["split"] != "test")
-      fail(where(), "\"split\" is ", j["split"].dump(), ", not \"test\"");
+      fail(where(), "\"split\" is ", shown(j["split"]), ", not \"test\"");
     if (!test) {
       const auto e = j.find("epoch");
       if (e == j.end())
@@ -30,9 +37,9 @@ MetricsLog read_metrics_log(const std::string& path) {
       const double epoch = e->is_number() ? e->get<double>() : 0;
       const double before = log.epochs.empty() ? 0 : log.epochs.back()["epoch"].get<double>();
       if (!(epoch >= 1 && epoch < 1e15 && std::floor(epoch) == epoch))
-        fail(where(), "\"epoch\" is ", e->dump(), ", not a whole number of 1 or more");
+        fail(where(), "\"epoch\" is ", shown(*e), ", not a whole number of 1 or more");
       if (epoch <= before)
-        fail(where(), "epoch ", e->dump(), " follows epoch ", before,
+        fail(where(), "epoch ", shown(*e), " follows epoch ", before,
              ": a line out of order, or two runs' lines in one file");
     }
     for (const auto& [key, value] : j.items()) {
@@ -40,7 +47,7 @@ MetricsLog read_metrics_log(const std::string& path) {
                         : key == "checkpoint" ? value.is_boolean()
                                               : value.is_number() || value.is_null();
       if (!fits)
-        fail(where(), "\"", key, "\" is ", value.dump(), ", not ",
+        fail(where(), "\"", io::printable(key, 60), "\" is ", shown(value), ", not ",
              key == "checkpoint" ? "true or false" : "a number");
     }
     (test ? log.test : log.epochs.emplace_back()) = std::move(j);

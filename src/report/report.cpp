@@ -53,8 +53,8 @@ struct Table {
       char* end = nullptr;
       out.push_back(s.empty() ? NAN : std::strtod(s.c_str(), &end));
       if (!s.empty() && *end != '\0')
-        fail(path, ":", lines[i], ": column '", name, "' holds '", s.substr(0, 40),
-             "', not a number");
+        fail(path, ":", lines[i], ": column ", io::quoted(name, 40), " holds ", io::quoted(s, 40),
+             ", not a number");
     }
     return out;
   }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/nn/checkpoint.hpp"
@@ -182,7 +183,7 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
   if (!missing.empty()) {
     const std::string trained = config.str("data.missing");
     if (missing != "error" && missing != "ffill" && missing != "interpolate")
-      fail("--missing: expected error, ffill or interpolate, got '", missing, "'");
+      fail("--missing: expected error, ffill or interpolate, got ", io::quoted(missing));
     if (trained == "mask")
       fail("--missing ", missing, ": ", run,
            " masks missing cells (data.missing: mask), as its model was trained to read them");
