@@ -63,6 +63,10 @@ def main():
         (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"), "--study", study],
          "is a directory; a study is a database file in it, e.g. " +
          os.path.join(study, "study.db")),
+        (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"), "--n-trials", "-1"],
+         "tune: --n-trials must be positive, got -1"),
+        (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"), "--timeout", "-1"],
+         "tune: --timeout must be a positive number of seconds, got -1"),
         (["train", config, "model.cell=rnn"], "model.cell: unknown cell 'rnn' (expected one of: "
                                               "lstm, gru, lnlstm)"),
         (["train", config, "model.cell=lnlstm", "model.hidden=1"],

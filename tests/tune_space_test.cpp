@@ -93,6 +93,12 @@ TEST(TuneSpace, BadSpacesGetOneClearError) {
       {"tune:\n  trials: 5\n  space: {optim.lr: {type: float, low: 0.1, high: 1}}\n",
        "unknown key 'tune.trials'"},
       {"tune: [1\n", "not valid YAML"},
+      {head + "    train.seed: {type: int, low: 0, high: 9223372036854775807}\n",
+       "tune.space.train.seed.high: 9223372036854775807 is beyond 2^53 = 9007199254740992"},
+      {head + "    train.seed: {type: int, low: -9007199254740993, high: 0}\n",
+       "train.seed.low: -9007199254740993 is beyond 2^53"},
+      {head + "    optim.lr: {type: float, low: -1e308, high: 1e308}\n",
+       "tune.space.optim.lr: the range from -1e+308 to 1e+308 is wider than a double holds"},
   };
   for (const auto& [yaml, want] : cases) {
     const std::string e = error_of(yaml);

@@ -58,6 +58,10 @@ int run_tune(TuneCli* t) {
       fail("tune: --report takes a study, not a config ('", t->cmd.config, "')");
     return tune::run_tune_report(t->report, t->cmd.name, t->cmd.report_html, std::cout);
   }
+  if (t->app->count("--n-trials") && t->cmd.n_trials <= 0)
+    fail("tune: --n-trials must be positive, got ", t->cmd.n_trials);
+  if (t->app->count("--timeout") && !(t->cmd.timeout > 0))
+    fail("tune: --timeout must be a positive number of seconds, got ", t->cmd.timeout);
   std::error_code ec;
   t->cmd.executable = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   return tune::run_tune(t->cmd, std::cout);

@@ -178,6 +178,18 @@ Param read_param(const Reader& r, const std::string& name, const YAML::Node& n) 
     p.step = n["step"] ? r.number(n["step"], key + ".step") : 0;
   }
   p.log = n["log"] ? r.boolean(n["log"], key + ".log") : false;
+  // A study stores parameters as doubles (as Optuna does): integers beyond 2^53 would not read
+  // back as themselves, and a float range must have a finite width to be drawn from.
+  constexpr int64_t kExactIntegers = int64_t{1} << 53;
+  if (p.kind == Param::Kind::integer)
+    for (const char* bound : {"low", "high", "step"})
+      if (const int64_t v = n[bound] ? r.integer(n[bound], key + "." + bound) : 0;
+          v > kExactIntegers || v < -kExactIntegers)
+        fail(r.at(n[bound]), ": ", key, ".", bound, ": ", n[bound].Scalar(),
+             " is beyond 2^53 = 9007199254740992, the largest integer a study stores exactly");
+  if (!std::isfinite(p.high - p.low))
+    fail(r.at(n), ": ", key, ": the range from ", p.low, " to ", p.high,
+         " is wider than a double holds");
   if (!(p.low <= p.high))
     fail(r.at(n), ": ", key, ": low (", p.low, ") must not exceed high (", p.high, ")");
   if (p.log && p.low <= 0) fail(r.at(n), ": ", key, ": log needs low > 0, got ", p.low);
