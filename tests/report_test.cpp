@@ -153,6 +153,16 @@ TEST(Report, WritesReportHtmlAndNeedsMetrics) {
   EXPECT_NE(io::read_file((dir / "report.html").string()).find("</html>"), std::string::npos);
 }
 
+// `name` in `dir` written as `text`: the report is refused with one line naming the file and
+// `message`.
+void expect_refused(const fs::path& dir, const std::string& name, const std::string& text,
+                    const std::string& message) {
+  write(dir / name, text);
+  const std::string e = test::error_of([&] { render_run_report(dir.string()); });
+  EXPECT_NE(e.find((dir / name).string() + message), std::string::npos) << text << " -> " << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
 // Every line of metrics.jsonl is read as the trainer writes it: a damaged one is one error naming
 // the file and line, never a curve with a point left out; a last line without its newline (being
 // written, or cut by a kill) is left out.
@@ -164,7 +174,6 @@ TEST(Report, DamagedMetricsLinesAreErrorsNamingTheLine) {
   write(dir / "metrics.jsonl", good + "{\"checkpoint\":false,\"epoch\":3,\"train_lo");
   const std::string html = render_run_report(dir.string());
   EXPECT_NE(html.find(" 2 epochs"), std::string::npos);
-  const std::string file = (dir / "metrics.jsonl").string();
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{not json\n", ":3: not a JSON object"},
       {"[1, 2]\n", ":3: not a JSON object"},
@@ -181,12 +190,8 @@ TEST(Report, DamagedMetricsLinesAreErrorsNamingTheLine) {
       {"{\"split\":\"test\",\"model_epoch\":{\"a\":1}}\n",
        ":3: \"model_epoch\" is {\"a\":1}, not a number"},
   };
-  for (const auto& [tail, message] : cases) {
-    write(dir / "metrics.jsonl", good + tail);
-    const std::string e = test::error_of([&] { render_run_report(dir.string()); });
-    EXPECT_NE(e.find(file + message), std::string::npos) << tail << " -> " << e;
-    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
-  }
+  for (const auto& [tail, message] : cases)
+    expect_refused(dir, "metrics.jsonl", good + tail, message);
 }
 
 // val_predictions.csv is read as the trainer writes it (class names quoted where they hold a
@@ -197,24 +202,20 @@ TEST(Report, PredictionsAreReadWholeOrRefusedNamingTheLine) {
   write(dir / "config.resolved.yaml", "data:\n  task: classify\n");
   write(dir / "val_predictions.csv",
         "row,actual,predicted\n1,\"two\nlines\",\"a, \"\"b\"\"\"\n2,\"a, \"\"b\"\"\",\"a, "
-        "\"\"b\"\"\"\n3,sun,sun\n4,sun,rai");
+        "\"\"b\"\"\"\n3,sun,sun\n");
   const std::string html = render_run_report(dir.string());
   EXPECT_NE(html.find("Accuracy 66.7% of 3 windows"), std::string::npos) << html;
   EXPECT_NE(html.find("two\nlines"), std::string::npos);
   EXPECT_NE(html.find("a, &quot;b&quot;"), std::string::npos);
   write(dir / "config.resolved.yaml", "data:\n  task: forecast\n  targets: [t]\n");
-  const std::string file = (dir / "val_predictions.csv").string();
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"row,actual,predicted\n1,2,3\n2,3\n", ":3: 2 fields where the header has 3"},
-      {"row,actual,predicted\n1,2,3\n2,3,4,5\n", ":3: 4 fields where the header has 3"},
+      {"row,actual,predicted\n1,2,3\n2,3\n", ":3: 2 fields, the header has 3"},
+      {"row,actual,predicted\n1,2,3\n2,3,4,5\n", ":3: 4 fields, the header has 3"},
       {"row,actual,predicted\n1,2,abc\n", ":2: column 'predicted' holds 'abc', not a number"},
-      {"row,actual,predicted\n1,2,3\n\"2,3,4\n5,6,7\n", ":3: a quoted field is never closed"},
+      {"row,actual,predicted\n1,2,3\n\"2,3,4\n5,6,7\n", ":3: unterminated quoted field"},
   };
-  for (const auto& [text, message] : cases) {
-    write(dir / "val_predictions.csv", text);
-    const std::string e = test::error_of([&] { render_run_report(dir.string()); });
-    EXPECT_NE(e.find(file + message), std::string::npos) << text << " -> " << e;
-  }
+  for (const auto& [text, message] : cases)
+    expect_refused(dir, "val_predictions.csv", text, message);
   write(dir / "val_predictions.csv", "row,actual,predicted\n1,nan,3\n2,inf,4\n3,,5\n");
   EXPECT_NE(render_run_report(dir.string()).find("3 windows"), std::string::npos);
 }

@@ -65,13 +65,12 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
       ++unseen[std::string(name)];
     }
   }
-  for (const auto& [name, rows] : unseen) {
+  for (const auto& [name, rows] : unseen)
     d->notes.push_back(std::to_string(rows) + (rows == 1 ? " row has" : " rows have") + " class '" +
                        name + "' in column '" + o.class_col +
                        "', which the model was not trained on" +
                        io::known_otherwise(name, d->class_names) + ": no actual class for " +
                        (rows == 1 ? "it" : "them"));
-  }
 }
 
 size_t keep_windows_with_truth(SeriesData* d, std::vector<int64_t>* list) {

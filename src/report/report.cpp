@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,6 +16,7 @@
 #include "io/file_util.hpp"
 #include "report/metrics_log.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/io/csv.hpp"
 #include "seqforge/io/dates.hpp"
 #include "seqforge/io/safetensors.hpp"
 
@@ -31,8 +31,8 @@ using report::escape;
 using report::fmt;
 using report::Series;
 
-// A CSV the trainer wrote (val_predictions.csv, val_reconstructions.csv): columns by name, each
-// row as long as the header; a quoted field may hold commas, doubled quotes and line breaks.
+// A CSV the trainer wrote (val_predictions.csv, val_reconstructions.csv), as io::CsvTable reads
+// it: columns by name.
 struct Table {
   std::string path;
   std::map<std::string, std::vector<std::string>> columns;
@@ -61,44 +61,14 @@ struct Table {
 };
 
 Table read_table(const fs::path& path) {
-  const std::string text = io::read_file(path.string());
+  const io::CsvTable csv = io::CsvTable::read(path.string());
   Table t;
   t.path = path.string();
-  std::vector<std::string> header, cells(1);
-  int64_t line = 1, row_line = 1;
-  bool quoted = false;
-  const auto end_row = [&] {
-    if (header.empty()) {
-      header = std::move(cells);
-    } else if (cells.size() != header.size()) {
-      fail(t.path, ":", row_line, ": ", cells.size(), cells.size() == 1 ? " field" : " fields",
-           " where the header has ", header.size());
-    } else {
-      for (size_t i = 0; i < header.size(); ++i) t.columns[header[i]].push_back(cells[i]);
-      t.lines.push_back(row_line);
-      ++t.rows;
-    }
-    cells.assign(1, std::string());
-    row_line = line;
-  };
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    if (ch == '\n') ++line;
-    if (ch == '"' && quoted && i + 1 < text.size() && text[i + 1] == '"') {
-      cells.back() += '"';  // a doubled quote inside quotes
-      ++i;
-    } else if (ch == '"') {
-      quoted = !quoted;
-    } else if (ch == ',' && !quoted) {
-      cells.emplace_back();
-    } else if (ch == '\n' && !quoted) {
-      end_row();
-    } else if (ch != '\r' || quoted) {
-      cells.back() += ch;
-    }
-  }
-  if (quoted) fail(t.path, ":", row_line, ": a quoted field is never closed");
-  return t;  // a last row without its line break is one cut short: left out
+  t.rows = static_cast<size_t>(csv.rows());
+  for (const std::string& name : csv.columns())
+    for (const std::string_view cell : csv.text(name)) t.columns[name].emplace_back(cell);
+  for (int64_t r = 0; r < csv.rows(); ++r) t.lines.push_back(csv.line_of_row(r));
+  return t;
 }
 
 std::string forecast_section(const Table& p, const std::string& target) {
