@@ -69,6 +69,9 @@ def test_forecast_from_a_path_a_frame_and_the_command_agree(tmp_path):
     pd.testing.assert_frame_equal(predicted, expected, check_dtype=False)
     last = path_run.predict_last(HOURLY)
     assert len(last) == 1 and np.isnan(last["temperature_actual"][0])
+    # predict's notes reach Python as warnings: pressure in Pa where the run trained on hPa.
+    with pytest.warns(UserWarning, match="column 'pressure' of .* far outside what the model"):
+        path_run.predict(frame.assign(pressure=frame["pressure"] * 100))
 
 
 def test_arrays_in_and_out(tmp_path):

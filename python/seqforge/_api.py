@@ -6,6 +6,7 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 
 import numpy as np
 import yaml
@@ -324,6 +325,8 @@ class Run:
                 path = _data_file(X, scratch)
                 with _naming_the_data(X, path):
                     table = _native.predictions(self.path, path, last, missing or "")
+        for note in table["notes"]:  # what predict prints as "note:" lines
+            warnings.warn(note, stacklevel=2)
         return {name: values if kind != "text" else np.array(values, dtype=object)
                 for name, kind, values in table["columns"]}
 
