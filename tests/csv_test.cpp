@@ -616,11 +616,13 @@ TEST(ParseDatetime, DatesAndTimes) {
   EXPECT_EQ(parse_datetime("2012-01-01t13:00z"), 1325376000 + 13 * 3600);
   EXPECT_EQ(parse_datetime("2012-01-01T13:00:00.999"), 1325376000 + 13 * 3600);
   EXPECT_EQ(parse_datetime("2012-01-01T13:00:00.5Z"), 1325376000 + 13 * 3600);
-  EXPECT_TRUE(has_fraction_of_second("2012-01-01T13:00:00.5Z"));
-  EXPECT_TRUE(has_fraction_of_second("01/31/2012 1:45:09.001 PM"));
-  EXPECT_FALSE(has_fraction_of_second("2012-01-01T13:00:00.000"));
-  EXPECT_FALSE(has_fraction_of_second("2012-01-01T13:00:00"));
-  EXPECT_FALSE(has_fraction_of_second("2012-01-01"));
+  EXPECT_EQ(microseconds_of("2012-01-01T13:00:00.5Z"), 500000);
+  EXPECT_EQ(microseconds_of("01/31/2012 1:45:09.001 PM"), 1000);
+  EXPECT_EQ(microseconds_of("2012-01-01T13:00:00.123456789"), 123456);
+  EXPECT_EQ(microseconds_of("2012-01-01 13:00:00.000007+02:00"), 7);
+  EXPECT_EQ(microseconds_of("2012-01-01T13:00:00.000"), 0);
+  EXPECT_EQ(microseconds_of("2012-01-01T13:00:00"), 0);
+  EXPECT_EQ(microseconds_of("2012-01-01"), 0);
   EXPECT_EQ(parse_datetime("  2012-01-01 "), 1325376000);
   EXPECT_EQ(parse_datetime("2000-02-29"), 951782400);  // divisible by 400: leap
   EXPECT_EQ(parse_datetime("2016-02-29T23:59:59"), 1456790399);

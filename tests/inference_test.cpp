@@ -578,6 +578,25 @@ TEST(Runs, DirectForecastsPredictEveryStepAhead) {
     EXPECT_EQ(ms[h][1],
               io::format_datetime(int64_t{1577836800} + (19 + h) * int64_t{3600}, false) + ".000");
   }
+  // ... and "2020-01-01 07:00:00.500000", half a second past each hour in pandas' six digits:
+  // dated to the microsecond, still an hour apart (no note of another step).
+  with_dates("micros.csv", [](std::string d) { return d.replace(10, 1, " ") + ".500000"; });
+  std::ostringstream micros_notes;
+  EXPECT_EQ(predict((dir / "run").string(),
+                    {(dir / "micros.csv").string(), (dir / "u.csv").string(), true}, micros_notes),
+            1);
+  EXPECT_EQ(micros_notes.str().find("apart"), std::string::npos) << micros_notes.str();
+  const auto us = read_csv((dir / "u.csv").string());
+  ASSERT_EQ(us.size(), 1u + 4);
+  for (int h = 1; h <= 4; ++h) {
+    EXPECT_EQ(
+        us[h][0],
+        io::format_datetime(int64_t{1577836800} + 19 * int64_t{3600}, false).replace(10, 1, " ") +
+            ".500000");
+    EXPECT_EQ(us[h][1], io::format_datetime(int64_t{1577836800} + (19 + h) * int64_t{3600}, false)
+                                .replace(10, 1, " ") +
+                            ".500000");
+  }
   // A run stored before data.horizon_mode forecast one step, horizon steps ahead.
   const Config old = as_it_trained(Config::parse("data: {path: x.csv, horizon: 4}\n", "o.yaml"));
   EXPECT_EQ(old.str("data.horizon_mode"), "last");

@@ -114,6 +114,32 @@ TEST(Report, MarksTheSavedEpochShowsTheTestSplitAndDates) {
   EXPECT_NE(html.find("MAE 0.5"), std::string::npos);
 }
 
+// A sensor's windows 250 ms apart: each at its own x (in order, none merged to its second), the
+// axis labelled in seconds.
+TEST(Report, DatesAFractionOfASecondApartKeepTheirOrder) {
+  const fs::path dir = run_dir("subsecond");
+  write(dir / "metrics.jsonl",
+        "{\"epoch\":1,\"train_loss\":1,\"val_loss\":1,\"checkpoint\":true}\n");
+  write(dir / "config.resolved.yaml", "data:\n  task: forecast\n  targets: [t]\n");
+  std::string csv = "row,time,actual,predicted\n";
+  for (int k = 0; k < 80; ++k)
+    csv += std::to_string(k + 1) + ",2024-03-01 10:00:" + (k < 40 ? "0" : "") +
+           std::to_string(k / 4) + "." + std::to_string(k % 4 * 25) + (k % 4 ? "0" : "00") + "," +
+           std::to_string(k % 4) + "," + std::to_string(k % 4) + "\n";
+  write(dir / "val_predictions.csv", csv);
+  const std::string html = render_run_report(dir.string());
+  EXPECT_NE(html.find(">10:00:10<"), std::string::npos) << html;
+  const size_t line = html.find("<polyline", html.find("t: predicted vs actual"));
+  ASSERT_NE(line, std::string::npos);
+  const size_t from = html.find("points=\"", line) + 8;
+  std::istringstream points(html.substr(from, html.find('"', from) - from));
+  std::vector<double> xs;
+  for (std::string point; points >> point;)
+    xs.push_back(std::stod(point.substr(0, point.find(','))));
+  ASSERT_EQ(xs.size(), 80u);
+  for (size_t i = 1; i < xs.size(); ++i) EXPECT_GT(xs[i], xs[i - 1]) << i;
+}
+
 TEST(Report, ConfusionMatrixHasEveryClassWithPrecisionRecallF1) {
   const fs::path dir = run_dir("confusion");
   write(dir / "metrics.jsonl", "{\"epoch\":1,\"train_loss\":1.0,\"val_loss\":0.9}\n");

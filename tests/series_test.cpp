@@ -2,7 +2,9 @@
 // inverses, and the windows of inference (every window of a file, targets optional).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -717,24 +719,19 @@ TEST(Series, DuplicateDatesAndGapsAreNamed) {
   });
   EXPECT_NE(merged.find("dup.csv:4"), std::string::npos) << merged;
   EXPECT_NE(merged.find("data.series_column"), std::string::npos) << merged;
-  // Times a fraction of a second apart would merge (or shift) to the second: named instead; a
-  // fraction of zeros is the whole second.
-  const auto sampled = [&](const std::string& name, const char* fraction) {
-    std::string t = "date,value\n";
-    for (int i = 0; i < 30; ++i)
-      t += "2024-03-01T10:00:" + std::string(i < 10 ? "0" : "") + std::to_string(i) +
-           (i == 7 ? fraction : ".000") + "," + std::to_string(i % 4) + "\n";
-    return Config::parse("data: {path: " + write(dir / name, t) +
-                             ", date_column: date, features: [value], targets: [value], "
-                             "lookback: 4}\n",
-                         "s.yaml");
-  };
-  const std::string fraction = error_of([&] { load_series(sampled("ms.csv", ".250")); });
-  EXPECT_NE(fraction.find("ms.csv:9: column 'date': '2024-03-01T10:00:07.250' has a fraction of "
-                          "a second"),
-            std::string::npos)
-      << fraction;
-  EXPECT_EQ(load_series(sampled("whole.csv", ".000")).rows, 30);
+  // A fraction of zeros is the whole second.
+  std::string whole = "date,value\n";
+  for (int i = 0; i < 30; ++i)
+    whole += "2024-03-01T10:00:" + std::string(i < 10 ? "0" : "") + std::to_string(i) + ".000," +
+             std::to_string(i % 4) + "\n";
+  const SeriesData w =
+      load_series(Config::parse("data: {path: " + write(dir / "whole.csv", whole) +
+                                    ", date_column: date, features: [value], targets: [value], "
+                                    "lookback: 4}\n",
+                                "s.yaml"));
+  EXPECT_EQ(w.rows, 30);
+  EXPECT_FALSE(w.subsecond_times);
+  EXPECT_EQ(w.usual_step(), "1 second");
   // Hourly local times where the clock went back an hour (Sunday 2021-11-07, 01:00 twice) are
   // named as such; the same repeat on a Wednesday is not.
   auto hourly = [&](const std::string& day) {
@@ -1166,6 +1163,84 @@ TEST(Series, TimesWithUtcOffsets) {
   EXPECT_NE(h.notes[0].find("holds times with UTC offsets: read as instants, written in UTC"),
             std::string::npos)
       << h.notes[0];
+}
+
+// Dates with fractions of a second (a sensor sampled every 250 ms, as pandas writes them): each
+// series ordered and stepped in microseconds, gaps named in milliseconds, the forecasts past the
+// end dated to the millisecond, the calendar from the whole seconds; the calendar's own steps
+// (business days, months, holidays) are refused.
+TEST(Series, DatesWithFractionsOfASecondKeepThem) {
+  const fs::path dir = temp_dir("subsecond");
+  std::string text = "date,city,value\n";
+  for (const char* city : {"b", "a"})
+    for (int k = 23; k >= 0; --k) {  // newest first; b misses 10:00:03.000 and .250
+      if (city[0] == 'b' && (k == 12 || k == 13)) continue;
+      char date[40];
+      std::snprintf(date, sizeof date, "2024-03-01 10:00:%02d.%03d", k / 4, k % 4 * 250);
+      text += std::string(date) + "," + city + "," + std::to_string(k) + "\n";
+    }
+  const std::string path = write(dir / "ms.csv", text);
+  const SeriesData d = load_series(series_config(path, {"data.calendar=[hour]"}));
+  EXPECT_TRUE(d.subsecond_times);
+  ASSERT_EQ(d.series.size(), 2u);
+  EXPECT_EQ(d.series[0].name, "a");
+  EXPECT_EQ(d.series[0].step, 250000);
+  EXPECT_TRUE(d.series[1].regular);
+  std::vector<double> a;
+  for (int64_t r = d.series[0].begin; r < d.series[0].end; ++r) a.push_back(raw(d, r));
+  EXPECT_EQ(a.size(), 24u);
+  EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
+  EXPECT_EQ(d.times[1] - d.times[0], 250000);
+  EXPECT_EQ(d.dates[1], "2024-03-01 10:00:00.250");
+  EXPECT_EQ(d.usual_step(), "250 milliseconds");
+  const auto ahead = d.time_ahead(d.rows - 1, 3);
+  ASSERT_TRUE(ahead.has_value());
+  EXPECT_EQ(d.time_text(*ahead, true), "2024-03-01T10:00:06.500");
+  EXPECT_EQ(d.time_text(*ahead + 1, false), "2024-03-01T10:00:06.500001");
+  bool gap_noted = false;
+  for (const std::string& note : d.notes)
+    gap_noted = gap_noted || note.find(
+                                 "1 gap in the dates longer than the usual step (the largest "
+                                 "750 milliseconds, series 'b' after 2024-03-01 "
+                                 "10:00:02.750)") != std::string::npos;
+  EXPECT_TRUE(gap_noted) << ::testing::PrintToString(d.notes);
+  EXPECT_EQ(error_of([&] { load_series(series_config(path, {"data.frequency=B"})); }),
+            path +
+                ": data.frequency B needs dates to the whole second; column 'date' holds "
+                "fractions of a second ('2024-03-01 10:00:05.750' at " +
+                path + ":2)");
+  const std::string holidays = write(dir / "holidays.txt", "2024-03-04\n");
+  EXPECT_NE(error_of([&] {
+              load_series(series_config(path, {"data.holidays=" + holidays}));
+            }).find(": data.holidays needs dates to the whole second"),
+            std::string::npos);
+  // A fixed frequency counts its steps in the same units.
+  EXPECT_NE(error_of([&] { load_series(series_config(path, {"data.frequency=s"})); })
+                .find("is 250 milliseconds after the row before, not a whole number of "
+                      "data.frequency s"),
+            std::string::npos);
+  // Two times a microsecond apart are two rows; the same time twice is a duplicate.
+  const std::string close =
+      dated_csv(dir / "close.csv", {"2024-03-01T10:00:00.000001", "2024-03-01T10:00:00.000002",
+                                    "2024-03-01T10:00:00.000003", "2024-03-01T10:00:00.000004",
+                                    "2024-03-01T10:00:00.000005", "2024-03-01T10:00:00.000006"});
+  const SeriesData c =
+      load_series(Config::parse("data: {path: " + close +
+                                    ", date_column: date, features: [value], targets: [value], "
+                                    "lookback: 2, split: {train: 1, val: 0}}\n",
+                                "c.yaml"));
+  EXPECT_EQ(c.usual_step(), "1 microsecond");
+  const std::string twice =
+      dated_csv(dir / "twice.csv", {"2024-03-01T10:00:00.5", "2024-03-01T10:00:00.500",
+                                    "2024-03-01"
+                                    "T10:00:01"});
+  EXPECT_NE(error_of([&] {
+              load_series(Config::parse(
+                  "data: {path: " + twice +
+                      ", date_column: date, features: [value], targets: [value], lookback: 1}\n",
+                  "t.yaml"));
+            }).find("twice.csv:3: date '2024-03-01T10:00:00.500' appears again"),
+            std::string::npos);
 }
 
 // A date column of numbers (elapsed seconds, sampled every half second here) orders each series'

@@ -99,6 +99,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   } else if (!o.date_col.empty() && n > 0) {
     const auto& dates = table.text(o.date_col);
     std::vector<int64_t> offsets(n, 0);  // the UTC offsets written (seconds)
+    std::vector<int64_t> micros(n, 0);   // the fractions of a second written
     for (int64_t r = 0; r < n; ++r) {
       const auto t = io::parse_date(dates[r], *layout, &offsets[r]);
       if (!t && r == 0)
@@ -110,12 +111,22 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
              "' is not a date written as the column's first, '", dates[0], "'",
              layout == io::DateLayout::iso ? "" : " (" + layout_note(table, o, *layout) + ")");
-      if (io::has_fraction_of_second(dates[r]))
-        fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
-             "' has a fraction of a second, and dates are read to the whole second: write the "
-             "times as numbers (seconds, such as 0.25), or leave data.date_column empty to take "
-             "the rows in the file's order");
+      micros[r] = io::microseconds_of(dates[r]);
       when[r] = *t;
+    }
+    // Times a fraction of a second apart (a sensor sampled faster than once a second) are kept in
+    // microseconds, their steps too; the calendar's units (days, months, business days) have no
+    // meaning at such steps.
+    const auto fraction = std::find_if(micros.begin(), micros.end(), [](int64_t m) { return m; });
+    out.subsecond_times = fraction != micros.end();
+    if (out.subsecond_times) {
+      const std::string why = " needs dates to the whole second; column '" + o.date_col +
+                              "' holds fractions of a second ('" +
+                              std::string(dates[fraction - micros.begin()]) + "' at " +
+                              table.where(fraction - micros.begin()) + ")";
+      if (o.frequency.kind == Frequency::business || o.frequency.kind == Frequency::calendar_months)
+        fail(path, ": data.frequency ", o.frequency.text, why);
+      if (!o.holidays.empty()) fail(path, ": data.holidays", why);
     }
     // Days at local midnight with their UTC offsets (a pandas frame's dates in a time zone): the
     // offset changes with daylight saving time, so in UTC the steps would be 23 and 25 hours.
@@ -139,6 +150,9 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     for (int64_t r = 0; r < n; ++r) midnights = midnights && when[r] % 86400 == 0;
     if (layout != io::DateLayout::iso)
       out.notes.push_back(path + ": " + layout_note(table, o, *layout));
+    if (out.subsecond_times)
+      for (int64_t r = 0; r < n; ++r)
+        when[r] = when[r] * static_cast<int64_t>(SeriesData::kNumericTimeScale) + micros[r];
     // Predictions write every date one way: 2012/01/31 and a month's 2012-01 as 2012-01-31 and
     // 2012-01-01, like the dates they add past a series' end.
     const std::string_view first = io::trim(dates[0]);
@@ -148,8 +162,8 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     if (layout != io::DateLayout::iso || first.find('/') != std::string::npos || month || !padded ||
         offsets_written)
       for (int64_t r = 0; r < n; ++r)
-        out.iso_dates.push_back(io::format_datetime(when[r], midnights && !out.utc_times) +
-                                (out.utc_times ? "Z" : ""));
+        out.iso_dates.push_back(
+            date_time_text(when[r], midnights, out.utc_times, out.subsecond_times));
   }
   // A file row's date as the file writes it.
   auto date_text = [&](int64_t r) {
@@ -165,6 +179,8 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   });
   int64_t gaps = 0, largest = 0;
   std::string largest_at;
+  const int64_t ticks =
+      out.subsecond_times ? static_cast<int64_t>(SeriesData::kNumericTimeScale) : 1;
   for (int64_t p = 0; p < n;) {
     SeriesSpan span;
     span.name = names.empty() ? "" : std::string(names[out.rows[p]]);
@@ -179,7 +195,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         if (when[a] == when[b]) {
           const std::string date = date_text(b);
           const std::string set_back =
-              clock_set_back(when[b], date)
+              clock_set_back(whole_seconds(when[b], out.subsecond_times), date)
                   ? ": a local clock set back an hour for daylight saving time? Write the times "
                     "in UTC or with their UTC offsets (2021-11-07T01:30-04:00)"
                   : "";
@@ -198,7 +214,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         const Frequency& f = o.frequency;
         // How many steps of the calendar each one spans: 1, or more across a gap.
         std::vector<int64_t> spanned(steps.size());
-        if (!out.numeric_times)
+        if (!out.numeric_times && !out.subsecond_times)
           span.months = calendar_months(when, out.rows, p, q,
                                         f.kind == Frequency::calendar_months ? f.months : 0,
                                         &span.month_end, &spanned);
@@ -222,8 +238,8 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
           return true;
         };
         if (f.kind == Frequency::business ||
-            (f.kind == Frequency::automatic && !out.numeric_times && span.months == 0 &&
-             span.step == 86400 &&
+            (f.kind == Frequency::automatic && !out.numeric_times && !out.subsecond_times &&
+             span.months == 0 && span.step == 86400 &&
              std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s != 86400; }) &&
              is_business())) {
           span.business_days = true;
@@ -242,14 +258,15 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
           span.step = 86400;
           span.months = 0;
         } else if (f.kind == Frequency::fixed) {
+          const int64_t step = f.seconds * ticks;
           for (size_t k = 0; k < steps.size(); ++k) {
-            if (steps[k] % f.seconds != 0)
+            if (steps[k] % step != 0)
               fail(where(int64_t(k) + 1), ": ", date(int64_t(k) + 1), " is ",
-                   format_duration(steps[k]), " after the row before, not a whole number of ",
-                   "data.frequency ", o.frequency.text);
-            spanned[k] = steps[k] / f.seconds;
+                   format_duration(steps[k], ticks), " after the row before, not a whole number ",
+                   "of data.frequency ", o.frequency.text);
+            spanned[k] = steps[k] / step;
           }
-          span.step = f.seconds;
+          span.step = step;
           span.months = 0;
           span.regular = true;
         } else if (f.kind == Frequency::calendar_months) {
@@ -288,7 +305,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         path + ": " + std::to_string(gaps) + " gap" + (gaps == 1 ? "" : "s") + " in the " +
         (out.numeric_times ? "times" : "dates") + " longer than the usual step (the largest " +
         (out.numeric_times ? numeric_time_text(largest) + " in column '" + o.date_col + "'"
-                           : format_duration(largest)) +
+                           : format_duration(largest, ticks)) +
         ", " + largest_at + ")");
   return out;
 }

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
@@ -201,7 +202,7 @@ std::optional<int64_t> SeriesData::time_ahead(int64_t row, int64_t ahead) const 
 
 std::string SeriesData::time_text(int64_t when, bool date_only) const {
   if (numeric_times) return series::numeric_time_text(when);
-  return io::format_datetime(when, date_only && !utc_times) + (utc_times ? "Z" : "");
+  return series::date_time_text(when, date_only, utc_times, subsecond_times);
 }
 
 int64_t SeriesData::scaler_of(int64_t row) const {
@@ -211,28 +212,43 @@ int64_t SeriesData::scaler_of(int64_t row) const {
 
 namespace series {
 
-std::string format_duration(int64_t seconds) {
+std::string format_duration(int64_t ticks, int64_t per_second) {
   const std::pair<int64_t, const char*> units[] = {
-      {86400, "day"}, {3600, "hour"}, {60, "minute"}, {1, "second"}};
+      {86400 * per_second, "day"}, {3600 * per_second, "hour"},        {60 * per_second, "minute"},
+      {per_second, "second"},      {per_second / 1000, "millisecond"}, {1, "microsecond"}};
   for (const auto& [size, name] : units)
-    if (seconds % size == 0 || size == 1) {
-      const int64_t n = seconds / size;
+    if (size >= 1 && (ticks % size == 0 || size == 1)) {
+      const int64_t n = ticks / size;
       return std::to_string(n) + " " + name + (n == 1 ? "" : "s");
     }
-  return std::to_string(seconds) + " seconds";
+  return std::to_string(ticks) + " seconds";
+}
+
+std::string date_time_text(int64_t when, bool date_only, bool utc, bool subsecond) {
+  const int64_t seconds = whole_seconds(when, subsecond);
+  std::string text = io::format_datetime(seconds, date_only && !utc && !subsecond);
+  if (subsecond) {
+    const int64_t micros = when - seconds * static_cast<int64_t>(SeriesData::kNumericTimeScale);
+    char buf[8];
+    std::snprintf(buf, sizeof buf, micros % 1000 == 0 ? ".%03lld" : ".%06lld",
+                  static_cast<long long>(micros % 1000 == 0 ? micros / 1000 : micros));
+    text += buf;
+  }
+  return utc ? text + "Z" : text;
 }
 
 }  // namespace series
 
 std::string SeriesData::usual_step() const {
   if (times.empty() || numeric_times) return "";
+  const int64_t ticks = subsecond_times ? static_cast<int64_t>(kNumericTimeScale) : 1;
   std::map<std::string, int64_t> rows;  // step -> rows of the series taking it
   for (const SeriesSpan& s : series) {
     if (s.step <= 0 && s.months <= 0) continue;
     const std::string step = s.months > 0
                                  ? std::to_string(s.months) + (s.months == 1 ? " month" : " months")
                              : s.business_days ? "1 business day"
-                                               : series::format_duration(s.step);
+                                               : series::format_duration(s.step, ticks);
     rows[step] += s.end - s.begin;
   }
   std::string most;

@@ -228,7 +228,8 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     column(o.features[j], j, transform_of(o, o.features[j]), false, nullptr);
   for (int64_t k = 0; k < n; ++k)  // the calendar's, from each row's date
     for (size_t i = 0; i < o.calendar.size(); ++i) {
-      const auto [sin, cos] = calendar_features(o.calendar[i], order.times[keep[k]]);
+      const auto [sin, cos] = calendar_features(
+          o.calendar[i], whole_seconds(order.times[keep[k]], order.subsecond_times));
       (*values)[k * width + file_features + 2 * int64_t(i)] = sin;
       (*values)[k * width + file_features + 2 * int64_t(i) + 1] = cos;
     }
@@ -242,6 +243,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   if (!order.times.empty()) {
     d->numeric_times = order.numeric_times;
     d->utc_times = order.utc_times;
+    d->subsecond_times = order.subsecond_times;
     for (int64_t p : keep) {
       d->times.push_back(order.times[p]);
       const int64_t row = order.rows[p];
@@ -269,7 +271,8 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
         if (!calendar) {
           *out = k + ahead < end ? x[order.rows[keep[k + ahead]]] : NAN;
         } else if (const auto when = d->time_ahead(k, ahead)) {
-          std::tie(out[0], out[1]) = calendar_features(name, *when);
+          std::tie(out[0], out[1]) =
+              calendar_features(name, whole_seconds(*when, order.subsecond_times));
         } else {
           out[0] = out[1] = NAN;
         }

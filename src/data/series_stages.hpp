@@ -34,8 +34,20 @@ inline Transform transform_of(const SeriesOptions& o, const std::string& column)
 // A number of the date column's times (millionths of its unit) as the shortest text reading back.
 std::string numeric_time_text(int64_t when);
 
-// Seconds as a whole number of the largest unit that divides them: "1 hour", "90 minutes".
-std::string format_duration(int64_t seconds);
+// A duration of `ticks`, `per_second` of them a second, as a whole number of the largest unit
+// that divides it: "1 hour", "90 minutes", "250 milliseconds".
+std::string format_duration(int64_t ticks, int64_t per_second = 1);
+
+// A date's time as ISO text: seconds since 1970, or with `subsecond` microseconds
+// ("2024-03-01T10:00:07.250"; six digits where milliseconds do not hold it); a Z with `utc`.
+std::string date_time_text(int64_t when, bool date_only, bool utc, bool subsecond);
+
+// The whole seconds since 1970 of a date's time (SeriesData::subsecond_times: of microseconds).
+inline int64_t whole_seconds(int64_t when, bool subsecond) {
+  if (!subsecond) return when;
+  const int64_t scale = static_cast<int64_t>(SeriesData::kNumericTimeScale);
+  return when / scale - (when % scale < 0);
+}
 
 // The file's columns as the data takes them: pandas' unnamed index column, where it holds dates
 // and no date column is named, becomes opt->series.date_col (with a note in `notes`); the file's
@@ -57,6 +69,7 @@ struct RowOrder {
   std::vector<int64_t> times;          // (rows) with a date column
   bool numeric_times = false;          // the date column holds numbers (SeriesData::numeric_times)
   bool utc_times = false;              // times with UTC offsets (SeriesData::utc_times)
+  bool subsecond_times = false;        // dates with fractions of a second (microseconds)
   std::vector<std::string> iso_dates;  // (file rows) dates the file writes otherwise, as ISO
   std::vector<std::string> notes;
 };

@@ -95,14 +95,19 @@ std::optional<int64_t> time_of_day(DateScanner& c, bool clock12, int64_t* offset
 
 std::optional<int64_t> parse_datetime(std::string_view s) { return parse_date(s, DateLayout::iso); }
 
-bool has_fraction_of_second(std::string_view s) {
+int64_t microseconds_of(std::string_view s) {
   const auto digit = [](char c) { return c >= '0' && c <= '9'; };
   for (size_t i = 0; i + 4 < s.size(); ++i) {  // ":SS." and its digits
     if (s[i] != ':' || !digit(s[i + 1]) || !digit(s[i + 2]) || s[i + 3] != '.') continue;
-    for (size_t k = i + 4; k < s.size() && digit(s[k]); ++k)
-      if (s[k] != '0') return true;
+    int64_t micros = 0;
+    size_t k = i + 4;
+    for (int place = 0; place < 6; ++place) {
+      const bool more = k < s.size() && digit(s[k]);
+      micros = micros * 10 + (more ? s[k++] - '0' : 0);
+    }
+    return micros;
   }
-  return false;
+  return 0;
 }
 
 namespace {

@@ -24,22 +24,29 @@ std::string tick_label(double v, double step) {
   return buf;
 }
 
-std::string date_label(double seconds, bool with_time) {
+// A date tick's label, to the second, the minute or the day as the ticks' step needs.
+std::string date_label(double seconds, double step) {
   const std::time_t t = static_cast<std::time_t>(std::floor(seconds));
   std::tm tm{};
   if (!gmtime_r(&t, &tm)) return fmt(seconds);
   char buf[32];
-  std::strftime(buf, sizeof buf, with_time ? "%m-%d %H:%M" : "%Y-%m-%d", &tm);
+  std::strftime(buf, sizeof buf,
+                step < 60      ? "%H:%M:%S"
+                : step < 86400 ? "%m-%d %H:%M"
+                               : "%Y-%m-%d",
+                &tm);
   return buf;
 }
 
-// Date ticks: steps of hours, days, weeks, months (30 days) or years (365 days), aligned to
-// whole steps since 1970 (midnight UTC for days).
+// Date ticks: steps of seconds, minutes, hours, days, weeks, months (30 days) or years (365
+// days), aligned to whole steps since 1970 (midnight UTC for days).
 std::vector<double> date_ticks(double lo, double hi, int target, double min_step,
                                double* step_out) {
-  constexpr double h = 3600, d = 86400;
-  const double steps[] = {h,      3 * h,  6 * h,   12 * h,  d,       2 * d,    7 * d,    14 * d,
-                          30 * d, 91 * d, 182 * d, 365 * d, 730 * d, 1825 * d, 3650 * d, 36500 * d};
+  constexpr double m = 60, h = 3600, d = 86400;
+  const double steps[] = {1,      2,       5,       10,      15,       30,       m,
+                          2 * m,  5 * m,   10 * m,  15 * m,  30 * m,   h,        3 * h,
+                          6 * h,  12 * h,  d,       2 * d,   7 * d,    14 * d,   30 * d,
+                          91 * d, 182 * d, 365 * d, 730 * d, 1825 * d, 3650 * d, 36500 * d};
   double step = steps[std::size(steps) - 1];
   for (double s : steps)
     if (s >= min_step && (hi - lo) / s <= target) {
@@ -227,7 +234,7 @@ std::string render(const Chart& c) {
         days = !std::isfinite(s.x[i]) || std::fmod(s.x[i], 86400.0) == 0;
     double step = 86400;
     for (double t : date_ticks(x0, x1, x_target, days ? 86400 : 0, &step))
-      xticks.emplace_back(t, date_label(t, step < 86400));
+      xticks.emplace_back(t, date_label(t, step));
   } else if (log_x) {
     xticks = log_ticks(x0, x1, x_target);
   } else {

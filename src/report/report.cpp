@@ -88,7 +88,9 @@ std::string forecast_section(const Table& p, const std::string& target) {
     const double av = actual_values[i], qv = predicted_values[i];
     if (std::isfinite(av) && std::isfinite(qv)) abs_sum += std::fabs(av - qv), ++counted;
     if (series && (*series)[i] != shown) continue;
-    x.push_back(dates ? double(*io::parse_datetime((*time)[i])) : rows[i]);
+    x.push_back(dates ? double(*io::parse_datetime((*time)[i])) +
+                            double(io::microseconds_of((*time)[i])) * 1e-6
+                      : rows[i]);
     a.push_back(av), q.push_back(qv);
   }
   // At most ~1500 points per line: the page stays small and quick to draw.

@@ -37,7 +37,8 @@ const std::vector<ConfigKey> kKeys = {
      "CSV columns to predict (forecast). Required for forecast."},
     {"data.date_column", T::string, "",
      "The column of each row's time: dates or date-times (ISO 8601 `2012-01-31`, "
-     "`2012-01-31 13:45`, `2012/01/31`, `2012-01` for a month; `20120131`; day or month first, "
+     "`2012-01-31 13:45`, `2012-01-31 13:45:07.250` to the microsecond, `2012/01/31`, `2012-01` "
+     "for a month; `20120131`; day or month first, "
      "`31/01/2012`, `01/31/2012 1:45 PM`, `31.01.2012`: see data.date_order), or numbers "
      "(elapsed seconds, a Unix time, a sample index; in their own units, with no calendar: "
      "data.calendar, data.frequency and data.holidays need dates). Rows are ordered by it within "

@@ -98,20 +98,26 @@ std::string row_label(const SeriesData& d, int64_t row) {
   return std::to_string((d.file_rows.empty() ? row : d.file_rows[row]) + 1);
 }
 
-// An ISO date-time made here ("2024-01-13T12:00:00") written as `like`, a date of the file, writes
-// its own: with a space before the time, without seconds, or with a fraction of zeros
-// ("12:00:00.000"); so that a column of dates holds one format (pandas 2 reads a column in its
-// first cell's format).
+// An ISO date-time made here ("2024-01-13T12:00:00", "2024-01-13T12:00:00.250") written as `like`,
+// a date of the file, writes its own: with a space before the time, without seconds, or with a
+// fraction of zeros ("12:00:00.000"); so that a column of dates holds one format (pandas 2 reads a
+// column in its first cell's format).
 std::string in_style_of(const std::string& like, std::string text) {
   const bool minutes = like.size() == 16, seconds = like.size() == 19;
-  const bool fraction =
-      like.size() > 20 && like[19] == '.' && like.find_first_not_of('0', 20) == std::string::npos;
-  if (text.size() != 19 || text[10] != 'T' || !(minutes || seconds || fraction) || like[4] != '-' ||
-      like[7] != '-' || like[13] != ':' || (like[10] != ' ' && like[10] != 'T'))
+  const bool fraction = like.size() > 20 && like[19] == '.' &&
+                        like.find_first_not_of("0123456789", 20) == std::string::npos;
+  const bool zeros = fraction && like.find_first_not_of('0', 20) == std::string::npos;
+  const bool text_fraction = text.size() > 20 && text[19] == '.' &&
+                             text.find_first_not_of("0123456789", 20) == std::string::npos;
+  if (!(text.size() == 19 || text_fraction) || text[10] != 'T' ||
+      !(minutes || seconds || fraction) || like[4] != '-' || like[7] != '-' || like[13] != ':' ||
+      (like[10] != ' ' && like[10] != 'T'))
     return text;
   text[10] = like[10];
-  if (minutes && text.ends_with(":00")) text.resize(16);
-  if (fraction) text += like.substr(19);
+  if (text.size() == 19 && minutes && text.ends_with(":00")) text.resize(16);
+  if (text.size() == 19 && zeros) text += like.substr(19);
+  if (text_fraction && fraction && like.size() - 20 == 6 && text.size() - 20 == 3)
+    text += "000";  // the file's six digits
   return text;
 }
 

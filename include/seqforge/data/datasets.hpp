@@ -130,6 +130,9 @@ struct SeriesData {
   static constexpr double kNumericTimeScale = 1e6;
   // The dates are times with UTC offsets: instants, written in UTC with a Z.
   bool utc_times = false;
+  // Dates written with fractions of a second (a sensor's "10:00:07.250"): times, and the steps
+  // between them, in microseconds (kNumericTimeScale a second).
+  bool subsecond_times = false;
   // A stored model's: its training data's usual step between rows ("1 hour", "1 month";
   // usual_step), which predict and eval --data compare with their file's; "": not known.
   std::string trained_step;

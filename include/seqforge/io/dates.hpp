@@ -11,7 +11,7 @@ namespace seqforge::io {
 
 // Seconds since 1970-01-01T00:00:00 UTC of an ISO 8601 date or date-time: "2012-01-01",
 // "2012-01-01 13:00", "2012-01-01T13:00:00", with optional fractional seconds (dropped: see
-// has_fraction_of_second) and an optional "Z" (or " UTC") or "+HH:MM"/"-HH:MM" offset after a
+// microseconds_of) and an optional "Z" (or " UTC") or "+HH:MM"/"-HH:MM" offset after a
 // time. Surrounding spaces are ignored. Returns nullopt for anything else, including impossible
 // dates such as 2013-02-29 or 24:00.
 std::optional<int64_t> parse_datetime(std::string_view s);
@@ -30,9 +30,10 @@ enum class DateLayout { iso, day_first, month_first, compact, named_month };
 // the local time is the result plus it.
 std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t* offset = nullptr);
 
-// Whether a date-time's seconds have a fraction other than zero ("13:45:07.250"): parse_date drops
-// it, which the readers of data files refuse rather than merge or misplace rows.
-bool has_fraction_of_second(std::string_view s);
+// The fraction of a second a date-time writes after its seconds, in microseconds
+// ("13:45:07.250" -> 250000; digits past the sixth are dropped), which parse_date drops; 0 without
+// one.
+int64_t microseconds_of(std::string_view s);
 
 // The day-and-month fields of a day- or month-first date ("31/12/2020" -> {31, 12}); nullopt for
 // any other text.
