@@ -295,10 +295,15 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
                 worst.tensor.c_str());
     if (dt != DType::f32) {
       // Two SGD steps compound a layer norm's ill-conditioning: there float64 itself spreads (the
-      // same steps with the norms written out), and another order lands a few times that spread.
+      // same steps with the norms written out), and another order lands a few times that spread;
+      // or, where the conditioning is worse still, up to 30 times PyTorch's own float32 error of
+      // the steps scaled to float64's rounding (2^-53 against 2^-24).
       const double sgd_spread = fx.config.value("torch_f64_sgd_spread", 0.0);
+      const double sgd_f32 = fx.config.value("torch_f32_sgd_error", 0.0);
       for (const auto& [group, w] : ck.groups) {
-        const double limit = group == "sgd" ? std::max(tolerance, 4 * sgd_spread) : tolerance;
+        const double limit =
+            group == "sgd" ? std::max({tolerance, 4 * sgd_spread, 30 * std::ldexp(sgd_f32, -29)})
+                           : tolerance;
         EXPECT_LE(w.error, limit) << name << ": " << group << ", worst " << w.tensor;
       }
       continue;

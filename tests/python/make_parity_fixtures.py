@@ -363,8 +363,8 @@ def make(c, seed):
     # norm so the clipping is active.
     nesterov = bool(c.get("bi"))
 
-    def sgd_steps():
-        model.load_state_dict(initial)
+    def sgd_steps(start=initial):
+        model.load_state_dict(start)
         opt = torch.optim.SGD(model.parameters(), lr=LR_SGD, momentum=MOMENTUM, nesterov=nesterov)
         steps, clip = {}, {}
         for step in (1, 2):
@@ -381,20 +381,34 @@ def make(c, seed):
     steps, clip = sgd_steps()
     tensors.update(steps)
     # Two steps compound a layer norm's ill-conditioning (a norm over a few nearly equal values):
-    # float64's own spread there, the same steps with the norms written out, bounds the f64 check.
-    sgd_f64_spread = 0.0
+    # float64's own spread there, the same steps with the norms written out, and PyTorch's own
+    # float32 error of the same steps (the conditioning, times float32's rounding) bound the f64
+    # check.
+    sgd_f64_spread = sgd_f32_error = 0.0
     if c.get("cell") == "lnlstm":
         LayerNormLSTM.explicit_norm = True
         other, _ = sgd_steps()
         LayerNormLSTM.explicit_norm = False
         sgd_f64_spread = max(max_rel_error(other[k], v) for k, v in steps.items())
+        saved, model64 = dict(inputs), model
+        model = Model(c)
+        model.load_state_dict(initial)
+        model.float()
+        for k, v in saved.items():
+            if isinstance(v, torch.Tensor) and v.is_floating_point():
+                inputs[k] = v.float()
+        in_f32, _ = sgd_steps({k: v.float() for k, v in initial.items()})
+        inputs.update(saved)
+        model = model64
+        sgd_f32_error = max(max_rel_error(in_f32[k].double(), v) for k, v in steps.items())
 
     meta = dict(c)
     meta.update(name=name_of(c), seed=seed, ignore_index=inputs.get("meta_ignore", -100),
                 lr_adamw=LR_ADAMW, wd_adamw=WD_ADAMW, lr_sgd=LR_SGD, momentum=MOMENTUM,
                 nesterov=nesterov, max_norm1=clip[1], max_norm2=clip[2],
                 output_size=model.head.out_features, torch_f32_forward_error=torch_f32[0],
-                torch_f32_backward_error=torch_f32[1], torch_f64_sgd_spread=sgd_f64_spread)
+                torch_f32_backward_error=torch_f32[1], torch_f64_sgd_spread=sgd_f64_spread,
+                torch_f32_sgd_error=sgd_f32_error)
     return meta, tensors
 
 
