@@ -241,6 +241,73 @@ TEST(Trainer, CharacterModelsFromAPretrainedOneKeepItsVocabulary) {
   EXPECT_NE(generate((dir / "lstm_only").string(), "z", 3, 0.0, 0, 1).find('z'), std::string::npos);
 }
 
+// A model pre-trained on features [signal, other] read by a run that lists them [other, signal]:
+// the first layer's input weights (and a masked autoencoder's head rows) follow the columns;
+// other features are an error naming both lists.
+TEST(Trainer, InitFromPutsTheFeaturesInThisRunsOrder) {
+  const fs::path dir = temp_dir("init_features");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  const std::string mae = "data:\n  path: " + data +
+                          "\n  task: mae\n  date_column: when\n  lookback: 12\nmodel: {hidden: 8, "
+                          "bidirectional: true}\ntrain: {epochs: 1, batch_size: 16}\n";
+  train(Config::parse(mae, "pre.yaml",
+                      {"data.features=[signal, other]", "train.run_dir=" + (dir / "pre").string()}),
+        log);
+  const std::string init = "model.init_from=" + (dir / "pre").string();
+  train(Config::parse(mae, "again.yaml",
+                      {"data.features=[other, signal]", init, "train.freeze_modules=[lstm, head]",
+                       "train.freeze_epochs=1", "train.run_dir=" + (dir / "again").string()}),
+        log);
+  EXPECT_NE(log.str().find("init_from: the checkpoint's features ['signal', 'other'] are this "
+                           "run's ['other', 'signal'] in another order: lstm.weight_ih_l0, "
+                           "lstm.weight_ih_l0_reverse, head.weight, head.bias reordered to match"),
+            std::string::npos)
+      << log.str();
+  const io::SafetensorsFile pre =
+      io::SafetensorsFile::read((dir / "pre" / "model.safetensors").string());
+  const io::SafetensorsFile again =
+      io::SafetensorsFile::read((dir / "again" / "model.safetensors").string());
+  auto values = [](const io::SafetensorsFile& f, const std::string& name) {
+    const auto bytes = f.bytes(*f.find(name));
+    std::vector<float> v(bytes.size() / sizeof(float));
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    return v;
+  };
+  for (const char* name : {"lstm.weight_ih_l0", "lstm.weight_ih_l0_reverse"}) {
+    const std::vector<float> a = values(pre, name), b = values(again, name);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t r = 0; r < a.size() / 2; ++r) {  // (4H, 2): the columns swapped
+      EXPECT_EQ(b[2 * r], a[2 * r + 1]) << name;
+      EXPECT_EQ(b[2 * r + 1], a[2 * r]) << name;
+    }
+  }
+  EXPECT_EQ(values(pre, "lstm.weight_hh_l0"), values(again, "lstm.weight_hh_l0"));
+  const std::vector<float> head = values(pre, "head.weight"), moved = values(again, "head.weight");
+  const size_t width = head.size() / 2;  // (2, 2H): the rows swapped
+  EXPECT_TRUE(std::equal(head.begin(), head.begin() + width, moved.begin() + width));
+  EXPECT_EQ(values(pre, "head.bias"),
+            (std::vector<float>{values(again, "head.bias")[1], values(again, "head.bias")[0]}));
+  // The same file with a third column: [signal, extra] is as wide, but not the same features.
+  std::ifstream in(data);
+  std::string text, line;
+  for (int row = 0; std::getline(in, line); ++row)
+    text += line + "," + (row == 0 ? std::string("extra") : std::to_string(row % 7)) + "\n";
+  std::ofstream(dir / "wider.csv") << text;
+  const std::string error = error_of([&] {
+    train(
+        Config::parse(mae, "other.yaml",
+                      {"data.path=" + (dir / "wider.csv").string(), "data.features=[signal, extra]",
+                       init, "train.run_dir=" + (dir / "other").string()}),
+        log);
+  });
+  EXPECT_NE(error.find("model.safetensors (model.init_from): its model reads the features "
+                       "['signal', 'other'], this run's data gives ['signal', 'extra']: its first "
+                       "layer's weights would read other columns"),
+            std::string::npos)
+      << error;
+}
+
 TEST(Utf8, DecodesValidTextAndRejectsEveryMalformedSequence) {
   EXPECT_EQ(decode_utf8("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", "t"),
             (std::u32string{U'a', U'\u00e9', U'\u20ac', U'\U0001F600'}));

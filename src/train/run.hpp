@@ -115,6 +115,14 @@ std::string format_metrics(const std::map<std::string, double>& m);
 
 // ---- Checkpoints and saved runs -----------------------------------------------------------------
 
+// After model.init_from loaded `loaded` from `path` (init_features.cpp): the weights that read a
+// series task's features (the first recurrent layer's input weights, their adapters' A, a masked
+// autoencoder's head) put in this run's feature order where the checkpoint's model read the same
+// features in another, with a line on `out`; other features are an error.
+void match_init_features(const std::string& path, const Task& task,
+                         const std::vector<std::string>& loaded, Parameters& params, Backend& be,
+                         std::ostream& out);
+
 // Metadata stored with the weights: what eval, predict and generate need to rebuild the task.
 std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Task& t,
                                                        int64_t epoch,

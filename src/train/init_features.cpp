@@ -1,0 +1,102 @@
+// model.init_from on series data: the loaded weights that read the data's features (the first
+// recurrent layer's input weights and their adapters' A, a masked autoencoder's head rows) take
+// them in the checkpoint's order. The same features in another order are put in this run's;
+// other features are an error, never weights silently reading other columns.
+#include <algorithm>
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/file_util.hpp"
+#include "run.hpp"
+#include "seqforge/core/error.hpp"
+
+namespace seqforge {
+
+namespace {
+
+std::string listed(const std::vector<std::string>& names) {
+  std::string out = "[";
+  for (size_t i = 0; i < names.size() && i < 12; ++i)
+    out += (i ? ", " : "") + io::quoted(names[i], 40);
+  return out + (names.size() > 12 ? ", ... (" + std::to_string(names.size()) + ")]" : "]");
+}
+
+// Whether a parameter's columns (`by_rows`: rows) are the features, one each.
+bool reads_features(const std::string& name, TaskKind task, bool* by_rows) {
+  auto ends_with = [&](const std::string& tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  *by_rows = false;
+  for (const char* input : {".weight_ih_l0", ".weight_ih_l0_reverse"})
+    if (ends_with(input) || ends_with(std::string(input) + ".lora_A.weight")) return true;
+  *by_rows = task == TaskKind::mae && (name == "head.weight" || name == "head.bias");
+  return *by_rows;
+}
+
+// `t` (rows, cols), or a vector (rows), with its columns (or rows) in `order`: new k is old
+// order[k].
+void reorder(Backend& be, Tensor t, const std::vector<size_t>& order, bool by_rows) {
+  const int64_t rows = t.shape()[0], cols = t.shape().rank() == 2 ? t.shape()[1] : 1;
+  const size_t elem = dtype_size(t.dtype());
+  std::vector<std::byte> old(static_cast<size_t>(rows * cols) * elem), now(old.size());
+  be.download(old.data(), t);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t from = by_rows ? order[r] * cols + c : r * cols + order[c];
+      std::copy_n(old.begin() + from * elem, elem, now.begin() + (r * cols + c) * elem);
+    }
+  be.upload(t, now.data());
+}
+
+}  // namespace
+
+void match_init_features(const std::string& path, const Task& task,
+                         const std::vector<std::string>& loaded, Parameters& params, Backend& be,
+                         std::ostream& out) {
+  if (task.is_text()) return;
+  const std::vector<std::string>& ours = task.series.feature_names;
+  std::vector<std::pair<size_t, bool>> readers;  // parameter index, by rows
+  for (const std::string& name : loaded) {
+    bool by_rows = false;
+    const Arena::Entry* e = params.values().find(name);
+    if (!e || !reads_features(name, task.kind, &by_rows)) continue;
+    const int64_t n = by_rows ? e->shape[0] : e->shape.rank() == 2 ? e->shape[1] : -1;
+    if (n != static_cast<int64_t>(ours.size())) continue;
+    readers.emplace_back(static_cast<size_t>(e - params.values().entries().data()), by_rows);
+  }
+  if (readers.empty()) return;
+  const io::SafetensorsFile file = io::SafetensorsFile::read(path);
+  const auto& meta = file.metadata();
+  const auto it = meta.find("seqforge.features");
+  if (it == meta.end()) return;  // not a seqforge series model: its columns are the user's word
+  const auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array() ||
+      !std::all_of(j.begin(), j.end(), [](const auto& v) { return v.is_string(); }))
+    fail(path, ": seqforge.features metadata is not what seqforge wrote");
+  const std::vector<std::string> theirs = j.get<std::vector<std::string>>();
+  if (theirs == ours) return;
+  std::vector<std::string> a = theirs, b = ours;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  if (a != b || std::adjacent_find(a.begin(), a.end()) != a.end())
+    fail(path, " (model.init_from): its model reads the features ", listed(theirs),
+         ", this run's data gives ", listed(ours),
+         ": its first layer's weights would read other columns; name the same features in "
+         "data.features, or leave the recurrent layer out of model.init_from_modules");
+  std::vector<size_t> order(ours.size());  // this run's feature k is the checkpoint's order[k]
+  for (size_t k = 0; k < ours.size(); ++k)
+    order[k] =
+        static_cast<size_t>(std::find(theirs.begin(), theirs.end(), ours[k]) - theirs.begin());
+  std::string names;
+  for (const auto& [index, by_rows] : readers) {
+    reorder(be, params.value(index), order, by_rows);
+    names += (names.empty() ? "" : ", ") + params.values().entries()[index].name;
+  }
+  out << "init_from: the checkpoint's features " << listed(theirs) << " are this run's "
+      << listed(ours) << " in another order: " << names << " reordered to match\n";
+}
+
+}  // namespace seqforge
