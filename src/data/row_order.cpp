@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -258,6 +259,8 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
           span.step = 86400;
           span.months = 0;
         } else if (f.kind == Frequency::fixed) {
+          if (f.seconds > std::numeric_limits<int64_t>::max() / ticks)
+            fail(path, ": data.frequency ", o.frequency.text, " is longer than any span of dates");
           const int64_t step = f.seconds * ticks;
           for (size_t k = 0; k < steps.size(); ++k) {
             if (steps[k] % step != 0)
