@@ -288,6 +288,20 @@ TEST(Trainer, InitFromPutsTheFeaturesInThisRunsOrder) {
   EXPECT_TRUE(std::equal(head.begin(), head.begin() + width, moved.begin() + width));
   EXPECT_EQ(values(pre, "head.bias"),
             (std::vector<float>{values(again, "head.bias")[1], values(again, "head.bias")[0]}));
+  EXPECT_EQ(log.str().find("differs from the checkpoint's"), std::string::npos) << log.str();
+  // The same features differenced, or scaled otherwise: said.
+  std::ostringstream noted;
+  train(Config::parse(mae, "diff.yaml",
+                      {"data.features=[signal, other]", init, "data.transform={signal: diff}",
+                       "data.normalize=minmax", "train.run_dir=" + (dir / "diff").string()}),
+        noted);
+  EXPECT_NE(noted.str().find("note: init_from: data.transform differs from the checkpoint's for "
+                             "'signal' (none there, diff here)"),
+            std::string::npos)
+      << noted.str();
+  EXPECT_NE(noted.str().find("note: init_from: data.normalize is minmax, the checkpoint's zscore"),
+            std::string::npos)
+      << noted.str();
   // The same file with a third column: [signal, extra] is as wide, but not the same features.
   std::ifstream in(data);
   std::string text, line;

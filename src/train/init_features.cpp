@@ -4,6 +4,7 @@
 // other features are an error, never weights silently reading other columns.
 #include <algorithm>
 #include <cstddef>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -51,9 +52,36 @@ void reorder(Backend& be, Tensor t, const std::vector<size_t>& order, bool by_ro
   be.upload(t, now.data());
 }
 
+// A note for each feature the checkpoint's model read transformed or scaled otherwise: its weights
+// meet other values than they learnt on (returns where they saw prices).
+void note_other_values(const std::string& path, const std::map<std::string, std::string>& meta,
+                       const Config& c, const std::vector<std::string>& ours, std::ostream& out) {
+  const auto it = meta.find("seqforge.config");
+  if (it == meta.end()) return;
+  const Config stored = Config::parse(it->second, path + " (stored config)");
+  const auto theirs = stored.map("data.transform"), now = c.map("data.transform");
+  auto transform = [](const std::map<std::string, std::string>& m, const std::string& name) {
+    const auto at = m.find(name);
+    return at == m.end() ? std::string("none") : at->second;
+  };
+  std::string changed;
+  for (const std::string& name : ours)
+    if (transform(theirs, name) != transform(now, name))
+      changed += (changed.empty() ? "" : ", ") + io::quoted(name, 40) + " (" +
+                 transform(theirs, name) + " there, " + transform(now, name) + " here)";
+  if (!changed.empty())
+    out << "note: init_from: data.transform differs from the checkpoint's for " << changed
+        << ": its first layer's weights meet other values than they learnt on\n";
+  for (const char* key : {"data.normalize", "data.normalize_per"})
+    if (stored.str(key) != c.str(key))
+      out << "note: init_from: " << key << " is " << c.str(key) << ", the checkpoint's "
+          << stored.str(key) << ": its first layer's weights meet other values than they learnt "
+          << "on\n";
+}
+
 }  // namespace
 
-void match_init_features(const std::string& path, const Task& task,
+void match_init_features(const std::string& path, const Config& c, const Task& task,
                          const std::vector<std::string>& loaded, Parameters& params, Backend& be,
                          std::ostream& out) {
   if (task.is_text()) return;
@@ -77,6 +105,7 @@ void match_init_features(const std::string& path, const Task& task,
       !std::all_of(j.begin(), j.end(), [](const auto& v) { return v.is_string(); }))
     fail(path, ": seqforge.features metadata is not what seqforge wrote");
   const std::vector<std::string> theirs = j.get<std::vector<std::string>>();
+  note_other_values(path, meta, c, ours, out);
   if (theirs == ours) return;
   std::vector<std::string> a = theirs, b = ours;
   std::sort(a.begin(), a.end());

@@ -118,8 +118,9 @@ std::string format_metrics(const std::map<std::string, double>& m);
 // After model.init_from loaded `loaded` from `path` (init_features.cpp): the weights that read a
 // series task's features (the first recurrent layer's input weights, their adapters' A, a masked
 // autoencoder's head) put in this run's feature order where the checkpoint's model read the same
-// features in another, with a line on `out`; other features are an error.
-void match_init_features(const std::string& path, const Task& task,
+// features in another, with a line on `out`; other features are an error, and features transformed
+// or normalised otherwise than the config `c` does get a note.
+void match_init_features(const std::string& path, const Config& c, const Task& task,
                          const std::vector<std::string>& loaded, Parameters& params, Backend& be,
                          std::ostream& out);
 

@@ -482,7 +482,7 @@ void Training::build_model() {
     initialized_ = load_parameters(init, model_->parameters(), *be_, false,
                                    c_.list("model.init_from_modules"), model_->fresh_parameters(),
                                    model_->unused_base_tensors(), model_->tied_base_tensors());
-    match_init_features(init, task_, initialized_, model_->parameters(), *be_, out_);
+    match_init_features(init, c_, task_, initialized_, model_->parameters(), *be_, out_);
     model_->init_adapters(*be_, initialized_);
   }
   oo_.kind = c_.str("optim.kind");
