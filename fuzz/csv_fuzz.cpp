@@ -73,6 +73,9 @@ void check_accepted(const CsvTable& t, std::string_view bytes) {
           sink += static_cast<unsigned>(*s);
         }
       if (const auto f = seqforge::io::day_month_fields(cell)) sink += f->first + f->second;
+      const int64_t micros = seqforge::io::microseconds_of(cell);  // a fraction of a second
+      if (micros < 0 || micros > 999999) bug("microseconds out of range");
+      sink += static_cast<unsigned>(micros);
     }
     try {
       const std::vector<double> v = t.numeric(c);
