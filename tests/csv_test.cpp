@@ -617,6 +617,9 @@ TEST(ParseDatetime, DatesAndTimes) {
   EXPECT_EQ(parse_datetime("2012-01-01T13:00:00.999"), 1325376000 + 13 * 3600);
   EXPECT_EQ(parse_datetime("2012-01-01T13:00:00.5Z"), 1325376000 + 13 * 3600);
   EXPECT_EQ(microseconds_of("2012-01-01T13:00:00.5Z"), 500000);
+  EXPECT_EQ(parse_datetime("2012-01-01 13:00:00,250"), 1325376000 + 13 * 3600);
+  EXPECT_EQ(microseconds_of("2012-01-01 13:00:00,250"), 250000);
+  EXPECT_EQ(parse_datetime("2012-01-01 13:00:00,"), std::nullopt);
   EXPECT_EQ(microseconds_of("01/31/2012 1:45:09.001 PM"), 1000);
   EXPECT_EQ(microseconds_of("2012-01-01T13:00:00.123456789"), 123456);
   EXPECT_EQ(microseconds_of("2012-01-01 13:00:00.000007+02:00"), 7);

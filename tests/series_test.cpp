@@ -1219,6 +1219,17 @@ TEST(Series, DatesWithFractionsOfASecondKeepThem) {
                 .find("is 250 milliseconds after the row before, not a whole number of "
                       "data.frequency s"),
             std::string::npos);
+  // A logger's comma before the fraction (quoted in a CSV): read alike, written with ISO's dot.
+  const std::string logged =
+      dated_csv(dir / "logged.csv", {"\"2024-03-01 10:00:00,000\"", "\"2024-03-01 10:00:00,250\"",
+                                     "\"2024-03-01 10:00:00,500\"", "\"2024-03-01 10:00:00,750\""});
+  const SeriesData l =
+      load_series(Config::parse("data: {path: " + logged +
+                                    ", date_column: date, features: [value], targets: [value], "
+                                    "lookback: 2, split: {train: 1, val: 0}}\n",
+                                "l.yaml"));
+  EXPECT_EQ(l.usual_step(), "250 milliseconds");
+  EXPECT_EQ(l.dates[1], "2024-03-01T10:00:00.250");
   // Two times a microsecond apart are two rows; the same time twice is a duplicate.
   const std::string close =
       dated_csv(dir / "close.csv", {"2024-03-01T10:00:00.000001", "2024-03-01T10:00:00.000002",

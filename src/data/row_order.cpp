@@ -154,14 +154,15 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     if (out.subsecond_times)
       for (int64_t r = 0; r < n; ++r)
         when[r] = when[r] * static_cast<int64_t>(SeriesData::kNumericTimeScale) + micros[r];
-    // Predictions write every date one way: 2012/01/31 and a month's 2012-01 as 2012-01-31 and
-    // 2012-01-01, like the dates they add past a series' end.
+    // Predictions write every date one way: 2012/01/31, a month's 2012-01 and a fraction after a
+    // comma (10:00:00,250) as 2012-01-31, 2012-01-01 and 10:00:00.250, like the dates they add
+    // past a series' end.
     const std::string_view first = io::trim(dates[0]);
     const bool month = first.size() == 7;
     const bool padded =
         first.size() >= 10 && first[7] == '-' && std::isdigit(static_cast<unsigned char>(first[9]));
-    if (layout != io::DateLayout::iso || first.find('/') != std::string::npos || month || !padded ||
-        offsets_written)
+    if (layout != io::DateLayout::iso || first.find_first_of("/,") != std::string::npos || month ||
+        !padded || offsets_written)
       for (int64_t r = 0; r < n; ++r)
         out.iso_dates.push_back(
             date_time_text(when[r], midnights, out.utc_times, out.subsecond_times));

@@ -66,7 +66,7 @@ std::optional<int64_t> time_of_day(DateScanner& c, bool clock12, int64_t* offset
     return std::nullopt;
   if (c.literal(':')) {
     if (!c.number(2, 2, &sec)) return std::nullopt;
-    if (c.literal('.')) {  // fractional seconds: at least one digit, dropped
+    if (c.literal('.') || c.literal(',')) {  // a fraction (ISO's comma too): 1+ digits, dropped
       const size_t start = c.i;
       while (!c.done() && c.s[c.i] >= '0' && c.s[c.i] <= '9') ++c.i;
       if (c.i == start) return std::nullopt;
@@ -97,8 +97,9 @@ std::optional<int64_t> parse_datetime(std::string_view s) { return parse_date(s,
 
 int64_t microseconds_of(std::string_view s) {
   const auto digit = [](char c) { return c >= '0' && c <= '9'; };
-  for (size_t i = 0; i + 4 < s.size(); ++i) {  // ":SS." and its digits
-    if (s[i] != ':' || !digit(s[i + 1]) || !digit(s[i + 2]) || s[i + 3] != '.') continue;
+  for (size_t i = 0; i + 4 < s.size(); ++i) {  // ":SS." (or ":SS,") and its digits
+    if (s[i] != ':' || !digit(s[i + 1]) || !digit(s[i + 2]) || (s[i + 3] != '.' && s[i + 3] != ','))
+      continue;
     int64_t micros = 0;
     size_t k = i + 4;
     for (int place = 0; place < 6; ++place) {

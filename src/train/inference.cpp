@@ -694,7 +694,7 @@ int64_t write_validation_outputs(const std::string& run, LoadedRun& r) {
       }
       const int64_t row = d.target_row(start, 0);
       csv += std::to_string((d.file_rows.empty() ? row : d.file_rows[row]) + 1);  // 1-based
-      if (dates) csv += "," + forecast_time(d, start, 0);
+      if (dates) csv += "," + io::csv_field(forecast_time(d, start, 0));
       if (multi) csv += "," + io::csv_field(d.series_of(d.last_row(start)).name);
       if (d.task == TaskKind::forecast) {      // the first target a step ahead, in its own units
         const int64_t rows = d.output_rows();  // the forecast is the last row's

@@ -10,10 +10,10 @@
 namespace seqforge::io {
 
 // Seconds since 1970-01-01T00:00:00 UTC of an ISO 8601 date or date-time: "2012-01-01",
-// "2012-01-01 13:00", "2012-01-01T13:00:00", with optional fractional seconds (dropped: see
-// microseconds_of) and an optional "Z" (or " UTC") or "+HH:MM"/"-HH:MM" offset after a
-// time. Surrounding spaces are ignored. Returns nullopt for anything else, including impossible
-// dates such as 2013-02-29 or 24:00.
+// "2012-01-01 13:00", "2012-01-01T13:00:00", with optional fractional seconds after a '.' or ISO's
+// ',' ("13:00:00,250", as loggers write them; dropped: see microseconds_of) and an optional "Z" (or
+// " UTC") or "+HH:MM"/"-HH:MM" offset after a time. Surrounding spaces are ignored. Returns nullopt
+// for anything else, including impossible dates such as 2013-02-29 or 24:00.
 std::optional<int64_t> parse_datetime(std::string_view s);
 
 // The ways a date column may write its dates: ISO 8601 (parse_datetime; also with '/' between
@@ -31,8 +31,8 @@ enum class DateLayout { iso, day_first, month_first, compact, named_month };
 std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t* offset = nullptr);
 
 // The fraction of a second a date-time writes after its seconds, in microseconds
-// ("13:45:07.250" -> 250000; digits past the sixth are dropped), which parse_date drops; 0 without
-// one.
+// ("13:45:07.250" or "13:45:07,250" -> 250000; digits past the sixth are dropped), which parse_date
+// drops; 0 without one.
 int64_t microseconds_of(std::string_view s);
 
 // The day-and-month fields of a day- or month-first date ("31/12/2020" -> {31, 12}); nullopt for
