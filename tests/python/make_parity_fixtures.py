@@ -257,7 +257,20 @@ def max_rel_error(got, want):
 
 
 def torch_f32_errors(c, model, inputs, run):
-    """PyTorch's own float32 error against its float64 result, for comparison."""
+    """PyTorch's own float32 error against its float64 result, for comparison. A layer-normalised
+    LSTM's is the larger of its two forms of the norm (F.layer_norm, and written out): on a norm of
+    nearly constant rows the two float32 errors of the same function lie up to 10x apart."""
+    if c.get("cell") != "lnlstm":
+        return f32_errors(c, model, inputs, run)
+    fused = f32_errors(c, model, inputs, run)
+    LayerNormLSTM.explicit_norm = True
+    written_out = f32_errors(c, model, inputs, run)
+    LayerNormLSTM.explicit_norm = False
+    return tuple(max(a, b) for a, b in zip(fused, written_out))
+
+
+def f32_errors(c, model, inputs, run):
+    """PyTorch's float32 error of the model as it is written now."""
     results = {}
     saved = dict(inputs)
     for dtype in (torch.float32, torch.float64):
