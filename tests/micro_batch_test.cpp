@@ -40,8 +40,12 @@ struct Case {
 // Batches of 16 as micro-batches of 6 (6, 6 and 4 examples, weighed 6/16, 6/16 and 4/16 of the
 // step; mae by the masked steps each holds) reach the whole batches' parameters after 8 steps
 // of Adam, within float32 rounding of the sums' order; a run at batch 6 does not (the
-// comparison can fail). fp32 GEMMs (precision auto may time bf16 faster for one batch size and
-// not another), and no dropout: micro-batches draw their own masks.
+// comparison can fail). Adam divides each gradient by its own scale, so a gradient that is the
+// small residue of a cancellation moves its parameter by its relative rounding times the
+// learning rate: 1e-4 apart at most (1.5e-5 seen where the GEMMs of 16 and 6 rows were raced to
+// different libraries), against more than 1e-3 for the other batch size. fp32 GEMMs (precision
+// auto may time bf16 faster for one batch size and not another), and no dropout: micro-batches
+// draw their own masks.
 TEST(MicroBatches, TakeTheWholeBatchStepForEveryTask) {
   const fs::path dir = temp_dir("tasks");
   const std::string source = SEQFORGE_SOURCE_DIR;
@@ -85,7 +89,7 @@ TEST(MicroBatches, TakeTheWholeBatchStepForEveryTask) {
     };
     const fs::path whole = run("whole", {});
     const fs::path micro = run("micro", {"train.micro_batch_size=6"});
-    EXPECT_LT(test::max_checkpoint_difference(whole, micro), 1e-5) << c.name;
+    EXPECT_LT(test::max_checkpoint_difference(whole, micro), 1e-4) << c.name;
     // Validation runs in micro-batches too, and scores the same (mae: the same masked steps).
     EXPECT_NEAR(last_val_loss(micro), last_val_loss(whole), 1e-5 * last_val_loss(whole)) << c.name;
     const fs::path small = run("small", {"train.batch_size=6"});
