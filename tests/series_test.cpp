@@ -824,9 +824,23 @@ TEST(Series, BusinessDaysAreRegularAndHolidaysNoGaps) {
                 .find(":4: '2020-01-03T01:30:00' is 30 minutes after the row before, not a whole "
                       "number of data.frequency H"),
             std::string::npos);
+  // pandas' newer lower-case hour reads as H.
+  EXPECT_EQ(load_series(series_config(path, {"data.frequency=h"})).series[0].step, 3600);
+  EXPECT_NE(error_of([&] {
+              load_series(series_config(hourly, {"data.frequency=h"}));
+            }).find("not a whole number of data.frequency h"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { load_series(series_config(hourly, {"data.frequency=500ms"})); }),
+            hourly +
+                ": data.frequency 500ms is finer than a second, and column 'date' holds "
+                "whole seconds only");
   EXPECT_NE(error_of([&] {
               load_series(series_config(path, {"data.frequency=fortnight"}));
             }).find("data.frequency must be auto, B"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_series(series_config(path, {"data.frequency=999999999W"}));
+            }).find("data.frequency '999999999W' is longer than any span of dates"),
             std::string::npos);
   const std::string bad = write(dir / "bad.txt", "2020-01-20\nnot a date\n");
   EXPECT_EQ(error_of([&] { load_series(series_config(path, {"data.holidays=" + bad})); }),
@@ -1214,7 +1228,15 @@ TEST(Series, DatesWithFractionsOfASecondKeepThem) {
               load_series(series_config(path, {"data.holidays=" + holidays}));
             }).find(": data.holidays needs dates to the whole second"),
             std::string::npos);
-  // A fixed frequency counts its steps in the same units.
+  // A fixed frequency counts its steps in the same units, and may be finer than a second.
+  const SeriesData quarter = load_series(series_config(path, {"data.frequency=250ms"}));
+  EXPECT_EQ(quarter.series[0].step, 250000);
+  EXPECT_TRUE(quarter.series[1].regular);
+  EXPECT_EQ(load_series(series_config(path, {"data.frequency=250000us"})).series[0].step, 250000);
+  EXPECT_NE(error_of([&] { load_series(series_config(path, {"data.frequency=100ms"})); })
+                .find("is 250 milliseconds after the row before, not a whole number of "
+                      "data.frequency 100ms"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { load_series(series_config(path, {"data.frequency=s"})); })
                 .find("is 250 milliseconds after the row before, not a whole number of "
                       "data.frequency s"),

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <limits>
 #include <numbers>
 #include <sstream>
 
@@ -89,17 +90,26 @@ Frequency parse_frequency(const std::string& text, const std::string& where) {
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
   const std::string unit = text.substr(digits);
   const int64_t n = digits ? std::strtoll(text.substr(0, digits).c_str(), nullptr, 10) : 1;
-  const std::pair<const char*, int64_t> units[] = {
-      {"s", 1}, {"min", 60}, {"H", 3600}, {"D", 86400}, {"W", 7 * 86400}};
-  for (const auto& [name, seconds] : units)
+  constexpr int64_t kSecond = 1000000;
+  const std::pair<const char*, int64_t> units[] = {{"us", 1},
+                                                   {"ms", 1000},
+                                                   {"s", kSecond},
+                                                   {"min", 60 * kSecond},
+                                                   {"h", 3600 * kSecond},
+                                                   {"H", 3600 * kSecond},
+                                                   {"D", 86400 * kSecond},
+                                                   {"W", 7 * 86400 * kSecond}};
+  for (const auto& [name, micros] : units)
     if (unit == name && n > 0 && digits <= 9) {
+      if (n > std::numeric_limits<int64_t>::max() / micros)
+        fail(where, ": data.frequency '", text, "' is longer than any span of dates");
       f.kind = Frequency::fixed;
-      f.seconds = n * seconds;
+      f.micros = n * micros;
       return f;
     }
   fail(where,
        ": data.frequency must be auto, B (business days), M, Q, Y (calendar months, "
-       "quarters, years) or a step such as 15min, H, 6H, D or W; got '",
+       "quarters, years) or a step such as 250ms, s, 15min, h, 6h, D or W; got '",
        text, "'");
 }
 

@@ -260,9 +260,13 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
           span.step = 86400;
           span.months = 0;
         } else if (f.kind == Frequency::fixed) {
-          if (f.seconds > std::numeric_limits<int64_t>::max() / ticks)
-            fail(path, ": data.frequency ", o.frequency.text, " is longer than any span of dates");
-          const int64_t step = f.seconds * ticks;
+          // The steps are in microseconds where the dates hold fractions of a second, else in
+          // seconds, where a step finer than a second cannot fall on them.
+          const int64_t micros_per_tick = int64_t(SeriesData::kNumericTimeScale) / ticks;
+          if (f.micros % micros_per_tick != 0)
+            fail(path, ": data.frequency ", o.frequency.text,
+                 " is finer than a second, and column '", o.date_col, "' holds whole seconds only");
+          const int64_t step = f.micros / micros_per_tick;
           for (size_t k = 0; k < steps.size(); ++k) {
             if (steps[k] % step != 0)
               fail(where(int64_t(k) + 1), ": ", date(int64_t(k) + 1), " is ",

@@ -130,7 +130,8 @@ const std::vector<ConfigKey> kKeys = {
      "The dates' calendar (with data.date_column): `auto` (the usual step between rows, calendar "
      "months, or business days when every date is a weekday one day apart but for weekends), `B` "
      "(business days: Monday to Friday less data.holidays; a weekend or holiday date is an error), "
-     "`M`, `Q`, `Y` (calendar months, quarters, years) or a step (`15min`, `H`, `6H`, `D`, `W`; a "
+     "`M`, `Q`, `Y` (calendar months, quarters, years) or a step (`250ms`, `s`, `15min`, `h` or "
+     "`H`, `6h`, `D`, `W`; a "
      "date off it is an error). Longer steps are gaps (a note at start-up), and predict dates "
      "forecasts past the file's end by it."},
     {"data.holidays", T::path, "",

@@ -36,12 +36,12 @@ struct SplitOptions {
 // (Monday to Friday less holidays) or calendar months.
 struct Frequency {
   enum Kind { automatic, fixed, business, calendar_months } kind = automatic;
-  int64_t seconds = 0;  // fixed
-  int64_t months = 0;   // calendar_months
+  int64_t micros = 0;  // fixed: the step in microseconds
+  int64_t months = 0;  // calendar_months
   std::string text = "auto";
 };
-// data.frequency's value: auto, B, M, Q, Y or a step ([n]s, [n]min, [n]H, [n]D, [n]W); an
-// unknown one is an error naming `where`.
+// data.frequency's value: auto, B, M, Q, Y or a step ([n]us, [n]ms, [n]s, [n]min, [n]h or [n]H,
+// [n]D, [n]W); an unknown one is an error naming `where`.
 Frequency parse_frequency(const std::string& text, const std::string& where);
 
 // A time series as windows (forecast, classify, mae).
