@@ -89,6 +89,16 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
   EXPECT_NE(lr.find("unknown key 'train.learning_rate' (seqforge's name: 'optim.lr')"),
             std::string::npos)
       << lr;
+  // So do PyTorch's and Hugging Face's module arguments.
+  auto hint = [](const std::string& key) {
+    return error_of([&] { Config::parse("", "cfg.yaml", {key + "=2"}); });
+  };
+  EXPECT_NE(hint("model.num_layers").find("(seqforge's name: 'model.layers')"), std::string::npos);
+  EXPECT_NE(hint("model.n_head").find("(seqforge's name: 'model.heads')"), std::string::npos);
+  EXPECT_NE(hint("model.hidden_size")
+                .find("'model.hidden' for a recurrent layer, 'model.embedding' for a transformer"),
+            std::string::npos);
+  EXPECT_NE(hint("model.type").find("'model.cell' for the recurrent cell"), std::string::npos);
   const std::string accumulate =
       error_of([] { Config::parse("", "cfg.yaml", {"train.gradient_accumulation_steps=4"}); });
   EXPECT_NE(accumulate.find("train.micro_batch_size the examples run at once"), std::string::npos)

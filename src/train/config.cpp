@@ -545,6 +545,22 @@ const std::map<std::string, std::string>& other_trainers_names() {
       {"max_grad_norm", "train.clip_grad_norm"},
       {"gradient_clip_val", "train.clip_grad_norm"},
       {"lr_scheduler_type", "train.schedule"},
+      {"hidden_size", "model.hidden"},
+      {"num_layers", "model.layers"},
+      {"n_layer", "model.layers"},
+      {"num_hidden_layers", "model.layers"},
+      {"n_head", "model.heads"},
+      {"num_heads", "model.heads"},
+      {"num_attention_heads", "model.heads"},
+      {"n_embd", "model.embedding"},
+      {"d_model", "model.embedding"},
+      {"embedding_dim", "model.embedding"},
+      {"rnn_type", "model.cell"},
+      {"cell_type", "model.cell"},
+      {"lookback_window", "data.lookback"},
+      {"pred_len", "data.horizon"},
+      {"forecast_horizon", "data.horizon"},
+      {"optimizer", "optim.kind"},
   };
   return names;
 }
@@ -552,12 +568,18 @@ const std::map<std::string, std::string>& other_trainers_names() {
 std::string did_you_mean(const std::string& path) {
   const std::string last = path.substr(path.rfind('.') + 1);
   if (const auto other = other_trainers_names().find(last); other != other_trainers_names().end()) {
+    if (other->second == "model.hidden")
+      return " (seqforge's name: 'model.hidden' for a recurrent layer, 'model.embedding' for a "
+             "transformer's width)";
     if (other->second != "train.micro_batch_size")
       return " (seqforge's name: '" + other->second + "')";
     return " (seqforge's train.batch_size is a step's batch, and train.micro_batch_size the "
            "examples run at once, whose gradients add up: batch_size / micro_batch_size "
            "accumulation steps)";
   }
+  if (path == "model.type" || path == "model.kind" || path == "model.name")
+    return " (seqforge's names: 'model.cell' for the recurrent cell: lstm, gru or lnlstm; "
+           "'model.family': recurrent, transformer or decoder)";
   const ConfigKey* best = nullptr;
   size_t best_d = SIZE_MAX;
   for (const auto& k : kKeys) {
