@@ -300,16 +300,22 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
                 ck.groups.at("adamw").error, ck.groups.at("sgd").error, torch_f32,
                 worst.tensor.c_str());
     if (dt != DType::f32) {
-      // Two SGD steps compound a layer norm's ill-conditioning: there float64 itself spreads (the
-      // same steps with the norms written out), and another order lands a few times that spread;
-      // or, where the conditioning is worse still, up to 30 times PyTorch's own float32 error of
-      // the steps scaled to float64's rounding (2^-53 against 2^-24).
+      // A layer norm over a few nearly equal features is ill-conditioned: PyTorch's own float32
+      // error measures how much (up to 1e-1 seen), and float64 lands up to 30 times that error
+      // scaled to its rounding (2^-53 against 2^-24). Two SGD steps compound it: there float64
+      // itself spreads (the same steps with the norms written out), and another order of
+      // operations lands up to 10 times that spread (5.4 seen).
       const double sgd_spread = fx.config.value("torch_f64_sgd_spread", 0.0);
-      const double sgd_f32 = fx.config.value("torch_f32_sgd_error", 0.0);
+      auto f32_error = [&](const std::string& group) {
+        const char* key = group == "forward"    ? "torch_f32_forward_error"
+                          : group == "backward" ? "torch_f32_backward_error"
+                          : group == "sgd"      ? "torch_f32_sgd_error"
+                                                : nullptr;
+        return key ? fx.config.value(key, 0.0) : 0.0;
+      };
       for (const auto& [group, w] : ck.groups) {
-        const double limit =
-            group == "sgd" ? std::max({tolerance, 4 * sgd_spread, 30 * std::ldexp(sgd_f32, -29)})
-                           : tolerance;
+        double limit = std::max(tolerance, 30 * std::ldexp(f32_error(group), -29));
+        if (group == "sgd") limit = std::max(limit, 10 * sgd_spread);
         EXPECT_LE(w.error, limit) << name << ": " << group << ", worst " << w.tensor;
       }
       continue;

@@ -18,6 +18,7 @@
 #include "io/file_util.hpp"
 #include "report/chart.hpp"
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/interrupt.hpp"
 #include "seqforge/train/config.hpp"
@@ -577,10 +578,14 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
           << settings.sampler.kind << ", pruner " << settings.pruner.kind << "; runs in "
           << (dir / "trial-N").string() << " (log: train.log)\n"
           << std::flush;
+  // Trials side by side on a CPU share its cores: each worker's trials take their share of the
+  // threads (no worker spins on another's cores), unless train.threads or OMP_NUM_THREADS says.
+  std::string cpu_share;  // a train.threads override for every trial of every worker, or none
   const Objective objective = [&](TrialContext& ctx) -> int64_t {
     const fs::path run = dir / ("trial-" + std::to_string(ctx.number()));
     fs::create_directories(run);
     std::vector<std::string> o = cmd.overrides;
+    if (!cpu_share.empty()) o.push_back(cpu_share);
     for (const auto& p : param_overrides(settings, ctx.params())) o.push_back(p);
     for (const auto& v : value_overrides) o.push_back(v);
     o.push_back("train.run_dir=" + run.string());
@@ -625,14 +630,33 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   const bool auto_workers = settings.trials_per_device_auto;
   const bool on_gpu = (auto_workers || settings.trials_per_device > 1) &&
                       make_run_backend(base.str("train.device"))->name() == "cuda";
+  auto share_cpus = [&](int workers) {
+    const int cpus = usable_cpus();
+    const bool tuned = std::any_of(settings.space.begin(), settings.space.end(),
+                                   [](const Param& p) { return p.name == "train.threads"; });
+    if (const int64_t threads = base.integer("train.threads");
+        threads > 0 || tuned || std::getenv("OMP_NUM_THREADS")) {
+      if (threads * workers > cpus)
+        console << "warning: tune.trials_per_device: " << workers << " workers of " << threads
+                << " threads each (train.threads) on " << cpus
+                << " CPUs: their threads will wait for each other\n";
+      return std::string();
+    }
+    const int each = std::max(1, cpus / workers);
+    console << "tune.trials_per_device: " << workers << " trials at once on " << cpus << " CPUs, "
+            << each << (each == 1 ? " thread" : " threads") << " each\n";
+    return "train.threads=" + std::to_string(each);
+  };
   auto start_helpers = [&](int count) {
     if (count < 1) return;
     if (cmd.executable.empty())
       fail(cmd.config, ": tune.trials_per_device: more workers need the seqforge command");
+    if (!on_gpu) cpu_share = share_cpus(count + 1);
     std::vector<std::string> args = {"tune", cmd.config};
     args.insert(args.end(), cmd.overrides.begin(), cmd.overrides.end());
     for (const std::string& o : tune_overrides)
       if (o.rfind("tune.trials_per_device=", 0) != 0) args.push_back(o);
+    if (!cpu_share.empty()) args.push_back(cpu_share);
     args.insert(args.end(), {"tune.trials_per_device=1", "--study", where, "--name", settings.name,
                              "--n-trials", std::to_string(options.n_trials)});
     if (options.timeout > 0) args.insert(args.end(), {"--timeout", fmt_value(options.timeout)});
