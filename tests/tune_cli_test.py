@@ -5,6 +5,7 @@ the study resumed, a crashing trial, the report, and the bad-input errors.
 
 Usage: tune_cli_test.py SEQFORGE DATA.csv WORKDIR
 """
+import glob
 import json
 import os
 import shutil
@@ -96,10 +97,11 @@ check(all(r[1] in ("complete", "pruned") for r in rows), "two workers: none fail
 check("best: trial" in outs[0][0] and "config:" in outs[0][0], "best trial's config and checkpoint printed")
 
 # 1b. tune.trials_per_device: one command, two workers on one study (the second's console in
-# worker-1.log beside the study): every trial once, from two processes; auto on a CPU is one.
+# worker-1.log beside the study): every trial once, from two processes, each trial on its share
+# of the CPUs; auto on a CPU is one.
 cfg = config("per_device", epochs=8, batches=12, n_trials=6)
 db = os.path.join(work, "per_device.db")
-out = run([cfg, "--study", db, "tune.trials_per_device=2",
+out = run([cfg, "--study", db, "tune.trials_per_device=2", "train.threads=0",
            "train.run_dir=" + work + "/per_device"]).stdout
 rows = trials(db)
 check(len(rows) == 6 and all(r[1] in ("complete", "pruned") for r in rows),
@@ -107,6 +109,15 @@ check(len(rows) == 6 and all(r[1] in ("complete", "pruned") for r in rows),
 pids = {r[4].get("seqforge:pid") for r in rows}
 check(len(pids) == 2, f"trials_per_device 2: trials from two processes ({pids})")
 check("tune.trials_per_device: 1 more worker on this CPU" in out, "the extra worker is announced")
+cpus = len(os.sched_getaffinity(0))
+each = max(1, cpus // 2)
+threads = f"{each} thread" + ("s" if each > 1 else "")
+check(f"tune.trials_per_device: 2 trials at once on {cpus} CPUs, {threads} each" in out,
+      "the two workers share the CPUs")
+for trial in glob.glob(os.path.join(work, "per_device", "trial-*", "train.log")):
+    with open(trial) as f:
+        text = f.read()
+    check(f" {threads} (requested)" in text, f"{trial}: the trial takes its share of the CPUs")
 check("study 'per_device' in" in out, "a tune.* override leaves the study its config's name")
 with open(os.path.join(work, "per_device", "worker-1.log")) as f:
     check("trial" in f.read(), "the extra worker's console is in worker-1.log")

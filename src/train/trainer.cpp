@@ -555,8 +555,9 @@ void Training::print_start() const {
   out_ << "seqforge " << SEQFORGE_VERSION << ": " << task_name(task_.kind) << ", "
        << split.train.size() << " training / " << split.val.size() << " validation / "
        << split.test.size() << " test " << task_type(task_.kind).samples() << ", "
-       << model_->parameters().count() << " parameters, " << threads_.threads << " threads ("
-       << threads_.reason << "), " << gemm_precision_name(gemm_dtype_) << " GEMMs"
+       << model_->parameters().count() << " parameters, " << threads_.threads
+       << (threads_.threads == 1 ? " thread (" : " threads (") << threads_.reason << "), "
+       << gemm_precision_name(gemm_dtype_) << " GEMMs"
        << (scaler_ ? " with dynamic loss scaling" : "") << " (" << be_->description() << ")\n";
   if (ranks_ > 1)
     out_ << "data-parallel: " << ranks_ << " processes (" << comm_.name() << "), batch "
