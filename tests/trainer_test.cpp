@@ -322,6 +322,67 @@ TEST(Trainer, InitFromPutsTheFeaturesInThisRunsOrder) {
       << error;
 }
 
+// A forecaster of targets [signal, other] (2 steps ahead, 2 quantiles) whose head a run of
+// [other, signal] loads: its rows (k * targets + j) * quantiles + q follow the targets; other
+// targets keep the rows with a note.
+TEST(Trainer, InitFromPutsTheHeadInThisRunsTargetOrder) {
+  const fs::path dir = temp_dir("init_targets");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  const std::string yaml = "data:\n  path: " + data +
+                           "\n  date_column: when\n  features: [signal, other]\n  lookback: 12\n"
+                           "  horizon: 2\nmodel: {hidden: 8}\ntrain: {epochs: 1, batch_size: 16, "
+                           "loss: quantile, quantiles: [0.2, 0.8]}\n";
+  train(Config::parse(yaml, "pre.yaml",
+                      {"data.targets=[signal, other]", "train.run_dir=" + (dir / "pre").string()}),
+        log);
+  const std::string init = "model.init_from=" + (dir / "pre").string();
+  train(Config::parse(yaml, "again.yaml",
+                      {"data.targets=[other, signal]", init, "train.freeze_modules=[lstm, head]",
+                       "train.freeze_epochs=1", "train.run_dir=" + (dir / "again").string()}),
+        log);
+  EXPECT_NE(log.str().find("init_from: the checkpoint's targets ['signal', 'other'] are this run's "
+                           "['other', 'signal'] in another order: head.weight, head.bias "
+                           "reordered to match"),
+            std::string::npos)
+      << log.str();
+  auto values = [&](const char* run, const std::string& name) {
+    const io::SafetensorsFile f =
+        io::SafetensorsFile::read((dir / run / "model.safetensors").string());
+    const auto bytes = f.bytes(*f.find(name));
+    std::vector<float> v(bytes.size() / sizeof(float));
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    return v;
+  };
+  const std::vector<float> bias = values("pre", "head.bias"), moved = values("again", "head.bias");
+  ASSERT_EQ(bias.size(), 8u);  // 2 steps x 2 targets x 2 quantiles
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < 2; ++j)
+      for (int q = 0; q < 2; ++q)
+        EXPECT_EQ(moved[(k * 2 + j) * 2 + q], bias[(k * 2 + (1 - j)) * 2 + q]) << k << j << q;
+  const std::vector<float> weight = values("pre", "head.weight"),
+                           turned = values("again", "head.weight");
+  EXPECT_TRUE(std::equal(weight.begin(), weight.begin() + 16, turned.begin() + 2 * 8));
+  EXPECT_EQ(values("pre", "lstm.weight_hh_l0"), values("again", "lstm.weight_hh_l0"));
+  // The same file with its second column named otherwise: as many targets, not the same ones.
+  std::ifstream in(data);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("other"), 5, "third");
+  std::ofstream(dir / "renamed.csv") << text;
+  std::ostringstream other;
+  train(
+      Config::parse(yaml, "other.yaml",
+                    {"data.path=" + (dir / "renamed.csv").string(), "data.features=[signal, third]",
+                     "data.targets=[signal, third]", init, "model.init_from_modules=[head]",
+                     "train.run_dir=" + (dir / "other").string()}),
+      other);
+  EXPECT_NE(other.str().find("note: init_from: the checkpoint's head was trained for the targets "
+                             "['signal', 'other'], this run's are ['signal', 'third']: it is only "
+                             "a start"),
+            std::string::npos)
+      << other.str();
+}
+
 TEST(Utf8, DecodesValidTextAndRejectsEveryMalformedSequence) {
   EXPECT_EQ(decode_utf8("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", "t"),
             (std::u32string{U'a', U'\u00e9', U'\u20ac', U'\U0001F600'}));

@@ -1,7 +1,8 @@
 // model.init_from on series data: the loaded weights that read the data's features (the first
 // recurrent layer's input weights and their adapters' A, a masked autoencoder's head rows) take
 // them in the checkpoint's order. The same features in another order are put in this run's;
-// other features are an error, never weights silently reading other columns.
+// other features are an error, never weights silently reading other columns. A forecaster's or
+// classifier's head follows its targets or classes the same way.
 #include <algorithm>
 #include <cstddef>
 #include <map>
@@ -79,12 +80,86 @@ void note_other_values(const std::string& path, const std::map<std::string, std:
           << "on\n";
 }
 
+// The names a seqforge checkpoint's metadata `key` lists (none where it has no such key).
+std::vector<std::string> listed_names(const std::map<std::string, std::string>& meta,
+                                      const std::string& key, const std::string& path) {
+  const auto it = meta.find(key);
+  if (it == meta.end()) return {};
+  const auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array() ||
+      !std::all_of(j.begin(), j.end(), [](const auto& v) { return v.is_string(); }))
+    fail(path, ": ", key, " metadata is not what seqforge wrote");
+  return j.get<std::vector<std::string>>();
+}
+
+// For each of ours, its index in theirs; empty unless both hold the same distinct names.
+std::vector<size_t> same_names_order(const std::vector<std::string>& theirs,
+                                     const std::vector<std::string>& ours) {
+  std::vector<std::string> a = theirs, b = ours;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  if (a != b || std::adjacent_find(a.begin(), a.end()) != a.end()) return {};
+  std::vector<size_t> order(ours.size());
+  for (size_t k = 0; k < ours.size(); ++k)
+    order[k] =
+        static_cast<size_t>(std::find(theirs.begin(), theirs.end(), ours[k]) - theirs.begin());
+  return order;
+}
+
+// A forecaster's or classifier's loaded head: its rows are the checkpoint's targets (per step
+// ahead and quantile) or classes. The same ones in another order are put in this run's, with a
+// line; others are a note (a head trained for them is only a start here).
+void match_init_head(const std::string& path, const std::map<std::string, std::string>& meta,
+                     const Task& task, const std::vector<std::string>& loaded, Parameters& params,
+                     Backend& be, std::ostream& out) {
+  const bool classify = task.kind == TaskKind::classify;
+  if (!classify && task.kind != TaskKind::forecast) return;
+  const std::vector<std::string>& ours =
+      classify ? task.series.class_names : task.series.target_names;
+  const char* key = classify ? "seqforge.classes" : "seqforge.targets";
+  const std::vector<std::string> theirs = listed_names(meta, key, path);
+  if (theirs.empty() || theirs == ours) return;
+  std::vector<size_t> heads;
+  for (const std::string& name : loaded)
+    if (name == "head.weight" || name == "head.bias")
+      if (const Arena::Entry* e = params.values().find(name);
+          e && e->shape[0] == task.series.num_outputs())
+        heads.push_back(static_cast<size_t>(e - params.values().entries().data()));
+  if (heads.empty()) return;
+  const char* what = classify ? "classes" : "targets";
+  const std::vector<size_t> order = same_names_order(theirs, ours);
+  if (order.empty()) {
+    out << "note: init_from: the checkpoint's head was trained for the " << what << " "
+        << listed(theirs) << ", this run's are " << listed(ours) << ": it is only a start\n";
+    return;
+  }
+  // Rows (k * targets + j) * quantiles + q for forecasts, one per class.
+  const int64_t J = static_cast<int64_t>(ours.size()),
+                Q = classify ? 1 : task.series.num_quantiles();
+  const int64_t K = task.series.num_outputs() / (J * Q);
+  std::vector<size_t> rows(static_cast<size_t>(K * J * Q));
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t j = 0; j < J; ++j)
+      for (int64_t q = 0; q < Q; ++q)
+        rows[(k * J + j) * Q + q] = static_cast<size_t>((k * J + int64_t(order[j])) * Q + q);
+  std::string names;
+  for (size_t index : heads) {
+    reorder(be, params.value(index), rows, /*by_rows=*/true);
+    names += (names.empty() ? "" : ", ") + params.values().entries()[index].name;
+  }
+  out << "init_from: the checkpoint's " << what << " " << listed(theirs) << " are this run's "
+      << listed(ours) << " in another order: " << names << " reordered to match\n";
+}
+
 }  // namespace
 
 void match_init_features(const std::string& path, const Config& c, const Task& task,
                          const std::vector<std::string>& loaded, Parameters& params, Backend& be,
                          std::ostream& out) {
   if (task.is_text()) return;
+  const bool head_loaded = std::any_of(loaded.begin(), loaded.end(), [](const std::string& n) {
+    return n == "head.weight" || n == "head.bias";
+  });
   const std::vector<std::string>& ours = task.series.feature_names;
   std::vector<std::pair<size_t, bool>> readers;  // parameter index, by rows
   for (const std::string& name : loaded) {
@@ -95,30 +170,22 @@ void match_init_features(const std::string& path, const Config& c, const Task& t
     if (n != static_cast<int64_t>(ours.size())) continue;
     readers.emplace_back(static_cast<size_t>(e - params.values().entries().data()), by_rows);
   }
-  if (readers.empty()) return;
+  if (readers.empty() && !head_loaded) return;
   const io::SafetensorsFile file = io::SafetensorsFile::read(path);
   const auto& meta = file.metadata();
-  const auto it = meta.find("seqforge.features");
-  if (it == meta.end()) return;  // not a seqforge series model: its columns are the user's word
-  const auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_array() ||
-      !std::all_of(j.begin(), j.end(), [](const auto& v) { return v.is_string(); }))
-    fail(path, ": seqforge.features metadata is not what seqforge wrote");
-  const std::vector<std::string> theirs = j.get<std::vector<std::string>>();
+  if (head_loaded) match_init_head(path, meta, task, loaded, params, be, out);
+  if (readers.empty()) return;
+  // Without the key, not a seqforge series model: its columns are the user's word.
+  const std::vector<std::string> theirs = listed_names(meta, "seqforge.features", path);
+  if (theirs.empty()) return;
   note_other_values(path, meta, c, ours, out);
   if (theirs == ours) return;
-  std::vector<std::string> a = theirs, b = ours;
-  std::sort(a.begin(), a.end());
-  std::sort(b.begin(), b.end());
-  if (a != b || std::adjacent_find(a.begin(), a.end()) != a.end())
+  const std::vector<size_t> order = same_names_order(theirs, ours);
+  if (order.empty())
     fail(path, " (model.init_from): its model reads the features ", listed(theirs),
          ", this run's data gives ", listed(ours),
          ": its first layer's weights would read other columns; name the same features in "
          "data.features, or leave the recurrent layer out of model.init_from_modules");
-  std::vector<size_t> order(ours.size());  // this run's feature k is the checkpoint's order[k]
-  for (size_t k = 0; k < ours.size(); ++k)
-    order[k] =
-        static_cast<size_t>(std::find(theirs.begin(), theirs.end(), ours[k]) - theirs.begin());
   std::string names;
   for (const auto& [index, by_rows] : readers) {
     reorder(be, params.value(index), order, by_rows);

@@ -119,7 +119,8 @@ std::string format_metrics(const std::map<std::string, double>& m);
 // series task's features (the first recurrent layer's input weights, their adapters' A, a masked
 // autoencoder's head) put in this run's feature order where the checkpoint's model read the same
 // features in another, with a line on `out`; other features are an error, and features transformed
-// or normalised otherwise than the config `c` does get a note.
+// or normalised otherwise than the config `c` does get a note. A loaded forecaster's or
+// classifier's head is put in this run's order of the same targets or classes (other ones: a note).
 void match_init_features(const std::string& path, const Config& c, const Task& task,
                          const std::vector<std::string>& loaded, Parameters& params, Backend& be,
                          std::ostream& out);
