@@ -302,6 +302,22 @@ TEST(Series, MissingCodesAreMissingCellsAndANinesCodeGetsANote) {
   EXPECT_EQ(
       error_of([&] { load_series(Config::parse(yaml, "n.yaml", {"data.missing_values=[n.a.]"})); }),
       npy + ": data.missing_values: 'n.a.' is no number, and a .npy array holds only numbers");
+  // numpy's float16 reads as its values; a 3-D array (windows cut already) says what to save.
+  const std::string half = (dir / "half.npy").string();
+  std::vector<uint16_t> halves;
+  for (float v : {300.0f, 310.5f, -2.25f, 330.0f, 340.0f, 65504.0f, 360.0f})
+    halves.push_back(to_f16(v));
+  io::write_npy(half, DType::f16, {7, 1}, halves.data());
+  EXPECT_EQ(values(load_series(Config::parse(yaml, "n.yaml", {"data.path=" + half}))),
+            (std::vector<double>{300, 310.5, -2.25, 330, 340, 65504, 360}));
+  const std::string cube = (dir / "cube.npy").string();
+  const std::vector<float> windows(2 * 3 * 1, 1.0f);
+  io::write_npy(cube, DType::f32, {2, 3, 1}, windows.data());
+  EXPECT_EQ(error_of([&] { load_series(Config::parse(yaml, "n.yaml", {"data.path=" + cube})); }),
+            cube +
+                ": expected a 2-D array (rows, columns), got 3 dimensions (windows cut "
+                "already? save the series itself, a row per time step: seqforge cuts the "
+                "windows, data.lookback)");
 }
 
 // data.missing mask on the same cells: a missing input is 0 (here unnormalised) with its

@@ -39,8 +39,11 @@ DataFile::DataFile(const std::string& path, const std::vector<std::string>& miss
   if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0) {
     io::MappedNpy mapped = io::map_npy(path);
     if (mapped.shape.size() != 2)
-      fail(path, ": expected a 2-D array (rows, columns), got ", mapped.shape.size(),
-           " dimensions");
+      fail(path, ": expected a 2-D array (rows, columns), got ", mapped.shape.size(), " dimensions",
+           mapped.shape.size() == 3
+               ? " (windows cut already? save the series itself, a row per time step: seqforge "
+                 "cuts the windows, data.lookback)"
+               : "");
     matrix_.rows = mapped.shape[0];
     matrix_.cols = mapped.shape[1];
     if (mapped.dtype == DType::f32 || mapped.dtype == DType::f64) {
@@ -48,7 +51,7 @@ DataFile::DataFile(const std::string& path, const std::vector<std::string>& miss
       matrix_.data = mapped.data;
       matrix_.owner = mapped.mapping;
       on_sigbus_report(path);
-    } else {  // integers: converted in memory
+    } else {  // integers and halves: converted in memory
       auto values = std::make_shared<std::vector<double>>(matrix_.rows * matrix_.cols);
       convert(mapped.data, mapped.dtype, values->data(), DType::f64, values->size());
       matrix_.dtype = DType::f64;

@@ -64,8 +64,11 @@ struct DescrInfo {
   std::string_view code;  // without the byte-order character
   DType dtype;
 };
-constexpr DescrInfo kDescrs[] = {
-    {"f4", DType::f32}, {"f8", DType::f64}, {"i4", DType::i32}, {"i8", DType::i64}};
+constexpr DescrInfo kDescrs[] = {{"f2", DType::f16},
+                                 {"f4", DType::f32},
+                                 {"f8", DType::f64},
+                                 {"i4", DType::i32},
+                                 {"i8", DType::i64}};
 
 // A parsed Python literal, reduced to what the header check needs.
 struct PyValue {
@@ -295,10 +298,10 @@ DType parse_descr(const PyValue& v, const std::string& source) {
   }
   if (order == '>') {
     fail(source, ": descr ", quote(v.text),
-         " is big-endian and not supported; seqforge reads '<f4', '<f8', '<i4' and '<i8'");
+         " is big-endian and not supported; seqforge reads '<f2', '<f4', '<f8', '<i4' and '<i8'");
   }
   fail(source, ": unsupported descr ", quote(v.text),
-       "; seqforge reads '<f4', '<f8', '<i4' and '<i8'");
+       "; seqforge reads '<f2', '<f4', '<f8', '<i4' and '<i8'");
 }
 
 std::vector<int64_t> parse_shape(const PyValue& v, const std::string& source) {

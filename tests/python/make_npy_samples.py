@@ -77,7 +77,9 @@ def main():
     save(os.path.join(out, "unsupported_fortran_3x4.npy"), np.asfortranarray(c_order), (1, 0))
     save(os.path.join(out, "unsupported_big_endian.npy"), values("f4", 5).astype(">f4"), (1, 0))
     save(os.path.join(out, "unsupported_big_endian_i8.npy"), values("i8", 5).astype(">i8"), (1, 0))
-    save(os.path.join(out, "unsupported_f2.npy"), np.arange(5, dtype="<f2"), (1, 0))
+    # Half floats (numpy's float16): read as they are, each exactly a double.
+    half = np.array([0.0, 1.5, -2.25, 65504.0, 2.0**-24], dtype="<f2")
+    save(os.path.join(out, "half_5.npy"), half, (1, 0))
     save(os.path.join(out, "unsupported_b1.npy"), np.arange(5) % 2 == 0, (1, 0))
     save(os.path.join(out, "unsupported_c8.npy"), np.arange(5, dtype="<c8"), (1, 0))
     save(os.path.join(out, "unsupported_u2.npy"), np.arange(5, dtype="<u2"), (1, 0))

@@ -16,7 +16,7 @@
 namespace seqforge::io {
 
 struct NpyArray {
-  DType dtype = DType::f32;     // f32, f64, i32 or i64
+  DType dtype = DType::f32;     // f16, f32, f64, i32 or i64
   std::vector<int64_t> shape;   // () for a scalar
   std::vector<std::byte> data;  // C order, numel(shape) * dtype_size(dtype) bytes
 };
