@@ -1146,8 +1146,6 @@ TEST(Series, ATextColumnTakenAsAFeatureByDefaultSaysSo) {
             path +
                 ":2: column 'weather': 'rain' is not a number (a column of categories? name it "
                 "in data.categorical, or data.static if it holds one value per series)");
-  EXPECT_EQ(error_of([&] { load(", features: [temp, weather, temp]"); }),
-            "t.yaml:1: data.features names 'temp' twice");
   EXPECT_EQ(load(", categorical: [weather]").feature_names,
             (std::vector<std::string>{"temp", "weather=n.a.", "weather=rain", "weather=sun"}));
   const std::string coded = write(dir / "coded.csv",

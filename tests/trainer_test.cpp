@@ -322,6 +322,23 @@ TEST(Trainer, InitFromPutsTheFeaturesInThisRunsOrder) {
       << error;
 }
 
+// A column named twice in data.features or data.targets is refused before training.
+TEST(Trainer, AColumnNamedTwiceIsRefused) {
+  const fs::path dir = temp_dir("named_twice");
+  const std::string data = write_series(dir, 60);
+  std::ostringstream log;
+  for (const char* twice : {"data.features=[signal, other, signal]", "data.targets=[other, other]"})
+    EXPECT_NE(error_of([&] {
+                train(Config::parse(forecast_yaml(data, dir / "run"), "f.yaml", {twice}), log);
+              })
+                  .find(std::string(twice).find("features") != std::string::npos
+                            ? "data.features names 'signal' twice"
+                            : "data.targets names 'other' twice"),
+              std::string::npos)
+        << twice;
+  EXPECT_FALSE(fs::exists(dir / "run" / "model.safetensors"));
+}
+
 // A forecaster of targets [signal, other] (2 steps ahead, 2 quantiles) whose head a run of
 // [other, signal] loads: its rows (k * targets + j) * quantiles + q follow the targets; other
 // targets keep the rows with a note.

@@ -1,7 +1,6 @@
 // Binding the config's data.*, augment.* and train.seed keys to the data layer's options.
 #include "seqforge/train/data_options.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -158,13 +157,6 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
   o.series_col = c.str("data.series_column");
   o.features = c.list("data.features");
   o.targets = c.list("data.targets");
-  for (const char* key : {"data.features", "data.targets"}) {
-    const std::vector<std::string>& names =
-        std::string(key) == "data.features" ? o.features : o.targets;
-    for (size_t i = 0; i < names.size(); ++i)
-      if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i)
-        fail(c.origin(key), ": ", key, " names '", names[i], "' twice");
-  }
   if (split.by == "date" && o.date_col.empty())
     fail(c.origin("data.split.by"), ": data.split.by date needs data.date_column");
   for (const auto& [column, name] : c.map("data.transform")) {

@@ -107,6 +107,17 @@ std::string new_run_dir(const Config& c, bool overwrite, io::DirLock* lock) {
   }
 }
 
+// A column named twice in data.features or data.targets, refused before training (a stored
+// config that holds one still loads, so such a model keeps predicting).
+void check_distinct_columns(const Config& c) {
+  for (const char* key : {"data.features", "data.targets"}) {
+    const std::vector<std::string> names = c.list(key);
+    for (size_t i = 0; i < names.size(); ++i)
+      if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i)
+        fail(c.origin(key), ": ", key, " names '", names[i], "' twice");
+  }
+}
+
 // The validation split, checked before training: empty only when data.split.val is 0.
 void check_validation_split(const Config& c, const Task& t) {
   const Split& s = t.split();
@@ -292,7 +303,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       ranks_(comm.size()),
       rank_(comm.rank()),
       threads_(configure_rank_threads(c, comm.local_size())),
-      task_(load_task(c)),
+      task_((check_distinct_columns(c), load_task(c))),
       s_((check_validation_split(c, task_), LoopSettings::from(c, task_))),
       run_dir_(claim_run_dir(resume_dir, overwrite)),
       rng_(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x5eed5eedull) {
