@@ -1125,6 +1125,21 @@ TEST(Series, PandasIndexOfDatesOrdersTheRowsAndANumberedOneIsNoFeature) {
   EXPECT_EQ(raw(listed, 0), 11);
 }
 
+// A directory of files, or a pattern, is no data.path: the error says where several series go.
+TEST(Series, ADirectoryOrPatternIsNoDataPath) {
+  const fs::path dir = temp_dir("many_files");
+  write(dir / "a.csv", "t,v\n1,1\n2,2\n");
+  for (const std::string& path : {dir.string(), (dir / "*.csv").string()})
+    EXPECT_EQ(error_of([&] {
+                load_series(Config::parse(
+                    "data: {path: '" + path + "', targets: [v], lookback: 1}\n", "d.yaml"));
+              }),
+              "d.yaml:1: data.path '" + path + "' is " +
+                  (path == dir.string() ? "a directory" : "a pattern") +
+                  "; give one file: series from several files go in one, with a column naming "
+                  "each series (data.series_column)");
+}
+
 TEST(Series, ATextColumnTakenAsAFeatureByDefaultSaysSo) {
   const fs::path dir = temp_dir("text_feature");
   const std::string path = write(dir / "w.csv",

@@ -229,6 +229,16 @@ DataOptions data_options(const Config& c) {
   o.path = c.str("data.path");
   if (o.path.empty()) fail(c.origin("data.path"), ": data.path is required");
   o.task = parse_task(c.str("data.task"), c.source());
+  // One file holds the data (a file per series, or per document, is no data.path).
+  std::error_code ec;
+  const bool pattern = o.path.find_first_of("*?[") != std::string::npos && !fs::exists(o.path, ec);
+  if (pattern || fs::is_directory(o.path, ec))
+    fail(c.origin("data.path"), ": data.path ", io::quoted(o.path, 200), " is ",
+         pattern ? "a pattern" : "a directory", "; give one file",
+         o.task == TaskKind::forecast || o.task == TaskKind::classify || o.task == TaskKind::mae
+             ? ": series from several files go in one, with a column naming each series "
+               "(data.series_column)"
+             : ": join the texts into one");
   o.split = split_options(c);
   if (o.task == TaskKind::charlm) {
     o.text.seq_len = positive(c, "data.seq_len");
