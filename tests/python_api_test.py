@@ -110,6 +110,8 @@ def test_arrays_in_and_out(tmp_path):
     assert again.config["data"]["path"] == run.config["data"]["path"]
     with pytest.raises(seqforge.Error, match="2-D numeric array"):
         seqforge.train(config, data=array[:, 0], overwrite=True, log=None)
+    with pytest.raises(seqforge.Error, match="windows cut already"):
+        seqforge.train(config, data=array[:96].reshape(8, 12, -1), overwrite=True, log=None)
 
 
 def test_errors_in_a_frame_or_an_array_name_its_row(tmp_path):

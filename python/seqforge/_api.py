@@ -83,8 +83,10 @@ def _data_payload(data):
     """(suffix, bytes or a C-contiguous array) of in-memory data; errors for what cannot be."""
     if isinstance(data, np.ndarray):
         if data.ndim != 2 or data.dtype.kind not in "iuf":
+            cut = (" (windows cut already? pass the series itself, a row per time step: "
+                   "seqforge cuts the windows, data.lookback)") if data.ndim == 3 else ""
             raise _native.Error(f"data: expected a 2-D numeric array (rows, columns), got "
-                                f"{data.ndim} dimensions of {data.dtype}")
+                                f"{data.ndim} dimensions of {data.dtype}{cut}")
         dtype = np.float32 if data.dtype == np.float32 else np.float64
         return ".npy", np.ascontiguousarray(data, dtype=dtype)
     if type(data).__name__ == "DataFrame":
