@@ -894,6 +894,22 @@ TEST(Trainer, TransformerClassifiesTextPairs) {
             std::string::npos);
   EXPECT_NE(error_with({"model.block_size=8"}).find("model.block_size 8 is shorter"),
             std::string::npos);
+  // Its classifier loaded into a run of other classes: kept, with a note.
+  std::ifstream in(data);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t at = text.find(",yes\n"); at != std::string::npos; at = text.find(",yes\n", at))
+    text.replace(at, 5, ",sure\n");
+  std::ofstream(dir / "sure.csv") << text;
+  std::ostringstream noted;
+  train(
+      Config::parse(yaml, "pairs.yaml",
+                    {"data.path=" + (dir / "sure.csv").string(), "model.init_from=" + run.string(),
+                     "train.epochs=1", "train.run_dir=" + (dir / "sure").string()}),
+      noted);
+  EXPECT_NE(noted.str().find("note: init_from: the checkpoint's head was trained for the classes "
+                             "['no', 'yes'], this run's are ['no', 'sure']: it is only a start"),
+            std::string::npos)
+      << noted.str();
 }
 
 // A character model's weights fine-tuned as a pair classifier under DoRA: the vocabulary is the

@@ -2,7 +2,7 @@
 // recurrent layer's input weights and their adapters' A, a masked autoencoder's head rows) take
 // them in the checkpoint's order. The same features in another order are put in this run's;
 // other features are an error, never weights silently reading other columns. A forecaster's or
-// classifier's head follows its targets or classes the same way.
+// classifier's head (a text classifier's too) follows its targets or classes the same way.
 #include <algorithm>
 #include <cstddef>
 #include <map>
@@ -92,6 +92,14 @@ std::vector<std::string> listed_names(const std::map<std::string, std::string>& 
   return j.get<std::vector<std::string>>();
 }
 
+// A series model's head, a transformer's or a decoder's classifier: rows per output.
+bool is_head(const std::string& name) {
+  for (const char* head :
+       {"head.weight", "head.bias", "classifier.weight", "classifier.bias", "score.weight"})
+    if (name == head) return true;
+  return false;
+}
+
 // For each of ours, its index in theirs; empty unless both hold the same distinct names.
 std::vector<size_t> same_names_order(const std::vector<std::string>& theirs,
                                      const std::vector<std::string>& ours) {
@@ -112,18 +120,20 @@ std::vector<size_t> same_names_order(const std::vector<std::string>& theirs,
 void match_init_head(const std::string& path, const std::map<std::string, std::string>& meta,
                      const Task& task, const std::vector<std::string>& loaded, Parameters& params,
                      Backend& be, std::ostream& out) {
-  const bool classify = task.kind == TaskKind::classify;
+  const bool text = task.kind == TaskKind::text_classify;
+  const bool classify = text || task.kind == TaskKind::classify;
   if (!classify && task.kind != TaskKind::forecast) return;
-  const std::vector<std::string>& ours =
-      classify ? task.series.class_names : task.series.target_names;
+  const std::vector<std::string>& ours = text       ? task.text.class_names
+                                         : classify ? task.series.class_names
+                                                    : task.series.target_names;
   const char* key = classify ? "seqforge.classes" : "seqforge.targets";
   const std::vector<std::string> theirs = listed_names(meta, key, path);
   if (theirs.empty() || theirs == ours) return;
+  const int64_t outputs = text ? static_cast<int64_t>(ours.size()) : task.series.num_outputs();
   std::vector<size_t> heads;
   for (const std::string& name : loaded)
-    if (name == "head.weight" || name == "head.bias")
-      if (const Arena::Entry* e = params.values().find(name);
-          e && e->shape[0] == task.series.num_outputs())
+    if (is_head(name))
+      if (const Arena::Entry* e = params.values().find(name); e && e->shape[0] == outputs)
         heads.push_back(static_cast<size_t>(e - params.values().entries().data()));
   if (heads.empty()) return;
   const char* what = classify ? "classes" : "targets";
@@ -136,7 +146,7 @@ void match_init_head(const std::string& path, const std::map<std::string, std::s
   // Rows (k * targets + j) * quantiles + q for forecasts, one per class.
   const int64_t J = static_cast<int64_t>(ours.size()),
                 Q = classify ? 1 : task.series.num_quantiles();
-  const int64_t K = task.series.num_outputs() / (J * Q);
+  const int64_t K = outputs / (J * Q);
   std::vector<size_t> rows(static_cast<size_t>(K * J * Q));
   for (int64_t k = 0; k < K; ++k)
     for (int64_t j = 0; j < J; ++j)
@@ -156,10 +166,12 @@ void match_init_head(const std::string& path, const std::map<std::string, std::s
 void match_init_features(const std::string& path, const Config& c, const Task& task,
                          const std::vector<std::string>& loaded, Parameters& params, Backend& be,
                          std::ostream& out) {
-  if (task.is_text()) return;
-  const bool head_loaded = std::any_of(loaded.begin(), loaded.end(), [](const std::string& n) {
-    return n == "head.weight" || n == "head.bias";
-  });
+  const bool head_loaded = std::any_of(loaded.begin(), loaded.end(), is_head);
+  if (task.is_text()) {
+    if (!head_loaded || task.kind != TaskKind::text_classify) return;
+    const io::SafetensorsFile file = io::SafetensorsFile::read(path);
+    return match_init_head(path, file.metadata(), task, loaded, params, be, out);
+  }
   const std::vector<std::string>& ours = task.series.feature_names;
   std::vector<std::pair<size_t, bool>> readers;  // parameter index, by rows
   for (const std::string& name : loaded) {
