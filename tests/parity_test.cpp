@@ -322,9 +322,13 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
     }
     if (torch_f32 <= tolerance) {
       // Where PyTorch's own float32 error comes near the tolerance (a layer norm over a few
-      // features), another float32 order of operations lands a few times its error.
-      EXPECT_LE(worst.error, std::max(tolerance, 4 * torch_f32))
-          << name << ": worst " << worst.tensor;
+      // features), another float32 order of operations lands a few times its error; the SGD
+      // steps, a few times PyTorch's own float32 error of them where that is larger (seed 561:
+      // 4.7e-5 where PyTorch's is 4.6e-5).
+      const double sgd_f32 = std::max(torch_f32, fx.config.value("torch_f32_sgd_error", 0.0));
+      for (const auto& [group, w] : ck.groups)
+        EXPECT_LE(w.error, std::max(tolerance, 4 * (group == "sgd" ? sgd_f32 : torch_f32)))
+            << name << ": " << group << ", worst " << w.tensor;
       continue;
     }
     // Where float32 itself cannot hold the tolerance (layer norms of nearly constant rows:
