@@ -57,6 +57,15 @@ std::string write_series(const fs::path& dir, int rows) {
   return path.string();
 }
 
+// The float32 tensor `name` of a safetensors file, as a vector.
+std::vector<float> tensor_floats(const fs::path& file, const std::string& name) {
+  const io::SafetensorsFile f = io::SafetensorsFile::read(file.string());
+  const auto bytes = f.bytes(*f.find(name));
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
 std::string forecast_yaml(const std::string& data, const fs::path& run) {
   return "data:\n  path: " + data +
          "\n  date_column: when\n  features: [signal, other]\n  targets: [signal]\n"
@@ -264,16 +273,9 @@ TEST(Trainer, InitFromPutsTheFeaturesInThisRunsOrder) {
                            "lstm.weight_ih_l0_reverse, head.weight, head.bias reordered to match"),
             std::string::npos)
       << log.str();
-  const io::SafetensorsFile pre =
-      io::SafetensorsFile::read((dir / "pre" / "model.safetensors").string());
-  const io::SafetensorsFile again =
-      io::SafetensorsFile::read((dir / "again" / "model.safetensors").string());
-  auto values = [](const io::SafetensorsFile& f, const std::string& name) {
-    const auto bytes = f.bytes(*f.find(name));
-    std::vector<float> v(bytes.size() / sizeof(float));
-    std::memcpy(v.data(), bytes.data(), bytes.size());
-    return v;
-  };
+  const fs::path pre = dir / "pre" / "model.safetensors",
+                 again = dir / "again" / "model.safetensors";
+  const auto values = tensor_floats;
   for (const char* name : {"lstm.weight_ih_l0", "lstm.weight_ih_l0_reverse"}) {
     const std::vector<float> a = values(pre, name), b = values(again, name);
     ASSERT_EQ(a.size(), b.size());
@@ -364,12 +366,7 @@ TEST(Trainer, InitFromPutsTheHeadInThisRunsTargetOrder) {
             std::string::npos)
       << log.str();
   auto values = [&](const char* run, const std::string& name) {
-    const io::SafetensorsFile f =
-        io::SafetensorsFile::read((dir / run / "model.safetensors").string());
-    const auto bytes = f.bytes(*f.find(name));
-    std::vector<float> v(bytes.size() / sizeof(float));
-    std::memcpy(v.data(), bytes.data(), bytes.size());
-    return v;
+    return tensor_floats(dir / run / "model.safetensors", name);
   };
   const std::vector<float> bias = values("pre", "head.bias"), moved = values("again", "head.bias");
   ASSERT_EQ(bias.size(), 8u);  // 2 steps x 2 targets x 2 quantiles

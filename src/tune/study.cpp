@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -634,11 +635,14 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     const int cpus = usable_cpus();
     const bool tuned = std::any_of(settings.space.begin(), settings.space.end(),
                                    [](const Param& p) { return p.name == "train.threads"; });
-    if (const int64_t threads = base.integer("train.threads");
-        threads > 0 || tuned || std::getenv("OMP_NUM_THREADS")) {
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    if (const int64_t threads = base.integer("train.threads") > 0 ? base.integer("train.threads")
+                                : omp                             ? std::atoll(omp)
+                                                                  : 0;
+        threads > 0 || tuned || omp) {
       if (threads * workers > cpus)
         console << "warning: tune.trials_per_device: " << workers << " workers of " << threads
-                << " threads each (train.threads) on " << cpus
+                << " threads each (train.threads or OMP_NUM_THREADS) on " << cpus
                 << " CPUs: their threads will wait for each other\n";
       return std::string();
     }
