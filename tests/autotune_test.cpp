@@ -1,17 +1,24 @@
 // The autotuning cache's file: keys name the digest of the sources that timed them, a store keeps
 // what other processes stored in the meantime, and the file keeps the choices of the four source
-// trees that stored last (none of an earlier version's keys, which had no digest).
+// trees that stored last (none of an earlier version's keys, which had no digest); a choice timed
+// while other processes ran on the CPUs stays in memory.
 #include "seqforge/core/autotune.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/sysinfo.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace seqforge {
 namespace {
@@ -32,6 +39,7 @@ TEST(Autotune, CacheKeysNameTheSourcesAndStoresMergeAndKeepFourTrees) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   setenv("SEQFORGE_CACHE_DIR", dir.c_str(), 1);
+  setenv("SEQFORGE_AUTOTUNE", "always_cache", 1);  // whatever else runs beside this test
   const std::string path = autotune::cache_path();
   ASSERT_EQ(path, (dir / "autotune.json").string());
 
@@ -61,7 +69,7 @@ TEST(Autotune, CacheKeysNameTheSourcesAndStoresMergeAndKeepFourTrees) {
   theirs[prefix + "gemm_f32|theirs"] = "blis";
   write_json(path, theirs);
 
-  autotune::store(prefix + "gemm_f32|mine", "seqforge");
+  autotune::store(prefix + "gemm_f32|mine", "seqforge", autotune::Timing());
   const nlohmann::json stored = read_json(path);
   EXPECT_EQ(stored.value("#sources", ""), here + " 000000000001 000000000002 000000000003");
   EXPECT_EQ(stored.value(prefix + "gemm_f32|mine", ""), "seqforge");
@@ -77,8 +85,50 @@ TEST(Autotune, CacheKeysNameTheSourcesAndStoresMergeAndKeepFourTrees) {
   nlohmann::json overwritten = read_json(path);
   overwritten[prefix + "gemm_f32|mine"] = "onednn";
   write_json(path, overwritten);
-  autotune::store(prefix + "gemm_f32|second", "blis");
+  autotune::store(prefix + "gemm_f32|second", "blis", autotune::Timing());
   EXPECT_EQ(read_json(path).value(prefix + "gemm_f32|mine", ""), "seqforge");
+  unsetenv("SEQFORGE_AUTOTUNE");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Autotune, ChoicesTimedOnSharedCpusServeThisRunOnly) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("seqforge_autotune_shared_test_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  setenv("SEQFORGE_CACHE_DIR", dir.c_str(), 1);
+  unsetenv("SEQFORGE_AUTOTUNE");
+  const std::string prefix = autotune::machine_prefix(2);
+
+  // Other processes, one more than there are CPUs, spinning while a choice is timed.
+  std::vector<pid_t> spinners;
+  for (int i = 0; i <= get_nprocs(); ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      volatile unsigned long spins = 0;
+      for (;;) spins = spins + 1;
+    }
+    spinners.push_back(pid);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const autotune::Timing busy;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_GE(busy.other_work(), 1);
+  autotune::store(prefix + "gemm_f32|busy", "blis", busy);
+  EXPECT_EQ(autotune::lookup(prefix + "gemm_f32|busy").value_or("none"), "blis");
+  EXPECT_FALSE(std::filesystem::exists(autotune::cache_path()) &&
+               read_json(autotune::cache_path()).contains(prefix + "gemm_f32|busy"));
+  // Test suites that run in parallel keep them.
+  setenv("SEQFORGE_AUTOTUNE", "always_cache", 1);
+  EXPECT_TRUE(autotune::enabled());
+  autotune::store(prefix + "gemm_f32|busy_kept", "blis", busy);
+  const nlohmann::json stored = read_json(autotune::cache_path());
+  EXPECT_EQ(stored.value(prefix + "gemm_f32|busy_kept", ""), "blis");
+  EXPECT_FALSE(stored.contains(prefix + "gemm_f32|busy"));
+  for (pid_t pid : spinners) kill(pid, SIGKILL);
+  for (pid_t pid : spinners) waitpid(pid, nullptr, 0);
+  unsetenv("SEQFORGE_AUTOTUNE");
   std::filesystem::remove_all(dir);
 }
 

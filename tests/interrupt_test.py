@@ -68,8 +68,9 @@ def main():
               "train.max_batches=300", "train.batch_size=16", "train.early_stopping.patience=0",
               "model.dropout=0.1", "train.progress_seconds=0.02"]
     whole = os.path.join(work, "whole")
-    env = dict(os.environ, SEQFORGE_CACHE_DIR=os.path.join(work, "cache"))
-    env.pop("SEQFORGE_AUTOTUNE", None)
+    # (choices kept even where other tests share the CPUs: the runs compared must agree on them)
+    env = dict(os.environ, SEQFORGE_CACHE_DIR=os.path.join(work, "cache"),
+               SEQFORGE_AUTOTUNE="always_cache")
     r = subprocess.run([seqforge, "train"] + common + ["train.run_dir=" + whole],
                        capture_output=True, text=True, env=env)
     if r.returncode != 0:

@@ -175,7 +175,7 @@ TEST_P(WeightGradientLayout, TunedLayoutKeepsTheGradients) {
       key = k;
   ASSERT_FALSE(key.empty()) << "no weight-gradient layout in " << autotune::cache_path();
   for (const char* layout : {"k_major", "row_major"}) {
-    autotune::store(key, layout);
+    autotune::store(key, layout, autotune::Timing());
     check(layout);
   }
   std::filesystem::remove_all(dir);

@@ -4,19 +4,24 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "seqforge/core/cpu.hpp"
+#include "seqforge/core/threads.hpp"
 #include "seqforge/source_id.hpp"
 
 namespace seqforge::autotune {
@@ -26,6 +31,7 @@ namespace {
 std::mutex mutex;
 std::map<std::string, std::string>* table = nullptr;  // loaded on first use
 std::set<std::string>* chosen = nullptr;              // keys this process has stored
+std::map<std::string, std::string>* held = nullptr;   // choices timed on shared CPUs: this run's
 
 // The cache file as this process last read or wrote it, so that a store re-reads the file only
 // when another process has written it since (a parse per store would cost more than the races).
@@ -75,6 +81,52 @@ void load_locked() {
   if (table) return;
   table = new std::map<std::string, std::string>(read_file());
   chosen = new std::set<std::string>();
+  held = new std::map<std::string, std::string>();
+}
+
+// One look at the runnable tasks of other processes (other_work_now): /proc/stat's procs_running
+// less this process's threads in state R (counted before and after, the larger, as its spinning
+// threads may go to sleep in between), where with this process's compute threads they outnumber
+// the CPUs (else 0).
+int other_work_at_a_glance() {
+  const auto own_running = [] {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+      std::ifstream in(task.path() / "stat");
+      const std::string stat{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      const size_t name_end = stat.rfind(')');  // the thread's name may hold anything
+      if (name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'R')
+        ++n;
+    }
+    return n;
+  };
+  const int before = own_running();
+  int running = -1;
+  {
+    std::ifstream in("/proc/stat");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("procs_running ", 0) == 0) running = std::atoi(line.c_str() + 14);
+  }
+  const int others = running - std::max(before, own_running());
+  return others > 0 && others + compute_threads() > online_cpus() ? others : 0;
+}
+
+// Runnable tasks of other processes now: the fewest of three looks 1 ms apart, so that a process
+// woken for a moment (the reader of a line just written, a kernel worker) is not taken for a load.
+int other_work_now() {
+  int fewest = std::numeric_limits<int>::max();
+  for (int look = 0; look < 3 && fewest > 0; ++look) {
+    if (look > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    fewest = std::min(fewest, other_work_at_a_glance());
+  }
+  return fewest;
+}
+
+// SEQFORGE_AUTOTUNE=always_cache: choices timed on shared CPUs are kept on disk too.
+bool always_cache() {
+  const char* v = std::getenv("SEQFORGE_AUTOTUNE");
+  return v && std::string(v) == "always_cache";
 }
 
 // The source digest a key was made under, "" for keys without one (caches of earlier versions).
@@ -140,10 +192,14 @@ std::string machine_prefix(int threads) {
 std::optional<std::string> lookup(const std::string& key) {
   std::lock_guard lock(mutex);
   load_locked();
-  auto it = table->find(key);
-  if (it == table->end()) return std::nullopt;
-  return it->second;
+  if (auto it = table->find(key); it != table->end()) return it->second;
+  if (auto it = held->find(key); it != held->end()) return it->second;
+  return std::nullopt;
 }
+
+Timing::Timing() : start_(other_work_now()) {}
+
+int Timing::other_work() const { return start_ > 0 ? std::min(start_, other_work_now()) : 0; }
 
 void announce_first_use(const std::string& what) {
   static std::once_flag once;
@@ -155,8 +211,25 @@ void announce_first_use(const std::string& what) {
   });
 }
 
-void store(const std::string& key, const std::string& choice) {
+void store(const std::string& key, const std::string& choice, const Timing& timing) {
   namespace fs = std::filesystem;
+  if (const int others = timing.other_work(); others > 0 && !always_cache()) {
+    std::lock_guard lock(mutex);
+    load_locked();
+    (*held)[key] = choice;
+    static bool said = false;
+    if (verbose())
+      std::fprintf(stderr,
+                   "seqforge: autotune %s: timed on shared CPUs (%d tasks of other processes "
+                   "runnable): %s for this run only\n",
+                   key.c_str(), others, choice.c_str());
+    else if (!said)
+      std::fprintf(stderr,
+                   "seqforge: autotune: other processes were running on these CPUs while choices "
+                   "were timed: they serve this run only, and the next run times them again\n");
+    said = true;
+    return;
+  }
   std::lock_guard lock(mutex);
   load_locked();
   (*table)[key] = choice;

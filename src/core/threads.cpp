@@ -16,6 +16,12 @@
 
 namespace seqforge {
 
+namespace {
+int configured_threads = 0;
+}  // namespace
+
+int compute_threads() { return configured_threads > 0 ? configured_threads : usable_cpus(); }
+
 ThreadConfig configure_threads(int requested) {
   ThreadConfig cfg;
   if (requested > 0) {
@@ -29,6 +35,7 @@ ThreadConfig configure_threads(int requested) {
     cfg.reason = std::to_string(cfg.threads) + " CPUs available to this process";
   }
   omp_set_num_threads(cfg.threads);
+  configured_threads = cfg.threads;
   return cfg;
 }
 

@@ -572,11 +572,12 @@ void Recurrent::run_tuned_forward(Backend& be) {
   }
   autotune::announce_first_use("the " + upper(cell_.name) +
                                "'s schedules and weight-gradient layouts");
+  const autotune::Timing timing;
   const std::vector<double> ms = recurrent::time_candidates(
       be, candidates.size(), [&](size_t i) { run_forward(be, candidates[i]); });
   const size_t best = std::min_element(ms.begin(), ms.end()) - ms.begin();
   if (best + 1 != candidates.size()) run_forward(be, candidates[best]);  // leave its results
-  autotune::store(key, schedule_name(candidates[best]));
+  autotune::store(key, schedule_name(candidates[best]), timing);
   tuned_.emplace(problem, candidates[best]);
   if (autotune::verbose()) {
     std::string times;
@@ -601,6 +602,7 @@ void Recurrent::run_tuned_backward(Backend& be) {
   if (tuning.choice) return run_backward(be, *tuning.choice);
   const RecurrentSchedule trial =
       tuning.ms.size() % 2 == 0 ? RecurrentSchedule::whole_chains : RecurrentSchedule::layered;
+  if (tuning.ms.empty()) tuning.timing.emplace();
   be.synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   run_backward(be, trial);
@@ -610,7 +612,7 @@ void Recurrent::run_tuned_backward(Backend& be) {
   if (tuning.ms.size() < 4) return;
   tuning.choice =
       tuning.ms[2] <= tuning.ms[3] ? RecurrentSchedule::whole_chains : RecurrentSchedule::layered;
-  autotune::store(tuning.key, schedule_name(*tuning.choice));
+  autotune::store(tuning.key, schedule_name(*tuning.choice), *tuning.timing);
   if (autotune::verbose())
     std::fprintf(stderr,
                  "seqforge: autotune %s: whole_chains %.2f ms, layered %.2f ms -> %s (cached in "

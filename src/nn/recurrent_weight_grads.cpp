@@ -102,12 +102,13 @@ bool Recurrent::k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor co
   be.fill(scratch, 0.0);
   Tensor dw_hh = scratch.slice(0, GH * P).reshape({GH, P});
   Tensor dw_ih = scratch.slice(GH * P, GH * (P + I)).reshape({GH, I});
+  const autotune::Timing timing;
   const std::vector<double> ms =
       recurrent::time_candidates(be, 2, [&](size_t k_major) {  // row-major, K-major
         weight_grads_split(be, l, d, n, k_major ? copies : Tensor(), dw_hh, dw_ih);
       });
   const bool k_major = ms[1] < ms[0];
-  autotune::store(key, k_major ? "k_major" : "row_major");
+  autotune::store(key, k_major ? "k_major" : "row_major", timing);
   if (autotune::verbose())
     std::fprintf(stderr,
                  "seqforge: autotune %s: weight gradients row_major %.2f ms, k_major %.2f ms -> "

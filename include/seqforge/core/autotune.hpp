@@ -13,9 +13,30 @@ namespace seqforge::autotune {
 
 // The cached choice for `key`, if any.
 std::optional<std::string> lookup(const std::string& key);
-// Records a choice (in memory and, atomically, on disk; a cache that cannot be written is
-// reported once under SEQFORGE_VERBOSE and otherwise ignored).
-void store(const std::string& key, const std::string& choice);
+
+// Whether other processes' work shared the CPUs while a choice was being timed: tasks of other
+// processes runnable, as many as this process's compute threads leave no CPU for, when the timing
+// began and when it ended. A choice timed on shared CPUs reflects the load as much as the
+// candidates (two threads' schedule loses to one thread's while another process holds a core), so
+// it is not kept for later runs.
+class Timing {
+ public:
+  Timing();
+  // Other processes' runnable tasks at the start and now, where they and this process's compute
+  // threads outnumbered the CPUs both times (the fewer of the two counts), else 0.
+  int other_work() const;
+  bool shared() const { return other_work() > 0; }
+
+ private:
+  int start_;
+};
+
+// Records a choice timed under `timing`: in memory and, atomically, on disk (a cache that cannot
+// be written is reported once under SEQFORGE_VERBOSE and otherwise ignored). A choice timed on
+// shared CPUs serves this process only, and the next run times it again (said once on standard
+// error); SEQFORGE_AUTOTUNE=always_cache keeps those on disk too, for test suites that run in
+// parallel and need their processes to agree.
+void store(const std::string& key, const std::string& choice, const Timing& timing);
 // Prefix for keys: "<cpu model> up to <tier>|<threads> threads|seqforge <version> sources
 // <digest>|".
 std::string machine_prefix(int threads);

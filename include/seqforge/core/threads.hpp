@@ -13,6 +13,9 @@ struct ThreadConfig {
 // Sets the OpenMP pool size: `requested` > 0 is honoured, otherwise OMP_NUM_THREADS if set,
 // otherwise the CPUs this process may run on. Idempotent.
 ThreadConfig configure_threads(int requested = 0);
+// The compute threads configure_threads last set (before any call: the CPUs this process may run
+// on).
+int compute_threads();
 
 // OpenMP threads waiting at a barrier spin before they sleep: libgomp spins 300,000 rounds unless
 // OMP_WAIT_POLICY or GOMP_SPINCOUNT say otherwise. When another busy process shares the cores, a

@@ -15,6 +15,7 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/buffer.hpp"
 #include "seqforge/backend/ops.hpp"
+#include "seqforge/core/autotune.hpp"
 #include "seqforge/nn/parameters.hpp"
 
 namespace seqforge {
@@ -244,6 +245,7 @@ class Recurrent {
   struct BackwardTuning {
     std::string key;
     std::vector<double> ms;
+    std::optional<autotune::Timing> timing;  // from the first trial
     std::optional<RecurrentSchedule> choice;
   } backward_tuning_;
   std::unique_ptr<std::atomic<int64_t>[]> progress_;  // [layer] steps done, for the wavefront

@@ -156,6 +156,7 @@ double bf16_gemm_speedup() {
     ~OneThread() { omp_set_num_threads(before); }
   };
   std::vector<double> ms;
+  const autotune::Timing timing;
   {
     const OneThread one;
     ms = best_ms({[&] { onednn.run(s, DType::f32, a.data(), b.data(), c.data(), nullptr); },
@@ -164,7 +165,7 @@ double bf16_gemm_speedup() {
   const double speedup = ms[0] / ms[1];
   char text[32];
   std::snprintf(text, sizeof text, "%.3f", speedup);
-  autotune::store(key, text);
+  autotune::store(key, text, timing);
   if (autotune::verbose())
     std::fprintf(stderr, "seqforge: autotune %s: f32 %.3f ms, bf16 %.3f ms (cached in %s)\n",
                  key.c_str(), ms[0], ms[1], autotune::cache_path().c_str());
@@ -254,9 +255,10 @@ GemmProvider CpuGemm::choose(const Key& key, const GemmShape& s, DType operands,
     return chosen_.emplace(key, p).first->second;
   }
   autotune::announce_first_use("the GEMM providers and recurrence schedules");
+  const autotune::Timing timing;
   const GemmRace race = race_providers(onednn_, s, operands, a, b, packed, c, bias, own);
   const GemmProvider best = race.winner;
-  autotune::store(cache_key, provider_name(best));
+  autotune::store(cache_key, provider_name(best), timing);
   if (autotune::verbose())
     std::fprintf(
         stderr,
