@@ -767,6 +767,20 @@ TEST(Series, DuplicateDatesAndGapsAreNamed) {
       << dst;
   EXPECT_EQ(dst.find("data.series_column"), std::string::npos) << dst;
   EXPECT_EQ(hourly("2021-11-10").find("daylight saving"), std::string::npos);
+  // The same instant written with another UTC offset: the first is named as written.
+  const std::string offsets = error_of([&] {
+    load_series(Config::parse("data: {path: " +
+                                  write(dir / "offsets.csv",
+                                        "date,value\n2024-03-31T00:00+01:00,1\n"
+                                        "2024-03-31T01:00+01:00,2\n2024-03-31T02:00+02:00,3\n") +
+                                  ", date_column: date, features: [value], targets: [value]}\n",
+                              "o.yaml"));
+  });
+  EXPECT_NE(offsets.find("offsets.csv:4: date '2024-03-31T02:00+02:00' appears again (as "
+                         "'2024-03-31T01:00+01:00' at " +
+                         dir.string() + "/offsets.csv:3)"),
+            std::string::npos)
+      << offsets;
   // A missing day in an otherwise daily series is a gap, reported once.
   std::string text = "date,city,value\n";
   for (int day = 0; day < 30; ++day)

@@ -201,14 +201,17 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
                   ? ": a local clock set back an hour for daylight saving time? Write the times "
                     "in UTC or with their UTC offsets (2021-11-07T01:30-04:00)"
                   : "";
+          // Written otherwise (another UTC offset), the first is named as written.
+          const std::string first = date_text(a);
+          const std::string seen = first == date ? "first at " + table.where(a)
+                                                 : "as '" + first + "' at " + table.where(a);
           if (o.series_col.empty())
-            fail(table.where(b), ": date '", date, "' appears again (first at ", table.where(a),
-                 ")",
+            fail(table.where(b), ": date '", date, "' appears again (", seen, ")",
                  set_back.empty() ? ": several series in one file? Name the column that tells "
                                     "them apart in data.series_column"
                                   : set_back);
-          fail(table.where(b), ": series '", span.name, "': duplicate date '", date, "' (first at ",
-               table.where(a), ")", set_back);
+          fail(table.where(b), ": series '", span.name, "': duplicate date '", date, "' (", seen,
+               ")", set_back);
         }
         steps.push_back(when[b] - when[a]);
       }
