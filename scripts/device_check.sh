@@ -4,8 +4,10 @@
 # on the GPU against the CPU) and the side-by-side benchmark against PyTorch on the GPU, and
 # writes logs and JSON into OUT (default ./device-out). Exits non-zero when a test fails or
 # compute-sanitizer finds a bad access in the op driver's kernels.
-#   OUT=/tmp/out scripts/device_check.sh [--no-bench | --bench-rounds R | --profile W]
-# (R default 2; --profile: Nsight Compute on workload W's whole-chain kernels, nothing else)
+#   OUT=/tmp/out scripts/device_check.sh [--no-bench | --bench-rounds R | --profile W | --racecheck]
+# (R default 2; --profile: Nsight Compute on workload W's whole-chain kernels, nothing else;
+# --racecheck: compute-sanitizer's racecheck and synccheck on the kernels that share memory
+# between a block's threads, nothing else)
 # SEQFORGE_BENCH_PRECISIONS picks the benchmark's precisions (default fp32 bf16 fp16).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -73,6 +75,30 @@ if [ "${1:-}" = "--profile" ]; then
   echo "device_check.sh --profile: exit $?; Nsight Compute's report in $out/ncu.txt"
   rm -rf "$work"
   exit 0
+fi
+
+# --racecheck: shared-memory hazards (racecheck) and barriers not every thread reaches (synccheck)
+# in the op driver's CUDA cases (attention, norms, cells), the tensor-core attention and the whole
+# chains, each tool at most 280 s.
+if [ "${1:-}" = "--racecheck" ]; then
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  status=0
+  for tool in racecheck synccheck; do
+    timeout 280 "$sanitizer" --tool "$tool" --error-exitcode 3 --print-limit 20 \
+      "$pack/bin/seqforge_tests" --gtest_filter='Ops/OpMatchesReference.*:Attention.GpuTensorCores*:*WholeChains*' \
+      > "$out/$tool.log" 2>&1
+    rc=$?
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED) " "$out/$tool.log" | tail -3
+    if [ "$rc" -eq 124 ]; then
+      echo "$tool: stopped after 280 s (see $tool.log)"
+    elif [ "$rc" -ne 0 ]; then
+      echo "$tool: exit $rc (see $tool.log)"
+      status=1
+    fi
+  done
+  rm -rf "$work"
+  echo "device_check.sh --racecheck: exit $status; logs in $out"
+  exit $status
 fi
 
 status=0
