@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -174,6 +175,34 @@ TEST_F(TunePostgres, UnreachableServerIsAClearError) {
     EXPECT_NE(m.find("cannot connect to PostgreSQL"), std::string::npos) << m;
     EXPECT_EQ(m.find("secret"), std::string::npos) << m;  // no password in messages
   }
+}
+
+// A server that accepts the connection and never answers (a stuck proxy) is an error after the
+// connection's timeout (10 s unless the URL sets one, as here), not a study that waits for ever.
+TEST_F(TunePostgres, SilentServerTimesOut) {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(s, 4), 0);  // the kernel completes connections; nothing reads them
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string url = "postgresql://seqforge@127.0.0.1:" + std::to_string(ntohs(a.sin_port)) +
+                          "/postgres?connect_timeout=2";
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    Storage::open(url);
+    ADD_FAILURE() << "connected to a server that never answered";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cannot connect to PostgreSQL"), std::string::npos) << m;
+    EXPECT_NE(m.find("timeout expired"), std::string::npos) << m;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 30.0);
+  close(s);
 }
 
 }  // namespace
