@@ -126,6 +126,16 @@ class LayerNormLSTM(torch.nn.Module):
     # With explicit_norm, the layer norms are written out (mean, variance, division): the same
     # function, rounded otherwise, to measure how far float64 itself spreads on a configuration.
     explicit_norm = False
+    # With a generator here, the products sum their terms in a random order: the same function,
+    # rounded otherwise (PyTorch's own float32 error is the worst of several such orders).
+    summation_order = None
+
+    def product(self, a, w):
+        """a w^T, its terms summed in summation_order's order where one is set."""
+        if self.summation_order is None:
+            return a @ w.T
+        perm = torch.randperm(a.shape[-1], generator=self.summation_order)
+        return a[..., perm] @ w[:, perm].T
 
     def forward(self, x, state):
         if self.batch_first:
@@ -149,8 +159,9 @@ class LayerNormLSTM(torch.nn.Module):
                     h, c = state[0][s], state[1][s]
                 ys = [None] * T
                 for t in (range(T) if d == 0 else reversed(range(T))):
-                    pre = (p("ln_ih_weight") * ln(x[t] @ p("weight_ih").T) +
-                           p("ln_hh_weight") * ln(h @ p("weight_hh").T) + p("bias_ih") + p("bias_hh"))
+                    pre = (p("ln_ih_weight") * ln(self.product(x[t], p("weight_ih"))) +
+                           p("ln_hh_weight") * ln(self.product(h, p("weight_hh"))) + p("bias_ih") +
+                           p("bias_hh"))
                     i, f, g, o = pre.chunk(4, dim=1)
                     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
                     h = torch.sigmoid(o) * torch.tanh(p("ln_c_weight") * ln(c) + p("ln_c_bias"))
@@ -258,15 +269,21 @@ def max_rel_error(got, want):
 
 def torch_f32_errors(c, model, inputs, run):
     """PyTorch's own float32 error against its float64 result, for comparison. A layer-normalised
-    LSTM's is the larger of its two forms of the norm (F.layer_norm, and written out): on a norm of
-    nearly constant rows the two float32 errors of the same function lie up to 10x apart."""
+    LSTM's is the worst of its two forms of the norm (F.layer_norm, and written out) and of four
+    random orders of its products' sums: on a norm of nearly constant rows float32 errors of the
+    same function lie up to 10x apart (seed 671's lnlstm_i2_h8_l1_t33_b17_bi_k24_q5_quantile:
+    5.5e-6 in PyTorch's own order, 1.9e-5 over these six)."""
     if c.get("cell") != "lnlstm":
         return f32_errors(c, model, inputs, run)
-    fused = f32_errors(c, model, inputs, run)
+    runs = [f32_errors(c, model, inputs, run)]
     LayerNormLSTM.explicit_norm = True
-    written_out = f32_errors(c, model, inputs, run)
+    runs.append(f32_errors(c, model, inputs, run))
     LayerNormLSTM.explicit_norm = False
-    return tuple(max(a, b) for a, b in zip(fused, written_out))
+    for seed in range(1, 5):
+        LayerNormLSTM.summation_order = torch.Generator().manual_seed(seed)
+        runs.append(f32_errors(c, model, inputs, run))
+    LayerNormLSTM.summation_order = None
+    return tuple(max(errors) for errors in zip(*runs))
 
 
 def f32_errors(c, model, inputs, run):
