@@ -320,7 +320,14 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
       }
       continue;
     }
-    if (torch_f32 <= tolerance) {
+    // A cell norm over two or three values is degenerate (over two, its outputs are +-1): float32's
+    // error of its backward ranges over an order of magnitude from one row to the next (7e-5 for
+    // PyTorch's own kernel on random rows of two, seqforge's 6e-5), so one fixture's PyTorch error
+    // is no yardstick (seed 721's lnlstm_i3_h2: 2e-6 in all six of PyTorch's forms, seqforge's
+    // 3.3e-5, and its float64 within 3.2e-14). These are judged as ill-conditioned below.
+    const bool tiny_norm =
+        fx.config.value("cell", std::string()) == "lnlstm" && fx.config.value("h", 0) < 4;
+    if (torch_f32 <= tolerance && !tiny_norm) {
       // Where PyTorch's own float32 error comes near the tolerance (a layer norm over a few
       // features), another float32 order of operations lands a few times its error; the SGD
       // steps, a few times PyTorch's own float32 error of them where that is larger (seed 561:
@@ -336,17 +343,19 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
     // times as much, each value judged against at least a thousandth of its group's largest;
     // the SGD steps, which compound two steps of its own gradients, are only printed. The
     // float64 run checks these fixtures at the full tolerance (the SGD steps within a few times
-    // float64's own spread).
+    // float64's own spread). A degenerate norm's yardstick is at least the tolerance.
     ++ill_conditioned;
+    const double yardstick = tiny_norm ? std::max(torch_f32, tolerance) : torch_f32;
     for (const char* group : {"forward", "backward", "adamw"}) {
       const Checker::Worst w = ck.floored(group, 1e-3);
-      EXPECT_LE(w.error, 10 * torch_f32) << name << ": " << group << ", worst " << w.tensor;
+      EXPECT_LE(w.error, 10 * yardstick) << name << ": " << group << ", worst " << w.tensor;
     }
   }
   if (ill_conditioned)
     std::printf(
-        "  %d fixtures where PyTorch's float32 misses the tolerance: forward, backward and "
-        "adamw* within 10x its error, sgd not checked\n",
+        "  %d fixtures where PyTorch's float32 misses the tolerance or a cell norm holds under "
+        "four values: forward, backward and adamw* within 10x its error (at least the "
+        "tolerance), sgd not checked\n",
         ill_conditioned);
   std::printf(
       "  error: max |got - want| / max(|want|, 0.1 max|want|) against PyTorch float64;\n"

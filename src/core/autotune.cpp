@@ -201,6 +201,13 @@ Timing::Timing() : start_(other_work_now()) {}
 
 int Timing::other_work() const { return start_ > 0 ? std::min(start_, other_work_now()) : 0; }
 
+std::string where_kept(const std::string& key) {
+  std::lock_guard lock(mutex);
+  load_locked();
+  if (held->count(key) && !table->count(key)) return "this run only: timed on shared CPUs";
+  return "cached in " + cache_path();
+}
+
 void announce_first_use(const std::string& what) {
   static std::once_flag once;
   std::call_once(once, [&] {
@@ -218,15 +225,12 @@ void store(const std::string& key, const std::string& choice, const Timing& timi
     load_locked();
     (*held)[key] = choice;
     static bool said = false;
-    if (verbose())
-      std::fprintf(stderr,
-                   "seqforge: autotune %s: timed on shared CPUs (%d tasks of other processes "
-                   "runnable): %s for this run only\n",
-                   key.c_str(), others, choice.c_str());
-    else if (!said)
+    if (!said && !verbose())
       std::fprintf(stderr,
                    "seqforge: autotune: other processes were running on these CPUs while choices "
-                   "were timed: they serve this run only, and the next run times them again\n");
+                   "were timed (%d runnable): they serve this run only, and the next run times "
+                   "them again\n",
+                   others);
     said = true;
     return;
   }

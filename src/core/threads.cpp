@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -17,10 +18,13 @@
 namespace seqforge {
 
 namespace {
-int configured_threads = 0;
+std::atomic<int> configured_threads{0};
 }  // namespace
 
-int compute_threads() { return configured_threads > 0 ? configured_threads : usable_cpus(); }
+int compute_threads() {
+  const int n = configured_threads.load();
+  return n > 0 ? n : usable_cpus();
+}
 
 ThreadConfig configure_threads(int requested) {
   ThreadConfig cfg;

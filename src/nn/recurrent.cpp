@@ -587,8 +587,8 @@ void Recurrent::run_tuned_forward(Backend& be) {
                     ms[i]);
       times += one;
     }
-    std::fprintf(stderr, "seqforge: autotune %s: forward %s -> %s (cached in %s)\n", key.c_str(),
-                 times.c_str(), schedule_name(candidates[best]), autotune::cache_path().c_str());
+    std::fprintf(stderr, "seqforge: autotune %s: forward %s -> %s (%s)\n", key.c_str(),
+                 times.c_str(), schedule_name(candidates[best]), autotune::where_kept(key).c_str());
   }
 }
 
@@ -615,10 +615,9 @@ void Recurrent::run_tuned_backward(Backend& be) {
   autotune::store(tuning.key, schedule_name(*tuning.choice), *tuning.timing);
   if (autotune::verbose())
     std::fprintf(stderr,
-                 "seqforge: autotune %s: whole_chains %.2f ms, layered %.2f ms -> %s (cached in "
-                 "%s)\n",
+                 "seqforge: autotune %s: whole_chains %.2f ms, layered %.2f ms -> %s (%s)\n",
                  tuning.key.c_str(), tuning.ms[2], tuning.ms[3], schedule_name(*tuning.choice),
-                 autotune::cache_path().c_str());
+                 autotune::where_kept(tuning.key).c_str());
 }
 
 // G(T*B, G*H) = in(T*B, I) W_ih^T + bias, for chain (l, d); the cells do it for narrow inputs.

@@ -112,9 +112,9 @@ bool Recurrent::k_major_pays(Backend& be, int64_t l, int64_t d, int n, Tensor co
   if (autotune::verbose())
     std::fprintf(stderr,
                  "seqforge: autotune %s: weight gradients row_major %.2f ms, k_major %.2f ms -> "
-                 "%s (cached in %s)\n",
+                 "%s (%s)\n",
                  key.c_str(), ms[0], ms[1], k_major ? "k_major" : "row_major",
-                 autotune::cache_path().c_str());
+                 autotune::where_kept(key).c_str());
   return k_major;
 }
 

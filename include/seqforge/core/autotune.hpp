@@ -37,6 +37,9 @@ class Timing {
 // error); SEQFORGE_AUTOTUNE=always_cache keeps those on disk too, for test suites that run in
 // parallel and need their processes to agree.
 void store(const std::string& key, const std::string& choice, const Timing& timing);
+// Where the choice for `key` is kept, for SEQFORGE_VERBOSE's lines: "cached in <path>", or "this
+// run only: timed on shared CPUs".
+std::string where_kept(const std::string& key);
 // Prefix for keys: "<cpu model> up to <tier>|<threads> threads|seqforge <version> sources
 // <digest>|".
 std::string machine_prefix(int threads);

@@ -167,8 +167,8 @@ double bf16_gemm_speedup() {
   std::snprintf(text, sizeof text, "%.3f", speedup);
   autotune::store(key, text, timing);
   if (autotune::verbose())
-    std::fprintf(stderr, "seqforge: autotune %s: f32 %.3f ms, bf16 %.3f ms (cached in %s)\n",
-                 key.c_str(), ms[0], ms[1], autotune::cache_path().c_str());
+    std::fprintf(stderr, "seqforge: autotune %s: f32 %.3f ms, bf16 %.3f ms (%s)\n", key.c_str(),
+                 ms[0], ms[1], autotune::where_kept(key).c_str());
   return speedup;
 }
 
@@ -263,9 +263,9 @@ GemmProvider CpuGemm::choose(const Key& key, const GemmShape& s, DType operands,
     std::fprintf(
         stderr,
         "seqforge: autotune %s: onednn %.3f ms, openblas %.3f ms, blis %.3f ms, seqforge %.3f ms "
-        "-> %s (cached in %s)\n",
+        "-> %s (%s)\n",
         cache_key.c_str(), race.onednn_ms, race.openblas_ms, race.blis_ms, race.own_ms,
-        provider_name(best), autotune::cache_path().c_str());
+        provider_name(best), autotune::where_kept(cache_key).c_str());
   return chosen_.emplace(key, best).first->second;
 }
 
