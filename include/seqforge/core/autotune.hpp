@@ -25,7 +25,6 @@ class Timing {
   // Other processes' runnable tasks at the start and now, where they and this process's compute
   // threads outnumbered the CPUs both times (the fewer of the two counts), else 0.
   int other_work() const;
-  bool shared() const { return other_work() > 0; }
 
  private:
   int start_;
