@@ -359,7 +359,8 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
         ill_conditioned);
   std::printf(
       "  error: max |got - want| / max(|want|, 0.1 max|want|) against PyTorch float64;\n"
-      "  torch-f32: PyTorch's own float32 forward/backward under the same metric\n");
+      "  torch-f32: PyTorch's own float32 forward/backward under the same metric, the worst over "
+      "the first layer's input features in five orders\n");
   std::printf("  adamw*: each step from PyTorch's gradients\n");
 }
 
