@@ -24,6 +24,7 @@ namespace {
 
 using test::HostTensor;
 using test::max_rel_error;
+using test::step_rel_error;
 using test::to_doubles;
 
 std::string fixture_dir() {
@@ -66,16 +67,17 @@ struct Checker {
   };
   struct Tensor {
     std::string group, name;
-    std::vector<double> got, want;
+    std::vector<double> got, want, before;
   };
   std::map<std::string, Worst> groups;  // forward, backward, adamw, sgd
   std::vector<Tensor> tensors;
+  // With `before`, the values an optimizer step started from (see step_rel_error).
   void check(const std::string& group, const std::string& name, const std::vector<double>& got,
-             const std::vector<double>& want) {
-    const double e = max_rel_error(got, want);
+             const std::vector<double>& want, const std::vector<double>& before = {}) {
+    const double e = before.empty() ? max_rel_error(got, want) : step_rel_error(got, want, before);
     Worst& w = groups[group];
     if (w.tensor.empty() || e > w.error) w = {e, name};
-    tensors.push_back({group, name, got, want});
+    tensors.push_back({group, name, got, want, before});
   }
   // The group's worst error when each value is also judged against `share` of the largest
   // magnitude in its group: a value that is the residue of a cancellation (the gradient of an
@@ -91,8 +93,10 @@ struct Checker {
       double own = 0, e = 0;
       for (double v : t.want) own = std::max(own, std::fabs(v));
       for (size_t i = 0; i < t.want.size(); ++i)
-        e = std::max(e, std::fabs(t.got[i] - t.want[i]) /
-                            std::max({std::fabs(t.want[i]), 0.1 * own, share * scale, 1e-30}));
+        e = std::max(
+            e, std::fabs(t.got[i] - t.want[i]) /
+                   std::max({std::fabs(t.want[i]), t.before.empty() ? 0 : std::fabs(t.before[i]),
+                             0.1 * own, share * scale, 1e-30}));
       if (std::isnan(e)) e = INFINITY;
       if (worst.tensor.empty() || e > worst.error) worst = {e, t.name};
     }
@@ -238,9 +242,11 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt) {
         be.copy(params.grad(i), g.t);
       }
       adamw.step();
+      const std::string start = s == 1 ? "param." : "adamw1.";
       for (size_t i = 0; i < params.size(); ++i) {
-        const std::string name = prefix + "." + params.values().entries()[i].name;
-        ck.check("adamw", name, to_doubles(be, params.value(i)), fx.values(name));
+        const std::string& param = params.values().entries()[i].name;
+        ck.check("adamw", prefix + "." + param, to_doubles(be, params.value(i)),
+                 fx.values(prefix + "." + param), fx.values(start + param));
       }
       load_fixture_params(prefix);
     }
@@ -260,9 +266,11 @@ Checker run_fixture(const Fixture& fx, Backend& be, DType dt) {
       const double total = clip_grad_norm(be, params, c["max_norm" + std::to_string(s)]);
       ck.check("sgd", prefix + "total_norm", {total}, fx.values(prefix + "total_norm"));
       sgd.step();
+      const std::string start = s == 1 ? "param." : "sgd1.";
       for (size_t i = 0; i < params.size(); ++i) {
-        const std::string name = prefix + params.values().entries()[i].name;
-        ck.check("sgd", name, to_doubles(be, params.value(i)), fx.values(name));
+        const std::string& param = params.values().entries()[i].name;
+        ck.check("sgd", prefix + param, to_doubles(be, params.value(i)), fx.values(prefix + param),
+                 fx.values(start + param));
       }
     }
   }

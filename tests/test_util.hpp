@@ -89,6 +89,23 @@ inline double max_rel_error(const std::vector<double>& got, const std::vector<do
   return err;
 }
 
+// max_rel_error of an optimizer step's result, each value also judged against the value the step
+// started from (`before`): the result is the sum of the old value and the update, so a parameter
+// the step moved to near zero keeps no more float32 digits than that sum gives.
+inline double step_rel_error(const std::vector<double>& got, const std::vector<double>& want,
+                             const std::vector<double>& before) {
+  if (got.size() != want.size() || before.size() != want.size()) return INFINITY;
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  double err = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = std::fabs(got[i] - want[i]) /
+                     std::max({std::fabs(want[i]), std::fabs(before[i]), 0.1 * scale, 1e-30});
+    err = std::isnan(e) ? INFINITY : std::max(err, e);
+  }
+  return err;
+}
+
 // Pairs of short texts over "abc,\"e" (commas and quotes exercise the CSV's quoting), of varied
 // lengths: `yes` when the second holds a quote (the first's quotes do not count: the segments
 // tell them apart). Without labels, the columns first and second only.
