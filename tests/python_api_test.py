@@ -108,8 +108,10 @@ def test_arrays_in_and_out(tmp_path):
         seqforge.train(config, data=array, log=None)
     again = seqforge.train(config, data=array, overwrite=True, log=None)
     assert again.config["data"]["path"] == run.config["data"]["path"]
-    with pytest.raises(seqforge.Error, match="2-D numeric array"):
+    with pytest.raises(seqforge.Error, match="2-D numeric array .*, got 1 dimension of float"):
         seqforge.train(config, data=array[:, 0], overwrite=True, log=None)
+    with pytest.raises(TypeError, match="a list whose item 0 is not a text .*np.asarray"):
+        seqforge.train(config, data=array.tolist(), overwrite=True, log=None)
     with pytest.raises(seqforge.Error, match="windows cut already"):
         seqforge.train(config, data=array[:96].reshape(8, 12, -1), overwrite=True, log=None)
 

@@ -85,8 +85,9 @@ def _data_payload(data):
         if data.ndim != 2 or data.dtype.kind not in "iuf":
             cut = (" (windows cut already? pass the series itself, a row per time step: "
                    "seqforge cuts the windows, data.lookback)") if data.ndim == 3 else ""
+            dims = f"{data.ndim} dimension{'' if data.ndim == 1 else 's'}"
             raise _native.Error(f"data: expected a 2-D numeric array (rows, columns), got "
-                                f"{data.ndim} dimensions of {data.dtype}{cut}")
+                                f"{dims} of {data.dtype}{cut}")
         dtype = np.float32 if data.dtype == np.float32 else np.float64
         return ".npy", np.ascontiguousarray(data, dtype=dtype)
     if type(data).__name__ == "DataFrame":
@@ -94,8 +95,12 @@ def _data_payload(data):
         return ".csv", data.to_csv(index=index).encode()
     if isinstance(data, (list, tuple)) and all(isinstance(t, str) for t in data):
         return ".txt", "\n".join(data).encode()
+    what = type(data).__name__
+    if isinstance(data, (list, tuple)):
+        what = (f"a {what} whose item {next(i for i, t in enumerate(data) if not isinstance(t, str))}"
+                f" is not a text (rows of numbers: pass np.asarray(rows))")
     raise TypeError(f"seqforge: data is a path, a 2-D numpy array, a pandas DataFrame or a list "
-                    f"of texts, not {type(data).__name__}")
+                    f"of texts, not {what}")
 
 
 def _data_file(data, directory, payload=None):
