@@ -91,8 +91,12 @@ def test_arrays_in_and_out(tmp_path):
     assert np.allclose(run.predict(array[:100].astype(np.float32)), y, rtol=1e-4)
     holed = array[:100].copy()
     holed[50, 1] = np.nan
-    with pytest.raises(seqforge.Error, match=r"^<numpy array \d+>\.npy: row 50, column 1: nan"):
+    with pytest.raises(seqforge.Error, match=r"^the array's row 50, column 1: nan"):
         run.predict(holed)
+    with pytest.raises(seqforge.Error, match=r"^the array's row 50, column 1: nan"):
+        run.evaluate(data=holed)
+    with pytest.raises(seqforge.Error, match=r"the array has no column '2' \(its columns are 0 to 1\)"):
+        run.predict(array[:100, :2])
     filled = holed.copy()
     filled[50, 1] = holed[49, 1]
     np.testing.assert_array_equal(run.predict(holed, missing="ffill"), run.predict(filled))
@@ -112,6 +116,9 @@ def test_arrays_in_and_out(tmp_path):
         seqforge.train(config, data=array[:, 0], overwrite=True, log=None)
     with pytest.raises(TypeError, match="a list whose item 0 is not a text .*np.asarray"):
         seqforge.train(config, data=array.tolist(), overwrite=True, log=None)
+    with pytest.raises(seqforge.Error, match="the DataFrame has the column '1' more than once"):
+        seqforge.train(config, data=pd.DataFrame(array, columns=["0", "1", "1"]), overwrite=True,
+                       log=None)
     with pytest.raises(seqforge.Error, match="windows cut already"):
         seqforge.train(config, data=array[:96].reshape(8, 12, -1), overwrite=True, log=None)
 

@@ -91,6 +91,10 @@ def _data_payload(data):
         dtype = np.float32 if data.dtype == np.float32 else np.float64
         return ".npy", np.ascontiguousarray(data, dtype=dtype)
     if type(data).__name__ == "DataFrame":
+        names = [str(c) for c in data.columns]
+        twice = next((c for i, c in enumerate(names) if c in names[:i]), None)
+        if twice is not None:
+            raise _native.Error(f"data: the DataFrame has the column '{twice}' more than once")
         index = not (type(data.index).__name__ == "RangeIndex" and data.index.name is None)
         return ".csv", data.to_csv(index=index).encode()
     if isinstance(data, (list, tuple)) and all(isinstance(t, str) for t in data):
@@ -143,7 +147,7 @@ def _where_in_data(message, path, data):
         return message.replace(path, "the DataFrame")
     if isinstance(data, np.ndarray):
         message = re.sub(re.escape(path) + r": row (\d+)", r"the array's row \1", message)
-        return message.replace(path, "the array")
+        return message.replace(path, "the array").replace("a .npy array's columns", "its columns")
     return message
 
 
@@ -156,6 +160,20 @@ def _naming_the_data(data, path):
         if isinstance(data, (str, os.PathLike)):
             raise
         raise _native.Error(_where_in_data(str(e), path, data)) from None
+
+
+@contextlib.contextmanager
+def _naming_the_array(array):
+    """Errors raised inside name `array`, read where it is, where they would name the stand-in
+    path the library gave it."""
+    try:
+        yield
+    except _native.Error as e:
+        message = str(e)
+        stand_in = re.search(r"<numpy array \d+>\.npy", message)
+        if not stand_in:
+            raise
+        raise _native.Error(_where_in_data(message, stand_in.group(0), array)) from None
 
 
 def _config_parts(config, overrides, sections):
@@ -313,7 +331,8 @@ class Run:
         if data is None:
             return _native.evaluate(self.path, split, "", missing or "")
         if isinstance(data, np.ndarray):
-            return _native.evaluate_array(self.path, data, missing or "")
+            with _naming_the_array(data):
+                return _native.evaluate_array(self.path, data, missing or "")
         with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
             path = _data_file(data, scratch)
             with _naming_the_data(data, path):
@@ -326,7 +345,8 @@ class Run:
         or float64 array in C order is read where it is. `missing` ("ffill" or "interpolate")
         fills X's missing cells, as predict's --missing."""
         if isinstance(X, np.ndarray):  # read where it is, not copied
-            table = _native.predictions_of_array(self.path, X, last, missing or "")
+            with _naming_the_array(X):
+                table = _native.predictions_of_array(self.path, X, last, missing or "")
         else:
             with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
                 path = _data_file(X, scratch)

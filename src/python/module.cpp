@@ -162,7 +162,7 @@ class ArraySource {
     }
     if (array_.ndim() != 2)
       throw sf::Error("expected a 2-D array (rows, columns), got " + std::to_string(array_.ndim()) +
-                      " dimensions");
+                      (array_.ndim() == 1 ? " dimension" : " dimensions"));
     sf::io::MappedNpy m;
     m.dtype = py::dtype::of<float>().is(array_.dtype()) ? sf::DType::f32 : sf::DType::f64;
     m.shape = {array_.shape(0), array_.shape(1)};
