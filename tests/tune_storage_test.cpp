@@ -403,8 +403,9 @@ TEST(TuneStudy, EnqueuedTrialsRunFirstWithTheirParameters) {
   for (const auto& t : trials) EXPECT_EQ(t.state, TrialState::complete) << t.message;
 }
 
-// A damaged study file (a value or parameter that is not a number, a choice outside the space) is
-// one error naming the trial, never a 0 read in its place.
+// A damaged study file (a value or parameter that is not a number, a choice outside the space, a
+// log-scale parameter that is not positive, a direction missing or unknown) is one error naming
+// the trial or study, never a 0 or a default read in its place.
 TEST(TuneStorage, DamagedValuesAndParametersAreErrorsNamingTheTrial) {
   const fs::path dir = temp_dir("damaged");
   const std::string db = (dir / "study.db").string();
@@ -440,6 +441,17 @@ TEST(TuneStorage, DamagedValuesAndParametersAreErrorsNamingTheTrial) {
   e = error_after("UPDATE trial_params SET param_value = 7 WHERE param_name = 'optim.kind'");
   EXPECT_NE(e.find("parameter 'optim.kind' holds choice 7, which is not one of the search "
                    "space's 2 choices"),
+            std::string::npos)
+      << e;
+  e = error_after("UPDATE trial_params SET param_value = -5 WHERE param_name = 'optim.lr'");
+  EXPECT_NE(e.find("parameter 'optim.lr' holds -5, which its log-scale search space cannot hold"),
+            std::string::npos)
+      << e;
+  e = error_after("DELETE FROM study_directions");
+  EXPECT_NE(e.find("study 1 has no direction in the study database"), std::string::npos) << e;
+  e = error_after("UPDATE study_directions SET direction = 'SIDEWAYS'");
+  EXPECT_NE(e.find("study 1's direction is 'SIDEWAYS' in the study database, not MINIMIZE or "
+                   "MAXIMIZE"),
             std::string::npos)
       << e;
   // The undamaged file reads as it was written.

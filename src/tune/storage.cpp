@@ -538,8 +538,13 @@ class SqlStorage final : public Storage {
         "SELECT direction FROM study_directions WHERE study_id = ? ORDER BY objective", {str(id)});
     if (d.size() > 1)
       fail(where(), ": study ", id, " has ", d.size(), " objectives; seqforge studies have one");
-    std::string s = d.empty() || !d[0][0] ? "MINIMIZE" : *d[0][0];
+    if (d.empty() || !d[0][0])
+      fail(where(), ": study ", id, " has no direction in the study database (study_directions)");
+    std::string s = *d[0][0];
     for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (s != "minimize" && s != "maximize")
+      fail(where(), ": study ", id, "'s direction is '", *d[0][0],
+           "' in the study database, not MINIMIZE or MAXIMIZE");
     return s;
   }
 
@@ -700,6 +705,12 @@ class SqlStorage final : public Storage {
              if (!known)
                fail(where(), ": trial ", t.number, ": parameter '", *r[1], "' holds choice ", *r[2],
                     ", which is not one of the search space's ", p->choices.size(), " choices");
+           } else if (p && p->log && v <= 0) {  // the samplers take its logarithm
+             fail(where(), ": trial ", t.number, ": parameter '", *r[1], "' holds ", *r[2],
+                  ", which its log-scale search space cannot hold (it must be positive)");
+           } else if (p && p->kind == Param::Kind::integer && v != std::floor(v)) {
+             fail(where(), ": trial ", t.number, ": parameter '", *r[1], "' holds ", *r[2],
+                  ", not a whole number as its integer search space needs");
            }
            t.params[*r[1]] = v;
          });
