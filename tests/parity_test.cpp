@@ -369,7 +369,9 @@ void run_all(const char* backend_name, DType dt, double tolerance) {
       "  error: max |got - want| / max(|want|, 0.1 max|want|) against PyTorch float64;\n"
       "  torch-f32: PyTorch's own float32 forward/backward under the same metric, the worst over "
       "the first layer's input features in five orders\n");
-  std::printf("  adamw*: each step from PyTorch's gradients\n");
+  std::printf(
+      "  adamw*: each step from PyTorch's gradients; adamw and sgd: each value also against the "
+      "one its step started from\n");
 }
 
 TEST(PyTorchParity, CpuF32) { run_all("cpu", DType::f32, 1e-5); }

@@ -454,6 +454,24 @@ TEST(TuneStorage, DamagedValuesAndParametersAreErrorsNamingTheTrial) {
                    "MAXIMIZE"),
             std::string::npos)
       << e;
+  {  // an integer parameter stored with a fraction
+    const fs::path int_db = dir / "int.db";
+    {
+      Study study(Storage::open(int_db.string()), settings(), int_db.string());
+      std::ostringstream console;
+      OptimizeOptions o;
+      o.n_trials = 1;
+      study.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
+    }
+    sql(int_db, "UPDATE trial_params SET param_value = 3.5 WHERE param_name = 'model.hidden'");
+    e = error_of([&] {
+      auto st = Storage::open(int_db.string());
+      st->info("s");
+      st->trials();
+    });
+    EXPECT_NE(e.find("parameter 'model.hidden' holds 3.5, not a whole number"), std::string::npos)
+        << e;
+  }
   // The undamaged file reads as it was written.
   auto st = Storage::open(db);
   st->info("s");
