@@ -408,18 +408,19 @@ TEST(TuneStudy, EnqueuedTrialsRunFirstWithTheirParameters) {
 // the trial or study, never a 0 or a default read in its place.
 TEST(TuneStorage, DamagedValuesAndParametersAreErrorsNamingTheTrial) {
   const fs::path dir = temp_dir("damaged");
-  const std::string db = (dir / "study.db").string();
-  const TuneSettings s = settings_with_a_choice();
-  {
-    Study study(Storage::open(db), s, db);
+  const auto run_study = [](const std::string& path, const TuneSettings& s, int64_t trials) {
+    Study study(Storage::open(path), s, path);
     std::ostringstream console;
     OptimizeOptions o;
-    o.n_trials = 2;
+    o.n_trials = trials;
     study.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
-  }
+  };
+  const std::string db = (dir / "study.db").string();
+  run_study(db, settings_with_a_choice(), 2);
   const fs::path copy = dir / "damaged.db";
-  const auto error_after = [&](const std::string& statement) {
-    fs::copy_file(db, copy, fs::copy_options::overwrite_existing);
+  // The error reading a copy of `from` after `statement` ran on it.
+  const auto error_after = [&](const std::string& statement, const std::string& from = "") {
+    fs::copy_file(from.empty() ? db : from, copy, fs::copy_options::overwrite_existing);
     sql(copy, statement);
     return error_of([&] {
       auto st = Storage::open(copy.string());
@@ -454,24 +455,12 @@ TEST(TuneStorage, DamagedValuesAndParametersAreErrorsNamingTheTrial) {
                    "MAXIMIZE"),
             std::string::npos)
       << e;
-  {  // an integer parameter stored with a fraction
-    const fs::path int_db = dir / "int.db";
-    {
-      Study study(Storage::open(int_db.string()), settings(), int_db.string());
-      std::ostringstream console;
-      OptimizeOptions o;
-      o.n_trials = 1;
-      study.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
-    }
-    sql(int_db, "UPDATE trial_params SET param_value = 3.5 WHERE param_name = 'model.hidden'");
-    e = error_of([&] {
-      auto st = Storage::open(int_db.string());
-      st->info("s");
-      st->trials();
-    });
-    EXPECT_NE(e.find("parameter 'model.hidden' holds 3.5, not a whole number"), std::string::npos)
-        << e;
-  }
+  const std::string int_db = (dir / "int.db").string();  // model.hidden an integer
+  run_study(int_db, settings(), 1);
+  e = error_after("UPDATE trial_params SET param_value = 3.5 WHERE param_name = 'model.hidden'",
+                  int_db);
+  EXPECT_NE(e.find("parameter 'model.hidden' holds 3.5, not a whole number"), std::string::npos)
+      << e;
   // The undamaged file reads as it was written.
   auto st = Storage::open(db);
   st->info("s");
