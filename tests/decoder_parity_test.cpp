@@ -409,36 +409,51 @@ TEST(Decoder, CheckpointedActivationsGiveTheSameBits) {
       }
 }
 
-// bf16 GEMMs (bf16 operands, f32 accumulation, f32 parameters): the CPU backend gives the
-// reference backend's logits and gradients from the same bf16 operands; at HF's initialisation
-// scale they follow f32 GEMMs to bf16's rounding, and differ from them (the bf16 path ran);
-// with and without adapters, and a bf16 model decodes as its full pass does.
-TEST(Decoder, Bf16GemmsMatchTheReferenceAndFollowF32) {
+// bf16 GEMMs (bf16 operands, f32 accumulation, f32 parameters): the CPU backend follows the
+// reference backend's logits and gradients from the same bf16 operands far more closely than
+// bf16 follows f32; at HF's initialisation scale they follow f32 GEMMs to bf16's rounding, and
+// differ from them (the bf16 path ran); with and without adapters (and adapter dropout, whose W0
+// on the dropped-out part is in bf16 too), and a bf16 model decodes as its full pass does.
+//
+// Not to 1e-3: the backends' f32 values differ in their last bits (their sums run in other
+// orders), so now and then one of them lands on the other side of a bf16 rounding tie, and that
+// operand's step of 2^-8 moves everything computed from it; at this test's weight scale (0.3)
+// one such step reaches 1e-2 to 4e-2 of the logits in a tenth of random models. So each distance
+// (L2, relative) is judged against bf16's own from f32 on the same model: over 400 random models
+// one such step came to at most 0.31 of it, where a CPU that truncated to bf16 rather than
+// rounding came to 1.6 to 2.8 in every case here.
+TEST(Decoder, Bf16GemmsFollowTheReferenceAndF32) {
   SF_SKIP_WITHOUT_BF16();
+  // Logits and gradients of `o` on the CPU and reference backends in bf16 and on the reference
+  // in f32: the CPU's distance from the reference within half of bf16's from f32.
+  const auto expect_follows = [](const DecoderOptions& o, bool training, const std::string& what) {
+    auto cpu = make_cpu_backend(), ref = make_reference_backend();
+    auto low = make_small_decoder(*cpu, o), low_ref = make_small_decoder(*ref, o);
+    auto full_ref = make_small_decoder(*ref, o);
+    low->set_gemm_dtype(DType::bf16);
+    low_ref->set_gemm_dtype(DType::bf16);
+    const auto [logits, grads] = decoder_step(*cpu, *low, training);
+    const auto [ref_logits, ref_grads] = decoder_step(*ref, *low_ref, training);
+    const auto [f32_logits, f32_grads] = decoder_step(*ref, *full_ref, training);
+    const double logit_gap = relative_l2(ref_logits, f32_logits);
+    const double grad_gap = relative_l2(ref_grads, f32_grads);
+    EXPECT_GT(logit_gap, 1e-5) << what;
+    EXPECT_LE(relative_l2(logits, ref_logits), 0.5 * logit_gap) << what;
+    EXPECT_LE(relative_l2(grads, ref_grads), 0.5 * grad_gap) << what;
+    return logits;
+  };
   for (const bool gemma : {false, true})
     for (const AdapterKind kind : {AdapterKind::none, AdapterKind::lora, AdapterKind::dora}) {
       const std::string what =
           std::string(gemma ? "gemma3" : "llama") + ", adapter " + std::to_string(int(kind));
-      auto cpu = make_cpu_backend(), ref = make_reference_backend();
       DecoderOptions o = small_decoder(gemma, kind);
-      auto low = make_small_decoder(*cpu, o), low_ref = make_small_decoder(*ref, o);
-      low->set_gemm_dtype(DType::bf16);
-      low_ref->set_gemm_dtype(DType::bf16);
-      const auto [logits, grads] = decoder_step(*cpu, *low);
-      const auto [ref_logits, ref_grads] = decoder_step(*ref, *low_ref);
-      EXPECT_LE(max_rel_error(logits, ref_logits), 1e-3) << what;
-      EXPECT_LE(max_rel_error(grads, ref_grads), 1e-3) << what;
-      if (kind != AdapterKind::none) {  // adapter dropout: W0 on the dropped-out part in bf16
+      auto cpu = make_cpu_backend();
+      const std::vector<double> logits = expect_follows(o, false, what);
+      if (kind != AdapterKind::none) {
         DecoderOptions d = o;
         d.adapter.dropout = 0.3;
-        auto drop = make_small_decoder(*cpu, d), drop_ref = make_small_decoder(*ref, d);
-        drop->set_gemm_dtype(DType::bf16);
-        drop_ref->set_gemm_dtype(DType::bf16);
-        const auto [dl, dg] = decoder_step(*cpu, *drop, true);
-        const auto [rl, rg] = decoder_step(*ref, *drop_ref, true);
-        EXPECT_LE(max_rel_error(dl, rl), 1e-3) << what << " with dropout";
-        EXPECT_LE(max_rel_error(dg, rg), 1e-3) << what << " with dropout";
-        EXPECT_NE(dl, logits) << what << ": the masks changed nothing";
+        EXPECT_NE(expect_follows(d, true, what + " with dropout"), logits)
+            << what << ": the masks changed nothing";
       }
 
       o.initializer_range = 0.02;
@@ -584,7 +599,8 @@ TEST(Decoder, BadFoldersAreOneErrorNamingTheField) {
   // A model too large for memory is refused from its config.json, before any of it is built.
   set_field(src, "num_hidden_layers", 1000000000);
   EXPECT_NE(error().find("num_hidden_layers 1000000000) needs"), std::string::npos) << error();
-  EXPECT_NE(error().find("MB for its values alone even in bf16, more than the"), std::string::npos) << error();
+  EXPECT_NE(error().find("MB for its values alone even in bf16, more than the"), std::string::npos)
+      << error();
   set_field(src, "rope_scaling",
             {{"rope_type", "llama3"},
              {"factor", 8.0},
