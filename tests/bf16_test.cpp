@@ -9,6 +9,7 @@ namespace seqforge {
 namespace {
 
 using test::max_rel_error;
+using test::relative_l2;
 using test::to_doubles;
 
 struct StepResult {
@@ -45,17 +46,29 @@ ModelOptions options(bool bidirectional) {
   return opt;
 }
 
-TEST(Bf16, CpuMatchesReferenceInBf16) {
+// Same bf16 operands on both backends, f32 sums in other orders; so now and then a value one
+// backend rounds to bf16 lies on the other side of a tie in the other, and that operand's step of
+// 2^-8 moves what follows: over 60 random models each way the worst element's error reached 5e-4
+// in y and 2e-2 in dx, and 16 of the 120 runs went past 1e-4 in y or 1e-3 in a gradient. Each
+// distance (L2, relative) is judged against bf16's own from f32 on the reference: over 300 random
+// models the CPU's came to at most 0.24 of it, where a CPU that truncated to bf16 rather than
+// rounding came to 0.63 or more in every one.
+TEST(Bf16, CpuFollowsTheReferenceInBf16) {
   SF_SKIP_WITHOUT_BF16();
   auto cpu = make_cpu_backend();
   auto ref = make_reference_backend();
   for (bool bi : {false, true}) {
     const StepResult a = train_step(*cpu, options(bi), DType::bf16, 6, 9);
     const StepResult b = train_step(*ref, options(bi), DType::bf16, 6, 9);
-    // Same bf16 operands; only the f32 accumulation order differs.
-    EXPECT_LE(max_rel_error(a.y, b.y), 1e-4) << "bidirectional " << bi;
-    EXPECT_LE(max_rel_error(a.grads, b.grads), 1e-3) << "bidirectional " << bi;
-    EXPECT_LE(max_rel_error(a.dx, b.dx), 1e-3) << "bidirectional " << bi;
+    const StepResult f32 = train_step(*ref, options(bi), DType::f32, 6, 9);
+    const auto follows = [](const std::vector<double>& got, const std::vector<double>& want,
+                            const std::vector<double>& full) {
+      EXPECT_GT(relative_l2(want, full), 1e-5);  // the bf16 path ran
+      return relative_l2(got, want) / relative_l2(want, full);
+    };
+    EXPECT_LE(follows(a.y, b.y, f32.y), 0.5) << "bidirectional " << bi;
+    EXPECT_LE(follows(a.grads, b.grads, f32.grads), 0.5) << "bidirectional " << bi;
+    EXPECT_LE(follows(a.dx, b.dx, f32.dx), 0.5) << "bidirectional " << bi;
   }
 }
 

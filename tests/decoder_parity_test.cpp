@@ -27,6 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::HostTensor;
 using test::max_rel_error;
+using test::relative_l2;
 using test::to_doubles;
 
 std::string fixture_dir() {
@@ -334,17 +335,6 @@ TEST(DecoderDecode, ACacheLargerThanMemoryIsRefusedByName) {
       << error;
   EXPECT_NE(error.find("generate at most"), std::string::npos) << error;
   model->decode_start(*be, 8);  // a cache that fits still starts
-}
-
-// ||got - want|| / ||want||: where bf16's rounding of each operand (2^-9) spreads over the sums,
-// a tensor's error as a whole rather than its worst element's.
-double relative_l2(const std::vector<double>& got, const std::vector<double>& want) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(err / norm);
 }
 
 // Logits and every parameter's gradient of one step (a cross-entropy loss) of `m` on 2 x 9 ids.

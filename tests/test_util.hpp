@@ -89,6 +89,18 @@ inline double max_rel_error(const std::vector<double>& got, const std::vector<do
   return err;
 }
 
+// ||got - want|| / ||want||: where bf16's rounding of each operand (2^-9) spreads over the sums,
+// a tensor's error as a whole rather than its worst element's.
+inline double relative_l2(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(err / norm);
+}
+
 // max_rel_error of an optimizer step's result, each value also judged against the value the step
 // started from (`before`): the result is the sum of the old value and the update, so a parameter
 // the step moved to near zero keeps no more float32 digits than that sum gives.
