@@ -47,12 +47,12 @@ ModelOptions options(bool bidirectional) {
 }
 
 // Same bf16 operands on both backends, f32 sums in other orders; so now and then a value one
-// backend rounds to bf16 lies on the other side of a tie in the other, and that operand's step of
-// 2^-8 moves what follows: over 60 random models each way the worst element's error reached 5e-4
-// in y and 2e-2 in dx, and 16 of the 120 runs went past 1e-4 in y or 1e-3 in a gradient. Each
-// distance (L2, relative) is judged against bf16's own from f32 on the reference: over 300 random
-// models the CPU's came to at most 0.24 of it, where a CPU that truncated to bf16 rather than
-// rounding came to 0.63 or more in every one.
+// backend rounds to bf16 lies on the other side of a rounding midpoint in the other, and that
+// operand's step of 2^-8 moves what follows: over 60 random models each way the worst element's
+// error reached 5e-4 in y and 2e-2 in dx, and 16 of the 120 runs went past 1e-4 in y or 1e-3 in a
+// gradient. Each distance (L2, relative) is judged against bf16's own from f32 on the reference:
+// over 300 random models the CPU's came to at most 0.24 of it, where a CPU that truncated to bf16
+// rather than rounding came to 0.63 or more in every one.
 TEST(Bf16, CpuFollowsTheReferenceInBf16) {
   SF_SKIP_WITHOUT_BF16();
   auto cpu = make_cpu_backend();
