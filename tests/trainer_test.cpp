@@ -1081,11 +1081,18 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
                 .find("override 'train.threads=-1': train.threads must be in [0, 4096], got -1"),
             std::string::npos);
   EXPECT_NE(train_with(base, {"train.clip_grad_norm=-1"})
-                .find("override 'train.clip_grad_norm=-1': train.clip_grad_norm must be >= 0, "
+                .find("override 'train.clip_grad_norm=-1': train.clip_grad_norm must be a finite "
+                      "number >= 0, "
                       "got -1"),
             std::string::npos);
+  // An infinite rate would train to NaN, an infinite epsilon not at all.
+  EXPECT_EQ(train_with(base, {"optim.lr=inf"}), "optim.lr: must be a finite number >= 0, got inf");
+  EXPECT_EQ(train_with(base, {"optim.eps=inf"}),
+            "optim.eps: must be a finite number >= 0, got inf");
+  EXPECT_EQ(train_with(base, {"optim.kind=sgd", "optim.momentum=nan"}),
+            "optim.momentum: must be a finite number >= 0, got nan");
   EXPECT_NE(train_with(base, {"train.gamma=0"})
-                .find("override 'train.gamma=0': train.gamma must be > 0, got 0"),
+                .find("override 'train.gamma=0': train.gamma must be a finite number > 0, got 0"),
             std::string::npos);
   {  // more threads than CPUs: a warning, and the run goes on
     std::ostringstream many;

@@ -10,16 +10,22 @@ Optimizer::Optimizer(Backend& be, Parameters& params, const OptimizerOptions& op
     : be_(be), params_(params), opt_(options) {
   if (opt_.kind != "adam" && opt_.kind != "adamw" && opt_.kind != "sgd")
     fail("optim.kind: unknown optimizer '", opt_.kind, "' (expected adam, adamw or sgd)");
-  if (!(opt_.lr >= 0)) fail("optim.lr: must be >= 0, got ", opt_.lr);
-  if (!(opt_.weight_decay >= 0)) fail("optim.weight_decay: must be >= 0, got ", opt_.weight_decay);
+  // PyTorch takes an infinite rate or epsilon; here it is a mistyped config.
+  const auto finite_non_negative = [](const char* key, double v) {
+    if (!(v >= 0 && std::isfinite(v))) fail(key, ": must be a finite number >= 0, got ", v);
+  };
+  finite_non_negative("optim.lr", opt_.lr);
+  finite_non_negative("optim.weight_decay", opt_.weight_decay);
   if (opt_.kind == "sgd") {
-    if (!(opt_.momentum >= 0)) fail("optim.momentum: must be >= 0, got ", opt_.momentum);
+    finite_non_negative("optim.momentum", opt_.momentum);
+    if (!std::isfinite(opt_.dampening))
+      fail("optim.dampening: must be finite, got ", opt_.dampening);
     if (opt_.nesterov && (opt_.momentum <= 0 || opt_.dampening != 0))
       fail("optim.nesterov: needs momentum > 0 and dampening 0");
   } else {
     if (!(opt_.beta1 >= 0 && opt_.beta1 < 1)) fail("optim.beta1: outside [0, 1): ", opt_.beta1);
     if (!(opt_.beta2 >= 0 && opt_.beta2 < 1)) fail("optim.beta2: outside [0, 1): ", opt_.beta2);
-    if (!(opt_.eps >= 0)) fail("optim.eps: must be >= 0, got ", opt_.eps);
+    finite_non_negative("optim.eps", opt_.eps);
   }
   // Laid out as the gradients: nothing for a fixed parameter.
   m_ = params.grads().like(be);

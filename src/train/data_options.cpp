@@ -299,7 +299,8 @@ AugmentOptions augment_options(const Config& c) {
   };
   auto non_negative = [&](const std::string& key) {
     const double v = c.number(key);
-    if (!(v >= 0 && std::isfinite(v))) fail(c.source(), ": ", key, " must be >= 0, got ", v);
+    if (!(v >= 0 && std::isfinite(v)))
+      fail(c.source(), ": ", key, " must be a finite number >= 0, got ", v);
     return v;
   };
   o.jitter_p = probability("augment.jitter.p");

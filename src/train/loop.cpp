@@ -60,7 +60,8 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
   s.stateful = c.boolean("train.stateful");
   const auto at_least = [&](const char* key, double value, double lo, bool open) {
     if (!(open ? value > lo : value >= lo) || !std::isfinite(value))
-      fail(c.origin(key), ": ", key, " must be ", open ? "> " : ">= ", lo, ", got ", value);
+      fail(c.origin(key), ": ", key, " must be a finite number ", open ? "> " : ">= ", lo, ", got ",
+           value);
   };
   at_least("train.clip_grad_norm", s.clip, 0, false);  // 0: no clipping
   at_least("train.gamma", s.gamma, 0, true);
