@@ -644,6 +644,32 @@ TEST(Series, AValueBeyondFloat32IsNamedUnlessScaledIntoRange) {
   float window[4];
   d.copy_window(d.split.val.back(), window);
   for (float x : window) EXPECT_TRUE(std::isfinite(x));
+  // Past 2^512 a value's square overflows a double: the scalers stay finite (the value in the
+  // training rows), the checkpoint that keeps them reads back, and the windows are finite.
+  std::string far = "date,city,value\n";
+  for (int day = 0; day < 40; ++day)
+    far += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + ",a," +
+           (day == 2 ? "-1e300" : std::to_string(day)) + "\n";
+  const std::string far_path = write(dir / "far.csv", far);
+  for (const char* kind : {"zscore", "minmax"}) {
+    SCOPED_TRACE(kind);
+    const SeriesData e =
+        load_series(series_config(far_path, {std::string("data.normalize=") + kind}));
+    const Normalizer& norm = e.feature_norm;
+    ASSERT_EQ(norm.scale.size(), 1u);
+    const Normalizer back = Normalizer::from_json(norm.to_json(), "far");
+    EXPECT_EQ(back.scale[0], norm.scale[0]);
+    EXPECT_EQ(back.shift[0], norm.shift[0]);
+    if (std::string(kind) == "minmax") {
+      EXPECT_EQ(norm.shift[0], -1e300);
+      EXPECT_DOUBLE_EQ(norm.scale[0], 1e300);
+    } else {  // n training values, one -1e300: mean -1e300 / n, deviation 1e300 sqrt(n - 1) / n
+      EXPECT_LT(norm.shift[0], -1e298);
+      EXPECT_NEAR(norm.scale[0] / -norm.shift[0], std::sqrt(1e300 / -norm.shift[0] - 1), 1e-9);
+    }
+    e.copy_window(e.split.val.back(), window);
+    for (float x : window) EXPECT_TRUE(std::isfinite(x));
+  }
 }
 
 // data.calendar: each cycle as a sine and cosine after the file's features, from the date read

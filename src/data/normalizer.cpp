@@ -28,12 +28,20 @@ void Normalizer::fit_values(
   shift.assign(n_cols, 0.0);
   scale.assign(n_cols, 1.0);
   if (k == "none") return;
+  // Values of magnitude past 2^500 (where a square overflows) are summed divided by a power of
+  // two, which is exact and leaves every other column's figures as they were.
+  std::vector<double> unit(n_cols, 1.0);
+  each([&](size_t j, double x) {
+    if (std::fabs(x) > 0x1p500 && std::fabs(x) > unit[j])
+      unit[j] = std::ldexp(1.0, std::ilogb(x) + 1);
+  });
   // Mean and variance by Welford's updates: the sum of squares less the squared mean cancels to
   // noise on columns far from zero (timestamps, meter counters: 1e8 +- 1).
   std::vector<double> lo(n_cols, INFINITY), hi(n_cols, -INFINITY), mean(n_cols), m2(n_cols),
       count(n_cols);
   each([&](size_t j, double x) {
     if (std::isnan(x)) return;  // a target transformed over the horizon, at a series' start
+    x /= unit[j];
     lo[j] = std::min(lo[j], x);
     hi[j] = std::max(hi[j], x);
     count[j] += 1;
@@ -45,11 +53,15 @@ void Normalizer::fit_values(
     if (count[j] == 0) continue;
     if (k == "zscore") {
       const double var = std::max(0.0, m2[j] / count[j]);
-      shift[j] = mean[j];
-      scale[j] = hi[j] > lo[j] && var > 0 ? std::sqrt(var) : 1.0;  // a constant column stays
+      shift[j] = mean[j] * unit[j];
+      // a constant column stays
+      scale[j] = hi[j] > lo[j] && var > 0 ? std::sqrt(var) * unit[j] : 1.0;
     } else {
-      shift[j] = lo[j];
-      scale[j] = hi[j] > lo[j] ? hi[j] - lo[j] : 1.0;
+      shift[j] = lo[j] * unit[j];
+      scale[j] = hi[j] > lo[j] ? (hi[j] - lo[j]) * unit[j] : 1.0;
+      if (!std::isfinite(scale[j]))
+        fail("data.normalize: minmax: column ", j, " of the data spans ", lo[j] * unit[j], " to ",
+             hi[j] * unit[j], ", a range beyond what a double holds; scale it, or use zscore");
     }
   }
 }
