@@ -128,6 +128,12 @@ check("tune.trials_per_device auto: one trial at a time (the trials train on the
 p = run([cfg, "tune.trials_per_device=0"], ok=False)
 check(p.returncode != 0 and "tune.trials_per_device: expected auto or 1 to 64, got 0" in p.stderr,
       f"trials_per_device 0 is one line naming the key ({p.stderr.strip()})")
+# The overrides rewrite the tune: section, so an error names the config without a line of it.
+p = run([cfg, "tune.study_dir=x"], ok=False)
+check(p.returncode != 0 and p.stderr.strip().endswith(
+    "(as the tune.* overrides leave it): unknown key 'tune.study_dir' (known: name, direction, "
+    "metric, value, n_trials, timeout, heartbeat_interval, grace_period, trials_per_device, "
+    "sampler, pruner, space)"), f"an unknown tune.* key names no line ({p.stderr.strip()})")
 
 # 2. A killed worker: its trial is found dead, retried, and the study resumes.
 cfg = config("kill", epochs=6, batches=12, n_trials=5)

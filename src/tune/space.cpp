@@ -75,8 +75,9 @@ std::string real_text(double v) {
 
 struct Reader {
   std::string source;
+  bool lines = true;
   std::string at(const YAML::Node& n) const {
-    return source + ":" + std::to_string(n.Mark().line + 1);
+    return lines ? source + ":" + std::to_string(n.Mark().line + 1) : source;
   }
   double number(const YAML::Node& n, const std::string& key) const {
     double v = 0;
@@ -275,13 +276,13 @@ std::string TuneSettings::fingerprint() const {
 
 TuneSettings parse_tune_settings(const std::string& yaml, const std::string& source,
                                  const std::string& default_metric, Direction default_direction,
-                                 const std::string& file) {
+                                 const std::string& file, bool lines) {
   TuneSettings s;
   s.direction = default_direction;
   s.source = source;
   s.name = std::filesystem::path(file.empty() ? source : file).stem().string();
   s.metric = default_metric;
-  Reader r{source};
+  Reader r{source, lines};
   YAML::Node root;
   try {
     root = YAML::Load(yaml);

@@ -529,7 +529,7 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
       tune_overrides.empty() ? cmd.config : cmd.config + " (as the tune.* overrides leave it)",
       base.str("train.early_stopping.monitor"),
       base.str("train.early_stopping.mode") == "max" ? Direction::maximize : Direction::minimize,
-      cmd.config);
+      cmd.config, tune_overrides.empty());
   if (!cmd.name.empty()) settings.name = cmd.name;
   settings.min_delta = base.number("train.early_stopping.min_delta");
   // The trainer keeps the checkpoint of the epoch the trial's value comes from: for `best`, its

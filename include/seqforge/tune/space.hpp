@@ -72,12 +72,13 @@ struct TuneSettings {
 };
 
 // Reads the `tune:` section of a config file (YAML text from `source`); every key and value is
-// checked, errors name source:line and the key. `default_metric` is used when none is given; the
+// checked, errors name source:line (source alone without `lines`: YAML rewritten by overrides,
+// whose lines are not the file's) and the key. `default_metric` is used when none is given; the
 // study is named after `file` (default: source) unless tune.name says otherwise.
 TuneSettings parse_tune_settings(const std::string& yaml, const std::string& source,
                                  const std::string& default_metric,
                                  Direction default_direction = Direction::minimize,
-                                 const std::string& file = "");
+                                 const std::string& file = "", bool lines = true);
 
 // The space as JSON (stored with the study, so reports can name categorical choices) and back.
 std::string space_json(const std::vector<Param>& space);
