@@ -584,6 +584,29 @@ TEST(Series, AClassWithoutATrainingWindowIsNamed) {
             d.notes.end());
   for (const std::string& note : load_series(config("random")).notes)
     EXPECT_EQ(note.find("no training window"), std::string::npos) << note;
+  // Training windows of one class teach one answer: said, with or without other classes later.
+  for (const char* later : {"even", "late"}) {
+    std::string one = "date,x,kind\n";
+    for (int day = 0; day < 40; ++day)
+      one += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + "," +
+             std::to_string(day % 5) + "," + (day >= 36 ? later : "even") + "\n";
+    const std::string one_path = write(dir / (std::string(later) + ".csv"), one);
+    const SeriesData o = load_series(Config::parse(
+        "data: {path: " + one_path +
+            ", task: classify, date_column: date, features: [x], class_column: kind, lookback: "
+            "4, split: {train: 0.5, val: 0.25, mode: time}}\n",
+        "c.yaml"));
+    const std::string note =
+        std::string(
+            "every training window is of one class, 'even': the model learns to answer "
+            "it always, whatever its input") +
+        (std::string(later) == "late" ? "; 1 of 2 classes ('late') in no training window, only "
+                                        "in validation or test: the model cannot learn them "
+                                        "(data.split.mode: random deals windows of every class "
+                                        "to the training split)"
+                                      : "");
+    EXPECT_NE(std::find(o.notes.begin(), o.notes.end(), note), o.notes.end()) << later;
+  }
   // At eval --data, a class written in another case is named beside the model's.
   std::string upper = text;
   for (size_t at = upper.find(",odd"); at != std::string::npos; at = upper.find(",odd"))

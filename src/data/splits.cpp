@@ -16,12 +16,21 @@ std::string untrained_classes_note(const std::vector<std::string>& names,
   int64_t untrained = 0;
   for (size_t c = 0; c < count.size(); ++c)
     if (count[c] == 0 && untrained++ < 5) listed += (listed.empty() ? "'" : ", '") + names[c] + "'";
-  if (untrained == 0) return "";
-  return std::to_string(untrained) + " of " + std::to_string(names.size()) + " classes (" + listed +
-         (untrained > 5 ? ", ..." : "") + ") in no training " + item +
-         ", only in validation or test: the model cannot learn them (data.split.mode: random "
-         "deals " +
-         item + "s of every class to the training split)";
+  std::string note;
+  if (untrained > 0)
+    note = std::to_string(untrained) + " of " + std::to_string(names.size()) + " classes (" +
+           listed + (untrained > 5 ? ", ..." : "") + ") in no training " + item +
+           ", only in validation or test: the model cannot learn them (data.split.mode: random "
+           "deals " +
+           item + "s of every class to the training split)";
+  if (static_cast<int64_t>(names.size()) - untrained == 1) {  // accuracy 1 from one answer
+    const auto only = std::find_if(count.begin(), count.end(), [](int64_t n) { return n > 0; });
+    note = "every training " + std::string(item) + " is of one class, '" +
+           names[size_t(only - count.begin())] +
+           "': the model learns to answer it always, whatever its input" +
+           (note.empty() ? "" : "; " + note);
+  }
+  return note;
 }
 
 // A share times n that is a whole number in decimal (0.7 + 0.2 of 100) may come out just below

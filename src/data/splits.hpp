@@ -14,8 +14,9 @@ namespace seqforge {
 std::pair<int64_t, int64_t> boundaries(const SplitOptions& o, int64_t n);
 // Whole windows (or chunks) dealt at random, with the split's seed, by its shares.
 void random_split(const SplitOptions& o, std::vector<int64_t> all, Split* out);
-// A note naming the classes (of `names`) that no training item holds, given the class of each
-// training item (-1: none), `item` "window" or "example"; "" when every class has one.
+// A note naming the classes (of `names`) that no training item holds, or saying that the training
+// items hold one class only, given the class of each training item (-1: none), `item` "window"
+// or "example"; "" when every class has one.
 std::string untrained_classes_note(const std::vector<std::string>& names,
                                    const std::vector<int64_t>& train_classes, const char* item);
 
