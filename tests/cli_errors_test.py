@@ -67,8 +67,10 @@ def main():
          "tune: --n-trials must be positive, got -1"),
         (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"), "--timeout", "-1"],
          "tune: --timeout must be a positive number of seconds, got -1"),
-        (["train", config, "model.cell=rnn"], "model.cell: unknown cell 'rnn' (expected one of: "
-                                              "lstm, gru, lnlstm)"),
+        (["train", config, "model.cell=rnn"], "override 'model.cell=rnn': model.cell must be lstm, "
+                                              "gru or lnlstm, got 'rnn'"),
+        (["train", config, "optim.kind=adamax"], "override 'optim.kind=adamax': optim.kind must "
+                                                 "be adamw, adam or sgd, got 'adamax'"),
         (["train", config, "model.cell=lnlstm", "model.hidden=1"],
          "model.hidden must be at least 2 for model.cell lnlstm, got 1"),
         (["train", config, "model.cell=gru", "model.proj_size=4"], "model.proj_size is for "

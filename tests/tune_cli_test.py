@@ -128,6 +128,11 @@ check("tune.trials_per_device auto: one trial at a time (the trials train on the
 p = run([cfg, "tune.trials_per_device=0"], ok=False)
 check(p.returncode != 0 and "tune.trials_per_device: expected auto or 1 to 64, got 0" in p.stderr,
       f"trials_per_device 0 is one line naming the key ({p.stderr.strip()})")
+# A choice no trial could run with is refused before any trial starts.
+p = run([cfg, "tune.space={optim.kind: {type: categorical, choices: [adamw, adamax]}}"], ok=False)
+check(p.returncode != 0 and "tune.space.optim.kind.choices: 'adamax' is not a valid value: override "
+      "'optim.kind=adamax': optim.kind must be adamw, adam or sgd, got 'adamax'" in p.stderr,
+      f"an unknown optimizer among the choices is refused ({p.stderr.strip()})")
 # The overrides rewrite the tune: section, so an error names the config without a line of it.
 p = run([cfg, "tune.study_dir=x"], ok=False)
 check(p.returncode != 0 and p.stderr.strip().endswith(

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "io/file_util.hpp"
@@ -487,6 +488,33 @@ const IntegerRange& integer_range(const std::string& path) {
   fail("internal: integer key ", path, " has no range");
 }
 
+// String keys that take one of a few words: checked as the config is read, before the data.
+const std::vector<std::string>* string_choices(const std::string& path) {
+  static const std::map<std::string, std::vector<std::string>> kChoices = {
+      {"model.family", {"recurrent", "transformer", "decoder"}},
+      {"model.cell", {"lstm", "gru", "lnlstm"}},
+      {"model.output", {"last", "every_step"}},
+      {"adapter.kind", {"none", "lora", "dora"}},
+      {"optim.kind", {"adamw", "adam", "sgd"}},
+      {"train.loss", {"mse", "mae", "huber", "quantile"}},
+      {"train.matmul_precision", {"highest", "high"}},
+      {"train.device", {"auto", "cpu", "cuda"}},
+      {"train.schedule", {"constant", "step", "cosine", "plateau"}},
+      {"train.early_stopping.mode", {"auto", "min", "max"}},
+      {"train.save", {"best", "last", "every_n"}},
+  };
+  const auto it = kChoices.find(path);
+  return it == kChoices.end() ? nullptr : &it->second;
+}
+
+// "a, b or c"
+std::string one_of(const std::vector<std::string>& words) {
+  std::string s;
+  for (size_t i = 0; i < words.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i];
+  return s;
+}
+
 // Integer keys that also take `auto`, resolved once the run knows its device and model.
 bool integer_takes_auto(const std::string& path) { return path == "train.micro_batch_size"; }
 
@@ -653,6 +681,12 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
     }
     out << YAML::EndSeq;
     return out.c_str();
+  }
+  if (const auto* words = string_choices(key.path); words && !node.IsSequence() && !node.IsMap()) {
+    const std::string s = node.IsScalar() ? node.Scalar() : "";
+    if (std::find(words->begin(), words->end(), s) == words->end())
+      fail(where, ": ", key.path, " must be ", one_of(*words), ", got '", s, "'");
+    return s;
   }
   // An empty string or path may be written as nothing (`date_column:`).
   if (node.IsNull() && (key.type == T::string || key.type == T::path)) return "";

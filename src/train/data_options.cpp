@@ -277,8 +277,6 @@ DataOptions data_options(const Config& c) {
   o.series = series_options(c, o.task, o.split);
   if (o.task == TaskKind::forecast) o.series.quantiles = loss_quantiles(c);
   const std::string output = c.str("model.output");
-  if (output != "last" && output != "every_step")
-    fail(c.origin("model.output"), ": model.output must be last or every_step, got '", output, "'");
   if (output == "every_step" && o.task != TaskKind::forecast)
     fail(c.origin("model.output"), ": model.output every_step is for forecasters; data.task ",
          task_name(o.task), " has ",

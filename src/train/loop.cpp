@@ -36,14 +36,8 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
   if (s.mode != "min" && s.mode != "max")
     fail(c.origin("train.early_stopping.mode"),
          ": train.early_stopping.mode must be min or max, got '", s.mode, "'");
-  s.save = c.str("train.save");
-  if (s.save != "best" && s.save != "last" && s.save != "every_n")
-    fail(c.origin("train.save"), ": train.save must be best, last or every_n, got '", s.save, "'");
-  s.schedule = c.str("train.schedule");
-  if (s.schedule != "constant" && s.schedule != "step" && s.schedule != "cosine" &&
-      s.schedule != "plateau")
-    fail(c.origin("train.schedule"),
-         ": train.schedule must be constant, step, cosine or plateau, got '", s.schedule, "'");
+  s.save = c.str("train.save");          // a word Config checked
+  s.schedule = c.str("train.schedule");  // a word Config checked
   s.max_batches = c.integer("train.max_batches");
   s.warmup_steps = c.integer("train.warmup_steps");
   s.gamma = c.number("train.gamma");
