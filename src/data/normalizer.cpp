@@ -28,8 +28,8 @@ void Normalizer::fit_values(
   shift.assign(n_cols, 0.0);
   scale.assign(n_cols, 1.0);
   if (k == "none") return;
-  // Values of magnitude past 2^500 (where a square overflows) are summed divided by a power of
-  // two, which is exact and leaves every other column's figures as they were.
+  // A column with values past 2^500 in magnitude (their squares near a double's overflow) is
+  // summed divided by a power of two: exact, and every other column's figures stay as they were.
   std::vector<double> unit(n_cols, 1.0);
   each([&](size_t j, double x) {
     if (std::fabs(x) > 0x1p500 && std::fabs(x) > unit[j])
@@ -54,8 +54,7 @@ void Normalizer::fit_values(
     if (k == "zscore") {
       const double var = std::max(0.0, m2[j] / count[j]);
       shift[j] = mean[j] * unit[j];
-      // a constant column stays
-      scale[j] = hi[j] > lo[j] && var > 0 ? std::sqrt(var) * unit[j] : 1.0;
+      scale[j] = hi[j] > lo[j] && var > 0 ? std::sqrt(var) * unit[j] : 1.0;  // a constant: 1
     } else {
       shift[j] = lo[j] * unit[j];
       scale[j] = hi[j] > lo[j] ? (hi[j] - lo[j]) * unit[j] : 1.0;
