@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -123,6 +124,9 @@ TEST(LmDocuments, GenerateStreamsWholeCharactersThatJoinIntoTheSample) {
                       "model.init_from=" + model.string(), "model.from_config=true",
                       "train.epochs=20", "optim.lr=0.01", "train.run_dir=" + run.string()}),
         log);
+  // A sample may end at an early end-of-text token (how early depends on the trained weights'
+  // last bits), so each must come in more than one piece and the longest in many.
+  size_t most_pieces = 0;
   for (uint64_t seed : {1, 2, 3}) {
     std::vector<std::string> pieces;
     const std::string sample =
@@ -133,7 +137,8 @@ TEST(LmDocuments, GenerateStreamsWholeCharactersThatJoinIntoTheSample) {
     EXPECT_EQ(joined, sample);
     ASSERT_FALSE(pieces.empty());
     EXPECT_EQ(pieces.front(), "caf");
-    EXPECT_GT(pieces.size(), 5u) << "streamed as it is made";
+    if (sample.size() > 4) EXPECT_GT(pieces.size(), 1u) << "streamed as it is made: " << sample;
+    most_pieces = std::max(most_pieces, pieces.size());
     for (size_t i = 0; i + 1 < pieces.size(); ++i) {  // the last one flushes what is left
       EXPECT_FALSE(pieces[i].ends_with("\xef\xbf\xbd")) << pieces[i];
       const unsigned char end = static_cast<unsigned char>(pieces[i].back());
@@ -141,6 +146,7 @@ TEST(LmDocuments, GenerateStreamsWholeCharactersThatJoinIntoTheSample) {
     }
     EXPECT_EQ(generate(run.string(), "caf", 40, 0.7, 0, seed), sample);
   }
+  EXPECT_GT(most_pieces, 5u) << "streamed as it is made";
   fs::remove_all(f.dir);
 }
 
