@@ -183,6 +183,12 @@ TEST(Config, WordKeysTakeOneOfTheirWords) {
             "cfg.yaml:2: train.schedule must be constant, step, cosine or plateau, got 'Cosine'");
   EXPECT_EQ(error_of([] { Config::parse("model:\n  cell:\n", "cfg.yaml"); }),
             "cfg.yaml:2: model.cell must be lstm, gru or lnlstm, got ''");
+  EXPECT_EQ(error_of([] { Config::parse("train:\n  precision: fp8\n", "cfg.yaml"); }),
+            "cfg.yaml:2: train.precision must be auto, fp32, bf16 or fp16, got 'fp8'");
+  EXPECT_EQ(
+      error_of([] { Config::parse("", "c.yaml", {"optim.decay_params=matrix"}); }),
+      "override 'optim.decay_params=matrix': optim.decay_params must be auto, all or matrices, "
+      "got 'matrix'");
   EXPECT_NE(error_of([] {
               Config::parse("model: {family: [gpt]}\n", "c.yaml");
             }).find("model.family: expected a string, got a list"),
@@ -193,6 +199,8 @@ TEST(Config, WordKeysTakeOneOfTheirWords) {
            {"model.output", {"last", "every_step"}},
            {"adapter.kind", {"none", "lora", "dora"}},
            {"optim.kind", {"adamw", "adam", "sgd"}},
+           {"optim.decay_params", {"all", "matrices"}},
+           {"train.precision", {"auto", "fp32", "bf16", "fp16"}},
            {"train.loss", {"mse", "mae", "huber", "quantile"}},
            {"train.matmul_precision", {"highest", "high"}},
            {"train.device", {"auto", "cpu", "cuda"}},

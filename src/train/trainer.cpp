@@ -499,10 +499,7 @@ void Training::build_model() {
   oo_.kind = c_.str("optim.kind");
   oo_.lr = c_.number("optim.lr");
   oo_.weight_decay = c_.number("optim.weight_decay");
-  const std::string decay_params = c_.str("optim.decay_params");
-  if (decay_params != "all" && decay_params != "matrices")
-    fail("optim.decay_params: expected all, matrices or auto, got '", decay_params, "'");
-  oo_.decay_matrices_only = decay_params == "matrices";
+  oo_.decay_matrices_only = c_.str("optim.decay_params") == "matrices";
   oo_.beta1 = c_.number("optim.beta1");
   oo_.beta2 = c_.number("optim.beta2");
   oo_.eps = c_.number("optim.eps");
