@@ -29,6 +29,7 @@ def main():
     r = run("train", "train.run_dir=" + forecast, *quick, config, "--overwrite")
     if r.returncode != 0:
         fail("overrides before the config: exit %d\n%s" % (r.returncode, r.stderr))
+    weather = os.path.join(root, "data/seattle-weather-hourly-normals.csv")
     text = os.path.join(work, "text.txt")
     with open(text, "w") as f:
         f.write("to be or not to be, that is the question\n" * 40)
@@ -127,6 +128,15 @@ def main():
         (["train", config, "data.num_workers=-3"],
          "data.num_workers must be auto or a count in [0, 256], got '-3'"),
         (["train", config, "augment.jitter.p=3"], "augment.jitter.p must be in [0, 1], got 3"),
+        (["train", config, "train.precision=fp8"],
+         "override 'train.precision=fp8': train.precision must be auto, fp32, bf16 or fp16"),
+        # An output that cannot be written is refused before the work, not after it.
+        (["predict", forecast, "--input", weather, "--output", work],
+         "--output: %s is a folder; give a file to write" % work),
+        (["predict", forecast, "--input", weather, "--output", os.path.join(work, "no/p.csv")],
+         "there is no folder %s to write it in" % os.path.join(work, "no")),
+        (["bench", "W1", "--steps", "1", "--json", work], "bench: --json: %s is a folder" % work),
+        (["train", config, "--profile", work], "train: --profile: %s is a folder" % work),
     ]
     for args, words in cases:
         r = run(*args)

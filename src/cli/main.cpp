@@ -211,7 +211,10 @@ int main(int argc, char** argv) {
     return e.get_exit_code();
   }
   try {
-    if (bench->parsed()) return run_bench(bench_which, bench_options, bench_json);
+    if (bench->parsed()) {
+      sf::check_output_file(bench_json, "bench: --json");
+      return run_bench(bench_which, bench_options, bench_json);
+    }
     if (train->parsed()) {
       const bool profile = train->count("--profile") > 0;
       // --profile takes an optional FILE, never the config or an override that followed it.
@@ -221,9 +224,7 @@ int main(int argc, char** argv) {
           sf::fail("train: --profile took '", profile_path,
                    "' as its trace file; put --profile last, or give its file as "
                    "--profile=TRACE.json");
-        const std::filesystem::path parent = std::filesystem::path(profile_path).parent_path();
-        if (!parent.empty() && !std::filesystem::is_directory(parent))
-          sf::fail("train: --profile ", profile_path, ": no directory ", parent.string());
+        sf::check_output_file(profile_path, "train: --profile");
       }
       if (profile) sf::profiler::start();
       std::string train_config;

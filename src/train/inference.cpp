@@ -378,6 +378,7 @@ std::string predictions_csv(const Predictions& p) {
 
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
   check_output_outside_run(options.output, run, "--output");
+  check_output_file(options.output, "--output");
   const Predictions p = predictions(run, options.input, options.last_only, options.missing);
   const std::string csv = predictions_csv(p);
   if (options.output != "-") {

@@ -55,6 +55,14 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
   LoadedRun r = load_run_model(run);
   const AdapterOptions& ad = r.task.model.adapter;
   if (ad.kind == AdapterKind::none) fail(run, ": no adapters to merge (adapter.kind is none)");
+  const bool hf_folder =
+      r.task.model.family == ModelFamily::decoder && !output.ends_with(".safetensors");
+  if (!hf_folder) {
+    check_output_file(output, "--output");
+  } else if (std::error_code ec; fs::exists(output, ec) && !fs::is_directory(output, ec)) {
+    fail("--output: ", output,
+         " is a file; a decoder merges into a Hugging Face folder (or name a .safetensors file)");
+  }
   auto be = make_device_backend(r.config, r.task.model, true);
   auto adapted = load_model(*be, r, nullptr);
   ModelOptions plain_options = r.task.model;
@@ -97,7 +105,7 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
       Config::parse(r.config.resolved_yaml(), r.config.source(), {"adapter.kind=none"})
           .resolved_yaml();
   meta["seqforge.merged_from"] = run;
-  if (r.task.model.family == ModelFamily::decoder && !output.ends_with(".safetensors")) {
+  if (hf_folder) {
     // A Hugging Face folder: the base's config.json, the merged weights, the tokenizer's files.
     const fs::path dir(output), base(r.config.str("model.init_from"));
     fs::create_directories(dir);

@@ -11,6 +11,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/nn/checkpoint.hpp"
 #include "seqforge/train/data_options.hpp"
+#include "seqforge/train/trainer.hpp"
 #include "task_type.hpp"
 
 namespace seqforge {
@@ -213,6 +214,16 @@ void check_output_outside_run(const std::string& output, const std::string& run,
   if (own || (!fs::is_directory(run, ec) && target == fs::weakly_canonical(run, ec)))
     fail(option, ": ", output, " is the run's own ", name,
          "; writing it would destroy the run: give another path");
+}
+
+void check_output_file(const std::string& output, const std::string& option) {
+  if (output.empty() || output == "-") return;
+  std::error_code ec;
+  if (fs::is_directory(output, ec))
+    fail(option, ": ", output, " is a folder; give a file to write");
+  const fs::path folder = fs::path(output).parent_path();
+  if (!folder.empty() && !fs::is_directory(folder, ec))
+    fail(option, ": ", output, ": there is no folder ", folder.string(), " to write it in");
 }
 
 LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows,

@@ -104,6 +104,10 @@ std::string predictions_csv(const Predictions& p);
 // value beside it when the file has it. A throughput line goes to `log`. Returns the rows written.
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log);
 
+// Fails at once, naming `option`, where the file `output` cannot be written: a folder, or in a
+// folder that does not exist ("-" is standard output). A command checks before its work.
+void check_output_file(const std::string& output, const std::string& option);
+
 // Samples `length` characters (a token model: tokens) from a language model after `prompt`;
 // returns the prompt and the sample. `stream`, when given, receives that text as it is made, in
 // pieces whose concatenation is the returned text (a token model's held back until its decoding
