@@ -73,6 +73,28 @@ TEST(Config, IgnoredSettingsOnlyWhenGiven) {
                 "train.huber_delta is set but train.loss is mse: it is ignored",
                 "data.normalize_fallback is set but data.normalize_per is all (one scaler for "
                 "every series): it is ignored"}));
+  // Keys of the other kind of data: a window's length is data.lookback, a text's data.seq_len.
+  const Config text = Config::parse(
+      "data:\n  task: charlm\n  lookback: 64\n  normalize: minmax\n  seq_len: 64\n", "c.yaml");
+  EXPECT_EQ(ignored_settings(text),
+            (std::vector<std::string>{"data.lookback is for time series; data.task is charlm, "
+                                      "whose sequences are data.seq_len long: it is ignored",
+                                      "data.normalize is for time series; data.task is charlm: "
+                                      "it is ignored"}));
+  const Config series =
+      Config::parse("data:\n  seq_len: 256\n  mask_ratio: 0.3\n  label: direction\n", "c.yaml");
+  EXPECT_EQ(ignored_settings(series),
+            (std::vector<std::string>{
+                "data.seq_len is for text (charlm, lm, text_classify); data.task is forecast, "
+                "whose windows are data.lookback long: it is ignored",
+                "data.label is for data.task classify; data.task is forecast: it is ignored",
+                "data.mask_ratio is for data.task mae (the masked autoencoder); data.task is "
+                "forecast: it is ignored"}));
+  EXPECT_TRUE(
+      ignored_settings(Config::parse("data:\n  task: text_classify\n  text_columns: [a, b]\n  "
+                                     "separator: ' | '\n  class_column: c\n  seq_len: 64\n",
+                                     "c.yaml"))
+          .empty());
 }
 
 TEST(Config, UnknownKeysSuggestTheClosest) {

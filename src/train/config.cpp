@@ -940,7 +940,9 @@ bool Config::differs_from_default(const std::string& key) const {
   const auto it = values_.find(key);
   if (it == values_.end()) return false;
   const ConfigKey& k = key_of(key);
-  YAML::Node fallback = YAML::Load(k.default_value);
+  // A string's default is its text (data.separator's "\n" would read as YAML's null).
+  YAML::Node fallback =
+      k.type == T::string ? YAML::Node(std::string(k.default_value)) : YAML::Load(k.default_value);
   if (fallback.IsNull()) fallback = YAML::Node(std::string());
   return it->second != canonical(k, fallback, "the default of " + key);
 }

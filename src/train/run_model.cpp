@@ -308,6 +308,41 @@ std::vector<std::string> ignored_settings(const Config& c) {
                           "adapter.base_precision"})
     if (!adapters && c.differs_from_default(key))
       out.push_back(std::string(key) + " is set but adapter.kind is none: no adapter is trained");
+  // A text task reads none of the time series' keys, and a time-series task no text key.
+  const bool text = task == "charlm" || task == "lm" || task == "text_classify";
+  if (text) {
+    for (const char* key :
+         {"data.lookback",    "data.horizon",       "data.stride",         "data.features",
+          "data.targets",     "data.date_column",   "data.date_order",     "data.series_column",
+          "data.transform",   "data.calendar",      "data.known_future",   "data.static",
+          "data.categorical", "data.missing",       "data.missing_values", "data.frequency",
+          "data.holidays",    "data.normalize",     "data.normalize_per",  "data.label_fraction",
+          "data.split.by",    "data.split.context", "model.output"})
+      if (c.differs_from_default(key))
+        out.push_back(
+            std::string(key) + " is for time series; data.task is " + task +
+            (std::string(key) == "data.lookback" ? ", whose sequences are data.seq_len long" : "") +
+            ": it is ignored");
+  } else if (c.differs_from_default("data.seq_len")) {
+    out.push_back("data.seq_len is for text (charlm, lm, text_classify); data.task is " + task +
+                  ", whose windows are data.lookback long: it is ignored");
+  }
+  if (task != "lm" && task != "text_classify" && c.differs_from_default("data.text_columns"))
+    out.push_back("data.text_columns is for lm and text_classify; data.task is " + task +
+                  ": it is ignored");
+  if (task != "text_classify" && c.differs_from_default("data.separator"))
+    out.push_back("data.separator joins text_classify's pairs; data.task is " + task +
+                  ": it is ignored");
+  if (task != "classify")
+    for (const char* key : {"data.label", "data.label_column"})
+      if (c.differs_from_default(key))
+        out.push_back(std::string(key) + " is for data.task classify; data.task is " + task +
+                      ": it is ignored");
+  if ((task == "charlm" || task == "lm") && c.differs_from_default("data.class_column"))
+    out.push_back("data.class_column is for classifiers; data.task is " + task + ": it is ignored");
+  if (task != "mae" && c.differs_from_default("data.mask_ratio"))
+    out.push_back("data.mask_ratio is for data.task mae (the masked autoencoder); data.task is " +
+                  task + ": it is ignored");
   if (c.str("data.task") != "forecast" && c.differs_from_default("data.season"))
     out.push_back("data.season is for forecasters' seasonal-naive baseline; data.task is " +
                   c.str("data.task") + ": it is ignored");
