@@ -90,6 +90,25 @@ TEST(Config, IgnoredSettingsOnlyWhenGiven) {
                 "data.label is for data.task classify; data.task is forecast: it is ignored",
                 "data.mask_ratio is for data.task mae (the masked autoencoder); data.task is "
                 "forecast: it is ignored"}));
+  // Settings of a schedule, optimizer or augmentation the run does not use, and a mode that
+  // keeps the worst epoch.
+  const Config unused = Config::parse(
+      "optim: {kind: sgd, beta2: 0.9}\ntrain: {schedule: cosine, gamma: 0.5, early_stopping: "
+      "{mode: max}}\naugment: {time_warp: {knots: 8}}\n",
+      "c.yaml");
+  EXPECT_EQ(ignored_settings(unused),
+            (std::vector<std::string>{
+                "train.gamma is for train.schedule step and plateau; train.schedule is cosine: "
+                "it is ignored",
+                "optim.beta2 is for optim.kind adam and adamw; optim.kind is sgd: it is ignored",
+                "augment.time_warp.knots is set but augment.time_warp.p is 0: time_warp never "
+                "applies",
+                "train.early_stopping.mode is max but val_loss is better lower: the run keeps and "
+                "waits for its worst epochs (mode auto picks min)"}));
+  EXPECT_TRUE(ignored_settings(Config::parse("data: {task: classify}\ntrain: {early_stopping: "
+                                             "{monitor: val_accuracy, mode: max}}\n",
+                                             "c.yaml"))
+                  .empty());
   EXPECT_TRUE(
       ignored_settings(Config::parse("data:\n  task: text_classify\n  text_columns: [a, b]\n  "
                                      "separator: ' | '\n  class_column: c\n  seq_len: 64\n",

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <tuple>
 
 #include "run.hpp"
 #include "seqforge/backend/onednn_info.hpp"
@@ -343,6 +344,54 @@ std::vector<std::string> ignored_settings(const Config& c) {
   if (task != "mae" && c.differs_from_default("data.mask_ratio"))
     out.push_back("data.mask_ratio is for data.task mae (the masked autoencoder); data.task is " +
                   task + ": it is ignored");
+  // Settings of a schedule, optimizer, saving or augmentation the run does not use.
+  const std::string schedule = c.str("train.schedule");
+  for (const auto& [key, used, what] : std::vector<std::tuple<std::string, bool, std::string>>{
+           {"train.gamma", schedule == "step" || schedule == "plateau",
+            "train.schedule step and plateau"},
+           {"train.step_epochs", schedule == "step", "train.schedule step"},
+           {"train.plateau_patience", schedule == "plateau", "train.schedule plateau"}})
+    if (!used && c.differs_from_default(key))
+      out.push_back(key + " is for " + what + "; train.schedule is " + schedule +
+                    ": it is ignored");
+  if (c.str("train.save") != "every_n" && c.differs_from_default("train.save_every"))
+    out.push_back("train.save_every is for train.save every_n; train.save is " +
+                  c.str("train.save") + ": it is ignored");
+  const std::string optimizer = c.str("optim.kind");
+  for (const char* key : {"optim.momentum", "optim.nesterov"})
+    if (optimizer != "sgd" && c.differs_from_default(key))
+      out.push_back(std::string(key) + " is for optim.kind sgd; optim.kind is " + optimizer +
+                    ": it is ignored");
+  for (const char* key : {"optim.beta1", "optim.beta2", "optim.eps"})
+    if (optimizer == "sgd" && c.differs_from_default(key))
+      out.push_back(std::string(key) +
+                    " is for optim.kind adam and adamw; optim.kind is sgd: " + "it is ignored");
+  if (c.list("train.freeze_modules").empty() && c.differs_from_default("train.freeze_epochs"))
+    out.push_back(
+        "train.freeze_epochs is set but train.freeze_modules is empty: nothing is frozen");
+  if (c.str("model.init_from").empty() && c.differs_from_default("model.init_from_modules"))
+    out.push_back("model.init_from_modules is set but model.init_from is empty: nothing is loaded");
+  for (const auto& [name, settings] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"jitter", {"sigma"}},
+           {"scaling", {"sigma"}},
+           {"magnitude_warp", {"sigma", "knots"}},
+           {"time_warp", {"sigma", "knots"}},
+           {"window_slice", {"ratio"}}})
+    for (const std::string& setting : settings)
+      if (c.number("augment." + name + ".p") == 0 &&
+          c.differs_from_default("augment." + name + "." + setting))
+        out.push_back("augment." + name + "." + setting + " is set but augment." + name +
+                      ".p is 0: " + name + " never applies");
+  // Early stopping, the plateau schedule and `save: best` read the mode: a loss watched with
+  // `max` keeps the worst epoch.
+  const std::string monitor = c.str("train.early_stopping.monitor"),
+                    mode = c.str("train.early_stopping.mode");
+  const bool higher_better = monitor.ends_with("accuracy") || monitor.ends_with("f1");
+  if ((mode == "max" && !higher_better) || (mode == "min" && higher_better))
+    out.push_back("train.early_stopping.mode is " + mode + " but " + monitor + " is better " +
+                  (higher_better ? "higher" : "lower") +
+                  ": the run keeps and waits for its worst epochs (mode auto picks " +
+                  (higher_better ? "max" : "min") + ")");
   if (c.str("data.task") != "forecast" && c.differs_from_default("data.season"))
     out.push_back("data.season is for forecasters' seasonal-naive baseline; data.task is " +
                   c.str("data.task") + ": it is ignored");
