@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -89,6 +90,31 @@ TEST(Autotune, CacheKeysNameTheSourcesAndStoresMergeAndKeepFourTrees) {
   EXPECT_EQ(read_json(path).value(prefix + "gemm_f32|mine", ""), "seqforge");
   unsetenv("SEQFORGE_AUTOTUNE");
   std::filesystem::remove_all(dir);
+}
+
+// Timing looks at this process's threads; one that ends between the listing and the read is
+// skipped (the read's error once escaped from the timing and ended the run).
+TEST(Autotune, TimingSurvivesThreadsEndingWhileItLooks) {
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    while (!stop) {
+      std::vector<std::thread> brief;
+      for (int i = 0; i < 16; ++i) brief.emplace_back([] {});
+      for (std::thread& t : brief) t.join();
+    }
+  });
+  int looks = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < end) {
+    EXPECT_NO_THROW({
+      const autotune::Timing timing;
+      EXPECT_GE(timing.other_work(), 0);
+    });
+    ++looks;
+  }
+  stop = true;
+  churn.join();
+  EXPECT_GT(looks, 10);
 }
 
 TEST(Autotune, ChoicesTimedOnSharedCpusServeThisRunOnly) {

@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -92,9 +91,16 @@ int other_work_at_a_glance() {
   const auto own_running = [] {
     int n = 0;
     std::error_code ec;
-    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
-      std::ifstream in(task.path() / "stat");
-      const std::string stat{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    for (std::filesystem::directory_iterator task("/proc/self/task", ec), end; !ec && task != end;
+         task.increment(ec)) {
+      // A thread that ends after the listing fails the read (ESRCH): with stdio that is a short
+      // read, where a stream's buffer iterator threw it out of the run.
+      std::string stat;
+      if (FILE* f = std::fopen((task->path() / "stat").c_str(), "r")) {
+        char buf[1024];
+        stat.assign(buf, std::fread(buf, 1, sizeof buf, f));
+        std::fclose(f);
+      }
       const size_t name_end = stat.rfind(')');  // the thread's name may hold anything
       if (name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'R')
         ++n;
