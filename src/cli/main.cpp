@@ -333,6 +333,12 @@ int main(int argc, char** argv) {
   } catch (const sf::Interrupted& e) {
     if (*e.what()) std::fprintf(stderr, "seqforge: %s\n", sf::printable(e.what()).c_str());
     return e.exit_code();
+  } catch (const std::filesystem::filesystem_error& e) {  // a path the system refused
+    std::string what = e.path1().string() + ": " + e.code().message();
+    if (!e.path2().empty()) what += " (and " + e.path2().string() + ")";
+    std::fprintf(stderr, "seqforge: error: %s\n", sf::printable(what).c_str());
+    std::fflush(stderr);
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "seqforge: error: %s\n", sf::printable(e.what()).c_str());
     std::fflush(stderr);
