@@ -137,6 +137,8 @@ def main():
          "there is no folder %s to write it in" % os.path.join(work, "no")),
         (["bench", "W1", "--steps", "1", "--json", work], "bench: --json: %s is a folder" % work),
         (["train", config, "--profile", work], "train: --profile: %s is a folder" % work),
+        (["tokenizer", "train", text, "--vocab-size", "300", "-o", work],
+         "tokenizer train: -o: %s is a folder" % work),
         # A path the system refuses is named with the system's reason, not a library's words.
         (["eval", os.path.join(work, "a" * 300, "run")], "a" * 300 + "/run: File name too long"),
     ]

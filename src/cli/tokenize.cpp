@@ -12,6 +12,7 @@
 #include "observe.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/text/tokenizer.hpp"
+#include "seqforge/train/trainer.hpp"
 
 namespace seqforge::cli {
 
@@ -144,6 +145,7 @@ CLI::App* add_tokenizer(CLI::App& app) {
 
 int run_tokenizer() {
   const TrainOptions& o = train_options;
+  check_output_file(o.output, "tokenizer train: -o");
   const std::string text = io::read_file(o.text);
   std::string json;
   try {
