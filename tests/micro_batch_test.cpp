@@ -92,6 +92,7 @@ TEST(MicroBatches, TakeTheWholeBatchStepForEveryTask) {
     EXPECT_LT(test::max_checkpoint_difference(whole, micro), 1e-4) << c.name;
     // Validation runs in micro-batches too, and scores the same (mae: the same masked steps).
     EXPECT_NEAR(last_val_loss(micro), last_val_loss(whole), 1e-5 * last_val_loss(whole)) << c.name;
+    if (test::sanitized) continue;  // that the comparison can fail is the release build's check
     const fs::path small = run("small", {"train.batch_size=6"});
     EXPECT_GT(test::max_checkpoint_difference(whole, small), 1e-3) << c.name;
   }
