@@ -11,7 +11,7 @@
 #include "seqforge/backend/backend.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::attention_gpu_test {
 namespace {
 
 using namespace test::attention;
@@ -68,4 +68,4 @@ TEST(Attention, GpuAttentionChoiceIsChecked) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::attention_gpu_test

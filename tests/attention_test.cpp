@@ -24,7 +24,7 @@
 #include "seqforge/core/rng.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::attention_test {
 namespace {
 
 using namespace test::attention;
@@ -585,4 +585,4 @@ TEST(Attention, DropoutOutsideZeroToOneIsAnError) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::attention_test

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-namespace seqforge {
+namespace seqforge::autotune_test {
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
@@ -159,4 +159,4 @@ TEST(Autotune, ChoicesTimedOnSharedCpusServeThisRunOnly) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::autotune_test

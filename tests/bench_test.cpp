@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-namespace seqforge {
+namespace seqforge::bench_test {
 namespace {
 
 // W9's kind (a Llama-style decoder with DoRA on every Linear), shrunk: its adapters' GEMMs read
@@ -36,4 +36,4 @@ TEST(Bench, GemmFloorReplaysOnBuffersThatOutliveTheStep) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::bench_test

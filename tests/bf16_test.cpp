@@ -5,7 +5,7 @@
 #include "seqforge/nn/sequence_model.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::bf16_test {
 namespace {
 
 using test::max_rel_error;
@@ -176,4 +176,4 @@ TEST(Bf16, FrozenBaseHeldInBf16GivesTheSameStep) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::bf16_test

@@ -14,19 +14,13 @@
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/sequence_model.hpp"
 #include "seqforge/nn/transformer.hpp"
+#include "test_util.hpp"
 #include "train/checkpoint_writer.hpp"
 
-namespace seqforge {
+namespace seqforge::checkpoint_test {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("seqforge_checkpoint_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 std::vector<float> floats_of(const io::SafetensorsFile& f, const std::string& name) {
   const io::SafetensorsEntry* e = f.find(name);
@@ -41,7 +35,7 @@ std::vector<float> floats_of(const io::SafetensorsFile& f, const std::string& na
 // it holds the changing tensors' values at their submit, on a host-addressable backend (read in
 // place) and on one the host cannot read (downloaded once).
 TEST(CheckpointWriter, ConstantAndChangingTensorsAreWrittenAsSubmitted) {
-  const fs::path dir = temp_dir("writer");
+  const fs::path dir = test::temp_dir("writer");
   for (const char* name : {"cpu", "sealed"}) {
     auto be = make_backend(name);
     Buffer base_buf, adapter_buf;
@@ -93,7 +87,7 @@ TEST(Checkpoint, RoundTrip) {
   SequenceModel a(small_model()), b(small_model());
   a.initialize(*be, 1);
   b.initialize(*be, 2);
-  const std::string path = (temp_dir("roundtrip") / "model.safetensors").string();
+  const std::string path = (test::temp_dir("roundtrip") / "model.safetensors").string();
   save_parameters(path, *be, a.parameters(), {{"note", "x"}});
   EXPECT_NE(values_of(a.parameters()), values_of(b.parameters()));
   load_parameters(path, b.parameters(), *be);
@@ -105,7 +99,7 @@ TEST(Checkpoint, NamesTheMissingOrMisshapedTensor) {
   auto be = make_cpu_backend();
   SequenceModel model(small_model());
   model.initialize(*be, 1);
-  const fs::path dir = temp_dir("errors");
+  const fs::path dir = test::temp_dir("errors");
   std::vector<float> w(24 * 3);
   auto expect_error = [&](const std::vector<io::SafetensorsTensor>& tensors, bool allow_extra,
                           const std::string& phrase) {
@@ -159,7 +153,7 @@ TEST_P(PyTorchLoads, ItAndReproducesTheOutput) {
                                  {"proj", proj}};
   // A directory per case: ctest runs them in parallel processes.
   const fs::path dir =
-      temp_dir("torch_" + std::string(cell_type(cell).name) + "_p" + std::to_string(proj));
+      test::temp_dir("torch_" + std::string(cell_type(cell).name) + "_p" + std::to_string(proj));
   const std::string ckpt = (dir / "model.safetensors").string(),
                     io = (dir / "io.safetensors").string();
   save_parameters(ckpt, *be, model.parameters(), {{"config", config.dump()}});
@@ -196,7 +190,7 @@ TEST(TransformerCheckpoint, PyTorchLoadsItAndSeqforgeLoadsItBack) {
         {"family", "transformer"}, {"v", 11},       {"c", 12}, {"l", 2}, {"h", 3}, {"bs", 9},
         {"causal", o.causal},      {"bias", o.bias}};
     if (classifier) config.update({{"k", 3}, {"seg", 2}});
-    const fs::path dir = temp_dir("torch_transformer");
+    const fs::path dir = test::temp_dir("torch_transformer");
     const std::string ckpt = (dir / "model.safetensors").string(),
                       io = (dir / "io.safetensors").string();
     save_parameters(ckpt, *be, model.parameters(), {{"config", config.dump()}});
@@ -228,4 +222,4 @@ INSTANTIATE_TEST_SUITE_P(Cells, PyTorchLoads,
                          });
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::checkpoint_test

@@ -13,7 +13,7 @@
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::config_test {
 namespace {
 
 using test::error_of;
@@ -285,9 +285,9 @@ TEST(Config, ReferenceDocMatchesTheKeyTable) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::config_test
 
-namespace seqforge {
+namespace seqforge::config_test {
 namespace {
 
 TEST(Config, AutoDefaultsFollowTheKeysTheyDependOn) {
@@ -416,4 +416,4 @@ TEST(Config, AbsolutePathsKeepThePathAsWritten) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::config_test

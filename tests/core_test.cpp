@@ -17,7 +17,7 @@
 #include "seqforge/core/threads.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::core_test {
 namespace {
 
 // float -> (bf16 bits, f16 bits), from torch.tensor(v).to(torch.bfloat16 / torch.float16).
@@ -266,4 +266,4 @@ TEST(Memory, CgroupLimitsBoundTheAvailableMemory) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::core_test

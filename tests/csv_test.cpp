@@ -14,7 +14,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/dates.hpp"
 
-namespace seqforge::io {
+namespace seqforge::io::csv_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -772,4 +772,4 @@ TEST(ParseDatetime, RejectsEverythingElse) {
 }
 
 }  // namespace
-}  // namespace seqforge::io
+}  // namespace seqforge::io::csv_test

@@ -21,7 +21,7 @@
 #include "seqforge/nn/decoder.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::decoder_parity_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -719,4 +719,4 @@ TEST(Decoder, Gemma3SoftCappingIsReadAndChecked) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::decoder_parity_test

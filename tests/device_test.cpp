@@ -20,7 +20,7 @@
 #include "test_util.hpp"
 #include "train/run.hpp"
 
-namespace seqforge {
+namespace seqforge::device_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -596,4 +596,4 @@ TEST(Device, TheGpuRefusesABatchItCannotHold) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::device_test

@@ -10,7 +10,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/train/trainer.hpp"
 
-namespace seqforge {
+namespace seqforge::diagnose_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -101,4 +101,4 @@ TEST(Diagnose, DataErrorsComeOutAsTheyDoForTrain) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::diagnose_test

@@ -10,7 +10,7 @@
 #include "seqforge/dist/gradient_sync.hpp"
 #include "seqforge/nn/sequence_model.hpp"
 
-namespace seqforge {
+namespace seqforge::dist_test {
 namespace {
 
 // Two ranks with identical gradients: a sum doubles every element, applied at wait().
@@ -127,4 +127,4 @@ TEST(Communicator, OneProcessNeedsNoMpi) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::dist_test

@@ -19,7 +19,7 @@
 #include "test_util.hpp"
 #include "train/run.hpp"
 
-namespace seqforge {
+namespace seqforge::gemm_providers_test {
 namespace {
 
 using test::error_of;
@@ -408,4 +408,4 @@ TEST(Ops, BlisStaysOutOfParallelRegions) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::gemm_providers_test

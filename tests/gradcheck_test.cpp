@@ -17,7 +17,7 @@
 #include "seqforge/nn/transformer.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::gradcheck_test {
 namespace {
 
 using test::HostTensor;
@@ -332,9 +332,9 @@ TEST(GradCheck, CrossEntropyRejectsBadTarget) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::gradcheck_test
 
-namespace seqforge {
+namespace seqforge::gradcheck_test {
 namespace {
 
 // L = sum(logits * r) of a training pass of a 7-token language model on two rows of five tokens
@@ -400,9 +400,9 @@ TEST(GradCheck, Transformer) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::gradcheck_test
 
-namespace seqforge {
+namespace seqforge::gradcheck_test {
 namespace {
 
 // Adapters with adapter dropout on a frozen transformer, with and without activation
@@ -458,9 +458,9 @@ TEST(GradCheck, TransformerAdapters) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::gradcheck_test
 
-namespace seqforge {
+namespace seqforge::gradcheck_test {
 namespace {
 
 // The transformer as a sequence classifier (an encoder and a decoder, with dropout and with and
@@ -514,9 +514,9 @@ TEST(GradCheck, TransformerClassifier) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::gradcheck_test
 
-namespace seqforge {
+namespace seqforge::gradcheck_test {
 namespace {
 
 // Adapters on a frozen recurrent layer (LoRA and DoRA, on weight_ih and weight_hh of every layer
@@ -744,4 +744,4 @@ TEST(GradCheck, TransformerWithoutBiases) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::gradcheck_test

@@ -18,18 +18,11 @@
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::hostile_runs_test {
 namespace {
 
 namespace fs = std::filesystem;
 using test::error_of;
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("seqforge_hostile_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 std::string write_series(const fs::path& dir, int rows) {
   const fs::path path = dir / "series.csv";
@@ -125,7 +118,7 @@ std::string resume_error(const fs::path& run, const Edit& edit,
 #define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 TEST(HostileRuns, ARunDirectoryHeldByAnotherProcessIsRefusedAndLeftAlone) {
-  const fs::path dir = temp_dir("lock");
+  const fs::path dir = test::temp_dir("lock");
   const std::string data = write_series(dir, 200);
   const fs::path run = dir / "run";
   std::ostringstream log;
@@ -173,7 +166,7 @@ TEST(HostileRuns, ARunDirectoryHeldByAnotherProcessIsRefusedAndLeftAlone) {
 }
 
 TEST(HostileRuns, ResumeRefusesADamagedTrainingState) {
-  const fs::path dir = temp_dir("state");
+  const fs::path dir = test::temp_dir("state");
   const std::string data = write_series(dir, 200);
   const fs::path run = dir / "run";
   std::ostringstream log;
@@ -266,7 +259,7 @@ TEST(HostileRuns, ResumeRefusesADamagedTrainingState) {
 
 // An order entry far outside the data crashed every task's loader; each is refused now.
 TEST(HostileRuns, ResumeRefusesAnOrderOutsideTheDataInEveryTask) {
-  const fs::path dir = temp_dir("order_tasks");
+  const fs::path dir = test::temp_dir("order_tasks");
   const fs::path text = dir / "text.txt";
   {
     std::ofstream f(text);
@@ -306,7 +299,7 @@ TEST(HostileRuns, ResumeRefusesAnOrderOutsideTheDataInEveryTask) {
 }
 
 TEST(HostileRuns, NonFiniteWeightsAreRefusedOnLoad) {
-  const fs::path dir = temp_dir("nan_weights");
+  const fs::path dir = test::temp_dir("nan_weights");
   const std::string data = write_series(dir, 200);
   const fs::path run = dir / "run";
   std::ostringstream log;
@@ -363,7 +356,7 @@ TEST(HostileRuns, NonFiniteWeightsAreRefusedOnLoad) {
 }
 
 TEST(HostileRuns, MergeRefusesNonFiniteAdaptersAndZeroNormDoraRows) {
-  const fs::path dir = temp_dir("merge");
+  const fs::path dir = test::temp_dir("merge");
   const std::string data = write_series(dir, 200);
   std::ostringstream log;
   train(forecast(data, dir / "base", {"train.epochs=1"}), log);
@@ -404,15 +397,15 @@ TEST(HostileRuns, MergeRefusesNonFiniteAdaptersAndZeroNormDoraRows) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::hostile_runs_test
 
-namespace seqforge {
+namespace seqforge::hostile_runs_test {
 namespace {
 
 // A resumed run continues the model it trained: an override that changes the model's function
 // or its parameters' layout is refused, naming the key and both values; train.epochs may grow.
 TEST(HostileRuns, ResumeRefusesSettingsThatChangeTheModel) {
-  const fs::path dir = temp_dir("resume_keys");
+  const fs::path dir = test::temp_dir("resume_keys");
   const std::string data = write_series(dir, 200);
   const fs::path run = dir / "run";
   std::ostringstream log;
@@ -433,9 +426,9 @@ TEST(HostileRuns, ResumeRefusesSettingsThatChangeTheModel) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::hostile_runs_test
 
-namespace seqforge {
+namespace seqforge::hostile_runs_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -463,7 +456,7 @@ void write_reordered(const std::string& from, const fs::path& to) {
 // be gone. A file of the same columns in another order (features not listed in the config) feeds
 // the model the columns it was trained on.
 TEST(HostileRuns, ARunDirectoryServesWithoutItsTrainingData) {
-  const fs::path dir = temp_dir("self_contained");
+  const fs::path dir = test::temp_dir("self_contained");
   const std::string data = write_series(dir, 200);
   std::ostringstream log;
   const fs::path run = dir / "lora";
@@ -524,7 +517,7 @@ TEST(HostileRuns, ARunDirectoryServesWithoutItsTrainingData) {
 // The normalizers, column names and label threshold read back from a checkpoint's metadata are
 // checked: a damaged one is refused with one line naming the file and the key.
 TEST(HostileRuns, DamagedNormalizersInACheckpointAreRefused) {
-  const fs::path dir = temp_dir("normalizers");
+  const fs::path dir = test::temp_dir("normalizers");
   const std::string data = write_series(dir, 200);
   std::ostringstream log;
   const fs::path run = dir / "run";
@@ -571,9 +564,9 @@ TEST(HostileRuns, DamagedNormalizersInACheckpointAreRefused) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::hostile_runs_test
 
-namespace seqforge {
+namespace seqforge::hostile_runs_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -594,7 +587,7 @@ Config text_classifier(const fs::path& data, const fs::path& run,
 // Class names and column names go into a checkpoint's JSON metadata: invalid UTF-8 is refused
 // before training, naming the file and line, and no run directory is left behind.
 TEST(HostileRuns, ClassNamesThatAreNotUtf8AreRefusedBeforeTraining) {
-  const fs::path dir = temp_dir("class_names");
+  const fs::path dir = test::temp_dir("class_names");
   std::ostringstream log;
   const fs::path texts = dir / "texts.csv";
   {
@@ -636,7 +629,7 @@ TEST(HostileRuns, ClassNamesThatAreNotUtf8AreRefusedBeforeTraining) {
 // generate without --prompt starts after a newline; on a text without one, after a character of
 // the vocabulary drawn with the seed (which the sample begins with), not an error about a prompt.
 TEST(HostileRuns, GenerateWithoutAPromptOnATextWithoutNewlines) {
-  const fs::path dir = temp_dir("no_newline");
+  const fs::path dir = test::temp_dir("no_newline");
   std::ostringstream log;
   const fs::path text = dir / "text.txt";
   std::string body;
@@ -658,7 +651,7 @@ TEST(HostileRuns, GenerateWithoutAPromptOnATextWithoutNewlines) {
 // eval --data on a text classifier leaves out rows of an unseen or empty class with a note, as a
 // recurrent classifier does.
 TEST(HostileRuns, TextClassifierEvalLeavesOutUnseenAndEmptyClasses) {
-  const fs::path dir = temp_dir("unseen_classes");
+  const fs::path dir = test::temp_dir("unseen_classes");
   std::ostringstream log;
   const fs::path texts = dir / "texts.csv", other = dir / "other.csv";
   std::ofstream f(texts), g(other);
@@ -680,7 +673,7 @@ TEST(HostileRuns, TextClassifierEvalLeavesOutUnseenAndEmptyClasses) {
 // A class that only the validation or test examples hold is named before training: no training
 // example teaches it.
 TEST(HostileRuns, TextClassifierNamesAClassWithoutATrainingExample) {
-  const fs::path dir = temp_dir("late_text_class");
+  const fs::path dir = test::temp_dir("late_text_class");
   const fs::path texts = dir / "texts.csv";
   std::ofstream f(texts);
   f << "text,label\n";
@@ -701,7 +694,7 @@ TEST(HostileRuns, TextClassifierNamesAClassWithoutATrainingExample) {
 // resumed with the strict windows it trained on, never silently on the history windows that are
 // now the default; asking to change it on resume is refused.
 TEST(HostileRuns, RunsOlderThanSplitContextKeepTheirWindows) {
-  const fs::path dir = temp_dir("old_context");
+  const fs::path dir = test::temp_dir("old_context");
   const std::string data = write_series(dir, 300);
   const fs::path run = dir / "run";
   std::ostringstream log;
@@ -737,4 +730,4 @@ TEST(HostileRuns, RunsOlderThanSplitContextKeepTheirWindows) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::hostile_runs_test

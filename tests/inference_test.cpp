@@ -20,18 +20,11 @@
 #include "test_util.hpp"
 #include "train/run.hpp"
 
-namespace seqforge {
+namespace seqforge::inference_test {
 namespace {
 
 namespace fs = std::filesystem;
 using test::error_of;
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("seqforge_inference_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 // Hourly rows of a sine `signal`, a slow `other` and the target `y` (the signal 3 steps ahead);
 // `series` > 1 writes that many phase-shifted series, named s0, s1, ...
@@ -81,7 +74,7 @@ std::vector<nlohmann::json> metrics_of(const fs::path& run) {
 // A new file with gaps, from a run trained on a whole one: predict and eval --data refuse it
 // naming the cell and --missing, and with --missing ffill predict as on the file filled by hand.
 TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
-  const fs::path dir = temp_dir("missing");
+  const fs::path dir = test::temp_dir("missing");
   std::ostringstream log;
   train(Config::parse(yaml(write_hourly(dir / "train.csv", 200, true), dir / "run"), "p.yaml"),
         log);
@@ -157,7 +150,7 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
 // A column of a new file far from its training values (another unit) is named in a note; the
 // training file itself is not.
 TEST(Predict, ValuesFarFromTrainingAreNamed) {
-  const fs::path dir = temp_dir("far");
+  const fs::path dir = test::temp_dir("far");
   std::ostringstream log;
   const std::string data = write_hourly(dir / "train.csv", 200, true);
   train(Config::parse(yaml(data, dir / "run"), "p.yaml"), log);
@@ -197,7 +190,7 @@ TEST(Predict, ValuesFarFromTrainingAreNamed) {
 }
 
 TEST(Predict, EveryWindowOfANewFileWithoutTargets) {
-  const fs::path dir = temp_dir("predict");
+  const fs::path dir = test::temp_dir("predict");
   std::ostringstream log;
   train(Config::parse(yaml(write_hourly(dir / "train.csv", 300, true), dir / "run"), "p.yaml"),
         log);
@@ -274,7 +267,7 @@ TEST(Predict, EveryWindowOfANewFileWithoutTargets) {
 // New data whose target is not known yet for its last rows: empty cells are no error; their
 // actual stays empty. A target transform undone from an empty value gives an empty prediction.
 TEST(Predict, EmptyTargetCellsAreValuesNotKnownYet) {
-  const fs::path dir = temp_dir("missing");
+  const fs::path dir = test::temp_dir("missing");
   std::ostringstream log;
   train(Config::parse(yaml(write_hourly(dir / "train.csv", 300, true), dir / "run",
                            "  transform: {y: diff}\n"),
@@ -310,7 +303,7 @@ TEST(Predict, EmptyTargetCellsAreValuesNotKnownYet) {
 }
 
 TEST(Predict, OneForecastPerSeriesAndEvalOnAnotherFile) {
-  const fs::path dir = temp_dir("multi");
+  const fs::path dir = test::temp_dir("multi");
   std::ostringstream log;
   const std::string data = write_hourly(dir / "train.csv", 200, true, 3);
   const TrainSummary s =
@@ -336,7 +329,7 @@ TEST(Predict, OneForecastPerSeriesAndEvalOnAnotherFile) {
 }
 
 TEST(Predict, ClassifierWritesEveryClassProbability) {
-  const fs::path dir = temp_dir("classify");
+  const fs::path dir = test::temp_dir("classify");
   auto write = [&](const fs::path& path, int rows, bool with_class) {
     std::ofstream f(path);
     f << "when,signal" << (with_class ? ",label" : "") << "\n";
@@ -399,7 +392,7 @@ TEST(Eval, ReproducesTheLoggedValidationLossExactly) {
   for (const std::string precision : {"fp32", "bf16"}) {
     std::string notice;
     if (precision == "bf16" && resolve_precision("bf16", &notice) != DType::bf16) continue;
-    const fs::path dir = temp_dir("exact_" + precision);
+    const fs::path dir = test::temp_dir("exact_" + precision);
     std::ostringstream log;
     train(Config::parse(yaml(write_hourly(dir / "d.csv", 300, true), dir / "run"), "e.yaml",
                         {"train.precision=" + precision}),
@@ -411,7 +404,7 @@ TEST(Eval, ReproducesTheLoggedValidationLossExactly) {
 }
 
 TEST(Runs, ADirectoryHoldingARunIsNeverMixed) {
-  const fs::path dir = temp_dir("mixed");
+  const fs::path dir = test::temp_dir("mixed");
   const std::string data = write_hourly(dir / "d.csv", 200, true);
   const Config c = Config::parse(yaml(data, dir / "run"), "r.yaml", {"train.epochs=1"});
   std::ostringstream log;
@@ -449,7 +442,7 @@ TEST(Runs, ADirectoryHoldingARunIsNeverMixed) {
 // seasonal naive (data.season 21) y[t-21]; MASE scales the model's MAE by the mean |y[t] -
 // y[t-21]| over the training targets t = 21..159; skill is 1 - MSE / naive's MSE.
 TEST(Runs, ForecastsAreScoredAgainstNaiveAndSeasonalNaive) {
-  const fs::path dir = temp_dir("baselines");
+  const fs::path dir = test::temp_dir("baselines");
   const std::string data = write_hourly(dir / "d.csv", 200, true);
   std::ostringstream log;
   train(Config::parse(yaml(data, dir / "run"), "b.yaml", {"data.season=21", "train.epochs=1"}),
@@ -492,7 +485,7 @@ TEST(Runs, ForecastsAreScoredAgainstNaiveAndSeasonalNaive) {
 // 160..176, 17 windows. Naive predicts every step by the window's last value; seasonal naive
 // (season 3) step h by the value ceil(h / 3) seasons before it, never a value after the window.
 TEST(Runs, DirectForecastsPredictEveryStepAhead) {
-  const fs::path dir = temp_dir("direct");
+  const fs::path dir = test::temp_dir("direct");
   const std::string data = write_hourly(dir / "d.csv", 200, true);
   std::ostringstream log;
   train(Config::parse(yaml(data, dir / "run", "  horizon: 4\n"), "h.yaml",
@@ -609,7 +602,7 @@ TEST(Runs, DirectForecastsPredictEveryStepAhead) {
 // the file, so predict finds the file's among the stored names, indicators included) and a new
 // file with an empty cell gets a forecast for every window.
 TEST(Runs, MaskedCellsTrainAndPredict) {
-  const fs::path dir = temp_dir("mask");
+  const fs::path dir = test::temp_dir("mask");
   auto blank = [](const std::string& path, const std::vector<std::pair<int, int>>& cells) {
     auto rows = read_csv(path);
     for (const auto& [row, col] : cells) rows[row + 1][col].clear();
@@ -644,7 +637,7 @@ TEST(Runs, MaskedCellsTrainAndPredict) {
 // Business-day data: predict --last dates its forecasts by business days, past the weekend and
 // a listed holiday. The file ends on Friday 2020-03-06; Monday the 9th is listed.
 TEST(Predict, BusinessDayForecastsAreDatedByBusinessDays) {
-  const fs::path dir = temp_dir("business");
+  const fs::path dir = test::temp_dir("business");
   const std::string data = (dir / "d.csv").string();
   {
     std::ofstream f(data);
@@ -677,7 +670,7 @@ TEST(Predict, BusinessDayForecastsAreDatedByBusinessDays) {
 // data.static end to end: the categories travel in the checkpoint; predict feeds each series its
 // own and refuses one the model was not trained on.
 TEST(Predict, StaticCategoriesTravelWithTheModel) {
-  const fs::path dir = temp_dir("static");
+  const fs::path dir = test::temp_dir("static");
   auto with_zone = [&](const std::string& name, const std::string& east) {
     auto rows = read_csv(write_hourly(dir / name, 120, true, 3));
     std::ofstream f(dir / name);
@@ -706,7 +699,7 @@ TEST(Predict, StaticCategoriesTravelWithTheModel) {
 // data.categorical end to end: the categories travel in the checkpoint; predict feeds a category
 // the model was not trained on as all 0, with a note, and feeds it the same as an empty cell.
 TEST(Predict, CategoricalColumnsTravelWithTheModel) {
-  const fs::path dir = temp_dir("categorical");
+  const fs::path dir = test::temp_dir("categorical");
   auto with_mode = [&](const std::string& name, const std::string& third) {
     auto rows = read_csv(write_hourly(dir / name, 120, true));
     std::ofstream f(dir / name);
@@ -741,7 +734,7 @@ TEST(Predict, CategoricalColumnsTravelWithTheModel) {
 // data.known_future in predict: the future rows at the file's end give the known values of the
 // last forecasts (and their dates); without them the windows that need them are left out, said.
 TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {
-  const fs::path dir = temp_dir("known_future");
+  const fs::path dir = test::temp_dir("known_future");
   auto hours = [](int i) {
     return io::format_datetime(int64_t{1577836800} + i * int64_t{3600}, false);
   };
@@ -817,7 +810,7 @@ TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {
 // predict and the errors take the last step's. Validation windows of 200 hourly rows, horizon 2:
 // last rows 159..177; their MAE from predict's rows is the logged val_mae.
 TEST(Runs, EveryStepOutputsForecastFromTheLastStep) {
-  const fs::path dir = temp_dir("every_step");
+  const fs::path dir = test::temp_dir("every_step");
   const std::string data = write_hourly(dir / "d.csv", 200, true);
   std::ostringstream log;
   train(Config::parse(yaml(data, dir / "run", "  horizon: 2\n"), "e.yaml",
@@ -851,7 +844,7 @@ TEST(Runs, EveryStepOutputsForecastFromTheLastStep) {
 // quantiles); predict writes them ascending in a column each, and eval's pinball loss and
 // coverage on a file are those of predict's columns by their definitions.
 TEST(Runs, QuantileForecastsAreScoredByTheirDefinition) {
-  const fs::path dir = temp_dir("quantile");
+  const fs::path dir = test::temp_dir("quantile");
   const std::string data = write_hourly(dir / "d.csv", 200, true);
   std::ostringstream log;
   train(Config::parse(yaml(data, dir / "run", "  horizon: 2\n"), "q.yaml",
@@ -912,7 +905,7 @@ TEST(Runs, QuantileForecastsAreScoredByTheirDefinition) {
 // train.loss: a forecaster trains on it and val_loss is it (eval reproduces the logged value);
 // a classifier's loss is cross-entropy, so a regression loss there is refused by name.
 TEST(Runs, RegressionLossesTrainForecastersAndAreRefusedForClassifiers) {
-  const fs::path dir = temp_dir("losses");
+  const fs::path dir = test::temp_dir("losses");
   const std::string data = write_hourly(dir / "d.csv", 200, true);
   std::ostringstream log;
   std::map<std::string, double> val_loss;
@@ -941,7 +934,7 @@ TEST(Runs, RegressionLossesTrainForecastersAndAreRefusedForClassifiers) {
 }
 
 TEST(Runs, ValidationShareZeroMeansNoValidation) {
-  const fs::path dir = temp_dir("no_val");
+  const fs::path dir = test::temp_dir("no_val");
   const std::string data = write_hourly(dir / "d.csv", 200, true);
   std::ostringstream log;
   const TrainSummary s = train(
@@ -983,7 +976,7 @@ TEST(Runs, ValidationShareZeroMeansNoValidation) {
 }
 
 TEST(Runs, NonFiniteLossStopsTheRunAndSavesNothingFromIt) {
-  const fs::path dir = temp_dir("nan");
+  const fs::path dir = test::temp_dir("nan");
   const std::string data = write_hourly(dir / "d.csv", 200, true);
   std::ostringstream log;
   const std::string e = error_of([&] {
@@ -1005,4 +998,4 @@ TEST(Metrics, MacroF1CountsOnlyClassesSeen) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::inference_test

@@ -17,7 +17,7 @@
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::lm_documents_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -137,7 +137,9 @@ TEST(LmDocuments, GenerateStreamsWholeCharactersThatJoinIntoTheSample) {
     EXPECT_EQ(joined, sample);
     ASSERT_FALSE(pieces.empty());
     EXPECT_EQ(pieces.front(), "caf");
-    if (sample.size() > 4) EXPECT_GT(pieces.size(), 1u) << "streamed as it is made: " << sample;
+    if (sample.size() > 4) {
+      EXPECT_GT(pieces.size(), 1u) << "streamed as it is made: " << sample;
+    }
     most_pieces = std::max(most_pieces, pieces.size());
     for (size_t i = 0; i + 1 < pieces.size(); ++i) {  // the last one flushes what is left
       EXPECT_FALSE(pieces[i].ends_with("\xef\xbf\xbd")) << pieces[i];
@@ -151,4 +153,4 @@ TEST(LmDocuments, GenerateStreamsWholeCharactersThatJoinIntoTheSample) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::lm_documents_test

@@ -20,17 +20,10 @@
 #include "seqforge/train/data_options.hpp"
 #include "test_util.hpp"
 
-namespace fs = std::filesystem;
-using namespace seqforge;
-
+namespace seqforge::loader_test {
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("seqforge_loader_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+namespace fs = std::filesystem;
 
 // A CSV of `rows` rows: a, b (features) and y (target), smooth and distinct.
 std::string write_series(const fs::path& dir, int rows) {
@@ -79,7 +72,7 @@ std::vector<std::vector<float>> pass(Loader& loader, const std::vector<int64_t>&
 }  // namespace
 
 TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
-  const fs::path dir = temp_dir("workers");
+  const fs::path dir = test::temp_dir("workers");
   const std::string csv = write_series(dir, 300);
   auto be = make_cpu_backend();
   for (const char* task : {"forecast", "mae"}) {
@@ -107,7 +100,7 @@ TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
 // for batches of 16 and of 5 (validation in micro-batches scores the same masked steps) and
 // whatever the pass's seed (a rank's), another mask seed another mask.
 TEST(Loader, AWindowsMaskDoesNotDependOnItsBatch) {
-  const fs::path dir = temp_dir("masks");
+  const fs::path dir = test::temp_dir("masks");
   const Dataset data = load_dataset(series_config(write_series(dir, 300), {"data.task=mae"}));
   auto be = make_cpu_backend();
   const std::vector<int64_t>& order = data.split().train;
@@ -134,7 +127,7 @@ TEST(Loader, AWindowsMaskDoesNotDependOnItsBatch) {
 }
 
 TEST(Loader, PassesCanEndEarlyAndRestart) {
-  const fs::path dir = temp_dir("early");
+  const fs::path dir = test::temp_dir("early");
   const std::string csv = write_series(dir, 400);
   auto be = make_cpu_backend();
   const Dataset data = load_dataset(series_config(csv));
@@ -156,7 +149,7 @@ TEST(Loader, PassesCanEndEarlyAndRestart) {
 }
 
 TEST(Loader, WindowsAreNormalisedSourceRows) {
-  const fs::path dir = temp_dir("windows");
+  const fs::path dir = test::temp_dir("windows");
   const std::string csv = write_series(dir, 200);
   auto be = make_cpu_backend();
   const Dataset data = load_dataset(series_config(csv));
@@ -180,7 +173,7 @@ TEST(Loader, WindowsAreNormalisedSourceRows) {
 }
 
 TEST(Loader, MemoryMappedNpyGivesTheSameWindowsAsCsv) {
-  const fs::path dir = temp_dir("npy");
+  const fs::path dir = test::temp_dir("npy");
   const std::string csv = write_series(dir, 150);
   std::vector<float> values;
   for (int r = 0; r < 150; ++r)
@@ -205,7 +198,7 @@ TEST(Loader, MemoryMappedNpyGivesTheSameWindowsAsCsv) {
 }
 
 TEST(Loader, AChangedOrMissingSourceStopsTheRun) {
-  const fs::path dir = temp_dir("changed");
+  const fs::path dir = test::temp_dir("changed");
   const std::string csv = write_series(dir, 200);
   auto be = make_cpu_backend();
   const Dataset data = load_dataset(series_config(csv));
@@ -319,7 +312,7 @@ TEST(Augment, BadOptionsNameTheKey) {
 }
 
 TEST(AugmentCache, BuildsReusesInvalidatesAndRebuildsCorruptFiles) {
-  const fs::path dir = temp_dir("cache");
+  const fs::path dir = test::temp_dir("cache");
   const std::string csv = write_series(dir, 200);
   const std::string cache_dir = (dir / "cache").string();
   const Config c =
@@ -382,7 +375,7 @@ TEST(AugmentCache, BuildsReusesInvalidatesAndRebuildsCorruptFiles) {
 }
 
 TEST(AugmentCache, UnwritableOrFullDirectoriesGiveClearErrors) {
-  const fs::path dir = temp_dir("cache_bad");
+  const fs::path dir = test::temp_dir("cache_bad");
   const std::string csv = write_series(dir, 200);
   { std::ofstream(dir / "a_file") << "x"; }
   auto open_in = [&](const std::string& cache_dir) {
@@ -413,7 +406,7 @@ namespace {
 // A text read with a stored model's vocabulary: its ids over that vocabulary; characters outside
 // it are one error naming each with its count and first line.
 TEST(Loader, TextOverAStoredVocabularyNamesEveryUnknownCharacter) {
-  const fs::path dir = temp_dir("stored_vocabulary");
+  const fs::path dir = test::temp_dir("stored_vocabulary");
   DataOptions o;
   o.source = "c.yaml";
   o.task = TaskKind::charlm;
@@ -446,7 +439,7 @@ TEST(Loader, TextOverAStoredVocabularyNamesEveryUnknownCharacter) {
 // segment 0, batches padded to their longest example with segments and lengths; errors name the
 // file and line.
 TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
-  const fs::path dir = temp_dir("text_pairs");
+  const fs::path dir = test::temp_dir("text_pairs");
   const fs::path csv = dir / "pairs.csv";
   std::ofstream(csv) << "a,b,label\n"
                         "abcdefgh,xy,yes\n"     // 8 + 3 + 2 = 13 > 10: A cut to 5
@@ -538,3 +531,4 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
 }
 
 }  // namespace
+}  // namespace seqforge::loader_test

@@ -10,7 +10,7 @@
 #include "seqforge/optim/optimizer.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::loss_scale_test {
 namespace {
 
 using test::max_rel_error;
@@ -121,4 +121,4 @@ TEST(FusedStep, EqualsUnscaleClipStepZeroInSeparatePasses) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::loss_scale_test

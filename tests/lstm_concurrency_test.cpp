@@ -13,7 +13,7 @@
 #include "seqforge/nn/recurrent.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::lstm_concurrency_test {
 namespace {
 
 using test::HostTensor;
@@ -386,9 +386,9 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::lstm_concurrency_test
 
-namespace seqforge {
+namespace seqforge::lstm_concurrency_test {
 namespace {
 
 // SEQFORGE_RECURRENT_SCHEDULE holds every recurrence to one schedule; a name it does not know is
@@ -406,4 +406,4 @@ TEST(RecurrentSchedule, TheEnvironmentHoldsOne) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::lstm_concurrency_test

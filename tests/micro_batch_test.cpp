@@ -12,17 +12,10 @@
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::micro_batch_test {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("seqforge_micro_batch_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 double last_val_loss(const fs::path& run) {
   std::ifstream f(run / "metrics.jsonl");
@@ -47,7 +40,7 @@ struct Case {
 // auto may time bf16 faster for one batch size and not another), and no dropout: micro-batches
 // draw their own masks.
 TEST(MicroBatches, TakeTheWholeBatchStepForEveryTask) {
-  const fs::path dir = temp_dir("tasks");
+  const fs::path dir = test::temp_dir("tasks");
   const std::string source = SEQFORGE_SOURCE_DIR;
   const std::string text = (dir / "head.txt").string();
   std::ofstream(text, std::ios::binary)
@@ -101,7 +94,7 @@ TEST(MicroBatches, TakeTheWholeBatchStepForEveryTask) {
 // train.micro_batch_size auto on a CPU with room: the whole batch, said at start-up and stored as
 // 0; `auto` on another integer key, or with a stateful run's streams, is handled by name.
 TEST(MicroBatches, AutoTakesTheWholeBatchWhereItFits) {
-  const fs::path dir = temp_dir("auto");
+  const fs::path dir = test::temp_dir("auto");
   const std::string source = SEQFORGE_SOURCE_DIR;
   auto config = [&](const std::vector<std::string>& extra) {
     std::vector<std::string> o = {
@@ -138,7 +131,7 @@ TEST(MicroBatches, AutoTakesTheWholeBatchWhereItFits) {
 // Adapters on a frozen LSTM take their gradients through the recurrence's weight gradients:
 // those of every micro-batch add up too.
 TEST(MicroBatches, AdaptersOnARecurrentLayerAccumulate) {
-  const fs::path dir = temp_dir("adapters");
+  const fs::path dir = test::temp_dir("adapters");
   const std::string source = SEQFORGE_SOURCE_DIR;
   const std::vector<std::string> common = {
       "data.path=" + source + "/data/seattle-weather-hourly-normals.csv",
@@ -172,7 +165,7 @@ TEST(MicroBatches, AdaptersOnARecurrentLayerAccumulate) {
 }
 
 TEST(MicroBatches, BadSettingsNameTheKey) {
-  const fs::path dir = temp_dir("bad");
+  const fs::path dir = test::temp_dir("bad");
   const std::string source = SEQFORGE_SOURCE_DIR;
   auto error_with = [&](std::vector<std::string> overrides) {
     overrides.push_back("data.path=" + source + "/data/seattle-weather-hourly-normals.csv");
@@ -191,4 +184,4 @@ TEST(MicroBatches, BadSettingsNameTheKey) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::micro_batch_test

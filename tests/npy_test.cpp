@@ -16,7 +16,7 @@
 #include "seqforge/core/dtype.hpp"
 #include "seqforge/core/error.hpp"
 
-namespace seqforge::io {
+namespace seqforge::io::npy_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -552,7 +552,7 @@ TEST_F(NpyTest, ErrorMessagesStayOnOneLineForHostileHeaders) {
 }
 
 }  // namespace
-}  // namespace seqforge::io
+}  // namespace seqforge::io::npy_test
 
 TEST(MemoryNpy, MapsTheCallersBufferWhileRegistered) {
   const std::vector<double> values = {1, 2, 3, 4, 5, 6};

@@ -16,7 +16,7 @@
 #include "seqforge/core/rng.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::ops_test {
 namespace {
 
 using test::HostTensor;
@@ -1508,4 +1508,4 @@ TEST(Ops, EmbeddingRejectsOutOfRangeId) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::ops_test

@@ -19,7 +19,7 @@
 #include "seqforge/optim/optimizer.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::parity_test {
 namespace {
 
 using test::HostTensor;
@@ -389,4 +389,4 @@ TEST(PyTorchParity, CudaF64) {
 TEST(PyTorchParity, ReferenceF64) { run_all("reference", DType::f64, 1e-10); }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::parity_test

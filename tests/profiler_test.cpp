@@ -14,7 +14,7 @@
 #include "io/file_util.hpp"
 #include "seqforge/core/resource_monitor.hpp"
 
-namespace seqforge {
+namespace seqforge::profiler_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -158,4 +158,4 @@ TEST(ProfilerResourceMonitor, MeasuresCpuAndMemory) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::profiler_test

@@ -16,7 +16,7 @@
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::report_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -291,9 +291,9 @@ TEST(Report, TrainerWritesPredictionsAndReport) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::report_test
 
-namespace seqforge {
+namespace seqforge::report_test {
 namespace {
 
 // Charts of hostile series: equal values, values an ulp apart, one point, missing (NaN) values,
@@ -399,4 +399,4 @@ TEST(Report, ChartTicksAreFewFiniteAndSpanTheValues) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::report_test

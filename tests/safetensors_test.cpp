@@ -20,7 +20,7 @@
 #include "seqforge/core/error.hpp"
 #include "test_util.hpp"
 
-namespace seqforge::io {
+namespace seqforge::io::safetensors_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -624,4 +624,4 @@ TEST(WriteFileAtomically, TemporariesOfKilledWritersAreRemoved) {
   fs::remove_all(dir);
 }
 
-}  // namespace seqforge::io
+}  // namespace seqforge::io::safetensors_test

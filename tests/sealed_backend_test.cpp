@@ -18,7 +18,7 @@
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::sealed_backend_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -141,13 +141,6 @@ TEST(SealedBackend, GradientSyncStagesBuckets) {
   EXPECT_GT(norm, 0);
 }
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("seqforge_sealed_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
 std::string write_series(const fs::path& dir) {
   const fs::path path = dir / "series.csv";
   std::ofstream f(path);
@@ -234,7 +227,7 @@ Outcome live(const std::string& backend, const std::string& yaml, const fs::path
 // The same run's life on the reference, the sealed backend and the sealed backend whose ops run
 // later on a worker thread (a GPU stream's timing): bit for bit the same.
 void expect_same_runs(const std::string& name, const std::string& yaml, const std::string& data) {
-  const fs::path dir = temp_dir(name);
+  const fs::path dir = test::temp_dir(name);
   const Outcome want = live("reference", yaml, dir, data);
   ASSERT_FALSE(want.metrics.empty());
   for (const char* backend : {"sealed", "sealed_async"}) {
@@ -248,7 +241,7 @@ void expect_same_runs(const std::string& name, const std::string& yaml, const st
 }
 
 TEST(SealedBackend, ForecastRunsMatchTheReference) {
-  const fs::path dir = temp_dir("data_forecast");
+  const fs::path dir = test::temp_dir("data_forecast");
   const std::string data = write_series(dir);
   expect_same_runs("forecast",
                    "data: {path: " + data +
@@ -258,7 +251,7 @@ TEST(SealedBackend, ForecastRunsMatchTheReference) {
 }
 
 TEST(SealedBackend, StatefulRunsMatchTheReference) {
-  const fs::path dir = temp_dir("data_stateful");
+  const fs::path dir = test::temp_dir("data_stateful");
   const std::string data = write_series(dir);
   expect_same_runs("stateful",
                    "# stateful\ndata: {path: " + data +
@@ -268,7 +261,7 @@ TEST(SealedBackend, StatefulRunsMatchTheReference) {
 }
 
 TEST(SealedBackend, ClassifyAndMaeRunsMatchTheReference) {
-  const fs::path dir = temp_dir("data_classify");
+  const fs::path dir = test::temp_dir("data_classify");
   const std::string data = write_series(dir);
   expect_same_runs("classify",
                    "data: {path: " + data +
@@ -283,7 +276,7 @@ TEST(SealedBackend, ClassifyAndMaeRunsMatchTheReference) {
 }
 
 TEST(SealedBackend, CharlmRunsMatchTheReference) {
-  const fs::path dir = temp_dir("data_charlm");
+  const fs::path dir = test::temp_dir("data_charlm");
   const fs::path text = dir / "t.txt";
   std::ofstream(text) << "abcab cabba bcabc abacab cbacb aabbc cabab bcbca abcba caabb\n"
                          "bacab cabcb abbca bcaab cbabc aacbb abcab cbaca bbaca cabab\n";
@@ -295,7 +288,7 @@ TEST(SealedBackend, CharlmRunsMatchTheReference) {
 }
 
 TEST(SealedBackend, TransformerRunsMatchTheReference) {
-  const fs::path dir = temp_dir("data_gpt");
+  const fs::path dir = test::temp_dir("data_gpt");
   const fs::path text = dir / "t.txt";
   std::ofstream(text) << "abcab cabba bcabc abacab cbacb aabbc cabab bcbca abcba caabb\n"
                          "bacab cabcb abbca bcaab cbabc aacbb abcab cbaca bbaca cabab\n";
@@ -316,13 +309,13 @@ TEST(SealedBackend, TransformerRunsMatchTheReference) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::sealed_backend_test
 
-namespace seqforge {
+namespace seqforge::sealed_backend_test {
 namespace {
 
 TEST(SealedBackend, TextClassifierAndRecurrentAdapterRunsMatchTheReference) {
-  const fs::path dir = temp_dir("data_pairs");
+  const fs::path dir = test::temp_dir("data_pairs");
   const fs::path pairs = dir / "pairs.csv";
   {
     std::ofstream f(pairs);
@@ -337,7 +330,7 @@ TEST(SealedBackend, TextClassifierAndRecurrentAdapterRunsMatchTheReference) {
                        "seq_len: 10}\nmodel: {family: transformer, embedding: 8, heads: 2, "
                        "layers: 1, bidirectional: true, dropout: 0.1}\n",
                    pairs.string());
-  const std::string data = write_series(temp_dir("data_lstm_dora"));
+  const std::string data = write_series(test::temp_dir("data_lstm_dora"));
   expect_same_runs("lstm_dora",
                    "data: {path: " + data +
                        ", date_column: when, features: [signal, other], targets: [signal], "
@@ -347,4 +340,4 @@ TEST(SealedBackend, TextClassifierAndRecurrentAdapterRunsMatchTheReference) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::sealed_backend_test

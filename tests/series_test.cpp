@@ -19,18 +19,11 @@
 #include "seqforge/train/data_options.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::series_test {
 namespace {
 
 namespace fs = std::filesystem;
 using test::error_of;
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("seqforge_series_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 std::string write(const fs::path& path, const std::string& text) {
   std::ofstream(path) << text;
@@ -67,7 +60,7 @@ Config series_config(const std::string& path, const std::vector<std::string>& ov
 double raw(const SeriesData& d, int64_t row) { return d.source.at(row, d.feature_cols[0]); }
 
 TEST(Series, WindowsNeverCrossSeriesAndEverySeriesIsSplit) {
-  const fs::path dir = temp_dir("two");
+  const fs::path dir = test::temp_dir("two");
   const SeriesData d = load_series(series_config(two_series_csv(dir, 40, 24)));
   ASSERT_EQ(d.series.size(), 2u);
   EXPECT_EQ(d.series[0].name, "a");
@@ -104,7 +97,7 @@ TEST(Series, WindowsNeverCrossSeriesAndEverySeriesIsSplit) {
 // A series shorter than one window gives none: a note names it and its rows, in training (time
 // and random splits) and in inference; the other series' windows are unchanged.
 TEST(Series, ASeriesShorterThanAWindowIsNamed) {
-  const fs::path dir = temp_dir("short");
+  const fs::path dir = test::temp_dir("short");
   const std::string path = two_series_csv(dir, 40, 4);  // b: 4 rows, a window spans 5
   const std::string note = "1 of 2 series in " + path +
                            " (city) is shorter than one window (5 rows: data.lookback 4 + "
@@ -128,7 +121,7 @@ TEST(Series, ASeriesShorterThanAWindowIsNamed) {
 // from row 60) and test every one in 90..99; strict keeps whole windows inside each part (10
 // validation windows, no test window). Series are never crossed, and mae stays strict.
 TEST(Series, ValidationAndTestWindowsTakeTheirLookbackFromTheRowsBefore) {
-  const fs::path dir = temp_dir("context");
+  const fs::path dir = test::temp_dir("context");
   const std::string one = two_series_csv(dir, 100, 0);
   auto load = [&](std::vector<std::string> overrides) {
     for (const char* o : {"data.lookback=10", "data.split.train=0.7", "data.split.val=0.2"})
@@ -176,7 +169,7 @@ TEST(Series, ValidationAndTestWindowsTakeTheirLookbackFromTheRowsBefore) {
 // A classifier of whole series (each series one example, its class on every row): the error for
 // a window too long for them says to take the class at the window's last row.
 TEST(Series, WholeSeriesExamplesAreToldToUseHorizonZero) {
-  const fs::path dir = temp_dir("whole_series");
+  const fs::path dir = test::temp_dir("whole_series");
   std::string text = "digit,row,pixels,label\n";
   for (int k = 0; k < 12; ++k)
     for (int r = 0; r < 6; ++r)
@@ -214,7 +207,7 @@ constexpr const char* kGappyCsv =
 // data.missing: empty cells filled within each series in date order (never from the other
 // series), counted in a note; the default is an error naming the file, line and column.
 TEST(Series, EmptyCellsAreFilledWithinTheirSeries) {
-  const fs::path dir = temp_dir("missing");
+  const fs::path dir = test::temp_dir("missing");
   const std::string path = write(dir / "m.csv", kGappyCsv);
   auto values = [&](const std::string& how) {
     const SeriesData d =
@@ -252,7 +245,7 @@ TEST(Series, EmptyCellsAreFilledWithinTheirSeries) {
 // cell like an empty or NA one: filled, or an error naming it. Left a value, it gets a note
 // naming it and where it first is. In a .npy array a code matches by value.
 TEST(Series, MissingCodesAreMissingCellsAndANinesCodeGetsANote) {
-  const fs::path dir = temp_dir("codes");
+  const fs::path dir = test::temp_dir("codes");
   const std::string path = write(dir / "c.csv",
                                  "date,city,value\n2020-01-01,a,300\n2020-01-02,a,-99.99\n"
                                  "2020-01-03,a,NA\n2020-01-04,a,330\n2020-01-05,a,340\n"
@@ -325,7 +318,7 @@ TEST(Series, MissingCodesAreMissingCellsAndANinesCodeGetsANote) {
 // target the next day: a keeps the windows ending days 1 and 2 (targets 40, 50), b those ending
 // days 0, 2 and 3 (targets 300, 500, 600).
 TEST(Series, MaskedCellsAreZeroInputsBesideAnIndicatorAndNoTarget) {
-  const fs::path dir = temp_dir("mask");
+  const fs::path dir = test::temp_dir("mask");
   const std::string path = write(dir / "m.csv", kGappyCsv);
   const SeriesData d = load_series(series_config(
       path, {"data.missing=mask", "data.lookback=2", "data.split.train=1", "data.split.val=0"}));
@@ -352,7 +345,7 @@ TEST(Series, MaskedCellsAreZeroInputsBesideAnIndicatorAndNoTarget) {
 // training file's categories; a value that changes within a series, or (predicting) a category
 // the model does not know, is named.
 TEST(Series, StaticCategoriesAreOneHotFeaturesPerSeries) {
-  const fs::path dir = temp_dir("static");
+  const fs::path dir = test::temp_dir("static");
   std::string text = "date,city,kind,value\n";
   for (int day = 0; day < 20; ++day)  // line 2 + 3 * day + (0, 1, 2) for a, b, c
     for (const char* city : {"a", "b", "c"})
@@ -394,7 +387,7 @@ TEST(Series, StaticCategoriesAreOneHotFeaturesPerSeries) {
 // data.categorical: a one-hot feature per category of the training file, row by row; an empty
 // cell, and at inference a category the model was not trained on, all 0.
 TEST(Series, CategoricalColumnsAreOneHotFeaturesRowByRow) {
-  const fs::path dir = temp_dir("categorical");
+  const fs::path dir = test::temp_dir("categorical");
   const char* weather[] = {"sun", "rain", "", "fog"};
   std::string text = "date,city,weather,value\n";
   for (int day = 0; day < 20; ++day)
@@ -460,7 +453,7 @@ TEST(Series, CategoricalColumnsAreOneHotFeaturesRowByRow) {
 // data.known_future with two steps ahead: each step of a window also holds the known column at
 // the two rows after it (value = day, promo = 10 * day, normalize none).
 TEST(Series, KnownFutureValuesAreThoseOfTheRowsForecast) {
-  const fs::path dir = temp_dir("known_future");
+  const fs::path dir = test::temp_dir("known_future");
   std::string text = "date,city,value,promo\n";
   for (int day = 0; day < 30; ++day)
     text += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + ",a," +
@@ -511,7 +504,7 @@ TEST(Series, KnownFutureValuesAreThoseOfTheRowsForecast) {
 // 1000 + day, b's 2000 + day), predictions scaled back by their own series' scaler, the scalers
 // kept per name through JSON; a series without one is an error or (fallback pooled) a note.
 TEST(Series, EachSeriesCanHaveItsOwnScaler) {
-  const fs::path dir = temp_dir("per_series");
+  const fs::path dir = test::temp_dir("per_series");
   const std::string path = two_series_csv(dir, 40, 40);
   const SeriesData d = load_series(series_config(
       path, {"data.normalize=zscore", "data.normalize_per=series", "data.lookback=4"}));
@@ -559,7 +552,7 @@ TEST(Series, EachSeriesCanHaveItsOwnScaler) {
 
 // A class only validation or test rows hold is named: no training window teaches it.
 TEST(Series, AClassWithoutATrainingWindowIsNamed) {
-  const fs::path dir = temp_dir("late_class");
+  const fs::path dir = test::temp_dir("late_class");
   std::string text = "date,x,kind\n";
   for (int day = 0; day < 40; ++day)
     text += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + "," +
@@ -653,7 +646,7 @@ TEST(Series, ZscoreIsTheTwoPassMeanAndSpreadOfEveryColumn) {
 
 // The model computes in float32: a value beyond its range once scaled is named where it is.
 TEST(Series, AValueBeyondFloat32IsNamedUnlessScaledIntoRange) {
-  const fs::path dir = temp_dir("beyond_float");
+  const fs::path dir = test::temp_dir("beyond_float");
   std::string text = "date,city,value\n";
   for (int day = 0; day < 40; ++day)
     text += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + ",a," +
@@ -698,7 +691,7 @@ TEST(Series, AValueBeyondFloat32IsNamedUnlessScaledIntoRange) {
 // data.calendar: each cycle as a sine and cosine after the file's features, from the date read
 // as UTC; a run trained with them predicts on a file that has only its own columns.
 TEST(Series, CalendarFeaturesComeFromTheDates) {
-  const fs::path dir = temp_dir("calendar");
+  const fs::path dir = test::temp_dir("calendar");
   std::string text = "when,value\n";
   for (int h = 0; h < 60; ++h)  // from Wednesday 2020-01-01 00:00, hourly
     text += io::format_datetime(int64_t{1577836800} + h * int64_t{3600}) + "," +
@@ -737,7 +730,7 @@ TEST(Series, CalendarFeaturesComeFromTheDates) {
 }
 
 TEST(Series, SplitByDateCutsEverySeriesAtSharedDates) {
-  const fs::path dir = temp_dir("by_date");
+  const fs::path dir = test::temp_dir("by_date");
   // b starts 20 days after a: pooled dates put the cuts where a is further along.
   std::string text = "date,city,value\n";
   for (int day = 0; day < 40; ++day) {
@@ -769,7 +762,7 @@ TEST(Series, SplitByDateCutsEverySeriesAtSharedDates) {
 }
 
 TEST(Series, DuplicateDatesAndGapsAreNamed) {
-  const fs::path dir = temp_dir("dates");
+  const fs::path dir = test::temp_dir("dates");
   const std::string dup = write(dir / "dup.csv",
                                 "date,city,value\n2020-01-01,a,1\n2020-01-02,a,2\n2020-01-01,b,3\n"
                                 "2020-01-02,a,4\n");
@@ -870,7 +863,7 @@ TEST(Series, BusinessDaysAreRegularAndHolidaysNoGaps) {
   EXPECT_EQ(plain.between(at("2020-01-03"), at("2020-01-06")), 1);
   EXPECT_EQ(holidays.between(at("2020-01-17"), at("2020-01-21")), 1);
   EXPECT_EQ(plain.between(at("2020-01-17"), at("2020-01-21")), 2);
-  const fs::path dir = temp_dir("business");
+  const fs::path dir = test::temp_dir("business");
   // Every business day of January 2020 but the holiday.
   std::string text = "date,city,value\n";
   int64_t rows = 0;
@@ -935,7 +928,7 @@ TEST(Series, MonthlyDatesAreRegularInCalendarMonths) {
   EXPECT_EQ(io::add_months(at("2019-02-28"), 12, true), at("2020-02-29"));
   EXPECT_EQ(io::add_months(at("2020-01-15T06:30:00"), 13), at("2021-02-15T06:30:00"));
   EXPECT_EQ(io::add_months(at("1969-11-30"), 3), at("1970-02-28"));
-  const fs::path dir = temp_dir("months");
+  const fs::path dir = test::temp_dir("months");
   auto series = [&](const std::vector<std::string>& dates) {
     std::string text = "date,city,value\n";
     for (size_t i = 0; i < dates.size(); ++i) text += dates[i] + ",a," + std::to_string(i) + "\n";
@@ -989,7 +982,7 @@ TEST(Series, MonthlyDatesAreRegularInCalendarMonths) {
 // the rows ordered by date, a note saying how they were read, the dates ISO from then on; an
 // undecidable or mixed column is one error each. YYYYMMDD likewise.
 TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
-  const fs::path dir = temp_dir("date_layouts");
+  const fs::path dir = test::temp_dir("date_layouts");
   auto file = [&](const std::string& name, const std::vector<std::string>& dates) {
     return dated_csv(dir / name, dates);
   };
@@ -1069,7 +1062,7 @@ TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
 // Dates with the months' names (Yahoo's "Jan 05, 2024"), out of order as such files list them
 // (newest first), read as their ISO twins, with a note.
 TEST(Series, DatesWithMonthNamesReadAsTheirIsoTwins) {
-  const fs::path dir = temp_dir("month_names");
+  const fs::path dir = test::temp_dir("month_names");
   const char* months[] = {"Jan", "Feb", "Mar"};
   std::string named = "Date,Close\n", iso = "Date,Close\n";
   for (int k = 29; k >= 0; --k) {
@@ -1102,7 +1095,7 @@ TEST(Series, DatesWithMonthNamesReadAsTheirIsoTwins) {
 }
 
 TEST(Series, ASemicolonFileWithDecimalCommasReadsAsItsCommaTwin) {
-  const fs::path dir = temp_dir("semicolons");
+  const fs::path dir = test::temp_dir("semicolons");
   std::string eu = "date;temp;load\n", us = "date,temp,load\n";
   for (int k = 0; k < 12; ++k) {
     const std::string day = std::to_string(10 + k);
@@ -1133,7 +1126,7 @@ TEST(Series, ASemicolonFileWithDecimalCommasReadsAsItsCommaTwin) {
 }
 
 TEST(Series, DatesInAColumnThatIsNotTheDateColumnAreNamed) {
-  const fs::path dir = temp_dir("dates_as_feature");
+  const fs::path dir = test::temp_dir("dates_as_feature");
   for (const char* date : {"2020-01-10", "10.01.2020", "01/10/2020 1:45 PM"}) {
     const std::string path = write(
         dir / "d.csv", "when,value\n" + std::string(date) + ",1\n" + std::string(date) + ",2\n");
@@ -1149,7 +1142,7 @@ TEST(Series, DatesInAColumnThatIsNotTheDateColumnAreNamed) {
 
 // pandas' to_csv writes a frame's index as a first column without a name.
 TEST(Series, PandasIndexOfDatesOrdersTheRowsAndANumberedOneIsNoFeature) {
-  const fs::path dir = temp_dir("pandas_index");
+  const fs::path dir = test::temp_dir("pandas_index");
   std::string dated = ",value,other\n", numbered = dated;
   for (int k = 11; k >= 0; --k) {  // rows out of order
     const std::string v = std::to_string(k) + "," + std::to_string(100 + k) + "\n";
@@ -1190,7 +1183,7 @@ TEST(Series, PandasIndexOfDatesOrdersTheRowsAndANumberedOneIsNoFeature) {
 
 // A directory of files, or a pattern, is no data.path: the error says where several series go.
 TEST(Series, ADirectoryOrPatternIsNoDataPath) {
-  const fs::path dir = temp_dir("many_files");
+  const fs::path dir = test::temp_dir("many_files");
   write(dir / "a.csv", "t,v\n1,1\n2,2\n");
   for (const std::string& path : {dir.string(), (dir / "*.csv").string()})
     EXPECT_EQ(error_of([&] {
@@ -1204,7 +1197,7 @@ TEST(Series, ADirectoryOrPatternIsNoDataPath) {
 }
 
 TEST(Series, ATextColumnTakenAsAFeatureByDefaultSaysSo) {
-  const fs::path dir = temp_dir("text_feature");
+  const fs::path dir = test::temp_dir("text_feature");
   const std::string path = write(dir / "w.csv",
                                  "date,temp,weather\n2020-01-01,1,rain\n2020-01-02,2,sun\n"
                                  "2020-01-03,3,n.a.\n");
@@ -1239,7 +1232,7 @@ TEST(Series, ATextColumnTakenAsAFeatureByDefaultSaysSo) {
 }
 
 TEST(Series, TimesWithUtcOffsets) {
-  const fs::path dir = temp_dir("offsets");
+  const fs::path dir = test::temp_dir("offsets");
   auto load = [&](const std::string& name, const std::vector<std::string>& dates) {
     return load_series(Config::parse("data: {path: " + dated_csv(dir / name, dates) +
                                          ", date_column: date, features: [value], targets: "
@@ -1282,7 +1275,7 @@ TEST(Series, TimesWithUtcOffsets) {
 // end dated to the millisecond, the calendar from the whole seconds; the calendar's own steps
 // (business days, months, holidays) are refused.
 TEST(Series, DatesWithFractionsOfASecondKeepThem) {
-  const fs::path dir = temp_dir("subsecond");
+  const fs::path dir = test::temp_dir("subsecond");
   std::string text = "date,city,value\n";
   for (const char* city : {"b", "a"})
     for (int k = 23; k >= 0; --k) {  // newest first; b misses 10:00:03.000 and .250
@@ -1378,7 +1371,7 @@ TEST(Series, DatesWithFractionsOfASecondKeepThem) {
 // rows in its own units: gaps are named in them, forecasts past the end dated by the usual step,
 // and the calendar, which needs dates, is an error. A .npy array's column works the same.
 TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
-  const fs::path dir = temp_dir("numeric_times");
+  const fs::path dir = test::temp_dir("numeric_times");
   const std::string path = write(dir / "t.csv",
                                  "t,city,value\n1.5,a,3\n0,a,0\n0.5,a,1\n1,a,2\n3,a,6\n"
                                  "3.5,a,7\n4,a,8\n4.5,a,9\n5,a,10\n5.5,a,11\n6,a,12\n");
@@ -1451,7 +1444,7 @@ TEST(Transforms, ApplyAndInvertRoundTrip) {
 // A price series with log returns as features and the target: the source holds returns, the
 // first row is dropped, the target spans the horizon, and predictions invert to prices.
 TEST(Transforms, TargetsSpanTheHorizonAndInvertToOwnUnits) {
-  const fs::path dir = temp_dir("transform");
+  const fs::path dir = test::temp_dir("transform");
   std::string text = "date,price,volume\n";
   std::vector<double> price;
   for (int day = 0; day < 60; ++day) {
@@ -1510,7 +1503,7 @@ TEST(Transforms, TargetsSpanTheHorizonAndInvertToOwnUnits) {
 // data.label volatility: high when the realised volatility of the next `horizon` log returns is
 // above the training windows' median. Calm days alternate with stormy stretches.
 TEST(Series, VolatilityLabelsSplitAtTheTrainingMedian) {
-  const fs::path dir = temp_dir("volatility");
+  const fs::path dir = test::temp_dir("volatility");
   std::string text = "date,close\n";
   double price = 100;
   std::vector<double> r;
@@ -1546,7 +1539,7 @@ TEST(Series, VolatilityLabelsSplitAtTheTrainingMedian) {
 }
 
 TEST(Series, InferenceWindowsNeedNoTargets) {
-  const fs::path dir = temp_dir("inference");
+  const fs::path dir = test::temp_dir("inference");
   std::string text = "date,city,value\n";  // no target column; a's 10 days, b's 3 (too short)
   for (int day = 0; day < 10; ++day) {
     const std::string date = io::format_datetime(int64_t{1577836800} + day * int64_t{86400});
@@ -1579,4 +1572,4 @@ TEST(Series, InferenceWindowsNeedNoTargets) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::series_test

@@ -18,17 +18,10 @@
 #include "test_util.hpp"
 #include "train/run.hpp"
 
-namespace seqforge {
+namespace seqforge::stateful_test {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("seqforge_stateful_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 // Two half-length passes, the second starting from the first's final states, give the outputs
 // and final states of one full-length pass: for every cell (a GRU carries h alone).
@@ -90,7 +83,7 @@ TEST(Stateful, TwoHalfStepsCarryTheStatesOfOneFullPass) {
 // Two series in one file: every stream walks through consecutive chunks, one lookback apart,
 // and starts from zeros exactly where its chunk does not continue the previous one.
 TEST(Stateful, StreamsFollowTheDataAndResetAtSeriesBoundaries) {
-  const fs::path dir = temp_dir("streams");
+  const fs::path dir = test::temp_dir("streams");
   {
     std::ofstream f(dir / "two.csv");
     f << "when,cell,v\n";
@@ -137,7 +130,7 @@ TEST(Stateful, StreamsFollowTheDataAndResetAtSeriesBoundaries) {
 // With model.output every_step, every row of a chunk is a target: the loss covers each step.
 TEST(Stateful, TheLoggedLossIsThatOfCarriedStates) {
   for (const std::string output : {"last", "every_step"}) {
-    const fs::path dir = temp_dir("carried_" + output);
+    const fs::path dir = test::temp_dir("carried_" + output);
     {
       std::ofstream f(dir / "series.csv");
       f << "t,signal\n";
@@ -195,7 +188,7 @@ TEST(Stateful, TheLoggedLossIsThatOfCarriedStates) {
 }
 
 TEST(Stateful, InterruptedStatefulRunResumesExactly) {
-  const fs::path dir = temp_dir("resume");
+  const fs::path dir = test::temp_dir("resume");
   {
     std::ofstream f(dir / "series.csv");
     f << "t,signal\n";
@@ -249,4 +242,4 @@ TEST(Stateful, InterruptedStatefulRunResumesExactly) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::stateful_test

@@ -1,5 +1,7 @@
 #pragma once
 // Helpers shared by the tests: host tensors in any float dtype, the error metric, data files.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -30,6 +32,21 @@ struct HostTensor {
     be.upload(t, host.data());
   }
 };
+
+// An empty directory for the running test's files, `name` within it: seqforge_<suite>_<test>_<name>
+// in the system's temporary directory, emptied first. Named by the test, so that tests running side
+// by side never share one.
+inline std::filesystem::path temp_dir(const std::string& name) {
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string dir = "seqforge_";
+  if (test) dir += std::string(test->test_suite_name()) + "_" + test->name() + "_";
+  dir += name;
+  std::replace(dir.begin(), dir.end(), '/', '_');  // parameterised tests' names
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / dir;
+  std::filesystem::remove_all(path);
+  std::filesystem::create_directories(path);
+  return path;
+}
 
 // Whether the CPU backend can run bf16 GEMMs here (AVX512-BF16 or AMX-BF16, under the
 // SEQFORGE_MAX_ISA cap); tests of its bf16 path skip at once elsewhere (an AVX2-only CPU, say).

@@ -10,7 +10,7 @@
 
 #include "seqforge/core/error.hpp"
 
-namespace seqforge::text {
+namespace seqforge::text::tokenizer_test {
 namespace {
 
 using Ids = std::vector<int32_t>;
@@ -183,7 +183,7 @@ TEST(Tokenizer, ByteLevelRoundTripsAnyText) {
   EXPECT_EQ(t.vocab_size(), 300);
   EXPECT_EQ(t.token_to_id("<|endoftext|>"), 0);
   for (const std::string& s : {text, std::string("unseen words \x01\x7f \xE4\xBD\xA0\xE5\xA5\xBD"),
-                              std::string("  "), std::string()})
+                               std::string("  "), std::string()})
     EXPECT_EQ(t.decode(t.encode(s).ids), s);
   EXPECT_LT(t.encode(text).ids.size(), text.size() * 7 / 10);  // the learnt merges apply
 
@@ -288,4 +288,4 @@ TEST(Tokenizer, BadFilesAreOneErrorNamingThePlace) {
 }
 
 }  // namespace
-}  // namespace seqforge::text
+}  // namespace seqforge::text::tokenizer_test

@@ -23,17 +23,10 @@
 #include "seqforge/train/data_options.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::trainer_test {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("seqforge_trainer_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 // The first 200 KB of tiny Shakespeare, written into dir: for runs that check what a fine-tune
 // loads and keeps rather than how well it learns (a tenth of the validation windows to score).
@@ -85,7 +78,7 @@ void expect_bf16_within_one_percent_of_fp32(const std::string& name, const std::
                                             std::vector<std::string> overrides,
                                             const std::vector<std::string>& quality_steps,
                                             double learnt) {
-  const fs::path dir = temp_dir(name);
+  const fs::path dir = test::temp_dir(name);
   const std::vector<std::string> few = {"train.max_batches=3", "train.epochs=1",
                                         "data.split.val=0.01"};
   const auto& steps = test::sanitized ? few : quality_steps;
@@ -114,7 +107,7 @@ void expect_bf16_within_one_percent_of_fp32(const std::string& name, const std::
 }
 
 TEST(Trainer, ForecastLearnsAndWritesTheRun) {
-  const fs::path dir = temp_dir("forecast");
+  const fs::path dir = test::temp_dir("forecast");
   const std::string data = write_series(dir, 400);
   std::ostringstream log;
   const TrainSummary s = train(Config::parse(forecast_yaml(data, dir / "run"), "f.yaml"), log);
@@ -153,7 +146,7 @@ TEST(Trainer, ForecastLearnsAndWritesTheRun) {
 }
 
 TEST(Trainer, ClassifyAndCharlmRun) {
-  const fs::path dir = temp_dir("classify");
+  const fs::path dir = test::temp_dir("classify");
   const std::string data = write_series(dir, 300);
   std::ostringstream log;
   const TrainSummary s =
@@ -197,7 +190,7 @@ TEST(Trainer, ClassifyAndCharlmRun) {
 }
 
 TEST(Trainer, CharacterModelsReadUtf8AndGenerateGreedilyAtTemperatureZero) {
-  const fs::path dir = temp_dir("utf8");
+  const fs::path dir = test::temp_dir("utf8");
   const fs::path text = dir / "text.txt";
   std::string body;
   for (int i = 0; i < 120; ++i) body += "Grüße, naïve café — 日本語 ok! ";
@@ -248,7 +241,7 @@ TEST(Trainer, CharacterModelsReadUtf8AndGenerateGreedilyAtTemperatureZero) {
 // into the same shapes) is an error naming it; loading only the recurrent layer leaves the
 // vocabulary to the new text.
 TEST(Trainer, CharacterModelsFromAPretrainedOneKeepItsVocabulary) {
-  const fs::path dir = temp_dir("charlm_vocab");
+  const fs::path dir = test::temp_dir("charlm_vocab");
   auto write_text = [&](const std::string& name, const std::string& unit) {
     std::string body;
     for (int i = 0; i < 150; ++i) body += unit;
@@ -291,7 +284,7 @@ TEST(Trainer, CharacterModelsFromAPretrainedOneKeepItsVocabulary) {
 // the first layer's input weights (and a masked autoencoder's head rows) follow the columns;
 // other features are an error naming both lists.
 TEST(Trainer, InitFromPutsTheFeaturesInThisRunsOrder) {
-  const fs::path dir = temp_dir("init_features");
+  const fs::path dir = test::temp_dir("init_features");
   const std::string data = write_series(dir, 200);
   std::ostringstream log;
   const std::string mae = "data:\n  path: " + data +
@@ -363,7 +356,7 @@ TEST(Trainer, InitFromPutsTheFeaturesInThisRunsOrder) {
 
 // A column named twice in data.features or data.targets is refused before training.
 TEST(Trainer, AColumnNamedTwiceIsRefused) {
-  const fs::path dir = temp_dir("named_twice");
+  const fs::path dir = test::temp_dir("named_twice");
   const std::string data = write_series(dir, 60);
   std::ostringstream log;
   for (const char* twice : {"data.features=[signal, other, signal]", "data.targets=[other, other]"})
@@ -382,7 +375,7 @@ TEST(Trainer, AColumnNamedTwiceIsRefused) {
 // [other, signal] loads: its rows (k * targets + j) * quantiles + q follow the targets; other
 // targets keep the rows with a note.
 TEST(Trainer, InitFromPutsTheHeadInThisRunsTargetOrder) {
-  const fs::path dir = temp_dir("init_targets");
+  const fs::path dir = test::temp_dir("init_targets");
   const std::string data = write_series(dir, 200);
   std::ostringstream log;
   const std::string yaml = "data:\n  path: " + data +
@@ -475,7 +468,7 @@ TEST(Trainer, Bf16CharlmValidationLossWithinOnePercentOfFp32) {
 // uniform guess (log 65 = 4.17) and generate continues a prompt; bad transformer settings name
 // their keys.
 TEST(Trainer, TransformerCharlmLearnsAndGenerates) {
-  const fs::path dir = temp_dir("gpt");
+  const fs::path dir = test::temp_dir("gpt");
   std::ostringstream log;
   const std::vector<std::string> common = {"data.path=" SEQFORGE_SOURCE_DIR
                                            "/data/tinyshakespeare.txt",
@@ -540,7 +533,7 @@ TEST(Trainer, Bf16TransformerValidationLossWithinOnePercentOfFp32) {
 // size from its tensors, heads from the seqforge config in its metadata): the config need not
 // repeat it, may not contradict it, and must give the heads of a checkpoint that does not say.
 TEST(Trainer, AFineTuneTakesTheBaseModelsShape) {
-  const fs::path dir = temp_dir("gpt_base_shape");
+  const fs::path dir = test::temp_dir("gpt_base_shape");
   std::ostringstream log;
   const std::string text = "data.path=" + shakespeare_head(dir);
   train(Config::load(SEQFORGE_SOURCE_DIR "/examples/configs/shakespeare_gpt.yaml",
@@ -659,7 +652,7 @@ TEST(Trainer, AFineTuneTakesTheBaseModelsShape) {
 // only the adapters move, the run resumes, and eval and generate load it; bad adapter settings
 // name their keys.
 TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
-  const fs::path dir = temp_dir("gpt_adapters");
+  const fs::path dir = test::temp_dir("gpt_adapters");
   std::ostringstream log;
   const std::vector<std::string> common = {"data.path=" + shakespeare_head(dir),
                                            "model.embedding=32",
@@ -846,7 +839,7 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
 // writes each row's class and probabilities for a file without labels; bad settings name their
 // keys.
 TEST(Trainer, TransformerClassifiesTextPairs) {
-  const fs::path dir = temp_dir("text_pairs");
+  const fs::path dir = test::temp_dir("text_pairs");
   const std::string data = test::write_text_pairs(dir / "pairs.csv", 1200, 1);
   const fs::path run = dir / "run";
   const std::string yaml =
@@ -921,7 +914,7 @@ TEST(Trainer, TransformerClassifiesTextPairs) {
 // character model's, its weights load and stay frozen (its LM head is left out), the classifier
 // and segment embeddings are new and train with the adapters; merged, the model scores the same.
 TEST(Trainer, AdaptersFineTuneACharacterModelAsAClassifier) {
-  const fs::path dir = temp_dir("pairs_dora");
+  const fs::path dir = test::temp_dir("pairs_dora");
   {
     std::ofstream text(dir / "text.txt");
     Rng rng(5);
@@ -1017,7 +1010,7 @@ TEST(Trainer, AdaptersFineTuneACharacterModelAsAClassifier) {
 // weights stay as loaded, the adapters and the head move, and the merged plain model scores what
 // the adapted one does.
 TEST(Trainer, AdaptersFineTuneAFrozenLstm) {
-  const fs::path dir = temp_dir("lstm_adapters");
+  const fs::path dir = test::temp_dir("lstm_adapters");
   const std::string data = write_series(dir, 300);
   std::ostringstream log;
   train(Config::parse(forecast_yaml(data, dir / "base"), "base.yaml"), log);
@@ -1074,7 +1067,7 @@ TEST(Trainer, AdaptersFineTuneAFrozenLstm) {
 }
 
 TEST(Trainer, BadInputNamesTheFileLineOrKey) {
-  const fs::path dir = temp_dir("bad");
+  const fs::path dir = test::temp_dir("bad");
   const std::string data = write_series(dir, 200);
   const fs::path run = dir / "run";
   std::ostringstream log;
@@ -1147,9 +1140,9 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::trainer_test
 
-namespace seqforge {
+namespace seqforge::trainer_test {
 namespace {
 
 std::vector<std::string> metric_lines(const fs::path& run) {
@@ -1169,7 +1162,7 @@ std::vector<std::string> metric_lines(const fs::path& run) {
 }
 
 TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
-  const fs::path dir = temp_dir("resume");
+  const fs::path dir = test::temp_dir("resume");
   const std::string data = write_series(dir, 300);
   std::ostringstream log;
   auto config = [&](const fs::path& run, int epochs) {
@@ -1189,7 +1182,7 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
 }
 
 TEST(Trainer, SignalStopsAtAStepAndTheRunResumesExactly) {
-  const fs::path dir = temp_dir("signal");
+  const fs::path dir = test::temp_dir("signal");
   const std::string data = write_series(dir, 300);
   std::ostringstream log;
   auto config = [&](const fs::path& run) {
@@ -1233,7 +1226,7 @@ TEST(Trainer, SignalStopsAtAStepAndTheRunResumesExactly) {
 }
 
 TEST(Trainer, ResumeRefusesAnotherArchitectureAndTouchesNothing) {
-  const fs::path dir = temp_dir("resume_bad");
+  const fs::path dir = test::temp_dir("resume_bad");
   const std::string data = write_series(dir, 200);
   std::ostringstream log;
   train(Config::parse(forecast_yaml(data, dir / "run"), "r.yaml", {"train.epochs=1"}), log);
@@ -1255,13 +1248,13 @@ TEST(Trainer, ResumeRefusesAnotherArchitectureAndTouchesNothing) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::trainer_test
 
-namespace seqforge {
+namespace seqforge::trainer_test {
 namespace {
 
 TEST(Trainer, PretrainThenFineTuneWithAFrozenEncoder) {
-  const fs::path dir = temp_dir("mae");
+  const fs::path dir = test::temp_dir("mae");
   const std::string data = write_series(dir, 300);
   std::ostringstream log;
   const std::string common = "  date_column: when\n  features: [signal, other]\n  lookback: 10\n";
@@ -1320,13 +1313,13 @@ TEST(Trainer, PretrainThenFineTuneWithAFrozenEncoder) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::trainer_test
 
-namespace seqforge {
+namespace seqforge::trainer_test {
 namespace {
 
 TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {
-  const fs::path dir = temp_dir("npy");
+  const fs::path dir = test::temp_dir("npy");
   std::vector<float> data(300 * 2);
   for (int r = 0; r < 300; ++r) {
     data[r * 2] = static_cast<float>(std::sin(r * 0.3));
@@ -1377,9 +1370,9 @@ TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::trainer_test
 
-namespace seqforge {
+namespace seqforge::trainer_test {
 namespace {
 
 std::vector<double> learning_rates(const fs::path& run) {
@@ -1394,7 +1387,7 @@ std::vector<double> learning_rates(const fs::path& run) {
 }
 
 TEST(Trainer, LearningRateSchedules) {
-  const fs::path dir = temp_dir("schedules");
+  const fs::path dir = test::temp_dir("schedules");
   const std::string data = write_series(dir, 300);
   std::ostringstream log;
   auto run = [&](const std::string& name, std::vector<std::string> overrides) {
@@ -1423,13 +1416,13 @@ TEST(Trainer, LearningRateSchedules) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::trainer_test
 
-namespace seqforge {
+namespace seqforge::trainer_test {
 namespace {
 
 TEST(Datasets, RandomSplitDealsWholeWindowsBySeed) {
-  const fs::path dir = temp_dir("random_split");
+  const fs::path dir = test::temp_dir("random_split");
   const std::string data = write_series(dir, 400);
   auto load = [&](const std::string& seed) {
     return load_series(Config::parse("data: {path: " + data +
@@ -1456,7 +1449,7 @@ TEST(Datasets, RandomSplitDealsWholeWindowsBySeed) {
 
 // The start-up says what a random split does.
 TEST(Datasets, ARandomSplitSaysSoAtStartUp) {
-  const fs::path dir = temp_dir("random_split_line");
+  const fs::path dir = test::temp_dir("random_split_line");
   const std::string data = write_series(dir, 200);
   std::ostringstream log;
   train(Config::parse("data: {path: " + data +
@@ -1474,4 +1467,4 @@ TEST(Datasets, ARandomSplitSaysSoAtStartUp) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::trainer_test

@@ -19,7 +19,7 @@
 #include "seqforge/optim/optimizer.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::transformer_parity_test {
 namespace {
 
 using test::HostTensor;
@@ -196,9 +196,9 @@ TEST(PyTorchParity, CudaTransformerF64) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::transformer_parity_test
 
-namespace seqforge {
+namespace seqforge::transformer_parity_test {
 namespace {
 
 // Decoding with the key/value cache (a prompt, then one token at a time) gives the logits a full
@@ -263,4 +263,4 @@ TEST(TransformerDecode, CachedKeysAndValuesGiveTheFullPassLogitsWithBf16Gemms) {
 }
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::transformer_parity_test

@@ -18,7 +18,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/tune/study.hpp"
 
-namespace seqforge::tune {
+namespace seqforge::tune::tune_postgres_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -206,4 +206,4 @@ TEST_F(TunePostgres, SilentServerTimesOut) {
 }
 
 }  // namespace
-}  // namespace seqforge::tune
+}  // namespace seqforge::tune::tune_postgres_test

@@ -12,7 +12,7 @@
 
 #include "seqforge/tune/pruners.hpp"
 
-namespace seqforge::tune {
+namespace seqforge::tune::tune_pruner_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -184,4 +184,4 @@ TEST(TunePruner, DecisionsMatchOptunaOnRandomHistories) {
 }
 
 }  // namespace
-}  // namespace seqforge::tune
+}  // namespace seqforge::tune::tune_pruner_test

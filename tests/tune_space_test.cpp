@@ -9,7 +9,7 @@
 #include "seqforge/tune/space.hpp"
 #include "seqforge/tune/study.hpp"
 
-namespace seqforge::tune {
+namespace seqforge::tune::tune_space_test {
 namespace {
 
 std::string error_of(const std::string& yaml) {
@@ -180,9 +180,9 @@ TEST(TuneSampler, TpeReachesTheOptimumInFewerTrialsThanRandom) {
 }
 
 }  // namespace
-}  // namespace seqforge::tune
+}  // namespace seqforge::tune::tune_space_test
 
-namespace seqforge::tune {
+namespace seqforge::tune::tune_space_test {
 namespace {
 
 TEST(TuneValue, BestFollowsTheTrainersCheckpointRuleAndLastTheLastEpoch) {
@@ -230,4 +230,4 @@ TEST(TuneValue, BestFollowsTheTrainersCheckpointRuleAndLastTheLastEpoch) {
 }
 
 }  // namespace
-}  // namespace seqforge::tune
+}  // namespace seqforge::tune::tune_space_test

@@ -17,18 +17,12 @@
 
 #include "seqforge/core/error.hpp"
 #include "seqforge/tune/study.hpp"
+#include "test_util.hpp"
 
-namespace seqforge::tune {
+namespace seqforge::tune::tune_storage_test {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("seqforge_tune_storage_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 TuneSettings settings(const std::string& name = "s", double grace = 5) {
   TuneSettings s = parse_tune_settings(
@@ -83,7 +77,7 @@ void sql(const fs::path& db, const std::string& statement) {
 }
 
 TEST(TuneStorage, ConcurrentWorkersRunEveryTrialOnce) {
-  const fs::path dir = temp_dir("concurrent");
+  const fs::path dir = test::temp_dir("concurrent");
   const std::string db = (dir / "study.db").string();
   std::atomic<int> errors{0};
   std::vector<std::thread> workers;
@@ -123,7 +117,7 @@ TEST(TuneStorage, ConcurrentWorkersRunEveryTrialOnce) {
 }
 
 TEST(TuneStorage, OtherStudiesSchemasAndFilesAreRejected) {
-  const fs::path dir = temp_dir("reject");
+  const fs::path dir = test::temp_dir("reject");
   const std::string db = (dir / "study.db").string();
   { Study a(Storage::open(db), settings("a"), db); }
   EXPECT_NE(error_of([&] {
@@ -167,7 +161,7 @@ TEST(TuneStorage, OtherStudiesSchemasAndFilesAreRejected) {
 }
 
 TEST(TuneStorage, LockedAndReadOnlyDatabasesGiveClearErrors) {
-  const fs::path dir = temp_dir("locked");
+  const fs::path dir = test::temp_dir("locked");
   const std::string db = (dir / "study.db").string();
   { Study a(Storage::open(db), settings(), db); }
   setenv("SEQFORGE_TUNE_BUSY_TIMEOUT_MS", "200", 1);
@@ -200,7 +194,7 @@ TEST(TuneStorage, LockedAndReadOnlyDatabasesGiveClearErrors) {
 }
 
 TEST(TuneStudy, CrashingTrialFailsAndTheStudyGoesOn) {
-  const fs::path dir = temp_dir("crash");
+  const fs::path dir = test::temp_dir("crash");
   const std::string db = (dir / "study.db").string();
   Study study(Storage::open(db), settings(), db);
   std::ostringstream console;
@@ -228,7 +222,7 @@ TEST(TuneStudy, CrashingTrialFailsAndTheStudyGoesOn) {
 }
 
 TEST(TuneStudy, DeadWorkersTrialsAreFailedAndRetried) {
-  const fs::path dir = temp_dir("dead");
+  const fs::path dir = test::temp_dir("dead");
   const std::string db = (dir / "study.db").string();
   {  // a worker elsewhere that stops sending heartbeats
     Study setup(Storage::open(db), settings("s", 0.3), db);
@@ -273,7 +267,7 @@ TEST(TuneStudy, DeadWorkersTrialsAreFailedAndRetried) {
 }
 
 TEST(TuneStudy, HeartbeatKeepsLongTrialsAlive) {
-  const fs::path dir = temp_dir("heartbeat");
+  const fs::path dir = test::temp_dir("heartbeat");
   const std::string db = (dir / "study.db").string();
   std::thread slow([&] {
     Study study(Storage::open(db), settings("s", 0.5), db);
@@ -294,7 +288,7 @@ TEST(TuneStudy, HeartbeatKeepsLongTrialsAlive) {
 }
 
 TEST(TuneStudy, LateWritesToATrialFailedByAnotherWorkerAreRejected) {
-  const fs::path dir = temp_dir("late");
+  const fs::path dir = test::temp_dir("late");
   const std::string db = (dir / "study.db").string();
   { Study setup(Storage::open(db), settings(), db); }
   auto a = Storage::open(db), b = Storage::open(db);
@@ -337,7 +331,7 @@ TEST(TuneStudy, LateWritesToATrialFailedByAnotherWorkerAreRejected) {
 
 // A worker whose trial another worker failed prints one line and goes on with the next trial.
 TEST(TuneStudy, AWorkerWhoseTrialWasFailedDiscardsItAndGoesOn) {
-  const fs::path dir = temp_dir("discard");
+  const fs::path dir = test::temp_dir("discard");
   const std::string db = (dir / "study.db").string();
   Study study(Storage::open(db), settings("s", 0.3), db);
   auto other = Storage::open(db);
@@ -370,7 +364,7 @@ TEST(TuneStudy, AWorkerWhoseTrialWasFailedDiscardsItAndGoesOn) {
 
 // Enqueued trials (Optuna's enqueue_trial) run first, with their fixed parameters.
 TEST(TuneStudy, EnqueuedTrialsRunFirstWithTheirParameters) {
-  const fs::path dir = temp_dir("enqueue");
+  const fs::path dir = test::temp_dir("enqueue");
   const std::string db = (dir / "study.db").string();
   const TuneSettings s = settings_with_a_choice();
   Study study(Storage::open(db), s, db);
@@ -407,7 +401,7 @@ TEST(TuneStudy, EnqueuedTrialsRunFirstWithTheirParameters) {
 // log-scale parameter that is not positive, a direction missing or unknown) is one error naming
 // the trial or study, never a 0 or a default read in its place.
 TEST(TuneStorage, DamagedValuesAndParametersAreErrorsNamingTheTrial) {
-  const fs::path dir = temp_dir("damaged");
+  const fs::path dir = test::temp_dir("damaged");
   const auto run_study = [](const std::string& path, const TuneSettings& s, int64_t trials) {
     Study study(Storage::open(path), s, path);
     std::ostringstream console;
@@ -483,7 +477,7 @@ constexpr const char* kFormerSchema =
 // A former study without its search space cannot be given Optuna's distributions: refused,
 // the file left as it was.
 TEST(TuneStorage, FormerSchemaWithoutASpaceIsRefused) {
-  const fs::path dir = temp_dir("migrate_no_space");
+  const fs::path dir = test::temp_dir("migrate_no_space");
   const std::string db = (dir / "study.db").string();
   sql(db, std::string(kFormerSchema) +
               "INSERT INTO seqforge_studies VALUES ('s', 'minimize', 'f', NULL, '1700000000');");
@@ -502,7 +496,7 @@ TEST(TuneStorage, FormerSchemaWithoutASpaceIsRefused) {
 
 // A file of seqforge's former schema is converted to Optuna's on first open.
 TEST(TuneStorage, FormerSchemaIsConvertedOnFirstOpen) {
-  const fs::path dir = temp_dir("migrate");
+  const fs::path dir = test::temp_dir("migrate");
   const std::string db = (dir / "study.db").string();
   const TuneSettings s = settings();
   const std::string fp = s.fingerprint(), space = space_json(s.space);
@@ -571,7 +565,7 @@ TEST(TuneStorage, FormerSchemaIsConvertedOnFirstOpen) {
 }
 
 TEST(TuneStudy, ResumesWhereItStoppedAndHonoursTheTimeout) {
-  const fs::path dir = temp_dir("resume");
+  const fs::path dir = test::temp_dir("resume");
   const std::string db = (dir / "study.db").string();
   std::ostringstream console;
   OptimizeOptions o;
@@ -596,7 +590,7 @@ TEST(TuneStudy, ResumesWhereItStoppedAndHonoursTheTimeout) {
 }
 
 TEST(TuneStorage, ValuesRoundTripExactlyWithNaN) {
-  const fs::path dir = temp_dir("values");
+  const fs::path dir = test::temp_dir("values");
   const std::string db = (dir / "study.db").string();
   Study setup(Storage::open(db), settings(), db);
   auto s = Storage::open(db);
@@ -644,4 +638,4 @@ TEST(TuneStorage, ValuesRoundTripExactlyWithNaN) {
 }
 
 }  // namespace
-}  // namespace seqforge::tune
+}  // namespace seqforge::tune::tune_storage_test

@@ -11,7 +11,7 @@
 #include "seqforge/nn/recurrent.hpp"
 #include "test_util.hpp"
 
-namespace seqforge {
+namespace seqforge::variational_dropout_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -203,4 +203,4 @@ INSTANTIATE_TEST_SUITE_P(Cells, VariationalDropout,
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
-}  // namespace seqforge
+}  // namespace seqforge::variational_dropout_test

@@ -49,21 +49,6 @@ uint16_t to_f16(float f) {
   return static_cast<uint16_t>(sign | ((mant - 0x38000000u) >> 13));
 }
 
-float from_f16(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t mant = h & 0x3ffu;
-  float out;
-  if (exp == 0) {
-    out = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -out : out;
-  }
-  uint32_t bits = exp == 31 ? (sign | 0x7f800000u | (mant << 13))
-                            : (sign | ((exp + 112u) << 23) | (mant << 13));
-  std::memcpy(&out, &bits, 4);
-  return out;
-}
-
 namespace {
 double load(const void* src, DType t, size_t i) {
   switch (t) {

@@ -1,5 +1,6 @@
 #include "seqforge/core/rng.hpp"
 
+#include <bit>
 #include <cmath>
 
 namespace seqforge {
@@ -11,7 +12,6 @@ uint64_t splitmix64(uint64_t& x) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 }  // namespace
 
 void Rng::reseed(uint64_t seed) {
@@ -19,14 +19,14 @@ void Rng::reseed(uint64_t seed) {
 }
 
 uint64_t Rng::next() {
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t result = std::rotl(s_[1] * 5, 7) * 9;
   const uint64_t t = s_[1] << 17;
   s_[2] ^= s_[0];
   s_[3] ^= s_[1];
   s_[1] ^= s_[2];
   s_[0] ^= s_[3];
   s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
+  s_[3] = std::rotl(s_[3], 45);
   return result;
 }
 

@@ -16,13 +16,11 @@ namespace seqforge::io {
 
 namespace {
 
-std::string quote(std::string_view s) { return quoted(s); }
-
 bool is_space(char c) { return c == ' ' || c == '\t'; }
 
 std::string describe_char(char c) {
   if (c == '"') return "'\"'";
-  return quote(std::string_view(&c, 1));
+  return io::quoted(std::string_view(&c, 1));
 }
 
 // Splits RFC 4180 text into rows of fields separated by `delimiter`, tracking 1-based file lines.
@@ -316,7 +314,7 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source, size
     }
     const auto [it, inserted] = t.index_.try_emplace(name, c);
     if (!inserted) {
-      fail(source, ":", header_line, ": duplicate column name ", quote(name), " (columns ",
+      fail(source, ":", header_line, ": duplicate column name ", io::quoted(name), " (columns ",
            it->second + 1, " and ", c + 1, ")");
     }
     t.columns_.push_back(std::move(name));
@@ -342,7 +340,7 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source, size
           source, ":", line, ": ", fields.size(), fields.size() == 1 ? " field" : " fields",
           ", the header has ", ncols,
           t.delimiter_ == ',' ? "" : " (separated by " + t.delimiter_name() + ", as the header is)",
-          comment ? "; the header " + quoted(t.columns_[0], 40) +
+          comment ? "; the header " + io::quoted(t.columns_[0], 40) +
                         " reads as a comment: a file's first line is its header, so remove the "
                         "lines before it"
                   : "");
@@ -419,7 +417,7 @@ std::string CsvTable::columns_hint() const {
 }
 
 std::string CsvTable::delimiter_name() const {
-  return delimiter_ == '\t' ? "tabs" : quote(std::string_view(&delimiter_, 1));
+  return delimiter_ == '\t' ? "tabs" : io::quoted(std::string_view(&delimiter_, 1));
 }
 
 bool CsvTable::decimal_commas(std::string_view name) const {
@@ -432,7 +430,7 @@ bool CsvTable::decimal_commas(std::string_view name) const {
 size_t CsvTable::index_of(std::string_view name) const {
   const auto it = index_.find(name);
   if (it != index_.end()) return it->second;
-  fail(source_, ": no column ", quote(name), columns_hint());
+  fail(source_, ": no column ", io::quoted(name), columns_hint());
 }
 
 const CsvColumn& CsvTable::text(std::string_view name) const { return cells_[index_of(name)]; }
@@ -475,8 +473,8 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
     };
     if (comma_row < cells.size() && !missing_text()) {
       if (cell.find('.') != std::string_view::npos)
-        fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
-             " has a point where the column writes decimal commas (", quote(cells[comma_row]),
+        fail(source_, ":", lines_[r], ": column ", io::quoted(name), ": ", io::quoted(cells[r]),
+             " has a point where the column writes decimal commas (", io::quoted(cells[comma_row]),
              " on line ", lines_[comma_row], "): a thousands separator?");
       decimal_point.assign(cell);
       std::replace(decimal_point.begin(), decimal_point.end(), ',', '.');
@@ -493,18 +491,19 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
         continue;
       }
       if (cell.empty())
-        fail(source_, ":", lines_[r], ": column ", quote(name), ": empty cell is not a number");
-      fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
+        fail(source_, ":", lines_[r], ": column ", io::quoted(name),
+             ": empty cell is not a number");
+      fail(source_, ":", lines_[r], ": column ", io::quoted(name), ": ", io::quoted(cells[r]),
            " marks a missing value, not a number");
     }
     switch (status) {
       case NumberStatus::ok:
         break;
       case NumberStatus::not_number:
-        fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
+        fail(source_, ":", lines_[r], ": column ", io::quoted(name), ": ", io::quoted(cells[r]),
              " is not a number", number_hint(cells[r]));
       case NumberStatus::not_finite:
-        fail(source_, ":", lines_[r], ": column ", quote(name), ": ", quote(cells[r]),
+        fail(source_, ":", lines_[r], ": column ", io::quoted(name), ": ", io::quoted(cells[r]),
              " is not a finite number");
     }
   }

@@ -29,7 +29,7 @@ namespace {
 constexpr std::string_view kMagic = "\x93NUMPY";
 
 // Text from untrusted headers: keep messages on one line and of bounded length.
-std::string quote(std::string_view s) {
+std::string quote_header_text(std::string_view s) {
   constexpr size_t kMaxShown = 60;
   std::string out = "'";
   const size_t shown = std::min(s.size(), kMaxShown);
@@ -49,7 +49,7 @@ std::string quote(std::string_view s) {
 }
 
 // Python tuple notation, as numpy prints shapes: (), (5,), (3, 4).
-std::string shape_str(const std::vector<int64_t>& shape) {
+std::string numpy_shape(const std::vector<int64_t>& shape) {
   constexpr size_t kMaxShown = 16;
   std::string s = "(";
   for (size_t i = 0; i < shape.size() && i < kMaxShown; ++i) {
@@ -83,16 +83,16 @@ struct PyValue {
 
 // Recursive-descent parser for the Python literal subset numpy writes (and a little more, to
 // give precise errors): dicts, tuples, lists, quoted strings, True/False/None and numbers.
-class HeaderParser {
+class NpyHeaderParser {
  public:
-  HeaderParser(std::string_view text, const std::string& source) : s_(text), source_(source) {}
+  NpyHeaderParser(std::string_view text, const std::string& source) : s_(text), source_(source) {}
 
   // Parses the top-level dict; keys must be strings and unique.
   std::map<std::string, PyValue> parse_dict() {
     skip_space();
     if (!eat('{')) {
       fail(source_, ": header is not a Python dict literal (it starts with ",
-           i_ < s_.size() ? quote(s_.substr(i_, 1)) : std::string("nothing"), ")");
+           i_ < s_.size() ? quote_header_text(s_.substr(i_, 1)) : std::string("nothing"), ")");
     }
     std::map<std::string, PyValue> out;
     skip_space();
@@ -101,10 +101,10 @@ class HeaderParser {
       PyValue key = value(1);
       if (key.kind != PyValue::Kind::string) syntax(key_pos, "dict keys must be strings");
       skip_space();
-      if (!eat(':')) syntax(i_, "expected ':' after key " + quote(key.text));
+      if (!eat(':')) syntax(i_, "expected ':' after key " + quote_header_text(key.text));
       PyValue v = value(1);
       if (out.count(key.text)) {
-        fail(source_, ": header has a duplicate key ", quote(key.text));
+        fail(source_, ": header has a duplicate key ", quote_header_text(key.text));
       }
       out.emplace(std::move(key.text), std::move(v));
       skip_space();
@@ -157,7 +157,7 @@ class HeaderParser {
     if (c == '[') return sequence(']', PyValue::Kind::list, depth);
     if (c == '{') return dict(depth);
     if (c == '-' || c == '+' || is_word_char(c)) return word();
-    syntax(i_, "unexpected " + quote(s_.substr(i_, 1)));
+    syntax(i_, "unexpected " + quote_header_text(s_.substr(i_, 1)));
   }
 
   PyValue string() {
@@ -291,16 +291,16 @@ DType parse_descr(const PyValue& v, const std::string& source) {
   for (const DescrInfo& d : kDescrs) {
     if (d.code != code) continue;
     if (order == '>') {
-      fail(source, ": descr ", quote(v.text),
+      fail(source, ": descr ", quote_header_text(v.text),
            " is big-endian, which is not supported; save arr.astype('<", d.code, "')");
     }
     if (order == '<' || order == '=') return d.dtype;
   }
   if (order == '>') {
-    fail(source, ": descr ", quote(v.text),
+    fail(source, ": descr ", quote_header_text(v.text),
          " is big-endian and not supported; seqforge reads '<f2', '<f4', '<f8', '<i4' and '<i8'");
   }
-  fail(source, ": unsupported descr ", quote(v.text),
+  fail(source, ": unsupported descr ", quote_header_text(v.text),
        "; seqforge reads '<f2', '<f4', '<f8', '<i4' and '<i8'");
 }
 
@@ -310,16 +310,18 @@ std::vector<int64_t> parse_shape(const PyValue& v, const std::string& source) {
   std::vector<int64_t> shape;
   shape.reserve(v.items.size());
   for (const PyValue& d : v.items) {
-    if (d.kind != PyValue::Kind::integer) fail(source, expected, ", got ", quote(d.text));
+    if (d.kind != PyValue::Kind::integer)
+      fail(source, expected, ", got ", quote_header_text(d.text));
     if (d.negative && d.int_value != 0) {  // -0 is 0
       std::string written = "(";
       for (size_t i = 0; i < v.items.size() && i < 16; ++i) {
         written += (i ? ", " : "") + v.items[i].text;
       }
       written += v.items.size() > 16 ? ", ...)" : v.items.size() == 1 ? ",)" : ")";
-      fail(source, ": header 'shape' ", quote(written), " has a negative dimension");
+      fail(source, ": header 'shape' ", quote_header_text(written), " has a negative dimension");
     }
-    if (!d.int_value) fail(source, ": header 'shape' dimension ", quote(d.text), " is too large");
+    if (!d.int_value)
+      fail(source, ": header 'shape' dimension ", quote_header_text(d.text), " is too large");
     shape.push_back(*d.int_value);
   }
   return shape;
@@ -355,11 +357,11 @@ NpyArray parse_header(std::string_view bytes, const std::string& source, size_t*
          bytes.size() - header_start, " bytes after the preamble");
   }
 
-  HeaderParser parser(bytes.substr(header_start, header_len), source);
+  NpyHeaderParser parser(bytes.substr(header_start, header_len), source);
   std::map<std::string, PyValue> dict = parser.parse_dict();
   for (const auto& [key, value] : dict) {
     if (key != "descr" && key != "fortran_order" && key != "shape") {
-      fail(source, ": header has an unexpected key ", quote(key),
+      fail(source, ": header has an unexpected key ", quote_header_text(key),
            " (expected 'descr', 'fortran_order', 'shape')");
     }
   }
@@ -375,7 +377,8 @@ NpyArray parse_header(std::string_view bytes, const std::string& source, size_t*
   }
   a.shape = parse_shape(dict["shape"], source);
   const std::optional<uint64_t> nbytes = byte_size(a.shape, a.dtype);
-  if (!nbytes) fail(source, ": shape ", shape_str(a.shape), " is too large (byte size overflows)");
+  if (!nbytes)
+    fail(source, ": shape ", numpy_shape(a.shape), " is too large (byte size overflows)");
   // With at most one dimension above 1 (or no elements), Fortran and C order are the same bytes.
   const auto big_dims =
       std::count_if(a.shape.begin(), a.shape.end(), [](int64_t d) { return d > 1; });
@@ -386,12 +389,13 @@ NpyArray parse_header(std::string_view bytes, const std::string& source, size_t*
   *data_offset = header_start + header_len;
   const uint64_t have = bytes.size() - *data_offset;
   if (have < *nbytes) {
-    fail(source, ": truncated data: shape ", shape_str(a.shape), " of ", quote(dict["descr"].text),
-         " needs ", *nbytes, " bytes, the file has ", have);
+    fail(source, ": truncated data: shape ", numpy_shape(a.shape), " of ",
+         quote_header_text(dict["descr"].text), " needs ", *nbytes, " bytes, the file has ", have);
   }
   if (have > *nbytes) {
-    fail(source, ": ", have - *nbytes, " trailing bytes after the data (shape ", shape_str(a.shape),
-         " of ", quote(dict["descr"].text), " needs ", *nbytes, " bytes)");
+    fail(source, ": ", have - *nbytes, " trailing bytes after the data (shape ",
+         numpy_shape(a.shape), " of ", quote_header_text(dict["descr"].text), " needs ", *nbytes,
+         " bytes)");
   }
   return a;
 }
@@ -498,11 +502,11 @@ void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>&
          " as .npy (supported: f32, f64, i32, i64)");
   }
   for (int64_t d : shape) {
-    if (d < 0) fail(path, ": negative dimension in shape ", shape_str(shape));
+    if (d < 0) fail(path, ": negative dimension in shape ", numpy_shape(shape));
   }
   const std::optional<uint64_t> nbytes = byte_size(shape, dtype);
-  if (!nbytes) fail(path, ": shape ", shape_str(shape), " is too large");
-  if (*nbytes > 0 && data == nullptr) fail(path, ": null data for shape ", shape_str(shape));
+  if (!nbytes) fail(path, ": shape ", numpy_shape(shape), " is too large");
+  if (*nbytes > 0 && data == nullptr) fail(path, ": null data for shape ", numpy_shape(shape));
 
   std::string header = "{'descr': '<";
   header += info->code;

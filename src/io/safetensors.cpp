@@ -23,9 +23,9 @@ namespace {
 using json = nlohmann::json;
 
 // Names come from untrusted files: keep error messages on one line and of bounded length.
-std::string quote(std::string_view s) { return quoted(s, 120); }
+std::string quote_name(std::string_view s) { return quoted(s, 120); }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
+std::string json_shape(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
@@ -70,7 +70,7 @@ struct RawEntry {
 // Streaming (SAX) validation of the header against the schema. Building no DOM keeps memory and
 // nesting bounded for hostile input, and lets duplicate keys be detected (nlohmann's DOM parser
 // silently keeps the last one). The first problem is recorded in `error` and stops the parse.
-class HeaderParser final : public nlohmann::json_sax<json> {
+class SafetensorsHeaderParser final : public nlohmann::json_sax<json> {
  public:
   std::vector<RawEntry> entries;
   std::map<std::string, std::string> metadata;
@@ -126,7 +126,7 @@ class HeaderParser final : public nlohmann::json_sax<json> {
       case Ctx::top:
         if (!names_.insert(k).second) {
           return k == "__metadata__" ? fail_with("duplicate __metadata__ entry")
-                                     : fail_with("duplicate tensor name " + quote(k));
+                                     : fail_with("duplicate tensor name " + quote_name(k));
         }
         if (k.empty()) return fail_with("empty tensor name");
         name_ = k;
@@ -137,14 +137,14 @@ class HeaderParser final : public nlohmann::json_sax<json> {
                      : k == "shape"        ? &e.has_shape
                      : k == "data_offsets" ? &e.has_offsets
                                            : nullptr;
-        if (seen == nullptr) return fail_with(tensor() + ": unexpected field " + quote(k));
-        if (*seen) return fail_with(tensor() + ": duplicate field " + quote(k));
+        if (seen == nullptr) return fail_with(tensor() + ": unexpected field " + quote_name(k));
+        if (*seen) return fail_with(tensor() + ": duplicate field " + quote_name(k));
         *seen = true;
         field_ = k;
         return true;
       }
       case Ctx::metadata:
-        if (metadata.count(k)) return fail_with("__metadata__: duplicate key " + quote(k));
+        if (metadata.count(k)) return fail_with("__metadata__: duplicate key " + quote_name(k));
         field_ = k;
         return true;
       default:  // keys only occur inside objects, and we only enter the objects above
@@ -215,7 +215,7 @@ class HeaderParser final : public nlohmann::json_sax<json> {
   enum class Kind { uint, string, other };
 
   Ctx ctx() const { return stack_.empty() ? Ctx::none : stack_.back(); }
-  std::string tensor() const { return "tensor " + quote(name_); }
+  std::string tensor() const { return "tensor " + quote_name(name_); }
 
   bool fail_with(std::string msg) {
     if (error.empty()) error = std::move(msg);
@@ -243,7 +243,7 @@ class HeaderParser final : public nlohmann::json_sax<json> {
             return fail_with(
                 tensor() +
                 (is_known_unsupported_dtype(*s) ? ": unsupported dtype " : ": unknown dtype ") +
-                quote(*s));
+                quote_name(*s));
           }
           return true;
         }
@@ -256,7 +256,7 @@ class HeaderParser final : public nlohmann::json_sax<json> {
         if (kind != Kind::string) {
           return fail_with(
               "__metadata__ must be an object mapping strings to strings (value of key " +
-              quote(field_) + " is not a string)");
+              quote_name(field_) + " is not a string)");
         }
         metadata.emplace(field_, *s);
         return true;
@@ -297,7 +297,7 @@ std::string json_string(const std::string& path, const std::string& s, const cha
   try {
     return json(s).dump();
   } catch (const json::exception&) {
-    fail(path, ": ", what, " ", quote(s), " is not valid UTF-8");
+    fail(path, ": ", what, " ", quote_name(s), " is not valid UTF-8");
   }
 }
 
@@ -338,7 +338,7 @@ SafetensorsFile SafetensorsFile::parse(const std::byte* data, size_t size,
     fail(source, ": header is not valid JSON (byte ",
          static_cast<const char*>(nul) - header_begin + 1, " of the header): NUL byte");
   }
-  HeaderParser parser;
+  SafetensorsHeaderParser parser;
   const bool ok = json::sax_parse(header_begin, header_begin + header_len, &parser,
                                   nlohmann::detail::input_format_t::json, /*strict=*/true,
                                   /*ignore_comments=*/false);
@@ -352,7 +352,7 @@ SafetensorsFile SafetensorsFile::parse(const std::byte* data, size_t size,
 
   file.entries_.reserve(parser.entries.size());
   for (RawEntry& r : parser.entries) {
-    const std::string t = "tensor " + quote(r.name);
+    const std::string t = "tensor " + quote_name(r.name);
     const uint64_t begin = r.offsets[0], end = r.offsets[1];
     if (begin > end) {
       fail(source, ": ", t, ": data_offsets ", offsets_str(begin, end), " have begin > end");
@@ -363,10 +363,10 @@ SafetensorsFile SafetensorsFile::parse(const std::byte* data, size_t size,
     }
     uint64_t nbytes = 0;
     if (!byte_size(r.shape, r.dtype, &nbytes)) {
-      fail(source, ": ", t, ": shape ", shape_str(r.shape), " is too large (byte size overflows)");
+      fail(source, ": ", t, ": shape ", json_shape(r.shape), " is too large (byte size overflows)");
     }
     if (nbytes != end - begin) {
-      fail(source, ": ", t, ": shape ", shape_str(r.shape), " of dtype ",
+      fail(source, ": ", t, ": shape ", json_shape(r.shape), " of dtype ",
            dtype_safetensors_name(r.dtype), " needs ", nbytes, " bytes but data_offsets ",
            offsets_str(begin, end), " span ", end - begin);
     }
@@ -385,14 +385,14 @@ SafetensorsFile SafetensorsFile::parse(const std::byte* data, size_t size,
   const SafetensorsEntry* prev = nullptr;
   for (const SafetensorsEntry* e : sorted) {
     if (e->begin < expected) {
-      fail(source, ": tensor ", quote(e->name), " (data_offsets ", offsets_str(e->begin, e->end),
-           ") overlaps tensor ", quote(prev->name), " (data_offsets ",
-           offsets_str(prev->begin, prev->end), ")");
+      fail(source, ": tensor ", quote_name(e->name), " (data_offsets ",
+           offsets_str(e->begin, e->end), ") overlaps tensor ", quote_name(prev->name),
+           " (data_offsets ", offsets_str(prev->begin, prev->end), ")");
     }
     if (e->begin > expected) {
       fail(source, ": hole of ", e->begin - expected,
-           " unused bytes in the data buffer before tensor ", quote(e->name), " (data_offsets ",
-           offsets_str(e->begin, e->end), ")");
+           " unused bytes in the data buffer before tensor ", quote_name(e->name),
+           " (data_offsets ", offsets_str(e->begin, e->end), ")");
     }
     expected = e->end;
     prev = e;
@@ -419,7 +419,7 @@ const SafetensorsEntry* SafetensorsFile::find(std::string_view name) const {
 std::span<const std::byte> SafetensorsFile::bytes(const SafetensorsEntry& e) const {
   const size_t data_size = size_ - std::min(size_, data_start_);
   if (e.begin > e.end || e.end > data_size) {
-    fail(source_, ": tensor ", quote(e.name), ": data_offsets ", offsets_str(e.begin, e.end),
+    fail(source_, ": tensor ", quote_name(e.name), ": data_offsets ", offsets_str(e.begin, e.end),
          " are out of range of the data buffer (", data_size, " bytes)");
   }
   const std::byte* base = data_ + data_start_;
@@ -452,18 +452,18 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
     const SafetensorsTensor& t = tensors[i];
     if (t.name.empty()) fail(path, ": tensor #", i, " has an empty name");
     if (t.name == "__metadata__") fail(path, ": '__metadata__' is reserved, not a tensor name");
-    if (!names.insert(t.name).second) fail(path, ": duplicate tensor name ", quote(t.name));
+    if (!names.insert(t.name).second) fail(path, ": duplicate tensor name ", quote_name(t.name));
     for (int64_t d : t.shape) {
       if (d < 0) {
-        fail(path, ": tensor ", quote(t.name), ": negative dimension in shape ",
-             shape_str(t.shape));
+        fail(path, ": tensor ", quote_name(t.name), ": negative dimension in shape ",
+             json_shape(t.shape));
       }
     }
     uint64_t nbytes = 0;
     if (!byte_size(t.shape, t.dtype, &nbytes) || __builtin_add_overflow(offset, nbytes, &offset)) {
-      fail(path, ": tensor ", quote(t.name), ": shape ", shape_str(t.shape), " is too large");
+      fail(path, ": tensor ", quote_name(t.name), ": shape ", json_shape(t.shape), " is too large");
     }
-    if (nbytes > 0 && t.data == nullptr) fail(path, ": tensor ", quote(t.name), ": null data");
+    if (nbytes > 0 && t.data == nullptr) fail(path, ": tensor ", quote_name(t.name), ": null data");
     sizes.push_back(nbytes);
     if (header.size() > 1) header += ',';
     header += json_string(path, t.name, "tensor name");

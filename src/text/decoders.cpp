@@ -117,9 +117,9 @@ class ReplaceDecoder final : public Decoder {
   std::string content_;
 };
 
-class Strip final : public Decoder {
+class StripDecoder final : public Decoder {
  public:
-  Strip(std::string content, int64_t start, int64_t stop)
+  StripDecoder(std::string content, int64_t start, int64_t stop)
       : content_(std::move(content)), start_(start), stop_(stop) {}
   void apply(std::vector<std::string>& tokens) const override {
     for (std::string& t : tokens) {
@@ -190,9 +190,10 @@ class BpeSuffixDecoder final : public Decoder {
   std::string suffix_;
 };
 
-class Sequence final : public Decoder {
+class DecoderSequence final : public Decoder {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<Decoder>> steps) : steps_(std::move(steps)) {}
+  explicit DecoderSequence(std::vector<std::unique_ptr<Decoder>> steps)
+      : steps_(std::move(steps)) {}
   void apply(std::vector<std::string>& tokens) const override {
     for (const auto& step : steps_) step->apply(tokens);
   }
@@ -223,9 +224,9 @@ std::unique_ptr<Decoder> make_decoder(const Json& config, const std::string& whe
                                             string_field(config, "content", where));
   }
   if (type == "Strip")
-    return std::make_unique<Strip>(string_field(config, "content", where),
-                                   count_field(config, "start", where),
-                                   count_field(config, "stop", where));
+    return std::make_unique<StripDecoder>(string_field(config, "content", where),
+                                          count_field(config, "start", where),
+                                          count_field(config, "stop", where));
   if (type == "Metaspace") {
     bool strip_first = bool_field(config, "add_prefix_space", true, where);
     if (const Json* s = optional_field(config, "prepend_scheme", where); s && !s->is_null())
@@ -244,7 +245,7 @@ std::unique_ptr<Decoder> make_decoder(const Json& config, const std::string& whe
     std::vector<std::unique_ptr<Decoder>> steps;
     for (size_t i = 0; i < list->size(); ++i)
       steps.push_back(make_decoder((*list)[i], where + ".decoders[" + std::to_string(i) + "]"));
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<DecoderSequence>(std::move(steps));
   }
   fail(where, ": decoder type '", type,
        "' is not supported (supported: ByteLevel, ByteFallback, Fuse, Replace, Strip, "

@@ -55,9 +55,9 @@ std::string strip_whitespace(std::string_view text, bool left, bool right) {
   return std::string(text.substr(begin, end - begin));
 }
 
-class Strip final : public Normalizer {
+class StripNormalizer final : public Normalizer {
  public:
-  Strip(bool left, bool right) : left_(left), right_(right) {}
+  StripNormalizer(bool left, bool right) : left_(left), right_(right) {}
   std::string apply(std::string text) const override {
     return strip_whitespace(text, left_, right_);
   }
@@ -136,9 +136,10 @@ class Bert final : public Normalizer {
   bool clean_text_, chinese_, strip_accents_, lowercase_;
 };
 
-class Sequence final : public Normalizer {
+class NormalizerSequence final : public Normalizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
+  explicit NormalizerSequence(std::vector<std::unique_ptr<Normalizer>> steps)
+      : steps_(std::move(steps)) {}
   std::string apply(std::string text) const override {
     for (const auto& step : steps_) text = step->apply(std::move(text));
     return text;
@@ -159,8 +160,8 @@ std::unique_ptr<Normalizer> make_normalizer(const Json& config, const std::strin
   if (type == "Lowercase") return std::make_unique<Lowercase>();
   if (type == "StripAccents") return std::make_unique<StripAccents>();
   if (type == "Strip")
-    return std::make_unique<Strip>(bool_field(config, "strip_left", true, where),
-                                   bool_field(config, "strip_right", true, where));
+    return std::make_unique<StripNormalizer>(bool_field(config, "strip_left", true, where),
+                                             bool_field(config, "strip_right", true, where));
   if (type == "Replace") {
     const Json* pattern = optional_field(config, "pattern", where);
     if (!pattern) fail(where, ".pattern: missing");
@@ -186,7 +187,7 @@ std::unique_ptr<Normalizer> make_normalizer(const Json& config, const std::strin
     for (size_t i = 0; i < list->size(); ++i)
       steps.push_back(
           make_normalizer((*list)[i], where + ".normalizers[" + std::to_string(i) + "]"));
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<NormalizerSequence>(std::move(steps));
   }
   fail(where, ": normalizer type '", type,
        "' is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, "

@@ -249,9 +249,10 @@ class Metaspace final : public PreTokenizer {
   bool split_;
 };
 
-class Sequence final : public PreTokenizer {
+class PreTokenizerSequence final : public PreTokenizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
+  explicit PreTokenizerSequence(std::vector<std::unique_ptr<PreTokenizer>> steps)
+      : steps_(std::move(steps)) {}
   void split(std::vector<Piece>& pieces) const override {
     for (const auto& step : steps_) step->split(pieces);
   }
@@ -320,7 +321,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& config, const std::
     std::vector<std::unique_ptr<PreTokenizer>> steps;
     steps.push_back(char_split(is_whitespace, SplitBehavior::removed));
     steps.push_back(char_split(is_punctuation, SplitBehavior::isolated));
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<PreTokenizerSequence>(std::move(steps));
   }
   if (type == "Sequence") {
     const Json* list = optional_field(config, "pretokenizers", where);
@@ -329,7 +330,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& config, const std::
     for (size_t i = 0; i < list->size(); ++i)
       steps.push_back(
           make_pre_tokenizer((*list)[i], where + ".pretokenizers[" + std::to_string(i) + "]"));
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<PreTokenizerSequence>(std::move(steps));
   }
   fail(where, ": pre-tokenizer type '", type,
        "' is not supported (supported: ByteLevel, Split, Digits, Metaspace, Whitespace, "

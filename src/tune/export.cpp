@@ -13,7 +13,7 @@ namespace seqforge::tune {
 
 namespace {
 
-using json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;  // keys in the order written
 
 std::string number_text(double v) {
   if (std::isnan(v)) return "nan";
@@ -23,7 +23,9 @@ std::string number_text(double v) {
 }
 
 // A double as JSON: a number when finite, else "nan", "inf" or "-inf" (JSON has none of them).
-json number_json(double v) { return std::isfinite(v) ? json(v) : json(number_text(v)); }
+OrderedJson number_json(double v) {
+  return std::isfinite(v) ? OrderedJson(v) : OrderedJson(number_text(v));
+}
 
 // Local time, as Optuna's datetime_start and datetime_complete.
 std::string datetime_text(double seconds) {
@@ -42,7 +44,7 @@ std::string datetime_text(double seconds) {
 
 // A parameter by value: a categorical as its choice (a number when the choice is one), an int
 // as an integer.
-json param_json(const Param* p, double v) {
+OrderedJson param_json(const Param* p, double v) {
   if (!p) return number_json(v);
   if (p->kind == Param::Kind::categorical) {
     const size_t i = size_t(v);
@@ -73,7 +75,7 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
-std::string scalar_text(const json& j) {
+std::string scalar_text(const OrderedJson& j) {
   if (j.is_null()) return "";
   if (j.is_string()) return j.get<std::string>();
   if (j.is_number_float()) return number_text(j.get<double>());
@@ -116,25 +118,27 @@ int run_tune_export(const std::string& study, const std::string& name, const std
       if (p.name == n) return &p;
     return nullptr;
   };
-  std::vector<json> rows;
+  std::vector<OrderedJson> rows;
   for (const auto& t : trials) {
-    json r;
+    OrderedJson r;
     r["number"] = t.number;
     r["state"] = optuna_state_name(t.state);
-    r["value"] = t.value ? number_json(*t.value) : json(nullptr);
-    r["datetime_start"] = t.started > 0 ? json(datetime_text(t.started)) : json(nullptr);
-    r["datetime_complete"] = t.finished > 0 ? json(datetime_text(t.finished)) : json(nullptr);
-    r["duration_seconds"] =
-        t.started > 0 && t.finished > 0 ? json(t.finished - t.started) : json(nullptr);
-    json params = json::object();
+    r["value"] = t.value ? number_json(*t.value) : OrderedJson(nullptr);
+    r["datetime_start"] =
+        t.started > 0 ? OrderedJson(datetime_text(t.started)) : OrderedJson(nullptr);
+    r["datetime_complete"] =
+        t.finished > 0 ? OrderedJson(datetime_text(t.finished)) : OrderedJson(nullptr);
+    r["duration_seconds"] = t.started > 0 && t.finished > 0 ? OrderedJson(t.finished - t.started)
+                                                            : OrderedJson(nullptr);
+    OrderedJson params = OrderedJson::object();
     for (const auto& [k, v] : t.params) params[k] = param_json(param(k), v);
     r["params"] = params;
-    json inter = json::object();
+    OrderedJson inter = OrderedJson::object();
     for (const auto& [step, v] : t.intermediate) inter[std::to_string(step)] = number_json(v);
     r["intermediate_values"] = inter;
-    json attrs = json::object();
-    attrs["host"] = t.host.empty() ? json(nullptr) : json(t.host);
-    attrs["pid"] = t.pid > 0 ? json(t.pid) : json(nullptr);
+    OrderedJson attrs = OrderedJson::object();
+    attrs["host"] = t.host.empty() ? OrderedJson(nullptr) : OrderedJson(t.host);
+    attrs["pid"] = t.pid > 0 ? OrderedJson(t.pid) : OrderedJson(nullptr);
     attrs["epochs"] = t.epochs;
     attrs["message"] = t.message;
     for (const auto& [k, v] : t.attrs) attrs[k] = number_json(v);
@@ -142,10 +146,10 @@ int run_tune_export(const std::string& study, const std::string& name, const std
     rows.push_back(std::move(r));
   }
   if (format == "json") {
-    json doc = {{"study", info->name},
-                {"direction", info->direction},
-                {"fingerprint", info->fingerprint},
-                {"trials", rows}};
+    OrderedJson doc = {{"study", info->name},
+                       {"direction", info->direction},
+                       {"fingerprint", info->fingerprint},
+                       {"trials", rows}};
     out << doc.dump(1) << "\n";
     return 0;
   }

@@ -53,7 +53,20 @@ inline float from_bf16(bf16 b) {
 
 // IEEE half precision (storage only): round to nearest even, with subnormals, inf and NaN.
 uint16_t to_f16(float f);
-float from_f16(uint16_t h);
+inline float from_f16(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in float
+    const float out = static_cast<float>(mant) * 0x1p-24f;
+    return sign ? -out : out;
+  }
+  const uint32_t bits = exp == 31 ? (sign | 0x7f800000u | (mant << 13))
+                                  : (sign | ((exp + 112u) << 23) | (mant << 13));
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
 struct f16 {
   uint16_t bits;
 };
