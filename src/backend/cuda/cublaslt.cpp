@@ -117,9 +117,9 @@ std::string CublasLt::version() const {
          std::to_string(v % 100);
 }
 
-void CublasLt::gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
+bool CublasLt::gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
                     const void* bias, bool tf32, cudaStream_t stream) {
-  if (s.m == 0 || s.n == 0) return;
+  if (s.m == 0 || s.n == 0) return true;
   const ColumnMajorGemm g = column_major(s);
   cudaDataType_t operand = CUDA_R_32F, out = CUDA_R_32F, scale = CUDA_R_32F;
   cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -193,28 +193,24 @@ void CublasLt::gemm(const GemmShape& s, DType dtype, const void* a, const void* 
     const cublasStatus_t found_status = api_->heuristic(handle_, desc, first, second, result,
                                                         result, preference, 1, &best, &returned);
     api_->preference_destroy(preference);
-    if (found_status != CUBLAS_STATUS_SUCCESS || returned == 0) {
-      api_->layout_destroy(result);
-      api_->layout_destroy(second);
-      api_->layout_destroy(first);
-      api_->desc_destroy(desc);
-      fail("cuda: gemm (", s.m, " x ", s.n, " x ", s.k, ", ", dtype_name(dtype),
-           "): cuBLASLt has no algorithm for it (cublasStatus_t ", static_cast<int>(found_status),
-           ")");
-    }
-    found = algos_.emplace(key, best.algo).first;
+    std::optional<cublasLtMatmulAlgo_t> algo;
+    if (found_status == CUBLAS_STATUS_SUCCESS && returned > 0) algo = best.algo;
+    found = algos_.emplace(key, algo).first;
   }
   const cublasStatus_t status =
-      api_->matmul(handle_, desc, alpha, b, first, a, second, beta, c, result, c, result,
-                   &found->second, workspace_, workspace_bytes_, stream);
+      found->second ? api_->matmul(handle_, desc, alpha, b, first, a, second, beta, c, result, c,
+                                   result, &*found->second, workspace_, workspace_bytes_, stream)
+                    : CUBLAS_STATUS_SUCCESS;
   api_->layout_destroy(result);
   api_->layout_destroy(second);
   api_->layout_destroy(first);
   api_->desc_destroy(desc);
+  if (!found->second) return false;
   if (status != CUBLAS_STATUS_SUCCESS)
     fail("cuda: gemm (", s.m, " x ", s.n, " x ", s.k, ", ", dtype_name(dtype),
          s.trans_a ? ", A transposed" : "", s.trans_b ? ", B transposed" : "", bias ? ", bias" : "",
          ") failed in cuBLASLt (cublasStatus_t ", static_cast<int>(status), ")");
+  return true;
 }
 
 }  // namespace seqforge::cuda

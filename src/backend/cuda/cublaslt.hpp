@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -41,8 +42,9 @@ class CublasLt {
 
   // C = alpha op(A) op(B) + beta C (+ bias(n) per row), row-major as GemmShape. dtype: f32, f64,
   // or bf16 operands with f32 C and bias. `tf32`: f32 products on tensor cores (PyTorch's
-  // matmul precision "high").
-  void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
+  // matmul precision "high"). False, with nothing enqueued, where cuBLASLt offers no algorithm
+  // for the call (operands aligned to less than its kernels need, an epilogue it lacks).
+  bool gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
             const void* bias, bool tf32, cudaStream_t stream);
   std::string version() const;
 
@@ -52,7 +54,7 @@ class CublasLt {
                              bool, bool, bool, uint32_t, uint32_t, uint32_t>;
   struct Api;
   Api* api_ = nullptr;
-  std::map<AlgoKey, cublasLtMatmulAlgo_t> algos_;
+  std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> algos_;  // none: no algorithm
   void* library_ = nullptr;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

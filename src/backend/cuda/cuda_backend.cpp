@@ -69,7 +69,8 @@ class CudaBackend final : public Backend {
       check_cuda(cudaMalloc(&partials_, (cuda::kPartialBlocks + 1) * sizeof(double)),
                  "cudaMalloc (partial sums)");
       check_cuda(cudaMalloc(&reports_, sizeof host_reports_), "cudaMalloc (reports)");
-      check_cuda(cudaMemset(reports_, 0xff, sizeof host_reports_), "cudaMemset (reports)");
+      check_cuda(cudaMemsetAsync(reports_, 0xff, sizeof host_reports_, stream_),
+                 "cudaMemsetAsync (reports)");
       // Freed memory stays in the pool across synchronisations (the default gives it back at
       // each, and the next allocation pays for it again).
       cudaMemPool_t pool = nullptr;
@@ -129,6 +130,7 @@ class CudaBackend final : public Backend {
   void* alloc(size_t bytes) override {
     refuse_in_capture("an allocation of " + std::to_string(bytes) + " bytes");
     std::lock_guard<std::mutex> gate(gate_);
+    on_device();
     ++epoch_;
     void* p = nullptr;
     check_cuda(cudaMallocAsync(&p, std::max<size_t>(bytes, 1), stream_),
@@ -145,6 +147,7 @@ class CudaBackend final : public Backend {
       return;
     }
     std::lock_guard<std::mutex> gate(gate_);
+    on_device();
     ++epoch_;
     cudaFreeAsync(p, stream_);
   }
@@ -224,6 +227,7 @@ class CudaBackend final : public Backend {
     const std::string what = "upload of " + dst.shape().str();
     refuse_in_capture("an " + what);
     std::lock_guard<std::mutex> gate(gate_);
+    on_device();
     check_cuda(cudaEventRecord(compute_mark_, stream_), what);
     check_cuda(cudaStreamWaitEvent(copy_stream_, compute_mark_, 0), what);
     check_cuda(
@@ -233,19 +237,31 @@ class CudaBackend final : public Backend {
     check_cuda(cudaStreamWaitEvent(stream_, copied_, 0), what);
     check_cuda(cudaEventSynchronize(copied_), what);
   }
-  // Page-locked: the copy engine reads it directly.
+  // Page-locked: the copy engine reads it directly. Allocating and freeing it synchronise the
+  // device, which would break a capture in progress: they wait for it, as uploads do.
   void* alloc_host(size_t bytes) override {
+    const std::string what = "page-locked allocation of " + std::to_string(bytes) + " bytes";
+    refuse_in_capture("a " + what);
+    std::lock_guard<std::mutex> gate(gate_);
+    on_device();
     void* p = nullptr;
-    check_cuda(cudaMallocHost(&p, std::max<size_t>(bytes, 1)),
-               "out of page-locked host memory allocating " + std::to_string(bytes) + " bytes");
+    check_cuda(cudaMallocHost(&p, std::max<size_t>(bytes, 1)), "out of memory: " + what);
     return p;
   }
   void free_host(void* p) override {
-    if (p) cudaFreeHost(p);
+    if (!p) return;
+    if (capturing_here()) {
+      deferred_host_frees_.push_back(p);
+      return;
+    }
+    std::lock_guard<std::mutex> gate(gate_);
+    on_device();
+    cudaFreeHost(p);
   }
   void download(void* host, Tensor src) override {
     if (!src.nbytes()) return;
     refuse_in_capture("a download of " + src.shape().str());
+    on_device();
     check_cuda(cudaMemcpyAsync(host, src.data(), src.nbytes(), cudaMemcpyDeviceToHost, stream_),
                "download of " + src.shape().str());
     synchronize();
@@ -370,8 +386,11 @@ class CudaBackend final : public Backend {
     launched("embedding_forward", out);
   }
   void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override {
-    cuda::embedding_backward(dtable.data(), dout.data(), ids.data(), ids.dtype(), dtable.dtype(),
-                             ids.numel(), dtable.dim(1), dtable.dim(0), stream_);
+    const int64_t n = ids.numel();
+    auto* keys = static_cast<uint64_t*>(
+        scratch(0, static_cast<size_t>(cuda::embedding_sort_keys(n)) * sizeof(uint64_t)));
+    cuda::embedding_backward(dtable.data(), dout.data(), ids.data(), ids.dtype(), dtable.dtype(), n,
+                             dtable.dim(1), dtable.dim(0), keys, stream_);
     launched("embedding_backward", dtable);
   }
   void layer_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, Tensor b,
@@ -611,11 +630,19 @@ class CudaBackend final : public Backend {
                            dtype == DType::f64 ? DType::f64 : DType::f32, stream_);
       return check_cuda(cudaGetLastError(), "gemm");
     }
-    // cuBLASLt's bias epilogue is not offered in f64: the bias is added after.
-    const bool epilogue = bias && dtype != DType::f64;
-    blas_->gemm(s, dtype, a, b, c, epilogue ? bias : nullptr, tf32_ && dtype == DType::f32,
-                stream_);
-    if (bias && !epilogue) cuda::add_bias_rows(c, s.ldc, bias, DType::f64, s.m, s.n, stream_);
+    // cuBLASLt's bias epilogue is not offered in f64, and a call it has no algorithm for
+    // (operands aligned to less than its kernels need) may have one without the epilogue: the
+    // bias is then added after. With none at all, the GEMM is our own (slow) kernel.
+    const bool tf32 = tf32_ && dtype == DType::f32;
+    if (bias && dtype != DType::f64 && blas_->gemm(s, dtype, a, b, c, bias, tf32, stream_))
+      return check_cuda(cudaGetLastError(), "gemm");
+    if (blas_->gemm(s, dtype, a, b, c, nullptr, tf32, stream_)) {
+      if (bias)
+        cuda::add_bias_rows(c, s.ldc, bias, dtype == DType::f64 ? DType::f64 : DType::f32, s.m, s.n,
+                            stream_);
+    } else {
+      cuda::gemm_fallback(s, dtype, a, b, c, bias, stream_);
+    }
     check_cuda(cudaGetLastError(), "gemm");
   }
 
@@ -643,6 +670,7 @@ class CudaBackend final : public Backend {
     capturing_ = false;
     gate_.unlock();
     for (void* p : std::exchange(deferred_frees_, {})) free(p);
+    for (void* p : std::exchange(deferred_host_frees_, {})) free_host(p);
   }
 
   // (B, T, heads, head_dim), to name attention's shape.
@@ -667,15 +695,21 @@ class CudaBackend final : public Backend {
     if (host_reports_[kBadId] == none && host_reports_[kBadTarget] == none) return;
     const uint64_t r[4] = {host_reports_[0], host_reports_[1], host_reports_[2], host_reports_[3]};
     std::fill(std::begin(host_reports_), std::end(host_reports_), none);
-    cudaMemcpy(reports_, host_reports_, sizeof host_reports_, cudaMemcpyHostToDevice);
+    cudaMemsetAsync(reports_, 0xff, sizeof host_reports_, stream_);
     if (r[kBadId] != none)
-      fail("token id ", static_cast<int64_t>(r[kBadId + 1]), " at position ", r[kBadId],
-           " outside [0, ", vocab_, ")");
-    fail("target class ", static_cast<int64_t>(r[kBadTarget + 1]), " at row ", r[kBadTarget],
-         " outside [0, ", classes_, ")");
+      fail("token id ", static_cast<int64_t>(r[kBadId + 1]), " at position ",
+           r[kBadId] & ~cuda::kResolvedReport, " outside [0, ", vocab_, ")");
+    fail("target class ", static_cast<int64_t>(r[kBadTarget + 1]), " at row ",
+         r[kBadTarget] & ~cuda::kResolvedReport, " outside [0, ", classes_, ")");
   }
   // A process of a job that a launcher started on this machine (mpirun, srun) takes the GPU of
   // its local rank, so that the job's processes use one GPU each (modulo the GPUs there are).
+  // The calling thread works on this backend's GPU: the current device is per thread, and the
+  // loader's workers (and a checkpoint's writer) allocate, copy and free here as well.
+  void on_device() const {
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current != device_) cudaSetDevice(device_);
+  }
   static void select_local_device() {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count < 2) return;
@@ -746,10 +780,11 @@ class CudaBackend final : public Backend {
   std::mutex gate_;
   std::atomic<bool> capturing_{false};
   std::thread::id capture_thread_;
-  std::vector<void*> deferred_frees_;  // freed inside a capture
-  std::atomic<uint64_t> epoch_{0};     // allocations and frees so far
-  double* scratch_ = nullptr;          // a loss's sum and denominator
-  double* partials_ = nullptr;         // a reduction's block sums (cuda::kPartialBlocks + 1)
+  std::vector<void*> deferred_frees_;       // freed inside a capture
+  std::vector<void*> deferred_host_frees_;  // page-locked, freed inside a capture
+  std::atomic<uint64_t> epoch_{0};          // allocations and frees so far
+  double* scratch_ = nullptr;               // a loss's sum and denominator
+  double* partials_ = nullptr;              // a reduction's block sums (cuda::kPartialBlocks + 1)
   // Bad inputs the kernels found (report_bad): a token id's index and value, a target's row and
   // class; all ones while none.
   static constexpr int kBadId = 0, kBadTarget = 2;

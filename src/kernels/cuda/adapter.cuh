@@ -11,7 +11,7 @@ __global__ void embedding_forward_kernel(T* out, const T* table, const I* ids, i
   SF_GRID_STRIDE(idx, n * e) {
     const int64_t i = idx / e, id = static_cast<int64_t>(ids[i]);
     if (id < 0 || id >= vocab) {
-      report_bad(bad, i, id);
+      report_bad(bad, i);
       out[idx] = T(0);
       continue;
     }
@@ -19,32 +19,67 @@ __global__ void embedding_forward_kernel(T* out, const T* table, const I* ids, i
   }
 }
 
-// dtable(V, E) += dout rows scattered by ids (ids checked by the forward): a thread per element of
-// the table, summing its rows in order, so that a run repeats bit for bit.
-template <typename T, typename I>
-__global__ void embedding_backward_kernel(T* dtable, const T* dout, const I* ids, int64_t n,
-                                          int64_t e, int64_t vocab) {
-  SF_GRID_STRIDE(idx, vocab * e) {
-    const int64_t id = idx / e, j = idx % e;
-    double acc = 0;
-    bool any = false;
-    for (int64_t i = 0; i < n; ++i)
-      if (static_cast<int64_t>(ids[i]) == id) {
-        acc += double(dout[i * e + j]);
-        any = true;
-      }
-    if (any) dtable[idx] += static_cast<T>(acc);
+// The embedding's backward groups equal ids by sorting keys (id << 32 | position), which are
+// unique, so that any sort gives the same order: each id's rows are then summed in position order
+// and a run repeats bit for bit, with work in proportion to the ids rather than to the table.
+// keys[i] for i < n2 (n rounded up to a power of two): an id in [0, V) and its position, else
+// all ones (the padding and an id the forward reported: sorted last, never summed).
+template <typename I>
+__global__ void embedding_keys_kernel(unsigned long long* keys, const I* ids, int64_t n, int64_t n2,
+                                      int64_t vocab) {
+  SF_GRID_STRIDE(i, n2) {
+    const int64_t id = i < n ? static_cast<int64_t>(ids[i]) : -1;
+    keys[i] =
+        id >= 0 && id < vocab ? static_cast<unsigned long long>(id) << 32 | uint64_t(i) : ~0ull;
   }
 }
 
-// The same scattered by atomics, for tables too large to walk every row per element (the order of
-// a repeated id's sums then varies from run to run).
-template <typename T, typename I>
-__global__ void embedding_backward_atomic_kernel(T* dtable, const T* dout, const I* ids, int64_t n,
-                                                 int64_t e, int64_t vocab) {
+// Bitonic sort of n2 keys (a power of two), ascending. Stage (k, j) compares each key i whose bit
+// j is clear with key i + j, in the order bit k of i asks for.
+__device__ inline void bitonic_exchange(unsigned long long* keys, int64_t i, int64_t k, int64_t j) {
+  const unsigned long long a = keys[i], b = keys[i + j];
+  if ((a > b) == ((i & k) == 0)) keys[i] = b, keys[i + j] = a;
+}
+__global__ void bitonic_stage_kernel(unsigned long long* keys, int64_t n2, int64_t k, int64_t j) {
+  SF_GRID_STRIDE(t, n2 / 2) bitonic_exchange(keys, t / j * 2 * j + t % j, k, j);
+}
+// Every stage with j < kSortChunk of the merges k_first .. k_last (powers of two), a block per
+// chunk of kSortChunk keys held in shared memory (stages with smaller j stay inside a chunk).
+constexpr int64_t kSortChunk = 2048;
+__global__ void bitonic_chunk_kernel(unsigned long long* keys, int64_t n2, int64_t k_first,
+                                     int64_t k_last) {
+  __shared__ unsigned long long chunk[kSortChunk];
+  const int64_t len = n2 < kSortChunk ? n2 : kSortChunk;
+  for (int64_t c0 = int64_t(blockIdx.x) * len; c0 < n2; c0 += int64_t(gridDim.x) * len) {
+    __syncthreads();  // the previous chunk's stores are done
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) chunk[i] = keys[c0 + i];
+    for (int64_t k = k_first; k <= k_last; k *= 2)
+      for (int64_t j = (k < len ? k : len) / 2; j > 0; j /= 2) {
+        __syncthreads();
+        for (int64_t t = threadIdx.x; t < len / 2; t += blockDim.x) {
+          const int64_t i = t / j * 2 * j + t % j;
+          const unsigned long long a = chunk[i], b = chunk[i + j];
+          if ((a > b) == (((c0 + i) & k) == 0)) chunk[i] = b, chunk[i + j] = a;
+        }
+      }
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) keys[c0 + i] = chunk[i];
+  }
+}
+
+// dtable(V, E) += the rows of dout with each id, summed in position order (in double): a thread
+// per (sorted key that starts a run of one id, column).
+template <typename T>
+__global__ void embedding_backward_kernel(T* dtable, const T* dout, const unsigned long long* keys,
+                                          int64_t n, int64_t e) {
   SF_GRID_STRIDE(idx, n * e) {
-    const int64_t id = static_cast<int64_t>(ids[idx / e]);
-    if (id >= 0 && id < vocab) atomicAdd(dtable + id * e + idx % e, dout[idx]);
+    const int64_t k = idx / e, j = idx % e;
+    const unsigned long long key = keys[k], id = key >> 32;
+    if (key == ~0ull || (k > 0 && keys[k - 1] >> 32 == id)) continue;
+    double acc = 0;
+    for (int64_t m = k; m < n && keys[m] >> 32 == id; ++m)
+      acc += double(dout[int64_t(keys[m] & 0xffffffffu) * e + j]);
+    dtable[int64_t(id) * e + j] += static_cast<T>(acc);
   }
 }
 

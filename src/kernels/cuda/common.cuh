@@ -123,12 +123,22 @@ __device__ inline T column_mapped(T x, const T* scale, const T* bias, int64_t j)
   return x;
 }
 
-// Records a bad input found by a kernel (a token id, a target class out of range), the first
-// thread to find one winning: report[0] = its index (all ones while none), report[1] = its value.
-// The backend reads the report at its next synchronisation.
-__device__ inline void report_bad(unsigned long long* report, int64_t index, int64_t value) {
-  if (atomicCAS(report, ~0ull, static_cast<unsigned long long>(index)) == ~0ull)
-    report[1] = static_cast<unsigned long long>(value);
+// Records a bad input found by a kernel (a token id, a target class out of range) as the CPU
+// reports it, the lowest index of the first launch that finds one: report[0] = the lowest index
+// (all ones while none), kept until the launch's resolve_bad_kernel, run after it, marks it
+// resolved (kResolvedReport) and sets report[1] = the bad value. A later launch's finds leave a
+// resolved report as it is.
+__device__ inline void report_bad(unsigned long long* report, int64_t index) {
+  const unsigned long long r = report[0];
+  if (r == ~0ull || !(r & kResolvedReport))
+    atomicMin(report, static_cast<unsigned long long>(index));
+}
+template <typename I>
+__global__ void resolve_bad_kernel(unsigned long long* report, const I* values) {
+  const unsigned long long r = report[0];
+  if (r == ~0ull || (r & kResolvedReport)) return;
+  report[1] = static_cast<unsigned long long>(static_cast<int64_t>(values[r]));
+  report[0] = r | kResolvedReport;
 }
 
 // The block's sums of a and b, returned to every thread.

@@ -78,6 +78,30 @@ __global__ void gemm_without_k_kernel(T* c, int64_t ldc, int64_t rows, int64_t c
   }
 }
 
+// The GEMM of GemmShape (row-major: C = alpha op(A) op(B) + beta C, + bias per column) for a call
+// cuBLASLt offers no algorithm for: a thread per element of C summing its products in order, in
+// Acc (f32, or f64 for f64 operands); operands f32, f64, or bf16 / f16 read as f32.
+template <typename Acc>
+__device__ inline Acc gemm_operand(const void* p, DType dtype, int64_t i) {
+  if (dtype == DType::bf16 || dtype == DType::f16) return Acc(load_low(p, dtype, i));
+  if (dtype == DType::f64) return Acc(static_cast<const double*>(p)[i]);
+  return Acc(static_cast<const float*>(p)[i]);
+}
+template <typename Acc>
+__global__ void gemm_fallback_kernel(Acc* c, const void* a, const void* b, DType dtype, GemmShape s,
+                                     const Acc* bias) {
+  SF_GRID_STRIDE(i, s.m * s.n) {
+    const int64_t r = i / s.n, col = i % s.n;
+    Acc acc = 0;
+    for (int64_t p = 0; p < s.k; ++p)
+      acc += gemm_operand<Acc>(a, dtype, s.trans_a ? p * s.lda + r : r * s.lda + p) *
+             gemm_operand<Acc>(b, dtype, s.trans_b ? col * s.ldb + p : p * s.ldb + col);
+    Acc& out = c[r * s.ldc + col];
+    out = Acc(s.alpha) * acc + (s.beta == 0 ? Acc(0) : Acc(s.beta) * out) +
+          (bias ? bias[col] : Acc(0));
+  }
+}
+
 // Per block a partial sum in double (block_partial).
 template <typename T>
 __global__ void sum_squares_kernel(double* partials, const T* x, int64_t n) {

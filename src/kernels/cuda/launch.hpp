@@ -34,6 +34,10 @@ void sum_rows_acc_banded(void* db, const void* dy, DType dtype, int64_t rows, in
 // c(rows, cols) += bias(cols) broadcast over rows, rows ldc apart.
 void add_bias_rows(void* c, int64_t ldc, const void* bias, DType dtype, int64_t rows, int64_t cols,
                    cudaStream_t stream);
+// The GEMM of GemmShape on our own kernel, for what cuBLASLt has no algorithm for: dtype as
+// CublasLt::gemm's (f32 C and bias for f32, bf16 and f16 operands; f64 for f64). Slow.
+void gemm_fallback(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
+                   const void* bias, cudaStream_t stream);
 // A GEMM with k = 0 on c(rows, cols), rows ldc apart: c = beta c (+ bias(cols)).
 void gemm_without_k(void* c, int64_t ldc, int64_t rows, int64_t cols, double beta, const void* bias,
                     DType dtype, cudaStream_t stream);
@@ -74,11 +78,15 @@ constexpr int64_t recurrence_chains_together = 2;
 int64_t recurrence_bias_rows(int64_t batch);
 
 // Embedding and adapters (adapter.cuh). An id outside [0, vocab) is reported in bad[0..1]
-// (device memory: its index and the id, report_bad), which the caller resets to all ones.
+// (device memory: the lowest such index with kResolvedReport set, and the id, report_bad), which
+// the caller resets to all ones; a report already there stands.
+constexpr uint64_t kResolvedReport = uint64_t{1} << 63;
 void embedding_forward(void* out, const void* table, const void* ids, DType id_type, DType dtype,
                        int64_t n, int64_t e, int64_t vocab, uint64_t* bad, cudaStream_t stream);
+// embedding_backward sorts its ids in `keys`: embedding_sort_keys(n) values of device memory.
+int64_t embedding_sort_keys(int64_t n);
 void embedding_backward(void* dtable, const void* dout, const void* ids, DType id_type, DType dtype,
-                        int64_t n, int64_t e, int64_t vocab, cudaStream_t stream);
+                        int64_t n, int64_t e, int64_t vocab, uint64_t* keys, cudaStream_t stream);
 void scale_columns(void* y, int64_t ldy, const void* addend, const void* x, const void* s,
                    const void* b, DType dtype, int64_t rows, int64_t cols, cudaStream_t stream);
 void dora_norm(void* scale, void* inv_norm, const void* v, const void* m, DType dtype, int64_t rows,

@@ -101,6 +101,18 @@ void add_bias_rows(void* c, int64_t ldc, const void* bias, DType dtype, int64_t 
   });
 }
 
+void gemm_fallback(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
+                   const void* bias, cudaStream_t stream) {
+  if (s.m * s.n == 0) return;
+  if (dtype == DType::f64) {
+    SF_LAUNCH(blocks_for(s.m * s.n), kThreads, 0, stream, gemm_fallback_kernel<double>)
+    (static_cast<double*>(c), a, b, dtype, s, static_cast<const double*>(bias));
+  } else {
+    SF_LAUNCH(blocks_for(s.m * s.n), kThreads, 0, stream, gemm_fallback_kernel<float>)
+    (static_cast<float*>(c), a, b, dtype, s, static_cast<const float*>(bias));
+  }
+}
+
 void gemm_without_k(void* c, int64_t ldc, int64_t rows, int64_t cols, double beta, const void* bias,
                     DType dtype, cudaStream_t stream) {
   if (rows * cols == 0) return;
@@ -170,25 +182,40 @@ void embedding_forward(void* out, const void* table, const void* ids, DType id_t
       SF_LAUNCH(blocks_for(n * e), kThreads, 0, stream, embedding_forward_kernel<T, I>)
       (static_cast<T*>(out), static_cast<const T*>(table), static_cast<const I*>(ids), n, e, vocab,
        reinterpret_cast<unsigned long long*>(bad));
+      SF_LAUNCH(1, 1, 0, stream, resolve_bad_kernel<I>)
+      (reinterpret_cast<unsigned long long*>(bad), static_cast<const I*>(ids));
     });
   });
 }
 
+int64_t embedding_sort_keys(int64_t n) {
+  int64_t n2 = 1;
+  while (n2 < n) n2 *= 2;
+  return n2;
+}
+
 void embedding_backward(void* dtable, const void* dout, const void* ids, DType id_type, DType dtype,
-                        int64_t n, int64_t e, int64_t vocab, cudaStream_t stream) {
+                        int64_t n, int64_t e, int64_t vocab, uint64_t* keys, cudaStream_t stream) {
   if (n * e == 0) return;
+  SF_CHECK(n <= (int64_t{1} << 32) && vocab < (int64_t{1} << 32) - 1,
+           "cuda: embedding_backward of ", n, " ids into ", vocab, " rows");
+  const int64_t n2 = embedding_sort_keys(n);
+  auto* k = reinterpret_cast<unsigned long long*>(keys);
+  dispatch_ids(id_type, [&]<typename I>() {
+    SF_LAUNCH(blocks_for(n2), kThreads, 0, stream, embedding_keys_kernel<I>)
+    (k, static_cast<const I*>(ids), n, n2, vocab);
+  });
+  const int64_t len = std::min(n2, kSortChunk);
+  const unsigned chunks = static_cast<unsigned>(std::min<int64_t>(n2 / len, 65535));
+  SF_LAUNCH(chunks, kThreads, 0, stream, bitonic_chunk_kernel)(k, n2, 2, len);
+  for (int64_t merge = 2 * len; merge <= n2; merge *= 2) {
+    for (int64_t j = merge / 2; j >= len; j /= 2)
+      SF_LAUNCH(blocks_for(n2 / 2), kThreads, 0, stream, bitonic_stage_kernel)(k, n2, merge, j);
+    SF_LAUNCH(chunks, kThreads, 0, stream, bitonic_chunk_kernel)(k, n2, merge, merge);
+  }
   dispatch_float(dtype, [&]<typename T>() {
-    dispatch_ids(id_type, [&]<typename I>() {
-      if (vocab * n <= (int64_t{1} << 27)) {
-        SF_LAUNCH(blocks_for(vocab * e), kThreads, 0, stream, embedding_backward_kernel<T, I>)
-        (static_cast<T*>(dtable), static_cast<const T*>(dout), static_cast<const I*>(ids), n, e,
-         vocab);
-      } else {
-        SF_LAUNCH(blocks_for(n * e), kThreads, 0, stream, embedding_backward_atomic_kernel<T, I>)
-        (static_cast<T*>(dtable), static_cast<const T*>(dout), static_cast<const I*>(ids), n, e,
-         vocab);
-      }
-    });
+    SF_LAUNCH(blocks_for(n * e), kThreads, 0, stream, embedding_backward_kernel<T>)
+    (static_cast<T*>(dtable), static_cast<const T*>(dout), k, n, e);
   });
 }
 
@@ -254,6 +281,7 @@ void cross_entropy_loss(const void* logits, const void* targets, DType target_ty
       const T* w = static_cast<const T*>(weights);
       SF_LAUNCH(partial_blocks(rows), kThreads, 0, stream, class_weight_kernel<T, I>)
       (targets, w, ignore_index, rows, classes, partials, bad);
+      SF_LAUNCH(1, 1, 0, stream, resolve_bad_kernel<I>)(bad, static_cast<const I*>(targets));
       SF_LAUNCH(1, kThreads, 0, stream, sum_partials_kernel<double>)(sums + 1, partials, false);
       const unsigned grid = static_cast<unsigned>(rows < kPartialBlocks ? rows : kPartialBlocks);
       SF_LAUNCH(grid, kThreads, 0, stream, cross_entropy_kernel<T, I>)

@@ -60,7 +60,7 @@ __global__ void class_weight_kernel(const void* targets, const T* weights, int64
     const int64_t y = target_at<I>(targets, r);
     if (y == ignore_index) continue;
     if (y < 0 || y >= classes) {
-      report_bad(bad_row, r, y);
+      report_bad(bad_row, r);
       continue;
     }
     total += weights ? double(weights[y]) : 1.0;

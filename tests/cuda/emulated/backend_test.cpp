@@ -129,9 +129,8 @@ TEST(CudaBackendEmulated, PrecisionFollowsTheGpu) {
             "train.device cuda); fp32 GEMMs instead");
 }
 
-// GEMMs through cuBLASLt's column-major API: every transpose, padded leading dimensions, alpha,
-// beta, the bias epilogue (f32, bf16, f16) or the bias added after (f64), and k = 0.
-TEST(CudaBackendEmulated, GemmsMatchTheReference) {
+// GEMMs of random shapes on the emulated CUDA backend against the reference.
+void check_gemms() {
   auto cuda = make_cuda_backend();
   auto ref = make_reference_backend();
   Rng rng(11);
@@ -163,6 +162,19 @@ TEST(CudaBackendEmulated, GemmsMatchTheReference) {
           << "trial " << trial << " " << dtype_name(dt) << " m " << s.m << " n " << s.n << " k "
           << s.k << " trans " << s.trans_a << s.trans_b << " bias " << s.bias;
     }
+  }
+}
+
+// GEMMs through cuBLASLt's column-major API: every transpose, padded leading dimensions, alpha,
+// beta, the bias epilogue (f32, bf16, f16) or the bias added after (f64), and k = 0; and where
+// cuBLASLt offers no algorithm with the epilogue, or none at all, the bias added after and the
+// backend's own GEMM kernel.
+TEST(CudaBackendEmulated, GemmsMatchTheReference) {
+  for (const char* offer : {"", "no_epilogue", "none"}) {
+    SCOPED_TRACE(std::string("SEQFORGE_EMULATED_CUBLASLT=") + offer);
+    setenv("SEQFORGE_EMULATED_CUBLASLT", offer, 1);
+    check_gemms();
+    unsetenv("SEQFORGE_EMULATED_CUBLASLT");
   }
 }
 
@@ -282,7 +294,21 @@ TEST(CudaBackendEmulated, LossesAndBadIdsAsTheReference) {
               cuda->synchronize();
             }),
             "token id 7 at position 5 outside [0, 4)");
-  classes[5] = 1;
+  // Of two bad ids the first is named, and of two ops with one each the first op's.
+  classes[2] = -1;
+  cuda->upload(y, classes.data());
+  Buffer more;
+  Tensor z = more.get(*cuda, DType::i64, {N});
+  std::vector<int64_t> zeros(N);
+  zeros[0] = K;
+  cuda->upload(z, zeros.data());
+  EXPECT_EQ(test::error_of([&] {
+              cuda->embedding_forward(out.t, table.t, y);
+              cuda->embedding_forward(out.t, table.t, z);
+              cuda->synchronize();
+            }),
+            "token id -1 at position 2 outside [0, 4)");
+  classes[2] = 0, classes[5] = 1;
   cuda->upload(y, classes.data());
   cuda->embedding_forward(out.t, table.t, y);
   EXPECT_EQ(test::error_of([&] { cuda->synchronize(); }), "") << "a report outlived its error";

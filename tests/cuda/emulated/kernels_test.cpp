@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -313,9 +314,15 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     targets[9] = -3;
     cuda::cross_entropy_loss(logits.data(), targets.data(), DType::i64, nullptr, -100, got.data(),
                              DType::f32, N, K, sums, partials.data(), bad, nullptr);
-    // Either bad row, with its class: the first thread to find one reports it.
-    ASSERT_TRUE(bad[0] == 7u || bad[0] == 9u) << bad[0];
-    EXPECT_EQ(static_cast<int64_t>(bad[1]), targets[bad[0]]);
+    // The first bad row, as the CPU reports it, with its class.
+    EXPECT_EQ(bad[0], 7u | cuda::kResolvedReport);
+    EXPECT_EQ(static_cast<int64_t>(bad[1]), int64_t(K));
+    // A later launch's bad row leaves the report as it is.
+    targets[7] = 0;
+    cuda::cross_entropy_loss(logits.data(), targets.data(), DType::i64, nullptr, -100, got.data(),
+                             DType::f32, N, K, sums, partials.data(), bad, nullptr);
+    EXPECT_EQ(bad[0], 7u | cuda::kResolvedReport);
+    EXPECT_EQ(static_cast<int64_t>(bad[1]), int64_t(K));
   }
   {  // Adam (AdamW and L2), SGD (momentum, Nesterov, first step)
     auto p0 = random(rng, 50), g0 = random(rng, 50), m0 = random(rng, 50),
@@ -361,14 +368,42 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     EXPECT_EQ(bad[0], UINT64_MAX);
     expect_near(got, want, 0, "embedding forward");
     ref->embedding_backward(view(dwant, {V, E}), view(dout, {n, E}), id_t);
+    std::vector<uint64_t> keys(cuda::embedding_sort_keys(n));
     cuda::embedding_backward(dgot.data(), dout.data(), ids.data(), DType::i32, DType::f32, n, E, V,
-                             nullptr);
+                             keys.data(), nullptr);
     expect_near(dgot, dwant, 1e-6, "embedding backward");
-    ids[3] = int32_t(V);
+    // Two bad ids: the lower position is reported, though here a thread reaches the higher one
+    // first (the emulation runs each thread's grid-stride loop whole, in turn).
+    ids[2] = -1, ids[5] = int32_t(V);
     cuda::embedding_forward(got.data(), table.data(), ids.data(), DType::i32, DType::f32, n, E, V,
                             bad, nullptr);
-    EXPECT_EQ(bad[0], 3u);
-    EXPECT_EQ(bad[1], uint64_t(V));
+    EXPECT_EQ(bad[0], 2u | cuda::kResolvedReport);
+    EXPECT_EQ(static_cast<int64_t>(bad[1]), -1);
+  }
+  {  // embedding backward sorting more ids than a block holds (its merges across blocks), i64
+     // ids with long runs of repeats and two the forward reported, which it skips
+    const int64_t V = 300, E = 3, n = 5003;
+    auto dout = random(rng, n * E);
+    std::vector<int64_t> ids(n);
+    for (auto& id : ids) id = rng.next() % 4 ? int64_t(rng.next() % 7) : int64_t(rng.next() % V);
+    std::vector<float> dwant(V * E, 0.5f), dgot(V * E, 0.5f);
+    std::vector<uint64_t> keys(cuda::embedding_sort_keys(n));
+    ASSERT_EQ(keys.size(), 8192u);
+    // The reference, which refuses a bad id, sees those two rows as zeros.
+    auto dout_valid = dout;
+    for (const int64_t i : {17, 4000})
+      for (int64_t j = 0; j < E; ++j) dout_valid[i * E + j] = 0;
+    ref->embedding_backward(view(dwant, {V, E}), view(dout_valid, {n, E}),
+                            Tensor(ids.data(), DType::i64, {n}));
+    ids[17] = -1, ids[4000] = V;
+    cuda::embedding_backward(dgot.data(), dout.data(), ids.data(), DType::i64, DType::f32, n, E, V,
+                             keys.data(), nullptr);
+    expect_near(dgot, dwant, 1e-5, "embedding backward, sorted across blocks");
+    // The keys end sorted and unique (id << 32 | position), the two bad ids and the padding last.
+    for (size_t i = 1; i < keys.size(); ++i)
+      ASSERT_TRUE(keys[i - 1] < keys[i] || keys[i] == ~0ull) << "key " << i;
+    EXPECT_EQ(std::count(keys.begin(), keys.end(), ~0ull), int64_t(keys.size()) - n + 2);
+    EXPECT_EQ(keys[0] >> 32, 0u);
   }
   {  // adapters: column scaling, DoRA's norm and backward
     const int64_t R = 13, C = 7;
