@@ -68,17 +68,28 @@ __global__ void bitonic_chunk_kernel(unsigned long long* keys, int64_t n2, int64
 }
 
 // dtable(V, E) += the rows of dout with each id, summed in position order (in double): a thread
-// per (sorted key that starts a run of one id, column).
+// per (sorted key that starts a run of one id, column). A frequent id's run is long (a space in a
+// character model's batch), so the thread loads kBatch keys and then their rows at once, rather
+// than waiting for each key before its row.
 template <typename T>
 __global__ void embedding_backward_kernel(T* dtable, const T* dout, const unsigned long long* keys,
                                           int64_t n, int64_t e) {
+  constexpr int kBatch = 8;
   SF_GRID_STRIDE(idx, n * e) {
     const int64_t k = idx / e, j = idx % e;
     const unsigned long long key = keys[k], id = key >> 32;
     if (key == ~0ull || (k > 0 && keys[k - 1] >> 32 == id)) continue;
     double acc = 0;
-    for (int64_t m = k; m < n && keys[m] >> 32 == id; ++m)
-      acc += double(dout[int64_t(keys[m] & 0xffffffffu) * e + j]);
+    for (int64_t m = k;; m += kBatch) {
+      unsigned long long batch[kBatch];
+      T row[kBatch];
+      for (int u = 0; u < kBatch; ++u) batch[u] = m + u < n ? keys[m + u] : ~0ull;
+      for (int u = 0; u < kBatch; ++u)
+        row[u] = batch[u] >> 32 == id ? dout[int64_t(batch[u] & 0xffffffffu) * e + j] : T(0);
+      for (int u = 0; u < kBatch; ++u)  // the run's keys come first: sorted
+        if (batch[u] >> 32 == id) acc += double(row[u]);
+      if (batch[kBatch - 1] >> 32 != id) break;
+    }
     dtable[int64_t(id) * e + j] += static_cast<T>(acc);
   }
 }
