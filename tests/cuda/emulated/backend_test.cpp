@@ -11,6 +11,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -372,6 +373,30 @@ struct Rank {
   }
   Tensor grads() const { return params.grads().flat(); }
 };
+
+// The current device is per thread: a thread other than the backend's maker (a loader's worker)
+// allocates, uploads and frees on the backend's GPU, not the process's first.
+TEST(CudaBackendEmulated, OtherThreadsWorkOnTheBackendsDevice) {
+  Rank r1(1);
+  int seen[3] = {-1, -1, -1};
+  std::thread worker([&] {
+    void* host = r1.be->alloc_host(64);
+    cudaGetDevice(&seen[0]);
+    cudaSetDevice(0);
+    Buffer buffer;
+    const Tensor t = buffer.get(*r1.be, DType::f32, {16});
+    cudaGetDevice(&seen[1]);
+    cudaSetDevice(0);
+    std::memset(host, 0, 64);
+    r1.be->upload(t, host);
+    r1.be->free_host(host);
+    cudaGetDevice(&seen[2]);
+  });
+  worker.join();
+  EXPECT_EQ(seen[0], 1);
+  EXPECT_EQ(seen[1], 1);
+  EXPECT_EQ(seen[2], 1);
+}
 
 // Both ranks' GradientSync made at once (they agree through the host as they are made).
 std::pair<std::unique_ptr<dist::GradientSync>, std::unique_ptr<dist::GradientSync>> syncs(Rank& a,

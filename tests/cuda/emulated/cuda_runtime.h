@@ -455,9 +455,9 @@ inline const char* cudaGetErrorString(cudaError_t e) {
 inline cudaError_t cudaGetDeviceCount(int* n) { return *n = 1, cudaSuccess; }
 // One device as far as counting goes, but a process may set another current device number, which
 // shows as the device's PCI bus (the emulated NCCL's test has two backends tell their "GPUs"
-// apart); the memory is the same.
+// apart); the memory is the same. As on a GPU, each thread has its own current device.
 namespace sf_emu {
-inline int current_device = 0;
+inline thread_local int current_device = 0;
 }
 inline cudaError_t cudaGetDevice(int* d) { return *d = sf_emu::current_device, cudaSuccess; }
 inline cudaError_t cudaSetDevice(int d) { return sf_emu::current_device = d, cudaSuccess; }
