@@ -702,14 +702,14 @@ class CudaBackend final : public Backend {
     fail("target class ", static_cast<int64_t>(r[kBadTarget + 1]), " at row ",
          r[kBadTarget] & ~cuda::kResolvedReport, " outside [0, ", classes_, ")");
   }
-  // A process of a job that a launcher started on this machine (mpirun, srun) takes the GPU of
-  // its local rank, so that the job's processes use one GPU each (modulo the GPUs there are).
   // The calling thread works on this backend's GPU: the current device is per thread, and the
   // loader's workers (and a checkpoint's writer) allocate, copy and free here as well.
   void on_device() const {
     int current = -1;
     if (cudaGetDevice(&current) == cudaSuccess && current != device_) cudaSetDevice(device_);
   }
+  // A process of a job that a launcher started on this machine (mpirun, srun) takes the GPU of
+  // its local rank, so that the job's processes use one GPU each (modulo the GPUs there are).
   static void select_local_device() {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count < 2) return;
