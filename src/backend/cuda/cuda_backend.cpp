@@ -703,7 +703,7 @@ class CudaBackend final : public Backend {
          r[kBadTarget] & ~cuda::kResolvedReport, " outside [0, ", classes_, ")");
   }
   // The calling thread works on this backend's GPU: the current device is per thread, and the
-  // loader's workers (and a checkpoint's writer) allocate, copy and free here as well.
+  // loader's workers allocate, upload and free here as well.
   void on_device() const {
     int current = -1;
     if (cudaGetDevice(&current) == cudaSuccess && current != device_) cudaSetDevice(device_);
