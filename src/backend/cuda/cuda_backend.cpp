@@ -380,9 +380,8 @@ class CudaBackend final : public Backend {
     const int64_t vocab = table.dim(0), e = table.dim(1);
     SF_CHECK(out.numel() == ids.numel() * e, "embedding: ", out.shape().str(), " for ", ids.numel(),
              " ids of width ", e);
-    vocab_ = vocab;
     cuda::embedding_forward(out.data(), table.data(), ids.data(), ids.dtype(), table.dtype(),
-                            ids.numel(), e, vocab, reports_ + kBadId, stream_);
+                            ids.numel(), e, vocab, reports_, stream_);
     launched("embedding_forward", out);
   }
   void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override {
@@ -559,11 +558,10 @@ class CudaBackend final : public Backend {
              " targets");
     SF_CHECK(weights.empty() || weights.numel() == classes, "class weights ", weights.shape().str(),
              " for ", classes, " classes");
-    classes_ = classes;
     cuda::cross_entropy_loss(logits.data(), targets.data(), targets.dtype(),
                              weights.empty() ? nullptr : weights.data(), ignore_index,
                              dlogits.data(), logits.dtype(), rows, classes, scratch_, partials_,
-                             reports_ + kBadTarget, stream_);
+                             reports_, stream_);
     cuda::mean(scalar_out(loss), scratch_, 1.0, stream_);
     launched("cross_entropy_loss", logits);
   }
@@ -692,15 +690,18 @@ class CudaBackend final : public Backend {
   // reports are reset first, so that the backend stays usable after the error.
   void raise_reports() {
     const uint64_t none = UINT64_MAX;
-    if (host_reports_[kBadId] == none && host_reports_[kBadTarget] == none) return;
-    const uint64_t r[4] = {host_reports_[0], host_reports_[1], host_reports_[2], host_reports_[3]};
+    using namespace cuda;
+    if (host_reports_[kReportIndex] == none) return;
+    uint64_t r[kReportWords];
+    std::copy(std::begin(host_reports_), std::end(host_reports_), r);
     std::fill(std::begin(host_reports_), std::end(host_reports_), none);
     cudaMemsetAsync(reports_, 0xff, sizeof host_reports_, stream_);
-    if (r[kBadId] != none)
-      fail("token id ", static_cast<int64_t>(r[kBadId + 1]), " at position ",
-           r[kBadId] & ~cuda::kResolvedReport, " outside [0, ", vocab_, ")");
-    fail("target class ", static_cast<int64_t>(r[kBadTarget + 1]), " at row ",
-         r[kBadTarget] & ~cuda::kResolvedReport, " outside [0, ", classes_, ")");
+    const int64_t value = static_cast<int64_t>(r[kReportValue]);
+    const uint64_t index = r[kReportIndex] & ~kResolvedReport;
+    const int64_t bound = static_cast<int64_t>(r[kReportBound]);
+    if (r[kReportKind] == kBadTokenId)
+      fail("token id ", value, " at position ", index, " outside [0, ", bound, ")");
+    fail("target class ", value, " at row ", index, " outside [0, ", bound, ")");
   }
   // The calling thread works on this backend's GPU: the current device is per thread, and the
   // loader's workers allocate, upload and free here as well.
@@ -785,12 +786,10 @@ class CudaBackend final : public Backend {
   std::atomic<uint64_t> epoch_{0};          // allocations and frees so far
   double* scratch_ = nullptr;               // a loss's sum and denominator
   double* partials_ = nullptr;              // a reduction's block sums (cuda::kPartialBlocks + 1)
-  // Bad inputs the kernels found (report_bad): a token id's index and value, a target's row and
-  // class; all ones while none.
-  static constexpr int kBadId = 0, kBadTarget = 2;
+  // The first bad input the kernels found (cuda::kReport*: a token id or a target class, its
+  // position, value and range); all ones while none.
   uint64_t* reports_ = nullptr;
-  uint64_t host_reports_[4] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
-  int64_t vocab_ = 0, classes_ = 0;  // of the last embedding and cross-entropy, for the messages
+  uint64_t host_reports_[cuda::kReportWords] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
   std::pair<void*, size_t> scratch_buffers_[3] = {};
   std::unique_ptr<cuda::CublasLt> blas_;
   std::unique_ptr<cuda::Nccl> nccl_;  // loaded by collectives_unavailable

@@ -124,21 +124,23 @@ __device__ inline T column_mapped(T x, const T* scale, const T* bias, int64_t j)
 }
 
 // Records a bad input found by a kernel (a token id, a target class out of range) as the CPU
-// reports it, the lowest index of the first launch that finds one: report[0] = the lowest index
-// (all ones while none), kept until the launch's resolve_bad_kernel, run after it, marks it
-// resolved (kResolvedReport) and sets report[1] = the bad value. A later launch's finds leave a
-// resolved report as it is.
+// reports it (launch.hpp's kReport*): the launch's lowest index, by atomicMin, until the launch's
+// resolve_bad_kernel, run after it, marks it resolved and adds its value, the op's bound and kind.
+// A later launch's finds leave a resolved report as it is.
 __device__ inline void report_bad(unsigned long long* report, int64_t index) {
-  const unsigned long long r = report[0];
+  const unsigned long long r = report[kReportIndex];
   if (r == ~0ull || !(r & kResolvedReport))
-    atomicMin(report, static_cast<unsigned long long>(index));
+    atomicMin(report + kReportIndex, static_cast<unsigned long long>(index));
 }
 template <typename I>
-__global__ void resolve_bad_kernel(unsigned long long* report, const I* values) {
-  const unsigned long long r = report[0];
+__global__ void resolve_bad_kernel(unsigned long long* report, const I* values, int64_t bound,
+                                   uint64_t kind) {
+  const unsigned long long r = report[kReportIndex];
   if (r == ~0ull || (r & kResolvedReport)) return;
-  report[1] = static_cast<unsigned long long>(static_cast<int64_t>(values[r]));
-  report[0] = r | kResolvedReport;
+  report[kReportValue] = static_cast<unsigned long long>(static_cast<int64_t>(values[r]));
+  report[kReportBound] = static_cast<unsigned long long>(bound);
+  report[kReportKind] = kind;
+  report[kReportIndex] = r | kResolvedReport;
 }
 
 // The block's sums of a and b, returned to every thread.

@@ -77,10 +77,17 @@ void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chai
 constexpr int64_t recurrence_chains_together = 2;
 int64_t recurrence_bias_rows(int64_t batch);
 
-// Embedding and adapters (adapter.cuh). An id outside [0, vocab) is reported in bad[0..1]
-// (device memory: the lowest such index with kResolvedReport set, and the id, report_bad), which
-// the caller resets to all ones; a report already there stands.
+// A bad input found by a kernel (report_bad), in kReportWords words of device memory that the
+// caller sets to all ones: the first op's, at its lowest index, with kResolvedReport set in
+// [kReportIndex]; its value, the op's bound (the valid range is [0, bound)) and the op's kind.
+// An op finds nothing new while a report stands.
+constexpr int kReportIndex = 0, kReportValue = 1, kReportBound = 2, kReportKind = 3;
+constexpr int kReportWords = 4;
 constexpr uint64_t kResolvedReport = uint64_t{1} << 63;
+constexpr uint64_t kBadTokenId = 0, kBadTargetClass = 1;  // the kinds
+
+// Embedding and adapters (adapter.cuh). An id outside [0, vocab) is reported in `bad`
+// (kBadTokenId).
 void embedding_forward(void* out, const void* table, const void* ids, DType id_type, DType dtype,
                        int64_t n, int64_t e, int64_t vocab, uint64_t* bad, cudaStream_t stream);
 // embedding_backward sorts its ids in `keys`: embedding_sort_keys(n) values of device memory.
@@ -155,7 +162,7 @@ void regression_loss(const RegressionLoss& kind, const void* pred, const void* t
                      double* sums, double* partials, cudaStream_t stream);
 // Cross-entropy of logits (rows, classes) against targets (i32 or i64), class weights (classes) or
 // null; dlogits as the reference's. A target outside [0, classes) (and not ignore_index) is
-// reported in bad_row[0..1] (its row and class) as embedding_forward's.
+// reported in `bad_row` (kBadTargetClass: its row and class).
 void cross_entropy_loss(const void* logits, const void* targets, DType target_type,
                         const void* weights, int64_t ignore_index, void* dlogits, DType dtype,
                         int64_t rows, int64_t classes, double* sums, double* partials,

@@ -183,7 +183,7 @@ void embedding_forward(void* out, const void* table, const void* ids, DType id_t
       (static_cast<T*>(out), static_cast<const T*>(table), static_cast<const I*>(ids), n, e, vocab,
        reinterpret_cast<unsigned long long*>(bad));
       SF_LAUNCH(1, 1, 0, stream, resolve_bad_kernel<I>)
-      (reinterpret_cast<unsigned long long*>(bad), static_cast<const I*>(ids));
+      (reinterpret_cast<unsigned long long*>(bad), static_cast<const I*>(ids), vocab, kBadTokenId);
     });
   });
 }
@@ -281,7 +281,8 @@ void cross_entropy_loss(const void* logits, const void* targets, DType target_ty
       const T* w = static_cast<const T*>(weights);
       SF_LAUNCH(partial_blocks(rows), kThreads, 0, stream, class_weight_kernel<T, I>)
       (targets, w, ignore_index, rows, classes, partials, bad);
-      SF_LAUNCH(1, 1, 0, stream, resolve_bad_kernel<I>)(bad, static_cast<const I*>(targets));
+      SF_LAUNCH(1, 1, 0, stream, resolve_bad_kernel<I>)
+      (bad, static_cast<const I*>(targets), classes, kBadTargetClass);
       SF_LAUNCH(1, kThreads, 0, stream, sum_partials_kernel<double>)(sums + 1, partials, false);
       const unsigned grid = static_cast<unsigned>(rows < kPartialBlocks ? rows : kPartialBlocks);
       SF_LAUNCH(grid, kThreads, 0, stream, cross_entropy_kernel<T, I>)

@@ -295,9 +295,11 @@ TEST(CudaBackendEmulated, LossesAndBadIdsAsTheReference) {
               cuda->synchronize();
             }),
             "token id 7 at position 5 outside [0, 4)");
-  // Of two bad ids the first is named, and of two ops with one each the first op's.
+  // Of two bad ids the first is named; of two ops with one each, the first op's, with its own
+  // range; a bad target before a bad id, the target.
   classes[2] = -1;
   cuda->upload(y, classes.data());
+  Held small(*cuda, DType::f32, {2, 3}, random(rng, 2 * 3));
   Buffer more;
   Tensor z = more.get(*cuda, DType::i64, {N});
   std::vector<int64_t> zeros(N);
@@ -305,10 +307,24 @@ TEST(CudaBackendEmulated, LossesAndBadIdsAsTheReference) {
   cuda->upload(z, zeros.data());
   EXPECT_EQ(test::error_of([&] {
               cuda->embedding_forward(out.t, table.t, y);
-              cuda->embedding_forward(out.t, table.t, z);
+              cuda->embedding_forward(out.t, small.t, z);
               cuda->synchronize();
             }),
             "token id -1 at position 2 outside [0, 4)");
+  EXPECT_EQ(test::error_of([&] {
+              cuda->embedding_forward(out.t, small.t, z);
+              cuda->embedding_forward(out.t, table.t, y);
+              cuda->synchronize();
+            }),
+            "token id 4 at position 0 outside [0, 2)");
+  Buffer loss_buffer;
+  const Tensor ce_loss = loss_buffer.get(*cuda, DType::f64, {1});
+  EXPECT_EQ(test::error_of([&] {
+              cuda->cross_entropy_loss(x.t, y, {}, -100, d.t, ce_loss);
+              cuda->embedding_forward(out.t, small.t, z);
+              cuda->synchronize();
+            }),
+            "target class -1 at row 2 outside [0, 4)");
   classes[2] = 0, classes[5] = 1;
   cuda->upload(y, classes.data());
   cuda->embedding_forward(out.t, table.t, y);

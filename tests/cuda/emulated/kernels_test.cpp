@@ -304,7 +304,7 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     const double loss =
         ref->cross_entropy_loss(view(logits, {N, K}), Tensor(targets.data(), DType::i64, {N}),
                                 view(weights, {K}), -100, view(want, {N, K}));
-    uint64_t bad[2] = {UINT64_MAX, UINT64_MAX};
+    uint64_t bad[cuda::kReportWords] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
     cuda::cross_entropy_loss(logits.data(), targets.data(), DType::i64, weights.data(), -100,
                              got.data(), DType::f32, N, K, sums, partials.data(), bad, nullptr);
     EXPECT_EQ(bad[0], UINT64_MAX);
@@ -314,9 +314,11 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     targets[9] = -3;
     cuda::cross_entropy_loss(logits.data(), targets.data(), DType::i64, nullptr, -100, got.data(),
                              DType::f32, N, K, sums, partials.data(), bad, nullptr);
-    // The first bad row, as the CPU reports it, with its class.
+    // The first bad row, as the CPU reports it, with its class and the range.
     EXPECT_EQ(bad[0], 7u | cuda::kResolvedReport);
     EXPECT_EQ(static_cast<int64_t>(bad[1]), int64_t(K));
+    EXPECT_EQ(bad[2], uint64_t(K));
+    EXPECT_EQ(bad[3], cuda::kBadTargetClass);
     // A later launch's bad row leaves the report as it is.
     targets[7] = 0;
     cuda::cross_entropy_loss(logits.data(), targets.data(), DType::i64, nullptr, -100, got.data(),
@@ -362,7 +364,7 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
     std::vector<float> want(n * E), got(n * E), dwant(V * E), dgot(V * E);
     const Tensor id_t(ids.data(), DType::i32, {n});
     ref->embedding_forward(view(want, {n, E}), view(table, {V, E}), id_t);
-    uint64_t bad[2] = {UINT64_MAX, UINT64_MAX};
+    uint64_t bad[cuda::kReportWords] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
     cuda::embedding_forward(got.data(), table.data(), ids.data(), DType::i32, DType::f32, n, E, V,
                             bad, nullptr);
     EXPECT_EQ(bad[0], UINT64_MAX);
@@ -379,6 +381,8 @@ TEST(CudaKernelsEmulated, LossesOptimizersEmbeddingAndAdaptersMatchTheReference)
                             bad, nullptr);
     EXPECT_EQ(bad[0], 2u | cuda::kResolvedReport);
     EXPECT_EQ(static_cast<int64_t>(bad[1]), -1);
+    EXPECT_EQ(bad[2], uint64_t(V));
+    EXPECT_EQ(bad[3], cuda::kBadTokenId);
   }
   {  // embedding backward sorting more ids than a block holds (its merges across blocks), i64
      // ids with long runs of repeats and two the forward reported, which it skips
