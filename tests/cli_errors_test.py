@@ -42,7 +42,36 @@ def main():
     os.makedirs(study)
     open(os.path.join(study, "study.db"), "w").close()
 
+    # A config of two YAML documents, one with a key given twice; a value beyond float32; a
+    # missing-value word where a class belongs.
+    two_documents = os.path.join(work, "two_documents.yaml")
+    with open(config) as f:
+        base = f.read()
+    with open(two_documents, "w") as f:
+        f.write(base + "---\ntrain:\n  epochs: 1\n")
+    twice = os.path.join(work, "twice.yaml")
+    with open(twice, "w") as f:
+        f.write(base.replace("model:\n", "model:\n  hidden: 8\n  hidden: 16\n", 1))
+    with open(weather) as f:
+        rows = f.read().splitlines()
+    huge = os.path.join(work, "huge.csv")
+    cells = rows[40].split(",")
+    cells[-1] = "1e300"
+    with open(huge, "w") as f:
+        f.write("\n".join(rows[:40] + [",".join(cells)] + rows[41:]) + "\n")
+    two_documents_line = base.count("\n") + 2  # the second document's first key
+
     cases = [
+        (["train", two_documents], "two_documents.yaml:%d: a second YAML document ('---'): a "
+                                   "config is one document" % two_documents_line),
+        (["train", twice], "twice.yaml:%d: 'model.hidden' is given twice" %
+         (base[:base.index("model:\n")].count("\n") + 3)),
+        (["train", config, "data.path=" + huge],
+         "huge.csv:41: column '%s': 1e+300 is beyond float32's range" % rows[0].split(",")[-1]),
+        (["generate", charlm, "--length", "18446744073709551617"],
+         "--length: '18446744073709551617' is not a whole number from 0 to"),
+        (["predict", forecast, "--input", huge, "--output", huge],
+         "--output %s is the --input file: the predictions would replace the data" % huge),
         (["train", "--resume", forecast, config],
          "train: --resume %s continues that run with its own config" % forecast),
         (["train", config, "--epochs", "3"],
@@ -154,6 +183,13 @@ def main():
         if r.stdout:
             fail("%s: the error came after output:\n%s" % (" ".join(args), r.stdout))
         print("ok: seqforge %s -> %s" % (" ".join(os.path.basename(a) for a in args), lines[0]))
+    # Output that cannot be written (a full disk) is an error, not a success.
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([seqforge, "predict", forecast, "--input", weather, "--output", "-"],
+                           stdout=full, stderr=subprocess.PIPE, text=True, cwd=root)
+    if r.returncode == 0 or "cannot write to standard output" not in r.stderr:
+        fail("predict to a full disk: exit %d, %r" % (r.returncode, r.stderr))
+    print("ok: predict to a full standard output -> %s" % r.stderr.strip().splitlines()[-1])
     # Dropout settings that drop nothing are said at start-up.
     for args, words in [
         (["model.layers=1", "model.dropout=0.2"], "drops between layers and model.layers is 1"),

@@ -384,6 +384,25 @@ TEST(Predict, ClassifierWritesEveryClassProbability) {
   EXPECT_NE(error.find("gap.csv:10: column 'label' is empty (every row needs a class)"),
             std::string::npos)
       << error;
+  // Nor is a missing-value word a class named "NaN".
+  {
+    std::ifstream again(dir / "t.csv");
+    std::ofstream nan(dir / "nan.csv");
+    for (int n = 1; std::getline(again, line); ++n)
+      nan << (n == 12 ? line.substr(0, line.rfind(',') + 1) + "NaN" : line) << "\n";
+  }
+  const std::string nan_error = error_of([&] {
+    train(Config::parse("data: {path: " + (dir / "nan.csv").string() +
+                            ", task: classify, date_column: when, class_column: label, features: "
+                            "[signal], lookback: 6, horizon: 0}\ntrain: {run_dir: " +
+                            (dir / "nan").string() + "}\n",
+                        "c.yaml"),
+          log);
+  });
+  EXPECT_NE(nan_error.find("nan.csv:12: column 'label': 'NaN' marks a missing value (every row "
+                           "needs a class)"),
+            std::string::npos)
+      << nan_error;
 }
 
 // eval --split val recomputes the validation loss logged for the saved epoch, to the last bit,

@@ -16,6 +16,7 @@
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/interrupt.hpp"
+#include "seqforge/core/threads.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/csv.hpp"
 #include "seqforge/io/npy.hpp"
@@ -1095,17 +1096,20 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
   EXPECT_NE(train_with(base, {"train.gamma=0"})
                 .find("override 'train.gamma=0': train.gamma must be a finite number > 0, got 0"),
             std::string::npos);
-  {  // more threads than CPUs: a warning, and the run goes on (one thread too many: the run's
-     // first steps time its schedules with every thread it asked for)
+  {  // more threads than CPUs: a warning, and the run goes on with one thread per CPU
     const std::string many_threads = std::to_string(usable_cpus() + 1);
     std::ostringstream many;
     train(Config::parse(base, "bad.yaml",
                         {"train.threads=" + many_threads, "train.epochs=1", "train.max_batches=1",
                          "train.run_dir=" + (dir / "many").string()}),
           many);
-    EXPECT_NE(many.str().find("warning: " + many_threads + " threads (requested) on "),
-              std::string::npos)
+    EXPECT_NE(
+        many.str().find("warning: " + many_threads + " threads (requested) on " +
+                        std::to_string(usable_cpus()) + " CPUs this process may use: running " +
+                        std::to_string(usable_cpus())),
+        std::string::npos)
         << many.str();
+    EXPECT_EQ(compute_threads(), usable_cpus());
   }
   EXPECT_NE(train_with(base, {"data.lookback=0"}).find("data.lookback must be positive"),
             std::string::npos);

@@ -1,8 +1,10 @@
 // The seqforge command-line tool.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -20,6 +22,21 @@
 namespace sf = seqforge;
 
 namespace {
+
+// Checks an integer option's text before CLI11 converts it, which wraps a number past 64 bits
+// (18446744073709551617 became 1) rather than refusing it.
+CLI::Validator whole_number(int64_t min, int64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec != std::errc() || end != text.data() + text.size() || v < min || v > max)
+          return "'" + text + "' is not a whole number from " + std::to_string(min) + " to " +
+                 std::to_string(max);
+        return "";
+      },
+      "INT");
+}
 
 int run_bench(const std::string& which, const sf::BenchOptions& options,
               const std::string& json_path) {
@@ -79,7 +96,7 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_command(int argc, char** argv) {
   sf::restart_with_short_omp_spin_waits(argv);
   CLI::App app{"seqforge: fast training of sequence models (LSTM, GRU, transformers)"};
   app.set_version_flag("--version", std::string("seqforge ") + sf::version());
@@ -98,7 +115,9 @@ int main(int argc, char** argv) {
       ->add_option("--matmul-precision", bench_options.matmul_precision,
                    "highest (f32 GEMMs in f32) or high (on a GPU, f32 GEMMs on TF32 tensor cores)")
       ->capture_default_str();
-  bench->add_option("--steps", bench_options.steps, "timed steps")->capture_default_str();
+  bench->add_option("--steps", bench_options.steps, "timed steps")
+      ->check(whole_number(1, 1 << 20))
+      ->capture_default_str();
   bench
       ->add_option("--warmup", bench_options.warmup,
                    "untimed steps first (at least 4 on a GPU's recurrent workloads)")
@@ -175,11 +194,14 @@ int main(int argc, char** argv) {
   gen->add_option("--prompt", gen_prompt,
                   "text to start from (default: a newline, or a random character when the "
                   "vocabulary has none)");
-  gen->add_option("--length", gen_length, "characters to sample")->capture_default_str();
+  gen->add_option("--length", gen_length, "characters to sample")
+      ->check(whole_number(0, int64_t{1} << 40))
+      ->capture_default_str();
   gen->add_option("--temperature", gen_temperature,
                   "sampling temperature; 0: always the likeliest character")
       ->capture_default_str();
-  gen->add_option("--top-k", gen_top_k, "sample among the k likeliest (default: all)");
+  gen->add_option("--top-k", gen_top_k, "sample among the k likeliest (default: all)")
+      ->check(whole_number(INT64_MIN, INT64_MAX));
   gen->add_option("--top-p", gen_top_p,
                   "sample among the fewest likeliest whose probabilities reach p (nucleus)")
       ->capture_default_str();
@@ -344,4 +366,17 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
     return 1;
   }
+}
+
+// Output that could not be written (a full disk, say) is an error, not a success.
+int main(int argc, char** argv) {
+  const int rc = run_command(argc, argv);
+  std::cout.flush();
+  errno = 0;
+  if ((std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) && rc == 0) {
+    std::fprintf(stderr, "seqforge: error: cannot write to standard output%s%s\n",
+                 errno ? ": " : "", errno ? std::strerror(errno) : "");
+    return 1;
+  }
+  return rc;
 }

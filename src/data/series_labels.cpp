@@ -7,6 +7,7 @@
 #include "data/series_stages.hpp"
 #include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/io/csv.hpp"
 
 namespace seqforge::series {
 
@@ -45,6 +46,9 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
   for (int64_t row : file_rows) {  // not a class named "", nor one JSON cannot store
     if (!lenient && names[row].empty())
       fail(table.where(row), ": column '", o.class_col, "' is empty (every row needs a class)");
+    if (!lenient && io::is_missing_cell(names[row]))
+      fail(table.where(row), ": column '", o.class_col, "': ", io::quoted(names[row]),
+           " marks a missing value (every row needs a class)");
     decode_utf8(std::string(names[row]), table.where(row) + ": column '" + o.class_col + "'");
   }
   if (!stored) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "io/file_util.hpp"
@@ -837,7 +838,13 @@ Config Config::parse(const std::string& yaml, const std::string& source,
   c.source_ = source;
   YAML::Node root;
   try {
-    root = YAML::Load(yaml);
+    // A second document ("---" and more keys) would otherwise be left out without a word.
+    const std::vector<YAML::Node> documents = YAML::LoadAll(yaml);
+    for (size_t d = 1; d < documents.size(); ++d)
+      if (!documents[d].IsNull())
+        fail(source, ":", documents[d].Mark().line + 1,
+             ": a second YAML document ('---'): a config is one document; merge them");
+    if (!documents.empty()) root = documents[0];
   } catch (const YAML::Exception& e) {
     fail(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
   }
@@ -845,10 +852,12 @@ Config Config::parse(const std::string& yaml, const std::string& source,
   check_yaml_expansion(root, source);
   // Walks nested maps down to known keys.
   auto walk = [&](auto&& self, const YAML::Node& map, const std::string& prefix) -> void {
+    std::set<std::string> seen;  // YAML leaves a repeated key to the reader: the last would win
     for (const auto& kv : map) {
       const std::string where = source + ":" + std::to_string(kv.first.Mark().line + 1);
       const std::string name = yaml_key(kv.first, where);
       const std::string path = prefix.empty() ? name : prefix + "." + name;
+      if (!seen.insert(name).second) fail(where, ": '", path, "' is given twice");
       // The search space of `seqforge tune`, read by src/tune; a training run ignores it.
       if (path == "tune") continue;
       if (const ConfigKey* key = find_key(path)) {

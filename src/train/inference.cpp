@@ -11,6 +11,7 @@
 #include "io/file_util.hpp"
 #include "run.hpp"
 #include "seqforge/backend/host_access.hpp"
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/csv.hpp"
 #include "seqforge/nn/checkpoint.hpp"
@@ -59,10 +60,17 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
   return evaluate(r, run, split, data, notes);
 }
 
+namespace {
+// The run's train.threads, at most one per CPU (more would only wait for each other).
+int run_threads(const Config& c) {
+  return static_cast<int>(std::min<int64_t>(c.integer("train.threads"), usable_cpus()));
+}
+}  // namespace
+
 std::map<std::string, double> evaluate(LoadedRun& r, const std::string& run,
                                        const std::string& split, const std::string& data,
                                        std::ostream* notes) {
-  configure_threads(static_cast<int>(r.config.integer("train.threads")));
+  configure_threads(run_threads(r.config));
   auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, notes);
   const Split& s = r.task.split();
@@ -292,7 +300,7 @@ Predictions predictions(const std::string& run, const std::string& input, bool l
   LoadedRun r = load_run(run, input, WindowSet::every_window, missing);
   Predictions p;
   for (const std::string& note : r.task.notes()) p.notes.push_back(note);
-  configure_threads(static_cast<int>(r.config.integer("train.threads")));
+  configure_threads(run_threads(r.config));
   if (r.task.kind == TaskKind::text_classify) {
     if (last_only) fail("--last: a text classifier predicts every row of the file");
     Predictions text = predict_text(r);
@@ -379,6 +387,11 @@ std::string predictions_csv(const Predictions& p) {
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
   check_output_outside_run(options.output, run, "--output");
   check_output_file(options.output, "--output");
+  std::error_code same_error;
+  if (options.output != "-" &&
+      std::filesystem::equivalent(options.input, options.output, same_error))
+    fail("--output ", options.output, " is the --input file: the predictions would replace the ",
+         "data; write them to another file");
   const Predictions p = predictions(run, options.input, options.last_only, options.missing);
   const std::string csv = predictions_csv(p);
   if (options.output != "-") {

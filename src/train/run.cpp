@@ -318,12 +318,15 @@ ThreadConfig configure_rank_threads(const Config& c, int local) {
     t.reason = std::to_string(cpus) + " CPUs shared by " + std::to_string(local) +
                " processes on this machine";
   }
-  if (t.threads > cpus)
-    t.warning = std::to_string(t.threads) + " threads (" + t.reason + ") on " +
-                std::to_string(cpus) +
-                " CPUs this process may use: threads will wait for each "
-                "other; set train.threads to " +
-                std::to_string(cpus) + " or fewer";
+  // More threads than CPUs only wait for each other (4096 on 2 CPUs took minutes a step).
+  if (t.threads > cpus) {
+    const std::string warning = std::to_string(t.threads) + " threads (" + t.reason + ") on " +
+                                std::to_string(cpus) + " CPUs this process may use: running " +
+                                std::to_string(cpus) + " (more would only wait for each other)";
+    t = configure_threads(cpus);
+    t.reason = std::to_string(cpus) + " CPUs available to this process";
+    t.warning = warning;
+  }
   return t;
 }
 

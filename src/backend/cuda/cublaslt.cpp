@@ -193,6 +193,15 @@ bool CublasLt::gemm(const GemmShape& s, DType dtype, const void* a, const void* 
     const cublasStatus_t found_status = api_->heuristic(handle_, desc, first, second, result,
                                                         result, preference, 1, &best, &returned);
     api_->preference_destroy(preference);
+    if (found_status != CUBLAS_STATUS_SUCCESS && found_status != CUBLAS_STATUS_NOT_SUPPORTED) {
+      api_->layout_destroy(result);
+      api_->layout_destroy(second);
+      api_->layout_destroy(first);
+      api_->desc_destroy(desc);
+      fail("cuda: gemm (", s.m, " x ", s.n, " x ", s.k, ", ", dtype_name(dtype),
+           "): cuBLASLt's algorithm search failed (cublasStatus_t ", static_cast<int>(found_status),
+           ")");
+    }
     std::optional<cublasLtMatmulAlgo_t> algo;
     if (found_status == CUBLAS_STATUS_SUCCESS && returned > 0) algo = best.algo;
     found = algos_.emplace(key, algo).first;
