@@ -425,6 +425,33 @@ TEST(HostileRuns, ResumeRefusesSettingsThatChangeTheModel) {
   EXPECT_EQ(more.last.count("val_loss"), 1u);
 }
 
+// A resumed run goes on with the data it began with: the same file rewritten with other values
+// in as many rows (its windows, order and split unchanged) is refused, naming the file; the file
+// as it was resumes.
+TEST(HostileRuns, ResumeRefusesDataThatChanged) {
+  const fs::path dir = test::temp_dir("resume_data");
+  const std::string data = write_series(dir, 200);
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(forecast(data, run), log);
+  const std::string resolved = (run / "config.resolved.yaml").string();
+  const fs::path kept = dir / "kept.csv";
+  fs::copy_file(data, kept);
+  {
+    std::ifstream in(kept);
+    std::ofstream out(data);
+    std::string line;
+    for (int n = 0; std::getline(in, line); ++n)
+      out << (n == 100 ? line.substr(0, line.rfind(',')) + ",0.5" : line) << "\n";
+  }
+  const std::string e =
+      error_of([&] { train(Config::load(resolved, {"train.epochs=3"}), log, run.string()); });
+  EXPECT_HAS(e, data + ": changed since the run saved its state");
+  fs::copy_file(kept, data, fs::copy_options::overwrite_existing);
+  const TrainSummary more = train(Config::load(resolved, {"train.epochs=3"}), log, run.string());
+  EXPECT_EQ(more.last.count("val_loss"), 1u);
+}
+
 }  // namespace
 }  // namespace seqforge::hostile_runs_test
 

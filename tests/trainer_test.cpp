@@ -1087,12 +1087,14 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
                       "number >= 0, "
                       "got -1"),
             std::string::npos);
-  // An infinite rate would train to NaN, an infinite epsilon not at all.
-  EXPECT_EQ(train_with(base, {"optim.lr=inf"}), "optim.lr: must be a finite number >= 0, got inf");
+  // An infinite rate would train to NaN, an infinite epsilon not at all; the message names where
+  // the value was set.
+  EXPECT_EQ(train_with(base, {"optim.lr=inf"}),
+            "override 'optim.lr=inf': optim.lr must be a finite number >= 0, got inf");
   EXPECT_EQ(train_with(base, {"optim.eps=inf"}),
-            "optim.eps: must be a finite number >= 0, got inf");
+            "override 'optim.eps=inf': optim.eps must be a finite number >= 0, got inf");
   EXPECT_EQ(train_with(base, {"optim.kind=sgd", "optim.momentum=nan"}),
-            "optim.momentum: must be a finite number >= 0, got nan");
+            "override 'optim.momentum=nan': optim.momentum must be a finite number >= 0, got nan");
   EXPECT_NE(train_with(base, {"train.gamma=0"})
                 .find("override 'train.gamma=0': train.gamma must be a finite number > 0, got 0"),
             std::string::npos);
@@ -1349,6 +1351,20 @@ TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {
                 .find("npy.yaml: data.targets: '0' is data.date_column, which orders the rows and "
                       "cannot be a target"),
             std::string::npos);
+  // A NaN in an array is a missing value, as in a CSV: refused with what fills it, or filled.
+  const std::string gap = (dir / "gap.npy").string();
+  std::vector<float> with_gap = data;
+  with_gap[50 * 2] = NAN;
+  io::write_npy(gap, DType::f32, {300, 2}, with_gap.data());
+  const std::string gap_config = "data: {path: " + gap +
+                                 ", features: ['0', '1'], targets: ['0'], lookback: 12}\n"
+                                 "train: {epochs: 1, max_batches: 1, run_dir: " +
+                                 (dir / "gap").string() + "}\n";
+  EXPECT_EQ(error_of([&] { train(Config::parse(gap_config, "npy.yaml"), log); }),
+            gap +
+                ": row 50, column 0: nan marks a missing value, not a number (data.missing: "
+                "ffill or interpolate fills missing cells, mask masks them)");
+  train(Config::parse(gap_config, "npy.yaml", {"data.missing=ffill"}), log);
   const std::string bad = (dir / "cube.npy").string();
   io::write_npy(bad, DType::f32, {10, 3, 2}, data.data());
   EXPECT_NE(error_of([&] {

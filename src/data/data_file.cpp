@@ -131,6 +131,10 @@ std::string DataFile::where(int64_t row) const {
 
 double DataFile::checked(int64_t r, int64_t j) const {
   const double x = matrix_.at(r, j);
+  if (std::isnan(x))  // as a CSV's NaN: what data.missing fills
+    fail(path_, ": row ", r, ", column ", j,
+         ": nan marks a missing value, not a number (data.missing: ffill or interpolate fills "
+         "missing cells, mask masks them)");
   if (!std::isfinite(x))
     fail(path_, ": row ", r, ", column ", j, ": ", x, " is not a finite number");
   return x;

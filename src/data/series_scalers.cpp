@@ -127,21 +127,6 @@ void check_float_range(const DataFile& table, const std::vector<int64_t>& file_r
                        const SeriesData& d) {
   const bool targets = d.task == TaskKind::forecast && d.target_norm.steps == 1 &&
                        d.target_norm.shift.size() == d.target_cols.size();
-  // A value itself beyond float32's range: the model's inputs and forecasts are float32, and its
-  // normalizer, fit on such a value, would squash every other one.
-  const auto check_raw = [&](int64_t r, const std::vector<int64_t>& cols,
-                             const std::vector<std::string>& names) {
-    for (size_t j = 0; j < cols.size(); ++j) {
-      const double x = d.source.at(r, cols[j]);
-      if (std::fabs(x) > std::numeric_limits<float>::max() && !std::isnan(x))
-        fail(table.where(file_rows[r]), ": column ", io::quoted(names[j]), ": ", x,
-             " is beyond float32's range (the model computes in float32)");
-    }
-  };
-  for (int64_t r = 0; r < d.rows; ++r) {
-    check_raw(r, d.feature_cols, d.feature_names);
-    if (d.task == TaskKind::forecast) check_raw(r, d.target_cols, d.target_names);
-  }
   for (int64_t r = 0; r < d.rows; ++r) {
     const int64_t scaler = d.scaler_of(r);
     const auto check = [&](const Normalizer& norm, const std::vector<int64_t>& cols,

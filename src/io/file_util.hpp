@@ -78,6 +78,11 @@ std::string printable(std::string_view s, size_t max_shown = 80);
 // printable(s) in single quotes.
 std::string quoted(std::string_view s, size_t max_shown = 80);
 
+// What a file holds, in a line that changes when it does: its size and a hash of its bytes (of
+// 256 blocks spread over it when it is larger than a few MB, so that a large data set costs a
+// moment); "" when it is not a regular file that can be read.
+std::string file_fingerprint(const std::string& path);
+
 // For a name a model does not know: " (the model knows 'rain')" where one of `known` differs from
 // it only in case or spaces ("Rain", " rain"); else "".
 std::string known_otherwise(std::string_view name, const std::vector<std::string>& known);

@@ -376,7 +376,9 @@ const std::vector<ConfigKey> kKeys = {
      "on a CPU, fp32 with a note) or `auto`: bf16 on a GPU with bf16 tensor cores, and on a CPU "
      "whose bf16 GEMMs run at least 1.2x as fast as its f32 ones (AMX, Zen 4's AVX512-BF16; not "
      "an Intel core's AVX512-BF16 without AMX), timed once per machine; else fp32."},
-    {"train.threads", T::integer, "0", "Compute threads; 0: every CPU this process may use."},
+    {"train.threads", T::integer, "0",
+     "Compute threads; 0: every CPU this process may use (more than that run one per CPU, with a "
+     "warning)."},
     {"train.matmul_precision", T::string, "highest",
      "As PyTorch's `torch.set_float32_matmul_precision`: `highest` (f32 GEMMs in f32) or `high` "
      "(on a GPU, f32 GEMMs on TF32 tensor cores: 10-bit mantissa products, f32 sums; the CPU "

@@ -227,6 +227,8 @@ class Training {
   dist::Communicator& comm_;
   const int ranks_, rank_;
   const ThreadConfig threads_;
+  // data.path's size and hash as the run loaded it: a resumed run goes on only with the same data.
+  std::string data_fingerprint_;
   std::string precision_notice_;
   std::string micro_note_;  // how train.micro_batch_size auto chose
   Task task_;
@@ -308,6 +310,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       run_dir_(claim_run_dir(resume_dir, overwrite)),
       rng_(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x5eed5eedull) {
   comm_.set_timeout(s_.dist_timeout, "the last checkpoint in " + run_dir_ + " is intact");
+  if (rank_ == 0) data_fingerprint_ = io::file_fingerprint(c_.str("data.path"));
   build_model();
   // Each rank takes batch_size windows of every global batch of ranks * batch_size.
   global_batch_ = ranks_ * s_.batch_size;
@@ -496,6 +499,10 @@ void Training::build_model() {
     match_init_features(init, c_, task_, initialized_, model_->parameters(), *be_, out_);
     model_->init_adapters(*be_, initialized_);
   }
+  // As the optimizer would refuse them, but naming where the config set them.
+  for (const char* key : {"optim.lr", "optim.weight_decay", "optim.eps", "optim.momentum"})
+    if (const double v = c_.number(key); !(v >= 0 && std::isfinite(v)))
+      fail(c_.origin(key), ": ", key, " must be a finite number >= 0, got ", v);
   oo_.kind = c_.str("optim.kind");
   oo_.lr = c_.number("optim.lr");
   oo_.weight_decay = c_.number("optim.weight_decay");
@@ -707,6 +714,14 @@ void Training::resume_from_state() {
   const auto loop = state.metadata().find("seqforge.loop");
   if (loop == state.metadata().end()) fail(state_path_, ": no seqforge.loop metadata");
   LoopState saved = LoopState::from_json(loop->second, state_path_);
+  // The sample order, the normalizers and the best score so far all belong to the data the run
+  // began with: another file's rows of the same count would go on silently from them.
+  if (const auto data = state.metadata().find("seqforge.data");
+      data != state.metadata().end() && !data->second.empty() && !data_fingerprint_.empty() &&
+      data->second != data_fingerprint_)
+    fail(c_.str("data.path"), ": changed since the run saved its state (", data->second, " then, ",
+         data_fingerprint_, " now): --resume goes on with the data the run began with; ",
+         "start a new run (model.init_from=", run_dir_, "/model.safetensors) for new data");
   const auto& p = model_->parameters();
   saved.check(state_path_, p.size(), batches_per_epoch_);
   auto tensors = named(p, p.values(), "param.");
@@ -1295,7 +1310,9 @@ void Training::save_state(bool in_epoch, int64_t batch, double loss_sum, double 
   saved.loss_sum = loss_sum;
   saved.seen = seen;
   writer_->submit(state_path_, *be_, tensors, host_tensors,
-                  {{"seqforge.loop", saved.to_json()}, {"seqforge.config", c_.resolved_yaml()}});
+                  {{"seqforge.loop", saved.to_json()},
+                   {"seqforge.config", c_.resolved_yaml()},
+                   {"seqforge.data", data_fingerprint_}});
 }
 
 // After the last epoch (rank 0): checkpoints on disk, the validation outputs, the test split
