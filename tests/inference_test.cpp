@@ -366,39 +366,30 @@ TEST(Predict, ClassifierWritesEveryClassProbability) {
     right += p[i][2] == (std::sin(0.3 * (day + 1)) > 0 ? "up" : "down");
   }
   EXPECT_GE(right, 12) << log.str();  // the next sign of a sine follows from its past
-  // A row without a class in training is an error naming its line, not a class named "".
-  std::ifstream in(dir / "t.csv");
-  std::ofstream gap(dir / "gap.csv");
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n)
-    gap << (n == 10 ? line.substr(0, line.rfind(',') + 1) : line) << "\n";
-  gap.close();
-  const std::string error = error_of([&] {
-    train(Config::parse("data: {path: " + (dir / "gap.csv").string() +
-                            ", task: classify, date_column: when, class_column: label, features: "
-                            "[signal], lookback: 6, horizon: 0}\ntrain: {run_dir: " +
-                            (dir / "gap").string() + "}\n",
-                        "c.yaml"),
-          log);
-  });
+  // A row without a class in training is an error naming its line, not a class named "", nor is
+  // a missing-value word a class named "NaN".
+  const auto train_with_class = [&](const std::string& name, int line_number,
+                                    const std::string& label) {
+    std::ifstream in(dir / "t.csv");
+    std::ofstream out(dir / (name + ".csv"));
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n)
+      out << (n == line_number ? line.substr(0, line.rfind(',') + 1) + label : line) << "\n";
+    out.close();
+    return error_of([&] {
+      train(Config::parse("data: {path: " + (dir / (name + ".csv")).string() +
+                              ", task: classify, date_column: when, class_column: label, "
+                              "features: [signal], lookback: 6, horizon: 0}\ntrain: {run_dir: " +
+                              (dir / name).string() + "}\n",
+                          "c.yaml"),
+            log);
+    });
+  };
+  const std::string error = train_with_class("gap", 10, "");
   EXPECT_NE(error.find("gap.csv:10: column 'label' is empty (every row needs a class)"),
             std::string::npos)
       << error;
-  // Nor is a missing-value word a class named "NaN".
-  {
-    std::ifstream again(dir / "t.csv");
-    std::ofstream nan(dir / "nan.csv");
-    for (int n = 1; std::getline(again, line); ++n)
-      nan << (n == 12 ? line.substr(0, line.rfind(',') + 1) + "NaN" : line) << "\n";
-  }
-  const std::string nan_error = error_of([&] {
-    train(Config::parse("data: {path: " + (dir / "nan.csv").string() +
-                            ", task: classify, date_column: when, class_column: label, features: "
-                            "[signal], lookback: 6, horizon: 0}\ntrain: {run_dir: " +
-                            (dir / "nan").string() + "}\n",
-                        "c.yaml"),
-          log);
-  });
+  const std::string nan_error = train_with_class("nan", 12, "NaN");
   EXPECT_NE(nan_error.find("nan.csv:12: column 'label': 'NaN' marks a missing value (every row "
                            "needs a class)"),
             std::string::npos)
