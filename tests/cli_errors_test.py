@@ -53,7 +53,7 @@ def main():
         f.write(base.replace("model:\n", "model:\n  hidden: 8\n  hidden: 16\n", 1))
     data_copy = os.path.join(work, "data_copy.csv")
     shutil.copyfile(weather, data_copy)
-    two_documents_line = base.count("\n") + 2  # the second document's first key
+    two_documents_line = base.count("\n") + 1  # its '---'
 
     cases = [
         (["train", two_documents], "two_documents.yaml:%d: a second YAML document ('---'): a "

@@ -157,6 +157,24 @@ TEST(Config, KeysThatAreNotNamesAreRefused) {
             "override 'model={[x]: 1}': a key must be a name, not a list");
 }
 
+// A config is one YAML document: a second one, and a key given twice, would be read as nothing
+// and as the last value without a word; both are refused naming the line.
+TEST(Config, OneDocumentAndEachKeyOnce) {
+  for (const char* one : {"%YAML 1.2\n---\ntrain: {epochs: 2}\n", "--- {train: {epochs: 2}}\n",
+                          "train: {epochs: 2}\n---\n# nothing more\n", "train: {epochs: 2}\n...\n"})
+    EXPECT_EQ(Config::parse(one, "cfg.yaml").integer("train.epochs"), 2) << one;
+  EXPECT_EQ(
+      error_of([] { Config::parse("train: {epochs: 2}\n---\ntrain: {epochs: 3}\n", "c.yaml"); }),
+      "c.yaml:2: a second YAML document ('---'): a config is one document; merge them");
+  EXPECT_EQ(error_of([] {
+              Config::parse("train: {epochs: 2}\n...\n--- {model: {hidden: 3}}\n", "c.yaml");
+            }),
+            "c.yaml:2: a second YAML document ('---'): a config is one document; merge them");
+  EXPECT_EQ(
+      error_of([] { Config::parse("model:\n  hidden: 8\n  layers: 2\n  hidden: 16\n", "c.yaml"); }),
+      "c.yaml:4: 'model.hidden' is given twice");
+}
+
 TEST(Config, WrongTypesNameTheLineAndKey) {
   const std::string e = error_of([] { Config::parse("train:\n  epochs: ten\n", "cfg.yaml"); });
   EXPECT_NE(e.find("cfg.yaml:2: train.epochs: expected an integer, got 'ten'"), std::string::npos)

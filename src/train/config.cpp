@@ -828,6 +828,36 @@ void check_yaml_expansion(const YAML::Node& root, const std::string& source) {
          " levels (anchors and aliases repeat their text); a config is far smaller");
 }
 
+namespace {
+// The line of a document marker ("---" or "...", at the start of a line) that has content
+// after it and follows the first document's content; 0 when the text is one document.
+int64_t second_document_line(std::string_view yaml) {
+  const auto is_marker = [](std::string_view line) {
+    return (line.starts_with("---") || line.starts_with("...")) &&
+           (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+  };
+  const auto is_content = [](std::string_view line) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    return first != std::string_view::npos && line[first] != '#' && line[0] != '%';
+  };
+  bool content = false;
+  int64_t marker = 0, number = 0;
+  for (size_t at = 0; at < yaml.size();) {
+    const size_t end = std::min(yaml.find('\n', at), yaml.size());
+    const std::string_view line = yaml.substr(at, end - at);
+    at = end + 1;
+    ++number;
+    const bool at_marker = is_marker(line);
+    if (at_marker && content && !marker) marker = number;
+    if (is_content(at_marker ? line.substr(3) : line)) {  // "--- {a: 1}" holds content too
+      if (marker) return marker;
+      content = true;
+    }
+  }
+  return 0;
+}
+}  // namespace
+
 std::string yaml_key(const YAML::Node& key, const std::string& where) {
   if (!key.IsScalar())
     fail(where, ": a key must be a name, not a ", key.IsSequence() ? "list" : "map");
@@ -838,15 +868,14 @@ Config Config::parse(const std::string& yaml, const std::string& source,
                      const std::vector<std::string>& overrides) {
   Config c;
   c.source_ = source;
+  // A second document ("---" and more keys) would be left out without a word. Found in the text:
+  // yaml-cpp's LoadAll ran without end on some malformed input (config_fuzz).
+  if (const int64_t line = second_document_line(yaml))
+    fail(source, ":", line,
+         ": a second YAML document ('---'): a config is one document; merge them");
   YAML::Node root;
   try {
-    // A second document ("---" and more keys) would otherwise be left out without a word.
-    const std::vector<YAML::Node> documents = YAML::LoadAll(yaml);
-    for (size_t d = 1; d < documents.size(); ++d)
-      if (!documents[d].IsNull())
-        fail(source, ":", documents[d].Mark().line + 1,
-             ": a second YAML document ('---'): a config is one document; merge them");
-    if (!documents.empty()) root = documents[0];
+    root = YAML::Load(yaml);
   } catch (const YAML::Exception& e) {
     fail(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
   }
