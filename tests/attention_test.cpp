@@ -568,9 +568,9 @@ TEST(Attention, NoDropoutIgnoresTheSeed) {
     const Result a = run(*be, dt, p);
     p.shape.seed = 12345;
     const Result b = run(*be, dt, p);
-    EXPECT_EQ(a.out, b.out);
-    EXPECT_EQ(a.lse, b.lse);
-    EXPECT_EQ(a.dqkv, b.dqkv);
+    EXPECT_EQ(a.out, b.out) << be->name();
+    EXPECT_EQ(a.lse, b.lse) << be->name();
+    EXPECT_EQ(a.dqkv, b.dqkv) << be->name();
   }
 }
 

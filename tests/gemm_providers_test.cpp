@@ -2,6 +2,7 @@
 // strictly and every library dispatches within it; OpenBLAS, the second provider, matches the
 // reference on every GEMM form the engine uses, and racing the providers leaves C untouched.
 #include <gtest/gtest.h>
+#include <hwy/targets.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "backend/cpu/blas_gemm.hpp"
 #include "backend/cpu/cpu_gemm.hpp"
+#include "kernels/cpu/pointwise_simd.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/onednn_info.hpp"
 #include "seqforge/core/cpu.hpp"
@@ -83,6 +85,24 @@ TEST(Ops, DispatchStaysWithinTheIsaTier) {
   if (tier == IsaTier::avx512_bf16) {
     EXPECT_EQ(onednn, "avx512_core_bf16");
   }
+}
+
+// Under a cap below the CPU's own vectors, the CPU backend has Highway's capped target chosen
+// before any kernel runs: left unchosen, a parallel region's first calls each detect the CPU
+// again, and the detection publishes the uncapped targets as the choice for a moment, so that a
+// thread dispatching then ran the uncapped kernel (two runs of an attention seldom agreed).
+TEST(Ops, TheCappedKernelsAreChosenBeforeAnyRuns) {
+  const std::optional<IsaTier> cap = isa_cap();
+  if (!cap || *cap > IsaTier::avx2 || *cap >= machine_isa_tier())
+    GTEST_SKIP() << "no cap to SSE4 or AVX2 below this CPU's tier (the @baseline and @avx2 copies "
+                    "check it)";
+  const auto cpu = make_cpu_backend();
+  EXPECT_TRUE(hwy::GetChosenTarget().IsInitialized());
+  const std::string want = *cap == IsaTier::avx2 ? "AVX2" : "SSE4";
+  std::vector<std::string> names(8);
+#pragma omp parallel num_threads(8)
+  names[omp_get_thread_num()] = simd::target_name();
+  for (const std::string& name : names) EXPECT_EQ(name, want);
 }
 
 // A bf16 GEMM where the CPU has no bf16 dot products is one line naming the op, the dtype, the

@@ -437,7 +437,8 @@ TEST(Series, CategoricalColumnsAreOneHotFeaturesRowByRow) {
             c.notes.end());
   EXPECT_EQ(
       error_of([&] { load_series(series_config(path, {"data.categorical=[weather, value]"})); }),
-      "s.yaml: data.categorical: 'value' is also a feature, a target or a static column "
+      "override 'data.categorical=[weather, value]': data.categorical: 'value' is also a "
+      "feature, a target or a static column "
       "(data.features, data.targets, data.static): a column is one of them");
   std::string many = "date,city,id,value\n";
   for (int day = 0; day < 300; ++day)

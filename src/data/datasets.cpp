@@ -31,7 +31,7 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
   DataOptions opt = given;  // with pandas' index of dates as the date column where none is named
   const SeriesOptions& o = opt.series;
   if (opt.task == TaskKind::charlm || opt.task == TaskKind::lm)
-    fail(opt.source, ": data.task: '", task_name(opt.task),
+    fail(opt.where("data.task"), ": data.task: '", task_name(opt.task),
          "' is not a time-series task (forecast, classify, mae)");
   SeriesData d;
   d.task = opt.task;

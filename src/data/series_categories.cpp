@@ -15,17 +15,18 @@ void static_categories(const DataFile& table, const DataOptions& opt, const RowO
                        const SeriesData* stored, SeriesData* d) {
   const SeriesOptions& o = opt.series;
   if (!o.statics.empty() && table.is_array())
-    fail(opt.source, ": data.static: ", opt.path, " is an array; static categories are a CSV's");
+    fail(opt.where("data.static"), ": data.static: ", opt.path,
+         " is an array; static categories are a CSV's");
   if (stored && stored->static_categories.size() != o.statics.size())
-    fail(opt.source, ": data.static names ", o.statics.size(),
+    fail(opt.where("data.static"), ": data.static names ", o.statics.size(),
          " columns; the model was trained on ", stored->static_categories.size());
   for (size_t i = 0; i < o.statics.size(); ++i) {
     const std::string& column = o.statics[i];
     if (stored && stored->static_categories[i].first != column)
-      fail(opt.source, ": data.static names '", column, "' where the model was trained on '",
-           stored->static_categories[i].first, "'");
+      fail(opt.where("data.static"), ": data.static names '", column,
+           "' where the model was trained on '", stored->static_categories[i].first, "'");
     if (!table.has_column(column))
-      fail(opt.source, ": data.static: ", opt.path, " has no column '", column, "'",
+      fail(opt.where("data.static"), ": data.static: ", opt.path, " has no column '", column, "'",
            table.columns_hint());
     const io::CsvColumn& text = table.text(column);
     std::vector<std::string> values;  // per series
@@ -64,27 +65,27 @@ void categorical_columns(const DataFile& table, const DataOptions& opt, const Se
   const SeriesOptions& o = opt.series;
   constexpr size_t kMaxCategories = 256;
   if (!o.categorical.empty() && table.is_array())
-    fail(opt.source, ": data.categorical: ", opt.path,
+    fail(opt.where("data.categorical"), ": data.categorical: ", opt.path,
          " is an array; categorical columns are a CSV's");
   if (stored && stored->categories.size() != o.categorical.size())
-    fail(opt.source, ": data.categorical names ", o.categorical.size(),
+    fail(opt.where("data.categorical"), ": data.categorical names ", o.categorical.size(),
          " columns; the model was trained on ", stored->categories.size());
   for (size_t i = 0; i < o.categorical.size(); ++i) {
     const std::string& column = o.categorical[i];
     if (stored && stored->categories[i].first != column)
-      fail(opt.source, ": data.categorical names '", column, "' where the model was trained on '",
-           stored->categories[i].first, "'");
+      fail(opt.where("data.categorical"), ": data.categorical names '", column,
+           "' where the model was trained on '", stored->categories[i].first, "'");
     if (!table.has_column(column))
-      fail(opt.source, ": data.categorical: ", opt.path, " has no column '", column, "'",
-           table.columns_hint());
+      fail(opt.where("data.categorical"), ": data.categorical: ", opt.path, " has no column '",
+           column, "'", table.columns_hint());
     for (const std::string* other : {&o.date_col, &o.series_col, &o.class_col})
       if (column == *other)
-        fail(opt.source, ": data.categorical: '", column,
+        fail(opt.where("data.categorical"), ": data.categorical: '", column,
              "' is the date, series or class column, which cannot be a feature");
     using Names = const std::vector<std::string>*;
     for (Names names : {Names{&d->feature_names}, Names{&o.targets}, Names{&o.statics}})
       if (std::find(names->begin(), names->end(), column) != names->end())
-        fail(opt.source, ": data.categorical: '", column,
+        fail(opt.where("data.categorical"), ": data.categorical: '", column,
              "' is also a feature, a target or a static column (data.features, data.targets, "
              "data.static): a column is one of them");
     const io::CsvColumn& text = table.text(column);

@@ -28,7 +28,7 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
   }
   auto require = [&](const char* key, const std::string& col) {
     if (!col.empty() && !table.has_column(col))
-      fail(opt.source, ": ", key, ": ", opt.path, " has no column '", col, "'",
+      fail(opt.where(key), ": ", key, ": ", opt.path, " has no column '", col, "'",
            table.columns_hint());
   };
   require("data.date_column", o.date_col);
@@ -61,7 +61,7 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
   for (const auto& name : named) decode_utf8(name, opt.path + ": column name '" + name + "'");
   for (const auto& name : d.feature_names)
     if (!table.has_column(name))
-      fail(opt.source, ": data.features: ", opt.path, " has no column '", name, "'",
+      fail(opt.where("data.features"), ": data.features: ", opt.path, " has no column '", name, "'",
            stored && o.features.empty() ? ", a feature of the trained model" : "",
            table.columns_hint());
   if (!table.is_array() && table.rows() > 0)
@@ -90,14 +90,14 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
          {std::pair<const char*, const std::vector<std::string>*>{"feature", &d.feature_names},
           std::pair<const char*, const std::vector<std::string>*>{"target", &o.targets}})
       if (std::find(columns->begin(), columns->end(), o.date_col) != columns->end())
-        fail(opt.source, ": data.", key, "s: '", o.date_col,
+        fail(opt.where(std::string("data.") + key + "s"), ": data.", key, "s: '", o.date_col,
              "' is data.date_column, which orders the rows and cannot be a ", key);
   if (!o.series_col.empty()) {  // the series' names say which series a row is of, nothing more
     using Columns = const std::vector<std::string>*;
     for (const auto& [key, columns] : {std::pair<const char*, Columns>{"feature", &d.feature_names},
                                        std::pair<const char*, Columns>{"target", &o.targets}})
       if (std::find(columns->begin(), columns->end(), o.series_col) != columns->end())
-        fail(opt.source, ": data.", key, "s: '", o.series_col,
+        fail(opt.where(std::string("data.") + key + "s"), ": data.", key, "s: '", o.series_col,
              "' is data.series_column, which names the series and cannot be a ", key);
     const auto& names = table.text(o.series_col);
     for (int64_t r = 0; r < table.rows(); ++r)
@@ -109,19 +109,21 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
     if (std::find(d.feature_names.begin(), d.feature_names.end(), column) ==
             d.feature_names.end() &&
         std::find(o.targets.begin(), o.targets.end(), column) == o.targets.end())
-      fail(opt.source, ": data.transform: '", column, "' is neither a feature nor a target");
+      fail(opt.where("data.transform"), ": data.transform: '", column,
+           "' is neither a feature nor a target");
   for (const std::string& column : o.known_future) {
     if (is_calendar(o, column)) continue;  // from the dates
     const bool cycle = column == "hour" || column == "dayofweek" || column == "dayofmonth" ||
                        column == "dayofyear" || column == "month";
     if (!table.has_column(column) && cycle)
-      fail(opt.source, ": data.known_future: '", column, "' is a calendar feature only when ",
-           "data.calendar lists it too (data.calendar: [", column, "])");
+      fail(opt.where("data.known_future"), ": data.known_future: '", column,
+           "' is a calendar feature only when ", "data.calendar lists it too (data.calendar: [",
+           column, "])");
     if (!table.has_column(column))
-      fail(opt.source, ": data.known_future: ", opt.path, " has no column '", column, "'",
-           table.columns_hint());
+      fail(opt.where("data.known_future"), ": data.known_future: ", opt.path, " has no column '",
+           column, "'", table.columns_hint());
     if (std::find(o.targets.begin(), o.targets.end(), column) != o.targets.end())
-      fail(opt.source, ": data.known_future: '", column,
+      fail(opt.where("data.known_future"), ": data.known_future: '", column,
            "' is a target: its future values are what the model forecasts");
   }
   // The truth: target columns, the class column or the label's column. Predict needs none.

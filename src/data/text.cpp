@@ -134,8 +134,8 @@ void document_tokens(const DataOptions& opt, const text::Tokenizer& tokenizer, T
   const io::CsvTable table = io::CsvTable::read(opt.path);
   const std::string& column = o.columns[0];
   if (!table.has_column(column))
-    fail(opt.source, ": data.text_columns: ", opt.path, " has no column '", column, "'",
-         table.columns_hint());
+    fail(opt.where("data.text_columns"), ": data.text_columns: ", opt.path, " has no column '",
+         column, "'", table.columns_hint());
   int64_t empty = 0;
   for (int64_t r = 0; r < table.rows(); ++r) {
     const std::string_view cell = table.text(column)[r];

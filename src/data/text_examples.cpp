@@ -43,8 +43,9 @@ void token_examples(const DataOptions& opt, const io::CsvTable& table, const Tex
   const int64_t specials =
       int64_t(tokenizer.with_template(empty, pair ? &empty : nullptr).ids.size());
   if (specials >= d->seq_len)
-    fail(opt.source, ": data.seq_len ", d->seq_len, " leaves no room for text beside the ",
-         specials, " special tokens of the tokenizer's template");
+    fail(opt.where("data.seq_len"), ": data.seq_len ", d->seq_len,
+         " leaves no room for text beside the ", specials,
+         " special tokens of the tokenizer's template");
   const int64_t n = table.rows();
   d->offsets.push_back(0);
   for (int64_t r = 0; r < n; ++r) {
@@ -84,14 +85,15 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
   const bool lenient = which != WindowSet::splits;
   const TextOptions& o = opt.text;
   if (o.columns.empty() || o.columns.size() > 2)
-    fail(opt.source, ": data.text_columns must name one text column or two (a pair), got ",
-         o.columns.size());
-  if (o.class_col.empty()) fail(opt.source, ": data.class_column is required for text_classify");
+    fail(opt.where("data.text_columns"),
+         ": data.text_columns must name one text column or two (a pair), got ", o.columns.size());
+  if (o.class_col.empty())
+    fail(opt.where("data.class_column"), ": data.class_column is required for text_classify");
   const io::CsvTable table = io::CsvTable::read(opt.path);
   for (const std::string& c : o.columns)
     if (!table.has_column(c))
-      fail(opt.source, ": data.text_columns: ", opt.path, " has no column '", c, "'",
-           table.columns_hint());
+      fail(opt.where("data.text_columns"), ": data.text_columns: ", opt.path, " has no column '", c,
+           "'", table.columns_hint());
   TextData d;
   if (table.delimiter() != ',')
     d.notes.push_back(opt.path + ": fields separated by " + table.delimiter_name() +
@@ -100,17 +102,18 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
   d.segments = o.columns.size() == 2 ? 2 : 0;
   d.has_classes = table.has_column(o.class_col);
   if (!d.has_classes && which != WindowSet::every_window)
-    fail(opt.source, ": data.class_column: ", opt.path, " has no column '", o.class_col, "'",
-         table.columns_hint());
+    fail(opt.where("data.class_column"), ": data.class_column: ", opt.path, " has no column '",
+         o.class_col, "'", table.columns_hint());
   const int64_t n = table.rows();
   if (n == 0) fail(opt.path, ": no rows");
   if (!o.tokenizer.empty()) {
     token_examples(opt, table, stored, &d);
   } else {
-    const std::u32string sep = decode_utf8(o.separator, opt.source + ": data.separator");
+    const std::u32string sep =
+        decode_utf8(o.separator, opt.where("data.separator") + ": data.separator");
     if (d.segments == 2 && static_cast<int64_t>(sep.size()) + 2 > d.seq_len)
-      fail(opt.source, ": data.seq_len ", d.seq_len, " leaves no room for two texts and the ",
-           sep.size(), "-character data.separator");
+      fail(opt.where("data.seq_len"), ": data.seq_len ", d.seq_len,
+           " leaves no room for two texts and the ", sep.size(), "-character data.separator");
     // Each row's characters: text A (+ separator + text B), and A's share.
     std::vector<std::u32string> texts(static_cast<size_t>(n));
     for (int64_t r = 0; r < n; ++r) {

@@ -226,6 +226,8 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
 DataOptions data_options(const Config& c) {
   DataOptions o;
   o.source = c.source();
+  for (const ConfigKey& k : config_keys())
+    if (k.path.rfind("data.", 0) == 0) o.origins[k.path] = c.origin(k.path);
   o.path = c.str("data.path");
   if (o.path.empty()) fail(c.origin("data.path"), ": data.path is required");
   o.task = parse_task(c.str("data.task"), c.source());

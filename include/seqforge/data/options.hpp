@@ -101,6 +101,12 @@ struct TextOptions {
 
 struct DataOptions {
   std::string source;  // where the options came from (the config file), for error messages
+  // Where each data.* key was given ("file:line", "override 'key=value'"), for errors about it.
+  std::map<std::string, std::string> origins;
+  const std::string& where(const std::string& key) const {
+    const auto it = origins.find(key);
+    return it == origins.end() ? source : it->second;
+  }
   TaskKind task = TaskKind::forecast;
   std::string path;
   SplitOptions split;

@@ -45,7 +45,14 @@ void cap_library_dispatch() {
     if (dnnl::set_max_cpu_isa(onednn_isa(*cap)) != dnnl::status::success)
       fail("SEQFORGE_MAX_ISA=", isa_tier_name(*cap),
            ": oneDNN was used before the cap could be set");
-    if (const int64_t best = best_highway_target(*cap)) hwy::DisableTargets(best - 1);
+    if (const int64_t best = best_highway_target(*cap)) {
+      hwy::DisableTargets(best - 1);
+      // Choose the capped target now, on this thread. Left unchosen, the next dispatches (a
+      // kernel's first call on every thread of a parallel region) each re-detect the CPU, and
+      // Highway's detection publishes the uncapped targets as the choice until it applies the
+      // cap: a thread dispatching in that moment ran the uncapped kernel (one run in thousands).
+      hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    }
   });
 }
 
