@@ -153,6 +153,9 @@ def main():
         (["train", config, "augment.jitter.p=3"], "augment.jitter.p must be in [0, 1], got 3"),
         (["train", config, "train.precision=fp8"],
          "override 'train.precision=fp8': train.precision must be auto, fp32, bf16 or fp16"),
+        # An override longer than a file name may be is still an override.
+        (["train", config, "model.hidden=" + "[" * 1000],
+         "not valid YAML: nests deeper than 64 levels; a config is far shallower"),
         # An output that cannot be written is refused before the work, not after it.
         (["predict", forecast, "--input", weather, "--output", work],
          "--output: %s is a folder; give a file to write" % work),

@@ -285,6 +285,15 @@ TEST(Config, ExpansionOfAliasesAndNestingIsBounded) {
   const std::string deep = "model:\n  x: " + std::string(100, '[') + std::string(100, ']') + "\n";
   EXPECT_NE(error_of([&] { Config::parse(deep, "deep.yaml"); }).find("nests deeper than 64"),
             std::string::npos);
+  // Past yaml-cpp's own depth limit (its message: "bad file"), the same words, in the file or in
+  // an override.
+  const std::string deeper = std::string(2000, '[') + std::string(2000, ']');
+  EXPECT_EQ(
+      error_of([&] { Config::parse("model:\n  x: " + deeper + "\n", "deeper.yaml"); }),
+      "deeper.yaml:2: not valid YAML: nests deeper than 64 levels; a config is far shallower");
+  EXPECT_EQ(error_of([&] { Config::parse("", "c.yaml", {"model.hidden=" + deeper}); }),
+            "override 'model.hidden=" + deeper +
+                "': not valid YAML: nests deeper than 64 levels; a config is far shallower");
   EXPECT_NE(error_of([&] {
               Config::parse(
                   "", "c.yaml",

@@ -195,6 +195,14 @@ TEST_F(CsvTest, Utf16WithAByteOrderMarkReadsAsUtf8) {
                                                          "a\0b",
                                                          5));
   expect_error([&] { CsvTable::read(odd); }, {odd + ": UTF-16 text", "odd number of bytes"});
+  // Without its mark, UTF-16 is named rather than read as text with a NUL beside each character;
+  // a NUL byte elsewhere is named with its line.
+  std::string unmarked = little.substr(2);
+  const std::string u = write("u16_unmarked.csv", unmarked);
+  expect_error([&] { CsvTable::read(u); },
+               {u + ": NUL bytes between its characters: UTF-16 text without a byte-order mark?"});
+  expect_error([&] { CsvTable::parse(std::string("a,b\n1,2\n3,\0\n", 13), "nul.csv"); },
+               {"nul.csv:3: a NUL byte (byte 10): not CSV text"});
 }
 
 TEST_F(CsvTest, TrailingNewlineOptionalAndTrailingBlankLinesIgnored) {

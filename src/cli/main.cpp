@@ -252,9 +252,11 @@ static int run_command(int argc, char** argv) {
       std::string train_config;
       std::vector<std::string> overrides;
       for (const std::string& a : train_args) {
-        if (a.find('=') != std::string::npos && !std::filesystem::exists(a)) {
+        std::error_code unreadable;  // a name too long for a path is no file, not an error
+        const bool exists = std::filesystem::exists(a, unreadable);
+        if (a.find('=') != std::string::npos && !exists) {
           overrides.push_back(a);
-        } else if (!std::filesystem::exists(a) && a.find('.') != std::string::npos &&
+        } else if (!exists && a.find('.') != std::string::npos &&
                    a.find('/') == std::string::npos && a.size() > 5 &&
                    a.substr(a.size() - 5) != ".yaml" && a.substr(a.size() - 4) != ".yml") {
           sf::fail("train: '", a, "' is not a config file, nor an override: expected ", a,

@@ -288,6 +288,9 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source) {
 
 CsvTable CsvTable::parse(std::string_view bytes, const std::string& source, size_t line_feeds) {
   if (bytes.starts_with("\xef\xbb\xbf")) bytes.remove_prefix(3);
+  if (const size_t nul = bytes.find('\0'); nul != std::string_view::npos)
+    fail(source, ":", 1 + std::count(bytes.begin(), bytes.begin() + nul, '\n'),
+         ": a NUL byte (byte ", nul, "): not CSV text (a binary file?)");
   CsvTable t;
   t.source_ = source;
   t.delimiter_ = header_delimiter(bytes);

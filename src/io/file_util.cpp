@@ -271,7 +271,16 @@ void append_utf8(std::string& out, char32_t c) {
 std::string text_as_utf8(std::string bytes, const std::string& source) {
   if (bytes.starts_with("\xef\xbb\xbf")) return bytes.substr(3);
   const bool little = bytes.starts_with("\xff\xfe"), big = bytes.starts_with("\xfe\xff");
-  if (!little && !big) return bytes;
+  if (!little && !big) {
+    // UTF-16 without its mark reads as UTF-8 with a NUL beside every ASCII character: text a model
+    // would silently learn (or a table that would not parse) rather than what the file says.
+    const std::string_view head = std::string_view(bytes).substr(0, 4096);
+    if (head.size() >= 2 && std::count(head.begin(), head.end(), '\0') * 4 >= int64_t(head.size()))
+      fail(source,
+           ": NUL bytes between its characters: UTF-16 text without a byte-order mark? "
+           "Save it as UTF-8 (or as UTF-16 with its mark)");
+    return bytes;
+  }
   const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
   const size_t n = bytes.size();
   if (n % 2 != 0) fail(source, ": UTF-16 text (by its byte-order mark) of an odd number of bytes");

@@ -1,5 +1,6 @@
 #include "seqforge/train/config.hpp"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -828,6 +829,12 @@ void check_yaml_expansion(const YAML::Node& root, const std::string& source) {
          " levels (anchors and aliases repeat their text); a config is far smaller");
 }
 
+std::string yaml_error(const YAML::Exception& e) {
+  if (dynamic_cast<const YAML::DeepRecursion*>(&e))
+    return "nests deeper than " + std::to_string(kMaxDepth) + " levels; a config is far shallower";
+  return e.msg;
+}
+
 namespace {
 // The line of a document marker ("---" or "...", at the start of a line) that has content
 // after it and follows the first document's content; 0 when the text is one document.
@@ -877,7 +884,7 @@ Config Config::parse(const std::string& yaml, const std::string& source,
   try {
     root = YAML::Load(yaml);
   } catch (const YAML::Exception& e) {
-    fail(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
+    fail(source, ":", e.mark.line + 1, ": not valid YAML: ", yaml_error(e));
   }
   if (!root.IsNull() && !root.IsMap()) fail(source, ": expected a map of keys at the top level");
   check_yaml_expansion(root, source);
@@ -910,7 +917,7 @@ Config Config::parse(const std::string& yaml, const std::string& source,
     try {
       value = YAML::Load(o.substr(eq + 1));
     } catch (const YAML::Exception& e) {
-      fail("override '", o, "': not valid YAML: ", e.msg);
+      fail("override '", o, "': not valid YAML: ", yaml_error(e));
     }
     check_yaml_expansion(value, "override '" + (o.size() > 80 ? o.substr(0, 77) + "..." : o) + "'");
     if (value.IsNull()) value = YAML::Node(std::string());

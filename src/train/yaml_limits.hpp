@@ -11,6 +11,10 @@ namespace seqforge {
 // Throws an error naming `source` when `root` expands to more than the bound.
 void check_yaml_expansion(const YAML::Node& root, const std::string& source);
 
+// What yaml-cpp's exception says, in words a user acts on ("bad file" is its message for nesting
+// past its own depth limit).
+std::string yaml_error(const YAML::Exception& e);
+
 // A map key as text; a key that is a list or a map ({[a, b]: 1}) is refused, naming `where`.
 std::string yaml_key(const YAML::Node& key, const std::string& where);
 

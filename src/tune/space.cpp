@@ -287,7 +287,7 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
   try {
     root = YAML::Load(yaml);
   } catch (const YAML::Exception& e) {
-    fail(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
+    fail(source, ":", e.mark.line + 1, ": not valid YAML: ", yaml_error(e));
   }
   check_yaml_expansion(root, source);
   const YAML::Node t = root.IsMap() ? root["tune"] : YAML::Node();

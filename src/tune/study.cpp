@@ -476,7 +476,7 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
   try {
     root = YAML::Load(yaml);
   } catch (const YAML::Exception& e) {
-    fail(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg);
+    fail(source, ":", e.mark.line + 1, ": not valid YAML: ", yaml_error(e));
   }
   check_yaml_expansion(root, source);
   for (const std::string& o : overrides) {
@@ -486,7 +486,7 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
     try {
       value = YAML::Load(o.substr(eq + 1));
     } catch (const YAML::Exception& e) {
-      fail("override '", o, "': not valid YAML: ", e.msg);
+      fail("override '", o, "': not valid YAML: ", yaml_error(e));
     }
     std::vector<std::string> path;
     std::stringstream keys(o.substr(0, eq));
