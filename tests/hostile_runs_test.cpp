@@ -416,13 +416,62 @@ TEST(HostileRuns, ResumeRefusesSettingsThatChangeTheModel) {
             "model.hidden cannot change when a run resumes (it trained with 8, "
             "asked for 16)"},
            {"adapter.kind=lora", "adapter.kind cannot change when a run resumes"},
-           {"data.lookback=7", "data.lookback cannot change when a run resumes"}}) {
+           {"data.lookback=7", "data.lookback cannot change when a run resumes"},
+           // What the windows hold, how the state reads, what the best score measures.
+           {"data.normalize=minmax", "data.normalize cannot change when a run resumes"},
+           {"data.split.val=0.2", "data.split.val cannot change when a run resumes"},
+           {"train.seed=5", "train.seed cannot change when a run resumes"},
+           {"optim.kind=sgd", "optim.kind cannot change when a run resumes"},
+           {"train.early_stopping.monitor=val_mae",
+            "train.early_stopping.monitor cannot change when a run resumes (it trained with "
+            "val_loss, asked for val_mae)"}}) {
     const std::string e =
         error_of([&] { train(Config::load(resolved, {override_}), log, run.string()); });
     EXPECT_HAS(e, "override '" + override_ + "': " + words);
   }
   const TrainSummary more = train(Config::load(resolved, {"train.epochs=3"}), log, run.string());
   EXPECT_EQ(more.last.count("val_loss"), 1u);
+}
+
+// A run that stopped early, or did its epochs, trains nothing more when resumed as it was, and
+// says so; a larger patience or train.epochs trains on.
+TEST(HostileRuns, AResumedRunThatHadStoppedTrainsNothingMore) {
+  const fs::path dir = test::temp_dir("resume_stopped");
+  const std::string data = write_series(dir, 200);
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  // At rate 0 the validation loss never improves on epoch 1's: patience 1 stops after epoch 2.
+  train(forecast(
+            data, run,
+            {"optim.lr=0", "train.epochs=6", "train.early_stopping.patience=1", "train.save=last"}),
+        log);
+  const std::string resolved = (run / "config.resolved.yaml").string();
+  auto lines = [&] {
+    std::ifstream f(run / "metrics.jsonl");
+    std::string line;
+    int n = 0;
+    while (std::getline(f, line)) n += line.find("\"epoch\"") != std::string::npos;
+    return n;
+  };
+  ASSERT_EQ(lines(), 2);
+  const std::string model = io::read_file((run / "model.safetensors").string());
+  std::ostringstream again;
+  train(Config::load(resolved), again, run.string());
+  EXPECT_HAS(again.str(),
+             "nothing to train: the run stopped early after epoch 2 (val_loss did not improve for "
+             "1 epochs; a larger train.early_stopping.patience trains on)");
+  EXPECT_EQ(lines(), 2);
+  EXPECT_EQ(io::read_file((run / "model.safetensors").string()), model);
+  std::ostringstream on;
+  train(Config::load(resolved, {"train.early_stopping.patience=2"}), on, run.string());
+  EXPECT_EQ(lines(), 3) << on.str();
+  std::ostringstream done;
+  train(Config::load(resolved, {"train.early_stopping.patience=0", "train.epochs=3"}), done,
+        run.string());
+  EXPECT_HAS(done.str(),
+             "nothing to train: the run has done 3 epochs of 3 (a larger "
+             "train.epochs trains on)");
+  EXPECT_EQ(lines(), 3);
 }
 
 // A resumed run goes on with the data it began with: the same file rewritten with other values

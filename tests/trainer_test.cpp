@@ -1229,6 +1229,16 @@ TEST(Trainer, SignalStopsAtAStepAndTheRunResumesExactly) {
     }
     EXPECT_EQ(metric_lines(run).size(), 2u);
     EXPECT_EQ(interrupt_requested(), 0);  // the handlers are gone with the run
+    if (stop_after_batches > 0) {         // part-way, batches of another size would skip windows
+      const std::string e = error_of([&] {
+        train(Config::load((run / "config.resolved.yaml").string(), {"train.batch_size=32"}), log,
+              run.string());
+      });
+      EXPECT_NE(e.find("stopped part-way through epoch 3 after 5 batches of 16 windows "
+                       "(train.batch_size x ranks); batches of 32 would skip or repeat"),
+                std::string::npos)
+          << e;
+    }
     const TrainSummary s =
         train(Config::load((run / "config.resolved.yaml").string()), log, run.string());
     EXPECT_EQ(s.epochs, 4);

@@ -45,6 +45,7 @@ std::string LoopState::to_json() const {
     j["batch"] = batch;
     j["loss_sum"] = exact(loss_sum);
     j["seen"] = exact(seen);
+    j["batch_windows"] = batch_windows;
   }
   return j.dump();
 }
@@ -91,6 +92,7 @@ LoopState LoopState::from_json(const std::string& text, const std::string& sourc
       s.batch = count("batch");
       s.loss_sum = real("loss_sum");
       s.seen = real("seen");
+      if (j.contains("batch_windows")) s.batch_windows = count("batch_windows");
     }
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": seqforge.loop: ", e.what());

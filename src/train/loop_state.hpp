@@ -24,6 +24,8 @@ struct LoopState {
   bool in_epoch = false;
   int64_t batch = 0;
   double loss_sum = 0, seen = 0;
+  // The windows a batch took then, over all ranks (0: not saved), which `batch` counts in.
+  int64_t batch_windows = 0;
 
   static LoopState start(const std::string& mode);  // before the first epoch; mode min | max
   std::string to_json() const;                      // reals as exact text

@@ -723,6 +723,12 @@ void Training::resume_from_state() {
          data_fingerprint_, " now): --resume goes on with the data the run began with; ",
          "start a new run (model.init_from=", run_dir_, "/model.safetensors) for new data");
   const auto& p = model_->parameters();
+  if (saved.in_epoch && saved.batch_windows > 0 && saved.batch_windows != global_batch_)
+    fail(state_path_, ": the run stopped part-way through epoch ", saved.epochs_done + 1, " after ",
+         saved.batch, " batches of ", saved.batch_windows,
+         " windows (train.batch_size x ranks); batches of ", global_batch_,
+         " would skip or repeat windows of that epoch: resume with the same train.batch_size "
+         "and ranks");
   saved.check(state_path_, p.size(), batches_per_epoch_);
   auto tensors = named(p, p.values(), "param.");
   for (int k = 0; k < (oo_.kind == "sgd" ? 1 : 2); ++k)
@@ -900,8 +906,23 @@ void Training::freeze_modules() {
 }
 
 TrainSummary Training::run() {
-  for (int64_t epoch = state_.epochs_done + 1; epoch <= s_.epochs; ++epoch)
+  // A resumed run that had stopped early, or had done its epochs, stays as it was.
+  const bool stopped_early = s_.patience > 0 && state_.since_best >= s_.patience;
+  if (!resume_dir_.empty() && rank_ == 0) {
+    if (stopped_early && !state_.in_epoch)
+      out_ << "nothing to train: the run stopped early after epoch " << state_.epochs_done << " ("
+           << s_.monitor << " did not improve for " << state_.since_best
+           << " epochs; a larger train.early_stopping.patience trains on)\n";
+    else if (state_.epochs_done >= s_.epochs)
+      out_ << "nothing to train: the run has done " << state_.epochs_done << " epochs of "
+           << s_.epochs
+           << (state_.in_epoch ? ", and the part-way epoch after them stays undone" : "")
+           << " (a larger train.epochs trains on)\n";
+  }
+  for (int64_t epoch = state_.epochs_done + 1; epoch <= s_.epochs; ++epoch) {
+    if (stopped_early && !state_.in_epoch) break;
     if (!run_epoch(epoch)) break;
+  }
   if (rank_ != 0) return summary_;
   finish();
   return summary_;
@@ -1207,9 +1228,11 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
     }
   }
   state_.epochs_done = epoch;
-  save_state(false, 0, 0, 0);  // after every epoch, for --resume
+  // The epoch's line first: a state that counts the epoch is never without it (a resumed run
+  // keeps the lines of the epochs its state counts).
   log_epoch(epoch, m, write, epoch_s, train_s, wait_s,
             double(seen - seen_before) / std::max(train_s, 1e-9));
+  save_state(false, 0, 0, 0);  // after every epoch, for --resume
   summary_.last = m;
   if (ranks_ > 1) {
     std::array<double, 2> next = {double(hook_stop || patience_out), state_.lr_factor};
@@ -1307,6 +1330,7 @@ void Training::save_state(bool in_epoch, int64_t batch, double loss_sum, double 
   saved.param_steps = optimizer_->param_steps();
   saved.in_epoch = in_epoch;
   saved.batch = batch;
+  saved.batch_windows = in_epoch ? global_batch_ : 0;
   saved.loss_sum = loss_sum;
   saved.seen = seen;
   writer_->submit(state_path_, *be_, tensors, host_tensors,
@@ -1368,9 +1392,12 @@ void Training::finish() {
 }  // namespace
 
 namespace {
-// A resumed run continues the function it trained: an override of a key that changes the
-// model's function, its parameters' layout or what its windows hold is refused, naming the key
-// and both values. (Training keys such as train.epochs may change.)
+// A resumed run continues the function it trained on the windows it trained on, and goes on
+// from its state as it was: an override of a key that changes the model's function, its
+// parameters' layout, what its windows hold or which windows each split has, how its saved state
+// is read (the optimizer's moments, the seed of its masks) or what its best score measures is
+// refused, naming the key and both values. (Keys such as train.epochs, the rate or the patience
+// may change.)
 void check_resume_keeps_the_model(const Config& config, const std::string& resume_dir) {
   const fs::path resolved = fs::path(resume_dir) / "config.resolved.yaml";
   if (!fs::is_regular_file(resolved)) return;  // nothing to resume: the run says so
@@ -1378,12 +1405,16 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
   for (const ConfigKey& k : config_keys()) {
     const bool model = k.path.rfind("model.", 0) == 0 && k.path != "model.init_from" &&
                        k.path != "model.init_from_modules";
-    const bool data =
-        k.path == "data.task" || k.path == "data.features" || k.path == "data.targets" ||
-        k.path == "data.lookback" || k.path == "data.horizon" || k.path == "data.horizon_mode" ||
-        k.path == "data.seq_len" || k.path == "data.transform" || k.path == "data.split.context" ||
-        k.path == "data.calendar" || k.path == "data.normalize_per";
-    if (!(model || data || k.path.rfind("adapter.", 0) == 0)) continue;
+    // data.path's bytes are checked by their fingerprint; the loader's workers and the seasonal
+    // baseline's period change no window.
+    const bool data = k.path.rfind("data.", 0) == 0 && k.path != "data.path" &&
+                      k.path != "data.num_workers" && k.path != "data.prefetch_factor" &&
+                      k.path != "data.season";
+    const bool state = k.path == "train.seed" || k.path == "optim.kind" || k.path == "train.loss" ||
+                       k.path == "train.quantiles" || k.path == "train.huber_delta" ||
+                       k.path == "train.early_stopping.monitor" ||
+                       k.path == "train.early_stopping.mode";
+    if (!(model || data || state || k.path.rfind("adapter.", 0) == 0)) continue;
     if (config.str(k.path) != saved.str(k.path))
       fail(config.origin(k.path), ": ", k.path,
            " cannot change when a run resumes (it trained with ", saved.str(k.path), ", asked for ",
