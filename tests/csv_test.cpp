@@ -454,6 +454,15 @@ TEST_F(CsvTest, SemicolonsTakeDecimalCommasAndNeverGuessAPoint) {
   expect_error([&] { mixed.numeric("v"); },
                {"mixed.csv:3: column 'v': '1.234' has a point where the column writes decimal "
                 "commas ('1,5' on line 2): a thousands separator?"});
+  // Nor may another column write points that could group thousands: "1.010" is 1010 or 1.01.
+  const CsvTable grouped = CsvTable::parse("v;w\n1,5;950\n2,5;1.010\n3,5;1.25\n", "grouped.csv");
+  expect_error([&] { grouped.numeric("w"); },
+               {"grouped.csv:3: column 'w': '1.010' has a point where the file writes decimal "
+                "commas ('1,5' in column 'v' on line 2): a thousands separator?"});
+  EXPECT_EQ(CsvTable::parse("v;w\n1,5;950\n2,5;1.25\n", "points.csv").numeric("w"),
+            (Doubles{950, 1.25}));
+  EXPECT_EQ(CsvTable::parse("v;w\nx;950\ny;1.010\n", "no_commas.csv").numeric("w"),
+            (Doubles{950, 1.01}));  // no decimal comma anywhere: a point is a decimal point
   const CsvTable twice = CsvTable::parse("v;w\n1,5;0\n2,5,1;0\n", "twice.csv");
   expect_error([&] { twice.numeric("v"); }, {"twice.csv:3: column 'v': '2,5,1' is not a number"});
   // Commas in a tab- or comma-separated file's numbers are no decimal marks.

@@ -423,6 +423,39 @@ std::string CsvTable::delimiter_name() const {
   return delimiter_ == '\t' ? "tabs" : io::quoted(std::string_view(&delimiter_, 1));
 }
 
+namespace {
+// Whether a cell could be a number with points between groups of three digits: "1.010",
+// "-12.345.678".
+bool groups_thousands(std::string_view cell) {
+  if (!cell.empty() && (cell[0] == '-' || cell[0] == '+')) cell.remove_prefix(1);
+  const size_t first = cell.find('.');
+  if (first == 0 || first > 3 || first == std::string_view::npos) return false;
+  for (size_t i = 0; i < cell.size(); ++i) {
+    const bool point = i >= first && (i - first) % 4 == 0;
+    if (point ? cell[i] != '.' : !std::isdigit(static_cast<unsigned char>(cell[i]))) return false;
+  }
+  return (cell.size() - first) % 4 == 0;
+}
+}  // namespace
+
+std::optional<std::pair<size_t, size_t>> CsvTable::decimal_comma_cell() const {
+  const auto is_decimal_comma = [](std::string_view cell) {
+    cell = trim(cell);
+    if (!cell.empty() && (cell[0] == '-' || cell[0] == '+')) cell.remove_prefix(1);
+    const size_t comma = cell.find(',');
+    if (comma == std::string_view::npos || comma + 1 == cell.size()) return false;
+    const auto digits = [](std::string_view part) {
+      return std::all_of(part.begin(), part.end(),
+                         [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; });
+    };
+    return digits(cell.substr(0, comma)) && digits(cell.substr(comma + 1));
+  };
+  for (size_t c = 0; c < cells_.size(); ++c)
+    for (size_t r = 0; r < cells_[c].size(); ++r)
+      if (is_decimal_comma(cells_[c][r])) return std::pair{c, r};
+  return std::nullopt;
+}
+
 bool CsvTable::decimal_commas(std::string_view name) const {
   if (delimiter_ != ';') return false;
   for (const std::string_view cell : cells_[index_of(name)])
@@ -467,6 +500,10 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
   if (decimal_commas(name))
     for (size_t r = 0; r < cells.size() && comma_row == cells.size(); ++r)
       if (cells[r].find(',') != std::string_view::npos) comma_row = r;
+  // Nor may a column without commas write points that could group thousands ("1.010" for 1010)
+  // where other columns write decimal commas.
+  std::optional<std::pair<size_t, size_t>> file_comma;  // (column, row) of one, looked up once
+  bool looked_for_file_comma = false;
   std::string decimal_point;
   for (size_t r = 0; r < cells.size(); ++r) {
     std::string_view cell = trim(cells[r]);
@@ -474,6 +511,18 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
       return is_missing_cell(cell) ||
              std::find(missing_texts_.begin(), missing_texts_.end(), cell) != missing_texts_.end();
     };
+    if (delimiter_ == ';' && comma_row == cells.size() &&
+        cell.find('.') != std::string_view::npos) {
+      if (!looked_for_file_comma) file_comma = decimal_comma_cell(), looked_for_file_comma = true;
+      if (file_comma && groups_thousands(cell)) {
+        const auto [c, row] = *file_comma;
+        fail(source_, ":", lines_[r], ": column ", io::quoted(name), ": ", io::quoted(cells[r]),
+             " has a point where the file writes decimal commas (", io::quoted(cells_[c][row]),
+             " in column ", io::quoted(columns_[c]), " on line ", lines_[row],
+             "): a thousands separator? Write the column's numbers with decimal commas, or "
+             "without the points");
+      }
+    }
     if (comma_row < cells.size() && !missing_text()) {
       if (cell.find('.') != std::string_view::npos)
         fail(source_, ":", lines_[r], ": column ", io::quoted(name), ": ", io::quoted(cells[r]),
