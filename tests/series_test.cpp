@@ -12,6 +12,7 @@
 #include <set>
 
 #include "data/calendar.hpp"
+#include "io/file_util.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/csv.hpp"
 #include "seqforge/io/dates.hpp"
@@ -578,6 +579,23 @@ TEST(Series, AClassWithoutATrainingWindowIsNamed) {
             d.notes.end());
   for (const std::string& note : load_series(config("random")).notes)
     EXPECT_EQ(note.find("no training window"), std::string::npos) << note;
+  // Classes that differ only in case, spaces or how a number is written are said to be two.
+  EXPECT_EQ(io::names_alike({"even", "late", "odd"}), "");
+  EXPECT_EQ(io::names_alike({"Rain", "rain ", "sun"}), "'Rain' and 'rain '");
+  EXPECT_EQ(io::names_alike({"0", "1", "1.0"}), "'1' and '1.0'");
+  std::string spaced = text;  // 'odd', then 'odd ' in every later row of that class
+  for (size_t at = spaced.find(",odd\n"), n = 0; at != std::string::npos;
+       at = spaced.find(",odd\n", at + 1))
+    if (n++ > 0) spaced.insert(at + 4, " ");
+  const SeriesData alike = load_series(Config::parse(
+      "data: {path: " + write(dir / "spaced.csv", spaced) +
+          ", task: classify, date_column: date, features: [x], class_column: kind, lookback: 4}\n",
+      "c.yaml"));
+  EXPECT_NE(
+      std::find(alike.notes.begin(), alike.notes.end(),
+                "classes 'odd' and 'odd ' in column 'kind' differ only in case, spaces or how "
+                "a number is written: they train as two classes"),
+      alike.notes.end());
   // Training windows of one class teach one answer: said, with or without other classes later.
   for (const char* later : {"even", "late"}) {
     std::string one = "date,x,kind\n";

@@ -170,6 +170,10 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
       std::sort(d.class_names.begin(), d.class_names.end());
       d.class_names.erase(std::unique(d.class_names.begin(), d.class_names.end()),
                           d.class_names.end());
+      if (const std::string alike = io::names_alike(d.class_names); !alike.empty())
+        d.notes.push_back("classes " + alike + " in column '" + o.class_col +
+                          "' differ only in case, spaces or how a number is written: they train "
+                          "as two classes");
     }
     std::map<std::string, int64_t> unseen;  // class name -> rows
     int64_t empty = 0;

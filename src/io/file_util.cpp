@@ -11,10 +11,12 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -366,17 +368,37 @@ std::string quoted(std::string_view s, size_t max_shown) {
   return out;
 }
 
+namespace {
+// A name without spaces, in lower case.
+std::string folded(std::string_view s) {
+  std::string f;
+  for (const char c : s)
+    if (c != ' ' && c != '\t') f += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return f;
+}
+}  // namespace
+
 std::string known_otherwise(std::string_view name, const std::vector<std::string>& known) {
-  const auto folded = [](std::string_view s) {
-    std::string f;
-    for (const char c : s)
-      if (c != ' ' && c != '\t')
-        f += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return f;
-  };
   const std::string key = folded(name);
   for (const std::string& k : known)
     if (folded(k) == key) return " (the model knows " + io::quoted(k) + ")";
+  return "";
+}
+
+std::string names_alike(const std::vector<std::string>& names) {
+  std::map<std::string, const std::string*> seen;  // folded name or number -> first name
+  for (const std::string& name : names) {
+    std::string key = folded(name);
+    char* end = nullptr;
+    const double number = std::strtod(key.c_str(), &end);
+    if (!key.empty() && end == key.c_str() + key.size() && std::isfinite(number)) {
+      char text[32];
+      std::snprintf(text, sizeof text, "#%.17g", number);
+      key = text;
+    }
+    const auto [it, first] = seen.emplace(key, &name);
+    if (!first) return io::quoted(*it->second) + " and " + io::quoted(name);
+  }
   return "";
 }
 
