@@ -700,9 +700,8 @@ int64_t write_validation_outputs(const std::string& run, LoadedRun& r) {
             const int64_t at = (k * T + u) * F + f;
             std::snprintf(cells, sizeof cells, ",%lld,", static_cast<long long>(u + 1));
             csv += std::to_string(i + k + 1) + cells + io::csv_field(d.feature_names[f]);
-            std::snprintf(cells, sizeof cells, ",%.7g,%.7g,%d\n", original[at], o[at],
-                          mask[k * T + u] != 0.0f ? 1 : 0);
-            csv += cells;
+            csv += "," + shortest(original[at]) + "," + shortest(o[at]) +
+                   (mask[k * T + u] != 0.0f ? ",1\n" : ",0\n");
           }
         continue;
       }
@@ -713,9 +712,9 @@ int64_t write_validation_outputs(const std::string& run, LoadedRun& r) {
       if (d.task == TaskKind::forecast) {      // the first target a step ahead, in its own units
         const int64_t rows = d.output_rows();  // the forecast is the last row's
         d.forecasts(start, 0, 0, o.data() + (k * rows + rows - 1) * O, forecast.data());
-        std::snprintf(cells, sizeof cells, ",%.7g,%.7g\n", d.actual(start, 0, 0),
-                      forecast[d.point_quantile()]);
-        csv += cells;
+        // The actual value as the file has it; the forecast as predict writes it, in f32.
+        csv += "," + shortest(d.actual(start, 0, 0)) + "," +
+               shortest(static_cast<float>(forecast[d.point_quantile()])) + "\n";
       } else {
         const float* ok = o.data() + k * O;
         const int64_t pred = std::max_element(ok, ok + O) - ok;
