@@ -97,6 +97,41 @@ TEST(Series, WindowsNeverCrossSeriesAndEverySeriesIsSplit) {
 
 // A series shorter than one window gives none: a note names it and its rows, in training (time
 // and random splits) and in inference; the other series' windows are unchanged.
+// A column of dates that no data.date_column names orders nothing: said, and when its dates run
+// newest first, said so, since the split then validates and tests on the oldest rows.
+TEST(Series, AnUnnamedDateColumnIsSaidToOrderNothing) {
+  const fs::path dir = test::temp_dir("unnamed_dates");
+  std::vector<std::string> dates;
+  for (int day = 20; day >= 1; --day)
+    dates.push_back("2020-01-" + std::string(day < 10 ? "0" : "") + std::to_string(day));
+  const std::string path = dated_csv(dir / "newest_first.csv", dates);
+  auto notes = [&](const std::string& file) {
+    return load_series(Config::parse("data: {path: " + file +
+                                         ", features: [value], targets: [value], lookback: 4}\n",
+                                     "u.yaml"))
+        .notes;
+  };
+  const std::string said =
+      path +
+      ": column 'date' holds dates, but no data.date_column names it: the rows "
+      "are taken in the file's order";
+  const std::vector<std::string> newest = notes(path);
+  EXPECT_NE(
+      std::find(newest.begin(), newest.end(),
+                said + ", which runs newest first (2020-01-20 to 2020-01-01): validation and "
+                       "test take the oldest rows (data.date_column: date orders them by it)"),
+      newest.end());
+  std::reverse(dates.begin(), dates.end());
+  const std::string oldest_first = dated_csv(dir / "oldest_first.csv", dates);
+  const std::vector<std::string> oldest = notes(oldest_first);
+  EXPECT_NE(std::find(oldest.begin(), oldest.end(),
+                      oldest_first +
+                          ": column 'date' holds dates, but no data.date_column names it: the rows "
+                          "are taken in the file's order (data.date_column: date orders them by "
+                          "it)"),
+            oldest.end());
+}
+
 TEST(Series, ASeriesShorterThanAWindowIsNamed) {
   const fs::path dir = test::temp_dir("short");
   const std::string path = two_series_csv(dir, 40, 4);  // b: 4 rows, a window spans 5

@@ -7,6 +7,7 @@
 #include "data/series_stages.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/csv.hpp"
+#include "seqforge/io/dates.hpp"
 
 namespace seqforge::series {
 
@@ -64,6 +65,25 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
       fail(opt.where("data.features"), ": data.features: ", opt.path, " has no column '", name, "'",
            stored && o.features.empty() ? ", a feature of the trained model" : "",
            table.columns_hint());
+  // A column of dates that orders nothing: the rows go in the file's order, newest first too.
+  if (!table.is_array() && table.rows() > 1 && o.date_col.empty() && !stored)
+    for (const std::string& name : table.columns()) {
+      if (std::find(named.begin(), named.end(), name) != named.end() ||
+          !is_date_cell(table.text(name)[0]))
+        continue;
+      const auto first = io::parse_datetime(table.text(name)[0]);
+      const auto last = io::parse_datetime(table.text(name)[table.rows() - 1]);
+      const bool newest_first = first && last && *first > *last;
+      notes->push_back(opt.path + ": column '" + name + "' holds dates, but no data.date_column " +
+                       "names it: the rows are taken in the file's order" +
+                       (newest_first
+                            ? ", which runs newest first (" + std::string(table.text(name)[0]) +
+                                  " to " + std::string(table.text(name)[table.rows() - 1]) +
+                                  "): validation and test take the oldest rows"
+                            : "") +
+                       " (data.date_column: " + name + " orders them by it)");
+      break;
+    }
   if (!table.is_array() && table.rows() > 0)
     for (const std::string& name : named) {
       if (!table.has_column(name)) continue;
