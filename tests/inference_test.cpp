@@ -677,6 +677,38 @@ TEST(Predict, BusinessDayForecastsAreDatedByBusinessDays) {
   EXPECT_EQ(p[2][1], "2020-03-11");
 }
 
+// The order of day and month the training file's dates showed (a day past 12) is the run's: a
+// later file whose days never pass 12 reads day first too, rather than being refused as
+// ambiguous.
+TEST(Predict, DayFirstDatesOfTheTrainingFileReadTheNextFileDayFirst) {
+  const fs::path dir = test::temp_dir("day_first");
+  auto write = [&](const std::string& name, int first_day, int days) {
+    const std::string path = (dir / name).string();
+    std::ofstream f(path);
+    f << "date,y\n";
+    for (int i = 0; i < days; ++i) {
+      const int64_t t = *io::parse_datetime("2020-01-01") + (first_day - 1 + i) * int64_t{86400};
+      const std::string iso = io::format_datetime(t);  // YYYY-MM-DD
+      f << iso.substr(8, 2) << "/" << iso.substr(5, 2) << "/" << iso.substr(0, 4) << ","
+        << std::sin(0.3 * i) << "\n";
+    }
+    return path;
+  };
+  const std::string trained = write("train.csv", 10, 60), later = write("later.csv", 32, 8);
+  std::ostringstream log;
+  train(Config::parse("data: {path: " + trained +
+                          ", date_column: date, features: [y], targets: [y], lookback: 3}\n"
+                          "model: {hidden: 8}\ntrain: {epochs: 1, run_dir: " +
+                          (dir / "run").string() + "}\n",
+                      "d.yaml"),
+        log);
+  std::ostringstream out;
+  EXPECT_EQ(predict((dir / "run").string(), {later, (dir / "p.csv").string(), false}, out), 6);
+  const auto p = read_csv((dir / "p.csv").string());
+  ASSERT_EQ(p.size(), 7u);  // the header, 5 windows with their actual value and the next step
+  EXPECT_EQ(p[1][0], "2020-02-03");  // 03/02/2020: the 3rd of February
+}
+
 // data.static end to end: the categories travel in the checkpoint; predict feeds each series its
 // own and refuses one the model was not trained on.
 TEST(Predict, StaticCategoriesTravelWithTheModel) {

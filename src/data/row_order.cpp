@@ -78,6 +78,8 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   // its own units, kept in millionths so that fractional steps survive; it has no calendar.
   std::optional<io::DateLayout> layout;  // a CSV's dates; nullopt: numbers
   if (!o.date_col.empty() && n > 0 && !table.is_array()) layout = date_layout(table, o);
+  if (layout == io::DateLayout::day_first) out.date_order = "dmy";
+  if (layout == io::DateLayout::month_first) out.date_order = "mdy";
   out.numeric_times = !o.date_col.empty() && n > 0 && !layout;
   if (out.numeric_times) {
     const std::string numbers = "column '" + o.date_col + "' holds numbers, not dates";

@@ -247,6 +247,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   if (!order.times.empty()) {
     d->numeric_times = order.numeric_times;
     d->utc_times = order.utc_times;
+    d->date_order = order.date_order;
     d->subsecond_times = order.subsecond_times;
     for (int64_t p : keep) {
       d->times.push_back(order.times[p]);

@@ -311,6 +311,11 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       rng_(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x5eed5eedull) {
   comm_.set_timeout(s_.dist_timeout, "the last checkpoint in " + run_dir_ + " is intact");
   if (rank_ == 0) data_fingerprint_ = io::file_fingerprint(c_.str("data.path"));
+  // The order of day and month the dates were read in is the run's: a later file whose dates
+  // never pass 12 (predict, eval --data) reads as this one did.
+  if (c_.str("data.date_order") == "auto" && !task_.series.date_order.empty())
+    c_ = c_.with_values({{"data.date_order", task_.series.date_order}},
+                        c_.origin("data.date_order"));
   build_model();
   // Each rank takes batch_size windows of every global batch of ranks * batch_size.
   global_batch_ = ranks_ * s_.batch_size;

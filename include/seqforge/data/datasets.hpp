@@ -133,6 +133,9 @@ struct SeriesData {
   // Dates written with fractions of a second (a sensor's "10:00:07.250"): times, and the steps
   // between them, in microseconds (kNumericTimeScale a second).
   bool subsecond_times = false;
+  // "dmy" or "mdy": the order of day and month the training file's dates were read in (by
+  // data.date_order, or found from a field past 12), which a run keeps for later files; else "".
+  std::string date_order;
   // A stored model's: its training data's usual step between rows ("1 hour", "1 month";
   // usual_step), which predict and eval --data compare with their file's; "": not known.
   std::string trained_step;
