@@ -709,6 +709,34 @@ TEST(Predict, DayFirstDatesOfTheTrainingFileReadTheNextFileDayFirst) {
   EXPECT_EQ(p[1][0], "2020-02-03");  // 03/02/2020: the 3rd of February
 }
 
+// Times marked UTC ("Z", "+00:00") keep the mark on the time a forecast past the end is for.
+TEST(Predict, ATimePastTheEndKeepsTheFilesMarkOfUtc) {
+  const fs::path dir = test::temp_dir("utc_mark");
+  for (const std::string zone : {"Z", "+00:00"}) {
+    const std::string path = (dir / "z.csv").string();
+    {
+      std::ofstream f(path);
+      f << "time,y\n";
+      for (int h = 0; h < 40; ++h)
+        f << io::format_datetime(*io::parse_datetime("2020-01-01") + h * 3600, false) << zone << ","
+          << std::sin(0.3 * h) << "\n";
+    }
+    std::ostringstream log;
+    train(Config::parse("data: {path: " + path +
+                            ", date_column: time, features: [y], targets: [y], lookback: 3}\n"
+                            "model: {hidden: 8}\ntrain: {epochs: 1, run_dir: " +
+                            (dir / "run").string() + "}\n",
+                        "z.yaml", {"train.save=last"}),
+          log, "", {}, true);
+    std::ostringstream out;
+    predict((dir / "run").string(), {path, (dir / "p.csv").string(), true}, out);
+    const auto p = read_csv((dir / "p.csv").string());
+    ASSERT_EQ(p.size(), 2u);
+    EXPECT_EQ(p[1][0], "2020-01-02T15:00:00" + zone);
+    EXPECT_EQ(p[1][1], "2020-01-02T16:00:00" + zone);
+  }
+}
+
 // data.static end to end: the categories travel in the checkpoint; predict feeds each series its
 // own and refuses one the model was not trained on.
 TEST(Predict, StaticCategoriesTravelWithTheModel) {
