@@ -431,6 +431,16 @@ TEST(HostileRuns, ResumeRefusesSettingsThatChangeTheModel) {
   }
   const TrainSummary more = train(Config::load(resolved, {"train.epochs=3"}), log, run.string());
   EXPECT_EQ(more.last.count("val_loss"), 1u);
+  // A cosine schedule resumed for more epochs than it began with says it follows the new length.
+  const fs::path cosine = dir / "cosine";
+  train(forecast(data, cosine, {"train.schedule=cosine", "train.epochs=1"}), log);
+  std::ostringstream longer;
+  train(Config::load((cosine / "config.resolved.yaml").string(), {"train.epochs=2"}), longer,
+        cosine.string());
+  EXPECT_HAS(
+      longer.str(),
+      "note: train.schedule cosine now spans 2 epochs (the run began with 1 epoch): the rate "
+      "from here follows the new length");
 }
 
 // A run that stopped early, or did its epochs, trains nothing more when resumed as it was, and

@@ -727,6 +727,22 @@ void Training::resume_from_state() {
     fail(c_.str("data.path"), ": changed since the run saved its state (", data->second, " then, ",
          data_fingerprint_, " now): --resume goes on with the data the run began with; ",
          "start a new run (model.init_from=", run_dir_, "/model.safetensors) for new data");
+  // A cosine schedule spans the run's steps: resumed with more (or fewer) epochs or batches, the
+  // rate from here follows the new length, which the uninterrupted run would not have had.
+  if (const auto then = state.metadata().find("seqforge.config");
+      s_.schedule == "cosine" && then != state.metadata().end()) {
+    const Config was = Config::parse(then->second, state_path_ + " (stored config)");
+    const auto length = [](int64_t epochs, int64_t max_batches) {
+      return std::to_string(epochs) + (epochs == 1 ? " epoch" : " epochs") +
+             (max_batches > 0 ? " of at most " + std::to_string(max_batches) + " batches" : "");
+    };
+    const int64_t epochs = was.integer("train.epochs"),
+                  max_batches = was.integer("train.max_batches");
+    if (epochs != s_.epochs || max_batches != s_.max_batches)
+      out_ << "note: train.schedule cosine now spans " << length(s_.epochs, s_.max_batches)
+           << " (the run began with " << length(epochs, max_batches)
+           << "): the rate from here follows the new length\n";
+  }
   const auto& p = model_->parameters();
   if (saved.in_epoch && saved.batch_windows > 0 && saved.batch_windows != global_batch_)
     fail(state_path_, ": the run stopped part-way through epoch ", saved.epochs_done + 1, " after ",
