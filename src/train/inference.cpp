@@ -110,18 +110,6 @@ std::string row_label(const SeriesData& d, int64_t row) {
 // a date of the file, writes its own: with a space before the time, without seconds, or with a
 // fraction of zeros ("12:00:00.000"); so that a column of dates holds one format (pandas 2 reads a
 // column in its first cell's format).
-std::string in_style_of(const std::string& like, std::string text);
-
-// The same, where `like` ends in a mark of UTC ("Z", "+00:00", " UTC"): the date made here, in UTC
-// as the file's are, gets the same mark.
-std::string in_style_with_zone(const std::string& like, const std::string& text) {
-  if (like.size() > 16 && text.size() >= 16 && text.back() != 'Z')
-    for (const std::string_view zone : {"Z", "z", "+00:00", "+0000", " UTC", "UTC"})
-      if (like.ends_with(zone))
-        return in_style_of(like.substr(0, like.size() - zone.size()), text) + std::string(zone);
-  return in_style_of(like, text);
-}
-
 std::string in_style_of(const std::string& like, std::string text) {
   const bool minutes = like.size() == 16, seconds = like.size() == 19;
   const bool fraction = like.size() > 20 && like[19] == '.' &&
@@ -139,6 +127,16 @@ std::string in_style_of(const std::string& like, std::string text) {
   if (text_fraction && fraction && like.size() - 20 == 6 && text.size() - 20 == 3)
     text += "000";  // the file's six digits
   return text;
+}
+
+// The same, where `like` ends in a mark of UTC ("Z", "+00:00", " UTC"): the date made here, in UTC
+// as the file's are, gets the same mark.
+std::string in_style_with_zone(const std::string& like, const std::string& text) {
+  if (like.size() > 16 && text.size() >= 16 && text.back() != 'Z')
+    for (const std::string_view zone : {"Z", "z", "+00:00", "+0000", " UTC", "UTC"})
+      if (like.ends_with(zone))
+        return in_style_of(like.substr(0, like.size() - zone.size()), text) + std::string(zone);
+  return in_style_of(like, text);
 }
 
 // When a window's forecast of step k is for: the target row's label when it is in the file, else

@@ -928,9 +928,10 @@ void Training::freeze_modules() {
 
 TrainSummary Training::run() {
   // A resumed run that had stopped early, or had done its epochs, stays as it was.
-  const bool stopped_early = s_.patience > 0 && state_.since_best >= s_.patience;
+  const bool stopped_early =
+      s_.patience > 0 && state_.since_best >= s_.patience && !state_.in_epoch;
   if (!resume_dir_.empty() && rank_ == 0) {
-    if (stopped_early && !state_.in_epoch)
+    if (stopped_early)
       out_ << "nothing to train: the run stopped early after epoch " << state_.epochs_done << " ("
            << s_.monitor << " did not improve for " << state_.since_best
            << " epochs; a larger train.early_stopping.patience trains on)\n";
@@ -940,10 +941,9 @@ TrainSummary Training::run() {
            << (state_.in_epoch ? ", and the part-way epoch after them stays undone" : "")
            << " (a larger train.epochs trains on)\n";
   }
-  for (int64_t epoch = state_.epochs_done + 1; epoch <= s_.epochs; ++epoch) {
-    if (stopped_early && !state_.in_epoch) break;
+  const int64_t last = stopped_early ? state_.epochs_done : s_.epochs;
+  for (int64_t epoch = state_.epochs_done + 1; epoch <= last; ++epoch)
     if (!run_epoch(epoch)) break;
-  }
   if (rank_ != 0) return summary_;
   finish();
   return summary_;
