@@ -1324,6 +1324,53 @@ TEST(Series, TimesWithUtcOffsets) {
       << h.notes[0];
 }
 
+// Dates that step off their usual step (10 minutes, then 11, then 9): the rows are read as evenly
+// spaced with a note naming the first such step, and no date past the end is made up; with
+// data.frequency the off-grid date is an error.
+TEST(Series, DatesOffTheirUsualStepAreNoted) {
+  const fs::path dir = test::temp_dir("off_grid");
+  std::string text = "date,city,value\n";
+  int minutes = 0;
+  for (int k = 0; k < 20; ++k) {
+    char date[40];
+    std::snprintf(date, sizeof date, "2024-03-01 %02d:%02d:00", 10 + minutes / 60, minutes % 60);
+    text += std::string(date) + ",a," + std::to_string(k) + "\n";
+    minutes += k == 3 ? 11 : k == 7 ? 9 : 10;
+  }
+  const std::string path = write(dir / "jitter.csv", text);
+  const SeriesData d = load_series(series_config(path, {}));
+  ASSERT_EQ(d.series.size(), 1u);
+  EXPECT_FALSE(d.series[0].regular);
+  EXPECT_EQ(d.series[0].step, 600);
+  EXPECT_FALSE(d.time_ahead(d.rows - 1, 1).has_value());
+  std::string noted;
+  for (const std::string& note : d.notes)
+    if (note.find("not a whole number") != std::string::npos) noted = note;
+  EXPECT_EQ(noted, path +
+                       ": 2 steps between dates not a whole number of the usual one (10 minutes; "
+                       "the first '2024-03-01 10:41:00' at " +
+                       path +
+                       ":6, 11 minutes after the row before): the rows are read as evenly spaced, "
+                       "and predict cannot date forecasts past the end (data.frequency makes a "
+                       "date off its step an error)")
+      << ::testing::PrintToString(d.notes);
+  EXPECT_EQ(error_of([&] { load_series(series_config(path, {"data.frequency=10min"})); }),
+            path + ":6: '2024-03-01 10:41:00' is 11 minutes after the row before, not a whole "
+                   "number of data.frequency 10min");
+  // On the grid, with a gap, there is no such note.
+  std::string even_text = "date,city,value\n";
+  for (int k = 0; k < 20; ++k) {
+    char date[40];
+    const int at = k * 10 + (k > 9 ? 30 : 0);
+    std::snprintf(date, sizeof date, "2024-03-01 %02d:%02d:00", 10 + at / 60, at % 60);
+    even_text += std::string(date) + ",a," + std::to_string(k) + "\n";
+  }
+  const SeriesData even = load_series(series_config(write(dir / "even.csv", even_text), {}));
+  EXPECT_TRUE(even.series[0].regular);
+  for (const std::string& note : even.notes)
+    EXPECT_EQ(note.find("not a whole number"), std::string::npos) << note;
+}
+
 // Dates with fractions of a second (a sensor sampled every 250 ms, as pandas writes them): each
 // series ordered and stepped in microseconds, gaps named in milliseconds, the forecasts past the
 // end dated to the millisecond, the calendar from the whole seconds; the calendar's own steps

@@ -183,6 +183,9 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   });
   int64_t gaps = 0, largest = 0;
   std::string largest_at;
+  // Steps that are no whole number of their series' usual one: later dates are then unknown.
+  int64_t off_grid = 0, off_grid_series = 0, off_grid_step = 0;
+  std::string off_grid_at;
   const int64_t ticks =
       out.subsecond_times ? static_cast<int64_t>(SeriesData::kNumericTimeScale) : 1;
   for (int64_t p = 0; p < n;) {
@@ -291,6 +294,15 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         } else if (span.months == 0) {
           for (size_t k = 0; k < steps.size(); ++k)
             spanned[k] = span.regular ? steps[k] / span.step : 2 * steps[k] > 3 * span.step ? 2 : 1;
+          if (!span.regular) {
+            ++off_grid_series;
+            for (size_t k = 0; k < steps.size(); ++k)
+              if (steps[k] % span.step != 0 && off_grid++ == 0) {
+                off_grid_step = span.step;
+                off_grid_at = date(int64_t(k) + 1) + " at " + where(int64_t(k) + 1) + ", " +
+                              format_duration(steps[k], ticks) + " after the row before";
+              }
+          }
         }
         for (size_t k = 0; k < steps.size(); ++k)
           if (spanned[k] > 1) {
@@ -313,6 +325,17 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     out.times.resize(n);
     for (int64_t p = 0; p < n; ++p) out.times[p] = when[out.rows[p]];
   }
+  if (off_grid > 0)
+    out.notes.push_back(
+        path + ": " + std::to_string(off_grid) + " step" + (off_grid == 1 ? "" : "s") +
+        " between " + (out.numeric_times ? "times" : "dates") +
+        (off_grid_series > 1 ? " (in " + std::to_string(off_grid_series) + " series)" : "") +
+        " not a whole number of the usual one (" +
+        (out.numeric_times ? numeric_time_text(off_grid_step)
+                           : format_duration(off_grid_step, ticks)) +
+        "; the first " + off_grid_at +
+        "): the rows are read as evenly spaced, and predict cannot date forecasts past the end" +
+        (out.numeric_times ? "" : " (data.frequency makes a date off its step an error)"));
   if (gaps > 0)
     out.notes.push_back(
         path + ": " + std::to_string(gaps) + " gap" + (gaps == 1 ? "" : "s") + " in the " +
