@@ -232,6 +232,15 @@ TEST(HostileRuns, ResumeRefusesADamagedTrainingState) {
         loop_field("seen", "16")(ts, meta);
       },
       "'batch' is 1000000; an epoch now has");
+  refused(
+      [](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>& meta) {
+        loop_field("in_epoch", true)(ts, meta);
+        loop_field("batch", 2)(ts, meta);
+        loop_field("loss_sum", "1")(ts, meta);
+        loop_field("seen", "16")(ts, meta);
+        loop_field("skipped_steps", 3)(ts, meta);
+      },
+      "'skipped_steps' is 3; expected 0 to 'batch'");
   EXPECT_EQ(fs::last_write_time(run / "model.safetensors"), model_time);
   // A damaged line of metrics.jsonl is refused before the run's files are touched.
   const fs::path metrics = run / "metrics.jsonl";
@@ -482,6 +491,24 @@ TEST(HostileRuns, AResumedRunThatHadStoppedTrainsNothingMore) {
              "nothing to train: the run has done 3 epochs of 3 (a larger "
              "train.epochs trains on)");
   EXPECT_EQ(lines(), 3);
+}
+
+// train.precision auto is resolved once, at the run's start, and recorded: a resume (on another
+// machine, whose bf16 GEMMs may or may not pay off) goes on in the precision the run began in.
+TEST(HostileRuns, TheRunRecordsThePrecisionAutoChose) {
+  const fs::path dir = test::temp_dir("precision_auto");
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(forecast(write_series(dir, 200), run, {"train.epochs=1"}), log);
+  const Config saved = Config::load((run / "config.resolved.yaml").string());
+  const std::string chosen = saved.str("train.precision");
+  EXPECT_TRUE(chosen == "fp32" || chosen == "bf16") << chosen;
+  EXPECT_HAS(log.str(), ", " + chosen + " GEMMs (");
+  std::ostringstream resumed;
+  train(Config::load((run / "config.resolved.yaml").string(), {"train.epochs=2"}), resumed,
+        run.string());
+  EXPECT_HAS(resumed.str(), ", " + chosen + " GEMMs (");
+  EXPECT_EQ(Config::load((run / "config.resolved.yaml").string()).str("train.precision"), chosen);
 }
 
 // A resumed run goes on with the data it began with: the same file rewritten with other values

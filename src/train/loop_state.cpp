@@ -46,6 +46,7 @@ std::string LoopState::to_json() const {
     j["loss_sum"] = exact(loss_sum);
     j["seen"] = exact(seen);
     j["batch_windows"] = batch_windows;
+    if (skipped_steps > 0) j["skipped_steps"] = skipped_steps;
   }
   return j.dump();
 }
@@ -93,6 +94,7 @@ LoopState LoopState::from_json(const std::string& text, const std::string& sourc
       s.loss_sum = real("loss_sum");
       s.seen = real("seen");
       if (j.contains("batch_windows")) s.batch_windows = count("batch_windows");
+      if (j.contains("skipped_steps")) s.skipped_steps = count("skipped_steps");
     }
   } catch (const nlohmann::json::exception& e) {
     fail(source, ": seqforge.loop: ", e.what());
@@ -138,6 +140,8 @@ void LoopState::check(const std::string& source, size_t parameters,
   if (!(std::isfinite(loss_sum) && loss_sum >= 0)) bad("loss_sum", loss_sum, "a finite sum");
   if (!(std::isfinite(seen) && seen >= 0 && seen == std::floor(seen)))
     bad("seen", seen, "a count of 0 or more");
+  if (skipped_steps < 0 || skipped_steps > batch)
+    bad("skipped_steps", skipped_steps, "0 to 'batch'");
 }
 
 void LoopState::broadcast(dist::Communicator& comm) {

@@ -26,6 +26,8 @@ struct LoopState {
   double loss_sum = 0, seen = 0;
   // The windows a batch took then, over all ranks (0: not saved), which `batch` counts in.
   int64_t batch_windows = 0;
+  // Of the epoch's batches done, those whose step was skipped (fp16's inf or NaN gradients).
+  int64_t skipped_steps = 0;
 
   static LoopState start(const std::string& mode);  // before the first epoch; mode min | max
   std::string to_json() const;                      // reals as exact text

@@ -317,6 +317,10 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
     c_ = c_.with_values({{"data.date_order", task_.series.date_order}},
                         c_.origin("data.date_order"));
   build_model();
+  // So is the precision `auto` chose here: a resume (on another machine, say) and eval keep it.
+  if (c_.str("train.precision") == "auto")
+    c_ = c_.with_values({{"train.precision", gemm_precision_name(gemm_dtype_)}},
+                        c_.origin("train.precision"));
   // Each rank takes batch_size windows of every global batch of ranks * batch_size.
   global_batch_ = ranks_ * s_.batch_size;
   batches_per_epoch_ =
@@ -965,6 +969,7 @@ bool Training::run_epoch(int64_t epoch) {
       std::swap(order_[i], order_[rng_.next() % (i + 1)]);
   double loss_sum = part_way ? state_.loss_sum : 0;
   int64_t seen = part_way ? static_cast<int64_t>(state_.seen) : 0;
+  skipped_steps_ = part_way ? state_.skipped_steps : 0;
   state_.in_epoch = false;
   const int64_t seen_before = seen;
   double last_progress = t0;
@@ -1352,6 +1357,7 @@ void Training::save_state(bool in_epoch, int64_t batch, double loss_sum, double 
   saved.in_epoch = in_epoch;
   saved.batch = batch;
   saved.batch_windows = in_epoch ? global_batch_ : 0;
+  saved.skipped_steps = in_epoch ? skipped_steps_ : 0;
   saved.loss_sum = loss_sum;
   saved.seen = seen;
   writer_->submit(state_path_, *be_, tensors, host_tensors,
