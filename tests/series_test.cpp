@@ -1507,6 +1507,13 @@ TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   const std::string bad = write(dir / "bad.csv", "t,city,value\n0,a,0\n2020-01-01,a,1\n");
   EXPECT_EQ(error_of([&] { load_series(config(bad, {})); }),
             bad + ":3: column 't': '2020-01-01' is not a number");
+  const std::string nanos =
+      write(dir / "ns.csv", "t,city,value\n1700000000000000000,a,0\n1700000001000000000,a,1\n");
+  EXPECT_EQ(error_of([&] { load_series(config(nanos, {})); }),
+            nanos +
+                ":2: column 't': 1.7e+18 is too large a time (at most 9e12 in magnitude): a Unix "
+                "time in microseconds or nanoseconds? Write it in seconds, or as dates "
+                "(2023-11-14T22:13:20Z)");
   const std::string dated = write(dir / "dated.csv", "t,city,value\n2020-01-01,a,0\n7,a,1\n");
   EXPECT_EQ(error_of([&] { load_series(config(dated, {})); }),
             dated +

@@ -94,7 +94,11 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     for (int64_t r = 0; r < n; ++r) {
       if (!(std::fabs(x[r]) < 9e12))
         fail(table.where(r), ": column '", o.date_col, "': ", x[r],
-             " is too large a time (at most 9e12 in magnitude)");
+             " is too large a time (at most 9e12 in magnitude)",
+             std::fabs(x[r]) < 1e20 ? ": a Unix time in microseconds or "
+                                      "nanoseconds? Write it in seconds, or as dates "
+                                      "(2023-11-14T22:13:20Z)"
+                                    : "");
       when[r] = std::llround(x[r] * SeriesData::kNumericTimeScale);
     }
     out.notes.push_back(path + ": " + numbers +
