@@ -1322,6 +1322,32 @@ TEST(Series, TimesWithUtcOffsets) {
   EXPECT_NE(h.notes[0].find("holds times with UTC offsets: read as instants, written in UTC"),
             std::string::npos)
       << h.notes[0];
+  // Times marked as UTC and others not: the others are read as UTC, and said to be; an offset
+  // on some that makes two times one names the cause.
+  std::vector<std::string> mixed;
+  for (int hour = 0; hour < 8; ++hour)
+    mixed.push_back("2021-11-01 0" + std::to_string(hour) + ":00" + (hour < 5 ? "Z" : ""));
+  const SeriesData m = load("mixed.csv", mixed);
+  EXPECT_EQ(m.series[0].step, 3600);
+  const std::string mixed_path = (dir / "mixed.csv").string();
+  EXPECT_NE(std::find(m.notes.begin(), m.notes.end(),
+                      mixed_path +
+                          ": column 'date' marks 5 of its times as UTC or with a UTC offset and 3 "
+                          "not (the first '2021-11-01 05:00' at " +
+                          mixed_path + ":7): those are read as UTC"),
+            m.notes.end())
+      << ::testing::PrintToString(m.notes);
+  for (const SeriesData* one : {&d, &h})
+    for (const std::string& note : one->notes) EXPECT_EQ(note.find(" marks "), std::string::npos);
+  const std::vector<std::string> shifted = {"2021-11-01 00:00", "2021-11-01 01:00",
+                                            "2021-11-01 02:00", "2021-11-01 04:00+02:00",
+                                            "2021-11-01 05:00+02:00"};
+  const std::string shifted_path = (dir / "shifted.csv").string();
+  EXPECT_EQ(error_of([&] { load("shifted.csv", shifted); }),
+            shifted_path + ":5: date '2021-11-01 04:00+02:00' appears again (as '2021-11-01 02:00' at " +
+                shifted_path +
+                ":4): times without a UTC offset are read as UTC; write every time with its "
+                "offset, or none");
 }
 
 // Dates that step off their usual step (10 minutes, then 11, then 9): the rows are read as evenly

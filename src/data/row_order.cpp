@@ -81,6 +81,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   if (layout == io::DateLayout::day_first) out.date_order = "dmy";
   if (layout == io::DateLayout::month_first) out.date_order = "mdy";
   out.numeric_times = !o.date_col.empty() && n > 0 && !layout;
+  std::vector<bool> zoned(n, false);  // the date's time is marked as UTC or with an offset
   if (out.numeric_times) {
     const std::string numbers = "column '" + o.date_col + "' holds numbers, not dates";
     if (!o.calendar.empty()) fail(path, ": data.calendar needs dates; ", numbers);
@@ -108,7 +109,9 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     std::vector<int64_t> offsets(n, 0);  // the UTC offsets written (seconds)
     std::vector<int64_t> micros(n, 0);   // the fractions of a second written
     for (int64_t r = 0; r < n; ++r) {
-      const auto t = io::parse_date(dates[r], *layout, &offsets[r]);
+      bool marked = false;
+      const auto t = io::parse_date(dates[r], *layout, &offsets[r], &marked);
+      zoned[r] = marked;
       if (!t && r == 0)
         fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
              "' is neither a date (2012-01-31, 2012-01-31 13:45, 2012/01/31, 20120131, "
@@ -141,6 +144,21 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     // order and steps hold across the clock's changes.
     const bool offsets_written =
         std::any_of(offsets.begin(), offsets.end(), [](int64_t o) { return o != 0; });
+    // Some times marked as UTC (or with an offset) and others not: the others are read as UTC,
+    // which they may not be.
+    int64_t marked = 0, unmarked = 0, first_unmarked = -1;
+    for (int64_t r = 0; r < n; ++r)
+      if (zoned[r])
+        ++marked;
+      else if (dates[r].find(':') != std::string_view::npos && unmarked++ == 0)
+        first_unmarked = r;
+    if (marked > 0 && unmarked > 0)
+      out.notes.push_back(path + ": column '" + o.date_col + "' marks " + std::to_string(marked) +
+                          " of its times as UTC or with a UTC offset and " +
+                          std::to_string(unmarked) + " not (the first '" +
+                          std::string(io::trim(dates[first_unmarked])) + "' at " +
+                          table.where(first_unmarked) + "): those are read as UTC");
+
     bool local_days = offsets_written;
     for (int64_t r = 0; r < n && local_days; ++r) local_days = (when[r] + offsets[r]) % 86400 == 0;
     if (local_days) {
@@ -214,13 +232,18 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
           const std::string first = date_text(a);
           const std::string seen = first == date ? "first at " + table.where(a)
                                                  : "as '" + first + "' at " + table.where(a);
+          const std::string unmarked =
+              zoned[a] != zoned[b] ? ": times without a UTC offset are read as UTC; write every "
+                                     "time with its offset, or none"
+                                   : "";
           if (o.series_col.empty())
             fail(table.where(b), ": date '", date, "' appears again (", seen, ")",
-                 set_back.empty() ? ": several series in one file? Name the column that tells "
-                                    "them apart in data.series_column"
-                                  : set_back);
+                 !unmarked.empty()  ? unmarked
+                 : set_back.empty() ? ": several series in one file? Name the column that tells "
+                                      "them apart in data.series_column"
+                                    : set_back);
           fail(table.where(b), ": series '", span.name, "': duplicate date '", date, "' (", seen,
-               ")", set_back);
+               ")", unmarked.empty() ? set_back : unmarked);
         }
         steps.push_back(when[b] - when[a]);
       }

@@ -55,10 +55,11 @@ std::optional<int64_t> midnight(int y, int mo, int d) {
 }
 
 // The rest of a date-time after its date: nothing, or 'T' or ' ' and HH:MM[:SS[.fff]] and an
-// optional Z or UTC offset. Returns the seconds to add (the offset taken off). `clock12`: one-digit
-// hours too, and an optional AM/PM after a space.
-std::optional<int64_t> time_of_day(DateScanner& c, bool clock12, int64_t* offset) {
+// optional Z or UTC offset. Returns the seconds to add (the offset taken off; `*zoned`: one was
+// written, Z included). `clock12`: one-digit hours too, and an optional AM/PM after a space.
+std::optional<int64_t> time_of_day(DateScanner& c, bool clock12, int64_t* offset, bool* zoned) {
   *offset = 0;
+  *zoned = false;
   if (c.done()) return 0;
   if (!c.literal('T') && !c.literal('t') && !c.literal(' ')) return std::nullopt;
   int h = 0, mi = 0, sec = 0;
@@ -80,6 +81,7 @@ std::optional<int64_t> time_of_day(DateScanner& c, bool clock12, int64_t* offset
   if (h > 23 || mi > 59 || sec > 59) return std::nullopt;
   const int64_t seconds = h * 3600 + mi * 60 + sec;
   if (c.done()) return seconds;
+  *zoned = true;
   if (c.literal('Z') || c.literal('z') || c.word(" UTC") || c.word(" GMT"))
     return c.done() ? std::optional(seconds) : std::nullopt;
   const int sign = c.literal('+') ? 1 : c.literal('-') ? -1 : 0;
@@ -113,7 +115,7 @@ int64_t microseconds_of(std::string_view s) {
 
 namespace {
 
-std::optional<int64_t> parse_iso(std::string_view s, int64_t* offset) {
+std::optional<int64_t> parse_iso(std::string_view s, int64_t* offset, bool* zoned) {
   DateScanner c{trim(s)};
   int y = 0, mo = 0, d = 0;
   if (!c.number(4, 4, &y)) return std::nullopt;
@@ -124,7 +126,7 @@ std::optional<int64_t> parse_iso(std::string_view s, int64_t* offset) {
     return sep == '-' && c.i - month_at == 2 ? midnight(y, mo, 1) : std::nullopt;
   if (!c.literal(sep) || !c.number(1, 2, &d)) return std::nullopt;
   const auto day = midnight(y, mo, d);
-  const auto time = day ? time_of_day(c, false, offset) : std::nullopt;
+  const auto time = day ? time_of_day(c, false, offset, zoned) : std::nullopt;
   if (!time) return std::nullopt;
   return *day + *time;
 }
@@ -181,11 +183,15 @@ std::optional<std::pair<int, int>> day_month_fields(std::string_view s) {
   return std::pair{a, b};
 }
 
-std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t* offset) {
+std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t* offset,
+                                  bool* zoned) {
   int64_t ignored_offset = 0;
+  bool ignored_zone = false;
   if (!offset) offset = &ignored_offset;
+  if (!zoned) zoned = &ignored_zone;
   *offset = 0;
-  if (layout == DateLayout::iso) return parse_iso(s, offset);
+  *zoned = false;
+  if (layout == DateLayout::iso) return parse_iso(s, offset, zoned);
   DateScanner c{trim(s)};
   int y = 0, mo = 0, d = 0;
   if (layout == DateLayout::compact) {
@@ -199,7 +205,7 @@ std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t
     return std::nullopt;
   if (layout == DateLayout::month_first) std::swap(d, mo);
   const auto day = midnight(y, mo, d);
-  const auto time = day ? time_of_day(c, true, offset) : std::nullopt;
+  const auto time = day ? time_of_day(c, true, offset, zoned) : std::nullopt;
   if (!time) return std::nullopt;
   return *day + *time;
 }

@@ -27,8 +27,10 @@ enum class DateLayout { iso, day_first, month_first, compact, named_month };
 
 // Seconds since 1970 (UTC) of `s` written in `layout`; nullopt when it is not such a date.
 // `offset`, where given, receives the UTC offset written after a time in seconds (0 without one):
-// the local time is the result plus it.
-std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t* offset = nullptr);
+// the local time is the result plus it; `zoned`, whether the time is marked as UTC or with an
+// offset (Z, " UTC" and +00:00 too).
+std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t* offset = nullptr,
+                                  bool* zoned = nullptr);
 
 // The fraction of a second a date-time writes after its seconds, in microseconds
 // ("13:45:07.250" or "13:45:07,250" -> 250000; digits past the sixth are dropped), which parse_date
