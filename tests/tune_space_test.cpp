@@ -34,6 +34,32 @@ tune:
     model.dropout: {type: float, low: 0.0, high: 0.5, step: 0.1}
 )";
 
+// A study's direction: tune.direction; else, with a tune.metric of its own, the way that metric is
+// better (an accuracy is maximized whatever early stopping watched); else the default (from
+// train.early_stopping.mode).
+TEST(TuneSpace, TheDirectionFollowsTheStudysMetric) {
+  const std::string space = "  space:\n    optim.lr: {type: float, low: 0.001, high: 0.1}\n";
+  auto settings = [&](const std::string& lines, Direction fallback) {
+    return parse_tune_settings("tune:\n" + lines + space, "t.yaml", "val_loss", fallback);
+  };
+  EXPECT_EQ(settings("  metric: val_accuracy\n", Direction::minimize).direction,
+            Direction::maximize);
+  EXPECT_EQ(settings("  metric: val_skill\n", Direction::minimize).direction, Direction::maximize);
+  EXPECT_EQ(settings("  metric: val_mae\n", Direction::maximize).direction, Direction::minimize);
+  EXPECT_EQ(settings("  metric: val_f1\n  direction: minimize\n", Direction::maximize).direction,
+            Direction::minimize);
+  EXPECT_EQ(settings("", Direction::maximize).direction, Direction::maximize);
+  EXPECT_EQ(settings("", Direction::minimize).direction, Direction::minimize);
+  EXPECT_TRUE(higher_is_better("val_accuracy"));
+  EXPECT_TRUE(higher_is_better("val_skill"));
+  EXPECT_FALSE(higher_is_better("val_loss"));
+  EXPECT_FALSE(higher_is_better("val_perplexity"));
+  EXPECT_EQ(Config::parse("data: {path: x.csv}\n", "c.yaml",
+                          {"train.early_stopping.monitor=val_skill"})
+                .str("train.early_stopping.mode"),
+            "max");
+}
+
 TEST(TuneSpace, ParsesTheTuneSection) {
   const TuneSettings s = parse_tune_settings(kGood, "t.yaml", "val_loss");
   EXPECT_EQ(s.name, "t");

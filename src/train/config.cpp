@@ -420,7 +420,7 @@ const std::vector<ConfigKey> kKeys = {
      "val_mse, val_rmse, val_mae, val_accuracy, val_f1, val_bpc, train_loss. `auto`: val_loss, "
      "or train_loss when data.split.val is 0."},
     {"train.early_stopping.mode", T::string, "auto",
-     "`min`, `max` or `auto` (max for accuracy and F1, min for losses and errors): which "
+     "`min`, `max` or `auto` (max for accuracy, F1 and skill, min for losses and errors): which "
      "direction is better for the monitored metric."},
     {"train.save", T::string, "best",
      "`best` (the best epoch by the monitored metric), `last` or `every_n` (every save_every "
@@ -760,7 +760,8 @@ std::string config_reference_markdown() {
          "the section, the others every trial's config. See [tuning.md](tuning.md).\n\n"
       << "| key | default | meaning |\n|---|---|---|\n"
       << "| `tune.name` | the config's file name | the study's name |\n"
-      << "| `tune.direction` | from `train.early_stopping.mode` | minimize or maximize |\n"
+      << "| `tune.direction` | maximize for an accuracy, F1 or skill, else minimize | minimize "
+         "or maximize `tune.metric` |\n"
       << "| `tune.metric` | `train.early_stopping.monitor` | the metric each trial reports per "
          "epoch |\n"
       << "| `tune.value` | `best` | which epoch gives a trial's value (and its kept checkpoint): "
@@ -948,12 +949,12 @@ void Config::resolve_auto() {
   resolve("optim.weight_decay", str("optim.kind") == "adamw" ? "0.01" : "0");
   resolve("optim.decay_params", str("model.family") == "transformer" ? "matrices" : "all");
   resolve("train.early_stopping.monitor", number("data.split.val") > 0 ? "val_loss" : "train_loss");
-  const std::string monitor = str("train.early_stopping.monitor");
-  auto ends_with = [&](const std::string& tail) {
-    return monitor.size() >= tail.size() &&
-           monitor.compare(monitor.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  resolve("train.early_stopping.mode", ends_with("accuracy") || ends_with("f1") ? "max" : "min");
+  resolve("train.early_stopping.mode",
+          higher_is_better(str("train.early_stopping.monitor")) ? "max" : "min");
+}
+
+bool higher_is_better(const std::string& name) {
+  return name.ends_with("accuracy") || name.ends_with("f1") || name.ends_with("skill");
 }
 
 Config Config::with_absolute_paths(const std::string& base_dir) const {

@@ -386,7 +386,7 @@ std::vector<std::string> ignored_settings(const Config& c) {
   // `max` keeps the worst epoch.
   const std::string monitor = c.str("train.early_stopping.monitor"),
                     mode = c.str("train.early_stopping.mode");
-  const bool higher_better = monitor.ends_with("accuracy") || monitor.ends_with("f1");
+  const bool higher_better = higher_is_better(monitor);
   if ((mode == "max" && !higher_better) || (mode == "min" && higher_better))
     out.push_back("train.early_stopping.mode is " + mode + " but " + monitor + " is better " +
                   (higher_better ? "higher" : "lower") +

@@ -306,7 +306,12 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
     else
       fail(r.at(t["direction"]), ": tune.direction: expected minimize or maximize, got '", d, "'");
   }
-  if (t["metric"]) s.metric = r.text(t["metric"], "tune.metric");
+  if (t["metric"]) {
+    s.metric = r.text(t["metric"], "tune.metric");
+    // A metric of its own: the direction is the metric's, not the early stopping's.
+    if (!t["direction"])
+      s.direction = higher_is_better(s.metric) ? Direction::maximize : Direction::minimize;
+  }
   if (t["value"]) {
     s.value = r.text(t["value"], "tune.value");
     if (s.value != "best" && s.value != "last")

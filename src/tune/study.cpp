@@ -531,6 +531,11 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
       base.str("train.early_stopping.mode") == "max" ? Direction::maximize : Direction::minimize,
       cmd.config, tune_overrides.empty());
   if (!cmd.name.empty()) settings.name = cmd.name;
+  if ((settings.direction == Direction::maximize) != higher_is_better(settings.metric))
+    console << "warning: the study " << direction_name(settings.direction) << "s "
+            << settings.metric << ", which is better "
+            << (higher_is_better(settings.metric) ? "higher" : "lower")
+            << ": its best trial is the worst (tune.direction)\n";
   settings.min_delta = base.number("train.early_stopping.min_delta");
   // The trainer keeps the checkpoint of the epoch the trial's value comes from: for `best`, its
   // early stopping follows the study's metric and direction; for `last`, it saves the last epoch.

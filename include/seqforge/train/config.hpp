@@ -19,6 +19,9 @@ struct ConfigKey {
 
 const std::vector<ConfigKey>& config_keys();
 std::string config_reference_markdown();  // the text of docs/config.md
+// Whether a larger value of metric `name` is the better one (accuracy, F1, forecast skill), for
+// early stopping's mode auto and a study's direction.
+bool higher_is_better(const std::string& name);
 
 class Config {
  public:

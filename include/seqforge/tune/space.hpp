@@ -73,8 +73,9 @@ struct TuneSettings {
 
 // Reads the `tune:` section of a config file (YAML text from `source`); every key and value is
 // checked, errors name source:line (source alone without `lines`: YAML rewritten by overrides,
-// whose lines are not the file's) and the key. `default_metric` is used when none is given; the
-// study is named after `file` (default: source) unless tune.name says otherwise.
+// whose lines are not the file's) and the key. `default_metric` and `default_direction` are used
+// when neither is given (a tune.metric alone takes the direction it is better in); the study is
+// named after `file` (default: source) unless tune.name says otherwise.
 TuneSettings parse_tune_settings(const std::string& yaml, const std::string& source,
                                  const std::string& default_metric,
                                  Direction default_direction = Direction::minimize,
