@@ -651,10 +651,12 @@ TEST(ParseDatetime, DatesAndTimes) {
   EXPECT_EQ(parse_datetime("0001-01-01"), -62135596800);
   EXPECT_EQ(parse_datetime("9999-12-31T23:59:59Z"), 253402300799);
   // Whether a time is marked as UTC or with an offset, +00:00 included.
-  for (const auto& [text, marked] :
-       {std::pair{"2012-01-01T13:00", false}, {"2012-01-01T13:00Z", true},
-        {"2012-01-01 13:00 UTC", true}, {"2012-01-01 13:00+00:00", true},
-        {"2012-01-01 13:00-0500", true}, {"2012-01-01", false}}) {
+  for (const auto& [text, marked] : {std::pair{"2012-01-01T13:00", false},
+                                     {"2012-01-01T13:00Z", true},
+                                     {"2012-01-01 13:00 UTC", true},
+                                     {"2012-01-01 13:00+00:00", true},
+                                     {"2012-01-01 13:00-0500", true},
+                                     {"2012-01-01", false}}) {
     bool zoned = !marked;
     int64_t offset = 1;
     EXPECT_TRUE(parse_date(text, DateLayout::iso, &offset, &zoned).has_value()) << text;

@@ -1344,7 +1344,8 @@ TEST(Series, TimesWithUtcOffsets) {
                                             "2021-11-01 05:00+02:00"};
   const std::string shifted_path = (dir / "shifted.csv").string();
   EXPECT_EQ(error_of([&] { load("shifted.csv", shifted); }),
-            shifted_path + ":5: date '2021-11-01 04:00+02:00' appears again (as '2021-11-01 02:00' at " +
+            shifted_path +
+                ":5: date '2021-11-01 04:00+02:00' appears again (as '2021-11-01 02:00' at " +
                 shifted_path +
                 ":4): times without a UTC offset are read as UTC; write every time with its "
                 "offset, or none");
@@ -1381,8 +1382,9 @@ TEST(Series, DatesOffTheirUsualStepAreNoted) {
                        "date off its step an error)")
       << ::testing::PrintToString(d.notes);
   EXPECT_EQ(error_of([&] { load_series(series_config(path, {"data.frequency=10min"})); }),
-            path + ":6: '2024-03-01 10:41:00' is 11 minutes after the row before, not a whole "
-                   "number of data.frequency 10min");
+            path +
+                ":6: '2024-03-01 10:41:00' is 11 minutes after the row before, not a whole "
+                "number of data.frequency 10min");
   // On the grid, with a gap, there is no such note.
   std::string even_text = "date,city,value\n";
   for (int k = 0; k < 20; ++k) {

@@ -327,6 +327,20 @@ p = run([config("ignored", epochs=1, batches=1, n_trials=1,
 check(p.stdout.count("warning: adapter.rank is set but adapter.kind is none") == 1,
       f"an ignored tuned key is a warning: {p.stdout}")
 
+# 6c. Two studies of one name in two databases do not share trial directories: the second is
+# refused before any trial, naming the first; the first goes on.
+cfg = config("owned", epochs=1, batches=1, n_trials=1)
+owned = os.path.join(work, "owned")
+run([cfg, "--study", os.path.join(work, "owned_a.db"), "train.run_dir=" + owned])
+p = run([cfg, "--study", os.path.join(work, "owned_b.db"), "train.run_dir=" + owned], ok=False)
+err = p.stderr.strip()
+check(p.returncode != 0 and err.count("\n") == 0 and
+      f"holds the trials of study 'owned' in {os.path.realpath(work)}/owned_a.db, not of study "
+      f"'owned' in {os.path.realpath(work)}/owned_b.db" in err and
+      not os.path.exists(os.path.join(work, "owned_b.db")), f"another study's trial directory: {err}")
+run([cfg, "--study", os.path.join(work, "owned_a.db"), "train.run_dir=" + owned, "--n-trials", "2"])
+check(len(trials(os.path.join(work, "owned_a.db"))) == 2, "the owning study goes on")
+
 # 7. --enqueue: trials with fixed parameters run first; values are checked against the space.
 cfg = config("enq", n_trials=3,
              extra_space="    optim.kind: {type: categorical, choices: [adamw, sgd]}\n")

@@ -54,10 +54,10 @@ TEST(TuneSpace, TheDirectionFollowsTheStudysMetric) {
   EXPECT_TRUE(higher_is_better("val_skill"));
   EXPECT_FALSE(higher_is_better("val_loss"));
   EXPECT_FALSE(higher_is_better("val_perplexity"));
-  EXPECT_EQ(Config::parse("data: {path: x.csv}\n", "c.yaml",
-                          {"train.early_stopping.monitor=val_skill"})
-                .str("train.early_stopping.mode"),
-            "max");
+  EXPECT_EQ(
+      Config::parse("data: {path: x.csv}\n", "c.yaml", {"train.early_stopping.monitor=val_skill"})
+          .str("train.early_stopping.mode"),
+      "max");
 }
 
 TEST(TuneSpace, ParsesTheTuneSection) {

@@ -7,7 +7,6 @@
 #include <libpq-fe.h>
 
 #include <cstdio>
-#include <regex>
 #endif
 
 namespace seqforge::tune {
@@ -15,14 +14,9 @@ namespace seqforge::tune {
 #ifdef SEQFORGE_HAVE_LIBPQ
 namespace {
 
-// The URL without its password, for messages.
-std::string redact(const std::string& url) {
-  return std::regex_replace(url, std::regex("(://[^:/@]*):[^@/]*@"), "$1:***@");
-}
-
 class PostgresDb final : public Db {
  public:
-  PostgresDb(const std::string& url, bool read_only) : where_(redact(url)) {
+  PostgresDb(const std::string& url, bool read_only) : where_(redacted_url(url)) {
     // A server that accepts the connection and never answers (a stuck proxy, a firewall that
     // drops the packets) would hold the study for ever: the connection gets 10 s and a dead peer
     // is noticed within about a minute, unless the URL says otherwise (its values come later

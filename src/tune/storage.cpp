@@ -48,6 +48,16 @@ std::string host_name() {
   return buf;
 }
 
+std::string redacted_url(const std::string& url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  const size_t begin = scheme + 3, host = url.find_first_of("@/", begin);
+  if (host == std::string::npos || url[host] != '@') return url;
+  const size_t colon = url.find(':', begin);
+  if (colon == std::string::npos || colon > host) return url;
+  return url.substr(0, colon + 1) + "***" + url.substr(host);
+}
+
 namespace {
 
 using json = nlohmann::json;

@@ -571,14 +571,34 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     fixed.push_back(parse_enqueue(spec));
     check_fixed_params(settings.space, fixed.back(), where, settings.name);
   }
+  // The trials' directories are one study's: another study of the same name (in another
+  // database) would overwrite its checkpoints and best.yaml.
+  const fs::path owner_file = dir / "study.json";
+  const std::string storage =
+      is_url(where) ? redacted_url(where) : fs::weakly_canonical(fs::absolute(where)).string();
+  if (fs::exists(owner_file)) {
+    const auto owner = nlohmann::json::parse(io::read_file(owner_file.string()), nullptr, false);
+    if (!owner.is_object() || owner.value("storage", "") != storage ||
+        owner.value("study", "") != settings.name)
+      fail(dir.string(), " holds the trials of ",
+           owner.is_object()
+               ? "study '" + owner.value("study", "?") + "' in " + owner.value("storage", "?")
+               : "another study (" + owner_file.string() + " is damaged)",
+           ", not of study '", settings.name, "' in ", storage,
+           ": give this study its own directory (train.run_dir) or name (tune.name)");
+  }
   fs::create_directories(dir);
   Study study(Storage::open(where), settings, where);
+  if (!fs::exists(owner_file)) {
+    const std::string owner = nlohmann::json{{"storage", storage}, {"study", settings.name}}.dump();
+    io::write_file_atomically(owner_file.string(), {{owner.data(), owner.size()}});
+  }
   for (size_t i = 0; i < fixed.size(); ++i) {
     const int64_t number = study.enqueue(fixed[i]);
     console << "enqueued trial " << number << ": " << cmd.enqueue[i] << "\n";
   }
-  console << "seqforge tune: study '" << settings.name << "' in " << (is_url(where) ? "" : "")
-          << where << ": " << options.n_trials << (options.n_trials == 1 ? " trial" : " trials")
+  console << "seqforge tune: study '" << settings.name << "' in " << redacted_url(where) << ": "
+          << options.n_trials << (options.n_trials == 1 ? " trial" : " trials")
           << (options.timeout > 0 ? " or " + std::to_string(int64_t(options.timeout)) + " s" : "")
           << ", " << settings.direction_name() << " " << settings.metric << ", sampler "
           << settings.sampler.kind << ", pruner " << settings.pruner.kind << "; runs in "

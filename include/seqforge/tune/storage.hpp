@@ -77,6 +77,8 @@ class Storage {
 
 double now_seconds();
 std::string host_name();
+// A database URL without its password (postgresql://user:***@host/db), for messages and files.
+std::string redacted_url(const std::string& url);
 
 // Throws unless `fixed` (config key -> text, as --enqueue gives them) are parameters of `space`
 // with values inside it; errors name `where` and `study`.
