@@ -530,5 +530,18 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
   EXPECT_NE(odd.find("'\u00e9' (1 time, at line 2)"), std::string::npos) << odd;
 }
 
+// The class column read as text would hand the model each row's answer: refused.
+TEST(Loader, TextColumnsNeverIncludeTheClassColumn) {
+  const std::string error = test::error_of([] {
+    data_options(Config::parse(
+        "data: {path: x.csv, task: text_classify, text_columns: [text, label], class_column: "
+        "label, separator: ' | ', seq_len: 16}\n",
+        "c.yaml"));
+  });
+  EXPECT_EQ(error,
+            "c.yaml:1: data.text_columns names 'label', the data.class_column: the model would "
+            "read each row's class in its text");
+}
+
 }  // namespace
 }  // namespace seqforge::loader_test

@@ -268,6 +268,10 @@ DataOptions data_options(const Config& c) {
     if (o.text.class_col.empty())
       fail(c.origin("data.class_column"),
            ": data.class_column is required for data.task text_classify");
+    for (const std::string& column : o.text.columns)
+      if (column == o.text.class_col)
+        fail(c.origin("data.text_columns"), ": data.text_columns names '", column,
+             "', the data.class_column: the model would read each row's class in its text");
     o.text.separator = c.str("data.separator");
     // A Hugging Face decoder reads tokens, pairs joined by its tokenizer's template.
     if (c.str("model.family") == "decoder") o.text.tokenizer = tokenizer_path(c);
