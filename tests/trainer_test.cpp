@@ -1247,6 +1247,35 @@ TEST(Trainer, SignalStopsAtAStepAndTheRunResumesExactly) {
   }
 }
 
+// A signal after the last step stops the run before its test evaluation (which a large test
+// split makes long): the model and the report are written, and the exit code says it stopped.
+TEST(Trainer, ASignalAfterTheLastStepSkipsTheTestEvaluation) {
+  const fs::path dir = test::temp_dir("signal_last");
+  const fs::path run = dir / "run";
+  TrainHooks hooks;
+  hooks.on_epoch = [&](int64_t epoch, const std::map<std::string, double>&) {
+    if (epoch == 2) raise(SIGTERM);
+    return true;
+  };
+  std::ostringstream log;
+  try {
+    train(Config::parse(forecast_yaml(write_series(dir, 200), run), "r.yaml", {"train.epochs=2"}),
+          log, "", hooks);
+    ADD_FAILURE() << "the run was not interrupted";
+  } catch (const Interrupted& e) {
+    EXPECT_EQ(e.exit_code(), 143);
+    EXPECT_EQ(std::string(e.what()),
+              "interrupted (SIGTERM) before the test evaluation: the model is saved in " +
+                  (run / "model.safetensors").string() + "; its test metrics: seqforge eval " +
+                  run.string() + " --split test");
+  }
+  EXPECT_EQ(metric_lines(run).size(), 2u);
+  EXPECT_TRUE(fs::exists(run / "report.html"));
+  EXPECT_EQ(log.str().find("test (the saved model"), std::string::npos) << log.str();
+  EXPECT_EQ(interrupt_requested(), 0);
+  EXPECT_NE(evaluate(run.string(), "test").count("test_loss"), 0u);
+}
+
 TEST(Trainer, ResumeRefusesAnotherArchitectureAndTouchesNothing) {
   const fs::path dir = test::temp_dir("resume_bad");
   const std::string data = write_series(dir, 200);

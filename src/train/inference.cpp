@@ -86,7 +86,7 @@ std::map<std::string, double> evaluate(LoadedRun& r, const std::string& run,
   }
   const int64_t batch_size = forward_rows(r.config);
   Loader loader(*be, r.task, batch_size, loader_options(r.config, batch_bytes(r.task, batch_size)));
-  const auto m = evaluate_split(*be, *model, r.task, starts, loader);
+  const auto m = evaluate_split(*be, *model, r.task, starts, loader, /*interruptible=*/true);
   // Named for what was evaluated: test_*, val_*, or data_* for another file's every window.
   const std::string prefix = data.empty() ? split : "data";
   std::map<std::string, double> out;

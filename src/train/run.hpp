@@ -100,9 +100,12 @@ int64_t batch_bytes(const Task& t, int64_t batch_size);
 void loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout, Tensor loss);
 // The metrics an epoch of this task reports.
 std::vector<std::string> metric_names(TaskKind kind);
-// Metrics over a split (no training, no dropout): val_loss and the task's val_* metrics.
+// Metrics over a split (no training, no dropout): val_loss and the task's val_* metrics. With
+// `interruptible`, a SIGINT or SIGTERM (in an InterruptScope) stops it between batches:
+// Interrupted.
 std::map<std::string, double> evaluate_split(Backend& be, Model& model, const Task& t,
-                                             const std::vector<int64_t>& starts, Loader& loader);
+                                             const std::vector<int64_t>& starts, Loader& loader,
+                                             bool interruptible = false);
 // The shortest text that reads back as the same number.
 template <typename Real>
 std::string shortest(Real x) {

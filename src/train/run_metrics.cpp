@@ -1,6 +1,8 @@
 #include <algorithm>
+#include <csignal>
 
 #include "run.hpp"
+#include "seqforge/core/interrupt.hpp"
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/report/report.hpp"
 #include "seqforge/train/trainer.hpp"
@@ -34,7 +36,8 @@ std::vector<std::string> metric_names(TaskKind kind) {
 
 // Metrics over a split (no training, no dropout).
 std::map<std::string, double> evaluate_split(Backend& be, Model& model, const Task& t,
-                                             const std::vector<int64_t>& starts, Loader& loader) {
+                                             const std::vector<int64_t>& starts, Loader& loader,
+                                             bool interruptible) {
   SF_PROFILE_SCOPE("validation");
   std::map<std::string, double> m;
   if (starts.empty()) return m;
@@ -47,6 +50,10 @@ std::map<std::string, double> evaluate_split(Backend& be, Model& model, const Ta
   int64_t count = 0;
   loader.start(starts, INT64_MAX, {}, 0);
   for (size_t done = 0; done < starts.size();) {
+    if (const int sig = interruptible ? interrupt_requested() : 0)
+      throw Interrupted(
+          sig, detail::concat("interrupted (", sig == SIGINT ? "SIGINT" : "SIGTERM", ") after ",
+                              done, " of ", starts.size(), " ", task_type(t.kind).samples()));
     const Batch& b = loader.next();
     const int64_t* windows = starts.data() + done;  // (b.size) the batch's window starts
     done += b.size;

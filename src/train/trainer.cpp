@@ -1389,8 +1389,22 @@ void Training::finish() {
     saved_run.emplace(load_run(run_dir_, ""));
     write_validation_outputs(run_dir_, *saved_run);
   }
+  // A signal after the last step stops the test evaluation: the run is whole without it.
+  auto stopped = [&](int sig, const std::string& when) {
+    saved_run.reset();
+    write_run_report(run_dir_);
+    return Interrupted(
+        sig, detail::concat("interrupted (", sig == SIGINT ? "SIGINT" : "SIGTERM", ") ", when,
+                            ": the model is saved in ", checkpoint_,
+                            "; its test metrics: seqforge eval ", run_dir_, " --split test"));
+  };
   if (s_.test_after && test_windows > 0 && saved_run) {
-    summary_.test = evaluate(*saved_run, run_dir_, "test", "", nullptr);  // notes: at start-up
+    if (const int sig = interrupt_requested()) throw stopped(sig, "before the test evaluation");
+    try {
+      summary_.test = evaluate(*saved_run, run_dir_, "test", "", nullptr);  // notes: at start-up
+    } catch (const Interrupted& e) {
+      throw stopped(e.signal(), "in the test evaluation");
+    }
     const int64_t model_epoch = std::stoll(saved_run->file.metadata().at("seqforge.epoch"));
     nlohmann::json j = summary_.test;
     j["split"] = "test";
