@@ -214,6 +214,14 @@ TEST(Trainer, CharacterModelsReadUtf8AndGenerateGreedilyAtTemperatureZero) {
     EXPECT_EQ(sample.substr(0, 6), "café ");
     for (char32_t c : decoded) EXPECT_NE(chars.find(c), std::u32string::npos);
   }
+  // Without a prompt, in a text without newlines, the sample starts from a character drawn at
+  // random, the first of the length asked for.
+  for (uint64_t seed : {1, 2, 3}) {
+    const std::u32string sample = decode_utf8(generate(run, "", 12, 1.0, 0, seed), "sample");
+    EXPECT_EQ(sample.size(), 12u);
+    for (char32_t c : sample) EXPECT_NE(chars.find(c), std::u32string::npos);
+  }
+  EXPECT_EQ(generate(run, "", 0, 1.0, 0, 1), "");
   // Temperature 0 is greedy: the same text whatever the seed, and top-k 1 agrees.
   const std::string greedy = generate(run, "日本", 30, 0.0, 0, 1);
   EXPECT_EQ(generate(run, "日本", 30, 0.0, 0, 99), greedy);

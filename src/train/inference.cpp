@@ -559,14 +559,18 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     return generate_tokens(*be, *model, r, prompt, length, temperature, top_k, top_p, seed, stream);
   const std::u32string& vocab = r.task.text.vocab;
   Rng rng(seed);
-  // Without a prompt: after a newline, or a character drawn at random when the text had none.
+  // Without a prompt: after a newline, or from a character drawn at random when the text had
+  // none, which is the first of the `length` made.
   std::string text = prompt;
   std::u32string start = U"\n";
+  int64_t made = 0;
   if (!prompt.empty()) {
     start = decode_utf8(prompt, "--prompt");
   } else if (vocab.find(U'\n') == std::u32string::npos) {
+    if (length == 0) return "";
     start = vocab.substr(rng.next() % vocab.size(), 1);
     text = encode_utf8(start);
+    made = 1;
   }
   std::vector<int64_t> ids;
   for (size_t i = 0; i < start.size(); ++i) {
@@ -620,7 +624,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     };
     logits = refill();
   }
-  for (int64_t n = 0; n < length; ++n) {
+  for (int64_t n = made; n < length; ++n) {
     const int64_t next =
         sample_next(download_vector<float>(*be, logits.slice(logits.dim(0) - 1, logits.dim(0))),
                     temperature, top_k, rng, top_p);
