@@ -493,6 +493,23 @@ TEST(HostileRuns, AResumedRunThatHadStoppedTrainsNothingMore) {
   EXPECT_EQ(lines(), 3);
 }
 
+// A resumed run whose metrics.jsonl was lost (or cut short) says so, and goes on.
+TEST(HostileRuns, AResumeWithoutTheEpochsLinesSaysSo) {
+  const fs::path dir = test::temp_dir("resume_lost_metrics");
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(forecast(write_series(dir, 200), run, {"train.epochs=2"}), log);
+  fs::remove(run / "metrics.jsonl");
+  std::ostringstream resumed;
+  train(Config::load((run / "config.resolved.yaml").string(), {"train.epochs=3"}), resumed,
+        run.string());
+  EXPECT_HAS(resumed.str(), "note: " + (run / "metrics.jsonl").string() +
+                                " holds lines for 0 of the 2 epochs done (the others were lost or "
+                                "cut short): the report shows those it has");
+  const std::string metrics = io::read_file((run / "metrics.jsonl").string());
+  EXPECT_NE(metrics.find("\"epoch\":3"), std::string::npos) << metrics;
+}
+
 // train.precision auto is resolved once, at the run's start, and recorded: a resume (on another
 // machine, whose bf16 GEMMs may or may not pay off) goes on in the precision the run began in.
 TEST(HostileRuns, TheRunRecordsThePrecisionAutoChose) {

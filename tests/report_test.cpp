@@ -13,6 +13,7 @@
 
 #include "io/file_util.hpp"
 #include "report/chart.hpp"
+#include "report/metrics_log.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
@@ -200,6 +201,9 @@ TEST(Report, DamagedMetricsLinesAreErrorsNamingTheLine) {
   write(dir / "metrics.jsonl", good + "{\"checkpoint\":false,\"epoch\":3,\"train_lo");
   const std::string html = render_run_report(dir.string());
   EXPECT_NE(html.find(" 2 epochs"), std::string::npos);
+  EXPECT_EQ(read_metrics_log((dir / "metrics.jsonl").string()).cut_short, 3);
+  write(dir / "metrics.jsonl", good);
+  EXPECT_EQ(read_metrics_log((dir / "metrics.jsonl").string()).cut_short, 0);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{not json\n", ":3: not a JSON object"},
       {"[1, 2]\n", ":3: not a JSON object"},
@@ -215,6 +219,8 @@ TEST(Report, DamagedMetricsLinesAreErrorsNamingTheLine) {
       {"\n{\"split\":5}\n", ":4: \"split\" is 5, not \"test\""},
       {"{\"split\":\"test\",\"model_epoch\":{\"a\":1}}\n",
        ":3: \"model_epoch\" is {\"a\":1}, not a number"},
+      // A last line without its newline is left out only if it begins as the trainer's do.
+      {"\x7f\x45LF\x02\x01", ":3: not a JSON object"},
   };
   for (const auto& [tail, message] : cases)
     expect_refused(dir, "metrics.jsonl", good + tail, message);

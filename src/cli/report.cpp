@@ -2,9 +2,11 @@
 #include "seqforge/report/report.hpp"
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "observe.hpp"
+#include "report/metrics_log.hpp"
 
 namespace seqforge::cli {
 
@@ -20,7 +22,12 @@ CLI::App* add_report(CLI::App& app) {
 }
 
 int run_report() {
-  std::printf("wrote %s\n", write_run_report(report_run).c_str());
+  const std::string metrics = (std::filesystem::path(report_run) / "metrics.jsonl").string();
+  const std::string written = write_run_report(report_run);
+  if (const int64_t line = read_metrics_log(metrics).cut_short)
+    std::printf("note: %s:%lld is cut short (being written, or a kill): left out\n",
+                metrics.c_str(), static_cast<long long>(line));
+  std::printf("wrote %s\n", written.c_str());
   return 0;
 }
 

@@ -20,11 +20,17 @@ MetricsLog read_metrics_log(const std::string& path) {
   size_t begin = 0;
   for (int64_t line = 1; begin < text.size(); ++line) {
     const size_t end = text.find('\n', begin);
-    if (end == std::string::npos) break;  // being written, or cut short by a kill
+    const auto where = [&] { return path + ":" + std::to_string(line) + ": "; };
+    if (end == std::string::npos) {  // being written, or cut short by a kill
+      const size_t first = text.find_first_not_of(" \t\r", begin);
+      if (first == std::string::npos) break;
+      if (text[first] != '{') fail(where(), "not a JSON object, as the trainer writes a line");
+      log.cut_short = line;
+      break;
+    }
     const std::string_view row(text.data() + begin, end - begin);
     begin = end + 1;
     if (row.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    const auto where = [&] { return path + ":" + std::to_string(line) + ": "; };
     nlohmann::json j = nlohmann::json::parse(row, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) fail(where(), "not a JSON object, as the trainer writes a line");
     const bool test = j.contains("split");

@@ -776,9 +776,17 @@ void Training::resume_from_state() {
   rng_.set_state(words);
   state_ = std::move(saved);
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
+  int64_t kept = 0;
   if (fs::exists(metrics_path_))
     for (const nlohmann::json& j : read_metrics_log(metrics_path_).epochs)
-      if (j["epoch"].get<int64_t>() <= state_.epochs_done) kept_metrics_ += j.dump() + "\n";
+      if (j["epoch"].get<int64_t>() <= state_.epochs_done) {
+        kept_metrics_ += j.dump() + "\n";
+        ++kept;
+      }
+  if (kept < state_.epochs_done)
+    out_ << "note: " << metrics_path_ << " holds lines for " << kept << " of the "
+         << state_.epochs_done
+         << " epochs done (the others were lost or cut short): the report shows those it has\n";
   if (scaler_ && state_.loss_scale > 0)
     scaler_->set_state(state_.loss_scale, state_.loss_scale_growth);
   if (state_.in_epoch)
