@@ -155,6 +155,31 @@ TEST(Report, ConfusionMatrixHasEveryClassWithPrecisionRecallF1) {
   EXPECT_NE(html.find("<td>2</td><td>66.7%</td><td>100.0%</td><td>0.800</td>"), std::string::npos);
 }
 
+// Thousands of classes: no matrix (its cells grow as their square), the classes present with their
+// scores and the pairs most often confused; the report stays small.
+TEST(Report, ManyClassesListThePresentOnesAndTheMostConfusedPairs) {
+  const fs::path dir = run_dir("many_classes");
+  write(dir / "metrics.jsonl", "{\"epoch\":1,\"train_loss\":1.0,\"val_loss\":0.9}\n");
+  write(dir / "config.resolved.yaml", "data:\n  task: classify\n");
+  std::string rows = "row,actual,predicted\n";
+  for (int i = 0; i < 2000; ++i)  // c<i> mostly taken for c<i+1>; c0 always right
+    rows += std::to_string(i + 1) + ",c" + std::to_string(i) + ",c" +
+            std::to_string(i == 0 ? 0 : i + 1) + "\n";
+  rows += "2001,c7,c8\n2002,c0,c0\n";
+  write(dir / "val_predictions.csv", rows);
+  const std::string html = render_run_report(dir.string());
+  EXPECT_EQ(html.find("Confusion matrix"), std::string::npos);
+  EXPECT_NE(html.find("2001 classes, too many for a confusion matrix"), std::string::npos);
+  EXPECT_LT(html.size(), 400000u);
+  // The most confused pair first, then c0 (2 windows, always right) leads the classes.
+  EXPECT_NE(html.find("<tr><td class=\"text\">c7</td><td class=\"text\">c8</td><td>2</td></tr>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<tr><td class=\"text\">c0</td><td>2</td><td>100.0%</td><td>100.0%</td>"
+                      "<td>1.000</td></tr>"),
+            std::string::npos);
+  EXPECT_NE(html.find("Accuracy 0.1% of 2002 windows"), std::string::npos);
+}
+
 TEST(Report, MaeRunsShowReconstructedWindows) {
   const fs::path dir = run_dir("mae");
   write(dir / "metrics.jsonl", "{\"epoch\":1,\"train_loss\":1.0,\"val_loss\":0.9}\n");

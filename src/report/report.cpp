@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
 
 #include "chart.hpp"
@@ -116,46 +117,85 @@ std::string forecast_section(const Table& p, const std::string& target) {
   return o.str();
 }
 
-// Every class of the model (or of the predictions), with per-class precision, recall and F1.
+// Every class of the model (or of the predictions), with per-class precision, recall and F1; past
+// kMatrixClasses classes, instead of a matrix (its cells grow as the square of the classes), the
+// classes present and the pairs most often confused.
+constexpr size_t kMatrixClasses = 40;
+
 std::string confusion_section(const Table& p, std::vector<std::string> classes) {
   const auto* actual = p.column("actual");
   const auto* predicted = p.column("predicted");
   if (!actual || !predicted) return "";
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < classes.size(); ++i) index.emplace(classes[i], i);
   for (const auto* column : {actual, predicted})
     for (const std::string& c : *column)
-      if (std::find(classes.begin(), classes.end(), c) == classes.end()) classes.push_back(c);
+      if (index.emplace(c, classes.size()).second) classes.push_back(c);
   const size_t C = classes.size();
-  auto index = [&](const std::string& c) {
-    return size_t(std::find(classes.begin(), classes.end(), c) - classes.begin());
-  };
-  std::vector<int64_t> counts(C * C, 0), row_total(C, 0), col_total(C, 0);
+  std::map<std::pair<size_t, size_t>, int64_t> counts;  // (actual, predicted) -> windows
+  std::vector<int64_t> row_total(C, 0), col_total(C, 0);
   int64_t correct = 0;
   for (size_t i = 0; i < p.rows; ++i) {
-    const size_t a = index((*actual)[i]), q = index((*predicted)[i]);
-    ++counts[a * C + q], ++row_total[a], ++col_total[q];
+    const size_t a = index.at((*actual)[i]), q = index.at((*predicted)[i]);
+    ++counts[{a, q}], ++row_total[a], ++col_total[q];
     correct += a == q;
   }
+  auto count = [&](size_t a, size_t q) {
+    const auto it = counts.find({a, q});
+    return it == counts.end() ? int64_t{0} : it->second;
+  };
   auto percent = [](int64_t n, int64_t of) { return of ? fmt(100.0 * n / of, "%.1f") + "%" : "-"; };
+  // A class's windows, precision, recall and F1 cells.
+  auto scores = [&](size_t a) {
+    const int64_t tp = count(a, a), denominator = row_total[a] + col_total[a];
+    return "<td>" + std::to_string(row_total[a]) + "</td><td>" + percent(tp, col_total[a]) +
+           "</td><td>" + percent(tp, row_total[a]) + "</td><td>" +
+           (denominator ? fmt(2.0 * tp / denominator, "%.3f") : "-") + "</td>";
+  };
+  const std::string accuracy = fmt(100.0 * correct / double(std::max<size_t>(1, p.rows)), "%.1f") +
+                               "% of " + std::to_string(p.rows) + " windows";
   std::ostringstream o;
+  if (C > kMatrixClasses) {
+    std::vector<size_t> present;
+    for (size_t a = 0; a < C; ++a)
+      if (row_total[a] || col_total[a]) present.push_back(a);
+    std::stable_sort(present.begin(), present.end(),
+                     [&](size_t x, size_t y) { return row_total[x] > row_total[y]; });
+    std::vector<std::pair<int64_t, std::pair<size_t, size_t>>> confused;
+    for (const auto& [pair, n] : counts)
+      if (pair.first != pair.second) confused.push_back({n, pair});
+    std::stable_sort(confused.begin(), confused.end(),
+                     [](const auto& x, const auto& y) { return x.first > y.first; });
+    confused.resize(std::min<size_t>(confused.size(), 20));
+    o << "<h2>Classes (validation split)</h2><p>" << C << " classes, too many for a confusion "
+      << "matrix: the pairs most often confused, then each class the validation split has or "
+         "the model predicted (most windows first). Accuracy "
+      << accuracy << ".</p><table><tr><th class=\"text\">actual</th><th class=\"text\">"
+      << "predicted</th><th>windows</th></tr>";
+    for (const auto& [n, pair] : confused)
+      o << "<tr><td class=\"text\">" << escape(classes[pair.first]) << "</td><td class=\"text\">"
+        << escape(classes[pair.second]) << "</td><td>" << n << "</td></tr>";
+    o << "</table><table><tr><th class=\"text\">class</th><th>windows</th><th>precision</th>"
+      << "<th>recall</th><th>F1</th></tr>";
+    for (size_t a : present)
+      o << "<tr><td class=\"text\">" << escape(classes[a]) << "</td>" << scores(a) << "</tr>";
+    o << "</table>";
+    return o.str();
+  }
   o << "<h2>Confusion matrix (validation split)</h2><p>Rows: actual class; columns: predicted; "
-    << "every class of the model. Shading: share of the row. Accuracy "
-    << fmt(100.0 * correct / double(std::max<size_t>(1, p.rows)), "%.1f") << "% of " << p.rows
-    << " windows. Precision, recall and F1 per class; a class never predicted and never present "
+    << "every class of the model. Shading: share of the row. Accuracy " << accuracy
+    << ". Precision, recall and F1 per class; a class never predicted and never present "
        "has none.</p><table class=\"confusion\"><tr><th class=\"text\">actual \\ predicted</th>";
   for (const auto& c : classes) o << "<th>" << escape(c) << "</th>";
   o << "<th>windows</th><th>precision</th><th>recall</th><th>F1</th></tr>";
   for (size_t a = 0; a < C; ++a) {
     o << "<tr><th class=\"text\">" << escape(classes[a]) << "</th>";
     for (size_t q = 0; q < C; ++q) {
-      const double share = row_total[a] ? double(counts[a * C + q]) / row_total[a] : 0.0;
+      const double share = row_total[a] ? double(count(a, q)) / row_total[a] : 0.0;
       o << "<td style=\"background:rgba(37,99,235," << fmt(share, "%.3f")
-        << ");color:" << (share > 0.55 ? "#fff" : "#111") << "\">" << counts[a * C + q] << "</td>";
+        << ");color:" << (share > 0.55 ? "#fff" : "#111") << "\">" << count(a, q) << "</td>";
     }
-    const int64_t tp = counts[a * C + a];
-    const int64_t denominator = row_total[a] + col_total[a];
-    o << "<td>" << row_total[a] << "</td><td>" << percent(tp, col_total[a]) << "</td><td>"
-      << percent(tp, row_total[a]) << "</td><td>"
-      << (denominator ? fmt(2.0 * tp / denominator, "%.3f") : "-") << "</td></tr>";
+    o << scores(a) << "</tr>";
   }
   o << "</table>";
   return o.str();
