@@ -493,6 +493,23 @@ TEST(HostileRuns, AResumedRunThatHadStoppedTrainsNothingMore) {
   EXPECT_EQ(lines(), 3);
 }
 
+// train.run_dir naming a directory of other files (/, a project's own, by mistake) is refused
+// before anything is written there, the lock's file included; --overwrite writes beside them.
+TEST(HostileRuns, ARunDirectoryOfOtherFilesIsRefused) {
+  const fs::path dir = test::temp_dir("run_dir_of_others");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  EXPECT_EQ(test::error_of([&] { train(forecast(data, dir, {"train.epochs=1"}), log); }),
+            dir.string() + ": holds files of its own ('" + fs::path(data).filename().string() +
+                "'), not a run's: give train.run_dir a new or empty directory, or pass "
+                "--overwrite to write the run's files beside them");
+  EXPECT_FALSE(fs::exists(dir / ".lock"));
+  EXPECT_FALSE(fs::exists(dir / "config.resolved.yaml"));
+  train(forecast(data, dir, {"train.epochs=1"}), log, "", {}, /*overwrite=*/true);
+  EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(data));
+}
+
 // A resumed run whose metrics.jsonl was lost (or cut short) says so, and goes on.
 TEST(HostileRuns, AResumeWithoutTheEpochsLinesSaysSo) {
   const fs::path dir = test::temp_dir("resume_lost_metrics");

@@ -69,6 +69,21 @@ bool holds_a_run(const fs::path& dir) {
          fs::exists(dir / "training_state.safetensors");
 }
 
+// The name of an entry of `dir` that is neither a run's file, its lock, nor a temporary of one
+// (a directory such as / or a project's own, given as train.run_dir by mistake); "" if none.
+std::string other_entry(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool ours = name == ".lock" || name == "train.log" ||
+                      std::any_of(std::begin(kRunFiles), std::end(kRunFiles), [&](const char* f) {
+                        return name == f || name.starts_with(std::string(f) + ".tmp.");
+                      });
+    if (!ours) return name;
+  }
+  return "";
+}
+
 // Takes `dir`'s lock for this process, or refuses: another process is training in it.
 void lock_run_dir(const std::string& dir, io::DirLock* lock) {
   long holder = 0;
@@ -86,6 +101,10 @@ void lock_run_dir(const std::string& dir, io::DirLock* lock) {
 std::string new_run_dir(const Config& c, bool overwrite, io::DirLock* lock) {
   std::string dir = c.str("train.run_dir");
   if (!dir.empty()) {
+    // Checked before the lock, whose file would be left behind.
+    if (const std::string other = other_entry(dir); !overwrite && !other.empty())
+      fail(dir, ": holds files of its own ('", other, "'), not a run's: give train.run_dir a new ",
+           "or empty directory, or pass --overwrite to write the run's files beside them");
     lock_run_dir(dir, lock);
     if (!overwrite && holds_a_run(dir))
       fail(dir, ": holds another run's files; pass --overwrite to replace them, or --resume ", dir,
