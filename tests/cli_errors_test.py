@@ -6,6 +6,7 @@ Usage: cli_errors_test.py SEQFORGE REPO_ROOT
 """
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,9 @@ def main():
     study = os.path.join(work, "study")
     os.makedirs(study)
     open(os.path.join(study, "study.db"), "w").close()
+    sqlite_db = os.path.join(work, "s.db")
+    with sqlite3.connect(sqlite_db) as db:
+        db.execute("CREATE TABLE studies (study_id INTEGER)")
 
     # A config of two YAML documents, one with a key given twice; a data file to predict over.
     two_documents = os.path.join(work, "two_documents.yaml")
@@ -82,6 +86,15 @@ def main():
         (["predict", study, "--input", text, "--output", "-"],
          "a tune study's directory, not a run: give one of its trials"),
         (["eval", os.path.join(work, "nothing")], "no such run directory or model.safetensors"),
+        (["report", study], "a tune study's directory, not a run: its report is written by "
+                            "seqforge tune"),
+        (["train", "--resume", study], "a tune study's directory, not a run: resume one of its "
+                                       "trials"),
+        (["eval", sqlite_db], "s.db: a study database, not a run: `seqforge tune --report"),
+        (["merge", forecast, "--output", "-"], "--output -: merge writes a model file"),
+        (["train", config, "optim.eps=0"], "override 'optim.eps=0': optim.eps must be above 0"),
+        (["train", config, "optim.beta1=1"], "override 'optim.beta1=1': optim.beta1 must be in "
+                                             "[0, 1), got 1"),
         (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"), "--study", study],
          "is a directory; a study is a database file in it, e.g. " +
          os.path.join(study, "study.db")),

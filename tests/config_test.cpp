@@ -145,6 +145,32 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
       error_of([] { Config::parse("", "cfg.yaml", {"train.gradient_accumulation_steps=4"}); });
   EXPECT_NE(accumulate.find("train.micro_batch_size the examples run at once"), std::string::npos)
       << accumulate;
+  // A section's name mistyped gets the section, not a key that ends alike.
+  EXPECT_NE(error_of([] { Config::parse("modle:\n  hidden: 3\n", "cfg.yaml"); })
+                .find("unknown key 'modle' (did you mean 'model'?)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Config::parse("traing:\n  epochs: 3\n", "cfg.yaml"); })
+                .find("(did you mean 'train'?)"),
+            std::string::npos);
+  EXPECT_EQ(config_key_suggestion("optim.lrr"), " (did you mean 'optim.lr'?)");
+  EXPECT_EQ(closest_word("n_trails", {"name", "n_trials", "timeout"}), "n_trials");
+  EXPECT_EQ(closest_word("sampler", {"name", "n_trials"}), "");
+}
+
+// A quote left open takes in the lines after it (YAML folds them into the value): the value that
+// swallowed a key is named, not a key the swallowed lines would have set.
+TEST(Config, AQuoteLeftOpenIsNamed) {
+  const std::string e = error_of([] {
+    Config::parse("data:\n  path: \"/tmp/tiny.txt\n  task: charlm\n  seq_len: 32\n", "cfg.yaml");
+  });
+  EXPECT_EQ(e,
+            "cfg.yaml:2: data.path: the quoted value takes in 'task: charlm', a key and its value "
+            "(a quote left open?)");
+  // A separator may hold such text; a plain value with a colon is the user's.
+  EXPECT_EQ(Config::parse("data:\n  separator: \" Answer: \"\n", "cfg.yaml").str("data.separator"),
+            " Answer: ");
+  EXPECT_EQ(Config::parse("data:\n  date_column: \"time\"\n", "cfg.yaml").str("data.date_column"),
+            "time");
 }
 
 // A key that is a list or a map is refused with the line, not a YAML library message.

@@ -341,6 +341,16 @@ check(p.returncode != 0 and err.count("\n") == 0 and
 run([cfg, "--study", os.path.join(work, "owned_a.db"), "train.run_dir=" + owned, "--n-trials", "2"])
 check(len(trials(os.path.join(work, "owned_a.db"))) == 2, "the owning study goes on")
 
+# 6d. A tune.* override of a subsection the file leaves out sets it (tune.pruner.kind=none).
+cfg = config("no_pruner", epochs=1, batches=1, n_trials=1)
+with open(cfg) as f:
+    text = f.read()
+with open(cfg, "w") as f:
+    f.write(text.replace("  pruner: {kind: median, n_startup_trials: 2}\n", ""))
+p = run([cfg, "--study", os.path.join(work, "no_pruner.db"), "tune.pruner.kind=none",
+         "train.run_dir=" + os.path.join(work, "no_pruner")])
+check("pruner none" in p.stdout, f"tune.pruner.kind=none without a pruner: section: {p.stdout}")
+
 # 7. --enqueue: trials with fixed parameters run first; values are checked against the space.
 cfg = config("enq", n_trials=3,
              extra_space="    optim.kind: {type: categorical, choices: [adamw, sgd]}\n")

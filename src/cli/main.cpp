@@ -281,6 +281,12 @@ static int run_command(int argc, char** argv) {
                    "from a config with: seqforge train ", run_dir);
         if (!std::filesystem::is_directory(run_dir))
           sf::fail("train: --resume ", run_dir, ": no such run directory");
+        if (!std::filesystem::exists(resolved) &&
+            (std::filesystem::exists(run_dir + "/study.json") ||
+             std::filesystem::exists(run_dir + "/study.db")))
+          sf::fail("train: --resume ", run_dir, ": a tune study's directory, not a run: resume ",
+                   "one of its trials (", run_dir, "/trial-N), or go on with the study (seqforge ",
+                   "tune CONFIG.yaml, which resumes it)");
         summary = sf::train(sf::Config::load(resolved, overrides), std::cout, run_dir);
       } else {
         if (train_config.empty()) sf::fail("train: give a CONFIG.yaml, or --resume RUN_DIR");

@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
@@ -612,6 +613,17 @@ std::string did_you_mean(const std::string& path) {
            "examples run at once, whose gradients add up: batch_size / micro_batch_size "
            "accumulation steps)";
   }
+  // A section's name mistyped (modle:, traing:).
+  if (path.find('.') == std::string::npos) {
+    std::string section;
+    size_t section_d = SIZE_MAX;
+    for (const auto& k : kKeys) {
+      const std::string first = k.path.substr(0, k.path.find('.'));
+      if (const size_t d = edit_distance(path, first); d < section_d) section_d = d, section = first;
+    }
+    if (edit_distance(path, "tune") < section_d) section_d = edit_distance(path, "tune"), section = "tune";
+    if (section_d <= 2) return " (did you mean '" + section + "'?)";
+  }
   if (path == "model.type" || path == "model.kind" || path == "model.name")
     return " (seqforge's names: 'model.cell' for the recurrent cell: lstm, gru or lnlstm; "
            "'model.family': recurrent, transformer or decoder)";
@@ -700,6 +712,21 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
   if (!node.IsScalar())
     return bad(node.IsSequence() ? "a list" : node.IsMap() ? "a map" : "nothing");
   const std::string s = node.Scalar();
+  // A quote left open takes in the lines after it, keys and all, as this value (YAML folds their
+  // line breaks into spaces): "/data/x.csv task: charlm".
+  if ((key.type == T::string || key.type == T::path) && node.Tag() == "!" &&
+      key.path != "data.separator" && key.path != "data.eos_token")
+    for (size_t at = s.find(": "); at != std::string::npos; at = s.find(": ", at + 1)) {
+      size_t begin = at;
+      while (begin > 0 && (std::isalnum(static_cast<unsigned char>(s[begin - 1])) ||
+                           s[begin - 1] == '_'))
+        --begin;
+      if (begin == at || begin == 0 || !std::isspace(static_cast<unsigned char>(s[begin - 1])))
+        continue;
+      fail(where, ": ", key.path, ": the quoted value takes in '",
+           io::printable(s.substr(begin, s.find_first_of(" \n", at + 2) - begin), 40),
+           "', a key and its value (a quote left open?)");
+    }
   int64_t i;
   double d;
   bool b;
@@ -729,6 +756,16 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
 }  // namespace
 
 const std::vector<ConfigKey>& config_keys() { return kKeys; }
+
+std::string config_key_suggestion(const std::string& path) { return did_you_mean(path); }
+
+std::string closest_word(const std::string& word, const std::vector<std::string>& words) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const std::string& w : words)
+    if (const size_t d = edit_distance(word, w); d < best_d) best_d = d, best = w;
+  return best_d <= std::max<size_t>(2, word.size() / 3) ? best : "";
+}
 
 std::string config_reference_markdown() {
   std::ostringstream out;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "io/file_util.hpp"
@@ -154,7 +155,8 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
       fs::is_directory(run) ? (fs::path(run) / "model.safetensors").string() : run;
   if (!fs::exists(run)) fail(run, ": no such run directory or model.safetensors");
   if (fs::is_directory(run) && !fs::exists(path)) {
-    if (fs::exists(fs::path(run) / "study.db") || fs::exists(fs::path(run) / "best.yaml"))
+    if (fs::exists(fs::path(run) / "study.db") || fs::exists(fs::path(run) / "best.yaml") ||
+        fs::exists(fs::path(run) / "study.json"))
       fail(run, ": a tune study's directory, not a run: give one of its trials (", run,
            "/trial-N; `seqforge tune --report` names the best)");
     if (fs::exists(fs::path(run) / "metrics.jsonl"))
@@ -167,6 +169,11 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
   if (ext == ".yaml" || ext == ".yml")
     fail(run, ": a config, not a run: train it first (seqforge train ", run,
          "), then give the run directory");
+  char magic[16] = {};
+  std::ifstream(path, std::ios::binary).read(magic, sizeof magic);
+  if (std::string(magic, sizeof magic) == std::string("SQLite format 3\0", 16))
+    fail(run, ": a study database, not a run: `seqforge tune --report ", run,
+         "` names its best trial");
   io::SafetensorsFile file;
   try {
     file = io::SafetensorsFile::read(path);

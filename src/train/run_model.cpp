@@ -164,6 +164,10 @@ ModelOptions model_options(const Config& c, const Task& t) {
            "model.init_from to one (config.json, model.safetensors, tokenizer.json)",
            init.empty() ? "" : "; '" + init + "' is not a directory");
     m.decoder = read_decoder_config((fs::path(init) / "config.json").string());
+    if (t.text.seq_len > m.decoder.max_positions)
+      fail(c.origin("data.seq_len"), ": data.seq_len ", t.text.seq_len, " is longer than the ",
+           m.decoder.max_positions, " positions of ", init,
+           " (max_position_embeddings in its config.json)");
     // A tokenizer may have ids past the model's rows (Gemma 3's image token): the data must not.
     if (const auto top = std::max_element(t.text.ids.begin(), t.text.ids.end());
         top != t.text.ids.end() && *top >= m.decoder.vocab_size)

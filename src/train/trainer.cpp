@@ -69,13 +69,16 @@ bool holds_a_run(const fs::path& dir) {
          fs::exists(dir / "training_state.safetensors");
 }
 
-// The name of an entry of `dir` that is neither a run's file, its lock, nor a temporary of one
-// (a directory such as / or a project's own, given as train.run_dir by mistake); "" if none.
-std::string other_entry(const fs::path& dir) {
+// The name of an entry of `dir` that is neither a run's file, its lock, a temporary of one, nor
+// the run's data file `data` (the Python package keeps a frame's there): a directory such as /
+// or a project's own, given as train.run_dir by mistake; "" if none.
+std::string other_entry(const fs::path& dir, const fs::path& data) {
   std::error_code ec;
+  const fs::path data_file = fs::weakly_canonical(fs::absolute(data), ec);
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     const bool ours = name == ".lock" || name == "train.log" ||
+                      fs::weakly_canonical(fs::absolute(entry.path()), ec) == data_file ||
                       std::any_of(std::begin(kRunFiles), std::end(kRunFiles), [&](const char* f) {
                         return name == f || name.starts_with(std::string(f) + ".tmp.");
                       });
@@ -102,7 +105,8 @@ std::string new_run_dir(const Config& c, bool overwrite, io::DirLock* lock) {
   std::string dir = c.str("train.run_dir");
   if (!dir.empty()) {
     // Checked before the lock, whose file would be left behind.
-    if (const std::string other = other_entry(dir); !overwrite && !other.empty())
+    if (const std::string other = other_entry(dir, c.str("data.path"));
+        !overwrite && !other.empty())
       fail(dir, ": holds files of its own ('", other, "'), not a run's: give train.run_dir a new ",
            "or empty directory, or pass --overwrite to write the run's files beside them");
     lock_run_dir(dir, lock);
@@ -281,6 +285,7 @@ class Training {
   uint64_t dropout_seed_ = 0;
   Rng salts_{0};
   int64_t skipped_steps_ = 0;  // of this epoch, for an inf or NaN gradient (fp16)
+  double grad_norm_ = 0;       // the last step's, before clipping
   OptimizerOptions oo_;
   std::vector<std::string> initialized_;  // parameters loaded from model.init_from
   int64_t global_batch_ = 0, batches_per_epoch_ = 0, total_steps_ = 0;
@@ -531,6 +536,13 @@ void Training::build_model() {
   for (const char* key : {"optim.lr", "optim.weight_decay", "optim.eps", "optim.momentum"})
     if (const double v = c_.number(key); !(v >= 0 && std::isfinite(v)))
       fail(c_.origin(key), ": ", key, " must be a finite number >= 0, got ", v);
+  for (const char* key : {"optim.beta1", "optim.beta2"})
+    if (const double v = c_.number(key); c_.str("optim.kind") != "sgd" && !(v >= 0 && v < 1))
+      fail(c_.origin(key), ": ", key, " must be in [0, 1), got ", v);
+  // Adam divides by sqrt(v) + eps: 0 makes a parameter whose gradient is 0 a NaN.
+  if (c_.str("optim.kind") != "sgd" && c_.number("optim.eps") == 0)
+    fail(c_.origin("optim.eps"), ": optim.eps must be above 0 (Adam divides by sqrt(v) + eps, "
+         "and a gradient of 0 would give 0/0); PyTorch's default is 1e-8");
   oo_.kind = c_.str("optim.kind");
   oo_.lr = c_.number("optim.lr");
   oo_.weight_decay = c_.number("optim.weight_decay");
@@ -1085,6 +1097,13 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
          "; lower optim.lr or set train.clip_grad_norm (e.g. 1.0). Nothing was saved from this "
          "epoch: ",
          kept_model(checkpoint_));
+  // Without loss scaling (which skips such a step) an overflowed gradient ruins the step.
+  if (!scaler_ && !std::isfinite(grad_norm_))
+    fail("epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ",
+         batches_per_epoch_, "): the gradient's norm is ", grad_norm_,
+         " (it overflowed float32); lower optim.lr",
+         task_.model.adapter.kind != AdapterKind::none ? " or adapter.alpha" : "",
+         ". Nothing was saved from this epoch: ", kept_model(checkpoint_));
   return loss;
 }
 
@@ -1171,6 +1190,7 @@ double Training::read_step() {
   be_->download(host.data(), step_stats_.tensor());
   const StepReport r = finish_step(host[0], s_.clip, scaler_.get(), *optimizer_);
   if (!r.applied && scaler_) ++skipped_steps_;
+  grad_norm_ = r.grad_norm;
   if (micro_.size() == 1) return host[1];
   double sum = 0;
   for (size_t j = 0; j < micro_.size(); ++j) sum += micro_[j].terms * host[1 + j];

@@ -114,7 +114,10 @@ struct Reader {
       if (std::find(known.begin(), known.end(), k) == known.end()) {
         std::string list;
         for (const auto& s : known) list += (list.empty() ? "" : ", ") + s;
-        fail(at(kv.first), ": unknown key '", prefix, ".", k, "' (known: ", list, ")");
+        const std::string typo = closest_word(k, known);
+        fail(at(kv.first), ": unknown key '", prefix, ".", k, "' (",
+             typo.empty() ? "" : "did you mean '" + prefix + "." + typo + "'? ", "known: ", list,
+             ")");
       }
     }
   }
@@ -129,7 +132,8 @@ const ConfigKey* config_key(const std::string& name) {
 Param read_param(const Reader& r, const std::string& name, const YAML::Node& n) {
   const std::string key = "tune.space." + name;
   const ConfigKey* ck = config_key(name);
-  if (!ck) fail(r.at(n), ": ", key, ": '", name, "' is not a config key");
+  if (!ck)
+    fail(r.at(n), ": ", key, ": '", name, "' is not a config key", config_key_suggestion(name));
   if (name == "train.run_dir" || name == "data.path")
     fail(r.at(n), ": ", key, ": '", name, "' cannot be searched");
   r.only(n, key, {"type", "low", "high", "log", "step", "choices", "grid"});

@@ -494,7 +494,7 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
     // Walks down from the root, making the maps the path needs; YAML::Node assignment rebinds,
     // hence the recursion rather than a loop over references.
     auto set = [&](auto&& self, YAML::Node node, size_t i) -> void {
-      if (!node.IsMap() && !node.IsNull())
+      if (node.IsDefined() && !node.IsMap() && !node.IsNull())
         fail("override '", o, "': ", i == 0 ? std::string("the config") : path[i - 1], " in ",
              source, " is not a map");
       if (i + 1 == path.size()) {

@@ -18,6 +18,10 @@ struct ConfigKey {
 };
 
 const std::vector<ConfigKey>& config_keys();
+// " (did you mean 'model.hidden'?)" for a key that is none, or "".
+std::string config_key_suggestion(const std::string& path);
+// Of `words`, the one a few edits from `word` (a typo of it); "" if none.
+std::string closest_word(const std::string& word, const std::vector<std::string>& words);
 std::string config_reference_markdown();  // the text of docs/config.md
 // Whether a larger value of metric `name` is the better one (accuracy, F1, forecast skill), for
 // early stopping's mode auto and a study's direction.
