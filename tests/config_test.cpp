@@ -146,11 +146,13 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
   EXPECT_NE(accumulate.find("train.micro_batch_size the examples run at once"), std::string::npos)
       << accumulate;
   // A section's name mistyped gets the section, not a key that ends alike.
-  EXPECT_NE(error_of([] { Config::parse("modle:\n  hidden: 3\n", "cfg.yaml"); })
-                .find("unknown key 'modle' (did you mean 'model'?)"),
+  EXPECT_NE(error_of([] {
+              Config::parse("modle:\n  hidden: 3\n", "cfg.yaml");
+            }).find("unknown key 'modle' (did you mean 'model'?)"),
             std::string::npos);
-  EXPECT_NE(error_of([] { Config::parse("traing:\n  epochs: 3\n", "cfg.yaml"); })
-                .find("(did you mean 'train'?)"),
+  EXPECT_NE(error_of([] {
+              Config::parse("traing:\n  epochs: 3\n", "cfg.yaml");
+            }).find("(did you mean 'train'?)"),
             std::string::npos);
   EXPECT_EQ(config_key_suggestion("optim.lrr"), " (did you mean 'optim.lr'?)");
   EXPECT_EQ(closest_word("n_trails", {"name", "n_trials", "timeout"}), "n_trials");

@@ -516,6 +516,25 @@ TEST(HostileRuns, ARunDirectoryOfOtherFilesIsRefused) {
   EXPECT_TRUE(fs::exists(own / "model.safetensors"));
 }
 
+// An adapter scale so large that the gradient's squares overflow float32 stops the run at its
+// first step, naming adapter.alpha: clipping had scaled the gradients to zero, and nothing trained.
+TEST(HostileRuns, AGradientPastFloat32IsAnError) {
+  const fs::path dir = test::temp_dir("huge_alpha");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  train(forecast(data, dir / "base", {"train.epochs=1"}), log);
+  const std::string e = test::error_of([&] {
+    train(
+        forecast(data, dir / "adapted",
+                 {"train.epochs=1", "train.clip_grad_norm=1", "adapter.kind=lora", "adapter.rank=2",
+                  "adapter.alpha=1e30", "model.init_from=" + (dir / "base").string()}),
+        log);
+  });
+  EXPECT_HAS(e, "epoch 1, step 1 (batch 1 of ");
+  EXPECT_HAS(e, ", past what float32 holds squared; lower adapter.alpha");
+  EXPECT_FALSE(fs::exists(dir / "adapted" / "model.safetensors"));
+}
+
 // A resumed run whose metrics.jsonl was lost (or cut short) says so, and goes on.
 TEST(HostileRuns, AResumeWithoutTheEpochsLinesSaysSo) {
   const fs::path dir = test::temp_dir("resume_lost_metrics");

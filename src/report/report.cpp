@@ -287,8 +287,10 @@ std::string render_run_report(const std::string& run_dir) {
   const fs::path dir(run_dir);
   const fs::path metrics_path = dir / "metrics.jsonl";
   if (!fs::exists(metrics_path) && (fs::exists(dir / "study.json") || fs::exists(dir / "study.db")))
-    fail(run_dir, ": a tune study's directory, not a run: its report is written by seqforge tune "
-         "(seqforge tune --report STUDY); a trial's by seqforge report ", run_dir, "/trial-N");
+    fail(run_dir,
+         ": a tune study's directory, not a run: its report is written by seqforge tune "
+         "(seqforge tune --report STUDY); a trial's by seqforge report ",
+         run_dir, "/trial-N");
   if (!fs::exists(metrics_path)) fail(metrics_path.string(), ": missing (not a run directory?)");
   const MetricsLog log = read_metrics_log(metrics_path.string());
   const std::vector<nlohmann::json>& epochs = log.epochs;

@@ -619,9 +619,11 @@ std::string did_you_mean(const std::string& path) {
     size_t section_d = SIZE_MAX;
     for (const auto& k : kKeys) {
       const std::string first = k.path.substr(0, k.path.find('.'));
-      if (const size_t d = edit_distance(path, first); d < section_d) section_d = d, section = first;
+      if (const size_t d = edit_distance(path, first); d < section_d)
+        section_d = d, section = first;
     }
-    if (edit_distance(path, "tune") < section_d) section_d = edit_distance(path, "tune"), section = "tune";
+    if (edit_distance(path, "tune") < section_d)
+      section_d = edit_distance(path, "tune"), section = "tune";
     if (section_d <= 2) return " (did you mean '" + section + "'?)";
   }
   if (path == "model.type" || path == "model.kind" || path == "model.name")
@@ -718,8 +720,8 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
       key.path != "data.separator" && key.path != "data.eos_token")
     for (size_t at = s.find(": "); at != std::string::npos; at = s.find(": ", at + 1)) {
       size_t begin = at;
-      while (begin > 0 && (std::isalnum(static_cast<unsigned char>(s[begin - 1])) ||
-                           s[begin - 1] == '_'))
+      while (begin > 0 &&
+             (std::isalnum(static_cast<unsigned char>(s[begin - 1])) || s[begin - 1] == '_'))
         --begin;
       if (begin == at || begin == 0 || !std::isspace(static_cast<unsigned char>(s[begin - 1])))
         continue;

@@ -52,8 +52,9 @@ Tensor value_of(const Parameters& p, const std::string& name) {
 
 int64_t merge_adapters(const std::string& run, const std::string& output) {
   if (output == "-")
-    fail("--output -: merge writes a model file (or a Hugging Face directory), not standard "
-         "output; give a path");
+    fail(
+        "--output -: merge writes a model file (or a Hugging Face directory), not standard "
+        "output; give a path");
   check_output_outside_run(output, run, "--output");
   LoadedRun r = load_run_model(run);
   const AdapterOptions& ad = r.task.model.adapter;

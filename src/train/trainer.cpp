@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cfloat>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -541,7 +542,8 @@ void Training::build_model() {
       fail(c_.origin(key), ": ", key, " must be in [0, 1), got ", v);
   // Adam divides by sqrt(v) + eps: 0 makes a parameter whose gradient is 0 a NaN.
   if (c_.str("optim.kind") != "sgd" && c_.number("optim.eps") == 0)
-    fail(c_.origin("optim.eps"), ": optim.eps must be above 0 (Adam divides by sqrt(v) + eps, "
+    fail(c_.origin("optim.eps"),
+         ": optim.eps must be above 0 (Adam divides by sqrt(v) + eps, "
          "and a gradient of 0 would give 0/0); PyTorch's default is 1e-8");
   oo_.kind = c_.str("optim.kind");
   oo_.lr = c_.number("optim.lr");
@@ -1097,12 +1099,15 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
          "; lower optim.lr or set train.clip_grad_norm (e.g. 1.0). Nothing was saved from this "
          "epoch: ",
          kept_model(checkpoint_));
-  // Without loss scaling (which skips such a step) an overflowed gradient ruins the step.
-  if (!scaler_ && !std::isfinite(grad_norm_))
+  // Without loss scaling (which skips such a step) a gradient whose squares overflow float32
+  // ruins the step: its entries are inf, or clipping scales them to zero and nothing trains.
+  if (!scaler_ && !(grad_norm_ <= std::sqrt(double(FLT_MAX))))
     fail("epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ",
          batches_per_epoch_, "): the gradient's norm is ", grad_norm_,
-         " (it overflowed float32); lower optim.lr",
-         task_.model.adapter.kind != AdapterKind::none ? " or adapter.alpha" : "",
+         ", past what float32 holds squared; ",
+         task_.model.adapter.kind != AdapterKind::none
+             ? "lower adapter.alpha (alpha / rank scales the adapters' gradients)"
+             : "lower optim.lr, or scale the data (data.normalize)",
          ". Nothing was saved from this epoch: ", kept_model(checkpoint_));
   return loss;
 }
