@@ -336,6 +336,7 @@ train: {{epochs: 1, batch_size: 16, max_batches: 5, run_dir: {cls_dir}}}
          "past the model's vocab_size 300 (tokenizer and model do not belong together)"),
         (["adapter.kind=lora", "adapter.targets=[c_attn]"], "is not a Linear of a decoder layer"),
         (["data.task=charlm"], "model.family decoder takes data.task lm or text_classify"),
+        (["data.seq_len=129"], "data.seq_len 129 is longer than the 128 positions of"),
     ]
     write_config(config, data, folder, bad_dir)
     for overrides, want in cases:
