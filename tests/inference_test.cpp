@@ -488,6 +488,46 @@ TEST(Runs, ForecastsAreScoredAgainstNaiveAndSeasonalNaive) {
   const auto test = evaluate((dir / "run").string(), "test");
   EXPECT_TRUE(test.count("test_naive_mae") && test.count("test_snaive_mae") &&
               test.count("test_mase") && test.count("test_skill"));
+  // A file with empty targets (rows 50 and 120): their windows go unscored, and the windows
+  // ending there have no naive forecast; the skill compares the model with naive on the windows
+  // naive has.
+  std::ifstream in(data);
+  std::ofstream blanked(dir / "blanks.csv");
+  std::string line;
+  for (int r = -1; std::getline(in, line); ++r)
+    blanked << (r == 50 || r == 120 ? line.substr(0, line.rfind(',') + 1) : line) << "\n";
+  blanked.close();
+  const std::string blanks = (dir / "blanks.csv").string();
+  const auto scored = evaluate((dir / "run").string(), "", blanks);
+  const Predictions p = predictions((dir / "run").string(), blanks, false);
+  const auto column = [&](const std::string& name) {
+    for (const auto& c : p.columns)
+      if (c.name == name) return &c;
+    throw std::runtime_error("no column " + name);
+  };
+  const auto &forecast = column("y")->values, &actual = column("y_actual")->values;
+  double model_sq = 0, model_paired_sq = 0, naive_paired_sq = 0;
+  int64_t scored_windows = 0, paired = 0;
+  for (int64_t i = 0; i < p.rows; ++i) {
+    const int64_t last = i + 7;  // the window's last row: windows start at every row
+    if (std::isnan(actual[i])) continue;
+    const double e = forecast[i] - actual[i];
+    model_sq += e * e, ++scored_windows;
+    if (last == 50 || last == 120) continue;
+    model_paired_sq += e * e, naive_paired_sq += std::pow(y[last] - actual[i], 2), ++paired;
+  }
+  EXPECT_EQ(scored_windows, 200 - 8 - 2);
+  EXPECT_EQ(paired, scored_windows - 2);
+  EXPECT_EQ(scored.at("samples"), double(scored_windows));
+  EXPECT_NEAR(scored.at("data_mse"), model_sq / double(scored_windows), 1e-9);
+  EXPECT_NEAR(scored.at("data_naive_rmse"), std::sqrt(naive_paired_sq / double(paired)), 1e-9);
+  const double skill = 1 - model_paired_sq / naive_paired_sq;
+  // (predict's forecasts are undone from normalisation in f32, the metrics' in f64)
+  EXPECT_NEAR(scored.at("data_skill"), skill, 1e-7 * std::fabs(skill));
+  EXPECT_GT(std::fabs(skill -
+                      (1 - model_sq / double(scored_windows) / (naive_paired_sq / double(paired)))),
+            1e-4 * std::fabs(skill))
+      << "the two windows left out of naive must matter here";
 }
 
 // data.horizon 4, direct (the default): each window forecasts the 4 hours after it. On 200 hourly

@@ -131,12 +131,14 @@ class SeriesTask : public TaskType {
 };
 
 // Errors in the targets' own units, transforms undone: MSE, RMSE, MAE; beside them, on the same
-// windows, the naive forecast's (each target predicted by the last value of its window) and with
+// windows (less those whose baseline value is an empty cell: data.missing mask, eval --data), the
+// naive forecast's (each target predicted by the last value of its window) and with
 // data.season the seasonal-naive one's (by the value of the last season the window holds: h steps
 // ahead, the value ceil(h / season) seasons before the target), the model's skill against naive
-// (1 - MSE / naive MSE) and MASE (per target, MAE over the mean absolute one-step, or seasonal,
-// difference of the training part's targets; averaged over targets). A direct multi-step forecast
-// adds each step's MAE and RMSE (val_mae_h1, ...) and seasonal naive's MAE (val_snaive_mae_h1,
+// (1 - MSE / naive MSE, both over the values naive has) and MASE (per target, MAE over the mean
+// absolute one-step, or seasonal, difference of the training part's targets; averaged over
+// targets). A direct multi-step forecast adds each step's MAE and RMSE (val_mae_h1, ...) and
+// seasonal naive's MAE (val_snaive_mae_h1,
 // ...). With quantiles, the errors are the point quantile's (the median's), beside the pinball loss
 // in the targets' units (val_pinball) and the share of actuals between the lowest and highest
 // quantile (val_coverage).
@@ -192,7 +194,12 @@ class ForecastSums final : public MetricSums {
           model_.add(e, /*keep_nonfinite=*/true);  // a NaN prediction must show
           if (steps_) per_step_[k].add(e, true);
           model_abs_[j] += std::fabs(e);
-          naive_.add(d_.target_value(last, j) - actual);
+          // The skill compares the model with naive on the values naive has (an empty cell at
+          // a window's end leaves it none).
+          if (const double e_naive = d_.target_value(last, j) - actual; std::isfinite(e_naive)) {
+            naive_.add(e_naive);
+            model_beside_naive_.add(e, true);
+          }
           if (seasonal) {
             const double e_season = d_.target_value(t - season_lag, j) - actual;
             snaive_.add(e_season);
@@ -217,7 +224,7 @@ class ForecastSums final : public MetricSums {
     if (naive_.n > 0) {
       (*m)["val_naive_mae"] = naive_.mae();
       (*m)["val_naive_rmse"] = std::sqrt(naive_.mse());
-      if (naive_.mse() > 0) (*m)["val_skill"] = 1 - model_.mse() / naive_.mse();
+      if (naive_.mse() > 0) (*m)["val_skill"] = 1 - model_beside_naive_.mse() / naive_.mse();
     }
     if (snaive_.n > 0) {
       (*m)["val_snaive_mae"] = snaive_.mae();
@@ -251,6 +258,7 @@ class ForecastSums final : public MetricSums {
   const SeriesData& d_;
   const int64_t targets_;
   Errors model_, naive_, snaive_;
+  Errors model_beside_naive_;              // the model's, on the values naive has
   std::vector<double> model_abs_, scale_;  // per target
   double pinball_ = 0;   // the quantile loss in the targets' units, summed over the values
   int64_t covered_ = 0;  // values between the lowest and the highest quantile's forecast
