@@ -167,6 +167,8 @@ Param read_param(const Reader& r, const std::string& name, const YAML::Node& n) 
     fail(r.at(n["type"]), ": ", key, ".type: expected float, int or categorical, got '", type, "'");
   if (n["choices"]) fail(r.at(n["choices"]), ": ", key, ".choices: only for categorical");
   p.kind = type == "float" ? Param::Kind::floating : Param::Kind::integer;
+  if (p.kind == Param::Kind::floating && ck->type == ConfigKey::Type::integer)
+    fail(r.at(n), ": ", key, ": '", name, "' takes whole numbers: search it with type: int");
   if (p.kind == Param::Kind::floating && ck->type != ConfigKey::Type::number)
     fail(r.at(n), ": ", key, ": a float parameter needs a numeric config key");
   if (p.kind == Param::Kind::integer && ck->type != ConfigKey::Type::integer &&
