@@ -92,6 +92,9 @@ def main():
                                        "trials"),
         (["eval", sqlite_db], "s.db: a study database, not a run: `seqforge tune --report"),
         (["merge", forecast, "--output", "-"], "--output -: merge writes a model file"),
+        (["train", os.path.join(root, "examples/configs/shakespeare_gpt.yaml"), "data.path=" + text,
+          "model.init_from=" + charlm, "train.run_dir=" + os.path.join(work, "gpt_from_lstm")],
+         "is a recurrent model; model.family transformer starts from a transformer's checkpoint"),
         (["train", config, "optim.eps=0"], "override 'optim.eps=0': optim.eps must be above 0"),
         (["train", config, "optim.beta1=1"], "override 'optim.beta1=1': optim.beta1 must be in "
                                              "[0, 1), got 1"),

@@ -217,6 +217,12 @@ Config with_base_architecture(const Config& c, std::string* note) {
   const io::SafetensorsFile file = io::SafetensorsFile::read(init);
   std::map<std::string, int64_t> base;  // key -> the base model's value
   const io::SafetensorsEntry* wte = find_parameter(file, "transformer.wte.weight");
+  // A recurrent run's checkpoint (PyTorch's names: lstm.weight_ih_l0, ...) holds no transformer.
+  if (!wte && std::any_of(file.entries().begin(), file.entries().end(), [](const auto& e) {
+        return e.name.find(".weight_ih_l") != std::string::npos;
+      }))
+    fail(c.origin("model.init_from"), ": model.init_from ", c.str("model.init_from"),
+         " is a recurrent model; model.family transformer starts from a transformer's checkpoint");
   if (!wte) wte = find_parameter(file, "lm_head.weight");  // the tied pair saved once
   if (wte && wte->shape.size() == 2) base["model.embedding"] = wte->shape[1];
   if (const io::SafetensorsEntry* wpe = find_parameter(file, "transformer.wpe.weight");
