@@ -1100,7 +1100,8 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
          "epoch: ",
          kept_model(checkpoint_));
   // Without loss scaling (which skips such a step) a gradient whose squares overflow float32
-  // ruins the step: its entries are inf, or clipping scales them to zero and nothing trains.
+  // ruins the step: Adam's second moment becomes inf (its update m / inf = 0), clipping scales the
+  // gradient to zero, or its entries are inf; nothing trains.
   if (!scaler_ && !(grad_norm_ <= std::sqrt(double(FLT_MAX))))
     fail("epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ",
          batches_per_epoch_, "): the gradient's norm is ", grad_norm_,
