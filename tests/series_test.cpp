@@ -1385,6 +1385,21 @@ TEST(Series, DatesOffTheirUsualStepAreNoted) {
             path +
                 ":6: '2024-03-01 10:41:00' is 11 minutes after the row before, not a whole "
                 "number of data.frequency 10min");
+  // Numbers as times say their steps in the column's units.
+  const std::string numbers = write(dir / "numbers.csv",
+                                    "t,city,value\n0,a,0\n1,a,1\n2,a,2\n3.5,a,3\n4.5,a,4\n5.5,a,5\n"
+                                    "6.5,a,6\n7.5,a,7\n8.5,a,8\n9.5,a,9\n");
+  const SeriesData t = load_series(series_config(numbers, {"data.date_column=t"}));
+  std::string numbered;
+  for (const std::string& note : t.notes)
+    if (note.find("not a whole number") != std::string::npos) numbered = note;
+  EXPECT_NE(numbered.find(": 1 step between times not a whole number of the usual one (1; the "
+                          "first '3.5' at " +
+                          numbers +
+                          ":5, 1.5 after the row before): the rows are read as evenly "
+                          "spaced, and predict cannot date forecasts past the end"),
+            std::string::npos)
+      << numbered;
   // On the grid, with a gap, there is no such note.
   std::string even_text = "date,city,value\n";
   for (int k = 0; k < 20; ++k) {

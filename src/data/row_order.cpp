@@ -109,9 +109,9 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     std::vector<int64_t> offsets(n, 0);  // the UTC offsets written (seconds)
     std::vector<int64_t> micros(n, 0);   // the fractions of a second written
     for (int64_t r = 0; r < n; ++r) {
-      bool marked = false;
-      const auto t = io::parse_date(dates[r], *layout, &offsets[r], &marked);
-      zoned[r] = marked;
+      bool zone = false;
+      const auto t = io::parse_date(dates[r], *layout, &offsets[r], &zone);
+      zoned[r] = zone;
       if (!t && r == 0)
         fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
              "' is neither a date (2012-01-31, 2012-01-31 13:45, 2012/01/31, 20120131, "
@@ -158,7 +158,6 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
                           std::to_string(unmarked) + " not (the first '" +
                           std::string(io::trim(dates[first_unmarked])) + "' at " +
                           table.where(first_unmarked) + "): those are read as UTC");
-
     bool local_days = offsets_written;
     for (int64_t r = 0; r < n && local_days; ++r) local_days = (when[r] + offsets[r]) % 86400 == 0;
     if (local_days) {
@@ -327,7 +326,9 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
               if (steps[k] % span.step != 0 && off_grid++ == 0) {
                 off_grid_step = span.step;
                 off_grid_at = date(int64_t(k) + 1) + " at " + where(int64_t(k) + 1) + ", " +
-                              format_duration(steps[k], ticks) + " after the row before";
+                              (out.numeric_times ? numeric_time_text(steps[k])
+                                                 : format_duration(steps[k], ticks)) +
+                              " after the row before";
               }
           }
         }
