@@ -530,6 +530,43 @@ TEST(Runs, ForecastsAreScoredAgainstNaiveAndSeasonalNaive) {
       << "the two windows left out of naive must matter here";
 }
 
+// A forecast's skill and MASE can be watched: `auto` maximises the skill, minimises MASE, and the
+// run keeps that epoch's model.
+TEST(Runs, TheForecastsSkillAndMaseCanBeWatched) {
+  const fs::path dir = test::temp_dir("watched");
+  const std::string data = write_hourly(dir / "d.csv", 200, true);
+  for (const std::string monitor : {"val_skill", "val_mase"}) {
+    std::ostringstream log;
+    const TrainSummary s =
+        train(Config::parse(yaml(data, dir / monitor), "w.yaml",
+                            {"train.epochs=4", "train.early_stopping.monitor=" + monitor}),
+              log);
+    std::vector<double> values;
+    for (const auto& m : metrics_of(dir / monitor)) values.push_back(m.at(monitor).get<double>());
+    ASSERT_EQ(values.size(), 4u);
+    const double best = monitor == "val_skill" ? *std::max_element(values.begin(), values.end())
+                                               : *std::min_element(values.begin(), values.end());
+    EXPECT_EQ(s.monitor, monitor);
+    EXPECT_EQ(s.best, best) << log.str();
+    EXPECT_NEAR(evaluate((dir / monitor).string(), "val").at(monitor), best,
+                1e-6 * std::fabs(best));
+  }
+  // Metrics this data does not give are refused with the ones it does.
+  std::ostringstream log;
+  try {
+    train(Config::parse(yaml(data, dir / "pinball"), "w.yaml",
+                        {"train.early_stopping.monitor=val_pinball"}),
+          log);
+    ADD_FAILURE() << "val_pinball without quantiles was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'val_pinball' is not a metric of this task ( "
+                                         "train_loss val_loss val_mse val_rmse val_mae val_skill "
+                                         "val_mase )"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // data.horizon 4, direct (the default): each window forecasts the 4 hours after it. On 200 hourly
 // rows (train 0..159), a validation window's four targets all lie in 160..179: first targets
 // 160..176, 17 windows. Naive predicts every step by the window's last value; seasonal naive

@@ -417,9 +417,12 @@ const std::vector<ConfigKey> kKeys = {
     {"train.early_stopping.min_delta", T::number, "0.0",
      "The least change that counts as an improvement."},
     {"train.early_stopping.monitor", T::string, "auto",
-     "The metric watched by early stopping, the plateau schedule and `save: best`: val_loss, "
-     "val_mse, val_rmse, val_mae, val_accuracy, val_f1, val_bpc, train_loss. `auto`: val_loss, "
-     "or train_loss when data.split.val is 0."},
+     "The metric watched by early stopping, the plateau schedule and `save: best`: train_loss, "
+     "val_loss or the task's: forecast val_mse, val_rmse, val_mae, val_skill, val_mase (and "
+     "val_pinball with quantiles, val_mae_hK and val_rmse_hK with several steps); classify and "
+     "text_classify val_accuracy, val_f1; charlm val_bpc, val_perplexity; lm "
+     "val_bits_per_token, val_perplexity. `auto`: val_loss, or train_loss when data.split.val "
+     "is 0."},
     {"train.early_stopping.mode", T::string, "auto",
      "`min`, `max` or `auto` (max for accuracy, F1 and skill, min for losses and errors): which "
      "direction is better for the monitored metric."},

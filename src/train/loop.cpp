@@ -14,7 +14,7 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
     fail(c.source(), ": ", key, " must be ", what, ", got ", got);
   };
   s.monitor = c.str("train.early_stopping.monitor");
-  if (const auto names = metric_names(task.kind);
+  if (const auto names = metric_names(task);
       std::find(names.begin(), names.end(), s.monitor) == names.end()) {
     std::string list;
     for (const auto& name : names) list += " " + name;

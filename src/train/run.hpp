@@ -98,8 +98,8 @@ int64_t batch_bytes(const Task& t, int64_t batch_size);
 // The loss and its gradient for a batch: the mean loss into `loss` (one f64 in the backend's
 // memory, not waited for).
 void loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout, Tensor loss);
-// The metrics an epoch of this task reports.
-std::vector<std::string> metric_names(TaskKind kind);
+// The metrics an epoch of the task can watch (train_loss, val_loss and the task's val_*).
+std::vector<std::string> metric_names(const Task& t);
 // Metrics over a split (no training, no dropout): val_loss and the task's val_* metrics. With
 // `interruptible`, a SIGINT or SIGTERM (in an InterruptScope) stops it between batches:
 // Interrupted.

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <csignal>
+#include <cstring>
 
 #include "run.hpp"
 #include "seqforge/core/interrupt.hpp"
@@ -27,11 +28,24 @@ double macro_f1(const std::vector<int64_t>& tp, const std::vector<int64_t>& fp,
   return present > 0 ? sum / present : 0.0;
 }
 
-// The metrics an epoch of this task reports.
-std::vector<std::string> metric_names(TaskKind kind) {
+std::vector<std::string> metric_names(const Task& t) {
   std::vector<std::string> out = {"train_loss", "val_loss"};
-  for (std::string& name : task_type(kind).metric_names()) out.push_back(std::move(name));
+  for (std::string& name : task_type(t.kind).metric_names(&t)) out.push_back(std::move(name));
   return out;
+}
+
+bool task_can_report(const Config& c, const std::string& name) {
+  const TaskKind kind = parse_task(c.str("data.task"), c.origin("data.task"));
+  if (name == "train_loss" || name == "val_loss") return true;
+  const auto names = task_type(kind).metric_names(nullptr);
+  if (std::find(names.begin(), names.end(), name) != names.end()) return true;
+  // A forecast of several steps reports each step's errors.
+  for (const char* prefix : {"val_mae_h", "val_rmse_h"})
+    if (kind == TaskKind::forecast && name.rfind(prefix, 0) == 0 &&
+        name.size() > std::strlen(prefix) &&
+        name.find_first_not_of("0123456789", std::strlen(prefix)) == std::string::npos)
+      return true;
+  return false;
 }
 
 // Metrics over a split (no training, no dropout).

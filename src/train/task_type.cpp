@@ -274,8 +274,15 @@ class Forecast final : public SeriesTask {
             Tensor loss) const override {
     be.regression_loss(regression, out, b.target, Tensor(), dout, loss);
   }
-  std::vector<std::string> metric_names() const override {
-    return {"val_mse", "val_rmse", "val_mae"};
+  std::vector<std::string> metric_names(const Dataset* d) const override {
+    // Not the baselines' errors (the same every epoch) nor the coverage (best near its level).
+    std::vector<std::string> names = {"val_mse", "val_rmse", "val_mae", "val_skill", "val_mase"};
+    if (!d || !d->series.quantiles.empty()) names.push_back("val_pinball");
+    for (int64_t k = 0; d && d->series.steps_ahead > 1 && k < d->series.steps_ahead; ++k) {
+      names.push_back("val_mae_h" + std::to_string(k + 1));
+      names.push_back("val_rmse_h" + std::to_string(k + 1));
+    }
+    return names;
   }
   std::unique_ptr<MetricSums> metric_sums(const Dataset& d) const override {
     return std::make_unique<ForecastSums>(d.series);
@@ -319,7 +326,9 @@ class Classify final : public SeriesTask {
             Tensor loss) const override {
     be.cross_entropy_loss(out, b.labels, Tensor(), -100, dout, loss);
   }
-  std::vector<std::string> metric_names() const override { return {"val_accuracy", "val_f1"}; }
+  std::vector<std::string> metric_names(const Dataset*) const override {
+    return {"val_accuracy", "val_f1"};
+  }
   std::unique_ptr<MetricSums> metric_sums(const Dataset& d) const override {
     return std::make_unique<ClassifySums>(d.series.num_outputs());
   }
@@ -345,7 +354,7 @@ class Mae final : public SeriesTask {
     return static_cast<int64_t>(std::count(mask + first * steps, mask + end * steps, 1.0f));
   }
   bool loss_terms_vary() const override { return true; }
-  std::vector<std::string> metric_names() const override { return {}; }
+  std::vector<std::string> metric_names(const Dataset*) const override { return {}; }
   std::unique_ptr<MetricSums> metric_sums(const Dataset&) const override {
     return std::make_unique<NoSums>();
   }
@@ -427,7 +436,9 @@ class Charlm final : public TextTask {
   int64_t loss_terms(const Dataset& d, const Batch&, int64_t first, int64_t end) const override {
     return (end - first) * d.text.seq_len;
   }
-  std::vector<std::string> metric_names() const override { return {"val_bpc", "val_perplexity"}; }
+  std::vector<std::string> metric_names(const Dataset*) const override {
+    return {"val_bpc", "val_perplexity"};
+  }
   std::unique_ptr<MetricSums> metric_sums(const Dataset&) const override {
     return std::make_unique<CharlmSums>();
   }
@@ -462,7 +473,7 @@ class TokenLm final : public TaskType {
   int64_t loss_terms(const Dataset& d, const Batch&, int64_t first, int64_t end) const override {
     return (end - first) * d.text.seq_len;
   }
-  std::vector<std::string> metric_names() const override {
+  std::vector<std::string> metric_names(const Dataset*) const override {
     return {"val_bits_per_token", "val_perplexity"};
   }
   std::unique_ptr<MetricSums> metric_sums(const Dataset&) const override {
@@ -496,7 +507,9 @@ class TextClassify final : public TextTask {
   int64_t loss_terms(const Dataset&, const Batch&, int64_t first, int64_t end) const override {
     return end - first;
   }
-  std::vector<std::string> metric_names() const override { return {"val_accuracy", "val_f1"}; }
+  std::vector<std::string> metric_names(const Dataset*) const override {
+    return {"val_accuracy", "val_f1"};
+  }
   std::unique_ptr<MetricSums> metric_sums(const Dataset& d) const override {
     return std::make_unique<ClassifySums>(static_cast<int64_t>(d.text.class_names.size()));
   }

@@ -44,8 +44,9 @@ class TaskType {
   virtual int64_t loss_terms(const Dataset& d, const Batch& b, int64_t first,
                              int64_t end) const = 0;
   virtual bool loss_terms_vary() const { return false; }
-  // The val_* metrics an epoch reports besides val_loss.
-  virtual std::vector<std::string> metric_names() const = 0;
+  // The val_* metrics an epoch can watch besides val_loss: those `d` gives, or with none, those
+  // any data of the task can give.
+  virtual std::vector<std::string> metric_names(const Dataset* d) const = 0;
   virtual std::unique_ptr<MetricSums> metric_sums(const Dataset& d) const = 0;
   // Checkpoint metadata that rebuilds the task's data later (normalisation, vocabulary, ...),
   // and the reverse into `stored`; `where` names the checkpoint in errors.

@@ -531,6 +531,9 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
       base.str("train.early_stopping.mode") == "max" ? Direction::maximize : Direction::minimize,
       cmd.config, tune_overrides.empty());
   if (!cmd.name.empty()) settings.name = cmd.name;
+  if (!task_can_report(base, settings.metric))
+    fail(cmd.config, ": tune.metric: '", settings.metric, "' is not a metric of a ",
+         base.str("data.task"), " run (see train.early_stopping.monitor in docs/config.md)");
   if ((settings.direction == Direction::maximize) != higher_is_better(settings.metric))
     console << "warning: the study " << direction_name(settings.direction) << "s "
             << settings.metric << ", which is better "

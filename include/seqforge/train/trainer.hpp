@@ -50,6 +50,10 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
 // adapter.rank without an adapter, ...), one warning each; train prints them at start-up.
 std::vector<std::string> ignored_settings(const Config& c);
 
+// Whether a run of the config's task can watch the metric `name` (train_loss, val_loss or one of
+// the task's val_* metrics; which of these its data gives is known once the data is read).
+bool task_can_report(const Config& c, const std::string& name);
+
 // Metrics of a trained run (a run directory or its model.safetensors) on a split of its data
 // ("val" or "test": test_*, val_* metrics), or on every window of another file of the same
 // layout (`data`: data_* metrics), computed in the run's precision; the precision's note, if
