@@ -79,6 +79,7 @@ def main():
         (["generate", forecast], "generate needs a language model (data.task charlm or lm); this "
                                  "is a forecast run (use seqforge predict)"),
         (["generate", charlm, "--top-k", "0"], "--top-k must be positive"),
+        (["generate", charlm, "--top-k", "1.5"], "--top-k: '1.5' is not a whole number ("),
         (["generate", charlm, "--temperature", "-1"], "--temperature must be 0"),
         (["predict", charlm, "--input", text, "--output", "-"],
          "predict needs a forecast or classify run; this is a charlm run (sample from it with "

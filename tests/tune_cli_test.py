@@ -295,8 +295,12 @@ err = p.stderr.strip()
 check(p.returncode != 0 and err.count("\n") == 0 and "bad.yaml:" in err and "model.hiden" in err,
       f"malformed space: {err}")
 p = run([config("other"), "--study", os.path.join(work, "pair.db")], ok=False)
-check(p.returncode != 0 and "holds study 'pair', not 'other'" in p.stderr,
-      f"a study file of another study: {p.stderr.strip()}")
+check(p.returncode != 0 and "holds study 'pair', not 'other'" in p.stderr
+      and not os.path.exists(os.path.join(work, "runs", "other")),
+      f"a study file of another study (no trial directory left): {p.stderr.strip()}")
+p = run([config("devnull"), "--study", "/dev/null"], ok=False)
+check(p.returncode != 0 and "/dev/null: not a regular file" in p.stderr,
+      f"a study that is no file: {p.stderr.strip()}")
 p = run(["--report", os.path.join(work, "nothing.db")], ok=False)
 check(p.returncode != 0 and "no such study file" in p.stderr, f"missing study: {p.stderr.strip()}")
 with open(os.path.join(work, "junk.db"), "w") as f:

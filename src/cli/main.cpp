@@ -30,10 +30,12 @@ CLI::Validator whole_number(int64_t min, int64_t max) {
       [min, max](std::string& text) -> std::string {
         int64_t v = 0;
         const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (ec != std::errc() || end != text.data() + text.size() || v < min || v > max)
-          return "'" + text + "' is not a whole number from " + std::to_string(min) + " to " +
-                 std::to_string(max);
-        return "";
+        if (ec == std::errc() && end == text.data() + text.size() && v >= min && v <= max)
+          return "";
+        const std::string range =
+            max == INT64_MAX ? (min == INT64_MIN ? "" : " from " + std::to_string(min) + " up")
+                             : " from " + std::to_string(min) + " to " + std::to_string(max);
+        return "'" + text + "' is not a whole number" + range;
       },
       "INT");
 }

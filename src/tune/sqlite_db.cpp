@@ -24,6 +24,8 @@ class SqliteDb final : public Db {
       fail(path, ": is a directory; a study is a database file in it, e.g. ",
            (fs::path(path) / "study.db").string());
     if (read_only && !fs::exists(path)) fail(path, ": no such study file");
+    if (fs::exists(path) && !fs::is_regular_file(path))
+      fail(path, ": not a regular file; a study is a database file");
     if (!read_only && fs::exists(path) && access(path.c_str(), W_OK) != 0)
       fail(path, ": the study database is read-only (no write permission)");
     if (!read_only) {

@@ -590,8 +590,22 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
            ", not of study '", settings.name, "' in ", storage,
            ": give this study its own directory (train.run_dir) or name (tune.name)");
   }
+  // A study that cannot be opened leaves no directory behind.
+  fs::path made = fs::absolute(dir);
+  while (!made.parent_path().empty() && made.parent_path() != made &&
+         !fs::exists(made.parent_path()))
+    made = made.parent_path();
+  if (fs::exists(made)) made.clear();
   fs::create_directories(dir);
-  Study study(Storage::open(where), settings, where);
+  std::unique_ptr<Study> opened;
+  try {
+    opened = std::make_unique<Study>(Storage::open(where), settings, where);
+  } catch (...) {
+    std::error_code ignored;
+    if (!made.empty()) fs::remove_all(made, ignored);
+    throw;
+  }
+  Study& study = *opened;
   if (!fs::exists(owner_file)) {
     const std::string owner = nlohmann::json{{"storage", storage}, {"study", settings.name}}.dump();
     io::write_file_atomically(owner_file.string(), {{owner.data(), owner.size()}});
