@@ -405,6 +405,16 @@ TEST_F(CsvTest, AHeaderWithoutCommasTellsTheSeparator) {
   expect_rejected("a;b\n1;2\n3\n", ":3",
                   "1 field, the header has 2 (separated by ';', as the header is)");
   expect_rejected("a\tb\n1\t2\t3\n", ":2", "3 fields, the header has 2 (separated by tabs");
+  // A spreadsheet's "sep=" first line names the separator; line numbers still count it.
+  const CsvTable excel = CsvTable::parse("sep=;\r\ndate;v,w\r\n2020-01-01;1,5\r\n", "x.csv");
+  EXPECT_EQ(excel.delimiter(), ';');
+  EXPECT_EQ(excel.columns(), (Strings{"date", "v,w"}));
+  EXPECT_EQ(excel.numeric("v,w"), (Doubles{1.5}));
+  EXPECT_EQ(excel.line_of_row(0), 3);
+  const CsvTable excel_tabs = CsvTable::parse("sep=\t\na\tb\n1\t2\n", "x.tsv");
+  EXPECT_EQ(excel_tabs.columns(), (Strings{"a", "b"}));
+  expect_rejected("sep=,\n", "", "empty file, expected a header row");
+  expect_rejected("sep=;\na;b\n1;2;3\n", ":3", "3 fields, the header has 2");
   // A logger's comment lines before the header.
   expect_rejected("# logger v2\ntime,value\n0,1\n", ":2",
                   "2 fields, the header has 1; the header '# logger v2' reads as a comment: a "

@@ -293,10 +293,15 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source, size
          ": a NUL byte (byte ", nul, "): not CSV text (a binary file?)");
   CsvTable t;
   t.source_ = source;
-  t.delimiter_ = header_delimiter(bytes);
+  // A spreadsheet's first line "sep=;" names the separator; the header follows it.
+  const bool declared = bytes.starts_with("sep=") && bytes.size() > 5 &&
+                        std::string_view(",;\t|").find(bytes[4]) != std::string_view::npos &&
+                        (bytes[5] == '\n' || bytes[5] == '\r');
+  t.delimiter_ = declared ? bytes[4] : header_delimiter(bytes);
   Tokenizer tok(bytes, source, t.delimiter_);
   Tokenizer::Row row;
 
+  if (declared) tok.next(row);
   if (!tok.next(row)) fail(source, ": empty file, expected a header row");
   if (row.blank) {
     // A file of nothing but blank lines is empty; a blank first line before data is not a header.
