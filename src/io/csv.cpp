@@ -218,6 +218,18 @@ std::string number_hint(std::string_view cell) {
     return " (an accountant's negative: write -12.5)";
   if (cell.starts_with("\xe2\x88\x92") && number(cell.substr(3)))  // U+2212
     return " (a typographic minus sign: write '-')";
+  // 12kg, 3.5 m/s, 20°C: a number, then a unit that starts with a letter or a non-ASCII sign.
+  const size_t unit = std::find_if(cell.begin(), cell.end(),
+                                   [](char c) {
+                                     return std::isalpha(static_cast<unsigned char>(c)) ||
+                                            static_cast<unsigned char>(c) >= 0x80;
+                                   }) -
+                      cell.begin();
+  const bool notation = std::string_view("eExX").find(cell[std::min(unit, cell.size() - 1)]) !=
+                        std::string_view::npos;  // 1e, 0x10: a number's notation, cut short
+  if (unit > 0 && unit < cell.size() && !notation && number(trim(cell.substr(0, unit))))
+    return " (a unit after the number, " + io::quoted(cell.substr(unit), 20) +
+           ": write the number alone)";
   return "";
 }
 
