@@ -75,6 +75,9 @@ def main():
         (["train", config, config], "train: one CONFIG.yaml expected"),
         (["train"], "train: give a CONFIG.yaml, or --resume RUN_DIR"),
         (["train", "--resume", os.path.join(work, "nothing")], "no such run directory"),
+        (["train", "--resume", forecast, "train.run_dir=" + os.path.join(work, "elsewhere")],
+         "continues in that directory; 'train.run_dir=%s' cannot move it" %
+         os.path.join(work, "elsewhere")),
         (["train", config, "train.epochs"], "is not a config file, nor an override: expected train.epochs=VALUE"),
         (["generate", forecast], "generate needs a language model (data.task charlm or lm); this "
                                  "is a forecast run (use seqforge predict)"),

@@ -108,10 +108,17 @@ def main():
             check_safetensors(os.path.join(run, name))
         if len(metrics(run)) != 1:
             fail("%s: metrics.jsonl should hold epoch 1 alone" % sig.name)
+        if sig == signal.SIGTERM:  # a run moved before it is resumed goes on where it is now
+            os.rename(run, run + "-moved")
+            run += "-moved"
         r = subprocess.run([seqforge, "train", "--resume", run], capture_output=True, text=True,
                            env=env)
         if r.returncode != 0:
             fail("%s: resume exited %d:\n%s" % (sig.name, r.returncode, r.stderr))
+        with open(os.path.join(run, "config.resolved.yaml")) as f:
+            if "  run_dir: %s\n" % run not in f.read():
+                fail("%s: config.resolved.yaml does not name the run's directory %s"
+                     % (sig.name, run))
         if "resuming %s in epoch 2 after batch %s" % (run, m.group(1)) not in r.stdout:
             fail("%s: resume did not start at the saved batch:\n%s" % (sig.name, r.stdout))
         if metrics(run) != metrics(whole):
