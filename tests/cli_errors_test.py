@@ -76,8 +76,8 @@ def main():
         (["train"], "train: give a CONFIG.yaml, or --resume RUN_DIR"),
         (["train", "--resume", os.path.join(work, "nothing")], "no such run directory"),
         (["train", "--resume", forecast, "train.run_dir=" + os.path.join(work, "elsewhere")],
-         "continues in that directory; 'train.run_dir=%s' cannot move it" %
-         os.path.join(work, "elsewhere")),
+         "train.run_dir=%s': a resumed run goes on in its directory %s; train.run_dir cannot "
+         "move it" % (os.path.join(work, "elsewhere"), forecast)),
         (["train", config, "train.epochs"], "is not a config file, nor an override: expected train.epochs=VALUE"),
         (["generate", forecast], "generate needs a language model (data.task charlm or lm); this "
                                  "is a forecast run (use seqforge predict)"),

@@ -289,12 +289,6 @@ static int run_command(int argc, char** argv) {
           sf::fail("train: --resume ", run_dir, ": a tune study's directory, not a run: resume ",
                    "one of its trials (", run_dir, "/trial-N), or go on with the study (seqforge ",
                    "tune CONFIG.yaml, which resumes it)");
-        for (const std::string& o : overrides)
-          if (o.rfind("train.run_dir=", 0) == 0)
-            sf::fail("train: --resume ", run_dir, " continues in that directory; '", o,
-                     "' cannot move it (copy the directory, then resume the copy)");
-        // The run's directory as it is now, should it have been moved since it began.
-        overrides.push_back("train.run_dir=" + std::filesystem::absolute(run_dir).string());
         summary = sf::train(sf::Config::load(resolved, overrides), std::cout, run_dir);
       } else {
         if (train_config.empty()) sf::fail("train: give a CONFIG.yaml, or --resume RUN_DIR");

@@ -1514,6 +1514,9 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
            " cannot change when a run resumes (it trained with ", saved.str(k.path), ", asked for ",
            config.str(k.path), "): start a new run to change it");
   }
+  if (config.str("train.run_dir") != saved.str("train.run_dir"))
+    fail(config.origin("train.run_dir"), ": a resumed run goes on in its directory ", resume_dir,
+         "; train.run_dir cannot move it (copy the directory, then resume the copy)");
 }
 }  // namespace
 
@@ -1522,9 +1525,15 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
   if (!resume_dir.empty()) check_resume_keeps_the_model(as_it_trained(config), resume_dir);
   // Paths made absolute, so eval, predict and --resume work from any directory.
   std::string note;
-  const Config c = with_base_architecture((resume_dir.empty() ? config : as_it_trained(config))
-                                              .with_absolute_paths(fs::current_path().string()),
-                                          &note);
+  // A resumed run records its directory as it is now, should it have been moved.
+  const Config c = with_base_architecture(
+      (resume_dir.empty()
+           ? config
+           : as_it_trained(config).with_values(
+                 {{"train.run_dir", nlohmann::json(fs::absolute(resume_dir).string()).dump()}},
+                 "the resumed run's directory"))
+          .with_absolute_paths(fs::current_path().string()),
+      &note);
   const InterruptScope interrupts;  // SIGINT, SIGTERM: stop after the current step
   dist::Communicator& comm = dist::world();
   std::ostream quiet(nullptr);  // rank 0 alone prints
