@@ -866,7 +866,16 @@ TEST(Trainer, TransformerClassifiesTextPairs) {
   // The validation examples' classes, and the report's confusion matrix of them.
   const io::CsvTable val = io::CsvTable::read((run / "val_predictions.csv").string());
   EXPECT_EQ(val.rows(), 120);
-  EXPECT_EQ(val.columns(), (std::vector<std::string>{"row", "actual", "predicted"}));
+  EXPECT_EQ(val.columns(), (std::vector<std::string>{"line", "actual", "predicted"}));
+  {  // each example's file line holds its class
+    const io::CsvTable file = io::CsvTable::read(data);
+    std::map<int64_t, std::string> label_on_line;
+    for (int64_t r = 0; r < file.rows(); ++r)
+      label_on_line[file.line_of_row(r)] = std::string(file.text("label")[r]);
+    for (int64_t r = 0; r < val.rows(); ++r)
+      EXPECT_EQ(label_on_line.at(std::stoll(std::string(val.text("line")[r]))),
+                std::string(val.text("actual")[r]));
+  }
   std::ifstream report(run / "report.html");
   EXPECT_NE(std::string(std::istreambuf_iterator<char>(report), {}).find("class=\"confusion\""),
             std::string::npos);

@@ -122,7 +122,9 @@ std::string forecast_section(const Table& p, const std::string& target) {
 // classes present and the pairs most often confused.
 constexpr size_t kMatrixClasses = 40;
 
-std::string confusion_section(const Table& p, std::vector<std::string> classes) {
+// `samples`: what a row is (windows, examples).
+std::string confusion_section(const Table& p, std::vector<std::string> classes,
+                              const std::string& samples) {
   const auto* actual = p.column("actual");
   const auto* predicted = p.column("predicted");
   if (!actual || !predicted) return "";
@@ -153,7 +155,7 @@ std::string confusion_section(const Table& p, std::vector<std::string> classes) 
            (denominator ? fmt(2.0 * tp / denominator, "%.3f") : "-") + "</td>";
   };
   const std::string accuracy = fmt(100.0 * correct / double(std::max<size_t>(1, p.rows)), "%.1f") +
-                               "% of " + std::to_string(p.rows) + " windows";
+                               "% of " + std::to_string(p.rows) + " " + samples;
   std::ostringstream o;
   if (C > kMatrixClasses) {
     std::vector<size_t> present;
@@ -169,13 +171,15 @@ std::string confusion_section(const Table& p, std::vector<std::string> classes) 
     confused.resize(std::min<size_t>(confused.size(), 20));
     o << "<h2>Classes (validation split)</h2><p>" << C << " classes, too many for a confusion "
       << "matrix: the pairs most often confused, then each class the validation split has or "
-         "the model predicted (most windows first). Accuracy "
-      << accuracy << ".</p><table><tr><th class=\"text\">actual</th><th class=\"text\">"
-      << "predicted</th><th>windows</th></tr>";
+         "the model predicted (most "
+      << samples << " first). Accuracy " << accuracy
+      << ".</p><table><tr><th class=\"text\">actual</th><th class=\"text\">"
+      << "predicted</th><th>" << samples << "</th></tr>";
     for (const auto& [n, pair] : confused)
       o << "<tr><td class=\"text\">" << escape(classes[pair.first]) << "</td><td class=\"text\">"
         << escape(classes[pair.second]) << "</td><td>" << n << "</td></tr>";
-    o << "</table><table><tr><th class=\"text\">class</th><th>windows</th><th>precision</th>"
+    o << "</table><table><tr><th class=\"text\">class</th><th>" << samples
+      << "</th><th>precision</th>"
       << "<th>recall</th><th>F1</th></tr>";
     for (size_t a : present)
       o << "<tr><td class=\"text\">" << escape(classes[a]) << "</td>" << scores(a) << "</tr>";
@@ -187,7 +191,7 @@ std::string confusion_section(const Table& p, std::vector<std::string> classes) 
     << ". Precision, recall and F1 per class; a class never predicted and never present "
        "has none.</p><table class=\"confusion\"><tr><th class=\"text\">actual \\ predicted</th>";
   for (const auto& c : classes) o << "<th>" << escape(c) << "</th>";
-  o << "<th>windows</th><th>precision</th><th>recall</th><th>F1</th></tr>";
+  o << "<th>" << samples << "</th><th>precision</th><th>recall</th><th>F1</th></tr>";
   for (size_t a = 0; a < C; ++a) {
     o << "<tr><th class=\"text\">" << escape(classes[a]) << "</th>";
     for (size_t q = 0; q < C; ++q) {
@@ -432,7 +436,8 @@ std::string render_run_report(const std::string& run_dir) {
     const Table t = read_table(p);
     if (t.rows > 0)
       o << (facts.task == "classify" || facts.task == "text_classify"
-                ? confusion_section(t, model_classes(dir))
+                ? confusion_section(t, model_classes(dir),
+                                    facts.task == "text_classify" ? "examples" : "windows")
                 : forecast_section(t, facts.target.empty() ? "target" : facts.target));
   }
   if (const fs::path p = dir / "val_reconstructions.csv"; fs::exists(p))

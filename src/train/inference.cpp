@@ -647,7 +647,7 @@ int64_t write_text_validation_outputs(const std::string& run, const LoadedRun& r
   auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, nullptr);
   const int64_t K = static_cast<int64_t>(d.class_names.size());
-  std::string csv = "row,actual,predicted\n";
+  std::string csv = "line,actual,predicted\n";  // the example's file line, as predict's
   for_text_batches(*be, *model, r, examples, [&](size_t first, size_t end, const float* o) {
     for (size_t i = first; i < end; ++i) {
       const float* ok = o + (i - first) * K;
