@@ -76,7 +76,9 @@ const std::vector<ConfigKey> kKeys = {
      "Share of the training windows that are labeled and used (a fixed random subset, by "
      "train.seed)."},
     {"data.mask_ratio", T::number, "0.15",
-     "mae: share of each window's time steps masked (zeroed in the input) and reconstructed."},
+     "mae: each time step's chance of being masked (zeroed in the input) and reconstructed, "
+     "drawn step by step (at least one step a window; new steps each training epoch, the same "
+     "ones at every evaluation)."},
     {"data.lookback", T::integer, "24", "Time steps in each input window."},
     {"data.horizon", T::integer, "1",
      "How many steps after the window's last row the target lies (1 = the next row; classify "
@@ -149,7 +151,8 @@ const std::vector<ConfigKey> kKeys = {
      "part's seasonal differences. 0: no season (MASE scales by one-step differences)."},
     {"data.seq_len", T::integer, "128",
      "Characters per training sequence (charlm); the most characters of an example "
-     "(text_classify: a longer text, or the longer text of a pair, is cut at its end)."},
+     "(text_classify: a longer text is cut at its end; a pair loses characters from the end of "
+     "its longer text, text B's at a tie, the separator kept)."},
     {"data.text_columns", T::string_list, "[]",
      "text_classify: the CSV column of each example's text, or two columns, a pair (text A, then "
      "data.separator, then text B, with segment embeddings telling them apart). lm: one column "
