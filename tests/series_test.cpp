@@ -701,30 +701,36 @@ TEST(Series, ZscoreIsTheTwoPassMeanAndSpreadOfEveryColumn) {
 // The model computes in float32: a value beyond its range once scaled is named where it is.
 TEST(Series, AValueBeyondFloat32IsNamedUnlessScaledIntoRange) {
   const fs::path dir = test::temp_dir("beyond_float");
-  std::string text = "date,city,value\n";
+  std::string text = "date,city,value,y\n";
   for (int day = 0; day < 40; ++day)
     text += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + ",a," +
-            (day == 30 ? "1e39" : std::to_string(day)) + "\n";
+            (day == 30 ? "1e39" : std::to_string(day)) + "," + std::to_string(day) + "\n";
   const std::string path = write(dir / "huge.csv", text);
-  EXPECT_EQ(error_of([&] { load_series(series_config(path)); }),
+  EXPECT_EQ(error_of([&] { load_series(series_config(path, {"data.targets=[y]"})); }),
             path +
                 ":32: column 'value': 1e+39 is beyond float32's range (the model computes in "
                 "float32); scale it, or set data.normalize: zscore");
-  const SeriesData d = load_series(series_config(path, {"data.normalize=zscore"}));
+  // A target beyond it would be forecast as infinity, scaled or not.
+  EXPECT_EQ(error_of([&] { load_series(series_config(path, {"data.normalize=zscore"})); }),
+            path +
+                ":32: column 'value': 1e+39 is beyond float32's range, which forecasts are "
+                "written in: give the target in larger units");
+  const SeriesData d =
+      load_series(series_config(path, {"data.normalize=zscore", "data.targets=[y]"}));
   float window[4];
   d.copy_window(d.split.val.back(), window);
   for (float x : window) EXPECT_TRUE(std::isfinite(x));
   // Past 2^512 a value's square overflows a double: the scalers stay finite (the value in the
   // training rows), the checkpoint that keeps them reads back, and the windows are finite.
-  std::string far = "date,city,value\n";
+  std::string far = "date,city,value,y\n";
   for (int day = 0; day < 40; ++day)
     far += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + ",a," +
-           (day == 2 ? "-1e300" : std::to_string(day)) + "\n";
+           (day == 2 ? "-1e300" : std::to_string(day)) + "," + std::to_string(day) + "\n";
   const std::string far_path = write(dir / "far.csv", far);
   for (const char* kind : {"zscore", "minmax"}) {
     SCOPED_TRACE(kind);
-    const SeriesData e =
-        load_series(series_config(far_path, {std::string("data.normalize=") + kind}));
+    const SeriesData e = load_series(
+        series_config(far_path, {std::string("data.normalize=") + kind, "data.targets=[y]"}));
     const Normalizer& norm = e.feature_norm;
     ASSERT_EQ(norm.scale.size(), 1u);
     const Normalizer back = Normalizer::from_json(norm.to_json(), "far");

@@ -124,7 +124,8 @@ void assign_scalers(const DataOptions& opt, bool stored, SeriesData* d);
 // ranges with minmax: another unit, another sensor) is named in a note.
 void note_values_far_from_training(const std::string& path, size_t file_features, SeriesData* d);
 // Every feature and target as the model sees it, scaled, is a float32: a value beyond its range
-// (data.normalize none on 1e39) is named here rather than met as an infinite loss.
+// (data.normalize none on 1e39) is named here rather than met as an infinite loss; so is a
+// forecast target beyond it in its own units (the forecasts would be infinite).
 void check_float_range(const DataFile& table, const std::vector<int64_t>& file_rows,
                        const SeriesData& d);
 
