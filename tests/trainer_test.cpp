@@ -228,10 +228,15 @@ TEST(Trainer, CharacterModelsReadUtf8AndGenerateGreedilyAtTemperatureZero) {
   EXPECT_EQ(generate(run, "日本", 30, 1.0, 1, 7), greedy);
   EXPECT_NE(error_of([&] { generate(run, "Ω", 5, 1.0, 0, 0); }).find("'Ω') is not in the model"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { generate(run, "a", 5, -1.0, 0, 0); }).find("--temperature"),
+  EXPECT_NE(error_of([&] { generate(run, "a", 5, -1.0, 0, 0); }).find("the temperature must be"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { generate(run, "a", 5, 1.0, -2, 0); }).find("--top-k must be positive"),
+  EXPECT_NE(error_of([&] { generate(run, "a", 5, 1.0, -2, 0); }).find("top_k must be positive"),
             std::string::npos);
+  for (const double top_p : {0.0, -0.5, 2.0, std::nan("")})
+    EXPECT_NE(error_of([&] { generate(run, "a", 5, 1.0, 0, 0, top_p); })
+                  .find("generate: top_p must be in (0, 1], got "),
+              std::string::npos)
+        << top_p;
   // A file that is not UTF-8 is named with the offending byte.
   std::ofstream(dir / "latin1.txt") << std::string(100, 'a') + "caf\xe9 au lait";
   EXPECT_NE(error_of([&] {

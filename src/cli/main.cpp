@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -342,6 +343,10 @@ static int run_command(int argc, char** argv) {
                  " (leave it out to sample among all characters)");
       if (!(gen_top_p > 0 && gen_top_p <= 1))
         sf::fail("generate: --top-p must be in (0, 1], got ", gen_top_p);
+      if (!(gen_temperature >= 0) || !std::isfinite(gen_temperature))
+        sf::fail("generate: --temperature must be 0 (always the likeliest character) or a finite "
+                 "number above, got ",
+                 gen_temperature);
       // The text as it is made, as a chat model's is.
       sf::generate(gen_run, gen_prompt, gen_length, gen_temperature, gen_top_k, gen_seed, gen_top_p,
                    [](std::string_view piece) {

@@ -549,10 +549,12 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
          task_name(r.task.kind), " run",
          r.task.kind == TaskKind::mae ? "" : " (use seqforge predict)");
   if (!(temperature >= 0) || !std::isfinite(temperature))
-    fail("--temperature must be 0 (always the likeliest character) or a finite number above, got ",
+    fail("generate: the temperature must be 0 (always the likeliest character) or a finite "
+         "number above, got ",
          temperature);
-  if (top_k < 0) fail("--top-k must be positive, got ", top_k);
-  if (length < 0) fail("--length must be >= 0, got ", length);
+  if (top_k < 0) fail("generate: top_k must be positive (0: every character), got ", top_k);
+  if (!(top_p > 0 && top_p <= 1)) fail("generate: top_p must be in (0, 1], got ", top_p);
+  if (length < 0) fail("generate: the length must be >= 0, got ", length);
   auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, nullptr);  // in the run's precision, as eval and predict
   if (r.task.kind == TaskKind::lm)
