@@ -368,3 +368,59 @@ def test_a_progress_bar_through_tqdm(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "15/15" in err and "val_loss" in err, err
     assert "best val_loss" in out and "epoch 1/3" not in out
+
+
+def test_strings_stay_text_and_a_resume_takes_settings(tmp_path):
+    os.chdir(tmp_path)
+    # " #" would start a YAML comment, "no" and "null" would read as a boolean and null.
+    frame = pd.DataFrame({"no": np.sin(np.arange(300) / 5), "null": np.arange(300) % 7})
+    config = {"data": {"features": ["no", "null"], "targets": ["no"], "lookback": 8},
+              "model": {"hidden": 8}, "train": {"epochs": 1, "max_batches": 3, "threads": 1}}
+    run = seqforge.train(config, data=frame, train={"run_dir": "exp #2"}, log=None)
+    assert run.path == str(tmp_path / "exp #2") and run.config["data"]["targets"] == ["no"]
+    assert run.config["data"]["features"] == ["no", "null"]
+    assert not os.path.exists("exp")
+    # A resume takes settings, and refuses those that shape the model.
+    more = seqforge.train(resume="exp #2", train={"epochs": 3}, log=None)
+    assert [row["epoch"] for row in more.metrics if "epoch" in row] == [1, 2, 3]
+    with pytest.raises(seqforge.Error, match="model.hidden cannot change when a run resumes"):
+        seqforge.train(resume="exp #2", model={"hidden": 16}, log=None)
+    with pytest.raises(TypeError, match="on_epoch must return True, False or None, not str"):
+        seqforge.train(config, data=frame, train={"run_dir": "cb"}, log=None,
+                       on_epoch=lambda epoch, metrics: "yes")
+    # Masked cells are missing values, never the numbers under the mask.
+    masked = np.ma.masked_array(frame.to_numpy(), mask=np.zeros(frame.shape, bool))
+    masked.mask[100, 0] = True
+    with pytest.raises(seqforge.Error, match="the array's row 100"):
+        seqforge.train(dict(config, data=dict(config["data"], features=["0", "1"],
+                                              targets=["0"])),
+                       data=masked, train={"run_dir": "masked"}, log=None)
+
+
+def test_array_predictions_of_several_steps_have_a_steps_axis(tmp_path):
+    os.chdir(tmp_path)
+    series = np.sin(np.arange(200) / 4)[:, None]
+    run = seqforge.train({"data": {"targets": ["0"], "lookback": 6, "horizon": 3},
+                          "model": {"hidden": 8}, "train": {"epochs": 1, "threads": 1}},
+                         data=series, train={"run_dir": "steps"}, log=None)
+    table = run.predictions(series[:40])
+    forecasts = run.predict(series[:40])
+    assert forecasts.shape == (40 - 6 + 1, 3)  # the last windows forecast past the end
+    np.testing.assert_array_equal(forecasts.ravel(), table["0"])
+
+
+def test_estimators_guard_their_models(tmp_path):
+    import pickle
+    from seqforge.sklearn import SeqForgeClassifier, SeqForgeRegressor
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(80, 6, 2))
+    y = X.sum(axis=(1, 2))
+    shared = str(tmp_path / "shared")
+    a = SeqForgeRegressor(epochs=2, threads=1, run_dir=shared).fit(X, y)
+    SeqForgeRegressor(epochs=2, threads=1, run_dir=shared).fit(X, -y)
+    with pytest.raises(RuntimeError, match="holds another fit's model now"):
+        a.predict(X)
+    with pytest.raises(ValueError, match="data.lookback is the estimator's own"):
+        SeqForgeRegressor(epochs=1, config={"data.lookback": 3}).fit(X, y)
+    single = SeqForgeClassifier(epochs=1).fit(X, ["a"] * len(X))
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(single)).predict(X[:3]), ["a"] * 3)

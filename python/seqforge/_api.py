@@ -16,21 +16,51 @@ from . import _native
 
 def _yaml_value(value):
     """A Python value as the YAML text of an override (JSON is YAML's flow style)."""
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, (int, float, np.integer, np.floating)):
         return repr(value.item() if hasattr(value, "item") else value)
-    if isinstance(value, (os.PathLike,)):
-        return os.fspath(value)
-    if isinstance(value, str):
-        return value
+    if isinstance(value, (str, os.PathLike)):  # quoted: "exp #2", "null" and "on" stay text
+        return json.dumps(os.fspath(value))
     if value is None:
         return ""
     if isinstance(value, (list, tuple)):
         return json.dumps([v.item() if hasattr(v, "item") else v for v in value])
     if isinstance(value, dict):
         return json.dumps({str(k): v for k, v in value.items()})
-    raise TypeError(f"seqforge: cannot give {type(value).__name__} {value!r} as a config value")
+    shown = (f"an array of shape {value.shape}" if isinstance(value, np.ndarray) else
+             f"{type(value).__name__} {value!r}"[:80])
+    raise TypeError(f"seqforge: cannot give {shown} as a config value")
+
+
+class _CoreSchemaLoader(yaml.SafeLoader):
+    """YAML 1.2's core schema, as the library reads a config: only true and false are booleans
+    (a column named no stays text) and 12:30 is no number."""
+
+
+_CoreSchemaLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers
+            if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int",
+                           "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_CoreSchemaLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_CoreSchemaLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+    list("-+0123456789"))
+_CoreSchemaLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+_CoreSchemaLoader.add_constructor(
+    "tag:yaml.org,2002:int",
+    lambda loader, node: int(loader.construct_scalar(node), 0 if "o" in node.value or "x" in
+                             node.value else 10))
+
+
+def _load_yaml(text):
+    return yaml.load(text, Loader=_CoreSchemaLoader)
 
 
 def _overrides(values, keys, prefix=""):
@@ -41,8 +71,14 @@ def _overrides(values, keys, prefix=""):
         path = prefix + str(key)
         if isinstance(value, dict) and path not in keys:
             out += _overrides(value, keys, path + ".")
+        elif path not in keys and any(k.startswith(path + ".") for k in keys):
+            raise TypeError(f"seqforge: {path} takes a dict of its keys ({path}={{...}}), not "
+                            f"{type(value).__name__} {value!r}"[:200])
         else:
-            out.append(f"{path}={_yaml_value(value)}")
+            try:
+                out.append(f"{path}={_yaml_value(value)}")
+            except TypeError as e:
+                raise TypeError(f"{e} (given as {path})") from None
     return out
 
 
@@ -55,6 +91,8 @@ def _config_source(config):
                 os.path.exists(config) or config.endswith((".yaml", ".yml")))):
         return None, os.fspath(config)
     if isinstance(config, str):
+        if ":" not in config and "\n" not in config:
+            raise _native.Error(f"{config}: no such config file")
         return config, "python"
     raise TypeError(f"seqforge.train: config is a path, YAML text or a dict, not "
                     f"{type(config).__name__}")
@@ -79,8 +117,19 @@ def _new_run_dir(source):
         version += 1
 
 
+def _unmasked(array):
+    """A numpy masked array's masked cells as NaN: missing values (data.missing says what to do
+    with them), never the numbers the mask hides."""
+    if isinstance(array, np.ma.MaskedArray):
+        if array.dtype.kind not in "iuf":
+            return np.asarray(array)  # refused as it is
+        return np.ma.filled(array.astype(np.float64), np.nan)
+    return array
+
+
 def _data_payload(data):
     """(suffix, bytes or a C-contiguous array) of in-memory data; errors for what cannot be."""
+    data = _unmasked(data)
     if isinstance(data, np.ndarray):
         if data.ndim != 2 or data.dtype.kind not in "iuf":
             cut = (" (windows cut already? pass the series itself, a row per time step: "
@@ -88,6 +137,8 @@ def _data_payload(data):
             dims = f"{data.ndim} dimension{'' if data.ndim == 1 else 's'}"
             raise _native.Error(f"data: expected a 2-D numeric array (rows, columns), got "
                                 f"{dims} of {data.dtype}{cut}")
+        if data.shape[1] == 0:
+            raise _native.Error("data: the array has no columns")
         dtype = np.float32 if data.dtype == np.float32 else np.float64
         return ".npy", np.ascontiguousarray(data, dtype=dtype)
     if type(data).__name__ == "DataFrame":
@@ -188,7 +239,7 @@ def _config_parts(config, overrides, sections):
 
 def resolved_config(config, overrides=None, sections=None):
     """The config train would run (every key, defaults filled in) as nested dicts."""
-    return yaml.safe_load(_native.resolved_config(*_config_parts(config, overrides, sections)))
+    return _load_yaml(_native.resolved_config(*_config_parts(config, overrides, sections)))
 
 
 def _print_line(line):
@@ -251,10 +302,16 @@ def train(config=None, data=None, *, overrides=None, resume=None, overwrite=Fals
     progress: a tqdm progress bar (where tqdm is installed) instead of the lines a run prints
       during and after each epoch: True, False, or "auto" (on a terminal).
     """
+    if log is not None and not callable(log):
+        raise TypeError(f"seqforge.train: log is a function of a line, or None, not "
+                        f"{type(log).__name__}")
+    if progress not in (True, False, "auto"):
+        raise ValueError(f"seqforge.train: progress is True, False or \"auto\", not {progress!r}")
     bar = None
     if progress is not False and log is _print_line:
-        resolved = load(resume).config if resume is not None else resolved_config(
-            config, overrides, sections)
+        resolved = resolved_config(
+            os.path.join(os.fspath(resume), "config.resolved.yaml") if resume is not None
+            else config, overrides, sections)
         bar = _progress_bar(progress, log, resolved["train"]["epochs"])
     if bar is None:
         return _train(config, data, overrides, resume, overwrite, on_epoch, log, None, sections)
@@ -270,19 +327,21 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
         if config is not None or data is not None:
             raise _native.Error(f"resume={resume} continues that run with its own config; drop "
                                 "config and data")
-        summary = _native.train(None, "", [], resume=os.fspath(resume), log=log,
+        keys = set(_native.config_keys())
+        values = _overrides(sections or {}, keys) + _overrides(overrides or {}, keys)
+        summary = _native.train(None, "", values, resume=os.fspath(resume), log=log,
                                 on_epoch=on_epoch, on_step=on_step)
         return Run(summary["run_dir"], summary)
     text, source, values = _config_parts(config, overrides, sections)
     if data is not None:
         payload = None if isinstance(data, (str, os.PathLike)) else _data_payload(data)
-        resolved = yaml.safe_load(_native.resolved_config(text, source, values))
+        resolved = _load_yaml(_native.resolved_config(text, source, values))
         run_dir = resolved["train"]["run_dir"] or _new_run_dir(source)
         if _holds_a_run(run_dir) and not overwrite:
             raise _native.Error(f"{run_dir}: holds another run's files; pass overwrite=True to "
                                 f"replace them, or resume='{run_dir}' to continue that run")
         path = _data_file(data, run_dir, payload)
-        values += [f"data.path={path}", f"train.run_dir={run_dir}"]
+        values += [f"data.path={_yaml_value(path)}", f"train.run_dir={_yaml_value(run_dir)}"]
         with _naming_the_data(data, path):
             summary = _native.train(text, source, values, overwrite=overwrite, log=log,
                                     on_epoch=on_epoch, on_step=on_step)
@@ -313,7 +372,7 @@ class Run:
     def config(self):
         """The resolved config (every key, defaults filled in) as nested dicts."""
         with open(os.path.join(self.path, "config.resolved.yaml"), encoding="utf-8") as f:
-            return yaml.safe_load(f)
+            return _load_yaml(f)
 
     @property
     def metrics(self):
@@ -328,8 +387,11 @@ class Run:
         """Metrics on a split of the run's data ("val" or "test"), or on every window of `data`
         (a path, array or data frame of the training data's layout); `missing` ("ffill" or
         "interpolate") fills that data's missing cells, as eval's --missing."""
+        if split not in ("val", "test"):
+            raise ValueError(f"evaluate: split is \"val\" or \"test\", got {split!r}")
         if data is None:
             return _native.evaluate(self.path, split, "", missing or "")
+        data = _unmasked(data)
         if isinstance(data, np.ndarray):
             with _naming_the_array(data):
                 return _native.evaluate_array(self.path, data, missing or "")
@@ -344,6 +406,7 @@ class Run:
         buffers (NaN: empty), text as object arrays, in the command's column order. A float32
         or float64 array in C order is read where it is. `missing` ("ffill" or "interpolate")
         fills X's missing cells, as predict's --missing."""
+        X = _unmasked(X)
         if isinstance(X, np.ndarray):  # read where it is, not copied
             with _naming_the_array(X):
                 table = _native.predictions_of_array(self.path, X, last, missing or "")
@@ -353,7 +416,7 @@ class Run:
                 with _naming_the_data(X, path):
                     table = _native.predictions(self.path, path, last, missing or "")
         for note in table["notes"]:  # what predict prints as "note:" lines
-            warnings.warn(note, stacklevel=2)
+            warnings.warn(re.sub(r"<numpy array \d+>\.npy", "the array", note), stacklevel=2)
         return {name: values if kind != "text" else np.array(values, dtype=object)
                 for name, kind, values in table["columns"]}
 
@@ -362,8 +425,9 @@ class Run:
         predictions() for `missing`.
 
         A data frame or a path gives a pandas DataFrame with the command's columns. An array
-        gives an array: a forecast's values (windows, outputs), one column squeezed away, or a
-        classifier's classes."""
+        gives an array: a forecast's values (windows, outputs), or (windows, steps, outputs)
+        for several steps ahead (data.horizon, direct), an axis of one output squeezed away; or
+        a classifier's classes."""
         table = self.predictions(X, last, missing)
         if isinstance(X, np.ndarray):
             return self._as_array(table)
@@ -389,9 +453,12 @@ class Run:
             return table["class"]
         skip = {"series", "window_end", "forecast_for", "step", "line"}
         columns = [name for name in table if name not in skip and not name.endswith("_actual")]
-        if len(columns) == 1:
-            return table[columns[0]]
-        return np.stack([table[name] for name in columns], axis=1)
+        values = (table[columns[0]] if len(columns) == 1 else
+                  np.stack([table[name] for name in columns], axis=1))
+        if "step" in table:  # a row per window and step ahead, the steps of a window together
+            steps = int(table["step"].max()) if len(table["step"]) else 1
+            values = values.reshape((-1, steps) + values.shape[1:])
+        return values
 
     def merge(self, output):
         """Folds the run's LoRA or DoRA adapters into its weights (as `seqforge merge`): a plain
@@ -404,5 +471,8 @@ class Run:
         """Text sampled from a language model after `prompt` (as `seqforge generate`).
         stream(text), where given, sees the text as it is made (the prompt first): the pieces
         join into the returned text; an exception it raises ends the sampling."""
-        return _native.generate(self.path, prompt, length, temperature, top_k or 0, seed, top_p,
-                                stream)
+        if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
+            raise ValueError(f"generate: seed must be a whole number from 0 to 2**64 - 1, got "
+                             f"{seed!r}")
+        return _native.generate(self.path, prompt, length, temperature, top_k or 0, int(seed),
+                                top_p, stream)

@@ -27,8 +27,11 @@ def suggest(trial, name, spec):
     if isinstance(spec, list):
         spec = CategoricalDistribution(spec)
     elif isinstance(spec, tuple):
+        if len(spec) not in (2, 3) or (len(spec) == 3 and spec[2] != "log"):
+            raise ValueError(f"seqforge.optuna: {name}: expected (low, high) or (low, high, "
+                             f"\"log\"), got {spec!r}")
         low, high = spec[0], spec[1]
-        log = len(spec) > 2 and spec[2] == "log"
+        log = len(spec) == 3
         integer = isinstance(low, int) and isinstance(high, int)
         spec = IntDistribution(low, high, log=log) if integer else FloatDistribution(
             float(low), float(high), log=log)
@@ -64,7 +67,8 @@ class PruningCallback:
 def objective(config, space, data=None, monitor=None, runs="runs", log=None, **sections):
     """An objective for study.optimize: each trial trains `config` with the values `space`
     ({config key: spec}, see suggest) suggests, pruned through PruningCallback, and returns the
-    best value of `monitor` (default: the config's train.early_stopping.monitor)."""
+    best value of `monitor` (default: the config's train.early_stopping.monitor) in the study's
+    direction, whose epoch's checkpoint the run keeps (`train.save: best`)."""
 
     def run_trial(trial):
         values = {name: suggest(trial, name, spec) for name, spec in space.items()}
@@ -75,15 +79,13 @@ def objective(config, space, data=None, monitor=None, runs="runs", log=None, **s
         if metric is None:
             resolved = _api.resolved_config(config, overrides, sections)
             metric = resolved["train"]["early_stopping"]["monitor"]
+        # Early stopping and the checkpoint kept follow the study's metric and direction.
+        maximize = trial.study.direction == optuna.study.StudyDirection.MAXIMIZE
+        overrides["train.early_stopping.monitor"] = metric
+        overrides["train.early_stopping.mode"] = "max" if maximize else "min"
         trial.set_user_attr("run_dir", run_dir)
         run = _api.train(config, data=data, overrides=overrides, overwrite=True,
                          on_epoch=PruningCallback(trial, metric), log=log, **sections)
-        if run.summary["monitor"] != metric:
-            values = [row[metric] for row in run.metrics if metric in row]
-            if not values:
-                raise KeyError(f"seqforge.optuna: the run reports no '{metric}'")
-            minimize = trial.study.direction == optuna.study.StudyDirection.MINIMIZE
-            return min(values) if minimize else max(values)
         return run.summary["best"]
 
     return run_trial

@@ -8,6 +8,7 @@ sample's class. Samples are independent: they are dealt to the training and vali
 random (validation_fraction), and each fit trains a fresh model in a run directory of its own
 (`run_dir`, else a temporary one removed with the estimator; pickling keeps the model).
 """
+import hashlib
 import os
 import shutil
 import tempfile
@@ -17,12 +18,28 @@ import weakref
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
+from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
 from . import _api
 
 # The files a fitted estimator keeps when pickled: enough to predict.
 _MODEL_FILES = ("config.resolved.yaml", "model.safetensors")
+
+# Keys the estimator sets from X and y: another value would cut other windows than its samples.
+_OWN_KEYS = ("data.path", "data.task", "data.series_column", "data.features", "data.targets",
+             "data.class_column", "data.lookback", "data.horizon", "data.horizon_mode",
+             "data.stride", "data.date_column", "data.split.mode", "data.split.train",
+             "data.split.val", "data.split.test", "train.run_dir")
+
+
+def _fingerprint(run_dir):
+    """What tells the model in `run_dir` from another fit's: its files' bytes."""
+    digest = hashlib.sha256()
+    for name in _MODEL_FILES:
+        with open(os.path.join(run_dir, name), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
 
 
 def _as_windows(X):
@@ -90,7 +107,13 @@ class _Estimator(BaseEstimator):
             "train.save": "best" if val else "last", "train.test_after": False,
             "train.seed": int(seed), "train.threads": self.threads, "train.progress_seconds": 0,
         }
-        settings.update(self.config or {})
+        config = self.config or {}
+        flat = _api._overrides(config, set(_api._native.config_keys()))
+        for key in (o.split("=", 1)[0] for o in flat):
+            if key in _OWN_KEYS or key == "data.split":
+                raise ValueError(f"config: {key} is the estimator's own (set from X and y: one "
+                                 f"window per sample); leave it out")
+        settings.update(config)
         return settings
 
     def _train(self, frame, settings):
@@ -100,7 +123,9 @@ class _Estimator(BaseEstimator):
             self._cleanup = weakref.finalize(self, shutil.rmtree, run_dir, True)
         settings["train.run_dir"] = run_dir
         log = _api._print_line if self.verbose else None
+        self.run_ = None  # a failed fit leaves no model of other data behind
         self.run_ = _api.train({}, data=frame, overrides=settings, overwrite=True, log=log)
+        self._model_fingerprint = _fingerprint(self.run_.path)
 
     def _check_X(self, X):
         X = self._validate_data(X, reset=False, allow_nd=True, dtype=np.float64)
@@ -121,6 +146,11 @@ class _Estimator(BaseEstimator):
 
     def _table(self, X):
         check_is_fitted(self, "run_")
+        if self.run_ is None:
+            raise NotFittedError("the last fit failed: fit again")
+        if _fingerprint(self.run_.path) != self._model_fingerprint:
+            raise RuntimeError(f"{self.run_.path} holds another fit's model now (estimators "
+                               f"given one run_dir?): fit again, or give each its own run_dir")
         windows = self._check_X(X)
         with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
             path = _api._data_file(_series_frame(windows), scratch)
@@ -129,7 +159,7 @@ class _Estimator(BaseEstimator):
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_cleanup", None)
-        if "run_" in state:
+        if state.get("run_") is not None:
             files = {}
             for name in _MODEL_FILES:
                 with open(os.path.join(self.run_.path, name), "rb") as f:
@@ -147,6 +177,7 @@ class _Estimator(BaseEstimator):
                 with open(os.path.join(run_dir, name), "wb") as f:
                     f.write(content)
             self.run_ = _api.Run(run_dir)
+            self._model_fingerprint = _fingerprint(run_dir)
 
     def _more_tags(self):
         return {"allow_nan": False, "poor_score": True, "non_deterministic": False}

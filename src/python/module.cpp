@@ -112,7 +112,19 @@ py::dict train(const py::object& yaml, const std::string& source,
       py::gil_scoped_acquire gil;
       try {
         const py::object keep = on_epoch(epoch, metrics);
-        return keep.is_none() || keep.cast<bool>();
+        const bool numpy_bool = py::hasattr(keep, "dtype") && py::hasattr(keep, "ndim") &&
+                                keep.attr("ndim").cast<int>() == 0 &&
+                                py::str(keep.attr("dtype").attr("kind")).cast<std::string>() == "b";
+        if (keep.is_none()) return true;
+        if (py::isinstance<py::bool_>(keep) || numpy_bool) return PyObject_IsTrue(keep.ptr()) == 1;
+        if (!callback_error.error) {
+          PyErr_SetString(PyExc_TypeError,
+                          ("on_epoch must return True, False or None, not " +
+                           std::string(py::str(py::type::of(keep).attr("__name__"))))
+                              .c_str());
+          callback_error.error.reset(new py::error_already_set());
+        }
+        return false;
       } catch (py::error_already_set& e) {
         if (!callback_error.error) callback_error.error.reset(new py::error_already_set(e));
         return false;

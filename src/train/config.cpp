@@ -1088,6 +1088,46 @@ std::vector<std::string> Config::list(const std::string& key) const {
   return out;
 }
 
+namespace {
+
+// Text that a YAML reader could take for a number, a boolean or null ("2024", "no", "~", "1e3",
+// "12:30" in YAML 1.1) is written quoted, so that every reader reads it back as text.
+void emit_text(YAML::Emitter& out, const std::string& text) {
+  std::string lower = text;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::set<std::string> words = {"y",  "n",     "yes", "no",   "true",
+                                              "on", "false", "off", "null", "~"};
+  const bool misread =
+      !text.empty() && (std::string_view("0123456789+-.").find(text[0]) != std::string_view::npos ||
+                        words.count(lower) > 0);
+  if (misread) out << YAML::DoubleQuoted;
+  out << text;
+}
+
+// A string list or map, in flow style, its texts as emit_text writes them.
+void emit_texts(YAML::Emitter& out, const YAML::Node& node) {
+  if (node.IsSequence()) {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (const auto& item : node) emit_texts(out, item);
+    out << YAML::EndSeq;
+  } else if (node.IsMap()) {
+    out << YAML::Flow << YAML::BeginMap;
+    for (const auto& item : node) {
+      out << YAML::Key;
+      emit_texts(out, item.first);
+      out << YAML::Value;
+      emit_texts(out, item.second);
+    }
+    out << YAML::EndMap;
+  } else if (node.IsScalar()) {
+    emit_text(out, node.Scalar());
+  } else {
+    out << node;
+  }
+}
+
+}  // namespace
+
 std::string Config::resolved_yaml() const {
   // Keys in table order, grouped by their dotted prefixes (the table keeps each group together).
   YAML::Emitter out;
@@ -1103,13 +1143,14 @@ std::string Config::resolved_yaml() const {
     for (; open.size() > common; open.pop_back()) out << YAML::EndMap;
     for (; open.size() + 1 < parts.size(); open.push_back(parts[open.size()]))
       out << YAML::Key << parts[open.size()] << YAML::Value << YAML::BeginMap;
-    // Strings and paths as they are (the emitter quotes them where YAML would misread them);
-    // the rest is YAML text already.
-    YAML::Node value = k.type == T::string || k.type == T::path ? YAML::Node(str(k.path))
-                                                                : YAML::Load(str(k.path));
-    if (k.type == T::string_map || k.type == T::string_list)
-      value.SetStyle(YAML::EmitterStyle::Flow);
-    out << YAML::Key << parts.back() << YAML::Value << value;
+    // Strings, paths and their lists as text; the rest is YAML text already.
+    out << YAML::Key << parts.back() << YAML::Value;
+    if (k.type == T::string || k.type == T::path)
+      emit_text(out, str(k.path));
+    else if (k.type == T::string_map || k.type == T::string_list)
+      emit_texts(out, YAML::Load(str(k.path)));
+    else
+      out << YAML::Load(str(k.path));
     if (const auto it = written_.find(k.path); it != written_.end())
       out << YAML::Comment("as written: " + it->second);
   }
