@@ -94,6 +94,11 @@ struct OneDnnGemm::Impl {
   const dnnl::engine& engine = cpu_engine();
   std::mutex mutex;
   std::map<Key, Entry> cache;
+  // Which instance a thread's argument lists belong to (see execute).
+  const uint64_t serial = [] {
+    static std::atomic<uint64_t> next{1};
+    return next++;
+  }();
 
   Entry& get(const GemmShape& s, DType operands, bool packed) {
     std::lock_guard lock(mutex);
@@ -154,8 +159,12 @@ struct OneDnnGemm::Impl {
       std::unordered_map<int, dnnl::memory> plain, with_bias;
     };
     thread_local std::map<uint64_t, Args> args_of;
+    thread_local uint64_t args_owner = 0;
     thread_local Scratch scratch;
     thread_local dnnl::stream stream(engine);
+    // A thread keeps the lists of the instance it last ran: a process that makes backend after
+    // backend (a Python session, a study) would otherwise keep every earlier one's.
+    if (args_owner != serial) args_of.clear(), args_owner = serial;
     auto [it, fresh] = args_of.try_emplace(e.id);
     Args& m = it->second;
     dnnl::memory& scratch_mem = scratch.get(engine, e.scratch_bytes);
