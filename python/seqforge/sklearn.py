@@ -19,6 +19,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.exceptions import NotFittedError
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from . import _api
@@ -89,11 +90,16 @@ class _Estimator(BaseEstimator):
         self.verbose = verbose
 
     def _settings(self, n, T, F):
+        if not 0 <= self.validation_fraction < 1:
+            raise ValueError(f"validation_fraction must be in [0, 1), got "
+                             f"{self.validation_fraction}")
         val = self.validation_fraction if round(n * self.validation_fraction) >= 1 else 0.0
         if self.validation_fraction and not val:
             warnings.warn(f"validation_fraction={self.validation_fraction} of {n} samples holds "
                           f"no sample: training without validation (patience does nothing)")
-        seed = self.random_state if isinstance(self.random_state, (int, np.integer)) else 0
+        # An int is the seed; a RandomState (or None: numpy's global one) draws it.
+        seed = (self.random_state if isinstance(self.random_state, (int, np.integer)) else
+                check_random_state(self.random_state).randint(2**31))
         settings = {
             "data.series_column": "series",
             "data.features": [f"x{f}" for f in range(F)], "data.lookback": T,
@@ -119,6 +125,8 @@ class _Estimator(BaseEstimator):
     def _train(self, frame, settings):
         run_dir = self.run_dir
         if run_dir is None:
+            if getattr(self, "_cleanup", None) is not None:
+                self._cleanup()  # the last fit's model: this fit replaces it
             run_dir = tempfile.mkdtemp(prefix="seqforge-estimator-")
             self._cleanup = weakref.finalize(self, shutil.rmtree, run_dir, True)
         settings["train.run_dir"] = run_dir
