@@ -174,6 +174,44 @@ check(len(done) == 5, f"resumed study has its 5 trials ({[r[1] for r in rows]})"
 check(len(failed) == 1 and "died" in failed[0][3], f"the killed trial is failed: {failed}")
 retry = [r for r in rows if "seqforge:retry_of" in r[4]]
 check(len(retry) == 1 and retry[0][2] == failed[0][2], "the killed trial's parameters ran again")
+# The study's trials start from one config: another one is refused, naming the key.
+p = run([cfg, "--study", db, "train.run_dir=" + work + "/kill", "data.lookback=6",
+         "tune.n_trials=6"], ok=False)
+check(p.returncode != 0 and "ran its trials with data.lookback 8, this config gives 6" in p.stderr
+      and len(trials(db)) == len(rows), f"a study's trials keep their config: {p.stderr.strip()}")
+
+# 2a. A worker stopped by Ctrl-C: its trial is failed and its parameters run first when the
+# study goes on.
+cfg = config("int", epochs=6, batches=12, n_trials=3)
+db = os.path.join(work, "int.db")
+p = subprocess.Popen([seqforge, "tune", cfg, "--study", db, "train.run_dir=" + work + "/int"],
+                     cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+deadline = time.time() + 120
+stopped = False
+while time.time() < deadline and p.poll() is None:
+    try:
+        c = sqlite3.connect(db)
+        r = c.execute("SELECT count(*) FROM trials t JOIN trial_intermediate_values i "
+                      "ON i.trial_id = t.trial_id WHERE t.state = 'RUNNING' AND t.number >= 1"
+                      ).fetchone()
+        c.close()
+        if r[0] >= 1:
+            p.send_signal(signal.SIGINT)
+            stopped = True
+            break
+    except sqlite3.Error:
+        pass
+    time.sleep(0.02)
+err = p.communicate()[1]
+check(stopped and p.returncode == 130 and "its parameters run again first" in err
+      and "seqforge train --resume" not in err, f"a trial stopped by Ctrl-C: {err.strip()}")
+run([cfg, "--study", db, "train.run_dir=" + work + "/int"])
+rows = trials(db)
+failed = [r for r in rows if r[1] == "failed"]
+retry = [r for r in rows if "seqforge:retry_of" in r[4]]
+check(len(failed) == 1 and len(retry) == 1 and retry[0][2] == failed[0][2]
+      and retry[0][1] in ("complete", "pruned"),
+      f"the stopped trial's parameters ran again: {[(r[0], r[1]) for r in rows]}")
 
 # 2b. A worker paused (SIGSTOP) past the grace period: another worker fails its trial and runs
 # the parameters again; when the paused one resumes, its late writes are rejected, it prints one

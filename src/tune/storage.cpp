@@ -338,6 +338,7 @@ class SqlStorage final : public Storage {
           set_study_attr(id, "seqforge:fingerprint", info.fingerprint);
           set_study_attr(id, "seqforge:space", json::parse(info.space, nullptr, false));
         }
+        check_trial_config(id, info);
         use_study(id, info.name);
         return;
       }
@@ -350,8 +351,34 @@ class SqlStorage final : public Storage {
                  {upper, str(id)});
       set_study_attr(id, "seqforge:fingerprint", info.fingerprint);
       set_study_attr(id, "seqforge:space", json::parse(info.space, nullptr, false));
+      check_trial_config(id, info);
       use_study(id, info.name);
     });
+  }
+
+  // The study keeps the config its trials start from; another one is refused, naming the first
+  // key that differs (a study from before it kept one takes this one).
+  void check_trial_config(int64_t id, const StudyInfo& info) {
+    if (info.trial_config.empty()) return;
+    const json mine = json::parse(info.trial_config);
+    const auto attrs = study_attrs(id);
+    const auto stored = attrs.find("seqforge:trial_config");
+    if (stored == attrs.end() || !stored->second.is_object()) {
+      set_study_attr(id, "seqforge:trial_config", mine);
+      return;
+    }
+    for (const auto& [key, value] : mine.items()) {
+      const auto it = stored->second.find(key);
+      if (it == stored->second.end()) continue;  // a key a later version added
+      const auto text = [](const json& v) {
+        return v.is_string() ? v.get<std::string>() : v.dump();
+      };
+      if (*it != value)
+        fail(where(), ": study '", info.name, "' ran its trials with ", key, " ", text(*it),
+             ", this config gives ", text(value),
+             ": trials of other settings do not compare; use a new study name (tune.name) or "
+             "file");
+    }
   }
 
   std::optional<StudyInfo> info(const std::string& name) override {
@@ -366,6 +393,18 @@ class SqlStorage final : public Storage {
       return out;
     }
     return std::nullopt;
+  }
+
+  // A waiting trial with the parameters of failed trial `t`, unless it has none or was the
+  // second retry already: they run again, as Optuna's RetryFailedTrialCallback has them.
+  void queue_retry(const Trial& t) {
+    const double retries = t.attrs.count("retries") ? t.attrs.at("retries") : 0;
+    if (t.params.empty() || retries >= 2) return;
+    const int64_t id = insert_trial("WAITING", std::nullopt);
+    set_trial_attr(id, "fixed_params", by_value(t.params));
+    set_trial_attr(id, "failed_trial", t.number);  // Optuna's RetryFailedTrialCallback keys
+    set_trial_attr(id, "seqforge:retries", retries + 1);
+    set_trial_attr(id, "seqforge:retry_of", double(t.number));
   }
 
   std::optional<Trial> claim(int64_t n_trials, const Worker& worker, double grace,
@@ -385,14 +424,7 @@ class SqlStorage final : public Storage {
         db_->query("UPDATE trials SET state = 'FAIL', datetime_complete = ? WHERE trial_id = ?",
                    {datetime_text(now, false), str(t.id)});
         set_trial_attr(t.id, "seqforge:message", why);
-        const double retries = t.attrs.count("retries") ? t.attrs.at("retries") : 0;
-        if (!t.params.empty() && retries < 2) {  // run its parameters again, as Optuna would
-          const int64_t id = insert_trial("WAITING", std::nullopt);
-          set_trial_attr(id, "fixed_params", by_value(t.params));
-          set_trial_attr(id, "failed_trial", t.number);  // Optuna's RetryFailedTrialCallback keys
-          set_trial_attr(id, "seqforge:retries", retries + 1);
-          set_trial_attr(id, "seqforge:retry_of", double(t.number));
-        }
+        queue_retry(t);
       }
       const auto waiting = db_->query(
           "SELECT trial_id FROM trials WHERE study_id = ? AND state = 'WAITING' "
@@ -473,9 +505,14 @@ class SqlStorage final : public Storage {
   }
 
   void finish(int64_t id, TrialState state, std::optional<double> value, int64_t epochs,
-              const std::string& message) override {
+              const std::string& message, bool retry) override {
     write([&] {
       check_running(id);
+      if (retry) {
+        const auto t = load("t.trial_id = ?", {str(id)});
+        SF_CHECK(t.size() == 1, "trial ", id);
+        queue_retry(t[0]);
+      }
       const double now = now_seconds();
       db_->query("UPDATE trials SET state = ?, datetime_complete = ? WHERE trial_id = ?",
                  {optuna_state_name(state), datetime_text(now, false), str(id)});

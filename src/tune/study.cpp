@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -117,8 +118,10 @@ Study::Study(std::unique_ptr<Storage> storage, TuneSettings settings, std::strin
       where_(std::move(where)),
       sampler_(make_sampler(settings_)),
       pruner_(make_pruner(settings_.pruner)) {
-  storage_->create_or_check({settings_.name, direction_name(settings_.direction),
-                             settings_.fingerprint(), space_json(settings_.space)});
+  storage_->create_or_check(
+      {settings_.name, direction_name(settings_.direction), settings_.fingerprint(),
+       space_json(settings_.space),
+       settings_.trial_config.empty() ? "" : nlohmann::json(settings_.trial_config).dump()});
 }
 
 std::optional<double> trial_value(const Trial& trial, const TuneSettings& settings,
@@ -265,7 +268,7 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
       try {
         storage_->set_attrs(
             trial.id, {{"seconds", elapsed}, {"overhead_seconds", stats.overhead_seconds.back()}});
-        storage_->finish(trial.id, state, value, epochs, message);
+        storage_->finish(trial.id, state, value, epochs, message, interrupted != 0);
         break;
       } catch (const TrialFinishedError& e) {
         discarded = e.reason;
@@ -300,7 +303,8 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
       throw Interrupted(
           interrupted, detail::concat("interrupted (", interrupted == SIGINT ? "SIGINT" : "SIGTERM",
                                       ") during trial ", trial.number,
-                                      ", recorded as failed; run seqforge tune again to go on"));
+                                      ", recorded as failed; run seqforge tune again to go on ",
+                                      "(its parameters run again first)"));
     if (abort) throw StudyError(message);
     if (stats.failed >= max_failures) {
       console << "giving up: " << stats.failed << " trials failed in this worker\n";
@@ -540,6 +544,25 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
             << (higher_is_better(settings.metric) ? "higher" : "lower")
             << ": its best trial is the worst (tune.direction)\n";
   settings.min_delta = base.number("train.early_stopping.min_delta");
+  // Where and how fast a trial runs changes none of its numbers, and the study sets what the
+  // trial watches and keeps; the rest must stay the same for the study's trials to compare.
+  const Config absolute = base.with_absolute_paths(fs::current_path().string());
+  for (const ConfigKey& k : config_keys()) {
+    static const std::set<std::string> not_compared = {"train.run_dir",
+                                                       "train.threads",
+                                                       "data.num_workers",
+                                                       "data.prefetch_factor",
+                                                       "train.progress_seconds",
+                                                       "train.device",
+                                                       "train.early_stopping.monitor",
+                                                       "train.early_stopping.mode",
+                                                       "train.save"};
+    if (k.path.rfind("tune.", 0) == 0 || not_compared.count(k.path) ||
+        std::any_of(settings.space.begin(), settings.space.end(),
+                    [&](const Param& p) { return p.name == k.path; }))
+      continue;
+    settings.trial_config[k.path] = absolute.str(k.path);
+  }
   // The trainer keeps the checkpoint of the epoch the trial's value comes from: for `best`, its
   // early stopping follows the study's metric and direction; for `last`, it saves the last epoch.
   const std::vector<std::string> value_overrides = {
@@ -650,6 +673,12 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     TrainSummary s;
     try {
       s = train(c, log, "", hooks, /*overwrite=*/true);  // the study owns its trial directories
+    } catch (const Interrupted& e) {
+      study.add_training_seconds(steady_now() - t0);
+      // A trial goes on as a new trial of the study, not as a resumed run.
+      std::string what = e.what();
+      what = what.substr(0, what.find("; continue with: seqforge train --resume"));
+      throw Interrupted(e.signal(), what);
     } catch (const Error& e) {
       study.add_training_seconds(steady_now() - t0);
       // The trainer checks the monitored metric (the study's) before the epoch hook does.

@@ -64,6 +64,9 @@ struct TuneSettings {
   SamplerSettings sampler;
   PrunerSettings pruner;
   std::vector<Param> space;
+  // The config every trial starts from, but the searched keys and where it runs (key -> value
+  // as text, set by the driver): a study's trials are comparable only when it is the same.
+  std::map<std::string, std::string> trial_config;
 
   const Param& param(const std::string& name) const;
   const char* direction_name() const { return tune::direction_name(direction); }

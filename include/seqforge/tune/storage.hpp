@@ -36,6 +36,9 @@ class TrialFinishedError : public Error {
 struct StudyInfo {
   std::string name, direction, fingerprint;
   std::string space;  // the search space as JSON, for reports
+  // What every trial's config holds besides the searched keys (JSON: key -> value as text);
+  // empty: not checked.
+  std::string trial_config;
 };
 
 struct Worker {
@@ -66,8 +69,10 @@ class Storage {
   virtual void report(int64_t trial_id, int64_t step, double value) = 0;
   virtual void set_attrs(int64_t trial_id, const std::map<std::string, double>& attrs) = 0;
   virtual void heartbeat(int64_t trial_id) = 0;  // a no-op once the trial is finished
+  // With `retry`, a waiting trial of the same parameters is queued in the same transaction (a
+  // trial a signal stopped: they run when the study goes on).
   virtual void finish(int64_t trial_id, TrialState state, std::optional<double> value,
-                      int64_t epochs, const std::string& message) = 0;
+                      int64_t epochs, const std::string& message, bool retry = false) = 0;
   // Adds a waiting trial with these fixed parameters (config key -> value as text; a categorical
   // by its choice), as optuna's study.enqueue_trial does. Returns its number.
   virtual int64_t enqueue(const std::map<std::string, std::string>& fixed) = 0;
