@@ -239,6 +239,17 @@ TEST(Tokenizer, StreamedAndTreeReadingsAgree) {
 
 TEST(Tokenizer, BadFilesAreOneErrorNamingThePlace) {
   const std::string ok_vocab = R"({"a": 0, "b": 1, "ab": 2})";
+  // Stages nested as deep as Hugging Face reads build; one level more is refused at once.
+  const auto nested = [&](int levels) {
+    std::string stage = R"({"type": "Lowercase"})";
+    for (int i = 1; i < levels; ++i)
+      stage = R"({"type": "Sequence", "normalizers": [)" + stage + "]}";
+    return bpe_json(ok_vocab, "[]", "", R"(, "normalizer": )" + stage);
+  };
+  EXPECT_EQ(ids_of(Tokenizer::from_json(nested(62), "t"), "AB"), (Ids{0, 1}));
+  EXPECT_NE(error_of(nested(65)).find("tok.json: nested deeper than 128 levels (byte "),
+            std::string::npos)
+      << error_of(nested(65));
   EXPECT_NE(error_of("{").find("tok.json: not valid JSON"), std::string::npos) << error_of("{");
   EXPECT_NE(error_of(R"({"model": {"type": "WordPiece", "vocab": {}}})")
                 .find("model.type: model type 'WordPiece' is not supported"),

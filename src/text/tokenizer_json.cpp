@@ -166,6 +166,27 @@ void fail_not_json(const std::string& origin, std::string what) {
 
 bool read_tokenizer_json(std::string_view text, const std::string& origin, Json& root,
                          BpeTables& tables) {
+  // Hugging Face's reader stops at 128 levels; a file nested deeper is no tokenizer, and each
+  // level would cost the builders a frame and a path.
+  constexpr int kMaxDepth = 128;
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth)
+        fail(origin, ": nested deeper than ", kMaxDepth, " levels (byte ", i, "): not a tokenizer");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
   TokenizerJsonReader reader;
   Json::sax_parse(text, &reader);
   if (!reader.syntax_error.empty()) fail_not_json(origin, reader.syntax_error);
