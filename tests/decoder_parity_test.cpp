@@ -715,6 +715,17 @@ TEST(Decoder, Gemma3SoftCappingIsReadAndChecked) {
           test::error_of([&] { read_decoder_config((dir / "config.json").string()); });
       EXPECT_NE(e.find(std::string(key) + " must be positive or null"), std::string::npos) << e;
     }
+  // Keys a config leaves out take transformers' Gemma3TextConfig defaults, not Llama's.
+  for (const char* key : {"rope_theta", "query_pre_attn_scalar", "head_dim",
+                          "num_key_value_heads", "max_position_embeddings"})
+    config.erase(key);
+  std::ofstream(dir / "config.json") << config.dump();
+  const DecoderOptions defaults = read_decoder_config((dir / "config.json").string());
+  EXPECT_EQ(defaults.rope_theta, 1e6);
+  EXPECT_EQ(defaults.query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(defaults.head_dim, 256);
+  EXPECT_EQ(defaults.num_kv_heads, 4);
+  EXPECT_EQ(defaults.max_positions, 131072);
   fs::remove_all(dir);
 }
 

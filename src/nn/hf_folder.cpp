@@ -234,19 +234,21 @@ DecoderOptions read_decoder_config(const std::string& path) {
   o.intermediate_size = c.count("intermediate_size");
   o.num_layers = c.count("num_hidden_layers");
   o.num_heads = c.count("num_attention_heads");
-  o.num_kv_heads = c.count("num_key_value_heads", o.num_heads);
+  // Keys a config may leave out take the defaults of transformers' config class of its type.
+  const bool qwen2 = o.model_type == "qwen2";
+  o.num_kv_heads = c.count("num_key_value_heads", o.gemma ? 4 : qwen2 ? 32 : o.num_heads);
   if (o.num_heads % o.num_kv_heads != 0)
     fail(path, ": num_attention_heads (", o.num_heads, ") must be a multiple of ",
          "num_key_value_heads (", o.num_kv_heads, ")");
-  if (!c.get("head_dim") && o.hidden_size % o.num_heads != 0)
+  if (!c.get("head_dim") && !o.gemma && o.hidden_size % o.num_heads != 0)
     fail(path, ": hidden_size (", o.hidden_size, ") is not a multiple of num_attention_heads (",
          o.num_heads, "); give head_dim");
-  o.head_dim = c.count("head_dim", o.hidden_size / o.num_heads);
+  o.head_dim = c.count("head_dim", o.gemma ? 256 : o.hidden_size / o.num_heads);
   if (o.head_dim % 2 != 0) fail(path, ": head_dim (", o.head_dim, ") must be even for RoPE");
-  o.max_positions = c.count("max_position_embeddings", 2048);
+  o.max_positions = c.count("max_position_embeddings", o.gemma ? 131072 : qwen2 ? 32768 : 2048);
   o.rms_norm_eps = c.number("rms_norm_eps", 1e-6);
   if (!(o.rms_norm_eps >= 0)) fail(path, ": rms_norm_eps must not be negative");
-  o.rope_theta = c.number("rope_theta", 10000);
+  o.rope_theta = c.number("rope_theta", o.gemma ? 1e6 : 10000);
   if (!(o.rope_theta > 1)) fail(path, ": rope_theta must exceed 1");
   o.rope_scaling = read_rope_scaling(c);
   o.initializer_range = c.number("initializer_range", 0.02);
@@ -268,7 +270,7 @@ DecoderOptions read_decoder_config(const std::string& path) {
     fail(path, ": partial_rotary_factor is not supported (seqforge rotates whole heads)");
   if (o.gemma) {
     o.qkv_bias = o.o_bias = c.flag("attention_bias", false);
-    o.query_pre_attn_scalar = c.number("query_pre_attn_scalar", double(o.head_dim));
+    o.query_pre_attn_scalar = c.number("query_pre_attn_scalar", 256);
     if (!(o.query_pre_attn_scalar > 0)) fail(path, ": query_pre_attn_scalar must be positive");
     o.rope_local_theta = c.number("rope_local_base_freq", 10000);
     if (!(o.rope_local_theta > 1)) fail(path, ": rope_local_base_freq must exceed 1");
