@@ -607,6 +607,19 @@ TEST(Decoder, BadFoldersAreOneErrorNamingTheField) {
   ASSERT_NE(gemma, names.end());
   set_field(fs::path(fixture_dir()) / *gemma, "rope_local_base_freq", -3.0);
   EXPECT_NE(error().find("rope_local_base_freq must exceed 1"), std::string::npos) << error();
+  // A folder with model.safetensors and an index beside it is read from model.safetensors, as
+  // transformers reads it.
+  bool sharded = false;
+  for (const std::string& n : names) {
+    if (!fs::exists(fs::path(fixture_dir()) / n / "model.safetensors.index.json")) continue;
+    sharded = true;
+    fs::remove_all(dir);
+    fs::copy(fs::path(fixture_dir()) / n, dir, fs::copy_options::recursive);
+    std::ofstream(dir / "model.safetensors") << "not the shards";
+    EXPECT_NE(error().find((dir / "model.safetensors").string()), std::string::npos) << error();
+    break;
+  }
+  EXPECT_TRUE(sharded) << "no sharded fixture in " << fixture_dir();
   fs::remove_all(dir);
 }
 

@@ -322,11 +322,13 @@ DecoderOptions read_decoder_config(const std::string& path) {
 void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
   Parameters& params = model.parameters();
   const fs::path dir(folder);
-  // Which file holds each tensor: the index's map, or the one file.
+  // Which file holds each tensor: the one file, else the index's map (transformers' order).
   std::map<std::string, std::string> shard_of;
   std::vector<std::string> shards;
   const fs::path index = dir / "model.safetensors.index.json";
-  if (fs::exists(index)) {
+  if (fs::exists(dir / "model.safetensors")) {
+    shards.push_back("model.safetensors");
+  } else if (fs::exists(index)) {
     Json root;
     try {
       root = Json::parse(io::read_file(index.string()));
@@ -347,8 +349,6 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
         fail(index.string(), ": names shard '", f, "', which is not in ", folder);
       shards.push_back(f);
     }
-  } else if (fs::exists(dir / "model.safetensors")) {
-    shards.push_back("model.safetensors");
   } else {
     fail(folder, ": no model.safetensors nor model.safetensors.index.json");
   }
