@@ -551,6 +551,13 @@ TEST(Decoder, BadFoldersAreOneErrorNamingTheField) {
   edit_config("\"rms_norm_eps\"", "\"use_magic\": true, \"rms_norm_eps\"");
   EXPECT_NE(error().find("field 'use_magic' is not known to seqforge"), std::string::npos)
       << error();
+  fresh();  // SmolLM2's own fields
+  edit_config("\"rms_norm_eps\"",
+              "\"is_llama_config\": true, \"rope_interleaved\": false, \"rms_norm_eps\"");
+  EXPECT_EQ(error(), "");
+  fresh();
+  edit_config("\"rms_norm_eps\"", "\"rope_interleaved\": true, \"rms_norm_eps\"");
+  EXPECT_NE(error().find("rope_interleaved true is not supported"), std::string::npos) << error();
   fresh();
   edit_config("\"model_type\": \"llama\"", "\"model_type\": \"mamba\"");
   EXPECT_NE(error().find("model_type 'mamba' is not supported"), std::string::npos) << error();

@@ -53,7 +53,8 @@ const std::set<std::string> kDescriptive = {"_name_or_path",
                                             "max_window_layers",
                                             "sliding_window",
                                             "dtype",
-                                            "cache_implementation"};
+                                            "cache_implementation",
+                                            "is_llama_config"};
 
 class ConfigReader {
  public:
@@ -266,6 +267,10 @@ DecoderOptions read_decoder_config(const std::string& path) {
     fail(path, ": hidden_act '", act, "' is not supported (silu, gelu_pytorch_tanh)");
   if (c.number("attention_dropout", 0) != 0)
     fail(path, ": attention_dropout is not supported (set it to 0.0)");
+  // SmolLM2's config says how its rotation pairs dimensions: halves, as transformers rotates.
+  if (c.flag("rope_interleaved", false))
+    fail(path, ": rope_interleaved true is not supported (seqforge, like transformers' Llama, "
+               "rotates the two halves of each head)");
   if (c.number("partial_rotary_factor", 1) != 1)
     fail(path, ": partial_rotary_factor is not supported (seqforge rotates whole heads)");
   if (o.gemma) {
