@@ -1006,6 +1006,16 @@ TEST(Runs, QuantileForecastsAreScoredByTheirDefinition) {
         point);
   EXPECT_NE(point.str().find("train.quantiles is set but train.loss is mse"), std::string::npos)
       << point.str();
+  EXPECT_EQ(log.str().find("has no 0.5"), std::string::npos) << log.str();
+  // Without the median, the quantile that stands for it is named.
+  std::ostringstream no_median;
+  train(Config::parse(yaml(data, dir / "no_median"), "q.yaml",
+                      {"train.loss=quantile", "train.quantiles=[0.1, 0.9]", "train.epochs=1"}),
+        no_median);
+  EXPECT_NE(no_median.str().find("note: train.quantiles has no 0.5: the errors, the skill and "
+                                 "MASE score the 0.1 quantile"),
+            std::string::npos)
+      << no_median.str();
   const std::string fresh = write_hourly(dir / "fresh.csv", 40, true);
   std::ostringstream out;
   predict((dir / "run").string(), {fresh, (dir / "p.csv").string(), false}, out);
