@@ -60,6 +60,7 @@ TEST(Report, DrawsCurvesAndForecastPredictions) {
   EXPECT_NE(html.find("CPU use"), std::string::npos);
   EXPECT_NE(html.find("temperature: predicted vs actual"), std::string::npos);
   EXPECT_NE(html.find("MAE 0.3667"), std::string::npos) << "mean |actual - predicted|";
+  EXPECT_NE(html.find(" one step ahead, predicted by the saved model"), std::string::npos);
   // Loss, val_rmse, samples/s, lr, epoch time (2), cpu, memory (2), predictions (2).
   EXPECT_EQ(count(html, "<polyline"), 12u);
   // The null validation loss of epoch 2 is left out, not drawn as zero: 2 points.
@@ -112,7 +113,7 @@ TEST(Report, MarksTheSavedEpochShowsTheTestSplitAndDates) {
   // Dates on the x axis, one series (the first, its name unquoted), MAE over all windows.
   EXPECT_NE(html.find(">2020-01-02<"), std::string::npos) << html;
   EXPECT_NE(html.find("t: predicted vs actual (a, b)"), std::string::npos);
-  EXPECT_NE(html.find("MAE 0.5"), std::string::npos);
+  EXPECT_NE(html.find("; MAE over every series 0.5"), std::string::npos) << html;
 }
 
 // A sensor's windows 250 ms apart: each at its own x (in order, none merged to its second), the

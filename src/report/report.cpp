@@ -109,10 +109,12 @@ std::string forecast_section(const Table& p, const std::string& target) {
   c.series = {actual, predicted};
   c.width = 940;
   std::ostringstream o;
-  o << "<h2>Validation predictions</h2><p>" << escape(target) << ", predicted by the saved model "
-    << "against the actual values of the validation split (" << p.rows << " windows"
+  o << "<h2>Validation predictions</h2><p>" << escape(target)
+    << " one step ahead, predicted by the saved model against the actual values of the "
+    << "validation split (" << p.rows << " windows"
     << (shown.empty() ? "" : "; series " + escape(shown) + " shown")
     << (stride > 1 ? "; every " + std::to_string(stride) + "th shown" : std::string()) << "; MAE "
+    << (shown.empty() ? "" : "over every series ")
     << fmt(abs_sum / double(std::max<size_t>(1, counted))) << ").</p>" << report::render(c);
   return o.str();
 }
@@ -326,7 +328,7 @@ std::string render_run_report(const std::string& run_dir) {
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>seqforge run "
     << escape(name) << "</title><style>" << report::kStyle << "</style></head><body>\n";
   o << "<h1>seqforge run: " << escape(name) << "</h1><p class=\"meta\">task " << escape(facts.task)
-    << " &middot; " << epochs.size() << " epochs";
+    << " &middot; " << epochs.size() << (epochs.size() == 1 ? " epoch" : " epochs");
   if (saved) {
     o << " &middot; saved model: epoch " << fmt(*saved, "%.0f");
     for (const auto& j : epochs)
