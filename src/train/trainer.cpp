@@ -1471,12 +1471,17 @@ void Training::finish() {
   }
   saved_run.reset();
   if (const auto it = saved_metrics_.find("val_skill");
-      it != saved_metrics_.end() && it->second < 0)
+      it != saved_metrics_.end() && it->second < 0) {
+    const auto& transforms = task_.series.target_transforms;
+    const bool changes = std::any_of(transforms.begin(), transforms.end(),
+                                     [](Transform t) { return t != Transform::none; });
     out_ << "warning: the saved model forecasts worse than the naive last-value forecast on "
             "validation (val_mse "
          << saved_metrics_.at("val_mse") << " against naive's "
          << std::pow(saved_metrics_.at("val_naive_rmse"), 2) << ", val_skill " << it->second
-         << "): train longer, change the model, or predict the change (data.transform)\n";
+         << "): train longer or change the model"
+         << (changes ? "" : ", or predict the change (data.transform)") << "\n";
+  }
   const std::string report = write_run_report(run_dir_);
   summary_.best = state_.best;
   out_ << "best " << s_.monitor << " " << state_.best << "; model: " << checkpoint_
