@@ -1159,6 +1159,14 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
   EXPECT_NE(train_with(base, {"data.task=regress"}).find("data.task"), std::string::npos);
   EXPECT_NE(train_with(base, {"train.early_stopping.monitor=val_accuracy"}).find("not a metric"),
             std::string::npos);
+  // The class column among a classifier's features.
+  EXPECT_NE(train_with(base, {"data.task=classify", "data.class_column=label", "data.targets=[]",
+                              "data.features=[signal, label]"})
+                .find("is not a number (it is data.class_column, the class to predict: drop it "
+                      "from data.features)"),
+            std::string::npos)
+      << train_with(base, {"data.task=classify", "data.class_column=label", "data.targets=[]",
+                           "data.features=[signal, label]"});
   // A ragged row and a non-numeric cell name the line.
   const fs::path bad_csv = dir / "bad.csv";
   std::ofstream(bad_csv) << "when,signal,other,label\n2020-01-01,1,2,up\n2020-01-02,x,2,up\n";
