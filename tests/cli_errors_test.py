@@ -126,6 +126,9 @@ def main():
          "--profile took 'train.epochs=1' as its trace file"),
         (["train", "--resume", config], "is a file, not a run directory; start a run from a "
                                         "config with: seqforge train " + config),
+        (["train", config, "data.path=../nowhere.csv"],
+         "override 'data.path=../nowhere.csv': data.path '../nowhere.csv': no such file (a "
+         "relative path is read from the current directory, %s, not from the config's)" % root),
         (["train", config, "optim.lr=-1"],
          "override 'optim.lr=-1': optim.lr must be a finite number >= 0, got -1"),
         (["train", config, "train.threads=-1"],

@@ -1528,6 +1528,14 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
 TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir,
                    const TrainHooks& hooks, bool overwrite) {
   if (!resume_dir.empty()) check_resume_keeps_the_model(as_it_trained(config), resume_dir);
+  if (const std::string data = config.str("data.path"); !data.empty() && !fs::exists(data)) {
+    std::error_code ec;
+    const bool relative = fs::path(data).is_relative();
+    fail(config.origin("data.path"), ": data.path ", io::quoted(data, 200), ": no such file",
+         relative ? " (a relative path is read from the current directory, " +
+                        fs::current_path(ec).string() + ", not from the config's)"
+                  : "");
+  }
   // Paths made absolute, so eval, predict and --resume work from any directory.
   std::string note;
   // A resumed run records its directory as it is now, should it have been moved.
