@@ -143,6 +143,7 @@ void print_config(const ConfigDiagnosis& d) {
     std::printf("  memory        %.0f MB peak resident during the measured run\n",
                 d.measured_peak_mb);
   }
+  for (const std::string& note : d.notes) std::printf("note: %s\n", note.c_str());
   if (d.problems.empty()) {
     std::printf("no problems found\n");
   } else {

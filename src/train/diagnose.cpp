@@ -65,6 +65,7 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   std::vector<std::string>& problems = d->problems;
   Task task = load_task(c);
   d->task = task_name(task.kind);
+  d->notes = task.notes();
   d->rows = task.is_lm()                           ? static_cast<int64_t>(task.text.ids.size())
             : task.kind == TaskKind::text_classify ? task.text.examples()
                                                    : task.series.rows;

@@ -159,6 +159,7 @@ struct ConfigDiagnosis {
   double validation_seconds = 0;      // one validation pass
   double epoch_seconds = 0;           // batches_per_epoch steps plus validation
   std::vector<std::string> problems;  // one line each: what is wrong, and what to change
+  std::vector<std::string> notes;     // what train says of the data at start-up ("note: ...")
 };
 
 // Loads the data and model as `train` would, trains `steps` steps in a temporary run directory,
