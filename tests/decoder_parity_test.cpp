@@ -736,8 +736,8 @@ TEST(Decoder, Gemma3SoftCappingIsReadAndChecked) {
       EXPECT_NE(e.find(std::string(key) + " must be positive or null"), std::string::npos) << e;
     }
   // Keys a config leaves out take transformers' Gemma3TextConfig defaults, not Llama's.
-  for (const char* key : {"rope_theta", "query_pre_attn_scalar", "head_dim",
-                          "num_key_value_heads", "max_position_embeddings"})
+  for (const char* key : {"rope_theta", "query_pre_attn_scalar", "head_dim", "num_key_value_heads",
+                          "max_position_embeddings"})
     config.erase(key);
   std::ofstream(dir / "config.json") << config.dump();
   const DecoderOptions defaults = read_decoder_config((dir / "config.json").string());

@@ -58,8 +58,8 @@ TEST(Diagnose, DescribesTheDataAndEstimatesAnEpoch) {
   EXPECT_FALSE(fs::exists(fx.dir / "run")) << "the measured run leaves the run directory alone";
   EXPECT_TRUE(d.notes.empty()) << d.notes.front();
   // What train notes of the data, diagnose notes too.
-  const ConfigDiagnosis q = diagnose_config(
-      fx.config({"train.loss=quantile", "train.quantiles=[0.1, 0.9]"}), 0);
+  const ConfigDiagnosis q =
+      diagnose_config(fx.config({"train.loss=quantile", "train.quantiles=[0.1, 0.9]"}), 0);
   ASSERT_EQ(q.notes.size(), 1u);
   EXPECT_NE(q.notes[0].find("train.quantiles has no 0.5"), std::string::npos) << q.notes[0];
 }

@@ -592,6 +592,14 @@ TEST(HostileRuns, ResumeRefusesDataThatChanged) {
   const std::string e =
       error_of([&] { train(Config::load(resolved, {"train.epochs=3"}), log, run.string()); });
   EXPECT_HAS(e, data + ": changed since the run saved its state");
+  // Another file of other values is named as such.
+  const fs::path changed = dir / "changed.csv";
+  fs::copy_file(data, changed);
+  const std::string other = error_of([&] {
+    train(Config::load(resolved, {"train.epochs=3", "data.path=" + changed.string()}), log,
+          run.string());
+  });
+  EXPECT_HAS(other, "data.path is " + changed.string() + ", the run began on " + data);
   fs::copy_file(kept, data, fs::copy_options::overwrite_existing);
   const TrainSummary more = train(Config::load(resolved, {"train.epochs=3"}), log, run.string());
   EXPECT_EQ(more.last.count("val_loss"), 1u);

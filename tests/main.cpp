@@ -1,7 +1,7 @@
 // The test driver's entry point. It restarts with short OpenMP spin waits, as the CLI does (ctest
-// runs two 2-thread tests at once on two cores). `--max-isa=TIER` runs every test under SEQFORGE_MAX_ISA=TIER,
-// so that one machine also proves the lower tiers' kernels. Where the CPU lacks TIER, or TIER is
-// the CPU's own (the uncapped run), the run skips at once, saying so.
+// runs two 2-thread tests at once on two cores). `--max-isa=TIER` runs every test under
+// SEQFORGE_MAX_ISA=TIER, so that one machine also proves the lower tiers' kernels. Where the CPU
+// lacks TIER, or TIER is the CPU's own (the uncapped run), the run skips at once, saying so.
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -233,8 +233,9 @@ TEST(Trainer, CharacterModelsReadUtf8AndGenerateGreedilyAtTemperatureZero) {
   EXPECT_NE(error_of([&] { generate(run, "a", 5, 1.0, -2, 0); }).find("top_k must be positive"),
             std::string::npos);
   for (const double top_p : {0.0, -0.5, 2.0, std::nan("")})
-    EXPECT_NE(error_of([&] { generate(run, "a", 5, 1.0, 0, 0, top_p); })
-                  .find("generate: top_p must be in (0, 1], got "),
+    EXPECT_NE(error_of([&] {
+                generate(run, "a", 5, 1.0, 0, 0, top_p);
+              }).find("generate: top_p must be in (0, 1], got "),
               std::string::npos)
         << top_p;
   // A file that is not UTF-8 is named with the offending byte.

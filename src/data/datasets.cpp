@@ -60,10 +60,10 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
   d.notes.insert(d.notes.begin(), file_notes.begin(), file_notes.end());
   if (!stored && !d.quantiles.empty() &&
       std::find(d.quantiles.begin(), d.quantiles.end(), 0.5) == d.quantiles.end())
-    d.notes.push_back(detail::concat(
-        "train.quantiles has no 0.5: the errors, the skill and MASE score the ",
-        d.quantiles[size_t(d.point_quantile())],
-        " quantile, the nearest to the median (add 0.5 to score the median)"));
+    d.notes.push_back(
+        detail::concat("train.quantiles has no 0.5: the errors, the skill and MASE score the ",
+                       d.quantiles[size_t(d.point_quantile())],
+                       " quantile, the nearest to the median (add 0.5 to score the median)"));
   series::categorical_columns(table, opt, stored, &d);
   const std::string label_col =
       opt.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";

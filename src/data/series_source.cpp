@@ -187,8 +187,9 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
                  ? " (--missing ffill or interpolate fills the file's missing cells)"
                  : " (data.missing: ffill or interpolate fills missing cells, mask masks them)");
       if (what.ends_with("is not a number") && !is_target && name == o.class_col)
-        fail(what, " (it is data.class_column, the class to predict: drop it from "
-                   "data.features)");
+        fail(what,
+             " (it is data.class_column, the class to predict: drop it from "
+             "data.features)");
       if (what.ends_with("is not a number") && !is_target)
         fail(what,
              " (a column of categories? name it in data.categorical, or data.static if it "

@@ -269,8 +269,9 @@ DecoderOptions read_decoder_config(const std::string& path) {
     fail(path, ": attention_dropout is not supported (set it to 0.0)");
   // SmolLM2's config says how its rotation pairs dimensions: halves, as transformers rotates.
   if (c.flag("rope_interleaved", false))
-    fail(path, ": rope_interleaved true is not supported (seqforge, like transformers' Llama, "
-               "rotates the two halves of each head)");
+    fail(path,
+         ": rope_interleaved true is not supported (seqforge, like transformers' Llama, "
+         "rotates the two halves of each head)");
   if (c.number("partial_rotary_factor", 1) != 1)
     fail(path, ": partial_rotary_factor is not supported (seqforge rotates whole heads)");
   if (o.gemma) {

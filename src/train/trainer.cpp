@@ -760,10 +760,21 @@ void Training::resume_from_state() {
   // began with: another file's rows of the same count would go on silently from them.
   if (const auto data = state.metadata().find("seqforge.data");
       data != state.metadata().end() && !data->second.empty() && !data_fingerprint_.empty() &&
-      data->second != data_fingerprint_)
+      data->second != data_fingerprint_) {
+    const auto then = state.metadata().find("seqforge.config");
+    const std::string began_on =
+        then == state.metadata().end()
+            ? ""
+            : Config::parse(then->second, state_path_ + " (stored config)").str("data.path");
+    const std::string advice = detail::concat(
+        ": --resume goes on with the data the run began with; start a new run (model.init_from=",
+        run_dir_, "/model.safetensors) for new data");
+    if (!began_on.empty() && began_on != c_.str("data.path"))
+      fail(c_.origin("data.path"), ": data.path is ", c_.str("data.path"), ", the run began on ",
+           began_on, advice);
     fail(c_.str("data.path"), ": changed since the run saved its state (", data->second, " then, ",
-         data_fingerprint_, " now): --resume goes on with the data the run began with; ",
-         "start a new run (model.init_from=", run_dir_, "/model.safetensors) for new data");
+         data_fingerprint_, " now)", advice);
+  }
   // A cosine schedule spans the run's steps: resumed with more (or fewer) epochs or batches, the
   // rate from here follows the new length, which the uninterrupted run would not have had.
   if (const auto then = state.metadata().find("seqforge.config");
