@@ -125,6 +125,9 @@ TEST(Checkpoint, NamesTheMissingOrMisshapedTensor) {
   auto wrong = all;
   wrong[0].shape = {3, 24};
   expect_error(wrong, false, "'lstm.weight_ih_l0' has shape (3, 24), the model expects (24, 3)");
+  auto deep = all;
+  deep[0].shape = {1, 1, 1, 24, 3};
+  expect_error(deep, false, "'lstm.weight_ih_l0' has 5 dimensions, the model expects (24, 3)");
   auto extra = all;
   extra.push_back({"lstm.weight_ih_l9", DType::f32, {24, 3}, w.data()});
   expect_error(extra, false, "'lstm.weight_ih_l9' is not a parameter");

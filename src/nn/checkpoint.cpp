@@ -89,6 +89,9 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
       t = find_parameter(file, other->second);
     if (!t && listed(optional, entry.name)) continue;
     if (!t) fail(path, ": missing tensor '", entry.name, "' of shape ", entry.shape.str());
+    if (t->shape.size() > size_t(Shape::kMaxRank))
+      fail(path, ": tensor '", entry.name, "' has ", t->shape.size(),
+           " dimensions, the model expects ", entry.shape.str());
     if (Shape(t->shape) != entry.shape)
       fail(path, ": tensor '", entry.name, "' has shape ", Shape(t->shape).str(),
            ", the model expects ", entry.shape.str());

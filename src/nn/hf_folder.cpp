@@ -375,6 +375,9 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
     const std::string& path = file.source();
     const size_t i = wanted.at(target);
     const Tensor value = params.value(i);
+    if (e.shape.size() > size_t(Shape::kMaxRank))
+      fail(path, ": tensor '", e.name, "' has ", e.shape.size(), " dimensions; the config gives ",
+           value.shape().str());
     if (Shape(e.shape) != value.shape())
       fail(path, ": tensor '", e.name, "' has shape ", Shape(e.shape).str(), "; the config gives ",
            value.shape().str());

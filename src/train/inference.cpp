@@ -484,6 +484,10 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
   auto* decoder = dynamic_cast<Decoder*>(&model);
   SF_CHECK(decoder, "generate: a token language model that is not a decoder");
   const DecoderOptions& o = decoder->decoder_options();
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= o.vocab_size)
+      fail("generate: the prompt's token ", i, " has id ", ids[i], " in the tokenizer (",
+           data_options(r.config).text.tokenizer, "), past the model's vocab_size ", o.vocab_size);
   const int64_t window = o.max_positions;  // the most tokens the model reads
   Rng rng(seed);
   Buffer ids_buf;
@@ -549,9 +553,10 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
          task_name(r.task.kind), " run",
          r.task.kind == TaskKind::mae ? "" : " (use seqforge predict)");
   if (!(temperature >= 0) || !std::isfinite(temperature))
-    fail("generate: the temperature must be 0 (always the likeliest character) or a finite "
-         "number above, got ",
-         temperature);
+    fail(
+        "generate: the temperature must be 0 (always the likeliest character) or a finite "
+        "number above, got ",
+        temperature);
   if (top_k < 0) fail("generate: top_k must be positive (0: every character), got ", top_k);
   if (!(top_p > 0 && top_p <= 1)) fail("generate: top_p must be in (0, 1], got ", top_p);
   if (length < 0) fail("generate: the length must be >= 0, got ", length);
