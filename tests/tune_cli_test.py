@@ -140,31 +140,38 @@ check(p.returncode != 0 and p.stderr.strip().endswith(
     "metric, value, n_trials, timeout, heartbeat_interval, grace_period, trials_per_device, "
     "sampler, pruner, space)"), f"an unknown tune.* key names no line ({p.stderr.strip()})")
 
+
+def signal_mid_trial(cfg, db, run_dir, sig):
+    """Starts a worker and sends it `sig` once its second trial has reported an epoch; (whether
+    it was sent, the worker's stderr, its exit code)."""
+    p = subprocess.Popen([seqforge, "tune", cfg, "--study", db, "train.run_dir=" + run_dir],
+                         cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    sent = False
+    while time.time() < deadline and p.poll() is None:
+        try:
+            c = sqlite3.connect(db)
+            r = c.execute("SELECT count(*) FROM trials t JOIN trial_intermediate_values i "
+                          "ON i.trial_id = t.trial_id WHERE t.state = 'RUNNING' AND t.number >= 1"
+                          ).fetchone()
+            c.close()
+            if r[0] >= 1:
+                p.send_signal(sig)
+                sent = True
+                break
+        except sqlite3.Error:
+            pass
+        time.sleep(0.02)
+    return sent, p.communicate()[1], p.returncode
+
+
 # 2. A killed worker: its trial is found dead, retried, and the study resumes.
 cfg = config("kill", epochs=6, batches=12, n_trials=5)
 db = os.path.join(work, "kill.db")
 for suffix in ("", "-wal", "-shm"):
     if os.path.exists(db + suffix):
         os.remove(db + suffix)
-p = subprocess.Popen([seqforge, "tune", cfg, "--study", db, "train.run_dir=" + work + "/kill"],
-                     cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-deadline = time.time() + 120
-killed = False
-while time.time() < deadline and p.poll() is None:
-    try:
-        c = sqlite3.connect(db)
-        r = c.execute("SELECT count(*) FROM trials t JOIN trial_intermediate_values i "
-                      "ON i.trial_id = t.trial_id WHERE t.state = 'RUNNING' AND t.number >= 1"
-                      ).fetchone()
-        c.close()
-        if r[0] >= 1:
-            p.send_signal(signal.SIGKILL)
-            killed = True
-            break
-    except sqlite3.Error:
-        pass
-    time.sleep(0.02)
-p.wait()
+killed = signal_mid_trial(cfg, db, work + "/kill", signal.SIGKILL)[0]
 check(killed, "a worker killed in the middle of a trial")
 out = run([cfg, "--study", db, "train.run_dir=" + work + "/kill"]).stdout
 rows = trials(db)
@@ -184,26 +191,8 @@ check(p.returncode != 0 and "ran its trials with data.lookback 8, this config gi
 # study goes on.
 cfg = config("int", epochs=6, batches=12, n_trials=3)
 db = os.path.join(work, "int.db")
-p = subprocess.Popen([seqforge, "tune", cfg, "--study", db, "train.run_dir=" + work + "/int"],
-                     cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-deadline = time.time() + 120
-stopped = False
-while time.time() < deadline and p.poll() is None:
-    try:
-        c = sqlite3.connect(db)
-        r = c.execute("SELECT count(*) FROM trials t JOIN trial_intermediate_values i "
-                      "ON i.trial_id = t.trial_id WHERE t.state = 'RUNNING' AND t.number >= 1"
-                      ).fetchone()
-        c.close()
-        if r[0] >= 1:
-            p.send_signal(signal.SIGINT)
-            stopped = True
-            break
-    except sqlite3.Error:
-        pass
-    time.sleep(0.02)
-err = p.communicate()[1]
-check(stopped and p.returncode == 130 and "its parameters run again first" in err
+stopped, err, code = signal_mid_trial(cfg, db, work + "/int", signal.SIGINT)
+check(stopped and code == 130 and "its parameters run again first" in err
       and "seqforge train --resume" not in err, f"a trial stopped by Ctrl-C: {err.strip()}")
 run([cfg, "--study", db, "train.run_dir=" + work + "/int"])
 rows = trials(db)

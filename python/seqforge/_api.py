@@ -327,8 +327,7 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
         if config is not None or data is not None:
             raise _native.Error(f"resume={resume} continues that run with its own config; drop "
                                 "config and data")
-        keys = set(_native.config_keys())
-        values = _overrides(sections or {}, keys) + _overrides(overrides or {}, keys)
+        values = _config_parts(None, overrides, sections)[2]
         summary = _native.train(None, "", values, resume=os.fspath(resume), log=log,
                                 on_epoch=on_epoch, on_step=on_step)
         return Run(summary["run_dir"], summary)

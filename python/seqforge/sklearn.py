@@ -31,7 +31,7 @@ _MODEL_FILES = ("config.resolved.yaml", "model.safetensors")
 _OWN_KEYS = ("data.path", "data.task", "data.series_column", "data.features", "data.targets",
              "data.class_column", "data.lookback", "data.horizon", "data.horizon_mode",
              "data.stride", "data.date_column", "data.split.mode", "data.split.train",
-             "data.split.val", "data.split.test", "train.run_dir")
+             "data.split.val", "train.run_dir")
 
 
 def _fingerprint(run_dir):
@@ -116,7 +116,7 @@ class _Estimator(BaseEstimator):
         config = self.config or {}
         flat = _api._overrides(config, set(_api._native.config_keys()))
         for key in (o.split("=", 1)[0] for o in flat):
-            if key in _OWN_KEYS or key == "data.split":
+            if key in _OWN_KEYS:
                 raise ValueError(f"config: {key} is the estimator's own (set from X and y: one "
                                  f"window per sample); leave it out")
         settings.update(config)
