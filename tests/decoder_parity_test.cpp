@@ -749,5 +749,95 @@ TEST(Decoder, Gemma3SoftCappingIsReadAndChecked) {
   fs::remove_all(dir);
 }
 
+// transformers 5 writes the rotations as rope_parameters (for Gemma 3 one object per layer type):
+// read as the same rotations as transformers 4's rope_theta, rope_local_base_freq and
+// rope_scaling; the two forms disagreeing, or a rotation seqforge does not apply, are refused.
+TEST(Decoder, TransformersFiveRopeParametersAreTheFourFields) {
+  const fs::path path =
+      fs::temp_directory_path() / ("seqforge_rope_config_" + std::to_string(getpid()) + ".json");
+  const auto write = [&](const nlohmann::json& c) { std::ofstream(path) << c.dump(); };
+  const auto read = [&](const nlohmann::json& c) {
+    write(c);
+    return read_decoder_config(path.string());
+  };
+  const auto error = [&](const nlohmann::json& c) {
+    write(c);
+    return test::error_of([&] { read_decoder_config(path.string()); });
+  };
+  const nlohmann::json llama = {{"model_type", "llama"},  {"vocab_size", 32},
+                                {"hidden_size", 16},      {"intermediate_size", 32},
+                                {"num_hidden_layers", 2}, {"num_attention_heads", 2}};
+  const nlohmann::json llama3 = {{"rope_type", "llama3"},
+                                 {"factor", 8.0},
+                                 {"low_freq_factor", 1.0},
+                                 {"high_freq_factor", 4.0},
+                                 {"original_max_position_embeddings", 16}};
+  nlohmann::json v4 = llama, v5 = llama;
+  v4["rope_theta"] = 500000.0;
+  v4["rope_scaling"] = llama3;
+  v5["rope_parameters"] = llama3;
+  v5["rope_parameters"]["rope_theta"] = 500000.0;
+  const DecoderOptions four = read(v4), five = read(v5);
+  EXPECT_EQ(five.rope_theta, 500000.0);
+  EXPECT_TRUE(five.rope_scaling.llama3);
+  EXPECT_EQ(five.rope_scaling.original_max_position_embeddings, 16);
+  EXPECT_EQ(rope_inverse_frequencies(four), rope_inverse_frequencies(five));
+  EXPECT_NE(rope_inverse_frequencies(five), rope_inverse_frequencies(read(llama)));
+  nlohmann::json plain = llama;
+  plain["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 20000.0}};
+  EXPECT_EQ(read(plain).rope_theta, 20000.0);
+  EXPECT_FALSE(read(plain).rope_scaling.llama3 || read(plain).rope_scaling.linear);
+
+  const nlohmann::json gemma = {{"model_type", "gemma3_text"}, {"vocab_size", 32},
+                                {"hidden_size", 16},           {"intermediate_size", 32},
+                                {"num_hidden_layers", 2},      {"num_attention_heads", 2},
+                                {"num_key_value_heads", 1},    {"head_dim", 8}};
+  nlohmann::json g4 = gemma, g5 = gemma;
+  g4["rope_theta"] = 1e6;
+  g4["rope_local_base_freq"] = 5e4;
+  g4["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  g5["rope_parameters"] = {
+      {"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 5e4}}}};
+  const DecoderOptions gemma4 = read(g4), gemma5 = read(g5);
+  EXPECT_EQ(gemma5.rope_local_theta, 5e4);
+  EXPECT_TRUE(gemma5.rope_scaling.linear);
+  for (const bool local : {false, true})
+    EXPECT_EQ(rope_inverse_frequencies(gemma4, local), rope_inverse_frequencies(gemma5, local));
+
+  const auto refused = [&](nlohmann::json c, const std::string& expected) {
+    const std::string e = error(c);
+    EXPECT_NE(e.find(expected), std::string::npos) << e;
+  };
+  nlohmann::json c = v5;
+  c["rope_scaling"] = llama3;
+  refused(c, "give rope_parameters (transformers 5) or rope_scaling (transformers 4), not both");
+  c = v5;
+  c["rope_theta"] = 10000.0;
+  refused(c, "rope_theta (10000) and rope_parameters' rope_theta (500000) differ");
+  c = v5;
+  c["rope_parameters"]["partial_rotary_factor"] = 0.5;
+  refused(c, "rope_parameters.partial_rotary_factor is not supported");
+  c = v5;
+  c["rope_parameters"]["beta_fast"] = 32;
+  refused(c, "rope_parameters: field 'beta_fast' is not known to seqforge");
+  c = llama;
+  c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  refused(c, "rope_parameters: rope_type 'yarn' is not supported");
+  c = llama;
+  c["rope_parameters"] = g5["rope_parameters"];
+  refused(c, "rotations per layer type are read for gemma3_text models only");
+  c = gemma;
+  c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  refused(c, "must hold full_attention and sliding_attention objects for a gemma3_text model");
+  c = g5;
+  c["rope_parameters"]["sliding_attention"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  refused(c, "sliding_attention: seqforge applies the default rotation to local layers");
+  c = g5;
+  c["rope_local_base_freq"] = 1e4;
+  refused(c, "rope_local_base_freq (10000) and rope_parameters.sliding_attention's rope_theta");
+  fs::remove(path);
+}
+
 }  // namespace
 }  // namespace seqforge::decoder_parity_test

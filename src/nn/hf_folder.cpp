@@ -138,51 +138,107 @@ std::vector<bool> read_layer_types(ConfigReader& c, int64_t num_layers) {
   return sliding;
 }
 
-RopeScaling read_rope_scaling(ConfigReader& c) {
+// One rotation's parameters: transformers 4's rope_scaling object, or one of transformers 5's
+// rope_parameters objects, which also carry rope_theta (into *theta, where given) and
+// partial_rotary_factor.
+RopeScaling read_rope_object(const Json& v, const std::string& where, double* theta) {
   RopeScaling s;
-  const Json* v = c.get("rope_scaling");
-  if (!v) return s;
-  const std::string where = c.path() + ": rope_scaling";
-  if (!v->is_object()) fail(where, " must be an object or null, got ", v->dump());
+  if (!v.is_object()) fail(where, " must be an object or null, got ", v.dump());
+  std::set<std::string> known = {"rope_type", "type"};
+  const auto number = [&](const char* key) {
+    known.insert(key);
+    if (!v.contains(key) || !v[key].is_number() || !(v[key].get<double>() > 0))
+      fail(where, ".", key, " must be a positive number");
+    return v[key].get<double>();
+  };
+  if (theta) {
+    if (v.contains("rope_theta")) *theta = number("rope_theta");
+    known.insert("partial_rotary_factor");
+    if (v.contains("partial_rotary_factor") &&
+        !(v["partial_rotary_factor"].is_number() && v["partial_rotary_factor"] == 1))
+      fail(where, ".partial_rotary_factor is not supported (seqforge rotates whole heads)");
+  }
   std::string type;
   for (const char* key : {"rope_type", "type"})
-    if (v->contains(key) && (*v)[key].is_string()) type = (*v)[key].get<std::string>();
-  if (type == "default") return s;
+    if (v.contains(key) && v[key].is_string()) type = v[key].get<std::string>();
+  if (type == "default" && !theta) return s;
   if (type == "linear") {
-    if (!v->contains("factor") || !(*v)["factor"].is_number() ||
-        !((*v)["factor"].get<double>() > 0))
-      fail(where, ".factor must be a positive number");
     s.linear = true;
-    s.factor = (*v)["factor"].get<double>();
-    for (const auto& item : v->items())
-      if (item.key() != "rope_type" && item.key() != "type" && item.key() != "factor")
-        fail(where, ": field '", item.key(), "' is not known to seqforge");
-    return s;
-  }
-  if (type != "llama3")
+    s.factor = number("factor");
+  } else if (type == "llama3") {
+    s.llama3 = true;
+    s.factor = number("factor");
+    s.low_freq_factor = number("low_freq_factor");
+    s.high_freq_factor = number("high_freq_factor");
+    const double original = number("original_max_position_embeddings");
+    if (original != std::floor(original) || original > double(int64_t{1} << 40))
+      fail(where, ".original_max_position_embeddings must be a positive integer");
+    s.original_max_position_embeddings = int64_t(original);
+    if (!(s.high_freq_factor > s.low_freq_factor))
+      fail(where, ": high_freq_factor must exceed low_freq_factor");
+  } else if (type != "default" && !(theta && type.empty())) {
     fail(where, ": rope_type '", type,
          "' is not supported (seqforge applies the default rotation, linear and llama3 scaling)");
-  const auto number = [&](const char* key) {
-    if (!v->contains(key) || !(*v)[key].is_number() || !((*v)[key].get<double>() > 0))
-      fail(where, ".", key, " must be a positive number");
-    return (*v)[key].get<double>();
-  };
-  s.llama3 = true;
-  s.factor = number("factor");
-  s.low_freq_factor = number("low_freq_factor");
-  s.high_freq_factor = number("high_freq_factor");
-  const double original = number("original_max_position_embeddings");
-  if (original != std::floor(original) || original > double(int64_t{1} << 40))
-    fail(where, ".original_max_position_embeddings must be a positive integer");
-  s.original_max_position_embeddings = int64_t(original);
-  if (!(s.high_freq_factor > s.low_freq_factor))
-    fail(where, ": high_freq_factor must exceed low_freq_factor");
-  for (const auto& item : v->items())
-    if (item.key() != "rope_type" && item.key() != "type" && item.key() != "factor" &&
-        item.key() != "low_freq_factor" && item.key() != "high_freq_factor" &&
-        item.key() != "original_max_position_embeddings")
+  }
+  for (const auto& item : v.items())
+    if (!known.count(item.key()))
       fail(where, ": field '", item.key(), "' is not known to seqforge");
   return s;
+}
+
+// The rotations: rope_theta and rope_scaling (transformers 4), or rope_parameters (transformers
+// 5: one object, or for Gemma 3 one per layer type, the local layers' theta in
+// sliding_attention).
+void read_rotations(ConfigReader& c, DecoderOptions& o) {
+  const std::string& path = c.path();
+  const bool theta_given = c.get("rope_theta") != nullptr;
+  const bool local_given = o.gemma && c.get("rope_local_base_freq") != nullptr;
+  o.rope_theta = c.number("rope_theta", o.gemma ? 1e6 : 10000);
+  if (o.gemma) o.rope_local_theta = c.number("rope_local_base_freq", 10000);
+  if (const Json* v = c.get("rope_scaling"))
+    o.rope_scaling = read_rope_object(*v, path + ": rope_scaling", nullptr);
+  const Json* params = c.get("rope_parameters");
+  if (params) {
+    const std::string where = path + ": rope_parameters";
+    if (c.get("rope_scaling"))
+      fail(path,
+           ": give rope_parameters (transformers 5) or rope_scaling (transformers 4), not both");
+    if (!params->is_object()) fail(where, " must be an object, got ", params->dump());
+    const double legacy_theta = o.rope_theta, legacy_local = o.rope_local_theta;
+    const bool per_type =
+        params->contains("full_attention") || params->contains("sliding_attention");
+    if (!o.gemma && per_type)
+      fail(where, ": rotations per layer type are read for gemma3_text models only");
+    if (o.gemma && !per_type)
+      fail(where,
+           " must hold full_attention and sliding_attention objects for a gemma3_text model");
+    if (per_type) {
+      for (const auto& item : params->items())
+        if (item.key() != "full_attention" && item.key() != "sliding_attention")
+          fail(where, ": field '", item.key(), "' is not known to seqforge");
+      if (const auto full = params->find("full_attention");
+          full != params->end() && !full->is_null())
+        o.rope_scaling = read_rope_object(*full, where + ".full_attention", &o.rope_theta);
+      if (const auto local = params->find("sliding_attention");
+          local != params->end() && !local->is_null()) {
+        const RopeScaling s =
+            read_rope_object(*local, where + ".sliding_attention", &o.rope_local_theta);
+        if (s.linear || s.llama3)
+          fail(where, ".sliding_attention: seqforge applies the default rotation to local layers");
+      }
+    } else {
+      o.rope_scaling = read_rope_object(*params, where, &o.rope_theta);
+    }
+    if (theta_given && o.rope_theta != legacy_theta)
+      fail(path, ": rope_theta (", legacy_theta, ") and rope_parameters' rope_theta (",
+           o.rope_theta, ") differ");
+    if (local_given && o.rope_local_theta != legacy_local)
+      fail(path, ": rope_local_base_freq (", legacy_local,
+           ") and rope_parameters.sliding_attention's rope_theta (", o.rope_local_theta,
+           ") differ");
+  }
+  if (!(o.rope_theta > 1)) fail(path, ": rope_theta must exceed 1");
+  if (o.gemma && !(o.rope_local_theta > 1)) fail(path, ": rope_local_base_freq must exceed 1");
 }
 
 // Refuses a model whose values cannot fit in memory even at 2 bytes each (a frozen base held in
@@ -249,9 +305,7 @@ DecoderOptions read_decoder_config(const std::string& path) {
   o.max_positions = c.count("max_position_embeddings", o.gemma ? 131072 : qwen2 ? 32768 : 2048);
   o.rms_norm_eps = c.number("rms_norm_eps", 1e-6);
   if (!(o.rms_norm_eps >= 0)) fail(path, ": rms_norm_eps must not be negative");
-  o.rope_theta = c.number("rope_theta", o.gemma ? 1e6 : 10000);
-  if (!(o.rope_theta > 1)) fail(path, ": rope_theta must exceed 1");
-  o.rope_scaling = read_rope_scaling(c);
+  read_rotations(c, o);
   o.initializer_range = c.number("initializer_range", 0.02);
   if (!(o.initializer_range >= 0)) fail(path, ": initializer_range must not be negative");
   o.tie_word_embeddings = c.flag("tie_word_embeddings", o.gemma);
@@ -278,8 +332,6 @@ DecoderOptions read_decoder_config(const std::string& path) {
     o.qkv_bias = o.o_bias = c.flag("attention_bias", false);
     o.query_pre_attn_scalar = c.number("query_pre_attn_scalar", 256);
     if (!(o.query_pre_attn_scalar > 0)) fail(path, ": query_pre_attn_scalar must be positive");
-    o.rope_local_theta = c.number("rope_local_base_freq", 10000);
-    if (!(o.rope_local_theta > 1)) fail(path, ": rope_local_base_freq must exceed 1");
     o.sliding_window = c.count("sliding_window", 4096);
     for (auto [key, cap] : {std::pair{"attn_logit_softcapping", &o.attn_logit_softcapping},
                             std::pair{"final_logit_softcapping", &o.final_logit_softcapping}}) {
