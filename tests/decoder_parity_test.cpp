@@ -630,6 +630,52 @@ TEST(Decoder, BadFoldersAreOneErrorNamingTheField) {
   fs::remove_all(dir);
 }
 
+// A tied model's folder that also holds lm_head.weight: the same values tie as usual; different
+// ones are refused (transformers 4 would serve the embedding, transformers 5 the head).
+TEST(Decoder, TiedHeadGivenTwiceMustAgree) {
+  std::string tied;
+  for (const std::string& n : fixture_names()) {
+    const fs::path folder = fs::path(fixture_dir()) / n;
+    std::ifstream in(folder / "config.json");
+    if (fs::exists(folder / "model.safetensors") &&
+        nlohmann::json::parse(in).value("tie_word_embeddings", false))
+      tied = n;
+  }
+  ASSERT_FALSE(tied.empty()) << "no tied, unsharded fixture in " << fixture_dir();
+  const fs::path dir =
+      fs::temp_directory_path() / ("seqforge_tied_folder_" + std::to_string(getpid()));
+  const auto load_with_head = [&](float change) {
+    fs::remove_all(dir);
+    fs::copy(fs::path(fixture_dir()) / tied, dir, fs::copy_options::recursive);
+    const io::SafetensorsFile file =
+        io::SafetensorsFile::read((dir / "model.safetensors").string());
+    std::vector<io::SafetensorsTensor> tensors;
+    std::vector<float> head;
+    for (const io::SafetensorsEntry& e : file.entries()) {
+      tensors.push_back({e.name, e.dtype, e.shape, file.bytes(e).data()});
+      if (e.name != "model.embed_tokens.weight") continue;
+      head.resize(size_t(Shape(e.shape).numel()));
+      convert(file.bytes(e).data(), e.dtype, head.data(), DType::f32, head.size());
+      head[head.size() / 2] += change;
+      tensors.push_back({"lm_head.weight", DType::f32, e.shape, head.data()});
+    }
+    io::write_safetensors((dir / "model.safetensors").string(), tensors);
+    return test::error_of([&] {
+      auto be = make_reference_backend();
+      Decoder model(read_decoder_config((dir / "config.json").string()), DType::f64);
+      model.initialize(*be, 0);
+      load_hf_weights(dir.string(), model, *be);
+    });
+  };
+  EXPECT_EQ(load_with_head(0), "");
+  const std::string e = load_with_head(0.5f);
+  EXPECT_NE(e.find("ties the head to the embedding (tie_word_embeddings true) but "
+                   "'lm_head.weight' differs from 'model.embed_tokens.weight'"),
+            std::string::npos)
+      << e;
+  fs::remove_all(dir);
+}
+
 // Qwen2: layer_types naming sliding layers needs use_sliding_window (transformers raises too), and
 // a layer type that is neither kind is one error.
 TEST(Decoder, Qwen2LayerTypesAreCheckedAgainstUseSlidingWindow) {

@@ -259,6 +259,26 @@ void check_values_fit(const DecoderOptions& o, const std::string& path) {
        int64_t(available / mb), " MB available");
 }
 
+// Whether two tensors hold the same shape and values, compared in blocks (an embedding of a
+// large vocabulary need not be held twice).
+bool same_values(const io::SafetensorsFile& fa, const io::SafetensorsEntry& a,
+                 const io::SafetensorsFile& fb, const io::SafetensorsEntry& b) {
+  const auto weights = [](DType t) {
+    return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::f64;
+  };
+  if (a.shape != b.shape || !weights(a.dtype) || !weights(b.dtype)) return false;
+  const int64_t n = Shape(a.shape).numel(), block = int64_t{1} << 20;
+  const std::byte *pa = fa.bytes(a).data(), *pb = fb.bytes(b).data();
+  std::vector<double> va(size_t(std::min(n, block))), vb(va.size());
+  for (int64_t i = 0; i < n; i += block) {
+    const size_t m = size_t(std::min(block, n - i));
+    convert(pa + i * int64_t(dtype_size(a.dtype)), a.dtype, va.data(), DType::f64, m);
+    convert(pb + i * int64_t(dtype_size(b.dtype)), b.dtype, vb.data(), DType::f64, m);
+    if (!std::equal(va.begin(), va.begin() + std::ptrdiff_t(m), vb.begin())) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 DecoderOptions read_decoder_config(const std::string& path) {
@@ -422,6 +442,7 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
   for (const std::string& n : model.unused_base_tensors()) ignorable.insert(n);
 
   std::set<std::string> loaded;
+  std::map<std::string, std::string> shard_loaded;  // parameter name -> the shard it came from
   const auto load = [&](const io::SafetensorsFile& file, const io::SafetensorsEntry& e,
                         const std::string& target) {
     const std::string& path = file.source();
@@ -447,6 +468,7 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
     convert(values.data(), DType::f64, host.data(), value.dtype(), n);
     be.upload(value, host.data());
     loaded.insert(target);
+    shard_loaded[target] = fs::path(path).filename().string();
   };
   std::string tied_shard, tied_entry;  // where a tied weight's other name was seen
   for (const std::string& shard : shards) {
@@ -468,6 +490,19 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
   if (!tied_entry.empty() && !loaded.count(tied_name[tied_entry])) {
     const io::SafetensorsFile file = io::SafetensorsFile::read((dir / tied_shard).string());
     load(file, *file.find(tied_entry), tied_name[tied_entry]);
+  } else if (!tied_entry.empty()) {
+    // Both names given: transformers 4 ties them (the embedding serves), transformers 5 unties
+    // them where they differ, so differing values have no one meaning.
+    const std::string& param = tied_name[tied_entry];
+    const io::SafetensorsFile head = io::SafetensorsFile::read((dir / tied_shard).string());
+    const io::SafetensorsFile embedding =
+        io::SafetensorsFile::read((dir / shard_loaded[param]).string());
+    if (!same_values(head, *head.find(tied_entry), embedding, *embedding.find(param)))
+      fail(folder, ": config.json ties the head to the embedding (tie_word_embeddings true) but '",
+           tied_entry, "' differs from '", param,
+           "' (transformers 4 would use the embedding, transformers 5 the head): set "
+           "tie_word_embeddings to false to train with '",
+           tied_entry, "', or remove it to tie");
   }
   for (const auto& [name, i] : wanted)
     if (!loaded.count(name))
