@@ -92,17 +92,21 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   auto join = [](const std::vector<std::string>& c) {
     return c[0] + "," + c[1] + "," + c[2] + "," + c[3];
   };
-  std::string gaps, filled;
+  // codes.csv writes the gaps as codes the run was not trained with: -999 and "n/v".
+  std::string gaps, filled, codes;
   for (size_t i = 0; i < lines.size(); ++i) {
-    std::vector<std::string> c = cells(lines[i]), f = c;
-    if (i == 20) c[1] = "", f[1] = cells(lines[19])[1];
-    if (i == 30) c[2] = "NA", f[2] = cells(lines[29])[2];
+    std::vector<std::string> c = cells(lines[i]), f = c, k = c;
+    if (i == 20) c[1] = "", f[1] = cells(lines[19])[1], k[1] = "-999";
+    if (i == 30) c[2] = "NA", f[2] = cells(lines[29])[2], k[2] = "n/v";
     gaps += join(c) + "\n";
     filled += join(f) + "\n";
+    codes += join(k) + "\n";
   }
-  const fs::path gaps_csv = dir / "gaps.csv", filled_csv = dir / "filled.csv";
+  const fs::path gaps_csv = dir / "gaps.csv", filled_csv = dir / "filled.csv",
+                 codes_csv = dir / "codes.csv";
   std::ofstream(gaps_csv) << gaps;
   std::ofstream(filled_csv) << filled;
+  std::ofstream(codes_csv) << codes;
   const std::string run = (dir / "run").string();
   std::ostringstream out;
   EXPECT_NE(error_of([&] {
@@ -114,7 +118,26 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   EXPECT_NE(error_of([&] { evaluate(run, "test", gaps_csv.string()); }).find("--missing ffill"),
             std::string::npos);
   const Predictions by_hand = predictions(run, filled_csv.string(), false);
-  const Predictions on_request = predictions(run, gaps_csv.string(), false, "ffill");
+  const Predictions on_request = predictions(run, gaps_csv.string(), false, {"ffill"});
+  const Predictions coded =
+      predictions(run, codes_csv.string(), false, {"ffill", {"-999.0", "n/v"}});
+  ASSERT_EQ(coded.columns.size(), on_request.columns.size());
+  for (size_t c = 0; c < coded.columns.size(); ++c) {
+    EXPECT_EQ(coded.columns[c].text, on_request.columns[c].text);
+    const std::vector<double>& a = on_request.columns[c].values;
+    const std::vector<double>& b = coded.columns[c].values;
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) << i;
+  }
+  // Without --missing the codes are missing cells the run does not fill: one line naming one.
+  const std::string e = error_of([&] {
+    predictions(run, codes_csv.string(), false, {"", {"-999", "n/v"}});
+  });
+  EXPECT_NE(e.find("codes.csv:21: column 'signal': '-999' marks a missing value, not a number "
+                   "(--missing ffill or interpolate fills"),
+            std::string::npos)
+      << e;
   ASSERT_EQ(by_hand.columns.size(), on_request.columns.size());
   for (size_t c = 0; c < by_hand.columns.size(); ++c) {
     EXPECT_EQ(by_hand.columns[c].text, on_request.columns[c].text);
@@ -128,20 +151,28 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   EXPECT_NE(std::find(on_request.notes.begin(), on_request.notes.end(),
                       "data.missing ffill: 1 missing cells of 'signal' filled"),
             on_request.notes.end());
-  EXPECT_EQ(evaluate(run, "test", gaps_csv.string(), nullptr, "interpolate").at("samples"),
+  EXPECT_EQ(evaluate(run, "test", gaps_csv.string(), nullptr, {"interpolate"}).at("samples"),
             evaluate(run, "test", filled_csv.string(), nullptr).at("samples"));
   EXPECT_NE(error_of([&] {
-              predictions(run, gaps_csv.string(), false, "mask");
+              predictions(run, gaps_csv.string(), false, {"mask"});
             }).find("--missing: expected error, ffill or interpolate, got 'mask'"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              evaluate(run, "test", "", nullptr, "ffill");
-            }).find("--missing fills the missing cells of a file given with --data"),
+              evaluate(run, "test", "", nullptr, {"ffill"});
+            }).find("--missing reads the missing cells of a file given with --data"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              evaluate(run, "test", "", nullptr, {"", {"-999"}});
+            }).find("--missing-values reads the missing cells of a file given with --data"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              predictions(run, codes_csv.string(), false, {"ffill", {""}});
+            }).find("--missing-values: an empty entry"),
             std::string::npos);
   // A run that masks its missing cells reads them as masked: --missing would change its inputs.
   train(Config::parse(yaml(dir / "train.csv", dir / "masked", "  missing: mask\n"), "m.yaml"), log);
   EXPECT_NE(error_of([&] {
-              predictions((dir / "masked").string(), gaps_csv.string(), false, "ffill");
+              predictions((dir / "masked").string(), gaps_csv.string(), false, {"ffill"});
             }).find("masks missing cells (data.missing: mask)"),
             std::string::npos);
   EXPECT_GT(predictions((dir / "masked").string(), gaps_csv.string(), false).windows, 0);

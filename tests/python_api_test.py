@@ -102,6 +102,17 @@ def test_arrays_in_and_out(tmp_path):
     np.testing.assert_array_equal(run.predict(holed, missing="ffill"), run.predict(filled))
     # The missing target is filled as an input, and its window left out of the metrics.
     assert run.evaluate(data=holed, missing="interpolate")["samples"] == 100 - 8 - 1
+    # A code the run was not trained with marks a missing cell on request, as --missing-values.
+    coded = array[:100].copy()
+    coded[50, 1] = -999.0
+    for codes in (-999, [-999.0], np.array([-999], dtype=np.float32)):
+        np.testing.assert_array_equal(run.predict(coded, missing="ffill", missing_values=codes),
+                                      run.predict(filled))
+    assert run.evaluate(data=coded, missing="interpolate", missing_values=[-999])["samples"] == 91
+    with pytest.raises(TypeError, match=r"missing_values: expected numbers or texts, got True"):
+        run.predict(coded, missing_values=[True])
+    with pytest.raises(ValueError, match=r"missing and missing_values read the cells of `data`"):
+        run.evaluate(missing_values=[-999])
     assert run.evaluate(data=array[:500])["samples"] == 500 - 8
     # The library flushes denormals on its threads; the caller's arithmetic is left as it was.
     assert (np.array([5e-324]) * 2.0)[0] > 0

@@ -312,8 +312,8 @@ TEST(Series, MissingCodesAreMissingCellsAndANinesCodeGetsANote) {
   EXPECT_NEAR(v[2], (-99.99 + 330) / 2, 1e-9);
   EXPECT_TRUE(has_note(kept, "column 'value': 2 cells hold -99.99 (the first at " + path +
                                  ":3), far outside its other values (300 to 360): a code for a "
-                                 "missing value? data.missing_values: [-99.99] makes such cells "
-                                 "missing"));
+                                 "missing value? data.missing_values: [-99.99] (eval and "
+                                 "predict: --missing-values -99.99) makes such cells missing"));
   EXPECT_EQ(error_of([&] { load({"data.missing_values=[-99.99]"}); }),
             path +
                 ":3: column 'value': '-99.99' marks a missing value, not a number (data.missing: "

@@ -117,6 +117,20 @@ def _new_run_dir(source):
         version += 1
 
 
+def _missing_codes(values):
+    """missing_values as the texts --missing-values takes: numbers or strings, one or a list."""
+    if values is None:
+        return []
+    if isinstance(values, (str, bytes, int, float, np.number)):
+        values = [values]
+    codes = []
+    for v in values:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (str, int, float, np.number)):
+            raise TypeError(f"missing_values: expected numbers or texts, got {v!r}")
+        codes.append(str(v))
+    return codes
+
+
 def _unmasked(array):
     """A numpy masked array's masked cells as NaN: missing values (data.missing says what to do
     with them), never the numbers the mask hides."""
@@ -382,52 +396,60 @@ class Run:
         with open(path, encoding="utf-8") as f:
             return [json.loads(line) for line in f if line.strip()]
 
-    def evaluate(self, split="test", data=None, missing=None):
+    def evaluate(self, split="test", data=None, missing=None, missing_values=None):
         """Metrics on a split of the run's data ("val" or "test"), or on every window of `data`
         (a path, array or data frame of the training data's layout); `missing` ("ffill" or
-        "interpolate") fills that data's missing cells, as eval's --missing."""
+        "interpolate") fills that data's missing cells, as eval's --missing, and
+        `missing_values` (a list of numbers or texts) marks more cells missing, as
+        --missing-values."""
         if split not in ("val", "test"):
             raise ValueError(f"evaluate: split is \"val\" or \"test\", got {split!r}")
+        codes = _missing_codes(missing_values)
         if data is None:
-            return _native.evaluate(self.path, split, "", missing or "")
+            if missing or codes:
+                raise ValueError("evaluate: missing and missing_values read the cells of `data`; "
+                                 "a split of the run's own data is read as it trained")
+            return _native.evaluate(self.path, split, "", "", [])
         data = _unmasked(data)
         if isinstance(data, np.ndarray):
             with _naming_the_array(data):
-                return _native.evaluate_array(self.path, data, missing or "")
+                return _native.evaluate_array(self.path, data, missing or "", codes)
         with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
             path = _data_file(data, scratch)
             with _naming_the_data(data, path):
-                return _native.evaluate(self.path, split, path, missing or "")
+                return _native.evaluate(self.path, split, path, missing or "", codes)
 
-    def predictions(self, X, last=False, missing=None):
+    def predictions(self, X, last=False, missing=None, missing_values=None):
         """predict's table for the windows of `X` (a path, array or data frame of the training
         data's layout): {column: values}, numbers as float64 arrays over the library's own
         buffers (NaN: empty), text as object arrays, in the command's column order. A float32
         or float64 array in C order is read where it is. `missing` ("ffill" or "interpolate")
-        fills X's missing cells, as predict's --missing."""
+        fills X's missing cells, as predict's --missing; `missing_values` (a list of numbers
+        or texts) marks more cells missing, as --missing-values."""
+        codes = _missing_codes(missing_values)
         X = _unmasked(X)
         if isinstance(X, np.ndarray):  # read where it is, not copied
             with _naming_the_array(X):
-                table = _native.predictions_of_array(self.path, X, last, missing or "")
+                table = _native.predictions_of_array(self.path, X, last, missing or "", codes)
         else:
             with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
                 path = _data_file(X, scratch)
                 with _naming_the_data(X, path):
-                    table = _native.predictions(self.path, path, last, missing or "")
+                    table = _native.predictions(self.path, path, last, missing or "", codes)
         for note in table["notes"]:  # what predict prints as "note:" lines
             warnings.warn(re.sub(r"<numpy array \d+>\.npy", "the array", note), stacklevel=2)
         return {name: values if kind != "text" else np.array(values, dtype=object)
                 for name, kind, values in table["columns"]}
 
-    def predict(self, X, last=False, missing=None):
+    def predict(self, X, last=False, missing=None, missing_values=None):
         """Predictions for every window of `X` (or only each series' last with last=True); see
-        predictions() for `missing`.
+        predictions() for `missing` and `missing_values`.
 
         A data frame or a path gives a pandas DataFrame with the command's columns. An array
         gives an array: a forecast's values (windows, outputs), or (windows, steps, outputs)
         for several steps ahead (data.horizon, direct), an axis of one output squeezed away; or
         a classifier's classes."""
-        table = self.predictions(X, last, missing)
+        table = self.predictions(X, last, missing, missing_values)
         if isinstance(X, np.ndarray):
             return self._as_array(table)
         import pandas as pd

@@ -157,6 +157,10 @@ static int run_command(int argc, char** argv) {
   eval->add_option("--missing", eval_missing,
                    "fill that file's missing cells: ffill or interpolate (default: as the run "
                    "trained, data.missing)");
+  sf::MissingCells eval_missing_cells;
+  eval->add_option("--missing-values", eval_missing_cells.codes,
+                   "values that mark a missing cell in that file, besides the run's "
+                   "data.missing_values (several: --missing-values -99.99 -999)");
   bool eval_json = false;
   eval->add_flag("--json", eval_json, "print the metrics as one JSON object");
 
@@ -173,9 +177,12 @@ static int run_command(int argc, char** argv) {
       ->capture_default_str();
   pred->add_flag("--last", pred_options.last_only,
                  "only the forecast after the last row (of each series)");
-  pred->add_option("--missing", pred_options.missing,
+  pred->add_option("--missing", pred_options.missing.fill,
                    "fill the input's missing cells: ffill or interpolate (default: as the run "
                    "trained, data.missing)");
+  pred->add_option("--missing-values", pred_options.missing.codes,
+                   "values that mark a missing cell in the input, besides the run's "
+                   "data.missing_values (several: --missing-values -99.99 -999)");
 
   std::string merge_run, merge_output;
   CLI::App* merge = app.add_subcommand(
@@ -309,7 +316,9 @@ static int run_command(int argc, char** argv) {
       if (!eval_data.empty() && eval->count("--split"))
         sf::fail("eval: --data evaluates every window of that file; --split ", eval_split,
                  " evaluates a split of the run's own data: give one of them");
-      const auto metrics = sf::evaluate(eval_run, eval_split, eval_data, &std::cerr, eval_missing);
+      eval_missing_cells.fill = eval_missing;
+      const auto metrics =
+          sf::evaluate(eval_run, eval_split, eval_data, &std::cerr, eval_missing_cells);
       if (eval_json) {
         std::printf("%s\n", nlohmann::json(metrics).dump().c_str());
         return 0;
@@ -344,9 +353,10 @@ static int run_command(int argc, char** argv) {
       if (!(gen_top_p > 0 && gen_top_p <= 1))
         sf::fail("generate: --top-p must be in (0, 1], got ", gen_top_p);
       if (!(gen_temperature >= 0) || !std::isfinite(gen_temperature))
-        sf::fail("generate: --temperature must be 0 (always the likeliest character) or a finite "
-                 "number above, got ",
-                 gen_temperature);
+        sf::fail(
+            "generate: --temperature must be 0 (always the likeliest character) or a finite "
+            "number above, got ",
+            gen_temperature);
       // The text as it is made, as a chat model's is.
       sf::generate(gen_run, gen_prompt, gen_length, gen_temperature, gen_top_k, gen_seed, gen_top_p,
                    [](std::string_view piece) {

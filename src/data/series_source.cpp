@@ -97,7 +97,8 @@ std::optional<std::string> nines_note(const std::vector<double>& x, const std::s
          (cells == 1 ? " cell holds " : " cells hold ") + text(code->first) + " (the first at " +
          table.where(code->second.second) + "), far outside its other values (" + text(lo) +
          " to " + text(hi) + "): a code for a missing value? data.missing_values: [" +
-         text(code->first) + "] makes such cells missing";
+         text(code->first) + "] (eval and predict: --missing-values " + text(code->first) +
+         ") makes such cells missing";
 }
 
 }  // namespace

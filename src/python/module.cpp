@@ -189,10 +189,11 @@ class ArraySource {
 };
 
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
-                                       const std::string& data, const std::string& missing) {
+                                       const std::string& data, const std::string& missing,
+                                       const std::vector<std::string>& missing_values) {
   KeepCallersDenormals keep;
   py::gil_scoped_release released;
-  return sf::evaluate(run, split, data, &std::cerr, missing);
+  return sf::evaluate(run, split, data, &std::cerr, sf::MissingCells{missing, missing_values});
 }
 
 // A vector handed to numpy without a copy: the array's base owns it.
@@ -205,12 +206,12 @@ py::array owned_array(std::vector<double>&& values) {
 // predict's table: {"columns": [(name, kind, values)], "notes": [...], "summary": "..."}, numeric
 // columns as float64 arrays (NaN where the file has an empty cell), text columns as lists.
 py::dict predictions(const std::string& run, const std::string& input, bool last_only,
-                     const std::string& missing) {
+                     const std::string& missing, const std::vector<std::string>& missing_values) {
   KeepCallersDenormals keep;
   sf::Predictions p;
   {
     py::gil_scoped_release released;
-    p = sf::predictions(run, input, last_only, missing);
+    p = sf::predictions(run, input, last_only, sf::MissingCells{missing, missing_values});
   }
   static const char* const kinds[] = {"text", "integer", "f32", "f64"};
   py::list columns;
@@ -230,9 +231,10 @@ py::dict predictions(const std::string& run, const std::string& input, bool last
 }
 
 py::dict predictions_of_array(const std::string& run, const py::array& array, bool last_only,
-                              const std::string& missing) {
+                              const std::string& missing,
+                              const std::vector<std::string>& missing_values) {
   const ArraySource source(array);
-  return predictions(run, source.path(), last_only, missing);
+  return predictions(run, source.path(), last_only, missing, missing_values);
 }
 
 // Samples from a language model; stream(text), where given, sees the text as it is made (an
@@ -296,19 +298,23 @@ PYBIND11_MODULE(_native, m) {
         return config_of(yaml, source, overrides).resolved_yaml();
       },
       py::arg("yaml"), py::arg("source"), py::arg("overrides"));
+  const std::vector<std::string> no_codes;
   m.def("evaluate", &evaluate, py::arg("run"), py::arg("split") = "test", py::arg("data") = "",
-        py::arg("missing") = "");
+        py::arg("missing") = "", py::arg("missing_values") = no_codes);
   m.def("predictions", &predictions, py::arg("run"), py::arg("input"), py::arg("last_only") = false,
-        py::arg("missing") = "");
+        py::arg("missing") = "", py::arg("missing_values") = no_codes);
   m.def("predictions_of_array", &predictions_of_array, py::arg("run"), py::arg("array"),
-        py::arg("last_only") = false, py::arg("missing") = "");
+        py::arg("last_only") = false, py::arg("missing") = "",
+        py::arg("missing_values") = no_codes);
   m.def(
       "evaluate_array",
-      [](const std::string& run, const py::array& array, const std::string& missing) {
+      [](const std::string& run, const py::array& array, const std::string& missing,
+         const std::vector<std::string>& missing_values) {
         const ArraySource source(array);
-        return evaluate(run, "test", source.path(), missing);
+        return evaluate(run, "test", source.path(), missing, missing_values);
       },
-      py::arg("run"), py::arg("array"), py::arg("missing") = "");
+      py::arg("run"), py::arg("array"), py::arg("missing") = "",
+      py::arg("missing_values") = no_codes);
   m.def("generate", &generate, py::arg("run"), py::arg("prompt"), py::arg("length"),
         py::arg("temperature"), py::arg("top_k"), py::arg("seed"), py::arg("top_p"),
         py::arg("stream") = py::none());

@@ -46,13 +46,13 @@ double majority_accuracy(const Dataset& t, const std::vector<int64_t>& starts) {
 
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
                                        const std::string& data, std::ostream* notes,
-                                       const std::string& missing) {
+                                       const MissingCells& missing) {
   if (data.empty() && split != "val" && split != "test")
     fail("--split: expected val or test, got '", split, "'");
   if (data.empty() && !missing.empty())
-    fail(
-        "--missing fills the missing cells of a file given with --data; a split of the run's own "
-        "data is read as it trained");
+    fail(missing.fill.empty() ? "--missing-values" : "--missing",
+         " reads the missing cells of a file given with --data; a split of the run's own data is "
+         "read as it trained");
   LoadedRun r =
       load_run(run, data, data.empty() ? WindowSet::splits : WindowSet::with_targets, missing);
   if (!data.empty())
@@ -306,7 +306,7 @@ Predictions predict_text(const LoadedRun& r) {
 }  // namespace
 
 Predictions predictions(const std::string& run, const std::string& input, bool last_only,
-                        const std::string& missing) {
+                        const MissingCells& missing) {
   LoadedRun r = load_run(run, input, WindowSet::every_window, missing);
   Predictions p;
   for (const std::string& note : r.task.notes()) p.notes.push_back(note);

@@ -1,5 +1,7 @@
 #include "run.hpp"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -150,7 +152,7 @@ namespace {
 // A run's checkpoint, its stored config (data.path replaced by `data_override` when given) and
 // the task as stored: normalizers, classes, vocabulary, column names.
 LoadedRun read_run(const std::string& run, const std::string& data_override,
-                   const std::string& missing = "") {
+                   const MissingCells& missing = {}) {
   const std::string path =
       fs::is_directory(run) ? (fs::path(run) / "model.safetensors").string() : run;
   if (!fs::exists(run)) fail(run, ": no such run directory or model.safetensors");
@@ -188,14 +190,27 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
   if (!data_override.empty()) overrides.push_back("data.path=" + data_override);
   Config config = as_it_trained(
       Config::parse(meta.at("seqforge.config"), path + " (stored config)", overrides));
-  if (!missing.empty()) {
+  if (!missing.codes.empty()) {
+    std::vector<std::string> codes = config.list("data.missing_values");
+    for (const std::string& code : missing.codes) {
+      if (code.empty())
+        fail("--missing-values: an empty entry (empty cells are missing values already)");
+      if (std::find(codes.begin(), codes.end(), code) == codes.end()) codes.push_back(code);
+    }
+    YAML::Emitter list;
+    list << YAML::Flow << YAML::BeginSeq;
+    for (const std::string& code : codes) list << YAML::DoubleQuoted << code;
+    list << YAML::EndSeq;
+    config = config.with_values({{"data.missing_values", list.c_str()}}, "--missing-values");
+  }
+  if (const std::string& fill = missing.fill; !fill.empty()) {
     const std::string trained = config.str("data.missing");
-    if (missing != "error" && missing != "ffill" && missing != "interpolate")
-      fail("--missing: expected error, ffill or interpolate, got ", io::quoted(missing));
+    if (fill != "error" && fill != "ffill" && fill != "interpolate")
+      fail("--missing: expected error, ffill or interpolate, got ", io::quoted(fill));
     if (trained == "mask")
-      fail("--missing ", missing, ": ", run,
+      fail("--missing ", fill, ": ", run,
            " masks missing cells (data.missing: mask), as its model was trained to read them");
-    config = config.with_values({{"data.missing", missing}}, "--missing");
+    config = config.with_values({{"data.missing", fill}}, "--missing");
   }
   Task stored;
   stored.kind = parse_task(config.str("data.task"), path + " (stored config)");
@@ -234,7 +249,7 @@ void check_output_file(const std::string& output, const std::string& option) {
 }
 
 LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows,
-                   const std::string& missing) {
+                   const MissingCells& missing) {
   LoadedRun r = read_run(run, data_override, missing);
   const TaskKind kind = r.task.kind;
   const bool forecasts =

@@ -16,6 +16,7 @@
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/sequence_model.hpp"
 #include "seqforge/train/config.hpp"
+#include "seqforge/train/trainer.hpp"
 
 namespace seqforge {
 
@@ -147,10 +148,11 @@ struct LoadedRun {
   Config config;
   Task task;
 };
-// `missing`, where given with another file (`data_override`), replaces the run's data.missing
-// (predict and eval's --missing: ffill or interpolate, where the run did not mask).
+// `missing`, where given with another file (`data_override`): its fill replaces the run's
+// data.missing (predict and eval's --missing: ffill or interpolate, where the run did not mask),
+// its codes join the run's data.missing_values (--missing-values).
 LoadedRun load_run(const std::string& run, const std::string& data_override,
-                   WindowSet windows = WindowSet::splits, const std::string& missing = "");
+                   WindowSet windows = WindowSet::splits, const MissingCells& missing = {});
 // evaluate() and write_validation_outputs() of a run already loaded (the end of training reads
 // its data once for both); `data` names the file `r` was loaded with ("" for the run's own).
 std::map<std::string, double> evaluate(LoadedRun& r, const std::string& run,

@@ -54,16 +54,24 @@ std::vector<std::string> ignored_settings(const Config& c);
 // the task's val_* metrics; which of these its data gives is known once the data is read).
 bool task_can_report(const Config& c, const std::string& name);
 
+// How eval and predict read another file's missing cells: `fill` ("ffill" or "interpolate") in
+// place of the run's data.missing, and `codes`, texts that mark a missing cell besides the run's
+// data.missing_values (empty: as the run trained).
+struct MissingCells {
+  std::string fill;
+  std::vector<std::string> codes;
+  bool empty() const { return fill.empty() && codes.empty(); }
+};
+
 // Metrics of a trained run (a run directory or its model.safetensors) on a split of its data
 // ("val" or "test": test_*, val_* metrics), or on every window of another file of the same
 // layout (`data`: data_* metrics), computed in the run's precision; the precision's note, if
 // any, goes to `notes` (none: not printed).
-// `missing` (with `data`) fills that file's missing cells: "ffill" or "interpolate" in place of
-// the run's data.missing (see load_run).
+// `missing` (with `data`) says how that file's missing cells are read (see load_run).
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
                                        const std::string& data = "",
                                        std::ostream* notes = &std::cerr,
-                                       const std::string& missing = "");
+                                       const MissingCells& missing = {});
 
 // Macro-averaged F1 from per-class true positives, false positives and false negatives, over the
 // classes present in the truth or the predictions (scikit-learn's default); 0 with none.
@@ -74,7 +82,7 @@ struct PredictOptions {
   std::string input;       // a CSV (or .npy) of the training data's layout; targets optional
   std::string output;      // CSV to write; "-": standard output
   bool last_only = false;  // only the forecast after each series' last row
-  std::string missing{};   // the input's missing cells: ffill or interpolate ("": the run's)
+  MissingCells missing{};  // how the input's missing cells are read ({}: as the run trained)
 };
 
 // One column of predictions: text (series, dates, classes) or numbers (NaN: empty).
@@ -97,7 +105,7 @@ struct Predictions {
   std::string summary;             // "predict: N windows in S s (...)"
 };
 Predictions predictions(const std::string& run, const std::string& input, bool last_only,
-                        const std::string& missing = "");
+                        const MissingCells& missing = {});
 // The table as predict's CSV: numbers computed in f32 as their shortest f32 text.
 std::string predictions_csv(const Predictions& p);
 
