@@ -585,6 +585,19 @@ TEST(Series, EachSeriesCanHaveItsOwnScaler) {
   EXPECT_NE(pooled.notes.back().find("1 series ('c') without a scaler of their own"),
             std::string::npos)
       << pooled.notes.back();
+  // A name that differs from a trained one only in case is pointed at it.
+  const std::string upper = write(dir / "upper.csv",
+                                  "date,city,value\n2020-01-01,A,5\n"
+                                  "2020-01-02,A,6\n2020-01-03,A,7\n"
+                                  "2020-01-04,A,8\n2020-01-05,A,9\n");
+  EXPECT_EQ(error_of([&] {
+              load_series(series_config(upper, {"data.normalize_per=series", "data.lookback=4"}),
+                          &d, WindowSet::every_window);
+            }),
+            upper +
+                ": series 'A' was not in the training data (the training data has 'a': names "
+                "match as written), so data.normalize_per series has no scaler for it; set "
+                "data.normalize_fallback: pooled to scale it by all series' training rows");
 }
 
 // A class only validation or test rows hold is named: no training window teaches it.

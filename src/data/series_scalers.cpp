@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -59,6 +60,19 @@ void fit_normalizers(const SeriesOptions& o, SeriesData* d) {
   }
 }
 
+// " (the training data has 'SPX': names match as written)" where a stored series' name differs
+// from `name` only in case, else "".
+std::string case_hint(const Normalizer& norm, const std::string& name) {
+  const auto lower = [](std::string s) {
+    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  for (const std::string& known : norm.series)
+    if (lower(known) == lower(name))
+      return " (the training data has " + io::quoted(known) + ": names match as written)";
+  return "";
+}
+
 void assign_scalers(const DataOptions& opt, bool stored, SeriesData* d) {
   const Normalizer& norm = d->feature_norm;
   d->series_scaler.assign(d->series.size(), -1);
@@ -68,12 +82,13 @@ void assign_scalers(const DataOptions& opt, bool stored, SeriesData* d) {
     const std::string& name = d->series[i].name;
     d->series_scaler[i] = norm.series_index(name);
     if (d->series_scaler[i] >= 0) continue;
+    const std::string hint = stored ? case_hint(norm, name) : "";
     if (opt.series.normalize_fallback != "pooled")
       fail(opt.path, ": series ", io::quoted(name),
-           stored ? " was not in the training data" : " has no training window",
+           stored ? " was not in the training data" : " has no training window", hint,
            ", so data.normalize_per series has no scaler for it; set data.normalize_fallback: "
            "pooled to scale it by all series' training rows");
-    pooled.push_back(io::quoted(name));
+    pooled.push_back(io::quoted(name) + hint);
   }
   if (pooled.empty()) return;
   std::string names;
