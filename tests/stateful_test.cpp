@@ -124,6 +124,40 @@ TEST(Stateful, StreamsFollowTheDataAndResetAtSeriesBoundaries) {
   EXPECT_GE(resets_inside, 1);
 }
 
+// A gap in the dates between two chunks of a stream starts the later one from zeros, as a new
+// series does; a gap inside a chunk does not (a window spans it as any window would). Dates and
+// numeric times alike.
+TEST(Stateful, StreamsResetAtAGapBetweenChunks) {
+  const fs::path dir = test::temp_dir("gaps");
+  const int64_t T = 6;
+  for (const bool numeric : {false, true}) {
+    {
+      std::ofstream f(dir / "gaps.csv");
+      f << "when,v\n";
+      for (int i = 0, t = 0; i < 120; ++i, ++t) {
+        if (i == 42) t += 5;  // between chunks starting at rows 36 and 42
+        if (i == 75) t += 3;  // inside the chunk of rows 72 to 77
+        char date[40];
+        std::snprintf(date, sizeof date, "2020-01-%02dT%02d:00:00", 1 + t / 24, t % 24);
+        f << (numeric ? std::to_string(t) : std::string(date)) << "," << std::sin(i * 0.2) << "\n";
+      }
+    }
+    const Config c = Config::parse("data: {path: " + (dir / "gaps.csv").string() +
+                                       ", date_column: when, features: [v], targets: [v], "
+                                       "lookback: 6, split: {train: 1, val: 0}}\n",
+                                   "g.yaml");
+    const Dataset d = load_dataset(c);
+    const StatefulStreams s = stateful_streams(d, 1);
+    ASSERT_EQ(s.order.size(), size_t(s.batches));
+    ASSERT_GT(s.batches, 14);
+    for (int64_t k = 0; k < s.batches; ++k) {
+      ASSERT_EQ(s.order[size_t(k)], k * T) << "one stream of consecutive chunks";
+      EXPECT_EQ(s.reset[size_t(k)], k == 0 || k * T == 42 ? 1 : 0)
+          << (numeric ? "numeric times" : "dates") << ", chunk at row " << k * T;
+    }
+  }
+}
+
 // With a learning rate of 0 the model stays as initialised: the logged training loss of a
 // stateful epoch is the mean loss of the streams' chunks run with carried states, computed here
 // by hand, and not the loss of the same chunks each started from zeros.

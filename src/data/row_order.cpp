@@ -204,6 +204,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   });
   int64_t gaps = 0, largest = 0;
   std::string largest_at;
+  out.gap_before.assign(size_t(n), 0);
   // Steps that are no whole number of their series' usual one: later dates are then unknown.
   int64_t off_grid = 0, off_grid_series = 0, off_grid_step = 0;
   std::string off_grid_at;
@@ -335,6 +336,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         for (size_t k = 0; k < steps.size(); ++k)
           if (spanned[k] > 1) {
             ++gaps;
+            out.gap_before[size_t(p) + k + 1] = 1;
             if (steps[k] > largest) {
               largest = steps[k];
               largest_at = date_text(out.rows[p + k]);

@@ -256,6 +256,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     d->subsecond_times = order.subsecond_times;
     for (int64_t p : keep) {
       d->times.push_back(order.times[p]);
+      d->gap_before.push_back(order.gap_before[size_t(p)]);
       const int64_t row = order.rows[p];
       d->dates.push_back(table.is_array()           ? numeric_time_text(order.times[p])
                          : !order.iso_dates.empty() ? order.iso_dates[row]

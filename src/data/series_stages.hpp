@@ -66,7 +66,9 @@ void name_derived_features(const SeriesOptions& o, SeriesData* d);
 struct RowOrder {
   std::vector<int64_t> rows;  // file rows, ordered
   std::vector<SeriesSpan> spans;
-  std::vector<int64_t> times;    // (rows) with a date column
+  std::vector<int64_t> times;  // (rows) with a date column
+  std::vector<uint8_t>
+      gap_before;                // (rows) 1 where more than the usual step follows the row before
   bool numeric_times = false;    // the date column holds numbers (SeriesData::numeric_times)
   bool utc_times = false;        // times with UTC offsets (SeriesData::utc_times)
   bool subsecond_times = false;  // dates with fractions of a second (microseconds)

@@ -438,7 +438,8 @@ const std::vector<ConfigKey> kKeys = {
      "row of a batch a stream through its own stretch, windows one lookback apart), and the "
      "final LSTM states of a batch (detached) start the next one: truncated back-propagation "
      "through time over data.lookback (data.seq_len) steps. States are reset at every epoch, at "
-     "series boundaries and gaps. Needs a unidirectional model, data.split.mode time and one "
+     "series boundaries and where a gap in the dates lies between two chunks. Needs a "
+     "unidirectional model, data.split.mode time and one "
      "process; validation stays stateless."},
     {"train.test_after", T::boolean, "true",
      "After training, evaluate the saved model on the test split (when it has windows): test_* "

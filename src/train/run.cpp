@@ -310,7 +310,8 @@ StatefulStreams stateful_streams(const Dataset& d, int64_t batch_size) {
   for (int64_t s : d.split().train) {  // in time order
     if (last >= 0 && s < last + T) continue;
     const bool continues = last >= 0 && s == last + T &&
-                           (d.is_lm() || &d.series.series_of(s) == &d.series.series_of(last));
+                           (d.is_lm() || (&d.series.series_of(s) == &d.series.series_of(last) &&
+                                          !d.series.follows_gap(s)));
     chunks.push_back(s);
     fresh.push_back(continues ? 0 : 1);
     last = s;

@@ -124,6 +124,8 @@ struct SeriesData {
   std::vector<int64_t> file_rows;      // (rows) each row's 0-based row in the file; empty: the same
   std::vector<std::string> dates;      // (rows) the date column's text, when there is one
   std::vector<int64_t> times;          // (rows) seconds since 1970, when there is a date column
+  std::vector<uint8_t> gap_before;     // (rows, with times) 1 where more than the series' usual
+                                       // step (a gap) lies between the row and the one before
   // The date column holds numbers (elapsed seconds, a Unix time, a sample index): times are
   // those numbers in millionths (kNumericTimeScale), with no calendar.
   bool numeric_times = false;
@@ -169,6 +171,10 @@ struct SeriesData {
   int64_t last_row(int64_t start) const { return start + lookback - 1; }
   // The series of source row `row`.
   const SeriesSpan& series_of(int64_t row) const;
+  // Whether a gap in the dates lies between `row` and the row before it.
+  bool follows_gap(int64_t row) const {
+    return size_t(row) < gap_before.size() && gap_before[size_t(row)];
+  }
   // The time `ahead` rows after source row `row` in its series: the file's, or past the series'
   // end by its calendar where its dates are regular; none without dates or calendar.
   std::optional<int64_t> time_ahead(int64_t row, int64_t ahead) const;
