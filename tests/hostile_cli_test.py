@@ -67,6 +67,10 @@ def main():
     bad_csv = os.path.join(work, "bad.csv")
     with open(bad_csv, "wb") as f:
         f.write(b"date,pressure,temperature,wind\n2010-01-01T01:00:00,\xff\x1b[2J,1,2\n")
+    peft = os.path.join(work, "adapter_model.safetensors")
+    safetensors(peft, {"__metadata__": {"format": "pt"},
+                       "base_model.model.head.lora_A.weight": {
+                           "dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4)
     directory = os.path.join(work, "a_directory")
     os.makedirs(directory)
     out = os.path.join(work, "out.csv")
@@ -99,6 +103,11 @@ def main():
                                          os.path.join(run_dir, "model.safetensors")],
         "merge over the run's config": ["merge", run_dir, "--output",
                                         os.path.join(run_dir, "config.resolved.yaml")],
+        "merge over the run's adapters": ["merge", run_dir, "--output",
+                                          os.path.join(run_dir, "adapter_model.safetensors")],
+        "predict over val_predictions": ["predict", run_dir, "--input", data, "--output",
+                                         os.path.join(run_dir, "val_predictions.csv")],
+        "merge a PEFT adapter file": ["merge", peft, "--output", out],
         "tune a damaged config": ["tune", bad_yaml],
         "tune on /dev/zero": ["tune", "/dev/zero"],
         "report a directory that is no run": ["report", directory],
@@ -107,6 +116,12 @@ def main():
         "bench an unknown workload": ["bench", "W\x1b[31m"],
         "bench with a huge step count": ["bench", "W3", "--steps", "99999999999999999999"],
         "bench with a negative warm-up": ["bench", "W3", "--warmup", "-1"],
+    }
+    # What some of the lines must say.
+    expected = {
+        "merge over the run's adapters": "is the run's own adapter_model.safetensors",
+        "predict over val_predictions": "is the run's own val_predictions.csv",
+        "merge a PEFT adapter file": "a PEFT adapter file, which holds the adapters alone",
     }
     failures = []
     for name, args in cases.items():
@@ -122,6 +137,8 @@ def main():
             failures.append("%s: exit %d, stderr %r" % (name, r.returncode, err[-600:]))
         elif "\x1b" in err or "json.exception" in err or "yaml-cpp" in err:
             failures.append("%s: a raw message: %r" % (name, err))
+        elif expected.get(name, "") not in lines[0]:
+            failures.append("%s: expected %r in %r" % (name, expected[name], lines[0]))
         else:
             print("%-36s %s" % (name, lines[0][:110]))
     r = run(["eval", run_dir, "--split", "val"])

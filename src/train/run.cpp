@@ -184,8 +184,13 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
     fail(run, ": not a run directory or a model.safetensors (", e.what(), ")");
   }
   const auto& meta = file.metadata();
-  if (!meta.count("seqforge.config"))
+  if (!meta.count("seqforge.config")) {
+    const auto& entries = file.entries();
+    if (!entries.empty() && entries.front().name.starts_with("base_model.model."))
+      fail(path, ": a PEFT adapter file, which holds the adapters alone: give the run directory ",
+           "it belongs to (or its model.safetensors)");
     fail(path, ": not a seqforge checkpoint (no seqforge.config metadata)");
+  }
   std::vector<std::string> overrides;
   if (!data_override.empty()) overrides.push_back("data.path=" + data_override);
   Config config = as_it_trained(
@@ -220,6 +225,21 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
 
 }  // namespace
 
+const std::vector<std::string> kRunFiles = {"config.resolved.yaml",
+                                            "metrics.jsonl",
+                                            "model.safetensors",
+                                            "training_state.safetensors",
+                                            "report.html",
+                                            "val_predictions.csv",
+                                            "val_reconstructions.csv",
+                                            "trace.json",
+                                            "adapter_model.safetensors",
+                                            "adapter_config.json",
+                                            "config.json",
+                                            "tokenizer.json",
+                                            "tokenizer_config.json",
+                                            "special_tokens_map.json"};
+
 void check_output_outside_run(const std::string& output, const std::string& run,
                               const std::string& option) {
   if (output.empty() || output == "-") return;
@@ -228,11 +248,9 @@ void check_output_outside_run(const std::string& output, const std::string& run,
   const fs::path target = fs::weakly_canonical(output, ec);
   const fs::path run_dir = fs::weakly_canonical(dir.empty() ? "." : dir, ec);
   const std::string name = target.filename().string();
-  const bool own =
-      target.parent_path() == run_dir &&
-      (name == "model.safetensors" || name == "training_state.safetensors" ||
-       name == "config.resolved.yaml" || name == "metrics.jsonl" || name == "report.html" ||
-       name == ".lock" || name == "adapter_config.json" || name == "train.log");
+  const bool own = target.parent_path() == run_dir &&
+                   (name == ".lock" || name == "train.log" ||
+                    std::find(kRunFiles.begin(), kRunFiles.end(), name) != kRunFiles.end());
   if (own || (!fs::is_directory(run, ec) && target == fs::weakly_canonical(run, ec)))
     fail(option, ": ", output, " is the run's own ", name,
          "; writing it would destroy the run: give another path");

@@ -162,8 +162,10 @@ int64_t write_validation_outputs(const std::string& run, LoadedRun& r);
 // The checkpoint and what building its model needs, without reading the run's data file (generate,
 // merge): the task holds no examples.
 LoadedRun load_run_model(const std::string& run);
-// Refuses an output path (`option`: "--output") that is one of the run's own files (its model,
-// training state, config, metrics, report, lock): writing there would destroy the run.
+// The files a training run writes into its directory (besides .lock and train.log).
+extern const std::vector<std::string> kRunFiles;
+// Refuses an output path (`option`: "--output") that is one of the run's own files (kRunFiles,
+// its lock, its log): writing there would destroy the run.
 void check_output_outside_run(const std::string& output, const std::string& run,
                               const std::string& option);
 // The model of a loaded run, its weights loaded, computing in the run's precision.

@@ -45,22 +45,6 @@ namespace {
 // PEFT's prefix of the names in an adapter file.
 constexpr const char* kPeftPrefix = "base_model.model.";
 
-// The files a training run writes into its directory.
-const char* const kRunFiles[] = {"config.resolved.yaml",
-                                 "metrics.jsonl",
-                                 "model.safetensors",
-                                 "training_state.safetensors",
-                                 "report.html",
-                                 "val_predictions.csv",
-                                 "val_reconstructions.csv",
-                                 "trace.json",
-                                 "adapter_model.safetensors",
-                                 "adapter_config.json",
-                                 "config.json",
-                                 "tokenizer.json",
-                                 "tokenizer_config.json",
-                                 "special_tokens_map.json"};
-
 // Whether `dir` holds a run with something to lose: a finished epoch's metrics, a model or a
 // training state (a run stopped before its first epoch ended left nothing of value).
 bool holds_a_run(const fs::path& dir) {
@@ -80,8 +64,8 @@ std::string other_entry(const fs::path& dir, const fs::path& data) {
     const std::string name = entry.path().filename().string();
     const bool ours = name == ".lock" || name == "train.log" ||
                       fs::weakly_canonical(fs::absolute(entry.path()), ec) == data_file ||
-                      std::any_of(std::begin(kRunFiles), std::end(kRunFiles), [&](const char* f) {
-                        return name == f || name.starts_with(std::string(f) + ".tmp.");
+                      std::any_of(kRunFiles.begin(), kRunFiles.end(), [&](const std::string& f) {
+                        return name == f || name.starts_with(f + ".tmp.");
                       });
     if (!ours) return name;
   }
@@ -96,7 +80,7 @@ void lock_run_dir(const std::string& dir, io::DirLock* lock) {
          holder > 0 ? "pid " + std::to_string(holder) : std::string("its pid not yet written"),
          " holds ", (fs::path(dir) / ".lock").string(),
          "); wait for it to end or stop it. Nothing in the directory was changed");
-  io::remove_stale_temporaries(dir, {std::begin(kRunFiles), std::end(kRunFiles)});
+  io::remove_stale_temporaries(dir, kRunFiles);
 }
 
 // The run directory of a new run, locked for it: train.run_dir, which must not hold another
@@ -880,7 +864,7 @@ void Training::share_rank0_state() {
 void Training::prepare_run_dir() {
   if (rank_ != 0) return;
   if (resume_dir_.empty())  // --overwrite: the old run's files go first
-    for (const char* name : kRunFiles) fs::remove(fs::path(run_dir_) / name);
+    for (const std::string& name : kRunFiles) fs::remove(fs::path(run_dir_) / name);
   fs::create_directories(run_dir_);
   const std::string yaml = c_.resolved_yaml();
   io::write_file_atomically((fs::path(run_dir_) / "config.resolved.yaml").string(),
