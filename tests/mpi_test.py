@@ -263,6 +263,18 @@ p = subprocess.run(MPI + ["-x", "SEQFORGE_MPI_MODULE", seqforge, "train", config
                    env=env_missing, capture_output=True, text=True, timeout=60)
 check(p.returncode != 0 and "could not be loaded" in p.stdout + p.stderr,
       "a missing MPI module is a clear error")
+# A rank given another setting (a model that no longer fits rank 0's collectives, another learning
+# rate that would train silently) is refused naming the key, before any rank claims the directory.
+for key, values in (("model.hidden", ("16", "32")), ("optim.lr", ("0.001", "0.1"))):
+    differs = os.path.join(work, "differs")
+    ranks = []
+    for value in values:
+        ranks += [":", "-np", "1", seqforge, "train", config("differs"), f"{key}={value}",
+                  "train.run_dir=" + differs]
+    code, out = run(MPI[:-2] + ranks[1:])
+    expected = f"rank 1's {key} is '{values[1]}', rank 0's is '{values[0]}'"
+    check(code != 0 and expected in out and not os.path.exists(differs),
+          f"ranks with different {key} are refused: " + out.strip()[-300:])
 ldd = subprocess.run(["ldd", seqforge], capture_output=True, text=True).stdout
 check("libmpi" not in ldd, "the seqforge binary does not link libmpi")
 

@@ -11,8 +11,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "checkpoint_writer.hpp"
 #include "io/file_util.hpp"
@@ -1518,6 +1520,49 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
     fail(config.origin("train.run_dir"), ": a resumed run goes on in its directory ", resume_dir,
          "; train.run_dir cannot move it (copy the directory, then resume the copy)");
 }
+// Under mpirun every rank trains what rank 0's config describes: a rank given another setting
+// would build another model (its parameters no longer fit rank 0's in the collectives) or take
+// another step silently. Only a process's own resources, its data file's path and the seed
+// (rank 0's order serves every rank) may differ. Every rank compares its own settings with rank
+// 0's and a rank that differs fails naming the first key.
+void check_ranks_agree(const Config& c, dist::Communicator& comm) {
+  static const std::set<std::string> own = {"train.threads",
+                                            "train.num_workers",
+                                            "train.prefetch_factor",
+                                            "train.progress_seconds",
+                                            "train.device",
+                                            "train.run_dir",
+                                            "data.path",
+                                            "train.seed"};
+  nlohmann::json mine = nlohmann::json::object();
+  for (const ConfigKey& k : config_keys())
+    if (!own.count(k.path)) mine[k.path] = c.str(k.path);
+  const std::string text = mine.dump();
+  int64_t size = int64_t(text.size());
+  comm.broadcast({reinterpret_cast<std::byte*>(&size), sizeof size});
+  std::string rank0 = comm.rank() == 0 ? text : std::string(size_t(size), '\0');
+  comm.broadcast({reinterpret_cast<std::byte*>(rank0.data()), rank0.size()});
+  // Every rank learns whether any differs, so that none goes on to claim the run directory.
+  double differing = rank0 == text ? 0 : 1;
+  comm.all_reduce_sum({&differing, 1});
+  if (differing == 0) return;
+  if (rank0 == text) {  // a rank that differs names its key and ends the job
+    comm.barrier();
+    fail("another rank's settings differ from rank 0's");
+  }
+  const nlohmann::json theirs = nlohmann::json::parse(rank0, nullptr, false);
+  for (const auto& [key, value] : mine.items()) {
+    if (!theirs.is_object() || !theirs.contains(key))
+      fail("rank ", comm.rank(), " has setting ", key,
+           ", which rank 0's seqforge does not know (another version?)");
+    if (theirs[key] != value)
+      fail(c.origin(key), ": rank ", comm.rank(), "'s ", key, " is ",
+           io::quoted(value.get<std::string>()), ", rank 0's is ",
+           io::quoted(theirs[key].get<std::string>()),
+           ": every rank trains with rank 0's settings; give them all the same");
+  }
+  fail("rank ", comm.rank(), "'s settings differ from rank 0's (another seqforge version?)");
+}
 }  // namespace
 
 TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir,
@@ -1549,6 +1594,7 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
   if (!note.empty()) shown << note << "\n";
   if (comm.size() == 1) return Training(c, out, resume_dir, hooks, overwrite, comm).run();
   try {
+    check_ranks_agree(c, comm);
     return Training(c, shown, resume_dir, hooks, overwrite, comm).run();
   } catch (const Interrupted&) {
     throw;  // every rank stopped at the same step
