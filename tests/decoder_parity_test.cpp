@@ -124,8 +124,11 @@ Errors replay(const std::string& name, Backend& be, DType dt) {
     EXPECT_EQ(p.grad(i).numel() > 0, has) << name << ": " << p.values().entries()[i].name;
     if (has) trained.push_back(i);
   }
-  // A gradient that is zero in exact arithmetic (q and k of one-token rows: the softmax over one
-  // key is constant) comes out as rounding noise in f32: measured against the largest gradient.
+  // A gradient that is zero in exact arithmetic comes out as rounding noise, measured against
+  // the largest gradient: exactly 0 in the reference (q and k of one-token rows: the softmax over
+  // one key is constant), or noise 12 orders below the largest (q and k where every key a query
+  // sees has the same value, a row of one repeated token: the probabilities' sum is 1 only
+  // within rounding).
   double scale = 0;
   for (size_t i : trained)
     for (double v : values(expected, "grad." + p.values().entries()[i].name))
@@ -135,7 +138,8 @@ Errors replay(const std::string& name, Backend& be, DType dt) {
     const std::vector<double> got = to_doubles(be, p.grad(i)),
                               want_grad = values(expected, "grad." + pname);
     double err = 0;
-    if (std::all_of(want_grad.begin(), want_grad.end(), [](double v) { return v == 0; })) {
+    if (std::all_of(want_grad.begin(), want_grad.end(),
+                    [&](double v) { return std::abs(v) <= 1e-12 * scale; })) {
       for (double v : got) err = std::max(err, std::abs(v) / scale);
     } else {
       err = max_rel_error(got, want_grad);
