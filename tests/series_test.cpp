@@ -377,9 +377,9 @@ TEST(Series, MaskedCellsAreZeroInputsBesideAnIndicatorAndNoTarget) {
   EXPECT_EQ(y, 300);
 }
 
-// data.static: a category per series fed as one-hot features (normalize none here), from the
-// training file's categories; a value that changes within a series, or (predicting) a category
-// the model does not know, is named.
+// data.static: a category per series fed as one-hot features (normalize none here, then a
+// scaler per series), from the training file's categories; a value that changes within a series, or
+// (predicting) a category the model does not know, is named.
 TEST(Series, StaticCategoriesAreOneHotFeaturesPerSeries) {
   const fs::path dir = test::temp_dir("static");
   std::string text = "date,city,kind,value\n";
@@ -400,6 +400,22 @@ TEST(Series, StaticCategoriesAreOneHotFeaturesPerSeries) {
       EXPECT_EQ(x[t * 3 + 2], coastal ? 0.0f : 1.0f) << s;
     }
   }
+  // With a scaler per series, the one-hot columns keep the pooled one: a series' own would
+  // shift its constant category to 0, the same input in every series.
+  const SeriesData per = load_series(series_config(
+      path, {"data.static=[kind]", "data.normalize=zscore", "data.normalize_per=series"}));
+  ASSERT_EQ(per.feature_norm.series.size(), 3u);
+  for (size_t k = 0; k < 3; ++k)
+    for (size_t j : {1, 2}) {
+      EXPECT_EQ(per.feature_norm.series_shift[k][j], per.feature_norm.shift[j]);
+      EXPECT_EQ(per.feature_norm.series_scale[k][j], per.feature_norm.scale[j]);
+    }
+  EXPECT_NE(per.feature_norm.series_shift[0][0], per.feature_norm.shift[0]) << "value's own";
+  std::vector<float> coastal(12), inland(12);
+  for (int64_t s : per.split.train)
+    per.copy_window(s, (per.series_of(s).name == "b" ? coastal : inland).data());
+  EXPECT_NE(coastal[1], inland[1]);
+  EXPECT_NE(coastal[1], 0.0f);
   std::string changed = text;
   changed.replace(changed.rfind("coastal"), 7, "inland");
   const std::string bad = write(dir / "changed.csv", changed);

@@ -53,6 +53,14 @@ void fit_normalizers(const SeriesOptions& o, SeriesData* d) {
         one.fit(o.normalize, d->source, norm == &d->feature_norm ? d->feature_cols : d->target_cols,
                 own);
       }
+      // One-hot columns keep the pooled scaler: a static category is constant within its series,
+      // so its own scaler would make it 0 in every series, and the model could learn nothing
+      // from it.
+      if (norm == &d->feature_norm)
+        for (int64_t j = d->one_hot_begin; j < d->one_hot_end; ++j) {
+          one.shift[size_t(j)] = norm->shift[size_t(j)];
+          one.scale[size_t(j)] = norm->scale[size_t(j)];
+        }
       norm->series.push_back(s.name);
       norm->series_shift.push_back(one.shift);
       norm->series_scale.push_back(one.scale);

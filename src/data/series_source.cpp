@@ -149,6 +149,8 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   int64_t known = 0;  // a column's value, or a calendar feature's sine and cosine, per step
   for (const std::string& name : o.known_future) known += (is_calendar(o, name) ? 2 : 1) * K;
   const int64_t F = known_at + known + (mask ? file_features : 0);
+  d->one_hot_begin = statics_at;
+  d->one_hot_end = known_at;
   d->known_begin = known_at;
   d->known_end = known_at + known;
   const int64_t O = static_cast<int64_t>(target_names.size());

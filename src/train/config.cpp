@@ -192,7 +192,9 @@ const std::vector<ConfigKey> kKeys = {
      "`all`: one scaler per column, fitted on every series' training rows. `series`: one per "
      "series and column, each fitted on its own series' training rows (series of different "
      "levels, battery cells of different capacities) and stored in the checkpoint under the "
-     "series' names; predictions are scaled back with their own series' scaler."},
+     "series' names; predictions are scaled back with their own series' scaler. The one-hot "
+     "columns of data.static and data.categorical keep the pooled scaler (a series' own would "
+     "make its constant category 0 in every series)."},
     {"data.normalize_fallback", T::string, "error",
      "With data.normalize_per series, a series that has no scaler of its own (absent from the "
      "training data, or without a training window): `error` (one line naming it) or `pooled` "

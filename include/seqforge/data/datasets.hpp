@@ -105,7 +105,9 @@ struct SeriesData {
   int64_t steps_ahead = 1;        // targets per target column: horizon (direct forecast), else 1
   std::vector<double> quantiles;  // forecast with the quantile loss: those forecast, ascending
   bool every_step = false;        // forecast: outputs after every step of a window (model.output)
-  int64_t known_begin = 0, known_end = 0;  // features holding data.known_future values ahead
+  int64_t known_begin = 0, known_end = 0;      // features holding data.known_future values ahead
+  int64_t one_hot_begin = 0, one_hot_end = 0;  // features holding data.static's and
+                                               // data.categorical's one-hot columns
   bool masks_missing = false;  // data.missing mask: missing inputs are 0 (normalised) beside
                                // an indicator feature; windows of a missing target are left out
   int64_t season = 0;          // rows per season (data.season); 0: none
