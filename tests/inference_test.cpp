@@ -952,6 +952,13 @@ TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {
                                "their data.known_future values"),
             std::string::npos)
       << without.str();
+  EXPECT_NE(without.str().find("--last: 1 series forecast from a window before their last row "
+                               "(the window ends 2 rows before the last, at " +
+                               hours(27) + " against " + hours(29) +
+                               "): data.known_future needs its values for the steps ahead"),
+            std::string::npos)
+      << without.str();
+  EXPECT_EQ(out.str().find("--last:"), std::string::npos) << out.str();
   p = read_csv((dir / "q.csv").string());
   ASSERT_EQ(p.size(), 3u);
   EXPECT_EQ(p[1][0], hours(27));

@@ -176,6 +176,40 @@ std::vector<int64_t> prediction_windows(const SeriesData& d, bool last_only) {
   return out;
 }
 
+// A note where --last's window of a series ends before the series' last row with inputs (the
+// rows after it cannot end a window: their data.known_future values for the steps ahead are
+// missing, say), as the forecast is then not the one after the last row; "" where none does.
+std::string note_last_windows_behind(const SeriesData& d, const std::vector<int64_t>& windows) {
+  int64_t behind_series = 0;
+  std::string first;
+  for (int64_t w : windows) {
+    const SeriesSpan& s = d.series_of(w);
+    // The last row with every input (a future row holds only its known values).
+    int64_t last = s.end - 1;
+    const auto has_inputs = [&](int64_t r) {
+      for (int64_t j = 0; j < d.known_begin; ++j)
+        if (!std::isfinite(d.source.at(r, d.feature_cols[size_t(j)]))) return false;
+      return true;
+    };
+    while (last > d.last_row(w) && !has_inputs(last)) --last;
+    const int64_t behind = last - d.last_row(w);
+    if (behind <= 0 || behind_series++ > 0) continue;
+    first = (s.name.empty() ? "" : "series " + io::quoted(s.name) + ": ") + "the window ends " +
+            std::to_string(behind) + (behind == 1 ? " row" : " rows") + " before the last" +
+            (d.dates.empty()
+                 ? ""
+                 : ", at " + d.dates[size_t(d.last_row(w))] + " against " + d.dates[size_t(last)]);
+  }
+  if (behind_series == 0) return "";
+  return "--last: " + std::to_string(behind_series) +
+         " series forecast from a window before their last row (" + first +
+         (behind_series > 1 ? "; ..." : "") + ")" +
+         (d.known_end > d.known_begin
+              ? ": data.known_future needs its values for the steps ahead; append rows holding "
+                "them (targets empty) for the forecast after the last row"
+              : "");
+}
+
 using Column = PredictionColumn;
 
 // The columns of a series run's predictions, empty.
@@ -319,6 +353,9 @@ Predictions predictions(const std::string& run, const std::string& input, bool l
   }
   const SeriesData& d = r.task.series;
   const std::vector<int64_t> windows = prediction_windows(d, last_only);
+  if (last_only)
+    if (std::string note = note_last_windows_behind(d, windows); !note.empty())
+      p.notes.push_back(std::move(note));
   if (windows.empty())
     fail(input, ": ", d.rows, " rows", d.series.size() > 1 ? " in every series" : "",
          d.drops_first_rows ? " (after data.transform, whose differences use each series' "
