@@ -500,6 +500,7 @@ def name_of(c):
 def main():
     out, configs = out_dir_and_configs(CONFIGS, random_configs)
     os.makedirs(out, exist_ok=True)
+    torch.set_num_threads(1)  # PyTorch's float32 yardsticks the same on every machine
     names = []
     for index, c in enumerate(configs):
         name = name_of(c)
