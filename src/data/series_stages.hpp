@@ -66,13 +66,12 @@ void name_derived_features(const SeriesOptions& o, SeriesData* d);
 struct RowOrder {
   std::vector<int64_t> rows;  // file rows, ordered
   std::vector<SeriesSpan> spans;
-  std::vector<int64_t> times;  // (rows) with a date column
-  std::vector<uint8_t>
-      gap_before;                // (rows) 1 where more than the usual step follows the row before
-  bool numeric_times = false;    // the date column holds numbers (SeriesData::numeric_times)
-  bool utc_times = false;        // times with UTC offsets (SeriesData::utc_times)
-  bool subsecond_times = false;  // dates with fractions of a second (microseconds)
-  std::string date_order;        // "dmy" or "mdy" where the dates write a day and a month, else ""
+  std::vector<int64_t> times;       // (rows) with a date column
+  std::vector<uint8_t> gap_before;  // (rows) 1 where a gap in the dates precedes the row
+  bool numeric_times = false;       // the date column holds numbers (SeriesData::numeric_times)
+  bool utc_times = false;           // times with UTC offsets (SeriesData::utc_times)
+  bool subsecond_times = false;     // dates with fractions of a second (microseconds)
+  std::string date_order;  // "dmy" or "mdy" where the dates write a day and a month, else ""
   std::vector<std::string> iso_dates;  // (file rows) dates the file writes otherwise, as ISO
   std::vector<std::string> notes;
 };
