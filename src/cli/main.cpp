@@ -153,12 +153,11 @@ static int run_command(int argc, char** argv) {
   eval->add_option("run", eval_run, "run directory or model.safetensors")->required();
   eval->add_option("--split", eval_split, "val or test")->capture_default_str();
   eval->add_option("--data", eval_data, "evaluate on every window of this file instead");
-  std::string eval_missing;
-  eval->add_option("--missing", eval_missing,
+  sf::MissingCells eval_missing;
+  eval->add_option("--missing", eval_missing.fill,
                    "fill that file's missing cells: ffill or interpolate (default: as the run "
                    "trained, data.missing)");
-  sf::MissingCells eval_missing_cells;
-  eval->add_option("--missing-values", eval_missing_cells.codes,
+  eval->add_option("--missing-values", eval_missing.codes,
                    "values that mark a missing cell in that file, besides the run's "
                    "data.missing_values (several: --missing-values -99.99 -999)");
   bool eval_json = false;
@@ -316,9 +315,7 @@ static int run_command(int argc, char** argv) {
       if (!eval_data.empty() && eval->count("--split"))
         sf::fail("eval: --data evaluates every window of that file; --split ", eval_split,
                  " evaluates a split of the run's own data: give one of them");
-      eval_missing_cells.fill = eval_missing;
-      const auto metrics =
-          sf::evaluate(eval_run, eval_split, eval_data, &std::cerr, eval_missing_cells);
+      const auto metrics = sf::evaluate(eval_run, eval_split, eval_data, &std::cerr, eval_missing);
       if (eval_json) {
         std::printf("%s\n", nlohmann::json(metrics).dump().c_str());
         return 0;

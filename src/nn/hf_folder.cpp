@@ -441,8 +441,7 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
   std::set<std::string> ignorable;
   for (const std::string& n : model.unused_base_tensors()) ignorable.insert(n);
 
-  std::set<std::string> loaded;
-  std::map<std::string, std::string> shard_loaded;  // parameter name -> the shard it came from
+  std::map<std::string, std::string> loaded;  // parameter name -> the shard it came from
   const auto load = [&](const io::SafetensorsFile& file, const io::SafetensorsEntry& e,
                         const std::string& target) {
     const std::string& path = file.source();
@@ -467,8 +466,7 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
     std::vector<std::byte> host(value.nbytes());
     convert(values.data(), DType::f64, host.data(), value.dtype(), n);
     be.upload(value, host.data());
-    loaded.insert(target);
-    shard_loaded[target] = fs::path(path).filename().string();
+    loaded[target] = fs::path(path).filename().string();
   };
   std::string tied_shard, tied_entry;  // where a tied weight's other name was seen
   for (const std::string& shard : shards) {
@@ -495,8 +493,7 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
     // them where they differ, so differing values have no one meaning.
     const std::string& param = tied_name[tied_entry];
     const io::SafetensorsFile head = io::SafetensorsFile::read((dir / tied_shard).string());
-    const io::SafetensorsFile embedding =
-        io::SafetensorsFile::read((dir / shard_loaded[param]).string());
+    const io::SafetensorsFile embedding = io::SafetensorsFile::read((dir / loaded[param]).string());
     if (!same_values(head, *head.find(tied_entry), embedding, *embedding.find(param)))
       fail(folder, ": config.json ties the head to the embedding (tie_word_embeddings true) but '",
            tied_entry, "' differs from '", param,
