@@ -275,6 +275,21 @@ for key, values in (("model.hidden", ("16", "32")), ("optim.lr", ("0.001", "0.1"
     expected = f"rank 1's {key} is '{values[1]}', rank 0's is '{values[0]}'"
     check(code != 0 and expected in out and not os.path.exists(differs),
           f"ranks with different {key} are refused: " + out.strip()[-300:])
+# A rank whose copy of the data differs in one value would train on other windows silently.
+changed = os.path.join(work, "changed.csv")
+with open(data) as f:
+    lines = f.readlines()
+cells = lines[40].rstrip("\n").split(",")
+cells[2] = str(float(cells[2]) + 1)
+lines[40] = ",".join(cells) + "\n"
+with open(changed, "w") as f:
+    f.writelines(lines)
+differs = os.path.join(work, "differs")
+code, out = run(MPI[:-2] + ["-np", "1", seqforge, "train", config("differs"), "train.run_dir=" + differs,
+                            ":", "-np", "1", seqforge, "train", config("differs"), "data.path=" + changed,
+                            "train.run_dir=" + differs])
+check(code != 0 and f"rank 1's data file '{changed}' is not rank 0's" in out and not os.path.exists(differs),
+      "ranks reading different data are refused: " + out.strip()[-300:])
 ldd = subprocess.run(["ldd", seqforge], capture_output=True, text=True).stdout
 check("libmpi" not in ldd, "the seqforge binary does not link libmpi")
 

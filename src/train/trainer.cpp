@@ -1523,9 +1523,11 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
 // Under mpirun every rank trains what rank 0's config describes: a rank given another setting
 // would build another model (its parameters no longer fit rank 0's in the collectives) or take
 // another step silently. Only a process's own resources, its data file's path and the seed
-// (rank 0's order serves every rank) may differ. Every rank compares its own settings with rank
-// 0's and a rank that differs fails naming the first key.
+// (rank 0's order serves every rank) may differ; the data file's bytes may not (a copy on each
+// machine that differs would train on other windows silently). Every rank compares its own
+// settings with rank 0's and a rank that differs fails naming the first key.
 void check_ranks_agree(const Config& c, dist::Communicator& comm) {
+  static const std::string data_bytes = "data.path's bytes";
   static const std::set<std::string> own = {"train.threads",
                                             "train.num_workers",
                                             "train.prefetch_factor",
@@ -1537,6 +1539,7 @@ void check_ranks_agree(const Config& c, dist::Communicator& comm) {
   nlohmann::json mine = nlohmann::json::object();
   for (const ConfigKey& k : config_keys())
     if (!own.count(k.path)) mine[k.path] = c.str(k.path);
+  mine[data_bytes] = io::file_fingerprint(c.str("data.path"));
   const std::string text = mine.dump();
   int64_t size = int64_t(text.size());
   comm.broadcast({reinterpret_cast<std::byte*>(&size), sizeof size});
@@ -1555,6 +1558,11 @@ void check_ranks_agree(const Config& c, dist::Communicator& comm) {
     if (!theirs.is_object() || !theirs.contains(key))
       fail("rank ", comm.rank(), " has setting ", key,
            ", which rank 0's seqforge does not know (another version?)");
+    if (theirs[key] != value && key == data_bytes)
+      fail(c.origin("data.path"), ": rank ", comm.rank(), "'s data file ",
+           io::quoted(c.str("data.path")), " is not rank 0's (", value.get<std::string>(),
+           " against ", theirs[key].get<std::string>(),
+           "): every rank reads the same data; give each the same file");
     if (theirs[key] != value)
       fail(c.origin(key), ": rank ", comm.rank(), "'s ", key, " is ",
            io::quoted(value.get<std::string>()), ", rank 0's is ",
