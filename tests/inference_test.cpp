@@ -178,6 +178,81 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   EXPECT_GT(predictions((dir / "masked").string(), gaps_csv.string(), false).windows, 0);
 }
 
+// --last reads each series' last window alone: an empty cell before it is no error, and the
+// forecasts equal those of the file filled by hand; one in it is named (the row before it too,
+// where a transform differences against that row).
+TEST(Predict, LastReadsTheLastWindowsAlone) {
+  const fs::path dir = test::temp_dir("last_gaps");
+  std::ostringstream log;
+  const std::string data = write_hourly(dir / "train.csv", 120, true, 2);
+  train(
+      Config::parse(yaml(data, dir / "run", "  series_column: site\n  transform: {signal: diff}\n"),
+                    "l.yaml"),
+      log);
+  const std::string run = (dir / "run").string();
+  // 2 series of 40 rows: file lines 2-41 are s0's, 42-81 s1's; each window is 8 rows (the
+  // difference reads one more).
+  const std::string whole = io::read_file(write_hourly(dir / "new.csv", 40, true, 2));
+  std::vector<std::string> lines;
+  for (size_t at = 0, end; (end = whole.find('\n', at)) != std::string::npos; at = end + 1)
+    lines.push_back(whole.substr(at, end - at));
+  // Line `line`'s column `col` (0 when, 1 site, 2 signal, 3 other) emptied, or given `value`.
+  auto with_cell = [&](const std::string& name, size_t line, int col, const std::string& value) {
+    std::string text;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      std::string l = lines[i];
+      if (i + 1 == line) {
+        size_t a = 0;
+        for (int c = 0; c < col; ++c) a = l.find(',', a) + 1;
+        l = l.substr(0, a) + value + l.substr(l.find(',', a));
+      }
+      text += l + "\n";
+    }
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  auto cell = [&](size_t line, int col) {
+    std::stringstream ss(lines[line - 1]);
+    std::string c;
+    for (int k = 0; k <= col; ++k) std::getline(ss, c, ',');
+    return c;
+  };
+  const Predictions whole_last = predictions(run, (dir / "new.csv").string(), true);
+  ASSERT_EQ(whole_last.windows, 2);
+  // s0's line 11 and s1's line 50: far before the last windows.
+  const std::string early = with_cell("early.csv", 11, 2, "");
+  const Predictions gaps = predictions(run, early, true);
+  const Predictions by_hand = predictions(run, with_cell("by_hand.csv", 11, 2, cell(10, 2)), true);
+  for (const Predictions* p : {&gaps, &by_hand}) {
+    ASSERT_EQ(p->columns.size(), whole_last.columns.size());
+    for (size_t c = 0; c < p->columns.size(); ++c) {
+      EXPECT_EQ(p->columns[c].text, whole_last.columns[c].text);
+      ASSERT_EQ(p->columns[c].values.size(), whole_last.columns[c].values.size());
+      for (size_t i = 0; i < p->columns[c].values.size(); ++i) {
+        const double a = p->columns[c].values[i], b = whole_last.columns[c].values[i];
+        EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << p->columns[c].name;
+      }
+    }
+  }
+  // Every window still needs every cell.
+  EXPECT_NE(error_of([&] {
+              predictions(run, early, false);
+            }).find("early.csv:11: column 'signal': empty cell is not a number"),
+            std::string::npos);
+  // s0's last window: lines 34-41, its first difference from line 33.
+  EXPECT_NE(error_of([&] { predictions(run, with_cell("in.csv", 38, 3, ""), true); })
+                .find("in.csv:38: column 'other': empty cell in the last window of series 's0' "
+                      "(--last forecasts from its last 8 rows; --missing ffill or interpolate "
+                      "fills the file's missing cells)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { predictions(run, with_cell("before.csv", 73, 2, ""), true); })
+                .find("before.csv:74: column 'signal': its change from the row before, which is "
+                      "empty, in the last window of series 's1'"),
+            std::string::npos);
+  const Predictions filled = predictions(run, with_cell("filled.csv", 38, 3, ""), true, {"ffill"});
+  EXPECT_EQ(filled.windows, 2);
+}
+
 // A column of a new file far from its training values (another unit) is named in a note; the
 // training file itself is not.
 TEST(Predict, ValuesFarFromTrainingAreNamed) {

@@ -67,8 +67,9 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
   series::categorical_columns(table, opt, stored, &d);
   const std::string label_col =
       opt.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";
-  const std::vector<int64_t> file_rows = series::build_source(
-      table, built, order, d.target_names, label_col, which != WindowSet::splits, &d);
+  const std::vector<int64_t> file_rows =
+      series::build_source(table, built, order, d.target_names, label_col,
+                           which != WindowSet::splits, which == WindowSet::last_windows, &d);
   series::name_derived_features(o, &d);
   bool identity = true;
   for (size_t r = 0; r < file_rows.size() && identity; ++r) identity = file_rows[r] == int64_t(r);
@@ -129,6 +130,7 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
                         "data.known_future values at the rows they forecast (add the future "
                         "rows at each series' end, the known columns filled)");
   }
+  if (which == WindowSet::last_windows) series::keep_last_windows(table, file_rows, &d);
   if (which == WindowSet::splits && d.masks_missing) {  // no loss on a missing target
     size_t left_out = 0;
     for (auto* list : {&d.split.train, &d.split.val, &d.split.test})

@@ -150,7 +150,8 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
   std::vector<std::string> truth = o.targets;
   if (opt.task == TaskKind::classify) truth = {o.label == "column" ? o.class_col : o.label_col};
   for (const auto& name : truth) {
-    if (which == WindowSet::every_window && !table.has_column(name)) {
+    if ((which == WindowSet::every_window || which == WindowSet::last_windows) &&
+        !table.has_column(name)) {
       d.has_targets = false;
       continue;
     }

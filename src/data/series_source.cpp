@@ -107,11 +107,11 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
                                   const RowOrder& order,
                                   const std::vector<std::string>& target_names,
                                   const std::string& label_col, bool missing_targets,
-                                  SeriesData* d) {
+                                  bool missing_inputs, SeriesData* d) {
   // The mapped array itself, never loaded whole, where nothing is to be transformed, filled or
   // reordered.
   if (table.is_array() && o.transforms.empty() && o.missing == "error" && o.known_future.empty() &&
-      !table.has_missing_codes() && o.date_col.empty()) {
+      !table.has_missing_codes() && o.date_col.empty() && !missing_inputs) {
     std::vector<std::string> names = o.features;
     names.insert(names.end(), target_names.begin(), target_names.end());
     if (!label_col.empty()) names.push_back(label_col);
@@ -177,7 +177,8 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   // Empty target cells (values not known yet) are NaN with `missing_targets`.
   auto column = [&](const std::string& name, int64_t j, Transform t, bool is_target, double* raw) {
     // predict: targets to come, and with data.known_future the future rows' other features
-    const bool not_known_yet = (is_target || !o.known_future.empty()) && missing_targets;
+    const bool not_known_yet = ((is_target || !o.known_future.empty()) && missing_targets) ||
+                               (missing_inputs && o.missing == "error");
     std::vector<double> x;
     try {
       x = table.column(name, not_known_yet || o.missing != "error");

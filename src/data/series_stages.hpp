@@ -89,12 +89,14 @@ void categorical_columns(const DataFile& table, const DataOptions& opt, const Se
 // The source matrix: features transformed against the previous row, targets against the row
 // `horizon` before (the window's last row), the label column as it is. When a feature has a
 // differencing transform, each series' first row is dropped. Empty target cells (values not known
-// yet) are NaN with `missing_targets`. Returns the file row of each source row.
+// yet) are NaN with `missing_targets`, and so are empty feature cells with `missing_inputs`
+// (data.missing: error; the windows used are checked by keep_last_windows). Returns the file row
+// of each source row.
 std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
                                   const RowOrder& order,
                                   const std::vector<std::string>& target_names,
                                   const std::string& label_col, bool missing_targets,
-                                  SeriesData* d);
+                                  bool missing_inputs, SeriesData* d);
 
 // Class ids per source row (classify; -1 where a row has none). Volatility classes need the
 // training windows' median and are set by label_volatility once the split is known.
@@ -112,6 +114,9 @@ size_t keep_windows_with_truth(SeriesData* d, std::vector<int64_t>* list);
 
 // The windows of each series: the splits, or every window of the file.
 void list_windows(const DataOptions& opt, WindowSet which, SeriesData* d);
+// Keeps the last window of each series in `split.test` (predict --last); a missing input in one
+// is an error naming the file's cell.
+void keep_last_windows(const DataFile& table, const std::vector<int64_t>& file_rows, SeriesData* d);
 // A fixed random subset of the training windows (data.label_fraction), kept in order.
 void keep_labeled_fraction(const DataOptions& opt, SeriesData* d);
 

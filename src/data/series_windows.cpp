@@ -5,9 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "data/data_file.hpp"
 #include "data/series_stages.hpp"
 #include "data/splits.hpp"
 #include "io/file_util.hpp"
+#include "seqforge/core/error.hpp"
 #include "seqforge/core/rng.hpp"
 
 namespace seqforge::series {
@@ -115,6 +117,34 @@ void list_windows(const DataOptions& opt, WindowSet which, SeriesData* d) {
                        ", test from " +
                        (b < n ? d->time_text(pooled[b], true) : std::string("(none)")));
   }
+}
+
+void keep_last_windows(const DataFile& table, const std::vector<int64_t>& file_rows,
+                       SeriesData* d) {
+  std::vector<int64_t> last;
+  for (int64_t start : d->split.test)
+    if (!last.empty() && d->series_of(last.back()).begin == d->series_of(start).begin)
+      last.back() = start;
+    else
+      last.push_back(start);
+  d->split.test = std::move(last);
+  if (d->masks_missing) return;  // a masked model reads missing inputs
+  for (int64_t start : d->split.test)
+    for (int64_t r = start; r <= d->last_row(start); ++r)
+      for (int64_t j = 0; j < d->num_features(); ++j) {
+        if (!std::isnan(d->source.at(r, d->feature_cols[size_t(j)]))) continue;
+        const std::string& name = d->feature_names[size_t(j)];
+        const SeriesSpan& s = d->series_of(start);
+        // The cell itself, or (a transform against the row before) the one before it.
+        const bool own = !table.has_column(name) ||
+                         std::isnan(table.column(name, true)[size_t(file_rows[size_t(r)])]);
+        fail(table.where(file_rows[size_t(r)]), ": column ", io::quoted(name), ": ",
+             own ? "empty cell" : "its change from the row before, which is empty,",
+             " in the last window of ",
+             s.name.empty() ? "the file" : "series " + io::quoted(s.name),
+             " (--last forecasts from its last ", d->lookback,
+             " rows; --missing ffill or interpolate fills the file's missing cells)");
+      }
 }
 
 void keep_labeled_fraction(const DataOptions& opt, SeriesData* d) {

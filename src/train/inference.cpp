@@ -164,18 +164,6 @@ int64_t prediction_batch(const ModelOptions& m, int64_t T) {
   return std::clamp<int64_t>((int64_t{512} << 20) / std::max<int64_t>(1, per_window), 64, 1024);
 }
 
-// The windows predict writes: every window, or the last of each series.
-std::vector<int64_t> prediction_windows(const SeriesData& d, bool last_only) {
-  if (!last_only) return d.split.test;
-  std::vector<int64_t> out;
-  for (int64_t start : d.split.test)
-    if (!out.empty() && d.series_of(out.back()).begin == d.series_of(start).begin)
-      out.back() = start;
-    else
-      out.push_back(start);
-  return out;
-}
-
 // A note where --last's window of a series ends before the series' last row with inputs (the
 // rows after it cannot end a window: their data.known_future values for the steps ahead are
 // missing, say), as the forecast is then not the one after the last row; "" where none does.
@@ -341,18 +329,18 @@ Predictions predict_text(const LoadedRun& r) {
 
 Predictions predictions(const std::string& run, const std::string& input, bool last_only,
                         const MissingCells& missing) {
-  LoadedRun r = load_run(run, input, WindowSet::every_window, missing);
+  LoadedRun r =
+      load_run(run, input, last_only ? WindowSet::last_windows : WindowSet::every_window, missing);
   Predictions p;
   for (const std::string& note : r.task.notes()) p.notes.push_back(note);
   configure_threads(run_threads(r.config));
   if (r.task.kind == TaskKind::text_classify) {
-    if (last_only) fail("--last: a text classifier predicts every row of the file");
     Predictions text = predict_text(r);
     text.notes.insert(text.notes.begin(), p.notes.begin(), p.notes.end());
     return text;
   }
   const SeriesData& d = r.task.series;
-  const std::vector<int64_t> windows = prediction_windows(d, last_only);
+  const std::vector<int64_t>& windows = d.split.test;  // --last: one per series
   if (last_only)
     if (std::string note = note_last_windows_behind(d, windows); !note.empty())
       p.notes.push_back(std::move(note));

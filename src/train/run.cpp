@@ -272,9 +272,11 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   const TaskKind kind = r.task.kind;
   const bool forecasts =
       kind == TaskKind::forecast || kind == TaskKind::classify || kind == TaskKind::text_classify;
-  if (windows == WindowSet::every_window && !forecasts)
+  if ((windows == WindowSet::every_window || windows == WindowSet::last_windows) && !forecasts)
     fail(run, ": predict needs a forecast or classify run; this is a ", task_name(kind), " run",
          r.task.is_lm() ? " (sample from it with seqforge generate)" : "");
+  if (windows == WindowSet::last_windows && kind == TaskKind::text_classify)
+    fail("--last: a text classifier predicts every row of the file");
   if (windows == WindowSet::with_targets && r.task.is_lm())
     fail("--data: evaluating a language model on another file is not supported; use --split");
   Task task;

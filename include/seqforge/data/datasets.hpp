@@ -92,6 +92,8 @@ enum class WindowSet {
   splits,        // train, val and test per data.split (training, eval --split)
   with_targets,  // every window whose target row is in the file, in `split.test` (eval --data)
   every_window,  // every complete input window, targets optional, in `split.test` (predict)
+  last_windows,  // each series' last complete input window (predict --last): cells before it
+                 // may be missing
 };
 
 // A time series as windows: input rows [s, s + lookback), target at row s + lookback - 1 + horizon
