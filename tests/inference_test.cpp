@@ -118,7 +118,7 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   EXPECT_NE(error_of([&] { evaluate(run, "test", gaps_csv.string()); }).find("--missing ffill"),
             std::string::npos);
   const Predictions by_hand = predictions(run, filled_csv.string(), false);
-  const Predictions on_request = predictions(run, gaps_csv.string(), false, {"ffill"});
+  const Predictions on_request = predictions(run, gaps_csv.string(), false, {"ffill", {}});
   const Predictions coded =
       predictions(run, codes_csv.string(), false, {"ffill", {"-999.0", "n/v"}});
   ASSERT_EQ(coded.columns.size(), on_request.columns.size());
@@ -151,14 +151,14 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   EXPECT_NE(std::find(on_request.notes.begin(), on_request.notes.end(),
                       "data.missing ffill: 1 missing cells of 'signal' filled"),
             on_request.notes.end());
-  EXPECT_EQ(evaluate(run, "test", gaps_csv.string(), nullptr, {"interpolate"}).at("samples"),
+  EXPECT_EQ(evaluate(run, "test", gaps_csv.string(), nullptr, {"interpolate", {}}).at("samples"),
             evaluate(run, "test", filled_csv.string(), nullptr).at("samples"));
   EXPECT_NE(error_of([&] {
-              predictions(run, gaps_csv.string(), false, {"mask"});
+              predictions(run, gaps_csv.string(), false, {"mask", {}});
             }).find("--missing: expected error, ffill or interpolate, got 'mask'"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              evaluate(run, "test", "", nullptr, {"ffill"});
+              evaluate(run, "test", "", nullptr, {"ffill", {}});
             }).find("--missing reads the missing cells of a file given with --data"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
@@ -172,7 +172,7 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   // A run that masks its missing cells reads them as masked: --missing would change its inputs.
   train(Config::parse(yaml(dir / "train.csv", dir / "masked", "  missing: mask\n"), "m.yaml"), log);
   EXPECT_NE(error_of([&] {
-              predictions((dir / "masked").string(), gaps_csv.string(), false, {"ffill"});
+              predictions((dir / "masked").string(), gaps_csv.string(), false, {"ffill", {}});
             }).find("masks missing cells (data.missing: mask)"),
             std::string::npos);
   EXPECT_GT(predictions((dir / "masked").string(), gaps_csv.string(), false).windows, 0);
@@ -249,7 +249,8 @@ TEST(Predict, LastReadsTheLastWindowsAlone) {
                 .find("before.csv:74: column 'signal': its change from the row before, which is "
                       "empty, in the last window of series 's1'"),
             std::string::npos);
-  const Predictions filled = predictions(run, with_cell("filled.csv", 38, 3, ""), true, {"ffill"});
+  const Predictions filled =
+      predictions(run, with_cell("filled.csv", 38, 3, ""), true, {"ffill", {}});
   EXPECT_EQ(filled.windows, 2);
 }
 
