@@ -269,7 +269,9 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
     head_forward(be, logits, z);
     return logits;
   }
-  // A classifier scores each row's last token (HF's last non-padding token).
+  // A classifier scores each row's last token that is not pad_token_id, as transformers' does
+  // (a template that ends in the end-of-text token, when it is also the pad, is scored on the
+  // token before it); the row's first token where every one is.
   std::vector<int64_t> last(static_cast<size_t>(batch_), seq_ - 1);
   if (!lengths_.empty()) {
     const std::vector<int64_t> lengths = download_vector<int64_t>(be, lengths_);
@@ -279,6 +281,13 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
       SF_CHECK(lengths[size_t(b)] >= 1 && lengths[size_t(b)] <= seq_, "row ", b, " length ",
                lengths[size_t(b)]);
       last[size_t(b)] = lengths[size_t(b)] - 1;
+    }
+  }
+  if (opt_.pad_token_id >= 0) {
+    const std::vector<int64_t> ids = download_vector<int64_t>(be, ids_);
+    for (int64_t b = 0; b < batch_; ++b) {
+      int64_t& at = last[size_t(b)];
+      while (at > 0 && ids[size_t(b * seq_ + at)] == opt_.pad_token_id) --at;
     }
   }
   for (int64_t b = 0; b < batch_; ++b) last[size_t(b)] += b * seq_;

@@ -306,6 +306,11 @@ DecoderOptions read_decoder_config(const std::string& path) {
       o.eos_token_ids.push_back(id.get<int64_t>());
     }
   }
+  if (const Json* pad = c.get("pad_token_id"); pad && !pad->is_null()) {
+    if (!pad->is_number_integer() || pad->get<int64_t>() < 0)
+      fail(path, ": pad_token_id must be a token id or null, got ", pad->dump());
+    o.pad_token_id = pad->get<int64_t>();
+  }
   o.vocab_size = c.count("vocab_size");
   o.hidden_size = c.count("hidden_size");
   o.intermediate_size = c.count("intermediate_size");

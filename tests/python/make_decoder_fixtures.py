@@ -65,8 +65,10 @@ CONFIGS = [
          targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
     dict(type="qwen2", v=19, c=24, f=32, l=2, h=6, kv=3, d=6, t=13, b=2, adapter="lora", r=3,
          a=6.0, drop=0.4, targets=["q_proj", "v_proj", "o_proj", "down_proj"]),
-    # HF's sequence classification head on each row's last token (rows padded on the right)
+    # HF's sequence classification head on each row's last token (rows padded on the right);
+    # with pad_token_id (pad), the last that is not it: rows ending in it (one all of it)
     dict(type="llama", v=29, c=24, f=32, l=2, h=4, kv=2, t=15, b=3, k=3, lens=[15, 9, 1]),
+    dict(type="llama", v=29, c=24, f=32, l=2, h=4, kv=2, t=15, b=3, k=3, lens=[15, 9, 1], pad=5),
     dict(type="qwen2", v=29, c=24, f=32, l=1, h=2, kv=1, d=12, t=12, b=2, k=2, lens=[7, 12],
          adapter="dora", r=4, a=8.0, targets=["q_proj", "v_proj", "down_proj"], tie=True),
     # Gemma 3: (1 + w) norms, scaled embeddings, q/k norms, four norms a layer, its attention
@@ -172,6 +174,8 @@ def hf_config(c):
         "initializer_range": 0.02, "attention_dropout": 0.0, "torch_dtype": "float32",
         "bos_token_id": 1, "eos_token_id": 2, "use_cache": True,
         "transformers_version": "4.46.0"}
+    if "pad" in c:
+        config["pad_token_id"] = c["pad"]
     if c["type"] == "llama":
         config.update(attention_bias=bool(c.get("bias")), mlp_bias=bool(c.get("mlp")),
                       pretraining_tp=1)
@@ -237,7 +241,8 @@ def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None, off
     """Logits (B*T, V) of the reference decoder from parameters `p` (HF's names); with
     `adapter` (kind, scale) PEFT's LoRA or DoRA on the Linears whose A and B `p` holds as
     base_model.model.<name>.lora_A.weight ...; with `score.weight` in `p`, HF's sequence
-    classification logits (B, K) on each row's last token (lens). With `order` (a generator),
+    classification logits (B, K) on each row's last token (lens) that is not config's
+    pad_token_id (transformers' rule; the row's first where every one is). With `order` (a generator),
     every Linear sums its inputs in a random order: the same function, rounded otherwise. With
     `masks` (adapter_masks) the adapters read the dropped input x' = x * mask, as PEFT's
     lora_dropout: LoRA adds s x' A^T B^T; DoRA keeps the base on x and adds
@@ -334,7 +339,12 @@ def forward(config, p, ids, adapter=None, lens=None, order=None, masks=None, off
         x = x + m
     x = rms_norm(x, p["model.norm.weight"], eps, gemma)
     if "score.weight" in p:
-        rows = x[torch.arange(B), torch.tensor(lens) - 1]
+        last = [n - 1 for n in lens]
+        pad = config.get("pad_token_id")
+        for b in range(B):
+            while pad is not None and last[b] > 0 and ids[b, last[b]] == pad:
+                last[b] -= 1
+        rows = x[torch.arange(B), torch.tensor(last)]
         return rows @ p["score.weight"].t()
     head = p["model.embed_tokens.weight" if config["tie_word_embeddings"] else "lm_head.weight"]
     logits = (x @ head.t()).reshape(B * T, -1)
@@ -490,6 +500,8 @@ def name_of(c):
         parts.append(f"drop{c['drop']:g}")
     if c.get("k"):
         parts.append(f"classify{c['k']}")
+    if "pad" in c:
+        parts.append(f"pad{c['pad']}")
     if c.get("acap"):
         parts.append(f"softcap{c['acap']:g}_{c['fcap']:g}")
     if c["type"] == "qwen2" and c.get("window"):
@@ -514,6 +526,10 @@ def main():
         fresh = adapter_parameters(c, config, p, rng)
         B, T, V = c["b"], c["t"], c["v"]
         ids = torch.randint(0, V, (B, T), generator=rng)
+        if "pad" in c:  # each row ends in the pad id, the first in two of them
+            for b, n in enumerate(c["lens"]):
+                ids[b, n - 1] = c["pad"]
+            ids[0, c["lens"][0] - 2] = c["pad"]
         k = c.get("k", 0)
         targets = torch.randint(0, k if k else V, (B if k else B * T,), generator=rng)
         trained = fresh if c.get("adapter") else list(p)

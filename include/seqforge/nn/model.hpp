@@ -88,8 +88,10 @@ struct DecoderOptions {
   // k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj), the base frozen.
   AdapterOptions adapter{.targets = {"q_proj", "v_proj"}};
   // > 0: HF's sequence classification head, score.weight (num_labels, hidden) without a bias,
-  // on each row's last token (set_token_layout's lengths), giving (B, num_labels) logits.
+  // on each row's last token (set_token_layout's lengths) that is not pad_token_id, as
+  // transformers finds it (the row's first where every one is), giving (B, num_labels) logits.
   int64_t num_labels = 0;
+  int64_t pad_token_id = -1;  // config.json's; -1: none
   // Gemma 3: norms scale by 1 + w, the embeddings by sqrt(hidden) (in the parameters' dtype), q
   // and k are normed per head before the rotation, each branch is normed before it joins the
   // stream, attention scales by query_pre_attn_scalar^-1/2, and the local (sliding-window)
