@@ -3,6 +3,7 @@
 // unscale + clip + step + zero pass equals the separate passes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -117,6 +118,44 @@ TEST(FusedStep, EqualsUnscaleClipStepZeroInSeparatePasses) {
           << kind << " step " << step;
       for (double g : to_doubles(b.model.parameters().grads().flat())) EXPECT_EQ(g, 0.0);
     }
+  }
+}
+
+// Frozen parameters (train.freeze_modules) leave the norm that clipping scales by, as their
+// missing gradients leave PyTorch's clip_grad_norm_: the others step as if they alone had
+// gradients.
+TEST(FusedStep, FrozenParametersLeaveTheNorm) {
+  for (const char* kind : {"adamw", "sgd"}) {
+    Fixture a, b;
+    const OptimizerOptions o{.kind = kind, .lr = 0.05, .momentum = 0.9};
+    Optimizer oa(*a.be, a.model.parameters(), o), ob(*b.be, b.model.parameters(), o);
+    Parameters& pa = a.model.parameters();
+    std::vector<bool> frozen(pa.size());
+    for (size_t i = 0; i < pa.size(); ++i)
+      frozen[i] = pa.values().entries()[i].name.rfind("head.", 0) == 0;
+    ASSERT_EQ(std::count(frozen.begin(), frozen.end(), true), 2);
+    oa.set_frozen(frozen);
+    ob.set_frozen(frozen);
+    const std::vector<double> head_before = to_doubles(b.model.parameters().value(pa.size() - 1));
+    for (int step = 0; step < 2; ++step) {
+      pa.zero_grad(*a.be);
+      b.model.parameters().zero_grad(*b.be);
+      a.backward(1.0, false);
+      b.backward(1.0, false);
+      const double all = std::sqrt(a.be->sum_squares(pa.grads().flat()));
+      for (size_t i = 0; i < pa.size(); ++i)
+        if (frozen[i]) a.be->fill(pa.grad(i), 0.0);
+      const double norm = clip_grad_norm(*a.be, pa, 0.05);
+      oa.step();
+      const StepReport r = fused_step(*b.be, b.model.parameters(), ob, 0.05, nullptr);
+      EXPECT_LT(norm, all * (1 - 1e-3)) << kind;  // the head's gradients counted otherwise
+      EXPECT_NEAR(r.grad_norm, norm, 1e-6 * norm) << kind;
+      EXPECT_LE(max_rel_error(to_doubles(b.model.parameters().values().flat()),
+                              to_doubles(pa.values().flat())),
+                1e-6)
+          << kind << " step " << step;
+    }
+    EXPECT_EQ(to_doubles(b.model.parameters().value(pa.size() - 1)), head_before) << kind;
   }
 }
 

@@ -92,6 +92,11 @@ void Optimizer::build_segments() {
 
 bool Optimizer::frozen(size_t i) const { return !frozen_.empty() && frozen_[i]; }
 
+void Optimizer::zero_frozen_grads() {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (frozen(i) && !params_.fixed(i)) be_.fill(params_.grad(i), 0.0);
+}
+
 void Optimizer::count_step() {
   before_steps_ = steps_;
   before_param_steps_ = param_steps_;
@@ -183,6 +188,7 @@ void LossScaler::set_state(double scale, int64_t growth_tracker) {
 
 void fused_step(Backend& be, Parameters& params, Optimizer& optimizer, double max_norm,
                 const LossScaler* scaler, Tensor sum_squares) {
+  optimizer.zero_frozen_grads();
   be.sum_squares(params.grads().flat(), sum_squares);
   GradClip clip;
   clip.sum_squares = static_cast<const double*>(sum_squares.data());

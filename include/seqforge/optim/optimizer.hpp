@@ -38,6 +38,9 @@ class Optimizer {
   // parameter counts its own updates (Adam's bias correction, SGD's first momentum step), as
   // PyTorch does for parameters that start training late.
   void set_frozen(std::vector<bool> frozen);
+  // Zeroes the frozen parameters' gradients, so that the step's norm (and clipping) counts only
+  // what trains, as PyTorch's clip_grad_norm_ counts only parameters that have gradients.
+  void zero_frozen_grads();
   const std::vector<int64_t>& param_steps() const { return param_steps_; }
   void set_steps(int64_t steps, std::vector<int64_t> param_steps);  // when resuming
   // The update's segments (OptimizerStep), runs of parameters that step together.
