@@ -254,6 +254,23 @@ TEST(Predict, LastReadsTheLastWindowsAlone) {
   EXPECT_EQ(filled.windows, 2);
 }
 
+// eval --split re-splits the run's own data: after the file changed (rows appended to a log,
+// say) its splits are other rows, and eval says so rather than score them; --data still reads it.
+TEST(Eval, SplitOfAChangedFileIsRefused) {
+  const fs::path dir = test::temp_dir("changed");
+  std::ostringstream log;
+  const std::string data = write_hourly(dir / "train.csv", 120, true);
+  const TrainSummary s = train(Config::parse(yaml(data, dir / "run"), "c.yaml"), log);
+  const std::string run = (dir / "run").string();
+  EXPECT_EQ(evaluate(run, "val").at("val_loss"), s.last.at("val_loss"));
+  const std::string grown = io::read_file(write_hourly(dir / "grown.csv", 160, true));
+  std::ofstream(data, std::ios::binary | std::ios::trunc) << grown;
+  const std::string e = error_of([&] { evaluate(run, "val"); });
+  EXPECT_NE(e.find(data + ": changed since " + run + " trained on it ("), std::string::npos) << e;
+  EXPECT_NE(e.find("evaluate the new file with --data"), std::string::npos) << e;
+  EXPECT_GT(evaluate(run, "test", data, nullptr).at("samples"), 0);
+}
+
 // A column of a new file far from its training values (another unit) is named in a note; the
 // training file itself is not.
 TEST(Predict, ValuesFarFromTrainingAreNamed) {

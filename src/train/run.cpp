@@ -279,6 +279,16 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
     fail("--last: a text classifier predicts every row of the file");
   if (windows == WindowSet::with_targets && r.task.is_lm())
     fail("--data: evaluating a language model on another file is not supported; use --split");
+  // The splits of a file that changed since training are other rows than the run's.
+  const auto then = r.file.metadata().find("seqforge.data");
+  if (windows == WindowSet::splits && data_override.empty() && then != r.file.metadata().end() &&
+      !then->second.empty()) {
+    const std::string path = r.config.str("data.path");
+    if (const std::string now = io::file_fingerprint(path); !now.empty() && now != then->second)
+      fail(path, ": changed since ", run, " trained on it (", then->second, " then, ", now,
+           " now): its val and test splits would be other rows; evaluate the new file with "
+           "--data, or train a new run on it");
+  }
   Task task;
   static_cast<Dataset&>(task) = load_dataset(r.config, &r.task, windows);
   task.model = model_options(r.config, task);

@@ -1288,8 +1288,9 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
   const Parameters& p = model_->parameters();
   if (write) {
     saved_metrics_ = m;
-    writer_->submit(checkpoint_, *be_, named(p, p.values(), "", true), {},
-                    checkpoint_metadata(c_, task_, epoch, m));
+    std::map<std::string, std::string> meta = checkpoint_metadata(c_, task_, epoch, m);
+    meta["seqforge.data"] = data_fingerprint_;  // eval --split re-splits only these bytes
+    writer_->submit(checkpoint_, *be_, named(p, p.values(), "", true), {}, meta);
     if (const std::vector<bool> frozen = model_->frozen_parameters(); !frozen.empty()) {
       // PEFT's adapter file: what trains, the adapters and a new head (modules_to_save).
       std::vector<std::pair<std::string, Tensor>> trained;
