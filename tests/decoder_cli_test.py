@@ -316,6 +316,38 @@ train: {{epochs: 1, batch_size: 16, max_batches: 5, run_dir: {cls_dir}}}
         fail(f"predictions' header: {header}")
     print("pairs: a LoRA classifier trained, evaluated and predicted")
 
+    # The classifier's run holds its adapters unmerged: as model.init_from it is refused (its
+    # adapters would be dropped); merged, it is a classifier's folder (its labels, HF's class)
+    # that a later classifier starts from, its score head included: at lr 0 the same test loss.
+    pairs_yaml = os.path.join(work, "pairs.yaml")
+    again_dir = os.path.join(work, "pairs_again")
+    r = run([seqforge, "train", pairs_yaml, f"model.init_from={cls_dir}", "adapter.kind=none",
+             f"train.run_dir={again_dir}"], expect_ok=False)
+    if r.returncode == 0 or "holds adapters" not in r.stderr or "seqforge merge" not in r.stderr:
+        fail("a run with unmerged adapters as model.init_from: " + r.stderr[-500:])
+    merged_cls = os.path.join(work, "pairs_merged")
+    run([seqforge, "merge", cls_dir, "--output", merged_cls])
+    with open(os.path.join(merged_cls, "config.json")) as f:
+        merged_config = json.load(f)
+    if (merged_config["architectures"] != ["LlamaForSequenceClassification"] or
+            sorted(merged_config["label2id"]) != ["follows", "random"]):
+        fail(f"the merged classifier's config.json: {merged_config}")
+    run([seqforge, "train", pairs_yaml, f"model.init_from={merged_cls}", "adapter.kind=none",
+         "optim.lr=0", f"train.run_dir={again_dir}"])
+    before, after = eval_metrics(seqforge, cls_dir), eval_metrics(seqforge, again_dir)
+    if abs(before["test_loss"] - after["test_loss"]) > 1e-5 * abs(before["test_loss"]):
+        fail(f"a classifier started from its merged folder: test_loss {after['test_loss']} "
+             f"against {before['test_loss']}")
+    merged_config["id2label"] = {"0": "random", "1": "follows"}
+    with open(os.path.join(merged_cls, "config.json"), "w") as f:
+        json.dump(merged_config, f)
+    r = run([seqforge, "train", pairs_yaml, f"model.init_from={merged_cls}", "adapter.kind=none",
+             f"train.run_dir={again_dir}2"], expect_ok=False)
+    if r.returncode == 0 or "its classifier scores [random, follows]" not in r.stderr:
+        fail("a classifier's folder of other class order: " + r.stderr[-500:])
+    print(f"pairs: merged into a classifier's folder that starts the next run "
+          f"(test_loss {after['test_loss']:.6f})")
+
     # Bad setups: one line naming the problem.
     no_tokenizer = os.path.join(work, "no_tokenizer")
     shutil.copytree(folder, no_tokenizer)

@@ -402,7 +402,7 @@ DecoderOptions read_decoder_config(const std::string& path) {
   return o;
 }
 
-void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
+bool load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
   Parameters& params = model.parameters();
   const fs::path dir(folder);
   // Which file holds each tensor: the one file, else the index's map (transformers' order).
@@ -436,11 +436,14 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
     fail(folder, ": no model.safetensors nor model.safetensors.index.json");
   }
 
-  std::map<std::string, size_t> wanted;  // parameter name -> index, but adapters and a new head
+  std::map<std::string, size_t> number_of;  // parameter name -> index
+  std::map<std::string, size_t> wanted;     // the same, but adapters and a new head
   const std::vector<std::string> fresh = model.fresh_parameters();
-  for (size_t i = 0; i < params.size(); ++i)
-    if (std::find(fresh.begin(), fresh.end(), params.values().entries()[i].name) == fresh.end())
-      wanted[params.values().entries()[i].name] = i;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string& name = params.values().entries()[i].name;
+    number_of[name] = i;
+    if (std::find(fresh.begin(), fresh.end(), name) == fresh.end()) wanted[name] = i;
+  }
   std::map<std::string, std::string> tied_name;  // a tied tensor's other name -> its parameter
   for (const auto& [param, other] : model.tied_base_tensors()) tied_name[other] = param;
   std::set<std::string> ignorable;
@@ -450,7 +453,7 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
   const auto load = [&](const io::SafetensorsFile& file, const io::SafetensorsEntry& e,
                         const std::string& target) {
     const std::string& path = file.source();
-    const size_t i = wanted.at(target);
+    const size_t i = number_of.at(target);
     const Tensor value = params.value(i);
     if (e.shape.size() > size_t(Shape::kMaxRank))
       fail(path, ": tensor '", e.name, "' has ", e.shape.size(), " dimensions; the config gives ",
@@ -474,14 +477,31 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
     loaded[target] = fs::path(path).filename().string();
   };
   std::string tied_shard, tied_entry;  // where a tied weight's other name was seen
+  const std::string score = model.decoder_options().num_labels > 0 ? "score.weight" : "";
+  bool score_loaded = false;
   for (const std::string& shard : shards) {
     const io::SafetensorsFile file = io::SafetensorsFile::read((dir / shard).string());
     for (const io::SafetensorsEntry& e : file.entries()) {
       if (!shard_of.empty() && shard_of[e.name] != shard)
         fail(file.source(), ": tensor '", e.name,
              "' is not where model.safetensors.index.json says");
+      if (e.name.starts_with("base_model.model."))
+        fail(file.source(), ": holds adapters ('", e.name,
+             "') beside its base model; `seqforge merge RUN --output DIR` folds a run's adapters "
+             "in: give DIR");
       if (wanted.count(e.name)) {
         load(file, e, e.name);
+      } else if (e.name == "score.weight" && !score.empty()) {
+        const int64_t classes = model.decoder_options().num_labels;
+        if (e.shape.size() != 2 || e.shape[0] != classes)
+          fail(file.source(), ": its classifier's score.weight ", Shape(e.shape).str(),
+               " scores another number of classes than this run's ", classes,
+               ": start from its base model, or from the classifier merged and that tensor "
+               "removed");
+        load(file, e, e.name);
+        score_loaded = true;
+      } else if (e.name == "score.weight") {
+        // A classifier's folder read as a language model: transformers leaves its head too.
       } else if (tied_name.count(e.name)) {
         tied_shard = shard, tied_entry = e.name;
       } else if (!ignorable.count(e.name)) {
@@ -510,6 +530,7 @@ void load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
     if (!loaded.count(name))
       fail(folder, ": tensor '", name, "' ", params.value(i).shape().str(),
            " is missing from the model's safetensors");
+  return score_loaded;
 }
 
 }  // namespace seqforge

@@ -110,14 +110,17 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
           .resolved_yaml();
   meta["seqforge.merged_from"] = run;
   if (hf_folder) {
-    // A Hugging Face folder: the base's config.json, the merged weights, the tokenizer's files.
+    // A Hugging Face folder: the run's config.json (a classifier's, with its labels) or else the
+    // base's, the merged weights, the tokenizer's files.
     const fs::path dir(output), base(r.config.str("model.init_from"));
+    const fs::path own =
+        (fs::is_directory(run) ? fs::path(run) : fs::path(run).parent_path()) / "config.json";
     fs::create_directories(dir);
     const auto copy_file = [&](const fs::path& from, const std::string& name) {
       const std::string text = io::read_file(from.string());
       io::write_file_atomically((dir / name).string(), {{text.data(), text.size()}});
     };
-    copy_file(base / "config.json", "config.json");
+    copy_file(fs::exists(own) ? own : base / "config.json", "config.json");
     copy_file(data_options(r.config).text.tokenizer, "tokenizer.json");
     for (const char* extra :
          {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})

@@ -30,9 +30,11 @@ class Decoder;
 // Loads a Hugging Face folder's weights (model.safetensors, or the shards its index names) into
 // `model` by HF's names, converting bf16, f16, f32 or f64 to the parameters' dtype. A missing,
 // extra, mis-shaped or non-finite tensor, or an index naming a missing shard, is one error
-// naming it; a tied head saved as lm_head.weight alone is read from there. Adapters and a new
-// classification head (fresh_parameters) are not the base's: they keep their values.
-void load_hf_weights(const std::string& folder, Decoder& model, Backend& be);
+// naming it; a tied head saved as lm_head.weight alone is read from there. Adapters keep their
+// values; so does a classifier's head, unless the folder is a classifier's too (score.weight of
+// the same shape, loaded: returns true; a language model leaves it, as transformers does). A
+// folder that holds adapters beside its base (a run's, unmerged) is refused.
+bool load_hf_weights(const std::string& folder, Decoder& model, Backend& be);
 
 class Decoder final : public Model {
  public:
