@@ -477,8 +477,17 @@ TEST_F(CsvTest, SemicolonsTakeDecimalCommasAndNeverGuessAPoint) {
                 "commas ('1,5' in column 'v' on line 2): a thousands separator?"});
   EXPECT_EQ(CsvTable::parse("v;w\n1,5;950\n2,5;1.25\n", "points.csv").numeric("w"),
             (Doubles{950, 1.25}));
-  EXPECT_EQ(CsvTable::parse("v;w\nx;950\ny;1.010\n", "no_commas.csv").numeric("w"),
-            (Doubles{950, 1.01}));  // no decimal comma anywhere: a point is a decimal point
+  // No decimal comma anywhere: a point is a decimal point, unless every point could group
+  // thousands beside integers of three digits (950, then 1.01: a German export of counts).
+  expect_error([&] { CsvTable::parse("v;w\nx;950\ny;1.010\n", "counts.csv").numeric("w"); },
+               {"counts.csv:3: column 'w': '1.010' reads as a decimal beside '950' on line 2: a "
+                "thousands separator? Write the column's numbers without the points (or, where "
+                "they are decimal points, write a point in the integers too: '950.0')"});
+  EXPECT_EQ(CsvTable::parse("v;w\nx;950.0\ny;1.010\n", "no_commas.csv").numeric("w"),
+            (Doubles{950, 1.01}));
+  EXPECT_EQ(CsvTable::parse("v;w\nx;95\ny;1.010\n", "small.csv").numeric("w"), (Doubles{95, 1.01}));
+  EXPECT_EQ(CsvTable::parse("v,w\nx,950\ny,1.010\n", "commas.csv").numeric("w"),
+            (Doubles{950, 1.01}));
   const CsvTable twice = CsvTable::parse("v;w\n1,5;0\n2,5,1;0\n", "twice.csv");
   expect_error([&] { twice.numeric("v"); }, {"twice.csv:3: column 'v': '2,5,1' is not a number"});
   // Commas in a tab- or comma-separated file's numbers are no decimal marks.

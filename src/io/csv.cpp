@@ -453,6 +453,14 @@ bool groups_thousands(std::string_view cell) {
   }
   return (cell.size() - first) % 4 == 0;
 }
+
+// Whether a cell is an integer of three digits or more (no point, no exponent): "980", "-1200".
+bool integer_of_three_digits(std::string_view cell) {
+  if (!cell.empty() && (cell[0] == '-' || cell[0] == '+')) cell.remove_prefix(1);
+  return cell.size() >= 3 && std::all_of(cell.begin(), cell.end(), [](char ch) {
+           return std::isdigit(static_cast<unsigned char>(ch)) != 0;
+         });
+}
 }  // namespace
 
 std::optional<std::pair<size_t, size_t>> CsvTable::decimal_comma_cell() const {
@@ -508,6 +516,31 @@ void CsvTable::set_missing_codes(const std::vector<std::string>& codes) {
   }
 }
 
+// A ';' file's column whose every point could group thousands ("1.020") beside integers of
+// three digits or more ("980") reads, with decimal points, as values a thousand times apart
+// (980, then 1.02): a German export of counts. An error naming both; with a decimal point
+// written anywhere else in the column (980.0) the points are decimal points.
+void CsvTable::check_points_as_decimals(std::string_view name) const {
+  const CsvColumn& cells = cells_[index_of(name)];
+  size_t pointed = cells.size(), integer = cells.size();
+  for (size_t r = 0; r < cells.size(); ++r) {
+    const std::string_view cell = trim(cells[r]);
+    if (cell.find('.') != std::string_view::npos) {
+      if (!groups_thousands(cell)) return;
+      if (pointed == cells.size()) pointed = r;
+    } else if (integer == cells.size() && integer_of_three_digits(cell)) {
+      integer = r;
+    }
+  }
+  if (pointed == cells.size() || integer == cells.size()) return;
+  fail(source_, ":", lines_[pointed], ": column ", io::quoted(name), ": ",
+       io::quoted(cells[pointed]), " reads as a decimal beside ", io::quoted(cells[integer]),
+       " on line ", lines_[integer],
+       ": a thousands separator? Write the column's numbers without the points (or, where they "
+       "are decimal points, write a point in the integers too: ",
+       io::quoted(std::string(trim(cells[integer])) + ".0"), ")");
+}
+
 std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_is_nan) const {
   const CsvColumn& cells = cells_[index_of(name)];
   std::vector<double> out(cells.size());
@@ -521,6 +554,7 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
   // where other columns write decimal commas.
   std::optional<std::pair<size_t, size_t>> file_comma;  // (column, row) of one, looked up once
   bool looked_for_file_comma = false;
+  if (delimiter_ == ';' && comma_row == cells.size()) check_points_as_decimals(name);
   std::string decimal_point;
   for (size_t r = 0; r < cells.size(); ++r) {
     std::string_view cell = trim(cells[r]);

@@ -109,6 +109,7 @@ class CsvTable {
   static CsvTable parse(std::string_view bytes, const std::string& source, size_t line_feeds);
   size_t index_of(std::string_view name) const;
   std::vector<double> parse_column(std::string_view name, bool missing_is_nan) const;
+  void check_points_as_decimals(std::string_view name) const;
   // (column, row) of a cell that is a number with a decimal comma ("20,5"), if any.
   std::optional<std::pair<size_t, size_t>> decimal_comma_cell() const;
   // Removes the columns without a name, which must be empty (a spreadsheet's trailing commas).
