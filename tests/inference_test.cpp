@@ -254,6 +254,24 @@ TEST(Predict, LastReadsTheLastWindowsAlone) {
   EXPECT_EQ(filled.windows, 2);
 }
 
+// Series names that differ only in case or spaces ("s0" and "S0 ": one cell typed twice) are
+// two series, said in a note.
+TEST(Series, NamesAlikeAreNamed) {
+  const fs::path dir = test::temp_dir("alike");
+  std::string text = io::read_file(write_hourly(dir / "two.csv", 60, true, 2));
+  for (size_t at = 0; (at = text.find(",s1,", at)) != std::string::npos;)
+    text.replace(at, 4, ",S0 ,");
+  std::ofstream(dir / "two.csv", std::ios::trunc) << text;
+  std::ostringstream log;
+  train(Config::parse(yaml((dir / "two.csv").string(), dir / "run", "  series_column: site\n"),
+                      "a.yaml"),
+        log);
+  EXPECT_NE(log.str().find("series 'S0 ' and 's0' in column 'site' differ only in case, spaces "
+                           "or how a number is written: they are two series"),
+            std::string::npos)
+      << log.str();
+}
+
 // eval --split re-splits the run's own data: after the file changed (rows appended to a log,
 // say) its splits are other rows, and eval says so rather than score them; --data still reads it.
 TEST(Eval, SplitOfAChangedFileIsRefused) {

@@ -355,6 +355,14 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     out.times.resize(n);
     for (int64_t p = 0; p < n; ++p) out.times[p] = when[out.rows[p]];
   }
+  if (!o.series_col.empty()) {
+    std::vector<std::string> series_names;
+    for (const SeriesSpan& s : out.spans) series_names.push_back(s.name);
+    if (const std::string alike = io::names_alike(series_names); !alike.empty())
+      out.notes.push_back(path + ": series " + alike + " in column '" + o.series_col +
+                          "' differ only in case, spaces or how a number is written: they are "
+                          "two series");
+  }
   if (off_grid > 0)
     out.notes.push_back(
         path + ": " + std::to_string(off_grid) + " step" + (off_grid == 1 ? "" : "s") +
