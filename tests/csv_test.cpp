@@ -737,6 +737,15 @@ TEST(ParseDate, CompactAndIso) {
                         "2012-01-02", "20120102 13:00", "+2012010"})
     EXPECT_EQ(parse_date(s, DateLayout::compact), std::nullopt) << "'" << s << "'";
   EXPECT_EQ(parse_date("2012-01-02T13:00", DateLayout::iso), parse_datetime("2012-01-02T13:00"));
+  // YYYYMMDDHH[MM[SS]] (Germany's weather service's MESS_DATUM).
+  EXPECT_EQ(parse_date("2012010213", DateLayout::compact_time), 1325376000 + 86400 + 13 * 3600);
+  EXPECT_EQ(parse_date("201201021345", DateLayout::compact_time),
+            1325376000 + 86400 + 13 * 3600 + 45 * 60);
+  EXPECT_EQ(parse_date("20120102134507", DateLayout::compact_time),
+            1325376000 + 86400 + 13 * 3600 + 45 * 60 + 7);
+  for (const char* s : {"2012010224", "201201021360", "20120102134560", "20120102", "20120102134",
+                        "1709071200", "2012013113x", "2012-01-0213"})
+    EXPECT_EQ(parse_date(s, DateLayout::compact_time), std::nullopt) << "'" << s << "'";
 }
 
 // BigQuery's " UTC", one-digit months and days (R's and Excel's "2012-1-5"), and dates with the

@@ -1137,6 +1137,22 @@ TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
               load_series(config(file("mixed.csv", mixed)));
             }).find("has its month first where"),
             std::string::npos);
+  // YYYYMMDDHH, hourly: dates; Unix seconds whose first reads so (1801010100, 2027) stay numbers.
+  std::vector<std::string> hours, seconds;
+  for (int k = 0; k < 12; ++k) {
+    const std::string iso = io::format_datetime(int64_t{1578441600} + k * int64_t{3600}, false);
+    hours.push_back(iso.substr(0, 4) + iso.substr(5, 2) + iso.substr(8, 2) + iso.substr(11, 2));
+    seconds.push_back(std::to_string(int64_t{1801010100} + k * 3600));
+  }
+  const SeriesData h = load_series(config(file("hours.csv", hours)));
+  EXPECT_EQ(h.dates.front(), "2020-01-08T00:00:00");
+  EXPECT_EQ(h.dates.back(), "2020-01-08T11:00:00");
+  EXPECT_EQ(h.series[0].step, 3600);
+  EXPECT_NE(h.notes[0].find("writes its dates as YYYYMMDDHH[MM[SS]] date-times"), std::string::npos)
+      << h.notes[0];
+  const SeriesData unix_seconds = load_series(config(file("seconds.csv", seconds)));
+  EXPECT_TRUE(unix_seconds.numeric_times);
+  EXPECT_EQ(unix_seconds.dates.front(), "1801010100");
   std::vector<std::string> bad = compact;
   bad[3] = "2020-01-11";
   EXPECT_NE(error_of([&] { load_series(config(file("bad.csv", bad))); })

@@ -26,6 +26,13 @@ std::optional<io::DateLayout> date_layout(const DataFile& table, const SeriesOpt
   const std::string first(cells[0]);
   if (io::parse_datetime(first)) return io::DateLayout::iso;
   if (io::parse_date(first, io::DateLayout::compact)) return io::DateLayout::compact;
+  // YYYYMMDDHH where every cell reads so (a column of Unix seconds would fail in a few rows).
+  if (io::parse_date(first, io::DateLayout::compact_time)) {
+    bool all = true;
+    for (int64_t r = 0; r < table.rows() && all; ++r)
+      all = io::parse_date(cells[r], io::DateLayout::compact_time).has_value();
+    if (all) return io::DateLayout::compact_time;
+  }
   if (io::parse_date(first, io::DateLayout::named_month)) return io::DateLayout::named_month;
   if (io::parse_finite(first)) return std::nullopt;
   if (!io::day_month_fields(first)) return io::DateLayout::iso;  // each cell's error says why
@@ -52,6 +59,8 @@ std::string layout_note(const DataFile& table, const SeriesOptions& o, io::DateL
   const std::string column = "column '" + o.date_col + "' writes its dates ";
   if (layout == io::DateLayout::compact)
     return column + "as YYYYMMDD; predictions write them as ISO dates";
+  if (layout == io::DateLayout::compact_time)
+    return column + "as YYYYMMDDHH[MM[SS]] date-times; predictions write them as ISO dates";
   if (layout == io::DateLayout::named_month)
     return column + "with the months' names; predictions write them as ISO dates";
   const bool day = layout == io::DateLayout::day_first;
@@ -114,7 +123,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
       zoned[r] = zone;
       if (!t && r == 0)
         fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
-             "' is neither a date (2012-01-31, 2012-01-31 13:45, 2012/01/31, 20120131, "
+             "' is neither a date (2012-01-31, 2012-01-31 13:45, 2012/01/31, 20120131, 2012013113, "
              "31/01/2012, 01/31/2012 1:45 PM, 31.01.2012, Jan 31, 2012, 31-Jan-2012) nor a "
              "number");
       if (!t)

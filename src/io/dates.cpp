@@ -200,6 +200,21 @@ std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t
     if (y < 1800 || y >= 2200) return std::nullopt;  // a number of 8 digits, not a date
     return midnight(y, mo, d);
   }
+  if (layout == DateLayout::compact_time) {
+    const size_t digits = c.s.find_first_not_of("0123456789");
+    if (digits != std::string_view::npos ||
+        (c.s.size() != 10 && c.s.size() != 12 && c.s.size() != 14))
+      return std::nullopt;
+    int h = 0, mi = 0, sec = 0;
+    if (!c.number(8, 8, &y) || !c.number(2, 2, &h) || (!c.done() && !c.number(2, 2, &mi)) ||
+        (!c.done() && !c.number(2, 2, &sec)) || !c.done())
+      return std::nullopt;
+    d = y % 100, mo = y / 100 % 100, y /= 10000;
+    if (y < 1800 || y >= 2200 || h > 23 || mi > 59 || sec > 59) return std::nullopt;
+    const auto day = midnight(y, mo, d);
+    if (!day) return std::nullopt;
+    return *day + h * 3600 + mi * 60 + sec;
+  }
   if (layout == DateLayout::named_month ? !named_month_date(c, &d, &mo, &y)
                                         : !day_month_year(c, &d, &mo, &y))
     return std::nullopt;
