@@ -203,6 +203,13 @@ TEST_F(CsvTest, Utf16WithAByteOrderMarkReadsAsUtf8) {
                {u + ": NUL bytes between its characters: UTF-16 text without a byte-order mark?"});
   expect_error([&] { CsvTable::parse(std::string("a,b\n1,2\n3,\0\n", 13), "nul.csv"); },
                {"nul.csv:3: a NUL byte (byte 10): not CSV text"});
+  // Binary files users reach for are named: a .npz (zip), a .npy under another name, gzip.
+  const std::string npz = write("arrays.npz", std::string("PK\x03\x04\x14\0\0\0", 8));
+  expect_error([&] { CsvTable::read(npz); }, {npz + ": a zip archive (a .npz of numpy arrays"});
+  const std::string npy = write("array.bin", std::string("\x93NUMPY\x01\0", 8));
+  expect_error([&] { CsvTable::read(npy); }, {npy + ": a .npy array by its bytes"});
+  const std::string gz = write("data.csv.gz", std::string("\x1f\x8b\x08\0", 4));
+  expect_error([&] { CsvTable::read(gz); }, {gz + ": gzip-compressed"});
 }
 
 TEST_F(CsvTest, TrailingNewlineOptionalAndTrailingBlankLinesIgnored) {
@@ -307,7 +314,7 @@ TEST_F(CsvTest, NumericRejectsEachKindOfBadCell) {
       {"-1e99999", "'-1e99999' is not a finite number"},
       {"\"1,5\"",
        "'1,5' is not a number (a decimal comma: write 1.5, or separate the fields "
-       "with ';')"},
+       "with ';' or tabs)"},
       {"\"1,234.5\"", "'1,234.5' is not a number (a thousands separator: write 1234.5)"},
       {"\"-12,345,678\"", "'-12,345,678' is not a number (a thousands separator"},
       {"$185.64", "'$185.64' is not a number (a currency sign: write the number alone"},
@@ -490,10 +497,20 @@ TEST_F(CsvTest, SemicolonsTakeDecimalCommasAndNeverGuessAPoint) {
             (Doubles{950, 1.01}));
   const CsvTable twice = CsvTable::parse("v;w\n1,5;0\n2,5,1;0\n", "twice.csv");
   expect_error([&] { twice.numeric("v"); }, {"twice.csv:3: column 'v': '2,5,1' is not a number"});
-  // Commas in a tab- or comma-separated file's numbers are no decimal marks.
-  const CsvTable tabs = CsvTable::parse("v\tw\n1,5\t0\n", "t.tsv");
-  EXPECT_FALSE(tabs.decimal_commas("v"));
-  expect_error([&] { tabs.numeric("v"); }, {"t.tsv:2: column 'v': '1,5' is not a number"});
+  // A tab- or '|'-separated file (Excel's "Unicode Text" in a decimal-comma locale) reads decimal
+  // commas where a comma cannot group thousands; a column whose commas all could stays an error.
+  const CsvTable tabs = CsvTable::parse("v\tw\tk\n1,5\t0\t1,234\n-0,125\t1\t2,000\n", "t.tsv");
+  EXPECT_TRUE(tabs.decimal_commas("v"));
+  EXPECT_EQ(tabs.numeric("v"), (Doubles{1.5, -0.125}));
+  EXPECT_FALSE(tabs.decimal_commas("k"));
+  expect_error([&] { tabs.numeric("k"); },
+               {"t.tsv:2: column 'k': '1,234' is not a number (a thousands separator"});
+  EXPECT_EQ(CsvTable::parse("v|w\n1,234|0\n20,5|1\n", "p.txt").numeric("v"),
+            (Doubles{1.234, 20.5}));
+  // A comma-separated file's quoted "1,5" is no decimal comma.
+  const CsvTable commas = CsvTable::parse("v,w\n\"1,5\",0\n", "c.csv");
+  EXPECT_FALSE(commas.decimal_commas("v"));
+  expect_error([&] { commas.numeric("v"); }, {"c.csv:2: column 'v': '1,5' is not a number"});
 }
 
 TEST_F(CsvTest, UnknownColumnListsTheColumns) {
@@ -788,6 +805,8 @@ TEST(ParseDatetime, UtcOffsets) {
   EXPECT_EQ(parse_datetime("2012-01-01T13:00:00+01:00"), 1325376000 + 12 * 3600);
   EXPECT_EQ(parse_datetime("2012-01-01T13:00-0530"), 1325376000 + 18 * 3600 + 30 * 60);
   EXPECT_EQ(parse_datetime("2012-01-01T00:30+01:00"), 1325376000 - 1800);
+  EXPECT_EQ(parse_datetime("2012-01-01 13:00:00+01"), 1325376000 + 12 * 3600);  // PostgreSQL's
+  EXPECT_EQ(parse_datetime("2012-01-01 13:00:00-05"), 1325376000 + 18 * 3600);
 }
 
 TEST(ParseDatetime, RejectsEverythingElse) {
@@ -829,6 +848,8 @@ TEST(ParseDatetime, RejectsEverythingElse) {
                         "2012-01-01T13:00+01:60",
                         "2012-01-01T13:00+24:00",
                         "2012-01-01T13:00+01:00:00",
+                        "2012-01-01T13:00+01:",
+                        "2012-01-01T13:00+013",
                         "+2012-01-01",
                         "-2012-01-01",
                         "２０１２-01-01",

@@ -614,6 +614,16 @@ TEST(Series, EachSeriesCanHaveItsOwnScaler) {
                 ": series 'A' was not in the training data (the training data has 'a': names "
                 "match as written), so data.normalize_per series has no scaler for it; set "
                 "data.normalize_fallback: pooled to scale it by all series' training rows");
+  // So is one with spaces around it.
+  const std::string spaced = write(dir / "spaced.csv",
+                                   "date,city,value\n2020-01-01,a ,5\n"
+                                   "2020-01-02,a ,6\n2020-01-03,a ,7\n"
+                                   "2020-01-04,a ,8\n2020-01-05,a ,9\n");
+  EXPECT_NE(error_of([&] {
+              load_series(series_config(spaced, {"data.normalize_per=series", "data.lookback=4"}),
+                          &d, WindowSet::every_window);
+            }).find(": series 'a ' was not in the training data (the training data has 'a': "),
+            std::string::npos);
 }
 
 // A class only validation or test rows hold is named: no training window teaches it.

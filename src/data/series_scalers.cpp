@@ -69,14 +69,10 @@ void fit_normalizers(const SeriesOptions& o, SeriesData* d) {
 }
 
 // " (the training data has 'SPX': names match as written)" where a stored series' name differs
-// from `name` only in case, else "".
-std::string case_hint(const Normalizer& norm, const std::string& name) {
-  const auto lower = [](std::string s) {
-    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-  };
+// from `name` only in case, spaces or how a number is written ('1' for '1.0'), else "".
+std::string alike_hint(const Normalizer& norm, const std::string& name) {
   for (const std::string& known : norm.series)
-    if (lower(known) == lower(name))
+    if (!io::names_alike({known, name}).empty())
       return " (the training data has " + io::quoted(known) + ": names match as written)";
   return "";
 }
@@ -90,7 +86,7 @@ void assign_scalers(const DataOptions& opt, bool stored, SeriesData* d) {
     const std::string& name = d->series[i].name;
     d->series_scaler[i] = norm.series_index(name);
     if (d->series_scaler[i] >= 0) continue;
-    const std::string hint = stored ? case_hint(norm, name) : "";
+    const std::string hint = stored ? alike_hint(norm, name) : "";
     if (opt.series.normalize_fallback != "pooled")
       fail(opt.path, ": series ", io::quoted(name),
            stored ? " was not in the training data" : " has no training window", hint,

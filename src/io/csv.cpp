@@ -208,7 +208,7 @@ std::string number_hint(std::string_view cell) {
           (whole.size() - at == 4 || whole[at + 4] == ',');
     if (thousands) return " (a thousands separator: write 1234.5)";
     if (std::count(cell.begin(), cell.end(), ',') == 1 && cell.find('.') == std::string_view::npos)
-      return " (a decimal comma: write 1.5, or separate the fields with ';')";
+      return " (a decimal comma: write 1.5, or separate the fields with ';' or tabs)";
   }
   if (cell.size() > 1 && std::string_view("kKmMbB").find(cell.back()) != std::string_view::npos &&
       number(cell.substr(0, cell.size() - 1)))
@@ -482,9 +482,27 @@ std::optional<std::pair<size_t, size_t>> CsvTable::decimal_comma_cell() const {
 }
 
 bool CsvTable::decimal_commas(std::string_view name) const {
-  if (delimiter_ != ';') return false;
-  for (const std::string_view cell : cells_[index_of(name)])
-    if (cell.find(',') != std::string_view::npos) return true;
+  if (delimiter_ == ';') {
+    for (const std::string_view cell : cells_[index_of(name)])
+      if (cell.find(',') != std::string_view::npos) return true;
+    return false;
+  }
+  if (delimiter_ != '\t' && delimiter_ != '|') return false;
+  // Tabs or '|' (Excel's "Unicode Text" in a decimal-comma locale): a comma that cannot group
+  // thousands ("20,5", "0,25") tells decimal commas; a column whose every comma could ("1,234")
+  // stays an error, never a guess.
+  for (std::string_view cell : cells_[index_of(name)]) {
+    cell = trim(cell);
+    if (!cell.empty() && (cell[0] == '-' || cell[0] == '+')) cell.remove_prefix(1);
+    const size_t comma = cell.find(',');
+    if (comma == std::string_view::npos || comma == 0 || cell.find(',', comma + 1) != cell.npos)
+      continue;
+    const std::string_view after = cell.substr(comma + 1);
+    const bool digits = !after.empty() && std::all_of(after.begin(), after.end(), [](char ch) {
+      return std::isdigit(static_cast<unsigned char>(ch)) != 0;
+    });
+    if (digits && (after.size() != 3 || cell.substr(0, comma) == "0")) return true;
+  }
   return false;
 }
 

@@ -55,8 +55,9 @@ std::optional<int64_t> midnight(int y, int mo, int d) {
 }
 
 // The rest of a date-time after its date: nothing, or 'T' or ' ' and HH:MM[:SS[.fff]] and an
-// optional Z or UTC offset. Returns the seconds to add (the offset taken off; `*zoned`: one was
-// written, Z included). `clock12`: one-digit hours too, and an optional AM/PM after a space.
+// optional Z or UTC offset (+HH:MM, +HHMM or +HH). Returns the seconds to add (the offset taken
+// off; `*zoned`: one was written, Z included). `clock12`: one-digit hours too, and an optional
+// AM/PM after a space.
 std::optional<int64_t> time_of_day(DateScanner& c, bool clock12, int64_t* offset, bool* zoned) {
   *offset = 0;
   *zoned = false;
@@ -87,8 +88,9 @@ std::optional<int64_t> time_of_day(DateScanner& c, bool clock12, int64_t* offset
   const int sign = c.literal('+') ? 1 : c.literal('-') ? -1 : 0;
   int oh = 0, om = 0;
   if (sign == 0 || !c.number(2, 2, &oh)) return std::nullopt;
-  c.literal(':');  // +HH:MM or +HHMM
-  if (!c.number(2, 2, &om) || oh > 23 || om > 59 || !c.done()) return std::nullopt;
+  // +HH:MM, +HHMM, or +HH (PostgreSQL's timestamptz output)
+  if (!c.done() && (c.literal(':'), !c.number(2, 2, &om))) return std::nullopt;
+  if (oh > 23 || om > 59 || !c.done()) return std::nullopt;
   *offset = sign * (oh * 3600 + om * 60);
   return seconds - *offset;
 }

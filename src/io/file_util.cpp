@@ -274,6 +274,16 @@ std::string text_as_utf8(std::string bytes, const std::string& source) {
   if (bytes.starts_with("\xef\xbb\xbf")) return bytes.substr(3);
   const bool little = bytes.starts_with("\xff\xfe"), big = bytes.starts_with("\xfe\xff");
   if (!little && !big) {
+    // Binary files users reach for first, named rather than read as broken text.
+    if (bytes.starts_with("PK\x03\x04"))
+      fail(source,
+           ": a zip archive (a .npz of numpy arrays, an .xlsx workbook?), not text: save one "
+           "array with numpy.save as .npy, or the sheet as CSV");
+    if (bytes.starts_with("\x93NUMPY"))
+      fail(source, ": a .npy array by its bytes: give it the .npy extension");
+    if (bytes.starts_with("\x1f\x8b")) fail(source, ": gzip-compressed: decompress it first");
+    if (bytes.starts_with("PAR1"))
+      fail(source, ": a Parquet file, not text: save it as CSV (pandas: to_csv) or .npy");
     // UTF-16 without its mark reads as UTF-8 with a NUL beside every ASCII character: text a model
     // would silently learn (or a table that would not parse) rather than what the file says.
     const std::string_view head = std::string_view(bytes).substr(0, 4096);
