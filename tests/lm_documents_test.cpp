@@ -81,6 +81,33 @@ TEST(LmDocuments, EachRowEndsWithTheEndOfTextToken) {
   fs::remove_all(f.dir);
 }
 
+// A text file with Windows line ends reads as Python's text mode reads it: "\r\n" is "\n", and
+// no "\r" enters the characters a model learns.
+TEST(LmDocuments, WindowsLineEndsReadAsPythonReadsThem) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_crlf_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::string unix_text, windows_text;
+  for (int i = 0; i < 40; ++i) {
+    unix_text += "line " + std::to_string(i) + "\n";
+    windows_text += "line " + std::to_string(i) + (i == 7 ? "\r" : "\r\n");
+  }
+  std::ofstream(dir / "unix.txt", std::ios::binary) << unix_text;
+  std::ofstream(dir / "windows.txt", std::ios::binary) << windows_text;
+  const auto load = [&](const std::string& name) {
+    return load_dataset(Config::parse("data: {task: charlm, seq_len: 8}\n", "c.yaml",
+                                      {"data.path=" + (dir / name).string()}));
+  };
+  const Dataset u = load("unix.txt"), w = load("windows.txt");
+  EXPECT_EQ(w.text.vocab, u.text.vocab);
+  EXPECT_EQ(w.text.ids, u.text.ids);
+  ASSERT_EQ(w.text.notes.size(), 1u);
+  EXPECT_NE(w.text.notes[0].find("windows.txt: 40 Windows (\\r\\n) or old Mac (\\r) line ends "
+                                 "read as \\n"),
+            std::string::npos)
+      << w.text.notes[0];
+  fs::remove_all(dir);
+}
+
 TEST(LmDocuments, AMissingOrUnknownEndOfTextTokenIsOneError) {
   const Folder f = make_folder("errors", {"one document", "another one"});
   const auto error = [&](std::vector<std::string> extra) {

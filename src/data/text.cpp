@@ -168,6 +168,31 @@ text::Tokenizer read_tokenizer(const std::string& path, uint64_t expected, uint6
   return text::Tokenizer::from_json(bytes, path);
 }
 
+namespace {
+// A text file's line ends as Python's text mode reads them (a PyTorch user's open(path).read()):
+// "\r\n" and a lone "\r" become "\n"; a note counts them.
+std::string with_python_newlines(std::string bytes, const std::string& path,
+                                 std::vector<std::string>* notes) {
+  if (bytes.find('\r') == std::string::npos) return bytes;
+  std::string out;
+  out.reserve(bytes.size());
+  int64_t ends = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] != '\r') {
+      out += bytes[i];
+      continue;
+    }
+    out += '\n';
+    ++ends;
+    if (i + 1 < bytes.size() && bytes[i + 1] == '\n') ++i;
+  }
+  notes->push_back(path + ": " + std::to_string(ends) +
+                   " Windows (\\r\\n) or old Mac (\\r) line ends read as \\n, as Python's text "
+                   "mode reads them");
+  return out;
+}
+}  // namespace
+
 TextData load_tokens(const DataOptions& opt, const TextData* stored) {
   TextData d;
   d.seq_len = opt.text.seq_len;
@@ -178,7 +203,8 @@ TextData load_tokens(const DataOptions& opt, const TextData* stored) {
   if (!opt.text.columns.empty()) {
     document_tokens(opt, tokenizer, &d);
   } else {
-    const std::string bytes = io::read_text_file(opt.path);
+    const std::string bytes =
+        with_python_newlines(io::read_text_file(opt.path), opt.path, &d.notes);
     if (bytes.empty()) fail(opt.path, ": empty file");
     try {
       // The file is one document: its tokens without a template's special tokens.
@@ -196,7 +222,8 @@ TextData load_text(const DataOptions& opt, const std::u32string& vocab) {
   TextData d;
   d.seq_len = opt.text.seq_len;
   const std::string& path = opt.path;
-  const std::string bytes = io::read_text_file(path);  // a byte-order mark is no character
+  // A byte-order mark is no character.
+  const std::string bytes = with_python_newlines(io::read_text_file(path), path, &d.notes);
   const std::u32string text = decode_utf8(bytes, path);
   if (text.empty()) fail(path, ": empty file");
   d.vocab = vocab;
