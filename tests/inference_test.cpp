@@ -246,12 +246,15 @@ TEST(Predict, LastReadsTheLastWindowsAlone) {
                       "fills the file's missing cells)"),
             std::string::npos);
   EXPECT_NE(error_of([&] { predictions(run, with_cell("before.csv", 73, 2, ""), true); })
-                .find("before.csv:74: column 'signal': its change from the row before, which is "
-                      "empty, in the last window of series 's1'"),
+                .find("before.csv:73: column 'signal': empty cell, which data.transform "
+                      "differences the window's first row against, in the last window of series "
+                      "'s1'"),
             std::string::npos);
   const Predictions filled =
       predictions(run, with_cell("filled.csv", 38, 3, ""), true, {"ffill", {}});
   EXPECT_EQ(filled.windows, 2);
+  // A series' first cell empty: nothing before it to fill forward from, and no matter to --last.
+  EXPECT_EQ(predictions(run, with_cell("lead.csv", 2, 2, ""), true, {"ffill", {}}).windows, 2);
 }
 
 // Series names that differ only in case or spaces ("s0" and "S0 ": one cell typed twice) are
@@ -1057,6 +1060,26 @@ TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {
   EXPECT_EQ(p[1][0], hours(29));
   EXPECT_EQ(p[1][1], hours(30));
   EXPECT_EQ(p[2][1], hours(31));
+  // An empty input cell before the last window changes nothing; one in it is named (the window
+  // is not silently moved back for it).
+  auto emptied = [&](const std::string& name, int row) {
+    std::string text = io::read_file((dir / "f.csv").string());
+    size_t at = 0;
+    for (int line = 0; line <= row; ++line) at = text.find('\n', at) + 1;
+    const size_t comma = text.find(',', at);
+    text.erase(comma + 1, text.find(',', comma + 1) - comma - 1);
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  std::ostringstream early;
+  EXPECT_EQ(predict((dir / "run").string(),
+                    {emptied("early.csv", 5), (dir / "pe.csv").string(), true}, early),
+            1);
+  EXPECT_EQ(read_csv((dir / "pe.csv").string()), p);
+  EXPECT_NE(error_of([&] {
+              predictions((dir / "run").string(), emptied("in.csv", 27), true);
+            }).find("in.csv:29: column 'signal': empty cell in the last window of the file"),
+            std::string::npos);
   std::ostringstream without;
   predict((dir / "run").string(), {write("g.csv", 30, 0), (dir / "q.csv").string(), true}, without);
   EXPECT_NE(without.str().find("2 of 25 windows are left out: the file lacks their inputs or "

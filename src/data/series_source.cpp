@@ -19,9 +19,10 @@ namespace seqforge::series {
 namespace {
 
 // Fills the missing cells (NaN) of column x (by file row) per data.missing, each series walked in
-// time order; returns how many it filled.
+// time order; returns how many it filled. Cells it cannot fill (ffill: none before them) are an
+// error, or with `leave_unfillable` (predict --last, which checks its windows) stay missing.
 int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::string& how,
-                     const DataFile& table, const std::string& name) {
+                     const DataFile& table, const std::string& name, bool leave_unfillable) {
   int64_t filled = 0;
   std::vector<double>& v = *x;
   for (const SeriesSpan& s : order.spans) {
@@ -33,6 +34,7 @@ int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::s
         continue;
       }
       if (how == "ffill") {
+        if (last < 0 && leave_unfillable) continue;
         if (last < 0)
           fail(table.where(order.rows[p]), ": column '", name,
                "': a missing cell with no value before it in its series, which data.missing ffill "
@@ -43,6 +45,7 @@ int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::s
       }
       int64_t next = p;  // interpolate: the next value, if any
       while (next < s.end && std::isnan(at(next))) ++next;
+      if (last < 0 && next == s.end && leave_unfillable) break;
       if (last < 0 && next == s.end)
         fail(table.where(order.rows[p]), ": column '", name, "' has no value in its series",
              s.name.empty() ? "" : " '" + s.name + "'");
@@ -206,7 +209,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     if (o.missing != "error" && !not_known_yet) {
       const int64_t empty =
           mask ? std::count_if(x.begin(), x.end(), [](double v) { return std::isnan(v); })
-               : fill_missing(&x, order, o.missing, table, name);
+               : fill_missing(&x, order, o.missing, table, name, missing_inputs);
       const std::string note = "data.missing " + o.missing + ": " + std::to_string(empty) +
                                " missing cells of '" + name + "' " + (mask ? "masked" : "filled");
       if (empty > 0 && std::find(d->notes.begin(), d->notes.end(), note) == d->notes.end())
@@ -275,7 +278,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     if (!calendar) {
       x = table.column(name, missing_targets || o.missing != "error");
       if (!missing_targets && o.missing != "error" && o.missing != "mask")
-        fill_missing(&x, order, o.missing, table, name);
+        fill_missing(&x, order, o.missing, table, name, missing_inputs);
     }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t end = d->series_of(k).end;

@@ -121,6 +121,31 @@ void list_windows(const DataOptions& opt, WindowSet which, SeriesData* d) {
 
 void keep_last_windows(const DataFile& table, const std::vector<int64_t>& file_rows,
                        SeriesData* d) {
+  // Names a missing input of the window at `start`, if any: the file's empty cell, or the one
+  // before it that a transform differences against (not the data.known_future values ahead,
+  // which the rows past a series' end hold or not: a note says so).
+  const auto check_inputs = [&](int64_t start) {
+    const SeriesSpan& s = d->series_of(start);
+    for (int64_t r = start; r <= d->last_row(start); ++r)
+      for (int64_t j = 0; j < d->num_features(); ++j) {
+        if ((j >= d->known_begin && j < d->known_end) ||
+            !std::isnan(d->source.at(r, d->feature_cols[size_t(j)])))
+          continue;
+        const std::string& name = d->feature_names[size_t(j)];
+        const bool own = !table.has_column(name) ||
+                         std::isnan(table.column(name, true)[size_t(file_rows[size_t(r)])]);
+        const bool before = !own && r > s.begin;  // the row before, in the source too
+        fail(
+            table.where(file_rows[size_t(before ? r - 1 : r)]), ": column ", io::quoted(name), ": ",
+            own      ? "empty cell"
+            : before ? "empty cell, which data.transform differences the window's first row "
+                       "against,"
+                     : "its change from the row before, which is empty,",
+            " in the last window of ", s.name.empty() ? "the file" : "series " + io::quoted(s.name),
+            " (--last forecasts from its last ", d->lookback,
+            " rows; --missing ffill or interpolate fills the file's missing cells)");
+      }
+  };
   std::vector<int64_t> last;
   for (int64_t start : d->split.test)
     if (!last.empty() && d->series_of(last.back()).begin == d->series_of(start).begin)
@@ -129,22 +154,24 @@ void keep_last_windows(const DataFile& table, const std::vector<int64_t>& file_r
       last.push_back(start);
   d->split.test = std::move(last);
   if (d->masks_missing) return;  // a masked model reads missing inputs
-  for (int64_t start : d->split.test)
-    for (int64_t r = start; r <= d->last_row(start); ++r)
-      for (int64_t j = 0; j < d->num_features(); ++j) {
-        if (!std::isnan(d->source.at(r, d->feature_cols[size_t(j)]))) continue;
-        const std::string& name = d->feature_names[size_t(j)];
-        const SeriesSpan& s = d->series_of(start);
-        // The cell itself, or (a transform against the row before) the one before it.
-        const bool own = !table.has_column(name) ||
-                         std::isnan(table.column(name, true)[size_t(file_rows[size_t(r)])]);
-        fail(table.where(file_rows[size_t(r)]), ": column ", io::quoted(name), ": ",
-             own ? "empty cell" : "its change from the row before, which is empty,",
-             " in the last window of ",
-             s.name.empty() ? "the file" : "series " + io::quoted(s.name),
-             " (--last forecasts from its last ", d->lookback,
-             " rows; --missing ffill or interpolate fills the file's missing cells)");
-      }
+  for (int64_t start : d->split.test) check_inputs(start);
+  // With data.known_future the windows lacking any input were left out: the window ending at a
+  // series' last row with its inputs (before the future rows) must not be one for a missing cell.
+  if (d->known_end == d->known_begin) return;
+  for (const SeriesSpan& s : d->series) {
+    int64_t end = s.end - 1;
+    // A future row holds only its known values: no target, and not every input.
+    const auto observed = [&](int64_t r) {
+      for (int64_t col : d->target_cols)
+        if (std::isfinite(d->source.at(r, col))) return true;
+      for (int64_t j = 0; j < d->known_begin; ++j)
+        if (!std::isfinite(d->source.at(r, d->feature_cols[size_t(j)]))) return false;
+      return true;
+    };
+    while (end >= s.begin && !observed(end)) --end;
+    const int64_t start = end - d->lookback + 1;
+    if (start >= s.begin) check_inputs(start);
+  }
 }
 
 void keep_labeled_fraction(const DataOptions& opt, SeriesData* d) {
