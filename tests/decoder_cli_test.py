@@ -345,6 +345,13 @@ train: {{epochs: 1, batch_size: 16, max_batches: 5, run_dir: {cls_dir}}}
              f"train.run_dir={again_dir}2"], expect_ok=False)
     if r.returncode == 0 or "its classifier scores [random, follows]" not in r.stderr:
         fail("a classifier's folder of other class order: " + r.stderr[-500:])
+    merged_config["id2label"] = {"0": "follows"}
+    with open(os.path.join(merged_cls, "config.json"), "w") as f:
+        json.dump(merged_config, f)
+    r = run([seqforge, "train", pairs_yaml, f"model.init_from={merged_cls}", "adapter.kind=none",
+             f"train.run_dir={again_dir}3"], expect_ok=False)
+    if r.returncode == 0 or "id2label names 1 classes, this run's data has 2" not in r.stderr:
+        fail("a classifier's folder naming fewer classes: " + r.stderr[-500:])
     print(f"pairs: merged into a classifier's folder that starts the next run "
           f"(test_loss {after['test_loss']:.6f})")
 

@@ -533,4 +533,34 @@ bool load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
   return score_loaded;
 }
 
+void check_classifier_labels(const std::string& folder, const std::vector<std::string>& classes) {
+  const std::string path = (fs::path(folder) / "config.json").string();
+  const Json config = Json::parse(io::read_file(path), nullptr, false);
+  if (!config.is_object() || !config.contains("id2label") || !config["id2label"].is_object())
+    return;
+  const Json& labels = config["id2label"];
+  if (labels.size() != classes.size())
+    fail(path, ": id2label names ", labels.size(), " classes, this run's data has ",
+         classes.size());
+  std::vector<std::string> theirs(classes.size());
+  bool defaults = true;
+  for (const auto& [id, label] : labels.items()) {
+    const bool number =
+        !id.empty() && id.size() < 10 &&
+        std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int64_t i = number ? std::stoll(id) : -1;
+    if (i < 0 || i >= int64_t(classes.size()) || !label.is_string())
+      fail(path, ": id2label ", io::quoted(id), " is not one of this run's ", classes.size(),
+           " classes");
+    theirs[size_t(i)] = label.get<std::string>();
+    defaults = defaults && theirs[size_t(i)] == "LABEL_" + id;
+  }
+  if (defaults || theirs == classes) return;
+  std::string a, b;
+  for (size_t i = 0; i < classes.size(); ++i)
+    a += (i ? ", " : "") + theirs[i], b += (i ? ", " : "") + classes[i];
+  fail(path, ": its classifier scores [", a, "] (id2label), this run's data has [", b,
+       "]: its score head would read them as others");
+}
+
 }  // namespace seqforge

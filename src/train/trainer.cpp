@@ -201,7 +201,6 @@ class Training {
   void prepare_run_dir();
   void write_adapter_config() const;
   void write_hf_files() const;
-  void check_init_classes(const std::string& folder) const;
   void freeze_modules();
   void start_streams();
   // Stateful training: the states batch `bi` starts from (rows reset where its streams begin).
@@ -503,7 +502,7 @@ void Training::build_model() {
     } else {
       auto& decoder = static_cast<Decoder&>(*model_);
       const bool scores = load_hf_weights(init, decoder, *be_);
-      if (scores) check_init_classes(init);
+      if (scores) check_classifier_labels(init, task_.text.class_names);
       const auto& fresh = decoder.fresh_parameters();
       for (const auto& e : decoder.parameters().values().entries())
         if (std::find(fresh.begin(), fresh.end(), e.name) == fresh.end() ||
@@ -880,35 +879,6 @@ void Training::prepare_run_dir() {
   io::write_file_atomically(metrics_path_, {{kept_metrics_.data(), kept_metrics_.size()}});
   metrics_log_.open(metrics_path_, std::ios::app);
   if (task_.model.family == ModelFamily::decoder) write_hf_files();
-}
-
-// A classifier's folder given as model.init_from lends its score head: its classes (config.json's
-// id2label, unless transformers' defaults LABEL_0 ...) must be this run's, in the same order.
-void Training::check_init_classes(const std::string& folder) const {
-  const std::string path = (fs::path(folder) / "config.json").string();
-  const nlohmann::json config = nlohmann::json::parse(io::read_file(path), nullptr, false);
-  if (!config.is_object() || !config.contains("id2label") || !config["id2label"].is_object())
-    return;
-  const std::vector<std::string>& ours = task_.text.class_names;
-  std::vector<std::string> theirs(ours.size());
-  bool defaults = true;
-  for (const auto& [id, label] : config["id2label"].items()) {
-    const bool number =
-        !id.empty() && id.size() < 10 &&
-        std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; });
-    const int64_t i = number ? std::stoll(id) : -1;
-    if (i < 0 || i >= int64_t(ours.size()) || !label.is_string())
-      fail(path, ": id2label ", io::quoted(id), " is not one of this run's ", ours.size(),
-           " classes");
-    theirs[size_t(i)] = label.get<std::string>();
-    defaults = defaults && theirs[size_t(i)] == "LABEL_" + id;
-  }
-  if (defaults || theirs == ours) return;
-  std::string a, b;
-  for (size_t i = 0; i < ours.size(); ++i)
-    a += (i ? ", " : "") + theirs[i], b += (i ? ", " : "") + ours[i];
-  fail(path, ": its classifier scores [", a, "] (id2label), this run's data has [", b,
-       "]: its score head would read them as others");
 }
 
 // A decoder run's directory is a Hugging Face folder too: the base's config.json (a classifier's

@@ -35,6 +35,10 @@ class Decoder;
 // the same shape, loaded: returns true; a language model leaves it, as transformers does). A
 // folder that holds adapters beside its base (a run's, unmerged) is refused.
 bool load_hf_weights(const std::string& folder, Decoder& model, Backend& be);
+// A classifier's folder lends its score head only to a run of the same classes in the same
+// order: its config.json's id2label (unless transformers' defaults, LABEL_0 ...) must be
+// `classes`, else one error naming both lists.
+void check_classifier_labels(const std::string& folder, const std::vector<std::string>& classes);
 
 class Decoder final : public Model {
  public:
