@@ -349,6 +349,33 @@ TEST(Series, MissingCodesAreMissingCellsAndANinesCodeGetsANote) {
                 "windows, data.lookback)");
 }
 
+// One mistyped cell (1e30 among values near 300) scales the column so that its other values
+// coincide: a note names it and where it is. A spike of the column's own order is no note.
+TEST(Series, ALoneCellThatSwampsItsColumnGetsANote) {
+  const fs::path dir = test::temp_dir("outlier");
+  std::string text = "date,city,value\n";
+  for (int day = 1; day <= 28; ++day)
+    text += "2020-02-" + std::string(day < 10 ? "0" : "") + std::to_string(day) + ",a," +
+            (day == 9    ? "1e30"
+             : day == 20 ? "9000"
+                         : std::to_string(300 + day)) +
+            "\n";
+  const std::string path = write(dir / "o.csv", text);
+  const std::vector<std::string> zscore = {"data.lookback=2", "data.split.train=1",
+                                           "data.split.val=0", "data.normalize=zscore"};
+  const SeriesData d = load_series(series_config(path, zscore));
+  ASSERT_EQ(d.notes.size(), 1u);
+  EXPECT_EQ(d.notes[0], "column 'value': 1e+30 at " + path +
+                            ":10 lies so far outside its other values (301 to 9000) that beside "
+                            "it they all but coincide: a mistyped cell? "
+                            "data.missing_values: [1e+30] makes it missing");
+  EXPECT_EQ(raw(d, 8), 1e30);
+  const std::string spike = write(dir / "s.csv", text.replace(text.find("1e30"), 4, "309"));
+  EXPECT_TRUE(load_series(series_config(
+                              spike, {"data.lookback=2", "data.split.train=1", "data.split.val=0"}))
+                  .notes.empty());
+}
+
 // data.missing mask on the same cells: a missing input is 0 (here unnormalised) with its
 // indicator feature 1, and the windows whose target is missing are left out. Lookback 2, the
 // target the next day: a keeps the windows ending days 1 and 2 (targets 40, 50), b those ending

@@ -104,6 +104,42 @@ std::optional<std::string> nines_note(const std::vector<double>& x, const std::s
          ") makes such cells missing";
 }
 
+// One cell so far outside the column's other values that beside it they collapse: their whole
+// range is under a hundredth of the column's standard deviation, so scaled with it they all but
+// coincide (a mistyped 1e300, a value in other units). Named in a note; it is kept as it is.
+std::optional<std::string> lone_outlier_note(const std::vector<double>& x,
+                                             const std::string& column, const DataFile& table) {
+  int64_t lowest = -1, highest = -1, count = 0;
+  double mean = 0, m2 = 0;
+  for (int64_t r = 0; r < int64_t(x.size()); ++r) {
+    const double v = x[r];
+    if (std::isnan(v)) continue;
+    if (lowest < 0 || v < x[lowest]) lowest = r;
+    if (highest < 0 || v > x[highest]) highest = r;
+    const double delta = v - mean;  // Welford: the squares of 1e300 would overflow
+    mean += delta / double(++count);
+    m2 += delta * (v - mean);
+  }
+  if (count < 3) return std::nullopt;
+  const double deviation = std::sqrt(m2 / double(count));
+  for (const int64_t cell : {highest, lowest}) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (int64_t r = 0; r < int64_t(x.size()); ++r)
+      if (r != cell && !std::isnan(x[r])) lo = std::min(lo, x[r]), hi = std::max(hi, x[r]);
+    if (!(hi > lo) || !(hi - lo < 0.01 * deviation)) continue;
+    auto text = [](double v) {
+      char buf[32];
+      return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+    };
+    return "column '" + column + "': " + text(x[cell]) + " at " + table.where(cell) +
+           " lies so far outside its other values (" + text(lo) + " to " + text(hi) +
+           ") that beside it they all but coincide: a mistyped cell? data.missing_values: "
+           "[" +
+           text(x[cell]) + "] makes it missing";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
@@ -203,8 +239,9 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
              "holds one value per series)");
       throw;
     }
-    if (auto note = nines_note(x, name, table);
-        note && std::find(d->notes.begin(), d->notes.end(), *note) == d->notes.end())
+    auto note = nines_note(x, name, table);
+    if (!note) note = lone_outlier_note(x, name, table);
+    if (note && std::find(d->notes.begin(), d->notes.end(), *note) == d->notes.end())
       d->notes.push_back(*note);
     if (o.missing != "error" && !not_known_yet) {
       const int64_t empty =
