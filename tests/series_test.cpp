@@ -1645,6 +1645,22 @@ TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
                 ":2: column 't': 1.7e+18 is too large a time (at most 9e12 in magnitude): a Unix "
                 "time in microseconds or nanoseconds? Write it in seconds, or as dates "
                 "(2023-11-14T22:13:20Z)");
+  // Unix milliseconds a millisecond apart: the times read exactly (in millionths they pass
+  // 2^53), the steps are even, and the dates ahead are written as the file writes its times.
+  std::string millis = "t,city,value\n";
+  for (int k = 0; k < 40; ++k)
+    millis += std::to_string(int64_t{1700000000000} + k) + ",a," + std::to_string(k) + "\n";
+  const SeriesData ms = load_series(config(write(dir / "ms.csv", millis), {}));
+  EXPECT_EQ(ms.notes.size(), 1u);  // numbers, not dates; no uneven steps
+  EXPECT_TRUE(ms.series[0].regular);
+  EXPECT_EQ(ms.dates.back(), "1700000000039");
+  EXPECT_EQ(ms.time_text(*ms.time_ahead(ms.rows - 1, 1), true), "1700000000040");
+  const std::string round = write(dir / "round.csv",
+                                  "t,city,value\n1699999999998,a,0\n"
+                                  "1699999999999,a,1\n1700000000000,a,2\n");
+  const SeriesData r = load_series(config(round, {}));
+  EXPECT_EQ(r.time_text(*r.time_ahead(r.rows - 2, 1), true), "1700000000000");
+  EXPECT_EQ(r.time_text(*r.time_ahead(r.rows - 1, 2), true), "1700000000002");
   const std::string dated = write(dir / "dated.csv", "t,city,value\n2020-01-01,a,0\n7,a,1\n");
   EXPECT_EQ(error_of([&] { load_series(config(dated, {})); }),
             dated +

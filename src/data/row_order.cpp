@@ -109,7 +109,10 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
                                       "nanoseconds? Write it in seconds, or as dates "
                                       "(2023-11-14T22:13:20Z)"
                                     : "");
-      when[r] = std::llround(x[r] * SeriesData::kNumericTimeScale);
+      // The whole units exactly: a Unix time in milliseconds in millionths passes 2^53.
+      const double whole = std::trunc(x[r]);
+      when[r] = static_cast<int64_t>(whole) * static_cast<int64_t>(SeriesData::kNumericTimeScale) +
+                std::llround((x[r] - whole) * SeriesData::kNumericTimeScale);
     }
     out.notes.push_back(path + ": " + numbers +
                         ", times in its own units (ISO dates give a calendar)");

@@ -259,11 +259,20 @@ std::string SeriesData::usual_step() const {
 
 namespace series {
 
+// Written as the file wrote it: whole units and the millionths there are, never in scientific
+// notation (1700000000000, not 1.7e+12) and never through a double (past 2^53 it would round).
 std::string numeric_time_text(int64_t when) {
-  char buf[32];
-  const auto end =
-      std::to_chars(buf, buf + sizeof buf, double(when) / SeriesData::kNumericTimeScale).ptr;
-  return std::string(buf, end);
+  static_assert(SeriesData::kNumericTimeScale == 1e6, "six digits of millionths");
+  const int64_t scale = static_cast<int64_t>(SeriesData::kNumericTimeScale);
+  const bool negative = when < 0;
+  const uint64_t magnitude = negative ? 0 - uint64_t(when) : uint64_t(when);
+  std::string text = (negative ? "-" : "") + std::to_string(magnitude / scale);
+  if (const uint64_t millionths = magnitude % scale; millionths != 0) {
+    std::string digits = std::to_string(millionths);
+    digits.insert(0, 6 - digits.size(), '0');
+    text += "." + digits.substr(0, digits.find_last_not_of('0') + 1);
+  }
+  return text;
 }
 
 }  // namespace series
