@@ -271,6 +271,18 @@ TEST_F(CsvTest, NumericReadsPandasBoolsAsOneAndZero) {
   EXPECT_EQ(parse_finite("True"), 1.0);
   for (const char* word : {"T", "F", "yes", "no", "Truth", "falsey"})
     EXPECT_FALSE(parse_finite(word)) << word;
+  // One among numbers is no bool column: a damaged cell, named with a number beside it. Missing
+  // cells are neither.
+  const CsvTable mixed = CsvTable::parse("x\n0.5\n\n0.25\nTRUE\n0.75\n", "m.csv");
+  expect_error([&] { mixed.numeric_or_missing("x"); },
+               {"m.csv:5: column 'x': 'TRUE' is a truth value among numbers ('0.5' on line 2): a "
+                "damaged cell? Write it as a number, or leave it empty as a missing one"});
+  const CsvTable first = CsvTable::parse("x\nfalse\nNA\ntrue\n2\n", "f.csv");
+  expect_error([&] { first.numeric_or_missing("x"); },
+               {"f.csv:2: column 'x': 'false' is a truth value among numbers ('2' on line 5): a "
+                "damaged cell? Write it as a number, or leave it empty as a missing one"});
+  const CsvTable gappy = CsvTable::parse("b\nTrue\n\nFalse\n", "g.csv");
+  EXPECT_TRUE(std::isnan(gappy.numeric_or_missing("b")[1]));
 }
 
 TEST_F(CsvTest, LineOfRowRejectsOutOfRange) {

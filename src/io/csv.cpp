@@ -148,14 +148,18 @@ bool equals_ignoring_case(std::string_view a, std::string_view b) {
          });
 }
 
+bool is_truth_word(std::string_view s) {
+  s = trim(s);
+  return equals_ignoring_case(s, "true") || equals_ignoring_case(s, "false");
+}
+
 // A number, or a truth value as pandas writes a bool column (True, False; any case): 1 or 0.
 NumberStatus parse_number(std::string_view s, double* out) {
   s = trim(s);
-  for (const auto& [word, value] : {std::pair{"true", 1.0}, {"false", 0.0}})
-    if (equals_ignoring_case(s, word)) {
-      *out = value;
-      return NumberStatus::ok;
-    }
+  if (is_truth_word(s)) {
+    *out = equals_ignoring_case(s, "true") ? 1.0 : 0.0;
+    return NumberStatus::ok;
+  }
   if (s.size() > 1 && s[0] == '+' && s[1] != '-') s.remove_prefix(1);  // from_chars rejects '+'
   if (s.empty()) return NumberStatus::not_number;
   const char* end = s.data() + s.size();
@@ -574,6 +578,8 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
   bool looked_for_file_comma = false;
   if (delimiter_ == ';' && comma_row == cells.size()) check_points_as_decimals(name);
   std::string decimal_point;
+  // Truth values make a column of them (pandas' bool), never one cell among numbers.
+  size_t number_row = cells.size(), truth_row = cells.size();
   for (size_t r = 0; r < cells.size(); ++r) {
     std::string_view cell = trim(cells[r]);
     auto missing_text = [&] {  // asked only of cells that may be one, not of every number
@@ -618,8 +624,16 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
            " marks a missing value, not a number");
     }
     switch (status) {
-      case NumberStatus::ok:
+      case NumberStatus::ok: {
+        size_t& first = is_truth_word(cell) ? truth_row : number_row;
+        first = std::min(first, r);
+        if (truth_row < cells.size() && number_row < cells.size())
+          fail(source_, ":", lines_[truth_row], ": column ", io::quoted(name), ": ",
+               io::quoted(cells[truth_row]), " is a truth value among numbers (",
+               io::quoted(cells[number_row]), " on line ", lines_[number_row],
+               "): a damaged cell? Write it as a number, or leave it empty as a missing one");
         break;
+      }
       case NumberStatus::not_number:
         fail(source_, ":", lines_[r], ": column ", io::quoted(name), ": ", io::quoted(cells[r]),
              " is not a number", number_hint(cells[r]));
