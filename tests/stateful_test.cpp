@@ -273,6 +273,22 @@ TEST(Stateful, InterruptedStatefulRunResumesExactly) {
               log);
       }).find("too few for 1000 streams"),
       std::string::npos);
+  // Windows every 3 rows never start 8 after another: no state could be carried.
+  EXPECT_EQ(test::error_of([&] {
+              train(Config::parse(yaml, "s.yaml",
+                                  {"data.stride=3", "train.run_dir=" + (dir / "s3").string()}),
+                    log);
+            }),
+            "override 'data.stride=3': data.stride 3 does not divide data.lookback 8, so under "
+            "train.stateful no "
+            "window starts where another ends and no state would be carried: set it to a "
+            "divisor of 8 (1 keeps every window)");
+  std::ostringstream halves;
+  train(
+      Config::parse(yaml, "s.yaml",
+                    {"data.stride=2", "train.epochs=1", "train.run_dir=" + (dir / "s2").string()}),
+      halves);
+  EXPECT_NE(halves.str().find("stateful: 4 streams of "), std::string::npos) << halves.str();
 }
 
 }  // namespace

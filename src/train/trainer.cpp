@@ -417,6 +417,15 @@ void Training::start_streams() {
   if (ranks_ > 1)
     fail(c_.origin("train.stateful"),
          ": train.stateful runs in one process (not under mpirun with ", ranks_, " ranks)");
+  // A chunk continues a stream from the window one lookback after the last: one cut at every
+  // stride rows exists only where the stride divides the lookback.
+  if (const int64_t stride = task_.is_lm() ? 1 : c_.integer("data.stride");
+      task_.steps() % stride != 0)
+    fail(c_.origin("data.stride"), ": data.stride ", stride, " does not divide data.lookback ",
+         task_.steps(),
+         ", so under train.stateful no window starts where another ends and no "
+         "state would be carried: set it to a divisor of ",
+         task_.steps(), " (1 keeps every window)");
   StatefulStreams streams = stateful_streams(task_, s_.batch_size);
   if (streams.batches == 0)
     fail(c_.origin("train.stateful"), ": train.stateful: the training split holds ",
