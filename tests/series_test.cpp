@@ -349,6 +349,42 @@ TEST(Series, MissingCodesAreMissingCellsAndANinesCodeGetsANote) {
                 "windows, data.lookback)");
 }
 
+// Series that no data.series_column tells apart, one after another or taking turns row by row,
+// are read as one: a note names the column. A category that changes irregularly gets none, and
+// nor do the series once the column is named.
+TEST(Series, NamesOfSeriesNoColumnTellsApartGetANote) {
+  const fs::path dir = test::temp_dir("unnamed_series");
+  std::string stacked = "unit,weather,value\n", interleaved = "unit,value\n";
+  const char* weather[] = {"sun", "rain", "rain", "fog", "sun", "sun", "snow"};
+  for (int k = 0; k < 3; ++k)
+    for (int i = 0; i < 10; ++i)
+      stacked += "u" + std::to_string(k) + "," + weather[(i * 3 + k) % 7] + "," +
+                 std::to_string(k * 10 + i) + "\n";
+  for (int i = 0; i < 10; ++i)
+    for (const char* name : {"AAPL", "MSFT"}) interleaved += std::string(name) + ",1\n";
+  auto load = [&](const std::string& path, std::vector<std::string> overrides) {
+    for (const char* o : {"data.date_column=", "data.series_column=", "data.lookback=2",
+                          "data.split.train=1", "data.split.val=0"})
+      overrides.insert(overrides.begin(), o);
+    return load_series(series_config(path, overrides));
+  };
+  const std::string a = write(dir / "stacked.csv", stacked);
+  const SeriesData one = load(a, {});
+  ASSERT_EQ(one.notes.size(), 1u);
+  EXPECT_EQ(one.notes[0], a + ": column 'unit' holds 3 names ('u0', 'u1', 'u2') in blocks one "
+                              "after another, but no data.series_column names it: the rows are "
+                              "read as one series, windows across the names; if they are "
+                              "series, data.series_column: unit");
+  EXPECT_TRUE(load(a, {"data.series_column=unit"}).notes.empty());
+  const std::string b = write(dir / "interleaved.csv", interleaved);
+  const SeriesData turns = load(b, {});
+  ASSERT_EQ(turns.notes.size(), 1u);
+  EXPECT_NE(turns.notes[0].find("column 'unit' holds 2 names ('AAPL', 'MSFT') taking turns row "
+                                "by row"),
+            std::string::npos)
+      << turns.notes[0];
+}
+
 // One mistyped cell (1e30 among values near 300) scales the column so that its other values
 // coincide: a note names it and where it is. A spike of the column's own order is no note.
 TEST(Series, ALoneCellThatSwampsItsColumnGetsANote) {

@@ -1,5 +1,8 @@
 #include <algorithm>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -10,6 +13,59 @@
 #include "seqforge/io/dates.hpp"
 
 namespace seqforge::series {
+namespace {
+
+// A text column no role takes whose names run in blocks, each name once (a file of series one
+// after another), or take turns in a fixed order (series interleaved row by row): the names of
+// series that no data.series_column tells apart, so the rows are read as one. A category (the
+// weather of each day) changes irregularly and is no such column.
+std::optional<std::string> series_names_note(const DataFile& table, const SeriesOptions& o,
+                                             const std::vector<std::string>& named) {
+  const int64_t n = table.rows();
+  if (n < 4) return std::nullopt;
+  for (const std::string& name : table.columns()) {
+    if (name == o.date_col || name == o.class_col || name == o.label_col ||
+        std::find(named.begin(), named.end(), name) != named.end() ||
+        std::find(o.statics.begin(), o.statics.end(), name) != o.statics.end() ||
+        std::find(o.categorical.begin(), o.categorical.end(), name) != o.categorical.end())
+      continue;
+    const auto& cells = table.text(name);
+    const std::string_view first = cells[0];
+    if (io::is_missing_cell(first) || io::parse_finite(first) || is_date_cell(first)) continue;
+    std::vector<std::string_view> names = {first};  // in order of first appearance
+    std::unordered_set<std::string_view> seen = {first};
+    int64_t changes = 0, shortest_block = n, block = 1;
+    for (int64_t r = 1; r <= n; ++r) {
+      if (r < n && cells[r] == cells[r - 1]) {
+        ++block;
+        continue;
+      }
+      shortest_block = std::min(shortest_block, block);
+      block = 1;
+      if (r == n) break;
+      ++changes;
+      if (seen.insert(cells[r]).second) names.push_back(cells[r]);
+    }
+    const int64_t k = static_cast<int64_t>(names.size());
+    if (k < 2) continue;
+    const bool stacked = changes == k - 1 && shortest_block >= 2;
+    bool interleaved = k <= n / 2 && changes == n - 1;
+    for (int64_t r = k; interleaved && r < n; ++r) interleaved = cells[r] == cells[r - k];
+    if (!stacked && !interleaved) continue;
+    std::string listed;
+    for (int64_t i = 0; i < std::min<int64_t>(k, 3); ++i)
+      listed += (i ? ", " : "") + io::quoted(names[i]);
+    if (k > 3) listed += ", ...";
+    return table.path() + ": column '" + name + "' holds " + std::to_string(k) + " names (" +
+           listed + ") " + (stacked ? "in blocks one after another" : "taking turns row by row") +
+           ", but no data.series_column names it: the rows are read as one series, windows "
+           "across the names; if they are series, data.series_column: " +
+           name;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 void name_columns(const DataFile& table, const SeriesData* stored, WindowSet which,
                   DataOptions* options, SeriesData* out, std::vector<std::string>* notes) {
@@ -84,6 +140,8 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
                        " (data.date_column: " + name + " orders them by it)");
       break;
     }
+  if (!table.is_array() && o.series_col.empty() && !stored)
+    if (auto note = series_names_note(table, o, named)) notes->push_back(*note);
   if (!table.is_array() && table.rows() > 0)
     for (const std::string& name : named) {
       if (!table.has_column(name)) continue;
