@@ -104,19 +104,29 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
       if (recipe.augment) augment_window(*recipe.augment, w, T, F, rng);
     }
   }
-  if (d.kind ==
-      TaskKind::mae) {  // mask a share of each window's steps (at least one): zero in, target out
+  if (d.kind == TaskKind::mae) {
+    // Mask a share of each window's steps (at least one): zero in, target out. With data.missing
+    // mask only steps that hold every feature: a missing cell is no value to reconstruct.
     b->target = b->target_buf.get(be, DType::f32, {B * T, F});
     b->mask = b->mask_buf.get(be, DType::f32, {B * T});
     auto* y = b->target_buf.host<float>();
     auto* mask = b->mask_buf.host<float>();
     std::copy_n(x, B * T * F, y);
     std::fill_n(mask, B * T, 0.0f);
+    std::vector<int64_t> eligible;
     for (int64_t i = 0; i < B; ++i) {
-      Rng draw(mix_seed(recipe.mask_seed, static_cast<uint64_t>(starts[begin + i])));
+      const int64_t start = starts[begin + i];
+      Rng draw(mix_seed(recipe.mask_seed, static_cast<uint64_t>(start)));
+      eligible.clear();
       bool any = false;
-      for (int64_t u = 0; u < T; ++u) any |= (mask[i * T + u] = draw.uniform() < d.mask_ratio) != 0;
-      if (!any) mask[i * T + static_cast<int64_t>(draw.next() % T)] = 1.0f;
+      for (int64_t u = 0; u < T; ++u) {
+        const bool drawn = draw.uniform() < d.mask_ratio;
+        if (s.masks_missing && !s.row_complete(start + u)) continue;
+        eligible.push_back(u);
+        any |= (mask[i * T + u] = drawn) != 0;
+      }
+      SF_CHECK(!eligible.empty(), "mae window ", start, " holds no complete step");
+      if (!any) mask[i * T + eligible[draw.next() % static_cast<uint64_t>(eligible.size())]] = 1.0f;
       for (int64_t u = 0; u < T; ++u)
         if (mask[i * T + u] != 0.0f) std::fill_n(x + (i * T + u) * F, F, 0.0f);
     }

@@ -152,6 +152,11 @@ void SeriesData::copy_window(int64_t start, float* out) const {
         out, out + lookback * num_features(), [](float x) { return std::isnan(x); }, 0.0f);
 }
 
+bool SeriesData::row_complete(int64_t row) const {
+  return std::all_of(feature_cols.begin(), feature_cols.end(),
+                     [&](int64_t col) { return std::isfinite(source.at(row, col)); });
+}
+
 namespace {
 
 // The normalised targets that follow row `last` (those of the window ending there), with the

@@ -85,6 +85,11 @@ size_t keep_windows_with_truth(SeriesData* d, std::vector<int64_t>* list) {
   std::vector<float> targets(static_cast<size_t>(d->output_rows() * d->num_outputs()));
   auto has_truth = [&](int64_t start) {
     if (d->task == TaskKind::classify) return d->classes[d->target_row(start)] >= 0;
+    if (d->task == TaskKind::mae) {  // a step to reconstruct
+      for (int64_t r = start; r <= d->last_row(start); ++r)
+        if (d->row_complete(r)) return true;
+      return false;
+    }
     d->copy_target(start, targets.data());
     return std::all_of(targets.begin(), targets.end(), [](float y) { return std::isfinite(y); });
   };

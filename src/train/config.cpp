@@ -124,7 +124,9 @@ const std::vector<ConfigKey> kKeys = {
      "values before and after it in its series; at a series' ends, the nearest value) or `mask` "
      "(a missing input is 0 once normalised, the column's training mean, and a feature "
      "<column>_missing per file feature is 1 there; a window whose target is missing is left "
-     "out of training and evaluation, so no loss term is a missing value). Counts "
+     "out of training and evaluation, and the masked autoencoder (data.task mae) masks and "
+     "reconstructs only steps that hold every feature, so no loss term is a missing value). "
+     "Counts "
      "per column are a note at start-up. Missing target cells of a file given to predict or eval "
      "--data stay values not known yet."},
     {"data.missing_values", T::string_list, "[]",

@@ -189,6 +189,8 @@ struct SeriesData {
   int64_t scaler_of(int64_t row) const;
   // The normalised features of window `start`, (lookback, F), into `out`.
   void copy_window(int64_t start, float* out) const;
+  // Whether source row `row` holds every feature (data.missing mask leaves cells missing).
+  bool row_complete(int64_t row) const;
   // The normalised targets of window `start`, (steps_ahead, O, quantiles: each the same value),
   // into `out` (forecast); with every_step, those of every step of the window, (lookback, ...).
   void copy_target(int64_t start, float* out) const;
