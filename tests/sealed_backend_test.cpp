@@ -213,7 +213,8 @@ Outcome live(const std::string& backend, const std::string& yaml, const fs::path
     train(
         Config::parse("data: {path: " + data +
                           ", date_column: when, features: [signal, other], task: classify, "
-                          "class_column: label, lookback: 8}\nmodel: {hidden: 6, init_from: " +
+                          "class_column: label, lookback: 8}\nmodel: {hidden: 6, bidirectional: "
+                          "true, init_from: " +
                           run.string() + ", init_from_modules: [lstm]}\ntrain: {epochs: 1, " +
                           "batch_size: 16, run_dir: " + (dir / (backend + "_ft")).string() + "}\n",
                       "ft.yaml"),

@@ -367,6 +367,17 @@ TEST(Trainer, InitFromPutsTheFeaturesInThisRunsOrder) {
                        "layer's weights would read other columns"),
             std::string::npos)
       << error;
+  // A listed module loads whole: one direction of the bidirectional encoder is no start.
+  EXPECT_EQ(error_of([&] {
+              train(Config::parse(
+                        mae, "uni.yaml",
+                        {"data.features=[signal, other]", init, "model.init_from_modules=[lstm]",
+                         "model.bidirectional=false", "train.run_dir=" + (dir / "uni").string()}),
+                    log);
+            }),
+            pre.string() +
+                ": tensor 'lstm.weight_ih_l0_reverse' is not a parameter of this model (its "
+                "module is one model.init_from_modules loads)");
 }
 
 // A column named twice in data.features or data.targets is refused before training.

@@ -74,7 +74,6 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
       if (name.rfind(m + ".", 0) == 0) return true;
     return false;
   };
-  if (!modules.empty()) allow_extra = true;
   for (const auto& m : modules) {
     bool any = false;
     for (const auto& e : params.values().entries()) any |= e.name.rfind(m + ".", 0) == 0;
@@ -142,9 +141,12 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
         if (alias == name) return true;
       return false;
     };
+    // The modules loaded come whole (a layer or a direction more is no partial start); the
+    // file's other modules are ignored.
     for (const auto& t : file.entries())
-      if (!known(parameter_name(t.name)))
-        fail(path, ": tensor '", t.name, "' is not a parameter of this model");
+      if (selected(parameter_name(t.name)) && !known(parameter_name(t.name)))
+        fail(path, ": tensor '", t.name, "' is not a parameter of this model",
+             modules.empty() ? "" : " (its module is one model.init_from_modules loads)");
   }
   return loaded;
 }

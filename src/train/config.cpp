@@ -308,8 +308,8 @@ const std::vector<ConfigKey> kKeys = {
     {"model.init_from_modules", T::string_list, "[]",
      "Load only these modules (`embedding`, the cell's `lstm`, `gru` or `lnlstm`, `head`) from "
      "init_from; "
-     "the file's other "
-     "tensors are ignored. Empty: every parameter."},
+     "the file's tensors of other modules are ignored, and a listed module's must be the "
+     "model's (a layer or a direction more is an error). Empty: every parameter."},
     {"adapter.kind", T::string, "none",
      "Transformer fine-tuning with low-rank adapters on a frozen model (PEFT's): `none`, `lora` "
      "(y = x W0^T + b + (alpha/rank) x A^T B^T) or `dora` (y = m (x V^T) / ||V|| + b, V = W0 + "
