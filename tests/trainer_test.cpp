@@ -378,6 +378,29 @@ TEST(Trainer, InitFromPutsTheFeaturesInThisRunsOrder) {
             pre.string() +
                 ": tensor 'lstm.weight_ih_l0_reverse' is not a parameter of this model (its "
                 "module is one model.init_from_modules loads)");
+  // Fewer features: both lists named, before any shape; a head of another task: the way to a
+  // new one.
+  EXPECT_EQ(error_of([&] {
+              train(Config::parse(mae, "one.yaml",
+                                  {"data.features=[signal]", init,
+                                   "train.run_dir=" + (dir / "one").string()}),
+                    log);
+            }),
+            pre.string() +
+                " (model.init_from): its model reads the 2 features ['signal', 'other'], this "
+                "run's data gives 1: ['signal']; name the same features in data.features, or "
+                "leave the recurrent layer out of model.init_from_modules");
+  const std::string head_error = error_of([&] {
+    train(Config::parse(mae, "head.yaml",
+                        {"data.features=[signal, other]", init, "data.task=forecast",
+                         "data.targets=[signal]", "train.run_dir=" + (dir / "head").string()}),
+          log);
+  });
+  EXPECT_NE(head_error.find("tensor 'head.weight' has shape (2, 16), the model expects (1, 16) "
+                            "(model.init_from_modules loads only the modules it names, the "
+                            "others starting new: a new head, say)"),
+            std::string::npos)
+      << head_error;
 }
 
 // A column named twice in data.features or data.targets is refused before training.

@@ -13,6 +13,7 @@
 #include "io/file_util.hpp"
 #include "run.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/nn/checkpoint.hpp"
 
 namespace seqforge {
 
@@ -162,6 +163,27 @@ void match_init_head(const std::string& path, const std::map<std::string, std::s
 }
 
 }  // namespace
+
+void check_init_feature_count(const std::string& path, const Task& task,
+                              const std::vector<std::string>& modules) {
+  if (task.is_text()) return;
+  const io::SafetensorsFile file = io::SafetensorsFile::read(path);
+  const std::vector<std::string> theirs = listed_names(file.metadata(), "seqforge.features", path);
+  const std::vector<std::string>& ours = task.series.feature_names;
+  if (theirs.empty() || theirs.size() == ours.size()) return;
+  for (const io::SafetensorsEntry& e : file.entries()) {
+    const std::string name = parameter_name(e.name);
+    const bool selected =
+        modules.empty() || std::any_of(modules.begin(), modules.end(),
+                                       [&](const auto& m) { return name.rfind(m + ".", 0) == 0; });
+    bool by_rows = false;
+    if (selected && reads_features(name, task.kind, &by_rows))
+      fail(path, " (model.init_from): its model reads the ", theirs.size(), " features ",
+           listed(theirs), ", this run's data gives ", ours.size(), ": ", listed(ours),
+           "; name the same features in data.features, or leave the recurrent layer out of "
+           "model.init_from_modules");
+  }
+}
 
 void match_init_features(const std::string& path, const Config& c, const Task& task,
                          const std::vector<std::string>& loaded, Parameters& params, Backend& be,

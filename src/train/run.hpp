@@ -128,6 +128,11 @@ std::string format_metrics(const std::map<std::string, double>& m);
 void match_init_features(const std::string& path, const Config& c, const Task& task,
                          const std::vector<std::string>& loaded, Parameters& params, Backend& be,
                          std::ostream& out);
+// Before model.init_from loads `path`'s `modules` (empty: all): a checkpoint whose model read
+// another number of features than this run's data gives is an error naming both lists, where a
+// weight reading them is to be loaded (its shape would otherwise be the only word).
+void check_init_feature_count(const std::string& path, const Task& task,
+                              const std::vector<std::string>& modules);
 
 // Metadata stored with the weights: what eval, predict and generate need to rebuild the task.
 std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Task& t,
