@@ -511,34 +511,54 @@ TEST(Predict, ClassifierWritesEveryClassProbability) {
     right += p[i][2] == (std::sin(0.3 * (day + 1)) > 0 ? "up" : "down");
   }
   EXPECT_GE(right, 12) << log.str();  // the next sign of a sine follows from its past
-  // A row without a class in training is an error naming its line, not a class named "", nor is
-  // a missing-value word a class named "NaN".
-  const auto train_with_class = [&](const std::string& name, int line_number,
-                                    const std::string& label) {
+  // A row without a class (an empty cell, a missing-value word) is no class named "" or "NaN":
+  // the windows whose class it would give are left out, with a note; a column of no class at
+  // all is an error.
+  const auto train_with_classes = [&](const std::string& name, const std::vector<int>& lines,
+                                      const std::string& label) {
     std::ifstream in(dir / "t.csv");
     std::ofstream out(dir / (name + ".csv"));
     std::string line;
     for (int n = 1; std::getline(in, line); ++n)
-      out << (n == line_number ? line.substr(0, line.rfind(',') + 1) + label : line) << "\n";
+      out << (std::count(lines.begin(), lines.end(), n)
+                  ? line.substr(0, line.rfind(',') + 1) + label
+                  : line)
+          << "\n";
     out.close();
-    return error_of([&] {
+    std::ostringstream said;
+    const std::string error = error_of([&] {
       train(Config::parse("data: {path: " + (dir / (name + ".csv")).string() +
                               ", task: classify, date_column: when, class_column: label, "
-                              "features: [signal], lookback: 6, horizon: 0}\ntrain: {run_dir: " +
+                              "features: [signal], lookback: 6, horizon: 0, split: {train: 1, "
+                              "val: 0}}\ntrain: {epochs: 1, run_dir: " +
                               (dir / name).string() + "}\n",
                           "c.yaml"),
-            log);
+            said);
     });
+    return error.empty() ? said.str() : error;
   };
-  const std::string error = train_with_class("gap", 10, "");
-  EXPECT_NE(error.find("gap.csv:10: column 'label' is empty (every row needs a class)"),
+  const std::string whole = train_with_classes("whole", {}, "");
+  const std::string gaps = train_with_classes("gap", {10, 11, 30}, "");
+  const std::string nans = train_with_classes("nan", {12}, "NaN");
+  auto windows = [](const std::string& log) {
+    return std::stoi(log.substr(log.find("classify, ") + 10));
+  };
+  EXPECT_NE(gaps.find("3 of "), std::string::npos) << gaps;
+  EXPECT_NE(gaps.find(" rows have no class in column 'label' (an empty or missing cell, the first "
+                      "at " +
+                      (dir / "gap.csv").string() +
+                      ":10): the windows whose class they would give are left out"),
             std::string::npos)
-      << error;
-  const std::string nan_error = train_with_class("nan", 12, "NaN");
-  EXPECT_NE(nan_error.find("nan.csv:12: column 'label': 'NaN' marks a missing value (every row "
-                           "needs a class)"),
-            std::string::npos)
-      << nan_error;
+      << gaps;
+  EXPECT_EQ(windows(gaps), windows(whole) - 3) << gaps;
+  EXPECT_NE(nans.find("nan.csv:12): the windows"), std::string::npos) << nans;
+  EXPECT_EQ(windows(nans), windows(whole) - 1) << nans;
+  std::vector<int> all;
+  for (int n = 2; n <= 301; ++n) all.push_back(n);  // every row of t.csv
+  EXPECT_NE(train_with_classes("none", all, "")
+                .find("column 'label' (data.class_column) holds no "
+                      "class"),
+            std::string::npos);
 }
 
 // eval --split val recomputes the validation loss logged for the saved epoch, to the last bit,

@@ -131,6 +131,11 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
                         "rows at each series' end, the known columns filled)");
   }
   if (which == WindowSet::last_windows) series::keep_last_windows(table, file_rows, &d);
+  if (which == WindowSet::splits && d.task == TaskKind::classify && !d.masks_missing) {
+    // windows ending where the class column is empty: no class to learn or score
+    for (auto* list : {&d.split.train, &d.split.val, &d.split.test})
+      series::keep_windows_with_truth(&d, list);
+  }
   if (which == WindowSet::splits && d.masks_missing) {  // no loss on a missing target
     size_t left_out = 0;
     for (auto* list : {&d.split.train, &d.split.val, &d.split.test})

@@ -43,16 +43,27 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
   if (stored) d->class_names = stored->class_names;
   if (!d->has_targets) return;
   const auto& names = table.text(o.class_col);
-  for (int64_t row : file_rows) {  // not a class named "", nor one JSON cannot store
-    if (!lenient && names[row].empty())
-      fail(table.where(row), ": column '", o.class_col, "' is empty (every row needs a class)");
-    if (!lenient && io::is_missing_cell(names[row]))
-      fail(table.where(row), ": column '", o.class_col, "': ", io::quoted(names[row]),
-           " marks a missing value (every row needs a class)");
+  // An empty cell (or NA, ...) is a row without a class, never a class named "" or "NaN": a few
+  // labelled rows among many train a classifier on the windows whose class they give.
+  auto unlabeled = [&](int64_t row) { return io::is_missing_cell(names[row]); };
+  int64_t unlabeled_rows = 0, first_unlabeled = -1;
+  for (int64_t row : file_rows) {  // not a class JSON cannot store
+    if (unlabeled(row)) {
+      if (unlabeled_rows++ == 0) first_unlabeled = row;
+      continue;
+    }
     decode_utf8(std::string(names[row]), table.where(row) + ": column '" + o.class_col + "'");
   }
+  if (!lenient && unlabeled_rows == static_cast<int64_t>(file_rows.size()))
+    fail(table.path(), ": column '", o.class_col, "' (data.class_column) holds no class");
+  if (!lenient && unlabeled_rows > 0)
+    d->notes.push_back(std::to_string(unlabeled_rows) + " of " + std::to_string(file_rows.size()) +
+                       " rows have no class in column '" + o.class_col +
+                       "' (an empty or missing cell, the first at " + table.where(first_unlabeled) +
+                       "): the windows whose class they would give are left out");
   if (!stored) {
-    for (int64_t row : file_rows) d->class_names.emplace_back(names[row]);
+    for (int64_t row : file_rows)
+      if (!unlabeled(row)) d->class_names.emplace_back(names[row]);
     std::sort(d->class_names.begin(), d->class_names.end());
     d->class_names.erase(std::unique(d->class_names.begin(), d->class_names.end()),
                          d->class_names.end());
@@ -67,6 +78,8 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
     const auto it = std::lower_bound(d->class_names.begin(), d->class_names.end(), name);
     if (it != d->class_names.end() && *it == name) {
       d->classes[r] = it - d->class_names.begin();
+    } else if (unlabeled(file_rows[r])) {
+      continue;
     } else if (!lenient) {
       fail(table.where(file_rows[r]), ": class '", name, "' was not seen in training");
     } else if (!name.empty()) {
