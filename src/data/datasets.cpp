@@ -131,16 +131,12 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
                         "rows at each series' end, the known columns filled)");
   }
   if (which == WindowSet::last_windows) series::keep_last_windows(table, file_rows, &d);
-  if (which == WindowSet::splits && d.task == TaskKind::classify && !d.masks_missing) {
-    // windows ending where the class column is empty: no class to learn or score
-    for (auto* list : {&d.split.train, &d.split.val, &d.split.test})
-      series::keep_windows_with_truth(&d, list);
-  }
-  if (which == WindowSet::splits && d.masks_missing) {  // no loss on a missing target
+  // No loss on a missing target, nor on a class the class column leaves empty (said already).
+  if (which == WindowSet::splits && (d.masks_missing || d.task == TaskKind::classify)) {
     size_t left_out = 0;
     for (auto* list : {&d.split.train, &d.split.val, &d.split.test})
       left_out += series::keep_windows_with_truth(&d, list);
-    if (left_out > 0)
+    if (left_out > 0 && d.masks_missing)
       d.notes.push_back("data.missing mask: " + std::to_string(left_out) +
                         " windows whose target is missing are left out of training and "
                         "evaluation");

@@ -62,7 +62,8 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
                                          const std::vector<std::string>& modules,
                                          const std::vector<std::string>& optional,
                                          const std::vector<std::string>& ignored,
-                                         const std::map<std::string, std::string>& tied) {
+                                         const std::map<std::string, std::string>& tied,
+                                         const std::string& shape_hint) {
   auto listed = [](const std::vector<std::string>& names, const std::string& name) {
     return std::find(names.begin(), names.end(), name) != names.end();
   };
@@ -93,7 +94,7 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
            " dimensions, the model expects ", entry.shape.str());
     if (Shape(t->shape) != entry.shape)
       fail(path, ": tensor '", entry.name, "' has shape ", Shape(t->shape).str(),
-           ", the model expects ", entry.shape.str());
+           ", the model expects ", entry.shape.str(), shape_hint);
     if (t->dtype == DType::i32 || t->dtype == DType::i64)
       fail(path, ": tensor '", entry.name, "' is ", dtype_safetensors_name(t->dtype),
            ", expected a float dtype");

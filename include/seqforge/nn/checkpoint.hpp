@@ -19,17 +19,19 @@ void save_parameters(const std::string& path, Backend& backend, const Parameters
 // mis-shaped tensor, or one holding NaN or infinity, is an error naming the file and the tensor;
 // tensors in the file that the model does not have are an error too unless `allow_extra`; an alias
 // (Parameters::alias) must equal its parameter. With `modules` ("lstm", "head", ...), only
-// parameters named "<module>.*" are loaded and the file's other tensors are ignored. Parameters
-// named in `optional` that the file lacks keep their values (adapters or a new head on a base
-// model's weights), and the file's tensors named in `ignored` are skipped (a base model's LM head).
-// A parameter the file lacks under its own name is read from its name in `tied` when the file has
-// that one (a tied weight saved once). Returns the names of the parameters loaded.
+// parameters named "<module>.*" are loaded, whole, and the file's other modules are ignored.
+// Parameters named in `optional` that the file lacks keep their values (adapters or a new head on a
+// base model's weights), and the file's tensors named in `ignored` are skipped (a base model's LM
+// head). A parameter the file lacks under its own name is read from its name in `tied` when the
+// file has that one (a tied weight saved once). `shape_hint` ends the message of a mis-shaped
+// tensor. Returns the names of the parameters loaded.
 std::vector<std::string> load_parameters(const std::string& path, Parameters& params,
                                          Backend& backend, bool allow_extra = false,
                                          const std::vector<std::string>& modules = {},
                                          const std::vector<std::string>& optional = {},
                                          const std::vector<std::string>& ignored = {},
-                                         const std::map<std::string, std::string>& tied = {});
+                                         const std::map<std::string, std::string>& tied = {},
+                                         const std::string& shape_hint = "");
 
 // A parameter's tensor in a checkpoint: under its name, or under torch.compile's wrapper prefix
 // `_orig_mod.` (kept in nanoGPT's checkpoints of compiled models); null when neither is there.
