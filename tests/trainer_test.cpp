@@ -1341,6 +1341,34 @@ TEST(Trainer, ASignalAfterTheLastStepSkipsTheTestEvaluation) {
   EXPECT_NE(evaluate(run.string(), "test").count("test_loss"), 0u);
 }
 
+// Without a test evaluation to stop, a signal after the last step still ends with its exit code
+// (a script's next command must not run); the run itself is whole.
+TEST(Trainer, ASignalAfterTheLastStepOfARunWithoutTestEvaluationStillExitsWithIt) {
+  const fs::path dir = test::temp_dir("signal_last_no_test");
+  const fs::path run = dir / "run";
+  TrainHooks hooks;
+  hooks.on_epoch = [&](int64_t epoch, const std::map<std::string, double>&) {
+    if (epoch == 2) raise(SIGINT);
+    return true;
+  };
+  std::ostringstream log;
+  try {
+    train(Config::parse(forecast_yaml(write_series(dir, 200), run), "r.yaml",
+                        {"train.epochs=2", "train.test_after=false"}),
+          log, "", hooks);
+    ADD_FAILURE() << "the signal was not reported";
+  } catch (const Interrupted& e) {
+    EXPECT_EQ(e.exit_code(), 130);
+    EXPECT_EQ(std::string(e.what()),
+              "interrupted (SIGINT) after the last epoch: the run is complete, its model in " +
+                  (run / "model.safetensors").string());
+  }
+  EXPECT_EQ(metric_lines(run).size(), 2u);
+  EXPECT_NE(log.str().find("best val_loss"), std::string::npos) << log.str();
+  EXPECT_EQ(interrupt_requested(), 0);
+  EXPECT_NE(evaluate(run.string(), "val").count("val_loss"), 0u);
+}
+
 TEST(Trainer, ResumeRefusesAnotherArchitectureAndTouchesNothing) {
   const fs::path dir = test::temp_dir("resume_bad");
   const std::string data = write_series(dir, 200);

@@ -26,7 +26,7 @@ void on_signal(int sig) {
 
 }  // namespace
 
-InterruptScope::InterruptScope() {
+InterruptScope::InterruptScope() : outermost_(depth == 0) {
   if (depth++ > 0) return;
   requested = 0;
   struct sigaction action {};

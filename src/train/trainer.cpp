@@ -1617,16 +1617,28 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
   std::ostream quiet(nullptr);  // rank 0 alone prints
   std::ostream& shown = comm.rank() == 0 ? out : quiet;
   if (!note.empty()) shown << note << "\n";
-  if (comm.size() == 1) return Training(c, out, resume_dir, hooks, overwrite, comm).run();
-  try {
-    check_ranks_agree(c, comm);
-    return Training(c, shown, resume_dir, hooks, overwrite, comm).run();
-  } catch (const Interrupted&) {
-    throw;  // every rank stopped at the same step
-  } catch (const std::exception& e) {
-    comm.abort(e.what());  // the other ranks would otherwise wait for this one until the timeout
+  TrainSummary summary;
+  if (comm.size() == 1) {
+    summary = Training(c, out, resume_dir, hooks, overwrite, comm).run();
+  } else {
+    try {
+      check_ranks_agree(c, comm);
+      summary = Training(c, shown, resume_dir, hooks, overwrite, comm).run();
+    } catch (const Interrupted&) {
+      throw;  // every rank stopped at the same step
+    } catch (const std::exception& e) {
+      comm.abort(e.what());  // the other ranks would otherwise wait for this one until the timeout
+    }
   }
-  return {};  // not reached: abort ends the process
+  // A signal after the last step of a run with no test evaluation to stop: the run is whole, and
+  // the exit code still says a signal came, so that a script does not go on. (Inside a study the
+  // study answers it: the trial is complete.)
+  if (const int sig = interrupt_requested(); sig && interrupts.outermost())
+    throw Interrupted(sig, detail::concat("interrupted (", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                                          ") after the last epoch: the run is complete, its model "
+                                          "in ",
+                                          summary.checkpoint));
+  return summary;
 }
 
 }  // namespace seqforge

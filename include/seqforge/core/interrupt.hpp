@@ -12,6 +12,11 @@ class InterruptScope {
   ~InterruptScope();  // restores the previous handlers and forgets a request
   InterruptScope(const InterruptScope&) = delete;
   InterruptScope& operator=(const InterruptScope&) = delete;
+  // No scope encloses this one: a request is this scope's owner's to answer when its work ends.
+  bool outermost() const { return outermost_; }
+
+ private:
+  bool outermost_;
 };
 
 // The signal received since the outermost scope began (SIGINT or SIGTERM), or 0.
