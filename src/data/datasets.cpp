@@ -134,8 +134,11 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
   // No loss on a missing target, nor on a class the class column leaves empty (said already).
   if (which == WindowSet::splits && (d.masks_missing || d.task == TaskKind::classify)) {
     size_t left_out = 0;
-    for (auto* list : {&d.split.train, &d.split.val, &d.split.test})
-      left_out += series::keep_windows_with_truth(&d, list);
+    for (auto* list : {&d.split.train, &d.split.val, &d.split.test}) {
+      const size_t dropped = series::keep_windows_with_truth(&d, list);
+      if (list == &d.split.val) d.val_without_truth = dropped;
+      left_out += dropped;
+    }
     if (left_out > 0 && d.masks_missing)
       d.notes.push_back("data.missing mask: " + std::to_string(left_out) +
                         " windows whose target is missing are left out of training and "

@@ -140,6 +140,13 @@ void check_validation_split(const Config& c, const Task& t) {
                                              std::to_string(t.series.lookback + t.series.horizon);
   const std::string counts = " (train " + std::to_string(s.train.size()) + ", validation 0, test " +
                              std::to_string(s.test.size()) + ")";
+  if (!t.is_text() && t.series.val_without_truth > 0)
+    fail(c.origin("data.split.val"), ": data.split.val: the validation split has no ", what, counts,
+         ": its ", t.series.val_without_truth, " ", what, " have no target (",
+         t.kind == TaskKind::classify ? "their class cells are empty"
+                                      : "their target cells are missing",
+         "); give some of its rows a target, move the split (data.split.train, data.split.val), "
+         "or set data.split.val: 0 to train without validation");
   if (c.str("data.split.mode") == "random")
     fail(c.origin("data.split.val"), ": data.split.val: the validation split has no ", what, counts,
          ": ", share, " of ", s.train.size() + s.test.size(), " ", what,

@@ -159,6 +159,8 @@ struct SeriesData {
                                    // row as its base: the row is no window's
   std::string layout;  // how rows were ordered and transformed (date, series, transforms)
   Split split;
+  // Validation windows left out for want of a target (a class cell left empty, a missing value).
+  size_t val_without_truth = 0;
   int64_t num_features() const { return static_cast<int64_t>(feature_names.size()); }
   // Targets times steps_ahead times quantiles (forecast: output (k * targets + j) * quantiles + q
   // is quantile q of target j at step k), classes (classify) or features (mae).
