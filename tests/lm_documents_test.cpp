@@ -108,6 +108,33 @@ TEST(LmDocuments, WindowsLineEndsReadAsPythonReadsThem) {
   fs::remove_all(dir);
 }
 
+// A NUL or another control character in a character model's text is a character (as Python reads
+// it), with a note naming it and its line; tabs and line ends get none.
+TEST(LmDocuments, ControlCharactersInTextGetANote) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_nul_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::string clean, damaged;
+  for (int i = 0; i < 40; ++i) {
+    clean += "line\t" + std::to_string(i) + "\n";
+    damaged += "line\t" + std::to_string(i) + (i == 6 ? std::string(1, '\0') + "\x1b" : "") + "\n";
+  }
+  std::ofstream(dir / "clean.txt", std::ios::binary) << clean;
+  std::ofstream(dir / "damaged.txt", std::ios::binary) << damaged;
+  const auto load = [&](const std::string& name) {
+    return load_dataset(Config::parse("data: {task: charlm, seq_len: 8}\n", "c.yaml",
+                                      {"data.path=" + (dir / name).string()}));
+  };
+  const Dataset c = load("clean.txt"), d = load("damaged.txt");
+  EXPECT_TRUE(c.text.notes.empty());
+  EXPECT_EQ(d.text.vocab.size(), c.text.vocab.size() + 2);
+  EXPECT_EQ(d.text.vocab[0], U'\0');
+  ASSERT_EQ(d.text.notes.size(), 1u);
+  EXPECT_NE(d.text.notes[0].find("damaged.txt: 2 control characters (the first U+0000 at line 7)"),
+            std::string::npos)
+      << d.text.notes[0];
+  fs::remove_all(dir);
+}
+
 TEST(LmDocuments, AMissingOrUnknownEndOfTextTokenIsOneError) {
   const Folder f = make_folder("errors", {"one document", "another one"});
   const auto error = [&](std::vector<std::string> extra) {

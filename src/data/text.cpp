@@ -1,6 +1,7 @@
 // Text for language models: UTF-8 decoded into a vocabulary of code points (charlm), or token ids
 // of a tokenizer (lm), split into chunks.
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <sstream>
 #include <unordered_map>
@@ -228,6 +229,19 @@ TextData load_text(const DataOptions& opt, const std::u32string& vocab) {
   if (text.empty()) fail(path, ": empty file");
   d.vocab = vocab;
   if (d.vocab.empty()) {
+    // Control characters (a NUL, an escape) in prose are a damaged or binary part more often than
+    // text: they are characters like any other, and said.
+    const auto control = [](char32_t c) {
+      return (c < 0x20 && c != U'\n' && c != U'\t' && c != U'\f') || c == 0x7f;
+    };
+    if (const auto first = std::find_if(text.begin(), text.end(), control); first != text.end()) {
+      char code[16];
+      std::snprintf(code, sizeof code, "U+%04X", unsigned(*first));
+      d.notes.push_back(path + ": " + std::to_string(std::count_if(first, text.end(), control)) +
+                        " control characters (the first " + code + " at line " +
+                        std::to_string(1 + std::count(text.begin(), first, U'\n')) +
+                        ") are characters the model learns: a damaged or binary part?");
+    }
     d.vocab = text;
     std::sort(d.vocab.begin(), d.vocab.end());
     d.vocab.erase(std::unique(d.vocab.begin(), d.vocab.end()), d.vocab.end());
