@@ -270,7 +270,7 @@ TEST(Series, NamesAlikeAreNamed) {
                       "a.yaml"),
         log);
   EXPECT_NE(log.str().find("series 'S0 ' and 's0' in column 'site' differ only in case, spaces "
-                           "or how a number is written: they are two series"),
+                           "or how a number is written: each is a series of its own"),
             std::string::npos)
       << log.str();
 }

@@ -720,6 +720,10 @@ TEST(Series, AClassWithoutATrainingWindowIsNamed) {
   EXPECT_EQ(io::names_alike({"even", "late", "odd"}), "");
   EXPECT_EQ(io::names_alike({"Rain", "rain ", "sun"}), "'Rain' and 'rain '");
   EXPECT_EQ(io::names_alike({"0", "1", "1.0"}), "'1' and '1.0'");
+  EXPECT_EQ(io::names_alike({"Rain", "Sun", "rain ", "sun", "RAIN", "fog"}),
+            "'Rain', 'rain ' and 'RAIN'; 'Sun' and 'sun'");
+  EXPECT_EQ(io::names_alike({"a", "A", "b", "B", "c", "C", "d", "D", "e", "E", "f", "F"}),
+            "'a' and 'A'; 'b' and 'B'; 'c' and 'C'; 'd' and 'D'; and 2 more such groups");
   std::string spaced = text;  // 'odd', then 'odd ' in every later row of that class
   for (size_t at = spaced.find(",odd\n"), n = 0; at != std::string::npos;
        at = spaced.find(",odd\n", at + 1))
@@ -731,7 +735,7 @@ TEST(Series, AClassWithoutATrainingWindowIsNamed) {
   EXPECT_NE(
       std::find(alike.notes.begin(), alike.notes.end(),
                 "classes 'odd' and 'odd ' in column 'kind' differ only in case, spaces or how "
-                "a number is written: they train as two classes"),
+                "a number is written: each trains as a class of its own"),
       alike.notes.end());
   // Training windows of one class teach one answer: said, with or without other classes later.
   for (const char* later : {"even", "late"}) {

@@ -372,8 +372,8 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     for (const SeriesSpan& s : out.spans) series_names.push_back(s.name);
     if (const std::string alike = io::names_alike(series_names); !alike.empty())
       out.notes.push_back(path + ": series " + alike + " in column '" + o.series_col +
-                          "' differ only in case, spaces or how a number is written: they are "
-                          "two series");
+                          "' differ only in case, spaces or how a number is written: each is a "
+                          "series of its own");
   }
   if (off_grid > 0)
     out.notes.push_back(

@@ -69,8 +69,8 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
                          d->class_names.end());
     if (const std::string alike = io::names_alike(d->class_names); !alike.empty())
       d->notes.push_back("classes " + alike + " in column '" + o.class_col +
-                         "' differ only in case, spaces or how a number is written: they train "
-                         "as two classes");
+                         "' differ only in case, spaces or how a number is written: each trains "
+                         "as a class of its own");
   }
   std::map<std::string, int64_t> unseen;  // class name -> rows
   for (int64_t r = 0; r < d->rows; ++r) {

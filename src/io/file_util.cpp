@@ -396,7 +396,8 @@ std::string known_otherwise(std::string_view name, const std::vector<std::string
 }
 
 std::string names_alike(const std::vector<std::string>& names) {
-  std::map<std::string, const std::string*> seen;  // folded name or number -> first name
+  std::map<std::string, std::vector<const std::string*>> groups;  // folded name or number -> names
+  std::vector<std::string> order;                                 // keys in order of first name
   for (const std::string& name : names) {
     std::string key = folded(name);
     char* end = nullptr;
@@ -406,10 +407,22 @@ std::string names_alike(const std::vector<std::string>& names) {
       std::snprintf(text, sizeof text, "#%.17g", number);
       key = text;
     }
-    const auto [it, first] = seen.emplace(key, &name);
-    if (!first) return io::quoted(*it->second) + " and " + io::quoted(name);
+    auto& group = groups[key];
+    if (group.empty()) order.push_back(key);
+    group.push_back(&name);
   }
-  return "";
+  constexpr size_t kShown = 4;
+  std::string out;
+  size_t alike = 0;
+  for (const std::string& key : order) {
+    const auto& group = groups[key];
+    if (group.size() < 2 || alike++ >= kShown) continue;
+    if (!out.empty()) out += "; ";
+    for (size_t i = 0; i < group.size(); ++i)
+      out += (i == 0 ? "" : i + 1 == group.size() ? " and " : ", ") + io::quoted(*group[i]);
+  }
+  if (alike > kShown) out += "; and " + std::to_string(alike - kShown) + " more such groups";
+  return out;
 }
 
 std::string file_fingerprint(const std::string& path) {

@@ -87,8 +87,9 @@ std::string file_fingerprint(const std::string& path);
 // it only in case or spaces ("Rain", " rain"); else "".
 std::string known_otherwise(std::string_view name, const std::vector<std::string>& known);
 
-// Two of `names` that differ only in case, spaces or how a number is written ("rain" and
-// "Rain ", "1" and "1.0"), quoted and joined by "and"; "" when there are none.
+// The groups of `names` that differ only in case, spaces or how a number is written ("rain" and
+// "Rain ", "1" and "1.0"), each quoted and joined by "and", the groups by "; " (the first four,
+// then how many more); "" when there are none.
 std::string names_alike(const std::vector<std::string>& names);
 
 }  // namespace seqforge::io
