@@ -135,6 +135,36 @@ TEST(LmDocuments, ControlCharactersInTextGetANote) {
   fs::remove_all(dir);
 }
 
+// A tokenizer with no token for a character and no unknown token leaves it out, as Hugging
+// Face's does; the loader says how many and where the first was.
+TEST(LmDocuments, CharactersATokenizerLeavesOutAreCounted) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_dropped_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string tokenizer = (dir / "tokenizer.json").string();
+  std::ofstream(tokenizer)
+      << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "<eos>": 2}, "merges": []}})";
+  std::ofstream(dir / "docs.csv") << "text\nabab\nabcab\nbac\n";
+  std::ofstream(dir / "all.txt") << "abab\nabcab\nbac\n";
+  const Dataset docs = load_dataset(Config::parse(
+      "data: {task: lm, seq_len: 2, text_columns: [text], eos_token: <eos>}\n", "c.yaml",
+      {"data.path=" + (dir / "docs.csv").string(), "data.tokenizer=" + tokenizer}));
+  ASSERT_EQ(docs.text.notes.size(), 1u);
+  EXPECT_EQ(docs.text.notes[0], "2 characters of column 'text' have no token in " + tokenizer +
+                                    " and it has no unknown token to stand for them: they are "
+                                    "left out, as Hugging Face's tokenizers leave them out (the "
+                                    "first at " +
+                                    (dir / "docs.csv").string() + ":3)");
+  const Dataset all = load_dataset(
+      Config::parse("data: {task: lm, seq_len: 2}\n", "c.yaml",
+                    {"data.path=" + (dir / "all.txt").string(), "data.tokenizer=" + tokenizer}));
+  ASSERT_EQ(all.text.notes.size(), 1u);
+  EXPECT_NE(
+      all.text.notes[0].find("5 characters of " + (dir / "all.txt").string() + " have no token"),
+      std::string::npos)
+      << all.text.notes[0];  // two c's and three line ends
+  fs::remove_all(dir);
+}
+
 TEST(LmDocuments, AMissingOrUnknownEndOfTextTokenIsOneError) {
   const Folder f = make_folder("errors", {"one document", "another one"});
   const auto error = [&](std::vector<std::string> extra) {

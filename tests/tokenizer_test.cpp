@@ -67,6 +67,16 @@ TEST(Tokenizer, ByteFallbackAndUnknownCharacters) {
                    "a\xE2\x82\xAC\xE2\x82\xAC"
                    "a"),
             (Ids{1, 0, 0, 1}));
+  EXPECT_EQ(unfused.encode("a\xE2\x82\xAC", true).dropped, 0);
+  // Without an unknown token a character with no token is left out, and counted.
+  const auto without = Tokenizer::from_json(bpe_json(vocab, "[]"), "t");
+  const Encoding e = without.encode(
+      "a\xE2\x82\xAC\xE2\x82\xAC"
+      "a\xC3\xA9",
+      true);
+  EXPECT_EQ(e.ids, (Ids{1, 1}));
+  EXPECT_EQ(e.dropped, 3);
+  EXPECT_EQ(without.encode_pair("\xC3\xA9", "a\xC3\xA9", true).dropped, 2);
 }
 
 TEST(Tokenizer, IgnoreMergesTakesWholeWordsFromTheVocabulary) {

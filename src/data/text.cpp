@@ -137,7 +137,8 @@ void document_tokens(const DataOptions& opt, const text::Tokenizer& tokenizer, T
   if (!table.has_column(column))
     fail(opt.where("data.text_columns"), ": data.text_columns: ", opt.path, " has no column '",
          column, "'", table.columns_hint());
-  int64_t empty = 0;
+  int64_t empty = 0, dropped = 0;
+  std::string first_dropped;
   for (int64_t r = 0; r < table.rows(); ++r) {
     const std::string_view cell = table.text(column)[r];
     if (cell.empty()) {
@@ -145,12 +146,20 @@ void document_tokens(const DataOptions& opt, const text::Tokenizer& tokenizer, T
       continue;
     }
     try {
-      for (int32_t id : tokenizer.encode(cell, false).ids) d->ids.push_back(id);
+      const text::Encoding e = tokenizer.encode(cell, false);
+      d->ids.insert(d->ids.end(), e.ids.begin(), e.ids.end());
+      if (e.dropped > 0 && dropped == 0)
+        first_dropped = opt.path + ":" + std::to_string(table.line_of_row(r));
+      dropped += e.dropped;
     } catch (const Error& e) {
       fail(opt.path, ":", table.line_of_row(r), ": column '", column, "': ", e.what());
     }
     d->ids.push_back(eos);
   }
+  if (const std::string note =
+          dropped_characters_note(dropped, o.tokenizer, "column '" + column + "'", first_dropped);
+      !note.empty())
+    d->notes.push_back(note);
   if (d->ids.empty()) fail(opt.path, ": column '", column, "' holds no text");
   if (empty)
     d->notes.push_back(std::to_string(empty) + " of " + std::to_string(table.rows()) +
@@ -167,6 +176,15 @@ text::Tokenizer read_tokenizer(const std::string& path, uint64_t expected, uint6
          "its ids would mean other tokens; give the run the tokenizer.json it used (a decoder ",
          "run keeps a copy in its directory)");
   return text::Tokenizer::from_json(bytes, path);
+}
+
+std::string dropped_characters_note(int64_t dropped, const std::string& path,
+                                    const std::string& what, const std::string& first) {
+  if (dropped == 0) return "";
+  return std::to_string(dropped) + " characters of " + what + " have no token in " + path +
+         " and it has no unknown token to stand for them: they are left out, as Hugging Face's "
+         "tokenizers leave them out" +
+         (first.empty() ? "" : " (the first at " + first + ")");
 }
 
 namespace {
@@ -209,8 +227,11 @@ TextData load_tokens(const DataOptions& opt, const TextData* stored) {
     if (bytes.empty()) fail(opt.path, ": empty file");
     try {
       // The file is one document: its tokens without a template's special tokens.
-      const std::vector<int32_t> ids = tokenizer.encode(bytes, false).ids;
-      d.ids.assign(ids.begin(), ids.end());
+      const text::Encoding e = tokenizer.encode(bytes, false);
+      d.ids.assign(e.ids.begin(), e.ids.end());
+      if (const std::string note = dropped_characters_note(e.dropped, d.tokenizer, opt.path, "");
+          !note.empty())
+        d.notes.push_back(note);
     } catch (const Error& e) {
       fail(opt.path, ": ", e.what());
     }

@@ -47,6 +47,8 @@ void token_examples(const DataOptions& opt, const io::CsvTable& table, const Tex
          " leaves no room for text beside the ", specials,
          " special tokens of the tokenizer's template");
   const int64_t n = table.rows();
+  int64_t dropped = 0;
+  std::string first_dropped;
   d->offsets.push_back(0);
   for (int64_t r = 0; r < n; ++r) {
     d->lines.push_back(table.line_of_row(r));
@@ -57,6 +59,9 @@ void token_examples(const DataOptions& opt, const io::CsvTable& table, const Tex
         fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[k], "' is empty");
       try {
         parts[k] = tokenizer.encode(cell, false);
+        if (parts[k].dropped > 0 && dropped == 0)
+          first_dropped = opt.path + ":" + std::to_string(table.line_of_row(r));
+        dropped += parts[k].dropped;
       } catch (const Error& e) {
         fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[k], "': ", e.what());
       }
@@ -76,6 +81,12 @@ void token_examples(const DataOptions& opt, const io::CsvTable& table, const Tex
     d->offsets.push_back(int64_t(d->ids.size()));
     d->first_lengths.push_back(int64_t(std::count(e.type_ids.begin(), e.type_ids.end(), 0)));
   }
+  std::string columns;
+  for (const std::string& c : o.columns) columns += (columns.empty() ? "" : " and ") + c;
+  if (const std::string note = dropped_characters_note(
+          dropped, o.tokenizer, "data.text_columns' " + columns, first_dropped);
+      !note.empty())
+    d->notes.push_back(note);
 }
 
 }  // namespace

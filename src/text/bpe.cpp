@@ -118,7 +118,8 @@ BpeModel::BpeModel(const Json& config, const BpeTables& tables, const std::strin
   }
 }
 
-void BpeModel::symbols_of(std::string_view word, std::vector<int32_t>& symbols) const {
+void BpeModel::symbols_of(std::string_view word, std::vector<int32_t>& symbols,
+                          int64_t& dropped) const {
   int32_t pending_unk = 0;  // unknown characters not yet emitted (fused: at most one)
   const auto flush_unk = [&] {
     for (; pending_unk > 0; --pending_unk) symbols.push_back(unk_id_);
@@ -145,12 +146,15 @@ void BpeModel::symbols_of(std::string_view word, std::vector<int32_t>& symbols) 
       }
     }
     // Without an unknown token the character is dropped, as the reference does.
-    if (unk_id_ >= 0) pending_unk = fuse_unk_ ? 1 : pending_unk + 1;
+    if (unk_id_ >= 0)
+      pending_unk = fuse_unk_ ? 1 : pending_unk + 1;
+    else
+      ++dropped;
   }
   flush_unk();
 }
 
-void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const {
+void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out, int64_t& dropped) const {
   if (word.empty()) return;
   if (ignore_merges_) {
     if (const auto it = vocab_.find(std::string(word)); it != vocab_.end()) {
@@ -163,7 +167,7 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const 
     bool gone;
   };
   std::vector<int32_t> ids;
-  symbols_of(word, ids);
+  symbols_of(word, ids, dropped);
   const auto n = int32_t(ids.size());
   std::vector<Symbol> symbols;
   symbols.resize(size_t(n));

@@ -84,8 +84,8 @@ class BpeModel {
  public:
   // `config` is the model's JSON object, whose vocab and merges are read from `tables`.
   BpeModel(const Json& config, const BpeTables& tables, const std::string& where);
-  // Appends the ids of one pre-tokenized piece.
-  void tokenize(std::string_view word, std::vector<int32_t>& out) const;
+  // Appends the ids of one pre-tokenized piece; counts the characters left out in `dropped`.
+  void tokenize(std::string_view word, std::vector<int32_t>& out, int64_t& dropped) const;
   int32_t size() const { return int32_t(tokens_.size()); }
   const std::string& token(int32_t id) const { return tokens_[size_t(id)]; }
   const std::unordered_map<std::string, int32_t>& vocab() const { return vocab_; }
@@ -98,7 +98,7 @@ class BpeModel {
   static uint64_t pair_key(int32_t a, int32_t b) {
     return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
   }
-  void symbols_of(std::string_view word, std::vector<int32_t>& symbols) const;
+  void symbols_of(std::string_view word, std::vector<int32_t>& symbols, int64_t& dropped) const;
 
   std::unordered_map<std::string, int32_t> vocab_;
   std::vector<std::string> tokens_;  // by id

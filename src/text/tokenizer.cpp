@@ -368,7 +368,7 @@ struct Tokenizer::Impl {
         if (pre_tokenizer) pre_tokenizer->split(pieces);
         for (const Piece& p : pieces) {
           ids.clear();
-          model->tokenize(p.text, ids);
+          model->tokenize(p.text, ids, out.dropped);
           for (int32_t id : ids) add(id);
         }
       }
@@ -377,16 +377,19 @@ struct Tokenizer::Impl {
 
   Encoding encode(std::span<const std::string_view> texts, bool add_special_tokens) const {
     std::vector<Encoding> encodings(texts.size());
+    int64_t dropped = 0;
     for (size_t i = 0; i < texts.size(); ++i) {
       check_utf8(texts[i], texts.size() == 1 ? "text" : i == 0 ? "first text" : "second text");
       encode_text(texts[i], encodings[i]);
       std::fill(encodings[i].type_ids.begin(), encodings[i].type_ids.end(), uint8_t(i));
+      dropped += encodings[i].dropped;
     }
     if (post_processor) post_processor->apply(encodings, add_special_tokens);
     if (encodings.size() == 2) {  // a processor that leaves the pair apart: one after the other
       append(encodings[0], encodings[1]);
       encodings.resize(1);
     }
+    encodings[0].dropped = dropped;
     return std::move(encodings[0]);
   }
 };

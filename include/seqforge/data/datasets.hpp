@@ -248,6 +248,10 @@ TextData load_tokens(const DataOptions& options, const TextData* stored = nullpt
 // The tokenizer at `path`, and its fingerprint into *hash. A stored run's fingerprint
 // (`expected`, 0: none) that differs is an error: its ids would mean other tokens.
 text::Tokenizer read_tokenizer(const std::string& path, uint64_t expected, uint64_t* hash);
+// The note for `dropped` characters (text::Encoding::dropped) of `what` that the tokenizer at
+// `path` left out, the first of them in `first` (a file's line); "" when none were.
+std::string dropped_characters_note(int64_t dropped, const std::string& path,
+                                    const std::string& what, const std::string& first);
 // text_classify's examples from a CSV. With `stored`, its vocabulary and classes (when not
 // empty). `which` as for a series: splits (training) needs a known class in every row; with_targets
 // (eval --data) and every_window (predict) note the rows of an empty or unseen class (-1), and

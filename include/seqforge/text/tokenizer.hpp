@@ -17,6 +17,9 @@ struct Encoding {
   std::vector<int32_t> ids;
   std::vector<uint8_t> type_ids;  // 0 for the first sequence, 1 for the second of a pair
   std::vector<uint8_t> special;   // 1 where the post-processor added the token
+  // Characters the model has no token for and, without an unknown token, leaves out (as Hugging
+  // Face's tokenizers do): text a model never sees.
+  int64_t dropped = 0;
 };
 
 class Tokenizer {
