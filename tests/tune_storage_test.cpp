@@ -395,6 +395,22 @@ TEST(TuneStudy, EnqueuedTrialsRunFirstWithTheirParameters) {
   EXPECT_EQ(trials[1].params.at("optim.kind"), 0);
   EXPECT_TRUE(trials[1].params.count("optim.lr"));
   for (const auto& t : trials) EXPECT_EQ(t.state, TrialState::complete) << t.message;
+  // The total bounds waiting trials too (Optuna's optimize(n_trials) runs that many): of three
+  // more enqueued, a total of 4 runs one; the others wait for a larger total.
+  for (const char* lr : {"0.01", "0.02", "0.03"}) st->enqueue({{"optim.lr", lr}});
+  o.n_trials = 4;
+  study.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
+  std::map<TrialState, int> states;
+  for (const auto& t : study.trials()) ++states[t.state];
+  EXPECT_EQ(states[TrialState::complete] + states[TrialState::pruned], 4);
+  EXPECT_EQ(states[TrialState::waiting], 2);
+  o.n_trials = 6;
+  study.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
+  const auto all = study.trials();
+  ASSERT_EQ(all.size(), 6u);
+  EXPECT_EQ(all[5].params.at("optim.lr"), 0.03);
+  for (const auto& t : all)
+    EXPECT_TRUE(t.state == TrialState::complete || t.state == TrialState::pruned) << t.message;
 }
 
 // A damaged study file (a value or parameter that is not a number, a choice outside the space, a

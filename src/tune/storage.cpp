@@ -426,6 +426,15 @@ class SqlStorage final : public Storage {
         set_trial_attr(t.id, "seqforge:message", why);
         queue_retry(t);
       }
+      // n_trials bounds the study's total: a waiting trial (enqueued, or the retry of a failed
+      // one) runs only while the trials that ran or run fall short of it; a new one, when those
+      // and (for a grid, whose points they stand for) the failed ones do.
+      const auto count = db_->query(
+          "SELECT count(CASE WHEN state IN ('RUNNING', 'COMPLETE', 'PRUNED') THEN 1 END), "
+          "count(CASE WHEN state = 'FAIL' THEN 1 END) FROM trials WHERE study_id = ?",
+          {str(study_id_)});
+      const int64_t ran = integer(count[0][0]), failed = integer(count[0][1]);
+      if (ran >= n_trials) return;
       const auto waiting = db_->query(
           "SELECT trial_id FROM trials WHERE study_id = ? AND state = 'WAITING' "
           "ORDER BY trial_id LIMIT 1",
@@ -436,12 +445,7 @@ class SqlStorage final : public Storage {
         db_->query("UPDATE trials SET state = 'RUNNING', datetime_start = ? WHERE trial_id = ?",
                    {datetime_text(now, false), str(id)});
       } else {
-        const auto count =
-            db_->query(std::string("SELECT count(*) FROM trials WHERE study_id = ? AND state IN "
-                                   "('RUNNING', 'COMPLETE', 'PRUNED'") +
-                           (count_failed ? ", 'FAIL')" : ")"),
-                       {str(study_id_)});
-        if (integer(count[0][0]) >= n_trials) return;
+        if (ran + (count_failed ? failed : 0) >= n_trials) return;
         id = insert_trial("RUNNING", now);
       }
       set_trial_attr(id, "seqforge:host", worker.host);

@@ -637,6 +637,18 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     const int64_t number = study.enqueue(fixed[i]);
     console << "enqueued trial " << number << ": " << cmd.enqueue[i] << "\n";
   }
+  if (!fixed.empty()) {  // the total bounds waiting trials too: say which will not run now
+    int64_t ran = 0, waiting = 0;
+    for (const Trial& t : study.trials()) {
+      waiting += t.state == TrialState::waiting;
+      ran += t.state == TrialState::running || t.state == TrialState::complete ||
+             t.state == TrialState::pruned;
+    }
+    if (ran + waiting > options.n_trials)
+      console << "note: " << waiting << " trials wait but the study's total (--n-trials) leaves "
+              << std::max<int64_t>(0, options.n_trials - ran)
+              << " to run: the others wait for a tune with a larger --n-trials\n";
+  }
   console << "seqforge tune: study '" << settings.name << "' in " << redacted_url(where) << ": "
           << options.n_trials << (options.n_trials == 1 ? " trial" : " trials")
           << (options.timeout > 0 ? " or " + std::to_string(int64_t(options.timeout)) + " s" : "")
