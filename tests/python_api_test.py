@@ -210,6 +210,16 @@ def test_classify_mae_charlm_transformer_and_adapters(tmp_path):
                            "train": {"epochs": 1, "max_batches": 4, "threads": 1,
                                      "run_dir": "lstm"}}, data=texts, log=None)
     assert len(lstm.generate("A", length=10, seed=3)) == 11
+    # Arguments of the wrong kind or range are one line naming them, as the command's are.
+    for bad, error, words in [(dict(length=2.5), ValueError, "length must be a whole number"),
+                              (dict(length=10**20), ValueError, "length must be a whole number"),
+                              (dict(top_k=0), ValueError, "top_k must be a positive"),
+                              (dict(temperature="hot"), TypeError, "temperature is a number"),
+                              (dict(prompt=5), TypeError, "prompt is text"),
+                              (dict(prompt="\ud800"), ValueError, "lone surrogate"),
+                              (dict(stream=5), TypeError, "stream is a function")]:
+        with pytest.raises(error, match=words):
+            lstm.generate(**dict(dict(prompt="A", length=3), **bad))
 
 
 def test_errors_are_the_commands_line(tmp_path):
@@ -249,6 +259,16 @@ def test_callbacks_stop_the_run_and_their_errors_reach_the_caller(tmp_path):
     lines = []
     seqforge.train(FORECAST, train={"run_dir": "log"}, log=lines.append)
     assert any(line.startswith("epoch 2/2") for line in lines)
+    # A log function that fails does not end the run; a warning says so once.
+    with pytest.warns(RuntimeWarning, match="the log function raised ZeroDivisionError") as warned:
+        seqforge.train(FORECAST, train={"run_dir": "bad_log"}, log=lambda line: 1 / 0)
+    assert len([w for w in warned if "log function" in str(w.message)]) == 1
+    # Callbacks and overrides of the wrong kind are refused before any training.
+    with pytest.raises(TypeError, match="on_epoch is a function"):
+        seqforge.train(FORECAST, train={"run_dir": "not_callable"}, log=None, on_epoch=5)
+    with pytest.raises(TypeError, match="overrides is a dict"):
+        seqforge.train(FORECAST, overrides=["train.epochs=1"], log=None)
+    assert not os.path.exists("not_callable")
 
 
 def test_the_gil_is_released_while_training(tmp_path):

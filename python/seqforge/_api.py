@@ -319,6 +319,12 @@ def train(config=None, data=None, *, overrides=None, resume=None, overwrite=Fals
     if log is not None and not callable(log):
         raise TypeError(f"seqforge.train: log is a function of a line, or None, not "
                         f"{type(log).__name__}")
+    if on_epoch is not None and not callable(on_epoch):
+        raise TypeError(f"seqforge.train: on_epoch is a function of (epoch, metrics), or None, "
+                        f"not {type(on_epoch).__name__}")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise TypeError(f"seqforge.train: overrides is a dict of keys and values "
+                        f"({{\"train.epochs\": 3}}), not {type(overrides).__name__}")
     if progress not in (True, False, "auto"):
         raise ValueError(f"seqforge.train: progress is True, False or \"auto\", not {progress!r}")
     bar = None
@@ -495,5 +501,27 @@ class Run:
         if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
             raise ValueError(f"generate: seed must be a whole number from 0 to 2**64 - 1, got "
                              f"{seed!r}")
-        return _native.generate(self.path, prompt, length, temperature, top_k or 0, int(seed),
-                                top_p, stream)
+        if not isinstance(prompt, str):
+            raise TypeError(f"generate: prompt is text (str), not {type(prompt).__name__}")
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"generate: the prompt is not Unicode text at character {e.start} "
+                             f"(a lone surrogate {prompt[e.start]!r})") from None
+        if isinstance(length, bool) or not isinstance(length, (int, np.integer)) \
+                or not 0 <= length <= 2**40:
+            raise ValueError(f"generate: length must be a whole number from 0 to 2**40, got "
+                             f"{length!r}")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer))
+                                  or not 0 < top_k < 2**63):
+            raise ValueError(f"generate: top_k must be a positive whole number (None: sample among "
+                             f"all), got {top_k!r}")
+        for name, value in (("temperature", temperature), ("top_p", top_p)):
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
+                                                                 np.floating)):
+                raise TypeError(f"generate: {name} is a number, not {type(value).__name__}")
+        if stream is not None and not callable(stream):
+            raise TypeError(f"generate: stream is a function of the text, or None, not "
+                            f"{type(stream).__name__}")
+        return _native.generate(self.path, prompt, int(length), float(temperature),
+                                int(top_k or 0), int(seed), float(top_p), stream)

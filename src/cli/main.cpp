@@ -214,7 +214,17 @@ static int run_command(int argc, char** argv) {
   gen->add_option("--top-p", gen_top_p,
                   "sample among the fewest likeliest whose probabilities reach p (nucleus)")
       ->capture_default_str();
-  gen->add_option("--seed", gen_seed, "random seed")->capture_default_str();
+  gen->add_option("--seed", gen_seed, "random seed, from 0 to 2^64 - 1")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            uint64_t v = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+            return ec == std::errc() && end == text.data() + text.size()
+                       ? ""
+                       : "'" + text + "' is not a whole number from 0 to 2^64 - 1";
+          },
+          "UINT"))
+      ->capture_default_str();
 
   seqforge::cli::TuneCli* tune = seqforge::cli::add_tune(app);
 

@@ -47,14 +47,20 @@ class LineSink : public std::streambuf {
     py::gil_scoped_acquire gil;
     try {
       log_(line_);
-    } catch (py::error_already_set&) {
-      // A failing log callable must not end a run: its text is dropped.
-      PyErr_Clear();
+    } catch (py::error_already_set& e) {
+      // A failing log callable must not end a run: its text is dropped, said once as a warning.
+      if (!warned_) {
+        warned_ = true;
+        const std::string what = "seqforge: the log function raised " + std::string(e.what()) +
+                                 "; the run goes on without its lines";
+        if (PyErr_WarnEx(PyExc_RuntimeWarning, what.c_str(), 1) != 0) PyErr_Clear();
+      }
     }
     line_.clear();
   }
   py::object log_;
   std::string line_;
+  bool warned_ = false;
 };
 
 // The caller's denormal handling, restored when a call returns: the backend flushes denormals to
