@@ -188,6 +188,16 @@ def main():
         (["train", config, "--profile", work], "train: --profile: %s is a folder" % work),
         (["tokenizer", "train", text, "--vocab-size", "300", "-o", work],
          "tokenizer train: -o: %s is a folder" % work),
+        (["tune", "--report", sqlite_db, "--html", os.path.join(work, "no/r.html")],
+         "tune: --html: %s: there is no folder %s to write it in" %
+         (os.path.join(work, "no/r.html"), os.path.join(work, "no"))),
+        # An empty path (a script's unset variable) names no file; it is not "not given".
+        (["predict", forecast, "--input", weather, "--output", ""], "--output: an empty path"),
+        (["predict", forecast, "--input", ""], "--input: an empty path"),
+        (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"), "--study", ""],
+         "--study: an empty path"),
+        (["generate", charlm, "--seed", "-1"], "--seed: '-1' is not a whole number from 0 to "
+                                               "2^64 - 1"),
         # A path the system refuses is named with the system's reason, not a library's words.
         (["eval", os.path.join(work, "a" * 300, "run")], "a" * 300 + "/run: File name too long"),
     ]

@@ -19,6 +19,7 @@
 #include "seqforge/seqforge.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "tune.hpp"
+#include "validators.hpp"
 
 namespace sf = seqforge;
 
@@ -125,7 +126,8 @@ static int run_command(int argc, char** argv) {
       ->add_option("--warmup", bench_options.warmup,
                    "untimed steps first (at least 4 on a GPU's recurrent workloads)")
       ->capture_default_str();
-  bench->add_option("--json", bench_json, "write the results as JSON to this file");
+  bench->add_option("--json", bench_json, "write the results as JSON to this file")
+      ->check(seqforge::cli::a_path());
   bench->add_option("--device", bench_options.device, "cpu or cuda")->capture_default_str();
   bench->add_flag("--profile", bench_options.profile,
                   "print where the timed steps spent their time, per workload");
@@ -152,7 +154,8 @@ static int run_command(int argc, char** argv) {
   CLI::App* eval = app.add_subcommand("eval", "Evaluate a trained run on its test split");
   eval->add_option("run", eval_run, "run directory or model.safetensors")->required();
   eval->add_option("--split", eval_split, "val or test")->capture_default_str();
-  eval->add_option("--data", eval_data, "evaluate on every window of this file instead");
+  eval->add_option("--data", eval_data, "evaluate on every window of this file instead")
+      ->check(seqforge::cli::a_path());
   sf::MissingCells eval_missing;
   eval->add_option("--missing", eval_missing.fill,
                    "fill that file's missing cells: ffill or interpolate (default: as the run "
@@ -170,9 +173,11 @@ static int run_command(int argc, char** argv) {
   pred->add_option("run", pred_run, "run directory or model.safetensors")->required();
   pred->add_option("--input,--data", pred_options.input,
                    "CSV or .npy of the training data's layout (target columns optional)")
+      ->check(seqforge::cli::a_path())
       ->required();
   pred_options.output = "-";
   pred->add_option("--output", pred_options.output, "CSV to write; - for standard output")
+      ->check(seqforge::cli::a_path())
       ->capture_default_str();
   pred->add_flag("--last", pred_options.last_only,
                  "only the forecast after the last row (of each series)");
@@ -191,6 +196,7 @@ static int run_command(int argc, char** argv) {
       ->add_option("--output", merge_output,
                    "the .safetensors file to write; for a decoder run, a folder name writes a "
                    "Hugging Face folder (config.json, model.safetensors, tokenizer.json)")
+      ->check(seqforge::cli::a_path())
       ->required();
 
   std::string gen_run, gen_prompt;

@@ -13,6 +13,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/text/tokenizer.hpp"
 #include "seqforge/train/trainer.hpp"
+#include "validators.hpp"
 
 namespace seqforge::cli {
 
@@ -129,7 +130,9 @@ CLI::App* add_tokenizer(CLI::App& app) {
       "train", "Fit a byte-level BPE on a text file and write it as a tokenizer.json");
   TrainOptions& o = train_options;
   train->add_option("text", o.text, "UTF-8 text file")->required();
-  train->add_option("-o,--output", o.output, "tokenizer.json to write")->required();
+  train->add_option("-o,--output", o.output, "tokenizer.json to write")
+      ->required()
+      ->check(a_path());
   train
       ->add_option("--vocab-size", o.bpe.vocab_size,
                    "tokens in all: 256 bytes, the merges and the special tokens")

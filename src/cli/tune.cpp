@@ -5,7 +5,9 @@
 #include <memory>
 
 #include "seqforge/core/error.hpp"
+#include "seqforge/train/trainer.hpp"
 #include "seqforge/tune/study.hpp"
+#include "validators.hpp"
 
 namespace seqforge::cli {
 
@@ -23,16 +25,21 @@ TuneCli* add_tune(CLI::App& app) {
       "study database several workers can share");
   t.app->add_option("config", t.cmd.config, "config file (YAML) with a tune: section");
   t.app->add_option("overrides", t.cmd.overrides, "key.path=value overrides for every trial");
-  t.app->add_option("--study", t.cmd.study,
-                    "study database: a SQLite file (default runs/<name>/study.db) or "
-                    "postgresql://user@host[:port]/db");
+  t.app
+      ->add_option("--study", t.cmd.study,
+                   "study database: a SQLite file (default runs/<name>/study.db) or "
+                   "postgresql://user@host[:port]/db")
+      ->check(a_path());
   t.app->add_option("--name", t.cmd.name, "study name (default: tune.name or the config's name)");
   t.app->add_option("--n-trials", t.cmd.n_trials,
                     "trials the study should have in total (default tune.n_trials)");
   t.app->add_option("--timeout", t.cmd.timeout, "seconds after which no new trial starts");
-  t.app->add_option("--report", t.report,
-                    "print the trials of this study (file or URL) and write its HTML report");
-  t.app->add_option("--html", t.cmd.report_html, "with --report: where to write the HTML page");
+  t.app
+      ->add_option("--report", t.report,
+                   "print the trials of this study (file or URL) and write its HTML report")
+      ->check(a_path());
+  t.app->add_option("--html", t.cmd.report_html, "with --report: where to write the HTML page")
+      ->check(a_path());
   t.app
       ->add_option("--enqueue", t.cmd.enqueue,
                    "'key=value,...': a trial with these fixed parameters runs first (a "
@@ -56,6 +63,7 @@ int run_tune(TuneCli* t) {
   if (!t->report.empty()) {
     if (!t->cmd.config.empty())
       fail("tune: --report takes a study, not a config ('", t->cmd.config, "')");
+    check_output_file(t->cmd.report_html, "tune: --html");
     return tune::run_tune_report(t->report, t->cmd.name, t->cmd.report_html, std::cout);
   }
   if (t->app->count("--n-trials") && t->cmd.n_trials <= 0)
