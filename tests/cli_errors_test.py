@@ -31,6 +31,12 @@ def main():
     if r.returncode != 0:
         fail("overrides before the config: exit %d\n%s" % (r.returncode, r.stderr))
     weather = os.path.join(root, "data/seattle-weather-hourly-normals.csv")
+    # A file name YAML would read otherwise (" #" starts a comment) is the file named.
+    odd_name = os.path.join(work, "weather #1 [copy].csv")
+    shutil.copyfile(weather, odd_name)
+    plain, odd = (run("predict", forecast, "--input", f, "--last") for f in (weather, odd_name))
+    if odd.returncode != 0 or odd.stdout != plain.stdout:
+        fail("predict --input '%s': exit %d\n%s" % (odd_name, odd.returncode, odd.stderr))
     text = os.path.join(work, "text.txt")
     with open(text, "w") as f:
         f.write("to be or not to be, that is the question\n" * 40)
@@ -58,6 +64,9 @@ def main():
     data_copy = os.path.join(work, "data_copy.csv")
     shutil.copyfile(weather, data_copy)
     two_documents_line = base.count("\n") + 1  # its '---'
+    bad_space = os.path.join(work, "bad_space.yaml")
+    with open(bad_space, "w") as f:
+        f.write(base + "tune:\n  space:\n    model.hidden: {type: int, low: -4, high: 4}\n")
 
     cases = [
         (["train", two_documents], "two_documents.yaml:%d: a second YAML document ('---'): a "
@@ -191,6 +200,8 @@ def main():
         (["tune", "--report", sqlite_db, "--html", os.path.join(work, "no/r.html")],
          "tune: --html: %s: there is no folder %s to write it in" %
          (os.path.join(work, "no/r.html"), os.path.join(work, "no"))),
+        (["tune", bad_space], "bad_space.yaml: tune.space.model.hidden.low: -4 makes no valid "
+                              "trial config: model.hidden must be positive, got -4"),
         # An empty path (a script's unset variable) names no file; it is not "not given".
         (["predict", forecast, "--input", weather, "--output", ""], "--output: an empty path"),
         (["predict", forecast, "--input", ""], "--input: an empty path"),

@@ -1007,6 +1007,12 @@ void Config::resolve_auto() {
           higher_is_better(str("train.early_stopping.monitor")) ? "max" : "min");
 }
 
+std::string yaml_string(const std::string& text) {
+  YAML::Emitter out;
+  out << YAML::DoubleQuoted << text;
+  return out.c_str();
+}
+
 bool higher_is_better(const std::string& name) {
   return name.ends_with("accuracy") || name.ends_with("f1") || name.ends_with("skill");
 }

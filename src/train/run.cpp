@@ -191,10 +191,10 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
            "it belongs to (or its model.safetensors)");
     fail(path, ": not a seqforge checkpoint (no seqforge.config metadata)");
   }
-  std::vector<std::string> overrides;
-  if (!data_override.empty()) overrides.push_back("data.path=" + data_override);
-  Config config = as_it_trained(
-      Config::parse(meta.at("seqforge.config"), path + " (stored config)", overrides));
+  Config config =
+      as_it_trained(Config::parse(meta.at("seqforge.config"), path + " (stored config)"));
+  if (!data_override.empty())
+    config = config.with_values({{"data.path", yaml_string(data_override)}}, "the data file given");
   if (!missing.codes.empty()) {
     std::vector<std::string> codes = config.list("data.missing_values");
     for (const std::string& code : missing.codes) {

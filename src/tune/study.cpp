@@ -575,8 +575,17 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     if (p.kind == Param::Kind::categorical) continue;
     for (double v : {p.low, p.high}) {
       std::vector<std::string> o = cmd.overrides;
-      o.push_back(p.name + "=" + p.text(p.snap(v)));
-      Config::load(cmd.config, o);
+      const std::string value = p.text(p.snap(v));
+      o.push_back(p.name + "=" + value);
+      try {
+        Config::load(cmd.config, o);
+      } catch (const Error& e) {  // named as the space's bound, not as an override never given
+        std::string why = e.what();
+        const std::string given = "override '" + o.back() + "': ";
+        if (const size_t at = why.find(given); at != std::string::npos) why.erase(at, given.size());
+        fail(cmd.config, ": tune.space.", p.name, v == p.low ? ".low" : ".high", ": ", value,
+             " makes no valid trial config: ", why);
+      }
     }
   }
   {  // what every trial's config ignores (a tuned adapter.rank without an adapter), said once
@@ -666,7 +675,7 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     if (!cpu_share.empty()) o.push_back(cpu_share);
     for (const auto& p : param_overrides(settings, ctx.params())) o.push_back(p);
     for (const auto& v : value_overrides) o.push_back(v);
-    o.push_back("train.run_dir=" + run.string());
+    o.push_back("train.run_dir=" + yaml_string(run.string()));
     const Config c = Config::load(cmd.config, o);
     std::ofstream log(run / "train.log");
     log << "# trial " << ctx.number() << ": " << describe_params(settings, ctx.params()) << "\n";

@@ -26,6 +26,9 @@ std::string config_reference_markdown();  // the text of docs/config.md
 // Whether a larger value of metric `name` is the better one (accuracy, F1, forecast skill), for
 // early stopping's mode auto and a study's direction.
 bool higher_is_better(const std::string& name);
+// `text` as a YAML string scalar (double-quoted), for an override's value: a path holding " #",
+// ": " or brackets reads back as itself.
+std::string yaml_string(const std::string& text);
 
 class Config {
  public:
