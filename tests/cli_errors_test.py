@@ -200,6 +200,9 @@ def main():
         (["tune", "--report", sqlite_db, "--html", os.path.join(work, "no/r.html")],
          "tune: --html: %s: there is no folder %s to write it in" %
          (os.path.join(work, "no/r.html"), os.path.join(work, "no"))),
+        (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"),
+          "tune.space.optim.lr.low=-1"],
+         "(as the tune.* overrides leave it): tune.space.optim.lr: log needs low > 0, got -1"),
         (["tune", bad_space], "bad_space.yaml: tune.space.model.hidden.low: -4 makes no valid "
                               "trial config: model.hidden must be positive, got -4"),
         # An empty path (a script's unset variable) names no file; it is not "not given".

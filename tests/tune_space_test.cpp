@@ -103,6 +103,8 @@ TEST(TuneSpace, BadSpacesGetOneClearError) {
       {head + "    model.hidden: {type: float, low: 1, high: 4}\n",
        "'model.hidden' takes whole numbers: search it with type: int"},
       {head + "    optim.kind: {type: float, low: 1, high: 4}\n", "needs a numeric config key"},
+      {head + "    model: {type: int, low: 4, high: 12}\n",
+       "'model' is not a config key (a section: name one of its keys, such as 'model."},
       {head + "    optim.lrr: {type: float, low: 0.1, high: 1}\n",
        "'optim.lrr' is not a config key (did you mean 'optim.lr'?)"},
       {"tune:\n  n_trails: 5\n  space: {optim.lr: {type: float, low: 0.1, high: 1}}\n",

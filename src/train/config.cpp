@@ -616,6 +616,8 @@ const std::map<std::string, std::string>& other_trainers_names() {
   return names;
 }
 
+bool is_prefix_of_key(const std::string& path);
+
 std::string did_you_mean(const std::string& path) {
   const std::string last = path.substr(path.rfind('.') + 1);
   if (const auto other = other_trainers_names().find(last); other != other_trainers_names().end()) {
@@ -627,6 +629,15 @@ std::string did_you_mean(const std::string& path) {
     return " (seqforge's train.batch_size is a step's batch, and train.micro_batch_size the "
            "examples run at once, whose gradients add up: batch_size / micro_batch_size "
            "accumulation steps)";
+  }
+  // A section named where a key goes (tune.space.model: ...): its keys, not a typo of itself.
+  if (is_prefix_of_key(path)) {
+    std::string some;
+    int shown = 0;
+    for (const auto& k : kKeys)
+      if (k.path.rfind(path + ".", 0) == 0 && shown++ < 3)
+        some += (some.empty() ? "'" : ", '") + k.path + "'";
+    return " (a section: name one of its keys, such as " + some + ")";
   }
   // A section's name mistyped (modle:, traing:).
   if (path.find('.') == std::string::npos) {

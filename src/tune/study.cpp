@@ -495,6 +495,19 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
     std::vector<std::string> path;
     std::stringstream keys(o.substr(0, eq));
     for (std::string k; std::getline(keys, k, '.');) path.push_back(k);
+    // Under tune.space a config key's dots are part of its name (tune.space.optim.lr.low).
+    if (path.size() > 2 && path[0] == "tune" && path[1] == "space")
+      for (size_t end = path.size(); end > 3; --end) {
+        std::string name = path[2];
+        for (size_t i = 3; i < end; ++i) name += "." + path[i];
+        const auto& all = config_keys();
+        if (std::none_of(all.begin(), all.end(),
+                         [&](const ConfigKey& k) { return k.path == name; }))
+          continue;
+        path.erase(path.begin() + 3, path.begin() + std::ptrdiff_t(end));
+        path[2] = name;
+        break;
+      }
     // Walks down from the root, making the maps the path needs; YAML::Node assignment rebinds,
     // hence the recursion rather than a loop over references.
     auto set = [&](auto&& self, YAML::Node node, size_t i) -> void {
