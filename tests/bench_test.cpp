@@ -23,7 +23,7 @@ Workload small_dora_decoder() {
 }
 
 TEST(Bench, GemmFloorReplaysOnBuffersThatOutliveTheStep) {
-  for (const int warmup : {0, 1}) {
+  for (const int warmup : {1, 2}) {
     BenchOptions options;
     options.steps = 2;
     options.warmup = warmup;
@@ -33,6 +33,30 @@ TEST(Bench, GemmFloorReplaysOnBuffersThatOutliveTheStep) {
     EXPECT_TRUE(std::isfinite(r.floor_ratio)) << "warmup " << warmup;
     EXPECT_GT(r.peak_mb, 0);
   }
+}
+
+// A timed step never pays for first use, and options no benchmark runs with are refused before
+// anything is printed.
+TEST(Bench, OptionsAreCheckedBeforeAnyWork) {
+  const auto error = [](auto change) {
+    BenchOptions options;
+    change(options);
+    try {
+      check_bench_options(options);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error([](BenchOptions& o) { o.warmup = 0; }).find("--warmup must be at least 1"),
+            std::string::npos);
+  EXPECT_EQ(error([](BenchOptions& o) { o.precision = "fp64"; }),
+            "--precision must be fp32, bf16, fp16 or auto, got 'fp64'");
+  EXPECT_EQ(error([](BenchOptions& o) { o.matmul_precision = "low"; }),
+            "--matmul-precision must be highest or high, got 'low'");
+  EXPECT_EQ(error([](BenchOptions& o) { o.device = "tpu"; }),
+            "--device must be auto, cpu or cuda, got 'tpu'");
+  EXPECT_EQ(error([](BenchOptions&) {}), "");
 }
 
 }  // namespace

@@ -265,15 +265,25 @@ BenchResult run_attention_benchmark(const Workload& w, const BenchOptions& optio
 
 void check_bench_options(const BenchOptions& options) {
   if (options.steps < 1) fail("--steps must be at least 1, got ", options.steps);
-  if (options.warmup < 0) fail("--warmup must be at least 0, got ", options.warmup);
+  // The first step pays for first use (the autotuner's timings, pages faulted in): never timed.
+  if (options.warmup < 1)
+    fail(
+        "--warmup must be at least 1 (the first step pays for first use: choices timed, memory "
+        "faulted in), got ",
+        options.warmup);
+  const std::string& p = options.precision;
+  if (p != "fp32" && p != "bf16" && p != "fp16" && p != "auto")
+    fail("--precision must be fp32, bf16, fp16 or auto, got '", p, "'");
+  if (options.matmul_precision != "highest" && options.matmul_precision != "high")
+    fail("--matmul-precision must be highest or high, got '", options.matmul_precision, "'");
+  if (options.device != "cpu" && options.device != "cuda" && options.device != "auto")
+    fail("--device must be auto, cpu or cuda, got '", options.device, "'");
 }
 
 BenchResult run_benchmark(const Workload& w, const BenchOptions& options) {
   check_bench_options(options);
   if (w.heads) return run_attention_benchmark(w, options);
   auto device = make_run_backend(options.device, ops_needed(w.model));
-  if (options.matmul_precision != "highest" && options.matmul_precision != "high")
-    fail("--matmul-precision must be highest or high, got '", options.matmul_precision, "'");
   device->set_float32_matmul_precision(options.matmul_precision);
   std::string notice;
   const DType gemm_dtype = backend_precision(options.precision, *device, &notice);

@@ -124,7 +124,7 @@ static int run_command(int argc, char** argv) {
       ->capture_default_str();
   bench
       ->add_option("--warmup", bench_options.warmup,
-                   "untimed steps first (at least 4 on a GPU's recurrent workloads)")
+                   "untimed steps first (at least 1; at least 4 on a GPU's recurrent workloads)")
       ->capture_default_str();
   bench->add_option("--json", bench_json, "write the results as JSON to this file")
       ->check(seqforge::cli::a_path());

@@ -32,7 +32,7 @@ struct TrainOptions {
 };
 TrainOptions train_options;
 
-std::vector<int32_t> parse_ids(const std::string& line, int64_t line_number) {
+std::vector<int32_t> parse_ids(const std::string& line) {
   std::vector<int32_t> ids;
   const char* p = line.data();
   const char* end = p + line.size();
@@ -44,8 +44,7 @@ std::vector<int32_t> parse_ids(const std::string& line, int64_t line_number) {
     int32_t id = 0;
     const auto [next, ec] = std::from_chars(p, end, id);
     if (ec != std::errc() || (next < end && *next != ' ' && *next != '\t' && *next != '\r'))
-      fail("tokenize --decode: standard input line ", line_number, ": '", line,
-           "' is not a list of token ids");
+      fail("'", line, "' is not a list of token ids");  // the caller names the line
     ids.push_back(id);
     p = next;
   }
@@ -105,7 +104,7 @@ int run_tokenize() {
     ++number;
     try {
       if (o.decode) {
-        out = tokenizer.decode(parse_ids(line, number), o.skip_special) + text_end;
+        out = tokenizer.decode(parse_ids(line), o.skip_special) + text_end;
         std::fwrite(out.data(), 1, out.size(), stdout);
       } else if (o.pair) {
         const size_t tab = line.find('\t');

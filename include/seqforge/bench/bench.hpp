@@ -36,7 +36,8 @@ struct BenchOptions {
   std::string device = "cpu";           // cpu | cuda (SEQFORGE_BACKEND overrides)
   bool cuda_graphs = true;              // steps replayed from a captured graph where one can be
 };
-// Throws a one-line error for options no benchmark can run with (--steps 0, --warmup -1).
+// Throws a one-line error for options no benchmark can run with (--steps 0, --warmup 0, an
+// unknown precision or device).
 void check_bench_options(const BenchOptions& options);
 
 struct BenchResult {
