@@ -34,6 +34,27 @@ tune:
     model.dropout: {type: float, low: 0.0, high: 0.5, step: 0.1}
 )";
 
+// A setting only another sampler or pruner reads is said to go unused, naming its line.
+TEST(TuneSpace, SettingsTheChosenSamplerOrPrunerDoesNotReadAreNamed) {
+  const std::string space = "  space:\n    optim.lr: {type: float, low: 0.001, high: 0.1}\n";
+  auto unused = [&](const std::string& lines) {
+    return parse_tune_settings("tune:\n" + lines + space, "t.yaml", "val_loss").unused;
+  };
+  EXPECT_TRUE(unused("  sampler: {kind: tpe, n_startup_trials: 3}\n  pruner: {kind: median, "
+                     "n_startup_trials: 2}\n")
+                  .empty());
+  EXPECT_EQ(unused("  sampler: {kind: random, seed: 1, n_startup_trials: 3}\n"),
+            std::vector<std::string>{"t.yaml:2: tune.sampler.n_startup_trials: the random "
+                                     "sampler has no use for it (a tpe sampler's setting)"});
+  EXPECT_EQ(unused("  pruner: {kind: median,\n    percentile: 30}\n"),
+            std::vector<std::string>{
+                "t.yaml:3: tune.pruner.percentile: the median pruner has no use for it"});
+  EXPECT_EQ(unused("  pruner: {kind: none, n_warmup_steps: 3}\n").size(), 1u);
+  EXPECT_NE(error_of("tune:\n  sampler: {kind: tpe, seed: -1}\n" + space)
+                .find("tune.sampler.seed: must be 0 or more"),
+            std::string::npos);
+}
+
 // A study's direction: tune.direction; else, with a tune.metric of its own, the way that metric is
 // better (an accuracy is maximized whatever early stopping watched); else the default (from
 // train.early_stopping.mode).

@@ -165,6 +165,8 @@ CLI::App* add_diagnose(CLI::App& app) {
 }
 
 int run_diagnose() {
+  if (diagnose_steps < 0)
+    fail("diagnose: --steps must be 0 (none timed) or more, got ", diagnose_steps);
   print_machine();
   std::fflush(stdout);
   if (diagnose_config_path.empty()) return 0;

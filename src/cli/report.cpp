@@ -24,9 +24,14 @@ CLI::App* add_report(CLI::App& app) {
 int run_report() {
   const std::string metrics = (std::filesystem::path(report_run) / "metrics.jsonl").string();
   const std::string written = write_run_report(report_run);
-  if (const int64_t line = read_metrics_log(metrics).cut_short)
+  const MetricsLog log = read_metrics_log(metrics);
+  if (log.cut_short)
     std::printf("note: %s:%lld is cut short (being written, or a kill): left out\n",
-                metrics.c_str(), static_cast<long long>(line));
+                metrics.c_str(), static_cast<long long>(log.cut_short));
+  if (log.epochs.empty())
+    std::printf("note: %s holds no epoch yet (a run in its first epoch, or stopped in it): the "
+                "report has no curves\n",
+                metrics.c_str());
   std::printf("wrote %s\n", written.c_str());
   return 0;
 }

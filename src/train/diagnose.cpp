@@ -155,7 +155,7 @@ void measure(const Config& c, int steps, ConfigDiagnosis* d) {
   const Config short_run =
       Config::parse(c.resolved_yaml(), c.source(),
                     {"train.epochs=1", "train.max_batches=" + std::to_string(steps),
-                     "train.run_dir=" + tmp.string(), "train.save=last",
+                     "train.run_dir=" + yaml_string(tmp.string()), "train.save=last",
                      "train.early_stopping.patience=0", "train.test_after=false"});
   const bool was_profiling = profiler::enabled();
   if (!was_profiling) profiler::start();
@@ -190,6 +190,10 @@ ConfigDiagnosis diagnose_config(const Config& given, int steps) {
   const DType gemm = machine_problems(c, &d.problems);
   data_problems(c, gemm, &d);
   if (d.train == 0 || (d.val == 0 && c.number("data.split.val") > 0) || steps <= 0) return d;
+  if (const int64_t whole = (d.train + d.batch_size - 1) / std::max<int64_t>(d.batch_size, 1);
+      steps > whole)
+    d.notes.push_back("--steps " + std::to_string(steps) + ": an epoch has " +
+                      std::to_string(whole) + " batches; those are timed");
   measure(c, steps, &d);
   return d;
 }

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -367,6 +368,14 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
       s.sampler.n_ei_candidates = r.integer(m["n_ei_candidates"], "tune.sampler.n_ei_candidates");
     if (s.sampler.n_startup_trials < 0 || s.sampler.n_ei_candidates < 1)
       fail(r.at(n), ": tune.sampler: n_startup_trials >= 0 and n_ei_candidates >= 1 needed");
+    if (m["seed"] && r.integer(m["seed"], "tune.sampler.seed") < 0)
+      fail(r.at(m["seed"]), ": tune.sampler.seed: must be 0 or more");
+    // A setting another sampler reads is said to be unused, not ignored without a word.
+    if (s.sampler.kind != "tpe")
+      for (const char* k : {"n_startup_trials", "n_ei_candidates"})
+        if (m[k])
+          s.unused.push_back(r.at(m[k]) + ": tune.sampler." + k + ": the " + s.sampler.kind +
+                             " sampler has no use for it (a tpe sampler's setting)");
   }
   if (const YAML::Node n = t["pruner"]) {
     const YAML::Node m = n.IsScalar() ? YAML::Node(YAML::NodeType::Map) : n;
@@ -400,6 +409,21 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
     integer("min_early_stopping_rate", &p.min_early_stopping_rate, 0);
     integer("bootstrap_count", &p.bootstrap_count, 0);
     if (p.kind == "median") p.percentile = 50;
+    // A setting another pruner reads is said to be unused, not ignored without a word.
+    const std::map<std::string, std::set<std::string>> used = {
+        {"median", {"n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials"}},
+        {"percentile",
+         {"percentile", "n_startup_trials", "n_warmup_steps", "interval_steps", "n_min_trials"}},
+        {"successive_halving",
+         {"min_resource", "reduction_factor", "min_early_stopping_rate", "bootstrap_count"}},
+        {"none", {}}};
+    for (const auto& kv : m) {
+      const std::string k = kv.first.Scalar();
+      if (k != "kind" && !used.at(p.kind).count(k))
+        s.unused.push_back(r.at(kv.first) + ": tune.pruner." + k + ": the " + p.kind +
+                           (p.kind == "none" ? " pruner prunes nothing and reads no setting"
+                                             : " pruner has no use for it"));
+    }
     if (p.bootstrap_count > 0 && p.min_resource == 0)
       fail(r.at(n), ": tune.pruner.bootstrap_count needs a min_resource (as in Optuna)");
   }

@@ -607,6 +607,7 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
       o.push_back(p.name + "=" + p.text(p.kind == Param::Kind::categorical ? 0.0 : p.snap(p.low)));
     for (const std::string& w : ignored_settings(Config::load(cmd.config, o)))
       console << "warning: " << w << "\n";
+    for (const std::string& w : settings.unused) console << "warning: " << w << "\n";
   }
   const fs::path dir = base.str("train.run_dir").empty() ? fs::path("runs") / settings.name
                                                          : fs::path(base.str("train.run_dir"));

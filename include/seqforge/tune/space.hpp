@@ -67,6 +67,8 @@ struct TuneSettings {
   // The config every trial starts from, but the searched keys and where it runs (key -> value
   // as text, set by the driver): a study's trials are comparable only when it is the same.
   std::map<std::string, std::string> trial_config;
+  // Settings the chosen sampler or pruner has no use for (another one's), said at start-up.
+  std::vector<std::string> unused;
 
   const Param& param(const std::string& name) const;
   const char* direction_name() const { return tune::direction_name(direction); }
