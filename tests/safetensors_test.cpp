@@ -137,7 +137,10 @@ TEST_F(SafetensorsTest, RoundTripEveryDtypeWithMetadataScalarAndEmptyTensors) {
 
   const SafetensorsFile file = SafetensorsFile::read(p);
   EXPECT_EQ(file.source(), p);
-  EXPECT_EQ(file.metadata(), metadata);
+  std::map<std::string, std::string> read_metadata = file.metadata();
+  EXPECT_EQ(read_metadata.erase(SafetensorsFile::kDataHashKey), 1u);
+  EXPECT_EQ(read_metadata, metadata);
+  EXPECT_NO_THROW(file.check_data_hash());
   ASSERT_EQ(file.entries().size(), tensors.size());
   const std::vector<std::vector<std::byte>> expected = {as_bytes(f32),
                                                         as_bytes(f64),
@@ -166,15 +169,48 @@ TEST_F(SafetensorsTest, RoundTripEveryDtypeWithMetadataScalarAndEmptyTensors) {
   EXPECT_EQ(file.entries()[6].shape.size(), 0u);
 }
 
-TEST_F(SafetensorsTest, RoundTripWithoutMetadataOmitsIt) {
+TEST_F(SafetensorsTest, RoundTripWithoutMetadataHoldsTheDataHashAlone) {
   const std::vector<int64_t> ids = {1, 2, 3};
   const std::string p = path("ids.safetensors");
   write_safetensors(p, {{"ids", DType::i64, {3}, ids.data()}});
-  EXPECT_EQ(read_raw(p).find("__metadata__"), std::string::npos);
   const SafetensorsFile file = SafetensorsFile::read(p);
-  EXPECT_TRUE(file.metadata().empty());
+  ASSERT_EQ(file.metadata().size(), 1u);
+  EXPECT_EQ(file.metadata().begin()->first, SafetensorsFile::kDataHashKey);
+  EXPECT_EQ(file.metadata().begin()->second.size(), 16u);
   ASSERT_EQ(file.entries().size(), 1u);
   EXPECT_EQ(to_vector(file.bytes(file.entries()[0])), as_bytes(ids));
+}
+
+// A byte of a tensor changed after writing is found by the hash written with the file (a
+// flipped byte of a weight otherwise loads as another finite number); a file without the hash
+// (PyTorch's, Hugging Face's) passes, and a hash given in the metadata is replaced by the true one.
+TEST_F(SafetensorsTest, DamagedTensorBytesAreFoundByTheDataHash) {
+  const std::vector<float> w = {0.25f, -1.5f, 3.0f, 4.0f};
+  const std::string p = path("w.safetensors");
+  write_safetensors(p, {{"w", DType::f32, {2, 2}, w.data()}},
+                    {{"format", "pt"}, {SafetensorsFile::kDataHashKey, "0000000000000000"}});
+  EXPECT_NO_THROW(SafetensorsFile::read(p).check_data_hash());
+  std::string raw = read_raw(p);
+  raw[raw.size() - 3] ^= 0x01;  // the last float's mantissa: still finite
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << raw;
+  const SafetensorsFile damaged = SafetensorsFile::read(p);
+  try {
+    damaged.check_data_hash();
+    ADD_FAILURE() << "damaged bytes passed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(p + ": its tensors' bytes differ from the hash written "
+                                             "with them (seqforge.data_hash "),
+              std::string::npos)
+        << e.what();
+  }
+  // The same bytes with the metadata as PyTorch writes it (no hash): nothing to check against.
+  const std::string header = "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\","
+                             "\"shape\":[2,2],\"data_offsets\":[0,16]}}";
+  std::string plain(8, '\0');
+  for (int i = 0; i < 8; ++i) plain[i] = char((header.size() >> (8 * i)) & 0xff);
+  plain += header + raw.substr(raw.size() - 16);
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << plain;
+  EXPECT_NO_THROW(SafetensorsFile::read(p).check_data_hash());
 }
 
 TEST_F(SafetensorsTest, RoundTripNoTensors) {

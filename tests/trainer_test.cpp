@@ -1369,6 +1369,36 @@ TEST(Trainer, ASignalAfterTheLastStepOfARunWithoutTestEvaluationStillExitsWithIt
   EXPECT_NE(evaluate(run.string(), "val").count("val_loss"), 0u);
 }
 
+// A checkpoint or training state damaged after it was written (a byte of a weight flipped on
+// disk) is refused where it is read, not evaluated or resumed as other finite numbers.
+TEST(Trainer, CheckpointsDamagedAfterWritingAreRefused) {
+  const fs::path dir = test::temp_dir("damaged_checkpoint");
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(Config::parse(forecast_yaml(write_series(dir, 200), run), "r.yaml", {"train.epochs=1"}),
+        log);
+  for (const char* name : {"model.safetensors", "training_state.safetensors"}) {
+    const fs::path file = run / name;
+    std::string bytes = io::read_file(file.string());
+    const fs::path kept = dir / name;
+    fs::copy_file(file, kept);
+    bytes[bytes.size() - 2] ^= 0x04;  // a float's mantissa bit: still finite
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+    const std::string e = std::string(name) == "model.safetensors"
+                              ? error_of([&] { evaluate(run.string(), "test"); })
+                              : error_of([&] {
+                                  train(Config::load((run / "config.resolved.yaml").string(),
+                                                     {"train.epochs=2"}),
+                                        log, run.string());
+                                });
+    EXPECT_NE(e.find(file.string() + ": its tensors' bytes differ from the hash written with them"),
+              std::string::npos)
+        << e;
+    fs::copy_file(kept, file, fs::copy_options::overwrite_existing);
+  }
+  EXPECT_NE(evaluate(run.string(), "test").count("test_loss"), 0u);
+}
+
 TEST(Trainer, ResumeRefusesAnotherArchitectureAndTouchesNothing) {
   const fs::path dir = test::temp_dir("resume_bad");
   const std::string data = write_series(dir, 200);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -11,6 +12,7 @@
 
 #include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/core/hash.hpp"
 
 namespace seqforge::io {
 
@@ -426,28 +428,39 @@ std::span<const std::byte> SafetensorsFile::bytes(const SafetensorsEntry& e) con
   return {base + e.begin, e.end - e.begin};
 }
 
+namespace {
+// The tensors' bytes hashed one tensor after another, in file order, as 16 hex digits.
+std::string data_hash_text(uint64_t h) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+}  // namespace
+
+void SafetensorsFile::check_data_hash() const {
+  const auto it = metadata_.find(kDataHashKey);
+  if (it == metadata_.end()) return;
+  uint64_t h = 0;
+  for (const SafetensorsEntry& e : entries_) {
+    const std::span<const std::byte> b = bytes(e);
+    h = hash_bytes(b.data(), b.size(), h);
+  }
+  if (data_hash_text(h) != it->second)
+    fail(source_, ": its tensors' bytes differ from the hash written with them (", kDataHashKey,
+         " ", it->second, ", now ", data_hash_text(h),
+         "): the file was damaged after it was written (a disk or a copy); use another copy. "
+         "Tensors changed on purpose: drop that key from the metadata");
+}
+
 void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& given_metadata) {
   if (path.empty()) fail("write_safetensors: empty output path");
 
-  // Header: __metadata__ first, then the tensors in the given order with contiguous offsets.
-  std::string header = "{";
-  if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      if (!first) header += ',';
-      first = false;
-      header += json_string(path, k, "metadata key");
-      header += ':';
-      header += json_string(path, v, "metadata value");
-    }
-    header += '}';
-  }
+  // The tensors checked and sized, and their bytes hashed into the metadata.
   std::set<std::string_view> names;
   std::vector<uint64_t> sizes;
   sizes.reserve(tensors.size());
-  uint64_t offset = 0;
+  uint64_t total = 0, hash = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const SafetensorsTensor& t = tensors[i];
     if (t.name.empty()) fail(path, ": tensor #", i, " has an empty name");
@@ -460,12 +473,32 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
       }
     }
     uint64_t nbytes = 0;
-    if (!byte_size(t.shape, t.dtype, &nbytes) || __builtin_add_overflow(offset, nbytes, &offset)) {
+    if (!byte_size(t.shape, t.dtype, &nbytes) || __builtin_add_overflow(total, nbytes, &total)) {
       fail(path, ": tensor ", quote_name(t.name), ": shape ", json_shape(t.shape), " is too large");
     }
     if (nbytes > 0 && t.data == nullptr) fail(path, ": tensor ", quote_name(t.name), ": null data");
     sizes.push_back(nbytes);
-    if (header.size() > 1) header += ',';
+    hash = hash_bytes(t.data, nbytes, hash);
+  }
+  std::map<std::string, std::string> metadata = given_metadata;
+  metadata[SafetensorsFile::kDataHashKey] = data_hash_text(hash);
+
+  // Header: __metadata__ first, then the tensors in the given order with contiguous offsets.
+  std::string header = "{\"__metadata__\":{";
+  bool first = true;
+  for (const auto& [k, v] : metadata) {
+    if (!first) header += ',';
+    first = false;
+    header += json_string(path, k, "metadata key");
+    header += ':';
+    header += json_string(path, v, "metadata value");
+  }
+  header += '}';
+  uint64_t offset = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const SafetensorsTensor& t = tensors[i];
+    offset += sizes[i];
+    header += ',';
     header += json_string(path, t.name, "tensor name");
     header += ":{\"dtype\":\"";
     header += dtype_safetensors_name(t.dtype);
@@ -475,7 +508,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
       header += std::to_string(t.shape[d]);
     }
     header += "],\"data_offsets\":[";
-    header += std::to_string(offset - nbytes);
+    header += std::to_string(offset - sizes[i]);
     header += ',';
     header += std::to_string(offset);
     header += "]}";

@@ -69,6 +69,7 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
   };
   std::vector<std::string> loaded;
   const io::SafetensorsFile file = io::SafetensorsFile::read(path);
+  file.check_data_hash();
   auto selected = [&](const std::string& name) {
     if (modules.empty()) return true;
     for (const auto& m : modules)

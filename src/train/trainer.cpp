@@ -762,6 +762,7 @@ std::vector<int64_t> saved_order(const io::SafetensorsFile& state, const std::ve
 void Training::resume_from_state() {
   if (!fs::exists(state_path_)) fail(state_path_, ": missing: this run has nothing to resume from");
   const io::SafetensorsFile state = io::SafetensorsFile::read(state_path_);
+  state.check_data_hash();
   const auto loop = state.metadata().find("seqforge.loop");
   if (loop == state.metadata().end()) fail(state_path_, ": no seqforge.loop metadata");
   LoopState saved = LoopState::from_json(loop->second, state_path_);

@@ -819,8 +819,10 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
       fs::copy_file(best_config, dir / "best.yaml", fs::copy_options::overwrite_existing, ec))
     console << "\n  config: " << (dir / "best.yaml").string()
             << "\n  checkpoint: " << (best_dir / "model.safetensors").string();
-  else  // a trial another program (Optuna) ran: its parameters are all there is
-    console << "\n  (run outside seqforge: no run directory " << best_dir.string() << ")";
+  else  // a trial another program (Optuna) ran, or a worker of another train.run_dir
+    console << "\n  (no run directory " << best_dir.string()
+            << ": the trial ran in another train.run_dir, or outside seqforge; its parameters "
+               "are above)";
   console << "\n  report: " << (dir / "report.html").string() << "\n";
   if (!stats.overhead_seconds.empty()) {
     std::vector<double> o = stats.overhead_seconds;

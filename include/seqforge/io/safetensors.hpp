@@ -39,6 +39,12 @@ class SafetensorsFile {
   std::span<const std::byte> bytes(const SafetensorsEntry& e) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& source() const { return source_; }
+  // The metadata key under which write_safetensors records a hash of the tensors' bytes.
+  static constexpr const char* kDataHashKey = "seqforge.data_hash";
+  // Where the metadata holds kDataHashKey (files seqforge wrote), hashes the tensors' bytes and
+  // throws when they differ from it: a file damaged after it was written (a disk, a copy) would
+  // otherwise load as other numbers. Files without it (PyTorch's, Hugging Face's) pass.
+  void check_data_hash() const;
 
  private:
   // Validates the file's `size` bytes at `data`, which `owner` keeps alive.
@@ -61,6 +67,7 @@ struct SafetensorsTensor {
 };
 
 // Writes atomically: a temporary file in the same directory, fsync, rename, fsync of the directory.
+// The metadata gains kDataHashKey, the hash of the tensors' bytes (check_data_hash).
 void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
