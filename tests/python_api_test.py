@@ -236,6 +236,10 @@ def test_errors_are_the_commands_line(tmp_path):
         seqforge.load(tmp_path / "nowhere")
     with pytest.raises(TypeError, match="cannot give"):
         seqforge.train(FORECAST, train={"epochs": object()})
+    # A dict's value is a setting, not an override the user never gave.
+    with pytest.raises(seqforge.Error, match="^setting 'model.hidden=-4': model.hidden must be "
+                                             "positive"):
+        seqforge.train(dict(FORECAST, model={"hidden": -4}), log=None)
 
 
 def test_callbacks_stop_the_run_and_their_errors_reach_the_caller(tmp_path):

@@ -251,9 +251,23 @@ def _config_parts(config, overrides, sections):
     return text, source, values
 
 
+@contextlib.contextmanager
+def _settings_named():
+    """The library names a value set beside a config file an "override" (the command line's
+    word); here it may be a dict's entry, a keyword section or overrides=: a setting."""
+    try:
+        yield
+    except _native.Error as e:
+        message = str(e)
+        if message.startswith("override '"):
+            raise _native.Error("setting '" + message[len("override '"):]) from None
+        raise
+
+
 def resolved_config(config, overrides=None, sections=None):
     """The config train would run (every key, defaults filled in) as nested dicts."""
-    return _load_yaml(_native.resolved_config(*_config_parts(config, overrides, sections)))
+    with _settings_named():
+        return _load_yaml(_native.resolved_config(*_config_parts(config, overrides, sections)))
 
 
 def _print_line(line):
@@ -333,13 +347,15 @@ def train(config=None, data=None, *, overrides=None, resume=None, overwrite=Fals
             os.path.join(os.fspath(resume), "config.resolved.yaml") if resume is not None
             else config, overrides, sections)
         bar = _progress_bar(progress, log, resolved["train"]["epochs"])
-    if bar is None:
-        return _train(config, data, overrides, resume, overwrite, on_epoch, log, None, sections)
-    try:
-        return _train(config, data, overrides, resume, overwrite, on_epoch, bar.log, bar.step,
-                      sections)
-    finally:
-        bar.close()
+    with _settings_named():
+        if bar is None:
+            return _train(config, data, overrides, resume, overwrite, on_epoch, log, None,
+                          sections)
+        try:
+            return _train(config, data, overrides, resume, overwrite, on_epoch, bar.log, bar.step,
+                          sections)
+        finally:
+            bar.close()
 
 
 def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, sections):
