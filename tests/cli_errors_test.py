@@ -203,6 +203,10 @@ def main():
         (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"),
           "tune.space.optim.lr.low=-1"],
          "(as the tune.* overrides leave it): tune.space.optim.lr: log needs low > 0, got -1"),
+        (["train", os.path.join(root, "examples/configs/shakespeare_charlm.yaml"),
+          "data.path=" + text, "model.bidirectional=true",
+          "train.run_dir=" + os.path.join(work, "bidirectional_charlm")],
+         "model.bidirectional: a character model predicts each character from those before it"),
         (["tune", bad_space], "bad_space.yaml: tune.space.model.hidden.low: -4 makes no valid "
                               "trial config: model.hidden must be positive, got -4"),
         # An empty path (a script's unset variable) names no file; it is not "not given".

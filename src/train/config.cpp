@@ -280,7 +280,8 @@ const std::vector<ConfigKey> kKeys = {
      "step's forecast, val_loss every step's)."},
     {"model.bidirectional", T::boolean, "false",
      "Bidirectional recurrent layers; for a transformer (text_classify), an encoder: every token "
-     "attends to every token of its example, not only to those before it."},
+     "attends to every token of its example, not only to those before it. Not for charlm, whose "
+     "every step predicts the next character from those before it."},
     {"model.dropout", T::number, "0.0",
      "Dropout rate in training: on every recurrent layer's output but the last (standard), or "
      "as model.dropout_mode says; for a transformer, on the embeddings and each block's two "

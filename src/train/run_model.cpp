@@ -148,7 +148,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
       o.segments = t.text.segments;
       o.causal = !m.rnn.bidirectional;
     } else if (m.rnn.bidirectional) {
-      fail(c.source(),
+      fail(c.origin("model.bidirectional"),
            ": model.bidirectional: a charlm transformer is causal (each character predicts the "
            "next from those before it)");
     }
@@ -185,6 +185,12 @@ ModelOptions model_options(const Config& c, const Task& t) {
   } else if (t.kind == TaskKind::text_classify) {  // recurrent
     fail(c.origin("data.task"), ": data.task text_classify takes model.family transformer");
   } else {
+    // The backward direction of a character model would read the very character each step
+    // predicts: a loss near 0 that measures nothing.
+    if (t.kind == TaskKind::charlm && m.rnn.bidirectional)
+      fail(c.origin("model.bidirectional"),
+           ": model.bidirectional: a character model predicts each character from those before "
+           "it; a backward direction would read the character it is to predict (set it false)");
     m.adapter = adapter_options(c, cell_type(m.rnn.cell).name);
   }
   return m;
