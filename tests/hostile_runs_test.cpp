@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "io/file_util.hpp"
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
@@ -568,6 +569,19 @@ TEST(HostileRuns, TheRunRecordsThePrecisionAutoChose) {
         run.string());
   EXPECT_HAS(resumed.str(), ", " + chosen + " GEMMs (");
   EXPECT_EQ(Config::load((run / "config.resolved.yaml").string()).str("train.precision"), chosen);
+}
+
+// So is the precision a bf16 run falls back to where the CPU (or SEQFORGE_MAX_ISA) gives no bf16
+// GEMMs: eval on a machine with them computes in fp32, as the logged losses were.
+TEST(HostileRuns, TheRunRecordsThePrecisionItComputedIn) {
+  const fs::path dir = test::temp_dir("precision_bf16");
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(forecast(write_series(dir, 200), run, {"train.epochs=1", "train.precision=bf16"}), log);
+  const std::string used = test::cpu_runs_bf16() ? "bf16" : "fp32";
+  EXPECT_HAS(log.str(), ", " + used + " GEMMs (");
+  if (used == "fp32") EXPECT_HAS(log.str(), "note: precision bf16: " + no_bf16_reason());
+  EXPECT_EQ(Config::load((run / "config.resolved.yaml").string()).str("train.precision"), used);
 }
 
 // A resumed run goes on with the data it began with: the same file rewritten with other values

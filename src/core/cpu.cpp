@@ -241,18 +241,25 @@ std::vector<std::string> nvidia_devices() {
   return out;
 }
 
+std::string no_bf16_reason() {
+  const CpuFeatures& m = machine_cpu_features();
+  if (!m.avx512_bf16 && !m.amx_bf16) return "this CPU has neither AVX512-BF16 nor AMX-BF16";
+  return std::string("SEQFORGE_MAX_ISA=") + isa_tier_name(isa_tier()) +
+         " hides this CPU's bf16 instructions";
+}
+
 DType resolve_precision(const std::string& precision, std::string* notice) {
   const CpuFeatures& f = cpu_features();
   const bool bf16 = f.avx512_bf16 || f.amx_bf16;
   if (precision == "fp32") return DType::f32;
   if (precision == "fp16") {  // GPUs only (the CPUs' fp16 instructions are rarer than bf16's)
-    if (notice) *notice = "precision fp16: fp16 GEMMs run on GPUs only; training in fp32";
+    if (notice) *notice = "precision fp16: fp16 GEMMs run on GPUs only; fp32 GEMMs";
     return DType::f32;
   }
   if (precision == "bf16" || precision == "auto") {
     if (bf16) return DType::bf16;
     if (notice && precision == "bf16")
-      *notice = "precision bf16: this CPU has neither AVX512-BF16 nor AMX-BF16; training in fp32";
+      *notice = "precision bf16: " + no_bf16_reason() + "; fp32 GEMMs";
     return DType::f32;
   }
   fail("precision: unknown value '", precision, "' (expected fp32, bf16, fp16 or auto)");

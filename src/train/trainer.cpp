@@ -335,8 +335,9 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
     c_ = c_.with_values({{"data.date_order", task_.series.date_order}},
                         c_.origin("data.date_order"));
   build_model();
-  // So is the precision `auto` chose here: a resume (on another machine, say) and eval keep it.
-  if (c_.str("train.precision") == "auto")
+  // So is the precision the run computes in (auto's choice, or fp32 where bf16 fell back): a
+  // resume (on another machine, say) and eval keep it.
+  if (c_.str("train.precision") != gemm_precision_name(gemm_dtype_))
     c_ = c_.with_values({{"train.precision", gemm_precision_name(gemm_dtype_)}},
                         c_.origin("train.precision"));
   // Each rank takes batch_size windows of every global batch of ranks * batch_size.

@@ -54,6 +54,9 @@ std::string amx_permission();
 // NVIDIA device nodes in /dev ("nvidia0", "nvidiactl", ...).
 std::vector<std::string> nvidia_devices();
 
+// Why bf16 GEMMs are not available here: the CPU lacks the instructions, or SEQFORGE_MAX_ISA hides
+// them.
+std::string no_bf16_reason();
 // "fp32" -> f32; "bf16" -> bf16 GEMMs where the CPU (under the cap) has AVX512-BF16 or AMX-BF16,
 // otherwise f32 with `notice` set; "auto" -> bf16 where available, else f32; "fp16" -> f32 with
 // `notice` set (a GPU backend takes fp16 in backend_precision). Throws on any other name.

@@ -100,7 +100,7 @@ std::string f32_gemm_race(int64_t m, int64_t n, int64_t k) {
 
 bool bf16_gemms_pay_off(std::string* why) {
   if (!cpu_features().avx512_bf16 && !cpu_features().amx_bf16) {
-    if (why) *why = "this CPU has neither AVX512-BF16 nor AMX-BF16";
+    if (why) *why = no_bf16_reason();
     return false;
   }
   if (!autotune::enabled()) {
