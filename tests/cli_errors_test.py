@@ -250,6 +250,34 @@ def main():
             fail("%s: expected a warning with %r, got exit %d:\n%s%s" %
                  (" ".join(args), words, r.returncode, r.stdout, r.stderr))
         print("ok: warning for %s" % " ".join(args))
+    # A run whose adapters train on a bf16 base is evaluated and merged on a CPU without bf16
+    # GEMMs (here: SEQFORGE_MAX_ISA hiding them), the base held in fp32, with a note.
+    bf16_base = os.path.join(work, "bf16_base")
+    r = run("train", config, "train.run_dir=" + bf16_base, *quick, "train.precision=bf16",
+            "adapter.kind=lora", "adapter.base_precision=bf16")
+    if r.returncode != 0:
+        if "adapter.base_precision bf16 needs bf16 GEMMs" not in r.stderr:
+            fail("a run on a bf16 base: exit %d\n%s" % (r.returncode, r.stderr))
+        print("ok: a bf16 base without bf16 GEMMs -> %s" % r.stderr.strip())
+    else:
+        capped = dict(os.environ, SEQFORGE_MAX_ISA="avx2")
+
+        def test_loss(out):
+            return float(next(l.split()[1] for l in out.splitlines() if l.startswith("test_loss")))
+
+        full, low = run("eval", bf16_base), subprocess.run(
+            [seqforge, "eval", bf16_base], capture_output=True, text=True, cwd=root, env=capped)
+        if low.returncode != 0 or "base weights held in fp32" not in low.stderr:
+            fail("eval of a bf16 base without bf16 GEMMs: exit %d\n%s" % (low.returncode, low.stderr))
+        gap = abs(test_loss(low.stdout) - test_loss(full.stdout)) / test_loss(full.stdout)
+        if gap > 0.02:
+            fail("eval of a bf16 base in fp32 differs by %.3g from bf16's" % gap)
+        merged = subprocess.run([seqforge, "merge", bf16_base, "--output", bf16_base + "_merged"],
+                                capture_output=True, text=True, cwd=root, env=capped)
+        if merged.returncode != 0:
+            fail("merge of a bf16 base without bf16 GEMMs: exit %d\n%s" %
+                 (merged.returncode, merged.stderr))
+        print("ok: a bf16 base evaluated and merged in fp32 (test loss %.2e apart)" % gap)
     shutil.rmtree(work)
 
 

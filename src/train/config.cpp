@@ -336,7 +336,8 @@ const std::vector<ConfigKey> kKeys = {
     {"adapter.base_precision", T::string, "fp32",
      "How the frozen base's weights are held in memory (the targeted ones; a decoder's: every "
      "Linear's): `fp32`, or `bf16` (half the memory, as a base loaded in bf16: the run's "
-     "checkpoint and merge hold them rounded to bf16; needs bf16 GEMMs, train.precision bf16)."},
+     "checkpoint and merge hold them rounded to bf16; training needs bf16 GEMMs, train.precision "
+     "bf16; eval, predict and merge without them hold the base in fp32, with a note)."},
     {"optim.kind", T::string, "adamw", "`adamw`, `adam` or `sgd`."},
     {"optim.lr", T::number, "0.001", "Peak learning rate."},
     {"optim.weight_decay", T::number, "auto",

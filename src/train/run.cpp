@@ -321,13 +321,21 @@ LoadedRun load_run_model(const std::string& run) {
 
 // The model of a loaded run, its weights loaded, computing in the run's precision.
 std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream* notes) {
-  auto model = make_model(r.task.model);
+  std::string notice;
+  const DType gemm = model_precision(r.config.str("train.precision"), be, r.task.model, &notice);
+  // A base held in bf16 needs bf16 GEMMs; without them it is held in f32, which holds its bf16
+  // values exactly.
+  ModelOptions options = r.task.model;
+  if (options.adapter.bf16_base && gemm != DType::bf16) {
+    options.adapter.bf16_base = options.decoder.adapter.bf16_base = false;
+    notice += std::string(notice.empty() ? "" : "; ") +
+              "adapter.base_precision bf16: the base weights held in fp32 for fp32 GEMMs";
+  }
+  auto model = make_model(options);
   check_model_fits(*model, r.config, false);
   model->initialize(be, 0);
   load_parameters(r.file.source(), model->parameters(), be);
-  std::string notice;
-  model->set_gemm_dtype(
-      model_precision(r.config.str("train.precision"), be, r.task.model, &notice));
+  model->set_gemm_dtype(gemm);
   if (!notice.empty() && notes) *notes << "note: " << notice << "\n";
   return model;
 }

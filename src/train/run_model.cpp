@@ -49,10 +49,6 @@ AdapterOptions adapter_options(const Config& c, const std::string& cell) {
     fail(c.origin("adapter.base_precision"), ": adapter.base_precision must be fp32 or bf16, got '",
          base, "'");
   a.bf16_base = a.kind != AdapterKind::none && base == "bf16";
-  if (a.bf16_base && cpu_gemm_precision(c.str("train.precision"), nullptr) != DType::bf16)
-    fail(c.origin("adapter.base_precision"),
-         ": adapter.base_precision bf16 needs bf16 GEMMs (train.precision: bf16 on a ",
-         "CPU with AVX512-BF16 or AMX-BF16)");
   a.targets = c.list("adapter.targets");
   if (cell == "decoder") {  // a Hugging Face decoder's Linears by their module names
     static const std::vector<std::string> kLinears = {"q_proj",    "k_proj",  "v_proj",   "o_proj",

@@ -484,6 +484,9 @@ std::pair<Tensor, Tensor> Training::carried_states(int64_t bi, int64_t rows) {
 void Training::build_model() {
   be_ = make_device_backend(c_, task_.model);
   gemm_dtype_ = model_precision(c_.str("train.precision"), *be_, task_.model, &precision_notice_);
+  if (task_.model.adapter.bf16_base && gemm_dtype_ != DType::bf16)
+    fail(c_.origin("adapter.base_precision"), ": adapter.base_precision bf16 needs bf16 GEMMs (",
+         precision_notice_.empty() ? "train.precision: bf16" : precision_notice_, ")");
   const uint64_t seed = static_cast<uint64_t>(c_.integer("train.seed"));
   model_ = make_model(task_.model);
   check_model_fits(*model_, c_, true);
