@@ -236,5 +236,45 @@ TEST(LmDocuments, GenerateStreamsWholeCharactersThatJoinIntoTheSample) {
   fs::remove_all(f.dir);
 }
 
+// So does generate for a prompt's characters, on standard error before the sample.
+TEST(LmDocuments, GenerateSaysWhatThePromptLosesToTheTokenizer) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_prompt_" + std::to_string(getpid()));
+  fs::create_directories(dir / "model");
+  const std::string tokenizer = (dir / "tokenizer.json").string();
+  std::ofstream(tokenizer)
+      << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "<eos>": 2}, "merges": []}})";
+  {
+    std::ofstream text(dir / "all.txt");
+    for (int i = 0; i < 40; ++i) text << "abab\nbaba\n";
+  }
+  std::ofstream(dir / "model/config.json") << R"({"model_type": "llama", "vocab_size": 3,
+      "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4,
+      "max_position_embeddings": 16, "eos_token_id": 2})";
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(
+      Config::parse("data: {task: lm, seq_len: 4}\ntrain: {epochs: 1, max_batches: 2}\n", "c.yaml",
+                    {"data.path=" + (dir / "all.txt").string(), "data.tokenizer=" + tokenizer,
+                     "model.family=decoder", "model.init_from=" + (dir / "model").string(),
+                     "model.from_config=true", "train.run_dir=" + run.string()}),
+      log);
+  for (const auto& [prompt, lost] : {std::pair{"abcab", 1}, std::pair{"ab?!", 2}}) {
+    testing::internal::CaptureStderr();
+    generate(run.string(), prompt, 3, 1.0, 0, 1);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(
+        err.find("note: " + std::to_string(lost) +
+                 (lost == 1 ? " character of the prompt has" : " characters of the prompt have") +
+                 " no token in " + tokenizer),
+        std::string::npos)
+        << err;
+  }
+  testing::internal::CaptureStderr();
+  generate(run.string(), "abba", 3, 1.0, 0, 1);
+  EXPECT_EQ(testing::internal::GetCapturedStderr().find("of the prompt"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace seqforge::lm_documents_test

@@ -181,9 +181,11 @@ text::Tokenizer read_tokenizer(const std::string& path, uint64_t expected, uint6
 std::string dropped_characters_note(int64_t dropped, const std::string& path,
                                     const std::string& what, const std::string& first) {
   if (dropped == 0) return "";
-  return std::to_string(dropped) + " characters of " + what + " have no token in " + path +
-         " and it has no unknown token to stand for them: they are left out, as Hugging Face's "
-         "tokenizers leave them out" +
+  const bool one = dropped == 1;
+  return std::to_string(dropped) + (one ? " character of " : " characters of ") + what +
+         (one ? " has" : " have") + " no token in " + path +
+         " and it has no unknown token to stand for " + (one ? "it: it is" : "them: they are") +
+         " left out, as Hugging Face's tokenizers leave them out" +
          (first.empty() ? "" : " (the first at " + first + ")");
 }
 

@@ -389,8 +389,10 @@ const std::vector<ConfigKey> kKeys = {
      "halved and the step skipped on an inf or NaN gradient; on GPUs and the reference backend; "
      "on a CPU, fp32 with a note) or `auto`: bf16 on a GPU with bf16 tensor cores, and on a CPU "
      "whose bf16 GEMMs run at least 1.2x as fast as its f32 ones (AMX, Zen 4's AVX512-BF16; not "
-     "an Intel core's AVX512-BF16 without AMX), timed once per machine; else fp32. The run's "
-     "config.resolved.yaml records what auto chose, which eval, predict and a resume keep."},
+     "an Intel core's AVX512-BF16 without AMX), timed once per machine; else fp32. `bf16` where "
+     "no bf16 GEMMs run (a CPU without AVX512-BF16 or AMX) is fp32 with a note. The run's "
+     "config.resolved.yaml records the precision the run computed in (auto's choice, fp32 "
+     "where bf16 or fp16 fell back), which eval, predict and a resume keep."},
     {"train.threads", T::integer, "0",
      "Compute threads; 0: every CPU this process may use (more than that run one per CPU, with a "
      "warning)."},

@@ -503,8 +503,12 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
   uint64_t hash = 0;
   const text::Tokenizer tokenizer =
       read_tokenizer(data_options(r.config).text.tokenizer, r.task.text.tokenizer_hash, &hash);
-  std::vector<int64_t> ids;
-  for (int32_t id : tokenizer.encode(prompt, true).ids) ids.push_back(id);
+  const text::Encoding encoding = tokenizer.encode(prompt, true);
+  if (const std::string note = dropped_characters_note(
+          encoding.dropped, data_options(r.config).text.tokenizer, "the prompt", "");
+      !note.empty())
+    std::cerr << "note: " << note << "\n";
+  std::vector<int64_t> ids(encoding.ids.begin(), encoding.ids.end());
   if (ids.empty()) fail("--prompt: give a prompt for a token language model");
   auto* decoder = dynamic_cast<Decoder*>(&model);
   SF_CHECK(decoder, "generate: a token language model that is not a decoder");
@@ -586,7 +590,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   if (!(top_p > 0 && top_p <= 1)) fail("generate: top_p must be in (0, 1], got ", top_p);
   if (length < 0) fail("generate: the length must be >= 0, got ", length);
   auto be = make_device_backend(r.config, r.task.model, true);
-  auto model = load_model(*be, r, nullptr);  // in the run's precision, as eval and predict
+  auto model = load_model(*be, r, &std::cerr);  // in the run's precision, as eval and predict
   if (r.task.kind == TaskKind::lm)
     return generate_tokens(*be, *model, r, prompt, length, temperature, top_k, top_p, seed, stream);
   const std::u32string& vocab = r.task.text.vocab;

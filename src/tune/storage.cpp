@@ -387,7 +387,7 @@ class SqlStorage final : public Storage {
       const int64_t id = integer(r[0]);
       use_study(id, *r[1]);
       const auto attrs = study_attrs(id);
-      StudyInfo out{*r[1], study_direction(id), "", space_json(space_)};
+      StudyInfo out{*r[1], study_direction(id), "", space_json(space_), ""};
       auto fp = attrs.find("seqforge:fingerprint");
       if (fp != attrs.end() && fp->second.is_string()) out.fingerprint = fp->second;
       return out;
