@@ -580,7 +580,9 @@ TEST(HostileRuns, TheRunRecordsThePrecisionItComputedIn) {
   train(forecast(write_series(dir, 200), run, {"train.epochs=1", "train.precision=bf16"}), log);
   const std::string used = test::cpu_runs_bf16() ? "bf16" : "fp32";
   EXPECT_HAS(log.str(), ", " + used + " GEMMs (");
-  if (used == "fp32") EXPECT_HAS(log.str(), "note: precision bf16: " + no_bf16_reason());
+  if (used == "fp32") {
+    EXPECT_HAS(log.str(), "note: precision bf16: " + no_bf16_reason());
+  }
   EXPECT_EQ(Config::load((run / "config.resolved.yaml").string()).str("train.precision"), used);
 }
 
