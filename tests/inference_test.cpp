@@ -1072,6 +1072,40 @@ TEST(Predict, CategoricalColumnsTravelWithTheModel) {
   EXPECT_NE(read_csv((dir / "pu.csv").string()), read_csv((dir / "pk.csv").string()));
 }
 
+// With data.known_future, predict still fills the missing input cells as the run's data.missing
+// does: a gap before the future rows costs no window (only the future rows' cells stay empty).
+TEST(Predict, KnownFutureKeepsFillingMissingInputs) {
+  const fs::path dir = test::temp_dir("known_future_gaps");
+  auto write = [&](const std::string& name, int gap) {
+    std::ofstream f(dir / name);
+    f << "when,signal,promo,y\n";
+    for (int i = 0; i < 62; ++i) {
+      const int promo = (i * 7) % 5 == 0;
+      f << io::format_datetime(int64_t{1577836800} + i * int64_t{3600}, false) << ",";
+      if (i < 60 && i != gap) f << std::sin(0.3 * i);
+      f << "," << promo << ",";
+      if (i < 60) f << std::sin(0.3 * i) + promo;
+      f << "\n";
+    }
+    return (dir / name).string();
+  };
+  std::ostringstream log;
+  train(Config::parse("data: {path: " + write("d.csv", 20) +
+                          ", date_column: when, features: [signal], targets: [y], lookback: 6, "
+                          "horizon: 2, known_future: [promo], missing: interpolate}\n"
+                          "model: {hidden: 4}\ntrain: {epochs: 1, run_dir: " +
+                          (dir / "run").string() + "}\n",
+                      "k.yaml"),
+        log);
+  std::ostringstream whole, gap;
+  const int64_t all = predict((dir / "run").string(),
+                              {write("whole.csv", -1), (dir / "pw.csv").string(), false}, whole);
+  EXPECT_EQ(predict((dir / "run").string(),
+                    {write("gap.csv", 30), (dir / "pg.csv").string(), false}, gap),
+            all);
+  EXPECT_HAS(gap.str(), "1 missing cells of 'signal' filled");
+}
+
 // data.known_future in predict: the future rows at the file's end give the known values of the
 // last forecasts (and their dates); without them the windows that need them are left out, said.
 TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {

@@ -21,12 +21,17 @@ namespace {
 // Fills the missing cells (NaN) of column x (by file row) per data.missing, each series walked in
 // time order; returns how many it filled. Cells it cannot fill (ffill: none before them) are an
 // error, or with `leave_unfillable` (predict --last, which checks its windows) stay missing.
+// With `leave_trailing`, the cells after a series' last value stay missing: the rows to come of
+// a file that gives data.known_future values, whose other cells are not known yet.
 int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::string& how,
-                     const DataFile& table, const std::string& name, bool leave_unfillable) {
+                     const DataFile& table, const std::string& name, bool leave_unfillable,
+                     bool leave_trailing = false) {
   int64_t filled = 0;
   std::vector<double>& v = *x;
-  for (const SeriesSpan& s : order.spans) {
+  for (SeriesSpan s : order.spans) {
     auto at = [&](int64_t p) -> double& { return v[order.rows[p]]; };
+    if (leave_trailing)
+      while (s.end > s.begin && std::isnan(at(s.end - 1))) --s.end;
     int64_t last = -1;  // the position of the last value seen
     for (int64_t p = s.begin; p < s.end; ++p) {
       if (!std::isnan(at(p))) {
@@ -215,9 +220,11 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
   // `horizon` before); `raw` receives the values as they are, every O-th.
   // Empty target cells (values not known yet) are NaN with `missing_targets`.
   auto column = [&](const std::string& name, int64_t j, Transform t, bool is_target, double* raw) {
-    // predict: targets to come, and with data.known_future the future rows' other features
-    const bool not_known_yet = ((is_target || !o.known_future.empty()) && missing_targets) ||
-                               (missing_inputs && o.missing == "error");
+    // predict: targets to come (and with data.known_future the rows to come's other features,
+    // which stay missing as the series' last cells)
+    const bool not_known_yet =
+        (is_target && missing_targets) || (missing_inputs && o.missing == "error");
+    const bool leave_trailing = !o.known_future.empty() && missing_targets;
     std::vector<double> x;
     try {
       x = table.column(name, not_known_yet || o.missing != "error");
@@ -246,7 +253,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     if (o.missing != "error" && !not_known_yet) {
       const int64_t empty =
           mask ? std::count_if(x.begin(), x.end(), [](double v) { return std::isnan(v); })
-               : fill_missing(&x, order, o.missing, table, name, missing_inputs);
+               : fill_missing(&x, order, o.missing, table, name, missing_inputs, leave_trailing);
       const std::string note = "data.missing " + o.missing + ": " + std::to_string(empty) +
                                " missing cells of '" + name + "' " + (mask ? "masked" : "filled");
       if (empty > 0 && std::find(d->notes.begin(), d->notes.end(), note) == d->notes.end())
