@@ -1076,14 +1076,16 @@ TEST(Predict, CategoricalColumnsTravelWithTheModel) {
 // does: a gap before the future rows costs no window (only the future rows' cells stay empty).
 TEST(Predict, KnownFutureKeepsFillingMissingInputs) {
   const fs::path dir = test::temp_dir("known_future_gaps");
-  auto write = [&](const std::string& name, int gap) {
+  auto write = [&](const std::string& name, int gap, int known_gap = -1) {
     std::ofstream f(dir / name);
     f << "when,signal,promo,y\n";
     for (int i = 0; i < 62; ++i) {
       const int promo = (i * 7) % 5 == 0;
       f << io::format_datetime(int64_t{1577836800} + i * int64_t{3600}, false) << ",";
       if (i < 60 && i != gap) f << std::sin(0.3 * i);
-      f << "," << promo << ",";
+      f << ",";
+      if (i != known_gap) f << promo;
+      f << ",";
       if (i < 60) f << std::sin(0.3 * i) + promo;
       f << "\n";
     }
@@ -1104,6 +1106,10 @@ TEST(Predict, KnownFutureKeepsFillingMissingInputs) {
                     {write("gap.csv", 30), (dir / "pg.csv").string(), false}, gap),
             all);
   EXPECT_HAS(gap.str(), "1 missing cells of 'signal' filled");
+  std::ostringstream known_gap;  // so is a gap in a known column, as training filled it
+  EXPECT_EQ(predict((dir / "run").string(),
+                    {write("known_gap.csv", -1, 40), (dir / "pk.csv").string(), false}, known_gap),
+            all);
 }
 
 // data.known_future in predict: the future rows at the file's end give the known values of the

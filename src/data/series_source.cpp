@@ -321,8 +321,9 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     std::vector<double> x;
     if (!calendar) {
       x = table.column(name, missing_targets || o.missing != "error");
-      if (!missing_targets && o.missing != "error" && o.missing != "mask")
-        fill_missing(&x, order, o.missing, table, name, missing_inputs);
+      // Gaps filled as in training; at predict, past the file's last known value stays unknown.
+      if (o.missing != "error" && o.missing != "mask")
+        fill_missing(&x, order, o.missing, table, name, missing_inputs, missing_targets);
     }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t end = d->series_of(k).end;
