@@ -267,7 +267,11 @@ TEST(Device, GpuStepGraphsReplayTheEagerRun) {
     const char* schedule;  // both runs held to one (other tests may tune the shape meanwhile)
   };
   const std::vector<Case> cases = {
-      {"lstm", "lstm", {"model.dropout=0"}, true, "whole_chains"},
+      // Stacks of whole chains (wider than the cells' own input projection), on the emulated
+      // GPU's 3 SMs a layer at a time (the LSTM's layers keep their weights resident alone) and
+      // together (the GRU's keep them resident in neither).
+      {"lstm", "lstm", {"model.dropout=0", "model.hidden=24"}, true, "whole_chains"},
+      {"gru_stack", "gru", {"model.dropout=0", "model.hidden=40"}, true, "whole_chains"},
       {"gru_fp16",
        "gru",
        {"model.dropout=0", "train.precision=fp16", "train.clip_grad_norm=0.5"},

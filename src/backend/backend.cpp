@@ -132,11 +132,60 @@ double Backend::sum_squares(Tensor x) {
   return sum.read();
 }
 
+namespace {
+
+template <typename Chain>
+bool check_stack(std::span<const Chain> chains) {
+  for (size_t i = 0; i < chains.size(); ++i)
+    SF_CHECK(!chains[i].w_ih || (i == 1 && chains.size() == 2),
+             "a recurrence stack is two chains, the second given w_ih");
+  if (chains.size() != 2 || !chains[1].w_ih) return false;
+  const Chain &lower = chains[0], &upper = chains[1];
+  SF_CHECK(
+      lower.cell.batch == upper.cell.batch && lower.cell.hidden == upper.cell.hidden &&
+          lower.steps == upper.steps && lower.reverse == upper.reverse && lower.gemm == upper.gemm,
+      "a recurrence stack's chains need one batch, width, length, direction and product dtype");
+  return true;
+}
+
+}  // namespace
+
+bool is_stack(std::span<const RecurrenceForward> chains) {
+  if (!check_stack(chains)) return false;
+  SF_CHECK(chains[1].x && chains[1].cell.gates && !chains[1].cell.x,
+           "a recurrence stack's upper chain takes its input from x into cell.gates");
+  return true;
+}
+
+bool is_stack(std::span<const RecurrenceBackward> chains) {
+  if (!check_stack(chains)) return false;
+  SF_CHECK(!chains[0].cell.dh_out && chains[1].dx,
+           "a recurrence stack's lower chain takes its output gradient from the upper chain");
+  return true;
+}
+
 void Backend::recurrence_forward(CellKind kind, std::span<const RecurrenceForward> chains,
                                  DType dtype) {
   check_whole_chain(kind);
   const int gates = cell_type(kind).gates;
   const int64_t size = dtype_size(dtype);
+  if (is_stack(chains)) {  // a layer at a time, the upper one's input projection between
+    recurrence_forward(kind, chains.first(1), dtype);
+    RecurrenceForward upper = chains[1];
+    const int64_t B = upper.cell.batch, H = upper.cell.hidden;
+    // G(steps * B, G*H) = x W_ih^T + bias
+    GemmShape proj{.trans_b = true,
+                   .m = upper.steps * B,
+                   .n = gates * H,
+                   .k = H,
+                   .lda = upper.ld_x,
+                   .ldb = H,
+                   .ldc = gates * H};
+    proj.bias = upper.bias != nullptr;
+    gemm(proj, upper.gemm, upper.x, upper.w_ih, upper.cell.gates, upper.bias);
+    upper.w_ih = upper.x = upper.bias = nullptr;
+    return recurrence_forward(kind, std::span(&upper, 1), dtype);
+  }
   for (const RecurrenceForward& a : chains) {
     const int64_t B = a.cell.batch, GH = gates * a.cell.hidden;
     Scratch rec(*this, static_cast<size_t>(B * GH * size));
@@ -162,6 +211,19 @@ void Backend::recurrence_backward(CellKind kind, std::span<const RecurrenceBackw
   check_whole_chain(kind);
   const CellType& type = cell_type(kind);
   const int64_t size = dtype_size(dtype);
+  if (is_stack(chains)) {  // a layer at a time, the lower one's output gradient between
+    RecurrenceBackward upper = chains[1], lower = chains[0];
+    upper.w_ih = nullptr;
+    recurrence_backward(kind, std::span(&upper, 1), dtype);
+    const int64_t B = lower.cell.batch, H = lower.cell.hidden, GH = type.gates * H;
+    // dx(steps * B, H) = dG(steps * B, G*H) W_ih(G*H, H)
+    const void* dg = upper.cell.dgates_low ? upper.cell.dgates_low : upper.cell.dgates;
+    gemm({.m = lower.steps * B, .n = H, .k = GH, .lda = GH, .ldb = H, .ldc = H}, upper.gemm, dg,
+         chains[1].w_ih, upper.dx);
+    lower.cell.dh_out = upper.dx;
+    lower.cell.ld_dh_out = H;
+    return recurrence_backward(kind, std::span(&lower, 1), dtype);
+  }
   for (const RecurrenceBackward& a : chains) {
     const int64_t H = a.cell.hidden;
     for (int64_t k = 0; k < a.steps; ++k) {

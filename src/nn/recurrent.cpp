@@ -23,7 +23,10 @@
 // input projection for each step it finishes (and in backward the upper layer's worker computing
 // the lower layer's output gradient). Each worker's GEMMs then run on one core, which on the
 // small recurrent shapes beats one GEMM split over all cores. Timings quoted below are the
-// LSTM's.
+// LSTM's. Whole chains (a backend that runs a chain's recurrence in one call) pair a
+// unidirectional stack's layers the same way: each pair is one call, the upper layer's input
+// projection (forward) and the lower layer's output gradient (backward) computed step by step
+// inside it.
 //
 // With bf16 GEMMs the cells keep the gate activations in bf16 (backward overwrites them with dG
 // in bf16) and also write bf16 copies of h; every GEMM reads those and bf16 copies of the
@@ -385,8 +388,16 @@ void Recurrent::compute_forward(Backend& be, RecurrentSchedule schedule) {
   {
     const int width = concurrent ? wavefront_width(be) : 1;
     for (int64_t l0 = 0; l0 < L;) {
-      const int64_t group = std::min<int64_t>(width, L - l0);
-      if (group == 1) {
+      const bool stack = schedule == RecurrentSchedule::whole_chains && stacks_with_next(l0);
+      const int64_t group = stack ? 2 : std::min<int64_t>(width, L - l0);
+      if (stack) {
+        {
+          SF_PROFILE_SCOPE(scope_projection_, static_cast<int>(l0));
+          project_all(be, l0, 0);
+        }
+        SF_PROFILE_SCOPE(scope_forward_, static_cast<int>(l0), 0);
+        stack_forward(be, l0);
+      } else if (group == 1) {
         // Bidirectional layers project their input a step at a time: the step's pre-activations
         // are then still in cache for the cell (W2 bf16, layered: 260-270 against 286-293 ms;
         // a unidirectional W4 gains nothing, its per-step GEMMs have 64 rows).
@@ -716,6 +727,30 @@ void Recurrent::chains_forward(Backend& be, int64_t l) {
   be.recurrence_forward(cell_.kind, std::span(chains.data(), directions()), params_.dtype());
 }
 
+bool Recurrent::stacks_with_next(int64_t l) const {
+  return whole_chains_apply() && directions() == 1 && l + 1 < opt_.num_layers && !dropout_active_ &&
+         !cell_projects_input(l + 1);
+}
+
+void Recurrent::stack_forward(Backend& be, int64_t l) {
+  std::array<RecurrenceForward, 2> chains{chain_forward_args(l, 0), chain_forward_args(l + 1, 0)};
+  RecurrenceForward& upper = chains[1];
+  upper.w_ih = input_weights(l + 1).data();
+  upper.x = in_gemm_[l + 1].data();
+  upper.ld_x = opt_.hidden_size;
+  upper.bias = chains_[l + 1].bias.tensor().data();
+  be.recurrence_forward(cell_.kind, chains, params_.dtype());
+}
+
+void Recurrent::stack_backward(Backend& be, int64_t l, Tensor dout) {
+  std::array<RecurrenceBackward, 2> chains{
+      chain_backward_args(l, 0, Tensor(), chains_[l].dbias.tensor().data()),
+      chain_backward_args(l + 1, 0, dout, chains_[l + 1].dbias.tensor().data())};
+  chains[1].w_ih = input_weights(l + 1).data();
+  chains[1].dx = din_[l + 1].tensor().data();
+  be.recurrence_backward(cell_.kind, chains, params_.dtype());
+}
+
 // step_forward's arguments for every step at once: pointers at time 0, the initial state.
 RecurrenceForward Recurrent::chain_forward_args(int64_t l, int64_t d) {
   const int64_t H = opt_.hidden_size, D = directions(), s = l * D + d;
@@ -965,7 +1000,9 @@ void Recurrent::compute_backward(Backend& be, RecurrentSchedule schedule) {
   {
     const int width = concurrent ? wavefront_width(be) : 1;
     for (int64_t l1 = L; l1 > 0;) {  // layers l0 .. l1-1, from the top
-      const int64_t group = std::min<int64_t>(width, l1), l0 = l1 - group;
+      const bool stack =
+          schedule == RecurrentSchedule::whole_chains && l1 >= 2 && stacks_with_next(l1 - 2);
+      const int64_t group = stack ? 2 : std::min<int64_t>(width, l1), l0 = l1 - group;
       const Tensor group_dout = l1 == L ? dout_ : din_[l1].tensor();
       // Chains on workers of their own (directions side by side, a wavefront's layers) sum their
       // weight gradients as they go, a chunk of steps at a time, while the chunk's dG is still
@@ -974,7 +1011,10 @@ void Recurrent::compute_backward(Backend& be, RecurrentSchedule schedule) {
       const int64_t workers = std::max<int64_t>(group, D);
       const Tensor copies = in_loop ? weight_grad_copies(be, l0, l1, workers, true) : Tensor();
       auto own_copies = [&](int64_t j) { return copies.empty() ? copies : copies.slice(j, j + 1); };
-      if (group == 1) {
+      if (stack) {
+        SF_PROFILE_SCOPE(scope_backward_, static_cast<int>(l0), 0);
+        stack_backward(be, l0, group_dout);
+      } else if (group == 1) {
         auto run_chain = [&](int64_t d) {
           SF_PROFILE_SCOPE(scope_backward_, static_cast<int>(l0), static_cast<int>(d));
           for (int64_t step = T_ - 1; step >= 0; --step) {

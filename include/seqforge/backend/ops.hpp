@@ -2,6 +2,7 @@
 // Op descriptions: the arguments of the backend's ops, shared by the backends and the kernels
 // that implement them (which need no backend to build).
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "seqforge/core/dtype.hpp"
@@ -144,6 +145,14 @@ struct CellBackward {
 // arguments describe time 0: every per-step buffer is (steps * B) rows, time t at row t * B of
 // its own width (gates and dgates G*H, c and saved H, h ldh, x ldx, dh_out ld_dh_out). A reverse
 // chain walks t = steps-1 .. 0. c_prev and h_prev (and h0) hold the initial state.
+//
+// A stack: two chains of one direction where the second, given w_ih, is the layer above the
+// first, whose h is its input (the cell's own input projection, x, unused). Forward, its
+// pre-activations at step t are x[t] W_ih^T + bias as the lower chain's step t writes x[t] (the
+// cell overwrites cell.gates with its activations as usual; cell.gates must be given). Backward,
+// the lower chain's output gradient at step t is the upper chain's dG[t] W_ih (dgates, or their
+// low copies where given), in place of its cell.dh_out (null). So both layers can step together,
+// the upper one a step behind forward and the lower one a step behind backward.
 struct RecurrenceForward {
   CellForward cell;  // gates_rec is unused
   int64_t steps = 0;
@@ -152,6 +161,10 @@ struct RecurrenceForward {
   const void* w_hh = nullptr;  // (G*H, H) in `gemm`
   const void* h0 = nullptr;    // (B, H) in `gemm`, rows ld_h0 apart: the product's first h
   int64_t ld_h0 = 0;
+  const void* w_ih = nullptr;  // a stack's upper chain: (G*H, H) in `gemm`
+  const void* x = nullptr;  // its input, the lower chain's h (h_low), (steps * B) rows ld_x apart
+  int64_t ld_x = 0;
+  const void* bias = nullptr;  // (G*H) in the cell's dtype, or none
 };
 // dh (B, H) is dL/dh into the chain's first step back (read) and dL/dh_0 after its last
 // (written), in place of cell.dh_rec and cell.dh_direct; cell.dc likewise carries dL/dc. dgates
@@ -166,7 +179,15 @@ struct RecurrenceBackward {
   const void* c = nullptr;  // LSTM: the forward's c, (steps * B, H)
   const void* h = nullptr;  // GRU: the forward's h, (steps * B) rows ldh apart
   int64_t ldh = 0;
+  const void* w_ih = nullptr;  // a stack's upper chain: (G*H, H) in `gemm`
+  void* dx = nullptr;  // and (steps * B, H) of memory where its layers run one at a time, for the
+                       // lower chain's output gradient (contents undefined after)
 };
+
+// Whether chains are a stack (above), checked: two chains of one batch, width, length and
+// direction, the second with w_ih.
+bool is_stack(std::span<const RecurrenceForward> chains);
+bool is_stack(std::span<const RecurrenceBackward> chains);
 
 // Multi-head scaled dot-product attention over the packed projections of a (B, T, 3C) c_attn
 // output, C = heads * head_dim: for batch row b and head h, q, k and v are the columns

@@ -188,6 +188,12 @@ class Recurrent {
   // Layer l's whole chains, every direction in one backend call (a GPU steps them together).
   void chains_forward(Backend& be, int64_t l);
   void chains_backward(Backend& be, int64_t l, Tensor dout);
+  // Whether layers l and l + 1 run as a stack of whole chains (ops.hpp: one backend call, a GPU
+  // steps them together as a wavefront): unidirectional, no dropout between them, and a layer
+  // l + 1 whose cell does not project its own input.
+  bool stacks_with_next(int64_t l) const;
+  void stack_forward(Backend& be, int64_t l);
+  void stack_backward(Backend& be, int64_t l, Tensor dout);
   RecurrenceForward chain_forward_args(int64_t l, int64_t d);
   RecurrenceBackward chain_backward_args(int64_t l, int64_t d, Tensor dout, void* dbias);
   int split_workers(const Backend& be) const;

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -340,19 +341,23 @@ class CudaBackend final : public Backend {
   }
   // A chain's recurrence in one cooperative launch, its blocks waiting for each other between
   // steps (recurrence.cuh): no launch per step. A GPU without cooperative launches takes the
-  // steps.
+  // steps. A stack's two layers share a launch where that keeps, or does not cost, their
+  // weights' residence; else the Backend's definition runs them a layer at a time (each through
+  // here).
   bool fuses_recurrence(CellKind cell) const override {
     return cooperative_ && (cell == CellKind::lstm || cell == CellKind::gru);
   }
   void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains,
                           DType dtype) override {
-    if (!fuses_recurrence(cell)) return Backend::recurrence_forward(cell, chains, dtype);
+    if (!fuses_recurrence(cell) || (is_stack(chains) && !stack_together(cell, chains, dtype)))
+      return Backend::recurrence_forward(cell, chains, dtype);
     cuda::recurrence_forward(cell, chains, dtype, stream_);
     check_cuda(cudaGetLastError(), std::string(cell_type(cell).name) + " recurrence forward");
   }
   void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
                            DType dtype) override {
-    if (!fuses_recurrence(cell)) return Backend::recurrence_backward(cell, chains, dtype);
+    if (!fuses_recurrence(cell) || (is_stack(chains) && !stack_together(cell, chains, dtype)))
+      return Backend::recurrence_backward(cell, chains, dtype);
     if (chains.empty()) return;
     const CellType& type = cell_type(cell);
     const RecurrenceBackward& a = chains.front();
@@ -374,6 +379,13 @@ class CudaBackend final : public Backend {
                               : nullptr;
     cuda::recurrence_backward(cell, chains, dgates, drec, rows, dtype, stream_);
     check_cuda(cudaGetLastError(), std::string(type.name) + " recurrence backward");
+  }
+  template <typename Chain>
+  bool stack_together(CellKind cell, std::span<const Chain> chains, DType dtype) const {
+    constexpr bool backward = std::is_same_v<Chain, RecurrenceBackward>;
+    if (chains[0].steps == 0 || chains[0].cell.batch == 0) return true;
+    return cuda::recurrence_stack_together(cell, chains[0].cell.batch, chains[0].cell.hidden, dtype,
+                                           backward);
   }
   // A bad id is reported at the next synchronisation (raise_reports).
   void embedding_forward(Tensor out, Tensor table, Tensor ids) override {

@@ -90,12 +90,14 @@ template <typename T>
 struct LstmForwardInputs {
   T pre[4], c_prev;
 };
+// with_pre false: the pre-activations left 0, for a caller that computes them (a stack's upper
+// layer in a whole-chain kernel).
 template <typename T>
 __device__ inline LstmForwardInputs<T> lstm_forward_inputs(const CellForward& p, int64_t b,
-                                                           int64_t j) {
+                                                           int64_t j, bool with_pre = true) {
   const int64_t H = p.hidden;
   LstmForwardInputs<T> in;
-  for (int g = 0; g < 4; ++g) in.pre[g] = preact<T>(p, 4, b, g * H + j);
+  for (int g = 0; g < 4; ++g) in.pre[g] = with_pre ? preact<T>(p, 4, b, g * H + j) : T(0);
   in.c_prev = static_cast<const T*>(p.c_prev)[b * H + j];
   return in;
 }
@@ -165,11 +167,11 @@ struct GruForwardInputs {
   T pre[3], bias_hn, h_prev;
 };
 template <typename T>
-__device__ inline GruForwardInputs<T> gru_forward_inputs(const CellForward& p, int64_t b,
-                                                         int64_t j) {
+__device__ inline GruForwardInputs<T> gru_forward_inputs(const CellForward& p, int64_t b, int64_t j,
+                                                         bool with_pre = true) {
   const int64_t H = p.hidden;
   GruForwardInputs<T> in;
-  for (int g = 0; g < 3; ++g) in.pre[g] = preact<T>(p, 3, b, g * H + j);
+  for (int g = 0; g < 3; ++g) in.pre[g] = with_pre ? preact<T>(p, 3, b, g * H + j) : T(0);
   in.bias_hn = static_cast<const T*>(p.bias_rec)[j];
   in.h_prev = static_cast<const T*>(p.h_prev)[b * p.ld_h_prev + j];
   return in;

@@ -65,7 +65,10 @@ void cell_backward(CellKind cell, const CellBackward& p, void* dbias_rows, DType
                    cudaStream_t stream);
 
 // Independent whole chains of one batch, width and length, LSTM or GRU, up to
-// recurrence_chains_together at a time in one cooperative launch (recurrence.cuh). Backward needs
+// recurrence_chains_together at a time in one cooperative launch (recurrence.cuh), or a stack
+// (ops.hpp) in one launch, its layers stepping together; recurrence_stack_together says whether
+// a stack should: where its tiles keep their weights resident, or where one layer's would not
+// either (else the caller runs a layer at a time, where each keeps them). Backward needs
 // scratch for that many chains, one after another: for dgates and dgates_rec when they are null
 // (B, G*H each), and for the bias sums when dbias is given (recurrence_bias_rows(B) x bias
 // columns), all in `dtype`.
@@ -74,6 +77,8 @@ void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains
 void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
                          void* dgates_step, void* drec_step, void* bias_rows, DType dtype,
                          cudaStream_t stream);
+bool recurrence_stack_together(CellKind cell, int64_t batch, int64_t hidden, DType dtype,
+                               bool backward);
 constexpr int64_t recurrence_chains_together = 2;
 int64_t recurrence_bias_rows(int64_t batch);
 

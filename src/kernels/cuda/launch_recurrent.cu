@@ -1,6 +1,7 @@
 // The launchers (launch.hpp) of the recurrent cells' steps and whole-chain recurrences.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -49,10 +50,11 @@ namespace {
 // A whole-chain launch's plan and blocks: the largest chunk of K (all of it, or a multiple of 8)
 // whose staging fits the GPU's shared memory per block, with W_hh's slice resident when it fits
 // too and every tile can have a block of its own; no more blocks than the GPU holds at once (the
-// blocks wait for each other). `elements(plan)` is the shared memory a plan needs.
+// blocks wait for each other). `elements(plan)` is the shared memory a plan needs. None where
+// not even the smallest chunk fits.
 template <typename T, typename Kernel, typename Elements>
-std::pair<RecurrencePlan, unsigned> plan_recurrence(Kernel kernel, int64_t k_total, int64_t tiles,
-                                                    Elements elements, const char* what) {
+std::optional<std::pair<RecurrencePlan, unsigned>> try_plan_recurrence(
+    Kernel kernel, int64_t k_total, int64_t tiles, Elements elements, const char* what) {
   auto check = [&](cudaError_t e, const char* query) {
     if (e == cudaSuccess) return;
     cudaGetLastError();
@@ -80,8 +82,16 @@ std::pair<RecurrencePlan, unsigned> plan_recurrence(Kernel kernel, int64_t k_tot
         "the occupancy query");
     const int64_t capacity = int64_t{per_sm} * sms;
     if (per_sm < 1 || (resident && tiles > capacity)) continue;
-    return {plan, static_cast<unsigned>(std::min(tiles, capacity))};
+    return std::pair{plan, static_cast<unsigned>(std::min(tiles, capacity))};
   }
+  return std::nullopt;
+}
+
+template <typename T, typename Kernel, typename Elements>
+std::pair<RecurrencePlan, unsigned> plan_recurrence(Kernel kernel, int64_t k_total, int64_t tiles,
+                                                    Elements elements, const char* what) {
+  if (const auto plan = try_plan_recurrence<T>(kernel, k_total, tiles, elements, what))
+    return *plan;
   fail("cuda: ", what,
        " needs more shared memory than this GPU offers a block; use a narrower "
        "model.hidden or train.device: cpu");
@@ -114,15 +124,23 @@ std::vector<Chains<Chain>> chain_groups(std::span<const Chain> chains, int toget
 // Launches `kernel` over the chains, `launch(group, plan, blocks)` for each group: together in
 // one launch (up to kMaxChains) unless that would cost them their resident weights, which one
 // chain alone keeps; then a launch a chain.
+// A stack's two chains are always launched together. `elements(plan, stack)`.
 template <typename T, typename Chain, typename Kernel, typename Elements, typename Launch>
 void launch_chains(std::span<const Chain> chains, Kernel kernel, int64_t k_total, Elements elements,
                    const char* what, Launch&& launch) {
   const int64_t per_chain =
       tile_groups(chains[0].cell.batch, kTileRows) * tile_groups(chains[0].cell.hidden, kTileUnits);
+  if (is_stack(chains)) {
+    const auto [plan, blocks] = plan_recurrence<T>(
+        kernel, k_total, 2 * per_chain, [&](const RecurrencePlan& p) { return elements(p, true); },
+        what);
+    return launch(chain_groups(chains, 2).front(), plan, blocks);
+  }
+  const auto single = [&](const RecurrencePlan& p) { return elements(p, false); };
   const int together = static_cast<int>(std::min<int64_t>(chains.size(), kMaxChains));
-  const auto joint = plan_recurrence<T>(kernel, k_total, together * per_chain, elements, what);
+  const auto joint = plan_recurrence<T>(kernel, k_total, together * per_chain, single, what);
   if (together > 1 && !joint.first.resident) {
-    const auto alone = plan_recurrence<T>(kernel, k_total, per_chain, elements, what);
+    const auto alone = plan_recurrence<T>(kernel, k_total, per_chain, single, what);
     if (alone.first.resident) {
       for (const Chains<Chain>& group : chain_groups(chains, 1))
         launch(group, alone.first, alone.second);
@@ -133,12 +151,50 @@ void launch_chains(std::span<const Chain> chains, Kernel kernel, int64_t k_total
     const auto [plan, blocks] =
         group.count == together
             ? joint
-            : plan_recurrence<T>(kernel, k_total, group.count * per_chain, elements, what);
+            : plan_recurrence<T>(kernel, k_total, group.count * per_chain, single, what);
     launch(group, plan, blocks);
   }
 }
 
 }  // namespace
+
+bool recurrence_stack_together(CellKind cell, int64_t batch, int64_t hidden, DType dtype,
+                               bool backward) {
+  const int G = cell_type(cell).gates;
+  const int64_t per_chain = tile_groups(batch, kTileRows) * tile_groups(hidden, kTileUnits);
+  bool together = true;
+  dispatch_float(dtype, [&]<typename T>() {
+    auto decide = [&](auto kernel, int64_t k_total, auto elements) {
+      const char* what =
+          backward ? "the recurrence's backward kernel" : "the recurrence's forward kernel";
+      const auto stack = try_plan_recurrence<T>(
+          kernel, k_total, 2 * per_chain,
+          [&](const RecurrencePlan& p) { return elements(p, true); }, what);
+      if (stack && stack->first.resident) return;
+      const auto alone = try_plan_recurrence<T>(
+          kernel, k_total, per_chain, [&](const RecurrencePlan& p) { return elements(p, false); },
+          what);
+      together = stack && !(alone && alone->first.resident);
+    };
+    auto run = [&]<int Gates>() {
+      if (backward)
+        decide(recurrence_backward_kernel<T, Gates>, Gates * hidden,
+               [&](const RecurrencePlan& p, bool stack) {
+                 return recurrence_backward_elements(Gates, hidden, p, sizeof(T), stack);
+               });
+      else
+        decide(recurrence_forward_kernel<T, Gates>, hidden,
+               [&](const RecurrencePlan& p, bool stack) {
+                 return recurrence_forward_elements(Gates, hidden, p, sizeof(T), stack);
+               });
+    };
+    if (G == 4)
+      run.template operator()<4>();
+    else
+      run.template operator()<3>();
+  });
+  return together;
+}
 
 void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains, DType dtype,
                         cudaStream_t stream) {
@@ -149,13 +205,14 @@ void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains
            cell_type(cell).name);
   dispatch_float(dtype, [&]<typename T>() {
     auto run = [&]<int G>() {
-      auto elements = [&](const RecurrencePlan& p) {
-        return recurrence_forward_elements(G, H, p, sizeof(T));
+      auto elements = [&](const RecurrencePlan& p, bool stack) {
+        return recurrence_forward_elements(G, H, p, sizeof(T), stack);
       };
       launch_chains<T>(
           chains, recurrence_forward_kernel<T, G>, H, elements, "the recurrence's forward kernel",
           [&](const Chains<RecurrenceForward>& group, const RecurrencePlan& plan, unsigned blocks) {
-            SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, elements(plan) * sizeof(T), stream,
+            SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads,
+                                  elements(plan, stacked(group)) * sizeof(T), stream,
                                   recurrence_forward_kernel<T, G>)
             (group, plan);
           });
@@ -183,24 +240,26 @@ void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chai
     auto run = [&]<int G>() {
       const int64_t GH = G * H, columns = (G == 3 ? 2 : 1) * GH;
       const int64_t rows = recurrence_bias_rows(B) * columns;  // a chain's bias sums
-      auto elements = [&](const RecurrencePlan& p) {
-        return recurrence_backward_elements(G, H, p, sizeof(T));
+      auto elements = [&](const RecurrencePlan& p, bool stack) {
+        return recurrence_backward_elements(G, H, p, sizeof(T), stack);
       };
-      launch_chains<T>(
-          chains, recurrence_backward_kernel<T, G>, GH, elements,
-          "the recurrence's backward kernel",
-          [&](const Chains<RecurrenceBackward>& group, const RecurrencePlan& plan,
-              unsigned blocks) {
-            if (dbias) cudaMemsetAsync(bias_rows, 0, group.count * rows * sizeof(T), stream);
-            SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads, elements(plan) * sizeof(T), stream,
-                                  recurrence_backward_kernel<T, G>)
-            (group, plan, static_cast<T*>(dgates_step), static_cast<T*>(drec_step),
-             dbias ? static_cast<T*>(bias_rows) : nullptr);
-            if (dbias)
-              for (int c = 0; c < group.count; ++c)
-                sum_rows_acc(group.chain[c].cell.dbias, static_cast<T*>(bias_rows) + c * rows,
-                             dtype, recurrence_bias_rows(B), columns, stream);
-          });
+      launch_chains<T>(chains, recurrence_backward_kernel<T, G>, GH, elements,
+                       "the recurrence's backward kernel",
+                       [&](const Chains<RecurrenceBackward>& group, const RecurrencePlan& plan,
+                           unsigned blocks) {
+                         if (dbias)
+                           cudaMemsetAsync(bias_rows, 0, group.count * rows * sizeof(T), stream);
+                         SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads,
+                                               elements(plan, stacked(group)) * sizeof(T), stream,
+                                               recurrence_backward_kernel<T, G>)
+                         (group, plan, static_cast<T*>(dgates_step), static_cast<T*>(drec_step),
+                          dbias ? static_cast<T*>(bias_rows) : nullptr);
+                         if (dbias)
+                           for (int c = 0; c < group.count; ++c)
+                             sum_rows_acc(group.chain[c].cell.dbias,
+                                          static_cast<T*>(bias_rows) + c * rows, dtype,
+                                          recurrence_bias_rows(B), columns, stream);
+                       });
     };
     if (cell == CellKind::lstm)
       run.template operator()<4>();

@@ -5,7 +5,11 @@
 // each step into tiles of a chain's batch rows x hidden units (a tile's units with all their
 // gates), compute the tile's part of the recurrent product from operands staged in shared memory,
 // run cells.cuh's unit steps on it, and wait for each other (a grid sync) before the next step,
-// which reads every tile's output. Each block keeps the same tiles at every step, so a unit's
+// which reads every tile's output. A stack's two layers (ops.hpp) step together as a wavefront,
+// the upper layer's step t (its input product x[t] W_ih^T in its tiles beside the recurrent one)
+// after the lower layer's step t forward, and the lower layer's step t (its output gradient
+// dG_upper[t] W_ih beside dR W_hh) after the upper layer's backward: one grid sync a step for
+// both. Each block keeps the same tiles at every step, so a unit's
 // carried state (c, dc, dh) is only ever touched by one block. A step's latency is its cost: a
 // thread issues its loads of a staged operand in batches before it stores them, loads its cell's
 // other inputs before the product, and the products read 16-byte vectors along K from rows padded
@@ -150,14 +154,21 @@ struct RecurrencePlan {
   bool resident = false;
 };
 
-// The shared memory of a forward launch, in elements: weights [GU][staged_stride(H or chunk)],
-// rows [R][staged_stride(chunk)], rec [R][GU].
+// Whether a launch's chains are a stack: chain 1 the layer above chain 0 (ops.hpp).
+template <typename Chain>
+__host__ __device__ inline bool stacked(const Chains<Chain>& chains) {
+  return chains.count == 2 && chains.chain[1].w_ih != nullptr;
+}
+
+// The shared memory of a forward launch, in elements: weights [GU][staged_stride(H or chunk)]
+// (a resident stack's W_ih slices the same again), rows [R][staged_stride(chunk)], rec [R][GU]
+// (and a stack's pre [R][GU]).
 __host__ __device__ inline int64_t recurrence_forward_elements(int gates, int64_t hidden,
                                                                const RecurrencePlan& p,
-                                                               int64_t size) {
+                                                               int64_t size, bool stack) {
   const int64_t GU = gates * kTileUnits;
-  return GU * staged_stride(p.resident ? hidden : p.chunk, size) +
-         kTileRows * staged_stride(p.chunk, size) + kTileRows * GU;
+  return GU * staged_stride(p.resident ? hidden : p.chunk, size) * (stack && p.resident ? 2 : 1) +
+         kTileRows * staged_stride(p.chunk, size) + kTileRows * GU * (stack ? 2 : 1);
 }
 
 // A cell's inputs besides the recurrent product, for unit e of the tile at (r0, u0) (zeros for
@@ -166,13 +177,13 @@ template <typename T, int G>
 using ForwardInputs = std::conditional_t<G == 4, LstmForwardInputs<T>, GruForwardInputs<T>>;
 template <typename T, int G>
 __device__ inline ForwardInputs<T, G> forward_inputs(const CellForward& p, int64_t r0, int64_t u0,
-                                                     int e, int64_t B, int64_t H) {
+                                                     int e, int64_t B, int64_t H, bool with_pre) {
   const int64_t b = r0 + e / kTileUnits, j = u0 + e % kTileUnits;
   if (e >= kTileRows * kTileUnits || b >= B || j >= H) return {};
   if constexpr (G == 4)
-    return lstm_forward_inputs<T>(p, b, j);
+    return lstm_forward_inputs<T>(p, b, j, with_pre);
   else
-    return gru_forward_inputs<T>(p, b, j);
+    return gru_forward_inputs<T>(p, b, j, with_pre);
 }
 template <typename T, int G>
 using BackwardInputs = std::conditional_t<G == 4, LstmBackwardInputs<T>, GruBackwardInputs<T>>;
@@ -190,7 +201,8 @@ __device__ inline BackwardInputs<T, G> backward_inputs(const CellBackward& p, in
 // G gates: 4 (LSTM) or 3 (GRU). The tile's product rec(r, c), c = g U + u (row g H + u0 + u of
 // W_hh), is computed in 2 x 2 blocks of outputs per thread, rows r and r + 1, columns c and
 // c + GU / 2: each staged vector read serves two products of each of its elements, and a warp's
-// columns are consecutive rows of the staged weights.
+// columns are consecutive rows of the staged weights. A stack's upper layer computes its input
+// product pre(r, c) from x[t] and W_ih alike.
 template <typename T, int G>
 __global__ void __launch_bounds__(kRecurrenceThreads, 2)
     recurrence_forward_kernel(Chains<RecurrenceForward> chains, RecurrencePlan plan) {
@@ -198,98 +210,129 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
   SF_DYNAMIC_SHARED(shared_bytes);
   const int64_t B = chains.chain[0].cell.batch, H = chains.chain[0].cell.hidden;
   const int K = plan.chunk;
+  const bool stack = stacked(chains);  // chain 1 then runs a step behind chain 0
   const int64_t w_stride = staged_stride(plan.resident ? H : K, sizeof(T));
   const int64_t r_stride = staged_stride(K, sizeof(T));
   T* weights = reinterpret_cast<T*>(shared_bytes);  // [GU][w_stride]
-  T* rows = weights + GU * w_stride;                // [R][r_stride]
-  T* rec = rows + R * r_stride;                     // [R][GU]
+  T* weights_in = weights + GU * w_stride;          // [GU][w_stride]: a resident stack's W_ih
+  T* rows = weights_in + (stack && plan.resident ? GU * w_stride : 0);  // [R][r_stride]
+  T* rec = rows + R * r_stride;                                         // [R][GU]
+  T* pre = rec + R * GU;                                                // [R][GU]: a stack's
   // Tile t is chain t / per_chain's tile t % per_chain.
   const int64_t unit_groups = tile_groups(H, U), per_chain = tile_groups(B, R) * unit_groups;
   const int64_t tiles = chains.count * per_chain;
-  // Chain a's W_hh rows of the tile's gates, columns [k0, k0 + n), into weights[c][kk],
-  // zero-padded to whole vectors.
-  auto stage_weights = [&](const RecurrenceForward& a, int64_t u0, int64_t k0, int64_t n) {
+  // Rows of the tile's gates of w ((G H, H) in dtype: W_hh or W_ih), columns [k0, k0 + n), into
+  // into[c][kk], zero-padded to whole vectors.
+  auto stage_weights = [&](T* into, const void* w, DType dtype, int64_t u0, int64_t k0, int64_t n) {
     const int width = static_cast<int>(staged_width(n, sizeof(T)));
-    for (int g = 0; g < G; ++g)  // gate g's U rows: W_hh rows g H + u0 ..
-      stage_operand<T, false, 8>(weights + g * U * w_stride, w_stride, U, width, a.w_hh, a.gemm, H,
+    for (int g = 0; g < G; ++g)  // gate g's U rows: rows g H + u0 ..
+      stage_operand<T, false, 8>(into + g * U * w_stride, w_stride, U, width, w, dtype, H,
                                  g * H + u0, g * H + (H < u0 + U ? H : u0 + U), k0, n);
   };
-  if (plan.resident && blockIdx.x < tiles)
-    stage_weights(chain_at(chains, blockIdx.x / per_chain), blockIdx.x % unit_groups * U, 0, H);
+  if (plan.resident && blockIdx.x < tiles) {
+    const RecurrenceForward a = chain_at(chains, blockIdx.x / per_chain);
+    const int64_t u0 = blockIdx.x % unit_groups * U;
+    stage_weights(weights, a.w_hh, a.gemm, u0, 0, H);
+    if (a.w_ih) stage_weights(weights_in, a.w_ih, a.gemm, u0, 0, H);
+  }
+  // acc[r][c] += src(r0 + r, :) . w(row c of the tile's gates, :), K = H: src's rows ld_src apart
+  // in dtype, w's slice resident (resident_w) or staged a chunk at a time.
+  auto product = [&](T* acc, const void* src, int64_t ld_src, DType dtype, const T* resident_w,
+                     const void* w, int64_t r0, int64_t u0) {
+    for (int64_t k0 = 0; k0 < H; k0 += K) {
+      const int64_t n = k0 + K < H ? K : H - k0;
+      const int width = static_cast<int>(staged_width(n, sizeof(T)));
+      __syncthreads();  // the previous chunk's readers are done
+      // Scalars, 4 at a time: more registers would spill here (sm_80 to sm_89).
+      stage_operand<T, false, 4>(rows, r_stride, R, width, src, dtype, ld_src, r0, B, k0, n);
+      if (!resident_w) stage_weights(weights, w, dtype, u0, k0, n);
+      __syncthreads();
+      const T* w0 = resident_w ? resident_w + k0 : weights;
+      for (int m = threadIdx.x; m < R * GU / 4; m += blockDim.x) {
+        const int r = m / (GU / 2) * 2, c = m % (GU / 2), c2 = c + GU / 2;
+        const T *a0 = rows + r * r_stride, *a1 = a0 + r_stride;
+        const T *b0 = w0 + c * w_stride, *b1 = w0 + c2 * w_stride;
+        T s00 = acc[r * GU + c], s01 = acc[r * GU + c2];
+        T s10 = acc[(r + 1) * GU + c], s11 = acc[(r + 1) * GU + c2];
+        for (int kk = 0; kk < width; kk += V) {
+          const Vec16<T> x0 = load16(a0 + kk), x1 = load16(a1 + kk);
+          const Vec16<T> y0 = load16(b0 + kk), y1 = load16(b1 + kk);
+          for (int v = 0; v < V; ++v) {
+            s00 += x0.v[v] * y0.v[v];
+            s01 += x0.v[v] * y1.v[v];
+            s10 += x1.v[v] * y0.v[v];
+            s11 += x1.v[v] * y1.v[v];
+          }
+        }
+        acc[r * GU + c] = s00;
+        acc[r * GU + c2] = s01;
+        acc[(r + 1) * GU + c] = s10;
+        acc[(r + 1) * GU + c2] = s11;
+      }
+    }
+  };
   using Inputs = ForwardInputs<T, G>;
-  for (int64_t k = 0; k < chains.chain[0].steps; ++k) {
+  const int64_t steps = chains.chain[0].steps;
+  for (int64_t k = 0; k < steps + (stack ? 1 : 0); ++k) {
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const RecurrenceForward a = chain_at(chains, tile / per_chain);
-      const ref::ForwardStep step = ref::forward_step(a, k, G, sizeof(T));
+      const int64_t c = tile / per_chain, kc = stack && c == 1 ? k - 1 : k;  // the chain's step
+      if (kc < 0 || kc >= steps) continue;
+      const RecurrenceForward a = chain_at(chains, c);
+      const bool upper = a.w_ih != nullptr;
+      const ref::ForwardStep step = ref::forward_step(a, kc, G, sizeof(T));
       const CellForward& p = step.cell;
-      const void* h_prev = step.h_prev;  // the product's h, in a.gemm
-      const int64_t ld = step.ld;
       const int64_t r0 = tile % per_chain / unit_groups * R, u0 = tile % unit_groups * U;
       // The thread's first unit (its only one at kRecurrenceThreads) reads its inputs now.
-      const Inputs first = forward_inputs<T, G>(p, r0, u0, threadIdx.x, B, H);
-      for (int o = threadIdx.x; o < R * GU; o += blockDim.x) rec[o] = T(0);
-      for (int64_t k0 = 0; k0 < H; k0 += K) {
-        const int64_t n = k0 + K < H ? K : H - k0;
-        const int width = static_cast<int>(staged_width(n, sizeof(T)));
-        __syncthreads();  // the previous chunk's readers are done
-        // Scalars, 4 at a time: more registers would spill here (sm_80 to sm_89).
-        stage_operand<T, false, 4>(rows, r_stride, R, width, h_prev, a.gemm, ld, r0, B, k0, n);
-        if (!plan.resident) stage_weights(a, u0, k0, n);
-        __syncthreads();
-        const T* w0 = weights + (plan.resident ? k0 : 0);
-        for (int m = threadIdx.x; m < R * GU / 4; m += blockDim.x) {
-          const int r = m / (GU / 2) * 2, c = m % (GU / 2), c2 = c + GU / 2;
-          const T *a0 = rows + r * r_stride, *a1 = a0 + r_stride;
-          const T *b0 = w0 + c * w_stride, *b1 = w0 + c2 * w_stride;
-          T s00 = rec[r * GU + c], s01 = rec[r * GU + c2];
-          T s10 = rec[(r + 1) * GU + c], s11 = rec[(r + 1) * GU + c2];
-          for (int kk = 0; kk < width; kk += V) {
-            const Vec16<T> x0 = load16(a0 + kk), x1 = load16(a1 + kk);
-            const Vec16<T> y0 = load16(b0 + kk), y1 = load16(b1 + kk);
-            for (int v = 0; v < V; ++v) {
-              s00 += x0.v[v] * y0.v[v];
-              s01 += x0.v[v] * y1.v[v];
-              s10 += x1.v[v] * y0.v[v];
-              s11 += x1.v[v] * y1.v[v];
-            }
-          }
-          rec[r * GU + c] = s00;
-          rec[r * GU + c2] = s01;
-          rec[(r + 1) * GU + c] = s10;
-          rec[(r + 1) * GU + c2] = s11;
-        }
+      const Inputs first = forward_inputs<T, G>(p, r0, u0, threadIdx.x, B, H, !upper);
+      for (int o = threadIdx.x; o < R * GU; o += blockDim.x) {
+        rec[o] = T(0);
+        if (upper) pre[o] = T(0);
       }
+      if (upper) {  // pre = x[t] W_ih^T, x[t] the lower chain's output of this step
+        const int64_t t = a.reverse ? steps - 1 - kc : kc;
+        const int64_t size = a.gemm == DType::bf16 || a.gemm == DType::f16 ? 2 : sizeof(T);
+        product(pre, ref::moved(a.x, t * B * a.ld_x, size), a.ld_x, a.gemm,
+                plan.resident ? weights_in : nullptr, a.w_ih, r0, u0);
+      }
+      product(rec, step.h_prev, step.ld, a.gemm, plan.resident ? weights : nullptr, a.w_hh, r0, u0);
       __syncthreads();
+      const T* bias = static_cast<const T*>(a.bias);
       for (int e = threadIdx.x; e < R * U; e += blockDim.x) {
         const int64_t b = r0 + e / U, j = u0 + e % U;
         if (b >= B || j >= H) continue;
-        const Inputs in = e == threadIdx.x ? first : forward_inputs<T, G>(p, r0, u0, e, B, H);
+        Inputs in = e == threadIdx.x ? first : forward_inputs<T, G>(p, r0, u0, e, B, H, !upper);
+        if (upper)
+          for (int g = 0; g < G; ++g)
+            in.pre[g] = pre[e / U * GU + g * U + e % U] + (bias ? bias[g * H + j] : T(0));
         const TileRec<T> from{rec + e / U * GU + e % U, U};
         if constexpr (G == 4)
           lstm_forward_finish<T>(p, b, j, in, from);
         else
           gru_forward_finish<T>(p, b, j, in, from);
       }
-      __syncthreads();  // rec is read before the next tile zeroes it
+      __syncthreads();  // rec and pre are read before the next tile zeroes them
     }
     cooperative_groups::this_grid().sync();
   }
 }
 
-// The shared memory of a backward launch, in elements: weights [U][staged_stride(G H or chunk)],
-// rows [R][staged_stride(chunk)], acc [R][U].
+// The shared memory of a backward launch, in elements: weights [U][staged_stride(G H or chunk)]
+// (a resident stack's W_ih slices the same again), rows [R][staged_stride(chunk)], acc [R][U]
+// (and a stack's din [R][U]).
 __host__ __device__ inline int64_t recurrence_backward_elements(int gates, int64_t hidden,
                                                                 const RecurrencePlan& p,
-                                                                int64_t size) {
-  return kTileUnits * staged_stride(p.resident ? gates * hidden : p.chunk, size) +
-         kTileRows * staged_stride(p.chunk, size) + kTileRows * kTileUnits;
+                                                                int64_t size, bool stack) {
+  return kTileUnits * staged_stride(p.resident ? gates * hidden : p.chunk, size) *
+             (stack && p.resident ? 2 : 1) +
+         kTileRows * staged_stride(p.chunk, size) + kTileRows * kTileUnits * (stack ? 2 : 1);
 }
 
 // Per step back: dh = dR(prev step back) W_hh (+ the cell's direct term, already in dh), then
-// the cell. dgates_step and drec_step stand in for dgates and dgates_rec when the caller keeps
-// only their low copies ((B, G*H) a chain, overwritten each step: only the bias sums read them,
-// each tile's own). partial ((row groups, bias columns) a chain), zeroed, gets each tile's bias
-// sums.
+// the cell; a stack's lower layer, a step behind the upper one, takes its output gradient
+// dG_upper[t] W_ih (din) in place of dh_out. dgates_step and drec_step stand in for dgates and
+// dgates_rec when the caller keeps only their low copies ((B, G*H) a chain, overwritten each
+// step: only the bias sums read them, each tile's own). partial ((row groups, bias columns) a
+// chain), zeroed, gets each tile's bias sums.
 template <typename T, int G>
 __global__ void __launch_bounds__(kRecurrenceThreads, 2)
     recurrence_backward_kernel(Chains<RecurrenceBackward> chains, RecurrencePlan plan,
@@ -298,50 +341,63 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
   SF_DYNAMIC_SHARED(shared_bytes);
   const int64_t B = chains.chain[0].cell.batch, H = chains.chain[0].cell.hidden, GH = G * H;
   const int K = plan.chunk;
+  const bool stack = stacked(chains);  // chain 0 then runs a step behind chain 1
   const int64_t w_stride = staged_stride(plan.resident ? GH : K, sizeof(T));
   const int64_t r_stride = staged_stride(K, sizeof(T));
   T* weights = reinterpret_cast<T*>(shared_bytes);  // [U][w_stride]: W_hh(k, u0 + u) at [u][k]
-  T* rows = weights + U * w_stride;                 // [R][r_stride]
-  T* acc = rows + R * r_stride;                     // [R][U]
+  T* weights_in = weights + U * w_stride;  // [U][w_stride]: a resident stack's upper W_ih, alike
+  T* rows = weights_in + (stack && plan.resident ? U * w_stride : 0);  // [R][r_stride]
+  T* acc = rows + R * r_stride;                                        // [R][U]
+  T* din = acc + R * U;                                                // [R][U]: a stack's
   // Tile t is chain t / per_chain's tile t % per_chain.
   const int64_t unit_groups = tile_groups(H, U), row_groups = tile_groups(B, R);
   const int64_t per_chain = row_groups * unit_groups, tiles = chains.count * per_chain;
   const int64_t bias_columns = G == 3 ? 2 * GH : GH;
   constexpr bool direct = G == 3;  // the GRU's dh_direct, kept in dh
-  // Chain a's W_hh rows [k0, k0 + n), the tile's units, into weights[u][kk], zero-padded to
-  // whole vectors.
-  auto stage_weights = [&](const RecurrenceBackward& a, int64_t u0, int64_t k0, int64_t n) {
-    stage<8>(
-        weights, w_stride, U, static_cast<int>(staged_width(n, sizeof(T))), [&](int u, int kk) {
-          return u0 + u < H && kk < n ? operand<T>(a.w_hh, a.gemm, (k0 + kk) * H + u0 + u) : T(0);
-        });
+  // Rows [k0, k0 + n) of w ((G H, H) in dtype: W_hh or W_ih), the tile's units, into into[u][kk],
+  // zero-padded to whole vectors.
+  auto stage_weights = [&](T* into, const void* w, DType dtype, int64_t u0, int64_t k0, int64_t n) {
+    stage<8>(into, w_stride, U, static_cast<int>(staged_width(n, sizeof(T))), [&](int u, int kk) {
+      return u0 + u < H && kk < n ? operand<T>(w, dtype, (k0 + kk) * H + u0 + u) : T(0);
+    });
   };
-  if (plan.resident && blockIdx.x < tiles)
-    stage_weights(chain_at(chains, blockIdx.x / per_chain), blockIdx.x % unit_groups * U, 0, GH);
-  // The tile's dh (+)= dR W_hh of chain a, dR (rows r0.., all G H columns) in a.gemm: into dh,
-  // and into acc[e] for unit e, which the thread that wrote it reads back.
-  auto recurrent_dh = [&](const RecurrenceBackward& a, const void* d, int64_t r0, int64_t u0) {
-    T* dh = static_cast<T*>(a.dh);
-    for (int o = threadIdx.x; o < R * U; o += blockDim.x) acc[o] = T(0);
+  if (plan.resident && blockIdx.x < tiles) {
+    const int64_t c = blockIdx.x / per_chain, u0 = blockIdx.x % unit_groups * U;
+    const RecurrenceBackward a = chain_at(chains, c);
+    stage_weights(weights, a.w_hh, a.gemm, u0, 0, GH);
+    if (stack && c == 0) stage_weights(weights_in, chains.chain[1].w_ih, a.gemm, u0, 0, GH);
+  }
+  // out = d(rows r0.., all G H columns; in dtype) w, the tile's units: w's slice resident
+  // (resident_w) or staged a chunk at a time. out[e] is unit e's, written by the thread that
+  // later reads it.
+  auto product = [&](T* out, const void* d, DType dtype, const T* resident_w, const void* w,
+                     int64_t r0, int64_t u0) {
+    for (int o = threadIdx.x; o < R * U; o += blockDim.x) out[o] = T(0);
     for (int64_t k0 = 0; k0 < GH; k0 += K) {
       const int64_t n = k0 + K < GH ? K : GH - k0;
       const int width = static_cast<int>(staged_width(n, sizeof(T)));
       __syncthreads();
-      stage_operand<T, true, 8>(rows, r_stride, R, width, d, a.gemm, GH, r0, B, k0, n);
-      if (!plan.resident) stage_weights(a, u0, k0, n);
+      stage_operand<T, true, 8>(rows, r_stride, R, width, d, dtype, GH, r0, B, k0, n);
+      if (!resident_w) stage_weights(weights, w, dtype, u0, k0, n);
       __syncthreads();
-      const T* w0 = weights + (plan.resident ? k0 : 0);
+      const T* w0 = resident_w ? resident_w + k0 : weights;
       for (int o = threadIdx.x; o < R * U; o += blockDim.x) {
         const T* row = rows + o / U * r_stride;
-        const T* w = w0 + o % U * w_stride;
-        T sum = acc[o];
+        const T* wu = w0 + o % U * w_stride;
+        T sum = out[o];
         for (int kk = 0; kk < width; kk += V) {
-          const Vec16<T> x = load16(row + kk), y = load16(w + kk);
+          const Vec16<T> x = load16(row + kk), y = load16(wu + kk);
           for (int v = 0; v < V; ++v) sum += x.v[v] * y.v[v];
         }
-        acc[o] = sum;
+        out[o] = sum;
       }
     }
+  };
+  // The tile's dh (+)= dR W_hh of chain a: into dh, and into acc[e] for unit e, which the thread
+  // that wrote it reads back.
+  auto recurrent_dh = [&](const RecurrenceBackward& a, const void* d, int64_t r0, int64_t u0) {
+    T* dh = static_cast<T*>(a.dh);
+    product(acc, d, a.gemm, plan.resident ? weights : nullptr, a.w_hh, r0, u0);
     __syncthreads();
     for (int e = threadIdx.x; e < R * U; e += blockDim.x) {
       const int64_t b = r0 + e / U, j = u0 + e % U;
@@ -351,11 +407,14 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
     }
   };
   using Inputs = BackwardInputs<T, G>;
-  for (int64_t k = 0; k < chains.chain[0].steps; ++k) {
+  const int64_t steps = chains.chain[0].steps;
+  for (int64_t k = 0; k < steps + (stack ? 1 : 0); ++k) {
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int64_t c = tile / per_chain;
+      const int64_t c = tile / per_chain, kc = stack && c == 0 ? k - 1 : k;  // the chain's step
+      if (kc < 0 || kc >= steps) continue;
       const RecurrenceBackward a = chain_at(chains, c);
-      CellBackward p = ref::backward_step(a, k, G, direct, sizeof(T));
+      const bool lower = stack && c == 0;
+      CellBackward p = ref::backward_step(a, kc, G, direct, sizeof(T));
       if (!p.dgates) p.dgates = dgates_step + c * B * GH;
       if (G == 3 && !p.dgates_rec) p.dgates_rec = drec_step + c * B * GH;
       p.dbias = nullptr;  // summed per tile into partial
@@ -363,13 +422,19 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
       const int64_t rg = tile % per_chain / unit_groups, r0 = rg * R, u0 = tile % unit_groups * U;
       // The thread's first unit (its only one at kRecurrenceThreads) reads its inputs now.
       const Inputs first = backward_inputs<T, G>(p, r0, u0, threadIdx.x, B, H);
+      if (lower) {  // din = dG_upper[t] W_ih, the upper chain's step of the same time
+        const RecurrenceBackward above = chain_at(chains, 1);
+        product(din, ref::recurrent_operand(above, kc, G, false, sizeof(T)), above.gemm,
+                plan.resident ? weights_in : nullptr, above.w_ih, r0, u0);
+      }
       // dh from the step back just done: dR(k - 1) W_hh (+ direct); at the first, a.dh as given.
-      if (k > 0) recurrent_dh(a, ref::recurrent_operand(a, k - 1, G, direct, sizeof(T)), r0, u0);
+      if (kc > 0) recurrent_dh(a, ref::recurrent_operand(a, kc - 1, G, direct, sizeof(T)), r0, u0);
       for (int e = threadIdx.x; e < R * U; e += blockDim.x) {
         const int64_t b = r0 + e / U, j = u0 + e % U;
         if (b >= B || j >= H) continue;
-        const Inputs in = e == threadIdx.x ? first : backward_inputs<T, G>(p, r0, u0, e, B, H);
-        const T dh_rec = k > 0 ? acc[e] : dh[b * H + j];
+        Inputs in = e == threadIdx.x ? first : backward_inputs<T, G>(p, r0, u0, e, B, H);
+        if (lower) in.dh_out = din[e];
+        const T dh_rec = kc > 0 ? acc[e] : dh[b * H + j];
         if constexpr (G == 4)
           lstm_backward_finish<T>(p, b, j, in, dh_rec);
         else
