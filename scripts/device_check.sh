@@ -136,6 +136,19 @@ if [ "${1:-}" != "--no-bench" ]; then
     --steps 10 --rounds "$rounds" \
     --json "$out/bench.json" 2>&1 |
     tee "$out/bench.log" || status=1
+  # The recurrent stacks again with the whole-chain kernels' steps waiting on their row groups'
+  # progress counters instead of grid syncs (SEQFORGE_CUDA_CHAIN_SYNC, recurrence.cuh).
+  SEQFORGE_CUDA_CHAIN_SYNC=row_groups SEQFORGE_RECURRENT_SCHEDULE=whole_chains \
+    "$python" "$root/bench/compare.py" W1 W1g --device cuda \
+    --python "$python" --seqforge "$seqforge" --precision fp32 bf16 --steps 10 --rounds 1 \
+    --json "$out/bench_row_group_waits.json" 2>&1 |
+    tee "$out/bench_row_group_waits.log" || status=1
+  # The same held to whole chains with grid syncs, to set them side by side.
+  SEQFORGE_RECURRENT_SCHEDULE=whole_chains \
+    "$python" "$root/bench/compare.py" W1 W1g --device cuda \
+    --python "$python" --seqforge "$seqforge" --precision fp32 bf16 --steps 10 --rounds 1 \
+    --json "$out/bench_grid_syncs.json" 2>&1 |
+    tee "$out/bench_grid_syncs.log" || status=1
   # The transformers' bf16 steps again with attention on tensor cores (attention_tc.cuh).
   SEQFORGE_CUDA_ATTENTION=tensor_cores "$python" "$root/bench/compare.py" W5 W6 A5 A5k --device cuda \
     --python "$python" --seqforge "$seqforge" --precision bf16 --steps 10 --rounds 1 \

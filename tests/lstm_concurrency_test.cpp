@@ -114,7 +114,8 @@ TEST_P(LstmConcurrency, MatchesSequentialReference) {
 // Each layer's chains in one backend call (RecurrentSchedule::whole_chains): on a GPU one
 // cooperative kernel for both directions, elsewhere the steps as the Backend defines them.
 // Every usable backend gives the reference's outputs, states and gradients. (Stacks it does not
-// apply to, projections, dropout on the state, the LN-LSTM, take the steps.)
+// apply to, projections, dropout on the state, the LN-LSTM, take the steps.) On a GPU, with the
+// kernels' steps waiting on grid syncs and on their row groups' progress counters.
 TEST_P(LstmConcurrency, WholeChainsMatchTheReferenceOnEveryBackend) {
   const Case& c = GetParam();
   if (c.opt.cell == CellKind::lnlstm || c.opt.proj_size > 0 ||
@@ -129,11 +130,18 @@ TEST_P(LstmConcurrency, WholeChainsMatchTheReferenceOnEveryBackend) {
     if (!entry.usable()) continue;
     auto be = entry.make();
     if (!be->supports(Op::gemm, c.gemm)) continue;  // bf16 on a CPU without bf16 dot products
-    const auto got = run(*be, c, RecurrentSchedule::whole_chains);
-    ++ran;
-    for (const auto& [name, w] : want)
-      EXPECT_LE(max_rel_error(got.at(name), w), c.gemm == DType::bf16 ? bf16_tol : f32_tol)
-          << c.name << " " << name << " on " << entry.name;
+    const bool gpu = entry.name == std::string("cuda");
+    for (const char* sync : {"grid", "row_groups"}) {
+      if (!gpu && sync != std::string("grid")) continue;
+      if (gpu) setenv("SEQFORGE_CUDA_CHAIN_SYNC", sync, 1);
+      const auto got = run(*be, c, RecurrentSchedule::whole_chains);
+      unsetenv("SEQFORGE_CUDA_CHAIN_SYNC");
+      ++ran;
+      for (const auto& [name, w] : want)
+        EXPECT_LE(max_rel_error(got.at(name), w), c.gemm == DType::bf16 ? bf16_tol : f32_tol)
+            << c.name << " " << name << " on " << entry.name
+            << (gpu ? std::string(" ") + sync : "");
+    }
   }
   EXPECT_GE(ran, 2);
 }

@@ -351,7 +351,11 @@ class CudaBackend final : public Backend {
                           DType dtype) override {
     if (!fuses_recurrence(cell) || (is_stack(chains) && !stack_together(cell, chains, dtype)))
       return Backend::recurrence_forward(cell, chains, dtype);
-    cuda::recurrence_forward(cell, chains, dtype, stream_);
+    if (chains.empty()) return;
+    cuda::recurrence_forward(
+        cell, chains, dtype,
+        scratch(3, static_cast<size_t>(cuda::recurrence_progress_bytes(chains[0].cell.batch))),
+        stream_);
     check_cuda(cudaGetLastError(), std::string(cell_type(cell).name) + " recurrence forward");
   }
   void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
@@ -377,7 +381,8 @@ class CudaBackend final : public Backend {
     void* rows = a.cell.dbias ? per_chain(2, cuda::recurrence_bias_rows(a.cell.batch) *
                                                  bias_grad_columns(type, a.cell.hidden))
                               : nullptr;
-    cuda::recurrence_backward(cell, chains, dgates, drec, rows, dtype, stream_);
+    void* progress = scratch(3, static_cast<size_t>(cuda::recurrence_progress_bytes(a.cell.batch)));
+    cuda::recurrence_backward(cell, chains, dgates, drec, rows, progress, dtype, stream_);
     check_cuda(cudaGetLastError(), std::string(type.name) + " recurrence backward");
   }
   template <typename Chain>
@@ -802,7 +807,7 @@ class CudaBackend final : public Backend {
   // position, value and range); all ones while none.
   uint64_t* reports_ = nullptr;
   uint64_t host_reports_[cuda::kReportWords] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
-  std::pair<void*, size_t> scratch_buffers_[3] = {};
+  std::pair<void*, size_t> scratch_buffers_[4] = {};
   std::unique_ptr<cuda::CublasLt> blas_;
   std::unique_ptr<cuda::Nccl> nccl_;  // loaded by collectives_unavailable
   bool joined_ = false;               // join_collectives ran

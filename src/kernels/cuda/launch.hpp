@@ -71,12 +71,14 @@ void cell_backward(CellKind cell, const CellBackward& p, void* dbias_rows, DType
 // either (else the caller runs a layer at a time, where each keeps them). Backward needs
 // scratch for that many chains, one after another: for dgates and dgates_rec when they are null
 // (B, G*H each), and for the bias sums when dbias is given (recurrence_bias_rows(B) x bias
-// columns), all in `dtype`.
+// columns), all in `dtype`; both, recurrence_progress_bytes(B) for the steps' progress counters
+// where SEQFORGE_CUDA_CHAIN_SYNC=row_groups takes them instead of grid syncs.
 void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains, DType dtype,
-                        cudaStream_t stream);
+                        void* progress, cudaStream_t stream);
 void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
-                         void* dgates_step, void* drec_step, void* bias_rows, DType dtype,
-                         cudaStream_t stream);
+                         void* dgates_step, void* drec_step, void* bias_rows, void* progress,
+                         DType dtype, cudaStream_t stream);
+int64_t recurrence_progress_bytes(int64_t batch);
 bool recurrence_stack_together(CellKind cell, int64_t batch, int64_t hidden, DType dtype,
                                bool backward);
 constexpr int64_t recurrence_chains_together = 2;

@@ -1,8 +1,10 @@
 // The launchers (launch.hpp) of the recurrent cells' steps and whole-chain recurrences.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "kernels/cuda/cells.cuh"
@@ -101,6 +103,33 @@ std::pair<RecurrencePlan, unsigned> plan_recurrence(Kernel kernel, int64_t k_tot
 
 int64_t recurrence_bias_rows(int64_t batch) { return tile_groups(batch, kTileRows); }
 
+int64_t recurrence_progress_bytes(int64_t batch) {
+  return kMaxChains * tile_groups(batch, kTileRows) * int64_t{sizeof(unsigned)};
+}
+
+namespace {
+
+// SEQFORGE_CUDA_CHAIN_SYNC: how a whole-chain launch's steps wait for each other, `grid` syncs
+// (the default) or `row_groups` counters (recurrence.cuh), off until they have run on a GPU.
+bool row_group_waits() {
+  const char* choice = std::getenv("SEQFORGE_CUDA_CHAIN_SYNC");
+  if (!choice || std::string_view(choice) == "" || std::string_view(choice) == "grid") return false;
+  if (std::string_view(choice) != "row_groups")
+    fail("SEQFORGE_CUDA_CHAIN_SYNC: unknown value '", choice, "' (expected grid or row_groups)");
+  return true;
+}
+
+// A launch's progress counters, zeroed on the stream, or none (grid syncs).
+unsigned* progress_counters(void* progress, int chains, int64_t batch, cudaStream_t stream) {
+  if (!row_group_waits()) return nullptr;
+  const size_t bytes =
+      static_cast<size_t>(chains * tile_groups(batch, kTileRows)) * sizeof(unsigned);
+  cudaMemsetAsync(progress, 0, bytes, stream);
+  return static_cast<unsigned*>(progress);
+}
+
+}  // namespace
+
 namespace {
 
 static_assert(kMaxChains == recurrence_chains_together);
@@ -197,7 +226,7 @@ bool recurrence_stack_together(CellKind cell, int64_t batch, int64_t hidden, DTy
 }
 
 void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains, DType dtype,
-                        cudaStream_t stream) {
+                        void* progress, cudaStream_t stream) {
   if (chains.empty()) return;
   const int64_t B = chains[0].cell.batch, H = chains[0].cell.hidden;
   if (chains[0].steps == 0 || B == 0 || H == 0) return;
@@ -214,7 +243,7 @@ void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains
             SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads,
                                   elements(plan, stacked(group)) * sizeof(T), stream,
                                   recurrence_forward_kernel<T, G>)
-            (group, plan);
+            (group, plan, progress_counters(progress, group.count, B, stream));
           });
     };
     if (cell == CellKind::lstm)
@@ -225,8 +254,8 @@ void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains
 }
 
 void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
-                         void* dgates_step, void* drec_step, void* bias_rows, DType dtype,
-                         cudaStream_t stream) {
+                         void* dgates_step, void* drec_step, void* bias_rows, void* progress,
+                         DType dtype, cudaStream_t stream) {
   if (chains.empty()) return;
   const int64_t B = chains[0].cell.batch, H = chains[0].cell.hidden;
   if (chains[0].steps == 0 || B == 0 || H == 0) return;
@@ -243,23 +272,22 @@ void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chai
       auto elements = [&](const RecurrencePlan& p, bool stack) {
         return recurrence_backward_elements(G, H, p, sizeof(T), stack);
       };
+      auto launch = [&](const Chains<RecurrenceBackward>& group, const RecurrencePlan& plan,
+                        unsigned blocks) {
+        if (dbias) cudaMemsetAsync(bias_rows, 0, group.count * rows * sizeof(T), stream);
+        unsigned* counters = progress_counters(progress, group.count, B, stream);
+        SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads,
+                              elements(plan, stacked(group)) * sizeof(T), stream,
+                              recurrence_backward_kernel<T, G>)
+        (group, plan, static_cast<T*>(dgates_step), static_cast<T*>(drec_step),
+         dbias ? static_cast<T*>(bias_rows) : nullptr, counters);
+        if (dbias)
+          for (int c = 0; c < group.count; ++c)
+            sum_rows_acc(group.chain[c].cell.dbias, static_cast<T*>(bias_rows) + c * rows, dtype,
+                         recurrence_bias_rows(B), columns, stream);
+      };
       launch_chains<T>(chains, recurrence_backward_kernel<T, G>, GH, elements,
-                       "the recurrence's backward kernel",
-                       [&](const Chains<RecurrenceBackward>& group, const RecurrencePlan& plan,
-                           unsigned blocks) {
-                         if (dbias)
-                           cudaMemsetAsync(bias_rows, 0, group.count * rows * sizeof(T), stream);
-                         SF_LAUNCH_COOPERATIVE(blocks, kRecurrenceThreads,
-                                               elements(plan, stacked(group)) * sizeof(T), stream,
-                                               recurrence_backward_kernel<T, G>)
-                         (group, plan, static_cast<T*>(dgates_step), static_cast<T*>(drec_step),
-                          dbias ? static_cast<T*>(bias_rows) : nullptr);
-                         if (dbias)
-                           for (int c = 0; c < group.count; ++c)
-                             sum_rows_acc(group.chain[c].cell.dbias,
-                                          static_cast<T*>(bias_rows) + c * rows, dtype,
-                                          recurrence_bias_rows(B), columns, stream);
-                       });
+                       "the recurrence's backward kernel", launch);
     };
     if (cell == CellKind::lstm)
       run.template operator()<4>();

@@ -146,6 +146,30 @@ struct TileRec {
   __device__ T operator()(int g) const { return rec[g * stride]; }
 };
 
+// Between steps, a launch given progress counters (one per chain and row group, zeroed: the
+// tile-steps done there) waits on them instead of a grid sync: a tile's step waits only for the
+// steps it reads, its row group's of its own chain (and of the other chain of a stack), so a
+// row group runs on while another is late. Each count is cooperative groups' grid barrier taken
+// apart: the block's writes, a barrier, a fence by one thread, then its count; a waiting block's
+// first thread spins on the counts, fences, and a barrier lets the block read.
+__device__ inline void wait_for_steps(const unsigned* a, unsigned at_least_a, const unsigned* b,
+                                      unsigned at_least_b) {
+  if (threadIdx.x == 0) {
+    while (*static_cast<const volatile unsigned*>(a) < at_least_a) __nanosleep(32);
+    if (b)
+      while (*static_cast<const volatile unsigned*>(b) < at_least_b) __nanosleep(32);
+    __threadfence();
+  }
+  __syncthreads();
+}
+// After a barrier that follows the block's writes of the step.
+__device__ inline void count_step(unsigned* count) {
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(count, 1u);
+  }
+}
+
 // How a launch stages its product in shared memory (planned by the launcher for the GPU's
 // shared memory): the K range in chunks of `chunk`, and the block's slice of W_hh loaded once for
 // all steps when `resident` (each block then has one tile), else a chunk of it with each chunk.
@@ -205,7 +229,8 @@ __device__ inline BackwardInputs<T, G> backward_inputs(const CellBackward& p, in
 // product pre(r, c) from x[t] and W_ih alike.
 template <typename T, int G>
 __global__ void __launch_bounds__(kRecurrenceThreads, 2)
-    recurrence_forward_kernel(Chains<RecurrenceForward> chains, RecurrencePlan plan) {
+    recurrence_forward_kernel(Chains<RecurrenceForward> chains, RecurrencePlan plan,
+                              unsigned* progress) {
   constexpr int R = kTileRows, U = kTileUnits, GU = G * U, V = Vec16<T>::n;
   SF_DYNAMIC_SHARED(shared_bytes);
   const int64_t B = chains.chain[0].cell.batch, H = chains.chain[0].cell.hidden;
@@ -219,8 +244,9 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
   T* rec = rows + R * r_stride;                                         // [R][GU]
   T* pre = rec + R * GU;                                                // [R][GU]: a stack's
   // Tile t is chain t / per_chain's tile t % per_chain.
-  const int64_t unit_groups = tile_groups(H, U), per_chain = tile_groups(B, R) * unit_groups;
-  const int64_t tiles = chains.count * per_chain;
+  const int64_t unit_groups = tile_groups(H, U), row_groups = tile_groups(B, R);
+  const int64_t per_chain = row_groups * unit_groups, tiles = chains.count * per_chain;
+  auto count = [&](int64_t c, int64_t rg) { return progress + c * row_groups + rg; };
   // Rows of the tile's gates of w ((G H, H) in dtype: W_hh or W_ih), columns [k0, k0 + n), into
   // into[c][kk], zero-padded to whole vectors.
   auto stage_weights = [&](T* into, const void* w, DType dtype, int64_t u0, int64_t k0, int64_t n) {
@@ -281,9 +307,12 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
       const bool upper = a.w_ih != nullptr;
       const ref::ForwardStep step = ref::forward_step(a, kc, G, sizeof(T));
       const CellForward& p = step.cell;
-      const int64_t r0 = tile % per_chain / unit_groups * R, u0 = tile % unit_groups * U;
+      const int64_t rg = tile % per_chain / unit_groups, r0 = rg * R, u0 = tile % unit_groups * U;
       // The thread's first unit (its only one at kRecurrenceThreads) reads its inputs now.
       const Inputs first = forward_inputs<T, G>(p, r0, u0, threadIdx.x, B, H, !upper);
+      if (progress)  // h of the step before, and a stack's upper chain's x of this one
+        wait_for_steps(count(c, rg), unsigned(kc * unit_groups), upper ? count(0, rg) : nullptr,
+                       unsigned((kc + 1) * unit_groups));
       for (int o = threadIdx.x; o < R * GU; o += blockDim.x) {
         rec[o] = T(0);
         if (upper) pre[o] = T(0);
@@ -311,8 +340,9 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
           gru_forward_finish<T>(p, b, j, in, from);
       }
       __syncthreads();  // rec and pre are read before the next tile zeroes them
+      if (progress) count_step(count(c, rg));
     }
-    cooperative_groups::this_grid().sync();
+    if (!progress) cooperative_groups::this_grid().sync();
   }
 }
 
@@ -336,7 +366,7 @@ __host__ __device__ inline int64_t recurrence_backward_elements(int gates, int64
 template <typename T, int G>
 __global__ void __launch_bounds__(kRecurrenceThreads, 2)
     recurrence_backward_kernel(Chains<RecurrenceBackward> chains, RecurrencePlan plan,
-                               T* dgates_step, T* drec_step, T* partial) {
+                               T* dgates_step, T* drec_step, T* partial, unsigned* progress) {
   constexpr int R = kTileRows, U = kTileUnits, GU = G * U, V = Vec16<T>::n;
   SF_DYNAMIC_SHARED(shared_bytes);
   const int64_t B = chains.chain[0].cell.batch, H = chains.chain[0].cell.hidden, GH = G * H;
@@ -352,6 +382,7 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
   // Tile t is chain t / per_chain's tile t % per_chain.
   const int64_t unit_groups = tile_groups(H, U), row_groups = tile_groups(B, R);
   const int64_t per_chain = row_groups * unit_groups, tiles = chains.count * per_chain;
+  auto count = [&](int64_t c, int64_t rg) { return progress + c * row_groups + rg; };
   const int64_t bias_columns = G == 3 ? 2 * GH : GH;
   constexpr bool direct = G == 3;  // the GRU's dh_direct, kept in dh
   // Rows [k0, k0 + n) of w ((G H, H) in dtype: W_hh or W_ih), the tile's units, into into[u][kk],
@@ -422,6 +453,9 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
       const int64_t rg = tile % per_chain / unit_groups, r0 = rg * R, u0 = tile % unit_groups * U;
       // The thread's first unit (its only one at kRecurrenceThreads) reads its inputs now.
       const Inputs first = backward_inputs<T, G>(p, r0, u0, threadIdx.x, B, H);
+      if (progress)  // dR of the step back before, and a stack's lower chain's dG_upper of this one
+        wait_for_steps(count(c, rg), unsigned(kc * unit_groups), lower ? count(1, rg) : nullptr,
+                       unsigned((kc + 1) * unit_groups));
       if (lower) {  // din = dG_upper[t] W_ih, the upper chain's step of the same time
         const RecurrenceBackward above = chain_at(chains, 1);
         product(din, ref::recurrent_operand(above, kc, G, false, sizeof(T)), above.gemm,
@@ -440,8 +474,9 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
         else
           gru_backward_finish<T>(p, b, j, in, dh_rec);
       }
+      if (partial || progress) __syncthreads();  // the tile's dgates are written
+      if (progress) count_step(count(c, rg));
       if (!partial) continue;
-      __syncthreads();  // the tile's dgates are written
       for (int column = threadIdx.x; column < (G == 3 ? 2 : 1) * GU; column += blockDim.x) {
         const int64_t unit = u0 + column % GU % U, col = column % GU / U * H + unit;
         if (unit >= H) continue;
@@ -451,13 +486,15 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
         partial[(c * row_groups + rg) * bias_columns + (column < GU ? 0 : GH) + col] += sum;
       }
     }
-    cooperative_groups::this_grid().sync();
+    if (!progress) cooperative_groups::this_grid().sync();
   }
   // dh of each chain's first step forward: dR of the last step back, W_hh (+ direct).
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const RecurrenceBackward a = chain_at(chains, tile / per_chain);
-    recurrent_dh(a, ref::recurrent_operand(a, a.steps - 1, G, direct, sizeof(T)),
-                 tile % per_chain / unit_groups * R, tile % unit_groups * U);
+    const int64_t c = tile / per_chain, rg = tile % per_chain / unit_groups;
+    const RecurrenceBackward a = chain_at(chains, c);
+    if (progress) wait_for_steps(count(c, rg), unsigned(steps * unit_groups), nullptr, 0);
+    recurrent_dh(a, ref::recurrent_operand(a, a.steps - 1, G, direct, sizeof(T)), rg * R,
+                 tile % unit_groups * U);
   }
 }
 

@@ -98,6 +98,33 @@ TEST(CudaBackendEmulated, WithoutCooperativeLaunchesTheRecurrenceTakesItsSteps) 
   EXPECT_LE(max_rel_error(run(*be), run(*ref)), 1e-5);
 }
 
+// SEQFORGE_CUDA_CHAIN_SYNC names how the whole-chain kernels' steps wait: a value it does not
+// know is one line naming the variable and the values it takes.
+TEST(CudaBackendEmulated, AnUnknownChainSyncNamesTheValues) {
+  auto be = make_cuda_backend();
+  const int64_t B = 2, H = 3, T = 2, G = 4;
+  Held w(*be, DType::f32, {G * H, H}, std::vector<double>(G * H * H));
+  Held g(*be, DType::f32, {T * B, G * H}, std::vector<double>(T * B * G * H));
+  Held state(*be, DType::f32, {B, H}, std::vector<double>(B * H));
+  Held h(*be, DType::f32, {T * B, H}, std::vector<double>(T * B * H));
+  Held c(*be, DType::f32, {T * B, H}, std::vector<double>(T * B * H));
+  Held saved(*be, DType::f32, {T * B, H}, std::vector<double>(T * B * H));
+  RecurrenceForward a;
+  a.steps = T, a.w_hh = w.t.data(), a.h0 = state.t.data(), a.ld_h0 = H;
+  a.cell.batch = B, a.cell.hidden = H, a.cell.gates = g.t.data();
+  a.cell.c_prev = state.t.data(), a.cell.c = c.t.data(), a.cell.saved = saved.t.data();
+  a.cell.h = h.t.data(), a.cell.ldh = H;
+  setenv("SEQFORGE_CUDA_CHAIN_SYNC", "rows", 1);
+  std::string error;
+  try {
+    be->recurrence_forward(CellKind::lstm, std::span(&a, 1), DType::f32);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  unsetenv("SEQFORGE_CUDA_CHAIN_SYNC");
+  EXPECT_EQ(error, "SEQFORGE_CUDA_CHAIN_SYNC: unknown value 'rows' (expected grid or row_groups)");
+}
+
 // As on a GPU, host code that reads or writes the device's memory fails (here, faults), while
 // uploads and downloads reach it: the emulated device memory is closed to the host outside the
 // device's own work.

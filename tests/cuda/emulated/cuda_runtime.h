@@ -155,8 +155,10 @@ inline cudaError_t refuse_in_capture(cudaStream_t stream) {
 // cores, spent most of an emulated run in the scheduler. Between barriers the threads run in
 // turn, in ascending order in one phase and descending in the next, so that a read of another
 // thread's write without a barrier between them sees the poisoned value one way or the other.
+// A thread that spins on memory another block writes (__nanosleep in its loop) runs again in the
+// next turn, after the others.
 struct Fiber {
-  enum State { ready, at_block_barrier, at_grid_barrier, done };
+  enum State { ready, at_block_barrier, at_grid_barrier, spinning, done };
   ucontext_t context;
   std::function<void()> body;
   unsigned thread = 0, block = 0;
@@ -260,6 +262,7 @@ inline void FiberScheduler::entry() {
 inline void FiberScheduler::run() {
   for (size_t phase = 0;; ++phase) {
     const size_t n = fibers.size();
+    bool advanced = false;  // a thread reached a barrier or its end
     for (size_t i = 0; i < n; ++i) {
       Fiber& f = fibers[phase % 2 ? n - 1 - i : i];
       if (f.state != Fiber::ready) continue;
@@ -267,7 +270,10 @@ inline void FiberScheduler::run() {
       block_index = {f.block};
       block_shared = f.shared;
       resume(f);
+      advanced |= f.state != Fiber::spinning;
     }
+    for (Fiber& f : fibers)
+      if (f.state == Fiber::spinning) f.state = Fiber::ready;
     // Every live fiber waits now. A grid sync opens when all of them wait there, a block's
     // barrier when its live threads wait there.
     bool live = false, all_at_grid = true;
@@ -289,7 +295,7 @@ inline void FiberScheduler::run() {
         if (f.state == Fiber::at_block_barrier && full[f.block])
           f.state = Fiber::ready, opened = true;
     }
-    if (!opened) {  // on a GPU this launch would hang
+    if (!opened && !advanced) {  // on a GPU this launch would hang
       std::fprintf(stderr, "emulated CUDA: a kernel's threads wait at different barriers\n");
       std::abort();
     }
@@ -383,6 +389,12 @@ inline double normcdf(double x) { return 0.5 * erfc(-x * M_SQRT1_2); }
 inline float normcdff(float x) { return static_cast<float>(normcdf(x)); }
 inline uint32_t __float_as_uint(float f) { return std::bit_cast<uint32_t>(f); }
 inline float __uint_as_float(uint32_t u) { return std::bit_cast<float>(u); }
+// A spinning thread's pause: the other threads run meanwhile.
+inline void __nanosleep(unsigned) { sf_emu::scheduler.wait(sf_emu::Fiber::spinning); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  return std::atomic_ref<unsigned>(*p).fetch_add(v);
+}
 inline double atomicAdd(double* p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long expected,
