@@ -260,6 +260,23 @@ TEST(Config, IntegerKeysStayInTheirRange) {
   }
 }
 
+// Nothing where a number or a switch is needed (null, an empty override) says so, and how to get
+// the key's default instead.
+TEST(Config, NothingForANumberSaysHowToUnsetIt) {
+  EXPECT_EQ(error_of([] { Config::parse("", "c.yaml", {"model.embedding=null"}); }),
+            "override 'model.embedding=null': model.embedding: expected an integer, got nothing "
+            "(leave the key out for its default, 64)");
+  EXPECT_EQ(error_of([] { Config::parse("optim:\n  lr:\n", "cfg.yaml"); }),
+            "cfg.yaml:2: optim.lr: expected a number, got nothing (leave the key out for its "
+            "default, 0.001)");
+  EXPECT_EQ(
+      error_of([] { Config::parse("", "c.yaml", {"train.test_after="}); }),
+      "override 'train.test_after=': train.test_after: expected a boolean, got nothing (leave the "
+      "key out for its default, true)");
+  EXPECT_EQ(error_of([] { Config::parse("", "c.yaml", {"model.hidden=big"}); }),
+            "override 'model.hidden=big': model.hidden: expected an integer, got 'big'");
+}
+
 // Keys that take one of a few words are checked as the config is read, before any data is: a
 // typo is one line naming the key, the words and where the value came from; each word and each
 // default is accepted.

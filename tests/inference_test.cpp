@@ -1112,6 +1112,36 @@ TEST(Predict, KnownFutureKeepsFillingMissingInputs) {
             all);
 }
 
+// With data.missing: mask, predict's note counts the cells it masks, not a series' rows to come.
+TEST(Predict, KnownFutureMaskCountsTheCellsItMasks) {
+  const fs::path dir = test::temp_dir("known_future_mask");
+  auto write = [&](const std::string& name, int gap) {
+    std::ofstream f(dir / name);
+    f << "when,signal,promo,y\n";
+    for (int i = 0; i < 62; ++i) {
+      const int promo = (i * 7) % 5 == 0;
+      f << io::format_datetime(int64_t{1577836800} + i * int64_t{3600}, false) << ",";
+      if (i < 60 && i != gap) f << std::sin(0.3 * i);
+      f << "," << promo << ",";
+      if (i < 60) f << std::sin(0.3 * i) + promo;
+      f << "\n";
+    }
+    return (dir / name).string();
+  };
+  std::ostringstream log, out;
+  train(Config::parse("data: {path: " + write("d.csv", 20) +
+                          ", date_column: when, features: [signal], targets: [y], lookback: 6, "
+                          "horizon: 2, known_future: [promo], missing: mask}\n"
+                          "model: {hidden: 4}\ntrain: {epochs: 1, run_dir: " +
+                          (dir / "run").string() + "}\n",
+                      "k.yaml"),
+        log);
+  EXPECT_GT(
+      predict((dir / "run").string(), {write("gap.csv", 30), (dir / "p.csv").string(), false}, out),
+      0);
+  EXPECT_HAS(out.str(), "data.missing mask: 1 missing cells of 'signal' masked");
+}
+
 // data.known_future in predict: the future rows at the file's end give the known values of the
 // last forecasts (and their dates); without them the windows that need them are left out, said.
 TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {

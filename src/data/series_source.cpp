@@ -68,6 +68,19 @@ int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::s
   return filled;
 }
 
+// The missing cells of a column in its series, with leave_trailing those after a series' last
+// value left out (rows to come, which nothing is asked of).
+int64_t count_missing(const std::vector<double>& v, const RowOrder& order, bool leave_trailing) {
+  int64_t missing = 0;
+  for (SeriesSpan s : order.spans) {
+    auto at = [&](int64_t p) { return v[order.rows[p]]; };
+    if (leave_trailing)
+      while (s.end > s.begin && std::isnan(at(s.end - 1))) --s.end;
+    for (int64_t p = s.begin; p < s.end; ++p) missing += std::isnan(at(p));
+  }
+  return missing;
+}
+
 // A number of nines (-99.99, -999, 9999) in column x lying farther outside the range of the
 // column's other values than that range is wide: the usual code for a missing measurement, which
 // taken as a value would swamp the column's scale. Named in a note, the most frequent one.
@@ -252,7 +265,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       d->notes.push_back(*note);
     if (o.missing != "error" && !not_known_yet) {
       const int64_t empty =
-          mask ? std::count_if(x.begin(), x.end(), [](double v) { return std::isnan(v); })
+          mask ? count_missing(x, order, leave_trailing)
                : fill_missing(&x, order, o.missing, table, name, missing_inputs, leave_trailing);
       const std::string note = "data.missing " + o.missing + ": " + std::to_string(empty) +
                                " missing cells of '" + name + "' " + (mask ? "masked" : "filled");

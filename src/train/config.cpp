@@ -705,8 +705,14 @@ bool parse_bool(const std::string& s, bool* out) {
 // Checks `node` against the key's type; returns the value as canonical YAML text.
 std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::string& where) {
   auto bad = [&](const std::string& got) -> std::string {
+    // Nothing (null, or an empty override) where a value is needed: a key is unset by leaving
+    // it out.
+    const std::string unset =
+        got == "nothing" && !key.default_value.empty()
+            ? " (leave the key out for its default, " + key.default_value + ")"
+            : "";
     fail(where, ": ", key.path, ": expected ", (key.type == T::integer ? "an " : "a "),
-         type_name(key.type), ", got ", got);
+         type_name(key.type), ", got ", got, unset);
   };
   if (key.type == T::string_map) {
     if (node.IsNull() || (node.IsScalar() && node.Scalar().empty())) return "{}";
@@ -765,7 +771,7 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
   switch (key.type) {
     case T::integer: {
       if (s == "auto" && integer_takes_auto(key.path)) break;
-      if (!parse_int(s, &i)) return bad("'" + s + "'");
+      if (!parse_int(s, &i)) return bad(s.empty() ? "nothing" : "'" + s + "'");
       const IntegerRange& r = integer_range(key.path);
       if (i < r.lo && r.lo == 1) fail(where, ": ", key.path, " must be positive, got ", i);
       if (i < r.lo || i > r.hi)
@@ -774,10 +780,10 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
     }
     case T::number:
       if (!parse_double(s, &d) && !(s == "auto" && key.default_value == "auto"))
-        return bad("'" + s + "'");
+        return bad(s.empty() ? "nothing" : "'" + s + "'");
       break;
     case T::boolean:
-      if (!parse_bool(s, &b)) return bad("'" + s + "'");
+      if (!parse_bool(s, &b)) return bad(s.empty() ? "nothing" : "'" + s + "'");
       break;
     default:
       break;
