@@ -1074,22 +1074,29 @@ TEST(Predict, CategoricalColumnsTravelWithTheModel) {
 
 // With data.known_future, predict still fills the missing input cells as the run's data.missing
 // does: a gap before the future rows costs no window (only the future rows' cells stay empty).
+// 60 hourly rows of signal, promo (known ahead) and y, and two rows to come with promo only; signal
+// missing at row `gap`, promo at `known_gap`.
+std::string write_known_future_file(const fs::path& dir, const std::string& name, int gap,
+                                    int known_gap = -1) {
+  std::ofstream f(dir / name);
+  f << "when,signal,promo,y\n";
+  for (int i = 0; i < 62; ++i) {
+    const int promo = (i * 7) % 5 == 0;
+    f << io::format_datetime(int64_t{1577836800} + i * int64_t{3600}, false) << ",";
+    if (i < 60 && i != gap) f << std::sin(0.3 * i);
+    f << ",";
+    if (i != known_gap) f << promo;
+    f << ",";
+    if (i < 60) f << std::sin(0.3 * i) + promo;
+    f << "\n";
+  }
+  return (dir / name).string();
+}
+
 TEST(Predict, KnownFutureKeepsFillingMissingInputs) {
   const fs::path dir = test::temp_dir("known_future_gaps");
   auto write = [&](const std::string& name, int gap, int known_gap = -1) {
-    std::ofstream f(dir / name);
-    f << "when,signal,promo,y\n";
-    for (int i = 0; i < 62; ++i) {
-      const int promo = (i * 7) % 5 == 0;
-      f << io::format_datetime(int64_t{1577836800} + i * int64_t{3600}, false) << ",";
-      if (i < 60 && i != gap) f << std::sin(0.3 * i);
-      f << ",";
-      if (i != known_gap) f << promo;
-      f << ",";
-      if (i < 60) f << std::sin(0.3 * i) + promo;
-      f << "\n";
-    }
-    return (dir / name).string();
+    return write_known_future_file(dir, name, gap, known_gap);
   };
   std::ostringstream log;
   train(Config::parse("data: {path: " + write("d.csv", 20) +
@@ -1116,17 +1123,7 @@ TEST(Predict, KnownFutureKeepsFillingMissingInputs) {
 TEST(Predict, KnownFutureMaskCountsTheCellsItMasks) {
   const fs::path dir = test::temp_dir("known_future_mask");
   auto write = [&](const std::string& name, int gap) {
-    std::ofstream f(dir / name);
-    f << "when,signal,promo,y\n";
-    for (int i = 0; i < 62; ++i) {
-      const int promo = (i * 7) % 5 == 0;
-      f << io::format_datetime(int64_t{1577836800} + i * int64_t{3600}, false) << ",";
-      if (i < 60 && i != gap) f << std::sin(0.3 * i);
-      f << "," << promo << ",";
-      if (i < 60) f << std::sin(0.3 * i) + promo;
-      f << "\n";
-    }
-    return (dir / name).string();
+    return write_known_future_file(dir, name, gap);
   };
   std::ostringstream log, out;
   train(Config::parse("data: {path: " + write("d.csv", 20) +

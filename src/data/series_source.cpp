@@ -18,6 +18,15 @@ namespace seqforge::series {
 
 namespace {
 
+// Span s of column v without the cells after the series' last value (its rows to come) where
+// `leave_trailing`.
+SeriesSpan known_span(SeriesSpan s, const std::vector<double>& v, const RowOrder& order,
+                      bool leave_trailing) {
+  if (leave_trailing)
+    while (s.end > s.begin && std::isnan(v[order.rows[s.end - 1]])) --s.end;
+  return s;
+}
+
 // Fills the missing cells (NaN) of column x (by file row) per data.missing, each series walked in
 // time order; returns how many it filled. Cells it cannot fill (ffill: none before them) are an
 // error, or with `leave_unfillable` (predict --last, which checks its windows) stay missing.
@@ -29,9 +38,8 @@ int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::s
   int64_t filled = 0;
   std::vector<double>& v = *x;
   for (SeriesSpan s : order.spans) {
+    s = known_span(s, v, order, leave_trailing);
     auto at = [&](int64_t p) -> double& { return v[order.rows[p]]; };
-    if (leave_trailing)
-      while (s.end > s.begin && std::isnan(at(s.end - 1))) --s.end;
     int64_t last = -1;  // the position of the last value seen
     for (int64_t p = s.begin; p < s.end; ++p) {
       if (!std::isnan(at(p))) {
@@ -73,10 +81,8 @@ int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::s
 int64_t count_missing(const std::vector<double>& v, const RowOrder& order, bool leave_trailing) {
   int64_t missing = 0;
   for (SeriesSpan s : order.spans) {
-    auto at = [&](int64_t p) { return v[order.rows[p]]; };
-    if (leave_trailing)
-      while (s.end > s.begin && std::isnan(at(s.end - 1))) --s.end;
-    for (int64_t p = s.begin; p < s.end; ++p) missing += std::isnan(at(p));
+    s = known_span(s, v, order, leave_trailing);
+    for (int64_t p = s.begin; p < s.end; ++p) missing += std::isnan(v[order.rows[p]]);
   }
   return missing;
 }
