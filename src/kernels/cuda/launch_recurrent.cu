@@ -209,12 +209,12 @@ bool recurrence_stack_together(CellKind cell, int64_t batch, int64_t hidden, DTy
       if (backward)
         decide(recurrence_backward_kernel<T, Gates>, Gates * hidden,
                [&](const RecurrencePlan& p, bool stack) {
-                 return recurrence_backward_elements(Gates, hidden, p, sizeof(T), stack);
+                 return recurrence_backward_shared(Gates, hidden, p, sizeof(T), stack).elements;
                });
       else
         decide(recurrence_forward_kernel<T, Gates>, hidden,
                [&](const RecurrencePlan& p, bool stack) {
-                 return recurrence_forward_elements(Gates, hidden, p, sizeof(T), stack);
+                 return recurrence_forward_shared(Gates, hidden, p, sizeof(T), stack).elements;
                });
     };
     if (G == 4)
@@ -235,7 +235,7 @@ void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains
   dispatch_float(dtype, [&]<typename T>() {
     auto run = [&]<int G>() {
       auto elements = [&](const RecurrencePlan& p, bool stack) {
-        return recurrence_forward_elements(G, H, p, sizeof(T), stack);
+        return recurrence_forward_shared(G, H, p, sizeof(T), stack).elements;
       };
       launch_chains<T>(
           chains, recurrence_forward_kernel<T, G>, H, elements, "the recurrence's forward kernel",
@@ -270,7 +270,7 @@ void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chai
       const int64_t GH = G * H, columns = (G == 3 ? 2 : 1) * GH;
       const int64_t rows = recurrence_bias_rows(B) * columns;  // a chain's bias sums
       auto elements = [&](const RecurrencePlan& p, bool stack) {
-        return recurrence_backward_elements(G, H, p, sizeof(T), stack);
+        return recurrence_backward_shared(G, H, p, sizeof(T), stack).elements;
       };
       auto launch = [&](const Chains<RecurrenceBackward>& group, const RecurrencePlan& plan,
                         unsigned blocks) {

@@ -184,15 +184,33 @@ __host__ __device__ inline bool stacked(const Chains<Chain>& chains) {
   return chains.count == 2 && chains.chain[1].w_ih != nullptr;
 }
 
-// The shared memory of a forward launch, in elements: weights [GU][staged_stride(H or chunk)]
-// (a resident stack's W_ih slices the same again), rows [R][staged_stride(chunk)], rec [R][GU]
-// (and a stack's pre [R][GU]).
-__host__ __device__ inline int64_t recurrence_forward_elements(int gates, int64_t hidden,
-                                                               const RecurrencePlan& p,
-                                                               int64_t size, bool stack) {
-  const int64_t GU = gates * kTileUnits;
-  return GU * staged_stride(p.resident ? hidden : p.chunk, size) * (stack && p.resident ? 2 : 1) +
-         kTileRows * staged_stride(p.chunk, size) + kTileRows * GU * (stack ? 2 : 1);
+// Where a whole-chain launch's shared arrays start, in elements, and the elements it needs:
+// weights [weight_rows][w_stride] (all k_total columns when resident, else a chunk), a resident
+// stack's W_ih slices the same again, rows [R][r_stride] (a chunk of the other operand), out
+// [R][out_columns] and a stack's second out alike.
+struct RecurrenceShared {
+  int64_t w_stride, r_stride;
+  int64_t weights_in, rows, out, out2, elements;
+};
+__host__ __device__ inline RecurrenceShared recurrence_shared(int64_t weight_rows, int64_t k_total,
+                                                              int64_t out_columns,
+                                                              const RecurrencePlan& p, int64_t size,
+                                                              bool stack) {
+  RecurrenceShared s{};
+  s.w_stride = staged_stride(p.resident ? k_total : p.chunk, size);
+  s.r_stride = staged_stride(p.chunk, size);
+  s.weights_in = weight_rows * s.w_stride;
+  s.rows = s.weights_in + (stack && p.resident ? weight_rows * s.w_stride : 0);
+  s.out = s.rows + kTileRows * s.r_stride;
+  s.out2 = s.out + kTileRows * out_columns;
+  s.elements = s.out2 + (stack ? kTileRows * out_columns : 0);
+  return s;
+}
+// Forward: the tile's G U rows of W_hh (and W_ih) over K = H; out is rec, out2 a stack's pre.
+__host__ __device__ inline RecurrenceShared recurrence_forward_shared(int gates, int64_t hidden,
+                                                                      const RecurrencePlan& p,
+                                                                      int64_t size, bool stack) {
+  return recurrence_shared(gates * kTileUnits, hidden, gates * kTileUnits, p, size, stack);
 }
 
 // A cell's inputs besides the recurrent product, for unit e of the tile at (r0, u0) (zeros for
@@ -236,13 +254,13 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
   const int64_t B = chains.chain[0].cell.batch, H = chains.chain[0].cell.hidden;
   const int K = plan.chunk;
   const bool stack = stacked(chains);  // chain 1 then runs a step behind chain 0
-  const int64_t w_stride = staged_stride(plan.resident ? H : K, sizeof(T));
-  const int64_t r_stride = staged_stride(K, sizeof(T));
+  const RecurrenceShared at = recurrence_forward_shared(G, H, plan, sizeof(T), stack);
+  const int64_t w_stride = at.w_stride, r_stride = at.r_stride;
   T* weights = reinterpret_cast<T*>(shared_bytes);  // [GU][w_stride]
-  T* weights_in = weights + GU * w_stride;          // [GU][w_stride]: a resident stack's W_ih
-  T* rows = weights_in + (stack && plan.resident ? GU * w_stride : 0);  // [R][r_stride]
-  T* rec = rows + R * r_stride;                                         // [R][GU]
-  T* pre = rec + R * GU;                                                // [R][GU]: a stack's
+  T* weights_in = weights + at.weights_in;          // [GU][w_stride]: a resident stack's W_ih
+  T* rows = weights + at.rows;                      // [R][r_stride]
+  T* rec = weights + at.out;                        // [R][GU]
+  T* pre = weights + at.out2;                       // [R][GU]: a stack's
   // Tile t is chain t / per_chain's tile t % per_chain.
   const int64_t unit_groups = tile_groups(H, U), row_groups = tile_groups(B, R);
   const int64_t per_chain = row_groups * unit_groups, tiles = chains.count * per_chain;
@@ -346,15 +364,12 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
   }
 }
 
-// The shared memory of a backward launch, in elements: weights [U][staged_stride(G H or chunk)]
-// (a resident stack's W_ih slices the same again), rows [R][staged_stride(chunk)], acc [R][U]
-// (and a stack's din [R][U]).
-__host__ __device__ inline int64_t recurrence_backward_elements(int gates, int64_t hidden,
-                                                                const RecurrencePlan& p,
-                                                                int64_t size, bool stack) {
-  return kTileUnits * staged_stride(p.resident ? gates * hidden : p.chunk, size) *
-             (stack && p.resident ? 2 : 1) +
-         kTileRows * staged_stride(p.chunk, size) + kTileRows * kTileUnits * (stack ? 2 : 1);
+// Backward: the tile's U columns of W_hh (and the upper W_ih) over K = G H; out is acc, out2 a
+// stack's din.
+__host__ __device__ inline RecurrenceShared recurrence_backward_shared(int gates, int64_t hidden,
+                                                                       const RecurrencePlan& p,
+                                                                       int64_t size, bool stack) {
+  return recurrence_shared(kTileUnits, gates * hidden, kTileUnits, p, size, stack);
 }
 
 // Per step back: dh = dR(prev step back) W_hh (+ the cell's direct term, already in dh), then
@@ -372,13 +387,13 @@ __global__ void __launch_bounds__(kRecurrenceThreads, 2)
   const int64_t B = chains.chain[0].cell.batch, H = chains.chain[0].cell.hidden, GH = G * H;
   const int K = plan.chunk;
   const bool stack = stacked(chains);  // chain 0 then runs a step behind chain 1
-  const int64_t w_stride = staged_stride(plan.resident ? GH : K, sizeof(T));
-  const int64_t r_stride = staged_stride(K, sizeof(T));
+  const RecurrenceShared at = recurrence_backward_shared(G, H, plan, sizeof(T), stack);
+  const int64_t w_stride = at.w_stride, r_stride = at.r_stride;
   T* weights = reinterpret_cast<T*>(shared_bytes);  // [U][w_stride]: W_hh(k, u0 + u) at [u][k]
-  T* weights_in = weights + U * w_stride;  // [U][w_stride]: a resident stack's upper W_ih, alike
-  T* rows = weights_in + (stack && plan.resident ? U * w_stride : 0);  // [R][r_stride]
-  T* acc = rows + R * r_stride;                                        // [R][U]
-  T* din = acc + R * U;                                                // [R][U]: a stack's
+  T* weights_in = weights + at.weights_in;  // [U][w_stride]: a resident stack's upper W_ih, alike
+  T* rows = weights + at.rows;              // [R][r_stride]
+  T* acc = weights + at.out;                // [R][U]
+  T* din = weights + at.out2;               // [R][U]: a stack's
   // Tile t is chain t / per_chain's tile t % per_chain.
   const int64_t unit_groups = tile_groups(H, U), row_groups = tile_groups(B, R);
   const int64_t per_chain = row_groups * unit_groups, tiles = chains.count * per_chain;
