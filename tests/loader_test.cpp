@@ -16,6 +16,7 @@
 
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/data/augment.hpp"
+#include "seqforge/io/dates.hpp"
 #include "seqforge/io/npy.hpp"
 #include "seqforge/train/data_options.hpp"
 #include "test_util.hpp"
@@ -129,6 +130,7 @@ TEST(Loader, AWindowsMaskDoesNotDependOnItsBatch) {
 // The masked autoencoder with data.missing mask reconstructs only steps that hold every feature:
 // a step with a missing cell is never masked (its target would be no value), whatever the draw
 // and the ratio, and a window of such steps alone is left out. Elsewhere the draw is as before.
+// Its targets are the file's features alone, not their missing indicators.
 TEST(Loader, TheAutoencoderNeverReconstructsAMissingCell) {
   const fs::path dir = test::temp_dir("mae_missing");
   const std::string path = (dir / "gappy.csv").string();
@@ -151,20 +153,28 @@ TEST(Loader, TheAutoencoderNeverReconstructsAMissingCell) {
     // Windows inside rows 150..169 (a missing every step) are gone; the others stay.
     for (int64_t start : starts) EXPECT_FALSE(start >= 150 && start + 12 <= 170) << start;
     EXPECT_GT(starts.size(), 150u);
+    ASSERT_EQ(s.num_features(), 4);  // a, b, a_missing, b_missing
+    ASSERT_EQ(s.file_features, 2);
     Loader loader(*be, data, 16, LoaderOptions{0, 1, ""});
     loader.start(starts, INT64_MAX, {nullptr, nullptr, 11}, 0);
     int64_t masked = 0;
+    std::vector<float> window(12 * 4);
     for (size_t done = 0; done < starts.size();) {
       const Batch& b = loader.next();
       const auto mask = floats(b.mask), target = floats(b.target);
-      const int64_t F = b.target.dim(1);
+      const int64_t O = b.target.dim(1);
+      ASSERT_EQ(O, 2);
       for (int64_t i = 0; i < b.size; ++i) {
         int64_t in_window = 0;
+        s.copy_window(starts[done + i], window.data());
         for (int64_t u = 0; u < 12; ++u) {
           if (mask[i * 12 + u] == 0.0f) continue;
           ++in_window, ++masked;
           EXPECT_TRUE(s.row_complete(starts[done + i] + u)) << starts[done + i] << " step " << u;
-          for (int64_t j = 0; j < F; ++j) EXPECT_TRUE(std::isfinite(target[(i * 12 + u) * F + j]));
+          for (int64_t j = 0; j < O; ++j) {
+            EXPECT_TRUE(std::isfinite(target[(i * 12 + u) * O + j]));
+            EXPECT_EQ(target[(i * 12 + u) * O + j], window[u * 4 + j]);
+          }
         }
         EXPECT_GE(in_window, 1);
       }
@@ -172,6 +182,53 @@ TEST(Loader, TheAutoencoderNeverReconstructsAMissingCell) {
     }
     EXPECT_GT(masked, int64_t(starts.size()));
   }
+}
+
+// The autoencoder's targets are the file's features of the masked steps, not the calendar's
+// phases derived from the dates (every step's known, so no value to learn).
+TEST(Loader, TheAutoencoderReconstructsTheFilesFeaturesAlone) {
+  const fs::path dir = test::temp_dir("mae_calendar");
+  const std::string path = (dir / "dated.csv").string();
+  std::ofstream f(path);
+  f << "date,a,b\n";
+  for (int r = 0; r < 60; ++r)
+    f << io::format_datetime(int64_t{1577836800} + r * int64_t{86400}) << "," << std::sin(0.1 * r)
+      << "," << std::cos(0.3 * r) << "\n";
+  f.close();
+  auto be = make_cpu_backend();
+  const Dataset data = load_dataset(Config::parse(
+      "data: {task: mae, path: " + path +
+          ", date_column: date, features: [a, b], calendar: [dayofweek, month], lookback: 6, "
+          "mask_ratio: 0.5, split: {train: 1, val: 0}}\n",
+      "mae.yaml"));
+  const SeriesData& s = data.series;
+  ASSERT_EQ(s.num_features(), 6);  // a, b, dayofweek_sin, dayofweek_cos, month_sin, month_cos
+  ASSERT_EQ(s.file_features, 2);
+  ASSERT_EQ(s.num_outputs(), 2);
+  const auto& starts = data.split().train;
+  Loader loader(*be, data, 8, LoaderOptions{0, 1, ""});
+  loader.start(starts, INT64_MAX, {nullptr, nullptr, 5}, 0);
+  std::vector<float> window(6 * 6);
+  int64_t masked = 0;
+  for (size_t done = 0; done < starts.size();) {
+    const Batch& b = loader.next();
+    const auto mask = floats(b.mask), target = floats(b.target), input = floats(b.input);
+    ASSERT_EQ(b.target.dim(1), 2);
+    for (int64_t i = 0; i < b.size; ++i) {
+      s.copy_window(starts[done + i], window.data());
+      for (int64_t u = 0; u < 6; ++u)
+        for (int64_t j = 0; j < 6; ++j) {
+          const bool hidden = mask[i * 6 + u] != 0.0f;
+          masked += hidden && j == 0;
+          EXPECT_EQ(input[(i * 6 + u) * 6 + j], hidden ? 0.0f : window[u * 6 + j]);
+          if (j < 2) {
+            EXPECT_EQ(target[(i * 6 + u) * 2 + j], window[u * 6 + j]);
+          }
+        }
+    }
+    done += b.size;
+  }
+  EXPECT_GT(masked, int64_t(starts.size()));
 }
 
 TEST(Loader, PassesCanEndEarlyAndRestart) {

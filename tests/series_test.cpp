@@ -1796,41 +1796,56 @@ TEST(Transforms, TargetsSpanTheHorizonAndInvertToOwnUnits) {
 }
 
 // data.label volatility: high when the realised volatility of the next `horizon` log returns is
-// above the training windows' median. Calm days alternate with stormy stretches.
+// above the training windows' median (between the two middle values for an even count). Calm
+// days alternate with stormy stretches; 200 and 201 days give both parities.
 TEST(Series, VolatilityLabelsSplitAtTheTrainingMedian) {
   const fs::path dir = test::temp_dir("volatility");
-  std::string text = "date,close\n";
-  double price = 100;
-  std::vector<double> r;
-  for (int day = 0; day < 200; ++day) {
-    const double ret =
-        ((day / 10) % 2 ? 0.03 : 0.002) * (day % 2 ? 1 : -1) * (1 + 0.3 * std::sin(day));
-    price *= std::exp(ret);
-    r.push_back(ret);
-    char row[64];
-    std::snprintf(row, sizeof row, "%s,%.17g\n",
-                  io::format_datetime(int64_t{1577836800} + day * int64_t{86400}).c_str(), price);
-    text += row;
+  for (const int days : {200, 201}) {
+    SCOPED_TRACE(days);
+    std::string text = "date,close\n";
+    double price = 100;
+    std::vector<double> r;
+    for (int day = 0; day < days; ++day) {
+      const double ret =
+          ((day / 10) % 2 ? 0.03 : 0.002) * (day % 2 ? 1 : -1) * (1 + 0.3 * std::sin(day));
+      price *= std::exp(ret);
+      r.push_back(ret);
+      char row[64];
+      std::snprintf(row, sizeof row, "%s,%.17g\n",
+                    io::format_datetime(int64_t{1577836800} + day * int64_t{86400}).c_str(), price);
+      text += row;
+    }
+    const SeriesData d = load_series(Config::parse(
+        "data: {path: " + write(dir / "v.csv", text) +
+            ", task: classify, label: volatility, label_column: close, date_column: date, "
+            "features: [close], transform: {close: log_return}, lookback: 5, horizon: 3}\n",
+        "v.yaml"));
+    EXPECT_EQ(d.class_names, (std::vector<std::string>{"low", "high"}));
+    std::vector<double> volatilities;
+    int high = 0;
+    for (int64_t s : d.split.train) {
+      // Source row k is day k + 1; the target's returns are days t - 2 .. t.
+      const int64_t t = d.target_row(s) + 1;
+      double sq = 0;
+      for (int64_t day = t - 2; day <= t; ++day) sq += r[day] * r[day];
+      volatilities.push_back(std::sqrt(sq));
+      high += d.classes[d.target_row(s)];
+    }
+    std::sort(volatilities.begin(), volatilities.end());
+    const size_t n = volatilities.size(), mid = n / 2;
+    ASSERT_GT(n, 100u);
+    const double median =
+        n % 2 ? volatilities[mid] : 0.5 * (volatilities[mid - 1] + volatilities[mid]);
+    EXPECT_NEAR(d.label_threshold, median, 1e-12);
+    EXPECT_EQ(high, static_cast<int>(n / 2));  // no ties here: the upper half, less an odd median
+    for (int64_t s : d.split.train) {
+      const int64_t t = d.target_row(s) + 1;
+      double sq = 0;
+      for (int64_t day = t - 2; day <= t; ++day) sq += r[day] * r[day];
+      if (std::fabs(std::sqrt(sq) - d.label_threshold) < 1e-12) continue;  // an odd median
+      EXPECT_EQ(d.classes[d.target_row(s)], std::sqrt(sq) > d.label_threshold ? 1 : 0) << s;
+    }
   }
-  const SeriesData d = load_series(Config::parse(
-      "data: {path: " + write(dir / "v.csv", text) +
-          ", task: classify, label: volatility, label_column: close, date_column: date, "
-          "features: [close], transform: {close: log_return}, lookback: 5, horizon: 3}\n",
-      "v.yaml"));
-  EXPECT_EQ(d.class_names, (std::vector<std::string>{"low", "high"}));
-  int checked = 0;
-  for (int64_t s : d.split.train) {
-    // Source row k is day k + 1; the target's returns are days t - 2 .. t.
-    const int64_t t = d.target_row(s) + 1;
-    double sq = 0;
-    for (int64_t day = t - 2; day <= t; ++day) sq += r[day] * r[day];
-    if (std::fabs(std::sqrt(sq) - d.label_threshold) < 1e-9) continue;  // the median itself
-    EXPECT_EQ(d.classes[d.target_row(s)], std::sqrt(sq) > d.label_threshold ? 1 : 0) << s;
-    ++checked;
-  }
-  EXPECT_GT(checked, 100);
-  EXPECT_GT(d.label_threshold, 0.002 * 0.7 * std::sqrt(3.0));
-  EXPECT_LT(d.label_threshold, 0.03 * 1.3 * std::sqrt(3.0));
 }
 
 TEST(Series, InferenceWindowsNeedNoTargets) {

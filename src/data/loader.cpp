@@ -105,13 +105,16 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
     }
   }
   if (d.kind == TaskKind::mae) {
-    // Mask a share of each window's steps (at least one): zero in, target out. With data.missing
-    // mask only steps that hold every feature: a missing cell is no value to reconstruct.
-    b->target = b->target_buf.get(be, DType::f32, {B * T, F});
+    // Mask a share of each window's steps (at least one): all their inputs zero in, the file's
+    // features out (the derived ones, dates' phases or missing indicators, are no values to
+    // learn). With data.missing mask only steps that hold every feature: a missing cell is no
+    // value to reconstruct.
+    const int64_t O = s.file_features;
+    b->target = b->target_buf.get(be, DType::f32, {B * T, O});
     b->mask = b->mask_buf.get(be, DType::f32, {B * T});
     auto* y = b->target_buf.host<float>();
     auto* mask = b->mask_buf.host<float>();
-    std::copy_n(x, B * T * F, y);
+    for (int64_t r = 0; r < B * T; ++r) std::copy_n(x + r * F, O, y + r * O);
     std::fill_n(mask, B * T, 0.0f);
     std::vector<int64_t> eligible;
     for (int64_t i = 0; i < B; ++i) {

@@ -231,6 +231,7 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
 void name_derived_features(const SeriesOptions& o, SeriesData* out) {
   SeriesData& d = *out;
   const size_t file_features = d.feature_names.size();
+  d.file_features = static_cast<int64_t>(file_features);
   for (const std::string& name : o.calendar)
     for (const char* part : {"_sin", "_cos"}) d.feature_names.push_back(name + part);
   for (const auto* list : {&d.static_categories, &d.categories})

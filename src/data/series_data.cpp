@@ -99,7 +99,7 @@ double SeriesData::target_value(int64_t row, int64_t j) const {
 }
 
 int64_t SeriesData::num_outputs() const {
-  if (task == TaskKind::mae) return num_features();
+  if (task == TaskKind::mae) return file_features;
   return task == TaskKind::classify ? static_cast<int64_t>(class_names.size())
                                     : num_targets() * steps_ahead * num_quantiles();
 }

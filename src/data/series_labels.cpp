@@ -118,11 +118,16 @@ void label_volatility(const std::vector<double>& volatility, const SeriesData* s
   if (stored) {
     d->label_threshold = stored->label_threshold;
   } else {
-    std::vector<double> v;
-    for (int64_t s : d->split.train) v.push_back(volatility[d->target_row(s)]);
+    std::vector<double> v;  // the training windows' volatilities, and their median
+    for (int64_t s : d->split.train)
+      if (const double x = volatility[d->target_row(s)]; !std::isnan(x)) v.push_back(x);
     if (v.empty()) return;
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    d->label_threshold = v[v.size() / 2];
+    const size_t mid = v.size() / 2;
+    std::nth_element(v.begin(), v.begin() + mid, v.end());
+    d->label_threshold = v[mid];
+    if (v.size() % 2 == 0)  // between the two middle values, as an even count's median is
+      d->label_threshold =
+          0.5 * (*std::max_element(v.begin(), v.begin() + mid) + d->label_threshold);
   }
   for (int64_t r = 0; r < d->rows; ++r)
     if (!std::isnan(volatility[r])) d->classes[r] = volatility[r] > d->label_threshold ? 1 : 0;

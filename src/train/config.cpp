@@ -29,7 +29,8 @@ const std::vector<ConfigKey> kKeys = {
     {"data.task", T::string, "forecast",
      "`forecast` (predict target columns `horizon` steps after a window), `classify` (predict the "
      "class `horizon` steps after a window), `mae` (masked-autoencoder pre-training: reconstruct "
-     "the features of randomly masked time steps), `charlm` (character language model), `lm` "
+     "the file's features of randomly masked time steps), `charlm` (character language model), "
+     "`lm` "
      "(language model on the tokens of data.tokenizer; model.family decoder), or "
      "`text_classify` (the class of a text, or of a pair of texts, per CSV row; a transformer)."},
     {"data.tokenizer", T::path, "",
@@ -78,7 +79,8 @@ const std::vector<ConfigKey> kKeys = {
      "Share of the training windows that are labeled and used (a fixed random subset, by "
      "train.seed)."},
     {"data.mask_ratio", T::number, "0.15",
-     "mae: each time step's chance of being masked (zeroed in the input) and reconstructed, "
+     "mae: each time step's chance of being masked (every input zeroed) and its file's features "
+     "reconstructed, "
      "drawn step by step (at least one step a window; new steps each training epoch, the same "
      "ones at every evaluation)."},
     {"data.lookback", T::integer, "24", "Time steps in each input window."},
@@ -375,8 +377,8 @@ const std::vector<ConfigKey> kKeys = {
      "pinball loss max(q (y - p), (q - 1) (y - p)) of each of train.quantiles: the model forecasts "
      "every quantile of every target and step; eval adds val_coverage, the share of actuals "
      "between the lowest and highest quantile, and the errors are the median's, or the quantile "
-     "nearest 0.5). val_loss is this loss; val_mse, val_mae and the baselines are reported "
-     "whatever it is."},
+     "nearest 0.5). val_loss is this loss; forecast also reports val_mse, val_mae and the "
+     "baselines whatever it is."},
     {"train.quantiles", T::string_list, "[0.1, 0.5, 0.9]",
      "`quantile` loss: the quantiles forecast, ascending, each between 0 and 1 (at most 16). "
      "predict writes a column per quantile (<target>_q0.1, ...), sorted per forecast so that "

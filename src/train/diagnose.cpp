@@ -86,7 +86,7 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   const int64_t F = task.is_text() ? 0 : task.series.num_features();
   const double in_bytes = task.is_text() ? 24.0 * d->steps
                           : task.kind == TaskKind::mae
-                              ? 4.0 * d->steps * (2 * F + 1)
+                              ? 4.0 * d->steps * (F + task.series.num_outputs() + 1)
                               : 4.0 * (d->steps * F + task.series.num_outputs());
   d->batch_input_mb = in_bytes * B / 1048576;
   // On a GPU: the step against the device's free memory, in the GPU's precision.

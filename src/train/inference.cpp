@@ -720,7 +720,7 @@ int64_t write_validation_outputs(const std::string& run, LoadedRun& r) {
   auto be = make_device_backend(r.config, r.task.model, true);
   auto model = load_model(*be, r, nullptr);
   const int64_t batch_size = forward_rows(r.config), O = d.num_outputs();
-  const int64_t T = d.lookback, F = d.num_features();
+  const int64_t T = d.lookback;
   Loader loader(*be, r.task, batch_size, loader_options(r.config, batch_bytes(r.task, batch_size)));
   loader.start(starts, INT64_MAX, {}, 0);
   Rng rng(0);
@@ -744,10 +744,10 @@ int64_t write_validation_outputs(const std::string& run, LoadedRun& r) {
         mae ? download_vector<float>(*be, b.mask) : std::vector<float>();
     for (int64_t k = 0; k < b.size; ++k) {
       const int64_t start = starts[i + k];
-      if (mae) {  // (B*T, F) reconstructions and originals, normalised
+      if (mae) {  // (B*T, O) reconstructions and originals of the file's features, normalised
         for (int64_t u = 0; u < T; ++u)
-          for (int64_t f = 0; f < F; ++f) {
-            const int64_t at = (k * T + u) * F + f;
+          for (int64_t f = 0; f < O; ++f) {
+            const int64_t at = (k * T + u) * O + f;
             std::snprintf(cells, sizeof cells, ",%lld,", static_cast<long long>(u + 1));
             csv += std::to_string(i + k + 1) + cells + io::csv_field(d.feature_names[f]);
             csv += "," + shortest(original[at]) + "," + shortest(o[at]) +

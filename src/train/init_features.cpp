@@ -200,8 +200,9 @@ void match_init_features(const std::string& path, const Config& c, const Task& t
     bool by_rows = false;
     const Arena::Entry* e = params.values().find(name);
     if (!e || !reads_features(name, task.kind, &by_rows)) continue;
+    // An autoencoder's head has a row per file feature, the first of the features.
     const int64_t n = by_rows ? e->shape[0] : e->shape.rank() == 2 ? e->shape[1] : -1;
-    if (n != static_cast<int64_t>(ours.size())) continue;
+    if (n != (by_rows ? task.series.file_features : static_cast<int64_t>(ours.size()))) continue;
     readers.emplace_back(static_cast<size_t>(e - params.values().entries().data()), by_rows);
   }
   if (readers.empty() && !head_loaded) return;
@@ -215,7 +216,13 @@ void match_init_features(const std::string& path, const Config& c, const Task& t
   note_other_values(path, meta, c, ours, out);
   if (theirs == ours) return;
   const std::vector<size_t> order = same_names_order(theirs, ours);
-  if (order.empty())
+  const auto file_first = [&] {  // the file's features are among the first in both
+    for (int64_t k = 0; k < task.series.file_features; ++k)
+      if (order[static_cast<size_t>(k)] >= static_cast<size_t>(task.series.file_features))
+        return false;
+    return true;
+  };
+  if (order.empty() || !file_first())
     fail(path, " (model.init_from): its model reads the features ", listed(theirs),
          ", this run's data gives ", listed(ours),
          ": its first layer's weights would read other columns; name the same features in "

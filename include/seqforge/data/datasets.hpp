@@ -114,6 +114,9 @@ struct SeriesData {
                                // an indicator feature; windows of a missing target are left out
   int64_t season = 0;          // rows per season (data.season); 0: none
   std::vector<std::string> feature_names, target_names, class_names;
+  // The file's features, first in feature_names; the rest (calendar, one-hot, known-future
+  // values ahead, missing indicators) are derived from them or from the dates.
+  int64_t file_features = 0;
   SourceMatrix source;  // features (transformed), targets (transformed over the horizon)
   std::vector<int64_t> feature_cols, target_cols;  // columns of `source`; targets may be absent
   int64_t label_col = -1;                          // column of data.label_column's values
@@ -163,7 +166,7 @@ struct SeriesData {
   size_t val_without_truth = 0;
   int64_t num_features() const { return static_cast<int64_t>(feature_names.size()); }
   // Targets times steps_ahead times quantiles (forecast: output (k * targets + j) * quantiles + q
-  // is quantile q of target j at step k), classes (classify) or features (mae).
+  // is quantile q of target j at step k), classes (classify) or the file's features (mae).
   int64_t num_outputs() const;
   int64_t num_targets() const { return static_cast<int64_t>(target_names.size()); }
   int64_t num_quantiles() const { return quantiles.empty() ? 1 : int64_t(quantiles.size()); }
