@@ -203,6 +203,33 @@ TEST(Config, OneDocumentAndEachKeyOnce) {
       "c.yaml:4: 'model.hidden' is given twice");
 }
 
+// YAML is Unicode text: other bytes are refused naming the line (the resolved config could not
+// write such a value back), and a value with control characters, written back quoted and
+// escaped, reads back the same.
+TEST(Config, TextThatIsNotUtf8IsRefusedAndControlCharactersReadBack) {
+  EXPECT_EQ(error_of([] { Config::parse("data:\n  path: caf\xe9.csv\n", "c.yaml"); }),
+            "c.yaml:2: not UTF-8 text (byte 17); save the config as UTF-8");
+  EXPECT_EQ(error_of([] { Config::parse("", "c.yaml", {"data.path=caf\xc3"}); }),
+            "override 'data.path=caf\\xc3': not UTF-8 text (byte 13)");
+  const Config c = Config::parse("data:\n  path: \"a\\rb\\x01c\"\n  separator: \"\\r\\n\"\n",
+                                 "c.yaml", {"data.eos_token=caf\xc3\xa9"});
+  EXPECT_EQ(c.str("data.path"),
+            "a\rb\x01"
+            "c");
+  const std::string resolved = c.resolved_yaml();
+  const Config back = Config::parse(resolved, "resolved.yaml");
+  EXPECT_EQ(back.str("data.path"),
+            "a\rb\x01"
+            "c");
+  EXPECT_EQ(back.str("data.separator"), "\r\n");
+  EXPECT_EQ(back.str("data.eos_token"), "caf\xc3\xa9");
+  EXPECT_EQ(back.resolved_yaml(), resolved);
+  // A carriage return yaml-cpp keeps in a plain value (config_fuzz).
+  const Config cr = Config::parse("data:\n  path: dat\r\r\n\n", "c.yaml");
+  EXPECT_EQ(cr.str("data.path"), "dat\r");
+  EXPECT_EQ(Config::parse(cr.resolved_yaml(), "resolved.yaml").str("data.path"), "dat\r");
+}
+
 TEST(Config, WrongTypesNameTheLineAndKey) {
   const std::string e = error_of([] { Config::parse("train:\n  epochs: ten\n", "cfg.yaml"); });
   EXPECT_NE(e.find("cfg.yaml:2: train.epochs: expected an integer, got 'ten'"), std::string::npos)

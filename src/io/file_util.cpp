@@ -270,6 +270,36 @@ void append_utf8(std::string& out, char32_t c) {
   }
 }
 
+size_t first_non_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    size_t len = 0;
+    char32_t min = 0, cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      len = 2, min = 0x80, cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3, min = 0x800, cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4, min = 0x10000, cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xc0) != 0x80) return i;
+      cp = (cp << 6) | (p[i + k] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
 std::string text_as_utf8(std::string bytes, const std::string& source) {
   if (bytes.starts_with("\xef\xbb\xbf")) return bytes.substr(3);
   const bool little = bytes.starts_with("\xff\xfe"), big = bytes.starts_with("\xfe\xff");

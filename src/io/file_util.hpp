@@ -45,6 +45,9 @@ std::string_view trim(std::string_view s);
 
 // Code point `c` (at most U+10FFFF) appended to `out` as UTF-8.
 void append_utf8(std::string& out, char32_t c);
+// The offset of the first character of `s` that is not UTF-8 (a byte that starts none, one cut
+// short, an overlong, surrogate or out-of-range code), or npos where all of it is.
+size_t first_non_utf8(std::string_view s);
 
 // An advisory lock (flock) on DIR/.lock, held while the object lives: one process at a time
 // owns a run directory. The kernel drops it when the process dies, so a killed process's lock

@@ -19,33 +19,8 @@ size_t utf8_length(unsigned char lead) {
 }
 
 void check_utf8(std::string_view s, const std::string& what) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned char c = p[i];
-    size_t len = 0;
-    char32_t min = 0, cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      len = 2, min = 0x80, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, min = 0x800, cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4, min = 0x10000, cp = c & 0x07;
-    } else {
-      fail(what, ": invalid UTF-8 at byte offset ", i);
-    }
-    if (i + len > n) fail(what, ": invalid UTF-8 at byte offset ", i, " (truncated character)");
-    for (size_t k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) fail(what, ": invalid UTF-8 at byte offset ", i + k);
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-      fail(what, ": invalid UTF-8 at byte offset ", i);
-    i += len;
-  }
+  if (const size_t at = io::first_non_utf8(s); at != std::string_view::npos)
+    fail(what, ": invalid UTF-8 at byte offset ", at);
 }
 
 char32_t decode_utf8(std::string_view s, size_t i, size_t* length) {

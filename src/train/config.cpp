@@ -954,6 +954,10 @@ Config Config::parse(const std::string& yaml, const std::string& source,
                      const std::vector<std::string>& overrides) {
   Config c;
   c.source_ = source;
+  // YAML is Unicode; a value with other bytes would not survive being written back (config_fuzz).
+  if (const size_t at = io::first_non_utf8(yaml); at != std::string::npos)
+    fail(source, ":", 1 + std::count(yaml.begin(), yaml.begin() + static_cast<ptrdiff_t>(at), '\n'),
+         ": not UTF-8 text (byte ", at, "); save the config as UTF-8");
   // A second document ("---" and more keys) would be left out without a word. Found in the text:
   // yaml-cpp's LoadAll ran without end on some malformed input (config_fuzz).
   if (const int64_t line = second_document_line(yaml))
@@ -991,6 +995,8 @@ Config Config::parse(const std::string& yaml, const std::string& source,
   for (const std::string& o : overrides) {
     const size_t eq = o.find('=');
     if (eq == std::string::npos || eq == 0) fail("override '", o, "': expected key.path=value");
+    if (const size_t at = io::first_non_utf8(o); at != std::string::npos)
+      fail("override '", o, "': not UTF-8 text (byte ", at, ")");
     const std::string path = o.substr(0, eq);
     YAML::Node value;
     try {
@@ -1138,7 +1144,11 @@ void emit_text(YAML::Emitter& out, const std::string& text) {
   const bool misread =
       !text.empty() && (std::string_view("0123456789+-.").find(text[0]) != std::string_view::npos ||
                         words.count(lower) > 0);
-  if (misread) out << YAML::DoubleQuoted;
+  // Control characters escaped: yaml-cpp writes a carriage return plainly, read back as a break.
+  const bool control = std::any_of(text.begin(), text.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
+  if (misread || control) out << YAML::DoubleQuoted;
   out << text;
 }
 
