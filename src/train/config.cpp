@@ -421,9 +421,10 @@ const std::vector<ConfigKey> kKeys = {
      "Clip the gradients' total L2 norm to this; 0: no clipping."},
     {"train.schedule", T::string, "constant",
      "Learning rate after warm-up: `constant`, `step` (times gamma every step_epochs), `cosine` "
-     "(to 0 at the last step) or `plateau` (times gamma when the monitored metric stalls "
+     "(0.5 lr (1 + cos(pi p)), p the share of the steps after warm-up taken: from lr towards 0, "
+     "which it would reach a step after the last, as Hugging Face's schedule) or `plateau` (times gamma when the monitored metric stalls "
      "plateau_patience epochs)."},
-    {"train.warmup_steps", T::integer, "0", "Steps of linear warm-up from 0 to optim.lr."},
+    {"train.warmup_steps", T::integer, "0", "Steps of linear warm-up to optim.lr: step s (from 0) takes lr (s + 1) / warmup_steps."},
     {"train.step_epochs", T::integer, "10", "`step` schedule: epochs between decays."},
     {"train.gamma", T::number, "0.1", "`step` and `plateau` schedules: the decay factor."},
     {"train.plateau_patience", T::integer, "2",
