@@ -298,6 +298,43 @@ TEST(Trainer, CharacterModelsFromAPretrainedOneKeepItsVocabulary) {
 // A model pre-trained on features [signal, other] read by a run that lists them [other, signal]:
 // the first layer's input weights (and a masked autoencoder's head rows) follow the columns;
 // other features are an error naming both lists.
+// Beside derived features (the calendar's phases) an autoencoder's head has a row per file
+// feature: its rows follow the file's features into this run's order, the phases stay put.
+TEST(Trainer, InitFromReordersAnAutoencodersHeadBesideDerivedFeatures) {
+  const fs::path dir = test::temp_dir("init_derived");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  const std::string mae = "data:\n  path: " + data +
+                          "\n  task: mae\n  date_column: when\n  calendar: [dayofweek]\n  "
+                          "lookback: 12\nmodel: {hidden: 8}\ntrain: {epochs: 1, batch_size: 16}\n";
+  train(Config::parse(mae, "pre.yaml",
+                      {"data.features=[signal, other]", "train.run_dir=" + (dir / "pre").string()}),
+        log);
+  train(Config::parse(mae, "again.yaml",
+                      {"data.features=[other, signal]", "model.init_from=" + (dir / "pre").string(),
+                       "train.freeze_modules=[lstm, head]", "train.freeze_epochs=1",
+                       "train.run_dir=" + (dir / "again").string()}),
+        log);
+  const fs::path pre = dir / "pre" / "model.safetensors",
+                 again = dir / "again" / "model.safetensors";
+  const auto values = tensor_floats;
+  const std::vector<float> a = values(pre, "lstm.weight_ih_l0"),
+                           b = values(again, "lstm.weight_ih_l0");
+  ASSERT_EQ(a.size(), 4u * 8 * 4);  // (4H, 4): signal, other, dayofweek_sin, dayofweek_cos
+  for (size_t r = 0; r < a.size() / 4; ++r) {
+    EXPECT_EQ(b[4 * r], a[4 * r + 1]);
+    EXPECT_EQ(b[4 * r + 1], a[4 * r]);
+    EXPECT_EQ(b[4 * r + 2], a[4 * r + 2]);
+    EXPECT_EQ(b[4 * r + 3], a[4 * r + 3]);
+  }
+  const std::vector<float> head = values(pre, "head.weight"), moved = values(again, "head.weight");
+  ASSERT_EQ(head.size(), 2u * 8);  // (2, H): a row per file feature
+  EXPECT_TRUE(std::equal(head.begin(), head.begin() + 8, moved.begin() + 8));
+  EXPECT_TRUE(std::equal(head.begin() + 8, head.end(), moved.begin()));
+  EXPECT_EQ(values(pre, "head.bias"),
+            (std::vector<float>{values(again, "head.bias")[1], values(again, "head.bias")[0]}));
+}
+
 TEST(Trainer, InitFromPutsTheFeaturesInThisRunsOrder) {
   const fs::path dir = test::temp_dir("init_features");
   const std::string data = write_series(dir, 200);
@@ -1384,13 +1421,13 @@ TEST(Trainer, CheckpointsDamagedAfterWritingAreRefused) {
     fs::copy_file(file, kept);
     bytes[bytes.size() - 2] ^= 0x04;  // a float's mantissa bit: still finite
     std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
-    const std::string e = std::string(name) == "model.safetensors"
-                              ? error_of([&] { evaluate(run.string(), "test"); })
-                              : error_of([&] {
-                                  train(Config::load((run / "config.resolved.yaml").string(),
-                                                     {"train.epochs=2"}),
-                                        log, run.string());
-                                });
+    const std::string e =
+        std::string(name) == "model.safetensors"
+            ? error_of([&] { evaluate(run.string(), "test"); })
+            : error_of([&] {
+                train(Config::load((run / "config.resolved.yaml").string(), {"train.epochs=2"}),
+                      log, run.string());
+              });
     EXPECT_NE(e.find(file.string() + ": its tensors' bytes differ from the hash written with them"),
               std::string::npos)
         << e;

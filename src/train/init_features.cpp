@@ -216,7 +216,10 @@ void match_init_features(const std::string& path, const Config& c, const Task& t
   note_other_values(path, meta, c, ours, out);
   if (theirs == ours) return;
   const std::vector<size_t> order = same_names_order(theirs, ours);
-  const auto file_first = [&] {  // the file's features are among the first in both
+  // An autoencoder's head reordered by its rows: the file's features are the first in both.
+  const auto file_first = [&] {
+    if (std::none_of(readers.begin(), readers.end(), [](const auto& r) { return r.second; }))
+      return true;
     for (int64_t k = 0; k < task.series.file_features; ++k)
       if (order[static_cast<size_t>(k)] >= static_cast<size_t>(task.series.file_features))
         return false;
