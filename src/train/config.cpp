@@ -450,8 +450,8 @@ const std::vector<ConfigKey> kKeys = {
     {"train.stateful", T::boolean, "false",
      "Stateful training: consecutive batches continue consecutive stretches of the data (each "
      "row of a batch a stream through its own stretch, windows one lookback apart: data.stride "
-     "must divide data.lookback), and the "
-     "final LSTM states of a batch (detached) start the next one: truncated back-propagation "
+     "must divide data.lookback; the last chunks, fewer than the streams, are left out), and "
+     "the recurrent layers' final states of a batch (detached) start the next one: truncated back-propagation "
      "through time over data.lookback (data.seq_len) steps. States are reset at every epoch, at "
      "series boundaries and where a gap in the dates lies between two chunks. Needs a "
      "unidirectional model, data.split.mode time and one "
