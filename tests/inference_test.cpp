@@ -19,6 +19,7 @@
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 #include "train/run.hpp"
+#include "train/sampling.hpp"
 
 namespace seqforge::inference_test {
 namespace {
@@ -73,6 +74,40 @@ std::vector<nlohmann::json> metrics_of(const fs::path& run) {
 
 // A new file with gaps, from a run trained on a whole one: predict and eval --data refuse it
 // naming the cell and --missing, and with --missing ffill predict as on the file filled by hand.
+// generate's draw: temperature 0 takes the first of the likeliest; top_k keeps the logits equal
+// to the k-th too (HF's top_k); top_p keeps the fewest likeliest whose mass reaches it; the
+// draws follow softmax(logits / temperature) over what is kept (40000 draws, within 5 sigma).
+TEST(Generate, SamplingFollowsTheKeptSoftmax) {
+  const std::vector<float> row = {1.0f, 3.0f, 3.0f, 2.0f, 0.5f};
+  Rng rng(5);
+  EXPECT_EQ(sample_next(row, 0.0, 0, rng), 1);
+  EXPECT_EQ(sample_next(row, 0.0, 4, rng, 0.3), 1);
+  auto frequencies = [&](double temperature, int64_t top_k, double top_p) {
+    std::vector<double> n(row.size());
+    for (int draw = 0; draw < 40000; ++draw) n[sample_next(row, temperature, top_k, rng, top_p)]++;
+    return n;
+  };
+  auto expect = [&](const std::vector<double>& n, std::vector<int> kept, double temperature) {
+    double total = 0;
+    for (int i : kept) total += std::exp(row[i] / temperature);
+    for (size_t i = 0; i < row.size(); ++i) {
+      const bool in = std::find(kept.begin(), kept.end(), static_cast<int>(i)) != kept.end();
+      const double p = in ? std::exp(row[i] / temperature) / total : 0.0;
+      EXPECT_NEAR(n[i] / 40000, p, 5 * std::sqrt(p * (1 - p) / 40000) + 1e-12)
+          << "token " << i << ", temperature " << temperature;
+    }
+  };
+  expect(frequencies(1.0, 0, 1.0), {0, 1, 2, 3, 4}, 1.0);
+  expect(frequencies(0.5, 0, 1.0), {0, 1, 2, 3, 4}, 0.5);
+  expect(frequencies(1.0, 1, 1.0), {1, 2}, 1.0);  // tokens 1 and 2 tie for the top
+  expect(frequencies(1.0, 2, 1.0), {1, 2}, 1.0);
+  expect(frequencies(2.0, 3, 1.0), {1, 2, 3}, 2.0);
+  // Probabilities 0.386, 0.386, 0.142, 0.052, 0.032: 0.5 needs two, 0.8 three, 0.3 one.
+  expect(frequencies(1.0, 0, 0.5), {1, 2}, 1.0);
+  expect(frequencies(1.0, 0, 0.8), {1, 2, 3}, 1.0);
+  expect(frequencies(1.0, 0, 0.3), {1}, 1.0);
+}
+
 TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   const fs::path dir = test::temp_dir("missing");
   std::ostringstream log;

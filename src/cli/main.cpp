@@ -207,8 +207,8 @@ static int run_command(int argc, char** argv) {
   CLI::App* gen = app.add_subcommand("generate", "Sample text from a character model");
   gen->add_option("run", gen_run, "run directory or model.safetensors")->required();
   gen->add_option("--prompt", gen_prompt,
-                  "text to start from (default: a newline, or a random character when the "
-                  "vocabulary has none)");
+                  "text to start from (default: a newline, not printed, or a random character "
+                  "when the vocabulary has none)");
   gen->add_option("--length", gen_length, "characters to sample")
       ->check(whole_number(0, int64_t{1} << 40))
       ->capture_default_str();

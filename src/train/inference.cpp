@@ -10,6 +10,7 @@
 
 #include "io/file_util.hpp"
 #include "run.hpp"
+#include "sampling.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
@@ -439,40 +440,6 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
   log << p.summary << "\n" << std::flush;
   return p.windows;
 }
-
-namespace {
-
-// The next character's id from its logits (V): the likeliest (the first of equals) at
-// temperature 0, else drawn from softmax(logits / temperature) over the top_k likeliest (0: all)
-// and, with top_p < 1, over the fewest likeliest of those whose probabilities reach top_p
-// (nucleus sampling, HF's top_p; the likeliest is always kept).
-int64_t sample_next(const std::vector<float>& row, double temperature, int64_t top_k, Rng& rng,
-                    double top_p = 1.0) {
-  const int64_t V = static_cast<int64_t>(row.size());
-  std::vector<int64_t> idx(V);
-  std::iota(idx.begin(), idx.end(), 0);
-  const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
-    return row[a] > row[b] || (row[a] == row[b] && a < b);
-  });
-  if (temperature == 0) return idx[0];
-  std::vector<double> p(k);
-  double total = 0;
-  for (int64_t i = 0; i < k; ++i)
-    total += p[i] = std::exp((row[idx[i]] - row[idx[0]]) / temperature);
-  int64_t kept = k;
-  if (top_p < 1) {
-    double before = 0;
-    for (kept = 0; kept < k && before < top_p * total; ++kept) before += p[kept];
-    total = before;
-  }
-  double u = rng.uniform() * total;
-  for (int64_t i = 0; i < kept; ++i)
-    if ((u -= p[i]) <= 0) return idx[i];
-  return idx[kept - 1];
-}
-
-}  // namespace
 
 namespace {
 

@@ -2,6 +2,7 @@
 // transaction, which keeps the trial bookkeeping identical to SQLite's BEGIN IMMEDIATE.
 #include "db.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/tune/storage.hpp"
 
 #ifdef SEQFORGE_HAVE_LIBPQ
 #include <libpq-fe.h>
