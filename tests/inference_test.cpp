@@ -106,6 +106,11 @@ TEST(Generate, SamplingFollowsTheKeptSoftmax) {
   expect(frequencies(1.0, 0, 0.5), {1, 2}, 1.0);
   expect(frequencies(1.0, 0, 0.8), {1, 2, 3}, 1.0);
   expect(frequencies(1.0, 0, 0.3), {1}, 1.0);
+  for (const float bad : {NAN, INFINITY})
+    EXPECT_NE(error_of([&] {
+                sample_next({1.0f, bad, 0.0f}, 1.0, 0, rng);
+              }).find("generate: the model's logit for token 1 is "),
+              std::string::npos);
 }
 
 TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {

@@ -229,6 +229,18 @@ TEST(Loader, TheAutoencoderReconstructsTheFilesFeaturesAlone) {
     done += b.size;
   }
   EXPECT_GT(masked, int64_t(starts.size()));
+  // A file of dates alone has no feature to reconstruct: one line, not an empty head.
+  std::ofstream(dir / "dates.csv") << "date\n2020-01-01\n2020-01-02\n2020-01-03\n";
+  try {
+    load_dataset(Config::parse("data: {task: mae, path: " + (dir / "dates.csv").string() +
+                                   ", date_column: date, calendar: [dayofweek], lookback: 2}\n",
+                               "dates.yaml"));
+    ADD_FAILURE() << "a file without features loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data.task mae reconstructs the file's features"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Loader, PassesCanEndEarlyAndRestart) {

@@ -47,6 +47,11 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
   std::vector<std::string> file_notes;
   series::name_columns(table, stored, which, &opt, &d, &file_notes);
   const size_t file_features = d.feature_names.size();
+  if (opt.task == TaskKind::mae && file_features == 0)
+    fail(opt.where("data.features"), ": data.task mae reconstructs the file's features, and ",
+         opt.path,
+         " gives none beside its dates and categories: name its numeric columns in "
+         "data.features");
   SeriesOptions built = o;
   built.features = d.feature_names;
   const series::RowOrder order = series::order_rows(table, built, opt.path);

@@ -30,8 +30,7 @@ const std::vector<ConfigKey> kKeys = {
      "`forecast` (predict target columns `horizon` steps after a window), `classify` (predict the "
      "class `horizon` steps after a window), `mae` (masked-autoencoder pre-training: reconstruct "
      "the file's features of randomly masked time steps), `charlm` (character language model), "
-     "`lm` "
-     "(language model on the tokens of data.tokenizer; model.family decoder), or "
+     "`lm` (language model on the tokens of data.tokenizer; model.family decoder), or "
      "`text_classify` (the class of a text, or of a pair of texts, per CSV row; a transformer)."},
     {"data.tokenizer", T::path, "",
      "lm: a Hugging Face tokenizer.json (BPE: GPT-2, Llama 3, Qwen, Gemma style, or one from "
@@ -422,9 +421,10 @@ const std::vector<ConfigKey> kKeys = {
     {"train.schedule", T::string, "constant",
      "Learning rate after warm-up: `constant`, `step` (times gamma every step_epochs), `cosine` "
      "(0.5 lr (1 + cos(pi p)), p the share of the steps after warm-up taken: from lr towards 0, "
-     "which it would reach a step after the last, as Hugging Face's schedule) or `plateau` (times gamma when the monitored metric stalls "
-     "plateau_patience epochs)."},
-    {"train.warmup_steps", T::integer, "0", "Steps of linear warm-up to optim.lr: step s (from 0) takes lr (s + 1) / warmup_steps."},
+     "which it would reach a step after the last, as Hugging Face's schedule) or `plateau` (times "
+     "gamma when the monitored metric stalls plateau_patience epochs)."},
+    {"train.warmup_steps", T::integer, "0",
+     "Steps of linear warm-up to optim.lr: step s (from 0) takes lr (s + 1) / warmup_steps."},
     {"train.step_epochs", T::integer, "10", "`step` schedule: epochs between decays."},
     {"train.gamma", T::number, "0.1", "`step` and `plateau` schedules: the decay factor."},
     {"train.plateau_patience", T::integer, "2",
@@ -451,11 +451,11 @@ const std::vector<ConfigKey> kKeys = {
      "Stateful training: consecutive batches continue consecutive stretches of the data (each "
      "row of a batch a stream through its own stretch, windows one lookback apart: data.stride "
      "must divide data.lookback; the last chunks, fewer than the streams, are left out), and "
-     "the recurrent layers' final states of a batch (detached) start the next one: truncated back-propagation "
-     "through time over data.lookback (data.seq_len) steps. States are reset at every epoch, at "
-     "series boundaries and where a gap in the dates lies between two chunks. Needs a "
-     "unidirectional model, data.split.mode time and one "
-     "process; validation stays stateless."},
+     "the recurrent layers' final states of a batch (detached) start the next one: truncated "
+     "back-propagation through time over data.lookback (data.seq_len) steps. States are reset at "
+     "every epoch, at series boundaries and where a gap in the dates lies between two chunks. "
+     "Needs a unidirectional model, data.split.mode time and one process; validation stays "
+     "stateless."},
     {"train.test_after", T::boolean, "true",
      "After training, evaluate the saved model on the test split (when it has windows): test_* "
      "metrics on the console, in metrics.jsonl (a line with `\"split\": \"test\"`) and in the "

@@ -4,11 +4,17 @@
 #include <cmath>
 #include <numeric>
 
+#include "seqforge/core/error.hpp"
+
 namespace seqforge {
 
 int64_t sample_next(const std::vector<float>& row, double temperature, int64_t top_k, Rng& rng,
                     double top_p) {
   const int64_t V = static_cast<int64_t>(row.size());
+  for (int64_t i = 0; i < V; ++i)  // a NaN would leave the order, and the draw, undefined
+    if (!std::isfinite(row[i]))
+      fail("generate: the model's logit for token ", i, " is ", row[i],
+           ": its weights or its input hold values that are not finite");
   std::vector<int64_t> idx(V);
   std::iota(idx.begin(), idx.end(), 0);
   int64_t k = top_k > 0 ? std::min(top_k, V) : V;
