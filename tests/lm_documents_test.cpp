@@ -276,5 +276,59 @@ TEST(LmDocuments, GenerateSaysWhatThePromptLosesToTheTokenizer) {
   fs::remove_all(dir);
 }
 
+// A Llama 2 style tokenizer marks spaces with U+2581 and its decoder strips a text's first
+// space: the sample is the prompt's tokens and the new ones decoded together, so the space
+// between the prompt and the first new word stays. A prompt longer than the model reads is
+// followed from its last tokens, with a note.
+TEST(LmDocuments, GenerateKeepsTheSpaceAfterThePromptAndSaysWhenItIsCut) {
+  const fs::path dir = fs::temp_directory_path() / ("seqforge_space_" + std::to_string(getpid()));
+  fs::create_directories(dir / "model");
+  const std::string tokenizer = (dir / "tokenizer.json").string();
+  std::ofstream(tokenizer) << R"({
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    "pre_tokenizer": null,
+    "post_processor": {"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}},
+    "decoder": {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "added_tokens": [{"id": 0, "content": "<s>", "special": true}],
+    "model": {"type": "BPE", "vocab": {"<s>": 0, "\u2581": 1, "a": 2, "b": 3}, "merges": []}})";
+  {
+    std::ofstream text(dir / "all.txt");
+    for (int i = 0; i < 300; ++i) text << "ab ";
+  }
+  std::ofstream(dir / "model/config.json") << R"({"model_type": "llama", "vocab_size": 4,
+      "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
+      "max_position_embeddings": 12, "tie_word_embeddings": true})";
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(
+      Config::parse("data: {task: lm, seq_len: 12}\ntrain: {epochs: 8, batch_size: 4}\n", "c.yaml",
+                    {"data.path=" + (dir / "all.txt").string(), "data.tokenizer=" + tokenizer,
+                     "model.family=decoder", "model.init_from=" + (dir / "model").string(),
+                     "model.from_config=true", "optim.lr=0.02", "train.run_dir=" + run.string()}),
+      log);
+  std::vector<std::string> pieces;
+  const std::string sample = generate(run.string(), "ab", 6, 0.0, 0, 0, 1.0,
+                                      [&](std::string_view piece) { pieces.emplace_back(piece); });
+  EXPECT_EQ(sample, "ab ab ab") << log.str();
+  std::string joined;
+  for (const std::string& piece : pieces) joined += piece;
+  EXPECT_EQ(joined, sample);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(generate(run.string(), "ab ab ab ab ab", 3, 0.0, 0, 0), "ab ab ab ab ab ab");
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("note: the prompt's 16 tokens are more than the 12 the model reads: the "
+                     "sample follows its last 12"),
+            std::string::npos)
+      << err;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace seqforge::lm_documents_test

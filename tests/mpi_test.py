@@ -5,8 +5,9 @@
 
 1. Equivalence: 2 ranks at batch b reach the parameters of 1 process at batch 2b (same seed, fp32,
    no dropout or augmentation), over epochs whose last global batch is short and leaves one rank
-   without windows, and so do 3 ranks, also in micro-batches, and a masked autoencoder's 2 ranks;
-   a run with another seed does not match (the comparison can fail).
+   without windows, and so do 3 ranks, also in micro-batches, and a masked autoencoder's 2 ranks
+   (its logged training loss too); a run with another seed does not match (the comparison can
+   fail).
 2. A rank killed (SIGKILL) after the first epoch ends the job within a bound with a non-zero code;
    the checkpoint loads (seqforge eval) and every rank resumes from it.
 3. A rank that hangs (SIGSTOP) makes the other stop after dist.timeout_seconds with one line that
@@ -155,6 +156,13 @@ if not failures:
                           tensors(os.path.join(work, "mae_single", "model.safetensors")))
         check(da < 1e-4, f"mae: 2 ranks x 32 in micro-batches of 20 equal 1 x 64 "
                          f"(max relative difference {da:.2e})")
+        # Its ranks' mean losses are over their own masked steps, whose counts differ: the
+        # logged training loss weighs each by its share of the step's.
+        two = [j["train_loss"] for j in epoch_lines(os.path.join(work, "mae_two"))]
+        one = [j["train_loss"] for j in epoch_lines(os.path.join(work, "mae_single"))]
+        dl = max(abs(a - b) / abs(b) for a, b in zip(two, one)) if one else 1
+        check(len(two) == len(one) == 2 and dl < 1e-6,
+              f"mae: rank 0 logs one process's training loss (max relative difference {dl:.2e})")
     else:
         check(False, "mpirun -np 2, mae: " + out[-2000:])
     lines = epoch_lines(os.path.join(work, "two"))
@@ -265,7 +273,9 @@ check(p.returncode != 0 and "could not be loaded" in p.stdout + p.stderr,
       "a missing MPI module is a clear error")
 # A rank given another setting (a model that no longer fits rank 0's collectives, another learning
 # rate that would train silently) is refused naming the key, before any rank claims the directory.
-for key, values in (("model.hidden", ("16", "32")), ("optim.lr", ("0.001", "0.1"))):
+# The seed too: a masked autoencoder's masks come from it.
+for key, values in (("model.hidden", ("16", "32")), ("optim.lr", ("0.001", "0.1")),
+                    ("train.seed", ("3", "8"))):
     differs = os.path.join(work, "differs")
     ranks = []
     for value in values:

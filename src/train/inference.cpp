@@ -460,6 +460,14 @@ size_t settled_prefix(std::string_view text) {
   return end;
 }
 
+// A note where the prompt is longer than the model reads at once: the sample follows its last
+// `context` tokens (or characters) alone.
+void note_long_prompt(size_t prompt_length, int64_t context, const char* unit) {
+  if (static_cast<int64_t>(prompt_length) > context)
+    std::cerr << "note: the prompt's " << prompt_length << " " << unit << " are more than the "
+              << context << " the model reads: the sample follows its last " << context << "\n";
+}
+
 // A token language model's continuation of `prompt`: each new token from the logits of the
 // whole sequence so far (its last max_position_embeddings tokens), the text decoded by the
 // run's tokenizer.
@@ -485,15 +493,26 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
       fail("generate: the prompt's token ", i, " has id ", ids[i], " in the tokenizer (",
            data_options(r.config).text.tokenizer, "), past the model's vocab_size ", o.vocab_size);
   const int64_t window = o.max_positions;  // the most tokens the model reads
+  note_long_prompt(ids.size(), window, "tokens");
   Rng rng(seed);
   Buffer ids_buf;
+  // The sample's text: the prompt's tokens and the new ones decoded together, less the prompt's
+  // own decoding, as a decoder may treat a first token apart (Metaspace and Strip take its
+  // leading space).
+  std::vector<int32_t> sequence(ids.begin(), ids.end());
+  const std::string prompt_decoded = tokenizer.decode(sequence, true);
   std::vector<int32_t> made;
+  const auto continuation = [&] {
+    std::string text = tokenizer.decode(sequence, true);
+    if (text.starts_with(prompt_decoded)) return text.substr(prompt_decoded.size());
+    return tokenizer.decode(made, true);
+  };
   // What `stream` has had of the sample's decoding: its tokens decoded afresh after each new one
   // (a decoder may join tokens into characters), and passed on once settled.
   std::string streamed;
   const auto pass_on = [&](bool last) {
     if (!stream) return;
-    const std::string text = tokenizer.decode(made, true);
+    const std::string text = continuation();
     SF_CHECK(text.starts_with(streamed), "generate: the decoding of the sample changed what it ",
              "had streamed");
     const size_t whole = last ? text.size() : settled_prefix(text);
@@ -531,10 +550,11 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
       break;  // the model's end of text
     ids.push_back(next);
     made.push_back(int32_t(next));
+    sequence.push_back(int32_t(next));
     pass_on(false);
   }
   pass_on(true);
-  return prompt + tokenizer.decode(made, true);
+  return prompt + continuation();
 }
 
 }  // namespace
@@ -616,6 +636,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
     auto* t = dynamic_cast<Transformer*>(model.get());
     SF_CHECK(t, "generate: a transformer run without a transformer");
     const int64_t block = t->transformer_options().block_size;
+    note_long_prompt(ids.size(), block, "characters");
     auto refill = [&, t, block] {
       const int64_t count = std::min<int64_t>(block, static_cast<int64_t>(ids.size()));
       t->decode_start(*be);

@@ -228,7 +228,7 @@ class Training {
   void resolve_micro_batch(double free_bytes, bool device);
   double read_step();
   void stop_if_signalled(int64_t epoch, int64_t batch, double loss_sum, double seen);
-  void progress(int64_t epoch, int64_t batch, int64_t first_batch, double t0, double loss_sum,
+  void progress(int64_t epoch, int64_t batch, int64_t first_batch, double t0, double loss,
                 int64_t seen, int64_t seen_before, double* last_progress) const;
   // Validation, early stopping, schedule, checkpoints and the epoch's line; false to stop.
   bool end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t seen_before, double t0);
@@ -272,6 +272,9 @@ class Training {
   std::vector<MicroBatch> micro_;
   std::vector<double> step_host_;            // step_stats_ read back
   double local_terms_ = 0, step_terms_ = 0;  // this rank's loss terms, every rank's
+  // What this rank's mean loss weighs in the epoch's sum: its share of the step's mean times the
+  // step's windows, so that the ranks' sums add up to one process's.
+  double loss_weight_ = 0;
   bool sync_open_ = false;  // backward's finished gradients go to sync_ (the last micro-batch)
   // Dropout's masks: each step's seed base in backend memory (Backend::set_seed_base), a hash of
   // the run's seed and the step, and the masks' own seeds from `salts_`, the same at every step.
@@ -1039,6 +1042,9 @@ bool Training::run_epoch(int64_t epoch) {
   state_.in_epoch = false;
   const int64_t seen_before = seen;
   double last_progress = t0;
+  // The progress line's loss: this rank's windows since the start (or resumption) of the epoch.
+  double shard_sum = 0;
+  int64_t shard_seen = 0;
   const int64_t local_batches = start_pass(epoch, first_batch);
   for (int64_t bi = first_batch; bi < batches_per_epoch_; ++bi, ++state_.step) {
     if (stepped_) stop_if_signalled(epoch, bi, loss_sum, double(seen));
@@ -1058,10 +1064,13 @@ bool Training::run_epoch(int64_t epoch) {
     }
     const double loss = train_step(epoch, bi, batch);
     if (!batch) continue;
-    loss_sum += loss * batch->size;
+    loss_sum += loss * loss_weight_;
     seen += batch->size;
+    shard_sum += loss * batch->size;
+    shard_seen += batch->size;
     if (hooks_.on_step) hooks_.on_step(epoch, bi + 1, batches_per_epoch_);
-    progress(epoch, bi, first_batch, t0, loss_sum, seen, seen_before, &last_progress);
+    progress(epoch, bi, first_batch, t0, shard_sum / double(shard_seen), seen, seen_before,
+             &last_progress);
   }
   if (ranks_ > 1) {  // the global training loss
     std::array<double, 2> sums = {loss_sum, double(seen)};
@@ -1152,13 +1161,17 @@ void Training::plan_step(int64_t bi, const Batch* batch) {
     local_terms_ += terms;
   }
   step_terms_ = local_terms_;
+  loss_weight_ = batch ? double(batch->size) : 0.0;
   if (ranks_ == 1) return;
+  const double step_windows = double(std::min(global_batch_, used_ - bi * global_batch_));
   if (vary) {
     std::array<double, 1> all = {local_terms_};
     comm_.all_reduce_sum(all);
     step_terms_ = all[0];
+    // A rank's mean is over its own terms (mae's masked steps), which differ between ranks.
+    loss_weight_ = step_terms_ > 0 ? local_terms_ / step_terms_ * step_windows : 0.0;
   } else {
-    step_terms_ = double(std::min(global_batch_, used_ - bi * global_batch_));
+    step_terms_ = step_windows;
   }
 }
 
@@ -1251,7 +1264,7 @@ void Training::stop_if_signalled(int64_t epoch, int64_t batch, double loss_sum, 
 }
 
 // Progress: redrawn in place on a terminal, else a line every progress_seconds.
-void Training::progress(int64_t epoch, int64_t bi, int64_t first_batch, double t0, double loss_sum,
+void Training::progress(int64_t epoch, int64_t bi, int64_t first_batch, double t0, double loss,
                         int64_t seen, int64_t seen_before, double* last_progress) const {
   const double now = now_s();
   if (!(tty_ ? bi % 10 == 9 || bi + 1 == batches_per_epoch_
@@ -1262,9 +1275,9 @@ void Training::progress(int64_t epoch, int64_t bi, int64_t first_batch, double t
   const double eta = el / done * double(batches_per_epoch_ - bi - 1);
   char line[160];
   std::snprintf(line, sizeof line,
-                "%sepoch %lld/%lld  %lld/%lld batches  loss %.5g  %.0f samples/s  ETA %.0f s%s",
+                "%sepoch %lld/%lld  %lld/%lld batches  %s %.5g  %.0f samples/s  ETA %.0f s%s",
                 tty_ ? "\r" : "", (long long)epoch, (long long)s_.epochs, (long long)(bi + 1),
-                (long long)batches_per_epoch_, loss_sum / double(std::max<int64_t>(seen, 1)),
+                (long long)batches_per_epoch_, ranks_ > 1 ? "rank 0's loss" : "loss", loss,
                 double(seen - seen_before) / std::max(el, 1e-9), eta, tty_ ? "  " : "\n");
   out_ << line << std::flush;
 }
@@ -1551,10 +1564,10 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
 }
 // Under mpirun every rank trains what rank 0's config describes: a rank given another setting
 // would build another model (its parameters no longer fit rank 0's in the collectives) or take
-// another step silently. Only a process's own resources, its data file's path and the seed
-// (rank 0's order serves every rank) may differ; the data file's bytes may not (a copy on each
-// machine that differs would train on other windows silently). Every rank compares its own
-// settings with rank 0's and a rank that differs fails naming the first key.
+// another step silently. Only a process's own resources and its data file's path may differ;
+// the data file's bytes may not (a copy on each machine that differs would train on other
+// windows silently), nor the seed (a masked autoencoder's masks come from it). Every rank compares
+// its own settings with rank 0's and a rank that differs fails naming the first key.
 void check_ranks_agree(const Config& c, dist::Communicator& comm) {
   static const std::string data_bytes = "data.path's bytes";
   static const std::set<std::string> own = {"train.threads",
@@ -1563,8 +1576,7 @@ void check_ranks_agree(const Config& c, dist::Communicator& comm) {
                                             "train.progress_seconds",
                                             "train.device",
                                             "train.run_dir",
-                                            "data.path",
-                                            "train.seed"};
+                                            "data.path"};
   nlohmann::json mine = nlohmann::json::object();
   for (const ConfigKey& k : config_keys())
     if (!own.count(k.path)) mine[k.path] = c.str(k.path);
