@@ -152,27 +152,18 @@ bool CublasLt::gemm(const GemmShape& s, DType dtype, const void* a, const void* 
   const float alpha32 = static_cast<float>(s.alpha), beta32 = static_cast<float>(s.beta);
   const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&s.alpha) : &alpha32;
   const void* beta = dtype == DType::f64 ? static_cast<const void*>(&s.beta) : &beta32;
-  // The algorithm for this shape and these operands' alignments (an operand that starts inside
-  // a row, one direction of a (T, B, 2H) output say, may be only 4 bytes aligned), chosen once.
+  // The algorithm for this shape and these operands' and bias's alignments (an operand that
+  // starts inside a row, one direction of a (T, B, 2H) output say, may be only 4 bytes aligned),
+  // chosen once.
   auto alignment = [](const void* p) {
     const uintptr_t u = reinterpret_cast<uintptr_t>(p);
     return static_cast<uint32_t>(std::min<uintptr_t>(256, u & (~u + 1)));
   };
-  const AlgoKey key{s.trans_a,
-                    s.trans_b,
-                    s.m,
-                    s.n,
-                    s.k,
-                    s.lda,
-                    s.ldb,
-                    s.ldc,
-                    static_cast<int>(dtype),
-                    tf32,
-                    bias != nullptr,
-                    s.beta != 0,
-                    alignment(a),
-                    alignment(b),
-                    alignment(c)};
+  const AlgoKey key{s.trans_a,    s.trans_b,    s.m,
+                    s.n,          s.k,          s.lda,
+                    s.ldb,        s.ldc,        static_cast<int>(dtype),
+                    tf32,         s.beta != 0,  alignment(a),
+                    alignment(b), alignment(c), bias ? alignment(bias) : 0u};
   auto found = algos_.find(key);
   if (found == algos_.end()) {
     cublasLtMatmulPreference_t preference = nullptr;
@@ -215,6 +206,10 @@ bool CublasLt::gemm(const GemmShape& s, DType dtype, const void* a, const void* 
   api_->layout_destroy(first);
   api_->desc_destroy(desc);
   if (!found->second) return false;
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED && bias) {  // the caller adds the bias after
+    found->second.reset();
+    return false;
+  }
   if (status != CUBLAS_STATUS_SUCCESS)
     fail("cuda: gemm (", s.m, " x ", s.n, " x ", s.k, ", ", dtype_name(dtype),
          s.trans_a ? ", A transposed" : "", s.trans_b ? ", B transposed" : "", bias ? ", bias" : "",

@@ -50,8 +50,10 @@ class CublasLt {
 
  private:
   // What the choice of algorithm depends on.
+  // The shape, transposes, leading dimensions, dtype, TF32, beta != 0 and the alignments of A,
+  // B, C and the bias (0: none).
   using AlgoKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int,
-                             bool, bool, bool, uint32_t, uint32_t, uint32_t>;
+                             bool, bool, uint32_t, uint32_t, uint32_t, uint32_t>;
   struct Api;
   Api* api_ = nullptr;
   std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> algos_;  // none: no algorithm
