@@ -338,7 +338,7 @@ TEST(Augment, EachAugmentationChangesWindowsAsDescribed) {
   auto run = [&](const AugmentOptions& o, uint64_t seed) {
     std::vector<float> w = base;
     Rng rng(seed);
-    augment_window(o, w.data(), T, F, rng);
+    augment_window(o, w.data(), T, F, std::vector<char>(F, 1), nullptr, rng);
     return w;
   };
   EXPECT_EQ(run(AugmentOptions{}, 1), base);  // nothing on: unchanged
@@ -406,6 +406,101 @@ TEST(Augment, EachAugmentationChangesWindowsAsDescribed) {
     }
     const auto same = run(o, 5);
     for (size_t i = 0; i < same.size(); ++i) EXPECT_NEAR(same[i], base[i], 1e-5) << kind;
+  }
+}
+
+// Only values change magnitude: dates' phases, one-hot categories and missing indicators are
+// derived, and a missing cell stays 0 (the mean) under data.missing mask; moved along time, a
+// derived feature or a cell beside a missing one takes the nearer step's, so no indicator becomes
+// a fraction and no gap is filled. A forecast's slices end at its last step.
+TEST(Augment, DerivedFeaturesAndMissingCellsKeepTheirMeaning) {
+  const fs::path dir = test::temp_dir("aug_derived");
+  const std::string csv = (dir / "gaps.csv").string();
+  {
+    std::ofstream f(csv);
+    f << "date,a,b,y\n";
+    for (int r = 0; r < 120; ++r) {
+      char date[16];
+      std::snprintf(date, sizeof date, "2024-%02d-%02d", 1 + r / 28, 1 + r % 28);
+      f << date << "," << (r % 9 == 4 ? "" : std::to_string(std::sin(0.3 * r))) << ","
+        << std::cos(0.2 * r) << "," << std::sin(0.1 * r) << "\n";
+    }
+  }
+  const Config c = series_config(
+      csv, {"data.date_column=date", "data.missing=mask", "data.calendar=[dayofyear]"});
+  const Dataset data = load_dataset(c);
+  const SeriesData& s = data.series;
+  const int64_t T = s.lookback, F = s.num_features();
+  ASSERT_EQ(F, 2 + 2 + 2);  // a, b, the day's sine and cosine, a's and b's indicators
+  const std::vector<char> values = augmented_features(s);
+  EXPECT_EQ(values, std::vector<char>({1, 1, 0, 0, 0, 0}));
+  const int64_t start = data.split().train[1];  // row 4 + 9k is missing in a
+  std::vector<float> plain(T * F);
+  s.copy_window(start, plain.data());
+  auto is_missing = [&](int64_t t) {
+    return !std::isfinite(s.source.at(start + t, s.feature_cols[0]));
+  };
+  int gaps = 0;
+  for (int64_t t = 0; t < T; ++t) gaps += is_missing(t);
+  ASSERT_GT(gaps, 0);
+  for (int kind = 0; kind < 5; ++kind) {
+    AugmentOptions o;
+    (kind == 0   ? o.jitter_p
+     : kind == 1 ? o.scaling_p
+     : kind == 2 ? o.magnitude_warp_p
+     : kind == 3 ? o.time_warp_p
+                 : o.window_slice_p) = 1;
+    o.window_slice_ratio = 0.5;
+    std::vector<float> w = plain;
+    Rng rng(7);
+    augment_window(o, s, values, start, w.data(), rng);
+    EXPECT_NE(w, plain) << kind;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t f = 2; f < F; ++f) {  // a derived feature: a value some step of it held
+        bool held = false;
+        for (int64_t u = 0; u < T; ++u) held |= w[t * F + f] == plain[u * F + f];
+        EXPECT_TRUE(held) << "kind " << kind << ", step " << t << ", feature " << f;
+        if (kind < 3) EXPECT_EQ(w[t * F + f], plain[t * F + f]) << kind;
+      }
+    // a's indicator says where a is missing: there a is 0, as it was.
+    float flag_on = 0;
+    for (int64_t t = 0; t < T; ++t)
+      if (is_missing(t)) flag_on = plain[t * F + 4];
+    for (int64_t t = 0; t < T; ++t)
+      if (w[t * F + 4] == flag_on)
+        EXPECT_EQ(w[t * F + 0], 0.0f) << "kind " << kind << ", step " << t;
+    if (kind < 3)
+      for (int64_t t = 0; t < T; ++t)
+        if (is_missing(t)) EXPECT_EQ(w[t * F + 0], 0.0f) << kind;
+  }
+  // A forecast's slice ends at the window's last step; a classifier's may end before it.
+  AugmentOptions slice;
+  slice.window_slice_p = 1;
+  slice.window_slice_ratio = 0.5;
+  const std::vector<char> all(F, 1);
+  std::vector<float> base(T * F);
+  for (int64_t i = 0; i < T * F; ++i) base[size_t(i)] = float(i);
+  int ends_before = 0;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    for (const bool keeps_end : {true, false}) {
+      slice.slice_keeps_end = keeps_end;
+      std::vector<float> w = base;
+      Rng rng(seed);
+      augment_window(slice, w.data(), T, F, all, nullptr, rng);
+      if (keeps_end) {
+        for (int64_t f = 0; f < F; ++f) EXPECT_EQ(w[(T - 1) * F + f], base[(T - 1) * F + f]);
+      } else {
+        ends_before += w[(T - 1) * F] != base[(T - 1) * F];
+      }
+    }
+  }
+  EXPECT_GT(ends_before, 0);
+  // Every-step forecasts' targets would not follow steps moved along time.
+  for (const char* key : {"augment.time_warp.p=0.5", "augment.window_slice.p=0.5"}) {
+    const std::string error = test::error_of([&] {
+      augment_options(series_config(csv, {"model.output=every_step", key}));
+    });
+    EXPECT_NE(error.find("model.output every_step"), std::string::npos) << error;
   }
 }
 
@@ -484,6 +579,23 @@ TEST(AugmentCache, BuildsReusesInvalidatesAndRebuildsCorruptFiles) {
   std::ostringstream truncated;
   AugmentCache::open(data, aug, 1, 2, truncated);
   EXPECT_NE(truncated.str().find("truncated data"), std::string::npos) << truncated.str();
+  // Other values read from the same bytes (missing cells filled otherwise): a new fingerprint.
+  {
+    const std::string gaps = (dir / "gaps.csv").string();
+    std::ofstream f(gaps);
+    f << "a,b,y\n";
+    for (int r = 0; r < 200; ++r)
+      f << (r % 7 == 3 ? "" : std::to_string(r % 5)) << "," << r % 3 << "," << r % 4 << "\n";
+    f.close();
+    std::ostringstream quiet;
+    const auto filled = [&](const char* how) {
+      const Config m = series_config(
+          gaps, {"augment.jitter.p=1", "augment.cache=true", "augment.cache_dir=" + cache_dir,
+                 "data.normalize=none", std::string("data.missing=") + how});
+      return AugmentCache::open(load_dataset(m), augment_options(m), 1, 1, quiet)->path();
+    };
+    EXPECT_NE(filled("ffill"), filled("interpolate"));
+  }
   // A changed source: a new fingerprint.
   { std::ofstream(csv, std::ios::app) << "0.5,0.5,0.5\n"; }
   const Dataset changed = load_dataset(c);

@@ -25,10 +25,11 @@ std::string AugmentOptions::describe() const {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "jitter %.17g %.17g; scaling %.17g %.17g; magnitude_warp %.17g %.17g %lld; "
-                "time_warp %.17g %.17g %lld; window_slice %.17g %.17g",
+                "time_warp %.17g %.17g %lld; window_slice %.17g %.17g%s",
                 jitter_p, jitter_sigma, scaling_p, scaling_sigma, magnitude_warp_p,
                 magnitude_warp_sigma, (long long)magnitude_warp_knots, time_warp_p, time_warp_sigma,
-                (long long)time_warp_knots, window_slice_p, window_slice_ratio);
+                (long long)time_warp_knots, window_slice_p, window_slice_ratio,
+                slice_keeps_end ? " at the end" : "");
   return buf;
 }
 
@@ -51,29 +52,48 @@ void smooth_curve(int64_t T, int64_t knots, double sigma, Rng& rng, std::vector<
   }
 }
 
-// window(t) = old(at[t]) by linear interpolation along time, every feature.
-void resample(float* window, int64_t T, int64_t F, const std::vector<double>& at) {
+// window(t) = old(at[t]) along time: a value by linear interpolation between the steps either
+// side, a derived feature (and a value beside a missing cell) from the nearer step, so that
+// dates' phases, categories and missing indicators stay what some step held and a missing cell
+// stays missing. `missing` (T, F), if any, moves with the cells.
+void resample(float* window, int64_t T, int64_t F, const std::vector<char>& values, char* missing,
+              const std::vector<double>& at) {
   thread_local std::vector<float> old;
+  thread_local std::vector<char> old_missing;
   old.assign(window, window + T * F);
+  if (missing) old_missing.assign(missing, missing + T * F);
   for (int64_t t = 0; t < T; ++t) {
     const double x = std::clamp(at[t], 0.0, double(T - 1));
     const int64_t i = std::min<int64_t>(static_cast<int64_t>(x), T - 2);
     const double u = x - i;
-    for (int64_t f = 0; f < F; ++f)
-      window[t * F + f] = static_cast<float>((1 - u) * old[i * F + f] + u * old[(i + 1) * F + f]);
+    const int64_t nearer = u <= 0.5 ? i : i + 1;
+    for (int64_t f = 0; f < F; ++f) {
+      const bool gap = missing && (old_missing[i * F + f] || old_missing[(i + 1) * F + f]);
+      if (values[size_t(f)] && !gap)
+        window[t * F + f] = static_cast<float>((1 - u) * old[i * F + f] + u * old[(i + 1) * F + f]);
+      else
+        window[t * F + f] = old[nearer * F + f];
+      if (missing) missing[t * F + f] = old_missing[nearer * F + f];
+    }
   }
 }
 
 }  // namespace
 
-void augment_window(const AugmentOptions& o, float* w, int64_t T, int64_t F, Rng& rng) {
+void augment_window(const AugmentOptions& o, float* w, int64_t T, int64_t F,
+                    const std::vector<char>& values, char* missing, Rng& rng) {
   thread_local std::vector<double> curve, at;
+  // Whether an augmentation changes cell (t, f)'s magnitude: a value, not missing.
+  auto changes = [&](int64_t t, int64_t f) {
+    return values[size_t(f)] && !(missing && missing[t * F + f]);
+  };
   if (T >= 2 && o.window_slice_p > 0 && rng.uniform() < o.window_slice_p) {
     const int64_t L = std::clamp<int64_t>(std::llround(o.window_slice_ratio * T), 2, T);
-    const int64_t first = static_cast<int64_t>(rng.next() % (T - L + 1));
+    const uint64_t draw = rng.next();
+    const int64_t first = o.slice_keeps_end ? T - L : static_cast<int64_t>(draw % (T - L + 1));
     at.resize(T);
     for (int64_t t = 0; t < T; ++t) at[t] = first + double(t) * (L - 1) / double(T - 1);
-    resample(w, T, F, at);
+    resample(w, T, F, values, missing, at);
   }
   if (T >= 2 && o.time_warp_p > 0 && rng.uniform() < o.time_warp_p) {
     smooth_curve(T, o.time_warp_knots, o.time_warp_sigma, rng, &curve);  // local speed
@@ -85,21 +105,46 @@ void augment_window(const AugmentOptions& o, float* w, int64_t T, int64_t F, Rng
     }
     const double end = at[T - 1];
     for (int64_t t = 0; t < T; ++t) at[t] *= double(T - 1) / end;
-    resample(w, T, F, at);
+    resample(w, T, F, values, missing, at);
   }
   if (o.magnitude_warp_p > 0 && rng.uniform() < o.magnitude_warp_p)
     for (int64_t f = 0; f < F; ++f) {
+      if (!values[size_t(f)]) continue;
       smooth_curve(T, o.magnitude_warp_knots, o.magnitude_warp_sigma, rng, &curve);
-      for (int64_t t = 0; t < T; ++t) w[t * F + f] = static_cast<float>(w[t * F + f] * curve[t]);
+      for (int64_t t = 0; t < T; ++t)
+        if (changes(t, f)) w[t * F + f] = static_cast<float>(w[t * F + f] * curve[t]);
     }
   if (o.scaling_p > 0 && rng.uniform() < o.scaling_p)
     for (int64_t f = 0; f < F; ++f) {
+      if (!values[size_t(f)]) continue;
       const double s = 1.0 + o.scaling_sigma * rng.normal();
-      for (int64_t t = 0; t < T; ++t) w[t * F + f] = static_cast<float>(w[t * F + f] * s);
+      for (int64_t t = 0; t < T; ++t)
+        if (changes(t, f)) w[t * F + f] = static_cast<float>(w[t * F + f] * s);
     }
   if (o.jitter_p > 0 && rng.uniform() < o.jitter_p)
     for (int64_t i = 0; i < T * F; ++i)
-      w[i] = static_cast<float>(w[i] + o.jitter_sigma * rng.normal());
+      if (changes(i / F, i % F)) w[i] = static_cast<float>(w[i] + o.jitter_sigma * rng.normal());
+}
+
+std::vector<char> augmented_features(const SeriesData& s) {
+  std::vector<char> values(size_t(s.num_features()), 0);
+  for (int64_t f = 0; f < s.num_features(); ++f)
+    values[size_t(f)] = f < s.file_features || (f >= s.known_begin && f < s.known_end);
+  return values;
+}
+
+void augment_window(const AugmentOptions& o, const SeriesData& s, const std::vector<char>& values,
+                    int64_t start, float* w, Rng& rng) {
+  const int64_t T = s.lookback, F = s.num_features();
+  thread_local std::vector<char> missing;
+  if (s.masks_missing) {
+    missing.resize(size_t(T * F));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t f = 0; f < F; ++f)
+        missing[size_t(t * F + f)] =
+            !std::isfinite(s.source.at(start + t, s.feature_cols[size_t(f)]));
+  }
+  augment_window(o, w, T, F, values, s.masks_missing ? missing.data() : nullptr, rng);
 }
 
 namespace {
@@ -112,9 +157,17 @@ uint64_t fingerprint(const Dataset& data, const AugmentOptions& o, uint64_t seed
     const io::MappedFile file = io::map_file(data.path);
     h = hash_bytes(file.data, file.size);
   }
-  nlohmann::json j = {{"format", 2},
+  // The values the windows are cut from, as missing cells were filled (data.missing) and the
+  // columns transformed.
+  h = hash_bytes(s.source.data,
+                 static_cast<size_t>(s.source.rows * s.source.cols) * dtype_size(s.source.dtype),
+                 h);
+  nlohmann::json j = {{"format", 3},
                       {"task", task_name(s.task)},
                       {"layout", s.layout},
+                      {"masks_missing", s.masks_missing},
+                      {"file_features", s.file_features},
+                      {"known", {s.known_begin, s.known_end}},
                       {"lookback", s.lookback},
                       {"features", s.feature_names},
                       {"feature_cols", s.feature_cols},
@@ -182,13 +235,14 @@ std::unique_ptr<AugmentCache> AugmentCache::open(const Dataset& data, const Augm
   // Build: item k * N + i is version k of window i, drawn from its own seed, so the result does
   // not depend on the threads.
   std::vector<float> values(static_cast<size_t>(K * N * T * F));
+  const std::vector<char> augmented = augmented_features(s);
   auto build = [&](int64_t first, int64_t last) {
     for (int64_t item = first; item < last; ++item) {
       const int64_t i = item % N;
       float* w = values.data() + item * T * F;
       s.copy_window(s.split.train[i], w);
       Rng rng(mix_seed(seed, static_cast<uint64_t>(item)));
-      augment_window(o, w, T, F, rng);
+      augment_window(o, s, augmented, s.split.train[i], w, rng);
     }
   };
   const int64_t items = K * N, n_threads = std::clamp<int64_t>(threads, 1, items);

@@ -93,6 +93,7 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
   const int64_t T = s.lookback, F = s.num_features();
   b->input = b->input_buf.get(be, DType::f32, {B, T, F});
   auto* x = b->input_buf.host<float>();
+  const std::vector<char> augmented = recipe.augment ? augmented_features(s) : std::vector<char>();
   for (int64_t i = 0; i < B; ++i) {
     float* w = x + i * T * F;
     const int64_t start = starts[begin + i];
@@ -101,7 +102,7 @@ void assemble_batch(Backend& be, const Dataset& d, const std::vector<int64_t>& s
       std::copy_n(recipe.cache->window(start, version), T * F, w);
     } else {
       s.copy_window(start, w);
-      if (recipe.augment) augment_window(*recipe.augment, w, T, F, rng);
+      if (recipe.augment) augment_window(*recipe.augment, s, augmented, start, w, rng);
     }
   }
   if (d.kind == TaskKind::mae) {

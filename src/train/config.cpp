@@ -126,7 +126,8 @@ const std::vector<ConfigKey> kKeys = {
      "series; an empty cell before any value is an error), `interpolate` (linear between the "
      "values before and after it in its series; at a series' ends, the nearest value) or `mask` "
      "(a missing input is 0 once normalised, the column's training mean, and a feature "
-     "<column>_missing per file feature is 1 there; a window whose target is missing is left "
+     "<column>_missing per file feature is 1 there and 0 elsewhere, normalised as every input; a "
+     "window whose target is missing is left "
      "out of training and evaluation, and the masked autoencoder (data.task mae) masks and "
      "reconstructs only steps that hold every feature, so no loss term is a missing value). "
      "Counts "
@@ -215,27 +216,34 @@ const std::vector<ConfigKey> kKeys = {
      "batches are the same for any count."},
     {"data.prefetch_factor", T::integer, "2", "Batches each worker assembles ahead."},
     {"augment.jitter.p", T::number, "0.0",
-     "Probability that a training window gets Gaussian noise added (time series)."},
-    {"augment.jitter.sigma", T::number, "0.03", "Jitter: the noise's standard deviation."},
+     "Probability that a training window's values get Gaussian noise added (time series; the "
+     "file's features and data.known_future's, never dates' phases, categories, missing "
+     "indicators or missing cells; targets stay as in the file)."},
+    {"augment.jitter.sigma", T::number, "0.03",
+     "Jitter: the noise's standard deviation, in normalised units."},
     {"augment.scaling.p", T::number, "0.0",
-     "Probability that each feature of a training window is multiplied by a random factor."},
+     "Probability that a training window's values are multiplied, each feature by a random "
+     "factor of its own."},
     {"augment.scaling.sigma", T::number, "0.1",
      "Scaling: the factors' standard deviation around 1."},
     {"augment.magnitude_warp.p", T::number, "0.0",
-     "Probability that each feature of a training window is multiplied by a smooth random curve "
-     "around 1."},
+     "Probability that a training window's values are multiplied, each feature by a smooth "
+     "random curve around 1 of its own (Catmull-Rom through knots evenly spaced from the first "
+     "step to the last)."},
     {"augment.magnitude_warp.sigma", T::number, "0.2",
      "Magnitude warp: the curve's knots' standard deviation around 1."},
     {"augment.magnitude_warp.knots", T::integer, "4", "Magnitude warp: inner knots of the curve."},
     {"augment.time_warp.p", T::number, "0.0",
-     "Probability that a training window's time axis is smoothly sped up and slowed down "
-     "(resampled by linear interpolation)."},
+     "Probability that a training window's time axis is smoothly sped up and slowed down, its "
+     "first and last steps kept (values resampled by linear interpolation, derived features and "
+     "missing cells from the nearer step; not with model.output every_step)."},
     {"augment.time_warp.sigma", T::number, "0.2",
-     "Time warp: the local speed's standard deviation around 1."},
+     "Time warp: the speed curve's knots' standard deviation around 1."},
     {"augment.time_warp.knots", T::integer, "4", "Time warp: inner knots of the speed curve."},
     {"augment.window_slice.p", T::number, "0.0",
-     "Probability that a random slice of a training window is stretched back to its full "
-     "length."},
+     "Probability that a slice of a training window is stretched back to its full length, "
+     "resampled as by time_warp (a forecast's slice ends at the window's last step, its "
+     "origin; others start at random; not with model.output every_step)."},
     {"augment.window_slice.ratio", T::number, "0.9",
      "Window slicing: the slice's share of the window."},
     {"augment.cache", T::boolean, "false",

@@ -328,10 +328,20 @@ AugmentOptions augment_options(const Config& c) {
   if (o.cache_dir.empty())
     o.cache_dir = (fs::path(autotune::cache_path()).parent_path() / "augment").string();
   const TaskKind task = parse_task(c.str("data.task"), c.origin("data.task"));
+  // A forecast's targets are the rows after the window's last step: its slices end there.
+  o.slice_keeps_end = task == TaskKind::forecast;
   if ((o.any() || o.cache) &&
       (task == TaskKind::charlm || task == TaskKind::lm || task == TaskKind::text_classify))
     fail(c.source(), ": augment: augmentations apply to time series, not to data.task ",
          c.str("data.task"));
+  // A step's forecast after every step is of the rows after that step of the file: inputs
+  // moved along time would no longer end where its targets begin.
+  if (task == TaskKind::forecast && c.str("model.output") == "every_step")
+    for (const char* key : {"augment.time_warp.p", "augment.window_slice.p"})
+      if (c.number(key) > 0)
+        fail(c.origin(key), ": ", key,
+             " moves a window's steps along time, which model.output every_step's targets "
+             "(the rows after each step) would not follow; use model.output last");
   if (o.cache && !o.any())
     fail(c.origin("augment.cache"),
          ": augment.cache is true but no augmentation has a probability above 0");

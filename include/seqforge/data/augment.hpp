@@ -22,6 +22,7 @@ struct AugmentOptions {
   double time_warp_p = 0, time_warp_sigma = 0.2;  // time axis sped up and slowed down smoothly
   int64_t time_warp_knots = 4;
   double window_slice_p = 0, window_slice_ratio = 0.9;  // a sub-window stretched to full length
+  bool slice_keeps_end = false;  // the slice ends at the last step (a forecast's origin)
   bool cache = false;
   int64_t cache_versions = 4;
   std::string cache_dir;  // resolved: augment.cache_dir, or <cache>/augment
@@ -31,12 +32,24 @@ struct AugmentOptions {
   std::string describe() const;
 };
 
-// Augments one normalised window (T, F) in place.
-void augment_window(const AugmentOptions& options, float* window, int64_t T, int64_t F, Rng& rng);
+// Augments one normalised window (T, F) in place. `values` (F): which features are values (the
+// file's, data.known_future's ahead), whose magnitudes the augmentations change; the others
+// (dates' phases, categories' one-hot columns, missing indicators) only move along time with
+// their step. `missing` (T, F) or null: cells missing under data.missing mask, which stay 0
+// (the mean) and move with their step as well.
+void augment_window(const AugmentOptions& options, float* window, int64_t T, int64_t F,
+                    const std::vector<char>& values, char* missing, Rng& rng);
+// A series' values among its features, as above.
+std::vector<char> augmented_features(const SeriesData& series);
+// Augments `series`' window at row `start`, copied into `window`, its missing cells read from
+// the series.
+void augment_window(const AugmentOptions& options, const SeriesData& series,
+                    const std::vector<char>& values, int64_t start, float* window, Rng& rng);
 
 // K augmented versions of each training window of a series, in one .npy file (K, N, T, F) named
-// by a fingerprint of the source file's bytes, the windowing, the normalisation, the training
-// split and the augmentation options, with a checksum beside it (<name>.json).
+// by a fingerprint of the source file's bytes, the values read from it, the windowing, the
+// normalisation, the training split and the augmentation options, with a checksum beside it
+// (<name>.json).
 class AugmentCache {
  public:
   // Reuses a valid cache file or builds one (in parallel on `threads` threads). A truncated or
