@@ -68,7 +68,8 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
     d.notes.push_back(
         detail::concat("train.quantiles has no 0.5: the errors, the skill and MASE score the ",
                        d.quantiles[size_t(d.point_quantile())],
-                       " quantile, the nearest to the median (add 0.5 to score the median)"));
+                       " quantile, the nearest to the median (the lower of two as near; add 0.5 to "
+                       "score the median)"));
   series::categorical_columns(table, opt, stored, &d);
   const std::string label_col =
       opt.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";

@@ -411,7 +411,8 @@ std::string render_run_report(const std::string& run_dir) {
     c.x_label = "step ahead";
     c.x_kind = report::XKind::integer;
     c.series = {mae, step_series(by_step, "rmse", "validation RMSE")};
-    if (Series naive = step_series(by_step, "snaive_mae", "seasonal naive MAE"); !naive.x.empty())
+    if (Series naive = step_series(by_step, "snaive_mae", "validation seasonal naive MAE");
+        !naive.x.empty())
       c.series.push_back(naive);
     if (Series t = step_series(&test, "mae", "test MAE"); !t.x.empty()) c.series.push_back(t);
     for (Series& one : c.series) one.style = Series::Style::line_and_points;

@@ -207,8 +207,8 @@ const std::vector<ConfigKey> kKeys = {
      "(the scaler of all series' training rows, said once)."},
     {"data.normalize", T::string, "zscore",
      "`zscore`, `minmax` or `none`: feature and target scaling, fitted on the rows the training "
-     "windows cover (their inputs and targets: the training split's rows, fewer where "
-     "data.stride > 1 skips some) and stored in the checkpoint."},
+     "windows span, from each one's first input to its last target (the training split's rows, "
+     "fewer where data.stride > 1 skips some), and stored in the checkpoint."},
     {"data.num_workers", T::string, "auto",
      "Threads assembling batches ahead of the training loop (windows, masks, augmentations): a "
      "count, 0 (assembled by the training loop itself), or `auto` (a quarter of the cores, at "
