@@ -426,14 +426,17 @@ TEST(Augment, DerivedFeaturesAndMissingCellsKeepTheirMeaning) {
         << std::cos(0.2 * r) << "," << std::sin(0.1 * r) << "\n";
     }
   }
-  const Config c = series_config(
-      csv, {"data.date_column=date", "data.missing=mask", "data.calendar=[dayofyear]"});
+  const Config c =
+      series_config(csv, {"data.date_column=date", "data.missing=mask", "data.calendar=[dayofyear]",
+                          "data.known_future=[dayofyear, b]"});
   const Dataset data = load_dataset(c);
   const SeriesData& s = data.series;
   const int64_t T = s.lookback, F = s.num_features();
-  ASSERT_EQ(F, 2 + 2 + 2);  // a, b, the day's sine and cosine, a's and b's indicators
+  // a, b, the day's sine and cosine, those of the day forecast, b there, a's and b's indicators
+  ASSERT_EQ(F, 9);
   const std::vector<char> values = augmented_features(s);
-  EXPECT_EQ(values, std::vector<char>({1, 1, 0, 0, 0, 0}));
+  EXPECT_EQ(values, std::vector<char>({1, 1, 0, 0, 0, 0, 1, 0, 0}));
+  const int64_t a_missing = 7;
   const int64_t start = data.split().train[1];  // row 4 + 9k is missing in a
   std::vector<float> plain(T * F);
   s.copy_window(start, plain.data());
@@ -457,6 +460,7 @@ TEST(Augment, DerivedFeaturesAndMissingCellsKeepTheirMeaning) {
     EXPECT_NE(w, plain) << kind;
     for (int64_t t = 0; t < T; ++t)
       for (int64_t f = 2; f < F; ++f) {  // a derived feature: a value some step of it held
+        if (values[size_t(f)]) continue;
         bool held = false;
         for (int64_t u = 0; u < T; ++u) held |= w[t * F + f] == plain[u * F + f];
         EXPECT_TRUE(held) << "kind " << kind << ", step " << t << ", feature " << f;
@@ -465,9 +469,9 @@ TEST(Augment, DerivedFeaturesAndMissingCellsKeepTheirMeaning) {
     // a's indicator says where a is missing: there a is 0, as it was.
     float flag_on = 0;
     for (int64_t t = 0; t < T; ++t)
-      if (is_missing(t)) flag_on = plain[t * F + 4];
+      if (is_missing(t)) flag_on = plain[t * F + a_missing];
     for (int64_t t = 0; t < T; ++t)
-      if (w[t * F + 4] == flag_on)
+      if (w[t * F + a_missing] == flag_on)
         EXPECT_EQ(w[t * F + 0], 0.0f) << "kind " << kind << ", step " << t;
     if (kind < 3)
       for (int64_t t = 0; t < T; ++t)

@@ -127,10 +127,9 @@ void augment_window(const AugmentOptions& o, float* w, int64_t T, int64_t F,
 }
 
 std::vector<char> augmented_features(const SeriesData& s) {
-  std::vector<char> values(size_t(s.num_features()), 0);
-  for (int64_t f = 0; f < s.num_features(); ++f)
-    values[size_t(f)] = f < s.file_features || (f >= s.known_begin && f < s.known_end);
-  return values;
+  SF_CHECK(int64_t(s.value_features.size()) == s.num_features(),
+           "augment: ", s.value_features.size(), " features described of ", s.num_features());
+  return s.value_features;
 }
 
 void augment_window(const AugmentOptions& o, const SeriesData& s, const std::vector<char>& values,

@@ -232,26 +232,30 @@ void name_derived_features(const SeriesOptions& o, SeriesData* out) {
   SeriesData& d = *out;
   const size_t file_features = d.feature_names.size();
   d.file_features = static_cast<int64_t>(file_features);
+  d.value_features.assign(file_features, 1);
+  auto derived = [&](const std::string& name) {
+    d.feature_names.push_back(name);
+    d.value_features.push_back(0);
+  };
   for (const std::string& name : o.calendar)
-    for (const char* part : {"_sin", "_cos"}) d.feature_names.push_back(name + part);
+    for (const char* part : {"_sin", "_cos"}) derived(name + part);
   for (const auto* list : {&d.static_categories, &d.categories})
     for (const auto& [column, categories] : *list)
-      for (const std::string& category : categories)
-        d.feature_names.push_back(column + "=" + category);
+      for (const std::string& category : categories) derived(column + "=" + category);
   for (const std::string& name : o.known_future)
     for (int64_t a = 0; a < d.steps_ahead; ++a) {
       std::string ahead(1, '+');  // built in place (GCC 12 warns on "+" + text)
       ahead += std::to_string(o.horizon - d.steps_ahead + 1 + a);
       if (is_calendar(o, name)) {
-        d.feature_names.push_back(name + "_sin" + ahead);
-        d.feature_names.push_back(name + "_cos" + ahead);
+        derived(name + "_sin" + ahead);
+        derived(name + "_cos" + ahead);
       } else {
         d.feature_names.push_back(name + ahead);
+        d.value_features.push_back(1);
       }
     }
   if (o.missing == "mask")
-    for (size_t j = 0; j < file_features; ++j)
-      d.feature_names.push_back(d.feature_names[j] + "_missing");
+    for (size_t j = 0; j < file_features; ++j) derived(d.feature_names[j] + "_missing");
 }
 
 }  // namespace seqforge::series

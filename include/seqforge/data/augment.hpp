@@ -39,7 +39,7 @@ struct AugmentOptions {
 // (the mean) and move with their step as well.
 void augment_window(const AugmentOptions& options, float* window, int64_t T, int64_t F,
                     const std::vector<char>& values, char* missing, Rng& rng);
-// A series' values among its features, as above.
+// A series' values among its features, as above (SeriesData::value_features).
 std::vector<char> augmented_features(const SeriesData& series);
 // Augments `series`' window at row `start`, copied into `window`, its missing cells read from
 // the series.

@@ -117,6 +117,10 @@ struct SeriesData {
   // The file's features, first in feature_names; the rest (calendar, one-hot, known-future
   // values ahead, missing indicators) are derived from them or from the dates.
   int64_t file_features = 0;
+  // (features) 1 where a feature holds the file's values (its features, data.known_future's
+  // columns ahead), 0 where the dates, categories or missing cells give it: what augmentations
+  // may change.
+  std::vector<char> value_features;
   SourceMatrix source;  // features (transformed), targets (transformed over the horizon)
   std::vector<int64_t> feature_cols, target_cols;  // columns of `source`; targets may be absent
   int64_t label_col = -1;                          // column of data.label_column's values
