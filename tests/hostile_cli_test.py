@@ -108,6 +108,10 @@ def main():
         "predict over val_predictions": ["predict", run_dir, "--input", data, "--output",
                                          os.path.join(run_dir, "val_predictions.csv")],
         "merge a PEFT adapter file": ["merge", peft, "--output", out],
+        "merge into the run's directory": ["merge", run_dir, "--output", run_dir],
+        "merge into another run's directory": ["merge", run_dir, "--output", truncated],
+        "predict over another run's metrics": ["predict", run_dir, "--input", data, "--output",
+                                               os.path.join(truncated, "metrics.jsonl")],
         "tune a damaged config": ["tune", bad_yaml],
         "tune on /dev/zero": ["tune", "/dev/zero"],
         "report a directory that is no run": ["report", directory],
@@ -122,6 +126,9 @@ def main():
         "merge over the run's adapters": "is the run's own adapter_model.safetensors",
         "predict over val_predictions": "is the run's own val_predictions.csv",
         "merge a PEFT adapter file": "a PEFT adapter file, which holds the adapters alone",
+        "merge into the run's directory": "is the run's own directory",
+        "merge into another run's directory": "is a run directory",
+        "predict over another run's metrics": "is the metrics.jsonl of the run in",
     }
     failures = []
     for name, args in cases.items():

@@ -61,6 +61,14 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
   if (ad.kind == AdapterKind::none) fail(run, ": no adapters to merge (adapter.kind is none)");
   const bool hf_folder =
       r.task.model.family == ModelFamily::decoder && !output.ends_with(".safetensors");
+  if (const std::string base = r.config.str("model.init_from"); !base.empty()) {
+    std::error_code ec;
+    const fs::path target = fs::weakly_canonical(output, ec);
+    if (target == fs::weakly_canonical(base, ec) ||
+        target == fs::weakly_canonical(fs::path(base) / "model.safetensors", ec))
+      fail("--output: ", output, " is the base model the run started from (model.init_from); ",
+           "writing it would replace the base: give another path");
+  }
   if (!hf_folder) {
     check_output_file(output, "--output");
   } else if (std::error_code ec; fs::exists(output, ec) && !fs::is_directory(output, ec)) {
@@ -121,10 +129,13 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
       io::write_file_atomically((dir / name).string(), {{text.data(), text.size()}});
     };
     copy_file(fs::exists(own) ? own : base / "config.json", "config.json");
-    copy_file(data_options(r.config).text.tokenizer, "tokenizer.json");
+    copy_file(data_options(r.config).text.tokenizer, "tokenizer.json");  // the run's copy
     for (const char* extra :
          {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})
-      if (fs::exists(base / extra)) copy_file(base / extra, extra);
+      if (fs::exists(own.parent_path() / extra))
+        copy_file(own.parent_path() / extra, extra);
+      else if (fs::exists(base / extra))
+        copy_file(base / extra, extra);
     save_parameters((dir / "model.safetensors").string(), *be, dst, {{"format", "pt"}});
     return merged;
   }

@@ -217,6 +217,13 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
            " masks missing cells (data.missing: mask), as its model was trained to read them");
     config = config.with_values({{"data.missing", fill}}, "--missing");
   }
+  // A token model's run keeps the tokenizer it trained with: read from there, the run needs
+  // neither the base folder nor the file data.tokenizer named (both may have changed or gone).
+  if (const fs::path own = fs::path(run) / "tokenizer.json";
+      fs::is_directory(run) && fs::exists(own) &&
+      (config.str("data.task") == "lm" || config.str("data.task") == "text_classify"))
+    config = config.with_values({{"data.tokenizer", yaml_string(own.string())}},
+                                "the run's tokenizer.json");
   Task stored;
   stored.kind = parse_task(config.str("data.task"), path + " (stored config)");
   task_type(stored.kind).restore(meta, path, &stored);
@@ -254,6 +261,18 @@ void check_output_outside_run(const std::string& output, const std::string& run,
   if (own || (!fs::is_directory(run, ec) && target == fs::weakly_canonical(run, ec)))
     fail(option, ": ", output, " is the run's own ", name,
          "; writing it would destroy the run: give another path");
+  // A folder output (a merged Hugging Face folder) writes model.safetensors and config.json into
+  // it: never into a run, this one or another.
+  if (target == run_dir || fs::exists(target / "config.resolved.yaml", ec))
+    fail(option, ": ", output, " is ",
+         target == run_dir ? "the run's own directory" : "a run directory",
+         "; writing into it would destroy ", target == run_dir ? "the run" : "that run",
+         ": give another path");
+  if (fs::exists(target.parent_path() / "config.resolved.yaml", ec) &&
+      (name == ".lock" || name == "train.log" ||
+       std::find(kRunFiles.begin(), kRunFiles.end(), name) != kRunFiles.end()))
+    fail(option, ": ", output, " is the ", name, " of the run in ", target.parent_path().string(),
+         "; writing it would destroy that run: give another path");
 }
 
 void check_output_file(const std::string& output, const std::string& option) {
