@@ -355,7 +355,7 @@ static int run_command(int argc, char** argv) {
     }
     if (merge->parsed()) {
       const int64_t n = sf::merge_adapters(merge_run, merge_output);
-      std::printf("merged the adapters of %lld Linears into %s\n", static_cast<long long>(n),
+      std::printf("merged the adapters of %lld weights into %s\n", static_cast<long long>(n),
                   merge_output.c_str());
       return 0;
     }
