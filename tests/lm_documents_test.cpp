@@ -275,6 +275,8 @@ TEST(LmDocuments, GenerateSaysWhatThePromptLosesToTheTokenizer) {
   testing::internal::CaptureStderr();
   generate(run.string(), "abba", 3, 1.0, 0, 1);
   EXPECT_EQ(testing::internal::GetCapturedStderr().find("of the prompt"), std::string::npos);
+  EXPECT_EQ(generate((run / "model.safetensors").string(), "abba", 3, 1.0, 0, 1),
+            generate(run.string(), "abba", 3, 1.0, 0, 1));  // the run's file reads it too
   fs::remove_all(dir);
 }
 

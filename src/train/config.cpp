@@ -218,7 +218,8 @@ const std::vector<ConfigKey> kKeys = {
     {"augment.jitter.p", T::number, "0.0",
      "Probability that a training window's values get Gaussian noise added (time series; the "
      "file's features and data.known_future's, never dates' phases, categories, missing "
-     "indicators or missing cells; targets stay as in the file)."},
+     "indicators or missing cells; a forecast's targets and a class stay the file's, a masked "
+     "autoencoder reconstructs the augmented window)."},
     {"augment.jitter.sigma", T::number, "0.03",
      "Jitter: the noise's standard deviation, in normalised units."},
     {"augment.scaling.p", T::number, "0.0",
@@ -242,8 +243,9 @@ const std::vector<ConfigKey> kKeys = {
     {"augment.time_warp.knots", T::integer, "4", "Time warp: inner knots of the speed curve."},
     {"augment.window_slice.p", T::number, "0.0",
      "Probability that a slice of a training window is stretched back to its full length, "
-     "resampled as by time_warp (a forecast's slice ends at the window's last step, its "
-     "origin; others start at random; not with model.output every_step)."},
+     "resampled as by time_warp (a forecast's or classifier's slice ends at the window's last "
+     "step, which its target follows; a masked autoencoder's starts at random; not with "
+     "model.output every_step)."},
     {"augment.window_slice.ratio", T::number, "0.9",
      "Window slicing: the slice's share of the window."},
     {"augment.cache", T::boolean, "false",

@@ -328,8 +328,9 @@ AugmentOptions augment_options(const Config& c) {
   if (o.cache_dir.empty())
     o.cache_dir = (fs::path(autotune::cache_path()).parent_path() / "augment").string();
   const TaskKind task = parse_task(c.str("data.task"), c.origin("data.task"));
-  // A forecast's targets are the rows after the window's last step: its slices end there.
-  o.slice_keeps_end = task == TaskKind::forecast;
+  // A forecast's targets and a classifier's label are those of the window's last step (or the
+  // rows after it): their slices end there. A masked autoencoder's are its window's own.
+  o.slice_keeps_end = task != TaskKind::mae;
   if ((o.any() || o.cache) &&
       (task == TaskKind::charlm || task == TaskKind::lm || task == TaskKind::text_classify))
     fail(c.source(), ": augment: augmentations apply to time series, not to data.task ",
@@ -342,6 +343,14 @@ AugmentOptions augment_options(const Config& c) {
         fail(c.origin(key), ": ", key,
              " moves a window's steps along time, which model.output every_step's targets "
              "(the rows after each step) would not follow; use model.output last");
+  // Steps moved along time may carry a missing cell onto a step the autoencoder would score.
+  if (task == TaskKind::mae && c.str("data.missing") == "mask")
+    for (const char* key : {"augment.time_warp.p", "augment.window_slice.p"})
+      if (c.number(key) > 0)
+        fail(c.origin(key), ": ", key,
+             " moves a window's steps along time, and with data.missing mask the masked "
+             "autoencoder would score missing cells moved onto complete steps; use "
+             "data.missing interpolate or ffill");
   if (o.cache && !o.any())
     fail(c.origin("augment.cache"),
          ": augment.cache is true but no augmentation has a probability above 0");

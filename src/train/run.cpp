@@ -219,8 +219,9 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
   }
   // A token model's run keeps the tokenizer it trained with: read from there, the run needs
   // neither the base folder nor the file data.tokenizer named (both may have changed or gone).
-  if (const fs::path own = fs::path(run) / "tokenizer.json";
-      fs::is_directory(run) && fs::exists(own) &&
+  const fs::path run_dir = fs::absolute(fs::path(path).parent_path());
+  if (const fs::path own = run_dir / "tokenizer.json";
+      fs::exists(run_dir / "config.resolved.yaml") && fs::exists(own) &&
       (config.str("data.task") == "lm" || config.str("data.task") == "text_classify"))
     config = config.with_values({{"data.tokenizer", yaml_string(own.string())}},
                                 "the run's tokenizer.json");
@@ -250,10 +251,12 @@ const std::vector<std::string> kRunFiles = {"config.resolved.yaml",
 void check_output_outside_run(const std::string& output, const std::string& run,
                               const std::string& option) {
   if (output.empty() || output == "-") return;
-  std::error_code ec;
-  const fs::path dir = fs::is_directory(run, ec) ? fs::path(run) : fs::path(run).parent_path();
+  std::error_code ec, ec_run;
+  const bool run_is_dir = fs::is_directory(run, ec);
+  const fs::path dir = run_is_dir ? fs::path(run) : fs::path(run).parent_path();
   const fs::path target = fs::weakly_canonical(output, ec);
-  const fs::path run_dir = fs::weakly_canonical(dir.empty() ? "." : dir, ec);
+  const fs::path run_dir = fs::weakly_canonical(dir.empty() ? "." : dir, ec_run);
+  if (ec || ec_run) return;  // paths that cannot be resolved: the write itself fails
   const std::string name = target.filename().string();
   const bool own = target.parent_path() == run_dir &&
                    (name == ".lock" || name == "train.log" ||
@@ -263,7 +266,9 @@ void check_output_outside_run(const std::string& output, const std::string& run,
          "; writing it would destroy the run: give another path");
   // A folder output (a merged Hugging Face folder) writes model.safetensors and config.json into
   // it: never into a run, this one or another.
-  if (target == run_dir || fs::exists(target / "config.resolved.yaml", ec))
+  const bool in_a_run = run_is_dir || fs::exists(run_dir / "config.resolved.yaml", ec) ||
+                        fs::path(run).filename() == "model.safetensors";
+  if ((target == run_dir && in_a_run) || fs::exists(target / "config.resolved.yaml", ec))
     fail(option, ": ", output, " is ",
          target == run_dir ? "the run's own directory" : "a run directory",
          "; writing into it would destroy ", target == run_dir ? "the run" : "that run",

@@ -937,8 +937,14 @@ void Training::write_hf_files() const {
   }
   write("config.json", config.dump(2) + "\n");
   write("tokenizer.json", io::read_file(task_.text.tokenizer));
+  // The tokenizer's companions from beside it (its end-of-text token is read there), else the
+  // base's.
+  const fs::path beside = fs::path(task_.text.tokenizer).parent_path();
   for (const char* extra : {"tokenizer_config.json", "special_tokens_map.json"})
-    if (fs::exists(base / extra)) write(extra, io::read_file((base / extra).string()));
+    if (fs::exists(beside / extra))
+      write(extra, io::read_file((beside / extra).string()));
+    else if (fs::exists(base / extra))
+      write(extra, io::read_file((base / extra).string()));
 }
 
 // PEFT's adapter_config.json for the run's adapters: peft.PeftModel.from_pretrained reads it
