@@ -171,20 +171,29 @@ def main():
     if not out.startswith("ROMEO:") or len(out.strip()) <= len("ROMEO:"):
         fail(f"generate gave {out!r}")
     print("generate:", out.strip().replace("\n", " | ")[:80])
-    # A tokenizer file changed since the run trained would give its ids other meanings: an error
-    # for eval and generate, until the file is the one the run used.
-    tokenizer = os.path.join(folder, "tokenizer.json")
-    with open(tokenizer, "rb") as f:
+    # The run reads the tokenizer it keeps: the base folder's may change. Its own changed since
+    # the run trained would give its ids other meanings: an error for eval and generate, until
+    # the file is the one the run used.
+    base_tokenizer = os.path.join(folder, "tokenizer.json")
+    with open(base_tokenizer, "rb") as f:
         original = f.read()
-    with open(tokenizer, "wb") as f:
+    with open(base_tokenizer, "wb") as f:
         f.write(original + b"\n")
+    run([seqforge, "eval", run_dir])
+    with open(base_tokenizer, "wb") as f:
+        f.write(original)
+    tokenizer = os.path.join(run_dir, "tokenizer.json")
+    with open(tokenizer, "rb") as f:
+        kept = f.read()
+    with open(tokenizer, "wb") as f:
+        f.write(kept + b"\n")
     for cmd in (["eval", run_dir], ["generate", run_dir, "--prompt", "A", "--length", "2"]):
         r = run([seqforge] + cmd, expect_ok=False)
         if r.returncode == 0 or "is not the file the model was trained with" not in r.stderr:
             fail(f"{cmd[0]} with a changed tokenizer: {r.stderr!r}")
     with open(tokenizer, "wb") as f:
-        f.write(original)
-    print("a changed tokenizer is refused")
+        f.write(kept)
+    print("the run reads its own tokenizer, and a changed one is refused")
     out = run([seqforge, "train", config, "train.max_batches=1", "model.dropout=0.1",
                "train.run_dir=" + os.path.join(work, "warned"), "--overwrite"]).stdout
     if "warning: model.dropout does not apply to model.family decoder" not in out:
