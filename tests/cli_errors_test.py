@@ -82,6 +82,8 @@ def main():
         (["train", config, "--epochs", "3"],
          "config keys are given as key.path=value, e.g. train.epochs=3"),
         (["train", config, config], "train: one CONFIG.yaml expected"),
+        (["predict", forecast], "--input is required"),
+        (["frobnicate"], "The following argument was not expected: frobnicate"),
         (["train"], "train: give a CONFIG.yaml, or --resume RUN_DIR"),
         (["train", "--resume", os.path.join(work, "nothing")], "no such run directory"),
         (["train", "--resume", forecast, "train.run_dir=" + os.path.join(work, "elsewhere")],
@@ -224,6 +226,9 @@ def main():
         lines = r.stderr.strip().splitlines()
         if r.returncode == 0:
             fail("%s: exit code 0" % " ".join(args))
+        usage = "--help lists the options" in r.stderr
+        if r.returncode != (2 if usage else 1):
+            fail("%s: exit code %d, expected %d" % (" ".join(args), r.returncode, 2 if usage else 1))
         if "\x1b" in r.stderr or "\t" in r.stderr:
             fail("%s: a control character reached the terminal: %r" % (" ".join(args), r.stderr))
         if len(lines) != 1 or words not in lines[0]:

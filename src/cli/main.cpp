@@ -25,6 +25,9 @@ namespace sf = seqforge;
 
 namespace {
 
+// A command line that does not parse exits 2, as getopt-style tools do; any other error exits 1.
+constexpr int kUsageError = 2;
+
 // Checks an integer option's text before CLI11 converts it, which wraps a number past 64 bits
 // (18446744073709551617 became 1) rather than refusing it.
 CLI::Validator whole_number(int64_t min, int64_t max) {
@@ -249,13 +252,13 @@ static int run_command(int argc, char** argv) {
                  "seqforge: error: %s (--help lists the options; config keys are given as "
                  "key.path=value, e.g. train.epochs=3)\n",
                  sf::printable(e.what()).c_str());
-    return e.get_exit_code();
+    return kUsageError;
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "seqforge: error: %s (--help lists the options)\n",
                  sf::printable(e.what()).c_str());
-    return e.get_exit_code();
+    return kUsageError;
   }
   try {
     if (bench->parsed()) {
