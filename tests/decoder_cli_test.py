@@ -264,6 +264,28 @@ def main():
     print(f"merged: test_loss {again['test_loss']:.6f}, adapters {adapted['test_loss']:.6f}")
     if gap > 1e-5:
         fail(f"the merged folder's test loss differs from the adapters' by {gap:.2e}")
+    r = run([seqforge, "merge", dora_dir, "--output", folder], expect_ok=False)
+    if r.returncode == 0 or "is the base model the run started from" not in r.stderr:
+        fail(f"merge over the base folder: {r.stderr!r}")
+
+    # The run stands alone: with its base folder gone, it evaluates, samples and merges as before
+    # (it keeps the config.json, the tokenizer and the whole weights it trained with).
+    moved = folder + ".moved"
+    os.rename(folder, moved)
+    try:
+        alone = eval_metrics(seqforge, dora_dir)
+        run([seqforge, "generate", dora_dir, "--prompt", "ROMEO:", "--length", "4"])
+        merged_alone = os.path.join(work, "merged_alone")
+        run([seqforge, "merge", dora_dir, "--output", merged_alone])
+    finally:
+        os.rename(moved, folder)
+    with open(os.path.join(merged, "model.safetensors"), "rb") as f, \
+            open(os.path.join(merged_alone, "model.safetensors"), "rb") as g:
+        same_merge = f.read() == g.read()
+    if alone["test_loss"] != adapted["test_loss"] or not same_merge:
+        fail(f"without its base folder: test_loss {alone['test_loss']} against "
+             f"{adapted['test_loss']}, the same merged weights: {same_merge}")
+    print("the run evaluates, samples and merges without its base folder")
 
     # The same DoRA with the base held in bf16 (bf16 GEMMs, where the CPU has them): trains,
     # evaluates, and merges into a folder that evaluates as the adapters did.

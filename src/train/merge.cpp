@@ -61,7 +61,7 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
   if (ad.kind == AdapterKind::none) fail(run, ": no adapters to merge (adapter.kind is none)");
   const bool hf_folder =
       r.task.model.family == ModelFamily::decoder && !output.ends_with(".safetensors");
-  if (const std::string base = r.config.str("model.init_from"); !base.empty()) {
+  if (const std::string& base = r.base_model; !base.empty()) {
     std::error_code ec;
     const fs::path target = fs::weakly_canonical(output, ec);
     if (target == fs::weakly_canonical(base, ec) ||
@@ -120,7 +120,7 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
   if (hf_folder) {
     // A Hugging Face folder: the run's config.json (a classifier's, with its labels) or else the
     // base's, the merged weights, the tokenizer's files.
-    const fs::path dir(output), base(r.config.str("model.init_from"));
+    const fs::path dir(output), base(r.base_model);
     const fs::path own =
         (fs::is_directory(run) ? fs::path(run) : fs::path(run).parent_path()) / "config.json";
     fs::create_directories(dir);

@@ -225,10 +225,17 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
       (config.str("data.task") == "lm" || config.str("data.task") == "text_classify"))
     config = config.with_values({{"data.tokenizer", yaml_string(own.string())}},
                                 "the run's tokenizer.json");
+  // A decoder's run directory is a Hugging Face folder of its own (its config.json beside the
+  // weights, which it holds whole): the model is built from there, and the base may have gone.
+  const std::string base_model = config.str("model.init_from");
+  if (config.str("model.family") == "decoder" && fs::exists(run_dir / "config.resolved.yaml") &&
+      fs::exists(run_dir / "config.json"))
+    config = config.with_values({{"model.init_from", yaml_string(run_dir.string())}},
+                                "the run's config.json");
   Task stored;
   stored.kind = parse_task(config.str("data.task"), path + " (stored config)");
   task_type(stored.kind).restore(meta, path, &stored);
-  return {std::move(file), std::move(config), std::move(stored)};
+  return {std::move(file), std::move(config), std::move(stored), base_model};
 }
 
 }  // namespace

@@ -152,6 +152,7 @@ struct LoadedRun {
   io::SafetensorsFile file;
   Config config;
   Task task;
+  std::string base_model;  // model.init_from as trained (a decoder's config names its own folder)
 };
 // `missing`, where given with another file (`data_override`): its fill replaces the run's
 // data.missing (predict and eval's --missing: ffill or interpolate, where the run did not mask),
