@@ -238,8 +238,6 @@ TEST_F(NpyTest, RejectsUnsupportedNumpyFiles) {
     const char* phrase;
   };
   for (const Case& c : std::vector<Case>{
-           {"unsupported_fortran_3x4.npy",
-            "Fortran-order arrays are not supported; save with np.ascontiguousarray"},
            {"unsupported_big_endian.npy",
             "descr '>f4' is big-endian, which is not supported; save arr.astype('<f4')"},
            {"unsupported_big_endian_i8.npy", "descr '>i8' is big-endian"},
@@ -251,6 +249,25 @@ TEST_F(NpyTest, RejectsUnsupportedNumpyFiles) {
     SCOPED_TRACE(c.file);
     const std::string p = sample(c.file);
     expect_error([&] { read_npy(p); }, p + ": ", c.phrase);
+  }
+}
+
+// A Fortran-order file (np.save of a transposed view or of a pandas frame's .values) reads as
+// the C-order array numpy loads from it, through every reader.
+TEST_F(NpyTest, ReadsFortranOrderAsTheArrayNumpyLoads) {
+  for (const std::string name : {"fortran_f4_3x4", "fortran_i8_2x3x4"}) {
+    SCOPED_TRACE(name);
+    const NpyArray want = read_npy(sample(name + "_c.npy"));
+    const std::string p = sample(name + ".npy");
+    ASSERT_NE(read_raw(p).find("'fortran_order': True"), std::string::npos);
+    const NpyArray read = read_npy(p), parsed = parse_npy(read_raw(p), "mem");
+    const MappedNpy mapped = map_npy(p);
+    EXPECT_EQ(read.shape, want.shape);
+    EXPECT_EQ(read.data, want.data);
+    EXPECT_EQ(parsed.shape, want.shape);
+    EXPECT_EQ(parsed.data, want.data);
+    ASSERT_EQ(mapped.shape, want.shape);
+    EXPECT_EQ(std::vector<std::byte>(mapped.data, mapped.data + want.data.size()), want.data);
   }
 }
 
@@ -498,10 +515,18 @@ TEST_F(NpyTest, RejectsBadDescr) {
   }
 }
 
-TEST_F(NpyTest, RejectsFortranOrder) {
-  expect_header_rejected("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3)}",
-                         "Fortran-order arrays are not supported; save with np.ascontiguousarray",
-                         std::string(24, 'x'));
+TEST_F(NpyTest, ReadsFortranOrderAndRejectsABadFlag) {
+  // A (2, 3) array of i4 elements a..f (each its letter 4 times), stored column by column.
+  std::string data;
+  for (char c : std::string("adbecf")) data += std::string(4, c);
+  const NpyArray a =
+      parse_npy(npy_bytes("{'descr': '<i4', 'fortran_order': True, 'shape': (2, 3)}", data), "f");
+  ASSERT_EQ(a.shape, (Shape{2, 3}));
+  std::string c_order;
+  for (std::byte b : a.data) c_order += static_cast<char>(b);
+  std::string want;
+  for (char c : std::string("abcdef")) want += std::string(4, c);
+  EXPECT_EQ(c_order, want);
   expect_header_rejected("{'descr': '<f4', 'fortran_order': 'False', 'shape': (2,)}",
                          "header 'fortran_order' must be True or False");
   expect_header_rejected("{'descr': '<f4', 'fortran_order': 0, 'shape': (2,)}",

@@ -334,7 +334,9 @@ uint32_t read_le(std::string_view b, size_t pos, size_t n) {
 }
 
 // Validates `bytes`; returns the array with its data offset in `*data_offset` and no data copied.
-NpyArray parse_header(std::string_view bytes, const std::string& source, size_t* data_offset) {
+// `*fortran_order`: whether its data is in Fortran order (first index fastest) and differs from C order.
+NpyArray parse_header(std::string_view bytes, const std::string& source, size_t* data_offset,
+                      bool* fortran_order) {
   if (bytes.substr(0, kMagic.size()) != kMagic.substr(0, std::min(bytes.size(), kMagic.size()))) {
     fail(source, ": not a .npy file (it does not start with \\x93NUMPY)");
   }
@@ -382,9 +384,7 @@ NpyArray parse_header(std::string_view bytes, const std::string& source, size_t*
   // With at most one dimension above 1 (or no elements), Fortran and C order are the same bytes.
   const auto big_dims =
       std::count_if(a.shape.begin(), a.shape.end(), [](int64_t d) { return d > 1; });
-  if (fortran.flag && big_dims > 1 && *nbytes > 0) {
-    fail(source, ": Fortran-order arrays are not supported; save with np.ascontiguousarray");
-  }
+  *fortran_order = fortran.flag && big_dims > 1 && *nbytes > 0;
 
   *data_offset = header_start + header_len;
   const uint64_t have = bytes.size() - *data_offset;
@@ -402,13 +402,42 @@ NpyArray parse_header(std::string_view bytes, const std::string& source, size_t*
 
 std::string errno_str(int e) { return std::strerror(e); }
 
+// The elements of a Fortran-order array (np.save of a transposed view, or of a pandas frame's
+// .values) in C order.
+std::vector<std::byte> c_order_of(const std::byte* src, const std::vector<int64_t>& shape,
+                                  DType dtype) {
+  const size_t size = dtype_size(dtype), dims = shape.size();
+  std::vector<int64_t> stride(dims), index(dims, 0);  // in elements of the Fortran-order source
+  int64_t n = 1;
+  for (size_t k = 0; k < dims; ++k) stride[k] = n, n *= shape[k];
+  std::vector<std::byte> dst(static_cast<size_t>(n) * size);
+  int64_t from = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(dst.data() + static_cast<size_t>(i) * size, src + static_cast<size_t>(from) * size,
+                size);
+    for (size_t k = dims; k-- > 0;) {  // the next C-order index: the last one fastest
+      if (++index[k] < shape[k]) {
+        from += stride[k];
+        break;
+      }
+      from -= stride[k] * (shape[k] - 1);
+      index[k] = 0;
+    }
+  }
+  return dst;
+}
+
 }  // namespace
 
 NpyArray parse_npy(std::string_view bytes, const std::string& source) {
   size_t offset = 0;
-  NpyArray a = parse_header(bytes, source, &offset);
+  bool fortran = false;
+  NpyArray a = parse_header(bytes, source, &offset, &fortran);
   const auto* begin = reinterpret_cast<const std::byte*>(bytes.data()) + offset;
-  a.data.assign(begin, begin + (bytes.size() - offset));
+  if (fortran)
+    a.data = c_order_of(begin, a.shape, a.dtype);
+  else
+    a.data.assign(begin, begin + (bytes.size() - offset));
   return a;
 }
 
@@ -447,11 +476,20 @@ MappedNpy map_npy(const std::string& path) {
   }
   MappedFile file = map_file(path);
   size_t offset = 0;
-  NpyArray header = parse_header(
-      std::string_view(reinterpret_cast<const char*>(file.data), file.size), path, &offset);
+  bool fortran = false;
+  NpyArray header =
+      parse_header(std::string_view(reinterpret_cast<const char*>(file.data), file.size), path,
+                   &offset, &fortran);
   MappedNpy m;
   m.dtype = header.dtype;
   m.shape = std::move(header.shape);
+  if (fortran) {  // reordered into memory: C order is what every reader indexes
+    auto ordered = std::make_shared<const std::vector<std::byte>>(
+        c_order_of(file.data + offset, m.shape, m.dtype));
+    m.data = ordered->data();
+    m.mapping = std::move(ordered);
+    return m;
+  }
   m.data = file.data + offset;
   m.mapping = std::move(file.mapping);
   return m;
@@ -482,8 +520,13 @@ NpyArray read_npy(const std::string& path) {
 
   // Validate in place, then slide the data to the front: no second copy of a large array.
   size_t offset = 0;
+  bool fortran = false;
   NpyArray a = parse_header(std::string_view(reinterpret_cast<const char*>(buf.data()), buf.size()),
-                            path, &offset);
+                            path, &offset, &fortran);
+  if (fortran) {
+    a.data = c_order_of(buf.data() + offset, a.shape, a.dtype);
+    return a;
+  }
   std::memmove(buf.data(), buf.data() + offset, size - offset);
   buf.resize(size - offset);
   a.data = std::move(buf);

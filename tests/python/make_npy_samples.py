@@ -72,9 +72,12 @@ def main():
 
     # np.save's own choice of version and padding.
     np.save(os.path.join(out, "np_save_f8_3x4.npy"), values("f8", 12).reshape(3, 4))
-    # A transposed view: numpy stores it as C order of the transpose, flagged fortran_order.
-    c_order = values("f4", 12).reshape(3, 4)
-    save(os.path.join(out, "unsupported_fortran_3x4.npy"), np.asfortranarray(c_order), (1, 0))
+    # Fortran order (np.save of a transposed view, or of a pandas frame's .values): read as the
+    # C-order arrays fortran_f4_3x4_c.npy and fortran_i8_2x3x4_c.npy hold.
+    for name, array in (("fortran_f4_3x4", values("f4", 12).reshape(3, 4)),
+                        ("fortran_i8_2x3x4", values("i8", 24).reshape(2, 3, 4))):
+        save(os.path.join(out, name + ".npy"), np.asfortranarray(array), (1, 0))
+        save(os.path.join(out, name + "_c.npy"), np.ascontiguousarray(array), (1, 0))
     save(os.path.join(out, "unsupported_big_endian.npy"), values("f4", 5).astype(">f4"), (1, 0))
     save(os.path.join(out, "unsupported_big_endian_i8.npy"), values("i8", 5).astype(">i8"), (1, 0))
     # Half floats (numpy's float16): read as they are, each exactly a double.

@@ -2,8 +2,8 @@
 // NumPy .npy: "\x93NUMPY", major and minor version bytes, the header length (u16 LE for 1.0,
 // u32 LE for 2.0 and 3.0), a Python dict literal {'descr': '<f4', 'fortran_order': False,
 // 'shape': (3, 4), } padded with spaces and '\n', then the array data. seqforge reads
-// little-endian f4, f8, i4, i8 in C order; every other file is rejected with a seqforge::Error
-// naming the file and the problem.
+// little-endian f2, f4, f8, i4, i8, in C order or in Fortran order (reordered into C order as it
+// is read); every other file is rejected with a seqforge::Error naming the file and the problem.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -21,7 +21,8 @@ struct NpyArray {
   std::vector<std::byte> data;  // C order, numel(shape) * dtype_size(dtype) bytes
 };
 
-// A file mapped read-only: pages are read on demand, so an array larger than memory can be used.
+// A file mapped read-only: pages are read on demand, so an array larger than memory can be used
+// (a Fortran-order file's array is reordered into memory instead).
 struct MappedNpy {
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
