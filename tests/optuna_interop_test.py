@@ -28,7 +28,15 @@ KIND = optuna.distributions.CategoricalDistribution(["adamw", "sgd"])
 WD = optuna.distributions.FloatDistribution(0.0, 0.1, step=0.05)
 
 
-def config(name, n_trials):
+TUNED = """    optim.lr: {type: float, low: 1.0e-4, high: 0.1, log: true}
+    model.hidden: {type: int, low: 4, high: 12, step: 4}
+    optim.kind: {type: categorical, choices: [adamw, sgd]}
+    optim.weight_decay: {type: float, low: 0.0, high: 0.1, step: 0.05}
+"""
+
+
+def config(name, n_trials, sampler="{kind: tpe, seed: 1, n_startup_trials: 3}",
+           pruner="{kind: median, n_startup_trials: 2}", space=TUNED):
     path = os.path.join(work, name + ".yaml")
     with open(path, "w") as f:
         f.write(f"""data:
@@ -42,16 +50,12 @@ train: {{epochs: 4, batch_size: 32, max_batches: 4, threads: 1, precision: fp32}
 tune:
   name: {name}
   n_trials: {n_trials}
-  sampler: {{kind: tpe, seed: 1, n_startup_trials: 3}}
-  pruner: {{kind: median, n_startup_trials: 2}}
+  sampler: {sampler}
+  pruner: {pruner}
   heartbeat_interval: 0.2
   grace_period: 30
   space:
-    optim.lr: {{type: float, low: 1.0e-4, high: 0.1, log: true}}
-    model.hidden: {{type: int, low: 4, high: 12, step: 4}}
-    optim.kind: {{type: categorical, choices: [adamw, sgd]}}
-    optim.weight_decay: {{type: float, low: 0.0, high: 0.1, step: 0.05}}
-""")
+{space}""")
     return path
 
 
@@ -200,4 +204,48 @@ check(finished_ok(study), "seqforge's trials in the optuna study have its distri
 study.optimize(objective, n_trials=1)
 check(len(study.trials) == 8 and study.trials[-1].state == S.COMPLETE,
       "optuna went on after seqforge")
+
+# 4. A grid study shared with Optuna's GridSampler, either one first: every point runs once.
+GRID_SPACE = """    optim.lr: {type: float, low: 0.001, high: 0.1, grid: [0.001, 0.01, 0.1]}
+    model.hidden: {type: int, low: 4, high: 8, step: 4}
+    optim.kind: {type: categorical, choices: [adamw, sgd]}
+"""
+GRID = {"optim.lr": [0.001, 0.01, 0.1], "model.hidden": [4, 8], "optim.kind": ["adamw", "sgd"]}
+
+
+def grid_objective(trial):
+    lr = trial.suggest_float("optim.lr", 0.001, 0.1)
+    trial.suggest_int("model.hidden", 4, 8, step=4)
+    trial.suggest_categorical("optim.kind", ["adamw", "sgd"])
+    return lr
+
+
+def points_run(study):
+    done = [t for t in study.trials if t.state == S.COMPLETE]
+    return sorted(tuple(sorted(t.params.items())) for t in done)
+
+
+every_point = sorted(tuple(sorted({"optim.lr": lr, "model.hidden": h, "optim.kind": k}.items()))
+                     for lr in GRID["optim.lr"] for h in GRID["model.hidden"]
+                     for k in GRID["optim.kind"])
+for first in ("seqforge", "optuna"):
+    name = "grid_" + first
+    db3 = os.path.join(work, name + ".db")
+    url3 = "sqlite:///" + db3
+    grid_args = [config(name, 100, sampler="{kind: grid, seed: 2}", pruner="{kind: none}",
+                        space=GRID_SPACE), "--study", db3, "train.run_dir=" + work + "/" + name]
+    if first == "seqforge":
+        tune(grid_args + ["--n-trials", "5"])
+        study = optuna.load_study(study_name=name, storage=url3,
+                                  sampler=optuna.samplers.GridSampler(GRID))
+        study.optimize(grid_objective, n_trials=30)
+    else:
+        study = optuna.create_study(study_name=name, storage=url3, direction="minimize",
+                                    sampler=optuna.samplers.GridSampler(GRID, seed=0))
+        study.optimize(grid_objective, n_trials=5)
+        tune(grid_args)
+    study = optuna.load_study(study_name=name, storage=url3)
+    check(points_run(study) == every_point and len(study.trials) == 12,
+          f"a grid run by {first} first, then the other: each of the 12 points once "
+          f"({len(study.trials)} trials)")
 print("optuna interop: all checks passed")

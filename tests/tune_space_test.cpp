@@ -167,11 +167,15 @@ TEST(TuneSampler, RandomStaysInTheSpaceAndDependsOnlyOnSeedAndNumber) {
   s.sampler.kind = "random";
   auto a = make_sampler(s), b = make_sampler(s);
   for (int64_t n = 0; n < 200; ++n) {
-    const auto p = a->sample({}, n);
-    EXPECT_EQ(p, b->sample({}, n));
+    Trial t;
+    t.number = n;
+    const auto p = a->sample({}, t);
+    EXPECT_EQ(p, b->sample({}, t));
     for (const auto& param : s.space) EXPECT_TRUE(param.contains(p.at(param.name))) << param.name;
   }
-  EXPECT_NE(a->sample({}, 0), a->sample({}, 1));
+  Trial t0, t1;
+  t1.number = 1;
+  EXPECT_NE(a->sample({}, t0), a->sample({}, t1));
 }
 
 TEST(TuneSampler, GridVisitsEveryPointOnce) {
@@ -180,11 +184,47 @@ TEST(TuneSampler, GridVisitsEveryPointOnce) {
       "    optim.kind: {type: categorical, choices: [adamw, adam, sgd]}\n"
       "    optim.lr: {type: float, low: 0.001, high: 0.1, grid: [0.001, 0.01]}\n",
       "g.yaml", "val_loss");
-  auto g = make_sampler(s);
-  EXPECT_EQ(g->limit(), 4 * 3 * 2);
+  auto sampler = make_sampler(s);
+  const Grid* g = sampler->grid();
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->size(), 4 * 3 * 2);
+  // Numbered as Optuna's GridSampler: itertools.product of the values, parameters in name order.
+  EXPECT_EQ(g->point(0), (std::map<std::string, double>{
+                             {"model.hidden", 8}, {"optim.kind", 0}, {"optim.lr", 0.001}}));
+  EXPECT_EQ(g->point(1), (std::map<std::string, double>{
+                             {"model.hidden", 8}, {"optim.kind", 0}, {"optim.lr", 0.01}}));
+  EXPECT_EQ(g->point(2), (std::map<std::string, double>{
+                             {"model.hidden", 8}, {"optim.kind", 1}, {"optim.lr", 0.001}}));
+  EXPECT_EQ(g->point(23), (std::map<std::string, double>{
+                              {"model.hidden", 32}, {"optim.kind", 2}, {"optim.lr", 0.01}}));
   std::set<std::map<std::string, double>> seen;
-  for (int64_t n = 0; n < g->limit(); ++n) seen.insert(g->sample({}, n));
-  EXPECT_EQ(int64_t(seen.size()), g->limit());
+  for (int64_t id : g->order()) {
+    Trial t;
+    t.attrs["grid_id"] = double(id);
+    const auto point = sampler->sample({}, t);
+    EXPECT_EQ(g->id_of(point), id);
+    seen.insert(point);
+  }
+  EXPECT_EQ(int64_t(seen.size()), g->size());
+  EXPECT_EQ(g->id_of({{"model.hidden", 8}, {"optim.kind", 0}, {"optim.lr", 0.002}}), std::nullopt);
+  EXPECT_EQ(g->id_of({{"model.hidden", 8}, {"optim.kind", 0}}), std::nullopt);
+}
+
+// A stepped float's range ends on its last step in decimal, as Optuna's: 0 to 0.9 by 0.3 is
+// 0, 0.3, 0.6, 0.9 (not 0.8999999999999999).
+TEST(TuneSampler, SteppedFloatGridEndsOnItsDecimalLastStep) {
+  const TuneSettings s = parse_tune_settings(
+      "tune:\n  sampler: grid\n  space:\n"
+      "    optim.weight_decay: {type: float, low: 0.0, high: 0.9, step: 0.3}\n"
+      "    optim.lr: {type: float, low: 0.1, high: 0.35, step: 0.1}\n",
+      "g.yaml", "val_loss");
+  EXPECT_EQ(s.param("optim.weight_decay").high, 0.9);
+  EXPECT_EQ(s.param("optim.lr").high, 0.3);
+  const auto sampler = make_sampler(s);
+  const Grid* g = sampler->grid();
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->axes()[0].second, (std::vector<double>{0.1, 0.2, 0.3}));
+  EXPECT_EQ(g->axes()[1].second, (std::vector<double>{0.0, 0.3, 0.6, 0.9}));
 }
 
 // A known function with its optimum at lr = 10^-2.5, dropout = 0.3, hidden = 48.
@@ -207,7 +247,7 @@ int64_t trials_to_reach(const std::string& kind, uint64_t seed, double threshold
   for (int64_t n = 0; n < cap; ++n) {
     Trial t;
     t.number = n;
-    t.params = sampler->sample(trials, n);
+    t.params = sampler->sample(trials, t);
     t.value = objective(t.params);
     t.state = TrialState::complete;
     if (*t.value < threshold) return n + 1;

@@ -233,10 +233,12 @@ TEST(TuneStudy, DeadWorkersTrialsAreFailedAndRetried) {
   ASSERT_TRUE(t0);
   other->set_params(t0->id, {{"optim.lr", 0.01}, {"model.hidden", 8}});
   other->report(t0->id, 0, 0.5);
-  // a worker on this host whose process is gone
+  // a worker on this host whose process is gone: a zombie, not reaped yet by its parent (a
+  // tune.trials_per_device worker killed while the first one trains)
   const pid_t child = fork();
   if (child == 0) _exit(0);
-  waitpid(child, nullptr, 0);
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT), 0);
   const auto t1 = other->claim(10, {host_name(), int64_t(child)}, 1000);
   ASSERT_TRUE(t1);
   other->set_params(t1->id, {{"optim.lr", 0.02}, {"model.hidden", 9}});
@@ -247,6 +249,7 @@ TEST(TuneStudy, DeadWorkersTrialsAreFailedAndRetried) {
   OptimizeOptions o;
   o.n_trials = 3;
   study.optimize([](TrialContext& c) { return fake_training(c); }, o, console);
+  waitpid(child, nullptr, 0);
   const auto trials = study.trials();
   ASSERT_EQ(trials.size(), 5u) << trials_table(trials, nullptr);
   EXPECT_EQ(trials[0].state, TrialState::failed);
@@ -651,6 +654,55 @@ TEST(TuneStorage, ValuesRoundTripExactlyWithNaN) {
       html_report("s", s->trials(), Direction::minimize, setup.settings().space);
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("Optimisation history"), std::string::npos);
+}
+
+// A grid of 6 points, each run to the end once: through a trial whose worker died (failed, its
+// parameters retried), an enqueued trial that is a grid point (it takes that point) and one that
+// is not (it runs besides the grid), and a second worker that finds every point taken.
+TEST(TuneStudy, EveryGridPointRunsOnceThroughDeadWorkersAndEnqueuedTrials) {
+  const fs::path dir = test::temp_dir("grid");
+  const std::string db = (dir / "study.db").string();
+  const TuneSettings s = parse_tune_settings(
+      "tune:\n  sampler: {kind: grid, seed: 3}\n  pruner: {kind: none}\n"
+      "  heartbeat_interval: 0.05\n  grace_period: 0.2\n  space:\n"
+      "    optim.lr: {type: float, low: 0.001, high: 0.1, grid: [0.001, 0.01, 0.1]}\n"
+      "    model.hidden: {type: int, low: 4, high: 8, step: 4}\n",
+      "g.yaml", "val_loss");
+  { Study setup(Storage::open(db), s, db); }
+  const auto sampler = make_sampler(s);
+  const Grid& grid = *sampler->grid();
+  auto storage = Storage::open(db);
+  storage->info("g");
+  const auto dead = storage->claim(100, {"elsewhere", 1}, 0.01, &grid);
+  ASSERT_TRUE(dead);
+  const std::map<std::string, double> dead_point = grid.point(int64_t(dead->attrs.at("grid_id")));
+  storage->set_params(dead->id, dead_point);
+  const std::map<std::string, double> next = grid.point(grid.order()[1]);  // a grid point
+  ASSERT_NE(next, dead_point);
+  storage->enqueue({{"optim.lr", s.param("optim.lr").text(next.at("optim.lr"))},
+                    {"model.hidden", s.param("model.hidden").text(next.at("model.hidden"))}});
+  storage->enqueue({{"optim.lr", "0.05"}, {"model.hidden", "4"}});  // not one
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));      // the first worker is gone
+  std::ostringstream console;
+  OptimizeOptions o;
+  o.n_trials = 100;
+  Study(Storage::open(db), s, db)
+      .optimize([](TrialContext& c) { return fake_training(c); }, o, console);
+  Study(Storage::open(db), s, db)
+      .optimize([](TrialContext& c) { return fake_training(c); }, o,
+                console);  // nothing is left
+  std::map<std::map<std::string, double>, int> complete;
+  int failed = 0;
+  for (const Trial& t : storage->trials()) {
+    if (t.state == TrialState::complete) ++complete[t.params];
+    failed += t.state == TrialState::failed;
+  }
+  EXPECT_EQ(failed, 1);
+  EXPECT_EQ(complete.size(), 7u) << console.str();
+  EXPECT_EQ(storage->trials().size(), 8u);  // the failed one, its retry, 5 grid points, 0.05
+  for (int64_t id = 0; id < grid.size(); ++id)
+    EXPECT_EQ(complete[grid.point(id)], 1) << "point " << id;
+  EXPECT_EQ((complete[{{"optim.lr", 0.05}, {"model.hidden", 4}}]), 1);
 }
 
 }  // namespace

@@ -47,7 +47,8 @@ double sample_uniform(const Param& p, Rng& rng) {
 class RandomSampler final : public Sampler {
  public:
   explicit RandomSampler(const TuneSettings& s) : s_(s) {}
-  std::map<std::string, double> sample(const std::vector<Trial>&, int64_t number) override {
+  std::map<std::string, double> sample(const std::vector<Trial>&, const Trial& trial) override {
+    const int64_t number = trial.number;
     std::map<std::string, double> out;
     for (const auto& p : s_.space) {
       Rng rng = stream(s_.sampler.seed, number, p.name);
@@ -148,7 +149,9 @@ class TpeSampler final : public Sampler {
  public:
   explicit TpeSampler(const TuneSettings& s) : s_(s) {}
 
-  std::map<std::string, double> sample(const std::vector<Trial>& trials, int64_t number) override {
+  std::map<std::string, double> sample(const std::vector<Trial>& trials,
+                                       const Trial& trial) override {
+    const int64_t number = trial.number;
     // Observations: complete trials first by value, then pruned ones by how far they got.
     struct Obs {
       double step_key, score;
@@ -281,65 +284,73 @@ class TpeSampler final : public Sampler {
 
 class GridSampler final : public Sampler {
  public:
-  explicit GridSampler(const TuneSettings& s) : s_(s) {
-    size_t total = 1;
-    for (const auto& p : s.space) {
-      std::vector<double> values;
-      if (p.kind == Param::Kind::categorical) {
-        for (size_t i = 0; i < p.choices.size(); ++i) values.push_back(double(i));
-      } else if (!p.grid.empty()) {
-        values = p.grid;
-      } else {
-        const double step = p.step > 0 ? p.step : 1;
-        for (double v = p.low; v <= p.high + 1e-9 * step; v += step) {
-          values.push_back(p.snap(v));
-          if (values.size() > 100000) fail(s.source, ": tune.space.", p.name, ": grid too large");
-        }
-      }
-      total *= values.size();
-      if (total > 1000000) fail(s.source, ": tune.space: the grid has over a million points");
-      axes_.push_back(std::move(values));
-    }
-    order_.resize(total);
-    std::iota(order_.begin(), order_.end(), 0);
-    Rng rng(mix(s.sampler.seed));
-    for (size_t i = total; i > 1; --i) std::swap(order_[i - 1], order_[rng.next() % i]);
+  explicit GridSampler(const TuneSettings& s) : grid_(s) {}
+  std::map<std::string, double> sample(const std::vector<Trial>&, const Trial& trial) override {
+    const auto id = trial.attrs.find("grid_id");
+    if (id == trial.attrs.end())
+      fail("trial ", trial.number,
+           ": a grid study's enqueued trial gives every parameter of the grid (as Optuna's "
+           "GridSampler asks)");
+    return grid_.point(int64_t(id->second));
   }
-  int64_t limit() const override { return int64_t(order_.size()); }
-  std::map<std::string, double> sample(const std::vector<Trial>& trials, int64_t number) override {
-    // Trial numbers are unique, so concurrent workers never pick the same point; a number past
-    // the grid (retries took numbers) takes the first point no trial has had.
-    size_t index = order_[size_t(number) % order_.size()];
-    if (size_t(number) >= order_.size()) {
-      for (size_t i : order_) {
-        const auto params = point(i);
-        bool used = false;
-        for (const auto& t : trials)
-          if (t.params == params) used = true;
-        if (!used) {
-          index = i;
-          break;
-        }
-      }
-    }
-    return point(index);
-  }
+  const Grid* grid() const override { return &grid_; }
 
  private:
-  std::map<std::string, double> point(size_t index) const {
-    std::map<std::string, double> out;
-    for (size_t a = axes_.size(); a-- > 0;) {
-      out[s_.space[a].name] = axes_[a][index % axes_[a].size()];
-      index /= axes_[a].size();
-    }
-    return out;
-  }
-  TuneSettings s_;
-  std::vector<std::vector<double>> axes_;
-  std::vector<size_t> order_;
+  Grid grid_;
 };
 
 }  // namespace
+
+Grid::Grid(const TuneSettings& s) {
+  std::vector<const Param*> params;
+  for (const auto& p : s.space) params.push_back(&p);
+  std::sort(params.begin(), params.end(),
+            [](const Param* a, const Param* b) { return a->name < b->name; });
+  int64_t total = 1;
+  for (const Param* p : params) {
+    std::vector<double> values;
+    if (p->kind == Param::Kind::categorical) {
+      for (size_t i = 0; i < p->choices.size(); ++i) values.push_back(double(i));
+    } else if (!p->grid.empty()) {
+      values = p->grid;
+    } else {  // low, low + step, ... (an int's step defaults to 1), each snapped as sampled
+      const double step = p->step > 0 ? p->step : 1;
+      const double steps = std::floor((p->high - p->low) / step + 1e-9);
+      if (steps >= 100000) fail(s.source, ": tune.space.", p->name, ": grid too large");
+      for (double k = 0; k <= steps; ++k) values.push_back(p->snap(p->low + k * step));
+    }
+    total *= int64_t(values.size());
+    if (total > 1000000) fail(s.source, ": tune.space: the grid has over a million points");
+    axes_.emplace_back(*p, std::move(values));
+  }
+  order_.resize(size_t(total));
+  std::iota(order_.begin(), order_.end(), 0);
+  Rng rng(mix(s.sampler.seed));
+  for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng.next() % i]);
+}
+
+std::map<std::string, double> Grid::point(int64_t id) const {
+  std::map<std::string, double> out;
+  for (size_t a = axes_.size(); a-- > 0;) {
+    const auto& [param, values] = axes_[a];
+    out[param.name] = values[size_t(id) % values.size()];
+    id /= int64_t(values.size());
+  }
+  return out;
+}
+
+std::optional<int64_t> Grid::id_of(const std::map<std::string, double>& params) const {
+  if (params.size() != axes_.size()) return std::nullopt;
+  int64_t id = 0;
+  for (const auto& [param, values] : axes_) {
+    const auto v = params.find(param.name);
+    if (v == params.end()) return std::nullopt;
+    const auto at = std::find(values.begin(), values.end(), v->second);
+    if (at == values.end()) return std::nullopt;
+    id = id * int64_t(values.size()) + (at - values.begin());
+  }
+  return id;
+}
 
 std::unique_ptr<Sampler> make_sampler(const TuneSettings& s) {
   if (s.sampler.kind == "random") return std::make_unique<RandomSampler>(s);

@@ -17,6 +17,18 @@
 
 namespace seqforge::tune {
 
+namespace {
+
+// v to 15 significant digits: a value on a decimal step as its decimal (3 * 0.1 is 0.3, not
+// 0.30000000000000004).
+double decimal15(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return std::strtod(buf, nullptr);
+}
+
+}  // namespace
+
 const char* state_name(TrialState s) {
   switch (s) {
     case TrialState::waiting:
@@ -204,8 +216,8 @@ Param read_param(const Reader& r, const std::string& name, const YAML::Node& n) 
   if (n["step"] && p.step <= 0) fail(r.at(n["step"]), ": ", key, ".step: must be positive");
   if (p.log && n["step"] && !(p.kind == Param::Kind::integer && p.step == 1))
     fail(r.at(n["step"]), ": ", key, ": step and log cannot be combined");
-  if (p.step > 0)  // as Optuna: high is lowered onto the last step
-    p.high = p.low + std::floor((p.high - p.low) / p.step + 1e-9) * p.step;
+  if (p.step > 0)  // as Optuna: high is lowered onto the last step, in decimal (0.3 * 3 is 0.9)
+    p.high = decimal15(p.low + std::floor((p.high - p.low) / p.step + 1e-9) * p.step);
   if (const YAML::Node g = n["grid"]) {
     if (!g.IsSequence() || g.size() == 0)
       fail(r.at(g), ": ", key, ".grid: expected a non-empty list");
@@ -235,12 +247,7 @@ std::string Param::text(double v) const {
 
 double Param::snap(double v) const {
   if (kind == Kind::categorical) return std::clamp(std::round(v), 0.0, double(choices.size()) - 1);
-  if (step > 0) {
-    v = low + std::round((v - low) / step) * step;
-    char buf[32];  // 15 digits: 3 * 0.1 is 0.3, not 0.30000000000000004
-    std::snprintf(buf, sizeof buf, "%.15g", v);
-    v = std::strtod(buf, nullptr);
-  }
+  if (step > 0) v = decimal15(low + std::round((v - low) / step) * step);
   if (kind == Kind::integer) v = std::round(v);
   return std::clamp(v, low, high);
 }

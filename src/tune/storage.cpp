@@ -13,7 +13,8 @@
 //   trial_system_attributes seqforge:host, seqforge:pid, seqforge:epochs, seqforge:message,
 //                           seqforge:<driver number> (retries, retry_of, seconds, ...);
 //                           fixed_params (Optuna's enqueue_trial), completed_rung_<k> (Optuna's
-//                           successive halving key, shared with Optuna's pruner)
+//                           successive halving key, shared with Optuna's pruner), grid_id and
+//                           search_space (Optuna's GridSampler: a grid trial's point)
 // Doubles are bound as doubles and read back with 17 digits, so values round-trip exactly.
 #include "seqforge/tune/storage.hpp"
 
@@ -27,6 +28,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -34,6 +36,7 @@
 
 #include "db.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/tune/samplers.hpp"
 #include "seqforge/tune/space.hpp"
 
 namespace seqforge::tune {
@@ -109,7 +112,18 @@ double datetime_seconds(const Value& v, bool utc) {
   return double(t) + frac;
 }
 
-bool process_gone(int64_t pid) { return pid > 0 && kill(pid_t(pid), 0) != 0 && errno == ESRCH; }
+// A process that no longer runs: none has the pid, or it is a zombie (its parent, perhaps the
+// worker that started it with tune.trials_per_device, has not reaped it yet).
+bool process_gone(int64_t pid) {
+  if (pid <= 0) return false;
+  if (kill(pid_t(pid), 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t name_end = line.rfind(')');  // the state follows the parenthesised name
+  return name_end != std::string::npos && name_end + 2 < line.size() &&
+         (line[name_end + 2] == 'Z' || line[name_end + 2] == 'X');
+}
 
 TrialState state_from_optuna(const std::string& s, const std::string& where) {
   if (s == "WAITING") return TrialState::waiting;
@@ -395,6 +409,48 @@ class SqlStorage final : public Storage {
     return std::nullopt;
   }
 
+  // Optuna's GridSampler search_space attribute: each parameter's values (categoricals by
+  // value), parameters in name order.
+  json grid_search_space(const Grid& grid) const {
+    json space = json::object();
+    for (const auto& [param, values] : grid.axes()) {
+      json list = json::array();
+      for (double v : values) list.push_back(value_json(&param, v));
+      space[param.name] = list;
+    }
+    return space;
+  }
+
+  // The grid points a running or finished trial has taken (its grid_id, where its search_space
+  // is this grid's: Optuna's GridSampler counts the same ones).
+  std::set<int64_t> taken_grid_points(const Grid& grid) {
+    const json mine = grid_search_space(grid);
+    const auto same_space = [&](const json& theirs) {
+      if (!theirs.is_object() || theirs.size() != mine.size()) return false;
+      for (const auto& [name, values] : mine.items()) {
+        const auto it = theirs.find(name);
+        if (it == theirs.end() || !it->is_array() || it->size() != values.size()) return false;
+        for (size_t i = 0; i < values.size(); ++i)
+          if (!same_choice((*it)[i], values[i])) return false;
+      }
+      return true;
+    };
+    std::map<int64_t, std::pair<json, json>> attrs;  // trial -> (grid_id, search_space)
+    for (const auto& r : db_->query(
+             "SELECT x.trial_id, x.key, x.value_json FROM trial_system_attributes x JOIN trials t "
+             "ON t.trial_id = x.trial_id WHERE t.study_id = ? AND t.state IN ('RUNNING', "
+             "'COMPLETE', 'PRUNED', 'FAIL') AND x.key IN ('grid_id', 'search_space')",
+             {str(study_id_)})) {
+      if (!r[1] || !r[2]) continue;
+      auto& [grid_id, space] = attrs[integer(r[0])];
+      (*r[1] == "grid_id" ? grid_id : space) = json::parse(*r[2], nullptr, false);
+    }
+    std::set<int64_t> taken;
+    for (const auto& [trial, a] : attrs)
+      if (a.first.is_number_integer() && same_space(a.second)) taken.insert(a.first.get<int64_t>());
+    return taken;
+  }
+
   // A waiting trial with the parameters of failed trial `t`, unless it has none or was the
   // second retry already: they run again, as Optuna's RetryFailedTrialCallback has them.
   void queue_retry(const Trial& t) {
@@ -408,7 +464,7 @@ class SqlStorage final : public Storage {
   }
 
   std::optional<Trial> claim(int64_t n_trials, const Worker& worker, double grace,
-                             bool count_failed) override {
+                             const Grid* grid) override {
     std::optional<Trial> out;
     write([&] {
       need_study();
@@ -426,27 +482,44 @@ class SqlStorage final : public Storage {
         set_trial_attr(t.id, "seqforge:message", why);
         queue_retry(t);
       }
-      // n_trials bounds the study's total: a waiting trial (enqueued, or the retry of a failed
-      // one) runs only while the trials that ran or run fall short of it; a new one, when those
-      // and (for a grid, whose points they stand for) the failed ones do.
+      // n_trials bounds the study's total: a trial, waiting (enqueued, or the retry of a failed
+      // one) or new, starts only while the trials that ran or run fall short of it.
       const auto count = db_->query(
-          "SELECT count(CASE WHEN state IN ('RUNNING', 'COMPLETE', 'PRUNED') THEN 1 END), "
-          "count(CASE WHEN state = 'FAIL' THEN 1 END) FROM trials WHERE study_id = ?",
+          "SELECT count(*) FROM trials WHERE study_id = ? AND state IN ('RUNNING', 'COMPLETE', "
+          "'PRUNED')",
           {str(study_id_)});
-      const int64_t ran = integer(count[0][0]), failed = integer(count[0][1]);
-      if (ran >= n_trials) return;
+      if (integer(count[0][0]) >= n_trials) return;
+      const std::set<int64_t> taken = grid ? taken_grid_points(*grid) : std::set<int64_t>();
       const auto waiting = db_->query(
           "SELECT trial_id FROM trials WHERE study_id = ? AND state = 'WAITING' "
           "ORDER BY trial_id LIMIT 1",
           {str(study_id_)});
       int64_t id = 0;
+      std::optional<int64_t> point;
       if (!waiting.empty()) {
         id = integer(waiting[0][0]);
         db_->query("UPDATE trials SET state = 'RUNNING', datetime_start = ? WHERE trial_id = ?",
                    {datetime_text(now, false), str(id)});
+        if (grid) {
+          auto fixed = load("t.trial_id = ?", {str(id)});
+          SF_CHECK(fixed.size() == 1, "trial ", id);
+          point = grid->id_of(fixed[0].params);
+          if (point && taken.count(*point)) point.reset();
+        }
       } else {
-        if (ran + (count_failed ? failed : 0) >= n_trials) return;
+        if (grid) {
+          for (int64_t p : grid->order())
+            if (!taken.count(p)) {
+              point = p;
+              break;
+            }
+          if (!point) return;  // every point is taken
+        }
         id = insert_trial("RUNNING", now);
+      }
+      if (point) {
+        set_trial_attr(id, "search_space", grid_search_space(*grid));
+        set_trial_attr(id, "grid_id", *point);
       }
       set_trial_attr(id, "seqforge:host", worker.host);
       set_trial_attr(id, "seqforge:pid", worker.pid);
@@ -715,7 +788,7 @@ class SqlStorage final : public Storage {
              fixed[t.id] = v;
            } else if (key == "fail_reason" && t.message.empty() && v.is_string()) {
              t.message = v.get<std::string>();
-           } else if (key.rfind("completed_rung_", 0) == 0 && v.is_number()) {
+           } else if ((key.rfind("completed_rung_", 0) == 0 || key == "grid_id") && v.is_number()) {
              t.attrs[key] = v.get<double>();
            } else if (key.rfind(kPrefix, 0) == 0) {
              const std::string k = key.substr(std::char_traits<char>::length(kPrefix));

@@ -175,12 +175,9 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
                               std::ostream& console) {
   OptimizeStats stats;
   const Worker me{host_name(), int64_t(getpid())};
-  int64_t n_trials = options.n_trials;
-  if (sampler_->limit() > 0 && n_trials > sampler_->limit()) {
-    console << "the grid has " << sampler_->limit() << " points: " << sampler_->limit()
-            << " trials\n";
-    n_trials = sampler_->limit();
-  }
+  const int64_t n_trials = options.n_trials;
+  const Grid* grid = sampler_->grid();
+  if (grid) console << "the grid has " << grid->size() << " points\n";
   const int64_t max_failures =
       options.max_failures > 0 ? options.max_failures : std::max<int64_t>(n_trials, 3);
   const double start = steady_now();
@@ -194,13 +191,12 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
       break;
     }
     const double t0 = steady_now();
-    std::optional<Trial> claimed =
-        storage_->claim(n_trials, me, settings_.grace_period, sampler_->limit() > 0);
+    std::optional<Trial> claimed = storage_->claim(n_trials, me, settings_.grace_period, grid);
     if (!claimed) break;
     Trial trial = std::move(*claimed);
     // A waiting trial may bring fixed parameters (Optuna's enqueue_trial, a retry): the sampler
     // draws the others.
-    const std::string claim_problem = trial.message;
+    std::string claim_problem = trial.message;
     trial.message.clear();
     std::optional<std::string> discarded;  // set when another worker failed this trial
     bool complete_params = true;
@@ -208,7 +204,12 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
       complete_params = complete_params && trial.params.count(p.name);
     try {
       if (!complete_params) {
-        std::map<std::string, double> sampled = sampler_->sample(storage_->trials(), trial.number);
+        std::map<std::string, double> sampled;
+        try {
+          sampled = sampler_->sample(storage_->trials(), trial);
+        } catch (const Error& e) {  // the trial fails; the study goes on
+          if (claim_problem.empty()) claim_problem = e.what();
+        }
         for (const auto& [k, v] : trial.params) sampled[k] = v;
         trial.params = std::move(sampled);
       }
@@ -619,6 +620,11 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   for (const auto& spec : cmd.enqueue) {
     fixed.push_back(parse_enqueue(spec));
     check_fixed_params(settings.space, fixed.back(), where, settings.name);
+    if (settings.sampler.kind == "grid")
+      for (const auto& p : settings.space)
+        if (!fixed.back().count(p.name))
+          fail("--enqueue '", spec, "': a grid study's trial gives every parameter; ", p.name,
+               " is missing");
   }
   // The trials' directories are one study's: another study of the same name (in another
   // database) would overwrite its checkpoints and best.yaml.

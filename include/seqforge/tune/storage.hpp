@@ -19,6 +19,8 @@
 
 namespace seqforge::tune {
 
+class Grid;
+
 inline constexpr int kSchemaVersion = 1;  // seqforge's former schema, converted when opened
 inline constexpr int kOptunaSchemaVersion = 12;
 inline constexpr const char* kOptunaAlembicRevision = "v3.0.0.d";
@@ -56,12 +58,15 @@ class Storage {
   // The study's name and settings; nullopt if the database holds none (or not `name`).
   virtual std::optional<StudyInfo> info(const std::string& name = "") = 0;
   // In one transaction: fails running trials whose worker is gone (no heartbeat for
-  // `grace_seconds`, or a dead process on this host) and queues a retry of each, then claims
-  // the oldest waiting trial or, while fewer than `n_trials` trials are running, complete or
-  // pruned, creates the next one. nullopt: the study has its trials.
-  // With `count_failed` (grid), failed trials count towards n_trials too.
+  // `grace_seconds`, or a dead process on this host) and queues a retry of each, then, while
+  // fewer than `n_trials` trials are running, complete or pruned, claims the oldest waiting trial
+  // or creates the next one. nullopt: the study has its trials.
+  // With a `grid`, as Optuna's GridSampler: a new trial takes the first point (in grid->order())
+  // that no running or finished trial of the same search space has taken, and none is created
+  // once every point is taken; a waiting trial whose fixed parameters are an untaken point takes
+  // it. The point is Trial::attrs["grid_id"], stored as Optuna's grid_id and search_space.
   virtual std::optional<Trial> claim(int64_t n_trials, const Worker& worker, double grace_seconds,
-                                     bool count_failed = false) = 0;
+                                     const Grid* grid = nullptr) = 0;
   // A waiting trial's fixed parameters (Optuna's enqueue_trial, a retry) come back in
   // Trial::params; the others are sampled. The writes below throw TrialFinishedError when the
   // trial is no longer running.
