@@ -679,7 +679,8 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
               << " to run: the others wait for a tune with a larger --n-trials\n";
   }
   console << "seqforge tune: study '" << settings.name << "' in " << redacted_url(where) << ": "
-          << options.n_trials << (options.n_trials == 1 ? " trial" : " trials")
+          << (settings.sampler.kind == "grid" ? "up to " : "") << options.n_trials
+          << (options.n_trials == 1 ? " trial" : " trials")
           << (options.timeout > 0 ? " or " + std::to_string(int64_t(options.timeout)) + " s" : "")
           << ", " << settings.direction_name() << " " << settings.metric << ", sampler "
           << settings.sampler.kind << ", pruner " << settings.pruner.kind << "; runs in "
