@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -234,6 +235,11 @@ def test_errors_are_the_commands_line(tmp_path):
     assert "did you mean 'model.hidden'" in str(caught.value)
     with pytest.raises(seqforge.Error, match="not a run directory"):
         seqforge.load(tmp_path / "nowhere")
+    # The command's options in Python's words.
+    seqforge.train(FORECAST, train={"run_dir": "taken", "epochs": 1}, log=None)
+    with pytest.raises(seqforge.Error, match="pass overwrite=True to replace them, or "
+                                             "resume='.*taken' to continue that run"):
+        seqforge.train(FORECAST, train={"run_dir": "taken", "epochs": 1}, log=None)
     with pytest.raises(TypeError, match="cannot give"):
         seqforge.train(FORECAST, train={"epochs": object()})
     # A dict's value is a setting, not an override the user never gave.
@@ -273,6 +279,15 @@ def test_callbacks_stop_the_run_and_their_errors_reach_the_caller(tmp_path):
     with pytest.raises(TypeError, match="overrides is a dict"):
         seqforge.train(FORECAST, overrides=["train.epochs=1"], log=None)
     assert not os.path.exists("not_callable")
+
+
+def test_callbacks_compute_with_the_callers_denormals(tmp_path):
+    os.chdir(tmp_path)
+    tiny = np.array([1e-40], np.float32)  # a float32 denormal, kept unless flushed to zero
+    seen = []
+    seqforge.train(FORECAST, train={"run_dir": "denormals"}, log=lambda line: None,
+                   on_epoch=lambda epoch, metrics: seen.append((tiny * np.float32(1))[0] != 0))
+    assert seen == [True, True] and (tiny * np.float32(1))[0] != 0
 
 
 def test_the_gil_is_released_while_training(tmp_path):
@@ -329,6 +344,32 @@ def test_ctrl_c_saves_the_run_and_raises_keyboard_interrupt(tmp_path):
     resumed = seqforge.train(resume="int", log=None)
     assert resumed.summary["epochs"] == 3
     assert without_timing(resumed.metrics) == without_timing(full.metrics)
+
+
+def test_a_second_ctrl_c_is_keyboard_interrupt_not_the_interpreters_end(tmp_path):
+    script = tmp_path / "twice.py"
+    script.write_text(f"""
+import os, signal, threading, time, seqforge
+config = {json.dumps(FORECAST)}
+def twice(epoch, metrics):
+    def send():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=send).start()
+    return True
+try:
+    seqforge.train(config, train={{"epochs": 5, "max_batches": 20, "batch_size": 256,
+                                   "run_dir": "twice"}}, model={{"hidden": 512}}, log=None,
+                   on_epoch=twice)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+print("the interpreter goes on")
+""")
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                       env=dict(os.environ), timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["KeyboardInterrupt", "the", "interpreter", "goes", "on"], r.stdout
 
 
 def test_estimators_pass_scikit_learns_checks():
@@ -457,5 +498,12 @@ def test_estimators_guard_their_models(tmp_path):
         a.predict(X)
     with pytest.raises(ValueError, match="data.lookback is the estimator's own"):
         SeqForgeRegressor(epochs=1, config={"data.lookback": 3}).fit(X, y)
+    # A parameter given through config would hide from get_params, clone and searches.
+    with pytest.raises(ValueError, match="model.hidden is the estimator's parameter hidden"):
+        SeqForgeRegressor(epochs=1, config={"model": {"hidden": 4}}).fit(X, y)
+    with pytest.raises(ValueError, match="train.loss quantile"):
+        SeqForgeRegressor(epochs=1, config={"train.loss": "quantile"}).fit(X, y)
+    with pytest.raises(ValueError, match="a differencing transform"):
+        SeqForgeRegressor(epochs=1, config={"data.transform": {"y0": "diff"}}).fit(X, y)
     single = SeqForgeClassifier(epochs=1).fit(X, ["a"] * len(X))
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(single)).predict(X[:3]), ["a"] * 3)

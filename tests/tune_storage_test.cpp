@@ -656,9 +656,10 @@ TEST(TuneStorage, ValuesRoundTripExactlyWithNaN) {
   EXPECT_NE(html.find("Optimisation history"), std::string::npos);
 }
 
-// A grid of 6 points, each run to the end once: through a trial whose worker died (failed, its
-// parameters retried), an enqueued trial that is a grid point (it takes that point) and one that
-// is not (it runs besides the grid), and a second worker that finds every point taken.
+// A grid of 6 points, each run to the end once: through trials whose workers died (failed, their
+// parameters retried, also one that died before it wrote them), an enqueued trial that is a grid
+// point (it takes that point) and one that is not (it runs besides the grid), and a second worker
+// that finds every point taken.
 TEST(TuneStudy, EveryGridPointRunsOnceThroughDeadWorkersAndEnqueuedTrials) {
   const fs::path dir = test::temp_dir("grid");
   const std::string db = (dir / "study.db").string();
@@ -677,7 +678,8 @@ TEST(TuneStudy, EveryGridPointRunsOnceThroughDeadWorkersAndEnqueuedTrials) {
   ASSERT_TRUE(dead);
   const std::map<std::string, double> dead_point = grid.point(int64_t(dead->attrs.at("grid_id")));
   storage->set_params(dead->id, dead_point);
-  const std::map<std::string, double> next = grid.point(grid.order()[1]);  // a grid point
+  ASSERT_TRUE(storage->claim(100, {"elsewhere", 2}, 0.01, &grid));         // dies before its params
+  const std::map<std::string, double> next = grid.point(grid.order()[2]);  // a grid point
   ASSERT_NE(next, dead_point);
   storage->enqueue({{"optim.lr", s.param("optim.lr").text(next.at("optim.lr"))},
                     {"model.hidden", s.param("model.hidden").text(next.at("model.hidden"))}});
@@ -697,9 +699,9 @@ TEST(TuneStudy, EveryGridPointRunsOnceThroughDeadWorkersAndEnqueuedTrials) {
     if (t.state == TrialState::complete) ++complete[t.params];
     failed += t.state == TrialState::failed;
   }
-  EXPECT_EQ(failed, 1);
+  EXPECT_EQ(failed, 2);
   EXPECT_EQ(complete.size(), 7u) << console.str();
-  EXPECT_EQ(storage->trials().size(), 8u);  // the failed one, its retry, 5 grid points, 0.05
+  EXPECT_EQ(storage->trials().size(), 9u);  // the failed two, their retries, 4 points, 0.05
   for (int64_t id = 0; id < grid.size(); ++id)
     EXPECT_EQ(complete[grid.point(id)], 1) << "point " << id;
   EXPECT_EQ((complete[{{"optim.lr", 0.05}, {"model.hidden", 4}}]), 1);

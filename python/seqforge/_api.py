@@ -381,9 +381,19 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
             summary = _native.train(text, source, values, overwrite=overwrite, log=log,
                                     on_epoch=on_epoch, on_step=on_step)
         return Run(summary["run_dir"], summary)
-    summary = _native.train(text, source, values, overwrite=overwrite, log=log,
-                            on_epoch=on_epoch, on_step=on_step)
+    try:
+        summary = _native.train(text, source, values, overwrite=overwrite, log=log,
+                                on_epoch=on_epoch, on_step=on_step)
+    except _native.Error as e:
+        raise _native.Error(_in_python_words(str(e))) from None
     return Run(summary["run_dir"], summary)
+
+
+def _in_python_words(message):
+    """The command's options in an error as this function's arguments."""
+    message = re.sub(r"or --resume (.+) to continue that run",
+                     lambda m: f"or resume='{m.group(1)}' to continue that run", message)
+    return message.replace("pass --overwrite", "pass overwrite=True")
 
 
 def load(run_dir):

@@ -28,6 +28,12 @@ from . import _api
 _MODEL_FILES = ("config.resolved.yaml", "model.safetensors")
 
 # Keys the estimator sets from X and y: another value would cut other windows than its samples.
+# Config keys the estimator's parameters set: config may not set them behind get_params' back.
+_PARAMETER_KEYS = {"model.cell": "cell", "model.hidden": "hidden", "model.layers": "layers",
+                   "model.dropout": "dropout", "optim.lr": "lr",
+                   "optim.weight_decay": "weight_decay", "train.epochs": "epochs",
+                   "train.batch_size": "batch_size", "train.early_stopping.patience": "patience",
+                   "train.seed": "random_state", "train.threads": "threads"}
 _OWN_KEYS = ("data.path", "data.task", "data.series_column", "data.features", "data.targets",
              "data.class_column", "data.lookback", "data.horizon", "data.horizon_mode",
              "data.stride", "data.date_column", "data.split.mode", "data.split.train",
@@ -115,10 +121,22 @@ class _Estimator(BaseEstimator):
         }
         config = self.config or {}
         flat = _api._overrides(config, set(_api._native.config_keys()))
-        for key in (o.split("=", 1)[0] for o in flat):
+        for key, value in (o.split("=", 1) for o in flat):
             if key in _OWN_KEYS:
                 raise ValueError(f"config: {key} is the estimator's own (set from X and y: one "
                                  f"window per sample); leave it out")
+            if key in _PARAMETER_KEYS:
+                raise ValueError(f"config: {key} is the estimator's parameter "
+                                 f"{_PARAMETER_KEYS[key]}; set it there (so that get_params, "
+                                 f"clone and searches see it)")
+            if key == "train.loss" and value.strip().strip("\"'") == "quantile":
+                raise ValueError("config: train.loss quantile forecasts several values per "
+                                 "target; the estimator predicts one (train quantile models with "
+                                 "seqforge.train)")
+            if key.startswith("data.transform") and any(
+                    kind in value for kind in ("diff", "log_return", "pct_change")):
+                raise ValueError(f"config: {key}={value}: a differencing transform reads a "
+                                 f"series' earlier rows; each sample here is a window of its own")
         settings.update(config)
         return settings
 

@@ -10,18 +10,23 @@ namespace seqforge {
 namespace {
 
 std::atomic<int> requested{0};
+std::atomic<bool> second_quits{true};
 int depth = 0;  // scopes alive; only the outermost installs and restores
 struct sigaction previous_int, previous_term;
 
 void on_signal(int sig) {
   int none = 0;
+  const bool quits = second_quits.load();
   if (requested.compare_exchange_strong(none, sig)) {
     static const char note[] =
         "\nseqforge: stopping after the current step (press Ctrl-C again to quit at once)\n";
-    [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, note, sizeof note - 1);
+    static const char note_only[] = "\nseqforge: stopping after the current step\n";
+    [[maybe_unused]] const ssize_t n = quits
+                                           ? write(STDERR_FILENO, note, sizeof note - 1)
+                                           : write(STDERR_FILENO, note_only, sizeof note_only - 1);
     return;
   }
-  _exit(128 + sig);
+  if (quits) _exit(128 + sig);
 }
 
 }  // namespace
@@ -44,5 +49,7 @@ InterruptScope::~InterruptScope() {
 }
 
 int interrupt_requested() { return requested.load(std::memory_order_relaxed); }
+
+void set_second_signal_quits(bool quits) { second_quits = quits; }
 
 }  // namespace seqforge

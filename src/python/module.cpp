@@ -26,10 +26,43 @@ namespace sf = seqforge;
 
 namespace {
 
+// The caller's denormal handling, restored when a call returns: the backend flushes denormals to
+// zero on its threads for speed, which must not change the numbers numpy and scikit-learn compute
+// in the same process afterwards.
+class KeepCallersDenormals {
+ public:
+  KeepCallersDenormals() : flushed_(sf::flushes_denormals()) {}
+  ~KeepCallersDenormals() {
+    if (sf::flushes_denormals() != flushed_) sf::set_flush_denormals(flushed_);
+  }
+  bool flushed() const { return flushed_; }
+
+ private:
+  bool flushed_;
+};
+
+// Python code a callback runs during a call computes with the caller's denormal handling, and
+// the call goes on with the backend's.
+class CallersDenormals {
+ public:
+  explicit CallersDenormals(bool callers) : ours_(sf::flushes_denormals()) {
+    if (ours_ != callers) sf::set_flush_denormals(callers);
+  }
+  ~CallersDenormals() {
+    if (sf::flushes_denormals() != ours_) sf::set_flush_denormals(ours_);
+  }
+  CallersDenormals(const CallersDenormals&) = delete;
+  CallersDenormals& operator=(const CallersDenormals&) = delete;
+
+ private:
+  bool ours_;
+};
+
 // Text written by the library, handed to a Python callable a line at a time (GIL taken for it).
 class LineSink : public std::streambuf {
  public:
-  explicit LineSink(py::object log) : log_(std::move(log)) {}
+  LineSink(py::object log, bool callers_denormals)
+      : log_(std::move(log)), callers_denormals_(callers_denormals) {}
   ~LineSink() override { flush_line(); }
 
  protected:
@@ -45,6 +78,7 @@ class LineSink : public std::streambuf {
   void flush_line() {
     if (line_.empty() || log_.is_none()) return line_.clear();
     py::gil_scoped_acquire gil;
+    const CallersDenormals denormals(callers_denormals_);
     try {
       log_(line_);
     } catch (py::error_already_set& e) {
@@ -59,22 +93,9 @@ class LineSink : public std::streambuf {
     line_.clear();
   }
   py::object log_;
+  bool callers_denormals_;
   std::string line_;
   bool warned_ = false;
-};
-
-// The caller's denormal handling, restored when a call returns: the backend flushes denormals to
-// zero on its threads for speed, which must not change the numbers numpy and scikit-learn compute
-// in the same process afterwards.
-class KeepCallersDenormals {
- public:
-  KeepCallersDenormals() : flushed_(sf::flushes_denormals()) {}
-  ~KeepCallersDenormals() {
-    if (sf::flushes_denormals() != flushed_) sf::set_flush_denormals(flushed_);
-  }
-
- private:
-  bool flushed_;
 };
 
 // The first Python exception a callback raised during a call, raised again once the call is over.
@@ -116,17 +137,20 @@ py::dict train(const py::object& yaml, const std::string& source,
   if (!on_epoch.is_none())
     hooks.on_epoch = [&](int64_t epoch, const std::map<std::string, double>& metrics) {
       py::gil_scoped_acquire gil;
+      const CallersDenormals denormals(keep.flushed());
       try {
-        const py::object keep = on_epoch(epoch, metrics);
-        const bool numpy_bool = py::hasattr(keep, "dtype") && py::hasattr(keep, "ndim") &&
-                                keep.attr("ndim").cast<int>() == 0 &&
-                                py::str(keep.attr("dtype").attr("kind")).cast<std::string>() == "b";
-        if (keep.is_none()) return true;
-        if (py::isinstance<py::bool_>(keep) || numpy_bool) return PyObject_IsTrue(keep.ptr()) == 1;
+        const py::object verdict = on_epoch(epoch, metrics);
+        const bool numpy_bool =
+            py::hasattr(verdict, "dtype") && py::hasattr(verdict, "ndim") &&
+            verdict.attr("ndim").cast<int>() == 0 &&
+            py::str(verdict.attr("dtype").attr("kind")).cast<std::string>() == "b";
+        if (verdict.is_none()) return true;
+        if (py::isinstance<py::bool_>(verdict) || numpy_bool)
+          return PyObject_IsTrue(verdict.ptr()) == 1;
         if (!callback_error.error) {
           PyErr_SetString(PyExc_TypeError,
                           ("on_epoch must return True, False or None, not " +
-                           std::string(py::str(py::type::of(keep).attr("__name__"))))
+                           std::string(py::str(py::type::of(verdict).attr("__name__"))))
                               .c_str());
           callback_error.error.reset(new py::error_already_set());
         }
@@ -144,6 +168,7 @@ py::dict train(const py::object& yaml, const std::string& source,
       if (done < per_epoch && now - last_step_call < std::chrono::milliseconds(100)) return;
       last_step_call = now;
       py::gil_scoped_acquire gil;
+      const CallersDenormals denormals(keep.flushed());
       try {
         on_step(epoch, done, per_epoch);
       } catch (py::error_already_set&) {
@@ -155,7 +180,7 @@ py::dict train(const py::object& yaml, const std::string& source,
     const sf::Config config = resume.empty()
                                   ? config_of(yaml, source, overrides)
                                   : sf::Config::load(resume + "/config.resolved.yaml", overrides);
-    LineSink sink(log);
+    LineSink sink(log, keep.flushed());
     std::ostream out(&sink);
     py::gil_scoped_release released;
     summary = sf::train(config, out, resume, hooks, overwrite);
@@ -254,6 +279,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   if (!stream.is_none())
     pass_on = [&](std::string_view piece) {
       py::gil_scoped_acquire gil;
+      const CallersDenormals denormals(keep.flushed());
       try {
         stream(py::str(piece.data(), piece.size()));
       } catch (py::error_already_set& e) {
@@ -276,6 +302,9 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "seqforge's native core; use the seqforge package";
+  // A second Ctrl-C must not end the interpreter (a notebook's kernel): the step ends, then
+  // KeyboardInterrupt.
+  sf::set_second_signal_quits(false);
   static py::exception<sf::Error> error(m, "Error", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {

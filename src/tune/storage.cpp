@@ -453,11 +453,17 @@ class SqlStorage final : public Storage {
 
   // A waiting trial with the parameters of failed trial `t`, unless it has none or was the
   // second retry already: they run again, as Optuna's RetryFailedTrialCallback has them.
-  void queue_retry(const Trial& t) {
+  // A grid trial that died before its parameters were written is retried at its point.
+  void queue_retry(const Trial& t, const Grid* grid = nullptr) {
     const double retries = t.attrs.count("retries") ? t.attrs.at("retries") : 0;
-    if (t.params.empty() || retries >= 2) return;
+    std::map<std::string, double> params = t.params;
+    if (const auto point = t.attrs.find("grid_id"); params.empty() && grid && !t.host.empty() &&
+                                                    point != t.attrs.end() && point->second >= 0 &&
+                                                    point->second < double(grid->size()))
+      params = grid->point(int64_t(point->second));
+    if (params.empty() || retries >= 2) return;
     const int64_t id = insert_trial("WAITING", std::nullopt);
-    set_trial_attr(id, "fixed_params", by_value(t.params));
+    set_trial_attr(id, "fixed_params", by_value(params));
     set_trial_attr(id, "failed_trial", t.number);  // Optuna's RetryFailedTrialCallback keys
     set_trial_attr(id, "seqforge:retries", retries + 1);
     set_trial_attr(id, "seqforge:retry_of", double(t.number));
@@ -480,7 +486,7 @@ class SqlStorage final : public Storage {
         db_->query("UPDATE trials SET state = 'FAIL', datetime_complete = ? WHERE trial_id = ?",
                    {datetime_text(now, false), str(t.id)});
         set_trial_attr(t.id, "seqforge:message", why);
-        queue_retry(t);
+        queue_retry(t, grid);
       }
       // n_trials bounds the study's total: a trial, waiting (enqueued, or the retry of a failed
       // one) or new, starts only while the trials that ran or run fall short of it.

@@ -1,7 +1,8 @@
 #pragma once
 // SIGINT and SIGTERM as requests to stop: while an InterruptScope is alive the first such signal
 // is only recorded, for a loop to poll at a safe point (a training step's end); a second SIGINT
-// or SIGTERM ends the process at once with 128 + the signal's number.
+// or SIGTERM ends the process at once with 128 + the signal's number, unless a host that must
+// outlive the work (an interpreter) said otherwise with set_second_signal_quits(false).
 #include "seqforge/core/error.hpp"
 
 namespace seqforge {
@@ -21,6 +22,9 @@ class InterruptScope {
 
 // The signal received since the outermost scope began (SIGINT or SIGTERM), or 0.
 int interrupt_requested();
+
+// Whether a second signal ends the process (the default) or is one more request to stop.
+void set_second_signal_quits(bool quits);
 
 // Thrown by a loop that stopped on request, after it saved what it needed; the CLI exits with
 // exit_code().
