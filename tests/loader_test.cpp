@@ -677,7 +677,7 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
   std::ofstream(csv) << "a,b,label\n"
                         "abcdefgh,xy,yes\n"     // 8 + 3 + 2 = 13 > 10: A cut to 5
                         "ab,\"x, y\",no\n"      // 2 + 3 + 4 = 9
-                        "abcdef,uvwxyz,yes\n";  // 6 + 3 + 6 = 15: both cut, to 4 and 3
+                        "abcdef,uvwxyz,yes\n";  // 6 + 3 + 6 = 15: both cut, to 3 and 4
   DataOptions o;
   o.source = "c.yaml";
   o.task = TaskKind::text_classify;
@@ -703,8 +703,8 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
   };
   EXPECT_EQ(text_of(0), "abcde | xy");
   EXPECT_EQ(text_of(1), "ab | x, y");
-  EXPECT_EQ(text_of(2), "abcd | uvw");
-  EXPECT_EQ(t.first_lengths, (std::vector<int64_t>{8, 5, 7}));
+  EXPECT_EQ(text_of(2), "abc | uvwx");
+  EXPECT_EQ(t.first_lengths, (std::vector<int64_t>{8, 5, 6}));
   EXPECT_EQ(t.segments, 2);
   auto be = make_reference_backend();
   Batch b;
@@ -718,7 +718,7 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
   EXPECT_EQ(std::vector<int64_t>(seg, seg + 10),
             (std::vector<int64_t>{0, 0, 0, 0, 0, 1, 1, 1, 1, 0}));  // the padding: 0
   EXPECT_EQ(std::vector<int64_t>(seg + 10, seg + 20),
-            (std::vector<int64_t>{0, 0, 0, 0, 0, 0, 0, 1, 1, 1}));
+            (std::vector<int64_t>{0, 0, 0, 0, 0, 0, 1, 1, 1, 1}));
   EXPECT_EQ(b.labels_buf.host<int64_t>()[0], 0);
   EXPECT_EQ(b.labels_buf.host<int64_t>()[1], 1);
   // Errors: an empty text or class (not a class named ""), a class unseen in training, a

@@ -308,5 +308,22 @@ TEST(Tokenizer, BadFilesAreOneErrorNamingThePlace) {
   EXPECT_THROW(t.decode(Ids{3}), Error);
 }
 
+// A pair cut longest_first as Hugging Face's fast tokenizers cut it (the tokenizers crate's own
+// table, max_length 7, inputs of 0, 2, 4 and 8 tokens), and a single text.
+TEST(Tokenizer, PairsAreCutLongestFirstAsHuggingFacesFastTokenizers) {
+  const size_t sizes[] = {0, 2, 4, 8};
+  const std::pair<size_t, size_t> want[4][4] = {{{0, 0}, {0, 2}, {0, 4}, {0, 7}},
+                                                {{2, 0}, {2, 2}, {2, 4}, {2, 5}},
+                                                {{4, 0}, {4, 2}, {3, 4}, {3, 4}},
+                                                {{7, 0}, {5, 2}, {4, 3}, {3, 4}}};
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j)
+      EXPECT_EQ(truncate_longest_first(sizes[i], sizes[j], 7), want[i][j])
+          << sizes[i] << " and " << sizes[j];
+  EXPECT_EQ(truncate_longest_first(12, 12, 23), (std::pair<size_t, size_t>{11, 12}));
+  EXPECT_EQ(truncate_longest_first(30, 20, 10), (std::pair<size_t, size_t>{5, 5}));
+  EXPECT_EQ(truncate_longest_first(30, 0, 10), (std::pair<size_t, size_t>{10, 0}));
+}
+
 }  // namespace
 }  // namespace seqforge::text::tokenizer_test

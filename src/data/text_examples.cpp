@@ -15,16 +15,13 @@ namespace seqforge {
 
 namespace {
 
-// Cuts the longer of a and b (b when they are as long) by one character until a + sep + b fits
-// in `limit`, as Hugging Face's longest_first truncation; returns whether anything was cut.
+// Cuts a and b (longest_first) so that a + sep + b fits in `limit`; returns whether anything was
+// cut.
 bool truncate_pair(std::u32string* a, std::u32string* b, size_t sep, size_t limit) {
-  bool cut = false;
-  while (a->size() + sep + b->size() > limit) {
-    std::u32string* longer = a->size() > b->size() ? a : b;
-    if (longer->empty()) break;
-    longer->pop_back();
-    cut = true;
-  }
+  const auto [keep_a, keep_b] = text::truncate_longest_first(a->size(), b->size(), limit - sep);
+  const bool cut = keep_a < a->size() || keep_b < b->size();
+  a->resize(keep_a);
+  b->resize(keep_b);
   return cut;
 }
 
@@ -66,14 +63,14 @@ void token_examples(const DataOptions& opt, const io::CsvTable& table, const Tex
         fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[k], "': ", e.what());
       }
     }
+    const auto [keep_a, keep_b] = text::truncate_longest_first(
+        parts[0].ids.size(), parts[1].ids.size(), size_t(d->seq_len - specials));
     bool cut = false;
-    const size_t limit = size_t(d->seq_len - specials);
-    while (parts[0].ids.size() + parts[1].ids.size() > limit) {
-      text::Encoding& longer = parts[0].ids.size() > parts[1].ids.size() ? parts[0] : parts[1];
-      longer.ids.pop_back();
-      longer.type_ids.pop_back();
-      longer.special.pop_back();
-      cut = true;
+    for (auto [part, keep] : {std::pair{&parts[0], keep_a}, std::pair{&parts[1], keep_b}}) {
+      cut = cut || keep < part->ids.size();
+      part->ids.resize(keep);
+      part->type_ids.resize(keep);
+      part->special.resize(keep);
     }
     d->truncated += cut;
     const text::Encoding e = tokenizer.with_template(parts[0], pair ? &parts[1] : nullptr);
@@ -125,7 +122,11 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
     if (d.segments == 2 && static_cast<int64_t>(sep.size()) + 2 > d.seq_len)
       fail(opt.where("data.seq_len"), ": data.seq_len ", d.seq_len,
            " leaves no room for two texts and the ", sep.size(), "-character data.separator");
-    // Each row's characters: text A (+ separator + text B), and A's share.
+    // Each row's characters: text A (+ separator + text B), and A's share. A new vocabulary
+    // holds the file's characters, also those only the cut parts hold (another file may not cut
+    // them).
+    const bool new_vocabulary = !stored || stored->vocab.empty();
+    std::u32string characters;
     std::vector<std::u32string> texts(static_cast<size_t>(n));
     for (int64_t r = 0; r < n; ++r) {
       auto cell = [&](size_t k) {
@@ -137,8 +138,9 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
       for (size_t k = 0; k < o.columns.size(); ++k)
         if (table.text(o.columns[k])[r].empty())
           fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[k], "' is empty");
+      if (d.segments == 2) b = cell(1);
+      if (new_vocabulary) characters += a + sep + b;
       if (d.segments == 2) {
-        b = cell(1);
         d.truncated += truncate_pair(&a, &b, sep.size(), static_cast<size_t>(d.seq_len));
         a += sep;
       } else if (static_cast<int64_t>(a.size()) > d.seq_len) {
@@ -149,12 +151,12 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
       texts[r] = a + b;
       d.lines.push_back(table.line_of_row(r));
     }
-    if (stored && !stored->vocab.empty()) {
+    if (!new_vocabulary) {
       d.vocab = stored->vocab;
       check_vocabulary(texts, d.vocab, opt.path,
                        [&](size_t r, size_t) { return "at line " + std::to_string(d.lines[r]); });
     } else {
-      for (const auto& t : texts) d.vocab += t;
+      d.vocab = std::move(characters);
       std::sort(d.vocab.begin(), d.vocab.end());
       d.vocab.erase(std::unique(d.vocab.begin(), d.vocab.end()), d.vocab.end());
     }
@@ -183,8 +185,8 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
                           d.class_names.end());
       if (const std::string alike = io::names_alike(d.class_names); !alike.empty())
         d.notes.push_back("classes " + alike + " in column '" + o.class_col +
-                          "' differ only in case, spaces or how a number is written: they train "
-                          "as two classes");
+                          "' differ only in case, spaces or how a number is written: each trains "
+                          "as a class of its own");
     }
     std::map<std::string, int64_t> unseen;  // class name -> rows
     int64_t empty = 0;

@@ -558,4 +558,16 @@ bool Tokenizer::is_special(int32_t id) const {
   return it != impl_->added_by_id.end() && impl_->added[it->second].special;
 }
 
+std::pair<size_t, size_t> truncate_longest_first(size_t a, size_t b, size_t limit) {
+  if (a + b <= limit) return {a, b};
+  const size_t shorter = std::min(a, b);
+  size_t kept_shorter = shorter,
+         kept_longer = shorter > limit ? shorter : std::max(shorter, limit - shorter);
+  if (kept_shorter + kept_longer > limit) {
+    kept_shorter = limit / 2;
+    kept_longer = kept_shorter + limit % 2;
+  }
+  return a > b ? std::pair{kept_longer, kept_shorter} : std::pair{kept_shorter, kept_longer};
+}
+
 }  // namespace seqforge::text

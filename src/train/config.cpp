@@ -157,8 +157,9 @@ const std::vector<ConfigKey> kKeys = {
      "part's seasonal differences. 0: no season (MASE scales by one-step differences)."},
     {"data.seq_len", T::integer, "128",
      "Characters per training sequence (charlm); the most characters of an example "
-     "(text_classify: a longer text is cut at its end; a pair loses characters from the end of "
-     "its longer text, text B's at a tie, the separator kept)."},
+     "(text_classify: a longer text is cut at its end; a pair as Hugging Face's fast tokenizers "
+     "cut one, longest_first: the longer text alone where the shorter fits in half, else both to "
+     "half, the separator kept)."},
     {"data.text_columns", T::string_list, "[]",
      "text_classify: the CSV column of each example's text, or two columns, a pair (text A, then "
      "data.separator, then text B, with segment embeddings telling them apart). lm: one column "

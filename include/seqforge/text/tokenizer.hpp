@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace seqforge::text {
@@ -52,6 +53,12 @@ class Tokenizer {
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The lengths a pair of texts of a and b tokens keeps to fit in `limit`, as Hugging Face's fast
+// tokenizers truncate longest_first: the longer alone where the shorter fits in half or less,
+// else both, the shorter (the first when they are as long) to limit / 2 and the other to the
+// rest. A single text (b = 0) keeps its first `limit`.
+std::pair<size_t, size_t> truncate_longest_first(size_t a, size_t b, size_t limit);
 
 // Byte-level BPE fitted on `text` (GPT-2's pre-tokenizer regex and byte alphabet), written as a
 // tokenizer.json that Hugging Face's tokenizers load: `vocab_size` counts the 256 byte tokens, the
