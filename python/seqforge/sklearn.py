@@ -27,13 +27,13 @@ from . import _api
 # The files a fitted estimator keeps when pickled: enough to predict.
 _MODEL_FILES = ("config.resolved.yaml", "model.safetensors")
 
-# Keys the estimator sets from X and y: another value would cut other windows than its samples.
 # Config keys the estimator's parameters set: config may not set them behind get_params' back.
 _PARAMETER_KEYS = {"model.cell": "cell", "model.hidden": "hidden", "model.layers": "layers",
                    "model.dropout": "dropout", "optim.lr": "lr",
                    "optim.weight_decay": "weight_decay", "train.epochs": "epochs",
                    "train.batch_size": "batch_size", "train.early_stopping.patience": "patience",
                    "train.seed": "random_state", "train.threads": "threads"}
+# Keys the estimator sets from X and y: another value would cut other windows than its samples.
 _OWN_KEYS = ("data.path", "data.task", "data.series_column", "data.features", "data.targets",
              "data.class_column", "data.lookback", "data.horizon", "data.horizon_mode",
              "data.stride", "data.date_column", "data.split.mode", "data.split.train",

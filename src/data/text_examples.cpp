@@ -139,7 +139,7 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
         if (table.text(o.columns[k])[r].empty())
           fail(opt.path, ":", table.line_of_row(r), ": column '", o.columns[k], "' is empty");
       if (d.segments == 2) b = cell(1);
-      if (new_vocabulary) characters += a + sep + b;
+      if (new_vocabulary) characters += d.segments == 2 ? a + sep + b : a;
       if (d.segments == 2) {
         d.truncated += truncate_pair(&a, &b, sep.size(), static_cast<size_t>(d.seq_len));
         a += sep;

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "io/file_util.hpp"
+#include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 
 namespace seqforge::io {
@@ -334,7 +335,8 @@ uint32_t read_le(std::string_view b, size_t pos, size_t n) {
 }
 
 // Validates `bytes`; returns the array with its data offset in `*data_offset` and no data copied.
-// `*fortran_order`: whether its data is in Fortran order (first index fastest) and differs from C order.
+// `*fortran_order`: whether its data is in Fortran order (first index fastest) and differs from C
+// order.
 NpyArray parse_header(std::string_view bytes, const std::string& source, size_t* data_offset,
                       bool* fortran_order) {
   if (bytes.substr(0, kMagic.size()) != kMagic.substr(0, std::min(bytes.size(), kMagic.size()))) {
@@ -403,13 +405,18 @@ NpyArray parse_header(std::string_view bytes, const std::string& source, size_t*
 std::string errno_str(int e) { return std::strerror(e); }
 
 // The elements of a Fortran-order array (np.save of a transposed view, or of a pandas frame's
-// .values) in C order.
+// .values) in C order, in memory: one too large for it is an error naming `source`.
 std::vector<std::byte> c_order_of(const std::byte* src, const std::vector<int64_t>& shape,
-                                  DType dtype) {
+                                  DType dtype, const std::string& source) {
   const size_t size = dtype_size(dtype), dims = shape.size();
   std::vector<int64_t> stride(dims), index(dims, 0);  // in elements of the Fortran-order source
   int64_t n = 1;
   for (size_t k = 0; k < dims; ++k) stride[k] = n, n *= shape[k];
+  if (const int64_t need = n * int64_t(size), available = available_memory_bytes();
+      need > available / 2)
+    fail(source, ": a Fortran-order array is reordered in memory, and its ", need >> 20,
+         " MB are more than half the ", available >> 20,
+         " MB available; save it with numpy.ascontiguousarray to have it read in place");
   std::vector<std::byte> dst(static_cast<size_t>(n) * size);
   int64_t from = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -435,7 +442,7 @@ NpyArray parse_npy(std::string_view bytes, const std::string& source) {
   NpyArray a = parse_header(bytes, source, &offset, &fortran);
   const auto* begin = reinterpret_cast<const std::byte*>(bytes.data()) + offset;
   if (fortran)
-    a.data = c_order_of(begin, a.shape, a.dtype);
+    a.data = c_order_of(begin, a.shape, a.dtype, source);
   else
     a.data.assign(begin, begin + (bytes.size() - offset));
   return a;
@@ -485,7 +492,7 @@ MappedNpy map_npy(const std::string& path) {
   m.shape = std::move(header.shape);
   if (fortran) {  // reordered into memory: C order is what every reader indexes
     auto ordered = std::make_shared<const std::vector<std::byte>>(
-        c_order_of(file.data + offset, m.shape, m.dtype));
+        c_order_of(file.data + offset, m.shape, m.dtype, path));
     m.data = ordered->data();
     m.mapping = std::move(ordered);
     return m;
@@ -524,7 +531,7 @@ NpyArray read_npy(const std::string& path) {
   NpyArray a = parse_header(std::string_view(reinterpret_cast<const char*>(buf.data()), buf.size()),
                             path, &offset, &fortran);
   if (fortran) {
-    a.data = c_order_of(buf.data() + offset, a.shape, a.dtype);
+    a.data = c_order_of(buf.data() + offset, a.shape, a.dtype, path);
     return a;
   }
   std::memmove(buf.data(), buf.data() + offset, size - offset);

@@ -26,36 +26,24 @@ namespace sf = seqforge;
 
 namespace {
 
-// The caller's denormal handling, restored when a call returns: the backend flushes denormals to
-// zero on its threads for speed, which must not change the numbers numpy and scikit-learn compute
-// in the same process afterwards.
-class KeepCallersDenormals {
+// Denormal handling set to `flush` for a scope, then back to what it was. A call keeps the
+// caller's (the backend flushes denormals to zero on its threads for speed, which must not change
+// the numbers numpy and scikit-learn compute afterwards), and Python code a callback runs during
+// the call computes with the caller's too.
+class DenormalsScope {
  public:
-  KeepCallersDenormals() : flushed_(sf::flushes_denormals()) {}
-  ~KeepCallersDenormals() {
-    if (sf::flushes_denormals() != flushed_) sf::set_flush_denormals(flushed_);
+  explicit DenormalsScope(bool flush = sf::flushes_denormals()) : before_(sf::flushes_denormals()) {
+    if (before_ != flush) sf::set_flush_denormals(flush);
   }
-  bool flushed() const { return flushed_; }
+  ~DenormalsScope() {
+    if (sf::flushes_denormals() != before_) sf::set_flush_denormals(before_);
+  }
+  DenormalsScope(const DenormalsScope&) = delete;
+  DenormalsScope& operator=(const DenormalsScope&) = delete;
+  bool before() const { return before_; }
 
  private:
-  bool flushed_;
-};
-
-// Python code a callback runs during a call computes with the caller's denormal handling, and
-// the call goes on with the backend's.
-class CallersDenormals {
- public:
-  explicit CallersDenormals(bool callers) : ours_(sf::flushes_denormals()) {
-    if (ours_ != callers) sf::set_flush_denormals(callers);
-  }
-  ~CallersDenormals() {
-    if (sf::flushes_denormals() != ours_) sf::set_flush_denormals(ours_);
-  }
-  CallersDenormals(const CallersDenormals&) = delete;
-  CallersDenormals& operator=(const CallersDenormals&) = delete;
-
- private:
-  bool ours_;
+  bool before_;
 };
 
 // Text written by the library, handed to a Python callable a line at a time (GIL taken for it).
@@ -78,7 +66,7 @@ class LineSink : public std::streambuf {
   void flush_line() {
     if (line_.empty() || log_.is_none()) return line_.clear();
     py::gil_scoped_acquire gil;
-    const CallersDenormals denormals(callers_denormals_);
+    const DenormalsScope callers(callers_denormals_);
     try {
       log_(line_);
     } catch (py::error_already_set& e) {
@@ -131,13 +119,13 @@ sf::Config config_of(const py::object& yaml, const std::string& source,
 py::dict train(const py::object& yaml, const std::string& source,
                const std::vector<std::string>& overrides, const std::string& resume, bool overwrite,
                py::object log, py::object on_epoch, py::object on_step) {
-  KeepCallersDenormals keep;
+  const DenormalsScope keep;
   CallbackError callback_error;
   sf::TrainHooks hooks;
   if (!on_epoch.is_none())
     hooks.on_epoch = [&](int64_t epoch, const std::map<std::string, double>& metrics) {
       py::gil_scoped_acquire gil;
-      const CallersDenormals denormals(keep.flushed());
+      const DenormalsScope callers(keep.before());
       try {
         const py::object verdict = on_epoch(epoch, metrics);
         const bool numpy_bool =
@@ -168,7 +156,7 @@ py::dict train(const py::object& yaml, const std::string& source,
       if (done < per_epoch && now - last_step_call < std::chrono::milliseconds(100)) return;
       last_step_call = now;
       py::gil_scoped_acquire gil;
-      const CallersDenormals denormals(keep.flushed());
+      const DenormalsScope callers(keep.before());
       try {
         on_step(epoch, done, per_epoch);
       } catch (py::error_already_set&) {
@@ -180,7 +168,7 @@ py::dict train(const py::object& yaml, const std::string& source,
     const sf::Config config = resume.empty()
                                   ? config_of(yaml, source, overrides)
                                   : sf::Config::load(resume + "/config.resolved.yaml", overrides);
-    LineSink sink(log, keep.flushed());
+    LineSink sink(log, keep.before());
     std::ostream out(&sink);
     py::gil_scoped_release released;
     summary = sf::train(config, out, resume, hooks, overwrite);
@@ -222,7 +210,7 @@ class ArraySource {
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
                                        const std::string& data, const std::string& missing,
                                        const std::vector<std::string>& missing_values) {
-  KeepCallersDenormals keep;
+  const DenormalsScope keep;
   py::gil_scoped_release released;
   return sf::evaluate(run, split, data, &std::cerr, sf::MissingCells{missing, missing_values});
 }
@@ -238,7 +226,7 @@ py::array owned_array(std::vector<double>&& values) {
 // columns as float64 arrays (NaN where the file has an empty cell), text columns as lists.
 py::dict predictions(const std::string& run, const std::string& input, bool last_only,
                      const std::string& missing, const std::vector<std::string>& missing_values) {
-  KeepCallersDenormals keep;
+  const DenormalsScope keep;
   sf::Predictions p;
   {
     py::gil_scoped_release released;
@@ -273,13 +261,13 @@ py::dict predictions_of_array(const std::string& run, const py::array& array, bo
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
                      double temperature, int64_t top_k, uint64_t seed, double top_p,
                      py::object stream) {
-  KeepCallersDenormals keep;
+  const DenormalsScope keep;
   CallbackError callback_error;
   std::function<void(std::string_view)> pass_on;
   if (!stream.is_none())
     pass_on = [&](std::string_view piece) {
       py::gil_scoped_acquire gil;
-      const CallersDenormals denormals(keep.flushed());
+      const DenormalsScope callers(keep.before());
       try {
         stream(py::str(piece.data(), piece.size()));
       } catch (py::error_already_set& e) {
@@ -356,7 +344,7 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "merge",
       [](const std::string& run, const std::string& output) {
-        KeepCallersDenormals keep;
+        const DenormalsScope keep;
         py::gil_scoped_release released;
         return sf::merge_adapters(run, output);
       },

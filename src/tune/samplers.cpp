@@ -291,6 +291,9 @@ class GridSampler final : public Sampler {
       fail("trial ", trial.number,
            ": a grid study's enqueued trial gives every parameter of the grid (as Optuna's "
            "GridSampler asks)");
+    if (!(id->second >= 0 && id->second < double(grid_.size())))
+      fail("trial ", trial.number, ": grid_id ", id->second, " is not one of the grid's ",
+           grid_.size(), " points");
     return grid_.point(int64_t(id->second));
   }
   const Grid* grid() const override { return &grid_; }
