@@ -696,6 +696,14 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
   EXPECT_EQ(t.class_names, (std::vector<std::string>{"no", "yes"}));
   EXPECT_EQ(t.classes, (std::vector<int64_t>{1, 0, 1}));
   EXPECT_EQ(t.lines, (std::vector<int64_t>{2, 3, 4}));
+  {  // integer classes by value: class k is output k
+    DataOptions n = o;
+    n.path = (dir / "numbered.csv").string();
+    std::ofstream(n.path) << "a,b,label\nab,c,10\nab,d,2\nab,e,0\nab,f,2\n";
+    const TextData numbered = load_dataset(n).text;
+    EXPECT_EQ(numbered.class_names, (std::vector<std::string>{"0", "2", "10"}));
+    EXPECT_EQ(numbered.classes, (std::vector<int64_t>{2, 1, 0, 1}));
+  }
   auto text_of = [&](int64_t e) {
     std::u32string s;
     for (int64_t i = t.offsets[e]; i < t.offsets[e + 1]; ++i) s += t.vocab[t.ids[i]];

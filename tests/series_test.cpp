@@ -231,6 +231,34 @@ TEST(Series, WholeSeriesExamplesAreToldToUseHorizonZero) {
   EXPECT_EQ(d.split.train.size() + d.split.val.size() + d.split.test.size(), 12u);
 }
 
+// Integer classes are numbered by value (class k is output k, as a label encoder numbers an
+// integer column), other names by bytes; a saved model's own order is kept.
+TEST(Series, NumberedClassesAreOrderedByValue) {
+  EXPECT_EQ(io::ordered_class_names({"10", "2", "1", "2", "0"}),
+            (std::vector<std::string>{"0", "1", "2", "10"}));
+  EXPECT_EQ(io::ordered_class_names({"1.0", "-3", "+2", "1e1", "1", "0.5"}),
+            (std::vector<std::string>{"-3", "0.5", "1", "1.0", "+2", "1e1"}));
+  EXPECT_EQ(io::ordered_class_names({"10", "2", "b", "a"}),
+            (std::vector<std::string>{"10", "2", "a", "b"}));
+  EXPECT_EQ(io::ordered_class_names({"10", "2", ""}), (std::vector<std::string>{"", "10", "2"}));
+  EXPECT_EQ(io::ordered_class_names({"inf", "2"}), (std::vector<std::string>{"2", "inf"}));
+  const fs::path dir = test::temp_dir("numbered_classes");
+  std::string text = "digit,row,pixels,label\n";
+  for (int k = 0; k < 24; ++k)
+    for (int r = 0; r < 3; ++r)
+      text += "d" + std::to_string(k) + "," + std::to_string(r) + "," + std::to_string(k) + "," +
+              std::to_string(k % 12) + "\n";
+  const SeriesData d = load_series(Config::parse(
+      "data: {path: " + write(dir / "digits.csv", text) +
+          ", series_column: digit, features: [pixels], task: classify, class_column: label, "
+          "lookback: 3, horizon: 0, split: {train: 1.0, val: 0.0}}\n",
+      "d.yaml"));
+  ASSERT_EQ(d.class_names.size(), 12u);
+  for (size_t k = 0; k < 12; ++k) EXPECT_EQ(d.class_names[k], std::to_string(k));
+  for (int64_t s : d.split.train)
+    EXPECT_EQ(d.classes[d.target_row(s)], static_cast<int64_t>(raw(d, d.target_row(s))) % 12);
+}
+
 // Two interleaved daily series with empty cells.
 // a: days 0..5 = 10, _, _, 40, 50, _   b: days 0..5 = _, 200, 300, _, 500, 600
 constexpr const char* kGappyCsv =

@@ -2,6 +2,8 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "data/series_stages.hpp"
@@ -64,20 +66,19 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
   if (!stored) {
     for (int64_t row : file_rows)
       if (!unlabeled(row)) d->class_names.emplace_back(names[row]);
-    std::sort(d->class_names.begin(), d->class_names.end());
-    d->class_names.erase(std::unique(d->class_names.begin(), d->class_names.end()),
-                         d->class_names.end());
+    d->class_names = io::ordered_class_names(std::move(d->class_names));
     if (const std::string alike = io::names_alike(d->class_names); !alike.empty())
       d->notes.push_back("classes " + alike + " in column '" + o.class_col +
                          "' differ only in case, spaces or how a number is written: each trains "
                          "as a class of its own");
   }
+  std::unordered_map<std::string_view, int64_t> index;  // class name -> number
+  for (size_t k = 0; k < d->class_names.size(); ++k) index.emplace(d->class_names[k], int64_t(k));
   std::map<std::string, int64_t> unseen;  // class name -> rows
   for (int64_t r = 0; r < d->rows; ++r) {
     const std::string_view name = names[file_rows[r]];
-    const auto it = std::lower_bound(d->class_names.begin(), d->class_names.end(), name);
-    if (it != d->class_names.end() && *it == name) {
-      d->classes[r] = it - d->class_names.begin();
+    if (const auto it = index.find(name); it != index.end()) {
+      d->classes[r] = it->second;
     } else if (unlabeled(file_rows[r])) {
       continue;
     } else if (!lenient) {

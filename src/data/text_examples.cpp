@@ -2,6 +2,7 @@
 // ids over the vocabulary (the file's, or a pre-trained model's), or as a tokenizer's tokens.
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <unordered_map>
 
 #include "data/splits.hpp"
@@ -180,9 +181,7 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
     }
     if (d.class_names.empty()) {
       for (const std::string_view name : names) d.class_names.emplace_back(name);
-      std::sort(d.class_names.begin(), d.class_names.end());
-      d.class_names.erase(std::unique(d.class_names.begin(), d.class_names.end()),
-                          d.class_names.end());
+      d.class_names = io::ordered_class_names(std::move(d.class_names));
       if (const std::string alike = io::names_alike(d.class_names); !alike.empty())
         d.notes.push_back("classes " + alike + " in column '" + o.class_col +
                           "' differ only in case, spaces or how a number is written: each trains "
@@ -190,10 +189,11 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
     }
     std::map<std::string, int64_t> unseen;  // class name -> rows
     int64_t empty = 0;
+    std::unordered_map<std::string_view, int64_t> index;  // class name -> number
+    for (size_t k = 0; k < d.class_names.size(); ++k) index.emplace(d.class_names[k], int64_t(k));
     for (int64_t r = 0; r < n; ++r) {
-      const auto it = std::lower_bound(d.class_names.begin(), d.class_names.end(), names[r]);
-      if (it != d.class_names.end() && *it == names[r])
-        d.classes[r] = it - d.class_names.begin();
+      if (const auto it = index.find(names[r]); it != index.end())
+        d.classes[r] = it->second;
       else if (!lenient)
         fail(opt.path, ":", d.lines[r], ": class '", names[r], "' was not seen in training");
       else

@@ -11,12 +11,14 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -453,6 +455,25 @@ std::string names_alike(const std::vector<std::string>& names) {
   }
   if (alike > kShown) out += "; and " + std::to_string(alike - kShown) + " more such groups";
   return out;
+}
+
+std::vector<std::string> ordered_class_names(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::vector<std::pair<double, size_t>> numbered;  // value, index into names
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string_view s = names[i];
+    if (s.size() > 1 && s[0] == '+' && s[1] != '-') s.remove_prefix(1);
+    double value = 0;
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), value);
+    if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size() || !std::isfinite(value))
+      return names;
+    numbered.emplace_back(value, i);
+  }
+  std::sort(numbered.begin(), numbered.end());  // "1" and "1.0": by bytes among equal values
+  std::vector<std::string> ordered;
+  for (const auto& [value, i] : numbered) ordered.push_back(std::move(names[i]));
+  return ordered;
 }
 
 std::string file_fingerprint(const std::string& path) {

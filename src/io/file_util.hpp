@@ -95,4 +95,8 @@ std::string known_otherwise(std::string_view name, const std::vector<std::string
 // then how many more); "" when there are none.
 std::string names_alike(const std::vector<std::string>& names);
 
+// Class names in the order a model numbers them, each once: by value where every name is a
+// number ("2" before "10", as a label encoder orders an integer column), else by bytes.
+std::vector<std::string> ordered_class_names(std::vector<std::string> names);
+
 }  // namespace seqforge::io

@@ -64,7 +64,8 @@ const std::vector<ConfigKey> kKeys = {
      "turned back into the column's own units. A differencing transform of a feature drops each "
      "series' first row."},
     {"data.class_column", T::string, "",
-     "CSV column of class names (classify, text_classify); classes are numbered in sorted order. "
+     "CSV column of class names (classify, text_classify); classes are numbered in sorted order "
+     "(by value where every class is a number: 2 before 10). "
      "classify: an empty or missing cell (NA, ...) is a row without a class, and the windows "
      "whose class it would give are left out (a few labelled rows among many), with a note."},
     {"data.label", T::string, "column",
