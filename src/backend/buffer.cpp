@@ -26,7 +26,8 @@ Buffer::~Buffer() {
 Tensor Buffer::get(Backend& backend, DType dtype, Shape shape) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   if (!data_ || bytes > capacity_ || &backend != backend_) {
-    if (data_) backend_->free(data_);
+    if (data_) backend_->free(std::exchange(data_, nullptr));  // not freed again if alloc throws
+    capacity_ = 0;
     backend_ = &backend;
     data_ = backend.alloc(bytes);
     capacity_ = bytes;

@@ -620,6 +620,7 @@ class CudaBackend final : public Backend {
   }
   void join_collectives(const HostCollectives& host) override {
     SF_CHECK(nccl_, "cuda: join_collectives before collectives_unavailable");
+    on_device();  // a communicator belongs to the device current where it is made
     std::array<std::byte, cuda::Nccl::kIdBytes> id{};
     if (host.rank == 0) nccl_->unique_id(id);
     host.broadcast(id);
@@ -629,6 +630,7 @@ class CudaBackend final : public Backend {
   void all_reduce_sum(Tensor x) override {
     SF_CHECK(joined_, "cuda: all_reduce_sum before join_collectives");
     SF_CHECK(x.dtype() == DType::f32, "cuda: all_reduce_sum of ", dtype_name(x.dtype()));
+    on_device();
     nccl_->all_reduce_sum(static_cast<float*>(x.data()), size_t(x.numel()), stream_);
     launched("all_reduce_sum", x);
   }
@@ -647,9 +649,14 @@ class CudaBackend final : public Backend {
     }
     // cuBLASLt's bias epilogue is not offered in f64, and a call it has no algorithm for
     // (operands aligned to less than its kernels need) may have one without the epilogue: the
-    // bias is then added after. With none at all, the GEMM is our own (slow) kernel.
+    // bias is then added after. With none at all, the GEMM is our own (slow) kernel. Its
+    // alignment preferences cover the operands only, and an epilogue kernel may read the bias
+    // in 16-byte vectors (a misaligned address kills the context): a bias aligned to less goes
+    // after the GEMM.
     const bool tf32 = tf32_ && dtype == DType::f32;
-    if (bias && dtype != DType::f64 && blas_->gemm(s, dtype, a, b, c, bias, tf32, stream_))
+    const bool epilogue =
+        bias && dtype != DType::f64 && reinterpret_cast<uintptr_t>(bias) % 16 == 0;
+    if (epilogue && blas_->gemm(s, dtype, a, b, c, bias, tf32, stream_))
       return check_cuda(cudaGetLastError(), "gemm");
     if (blas_->gemm(s, dtype, a, b, c, nullptr, tf32, stream_)) {
       if (bias)
@@ -778,8 +785,9 @@ class CudaBackend final : public Backend {
   }
   void* scratch(int slot, size_t bytes) {
     auto& [ptr, size] = scratch_buffers_[slot];
-    if (size < bytes) {
-      free(ptr);
+    if (size < bytes) {  // held by no one while alloc may throw (a capture, out of memory)
+      size = 0;
+      free(std::exchange(ptr, nullptr));
       ptr = alloc(bytes);
       size = bytes;
     }

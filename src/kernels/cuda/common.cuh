@@ -39,14 +39,17 @@ inline unsigned band_blocks(int64_t chunks, int64_t C) {
     &__VA_ARGS__, grid, block, shared, stream                   \
   }
 #define SF_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
+// The arguments take the kernel's parameter types (cudaLaunchCooperativeKernel reads each at the
+// size of its parameter: an int passed for an int64_t would be misread).
 template <typename Kernel>
-struct Cooperative {
-  Kernel kernel;
+struct Cooperative;
+template <typename... Params>
+struct Cooperative<void (*)(Params...)> {
+  void (*kernel)(Params...);
   unsigned grid, block;
   size_t shared;
   cudaStream_t stream;
-  template <typename... Args>
-  void operator()(Args... args) const {
+  void operator()(Params... args) const {
     void* pointers[] = {&args...};
     cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(block),
                                 pointers, shared, stream);
