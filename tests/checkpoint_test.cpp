@@ -133,39 +133,43 @@ TEST(Checkpoint, NamesTheMissingOrMisshapedTensor) {
   expect_error(extra, false, "'lstm.weight_ih_l9' is not a parameter");
 }
 
-// LSTM, GRU, and LSTM with a projection: nn.LSTM / nn.GRU load the checkpoint strictly.
+// LSTM, GRU, and LSTM with a projection: nn.LSTM / nn.GRU load the checkpoint strictly, and the
+// head reads output[:, -1] or, with final_states, torch.cat([h_n[-2], h_n[-1]], 1).
 class PyTorchLoads : public ::testing::TestWithParam<std::pair<CellKind, int64_t>> {};
 
 TEST_P(PyTorchLoads, ItAndReproducesTheOutput) {
-  auto be = make_cpu_backend();
-  ModelOptions opt = small_model();
-  const auto [cell, proj] = GetParam();
-  opt.rnn.cell = cell;
-  opt.rnn.proj_size = proj;
-  SequenceModel model(opt);
-  model.initialize(*be, 3);
-  Rng rng(4);
-  std::vector<float> x(5 * 7 * 3);
-  for (float& v : x) v = static_cast<float>(rng.uniform(-1, 1));
-  Tensor y = model.forward(*be, Tensor(x.data(), DType::f32, {5, 7, 3}), {}, {}, false, rng);
-  const nlohmann::json config = {{"vocab", 0},          {"embed", 0},
-                                 {"input", 3},          {"hidden", 6},
-                                 {"layers", 2},         {"bidirectional", true},
-                                 {"batch_first", true}, {"output", 2},
-                                 {"per_step", false},   {"cell", cell_type(cell).name},
-                                 {"proj", proj}};
-  // A directory per case: ctest runs them in parallel processes.
-  const fs::path dir =
-      test::temp_dir("torch_" + std::string(cell_type(cell).name) + "_p" + std::to_string(proj));
-  const std::string ckpt = (dir / "model.safetensors").string(),
-                    io = (dir / "io.safetensors").string();
-  save_parameters(ckpt, *be, model.parameters(), {{"config", config.dump()}});
-  io::write_safetensors(io, {{"x", DType::f32, {5, 7, 3}, x.data()},
-                             {"y", DType::f32, y.shape().to_vector(), y.data()}});
-  const std::string cmd = "/usr/bin/python3 " SEQFORGE_SOURCE_DIR
-                          "/tests/python/check_torch_loads_checkpoint.py " +
-                          ckpt + " " + io;
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  for (const bool final_states : {false, true}) {
+    auto be = make_cpu_backend();
+    ModelOptions opt = small_model();
+    const auto [cell, proj] = GetParam();
+    opt.rnn.cell = cell;
+    opt.rnn.proj_size = proj;
+    opt.final_states = final_states;
+    SequenceModel model(opt);
+    model.initialize(*be, 3);
+    Rng rng(4);
+    std::vector<float> x(5 * 7 * 3);
+    for (float& v : x) v = static_cast<float>(rng.uniform(-1, 1));
+    Tensor y = model.forward(*be, Tensor(x.data(), DType::f32, {5, 7, 3}), {}, {}, false, rng);
+    const nlohmann::json config = {{"vocab", 0},          {"embed", 0},
+                                   {"input", 3},          {"hidden", 6},
+                                   {"layers", 2},         {"bidirectional", true},
+                                   {"batch_first", true}, {"output", 2},
+                                   {"per_step", false},   {"cell", cell_type(cell).name},
+                                   {"proj", proj},        {"final_states", final_states}};
+    // A directory per case: ctest runs them in parallel processes.
+    const fs::path dir = test::temp_dir("torch_" + std::string(cell_type(cell).name) + "_p" +
+                                        std::to_string(proj) + (final_states ? "_final" : ""));
+    const std::string ckpt = (dir / "model.safetensors").string(),
+                      io = (dir / "io.safetensors").string();
+    save_parameters(ckpt, *be, model.parameters(), {{"config", config.dump()}});
+    io::write_safetensors(io, {{"x", DType::f32, {5, 7, 3}, x.data()},
+                               {"y", DType::f32, y.shape().to_vector(), y.data()}});
+    const std::string cmd = "/usr/bin/python3 " SEQFORGE_SOURCE_DIR
+                            "/tests/python/check_torch_loads_checkpoint.py " +
+                            ckpt + " " + io;
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
 }
 // nanoGPT-style modules load a transformer's checkpoint strictly (lm_head.weight included; a
 // classifier's segment embeddings and head), and give its outputs.

@@ -163,7 +163,7 @@ def main():
         (["train", config, "train.loss=quantile", "train.quantiles=[nan]"],
          "train.quantiles: 'nan' is not a quantile"),
         (["train", config, "model.output=sequence"],
-         "model.output must be last or every_step, got 'sequence'"),
+         "model.output must be last, every_step or final_states, got 'sequence'"),
         (["train", config, "data.split.train=0.9", "data.split.val=0.2"],
          "data.split.train 0.9 (override 'data.split.train=0.9') + data.split.val 0.2 exceed 1: "
          "the test part is what is left"),

@@ -522,6 +522,61 @@ namespace {
 // Adapters on a frozen recurrent layer (LoRA and DoRA, on weight_ih and weight_hh of every layer
 // and direction): every adapter and head gradient against central differences, none for the
 // base; with B at zero the model gives the base model's outputs exactly.
+// A head on the final states (model.output final_states): its input is the top layer's h_n,
+// torch.cat([h_n[-2], h_n[-1]], 1), and every gradient flows back through both directions' ends.
+TEST(GradCheck, HeadOnFinalStates) {
+  for (const CellKind cell : {CellKind::lstm, CellKind::gru})
+    for (const bool batch_first : {true, false}) {
+      auto be = make_reference_backend();
+      ModelOptions o;
+      o.rnn = {.cell = cell,
+               .input_size = 3,
+               .hidden_size = 4,
+               .num_layers = 2,
+               .bidirectional = true,
+               .batch_first = batch_first,
+               .proj_size = cell == CellKind::lstm ? 3 : 0};
+      o.output_size = 2;
+      o.final_states = true;
+      SequenceModel model(o, DType::f64);
+      model.initialize(*be, 3);
+      const int64_t B = 2, T = 5, S = cell == CellKind::lstm ? 3 : 4;
+      Rng data(9);
+      const Shape x_shape = batch_first ? Shape{B, T, 3} : Shape{T, B, 3};
+      HostTensor x(*be, DType::f64, x_shape, random_values(data, x_shape.numel()));
+      Rng rng(17);
+      const std::vector<double> y = to_doubles(model.forward(*be, x.t, {}, {}, false, rng));
+      // The head's input rebuilt from h_n: y = W [h_fwd, h_rev] + b.
+      const std::vector<double> h_n = to_doubles(model.recurrent()->h_n());  // (4, B, S)
+      Parameters& p = model.parameters();
+      std::vector<double> w, bias;
+      for (size_t i = 0; i < p.size(); ++i) {
+        if (p.values().entries()[i].name == "head.weight") w = to_doubles(p.value(i));
+        if (p.values().entries()[i].name == "head.bias") bias = to_doubles(p.value(i));
+      }
+      ASSERT_EQ(w.size(), size_t(2 * 2 * S));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t k = 0; k < 2; ++k) {
+          double want = bias[k];
+          for (int64_t d = 0; d < 2; ++d)
+            for (int64_t j = 0; j < S; ++j)
+              want += w[k * 2 * S + d * S + j] * h_n[((2 + d) * B + b) * S + j];
+          EXPECT_NEAR(y[b * 2 + k], want, 1e-12) << cell_type(cell).name << " " << b << k;
+        }
+      const std::vector<double> r = random_values(data, B * 2);
+      auto objective = [&] { return dot(model.forward(*be, x.t, {}, {}, false, rng), r); };
+      objective();
+      HostTensor dy(*be, DType::f64, {B, 2}, r);
+      p.zero_grad(*be);
+      const std::vector<double> dx = to_doubles(model.backward(*be, dy.t));
+      EXPECT_LE(check_gradient(x.t, dx, objective), kTolerance) << "dx";
+      for (size_t i = 0; i < p.size(); ++i)
+        EXPECT_LE(check_gradient(p.value(i), to_doubles(p.grad(i)), objective, 30), kTolerance)
+            << p.values().entries()[i].name << " " << cell_type(cell).name
+            << (batch_first ? " batch_first" : "");
+    }
+}
+
 TEST(GradCheck, RecurrentAdapters) {
   for (const CellKind cell : {CellKind::lstm, CellKind::gru})
     for (const AdapterKind kind : {AdapterKind::lora, AdapterKind::dora}) {

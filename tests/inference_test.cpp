@@ -1315,6 +1315,35 @@ TEST(Runs, EveryStepOutputsForecastFromTheLastStep) {
             std::string::npos);
 }
 
+// model.output final_states: a bidirectional model's head reads both directions' final states
+// (h_n), a model of its own that eval rebuilds from the run; a masked autoencoder has no head of
+// that kind.
+TEST(Runs, FinalStatesHeadIsTheRunsOwn) {
+  const fs::path dir = test::temp_dir("final_states");
+  const std::string data = write_hourly(dir / "d.csv", 200, true);
+  std::ostringstream log;
+  for (const char* output : {"last", "final_states"})
+    train(Config::parse(yaml(data, dir / output), "f.yaml",
+                        {std::string("model.output=") + output, "model.bidirectional=true"}),
+          log);
+  const nlohmann::json last = metrics_of(dir / "last").back(),
+                       final_states = metrics_of(dir / "final_states").back();
+  EXPECT_NE(last.at("val_loss").get<double>(), final_states.at("val_loss").get<double>());
+  EXPECT_EQ(evaluate((dir / "final_states").string(), "val").at("val_loss"),
+            final_states.at("val_loss").get<double>());
+  const std::string layout =
+      io::SafetensorsFile::read((dir / "final_states" / "model.safetensors").string())
+          .metadata()
+          .at("seqforge.layout");
+  EXPECT_NE(layout.find("torch.cat([h_n[-2], h_n[-1]], 1)"), std::string::npos) << layout;
+  EXPECT_NE(error_of([&] {
+              train(Config::parse(yaml(data, dir / "bad"), "f.yaml",
+                                  {"model.output=final_states", "data.task=mae"}),
+                    log);
+            }).find("model.output final_states is for forecasters and classifiers"),
+            std::string::npos);
+}
+
 // train.loss quantile: the model forecasts each quantile of every step (here 2 steps of 3
 // quantiles); predict writes them ascending in a column each, and eval's pinball loss and
 // coverage on a file are those of predict's columns by their definitions.

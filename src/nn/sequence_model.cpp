@@ -235,14 +235,27 @@ Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool 
   if (opt_.per_step) return head_->forward(be, y.reshape({T_ * B_, F}));
   if (T_ == 0) fail("sequence length is 0: no last step to predict from");
   Tensor last = last_.get(be, params_.dtype(), {B_, F});  // (B, D*H)
-  if (bf) {
-    be.copy_rows(last.data(), F,
-                 static_cast<char*>(y.data()) + (T_ - 1) * F * dtype_size(y.dtype()), T_ * F, B_, F,
-                 y.dtype());
-  } else {
-    be.copy(last, y.slice(T_ - 1, T_));
-  }
+  for (const Span& s : head_spans())
+    be.copy_rows(at(last, 0, s.col), F, at(y, s.t, s.col), ld(), B_, s.cols, y.dtype());
   return head_->forward(be, last);
+}
+
+// Where the head's input comes from in the (B, T, F) or (T, B, F) output: the last step's row,
+// or with final_states each direction's final step (the backward direction's is t = 0).
+std::vector<SequenceModel::Span> SequenceModel::head_spans() const {
+  const int64_t F = rnn_->output_size();
+  if (!opt_.final_states || rnn_->directions() == 1) return {{T_ - 1, 0, F}};
+  return {{T_ - 1, 0, F / 2}, {0, F / 2, F / 2}};
+}
+// Element (b = 0, t, col) of an output-shaped tensor, or of the (B, F) head input (t = 0).
+void* SequenceModel::at(Tensor x, int64_t t, int64_t col) const {
+  const int64_t F = rnn_->output_size();
+  const int64_t offset = (opt_.rnn.batch_first ? t : t * B_) * F + col;
+  return static_cast<char*>(x.data()) + offset * dtype_size(x.dtype());
+}
+// The distance between batch rows of one step in the output.
+int64_t SequenceModel::ld() const {
+  return opt_.rnn.batch_first ? T_ * rnn_->output_size() : rnn_->output_size();
 }
 
 Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
@@ -260,7 +273,7 @@ Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n)
   Tensor drnn;
   if (opt_.per_step) {
     drnn = dfeat.reshape(y_shape);
-  } else if (rnn_->directions() == 1) {
+  } else if (rnn_->directions() == 1) {  // the last step and the final state are one
     // The last step's output is the top layer's final state: its gradient joins dh_n and no
     // (T, B, H) gradient is materialised.
     const int64_t L = opt_.rnn.num_layers;
@@ -278,12 +291,8 @@ Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n)
   } else {
     drnn = dy_full_.get(be, params_.dtype(), y_shape);
     be.fill(drnn, 0.0);
-    if (bf) {
-      be.copy_rows(static_cast<char*>(drnn.data()) + (T_ - 1) * F * dtype_size(drnn.dtype()),
-                   T_ * F, dfeat.data(), F, B_, F, drnn.dtype());
-    } else {
-      be.copy(drnn.slice(T_ - 1, T_), dfeat);
-    }
+    for (const Span& s : head_spans())
+      be.copy_rows(at(drnn, s.t, s.col), ld(), at(dfeat, 0, s.col), F, B_, s.cols, drnn.dtype());
   }
   if (adapted) {  // the recurrence's weight gradients, turned into the adapters' below
     work_.zero_grad(be);

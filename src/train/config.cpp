@@ -72,7 +72,7 @@ const std::vector<ConfigKey> kKeys = {
      "classify: `column` (the class column), `direction` (`up` when label_column is higher "
      "`horizon` steps after the window's last row, else `down`) or `volatility` (`high` when the "
      "realised volatility of label_column's log returns over the `horizon` rows after the window "
-     "is above its median over the training windows, else `low`)."},
+     "is above its median over the training windows, else `low`; class 0 is `low`, 1 `high`)."},
     {"data.label_column", T::string, "",
      "classify with label `direction`: the numeric column whose direction is the class."},
     {"data.label_fraction", T::number, "1.0",
@@ -81,8 +81,9 @@ const std::vector<ConfigKey> kKeys = {
     {"data.mask_ratio", T::number, "0.15",
      "mae: each time step's chance of being masked (every input zeroed) and its file's features "
      "reconstructed, "
-     "drawn step by step (at least one step a window; new steps each training epoch, the same "
-     "ones at every evaluation)."},
+     "drawn step by step (at least one step a window; new steps each training epoch, from "
+     "train.seed and the epoch; at every evaluation the same ones, whatever train.seed, so runs "
+     "with other seeds are scored on the same steps)."},
     {"data.lookback", T::integer, "24", "Time steps in each input window."},
     {"data.horizon", T::integer, "1",
      "How many steps after the window's last row the target lies (1 = the next row; classify "
@@ -286,8 +287,12 @@ const std::vector<ConfigKey> kKeys = {
      "Transformer: the longest sequence it takes (rows of transformer.wpe.weight); 0: "
      "data.seq_len."},
     {"model.output", T::string, "last",
-     "forecast: `last` (the model forecasts from its last step: one loss term per window) or "
-     "`every_step` (a forecast after every step of the window, each of the targets that follow "
+     "`last` (the head reads the last step's output, PyTorch's `output[:, -1]`: one loss term per "
+     "window), `final_states` (forecast and classify: the head reads each direction's final "
+     "state, PyTorch's `torch.cat([h_n[-2], h_n[-1]], 1)`: the forward direction's last step and "
+     "the backward direction's first, where with `last` a bidirectional model's backward half "
+     "has read the last step only; for a unidirectional model the two are one) or `every_step` "
+     "(forecast: a forecast after every step of the window, each of the targets that follow "
      "that step, as Keras' return_sequences=True: the loss covers every step, so stateful training "
      "learns from every row, not one per chunk; evaluation, predict and the errors use the last "
      "step's forecast, val_loss every step's)."},
@@ -533,7 +538,7 @@ const std::vector<std::string>* string_choices(const std::string& path) {
   static const std::map<std::string, std::vector<std::string>> kChoices = {
       {"model.family", {"recurrent", "transformer", "decoder"}},
       {"model.cell", {"lstm", "gru", "lnlstm"}},
-      {"model.output", {"last", "every_step"}},
+      {"model.output", {"last", "every_step", "final_states"}},
       {"adapter.kind", {"none", "lora", "dora"}},
       {"optim.kind", {"adamw", "adam", "sgd"}},
       {"optim.decay_params", {"auto", "all", "matrices"}},

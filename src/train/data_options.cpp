@@ -287,6 +287,10 @@ DataOptions data_options(const Config& c) {
     fail(c.origin("model.output"), ": model.output every_step is for forecasters; data.task ",
          task_name(o.task), " has ",
          o.task == TaskKind::mae ? "an output at every step already" : "one class per window");
+  if (output == "final_states" && o.task == TaskKind::mae)
+    fail(c.origin("model.output"),
+         ": model.output final_states is for forecasters and classifiers; data.task mae has an "
+         "output at every step");
   o.series.every_step = output == "every_step";
   o.mask_ratio = c.number("data.mask_ratio");
   if (!(o.mask_ratio > 0 && o.mask_ratio < 1))

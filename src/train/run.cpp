@@ -96,9 +96,13 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
            : "PyTorch names: embedding (nn.Embedding), lstm (nn.LSTM, batch_first=True, gate "
              "order i, f, g, o), gru (nn.GRU, batch_first=True, gate order r, z, n) or lnlstm "
              "(nn.LSTM's names and gate order, and the layer norms' "
-             "lnlstm.{ln_ih_weight,ln_hh_weight,ln_c_weight,ln_c_bias}_l{k}), head (nn.Linear on "
-             "the last step, or on "
-             "every step for charlm)"},
+             "lnlstm.{ln_ih_weight,ln_hh_weight,ln_c_weight,ln_c_bias}_l{k}), head (nn.Linear " +
+                 std::string(t.model.per_step ? "on every step's output"
+                             : t.model.final_states
+                                 ? "on the final states, torch.cat([h_n[-2], h_n[-1]], 1) "
+                                   "bidirectional, h_n[-1] else"
+                                 : "on the last step's output, output[:, -1]") +
+                 ")"},
       {"seqforge.config", c.resolved_yaml()},
       {"seqforge.epoch", std::to_string(epoch)},
       {"seqforge.metrics", nlohmann::json(m).dump()},
@@ -305,7 +309,9 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
       kind == TaskKind::forecast || kind == TaskKind::classify || kind == TaskKind::text_classify;
   if ((windows == WindowSet::every_window || windows == WindowSet::last_windows) && !forecasts)
     fail(run, ": predict needs a forecast or classify run; this is a ", task_name(kind), " run",
-         r.task.is_lm() ? " (sample from it with seqforge generate)" : "");
+         r.task.is_lm()          ? " (sample from it with seqforge generate)"
+         : kind == TaskKind::mae ? " (eval --data FILE scores its reconstructions of a file)"
+                                 : "");
   if (windows == WindowSet::last_windows && kind == TaskKind::text_classify)
     fail("--last: a text classifier predicts every row of the file");
   if (windows == WindowSet::with_targets && r.task.is_lm())

@@ -115,6 +115,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
   m.rnn.variational_dropout = mode == "variational";
   m.rnn.batch_first = true;
   task_type(t.kind).shape_model(c, t, &m);
+  m.final_states = !m.per_step && !t.is_text() && c.str("model.output") == "final_states";
   const std::string family = c.str("model.family");
   if (family == "transformer") {
     if (!t.is_text())

@@ -4,7 +4,8 @@
 Usage: check_torch_loads_checkpoint.py CHECKPOINT.safetensors IO.safetensors
 CHECKPOINT holds the parameters under PyTorch names and the model configuration as JSON metadata
 ("config": vocab, embed, input, hidden, layers, bidirectional, batch_first, output, per_step;
-optional cell "lstm" | "gru" and proj, the LSTM's proj_size; or family "transformer" with
+optional cell "lstm" | "gru", proj, the LSTM's proj_size, and final_states, the head on
+torch.cat([h_n[-2], h_n[-1]], 1) rather than output[:, -1]; or family "transformer" with
 make_transformer_fixtures.py's v, c, l, h, bs, causal (and k, seg for a classifier) for its
 nanoGPT-style module).
 IO holds "x" (the input), "y" (seqforge's output) and a classifier's "lengths" and "segments". Exits 1 on a mismatch.
@@ -37,9 +38,14 @@ class Model(torch.nn.Module):
     def forward(self, x):
         if self.c["vocab"]:
             x = self.embedding(x)
-        y, _ = getattr(self, self.cell)(x)
+        y, state = getattr(self, self.cell)(x)
         if self.c["per_step"]:
             return self.head(y.reshape(-1, y.shape[-1]))
+        if self.c.get("final_states"):
+            h_n = state[0] if self.cell == "lstm" else state
+            if self.c["bidirectional"]:
+                return self.head(torch.cat([h_n[-2], h_n[-1]], 1))
+            return self.head(h_n[-1])
         return self.head(y[:, -1] if self.c["batch_first"] else y[-1])
 
 

@@ -120,6 +120,9 @@ struct ModelOptions {
   DecoderOptions decoder;          // decoder: a Llama-family model (its own vocab_size)
   int64_t output_size = 1;
   bool per_step = false;  // outputs on every step; otherwise on the last step
+  // Without per_step: the head reads each direction's final state (the forward direction's last
+  // step, the backward's first: PyTorch's h_n), not the last step's output.
+  bool final_states = false;
 };
 
 class Model {

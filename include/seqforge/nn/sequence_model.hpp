@@ -58,6 +58,12 @@ class SequenceModel final : public Model {
   void declare_adapters();
   void prepare_weights(Backend& be, bool training, Rng& rng);
   void adapter_backward(Backend& be);
+  struct Span {  // a part of the head's input: columns [col, col + cols) of step t
+    int64_t t, col, cols;
+  };
+  std::vector<Span> head_spans() const;
+  void* at(Tensor x, int64_t t, int64_t col) const;
+  int64_t ld() const;
 
   ModelOptions opt_;
   Parameters params_;
@@ -71,7 +77,7 @@ class SequenceModel final : public Model {
   int64_t T_ = 0, B_ = 0;
   size_t rnn_first_ = 0, head_first_ = 0;  // parameter indices where each module starts
   GradReadyHook grad_ready_;
-  Buffer last_, dy_full_;  // (B, D*H) last step; (.., D*H) scattered gradient
+  Buffer last_, dy_full_;  // (B, D*H) the head's input; (.., D*H) scattered gradient
   Buffer dh_n_;            // (D*L, B, H) the last step's gradient as the top layer's dh_n
 };
 
