@@ -436,6 +436,20 @@ TEST(Predict, EveryWindowOfANewFileWithoutTargets) {
   EXPECT_EQ(undated[1][0], "50");
   EXPECT_EQ(undated[1][1], "51");
   EXPECT_EQ(undated[2][1], "52");
+  // Also where a differenced target's first row is dropped: the rows keep the file's order.
+  train(
+      Config::parse(yaml((dir / "undated.csv").string(), dir / "undated_diff"), "u.yaml",
+                    {"data.date_column=", "data.targets=[other]", "data.horizon=2",
+                     "data.horizon_mode=direct", "train.epochs=1", "data.transform={other: diff}"}),
+      log);
+  EXPECT_EQ(predict((dir / "undated_diff").string(),
+                    {(dir / "undated.csv").string(), (dir / "d.csv").string(), true}, out),
+            1);
+  const auto undated_diff = read_csv((dir / "d.csv").string());
+  ASSERT_EQ(undated_diff.size(), 3u);
+  EXPECT_EQ(undated_diff[1][0], "50");
+  EXPECT_EQ(undated_diff[1][1], "51");
+  EXPECT_EQ(undated_diff[2][1], "52");
   // Too short for a window: one line naming the rows and the lookback.
   const std::string shorter = write_hourly(dir / "short.csv", 5, false);
   const std::string e = error_of([&] {
@@ -1235,6 +1249,20 @@ TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {
   EXPECT_NE(error_of([&] {
               predictions((dir / "run").string(), emptied("in.csv", 27), true);
             }).find("in.csv:29: column 'signal': empty cell in the last window of the file"),
+            std::string::npos);
+  // Every window (no --last) of a run without data.missing: the rows to come may leave the
+  // other cells empty, nothing before them.
+  std::ostringstream every;
+  predict((dir / "run").string(), {(dir / "f.csv").string(), (dir / "pa.csv").string(), false},
+          every);
+  const auto all = read_csv((dir / "pa.csv").string());
+  ASSERT_GT(all.size(), 3u);
+  EXPECT_EQ(all[all.size() - 2][0], hours(29));
+  EXPECT_EQ(all[all.size() - 2][1], hours(30));
+  EXPECT_EQ(all.back()[1], hours(31));
+  EXPECT_NE(error_of([&] {
+              predictions((dir / "run").string(), emptied("early.csv", 5), false);
+            }).find("early.csv:7: column 'signal': a missing cell before its series' last value"),
             std::string::npos);
   std::ostringstream without;
   predict((dir / "run").string(), {write("g.csv", 30, 0), (dir / "q.csv").string(), true}, without);

@@ -350,10 +350,10 @@ static int run_command(int argc, char** argv) {
       return 0;
     }
     if (pred->parsed()) {
-      const int64_t rows = sf::predict(pred_run, pred_options, std::cerr);
+      const int64_t windows = sf::predict(pred_run, pred_options, std::cerr);
       if (pred_options.output != "-")
-        std::printf("wrote %lld predictions to %s\n", static_cast<long long>(rows),
-                    pred_options.output.c_str());
+        std::printf("wrote the predictions of %lld windows to %s\n",
+                    static_cast<long long>(windows), pred_options.output.c_str());
       return 0;
     }
     if (merge->parsed()) {

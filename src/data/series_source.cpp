@@ -244,9 +244,12 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     const bool not_known_yet =
         (is_target && missing_targets) || (missing_inputs && o.missing == "error");
     const bool leave_trailing = !o.known_future.empty() && missing_targets;
+    // Without data.missing, the rows to come may still leave the cells after a series' last value
+    // empty; none before it.
+    const bool only_trailing = leave_trailing && o.missing == "error" && !not_known_yet;
     std::vector<double> x;
     try {
-      x = table.column(name, not_known_yet || o.missing != "error");
+      x = table.column(name, not_known_yet || only_trailing || o.missing != "error");
     } catch (const Error& e) {
       const std::string what = e.what();
       if (what.ends_with("empty cell is not a number") ||
@@ -265,6 +268,16 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
              "holds one value per series)");
       throw;
     }
+    if (only_trailing)
+      for (const SeriesSpan& span : order.spans) {
+        const SeriesSpan known = known_span(span, x, order, true);
+        for (int64_t p = known.begin; p < known.end; ++p)
+          if (std::isnan(x[order.rows[p]]))
+            fail(table.where(order.rows[p]), ": column '", name,
+                 "': a missing cell before its series' last value (only the rows to come, after "
+                 "it, may leave it empty; --missing ffill or interpolate fills the file's missing "
+                 "cells)");
+      }
     auto note = nines_note(x, name, table);
     if (!note) note = lone_outlier_note(x, name, table);
     if (note && std::find(d->notes.begin(), d->notes.end(), *note) == d->notes.end())

@@ -146,10 +146,18 @@ std::string in_style_with_zone(const std::string& like, const std::string& text)
 std::string forecast_time(const SeriesData& d, int64_t start, int64_t k) {
   const int64_t last = d.last_row(start), target = d.target_row(start, k);
   if (target < d.series_of(last).end) return row_label(d, target);
-  // Past the end of a file without dates that is one series in its own order: its row numbers go
-  // on (where rows were reordered or series follow, a number would name another row).
-  if (d.dates.empty())
-    return d.file_rows.empty() && d.series.size() == 1 ? std::to_string(target + 1) : "";
+  // Past the end of a file without dates that is one series in its own order (its first rows
+  // perhaps dropped by a differencing transform): its row numbers go on (where rows were
+  // reordered or series follow, a number would name another row).
+  if (d.dates.empty()) {
+    const bool in_order =
+        d.series.size() == 1 &&
+        std::adjacent_find(d.file_rows.begin(), d.file_rows.end(),
+                           [](int64_t a, int64_t b) { return b != a + 1; }) == d.file_rows.end();
+    return in_order ? std::to_string((d.file_rows.empty() ? last : d.file_rows[last]) +
+                                     (target - last) + 1)
+                    : "";
+  }
   const std::optional<int64_t> when = d.time_ahead(last, target - last);
   if (!when) return "";
   return in_style_with_zone(d.dates[last], d.time_text(*when, d.dates[last].size() <= 10));

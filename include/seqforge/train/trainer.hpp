@@ -113,7 +113,8 @@ std::string predictions_csv(const Predictions& p);
 // (never split), in the run's precision: per window its series, its last row's date (or row),
 // the date (or row) the forecast is for, and the prediction in the targets' own units (transforms
 // undone) with round-trip precision, or the class and every class's probability; the actual
-// value beside it when the file has it. A throughput line goes to `log`. Returns the rows written.
+// value beside it when the file has it. A throughput line goes to `log`. Returns the windows
+// predicted (a row each, or one per step ahead).
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log);
 
 // Fails at once, naming `option`, where the file `output` cannot be written: a folder, or in a
