@@ -211,7 +211,8 @@ const std::vector<ConfigKey> kKeys = {
     {"data.normalize", T::string, "zscore",
      "`zscore`, `minmax` or `none`: feature and target scaling, fitted on the rows the training "
      "windows span, from each one's first input to its last target (the training split's rows, "
-     "fewer where data.stride > 1 skips some), and stored in the checkpoint."},
+     "fewer where data.stride > 1 skips some; with data.label_fraction or unlabelled rows, every "
+     "training window's, labelled or not), and stored in the checkpoint."},
     {"data.num_workers", T::string, "auto",
      "Threads assembling batches ahead of the training loop (windows, masks, augmentations): a "
      "count, 0 (assembled by the training loop itself), or `auto` (a quarter of the cores, at "
