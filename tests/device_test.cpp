@@ -109,6 +109,17 @@ TEST(Device, GpuRunMatchesTheCpuRun) {
     EXPECT_EQ(resumed.epochs, 3) << cell;
     EXPECT_TRUE(std::isfinite(resumed.last.at("val_loss"))) << cell;
   }
+  // A bidirectional model whose head reads both directions' final states.
+  std::ostringstream log;
+  const std::vector<std::string> final_states = {"model.bidirectional=true",
+                                                 "model.output=final_states"};
+  auto on = [&](const char* device) {
+    std::vector<std::string> o = final_states;
+    o.push_back(std::string("train.device=") + device);
+    return train(forecaster(data, dir / (std::string("final_") + device), "gru", o), log).best;
+  };
+  const double cpu = on("cpu");
+  EXPECT_NEAR(on("cuda"), cpu, 1e-4 * std::fabs(cpu));
 }
 
 // The bytes of a run's model checkpoint's tensors.
