@@ -179,7 +179,8 @@ const std::vector<ConfigKey> kKeys = {
      "(text)."},
     {"data.split.val", T::number, "0.1",
      "Share for validation, right after the training part; the rest is the test split. No target "
-     "crosses a boundary (see data.split.context for the inputs). 0: no validation on purpose (no "
+     "crosses a boundary (see data.split.context for the inputs; model.output every_step for its "
+     "earlier steps). 0: no validation on purpose (no "
      "val_* metrics; early stopping and "
      "`save: best` watch train_loss). A positive share too small for one window is an error."},
     {"data.split.mode", T::string, "time",
@@ -296,7 +297,9 @@ const std::vector<ConfigKey> kKeys = {
      "(forecast: a forecast after every step of the window, each of the targets that follow "
      "that step, as Keras' return_sequences=True: the loss covers every step, so stateful training "
      "learns from every row, not one per chunk; evaluation, predict and the errors use the last "
-     "step's forecast, val_loss every step's)."},
+     "step's forecast, val_loss every step's: with data.split.context history the earlier steps of "
+     "a split's first windows forecast rows of the split before, as their inputs read them; "
+     "`strict` keeps every step's target inside its split)."},
     {"model.bidirectional", T::boolean, "false",
      "Bidirectional recurrent layers; for a transformer (text_classify), an encoder: every token "
      "attends to every token of its example, not only to those before it. Not for charlm, whose "
