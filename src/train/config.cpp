@@ -443,7 +443,10 @@ const std::vector<ConfigKey> kKeys = {
      "Learning rate after warm-up: `constant`, `step` (times gamma every step_epochs), `cosine` "
      "(0.5 lr (1 + cos(pi p)), p the share of the steps after warm-up taken: from lr towards 0, "
      "which it would reach a step after the last, as Hugging Face's schedule) or `plateau` (times "
-     "gamma when the monitored metric stalls plateau_patience epochs)."},
+     "gamma when the monitored metric stalls plateau_patience epochs, as Keras' ReduceLROnPlateau: "
+     "PyTorch's with patience one less; improvement by more than early_stopping.min_delta in "
+     "early_stopping.mode's direction, counted from the first epoch that ends after warm-up). "
+     "metrics.jsonl's `lr` is the rate of each epoch's last step."},
     {"train.warmup_steps", T::integer, "0",
      "Steps of linear warm-up to optim.lr: step s (from 0) takes lr (s + 1) / warmup_steps."},
     {"train.step_epochs", T::integer, "10", "`step` schedule: epochs between decays."},
@@ -453,7 +456,8 @@ const std::vector<ConfigKey> kKeys = {
     {"train.early_stopping.patience", T::integer, "0",
      "Stop after this many epochs without improvement of the monitored metric; 0: never."},
     {"train.early_stopping.min_delta", T::number, "0.0",
-     "The least change that counts as an improvement."},
+     "The least change that counts as an improvement (also for `save: best` and the plateau "
+     "schedule)."},
     {"train.early_stopping.monitor", T::string, "auto",
      "The metric watched by early stopping, the plateau schedule and `save: best`: train_loss, "
      "val_loss or the task's: forecast val_mse, val_rmse, val_mae, val_skill, val_mase (and "
@@ -465,8 +469,9 @@ const std::vector<ConfigKey> kKeys = {
      "`min`, `max` or `auto` (max for accuracy, F1 and skill, min for losses and errors): which "
      "direction is better for the monitored metric."},
     {"train.save", T::string, "best",
-     "`best` (the best epoch by the monitored metric), `last` or `every_n` (every save_every "
-     "epochs, and the last)."},
+     "`best` (the best epoch by the monitored metric: a later epoch replaces it only by improving "
+     "on it by more than early_stopping.min_delta, as Keras' restore_best_weights), `last` or "
+     "`every_n` (every save_every epochs, and the last)."},
     {"train.save_every", T::integer, "1", "`every_n`: epochs between checkpoints."},
     {"train.stateful", T::boolean, "false",
      "Stateful training: consecutive batches continue consecutive stretches of the data (each "
