@@ -424,32 +424,24 @@ TEST(Predict, EveryWindowOfANewFileWithoutTargets) {
     u << "signal,other\n";
     while (std::getline(in, line)) u << line.substr(line.find(',') + 1) << "\n";
   }
-  train(Config::parse(yaml((dir / "undated.csv").string(), dir / "undated_run"), "u.yaml",
-                      {"data.date_column=", "data.targets=[other]", "data.horizon=2",
-                       "data.horizon_mode=direct", "train.epochs=1"}),
-        log);
-  EXPECT_EQ(predict((dir / "undated_run").string(),
-                    {(dir / "undated.csv").string(), (dir / "d.csv").string(), true}, out),
-            1);
-  const auto undated = read_csv((dir / "d.csv").string());
-  ASSERT_EQ(undated.size(), 3u);
-  EXPECT_EQ(undated[1][0], "50");
-  EXPECT_EQ(undated[1][1], "51");
-  EXPECT_EQ(undated[2][1], "52");
   // Also where a differenced target's first row is dropped: the rows keep the file's order.
-  train(
-      Config::parse(yaml((dir / "undated.csv").string(), dir / "undated_diff"), "u.yaml",
-                    {"data.date_column=", "data.targets=[other]", "data.horizon=2",
-                     "data.horizon_mode=direct", "train.epochs=1", "data.transform={other: diff}"}),
-      log);
-  EXPECT_EQ(predict((dir / "undated_diff").string(),
-                    {(dir / "undated.csv").string(), (dir / "d.csv").string(), true}, out),
-            1);
-  const auto undated_diff = read_csv((dir / "d.csv").string());
-  ASSERT_EQ(undated_diff.size(), 3u);
-  EXPECT_EQ(undated_diff[1][0], "50");
-  EXPECT_EQ(undated_diff[1][1], "51");
-  EXPECT_EQ(undated_diff[2][1], "52");
+  for (const char* transform : {"{}", "{other: diff}"}) {
+    SCOPED_TRACE(transform);
+    const fs::path run = dir / (std::string("undated_") + (transform[1] == '}' ? "run" : "diff"));
+    train(Config::parse(yaml((dir / "undated.csv").string(), run), "u.yaml",
+                        {"data.date_column=", "data.targets=[other]", "data.horizon=2",
+                         "data.horizon_mode=direct", "train.epochs=1",
+                         std::string("data.transform=") + transform}),
+          log);
+    EXPECT_EQ(predict(run.string(),
+                      {(dir / "undated.csv").string(), (dir / "d.csv").string(), true}, out),
+              1);
+    const auto undated = read_csv((dir / "d.csv").string());
+    ASSERT_EQ(undated.size(), 3u);
+    EXPECT_EQ(undated[1][0], "50");
+    EXPECT_EQ(undated[1][1], "51");
+    EXPECT_EQ(undated[2][1], "52");
+  }
   // Too short for a window: one line naming the rows and the lookback.
   const std::string shorter = write_hourly(dir / "short.csv", 5, false);
   const std::string e = error_of([&] {

@@ -236,16 +236,18 @@ Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool 
   if (T_ == 0) fail("sequence length is 0: no last step to predict from");
   Tensor last = last_.get(be, params_.dtype(), {B_, F});  // (B, D*H)
   for (const Span& s : head_spans())
-    be.copy_rows(at(last, 0, s.col), F, at(y, s.t, s.col), ld(), B_, s.cols, y.dtype());
+    if (s.cols > 0)
+      be.copy_rows(at(last, 0, s.col), F, at(y, s.t, s.col), ld(), B_, s.cols, y.dtype());
   return head_->forward(be, last);
 }
 
 // Where the head's input comes from in the (B, T, F) or (T, B, F) output: the last step's row,
 // or with final_states each direction's final step (the backward direction's is t = 0).
-std::vector<SequenceModel::Span> SequenceModel::head_spans() const {
+// A span of no columns is none.
+std::array<SequenceModel::Span, 2> SequenceModel::head_spans() const {
   const int64_t F = rnn_->output_size();
-  if (!opt_.final_states || rnn_->directions() == 1) return {{T_ - 1, 0, F}};
-  return {{T_ - 1, 0, F / 2}, {0, F / 2, F / 2}};
+  if (!opt_.final_states || rnn_->directions() == 1) return {{{T_ - 1, 0, F}, {0, 0, 0}}};
+  return {{{T_ - 1, 0, F / 2}, {0, F / 2, F / 2}}};
 }
 // Element (b = 0, t, col) of an output-shaped tensor, or of the (B, F) head input (t = 0).
 void* SequenceModel::at(Tensor x, int64_t t, int64_t col) const {
@@ -292,7 +294,8 @@ Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n)
     drnn = dy_full_.get(be, params_.dtype(), y_shape);
     be.fill(drnn, 0.0);
     for (const Span& s : head_spans())
-      be.copy_rows(at(drnn, s.t, s.col), ld(), at(dfeat, 0, s.col), F, B_, s.cols, drnn.dtype());
+      if (s.cols > 0)
+        be.copy_rows(at(drnn, s.t, s.col), ld(), at(dfeat, 0, s.col), F, B_, s.cols, drnn.dtype());
   }
   if (adapted) {  // the recurrence's weight gradients, turned into the adapters' below
     work_.zero_grad(be);

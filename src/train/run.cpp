@@ -99,8 +99,8 @@ std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Ta
              "lnlstm.{ln_ih_weight,ln_hh_weight,ln_c_weight,ln_c_bias}_l{k}), head (nn.Linear " +
                  std::string(t.model.per_step ? "on every step's output"
                              : t.model.final_states
-                                 ? "on the final states, torch.cat([h_n[-2], h_n[-1]], 1) "
-                                   "bidirectional, h_n[-1] else"
+                                 ? "on the final states: torch.cat([h_n[-2], h_n[-1]], 1), "
+                                   "or h_n[-1] unidirectional"
                                  : "on the last step's output, output[:, -1]") +
                  ")"},
       {"seqforge.config", c.resolved_yaml()},

@@ -6,6 +6,7 @@
 // With adapters (options.adapter), the embedding and the layer's weights W0 are frozen and the
 // recurrence runs on weights made each step from them, W0 + s B A (LoRA) or m V / ||V|| (DoRA);
 // the gradient the recurrence gives those weights becomes the adapters'. The head trains.
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -61,7 +62,7 @@ class SequenceModel final : public Model {
   struct Span {  // a part of the head's input: columns [col, col + cols) of step t
     int64_t t, col, cols;
   };
-  std::vector<Span> head_spans() const;
+  std::array<Span, 2> head_spans() const;  // no allocation: it runs every step
   void* at(Tensor x, int64_t t, int64_t col) const;
   int64_t ld() const;
 
