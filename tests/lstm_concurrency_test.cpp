@@ -9,6 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "bench/recording_backend.hpp"
+#include "nn/recurrent_util.hpp"
 #include "seqforge/core/autotune.hpp"
 #include "seqforge/nn/recurrent.hpp"
 #include "test_util.hpp"
@@ -415,6 +417,75 @@ INSTANTIATE_TEST_SUITE_P(
 
 namespace seqforge::lstm_concurrency_test {
 namespace {
+
+// A GPU whose whole-chain kernels compute something else than its steps: after each forward
+// (or backward) call, the first chain's first row of h (or of dL/dh0) is overwritten.
+class MisleadingChains final : public RecordingBackend {
+ public:
+  enum class Wrong { nothing, forward, backward };
+  MisleadingChains(Backend& inner, Wrong wrong) : RecordingBackend(inner), wrong_(wrong) {}
+  void recurrence_forward(CellKind cell, std::span<const RecurrenceForward> chains,
+                          DType dt) override {
+    RecordingBackend::recurrence_forward(cell, chains, dt);
+    if (wrong_ == Wrong::forward) fill(Tensor(chains[0].cell.h, dt, {chains[0].cell.hidden}), 0.5);
+  }
+  void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
+                           DType dt) override {
+    RecordingBackend::recurrence_backward(cell, chains, dt);
+    if (wrong_ == Wrong::backward) fill(Tensor(chains[0].dh, dt, {chains[0].cell.hidden}), 0.5);
+  }
+
+ private:
+  Wrong wrong_;
+};
+
+// The first time a problem is tuned, the whole chains are checked against the steps, forward
+// and backward: where they disagree the steps run, with the reference's results, a warning, and
+// that choice kept; where they agree, nothing is said. (Each case another sequence length: a
+// problem is tuned once per process.)
+TEST(WholeChains, ThatDisagreeWithTheStepsAreNotUsed) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / "seqforge_whole_chains_check";
+  std::filesystem::remove_all(dir);
+  setenv("SEQFORGE_CACHE_DIR", dir.c_str(), 1);
+  using Wrong = MisleadingChains::Wrong;
+  int64_t T = 6;
+  for (Wrong wrong : {Wrong::nothing, Wrong::forward, Wrong::backward}) {
+    const char* name = wrong == Wrong::nothing   ? "nothing"
+                       : wrong == Wrong::forward ? "forward"
+                                                 : "backward";
+    const Case c{
+        "uni_2_layers", {.input_size = 3, .hidden_size = 16, .num_layers = 2}, T++, 5, DType::f32};
+    auto ref = make_reference_backend();
+    const auto want = run(*ref, c, RecurrentSchedule::layered);
+    auto gpu = make_backend("cuda");
+    MisleadingChains be(*gpu, wrong);
+    ASSERT_TRUE(be.fuses_recurrence(CellKind::lstm));
+    testing::internal::CaptureStderr();
+    const auto got = run(be, c, RecurrentSchedule::tuned);
+    const std::string said = testing::internal::GetCapturedStderr();
+    for (const auto& [what, w] : want)
+      EXPECT_LE(max_rel_error(got.at(what), w), 2e-5) << what << ", wrong " << name;
+    const std::string key =
+        recurrent::tuning_prefix(be) + "lstm|i3_h16_l2_d1_t" + std::to_string(c.T) + "_b5_f32";
+    const auto forward = autotune::lookup(key), backward = autotune::lookup(key + "|backward");
+    ASSERT_TRUE(forward) << key;
+    if (wrong == Wrong::nothing) {
+      EXPECT_EQ(said.find("disagree"), std::string::npos) << said;
+      EXPECT_FALSE(backward) << "chosen after four calls, not one";
+    } else {
+      EXPECT_NE(said.find("seqforge: warning: the LSTM's whole-chain kernels disagree with its "
+                          "steps on this device (" +
+                          std::string(name) + ": "),
+                std::string::npos)
+          << said;
+      EXPECT_EQ(backward.value_or(""), "layered");
+      if (wrong == Wrong::forward) EXPECT_NE(*forward, "whole_chains");
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
 
 // SEQFORGE_RECURRENT_SCHEDULE holds every recurrence to one schedule; a name it does not know is
 // one line naming the variable and the schedules.

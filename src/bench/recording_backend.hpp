@@ -16,7 +16,7 @@ namespace seqforge {
 
 // Forwards every op to `inner` and records each GEMM, so the step's GEMMs can be replayed alone;
 // under --profile each op is a scope of its own (on a device: the time to enqueue it).
-class RecordingBackend final : public Backend {
+class RecordingBackend : public Backend {
  public:
   struct Call {
     GemmShape shape;

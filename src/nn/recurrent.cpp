@@ -487,6 +487,11 @@ void Recurrent::reset_state_grads(Backend& be) {
   }
 }
 
+void Recurrent::reset_backward_sums(Backend& be) {
+  for (Chain& ch : chains_) be.fill(ch.dbias.tensor(), 0.0);
+  reset_state_grads(be);
+}
+
 namespace {
 const char* schedule_name(RecurrentSchedule s) {
   switch (s) {
@@ -584,10 +589,17 @@ void Recurrent::run_tuned_forward(Backend& be) {
   autotune::announce_first_use("the " + upper(cell_.name) +
                                "'s schedules and weight-gradient layouts");
   const autotune::Timing timing;
-  const std::vector<double> ms = recurrent::time_candidates(
+  std::vector<double> ms = recurrent::time_candidates(
       be, candidates.size(), [&](size_t i) { run_forward(be, candidates[i]); });
+  const RecurrentSchedule last_run = candidates.back();
+  if (last_run == RecurrentSchedule::whole_chains && !whole_chains_agree_forward(be)) {
+    candidates.pop_back();
+    ms.pop_back();
+    backward_tuning_.choice = RecurrentSchedule::layered;
+    autotune::store(backward_tuning_.key, schedule_name(RecurrentSchedule::layered), timing);
+  }
   const size_t best = std::min_element(ms.begin(), ms.end()) - ms.begin();
-  if (best + 1 != candidates.size()) run_forward(be, candidates[best]);  // leave its results
+  if (candidates[best] != last_run) run_forward(be, candidates[best]);  // leave its results
   autotune::store(key, schedule_name(candidates[best]), timing);
   tuned_.emplace(problem, candidates[best]);
   if (autotune::verbose()) {
@@ -606,20 +618,32 @@ void Recurrent::run_tuned_forward(Backend& be) {
 // Backward with forward's schedule, but where whole chains were a candidate: then its own choice
 // between them and the steps (either reads what either forward wrote), tried on the first four
 // calls (whole chains, steps, whole chains, steps; the warm pair decides) and kept on disk. A
-// backward overwrites what it reads, so it is timed as training calls it, once per step.
+// backward overwrites what it reads, so it is timed as training calls it, once per step. The
+// first trial is checked against the steps (recurrent_agreement.cpp), from the parameter
+// gradients as they were before it.
 void Recurrent::run_tuned_backward(Backend& be) {
   BackwardTuning& tuning = backward_tuning_;
   if (tuning.key.empty()) return run_backward(be, chosen_);
   if (tuning.choice) return run_backward(be, *tuning.choice);
   const RecurrentSchedule trial =
       tuning.ms.size() % 2 == 0 ? RecurrentSchedule::whole_chains : RecurrentSchedule::layered;
-  if (tuning.ms.empty()) tuning.timing.emplace();
+  Buffer grads_before;
+  if (tuning.ms.empty()) {
+    tuning.timing.emplace();
+    const Tensor grads = params_.grads().flat();
+    be.copy(grads_before.get(be, grads.dtype(), grads.shape()), grads);
+  }
   be.synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   run_backward(be, trial);
   be.synchronize();
   tuning.ms.push_back(
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  if (tuning.ms.size() == 1 && !whole_chains_agree_backward(be, grads_before.tensor())) {
+    tuning.choice = RecurrentSchedule::layered;
+    autotune::store(tuning.key, schedule_name(*tuning.choice), *tuning.timing);
+    return;
+  }
   if (tuning.ms.size() < 4) return;
   tuning.choice =
       tuning.ms[2] <= tuning.ms[3] ? RecurrentSchedule::whole_chains : RecurrentSchedule::layered;
@@ -968,9 +992,9 @@ Tensor Recurrent::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n) {
       ch.dm.get(be, dt, {B_, H});
     }
     if (cell_.recurrent_grads) ch.rec_grads.get(be, gemm_dtype_, {T_, B_, G_ * H});
-    be.fill(ch.dbias.get(be, dt, {bias_grad_columns()}), 0.0);
+    ch.dbias.get(be, dt, {bias_grad_columns()});
   }
-  reset_state_grads(be);
+  reset_backward_sums(be);
   for (int64_t l = 0; l < L; ++l) din_[l].get(be, dt, {T_, B_, layer_input_size(l)});
 
   if (T_ > 0 && B_ > 0) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
@@ -226,6 +227,15 @@ class Recurrent {
   void prepare_step_buffers(Backend& be, bool training, Rng& rng);
   void write_final_states(Backend& be);
   void reset_state_grads(Backend& be);
+  void reset_backward_sums(Backend& be);  // the chains' bias-gradient sums and state gradients
+  // The whole-chain kernels checked against the steps on first use (recurrent_agreement.cpp):
+  // what each pass computes for the rest of the step, named; whether they agree, with a warning
+  // where not.
+  using Results = std::vector<std::pair<std::string, Tensor>>;
+  Results forward_results() const;
+  Results backward_results() const;
+  bool whole_chains_agree_forward(Backend& be);
+  bool whole_chains_agree_backward(Backend& be, Tensor grads_before);
 
   Parameters& params_;
   RecurrentOptions opt_;
