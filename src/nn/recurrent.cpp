@@ -627,11 +627,10 @@ void Recurrent::run_tuned_backward(Backend& be) {
   if (tuning.choice) return run_backward(be, *tuning.choice);
   const RecurrentSchedule trial =
       tuning.ms.size() % 2 == 0 ? RecurrentSchedule::whole_chains : RecurrentSchedule::layered;
-  Buffer grads_before;
+  std::optional<std::vector<Buffer>> grads_before;
   if (tuning.ms.empty()) {
     tuning.timing.emplace();
-    const Tensor grads = params_.grads().flat();
-    be.copy(grads_before.get(be, grads.dtype(), grads.shape()), grads);
+    grads_before = grads_to_check_against(be);
   }
   be.synchronize();
   const auto t0 = std::chrono::steady_clock::now();
@@ -639,7 +638,7 @@ void Recurrent::run_tuned_backward(Backend& be) {
   be.synchronize();
   tuning.ms.push_back(
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  if (tuning.ms.size() == 1 && !whole_chains_agree_backward(be, grads_before.tensor())) {
+  if (grads_before && !whole_chains_agree_backward(be, *grads_before)) {
     tuning.choice = RecurrentSchedule::layered;
     autotune::store(tuning.key, schedule_name(*tuning.choice), *tuning.timing);
     return;

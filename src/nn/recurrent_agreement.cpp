@@ -30,20 +30,14 @@ double tolerance(DType dtype, DType gemm) {
   return dtype == DType::f64 ? 1e-8 : 2e-2;
 }
 
-struct Snapshot {
-  std::vector<std::string> names;
-  std::vector<Buffer> copies;
-};
-
-Snapshot take(Backend& be, const Results& results) {
-  Snapshot s;
-  s.copies.resize(results.size());
+// Copies of each tensor of `results`, in order.
+std::vector<Buffer> copies_of(Backend& be, const Results& results) {
+  std::vector<Buffer> copies(results.size());
   for (size_t i = 0; i < results.size(); ++i) {
     const Tensor t = results[i].second;
-    s.names.push_back(results[i].first);
-    be.copy(s.copies[i].get(be, t.dtype(), t.shape()), t);
+    be.copy(copies[i].get(be, t.dtype(), t.shape()), t);
   }
-  return s;
+  return copies;
 }
 
 // ||a - b|| / max(||a||, ||b||) (0 for two zero tensors); 0 where neither is finite (a diverged
@@ -63,11 +57,11 @@ double relative_difference(Backend& be, Tensor a, Tensor b) {
 }
 
 bool agree(Backend& be, const std::string& cell, const char* pass, DType dtype, DType gemm,
-           const Snapshot& first, const Results& second) {
+           const std::vector<Buffer>& first, const Results& second) {
   double worst = 0.0;
   std::string where;
   for (size_t i = 0; i < second.size(); ++i) {
-    const double d = relative_difference(be, first.copies[i].tensor(), second[i].second);
+    const double d = relative_difference(be, first[i].tensor(), second[i].second);
     if (d > worst || where.empty()) {
       worst = std::max(worst, d);
       where = second[i].first;
@@ -91,6 +85,26 @@ bool agree(Backend& be, const std::string& cell, const char* pass, DType dtype, 
   return false;
 }
 
+// Whether the check's copies of `results` (and `extra` bytes more) fit: on a device within half
+// its free memory (train.micro_batch_size auto leaves little), where they are made; on the host,
+// always.
+bool room_to_check(const Backend& be, const Results& results, size_t extra) {
+  size_t free = 0, total = 0, largest = 0;
+  std::string device;
+  if (!be.device_memory(&free, &total, &device)) return true;
+  for (const auto& [name, t] : results) {
+    extra += t.nbytes();
+    largest = std::max(largest, t.nbytes());
+  }
+  const bool room = extra + largest <= free / 2;
+  if (!room && autotune::verbose())
+    std::fprintf(stderr,
+                 "seqforge: autotune: too little device memory free (%zu MiB) to check the whole "
+                 "chains against the steps\n",
+                 free >> 20);
+  return room;
+}
+
 }  // namespace
 
 Recurrent::Results Recurrent::forward_results() const {
@@ -103,6 +117,22 @@ Recurrent::Results Recurrent::forward_results() const {
   return r;
 }
 
+// The gradients of this module's parameters (not the whole arena: under mpirun the head's may
+// be summed across ranks while this backward runs).
+Recurrent::Results Recurrent::parameter_grads() const {
+  Results r;
+  const auto& entries = params_.grads().entries();
+  for (const Weights& w : weights_) {
+    std::vector<size_t> all{w.w_ih, w.w_hh, w.b_ih, w.b_hh};
+    if (projected()) all.push_back(w.w_hr);
+    all.insert(all.end(), w.own.begin(), w.own.end());
+    for (size_t k : all)
+      if (const Tensor g = params_.grad(k); g.numel() > 0)  // fixed parameters have none
+        r.emplace_back(entries[k].name + "'s gradient", g);
+  }
+  return r;
+}
+
 Recurrent::Results Recurrent::backward_results() const {
   Results r;
   for (int64_t l = input_grad_ ? 0 : 1; l < opt_.num_layers; ++l)
@@ -112,24 +142,36 @@ Recurrent::Results Recurrent::backward_results() const {
     if (cell_.cell_state)
       r.emplace_back("chain " + std::to_string(s) + "'s dL/dc0", chains_[s].dc.tensor());
   }
-  r.emplace_back("the parameter gradients", params_.grads().flat());
+  const Results grads = parameter_grads();
+  r.insert(r.end(), grads.begin(), grads.end());
   return r;
 }
 
 bool Recurrent::whole_chains_agree_forward(Backend& be) {
+  if (!room_to_check(be, forward_results(), 0)) return true;
   run_forward(be, RecurrentSchedule::layered);
-  const Snapshot steps = take(be, forward_results());
+  const std::vector<Buffer> steps = copies_of(be, forward_results());
   run_forward(be, RecurrentSchedule::whole_chains);
   return agree(be, upper(cell_.name), "forward", params_.dtype(), gemm_dtype_, steps,
                forward_results());
 }
 
+// Before a backward trial: where there is room to check it, copies of the parameter gradients
+// as they are before it.
+std::optional<std::vector<Buffer>> Recurrent::grads_to_check_against(Backend& be) const {
+  size_t bytes = 0;
+  for (const auto& [name, g] : parameter_grads()) bytes += g.nbytes();
+  if (!room_to_check(be, backward_results(), bytes)) return std::nullopt;
+  return copies_of(be, parameter_grads());
+}
+
 // Called right after a whole-chain backward: its results are kept, the parameter gradients put
 // back as they were before it (grads_before), the forward run again by the steps (the backward
 // overwrote the saved gates), and the steps' backward compared.
-bool Recurrent::whole_chains_agree_backward(Backend& be, Tensor grads_before) {
-  const Snapshot chains = take(be, backward_results());
-  be.copy(params_.grads().flat(), grads_before);
+bool Recurrent::whole_chains_agree_backward(Backend& be, const std::vector<Buffer>& grads_before) {
+  const std::vector<Buffer> chains = copies_of(be, backward_results());
+  const Results grads = parameter_grads();
+  for (size_t i = 0; i < grads.size(); ++i) be.copy(grads[i].second, grads_before[i].tensor());
   run_forward(be, RecurrentSchedule::layered);
   reset_backward_sums(be);
   run_backward(be, RecurrentSchedule::layered);

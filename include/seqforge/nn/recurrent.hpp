@@ -234,8 +234,10 @@ class Recurrent {
   using Results = std::vector<std::pair<std::string, Tensor>>;
   Results forward_results() const;
   Results backward_results() const;
+  Results parameter_grads() const;
   bool whole_chains_agree_forward(Backend& be);
-  bool whole_chains_agree_backward(Backend& be, Tensor grads_before);
+  std::optional<std::vector<Buffer>> grads_to_check_against(Backend& be) const;
+  bool whole_chains_agree_backward(Backend& be, const std::vector<Buffer>& grads_before);
 
   Parameters& params_;
   RecurrentOptions opt_;
