@@ -639,8 +639,13 @@ void Recurrent::run_tuned_backward(Backend& be) {
   tuning.ms.push_back(
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   if (grads_before && !whole_chains_agree_backward(be, *grads_before)) {
+    // The fault may lie in what the whole chains' forward saved for backward: the steps run both
+    // ways from now on.
+    const std::string layered = schedule_name(RecurrentSchedule::layered);
     tuning.choice = RecurrentSchedule::layered;
-    autotune::store(tuning.key, schedule_name(*tuning.choice), *tuning.timing);
+    autotune::store(tuning.key, layered, *tuning.timing);
+    autotune::store(tuning.key.substr(0, tuning.key.rfind("|backward")), layered, *tuning.timing);
+    if (tuned_) tuned_->second = RecurrentSchedule::layered;
     return;
   }
   if (tuning.ms.size() < 4) return;
