@@ -213,7 +213,8 @@ const std::vector<ConfigKey> kKeys = {
      "`zscore`, `minmax` or `none`: feature and target scaling, fitted on the rows the training "
      "windows span, from each one's first input to its last target (the training split's rows, "
      "fewer where data.stride > 1 skips some; with data.label_fraction or unlabelled rows, every "
-     "training window's, labelled or not), and stored in the checkpoint."},
+     "training window's, labelled or not), and stored in the checkpoint. zscore's standard "
+     "deviation is the population one (ddof 0, as scikit-learn's StandardScaler)."},
     {"data.num_workers", T::string, "auto",
      "Threads assembling batches ahead of the training loop (windows, masks, augmentations): a "
      "count, 0 (assembled by the training loop itself), or `auto` (a quarter of the cores, at "
@@ -367,7 +368,8 @@ const std::vector<ConfigKey> kKeys = {
      "and sgd (PyTorch's defaults)."},
     {"optim.decay_params", T::string, "auto",
      "The parameters weight decay applies to: `all` (as torch.optim over model.parameters()) or "
-     "`matrices` (weights and embeddings, not biases nor LayerNorm parameters: nanoGPT's groups). "
+     "`matrices` (every tensor of two or more dimensions: weights and embeddings, the head's "
+     "too, not biases nor LayerNorm parameters: nanoGPT's groups). "
      "`auto`: matrices for a transformer, all for a recurrent model."},
     {"optim.beta1", T::number, "0.9", "Adam beta1."},
     {"optim.beta2", T::number, "0.999", "Adam beta2."},
@@ -375,7 +377,9 @@ const std::vector<ConfigKey> kKeys = {
     {"optim.momentum", T::number, "0.0", "SGD momentum."},
     {"optim.nesterov", T::boolean, "false", "SGD Nesterov momentum."},
     {"train.epochs", T::integer, "10", "Passes over the training split."},
-    {"train.batch_size", T::integer, "64", "Windows (or sequences) per step."},
+    {"train.batch_size", T::integer, "64",
+     "Windows (or sequences) per step; an epoch's last batch holds what is left, however few "
+     "(PyTorch's DataLoader with drop_last False)."},
     {"train.micro_batch_size", T::integer, "0",
      "Windows (or sequences) run through forward and backward at once; 0: the whole batch. A "
      "batch runs as micro-batches of this size whose gradients add up before the step "
@@ -400,7 +404,9 @@ const std::vector<ConfigKey> kKeys = {
      "nearest 0.5). val_loss is this loss; forecast also reports val_mse, val_mae and the "
      "baselines whatever it is."},
     {"train.quantiles", T::string_list, "[0.1, 0.5, 0.9]",
-     "`quantile` loss: the quantiles forecast, ascending, each between 0 and 1 (at most 16). "
+     "`quantile` loss: the quantiles forecast, ascending, each between 0 and 1 (at most 16); "
+     "the loss is the pinball loss's mean over every output. The head's outputs are ordered by "
+     "step ahead, then target, then quantile (quantiles changing fastest). "
      "predict writes a column per quantile (<target>_q0.1, ...), sorted per forecast so that "
      "quantiles never cross."},
     {"train.huber_delta", T::number, "1.0",
@@ -436,7 +442,11 @@ const std::vector<ConfigKey> kKeys = {
      "Modules (`embedding`, the cell's `lstm`, `gru` or `lnlstm`, `head`) not updated during the "
      "first "
      "freeze_epochs epochs."},
-    {"train.freeze_epochs", T::integer, "0", "Epochs during which freeze_modules stay fixed."},
+    {"train.freeze_epochs", T::integer, "0",
+     "Epochs during which freeze_modules stay fixed: no update, no weight decay, their gradients "
+     "left out of train.clip_grad_norm's norm (PyTorch's requires_grad False). When they join, "
+     "their Adam moments and step count start from zero, as those of parameters PyTorch's "
+     "optimizer had never stepped."},
     {"train.clip_grad_norm", T::number, "0.0",
      "Clip the gradients' total L2 norm to this; 0: no clipping."},
     {"train.schedule", T::string, "constant",
