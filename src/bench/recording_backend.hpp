@@ -72,6 +72,9 @@ class RecordingBackend : public Backend {
   void upload(Tensor dst, const void* host) override { inner_.upload(dst, host); }
   void download(void* host, Tensor src) override { inner_.download(host, src); }
   bool host_addressable() const override { return inner_.host_addressable(); }
+  bool device_memory(size_t* free, size_t* total, std::string* device) const override {
+    return inner_.device_memory(free, total, device);
+  }
   void synchronize() override { inner_.synchronize(); }
   std::string description() const override { return inner_.description(); }
   bool captures() const override { return inner_.captures(); }
