@@ -176,9 +176,10 @@ const std::vector<ConfigKey> kKeys = {
      "segment)."},
     {"data.split.train", T::number, "0.8",
      "Share of the data for training: the first rows (time series) or the first characters "
-     "(text)."},
+     "(text), floor(n train) of n."},
     {"data.split.val", T::number, "0.1",
-     "Share for validation, right after the training part; the rest is the test split. No target "
+     "Share for validation, right after the training part (up to floor(n (train + val))); the "
+     "rest is the test split. No target "
      "crosses a boundary (see data.split.context for the inputs; model.output every_step for its "
      "earlier steps). 0: no validation on purpose (no "
      "val_* metrics; early stopping and "
