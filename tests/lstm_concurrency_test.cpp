@@ -4,6 +4,7 @@
 // and gradients, with dropout between layers, initial states, and in bf16.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -445,8 +446,9 @@ class MisleadingChains final : public RecordingBackend {
 // problem is tuned once per process.)
 TEST(WholeChains, ThatDisagreeWithTheStepsAreNotUsed) {
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / "seqforge_whole_chains_check";
+  // A directory per process: ctest runs this test under several emulated GPUs at once.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("seqforge_whole_chains_check_" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   setenv("SEQFORGE_CACHE_DIR", dir.c_str(), 1);
   using Wrong = MisleadingChains::Wrong;
