@@ -36,6 +36,10 @@ class RecordingBackend : public Backend {
   void run_concurrently(int n, const std::function<void(int)>& fn) override {
     inner_.run_concurrently(n, fn);
   }
+  void signal_worker() override { inner_.signal_worker(); }
+  void wait_for_worker(int worker, int64_t marks) override {
+    inner_.wait_for_worker(worker, marks);
+  }
   bool supports(Op op, DType d) const override { return inner_.supports(op, d); }
   void* alloc(size_t bytes) override {
     void* p = inner_.alloc(bytes);

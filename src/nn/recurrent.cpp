@@ -193,7 +193,9 @@ int Recurrent::wavefront_width(const Backend& be) const {
   return static_cast<int>(std::min<int64_t>(be.concurrency(), opt_.num_layers));
 }
 
-void Recurrent::wait_for(int64_t layer, int64_t steps) const {
+// A wavefront's workers: `layer` (on worker `worker`) has done `steps` of them, on the host
+// (progress_) and on the device (the backend's marks, where its ops run asynchronously).
+void Recurrent::wait_for(Backend& be, int worker, int64_t layer, int64_t steps) const {
   for (int spins = 0; progress_[layer].load(std::memory_order_acquire) < steps; ++spins) {
     if (failed_.load(std::memory_order_relaxed))
       fail(upper(cell_.name), " wavefront: another worker failed");
@@ -203,6 +205,12 @@ void Recurrent::wait_for(int64_t layer, int64_t steps) const {
       std::this_thread::yield();
     }
   }
+  be.wait_for_worker(worker, steps);
+}
+
+void Recurrent::signal_progress(Backend& be, int64_t layer, int64_t steps) {
+  be.signal_worker();
+  progress_[layer].store(steps, std::memory_order_release);
 }
 
 // ---- forward ---------------------------------------------------------------------------------
@@ -449,14 +457,14 @@ void Recurrent::compute_forward(Backend& be, RecurrentSchedule schedule) {
             // The next layer's input projection at step t is its own GEMM: the layer below does
             // it at even steps, the layer itself at odd ones, so the workers' loads match.
             for (int64_t t = 0; t < T_; ++t) {
-              if (j > 0) wait_for(l - 1, t + 1);
+              if (j > 0) wait_for(be, j - 1, l - 1, t + 1);
               if (j > 0 && t % 2 == 1) project_step(be, l, 0, t);
               step_forward(be, l, 0, t, 0, B_);
               if (j + 1 < group) {
                 finish_output_step(be, l, t);
                 if (t % 2 == 0) project_step(be, l + 1, 0, t);
               }
-              progress_[l].store(t + 1, std::memory_order_release);
+              signal_progress(be, l, t + 1);
             }
           } catch (...) {
             failed_.store(true);
@@ -1092,12 +1100,12 @@ void Recurrent::compute_backward(Backend& be, RecurrentSchedule schedule) {
             // into: the layer above has the wider input, so the larger weight gradients.
             for (int64_t t = T_ - 1; t >= 0; --t) {
               if (j > 0) {
-                wait_for(l + 1, T_ - t);
+                wait_for(be, j - 1, l + 1, T_ - t);
                 din_step(be, l + 1, t);
               }
               step_backward(be, l, 0, t, l == l1 - 1 ? group_dout : din_[l + 1].tensor(), 0, B_,
                             chains_[l].dbias.tensor().data());
-              progress_[l].store(T_ - t, std::memory_order_release);
+              signal_progress(be, l, T_ - t);
               weight_grads_as_done(be, l, 0, t, own_copies(j));
             }
           } catch (...) {

@@ -125,14 +125,24 @@ class Backend {
   virtual void abort_capture() noexcept {}
   virtual uint64_t memory_epoch() const { return 0; }
 
-  // Independent op sequences this backend can run at the same time (CPU: its threads).
+  // Independent op sequences this backend can run at the same time (CPU: its threads; GPU: its
+  // streams).
   virtual int concurrency() const { return 1; }
-  // Runs fn(0) .. fn(n-1) truly concurrently, n <= concurrency(); returns when all are done.
-  // Ops called from inside fn run on that worker alone.
+  // Runs the op sequences fn(0) .. fn(n-1) concurrently, n <= concurrency(); returns when all are
+  // done (on a GPU: enqueued, and ordered before the ops called next). Ops called from inside fn
+  // run on that worker alone. A backend whose ops run asynchronously may call fn(0) .. fn(n-1)
+  // one after another on this thread: a worker's host code waits only for workers before it.
   virtual void run_concurrently(int n, const std::function<void(int)>& fn) {
     SF_CHECK(n == 1, "this backend runs one op sequence at a time, asked for ", n);
     fn(0);
   }
+  // Ordering between the workers' ops where they run asynchronously (a GPU's streams; the CPU's
+  // run as they are called, so the host's own ordering of the calls is all they need).
+  // signal_worker marks the point the calling worker's ops have reached; wait_for_worker(i, n)
+  // orders the calling worker's later ops after worker i's ops before its n-th mark, which the
+  // host has already made (i is before the caller).
+  virtual void signal_worker() {}
+  virtual void wait_for_worker(int worker, int64_t marks) { (void)worker, (void)marks; }
 
   void gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
             const void* bias = nullptr) {

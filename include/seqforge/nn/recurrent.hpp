@@ -213,7 +213,8 @@ class Recurrent {
                               void* dw_hh, void* dw_ih, bool accumulate);
   void weight_grads_steps(Backend& be, int64_t l, int64_t d, int64_t t0, int64_t t1, void* dw_hh,
                           void* dw_ih, bool accumulate, Tensor copies);
-  void wait_for(int64_t layer, int64_t steps) const;
+  void wait_for(Backend& be, int worker, int64_t layer, int64_t steps) const;
+  void signal_progress(Backend& be, int64_t layer, int64_t steps);
   void compute_forward(Backend& be, RecurrentSchedule schedule);
   void compute_backward(Backend& be, RecurrentSchedule schedule);
   void run_forward(Backend& be, RecurrentSchedule schedule);

@@ -118,7 +118,7 @@ std::string CublasLt::version() const {
 }
 
 bool CublasLt::gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
-                    const void* bias, bool tf32, cudaStream_t stream) {
+                    const void* bias, bool tf32, cudaStream_t stream, void* workspace) {
   if (s.m == 0 || s.n == 0) return true;
   const ColumnMajorGemm g = column_major(s);
   cudaDataType_t operand = CUDA_R_32F, out = CUDA_R_32F, scale = CUDA_R_32F;
@@ -199,7 +199,8 @@ bool CublasLt::gemm(const GemmShape& s, DType dtype, const void* a, const void* 
   }
   const cublasStatus_t status =
       found->second ? api_->matmul(handle_, desc, alpha, b, first, a, second, beta, c, result, c,
-                                   result, &*found->second, workspace_, workspace_bytes_, stream)
+                                   result, &*found->second, workspace ? workspace : workspace_,
+                                   workspace_bytes_, stream)
                     : CUBLAS_STATUS_SUCCESS;
   api_->layout_destroy(result);
   api_->layout_destroy(second);

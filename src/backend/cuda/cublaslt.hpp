@@ -44,8 +44,11 @@ class CublasLt {
   // or bf16 operands with f32 C and bias. `tf32`: f32 products on tensor cores (PyTorch's
   // matmul precision "high"). False, with nothing enqueued, where cuBLASLt offers no algorithm
   // for the call (operands aligned to less than its kernels need, an epilogue it lacks).
+  // `workspace`: workspace_bytes() of device memory for it, where the stream is not the only
+  // one that runs GEMMs (else the handle's own).
   bool gemm(const GemmShape& s, DType dtype, const void* a, const void* b, void* c,
-            const void* bias, bool tf32, cudaStream_t stream);
+            const void* bias, bool tf32, cudaStream_t stream, void* workspace = nullptr);
+  size_t workspace_bytes() const { return workspace_bytes_; }
   std::string version() const;
 
  private:

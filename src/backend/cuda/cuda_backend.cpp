@@ -1,7 +1,9 @@
 // The CUDA backend: device memory from the stream-ordered pool, GEMMs on cuBLASLt, its own
 // kernels (kernels/cuda) for the elementwise, layout, dropout, cell (LSTM, GRU, LN-LSTM),
-// embedding, layer norm, GELU, attention, adapter, loss and optimizer ops, all on one stream;
-// uploads from page-locked staging memory on a copy stream, ordered against the ops by events.
+// embedding, layer norm, GELU, attention, adapter, loss and optimizer ops, on one stream but for
+// independent op sequences (run_concurrently), each on a lane of its own, forked from it and
+// joined back by events; uploads from page-locked staging memory on a copy stream, ordered
+// against the ops by events.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +12,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -134,9 +138,9 @@ class CudaBackend final : public Backend {
     on_device();
     ++epoch_;
     void* p = nullptr;
-    check_cuda(cudaMallocAsync(&p, std::max<size_t>(bytes, 1), stream_),
+    check_cuda(cudaMallocAsync(&p, std::max<size_t>(bytes, 1), stream()),
                "out of device memory allocating " + std::to_string(bytes) + " bytes");
-    check_cuda(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
+    check_cuda(cudaMemsetAsync(p, 0, bytes, stream()), "cudaMemsetAsync");
     return p;
   }
   // Never throws: it runs in destructors, also after a device error, which every later call
@@ -150,7 +154,7 @@ class CudaBackend final : public Backend {
     std::lock_guard<std::mutex> gate(gate_);
     on_device();
     ++epoch_;
-    cudaFreeAsync(p, stream_);
+    cudaFreeAsync(p, stream());
   }
 
   // Capture: the gate held throughout, so that only this thread's ops reach the stream.
@@ -192,31 +196,86 @@ class CudaBackend final : public Backend {
     finish_capture();
   }
   uint64_t memory_epoch() const override { return epoch_.load(); }
+
+  // Independent op sequences (a bidirectional layer's directions, a wavefront's layers) run on
+  // streams of their own, lanes forked from the backend's stream and joined back to it; the
+  // workers' host code runs in turn on the calling thread, enqueueing each one's ops on its lane.
+  // Lanes have their own scratch and cuBLASLt workspace, so that ops on two never share memory.
+  int concurrency() const override { return kLanes; }
+  void run_concurrently(int n, const std::function<void(int)>& fn) override {
+    SF_CHECK(n >= 1 && n <= kLanes, "cuda: run_concurrently(", n, ") with ", kLanes, " streams");
+    SF_CHECK(lane_owner_ != this, "cuda: run_concurrently inside run_concurrently");
+    on_device();
+    make_lanes();
+    check_cuda(cudaEventRecord(forked_, stream_), "fork of concurrent ops");
+    for (int j = 0; j < n; ++j) {
+      check_cuda(cudaStreamWaitEvent(lanes_[j].stream, forked_, 0), "fork of concurrent ops");
+      lanes_[j].signals = 0;
+    }
+    std::exception_ptr error;
+    lane_owner_ = this;
+    for (int j = 0; j < n && !error; ++j) {
+      lane_index_ = j;
+      try {
+        fn(j);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    lane_owner_ = nullptr;
+    for (int j = 0; j < n; ++j) {  // joined also after an error: the stream stays ordered
+      cudaEventRecord(lanes_[j].finished, lanes_[j].stream);
+      cudaStreamWaitEvent(stream_, lanes_[j].finished, 0);
+    }
+    if (error) std::rethrow_exception(error);
+    check_cuda(cudaGetLastError(), "join of concurrent ops");
+  }
+  void signal_worker() override {
+    SF_CHECK(lane_owner_ == this, "cuda: signal_worker outside run_concurrently");
+    Lane& lane = lanes_[lane_index_];
+    if (lane.signals == static_cast<int64_t>(lane.marks.size())) {
+      cudaEvent_t e = nullptr;
+      check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      lane.marks.push_back(e);
+    }
+    check_cuda(cudaEventRecord(lane.marks[lane.signals++], lane.stream), "signal_worker");
+  }
+  void wait_for_worker(int worker, int64_t marks) override {
+    SF_CHECK(lane_owner_ == this && worker >= 0 && worker < lane_index_, "cuda: worker ",
+             lane_index_, " waits for worker ", worker,
+             " (a worker waits for workers before it, inside run_concurrently)");
+    const Lane& from = lanes_[worker];
+    SF_CHECK(marks <= from.signals, "cuda: worker ", lane_index_, " waits for mark ", marks,
+             " of worker ", worker, ", which made ", from.signals);
+    if (marks > 0)
+      check_cuda(cudaStreamWaitEvent(lanes_[lane_index_].stream, from.marks[marks - 1], 0),
+                 "wait_for_worker");
+  }
   void copy(Tensor dst, Tensor src) override {
     SF_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(), dst.shape().str(), " <- ",
              src.shape().str());
     if (dst.nbytes())
       check_cuda(
-          cudaMemcpyAsync(dst.data(), src.data(), dst.nbytes(), cudaMemcpyDeviceToDevice, stream_),
+          cudaMemcpyAsync(dst.data(), src.data(), dst.nbytes(), cudaMemcpyDeviceToDevice, stream()),
           "copy");
   }
   void fill(Tensor dst, double value) override {
-    cuda::fill(dst.data(), dst.dtype(), dst.numel(), value, stream_);
+    cuda::fill(dst.data(), dst.dtype(), dst.numel(), value, stream());
     launched("fill", dst);
   }
   void convert(Tensor dst, Tensor src) override {
     SF_CHECK(dst.numel() == src.numel(), dst.shape().str(), " <- ", src.shape().str());
     if (dst.dtype() == src.dtype()) return copy(dst, src);
-    cuda::convert(dst.data(), dst.dtype(), src.data(), src.dtype(), src.numel(), stream_);
+    cuda::convert(dst.data(), dst.dtype(), src.data(), src.dtype(), src.numel(), stream());
     launched("convert", dst);
   }
   // Waits for the ops before, then raises what their kernels reported (a bad id or target).
   void synchronize() override {
     refuse_in_capture("a synchronisation");
     check_cuda(cudaMemcpyAsync(host_reports_, reports_, sizeof host_reports_,
-                               cudaMemcpyDeviceToHost, stream_),
+                               cudaMemcpyDeviceToHost, stream()),
                "read-back of the kernels' reports");
-    check_cuda(cudaStreamSynchronize(stream_), "synchronize");
+    check_cuda(cudaStreamSynchronize(stream()), "synchronize");
     raise_reports();
   }
 
@@ -229,13 +288,13 @@ class CudaBackend final : public Backend {
     refuse_in_capture("an " + what);
     std::lock_guard<std::mutex> gate(gate_);
     on_device();
-    check_cuda(cudaEventRecord(compute_mark_, stream_), what);
+    check_cuda(cudaEventRecord(compute_mark_, stream()), what);
     check_cuda(cudaStreamWaitEvent(copy_stream_, compute_mark_, 0), what);
     check_cuda(
         cudaMemcpyAsync(dst.data(), host, dst.nbytes(), cudaMemcpyHostToDevice, copy_stream_),
         what);
     check_cuda(cudaEventRecord(copied_, copy_stream_), what);
-    check_cuda(cudaStreamWaitEvent(stream_, copied_, 0), what);
+    check_cuda(cudaStreamWaitEvent(stream(), copied_, 0), what);
     check_cuda(cudaEventSynchronize(copied_), what);
   }
   // Page-locked: the copy engine reads it directly. Allocating and freeing it synchronise the
@@ -263,7 +322,7 @@ class CudaBackend final : public Backend {
     if (!src.nbytes()) return;
     refuse_in_capture("a download of " + src.shape().str());
     on_device();
-    check_cuda(cudaMemcpyAsync(host, src.data(), src.nbytes(), cudaMemcpyDeviceToHost, stream_),
+    check_cuda(cudaMemcpyAsync(host, src.data(), src.nbytes(), cudaMemcpyDeviceToHost, stream()),
                "download of " + src.shape().str());
     synchronize();
   }
@@ -277,24 +336,24 @@ class CudaBackend final : public Backend {
   }
   void add(Tensor y, Tensor x) override {
     SF_CHECK(y.numel() == x.numel(), y.shape().str(), " += ", x.shape().str());
-    cuda::add(y.data(), x.data(), y.dtype(), y.numel(), stream_);
+    cuda::add(y.data(), x.data(), y.dtype(), y.numel(), stream());
     launched("add", y);
   }
   void mul(Tensor y, Tensor a, Tensor b) override {
     SF_CHECK(y.numel() == a.numel() && y.numel() == b.numel(), "mul sizes");
-    cuda::mul(y.data(), a.data(), b.data(), y.dtype(), y.numel(), stream_);
+    cuda::mul(y.data(), a.data(), b.data(), y.dtype(), y.numel(), stream());
     launched("mul", y);
   }
   void dropout_mask(Tensor mask, double p, uint64_t seed) override {
     cuda::dropout_mask(mask.data(), mask.dtype(), mask.numel(), ref::uniform_below(p),
-                       1.0 / (1.0 - p), seed, seed_base_, stream_);
+                       1.0 / (1.0 - p), seed, seed_base_, stream());
     launched("dropout_mask", mask);
   }
   void transpose01(Tensor dst, Tensor src) override {
     SF_CHECK(src.shape().rank() == 3 && dst.shape() == Shape({src.dim(1), src.dim(0), src.dim(2)}),
              dst.shape().str(), " <- transpose ", src.shape().str());
     cuda::transpose01(dst.data(), src.data(), src.dim(0), src.dim(1), src.dim(2),
-                      dtype_size(src.dtype()), stream_);
+                      dtype_size(src.dtype()), stream());
     launched("transpose01", src);
   }
   void copy_rows(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
@@ -302,17 +361,17 @@ class CudaBackend final : public Backend {
     const size_t e = dtype_size(dtype);
     if (rows == 0 || n == 0) return;
     check_cuda(cudaMemcpy2DAsync(dst, ld_dst * e, src, ld_src * e, n * e, rows,
-                                 cudaMemcpyDeviceToDevice, stream_),
+                                 cudaMemcpyDeviceToDevice, stream()),
                "copy_rows");
   }
   void copy_transposed(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
                        int64_t cols, DType dtype) override {
-    cuda::copy_transposed(dst, ld_dst, src, ld_src, rows, cols, dtype_size(dtype), stream_);
+    cuda::copy_transposed(dst, ld_dst, src, ld_src, rows, cols, dtype_size(dtype), stream());
     check_cuda(cudaGetLastError(), "copy_transposed");
   }
 
   void cell_forward(CellKind cell, const CellForward& a, DType dtype) override {
-    cuda::cell_forward(cell, a, dtype, stream_);
+    cuda::cell_forward(cell, a, dtype, stream());
     check_cuda(cudaGetLastError(), std::string(cell_type(cell).name) + " cell forward");
   }
   // The bias gradient is the column sums of dgates (and of dgates_rec when apart), summed here;
@@ -328,14 +387,14 @@ class CudaBackend final : public Backend {
     void* rows = cell == CellKind::lnlstm
                      ? scratch(2, static_cast<size_t>(a.batch * bias_columns) * dtype_size(dtype))
                      : nullptr;
-    cuda::cell_backward(cell, p, rows, dtype, stream_);
+    cuda::cell_backward(cell, p, rows, dtype, stream());
     if (p.dbias && rows) {
-      cuda::sum_rows_acc(p.dbias, rows, dtype, a.batch, bias_columns, stream_);
+      cuda::sum_rows_acc(p.dbias, rows, dtype, a.batch, bias_columns, stream());
     } else if (p.dbias) {
-      cuda::sum_rows_acc(p.dbias, p.dgates, dtype, a.batch, GH, stream_);
+      cuda::sum_rows_acc(p.dbias, p.dgates, dtype, a.batch, GH, stream());
       if (type.recurrent_grads)
         cuda::sum_rows_acc(static_cast<char*>(p.dbias) + GH * dtype_size(dtype), p.dgates_rec,
-                           dtype, a.batch, GH, stream_);
+                           dtype, a.batch, GH, stream());
     }
     check_cuda(cudaGetLastError(), std::string(type.name) + " cell backward");
   }
@@ -355,7 +414,7 @@ class CudaBackend final : public Backend {
     cuda::recurrence_forward(
         cell, chains, dtype,
         scratch(3, static_cast<size_t>(cuda::recurrence_progress_bytes(chains[0].cell.batch))),
-        stream_);
+        stream());
     check_cuda(cudaGetLastError(), std::string(cell_type(cell).name) + " recurrence forward");
   }
   void recurrence_backward(CellKind cell, std::span<const RecurrenceBackward> chains,
@@ -382,7 +441,7 @@ class CudaBackend final : public Backend {
                                                  bias_grad_columns(type, a.cell.hidden))
                               : nullptr;
     void* progress = scratch(3, static_cast<size_t>(cuda::recurrence_progress_bytes(a.cell.batch)));
-    cuda::recurrence_backward(cell, chains, dgates, drec, rows, progress, dtype, stream_);
+    cuda::recurrence_backward(cell, chains, dgates, drec, rows, progress, dtype, stream());
     check_cuda(cudaGetLastError(), std::string(type.name) + " recurrence backward");
   }
   template <typename Chain>
@@ -398,7 +457,7 @@ class CudaBackend final : public Backend {
     SF_CHECK(out.numel() == ids.numel() * e, "embedding: ", out.shape().str(), " for ", ids.numel(),
              " ids of width ", e);
     cuda::embedding_forward(out.data(), table.data(), ids.data(), ids.dtype(), table.dtype(),
-                            ids.numel(), e, vocab, reports_, stream_);
+                            ids.numel(), e, vocab, reports_, stream());
     launched("embedding_forward", out);
   }
   void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override {
@@ -406,7 +465,7 @@ class CudaBackend final : public Backend {
     auto* keys = static_cast<uint64_t*>(
         scratch(0, static_cast<size_t>(cuda::embedding_sort_keys(n)) * sizeof(uint64_t)));
     cuda::embedding_backward(dtable.data(), dout.data(), ids.data(), ids.dtype(), dtable.dtype(), n,
-                             dtable.dim(1), dtable.dim(0), keys, stream_);
+                             dtable.dim(1), dtable.dim(0), keys, stream());
     launched("embedding_backward", dtable);
   }
   void layer_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, Tensor b,
@@ -415,7 +474,7 @@ class CudaBackend final : public Backend {
     SF_CHECK(y.numel() == x.numel() && saved.numel() == 2 * N && w.numel() == C && b.numel() == C,
              "layer_norm_forward shapes");
     cuda::layer_norm_forward(y.data(), y.dtype(), saved.data(), x.data(), w.data(), b.data(),
-                             x.dtype(), N, C, eps, stream_);
+                             x.dtype(), N, C, eps, stream());
     launched("layer_norm_forward", x);
   }
   void layer_norm_backward(Tensor dx, Tensor dw, Tensor db, Tensor dy, Tensor x, Tensor w,
@@ -428,7 +487,7 @@ class CudaBackend final : public Backend {
     const size_t partial = static_cast<size_t>(2 * cuda::layer_norm_partial_chunks(N) * C);
     cuda::layer_norm_backward(dx.data(), dw.data(), db.data(), residual.data(), dy.data(), x.data(),
                               w.data(), saved.data(), static_cast<double*>(scratch(0, partial * 8)),
-                              x.dtype(), N, C, stream_);
+                              x.dtype(), N, C, stream());
     launched("layer_norm_backward", x);
   }
   void rms_norm_forward(Tensor y, Tensor saved, Tensor x, Tensor w, double offset,
@@ -438,7 +497,7 @@ class CudaBackend final : public Backend {
         y.numel() == x.numel() && saved.numel() == N && w.numel() == C && y.dtype() == x.dtype(),
         "rms_norm_forward shapes");
     cuda::rms_norm_forward(y.data(), saved.data(), x.data(), w.data(), offset, x.dtype(), N, C, eps,
-                           stream_);
+                           stream());
     launched("rms_norm_forward", x);
   }
   void rms_norm_backward(Tensor dx, Tensor dw, Tensor dy, Tensor x, Tensor w, double offset,
@@ -451,29 +510,29 @@ class CudaBackend final : public Backend {
     const size_t partial = static_cast<size_t>(cuda::layer_norm_partial_chunks(N) * C);
     cuda::rms_norm_backward(dx.data(), dw.data(), residual.data(), dy.data(), x.data(), w.data(),
                             offset, saved.data(), static_cast<double*>(scratch(0, partial * 8)),
-                            x.dtype(), N, C, stream_);
+                            x.dtype(), N, C, stream());
     launched("rms_norm_backward", x);
   }
   void rotary(const Rotary& a, DType dtype) override {
-    cuda::rotary(a, dtype, stream_);
+    cuda::rotary(a, dtype, stream());
     launched("rotary", Tensor(nullptr, dtype, {a.rows, a.heads, a.head_dim}));
   }
   void soft_cap_forward(Tensor y, Tensor x, double cap) override {
     SF_CHECK(y.numel() == x.numel() && cap > 0, "soft_cap_forward sizes or cap ", cap);
-    cuda::soft_cap_forward(y.data(), x.data(), cap, y.dtype(), y.numel(), stream_);
+    cuda::soft_cap_forward(y.data(), x.data(), cap, y.dtype(), y.numel(), stream());
     launched("soft_cap_forward", y);
   }
   void soft_cap_backward(Tensor dx, Tensor dy, Tensor y, double cap) override {
     SF_CHECK(dx.numel() == dy.numel() && y.numel() == dy.numel() && cap > 0,
              "soft_cap_backward sizes or cap ", cap);
-    cuda::soft_cap_backward(dx.data(), dy.data(), y.data(), cap, dy.dtype(), dy.numel(), stream_);
+    cuda::soft_cap_backward(dx.data(), dy.data(), y.data(), cap, dy.dtype(), dy.numel(), stream());
     launched("soft_cap_backward", dy);
   }
   void glu_forward(Tensor y, Tensor gate, Tensor up, GluKind kind,
                    const GluAffine& affine) override {
     const cuda::GluColumns cols = glu_columns(gate, affine);
     SF_CHECK(y.numel() == gate.numel() && up.numel() == gate.numel(), "glu_forward sizes");
-    cuda::glu_forward(y.data(), gate.data(), up.data(), cols, kind, y.dtype(), y.numel(), stream_);
+    cuda::glu_forward(y.data(), gate.data(), up.data(), cols, kind, y.dtype(), y.numel(), stream());
     launched("glu_forward", y);
   }
   void glu_backward(Tensor dgate, Tensor dup, Tensor dy, Tensor gate, Tensor up, GluKind kind,
@@ -486,13 +545,13 @@ class CudaBackend final : public Backend {
     const size_t partial = static_cast<size_t>(2 * cuda::layer_norm_partial_chunks(rows) * cols.C);
     cuda::glu_backward(dgate.data(), dup.data(), dy.data(), gate.data(), up.data(), cols, kind,
                        static_cast<double*>(scratch(0, partial * 8)), dy.dtype(), dy.numel(),
-                       stream_);
+                       stream());
     launched("glu_backward", dy);
   }
   void gelu_forward(Tensor y, Tensor x, const ColumnMap& map) override {
     SF_CHECK(y.numel() == x.numel(), "gelu sizes");
     cuda::gelu_forward(y.data(), y.dtype(), x.data(), map.scale.data(), map.bias.data(), x.dtype(),
-                       x.numel(), map.width(x), stream_);
+                       x.numel(), map.width(x), stream());
     launched("gelu_forward", x);
   }
   void gelu_backward(Tensor dx, Tensor dy, Tensor x, const ColumnMap& map) override {
@@ -502,7 +561,7 @@ class CudaBackend final : public Backend {
         map.dscale.empty() ? 0 : static_cast<size_t>(cuda::layer_norm_partial_chunks(rows) * C);
     cuda::gelu_backward(dx.data(), map.dscale.data(), dy.data(), x.data(), map.scale.data(),
                         map.bias.data(), static_cast<double*>(scratch(0, partial * 8)), x.dtype(),
-                        x.numel(), C, stream_);
+                        x.numel(), C, stream());
     launched("gelu_backward", x);
   }
   void run_scale_columns(Tensor y, int64_t ldy, const void* addend, Tensor x, Tensor s,
@@ -512,14 +571,14 @@ class CudaBackend final : public Backend {
         y.numel() == x.numel() && x.numel() % C == 0 && (b.empty() || b.numel() == C) && ldy >= C,
         "scale_columns shapes");
     cuda::scale_columns(y.data(), ldy, addend, x.data(), s.data(), b.empty() ? nullptr : b.data(),
-                        x.dtype(), x.numel() / C, C, stream_);
+                        x.dtype(), x.numel() / C, C, stream());
     launched("scale_columns", x);
   }
   void dora_norm(Tensor scale, Tensor inv_norm, Tensor v, Tensor m) override {
     const int64_t R = m.numel();
     SF_CHECK(scale.numel() == R && inv_norm.numel() == R && v.numel() % R == 0, "dora_norm shapes");
     cuda::dora_norm(scale.data(), inv_norm.data(), v.data(), m.data(), v.dtype(), R, v.numel() / R,
-                    stream_);
+                    stream());
     launched("dora_norm", v);
   }
   void run_dora_backward(Tensor dpre, Tensor dm, Tensor dy, int64_t ldy, Tensor pre, Tensor scale,
@@ -532,7 +591,7 @@ class CudaBackend final : public Backend {
     const size_t partial = static_cast<size_t>(cuda::layer_norm_partial_chunks(rows) * C);
     cuda::dora_backward(dpre.data(), dm.data(), dy.data(), ldy, pre.data(), scale.data(),
                         inv_norm.data(), static_cast<double*>(scratch(0, partial * 8)), dy.dtype(),
-                        rows, C, stream_);
+                        rows, C, stream());
     launched("dora_backward", dy);
   }
   void attention_forward(const AttentionForward& given, DType dtype) override {
@@ -541,7 +600,7 @@ class CudaBackend final : public Backend {
              given.first_row, " of ", given.shape.seq);
     AttentionForward a = given;
     a.shape.seed_base = seed_base_;
-    cuda::attention_forward(a, dtype, stream_);
+    cuda::attention_forward(a, dtype, stream());
     launched("attention_forward", attention_shape(a.shape, dtype));
   }
   void attention_backward(const AttentionBackward& given, DType dtype) override {
@@ -550,7 +609,7 @@ class CudaBackend final : public Backend {
     a.shape.seed_base = seed_base_;
     const AttentionShape& s = a.shape;
     void* delta = scratch(0, static_cast<size_t>(s.batch * s.heads * s.seq) * dtype_size(dtype));
-    cuda::attention_backward(a, delta, dtype, stream_);
+    cuda::attention_backward(a, delta, dtype, stream());
     launched("attention_backward", attention_shape(s, dtype));
   }
 
@@ -563,8 +622,9 @@ class CudaBackend final : public Backend {
     SF_CHECK(mask.empty() || mask.numel() == rows, "mse mask ", mask.shape().str(), " for ", rows,
              " rows");
     cuda::regression_loss(kind, pred.data(), target.data(), mask.empty() ? nullptr : mask.data(),
-                          dpred.data(), pred.dtype(), rows, f, scratch_, partials_, stream_);
-    cuda::mean(scalar_out(loss), scratch_, double(f), stream_);
+                          dpred.data(), pred.dtype(), rows, f, reduction("regression_loss"),
+                          partials_, stream());
+    cuda::mean(scalar_out(loss), scratch_, double(f), stream());
     launched("regression_loss", pred);
   }
   // A target out of range is reported at the next synchronisation (raise_reports).
@@ -577,31 +637,32 @@ class CudaBackend final : public Backend {
              " for ", classes, " classes");
     cuda::cross_entropy_loss(logits.data(), targets.data(), targets.dtype(),
                              weights.empty() ? nullptr : weights.data(), ignore_index,
-                             dlogits.data(), logits.dtype(), rows, classes, scratch_, partials_,
-                             reports_, stream_);
-    cuda::mean(scalar_out(loss), scratch_, 1.0, stream_);
+                             dlogits.data(), logits.dtype(), rows, classes,
+                             reduction("cross_entropy_loss"), partials_, reports_, stream());
+    cuda::mean(scalar_out(loss), scratch_, 1.0, stream());
     launched("cross_entropy_loss", logits);
   }
   void sum_squares(Tensor x, Tensor out) override {
-    cuda::sum_squares(scalar_out(out), x.data(), x.dtype(), x.numel(), partials_, stream_);
+    reduction("sum_squares");
+    cuda::sum_squares(scalar_out(out), x.data(), x.dtype(), x.numel(), partials_, stream());
     launched("sum_squares", x);
   }
   void scale(Tensor x, double alpha) override {
-    cuda::scale(x.data(), x.dtype(), x.numel(), alpha, stream_);
+    cuda::scale(x.data(), x.dtype(), x.numel(), alpha, stream());
     launched("scale", x);
   }
   void adam_step(Tensor params, Tensor grads, Tensor m, Tensor v, const AdamParams& p) override {
     cuda::adam_step(params.data(), grads.data(), m.data(), v.data(), params.dtype(), params.numel(),
-                    p, stream_);
+                    p, stream());
     launched("adam_step", params);
   }
   void sgd_step(Tensor params, Tensor grads, Tensor momentum, const SgdParams& p) override {
     cuda::sgd_step(params.data(), grads.data(), momentum.empty() ? nullptr : momentum.data(),
-                   params.dtype(), params.numel(), p, stream_);
+                   params.dtype(), params.numel(), p, stream());
     launched("sgd_step", params);
   }
   void optimizer_step(const OptimizerStep& a, DType dtype) override {
-    cuda::optimizer_step(a, dtype, stream_);
+    cuda::optimizer_step(a, dtype, stream());
     launched("optimizer_step", Tensor(a.params, dtype, {a.grad_elements}));
   }
 
@@ -631,7 +692,7 @@ class CudaBackend final : public Backend {
     SF_CHECK(joined_, "cuda: all_reduce_sum before join_collectives");
     SF_CHECK(x.dtype() == DType::f32, "cuda: all_reduce_sum of ", dtype_name(x.dtype()));
     on_device();
-    nccl_->all_reduce_sum(static_cast<float*>(x.data()), size_t(x.numel()), stream_);
+    nccl_->all_reduce_sum(static_cast<float*>(x.data()), size_t(x.numel()), stream());
     launched("all_reduce_sum", x);
   }
   std::string collectives_name() const override {
@@ -644,7 +705,7 @@ class CudaBackend final : public Backend {
     if (s.m == 0 || s.n == 0) return;
     if (s.k == 0) {  // no products: cuBLASLt takes no empty operand
       cuda::gemm_without_k(c, s.ldc, s.m, s.n, s.beta, bias,
-                           dtype == DType::f64 ? DType::f64 : DType::f32, stream_);
+                           dtype == DType::f64 ? DType::f64 : DType::f32, stream());
       return check_cuda(cudaGetLastError(), "gemm");
     }
     // cuBLASLt's bias epilogue is not offered in f64, and a call it has no algorithm for
@@ -656,14 +717,15 @@ class CudaBackend final : public Backend {
     const bool tf32 = tf32_ && dtype == DType::f32;
     const bool epilogue =
         bias && dtype != DType::f64 && reinterpret_cast<uintptr_t>(bias) % 16 == 0;
-    if (epilogue && blas_->gemm(s, dtype, a, b, c, bias, tf32, stream_))
+    void* workspace = lane_owner_ == this ? lanes_[lane_index_].workspace : nullptr;
+    if (epilogue && blas_->gemm(s, dtype, a, b, c, bias, tf32, stream(), workspace))
       return check_cuda(cudaGetLastError(), "gemm");
-    if (blas_->gemm(s, dtype, a, b, c, nullptr, tf32, stream_)) {
+    if (blas_->gemm(s, dtype, a, b, c, nullptr, tf32, stream(), workspace)) {
       if (bias)
         cuda::add_bias_rows(c, s.ldc, bias, dtype == DType::f64 ? DType::f64 : DType::f32, s.m, s.n,
-                            stream_);
+                            stream());
     } else {
-      cuda::gemm_fallback(s, dtype, a, b, c, bias, stream_);
+      cuda::gemm_fallback(s, dtype, a, b, c, bias, stream());
     }
     check_cuda(cudaGetLastError(), "gemm");
   }
@@ -682,6 +744,39 @@ class CudaBackend final : public Backend {
     cudaGraphExec_t exec_;
     cudaStream_t stream_;
   };
+  static constexpr int kLanes = 4, kScratchSlots = 4;
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t finished = nullptr;  // the worker's last op, for the join
+    std::vector<cudaEvent_t> marks;  // signal_worker's, in order
+    int64_t signals = 0;             // marks recorded in this run_concurrently
+    void* workspace = nullptr;       // cuBLASLt's
+    std::pair<void*, size_t> scratch[kScratchSlots] = {};
+  };
+  // The calling thread's lane (inside run_concurrently) is lanes_[lane_index_] of lane_owner_.
+  static inline thread_local const CudaBackend* lane_owner_ = nullptr;
+  static inline thread_local int lane_index_ = 0;
+  cudaStream_t stream() const { return lane_owner_ == this ? lanes_[lane_index_].stream : stream_; }
+  // The lanes, made on first use: never inside a capture (their workspaces are allocated).
+  void make_lanes() {
+    if (lanes_made_) return;
+    refuse_in_capture("a first use of concurrent streams");
+    check_cuda(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming), "cudaEventCreate");
+    for (Lane& lane : lanes_) {
+      check_cuda(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking),
+                 "cudaStreamCreate (a lane)");
+      check_cuda(cudaEventCreateWithFlags(&lane.finished, cudaEventDisableTiming),
+                 "cudaEventCreate");
+      check_cuda(cudaMalloc(&lane.workspace, blas_->workspace_bytes()),
+                 "out of device memory for a stream's cuBLASLt workspace");
+    }
+    lanes_made_ = true;
+  }
+  // The scratch of the losses and reductions, which are the backend stream's alone.
+  double* reduction(const char* op) const {
+    SF_CHECK(lane_owner_ != this, "cuda: ", op, " inside run_concurrently");
+    return scratch_;
+  }
   bool capturing_here() const {
     return capturing_ && capture_thread_ == std::this_thread::get_id();
   }
@@ -719,7 +814,7 @@ class CudaBackend final : public Backend {
     uint64_t r[kReportWords];
     std::copy(std::begin(host_reports_), std::end(host_reports_), r);
     std::fill(std::begin(host_reports_), std::end(host_reports_), none);
-    cudaMemsetAsync(reports_, 0xff, sizeof host_reports_, stream_);
+    cudaMemsetAsync(reports_, 0xff, sizeof host_reports_, stream());
     const int64_t value = static_cast<int64_t>(r[kReportValue]);
     const uint64_t index = r[kReportIndex] & ~kResolvedReport;
     const int64_t bound = static_cast<int64_t>(r[kReportBound]);
@@ -751,6 +846,17 @@ class CudaBackend final : public Backend {
   void release() {
     nccl_.reset();
     for (auto& [ptr, size] : scratch_buffers_) free(ptr);
+    if (lanes_made_)
+      for (Lane& lane : lanes_) {
+        for (auto& [ptr, size] : lane.scratch) free(ptr);
+        cudaStreamSynchronize(lane.stream);
+        cudaStreamDestroy(lane.stream);
+        cudaEventDestroy(lane.finished);
+        for (cudaEvent_t e : lane.marks) cudaEventDestroy(e);
+        cudaFree(lane.workspace);
+      }
+    if (forked_) cudaEventDestroy(forked_);
+    lanes_made_ = false;
     blas_.reset();
     if (scratch_) cudaFree(scratch_);
     if (partials_) cudaFree(partials_);
@@ -772,7 +878,6 @@ class CudaBackend final : public Backend {
     partials_ = nullptr;
     stream_ = nullptr;
   }
-  // Device scratch `slot` of at least `bytes`, kept for later calls (freed in stream order).
   // db += column sums of dy over bands of rows in parallel, dy also written to low when given.
   void sum_rows(Tensor db, Tensor dy, Tensor low) {
     const int64_t rows = rows_of(dy), cols = dy.numel() / std::max<int64_t>(rows, 1);
@@ -780,11 +885,14 @@ class CudaBackend final : public Backend {
     const size_t partial = static_cast<size_t>(cuda::layer_norm_partial_chunks(rows) * cols);
     cuda::sum_rows_acc_banded(db.data(), dy.data(), dy.dtype(), rows, cols,
                               static_cast<double*>(scratch(0, partial * 8)),
-                              low.empty() ? nullptr : low.data(), low.dtype(), stream_);
+                              low.empty() ? nullptr : low.data(), low.dtype(), stream());
     launched(low.empty() ? "sum_rows_acc" : "sum_rows_acc_and_convert", dy);
   }
+  // Device scratch `slot` of at least `bytes` (the calling worker's lane's, or the stream's), kept
+  // for later calls (freed in stream order).
   void* scratch(int slot, size_t bytes) {
-    auto& [ptr, size] = scratch_buffers_[slot];
+    auto& [ptr, size] =
+        (lane_owner_ == this ? lanes_[lane_index_].scratch : scratch_buffers_)[slot];
     if (size < bytes) {  // held by no one while alloc may throw (a capture, out of memory)
       size = 0;
       free(std::exchange(ptr, nullptr));
@@ -815,7 +923,10 @@ class CudaBackend final : public Backend {
   // position, value and range); all ones while none.
   uint64_t* reports_ = nullptr;
   uint64_t host_reports_[cuda::kReportWords] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
-  std::pair<void*, size_t> scratch_buffers_[4] = {};
+  std::pair<void*, size_t> scratch_buffers_[kScratchSlots] = {};
+  std::array<Lane, kLanes> lanes_;
+  bool lanes_made_ = false;
+  cudaEvent_t forked_ = nullptr;  // the backend stream's ops before a fork
   std::unique_ptr<cuda::CublasLt> blas_;
   std::unique_ptr<cuda::Nccl> nccl_;  // loaded by collectives_unavailable
   bool joined_ = false;               // join_collectives ran

@@ -4,9 +4,9 @@
 // threads as fibers that switch at __syncthreads, so that a session without a GPU
 // checks their indexing, barriers and math against the reference kernels. Device memory is host
 // memory closed to the host (PROT_NONE) but while the emulated device works on it, so that host
-// code that reads or writes device memory faults here as it would on a GPU; streams are ignored
-// (every launch completes before it returns) but for graph capture: the work enqueued on a stream
-// being captured is recorded, not run, and runs when the graph is launched.
+// code that reads or writes device memory faults here as it would on a GPU. A stream's work runs
+// only when something waits for it (see Streams below), so that work the events leave unordered
+// runs out of order; a capture records its streams' work, which runs when the graph is launched.
 #include <math.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,7 +40,9 @@ enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorMemoryAllocation = 2,
   cudaErrorStreamCaptureUnsupported = 900,
-  cudaErrorStreamCaptureInvalidated = 901
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureUnjoined = 904,
+  cudaErrorStreamCaptureIsolation = 905
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 struct cudaFuncAttributes {
@@ -122,29 +125,69 @@ inline void device_free(void* p) {
   m.sizes.erase(it);
 }
 
-// Graph capture: what is enqueued on `capturing` goes into `recording` instead of running.
+// Streams. A stream's work waits in its queue and runs only when something needs it done: a
+// stream that waits on an event recorded on it (up to the event), a synchronisation of the
+// stream or of the event, a synchronous free. Work that no event orders after another stream's
+// then runs before it, or long after it, as it may on a GPU, and the results show it. The legacy
+// stream (nullptr: the kernels' tests) runs its work at once. One thread at a time runs work (the
+// device's), holding `mutex`, which also guards the queues, the events and the capture.
+//
+// Capture: the work enqueued on the stream being captured, and on the streams that joined it by
+// waiting on an event recorded in it, is recorded (in the order it is enqueued, which the events
+// allow), not queued. Each joined stream must be joined back before the capture ends (the origin
+// waits on an event recorded on it after its last captured work), and a captured stream may not
+// wait on an event recorded outside the capture.
 struct Graph {
-  std::vector<std::function<void()>> ops;
+  std::shared_ptr<std::vector<std::function<void()>>> ops =
+      std::make_shared<std::vector<std::function<void()>>>();
 };
-inline std::mutex capture_mutex;
-inline cudaStream_t capturing = nullptr;
+struct Stream {
+  std::deque<std::function<void()>> queue;
+  uint64_t enqueued = 0, done = 0;  // work items so far
+  bool captured = false;            // the capture's origin, or a stream that joined it
+  uint64_t captured_work = 0;       // recorded in the capture (a stream's joining counts)
+  uint64_t rejoined = 0;            // of captured_work, as much as the origin waited on
+};
+inline std::recursive_mutex mutex;
+inline std::map<cudaStream_t, Stream> streams;
+inline cudaStream_t capture_origin = nullptr;
 inline Graph* recording = nullptr;
-inline bool invalidated = false;  // an op the capture cannot hold was asked for
-// Records `op` when `stream` is being captured (true), else leaves it to the caller to run.
-inline bool record(cudaStream_t stream, std::function<void()> op) {
-  std::lock_guard lock(capture_mutex);
-  if (!capturing || stream != capturing) return false;
-  recording->ops.push_back(std::move(op));
-  return true;
+inline bool invalidated = false;  // the capture was asked for what it cannot hold
+
+// Runs stream s's work, the first `upto` items of all it was given (all of them by default).
+inline void flush(cudaStream_t s, uint64_t upto = UINT64_MAX) {
+  std::lock_guard lock(mutex);
+  const auto it = streams.find(s);
+  if (it == streams.end()) return;
+  Stream& q = it->second;
+  while (q.done < upto && !q.queue.empty()) {
+    const std::function<void()> work = std::move(q.queue.front());
+    q.queue.pop_front();
+    work();
+    ++q.done;
+  }
 }
-inline bool is_capturing(cudaStream_t stream) {
-  std::lock_guard lock(capture_mutex);
-  return capturing && stream == capturing;
+// Records `work` in the capture, queues it on s, or runs it now (the legacy stream).
+inline void enqueue(cudaStream_t s, std::function<void()> work) {
+  std::lock_guard lock(mutex);
+  if (!s) return work();
+  Stream& q = streams[s];
+  if (q.captured) {
+    recording->ops->push_back(std::move(work));
+    ++q.captured_work;
+    return;
+  }
+  q.queue.push_back(std::move(work));
+  ++q.enqueued;
 }
-// An op a capture cannot hold, on the stream being captured: the capture is invalidated.
-inline cudaError_t refuse_in_capture(cudaStream_t stream) {
-  std::lock_guard lock(capture_mutex);
-  if (!capturing || stream != capturing) return cudaSuccess;
+inline bool is_capturing(cudaStream_t s) {
+  std::lock_guard lock(mutex);
+  return s && streams[s].captured;
+}
+// Work a capture cannot hold, asked for on a captured stream: the capture is invalidated.
+inline cudaError_t refuse_in_capture(cudaStream_t s) {
+  std::lock_guard lock(mutex);
+  if (!is_capturing(s)) return cudaSuccess;
   invalidated = true;
   return cudaErrorStreamCaptureUnsupported;
 }
@@ -318,8 +361,7 @@ struct Launch {
   template <typename... Args>
   void operator()(Args... args) const {
     const Launch self = *this;
-    if (record(stream, [self, args...] { self.run(args...); })) return;
-    run(args...);
+    enqueue(stream, [self, args...] { self.run(args...); });
   }
   template <typename... Args>
   void run(Args... args) const {
@@ -411,11 +453,10 @@ inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v)
 }
 
 inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s = nullptr) {
-  auto op = [=] {
+  sf_emu::enqueue(s, [=] {
     const sf_emu::Open open;
     std::memset(p, value, bytes);
-  };
-  if (!sf_emu::record(s, op)) op();
+  });
   return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* p, int value, size_t bytes) {
@@ -459,6 +500,8 @@ inline const char* cudaGetErrorName(cudaError_t e) {
   return e == cudaSuccess                         ? "cudaSuccess"
          : e == cudaErrorMemoryAllocation         ? "cudaErrorMemoryAllocation"
          : e == cudaErrorStreamCaptureUnsupported ? "cudaErrorStreamCaptureUnsupported"
+         : e == cudaErrorStreamCaptureUnjoined    ? "cudaErrorStreamCaptureUnjoined"
+         : e == cudaErrorStreamCaptureIsolation   ? "cudaErrorStreamCaptureIsolation"
                                                   : "cudaErrorStreamCaptureInvalidated";
 }
 inline const char* cudaGetErrorString(cudaError_t e) {
@@ -511,26 +554,79 @@ inline cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  static std::atomic<uintptr_t> next{1};  // distinct handles: a capture is one stream's
+  static std::atomic<uintptr_t> next{1};
   *s = reinterpret_cast<cudaStream_t>(next++);
+  std::lock_guard lock(sf_emu::mutex);
+  sf_emu::streams[*s];
   return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { return sf_emu::refuse_in_capture(s); }
-// Events: every op has run by the time its call returns, so an event is always complete.
-struct CUevent_st;
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (const cudaError_t e = sf_emu::refuse_in_capture(s)) return e;
+  sf_emu::flush(s);
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {  // its work still runs, as on a GPU
+  std::lock_guard lock(sf_emu::mutex);
+  sf_emu::flush(s);
+  sf_emu::streams.erase(s);
+  return cudaSuccess;
+}
+// An event: the point of its stream's work at its last record (complete where never recorded).
+struct CUevent_st {
+  cudaStream_t stream = nullptr;
+  uint64_t position = 0;  // the stream's work items before it (in a capture: captured ones)
+  bool captured = false;  // recorded in a capture
+};
 using cudaEvent_t = CUevent_st*;
 constexpr unsigned cudaEventDisableTiming = 2;
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
-  *e = reinterpret_cast<cudaEvent_t>(uintptr_t{1});
+  *e = new CUevent_st;
   return cudaSuccess;
 }
-inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) {
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
   return cudaSuccess;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+  std::lock_guard lock(sf_emu::mutex);
+  *e = {};
+  if (!s) return cudaSuccess;  // the legacy stream's work is done
+  const sf_emu::Stream& q = sf_emu::streams[s];
+  *e = {s, q.captured ? q.captured_work : q.enqueued, q.captured};
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
+  using namespace sf_emu;
+  std::lock_guard lock(mutex);
+  if (!e->stream) return cudaSuccess;
+  if (!s) {
+    flush(e->stream, e->position);
+    return cudaSuccess;
+  }
+  Stream& q = streams[s];
+  if (e->captured) {
+    if (!streams[e->stream].captured) return cudaSuccess;  // a capture since ended
+    if (!q.captured) q.captured = true, q.captured_work = 1, q.rejoined = 0;  // s joins it
+    if (s == capture_origin && e->stream != s) {
+      Stream& joined = streams[e->stream];
+      joined.rejoined = std::max(joined.rejoined, e->position);
+    }
+    return cudaSuccess;
+  }
+  if (q.captured) {
+    invalidated = true;
+    return cudaErrorStreamCaptureIsolation;
+  }
+  q.queue.push_back([x = e->stream, upto = e->position] { flush(x, upto); });
+  ++q.enqueued;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  std::lock_guard lock(sf_emu::mutex);
+  if (e->captured && sf_emu::is_capturing(e->stream)) return cudaErrorStreamCaptureUnsupported;
+  if (e->stream && !e->captured) sf_emu::flush(e->stream, e->position);
+  return cudaSuccess;
+}
 inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* p, int) {
   *p = nullptr;
   return cudaSuccess;
@@ -542,19 +638,25 @@ inline cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = sf_emu::device_alloc(bytes);
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
+// As on a GPU, a synchronous free waits for all the device's work.
 inline cudaError_t cudaFree(void* p) {
+  {
+    std::lock_guard lock(sf_emu::mutex);
+    for (const auto& [s, q] : sf_emu::streams) sf_emu::flush(s);
+  }
   sf_emu::device_free(p);
   return cudaSuccess;
 }
 // Within a capture the backend allocates and frees nothing: refused, as the steps it captures
-// must not need either.
+// must not need either. Freed memory is reused once the free has run in its stream's order.
 inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
   if (const cudaError_t e = sf_emu::refuse_in_capture(s)) return e;
   return cudaMalloc(p, bytes);
 }
 inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
   if (const cudaError_t e = sf_emu::refuse_in_capture(s)) return e;
-  return cudaFree(p);
+  sf_emu::enqueue(s, [p] { sf_emu::device_free(p); });
+  return cudaSuccess;
 }
 inline cudaError_t cudaMallocHost(void** p, size_t bytes) {
   *p = std::malloc(bytes);
@@ -572,28 +674,28 @@ template <typename T>
 cudaError_t cudaMallocAsync(T** p, size_t bytes, cudaStream_t stream) {
   return cudaMallocAsync(reinterpret_cast<void**>(p), bytes, stream);
 }
-inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
-  const sf_emu::Open open;
-  std::memmove(dst, src, bytes);
-  return cudaSuccess;
-}
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                                    cudaStream_t s) {
   if (kind != cudaMemcpyDeviceToDevice)  // host memory: none in the steps captured here
     if (const cudaError_t e = sf_emu::refuse_in_capture(s)) return e;
-  if (!sf_emu::record(s, [=] { cudaMemcpy(dst, src, bytes, kind); }))
-    cudaMemcpy(dst, src, bytes, kind);
+  sf_emu::enqueue(s, [=] {
+    const sf_emu::Open open;
+    std::memmove(dst, src, bytes);
+  });
   return cudaSuccess;
+}
+// On the legacy stream: the (non-blocking) streams' work is not waited for.
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 }
 inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
                                      size_t width, size_t height, cudaMemcpyKind, cudaStream_t s) {
-  auto op = [=] {
+  sf_emu::enqueue(s, [=] {
     const sf_emu::Open open;
     for (size_t r = 0; r < height; ++r)
       std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
                    width);
-  };
-  if (!sf_emu::record(s, op)) op();
+  });
   return cudaSuccess;
 }
 
@@ -606,31 +708,43 @@ enum cudaStreamCaptureMode {
 using cudaGraph_t = sf_emu::Graph*;
 using cudaGraphExec_t = sf_emu::Graph*;
 inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
-  std::lock_guard lock(sf_emu::capture_mutex);
-  if (sf_emu::capturing) return cudaErrorStreamCaptureUnsupported;
-  sf_emu::capturing = s;
-  sf_emu::recording = new sf_emu::Graph;
-  sf_emu::invalidated = false;
+  using namespace sf_emu;
+  std::lock_guard lock(mutex);
+  if (recording || !s) return cudaErrorStreamCaptureUnsupported;
+  capture_origin = s;
+  recording = new Graph;
+  invalidated = false;
+  streams[s].captured = true;
+  streams[s].captured_work = 0;
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
-  std::lock_guard lock(sf_emu::capture_mutex);
-  if (sf_emu::capturing != s) return cudaErrorStreamCaptureInvalidated;
-  sf_emu::capturing = nullptr;
-  *graph = std::exchange(sf_emu::recording, nullptr);
-  if (!sf_emu::invalidated) return cudaSuccess;
+  using namespace sf_emu;
+  std::lock_guard lock(mutex);
+  if (!recording || capture_origin != s) return cudaErrorStreamCaptureInvalidated;
+  bool unjoined = false;
+  for (auto& [h, q] : streams) {
+    unjoined |= q.captured && h != s && q.rejoined < q.captured_work;
+    q.captured = false;
+  }
+  capture_origin = nullptr;
+  *graph = std::exchange(recording, nullptr);
+  if (!invalidated && !unjoined) return cudaSuccess;
   delete *graph;
   *graph = nullptr;
-  return cudaErrorStreamCaptureInvalidated;
+  return invalidated ? cudaErrorStreamCaptureInvalidated : cudaErrorStreamCaptureUnjoined;
 }
 inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
                                         unsigned long long = 0) {
-  *exec = new sf_emu::Graph(*graph);
+  *exec = new sf_emu::Graph;
+  *(*exec)->ops = *graph->ops;
   return cudaSuccess;
 }
 inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   if (sf_emu::is_capturing(s)) return cudaErrorStreamCaptureUnsupported;
-  for (const auto& op : exec->ops) op();
+  sf_emu::enqueue(s, [ops = exec->ops] {
+    for (const auto& op : *ops) op();
+  });
   return cudaSuccess;
 }
 inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
@@ -642,13 +756,13 @@ inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
   return cudaSuccess;
 }
 
-// For the emulated cuBLASLt (another library): its matmul opens device memory through this, and
-// is recorded through sf_emu_record when its stream is being captured (run(state) then runs it,
-// drop(state) frees it; returns 0 where the caller runs it at once).
+// For the emulated libraries (cuBLASLt, NCCL): their work opens device memory through
+// sf_emu_device_open; a matmul is enqueued on its stream through sf_emu_enqueue (run(state) runs
+// it, drop(state) frees it), and an all-reduce runs its stream's work first (sf_emu_synchronize).
 extern "C" inline void sf_emu_device_open(int open) { sf_emu::open_device(open != 0); }
-extern "C" inline int sf_emu_record(cudaStream_t stream, void* state, void (*run)(void*),
-                                    void (*drop)(void*)) {
-  if (!sf_emu::is_capturing(stream)) return 0;
+extern "C" inline void sf_emu_enqueue(cudaStream_t stream, void* state, void (*run)(void*),
+                                      void (*drop)(void*)) {
   std::shared_ptr<void> owned(state, drop);
-  return sf_emu::record(stream, [owned, run] { run(owned.get()); }) ? 1 : 0;
+  sf_emu::enqueue(stream, [owned, run] { run(owned.get()); });
 }
+extern "C" inline void sf_emu_synchronize(cudaStream_t stream) { sf_emu::flush(stream); }

@@ -20,11 +20,13 @@
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/rng.hpp"
 
-// The switch with which the emulated cuBLASLt opens device memory, and the hook through which a
-// captured stream records its matmuls, emitted (and exported) here.
-[[gnu::used]] static void (*const device_open_for_cublaslt)(int) = sf_emu_device_open;
-[[gnu::used]] static int (*const record_for_cublaslt)(cudaStream_t, void*, void (*)(void*),
-                                                      void (*)(void*)) = sf_emu_record;
+// The switch with which the emulated libraries open device memory, the hook through which the
+// emulated cuBLASLt enqueues its matmuls and the one with which the emulated NCCL runs a
+// stream's work, emitted (and exported) here.
+[[gnu::used]] static void (*const device_open_for_libraries)(int) = sf_emu_device_open;
+[[gnu::used]] static void (*const enqueue_for_cublaslt)(cudaStream_t, void*, void (*)(void*),
+                                                        void (*)(void*)) = sf_emu_enqueue;
+[[gnu::used]] static void (*const synchronize_for_nccl)(cudaStream_t) = sf_emu_synchronize;
 
 namespace seqforge {
 namespace {

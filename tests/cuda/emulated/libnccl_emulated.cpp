@@ -1,9 +1,11 @@
 // The host emulation's NCCL: a shared library named libnccl.so.2, found by the CUDA backend's
 // dlopen in the emulated tests. The ranks of a communicator are backends in one process: a
 // rank's all-reduce is held until every rank has made its call of the same index, and the last
-// one sums them all (in rank order, in double) into every rank's buffer. It refuses what the real
-// one would: a type or operation other than f32 sum, a count that differs between the ranks, a
-// rank joined twice.
+// one sums them all (in rank order, in double) into every rank's buffer as it calls (after the
+// work enqueued before it on its stream). It refuses what the real one would: a type or operation
+// other than f32 sum, a count that differs between the ranks, a rank joined twice.
+#include <dlfcn.h>
+
 #include <cstddef>
 #include <cstring>
 #include <map>
@@ -109,8 +111,13 @@ int ncclCommDestroy(void* comm) {
 }
 
 int ncclAllReduce(const void* send, void* recv, size_t count, int type, int op, void* comm,
-                  void* /*stream*/) {
+                  void* stream) {
   if (type != kFloat32 || op != kSum || !comm) return kInvalidArgument;
+  // The work before it on its stream runs first (the emulated runtime's queue): it wrote `send`.
+  using Synchronize = void (*)(void*);
+  static const Synchronize synchronize =
+      reinterpret_cast<Synchronize>(dlsym(RTLD_DEFAULT, "sf_emu_synchronize"));
+  if (synchronize) synchronize(stream);
   Comm& c = *static_cast<Comm*>(comm);
   std::lock_guard lock(mutex);
   c.group->calls[size_t(c.rank)].push_back(
