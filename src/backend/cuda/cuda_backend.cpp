@@ -223,7 +223,10 @@ class CudaBackend final : public Backend {
       }
     }
     lane_owner_ = nullptr;
-    for (int j = 0; j < n; ++j) {  // joined also after an error: the stream stays ordered
+    // Joined also after an error, so that the stream stays ordered; the last lane first, so that
+    // on the emulated GPU (which runs a stream's work when another waits for it) a worker's ops
+    // run before those of the workers it should have waited for, where it did not.
+    for (int j = n - 1; j >= 0; --j) {
       cudaEventRecord(lanes_[j].finished, lanes_[j].stream);
       cudaStreamWaitEvent(stream_, lanes_[j].finished, 0);
     }
