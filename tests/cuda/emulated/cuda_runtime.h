@@ -127,10 +127,12 @@ inline void device_free(void* p) {
 
 // Streams. A stream's work waits in its queue and runs only when something needs it done: a
 // stream that waits on an event recorded on it (up to the event), a synchronisation of the
-// stream or of the event, a synchronous free. Work that no event orders after another stream's
-// then runs before it, or long after it, as it may on a GPU, and the results show it. The legacy
-// stream (nullptr: the kernels' tests) runs its work at once. One thread at a time runs work (the
-// device's), holding `mutex`, which also guards the queues, the events and the capture.
+// stream or of the event, a synchronous free. And when a stream's work runs, the work of the
+// streams it waits for runs first, as far as it waits for it. Work that no event orders after
+// another stream's then runs before it, or long after it, as it may on a GPU, and the results
+// show it. The legacy stream (nullptr: the kernels' tests) runs its work at once. One thread at a
+// time runs work (the device's), holding `mutex`, which also guards the queues, the events and
+// the capture.
 //
 // Capture: the work enqueued on the stream being captured, and on the streams that joined it by
 // waiting on an event recorded in it, is recorded (in the order it is enqueued, which the events
@@ -141,8 +143,14 @@ struct Graph {
   std::shared_ptr<std::vector<std::function<void()>>> ops =
       std::make_shared<std::vector<std::function<void()>>>();
 };
+// Work on a stream: `run`, or a wait for another stream's first `upto` work items.
+struct Work {
+  std::function<void()> run;
+  cudaStream_t wait_for = nullptr;
+  uint64_t upto = 0;
+};
 struct Stream {
-  std::deque<std::function<void()>> queue;
+  std::deque<Work> queue;
   uint64_t enqueued = 0, done = 0;  // work items so far
   bool captured = false;            // the capture's origin, or a stream that joined it
   uint64_t captured_work = 0;       // recorded in the capture (a stream's joining counts)
@@ -160,10 +168,17 @@ inline void flush(cudaStream_t s, uint64_t upto = UINT64_MAX) {
   const auto it = streams.find(s);
   if (it == streams.end()) return;
   Stream& q = it->second;
+  std::vector<std::pair<cudaStream_t, uint64_t>> waits;
+  for (size_t i = 0; i < q.queue.size() && q.done + i < upto; ++i)
+    if (q.queue[i].wait_for) waits.emplace_back(q.queue[i].wait_for, q.queue[i].upto);
+  for (const auto& [other, position] : waits) flush(other, position);
   while (q.done < upto && !q.queue.empty()) {
-    const std::function<void()> work = std::move(q.queue.front());
+    const Work work = std::move(q.queue.front());
     q.queue.pop_front();
-    work();
+    if (work.run)
+      work.run();
+    else
+      flush(work.wait_for, work.upto);
     ++q.done;
   }
 }
@@ -177,7 +192,7 @@ inline void enqueue(cudaStream_t s, std::function<void()> work) {
     ++q.captured_work;
     return;
   }
-  q.queue.push_back(std::move(work));
+  q.queue.push_back({std::move(work)});
   ++q.enqueued;
 }
 inline bool is_capturing(cudaStream_t s) {
@@ -617,7 +632,7 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned =
     invalidated = true;
     return cudaErrorStreamCaptureIsolation;
   }
-  q.queue.push_back([x = e->stream, upto = e->position] { flush(x, upto); });
+  q.queue.push_back({{}, e->stream, e->position});
   ++q.enqueued;
   return cudaSuccess;
 }
