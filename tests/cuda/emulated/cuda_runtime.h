@@ -128,9 +128,9 @@ inline void device_free(void* p) {
 // Streams. A stream's work waits in its queue and runs only when something needs it done: a
 // stream that waits on an event recorded on it (up to the event), a synchronisation of the
 // stream or of the event, a synchronous free. And when a stream's work runs, the work of the
-// streams it waits for runs first, as far as it waits for it. Work that no event orders after
-// another stream's then runs before it, or long after it, as it may on a GPU, and the results
-// show it. The legacy stream (nullptr: the kernels' tests) runs its work at once. One thread at a
+// streams it waits for runs first, as far as it waits for it, theirs interleaved (a work item of
+// each in turn). Work that no event orders after another stream's then runs before it, or long
+// after it, or between its steps, as it may on a GPU, and the results show it. The legacy stream (nullptr: the kernels' tests) runs its work at once. One thread at a
 // time runs work (the device's), holding `mutex`, which also guards the queues, the events and
 // the capture.
 //
@@ -171,7 +171,15 @@ inline void flush(cudaStream_t s, uint64_t upto = UINT64_MAX) {
   std::vector<std::pair<cudaStream_t, uint64_t>> waits;
   for (size_t i = 0; i < q.queue.size() && q.done + i < upto; ++i)
     if (q.queue[i].wait_for) waits.emplace_back(q.queue[i].wait_for, q.queue[i].upto);
-  for (const auto& [other, position] : waits) flush(other, position);
+  for (bool ran = true; ran;) {
+    ran = false;
+    for (const auto& [other, position] : waits) {
+      const auto w = streams.find(other);
+      if (w == streams.end() || w->second.done >= position || w->second.queue.empty()) continue;
+      flush(other, w->second.done + 1);
+      ran = true;
+    }
+  }
   while (q.done < upto && !q.queue.empty()) {
     const Work work = std::move(q.queue.front());
     q.queue.pop_front();
