@@ -289,6 +289,9 @@ TEST(Device, GpuStepGraphsReplayTheEagerRun) {
        true,
        "layered"},
       {"lnlstm_dropout", "lnlstm", {}, true, "layered"},
+      // The stack's layers as a wavefront on streams of their own: forks, joins and the step
+      // marks captured.
+      {"lstm_streams", "lstm", {}, true, "side_by_side"},
       {"stateful", "lstm", {"model.dropout=0", "train.stateful=true"}, false, "layered"}};
   for (const Case& k : cases) {
     setenv("SEQFORGE_RECURRENT_SCHEDULE", k.schedule, 1);

@@ -493,5 +493,63 @@ TEST(CudaKernelsEmulated, ThreadsMeetAtBarriersAndUnsyncedReadsSeeThePoison) {
   EXPECT_DEATH(grid_sync_not_cooperative(), "a grid sync in a launch that is not cooperative");
 }
 
+// The emulated streams run work only when something waits for it, so that a missing event shows:
+// a stream that reads another's result without waiting for it reads the value from before; with
+// the wait, the result. A capture that forks work onto another stream must join it back, and a
+// captured stream may not wait on an event from outside the capture.
+TEST(CudaKernelsEmulated, StreamsRunWorkInTheOrderTheirEventsGive) {
+  cudaStream_t a = nullptr, b = nullptr;
+  cudaEvent_t written = nullptr, outside = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&written, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming), cudaSuccess);
+  std::vector<float> x(4), y(4);
+  for (bool wait : {false, true}) {
+    std::fill(x.begin(), x.end(), 1.0f);
+    std::fill(y.begin(), y.end(), 0.0f);
+    cuda::fill(x.data(), DType::f32, 4, 5.0, a);
+    cudaEventRecord(written, a);
+    if (wait) cudaStreamWaitEvent(b, written, 0);
+    cuda::add(y.data(), x.data(), DType::f32, 4, b);
+    EXPECT_EQ(y[0], 0.0f) << "work ran before anything waited for it";
+    cudaStreamSynchronize(b);
+    EXPECT_EQ(y[3], wait ? 5.0f : 1.0f) << "wait " << wait;
+    cudaStreamSynchronize(a);
+    EXPECT_EQ(x[3], 5.0f);
+  }
+  for (bool join : {false, true}) {
+    std::fill(x.begin(), x.end(), 1.0f);
+    std::fill(y.begin(), y.end(), 0.0f);
+    ASSERT_EQ(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    cudaEventRecord(written, a);
+    cudaStreamWaitEvent(b, written, 0);  // b joins the capture
+    cuda::fill(y.data(), DType::f32, 4, 2.0, b);
+    cudaEventRecord(written, b);
+    if (join) cudaStreamWaitEvent(a, written, 0);
+    cuda::add(x.data(), y.data(), DType::f32, 4, a);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(a, &graph),
+              join ? cudaSuccess : cudaErrorStreamCaptureUnjoined);
+    if (!join) continue;
+    EXPECT_EQ(y[0], 0.0f) << "captured work ran";
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    cudaGraphDestroy(graph);
+    ASSERT_EQ(cudaGraphLaunch(exec, a), cudaSuccess);
+    cudaStreamSynchronize(a);
+    EXPECT_EQ(y[3], 2.0f);
+    EXPECT_EQ(x[3], 3.0f);
+    cudaGraphExecDestroy(exec);
+  }
+  cudaEventRecord(outside, b);
+  ASSERT_EQ(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_EQ(cudaStreamWaitEvent(a, outside, 0), cudaErrorStreamCaptureIsolation);
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(a, &graph), cudaErrorStreamCaptureInvalidated);
+  for (cudaEvent_t e : {written, outside}) cudaEventDestroy(e);
+  for (cudaStream_t s : {a, b}) cudaStreamDestroy(s);
+}
+
 }  // namespace
 }  // namespace seqforge
