@@ -599,15 +599,22 @@ void Recurrent::run_tuned_forward(Backend& be) {
   const autotune::Timing timing;
   std::vector<double> ms = recurrent::time_candidates(
       be, candidates.size(), [&](size_t i) { run_forward(be, candidates[i]); });
-  const RecurrentSchedule last_run = candidates.back();
-  if (last_run == RecurrentSchedule::whole_chains && !whole_chains_agree_forward(be)) {
-    candidates.pop_back();
-    ms.pop_back();
-    backward_tuning_.choice = RecurrentSchedule::layered;
-    autotune::store(backward_tuning_.key, schedule_name(RecurrentSchedule::layered), timing);
+  std::vector<RecurrentSchedule> to_check;
+  for (RecurrentSchedule c : candidates)
+    if (checked_against_steps(be, c)) to_check.push_back(c);
+  if (!to_check.empty()) {
+    for (RecurrentSchedule wrong : disagree_forward(be, to_check)) {
+      const size_t i = std::find(candidates.begin(), candidates.end(), wrong) - candidates.begin();
+      candidates.erase(candidates.begin() + i);
+      ms.erase(ms.begin() + i);
+      if (wrong != RecurrentSchedule::whole_chains) continue;
+      backward_tuning_.choice = RecurrentSchedule::layered;
+      autotune::store(backward_tuning_.key, schedule_name(RecurrentSchedule::layered), timing);
+    }
   }
   const size_t best = std::min_element(ms.begin(), ms.end()) - ms.begin();
-  if (candidates[best] != last_run) run_forward(be, candidates[best]);  // leave its results
+  if (!to_check.empty() || candidates[best] != candidates.back())  // leave its results
+    run_forward(be, candidates[best]);
   autotune::store(key, schedule_name(candidates[best]), timing);
   tuned_.emplace(problem, candidates[best]);
   if (autotune::verbose()) {

@@ -1,9 +1,11 @@
 // The whole-chain kernels (RecurrentSchedule::whole_chains: a device's one launch per chain)
 // checked against the steps (layered: a GEMM and a cell op per step, the path every backend
 // shares) the first time a problem is tuned: forward on the same inputs and dropout masks,
-// backward on the same forward and output gradients. Where they disagree the steps are used and
-// a warning says so: a defect that only a real GPU shows in those kernels then costs speed, not
-// a silently wrong model.
+// backward on the same forward and output gradients. So are, forward, the schedules that put
+// independent chains on concurrent streams of a device (side_by_side, split_batch, one_worker:
+// the steps' ops, ordered across streams by events). Where they disagree the schedule is not
+// used and a warning says so: a defect that only a real GPU shows then costs speed, not a
+// silently wrong model.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -56,8 +58,22 @@ double relative_difference(Backend& be, Tensor a, Tensor b) {
   return scale > 0.0 ? std::sqrt(nd) / scale : 0.0;
 }
 
-bool agree(Backend& be, const std::string& cell, const char* pass, DType dtype, DType gemm,
-           const std::vector<Buffer>& first, const Results& second) {
+// What a schedule checked against the steps is, in the messages.
+std::string checked_name(RecurrentSchedule schedule) {
+  switch (schedule) {
+    case RecurrentSchedule::whole_chains:
+      return "whole-chain kernels";
+    case RecurrentSchedule::side_by_side:
+      return "side_by_side streams";
+    case RecurrentSchedule::split_batch:
+      return "split_batch streams";
+    default:
+      return "one_worker stream";
+  }
+}
+
+bool agree(Backend& be, const std::string& cell, const std::string& what, const char* pass,
+           DType dtype, DType gemm, const std::vector<Buffer>& first, const Results& second) {
   double worst = 0.0;
   std::string where;
   for (size_t i = 0; i < second.size(); ++i) {
@@ -71,17 +87,16 @@ bool agree(Backend& be, const std::string& cell, const char* pass, DType dtype, 
   if (worst <= tol) {
     if (autotune::verbose())
       std::fprintf(stderr,
-                   "seqforge: autotune: the %s's whole chains agree with its steps %s (relative "
+                   "seqforge: autotune: the %s's %s agree with its steps %s (relative "
                    "difference %.2g in %s, at most %.2g allowed)\n",
-                   cell.c_str(), pass, worst, where.c_str(), tol);
+                   cell.c_str(), what.c_str(), pass, worst, where.c_str(), tol);
     return true;
   }
   std::fprintf(stderr,
-               "seqforge: warning: the %s's whole-chain kernels disagree with its steps on this "
-               "device (%s: %s off by %.3g relative, at most %.2g expected); the steps run "
-               "instead. This is a defect: please report it with the output of `seqforge "
-               "diagnose`\n",
-               cell.c_str(), pass, where.c_str(), worst, tol);
+               "seqforge: warning: the %s's %s disagree with its steps on this device (%s: %s off "
+               "by %.3g relative, at most %.2g expected); they are not used. This is a defect: "
+               "please report it with the output of `seqforge diagnose`\n",
+               cell.c_str(), what.c_str(), pass, where.c_str(), worst, tol);
   return false;
 }
 
@@ -99,8 +114,8 @@ bool room_to_check(const Backend& be, const Results& results, size_t extra) {
   const bool room = extra + largest <= free / 2;
   if (!room && autotune::verbose())
     std::fprintf(stderr,
-                 "seqforge: autotune: too little device memory free (%zu MiB) to check the whole "
-                 "chains against the steps\n",
+                 "seqforge: autotune: too little device memory free (%zu MiB) to check the "
+                 "schedules against the steps\n",
                  free >> 20);
   return room;
 }
@@ -147,13 +162,51 @@ Recurrent::Results Recurrent::backward_results() const {
   return r;
 }
 
-bool Recurrent::whole_chains_agree_forward(Backend& be) {
-  if (!room_to_check(be, forward_results(), 0)) return true;
+// The whole chains, and on a device (memory the host cannot address) the schedules whose
+// workers' ops run on streams of their own; the CPU's threads run the steps' ops as called.
+bool Recurrent::checked_against_steps(const Backend& be, RecurrentSchedule schedule) {
+  switch (schedule) {
+    case RecurrentSchedule::whole_chains:
+      return true;
+    case RecurrentSchedule::side_by_side:
+    case RecurrentSchedule::split_batch:
+    case RecurrentSchedule::one_worker:
+      return !be.host_addressable();
+    default:
+      return false;
+  }
+}
+
+// Before a schedule's run in the check, what forward writes is made NaN: a step that reads its
+// input before it is written (an event missing between streams) reads NaN, not the equal values
+// the steps left.
+void Recurrent::poison_forward(Backend& be) {
+  auto poison = [&](const Buffer& b) {
+    if (b.tensor().data()) be.fill(b.tensor(), std::numeric_limits<double>::quiet_NaN());
+  };
+  for (const std::vector<Buffer>* layers : {&out_, &out_low_, &dropped_, &dropped_low_})
+    for (const Buffer& b : *layers) poison(b);
+  for (const Chain& ch : chains_)
+    for (const Buffer* b : {&ch.gates, &ch.c, &ch.saved, &ch.gates_low, &ch.m, &ch.m_low})
+      poison(*b);
+}
+
+// Runs the steps, then each of `schedules` (the last runs last), and compares their forward
+// results; returns those that disagree.
+std::vector<RecurrentSchedule> Recurrent::disagree_forward(
+    Backend& be, const std::vector<RecurrentSchedule>& schedules) {
+  std::vector<RecurrentSchedule> wrong;
+  if (!room_to_check(be, forward_results(), 0)) return wrong;
   run_forward(be, RecurrentSchedule::layered);
   const std::vector<Buffer> steps = copies_of(be, forward_results());
-  run_forward(be, RecurrentSchedule::whole_chains);
-  return agree(be, upper(cell_.name), "forward", params_.dtype(), gemm_dtype_, steps,
-               forward_results());
+  for (RecurrentSchedule schedule : schedules) {
+    poison_forward(be);
+    run_forward(be, schedule);
+    if (!agree(be, upper(cell_.name), checked_name(schedule), "forward", params_.dtype(),
+               gemm_dtype_, steps, forward_results()))
+      wrong.push_back(schedule);
+  }
+  return wrong;
 }
 
 // Before a backward trial: where there is room to check it, copies of the parameter gradients
@@ -175,8 +228,8 @@ bool Recurrent::whole_chains_agree_backward(Backend& be, const std::vector<Buffe
   run_forward(be, RecurrentSchedule::layered);
   reset_backward_sums(be);
   run_backward(be, RecurrentSchedule::layered);
-  return agree(be, upper(cell_.name), "backward", params_.dtype(), gemm_dtype_, chains,
-               backward_results());
+  return agree(be, upper(cell_.name), checked_name(RecurrentSchedule::whole_chains), "backward",
+               params_.dtype(), gemm_dtype_, chains, backward_results());
 }
 
 }  // namespace seqforge

@@ -229,14 +229,18 @@ class Recurrent {
   void write_final_states(Backend& be);
   void reset_state_grads(Backend& be);
   void reset_backward_sums(Backend& be);  // the chains' bias-gradient sums and state gradients
-  // The whole-chain kernels checked against the steps on first use (recurrent_agreement.cpp):
-  // what each pass computes for the rest of the step, named; whether they agree, with a warning
-  // where not.
+  // The whole-chain kernels, and a device's schedules on concurrent streams, checked against the
+  // steps on first use (recurrent_agreement.cpp): what each pass computes for the rest of the
+  // step, named; which schedules disagree (with a warning), or whether the whole chains' backward
+  // agrees.
   using Results = std::vector<std::pair<std::string, Tensor>>;
   Results forward_results() const;
   Results backward_results() const;
   Results parameter_grads() const;
-  bool whole_chains_agree_forward(Backend& be);
+  static bool checked_against_steps(const Backend& be, RecurrentSchedule schedule);
+  void poison_forward(Backend& be);
+  std::vector<RecurrentSchedule> disagree_forward(Backend& be,
+                                                  const std::vector<RecurrentSchedule>& schedules);
   std::optional<std::vector<Buffer>> grads_to_check_against(Backend& be) const;
   bool whole_chains_agree_backward(Backend& be, const std::vector<Buffer>& grads_before);
 

@@ -529,8 +529,7 @@ TEST(CudaKernelsEmulated, StreamsRunWorkInTheOrderTheirEventsGive) {
     if (join) cudaStreamWaitEvent(a, written, 0);
     cuda::add(x.data(), y.data(), DType::f32, 4, a);
     cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamEndCapture(a, &graph),
-              join ? cudaSuccess : cudaErrorStreamCaptureUnjoined);
+    ASSERT_EQ(cudaStreamEndCapture(a, &graph), join ? cudaSuccess : cudaErrorStreamCaptureUnjoined);
     if (!join) continue;
     EXPECT_EQ(y[0], 0.0f) << "captured work ran";
     cudaGraphExec_t exec = nullptr;
