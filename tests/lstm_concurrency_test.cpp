@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "bench/recording_backend.hpp"
 #include "nn/recurrent_util.hpp"
@@ -525,44 +527,73 @@ TEST(WholeChains, ThatDisagreeWithTheStepsAreNotUsed) {
   std::filesystem::remove_all(dir);
 }
 
-// A GPU backend whose wavefront workers do not wait for each other's steps (a missing event).
+// A GPU backend whose wavefront workers do not wait for each other's steps (a missing event):
+// in every pass, or from backward's first cell on. Its steps on one stream are slowed, so that
+// the tuning picks the concurrent schedule.
 class UnorderedStreams final : public RecordingBackend {
  public:
-  explicit UnorderedStreams(Backend& inner) : RecordingBackend(inner) {}
+  enum class Wrong { forward, backward };
+  UnorderedStreams(Backend& inner, Wrong wrong) : RecordingBackend(inner), wrong_(wrong) {}
   bool fuses_recurrence(CellKind) const override { return false; }
-  void wait_for_worker(int, int64_t) override {}
+  void run_concurrently(int n, const std::function<void(int)>& fn) override {
+    concurrent_ = true;
+    RecordingBackend::run_concurrently(n, fn);
+    concurrent_ = false;
+  }
+  void cell_forward(CellKind cell, const CellForward& a, DType dt) override {
+    if (!concurrent_) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    RecordingBackend::cell_forward(cell, a, dt);
+  }
+  void cell_backward(CellKind cell, const CellBackward& a, DType dt) override {
+    backward_ = true;
+    RecordingBackend::cell_backward(cell, a, dt);
+  }
+  void wait_for_worker(int worker, int64_t marks) override {
+    if (wrong_ == Wrong::backward && !backward_) RecordingBackend::wait_for_worker(worker, marks);
+  }
+
+ private:
+  Wrong wrong_;
+  bool concurrent_ = false, backward_ = false;
 };
 
-// So are, forward, the schedules that run a GPU's independent chains on streams of their own:
-// one whose workers are not ordered as they should be is not used, with a warning. (Only where
-// the defect shows for sure: on the emulated GPU.)
+// So are the schedules that run a GPU's independent chains on streams of their own, forward and
+// (where forward's tuning chose one) backward: one whose workers are not ordered as they should
+// be is not used, with a warning. (Only where the defect shows for sure: on the emulated GPU.)
 TEST(ConcurrentStreams, ThatDisagreeWithTheStepsAreNotUsed) {
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     ("seqforge_streams_check_" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   setenv("SEQFORGE_CACHE_DIR", dir.c_str(), 1);
-  const Case c{
-      "uni_3_layers", {.input_size = 3, .hidden_size = 16, .num_layers = 3}, 7, 4, DType::f32};
-  auto ref = make_reference_backend();
-  const auto want = run(*ref, c, RecurrentSchedule::layered);
-  auto gpu = make_backend("cuda");
-  if (gpu->description().find("host emulation") == std::string::npos)
-    GTEST_SKIP() << "a real GPU may run unordered streams in order by chance: the emulated one "
-                    "runs a stream's work only when it is waited for";
-  UnorderedStreams be(*gpu);
-  testing::internal::CaptureStderr();
-  const auto got = run(be, c, RecurrentSchedule::tuned);
-  const std::string said = testing::internal::GetCapturedStderr();
-  for (const auto& [what, w] : want) EXPECT_LE(max_rel_error(got.at(what), w), 2e-5) << what;
-  EXPECT_NE(said.find("seqforge: warning: the LSTM's side_by_side streams disagree with its steps "
-                      "on this device (forward: "),
-            std::string::npos)
-      << said;
-  const auto forward =
-      autotune::lookup(recurrent::tuning_prefix(be) + "lstm|i3_h16_l3_d1_t7_b4_f32");
-  ASSERT_TRUE(forward);
-  EXPECT_EQ(*forward, "layered");
+  using Wrong = UnorderedStreams::Wrong;
+  int64_t T = 7;
+  for (Wrong wrong : {Wrong::forward, Wrong::backward}) {
+    const char* name = wrong == Wrong::forward ? "forward" : "backward";
+    const Case c{
+        "uni_3_layers", {.input_size = 3, .hidden_size = 16, .num_layers = 3}, T++, 4, DType::f32};
+    auto ref = make_reference_backend();
+    const auto want = run(*ref, c, RecurrentSchedule::layered);
+    auto gpu = make_backend("cuda");
+    if (gpu->description().find("host emulation") == std::string::npos)
+      GTEST_SKIP() << "a real GPU may run unordered streams in order by chance: the emulated one "
+                      "runs a stream's work only when it is waited for";
+    UnorderedStreams be(*gpu, wrong);
+    testing::internal::CaptureStderr();
+    const auto got = run(be, c, RecurrentSchedule::tuned);
+    const std::string said = testing::internal::GetCapturedStderr();
+    for (const auto& [what, w] : want)
+      EXPECT_LE(max_rel_error(got.at(what), w), 2e-5) << what << ", wrong " << name;
+    EXPECT_NE(said.find("seqforge: warning: the LSTM's side_by_side streams disagree with its "
+                        "steps on this device (" +
+                        std::string(name) + ": "),
+              std::string::npos)
+        << said;
+    const auto forward = autotune::lookup(recurrent::tuning_prefix(be) + "lstm|i3_h16_l3_d1_t" +
+                                          std::to_string(c.T) + "_b4_f32");
+    ASSERT_TRUE(forward);
+    EXPECT_EQ(*forward, "layered") << name;
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -617,6 +617,11 @@ void Recurrent::run_tuned_forward(Backend& be) {
     run_forward(be, candidates[best]);
   autotune::store(key, schedule_name(candidates[best]), timing);
   tuned_.emplace(problem, candidates[best]);
+  if (backward_tuning_.key.empty() && candidates[best] != RecurrentSchedule::layered &&
+      checked_against_steps(be, candidates[best])) {
+    backward_tuning_.streams_key = key;
+    backward_tuning_.timing.emplace(timing);
+  }
   if (autotune::verbose()) {
     std::string times;
     for (size_t i = 0; i < candidates.size(); ++i) {
@@ -635,9 +640,20 @@ void Recurrent::run_tuned_forward(Backend& be) {
 // calls (whole chains, steps, whole chains, steps; the warm pair decides) and kept on disk. A
 // backward overwrites what it reads, so it is timed as training calls it, once per step. The
 // first trial is checked against the steps (recurrent_agreement.cpp), from the parameter
-// gradients as they were before it.
+// gradients as they were before it; so is the first call of a schedule on a device's concurrent
+// streams that forward's tuning chose.
 void Recurrent::run_tuned_backward(Backend& be) {
   BackwardTuning& tuning = backward_tuning_;
+  if (tuning.key.empty() && !tuning.streams_key.empty() && tuned_ && chosen_ == tuned_->second) {
+    const std::string key = std::exchange(tuning.streams_key, {});
+    const std::optional<std::vector<Buffer>> grads_before = grads_to_check_against(be);
+    run_backward(be, chosen_);
+    if (grads_before && !agrees_backward(be, chosen_, *grads_before)) {
+      autotune::store(key, schedule_name(RecurrentSchedule::layered), *tuning.timing);
+      tuned_->second = RecurrentSchedule::layered;
+    }
+    return;
+  }
   if (tuning.key.empty()) return run_backward(be, chosen_);
   if (tuning.choice) return run_backward(be, *tuning.choice);
   const RecurrentSchedule trial =
@@ -653,7 +669,7 @@ void Recurrent::run_tuned_backward(Backend& be) {
   be.synchronize();
   tuning.ms.push_back(
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  if (grads_before && !whole_chains_agree_backward(be, *grads_before)) {
+  if (grads_before && !agrees_backward(be, RecurrentSchedule::whole_chains, *grads_before)) {
     // The fault may lie in what the whole chains' forward saved for backward: the steps run both
     // ways from now on.
     const std::string layered = schedule_name(RecurrentSchedule::layered);

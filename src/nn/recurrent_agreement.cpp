@@ -1,11 +1,11 @@
 // The whole-chain kernels (RecurrentSchedule::whole_chains: a device's one launch per chain)
 // checked against the steps (layered: a GEMM and a cell op per step, the path every backend
 // shares) the first time a problem is tuned: forward on the same inputs and dropout masks,
-// backward on the same forward and output gradients. So are, forward, the schedules that put
-// independent chains on concurrent streams of a device (side_by_side, split_batch, one_worker:
-// the steps' ops, ordered across streams by events). Where they disagree the schedule is not
-// used and a warning says so: a defect that only a real GPU shows then costs speed, not a
-// silently wrong model.
+// backward on the same forward and output gradients. So are the schedules that put independent
+// chains on concurrent streams of a device (side_by_side, split_batch, one_worker: the steps'
+// ops, ordered across streams by events), forward, and backward where forward chose one. Where they
+// disagree the schedule is not used and a warning says so: a defect that only a real GPU shows then
+// costs speed, not a silently wrong model.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -218,18 +218,20 @@ std::optional<std::vector<Buffer>> Recurrent::grads_to_check_against(Backend& be
   return copies_of(be, parameter_grads());
 }
 
-// Called right after a whole-chain backward: its results are kept, the parameter gradients put
-// back as they were before it (grads_before), the forward run again by the steps (the backward
-// overwrote the saved gates), and the steps' backward compared.
-bool Recurrent::whole_chains_agree_backward(Backend& be, const std::vector<Buffer>& grads_before) {
-  const std::vector<Buffer> chains = copies_of(be, backward_results());
+// Called right after a backward by `schedule` (whole chains, or concurrent streams): its results
+// are kept, the parameter gradients put back as they were before it (grads_before), the forward
+// run again by the steps (the backward overwrote the saved gates), and the steps' backward
+// compared.
+bool Recurrent::agrees_backward(Backend& be, RecurrentSchedule schedule,
+                                const std::vector<Buffer>& grads_before) {
+  const std::vector<Buffer> checked = copies_of(be, backward_results());
   const Results grads = parameter_grads();
   for (size_t i = 0; i < grads.size(); ++i) be.copy(grads[i].second, grads_before[i].tensor());
   run_forward(be, RecurrentSchedule::layered);
   reset_backward_sums(be);
   run_backward(be, RecurrentSchedule::layered);
-  return agree(be, upper(cell_.name), checked_name(RecurrentSchedule::whole_chains), "backward",
-               params_.dtype(), gemm_dtype_, chains, backward_results());
+  return agree(be, upper(cell_.name), checked_name(schedule), "backward", params_.dtype(),
+               gemm_dtype_, checked, backward_results());
 }
 
 }  // namespace seqforge

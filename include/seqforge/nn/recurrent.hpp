@@ -242,7 +242,8 @@ class Recurrent {
   std::vector<RecurrentSchedule> disagree_forward(Backend& be,
                                                   const std::vector<RecurrentSchedule>& schedules);
   std::optional<std::vector<Buffer>> grads_to_check_against(Backend& be) const;
-  bool whole_chains_agree_backward(Backend& be, const std::vector<Buffer>& grads_before);
+  bool agrees_backward(Backend& be, RecurrentSchedule schedule,
+                       const std::vector<Buffer>& grads_before);
 
   Parameters& params_;
   RecurrentOptions opt_;
@@ -270,6 +271,9 @@ class Recurrent {
     std::vector<double> ms;
     std::optional<autotune::Timing> timing;  // from the first trial
     std::optional<RecurrentSchedule> choice;
+    // Where forward's tuning chose a schedule on a device's concurrent streams: forward's cache
+    // key, until backward's first call has checked that schedule against the steps.
+    std::string streams_key;
   } backward_tuning_;
   std::unique_ptr<std::atomic<int64_t>[]> progress_;  // [layer] steps done, for the wavefront
   std::atomic<bool> failed_{false};                   // a wavefront worker threw
