@@ -24,10 +24,12 @@ inline std::string upper(std::string s) {
 }
 
 // Where a choice was timed, the start of its autotune key: the CPU and its threads, and for a
-// backend whose memory the host cannot address (a GPU) the backend itself.
+// backend whose memory the host cannot address (a GPU) the backend itself and its streams, its
+// ops enqueued by one thread.
 inline std::string tuning_prefix(const Backend& be) {
-  const std::string machine = autotune::machine_prefix(be.concurrency());
-  return be.host_addressable() ? machine : be.description() + "|" + machine;
+  if (be.host_addressable()) return autotune::machine_prefix(be.concurrency());
+  return be.description() + ", " + std::to_string(be.concurrency()) + " streams|" +
+         autotune::machine_prefix(1);
 }
 
 // Milliseconds of each of n candidates, run(i) for candidate i: a warm-up each (primitives are
