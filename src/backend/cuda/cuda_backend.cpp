@@ -206,7 +206,7 @@ class CudaBackend final : public Backend {
     SF_CHECK(n >= 1 && n <= kLanes, "cuda: run_concurrently(", n, ") with ", kLanes, " streams");
     SF_CHECK(lane_owner_ != this, "cuda: run_concurrently inside run_concurrently");
     on_device();
-    make_lanes();
+    make_lanes(n);
     check_cuda(cudaEventRecord(forked_, stream_), "fork of concurrent ops");
     for (int j = 0; j < n; ++j) {
       check_cuda(cudaStreamWaitEvent(lanes_[j].stream, forked_, 0), "fork of concurrent ops");
@@ -760,20 +760,24 @@ class CudaBackend final : public Backend {
   static inline thread_local const CudaBackend* lane_owner_ = nullptr;
   static inline thread_local int lane_index_ = 0;
   cudaStream_t stream() const { return lane_owner_ == this ? lanes_[lane_index_].stream : stream_; }
-  // The lanes, made on first use: never inside a capture (their workspaces are allocated).
-  void make_lanes() {
-    if (lanes_made_) return;
-    refuse_in_capture("a first use of concurrent streams");
-    check_cuda(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming), "cudaEventCreate");
-    for (Lane& lane : lanes_) {
-      check_cuda(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking),
-                 "cudaStreamCreate (a lane)");
-      check_cuda(cudaEventCreateWithFlags(&lane.finished, cudaEventDisableTiming),
-                 "cudaEventCreate");
-      check_cuda(cudaMalloc(&lane.workspace, blas_->workspace_bytes()),
-                 "out of device memory for a stream's cuBLASLt workspace");
+  // Lanes 0 .. n-1, each made on first use: never inside a capture (a workspace is allocated).
+  void make_lanes(int n) {
+    if (forked_ && lanes_[n - 1].workspace) return;
+    refuse_in_capture("a first use of " + std::to_string(n) + " concurrent streams");
+    if (!forked_)
+      check_cuda(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming), "cudaEventCreate");
+    for (int j = 0; j < n; ++j) {
+      Lane& lane = lanes_[j];
+      if (!lane.stream)
+        check_cuda(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking),
+                   "cudaStreamCreate (a lane)");
+      if (!lane.finished)
+        check_cuda(cudaEventCreateWithFlags(&lane.finished, cudaEventDisableTiming),
+                   "cudaEventCreate");
+      if (!lane.workspace)
+        check_cuda(cudaMalloc(&lane.workspace, blas_->workspace_bytes()),
+                   "out of device memory for a stream's cuBLASLt workspace");
     }
-    lanes_made_ = true;
   }
   // The scratch of the losses and reductions, which are the backend stream's alone.
   double* reduction(const char* op) const {
@@ -849,17 +853,19 @@ class CudaBackend final : public Backend {
   void release() {
     nccl_.reset();
     for (auto& [ptr, size] : scratch_buffers_) free(ptr);
-    if (lanes_made_)
-      for (Lane& lane : lanes_) {
-        for (auto& [ptr, size] : lane.scratch) free(ptr);
+    for (Lane& lane : lanes_) {
+      for (auto& [ptr, size] : lane.scratch) free(ptr);
+      if (lane.stream) {
         cudaStreamSynchronize(lane.stream);
         cudaStreamDestroy(lane.stream);
-        cudaEventDestroy(lane.finished);
-        for (cudaEvent_t e : lane.marks) cudaEventDestroy(e);
-        cudaFree(lane.workspace);
       }
+      if (lane.finished) cudaEventDestroy(lane.finished);
+      for (cudaEvent_t e : lane.marks) cudaEventDestroy(e);
+      if (lane.workspace) cudaFree(lane.workspace);
+      lane = Lane{};
+    }
     if (forked_) cudaEventDestroy(forked_);
-    lanes_made_ = false;
+    forked_ = nullptr;
     blas_.reset();
     if (scratch_) cudaFree(scratch_);
     if (partials_) cudaFree(partials_);
@@ -928,7 +934,6 @@ class CudaBackend final : public Backend {
   uint64_t host_reports_[cuda::kReportWords] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
   std::pair<void*, size_t> scratch_buffers_[kScratchSlots] = {};
   std::array<Lane, kLanes> lanes_;
-  bool lanes_made_ = false;
   cudaEvent_t forked_ = nullptr;  // the backend stream's ops before a fork
   std::unique_ptr<cuda::CublasLt> blas_;
   std::unique_ptr<cuda::Nccl> nccl_;  // loaded by collectives_unavailable
