@@ -67,8 +67,10 @@ std::string checked_name(RecurrentSchedule schedule) {
       return "side_by_side streams";
     case RecurrentSchedule::split_batch:
       return "split_batch streams";
-    default:
+    case RecurrentSchedule::one_worker:
       return "one_worker stream";
+    default:
+      return "steps";
   }
 }
 

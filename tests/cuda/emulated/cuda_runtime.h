@@ -130,9 +130,9 @@ inline void device_free(void* p) {
 // stream or of the event, a synchronous free. And when a stream's work runs, the work of the
 // streams it waits for runs first, as far as it waits for it, theirs interleaved (a work item of
 // each in turn). Work that no event orders after another stream's then runs before it, or long
-// after it, or between its steps, as it may on a GPU, and the results show it. The legacy stream (nullptr: the kernels' tests) runs its work at once. One thread at a
-// time runs work (the device's), holding `mutex`, which also guards the queues, the events and
-// the capture.
+// after it, or between its steps, as it may on a GPU, and the results show it. The legacy stream
+// (nullptr: the kernels' tests) runs its work at once. One thread at a time runs work (the
+// device's), holding `mutex`, which also guards the queues, the events and the capture.
 //
 // Capture: the work enqueued on the stream being captured, and on the streams that joined it by
 // waiting on an event recorded in it, is recorded (in the order it is enqueued, which the events
