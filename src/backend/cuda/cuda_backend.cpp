@@ -10,12 +10,15 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -23,12 +26,15 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/attention_agreement.hpp"
 #include "backend/cuda/cublaslt.hpp"
 #include "backend/cuda/nccl.hpp"
+#include "backend/cuda/optimizer_agreement.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/reference.hpp"
 #include "seqforge/backend/backend.hpp"
+#include "seqforge/core/autotune.hpp"
 #include "seqforge/core/error.hpp"
 
 namespace seqforge {
@@ -603,17 +609,44 @@ class CudaBackend final : public Backend {
              given.first_row, " of ", given.shape.seq);
     AttentionForward a = given;
     a.shape.seed_base = seed_base_;
-    cuda::attention_forward(a, dtype, stream());
+    const cuda::AttentionKernels kernels = attention_kernels(a.shape, dtype);
+    cuda::attention_forward(a, dtype, kernels, stream());
     launched("attention_forward", attention_shape(a.shape, dtype));
+    const std::string kind = unchecked_attention("forward", kernels, a.shape, dtype, a.first_row);
+    if (kind.empty() ||
+        attention_agrees(kind, kernels, cuda::check_attention_forward(a, dtype, kernels, stream())))
+      return;
+    attention_forward(given, dtype);  // on the tiles
   }
   void attention_backward(const AttentionBackward& given, DType dtype) override {
     kernels::check_attention_shape(given.shape);
     AttentionBackward a = given;
     a.shape.seed_base = seed_base_;
     const AttentionShape& s = a.shape;
-    void* delta = scratch(0, static_cast<size_t>(s.batch * s.heads * s.seq) * dtype_size(dtype));
-    cuda::attention_backward(a, delta, dtype, stream());
+    const cuda::AttentionKernels kernels = attention_kernels(s, dtype);
+    const size_t head_rows_bytes =
+        static_cast<size_t>(s.batch * s.heads * s.seq) * dtype_size(dtype);
+    cuda::attention_backward(a, scratch(0, head_rows_bytes), dtype, kernels, stream());
     launched("attention_backward", attention_shape(s, dtype));
+    const std::string kind = unchecked_attention("backward", kernels, s, dtype, 0);
+    if (kind.empty() ||
+        attention_agrees(kind, kernels,
+                         cuda::check_attention_backward(a, dtype, kernels, stream())))
+      return;
+    // On the tiles, from a forward of their own: the probabilities are recomputed from the lse,
+    // which came from the tensor cores' products.
+    AttentionForward f{
+        .shape = given.shape,
+        .qkv = given.qkv,
+        .lengths = given.lengths,
+        .out = scratch(
+            1, static_cast<size_t>(s.batch * s.seq * s.heads * s.head_dim) * dtype_size(dtype)),
+        .lse = scratch(2, head_rows_bytes)};
+    attention_forward(f, dtype);
+    AttentionBackward again = given;
+    again.out = f.out;
+    again.lse = f.lse;
+    attention_backward(again, dtype);
   }
 
   // The losses and the sum of squares stay on the device: nothing is read back here.
@@ -664,9 +697,30 @@ class CudaBackend final : public Backend {
                    params.dtype(), params.numel(), p, stream());
     launched("sgd_step", params);
   }
+  // The first update (outside a capture) is checked against the reference on samples of every
+  // segment (optimizer_agreement.hpp); a disagreement stops the run.
   void optimizer_step(const OptimizerStep& a, DType dtype) override {
+    std::optional<cuda::OptimizerSample> sample;
+    if (!optimizer_checked_ && !capturing_here() && lane_owner_ != this &&
+        (dtype == DType::f32 || dtype == DType::f64) && a.segment_count > 0)
+      sample.emplace(a, dtype, stream());
     cuda::optimizer_step(a, dtype, stream());
     launched("optimizer_step", Tensor(a.params, dtype, {a.grad_elements}));
+    if (!sample) return;
+    optimizer_checked_ = true;
+    const std::string wrong = sample->disagreement();
+    if (wrong.empty()) {
+      if (autotune::verbose())
+        std::fprintf(stderr,
+                     "seqforge: cuda: the optimizer's update agrees with the reference on %lld "
+                     "sampled values of %lld segments\n",
+                     static_cast<long long>(sample->samples()),
+                     static_cast<long long>(a.segment_count));
+      return;
+    }
+    fail("cuda: the optimizer's update disagrees with the reference on this device (", wrong,
+         "). This is a defect: please report it with the output of `seqforge diagnose`, and "
+         "train on the CPU (train.device: cpu) until it is fixed");
   }
 
   // NCCL, one GPU per process.
@@ -797,6 +851,57 @@ class CudaBackend final : public Backend {
     for (void* p : std::exchange(deferred_host_frees_, {})) free_host(p);
   }
 
+  // Attention's kernels: the tensor cores where asked for, until one of their calls disagreed
+  // with the reference.
+  cuda::AttentionKernels attention_kernels(const AttentionShape& s, DType dtype) const {
+    return attention_tensor_cores_dropped_ ? cuda::AttentionKernels::tiles
+                                           : cuda::attention_kernels(s, dtype);
+  }
+  // The first call of each kind (pass, kernels, dtype, head size, group, masks, dropout, decoding)
+  // is checked against the reference (attention_agreement.hpp), outside captures and lanes: its
+  // kind, or "" where it has been checked or cannot be.
+  std::string unchecked_attention(const char* pass, cuda::AttentionKernels kernels,
+                                  const AttentionShape& s, DType dtype, int64_t first_row) const {
+    if (capturing_here() || lane_owner_ == this) return "";
+    const std::string kind =
+        std::string(pass) +
+        (kernels == cuda::AttentionKernels::tensor_cores ? " tensor_cores " : " tiles ") +
+        std::string(dtype_name(dtype)) + " D" + std::to_string(s.head_dim) + " group" +
+        std::to_string(s.group()) + (s.causal ? " causal" : "") + (s.window ? " window" : "") +
+        (s.softcap > 0 ? " softcap" : "") + (s.dropout > 0 ? " dropout" : "") +
+        (first_row > 0 ? " decoding" : "");
+    return attention_checked_.count(kind) ? "" : kind;
+  }
+  // Tensor cores that disagree are dropped for the tiles (the caller runs the call again), with a
+  // warning; tiles that disagree stop the run, as nothing is left to fall back on.
+  bool attention_agrees(const std::string& kind, cuda::AttentionKernels kernels,
+                        const cuda::AttentionAgreement& r) {
+    if (!r.compared) return true;  // inputs not finite: a later call is checked
+    attention_checked_.insert(kind);
+    const bool tensor_cores = kernels == cuda::AttentionKernels::tensor_cores;
+    const char* what = tensor_cores ? "tensor-core kernels" : "kernels";
+    const std::string pass = kind.substr(0, kind.find(' '));
+    if (r.agrees()) {
+      if (autotune::verbose())
+        std::fprintf(stderr,
+                     "seqforge: cuda: attention's %s agree with the reference %s (%s: relative "
+                     "error %.2g, at most %.2g allowed)\n",
+                     what, pass.c_str(), r.tensor.c_str(), r.error, r.bound);
+      return true;
+    }
+    if (!tensor_cores)
+      fail("cuda: attention's ", what, " disagree with the reference on this device (", pass, ": ",
+           r.tensor, " off by ", r.error, " relative, at most ", r.bound, " expected; ", kind,
+           "). This is a defect: please report it with the output of `seqforge diagnose`, and "
+           "train on the CPU (train.device: cpu) until it is fixed");
+    std::fprintf(stderr,
+                 "seqforge: warning: attention's %s disagree with the reference on this device "
+                 "(%s: %s off by %.3g relative, at most %.2g expected); they are not used. This "
+                 "is a defect: please report it with the output of `seqforge diagnose`\n",
+                 what, pass.c_str(), r.tensor.c_str(), r.error, r.bound);
+    attention_tensor_cores_dropped_ = true;
+    return false;
+  }
   // (B, T, heads, head_dim), to name attention's shape.
   static Tensor attention_shape(const AttentionShape& s, DType dtype) {
     return Tensor(nullptr, dtype, {s.batch, s.seq, s.heads, s.head_dim});
@@ -936,8 +1041,11 @@ class CudaBackend final : public Backend {
   std::array<Lane, kLanes> lanes_;
   cudaEvent_t forked_ = nullptr;  // the backend stream's ops before a fork
   std::unique_ptr<cuda::CublasLt> blas_;
-  std::unique_ptr<cuda::Nccl> nccl_;  // loaded by collectives_unavailable
-  bool joined_ = false;               // join_collectives ran
+  std::unique_ptr<cuda::Nccl> nccl_;             // loaded by collectives_unavailable
+  bool joined_ = false;                          // join_collectives ran
+  std::set<std::string> attention_checked_;      // kinds of attention call checked on this GPU
+  bool attention_tensor_cores_dropped_ = false;  // one of their calls disagreed
+  bool optimizer_checked_ = false;               // its first update was checked
 };
 
 }  // namespace

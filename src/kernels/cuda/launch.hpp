@@ -155,9 +155,17 @@ void glu_backward(void* dgate, void* dup, const void* dy, const void* gate, cons
                   const GluColumns& cols, GluKind kind, double* partial, DType dtype, int64_t n,
                   cudaStream_t stream);
 
-// Attention (attention.cuh). Backward needs `delta`: B * heads * T elements of the dtype.
-void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stream);
-void attention_backward(const AttentionBackward& a, void* delta, DType dtype, cudaStream_t stream);
+// Attention (attention.cuh, attention_tc.cuh). Backward needs `delta`: B * heads * T elements of
+// the dtype. The kernels: tiles of f32 (or f64) products, or tensor cores for bf16 products of
+// f32 tensors (AttentionShape::bf16_products) where SEQFORGE_CUDA_ATTENTION=tensor_cores asks for
+// them and the GPU's shared memory holds their tiles (attention_kernels says which); a backward
+// must take the kernels of the forward whose lse it reads.
+enum class AttentionKernels { tiles, tensor_cores };
+AttentionKernels attention_kernels(const AttentionShape& s, DType dtype);
+void attention_forward(const AttentionForward& a, DType dtype, AttentionKernels kernels,
+                       cudaStream_t stream);
+void attention_backward(const AttentionBackward& a, void* delta, DType dtype,
+                        AttentionKernels kernels, cudaStream_t stream);
 
 // Losses (loss.cuh). `sums` is device memory for two doubles, zeroed here: the loss sum and its
 // denominator (selected rows, or the total class weight); mean() forms the loss from them.

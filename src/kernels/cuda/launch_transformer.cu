@@ -199,22 +199,13 @@ unsigned attention_blocks(int64_t units, int64_t rows, int64_t R) {
   return static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 65535));
 }
 
-// Tensor cores (attention_tc.cuh) for bf16 products of f32 tensors where
-// SEQFORGE_CUDA_ATTENTION=tensor_cores asks for them (until they have run on a GPU, the f32
-// kernels are the default): per kernel the rows of the other side per tile, the most of 64, 32
-// and 16 whose shared memory this GPU offers a block. Forward and backward take tensor cores
-// together or not at all: the backward recomputes the probabilities from the forward's
-// log-sum-exp, which must have come from the same products.
+// Tensor cores (attention_tc.cuh): per kernel the rows of the other side per tile, the most of 64,
+// 32 and 16 whose shared memory this GPU offers a block (0 where none fits).
 struct TensorCoreTiles {
   int64_t forward = 0, dkdv = 0, dq = 0;
   explicit operator bool() const { return forward && dkdv && dq; }
 };
-TensorCoreTiles tensor_core_tiles(const AttentionShape& s, DType dtype) {
-  if (dtype != DType::f32 || !s.bf16_products) return {};
-  const char* choice = std::getenv("SEQFORGE_CUDA_ATTENTION");
-  if (!choice || std::string_view(choice) == "" || std::string_view(choice) == "f32") return {};
-  if (std::string_view(choice) != "tensor_cores")
-    fail("SEQFORGE_CUDA_ATTENTION: unknown value '", choice, "' (expected f32 or tensor_cores)");
+TensorCoreTiles tensor_core_tiles(const AttentionShape& s) {
   int device = 0, optin = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
@@ -223,16 +214,32 @@ TensorCoreTiles tensor_core_tiles(const AttentionShape& s, DType dtype) {
       if (shared(s.head_dim, other) <= static_cast<size_t>(optin)) return other;
     return 0;
   };
-  const TensorCoreTiles t{tile(tc_forward_shared), tile(tc_dkdv_shared), tile(tc_dq_shared)};
-  return t ? t : TensorCoreTiles{};
+  return {tile(tc_forward_shared), tile(tc_dkdv_shared), tile(tc_dq_shared)};
 }
 
 }  // namespace
 
-void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stream) {
+// Tensor cores for bf16 products of f32 tensors where SEQFORGE_CUDA_ATTENTION=tensor_cores asks
+// for them (until they have run on a GPU, the tiles are the default) and their tiles fit.
+AttentionKernels attention_kernels(const AttentionShape& s, DType dtype) {
+  const char* choice = std::getenv("SEQFORGE_CUDA_ATTENTION");
+  if (!choice || std::string_view(choice) == "" || std::string_view(choice) == "f32")
+    return AttentionKernels::tiles;
+  if (std::string_view(choice) != "tensor_cores")
+    fail("SEQFORGE_CUDA_ATTENTION: unknown value '", choice, "' (expected f32 or tensor_cores)");
+  if (dtype != DType::f32 || !s.bf16_products || !tensor_core_tiles(s))
+    return AttentionKernels::tiles;
+  return AttentionKernels::tensor_cores;
+}
+
+void attention_forward(const AttentionForward& a, DType dtype, AttentionKernels kernels,
+                       cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   if (s.batch * s.heads == 0 || a.first_row >= s.seq) return;
-  if (const TensorCoreTiles tiles = tensor_core_tiles(s, dtype)) {
+  if (kernels == AttentionKernels::tensor_cores) {
+    const TensorCoreTiles tiles = tensor_core_tiles(s);
+    SF_CHECK(dtype == DType::f32 && tiles, "attention on tensor cores for ", dtype_name(dtype),
+             " tensors, head size ", s.head_dim);
     const int64_t other = tiles.forward;
     const size_t shared = tc_forward_shared(s.head_dim, other);
     allow_shared(attention_forward_tc_kernel, shared, "attention's forward", "head size");
@@ -251,11 +258,15 @@ void attention_forward(const AttentionForward& a, DType dtype, cudaStream_t stre
   });
 }
 
-void attention_backward(const AttentionBackward& a, void* delta, DType dtype, cudaStream_t stream) {
+void attention_backward(const AttentionBackward& a, void* delta, DType dtype,
+                        AttentionKernels kernels, cudaStream_t stream) {
   const AttentionShape& s = a.shape;
   if (s.batch * s.heads * s.seq == 0) return;
   const AttentionDropout drop = attention_dropout(s);
-  if (const TensorCoreTiles tiles = tensor_core_tiles(s, dtype)) {
+  if (kernels == AttentionKernels::tensor_cores) {
+    const TensorCoreTiles tiles = tensor_core_tiles(s);
+    SF_CHECK(dtype == DType::f32 && tiles, "attention on tensor cores for ", dtype_name(dtype),
+             " tensors, head size ", s.head_dim);
     const int64_t other_k = tiles.dkdv, other_q = tiles.dq;
     float* d = static_cast<float*>(delta);
     SF_LAUNCH(blocks_for(s.batch * s.heads * s.seq), kThreads, 0, stream, attention_delta_tc_kernel)

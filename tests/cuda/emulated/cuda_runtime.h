@@ -310,6 +310,10 @@ inline dim3 block_dim, grid_dim;
 // The running thread's dynamic shared memory.
 inline thread_local unsigned char* block_shared = nullptr;
 inline int launches = 0;
+// For the tests of checks that must catch a wrong kernel: the launch that runs as number
+// skipped_launch does nothing (skip_launch(1): the next to run).
+inline int skipped_launch = 0;
+inline void skip_launch(int nth) { skipped_launch = launches + nth; }
 
 inline void FiberScheduler::entry() {
   FiberScheduler& s = scheduler;
@@ -389,7 +393,7 @@ struct Launch {
   template <typename... Args>
   void run(Args... args) const {
     const Open open;
-    ++launches;
+    if (++launches == skipped_launch) return;
     grid_dim = {cooperative ? grid : std::min(grid, 3u)};
     block_dim = {std::min(block, 8u)};
     FiberScheduler& s = scheduler;
