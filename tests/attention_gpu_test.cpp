@@ -1,5 +1,5 @@
-// Attention on a GPU's tensor cores (bf16 products of f32 tensors, SEQFORGE_CUDA_ATTENTION=
-// tensor_cores) against the reference in f64, within what bf16 rounding of the operands explains:
+// Attention on a GPU's tensor cores (bf16 or fp16 products of f32 tensors, SEQFORGE_CUDA_ATTENTION=
+// tensor_cores) against the reference in f64, within what rounding the operands explains:
 // head sizes off and on multiples of 16, sequences across the 64-row tiles, causal or not, padded
 // rows, dropout, grouped key/value heads and sliding windows. Runs on the emulated GPU in CI.
 #include <gtest/gtest.h>
@@ -23,8 +23,8 @@ struct ScopedAttentionChoice {
   ~ScopedAttentionChoice() { unsetenv("SEQFORGE_CUDA_ATTENTION"); }
 };
 
-TEST(Attention, GpuTensorCoresMatchReferenceWithinBf16Rounding) {
-  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+// The sweep on tensor cores with `products` (bf16 or fp16) operands: its largest errors.
+void tensor_core_sweep(DType products) {
   auto ref = make_reference_backend();
   auto gpu = make_backend("cuda");
   const ScopedAttentionChoice tensor_cores("tensor_cores");
@@ -46,11 +46,23 @@ TEST(Attention, GpuTensorCoresMatchReferenceWithinBf16Rounding) {
           }
           const Problem p = make_problem(
               s, padded ? sweep_lengths(idx, s.batch, T) : std::vector<int64_t>{}, 7000 + idx);
-          differs_from_f32 += expect_bf16_within_rounding(*ref, *gpu, p, worst);
+          differs_from_f32 += expect_within_product_rounding(*ref, *gpu, p, worst, products);
         }
   EXPECT_GT(differs_from_f32, count / 2) << "the tensor-core kernels did not run";
-  std::printf("tensor cores, %d shapes; largest relative errors: out %.2e, lse %.2e, dqkv %.2e\n",
-              count, worst.out, worst.lse, worst.dqkv);
+  std::printf(
+      "tensor cores, %s products, %d shapes; largest relative errors: out %.2e, lse %.2e, "
+      "dqkv %.2e\n",
+      std::string(dtype_name(products)).c_str(), count, worst.out, worst.lse, worst.dqkv);
+}
+
+TEST(Attention, GpuTensorCoresMatchReferenceWithinBf16Rounding) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  tensor_core_sweep(DType::bf16);
+}
+
+TEST(Attention, GpuTensorCoresMatchReferenceWithinFp16Rounding) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  tensor_core_sweep(DType::f16);
 }
 
 TEST(Attention, GpuAttentionChoiceIsChecked) {

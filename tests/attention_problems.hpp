@@ -156,21 +156,26 @@ struct Errors {
   double out = 0, lse = 0, dqkv = 0;
 };
 
-// bf16 products (AVX512-BF16, or a GPU's tensor cores): `be`'s kernel with q, k, v, dO, P and
-// dS rounded to bf16 and f32 sums, against the reference in f64 on the unrounded inputs: its error
-// at most 4x (+ 2e-3) the error of the same reference on inputs rounded to bf16 (measured: at most
-// 0.84 of that bound, dqkv; out 0.62, lse 0.33), so rounding, not a wrong index, explains it.
-// Returns whether the result differs from the f32 kernel's (so that it is the bf16 kernel that
-// ran).
-inline bool expect_bf16_within_rounding(Backend& ref, Backend& be, Problem p, Errors& worst) {
-  const std::string what = describe(p);
+// bf16 products (AVX512-BF16, or a GPU's tensor cores), or fp16 products (a GPU's tensor cores):
+// `be`'s kernel with q, k, v, dO, P and dS rounded to the 16-bit type `products` and f32 sums,
+// against the reference in f64 on the unrounded inputs: its error at most 4x (+ 2e-3) the error of
+// the same reference on inputs rounded to that type (measured: at most 0.84 of that bound, dqkv;
+// out 0.62, lse 0.33), so rounding, not a wrong index, explains it. Returns whether the result
+// differs from the f32 kernel's (so that it is the 16-bit kernel that ran).
+inline bool expect_within_product_rounding(Backend& ref, Backend& be, Problem p, Errors& worst,
+                                           DType products = DType::bf16) {
+  const std::string what = describe(p) + " " + std::string(dtype_name(products)) + " products";
   const Result want = run(ref, DType::f64, p), f32 = run(be, DType::f32, p);
-  p.shape.bf16_products = true;
+  (products == DType::f16 ? p.shape.fp16_products : p.shape.bf16_products) = true;
   const Result got = run(be, DType::f32, p);
-  // The same reference on the inputs rounded to bf16: the error rounding alone brings.
+  // The same reference on the inputs rounded: the error rounding alone brings.
+  auto round = [&](double x) {
+    const float f = float(x);
+    return products == DType::f16 ? double(from_f16(to_f16(f))) : double(from_bf16(to_bf16(f)));
+  };
   Problem rounded = p;
-  for (double& x : rounded.qkv) x = from_bf16(to_bf16(float(x)));
-  for (double& x : rounded.dout) x = from_bf16(to_bf16(float(x)));
+  for (double& x : rounded.qkv) x = round(x);
+  for (double& x : rounded.dout) x = round(x);
   const Result r = run(ref, DType::f64, rounded);
   const Errors e{max_rel_error(got.out, want.out), lse_error(got.lse, want.lse),
                  max_rel_error(got.dqkv, want.dqkv)};
@@ -180,7 +185,7 @@ inline bool expect_bf16_within_rounding(Backend& ref, Backend& be, Problem p, Er
   EXPECT_LE(e.out, bound.out) << what;
   EXPECT_LE(e.lse, bound.lse) << what;
   EXPECT_LE(e.dqkv, bound.dqkv) << what;
-  expect_padding_zeros(p, got, "bf16 " + what);
+  expect_padding_zeros(p, got, what);
   worst.out = std::max(worst.out, e.out);
   worst.lse = std::max(worst.lse, e.lse);
   worst.dqkv = std::max(worst.dqkv, e.dqkv);

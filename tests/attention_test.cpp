@@ -127,7 +127,7 @@ TEST(Attention, Bf16ProductsMatchReferenceWithinBf16Rounding) {
           }
           const Problem p = make_problem(
               s, padded ? sweep_lengths(idx, s.batch, T) : std::vector<int64_t>{}, 3000 + idx);
-          differs_from_f32 += expect_bf16_within_rounding(*ref, *cpu, p, worst);
+          differs_from_f32 += expect_within_product_rounding(*ref, *cpu, p, worst);
         }
   EXPECT_GT(differs_from_f32, count / 2) << "the bf16 kernel did not run";
   std::printf("bf16 products, %d shapes; largest relative errors: out %.2e, lse %.2e, dqkv %.2e\n",
@@ -156,7 +156,7 @@ TEST(Attention, FusedMatchesReferenceWithGroupedHeadsAndWindows) {
               s, padded ? sweep_lengths(idx, s.batch, T) : std::vector<int64_t>{}, 5000 + idx);
           expect_fused_matches_reference(*ref, *cpu, p, peaked ? 4e-5 : 2e-5, worst);
           if (cpu_features().avx512_bf16)
-            differs_from_f32 += expect_bf16_within_rounding(*ref, *cpu, p, worst_bf16);
+            differs_from_f32 += expect_within_product_rounding(*ref, *cpu, p, worst_bf16);
         }
   if (cpu_features().avx512_bf16) {
     EXPECT_GT(differs_from_f32, count / 2) << "the bf16 kernel did not run";

@@ -213,6 +213,7 @@ BenchResult run_attention_benchmark(const Workload& w, const BenchOptions& optio
   AttentionShape s{.batch = w.batch, .seq = w.steps, .heads = w.heads, .head_dim = w.head_dim};
   s.scale = 1.0 / std::sqrt(double(w.head_dim));
   s.bf16_products = gemm_dtype == DType::bf16;
+  s.fp16_products = gemm_dtype == DType::f16;
   const int64_t B = w.batch, T = w.steps, C = w.heads * w.head_dim;
   Rng rng(4);
   std::vector<float> qkv(static_cast<size_t>(B * T * 3 * C)), dout(static_cast<size_t>(B * T * C));

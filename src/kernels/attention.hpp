@@ -22,6 +22,8 @@ inline void check_attention_shape(const AttentionShape& s) {
   SF_CHECK(s.window >= 0 && (s.window == 0 || s.causal), "attention: a sliding window of ",
            s.window, " needs a causal mask");
   SF_CHECK(s.softcap >= 0 && std::isfinite(s.softcap), "attention: soft-capping at ", s.softcap);
+  SF_CHECK(!(s.bf16_products && s.fp16_products),
+           "attention: products on bf16 and on fp16 operands at once");
 }
 
 // A score x = scale q.k, soft-capped: softcap tanh(x / softcap) (x itself without a cap), and the

@@ -163,12 +163,13 @@ void Transformer::join_branch(Backend& be, Block& k, Acts& a, int j, Tensor stre
   be.add(stream, branch);
 }
 
-// The attention of block k: with bf16 products when the GEMMs are bf16; with dropout in
+// The attention of block k: with bf16 or fp16 products when the GEMMs are; with dropout in
 // training, on the probabilities too (nanoGPT's attn_dropout), its mask drawn from the block's
 // seed.
 AttentionShape Transformer::block_attention(const Block& k) const {
   AttentionShape s = shape_;
   s.bf16_products = low_ && low_type_ == DType::bf16;
+  s.fp16_products = low_ && low_type_ == DType::f16;
   if (dropping_) {
     s.dropout = opt_.dropout;
     s.seed = mix_seed(k.seed, 3);

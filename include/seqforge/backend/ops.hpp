@@ -223,6 +223,9 @@ struct AttentionShape {
   // Mixed precision: the products may round their operands (q, k, v, dO and the probabilities)
   // to bf16, summing in f32, where the backend has bf16 dot products; tensors stay in the dtype.
   bool bf16_products = false;
+  // The same with fp16 operands, where the backend has fp16 dot products (a GPU's tensor cores;
+  // a CPU has none and takes f32 products).
+  bool fp16_products = false;
 
   SF_HOST_DEVICE int64_t kv() const { return kv_heads ? kv_heads : heads; }
   SF_HOST_DEVICE int64_t group() const { return heads / kv(); }  // query heads per kv head

@@ -869,6 +869,9 @@ class CudaBackend final : public Backend {
         std::string(dtype_name(dtype)) + " D" + std::to_string(s.head_dim) + " group" +
         std::to_string(s.group()) + (s.causal ? " causal" : "") + (s.window ? " window" : "") +
         (s.softcap > 0 ? " softcap" : "") + (s.dropout > 0 ? " dropout" : "") +
+        (s.fp16_products   ? " fp16_products"
+         : s.bf16_products ? " bf16_products"
+                           : "") +
         (first_row > 0 ? " decoding" : "");
     return attention_checked_.count(kind) ? "" : kind;
   }

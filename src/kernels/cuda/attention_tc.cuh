@@ -1,17 +1,19 @@
 #pragma once
-// Attention on tensor cores, for bf16 products (AttentionShape::bf16_products) of f32 tensors:
-// attention.cuh's tiles, masks, dropout and online softmax, with its five products as warp
-// matrix operations on bf16 operands summing in f32:
+// Attention on tensor cores, for bf16 or fp16 products (AttentionShape::bf16_products,
+// fp16_products) of f32 tensors: attention.cuh's tiles, masks, dropout and online softmax, with its
+// five products as warp matrix operations on 16-bit operands (H: __nv_bfloat16 or __half) summing
+// in f32:
 //   forward:  S = Q K^T, O = O * correction + P V;
 //   backward: (per key tile) S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q;
 //             (per query tile) S = Q K^T, dP = dO V^T, dQ += dS K.
-// q, k, v and dO are rounded to bf16 as they are staged in shared memory, P and dS after the f32
+// q, k, v and dO are rounded to H as they are staged in shared memory, P and dS after the f32
 // softmax; row statistics, accumulators (in shared memory, f32) and outputs stay f32, as the CPU's
 // bf16-products kernel. A block owns kTcRows rows (query rows forward and for dQ, keys for
 // dK/dV) in slices of 16, each slice a warp's (a block of fewer warps takes several); the other
 // side comes in tiles of `other` rows (64, 32 or 16, whichever fits the GPU's shared memory).
 // Head sizes are padded to a multiple of 16 with zeros.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <mma.h>
 
 #include "kernels/cuda/attention.cuh"
@@ -23,26 +25,42 @@ namespace wmma = nvcuda::wmma;
 constexpr int64_t kTcRows = 64, kTcSlice = 16;
 constexpr int kTcThreads = 128;
 
-using TcBf16 = __nv_bfloat16;
-using TcA = wmma::fragment<wmma::matrix_a, 16, 16, 16, TcBf16, wmma::row_major>;
-using TcBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, TcBf16, wmma::col_major>;
-using TcBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, TcBf16, wmma::row_major>;
+template <typename H>
+using TcA = wmma::fragment<wmma::matrix_a, 16, 16, 16, H, wmma::row_major>;
+template <typename H>
+using TcBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, H, wmma::col_major>;
+template <typename H>
+using TcBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, H, wmma::row_major>;
 using TcAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-// Widths: the head padded to 16; leading dimensions padded by 8 bf16 or 4 f32 elements (the warp
+// An f32 rounded to the operands' type, and back.
+template <typename H>
+__device__ inline H tc_round(float x);
+template <>
+__device__ inline __nv_bfloat16 tc_round<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ inline __half tc_round<__half>(float x) {
+  return __float2half_rn(x);
+}
+__device__ inline float tc_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float tc_float(__half x) { return __half2float(x); }
+
+// Widths: the head padded to 16; leading dimensions padded by 8 16-bit or 4 f32 elements (the warp
 // matrix functions' multiples), so that consecutive rows start in different banks.
 __host__ __device__ inline int64_t tc_head(int64_t D) { return (D + 15) / 16 * 16; }
 __host__ __device__ inline int64_t tc_ld16(int64_t width) { return width + 8; }
 __host__ __device__ inline int64_t tc_ld32(int64_t width) { return width + 4; }
 
 // A kernel's shared memory, each region 128-byte aligned: `own` tiles of its block's kTcRows rows
-// of the head (bf16), `others` tiles of the other side's rows, `scores` (f32) and `probs` (bf16)
+// of the head (H), `others` tiles of the other side's rows, `scores` (f32) and `probs` (H)
 // tiles of kTcRows x other, `accs` (f32) tiles of kTcRows rows of the head, and `values` f32s.
 // With a null base only `bytes` is meaningful: the launcher sizes what the kernel carves.
 struct TcTiles {
-  TcBf16 *own, *other;
+  void *own, *other;  // of H
   float* scores;
-  TcBf16* probs;
+  void* probs;  // of H
   float *acc, *values;
   size_t bytes = 0;
 };
@@ -56,10 +74,10 @@ __host__ __device__ inline TcTiles tc_tiles(unsigned char* base, int64_t D, int6
     t.bytes += (static_cast<size_t>(elements) * element + 127) / 128 * 128;
     return p;
   };
-  t.own = reinterpret_cast<TcBf16*>(take(own * R * tc_ld16(Dp), 2));
-  t.other = reinterpret_cast<TcBf16*>(take(others * other * tc_ld16(Dp), 2));
+  t.own = take(own * R * tc_ld16(Dp), 2);
+  t.other = take(others * other * tc_ld16(Dp), 2);
   t.scores = reinterpret_cast<float*>(take(scores * R * tc_ld32(other), 4));
-  t.probs = reinterpret_cast<TcBf16*>(take(probs * R * tc_ld16(other), 2));
+  t.probs = take(probs * R * tc_ld16(other), 2);
   t.acc = reinterpret_cast<float*>(take(accs * R * tc_ld32(Dp), 4));
   t.values = reinterpret_cast<float*>(take(values, 4));
   return t;
@@ -94,28 +112,29 @@ __device__ inline int tc_warp() {
 }
 
 // Rows [first, first + n) of a tensor whose rows are `stride` apart, D values each, rounded to
-// bf16 into a (R, tc_head(D)) tile; rows past n and columns past D are zeros.
-__device__ inline void tc_load_rows(TcBf16* tile, const float* src, int64_t R, int64_t D, int64_t n,
+// H into a (R, tc_head(D)) tile; rows past n and columns past D are zeros.
+template <typename H>
+__device__ inline void tc_load_rows(H* tile, const float* src, int64_t R, int64_t D, int64_t n,
                                     int64_t first, int64_t stride) {
   const int64_t Dp = tc_head(D), ld = tc_ld16(Dp);
   for (int64_t e = threadIdx.x; e < R * Dp; e += blockDim.x) {
     const int64_t r = e / Dp, d = e % Dp;
-    tile[r * ld + d] = __float2bfloat16_rn(r < n && d < D ? src[first + r * stride + d] : 0.0f);
+    tile[r * ld + d] = tc_round<H>(r < n && d < D ? src[first + r * stride + d] : 0.0f);
   }
 }
 
 // out (R, cols) f32 = a (R, depth) b^T: a's rows and b's rows (cols of them) both `depth` long,
-// bf16 with leading dimensions lda and ldb; each warp takes 16-row slices.
-__device__ inline void tc_abt(float* out, int64_t ldo, const TcBf16* a, int64_t lda,
-                              const TcBf16* b, int64_t ldb, int64_t R, int64_t cols,
-                              int64_t depth) {
+// H with leading dimensions lda and ldb; each warp takes 16-row slices.
+template <typename H>
+__device__ inline void tc_abt(float* out, int64_t ldo, const H* a, int64_t lda, const H* b,
+                              int64_t ldb, int64_t R, int64_t cols, int64_t depth) {
   for (int64_t slice = tc_warp(); slice < R / kTcSlice; slice += tc_warps())
     for (int64_t c = 0; c < cols; c += 16) {
       TcAcc acc;
       wmma::fill_fragment(acc, 0.0f);
       for (int64_t k = 0; k < depth; k += 16) {
-        TcA fa;
-        TcBCol fb;
+        TcA<H> fa;
+        TcBCol<H> fb;
         wmma::load_matrix_sync(fa, a + slice * kTcSlice * lda + k, lda);
         wmma::load_matrix_sync(fb, b + c * ldb + k, ldb);
         wmma::mma_sync(acc, fa, fb, acc);
@@ -126,17 +145,17 @@ __device__ inline void tc_abt(float* out, int64_t ldo, const TcBf16* a, int64_t 
 
 // acc (R, width) f32 += a (R, depth) b: b's rows `depth` of them, `width` long; each warp takes
 // 16-row slices.
-__device__ inline void tc_acc_ab(float* acc, int64_t ldacc, const TcBf16* a, int64_t lda,
-                                 const TcBf16* b, int64_t ldb, int64_t R, int64_t width,
-                                 int64_t depth) {
+template <typename H>
+__device__ inline void tc_acc_ab(float* acc, int64_t ldacc, const H* a, int64_t lda, const H* b,
+                                 int64_t ldb, int64_t R, int64_t width, int64_t depth) {
   for (int64_t slice = tc_warp(); slice < R / kTcSlice; slice += tc_warps())
     for (int64_t c = 0; c < width; c += 16) {
       TcAcc f;
       float* at = acc + slice * kTcSlice * ldacc + c;
       wmma::load_matrix_sync(f, at, ldacc, wmma::mem_row_major);
       for (int64_t k = 0; k < depth; k += 16) {
-        TcA fa;
-        TcBRow fb;
+        TcA<H> fa;
+        TcBRow<H> fb;
         wmma::load_matrix_sync(fa, a + slice * kTcSlice * lda + k, lda);
         wmma::load_matrix_sync(fb, b + k * ldb + c, ldb);
         wmma::mma_sync(f, fa, fb, f);
@@ -146,6 +165,7 @@ __device__ inline void tc_acc_ab(float* acc, int64_t ldacc, const TcBf16* a, int
 }
 
 // A block per (pair, tile of kTcRows query rows), key tiles of `other`.
+template <typename H>
 __global__ void attention_forward_tc_kernel(AttentionForward a, int64_t other,
                                             AttentionDropout drop) {
   SF_DYNAMIC_SHARED(shared_bytes);
@@ -155,7 +175,8 @@ __global__ void attention_forward_tc_kernel(AttentionForward a, int64_t other,
   const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
                 LO = tc_ld32(Dp);
   const TcTiles tiles_at = tc_forward_tiles(shared_bytes, D, other);
-  TcBf16 *sQ = tiles_at.own, *sK = tiles_at.other, *sV = sK + other * LB, *sP = tiles_at.probs;
+  H *sQ = static_cast<H*>(tiles_at.own), *sK = static_cast<H*>(tiles_at.other),
+    *sV = sK + other * LB, *sP = static_cast<H*>(tiles_at.probs);
   float *sS = tiles_at.scores, *sO = tiles_at.acc;
   float *row_max = tiles_at.values, *row_sum = row_max + R, *corr = row_sum + R;
   const float* qkv = static_cast<const float*>(a.qkv);
@@ -194,7 +215,7 @@ __global__ void attention_forward_tc_kernel(AttentionForward a, int64_t other,
         for (int64_t c = 0; c < other; ++c) {
           const float p = row[c] != -INFINITY ? expf(row[c] - mx) : 0.0f;
           sum += p;
-          sP[r * LP + c] = __float2bfloat16_rn(p * drop.factor<float>(key, k0 + c));
+          sP[r * LP + c] = tc_round<H>(p * drop.factor<float>(key, k0 + c));
         }
         row_sum[r] = row_sum[r] * rescale + sum;
         row_max[r] = mx;
@@ -221,9 +242,10 @@ __global__ void attention_forward_tc_kernel(AttentionForward a, int64_t other,
   }
 }
 
-// delta (B, heads, T) = rowsum(bf16(dO) * O): D_i from the dO the products see, so that a row
+// delta (B, heads, T) = rowsum(H(dO) * O): D_i from the dO the products see, so that a row
 // whose P is one-hot gets dP - D_i within the products' own rounding of 0 (the tensor cores sum
-// dP in their own order, so not exactly 0), not within dO's rounding to bf16.
+// dP in their own order, so not exactly 0), not within dO's rounding to H.
+template <typename H>
 __global__ void attention_delta_tc_kernel(float* delta, const float* out, const float* dout,
                                           AttentionShape s) {
   const int64_t C = s.heads * s.head_dim;
@@ -232,13 +254,14 @@ __global__ void attention_delta_tc_kernel(float* delta, const float* out, const 
     const int64_t at = (b * s.seq + i) * C + h * s.head_dim;
     float acc = 0.0f;
     for (int64_t d = 0; d < s.head_dim; ++d)
-      acc += __bfloat162float(__float2bfloat16_rn(dout[at + d])) * out[at + d];
+      acc += tc_float(tc_round<H>(dout[at + d])) * out[at + d];
     delta[n] = acc;
   }
 }
 
 // A block per (batch row, key/value head, tile of kTcRows keys): dK and dV of its keys over the
 // group's query heads, query tiles of `other`.
+template <typename H>
 __global__ void attention_dkdv_tc_kernel(AttentionBackward a, const float* delta_all, int64_t other,
                                          AttentionDropout drop) {
   SF_DYNAMIC_SHARED(shared_bytes);
@@ -249,8 +272,9 @@ __global__ void attention_dkdv_tc_kernel(AttentionBackward a, const float* delta
   const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
                 LO = tc_ld32(Dp);
   const TcTiles tiles_at = tc_dkdv_tiles(shared_bytes, D, other);
-  TcBf16 *sK = tiles_at.own, *sV = sK + R * LB, *sQ = tiles_at.other, *sdO = sQ + other * LB;
-  TcBf16 *sPT = tiles_at.probs, *sdST = sPT + R * LP;
+  H *sK = static_cast<H*>(tiles_at.own), *sV = sK + R * LB, *sQ = static_cast<H*>(tiles_at.other),
+    *sdO = sQ + other * LB;
+  H *sPT = static_cast<H*>(tiles_at.probs), *sdST = sPT + R * LP;
   float *sST = tiles_at.scores, *sdPT = sST + R * LS, *dK = tiles_at.acc, *dV = dK + R * LO;
   float *lse = tiles_at.values, *delta = lse + other;
   const float* qkv = static_cast<const float*>(a.qkv);
@@ -293,8 +317,8 @@ __global__ void attention_dkdv_tc_kernel(AttentionBackward a, const float* delta
             ds =
                 prob * (factor * sdPT[r * LS + c] - delta[c]) * kernels::capped_score_slope(x, cap);
           }
-          sPT[r * LP + c] = __float2bfloat16_rn(p);
-          sdST[r * LP + c] = __float2bfloat16_rn(ds);
+          sPT[r * LP + c] = tc_round<H>(p);
+          sdST[r * LP + c] = tc_round<H>(ds);
         }
         __syncthreads();
         tc_acc_ab(dV, LO, sPT, LP, sdO, LB, R, Dp, other);
@@ -313,6 +337,7 @@ __global__ void attention_dkdv_tc_kernel(AttentionBackward a, const float* delta
 }
 
 // A block per (pair, tile of kTcRows query rows): dQ of its rows, key tiles of `other`.
+template <typename H>
 __global__ void attention_dq_tc_kernel(AttentionBackward a, const float* delta_all, int64_t other,
                                        AttentionDropout drop) {
   SF_DYNAMIC_SHARED(shared_bytes);
@@ -323,8 +348,9 @@ __global__ void attention_dq_tc_kernel(AttentionBackward a, const float* delta_a
   const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
                 LO = tc_ld32(Dp);
   const TcTiles tiles_at = tc_dq_tiles(shared_bytes, D, other);
-  TcBf16 *sQ = tiles_at.own, *sdO = sQ + R * LB, *sK = tiles_at.other, *sV = sK + other * LB;
-  TcBf16* sdS = tiles_at.probs;
+  H *sQ = static_cast<H*>(tiles_at.own), *sdO = sQ + R * LB, *sK = static_cast<H*>(tiles_at.other),
+    *sV = sK + other * LB;
+  H* sdS = static_cast<H*>(tiles_at.probs);
   float *sS = tiles_at.scores, *sdP = sS + R * LS, *dQ = tiles_at.acc;
   float *lse = tiles_at.values, *delta = lse + R;
   const float* qkv = static_cast<const float*>(a.qkv);
@@ -359,7 +385,7 @@ __global__ void attention_dq_tc_kernel(AttentionBackward a, const float* delta_a
           const float factor = drop.factor<float>(drop.row_key(s, pr, i0 + r), j0 + c);
           ds = prob * (factor * sdP[r * LS + c] - delta[r]) * kernels::capped_score_slope(x, cap);
         }
-        sdS[r * LP + c] = __float2bfloat16_rn(ds);
+        sdS[r * LP + c] = tc_round<H>(ds);
       }
       __syncthreads();
       tc_acc_ab(dQ, LO, sdS, LP, sK, LB, R, Dp, other);

@@ -219,18 +219,31 @@ TensorCoreTiles tensor_core_tiles(const AttentionShape& s) {
 
 }  // namespace
 
-// Tensor cores for bf16 products of f32 tensors where SEQFORGE_CUDA_ATTENTION=tensor_cores asks
-// for them (until they have run on a GPU, the tiles are the default) and their tiles fit.
+// Tensor cores for bf16 or fp16 products of f32 tensors where SEQFORGE_CUDA_ATTENTION=
+// tensor_cores asks for them (until they have run on a GPU, the tiles are the default) and their
+// tiles fit.
 AttentionKernels attention_kernels(const AttentionShape& s, DType dtype) {
   const char* choice = std::getenv("SEQFORGE_CUDA_ATTENTION");
   if (!choice || std::string_view(choice) == "" || std::string_view(choice) == "f32")
     return AttentionKernels::tiles;
   if (std::string_view(choice) != "tensor_cores")
     fail("SEQFORGE_CUDA_ATTENTION: unknown value '", choice, "' (expected f32 or tensor_cores)");
-  if (dtype != DType::f32 || !s.bf16_products || !tensor_core_tiles(s))
+  if (dtype != DType::f32 || !(s.bf16_products || s.fp16_products) || !tensor_core_tiles(s))
     return AttentionKernels::tiles;
   return AttentionKernels::tensor_cores;
 }
+
+namespace {
+
+// fn.template operator()<H>() with H the operands' type of tensor-core products.
+template <typename Fn>
+void dispatch_products(const AttentionShape& s, Fn&& fn) {
+  if (s.fp16_products) return fn.template operator()<__half>();
+  SF_CHECK(s.bf16_products, "attention on tensor cores without bf16 or fp16 products");
+  fn.template operator()<__nv_bfloat16>();
+}
+
+}  // namespace
 
 void attention_forward(const AttentionForward& a, DType dtype, AttentionKernels kernels,
                        cudaStream_t stream) {
@@ -242,10 +255,12 @@ void attention_forward(const AttentionForward& a, DType dtype, AttentionKernels 
              " tensors, head size ", s.head_dim);
     const int64_t other = tiles.forward;
     const size_t shared = tc_forward_shared(s.head_dim, other);
-    allow_shared(attention_forward_tc_kernel, shared, "attention's forward", "head size");
-    SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq - a.first_row, kTcRows), kTcThreads, shared,
-              stream, attention_forward_tc_kernel)
-    (a, other, attention_dropout(s));
+    dispatch_products(s, [&]<typename H>() {
+      allow_shared(attention_forward_tc_kernel<H>, shared, "attention's forward", "head size");
+      SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq - a.first_row, kTcRows), kTcThreads,
+                shared, stream, attention_forward_tc_kernel<H>)
+      (a, other, attention_dropout(s));
+    });
     return;
   }
   dispatch_float(dtype, [&]<typename T>() {
@@ -269,18 +284,21 @@ void attention_backward(const AttentionBackward& a, void* delta, DType dtype,
              " tensors, head size ", s.head_dim);
     const int64_t other_k = tiles.dkdv, other_q = tiles.dq;
     float* d = static_cast<float*>(delta);
-    SF_LAUNCH(blocks_for(s.batch * s.heads * s.seq), kThreads, 0, stream, attention_delta_tc_kernel)
-    (d, static_cast<const float*>(a.out), static_cast<const float*>(a.dout), s);
     const size_t shared_k = tc_dkdv_shared(s.head_dim, other_k),
                  shared_q = tc_dq_shared(s.head_dim, other_q);
-    allow_shared(attention_dkdv_tc_kernel, shared_k, "attention's backward", "head size");
-    SF_LAUNCH(attention_blocks(s.batch * s.kv(), s.seq, kTcRows), kTcThreads, shared_k, stream,
-              attention_dkdv_tc_kernel)
-    (a, d, other_k, drop);
-    allow_shared(attention_dq_tc_kernel, shared_q, "attention's backward", "head size");
-    SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq, kTcRows), kTcThreads, shared_q, stream,
-              attention_dq_tc_kernel)
-    (a, d, other_q, drop);
+    dispatch_products(s, [&]<typename H>() {
+      SF_LAUNCH(blocks_for(s.batch * s.heads * s.seq), kThreads, 0, stream,
+                attention_delta_tc_kernel<H>)
+      (d, static_cast<const float*>(a.out), static_cast<const float*>(a.dout), s);
+      allow_shared(attention_dkdv_tc_kernel<H>, shared_k, "attention's backward", "head size");
+      SF_LAUNCH(attention_blocks(s.batch * s.kv(), s.seq, kTcRows), kTcThreads, shared_k, stream,
+                attention_dkdv_tc_kernel<H>)
+      (a, d, other_k, drop);
+      allow_shared(attention_dq_tc_kernel<H>, shared_q, "attention's backward", "head size");
+      SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq, kTcRows), kTcThreads, shared_q, stream,
+                attention_dq_tc_kernel<H>)
+      (a, d, other_q, drop);
+    });
     return;
   }
   dispatch_float(dtype, [&]<typename T>() {

@@ -1,17 +1,18 @@
 #pragma once
-// The host emulation's warp matrix functions (nvcuda::wmma) for 16x16x16 tiles of bf16 operands
-// and f32 accumulators. On a GPU a fragment is spread over a warp's 32 threads in a layout the
-// program may not rely on; here every thread holds the whole tile and does the whole operation
+// The host emulation's warp matrix functions (nvcuda::wmma) for 16x16x16 tiles of bf16 or fp16
+// operands and f32 accumulators. On a GPU a fragment is spread over a warp's 32 threads in a layout
+// the program may not rely on; here every thread holds the whole tile and does the whole operation
 // (an emulated block is at most one warp), and only the warp's first thread stores, so that a
 // load, multiply-add and store of an accumulator in shared memory happens once, as the warp's one
 // collective operation does. The GPU's requirements are checked, so that code which breaks them
-// fails here: pointers 32-byte aligned, leading dimensions a multiple of 8 elements (bf16) or 4
-// (f32).
+// fails here: pointers 32-byte aligned, leading dimensions a multiple of 8 elements (bf16, fp16)
+// or 4 (f32).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
 #include "cuda_bf16.h"
+#include "cuda_fp16.h"
 #include "cuda_runtime.h"
 
 namespace nvcuda::wmma {
@@ -41,6 +42,7 @@ inline void check(const void* p, unsigned ldm, unsigned multiple, const char* wh
   }
 }
 inline float value(__nv_bfloat16 v) { return __bfloat162float(v); }
+inline float value(__half v) { return __half2float(v); }
 inline float value(float v) { return v; }
 }  // namespace detail
 
@@ -54,16 +56,16 @@ void fill_fragment(fragment<accumulator, 16, 16, 16, T>& f, T v) {
 }
 
 // Operands: element (r, c) of the tile at p[r * ldm + c] (row_major) or p[c * ldm + r].
-template <typename Use>
-void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, row_major>& f,
-                      const __nv_bfloat16* p, unsigned ldm) {
+template <typename Use, typename T>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, row_major>& f, const T* p, unsigned ldm) {
+  static_assert(sizeof(T) == 2, "operands are bf16 or fp16");
   detail::check(p, ldm, 8, "load_matrix_sync");
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c) f.x[r * 16 + c] = p[r * ldm + c];
 }
-template <typename Use>
-void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, col_major>& f,
-                      const __nv_bfloat16* p, unsigned ldm) {
+template <typename Use, typename T>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, col_major>& f, const T* p, unsigned ldm) {
+  static_assert(sizeof(T) == 2, "operands are bf16 or fp16");
   detail::check(p, ldm, 8, "load_matrix_sync");
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c) f.x[r * 16 + c] = p[c * ldm + r];
@@ -84,11 +86,11 @@ inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, 
       (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * 16 + c];
 }
 
-// d = a b + c, products of the bf16 operands summed in f32.
-template <typename LayoutA, typename LayoutB>
+// d = a b + c, products of the bf16 or fp16 operands summed in f32.
+template <typename T, typename LayoutA, typename LayoutB>
 void mma_sync(fragment<accumulator, 16, 16, 16, float>& d,
-              const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LayoutA>& a,
-              const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LayoutB>& b,
+              const fragment<matrix_a, 16, 16, 16, T, LayoutA>& a,
+              const fragment<matrix_b, 16, 16, 16, T, LayoutB>& b,
               const fragment<accumulator, 16, 16, 16, float>& c) {
   float out[256];
   for (int r = 0; r < 16; ++r)
