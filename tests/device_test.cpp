@@ -85,6 +85,17 @@ TEST(Device, CudaWithoutAGpuIsOneLineAndAutoTrainsOnTheCpu) {
 // Per cell, two epochs with dropout on the GPU and on the CPU from the same seed: the same masks
 // (the counter hash) and float32 rounding apart, so the metrics agree closely; then the GPU run's
 // checkpoint and training state continue on the CPU.
+// train.device_check ran on the GPU run of `log` and found its first step agreeing with the
+// CPU's; the line is printed, for its figures.
+void expect_device_check_agrees(const std::string& log) {
+  const size_t at = log.find(
+      "device check: the first step's loss and gradients agree with the "
+      "CPU's (");
+  EXPECT_NE(at, std::string::npos) << log;
+  EXPECT_EQ(log.find("differ from the CPU's"), std::string::npos) << log;
+  if (at != std::string::npos) std::printf("%s\n", log.substr(at, log.find('\n', at) - at).c_str());
+}
+
 TEST(Device, GpuRunMatchesTheCpuRun) {
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
   const fs::path dir = fresh_dir("gpu");
@@ -96,6 +107,7 @@ TEST(Device, GpuRunMatchesTheCpuRun) {
     const fs::path gpu_run = dir / (std::string(cell) + "_gpu");
     const TrainSummary gpu = train(forecaster(data, gpu_run, cell, {"train.device=cuda"}), log);
     EXPECT_NE(log.str().find("(cuda: "), std::string::npos) << log.str();
+    expect_device_check_agrees(log.str());
     // The LN-LSTM's layer norms of nearly constant rows amplify float32 rounding over the steps:
     // two host backends (cpu, reference) already end 1.4% apart on this run.
     const double tolerance = std::string(cell) == "lnlstm" ? 3e-2 : 1e-4;
@@ -175,10 +187,12 @@ TEST(Device, GpuTransformerRunsMatchTheCpuRuns) {
   const TrainSummary cpu = train(config("cpu", "base_cpu", {}), log);
   const TrainSummary gpu = train(config("cuda", "base_gpu", {}), log);
   EXPECT_NE(log.str().find("(cuda: "), std::string::npos) << log.str();
+  expect_device_check_agrees(log.str());
   EXPECT_NEAR(gpu.best, cpu.best, 1e-4 * std::fabs(cpu.best));
   std::ostringstream bf16_log;
   const TrainSummary bf16 = train(config("cuda", "bf16_gpu", {"train.precision=bf16"}), bf16_log);
   EXPECT_NE(bf16_log.str().find("bf16 GEMMs"), std::string::npos) << bf16_log.str();
+  expect_device_check_agrees(bf16_log.str());
   EXPECT_NEAR(bf16.best, gpu.best, 0.01 * gpu.best);
   std::printf("val_loss: cpu %.7f, gpu %.7f, gpu bf16 %.7f\n", cpu.best, gpu.best, bf16.best);
   const std::vector<std::string> dora = {"adapter.kind=dora", "adapter.rank=4",
@@ -243,12 +257,14 @@ TEST(Device, GpuDecoderRunsMatchTheCpuRuns) {
   const TrainSummary cpu = train(config("cpu", "base_cpu", base), log);
   const TrainSummary gpu = train(config("cuda", "base_gpu", base), log);
   EXPECT_NE(log.str().find("(cuda: "), std::string::npos) << log.str();
+  expect_device_check_agrees(log.str());
   EXPECT_NEAR(gpu.best, cpu.best, 1e-4 * std::fabs(cpu.best));
   std::ostringstream bf16_log;
   std::vector<std::string> bf16_base = base;
   bf16_base.push_back("train.precision=bf16");
   const TrainSummary bf16 = train(config("cuda", "bf16_gpu", bf16_base), bf16_log);
   EXPECT_NE(bf16_log.str().find("bf16 GEMMs"), std::string::npos) << bf16_log.str();
+  expect_device_check_agrees(bf16_log.str());
   EXPECT_NEAR(bf16.best, gpu.best, 0.01 * gpu.best);
   const std::vector<std::string> dora = {"adapter.kind=dora", "adapter.rank=4",
                                          "model.from_config=false",

@@ -434,6 +434,12 @@ const std::vector<ConfigKey> kKeys = {
      "graph and replayed for every later batch of its shapes (one launch instead of hundreds; "
      "a replayed run equals an eager one bit for bit); stateful and data-parallel runs stay "
      "eager, with a note. `off`: eager."},
+    {"train.device_check", T::boolean, "true",
+     "On a GPU (one process), the run's first step is first repeated on the CPU for as many rows "
+     "of its batch as take about a second there: the same parameters and dropout masks, the loss "
+     "and every parameter's gradient compared (within 1e-2 relative, 1e-1 with TF32, bf16 or "
+     "fp16 GEMMs). The run says which rows agreed and how closely; a difference is a defect, "
+     "and a warning says so. `false`: not run."},
     {"train.device", T::string, "auto",
      "`cpu`, `cuda` (the current GPU; an error where none can run the model) or `auto` (a GPU "
      "where one can run the model; else the CPU). eval, predict, "

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "checkpoint_writer.hpp"
+#include "device_check.hpp"
 #include "io/file_util.hpp"
 #include "loop.hpp"
 #include "report/metrics_log.hpp"
@@ -219,6 +220,7 @@ class Training {
   // Forward, backward and the optimizer for batch `bi` (null: this rank has none); its loss.
   double train_step(int64_t epoch, int64_t bi, const Batch* batch);
   // The micro-batches of batch `bi` and their loss terms, and the step's terms on every rank.
+  void check_device_step(const Batch& batch);
   void plan_step(int64_t bi, const Batch* batch);
   // The ops of a step for a batch as planned, its losses and gradients' sum of squares into
   // step_stats_.
@@ -260,6 +262,7 @@ class Training {
   std::unique_ptr<StepGraphs> graphs_;  // train.cuda_graphs: steps replayed as one graph
   std::string graphs_note_;             // why there are none (said at start-up), or ""
   bool graphs_off_noted_ = false;       // their turning off said
+  bool device_checked_ = false;         // train.device_check ran (or does not apply)
   int64_t graph_steps_before_ = 0;      // steps replayed before this epoch
   // (1 + micro-batches) f64: a step's gradients' sum of squares, then each micro-batch's loss.
   Buffer step_stats_;
@@ -1063,6 +1066,7 @@ bool Training::run_epoch(int64_t epoch) {
     }
     optimizer_->set_lr(
         learning_rate(s_, oo_.lr, state_.step, epoch, total_steps_, state_.lr_factor));
+    if (batch && !device_checked_) check_device_step(*batch);
     if (batch) {  // this step's dropout masks: a function of the seed, the step and the rank
       const uint64_t base =
           mix_seed(dropout_seed_, uint64_t(state_.step) * uint64_t(ranks_) + uint64_t(rank_));
@@ -1151,6 +1155,30 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
              : "lower optim.lr, or scale the data (data.normalize)",
          ". Nothing was saved from this epoch: ", kept_model(checkpoint_));
   return loss;
+}
+
+// On a GPU, the run's first step is first repeated on the CPU for a few rows of its batch
+// (device_check.hpp); a difference is reported as the defect it is.
+void Training::check_device_step(const Batch& batch) {
+  device_checked_ = true;
+  size_t free = 0, total = 0;
+  std::string device;
+  if (!be_->device_memory(&free, &total, &device) || ranks_ > 1 || s_.stateful ||
+      !c_.boolean("train.device_check"))
+    return;
+  const DeviceCheck r = check_step_on_cpu(
+      *model_, *be_, task_, gemm_dtype_, c_.str("train.matmul_precision") == "high",
+      scaler_ ? scaler_->scale() : 1.0, batch, seed_base_.tensor());
+  if (!r.ran)
+    out_ << "note: train.device_check: not run: " << r.summary << "\n";
+  else if (r.agrees)
+    out_ << "device check: the first step's loss and gradients agree with the CPU's" << r.summary
+         << "\n";
+  else
+    out_ << "warning: the first step's loss and gradients on " << device << " differ from the CPU's"
+         << r.summary
+         << ". This is a defect: please report it with the output of `seqforge diagnose`; "
+            "train.device: cpu trains on the CPU meanwhile\n";
 }
 
 void Training::plan_step(int64_t bi, const Batch* batch) {

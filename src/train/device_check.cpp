@@ -1,0 +1,163 @@
+// The first training step on a device repeated on the CPU (device_check.hpp).
+#include "device_check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "seqforge/backend/buffer.hpp"
+#include "seqforge/core/error.hpp"
+#include "seqforge/core/rng.hpp"
+
+namespace seqforge {
+
+namespace {
+
+// Multiply-adds the CPU's step may take: the rows of the batch are cut to this (about a second on
+// two cores), one row at least, and the check skipped where one row would take more than the
+// most.
+constexpr double kWork = 3e10, kMostWork = 1e12;
+
+std::vector<double> doubles_of(Backend& be, Tensor t) {
+  std::vector<unsigned char> bytes(t.nbytes());
+  be.download(bytes.data(), t);
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  convert(bytes.data(), t.dtype(), out.data(), DType::f64, out.size());
+  return out;
+}
+
+// A tensor of `device` copied into `held` on the CPU backend (empty stays empty).
+Tensor on_cpu(Backend& cpu, Buffer& held, Backend& device, Tensor t) {
+  if (t.empty()) return Tensor();
+  Tensor c = held.get(cpu, t.dtype(), t.shape());
+  device.download(c.data(), t);
+  return c;
+}
+
+// Forward, the loss and backward of `rows` on `be`: the loss.
+double step(Backend& be, Model& m, const Task& task, const Batch& rows, double loss_scale) {
+  m.set_token_layout(rows.lengths, rows.segments);
+  Rng salts(0x5eedba5e);  // the masks' seeds, as the first micro-batch of a training step
+  const Tensor y = m.forward(be, rows.input, Tensor(), Tensor(), true, salts);
+  Buffer dout_held, loss_held;
+  const Tensor dout = dout_held.get(be, DType::f32, y.shape());
+  const Tensor loss = loss_held.get(be, DType::f64, {1});
+  loss_of(be, task, y, rows, dout, loss);
+  if (loss_scale != 1.0) be.scale(dout, loss_scale);
+  m.backward(be, dout);
+  double l = 0;
+  be.download(&l, loss);
+  return l;
+}
+
+}  // namespace
+
+DeviceCheck check_step_on_cpu(Model& model, Backend& device, const Task& task, DType gemm,
+                              bool reduced, double loss_scale, const Batch& batch,
+                              Tensor seed_base) {
+  DeviceCheck r;
+  const int64_t T = batch.input.shape().rank() > 1 ? batch.input.dim(1) : 1;
+  const double per_row = 6.0 * double(model.parameters().count()) * double(T);
+  if (batch.size == 0 || per_row > kMostWork) {
+    r.summary = "one row of the step is too large to repeat on the CPU";
+    return r;
+  }
+  const int64_t rows = std::clamp<int64_t>(static_cast<int64_t>(kWork / per_row), 1, batch.size);
+  const Batch part = batch_rows(batch, 0, rows);
+
+  // The model again on the CPU, with the device's parameters.
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  std::string notice;
+  const DType cpu_gemm =
+      model_precision(gemm == DType::bf16 ? "bf16" : "fp32", *cpu, task.model, &notice);
+  if (task.model.adapter.bf16_base && cpu_gemm != DType::bf16) {
+    r.summary = "a bf16 base model needs bf16 GEMMs, which this CPU lacks";
+    return r;
+  }
+  std::unique_ptr<Model> mirror = make_model(task.model);
+  mirror->initialize(*cpu, 0);
+  mirror->set_gemm_dtype(cpu_gemm);
+  mirror->set_input_grad(false);
+  Parameters &dp = model.parameters(), &cp = mirror->parameters();
+  auto layout_differs = [&]() {
+    if (dp.size() != cp.size()) return true;
+    for (size_t i = 0; i < dp.size(); ++i) {
+      const Tensor a = dp.value(i), b = cp.value(i);
+      if (dp.values().entries()[i].name != cp.values().entries()[i].name ||
+          a.shape() != b.shape() || a.dtype() != b.dtype() || dp.fixed(i) != cp.fixed(i))
+        return true;
+    }
+    return false;
+  };
+  if (layout_differs()) {
+    r.summary = "the model's copy on the CPU has other parameters";
+    return r;
+  }
+  for (size_t i = 0; i < dp.size(); ++i) device.download(cp.value(i).data(), dp.value(i));
+
+  Buffer held[6];
+  Batch cpu_part;
+  cpu_part.size = part.size;
+  cpu_part.input = on_cpu(*cpu, held[0], device, part.input);
+  cpu_part.target = on_cpu(*cpu, held[1], device, part.target);
+  cpu_part.labels = on_cpu(*cpu, held[2], device, part.labels);
+  cpu_part.mask = on_cpu(*cpu, held[3], device, part.mask);
+  cpu_part.lengths = on_cpu(*cpu, held[4], device, part.lengths);
+  cpu_part.segments = on_cpu(*cpu, held[5], device, part.segments);
+
+  // The same dropout masks: both backends' seed base set to one value.
+  const uint64_t base = 0x0dec0de5eedull;
+  device.upload(seed_base, &base);
+  Buffer cpu_base;
+  const Tensor cpu_seed = cpu_base.get(*cpu, DType::i64, {1});
+  cpu->upload(cpu_seed, &base);
+  cpu->set_seed_base(static_cast<const uint64_t*>(cpu_seed.data()));
+
+  const double device_loss = step(device, model, task, part, loss_scale);
+  const double cpu_loss = step(*cpu, *mirror, task, cpu_part, loss_scale);
+  r.ran = true;
+  r.bound = gemm == DType::f32 && !reduced ? 1e-2 : 1e-1;
+  auto record = [&](double difference, const std::string& where) {
+    if (difference > r.worst || std::isnan(difference) || r.summary.empty()) {
+      r.worst = std::isnan(difference) ? std::numeric_limits<double>::infinity()
+                                       : std::max(r.worst, difference);
+      r.summary = where;
+    }
+  };
+  record(std::fabs(device_loss - cpu_loss) / std::max(std::fabs(cpu_loss), 1e-30), "the loss");
+  // Each gradient against its norm, or a thousandth of the whole gradient's where that is more
+  // (a gradient near 0 is rounding).
+  std::vector<std::vector<double>> want(dp.size()), got(dp.size());
+  double whole = 0;
+  for (size_t i = 0; i < dp.size(); ++i) {
+    if (dp.fixed(i)) continue;
+    want[i] = doubles_of(*cpu, cp.grad(i));
+    got[i] = doubles_of(device, dp.grad(i));
+    for (double w : want[i]) whole += w * w;
+  }
+  for (size_t i = 0; i < dp.size(); ++i) {
+    if (dp.fixed(i)) continue;
+    double norm = 0, diff = 0;
+    for (size_t e = 0; e < want[i].size(); ++e) {
+      norm += want[i][e] * want[i][e];
+      diff += (got[i][e] - want[i][e]) * (got[i][e] - want[i][e]);
+    }
+    const double scale = std::max(std::sqrt(norm), 1e-3 * std::sqrt(whole));
+    record(scale > 0 ? std::sqrt(diff) / scale : (diff > 0 ? INFINITY : 0.0),
+           "the gradient of " + dp.values().entries()[i].name);
+  }
+  dp.zero_grad(device);
+  r.agrees = r.worst <= r.bound;
+  char figures[160];
+  std::snprintf(figures, sizeof figures, " (%lld of %lld rows; worst relative difference %.2g, in ",
+                static_cast<long long>(rows), static_cast<long long>(batch.size), r.worst);
+  char bound[64];
+  std::snprintf(bound, sizeof bound, "; at most %.2g)", r.bound);
+  r.summary = std::string(figures) + r.summary + bound;
+  return r;
+}
+
+}  // namespace seqforge
