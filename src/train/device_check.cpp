@@ -16,9 +16,9 @@ namespace seqforge {
 
 namespace {
 
-// Multiply-adds the CPU's step may take: the rows of the batch are cut to this (about a second on
-// two cores), one row at least, and the check skipped where one row would take more than the
-// most.
+// Floating-point operations the CPU's step may take: the rows of the batch are cut to this (about a
+// second on two cores), one row at least, and the check skipped where one row would take more than
+// the most.
 constexpr double kWork = 3e10, kMostWork = 1e12;
 
 std::vector<double> doubles_of(Backend& be, Tensor t) {
