@@ -1,7 +1,8 @@
 // train.device_check (src/train/device_check.hpp): the first step repeated on the CPU, with a
 // "device" that is the CPU backend behind a wrapper, so that it runs on any machine. Unchanged, the
-// two agree exactly; an op made wrong on the device's side (GELU's backward, attention's output by
-// 2%) is found, and the gradient or loss it spoils named.
+// two agree exactly (on the rows a micro-batch allows; not at all where the host could not hold the
+// model's copy); an op made wrong on the device's side (GELU's backward, attention's output by 2%)
+// is found, and the gradient or loss it spoils named.
 #include "train/device_check.hpp"
 
 #include <gtest/gtest.h>
@@ -64,7 +65,7 @@ TEST(DeviceCheck, FindsAWrongOpOnTheDevice) {
     Rng rng(1);
     assemble_batch(device, task, task.split().train, 0, 4, {}, rng, &batch);
     const DeviceCheck r =
-        check_step_on_cpu(*model, device, task, DType::f32, false, 1.0, batch, base);
+        check_step_on_cpu(*model, device, task, {.max_rows = 4, .host_bytes = 1e9}, batch, base);
     ASSERT_TRUE(r.ran) << r.summary;
     std::printf("%s:%s\n",
                 op == Op::none            ? "unchanged"
@@ -82,6 +83,15 @@ TEST(DeviceCheck, FindsAWrongOpOnTheDevice) {
       EXPECT_NE(r.summary.find(" (4 of 4 rows; worst relative difference 0, in "),
                 std::string::npos)
           << r.summary;
+      // No more rows than the step's micro-batch; no copy the host's memory cannot hold.
+      const DeviceCheck two =
+          check_step_on_cpu(*model, device, task, {.max_rows = 2, .host_bytes = 1e9}, batch, base);
+      EXPECT_NE(two.summary.find(" (2 of 4 rows; "), std::string::npos) << two.summary;
+      EXPECT_TRUE(two.agrees) << two.summary;
+      const DeviceCheck none =
+          check_step_on_cpu(*model, device, task, {.max_rows = 4, .host_bytes = 1e5}, batch, base);
+      EXPECT_FALSE(none.ran);
+      EXPECT_EQ(none.summary, "the model is too large to copy into this machine's memory");
     } else {
       EXPECT_FALSE(r.agrees) << r.summary;
       EXPECT_GT(r.worst, 1e-2) << r.summary;

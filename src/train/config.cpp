@@ -436,7 +436,8 @@ const std::vector<ConfigKey> kKeys = {
      "eager, with a note. `off`: eager."},
     {"train.device_check", T::boolean, "true",
      "On a GPU (one process), the run's first step is first repeated on the CPU for as many rows "
-     "of its batch as take about a second there: the same parameters and dropout masks, the loss "
+     "of its batch as take about a second there (not at all for a model too large to copy or to "
+     "run a row of in a few seconds): the same parameters and dropout masks, the loss "
      "and every parameter's gradient compared (within 1e-2 relative, 1e-1 with TF32, bf16 or "
      "fp16 GEMMs). The run says which rows agreed and how closely; a difference is a defect, "
      "and a warning says so. `false`: not run."},

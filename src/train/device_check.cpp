@@ -55,17 +55,26 @@ double step(Backend& be, Model& m, const Task& task, const Batch& rows, double l
 
 }  // namespace
 
-DeviceCheck check_step_on_cpu(Model& model, Backend& device, const Task& task, DType gemm,
-                              bool reduced, double loss_scale, const Batch& batch,
+DeviceCheck check_step_on_cpu(Model& model, Backend& device, const Task& task,
+                              const DeviceCheckSettings& settings, const Batch& batch,
                               Tensor seed_base) {
   DeviceCheck r;
+  const DType gemm = settings.gemm;
+  const double loss_scale = settings.loss_scale;
   const int64_t T = batch.input.shape().rank() > 1 ? batch.input.dim(1) : 1;
-  const double per_row = 6.0 * double(model.parameters().count()) * double(T);
+  const double parameters = double(model.parameters().count());
+  const double per_row = 6.0 * parameters * double(T);
   if (batch.size == 0 || per_row > kMostWork) {
     r.summary = "one row of the step is too large to repeat on the CPU";
     return r;
   }
-  const int64_t rows = std::clamp<int64_t>(static_cast<int64_t>(kWork / per_row), 1, batch.size);
+  if (3 * 4 * parameters > settings.host_bytes / 4) {
+    r.summary = "the model is too large to copy into this machine's memory";
+    return r;
+  }
+  const int64_t rows =
+      std::clamp<int64_t>(static_cast<int64_t>(kWork / per_row), 1,
+                          std::min(batch.size, std::max<int64_t>(settings.max_rows, 1)));
   const Batch part = batch_rows(batch, 0, rows);
 
   // The model again on the CPU, with the device's parameters.
@@ -119,7 +128,7 @@ DeviceCheck check_step_on_cpu(Model& model, Backend& device, const Task& task, D
   const double device_loss = step(device, model, task, part, loss_scale);
   const double cpu_loss = step(*cpu, *mirror, task, cpu_part, loss_scale);
   r.ran = true;
-  r.bound = gemm == DType::f32 && !reduced ? 1e-2 : 1e-1;
+  r.bound = gemm == DType::f32 && !settings.reduced ? 1e-2 : 1e-1;
   auto record = [&](double difference, const std::string& where) {
     if (difference > r.worst || std::isnan(difference) || r.summary.empty()) {
       r.worst = std::isnan(difference) ? std::numeric_limits<double>::infinity()
@@ -127,7 +136,7 @@ DeviceCheck check_step_on_cpu(Model& model, Backend& device, const Task& task, D
       r.summary = where;
     }
   };
-  record(std::fabs(device_loss - cpu_loss) / std::max(std::fabs(cpu_loss), 1e-30), "the loss");
+  record(std::fabs(device_loss - cpu_loss) / std::max(std::fabs(cpu_loss), 1e-12), "the loss");
   // Each gradient against its norm, or a thousandth of the whole gradient's where that is more
   // (a gradient near 0 is rounding).
   std::vector<std::vector<double>> want(dp.size()), got(dp.size());

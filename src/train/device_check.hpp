@@ -21,13 +21,21 @@ struct DeviceCheck {
   double worst = 0, bound = 0;
 };
 
-// Runs `model`'s forward and backward on rows of `batch` on `device` and on a copy of the model
-// on the CPU (gradients summed into `model`'s are zeroed again), with `seed_base` (device memory,
-// the dropout masks' base) set to the same value on both. `gemm` is the device's GEMM dtype,
-// `reduced` whether its f32 GEMMs round their products (TF32), `loss_scale` what the loss's
-// gradient is scaled by (fp16).
-DeviceCheck check_step_on_cpu(Model& model, Backend& device, const Task& task, DType gemm,
-                              bool reduced, double loss_scale, const Batch& batch,
+// Runs `model`'s forward and backward on rows of `batch` (at most `max_rows`, the step's
+// micro-batch) on `device` and on a copy of the model on the CPU (gradients summed into `model`'s
+// are zeroed again), with `seed_base` (device memory, the dropout masks' base) set to the same
+// value on both. `gemm` is the device's GEMM dtype, `reduced` whether its f32 GEMMs round their
+// products (TF32), `loss_scale` what the loss's gradient is scaled by (fp16). The copy is not made
+// where its parameters and gradients would take more than a quarter of `host_bytes`.
+struct DeviceCheckSettings {
+  DType gemm = DType::f32;
+  bool reduced = false;
+  double loss_scale = 1.0;
+  int64_t max_rows = 0;
+  double host_bytes = 0;
+};
+DeviceCheck check_step_on_cpu(Model& model, Backend& device, const Task& task,
+                              const DeviceCheckSettings& settings, const Batch& batch,
                               Tensor seed_base);
 
 }  // namespace seqforge

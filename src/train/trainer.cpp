@@ -1166,9 +1166,13 @@ void Training::check_device_step(const Batch& batch) {
   if (!be_->device_memory(&free, &total, &device) || ranks_ > 1 || s_.stateful ||
       !c_.boolean("train.device_check"))
     return;
-  const DeviceCheck r = check_step_on_cpu(
-      *model_, *be_, task_, gemm_dtype_, c_.str("train.matmul_precision") == "high",
-      scaler_ ? scaler_->scale() : 1.0, batch, seed_base_.tensor());
+  const DeviceCheckSettings settings{.gemm = gemm_dtype_,
+                                     .reduced = c_.str("train.matmul_precision") == "high",
+                                     .loss_scale = scaler_ ? scaler_->scale() : 1.0,
+                                     .max_rows = s_.micro_batch,
+                                     .host_bytes = double(available_memory_bytes())};
+  const DeviceCheck r =
+      check_step_on_cpu(*model_, *be_, task_, settings, batch, seed_base_.tensor());
   if (!r.ran)
     out_ << "note: train.device_check: not run: " << r.summary << "\n";
   else if (r.agrees)
