@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -77,56 +78,67 @@ DeviceCheck check_step_on_cpu(Model& model, Backend& device, const Task& task,
                           std::min(batch.size, std::max<int64_t>(settings.max_rows, 1)));
   const Batch part = batch_rows(batch, 0, rows);
 
-  // The model again on the CPU, with the device's parameters.
-  std::unique_ptr<Backend> cpu = make_cpu_backend();
-  std::string notice;
-  const DType cpu_gemm =
-      model_precision(gemm == DType::bf16 ? "bf16" : "fp32", *cpu, task.model, &notice);
-  if (task.model.adapter.bf16_base && cpu_gemm != DType::bf16) {
-    r.summary = "a bf16 base model needs bf16 GEMMs, which this CPU lacks";
-    return r;
-  }
-  std::unique_ptr<Model> mirror = make_model(task.model);
-  mirror->initialize(*cpu, 0);
-  mirror->set_gemm_dtype(cpu_gemm);
-  mirror->set_input_grad(false);
-  Parameters &dp = model.parameters(), &cp = mirror->parameters();
-  auto layout_differs = [&]() {
-    if (dp.size() != cp.size()) return true;
-    for (size_t i = 0; i < dp.size(); ++i) {
-      const Tensor a = dp.value(i), b = cp.value(i);
-      if (dp.values().entries()[i].name != cp.values().entries()[i].name ||
-          a.shape() != b.shape() || a.dtype() != b.dtype() || dp.fixed(i) != cp.fixed(i))
-        return true;
-    }
-    return false;
-  };
-  if (layout_differs()) {
-    r.summary = "the model's copy on the CPU has other parameters";
-    return r;
-  }
-  for (size_t i = 0; i < dp.size(); ++i) device.download(cp.value(i).data(), dp.value(i));
-
-  Buffer held[6];
+  // The model again on the CPU, with the device's parameters and the rows. Where the CPU cannot
+  // run it (its memory, say), the check is left out rather than the run stopped.
+  std::unique_ptr<Backend> cpu;
+  std::unique_ptr<Model> mirror;
+  Buffer held[6], cpu_base;
   Batch cpu_part;
-  cpu_part.size = part.size;
-  cpu_part.input = on_cpu(*cpu, held[0], device, part.input);
-  cpu_part.target = on_cpu(*cpu, held[1], device, part.target);
-  cpu_part.labels = on_cpu(*cpu, held[2], device, part.labels);
-  cpu_part.mask = on_cpu(*cpu, held[3], device, part.mask);
-  cpu_part.lengths = on_cpu(*cpu, held[4], device, part.lengths);
-  cpu_part.segments = on_cpu(*cpu, held[5], device, part.segments);
+  Parameters& dp = model.parameters();
+  try {
+    cpu = make_cpu_backend();
+    std::string notice;
+    const DType cpu_gemm =
+        model_precision(gemm == DType::bf16 ? "bf16" : "fp32", *cpu, task.model, &notice);
+    if (task.model.adapter.bf16_base && cpu_gemm != DType::bf16) {
+      r.summary = "a bf16 base model needs bf16 GEMMs, which this CPU lacks";
+      return r;
+    }
+    mirror = make_model(task.model);
+    mirror->initialize(*cpu, 0);
+    mirror->set_gemm_dtype(cpu_gemm);
+    mirror->set_input_grad(false);
+    Parameters& cp = mirror->parameters();
+    bool same = dp.size() == cp.size();
+    for (size_t i = 0; same && i < dp.size(); ++i) {
+      const Tensor a = dp.value(i), b = cp.value(i);
+      same = dp.values().entries()[i].name == cp.values().entries()[i].name &&
+             a.shape() == b.shape() && a.dtype() == b.dtype() && dp.fixed(i) == cp.fixed(i);
+    }
+    if (!same) {
+      r.summary = "the model's copy on the CPU has other parameters";
+      return r;
+    }
+    for (size_t i = 0; i < dp.size(); ++i) device.download(cp.value(i).data(), dp.value(i));
+    cpu_part.size = part.size;
+    cpu_part.input = on_cpu(*cpu, held[0], device, part.input);
+    cpu_part.target = on_cpu(*cpu, held[1], device, part.target);
+    cpu_part.labels = on_cpu(*cpu, held[2], device, part.labels);
+    cpu_part.mask = on_cpu(*cpu, held[3], device, part.mask);
+    cpu_part.lengths = on_cpu(*cpu, held[4], device, part.lengths);
+    cpu_part.segments = on_cpu(*cpu, held[5], device, part.segments);
+  } catch (const std::exception& e) {
+    r.summary = std::string("the CPU could not hold the model's copy: ") + e.what();
+    return r;
+  }
 
   // The same dropout masks: both backends' seed base set to one value.
   const uint64_t base = 0x0dec0de5eedull;
   device.upload(seed_base, &base);
-  Buffer cpu_base;
   const Tensor cpu_seed = cpu_base.get(*cpu, DType::i64, {1});
   cpu->upload(cpu_seed, &base);
   cpu->set_seed_base(static_cast<const uint64_t*>(cpu_seed.data()));
 
   const double device_loss = step(device, model, task, part, loss_scale);
-  const double cpu_loss = step(*cpu, *mirror, task, cpu_part, loss_scale);
+  double cpu_loss = 0;
+  try {
+    cpu_loss = step(*cpu, *mirror, task, cpu_part, loss_scale);
+  } catch (const std::exception& e) {
+    dp.zero_grad(device);
+    r.summary = std::string("the CPU could not repeat the step: ") + e.what();
+    return r;
+  }
+  Parameters& cp = mirror->parameters();
   r.ran = true;
   r.bound = gemm == DType::f32 && !settings.reduced ? 1e-2 : 1e-1;
   auto record = [&](double difference, const std::string& where) {
