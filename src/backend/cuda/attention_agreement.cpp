@@ -8,12 +8,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "backend/cuda/cuda_error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/counter_hash.hpp"
+#include "seqforge/core/autotune.hpp"
 #include "seqforge/core/dtype.hpp"
 #include "seqforge/core/error.hpp"
 
@@ -25,12 +28,6 @@ namespace {
 // reference (about a second on one core); backward's gradients sum over every row.
 constexpr double kForwardWork = 3e8;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    fail("cuda: ", what, " for attention's check: ", cudaGetErrorName(e), " (",
-         cudaGetErrorString(e), ")");
-}
-
 // Elements [offset, offset + n) of a device tensor of `dtype` (f32 or f64), as doubles, written
 // at `at` of a host buffer of `size` zeros.
 std::vector<double> download(const void* device, DType dtype, int64_t offset, int64_t n, int64_t at,
@@ -38,10 +35,11 @@ std::vector<double> download(const void* device, DType dtype, int64_t offset, in
   std::vector<double> host(static_cast<size_t>(size), 0.0);
   const size_t element = dtype_size(dtype);
   std::vector<unsigned char> bytes(static_cast<size_t>(n) * element);
-  check(cudaMemcpyAsync(bytes.data(), static_cast<const unsigned char*>(device) + offset * element,
-                        bytes.size(), cudaMemcpyDeviceToHost, stream),
-        "a download");
-  check(cudaStreamSynchronize(stream), "a synchronisation");
+  check_cuda(
+      cudaMemcpyAsync(bytes.data(), static_cast<const unsigned char*>(device) + offset * element,
+                      bytes.size(), cudaMemcpyDeviceToHost, stream),
+      "a download for attention's check");
+  check_cuda(cudaStreamSynchronize(stream), "a synchronisation for attention's check");
   for (int64_t i = 0; i < n; ++i) {
     if (dtype == DType::f64) {
       std::memcpy(&host[static_cast<size_t>(at + i)], bytes.data() + i * 8, 8);
@@ -73,19 +71,19 @@ struct Slice {
     const int64_t rows = std::min<int64_t>(2, s.batch);
     if (device_lengths) {
       lengths.resize(static_cast<size_t>(rows));
-      check(cudaMemcpyAsync(lengths.data(), device_lengths, lengths.size() * 8,
-                            cudaMemcpyDeviceToHost, stream),
-            "a download of the lengths");
+      check_cuda(cudaMemcpyAsync(lengths.data(), device_lengths, lengths.size() * 8,
+                                 cudaMemcpyDeviceToHost, stream),
+                 "a download of the lengths for attention's check");
     }
     if (s.seed_base) {
       uint64_t base = 0;
-      check(cudaMemcpyAsync(&base, s.seed_base, 8, cudaMemcpyDeviceToHost, stream),
-            "a download of the seed base");
-      check(cudaStreamSynchronize(stream), "a synchronisation");
+      check_cuda(cudaMemcpyAsync(&base, s.seed_base, 8, cudaMemcpyDeviceToHost, stream),
+                 "a download of the seed base for attention's check");
+      check_cuda(cudaStreamSynchronize(stream), "a synchronisation for attention's check");
       ref.seed = ref::seed_with_base(&base, s.seed);
       ref.seed_base = nullptr;
     }
-    check(cudaStreamSynchronize(stream), "a synchronisation");
+    check_cuda(cudaStreamSynchronize(stream), "a synchronisation for attention's check");
     b = rows - 1;
     if (b == 1 && !lengths.empty() && lengths[1] <= 0 && lengths[0] > 0) b = 0;
     if (!lengths.empty()) lengths.resize(static_cast<size_t>(b + 1));
@@ -275,6 +273,55 @@ AttentionAgreement check_attention_backward(const AttentionBackward& a, DType dt
                                        largest_magnitude(dv.want)});
   for (Compared* t : {&dq, &dk, &dv}) t->least = std::max(t->least, whole);
   return agreement({dq, dk, dv}, dtype, kernels);
+}
+
+AttentionKernels AttentionChecks::kernels(const AttentionShape& s, DType dtype) const {
+  return tensor_cores_dropped_ ? AttentionKernels::tiles : attention_kernels(s, dtype);
+}
+
+std::string AttentionChecks::unchecked(const char* pass, AttentionKernels kernels,
+                                       const AttentionShape& s, DType dtype,
+                                       int64_t first_row) const {
+  const std::string kind =
+      std::string(pass) +
+      (kernels == AttentionKernels::tensor_cores ? " tensor_cores " : " tiles ") +
+      std::string(dtype_name(dtype)) + " D" + std::to_string(s.head_dim) + " group" +
+      std::to_string(s.group()) + (s.causal ? " causal" : "") + (s.window ? " window" : "") +
+      (s.softcap > 0 ? " softcap" : "") + (s.dropout > 0 ? " dropout" : "") +
+      (s.fp16_products   ? " fp16_products"
+       : s.bf16_products ? " bf16_products"
+                         : "") +
+      (first_row > 0 ? " decoding" : "");
+  return checked_.count(kind) ? "" : kind;
+}
+
+bool AttentionChecks::agrees(const std::string& kind, AttentionKernels kernels,
+                             const AttentionAgreement& r) {
+  if (!r.compared) return true;
+  checked_.insert(kind);
+  const bool tensor_cores = kernels == AttentionKernels::tensor_cores;
+  const char* what = tensor_cores ? "tensor-core kernels" : "kernels";
+  const std::string pass = kind.substr(0, kind.find(' '));
+  if (r.agrees()) {
+    if (autotune::verbose())
+      std::fprintf(stderr,
+                   "seqforge: cuda: attention's %s agree with the reference %s (%s: relative "
+                   "error %.2g, at most %.2g allowed)\n",
+                   what, pass.c_str(), r.tensor.c_str(), r.error, r.bound);
+    return true;
+  }
+  if (!tensor_cores)
+    fail("cuda: attention's ", what, " disagree with the reference on this device (", pass, ": ",
+         r.tensor, " off by ", r.error, " relative, at most ", r.bound, " expected; ", kind,
+         "). This is a defect: please report it with the output of `seqforge diagnose`, and "
+         "train on the CPU (train.device: cpu) until it is fixed");
+  std::fprintf(stderr,
+               "seqforge: warning: attention's %s disagree with the reference on this device "
+               "(%s: %s off by %.3g relative, at most %.2g expected); they are not used. This "
+               "is a defect: please report it with the output of `seqforge diagnose`\n",
+               what, pass.c_str(), r.tensor.c_str(), r.error, r.bound);
+  tensor_cores_dropped_ = true;
+  return false;
 }
 
 }  // namespace seqforge::cuda

@@ -7,6 +7,7 @@
 // training a silently wrong model.
 #include <cuda_runtime_api.h>
 
+#include <set>
 #include <string>
 
 #include "kernels/cuda/launch.hpp"
@@ -30,5 +31,25 @@ AttentionAgreement check_attention_forward(const AttentionForward& a, DType dtyp
                                            AttentionKernels kernels, cudaStream_t stream);
 AttentionAgreement check_attention_backward(const AttentionBackward& a, DType dtype,
                                             AttentionKernels kernels, cudaStream_t stream);
+
+// A backend's policy: which kernels its calls take, and which kinds of call (pass, kernels,
+// dtype, head size, group, masks, dropout, products, decoding) have been checked.
+class AttentionChecks {
+ public:
+  // The tensor cores where asked for (attention_kernels), until one of their calls disagreed.
+  AttentionKernels kernels(const AttentionShape& s, DType dtype) const;
+  // The kind of a call still to be checked, or "" where its kind has been.
+  std::string unchecked(const char* pass, AttentionKernels kernels, const AttentionShape& s,
+                        DType dtype, int64_t first_row) const;
+  // Records a check of a call of `kind`. Tensor cores that disagree are dropped for the tiles,
+  // with a warning, and false returned: the caller runs the call again. Tiles that disagree stop
+  // the run, as nothing is left to fall back on. Inputs that were not finite leave the kind to a
+  // later call.
+  bool agrees(const std::string& kind, AttentionKernels kernels, const AttentionAgreement& r);
+
+ private:
+  std::set<std::string> checked_;
+  bool tensor_cores_dropped_ = false;
+};
 
 }  // namespace seqforge::cuda

@@ -18,7 +18,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -28,6 +27,7 @@
 
 #include "backend/cuda/attention_agreement.hpp"
 #include "backend/cuda/cublaslt.hpp"
+#include "backend/cuda/cuda_error.hpp"
 #include "backend/cuda/nccl.hpp"
 #include "backend/cuda/optimizer_agreement.hpp"
 #include "kernels/attention.hpp"
@@ -51,10 +51,7 @@ cuda::GluColumns glu_columns(const Tensor& gate, const GluAffine& a) {
           .dup_scale = a.up.dscale.data()};
 }
 
-void check_cuda(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess)
-    fail("cuda: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
-}
+using cuda::check_cuda;
 
 int64_t rows_of(Tensor t) { return t.shape().rank() ? t.dim(0) : 1; }
 
@@ -609,12 +606,13 @@ class CudaBackend final : public Backend {
              given.first_row, " of ", given.shape.seq);
     AttentionForward a = given;
     a.shape.seed_base = seed_base_;
-    const cuda::AttentionKernels kernels = attention_kernels(a.shape, dtype);
+    const cuda::AttentionKernels kernels = attention_checks_.kernels(a.shape, dtype);
     cuda::attention_forward(a, dtype, kernels, stream());
     launched("attention_forward", attention_shape(a.shape, dtype));
     const std::string kind = unchecked_attention("forward", kernels, a.shape, dtype, a.first_row);
     if (kind.empty() ||
-        attention_agrees(kind, kernels, cuda::check_attention_forward(a, dtype, kernels, stream())))
+        attention_checks_.agrees(kind, kernels,
+                                 cuda::check_attention_forward(a, dtype, kernels, stream())))
       return;
     attention_forward(given, dtype);  // on the tiles
   }
@@ -623,15 +621,15 @@ class CudaBackend final : public Backend {
     AttentionBackward a = given;
     a.shape.seed_base = seed_base_;
     const AttentionShape& s = a.shape;
-    const cuda::AttentionKernels kernels = attention_kernels(s, dtype);
+    const cuda::AttentionKernels kernels = attention_checks_.kernels(s, dtype);
     const size_t head_rows_bytes =
         static_cast<size_t>(s.batch * s.heads * s.seq) * dtype_size(dtype);
     cuda::attention_backward(a, scratch(0, head_rows_bytes), dtype, kernels, stream());
     launched("attention_backward", attention_shape(s, dtype));
     const std::string kind = unchecked_attention("backward", kernels, s, dtype, 0);
     if (kind.empty() ||
-        attention_agrees(kind, kernels,
-                         cuda::check_attention_backward(a, dtype, kernels, stream())))
+        attention_checks_.agrees(kind, kernels,
+                                 cuda::check_attention_backward(a, dtype, kernels, stream())))
       return;
     // On the tiles, from a forward of their own: the probabilities are recomputed from the lse,
     // which came from the tensor cores' products.
@@ -851,59 +849,12 @@ class CudaBackend final : public Backend {
     for (void* p : std::exchange(deferred_host_frees_, {})) free_host(p);
   }
 
-  // Attention's kernels: the tensor cores where asked for, until one of their calls disagreed
-  // with the reference.
-  cuda::AttentionKernels attention_kernels(const AttentionShape& s, DType dtype) const {
-    return attention_tensor_cores_dropped_ ? cuda::AttentionKernels::tiles
-                                           : cuda::attention_kernels(s, dtype);
-  }
-  // The first call of each kind (pass, kernels, dtype, head size, group, masks, dropout, decoding)
-  // is checked against the reference (attention_agreement.hpp), outside captures and lanes: its
-  // kind, or "" where it has been checked or cannot be.
+  // The kind of an attention call to check against the reference (attention_agreement.hpp):
+  // none inside a capture or a lane, which cannot wait for the device.
   std::string unchecked_attention(const char* pass, cuda::AttentionKernels kernels,
                                   const AttentionShape& s, DType dtype, int64_t first_row) const {
     if (capturing_here() || lane_owner_ == this) return "";
-    const std::string kind =
-        std::string(pass) +
-        (kernels == cuda::AttentionKernels::tensor_cores ? " tensor_cores " : " tiles ") +
-        std::string(dtype_name(dtype)) + " D" + std::to_string(s.head_dim) + " group" +
-        std::to_string(s.group()) + (s.causal ? " causal" : "") + (s.window ? " window" : "") +
-        (s.softcap > 0 ? " softcap" : "") + (s.dropout > 0 ? " dropout" : "") +
-        (s.fp16_products   ? " fp16_products"
-         : s.bf16_products ? " bf16_products"
-                           : "") +
-        (first_row > 0 ? " decoding" : "");
-    return attention_checked_.count(kind) ? "" : kind;
-  }
-  // Tensor cores that disagree are dropped for the tiles (the caller runs the call again), with a
-  // warning; tiles that disagree stop the run, as nothing is left to fall back on.
-  bool attention_agrees(const std::string& kind, cuda::AttentionKernels kernels,
-                        const cuda::AttentionAgreement& r) {
-    if (!r.compared) return true;  // inputs not finite: a later call is checked
-    attention_checked_.insert(kind);
-    const bool tensor_cores = kernels == cuda::AttentionKernels::tensor_cores;
-    const char* what = tensor_cores ? "tensor-core kernels" : "kernels";
-    const std::string pass = kind.substr(0, kind.find(' '));
-    if (r.agrees()) {
-      if (autotune::verbose())
-        std::fprintf(stderr,
-                     "seqforge: cuda: attention's %s agree with the reference %s (%s: relative "
-                     "error %.2g, at most %.2g allowed)\n",
-                     what, pass.c_str(), r.tensor.c_str(), r.error, r.bound);
-      return true;
-    }
-    if (!tensor_cores)
-      fail("cuda: attention's ", what, " disagree with the reference on this device (", pass, ": ",
-           r.tensor, " off by ", r.error, " relative, at most ", r.bound, " expected; ", kind,
-           "). This is a defect: please report it with the output of `seqforge diagnose`, and "
-           "train on the CPU (train.device: cpu) until it is fixed");
-    std::fprintf(stderr,
-                 "seqforge: warning: attention's %s disagree with the reference on this device "
-                 "(%s: %s off by %.3g relative, at most %.2g expected); they are not used. This "
-                 "is a defect: please report it with the output of `seqforge diagnose`\n",
-                 what, pass.c_str(), r.tensor.c_str(), r.error, r.bound);
-    attention_tensor_cores_dropped_ = true;
-    return false;
+    return attention_checks_.unchecked(pass, kernels, s, dtype, first_row);
   }
   // (B, T, heads, head_dim), to name attention's shape.
   static Tensor attention_shape(const AttentionShape& s, DType dtype) {
@@ -1044,11 +995,10 @@ class CudaBackend final : public Backend {
   std::array<Lane, kLanes> lanes_;
   cudaEvent_t forked_ = nullptr;  // the backend stream's ops before a fork
   std::unique_ptr<cuda::CublasLt> blas_;
-  std::unique_ptr<cuda::Nccl> nccl_;             // loaded by collectives_unavailable
-  bool joined_ = false;                          // join_collectives ran
-  std::set<std::string> attention_checked_;      // kinds of attention call checked on this GPU
-  bool attention_tensor_cores_dropped_ = false;  // one of their calls disagreed
-  bool optimizer_checked_ = false;               // its first update was checked
+  std::unique_ptr<cuda::Nccl> nccl_;  // loaded by collectives_unavailable
+  bool joined_ = false;               // join_collectives ran
+  cuda::AttentionChecks attention_checks_;
+  bool optimizer_checked_ = false;  // its first update was checked
 };
 
 }  // namespace

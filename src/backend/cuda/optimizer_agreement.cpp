@@ -10,6 +10,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "backend/cuda/cuda_error.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/dtype.hpp"
 #include "seqforge/core/error.hpp"
@@ -20,16 +21,10 @@ namespace {
 
 constexpr int64_t kEnds = 16;  // elements sampled at each end of a segment
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    fail("cuda: ", what, " for the optimizer's check: ", cudaGetErrorName(e), " (",
-         cudaGetErrorString(e), ")");
-}
-
 template <typename T>
 void download(T* host, const void* device, size_t count, cudaStream_t stream) {
-  check(cudaMemcpyAsync(host, device, count * sizeof(T), cudaMemcpyDeviceToHost, stream),
-        "a download");
+  check_cuda(cudaMemcpyAsync(host, device, count * sizeof(T), cudaMemcpyDeviceToHost, stream),
+             "a download for the optimizer's check");
 }
 
 std::vector<double> doubles(const std::vector<unsigned char>& bytes, DType dtype) {
@@ -49,7 +44,7 @@ OptimizerSample::OptimizerSample(const OptimizerStep& a, DType dtype, cudaStream
   download(steps_.data(), a.steps, S, stream);
   download(&lr_, a.lr, 1, stream);
   if (a.clip.sum_squares) download(&sum_squares_, a.clip.sum_squares, 1, stream);
-  check(cudaStreamSynchronize(stream), "a synchronisation");
+  check_cuda(cudaStreamSynchronize(stream), "a synchronisation for the optimizer's check");
   for (size_t s = 0; s < S; ++s) {
     const OptimizerSegment& seg = segments_[s];
     const int64_t head = std::min(seg.numel, kEnds), tail = std::min(seg.numel - head, kEnds);
@@ -66,7 +61,7 @@ OptimizerSample::OptimizerSample(const OptimizerStep& a, DType dtype, cudaStream
   g_ = read(a.grads, false);
   m_ = read(a.m, false);
   v_ = read(a.v, false);
-  check(cudaStreamSynchronize(stream), "a synchronisation");
+  check_cuda(cudaStreamSynchronize(stream), "a synchronisation for the optimizer's check");
 }
 
 std::vector<unsigned char> OptimizerSample::read(const void* base, bool values) const {
@@ -87,7 +82,7 @@ std::string OptimizerSample::disagreement() const {
   download(steps.data(), a_.steps, steps.size(), stream_);
   const std::vector<unsigned char> p = read(a_.params, true), g = read(a_.grads, false),
                                    m = read(a_.m, false), v = read(a_.v, false);
-  check(cudaStreamSynchronize(stream_), "a synchronisation");
+  check_cuda(cudaStreamSynchronize(stream_), "a synchronisation for the optimizer's check");
 
   // The reference's, on packed copies of the samples from before it.
   std::vector<unsigned char> rp = p_, rg = g_, rm = m_, rv = v_;

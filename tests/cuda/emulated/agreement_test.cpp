@@ -47,6 +47,17 @@ Problem grouped_problem(bool bf16_products, double dropout = 0) {
   return make_problem(s, {20, 13}, 91);
 }
 
+// p forward and backward in f32 on `gpu`, the `nth` launch from now skipped: the result, and
+// what was said on stderr into `said`.
+Result run_skipping(Backend& gpu, const Problem& p, int nth, std::string* said) {
+  gpu.synchronize();
+  sf_emu::skip_launch(nth);
+  testing::internal::CaptureStderr();
+  const Result r = run(gpu, DType::f32, p);
+  *said = testing::internal::GetCapturedStderr();
+  return r;
+}
+
 TEST(AttentionAgreementEmulated, TheFirstCallOfEachKindIsCheckedAndAgrees) {
   const ScopedEnv verbose("SEQFORGE_VERBOSE", "1");
   auto gpu = make_cuda_backend();
@@ -104,11 +115,8 @@ TEST(AttentionAgreementEmulated, TensorCoresThatDisagreeAreDroppedForTheTiles) {
   const ScopedEnv tensor_cores("SEQFORGE_CUDA_ATTENTION", "tensor_cores");
   {  // forward
     auto gpu = make_cuda_backend();
-    gpu->synchronize();
-    sf_emu::skip_launch(1);
-    testing::internal::CaptureStderr();
-    const Result got = run(*gpu, DType::f32, p);
-    const std::string said = testing::internal::GetCapturedStderr();
+    std::string said;
+    const Result got = run_skipping(*gpu, p, 1, &said);
     EXPECT_NE(said.find("seqforge: warning: attention's tensor-core kernels disagree with the "
                         "reference on this device (forward: "),
               std::string::npos)
@@ -121,11 +129,8 @@ TEST(AttentionAgreementEmulated, TensorCoresThatDisagreeAreDroppedForTheTiles) {
   auto gpu = make_cuda_backend();
   const Result tc = run(*gpu, DType::f32, p, false);  // forward on tensor cores, checked
   EXPECT_NE(tc.out, tiles.out) << "the tensor cores did not run";
-  gpu->synchronize();
-  sf_emu::skip_launch(3);  // forward, then backward's delta, dK and dV
-  testing::internal::CaptureStderr();
-  const Result got = run(*gpu, DType::f32, p);
-  const std::string said = testing::internal::GetCapturedStderr();
+  std::string said;
+  const Result got = run_skipping(*gpu, p, 3, &said);  // forward, backward's delta, dK and dV
   EXPECT_NE(said.find("seqforge: warning: attention's tensor-core kernels disagree with the "
                       "reference on this device (backward: d"),
             std::string::npos)
