@@ -464,18 +464,26 @@ TEST(Augment, DerivedFeaturesAndMissingCellsKeepTheirMeaning) {
         bool held = false;
         for (int64_t u = 0; u < T; ++u) held |= w[t * F + f] == plain[u * F + f];
         EXPECT_TRUE(held) << "kind " << kind << ", step " << t << ", feature " << f;
-        if (kind < 3) EXPECT_EQ(w[t * F + f], plain[t * F + f]) << kind;
+        if (kind < 3) {
+          EXPECT_EQ(w[t * F + f], plain[t * F + f]) << kind;
+        }
       }
     // a's indicator says where a is missing: there a is 0, as it was.
     float flag_on = 0;
     for (int64_t t = 0; t < T; ++t)
       if (is_missing(t)) flag_on = plain[t * F + a_missing];
-    for (int64_t t = 0; t < T; ++t)
-      if (w[t * F + a_missing] == flag_on)
+    for (int64_t t = 0; t < T; ++t) {
+      if (w[t * F + a_missing] == flag_on) {
         EXPECT_EQ(w[t * F + 0], 0.0f) << "kind " << kind << ", step " << t;
-    if (kind < 3)
-      for (int64_t t = 0; t < T; ++t)
-        if (is_missing(t)) EXPECT_EQ(w[t * F + 0], 0.0f) << kind;
+      }
+    }
+    if (kind < 3) {
+      for (int64_t t = 0; t < T; ++t) {
+        if (is_missing(t)) {
+          EXPECT_EQ(w[t * F + 0], 0.0f) << kind;
+        }
+      }
+    }
   }
   // A forecast's slice ends at the window's last step; a classifier's may end before it.
   AugmentOptions slice;

@@ -186,9 +186,10 @@ TEST_P(LstmConcurrency, ConcurrentSchedulesOnTheGpu) {
   auto gpu = make_backend("cuda");
   ASSERT_GE(gpu->concurrency(), 2);
   const auto steps = run(*gpu, c, RecurrentSchedule::layered);
-  if (c.gemm == DType::f32)
+  if (c.gemm == DType::f32) {
     for (const auto& [name, w] : want)
       EXPECT_LE(max_rel_error(steps.at(name), w), tols.at(name)) << c.name << " " << name;
+  }
   for (RecurrentSchedule schedule : {RecurrentSchedule::side_by_side, RecurrentSchedule::one_worker,
                                      RecurrentSchedule::split_batch}) {
     const auto got = run(*gpu, c, schedule);
@@ -526,7 +527,9 @@ TEST(WholeChains, ThatDisagreeWithTheStepsAreNotUsed) {
       // After a forward disagreement the tuning chooses among the others (the steps, or the
       // steps on streams); after a backward one the steps are kept both ways.
       EXPECT_NE(*forward, "whole_chains");
-      if (wrong == Wrong::backward) EXPECT_EQ(*forward, "layered");
+      if (wrong == Wrong::backward) {
+        EXPECT_EQ(*forward, "layered");
+      }
       EXPECT_EQ(backward.value_or(""), "layered");
     }
   }

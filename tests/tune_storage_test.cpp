@@ -167,7 +167,7 @@ TEST(TuneStorage, LockedAndReadOnlyDatabasesGiveClearErrors) {
   setenv("SEQFORGE_TUNE_BUSY_TIMEOUT_MS", "200", 1);
   auto storage = Storage::open(db);
   unsetenv("SEQFORGE_TUNE_BUSY_TIMEOUT_MS");
-  storage->create_or_check({"s", "minimize", settings().fingerprint(), "[]"});
+  storage->create_or_check({"s", "minimize", settings().fingerprint(), "[]", ""});
   sqlite3* h = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(h, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
