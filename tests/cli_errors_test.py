@@ -64,6 +64,15 @@ def main():
     data_copy = os.path.join(work, "data_copy.csv")
     shutil.copyfile(weather, data_copy)
     two_documents_line = base.count("\n") + 1  # its '---'
+    nul = os.path.join(work, "nul.yaml")
+    with open(nul, "w") as f:
+        lines = base.split("\n")
+        f.write("\n".join(lines[:2] + [lines[2] + "\0"] + lines[3:]))
+    # A data file named as one of the run's own files in its directory: refused, and kept.
+    inside = os.path.join(work, "inside")
+    os.makedirs(inside)
+    inside_data = os.path.join(inside, "val_predictions.csv")
+    shutil.copyfile(weather, inside_data)
     bad_space = os.path.join(work, "bad_space.yaml")
     with open(bad_space, "w") as f:
         f.write(base + "tune:\n  space:\n    model.hidden: {type: int, low: -4, high: 4}\n")
@@ -184,7 +193,13 @@ def main():
         # Loader and augmentation settings are checked before anything is printed.
         (["train", config, "data.num_workers=-3"],
          "data.num_workers must be auto or a count in [0, 256], got '-3'"),
-        (["train", config, "augment.jitter.p=3"], "augment.jitter.p must be in [0, 1], got 3"),
+        (["train", config, "augment.jitter.p=3"],
+         "override 'augment.jitter.p=3': augment.jitter.p must be in [0, 1], got 3"),
+        (["train", nul], "nul.yaml:3: a control byte (0x00, NUL), which YAML does not allow"),
+        (["train", config, "data.known_future=[wind, wind]"],
+         "override 'data.known_future=[wind, wind]': data.known_future names 'wind' twice"),
+        (["train", config, "data.path=" + inside_data, "train.run_dir=" + inside, "--overwrite"],
+         "data.path '%s' is a file the run writes in its directory" % inside_data),
         (["train", config, "train.precision=fp8"],
          "override 'train.precision=fp8': train.precision must be auto, fp32, bf16 or fp16"),
         # An override longer than a file name may be is still an override.
@@ -236,6 +251,8 @@ def main():
         if r.stdout:
             fail("%s: the error came after output:\n%s" % (" ".join(args), r.stdout))
         print("ok: seqforge %s -> %s" % (" ".join(os.path.basename(a) for a in args), lines[0]))
+    if not os.path.exists(inside_data):
+        fail("a refused run removed its data file %s" % inside_data)
     # Output that cannot be written (a full disk) is an error, not a success.
     with open("/dev/full", "w") as full:
         r = subprocess.run([seqforge, "predict", forecast, "--input", weather, "--output", "-"],

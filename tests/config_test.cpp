@@ -73,6 +73,20 @@ TEST(Config, IgnoredSettingsOnlyWhenGiven) {
                 "train.huber_delta is set but train.loss is mse: it is ignored",
                 "data.normalize_fallback is set but data.normalize_per is all (one scaler for "
                 "every series): it is ignored"}));
+  // Columns of another task's: a forecast's class column still keeps it out of the default
+  // features, and a classifier has no targets.
+  EXPECT_EQ(ignored_settings(Config::parse("data:\n  class_column: kind\n", "cfg.yaml")),
+            (std::vector<std::string>{
+                "data.class_column is for classifiers; data.task is forecast: it is ignored, but "
+                "for keeping column 'kind' out of the features (data.features is empty: every "
+                "other column)"}));
+  EXPECT_EQ(ignored_settings(Config::parse(
+                "data:\n  task: classify\n  targets: [a]\n  label_column: b\n", "cfg.yaml")),
+            (std::vector<std::string>{
+                "data.targets is for data.task forecast; data.task is classify, whose truth is "
+                "its class: it is ignored",
+                "data.label_column is for data.label direction and volatility; data.label is "
+                "column (the class is data.class_column's): it is ignored"}));
   // Keys of the other kind of data: a window's length is data.lookback, a text's data.seq_len.
   const Config text = Config::parse(
       "data:\n  task: charlm\n  lookback: 64\n  normalize: minmax\n  seq_len: 64\n", "c.yaml");

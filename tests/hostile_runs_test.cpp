@@ -928,3 +928,95 @@ TEST(HostileRuns, RunsOlderThanSplitContextKeepTheirWindows) {
 
 }  // namespace
 }  // namespace seqforge::hostile_runs_test
+
+namespace seqforge::hostile_runs_test {
+namespace {
+
+namespace fs = std::filesystem;
+using test::error_of;
+
+#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+
+// An input named as one of the files a run writes in its directory would be replaced by it: the
+// run is refused and the file kept, with --overwrite too and on resume.
+TEST(HostileRuns, AnInputNamedAsARunsOwnFileIsRefusedAndKept) {
+  const fs::path dir = test::temp_dir("input_as_run_file");
+  const fs::path data = dir / "val_predictions.csv";
+  fs::rename(write_series(dir, 200), data);
+  std::ostringstream log;
+  for (const bool overwrite : {false, true}) {
+    EXPECT_HAS(error_of([&] { train(forecast(data.string(), dir), log, "", {}, overwrite); }),
+               "data.path '" + data.string() + "' is a file the run writes in its directory");
+    EXPECT_TRUE(fs::exists(data));
+    EXPECT_FALSE(fs::exists(dir / "config.resolved.yaml"));
+  }
+  // A run directory as model.init_from, training into itself.
+  const fs::path run = dir / "run";
+  train(forecast(write_series(dir, 200), run, {"train.epochs=1"}), log);
+  EXPECT_HAS(error_of([&] {
+               train(forecast(write_series(dir, 200), run, {"model.init_from=" + run.string()}),
+                     log, "", {}, /*overwrite=*/true);
+             }),
+             "model.init_from '" + run.string() + "' is a file the run writes");
+  EXPECT_TRUE(fs::exists(run / "model.safetensors"));
+}
+
+// A data file's fingerprint covers every byte: a value changed in place in a large file (same
+// size) is a change. A checkpoint of an earlier version holds the sampled one, still accepted.
+TEST(HostileRuns, AChangeAnywhereInALargeDataFileIsNoticed) {
+  const fs::path dir = test::temp_dir("large_fingerprint");
+  const std::string path = (dir / "large.csv").string();
+  std::string text;
+  for (int i = 0; text.size() < (size_t{9} << 20); ++i) text += std::to_string(i % 1000) + ",0.5\n";
+  std::ofstream(path, std::ios::binary) << text;
+  const std::string before = io::file_fingerprint(path),
+                    sampled = io::sampled_file_fingerprint(path);
+  EXPECT_TRUE(io::same_fingerprint(path, before, before));
+  EXPECT_TRUE(io::same_fingerprint(path, sampled, before));
+  // Far from every sampled block: they are 4 KB at steps of ~37 KB.
+  const size_t at = text.find(",0.5\n", (size_t{5} << 20) + 20000) + 3;
+  text[at] = '6';
+  std::ofstream(path, std::ios::binary) << text;
+  const std::string after = io::file_fingerprint(path);
+  EXPECT_NE(after, before);
+  EXPECT_FALSE(io::same_fingerprint(path, before, after));
+  EXPECT_EQ(io::sampled_file_fingerprint(path), sampled);
+}
+
+// A metric the data gives no value is refused at start-up as the monitor, naming why, and is
+// said to be left out otherwise; a training split whose windows all lack a target says so.
+TEST(HostileRuns, AMonitorWithoutAValueAndWindowsWithoutTargetsAreNamed) {
+  const fs::path dir = test::temp_dir("metric_without_value");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  EXPECT_HAS(error_of([&] {
+               train(forecast(data, dir / "mase",
+                              {"data.season=1000", "train.early_stopping.monitor=val_mase"}),
+                     log);
+             }),
+             "train.early_stopping.monitor is val_mase, which has no value on this data: MASE "
+             "divides by the mean absolute 1000-step (data.season) change of target 'signal'");
+  EXPECT_FALSE(fs::exists(dir / "mase" / "config.resolved.yaml"));
+  train(forecast(data, dir / "noted", {"data.season=1000", "train.epochs=1"}), log);
+  EXPECT_HAS(log.str(), "note: val_mase is left out: MASE divides");
+  std::ifstream in(data);
+  std::ofstream out(dir / "holes.csv");
+  std::string line;
+  for (int n = 0; std::getline(in, line); ++n)
+    out << (n >= 1 && n <= 185
+                ? line.substr(0, line.find(',')) + ",," + line.substr(line.rfind(',') + 1)
+                : line)
+        << "\n";
+  out.close();
+  const std::string e = error_of([&] {
+    train(forecast((dir / "holes.csv").string(), dir / "holes", {"data.missing=mask"}), log);
+  });
+  EXPECT_HAS(e, (dir / "holes.csv").string() +
+                    ": no training window is left: each of the training split's ");
+  EXPECT_HAS(e,
+             " windows lacks what it would be trained on (a target cell it forecasts is "
+             "empty), and windows without it are left out");
+}
+
+}  // namespace
+}  // namespace seqforge::hostile_runs_test

@@ -434,6 +434,19 @@ TEST(Series, ALoneCellThatSwampsItsColumnGetsANote) {
                             "it they all but coincide: a mistyped cell? "
                             "data.missing_values: [1e+30] makes it missing");
   EXPECT_EQ(raw(d, 8), 1e30);
+  // A negative one whose square overflows a double is named as well, not its column's highest.
+  std::string negative = "date,city,value,y\n";
+  for (int day = 1; day <= 28; ++day)
+    negative += "2020-02-" + std::string(day < 10 ? "0" : "") + std::to_string(day) + ",a," +
+                (day == 9 ? "-1e200" : std::to_string(300 + day)) + "," + std::to_string(day) +
+                "\n";
+  const std::string far_below = write(dir / "n.csv", negative);
+  std::vector<std::string> to_y = zscore;
+  to_y.push_back("data.targets=[y]");
+  const SeriesData n = load_series(series_config(far_below, to_y));
+  ASSERT_EQ(n.notes.size(), 1u);
+  EXPECT_EQ(n.notes[0].substr(0, n.notes[0].find(" lies")),
+            "column 'value': -1e+200 at " + far_below + ":10");
   const std::string spike = write(dir / "s.csv", text.replace(text.find("1e30"), 4, "309"));
   EXPECT_TRUE(load_series(series_config(
                               spike, {"data.lookback=2", "data.split.train=1", "data.split.val=0"}))
@@ -863,6 +876,16 @@ TEST(Series, AValueBeyondFloat32IsNamedUnlessScaledIntoRange) {
   const std::string far_path = write(dir / "far.csv", far);
   for (const char* kind : {"zscore", "minmax"}) {
     SCOPED_TRACE(kind);
+    // The largest double: its scale is still a double (2^1024 is not).
+    std::string largest = far;
+    const std::string largest_path = write(
+        dir / "largest.csv", largest.replace(far.find("-1e300"), 6, "1.7976931348623157e308"));
+    const SeriesData l = load_series(
+        series_config(largest_path, {std::string("data.normalize=") + kind, "data.targets=[y]"}));
+    EXPECT_TRUE(std::isfinite(l.feature_norm.shift[0]) && std::isfinite(l.feature_norm.scale[0]))
+        << l.feature_norm.shift[0] << " " << l.feature_norm.scale[0];
+    l.copy_window(l.split.val.back(), window);
+    for (float x : window) EXPECT_TRUE(std::isfinite(x));
     const SeriesData e = load_series(
         series_config(far_path, {std::string("data.normalize=") + kind, "data.targets=[y]"}));
     const Normalizer& norm = e.feature_norm;

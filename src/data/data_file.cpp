@@ -96,8 +96,10 @@ std::optional<std::string> DataFile::separator_note(const std::vector<std::strin
 }
 
 std::string DataFile::columns_hint() const {
-  return csv_ ? csv_->columns_hint()
-              : " (a .npy array's columns are 0 to " + std::to_string(matrix_.cols - 1) + ")";
+  if (csv_) return csv_->columns_hint();
+  return matrix_.cols == 0
+             ? " (the .npy array has no columns)"
+             : " (a .npy array's columns are 0 to " + std::to_string(matrix_.cols - 1) + ")";
 }
 
 std::vector<double> DataFile::column(const std::string& name, bool missing_allowed) const {

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "data/data_file.hpp"
 #include "data/series_stages.hpp"
 #include "data/splits.hpp"
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/file_stamp.hpp"
 #include "seqforge/io/npy.hpp"
@@ -77,6 +80,14 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
       series::build_source(table, built, order, d.target_names, label_col,
                            which != WindowSet::splits, which == WindowSet::last_windows, &d);
   series::name_derived_features(o, &d);
+  if (!stored) {  // a derived feature named as a column ("c=x" beside data.categorical [c])
+    std::unordered_set<std::string_view> seen;
+    for (const std::string& name : d.feature_names)
+      if (!seen.insert(name).second)
+        fail(opt.path, ": the model would have two features named ", io::quoted(name),
+             ": a column of the file and a feature derived from data.calendar, "
+             "data.known_future, data.categorical or data.missing mask; rename the column");
+  }
   bool identity = true;
   for (size_t r = 0; r < file_rows.size() && identity; ++r) identity = file_rows[r] == int64_t(r);
   if (!identity) d.file_rows = file_rows;
@@ -138,11 +149,13 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
   }
   if (which == WindowSet::last_windows) series::keep_last_windows(table, file_rows, &d);
   // No loss on a missing target, nor on a class the class column leaves empty (said already).
+  size_t train_without_truth = 0;
   if (which == WindowSet::splits && (d.masks_missing || d.task == TaskKind::classify)) {
     size_t left_out = 0;
     for (auto* list : {&d.split.train, &d.split.val, &d.split.test}) {
       const size_t dropped = series::keep_windows_with_truth(&d, list);
       if (list == &d.split.val) d.val_without_truth = dropped;
+      if (list == &d.split.train) train_without_truth = dropped;
       left_out += dropped;
     }
     if (left_out > 0 && d.masks_missing)
@@ -151,6 +164,13 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
                         "evaluation");
   }
   if (which != WindowSet::splits) return d;
+  if (d.split.train.empty() && train_without_truth > 0)
+    fail(opt.path, ": no training window is left: each of the training split's ",
+         train_without_truth, " windows lacks what it would be trained on (",
+         d.task == TaskKind::classify ? "its class cell is empty"
+         : d.task == TaskKind::mae    ? "every row of it has an empty cell"
+                                      : "a target cell it forecasts is empty",
+         "), and windows without it are left out");
   if (!stored) series::keep_labeled_fraction(opt, &d);
   if (d.split.train.empty()) {
     // A classifier of whole series (one example each: digits read row by row, say) has its

@@ -29,11 +29,12 @@ void Normalizer::fit_values(
   scale.assign(n_cols, 1.0);
   if (k == "none") return;
   // A column with values past 2^500 in magnitude (their squares near a double's overflow) is
-  // summed divided by a power of two: exact, and every other column's figures stay as they were.
+  // summed divided by a power of two, the largest at most its largest magnitude (2^1024 is past
+  // a double): exact, and every other column's figures stay as they were.
   std::vector<double> unit(n_cols, 1.0);
   each([&](size_t j, double x) {
-    if (std::fabs(x) > 0x1p500 && std::fabs(x) > unit[j])
-      unit[j] = std::ldexp(1.0, std::ilogb(x) + 1);
+    if (std::fabs(x) > 0x1p500 && std::fabs(x) >= 2 * unit[j])
+      unit[j] = std::ldexp(1.0, std::ilogb(x));
   });
   // Mean and variance by Welford's updates: the sum of squares less the squared mean cancels to
   // noise on columns far from zero (timestamps, meter counters: 1e8 +- 1).

@@ -134,18 +134,24 @@ std::optional<std::string> nines_note(const std::vector<double>& x, const std::s
 std::optional<std::string> lone_outlier_note(const std::vector<double>& x,
                                              const std::string& column, const DataFile& table) {
   int64_t lowest = -1, highest = -1, count = 0;
-  double mean = 0, m2 = 0;
   for (int64_t r = 0; r < int64_t(x.size()); ++r) {
-    const double v = x[r];
-    if (std::isnan(v)) continue;
-    if (lowest < 0 || v < x[lowest]) lowest = r;
-    if (highest < 0 || v > x[highest]) highest = r;
-    const double delta = v - mean;  // Welford: the squares of 1e300 would overflow
-    mean += delta / double(++count);
-    m2 += delta * (v - mean);
+    if (std::isnan(x[r])) continue;
+    if (lowest < 0 || x[r] < x[lowest]) lowest = r;
+    if (highest < 0 || x[r] > x[highest]) highest = r;
+    ++count;
   }
   if (count < 3) return std::nullopt;
-  const double deviation = std::sqrt(m2 / double(count));
+  // Welford's updates on the values over the largest magnitude: the squares of 1e200 overflow.
+  const double unit = std::max(std::fabs(x[lowest]), std::fabs(x[highest]));
+  if (!(unit > 0) || !std::isfinite(unit)) return std::nullopt;
+  double mean = 0, m2 = 0, n = 0;
+  for (const double v : x) {
+    if (std::isnan(v)) continue;
+    const double delta = v / unit - mean;
+    mean += delta / ++n;
+    m2 += delta * (v / unit - mean);
+  }
+  const double deviation = std::sqrt(m2 / n) * unit;
   for (const int64_t cell : {highest, lowest}) {
     double lo = INFINITY, hi = -INFINITY;
     for (int64_t r = 0; r < int64_t(x.size()); ++r)

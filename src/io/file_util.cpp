@@ -476,8 +476,12 @@ std::vector<std::string> ordered_class_names(std::vector<std::string> names) {
   return ordered;
 }
 
-std::string file_fingerprint(const std::string& path) {
-  constexpr size_t kWhole = size_t{4} << 20, kBlocks = 256, kBlock = 4096;
+namespace {
+
+// The size and a hash of the bytes: every byte, read 4 MB at a time, or (`sampled`, as earlier
+// checkpoints recorded a file over 4 MB) 256 blocks of 4 KB spread over it.
+std::string fingerprint(const std::string& path, bool sampled) {
+  constexpr size_t kChunk = size_t{4} << 20, kBlocks = 256, kBlock = 4096;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO: no wait
   if (fd < 0) return "";
   struct stat st {};
@@ -486,7 +490,7 @@ std::string file_fingerprint(const std::string& path) {
     return "";
   }
   const size_t size = static_cast<size_t>(st.st_size);
-  std::vector<char> buffer(std::min(size, kWhole));
+  std::vector<char> buffer(std::min(size, kChunk));
   uint64_t h = hash_bytes(&size, sizeof size);
   bool ok = true;
   auto hash_at = [&](size_t offset, size_t bytes) {
@@ -500,10 +504,13 @@ std::string file_fingerprint(const std::string& path) {
     }
     if (ok) h = hash_bytes(buffer.data(), bytes, h);
   };
-  if (size <= kWhole) {
+  if (size <= kChunk) {
     hash_at(0, size);
-  } else {
+  } else if (sampled) {
     for (size_t b = 0; b < kBlocks && ok; ++b) hash_at((size - kBlock) / (kBlocks - 1) * b, kBlock);
+  } else {
+    for (size_t offset = 0; offset < size && ok; offset += kChunk)
+      hash_at(offset, std::min(kChunk, size - offset));
   }
   ::close(fd);
   if (!ok) return "";
@@ -511,6 +518,17 @@ std::string file_fingerprint(const std::string& path) {
   std::snprintf(text, sizeof text, "%zu bytes, hash %016llx", size,
                 static_cast<unsigned long long>(h));
   return text;
+}
+
+}  // namespace
+
+std::string file_fingerprint(const std::string& path) { return fingerprint(path, false); }
+
+std::string sampled_file_fingerprint(const std::string& path) { return fingerprint(path, true); }
+
+bool same_fingerprint(const std::string& path, const std::string& recorded,
+                      const std::string& now) {
+  return recorded == now || (!now.empty() && recorded == sampled_file_fingerprint(path));
 }
 
 }  // namespace seqforge::io

@@ -81,10 +81,15 @@ std::string printable(std::string_view s, size_t max_shown = 80);
 // printable(s) in single quotes.
 std::string quoted(std::string_view s, size_t max_shown = 80);
 
-// What a file holds, in a line that changes when it does: its size and a hash of its bytes (of
-// 256 blocks spread over it when it is larger than a few MB, so that a large data set costs a
-// moment); "" when it is not a regular file that can be read.
+// What a file holds, in a line that changes when it does: its size and a hash of all its bytes;
+// "" when it is not a regular file that can be read.
 std::string file_fingerprint(const std::string& path);
+// Whether `recorded`, a fingerprint of `path` a checkpoint holds, is `now`, its file_fingerprint:
+// equal, or (a checkpoint of an earlier version, which hashed 256 blocks of a file over 4 MB)
+// the sampled hash of the same bytes.
+bool same_fingerprint(const std::string& path, const std::string& recorded, const std::string& now);
+// The fingerprint earlier checkpoints hold: of a file over 4 MB, 256 blocks of 4 KB spread over it.
+std::string sampled_file_fingerprint(const std::string& path);
 
 // For a name a model does not know: " (the model knows 'rain')" where one of `known` differs from
 // it only in case or spaces ("Rain", " rain"); else "".

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -1003,6 +1004,19 @@ Config Config::parse(const std::string& yaml, const std::string& source,
   if (const size_t at = io::first_non_utf8(yaml); at != std::string::npos)
     fail(source, ":", 1 + std::count(yaml.begin(), yaml.begin() + static_cast<ptrdiff_t>(at), '\n'),
          ": not UTF-8 text (byte ", at, "); save the config as UTF-8");
+  // YAML allows no control bytes but tab and line ends; yaml-cpp reads a NUL as the text's end
+  // and reports a later line.
+  for (size_t at = 0; at < yaml.size(); ++at)
+    if (const auto ch = static_cast<unsigned char>(yaml[at]);
+        (ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || ch == 0x7f) {
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02x", ch);
+      fail(source, ":",
+           1 + std::count(yaml.begin(), yaml.begin() + static_cast<ptrdiff_t>(at), '\n'),
+           ": a control byte (", byte, ch == 0 ? ", NUL" : "",
+           "), which YAML does not allow; save the config as UTF-8 text",
+           ch == 0 ? " (a NUL beside every letter is UTF-16)" : "");
+    }
   // A second document ("---" and more keys) would be left out without a word. Found in the text:
   // yaml-cpp's LoadAll ran without end on some malformed input (config_fuzz).
   if (const int64_t line = second_document_line(yaml))

@@ -22,7 +22,7 @@ constexpr int64_t kMaxStepsAhead = 10000;  // a direct forecast's outputs per ta
 
 int64_t positive(const Config& c, const std::string& key) {
   const int64_t v = c.integer(key);
-  if (v <= 0) fail(c.source(), ": ", key, " must be positive, got ", v);
+  if (v <= 0) fail(c.origin(key), ": ", key, " must be positive, got ", v);
   return v;
 }
 
@@ -302,13 +302,13 @@ AugmentOptions augment_options(const Config& c) {
   AugmentOptions o;
   auto probability = [&](const std::string& key) {
     const double p = c.number(key);
-    if (!(p >= 0 && p <= 1)) fail(c.source(), ": ", key, " must be in [0, 1], got ", p);
+    if (!(p >= 0 && p <= 1)) fail(c.origin(key), ": ", key, " must be in [0, 1], got ", p);
     return p;
   };
   auto non_negative = [&](const std::string& key) {
     const double v = c.number(key);
     if (!(v >= 0 && std::isfinite(v)))
-      fail(c.source(), ": ", key, " must be a finite number >= 0, got ", v);
+      fail(c.origin(key), ": ", key, " must be a finite number >= 0, got ", v);
     return v;
   };
   o.jitter_p = probability("augment.jitter.p");

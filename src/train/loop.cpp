@@ -11,7 +11,7 @@ namespace seqforge {
 LoopSettings LoopSettings::from(const Config& c, const Task& task) {
   LoopSettings s;
   auto bad = [&](const char* key, const auto& what, const auto& got) {
-    fail(c.source(), ": ", key, " must be ", what, ", got ", got);
+    fail(c.origin(key), ": ", key, " must be ", what, ", got ", got);
   };
   s.monitor = c.str("train.early_stopping.monitor");
   if (const auto names = metric_names(task);
@@ -21,6 +21,9 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
     fail(c.origin("train.early_stopping.monitor"), ": train.early_stopping.monitor: '", s.monitor,
          "' is not a metric of this task (", list, " )");
   }
+  if (const std::string why = metric_absent(task, s.monitor); !why.empty())
+    fail(c.origin("train.early_stopping.monitor"), ": train.early_stopping.monitor is ", s.monitor,
+         ", which has no value on this data: ", why);
   if (task.split().val.empty() && s.monitor.rfind("val_", 0) == 0)
     fail(c.origin("train.early_stopping.monitor"), ": train.early_stopping.monitor is ", s.monitor,
          " but data.split.val is 0 (no validation): monitor train_loss, or give a validation "

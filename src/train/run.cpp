@@ -321,7 +321,8 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   if (windows == WindowSet::splits && data_override.empty() && then != r.file.metadata().end() &&
       !then->second.empty()) {
     const std::string path = r.config.str("data.path");
-    if (const std::string now = io::file_fingerprint(path); !now.empty() && now != then->second)
+    if (const std::string now = io::file_fingerprint(path);
+        !now.empty() && !io::same_fingerprint(path, then->second, now))
       fail(path, ": changed since ", run, " trained on it (", then->second, " then, ", now,
            " now): its val and test splits would be other rows; evaluate the new file with "
            "--data, or train a new run on it");

@@ -101,6 +101,8 @@ int64_t batch_bytes(const Task& t, int64_t batch_size);
 void loss_of(Backend& be, const Task& t, Tensor out, const Batch& b, Tensor dout, Tensor loss);
 // The metrics an epoch of the task can watch (train_loss, val_loss and the task's val_*).
 std::vector<std::string> metric_names(const Task& t);
+// Why metric `name` of t's can have no value on t's data ("" where it may have one).
+std::string metric_absent(const Task& t, const std::string& name);
 // Metrics over a split (no training, no dropout): val_loss and the task's val_* metrics. With
 // `interruptible`, a SIGINT or SIGTERM (in an InterruptScope) stops it between batches:
 // Interrupted.

@@ -34,6 +34,10 @@ std::vector<std::string> metric_names(const Task& t) {
   return out;
 }
 
+std::string metric_absent(const Task& t, const std::string& name) {
+  return task_type(t.kind).metric_sums(t)->absent(name);
+}
+
 bool task_can_report(const Config& c, const std::string& name) {
   const TaskKind kind = parse_task(c.str("data.task"), c.origin("data.task"));
   if (name == "train_loss" || name == "val_loss") return true;

@@ -84,7 +84,7 @@ ModelOptions model_options(const Config& c, const Task& t) {
   ModelOptions m;
   auto positive = [&](const char* key) {
     const int64_t v = c.integer(key);
-    if (v <= 0) fail(c.source(), ": ", key, " must be positive, got ", v);
+    if (v <= 0) fail(c.origin(key), ": ", key, " must be positive, got ", v);
     return v;
   };
   try {
@@ -270,7 +270,7 @@ Config with_base_architecture(const Config& c, std::string* note) {
       taken[key] = text(key, value);
       shown += (shown.empty() ? "" : ", ") + key + " " + taken[key];
     } else if (given != value) {
-      fail(c.source(), ": ", key, " ", text(key, given), " differs from the base model's ",
+      fail(c.origin(key), ": ", key, " ", text(key, given), " differs from the base model's ",
            text(key, value), " (model.init_from ", init, "): leave it out or set it to ",
            text(key, value));
     }
@@ -354,6 +354,22 @@ std::vector<std::string> ignored_settings(const Config& c) {
                       ": it is ignored");
   if ((task == "charlm" || task == "lm") && c.differs_from_default("data.class_column"))
     out.push_back("data.class_column is for classifiers; data.task is " + task + ": it is ignored");
+  if ((task == "forecast" || task == "mae") && c.differs_from_default("data.class_column"))
+    out.push_back("data.class_column is for classifiers; data.task is " + task + ": it is ignored" +
+                  (c.list("data.features").empty()
+                       ? ", but for keeping column '" + c.str("data.class_column") +
+                             "' out of the features (data.features is empty: every other column)"
+                       : ""));
+  if ((task == "classify" || task == "mae") && c.differs_from_default("data.targets"))
+    out.push_back(
+        "data.targets is for data.task forecast; data.task is " + task +
+        (task == "mae" ? ", which reconstructs its features" : ", whose truth is its class") +
+        ": it is ignored");
+  if (task == "classify" && c.str("data.label") == "column" &&
+      c.differs_from_default("data.label_column"))
+    out.push_back(
+        "data.label_column is for data.label direction and volatility; data.label is "
+        "column (the class is data.class_column's): it is ignored");
   if (task != "mae" && c.differs_from_default("data.mask_ratio"))
     out.push_back("data.mask_ratio is for data.task mae (the masked autoencoder); data.task is " +
                   task + ": it is ignored");

@@ -149,23 +149,39 @@ class ForecastSums final : public MetricSums {
         targets_(d.num_targets()),
         model_abs_(targets_, 0.0),
         scale_(targets_, 0.0),
+        scale_terms_(targets_, 0),
         steps_(d.steps_ahead > 1 ? d.steps_ahead : 0) {
     // MASE's scale, from the rows the training windows' targets cover.
     const int64_t lag = d.season > 0 ? d.season : 1;
     std::vector<char> covered(static_cast<size_t>(d.rows), 0);
     for (int64_t s : d.split.train)
       for (int64_t k = 0; k < d.steps_ahead; ++k) covered[d.target_row(s, k)] = 1;
-    std::vector<int64_t> n(targets_, 0);
     for (int64_t t = 0; t < d.rows; ++t) {
       if (!covered[t] || t - lag < d.series_of(t).begin) continue;
       for (int64_t j = 0; j < targets_; ++j) {
         const double diff = d.target_value(t, j) - d.target_value(t - lag, j);
         if (!std::isfinite(diff)) continue;
         scale_[j] += std::fabs(diff);
-        ++n[j];
+        ++scale_terms_[j];
       }
     }
-    for (int64_t j = 0; j < targets_; ++j) scale_[j] = n[j] > 0 ? scale_[j] / n[j] : 0.0;
+    for (int64_t j = 0; j < targets_; ++j)
+      scale_[j] = scale_terms_[j] > 0 ? scale_[j] / double(scale_terms_[j]) : 0.0;
+  }
+  std::string absent(const std::string& name) const override {
+    if (name != "val_mase") return "";
+    for (int64_t j = 0; j < targets_; ++j) {
+      if (scale_[j] > 0) continue;
+      const std::string change =
+          d_.season > 0 ? std::to_string(d_.season) + "-step (data.season)" : "one-step";
+      return "MASE divides by the mean absolute " + change + " change of target '" +
+             d_.target_names[size_t(j)] + "' over the training rows, which " +
+             (scale_terms_[j] == 0
+                  ? "have none (no training row has a value that many rows before it in its "
+                    "series)"
+                  : "is 0 (the target does not change there)");
+    }
+    return "";
   }
   void add(const float* o, const Batch& b, const int64_t* windows) override {
     const int64_t K = d_.steps_ahead, Q = d_.num_quantiles(), outputs = d_.num_outputs();
@@ -260,6 +276,7 @@ class ForecastSums final : public MetricSums {
   Errors model_, naive_, snaive_;
   Errors model_beside_naive_;              // the model's, on the values naive has
   std::vector<double> model_abs_, scale_;  // per target
+  std::vector<int64_t> scale_terms_;       // the differences in scale_, per target
   double pinball_ = 0;   // the quantile loss in the targets' units, summed over the values
   int64_t covered_ = 0;  // values between the lowest and the highest quantile's forecast
   const int64_t steps_;  // steps with errors of their own (direct), or 0

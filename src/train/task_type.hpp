@@ -23,6 +23,9 @@ class MetricSums {
   virtual void add(const float* out, const Batch& b, const int64_t* windows) = 0;
   // Adds the task's metrics to `m` (which holds val_loss).
   virtual void finish(std::map<std::string, double>* m) const = 0;
+  // Why the task's metric `name` can have no value on this data, known before any output is
+  // added; "" where it may have one.
+  virtual std::string absent(const std::string& /*name*/) const { return ""; }
 };
 
 class TaskType {

@@ -75,6 +75,34 @@ std::string other_entry(const fs::path& dir, const fs::path& data) {
   return "";
 }
 
+// An input file the run would delete or replace: one named as a run's file in its directory
+// (data.path as val_predictions.csv there, model.init_from as the run itself).
+void check_inputs_outside_run_files(const Config& c, const fs::path& dir) {
+  std::error_code ec;
+  const fs::path run_dir = fs::weakly_canonical(fs::absolute(dir), ec);
+  if (ec) return;
+  for (const ConfigKey& k : config_keys()) {
+    if (k.type != ConfigKey::Type::path || k.path == "train.run_dir" ||
+        k.path == "augment.cache_dir")
+      continue;
+    const std::string value = c.str(k.path);
+    if (value.empty()) continue;
+    fs::path file = fs::weakly_canonical(fs::absolute(value), ec);
+    if (ec) continue;
+    if (k.path == "model.init_from" && fs::is_directory(file, ec)) file /= "model.safetensors";
+    const std::string name = file.filename().string();
+    const bool run_file =
+        name == ".lock" || name == "train.log" ||
+        std::any_of(kRunFiles.begin(), kRunFiles.end(), [&](const std::string& f) {
+          return name == f || name.starts_with(f + ".tmp.");
+        });
+    if (run_file && file.parent_path() == run_dir)
+      fail(c.origin(k.path), ": ", k.path, " '", value, "' is a file the run writes in its ",
+           "directory ", dir.string(), ", and would be replaced: move it out of ", dir.string(),
+           " or give train.run_dir another directory");
+  }
+}
+
 // Takes `dir`'s lock for this process, or refuses: another process is training in it.
 void lock_run_dir(const std::string& dir, io::DirLock* lock) {
   long holder = 0;
@@ -92,6 +120,7 @@ void lock_run_dir(const std::string& dir, io::DirLock* lock) {
 std::string new_run_dir(const Config& c, bool overwrite, io::DirLock* lock) {
   std::string dir = c.str("train.run_dir");
   if (!dir.empty()) {
+    check_inputs_outside_run_files(c, dir);
     // Checked before the lock, whose file would be left behind.
     if (const std::string other = other_entry(dir, c.str("data.path"));
         !overwrite && !other.empty())
@@ -105,12 +134,15 @@ std::string new_run_dir(const Config& c, bool overwrite, io::DirLock* lock) {
   }
   const fs::path base = fs::path("runs") / fs::path(c.source()).stem();
   if (overwrite) {
+    check_inputs_outside_run_files(c, base);
     lock_run_dir(base.string(), lock);
     return base.string();
   }
   for (int version = 1;; ++version) {
     const fs::path p =
         version == 1 ? base : fs::path(base.string() + "-" + std::to_string(version));
+    if (holds_a_run(p)) continue;
+    check_inputs_outside_run_files(c, p);
     long holder = 0;
     if (!lock->try_lock(p.string(), &holder)) continue;  // a run under way
     if (!holds_a_run(p)) return p.string();
@@ -118,10 +150,11 @@ std::string new_run_dir(const Config& c, bool overwrite, io::DirLock* lock) {
   }
 }
 
-// A column named twice in data.features or data.targets, refused before training (a stored
-// config that holds one still loads, so such a model keeps predicting).
+// A column named twice in one of the lists of columns, refused before training (a stored config
+// that holds one still loads, so such a model keeps predicting).
 void check_distinct_columns(const Config& c) {
-  for (const char* key : {"data.features", "data.targets"}) {
+  for (const char* key : {"data.features", "data.targets", "data.calendar", "data.known_future",
+                          "data.static", "data.categorical"}) {
     const std::vector<std::string> names = c.list(key);
     for (size_t i = 0; i < names.size(); ++i)
       if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i)
@@ -423,7 +456,10 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
 std::string Training::claim_run_dir(const std::string& resume_dir, bool overwrite) {
   if (rank_ != 0) return resume_dir;
   if (resume_dir.empty()) return new_run_dir(c_, overwrite, &lock_);
-  if (fs::is_directory(resume_dir)) lock_run_dir(resume_dir, &lock_);  // else: nothing to resume
+  if (fs::is_directory(resume_dir)) {  // else: nothing to resume
+    check_inputs_outside_run_files(c_, resume_dir);
+    lock_run_dir(resume_dir, &lock_);
+  }
   return resume_dir;
 }
 
@@ -684,6 +720,9 @@ void Training::print_start() const {
          << " drops between layers and model.layers is 1: nothing is dropped (model.dropout_mode: "
             "variational drops inputs and states)\n";
   for (const std::string& note : task_.notes()) out_ << "note: " << note << "\n";
+  if (task_.kind == TaskKind::forecast && s_.monitor != "val_mase")
+    if (const std::string why = metric_absent(task_, "val_mase"); !why.empty())
+      out_ << "note: val_mase is left out: " << why << "\n";
   if (c_.str("data.split.mode") == "random")
     out_ << "split: " << (task_.is_text() ? "chunks" : "whole windows")
          << " dealt at random to training, validation and test (data.split.mode: random, "
@@ -780,7 +819,7 @@ void Training::resume_from_state() {
   // began with: another file's rows of the same count would go on silently from them.
   if (const auto data = state.metadata().find("seqforge.data");
       data != state.metadata().end() && !data->second.empty() && !data_fingerprint_.empty() &&
-      data->second != data_fingerprint_) {
+      !io::same_fingerprint(c_.str("data.path"), data->second, data_fingerprint_)) {
     const auto then = state.metadata().find("seqforge.config");
     const std::string began_on =
         then == state.metadata().end()
@@ -1340,7 +1379,11 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
   const double epoch_s = now_s() - t0;
   if (!m.count(s_.monitor))
     fail(c_.origin("train.early_stopping.monitor"), ": train.early_stopping.monitor: '", s_.monitor,
-         "' is not a metric of this task (", format_metrics(m), " )");
+         "' has no value after epoch ", epoch, " (", format_metrics(m), " )",
+         s_.monitor == "val_skill"
+             ? ": the naive forecast's error on the validation split is 0 (a target that does "
+               "not change there), so the skill against it is undefined; monitor val_loss"
+             : "");
   const double value = m.at(s_.monitor);
   const bool improved = s_.improves(value, state_.best);
   if (improved) {
