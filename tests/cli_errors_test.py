@@ -146,6 +146,9 @@ def main():
          "--profile took 'train.epochs=1' as its trace file"),
         (["train", "--resume", config], "is a file, not a run directory; start a run from a "
                                         "config with: seqforge train " + config),
+        (["train", "--resume", os.path.join(forecast, "model.safetensors")],
+         "is a file, not a run directory; its run is %s: seqforge train --resume %s" %
+         (forecast, forecast)),
         (["train", config, "data.path=../nowhere.csv"],
          "override 'data.path=../nowhere.csv': data.path '../nowhere.csv': no such file (a "
          "relative path is read from the current directory, %s, not from the config's)" % root),

@@ -180,6 +180,11 @@ TEST(HostileRuns, ResumeRefusesADamagedTrainingState) {
     EXPECT_HAS(e, what);
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   };
+  refused(
+      [](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+        ts.push_back({"foo.bar", DType::f32, {1}, std::vector<std::byte>(4)});
+      },
+      "tensor 'foo.bar' is none of this run's state");
   refused(set_order([](auto& o) { o[3] = 1000000000000; }),
           "tensor 'order': entry 3 is 1000000000000, not a window of the training split");
   refused(set_order([](auto& o) { o[0] = -1000; }),
@@ -451,6 +456,27 @@ TEST(HostileRuns, ResumeRefusesSettingsThatChangeTheModel) {
       longer.str(),
       "note: train.schedule cosine now spans 2 epochs (the run began with 1 epoch): the rate "
       "from here follows the new length");
+  // A base given anew is refused (its run records it as its base) unless the base it began from
+  // has moved; a run without one is given none.
+  EXPECT_HAS(error_of([&] {
+               train(Config::load((cosine / "config.resolved.yaml").string(),
+                                  {"model.init_from=" + run.string(), "train.epochs=3"}),
+                     log, cosine.string());
+             }),
+             "model.init_from cannot change when a run resumes");
+  const fs::path based = dir / "based";
+  train(forecast(data, based, {"model.init_from=" + run.string(), "train.epochs=1"}), log);
+  const std::string based_config = (based / "config.resolved.yaml").string();
+  EXPECT_HAS(
+      error_of([&] {
+        train(Config::load(based_config, {"model.init_from=" + cosine.string(), "train.epochs=2"}),
+              log, based.string());
+      }),
+      "model.init_from cannot change when a run resumes (it trained with " + run.string());
+  fs::rename(run, dir / "moved");
+  train(
+      Config::load(based_config, {"model.init_from=" + (dir / "moved").string(), "train.epochs=2"}),
+      log, based.string());
 }
 
 // A run that stopped early, or did its epochs, trains nothing more when resumed as it was, and
@@ -959,6 +985,33 @@ TEST(HostileRuns, AnInputNamedAsARunsOwnFileIsRefusedAndKept) {
              }),
              "model.init_from '" + run.string() + "' is a file the run writes");
   EXPECT_TRUE(fs::exists(run / "model.safetensors"));
+}
+
+// A run whose directory was removed and made again (another run may hold the new one) stops
+// before it writes there; a resumed run whose saved model is gone says so.
+TEST(HostileRuns, ADirectoryReplacedUnderARunAndAMissingModelAreNamed) {
+  const fs::path dir = test::temp_dir("replaced_run_dir");
+  io::DirLock lock;
+  long holder = 0;
+  ASSERT_TRUE(lock.try_lock((dir / "run").string(), &holder));
+  lock.check_still_held();
+  fs::remove_all(dir / "run");
+  io::DirLock other;
+  ASSERT_TRUE(other.try_lock((dir / "run").string(), &holder));
+  EXPECT_HAS(error_of([&] { lock.check_still_held(); }),
+             "the run directory was removed or replaced while this run trained in it");
+  other.check_still_held();
+  const std::string data = write_series(dir, 200);
+  const fs::path run = dir / "kept";
+  std::ostringstream log;
+  train(forecast(data, run), log);
+  fs::remove(run / "model.safetensors");
+  const std::string e = error_of([&] {
+    train(Config::load((run / "config.resolved.yaml").string(), {"train.epochs=3"}), log,
+          run.string());
+  });
+  EXPECT_HAS(e, (run / "model.safetensors").string() + ": missing, though epoch ");
+  EXPECT_HAS(e, " saved it (metrics.jsonl): the run's saved model is gone");
 }
 
 // A data file's fingerprint covers every byte: a value changed in place in a large file (same

@@ -660,7 +660,7 @@ TEST(Trainer, AFineTuneTakesTheBaseModelsShape) {
   }
   EXPECT_NE(error_of([&] {
               fine_tune((dir / "base").string(), "ft_heads", {"model.heads=4"});
-            }).find("ft.yaml: model.heads 4 differs from the base model's 2"),
+            }).find("override 'model.heads=4': model.heads 4 differs from the base model's 2"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               fine_tune((dir / "base").string(), "ft_wide", {"model.embedding=64"});

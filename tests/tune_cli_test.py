@@ -186,6 +186,15 @@ p = run([cfg, "--study", db, "train.run_dir=" + work + "/kill", "data.lookback=6
          "tune.n_trials=6"], ok=False)
 check(p.returncode != 0 and "ran its trials with data.lookback 8, this config gives 6" in p.stderr
       and len(trials(db)) == len(rows), f"a study's trials keep their config: {p.stderr.strip()}")
+# A damaged record of that config is refused, not replaced by this one's.
+with sqlite3.connect(db) as con:
+    con.execute("UPDATE study_system_attributes SET value_json = '5' "
+                "WHERE key = 'seqforge:trial_config'")
+p = run([cfg, "--study", db, "train.run_dir=" + work + "/kill", "data.lookback=6",
+         "tune.n_trials=6"], ok=False)
+check(p.returncode != 0 and "seqforge:trial_config (the settings its trials ran with) is not a "
+      "JSON object" in p.stderr and len(trials(db)) == len(rows),
+      f"a damaged trial config is refused: {p.stderr.strip()}")
 
 # 2a. A worker stopped by Ctrl-C: its trial is failed and its parameters run first when the
 # study goes on.

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -167,11 +168,15 @@ CLI::App* add_diagnose(CLI::App& app) {
 int run_diagnose() {
   if (diagnose_steps < 0)
     fail("diagnose: --steps must be 0 (none timed) or more, got ", diagnose_steps);
+  // A config that cannot be read is said before anything else.
+  const std::optional<Config> config =
+      diagnose_config_path.empty()
+          ? std::nullopt
+          : std::optional<Config>(Config::load(diagnose_config_path, diagnose_overrides));
   print_machine();
   std::fflush(stdout);
-  if (diagnose_config_path.empty()) return 0;
-  const Config config = Config::load(diagnose_config_path, diagnose_overrides);
-  const ConfigDiagnosis d = diagnose_config(config, diagnose_steps);
+  if (!config) return 0;
+  const ConfigDiagnosis d = diagnose_config(*config, diagnose_steps);
   print_config(d);
   return d.problems.empty() ? 0 : 2;
 }

@@ -304,9 +304,19 @@ static int run_command(int argc, char** argv) {
                    "', or start a new run with: seqforge train ", train_config);
         const std::string resolved = run_dir + "/config.resolved.yaml";
         if (overwrite) sf::fail("train: --overwrite starts a new run; --resume continues one");
-        if (std::filesystem::is_regular_file(run_dir))
-          sf::fail("train: --resume ", run_dir, " is a file, not a run directory; start a run ",
-                   "from a config with: seqforge train ", run_dir);
+        if (std::filesystem::is_regular_file(run_dir)) {
+          const std::filesystem::path file(run_dir);
+          const std::string ext = file.extension().string();
+          if (ext == ".yaml" || ext == ".yml")
+            sf::fail("train: --resume ", run_dir, " is a file, not a run directory; start a run ",
+                     "from a config with: seqforge train ", run_dir);
+          const std::string parent =
+              file.has_parent_path() ? file.parent_path().string() : std::string(".");
+          sf::fail("train: --resume ", run_dir, " is a file, not a run directory",
+                   std::filesystem::exists(file.parent_path() / "config.resolved.yaml")
+                       ? "; its run is " + parent + ": seqforge train --resume " + parent
+                       : "");
+        }
         if (!std::filesystem::is_directory(run_dir))
           sf::fail("train: --resume ", run_dir, ": no such run directory");
         if (!std::filesystem::exists(resolved) &&

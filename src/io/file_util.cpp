@@ -229,6 +229,19 @@ bool DirLock::try_lock(const std::string& dir, long* holder) {
   return true;
 }
 
+void DirLock::check_still_held() const {
+  if (fd_ < 0) return;
+  const std::string path = (std::filesystem::path(dir_) / ".lock").string();
+  struct stat locked {
+  }, now{};
+  if (::fstat(fd_, &locked) == 0 && ::stat(path.c_str(), &now) == 0 &&
+      locked.st_dev == now.st_dev && locked.st_ino == now.st_ino)
+    return;
+  fail(dir_, ": the run directory was removed or replaced while this run trained in it (", path,
+       " is no longer the lock this run holds); stopping without writing more, so that no "
+       "other run's files are mixed with this one's");
+}
+
 void DirLock::release() {
   if (fd_ < 0) return;
   if (created_) {  // a run that failed before writing anything leaves no directory behind

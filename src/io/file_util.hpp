@@ -66,6 +66,9 @@ class DirLock {
   // this one) holds it; then *holder is its pid, 0 when it has not written it yet.
   bool try_lock(const std::string& dir, long* holder);
   bool held() const { return fd_ >= 0; }
+  // Fails unless the lock file in the directory is still the one held: a directory removed and
+  // made again (another run may have locked the new one) is no longer this one's to write in.
+  void check_still_held() const;
   // Unlocks; a directory that try_lock created and that holds nothing but the lock goes too.
   void release();
 

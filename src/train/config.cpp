@@ -717,7 +717,8 @@ std::string did_you_mean(const std::string& path) {
       best = &k;
     }
   }
-  if (best && best_d <= std::max<size_t>(2, last.size() / 3))
+  // A one-letter name is a step away from every other one-letter name: no typo of any.
+  if (best && last.size() > 1 && best_d <= std::max<size_t>(2, last.size() / 3))
     return " (did you mean '" + best->path + "'?)";
   return "";
 }

@@ -57,7 +57,7 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
   LoadedRun r =
       load_run(run, data, data.empty() ? WindowSet::splits : WindowSet::with_targets, missing);
   if (!data.empty())
-    for (const std::string& note : r.task.notes()) std::cerr << "note: " << note << "\n";
+    for (const std::string& note : r.task.notes()) std::cerr << "note: " << printable(note) << "\n";
   return evaluate(r, run, split, data, notes);
 }
 
@@ -93,6 +93,11 @@ std::map<std::string, double> evaluate(LoadedRun& r, const std::string& run,
   std::map<std::string, double> out;
   for (const auto& [k, v] : m) out[k.rfind("val_", 0) == 0 ? prefix + k.substr(3) : k] = v;
   out["samples"] = static_cast<double>(starts.size());
+  for (const auto& [k, v] : out)
+    if (!std::isfinite(v))
+      std::cerr << "warning: " << k << " is " << v
+                << ": the model's outputs are not all finite numbers (its weights overflow "
+                   "float32 in the forward pass?)\n";
   if ((r.task.kind == TaskKind::classify || r.task.kind == TaskKind::text_classify) &&
       data.empty())  // the baseline a classifier has to beat
     out[prefix + "_majority_accuracy"] = majority_accuracy(r.task, starts);
@@ -279,6 +284,15 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
   return unknown;
 }
 
+// Outputs a prediction is made of must be numbers: finite weights can still overflow float32.
+void check_finite_outputs(const LoadedRun& r, const float* out, size_t n, size_t first_window) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(out[i]))
+      fail(r.file.source(), ": the model's output is ", out[i], " (output ", i,
+           " of the batch from ", r.task.is_text() ? "example " : "window ", first_window,
+           "): its weights overflow float32 in the forward pass, and no prediction can be made");
+}
+
 // The model's logits on text examples, batch by batch (forward_rows examples): fn(first,
 // end, logits) sees examples [first, end) with their logits (end - first, classes) on the host.
 // Returns the seconds spent assembling batches and running the model.
@@ -317,6 +331,7 @@ Predictions predict_text(const LoadedRun& r) {
   const int64_t K = static_cast<int64_t>(d.class_names.size());
   p.compute_seconds =
       for_text_batches(*be, *model, r, examples, [&](size_t first, size_t end, const float* o) {
+        check_finite_outputs(r, o, (end - first) * size_t(K), first);
         for (size_t i = first; i < end; ++i) {
           const int64_t e = examples[i];
           p.columns[0].values.push_back(static_cast<double>(d.lines[e]));
@@ -380,6 +395,7 @@ Predictions predictions(const std::string& run, const std::string& input, bool l
     const HostView out_host(*be, out);
     p.compute_seconds += now_s() - t0;
     const float* o = out_host.data<float>();
+    check_finite_outputs(r, o, size_t(n * d.output_rows() * O), first);
     const int64_t rows = d.output_rows();  // the forecast is the last row's
     for (int64_t i = 0; i < n; ++i)
       unknown += append_prediction(d, windows[first + i], o + (i * rows + rows - 1) * O, multi,
@@ -444,7 +460,7 @@ int64_t predict(const std::string& run, const PredictOptions& options, std::ostr
     std::fwrite(csv.data(), 1, csv.size(), stdout);
     std::fflush(stdout);
   }
-  for (const std::string& note : p.notes) log << "note: " << note << "\n";
+  for (const std::string& note : p.notes) log << "note: " << printable(note) << "\n";
   log << p.summary << "\n" << std::flush;
   return p.windows;
 }
@@ -490,7 +506,7 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
   if (const std::string note = dropped_characters_note(
           encoding.dropped, data_options(r.config).text.tokenizer, "the prompt", "");
       !note.empty())
-    std::cerr << "note: " << note << "\n";
+    std::cerr << "note: " << printable(note) << "\n";
   std::vector<int64_t> ids(encoding.ids.begin(), encoding.ids.end());
   if (ids.empty()) fail("--prompt: give a prompt for a token language model");
   auto* decoder = dynamic_cast<Decoder*>(&model);

@@ -1,10 +1,14 @@
 #include "run.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -299,6 +303,17 @@ void check_output_file(const std::string& output, const std::string& option) {
   const fs::path folder = fs::path(output).parent_path();
   if (!folder.empty() && !fs::is_directory(folder, ec))
     fail(option, ": ", output, ": there is no folder ", folder.string(), " to write it in");
+  // A file made and removed again: the folder takes new files (permissions, a read-only or
+  // special file system), before the work whose result it is to hold.
+  if (fs::exists(output, ec) && !fs::is_regular_file(output, ec)) return;  // /dev/stdout
+  const fs::path probe =
+      (folder.empty() ? fs::path(".") : folder) / (".seqforge-write-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    fail(option, ": ", output, ": cannot write in ", folder.empty() ? "." : folder.string(), ": ",
+         std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows,
@@ -329,6 +344,24 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   }
   Task task;
   static_cast<Dataset&>(task) = load_dataset(r.config, &r.task, windows);
+  // The stored config's columns give the model's inputs and outputs in the order
+  // seqforge.features and seqforge.targets name them.
+  const auto same_columns = [&](const char* key, const std::vector<std::string>& then,
+                                const std::vector<std::string>& now) {
+    if (now == then) return;
+    size_t i = 0;
+    while (i < now.size() && i < then.size() && now[i] == then[i]) ++i;
+    fail(r.file.source(), ": ", key, " names ", then.size(), " columns",
+         i < then.size() ? ", column " + std::to_string(i) + " " + io::quoted(then[i]) : "",
+         "; its stored config gives ", now.size(),
+         i < now.size() ? ", column " + std::to_string(i) + " " + io::quoted(now[i]) : "",
+         ": the checkpoint is damaged");
+  };
+  if (!task.is_text()) {
+    same_columns("seqforge.features", r.task.series.feature_names, task.series.feature_names);
+    if (task.kind == TaskKind::forecast)
+      same_columns("seqforge.targets", r.task.series.target_names, task.series.target_names);
+  }
   task.model = model_options(r.config, task);
   task.loss = regression_loss_of(r.config, task.kind);
   r.task = std::move(task);

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -267,6 +269,7 @@ class Training {
                 int64_t seen, int64_t seen_before, double* last_progress) const;
   // Validation, early stopping, schedule, checkpoints and the epoch's line; false to stop.
   bool end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t seen_before, double t0);
+  void append_metrics(const nlohmann::json& j);
   void log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epoch_s, double train_s,
                  double wait_s, double rate);
   void save_state(bool in_epoch, int64_t batch, double loss_sum, double seen);
@@ -719,7 +722,7 @@ void Training::print_start() const {
     out_ << "warning: model.dropout " << rnn.dropout
          << " drops between layers and model.layers is 1: nothing is dropped (model.dropout_mode: "
             "variational drops inputs and states)\n";
-  for (const std::string& note : task_.notes()) out_ << "note: " << note << "\n";
+  for (const std::string& note : task_.notes()) out_ << "note: " << printable(note) << "\n";
   if (task_.kind == TaskKind::forecast && s_.monitor != "val_mase")
     if (const std::string why = metric_absent(task_, "val_mase"); !why.empty())
       out_ << "note: val_mase is left out: " << why << "\n";
@@ -870,22 +873,37 @@ void Training::resume_from_state() {
   load_tensor(state, "rng", Tensor(words.data(), DType::i64, {4}), nullptr);
   if (words == std::array<uint64_t, 4>{})  // xoshiro's one state it never leaves
     fail(state_path_, ": tensor 'rng' is all zeros, not a generator's state");
+  std::set<std::string> known = {"order", "rng"};
+  for (const auto& [name, t] : tensors) known.insert(name);
   if (s_.stateful && saved.in_epoch) {
     load_tensor(state, "carry.h", carry_h_[carry_at_].tensor(), be_.get());
-    if (cell_type(task_.model.rnn.cell).cell_state)
+    known.insert("carry.h");
+    if (cell_type(task_.model.rnn.cell).cell_state) {
       load_tensor(state, "carry.c", carry_c_[carry_at_].tensor(), be_.get());
+      known.insert("carry.c");
+    }
   }
+  for (const io::SafetensorsEntry& e : state.entries())
+    if (!known.count(e.name))
+      fail(state_path_, ": tensor ", io::quoted(e.name),
+           " is none of this run's state (its parameters, their optimizer moments, the order, "
+           "the generator): the state is damaged or not this run's");
   order_ = std::move(order);
   rng_.set_state(words);
   state_ = std::move(saved);
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
-  int64_t kept = 0;
+  int64_t kept = 0, saved_epoch = 0;
   if (fs::exists(metrics_path_))
     for (const nlohmann::json& j : read_metrics_log(metrics_path_).epochs)
       if (j["epoch"].get<int64_t>() <= state_.epochs_done) {
         kept_metrics_ += j.dump() + "\n";
         ++kept;
+        if (j.value("checkpoint", false)) saved_epoch = j["epoch"].get<int64_t>();
       }
+  if (saved_epoch > 0 && !fs::exists(checkpoint_))
+    fail(checkpoint_, ": missing, though epoch ", saved_epoch,
+         " saved it (metrics.jsonl): the run's saved model is gone, and its training state does "
+         "not hold it; put it back, or start a new run");
   if (kept < state_.epochs_done)
     out_ << "note: " << metrics_path_ << " holds lines for " << kept << " of the "
          << state_.epochs_done
@@ -1408,6 +1426,7 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
       (s_.save == "best" && improved) || (s_.save == "last" && last_epoch) ||
       (s_.save == "every_n" && (epoch % std::max<int64_t>(1, s_.save_every) == 0 || last_epoch));
   const Parameters& p = model_->parameters();
+  lock_.check_still_held();
   if (write) {
     saved_metrics_ = m;
     std::map<std::string, std::string> meta = checkpoint_metadata(c_, task_, epoch, m);
@@ -1449,6 +1468,17 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
   return true;
 }
 
+// A line of metrics.jsonl, flushed; one that cannot be written stops the run.
+void Training::append_metrics(const nlohmann::json& j) {
+  lock_.check_still_held();
+  errno = 0;
+  metrics_log_ << j.dump() << "\n" << std::flush;
+  if (!metrics_log_)
+    fail(metrics_path_, ": cannot append a line of the run's metrics (",
+         errno ? std::strerror(errno) : "a write failed",
+         "); the run stops, its last checkpoint intact");
+}
+
 // The epoch's line in metrics.jsonl (its metrics `j`, timings, resources), the report and the
 // console line.
 void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epoch_s,
@@ -1487,7 +1517,7 @@ void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epo
     graph_steps_before_ = graphs_->replayed_steps();
   }
   for (const auto& [k, v] : resources_.interval_summary()) j[k] = v;
-  metrics_log_ << j.dump() << "\n" << std::flush;
+  append_metrics(j);
   write_run_report(run_dir_);
   char head[96];
   std::snprintf(head, sizeof head, "epoch %lld/%lld", (long long)epoch, (long long)s_.epochs);
@@ -1506,6 +1536,7 @@ void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epo
 // The loop's state for --resume (rank 0): after state_.epochs_done epochs or, `in_epoch`, after
 // `batch` batches of the next one (its windows shuffled, their loss summed over `seen`).
 void Training::save_state(bool in_epoch, int64_t batch, double loss_sum, double seen) {
+  lock_.check_still_held();
   const Parameters& p = model_->parameters();
   auto tensors = named(p, p.values(), "param.");
   for (int k = 0; k < (oo_.kind == "sgd" ? 1 : 2); ++k)
@@ -1582,7 +1613,7 @@ void Training::finish() {
     nlohmann::json j = summary_.test;
     j["split"] = "test";
     j["model_epoch"] = model_epoch;
-    metrics_log_ << j.dump() << "\n" << std::flush;
+    append_metrics(j);
     std::map<std::string, double> shown;
     for (const auto& [k, v] : summary_.test)
       if (k != "samples") shown[k] = v;
@@ -1622,8 +1653,11 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
   if (!fs::is_regular_file(resolved)) return;  // nothing to resume: the run says so
   const Config saved = as_it_trained(Config::load(resolved.string()));
   for (const ConfigKey& k : config_keys()) {
-    const bool model = k.path.rfind("model.", 0) == 0 && k.path != "model.init_from" &&
-                       k.path != "model.init_from_modules";
+    // The base a run began from (its state holds the weights) may be given anew only where it
+    // moved: the path it trained with is gone.
+    const bool model =
+        k.path.rfind("model.", 0) == 0 &&
+        (k.path != "model.init_from" || saved.str(k.path).empty() || fs::exists(saved.str(k.path)));
     // data.path's bytes are checked by their fingerprint; the loader's workers and the seasonal
     // baseline's period change no window.
     const bool data = k.path.rfind("data.", 0) == 0 && k.path != "data.path" &&

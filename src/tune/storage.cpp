@@ -377,10 +377,14 @@ class SqlStorage final : public Storage {
     const json mine = json::parse(info.trial_config);
     const auto attrs = study_attrs(id);
     const auto stored = attrs.find("seqforge:trial_config");
-    if (stored == attrs.end() || !stored->second.is_object()) {
+    if (stored == attrs.end()) {
       set_study_attr(id, "seqforge:trial_config", mine);
       return;
     }
+    if (!stored->second.is_object())
+      fail(where(), ": study '", info.name,
+           "': its attribute seqforge:trial_config (the settings its trials ran with) is not a "
+           "JSON object: the study file is damaged; use another copy or a new study");
     for (const auto& [key, value] : mine.items()) {
       const auto it = stored->second.find(key);
       if (it == stored->second.end()) continue;  // a key a later version added
