@@ -473,9 +473,11 @@ TEST(HostileRuns, ResumeRefusesSettingsThatChangeTheModel) {
               log, based.string());
       }),
       "model.init_from cannot change when a run resumes (it trained with " + run.string());
+  train(Config::load(based_config, {"model.init_from=" + (run / ".").string(), "train.epochs=2"}),
+        log, based.string());  // the same base, written otherwise
   fs::rename(run, dir / "moved");
   train(
-      Config::load(based_config, {"model.init_from=" + (dir / "moved").string(), "train.epochs=2"}),
+      Config::load(based_config, {"model.init_from=" + (dir / "moved").string(), "train.epochs=3"}),
       log, based.string());
 }
 

@@ -1648,6 +1648,11 @@ namespace {
 // is read (the optimizer's moments, the seed of its masks) or what its best score measures is
 // refused, naming the key and both values. (Keys such as train.epochs, the rate or the patience
 // may change.)
+bool same_path(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return fs::weakly_canonical(fs::absolute(a), ec) == fs::weakly_canonical(fs::absolute(b), ec);
+}
+
 void check_resume_keeps_the_model(const Config& config, const std::string& resume_dir) {
   const fs::path resolved = fs::path(resume_dir) / "config.resolved.yaml";
   if (!fs::is_regular_file(resolved)) return;  // nothing to resume: the run says so
@@ -1668,6 +1673,9 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
                        k.path == "train.early_stopping.monitor" ||
                        k.path == "train.early_stopping.mode";
     if (!(model || data || state || k.path.rfind("adapter.", 0) == 0)) continue;
+    if (k.path == "model.init_from" && !saved.str(k.path).empty() &&
+        same_path(config.str(k.path), saved.str(k.path)))
+      continue;
     if (config.str(k.path) != saved.str(k.path))
       fail(config.origin(k.path), ": ", k.path,
            " cannot change when a run resumes (it trained with ", saved.str(k.path), ", asked for ",
