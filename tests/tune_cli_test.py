@@ -323,6 +323,15 @@ check("trial  state" in p.stdout and os.path.exists(os.path.join(work, "report.h
 with open(os.path.join(work, "report.html")) as f:
     html = f.read()
 check("<svg" in html and "data.lookback" in html, "report has the history and each parameter")
+# Names from the study file reach the terminal escaped.
+escaped = os.path.join(work, "escaped.db")
+shutil.copyfile(db, escaped)
+with sqlite3.connect(escaped) as con:
+    con.execute("UPDATE trial_params SET param_name = param_name || char(27) || '[31m' "
+                "WHERE param_id = (SELECT min(param_id) FROM trial_params)")
+p = run(["--report", escaped, "--html", os.path.join(work, "escaped.html")])
+check("\x1b" not in p.stdout and "\\x1b[31m" in p.stdout,
+      f"a control character in the study is printed escaped: {p.stdout!r}")
 
 # 5. Bad input: one line naming the file and key, non-zero exit.
 bad = config("bad", extra_space="    model.hiden: {type: int, low: 1, high: 4}\n")

@@ -855,14 +855,18 @@ int run_tune_report(const std::string& study, const std::string& name, const std
   const std::vector<Trial> trials = storage->trials();
   int64_t counts[5] = {};
   for (const auto& t : trials) ++counts[int(t.state)];
-  console << "study '" << info->name << "' (" << info->direction << "): " << trials.size()
-          << " trials, " << counts[int(TrialState::complete)] << " complete, "
-          << counts[int(TrialState::pruned)] << " pruned, " << counts[int(TrialState::failed)]
-          << " failed, " << counts[int(TrialState::running)] << " running\n\n"
-          << trials_table(trials, &names);
+  // Names and values come from the study file: printed escaped, line by line.
+  std::ostringstream text;
+  text << "study '" << info->name << "' (" << info->direction << "): " << trials.size()
+       << " trials, " << counts[int(TrialState::complete)] << " complete, "
+       << counts[int(TrialState::pruned)] << " pruned, " << counts[int(TrialState::failed)]
+       << " failed, " << counts[int(TrialState::running)] << " running\n\n"
+       << trials_table(trials, &names);
   if (const auto best = best_trial(trials, d))
-    console << "best: trial " << best->number << ", value " << fmt_value(best->value) << ", "
-            << describe_params(names, best->params) << "\n";
+    text << "best: trial " << best->number << ", value " << fmt_value(best->value) << ", "
+         << describe_params(names, best->params) << "\n";
+  std::istringstream lines(text.str());
+  for (std::string line; std::getline(lines, line);) console << printable(line) << "\n";
   std::string out = html;
   if (out.empty())
     out = is_url(study) ? info->name + "-report.html"
