@@ -254,6 +254,11 @@ def main():
         if r.stdout:
             fail("%s: the error came after output:\n%s" % (" ".join(args), r.stdout))
         print("ok: seqforge %s -> %s" % (" ".join(os.path.basename(a) for a in args), lines[0]))
+    # A checkpoint named by its bare file name, from its own directory.
+    r = subprocess.run([seqforge, "eval", "model.safetensors"], capture_output=True, text=True,
+                       cwd=forecast)
+    if r.returncode != 0 or "test_loss" not in r.stdout:
+        fail("eval model.safetensors in its directory: exit %d\n%s" % (r.returncode, r.stderr))
     if not os.path.exists(inside_data):
         fail("a refused run removed its data file %s" % inside_data)
     # Output that cannot be written (a full disk) is an error, not a success.

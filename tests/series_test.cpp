@@ -565,6 +565,18 @@ TEST(Series, CategoricalColumnsAreOneHotFeaturesRowByRow) {
     const auto is = [&](const char* name) { return w == name ? 1.0 : 0.0; };
     EXPECT_EQ(one_hot(d, r), (std::vector<double>{is("fog"), is("rain"), is("sun")})) << day;
   }
+  EXPECT_TRUE(d.notes.empty()) << d.notes[0];
+  // A category only in the rows after the training windows' is said to train nothing.
+  std::string late = text;
+  late.replace(late.rfind(",sun,"), 5, ",snow,");
+  const SeriesData l =
+      load_series(series_config(write(dir / "late.csv", late), {"data.categorical=[weather]"}));
+  ASSERT_EQ(l.notes.size(), 1u);
+  EXPECT_EQ(l.notes[0],
+            "data.categorical: column 'weather' holds 'snow' in no row a training window reads: "
+            "the weights of its one-hot feature are never trained, and the windows that hold it "
+            "are forecast with their initial values (merge it into another category, or make its "
+            "cells missing)");
   std::string later = text;
   for (size_t at = later.find(",fog,"); at != std::string::npos; at = later.find(",fog,"))
     later.replace(at, 5, ",hail,");

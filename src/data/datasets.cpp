@@ -17,6 +17,44 @@
 
 namespace seqforge {
 
+namespace {
+
+// A category of data.categorical that no training window's rows hold: its one-hot feature is 0
+// wherever the model learns, so the weights that read it stay as they were initialised, and the
+// windows that hold it are forecast from those. Said, as a category new to predict is.
+void note_untrained_categories(SeriesData* d) {
+  if (d->categories.empty() || d->split.train.empty()) return;
+  std::vector<int64_t> cover(size_t(d->rows) + 1, 0);  // windows over each row, as differences
+  for (int64_t s : d->split.train) {
+    ++cover[size_t(s)];
+    --cover[size_t(std::min(d->last_row(s) + 1, d->rows))];
+  }
+  for (size_t r = 1; r < cover.size(); ++r) cover[r] += cover[r - 1];
+  for (const auto& [column, categories] : d->categories)
+    for (const std::string& category : categories) {
+      const auto name =
+          std::find(d->feature_names.begin(), d->feature_names.end(), column + "=" + category);
+      if (name == d->feature_names.end()) continue;
+      const int64_t col = d->feature_cols[size_t(name - d->feature_names.begin())];
+      int64_t rows = 0;
+      bool trained = false;
+      for (int64_t r = 0; r < d->rows && !trained; ++r)
+        if (d->source.at(r, col) != 0) {
+          ++rows;
+          trained = cover[size_t(r)] > 0;
+        }
+      if (!trained && rows > 0)
+        d->notes.push_back("data.categorical: column " + io::quoted(column) + " holds " +
+                           io::quoted(category) +
+                           " in no row a training window reads: the weights of its one-hot "
+                           "feature are never trained, and the windows that hold it are forecast "
+                           "with their initial values (merge it into another category, or make "
+                           "its cells missing)");
+    }
+}
+
+}  // namespace
+
 void Dataset::check_source() const {
   if (stamp == io::FileStamp{}) return;  // an array in memory
   io::FileStamp now;
@@ -191,6 +229,7 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
              ? " and data.split.mode: random (whole examples dealt to the splits)"
              : "");
   }
+  if (!stored) note_untrained_categories(&d);
   if (d.task == TaskKind::classify) {
     std::vector<int64_t> train_classes;
     for (int64_t start : d.split.train) train_classes.push_back(d.classes[d.target_row(start)]);

@@ -502,6 +502,7 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
   uint64_t hash = 0;
   const text::Tokenizer tokenizer =
       read_tokenizer(data_options(r.config).text.tokenizer, r.task.text.tokenizer_hash, &hash);
+  decode_utf8(prompt, "--prompt");  // named as the option, before the tokenizer reads it
   const text::Encoding encoding = tokenizer.encode(prompt, true);
   if (const std::string note = dropped_characters_note(
           encoding.dropped, data_options(r.config).text.tokenizer, "the prompt", "");

@@ -227,7 +227,7 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
   }
   // A token model's run keeps the tokenizer it trained with: read from there, the run needs
   // neither the base folder nor the file data.tokenizer named (both may have changed or gone).
-  const fs::path run_dir = fs::absolute(fs::path(path).parent_path());
+  const fs::path run_dir = fs::absolute(fs::path(path)).parent_path();
   if (const fs::path own = run_dir / "tokenizer.json";
       fs::exists(run_dir / "config.resolved.yaml") && fs::exists(own) &&
       (config.str("data.task") == "lm" || config.str("data.task") == "text_classify"))
