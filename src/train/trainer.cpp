@@ -152,6 +152,22 @@ std::string new_run_dir(const Config& c, bool overwrite, io::DirLock* lock) {
   }
 }
 
+// The optimizer's settings, as the optimizer would refuse them, but before any work and naming
+// where the config set them.
+void check_optimizer_settings(const Config& c) {
+  for (const char* key : {"optim.lr", "optim.weight_decay", "optim.eps", "optim.momentum"})
+    if (const double v = c.number(key); !(v >= 0 && std::isfinite(v)))
+      fail(c.origin(key), ": ", key, " must be a finite number >= 0, got ", v);
+  for (const char* key : {"optim.beta1", "optim.beta2"})
+    if (const double v = c.number(key); c.str("optim.kind") != "sgd" && !(v >= 0 && v < 1))
+      fail(c.origin(key), ": ", key, " must be in [0, 1), got ", v);
+  // Adam divides by sqrt(v) + eps: 0 makes a parameter whose gradient is 0 a NaN.
+  if (c.str("optim.kind") != "sgd" && c.number("optim.eps") == 0)
+    fail(c.origin("optim.eps"),
+         ": optim.eps must be above 0 (Adam divides by sqrt(v) + eps, "
+         "and a gradient of 0 would give 0/0); PyTorch's default is 1e-8");
+}
+
 // A column named twice in one of the lists of columns, refused before training (a stored config
 // that holds one still loads, so such a model keeps predicting).
 void check_distinct_columns(const Config& c) {
@@ -365,7 +381,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       ranks_(comm.size()),
       rank_(comm.rank()),
       threads_(configure_rank_threads(c, comm.local_size())),
-      task_((check_distinct_columns(c), load_task(c))),
+      task_((check_distinct_columns(c), check_optimizer_settings(c), load_task(c))),
       s_((check_validation_split(c, task_), LoopSettings::from(c, task_))),
       run_dir_(claim_run_dir(resume_dir, overwrite)),
       rng_(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x5eed5eedull) {
@@ -591,18 +607,6 @@ void Training::build_model() {
     match_init_features(init, c_, task_, initialized_, model_->parameters(), *be_, out_);
     model_->init_adapters(*be_, initialized_);
   }
-  // As the optimizer would refuse them, but naming where the config set them.
-  for (const char* key : {"optim.lr", "optim.weight_decay", "optim.eps", "optim.momentum"})
-    if (const double v = c_.number(key); !(v >= 0 && std::isfinite(v)))
-      fail(c_.origin(key), ": ", key, " must be a finite number >= 0, got ", v);
-  for (const char* key : {"optim.beta1", "optim.beta2"})
-    if (const double v = c_.number(key); c_.str("optim.kind") != "sgd" && !(v >= 0 && v < 1))
-      fail(c_.origin(key), ": ", key, " must be in [0, 1), got ", v);
-  // Adam divides by sqrt(v) + eps: 0 makes a parameter whose gradient is 0 a NaN.
-  if (c_.str("optim.kind") != "sgd" && c_.number("optim.eps") == 0)
-    fail(c_.origin("optim.eps"),
-         ": optim.eps must be above 0 (Adam divides by sqrt(v) + eps, "
-         "and a gradient of 0 would give 0/0); PyTorch's default is 1e-8");
   oo_.kind = c_.str("optim.kind");
   oo_.lr = c_.number("optim.lr");
   oo_.weight_decay = c_.number("optim.weight_decay");
