@@ -102,6 +102,10 @@ def main():
         (["generate", forecast], "generate needs a language model (data.task charlm or lm); this "
                                  "is a forecast run (use seqforge predict)"),
         (["generate", charlm, "--top-k", "0"], "--top-k must be positive"),
+        (["bench", "W3", "--warmup", "2147483648"],
+         "--warmup: '2147483648' is not a whole number from 0 to 1048576"),
+        (["diagnose", "--steps", "99999999999"],
+         "--steps: '99999999999' is not a whole number from 0 to 1048576"),
         (["generate", charlm, "--top-k", "1.5"], "--top-k: '1.5' is not a whole number ("),
         (["generate", charlm, "--temperature", "-1"], "--temperature must be 0"),
         (["predict", charlm, "--input", text, "--output", "-"],

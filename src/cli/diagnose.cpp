@@ -19,6 +19,7 @@
 #include "seqforge/core/threads.hpp"
 #include "seqforge/data/options.hpp"
 #include "seqforge/train/trainer.hpp"
+#include "validators.hpp"
 
 namespace seqforge::cli {
 
@@ -161,6 +162,7 @@ CLI::App* add_diagnose(CLI::App& app) {
   cmd->add_option("config", diagnose_config_path, "config file (YAML)");
   cmd->add_option("overrides", diagnose_overrides, "key.path=value overrides");
   cmd->add_option("--steps", diagnose_steps, "training steps to time (0: none)")
+      ->check(whole_number(0, 1 << 20))
       ->capture_default_str();
   return cmd;
 }

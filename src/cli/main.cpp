@@ -22,28 +22,12 @@
 #include "validators.hpp"
 
 namespace sf = seqforge;
+using seqforge::cli::whole_number;
 
 namespace {
 
 // A command line that does not parse exits 2, as getopt-style tools do; any other error exits 1.
 constexpr int kUsageError = 2;
-
-// Checks an integer option's text before CLI11 converts it, which wraps a number past 64 bits
-// (18446744073709551617 became 1) rather than refusing it.
-CLI::Validator whole_number(int64_t min, int64_t max) {
-  return CLI::Validator(
-      [min, max](std::string& text) -> std::string {
-        int64_t v = 0;
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (ec == std::errc() && end == text.data() + text.size() && v >= min && v <= max)
-          return "";
-        const std::string range =
-            max == INT64_MAX ? (min == INT64_MIN ? "" : " from " + std::to_string(min) + " up")
-                             : " from " + std::to_string(min) + " to " + std::to_string(max);
-        return "'" + text + "' is not a whole number" + range;
-      },
-      "INT");
-}
 
 int run_bench(const std::string& which, const sf::BenchOptions& options,
               const std::string& json_path) {
@@ -128,6 +112,7 @@ static int run_command(int argc, char** argv) {
   bench
       ->add_option("--warmup", bench_options.warmup,
                    "untimed steps first (at least 1; at least 4 on a GPU's recurrent workloads)")
+      ->check(whole_number(0, 1 << 20))
       ->capture_default_str();
   bench->add_option("--json", bench_json, "write the results as JSON to this file")
       ->check(seqforge::cli::a_path());
