@@ -93,6 +93,8 @@ def main():
         (["train", config, config], "train: one CONFIG.yaml expected"),
         (["predict", forecast], "--input is required"),
         (["frobnicate"], "The following argument was not expected: frobnicate"),
+        (["eval", forecast, "train.epochs=3"],
+         "eval takes no config keys: a run keeps the config it trained with"),
         (["train"], "train: give a CONFIG.yaml, or --resume RUN_DIR"),
         (["train", "--resume", os.path.join(work, "nothing")], "no such run directory"),
         (["train", "--resume", forecast, "train.run_dir=" + os.path.join(work, "elsewhere")],

@@ -95,6 +95,10 @@ check(len(rows) == 8 and sorted(r[0] for r in rows) == list(range(8)),
       "two workers: 8 trials numbered 0..7")
 check(all(r[1] in ("complete", "pruned") for r in rows), "two workers: none failed or lost")
 check("best: trial" in outs[0][0] and "config:" in outs[0][0], "best trial's config and checkpoint printed")
+# best.yaml trains anew, not over the best trial's directory.
+best_yaml = os.path.join(work, "pair", "best.yaml")
+with open(best_yaml) as f:
+    check('run_dir: ""' in f.read(), "best.yaml leaves train.run_dir to its default")
 
 # 1b. tune.trials_per_device: one command, two workers on one study (the second's console in
 # worker-1.log beside the study): every trial once, from two processes, each trial on its share

@@ -233,10 +233,16 @@ static int run_command(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ExtrasError& e) {
-    std::fprintf(stderr,
-                 "seqforge: error: %s (--help lists the options; config keys are given as "
-                 "key.path=value, e.g. train.epochs=3)\n",
-                 sf::printable(e.what()).c_str());
+    std::string hint =
+        "--help lists the options; config keys are given as key.path=value, e.g. train.epochs=3";
+    for (const CLI::App* command : app.get_subcommands())  // a command that reads a run
+      if (const std::string name = command->get_name(); name == "eval" || name == "predict" ||
+                                                        name == "generate" || name == "merge" ||
+                                                        name == "report")
+        hint = name + " takes no config keys: a run keeps the config it trained with; --help " +
+               "lists the options";
+    std::fprintf(stderr, "seqforge: error: %s (%s)\n", sf::printable(e.what()).c_str(),
+                 hint.c_str());
     return kUsageError;
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);

@@ -90,8 +90,10 @@ void assign_scalers(const DataOptions& opt, bool stored, SeriesData* d) {
     if (opt.series.normalize_fallback != "pooled")
       fail(opt.path, ": series ", io::quoted(name),
            stored ? " was not in the training data" : " has no training window", hint,
-           ", so data.normalize_per series has no scaler for it; set data.normalize_fallback: "
-           "pooled to scale it by all series' training rows");
+           ", so data.normalize_per series has no scaler for it; ",
+           stored ? "a run trained with data.normalize_fallback: pooled scales it by all series' "
+                    "training rows"
+                  : "set data.normalize_fallback: pooled to scale it by all series' training rows");
     pooled.push_back(io::quoted(name) + hint);
   }
   if (pooled.empty()) return;
@@ -109,11 +111,12 @@ void note_values_far_from_training(const std::string& path, size_t file_features
   constexpr double kFar = 8;
   for (size_t j = 0; j < file_features && j < d->feature_cols.size(); ++j) {
     double scaled = 0, raw = 0;
-    int64_t n = 0;
+    int64_t n = 0, scaler = -2;  // the rows' one scaler, or -3 where they have several
     for (int64_t r = 0; r < d->rows; ++r) {
       const double x = d->source.at(r, d->feature_cols[j]);
       if (!std::isfinite(x)) continue;
       const int64_t s = d->scaler_of(r);
+      scaler = scaler == -2 || scaler == s ? s : -3;
       scaled += (x - norm.shifts(s)[j]) / norm.scales(s)[j];
       raw += x;
       ++n;
@@ -126,17 +129,23 @@ void note_values_far_from_training(const std::string& path, size_t file_features
                                               : std::max(0.0, mean - 1);
     if (!(away >= kFar)) continue;
     char line[400];
-    const double shift = norm.shift[j], scale = norm.scale[j];
+    // Each series' own scaler where the rows have several: their figures are not one pair.
+    const bool one = scaler != -3;
+    const double shift = one ? norm.shifts(scaler)[j] : 0, scale = one ? norm.scales(scaler)[j] : 0;
+    const char* whose = one ? "its" : "each series'";
+    char figures[96] = "";
+    if (one && norm.kind == "zscore")
+      std::snprintf(figures, sizeof figures, " (%.6g +- %.3g)", shift, scale);
+    else if (one)
+      std::snprintf(figures, sizeof figures, " (%.6g to %.6g)", shift, shift + scale);
     if (norm.kind == "zscore")
       std::snprintf(line, sizeof line,
-                    "averages %.6g, %.3g standard deviations from its training values (%.6g +- "
-                    "%.3g)",
-                    raw / double(n), away, shift, scale);
+                    "averages %.6g, %.3g standard deviations from %s training values%s",
+                    raw / double(n), away, whose, figures);
     else
       std::snprintf(line, sizeof line,
-                    "averages %.6g, %.3g times the range of its training values (%.6g to %.6g) "
-                    "away from them",
-                    raw / double(n), away, shift, shift + scale);
+                    "averages %.6g, %.3g times the range of %s training values%s away from them",
+                    raw / double(n), away, whose, figures);
     d->notes.push_back("column " + io::quoted(d->feature_names[j]) + " of " + path + " " + line +
                        ": far outside what the model was trained on (another unit? other data?)");
   }

@@ -822,15 +822,19 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   const std::string best_config = (best_dir / "config.resolved.yaml").string();
   console << "best: trial " << best->number << ", " << settings.metric << " "
           << fmt_value(best->value) << ", " << describe_params(settings, best->params);
-  std::error_code ec;
-  if (fs::exists(best_config) &&
-      fs::copy_file(best_config, dir / "best.yaml", fs::copy_options::overwrite_existing, ec))
+  if (fs::exists(best_config)) {
+    // Its run directory left to default: `seqforge train best.yaml` trains in runs/best, not
+    // over the trial.
+    const Config trial =
+        Config::load(best_config).with_values({{"train.run_dir", "''"}}, "best.yaml");
+    write_text(dir / "best.yaml", trial.resolved_yaml());
     console << "\n  config: " << (dir / "best.yaml").string()
             << "\n  checkpoint: " << (best_dir / "model.safetensors").string();
-  else  // a trial another program (Optuna) ran, or a worker of another train.run_dir
+  } else {  // a trial another program (Optuna) ran, or a worker of another train.run_dir
     console << "\n  (no run directory " << best_dir.string()
             << ": the trial ran in another train.run_dir, or outside seqforge; its parameters "
                "are above)";
+  }
   console << "\n  report: " << (dir / "report.html").string() << "\n";
   if (!stats.overhead_seconds.empty()) {
     std::vector<double> o = stats.overhead_seconds;
