@@ -8,6 +8,7 @@ Usage: tune_cli_test.py SEQFORGE DATA.csv WORKDIR
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -327,6 +328,9 @@ check("trial  state" in p.stdout and os.path.exists(os.path.join(work, "report.h
 with open(os.path.join(work, "report.html")) as f:
     html = f.read()
 check("<svg" in html and "data.lookback" in html, "report has the history and each parameter")
+metric = re.search(r"\((?:minimize|maximize) (val_\w+|train_loss)\)", p.stdout.splitlines()[0])
+check(metric is not None and metric.group(1) + " per epoch" in html,
+      f"the report names the study's metric: {p.stdout.splitlines()[0]}")
 # Names from the study file reach the terminal escaped.
 escaped = os.path.join(work, "escaped.db")
 shutil.copyfile(db, escaped)

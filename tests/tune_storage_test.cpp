@@ -651,7 +651,7 @@ TEST(TuneStorage, ValuesRoundTripExactlyWithNaN) {
   const std::string table = trials_table(s->trials(), &setup.settings());
   EXPECT_NE(table.find("complete"), std::string::npos);
   const std::string html =
-      html_report("s", s->trials(), Direction::minimize, setup.settings().space);
+      html_report("s", "val_loss", s->trials(), Direction::minimize, setup.settings().space);
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("Optimisation history"), std::string::npos);
 }

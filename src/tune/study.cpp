@@ -351,8 +351,9 @@ std::string trials_table(const std::vector<Trial>& trials, const TuneSettings* s
 
 namespace {}  // namespace
 
-std::string html_report(const std::string& study_name, const std::vector<Trial>& trials,
-                        Direction direction, const std::vector<Param>& space) {
+std::string html_report(const std::string& study_name, const std::string& metric,
+                        const std::vector<Trial>& trials, Direction direction,
+                        const std::vector<Param>& space) {
   using report::escape;
   TuneSettings names;
   names.space = space;
@@ -397,7 +398,7 @@ std::string html_report(const std::string& study_name, const std::vector<Trial>&
     << "<h1>seqforge study: " << escape(study_name) << "</h1><p class=\"meta\">" << trials.size()
     << " trials";
   for (const auto& [state, n] : counts) h << " &middot; " << n << " " << state_name(state);
-  h << " &middot; " << direction_name(direction)
+  h << " &middot; " << direction_name(direction) << (metric.empty() ? "" : " " + escape(metric))
     << ". Pruned, failed and running trials at their last reported value.</p>\n";
   report::Chart c;
   c.title = "Optimisation history";
@@ -409,7 +410,7 @@ std::string html_report(const std::string& study_name, const std::vector<Trial>&
   h << "<div class=\"grid\">" << report::render(c);
   // Every trial's metric epoch by epoch, running and killed ones too.
   report::Chart curves;
-  curves.title = "Metric per epoch";
+  curves.title = metric.empty() ? "Metric per epoch" : metric + " per epoch";
   curves.x_label = "epoch";
   curves.x_kind = report::XKind::integer;
   curves.width = 560;
@@ -810,8 +811,8 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   for (const std::string& problem : helpers.wait()) console << "warning: " << problem << "\n";
   const std::vector<Trial> trials = study.trials();
   console << "\n" << trials_table(trials, &settings);
-  write_text(dir / "report.html",
-             html_report(settings.name, trials, settings.direction, settings.space));
+  write_text(dir / "report.html", html_report(settings.name, settings.metric, trials,
+                                              settings.direction, settings.space));
   const auto best = best_trial(trials, settings.direction);
   if (!best) {
     console << "report: " << (dir / "report.html").string() << "\n";
@@ -859,12 +860,20 @@ int run_tune_report(const std::string& study, const std::string& name, const std
   const std::vector<Trial> trials = storage->trials();
   int64_t counts[5] = {};
   for (const auto& t : trials) ++counts[int(t.state)];
+  // The metric is the fingerprint's second field ("maximize;val_skill;..."); a study Optuna
+  // made has none.
+  const size_t first = info->fingerprint.find(';');
+  const std::string metric =
+      first == std::string::npos
+          ? ""
+          : info->fingerprint.substr(first + 1, info->fingerprint.find(';', first + 1) - first - 1);
   // Names and values come from the study file: printed escaped, line by line.
   std::ostringstream text;
-  text << "study '" << info->name << "' (" << info->direction << "): " << trials.size()
-       << " trials, " << counts[int(TrialState::complete)] << " complete, "
-       << counts[int(TrialState::pruned)] << " pruned, " << counts[int(TrialState::failed)]
-       << " failed, " << counts[int(TrialState::running)] << " running\n\n"
+  text << "study '" << info->name << "' (" << info->direction
+       << (metric.empty() ? "" : " " + metric) << "): " << trials.size() << " trials, "
+       << counts[int(TrialState::complete)] << " complete, " << counts[int(TrialState::pruned)]
+       << " pruned, " << counts[int(TrialState::failed)] << " failed, "
+       << counts[int(TrialState::running)] << " running\n\n"
        << trials_table(trials, &names);
   if (const auto best = best_trial(trials, d))
     text << "best: trial " << best->number << ", value " << fmt_value(best->value) << ", "
@@ -875,7 +884,7 @@ int run_tune_report(const std::string& study, const std::string& name, const std
   if (out.empty())
     out = is_url(study) ? info->name + "-report.html"
                         : (fs::absolute(study).parent_path() / "report.html").string();
-  write_text(out, html_report(info->name, trials, d, names.space));
+  write_text(out, html_report(info->name, metric, trials, d, names.space));
   console << "report: " << out << "\n";
   return 0;
 }

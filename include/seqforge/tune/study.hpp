@@ -80,9 +80,11 @@ std::optional<double> trial_value(const Trial& trial, const TuneSettings& settin
 std::optional<Trial> best_trial(const std::vector<Trial>& trials, Direction direction);
 // A text table: number, state, value, parameters, epochs, time.
 std::string trials_table(const std::vector<Trial>& trials, const TuneSettings* settings);
-// A self-contained HTML page: the table, the optimisation history and each parameter's effect.
-std::string html_report(const std::string& study_name, const std::vector<Trial>& trials,
-                        Direction direction, const std::vector<Param>& space);
+// A self-contained HTML page: the table, the optimisation history and each parameter's effect;
+// `metric` ("" where unknown) names the value.
+std::string html_report(const std::string& study_name, const std::string& metric,
+                        const std::vector<Trial>& trials, Direction direction,
+                        const std::vector<Param>& space);
 
 // `seqforge tune CONFIG`: the study in `study` (a SQLite path or postgresql:// URL; default
 // runs/<name>/study.db), trials under runs/<name>/trial-N. Returns the process exit code.
