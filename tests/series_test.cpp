@@ -706,8 +706,8 @@ TEST(Series, EachSeriesCanHaveItsOwnScaler) {
   EXPECT_EQ(error_of([&] { load_series(c, &d, WindowSet::every_window); }),
             other +
                 ": series 'c' was not in the training data, so data.normalize_per series has "
-                "no scaler for it; set data.normalize_fallback: pooled to scale it by all "
-                "series' training rows");
+                "no scaler for it; a run trained with data.normalize_fallback: pooled scales it "
+                "by all series' training rows");
   const SeriesData pooled =
       load_series(series_config(other, {"data.normalize_per=series", "data.lookback=4",
                                         "data.normalize_fallback=pooled"}),
@@ -728,8 +728,9 @@ TEST(Series, EachSeriesCanHaveItsOwnScaler) {
             }),
             upper +
                 ": series 'A' was not in the training data (the training data has 'a': names "
-                "match as written), so data.normalize_per series has no scaler for it; set "
-                "data.normalize_fallback: pooled to scale it by all series' training rows");
+                "match as written), so data.normalize_per series has no scaler for it; a run "
+                "trained with data.normalize_fallback: pooled scales it by all series' training "
+                "rows");
   // So is one with spaces around it.
   const std::string spaced = write(dir / "spaced.csv",
                                    "date,city,value\n2020-01-01,a ,5\n"
