@@ -566,7 +566,8 @@ TEST(Series, CategoricalColumnsAreOneHotFeaturesRowByRow) {
     EXPECT_EQ(one_hot(d, r), (std::vector<double>{is("fog"), is("rain"), is("sun")})) << day;
   }
   EXPECT_TRUE(d.notes.empty()) << d.notes[0];
-  // A category only in the rows after the training windows' is said to train nothing.
+  // A category only in the rows after the training windows' would train nothing: the model
+  // leaves it out, as a category new at inference, and says so.
   std::string late = text;
   late.replace(late.rfind(",sun,"), 5, ",snow,");
   const SeriesData l =
@@ -574,9 +575,15 @@ TEST(Series, CategoricalColumnsAreOneHotFeaturesRowByRow) {
   ASSERT_EQ(l.notes.size(), 1u);
   EXPECT_EQ(l.notes[0],
             "data.categorical: column 'weather' holds 'snow' in no row a training window reads: "
-            "the weights of its one-hot feature are never trained, and the windows that hold it "
-            "are forecast with their initial values (merge it into another category, or make its "
-            "cells missing)");
+            "the model leaves it out of its categories, and the rows that hold it have all their "
+            "one-hot features 0, as a category new to the model has (merge it into another "
+            "category, or make its cells missing)");
+  EXPECT_EQ(l.feature_names, d.feature_names);
+  EXPECT_EQ(l.categories, d.categories);
+  for (int64_t r = 0; r < l.rows; ++r)
+    if (raw(l, r) == 16) {  // the snowy day
+      EXPECT_EQ(one_hot(l, r), (std::vector<double>{0, 0, 0}));
+    }
   std::string later = text;
   for (size_t at = later.find(",fog,"); at != std::string::npos; at = later.find(",fog,"))
     later.replace(at, 5, ",hail,");

@@ -19,38 +19,31 @@ namespace seqforge {
 
 namespace {
 
-// A category of data.categorical that no training window's rows hold: its one-hot feature is 0
-// wherever the model learns, so the weights that read it stay as they were initialised, and the
-// windows that hold it are forecast from those. Said, as a category new to predict is.
-void note_untrained_categories(SeriesData* d) {
-  if (d->categories.empty() || d->split.train.empty()) return;
-  std::vector<int64_t> cover(size_t(d->rows) + 1, 0);  // windows over each row, as differences
-  for (int64_t s : d->split.train) {
+// The categories of data.categorical that no training window's rows hold. Kept, their one-hot
+// feature would be 0 wherever the model learns, its weights would stay as initialised, and the
+// windows that hold them would be forecast from those weights: the model leaves them out instead,
+// so they are all 0 as a category new to predict is.
+series::CategorySet untrained_categories(const SeriesData& d) {
+  series::CategorySet untrained;
+  if (d.categories.empty() || d.split.train.empty()) return untrained;
+  std::vector<int64_t> cover(size_t(d.rows) + 1, 0);  // windows over each row, as differences
+  for (int64_t s : d.split.train) {
     ++cover[size_t(s)];
-    --cover[size_t(std::min(d->last_row(s) + 1, d->rows))];
+    --cover[size_t(std::min(d.last_row(s) + 1, d.rows))];
   }
   for (size_t r = 1; r < cover.size(); ++r) cover[r] += cover[r - 1];
-  for (const auto& [column, categories] : d->categories)
+  for (const auto& [column, categories] : d.categories)
     for (const std::string& category : categories) {
       const auto name =
-          std::find(d->feature_names.begin(), d->feature_names.end(), column + "=" + category);
-      if (name == d->feature_names.end()) continue;
-      const int64_t col = d->feature_cols[size_t(name - d->feature_names.begin())];
-      int64_t rows = 0;
+          std::find(d.feature_names.begin(), d.feature_names.end(), column + "=" + category);
+      if (name == d.feature_names.end()) continue;
+      const int64_t col = d.feature_cols[size_t(name - d.feature_names.begin())];
       bool trained = false;
-      for (int64_t r = 0; r < d->rows && !trained; ++r)
-        if (d->source.at(r, col) != 0) {
-          ++rows;
-          trained = cover[size_t(r)] > 0;
-        }
-      if (!trained && rows > 0)
-        d->notes.push_back("data.categorical: column " + io::quoted(column) + " holds " +
-                           io::quoted(category) +
-                           " in no row a training window reads: the weights of its one-hot "
-                           "feature are never trained, and the windows that hold it are forecast "
-                           "with their initial values (merge it into another category, or make "
-                           "its cells missing)");
+      for (int64_t r = 0; r < d.rows && !trained; ++r)
+        trained = d.source.at(r, col) != 0 && cover[size_t(r)] > 0;
+      if (!trained) untrained.emplace(column, category);
     }
+  return untrained;
 }
 
 }  // namespace
@@ -68,7 +61,27 @@ void Dataset::check_source() const {
          " bytes, or a new modification time); restart the run on the new data");
 }
 
-SeriesData load_series(const DataOptions& given, const SeriesData* stored, WindowSet which) {
+static SeriesData load_series_leaving_out(const DataOptions& given, const SeriesData* stored,
+                                          WindowSet which, const series::CategorySet& left_out);
+
+SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowSet which) {
+  SeriesData d = load_series_leaving_out(opt, stored, which, {});
+  if (stored || which != WindowSet::splits) return d;
+  const series::CategorySet untrained = untrained_categories(d);
+  if (untrained.empty()) return d;
+  d = load_series_leaving_out(opt, stored, which, untrained);
+  for (const auto& [column, category] : untrained)
+    d.notes.push_back("data.categorical: column " + io::quoted(column) + " holds " +
+                      io::quoted(category) +
+                      " in no row a training window reads: the model leaves it out of its "
+                      "categories, and the rows that hold it have all their one-hot features 0, "
+                      "as a category new to the model has (merge it into another category, or "
+                      "make its cells missing)");
+  return d;
+}
+
+static SeriesData load_series_leaving_out(const DataOptions& given, const SeriesData* stored,
+                                          WindowSet which, const series::CategorySet& left_out) {
   DataOptions opt = given;  // with pandas' index of dates as the date column where none is named
   const SeriesOptions& o = opt.series;
   if (opt.task == TaskKind::charlm || opt.task == TaskKind::lm)
@@ -111,7 +124,7 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
                        d.quantiles[size_t(d.point_quantile())],
                        " quantile, the nearest to the median (the lower of two as near; add 0.5 to "
                        "score the median)"));
-  series::categorical_columns(table, opt, stored, &d);
+  series::categorical_columns(table, opt, stored, left_out, &d);
   const std::string label_col =
       opt.task == TaskKind::classify && o.label != "column" && d.has_targets ? o.label_col : "";
   const std::vector<int64_t> file_rows =
@@ -229,7 +242,6 @@ SeriesData load_series(const DataOptions& given, const SeriesData* stored, Windo
              ? " and data.split.mode: random (whole examples dealt to the splits)"
              : "");
   }
-  if (!stored) note_untrained_categories(&d);
   if (d.task == TaskKind::classify) {
     std::vector<int64_t> train_classes;
     for (int64_t start : d.split.train) train_classes.push_back(d.classes[d.target_row(start)]);

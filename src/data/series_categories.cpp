@@ -61,7 +61,7 @@ void static_categories(const DataFile& table, const DataOptions& opt, const RowO
 }
 
 void categorical_columns(const DataFile& table, const DataOptions& opt, const SeriesData* stored,
-                         SeriesData* d) {
+                         const CategorySet& left_out, SeriesData* d) {
   const SeriesOptions& o = opt.series;
   constexpr size_t kMaxCategories = 256;
   if (!o.categorical.empty() && table.is_array())
@@ -108,10 +108,12 @@ void categorical_columns(const DataFile& table, const DataOptions& opt, const Se
     std::set<std::string, std::less<>> distinct;
     for (const std::string_view v : text)
       if (!io::is_missing_cell(v) && !distinct.contains(v)) distinct.emplace(v);
-    const std::vector<std::string> categories(distinct.begin(), distinct.end());
-    if (categories.empty())
+    if (distinct.empty())
       fail(opt.path, ": column '", column,
            "' (data.categorical) holds no category: every cell is empty");
+    std::vector<std::string> categories;
+    for (const std::string& category : distinct)
+      if (!left_out.contains({column, category})) categories.push_back(category);
     if (categories.size() > kMaxCategories)
       fail(opt.path, ": column '", column, "' (data.categorical) holds ", categories.size(),
            " categories, more than the ", kMaxCategories,

@@ -7,7 +7,9 @@
 // splits (series_windows.cpp); the scalers and the float32 range check (series_scalers.cpp).
 #include <algorithm>
 #include <cstdint>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/data_file.hpp"
@@ -81,10 +83,14 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
 // file's, sorted; with `stored`, the model's, where an unknown one is an error naming the series).
 void static_categories(const DataFile& table, const DataOptions& opt, const RowOrder& order,
                        const SeriesData* stored, SeriesData* d);
-// data.categorical: each column's categories (the training file's, sorted; a stored model's at
-// inference, where a category it was not trained on is all 0 with a note).
+// (column, category) pairs of data.categorical that a training file's model leaves out.
+using CategorySet = std::set<std::pair<std::string, std::string>>;
+
+// data.categorical: each column's categories (the training file's, sorted, less `left_out`; a
+// stored model's at inference). A category the model does not have is all 0 (at inference, with a
+// note).
 void categorical_columns(const DataFile& table, const DataOptions& opt, const SeriesData* stored,
-                         SeriesData* d);
+                         const CategorySet& left_out, SeriesData* d);
 
 // The source matrix: features transformed against the previous row, targets against the row
 // `horizon` before (the window's last row), the label column as it is. When a feature has a
