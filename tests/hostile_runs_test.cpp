@@ -770,6 +770,12 @@ TEST(HostileRuns, DamagedNormalizersInACheckpointAreRefused) {
              "hold 1 and 1");
   EXPECT_HAS(error_with("seqforge.features", R"(["signal"])"),
              "seqforge.features and seqforge.targets name 1 and 1 columns");
+  // Scalers for three steps ahead where the stored config forecasts one.
+  EXPECT_HAS(error_with("seqforge.target_norm",
+                        R"({"kind":"zscore","shift":[0,0,0],"scale":[1,1,1],"steps":3})"),
+             model.string() +
+                 ": seqforge.target_norm holds scalers for 3 steps ahead where its stored config "
+                 "forecasts 1 (data.horizon, data.horizon_mode): the checkpoint is inconsistent");
   EXPECT_HAS(error_with("seqforge.label_threshold", "nan"),
              "seqforge.label_threshold is not a volatility");
   EXPECT_HAS(error_with("seqforge.step", "1 hour\x1b[2J"),
@@ -780,9 +786,9 @@ TEST(HostileRuns, DamagedNormalizersInACheckpointAreRefused) {
                model.string() + ": " + key +
                    " metadata: the categories of 'mode' are not sorted and distinct");
     EXPECT_HAS(error_with(key, R"([["mode", ["idle", "idle"]]])"), "not sorted and distinct");
-    EXPECT_HAS(error_with(key, R"([["mode", []]])"), "not sorted and distinct");
     EXPECT_HAS(error_with(key, R"([["mode"]])"), "metadata is not what seqforge wrote");
   }
+  EXPECT_HAS(error_with("seqforge.static", R"([["mode", []]])"), "not sorted and distinct");
   fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
   EXPECT_TRUE(evaluate(run.string(), "test").count("test_mse"));
 }

@@ -713,6 +713,8 @@ TEST(Runs, ForecastsAreScoredAgainstNaiveAndSeasonalNaive) {
   // Said once, and the epoch's line keeps to the model's errors; a model worse than naive is
   // a warning at the end.
   EXPECT_NE(log.str().find("baselines on validation: naive"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("; seasonal naive (21 rows before the target) MAE"), std::string::npos)
+      << log.str();
   EXPECT_EQ(log.str().find("val_naive_mae"), std::string::npos) << log.str();
   if (m.at("val_skill").get<double>() < 0) {
     EXPECT_NE(log.str().find("warning: the saved model forecasts worse than the naive"),

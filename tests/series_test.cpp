@@ -584,6 +584,25 @@ TEST(Series, CategoricalColumnsAreOneHotFeaturesRowByRow) {
     if (raw(l, r) == 16) {  // the snowy day
       EXPECT_EQ(one_hot(l, r), (std::vector<double>{0, 0, 0}));
     }
+  // A column whose every category is left out adds no feature, and reads back at inference.
+  std::string alarm = "date,city,weather,alarm,value\n";
+  for (int day = 0; day < 20; ++day)
+    alarm += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + ",a," +
+             weather[day % 4] + "," + (day == 18 ? "on" : "") + "," + std::to_string(day) + "\n";
+  const std::string alarm_path = write(dir / "alarm.csv", alarm);
+  const SeriesData a =
+      load_series(series_config(alarm_path, {"data.categorical=[weather, alarm]"}));
+  EXPECT_EQ(a.feature_names, d.feature_names);
+  ASSERT_EQ(a.categories.size(), 2u);
+  EXPECT_EQ(a.categories[1], (std::pair<std::string, std::vector<std::string>>{"alarm", {}}));
+  const SeriesData at_inference =
+      load_series(series_config(alarm_path, {"data.categorical=[weather, alarm]"}), &a,
+                  WindowSet::every_window);
+  EXPECT_EQ(at_inference.feature_names, d.feature_names);
+  EXPECT_NE(std::find(at_inference.notes.begin(), at_inference.notes.end(),
+                      "1 row has alarm 'on', which the model was not trained on "
+                      "(data.categorical): all its one-hot features 0"),
+            at_inference.notes.end());
   std::string later = text;
   for (size_t at = later.find(",fog,"); at != std::string::npos; at = later.find(",fog,"))
     later.replace(at, 5, ",hail,");

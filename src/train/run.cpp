@@ -243,6 +243,15 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
   Task stored;
   stored.kind = parse_task(config.str("data.task"), path + " (stored config)");
   task_type(stored.kind).restore(meta, path, &stored);
+  if (stored.kind == TaskKind::forecast && !stored.series.target_norm.shift.empty()) {
+    // The scalers against the checkpoint's own config: an edited checkpoint is named as such.
+    const int64_t steps =
+        config.str("data.horizon_mode") == "direct" ? config.integer("data.horizon") : 1;
+    if (stored.series.target_norm.steps != std::max<int64_t>(steps, 1))
+      fail(path, ": seqforge.target_norm holds scalers for ", stored.series.target_norm.steps,
+           " steps ahead where its stored config forecasts ", steps,
+           " (data.horizon, data.horizon_mode): the checkpoint is inconsistent");
+  }
   return {std::move(file), std::move(config), std::move(stored), base_model};
 }
 

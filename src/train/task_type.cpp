@@ -35,7 +35,8 @@ Value metadata_json(const std::map<std::string, std::string>& meta, const std::s
 }
 
 // One-hot columns with their categories (data.static, data.categorical), none where the key is
-// absent; each column's categories sorted and distinct, as the lookups at inference need.
+// absent; each column's categories sorted and distinct, as the lookups at inference need. A
+// data.categorical column may have none (each left out: no training window read it).
 std::vector<std::pair<std::string, std::vector<std::string>>> categories(
     const std::map<std::string, std::string>& meta, const std::string& key,
     const std::string& where) {
@@ -43,7 +44,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> categories(
   auto columns = metadata_json<std::vector<std::pair<std::string, std::vector<std::string>>>>(
       meta, key, where);
   for (const auto& [column, values] : columns)
-    if (values.empty() ||
+    if ((values.empty() && key == "seqforge.static") ||
         std::adjacent_find(values.begin(), values.end(), std::greater_equal<>()) != values.end())
       fail(where, ": ", key, " metadata: the categories of '", column,
            "' are not sorted and distinct, as seqforge writes them");

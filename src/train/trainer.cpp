@@ -1499,9 +1499,18 @@ void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epo
                   "value) MAE %.5g, RMSE %.5g",
                   j["val_naive_mae"].get<double>(), j["val_naive_rmse"].get<double>());
     out_ << line;
-    if (j.contains("val_snaive_mae"))
-      out_ << "; seasonal naive (" << task_.series.season << " rows before) MAE "
-           << j["val_snaive_mae"].get<double>() << ", RMSE " << j["val_snaive_rmse"].get<double>();
+    if (j.contains("val_snaive_mae")) {
+      // h steps ahead, the value ceil(h / season) seasons before the target.
+      const int64_t season = task_.series.season, horizon = task_.series.horizon;
+      const int64_t back = (horizon + season - 1) / season * season;
+      out_ << "; seasonal naive ("
+           << (task_.series.steps_ahead > 1
+                   ? "at h steps ahead, ceil(h / " + std::to_string(season) + ") seasons of " +
+                         std::to_string(season) + " rows before the target"
+                   : std::to_string(back) + " rows before the target")
+           << ") MAE " << j["val_snaive_mae"].get<double>() << ", RMSE "
+           << j["val_snaive_rmse"].get<double>();
+    }
     out_ << "; val_skill is 1 - the model's MSE / naive's\n";
   }
   j["epoch"] = epoch;
