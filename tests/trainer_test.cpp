@@ -414,7 +414,8 @@ TEST(Trainer, InitFromPutsTheFeaturesInThisRunsOrder) {
             }),
             pre.string() +
                 ": tensor 'lstm.weight_ih_l0_reverse' is not a parameter of this model (its "
-                "module is one model.init_from_modules loads)");
+                "module is one model.init_from_modules loads); the checkpoint's model differs "
+                "from this one's: model.bidirectional 'true' there, 'false' here");
   // Fewer features: both lists named, before any shape; a head of another task: the way to a
   // new one.
   EXPECT_EQ(error_of([&] {

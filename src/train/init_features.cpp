@@ -164,6 +164,37 @@ void match_init_head(const std::string& path, const std::map<std::string, std::s
 
 }  // namespace
 
+std::string init_model_differences(const std::string& path, const Config& c) {
+  std::map<std::string, std::string> meta;
+  try {
+    meta = io::SafetensorsFile::read(path).metadata();
+  } catch (const Error&) {
+    return "";
+  }
+  const auto stored_text = meta.find("seqforge.config");
+  if (stored_text == meta.end()) return "";
+  std::string differences;
+  try {
+    const Config theirs = Config::parse(stored_text->second, path + " (stored config)");
+    for (const char* key : {"model.family", "model.cell", "model.hidden", "model.proj_size",
+                            "model.layers", "model.heads", "model.bidirectional", "model.bias",
+                            "model.embedding", "model.block_size"}) {
+      const bool is_flag =
+          std::string(key) == "model.bidirectional" || key == std::string("model.bias");
+      const bool differ =
+          is_flag ? theirs.boolean(key) != c.boolean(key) : theirs.str(key) != c.str(key);
+      if (differ)
+        differences += std::string(differences.empty() ? "" : ", ") + key + " " +
+                       io::quoted(theirs.str(key), 40) + " there, " + io::quoted(c.str(key), 40) +
+                       " here";
+    }
+  } catch (const Error&) {
+    return "";  // a config of another version: the tensors' shapes say enough
+  }
+  return differences.empty() ? ""
+                             : "; the checkpoint's model differs from this one's: " + differences;
+}
+
 void check_init_feature_count(const std::string& path, const Task& task,
                               const std::vector<std::string>& modules) {
   if (task.is_text()) return;

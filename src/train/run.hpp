@@ -133,6 +133,10 @@ void match_init_features(const std::string& path, const Config& c, const Task& t
 // Before model.init_from loads `path`'s `modules` (empty: all): a checkpoint whose model read
 // another number of features than this run's data gives is an error naming both lists, where a
 // weight reading them is to be loaded (its shape would otherwise be the only word).
+// The architecture keys (model.hidden, model.layers, ...) whose values in `path`'s stored config
+// differ from `c`'s, as a clause for an error about the tensors' shapes: "" where none differ or
+// the checkpoint holds no config seqforge reads.
+std::string init_model_differences(const std::string& path, const Config& c);
 void check_init_feature_count(const std::string& path, const Task& task,
                               const std::vector<std::string>& modules);
 

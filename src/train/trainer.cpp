@@ -598,12 +598,18 @@ void Training::build_model() {
     // kept as saved.
     const std::vector<std::string> modules = c_.list("model.init_from_modules");
     check_init_feature_count(init, task_, modules);
-    initialized_ = load_parameters(
-        init, model_->parameters(), *be_, false, modules, model_->fresh_parameters(),
-        model_->unused_base_tensors(), model_->tied_base_tensors(),
-        modules.empty() ? " (model.init_from_modules loads only the modules it names, the others "
-                          "starting new: a new head, say)"
-                        : "");
+    try {
+      initialized_ = load_parameters(
+          init, model_->parameters(), *be_, false, modules, model_->fresh_parameters(),
+          model_->unused_base_tensors(), model_->tied_base_tensors(),
+          modules.empty() ? " (model.init_from_modules loads only the modules it names, the "
+                            "others starting new: a new head, say)"
+                          : "");
+    } catch (const Error& e) {  // a tensor of another shape, or a layer more: which key differs
+      const std::string differences = init_model_differences(init, c_);
+      if (differences.empty()) throw;
+      throw Error(e.what() + differences);
+    }
     match_init_features(init, c_, task_, initialized_, model_->parameters(), *be_, out_);
     model_->init_adapters(*be_, initialized_);
   }
