@@ -1791,6 +1791,13 @@ TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   const SeriesData r = load_series(config(round, {}));
   EXPECT_EQ(r.time_text(*r.time_ahead(r.rows - 2, 1), true), "1700000000000");
   EXPECT_EQ(r.time_text(*r.time_ahead(r.rows - 1, 2), true), "1700000000002");
+  // Times written with one decimal ("860.0"): the times ahead are written so too.
+  std::string tenths = "t,city,value\n";
+  for (int k = 0; k < 10; ++k)
+    tenths += std::to_string(860 + k) + ".0,a," + std::to_string(k) + "\n";
+  const SeriesData tn = load_series(config(write(dir / "tenths.csv", tenths), {}));
+  EXPECT_EQ(tn.time_text(*tn.time_ahead(tn.rows - 1, 1), true), "870.0");
+  EXPECT_EQ(d.time_text(*d.time_ahead(d.rows - 1, 2), true), "7");  // "0", "1.5", ...: as needed
   const std::string dated = write(dir / "dated.csv", "t,city,value\n2020-01-01,a,0\n7,a,1\n");
   EXPECT_EQ(error_of([&] { load_series(config(dated, {})); }),
             dated +

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/calendar.hpp"
@@ -113,6 +114,22 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
       const double whole = std::trunc(x[r]);
       when[r] = static_cast<int64_t>(whole) * static_cast<int64_t>(SeriesData::kNumericTimeScale) +
                 std::llround((x[r] - whole) * SeriesData::kNumericTimeScale);
+    }
+    if (!table.is_array()) {  // the decimals all cells are written with, for times past the end
+      int common = -1;
+      for (const std::string_view text : table.text(o.date_col)) {
+        const size_t point = text.find('.');
+        const bool plain = text.find_first_of("eE") == std::string_view::npos;
+        const int decimals = point == std::string_view::npos || !plain
+                                 ? 0
+                                 : static_cast<int>(text.size() - point - 1);
+        if (common != -1 && decimals != common) {
+          common = 0;
+          break;
+        }
+        common = decimals;
+      }
+      out.numeric_decimals = std::clamp(common, 0, 6);
     }
     out.notes.push_back(path + ": " + numbers +
                         ", times in its own units (ISO dates give a calendar)");

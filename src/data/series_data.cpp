@@ -206,7 +206,7 @@ std::optional<int64_t> SeriesData::time_ahead(int64_t row, int64_t ahead) const 
 }
 
 std::string SeriesData::time_text(int64_t when, bool date_only) const {
-  if (numeric_times) return series::numeric_time_text(when);
+  if (numeric_times) return series::numeric_time_text(when, numeric_decimals);
   return series::date_time_text(when, date_only, utc_times, subsecond_times);
 }
 
@@ -264,9 +264,10 @@ std::string SeriesData::usual_step() const {
 
 namespace series {
 
-// Written as the file wrote it: whole units and the millionths there are, never in scientific
-// notation (1700000000000, not 1.7e+12) and never through a double (past 2^53 it would round).
-std::string numeric_time_text(int64_t when) {
+// Written as the file wrote it: whole units and the millionths there are (at least `decimals`
+// digits of them), never in scientific notation (1700000000000, not 1.7e+12) and never through a
+// double (past 2^53 it would round).
+std::string numeric_time_text(int64_t when, int decimals) {
   static_assert(SeriesData::kNumericTimeScale == 1e6, "six digits of millionths");
   const int64_t scale = static_cast<int64_t>(SeriesData::kNumericTimeScale);
   const bool negative = when < 0;
@@ -277,6 +278,10 @@ std::string numeric_time_text(int64_t when) {
     digits.insert(0, 6 - digits.size(), '0');
     text += "." + digits.substr(0, digits.find_last_not_of('0') + 1);
   }
+  const size_t point = text.find('.');
+  const int written = point == std::string::npos ? 0 : int(text.size() - point - 1);
+  if (written < decimals)
+    text += (written ? "" : ".") + std::string(size_t(decimals - written), '0');
   return text;
 }
 

@@ -339,6 +339,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       }
   if (!order.times.empty()) {
     d->numeric_times = order.numeric_times;
+    d->numeric_decimals = order.numeric_decimals;
     d->utc_times = order.utc_times;
     d->date_order = order.date_order;
     d->subsecond_times = order.subsecond_times;

@@ -34,7 +34,7 @@ inline Transform transform_of(const SeriesOptions& o, const std::string& column)
 }
 
 // A number of the date column's times (millionths of its unit) as the shortest text reading back.
-std::string numeric_time_text(int64_t when);
+std::string numeric_time_text(int64_t when, int decimals = 0);
 
 // A duration of `ticks`, `per_second` of them a second, as a whole number of the largest unit
 // that divides it: "1 hour", "90 minutes", "250 milliseconds".
@@ -71,6 +71,7 @@ struct RowOrder {
   std::vector<int64_t> times;       // (rows) with a date column
   std::vector<uint8_t> gap_before;  // (rows) 1 where a gap in the dates precedes the row
   bool numeric_times = false;       // the date column holds numbers (SeriesData::numeric_times)
+  int numeric_decimals = 0;         // (SeriesData::numeric_decimals)
   bool utc_times = false;           // times with UTC offsets (SeriesData::utc_times)
   bool subsecond_times = false;     // dates with fractions of a second (microseconds)
   std::string date_order;  // "dmy" or "mdy" where the dates write a day and a month, else ""

@@ -141,6 +141,8 @@ struct SeriesData {
   // those numbers in millionths (kNumericTimeScale), with no calendar.
   bool numeric_times = false;
   static constexpr double kNumericTimeScale = 1e6;
+  // The decimals every time of the file is written with ("860.0": 1), for times past its end.
+  int numeric_decimals = 0;
   // The dates are times with UTC offsets: instants, written in UTC with a Z.
   bool utc_times = false;
   // Dates written with fractions of a second (a sensor's "10:00:07.250"): times, and the steps
