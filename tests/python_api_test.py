@@ -148,11 +148,24 @@ def test_errors_in_a_frame_or_an_array_name_its_row(tmp_path):
     array = np.arange(120.0).reshape(60, 2)
     array[9, 1] = np.inf
     with pytest.raises(seqforge.Error, match=r"^the array's row 9, column 1: inf is not a finite"):
-        seqforge.train({"data": {"targets": ["0"], "lookback": 4}, "train": {"epochs": 1}},
-                       data=array, log=None)
+        seqforge.train({"data": {"targets": ["0"], "lookback": 4},
+                        "train": {"epochs": 1, "run_dir": "array"}}, data=array, log=None)
+    # The failed call's copy of the array is the package's, not a stranger's file: the mended
+    # array trains in the same directory.
+    array[9, 1] = 0.0
+    seqforge.train({"data": {"targets": ["0"], "lookback": 4},
+                    "train": {"epochs": 1, "run_dir": "array"}}, data=array, log=None)
     run = seqforge.train(config, data=frame.fillna(0.0), log=None, overwrite=True)
-    with pytest.raises(seqforge.Error, match=r"^the DataFrame's row 7 \(index 2024-01-08"):
+    with pytest.raises(seqforge.Error, match=r"^the DataFrame's row 7 \(index 2024-01-08.*"
+                                             r"\(missing='ffill' or 'interpolate' fills"):
         run.predict(frame)
+    with pytest.raises(ValueError, match="missing is \"ffill\", \"interpolate\" or \"error\""):
+        run.predict(frame, missing="zero")
+    # A note about a frame names the frame, not the file it was written to.
+    far = frame.fillna(0.0)
+    far["load"] += 1e6
+    with pytest.warns(UserWarning, match="^column 'load' of the DataFrame averages"):
+        run.predict(far)
     # Filled as inputs; a missing target stays unknown in the actual column.
     filled, by_hand = run.predict(frame, missing="ffill"), run.predict(frame.ffill())
     assert np.isnan(filled["load_actual"][3]) and by_hand["load_actual"][3] == 6.0
@@ -200,6 +213,8 @@ def test_classify_mae_charlm_transformer_and_adapters(tmp_path):
 
     with pytest.raises(KeyError, match="enough"):
         gpt.generate("ROMEO:", length=1000, stream=stop)
+    with pytest.raises(seqforge.Error, match="^data: evaluating a language model on another file"):
+        gpt.evaluate(data=SHAKESPEARE)
     lora = seqforge.train({"data": {"task": "charlm", "seq_len": 32},
                            "model": {"family": "transformer", "init_from": gpt.path},
                            "adapter": {"kind": "lora", "rank": 4},
@@ -372,6 +387,42 @@ print("the interpreter goes on")
     assert r.stdout.split() == ["KeyboardInterrupt", "the", "interpreter", "goes", "on"], r.stdout
 
 
+def test_ctrl_c_ends_generate_without_a_stream(tmp_path):
+    script = tmp_path / "generate.py"
+    script.write_text(f"""
+import os, signal, threading, time, seqforge
+with open({SHAKESPEARE!r}, encoding="utf-8") as f:
+    texts = f.read().split("\\n")[:2000]
+run = seqforge.train({{"data": {{"task": "charlm", "seq_len": 32}}, "model": {{"hidden": 16}},
+                      "train": {{"epochs": 1, "max_batches": 2, "threads": 1, "run_dir": "lm"}}}},
+                     data=texts, log=None)
+threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+start = time.monotonic()
+try:
+    run.generate("A", length=10**9)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", time.monotonic() - start < 30)
+""")
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                       env=dict(os.environ), timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["KeyboardInterrupt", "True"], r.stdout + r.stderr
+
+
+def test_metrics_skip_a_line_being_written_and_name_a_damaged_one(tmp_path):
+    os.chdir(tmp_path)
+    run = seqforge.train(FORECAST, train={"run_dir": "m", "epochs": 1}, log=None)
+    rows = run.metrics
+    path = os.path.join(run.path, "metrics.jsonl")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write('{"epoch": 2, "val_lo')  # a line being written
+    assert run.metrics == rows
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("\n")
+    with pytest.raises(seqforge.Error, match=f"^{path}:{len(rows) + 1}: not a line of metrics"):
+        run.metrics
+
+
 def test_estimators_pass_scikit_learns_checks():
     from sklearn.utils.estimator_checks import check_estimator
     from seqforge.sklearn import SeqForgeClassifier, SeqForgeRegressor
@@ -505,5 +556,11 @@ def test_estimators_guard_their_models(tmp_path):
         SeqForgeRegressor(epochs=1, config={"train.loss": "quantile"}).fit(X, y)
     with pytest.raises(ValueError, match="a differencing transform"):
         SeqForgeRegressor(epochs=1, config={"data.transform": {"y0": "diff"}}).fit(X, y)
+    with pytest.raises(TypeError, match="config: a dict of settings"):
+        SeqForgeRegressor(epochs=1, config="train.loss=mae").fit(X, y)
+
     single = SeqForgeClassifier(epochs=1).fit(X, ["a"] * len(X))
+    with pytest.raises(ValueError, match=r"X has windows of shape \(6, 1\) \(2-D X: one feature "
+                                         r"per step\), the estimator was fitted on \(6, 2\)"):
+        single.predict(X[:, :, 0])
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(single)).predict(X[:3]), ["a"] * 3)

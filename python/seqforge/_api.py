@@ -6,6 +6,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import warnings
 
 import numpy as np
@@ -117,6 +118,12 @@ def _new_run_dir(source):
         version += 1
 
 
+def _check_missing(function, missing):
+    if missing not in (None, "", "error", "ffill", "interpolate"):
+        raise ValueError(f"{function}: missing is \"ffill\", \"interpolate\" or \"error\" (None: "
+                         f"as the run trained), got {missing!r}")
+
+
 def _missing_codes(values):
     """missing_values as the texts --missing-values takes: numbers or strings, one or a list."""
     if values is None:
@@ -184,7 +191,7 @@ def _data_file(data, directory, payload=None):
     os.makedirs(directory, exist_ok=True)
     path = os.path.abspath(os.path.join(directory, f"data-{digest}{suffix}"))
     if not os.path.exists(path):
-        partial = path + ".partial"
+        partial = f"{path}.tmp.{os.getpid()}-{threading.get_ident()}"  # one per writer
         with open(partial, "wb") as f:
             if isinstance(content, bytes):
                 f.write(content)
@@ -377,9 +384,12 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
                                 f"replace them, or resume='{run_dir}' to continue that run")
         path = _data_file(data, run_dir, payload)
         values += [f"data.path={_yaml_value(path)}", f"train.run_dir={_yaml_value(run_dir)}"]
-        with _naming_the_data(data, path):
-            summary = _native.train(text, source, values, overwrite=overwrite, log=log,
-                                    on_epoch=on_epoch, on_step=on_step)
+        try:
+            with _naming_the_data(data, path):
+                summary = _native.train(text, source, values, overwrite=overwrite, log=log,
+                                        on_epoch=on_epoch, on_step=on_step)
+        except _native.Error as e:
+            raise _native.Error(_in_python_words(str(e))) from None
         return Run(summary["run_dir"], summary)
     try:
         summary = _native.train(text, source, values, overwrite=overwrite, log=log,
@@ -390,10 +400,23 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
 
 
 def _in_python_words(message):
-    """The command's options in an error as this function's arguments."""
+    """The command's options in an error as the package's arguments."""
     message = re.sub(r"or --resume (.+) to continue that run",
                      lambda m: f"or resume='{m.group(1)}' to continue that run", message)
-    return message.replace("pass --overwrite", "pass overwrite=True")
+    message = message.replace("pass --overwrite", "pass overwrite=True")
+    message = re.sub(r"^--missing-values:", "missing_values:", message)
+    message = re.sub(r"^--(missing|data|split|prompt):", r"\1:", message)
+    message = re.sub(r"--missing (\w+) or (\w+)", r"missing='\1' or '\2'", message)
+    return message.replace("; use --split", "; leave data out and name a split")
+
+
+@contextlib.contextmanager
+def _python_words():
+    """Errors raised inside in the package's words (_in_python_words)."""
+    try:
+        yield
+    except _native.Error as e:
+        raise _native.Error(_in_python_words(str(e))) from None
 
 
 def load(run_dir):
@@ -425,8 +448,20 @@ class Run:
         path = os.path.join(self.path, "metrics.jsonl")
         if not os.path.exists(path):
             return []
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().split("\n")
+        rows = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                if number == len(lines):  # the last, with no newline: being written, or cut short
+                    continue
+                raise _native.Error(f"{path}:{number}: not a line of metrics (one JSON object): "
+                                    f"{line[:60]!r}") from None
+        return rows
 
     def evaluate(self, split="test", data=None, missing=None, missing_values=None):
         """Metrics on a split of the run's data ("val" or "test"), or on every window of `data`
@@ -437,6 +472,7 @@ class Run:
         if split not in ("val", "test"):
             raise ValueError(f"evaluate: split is \"val\" or \"test\", got {split!r}")
         codes = _missing_codes(missing_values)
+        _check_missing("evaluate", missing)
         if data is None:
             if missing or codes:
                 raise ValueError("evaluate: missing and missing_values read the cells of `data`; "
@@ -444,11 +480,11 @@ class Run:
             return _native.evaluate(self.path, split, "", "", [])
         data = _unmasked(data)
         if isinstance(data, np.ndarray):
-            with _naming_the_array(data):
+            with _python_words(), _naming_the_array(data):
                 return _native.evaluate_array(self.path, data, missing or "", codes)
         with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
             path = _data_file(data, scratch)
-            with _naming_the_data(data, path):
+            with _python_words(), _naming_the_data(data, path):
                 return _native.evaluate(self.path, split, path, missing or "", codes)
 
     def predictions(self, X, last=False, missing=None, missing_values=None):
@@ -459,17 +495,20 @@ class Run:
         fills X's missing cells, as predict's --missing; `missing_values` (a list of numbers
         or texts) marks more cells missing, as --missing-values."""
         codes = _missing_codes(missing_values)
+        _check_missing("predictions", missing)
         X = _unmasked(X)
         if isinstance(X, np.ndarray):  # read where it is, not copied
-            with _naming_the_array(X):
+            with _python_words(), _naming_the_array(X):
                 table = _native.predictions_of_array(self.path, X, last, missing or "", codes)
+            notes = [re.sub(r"<numpy array \d+>\.npy", "the array", n) for n in table["notes"]]
         else:
             with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
                 path = _data_file(X, scratch)
-                with _naming_the_data(X, path):
+                with _python_words(), _naming_the_data(X, path):
                     table = _native.predictions(self.path, path, last, missing or "", codes)
-        for note in table["notes"]:  # what predict prints as "note:" lines
-            warnings.warn(re.sub(r"<numpy array \d+>\.npy", "the array", note), stacklevel=2)
+            notes = [_where_in_data(n, path, X) for n in table["notes"]]
+        for note in notes:  # what predict prints as "note:" lines
+            warnings.warn(_in_python_words(note), stacklevel=2)
         return {name: values if kind != "text" else np.array(values, dtype=object)
                 for name, kind, values in table["columns"]}
 
@@ -549,5 +588,6 @@ class Run:
         if stream is not None and not callable(stream):
             raise TypeError(f"generate: stream is a function of the text, or None, not "
                             f"{type(stream).__name__}")
-        return _native.generate(self.path, prompt, int(length), float(temperature),
-                                int(top_k or 0), int(seed), float(top_p), stream)
+        with _python_words():
+            return _native.generate(self.path, prompt, int(length), float(temperature),
+                                    int(top_k or 0), int(seed), float(top_p), stream)

@@ -120,6 +120,9 @@ class _Estimator(BaseEstimator):
             "train.seed": int(seed), "train.threads": self.threads, "train.progress_seconds": 0,
         }
         config = self.config or {}
+        if not isinstance(config, dict):
+            raise TypeError(f"config: a dict of settings ({{\"train.loss\": \"mae\"}}, or sections "
+                            f"{{\"train\": {{\"loss\": \"mae\"}}}}), not {type(config).__name__}")
         flat = _api._overrides(config, set(_api._native.config_keys()))
         for key, value in (o.split("=", 1) for o in flat):
             if key in _OWN_KEYS:
@@ -158,10 +161,12 @@ class _Estimator(BaseEstimator):
         if X.ndim not in (2, 3):
             raise ValueError(f"expected X of 2 dimensions (samples, steps) or 3 (samples, steps, "
                              f"features), got {X.ndim}")
-        if X.ndim == 3 and X.shape[1:] != self.window_shape_:
-            raise ValueError(f"X has windows of shape {X.shape[1:]}, the estimator was fitted "
-                             f"on {self.window_shape_}")
-        return _as_windows(X)
+        windows = _as_windows(X)
+        if windows.shape[1:] != self.window_shape_:
+            one = " (2-D X: one feature per step)" if X.ndim == 2 else ""
+            raise ValueError(f"X has windows of shape {windows.shape[1:]}{one}, the estimator was "
+                             f"fitted on {self.window_shape_}")
+        return windows
 
     def _check_X_y(self, X, y, **kwargs):
         X, y = self._validate_data(X, y, allow_nd=True, dtype=np.float64, **kwargs)

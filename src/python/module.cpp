@@ -257,7 +257,8 @@ py::dict predictions_of_array(const std::string& run, const py::array& array, bo
 }
 
 // Samples from a language model; stream(text), where given, sees the text as it is made (an
-// exception it raises ends the sampling and reaches the caller).
+// exception it raises ends the sampling and reaches the caller). Ctrl-C ends it as
+// KeyboardInterrupt, polled as each piece is made.
 std::string generate(const std::string& run, const std::string& prompt, int64_t length,
                      double temperature, int64_t top_k, uint64_t seed, double top_p,
                      py::object stream) {
@@ -273,6 +274,14 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
       } catch (py::error_already_set& e) {
         callback_error.error.reset(new py::error_already_set(e));
         throw sf::Error("generate: stopped by the stream callback");
+      }
+    };
+  else
+    pass_on = [&](std::string_view) {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) {
+        callback_error.error.reset(new py::error_already_set());
+        throw sf::Error("generate: interrupted");
       }
     };
   std::string text;

@@ -59,15 +59,30 @@ bool holds_a_run(const fs::path& dir) {
          fs::exists(dir / "training_state.safetensors");
 }
 
+// Whether `name` is a data file the Python package writes into a run directory for an array, a
+// frame or texts ("data-" and 16 hex digits of its content's hash), or its temporary: one of an
+// earlier call whose training failed is no stranger's file.
+bool package_data_file(const std::string& name) {
+  if (!name.starts_with("data-") || name.size() < 5 + 16 + 4) return false;
+  if (!std::all_of(name.begin() + 5, name.begin() + 21, [](char ch) {
+        return std::isdigit(static_cast<unsigned char>(ch)) || (ch >= 'a' && ch <= 'f');
+      }))
+    return false;
+  const std::string rest = name.substr(21);
+  for (const char* suffix : {".npy", ".csv", ".txt"})
+    if (rest == suffix || rest.starts_with(std::string(suffix) + ".tmp.")) return true;
+  return false;
+}
+
 // The name of an entry of `dir` that is neither a run's file, its lock, a temporary of one, nor
-// the run's data file `data` (the Python package keeps a frame's there): a directory such as /
-// or a project's own, given as train.run_dir by mistake; "" if none.
+// the run's data file `data` or another the Python package wrote: a directory such as / or a
+// project's own, given as train.run_dir by mistake; "" if none.
 std::string other_entry(const fs::path& dir, const fs::path& data) {
   std::error_code ec;
   const fs::path data_file = fs::weakly_canonical(fs::absolute(data), ec);
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    const bool ours = name == ".lock" || name == "train.log" ||
+    const bool ours = name == ".lock" || name == "train.log" || package_data_file(name) ||
                       fs::weakly_canonical(fs::absolute(entry.path()), ec) == data_file ||
                       std::any_of(kRunFiles.begin(), kRunFiles.end(), [&](const std::string& f) {
                         return name == f || name.starts_with(f + ".tmp.");
