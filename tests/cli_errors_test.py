@@ -134,7 +134,9 @@ def main():
         (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"), "--n-trials", "-1"],
          "tune: --n-trials must be positive, got -1"),
         (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"), "--timeout", "-1"],
-         "tune: --timeout must be a positive number of seconds, got -1"),
+         "tune: --timeout must be a positive, finite number of seconds, got -1"),
+        (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"), "--timeout", "inf"],
+         "tune: --timeout must be a positive, finite number of seconds, got inf"),
         (["train", config, "model.cell=rnn"], "override 'model.cell=rnn': model.cell must be lstm, "
                                               "gru or lnlstm, got 'rnn'"),
         (["train", config, "optim.kind=adamax"], "override 'optim.kind=adamax': optim.kind must "

@@ -320,6 +320,7 @@ check(len(rows) == 2 * 3 * 2, f"grid: every point once ({len(rows)} trials)")
 check(sum(r[1] == "failed" for r in rows) == 6 and p.returncode == 0,
       "crashing trials failed, the study went on and found a best trial")
 check("failed: " in p.stdout, "the crash is reported on the console")
+crash_db = db
 
 # 4. The report.
 p = run(["--report", db])
@@ -340,6 +341,32 @@ with sqlite3.connect(escaped) as con:
 p = run(["--report", escaped, "--html", os.path.join(work, "escaped.html")])
 check("\x1b" not in p.stdout and "\\x1b[31m" in p.stdout,
       f"a control character in the study is printed escaped: {p.stdout!r}")
+# A categorical parameter's record that does not say its choices is named as such.
+damaged = os.path.join(work, "damaged.db")
+for distribution, index, words in [
+        ("{not json", "0", "its distribution_json is not a categorical distribution with choices: "
+                           "'{not json'"),
+        ('{"name": "CategoricalDistribution", "attributes": {"choices": []}}', "0",
+         "its distribution_json is not a categorical distribution"),
+        (None, "0.5", "holds 0.5, not the whole number of a choice"),
+        (None, "7", "holds choice 7 of the 2 its distribution_json lists")]:
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(damaged + suffix):
+            os.remove(damaged + suffix)
+    source, copy = sqlite3.connect(crash_db), sqlite3.connect(damaged)
+    source.backup(copy)
+    source.close()
+    copy.close()
+    with sqlite3.connect(damaged) as con:
+        con.execute("UPDATE trial_params SET param_value = ?" +
+                    (", distribution_json = ?" if distribution else "") +
+                    " WHERE param_name = 'data.lookback'",
+                    (index, distribution) if distribution else (index,))
+    p = run(["--report", damaged], ok=False)
+    err = p.stderr.strip()
+    check(p.returncode != 0 and err.count("\n") == 0 and
+          "trial 0: parameter 'data.lookback'" in err and words in err,
+          f"a damaged categorical record: {err}")
 
 # 5. Bad input: one line naming the file and key, non-zero exit.
 bad = config("bad", extra_space="    model.hiden: {type: int, low: 1, high: 4}\n")

@@ -1,5 +1,6 @@
 #include "tune.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -68,8 +69,8 @@ int run_tune(TuneCli* t) {
   }
   if (t->app->count("--n-trials") && t->cmd.n_trials <= 0)
     fail("tune: --n-trials must be positive, got ", t->cmd.n_trials);
-  if (t->app->count("--timeout") && !(t->cmd.timeout > 0))
-    fail("tune: --timeout must be a positive number of seconds, got ", t->cmd.timeout);
+  if (t->app->count("--timeout") && !(t->cmd.timeout > 0 && std::isfinite(t->cmd.timeout)))
+    fail("tune: --timeout must be a positive, finite number of seconds, got ", t->cmd.timeout);
   std::error_code ec;
   t->cmd.executable = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   return tune::run_tune(t->cmd, std::cout);

@@ -338,7 +338,8 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
   auto positive = [&](const char* k, double* out) {
     if (!t[k]) return;
     *out = r.number(t[k], std::string("tune.") + k);
-    if (*out < 0) fail(r.at(t[k]), ": tune.", k, ": must not be negative");
+    if (!(*out >= 0) || !std::isfinite(*out))
+      fail(r.at(t[k]), ": tune.", k, ": must be a finite number, not negative");
   };
   positive("timeout", &s.timeout);
   positive("heartbeat_interval", &s.heartbeat_interval);

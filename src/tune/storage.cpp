@@ -35,6 +35,7 @@
 #include <set>
 
 #include "db.hpp"
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/tune/samplers.hpp"
 #include "seqforge/tune/space.hpp"
@@ -826,18 +827,32 @@ class SqlStorage final : public Storage {
            if (p && p->kind == Param::Kind::categorical) {  // the index into its choices
              bool known = false;
              const json d = r[3] ? json::parse(*r[3], nullptr, false) : json();
-             if (d.is_object() && d.contains("attributes") && v >= 0) {
-               const json choices = d["attributes"].value("choices", json::array());
-               const size_t i = size_t(v);
-               if (i < choices.size())
-                 for (size_t k = 0; k < p->choices.size() && !known; ++k)
-                   if (same_choice(choice_json(p->choices[k]), choices[i])) {
-                     v = double(k);
-                     known = true;
-                   }
-             }
-             if (!known)
+             const bool categorical =
+                 d.is_object() && d.contains("attributes") && d["attributes"].is_object() &&
+                 d.value("name", json()) == "CategoricalDistribution" &&
+                 d["attributes"].contains("choices") && d["attributes"]["choices"].is_array() &&
+                 !d["attributes"]["choices"].empty();
+             if (!categorical)
+               fail(where(), ": trial ", t.number, ": parameter '", *r[1],
+                    "': its distribution_json is not a categorical distribution with choices: ",
+                    io::quoted(r[3] ? *r[3] : std::string("NULL"), 80));
+             if (v != std::floor(v))
+               fail(where(), ": trial ", t.number, ": parameter '", *r[1], "' holds ", *r[2],
+                    ", not the whole number of a choice");
+             const json& choices = d["attributes"]["choices"];
+             const bool listed = v >= 0 && v < double(choices.size());
+             if (listed)
+               for (size_t k = 0; k < p->choices.size() && !known; ++k)
+                 if (same_choice(choice_json(p->choices[k]), choices[size_t(v)])) {
+                   v = double(k);
+                   known = true;
+                 }
+             if (!listed)
                fail(where(), ": trial ", t.number, ": parameter '", *r[1], "' holds choice ", *r[2],
+                    " of the ", choices.size(), " its distribution_json lists");
+             if (!known)
+               fail(where(), ": trial ", t.number, ": parameter '", *r[1], "' holds ",
+                    io::quoted(choices[size_t(v)].dump(), 40),
                     ", which is not one of the search space's ", p->choices.size(), " choices");
            } else if (p && p->log && v <= 0) {  // the samplers take its logarithm
              fail(where(), ": trial ", t.number, ": parameter '", *r[1], "' holds ", *r[2],

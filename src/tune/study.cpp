@@ -683,8 +683,8 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   console << "seqforge tune: study '" << settings.name << "' in " << redacted_url(where) << ": "
           << (settings.sampler.kind == "grid" ? "up to " : "") << options.n_trials
           << (options.n_trials == 1 ? " trial" : " trials")
-          << (options.timeout > 0 ? " or " + std::to_string(int64_t(options.timeout)) + " s" : "")
-          << ", " << settings.direction_name() << " " << settings.metric << ", sampler "
+          << (options.timeout > 0 ? detail::concat(" or ", options.timeout, " s") : "") << ", "
+          << settings.direction_name() << " " << settings.metric << ", sampler "
           << settings.sampler.kind << ", pruner " << settings.pruner.kind << "; runs in "
           << (dir / "trial-N").string() << " (log: train.log)\n"
           << std::flush;
