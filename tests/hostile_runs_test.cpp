@@ -879,6 +879,28 @@ TEST(HostileRuns, GenerateWithoutAPromptOnATextWithoutNewlines) {
   EXPECT_EQ(generate(lm.string(), "", 12, 1.0, 0, 5), sample);
 }
 
+// A text with a NUL byte trains (a control character is a character, said in a note), and its
+// run loads again: evaluated, sampled from.
+TEST(HostileRuns, ARunOnATextWithANulLoadsAgain) {
+  const fs::path dir = test::temp_dir("nul_text");
+  std::ostringstream log;
+  const fs::path text = dir / "text.txt";
+  std::string body;
+  for (int i = 0; i < 200; ++i) body += i == 50 ? std::string("ab\0c\n", 5) : std::string("abc cab\n");
+  std::ofstream(text, std::ios::binary) << body;
+  const fs::path lm = dir / "lm";
+  train(Config::parse("data: {path: " + text.string() +
+                          ", task: charlm, seq_len: 16}\nmodel: {hidden: 8, embedding: 4}\n"
+                          "train: {epochs: 1, batch_size: 8, run_dir: " +
+                          lm.string() + "}\n",
+                      "lm.yaml"),
+        log);
+  EXPECT_NE(log.str().find("1 control characters (the first U+0000 at line 51)"), std::string::npos)
+      << log.str();
+  EXPECT_GT(evaluate(lm.string(), "test").at("samples"), 0);
+  EXPECT_EQ(generate(lm.string(), "ab", 12, 1.0, 0, 5).size(), 14u);
+}
+
 // eval --data on a text classifier leaves out rows of an unseen or empty class with a note, as a
 // recurrent classifier does.
 TEST(HostileRuns, TextClassifierEvalLeavesOutUnseenAndEmptyClasses) {

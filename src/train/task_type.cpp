@@ -431,8 +431,6 @@ class TextTask : public TaskType {
     if (vocab.empty() || !std::is_sorted(vocab.begin(), vocab.end()) ||
         std::adjacent_find(vocab.begin(), vocab.end()) != vocab.end())
       fail(where, ": seqforge.vocab is not a vocabulary (distinct characters, sorted)");
-    if (vocab.front() == U'\0')  // training refuses a text that holds one
-      fail(where, ": seqforge.vocab holds a NUL character, which no training text holds");
   }
 
  protected:
