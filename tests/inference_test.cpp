@@ -158,9 +158,9 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   EXPECT_NE(error_of([&] { evaluate(run, "test", gaps_csv.string()); }).find("--missing ffill"),
             std::string::npos);
   const Predictions by_hand = predictions(run, filled_csv.string(), false);
-  const Predictions on_request = predictions(run, gaps_csv.string(), false, {"ffill", {}});
+  const Predictions on_request = predictions(run, gaps_csv.string(), false, {"ffill", {}, ""});
   const Predictions coded =
-      predictions(run, codes_csv.string(), false, {"ffill", {"-999.0", "n/v"}});
+      predictions(run, codes_csv.string(), false, {"ffill", {"-999.0", "n/v"}, ""});
   ASSERT_EQ(coded.columns.size(), on_request.columns.size());
   for (size_t c = 0; c < coded.columns.size(); ++c) {
     EXPECT_EQ(coded.columns[c].text, on_request.columns[c].text);
@@ -172,7 +172,7 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   }
   // Without --missing the codes are missing cells the run does not fill: one line naming one.
   const std::string e = error_of([&] {
-    predictions(run, codes_csv.string(), false, {"", {"-999", "n/v"}});
+    predictions(run, codes_csv.string(), false, {"", {"-999", "n/v"}, ""});
   });
   EXPECT_NE(e.find("codes.csv:21: column 'signal': '-999' marks a missing value, not a number "
                    "(--missing ffill or interpolate fills"),
@@ -191,28 +191,67 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   EXPECT_NE(std::find(on_request.notes.begin(), on_request.notes.end(),
                       "data.missing ffill: 1 missing cells of 'signal' filled"),
             on_request.notes.end());
-  EXPECT_EQ(evaluate(run, "test", gaps_csv.string(), nullptr, {"interpolate", {}}).at("samples"),
-            evaluate(run, "test", filled_csv.string(), nullptr).at("samples"));
+  EXPECT_EQ(
+      evaluate(run, "test", gaps_csv.string(), nullptr, {"interpolate", {}, ""}).at("samples"),
+      evaluate(run, "test", filled_csv.string(), nullptr).at("samples"));
   EXPECT_NE(error_of([&] {
-              predictions(run, gaps_csv.string(), false, {"mask", {}});
+              predictions(run, gaps_csv.string(), false, {"mask", {}, ""});
             }).find("--missing: expected error, ffill or interpolate, got 'mask'"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              evaluate(run, "test", "", nullptr, {"ffill", {}});
+              evaluate(run, "test", "", nullptr, {"ffill", {}, ""});
             }).find("--missing reads the missing cells of a file given with --data"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              evaluate(run, "test", "", nullptr, {"", {"-999"}});
+              evaluate(run, "test", "", nullptr, {"", {"-999"}, ""});
             }).find("--missing-values reads the missing cells of a file given with --data"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
-              predictions(run, codes_csv.string(), false, {"ffill", {""}});
+              predictions(run, codes_csv.string(), false, {"ffill", {""}, ""});
             }).find("--missing-values: an empty entry"),
+            std::string::npos);
+  // A file whose dates write the day first, none past the 12th, is read with --date-order.
+  std::string day_first;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::vector<std::string> c = cells(lines[i]);
+    if (i > 0)
+      c[0] = c[0].substr(8, 2) + "/" + c[0].substr(5, 2) + "/" + c[0].substr(0, 4) + " " +
+             c[0].substr(11);
+    day_first += join(c) + "\n";
+  }
+  const fs::path day_first_csv = dir / "day_first.csv", whole_csv = dir / "whole.csv";
+  std::ofstream(day_first_csv) << day_first;
+  EXPECT_NE(
+      error_of([&] { predictions(run, day_first_csv.string(), false); })
+          .find("no date of the column has a field past 12 to tell: set data.date_order (eval "
+                "and predict: --date-order) to dmy (day first) or mdy (month first)"),
+      std::string::npos);
+  const Predictions read = predictions(run, day_first_csv.string(), false, {"", {}, "dmy"}),
+                    iso = predictions(run, whole_csv.string(), false);
+  ASSERT_EQ(read.columns.size(), iso.columns.size());
+  for (size_t c = 0; c < iso.columns.size(); ++c) {
+    EXPECT_EQ(read.columns[c].text, iso.columns[c].text) << iso.columns[c].name;
+    const std::vector<double>& a = read.columns[c].values;
+    const std::vector<double>& b = iso.columns[c].values;
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))
+          << iso.columns[c].name << " row " << i;
+  }
+  EXPECT_EQ(evaluate(run, "test", day_first_csv.string(), nullptr, {"", {}, "dmy"}),
+            evaluate(run, "test", whole_csv.string(), nullptr));
+  EXPECT_NE(error_of([&] {
+              predictions(run, day_first_csv.string(), false, {"", {}, "ymd"});
+            }).find("--date-order: expected dmy (day first) or mdy (month first), got 'ymd'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              evaluate(run, "test", "", nullptr, {"", {}, "dmy"});
+            }).find("--date-order reads the dates of a file given with --data"),
             std::string::npos);
   // A run that masks its missing cells reads them as masked: --missing would change its inputs.
   train(Config::parse(yaml(dir / "train.csv", dir / "masked", "  missing: mask\n"), "m.yaml"), log);
   EXPECT_NE(error_of([&] {
-              predictions((dir / "masked").string(), gaps_csv.string(), false, {"ffill", {}});
+              predictions((dir / "masked").string(), gaps_csv.string(), false, {"ffill", {}, ""});
             }).find("masks missing cells (data.missing: mask)"),
             std::string::npos);
   EXPECT_GT(predictions((dir / "masked").string(), gaps_csv.string(), false).windows, 0);
@@ -291,10 +330,10 @@ TEST(Predict, LastReadsTheLastWindowsAlone) {
                       "'s1'"),
             std::string::npos);
   const Predictions filled =
-      predictions(run, with_cell("filled.csv", 38, 3, ""), true, {"ffill", {}});
+      predictions(run, with_cell("filled.csv", 38, 3, ""), true, {"ffill", {}, ""});
   EXPECT_EQ(filled.windows, 2);
   // A series' first cell empty: nothing before it to fill forward from, and no matter to --last.
-  EXPECT_EQ(predictions(run, with_cell("lead.csv", 2, 2, ""), true, {"ffill", {}}).windows, 2);
+  EXPECT_EQ(predictions(run, with_cell("lead.csv", 2, 2, ""), true, {"ffill", {}, ""}).windows, 2);
 }
 
 // Series names that differ only in case or spaces ("s0" and "S0 ": one cell typed twice) are

@@ -124,6 +124,12 @@ def _check_missing(function, missing):
                          f"as the run trained), got {missing!r}")
 
 
+def _check_date_order(function, date_order):
+    if date_order not in (None, "", "dmy", "mdy"):
+        raise ValueError(f"{function}: date_order is \"dmy\" (day first) or \"mdy\" (month first) "
+                         f"(None: as the run trained), got {date_order!r}")
+
+
 def _missing_codes(values):
     """missing_values as the texts --missing-values takes: numbers or strings, one or a list."""
     if values is None:
@@ -406,6 +412,7 @@ def _in_python_words(message):
     message = message.replace("pass --overwrite", "pass overwrite=True")
     message = re.sub(r"^--missing-values:", "missing_values:", message)
     message = re.sub(r"^--(missing|data|split|prompt):", r"\1:", message)
+    message = message.replace("(eval and predict: --date-order)", "(evaluate and predict: date_order=)")
     message = re.sub(r"--missing (\w+) or (\w+)", r"missing='\1' or '\2'", message)
     return message.replace("; use --split", "; leave data out and name a split")
 
@@ -463,19 +470,21 @@ class Run:
                                     f"{line[:60]!r}") from None
         return rows
 
-    def evaluate(self, split="test", data=None, missing=None, missing_values=None):
+    def evaluate(self, split="test", data=None, missing=None, missing_values=None,
+                 date_order=None):
         """Metrics on a split of the run's data ("val" or "test"), or on every window of `data`
         (a path, array or data frame of the training data's layout); `missing` ("ffill" or
-        "interpolate") fills that data's missing cells, as eval's --missing, and
+        "interpolate") fills that data's missing cells, as eval's --missing,
         `missing_values` (a list of numbers or texts) marks more cells missing, as
-        --missing-values."""
+        --missing-values, and `date_order` ("dmy" or "mdy") reads its dates as --date-order."""
         if split not in ("val", "test"):
             raise ValueError(f"evaluate: split is \"val\" or \"test\", got {split!r}")
         codes = _missing_codes(missing_values)
         _check_missing("evaluate", missing)
+        _check_date_order("evaluate", date_order)
         if data is None:
-            if missing or codes:
-                raise ValueError("evaluate: missing and missing_values read the cells of `data`; "
+            if missing or codes or date_order:
+                raise ValueError("evaluate: missing, missing_values and date_order read `data`; "
                                  "a split of the run's own data is read as it trained")
             return _native.evaluate(self.path, split, "", "", [])
         data = _unmasked(data)
@@ -485,17 +494,20 @@ class Run:
         with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
             path = _data_file(data, scratch)
             with _python_words(), _naming_the_data(data, path):
-                return _native.evaluate(self.path, split, path, missing or "", codes)
+                return _native.evaluate(self.path, split, path, missing or "", codes,
+                                        date_order or "")
 
-    def predictions(self, X, last=False, missing=None, missing_values=None):
+    def predictions(self, X, last=False, missing=None, missing_values=None, date_order=None):
         """predict's table for the windows of `X` (a path, array or data frame of the training
         data's layout): {column: values}, numbers as float64 arrays over the library's own
         buffers (NaN: empty), text as object arrays, in the command's column order. A float32
         or float64 array in C order is read where it is. `missing` ("ffill" or "interpolate")
         fills X's missing cells, as predict's --missing; `missing_values` (a list of numbers
-        or texts) marks more cells missing, as --missing-values."""
+        or texts) marks more cells missing, as --missing-values; `date_order` ("dmy" or "mdy")
+        reads X's dates as --date-order."""
         codes = _missing_codes(missing_values)
         _check_missing("predictions", missing)
+        _check_date_order("predictions", date_order)
         X = _unmasked(X)
         if isinstance(X, np.ndarray):  # read where it is, not copied
             with _python_words(), _naming_the_array(X):
@@ -505,22 +517,23 @@ class Run:
             with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
                 path = _data_file(X, scratch)
                 with _python_words(), _naming_the_data(X, path):
-                    table = _native.predictions(self.path, path, last, missing or "", codes)
+                    table = _native.predictions(self.path, path, last, missing or "", codes,
+                                                date_order or "")
             notes = [_where_in_data(n, path, X) for n in table["notes"]]
         for note in notes:  # what predict prints as "note:" lines
             warnings.warn(_in_python_words(note), stacklevel=2)
         return {name: values if kind != "text" else np.array(values, dtype=object)
                 for name, kind, values in table["columns"]}
 
-    def predict(self, X, last=False, missing=None, missing_values=None):
+    def predict(self, X, last=False, missing=None, missing_values=None, date_order=None):
         """Predictions for every window of `X` (or only each series' last with last=True); see
-        predictions() for `missing` and `missing_values`.
+        predictions() for `missing`, `missing_values` and `date_order`.
 
         A data frame or a path gives a pandas DataFrame with the command's columns. An array
         gives an array: a forecast's values (windows, outputs), or (windows, steps, outputs)
         for several steps ahead (data.horizon, direct), an axis of one output squeezed away; or
         a classifier's classes."""
-        table = self.predictions(X, last, missing, missing_values)
+        table = self.predictions(X, last, missing, missing_values, date_order)
         if isinstance(X, np.ndarray):
             return self._as_array(table)
         import pandas as pd

@@ -144,13 +144,16 @@ static int run_command(int argc, char** argv) {
   eval->add_option("--split", eval_split, "val or test")->capture_default_str();
   eval->add_option("--data", eval_data, "evaluate on every window of this file instead")
       ->check(seqforge::cli::a_path());
-  sf::MissingCells eval_missing;
+  sf::InputReading eval_missing;
   eval->add_option("--missing", eval_missing.fill,
                    "fill that file's missing cells: ffill or interpolate (default: as the run "
                    "trained, data.missing)");
   eval->add_option("--missing-values", eval_missing.codes,
                    "values that mark a missing cell in that file, besides the run's "
                    "data.missing_values (several: --missing-values -99.99 -999)");
+  eval->add_option("--date-order", eval_missing.date_order,
+                   "dmy or mdy: that file's dates' day or month first, where none of them has a "
+                   "field past 12 to tell (default: as the run trained, data.date_order)");
   bool eval_json = false;
   eval->add_flag("--json", eval_json, "print the metrics as one JSON object");
 
@@ -175,6 +178,9 @@ static int run_command(int argc, char** argv) {
   pred->add_option("--missing-values", pred_options.missing.codes,
                    "values that mark a missing cell in the input, besides the run's "
                    "data.missing_values (several: --missing-values -99.99 -999)");
+  pred->add_option("--date-order", pred_options.missing.date_order,
+                   "dmy or mdy: the input's dates' day or month first, where none of them has a "
+                   "field past 12 to tell (default: as the run trained, data.date_order)");
 
   std::string merge_run, merge_output;
   CLI::App* merge = app.add_subcommand(

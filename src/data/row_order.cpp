@@ -53,7 +53,8 @@ std::optional<io::DateLayout> date_layout(const DataFile& table, const SeriesOpt
   if (month_past_12 >= 0) return io::DateLayout::month_first;
   fail(table.where(0), ": column '", o.date_col, "': '", first,
        "' may have its day or its month first, and no date of the column has a field past 12 "
-       "to tell: set data.date_order: dmy (day first) or mdy (month first)");
+       "to tell: set data.date_order (eval and predict: --date-order) to dmy (day first) or mdy "
+       "(month first)");
 }
 
 std::string layout_note(const DataFile& table, const SeriesOptions& o, io::DateLayout layout) {

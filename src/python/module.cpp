@@ -209,10 +209,12 @@ class ArraySource {
 
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
                                        const std::string& data, const std::string& missing,
-                                       const std::vector<std::string>& missing_values) {
+                                       const std::vector<std::string>& missing_values,
+                                       const std::string& date_order) {
   const DenormalsScope keep;
   py::gil_scoped_release released;
-  return sf::evaluate(run, split, data, &std::cerr, sf::MissingCells{missing, missing_values});
+  return sf::evaluate(run, split, data, &std::cerr,
+                      sf::InputReading{missing, missing_values, date_order});
 }
 
 // A vector handed to numpy without a copy: the array's base owns it.
@@ -225,12 +227,14 @@ py::array owned_array(std::vector<double>&& values) {
 // predict's table: {"columns": [(name, kind, values)], "notes": [...], "summary": "..."}, numeric
 // columns as float64 arrays (NaN where the file has an empty cell), text columns as lists.
 py::dict predictions(const std::string& run, const std::string& input, bool last_only,
-                     const std::string& missing, const std::vector<std::string>& missing_values) {
+                     const std::string& missing, const std::vector<std::string>& missing_values,
+                     const std::string& date_order) {
   const DenormalsScope keep;
   sf::Predictions p;
   {
     py::gil_scoped_release released;
-    p = sf::predictions(run, input, last_only, sf::MissingCells{missing, missing_values});
+    p = sf::predictions(run, input, last_only,
+                        sf::InputReading{missing, missing_values, date_order});
   }
   static const char* const kinds[] = {"text", "integer", "f32", "f64"};
   py::list columns;
@@ -253,7 +257,7 @@ py::dict predictions_of_array(const std::string& run, const py::array& array, bo
                               const std::string& missing,
                               const std::vector<std::string>& missing_values) {
   const ArraySource source(array);
-  return predictions(run, source.path(), last_only, missing, missing_values);
+  return predictions(run, source.path(), last_only, missing, missing_values, "");
 }
 
 // Samples from a language model; stream(text), where given, sees the text as it is made (an
@@ -332,9 +336,9 @@ PYBIND11_MODULE(_native, m) {
       py::arg("yaml"), py::arg("source"), py::arg("overrides"));
   const std::vector<std::string> no_codes;
   m.def("evaluate", &evaluate, py::arg("run"), py::arg("split") = "test", py::arg("data") = "",
-        py::arg("missing") = "", py::arg("missing_values") = no_codes);
+        py::arg("missing") = "", py::arg("missing_values") = no_codes, py::arg("date_order") = "");
   m.def("predictions", &predictions, py::arg("run"), py::arg("input"), py::arg("last_only") = false,
-        py::arg("missing") = "", py::arg("missing_values") = no_codes);
+        py::arg("missing") = "", py::arg("missing_values") = no_codes, py::arg("date_order") = "");
   m.def("predictions_of_array", &predictions_of_array, py::arg("run"), py::arg("array"),
         py::arg("last_only") = false, py::arg("missing") = "",
         py::arg("missing_values") = no_codes);
@@ -343,7 +347,7 @@ PYBIND11_MODULE(_native, m) {
       [](const std::string& run, const py::array& array, const std::string& missing,
          const std::vector<std::string>& missing_values) {
         const ArraySource source(array);
-        return evaluate(run, "test", source.path(), missing, missing_values);
+        return evaluate(run, "test", source.path(), missing, missing_values, "");
       },
       py::arg("run"), py::arg("array"), py::arg("missing") = "",
       py::arg("missing_values") = no_codes);

@@ -47,9 +47,13 @@ double majority_accuracy(const Dataset& t, const std::vector<int64_t>& starts) {
 
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
                                        const std::string& data, std::ostream* notes,
-                                       const MissingCells& missing) {
+                                       const InputReading& missing) {
   if (data.empty() && split != "val" && split != "test")
     fail("--split: expected val or test, got '", split, "'");
+  if (data.empty() && !missing.date_order.empty())
+    fail(
+        "--date-order reads the dates of a file given with --data; a split of the run's own data "
+        "is read as it trained");
   if (data.empty() && !missing.empty())
     fail(missing.fill.empty() ? "--missing-values" : "--missing",
          " reads the missing cells of a file given with --data; a split of the run's own data is "
@@ -352,7 +356,7 @@ Predictions predict_text(const LoadedRun& r) {
 }  // namespace
 
 Predictions predictions(const std::string& run, const std::string& input, bool last_only,
-                        const MissingCells& missing) {
+                        const InputReading& missing) {
   LoadedRun r =
       load_run(run, input, last_only ? WindowSet::last_windows : WindowSet::every_window, missing);
   Predictions p;

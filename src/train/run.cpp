@@ -160,7 +160,7 @@ namespace {
 // A run's checkpoint, its stored config (data.path replaced by `data_override` when given) and
 // the task as stored: normalizers, classes, vocabulary, column names.
 LoadedRun read_run(const std::string& run, const std::string& data_override,
-                   const MissingCells& missing = {}) {
+                   const InputReading& missing = {}) {
   const std::string path =
       fs::is_directory(run) ? (fs::path(run) / "model.safetensors").string() : run;
   if (!fs::exists(run)) fail(run, ": no such run directory or model.safetensors");
@@ -215,6 +215,11 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
     for (const std::string& code : codes) list << YAML::DoubleQuoted << code;
     list << YAML::EndSeq;
     config = config.with_values({{"data.missing_values", list.c_str()}}, "--missing-values");
+  }
+  if (const std::string& order = missing.date_order; !order.empty()) {
+    if (order != "dmy" && order != "mdy")
+      fail("--date-order: expected dmy (day first) or mdy (month first), got ", io::quoted(order));
+    config = config.with_values({{"data.date_order", order}}, "--date-order");
   }
   if (const std::string& fill = missing.fill; !fill.empty()) {
     const std::string trained = config.str("data.missing");
@@ -326,7 +331,7 @@ void check_output_file(const std::string& output, const std::string& option) {
 }
 
 LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows,
-                   const MissingCells& missing) {
+                   const InputReading& missing) {
   LoadedRun r = read_run(run, data_override, missing);
   const TaskKind kind = r.task.kind;
   const bool forecasts =

@@ -164,7 +164,7 @@ struct LoadedRun {
 // data.missing (predict and eval's --missing: ffill or interpolate, where the run did not mask),
 // its codes join the run's data.missing_values (--missing-values).
 LoadedRun load_run(const std::string& run, const std::string& data_override,
-                   WindowSet windows = WindowSet::splits, const MissingCells& missing = {});
+                   WindowSet windows = WindowSet::splits, const InputReading& missing = {});
 // evaluate() and write_validation_outputs() of a run already loaded (the end of training reads
 // its data once for both); `data` names the file `r` was loaded with ("" for the run's own).
 std::map<std::string, double> evaluate(LoadedRun& r, const std::string& run,

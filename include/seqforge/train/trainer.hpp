@@ -54,13 +54,15 @@ std::vector<std::string> ignored_settings(const Config& c);
 // the task's val_* metrics; which of these its data gives is known once the data is read).
 bool task_can_report(const Config& c, const std::string& name);
 
-// How eval and predict read another file's missing cells: `fill` ("ffill" or "interpolate") in
-// place of the run's data.missing, and `codes`, texts that mark a missing cell besides the run's
-// data.missing_values (empty: as the run trained).
-struct MissingCells {
+// How eval and predict read another file: `fill` ("ffill" or "interpolate") in place of the
+// run's data.missing, `codes`, texts that mark a missing cell besides the run's
+// data.missing_values, and `date_order` ("dmy" or "mdy") for dates whose day and month no date
+// of the file tells apart (each empty: as the run trained).
+struct InputReading {
   std::string fill;
   std::vector<std::string> codes;
-  bool empty() const { return fill.empty() && codes.empty(); }
+  std::string date_order;
+  bool empty() const { return fill.empty() && codes.empty() && date_order.empty(); }
 };
 
 // Metrics of a trained run (a run directory or its model.safetensors) on a split of its data
@@ -71,7 +73,7 @@ struct MissingCells {
 std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
                                        const std::string& data = "",
                                        std::ostream* notes = &std::cerr,
-                                       const MissingCells& missing = {});
+                                       const InputReading& missing = {});
 
 // Macro-averaged F1 from per-class true positives, false positives and false negatives, over the
 // classes present in the truth or the predictions (scikit-learn's default); 0 with none.
@@ -82,7 +84,7 @@ struct PredictOptions {
   std::string input;       // a CSV (or .npy) of the training data's layout; targets optional
   std::string output;      // CSV to write; "-": standard output
   bool last_only = false;  // only the forecast after each series' last row
-  MissingCells missing{};  // how the input's missing cells are read ({}: as the run trained)
+  InputReading missing{};  // how the input's missing cells are read ({}: as the run trained)
 };
 
 // One column of predictions: text (series, dates, classes) or numbers (NaN: empty).
@@ -105,7 +107,7 @@ struct Predictions {
   std::string summary;             // "predict: N windows in S s (...)"
 };
 Predictions predictions(const std::string& run, const std::string& input, bool last_only,
-                        const MissingCells& missing = {});
+                        const InputReading& missing = {});
 // The table as predict's CSV: numbers computed in f32 as their shortest f32 text.
 std::string predictions_csv(const Predictions& p);
 
