@@ -1287,7 +1287,8 @@ TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
   EXPECT_NE(error_of([&] { load_series(config(early)); })
                 .find(early + ":2: column 'date': '01/01/2020' may have its day or its month "
                               "first, and no date of the column has a field past 12 to tell: set "
-                              "data.date_order: dmy (day first) or mdy (month first)"),
+                              "data.date_order (eval and predict: --date-order) to dmy (day "
+                              "first) or mdy (month first)"),
             std::string::npos);
   const SeriesData told = load_series(config(early, {"data.date_order=mdy"}));
   EXPECT_EQ(told.dates.back(), "2020-12-01");
@@ -1489,8 +1490,10 @@ TEST(Series, ATextColumnTakenAsAFeatureByDefaultSaysSo) {
             path +
                 ":2: column 'weather': 'rain' is not a number (a column of categories? name it "
                 "in data.categorical, or data.static if it holds one value per series)");
+  // Three rows: the one training window reads the first only; the others' categories are left
+  // out, as categories new to the model.
   EXPECT_EQ(load(", categorical: [weather]").feature_names,
-            (std::vector<std::string>{"temp", "weather=n.a.", "weather=rain", "weather=sun"}));
+            (std::vector<std::string>{"temp", "weather=rain"}));
   const std::string coded = write(dir / "coded.csv",
                                   "date,temp,rainy\n2020-01-01,1,n.a.\n2020-01-02,2,True\n"
                                   "2020-01-03,3,False\n");
@@ -1798,6 +1801,19 @@ TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   const SeriesData tn = load_series(config(write(dir / "tenths.csv", tenths), {}));
   EXPECT_EQ(tn.time_text(*tn.time_ahead(tn.rows - 1, 1), true), "870.0");
   EXPECT_EQ(d.time_text(*d.time_ahead(d.rows - 1, 2), true), "7");  // "0", "1.5", ...: as needed
+  // Hours as fractions of a day (a spreadsheet's serial dates): 1/24 reads as 41666 or 41667
+  // millionths from row to row, and the steps are still even; 26 hours ahead is a whole day.
+  std::string hours = "t,city,value\n";
+  for (int k = 0; k < 48; ++k) {
+    char cell[40];
+    std::snprintf(cell, sizeof cell, "%.17g", 44197.0 + k / 24.0);
+    hours += std::string(cell) + ",a," + std::to_string(k) + "\n";
+  }
+  const SeriesData h = load_series(config(write(dir / "hours.csv", hours), {}));
+  EXPECT_EQ(h.notes.size(), 1u) << h.notes.back();  // numbers, not dates; no uneven steps
+  EXPECT_TRUE(h.series[0].regular);
+  EXPECT_EQ(h.time_text(*h.time_ahead(h.rows - 1, 1), true), "44199");
+  EXPECT_EQ(h.time_text(*h.time_ahead(h.rows - 1, 13), true), "44199.5");
   const std::string dated = write(dir / "dated.csv", "t,city,value\n2020-01-01,a,0\n7,a,1\n");
   EXPECT_EQ(error_of([&] { load_series(config(dated, {})); }),
             dated +

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -288,9 +289,17 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         std::vector<int64_t> sorted = steps;
         std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
         span.step = sorted[sorted.size() / 2];
+        // How many usual steps `s` spans, 0 if not a whole number of them. Numeric times are
+        // rounded to millionths: a step of 1/24 reads as 41666 or 41667, and k of them within
+        // k millionths of k usual steps.
+        auto whole_steps = [&](int64_t s) -> int64_t {
+          if (!out.numeric_times) return s % span.step == 0 ? s / span.step : 0;
+          const int64_t k = std::llround(double(s) / double(span.step));
+          return k >= 1 && std::llabs(s - k * span.step) <= k ? k : 0;
+        };
         // On a grid: every step a whole number of the usual one (or of calendar months).
         span.regular = span.months > 0 || std::all_of(steps.begin(), steps.end(), [&](int64_t s) {
-                         return s % span.step == 0;
+                         return whole_steps(s) > 0;
                        });
         auto where = [&](int64_t k) { return table.where(out.rows[p + k]); };
         auto date = [&](int64_t k) {  // quoted, built in place (GCC 12 warns on "'" + text)
@@ -350,11 +359,18 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
                  o.frequency.text, "): see ", where(1));
         } else if (span.months == 0) {
           for (size_t k = 0; k < steps.size(); ++k)
-            spanned[k] = span.regular ? steps[k] / span.step : 2 * steps[k] > 3 * span.step ? 2 : 1;
+            spanned[k] = span.regular                   ? whole_steps(steps[k])
+                         : 2 * steps[k] > 3 * span.step ? 2
+                                                        : 1;
+          if (span.regular && out.numeric_times) {
+            int64_t total = 0, count = 0;
+            for (size_t k = 0; k < steps.size(); ++k) total += steps[k], count += spanned[k];
+            span.exact_step = double(total) / double(count);
+          }
           if (!span.regular) {
             ++off_grid_series;
             for (size_t k = 0; k < steps.size(); ++k)
-              if (steps[k] % span.step != 0 && off_grid++ == 0) {
+              if (whole_steps(steps[k]) == 0 && off_grid++ == 0) {
                 off_grid_step = span.step;
                 off_grid_at = date(int64_t(k) + 1) + " at " + where(int64_t(k) + 1) + ", " +
                               (out.numeric_times ? numeric_time_text(steps[k])

@@ -202,6 +202,7 @@ std::optional<int64_t> SeriesData::time_ahead(int64_t row, int64_t ahead) const 
   const int64_t last = s.end - 1, n = row + ahead - last;  // steps past the series' last row
   if (s.business_days) return BusinessCalendar(holidays).add(times[last], n);
   if (s.months > 0) return io::add_months(times[last], n * s.months, s.month_end);
+  if (s.exact_step > 0) return times[last] + std::llround(double(n) * s.exact_step);
   return times[last] + n * s.step;
 }
 

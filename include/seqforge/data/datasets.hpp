@@ -80,6 +80,9 @@ struct SeriesSpan {
                            // the same day of the month or each month's last day); 0: they do not
   bool month_end = false;  // with `months`: on each month's last day
   bool business_days = false;  // the dates step by business days (data.frequency B)
+  // Numeric times: the mean of the whole steps, where a step such as 1/24 (hours in days) rounds
+  // to millionths one way or the other from row to row; 0 otherwise.
+  double exact_step = 0;
 };
 
 // The transform of `x` against `base` (the previous row for a feature, the window's last row for
