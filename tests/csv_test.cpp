@@ -423,6 +423,11 @@ TEST_F(CsvTest, AHeaderWithoutCommasTellsTheSeparator) {
   const CsvTable comma = CsvTable::parse("\"a;b\"\t,c\n\"1;2\",3\n", "c.csv");
   EXPECT_EQ(comma.delimiter(), ',');
   EXPECT_EQ(comma.columns(), (Strings{"a;b", "c"}));
+  // Unless the next line separates as often by another of the header's separators.
+  const CsvTable unit = CsvTable::parse("date;x;y, mm\n2021-01-01;1;2,5\n", "u.csv");
+  EXPECT_EQ(unit.delimiter(), ';');
+  EXPECT_EQ(unit.columns(), (Strings{"date", "x", "y, mm"}));
+  EXPECT_EQ(unit.numeric("y, mm"), (Doubles{2.5}));
   // Neither: one column, whose cells may hold any of them; a trailing tab separates nothing.
   const CsvTable one = CsvTable::parse("text\t\n\"a;b,c\"\n", "one.csv");
   EXPECT_EQ(one.delimiter(), ',');
@@ -540,7 +545,7 @@ TEST_F(CsvTest, UnknownColumnListsTheColumns) {
 
 TEST_F(CsvTest, ErrorMessagesStayOnOneLineForHostileCells) {
   const CsvTable t = CsvTable::parse("x\n\"a\nb\x01'\\\"\n", "h.csv");
-  expect_error([&] { t.numeric("x"); }, {"h.csv:2: column 'x': 'a\\x0ab\\x01\\x27\\x5c'"});
+  expect_error([&] { t.numeric("x"); }, {"h.csv:2: column 'x': \"a\\x0ab\\x01'\\x5c\""});
   const CsvTable long_cell = CsvTable::parse("x\n" + std::string(10000, 'z') + "\n", "l.csv");
   try {
     long_cell.numeric("x");

@@ -112,7 +112,7 @@ def test_arrays_in_and_out(tmp_path):
     assert run.evaluate(data=coded, missing="interpolate", missing_values=[-999])["samples"] == 91
     with pytest.raises(TypeError, match=r"missing_values: expected numbers or texts, got True"):
         run.predict(coded, missing_values=[True])
-    with pytest.raises(ValueError, match=r"missing and missing_values read the cells of `data`"):
+    with pytest.raises(ValueError, match=r"missing, missing_values and date_order read `data`"):
         run.evaluate(missing_values=[-999])
     assert run.evaluate(data=array[:500])["samples"] == 500 - 8
     # The library flushes denormals on its threads; the caller's arithmetic is left as it was.
@@ -161,6 +161,13 @@ def test_errors_in_a_frame_or_an_array_name_its_row(tmp_path):
         run.predict(frame)
     with pytest.raises(ValueError, match="missing is \"ffill\", \"interpolate\" or \"error\""):
         run.predict(frame, missing="zero")
+    with pytest.raises(ValueError, match="date_order is \"dmy\" \\(day first\\) or \"mdy\""):
+        run.predict(frame, date_order="ymd")
+    # Dates written day first, none past the 12th: read as the user says.
+    day_first = frame.fillna(0.0).iloc[:12].reset_index()
+    day_first["day"] = day_first["day"].dt.strftime("%d/%m/%Y")
+    by_order = run.predict(day_first, date_order="dmy")
+    assert list(by_order["window_end"])[0] == "2024-01-04"
     # A note about a frame names the frame, not the file it was written to.
     far = frame.fillna(0.0)
     far["load"] += 1e6

@@ -375,6 +375,12 @@ TEST(Series, MissingCodesAreMissingCellsAndANinesCodeGetsANote) {
                 ": expected a 2-D array (rows, columns), got 3 dimensions (windows cut "
                 "already? save the series itself, a row per time step: seqforge cuts the "
                 "windows, data.lookback)");
+  const std::string line = (dir / "line.npy").string();
+  io::write_npy(line, DType::f32, {6}, windows.data());
+  EXPECT_EQ(error_of([&] { load_series(Config::parse(yaml, "n.yaml", {"data.path=" + line})); }),
+            line +
+                ": expected a 2-D array (rows, columns), got 1 dimension (one series? save it as "
+                "a column: a.reshape(-1, 1))");
 }
 
 // Series that no data.series_column tells apart, one after another or taking turns row by row,
@@ -767,6 +773,25 @@ TEST(Series, EachSeriesCanHaveItsOwnScaler) {
                           &d, WindowSet::every_window);
             }).find(": series 'a ' was not in the training data (the training data has 'a': "),
             std::string::npos);
+  // Two trained names alike: both named.
+  std::string numbered = "date,city,value\n";
+  for (const char* city : {"007", "7"})
+    for (int day = 1; day <= 20; ++day)
+      numbered += "2020-01-" + std::string(day < 10 ? "0" : "") + std::to_string(day) + "," + city +
+                  "," + std::to_string(day) + "\n";
+  const SeriesData numbers = load_series(
+      series_config(write(dir / "numbered.csv", numbered), {"data.normalize_per=series"}));
+  const std::string seven = write(dir / "seven.csv",
+                                  "date,city,value\n2020-01-01,7.0,5\n"
+                                  "2020-01-02,7.0,6\n2020-01-03,7.0,7\n"
+                                  "2020-01-04,7.0,8\n2020-01-05,7.0,9\n");
+  EXPECT_NE(error_of([&] {
+              load_series(series_config(seven, {"data.normalize_per=series"}), &numbers,
+                          WindowSet::every_window);
+            })
+                .find(": series '7.0' was not in the training data (the training data has '007' "
+                      "and '7': names match as written)"),
+            std::string::npos);
 }
 
 // A class only validation or test rows hold is named: no training window teaches it.
@@ -854,6 +879,8 @@ TEST(Series, AClassWithoutATrainingWindowIsNamed) {
                       "18 rows have class 'ODD' in column 'kind', which the model was not trained "
                       "on (the model knows 'odd'): no actual class for them"),
             u.notes.end());
+  EXPECT_EQ(io::known_otherwise("1", {"0.0", "1.0"}), " (the model knows '1.0')");
+  EXPECT_EQ(io::known_otherwise("2", {"0.0", "1.0"}), "");
 }
 
 // z-scores as a two-pass mean and variance give them: a column far from zero (a meter's
@@ -1393,7 +1420,7 @@ TEST(Series, ASemicolonFileWithDecimalCommasReadsAsItsCommaTwin) {
   EXPECT_EQ(e.source.at(1, e.feature_cols[0]), -2.5);
   ASSERT_FALSE(e.notes.empty());
   EXPECT_EQ(e.notes[0], eu_path +
-                            ": fields separated by ';' (the header has no comma); decimal "
+                            ": fields separated by ';' (as the header's are); decimal "
                             "commas in 'temp'");
   for (const std::string& n : u.notes) EXPECT_EQ(n.find("separated"), std::string::npos) << n;
 }
@@ -1540,7 +1567,8 @@ TEST(Series, TimesWithUtcOffsets) {
   EXPECT_EQ(h.dates[1], "2021-11-07T05:00:00Z");
   EXPECT_EQ(h.dates[2], "2021-11-07T06:00:00Z");
   EXPECT_EQ(h.time_text(*h.time_ahead(h.rows - 1, 1), false), "2021-11-07T10:00:00Z");
-  EXPECT_NE(h.notes[0].find("holds times with UTC offsets: read as instants, written in UTC"),
+  EXPECT_NE(h.notes[0].find("holds times with UTC offsets: read as instants, written in UTC "
+                            "('2021-11-07 00:00-04:00' as 2021-11-07T04:00:00Z)"),
             std::string::npos)
       << h.notes[0];
   // Times marked as UTC and others not: the others are read as UTC, and said to be; an offset

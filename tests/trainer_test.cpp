@@ -1571,6 +1571,10 @@ TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {
             gap +
                 ": row 50, column 0: nan marks a missing value, not a number (data.missing: "
                 "ffill or interpolate fills missing cells, mask masks them)");
+  EXPECT_EQ(error_of([&] { predictions((dir / "run").string(), gap, false); }),
+            gap +
+                ": row 50, column 0: nan marks a missing value, not a number (--missing ffill or "
+                "interpolate fills the file's missing cells)");
   train(Config::parse(gap_config, "npy.yaml", {"data.missing=ffill"}), log);
   const std::string bad = (dir / "cube.npy").string();
   io::write_npy(bad, DType::f32, {10, 3, 2}, data.data());

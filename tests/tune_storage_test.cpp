@@ -453,7 +453,15 @@ TEST(TuneStorage, DamagedValuesAndParametersAreErrorsNamingTheTrial) {
   e = error_after("UPDATE trial_params SET param_value = 'nan' WHERE param_name = 'optim.lr'");
   EXPECT_NE(e.find("parameter 'optim.lr' holds 'nan', not a number"), std::string::npos) << e;
   e = error_after("UPDATE trial_params SET param_value = 7 WHERE param_name = 'optim.kind'");
-  EXPECT_NE(e.find("parameter 'optim.kind' holds choice 7, which is not one of the search "
+  EXPECT_NE(e.find("parameter 'optim.kind' holds choice 7 of the 2 its distribution_json lists"),
+            std::string::npos)
+      << e;
+  // A choice the record lists that the study's search space does not have.
+  e = error_after(
+      "UPDATE trial_params SET param_value = 0, distribution_json = "
+      "'{\"name\": \"CategoricalDistribution\", \"attributes\": {\"choices\": [\"lion\"]}}' "
+      "WHERE param_name = 'optim.kind'");
+  EXPECT_NE(e.find("parameter 'optim.kind' holds '\"lion\"', which is not one of the search "
                    "space's 2 choices"),
             std::string::npos)
       << e;

@@ -39,11 +39,13 @@ DataFile::DataFile(const std::string& path, const std::vector<std::string>& miss
   if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0) {
     io::MappedNpy mapped = io::map_npy(path);
     if (mapped.shape.size() != 2)
-      fail(path, ": expected a 2-D array (rows, columns), got ", mapped.shape.size(), " dimensions",
+      fail(path, ": expected a 2-D array (rows, columns), got ", mapped.shape.size(),
+           mapped.shape.size() == 1 ? " dimension" : " dimensions",
            mapped.shape.size() == 3
                ? " (windows cut already? save the series itself, a row per time step: seqforge "
                  "cuts the windows, data.lookback)"
-               : "");
+           : mapped.shape.size() == 1 ? " (one series? save it as a column: a.reshape(-1, 1))"
+                                      : "");
     matrix_.rows = mapped.shape[0];
     matrix_.cols = mapped.shape[1];
     if (mapped.dtype == DType::f32 || mapped.dtype == DType::f64) {
@@ -85,7 +87,7 @@ const io::CsvColumn& DataFile::text(const std::string& name) const {
 std::optional<std::string> DataFile::separator_note(const std::vector<std::string>& numeric) const {
   if (!csv_ || csv_->delimiter() == ',') return std::nullopt;
   std::string note =
-      path_ + ": fields separated by " + csv_->delimiter_name() + " (the header has no comma)";
+      path_ + ": fields separated by " + csv_->delimiter_name() + " (as the header's are)";
   std::string decimal;
   for (const std::string& name : numeric)
     if (csv_->has_column(name) && csv_->decimal_commas(name) &&
@@ -134,9 +136,7 @@ std::string DataFile::where(int64_t row) const {
 double DataFile::checked(int64_t r, int64_t j) const {
   const double x = matrix_.at(r, j);
   if (std::isnan(x))  // as a CSV's NaN: what data.missing fills
-    fail(path_, ": row ", r, ", column ", j,
-         ": nan marks a missing value, not a number (data.missing: ffill or interpolate fills "
-         "missing cells, mask masks them)");
+    fail(path_, ": row ", r, ", column ", j, ": nan marks a missing value, not a number");
   if (!std::isfinite(x))
     fail(path_, ": row ", r, ", column ", j, ": ", x, " is not a finite number");
   return x;

@@ -198,8 +198,10 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
     } else if (offsets_written) {
       out.utc_times = true;
       out.notes.push_back(path + ": column '" + o.date_col +
-                          "' holds times with UTC offsets: read as instants, written in UTC "
-                          "(2021-11-07T06:30:00Z), data.calendar's hours and days UTC's");
+                          "' holds times with UTC offsets: read as instants, written in UTC ('" +
+                          std::string(io::trim(dates[0])) + "' as " +
+                          date_time_text(when[0], false, true, out.subsecond_times) +
+                          "), data.calendar's hours and days UTC's");
     }
     bool midnights = true;
     for (int64_t r = 0; r < n; ++r) midnights = midnights && when[r] % 86400 == 0;

@@ -68,13 +68,16 @@ void fit_normalizers(const SeriesOptions& o, SeriesData* d) {
   }
 }
 
-// " (the training data has 'SPX': names match as written)" where a stored series' name differs
+// " (the training data has 'SPX': names match as written)" where stored series' names differ
 // from `name` only in case, spaces or how a number is written ('1' for '1.0'), else "".
 std::string alike_hint(const Normalizer& norm, const std::string& name) {
+  std::string alike;
+  int count = 0;
   for (const std::string& known : norm.series)
-    if (!io::names_alike({known, name}).empty())
-      return " (the training data has " + io::quoted(known) + ": names match as written)";
-  return "";
+    if (!io::names_alike({known, name}).empty() && count++ < 4)
+      alike += (alike.empty() ? "" : " and ") + io::quoted(known);
+  if (alike.empty()) return "";
+  return " (the training data has " + alike + ": names match as written)";
 }
 
 void assign_scalers(const DataOptions& opt, bool stored, SeriesData* d) {

@@ -170,6 +170,14 @@ std::optional<std::string> lone_outlier_note(const std::vector<double>& x,
   return std::nullopt;
 }
 
+// How a file's missing cells are filled: by eval's and predict's --missing (`at_inference`), or
+// by the config's data.missing.
+const char* missing_hint(bool at_inference) {
+  return at_inference
+             ? " (--missing ffill or interpolate fills the file's missing cells)"
+             : " (data.missing: ffill or interpolate fills missing cells, mask masks them)";
+}
+
 }  // namespace
 
 std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
@@ -185,7 +193,13 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
     names.insert(names.end(), target_names.begin(), target_names.end());
     if (!label_col.empty()) names.push_back(label_col);
     std::vector<int64_t> cols;
-    d->source = table.array(names, &cols);
+    try {
+      d->source = table.array(names, &cols);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      if (what.ends_with("missing value, not a number")) fail(what, missing_hint(missing_targets));
+      throw;
+    }
     d->rows = d->source.rows;
     d->series = order.spans;
     const size_t F = o.features.size();
@@ -260,10 +274,7 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       const std::string what = e.what();
       if (what.ends_with("empty cell is not a number") ||
           what.ends_with("missing value, not a number"))
-        fail(what,
-             missing_targets
-                 ? " (--missing ffill or interpolate fills the file's missing cells)"
-                 : " (data.missing: ffill or interpolate fills missing cells, mask masks them)");
+        fail(what, missing_hint(missing_targets));
       if (what.ends_with("is not a number") && !is_target && name == o.class_col)
         fail(what,
              " (it is data.class_column, the class to predict: drop it from "

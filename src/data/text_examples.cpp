@@ -106,7 +106,7 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
   TextData d;
   if (table.delimiter() != ',')
     d.notes.push_back(opt.path + ": fields separated by " + table.delimiter_name() +
-                      " (the header has no comma)");
+                      " (as the header's are)");
   d.seq_len = o.seq_len;
   d.segments = o.columns.size() == 2 ? 2 : 0;
   d.has_classes = table.has_column(o.class_col);

@@ -1,6 +1,7 @@
 #include "seqforge/io/csv.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -198,6 +199,15 @@ std::string number_hint(std::string_view cell) {
           cell.ends_with(sign) ? cell.substr(0, cell.size() - sign.size()) : ""})
       if (!rest.empty() && (number(rest) || number(without(rest, ","))))
         return " (a currency sign: write the number alone, 1234.5)";
+  {  // a no-break, thin or zero-width space, or a byte-order mark, copied from a web page
+    std::string visible(cell);
+    for (std::string_view space :
+         {"\xc2\xa0", "\xe2\x80\xaf", "\xe2\x80\x89", "\xe2\x80\x8b", "\xef\xbb\xbf"})
+      for (size_t at = visible.find(space); at != std::string::npos; at = visible.find(space))
+        visible.erase(at, space.size());
+    if (visible.size() < cell.size() && number(trim(visible)))
+      return " (an invisible or no-break space, shown as \\u: write the number alone)";
+  }
   if (cell.size() > 1 && cell.ends_with('%') && number(cell.substr(0, cell.size() - 1)))
     return " (a percentage: write the number alone, 5.2 or 0.052)";
   if (cell.find(',') != std::string_view::npos && number(without(cell, ","))) {
@@ -253,31 +263,56 @@ std::string csv_field(std::string_view s) {
 
 namespace {
 
-// The header's separator: ',' where its line holds a comma outside quotes, else the most frequent
-// of a tab, ';' and '|' there (none: one column, ',').
-char header_delimiter(std::string_view bytes) {
-  int64_t tabs = 0, semicolons = 0, pipes = 0, pending_tabs = 0;
+// How often each of ',', tab, ';' and '|' separates the line at the start of `bytes`, outside
+// quotes (trailing tabs separate nothing); the line's end in `end`.
+std::array<int64_t, 4> separators_of_line(std::string_view bytes, size_t* end) {
+  std::array<int64_t, 4> counts{};
+  int64_t pending_tabs = 0;
   bool in_quotes = false;
-  for (const char c : bytes) {
+  size_t i = 0;
+  for (; i < bytes.size(); ++i) {
+    const char c = bytes[i];
     if (in_quotes) {
       in_quotes = c != '"';  // a doubled quote closes and opens again
       continue;
     }
     if (c == '\n' || c == '\r') break;
-    if (c == ',') return ',';
     if (c == '\t') {
-      ++pending_tabs;  // counted once a name follows: trailing tabs separate nothing
+      ++pending_tabs;  // counted once a name follows
       continue;
     }
     if (c == ' ') continue;
-    tabs += std::exchange(pending_tabs, 0);
+    counts[1] += std::exchange(pending_tabs, 0);
     in_quotes = c == '"';
-    semicolons += c == ';';
-    pipes += c == '|';
+    counts[0] += c == ',';
+    counts[2] += c == ';';
+    counts[3] += c == '|';
   }
-  if (tabs == 0 && semicolons == 0 && pipes == 0) return ',';
-  if (tabs >= semicolons && tabs >= pipes) return '\t';
-  return semicolons >= pipes ? ';' : '|';
+  *end = i;
+  return counts;
+}
+
+// The header's separator: ',' where its line holds a comma outside quotes, else the most frequent
+// of a tab, ';' and '|' there (none: one column, ','). A header with commas and another
+// separator ("date;x;y, mm") takes the one that splits it most of those the next line uses as
+// often (a comma on a tie).
+char header_delimiter(std::string_view bytes) {
+  static constexpr char kSeparators[] = {',', '\t', ';', '|'};
+  size_t end = 0;
+  const std::array<int64_t, 4> header = separators_of_line(bytes, &end);
+  if (header[0] > 0 && (header[1] > 0 || header[2] > 0 || header[3] > 0)) {
+    while (end < bytes.size() && (bytes[end] == '\n' || bytes[end] == '\r')) ++end;
+    size_t next_end = 0;
+    const std::array<int64_t, 4> next = separators_of_line(bytes.substr(end), &next_end);
+    size_t best = 0;
+    for (size_t k = 1; k < 4; ++k)
+      if (header[k] > header[best] && next[k] == header[k]) best = k;
+    if (best != 0) return kSeparators[best];
+  }
+  if (header[0] > 0) return ',';
+  if (header[1] == 0 && header[2] == 0 && header[3] == 0) return ',';
+  if (header[1] >= header[2] && header[1] >= header[3]) return '\t';
+  return header[2] >= header[3] ? ';' : '|';
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -396,14 +397,36 @@ std::string read_file(const std::string& path) {
   return bytes;
 }
 
-std::string printable(std::string_view s, size_t max_shown) {
+namespace {
+// The bytes of an invisible or space-like character at s[i] (U+00A0, U+2000-U+200F,
+// U+2028-U+202F, U+205F, U+2060, U+3000, U+FEFF), and its code point; 0 where none starts there.
+size_t space_like(std::string_view s, size_t i, unsigned* code) {
+  const auto byte = [&](size_t k) { return i + k < s.size() ? unsigned(uint8_t(s[i + k])) : 0u; };
+  if (byte(0) == 0xc2 && byte(1) == 0xa0) return *code = 0xa0, 2;
+  if (byte(0) < 0xe0 || byte(0) > 0xef || (byte(1) & 0xc0) != 0x80 || (byte(2) & 0xc0) != 0x80)
+    return 0;
+  *code = (byte(0) & 0x0f) << 12 | (byte(1) & 0x3f) << 6 | (byte(2) & 0x3f);
+  const unsigned c = *code;
+  const bool space = (c >= 0x2000 && c <= 0x200f) || (c >= 0x2028 && c <= 0x202f) || c == 0x205f ||
+                     c == 0x2060 || c == 0x3000 || c == 0xfeff;
+  return space ? 3 : 0;
+}
+}  // namespace
+
+std::string printable(std::string_view s, size_t max_shown, char quote) {
   std::string out;
   size_t shown = std::min(s.size(), max_shown);
   while (shown < s.size() && shown > 0 && (static_cast<unsigned char>(s[shown]) & 0xc0) == 0x80)
     --shown;
   for (size_t i = 0; i < shown; ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f || c == '\\' || c == '\'') {
+    unsigned code = 0;
+    if (const size_t n = space_like(s, i, &code); n > 0 && i + n <= shown) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", code);
+      out += escaped;
+      i += n - 1;
+    } else if (c < 0x20 || c == 0x7f || c == '\\' || c == static_cast<unsigned char>(quote)) {
       static constexpr char kHex[] = "0123456789abcdef";
       out += "\\x";
       out += kHex[c >> 4];
@@ -417,9 +440,11 @@ std::string printable(std::string_view s, size_t max_shown) {
 }
 
 std::string quoted(std::string_view s, size_t max_shown) {
-  std::string out(1, '\'');
-  out += printable(s, max_shown);
-  out += '\'';
+  const char quote =
+      s.find('\'') != std::string_view::npos && s.find('"') == std::string_view::npos ? '"' : '\'';
+  std::string out(1, quote);
+  out += printable(s, max_shown, quote);
+  out += quote;
   return out;
 }
 
@@ -431,12 +456,25 @@ std::string folded(std::string_view s) {
     if (c != ' ' && c != '\t') f += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return f;
 }
+
+// A name folded (folded()), or the number it writes ("#7" for "007", "7" and "7.0").
+std::string alike_key(std::string_view name) {
+  std::string key = folded(name);
+  char* end = nullptr;
+  const double number = std::strtod(key.c_str(), &end);
+  if (!key.empty() && end == key.c_str() + key.size() && std::isfinite(number)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "#%.17g", number);
+    key = text;
+  }
+  return key;
+}
 }  // namespace
 
 std::string known_otherwise(std::string_view name, const std::vector<std::string>& known) {
-  const std::string key = folded(name);
+  const std::string key = alike_key(name);
   for (const std::string& k : known)
-    if (folded(k) == key) return " (the model knows " + io::quoted(k) + ")";
+    if (alike_key(k) == key) return " (the model knows " + io::quoted(k) + ")";
   return "";
 }
 
@@ -444,14 +482,7 @@ std::string names_alike(const std::vector<std::string>& names) {
   std::map<std::string, std::vector<const std::string*>> groups;  // folded name or number -> names
   std::vector<std::string> order;                                 // keys in order of first name
   for (const std::string& name : names) {
-    std::string key = folded(name);
-    char* end = nullptr;
-    const double number = std::strtod(key.c_str(), &end);
-    if (!key.empty() && end == key.c_str() + key.size() && std::isfinite(number)) {
-      char text[32];
-      std::snprintf(text, sizeof text, "#%.17g", number);
-      key = text;
-    }
+    const std::string key = alike_key(name);
     auto& group = groups[key];
     if (group.empty()) order.push_back(key);
     group.push_back(&name);

@@ -78,10 +78,13 @@ class DirLock {
   std::string dir_;
 };
 
-// Text from an untrusted file, fit for a one-line error message: control bytes, quotes and
-// backslashes escaped as \xNN, at most `max_shown` bytes (never half a UTF-8 sequence), then "...".
-std::string printable(std::string_view s, size_t max_shown = 80);
-// printable(s) in single quotes.
+// Text from an untrusted file, fit for a one-line error message: control bytes, the quote `quote`
+// and backslashes escaped as \xNN, spaces that look like a plain one or like none (no-break,
+// zero-width, a byte-order mark) as \uNNNN, at most `max_shown` bytes (never half a UTF-8
+// sequence), then "...".
+std::string printable(std::string_view s, size_t max_shown = 80, char quote = '\'');
+// printable(s) in single quotes, or in double quotes where s holds a single quote and no double
+// one ("'7", a spreadsheet's text number).
 std::string quoted(std::string_view s, size_t max_shown = 80);
 
 // What a file holds, in a line that changes when it does: its size and a hash of all its bytes;
@@ -95,7 +98,7 @@ bool same_fingerprint(const std::string& path, const std::string& recorded, cons
 std::string sampled_file_fingerprint(const std::string& path);
 
 // For a name a model does not know: " (the model knows 'rain')" where one of `known` differs from
-// it only in case or spaces ("Rain", " rain"); else "".
+// it only in case, spaces or how a number is written ("Rain", " rain"; "1" for "1.0"); else "".
 std::string known_otherwise(std::string_view name, const std::vector<std::string>& known);
 
 // The groups of `names` that differ only in case, spaces or how a number is written ("rain" and

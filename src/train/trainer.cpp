@@ -1525,7 +1525,7 @@ void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epo
       const int64_t season = task_.series.season, horizon = task_.series.horizon;
       const int64_t back = (horizon + season - 1) / season * season;
       out_ << "; seasonal naive ("
-           << (task_.series.steps_ahead > 1
+           << (task_.series.steps_ahead > 1 && horizon > season
                    ? "at h steps ahead, ceil(h / " + std::to_string(season) + ") seasons of " +
                          std::to_string(season) + " rows before the target"
                    : std::to_string(back) + " rows before the target")
