@@ -64,6 +64,13 @@ def main():
     data_copy = os.path.join(work, "data_copy.csv")
     shutil.copyfile(weather, data_copy)
     two_documents_line = base.count("\n") + 1  # its '---'
+    # A study without tune.metric: it takes train.early_stopping.monitor's.
+    with open(os.path.join(root, "examples/configs/weather_tune.yaml")) as f:
+        tune_text = f.read()
+    by_monitor = os.path.join(work, "by_monitor.yaml")
+    with open(by_monitor, "w") as f:
+        f.write(tune_text.replace("  metric: val_loss\n", "").replace(
+            "data/", os.path.join(root, "data") + "/"))
     nul = os.path.join(work, "nul.yaml")
     with open(nul, "w") as f:
         lines = base.split("\n")
@@ -206,6 +213,23 @@ def main():
          "data.num_workers must be auto or a count in [0, 256], got '-3'"),
         (["train", config, "augment.jitter.p=3"],
          "override 'augment.jitter.p=3': augment.jitter.p must be in [0, 1], got 3"),
+        # diagnose refuses them as train does; tune before any trial starts.
+        (["diagnose", config, "augment.jitter.p=3"],
+         "override 'augment.jitter.p=3': augment.jitter.p must be in [0, 1], got 3"),
+        (["diagnose", config, "optim.lr=-1"],
+         "override 'optim.lr=-1': optim.lr must be a finite number >= 0, got -1"),
+        (["tune", os.path.join(root, "examples/configs/weather_tune.yaml"), "--study",
+          os.path.join(work, "bad_base.db"), "augment.jitter.p=3"],
+         "override 'augment.jitter.p=3': augment.jitter.p must be in [0, 1], got 3"),
+        (["tune", by_monitor, "--study", os.path.join(work, "bad_monitor.db"),
+          "train.early_stopping.monitor=val_bogus"],
+         "override 'train.early_stopping.monitor=val_bogus': train.early_stopping.monitor (the "
+         "study's metric): 'val_bogus' is not a metric of a forecast run"),
+        (["train", config, "data.path=" + os.path.join(root, "data/seattle-weather.csv"),
+          "data.features=[wind]", "data.targets=[temp_max]", "data.lookback=7",
+          "data.categorical=[weather]", "data.known_future=[weather]"],
+         "data.known_future: 'weather' is a column of categories (data.categorical, "
+         "data.static); the values known ahead are numbers"),
         (["train", nul], "nul.yaml:3: a control byte (0x00, NUL), which YAML does not allow"),
         (["train", config, "data.known_future=[wind, wind]"],
          "override 'data.known_future=[wind, wind]': data.known_future names 'wind' twice"),

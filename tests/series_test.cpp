@@ -2022,5 +2022,16 @@ TEST(Series, InferenceWindowsNeedNoTargets) {
             std::string::npos);
 }
 
+// data.targets on a task whose truth is not a target (an autoencoder's, a classifier's) is ignored
+// (warned at start-up): a column the file lacks is no error, and it takes no column out of the
+// default features.
+TEST(Series, TargetsOfAnAutoencoderAreIgnored) {
+  const fs::path dir = test::temp_dir("mae_targets");
+  const std::string path = two_series_csv(dir, 40, 24);
+  const SeriesData d = load_series(series_config(path, {"data.task=mae", "data.targets=[zzz]"}));
+  EXPECT_EQ(d.feature_names, (std::vector<std::string>{"value"}));
+  EXPECT_TRUE(d.target_names.empty());
+}
+
 }  // namespace
 }  // namespace seqforge::series_test

@@ -175,6 +175,7 @@ int run_diagnose() {
       diagnose_config_path.empty()
           ? std::nullopt
           : std::optional<Config>(Config::load(diagnose_config_path, diagnose_overrides));
+  if (config) check_settings(*config);
   print_machine();
   std::fflush(stdout);
   if (!config) return 0;

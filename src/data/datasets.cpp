@@ -192,7 +192,7 @@ static SeriesData load_series_leaving_out(const DataOptions& given, const Series
             return true;
       return false;
     });
-    if (d.split.test.size() < all)
+    if (d.split.test.size() < all && which != WindowSet::last_windows)  // --last: said per series
       d.notes.push_back(std::to_string(all - d.split.test.size()) + " of " + std::to_string(all) +
                         " windows are left out: the file lacks their inputs or their "
                         "data.known_future values at the rows they forecast (add the future "

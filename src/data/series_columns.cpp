@@ -191,6 +191,16 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
            "' is neither a feature nor a target");
   for (const std::string& column : o.known_future) {
     if (is_calendar(o, column)) continue;  // from the dates
+    if (std::find(o.categorical.begin(), o.categorical.end(), column) != o.categorical.end() ||
+        std::find(o.statics.begin(), o.statics.end(), column) != o.statics.end())
+      fail(opt.where("data.known_future"), ": data.known_future: '", column,
+           "' is a column of categories (data.categorical, data.static); the values known ahead "
+           "are numbers (a 0/1 column per category works)");
+    if (const auto t = o.transforms.find(column);
+        t != o.transforms.end() && t->second != Transform::none && !stored)
+      notes->push_back("data.known_future '" + column + "': its values ahead ('" + column +
+                       "+n') are read as written; data.transform " + transform_name(t->second) +
+                       " changes only its feature in the window");
     const bool cycle = column == "hour" || column == "dayofweek" || column == "dayofmonth" ||
                        column == "dayofyear" || column == "month";
     if (!table.has_column(column) && cycle)

@@ -107,7 +107,9 @@ const std::vector<ConfigKey> kKeys = {
      "predict needs those rows in the file: future rows at a series' end with the known columns "
      "filled and the other cells empty; a window whose known values are not in the file is left "
      "out, with a note. A name of data.calendar (`hour`, `dayofweek`, ...) is that feature at the "
-     "rows forecast, from their dates, past the file's end too where the dates are regular."},
+     "rows forecast, from their dates, past the file's end too where the dates are regular. The "
+     "values ahead are numbers, read as written: a data.transform of the column changes its "
+     "feature in the window, not them."},
     {"data.static", T::string_list, "[]",
      "CSV columns naming a category of each series that does not change over time (a battery's "
      "cell type, a store's region): one value per series (a change within one is an error naming "

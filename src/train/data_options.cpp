@@ -156,7 +156,9 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
   o.class_col = c.str("data.class_column");
   o.series_col = c.str("data.series_column");
   o.features = c.list("data.features");
-  o.targets = c.list("data.targets");
+  // A classifier's truth is its class, an autoencoder's its features: their targets are ignored
+  // (said at start-up), and take no column out of the features.
+  if (task == TaskKind::forecast) o.targets = c.list("data.targets");
   if (split.by == "date" && o.date_col.empty())
     fail(c.origin("data.split.by"), ": data.split.by date needs data.date_column");
   for (const auto& [column, name] : c.map("data.transform")) {

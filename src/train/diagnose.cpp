@@ -186,6 +186,7 @@ void measure(const Config& c, int steps, ConfigDiagnosis* d) {
 ConfigDiagnosis diagnose_config(const Config& given, int steps) {
   std::string base_note;  // a fine-tune's shape, taken from its base model as training takes it
   const Config c = with_base_architecture(given, &base_note);
+  check_settings(c);  // refused as train refuses them
   ConfigDiagnosis d;
   const DType gemm = machine_problems(c, &d.problems);
   data_problems(c, gemm, &d);

@@ -17,9 +17,9 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
   if (const auto names = metric_names(task);
       std::find(names.begin(), names.end(), s.monitor) == names.end()) {
     std::string list;
-    for (const auto& name : names) list += " " + name;
+    for (const auto& name : names) list += (list.empty() ? "" : ", ") + name;
     fail(c.origin("train.early_stopping.monitor"), ": train.early_stopping.monitor: '", s.monitor,
-         "' is not a metric of this task (", list, " )");
+         "' is not a metric of this task (", list, ")");
   }
   if (const std::string why = metric_absent(task, s.monitor); !why.empty())
     fail(c.origin("train.early_stopping.monitor"), ": train.early_stopping.monitor is ", s.monitor,

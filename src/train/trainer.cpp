@@ -396,7 +396,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       ranks_(comm.size()),
       rank_(comm.rank()),
       threads_(configure_rank_threads(c, comm.local_size())),
-      task_((check_distinct_columns(c), check_optimizer_settings(c), load_task(c))),
+      task_((check_settings(c), load_task(c))),
       s_((check_validation_split(c, task_), LoopSettings::from(c, task_))),
       run_dir_(claim_run_dir(resume_dir, overwrite)),
       rng_(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x5eed5eedull) {
@@ -1674,6 +1674,12 @@ void Training::finish() {
 }
 
 }  // namespace
+
+void check_settings(const Config& c) {
+  check_distinct_columns(c);
+  check_optimizer_settings(c);
+  augment_options(c);
+}
 
 namespace {
 // A resumed run continues the function it trained on the windows it trained on, and goes on

@@ -292,6 +292,7 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
     stats.complete += state == TrialState::complete;
     stats.pruned += state == TrialState::pruned;
     stats.failed += state == TrialState::failed;
+    if (state == TrialState::failed) stats.last_failure = message;
     char head[160];
     std::snprintf(head, sizeof head, "trial %-4lld %-8s %s %-10s epochs %-3lld %7.1f s  ",
                   (long long)trial.number, state_name(state), settings_.metric.c_str(),
@@ -551,9 +552,13 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
       base.str("train.early_stopping.mode") == "max" ? Direction::maximize : Direction::minimize,
       cmd.config, tune_overrides.empty());
   if (!cmd.name.empty()) settings.name = cmd.name;
-  if (!task_can_report(base, settings.metric))
-    fail(cmd.config, ": tune.metric: '", settings.metric, "' is not a metric of a ",
-         base.str("data.task"), " run (see train.early_stopping.monitor in docs/config.md)");
+  if (!task_can_report(base, settings.metric)) {
+    const bool monitor = settings.metric == base.str("train.early_stopping.monitor");
+    fail(monitor ? base.origin("train.early_stopping.monitor") : cmd.config, ": ",
+         monitor ? "train.early_stopping.monitor (the study's metric)" : "tune.metric", ": '",
+         settings.metric, "' is not a metric of a ", base.str("data.task"),
+         " run (see train.early_stopping.monitor in docs/config.md)");
+  }
   if ((settings.direction == Direction::maximize) != higher_is_better(settings.metric))
     console << "warning: the study " << direction_name(settings.direction) << "s "
             << settings.metric << ", which is better "
@@ -594,7 +599,7 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
       const std::string value = p.text(p.snap(v));
       o.push_back(p.name + "=" + value);
       try {
-        Config::load(cmd.config, o);
+        check_settings(Config::load(cmd.config, o));
       } catch (const Error& e) {  // named as the space's bound, not as an override never given
         std::string why = e.what();
         const std::string given = "override '" + o.back() + "': ";
@@ -604,12 +609,14 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
       }
     }
   }
-  {  // what every trial's config ignores (a tuned adapter.rank without an adapter), said once
+  {  // what every trial's config ignores (a tuned adapter.rank without an adapter), said once;
+     // a setting every trial shares that a trial would refuse (augment.*, optim.*), before any
     std::vector<std::string> o = cmd.overrides;
     for (const auto& p : settings.space)
       o.push_back(p.name + "=" + p.text(p.kind == Param::Kind::categorical ? 0.0 : p.snap(p.low)));
-    for (const std::string& w : ignored_settings(Config::load(cmd.config, o)))
-      console << "warning: " << w << "\n";
+    const Config first = Config::load(cmd.config, o);
+    check_settings(first);
+    for (const std::string& w : ignored_settings(first)) console << "warning: " << w << "\n";
     for (const std::string& w : settings.unused) console << "warning: " << w << "\n";
   }
   const fs::path dir = base.str("train.run_dir").empty() ? fs::path("runs") / settings.name
@@ -707,9 +714,9 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
       auto it = m.find(settings.metric);
       if (it == m.end()) {
         std::string have;
-        for (const auto& [k, v] : m) have += " " + k;
+        for (const auto& [k, v] : m) have += (have.empty() ? "" : ", ") + k;
         throw StudyError(detail::concat(cmd.config, ": tune.metric: '", settings.metric,
-                                        "' is not a metric of this task (", have, " )"));
+                                        "' is not a metric of this task (", have, ")"));
       }
       return ctx.report(epoch - 1, it->second);
     };
@@ -725,6 +732,7 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
       throw Interrupted(e.signal(), what);
     } catch (const Error& e) {
       study.add_training_seconds(steady_now() - t0);
+      log << "error: " << e.what() << "\n" << std::flush;
       // The trainer checks the monitored metric (the study's) before the epoch hook does.
       const std::string what = e.what();
       const std::string key = "train.early_stopping.monitor: '" + settings.metric + "'";
@@ -817,7 +825,8 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   if (!best) {
     console << "report: " << (dir / "report.html").string() << "\n";
     fail(where, ": no trial of study '", settings.name, "' completed (", stats.failed,
-         " failed in this worker; see the table and trial-N/train.log)");
+         " failed in this worker; see the table and trial-N/train.log)",
+         stats.last_failure.empty() ? "" : "; the last failed with: " + stats.last_failure);
   }
   const fs::path best_dir = dir / ("trial-" + std::to_string(best->number));
   const std::string best_config = (best_dir / "config.resolved.yaml").string();

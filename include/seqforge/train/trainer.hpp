@@ -46,6 +46,10 @@ struct TrainHooks {
 TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir = "",
                    const TrainHooks& hooks = {}, bool overwrite = false);
 
+// The settings a run checks before it reads its data (a column named twice, the optimizer's and
+// the augmentations'), each refused naming its key: what train, diagnose and tune refuse at once.
+void check_settings(const Config& c);
+
 // Settings the config gives that do nothing with its other settings (a transformer's model.cell,
 // adapter.rank without an adapter, ...), one warning each; train prints them at start-up.
 std::vector<std::string> ignored_settings(const Config& c);

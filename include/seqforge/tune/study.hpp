@@ -43,6 +43,7 @@ struct OptimizeOptions {
 struct OptimizeStats {
   int64_t trials = 0, complete = 0, pruned = 0, failed = 0;
   int64_t discarded = 0;                 // trials another worker failed while this one ran them
+  std::string last_failure;              // the message of the last trial that failed
   std::vector<double> overhead_seconds;  // per trial: everything but the objective's training
 };
 
