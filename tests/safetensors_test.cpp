@@ -509,7 +509,7 @@ TEST_F(SafetensorsTest, RejectsDeepNestingWithoutRecursion) {
 TEST_F(SafetensorsTest, ErrorMessagesStayOnOneLineForHostileNames) {
   expect_rejected(
       "{\"line1\\nline2\\u0000'\":{\"dtype\":\"X\",\"shape\":[1],\"data_offsets\":[0,4]}}", "1234",
-      "tensor 'line1\\x0aline2\\x00\\x27': unknown dtype 'X'");
+      "tensor \"line1\\x0aline2\\x00'\": unknown dtype 'X'");
   const std::string long_name(10000, 'n');
   expect_rejected("{\"" + long_name + "\":{\"dtype\":\"X\",\"shape\":[],\"data_offsets\":[0,4]}}",
                   "1234", "...': unknown dtype");
