@@ -116,6 +116,16 @@ std::string resume_error(const fs::path& run, const Edit& edit,
   return e;
 }
 
+// A small character model trained one epoch on `text` into `run` (its lines on `log`).
+void train_charlm(const fs::path& text, const fs::path& run, std::ostream& log) {
+  train(Config::parse("data: {path: " + text.string() +
+                          ", task: charlm, seq_len: 16}\nmodel: {hidden: 8, embedding: 4}\n"
+                          "train: {epochs: 1, batch_size: 8, run_dir: " +
+                          run.string() + "}\n",
+                      "lm.yaml"),
+        log);
+}
+
 #define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 TEST(HostileRuns, ARunDirectoryHeldByAnotherProcessIsRefusedAndLeftAlone) {
@@ -356,12 +366,7 @@ TEST(HostileRuns, NonFiniteWeightsAreRefusedOnLoad) {
   const fs::path text = dir / "text.txt";
   std::ofstream(text) << std::string(600, 'a') + "abcabc\n";
   const fs::path lm = dir / "lm";
-  train(Config::parse("data: {path: " + text.string() +
-                          ", task: charlm, seq_len: 16}\nmodel: {hidden: 8, embedding: 4}\n"
-                          "train: {epochs: 1, batch_size: 8, run_dir: " +
-                          lm.string() + "}\n",
-                      "lm.yaml"),
-        log);
+  train_charlm(text, lm, log);
   rewrite(lm / "model.safetensors",
           [&](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
             tensor(ts, "embedding.weight").as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
@@ -867,12 +872,7 @@ TEST(HostileRuns, GenerateWithoutAPromptOnATextWithoutNewlines) {
   for (int i = 0; i < 200; ++i) body += "abc cab ";
   std::ofstream(text) << body;
   const fs::path lm = dir / "lm";
-  train(Config::parse("data: {path: " + text.string() +
-                          ", task: charlm, seq_len: 16}\nmodel: {hidden: 8, embedding: 4}\n"
-                          "train: {epochs: 1, batch_size: 8, run_dir: " +
-                          lm.string() + "}\n",
-                      "lm.yaml"),
-        log);
+  train_charlm(text, lm, log);
   const std::string sample = generate(lm.string(), "", 12, 1.0, 0, 5);
   EXPECT_EQ(sample.size(), 12u);
   EXPECT_EQ(sample.find_first_not_of("abc "), std::string::npos) << sample;
@@ -886,15 +886,11 @@ TEST(HostileRuns, ARunOnATextWithANulLoadsAgain) {
   std::ostringstream log;
   const fs::path text = dir / "text.txt";
   std::string body;
-  for (int i = 0; i < 200; ++i) body += i == 50 ? std::string("ab\0c\n", 5) : std::string("abc cab\n");
+  for (int i = 0; i < 200; ++i)
+    body += i == 50 ? std::string("ab\0c\n", 5) : std::string("abc cab\n");
   std::ofstream(text, std::ios::binary) << body;
   const fs::path lm = dir / "lm";
-  train(Config::parse("data: {path: " + text.string() +
-                          ", task: charlm, seq_len: 16}\nmodel: {hidden: 8, embedding: 4}\n"
-                          "train: {epochs: 1, batch_size: 8, run_dir: " +
-                          lm.string() + "}\n",
-                      "lm.yaml"),
-        log);
+  train_charlm(text, lm, log);
   EXPECT_NE(log.str().find("1 control characters (the first U+0000 at line 51)"), std::string::npos)
       << log.str();
   EXPECT_GT(evaluate(lm.string(), "test").at("samples"), 0);

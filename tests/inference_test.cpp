@@ -52,6 +52,20 @@ std::string yaml(const std::string& data, const fs::path& run, const std::string
          "save: last, run_dir: " + run.string() + "}\n";
 }
 
+// Two of predict's tables equal column by column, an empty cell (NaN) equal to an empty cell.
+void expect_same_predictions(const Predictions& a, const Predictions& b) {
+  ASSERT_EQ(a.columns.size(), b.columns.size());
+  for (size_t c = 0; c < a.columns.size(); ++c) {
+    EXPECT_EQ(a.columns[c].text, b.columns[c].text) << a.columns[c].name;
+    const std::vector<double>& x = a.columns[c].values;
+    const std::vector<double>& y = b.columns[c].values;
+    ASSERT_EQ(x.size(), y.size()) << a.columns[c].name;
+    for (size_t i = 0; i < x.size(); ++i)
+      EXPECT_TRUE(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i])))
+          << a.columns[c].name << " row " << i << ": " << x[i] << " vs " << y[i];
+  }
+}
+
 std::vector<std::vector<std::string>> read_csv(const std::string& path) {
   std::ifstream f(path);
   std::vector<std::vector<std::string>> rows;
@@ -161,15 +175,7 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
   const Predictions on_request = predictions(run, gaps_csv.string(), false, {"ffill", {}, ""});
   const Predictions coded =
       predictions(run, codes_csv.string(), false, {"ffill", {"-999.0", "n/v"}, ""});
-  ASSERT_EQ(coded.columns.size(), on_request.columns.size());
-  for (size_t c = 0; c < coded.columns.size(); ++c) {
-    EXPECT_EQ(coded.columns[c].text, on_request.columns[c].text);
-    const std::vector<double>& a = on_request.columns[c].values;
-    const std::vector<double>& b = coded.columns[c].values;
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i)
-      EXPECT_TRUE(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) << i;
-  }
+  expect_same_predictions(coded, on_request);
   // Without --missing the codes are missing cells the run does not fill: one line naming one.
   const std::string e = error_of([&] {
     predictions(run, codes_csv.string(), false, {"", {"-999", "n/v"}, ""});
@@ -178,16 +184,7 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
                    "(--missing ffill or interpolate fills"),
             std::string::npos)
       << e;
-  ASSERT_EQ(by_hand.columns.size(), on_request.columns.size());
-  for (size_t c = 0; c < by_hand.columns.size(); ++c) {
-    EXPECT_EQ(by_hand.columns[c].text, on_request.columns[c].text);
-    ASSERT_EQ(by_hand.columns[c].values.size(), on_request.columns[c].values.size());
-    for (size_t i = 0; i < by_hand.columns[c].values.size(); ++i) {
-      const double a = by_hand.columns[c].values[i], b = on_request.columns[c].values[i];
-      EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b)))
-          << by_hand.columns[c].name << " row " << i << ": " << a << " vs " << b;
-    }
-  }
+  expect_same_predictions(by_hand, on_request);
   EXPECT_NE(std::find(on_request.notes.begin(), on_request.notes.end(),
                       "data.missing ffill: 1 missing cells of 'signal' filled"),
             on_request.notes.end());
@@ -228,16 +225,7 @@ TEST(Predict, MissingCellsOfANewFileFilledOnRequest) {
       std::string::npos);
   const Predictions read = predictions(run, day_first_csv.string(), false, {"", {}, "dmy"}),
                     iso = predictions(run, whole_csv.string(), false);
-  ASSERT_EQ(read.columns.size(), iso.columns.size());
-  for (size_t c = 0; c < iso.columns.size(); ++c) {
-    EXPECT_EQ(read.columns[c].text, iso.columns[c].text) << iso.columns[c].name;
-    const std::vector<double>& a = read.columns[c].values;
-    const std::vector<double>& b = iso.columns[c].values;
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i)
-      EXPECT_TRUE(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))
-          << iso.columns[c].name << " row " << i;
-  }
+  expect_same_predictions(read, iso);
   EXPECT_EQ(evaluate(run, "test", day_first_csv.string(), nullptr, {"", {}, "dmy"}),
             evaluate(run, "test", whole_csv.string(), nullptr));
   EXPECT_NE(error_of([&] {

@@ -1842,6 +1842,11 @@ TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   EXPECT_TRUE(h.series[0].regular);
   EXPECT_EQ(h.time_text(*h.time_ahead(h.rows - 1, 1), true), "44199");
   EXPECT_EQ(h.time_text(*h.time_ahead(h.rows - 1, 13), true), "44199.5");
+  // Times a few millionths apart are exact: a step of 3 where the usual one is 2 is off the grid.
+  std::string micro = "t,city,value\n";
+  for (int k = 0; k < 10; ++k)
+    micro += "0.0000" + std::to_string(10 + 2 * k + (k == 9)) + ",a," + std::to_string(k) + "\n";
+  EXPECT_FALSE(load_series(config(write(dir / "micro.csv", micro), {})).series[0].regular);
   const std::string dated = write(dir / "dated.csv", "t,city,value\n2020-01-01,a,0\n7,a,1\n");
   EXPECT_EQ(error_of([&] { load_series(config(dated, {})); }),
             dated +

@@ -293,9 +293,10 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         span.step = sorted[sorted.size() / 2];
         // How many usual steps `s` spans, 0 if not a whole number of them. Numeric times are
         // rounded to millionths: a step of 1/24 reads as 41666 or 41667, and k of them within
-        // k millionths of k usual steps.
+        // k millionths of k usual steps (for a step of a thousand millionths or more, where a
+        // millionth is rounding, not another step).
         auto whole_steps = [&](int64_t s) -> int64_t {
-          if (!out.numeric_times) return s % span.step == 0 ? s / span.step : 0;
+          if (!out.numeric_times || span.step < 1000) return s % span.step == 0 ? s / span.step : 0;
           const int64_t k = std::llround(double(s) / double(span.step));
           return k >= 1 && std::llabs(s - k * span.step) <= k ? k : 0;
         };

@@ -199,15 +199,10 @@ std::string number_hint(std::string_view cell) {
           cell.ends_with(sign) ? cell.substr(0, cell.size() - sign.size()) : ""})
       if (!rest.empty() && (number(rest) || number(without(rest, ","))))
         return " (a currency sign: write the number alone, 1234.5)";
-  {  // a no-break, thin or zero-width space, or a byte-order mark, copied from a web page
-    std::string visible(cell);
-    for (std::string_view space :
-         {"\xc2\xa0", "\xe2\x80\xaf", "\xe2\x80\x89", "\xe2\x80\x8b", "\xef\xbb\xbf"})
-      for (size_t at = visible.find(space); at != std::string::npos; at = visible.find(space))
-        visible.erase(at, space.size());
-    if (visible.size() < cell.size() && number(trim(visible)))
-      return " (an invisible or no-break space, shown as \\u: write the number alone)";
-  }
+  // A no-break, thin or zero-width space, or a byte-order mark, copied from a web page.
+  if (const std::string visible = io::without_space_like(cell);
+      visible.size() < cell.size() && number(trim(visible)))
+    return " (an invisible or no-break space, shown as \\u: write the number alone)";
   if (cell.size() > 1 && cell.ends_with('%') && number(cell.substr(0, cell.size() - 1)))
     return " (a percentage: write the number alone, 5.2 or 0.052)";
   if (cell.find(',') != std::string_view::npos && number(without(cell, ","))) {

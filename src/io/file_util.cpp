@@ -413,6 +413,18 @@ size_t space_like(std::string_view s, size_t i, unsigned* code) {
 }
 }  // namespace
 
+std::string without_space_like(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned code = 0;
+    if (const size_t n = space_like(s, i, &code); n > 0)
+      i += n - 1;
+    else
+      out += s[i];
+  }
+  return out;
+}
+
 std::string printable(std::string_view s, size_t max_shown, char quote) {
   std::string out;
   size_t shown = std::min(s.size(), max_shown);
