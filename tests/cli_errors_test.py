@@ -178,7 +178,7 @@ def main():
         (["predict", charlm, "--input", config, "--output", "-"],
          "predict needs a forecast or classify run; this is a charlm run"),
         (["eval", charlm, "--data", config],
-         "--data: evaluating a language model on another file is not supported"),
+         "characters are not in the vocabulary of the model"),
         # The forecasting keys' values.
         (["train", config, "data.horizon=20000"],
          "data.horizon 20000 with data.horizon_mode direct is an output per step ahead; at most "

@@ -675,6 +675,48 @@ TEST(Eval, ReproducesTheLoggedValidationLossExactly) {
   }
 }
 
+// eval --data scores a language model on another text: every whole sequence of it. The test
+// split's text, cut out as a file of its own, scores as the test split does.
+TEST(Eval, LanguageModelScoresAnotherText) {
+  const fs::path dir = test::temp_dir("lm_data");
+  std::string text;
+  for (int i = 0; text.size() < 3000; ++i)
+    text += std::string(i % 3 == 0   ? "the cat sat"
+                        : i % 3 == 1 ? "on a mat"
+                                     : "and ran") +
+            (i % 7 == 6 ? ".\n" : " ");
+  { std::ofstream(dir / "all.txt") << text; }
+  std::ostringstream log;
+  train(Config::parse("data: {path: " + (dir / "all.txt").string() +
+                          ", task: charlm, seq_len: 16, split: {train: 0.8, val: 0.1}}\n"
+                          "model: {hidden: 8, embedding: 4}\n"
+                          "train: {epochs: 1, batch_size: 8, run_dir: " +
+                          (dir / "run").string() + "}\n",
+                      "lm.yaml"),
+        log);
+  const std::string run = (dir / "run").string();
+  const size_t test_begin =
+      static_cast<size_t>(std::floor(0.9 * double(text.size()) * (1 + 1e-12)));
+  { std::ofstream(dir / "test_part.txt") << text.substr(test_begin); }
+  const auto split = evaluate(run, "test");
+  const auto other = evaluate(run, "test", (dir / "test_part.txt").string());
+  EXPECT_EQ(other.at("samples"), split.at("samples"));
+  EXPECT_EQ(other.at("data_loss"), split.at("test_loss"));
+  EXPECT_EQ(other.at("data_bpc"), split.at("test_bpc"));
+  EXPECT_EQ(other.at("data_perplexity"), split.at("test_perplexity"));
+
+  { std::ofstream(dir / "short.txt") << "the cat"; }
+  EXPECT_NE(error_of([&] {
+              evaluate(run, "test", (dir / "short.txt").string());
+            }).find("short.txt: 7 characters, fewer than data.seq_len + 1 (17)"),
+            std::string::npos);
+  { std::ofstream(dir / "new_letters.txt") << text.substr(0, 100) << "Zebra"; }
+  EXPECT_NE(error_of([&] {
+              evaluate(run, "test", (dir / "new_letters.txt").string());
+            }).find("'Z' (1 time, at line"),
+            std::string::npos);
+}
+
 TEST(Runs, ADirectoryHoldingARunIsNeverMixed) {
   const fs::path dir = test::temp_dir("mixed");
   const std::string data = write_hourly(dir / "d.csv", 200, true);

@@ -220,8 +220,11 @@ def test_classify_mae_charlm_transformer_and_adapters(tmp_path):
 
     with pytest.raises(KeyError, match="enough"):
         gpt.generate("ROMEO:", length=1000, stream=stop)
-    with pytest.raises(seqforge.Error, match="^data: evaluating a language model on another file"):
-        gpt.evaluate(data=SHAKESPEARE)
+    scored = gpt.evaluate(data=texts[:200])  # another text: every whole sequence of it
+    assert scored["samples"] == (len("\n".join(texts[:200])) - 1) // 32
+    assert 0 < scored["data_loss"] < 10 and scored["data_perplexity"] > 1
+    with pytest.raises(seqforge.Error, match="not in the vocabulary of the model"):
+        gpt.evaluate(data=["ROMEO: \u00e9t\u00e9"])
     lora = seqforge.train({"data": {"task": "charlm", "seq_len": 32},
                            "model": {"family": "transformer", "init_from": gpt.path},
                            "adapter": {"kind": "lora", "rank": 4},

@@ -473,7 +473,8 @@ class Run:
     def evaluate(self, split="test", data=None, missing=None, missing_values=None,
                  date_order=None):
         """Metrics on a split of the run's data ("val" or "test"), or on every window of `data`
-        (a path, array or data frame of the training data's layout); `missing` ("ffill" or
+        (a path, array or data frame of the training data's layout; for a language model, a
+        path or a list of texts, scored a whole sequence at a time); `missing` ("ffill" or
         "interpolate") fills that data's missing cells, as eval's --missing,
         `missing_values` (a list of numbers or texts) marks more cells missing, as
         --missing-values, and `date_order` ("dmy" or "mdy") reads its dates as --date-order."""

@@ -283,9 +283,10 @@ Dataset load_dataset(const DataOptions& opt, const Dataset* from, WindowSet wind
   d.path = opt.path;
   d.kind = opt.task;
   if (d.kind == TaskKind::charlm) {
-    d.text = load_text(opt, from ? from->text.vocab : std::u32string());
+    d.text = load_text(opt, from ? from->text.vocab : std::u32string(),
+                       windows == WindowSet::with_targets);
   } else if (d.kind == TaskKind::lm) {
-    d.text = load_tokens(opt, from ? &from->text : nullptr);
+    d.text = load_tokens(opt, from ? &from->text : nullptr, windows == WindowSet::with_targets);
   } else if (d.kind == TaskKind::text_classify) {
     d.text = load_text_examples(opt, from ? &from->text : nullptr, windows);
     if (windows != WindowSet::splits) {  // every example of the file, evaluated or predicted

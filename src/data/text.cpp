@@ -92,13 +92,27 @@ void check_vocabulary(const std::vector<std::u32string>& texts, const std::u32st
 
 namespace {
 
-// Chunk starts of seq_len + 1 ids for each split of d.ids.
-void chunk_splits(const DataOptions& opt, TextData& d, const char* unit) {
+// Chunk starts of seq_len + 1 ids for each split of d.ids; with `every_sequence`, all of them in
+// the test split.
+void chunk_splits(const DataOptions& opt, TextData& d, const char* unit, bool every_sequence) {
   const int64_t n = static_cast<int64_t>(d.ids.size());
-  const auto [train_end, val_end] = boundaries(opt.split, n);
   auto chunks = [&](int64_t begin, int64_t end, std::vector<int64_t>* out) {
     for (int64_t s = begin; s + d.seq_len + 1 <= end; s += d.seq_len) out->push_back(s);
   };
+  if (every_sequence) {
+    chunks(0, n, &d.split.test);
+    if (d.split.test.empty())
+      fail(opt.path, ": ", n, " ", unit, ", fewer than data.seq_len + 1 (", d.seq_len + 1,
+           "): no sequence to evaluate");
+    // Each sequence scores its seq_len next ids; the first id is no prediction's target.
+    const int64_t unscored = n - 1 - static_cast<int64_t>(d.split.test.size()) * d.seq_len;
+    if (unscored > 0)
+      d.notes.push_back(opt.path + ": its last " + std::to_string(unscored) + " " + unit +
+                        " are not scored (fewer than data.seq_len " + std::to_string(d.seq_len) +
+                        " after the last whole sequence)");
+    return;
+  }
+  const auto [train_end, val_end] = boundaries(opt.split, n);
   if (opt.split.mode == "random") {
     std::vector<int64_t> all;
     chunks(0, n, &all);
@@ -214,7 +228,7 @@ std::string with_python_newlines(std::string bytes, const std::string& path,
 }
 }  // namespace
 
-TextData load_tokens(const DataOptions& opt, const TextData* stored) {
+TextData load_tokens(const DataOptions& opt, const TextData* stored, bool every_sequence) {
   TextData d;
   d.seq_len = opt.text.seq_len;
   d.tokenizer = opt.text.tokenizer;
@@ -238,11 +252,11 @@ TextData load_tokens(const DataOptions& opt, const TextData* stored) {
       fail(opt.path, ": ", e.what());
     }
   }
-  chunk_splits(opt, d, "tokens");
+  chunk_splits(opt, d, "tokens", every_sequence);
   return d;
 }
 
-TextData load_text(const DataOptions& opt, const std::u32string& vocab) {
+TextData load_text(const DataOptions& opt, const std::u32string& vocab, bool every_sequence) {
   TextData d;
   d.seq_len = opt.text.seq_len;
   const std::string& path = opt.path;
@@ -277,7 +291,7 @@ TextData load_text(const DataOptions& opt, const std::u32string& vocab) {
   for (size_t i = 0; i < d.vocab.size(); ++i) index.emplace(d.vocab[i], int64_t(i));
   d.ids.resize(text.size());
   for (size_t i = 0; i < text.size(); ++i) d.ids[i] = index.at(text[i]);
-  chunk_splits(opt, d, "characters");
+  chunk_splits(opt, d, "characters", every_sequence);
   return d;
 }
 

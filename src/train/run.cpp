@@ -343,8 +343,6 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
                                  : "");
   if (windows == WindowSet::last_windows && kind == TaskKind::text_classify)
     fail("--last: a text classifier predicts every row of the file");
-  if (windows == WindowSet::with_targets && r.task.is_lm())
-    fail("--data: evaluating a language model on another file is not supported; use --split");
   // The splits of a file that changed since training are other rows than the run's.
   const auto then = r.file.metadata().find("seqforge.data");
   if (windows == WindowSet::splits && data_override.empty() && then != r.file.metadata().end() &&

@@ -252,11 +252,14 @@ struct TextData {
   int64_t examples() const { return static_cast<int64_t>(first_lengths.size()); }
 };
 
-// With `vocab`, the characters of a stored model (one that is missing is an error).
-TextData load_text(const DataOptions& options, const std::u32string& vocab = {});
+// With `vocab`, the characters of a stored model (one that is missing is an error). With
+// `every_sequence` (eval --data), every sequence of the file is in split.test, none in the others.
+TextData load_text(const DataOptions& options, const std::u32string& vocab = {},
+                   bool every_sequence = false);
 // A language model's text as token ids of options.text.tokenizer, cut into sequences as
 // load_text cuts characters. With `stored`, the tokenizer must be the file the stored run used.
-TextData load_tokens(const DataOptions& options, const TextData* stored = nullptr);
+TextData load_tokens(const DataOptions& options, const TextData* stored = nullptr,
+                     bool every_sequence = false);
 // The tokenizer at `path`, and its fingerprint into *hash. A stored run's fingerprint
 // (`expected`, 0: none) that differs is an error: its ids would mean other tokens.
 text::Tokenizer read_tokenizer(const std::string& path, uint64_t expected, uint64_t* hash);
