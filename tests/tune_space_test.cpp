@@ -210,6 +210,31 @@ TEST(TuneSampler, GridVisitsEveryPointOnce) {
   EXPECT_EQ(g->id_of({{"model.hidden", 8}, {"optim.kind", 0}}), std::nullopt);
 }
 
+// A grid too large to enumerate is named by its entry's line and key, with the way out.
+TEST(TuneSampler, GridTooLargeNamesTheParameter) {
+  const auto grid_error = [](const std::string& space) {
+    try {
+      make_sampler(
+          parse_tune_settings("tune:\n  sampler: grid\n  space:\n" + space, "g.yaml", "val_loss"));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(grid_error("    model.hidden: {type: int, low: 8, high: 32}\n"
+                       "    train.batch_size: {type: int, low: 1, high: 1000000}\n"),
+            "g.yaml:5: tune.space.train.batch_size: 1000000 grid values from low to high by "
+            "step; at most 100000: give a larger step or the values in grid");
+  EXPECT_EQ(grid_error("    model.hidden: {type: int, low: 1, high: 2000}\n"
+                       "    train.batch_size: {type: int, low: 1, high: 1000}\n"),
+            "g.yaml:5: tune.space: with tune.space.train.batch_size the grid has over a million "
+            "points (2000000 so far): search fewer values or use the tpe or random sampler");
+  EXPECT_EQ(grid_error("    model.hidden: {type: int, low: 8, high: 32}\n"
+                       "    optim.lr: {type: float, low: 0.001, high: 0.1}\n"),
+            "g.yaml:5: tune.space.optim.lr: the grid sampler needs a list of values (grid: [...]) "
+            "or a step");
+}
+
 // A stepped float's range ends on its last step in decimal, as Optuna's: 0 to 0.9 by 0.3 is
 // 0, 0.3, 0.6, 0.9 (not 0.8999999999999999).
 TEST(TuneSampler, SteppedFloatGridEndsOnItsDecimalLastStep) {

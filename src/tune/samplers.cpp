@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <string>
 
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/rng.hpp"
@@ -319,11 +320,18 @@ Grid::Grid(const TuneSettings& s) {
     } else {  // low, low + step, ... (an int's step defaults to 1), each snapped as sampled
       const double step = p->step > 0 ? p->step : 1;
       const double steps = std::floor((p->high - p->low) / step + 1e-9);
-      if (steps >= 100000) fail(s.source, ": tune.space.", p->name, ": grid too large");
+      if (steps >= 100000)
+        fail(p->where.empty() ? s.source : p->where, ": tune.space.", p->name, ": ",
+             steps < 1e15 ? std::to_string(int64_t(steps) + 1) : std::string("over 10^15"),
+             " grid values from low to high by step; at most 100000: give a larger step or the "
+             "values in grid");
       for (double k = 0; k <= steps; ++k) values.push_back(p->snap(p->low + k * step));
     }
     total *= int64_t(values.size());
-    if (total > 1000000) fail(s.source, ": tune.space: the grid has over a million points");
+    if (total > 1000000)
+      fail(p->where.empty() ? s.source : p->where, ": tune.space: with tune.space.", p->name,
+           " the grid has over a million points (", total,
+           " so far): search fewer values or use the tpe or random sampler");
     axes_.emplace_back(*p, std::move(values));
   }
   order_.resize(size_t(total));

@@ -154,6 +154,7 @@ Param read_param(const Reader& r, const std::string& name, const YAML::Node& n) 
   const std::string type = r.text(n["type"], key + ".type");
   Param p;
   p.name = name;
+  p.where = r.at(n);
   if (type == "categorical") {
     p.kind = Param::Kind::categorical;
     const YAML::Node c = n["choices"];
@@ -448,7 +449,7 @@ TuneSettings parse_tune_settings(const std::string& yaml, const std::string& sou
     for (const auto& p : s.space) {
       const bool enumerable = p.kind != Param::Kind::floating || p.step > 0 || !p.grid.empty();
       if (!enumerable)
-        fail(source, ": tune.space.", p.name,
+        fail(p.where, ": tune.space.", p.name,
              ": the grid sampler needs a list of values (grid: [...]) or a step");
     }
   return s;

@@ -22,6 +22,7 @@ struct Param {
   bool log = false;
   std::vector<std::string> choices;  // categorical, as YAML text
   std::vector<double> grid;          // optional values for the grid sampler (float, int)
+  std::string where;                 // file:line of its entry, for errors
 
   // The override value for a config ("0.0012", "32", a choice's text).
   std::string text(double value) const;
