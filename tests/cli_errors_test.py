@@ -177,6 +177,8 @@ def main():
         (["generate", text], "not a run directory or a model.safetensors"),
         (["predict", charlm, "--input", config, "--output", "-"],
          "predict needs a forecast or classify run; this is a charlm run"),
+        (["eval", charlm, "--split", "val", "--split", "test"],
+         "--split: given 2 times; give it once (--help lists the options)"),
         (["eval", charlm, "--data", config],
          "characters are not in the vocabulary of the model"),
         # The forecasting keys' values.

@@ -253,8 +253,14 @@ static int run_command(int argc, char** argv) {
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    std::string message = e.what();
+    // CLI11's words for an option given twice: "--split: At Most 1 required but received 2".
+    const std::string twice = ": At Most 1 required but received ";
+    if (const size_t at = message.find(twice); at != std::string::npos)
+      message = message.substr(0, at) + ": given " + message.substr(at + twice.size()) +
+                " times; give it once";
     std::fprintf(stderr, "seqforge: error: %s (--help lists the options)\n",
-                 sf::printable(e.what()).c_str());
+                 sf::printable(message).c_str());
     return kUsageError;
   }
   try {
