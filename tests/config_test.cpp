@@ -217,6 +217,15 @@ TEST(Config, OneDocumentAndEachKeyOnce) {
       "c.yaml:4: 'model.hidden' is given twice");
 }
 
+// A long override is quoted cut short in its error, at a character's first byte.
+TEST(Config, ALongOverrideIsQuotedCutShort) {
+  // "model.hiden=" and 104 letters: 116 bytes, then an "e" with an acute accent in two bytes.
+  const std::string o = "model.hiden=" + std::string(104, 'x') + "\xc3\xa9" + std::string(1e5, 'x');
+  const std::string e = error_of([&] { Config::parse("", "c.yaml", {o}); });
+  EXPECT_EQ(e.substr(0, e.find(": unknown key")), "override '" + o.substr(0, 116) + "...'");
+  EXPECT_LT(e.size(), 300u);
+}
+
 // YAML is Unicode text: other bytes are refused naming the line (the resolved config could not
 // write such a value back), and a value with control characters, written back quoted and
 // escaped, reads back the same.
@@ -378,8 +387,8 @@ TEST(Config, ExpansionOfAliasesAndNestingIsBounded) {
       error_of([&] { Config::parse("model:\n  x: " + deeper + "\n", "deeper.yaml"); }),
       "deeper.yaml:2: not valid YAML: nests deeper than 64 levels; a config is far shallower");
   EXPECT_EQ(error_of([&] { Config::parse("", "c.yaml", {"model.hidden=" + deeper}); }),
-            "override 'model.hidden=" + deeper +
-                "': not valid YAML: nests deeper than 64 levels; a config is far shallower");
+            "override 'model.hidden=" + deeper.substr(0, 104) +
+                "...': not valid YAML: nests deeper than 64 levels; a config is far shallower");
   EXPECT_NE(error_of([&] {
               Config::parse(
                   "", "c.yaml",

@@ -1056,29 +1056,33 @@ Config Config::parse(const std::string& yaml, const std::string& source,
   };
   if (root.IsMap()) walk(walk, root, "");
   for (const std::string& o : overrides) {
+    // Errors quote the override, a long one cut short (at a character's first byte).
+    size_t cut = o.size();
+    if (cut > 120)
+      for (cut = 117; cut > 0 && (static_cast<unsigned char>(o[cut]) & 0xc0) == 0x80;) --cut;
+    const std::string named = "override '" + o.substr(0, cut) + (cut < o.size() ? "..." : "") + "'";
     const size_t eq = o.find('=');
-    if (eq == std::string::npos || eq == 0) fail("override '", o, "': expected key.path=value");
+    if (eq == std::string::npos || eq == 0) fail(named, ": expected key.path=value");
     if (const size_t at = io::first_non_utf8(o); at != std::string::npos)
-      fail("override '", o, "': not UTF-8 text (byte ", at, ")");
+      fail(named, ": not UTF-8 text (byte ", at, ")");
     const std::string path = o.substr(0, eq);
     YAML::Node value;
     try {
       value = YAML::Load(o.substr(eq + 1));
     } catch (const YAML::Exception& e) {
-      fail("override '", o, "': not valid YAML: ", yaml_error(e));
+      fail(named, ": not valid YAML: ", yaml_error(e));
     }
-    check_yaml_expansion(value, "override '" + (o.size() > 80 ? o.substr(0, 77) + "..." : o) + "'");
+    check_yaml_expansion(value, named);
     if (value.IsNull()) value = YAML::Node(std::string());
     // A key, or a section given as a map of its keys (train.early_stopping={patience: 3}).
     auto set = [&](auto&& self, const std::string& at, const YAML::Node& v) -> void {
       if (const ConfigKey* key = find_key(at)) {
-        c.values_[at] = canonical(*key, v, "override '" + o + "'");
-        c.where_[at] = "override '" + o + "'";
+        c.values_[at] = canonical(*key, v, named);
+        c.where_[at] = named;
       } else if (v.IsMap() && is_prefix_of_key(at)) {
-        for (const auto& kv : v)
-          self(self, at + "." + yaml_key(kv.first, "override '" + o + "'"), kv.second);
+        for (const auto& kv : v) self(self, at + "." + yaml_key(kv.first, named), kv.second);
       } else {
-        fail("override '", o, "': unknown key '", at, "'", did_you_mean(at));
+        fail(named, ": unknown key '", at, "'", did_you_mean(at));
       }
     };
     set(set, path, value);
