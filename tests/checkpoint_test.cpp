@@ -66,6 +66,35 @@ TEST(CheckpointWriter, ConstantAndChangingTensorsAreWrittenAsSubmitted) {
   }
 }
 
+// A failed write is reported, and nothing submitted after it is written: a training state never
+// counts an epoch whose model file could not be written.
+TEST(CheckpointWriter, NothingAfterAFailedWriteIsWritten) {
+  const fs::path dir = test::temp_dir("writer_failed");
+  auto be = make_backend("cpu");
+  Buffer buf;
+  const Tensor t = buf.get(*be, DType::f32, {4});
+  const std::vector<float> values = {1, 2, 3, 4};
+  be->upload(t, values.data());
+  int errors = 0;
+  {
+    CheckpointWriter writer;
+    writer.submit((dir / "no_such_folder" / "model.safetensors").string(), *be, {{"w", t}}, {}, {});
+    for (const char* name : {"training_state.safetensors", "later.safetensors"}) try {
+        writer.submit((dir / name).string(), *be, {{"w", t}}, {}, {});
+      } catch (const std::exception&) {
+        ++errors;
+      }
+    try {
+      writer.flush();
+    } catch (const std::exception&) {
+      ++errors;
+    }
+  }
+  EXPECT_EQ(errors, 1);
+  EXPECT_FALSE(fs::exists(dir / "training_state.safetensors"));
+  EXPECT_FALSE(fs::exists(dir / "later.safetensors"));
+}
+
 ModelOptions small_model() {
   ModelOptions opt;
   opt.rnn = {.input_size = 3,

@@ -90,6 +90,9 @@ void CheckpointWriter::run() {
     if (jobs_.empty()) return;
     Job job = std::move(jobs_.front());
     jobs_.pop_front();
+    // After a failed write, none that was submitted after it: a training state must never
+    // count an epoch whose model file failed.
+    if (failed_) continue;
     busy_ = true;
     lock.unlock();
     try {
@@ -101,6 +104,7 @@ void CheckpointWriter::run() {
     } catch (...) {
       lock.lock();
       error_ = std::current_exception();
+      failed_ = true;
       lock.unlock();
     }
     lock.lock();

@@ -34,7 +34,8 @@ class CheckpointWriter {
               const std::vector<std::pair<std::string, Tensor>>& tensors,
               const std::vector<std::pair<std::string, Tensor>>& host_tensors,
               std::map<std::string, std::string> metadata);
-  // Waits until everything submitted is on disk; rethrows a failed write.
+  // Waits until everything submitted is on disk; rethrows a failed write. A failed write is
+  // rethrown once, by this or the next submit; nothing submitted after it is written.
   void flush();
 
  private:
@@ -60,6 +61,7 @@ class CheckpointWriter {
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   bool stop_ = false, busy_ = false;
+  bool failed_ = false;  // a write failed: later jobs are dropped
   std::exception_ptr error_;
   std::thread thread_;
 };
