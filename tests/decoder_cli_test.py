@@ -156,6 +156,21 @@ def main():
     e = eval_metrics(seqforge, run_dir)
     if "test_bits_per_token" not in e:
         fail(f"eval gave {e}")
+    # Another text: every whole sequence of its tokens, as the run's tokenizer cuts it.
+    other = os.path.join(work, "other.txt")
+    with open(other, "w", encoding="utf-8") as f:
+        f.write(head[-3000:])
+    with open(other, encoding="utf-8") as f:
+        ids = subprocess.run([seqforge, "tokenize", os.path.join(run_dir, "tokenizer.json"),
+                              "--whole", "--no-special"], stdin=f, capture_output=True, text=True,
+                             check=True).stdout.split()
+    out = run([seqforge, "eval", run_dir, "--data", other, "--json"]).stdout
+    d = json.loads(out.strip().splitlines()[-1])
+    if d["samples"] != (len(ids) - 1) // 32 or not 0 < d["data_loss"] < math.log(VOCAB) or \
+            abs(d["data_perplexity"] - math.exp(d["data_loss"])) > 1e-9 * d["data_perplexity"]:
+        fail(f"eval --data on {len(ids)} tokens gave {d}")
+    print(f"eval --data: {d['samples']:.0f} sequences of {len(ids)} tokens, "
+          f"data_loss {d['data_loss']:.3f}")
     # The same run with bf16 GEMMs (where the CPU has them) ends within 2% of its loss.
     bf16_dir = os.path.join(work, "run_bf16")
     out = run([seqforge, "train", config, "train.precision=bf16",
