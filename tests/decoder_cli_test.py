@@ -162,8 +162,8 @@ def main():
         f.write(head[-3000:])
     with open(other, encoding="utf-8") as f:
         ids = subprocess.run([seqforge, "tokenize", os.path.join(run_dir, "tokenizer.json"),
-                              "--whole", "--no-special"], stdin=f, capture_output=True, text=True,
-                             check=True).stdout.split()
+                              "--whole", "--no-special"],
+                             stdin=f, capture_output=True, text=True, check=True).stdout.split()
     out = run([seqforge, "eval", run_dir, "--data", other, "--json"]).stdout
     d = json.loads(out.strip().splitlines()[-1])
     if d["samples"] != (len(ids) - 1) // 32 or not 0 < d["data_loss"] < math.log(VOCAB) or \
