@@ -226,6 +226,8 @@ def _where_in_data(message, path, data):
     if isinstance(data, np.ndarray):
         message = re.sub(re.escape(path) + r": row (\d+)", r"the array's row \1", message)
         return message.replace(path, "the array").replace("a .npy array's columns", "its columns")
+    if isinstance(data, (list, tuple)):
+        return message.replace(path, "the texts")
     return message
 
 
@@ -487,16 +489,23 @@ class Run:
             if missing or codes or date_order:
                 raise ValueError("evaluate: missing, missing_values and date_order read `data`; "
                                  "a split of the run's own data is read as it trained")
-            return _native.evaluate(self.path, split, "", "", [])
-        data = _unmasked(data)
-        if isinstance(data, np.ndarray):
+            metrics, notes = _native.evaluate(self.path, split, "", "", [])
+        elif isinstance(_unmasked(data), np.ndarray):
+            data = _unmasked(data)
             with _python_words(), _naming_the_array(data):
-                return _native.evaluate_array(self.path, data, missing or "", codes)
-        with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
-            path = _data_file(data, scratch)
-            with _python_words(), _naming_the_data(data, path):
-                return _native.evaluate(self.path, split, path, missing or "", codes,
-                                        date_order or "")
+                metrics, notes = _native.evaluate_array(self.path, data, missing or "", codes)
+            notes = [re.sub(r"<numpy array \d+>\.npy", "the array", n) for n in notes]
+        else:
+            data = _unmasked(data)
+            with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
+                path = _data_file(data, scratch)
+                with _python_words(), _naming_the_data(data, path):
+                    metrics, notes = _native.evaluate(self.path, split, path, missing or "",
+                                                      codes, date_order or "")
+            notes = [_where_in_data(n, path, data) for n in notes]
+        for note in notes:  # what eval prints as "note:" lines
+            warnings.warn(_in_python_words(note), stacklevel=2)
+        return metrics
 
     def predictions(self, X, last=False, missing=None, missing_values=None, date_order=None):
         """predict's table for the windows of `X` (a path, array or data frame of the training

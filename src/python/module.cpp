@@ -207,14 +207,24 @@ class ArraySource {
   std::optional<sf::io::MemoryNpy> memory_;
 };
 
-std::map<std::string, double> evaluate(const std::string& run, const std::string& split,
-                                       const std::string& data, const std::string& missing,
-                                       const std::vector<std::string>& missing_values,
-                                       const std::string& date_order) {
+// eval's metrics and its notes (the lines the command prints after "note: "), for the package to
+// say in its own words.
+py::tuple evaluate(const std::string& run, const std::string& split, const std::string& data,
+                   const std::string& missing, const std::vector<std::string>& missing_values,
+                   const std::string& date_order) {
   const DenormalsScope keep;
-  py::gil_scoped_release released;
-  return sf::evaluate(run, split, data, &std::cerr,
-                      sf::InputReading{missing, missing_values, date_order});
+  std::ostringstream said;
+  std::map<std::string, double> metrics;
+  {
+    py::gil_scoped_release released;
+    metrics = sf::evaluate(run, split, data, &said,
+                           sf::InputReading{missing, missing_values, date_order});
+  }
+  py::list notes;
+  std::istringstream lines(said.str());
+  for (std::string line; std::getline(lines, line);)
+    notes.append(line.starts_with("note: ") ? line.substr(6) : line);
+  return py::make_tuple(metrics, notes);
 }
 
 // A vector handed to numpy without a copy: the array's base owns it.

@@ -61,7 +61,8 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
   LoadedRun r =
       load_run(run, data, data.empty() ? WindowSet::splits : WindowSet::with_targets, missing);
   if (!data.empty())
-    for (const std::string& note : r.task.notes()) std::cerr << "note: " << printable(note) << "\n";
+    for (const std::string& note : r.task.notes())
+      (notes ? *notes : std::cerr) << "note: " << printable(note) << "\n";
   return evaluate(r, run, split, data, notes);
 }
 
