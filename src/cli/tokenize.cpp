@@ -135,10 +135,12 @@ CLI::App* add_tokenizer(CLI::App& app) {
   train
       ->add_option("--vocab-size", o.bpe.vocab_size,
                    "tokens in all: 256 bytes, the merges and the special tokens")
+      ->check(whole_number(1, INT32_MAX))
       ->capture_default_str();
   train
       ->add_option("--min-frequency", o.bpe.min_frequency,
                    "stop before merging a pair seen fewer times")
+      ->check(whole_number(0, INT64_MAX))
       ->capture_default_str();
   train->add_option("--special", o.bpe.special_tokens, "special tokens, given ids 0, 1, ...")
       ->capture_default_str();

@@ -32,8 +32,10 @@ TuneCli* add_tune(CLI::App& app) {
                    "postgresql://user@host[:port]/db")
       ->check(a_path());
   t.app->add_option("--name", t.cmd.name, "study name (default: tune.name or the config's name)");
-  t.app->add_option("--n-trials", t.cmd.n_trials,
-                    "trials the study should have in total (default tune.n_trials)");
+  t.app
+      ->add_option("--n-trials", t.cmd.n_trials,
+                   "trials the study should have in total (default tune.n_trials)")
+      ->check(whole_number(1, INT64_MAX));
   t.app->add_option("--timeout", t.cmd.timeout, "seconds after which no new trial starts");
   t.app
       ->add_option("--report", t.report,
@@ -67,8 +69,6 @@ int run_tune(TuneCli* t) {
     check_output_file(t->cmd.report_html, "tune: --html");
     return tune::run_tune_report(t->report, t->cmd.name, t->cmd.report_html, std::cout);
   }
-  if (t->app->count("--n-trials") && t->cmd.n_trials <= 0)
-    fail("tune: --n-trials must be positive, got ", t->cmd.n_trials);
   if (t->app->count("--timeout") && !(t->cmd.timeout > 0 && std::isfinite(t->cmd.timeout)))
     fail("tune: --timeout must be a positive, finite number of seconds, got ", t->cmd.timeout);
   std::error_code ec;
