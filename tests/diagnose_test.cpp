@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "seqforge/core/error.hpp"
 #include "seqforge/train/trainer.hpp"
@@ -86,6 +88,51 @@ TEST(Diagnose, ReportsEachProblemOnOneLineNamingTheKey) {
     EXPECT_NE(p.find(": "), std::string::npos) << "what to change follows a colon: " << p;
   }
   EXPECT_EQ(d.timed_steps, 0);
+}
+
+// What the training loop refuses before its first step is a problem, timed steps or not, named
+// as train names it; nothing is timed then.
+TEST(Diagnose, WhatTheTrainingLoopRefusesIsAProblem) {
+  const Fixture fx("loop", 400);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"train.early_stopping.monitor=val_loss", "data.split.val=0"},
+       "train.early_stopping.monitor is val_loss but data.split.val is 0"},
+      {{"train.stateful=true", "model.bidirectional=true"},
+       "override 'train.stateful=true': train.stateful needs a unidirectional model"},
+      {{"train.stateful=true", "data.stride=5"},
+       "override 'data.stride=5': data.stride 5 does not divide data.lookback 12"}};
+  for (const auto& [overrides, problem] : cases)
+    for (int steps : {0, 2}) {
+      const ConfigDiagnosis d = diagnose_config(fx.config(overrides), steps);
+      ASSERT_EQ(d.problems.size(), 1u) << problem;
+      EXPECT_NE(d.problems[0].find(problem), std::string::npos) << d.problems[0];
+      EXPECT_EQ(d.timed_steps, 0);
+    }
+}
+
+// The memory figure is the measured run's peak, not the process's before it; a run directory
+// the file system cannot hold is a problem, one it can is left as it was.
+TEST(Diagnose, MeasuredPeakIsTheRunsAndTheRunDirectoryIsTried) {
+  const Fixture fx("peak", 400);
+  {
+    std::vector<char> big(size_t{400} << 20);
+    for (size_t i = 0; i < big.size(); i += 4096) big[i] = 1;
+    volatile char keep = big[12345];
+    (void)keep;
+  }
+  const ConfigDiagnosis d = diagnose_config(fx.config(), 2);
+  EXPECT_EQ(d.timed_steps, 2);
+  EXPECT_GT(d.measured_peak_mb, 0);
+  EXPECT_LT(d.measured_peak_mb, 350) << "the 400 MB touched before the run are not its peak";
+  EXPECT_FALSE(fs::exists(fx.dir / "run"));
+  const ConfigDiagnosis proc =
+      diagnose_config(fx.config({"train.run_dir=/proc/seqforge_diagnose_test"}), 0);
+  ASSERT_FALSE(proc.problems.empty());
+  EXPECT_NE(proc.problems[0].find("train.run_dir /proc/seqforge_diagnose_test"), std::string::npos)
+      << proc.problems[0];
+  const fs::path fresh = fx.dir / "new" / "run";
+  EXPECT_TRUE(diagnose_config(fx.config({"train.run_dir=" + fresh.string()}), 0).problems.empty());
+  EXPECT_FALSE(fs::exists(fx.dir / "new"));
 }
 
 TEST(Diagnose, DataErrorsComeOutAsTheyDoForTrain) {

@@ -142,6 +142,23 @@ def main():
             check_safetensors(os.path.join(run, name))
     print("two SIGINTs: exit 130 after %.2f s" % (time.time() - t0))
 
+    # A profiled run stopped by a signal keeps the profile of the steps it took.
+    run = os.path.join(work, "profiled")
+    p = start(seqforge, ["train"] + common + ["train.run_dir=" + run, "--profile"], env)
+    wait_for_progress(p, 1)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    trace = os.path.join(run, "trace.json")
+    if p.returncode != 130 or not os.path.exists(trace) or "profile (%s" % trace not in out:
+        fail("a profiled run after SIGINT: exit %d, no %s or no profile table:\n%s\n%s"
+             % (p.returncode, trace, out[-2000:], err))
+    with open(trace) as f:
+        events = json.load(f)
+    events = events.get("traceEvents", events) if isinstance(events, dict) else events
+    if not any(e.get("name") == "train step" for e in events):
+        fail("the interrupted run's trace holds no training step")
+    print("profiled run: SIGINT -> exit 130, trace of %d events" % len(events))
+
     # seqforge tune: the trial under way is recorded as failed and its parameters wait to run
     # again; no new trial starts.
     tune_config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(config))),

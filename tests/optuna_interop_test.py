@@ -9,9 +9,11 @@ Usage: optuna_interop_test.py SEQFORGE DATA.csv WORKDIR
 import math
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import warnings
 
 import optuna
@@ -248,4 +250,33 @@ for first in ("seqforge", "optuna"):
     check(points_run(study) == every_point and len(study.trials) == 12,
           f"a grid run by {first} first, then the other: each of the 12 points once "
           f"({len(study.trials)} trials)")
+
+# 5. Running trials are judged by one clock: Optuna's check of stale heartbeats (the database's
+# CURRENT_TIMESTAMP, whole seconds on SQLite) finds a seqforge trial under way alive, and a
+# parameter enqueued from Optuna that the space does not search is not the trial's.
+db5 = os.path.join(work, "hb.db")
+url5 = "sqlite:///" + db5
+hb = optuna.create_study(study_name="hb", storage=url5, direction="minimize")
+hb.enqueue_trial({"optim.lr": 0.003, "optim.kind": "sgd", "model.layers": 2})
+runner = subprocess.Popen([seqforge, "tune", config("hb", 1), "--study", db5,
+                           "train.run_dir=" + work + "/hb", "train.epochs=5000",
+                           "train.max_batches=20"], cwd=work, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+storage = optuna.storages.RDBStorage(url5, heartbeat_interval=1, grace_period=10)
+study_id = storage.get_study_id_from_name("hb")
+checks, stale = 0, []
+deadline = time.time() + 60
+while time.time() < deadline and checks < 40:
+    running = [t for t in storage.get_all_trials(study_id) if t.state == S.RUNNING]
+    if running:
+        stale += storage._get_stale_trial_ids(study_id)
+        checks += 1
+    time.sleep(0.05)
+runner.send_signal(signal.SIGINT)
+runner.communicate(timeout=120)
+check(checks == 40 and not stale,
+      f"Optuna finds seqforge's running trial alive in {checks} checks (stale: {stale})")
+t0 = optuna.load_study(study_name="hb", storage=url5).trials[0]
+check("model.layers" not in t0.params and t0.params["optim.lr"] == 0.003,
+      f"an enqueued parameter outside the space is not the trial's ({t0.params})")
 print("optuna interop: all checks passed")

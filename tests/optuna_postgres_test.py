@@ -171,6 +171,28 @@ INSERT INTO seqforge_intermediate VALUES (1, 0, '0.5'), (1, 1, '0.33333333333333
           t[1].params["optim.lr"] == 0.02 and t[1].params["optim.kind"] == "adamw" and
           t[1].state in (S.COMPLETE, S.PRUNED) and t[1].system_attrs["seqforge:retry_of"] == 0,
           "converted: the old trials in Optuna's tables, the queued retry ran with its parameters")
+
+    # A database in another time zone: heartbeats on the database's clock, as Optuna's. An
+    # Optuna worker's running trial with a fresh heartbeat stays running, and seqforge's
+    # heartbeats are the database's time, not UTC.
+    subprocess.run([bin_dir + "/createdb", "-h", "127.0.0.1", "-p", str(port), "-U", "seqforge",
+                    "eastern"], check=True)
+    psql("eastern", "ALTER DATABASE eastern SET timezone TO 'America/New_York'")
+    optuna.create_study(study_name="pg", storage=base + "eastern")
+    storage = optuna.storages.RDBStorage(base + "eastern", heartbeat_interval=1)
+    study_id = storage.get_study_id_from_name("pg")
+    running = storage.create_new_trial(study_id)
+    storage.record_heartbeat(running)
+    p = subprocess.run([seqforge, "tune", cfg, "--study", base + "eastern", "--n-trials", "2",
+                        "train.run_dir=" + os.path.join(work, "eastern")], capture_output=True,
+                       text=True, timeout=600)
+    check(p.returncode == 0, f"seqforge tune in another time zone ({p.stderr.strip()[-300:]})")
+    t = optuna.load_study(study_name="pg", storage=base + "eastern").trials
+    check(len(t) == 2 and t[0].state == S.RUNNING and t[1].state in (S.COMPLETE, S.PRUNED),
+          f"another worker's live trial stays running ({[x.state.name for x in t]})")
+    age = float(psql("eastern", "SELECT EXTRACT(EPOCH FROM LOCALTIMESTAMP - heartbeat) FROM "
+                     f"trial_heartbeats WHERE trial_id = {t[1]._trial_id}").strip())
+    check(0 <= age < 120, f"seqforge's heartbeat is the database's time ({age:.1f} s old)")
 finally:
     stop()
 print("optuna postgres: all checks passed")

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "io/file_util.hpp"
@@ -390,6 +391,40 @@ std::vector<double> grid_ys(const std::string& svg) {
     if (a == b) ys.push_back(a);
   }
   return ys;
+}
+
+// The pages say charset utf-8: other bytes (a file name, a damaged config) become U+FFFD.
+TEST(Report, EscapedTextIsUtf8) {
+  EXPECT_EQ(report::escape("caf\xe9 <b>\xc3"), "caf\xef\xbf\xbd &lt;b&gt;\xef\xbf\xbd");
+  EXPECT_EQ(report::escape("caf\xc3\xa9 & \xf0\x9f\x98\x80"), "caf\xc3\xa9 &amp; \xf0\x9f\x98\x80");
+}
+
+// The y axis's tick labels, top to bottom.
+std::vector<std::string> y_labels(const std::string& svg) {
+  std::vector<std::string> labels;
+  const std::string mark = "text-anchor=\"end\" class=\"axis\">";
+  for (size_t at = svg.find(mark); at != std::string::npos; at = svg.find(mark, at + 1)) {
+    const size_t begin = at + mark.size();
+    labels.push_back(svg.substr(begin, svg.find('<', begin) - begin));
+  }
+  return labels;
+}
+
+// Large values a small share apart (a raw volume's errors) get labels as distinct as their ticks.
+TEST(Report, TickLabelsOfLargeCloseValuesDiffer) {
+  for (const std::vector<double>& values :
+       {std::vector<double>{412905680, 412851543, 412796802, 412757793},
+        std::vector<double>{2.00e9, 2.01e9, 2.03e9}, std::vector<double>{1.2341e-6, 1.2349e-6}}) {
+    report::Chart chart;
+    chart.y_scale = report::Scale::linear;
+    report::Series s("values");
+    for (size_t i = 0; i < values.size(); ++i) s.x.push_back(double(i)), s.y.push_back(values[i]);
+    chart.series.push_back(s);
+    const std::vector<std::string> labels = y_labels(report::render(chart));
+    ASSERT_GE(labels.size(), 2u);
+    EXPECT_EQ(std::set<std::string>(labels.begin(), labels.end()).size(), labels.size())
+        << ::testing::PrintToString(labels);
+  }
 }
 
 // The tick property over hostile ranges, on both scales: a finite chart, at most a dozen y

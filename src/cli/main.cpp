@@ -328,19 +328,29 @@ static int run_command(int argc, char** argv) {
           sf::fail("train: --resume ", run_dir, ": a tune study's directory, not a run: resume ",
                    "one of its trials (", run_dir, "/trial-N), or go on with the study (seqforge ",
                    "tune CONFIG.yaml, which resumes it)");
-        summary = sf::train(sf::Config::load(resolved, overrides), std::cout, run_dir);
-      } else {
-        if (train_config.empty()) sf::fail("train: give a CONFIG.yaml, or --resume RUN_DIR");
-        summary =
-            sf::train(sf::Config::load(train_config, overrides), std::cout, "", {}, overwrite);
       }
-      if (profile) {
+      // The profile of the steps taken, also when a signal stopped the run.
+      const auto write_profile = [&](const std::string& dir) {
         sf::profiler::stop();
-        if (profile_path.empty()) profile_path = summary.run_dir + "/trace.json";
+        if (profile_path.empty()) profile_path = dir + "/trace.json";
         sf::profiler::write_trace(profile_path);
         std::cout << "profile (" << profile_path << ", opens in https://ui.perfetto.dev):\n";
         sf::profiler::print_summary(std::cout);
+      };
+      try {
+        if (!run_dir.empty()) {
+          summary = sf::train(sf::Config::load(run_dir + "/config.resolved.yaml", overrides),
+                              std::cout, run_dir);
+        } else {
+          if (train_config.empty()) sf::fail("train: give a CONFIG.yaml, or --resume RUN_DIR");
+          summary =
+              sf::train(sf::Config::load(train_config, overrides), std::cout, "", {}, overwrite);
+        }
+      } catch (const sf::Interrupted& e) {
+        if (profile && (!profile_path.empty() || !e.run_dir().empty())) write_profile(e.run_dir());
+        throw;
       }
+      if (profile) write_profile(summary.run_dir);
       return 0;
     }
     if (eval->parsed()) {

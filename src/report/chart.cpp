@@ -7,6 +7,9 @@
 #include <ctime>
 #include <iterator>
 #include <sstream>
+#include <string_view>
+
+#include "io/file_util.hpp"
 
 namespace seqforge::report {
 
@@ -15,9 +18,18 @@ namespace {
 constexpr const char* kColors[] = {"#2563eb", "#dc2626", "#16a34a",
                                    "#9333ea", "#ea580c", "#0891b2"};
 
-// A tick label with as many decimals as the tick step needs.
+// A tick label with as many decimals as the tick step needs (in e-notation, as many significant
+// digits: 4.129e+08 and 4.1295e+08 for ticks 50000 apart).
 std::string tick_label(double v, double step) {
-  if (v != 0 && (std::fabs(v) >= 1e7 || std::fabs(v) < 1e-4)) return fmt(v, "%.3g");
+  if (v != 0 && (std::fabs(v) >= 1e7 || std::fabs(v) < 1e-4)) {
+    const int digits = step > 0 ? static_cast<int>(std::floor(std::log10(std::fabs(v))) -
+                                                   std::floor(std::log10(step) + 1e-9)) +
+                                      1
+                                : 3;
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.*g", std::clamp(digits, 3, 10), v);
+    return buf;
+  }
   const int decimals = std::clamp(static_cast<int>(-std::floor(std::log10(step) + 1e-9)), 0, 12);
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
@@ -107,7 +119,16 @@ bool use_log(Scale scale, const std::vector<Series>& series, bool x) {
 
 }  // namespace
 
-std::string escape(const std::string& s) {
+std::string escape(const std::string& text) {
+  // Bytes that are not UTF-8 (a file name, a damaged config) as U+FFFD: the page says utf-8.
+  std::string s;
+  for (std::string_view rest = text;;) {
+    const size_t bad = io::first_non_utf8(rest);
+    s += rest.substr(0, bad);
+    if (bad == std::string_view::npos) break;
+    s += "\xEF\xBF\xBD";
+    rest.remove_prefix(bad + 1);
+  }
   std::string out;
   out.reserve(s.size());
   for (char ch : s) {

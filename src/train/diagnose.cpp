@@ -1,5 +1,6 @@
 // `seqforge diagnose CONFIG`: the data and model a config gives on this machine.
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "loop.hpp"
 #include "run.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
@@ -22,11 +24,29 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The nearest existing directory at or above `p`, and whether this process may write there.
+// Whether this process may write in directory `p`, or make it. The first missing level is made
+// and removed again: permissions alone pass a root user where the file system takes no new
+// directory (/proc, /sys).
 bool writable_dir_for(const fs::path& p) {
-  fs::path at = fs::absolute(p);
-  while (!at.empty() && !fs::exists(at) && at != at.parent_path()) at = at.parent_path();
-  return fs::is_directory(at) && access(at.c_str(), W_OK | X_OK) == 0;
+  fs::path at = fs::absolute(p), first_missing;
+  while (!at.empty() && !fs::exists(at) && at != at.parent_path()) {
+    first_missing = at;
+    at = at.parent_path();
+  }
+  if (!fs::is_directory(at) || access(at.c_str(), W_OK | X_OK) != 0) return false;
+  if (first_missing.empty()) return true;
+  if (::mkdir(first_missing.c_str(), 0700) != 0) return false;
+  ::rmdir(first_missing.c_str());
+  return true;
+}
+
+// Starts the kernel's count of this process's peak resident memory afresh (Linux's clear_refs),
+// so that the peak read later is the measured run's; false where it cannot.
+bool reset_peak_resident() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
 }
 
 // Settings that do not fit this machine: threads, precision, the run directory. Returns the
@@ -60,8 +80,9 @@ DType machine_problems(const Config& c, std::vector<std::string>* problems) {
   return gemm;
 }
 
-// The data and model: splits, parameters, memory per batch, and what does not fit.
-void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
+// The data and model: splits, parameters, memory per batch, and what does not fit. False where
+// the training loop would refuse the config before its first step (said among the problems).
+bool data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
   std::vector<std::string>& problems = d->problems;
   Task task = load_task(c);
   d->task = task_name(task.kind);
@@ -145,6 +166,16 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
                        " MB but " + std::to_string(int(avail)) +
                        " MB are available: set train.micro_batch_size (the same steps in "
                        "micro-batches), or lower data.lookback");
+  // What the training loop refuses before its first step: the monitor, stateful training.
+  if (d->train == 0) return false;
+  try {
+    const LoopSettings loop = LoopSettings::from(c, task);
+    if (loop.stateful) checked_stateful_streams(c, task, loop.batch_size);
+  } catch (const Error& e) {
+    problems.push_back(e.what());
+    return false;
+  }
+  return true;
 }
 
 // A short measured run: `steps` training steps (their median; the first pays for start-up) and
@@ -152,16 +183,28 @@ void data_problems(const Config& c, DType gemm, ConfigDiagnosis* d) {
 void measure(const Config& c, int steps, ConfigDiagnosis* d) {
   const fs::path tmp =
       fs::temp_directory_path() / ("seqforge-diagnose-" + std::to_string(getpid()));
-  const Config short_run =
-      Config::parse(c.resolved_yaml(), c.source(),
-                    {"train.epochs=1", "train.max_batches=" + std::to_string(steps),
-                     "train.run_dir=" + yaml_string(tmp.string()), "train.save=last",
-                     "train.early_stopping.patience=0", "train.test_after=false"});
+  // The config's own keys keep naming the user's file and lines in errors.
+  const Config short_run = c.with_values({{"train.epochs", "1"},
+                                          {"train.max_batches", std::to_string(steps)},
+                                          {"train.run_dir", yaml_string(tmp.string())},
+                                          {"train.save", "last"},
+                                          {"train.early_stopping.patience", "0"},
+                                          {"train.test_after", "false"}},
+                                         "diagnose's short run");
   const bool was_profiling = profiler::enabled();
   if (!was_profiling) profiler::start();
+  if (!reset_peak_resident())
+    d->notes.push_back(
+        "the memory figure is this process's peak, the machine checks above included (its "
+        "count could not be started afresh: /proc/self/clear_refs)");
   std::ostringstream log;
   try {
     train(short_run, log, "", {}, /*overwrite=*/true);
+  } catch (const Error& e) {
+    if (!was_profiling) profiler::stop();
+    fs::remove_all(tmp);
+    d->problems.push_back(std::string("a short training run failed: ") + e.what());
+    return;
   } catch (...) {
     if (!was_profiling) profiler::stop();
     fs::remove_all(tmp);
@@ -189,8 +232,8 @@ ConfigDiagnosis diagnose_config(const Config& given, int steps) {
   check_settings(c);  // refused as train refuses them
   ConfigDiagnosis d;
   const DType gemm = machine_problems(c, &d.problems);
-  data_problems(c, gemm, &d);
-  if (d.train == 0 || (d.val == 0 && c.number("data.split.val") > 0) || steps <= 0) return d;
+  const bool trains = data_problems(c, gemm, &d);
+  if (!trains || (d.val == 0 && c.number("data.split.val") > 0) || steps <= 0) return d;
   if (const int64_t whole = (d.train + d.batch_size - 1) / std::max<int64_t>(d.batch_size, 1);
       steps > whole)
     d.notes.push_back("--steps " + std::to_string(steps) + ": an epoch has " +

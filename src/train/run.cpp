@@ -423,6 +423,24 @@ std::unique_ptr<Model> load_model(Backend& be, const LoadedRun& r, std::ostream*
   return model;
 }
 
+StatefulStreams checked_stateful_streams(const Config& c, const Dataset& d, int64_t batch_size) {
+  // A chunk continues a stream from the window one lookback after the last: one cut at every
+  // stride rows exists only where the stride divides the lookback.
+  if (const int64_t stride = d.is_lm() ? 1 : c.integer("data.stride"); d.steps() % stride != 0)
+    fail(c.origin("data.stride"), ": data.stride ", stride, " does not divide data.lookback ",
+         d.steps(),
+         ", so under train.stateful no window starts where another ends and no "
+         "state would be carried: set it to a divisor of ",
+         d.steps(), " (1 keeps every window)");
+  StatefulStreams streams = stateful_streams(d, batch_size);
+  if (streams.batches == 0)
+    fail(c.origin("train.stateful"), ": train.stateful: the training split holds ",
+         d.split().train.size(), " windows, too few for ", batch_size,
+         " streams of consecutive chunks of ", d.steps(),
+         " steps; lower train.batch_size or data.lookback");
+  return streams;
+}
+
 StatefulStreams stateful_streams(const Dataset& d, int64_t batch_size) {
   const int64_t T = d.steps();
   std::vector<int64_t> chunks;

@@ -194,6 +194,9 @@ struct StatefulStreams {
   int64_t chunks = 0;  // in the training split; those past batches * batch_size are left out
 };
 StatefulStreams stateful_streams(const Dataset& d, int64_t batch_size);
+// The same for config `c`'s run, refused naming the key where no state would be carried (a
+// data.stride that does not divide the lookback) or no batch fills (too few windows).
+StatefulStreams checked_stateful_streams(const Config& c, const Dataset& d, int64_t batch_size);
 
 // Compute threads of one of `local` processes on this machine: an unbound process (mpirun
 // --bind-to none) shares the machine's CPUs with the others.

@@ -264,6 +264,7 @@ class Training {
   Training(const Config& c, std::ostream& out, const std::string& resume_dir,
            const TrainHooks& hooks, bool overwrite, dist::Communicator& comm);
   TrainSummary run();
+  const std::string& run_dir() const { return run_dir_; }
 
  private:
   // The run directory, locked by rank 0 before anything in it is read, written or removed.
@@ -501,21 +502,7 @@ void Training::start_streams() {
   if (ranks_ > 1)
     fail(c_.origin("train.stateful"),
          ": train.stateful runs in one process (not under mpirun with ", ranks_, " ranks)");
-  // A chunk continues a stream from the window one lookback after the last: one cut at every
-  // stride rows exists only where the stride divides the lookback.
-  if (const int64_t stride = task_.is_lm() ? 1 : c_.integer("data.stride");
-      task_.steps() % stride != 0)
-    fail(c_.origin("data.stride"), ": data.stride ", stride, " does not divide data.lookback ",
-         task_.steps(),
-         ", so under train.stateful no window starts where another ends and no "
-         "state would be carried: set it to a divisor of ",
-         task_.steps(), " (1 keeps every window)");
-  StatefulStreams streams = stateful_streams(task_, s_.batch_size);
-  if (streams.batches == 0)
-    fail(c_.origin("train.stateful"), ": train.stateful: the training split holds ",
-         task_.split().train.size(), " windows, too few for ", s_.batch_size,
-         " streams of consecutive chunks of ", task_.steps(),
-         " steps; lower train.batch_size or data.lookback");
+  StatefulStreams streams = checked_stateful_streams(c_, task_, s_.batch_size);
   order_ = std::move(streams.order);
   resets_ = std::move(streams.reset);
   batches_per_epoch_ =
@@ -1669,8 +1656,13 @@ void Training::finish() {
   }
   const std::string report = write_run_report(run_dir_);
   summary_.best = state_.best;
-  out_ << "best " << s_.monitor << " " << state_.best << "; model: " << checkpoint_
-       << "; metrics: " << metrics_path_ << "; report: " << report << "\n";
+  out_ << "best " << s_.monitor << " " << state_.best;
+  // Under train.save last or every_n the model is not the best epoch's: its own value too.
+  if (const auto it = saved_metrics_.find(s_.monitor);
+      s_.save != "best" && it != saved_metrics_.end() && it->second != state_.best)
+    out_ << " (the saved model's, train.save " << s_.save << ": " << it->second << ")";
+  out_ << "; model: " << checkpoint_ << "; metrics: " << metrics_path_ << "; report: " << report
+       << "\n";
 }
 
 }  // namespace
@@ -1806,7 +1798,13 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
   if (!note.empty()) shown << note << "\n";
   TrainSummary summary;
   if (comm.size() == 1) {
-    summary = Training(c, out, resume_dir, hooks, overwrite, comm).run();
+    Training training(c, out, resume_dir, hooks, overwrite, comm);
+    try {
+      summary = training.run();
+    } catch (Interrupted& e) {
+      e.set_run_dir(training.run_dir());
+      throw;
+    }
   } else {
     try {
       check_ranks_agree(c, comm);

@@ -38,7 +38,8 @@ class PostgresDb final : public Db {
     }
     query("SET client_min_messages = warning", {});
     query("SET extra_float_digits = 3", {});  // doubles read back exactly on any server version
-    query("SET TIME ZONE 'UTC'", {});
+    // The session keeps the database's time zone, as Optuna's do: heartbeats are written and
+    // read on its LOCALTIMESTAMP.
     if (read_only) query("SET default_transaction_read_only = on", {});
   }
   ~PostgresDb() override {

@@ -479,9 +479,9 @@ class SqlStorage final : public Storage {
     std::optional<Trial> out;
     write([&] {
       need_study();
-      const double now = now_seconds();
+      const double now = now_seconds(), clock = heartbeat_clock();
       for (const Trial& t : load("t.study_id = ? AND t.state = 'RUNNING'", {str(study_id_)})) {
-        const double idle = t.heartbeat > 0 ? now - t.heartbeat : 0;
+        const double idle = t.heartbeat > 0 ? clock - t.heartbeat : 0;
         const bool dead = !t.host.empty() && t.host == worker.host && process_gone(t.pid);
         if (idle <= grace && !dead) continue;
         const std::string who = t.host.empty() ? std::string("?") : t.host;
@@ -534,7 +534,7 @@ class SqlStorage final : public Storage {
       }
       set_trial_attr(id, "seqforge:host", worker.host);
       set_trial_attr(id, "seqforge:pid", worker.pid);
-      beat(id, now);
+      beat(id);
       auto loaded = load("t.trial_id = ?", {str(id)});
       SF_CHECK(loaded.size() == 1, "trial ", id);
       out = std::move(loaded[0]);
@@ -588,7 +588,7 @@ class SqlStorage final : public Storage {
   void heartbeat(int64_t id) override {
     write([&] {
       const auto r = db_->query("SELECT state FROM trials WHERE trial_id = ?", {str(id)});
-      if (!r.empty() && r[0][0] && *r[0][0] == "RUNNING") beat(id, now_seconds());
+      if (!r.empty() && r[0][0] && *r[0][0] == "RUNNING") beat(id);
     });
   }
 
@@ -720,10 +720,25 @@ class SqlStorage final : public Storage {
     return k.rfind("completed_rung_", 0) == 0 ? k : kPrefix + k;
   }
 
-  void beat(int64_t id, double now) {
+  // Heartbeats on the clock Optuna writes and reads them by, the database's: PostgreSQL's
+  // LOCALTIMESTAMP (in the session's time zone, as its now() is stored), and on SQLite UTC, whose
+  // CURRENT_TIMESTAMP has whole seconds: written a second early there, so that no heartbeat is
+  // in Optuna's future (it takes one for a day old), and read back a second later.
+  static constexpr double kSqliteHeartbeatLead = 1;
+  void beat(int64_t id) {
     db_->query("DELETE FROM trial_heartbeats WHERE trial_id = ?", {str(id)});
-    db_->query("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?)",
-               {str(id), datetime_text(now, true)});
+    if (db_->postgres())
+      db_->query("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, LOCALTIMESTAMP)",
+                 {str(id)});
+    else
+      db_->query("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?)",
+                 {str(id), datetime_text(now_seconds() - kSqliteHeartbeatLead, true)});
+  }
+  // Now on the heartbeats' clock (seconds, comparable with Trial::heartbeat).
+  double heartbeat_clock() {
+    if (!db_->postgres()) return now_seconds();
+    const auto r = db_->query("SELECT LOCALTIMESTAMP");
+    return r.empty() || r[0].empty() ? now_seconds() : datetime_seconds(r[0][0], true);
   }
 
   // Optuna numbers a trial by the count of the study's trials with a smaller trial_id, counted
@@ -884,8 +899,10 @@ class SqlStorage final : public Storage {
                  r[2] ? "'" + *r[2] + "'" : std::string("NULL"), " is not a number");
           t.intermediate[int64_t(*step)] = *v;
         });
-    each("SELECT x.trial_id, x.heartbeat FROM trial_heartbeats x",
-         [&](Trial& t, const Row& r) { t.heartbeat = datetime_seconds(r[1], true); });
+    each("SELECT x.trial_id, x.heartbeat FROM trial_heartbeats x", [&](Trial& t, const Row& r) {
+      t.heartbeat = datetime_seconds(r[1], true);
+      if (t.heartbeat > 0 && !db_->postgres()) t.heartbeat += kSqliteHeartbeatLead;
+    });
     // Waiting or just claimed trials: fixed parameters (Optuna's enqueue_trial, a retry) that
     // are not set yet.
     for (const auto& [id, params] : fixed) {
@@ -894,7 +911,8 @@ class SqlStorage final : public Storage {
       for (const auto& [k, v] : params.items()) {
         if (t.params.count(k)) continue;
         const Param* p = find_param(space_, k);
-        if (p && p->kind == Param::Kind::categorical) {
+        if (!p) continue;  // as Optuna: a fixed parameter no one samples is not the trial's
+        if (p->kind == Param::Kind::categorical) {
           bool found = false;
           for (size_t c = 0; c < p->choices.size() && !found; ++c)
             if (same_choice(choice_json(p->choices[c]), v)) {

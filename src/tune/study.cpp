@@ -204,7 +204,7 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
     for (const auto& p : settings_.space)
       complete_params = complete_params && trial.params.count(p.name);
     try {
-      if (!complete_params) {
+      if (!complete_params && claim_problem.empty()) {  // a trial that fails takes no draw
         std::map<std::string, double> sampled;
         try {
           sampled = sampler_->sample(storage_->trials(), trial);

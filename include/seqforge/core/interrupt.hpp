@@ -33,9 +33,13 @@ class Interrupted : public Error {
   Interrupted(int signal, const std::string& message) : Error(message), signal_(signal) {}
   int signal() const { return signal_; }
   int exit_code() const { return 128 + signal_; }
+  // The run directory of an interrupted training run ("" where none was made yet).
+  const std::string& run_dir() const { return run_dir_; }
+  void set_run_dir(const std::string& dir) { run_dir_ = dir; }
 
  private:
   int signal_;
+  std::string run_dir_;
 };
 
 }  // namespace seqforge
