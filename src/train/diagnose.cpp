@@ -75,8 +75,9 @@ DType machine_problems(const Config& c, std::vector<std::string>* problems) {
   std::string run_dir = c.str("train.run_dir");
   if (run_dir.empty()) run_dir = (fs::path("runs") / fs::path(c.source()).stem()).string();
   if (!writable_dir_for(run_dir))
-    problems->push_back("train.run_dir " + run_dir +
-                        " is not writable by this user: set train.run_dir to a writable directory");
+    problems->push_back(
+        "train.run_dir " + run_dir +
+        " cannot be made or written by this user: set train.run_dir to a writable directory");
   return gemm;
 }
 
