@@ -495,6 +495,17 @@ check(len(table) == 3 and table[0]["params_optim.kind"] == "sgd" and
       "seqforge_seconds" in table[0], "--export csv: the same, one row per trial")
 p = run(["--export", "xml", db], ok=False)
 check(p.returncode != 0 and "expected csv or json" in p.stderr, "--export: unknown format")
+# A boolean choice is exported as the boolean Optuna reads, not as text.
+bool_db = os.path.join(work, "bool.db")
+run([config("bool", "    model.bidirectional: {type: categorical, choices: [false, true]}\n",
+            sampler="{kind: random, seed: 3}", epochs=1, batches=2, n_trials=2),
+     "--study", bool_db, "train.run_dir=" + work + "/bool"])
+exported = [t["params"]["model.bidirectional"] for t in json.loads(run(["--export", "json", bool_db])
+                                                               .stdout)["trials"]]
+optuna_csv = list(csv.DictReader(io.StringIO(run(["--export", "csv", bool_db]).stdout)))
+check(all(isinstance(v, bool) for v in exported) and
+      [r["params_model.bidirectional"] for r in optuna_csv] == [str(v).lower() for v in exported],
+      f"--export: booleans as booleans ({exported})")
 
 # 9. tune.value: the trial's value is the epoch whose checkpoint is kept (best: the best epoch by
 # the study's metric, even when the config monitors another one; last: the last epoch).

@@ -42,14 +42,16 @@ std::string datetime_text(double seconds) {
   return buf;
 }
 
-// A parameter by value: a categorical as its choice (a number when the choice is one), an int
-// as an integer.
+// A parameter by value: a categorical as its choice (a number or a boolean when the choice is
+// one), an int as an integer.
 OrderedJson param_json(const Param* p, double v) {
   if (!p) return number_json(v);
   if (p->kind == Param::Kind::categorical) {
     const size_t i = size_t(v);
     if (v < 0 || i >= p->choices.size()) return number_json(v);
     const std::string& c = p->choices[i];
+    if (c == "true" || c == "True" || c == "false" || c == "False")  // as Optuna holds them
+      return c == "true" || c == "True";
     const char* end = c.data() + c.size();
     int64_t n = 0;
     if (auto r = std::from_chars(c.data(), end, n);
