@@ -490,13 +490,11 @@ class Run:
                 raise ValueError("evaluate: missing, missing_values and date_order read `data`; "
                                  "a split of the run's own data is read as it trained")
             metrics, notes = _native.evaluate(self.path, split, "", "", [])
-        elif isinstance(_unmasked(data), np.ndarray):
-            data = _unmasked(data)
+        elif isinstance(data := _unmasked(data), np.ndarray):
             with _python_words(), _naming_the_array(data):
                 metrics, notes = _native.evaluate_array(self.path, data, missing or "", codes)
             notes = [re.sub(r"<numpy array \d+>\.npy", "the array", n) for n in notes]
         else:
-            data = _unmasked(data)
             with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
                 path = _data_file(data, scratch)
                 with _python_words(), _naming_the_data(data, path):

@@ -92,7 +92,10 @@ void CheckpointWriter::run() {
     jobs_.pop_front();
     // After a failed write, none that was submitted after it: a training state must never
     // count an epoch whose model file failed.
-    if (failed_) continue;
+    if (failed_) {
+      cv_.notify_all();  // a flush waiting for the queue to empty
+      continue;
+    }
     busy_ = true;
     lock.unlock();
     try {

@@ -14,6 +14,7 @@
 #include "run.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/core/interrupt.hpp"
 #include "seqforge/core/profiler.hpp"
 #include "seqforge/core/resource_monitor.hpp"
 #include "seqforge/train/trainer.hpp"
@@ -198,21 +199,26 @@ void measure(const Config& c, int steps, ConfigDiagnosis* d) {
     d->notes.push_back(
         "the memory figure is this process's peak, the machine checks above included (its "
         "count could not be started afresh: /proc/self/clear_refs)");
+  // However the run ends: the profiler as it was, the scratch run gone.
+  const auto clean_up = [&] {
+    if (!was_profiling) profiler::stop();
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+  };
   std::ostringstream log;
   try {
     train(short_run, log, "", {}, /*overwrite=*/true);
   } catch (const Error& e) {
-    if (!was_profiling) profiler::stop();
-    fs::remove_all(tmp);
+    clean_up();
+    if (const auto* stop = dynamic_cast<const Interrupted*>(&e))  // as it stops train
+      throw Interrupted(stop->signal(), "interrupted in diagnose's timed steps");
     d->problems.push_back(std::string("a short training run failed: ") + e.what());
     return;
   } catch (...) {
-    if (!was_profiling) profiler::stop();
-    fs::remove_all(tmp);
+    clean_up();
     throw;
   }
-  if (!was_profiling) profiler::stop();
-  fs::remove_all(tmp);
+  clean_up();
   d->measured_peak_mb = process_peak_rss_bytes() / 1048576;
   for (const auto& row : profiler::summary()) {
     if (row.name == "train step") {  // the median: robust to the first step and to noise

@@ -1818,11 +1818,14 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
   // A signal after the last step of a run with no test evaluation to stop: the run is whole, and
   // the exit code still says a signal came, so that a script does not go on. (Inside a study the
   // study answers it: the trial is complete.)
-  if (const int sig = interrupt_requested(); sig && interrupts.outermost())
-    throw Interrupted(sig, detail::concat("interrupted (", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                                          ") after the last epoch: the run is complete, its model "
-                                          "in ",
-                                          summary.checkpoint));
+  if (const int sig = interrupt_requested(); sig && interrupts.outermost()) {
+    Interrupted late(sig, detail::concat("interrupted (", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                                         ") after the last epoch: the run is complete, its model "
+                                         "in ",
+                                         summary.checkpoint));
+    late.set_run_dir(summary.run_dir);
+    throw late;
+  }
   return summary;
 }
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "seqforge/core/error.hpp"
+#include "seqforge/tune/storage.hpp"
 #include "seqforge/tune/study.hpp"
 
 namespace seqforge::tune {
@@ -49,19 +50,7 @@ OrderedJson param_json(const Param* p, double v) {
   if (p->kind == Param::Kind::categorical) {
     const size_t i = size_t(v);
     if (v < 0 || i >= p->choices.size()) return number_json(v);
-    const std::string& c = p->choices[i];
-    if (c == "true" || c == "True" || c == "false" || c == "False")  // as Optuna holds them
-      return c == "true" || c == "True";
-    const char* end = c.data() + c.size();
-    int64_t n = 0;
-    if (auto r = std::from_chars(c.data(), end, n);
-        !c.empty() && r.ec == std::errc() && r.ptr == end)
-      return n;
-    double d = 0;
-    if (auto r = std::from_chars(c.data(), end, d);
-        !c.empty() && r.ec == std::errc() && r.ptr == end && std::isfinite(d))
-      return d;
-    return c;
+    return OrderedJson(choice_json(p->choices[i]));
   }
   if (p->kind == Param::Kind::integer && v == std::floor(v)) return int64_t(v);
   return number_json(v);

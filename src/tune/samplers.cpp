@@ -312,6 +312,7 @@ Grid::Grid(const TuneSettings& s) {
             [](const Param* a, const Param* b) { return a->name < b->name; });
   int64_t total = 1;
   for (const Param* p : params) {
+    const std::string& where = p->where.empty() ? s.source : p->where;
     std::vector<double> values;
     if (p->kind == Param::Kind::categorical) {
       for (size_t i = 0; i < p->choices.size(); ++i) values.push_back(double(i));
@@ -321,7 +322,7 @@ Grid::Grid(const TuneSettings& s) {
       const double step = p->step > 0 ? p->step : 1;
       const double steps = std::floor((p->high - p->low) / step + 1e-9);
       if (steps >= 100000)
-        fail(p->where.empty() ? s.source : p->where, ": tune.space.", p->name, ": ",
+        fail(where, ": tune.space.", p->name, ": ",
              steps < 1e15 ? std::to_string(int64_t(steps) + 1) : std::string("over 10^15"),
              " grid values from low to high by step; at most 100000: give a larger step or the "
              "values in grid");
@@ -329,7 +330,7 @@ Grid::Grid(const TuneSettings& s) {
     }
     total *= int64_t(values.size());
     if (total > 1000000)
-      fail(p->where.empty() ? s.source : p->where, ": tune.space: with tune.space.", p->name,
+      fail(where, ": tune.space: with tune.space.", p->name,
            " the grid has over a million points (", total,
            " so far): search fewer values or use the tpe or random sampler");
     axes_.emplace_back(*p, std::move(values));

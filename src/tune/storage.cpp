@@ -162,19 +162,6 @@ std::optional<double> from_typed(const Value& v, const Value& type) {
   return stored_number(v);
 }
 
-// A categorical choice (YAML text) as the JSON value Optuna would hold: 16, 2.5, true, "lstm".
-json choice_json(const std::string& text) {
-  if (text == "true" || text == "True") return true;
-  if (text == "false" || text == "False") return false;
-  int64_t i = 0;
-  const char* end = text.data() + text.size();
-  auto r = std::from_chars(text.data(), end, i);
-  if (!text.empty() && r.ec == std::errc() && r.ptr == end) return i;
-  double d = 0;
-  auto rd = std::from_chars(text.data(), end, d);
-  if (!text.empty() && rd.ec == std::errc() && rd.ptr == end && std::isfinite(d)) return d;
-  return text;
-}
 bool same_choice(const json& a, const json& b) {
   if (a.is_number() && b.is_number() && !a.is_boolean() && !b.is_boolean())
     return a.get<double>() == b.get<double>();
@@ -1091,6 +1078,19 @@ class SqlStorage final : public Storage {
 };
 
 }  // namespace
+
+json choice_json(const std::string& text) {
+  if (text == "true" || text == "True") return true;
+  if (text == "false" || text == "False") return false;
+  int64_t i = 0;
+  const char* end = text.data() + text.size();
+  auto r = std::from_chars(text.data(), end, i);
+  if (!text.empty() && r.ec == std::errc() && r.ptr == end) return i;
+  double d = 0;
+  auto rd = std::from_chars(text.data(), end, d);
+  if (!text.empty() && rd.ec == std::errc() && rd.ptr == end && std::isfinite(d)) return d;
+  return text;
+}
 
 void check_fixed_params(const std::vector<Param>& space,
                         const std::map<std::string, std::string>& fixed, const std::string& where,

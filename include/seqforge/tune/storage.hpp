@@ -9,6 +9,7 @@
 // keys; files of seqforge's former schema (seqforge_meta, version 1) are converted on first open.
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -89,6 +90,9 @@ double now_seconds();
 std::string host_name();
 // A database URL without its password (postgresql://user:***@host/db), for messages and files.
 std::string redacted_url(const std::string& url);
+
+// A categorical choice (YAML text) as the JSON value Optuna holds: 16, 2.5, true, "lstm".
+nlohmann::json choice_json(const std::string& text);
 
 // Throws unless `fixed` (config key -> text, as --enqueue gives them) are parameters of `space`
 // with values inside it; errors name `where` and `study`.
