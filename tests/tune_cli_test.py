@@ -388,8 +388,8 @@ with open(os.path.join(work, "junk.db"), "w") as f:
 p = run([config("junk"), "--study", os.path.join(work, "junk.db")], ok=False)
 check(p.returncode != 0 and "not a seqforge study database" in p.stderr,
       f"a file that is no database: {p.stderr.strip()}")
-# A metric the task never reports is refused before the study exists; one this data does not give
-# (val_pinball without quantiles) stops the study at its first trial.
+# A metric the task never reports, and one this data does not give (val_pinball without
+# quantiles), are refused before the study exists.
 bad = config("metric")
 with open(bad) as f:
     text = f.read()
@@ -402,9 +402,16 @@ check(p.returncode != 0 and "tune.metric: 'val_accuracy' is not a metric of a fo
 with open(bad, "w") as f:
     f.write(text.replace("tune:\n", "tune:\n  metric: val_pinball\n"))
 p = run([bad, "--study", os.path.join(work, "metric.db")], ok=False)
-rows = trials(os.path.join(work, "metric.db"))
 check(p.returncode != 0 and "tune.metric: 'val_pinball' is not a metric" in p.stderr
-      and len(rows) == 1, f"a metric this data does not give stops the study: {p.stderr.strip()}")
+      and p.stderr.strip().count("\n") == 0 and not os.path.exists(os.path.join(work, "metric.db")),
+      f"a metric this data does not give is refused at once: {p.stderr.strip()}")
+# So is a column the data file lacks: no study of trials that all fail.
+with open(bad, "w") as f:
+    f.write(text.replace("targets: [temperature]", "targets: [no_such_column]", 1))
+p = run([bad, "--study", os.path.join(work, "column.db")], ok=False)
+check(p.returncode != 0 and "no_such_column" in p.stderr
+      and not os.path.exists(os.path.join(work, "column.db")),
+      f"a missing column is refused before the study: {p.stderr.strip()}")
 # 6. A study file in a directory that does not exist: one line naming it, nothing created.
 missing = os.path.join(work, "no", "such", "dir", "s.db")
 p = run([config("nodir"), "--study", missing], ok=False)

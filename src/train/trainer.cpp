@@ -1673,6 +1673,14 @@ void check_settings(const Config& c) {
   augment_options(c);
 }
 
+void check_before_training(const Config& c) {
+  check_settings(c);
+  const Task task = load_task(c);
+  check_validation_split(c, task);
+  const LoopSettings loop = LoopSettings::from(c, task);
+  if (loop.stateful) checked_stateful_streams(c, task, loop.batch_size);
+}
+
 namespace {
 // A resumed run continues the function it trained on the windows it trained on, and goes on
 // from its state as it was: an override of a key that changes the model's function, its

@@ -618,6 +618,22 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     check_settings(first);
     for (const std::string& w : ignored_settings(first)) console << "warning: " << w << "\n";
     for (const std::string& w : settings.unused) console << "warning: " << w << "\n";
+    // and what a trial would refuse once it reads the data (a missing column, a metric this data
+    // does not give), before the study exists rather than as one failed trial after another
+    o.insert(o.end(), value_overrides.begin(), value_overrides.end());
+    try {
+      check_before_training(Config::load(cmd.config, o));
+    } catch (const Error& e) {
+      std::string why = e.what();
+      const std::string key = "train.early_stopping.monitor";
+      if (const size_t at = why.find(": " + key); at != std::string::npos) {
+        const bool monitor = settings.metric == base.str(key);
+        why = (monitor ? base.origin(key) + ": " + key + " (the study's metric)"
+                       : cmd.config + ": tune.metric") +
+              why.substr(at + 2 + key.size());
+      }
+      fail(why);
+    }
   }
   const fs::path dir = base.str("train.run_dir").empty() ? fs::path("runs") / settings.name
                                                          : fs::path(base.str("train.run_dir"));

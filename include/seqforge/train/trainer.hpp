@@ -50,6 +50,11 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
 // the augmentations'), each refused naming its key: what train, diagnose and tune refuse at once.
 void check_settings(const Config& c);
 
+// What a run refuses before its first step, with its data read: check_settings, then the data
+// file and its splits, the monitored metric, stateful streams. Tune checks its trials' config
+// with it before the study exists.
+void check_before_training(const Config& c);
+
 // Settings the config gives that do nothing with its other settings (a transformer's model.cell,
 // adapter.rank without an adapter, ...), one warning each; train prints them at start-up.
 std::vector<std::string> ignored_settings(const Config& c);
