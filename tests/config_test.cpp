@@ -217,6 +217,29 @@ TEST(Config, OneDocumentAndEachKeyOnce) {
       "c.yaml:4: 'model.hidden' is given twice");
 }
 
+// A tag of YAML's core schema reads as the value; any other tag is refused naming its line, in
+// the tune section too, rather than dropped without a word.
+TEST(Config, TagsOutsideTheCoreSchemaAreRefused) {
+  const Config c = Config::parse(
+      "model: !!map {hidden: !!int 8}\noptim: {lr: !!float 1e-3}\n"
+      "data: {targets: !!seq [!!str y]}\n",
+      "cfg.yaml");
+  EXPECT_EQ(c.integer("model.hidden"), 8);
+  EXPECT_EQ(c.number("optim.lr"), 1e-3);
+  EXPECT_EQ(c.list("data.targets"), std::vector<std::string>{"y"});
+  EXPECT_EQ(
+      error_of([] { Config::parse("train: {epochs: 2}\nmodel: {hidden: !wide 8}\n", "c.yaml"); }),
+      "c.yaml:2: the YAML tag '!wide' asks for a reading a config does not have; remove it");
+  EXPECT_EQ(error_of([] {
+              Config::parse("tune:\n  space:\n    optim.lr: !!python/object {}\n", "c.yaml");
+            }),
+            "c.yaml:3: the YAML tag 'tag:yaml.org,2002:python/object' asks for a reading a config "
+            "does not have; remove it");
+  EXPECT_EQ(error_of([] { Config::parse("", "c.yaml", {"model.hidden=!w 8"}); }),
+            "override 'model.hidden=!w 8': the YAML tag '!w' asks for a reading a config does not "
+            "have; remove it");
+}
+
 // A long override is quoted cut short in its error, at a character's first byte.
 TEST(Config, ALongOverrideIsQuotedCutShort) {
   // "model.hiden=" and 104 letters: 116 bytes, then an "e" with an acute accent in two bytes.

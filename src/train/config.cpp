@@ -949,6 +949,34 @@ bool within_expansion_bound(const YAML::Node& node, size_t* total, int depth = 0
     }
   return true;
 }
+
+// A tag of YAML's core schema (!!str, !!int, ...) says what the value already is; any other
+// (!custom, !!python/object) asks for a reading no config has.
+void check_yaml_tags(const YAML::Node& node, const std::string& source, bool lines = true) {
+  const std::string& tag = node.Tag();
+  static const std::set<std::string> core = {"",
+                                             "?",
+                                             "!",
+                                             "tag:yaml.org,2002:str",
+                                             "tag:yaml.org,2002:int",
+                                             "tag:yaml.org,2002:float",
+                                             "tag:yaml.org,2002:bool",
+                                             "tag:yaml.org,2002:null",
+                                             "tag:yaml.org,2002:seq",
+                                             "tag:yaml.org,2002:map"};
+  if (!core.count(tag))
+    fail(source, lines ? ":" + std::to_string(node.Mark().line + 1) : "", ": the YAML tag '",
+         io::printable(tag, 40), "' asks for a reading a config does not have; remove it");
+  if (node.IsSequence() || node.IsMap())
+    for (const auto& item : node) {
+      if (node.IsMap()) {
+        check_yaml_tags(item.first, source, lines);
+        check_yaml_tags(item.second, source, lines);
+      } else {
+        check_yaml_tags(item, source, lines);
+      }
+    }
+}
 }  // namespace
 
 void check_yaml_expansion(const YAML::Node& root, const std::string& source) {
@@ -1034,6 +1062,7 @@ Config Config::parse(const std::string& yaml, const std::string& source,
   }
   if (!root.IsNull() && !root.IsMap()) fail(source, ": expected a map of keys at the top level");
   check_yaml_expansion(root, source);
+  check_yaml_tags(root, source);
   // Walks nested maps down to known keys.
   auto walk = [&](auto&& self, const YAML::Node& map, const std::string& prefix) -> void {
     std::set<std::string> seen;  // YAML leaves a repeated key to the reader: the last would win
@@ -1073,6 +1102,7 @@ Config Config::parse(const std::string& yaml, const std::string& source,
       fail(named, ": not valid YAML: ", yaml_error(e));
     }
     check_yaml_expansion(value, named);
+    check_yaml_tags(value, named, false);
     if (value.IsNull()) value = YAML::Node(std::string());
     // A key, or a section given as a map of its keys (train.early_stopping={patience: 3}).
     auto set = [&](auto&& self, const std::string& at, const YAML::Node& v) -> void {
