@@ -260,6 +260,29 @@ else:
     job.kill()
     job.communicate()
 
+# 3b. Ctrl-C (SIGINT to every rank) of a profiled run: the ranks stop at one step, and the trace
+# of the steps taken is written into the run directory.
+profiled = os.path.join(work, "profiled")
+job = start_and_wait_for_epoch(profiled, ["--profile"])
+pids = ranks_of(job.pid)
+if len(pids) == 2:
+    for pid in pids.values():
+        os.kill(pid, signal.SIGINT)
+    try:
+        out, _ = job.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        out, _ = job.communicate()
+    trace = os.path.join(profiled, "trace.json")
+    check(job.returncode != 0 and "interrupted (SIGINT)" in out and os.path.exists(trace)
+          and f"profile ({trace}" in out,
+          f"an interrupted profiled run writes its trace (exit {job.returncode})"
+          + ("" if os.path.exists(trace) else ": " + out[-1500:]))
+else:
+    check(False, f"ranks running for the interrupt test ({pids})")
+    job.kill()
+    job.communicate()
+
 # 4. Errors.
 code, out = run(MPI + [seqforge, "train", config("bad"), "dist.timeout_seconds=0",
                        "train.run_dir=" + os.path.join(work, "bad")])

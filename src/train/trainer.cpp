@@ -1814,10 +1814,14 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
       throw;
     }
   } else {
+    std::string run_dir;
     try {
       check_ranks_agree(c, comm);
-      summary = Training(c, shown, resume_dir, hooks, overwrite, comm).run();
-    } catch (const Interrupted&) {
+      Training training(c, shown, resume_dir, hooks, overwrite, comm);
+      run_dir = training.run_dir();
+      summary = training.run();
+    } catch (Interrupted& e) {
+      e.set_run_dir(run_dir);
       throw;  // every rank stopped at the same step
     } catch (const std::exception& e) {
       comm.abort(e.what());  // the other ranks would otherwise wait for this one until the timeout
