@@ -257,6 +257,13 @@ def main():
         (["train", config, "--profile", work], "train: --profile: %s is a folder" % work),
         (["tokenizer", "train", text, "--vocab-size", "300", "-o", work],
          "tokenizer train: -o: %s is a folder" % work),
+        # Nor is one that would replace a file the command reads.
+        (["tokenizer", "train", text, "--vocab-size", "300", "-o", text],
+         "tokenizer train: -o: %s is the text it trains on: writing it would replace it" % text),
+        (["tune", "--report", sqlite_db, "--html", sqlite_db],
+         "tune: --html: %s is the study: writing it would replace it" % sqlite_db),
+        (["train", config, "data.path=" + data_copy, "--profile=" + data_copy],
+         "train: --profile: %s is the data file: writing it would replace it" % data_copy),
         (["tune", "--report", sqlite_db, "--html", os.path.join(work, "no/r.html")],
          "tune: --html: %s: there is no folder %s to write it in" %
          (os.path.join(work, "no/r.html"), os.path.join(work, "no"))),

@@ -277,7 +277,6 @@ static int run_command(int argc, char** argv) {
           sf::fail("train: --profile took '", profile_path,
                    "' as its trace file; put --profile last, or give its file as "
                    "--profile=TRACE.json");
-        sf::check_output_file(profile_path, "train: --profile");
       }
       if (profile) sf::profiler::start();
       std::string train_config;
@@ -298,6 +297,16 @@ static int run_command(int argc, char** argv) {
         } else {
           train_config = a;
         }
+      }
+      if (!profile_path.empty()) {  // never the config or the data it trains on
+        const std::string config =
+            run_dir.empty() ? train_config : run_dir + "/config.resolved.yaml";
+        std::vector<std::pair<std::string, std::string>> reads = {{config, "the config"}};
+        try {
+          reads.push_back({sf::Config::load(config, overrides).str("data.path"), "the data file"});
+        } catch (const sf::Error&) {  // train says what is wrong with the config
+        }
+        sf::check_output_file(profile_path, "train: --profile", reads);
       }
       sf::TrainSummary summary;
       if (!run_dir.empty()) {

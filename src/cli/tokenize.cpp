@@ -149,7 +149,7 @@ CLI::App* add_tokenizer(CLI::App& app) {
 
 int run_tokenizer() {
   const TrainOptions& o = train_options;
-  check_output_file(o.output, "tokenizer train: -o");
+  check_output_file(o.output, "tokenizer train: -o", {{o.text, "the text it trains on"}});
   const std::string text = io::read_file(o.text);
   std::string json;
   try {

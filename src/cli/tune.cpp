@@ -66,7 +66,7 @@ int run_tune(TuneCli* t) {
   if (!t->report.empty()) {
     if (!t->cmd.config.empty())
       fail("tune: --report takes a study, not a config ('", t->cmd.config, "')");
-    check_output_file(t->cmd.report_html, "tune: --html");
+    check_output_file(t->cmd.report_html, "tune: --html", {{t->report, "the study"}});
     return tune::run_tune_report(t->report, t->cmd.name, t->cmd.report_html, std::cout);
   }
   if (t->app->count("--timeout") && !(t->cmd.timeout > 0 && std::isfinite(t->cmd.timeout)))

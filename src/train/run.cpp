@@ -309,11 +309,15 @@ void check_output_outside_run(const std::string& output, const std::string& run,
          "; writing it would destroy that run: give another path");
 }
 
-void check_output_file(const std::string& output, const std::string& option) {
+void check_output_file(const std::string& output, const std::string& option,
+                       const std::vector<std::pair<std::string, std::string>>& reads) {
   if (output.empty() || output == "-") return;
   std::error_code ec;
   if (fs::is_directory(output, ec))
     fail(option, ": ", output, " is a folder; give a file to write");
+  for (const auto& [path, what] : reads)
+    if (!path.empty() && fs::equivalent(output, path, ec))
+      fail(option, ": ", output, " is ", what, ": writing it would replace it; give another file");
   const fs::path folder = fs::path(output).parent_path();
   if (!folder.empty() && !fs::is_directory(folder, ec))
     fail(option, ": ", output, ": there is no folder ", folder.string(), " to write it in");

@@ -7,6 +7,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "seqforge/train/config.hpp"
@@ -129,8 +130,11 @@ std::string predictions_csv(const Predictions& p);
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log);
 
 // Fails at once, naming `option`, where the file `output` cannot be written: a folder, or in a
-// folder that does not exist ("-" is standard output). A command checks before its work.
-void check_output_file(const std::string& output, const std::string& option);
+// folder that does not exist ("-" is standard output), or one of the files the command reads
+// (`reads`: each file's path and what it is), which writing would replace. A command checks
+// before its work.
+void check_output_file(const std::string& output, const std::string& option,
+                       const std::vector<std::pair<std::string, std::string>>& reads = {});
 
 // Samples `length` characters (a token model: tokens) from a language model after `prompt`;
 // returns the prompt and the sample. `stream`, when given, receives that text as it is made, in
