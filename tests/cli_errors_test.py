@@ -45,6 +45,23 @@ def main():
             "data.path=" + text, "data.seq_len=16", "model.hidden=16", "train.run_dir=" + charlm, *quick)
     if r.returncode != 0:
         fail("charlm run: exit %d\n%s" % (r.returncode, r.stderr))
+    # Runs started from a base model that has since moved away: a forecast resumes from its
+    # training state alone; a character model reads its vocabulary from the base, and says so.
+    moved_base = os.path.join(work, "base.safetensors")
+    finetuned = os.path.join(work, "finetuned")
+    charlm_config = os.path.join(root, "examples/configs/shakespeare_charlm.yaml")
+    charlm_data = ["data.path=" + text, "data.seq_len=16", "model.hidden=16"]
+    for model, cfg, extra, ft_dir in ((forecast, config, [], os.path.join(work, "forecast_ft")),
+                                      (charlm, charlm_config, charlm_data, finetuned)):
+        shutil.copyfile(os.path.join(model, "model.safetensors"), moved_base)
+        r = run("train", cfg, *extra, "model.init_from=" + moved_base, "train.run_dir=" + ft_dir,
+                *quick)
+        if r.returncode != 0:
+            fail("init_from run: exit %d\n%s" % (r.returncode, r.stderr))
+        os.remove(moved_base)
+    r = run("train", "--resume", os.path.join(work, "forecast_ft"), "train.epochs=2")
+    if r.returncode != 0:
+        fail("a forecast resumed without its base model: exit %d\n%s" % (r.returncode, r.stderr))
     study = os.path.join(work, "study")
     os.makedirs(study)
     open(os.path.join(study, "study.db"), "w").close()
@@ -103,6 +120,9 @@ def main():
         (["eval", forecast, "train.epochs=3"],
          "eval takes no config keys: a run keeps the config it trained with"),
         (["train"], "train: give a CONFIG.yaml, or --resume RUN_DIR"),
+        (["train", "--resume", finetuned, "train.epochs=2"],
+         "model.init_from '%s': no such file or folder; the resumed run reads its base model there "
+         "(its vocabulary, its shape): give its new place with model.init_from=PATH" % moved_base),
         (["train", "--resume", os.path.join(work, "nothing")], "no such run directory"),
         (["train", "--resume", forecast, "train.run_dir=" + os.path.join(work, "elsewhere")],
          "train.run_dir=%s': a resumed run goes on in its directory %s; train.run_dir cannot "

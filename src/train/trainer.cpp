@@ -1788,17 +1788,30 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
                         fs::current_path(ec).string() + ", not from the config's)"
                   : "");
   }
+  // A resumed run's weights are in its training state, and its resolved config has the base's
+  // shape; a text model still reads its vocabulary or tokenizer from the base.
+  const std::string init = config.str("model.init_from");
+  const bool base_moved = !init.empty() && !fs::exists(init);
+  const TaskKind task = parse_task(config.str("data.task"), config.origin("data.task"));
+  if (base_moved &&
+      (resume_dir.empty() || config.str("model.family") != "recurrent" ||
+       task == TaskKind::charlm || task == TaskKind::lm || task == TaskKind::text_classify))
+    fail(config.origin("model.init_from"), ": model.init_from ", io::quoted(init, 200),
+         ": no such file or folder",
+         resume_dir.empty() ? ""
+                            : "; the resumed run reads its base model there (its vocabulary, its "
+                              "shape): give its new place with model.init_from=PATH");
   // Paths made absolute, so eval, predict and --resume work from any directory.
   std::string note;
   // A resumed run records its directory as it is now, should it have been moved.
-  const Config c = with_base_architecture(
+  const Config resolved =
       (resume_dir.empty()
            ? config
            : as_it_trained(config).with_values(
                  {{"train.run_dir", nlohmann::json(fs::absolute(resume_dir).string()).dump()}},
                  "the resumed run's directory"))
-          .with_absolute_paths(fs::current_path().string()),
-      &note);
+          .with_absolute_paths(fs::current_path().string());
+  const Config c = base_moved ? resolved : with_base_architecture(resolved, &note);
   const InterruptScope interrupts;  // SIGINT, SIGTERM: stop after the current step
   dist::Communicator& comm = dist::world();
   std::ostream quiet(nullptr);  // rank 0 alone prints
