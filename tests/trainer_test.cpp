@@ -904,6 +904,16 @@ TEST(Trainer, AdaptersFineTuneAFrozenTransformer) {
     const TrainSummary s = train(config(o), narrow_log);
     EXPECT_TRUE(std::isfinite(s.last.at("train_loss"))) << narrow_log.str();
   }
+  // An adapter run's checkpoint as the base of a run without adapters: merge it first.
+  EXPECT_NE(error_of([&] {
+              train(config({"model.init_from=" + (dir / "narrow1").string(),
+                            "train.run_dir=" + (dir / "bad").string()}),
+                    log);
+            })
+                .find("model.safetensors: holds adapters ('base_model.model.transformer.h.0.attn."
+                      "c_attn.lora_A.weight') that this model does not have: fold them into the "
+                      "base weights first (`seqforge merge RUN --output FILE.safetensors`)"),
+            std::string::npos);
   // A module selection that loads nothing is an error, not adapters on a random frozen base.
   EXPECT_NE(error_of([&] {
               train(config({"adapter.kind=lora", "model.init_from=" + (dir / "base").string(),

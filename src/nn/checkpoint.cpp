@@ -145,10 +145,16 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
     };
     // The modules loaded come whole (a layer or a direction more is no partial start); the
     // file's other modules are ignored.
-    for (const auto& t : file.entries())
-      if (selected(parameter_name(t.name)) && !known(parameter_name(t.name)))
-        fail(path, ": tensor '", t.name, "' is not a parameter of this model",
-             modules.empty() ? "" : " (its module is one model.init_from_modules loads)");
+    for (const auto& t : file.entries()) {
+      if (!selected(parameter_name(t.name)) || known(parameter_name(t.name))) continue;
+      if (t.name.starts_with("base_model.model.") && t.name.find(".lora_") != std::string::npos)
+        fail(path, ": holds adapters ('", t.name,
+             "') that this model does not have: fold them into the base weights first "
+             "(`seqforge merge RUN --output FILE.safetensors`), or give the adapter.* settings "
+             "of the run that trained them");
+      fail(path, ": tensor '", t.name, "' is not a parameter of this model",
+           modules.empty() ? "" : " (its module is one model.init_from_modules loads)");
+    }
   }
   return loaded;
 }
