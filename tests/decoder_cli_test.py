@@ -282,6 +282,12 @@ def main():
     r = run([seqforge, "merge", dora_dir, "--output", folder], expect_ok=False)
     if r.returncode == 0 or "is the base model the run started from" not in r.stderr:
         fail(f"merge over the base folder: {r.stderr!r}")
+    # A folder is made in one that exists, and a name of another kind of file is no folder.
+    for output, said in ((os.path.join(work, "no", "such", "merged"), "there is no folder"),
+                         (os.path.join(work, "merged.json"), "merges into a Hugging Face folder")):
+        r = run([seqforge, "merge", dora_dir, "--output", output], expect_ok=False)
+        if r.returncode == 0 or said not in r.stderr or os.path.exists(output):
+            fail(f"merge --output {output}: {r.stderr!r}")
 
     # The run stands alone: with its base folder gone, it evaluates, samples and merges as before
     # (it keeps the config.json, the tokenizer and the whole weights it trained with).

@@ -1,6 +1,7 @@
 // seqforge merge: a run's adapters folded into its base weights.
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "io/file_util.hpp"
 #include "nn/dense.hpp"
@@ -74,6 +75,15 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
   } else if (std::error_code ec; fs::exists(output, ec) && !fs::is_directory(output, ec)) {
     fail("--output: ", output,
          " is a file; a decoder merges into a Hugging Face folder (or name a .safetensors file)");
+  } else {  // a new folder, in one that exists, and not named as a file of another kind
+    const fs::path parent = fs::path(output).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent, ec))
+      fail("--output: ", output, ": there is no folder ", parent.string(), " to make it in");
+    static const std::set<std::string> file_kinds = {".json", ".bin", ".pt",  ".pth", ".ckpt",
+                                                     ".gguf", ".csv", ".txt", ".npy", ".yaml"};
+    if (!fs::exists(output, ec) && file_kinds.count(fs::path(output).extension().string()))
+      fail("--output: ", output, ": a decoder merges into a Hugging Face folder (name it without ",
+           fs::path(output).extension().string(), ") or into a .safetensors file");
   }
   auto be = make_device_backend(r.config, r.task.model, true);
   auto adapted = load_model(*be, r, nullptr);
