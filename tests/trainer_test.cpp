@@ -1209,6 +1209,14 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
   EXPECT_NE(train_with(base, {"train.gamma=0"})
                 .find("override 'train.gamma=0': train.gamma must be a finite number > 0, got 0"),
             std::string::npos);
+  // The plateau schedule lowers the rate, as Keras and PyTorch refuse a factor of 1 or more.
+  EXPECT_NE(train_with(base, {"train.schedule=plateau", "train.gamma=1.5"})
+                .find("override 'train.gamma=1.5': train.gamma must be below 1 with "
+                      "train.schedule plateau"),
+            std::string::npos);
+  EXPECT_NE(train_with(base, {"optim.kind=sgd", "optim.nesterov=true"})
+                .find("optim.nesterov: needs optim.momentum > 0, got 0"),
+            std::string::npos);
   {  // more threads than CPUs: a warning, and the run goes on with one thread per CPU
     const std::string many_threads = std::to_string(usable_cpus() + 1);
     std::ostringstream many;

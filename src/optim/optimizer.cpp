@@ -20,8 +20,10 @@ Optimizer::Optimizer(Backend& be, Parameters& params, const OptimizerOptions& op
     finite_non_negative("optim.momentum", opt_.momentum);
     if (!std::isfinite(opt_.dampening))
       fail("optim.dampening: must be finite, got ", opt_.dampening);
-    if (opt_.nesterov && (opt_.momentum <= 0 || opt_.dampening != 0))
-      fail("optim.nesterov: needs momentum > 0 and dampening 0");
+    if (opt_.nesterov && opt_.momentum <= 0)
+      fail("optim.nesterov: needs optim.momentum > 0, got ", opt_.momentum);
+    if (opt_.nesterov && opt_.dampening != 0)
+      fail("optim.nesterov: needs dampening 0, got ", opt_.dampening);
   } else {
     if (!(opt_.beta1 >= 0 && opt_.beta1 < 1)) fail("optim.beta1: outside [0, 1): ", opt_.beta1);
     if (!(opt_.beta2 >= 0 && opt_.beta2 < 1)) fail("optim.beta2: outside [0, 1): ", opt_.beta2);

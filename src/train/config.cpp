@@ -461,7 +461,8 @@ const std::vector<ConfigKey> kKeys = {
     {"train.clip_grad_norm", T::number, "0.0",
      "Clip the gradients' total L2 norm to this; 0: no clipping."},
     {"train.schedule", T::string, "constant",
-     "Learning rate after warm-up: `constant`, `step` (times gamma every step_epochs), `cosine` "
+     "Learning rate after warm-up: `constant`, `step` (times gamma every step_epochs, counted "
+     "from the first epoch, warm-up included: PyTorch's StepLR), `cosine` "
      "(0.5 lr (1 + cos(pi p)), p the share of the steps after warm-up taken: from lr towards 0, "
      "which it would reach a step after the last, as Hugging Face's schedule) or `plateau` (times "
      "gamma when the monitored metric stalls plateau_patience epochs, as Keras' ReduceLROnPlateau: "
@@ -471,7 +472,8 @@ const std::vector<ConfigKey> kKeys = {
     {"train.warmup_steps", T::integer, "0",
      "Steps of linear warm-up to optim.lr: step s (from 0) takes lr (s + 1) / warmup_steps."},
     {"train.step_epochs", T::integer, "10", "`step` schedule: epochs between decays."},
-    {"train.gamma", T::number, "0.1", "`step` and `plateau` schedules: the decay factor."},
+    {"train.gamma", T::number, "0.1",
+     "`step` and `plateau` schedules: the decay factor (plateau: below 1)."},
     {"train.plateau_patience", T::integer, "2",
      "`plateau` schedule: epochs without improvement before a decay."},
     {"train.early_stopping.patience", T::integer, "0",

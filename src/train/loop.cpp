@@ -62,6 +62,11 @@ LoopSettings LoopSettings::from(const Config& c, const Task& task) {
   };
   at_least("train.clip_grad_norm", s.clip, 0, false);  // 0: no clipping
   at_least("train.gamma", s.gamma, 0, true);
+  if (s.schedule == "plateau" && !(s.gamma < 1))  // as Keras and PyTorch: a reduction
+    fail(c.origin("train.gamma"),
+         ": train.gamma must be below 1 with train.schedule plateau (the "
+         "factor that lowers the learning rate), got ",
+         s.gamma);
   at_least("train.early_stopping.min_delta", s.min_delta, 0, false);
   at_least("train.progress_seconds", s.progress_seconds, 0, false);
   if (s.stateful && c.str("model.family") != "recurrent")
