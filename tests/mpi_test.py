@@ -232,33 +232,36 @@ else:
     job.kill()
     job.communicate()
 
-# 3. A rank that hangs: the other gives up after dist.timeout_seconds.
-hung = os.path.join(work, "hung")
-job = start_and_wait_for_epoch(hung, ["dist.timeout_seconds=3"])
-pids = ranks_of(job.pid)
-if 1 in pids:
-    t0 = time.time()
-    os.kill(pids[1], signal.SIGSTOP)
-    try:
-        out, _ = job.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
+# 3. A rank that hangs: the other gives up after dist.timeout_seconds, naming the run directory
+# (rank 0's, which a rank past 0 learns from it) and its last checkpoint.
+for stopped, waiting in ((1, 0), (0, 1)):
+    hung = os.path.join(work, f"hung{stopped}")
+    job = start_and_wait_for_epoch(hung, ["dist.timeout_seconds=3"])
+    pids = ranks_of(job.pid)
+    if stopped in pids:
+        t0 = time.time()
+        os.kill(pids[stopped], signal.SIGSTOP)
+        try:
+            out, _ = job.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            out, _ = job.communicate()
+        took = time.time() - t0
+        try:
+            os.kill(pids[stopped], signal.SIGKILL)  # if the launcher left it stopped
+        except ProcessLookupError:
+            pass
+        expected = (f"rank {waiting}: no reply from rank(s) within 3 s (a rank died?); the last "
+                    f"checkpoint in {hung} is intact")
+        check(job.returncode != 0 and expected in out and took < 30,
+              f"rank {stopped} hung: rank {waiting} ends the job after the timeout "
+              f"(exit {job.returncode}, {took:.1f} s)" + ("" if expected in out else ": " + out[-1500:]))
+        code, out = run([seqforge, "eval", hung])
+        check(code == 0, "the last checkpoint loads after the timeout")
+    else:
+        check(False, f"ranks running for the timeout test ({pids})")
         job.kill()
-        out, _ = job.communicate()
-    took = time.time() - t0
-    try:
-        os.kill(pids[1], signal.SIGKILL)  # if the launcher left it stopped
-    except ProcessLookupError:
-        pass
-    expected = f"rank 0: no reply from rank(s) within 3 s (a rank died?); the last checkpoint in {hung} is intact"
-    check(job.returncode != 0 and expected in out and took < 30,
-          f"a hung rank ends the job after the timeout (exit {job.returncode}, {took:.1f} s)"
-          + ("" if expected in out else ": " + out[-1500:]))
-    code, out = run([seqforge, "eval", hung])
-    check(code == 0, "the last checkpoint loads after the timeout")
-else:
-    check(False, f"ranks running for the timeout test ({pids})")
-    job.kill()
-    job.communicate()
+        job.communicate()
 
 # 3b. Ctrl-C (SIGINT to every rank) of a profiled run: the ranks stop at one step, and the trace
 # of the steps taken is written into the run directory.
@@ -323,6 +326,19 @@ code, out = run(MPI[:-2] + ["-np", "1", seqforge, "train", config("differs"), "t
                             "train.run_dir=" + differs])
 check(code != 0 and f"rank 1's data file '{changed}' is not rank 0's" in out and not os.path.exists(differs),
       "ranks reading different data are refused: " + out.strip()[-300:])
+# A rank's own resources may differ from rank 0's: its loader's workers and prefetch.
+own = os.path.join(work, "own")
+code, out = run(MPI[:-2] + ["-np", "1", seqforge, "train", config("differs"), "train.run_dir=" + own,
+                            "train.max_batches=2", ":", "-np", "1", seqforge, "train",
+                            config("differs"), "train.run_dir=" + own, "train.max_batches=2",
+                            "data.num_workers=0", "data.prefetch_factor=4"])
+check(code == 0, "a rank's own data.num_workers and data.prefetch_factor: " + out.strip()[-300:])
+# A study's trials run in one process each: tune under mpirun is one clear line, no study.
+tune_config = config("tune", "tune:\n  n_trials: 2\n  space:\n    optim.lr: {type: float, low: 0.001, high: 0.01}\n")
+study_db = os.path.join(work, "tune.db")
+code, out = run(MPI + [seqforge, "tune", tune_config, "--study", study_db])
+check(code != 0 and "tune: under mpirun with 2 processes: each trial runs in one process" in out
+      and not os.path.exists(study_db), "tune under mpirun is refused: " + out.strip()[-300:])
 ldd = subprocess.run(["ldd", seqforge], capture_output=True, text=True).stdout
 check("libmpi" not in ldd, "the seqforge binary does not link libmpi")
 

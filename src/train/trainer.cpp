@@ -305,6 +305,8 @@ class Training {
   void log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epoch_s, double train_s,
                  double wait_s, double rate);
   void save_state(bool in_epoch, int64_t batch, double loss_sum, double seen);
+  // What a rank that waits for the others past dist.timeout_seconds says of the run's checkpoints.
+  void note_timeout();
   void finish();
 
   Config c_;  // train.micro_batch_size auto resolved into it (build_model)
@@ -323,6 +325,7 @@ class Training {
   LoopSettings s_;                 // its micro_batch resolved by build_model where `auto`
   io::DirLock lock_;  // rank 0 owns the run directory from before it touches it to the end
   const std::string run_dir_;
+  std::string rank0_dir_;  // on every rank, once rank 0 has shared its state
   std::unique_ptr<Backend> be_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -401,7 +404,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       s_((check_validation_split(c, task_), LoopSettings::from(c, task_))),
       run_dir_(claim_run_dir(resume_dir, overwrite)),
       rng_(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x5eed5eedull) {
-  comm_.set_timeout(s_.dist_timeout, "the last checkpoint in " + run_dir_ + " is intact");
+  note_timeout();
   if (rank_ == 0) data_fingerprint_ = io::file_fingerprint(c_.str("data.path"));
   // The order of day and month the dates were read in is the run's: a later file whose dates
   // never pass 12 (predict, eval --data) reads as this one did.
@@ -457,6 +460,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
   metrics_path_ = (fs::path(run_dir_) / "metrics.jsonl").string();
   if (!resume_dir_.empty() && rank_ == 0) resume_from_state();
   if (ranks_ > 1) share_rank0_state();
+  note_timeout();
   prepare_run_dir();
   if (rank_ == 0 && !model_->frozen_parameters().empty()) write_adapter_config();
   writer_ = std::make_unique<CheckpointWriter>();
@@ -949,6 +953,11 @@ void Training::share_rank0_state() {
   std::array<uint64_t, 4> words = rng_.state();
   bytes(words.data(), sizeof words);
   rng_.set_state(words);
+  int64_t dir_size = static_cast<int64_t>(run_dir_.size());  // rank 0's, named on a timeout
+  bytes(&dir_size, sizeof dir_size);
+  std::string dir = rank_ == 0 ? run_dir_ : std::string(static_cast<size_t>(dir_size), '\0');
+  bytes(dir.data(), dir.size());
+  rank0_dir_ = dir;
   if (rank_ == 0 && resume_dir_.empty()) {
     state_.optimizer_steps = optimizer_->steps();
     state_.param_steps = optimizer_->param_steps();
@@ -1398,6 +1407,7 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
     comm_.broadcast({reinterpret_cast<std::byte*>(next.data()), sizeof next});
     state_.lr_factor = next[1];
     state_.epochs_done = epoch;
+    note_timeout();
     return next[0] == 0;
   }
   std::map<std::string, double> m = evaluate_split(*be_, *model_, task_, task_.split().val,
@@ -1463,6 +1473,7 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
   log_epoch(epoch, m, write, epoch_s, train_s, wait_s,
             double(seen - seen_before) / std::max(train_s, 1e-9));
   save_state(false, 0, 0, 0);  // after every epoch, for --resume
+  note_timeout();
   summary_.last = m;
   if (ranks_ > 1) {
     std::array<double, 2> next = {double(hook_stop || patience_out), state_.lr_factor};
@@ -1556,6 +1567,14 @@ void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epo
 
 // The loop's state for --resume (rank 0): after state_.epochs_done epochs or, `in_epoch`, after
 // `batch` batches of the next one (its windows shuffled, their loss summed over `seen`).
+void Training::note_timeout() {
+  const std::string dir = rank0_dir_.empty() ? run_dir_ : rank0_dir_;
+  comm_.set_timeout(s_.dist_timeout,
+                    state_.epochs_done > 0 || !resume_dir_.empty()
+                        ? "the last checkpoint in " + dir + " is intact"
+                        : "no epoch had ended, so " + dir + " holds no checkpoint yet");
+}
+
 void Training::save_state(bool in_epoch, int64_t batch, double loss_sum, double seen) {
   lock_.check_still_held();
   const Parameters& p = model_->parameters();
@@ -1734,8 +1753,8 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
 void check_ranks_agree(const Config& c, dist::Communicator& comm) {
   static const std::string data_bytes = "data.path's bytes";
   static const std::set<std::string> own = {"train.threads",
-                                            "train.num_workers",
-                                            "train.prefetch_factor",
+                                            "data.num_workers",
+                                            "data.prefetch_factor",
                                             "train.progress_seconds",
                                             "train.device",
                                             "train.run_dir",

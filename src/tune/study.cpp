@@ -24,6 +24,7 @@
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/interrupt.hpp"
+#include "seqforge/dist/communicator.hpp"
 #include "seqforge/train/config.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "train/yaml_limits.hpp"
@@ -537,6 +538,11 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
 int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   if (cmd_in.config.empty())
     fail("tune: give a CONFIG.yaml with a tune: section, or --report STUDY");
+  // Each rank would be a worker of its own whose trials wait for the others' in every step.
+  if (dist::launched_by_mpi() && dist::world().size() > 1)
+    fail("tune: under mpirun with ", dist::world().size(),
+         " processes: each trial runs in one process; start seqforge tune without mpirun (more "
+         "workers: more seqforge tune processes on the same study)");
   TuneCommand cmd = cmd_in;  // tune.* overrides set the study's settings, the others its trials'
   std::vector<std::string> tune_overrides;
   std::erase_if(cmd.overrides, [&](const std::string& o) {
