@@ -240,6 +240,16 @@ TEST(Config, TagsOutsideTheCoreSchemaAreRefused) {
             "have; remove it");
 }
 
+// A word YAML reads as null, in a list of texts, is said to need quotes.
+TEST(Config, ANullWordInAListSaysToQuoteIt) {
+  EXPECT_EQ(error_of([] { Config::parse("data: {missing_values: [NULL, -999]}\n", "c.yaml"); }),
+            "c.yaml:1: data.missing_values: expected a list of strings, got an empty entry (entry "
+            "0; YAML reads null, Null, NULL and ~ as none: quote one meant as text, \"NULL\")");
+  EXPECT_EQ(Config::parse("data: {missing_values: [\"NULL\", -999]}\n", "c.yaml")
+                .list("data.missing_values"),
+            (std::vector<std::string>{"NULL", "-999"}));
+}
+
 // A long override is quoted cut short in its error, at a character's first byte.
 TEST(Config, ALongOverrideIsQuotedCutShort) {
   // "model.hiden=" and 104 letters: 116 bytes, then an "e" with an acute accent in two bytes.

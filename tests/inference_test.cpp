@@ -537,6 +537,14 @@ TEST(Predict, OneForecastPerSeriesAndEvalOnAnotherFile) {
     EXPECT_EQ(p[1 + k][0], "s" + std::to_string(k));
     EXPECT_EQ(p[1 + k][1], "2020-01-02T05:00:00");  // hour 29, each series' last row
   }
+  // Series too short for a window: the longest named, not the file's rows.
+  const std::string short_file = write_hourly(dir / "short.csv", 5, false, 3);
+  EXPECT_EQ(error_of([&] {
+              predict((dir / "run").string(), {short_file, (dir / "q.csv").string(), true}, out);
+            }),
+            short_file +
+                ": its 3 series have at most 5 rows, fewer than data.lookback = 8: no complete "
+                "window to predict from");
   // eval --data: every window of the file, named data_*.
   const auto m = evaluate((dir / "run").string(), "test", write_hourly(dir / "e.csv", 40, true, 3));
   EXPECT_EQ(m.at("samples"), 3 * (40 - 8 - 1 + 1));  // windows with a target, per series

@@ -786,7 +786,10 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
     out << YAML::Flow << YAML::BeginSeq;
     if (node.IsScalar() && !node.Scalar().empty()) out << node.Scalar();
     for (size_t i = 0; node.IsSequence() && i < node.size(); ++i) {
-      if (node[i].IsNull()) return bad("an empty entry (entry " + std::to_string(i) + ")");
+      if (node[i].IsNull())  // nothing, or a word YAML reads as null
+        return bad("an empty entry (entry " + std::to_string(i) +
+                   "; YAML reads null, Null, NULL and ~ as none: quote one meant as text, "
+                   "\"NULL\")");
       if (!node[i].IsScalar()) return bad("a nested list or map");
       out << node[i].Scalar();
     }

@@ -373,12 +373,18 @@ Predictions predictions(const std::string& run, const std::string& input, bool l
   if (last_only)
     if (std::string note = note_last_windows_behind(d, windows); !note.empty())
       p.notes.push_back(std::move(note));
-  if (windows.empty())
-    fail(input, ": ", d.rows, " rows", d.series.size() > 1 ? " in every series" : "",
+  if (windows.empty()) {
+    int64_t longest = 0;
+    for (const auto& s : d.series) longest = std::max(longest, s.end - s.begin);
+    fail(input, ": ",
+         d.series.size() > 1
+             ? detail::concat("its ", d.series.size(), " series have at most ", longest, " rows")
+             : detail::concat(d.rows, " rows"),
          d.drops_first_rows ? " (after data.transform, whose differences use each series' "
                               "first row as their base)"
                             : "",
-         " are fewer than data.lookback = ", d.lookback, ": no complete window to predict from");
+         ", fewer than data.lookback = ", d.lookback, ": no complete window to predict from");
+  }
   auto be = make_device_backend(r.config, r.task.model, true);
   std::ostringstream model_log;
   auto model = load_model(*be, r, &model_log);
