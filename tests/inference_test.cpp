@@ -474,7 +474,7 @@ TEST(Predict, EveryWindowOfANewFileWithoutTargets) {
   const std::string e = error_of([&] {
     predict((dir / "run").string(), {shorter, "x.csv", false}, out);
   });
-  EXPECT_NE(e.find("5 rows are fewer than data.lookback = 8"), std::string::npos) << e;
+  EXPECT_NE(e.find("5 rows, fewer than data.lookback = 8"), std::string::npos) << e;
   // A run of another task is named as such.
   EXPECT_NE(error_of([&] {
               predict(dir.string(), {without, "x.csv", false}, out);

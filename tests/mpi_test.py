@@ -197,9 +197,10 @@ def start_and_wait_for_epoch(run_dir, extra):
                            + extra,
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = os.path.join(run_dir, "metrics.jsonl")
+    state = os.path.join(run_dir, "training_state.safetensors")  # saved after the epoch's line
     deadline = time.time() + 60
     while time.time() < deadline and job.poll() is None:
-        if os.path.exists(metrics) and os.path.getsize(metrics) > 0:
+        if os.path.exists(metrics) and os.path.getsize(metrics) > 0 and os.path.exists(state):
             break
         time.sleep(0.05)
     return job

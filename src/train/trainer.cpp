@@ -1565,16 +1565,17 @@ void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epo
   out_ << (tty_ ? "\r" : "") << head << metrics << tail << "\n" << std::flush;
 }
 
-// The loop's state for --resume (rank 0): after state_.epochs_done epochs or, `in_epoch`, after
-// `batch` batches of the next one (its windows shuffled, their loss summed over `seen`).
 void Training::note_timeout() {
-  const std::string dir = rank0_dir_.empty() ? run_dir_ : rank0_dir_;
+  std::string dir = rank0_dir_.empty() ? run_dir_ : rank0_dir_;
+  if (dir.empty()) dir = "rank 0's run directory";  // before rank 0 has shared it
   comm_.set_timeout(s_.dist_timeout,
                     state_.epochs_done > 0 || !resume_dir_.empty()
                         ? "the last checkpoint in " + dir + " is intact"
                         : "no epoch had ended, so " + dir + " holds no checkpoint yet");
 }
 
+// The loop's state for --resume (rank 0): after state_.epochs_done epochs or, `in_epoch`, after
+// `batch` batches of the next one (its windows shuffled, their loss summed over `seen`).
 void Training::save_state(bool in_epoch, int64_t batch, double loss_sum, double seen) {
   lock_.check_still_held();
   const Parameters& p = model_->parameters();
