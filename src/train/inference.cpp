@@ -67,6 +67,14 @@ std::map<std::string, double> evaluate(const std::string& run, const std::string
 }
 
 namespace {
+// Why finite weights can give outputs that are not numbers.
+std::string non_finite_cause(const LoadedRun& r) {
+  return r.task.model.adapter.kind == AdapterKind::dora
+             ? "its weights overflow float32 in the forward pass, or a DoRA row of W0 + (alpha/r) "
+               "B A has norm 0 (`seqforge merge` names it)"
+             : "its weights overflow float32 in the forward pass";
+}
+
 // The run's train.threads, at most one per CPU (more would only wait for each other).
 int run_threads(const Config& c) {
   return static_cast<int>(std::min<int64_t>(c.integer("train.threads"), usable_cpus()));
@@ -101,8 +109,8 @@ std::map<std::string, double> evaluate(LoadedRun& r, const std::string& run,
   for (const auto& [k, v] : out)
     if (!std::isfinite(v))
       std::cerr << "warning: " << k << " is " << v
-                << ": the model's outputs are not all finite numbers (its weights overflow "
-                   "float32 in the forward pass?)\n";
+                << ": the model's outputs are not all finite numbers (" << non_finite_cause(r)
+                << "?)\n";
   if ((r.task.kind == TaskKind::classify || r.task.kind == TaskKind::text_classify) &&
       data.empty())  // the baseline a classifier has to beat
     out[prefix + "_majority_accuracy"] = majority_accuracy(r.task, starts);
@@ -295,7 +303,7 @@ void check_finite_outputs(const LoadedRun& r, const float* out, size_t n, size_t
     if (!std::isfinite(out[i]))
       fail(r.file.source(), ": the model's output is ", out[i], " (output ", i,
            " of the batch from ", r.task.is_text() ? "example " : "window ", first_window,
-           "): its weights overflow float32 in the forward pass, and no prediction can be made");
+           "): ", non_finite_cause(r), ", and no prediction can be made");
 }
 
 // The model's logits on text examples, batch by batch (forward_rows examples): fn(first,
