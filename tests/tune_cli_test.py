@@ -410,6 +410,7 @@ with open(bad, "w") as f:
     f.write(text.replace("targets: [temperature]", "targets: [no_such_column]", 1))
 p = run([bad, "--study", os.path.join(work, "column.db")], ok=False)
 check(p.returncode != 0 and "no_such_column" in p.stderr
+      and "the trial of the space's low bounds and first choices (optim.lr=" in p.stderr
       and not os.path.exists(os.path.join(work, "column.db")),
       f"a missing column is refused before the study: {p.stderr.strip()}")
 # 6. A study file in a directory that does not exist: one line naming it, nothing created.

@@ -637,6 +637,12 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
         why = (monitor ? base.origin(key) + ": " + key + " (the study's metric)"
                        : cmd.config + ": tune.metric") +
               why.substr(at + 2 + key.size());
+      } else if (!settings.space.empty()) {  // the values may be the space's, not the config's
+        std::string values;
+        for (size_t i = 0; i < settings.space.size(); ++i)
+          values += (i ? ", " : "") + o[cmd.overrides.size() + i];
+        why = cmd.config + ": the trial of the space's low bounds and first choices (" + values +
+              ") is refused before training: " + why;
       }
       fail(why);
     }
