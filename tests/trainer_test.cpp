@@ -1548,6 +1548,28 @@ TEST(Trainer, PretrainThenFineTuneWithAFrozenEncoder) {
 namespace seqforge::trainer_test {
 namespace {
 
+// A run trained on a share of its labels is evaluated with the training split it trained on (a
+// classifier's majority baseline counts its windows): the validation metrics eval gives are the
+// ones the run logged, MASE's too, whose scale comes from the training windows.
+TEST(Trainer, EvalKeepsTheLabelledShareOfTheTrainingSplit) {
+  const fs::path dir = test::temp_dir("label_fraction");
+  const std::string data = write_series(dir, 300);
+  std::ostringstream log;
+  const std::string common = "data:\n  path: " + data +
+                             "\n  date_column: when\n  features: [signal, other]\n  lookback: "
+                             "10\n  label_fraction: 0.2\n";
+  const TrainSummary forecast =
+      train(Config::parse(common +
+                              "  targets: [signal]\nmodel: {hidden: 8}\ntrain: {epochs: 1, "
+                              "save: last, run_dir: " +
+                              (dir / "forecast").string() + "}\n",
+                          "f.yaml"),
+            log);
+  const auto m = evaluate(forecast.checkpoint, "val");
+  EXPECT_EQ(m.at("val_mase"), forecast.last.at("val_mase"));
+  EXPECT_EQ(m.at("val_loss"), forecast.last.at("val_loss"));
+}
+
 TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {
   const fs::path dir = test::temp_dir("npy");
   std::vector<float> data(300 * 2);

@@ -222,7 +222,9 @@ static SeriesData load_series_leaving_out(const DataOptions& given, const Series
          : d.task == TaskKind::mae    ? "every row of it has an empty cell"
                                       : "a target cell it forecasts is empty",
          "), and windows without it are left out");
-  if (!stored) series::keep_labeled_fraction(opt, &d);
+  // A stored run's too: its training split is what it trained on (the majority baseline, MASE's
+  // scale).
+  series::keep_labeled_fraction(opt, &d);
   if (d.split.train.empty()) {
     // A classifier of whole series (one example each: digits read row by row, say) has its
     // class on every row: horizon 0 takes the class at the window's last row.
