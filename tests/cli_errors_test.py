@@ -120,6 +120,14 @@ def main():
         (["eval", forecast, "train.epochs=3"],
          "eval takes no config keys: a run keeps the config it trained with"),
         (["train"], "train: give a CONFIG.yaml, or --resume RUN_DIR"),
+        # A run's training state is what --resume reads, not a model to evaluate or start from.
+        (["eval", os.path.join(forecast, "training_state.safetensors")],
+         "training_state.safetensors: a run's training state (what --resume reads), not its model: "
+         "give the run directory or its model.safetensors"),
+        (["train", config, "model.init_from=" + os.path.join(forecast, "training_state.safetensors"),
+          "train.run_dir=" + os.path.join(work, "from_state")],
+         "training_state.safetensors' is a run's training state (what --resume reads), not a "
+         "model"),
         (["train", "--resume", finetuned, "train.epochs=2"],
          "model.init_from '%s': no such file or folder; the resumed run reads its base model there "
          "(its vocabulary, its shape): give its new place with model.init_from=PATH" % moved_base),

@@ -192,6 +192,9 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
     fail(run, ": not a run directory or a model.safetensors (", e.what(), ")");
   }
   const auto& meta = file.metadata();
+  if (meta.count("seqforge.loop"))
+    fail(path, ": a run's training state (what --resume reads), not its model: give the run ",
+         "directory or its model.safetensors");
   if (!meta.count("seqforge.config")) {
     const auto& entries = file.entries();
     if (!entries.empty() && entries.front().name.starts_with("base_model.model."))

@@ -33,6 +33,7 @@
 #include "seqforge/data/augment.hpp"
 #include "seqforge/dist/communicator.hpp"
 #include "seqforge/dist/gradient_sync.hpp"
+#include "seqforge/io/safetensors.hpp"
 #include "seqforge/nn/checkpoint.hpp"
 #include "seqforge/nn/decoder.hpp"
 #include "seqforge/optim/optimizer.hpp"
@@ -1821,6 +1822,17 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
          resume_dir.empty() ? ""
                             : "; the resumed run reads its base model there (its vocabulary, its "
                               "shape): give its new place with model.init_from=PATH");
+  if (!base_moved && fs::is_regular_file(init)) {  // else the loader says what is wrong
+    bool training_state = false;
+    try {
+      training_state = io::SafetensorsFile::read(init).metadata().count("seqforge.loop") > 0;
+    } catch (const Error&) {
+    }
+    if (training_state)
+      fail(config.origin("model.init_from"), ": model.init_from ", io::quoted(init, 200),
+           " is a run's training state (what --resume reads), not a model: give the run's "
+           "directory or its model.safetensors");
+  }
   // Paths made absolute, so eval, predict and --resume work from any directory.
   std::string note;
   // A resumed run records its directory as it is now, should it have been moved.
