@@ -143,6 +143,29 @@ TEST(Tokenizer, AddedTokensTakeTheWhitespaceTheyStrip) {
   EXPECT_EQ(ids_of(with(R"("single_word": true)"), "a <m> b"), (Ids{2, 4, 3}));
 }
 
+// A single-word token's neighbours are words by Unicode's \w, as Hugging Face's tokenizers test
+// them (alphabetic, marks, decimal digits, connectors, joiners; not other numbers), and a match
+// it discards is passed over whole, as one left-to-right pass of non-overlapping matches does.
+TEST(Tokenizer, SingleWordTokensAreAloneByUnicodesWordCharacters) {
+  const std::string vocab = R"({"w": 0, "<unk>": 1, "a": 2, "b": 3, "c": 4})";
+  const std::string stages = R"(, "added_tokens": [
+      {"id": 5, "content": "ww", "special": false, "single_word": true},
+      {"id": 6, "content": "ab", "special": false, "single_word": true},
+      {"id": 7, "content": "bc", "special": false}])";
+  const Tokenizer t =
+      Tokenizer::from_json(bpe_json(vocab, "[]", R"(, "unk_token": "<unk>")", stages), "t");
+  EXPECT_EQ(ids_of(t, "ww"), (Ids{5}));
+  EXPECT_EQ(ids_of(t, "www"), (Ids{0, 0, 0}));
+  EXPECT_EQ(ids_of(t, "ww\u0301"), (Ids{0, 0, 1}));      // a combining mark
+  EXPECT_EQ(ids_of(t, "c\u200dww"), (Ids{4, 1, 0, 0}));  // zero-width joiner
+  EXPECT_EQ(ids_of(t, "ww\u203fc"), (Ids{0, 0, 1, 4}));  // connector punctuation
+  EXPECT_EQ(ids_of(t, "\u00bdww"), (Ids{1, 5}));         // a vulgar fraction: no digit
+  EXPECT_EQ(ids_of(t, "ww\u00b2"), (Ids{5, 1}));         // a superscript: no digit
+  EXPECT_EQ(ids_of(t, "ww\u0663"), (Ids{0, 0, 1}));      // an Arabic-Indic digit
+  EXPECT_EQ(ids_of(t, "cabc"), (Ids{4, 2, 3, 4}));       // "ab" discarded, "bc" never seen
+  EXPECT_EQ(ids_of(t, "abc"), (Ids{2, 3, 4}));           // the same at the text's start
+}
+
 TEST(Tokenizer, PairsFollowTheTemplateWithTheirTypeIds) {
   const std::string stages = R"(, "added_tokens": [{"id": 2, "content": "<s>", "special": true},
       {"id": 3, "content": "</s>", "special": true}],

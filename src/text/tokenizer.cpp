@@ -81,8 +81,14 @@ class AddedTokenMatcher {
         node = it->second;
         if (ends_[size_t(node)] >= 0) found = ends_[size_t(node)], found_end = j + 1;
       }
-      if (found < 0 || (tokens[size_t(found)].single_word && !alone(s, i, found_end))) {
+      if (found < 0) {
         ++i;
+        continue;
+      }
+      // A single-word token touching a word is no match, and the search goes on after it (as
+      // the matches of one left-to-right pass, which never overlap).
+      if (tokens[size_t(found)].single_word && !alone(s, i, found_end)) {
+        i = found_end;
         continue;
       }
       size_t begin = i, end = found_end;
@@ -109,8 +115,13 @@ class AddedTokenMatcher {
     size_t len = 0;
     return is_whitespace(decode_utf8(s, previous_char(s, at), &len));
   }
+  // Unicode's \w (UTS #18), as the regex Hugging Face's tokenizers test it with: alphabetic,
+  // marks, decimal digits, connector punctuation and the joiners.
   static bool is_word(char32_t c) {
-    return c == '_' || (U_GET_GC_MASK(UChar32(c)) & (U_GC_L_MASK | U_GC_N_MASK)) != 0;
+    const UChar32 u = UChar32(c);
+    return u_hasBinaryProperty(u, UCHAR_ALPHABETIC) ||
+           (U_GET_GC_MASK(u) & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) != 0 ||
+           u_hasBinaryProperty(u, UCHAR_JOIN_CONTROL);
   }
   // A single-word token must not touch word characters on either side.
   static bool alone(std::string_view s, size_t begin, size_t end) {
