@@ -164,6 +164,16 @@ def main():
         ids = subprocess.run([seqforge, "tokenize", os.path.join(run_dir, "tokenizer.json"),
                               "--whole", "--no-special"],
                              stdin=f, capture_output=True, text=True, check=True).stdout.split()
+    # --skip-special is decoding's; encoding without the special tokens is --no-special.
+    r = subprocess.run([seqforge, "tokenize", os.path.join(run_dir, "tokenizer.json"),
+                        "--skip-special"], input="text\n", capture_output=True, text=True)
+    if r.returncode == 0 or "--skip-special" not in r.stderr or "--decode" not in r.stderr:
+        fail(f"tokenize --skip-special without --decode: {r.returncode} {r.stderr!r}")
+    # generate needs a prompt from a token model.
+    r = subprocess.run([seqforge, "generate", run_dir, "--length", "3"], capture_output=True,
+                       text=True)
+    if r.returncode == 0 or "--prompt" not in r.stderr:
+        fail(f"generate without a prompt: {r.returncode} {r.stderr!r}")
     out = run([seqforge, "eval", run_dir, "--data", other, "--json"]).stdout
     d = json.loads(out.strip().splitlines()[-1])
     if d["samples"] != (len(ids) - 1) // 32 or not 0 < d["data_loss"] < math.log(VOCAB) or \

@@ -198,12 +198,13 @@ static int run_command(int argc, char** argv) {
   double gen_top_p = 1.0;
   double gen_temperature = 1.0;
   uint64_t gen_seed = 0;
-  CLI::App* gen = app.add_subcommand("generate", "Sample text from a character model");
+  CLI::App* gen = app.add_subcommand("generate", "Sample text from a language model");
   gen->add_option("run", gen_run, "run directory or model.safetensors")->required();
   gen->add_option("--prompt", gen_prompt,
-                  "text to start from (default: a newline, not printed, or a random character "
-                  "when the vocabulary has none)");
-  gen->add_option("--length", gen_length, "characters to sample")
+                  "text to start from; required for a token model (a character model's "
+                  "default: a newline, not printed, or a random character when the vocabulary "
+                  "has none)");
+  gen->add_option("--length", gen_length, "characters (a token model: tokens) to sample")
       ->check(whole_number(0, int64_t{1} << 40))
       ->capture_default_str();
   gen->add_option("--temperature", gen_temperature,

@@ -85,6 +85,10 @@ int run_tokenize() {
     out += '\n';
     std::fwrite(out.data(), 1, out.size(), stdout);
   };
+  if (o.skip_special && !o.decode)
+    fail(
+        "tokenize: --skip-special leaves special tokens out of decoded text; it needs --decode "
+        "(encoding without them: --no-special)");
   if (o.whole) {
     if (o.pair || o.decode || o.null_data)
       fail("tokenize: --whole encodes one text; leave out --pair, --decode and -z");
