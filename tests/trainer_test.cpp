@@ -1568,6 +1568,17 @@ TEST(Trainer, EvalKeepsTheLabelledShareOfTheTrainingSplit) {
   const auto m = evaluate(forecast.checkpoint, "val");
   EXPECT_EQ(m.at("val_mase"), forecast.last.at("val_mase"));
   EXPECT_EQ(m.at("val_loss"), forecast.last.at("val_loss"));
+  // One labelled window holds one class: the note names the share as the cause.
+  std::ostringstream one;
+  train(Config::parse(common + "  task: classify\n  label: direction\n  label_column: signal\n",
+                      "c.yaml",
+                      {"data.label_fraction=0.001", "train.epochs=1",
+                       "train.run_dir=" + (dir / "one").string()}),
+        one);
+  EXPECT_NE(one.str().find("the model cannot learn them (data.label_fraction 0.001 keeps the "
+                           "labels of that share of the training windows: raise it)"),
+            std::string::npos)
+      << one.str();
 }
 
 TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {

@@ -247,7 +247,8 @@ static SeriesData load_series_leaving_out(const DataOptions& given, const Series
   if (d.task == TaskKind::classify) {
     std::vector<int64_t> train_classes;
     for (int64_t start : d.split.train) train_classes.push_back(d.classes[d.target_row(start)]);
-    if (std::string note = untrained_classes_note(d.class_names, train_classes, "window");
+    if (std::string note = untrained_classes_note(d.class_names, train_classes, "window",
+                                                  opt.series.label_fraction);
         !note.empty())
       d.notes.push_back(std::move(note));
   }

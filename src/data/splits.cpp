@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "seqforge/core/error.hpp"
 #include "seqforge/core/rng.hpp"
 
 namespace seqforge {
 
 std::string untrained_classes_note(const std::vector<std::string>& names,
-                                   const std::vector<int64_t>& train_classes, const char* item) {
+                                   const std::vector<int64_t>& train_classes, const char* item,
+                                   double labelled) {
   std::vector<int64_t> count(names.size(), 0);
   for (int64_t c : train_classes)
     if (c >= 0) ++count[size_t(c)];
@@ -20,9 +22,12 @@ std::string untrained_classes_note(const std::vector<std::string>& names,
   if (untrained > 0)
     note = std::to_string(untrained) + " of " + std::to_string(names.size()) + " classes (" +
            listed + (untrained > 5 ? ", ..." : "") + ") in no training " + item +
-           ", only in validation or test: the model cannot learn them (data.split.mode: random "
-           "deals " +
-           item + "s of every class to the training split)";
+           ", only in validation or test: the model cannot learn them " +
+           (labelled < 1
+                ? "(data.label_fraction " + detail::concat(labelled) +
+                      " keeps the labels of that share of the training " + item + "s: raise it)"
+                : "(data.split.mode: random deals " + std::string(item) +
+                      "s of every class to the training split)");
   if (static_cast<int64_t>(names.size()) - untrained == 1) {  // accuracy 1 from one answer
     const auto only = std::find_if(count.begin(), count.end(), [](int64_t n) { return n > 0; });
     note = "every training " + std::string(item) + " is of one class, '" +
