@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -73,6 +74,25 @@ def test_forecast_from_a_path_a_frame_and_the_command_agree(tmp_path):
     # predict's notes reach Python as warnings: pressure in Pa where the run trained on hPa.
     with pytest.warns(UserWarning, match="column 'pressure' of .* far outside what the model"):
         path_run.predict(frame.assign(pressure=frame["pressure"] * 100))
+    # Shown at the caller's line, whichever method warns: each call's own, none hidden as a repeat.
+    pascal = frame.assign(pressure=frame["pressure"] * 100)
+    for call in (path_run.predict, path_run.predict_last, path_run.predictions):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("default")
+            call(pascal)
+        assert seen and all(w.filename == __file__ for w in seen), \
+            [(w.filename, w.lineno) for w in seen]
+    with pytest.raises(TypeError, match="predictions: last is True or False, not str 'no'"):
+        path_run.predict(frame, last="no")
+    # A setting beyond the Basic Multilingual Plane, as in a config file.
+    emoji = seqforge.train(FORECAST, train={"epochs": 1, "max_batches": 2, "threads": 1,
+                                            "run_dir": "run \U0001F600"}, log=None)
+    assert emoji.path.endswith("run \U0001F600") and os.path.isdir("run \U0001F600")
+    # Columns of two levels are refused, not written as two header lines.
+    two_levels = frame.copy()
+    two_levels.columns = pd.MultiIndex.from_tuples([("x", c) for c in frame.columns])
+    with pytest.raises(seqforge.Error, match="columns have 2 levels"):
+        path_run.predict(two_levels)
 
 
 def test_arrays_in_and_out(tmp_path):
@@ -193,6 +213,9 @@ def test_classify_mae_charlm_transformer_and_adapters(tmp_path):
     proba = classify.predict_proba(frame)
     assert proba.shape[1] == 5 and np.allclose(proba.sum(axis=1), 1, atol=1e-5)
     assert set(classify.predict(frame)["class"]) <= {"drizzle", "fog", "rain", "snow", "sun"}
+    # An evaluation with no window left says why, as eval's notes do before its error.
+    with pytest.raises(seqforge.Error, match="noted before: .*'RAIN'.*not trained on"):
+        classify.evaluate(data=frame.assign(weather=frame["weather"].str.upper()))
 
     mae = seqforge.train({"data": {"path": HOURLY, "task": "mae", "date_column": "date",
                                    "lookback": 8},
@@ -496,6 +519,9 @@ def test_optuna_prunes_as_seqforge_tune_does(tmp_path):
         assert mine.intermediate_values == theirs.intermediate_values
         assert mine.value == theirs.value
         assert os.path.exists(os.path.join(mine.user_attrs["run_dir"], "metrics.jsonl"))
+    # The best values again, as optuna's FixedTrial gives them: the same best value.
+    best = objective(optuna.trial.FixedTrial(study.best_params))
+    assert best == study.best_value
 
 
 def test_a_progress_bar_through_tqdm(tmp_path, capsys):

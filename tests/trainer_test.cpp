@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -1579,6 +1580,70 @@ TEST(Trainer, EvalKeepsTheLabelledShareOfTheTrainingSplit) {
                            "labels of that share of the training windows: raise it)"),
             std::string::npos)
       << one.str();
+}
+
+// A classifier started from one trained for other classes: each class both know keeps its row
+// of the head (by name, whatever order or number of classes), the others start new.
+TEST(Trainer, AHeadForOtherClassesFollowsTheNamesItShares) {
+  const fs::path dir = test::temp_dir("head_by_name");
+  const auto write = [&](const std::string& name, const std::vector<std::string>& classes) {
+    std::ofstream f(dir / name);
+    f << "f0,f1,f2,f3,label\n";
+    const std::map<std::string, int> slot = {{"10", 0}, {"2", 1}, {"zz", 2}, {"9", 3}};
+    for (int i = 0; i < 240; ++i) {
+      const std::string& c = classes[size_t(i * 7 % int(classes.size()))];
+      for (int k = 0; k < 4; ++k) f << (slot.at(c) == k ? 1 : 0) << ",";
+      f << c << "\n";
+    }
+    return (dir / name).string();
+  };
+  const auto config = [&](const std::string& data, const std::string& run,
+                          const std::vector<std::string>& extra) {
+    std::vector<std::string> o = extra;
+    o.push_back("train.run_dir=" + (dir / run).string());
+    return Config::parse("data: {path: " + data +
+                             ", task: classify, class_column: label, lookback: 2, horizon: 0}\n"
+                             "model: {hidden: 8}\ntrain: {epochs: 2, batch_size: 16, save: last}\n",
+                         "c.yaml", o);
+  };
+  std::ostringstream log;
+  const TrainSummary base = train(config(write("base.csv", {"10", "9", "2"}), "base", {}), log);
+  // (classes, hidden) rows of head.weight by class name, from a checkpoint.
+  const auto rows = [](const std::string& path) {
+    const io::SafetensorsFile f = io::SafetensorsFile::read(path);
+    const auto names = nlohmann::json::parse(f.metadata().at("seqforge.classes"));
+    const io::SafetensorsEntry* w = f.find("head.weight");
+    const auto bytes = f.bytes(*w);
+    std::map<std::string, std::vector<float>> out;
+    for (size_t k = 0; k < names.size(); ++k) {
+      std::vector<float> row(size_t(w->shape[1]));
+      std::memcpy(row.data(), bytes.data() + k * row.size() * sizeof(float),
+                  row.size() * sizeof(float));
+      out[names[k].get<std::string>()] = row;
+    }
+    return out;
+  };
+  const auto trained = rows(base.checkpoint);
+  for (const auto& [data, classes] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"same_count.csv", {"10", "9", "zz"}}, {"more.csv", {"10", "9", "2", "zz"}}}) {
+    std::ostringstream start;
+    const TrainSummary tuned =
+        train(config(write(data, classes), data + ".run",
+                     {"model.init_from=" + base.checkpoint, "optim.lr=0", "train.epochs=1"}),
+              start);
+    const auto now = rows(tuned.checkpoint);
+    for (const std::string& c : classes)
+      if (trained.count(c))
+        EXPECT_EQ(now.at(c), trained.at(c)) << data << ": class " << c;
+      else
+        EXPECT_NE(now.at(c), trained.at("2")) << data << ": class " << c;
+    EXPECT_NE(start.str().find("note: init_from: the checkpoint's head was trained for the "
+                               "classes ['2', '9', '10'], this run's are "),
+              std::string::npos)
+        << start.str();
+    EXPECT_NE(start.str().find("are loaded by name, those of ['zz'] start new"), std::string::npos)
+        << start.str();
+  }
 }
 
 TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {

@@ -15,6 +15,18 @@ import yaml
 from . import _native
 
 
+def _json_text(value):
+    """JSON text with every character as itself (an escaped character beyond U+FFFF would be a
+    pair of surrogates, which YAML does not read)."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"seqforge: the config value {text[:80]} is not Unicode text (a lone "
+                         f"surrogate {text[e.start]!r})") from None
+    return text
+
+
 def _yaml_value(value):
     """A Python value as the YAML text of an override (JSON is YAML's flow style)."""
     if isinstance(value, (bool, np.bool_)):
@@ -22,16 +34,27 @@ def _yaml_value(value):
     if isinstance(value, (int, float, np.integer, np.floating)):
         return repr(value.item() if hasattr(value, "item") else value)
     if isinstance(value, (str, os.PathLike)):  # quoted: "exp #2", "null" and "on" stay text
-        return json.dumps(os.fspath(value))
+        return _json_text(os.fspath(value))
     if value is None:
         return ""
     if isinstance(value, (list, tuple)):
-        return json.dumps([v.item() if hasattr(v, "item") else v for v in value])
+        return _json_text([v.item() if hasattr(v, "item") else v for v in value])
     if isinstance(value, dict):
-        return json.dumps({str(k): v for k, v in value.items()})
+        return _json_text({str(k): v for k, v in value.items()})
     shown = (f"an array of shape {value.shape}" if isinstance(value, np.ndarray) else
              f"{type(value).__name__} {value!r}"[:80])
     raise TypeError(f"seqforge: cannot give {shown} as a config value")
+
+
+def _warn(message):
+    """A warning shown at the line that called into this package (predict() calls
+    predictions(), which warns: the warning is the caller of predict()'s)."""
+    frame, level = sys._getframe(1), 2
+    here = os.path.dirname(os.path.abspath(__file__))
+    while frame is not None and \
+            os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here:
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, stacklevel=level)
 
 
 class _CoreSchemaLoader(yaml.SafeLoader):
@@ -169,6 +192,10 @@ def _data_payload(data):
         dtype = np.float32 if data.dtype == np.float32 else np.float64
         return ".npy", np.ascontiguousarray(data, dtype=dtype)
     if type(data).__name__ == "DataFrame":
+        if type(data.columns).__name__ == "MultiIndex":
+            raise _native.Error(f"data: the DataFrame's columns have {data.columns.nlevels} levels "
+                                f"(a MultiIndex): give each column one name, e.g. data.columns = "
+                                f"['_'.join(map(str, c)) for c in data.columns]")
         names = [str(c) for c in data.columns]
         twice = next((c for i, c in enumerate(names) if c in names[:i]), None)
         if twice is not None:
@@ -502,7 +529,7 @@ class Run:
                                                       codes, date_order or "")
             notes = [_where_in_data(n, path, data) for n in notes]
         for note in notes:  # what eval prints as "note:" lines
-            warnings.warn(_in_python_words(note), stacklevel=2)
+            _warn(_in_python_words(note))
         return metrics
 
     def predictions(self, X, last=False, missing=None, missing_values=None, date_order=None):
@@ -513,6 +540,9 @@ class Run:
         fills X's missing cells, as predict's --missing; `missing_values` (a list of numbers
         or texts) marks more cells missing, as --missing-values; `date_order` ("dmy" or "mdy")
         reads X's dates as --date-order."""
+        if not isinstance(last, (bool, np.bool_)):
+            raise TypeError(f"predictions: last is True or False, not {type(last).__name__} "
+                            f"{last!r}"[:120])
         codes = _missing_codes(missing_values)
         _check_missing("predictions", missing)
         _check_date_order("predictions", date_order)
@@ -529,7 +559,7 @@ class Run:
                                                 date_order or "")
             notes = [_where_in_data(n, path, X) for n in table["notes"]]
         for note in notes:  # what predict prints as "note:" lines
-            warnings.warn(_in_python_words(note), stacklevel=2)
+            _warn(_in_python_words(note))
         return {name: values if kind != "text" else np.array(values, dtype=object)
                 for name, kind, values in table["columns"]}
 
@@ -553,7 +583,7 @@ class Run:
 
     def predict_proba(self, X):
         """A classifier's probabilities per window of `X`: (windows, classes), in the order of
-        the class names (sorted)."""
+        predict's p_<class> columns (the run's order of its classes)."""
         table = self.predictions(X)
         columns = [name for name in table if name.startswith("p_")]
         if not columns:

@@ -12,6 +12,7 @@
 Each trial trains a run in runs/<study>/trial-<number> and reports the monitored metric after
 every epoch (trial.report); a pruned trial stops after that epoch and raises optuna.TrialPruned.
 """
+import hashlib
 import os
 
 import optuna
@@ -72,15 +73,21 @@ def objective(config, space, data=None, monitor=None, runs="runs", log=None, **s
 
     def run_trial(trial):
         values = {name: suggest(trial, name, spec) for name, spec in space.items()}
-        study = trial.study.study_name
-        run_dir = os.path.join(runs, study, f"trial-{trial.number}")
+        study = getattr(trial, "study", None)  # none for optuna.trial.FixedTrial
+        if study is not None:
+            run_dir = os.path.join(runs, study.study_name, f"trial-{trial.number}")
+        else:  # a run of given values (the best ones, say): a directory of its own per values
+            digest = hashlib.sha256(repr(sorted(values.items())).encode()).hexdigest()[:12]
+            run_dir = os.path.join(runs, "fixed", f"trial-{digest}")
         overrides = dict(values, **{"train.run_dir": run_dir})
         metric = monitor
+        resolved = _api.resolved_config(config, overrides, sections)
         if metric is None:
-            resolved = _api.resolved_config(config, overrides, sections)
             metric = resolved["train"]["early_stopping"]["monitor"]
-        # Early stopping and the checkpoint kept follow the study's metric and direction.
-        maximize = trial.study.direction == optuna.study.StudyDirection.MAXIMIZE
+        # Early stopping and the checkpoint kept follow the study's metric and direction (without
+        # a study, the config's).
+        maximize = (study.direction == optuna.study.StudyDirection.MAXIMIZE if study is not None
+                    else resolved["train"]["early_stopping"]["mode"] == "max")
         overrides["train.early_stopping.monitor"] = metric
         overrides["train.early_stopping.mode"] = "max" if maximize else "min"
         trial.set_user_attr("run_dir", run_dir)

@@ -12,7 +12,6 @@ import hashlib
 import os
 import shutil
 import tempfile
-import warnings
 import weakref
 
 import numpy as np
@@ -101,8 +100,8 @@ class _Estimator(BaseEstimator):
                              f"{self.validation_fraction}")
         val = self.validation_fraction if round(n * self.validation_fraction) >= 1 else 0.0
         if self.validation_fraction and not val:
-            warnings.warn(f"validation_fraction={self.validation_fraction} of {n} samples holds "
-                          f"no sample: training without validation (patience does nothing)")
+            _api._warn(f"validation_fraction={self.validation_fraction} of {n} samples holds "
+                       f"no sample: training without validation (patience does nothing)")
         # An int is the seed; a RandomState (or None: numpy's global one) draws it.
         seed = (self.random_state if isinstance(self.random_state, (int, np.integer)) else
                 check_random_state(self.random_state).randint(2**31))

@@ -68,6 +68,7 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
     return std::find(names.begin(), names.end(), name) != names.end();
   };
   std::vector<std::string> loaded;
+  bool skipped = false;
   const io::SafetensorsFile file = io::SafetensorsFile::read(path);
   file.check_data_hash();
   auto selected = [&](const std::string& name) {
@@ -85,6 +86,10 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& entry = params.values().entries()[i];
     if (!selected(entry.name)) continue;
+    if (listed(ignored, entry.name)) {  // the caller loads it its own way
+      skipped = true;
+      continue;
+    }
     const io::SafetensorsEntry* t = find_parameter(file, entry.name);
     if (const auto other = tied.find(entry.name); !t && other != tied.end())
       t = find_parameter(file, other->second);
@@ -117,7 +122,7 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
   }
   // A selection that loads nothing is a mistake (a module named for another naming scheme), not a
   // start from random weights.
-  if (loaded.empty() && !modules.empty()) {
+  if (loaded.empty() && !skipped && !modules.empty()) {
     std::string names;
     for (const auto& m : modules) names += (names.empty() ? "" : ", ") + m;
     fail(path, ": init_from_modules [", names, "] loads no tensor: none of the file's ",

@@ -215,10 +215,17 @@ py::tuple evaluate(const std::string& run, const std::string& split, const std::
   const DenormalsScope keep;
   std::ostringstream said;
   std::map<std::string, double> metrics;
-  {
+  try {
     py::gil_scoped_release released;
     metrics = sf::evaluate(run, split, data, &said,
                            sf::InputReading{missing, missing_values, date_order});
+  } catch (const sf::Error& e) {  // the notes said before it often say why (eval prints them)
+    std::string before;
+    std::istringstream lines(said.str());
+    for (std::string line; std::getline(lines, line);)
+      before += (before.empty() ? "" : "; ") + (line.starts_with("note: ") ? line.substr(6) : line);
+    if (before.empty()) throw;
+    throw sf::Error(std::string(e.what()) + " (noted before: " + before + ")");
   }
   py::list notes;
   std::istringstream lines(said.str());

@@ -4,6 +4,7 @@
 // other features are an error, never weights silently reading other columns. A forecaster's or
 // classifier's head (a text classifier's too) follows its targets or classes the same way.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -162,7 +163,113 @@ void match_init_head(const std::string& path, const std::map<std::string, std::s
       << listed(ours) << " in another order: " << names << " reordered to match\n";
 }
 
+// The names a loaded head's rows stand for: a classifier's classes, a forecaster's targets.
+const std::vector<std::string>& head_names(const Task& task) {
+  return task.kind == TaskKind::text_classify ? task.text.class_names
+         : task.kind == TaskKind::classify    ? task.series.class_names
+                                              : task.series.target_names;
+}
+
 }  // namespace
+
+std::vector<std::string> heads_by_name(const std::string& path, const Config& c, const Task& task,
+                                       const Parameters& params,
+                                       const std::vector<std::string>& modules) {
+  const bool text = task.kind == TaskKind::text_classify;
+  const bool classify = text || task.kind == TaskKind::classify;
+  if (!classify && task.kind != TaskKind::forecast) return {};
+  const std::string module = text ? "classifier" : "head";
+  if (!modules.empty() && std::find(modules.begin(), modules.end(), module) == modules.end())
+    return {};
+  io::SafetensorsFile file;
+  try {
+    file = io::SafetensorsFile::read(path);
+  } catch (const Error&) {
+    return {};  // the loader says what is wrong with the file
+  }
+  const std::vector<std::string> theirs =
+      listed_names(file.metadata(), classify ? "seqforge.classes" : "seqforge.targets", path);
+  const std::vector<std::string>& ours = head_names(task);
+  // Not a seqforge model (its rows are the user's word), or the same names (put in order later).
+  if (theirs.empty() || !same_names_order(theirs, ours).empty()) return {};
+  if (!classify) {  // a forecaster's rows per target: its steps ahead and quantiles, as here
+    const auto stored = file.metadata().find("seqforge.config");
+    if (stored == file.metadata().end()) return {};
+    try {
+      const Config t = Config::parse(stored->second, path + " (stored config)");
+      for (const char* key : {"data.horizon", "data.horizon_mode", "train.loss", "train.quantiles"})
+        if (t.str(key) != c.str(key)) return {};
+    } catch (const Error&) {
+      return {};
+    }
+  }
+  std::vector<std::string> out;
+  for (const auto& e : params.values().entries()) {
+    if (e.name != module + ".weight" && e.name != module + ".bias") continue;
+    const io::SafetensorsEntry* t = find_parameter(file, e.name);
+    if (!t) continue;
+    const int64_t per_name = e.shape[0] / static_cast<int64_t>(ours.size());
+    if (t->shape.size() != size_t(e.shape.rank()) ||
+        t->shape[0] != per_name * static_cast<int64_t>(theirs.size()) ||
+        (e.shape.rank() == 2 && t->shape[1] != e.shape[1]))
+      return {};  // another model's head: the loader names the shapes
+    out.push_back(e.name);
+  }
+  return out;
+}
+
+void load_heads_by_name(const std::string& path, const Task& task,
+                        const std::vector<std::string>& heads, Parameters& params, Backend& be,
+                        std::ostream& out) {
+  if (heads.empty()) return;
+  const io::SafetensorsFile file = io::SafetensorsFile::read(path);
+  const bool classify = task.kind != TaskKind::forecast;
+  const std::vector<std::string> theirs =
+      listed_names(file.metadata(), classify ? "seqforge.classes" : "seqforge.targets", path);
+  const std::vector<std::string>& ours = head_names(task);
+  // Row (k * names + j) * quantiles + q: step ahead k, name j, quantile q (one of each for a
+  // classifier); `inner` rows per name at each step.
+  const int64_t J = static_cast<int64_t>(ours.size()), Jt = static_cast<int64_t>(theirs.size());
+  const int64_t inner = classify ? 1 : task.series.num_quantiles();
+  std::vector<std::string> shared, fresh;
+  for (const std::string& name : ours)
+    (std::find(theirs.begin(), theirs.end(), name) != theirs.end() ? shared : fresh)
+        .push_back(name);
+  for (const std::string& head : heads) {
+    const Arena::Entry* e = params.values().find(head);
+    const Tensor dst = params.value(static_cast<size_t>(e - params.values().entries().data()));
+    const io::SafetensorsEntry* t = find_parameter(file, head);
+    const int64_t rows = dst.shape()[0], cols = dst.shape().rank() == 2 ? dst.shape()[1] : 1;
+    const int64_t steps = rows / (J * inner);
+    std::vector<float> now(static_cast<size_t>(rows * cols)),
+        saved(static_cast<size_t>(t->shape[0] * cols));
+    be.download(now.data(), dst);
+    const auto bytes = file.bytes(*t);
+    std::vector<std::byte> aligned(bytes.begin(), bytes.end());  // file data may be unaligned
+    convert(aligned.data(), t->dtype, saved.data(), DType::f32, saved.size());
+    for (size_t i = 0; i < saved.size(); ++i)
+      if (!std::isfinite(saved[i]))
+        fail(path, ": tensor '", t->name, "' holds a non-finite value (", saved[i], " at index ", i,
+             "): refusing a model with NaN or infinite weights");
+    for (int64_t j = 0; j < J; ++j) {
+      const auto at = std::find(theirs.begin(), theirs.end(), ours[size_t(j)]);
+      if (at == theirs.end()) continue;  // a name new here keeps its row's start
+      const int64_t jt = at - theirs.begin();
+      for (int64_t k = 0; k < steps; ++k)
+        for (int64_t q = 0; q < inner; ++q)
+          std::copy_n(saved.begin() + ((k * Jt + jt) * inner + q) * cols, cols,
+                      now.begin() + ((k * J + j) * inner + q) * cols);
+    }
+    be.upload(dst, now.data());
+  }
+  const char* what = classify ? "classes" : "targets";
+  out << "note: init_from: the checkpoint's head was trained for the " << what << " "
+      << listed(theirs) << ", this run's are " << listed(ours) << ": "
+      << (shared.empty() ? "none is shared, and the head starts new"
+                         : "the rows of " + listed(shared) + " are loaded by name" +
+                               (fresh.empty() ? "" : ", those of " + listed(fresh) + " start new"))
+      << "\n";
+}
 
 std::string init_model_differences(const std::string& path, const Config& c) {
   std::map<std::string, std::string> meta;

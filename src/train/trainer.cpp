@@ -605,10 +605,15 @@ void Training::build_model() {
     // kept as saved.
     const std::vector<std::string> modules = c_.list("model.init_from_modules");
     check_init_feature_count(init, task_, modules);
+    // A head trained for other classes or targets: its rows follow their names, loaded apart.
+    const std::vector<std::string> heads =
+        heads_by_name(init, c_, task_, model_->parameters(), modules);
+    std::vector<std::string> ignored = model_->unused_base_tensors();
+    ignored.insert(ignored.end(), heads.begin(), heads.end());
     try {
       initialized_ = load_parameters(
-          init, model_->parameters(), *be_, false, modules, model_->fresh_parameters(),
-          model_->unused_base_tensors(), model_->tied_base_tensors(),
+          init, model_->parameters(), *be_, false, modules, model_->fresh_parameters(), ignored,
+          model_->tied_base_tensors(),
           modules.empty() ? " (model.init_from_modules loads only the modules it names, the "
                             "others starting new: a new head, say)"
                           : "");
@@ -618,6 +623,8 @@ void Training::build_model() {
       throw Error(e.what() + differences);
     }
     match_init_features(init, c_, task_, initialized_, model_->parameters(), *be_, out_);
+    load_heads_by_name(init, task_, heads, model_->parameters(), *be_, out_);
+    initialized_.insert(initialized_.end(), heads.begin(), heads.end());
     model_->init_adapters(*be_, initialized_);
   }
   oo_.kind = c_.str("optim.kind");

@@ -22,7 +22,7 @@ void save_parameters(const std::string& path, Backend& backend, const Parameters
 // parameters named "<module>.*" are loaded, whole, and the file's other modules are ignored.
 // Parameters named in `optional` that the file lacks keep their values (adapters or a new head on a
 // base model's weights), and the file's tensors named in `ignored` are skipped (a base model's LM
-// head). A parameter the file lacks under its own name is read from its name in `tied` when the
+// head), as are the model's parameters of those names (which the caller loads its own way). A parameter the file lacks under its own name is read from its name in `tied` when the
 // file has that one (a tied weight saved once). `shape_hint` ends the message of a mis-shaped
 // tensor. Returns the names of the parameters loaded.
 std::vector<std::string> load_parameters(const std::string& path, Parameters& params,
