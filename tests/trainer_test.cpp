@@ -496,7 +496,7 @@ TEST(Trainer, InitFromPutsTheHeadInThisRunsTargetOrder) {
                            turned = values("again", "head.weight");
   EXPECT_TRUE(std::equal(weight.begin(), weight.begin() + 16, turned.begin() + 2 * 8));
   EXPECT_EQ(values("pre", "lstm.weight_hh_l0"), values("again", "lstm.weight_hh_l0"));
-  // The same file with its second column named otherwise: as many targets, not the same ones.
+  // The same file with its second column named otherwise: as many targets, one of them shared.
   std::ifstream in(data);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   text.replace(text.find("other"), 5, "third");
@@ -509,8 +509,8 @@ TEST(Trainer, InitFromPutsTheHeadInThisRunsTargetOrder) {
                      "train.run_dir=" + (dir / "other").string()}),
       other);
   EXPECT_NE(other.str().find("note: init_from: the checkpoint's head was trained for the targets "
-                             "['signal', 'other'], this run's are ['signal', 'third']: it is only "
-                             "a start"),
+                             "['signal', 'other'], this run's are ['signal', 'third']: the rows of "
+                             "['signal'] are loaded by name, those of ['third'] start new"),
             std::string::npos)
       << other.str();
 }
@@ -999,7 +999,7 @@ TEST(Trainer, TransformerClassifiesTextPairs) {
             std::string::npos);
   EXPECT_NE(error_with({"model.block_size=8"}).find("model.block_size 8 is shorter"),
             std::string::npos);
-  // Its classifier loaded into a run of other classes: kept, with a note.
+  // Its classifier loaded into a run of other classes: the shared class's row, with a note.
   std::ifstream in(data);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (size_t at = text.find(",yes\n"); at != std::string::npos; at = text.find(",yes\n", at))
@@ -1012,7 +1012,11 @@ TEST(Trainer, TransformerClassifiesTextPairs) {
                      "train.epochs=1", "train.run_dir=" + (dir / "sure").string()}),
       noted);
   EXPECT_NE(noted.str().find("note: init_from: the checkpoint's head was trained for the classes "
-                             "['no', 'yes'], this run's are ['no', 'sure']: it is only a start"),
+                             "['no', 'yes'], this run's are ['no', 'sure']: the rows of ['no'] are "
+                             "loaded by name, those of ['sure'] start new"),
+            std::string::npos)
+      << noted.str();
+  EXPECT_EQ(noted.str().find("newly initialised (not in the checkpoint): classifier"),
             std::string::npos)
       << noted.str();
 }
@@ -1644,6 +1648,54 @@ TEST(Trainer, AHeadForOtherClassesFollowsTheNamesItShares) {
     EXPECT_NE(start.str().find("are loaded by name, those of ['zz'] start new"), std::string::npos)
         << start.str();
   }
+  // Only the head asked for, and no class shared: nothing to load is an error.
+  EXPECT_NE(error_of([&] {
+              train(
+                  config(write("none.csv", {"zz"}), "none",
+                         {"model.init_from=" + base.checkpoint, "model.init_from_modules=[head]"}),
+                  log);
+            }).find("model.init_from_modules loads nothing from "),
+            std::string::npos);
+}
+
+// A forecaster's head whose rows stand for other steps ahead or quantiles is not loaded (same
+// shape or not): its rows would forecast other outputs here.
+TEST(Trainer, AHeadForOtherOutputsStartsNew) {
+  const fs::path dir = test::temp_dir("head_layout");
+  const std::string data = write_series(dir, 300);
+  const std::string common = "data:\n  path: " + data +
+                             "\n  date_column: when\n  features: [signal, other]\n  targets: "
+                             "[signal, other]\n  lookback: 10\nmodel: {hidden: 8}\n"
+                             "train: {epochs: 1, save: last}\n";
+  std::ostringstream log;
+  const TrainSummary base =
+      train(Config::parse(common, "f.yaml",
+                          {"data.horizon=3", "train.run_dir=" + (dir / "base").string()}),
+            log);
+  const auto head_of = [](const std::string& path) {
+    const io::SafetensorsFile f = io::SafetensorsFile::read(path);
+    const auto bytes = f.bytes(*f.find("head.weight"));
+    std::vector<float> w(bytes.size() / sizeof(float));
+    std::memcpy(w.data(), bytes.data(), bytes.size());
+    return w;
+  };
+  // 3 steps of 2 targets there, 2 targets of 3 quantiles here: 6 rows of 8 each way.
+  std::ostringstream start;
+  const TrainSummary tuned =
+      train(Config::parse(common, "f.yaml",
+                          {"train.loss=quantile", "model.init_from=" + base.checkpoint,
+                           "optim.lr=0", "train.run_dir=" + (dir / "quantiles").string()}),
+            start);
+  EXPECT_NE(start.str().find("note: init_from: the checkpoint's head forecasts other outputs "
+                             "(data.horizon 3 (direct) there, 1 here; quantiles none there, "
+                             "[0.1, 0.5, 0.9] here): it starts new"),
+            std::string::npos)
+      << start.str();
+  const std::vector<float> was = head_of(base.checkpoint), now = head_of(tuned.checkpoint);
+  ASSERT_EQ(was.size(), now.size());
+  for (size_t r = 0; r < 6; ++r)
+    EXPECT_FALSE(std::equal(now.begin() + r * 8, now.begin() + r * 8 + 8, was.begin() + r * 8))
+        << "row " << r << " was loaded";
 }
 
 TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {

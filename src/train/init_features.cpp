@@ -163,6 +163,34 @@ void match_init_head(const std::string& path, const std::map<std::string, std::s
       << listed(ours) << " in another order: " << names << " reordered to match\n";
 }
 
+// Where a forecaster's head rows stand for other outputs in the checkpoint than here (other steps
+// ahead or quantiles, by its stored config): "data.horizon 3 (direct) there, 1 here, ..."; ""
+// where they are laid out alike, or the checkpoint holds no config seqforge reads.
+std::string head_layout_differences(const std::map<std::string, std::string>& meta,
+                                    const std::string& path, const Config& c) {
+  const auto stored = meta.find("seqforge.config");
+  if (stored == meta.end()) return "";
+  try {
+    const Config t = Config::parse(stored->second, path + " (stored config)");
+    const auto steps = [](const Config& x) {
+      const int64_t h = x.integer("data.horizon");
+      return h > 1 ? std::to_string(h) + " (" + x.str("data.horizon_mode") + ")"
+                   : std::to_string(h);
+    };
+    const auto quantiles = [](const Config& x) {
+      return x.str("train.loss") == "quantile" ? x.str("train.quantiles") : std::string("none");
+    };
+    std::string out;
+    if (steps(t) != steps(c)) out = "data.horizon " + steps(t) + " there, " + steps(c) + " here";
+    if (quantiles(t) != quantiles(c))
+      out += (out.empty() ? "" : "; ") + std::string("quantiles ") + quantiles(t) + " there, " +
+             quantiles(c) + " here";
+    return out;
+  } catch (const Error&) {
+    return "";
+  }
+}
+
 // The names a loaded head's rows stand for: a classifier's classes, a forecaster's targets.
 const std::vector<std::string>& head_names(const Task& task) {
   return task.kind == TaskKind::text_classify ? task.text.class_names
@@ -190,51 +218,58 @@ std::vector<std::string> heads_by_name(const std::string& path, const Config& c,
   const std::vector<std::string> theirs =
       listed_names(file.metadata(), classify ? "seqforge.classes" : "seqforge.targets", path);
   const std::vector<std::string>& ours = head_names(task);
-  // Not a seqforge model (its rows are the user's word), or the same names (put in order later).
-  if (theirs.empty() || !same_names_order(theirs, ours).empty()) return {};
-  if (!classify) {  // a forecaster's rows per target: its steps ahead and quantiles, as here
-    const auto stored = file.metadata().find("seqforge.config");
-    if (stored == file.metadata().end()) return {};
-    try {
-      const Config t = Config::parse(stored->second, path + " (stored config)");
-      for (const char* key : {"data.horizon", "data.horizon_mode", "train.loss", "train.quantiles"})
-        if (t.str(key) != c.str(key)) return {};
-    } catch (const Error&) {
-      return {};
-    }
-  }
+  if (theirs.empty()) return {};  // not a seqforge model: its rows are the user's word
+  // A forecaster's rows of other steps ahead or quantiles stand for other outputs: none loads.
+  const bool other_layout = !classify && !head_layout_differences(file.metadata(), path, c).empty();
+  // The same names, laid out alike: loaded whole, then put in this run's order.
+  if (!other_layout && !same_names_order(theirs, ours).empty()) return {};
   std::vector<std::string> out;
   for (const auto& e : params.values().entries()) {
     if (e.name != module + ".weight" && e.name != module + ".bias") continue;
     const io::SafetensorsEntry* t = find_parameter(file, e.name);
     if (!t) continue;
     const int64_t per_name = e.shape[0] / static_cast<int64_t>(ours.size());
-    if (t->shape.size() != size_t(e.shape.rank()) ||
-        t->shape[0] != per_name * static_cast<int64_t>(theirs.size()) ||
-        (e.shape.rank() == 2 && t->shape[1] != e.shape[1]))
+    if (!other_layout && (t->shape.size() != size_t(e.shape.rank()) ||
+                          t->shape[0] != per_name * static_cast<int64_t>(theirs.size()) ||
+                          (e.shape.rank() == 2 && t->shape[1] != e.shape[1])))
       return {};  // another model's head: the loader names the shapes
     out.push_back(e.name);
   }
   return out;
 }
 
-void load_heads_by_name(const std::string& path, const Task& task,
-                        const std::vector<std::string>& heads, Parameters& params, Backend& be,
-                        std::ostream& out) {
-  if (heads.empty()) return;
+std::vector<std::string> load_heads_by_name(const std::string& path, const Config& c,
+                                            const Task& task, const std::vector<std::string>& heads,
+                                            Parameters& params, Backend& be, std::ostream& out) {
+  if (heads.empty()) return {};
   const io::SafetensorsFile file = io::SafetensorsFile::read(path);
   const bool classify = task.kind != TaskKind::forecast;
+  if (!classify)
+    if (const std::string other = head_layout_differences(file.metadata(), path, c);
+        !other.empty()) {
+      out << "note: init_from: the checkpoint's head forecasts other outputs (" << other
+          << "): it starts new\n";
+      return {};
+    }
   const std::vector<std::string> theirs =
       listed_names(file.metadata(), classify ? "seqforge.classes" : "seqforge.targets", path);
   const std::vector<std::string>& ours = head_names(task);
   // Row (k * names + j) * quantiles + q: step ahead k, name j, quantile q (one of each for a
-  // classifier); `inner` rows per name at each step.
+  // classifier); `inner` rows per name at each step, laid out alike here and there.
   const int64_t J = static_cast<int64_t>(ours.size()), Jt = static_cast<int64_t>(theirs.size());
   const int64_t inner = classify ? 1 : task.series.num_quantiles();
   std::vector<std::string> shared, fresh;
   for (const std::string& name : ours)
     (std::find(theirs.begin(), theirs.end(), name) != theirs.end() ? shared : fresh)
         .push_back(name);
+  const char* what = classify ? "classes" : "targets";
+  out << "note: init_from: the checkpoint's head was trained for the " << what << " "
+      << listed(theirs) << ", this run's are " << listed(ours) << ": "
+      << (shared.empty() ? "none is shared, and the head starts new"
+                         : "the rows of " + listed(shared) + " are loaded by name" +
+                               (fresh.empty() ? "" : ", those of " + listed(fresh) + " start new"))
+      << "\n";
+  if (shared.empty()) return {};
   for (const std::string& head : heads) {
     const Arena::Entry* e = params.values().find(head);
     const Tensor dst = params.value(static_cast<size_t>(e - params.values().entries().data()));
@@ -262,13 +297,7 @@ void load_heads_by_name(const std::string& path, const Task& task,
     }
     be.upload(dst, now.data());
   }
-  const char* what = classify ? "classes" : "targets";
-  out << "note: init_from: the checkpoint's head was trained for the " << what << " "
-      << listed(theirs) << ", this run's are " << listed(ours) << ": "
-      << (shared.empty() ? "none is shared, and the head starts new"
-                         : "the rows of " + listed(shared) + " are loaded by name" +
-                               (fresh.empty() ? "" : ", those of " + listed(fresh) + " start new"))
-      << "\n";
+  return heads;
 }
 
 std::string init_model_differences(const std::string& path, const Config& c) {

@@ -131,16 +131,17 @@ void match_init_features(const std::string& path, const Config& c, const Task& t
                          const std::vector<std::string>& loaded, Parameters& params, Backend& be,
                          std::ostream& out);
 // The head tensors (a classifier's or forecaster's head, a text classifier's classifier) that
-// model.init_from is to load row by row, by name, where the checkpoint's classes or targets are
-// others than this run's and each has its rows there as here; the loader leaves them out, and
-// load_heads_by_name copies the rows of the names both share, the others keeping their start,
-// with a note on `out`.
+// model.init_from is not to load whole: the checkpoint's classes or targets are others than this
+// run's, or (a forecaster's) its rows stand for other steps ahead or quantiles. The loader leaves
+// them out; load_heads_by_name copies the rows of the names both runs share where the rows are
+// laid out alike, the others keeping their start, says so on `out`, and returns the heads that
+// took rows.
 std::vector<std::string> heads_by_name(const std::string& path, const Config& c, const Task& task,
                                        const Parameters& params,
                                        const std::vector<std::string>& modules);
-void load_heads_by_name(const std::string& path, const Task& task,
-                        const std::vector<std::string>& heads, Parameters& params, Backend& be,
-                        std::ostream& out);
+std::vector<std::string> load_heads_by_name(const std::string& path, const Config& c,
+                                            const Task& task, const std::vector<std::string>& heads,
+                                            Parameters& params, Backend& be, std::ostream& out);
 // Before model.init_from loads `path`'s `modules` (empty: all): a checkpoint whose model read
 // another number of features than this run's data gives is an error naming both lists, where a
 // weight reading them is to be loaded (its shape would otherwise be the only word).

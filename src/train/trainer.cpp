@@ -359,7 +359,8 @@ class Training {
   int64_t skipped_steps_ = 0;  // of this epoch, for an inf or NaN gradient (fp16)
   double grad_norm_ = 0;       // the last step's, before clipping
   OptimizerOptions oo_;
-  std::vector<std::string> initialized_;  // parameters loaded from model.init_from
+  std::vector<std::string> initialized_;   // parameters loaded from model.init_from
+  std::vector<std::string> mapped_heads_;  // heads that took some rows from it, by name
   int64_t global_batch_ = 0, batches_per_epoch_ = 0, total_steps_ = 0;
   int64_t used_ = 0;  // windows of the epoch that fit its batches (all ranks)
   LoopState state_;
@@ -623,8 +624,11 @@ void Training::build_model() {
       throw Error(e.what() + differences);
     }
     match_init_features(init, c_, task_, initialized_, model_->parameters(), *be_, out_);
-    load_heads_by_name(init, task_, heads, model_->parameters(), *be_, out_);
-    initialized_.insert(initialized_.end(), heads.begin(), heads.end());
+    // The rows a head took are said in its note, not counted as whole tensors loaded.
+    mapped_heads_ = load_heads_by_name(init, c_, task_, heads, model_->parameters(), *be_, out_);
+    if (!modules.empty() && initialized_.empty() && mapped_heads_.empty())
+      fail(c_.origin("model.init_from_modules"), ": model.init_from_modules loads nothing from ",
+           init, ": its head stands for other classes or outputs than this run's (said above)");
     model_->init_adapters(*be_, initialized_);
   }
   oo_.kind = c_.str("optim.kind");
@@ -781,7 +785,8 @@ void Training::print_start() const {
     std::string fresh;
     for (const std::string& name : model_->fresh_parameters())
       if (name.rfind("base_model.model.", 0) != 0 &&
-          std::find(initialized_.begin(), initialized_.end(), name) == initialized_.end())
+          std::find(initialized_.begin(), initialized_.end(), name) == initialized_.end() &&
+          std::find(mapped_heads_.begin(), mapped_heads_.end(), name) == mapped_heads_.end())
         fresh += (fresh.empty() ? "" : ", ") + name;
     if (!fresh.empty())
       out_ << "init_from: newly initialised (not in the checkpoint): " << fresh << "\n";
