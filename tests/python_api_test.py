@@ -107,6 +107,10 @@ def test_arrays_in_and_out(tmp_path):
     assert y.shape == (100 - 8 + 1,) and y.dtype == np.float64 and np.isfinite(y).all()
     # The library's buffer, not a copy: the array's base owns the C++ vector.
     assert not y.flags.owndata and type(y.base).__name__ == "PyCapsule"
+    # Columns are named by position: one more would rename those after it, so it is refused.
+    with pytest.raises(seqforge.Error, match="an array of 4 columns, where the run trained on "
+                                             "one of 3"):
+        run.predict(np.c_[array[:100, :1], array[:100]])
     # Arrays in are read where they are (no file written): errors name the array.
     np.testing.assert_array_equal(run.predict(np.asfortranarray(array[:100])), y)
     assert np.allclose(run.predict(array[:100].astype(np.float32)), y, rtol=1e-4)
@@ -116,7 +120,8 @@ def test_arrays_in_and_out(tmp_path):
         run.predict(holed)
     with pytest.raises(seqforge.Error, match=r"^the array's row 50, column 1: nan"):
         run.evaluate(data=holed)
-    with pytest.raises(seqforge.Error, match=r"the array has no column '2' \(its columns are 0 to 1\)"):
+    with pytest.raises(seqforge.Error, match=r"^the array: an array of 2 columns, where the run "
+                                             r"trained on one of 3"):
         run.predict(array[:100, :2])
     filled = holed.copy()
     filled[50, 1] = holed[49, 1]

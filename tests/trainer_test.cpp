@@ -1744,6 +1744,17 @@ TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {
                 ": row 50, column 0: nan marks a missing value, not a number (--missing ffill or "
                 "interpolate fills the file's missing cells)");
   train(Config::parse(gap_config, "npy.yaml", {"data.missing=ffill"}), log);
+  // An array's columns are named by position: one column more in front renames the others.
+  const std::string wider = (dir / "wider.npy").string();
+  std::vector<float> three(300 * 3);
+  for (int r = 0; r < 300; ++r)
+    for (int k = 0; k < 3; ++k) three[r * 3 + k] = k == 0 ? 1.0f : data[r * 2 + k - 1];
+  io::write_npy(wider, DType::f32, {300, 3}, three.data());
+  EXPECT_EQ(error_of([&] { predictions((dir / "run").string(), wider, false); }),
+            wider +
+                ": an array of 3 columns, where the run trained on one of 2: an array's columns "
+                "are named by position (0, 1, ...), so a column more or fewer gives the columns "
+                "after it other names; give 2 columns in the training array's order");
   const std::string bad = (dir / "cube.npy").string();
   io::write_npy(bad, DType::f32, {10, 3, 2}, data.data());
   EXPECT_NE(error_of([&] {

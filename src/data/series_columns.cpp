@@ -90,6 +90,14 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
   };
   require("data.date_column", o.date_col);
   require("data.series_column", o.series_col);
+  if (table.is_array() && !stored) d.array_columns = static_cast<int64_t>(table.columns().size());
+  if (table.is_array() && stored && stored->array_columns > 0 &&
+      static_cast<int64_t>(table.columns().size()) != stored->array_columns)
+    fail(opt.path, ": an array of ", table.columns().size(), " columns, where the run trained on ",
+         "one of ", stored->array_columns,
+         ": an array's columns are named by position (0, 1, ...), so a column more or fewer "
+         "gives the columns after it other names; give ",
+         stored->array_columns, " columns in the training array's order");
   d.feature_names = o.features;
   // A stored model's features by name: a file with more columns, or in another order, feeds the
   // model the columns it was trained on.

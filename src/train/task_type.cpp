@@ -81,6 +81,8 @@ class SeriesTask : public TaskType {
       (*meta)["seqforge.label_threshold"] = shortest_text(d.series.label_threshold);
     if (const std::string step = d.series.usual_step(); !step.empty())
       (*meta)["seqforge.step"] = step;
+    if (d.series.array_columns > 0)
+      (*meta)["seqforge.array_columns"] = std::to_string(d.series.array_columns);
   }
   void restore(const std::map<std::string, std::string>& meta, const std::string& where,
                Dataset* stored) const override {
@@ -114,6 +116,14 @@ class SeriesTask : public TaskType {
           }))
         fail(where, ": seqforge.step is not a step such as '1 hour': ", io::quoted(step));
       stored->series.trained_step = step;
+    }
+    if (const auto it = meta.find("seqforge.array_columns"); it != meta.end()) {
+      int64_t n = 0;
+      const auto [end, ec] =
+          std::from_chars(it->second.data(), it->second.data() + it->second.size(), n);
+      if (ec != std::errc() || end != it->second.data() + it->second.size() || n < 1)
+        fail(where, ": seqforge.array_columns is not a count of columns: ", io::quoted(it->second));
+      stored->series.array_columns = n;
     }
     // Checkpoints written before the names were stored leave them empty: the data file names
     // the columns then.

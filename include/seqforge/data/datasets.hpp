@@ -157,6 +157,10 @@ struct SeriesData {
   // A stored model's: its training data's usual step between rows ("1 hour", "1 month";
   // usual_step), which predict and eval --data compare with their file's; "": not known.
   std::string trained_step;
+  // The training file's columns where it was an array (.npy), whose columns are named by
+  // position: a later array must have as many, or every name after a column more or fewer moves;
+  // 0 where the columns have names.
+  int64_t array_columns = 0;
   // The step between rows most of the series take ("1 hour", "1 month", "1 business day"); ""
   // without dates, or with numeric times (which have no unit).
   std::string usual_step() const;
