@@ -276,9 +276,12 @@ std::vector<std::string> load_heads_by_name(const std::string& path, const Confi
     const io::SafetensorsEntry* t = find_parameter(file, head);
     const int64_t rows = dst.shape()[0], cols = dst.shape().rank() == 2 ? dst.shape()[1] : 1;
     const int64_t steps = rows / (J * inner);
+    // In f32 whatever the parameter's dtype (a head held narrower is widened and narrowed back).
     std::vector<float> now(static_cast<size_t>(rows * cols)),
         saved(static_cast<size_t>(t->shape[0] * cols));
-    be.download(now.data(), dst);
+    std::vector<std::byte> held(static_cast<size_t>(dst.nbytes()));
+    be.download(held.data(), dst);
+    convert(held.data(), dst.dtype(), now.data(), DType::f32, now.size());
     const auto bytes = file.bytes(*t);
     std::vector<std::byte> aligned(bytes.begin(), bytes.end());  // file data may be unaligned
     convert(aligned.data(), t->dtype, saved.data(), DType::f32, saved.size());
@@ -295,7 +298,8 @@ std::vector<std::string> load_heads_by_name(const std::string& path, const Confi
           std::copy_n(saved.begin() + ((k * Jt + jt) * inner + q) * cols, cols,
                       now.begin() + ((k * J + j) * inner + q) * cols);
     }
-    be.upload(dst, now.data());
+    convert(now.data(), DType::f32, held.data(), dst.dtype(), now.size());
+    be.upload(dst, held.data());
   }
   return heads;
 }
