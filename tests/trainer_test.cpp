@@ -1195,6 +1195,11 @@ TEST(Trainer, BadInputNamesTheFileLineOrKey) {
       train_with(base, {"data.targets=[nope]"})
           .find("override 'data.targets=[nope]': data.targets: " + data + " has no column 'nope'"),
       std::string::npos);
+  // A name that differs only in case is pointed out.
+  EXPECT_NE(train_with(base, {"data.targets=[Signal]"})
+                .find("has no column 'Signal' (columns: when, signal, other, label; 'signal' "
+                      "differs from it only in case)"),
+            std::string::npos);
   EXPECT_NE(train_with(base, {"train.threads=-1"})
                 .find("override 'train.threads=-1': train.threads must be in [0, 4096], got -1"),
             std::string::npos);

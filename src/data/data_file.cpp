@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/io/npy.hpp"
 
@@ -97,8 +99,21 @@ std::optional<std::string> DataFile::separator_note(const std::vector<std::strin
   return note;
 }
 
-std::string DataFile::columns_hint() const {
-  if (csv_) return csv_->columns_hint();
+std::string DataFile::columns_hint(const std::string& missing) const {
+  const auto lower = [](std::string s) {
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+  };
+  if (csv_) {
+    std::string hint = csv_->columns_hint();
+    if (!missing.empty())
+      for (const std::string& name : names_)
+        if (name != missing && lower(name) == lower(missing)) {
+          hint.insert(hint.size() - 1, "; " + io::quoted(name) + " differs from it only in case");
+          break;
+        }
+    return hint;
+  }
   return matrix_.cols == 0
              ? " (the .npy array has no columns)"
              : " (a .npy array's columns are 0 to " + std::to_string(matrix_.cols - 1) + ")";

@@ -25,7 +25,9 @@ class DataFile {
   // Where the file is not comma-separated: which separator its header told, and which of
   // `numeric` write decimal commas.
   std::optional<std::string> separator_note(const std::vector<std::string>& numeric) const;
-  std::string columns_hint() const;
+  // " (columns: ...)" for an error about the column `missing` the file lacks, naming a column
+  // that differs from it only in case.
+  std::string columns_hint(const std::string& missing = "") const;
   // A numeric column, one finite value per file row (or NaN for a missing cell, with
   // `missing_allowed`).
   std::vector<double> column(const std::string& name, bool missing_allowed = false) const;

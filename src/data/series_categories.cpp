@@ -27,7 +27,7 @@ void static_categories(const DataFile& table, const DataOptions& opt, const RowO
            "' where the model was trained on '", stored->static_categories[i].first, "'");
     if (!table.has_column(column))
       fail(opt.where("data.static"), ": data.static: ", opt.path, " has no column '", column, "'",
-           table.columns_hint());
+           table.columns_hint(column));
     const io::CsvColumn& text = table.text(column);
     std::vector<std::string> values;  // per series
     for (const SeriesSpan& s : order.spans) {
@@ -77,7 +77,7 @@ void categorical_columns(const DataFile& table, const DataOptions& opt, const Se
            "' where the model was trained on '", stored->categories[i].first, "'");
     if (!table.has_column(column))
       fail(opt.where("data.categorical"), ": data.categorical: ", opt.path, " has no column '",
-           column, "'", table.columns_hint());
+           column, "'", table.columns_hint(column));
     for (const std::string* other : {&o.date_col, &o.series_col, &o.class_col})
       if (column == *other)
         fail(opt.where("data.categorical"), ": data.categorical: '", column,

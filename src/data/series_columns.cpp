@@ -86,7 +86,7 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
   auto require = [&](const char* key, const std::string& col) {
     if (!col.empty() && !table.has_column(col))
       fail(opt.where(key), ": ", key, ": ", opt.path, " has no column '", col, "'",
-           table.columns_hint());
+           table.columns_hint(col));
   };
   require("data.date_column", o.date_col);
   require("data.series_column", o.series_col);
@@ -128,7 +128,7 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
     if (!table.has_column(name))
       fail(opt.where("data.features"), ": data.features: ", opt.path, " has no column '", name, "'",
            stored && o.features.empty() ? ", a feature of the trained model" : "",
-           table.columns_hint());
+           table.columns_hint(name));
   // A column of dates that orders nothing: the rows go in the file's order, newest first too.
   if (!table.is_array() && table.rows() > 1 && o.date_col.empty() && !stored)
     for (const std::string& name : table.columns()) {
@@ -217,7 +217,7 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
            column, "])");
     if (!table.has_column(column))
       fail(opt.where("data.known_future"), ": data.known_future: ", opt.path, " has no column '",
-           column, "'", table.columns_hint());
+           column, "'", table.columns_hint(column));
     if (std::find(o.targets.begin(), o.targets.end(), column) != o.targets.end())
       fail(opt.where("data.known_future"), ": data.known_future: '", column,
            "' is a target: its future values are what the model forecasts");
