@@ -359,8 +359,10 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source, size
   }
   const int64_t header_line = row.line;
   std::vector<size_t> unnamed;  // columns without a name: allowed only empty (a spreadsheet's)
+  std::vector<char> trimmed(row.fields.size(), 0);  // names that had spaces around them
   for (size_t c = 0; c < row.fields.size(); ++c) {
     std::string name = row.quoted[c] ? std::move(row.fields[c]) : std::string(trim(row.fields[c]));
+    trimmed[c] = !row.quoted[c] && name.size() != row.fields[c].size();
     if (name.empty()) {
       unnamed.push_back(c);
       t.columns_.emplace_back();
@@ -369,7 +371,10 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source, size
     const auto [it, inserted] = t.index_.try_emplace(name, c);
     if (!inserted) {
       fail(source, ":", header_line, ": duplicate column name ", io::quoted(name), " (columns ",
-           it->second + 1, " and ", c + 1, ")");
+           it->second + 1, " and ", c + 1, ")",
+           trimmed[it->second] || trimmed[c]
+               ? ": spaces around an unquoted header name are not part of it"
+               : "");
     }
     t.columns_.push_back(std::move(name));
   }
