@@ -190,6 +190,20 @@ def ranks_of(job):
     return found
 
 
+def signal_and_wait(job, pids, sig):
+    """Sends `sig` to each of `pids` and waits for the job (killed after 60 s): its output and
+    seconds."""
+    t0 = time.time()
+    for pid in pids:
+        os.kill(pid, sig)
+    try:
+        out, _ = job.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        out, _ = job.communicate()
+    return out, time.time() - t0
+
+
 def start_and_wait_for_epoch(run_dir, extra):
     cfg = config("long")
     job = subprocess.Popen(MPI + [seqforge, "train", cfg, "train.run_dir=" + run_dir,
@@ -212,14 +226,7 @@ job = start_and_wait_for_epoch(dead, [])
 pids = ranks_of(job.pid)
 check(job.poll() is None and 1 in pids, f"ranks running after the first epoch ({pids})")
 if 1 in pids:
-    t0 = time.time()
-    os.kill(pids[1], signal.SIGKILL)
-    try:
-        out, _ = job.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        job.kill()
-        out, _ = job.communicate()
-    took = time.time() - t0
+    out, took = signal_and_wait(job, [pids[1]], signal.SIGKILL)
     print("  mpirun said: " + " | ".join(l for l in out.splitlines()[-8:] if l.strip()))
     check(job.returncode != 0 and took < 30,
           f"the job ends after a rank is killed (exit {job.returncode}, {took:.1f} s)")
@@ -240,14 +247,7 @@ for stopped, waiting in ((1, 0), (0, 1)):
     job = start_and_wait_for_epoch(hung, ["dist.timeout_seconds=3"])
     pids = ranks_of(job.pid)
     if stopped in pids:
-        t0 = time.time()
-        os.kill(pids[stopped], signal.SIGSTOP)
-        try:
-            out, _ = job.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            job.kill()
-            out, _ = job.communicate()
-        took = time.time() - t0
+        out, took = signal_and_wait(job, [pids[stopped]], signal.SIGSTOP)
         try:
             os.kill(pids[stopped], signal.SIGKILL)  # if the launcher left it stopped
         except ProcessLookupError:
@@ -270,13 +270,7 @@ profiled = os.path.join(work, "profiled")
 job = start_and_wait_for_epoch(profiled, ["--profile"])
 pids = ranks_of(job.pid)
 if len(pids) == 2:
-    for pid in pids.values():
-        os.kill(pid, signal.SIGINT)
-    try:
-        out, _ = job.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        job.kill()
-        out, _ = job.communicate()
+    out, _ = signal_and_wait(job, pids.values(), signal.SIGINT)
     trace = os.path.join(profiled, "trace.json")
     check(job.returncode != 0 and "interrupted (SIGINT)" in out and os.path.exists(trace)
           and f"profile ({trace}" in out,
