@@ -4,7 +4,6 @@
 // other features are an error, never weights silently reading other columns. A forecaster's or
 // classifier's head (a text classifier's too) follows its targets or classes the same way.
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -285,10 +284,10 @@ std::vector<std::string> load_heads_by_name(const std::string& path, const Confi
     const auto bytes = file.bytes(*t);
     std::vector<std::byte> aligned(bytes.begin(), bytes.end());  // file data may be unaligned
     convert(aligned.data(), t->dtype, saved.data(), DType::f32, saved.size());
-    for (size_t i = 0; i < saved.size(); ++i)
-      if (!std::isfinite(saved[i]))
-        fail(path, ": tensor '", t->name, "' holds a non-finite value (", saved[i], " at index ", i,
-             "): refusing a model with NaN or infinite weights");
+    double bad = 0;
+    if (const int64_t at = first_non_finite(saved.data(), DType::f32, saved.size(), &bad); at >= 0)
+      fail(path, ": tensor '", t->name, "' holds a non-finite value (", bad, " at index ", at,
+           "): refusing a model with NaN or infinite weights");
     for (int64_t j = 0; j < J; ++j) {
       const auto at = std::find(theirs.begin(), theirs.end(), ours[size_t(j)]);
       if (at == theirs.end()) continue;  // a name new here keeps its row's start

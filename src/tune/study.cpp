@@ -571,6 +571,17 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
             << (higher_is_better(settings.metric) ? "higher" : "lower")
             << ": its best trial is the worst (tune.direction)\n";
   settings.min_delta = base.number("train.early_stopping.min_delta");
+  // A trial's refusal of its monitored metric (the study's) in the study's words; "" for any
+  // other error.
+  const auto as_study_metric = [&](const std::string& what) -> std::string {
+    const std::string key = "train.early_stopping.monitor";
+    const size_t at = what.find(": " + key);
+    if (at == std::string::npos) return "";
+    return (settings.metric == base.str(key)
+                ? base.origin(key) + ": " + key + " (the study's metric)"
+                : cmd.config + ": tune.metric") +
+           what.substr(at + 2 + key.size());
+  };
   // Where and how fast a trial runs changes none of its numbers, and the study sets what the
   // trial watches and keeps; the rest must stay the same for the study's trials to compare.
   const Config absolute = base.with_absolute_paths(fs::current_path().string());
@@ -630,21 +641,13 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     try {
       check_before_training(Config::load(cmd.config, o));
     } catch (const Error& e) {
-      std::string why = e.what();
-      const std::string key = "train.early_stopping.monitor";
-      if (const size_t at = why.find(": " + key); at != std::string::npos) {
-        const bool monitor = settings.metric == base.str(key);
-        why = (monitor ? base.origin(key) + ": " + key + " (the study's metric)"
-                       : cmd.config + ": tune.metric") +
-              why.substr(at + 2 + key.size());
-      } else if (!settings.space.empty()) {  // the values may be the space's, not the config's
-        std::string values;
-        for (size_t i = 0; i < settings.space.size(); ++i)
-          values += (i ? ", " : "") + o[cmd.overrides.size() + i];
-        why = cmd.config + ": the trial of the space's low bounds and first choices (" + values +
-              ") is refused before training: " + why;
-      }
-      fail(why);
+      if (const std::string why = as_study_metric(e.what()); !why.empty()) fail(why);
+      if (settings.space.empty()) throw;
+      std::string values;  // the values may be the space's, not the config's
+      for (size_t i = 0; i < settings.space.size(); ++i)
+        values += (i ? ", " : "") + o[cmd.overrides.size() + i];
+      fail(cmd.config, ": the trial of the space's low bounds and first choices (", values,
+           ") is refused before training: ", e.what());
     }
   }
   const fs::path dir = base.str("train.run_dir").empty() ? fs::path("runs") / settings.name
@@ -762,12 +765,7 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
       study.add_training_seconds(steady_now() - t0);
       log << "error: " << e.what() << "\n" << std::flush;
       // The trainer checks the monitored metric (the study's) before the epoch hook does.
-      const std::string what = e.what();
-      const std::string key = "train.early_stopping.monitor: '" + settings.metric + "'";
-      const size_t at = what.find(key);
-      if (at != std::string::npos && what.find("is not a metric", at) != std::string::npos)
-        throw StudyError(detail::concat(cmd.config, ": tune.metric: '", settings.metric, "'",
-                                        what.substr(at + key.size())));
+      if (const std::string why = as_study_metric(e.what()); !why.empty()) throw StudyError(why);
       throw;
     } catch (...) {
       study.add_training_seconds(steady_now() - t0);
