@@ -351,7 +351,13 @@ TEST_F(CsvTest, NumericRejectsEachKindOfBadCell) {
        "C' is not a number (a unit after the number, '\xc2\xb0"
        "C'"},
       {"1.5abc", "'1.5abc' is not a number (a unit after the number, 'abc'"},
-      {"1 000", "'1 000' is not a number"},
+      {"1 000",
+       "'1 000' is not a number (thousands grouped by spaces: write the number without "
+       "them)"},
+      {"5\xe2\x80\xaf"
+       "251.5",
+       "'5\\u202f251.5' is not a number (thousands grouped by spaces"},
+      {"1 00", "'1 00' is not a number"},
       {"+-1", "'+-1' is not a number"},
       {"+", "'+' is not a number"},
       {"NA", "'NA' marks a missing value, not a number"},
@@ -361,6 +367,21 @@ TEST_F(CsvTest, NumericRejectsEachKindOfBadCell) {
     SCOPED_TRACE(c.cell);
     const CsvTable t = CsvTable::parse("t,value\n0,1\n1," + c.cell + "\n", "cells.csv");
     expect_error([&] { t.numeric("value"); }, {"cells.csv:3: column 'value': " + c.message});
+  }
+  // A file of decimal commas: the reasons read the cell as its column writes numbers.
+  for (const auto& [cell, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"12,5%", "(a percentage"},
+           {"12,5 kg", "(a unit after the number, 'kg'"},
+           {"5\xc2\xa0"
+            "251,0",
+            "(thousands grouped by spaces"}}) {
+    const CsvTable t = CsvTable::parse("t;value\n0;1,5\n1;" + cell + "\n", "commas.csv");
+    try {
+      t.numeric("value");
+      ADD_FAILURE() << cell;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string_view(e.what()).find(reason), std::string_view::npos) << e.what();
+    }
   }
   // A cell that is nothing recognisable gets no reason.
   for (const char* cell : {"\"1,23,4\"", "0x10", "1e", "$", "%", "(1", "\"1,5,\""}) {
@@ -767,9 +788,17 @@ TEST(ParseDate, DayOrMonthFirst) {
 TEST(ParseDate, CompactAndIso) {
   EXPECT_EQ(parse_date("20120102", DateLayout::compact), 1325376000 + 86400);
   EXPECT_EQ(parse_date(" 20201231", DateLayout::compact), 1609372800);
-  for (const char* s : {"20121301", "20120230", "2012010", "201201021", "17991231", "22000101",
-                        "2012-01-02", "20120102 13:00", "+2012010"})
+  for (const char* s :
+       {"20121301", "20120230", "2012010", "201201021", "17991231", "22000101", "2012-01-02",
+        "20120102 13:00", "+2012010", "2012010200", "20120102.", "20120102.01"})
     EXPECT_EQ(parse_date(s, DateLayout::compact), std::nullopt) << "'" << s << "'";
+  // A float column's writing, and YYYYMM months.
+  EXPECT_EQ(parse_date("20120102.0", DateLayout::compact), 1325376000 + 86400);
+  EXPECT_EQ(parse_date("201202", DateLayout::compact_month), 1325376000 + 31 * 86400);
+  EXPECT_EQ(parse_date("201202.00", DateLayout::compact_month), 1325376000 + 31 * 86400);
+  for (const char* s : {"201213", "201200", "20121", "2012021", "179912", "220001", "201202.5",
+                        "201202.", "2012-02", "20120201"})
+    EXPECT_EQ(parse_date(s, DateLayout::compact_month), std::nullopt) << "'" << s << "'";
   EXPECT_EQ(parse_date("2012-01-02T13:00", DateLayout::iso), parse_datetime("2012-01-02T13:00"));
   // YYYYMMDDHH[MM[SS]] (Germany's weather service's MESS_DATUM).
   EXPECT_EQ(parse_date("2012010213", DateLayout::compact_time), 1325376000 + 86400 + 13 * 3600);
@@ -797,6 +826,7 @@ TEST(ParseDate, UnpaddedIsoUtcAndNamedMonths) {
         "5/jan/2012", "5 January, 2012", " 05 jan 2012 "})
     EXPECT_EQ(parse_date(s, DateLayout::named_month), jan5) << "'" << s << "'";
   EXPECT_EQ(parse_date("Sept 30, 2012", DateLayout::named_month), 1348963200);
+  EXPECT_EQ(parse_date("May. 1, 2012", DateLayout::named_month), parse_datetime("2012-05-01"));
   EXPECT_EQ(parse_date("Sep. 30, 2012 1:45 PM", DateLayout::named_month),
             1348963200 + 13 * 3600 + 45 * 60);
   EXPECT_EQ(parse_date("30-Sep-2012 13:45", DateLayout::named_month),

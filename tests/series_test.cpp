@@ -586,6 +586,17 @@ TEST(Series, CategoricalColumnsAreOneHotFeaturesRowByRow) {
             "category, or make its cells missing)");
   EXPECT_EQ(l.feature_names, d.feature_names);
   EXPECT_EQ(l.categories, d.categories);
+  // One category typed two ways (a no-break space after it): two categories, said.
+  std::string typed = text;
+  typed.replace(typed.find(",rain,"), 6, ",Rain\u00a0,");
+  const SeriesData t =
+      load_series(series_config(write(dir / "typed.csv", typed), {"data.categorical=[weather]"}));
+  EXPECT_EQ(t.feature_names.size(), d.feature_names.size() + 1);
+  ASSERT_FALSE(t.notes.empty());
+  EXPECT_EQ(t.notes[0], dir.string() +
+                            "/typed.csv: categories 'Rain\\u00a0' and 'rain' in column 'weather' "
+                            "(data.categorical) differ only in case, spaces or how a number is "
+                            "written: each is a category of its own");
   for (int64_t r = 0; r < l.rows; ++r)
     if (raw(l, r) == 16) {  // the snowy day
       EXPECT_EQ(one_hot(l, r), (std::vector<double>{0, 0, 0}));
@@ -1165,6 +1176,18 @@ TEST(Series, BusinessDaysAreRegularAndHolidaysNoGaps) {
   EXPECT_TRUE(listed.series[0].business_days);
   EXPECT_TRUE(listed.series[0].regular);
   EXPECT_TRUE(listed.notes.empty()) << listed.notes[0];
+  // Every weekday, the listed holiday too: read as business days still, the holiday's row named
+  // (read as calendar days with gaps, forecasts after a Friday fell on the Saturday).
+  std::string weekdays = "date,city,value\n";
+  rows = 0;
+  for (int64_t t = at("2020-01-01"); t < at("2020-02-01"); t += 86400)
+    if (plain.is_business_day(t))
+      weekdays += io::format_datetime(t) + ",a," + std::to_string(rows++) + "\n";
+  const std::string all_weekdays = write(dir / "weekdays.csv", weekdays);
+  EXPECT_EQ(error_of([&] { load_series(series_config(all_weekdays, {"data.holidays=" + list})); }),
+            all_weekdays +
+                ":15: '2020-01-20' is listed in data.holidays, not a business day (the dates "
+                "step by business days)");
   // A weekend date under B, a date off an explicit step, a bad holidays line: named.
   const std::string weekend = write(dir / "w.csv",
                                     "date,city,value\n2020-01-03,a,1\n"
@@ -1305,6 +1328,26 @@ TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
   const SeriesData c = load_series(config(file("compact.csv", compact)));
   EXPECT_EQ(c.dates, m.dates);
   EXPECT_NE(c.notes[0].find("writes its dates as YYYYMMDD"), std::string::npos) << c.notes[0];
+  std::vector<std::string> floats = compact;  // pandas' float column: 20200108.0
+  for (std::string& date : floats) date += ".0";
+  EXPECT_EQ(load_series(config(file("floats.csv", floats))).dates, m.dates);
+  // YYYYMM months (were numbers, forecasts after 202012 dated 202013).
+  std::vector<std::string> months;
+  for (int k = 0; k < 14; ++k)
+    months.push_back(std::to_string(2019 + (k + 11) / 12) + (((k + 11) % 12) < 9 ? "0" : "") +
+                     std::to_string((k + 11) % 12 + 1));
+  const SeriesData monthly = load_series(config(file("months.csv", months)));
+  EXPECT_FALSE(monthly.numeric_times);
+  EXPECT_EQ(monthly.dates.front(), "2019-12-01");
+  EXPECT_EQ(monthly.dates.back(), "2021-01-01");
+  EXPECT_EQ(monthly.series[0].months, 1);
+  EXPECT_EQ(io::format_datetime(*monthly.time_ahead(monthly.rows - 1, 1), true), "2021-02-01");
+  EXPECT_NE(monthly.notes[0].find("writes its dates as YYYYMM months"), std::string::npos)
+      << monthly.notes[0];
+  // Six-digit counts that pass a month's 12 stay numbers.
+  std::vector<std::string> counts;
+  for (int k = 0; k < 14; ++k) counts.push_back(std::to_string(201901 + k));
+  EXPECT_TRUE(load_series(config(file("counts.csv", counts))).numeric_times);
   // The first of each month of 2020, month first: no field past 12 tells the order, an error
   // unless data.date_order says it (day first, they are 1 to 12 January).
   std::vector<std::string> firsts;
@@ -1353,6 +1396,11 @@ TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
   EXPECT_NE(error_of([&] { load_series(config(file("bad.csv", bad))); })
                 .find("bad.csv:5: column 'date': '2020-01-11' is not a date written as the "
                       "column's first, '20200108' (column 'date' writes its dates as YYYYMMDD"),
+            std::string::npos);
+  bad[3] = "20200111\u00a0";  // shown escaped, not as a date that looks right
+  EXPECT_NE(error_of([&] {
+              load_series(config(file("nbsp.csv", bad)));
+            }).find("nbsp.csv:5: column 'date': '20200111\\u00a0' is not a date"),
             std::string::npos);
 }
 
@@ -1517,6 +1565,18 @@ TEST(Series, ATextColumnTakenAsAFeatureByDefaultSaysSo) {
             path +
                 ":2: column 'weather': 'rain' is not a number (a column of categories? name it "
                 "in data.categorical, or data.static if it holds one value per series)");
+  // One cell that is no number among numbers is a code for a missing value, not a category.
+  const std::string q = write(dir / "q.csv",
+                              "date,temp,load\n2020-01-01,1,5\n2020-01-02,?,6\n"
+                              "2020-01-03,3,7\n2020-01-04,4,8\n");
+  EXPECT_EQ(error_of([&] {
+              load_series(Config::parse("data: {path: " + q +
+                                            ", date_column: date, features: [temp, load], "
+                                            "targets: [load], lookback: 1}\n",
+                                        "q.yaml"));
+            }),
+            q + ":3: column 'temp': '?' is not a number (a code for a missing value? List it in "
+                "data.missing_values, and fill or mask it with data.missing)");
   // Three rows: the one training window reads the first only; the others' categories are left
   // out, as categories new to the model.
   EXPECT_EQ(load(", categorical: [weather]").feature_names,
@@ -1758,6 +1818,22 @@ TEST(Series, DatesWithFractionsOfASecondKeepThem) {
                   "t.yaml"));
             }).find("twice.csv:3: date '2024-03-01T10:00:00.500' appears again"),
             std::string::npos);
+  // Nanoseconds (pandas writes them): the times differ past the microsecond kept, said so.
+  const std::string nanos = dated_csv(
+      dir / "nanos.csv", {"2024-03-01 10:00:00.000000000", "2024-03-01 10:00:00.000000100",
+                          "2024-03-01 10:00:00.000000200"});
+  EXPECT_EQ(error_of([&] {
+              load_series(Config::parse(
+                  "data: {path: " + nanos +
+                      ", date_column: date, features: [value], targets: [value], lookback: 1}\n",
+                  "n.yaml"));
+            }),
+            nanos +
+                ":3: date '2024-03-01 10:00:00.000000100' appears again (as '2024-03-01 "
+                "10:00:00.000000000' at " +
+                nanos +
+                ":2): times are kept to the microsecond, and these differ only past it; round "
+                "them to microseconds");
 }
 
 // A date column of numbers (elapsed seconds, sampled every half second here) orders each series'

@@ -1731,6 +1731,15 @@ TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {
           .find("npy.yaml:1: data.targets: '0' is data.date_column, which orders the rows and "
                 "cannot be a target"),
       std::string::npos);
+  EXPECT_EQ(error_of([&] {
+              train(Config::parse("data: {path: " + path +
+                                      ", targets: ['0'], features: ['0'], series_column: '1'}\n",
+                                  "npy.yaml"),
+                    log);
+            }),
+            "npy.yaml:1: data.series_column: " + path +
+                " is an array; several series in one file are a CSV's, with a column naming "
+                "each series");
   // A NaN in an array is a missing value, as in a CSV: refused with what fills it, or filled.
   const std::string gap = (dir / "gap.npy").string();
   std::vector<float> with_gap = data;

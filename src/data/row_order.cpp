@@ -35,6 +35,13 @@ std::optional<io::DateLayout> date_layout(const DataFile& table, const SeriesOpt
       all = io::parse_date(cells[r], io::DateLayout::compact_time).has_value();
     if (all) return io::DateLayout::compact_time;
   }
+  // YYYYMM where every cell reads so (a count of six digits would pass month 12 within a year).
+  if (io::parse_date(first, io::DateLayout::compact_month)) {
+    bool all = true;
+    for (int64_t r = 0; r < table.rows() && all; ++r)
+      all = io::parse_date(cells[r], io::DateLayout::compact_month).has_value();
+    if (all) return io::DateLayout::compact_month;
+  }
   if (io::parse_date(first, io::DateLayout::named_month)) return io::DateLayout::named_month;
   if (io::parse_finite(first)) return std::nullopt;
   if (!io::day_month_fields(first)) return io::DateLayout::iso;  // each cell's error says why
@@ -62,6 +69,8 @@ std::string layout_note(const DataFile& table, const SeriesOptions& o, io::DateL
   const std::string column = "column '" + o.date_col + "' writes its dates ";
   if (layout == io::DateLayout::compact)
     return column + "as YYYYMMDD; predictions write them as ISO dates";
+  if (layout == io::DateLayout::compact_month)
+    return column + "as YYYYMM months; predictions write them as ISO dates (a month's first day)";
   if (layout == io::DateLayout::compact_time)
     return column + "as YYYYMMDDHH[MM[SS]] date-times; predictions write them as ISO dates";
   if (layout == io::DateLayout::named_month)
@@ -77,6 +86,17 @@ std::string layout_note(const DataFile& table, const SeriesOptions& o, io::DateL
       }
   return column + (day ? "day first (day/month/year: " : "month first (month/day/year: ") + why +
          "); predictions write them as ISO dates";
+}
+
+// Whether a date-time writes digits of its seconds past the sixth (dropped: microseconds_of).
+bool past_microseconds(std::string_view date) {
+  const size_t colon = date.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  const size_t point = date.find_first_of(".,", colon);
+  if (point == std::string_view::npos) return false;
+  size_t end = point + 1;
+  while (end < date.size() && std::isdigit(static_cast<unsigned char>(date[end]))) ++end;
+  return end - point - 1 > 6;
 }
 
 }  // namespace
@@ -144,13 +164,13 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
       const auto t = io::parse_date(dates[r], *layout, &offsets[r], &zone);
       zoned[r] = zone;
       if (!t && r == 0)
-        fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
-             "' is neither a date (2012-01-31, 2012-01-31 13:45, 2012/01/31, 20120131, 2012013113, "
+        fail(table.where(r), ": column '", o.date_col, "': ", io::quoted(dates[r]),
+             " is neither a date (2012-01-31, 2012-01-31 13:45, 2012/01/31, 20120131, 2012013113, "
              "31/01/2012, 01/31/2012 1:45 PM, 31.01.2012, Jan 31, 2012, 31-Jan-2012) nor a "
              "number");
       if (!t)
-        fail(table.where(r), ": column '", o.date_col, "': '", dates[r],
-             "' is not a date written as the column's first, '", dates[0], "'",
+        fail(table.where(r), ": column '", o.date_col, "': ", io::quoted(dates[r]),
+             " is not a date written as the column's first, ", io::quoted(dates[0]),
              layout == io::DateLayout::iso ? "" : " (" + layout_note(table, o, *layout) + ")");
       micros[r] = io::microseconds_of(dates[r]);
       when[r] = *t;
@@ -263,20 +283,27 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
                   : "";
           // Written otherwise (another UTC offset), the first is named as written.
           const std::string first = date_text(a);
-          const std::string seen = first == date ? "first at " + table.where(a)
-                                                 : "as '" + first + "' at " + table.where(a);
+          const std::string seen = first == date
+                                       ? "first at " + table.where(a)
+                                       : "as " + io::quoted(first) + " at " + table.where(a);
           const std::string unmarked =
               zoned[a] != zoned[b] ? ": times without a UTC offset are read as UTC; write every "
                                      "time with its offset, or none"
                                    : "";
+          // 09:30:00.000000100 after 09:30:00.000000000 (pandas' nanoseconds)
+          const std::string finer =
+              past_microseconds(date) || past_microseconds(first)
+                  ? ": times are kept to the microsecond, and these differ only past it; round "
+                    "them to microseconds"
+                  : "";
+          const std::string why = !unmarked.empty() ? unmarked : !finer.empty() ? finer : set_back;
           if (o.series_col.empty())
-            fail(table.where(b), ": date '", date, "' appears again (", seen, ")",
-                 !unmarked.empty()  ? unmarked
-                 : set_back.empty() ? ": several series in one file? Name the column that tells "
-                                      "them apart in data.series_column"
-                                    : set_back);
-          fail(table.where(b), ": series '", span.name, "': duplicate date '", date, "' (", seen,
-               ")", unmarked.empty() ? set_back : unmarked);
+            fail(table.where(b), ": date ", io::quoted(date), " appears again (", seen, ")",
+                 why.empty() ? ": several series in one file? Name the column that tells them "
+                               "apart in data.series_column"
+                             : why);
+          fail(table.where(b), ": series ", io::quoted(span.name), ": duplicate date ",
+               io::quoted(date), " (", seen, ")", why);
         }
         steps.push_back(when[b] - when[a]);
       }
@@ -305,33 +332,34 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
                          return whole_steps(s) > 0;
                        });
         auto where = [&](int64_t k) { return table.where(out.rows[p + k]); };
-        auto date = [&](int64_t k) {  // quoted, built in place (GCC 12 warns on "'" + text)
-          std::string quoted(1, '\'');
-          quoted += date_text(out.rows[p + k]);
-          quoted += '\'';
-          return quoted;
-        };
-        auto is_business = [&] {
+        auto date = [&](int64_t k) { return io::quoted(date_text(out.rows[p + k])); };
+        // Detected from the weekdays alone: a date of data.holidays in the data is then named
+        // below, where a calendar-day reading would put forecasts on weekends.
+        auto on_weekdays = [&] {
+          const BusinessCalendar weekdays;
           for (int64_t k = p; k < q; ++k)
-            if (!business.is_business_day(when[out.rows[k]])) return false;
+            if (!weekdays.is_business_day(when[out.rows[k]])) return false;
           return true;
         };
         if (f.kind == Frequency::business ||
             (f.kind == Frequency::automatic && !out.numeric_times && !out.subsecond_times &&
              span.months == 0 && span.step == 86400 &&
              std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s != 86400; }) &&
-             is_business())) {
+             on_weekdays())) {
           span.business_days = true;
+          const std::string why = f.kind == Frequency::business
+                                      ? " (data.frequency B)"
+                                      : " (the dates step by business days)";
           for (int64_t k = 0; k < q - p; ++k)
             if (const int64_t t = when[out.rows[p + k]]; !business.is_business_day(t))
               fail(where(k), ": ", date(k), " is ",
                    business.is_holiday(t) ? "listed in data.holidays" : "on a weekend",
-                   ", not a business day (data.frequency B)");
+                   ", not a business day", why);
           for (size_t k = 0; k < steps.size(); ++k) {
             spanned[k] = business.between(when[out.rows[p + k]], when[out.rows[p + k + 1]]);
             if (steps[k] % 86400 != 0)
               fail(where(int64_t(k) + 1), ": ", date(int64_t(k) + 1),
-                   " is not at the time of day of the row before (data.frequency B)");
+                   " is not at the time of day of the row before", why);
           }
           span.regular = true;
           span.step = 86400;

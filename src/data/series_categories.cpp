@@ -11,6 +11,18 @@
 
 namespace seqforge::series {
 
+namespace {
+// One cell typed two ways ("rain" and "Rain ") makes two categories: said, not merged.
+void note_categories_alike(const std::string& path, const std::string& column, const char* key,
+                           const std::vector<std::string>& categories, SeriesData* d) {
+  if (const std::string alike = io::names_alike(categories); !alike.empty())
+    d->notes.push_back(path + ": categories " + alike + " in column " + io::quoted(column) + " (" +
+                       key +
+                       ") differ only in case, spaces or how a number is written: each is a "
+                       "category of its own");
+}
+}  // namespace
+
 void static_categories(const DataFile& table, const DataOptions& opt, const RowOrder& order,
                        const SeriesData* stored, SeriesData* d) {
   const SeriesOptions& o = opt.series;
@@ -55,6 +67,7 @@ void static_categories(const DataFile& table, const DataOptions& opt, const RowO
     } else {
       std::sort(categories.begin(), categories.end());
       categories.erase(std::unique(categories.begin(), categories.end()), categories.end());
+      note_categories_alike(opt.path, column, "data.static", categories, d);
     }
     d->static_categories.emplace_back(column, std::move(categories));
   }
@@ -118,6 +131,7 @@ void categorical_columns(const DataFile& table, const DataOptions& opt, const Se
       fail(opt.path, ": column '", column, "' (data.categorical) holds ", categories.size(),
            " categories, more than the ", kMaxCategories,
            " that one-hot features take (an identifier, or free text?)");
+    note_categories_alike(opt.path, column, "data.categorical", categories, d);
     d->categories.emplace_back(column, std::move(categories));
   }
 }

@@ -90,6 +90,10 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
   };
   require("data.date_column", o.date_col);
   require("data.series_column", o.series_col);
+  if (table.is_array() && !o.series_col.empty())
+    fail(opt.where("data.series_column"), ": data.series_column: ", opt.path,
+         " is an array; several series in one file are a CSV's, with a column naming each "
+         "series");
   if (table.is_array() && !stored) d.array_columns = static_cast<int64_t>(table.columns().size());
   if (table.is_array() && stored && stored->array_columns > 0 &&
       static_cast<int64_t>(table.columns().size()) != stored->array_columns)

@@ -178,6 +178,20 @@ const char* missing_hint(bool at_inference) {
              : " (data.missing: ffill or interpolate fills missing cells, mask masks them)";
 }
 
+// Whether most of a CSV column's cells are numbers: a cell that is none is then a code for a
+// missing value ("?", "#DIV/0!"), not a category.
+bool mostly_numbers(const DataFile& table, const std::string& name) {
+  if (table.is_array()) return false;
+  int64_t numbers = 0, others = 0;
+  for (const std::string_view cell : table.text(name))
+    if (!io::is_missing_cell(cell)) {
+      std::string point(cell);  // a decimal comma's column too
+      std::replace(point.begin(), point.end(), ',', '.');
+      ++(io::parse_finite(point) ? numbers : others);
+    }
+  return numbers > others;
+}
+
 }  // namespace
 
 std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
@@ -275,6 +289,12 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       if (what.ends_with("empty cell is not a number") ||
           what.ends_with("missing value, not a number"))
         fail(what, missing_hint(missing_targets));
+      if (what.ends_with("is not a number") && mostly_numbers(table, name))
+        fail(what, missing_targets
+                       ? " (a code for a missing value? --missing-values lists it, "
+                         "--missing fills it)"
+                       : " (a code for a missing value? List it in data.missing_values, and "
+                         "fill or mask it with data.missing)");
       if (what.ends_with("is not a number") && !is_target && name == o.class_col)
         fail(what,
              " (it is data.class_column, the class to predict: drop it from "

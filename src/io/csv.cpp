@@ -199,6 +199,19 @@ std::string number_hint(std::string_view cell) {
           cell.ends_with(sign) ? cell.substr(0, cell.size() - sign.size()) : ""})
       if (!rest.empty() && (number(rest) || number(without(rest, ","))))
         return " (a currency sign: write the number alone, 1234.5)";
+  // 5 251.5, 5\u202f251.5: thousands grouped by spaces, plain or narrow no-break ones (French
+  // and other locales' spreadsheets).
+  if (const std::string spaced = io::space_like_as_space(cell);
+      spaced.find(' ') != std::string::npos && number(without(spaced, " "))) {
+    const std::string_view whole = std::string_view(spaced).substr(0, spaced.find('.'));
+    bool grouped = whole.find(' ') > 0;
+    for (size_t at = whole.find(' '); at != std::string_view::npos && grouped;
+         at = whole.find(' ', at + 1))
+      grouped = whole.size() - at > 3 &&
+                whole.substr(at + 1, 3).find_first_not_of("0123456789") == std::string_view::npos &&
+                (whole.size() - at == 4 || whole[at + 4] == ' ');
+    if (grouped) return " (thousands grouped by spaces: write the number without them)";
+  }
   // A no-break, thin or zero-width space, or a byte-order mark, copied from a web page.
   if (const std::string visible = io::without_space_like(cell);
       visible.size() < cell.size() && number(trim(visible)))
@@ -671,7 +684,7 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
       }
       case NumberStatus::not_number:
         fail(source_, ":", lines_[r], ": column ", io::quoted(name), ": ", io::quoted(cells[r]),
-             " is not a number", number_hint(cells[r]));
+             " is not a number", number_hint(cell));
       case NumberStatus::not_finite:
         fail(source_, ":", lines_[r], ": column ", io::quoted(name), ": ", io::quoted(cells[r]),
              " is not a finite number");

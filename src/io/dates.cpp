@@ -155,7 +155,7 @@ int month_name(DateScanner& c) {
     const bool abbreviation = word == kNames[m].substr(0, 3) || (m == 8 && word == "SEPT");
     if (word != kNames[m] && !abbreviation) continue;
     c.i = end;
-    if (abbreviation && word != kNames[m]) c.literal('.');
+    if (abbreviation) c.literal('.');  // "May." too
     return m + 1;
   }
   return 0;
@@ -196,10 +196,20 @@ std::optional<int64_t> parse_date(std::string_view s, DateLayout layout, int64_t
   if (layout == DateLayout::iso) return parse_iso(s, offset, zoned);
   DateScanner c{trim(s)};
   int y = 0, mo = 0, d = 0;
-  if (layout == DateLayout::compact) {
-    if (!c.number(8, 8, &y) || !c.done()) return std::nullopt;
-    d = y % 100, mo = y / 100 % 100, y /= 10000;
-    if (y < 1800 || y >= 2200) return std::nullopt;  // a number of 8 digits, not a date
+  if (layout == DateLayout::compact || layout == DateLayout::compact_month) {
+    const size_t digits = layout == DateLayout::compact ? 8 : 6;
+    if (!c.number(digits, digits, &y)) return std::nullopt;
+    if (c.literal('.')) {  // "20201231.0", as a float column writes it
+      if (!c.literal('0')) return std::nullopt;
+      while (c.literal('0')) {
+      }
+    }
+    if (!c.done()) return std::nullopt;
+    if (layout == DateLayout::compact)
+      d = y % 100, mo = y / 100 % 100, y /= 10000;
+    else
+      d = 1, mo = y % 100, y /= 100;
+    if (y < 1800 || y >= 2200) return std::nullopt;  // a number of so many digits, not a date
     return midnight(y, mo, d);
   }
   if (layout == DateLayout::compact_time) {

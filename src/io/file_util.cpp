@@ -413,6 +413,17 @@ size_t space_like(std::string_view s, size_t i, unsigned* code) {
 }
 }  // namespace
 
+std::string space_like_as_space(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned code = 0;
+    const size_t n = space_like(s, i, &code);
+    out += n > 0 ? ' ' : s[i];
+    i += n > 0 ? n - 1 : 0;
+  }
+  return out;
+}
+
 std::string without_space_like(std::string_view s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -461,10 +472,10 @@ std::string quoted(std::string_view s, size_t max_shown) {
 }
 
 namespace {
-// A name without spaces, in lower case.
+// A name without spaces (no-break and invisible ones too), in lower case.
 std::string folded(std::string_view s) {
   std::string f;
-  for (const char c : s)
+  for (const char c : without_space_like(s))
     if (c != ' ' && c != '\t') f += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return f;
 }

@@ -86,6 +86,8 @@ std::string printable(std::string_view s, size_t max_shown = 80, char quote = '\
 // `s` without the characters printable() shows as \uNNNN (no-break, zero-width and other
 // space-like characters, a byte-order mark).
 std::string without_space_like(std::string_view s);
+// `s` with each of those characters a plain space.
+std::string space_like_as_space(std::string_view s);
 // printable(s) in single quotes, or in double quotes where s holds a single quote and no double
 // one ("'7", a spreadsheet's text number).
 std::string quoted(std::string_view s, size_t max_shown = 80);

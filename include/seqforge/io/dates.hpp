@@ -23,9 +23,19 @@ std::optional<int64_t> parse_datetime(std::string_view s);
 // "December 31 2020", "31 Dec 2020", "31-Dec-2020"; four-digit years). All but compact take an
 // optional time as ISO's; day and month first and named months also one-digit hours and AM/PM
 // on a 12-hour clock ("31/12/2020 13:45", "12/31/2020 1:45:00 PM"). A time may end in " UTC".
-// compact: YYYYMMDD; compact_time: YYYYMMDDHH, YYYYMMDDHHMM or YYYYMMDDHHMMSS (10, 12 or 14
-// digits, as Germany's weather service writes MESS_DATUM).
-enum class DateLayout { iso, day_first, month_first, compact, compact_time, named_month };
+// compact: YYYYMMDD; compact_month: YYYYMM (a month's first day, as statistics offices and
+// databases write months); both also with a float column's ".0" ("20201231.0"); compact_time:
+// YYYYMMDDHH, YYYYMMDDHHMM or YYYYMMDDHHMMSS (10, 12 or 14 digits, as Germany's weather service
+// writes MESS_DATUM).
+enum class DateLayout {
+  iso,
+  day_first,
+  month_first,
+  compact,
+  compact_month,
+  compact_time,
+  named_month
+};
 
 // Seconds since 1970 (UTC) of `s` written in `layout`; nullopt when it is not such a date.
 // `offset`, where given, receives the UTC offset written after a time in seconds (0 without one):
