@@ -179,8 +179,10 @@ def main():
             sf_steps, pt_steps, floors, sf_mb, pt_mb = (runs[prec][k] for k in (
                 "sf", "pt", "floor", "sf_mb", "pt_mb"))
             sf, pt = statistics.median(sf_steps), statistics.median(pt_steps)
+            floors = [f for f in floors if f is not None]  # None: a step without GEMMs
             row = dict(id=wid, precision=prec, seqforge_ms=sf, pytorch_ms=pt, speedup=pt / sf,
-                       floor_ratio=statistics.median(floors), seqforge_mb=max(sf_mb),
+                       floor_ratio=statistics.median(floors) if floors else None,
+                       seqforge_mb=max(sf_mb),
                        pytorch_mb=max(pt_mb))
             extra = ""
             if cuda:
@@ -191,8 +193,9 @@ def main():
                     row["seqforge_tflops"], 100 * row["seqforge_tflops"] / peaks[prec],
                     row["pytorch_tflops"])
             rows.append(row)
-            print("%-3s %-5s %12.2f %12.2f %7.2fx %10.2f %10.0f %10.0f%s" % (
-                wid, prec, sf, pt, pt / sf, row["floor_ratio"], row["seqforge_mb"],
+            floor = "-" if row["floor_ratio"] is None else "%.2f" % row["floor_ratio"]
+            print("%-3s %-5s %12.2f %12.2f %7.2fx %10s %10.0f %10.0f%s" % (
+                wid, prec, sf, pt, pt / sf, floor, row["seqforge_mb"],
                 row["pytorch_mb"], extra), flush=True)
     by = {(r["id"], r["precision"]): r for r in rows}
     for wid in a.workloads:

@@ -248,9 +248,67 @@ TEST(Report, DamagedMetricsLinesAreErrorsNamingTheLine) {
        ":3: \"model_epoch\" is {\"a\":1}, not a number"},
       // A last line without its newline is left out only if it begins as the trainer's do.
       {"\x7f\x45LF\x02\x01", ":3: not a JSON object"},
+      {"{\"epoch\":3,\"stop\":7}\n", ":3: \"stop\" is 7, not a text"},
+      {"{\"split\":\"test\",\"stop\":\"epochs\"}\n", ":3: \"stop\" is \"epochs\", not a text"},
   };
   for (const auto& [tail, message] : cases)
     expect_refused(dir, "metrics.jsonl", good + tail, message);
+}
+
+// The page says how the run ended, from its last epoch's "stop": a run killed or still training
+// is not shown as a finished one.
+TEST(Report, SaysHowTheRunEnded) {
+  const fs::path dir = run_dir("ended");
+  write(dir / "config.resolved.yaml", "data:\n  task: forecast\ntrain:\n  epochs: 50\n");
+  const std::string two = "{\"epoch\":1,\"train_loss\":1}\n{\"epoch\":2,\"train_loss\":0.5";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {two + "}\n",
+       "2 epochs of 50 &middot; not finished after epoch 2: still training, or stopped by a "
+       "signal or a kill"},
+      {two + ",\"stop\":\"epochs\"}\n", "2 epochs of 50 &middot; finished"},
+      {two + ",\"stop\":\"early_stopping\"}\n",
+       "stopped early after epoch 2 (train.early_stopping)"},
+      {two + ",\"stop\":\"pruned\"}\n", "pruned by the study after epoch 2"},
+      {two + "}\n{\"split\":\"test\",\"test_loss\":1}\n", "&middot; finished"},
+  };
+  for (const auto& [metrics, said] : cases) {
+    write(dir / "metrics.jsonl", metrics);
+    EXPECT_NE(render_run_report(dir.string()).find(said), std::string::npos) << metrics;
+  }
+}
+
+// A run that ends by its epochs, its patience or a caller says so in its last epoch's line.
+TEST(Report, TheLastEpochsLineSaysWhyTheRunEnded) {
+  const fs::path dir = run_dir("why_ended");
+  write(dir / "s.csv", [] {
+    std::string text = "t,v\n";
+    for (int i = 0; i < 120; ++i) text += std::to_string(i) + "," + std::to_string(i % 7) + "\n";
+    return text;
+  }());
+  auto run = [&](const std::string& name, const std::vector<std::string>& more,
+                 TrainHooks hooks = {}) {
+    std::vector<std::string> o = {"train.run_dir=" + (dir / name).string()};
+    o.insert(o.end(), more.begin(), more.end());
+    std::ostringstream log;
+    train(Config::parse("data: {path: " + (dir / "s.csv").string() +
+                            ", targets: [v], lookback: 4}\nmodel: {hidden: 4}\n"
+                            "train: {epochs: 3, batch_size: 16}\n",
+                        "e.yaml", o),
+          log, "", hooks);
+    const MetricsLog m = read_metrics_log((dir / name / "metrics.jsonl").string());
+    for (size_t i = 0; i + 1 < m.epochs.size(); ++i) EXPECT_FALSE(m.epochs[i].contains("stop"));
+    return std::pair{m.epochs.back().value("stop", ""), log.str()};
+  };
+  EXPECT_EQ(run("all", {}).first, "epochs");
+  // A rate of 0 never improves on the first epoch: patience 1 ends the run after the second.
+  EXPECT_EQ(run("patience", {"train.early_stopping.patience=1", "optim.lr=0"}).first,
+            "early_stopping");
+  TrainHooks hooks;
+  hooks.on_epoch = [](int64_t epoch, const std::map<std::string, double>&) { return epoch < 2; };
+  hooks.on_epoch_stop = "pruned";
+  const auto [stop, log] = run("pruned", {}, hooks);
+  EXPECT_EQ(stop, "pruned");
+  EXPECT_NE(log.find("pruned by the study after epoch 2"), std::string::npos) << log;
 }
 
 // val_predictions.csv is read as the trainer writes it (class names quoted where they hold a

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -332,6 +333,25 @@ check("<svg" in html and "data.lookback" in html, "report has the history and ea
 metric = re.search(r"\((?:minimize|maximize) (val_\w+|train_loss)\)", p.stdout.splitlines()[0])
 check(metric is not None and metric.group(1) + " per epoch" in html,
       f"the report names the study's metric: {p.stdout.splitlines()[0]}")
+# A trial left running by a worker of this host that is gone is shown so, not running for ever;
+# the header counts every state, waiting trials too.
+gone = os.path.join(work, "gone.db")
+shutil.copyfile(db, gone)
+dead = subprocess.Popen(["true"])
+dead.wait()
+with sqlite3.connect(gone) as con:
+    tid = con.execute("SELECT min(trial_id) FROM trials").fetchone()[0]
+    con.execute("UPDATE trials SET state = 'RUNNING', datetime_complete = NULL WHERE trial_id = ?",
+                (tid,))
+    con.execute("DELETE FROM trial_system_attributes WHERE trial_id = ? AND key IN "
+                "('seqforge:host', 'seqforge:pid')", (tid,))
+    for key, value in (("seqforge:host", socket.gethostname()), ("seqforge:pid", dead.pid)):
+        con.execute("INSERT INTO trial_system_attributes (trial_id, key, value_json) "
+                    "VALUES (?, ?, ?)", (tid, key, json.dumps(value)))
+p = run(["--report", gone, "--html", os.path.join(work, "gone.html")])
+check("1 running (1 of them with their worker gone), 0 waiting" in p.stdout.splitlines()[0] and
+      "running (worker gone)" in p.stdout and f"pid {dead.pid}) is gone" in p.stdout,
+      f"a trial whose worker is gone: {p.stdout[:600]!r}")
 # Names from the study file reach the terminal escaped.
 escaped = os.path.join(work, "escaped.db")
 shutil.copyfile(db, escaped)

@@ -10,6 +10,57 @@
 
 namespace seqforge {
 
+namespace {
+// The run_concurrently call and worker this thread runs in, while a step is recorded.
+struct Lane {
+  int group = -1, workers = 1, worker = 0;
+};
+thread_local Lane lane;
+}  // namespace
+
+void RecordingBackend::run_concurrently(int n, const std::function<void(int)>& fn) {
+  if (!recording) return inner_.run_concurrently(n, fn);
+  const Lane outer = lane;  // a nested call's GEMMs stay the outer worker's
+  int group = outer.group;
+  if (group < 0) {
+    std::lock_guard lock(mutex_);
+    group = groups_++;
+  }
+  inner_.run_concurrently(n, [&](int w) {
+    const Lane saved = lane;
+    lane = outer.group >= 0 ? outer : Lane{group, n, w};
+    try {
+      fn(w);
+    } catch (...) {
+      lane = saved;
+      throw;
+    }
+    lane = saved;
+  });
+}
+
+void RecordingBackend::record(Call c) {
+  c.group = lane.group, c.workers = lane.workers, c.worker = lane.worker;
+  std::lock_guard lock(mutex_);
+  calls.push_back(c);
+}
+
+void replay(Backend& be, const std::vector<RecordingBackend::Call>& calls) {
+  for (size_t i = 0; i < calls.size();) {
+    const RecordingBackend::Call& first = calls[i];
+    if (first.group < 0) {
+      replay(be, calls[i++]);
+      continue;
+    }
+    std::vector<std::vector<const RecordingBackend::Call*>> per_worker(first.workers);
+    for (; i < calls.size() && calls[i].group == first.group; ++i)
+      per_worker[calls[i].worker].push_back(&calls[i]);
+    be.run_concurrently(first.workers, [&](int w) {
+      for (const RecordingBackend::Call* c : per_worker[w]) replay(be, *c);
+    });
+  }
+}
+
 void replay(Backend& be, const RecordingBackend::Call& c) {
   if (c.packed) {
     be.gemm(c.shape, c.dtype, c.a, c.b, c.packed, c.c, c.bias);

@@ -25,6 +25,9 @@ class RecordingBackend : public Backend {
     void* c;
     const void* bias;
     const PackedB* packed;  // B's packed form, or null
+    // The run_concurrently call it ran in (-1: none), that call's worker count and its worker:
+    // replayed so, the floor has the step's concurrency (a batch split's halves side by side).
+    int group = -1, workers = 1, worker = 0;
   };
   explicit RecordingBackend(Backend& inner) : inner_(inner) {}
   ~RecordingBackend() override { release(); }
@@ -33,9 +36,7 @@ class RecordingBackend : public Backend {
 
   std::string_view name() const override { return inner_.name(); }
   int concurrency() const override { return inner_.concurrency(); }
-  void run_concurrently(int n, const std::function<void(int)>& fn) override {
-    inner_.run_concurrently(n, fn);
-  }
+  void run_concurrently(int n, const std::function<void(int)>& fn) override;
   void signal_worker() override { inner_.signal_worker(); }
   void wait_for_worker(int worker, int64_t marks) override {
     inner_.wait_for_worker(worker, marks);
@@ -88,10 +89,7 @@ class RecordingBackend : public Backend {
   uint64_t memory_epoch() const override { return inner_.memory_epoch(); }
   void run_gemm(const GemmShape& s, DType dt, const void* a, const void* b, void* c,
                 const void* bias) override {
-    if (recording) {
-      std::lock_guard lock(mutex_);
-      calls.push_back({s, dt, a, b, c, bias, nullptr});
-    }
+    if (recording) record({s, dt, a, b, c, bias, nullptr});
     SF_PROFILE_SCOPE("gemm");
     inner_.gemm(s, dt, a, b, c, bias);
   }
@@ -101,10 +99,7 @@ class RecordingBackend : public Backend {
   }
   void run_gemm_packed(const GemmShape& s, DType dt, const void* a, const void* b,
                        const PackedB& packed, void* c, const void* bias) override {
-    if (recording) {
-      std::lock_guard lock(mutex_);
-      calls.push_back({s, dt, a, b, c, bias, &packed});
-    }
+    if (recording) record({s, dt, a, b, c, bias, &packed});
     SF_PROFILE_SCOPE("gemm");
     inner_.gemm(s, dt, a, b, &packed, c, bias);
   }
@@ -275,14 +270,20 @@ class RecordingBackend : public Backend {
   }
 
  private:
+  void record(Call c);
+
   Backend& inner_;
   std::mutex mutex_;
+  int groups_ = 0;  // run_concurrently calls recorded
   std::vector<void*> kept_;
   std::unordered_set<void*> fresh_;  // allocated after the recorded step
 };
 
 // Runs a recorded GEMM again on `be`.
 void replay(Backend& be, const RecordingBackend::Call& c);
+// Runs recorded GEMMs again on `be`, those of one run_concurrently call side by side again, each
+// worker's in order.
+void replay(Backend& be, const std::vector<RecordingBackend::Call>& calls);
 // Time per distinct GEMM shape of one step, slowest first (SEQFORGE_BENCH_GEMMS=1).
 void print_gemm_breakdown(Backend& be, const std::vector<RecordingBackend::Call>& calls);
 

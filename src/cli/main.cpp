@@ -52,9 +52,16 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
       std::printf("note: %s with activation checkpointing\n", r.id.c_str());
     if (!r.graphs_off.empty())
       std::printf("note: %s: CUDA graphs: %s\n", r.id.c_str(), r.graphs_off.c_str());
-    std::printf("%-3s %-34s %-5s %10.2f %8.2f-%-8.2f %10.0f %8.1f %10.2f %6.2f %8.0f\n",
-                r.id.c_str(), r.name.c_str(), r.precision.c_str(), r.median_ms, r.p10_ms, r.p90_ms,
-                r.samples_per_s, r.gflops, r.gemm_floor_ms, r.floor_ratio, r.peak_mb);
+    // A step without GEMMs (attention alone) has no floor.
+    const bool floor = r.gemm_floor_ms > 0;
+    char floor_ms[16] = "-", floor_ratio[16] = "-";
+    if (floor) {
+      std::snprintf(floor_ms, sizeof floor_ms, "%.2f", r.gemm_floor_ms);
+      std::snprintf(floor_ratio, sizeof floor_ratio, "%.2f", r.floor_ratio);
+    }
+    std::printf("%-3s %-34s %-5s %10.2f %8.2f-%-8.2f %10.0f %8.1f %10s %6s %8.0f\n", r.id.c_str(),
+                r.name.c_str(), r.precision.c_str(), r.median_ms, r.p10_ms, r.p90_ms,
+                r.samples_per_s, r.gflops, floor_ms, floor_ratio, r.peak_mb);
     if (options.profile) sf::profiler::print_summary(std::cout, 25);
     std::fflush(stdout);
     out.push_back({{"id", r.id},
@@ -68,8 +75,8 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
                    {"samples_per_s", r.samples_per_s},
                    {"gflops", r.gflops},
                    {"gflop_per_step", w->gflop()},
-                   {"gemm_floor_ms", r.gemm_floor_ms},
-                   {"floor_ratio", r.floor_ratio},
+                   {"gemm_floor_ms", floor ? nlohmann::json(r.gemm_floor_ms) : nullptr},
+                   {"floor_ratio", floor ? nlohmann::json(r.floor_ratio) : nullptr},
                    {"peak_mb", r.peak_mb},
                    {"graph_steps", r.graph_steps},
                    {"threads", threads.threads}});

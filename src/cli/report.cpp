@@ -29,9 +29,12 @@ int run_report() {
     std::printf("note: %s:%lld is cut short (being written, or a kill): left out\n",
                 metrics.c_str(), static_cast<long long>(log.cut_short));
   if (log.epochs.empty())
-    std::printf("note: %s holds no epoch yet (a run in its first epoch, or stopped in it): the "
-                "report has no curves\n",
-                metrics.c_str());
+    std::printf(
+        "note: %s holds no epoch yet (a run in its first epoch, or stopped in it): the "
+        "report has no curves\n",
+        metrics.c_str());
+  if (const std::string end = run_end(log); end.starts_with("not finished"))
+    std::printf("note: the run is %s\n", end.c_str());
   std::printf("wrote %s\n", written.c_str());
   return 0;
 }

@@ -399,10 +399,7 @@ void Recurrent::compute_forward(Backend& be, RecurrentSchedule schedule) {
       const bool stack = schedule == RecurrentSchedule::whole_chains && stacks_with_next(l0);
       const int64_t group = stack ? 2 : std::min<int64_t>(width, L - l0);
       if (stack) {
-        {
-          SF_PROFILE_SCOPE(scope_projection_, static_cast<int>(l0));
-          project_all(be, l0, 0);
-        }
+        project_all(be, l0, 0);
         SF_PROFILE_SCOPE(scope_forward_, static_cast<int>(l0), 0);
         stack_forward(be, l0);
       } else if (group == 1) {
@@ -411,10 +408,8 @@ void Recurrent::compute_forward(Backend& be, RecurrentSchedule schedule) {
         // a unidirectional W4 gains nothing, its per-step GEMMs have 64 rows).
         const bool whole = schedule == RecurrentSchedule::whole_chains;
         const bool per_step = D == 2 && schedule != RecurrentSchedule::split_batch && !whole;
-        if (!per_step) {
-          SF_PROFILE_SCOPE(scope_projection_, static_cast<int>(l0));
+        if (!per_step)
           for (int64_t d = 0; d < D; ++d) project_all(be, l0, d);
-        }
         auto run_chain = [&](int64_t d) {
           SF_PROFILE_SCOPE(scope_forward_, static_cast<int>(l0), static_cast<int>(d));
           // W_ih packed by the worker that runs the chain: the layout depends on its threads.
@@ -443,10 +438,7 @@ void Recurrent::compute_forward(Backend& be, RecurrentSchedule schedule) {
           for (int64_t d = 0; d < D; ++d) run_chain(d);
         }
       } else {  // layers l0 .. l0+group-1 as a wavefront, one worker each
-        {
-          SF_PROFILE_SCOPE(scope_projection_, static_cast<int>(l0));
-          project_all(be, l0, 0);
-        }
+        project_all(be, l0, 0);
         pack_step_weights(be, l0, l0 + group, false);
         for (int64_t l = l0; l < l0 + group; ++l) progress_[l].store(0);
         failed_.store(false);
@@ -692,7 +684,8 @@ void Recurrent::run_tuned_backward(Backend& be) {
 
 // G(T*B, G*H) = in(T*B, I) W_ih^T + bias, for chain (l, d); the cells do it for narrow inputs.
 void Recurrent::project_all(Backend& be, int64_t l, int64_t d) {
-  if (cell_projects_input(l)) return;
+  if (cell_projects_input(l)) return;  // a scope of its own only where it is a GEMM
+  SF_PROFILE_SCOPE(scope_projection_, static_cast<int>(l));
   const int64_t H = opt_.hidden_size, I = layer_input_size(l), s = l * directions() + d;
   Chain& ch = chains_[s];
   const Tensor w_ih = input_weights(s);

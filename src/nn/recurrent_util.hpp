@@ -33,7 +33,10 @@ inline std::string tuning_prefix(const Backend& be) {
 }
 
 // Milliseconds of each of n candidates, run(i) for candidate i: a warm-up each (primitives are
-// made on first use), then the best of two timed rounds.
+// made on first use), then the best of timed rounds, each running every candidate once in turn:
+// two, or more (up to 20) until the rounds have taken 50 ms, so that a burst of another
+// process's work spoils a few runs of a short candidate rather than its best (W3's forward, 0.4
+// ms, timed in two rounds beside another process's bursts kept a schedule 1.6x slower).
 template <typename Run>
 std::vector<double> time_candidates(Backend& be, size_t n, Run&& run) {
   auto ms_of = [&](size_t i) {
@@ -45,8 +48,13 @@ std::vector<double> time_candidates(Backend& be, size_t n, Run&& run) {
   };
   for (size_t i = 0; i < n; ++i) ms_of(i);
   std::vector<double> ms(n, 1e300);
-  for (int round = 0; round < 2; ++round)
-    for (size_t i = 0; i < n; ++i) ms[i] = std::min(ms[i], ms_of(i));
+  double spent = 0;
+  for (int round = 0; round < 2 || (round < 20 && spent < 50); ++round)
+    for (size_t i = 0; i < n; ++i) {
+      const double t = ms_of(i);
+      ms[i] = std::min(ms[i], t);
+      spent += t;
+    }
   return ms;
 }
 

@@ -51,14 +51,35 @@ MetricsLog read_metrics_log(const std::string& path) {
     for (const auto& [key, value] : j.items()) {
       const bool fits = key == "split"        ? true
                         : key == "checkpoint" ? value.is_boolean()
+                        : key == "stop"       ? value.is_string() && !test
                                               : value.is_number() || value.is_null();
       if (!fits)
         fail(where(), "\"", io::printable(key, 60), "\" is ", shown(value), ", not ",
-             key == "checkpoint" ? "true or false" : "a number");
+             key == "checkpoint" ? "true or false"
+             : key == "stop"     ? "a text (why the run ended after the epoch)"
+                                 : "a number");
     }
     (test ? log.test : log.epochs.emplace_back()) = std::move(j);
   }
   return log;
+}
+
+// How the run ended, from its last epoch's "stop": a run without one is not over (a signal,
+// a kill, or still training); one of an older seqforge without it that ran its test split is.
+std::string run_end(const MetricsLog& log) {
+  if (log.epochs.empty()) return "no epoch finished";
+  const nlohmann::json& last = log.epochs.back();
+  const std::string after = " after epoch " + last["epoch"].dump();
+  const std::string stop = last.value("stop", "");
+  if (stop == "epochs") return "finished";
+  if (stop == "early_stopping") return "stopped early" + after + " (train.early_stopping)";
+  if (stop == "pruned") return "pruned by the study" + after;
+  if (stop == "on_epoch") return "stopped by on_epoch" + after;
+  if (!stop.empty()) return "ended" + after + " (" + stop + ")";
+  if (log.test.is_object()) return "finished";
+  return "not finished" + after +
+         ": still training, or stopped by a signal or a kill (seqforge train --resume continues "
+         "it)";
 }
 
 }  // namespace seqforge

@@ -253,6 +253,7 @@ std::string reconstruction_section(const Table& t) {
 
 struct RunFacts {
   std::string task = "?", target, monitor, config_text;
+  int64_t epochs = 0;  // train.epochs, 0 where unknown
 };
 
 // Every class of a classifier, from its saved model's metadata (read only for the confusion
@@ -279,6 +280,7 @@ RunFacts read_facts(const fs::path& dir) {
       if (c["data"] && c["data"]["task"]) f.task = c["data"]["task"].as<std::string>();
       if (c["data"] && c["data"]["targets"] && c["data"]["targets"].size() > 0)
         f.target = c["data"]["targets"][0].as<std::string>();
+      if (c["train"] && c["train"]["epochs"]) f.epochs = c["train"]["epochs"].as<int64_t>();
       if (c["train"] && c["train"]["early_stopping"] && c["train"]["early_stopping"]["monitor"])
         f.monitor = c["train"]["early_stopping"]["monitor"].as<std::string>();
     } catch (const YAML::Exception&) {  // the page still shows the curves
@@ -329,6 +331,8 @@ std::string render_run_report(const std::string& run_dir) {
     << escape(name) << "</title><style>" << report::kStyle << "</style></head><body>\n";
   o << "<h1>seqforge run: " << escape(name) << "</h1><p class=\"meta\">task " << escape(facts.task)
     << " &middot; " << epochs.size() << (epochs.size() == 1 ? " epoch" : " epochs");
+  if (facts.epochs > 0) o << " of " << facts.epochs;
+  o << " &middot; " << escape(run_end(log));
   if (saved) {
     o << " &middot; saved model: epoch " << fmt(*saved, "%.0f");
     for (const auto& j : epochs)

@@ -304,7 +304,7 @@ class Training {
   bool end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t seen_before, double t0);
   void append_metrics(const nlohmann::json& j);
   void log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epoch_s, double train_s,
-                 double wait_s, double rate);
+                 double wait_s, double rate, const std::string& stop);
   void save_state(bool in_epoch, int64_t batch, double loss_sum, double seen);
   // What a rank that waits for the others past dist.timeout_seconds says of the run's checkpoints.
   void note_timeout();
@@ -1401,13 +1401,16 @@ void Training::progress(int64_t epoch, int64_t bi, int64_t first_batch, double t
     return;
   *last_progress = now;
   const double el = now - t0, done = double(bi + 1 - first_batch);
-  const double eta = el / done * double(batches_per_epoch_ - bi - 1);
+  // To the run's last epoch at this epoch's pace (validation and early stopping aside).
+  const double eta =
+      el / done * double(batches_per_epoch_ - bi - 1 + (s_.epochs - epoch) * batches_per_epoch_);
   char line[160];
   std::snprintf(line, sizeof line,
                 "%sepoch %lld/%lld  %lld/%lld batches  %s %.5g  %.0f samples/s  ETA %.0f s%s",
                 tty_ ? "\r" : "", (long long)epoch, (long long)s_.epochs, (long long)(bi + 1),
                 (long long)batches_per_epoch_, ranks_ > 1 ? "rank 0's loss" : "loss", loss,
-                double(seen - seen_before) / std::max(el, 1e-9), eta, tty_ ? "  " : "\n");
+                double(seen - seen_before) * double(ranks_) / std::max(el, 1e-9), eta,
+                tty_ ? "  " : "\n");  // every rank's samples: each takes an equal share
   out_ << line << std::flush;
 }
 
@@ -1483,8 +1486,13 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
   state_.epochs_done = epoch;
   // The epoch's line first: a state that counts the epoch is never without it (a resumed run
   // keeps the lines of the epochs its state counts).
+  // Why the run ends after this epoch, in its line: a report tells a finished run so.
+  const std::string stop = hook_stop            ? hooks_.on_epoch_stop
+                           : patience_out       ? "early_stopping"
+                           : epoch == s_.epochs ? "epochs"
+                                                : "";
   log_epoch(epoch, m, write, epoch_s, train_s, wait_s,
-            double(seen - seen_before) / std::max(train_s, 1e-9));
+            double(seen - seen_before) / std::max(train_s, 1e-9), stop);
   save_state(false, 0, 0, 0);  // after every epoch, for --resume
   note_timeout();
   summary_.last = m;
@@ -1493,6 +1501,8 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
     comm_.broadcast({reinterpret_cast<std::byte*>(next.data()), sizeof next});
   }
   if (hook_stop) {
+    out_ << (hooks_.on_epoch_stop == "pruned" ? "pruned by the study" : "stopped by on_epoch")
+         << " after epoch " << epoch << "\n";
     summary_.stopped = true;
     return false;
   }
@@ -1518,7 +1528,7 @@ void Training::append_metrics(const nlohmann::json& j) {
 // The epoch's line in metrics.jsonl (its metrics `j`, timings, resources), the report and the
 // console line.
 void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epoch_s,
-                         double train_s, double wait_s, double rate) {
+                         double train_s, double wait_s, double rate, const std::string& stop) {
   // The baselines' errors are the same every epoch: said once, kept out of the epoch's line.
   std::map<std::string, double> shown = j.get<std::map<std::string, double>>();
   std::erase_if(shown, [](const auto& kv) { return kv.first.find("naive_") != std::string::npos; });
@@ -1562,6 +1572,7 @@ void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epo
     graph_steps_before_ = graphs_->replayed_steps();
   }
   for (const auto& [k, v] : resources_.interval_summary()) j[k] = v;
+  if (!stop.empty()) j["stop"] = stop;
   append_metrics(j);
   write_run_report(run_dir_);
   char head[96];

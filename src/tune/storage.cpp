@@ -1106,4 +1106,11 @@ std::unique_ptr<Storage> Storage::open(const std::string& where, bool read_only)
   return std::make_unique<SqlStorage>(open_sqlite(where, read_only, timeout_ms), read_only);
 }
 
+void mark_gone_workers(std::vector<Trial>& trials) {
+  const std::string host = host_name();
+  for (Trial& t : trials)
+    t.worker_gone =
+        t.state == TrialState::running && !t.host.empty() && t.host == host && process_gone(t.pid);
+}
+
 }  // namespace seqforge::tune

@@ -318,6 +318,18 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
   return stats;
 }
 
+namespace {
+// A trial as a report shows its state: a running one whose worker is gone is said so.
+std::string shown_state(const Trial& t) {
+  return t.worker_gone ? "running (worker gone)" : state_name(t.state);
+}
+std::string gone_note(const Trial& t) {
+  return "its worker (" + t.host + " pid " + std::to_string(t.pid) +
+         ") is gone: the next seqforge tune records the trial as failed and runs its parameters "
+         "again";
+}
+}  // namespace
+
 std::string trials_table(const std::vector<Trial>& trials, const TuneSettings* settings) {
   std::vector<std::vector<std::string>> rows{
       {"trial", "state", "value", "epochs", "time s", "parameters"}};
@@ -325,7 +337,7 @@ std::string trials_table(const std::vector<Trial>& trials, const TuneSettings* s
     char secs[32] = "-";
     if (t.finished > 0 && t.started > 0)
       std::snprintf(secs, sizeof secs, "%.1f", t.finished - t.started);
-    else if (t.state == TrialState::running && t.started > 0)
+    else if (t.state == TrialState::running && t.started > 0 && !t.worker_gone)
       std::snprintf(secs, sizeof secs, "%.1f+", now_seconds() - t.started);
     std::string params;
     if (settings) {
@@ -336,7 +348,8 @@ std::string trials_table(const std::vector<Trial>& trials, const TuneSettings* s
     }
     if (t.state == TrialState::failed && !t.message.empty())
       params += "  [" + t.message.substr(0, 100) + "]";
-    rows.push_back({std::to_string(t.number), state_name(t.state), fmt_value(t.value),
+    if (t.worker_gone) params += "  [" + gone_note(t) + "]";
+    rows.push_back({std::to_string(t.number), shown_state(t), fmt_value(t.value),
                     std::to_string(t.epochs), secs, params});
   }
   std::vector<size_t> width(6, 0);
@@ -457,13 +470,13 @@ std::string html_report(const std::string& study_name, const std::string& metric
     char secs[32] = "";
     if (t.finished > 0 && t.started > 0)
       std::snprintf(secs, sizeof secs, "%.1f", t.finished - t.started);
-    else if (t.state == TrialState::running && t.started > 0)
+    else if (t.state == TrialState::running && t.started > 0 && !t.worker_gone)
       std::snprintf(secs, sizeof secs, "%.1f so far", now_seconds() - t.started);
     h << "<tr" << (t.state == TrialState::failed ? " class=\"failed\"" : "") << "><td>" << t.number
-      << "</td><td class=\"text\">" << state_name(t.state) << "</td><td>" << fmt_value(t.value)
+      << "</td><td class=\"text\">" << shown_state(t) << "</td><td>" << fmt_value(t.value)
       << "</td><td>" << t.intermediate.size() << "</td><td>" << secs << "</td><td class=\"text\">"
-      << escape(describe_params(names, t.params)) << "</td><td class=\"text\">" << escape(t.message)
-      << "</td></tr>";
+      << escape(describe_params(names, t.params)) << "</td><td class=\"text\">"
+      << escape(t.worker_gone ? gone_note(t) : t.message) << "</td></tr>";
   }
   h << "</table></body></html>\n";
   return h.str();
@@ -741,6 +754,7 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     std::ofstream log(run / "train.log");
     log << "# trial " << ctx.number() << ": " << describe_params(settings, ctx.params()) << "\n";
     TrainHooks hooks;
+    hooks.on_epoch_stop = "pruned";
     hooks.on_epoch = [&](int64_t epoch, const std::map<std::string, double>& m) {
       auto it = m.find(settings.metric);
       if (it == m.end()) {
@@ -877,7 +891,7 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     std::sort(o.begin(), o.end());
     char buf[96];
     std::snprintf(buf, sizeof buf, "per-trial overhead (median of %zu): %.1f ms\n", o.size(),
-                  1000 * o[o.size() / 2]);
+                  1000 * (o[(o.size() - 1) / 2] + o[o.size() / 2]) / 2);
     console << buf;
   }
   return 0;
@@ -892,9 +906,10 @@ int run_tune_report(const std::string& study, const std::string& name, const std
   const Direction d = info->direction == "maximize" ? Direction::maximize : Direction::minimize;
   TuneSettings names;
   names.space = space_from_json(info->space);
-  const std::vector<Trial> trials = storage->trials();
-  int64_t counts[5] = {};
-  for (const auto& t : trials) ++counts[int(t.state)];
+  std::vector<Trial> trials = storage->trials();
+  mark_gone_workers(trials);
+  int64_t counts[5] = {}, gone = 0;
+  for (const auto& t : trials) ++counts[int(t.state)], gone += t.worker_gone;
   // The metric is the fingerprint's second field ("maximize;val_skill;..."); a study Optuna
   // made has none.
   const size_t first = info->fingerprint.find(';');
@@ -908,7 +923,9 @@ int run_tune_report(const std::string& study, const std::string& name, const std
        << (metric.empty() ? "" : " " + metric) << "): " << trials.size() << " trials, "
        << counts[int(TrialState::complete)] << " complete, " << counts[int(TrialState::pruned)]
        << " pruned, " << counts[int(TrialState::failed)] << " failed, "
-       << counts[int(TrialState::running)] << " running\n\n"
+       << counts[int(TrialState::running)] << " running"
+       << (gone ? " (" + std::to_string(gone) + " of them with their worker gone)" : "") << ", "
+       << counts[int(TrialState::waiting)] << " waiting\n\n"
        << trials_table(trials, &names);
   if (const auto best = best_trial(trials, d))
     text << "best: trial " << best->number << ", value " << fmt_value(best->value) << ", "

@@ -29,6 +29,9 @@ struct TrainHooks {
   // After each epoch's validation, with that epoch's metrics (val_loss, train_loss, ...).
   // Returning false ends the run after this epoch, with its checkpoint and state written.
   std::function<bool(int64_t epoch, const std::map<std::string, double>& metrics)> on_epoch;
+  // What such an end is called, in the log and as the last epoch's "stop" in metrics.jsonl:
+  // "pruned" (a study's trial), "on_epoch" (a caller's callback).
+  std::string on_epoch_stop = "on_epoch";
   // After each training step, with its epoch, the batches of that epoch done and its batches.
   std::function<void(int64_t epoch, int64_t batches_done, int64_t batches_per_epoch)> on_step;
 };

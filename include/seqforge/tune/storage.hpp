@@ -49,6 +49,10 @@ struct Worker {
   int64_t pid = 0;
 };
 
+// Marks each running trial whose worker was a process of this host that is no longer running
+// (Trial::worker_gone): for reports, which otherwise show it running for ever.
+void mark_gone_workers(std::vector<Trial>& trials);
+
 class Storage {
  public:
   virtual ~Storage() = default;

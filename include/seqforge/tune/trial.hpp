@@ -29,6 +29,7 @@ struct Trial {
   int64_t epochs = 0;
   std::string host, message;
   int64_t pid = 0;
+  bool worker_gone = false;  // running, but its worker was a process of this host that is gone
 
   std::optional<int64_t> last_step() const {
     if (intermediate.empty()) return std::nullopt;

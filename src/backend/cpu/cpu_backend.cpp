@@ -132,14 +132,19 @@ class CpuBackend final : public Backend {
       } scope;
       return fn(0);
     }
+    // OpenMP may give fewer threads than asked (a call nested in a worker gets one): each runs
+    // its share of the workers in order, which keeps a worker waiting only on earlier ones.
     std::exception_ptr error;
 #pragma omp parallel num_threads(n)
     {
-      try {
-        fn(omp_get_thread_num());
-      } catch (...) {
+      const int team = omp_get_num_threads();
+      for (int w = omp_get_thread_num(); w < n; w += team) {
+        try {
+          fn(w);
+        } catch (...) {
 #pragma omp critical
-        error = std::current_exception();
+          error = std::current_exception();
+        }
       }
     }
     if (error) std::rethrow_exception(error);
