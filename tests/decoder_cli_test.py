@@ -219,6 +219,22 @@ def main():
     with open(tokenizer, "wb") as f:
         f.write(kept)
     print("the run reads its own tokenizer, and a changed one is refused")
+    # The model is built from the run's config.json: one changed since (another rope_theta)
+    # would load the weights as another model, and is refused.
+    own_config = os.path.join(run_dir, "config.json")
+    with open(own_config, "rb") as f:
+        kept = f.read()
+    changed = json.loads(kept)
+    changed["rope_theta"] = changed.get("rope_theta", 10000.0) * 3
+    with open(own_config, "w") as f:
+        json.dump(changed, f)
+    r = run([seqforge, "eval", run_dir], expect_ok=False)
+    if r.returncode == 0 or "differs from the config.json the run wrote" not in r.stderr:
+        fail(f"eval with a changed config.json: {r.returncode} {r.stderr!r}")
+    with open(own_config, "wb") as f:
+        f.write(kept)
+    run([seqforge, "eval", run_dir])
+    print("a changed config.json of the run is refused")
     out = run([seqforge, "train", config, "train.max_batches=1", "model.dropout=0.1",
                "train.run_dir=" + os.path.join(work, "warned"), "--overwrite"]).stdout
     if "warning: model.dropout does not apply to model.family decoder" not in out:

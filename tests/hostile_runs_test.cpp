@@ -449,6 +449,16 @@ TEST(HostileRuns, ResumeRefusesSettingsThatChangeTheModel) {
         error_of([&] { train(Config::load(resolved, {override_}), log, run.string()); });
     EXPECT_HAS(e, "override '" + override_ + "': " + words);
   }
+  // The same change made in config.resolved.yaml is refused too: the state keeps its config.
+  const std::string kept = io::read_file(resolved);
+  std::string edited = kept;
+  const size_t loss = edited.find("loss: mse");
+  ASSERT_NE(loss, std::string::npos) << edited;
+  edited.replace(loss, 9, "loss: mae");
+  std::ofstream(resolved) << edited;
+  EXPECT_HAS(error_of([&] { train(Config::load(resolved), log, run.string()); }),
+             "train.loss cannot change when a run resumes (it trained with mse, asked for mae)");
+  std::ofstream(resolved) << kept;
   const TrainSummary more = train(Config::load(resolved, {"train.epochs=3"}), log, run.string());
   EXPECT_EQ(more.last.count("val_loss"), 1u);
   // A cosine schedule resumed for more epochs than it began with says it follows the new length.
@@ -1027,6 +1037,22 @@ TEST(HostileRuns, ADirectoryReplacedUnderARunAndAMissingModelAreNamed) {
   EXPECT_HAS(error_of([&] { lock.check_still_held(); }),
              "the run directory was removed or replaced while this run trained in it");
   other.check_still_held();
+  // A directory it made, moved away and made again empty by someone else, is not removed when
+  // the run lets go of its lock (it was not the run's).
+  io::DirLock made;
+  ASSERT_TRUE(made.try_lock((dir / "made").string(), &holder));
+  fs::rename(dir / "made", dir / "moved");
+  fs::create_directory(dir / "made");
+  made.release();
+  EXPECT_TRUE(fs::is_directory(dir / "made"));
+  // A .lock that links elsewhere is not written through: refused, the file it names kept.
+  fs::create_directories(dir / "linked");
+  std::ofstream(dir / "victim.txt") << "kept";
+  fs::create_symlink(dir / "victim.txt", dir / "linked" / ".lock");
+  io::DirLock linked;
+  EXPECT_HAS(error_of([&] { linked.try_lock((dir / "linked").string(), &holder); }),
+             "linked/.lock: a symbolic link, not the run directory's lock file: remove it");
+  EXPECT_EQ(io::read_file((dir / "victim.txt").string()), "kept");
   const std::string data = write_series(dir, 200);
   const fs::path run = dir / "kept";
   std::ostringstream log;

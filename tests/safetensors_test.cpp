@@ -139,6 +139,7 @@ TEST_F(SafetensorsTest, RoundTripEveryDtypeWithMetadataScalarAndEmptyTensors) {
   EXPECT_EQ(file.source(), p);
   std::map<std::string, std::string> read_metadata = file.metadata();
   EXPECT_EQ(read_metadata.erase(SafetensorsFile::kDataHashKey), 1u);
+  EXPECT_EQ(read_metadata.erase(SafetensorsFile::kHeaderHashKey), 1u);
   EXPECT_EQ(read_metadata, metadata);
   EXPECT_NO_THROW(file.check_data_hash());
   ASSERT_EQ(file.entries().size(), tensors.size());
@@ -169,14 +170,14 @@ TEST_F(SafetensorsTest, RoundTripEveryDtypeWithMetadataScalarAndEmptyTensors) {
   EXPECT_EQ(file.entries()[6].shape.size(), 0u);
 }
 
-TEST_F(SafetensorsTest, RoundTripWithoutMetadataHoldsTheDataHashAlone) {
+TEST_F(SafetensorsTest, RoundTripWithoutMetadataHoldsTheHashesAlone) {
   const std::vector<int64_t> ids = {1, 2, 3};
   const std::string p = path("ids.safetensors");
   write_safetensors(p, {{"ids", DType::i64, {3}, ids.data()}});
   const SafetensorsFile file = SafetensorsFile::read(p);
-  ASSERT_EQ(file.metadata().size(), 1u);
-  EXPECT_EQ(file.metadata().begin()->first, SafetensorsFile::kDataHashKey);
-  EXPECT_EQ(file.metadata().begin()->second.size(), 16u);
+  ASSERT_EQ(file.metadata().size(), 2u);
+  EXPECT_EQ(file.metadata().at(SafetensorsFile::kDataHashKey).size(), 16u);
+  EXPECT_EQ(file.metadata().at(SafetensorsFile::kHeaderHashKey).size(), 16u);
   ASSERT_EQ(file.entries().size(), 1u);
   EXPECT_EQ(to_vector(file.bytes(file.entries()[0])), as_bytes(ids));
 }
@@ -204,13 +205,43 @@ TEST_F(SafetensorsTest, DamagedTensorBytesAreFoundByTheDataHash) {
         << e.what();
   }
   // The same bytes with the metadata as PyTorch writes it (no hash): nothing to check against.
-  const std::string header = "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\","
-                             "\"shape\":[2,2],\"data_offsets\":[0,16]}}";
+  const std::string header =
+      "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\","
+      "\"shape\":[2,2],\"data_offsets\":[0,16]}}";
   std::string plain(8, '\0');
   for (int i = 0; i < 8; ++i) plain[i] = char((header.size() >> (8 * i)) & 0xff);
   plain += header + raw.substr(raw.size() - 16);
   std::ofstream(p, std::ios::binary | std::ios::trunc) << plain;
   EXPECT_NO_THROW(SafetensorsFile::read(p).check_data_hash());
+}
+
+// A changed byte of the header (a normaliser's shift, a stored config's lookback, a shape) is
+// found by the header's hash when the file is read: it would otherwise load as other predictions.
+TEST_F(SafetensorsTest, AChangedHeaderIsFoundByTheHeaderHash) {
+  const std::vector<float> w = {0.25f, -1.5f, 3.0f, 4.0f};
+  const std::string p = path("h.safetensors");
+  write_safetensors(p, {{"w", DType::f32, {2, 2}, w.data()}, {"v", DType::f32, {4}, w.data()}},
+                    {{"seqforge.target_norm", "{\"shift\":[12.07]}"}});
+  EXPECT_NO_THROW(SafetensorsFile::read(p).check_data_hash());
+  const std::string raw = read_raw(p);
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"12.07", "13.07"}, {"[2,2]", "[4,1]"}, {"\"w\"", "\"x\""}, {"F32", "I32"}}) {
+    std::string changed = raw;
+    const size_t at = changed.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    changed.replace(at, from.size(), to);
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << changed;
+    try {
+      SafetensorsFile::read(p);
+      ADD_FAILURE() << from << " -> " << to << " passed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(p + ": its header (tensor names, dtypes, shapes or "
+                                               "metadata) differs from the hash written with it "
+                                               "(seqforge.header_hash "),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST_F(SafetensorsTest, RoundTripNoTensors) {

@@ -91,8 +91,12 @@ void write_file_atomically(const std::string& path_in, const std::vector<ByteSpa
   if (::stat(path.c_str(), &st) == 0) {
     // A device, pipe or socket (/dev/null, /dev/stdout) is written to, never replaced.
     if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-      const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      // Non-blocking open: a named pipe that nothing reads is an error, not a wait for ever.
+      const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0 && errno == ENXIO)
+        fail(path, ": a named pipe that nothing reads; give a file, or read the pipe");
       if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
       bool ok = true;
       for (const ByteSpan& part : parts)
         ok = ok && (part.size == 0 || write_all(fd, part.data, part.size));
@@ -195,8 +199,16 @@ bool DirLock::try_lock(const std::string& dir, long* holder) {
     const bool existed = fs::is_directory(dir, ec);
     if (!existed && !fs::create_directories(dir, ec) && ec)
       fail(dir, ": cannot create the run directory: ", ec.message());
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // Never through a link (the pid would overwrite the file it names), nor on a pipe.
+    const int fd =
+        ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (fd < 0 && errno == ELOOP)
+      fail(path, ": a symbolic link, not the run directory's lock file: remove it");
     if (fd < 0) fail(path, ": cannot open the run directory's lock: ", std::strerror(errno));
+    if (struct stat st{}; ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      fail(path, ": not a regular file, as the run directory's lock is: remove it");
+    }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       if (err != EWOULDBLOCK) {
@@ -230,14 +242,17 @@ bool DirLock::try_lock(const std::string& dir, long* holder) {
   return true;
 }
 
-void DirLock::check_still_held() const {
-  if (fd_ < 0) return;
+bool DirLock::still_held() const {
   const std::string path = (std::filesystem::path(dir_) / ".lock").string();
   struct stat locked {
   }, now{};
-  if (::fstat(fd_, &locked) == 0 && ::stat(path.c_str(), &now) == 0 &&
-      locked.st_dev == now.st_dev && locked.st_ino == now.st_ino)
-    return;
+  return ::fstat(fd_, &locked) == 0 && ::lstat(path.c_str(), &now) == 0 &&
+         locked.st_dev == now.st_dev && locked.st_ino == now.st_ino;
+}
+
+void DirLock::check_still_held() const {
+  if (fd_ < 0 || still_held()) return;
+  const std::string path = (std::filesystem::path(dir_) / ".lock").string();
   fail(dir_, ": the run directory was removed or replaced while this run trained in it (", path,
        " is no longer the lock this run holds); stopping without writing more, so that no "
        "other run's files are mixed with this one's");
@@ -245,7 +260,9 @@ void DirLock::check_still_held() const {
 
 void DirLock::release() {
   if (fd_ < 0) return;
-  if (created_) {  // a run that failed before writing anything leaves no directory behind
+  // A run that failed before writing anything leaves no directory behind: its own, where the
+  // lock it holds still is (not a directory made in its place since).
+  if (created_ && still_held()) {
     namespace fs = std::filesystem;
     std::error_code ec;
     bool only_lock = true;

@@ -73,6 +73,8 @@ class DirLock {
   void release();
 
  private:
+  bool still_held() const;  // the directory's .lock is still the file held
+
   int fd_ = -1;
   bool created_ = false;
   std::string dir_;

@@ -305,6 +305,39 @@ std::string json_string(const std::string& path, const std::string& s, const cha
 
 }  // namespace
 
+namespace {
+// The tensors' bytes hashed one tensor after another, in file order, as 16 hex digits.
+std::string data_hash_text(uint64_t h) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+// Each tensor's name, dtype and shape in file order, then every metadata entry but the two
+// hashes, as 16 hex digits.
+template <typename Tensors>
+std::string header_hash_text(const Tensors& tensors,
+                             const std::map<std::string, std::string>& metadata) {
+  uint64_t h = 0;
+  const auto add = [&](std::string_view s) {
+    h = hash_bytes(s.data(), s.size(), h);
+    h = hash_bytes("", 1, h);  // the terminating NUL: "ab","c" is not "a","bc"
+  };
+  for (const auto& t : tensors) {
+    add(t.name);
+    add(dtype_safetensors_name(t.dtype));
+    h = hash_bytes(t.shape.data(), t.shape.size() * sizeof(int64_t), h);
+    add("");
+  }
+  for (const auto& [key, value] : metadata)
+    if (key != SafetensorsFile::kDataHashKey && key != SafetensorsFile::kHeaderHashKey) {
+      add(key);
+      add(value);
+    }
+  return data_hash_text(h);
+}
+}  // namespace
+
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return parse(read_file(path), path);
@@ -405,6 +438,13 @@ SafetensorsFile SafetensorsFile::parse(const std::byte* data, size_t size,
   }
 
   file.metadata_ = std::move(parser.metadata);
+  if (const auto it = file.metadata_.find(kHeaderHashKey); it != file.metadata_.end()) {
+    const std::string now = header_hash_text(file.entries_, file.metadata_);
+    if (now != it->second)
+      fail(source, ": its header (tensor names, dtypes, shapes or metadata) differs from the hash ",
+           "written with it (", kHeaderHashKey, " ", it->second, ", now ", now,
+           "): the file was changed or damaged after it was written; use another copy");
+  }
   file.data_ = data;
   file.size_ = size;
   file.owner_ = std::move(owner);
@@ -427,15 +467,6 @@ std::span<const std::byte> SafetensorsFile::bytes(const SafetensorsEntry& e) con
   const std::byte* base = data_ + data_start_;
   return {base + e.begin, e.end - e.begin};
 }
-
-namespace {
-// The tensors' bytes hashed one tensor after another, in file order, as 16 hex digits.
-std::string data_hash_text(uint64_t h) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
-  return text;
-}
-}  // namespace
 
 void SafetensorsFile::check_data_hash() const {
   const auto it = metadata_.find(kDataHashKey);
@@ -482,6 +513,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   }
   std::map<std::string, std::string> metadata = given_metadata;
   metadata[SafetensorsFile::kDataHashKey] = data_hash_text(hash);
+  metadata[SafetensorsFile::kHeaderHashKey] = header_hash_text(tensors, metadata);
 
   // Header: __metadata__ first, then the tensors in the given order with contiguous offsets.
   std::string header = "{\"__metadata__\":{";

@@ -16,6 +16,7 @@
 #include "io/file_util.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/core/hash.hpp"
 #include "seqforge/nn/checkpoint.hpp"
 #include "seqforge/train/data_options.hpp"
 #include "seqforge/train/trainer.hpp"
@@ -180,7 +181,8 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
     fail(run, ": a config, not a run: train it first (seqforge train ", run,
          "), then give the run directory");
   char magic[16] = {};
-  std::ifstream(path, std::ios::binary).read(magic, sizeof magic);
+  if (std::error_code ec; fs::is_regular_file(path, ec))  // a pipe would block: read() refuses it
+    std::ifstream(path, std::ios::binary).read(magic, sizeof magic);
   if (std::string(magic, sizeof magic) == std::string("SQLite format 3\0", 16))
     fail(run, ": a study database, not a run: `seqforge tune --report ", run,
          "` names its best trial");
@@ -245,9 +247,17 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
   // weights, which it holds whole): the model is built from there, and the base may have gone.
   const std::string base_model = config.str("model.init_from");
   if (config.str("model.family") == "decoder" && fs::exists(run_dir / "config.resolved.yaml") &&
-      fs::exists(run_dir / "config.json"))
+      fs::exists(run_dir / "config.json")) {
+    const std::string own = (run_dir / "config.json").string();
+    if (const auto then = meta.find(kConfigJsonHashKey); then != meta.end()) {
+      if (const std::string now = config_json_hash(io::read_file(own)); now != then->second)
+        fail(own, ": differs from the config.json the run wrote (", kConfigJsonHashKey, " ",
+             then->second, " in ", path, ", now ", now,
+             "): the model would be built otherwise than it trained; use the run's copy");
+    }
     config = config.with_values({{"model.init_from", yaml_string(run_dir.string())}},
                                 "the run's config.json");
+  }
   Task stored;
   stored.kind = parse_task(config.str("data.task"), path + " (stored config)");
   task_type(stored.kind).restore(meta, path, &stored);
@@ -335,6 +345,13 @@ void check_output_file(const std::string& output, const std::string& option,
          std::strerror(errno));
   ::close(fd);
   ::unlink(probe.c_str());
+}
+
+std::string config_json_hash(const std::string& text) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(hash_bytes(text.data(), text.size())));
+  return hex;
 }
 
 LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows,

@@ -152,6 +152,11 @@ std::string init_model_differences(const std::string& path, const Config& c);
 void check_init_feature_count(const std::string& path, const Task& task,
                               const std::vector<std::string>& modules);
 
+// A decoder run's config.json (the text it writes) as its checkpoint records it, under
+// kConfigJsonHashKey: the model is built from that file, so a changed one is refused.
+inline constexpr const char* kConfigJsonHashKey = "seqforge.config_json_hash";
+std::string config_json_hash(const std::string& text);
+
 // Metadata stored with the weights: what eval, predict and generate need to rebuild the task.
 std::map<std::string, std::string> checkpoint_metadata(const Config& c, const Task& t,
                                                        int64_t epoch,

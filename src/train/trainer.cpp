@@ -276,7 +276,7 @@ class Training {
   void print_start() const;
   void prepare_run_dir();
   void write_adapter_config() const;
-  void write_hf_files() const;
+  void write_hf_files();
   void freeze_modules();
   void start_streams();
   // Stateful training: the states batch `bi` starts from (rows reset where its streams begin).
@@ -319,6 +319,7 @@ class Training {
   const ThreadConfig threads_;
   // data.path's size and hash as the run loaded it: a resumed run goes on only with the same data.
   std::string data_fingerprint_;
+  std::string config_json_hash_;  // a decoder run's config.json as written (kConfigJsonHashKey)
   std::string precision_notice_;
   std::string micro_note_;  // how train.micro_batch_size auto chose
   Task task_;
@@ -1007,7 +1008,7 @@ void Training::prepare_run_dir() {
 // A decoder run's directory is a Hugging Face folder too: the base's config.json (a classifier's
 // with its labels), the tokenizer's files, and model.safetensors under HF's names, so that a
 // later run (model.init_from) or transformers' from_pretrained reads it.
-void Training::write_hf_files() const {
+void Training::write_hf_files() {
   const fs::path base(c_.str("model.init_from")), dir(run_dir_);
   const auto write = [&](const std::string& name, const std::string& text) {
     io::write_file_atomically((dir / name).string(), {{text.data(), text.size()}});
@@ -1029,7 +1030,9 @@ void Training::write_hf_files() const {
                                : type == "llama" ? "LlamaForSequenceClassification"
                                                  : "Gemma3ForSequenceClassification"};
   }
-  write("config.json", config.dump(2) + "\n");
+  const std::string config_text = config.dump(2) + "\n";
+  write("config.json", config_text);
+  config_json_hash_ = config_json_hash(config_text);
   write("tokenizer.json", io::read_file(task_.text.tokenizer));
   // The tokenizer's companions from beside it (its end-of-text token is read there), else the
   // base's.
@@ -1469,6 +1472,7 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
     saved_metrics_ = m;
     std::map<std::string, std::string> meta = checkpoint_metadata(c_, task_, epoch, m);
     meta["seqforge.data"] = data_fingerprint_;  // eval --split re-splits only these bytes
+    if (!config_json_hash_.empty()) meta[kConfigJsonHashKey] = config_json_hash_;
     writer_->submit(checkpoint_, *be_, named(p, p.values(), "", true), {}, meta);
     if (const std::vector<bool> frozen = model_->frozen_parameters(); !frozen.empty()) {
       // PEFT's adapter file: what trains, the adapters and a new head (modules_to_save).
@@ -1740,7 +1744,15 @@ bool same_path(const std::string& a, const std::string& b) {
 void check_resume_keeps_the_model(const Config& config, const std::string& resume_dir) {
   const fs::path resolved = fs::path(resume_dir) / "config.resolved.yaml";
   if (!fs::is_regular_file(resolved)) return;  // nothing to resume: the run says so
-  const Config saved = as_it_trained(Config::load(resolved.string()));
+  // The config its state was saved under (its header hashed with it), where the state holds one:
+  // config.resolved.yaml edited since is an override as well.
+  Config saved = as_it_trained(Config::load(resolved.string()));
+  if (const fs::path state = fs::path(resume_dir) / "training_state.safetensors";
+      fs::is_regular_file(state)) {
+    const io::SafetensorsFile file = io::SafetensorsFile::read(state.string());
+    if (const auto it = file.metadata().find("seqforge.config"); it != file.metadata().end())
+      saved = as_it_trained(Config::parse(it->second, state.string() + " (stored config)"));
+  }
   for (const ConfigKey& k : config_keys()) {
     // The base a run began from (its state holds the weights) may be given anew only where it
     // moved: the path it trained with is gone.

@@ -45,6 +45,11 @@ class SafetensorsFile {
   // throws when they differ from it: a file damaged after it was written (a disk, a copy) would
   // otherwise load as other numbers. Files without it (PyTorch's, Hugging Face's) pass.
   void check_data_hash() const;
+  // The metadata key under which write_safetensors records a hash of the header's meaning: each
+  // tensor's name, dtype and shape and every other metadata entry (a normaliser, a stored config,
+  // a vocabulary). Where a file holds it, read() checks it: a changed byte there would load as
+  // other predictions without a word.
+  static constexpr const char* kHeaderHashKey = "seqforge.header_hash";
 
  private:
   // Validates the file's `size` bytes at `data`, which `owner` keeps alive.
@@ -67,7 +72,8 @@ struct SafetensorsTensor {
 };
 
 // Writes atomically: a temporary file in the same directory, fsync, rename, fsync of the directory.
-// The metadata gains kDataHashKey, the hash of the tensors' bytes (check_data_hash).
+// The metadata gains kDataHashKey, the hash of the tensors' bytes (check_data_hash), and
+// kHeaderHashKey, that of the rest of the header.
 void write_safetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
