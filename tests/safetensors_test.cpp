@@ -363,8 +363,7 @@ TEST_F(SafetensorsTest, RejectsInvalidJson) {
   expect_rejected(R"({"w":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})", "1234",
                   "not valid JSON (byte 34 of the header): number overflow parsing '1e999'");
   expect_rejected(R"({"w":{"dtype":"F32",})", "",
-                  "not valid JSON (byte 21 of the header): syntax error while parsing object key - "
-                  "unexpected '}'; expected string literal");
+                  "not valid JSON (byte 21 of the header): unexpected '}'");
   expect_rejected(std::string("{}\0\0\0\0\0\0", 8), "", "not valid JSON");  // NUL padding
   expect_rejected(std::string("{}\0garbage", 10), "", "NUL byte");
 }

@@ -269,6 +269,37 @@ TEST(TuneStudy, DeadWorkersTrialsAreFailedAndRetried) {
   EXPECT_EQ(retried, 2);
 }
 
+// A killed trial's parameters run again, at most three times in all (as Optuna's
+// RetryFailedTrialCallback with max_retry 2): the third failure says they do not run again.
+TEST(TuneStudy, ParametersRunAtMostThreeTimesAndTheLastFailureSaysSo) {
+  const fs::path dir = test::temp_dir("retries");
+  const std::string db = (dir / "study.db").string();
+  { Study setup(Storage::open(db), settings("s", 0.3), db); }
+  auto worker = Storage::open(db);
+  worker->info("s");
+  const std::map<std::string, double> params = {{"optim.lr", 0.01}, {"model.hidden", 8}};
+  for (int run = 0; run < 3; ++run) {
+    const auto t = worker->claim(10, {"elsewhere", 7}, 0.05);
+    ASSERT_TRUE(t);
+    if (run > 0) EXPECT_EQ(t->params, params) << "run " << run;
+    worker->set_params(t->id, params);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // its heartbeat stops
+  }
+  ASSERT_TRUE(worker->claim(10, {"elsewhere", 7}, 0.05));  // fails the third; a new trial
+  const auto trials = worker->trials();
+  ASSERT_EQ(trials.size(), 4u) << trials_table(trials, nullptr);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(trials[k].state, TrialState::failed);
+    EXPECT_EQ(trials[k].params, params);
+  }
+  EXPECT_EQ(trials[1].message.find("do not run again"), std::string::npos) << trials[1].message;
+  EXPECT_NE(trials[2].message.find("its parameters have now failed 3 times (this trial and 2 "
+                                   "retries): they do not run again"),
+            std::string::npos)
+      << trials[2].message;
+  EXPECT_TRUE(trials[3].params.empty());  // sampled anew, not a fourth run of them
+}
+
 TEST(TuneStudy, HeartbeatKeepsLongTrialsAlive) {
   const fs::path dir = test::temp_dir("heartbeat");
   const std::string db = (dir / "study.db").string();

@@ -430,6 +430,21 @@ size_t space_like(std::string_view s, size_t i, unsigned* code) {
 }
 }  // namespace
 
+std::string json_syntax_error(std::string_view what, bool place) {
+  // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error while
+  // parsing value - invalid literal; last read: 'tru'"
+  std::string where;
+  if (const size_t at = what.find(" at line "); place && at != std::string_view::npos)
+    where = std::string(what.substr(at + 1, what.find(':', at) - at - 1)) + ": ";
+  std::string_view reason = what;
+  if (const size_t dash = what.find(" - "); dash != std::string_view::npos)
+    reason = what.substr(dash + 3);
+  else if (const size_t tag = what.find("] "); tag != std::string_view::npos)
+    reason = what.substr(tag + 2);
+  reason = reason.substr(0, reason.find(';'));
+  return where + printable(reason, 120, '\0');
+}
+
 std::string space_like_as_space(std::string_view s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {

@@ -88,6 +88,10 @@ std::string printable(std::string_view s, size_t max_shown = 80, char quote = '\
 // `s` without the characters printable() shows as \uNNNN (no-break, zero-width and other
 // space-like characters, a byte-order mark).
 std::string without_space_like(std::string_view s);
+// A JSON parser's error (nlohmann's e.what()) as one short phrase for a message: "at line 3,
+// column 7: unexpected end of input", without the library's tags, its grammar's words or the
+// text it last read; `place` false: the reason alone.
+std::string json_syntax_error(std::string_view what, bool place = true);
 // `s` with each of those characters a plain space.
 std::string space_like_as_space(std::string_view s);
 // printable(s) in single quotes, or in double quotes where s holds a single quote and no double

@@ -185,31 +185,8 @@ class SafetensorsHeaderParser final : public nlohmann::json_sax<json> {
 
   bool parse_error(std::size_t position, const std::string&,
                    const nlohmann::detail::exception& ex) override {
-    // nlohmann's message quotes the last token, which can be huge; keep only the reason.
-    std::string what = ex.what();
-    // Drop the "[json.exception.<kind>.<id>] " tag and the "parse error at line L, column C: "
-    // part.
-    if (what.starts_with("[json.exception.")) {
-      const size_t tag_end = what.find("] ");
-      if (tag_end != std::string::npos) what.erase(0, tag_end + 2);
-    }
-    if (what.starts_with("parse error")) {
-      const size_t colon = what.find(": ");
-      if (colon != std::string::npos) what.erase(0, colon + 2);
-    }
-    const size_t last_read = what.find("; last read: '");
-    if (last_read != std::string::npos) {
-      const size_t expected = what.rfind("'; expected ");
-      what =
-          what.substr(0, last_read) +
-          (expected != std::string::npos && expected >= last_read ? what.substr(expected + 1) : "");
-    }
-    if (what.size() > 200) what = what.substr(0, 200) + "...";
-    for (char& c : what) {
-      if (static_cast<unsigned char>(c) < 0x20) c = ' ';
-    }
     return fail_with("header is not valid JSON (byte " + std::to_string(position) +
-                     " of the header): " + what);
+                     " of the header): " + io::json_syntax_error(ex.what(), false));
   }
 
  private:

@@ -286,9 +286,7 @@ DecoderOptions read_decoder_config(const std::string& path) {
   try {
     root = Json::parse(io::read_file(path));
   } catch (const Json::exception& e) {
-    std::string what = e.what();
-    if (const size_t tag = what.find("] "); tag != std::string::npos) what = what.substr(tag + 2);
-    fail(path, ": not valid JSON: ", what);
+    fail(path, ": not valid JSON ", io::json_syntax_error(e.what()));
   }
   if (!root.is_object()) fail(path, ": expected a JSON object (a Hugging Face config.json)");
   ConfigReader c(root, path);
@@ -416,7 +414,7 @@ bool load_hf_weights(const std::string& folder, Decoder& model, Backend& be) {
     try {
       root = Json::parse(io::read_file(index.string()));
     } catch (const Json::exception& e) {
-      fail(index.string(), ": not valid JSON: ", e.what());
+      fail(index.string(), ": not valid JSON ", io::json_syntax_error(e.what()));
     }
     if (!root.is_object() || !root.contains("weight_map") || !root["weight_map"].is_object())
       fail(index.string(), ": expected an object with a weight_map");

@@ -3,6 +3,7 @@
 // Gemma 3's 262k tokens and 515k merges takes about five times as long to build and free.
 #include <limits>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 #include "text/pipeline.hpp"
 
@@ -160,8 +161,7 @@ class TokenizerJsonReader final : public nlohmann::json_sax<Json> {
 }  // namespace
 
 void fail_not_json(const std::string& origin, std::string what) {
-  if (const size_t tag = what.find("] "); tag != std::string::npos) what = what.substr(tag + 2);
-  fail(origin, ": not valid JSON: ", what);
+  fail(origin, ": not valid JSON ", io::json_syntax_error(what));
 }
 
 bool read_tokenizer_json(std::string_view text, const std::string& origin, Json& root,

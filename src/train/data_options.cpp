@@ -38,7 +38,7 @@ void end_of_document(const Config& c, TextOptions* o) {
     try {
       return nlohmann::json::parse(io::read_file(path.string()));
     } catch (const nlohmann::json::exception& e) {
-      fail(path.string(), ": not valid JSON: ", e.what());
+      fail(path.string(), ": not valid JSON ", io::json_syntax_error(e.what()));
     }
   };
   const fs::path beside = fs::path(o->tokenizer).parent_path() / "tokenizer_config.json";

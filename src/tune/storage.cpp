@@ -446,19 +446,24 @@ class SqlStorage final : public Storage {
   // A waiting trial with the parameters of failed trial `t`, unless it has none or was the
   // second retry already: they run again, as Optuna's RetryFailedTrialCallback has them.
   // A grid trial that died before its parameters were written is retried at its point.
-  void queue_retry(const Trial& t, const Grid* grid = nullptr) {
+  // Returns what became of them, for the trial's message: "" (run again, or none to run).
+  std::string queue_retry(const Trial& t, const Grid* grid = nullptr) {
     const double retries = t.attrs.count("retries") ? t.attrs.at("retries") : 0;
     std::map<std::string, double> params = t.params;
     if (const auto point = t.attrs.find("grid_id"); params.empty() && grid && !t.host.empty() &&
                                                     point != t.attrs.end() && point->second >= 0 &&
                                                     point->second < double(grid->size()))
       params = grid->point(int64_t(point->second));
-    if (params.empty() || retries >= 2) return;
+    if (params.empty()) return "";
+    if (retries >= 2)
+      return "; its parameters have now failed 3 times (this trial and 2 retries): they do not "
+             "run again";
     const int64_t id = insert_trial("WAITING", std::nullopt);
     set_trial_attr(id, "fixed_params", by_value(params));
     set_trial_attr(id, "failed_trial", t.number);  // Optuna's RetryFailedTrialCallback keys
     set_trial_attr(id, "seqforge:retries", retries + 1);
     set_trial_attr(id, "seqforge:retry_of", double(t.number));
+    return "";
   }
 
   std::optional<Trial> claim(int64_t n_trials, const Worker& worker, double grace,
@@ -477,8 +482,7 @@ class SqlStorage final : public Storage {
                                            str(t.pid) + ") for " + str(int64_t(idle)) + " s";
         db_->query("UPDATE trials SET state = 'FAIL', datetime_complete = ? WHERE trial_id = ?",
                    {datetime_text(now, false), str(t.id)});
-        set_trial_attr(t.id, "seqforge:message", why);
-        queue_retry(t, grid);
+        set_trial_attr(t.id, "seqforge:message", why + queue_retry(t, grid));
       }
       // n_trials bounds the study's total: a trial, waiting (enqueued, or the retry of a failed
       // one) or new, starts only while the trials that ran or run fall short of it.
@@ -583,10 +587,11 @@ class SqlStorage final : public Storage {
               const std::string& message, bool retry) override {
     write([&] {
       check_running(id);
+      std::string retried;
       if (retry) {
         const auto t = load("t.trial_id = ?", {str(id)});
         SF_CHECK(t.size() == 1, "trial ", id);
-        queue_retry(t[0]);
+        retried = queue_retry(t[0]);
       }
       const double now = now_seconds();
       db_->query("UPDATE trials SET state = ?, datetime_complete = ? WHERE trial_id = ?",
@@ -599,7 +604,8 @@ class SqlStorage final : public Storage {
             {str(id), v, type});
       }
       set_trial_attr(id, "seqforge:epochs", epochs);
-      if (!message.empty()) set_trial_attr(id, "seqforge:message", message);
+      if (!message.empty() || !retried.empty())
+        set_trial_attr(id, "seqforge:message", message + retried);
     });
   }
 
