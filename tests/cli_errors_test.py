@@ -100,8 +100,15 @@ def main():
     bad_space = os.path.join(work, "bad_space.yaml")
     with open(bad_space, "w") as f:
         f.write(base + "tune:\n  space:\n    model.hidden: {type: int, low: -4, high: 4}\n")
+    # A run whose model.safetensors is a named pipe: refused, not waited on for ever.
+    piped = os.path.join(work, "piped")
+    shutil.copytree(forecast, piped)
+    os.remove(os.path.join(piped, "model.safetensors"))
+    os.mkfifo(os.path.join(piped, "model.safetensors"))
 
     cases = [
+        (["eval", piped], "piped/model.safetensors: not a regular file (a directory, device or "
+                          "pipe)"),
         (["train", two_documents], "two_documents.yaml:%d: a second YAML document ('---'): a "
                                    "config is one document" % two_documents_line),
         (["train", twice], "twice.yaml:%d: 'model.hidden' is given twice" %

@@ -91,10 +91,16 @@ void write_file_atomically(const std::string& path_in, const std::vector<ByteSpa
   if (::stat(path.c_str(), &st) == 0) {
     // A device, pipe or socket (/dev/null, /dev/stdout) is written to, never replaced.
     if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-      // Non-blocking open: a named pipe that nothing reads is an error, not a wait for ever.
-      const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-      if (fd < 0 && errno == ENXIO)
-        fail(path, ": a named pipe that nothing reads; give a file, or read the pipe");
+      // Non-blocking open: a named pipe that nothing reads within 10 s (a reader started beside
+      // this process has time to open it) is an error, not a wait for ever.
+      int fd = -1;
+      for (int waited_ms = 0; fd < 0; waited_ms += 10) {
+        fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0 || errno != ENXIO) break;
+        if (waited_ms >= 10000)
+          fail(path, ": a named pipe that nothing reads; give a file, or read the pipe");
+        ::usleep(10000);
+      }
       if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
       ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
       bool ok = true;
