@@ -420,7 +420,8 @@ SafetensorsFile SafetensorsFile::parse(const std::byte* data, size_t size,
     if (now != it->second)
       fail(source, ": its header (tensor names, dtypes, shapes or metadata) differs from the hash ",
            "written with it (", kHeaderHashKey, " ", it->second, ", now ", now,
-           "): the file was changed or damaged after it was written; use another copy");
+           "): the file was damaged after it was written; use another copy. Changed on "
+           "purpose: drop that key from the metadata");
   }
   file.data_ = data;
   file.size_ = size;
