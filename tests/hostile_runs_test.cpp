@@ -1057,6 +1057,19 @@ TEST(HostileRuns, ADirectoryReplacedUnderARunAndAMissingModelAreNamed) {
   const fs::path run = dir / "kept";
   std::ostringstream log;
   train(forecast(data, run), log);
+  // A damaged saved model is refused when the run resumes, before an epoch trains.
+  const std::string model = (run / "model.safetensors").string();
+  const std::string intact = io::read_file(model),
+                    lines = io::read_file((run / "metrics.jsonl").string());
+  std::string damaged = intact;
+  damaged[damaged.size() - 2] ^= 0x10;
+  std::ofstream(model, std::ios::binary | std::ios::trunc) << damaged;
+  EXPECT_HAS(error_of([&] {
+               train(Config::load((run / "config.resolved.yaml").string(), {"train.epochs=3"}), log,
+                     run.string());
+             }),
+             model + ": its tensors' bytes differ from the hash written with them");
+  EXPECT_EQ(io::read_file((run / "metrics.jsonl").string()), lines);
   fs::remove(run / "model.safetensors");
   const std::string e = error_of([&] {
     train(Config::load((run / "config.resolved.yaml").string(), {"train.epochs=3"}), log,

@@ -934,6 +934,9 @@ void Training::resume_from_state() {
     fail(checkpoint_, ": missing, though epoch ", saved_epoch,
          " saved it (metrics.jsonl): the run's saved model is gone, and its training state does "
          "not hold it; put it back, or start a new run");
+  // The saved model is read at the run's end (its test split): damaged, it is refused now, not
+  // after the epochs.
+  if (fs::exists(checkpoint_)) io::SafetensorsFile::read(checkpoint_).check_data_hash();
   if (kept < state_.epochs_done)
     out_ << "note: " << metrics_path_ << " holds lines for " << kept << " of the "
          << state_.epochs_done
