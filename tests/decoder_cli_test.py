@@ -229,11 +229,14 @@ def main():
     with open(own_config, "w") as f:
         json.dump(changed, f)
     r = run([seqforge, "eval", run_dir], expect_ok=False)
-    if r.returncode == 0 or "differs from the config.json the run wrote" not in r.stderr:
+    if r.returncode == 0 or "differs in content from the config.json the run wrote" not in r.stderr:
         fail(f"eval with a changed config.json: {r.returncode} {r.stderr!r}")
+    # The same content written otherwise (CRLF, another indent, keys sorted) is the same file.
+    with open(own_config, "w", newline="\r\n") as f:
+        json.dump(json.loads(kept), f, indent=4, sort_keys=True)
+    run([seqforge, "eval", run_dir])
     with open(own_config, "wb") as f:
         f.write(kept)
-    run([seqforge, "eval", run_dir])
     print("a changed config.json of the run is refused")
     out = run([seqforge, "train", config, "train.max_batches=1", "model.dropout=0.1",
                "train.run_dir=" + os.path.join(work, "warned"), "--overwrite"]).stdout

@@ -517,6 +517,15 @@ TEST(HostileRuns, AResumedRunThatHadStoppedTrainsNothingMore) {
     return n;
   };
   ASSERT_EQ(lines(), 2);
+  // How the run ended, as its last epoch's line says: every resume keeps it true.
+  auto last_stop = [&] {
+    std::ifstream f(run / "metrics.jsonl");
+    std::string line, last;
+    while (std::getline(f, line))
+      if (line.find("\"epoch\"") != std::string::npos) last = line;
+    return nlohmann::json::parse(last).value("stop", "");
+  };
+  EXPECT_EQ(last_stop(), "early_stopping");
   const std::string model = io::read_file((run / "model.safetensors").string());
   std::ostringstream again;
   train(Config::load(resolved), again, run.string());
@@ -524,6 +533,7 @@ TEST(HostileRuns, AResumedRunThatHadStoppedTrainsNothingMore) {
              "nothing to train: the run stopped early after epoch 2 (val_loss did not improve for "
              "1 epochs; a larger train.early_stopping.patience trains on)");
   EXPECT_EQ(lines(), 2);
+  EXPECT_EQ(last_stop(), "early_stopping");
   EXPECT_EQ(io::read_file((run / "model.safetensors").string()), model);
   std::ostringstream on;
   train(Config::load(resolved, {"train.early_stopping.patience=2"}), on, run.string());
@@ -535,6 +545,19 @@ TEST(HostileRuns, AResumedRunThatHadStoppedTrainsNothingMore) {
              "nothing to train: the run has done 3 epochs of 3 (a larger "
              "train.epochs trains on)");
   EXPECT_EQ(lines(), 3);
+  EXPECT_EQ(last_stop(), "epochs");
+  // A copy resumes, after a resume that trained nothing too (it writes the copy's directory
+  // into config.resolved.yaml; the state still names the original).
+  const fs::path copy = run.parent_path() / "copy";
+  fs::copy(run, copy, fs::copy_options::recursive);
+  fs::remove(copy / ".lock");
+  const std::string copied = (copy / "config.resolved.yaml").string();
+  std::ostringstream idle, more;
+  train(Config::load(copied, {"train.early_stopping.patience=0"}), idle, copy.string());
+  EXPECT_HAS(idle.str(), "nothing to train");
+  train(Config::load(copied, {"train.early_stopping.patience=0", "train.epochs=4"}), more,
+        copy.string());
+  EXPECT_HAS(more.str(), "epoch 4/4");
 }
 
 // train.run_dir naming a directory of other files (/, a project's own, by mistake) is refused
@@ -694,6 +717,29 @@ void write_reordered(const std::string& from, const fs::path& to) {
 // generate, predict, eval --data and merge read the run directory alone: the training data may
 // be gone. A file of the same columns in another order (features not listed in the config) feeds
 // the model the columns it was trained on.
+// merge builds the plain model's head as the run's: several steps ahead, quantiles, a masked
+// autoencoder's reconstructions (merge sized it by the targets alone and refused those runs).
+TEST(HostileRuns, MergeKeepsEveryOutputOfTheHead) {
+  const fs::path dir = test::temp_dir("merge_heads");
+  const std::string data = write_series(dir, 200);
+  std::ostringstream log;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
+      {"steps", {"data.horizon=3", "data.horizon_mode=direct"}},
+      {"quantiles", {"train.loss=quantile", "train.quantiles=[0.1, 0.5, 0.9]"}},
+      {"mae", {"data.task=mae"}}};
+  for (const auto& [name, settings] : runs) {
+    SCOPED_TRACE(name);
+    std::vector<std::string> o = settings;
+    o.insert(o.end(), {"adapter.kind=lora", "adapter.rank=2", "train.epochs=1"});
+    const fs::path run = dir / name;
+    train(forecast(data, run, o), log);
+    const std::string merged = (dir / (name + ".safetensors")).string();
+    EXPECT_EQ(merge_adapters(run.string(), merged), 2);
+    const double adapted = evaluate(run.string(), "test").at("test_loss");
+    EXPECT_NEAR(evaluate(merged, "test").at("test_loss"), adapted, 1e-5 * std::fabs(adapted));
+  }
+}
+
 TEST(HostileRuns, ARunDirectoryServesWithoutItsTrainingData) {
   const fs::path dir = test::temp_dir("self_contained");
   const std::string data = write_series(dir, 200);

@@ -1071,6 +1071,10 @@ TEST(Predict, BusinessDayForecastsAreDatedByBusinessDays) {
   EXPECT_EQ(p[1][0], "2020-03-06");
   EXPECT_EQ(p[1][1], "2020-03-10");
   EXPECT_EQ(p[2][1], "2020-03-11");
+  // The run keeps the holidays: the list's file may go.
+  fs::remove(holidays);
+  predict((dir / "run").string(), {data, (dir / "q.csv").string(), true}, out);
+  EXPECT_EQ(read_csv((dir / "q.csv").string()), p);
 }
 
 // The order of day and month the training file's dates showed (a day past 12) is the run's: a

@@ -524,6 +524,11 @@ def test_optuna_prunes_as_seqforge_tune_does(tmp_path):
         assert mine.intermediate_values == theirs.intermediate_values
         assert mine.value == theirs.value
         assert os.path.exists(os.path.join(mine.user_attrs["run_dir"], "metrics.jsonl"))
+        # A pruned run's last epoch says so, as a seqforge tune trial's does.
+        with open(os.path.join(mine.user_attrs["run_dir"], "metrics.jsonl")) as f:
+            last = [json.loads(line) for line in f if '"epoch"' in line][-1]
+        if mine.state == optuna.trial.TrialState.PRUNED:
+            assert last["stop"] == "pruned", last
     # The best values again, as optuna's FixedTrial gives them: the same best value.
     best = objective(optuna.trial.FixedTrial(study.best_params))
     assert best == study.best_value

@@ -244,6 +244,29 @@ TEST_F(SafetensorsTest, AChangedHeaderIsFoundByTheHeaderHash) {
   }
 }
 
+// The same tensors laid out in another order (as Python's safetensors writes them, sorted), with
+// the metadata kept, are the same file to both hashes.
+TEST_F(SafetensorsTest, TheHashesDoNotDependOnTheTensorsOrder) {
+  const std::vector<float> a = {1, 2, 3}, b = {4, 5};
+  const std::string p = path("order.safetensors");
+  write_safetensors(p, {{"z", DType::f32, {3}, a.data()}, {"a", DType::f32, {2}, b.data()}},
+                    {{"k", "v"}});
+  const SafetensorsFile file = SafetensorsFile::read(p);
+  nlohmann::json header = {{"__metadata__", file.metadata()}};
+  header["a"] = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}};
+  header["z"] = {{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {8, 20}}};
+  const std::string text = header.dump();
+  std::string raw(8, '\0');
+  for (int i = 0; i < 8; ++i) raw[i] = char((text.size() >> (8 * i)) & 0xff);
+  raw += text;
+  raw.append(reinterpret_cast<const char*>(b.data()), 8);
+  raw.append(reinterpret_cast<const char*>(a.data()), 12);
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << raw;
+  const SafetensorsFile sorted = SafetensorsFile::read(p);
+  EXPECT_EQ(sorted.entries()[0].name, "a");
+  EXPECT_NO_THROW(sorted.check_data_hash());
+}
+
 TEST_F(SafetensorsTest, RoundTripNoTensors) {
   const std::string p = path("none.safetensors");
   write_safetensors(p, {}, {{"k", "v"}});

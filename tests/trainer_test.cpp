@@ -1319,14 +1319,9 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
       Config::load((dir / "split" / "config.resolved.yaml").string(), {"train.epochs=4"});
   const TrainSummary s = train(resumed, log, (dir / "split").string());
   EXPECT_EQ(s.epochs, 4);
-  const auto whole = metric_lines(dir / "whole");
-  auto split = metric_lines(dir / "split");
+  // The first run's "stop" after epoch 2 goes when the run goes on: the lines are the same.
+  const auto whole = metric_lines(dir / "whole"), split = metric_lines(dir / "split");
   ASSERT_EQ(whole.size(), 5u);  // four epochs and the test split
-  ASSERT_EQ(split.size(), 5u);
-  // The first run's last epoch says it ended there, as it did.
-  const std::string ended = "\"stop\":\"epochs\",";
-  ASSERT_NE(split[1].find(ended), std::string::npos) << split[1];
-  split[1].erase(split[1].find(ended), ended.size());
   EXPECT_EQ(split, whole);
 }
 

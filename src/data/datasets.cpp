@@ -83,6 +83,7 @@ SeriesData load_series(const DataOptions& opt, const SeriesData* stored, WindowS
 static SeriesData load_series_leaving_out(const DataOptions& given, const SeriesData* stored,
                                           WindowSet which, const series::CategorySet& left_out) {
   DataOptions opt = given;  // with pandas' index of dates as the date column where none is named
+  if (stored && !stored->holidays.empty()) opt.series.holidays = stored->holidays;  // the run's
   const SeriesOptions& o = opt.series;
   if (opt.task == TaskKind::charlm || opt.task == TaskKind::lm)
     fail(opt.where("data.task"), ": data.task: '", task_name(opt.task),

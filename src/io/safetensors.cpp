@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 #include <utility>
 
@@ -290,7 +291,18 @@ std::string data_hash_text(uint64_t h) {
   return text;
 }
 
-// Each tensor's name, dtype and shape in file order, then every metadata entry but the two
+// The tensors' indices in name order: the hashes do not depend on the order a writer lays the
+// tensors out in (Python's safetensors sorts them).
+template <typename Tensors>
+std::vector<size_t> by_name(const Tensors& tensors) {
+  std::vector<size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return tensors[a].name < tensors[b].name; });
+  return order;
+}
+
+// Each tensor's name, dtype and shape in name order, then every metadata entry but the two
 // hashes, as 16 hex digits.
 template <typename Tensors>
 std::string header_hash_text(const Tensors& tensors,
@@ -300,7 +312,8 @@ std::string header_hash_text(const Tensors& tensors,
     h = hash_bytes(s.data(), s.size(), h);
     h = hash_bytes("", 1, h);  // the terminating NUL: "ab","c" is not "a","bc"
   };
-  for (const auto& t : tensors) {
+  for (const size_t i : by_name(tensors)) {
+    const auto& t = tensors[i];
     add(t.name);
     add(dtype_safetensors_name(t.dtype));
     h = hash_bytes(t.shape.data(), t.shape.size() * sizeof(int64_t), h);
@@ -449,12 +462,19 @@ std::span<const std::byte> SafetensorsFile::bytes(const SafetensorsEntry& e) con
 void SafetensorsFile::check_data_hash() const {
   const auto it = metadata_.find(kDataHashKey);
   if (it == metadata_.end()) return;
-  uint64_t h = 0;
-  for (const SafetensorsEntry& e : entries_) {
-    const std::span<const std::byte> b = bytes(e);
-    h = hash_bytes(b.data(), b.size(), h);
-  }
-  if (data_hash_text(h) != it->second)
+  // In name order (as written now), or in file order (as earlier versions wrote it).
+  const auto hash_in = [&](const std::vector<size_t>& order) {
+    uint64_t h = 0;
+    for (const size_t i : order) {
+      const std::span<const std::byte> b = bytes(entries_[i]);
+      h = hash_bytes(b.data(), b.size(), h);
+    }
+    return h;
+  };
+  std::vector<size_t> file_order(entries_.size());
+  std::iota(file_order.begin(), file_order.end(), size_t{0});
+  const uint64_t h = hash_in(by_name(entries_));
+  if (data_hash_text(h) != it->second && data_hash_text(hash_in(file_order)) != it->second)
     fail(source_, ": its tensors' bytes differ from the hash written with them (", kDataHashKey,
          " ", it->second, ", now ", data_hash_text(h),
          "): the file was damaged after it was written (a disk or a copy); use another copy. "
@@ -487,8 +507,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
     }
     if (nbytes > 0 && t.data == nullptr) fail(path, ": tensor ", quote_name(t.name), ": null data");
     sizes.push_back(nbytes);
-    hash = hash_bytes(t.data, nbytes, hash);
   }
+  for (const size_t i : by_name(tensors)) hash = hash_bytes(tensors[i].data, sizes[i], hash);
   std::map<std::string, std::string> metadata = given_metadata;
   metadata[SafetensorsFile::kDataHashKey] = data_hash_text(hash);
   metadata[SafetensorsFile::kHeaderHashKey] = header_hash_text(tensors, metadata);

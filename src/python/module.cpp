@@ -144,6 +144,9 @@ py::dict train(const py::object& yaml, const std::string& source,
         }
         return false;
       } catch (py::error_already_set& e) {
+        // Optuna's pruning (seqforge.optuna's callback raises TrialPruned): the run is pruned.
+        if (py::str(e.type().attr("__name__")).cast<std::string>() == "TrialPruned")
+          hooks.on_epoch_stop = "pruned";
         if (!callback_error.error) callback_error.error.reset(new py::error_already_set(e));
         return false;
       }

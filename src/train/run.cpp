@@ -235,6 +235,9 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
            " masks missing cells (data.missing: mask), as its model was trained to read them");
     config = config.with_values({{"data.missing", fill}}, "--missing");
   }
+  // A run keeps data.holidays' days in its checkpoint: the file may have moved or gone.
+  if (meta.count("seqforge.holidays") && !config.str("data.holidays").empty())
+    config = config.with_values({{"data.holidays", "''"}}, "the run's holidays");
   // A token model's run keeps the tokenizer it trained with: read from there, the run needs
   // neither the base folder nor the file data.tokenizer named (both may have changed or gone).
   const fs::path run_dir = fs::absolute(fs::path(path)).parent_path();
@@ -251,8 +254,8 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
     const std::string own = (run_dir / "config.json").string();
     if (const auto then = meta.find(kConfigJsonHashKey); then != meta.end()) {
       if (const std::string now = config_json_hash(io::read_file(own)); now != then->second)
-        fail(own, ": differs from the config.json the run wrote (", kConfigJsonHashKey, " ",
-             then->second, " in ", path, ", now ", now,
+        fail(own, ": differs in content from the config.json the run wrote (", kConfigJsonHashKey,
+             " ", then->second, " in ", path, ", now ", now,
              "): the model would be built otherwise than it trained; use the run's copy");
     }
     config = config.with_values({{"model.init_from", yaml_string(run_dir.string())}},
@@ -348,9 +351,12 @@ void check_output_file(const std::string& output, const std::string& option,
 }
 
 std::string config_json_hash(const std::string& text) {
+  // Of the content, keys sorted: line ends, indentation and key order are no change.
+  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const std::string canonical = parsed.is_discarded() ? text : parsed.dump();
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(hash_bytes(text.data(), text.size())));
+                static_cast<unsigned long long>(hash_bytes(canonical.data(), canonical.size())));
   return hex;
 }
 
@@ -416,9 +422,21 @@ LoadedRun load_run_model(const std::string& run) {
   }
   const DataOptions o = data_options(r.config);
   t.path = o.path;
+  // What sizes the model's head, as load_series sets it: steps ahead, quantiles, every step,
+  // and a masked autoencoder's file features (its head's rows: the names include derived ones).
   t.series.task = t.kind;
   t.series.lookback = o.series.lookback;
   t.series.horizon = o.series.horizon;
+  if (t.kind == TaskKind::forecast && o.series.horizon_mode == "direct")
+    t.series.steps_ahead = o.series.horizon;
+  if (t.kind == TaskKind::forecast) t.series.quantiles = o.series.quantiles;
+  t.series.every_step = o.series.every_step;
+  if (t.kind == TaskKind::mae) {
+    const io::SafetensorsEntry* head = r.file.find("head.weight");
+    if (!head || head->shape.size() != 2)
+      fail(r.file.source(), ": a masked autoencoder's checkpoint without its head.weight matrix");
+    t.series.file_features = head->shape[0];
+  }
   t.text.seq_len = o.text.seq_len;
   t.text.segments = o.text.columns.size() == 2 ? 2 : 0;
   t.model = model_options(r.config, t);

@@ -152,8 +152,9 @@ std::string init_model_differences(const std::string& path, const Config& c);
 void check_init_feature_count(const std::string& path, const Task& task,
                               const std::vector<std::string>& modules);
 
-// A decoder run's config.json (the text it writes) as its checkpoint records it, under
-// kConfigJsonHashKey: the model is built from that file, so a changed one is refused.
+// A decoder run's config.json as its checkpoint records it, under kConfigJsonHashKey: a hash of
+// its content (keys sorted, spacing aside). The model is built from that file, so a changed one
+// is refused.
 inline constexpr const char* kConfigJsonHashKey = "seqforge.config_json_hash";
 std::string config_json_hash(const std::string& text);
 

@@ -83,6 +83,9 @@ class SeriesTask : public TaskType {
       (*meta)["seqforge.step"] = step;
     if (d.series.array_columns > 0)
       (*meta)["seqforge.array_columns"] = std::to_string(d.series.array_columns);
+    // data.holidays' days travel with the model: predict dates by them without the file.
+    if (!d.series.holidays.empty())
+      (*meta)["seqforge.holidays"] = nlohmann::json(d.series.holidays).dump();
   }
   void restore(const std::map<std::string, std::string>& meta, const std::string& where,
                Dataset* stored) const override {
@@ -124,6 +127,12 @@ class SeriesTask : public TaskType {
       if (ec != std::errc() || end != it->second.data() + it->second.size() || n < 1)
         fail(where, ": seqforge.array_columns is not a count of columns: ", io::quoted(it->second));
       stored->series.array_columns = n;
+    }
+    if (meta.count("seqforge.holidays")) {
+      stored->series.holidays =
+          metadata_json<std::vector<int64_t>>(meta, "seqforge.holidays", where);
+      if (!std::is_sorted(stored->series.holidays.begin(), stored->series.holidays.end()))
+        fail(where, ": seqforge.holidays is not a sorted list of days");
     }
     // Checkpoints written before the names were stored leave them empty: the data file names
     // the columns then.

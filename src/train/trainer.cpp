@@ -923,9 +923,17 @@ void Training::resume_from_state() {
   state_ = std::move(saved);
   optimizer_->set_steps(state_.optimizer_steps, state_.param_steps);
   int64_t kept = 0, saved_epoch = 0;
+  // The run goes on, so no kept line says it ended ("stop"); unless, with nothing to train
+  // (run() says so), the last epoch's line says it ended there.
+  const bool nothing_to_train =
+      (s_.patience > 0 && state_.since_best >= s_.patience && !state_.in_epoch) ||
+      state_.epochs_done >= s_.epochs;
   if (fs::exists(metrics_path_))
-    for (const nlohmann::json& j : read_metrics_log(metrics_path_).epochs)
+    for (nlohmann::json j : read_metrics_log(metrics_path_).epochs)
       if (j["epoch"].get<int64_t>() <= state_.epochs_done) {
+        j.erase("stop");
+        if (nothing_to_train && j["epoch"].get<int64_t>() == state_.epochs_done)
+          j["stop"] = state_.epochs_done >= s_.epochs ? "epochs" : "early_stopping";
         kept_metrics_ += j.dump() + "\n";
         ++kept;
         if (j.value("checkpoint", false)) saved_epoch = j["epoch"].get<int64_t>();
@@ -1749,7 +1757,8 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
   if (!fs::is_regular_file(resolved)) return;  // nothing to resume: the run says so
   // The config its state was saved under (its header hashed with it), where the state holds one:
   // config.resolved.yaml edited since is an override as well.
-  Config saved = as_it_trained(Config::load(resolved.string()));
+  const Config written = as_it_trained(Config::load(resolved.string()));
+  Config saved = written;
   if (const fs::path state = fs::path(resume_dir) / "training_state.safetensors";
       fs::is_regular_file(state)) {
     const io::SafetensorsFile file = io::SafetensorsFile::read(state.string());
@@ -1780,7 +1789,8 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
            " cannot change when a run resumes (it trained with ", saved.str(k.path), ", asked for ",
            config.str(k.path), "): start a new run to change it");
   }
-  if (config.str("train.run_dir") != saved.str("train.run_dir"))
+  // The directory as config.resolved.yaml names it: a copied run's resume rewrites it there.
+  if (config.str("train.run_dir") != written.str("train.run_dir"))
     fail(config.origin("train.run_dir"), ": a resumed run goes on in its directory ", resume_dir,
          "; train.run_dir cannot move it (copy the directory, then resume the copy)");
 }
