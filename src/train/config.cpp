@@ -374,7 +374,8 @@ const std::vector<ConfigKey> kKeys = {
      "The parameters weight decay applies to: `all` (as torch.optim over model.parameters()) or "
      "`matrices` (every tensor of two or more dimensions: weights and embeddings, the head's "
      "too, not biases nor LayerNorm parameters: nanoGPT's groups). "
-     "`auto`: matrices for a transformer, all for a recurrent model."},
+     "`auto`: matrices for model.family transformer, all for recurrent models and for "
+     "model.family decoder (torch.optim.AdamW over a Hugging Face model's parameters)."},
     {"optim.beta1", T::number, "0.9", "Adam beta1."},
     {"optim.beta2", T::number, "0.999", "Adam beta2."},
     {"optim.eps", T::number, "1e-08", "Adam epsilon."},
