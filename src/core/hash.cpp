@@ -1,6 +1,7 @@
 #include "seqforge/core/hash.hpp"
 
 #include <bit>
+#include <cstdio>
 #include <cstring>
 
 namespace seqforge {
@@ -30,6 +31,12 @@ uint64_t hash_bytes(const void* data, size_t size, uint64_t seed) {
                std::rotl(finalize(lane[2]), 32) ^ std::rotl(finalize(lane[3]), 48);
   for (; i < size; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
   return finalize(h ^ size);
+}
+
+std::string hash_hex(uint64_t h) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
 }
 
 uint64_t mix_seed(uint64_t a, uint64_t b) { return finalize(finalize(a) + b * kMul); }

@@ -178,12 +178,6 @@ uint64_t fingerprint(const Dataset& data, const AugmentOptions& o, uint64_t seed
   return hash_bytes(s.split.train.data(), s.split.train.size() * sizeof(int64_t), h);
 }
 
-std::string hex(uint64_t x) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(x));
-  return buf;
-}
-
 }  // namespace
 
 std::unique_ptr<AugmentCache> AugmentCache::open(const Dataset& data, const AugmentOptions& o,
@@ -197,7 +191,7 @@ std::unique_ptr<AugmentCache> AugmentCache::open(const Dataset& data, const Augm
   if (ec || !fs::is_directory(o.cache_dir))
     fail("augment.cache_dir: cannot create ", o.cache_dir, ": ",
          ec ? ec.message() : "not a directory");
-  const std::string name = "augment-" + hex(fingerprint(data, o, seed));
+  const std::string name = "augment-" + hash_hex(fingerprint(data, o, seed));
   const std::string npy_path = (fs::path(o.cache_dir) / (name + ".npy")).string();
   const std::string sum_path = (fs::path(o.cache_dir) / (name + ".json")).string();
 
@@ -216,7 +210,7 @@ std::unique_ptr<AugmentCache> AugmentCache::open(const Dataset& data, const Augm
       io::MappedNpy m = io::map_npy(npy_path);
       if (m.dtype != DType::f32 || m.shape != shape) {
         problem = "shape or type differs";
-      } else if (j.at("checksum").get<std::string>() != hex(hash_bytes(m.data, bytes))) {
+      } else if (j.at("checksum").get<std::string>() != hash_hex(hash_bytes(m.data, bytes))) {
         problem = "checksum mismatch";
       } else {
         cache->mapping_ = m.mapping;
@@ -252,7 +246,8 @@ std::unique_ptr<AugmentCache> AugmentCache::open(const Dataset& data, const Augm
   const uint64_t checksum = hash_bytes(values.data(), bytes);
   try {
     io::write_npy(npy_path, DType::f32, shape, values.data());
-    const std::string sum = nlohmann::json{{"checksum", hex(checksum)}, {"shape", shape}}.dump();
+    const std::string sum =
+        nlohmann::json{{"checksum", hash_hex(checksum)}, {"shape", shape}}.dump();
     io::write_file_atomically(sum_path, {{sum.data(), sum.size()}});
   } catch (const Error& e) {
     fail("augment.cache_dir: cannot write the augmentation cache: ", e.what());

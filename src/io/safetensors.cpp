@@ -284,13 +284,6 @@ std::string json_string(const std::string& path, const std::string& s, const cha
 }  // namespace
 
 namespace {
-// The tensors' bytes hashed one tensor after another, in file order, as 16 hex digits.
-std::string data_hash_text(uint64_t h) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
-  return text;
-}
-
 // The tensors' indices in name order: the hashes do not depend on the order a writer lays the
 // tensors out in (Python's safetensors sorts them).
 template <typename Tensors>
@@ -324,7 +317,7 @@ std::string header_hash_text(const Tensors& tensors,
       add(key);
       add(value);
     }
-  return data_hash_text(h);
+  return hash_hex(h);
 }
 }  // namespace
 
@@ -474,9 +467,9 @@ void SafetensorsFile::check_data_hash() const {
   std::vector<size_t> file_order(entries_.size());
   std::iota(file_order.begin(), file_order.end(), size_t{0});
   const uint64_t h = hash_in(by_name(entries_));
-  if (data_hash_text(h) != it->second && data_hash_text(hash_in(file_order)) != it->second)
+  if (hash_hex(h) != it->second && hash_hex(hash_in(file_order)) != it->second)
     fail(source_, ": its tensors' bytes differ from the hash written with them (", kDataHashKey,
-         " ", it->second, ", now ", data_hash_text(h),
+         " ", it->second, ", now ", hash_hex(h),
          "): the file was damaged after it was written (a disk or a copy); use another copy. "
          "Tensors changed on purpose: drop that key from the metadata");
 }
@@ -510,7 +503,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   }
   for (const size_t i : by_name(tensors)) hash = hash_bytes(tensors[i].data, sizes[i], hash);
   std::map<std::string, std::string> metadata = given_metadata;
-  metadata[SafetensorsFile::kDataHashKey] = data_hash_text(hash);
+  metadata[SafetensorsFile::kDataHashKey] = hash_hex(hash);
   metadata[SafetensorsFile::kHeaderHashKey] = header_hash_text(tensors, metadata);
 
   // Header: __metadata__ first, then the tensors in the given order with contiguous offsets.

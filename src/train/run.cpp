@@ -354,10 +354,7 @@ std::string config_json_hash(const std::string& text) {
   // Of the content, keys sorted: line ends, indentation and key order are no change.
   const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   const std::string canonical = parsed.is_discarded() ? text : parsed.dump();
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(hash_bytes(canonical.data(), canonical.size())));
-  return hex;
+  return hash_hex(hash_text(canonical));
 }
 
 LoadedRun load_run(const std::string& run, const std::string& data_override, WindowSet windows,

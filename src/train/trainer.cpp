@@ -277,6 +277,10 @@ class Training {
   void prepare_run_dir();
   void write_adapter_config() const;
   void write_hf_files();
+  // A resumed run whose patience ran out after its last whole epoch: it trains no more.
+  bool stopped_early() const {
+    return s_.patience > 0 && state_.since_best >= s_.patience && !state_.in_epoch;
+  }
   void freeze_modules();
   void start_streams();
   // Stateful training: the states batch `bi` starts from (rows reset where its streams begin).
@@ -925,9 +929,7 @@ void Training::resume_from_state() {
   int64_t kept = 0, saved_epoch = 0;
   // The run goes on, so no kept line says it ended ("stop"); unless, with nothing to train
   // (run() says so), the last epoch's line says it ended there.
-  const bool nothing_to_train =
-      (s_.patience > 0 && state_.since_best >= s_.patience && !state_.in_epoch) ||
-      state_.epochs_done >= s_.epochs;
+  const bool nothing_to_train = stopped_early() || state_.epochs_done >= s_.epochs;
   if (fs::exists(metrics_path_))
     for (nlohmann::json j : read_metrics_log(metrics_path_).epochs)
       if (j["epoch"].get<int64_t>() <= state_.epochs_done) {
@@ -1115,10 +1117,8 @@ void Training::freeze_modules() {
 
 TrainSummary Training::run() {
   // A resumed run that had stopped early, or had done its epochs, stays as it was.
-  const bool stopped_early =
-      s_.patience > 0 && state_.since_best >= s_.patience && !state_.in_epoch;
   if (!resume_dir_.empty() && rank_ == 0) {
-    if (stopped_early)
+    if (stopped_early())
       out_ << "nothing to train: the run stopped early after epoch " << state_.epochs_done << " ("
            << s_.monitor << " did not improve for " << state_.since_best
            << " epochs; a larger train.early_stopping.patience trains on)\n";
@@ -1128,7 +1128,7 @@ TrainSummary Training::run() {
            << (state_.in_epoch ? ", and the part-way epoch after them stays undone" : "")
            << " (a larger train.epochs trains on)\n";
   }
-  const int64_t last = stopped_early ? state_.epochs_done : s_.epochs;
+  const int64_t last = stopped_early() ? state_.epochs_done : s_.epochs;
   for (int64_t epoch = state_.epochs_done + 1; epoch <= last; ++epoch)
     if (!run_epoch(epoch)) break;
   if (rank_ != 0) return summary_;
