@@ -288,6 +288,8 @@ def main():
          "--output: %s is a folder; give a file to write" % work),
         (["predict", forecast, "--input", weather, "--output", os.path.join(work, "no/p.csv")],
          "there is no folder %s to write it in" % os.path.join(work, "no")),
+        (["predict", forecast, "--input", weather, "--output", os.path.join(work, "p.JSON")],
+         "predict writes CSV, not json; give a .csv file, or - for standard output"),
         (["bench", "W1", "--steps", "1", "--json", work], "bench: --json: %s is a folder" % work),
         (["train", config, "--profile", work], "train: --profile: %s is a folder" % work),
         (["tokenizer", "train", text, "--vocab-size", "300", "-o", work],

@@ -1752,11 +1752,11 @@ TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {
                                  (dir / "gap").string() + "}\n";
   EXPECT_EQ(error_of([&] { train(Config::parse(gap_config, "npy.yaml"), log); }),
             gap +
-                ": row 50, column 0: nan marks a missing value, not a number (data.missing: "
+                ": row 51 (index 50), column 0: nan marks a missing value, not a number (data.missing: "
                 "ffill or interpolate fills missing cells, mask masks them)");
   EXPECT_EQ(error_of([&] { predictions((dir / "run").string(), gap, false); }),
             gap +
-                ": row 50, column 0: nan marks a missing value, not a number (--missing ffill or "
+                ": row 51 (index 50), column 0: nan marks a missing value, not a number (--missing ffill or "
                 "interpolate fills the file's missing cells)");
   train(Config::parse(gap_config, "npy.yaml", {"data.missing=ffill"}), log);
   // An array's columns are named by position: one column more in front renames the others.

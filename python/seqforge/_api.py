@@ -251,7 +251,8 @@ def _where_in_data(message, path, data):
         message = re.sub(re.escape(path) + r":(\d+)", row, message)
         return message.replace(path, "the DataFrame")
     if isinstance(data, np.ndarray):
-        message = re.sub(re.escape(path) + r": row (\d+)", r"the array's row \1", message)
+        at_row = re.escape(path) + r": row \d+ \(index (\d+)\)"
+        message = re.sub(at_row, r"the array's row \1", message)
         return message.replace(path, "the array").replace("a .npy array's columns", "its columns")
     if isinstance(data, (list, tuple)):
         return message.replace(path, "the texts")

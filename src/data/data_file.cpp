@@ -128,7 +128,7 @@ std::vector<double> DataFile::column(const std::string& name, bool missing_allow
     const bool code =
         std::find(missing_numbers_.begin(), missing_numbers_.end(), v) != missing_numbers_.end();
     if (code && !missing_allowed)
-      fail(path_, ": row ", r, ", column ", j, ": ", v,
+      fail(where(r), ", column ", j, ": ", v,
            " marks a missing value (data.missing_values), not a number");
     x[r] = missing_allowed && (code || std::isnan(v)) ? NAN : checked(r, j);
   }
@@ -145,15 +145,14 @@ SourceMatrix DataFile::array(const std::vector<std::string>& names,
 
 std::string DataFile::where(int64_t row) const {
   return csv_ ? path_ + ":" + std::to_string(csv_->line_of_row(row))
-              : path_ + ": row " + std::to_string(row);
+              : path_ + ": row " + std::to_string(row + 1) + " (index " + std::to_string(row) + ")";
 }
 
 double DataFile::checked(int64_t r, int64_t j) const {
   const double x = matrix_.at(r, j);
   if (std::isnan(x))  // as a CSV's NaN: what data.missing fills
-    fail(path_, ": row ", r, ", column ", j, ": nan marks a missing value, not a number");
-  if (!std::isfinite(x))
-    fail(path_, ": row ", r, ", column ", j, ": ", x, " is not a finite number");
+    fail(where(r), ", column ", j, ": nan marks a missing value, not a number");
+  if (!std::isfinite(x)) fail(where(r), ", column ", j, ": ", x, " is not a finite number");
   return x;
 }
 

@@ -36,7 +36,8 @@ class DataFile {
   // The mapped array itself and the indices of the named columns, every value used checked.
   SourceMatrix array(const std::vector<std::string>& names, std::vector<int64_t>* cols) const;
   const std::string& path() const { return path_; }
-  // "<path>:<line>" for a CSV row, "<path>: row <r>" for an array row.
+  // "<path>:<line>" for a CSV row; "<path>: row <r + 1> (index <r>)" for an array row, counted
+  // from 1 as predict's window_end is.
   std::string where(int64_t row) const;
 
  private:

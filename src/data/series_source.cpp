@@ -37,6 +37,8 @@ int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::s
                      bool leave_trailing = false) {
   int64_t filled = 0;
   std::vector<double>& v = *x;
+  if (!leave_unfillable && std::all_of(v.begin(), v.end(), [](double c) { return std::isnan(c); }))
+    fail(table.path(), ": column '", name, "' has no value in any row");
   for (SeriesSpan s : order.spans) {
     s = known_span(s, v, order, leave_trailing);
     auto at = [&](int64_t p) -> double& { return v[order.rows[p]]; };
@@ -48,6 +50,11 @@ int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::s
       }
       if (how == "ffill") {
         if (last < 0 && leave_unfillable) continue;
+        const bool none_in_series = std::all_of(order.rows.begin() + p, order.rows.begin() + s.end,
+                                                [&](int64_t r) { return std::isnan(v[r]); });
+        if (last < 0 && none_in_series)
+          fail(table.where(order.rows[p]), ": column '", name, "' has no value in its series",
+               s.name.empty() ? "" : " '" + s.name + "'");
         if (last < 0)
           fail(table.where(order.rows[p]), ": column '", name,
                "': a missing cell with no value before it in its series, which data.missing ffill "

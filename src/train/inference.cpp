@@ -1,5 +1,6 @@
 // eval, predict, generate and the validation outputs the report draws.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -466,6 +467,14 @@ std::string predictions_csv(const Predictions& p) {
 int64_t predict(const std::string& run, const PredictOptions& options, std::ostream& log) {
   check_output_outside_run(options.output, run, "--output");
   check_output_file(options.output, "--output");
+  // Predictions are CSV; a name promising another format would hold text its reader refuses.
+  std::string extension = fs::path(options.output).extension().string();
+  for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* other : {".json", ".jsonl", ".npy", ".npz", ".parquet", ".xlsx", ".xls",
+                            ".safetensors", ".pt", ".feather", ".h5"})
+    if (extension == other)
+      fail("--output ", options.output, ": predict writes CSV, not ", extension.substr(1),
+           "; give a .csv file, or - for standard output");
   std::error_code same_error;
   if (options.output != "-" &&
       std::filesystem::equivalent(options.input, options.output, same_error))
