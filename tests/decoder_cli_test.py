@@ -300,6 +300,9 @@ def main():
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         if not os.path.exists(os.path.join(merged, name)):
             fail(f"merge wrote no {name}")
+    r = run([seqforge, "eval", merged], expect_ok=False)
+    if r.returncode == 0 or "a Hugging Face model folder, not a seqforge run" not in r.stderr:
+        fail(f"eval of a merged folder: {r.stderr!r}")
     check_dir = os.path.join(work, "merged_run")
     write_config(config, data, merged, check_dir, "")
     run([seqforge, "train", config, "optim.lr=0", "train.max_batches=1"])

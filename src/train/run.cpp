@@ -202,6 +202,11 @@ LoadedRun read_run(const std::string& run, const std::string& data_override,
     if (!entries.empty() && entries.front().name.starts_with("base_model.model."))
       fail(path, ": a PEFT adapter file, which holds the adapters alone: give the run directory ",
            "it belongs to (or its model.safetensors)");
+    if (const fs::path folder = fs::absolute(fs::path(path)).parent_path();
+        fs::exists(folder / "config.json"))
+      fail(folder.string(), ": a Hugging Face model folder, not a seqforge run: a run from it ",
+           "(model.family: decoder, model.init_from: ", folder.string(),
+           ") evaluates, predicts and generates with it");
     fail(path, ": not a seqforge checkpoint (no seqforge.config metadata)");
   }
   Config config =
