@@ -189,6 +189,20 @@ TEST(Config, AQuoteLeftOpenIsNamed) {
             "time");
 }
 
+// PyYAML writes a value of line breaks as blank lines between quotes: YAML folds each blank line
+// into one line break, and one line end alone into a space.
+TEST(Config, QuotedBlankLinesAreLineBreaks) {
+  const auto separator = [](const std::string& quoted) {
+    return Config::parse("data:\n  separator: " + quoted + "\n", "cfg.yaml").str("data.separator");
+  };
+  EXPECT_EQ(separator("'\n\n    '"), "\n");
+  EXPECT_EQ(separator("\"\n\n\n    \""), "\n\n");
+  EXPECT_EQ(separator("'\n    '"), " ");
+  EXPECT_EQ(separator("'  '"), "  ");
+  EXPECT_EQ(separator("' \n\n    x'"), "\nx");
+  EXPECT_EQ(separator("\"\\n\""), "\n");
+}
+
 // A key that is a list or a map is refused with the line, not a YAML library message.
 TEST(Config, KeysThatAreNotNamesAreRefused) {
   EXPECT_EQ(error_of([] { Config::parse("train: {}\n[a, b]: 1\n", "cfg.yaml"); }),

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -999,6 +1000,20 @@ std::string yaml_error(const YAML::Exception& e) {
 }
 
 namespace {
+// A quoted value of blank lines alone, as PyYAML writes "\n" ('<newline><newline>  '): YAML folds
+// it into one line break per blank line between the quotes (a space where there is none), which
+// yaml-cpp reads as empty. The value, when `at` starts such a scalar in `yaml`.
+std::optional<std::string> quoted_blank_lines(std::string_view yaml, size_t at) {
+  if (at >= yaml.size() || (yaml[at] != '\'' && yaml[at] != '"')) return std::nullopt;
+  const size_t close = yaml.find(yaml[at], at + 1);
+  if (close == std::string_view::npos) return std::nullopt;
+  const std::string_view inside = yaml.substr(at + 1, close - at - 1);
+  if (inside.find_first_not_of(" \t\r\n") != std::string_view::npos) return std::nullopt;
+  const auto breaks = std::count(inside.begin(), inside.end(), '\n');
+  if (breaks == 0) return std::nullopt;
+  return breaks == 1 ? std::string(" ") : std::string(breaks - 1, '\n');
+}
+
 // The line of a document marker ("---" or "...", at the start of a line) that has content
 // after it and follows the first document's content; 0 when the text is one document.
 int64_t second_document_line(std::string_view yaml) {
@@ -1080,7 +1095,11 @@ Config Config::parse(const std::string& yaml, const std::string& source,
       // The search space of `seqforge tune`, read by src/tune; a training run ignores it.
       if (path == "tune") continue;
       if (const ConfigKey* key = find_key(path)) {
-        c.values_[path] = canonical(*key, kv.second, where);
+        const std::optional<std::string> blank =
+            kv.second.IsScalar() && kv.second.Scalar().empty()
+                ? quoted_blank_lines(yaml, kv.second.Mark().pos)
+                : std::nullopt;
+        c.values_[path] = canonical(*key, blank ? YAML::Node(*blank) : kv.second, where);
         c.where_[path] = where;
       } else if (kv.second.IsMap() && is_prefix_of_key(path)) {
         self(self, kv.second, path);
