@@ -153,8 +153,8 @@ def main():
         (["generate", charlm, "--top-k", "1.5"], "--top-k: '1.5' is not a whole number ("),
         (["generate", charlm, "--temperature", "-1"], "--temperature must be 0"),
         (["predict", charlm, "--input", text, "--output", "-"],
-         "predict needs a forecast or classify run; this is a charlm run (sample from it with "
-         "seqforge generate)"),
+         "predict needs a forecast, classify or text_classify run; this is a charlm run "
+         "(sample from it with seqforge generate)"),
         (["predict", study, "--input", text, "--output", "-"],
          "a tune study's directory, not a run: give one of its trials"),
         (["eval", os.path.join(work, "nothing")], "no such run directory or model.safetensors"),
@@ -217,7 +217,7 @@ def main():
         (["generate", config], "a config, not a run: train it first (seqforge train %s)" % config),
         (["generate", text], "not a run directory or a model.safetensors"),
         (["predict", charlm, "--input", config, "--output", "-"],
-         "predict needs a forecast or classify run; this is a charlm run"),
+         "predict needs a forecast, classify or text_classify run; this is a charlm run"),
         (["eval", charlm, "--split", "val", "--split", "test"],
          "--split: given 2 times; give it once (--help lists the options)"),
         (["eval", charlm, "--data", config],

@@ -265,6 +265,21 @@ def test_classify_mae_charlm_transformer_and_adapters(tmp_path):
                            "train": {"epochs": 1, "max_batches": 4, "threads": 1,
                                      "run_dir": "lstm"}}, data=texts, log=None)
     assert len(lstm.generate("A", length=10, seed=3)) == 11
+    # A prompt is read as a training text is: no byte-order mark, "\r\n" as "\n".
+    plain = lstm.generate("ROMEO:\nA", length=10, temperature=0)
+    assert lstm.generate("\ufeffROMEO:\r\nA", length=10, temperature=0) == plain
+    with pytest.raises(seqforge.Error, match=r"character 7 \('\\x09' U\+0009\) is not in"):
+        lstm.generate("ROMEO:\t", length=1)
+    # A frame of one column, or a Series, is texts; the CSV's header line is no text of them.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        as_texts = lstm.evaluate(data=texts[:300])
+        assert lstm.evaluate(data=pd.DataFrame({"line": texts[:300]})) == as_texts
+        assert lstm.evaluate(data=pd.Series(texts[:300])) == as_texts
+    with pytest.raises(seqforge.Error, match="a charlm run reads texts, and the DataFrame has 2"):
+        lstm.evaluate(data=pd.DataFrame({"a": texts[:9], "b": texts[:9]}))
+    with pytest.raises(seqforge.Error, match="a charlm run reads texts .*, not an array"):
+        lstm.evaluate(data=np.zeros((50, 2)))
     # Arguments of the wrong kind or range are one line naming them, as the command's are.
     for bad, error, words in [(dict(length=2.5), ValueError, "length must be a whole number"),
                               (dict(length=10**20), ValueError, "length must be a whole number"),
@@ -275,6 +290,31 @@ def test_classify_mae_charlm_transformer_and_adapters(tmp_path):
                               (dict(stream=5), TypeError, "stream is a function")]:
         with pytest.raises(error, match=words):
             lstm.generate(**dict(dict(prompt="A", length=3), **bad))
+
+
+def test_a_text_classifier_reads_a_table(tmp_path):
+    os.chdir(tmp_path)
+    with open(SHAKESPEARE, encoding="utf-8") as f:
+        lines = [line for line in f.read().split("\n")[:600] if line.strip()]
+    frame = pd.DataFrame({"text": [t.upper() if i % 2 else t.lower() for i, t in enumerate(lines)],
+                          "label": ["loud" if i % 2 else "quiet" for i in range(len(lines))]})
+    run = seqforge.train({"data": {"task": "text_classify", "text_columns": ["text"],
+                                   "class_column": "label", "seq_len": 24},
+                          "model": {"family": "transformer", "embedding": 16, "layers": 1,
+                                    "heads": 2},
+                          "train": {"epochs": 1, "max_batches": 4, "threads": 1,
+                                    "run_dir": "tc"}}, data=frame, log=None)
+    # A list of texts is the one text column; a frame's rows keep its index.
+    texts = ["HELLO THERE", "hello there"]
+    framed = pd.DataFrame({"text": texts}, index=["a", "b"])
+    by_frame = run.predict(framed)
+    assert list(by_frame.index) == ["a", "b"] and "line" not in by_frame
+    by_list = run.predict(texts)
+    assert list(by_list["class"]) == list(by_frame["class"])
+    with pytest.raises(seqforge.Error, match=r"at the DataFrame's row 1 \(index b\)"):
+        run.predict(framed.assign(text=["HELLO", "hello \u00a7"]))
+    with pytest.raises(seqforge.Error, match="reads a table of texts .*, not an array"):
+        run.predict(np.zeros((4, 2)))
 
 
 def test_errors_are_the_commands_line(tmp_path):

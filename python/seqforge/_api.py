@@ -212,6 +212,45 @@ def _data_payload(data):
                     f"of texts, not {what}")
 
 
+def _as_the_run_reads(data, config):
+    """`data` as the config's text task reads it. A text model (charlm, or lm on plain text)
+    reads texts: a frame of one column or a Series is its texts, not a CSV with a header. A
+    text classifier (or lm on data.text_columns) reads a table: a list of texts is its one text
+    column."""
+    settings = config.get("data") or {}
+    task = settings.get("task")
+    columns = settings.get("text_columns") or []
+    reads_texts = task == "charlm" or (task == "lm" and not columns)
+    reads_table = task == "text_classify" or (task == "lm" and bool(columns))
+    if not (reads_texts or reads_table) or isinstance(data, (str, os.PathLike)):
+        return data
+    kind = type(data).__name__
+    if isinstance(data, np.ndarray):
+        wanted = ("texts (a list of texts or a path)" if reads_texts else
+                  f"a table of texts (a DataFrame with the column{'s' if len(columns) > 1 else ''}"
+                  f" {', '.join(columns)}, or a path)")
+        raise _native.Error(f"data: a {task} run reads {wanted}, not an array")
+    if reads_texts and kind in ("DataFrame", "Series"):
+        frame = data.to_frame() if kind == "Series" else data
+        if frame.shape[1] != 1:
+            raise _native.Error(f"data: a {task} run reads texts, and the DataFrame has "
+                                f"{frame.shape[1]} columns: give one of them (a Series) or a "
+                                f"list of texts")
+        texts = frame.iloc[:, 0].tolist()
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise _native.Error(f"data: the {kind}'s row {i} (index {frame.index[i]}) is "
+                                    f"{type(text).__name__} {text!r}"[:200] + ", not a text")
+        return texts
+    if reads_table and isinstance(data, (list, tuple)) and all(isinstance(t, str) for t in data):
+        if len(columns) != 1:
+            raise _native.Error(f"data: a {task} run reads pairs of texts (the columns "
+                                f"{' and '.join(columns)}): give a DataFrame with them")
+        import pandas as pd
+        return pd.DataFrame({columns[0]: list(data)})
+    return data
+
+
 def _data_file(data, directory, payload=None):
     """`data` (an array, a data frame or texts) written once into `directory` under a name of its
     content's hash; its path. A path is returned as it is."""
@@ -238,25 +277,33 @@ def _where_in_data(message, path, data):
     """`message` naming the data instead of the file `path` it was written to: a frame's row by
     its position and index label, an array's row."""
     if type(data).__name__ == "DataFrame":
-        # A line is a row unless a text cell spans lines.
-        texts = [data[c] for c in data.columns if data[c].dtype == object]
-        lines_are_rows = not any(t.astype(str).str.contains("\n").any() for t in texts)
+        lines_are_rows = _lines_are_rows(data)
 
-        def row(match):
+        def row(match, said="the DataFrame's row"):
             r = int(match.group(1)) - 2  # line 1: the header
             if not lines_are_rows or not 0 <= r < len(data):
                 return match.group(0)
-            return f"the DataFrame's row {r} (index {data.index[r]})"
+            return f"{said} {r} (index {data.index[r]})"
 
         message = re.sub(re.escape(path) + r":(\d+)", row, message)
+        message = re.sub(r"at line (\d+)", lambda m: row(m, "at the DataFrame's row"), message)
         return message.replace(path, "the DataFrame")
     if isinstance(data, np.ndarray):
         at_row = re.escape(path) + r": row \d+ \(index (\d+)\)"
         message = re.sub(at_row, r"the array's row \1", message)
         return message.replace(path, "the array").replace("a .npy array's columns", "its columns")
     if isinstance(data, (list, tuple)):
+        if not any("\n" in t for t in data):  # line n is the text at n - 1
+            message = re.sub(r"at line (\d+)", lambda m: f"in texts[{int(m.group(1)) - 1}]",
+                             message)
         return message.replace(path, "the texts")
     return message
+
+
+def _lines_are_rows(frame):
+    """Whether each line of the frame's CSV after the header is one row: no text spans lines."""
+    texts = [frame[c] for c in frame.columns if frame[c].dtype == object]
+    return not any(t.astype(str).str.contains("\n").any() for t in texts)
 
 
 @contextlib.contextmanager
@@ -412,8 +459,9 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
         return Run(summary["run_dir"], summary)
     text, source, values = _config_parts(config, overrides, sections)
     if data is not None:
-        payload = None if isinstance(data, (str, os.PathLike)) else _data_payload(data)
         resolved = _load_yaml(_native.resolved_config(text, source, values))
+        data = _as_the_run_reads(data, resolved)
+        payload = None if isinstance(data, (str, os.PathLike)) else _data_payload(data)
         run_dir = resolved["train"]["run_dir"] or _new_run_dir(source)
         if _holds_a_run(run_dir) and not overwrite:
             raise _native.Error(f"{run_dir}: holds another run's files; pass overwrite=True to "
@@ -518,7 +566,7 @@ class Run:
                 raise ValueError("evaluate: missing, missing_values and date_order read `data`; "
                                  "a split of the run's own data is read as it trained")
             metrics, notes = _native.evaluate(self.path, split, "", "", [])
-        elif isinstance(data := _unmasked(data), np.ndarray):
+        elif isinstance(data := _as_the_run_reads(_unmasked(data), self.config), np.ndarray):
             with _python_words(), _naming_the_array(data):
                 metrics, notes = _native.evaluate_array(self.path, data, missing or "", codes)
             notes = [re.sub(r"<numpy array \d+>\.npy", "the array", n) for n in notes]
@@ -547,7 +595,7 @@ class Run:
         codes = _missing_codes(missing_values)
         _check_missing("predictions", missing)
         _check_date_order("predictions", date_order)
-        X = _unmasked(X)
+        X = _as_the_run_reads(_unmasked(X), self.config)
         if isinstance(X, np.ndarray):  # read where it is, not copied
             with _python_words(), _naming_the_array(X):
                 table = _native.predictions_of_array(self.path, X, last, missing or "", codes)
@@ -572,11 +620,16 @@ class Run:
         gives an array: a forecast's values (windows, outputs), or (windows, steps, outputs)
         for several steps ahead (data.horizon, direct), an axis of one output squeezed away; or
         a classifier's classes."""
+        X = _as_the_run_reads(_unmasked(X), self.config)
         table = self.predictions(X, last, missing, missing_values, date_order)
         if isinstance(X, np.ndarray):
             return self._as_array(table)
         import pandas as pd
-        return pd.DataFrame(table)
+        frame = pd.DataFrame(table)
+        # A text classifier's rows by the file's line: a frame's own index instead.
+        if type(X).__name__ == "DataFrame" and "line" in frame and _lines_are_rows(X):
+            frame.index = X.index[frame.pop("line").to_numpy().astype(np.int64) - 2]
+        return frame
 
     def predict_last(self, X):
         """The forecast after the last row of each series of `X`."""

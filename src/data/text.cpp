@@ -58,6 +58,14 @@ std::string encode_utf8(std::u32string_view text) {
   return out;
 }
 
+std::string shown_character(char32_t c) {
+  std::string shown = io::quoted(encode_utf8(std::u32string(1, c)));
+  if (c > 0x20 && c < 0x7f) return shown;
+  char code[16];
+  std::snprintf(code, sizeof code, " U+%04X", unsigned(c));
+  return shown + code;
+}
+
 void check_vocabulary(const std::vector<std::u32string>& texts, const std::u32string& vocab,
                       const std::string& what,
                       const std::function<std::string(size_t, size_t)>& where) {
@@ -81,9 +89,8 @@ void check_vocabulary(const std::vector<std::u32string>& texts, const std::u32st
       list += ", ...";
       break;
     }
-    list += (list.empty() ? "'" : ", '") + encode_utf8(std::u32string(1, c)) + "' (" +
-            std::to_string(u.count) + (u.count == 1 ? " time, " : " times, first ") +
-            where(u.text, u.pos) + ")";
+    list += (list.empty() ? "" : ", ") + shown_character(c) + " (" + std::to_string(u.count) +
+            (u.count == 1 ? " time, " : " times, first ") + where(u.text, u.pos) + ")";
   }
   fail(what, ": ", unknown.size(), unknown.size() == 1 ? " character is" : " characters are",
        " not in the vocabulary of the model (", vocab.size(),

@@ -610,11 +610,25 @@ std::string generate_tokens(Backend& be, Model& model, const LoadedRun& r,
   return prompt + continuation();
 }
 
+// A prompt read as a training text is: a leading byte-order mark left out, "\r\n" and a lone
+// "\r" as "\n" (the model never saw a '\r').
+std::string prompt_as_text(std::string prompt) {
+  if (prompt.starts_with("\xef\xbb\xbf")) prompt.erase(0, 3);
+  std::string out;
+  out.reserve(prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    out += prompt[i] == '\r' ? '\n' : prompt[i];
+    if (prompt[i] == '\r' && i + 1 < prompt.size() && prompt[i + 1] == '\n') ++i;
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string generate(const std::string& run, const std::string& prompt, int64_t length,
+std::string generate(const std::string& run, const std::string& given_prompt, int64_t length,
                      double temperature, int64_t top_k, uint64_t seed, double top_p,
                      const std::function<void(std::string_view)>& stream) {
+  const std::string prompt = prompt_as_text(given_prompt);
   configure_threads();
   LoadedRun r = load_run_model(run);
   if (!r.task.is_lm())
@@ -652,8 +666,8 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
   for (size_t i = 0; i < start.size(); ++i) {
     const size_t at = vocab.find(start[i]);
     if (at == std::u32string::npos)
-      fail("--prompt: character ", i + 1, " ('", encode_utf8(start.substr(i, 1)),
-           "') is not in the model's vocabulary");
+      fail("--prompt: character ", i + 1, " (", shown_character(start[i]),
+           ") is not in the model's vocabulary");
     ids.push_back(static_cast<int64_t>(at));
   }
   if (stream) stream(text);

@@ -369,7 +369,7 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   const bool forecasts =
       kind == TaskKind::forecast || kind == TaskKind::classify || kind == TaskKind::text_classify;
   if ((windows == WindowSet::every_window || windows == WindowSet::last_windows) && !forecasts)
-    fail(run, ": predict needs a forecast or classify run; this is a ", task_name(kind), " run",
+    fail(run, ": predict needs a forecast, classify or text_classify run; this is a ", task_name(kind), " run",
          r.task.is_lm()          ? " (sample from it with seqforge generate)"
          : kind == TaskKind::mae ? " (eval --data FILE scores its reconstructions of a file)"
                                  : "");

@@ -281,6 +281,9 @@ TextData load_text_examples(const DataOptions& options, const TextData* stored, 
 // short) is an error naming `what` and the byte offset.
 std::u32string decode_utf8(std::string_view text, const std::string& what);
 std::string encode_utf8(std::u32string_view text);
+// One character for a message: quoted, with its code point where it is no visible ASCII ('é'
+// U+00E9, '\r' U+000D), so an invisible or look-alike one can be told.
+std::string shown_character(char32_t c);
 
 // Fails when texts hold characters outside a stored model's vocabulary, naming each (up to 8)
 // with how often it occurs and where it is first, `where(text index, position)` (called only for
