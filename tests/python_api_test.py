@@ -95,6 +95,49 @@ def test_forecast_from_a_path_a_frame_and_the_command_agree(tmp_path):
         path_run.predict(two_levels)
 
 
+def test_a_frame_is_read_as_pandas_holds_it(tmp_path):
+    os.chdir(tmp_path)
+    frame = pd.read_csv(HOURLY)
+    numbers = frame[["pressure", "temperature", "wind"]]
+    short = {"epochs": 1, "max_batches": 2, "threads": 1}
+    undated = dict(FORECAST, data=dict(FORECAST["data"], date_column=""))
+    run = seqforge.train(undated, data=numbers, train=dict(short, run_dir="r"), log=None)
+    # Floats narrower than float64 at their exact values (float16's 1015.5, not "1016.0").
+    half = numbers.astype(np.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert run.evaluate(data=half) == run.evaluate(data=half.astype(np.float64))
+    # Windows without dates are named by the frame's labels: .loc finds their rows.
+    tail = numbers.tail(30)
+    p = run.predict(tail)
+    assert p["window_end"].iloc[0] == tail.index[7]  # lookback 8
+    known = p.dropna(subset=["temperature_actual"])
+    assert list(known["temperature_actual"]) == list(tail.loc[known["forecast_for"],
+                                                              "temperature"])
+    assert p["forecast_for"].iloc[-1] == tail.index[-1] + 1  # after the last row
+    # A named index is no feature unless the config names it; set_index(drop=False) is no
+    # second column of that name.
+    everything = dict(undated, data=dict(undated["data"], features=[]))
+    labelled = seqforge.train(everything, data=numbers.rename_axis("hour"),
+                              train=dict(short, run_dir="labelled"), log=None)
+    assert labelled.predict(tail.reset_index(drop=True)).shape[0] == p.shape[0]
+    dated = seqforge.train(FORECAST, data=frame.set_index("date", drop=False),
+                           train=dict(short, run_dir="dated"), log=None)
+    assert len(dated.predict(frame.tail(30).set_index("date", drop=False))) > 0
+    with pytest.raises(seqforge.Error, match="index 'wind' has the name of one of its columns"):
+        dated.predict(frame.tail(30).set_index(pd.Index(range(30), name="wind")))
+    # A text cell with a lone carriage return stays one cell of its row.
+    tagged = frame.assign(tag=np.where(np.arange(len(frame)) % 2, "a", "b"))
+    categorical = dict(FORECAST, data=dict(FORECAST["data"], categorical=["tag"],
+                                           features=["pressure", "temperature"]))
+    with_tag = seqforge.train(categorical, data=tagged, train=dict(short, run_dir="tag"),
+                              log=None)
+    odd = tagged.tail(30).reset_index(drop=True)
+    odd.loc[3, "tag"] = "x\ry"
+    with pytest.warns(UserWarning, match="which the model was not trained on"):
+        assert len(with_tag.predict(odd)) == len(with_tag.predict(tagged.tail(30)))
+
+
 def test_arrays_in_and_out(tmp_path):
     os.chdir(tmp_path)
     array = pd.read_csv(HOURLY)[["pressure", "temperature", "wind"]].to_numpy()

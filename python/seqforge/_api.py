@@ -1,5 +1,6 @@
 """train, load and Run: the command's train, eval, predict and generate on run directories."""
 import contextlib
+import csv
 import hashlib
 import json
 import os
@@ -177,8 +178,78 @@ def _unmasked(array):
     return array
 
 
-def _data_payload(data):
-    """(suffix, bytes or a C-contiguous array) of in-memory data; errors for what cannot be."""
+def _strings_in(value):
+    """Every text in a config's section: the column names it mentions, among others."""
+    if isinstance(value, dict):
+        return {t for v in value.values() for t in _strings_in(v)}
+    if isinstance(value, (list, tuple)):
+        return {t for v in value for t in _strings_in(v)}
+    return {value} if isinstance(value, str) else set()
+
+
+def _columns_the_run_reads(config):
+    """The column names a run's config names, and where it names no features (every column
+    is one), those of the file it trained on."""
+    settings = config.get("data") or {}
+    names = _strings_in(settings)
+    path = settings.get("path") or ""
+    if not settings.get("features") and path.endswith(".csv") and os.path.isfile(path):
+        with open(path, encoding="utf-8", errors="replace", newline="") as f:
+            names |= set(next(csv.reader(f), []))
+    return names
+
+
+def _index_is_data(frame, config):
+    """Whether a frame's index is written as a column: a date index, or one the config names
+    (a date, series or feature column); other row labels are no data. Without a config, any
+    named or non-default index."""
+    index = frame.index
+    if type(index).__name__ == "RangeIndex" and index.name is None:
+        return False
+    if config is None:
+        return True
+    import pandas as pd
+    for level in range(index.nlevels):
+        values = index.get_level_values(level)
+        if pd.api.types.is_datetime64_any_dtype(values) or type(values).__name__ == "PeriodIndex":
+            return True
+    named = _columns_the_run_reads(config)
+    return any(name is not None and str(name) in named for name in index.names)
+
+
+def _frame_csv(frame, config):
+    """A frame as CSV text that reads back as the frame: floats narrower than float64 written
+    at their exact values (float16's 315.75, not its shortest text 315.8), a cell with a line
+    break quoted (line ends \r\n, so a lone \r is one too), the index where it is data."""
+    import pandas as pd
+    wider = {}
+    for name, dtype in frame.dtypes.items():
+        if isinstance(dtype, np.dtype) and dtype.kind == "f" and dtype.itemsize < 8:
+            wider[name] = np.float64
+        elif isinstance(dtype, pd.api.extensions.ExtensionDtype) and str(dtype) == "Float32":
+            wider[name] = "Float64"
+    if wider:
+        frame = frame.astype(wider)
+    index = _index_is_data(frame, config)
+    if index:
+        columns = {str(c) for c in frame.columns}
+        for name in frame.index.names:
+            if name is not None and str(name) in columns:
+                if frame.index.nlevels == 1 and frame.index.equals(pd.Index(frame[name])):
+                    index = False  # set_index(column, drop=False): the column is there already
+                    break
+                raise _native.Error(f"data: the DataFrame's index '{name}' has the name of one of "
+                                    f"its columns: rename one (frame.rename_axis(...)) or drop "
+                                    f"the index (frame.reset_index(drop=True))")
+    try:
+        return frame.to_csv(index=index, lineterminator="\r\n")
+    except TypeError:  # pandas before 1.5
+        return frame.to_csv(index=index, line_terminator="\r\n")
+
+
+def _data_payload(data, config=None):
+    """(suffix, bytes or a C-contiguous array) of in-memory data; errors for what cannot be.
+    `config` (the resolved config, or the run's) tells which of a frame's index is data."""
     data = _unmasked(data)
     if isinstance(data, np.ndarray):
         if data.ndim != 2 or data.dtype.kind not in "iuf":
@@ -200,8 +271,7 @@ def _data_payload(data):
         twice = next((c for i, c in enumerate(names) if c in names[:i]), None)
         if twice is not None:
             raise _native.Error(f"data: the DataFrame has the column '{twice}' more than once")
-        index = not (type(data.index).__name__ == "RangeIndex" and data.index.name is None)
-        return ".csv", data.to_csv(index=index).encode()
+        return ".csv", _frame_csv(data, config).encode()
     if isinstance(data, (list, tuple)) and all(isinstance(t, str) for t in data):
         return ".txt", "\n".join(data).encode()
     what = type(data).__name__
@@ -251,12 +321,12 @@ def _as_the_run_reads(data, config):
     return data
 
 
-def _data_file(data, directory, payload=None):
+def _data_file(data, directory, payload=None, config=None):
     """`data` (an array, a data frame or texts) written once into `directory` under a name of its
     content's hash; its path. A path is returned as it is."""
     if isinstance(data, (str, os.PathLike)):
         return os.fspath(data)
-    suffix, content = payload or _data_payload(data)
+    suffix, content = payload or _data_payload(data, config)
     hashed = content if isinstance(content, bytes) else (
         content.tobytes() + str((content.dtype, content.shape)).encode())
     digest = hashlib.sha256(hashed).hexdigest()[:16]
@@ -300,10 +370,22 @@ def _where_in_data(message, path, data):
     return message
 
 
+def _labels_of_rows(index, rows):
+    """A frame's index labels of 1-based row numbers; past its end, a RangeIndex's continued
+    (the forecast after the last row), else None."""
+    positions = rows - 1
+    if type(index).__name__ == "RangeIndex":
+        return index.start + index.step * positions.astype(np.int64)
+    labels = np.full(len(positions), None, dtype=object)
+    inside = (positions >= 0) & (positions < len(index))
+    labels[inside] = index[positions[inside].astype(np.int64)]
+    return labels
+
+
 def _lines_are_rows(frame):
     """Whether each line of the frame's CSV after the header is one row: no text spans lines."""
     texts = [frame[c] for c in frame.columns if frame[c].dtype == object]
-    return not any(t.astype(str).str.contains("\n").any() for t in texts)
+    return not any(t.astype(str).str.contains("[\r\n]").any() for t in texts)
 
 
 @contextlib.contextmanager
@@ -461,7 +543,7 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
     if data is not None:
         resolved = _load_yaml(_native.resolved_config(text, source, values))
         data = _as_the_run_reads(data, resolved)
-        payload = None if isinstance(data, (str, os.PathLike)) else _data_payload(data)
+        payload = None if isinstance(data, (str, os.PathLike)) else _data_payload(data, resolved)
         run_dir = resolved["train"]["run_dir"] or _new_run_dir(source)
         if _holds_a_run(run_dir) and not overwrite:
             raise _native.Error(f"{run_dir}: holds another run's files; pass overwrite=True to "
@@ -572,7 +654,7 @@ class Run:
             notes = [re.sub(r"<numpy array \d+>\.npy", "the array", n) for n in notes]
         else:
             with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
-                path = _data_file(data, scratch)
+                path = _data_file(data, scratch, config=self.config)
                 with _python_words(), _naming_the_data(data, path):
                     metrics, notes = _native.evaluate(self.path, split, path, missing or "",
                                                       codes, date_order or "")
@@ -602,7 +684,7 @@ class Run:
             notes = [re.sub(r"<numpy array \d+>\.npy", "the array", n) for n in table["notes"]]
         else:
             with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
-                path = _data_file(X, scratch)
+                path = _data_file(X, scratch, config=self.config)
                 with _python_words(), _naming_the_data(X, path):
                     table = _native.predictions(self.path, path, last, missing or "", codes,
                                                 date_order or "")
@@ -626,9 +708,14 @@ class Run:
             return self._as_array(table)
         import pandas as pd
         frame = pd.DataFrame(table)
-        # A text classifier's rows by the file's line: a frame's own index instead.
-        if type(X).__name__ == "DataFrame" and "line" in frame and _lines_are_rows(X):
-            frame.index = X.index[frame.pop("line").to_numpy().astype(np.int64) - 2]
+        if type(X).__name__ == "DataFrame":
+            # A text classifier's rows by the file's line: the frame's own index instead.
+            if "line" in frame and _lines_are_rows(X):
+                frame.index = X.index[frame.pop("line").to_numpy().astype(np.int64) - 2]
+            # Windows without dates are named by their 1-based rows: the frame's labels instead.
+            for column in ("window_end", "forecast_for"):
+                if column in frame and frame[column].dtype.kind in "if":
+                    frame[column] = _labels_of_rows(X.index, frame[column].to_numpy())
         return frame
 
     def predict_last(self, X):

@@ -232,8 +232,10 @@ using Column = PredictionColumn;
 std::vector<Column> prediction_columns(const SeriesData& d, bool multi) {
   std::vector<Column> c;
   if (multi) c.emplace_back("series", Column::Kind::text);
-  c.emplace_back("window_end", Column::Kind::text);
-  c.emplace_back("forecast_for", Column::Kind::text);
+  // Dates, or without them 1-based file rows (a number: the Python API names a frame's rows).
+  const Column::Kind when = d.dates.empty() ? Column::Kind::integer : Column::Kind::text;
+  c.emplace_back("window_end", when);
+  c.emplace_back("forecast_for", when);
   if (d.steps_ahead > 1) c.emplace_back("step", Column::Kind::integer);
   if (d.task == TaskKind::forecast) {
     for (const auto& name : d.target_names) {
@@ -274,8 +276,13 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
     const int64_t target = d.target_row(start, k);
     const bool known = d.has_targets && target < end;
     if (multi) (c++)->text.push_back(d.series_of(start).name);
-    (c++)->text.push_back(row_label(d, d.last_row(start)));
-    (c++)->text.push_back(forecast_time(d, start, k));
+    for (const std::string& when : {row_label(d, d.last_row(start)), forecast_time(d, start, k)}) {
+      if (c->kind == Column::Kind::text)
+        c->text.push_back(when);
+      else
+        c->values.push_back(when.empty() ? NAN : std::stod(when));
+      ++c;
+    }
     if (d.steps_ahead > 1) (c++)->values.push_back(static_cast<double>(k + 1));
     if (d.task == TaskKind::forecast) {
       std::vector<double> f(static_cast<size_t>(d.num_quantiles()));
