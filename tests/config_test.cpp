@@ -119,6 +119,21 @@ TEST(Config, IgnoredSettingsOnlyWhenGiven) {
                 "applies",
                 "train.early_stopping.mode is max but val_loss is better lower: the run keeps and "
                 "waits for its worst epochs (mode auto picks min)"}));
+  // Keys of another model family or split, and a cache's size without the cache.
+  EXPECT_EQ(ignored_settings(Config::parse(
+                "model: {bias: false, embedding: 7}\ndata: {split: {mode: random, context: "
+                "strict}}\naugment: {cache_versions: 2}\n",
+                "c.yaml")),
+            (std::vector<std::string>{
+                "model.bias is for transformers; a recurrent layer keeps its biases (as nn.LSTM's "
+                "default): it is ignored",
+                "model.embedding is for characters and transformers; a recurrent forecast model "
+                "reads its features as they are: it is ignored",
+                "data.split.context is for time splits; data.split.mode is random: it is ignored",
+                "augment.cache_versions is set but augment.cache is false: nothing is cached"}));
+  EXPECT_TRUE(
+      ignored_settings(Config::parse("data: {task: charlm}\nmodel: {embedding: 16}\n", "c.yaml"))
+          .empty());
   EXPECT_TRUE(ignored_settings(Config::parse("data: {task: classify}\ntrain: {early_stopping: "
                                              "{monitor: val_accuracy, mode: max}}\n",
                                              "c.yaml"))
@@ -187,6 +202,33 @@ TEST(Config, AQuoteLeftOpenIsNamed) {
             " Answer: ");
   EXPECT_EQ(Config::parse("data:\n  date_column: \"time\"\n", "cfg.yaml").str("data.date_column"),
             "time");
+}
+
+// One setting, one spelling: configs that differ only in how they write a number or a truth
+// value compare equal (a resume, a study's trials), and config.resolved.yaml writes the one.
+TEST(Config, NumbersAndTruthValuesHaveOneSpelling) {
+  const Config a = Config::parse(
+      "data:\n  split: {train: 0.70}\nmodel:\n  bidirectional: on\ntrain:\n  seed: 007\n"
+      "optim:\n  lr: 1e-3\n",
+      "a.yaml");
+  const Config b = Config::parse(
+      "data:\n  split: {train: 0.7}\nmodel:\n  bidirectional: true\ntrain:\n  seed: 7\n"
+      "optim:\n  lr: 0.001\n",
+      "b.yaml");
+  for (const char* key : {"data.split.train", "model.bidirectional", "train.seed", "optim.lr"})
+    EXPECT_EQ(a.str(key), b.str(key)) << key;
+  EXPECT_EQ(a.str("data.split.train"), "0.7");
+  EXPECT_EQ(a.str("model.bidirectional"), "true");
+  // A default reads as the same value given.
+  EXPECT_EQ(Config::parse("", "c.yaml").str("augment.jitter.p"),
+            Config::parse("augment: {jitter: {p: 0}}", "d.yaml").str("augment.jitter.p"));
+  EXPECT_FALSE(Config::parse("model: {bidirectional: no}", "e.yaml")
+                   .differs_from_default("model.bidirectional"));
+  EXPECT_EQ(canonical_value("optim.lr", "1e-3"), "0.001");
+  EXPECT_EQ(canonical_value("data.path", "1e-3"), "1e-3");
+  // An integer past what 64 bits hold is out of the key's range, not "not an integer".
+  EXPECT_EQ(error_of([] { Config::parse("model: {hidden: 9223372036854775808}", "f.yaml"); }),
+            "f.yaml:1: model.hidden must be in [1, 65536], got 9223372036854775808");
 }
 
 // PyYAML writes a value of line breaks as blank lines between quotes: YAML folds each blank line

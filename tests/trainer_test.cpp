@@ -227,8 +227,9 @@ TEST(Trainer, CharacterModelsReadUtf8AndGenerateGreedilyAtTemperatureZero) {
   const std::string greedy = generate(run, "日本", 30, 0.0, 0, 1);
   EXPECT_EQ(generate(run, "日本", 30, 0.0, 0, 99), greedy);
   EXPECT_EQ(generate(run, "日本", 30, 1.0, 1, 7), greedy);
-  EXPECT_NE(error_of([&] { generate(run, "Ω", 5, 1.0, 0, 0); }).find("'Ω') is not in the model"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { generate(run, "Ω", 5, 1.0, 0, 0); }).find("'Ω' U+03A9) is not in the model"),
+      std::string::npos);
   EXPECT_NE(error_of([&] { generate(run, "a", 5, -1.0, 0, 0); }).find("the temperature must be"),
             std::string::npos);
   EXPECT_NE(error_of([&] { generate(run, "a", 5, 1.0, -2, 0); }).find("top_k must be positive"),
@@ -1750,13 +1751,15 @@ TEST(Trainer, ReadsNpyArraysAndClassifiesTheWindowsLastRow) {
                                  ", features: ['0', '1'], targets: ['0'], lookback: 12}\n"
                                  "train: {epochs: 1, max_batches: 1, run_dir: " +
                                  (dir / "gap").string() + "}\n";
-  EXPECT_EQ(error_of([&] { train(Config::parse(gap_config, "npy.yaml"), log); }),
-            gap +
-                ": row 51 (index 50), column 0: nan marks a missing value, not a number (data.missing: "
-                "ffill or interpolate fills missing cells, mask masks them)");
+  EXPECT_EQ(
+      error_of([&] { train(Config::parse(gap_config, "npy.yaml"), log); }),
+      gap +
+          ": row 51 (index 50), column 0: nan marks a missing value, not a number (data.missing: "
+          "ffill or interpolate fills missing cells, mask masks them)");
   EXPECT_EQ(error_of([&] { predictions((dir / "run").string(), gap, false); }),
             gap +
-                ": row 51 (index 50), column 0: nan marks a missing value, not a number (--missing ffill or "
+                ": row 51 (index 50), column 0: nan marks a missing value, not a number (--missing "
+                "ffill or "
                 "interpolate fills the file's missing cells)");
   train(Config::parse(gap_config, "npy.yaml", {"data.missing=ffill"}), log);
   // An array's columns are named by position: one column more in front renames the others.

@@ -471,6 +471,17 @@ p = run([cfg, "--study", os.path.join(work, "no_pruner.db"), "tune.pruner.kind=n
          "train.run_dir=" + os.path.join(work, "no_pruner")])
 check("pruner none" in p.stdout, f"tune.pruner.kind=none without a pruner: section: {p.stdout}")
 
+# 6e. A tune.* override given as a map merges into the file's section, as a training one does.
+cfg = config("merged_pruner", epochs=1, batches=1, n_trials=1)
+with open(cfg) as f:
+    text = f.read()
+with open(cfg, "w") as f:
+    f.write(text.replace("  pruner: {kind: median, n_startup_trials: 2}\n",
+                         "  pruner: {kind: none}\n"))
+p = run([cfg, "--study", os.path.join(work, "merged_pruner.db"),
+         "tune.pruner={n_warmup_steps: 1}", "train.run_dir=" + os.path.join(work, "merged")])
+check("pruner none" in p.stdout, f"tune.pruner={{n_warmup_steps: 1}} keeps kind none: {p.stdout}")
+
 # 7. --enqueue: trials with fixed parameters run first; values are checked against the space.
 cfg = config("enq", n_trials=3,
              extra_space="    optim.kind: {type: categorical, choices: [adamw, sgd]}\n")

@@ -18,12 +18,15 @@ void on_signal(int sig) {
   int none = 0;
   const bool quits = second_quits.load();
   if (requested.compare_exchange_strong(none, sig)) {
-    static const char note[] =
+    // Only what is async-signal-safe: a fixed text per case, written whole.
+    static const char ctrl_c[] =
         "\nseqforge: stopping after the current step (press Ctrl-C again to quit at once)\n";
+    static const char term[] =
+        "\nseqforge: SIGTERM: stopping after the current step (a second signal quits at once)\n";
     static const char note_only[] = "\nseqforge: stopping after the current step\n";
-    [[maybe_unused]] const ssize_t n = quits
-                                           ? write(STDERR_FILENO, note, sizeof note - 1)
-                                           : write(STDERR_FILENO, note_only, sizeof note_only - 1);
+    const char* note = !quits ? note_only : sig == SIGTERM ? term : ctrl_c;
+    const size_t size = !quits ? sizeof note_only : sig == SIGTERM ? sizeof term : sizeof ctrl_c;
+    [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, note, size - 1);
     return;
   }
   if (quits) _exit(128 + sig);

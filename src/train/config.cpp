@@ -824,30 +824,37 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
            io::printable(s.substr(begin, s.find_first_of(" \n", at + 2) - begin), 40),
            "', a key and its value (a quote left open?)");
     }
+  // Numbers and truth values in one spelling each: 0.70 and 0.7, 1e-3 and 0.001, on and true are
+  // one setting wherever two configs are compared (a resume, a study's trials).
   int64_t i;
   double d;
   bool b;
   switch (key.type) {
     case T::integer: {
-      if (s == "auto" && integer_takes_auto(key.path)) break;
-      if (!parse_int(s, &i)) return bad(s.empty() ? "nothing" : "'" + s + "'");
+      if (s == "auto" && integer_takes_auto(key.path)) return s;
       const IntegerRange& r = integer_range(key.path);
+      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), i);
+      if (ec == std::errc::result_out_of_range && end == s.data() + s.size())
+        fail(where, ": ", key.path, " must be in [", r.lo, ", ", r.hi, "], got ", s);
+      if (!parse_int(s, &i)) return bad(s.empty() ? "nothing" : "'" + s + "'");
       if (i < r.lo && r.lo == 1) fail(where, ": ", key.path, " must be positive, got ", i);
       if (i < r.lo || i > r.hi)
         fail(where, ": ", key.path, " must be in [", r.lo, ", ", r.hi, "], got ", i);
-      break;
+      return std::to_string(i);
     }
-    case T::number:
-      if (!parse_double(s, &d) && !(s == "auto" && key.default_value == "auto"))
-        return bad(s.empty() ? "nothing" : "'" + s + "'");
-      break;
+    case T::number: {
+      if (s == "auto" && key.default_value == "auto") return s;
+      if (!parse_double(s, &d)) return bad(s.empty() ? "nothing" : "'" + s + "'");
+      char text[32];
+      const auto end = std::to_chars(text, text + sizeof text, d).ptr;
+      return std::string(text, end);
+    }
     case T::boolean:
       if (!parse_bool(s, &b)) return bad(s.empty() ? "nothing" : "'" + s + "'");
-      break;
+      return b ? "true" : "false";
     default:
-      break;
+      return s;
   }
-  return s;
 }
 
 }  // namespace
@@ -855,6 +862,17 @@ std::string canonical(const ConfigKey& key, const YAML::Node& node, const std::s
 const std::vector<ConfigKey>& config_keys() { return kKeys; }
 
 std::string config_key_suggestion(const std::string& path) { return did_you_mean(path); }
+
+std::string canonical_value(const std::string& path, const std::string& text) {
+  const ConfigKey* key = find_key(path);
+  if (!key || (key->type != T::integer && key->type != T::number && key->type != T::boolean))
+    return text;
+  try {
+    return canonical(*key, YAML::Load(text), path);
+  } catch (const std::exception&) {
+    return text;
+  }
+}
 
 std::string closest_word(const std::string& word, const std::vector<std::string>& words) {
   std::string best;
@@ -891,7 +909,9 @@ std::string config_reference_markdown() {
   out << "\n## The `tune:` section\n\n"
       << "`seqforge tune CONFIG.yaml [key.path=value ...]` searches the keys of the config's "
          "`tune:` section, which a training run ignores; overrides beginning with `tune.` set "
-         "the section, the others every trial's config. See [tuning.md](tuning.md).\n\n"
+         "the section (a map merges into the key it names, as a training override's does: "
+         "`tune.sampler={seed: 5}` keeps the file's sampler kind), the others every trial's "
+         "config. See [tuning.md](tuning.md).\n\n"
       << "| key | default | meaning |\n|---|---|---|\n"
       << "| `tune.name` | the config's file name | the study's name |\n"
       << "| `tune.direction` | maximize for an accuracy, F1 or skill, else minimize | minimize "
@@ -1215,9 +1235,17 @@ const std::string& Config::origin(const std::string& key) const {
 }
 
 std::string Config::str(const std::string& key) const {
-  const ConfigKey& k = key_of(key);
   auto it = values_.find(key);
-  return it == values_.end() ? k.default_value : it->second;
+  if (it != values_.end()) return it->second;
+  // Defaults in the spelling a value given takes (the table's 0.0 is 0).
+  static const std::map<std::string, std::string> defaults = [] {
+    std::map<std::string, std::string> canonical_defaults;
+    for (const ConfigKey& k : kKeys)
+      canonical_defaults[k.path] = canonical_value(k.path, k.default_value);
+    return canonical_defaults;
+  }();
+  key_of(key);  // an unknown key is an error
+  return defaults.at(key);
 }
 
 int64_t Config::integer(const std::string& key) const {

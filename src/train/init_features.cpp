@@ -315,9 +315,24 @@ std::string init_model_differences(const std::string& path, const Config& c) {
   std::string differences;
   try {
     const Config theirs = Config::parse(stored_text->second, path + " (stored config)");
-    for (const char* key : {"model.family", "model.cell", "model.hidden", "model.proj_size",
-                            "model.layers", "model.heads", "model.bidirectional", "model.bias",
-                            "model.embedding", "model.block_size"}) {
+    // A key one of the two models has no use for (a forecaster's model.embedding) is no
+    // difference: its default says nothing.
+    const auto applies = [](const Config& config, const std::string& key) {
+      const bool transformer = config.str("model.family") == "transformer";
+      const std::string task = config.str("data.task");
+      if (key == "model.embedding")
+        return transformer || task == "charlm" || task == "lm" || task == "text_classify";
+      if (key == "model.heads" || key == "model.block_size" || key == "model.bias")
+        return transformer;
+      if (key == "model.cell" || key == "model.hidden" || key == "model.proj_size" ||
+          key == "model.bidirectional")
+        return !transformer;
+      return true;
+    };
+    for (const char* key : {"data.task", "model.family", "model.cell", "model.hidden",
+                            "model.proj_size", "model.layers", "model.heads", "model.bidirectional",
+                            "model.bias", "model.embedding", "model.block_size"}) {
+      if (!applies(theirs, key) || !applies(c, key)) continue;
       const bool is_flag =
           std::string(key) == "model.bidirectional" || key == std::string("model.bias");
       const bool differ =

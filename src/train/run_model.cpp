@@ -295,6 +295,16 @@ std::vector<std::string> ignored_settings(const Config& c) {
       out.push_back(
           std::string(key) + " does not apply to model.family decoder (" +
           "model.init_from's config.json gives its shape; it has no dropout): " + "it is ignored");
+  const std::string data_task = c.str("data.task");
+  const bool recurrent = !transformer && !decoder;
+  if (recurrent && c.differs_from_default("model.bias"))
+    out.push_back(
+        "model.bias is for transformers; a recurrent layer keeps its biases (as "
+        "nn.LSTM's default): it is ignored");
+  if (recurrent && data_task != "charlm" && data_task != "lm" && data_task != "text_classify" &&
+      c.differs_from_default("model.embedding"))
+    out.push_back("model.embedding is for characters and transformers; a recurrent " + data_task +
+                  " model reads its features as they are: it is ignored");
   if (!decoder && c.differs_from_default("model.from_config"))
     out.push_back("model.from_config is for model.family decoder; model.family is " + family +
                   ": it is ignored");
@@ -370,6 +380,13 @@ std::vector<std::string> ignored_settings(const Config& c) {
     out.push_back(
         "data.label_column is for data.label direction and volatility; data.label is "
         "column (the class is data.class_column's): it is ignored");
+  if (c.str("data.split.mode") == "random")
+    for (const char* key : {"data.split.by", "data.split.context"})
+      if (c.differs_from_default(key))
+        out.push_back(std::string(key) +
+                      " is for time splits; data.split.mode is random: it is ignored");
+  if (!c.boolean("augment.cache") && c.differs_from_default("augment.cache_versions"))
+    out.push_back("augment.cache_versions is set but augment.cache is false: nothing is cached");
   if (task != "mae" && c.differs_from_default("data.mask_ratio"))
     out.push_back("data.mask_ratio is for data.task mae (the masked autoencoder); data.task is " +
                   task + ": it is ignored");

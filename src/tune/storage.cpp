@@ -37,6 +37,7 @@
 #include "db.hpp"
 #include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
+#include "seqforge/train/config.hpp"
 #include "seqforge/tune/samplers.hpp"
 #include "seqforge/tune/space.hpp"
 
@@ -379,7 +380,7 @@ class SqlStorage final : public Storage {
       const auto text = [](const json& v) {
         return v.is_string() ? v.get<std::string>() : v.dump();
       };
-      if (*it != value)
+      if (*it != value && canonical_value(key, text(*it)) != canonical_value(key, text(value)))
         fail(where(), ": study '", info.name, "' ran its trials with ", key, " ", text(*it),
              ", this config gives ", text(value),
              ": trials of other settings do not compare; use a new study name (tune.name) or "

@@ -490,6 +490,17 @@ void write_text(const fs::path& path, const std::string& text) {
 
 bool is_url(const std::string& s) { return s.find("://") != std::string::npos; }
 
+// `from`'s keys set in `into`, a map within a map merged the same way.
+void merge_map(YAML::Node into, const YAML::Node& from) {
+  for (const auto& kv : from) {
+    const std::string key = kv.first.as<std::string>();
+    if (YAML::Node inner = into[key]; kv.second.IsMap() && inner.IsMap())
+      merge_map(inner, kv.second);
+    else
+      into[key] = kv.second;
+  }
+}
+
 // The config's YAML with `tune.a.b=value` overrides set in its tune: section.
 std::string with_tune_overrides(const std::string& yaml, const std::string& source,
                                 const std::vector<std::string>& overrides) {
@@ -533,7 +544,12 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
         fail("override '", o, "': ", i == 0 ? std::string("the config") : path[i - 1], " in ",
              source, " is not a map");
       if (i + 1 == path.size()) {
-        node[path[i]] = value;
+        // A map merges into the section it names, as a training override's does
+        // ('tune.sampler={seed: 5}' keeps the file's sampler kind).
+        if (YAML::Node section = node[path[i]]; value.IsMap() && section.IsMap())
+          merge_map(section, value);
+        else
+          node[path[i]] = value;
         return;
       }
       YAML::Node child = node[path[i]];

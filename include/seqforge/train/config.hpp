@@ -20,6 +20,9 @@ struct ConfigKey {
 const std::vector<ConfigKey>& config_keys();
 // " (did you mean 'model.hidden'?)" for a key that is none, or "".
 std::string config_key_suggestion(const std::string& path);
+// A number or truth value of key `path` in its one spelling ("0.70" as "0.7", "on" as "true"), as
+// configs hold them; other text as it is.
+std::string canonical_value(const std::string& path, const std::string& text);
 // Of `words`, the one a few edits from `word` (a typo of it); "" if none.
 std::string closest_word(const std::string& word, const std::vector<std::string>& words);
 std::string config_reference_markdown();  // the text of docs/config.md
