@@ -334,6 +334,10 @@ study_db = os.path.join(work, "tune.db")
 code, out = run(MPI + [seqforge, "tune", tune_config, "--study", study_db])
 check(code != 0 and "tune: under mpirun with 2 processes: each trial runs in one process" in out
       and not os.path.exists(study_db), "tune under mpirun is refused: " + out.strip()[-300:])
+# So do eval, predict, generate and merge: each rank would do all of it, writing the same files.
+code, out = run(MPI + [seqforge, "eval", own])
+check(code != 0 and "eval: under mpirun with 2 processes: eval runs in one process" in out,
+      "eval under mpirun is refused: " + out.strip()[-300:])
 ldd = subprocess.run(["ldd", seqforge], capture_output=True, text=True).stdout
 check("libmpi" not in ldd, "the seqforge binary does not link libmpi")
 

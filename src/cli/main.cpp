@@ -15,6 +15,7 @@
 #include "seqforge/bench/bench.hpp"
 #include "seqforge/core/interrupt.hpp"
 #include "seqforge/core/profiler.hpp"
+#include "seqforge/dist/communicator.hpp"
 #include "seqforge/report/report.hpp"
 #include "seqforge/seqforge.hpp"
 #include "seqforge/train/trainer.hpp"
@@ -272,6 +273,12 @@ static int run_command(int argc, char** argv) {
     return kUsageError;
   }
   try {
+    // Commands of one process: under mpirun each rank would do all of it, writing the same files.
+    for (const CLI::App* single : {eval, pred, merge, gen})
+      if (single->parsed() && sf::dist::launched_by_mpi() && sf::dist::world().size() > 1)
+        sf::fail(single->get_name(), ": under mpirun with ", sf::dist::world().size(),
+                 " processes: ", single->get_name(),
+                 " runs in one process; start it without mpirun");
     if (bench->parsed()) {
       sf::check_output_file(bench_json, "bench: --json");
       return run_bench(bench_which, bench_options, bench_json);
