@@ -575,7 +575,8 @@ def test_estimators_learn_and_work_in_pipelines_and_grid_search():
     search = GridSearchCV(SeqForgeRegressor(epochs=5, threads=1), {"hidden": [4, 16]}, cv=2)
     search.fit(X[:100, :, 0], y[:100])
     assert search.best_params_["hidden"] in (4, 16)
-    with pytest.raises(ValueError, match="expecting 12 features"):
+    with pytest.raises(ValueError, match=r"windows of shape \(5, 2\), the estimator was fitted "
+                                         r"on \(12, 2\)"):
         regressor.predict(X[:, :5])
     with pytest.raises(ValueError, match=r"windows of shape \(12, 3\)"):
         regressor.predict(np.zeros((4, 12, 3)))
@@ -668,6 +669,7 @@ def test_array_predictions_of_several_steps_have_a_steps_axis(tmp_path):
 
 def test_estimators_guard_their_models(tmp_path):
     import pickle
+    from sklearn.exceptions import NotFittedError
     from seqforge.sklearn import SeqForgeClassifier, SeqForgeRegressor
     rng = np.random.default_rng(1)
     X = rng.normal(size=(80, 6, 2))
@@ -694,3 +696,19 @@ def test_estimators_guard_their_models(tmp_path):
                                          r"per step\), the estimator was fitted on \(6, 2\)"):
         single.predict(X[:, :, 0])
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(single)).predict(X[:3]), ["a"] * 3)
+    # A window of other steps is named as one, not as sklearn's "features".
+    with pytest.raises(ValueError, match=r"X has windows of shape \(8, 2\), the estimator was "
+                                         r"fitted on \(6, 2\)"):
+        single.predict(rng.normal(size=(4, 8, 2)))
+    # Keys a window per sample cannot serve: a scaler per series (each sample is one), values of
+    # rows after the window.
+    with pytest.raises(ValueError, match="data.normalize_per series keeps a scaler per series"):
+        SeqForgeRegressor(epochs=1, config={"data.normalize_per": "series"}).fit(X, y)
+    with pytest.raises(ValueError, match="data.known_future reads values of the rows after"):
+        SeqForgeRegressor(epochs=1, config={"data.known_future": ["x0"]}).fit(X, y)
+    # A refit refused half-way leaves no model: never the old one under the new classes.
+    classifier = SeqForgeClassifier(epochs=1, threads=1).fit(X, np.where(y > 0, "cat", "dog"))
+    with pytest.raises(ValueError, match="validation_fraction must be in"):
+        classifier.set_params(validation_fraction=1.5).fit(X, np.where(y > 0, "x", "y"))
+    with pytest.raises(NotFittedError, match="the last fit failed"):
+        classifier.predict(X)

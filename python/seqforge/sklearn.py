@@ -139,6 +139,13 @@ class _Estimator(BaseEstimator):
                     kind in value for kind in ("diff", "log_return", "pct_change")):
                 raise ValueError(f"config: {key}={value}: a differencing transform reads a "
                                  f"series' earlier rows; each sample here is a window of its own")
+            if key == "data.normalize_per" and value.strip().strip("\"'") == "series":
+                raise ValueError("config: data.normalize_per series keeps a scaler per series, "
+                                 "and each sample here is one: a new sample would be scaled by "
+                                 "the scaler of the training sample at its position")
+            if key == "data.known_future" and value.strip() not in ("[]", ""):
+                raise ValueError("config: data.known_future reads values of the rows after a "
+                                 "window; a sample here is the window alone")
         settings.update(config)
         return settings
 
@@ -155,17 +162,34 @@ class _Estimator(BaseEstimator):
         self.run_ = _api.train({}, data=frame, overrides=settings, overwrite=True, log=log)
         self._model_fingerprint = _fingerprint(self.run_.path)
 
+    def _forget(self):
+        """Before a fit: the last fit's model is no longer this estimator's, whether or not this
+        one succeeds (a fit refused half-way leaves no model under new data's classes)."""
+        self.run_ = None
+        self._single = False
+
     def _check_X(self, X):
-        X = self._validate_data(X, reset=False, allow_nd=True, dtype=np.float64)
+        try:
+            X = self._validate_data(X, reset=False, allow_nd=True, dtype=np.float64)
+        except ValueError as e:
+            # sklearn's check counts a window's steps as "features": name the window instead.
+            shape = np.asarray(X).shape if "features, but" in str(e) else ()
+            if len(shape) not in (2, 3):
+                raise
+            self._check_window(shape)
+            raise
         if X.ndim not in (2, 3):
             raise ValueError(f"expected X of 2 dimensions (samples, steps) or 3 (samples, steps, "
                              f"features), got {X.ndim}")
-        windows = _as_windows(X)
-        if windows.shape[1:] != self.window_shape_:
-            one = " (2-D X: one feature per step)" if X.ndim == 2 else ""
-            raise ValueError(f"X has windows of shape {windows.shape[1:]}{one}, the estimator was "
-                             f"fitted on {self.window_shape_}")
-        return windows
+        self._check_window(X.shape)
+        return _as_windows(X)
+
+    def _check_window(self, shape):
+        window = tuple(shape[1:]) + ((1,) if len(shape) == 2 else ())
+        if window != tuple(self.window_shape_):
+            one = " (2-D X: one feature per step)" if len(shape) == 2 else ""
+            raise ValueError(f"X has windows of shape {window}{one}, the estimator was fitted "
+                             f"on {tuple(self.window_shape_)}") from None
 
     def _check_X_y(self, X, y, **kwargs):
         X, y = self._validate_data(X, y, allow_nd=True, dtype=np.float64, **kwargs)
@@ -220,11 +244,12 @@ class SeqForgeRegressor(RegressorMixin, _Estimator):
         return {**super()._more_tags(), "multioutput": True}
 
     def fit(self, X, y):
+        self._forget()
         windows, y = self._check_X_y(X, y, multi_output=True, y_numeric=True)
+        settings = self._settings(*windows.shape)
         self.window_shape_ = windows.shape[1:]
         self._y_shape = y.shape[1:]
         targets = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
-        settings = self._settings(*windows.shape)
         settings.update({"data.task": "forecast", "data.horizon": 1,
                          "data.targets": [f"y{j}" for j in range(targets.shape[1])]})
         self._train(_series_frame(windows, targets=targets), settings)
@@ -242,11 +267,12 @@ class SeqForgeClassifier(ClassifierMixin, _Estimator):
     """A recurrent classifier: a class per window (classes_ as y gave them, sorted)."""
 
     def fit(self, X, y):
+        self._forget()
         windows, y = self._check_X_y(X, y)
         check_classification_targets(y)
+        settings = self._settings(*windows.shape)
         self.classes_, codes = np.unique(y, return_inverse=True)
         self.window_shape_ = windows.shape[1:]
-        settings = self._settings(*windows.shape)
         settings.update({"data.task": "classify", "data.horizon": 0,
                          "data.class_column": "label"})
         self._single = len(self.classes_) == 1
