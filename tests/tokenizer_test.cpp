@@ -219,6 +219,20 @@ TEST(Tokenizer, ByteLevelRoundTripsAnyText) {
                                std::string("  "), std::string()})
     EXPECT_EQ(t.decode(t.encode(s).ids), s);
   EXPECT_LT(t.encode(text).ids.size(), text.size() * 7 / 10);  // the learnt merges apply
+  // Bytes that are no UTF-8: one U+FFFD per maximal invalid part, as Rust's from_utf8_lossy and
+  // Python's "replace" (byte-level characters: U+00BF is byte BF, U+00E2 E2, U+00C0 C0, ...).
+  const auto bytes = [&](const std::vector<std::string>& chars) {
+    Ids ids;
+    for (const std::string& c : chars) ids.push_back(t.token_to_id(c).value());
+    return t.decode(ids);
+  };
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(bytes({"\xC2\xBF", "\xC2\xBF"}), fffd + fffd);       // BF BF
+  EXPECT_EQ(bytes({"\xC3\x80", "\xC2\xA9"}), fffd + fffd);       // C0 A9: overlong
+  EXPECT_EQ(bytes({"\xC3\xA2", "\xC2\xBF"}), fffd);              // E2 BF, cut short
+  EXPECT_EQ(bytes({"\xC3\xA2", "\xC2\xBF", "A"}), fffd + "A");   // E2 BF 41
+  EXPECT_EQ(bytes({"\xC3\xB0", "\xC2\xA9", "\xC2\xBF"}), fffd);  // F0 A9 BF, cut short
+  EXPECT_EQ(bytes({"\xC3\xB0", "\xC4\xB1"}), fffd + fffd);       // F0 8F (U+0131): below U+10000
 
   options.vocab_size = 200;
   EXPECT_THROW(train_byte_level_bpe(text, options), Error);

@@ -70,8 +70,18 @@ std::string train_byte_level_bpe(std::string_view text, const BpeTrainOptions& o
     if (ids.count(s)) fail("tokenizer train: special token '", s, "' is given twice");
     add_token(s);
   }
+  // The byte alphabet in the order of its characters' code points ('!' first, U+0100 after
+  // U+00FF), as Hugging Face's BpeTrainer numbers it.
+  std::vector<int> bytes_in_order(256);
+  for (int b = 0; b < 256; ++b) bytes_in_order[size_t(b)] = b;
+  const auto code_point = [](int b) {
+    size_t len = 0;
+    return decode_utf8(byte_to_char(uint8_t(b)), 0, &len);
+  };
+  std::sort(bytes_in_order.begin(), bytes_in_order.end(),
+            [&](int a, int b) { return code_point(a) < code_point(b); });
   std::vector<int32_t> byte_ids(256);
-  for (int b = 0; b < 256; ++b) byte_ids[size_t(b)] = add_token(byte_to_char(uint8_t(b)));
+  for (const int b : bytes_in_order) byte_ids[size_t(b)] = add_token(byte_to_char(uint8_t(b)));
 
   std::vector<Word> words;
   words.reserve(word_counts.size());
@@ -91,16 +101,14 @@ std::string train_byte_level_bpe(std::string_view text, const BpeTrainOptions& o
   std::unordered_map<uint64_t, std::unordered_set<int32_t>> where;
   for (size_t i = 0; i < words.size(); ++i) count_pairs(words[i], int32_t(i), 1, counts, &where);
 
-  // The most frequent pair first; among equals the pair whose tokens sort first.
+  // The most frequent pair first; among equals the pair of the smaller ids (left, then right),
+  // as Hugging Face's BpeTrainer orders its merges.
   struct Candidate {
     int64_t count;
-    uint64_t key;
+    uint64_t key;  // pair_key: ordered as (left id, right id)
   };
-  const auto worse = [&](const Candidate& a, const Candidate& b) {
-    if (a.count != b.count) return a.count < b.count;
-    const auto ta = std::tie(tokens[a.key >> 32], tokens[a.key & 0xFFFFFFFF]);
-    const auto tb = std::tie(tokens[b.key >> 32], tokens[b.key & 0xFFFFFFFF]);
-    return ta > tb;
+  const auto worse = [](const Candidate& a, const Candidate& b) {
+    return a.count != b.count ? a.count < b.count : a.key > b.key;
   };
   std::priority_queue<Candidate, std::vector<Candidate>, decltype(worse)> queue(worse);
   for (const auto& [key, count] : counts)

@@ -1,5 +1,6 @@
 // Decoders: from token strings back to text (byte-level characters to bytes, <0xXX> tokens to
 // bytes, Metaspace to spaces, replacements, fusing).
+#include <algorithm>
 #include <utility>
 
 #include "seqforge/core/error.hpp"
@@ -9,28 +10,49 @@ namespace seqforge::text {
 
 namespace {
 
-// Bytes that are not UTF-8 become U+FFFD, one per invalid sequence's start.
+// Bytes that are not UTF-8 become U+FFFD, one per maximal invalid part (Unicode's "substitution
+// of maximal subparts", as Rust's from_utf8_lossy and Python's "replace"): a lead byte and the
+// continuation bytes that could still follow it, or a lone byte that starts nothing.
 std::string utf8_lossy(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());
   for (size_t i = 0; i < bytes.size();) {
-    const size_t len = utf8_length(static_cast<unsigned char>(bytes[i]));
-    bool valid = static_cast<unsigned char>(bytes[i]) < 0x80 ||
-                 (static_cast<unsigned char>(bytes[i]) >= 0xC2 && i + len <= bytes.size());
-    if (valid && len > 1) {
-      try {
-        check_utf8(bytes.substr(i, len), "");
-      } catch (const Error&) {
-        valid = false;
-      }
+    const auto lead = static_cast<unsigned char>(bytes[i]);
+    if (lead < 0x80) {
+      out += static_cast<char>(lead);
+      ++i;
+      continue;
     }
-    if (valid) {
-      out.append(bytes.substr(i, len));
-      i += len;
+    // The sequence's length and the range its second byte must lie in (no overlong forms, no
+    // surrogates, nothing past U+10FFFF).
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;
+    if (lead >= 0xC2 && lead <= 0xDF)
+      length = 2;
+    else if (lead == 0xE0)
+      length = 3, low = 0xA0;
+    else if (lead == 0xED)
+      length = 3, high = 0x9F;
+    else if (lead >= 0xE1 && lead <= 0xEF)
+      length = 3;
+    else if (lead == 0xF0)
+      length = 4, low = 0x90;
+    else if (lead >= 0xF1 && lead <= 0xF3)
+      length = 4;
+    else if (lead == 0xF4)
+      length = 4, high = 0x8F;
+    size_t good = length ? 1 : 0;  // bytes of the sequence that fit so far
+    while (good > 0 && good < length && i + good < bytes.size()) {
+      const auto c = static_cast<unsigned char>(bytes[i + good]);
+      if (good == 1 ? (c < low || c > high) : (c & 0xC0) != 0x80) break;
+      ++good;
+    }
+    if (good == length && length > 0) {
+      out.append(bytes.substr(i, length));
+      i += length;
     } else {
       out += "\xEF\xBF\xBD";
-      ++i;
-      while (i < bytes.size() && (static_cast<unsigned char>(bytes[i]) & 0xC0) == 0x80) ++i;
+      i += std::max<size_t>(good, 1);
     }
   }
   return out;
