@@ -250,6 +250,11 @@ def main():
          "has no column 'nothing'"),
         # Data quoted in a message is escaped: no terminal control sequence, no second line.
         (["train", config, "data.targets=[\x1b(0red]"], "no column '\\x1b(0red'"),
+        # A target named as a column predict writes would be two columns of one name there.
+        (["train", config, "data.targets=[forecast_for]"],
+         "data.targets: 'forecast_for' is the name of a column predict writes"),
+        (["train", config, "data.targets=[temperature, temperature_actual]"],
+         "'temperature_actual' is the name of the column predict writes for target 'temperature'"),
         (["train", config, "data.date_column=a\tb"], "'a\\x09b'"),
         # Loader and augmentation settings are checked before anything is printed.
         (["train", config, "data.num_workers=-3"],

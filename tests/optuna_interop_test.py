@@ -6,6 +6,7 @@ Optuna continues it again with a trivial objective over the same distributions.
 
 Usage: optuna_interop_test.py SEQFORGE DATA.csv WORKDIR
 """
+import json
 import math
 import os
 import shutil
@@ -279,4 +280,18 @@ check(checks == 40 and not stale,
 t0 = optuna.load_study(study_name="hb", storage=url5).trials[0]
 check("model.layers" not in t0.params and t0.params["optim.lr"] == 0.003,
       f"an enqueued parameter outside the space is not the trial's ({t0.params})")
+
+# 6. A categorical of Optuna's with None among its choices reads as null.
+url6 = "sqlite:///" + os.path.join(work, "none.db")
+none_study = optuna.create_study(study_name="none", storage=url6)
+NONE = {"train.clip_grad_norm": optuna.distributions.CategoricalDistribution([None, 1.0])}
+for choice in (None, 1.0):
+    none_study.enqueue_trial({"train.clip_grad_norm": choice})
+    t = none_study.ask(NONE)
+    none_study.tell(t, 0.5)
+exported = subprocess.run([seqforge, "tune", "--export", "json", os.path.join(work, "none.db")],
+                          capture_output=True, text=True)
+params = ([t["params"]["train.clip_grad_norm"] for t in json.loads(exported.stdout)["trials"]]
+          if exported.returncode == 0 else exported.stderr)
+check(params == [None, 1.0], f"Optuna's None choice exports as null: {params}")
 print("optuna interop: all checks passed")

@@ -90,6 +90,15 @@ TEST(Report, ConfusionMatrixForClassificationWithEscapedNames) {
   EXPECT_NE(html.find(">100.0%</td>"), std::string::npos) << "recall of sun";
 }
 
+// A right-to-left override in a name would show the numbers after it backwards (3.994 as
+// 499.3): bidirectional controls are written as their codes.
+TEST(Report, BidirectionalControlsInNamesAreShownAsCodes) {
+  using report::escape;
+  EXPECT_EQ(escape("A\u202E 3.994"), "A\\u202e 3.994");
+  EXPECT_EQ(escape("\u2066x\u2069\u200F\u061C"), "\\u2066x\\u2069\\u200f\\u061c");
+  EXPECT_EQ(escape("\u2014 <\u00e9>"), "\u2014 &lt;\u00e9&gt;");  // other characters kept
+}
+
 TEST(Report, MarksTheSavedEpochShowsTheTestSplitAndDates) {
   const fs::path dir = run_dir("saved");
   write(dir / "metrics.jsonl",
@@ -264,7 +273,7 @@ TEST(Report, SaysHowTheRunEnded) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {two + "}\n",
        "2 epochs of 50 &middot; not finished after epoch 2: still training, or stopped by a "
-       "signal or a kill"},
+       "signal, a kill or an error"},
       {two + ",\"stop\":\"epochs\"}\n", "2 epochs of 50 &middot; finished"},
       {two + ",\"stop\":\"early_stopping\"}\n",
        "stopped early after epoch 2 (train.early_stopping)"},

@@ -78,8 +78,8 @@ std::string run_end(const MetricsLog& log) {
   if (!stop.empty()) return "ended" + after + " (" + stop + ")";
   if (log.test.is_object()) return "finished";
   return "not finished" + after +
-         ": still training, or stopped by a signal or a kill (seqforge train --resume continues "
-         "it)";
+         ": still training, or stopped by a signal, a kill or an error (seqforge train "
+         "--resume continues it)";
 }
 
 }  // namespace seqforge

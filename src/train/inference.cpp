@@ -8,6 +8,7 @@
 #include <functional>
 #include <iostream>
 #include <numeric>
+#include <set>
 
 #include "io/file_util.hpp"
 #include "run.hpp"
@@ -248,6 +249,14 @@ std::vector<Column> prediction_columns(const SeriesData& d, bool multi) {
     for (const auto& name : d.class_names) c.emplace_back("p_" + name, Column::Kind::f32);
     if (d.has_targets) c.emplace_back("actual", Column::Kind::text);
   }
+  // A column read by name must be the one meant (a run of before the targets' names were
+  // checked may have a target called forecast_for).
+  std::set<std::string> names;
+  for (const Column& column : c)
+    if (!names.insert(column.name).second)
+      fail("predict: two columns of the predictions would be named '", column.name,
+           "' (a target's name is one predict writes: series, window_end, forecast_for, step, "
+           "or another target's <target>_actual); rename the column in the data and train again");
   return c;
 }
 

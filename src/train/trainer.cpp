@@ -1741,6 +1741,24 @@ void check_before_training(const Config& c) {
 }
 
 namespace {
+// predict writes series, window_end, forecast_for and step beside each target's forecast and its
+// <target>_actual: a new run's target of one of those names would make two columns of one name.
+void check_target_names(const Config& config) {
+  if (config.str("data.task") != "forecast") return;
+  const std::vector<std::string> targets = config.list("data.targets");
+  for (const std::string& target : targets) {
+    for (const char* own : {"series", "window_end", "forecast_for", "step"})
+      if (target == own)
+        fail(config.origin("data.targets"), ": data.targets: '", target,
+             "' is the name of a column predict writes (series, window_end, forecast_for, step); "
+             "rename the column in the data");
+    if (std::find(targets.begin(), targets.end(), target + "_actual") != targets.end())
+      fail(config.origin("data.targets"), ": data.targets: '", target,
+           "_actual' is the name of the column predict writes for target '", target,
+           "''s actual values; rename one of them");
+  }
+}
+
 // A resumed run continues the function it trained on the windows it trained on, and goes on
 // from its state as it was: an override of a key that changes the model's function, its
 // parameters' layout, what its windows hold or which windows each split has, how its saved state
@@ -1849,6 +1867,7 @@ void check_ranks_agree(const Config& c, dist::Communicator& comm) {
 TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir,
                    const TrainHooks& hooks, bool overwrite) {
   if (!resume_dir.empty()) check_resume_keeps_the_model(as_it_trained(config), resume_dir);
+  if (resume_dir.empty()) check_target_names(config);
   if (const std::string data = config.str("data.path"); !data.empty() && !fs::exists(data)) {
     std::error_code ec;
     const bool relative = fs::path(data).is_relative();

@@ -1087,6 +1087,7 @@ class SqlStorage final : public Storage {
 }  // namespace
 
 json choice_json(const std::string& text) {
+  if (text == "null" || text == "~") return nullptr;  // YAML's null, Optuna's None
   if (text == "true" || text == "True") return true;
   if (text == "false" || text == "False") return false;
   int64_t i = 0;
