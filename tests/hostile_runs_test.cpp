@@ -414,6 +414,22 @@ TEST(HostileRuns, MergeRefusesNonFiniteAdaptersAndZeroNormDoraRows) {
     fs::copy_file(clean, model, fs::copy_options::overwrite_existing);
     EXPECT_EQ(merge_adapters(run.string(), out.string()), 2);
   }
+  // A base with a row of zeros (a pruned model's) is refused for DoRA at the start, naming the
+  // row: its magnitude would be 0 and every loss NaN. LoRA trains on it.
+  const fs::path pruned = dir / "pruned.safetensors";
+  fs::copy_file(dir / "base" / "model.safetensors", pruned);
+  rewrite(pruned, [&](std::vector<OwnedTensor>& ts, std::map<std::string, std::string>&) {
+    OwnedTensor& w0 = tensor(ts, "lstm.weight_hh_l0");
+    std::fill_n(w0.as<float>() + 3 * w0.shape[1], w0.shape[1], 0.0f);
+  });
+  const auto on_pruned = [&](const std::string& kind) {
+    return forecast(data, dir / ("pruned_" + kind),
+                    {"adapter.kind=" + kind, "adapter.rank=2", "model.init_from=" + pruned.string(),
+                     "train.epochs=1"});
+  };
+  EXPECT_HAS(error_of([&] { train(on_pruned("dora"), log); }),
+             "adapter.kind dora on lstm.weight_hh_l0: its row 3 is all zeros (norm 0)");
+  EXPECT_TRUE(std::isfinite(train(on_pruned("lora"), log).best));
 }
 
 }  // namespace

@@ -777,6 +777,16 @@ TEST(Loader, TextPairsArePaddedSegmentedAndCutLongestFirst) {
       << odd;
   EXPECT_NE(odd.find("'q' (2 times, first at line 2)"), std::string::npos) << odd;
   EXPECT_NE(odd.find("'\u00e9' U+00E9 (1 time, at line 2)"), std::string::npos) << odd;
+  // A separator's character the vocabulary lacks is the config's, not the file's.
+  DataOptions tilde = o;
+  tilde.text.separator = " ~ ";
+  tilde.path = (dir / "new.csv").string();
+  const std::string separator =
+      test::error_of([&] { load_dataset(tilde, &d, WindowSet::with_targets); });
+  EXPECT_NE(separator.find("data.separator: 1 character is not in the vocabulary of the model"),
+            std::string::npos)
+      << separator;
+  EXPECT_NE(separator.find("'~' (1 time, at its character 2)"), std::string::npos) << separator;
 }
 
 // The class column read as text would hand the model each row's answer: refused.

@@ -310,6 +310,18 @@ TEST_F(SafetensorsTest, ParseFromMemoryNamesTheSource) {
   ASSERT_NE(ok.find("x"), nullptr);
   EXPECT_EQ(ok.bytes(*ok.find("x")).size(), 4u);
   expect_error([] { SafetensorsFile::parse("abc", "blob-name"); }, "blob-name", "too short");
+  // torch.save's zip (PyTorch 1.6 and later) and pickle files, nanoGPT's ckpt.pt among them.
+  const std::string zip{'P', 'K', '\x03', '\x04', '\x14', '\0', '\0', '\0', 'r', 'e', 's', 't'};
+  const std::string pickle{'\x80', '\x02', '\x8a', '\x0a', 'l', 'z', '\xfc', '\x9c', 'F', 'j'};
+  expect_error([&] { SafetensorsFile::parse(zip, "ckpt.pt"); }, "ckpt.pt",
+               "a PyTorch file (torch.save), not safetensors");
+  expect_error([&] { SafetensorsFile::parse(pickle, "old.pt"); }, "old.pt",
+               "a PyTorch file (torch.save), not safetensors");
+  // A header of 640 bytes starts with the bytes of a pickle's protocol 2: still a header.
+  const std::string long_header =
+      R"({"x":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})" + std::string(640 - 54, ' ');
+  ASSERT_EQ(long_header.size(), 640u);
+  EXPECT_NE(SafetensorsFile::parse(raw_file(long_header, "abcd"), "m").find("x"), nullptr);
 }
 
 TEST_F(SafetensorsTest, AcceptsPaddingWhitespaceFileOrderAndEmptyTensorsAnywhere) {

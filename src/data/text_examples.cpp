@@ -154,6 +154,11 @@ TextData load_text_examples(const DataOptions& opt, const TextData* stored, Wind
     }
     if (!new_vocabulary) {
       d.vocab = stored->vocab;
+      // The separator's characters are the config's, not the file's.
+      if (d.segments == 2)
+        check_vocabulary(
+            {sep}, d.vocab, opt.where("data.separator") + ": data.separator",
+            [](size_t, size_t i) { return "at its character " + std::to_string(i + 1); });
       check_vocabulary(texts, d.vocab, opt.path,
                        [&](size_t r, size_t) { return "at line " + std::to_string(d.lines[r]); });
     } else {

@@ -341,6 +341,15 @@ SafetensorsFile SafetensorsFile::parse(const std::byte* data, size_t size,
     fail(source, ": file too short (", size, " bytes) to hold the 8-byte header length");
   }
   const uint64_t header_len = read_u64_le(bytes);
+  // torch.save's files (nanoGPT's ckpt.pt): a zip archive, or a pickle in older PyTorch; told
+  // apart only where the first 8 bytes are no header length this file can hold.
+  const bool torch_save =
+      std::string_view(bytes, 4) == "PK\x03\x04" ||
+      (static_cast<unsigned char>(bytes[0]) == 0x80 && bytes[1] >= 2 && bytes[1] <= 5);
+  if (torch_save && (header_len > kMaxHeaderBytes || header_len > size - 8))
+    fail(source, ": a PyTorch file (torch.save), not safetensors: save the state dict with ",
+         "safetensors.torch.save_file(model.state_dict(), \"model.safetensors\") (nanoGPT's "
+         "ckpt.pt: its \"model\" entry)");
   if (header_len > kMaxHeaderBytes) {
     fail(source, ": header length ", header_len, " exceeds the limit of ", kMaxHeaderBytes,
          " bytes");

@@ -93,7 +93,7 @@ void Decoder::init_adapters(Backend& be, const std::vector<std::string>& loaded)
                                     params_.values().entries()[p.m].name) != loaded.end())
         continue;
       nn::init_dora_magnitude(be, params_.value(p.m), params_.value(p.w), params_.value(p.A),
-                              params_.value(p.B), s);
+                              params_.value(p.B), s, params_.values().entries()[p.w].name);
     }
 }
 

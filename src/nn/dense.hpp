@@ -1,10 +1,12 @@
 #pragma once
 // Dense helpers the models share, on the backend's ops.
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/backend/host_access.hpp"
+#include "seqforge/core/error.hpp"
 
 namespace seqforge::nn {
 
@@ -48,12 +50,27 @@ inline std::vector<double> row_norms(const std::vector<double>& w, int64_t out, 
   return norms;
 }
 
-// DoRA's start: m (out) = ||W0 + s B A|| per row, from W0 (out, in), A (rank, in), B (out, rank).
-inline void init_dora_magnitude(Backend& be, Tensor m, Tensor w0, Tensor a, Tensor b, double s) {
+// DoRA's magnitudes of the adapted weight v (out, in) of `weight`: its row norms. DoRA divides
+// each row by its norm, so a row of zeros (a pruned model's) would make every loss NaN: refused.
+inline std::vector<double> dora_magnitudes(const std::vector<double>& v, int64_t out, int64_t in,
+                                           const std::string& weight) {
+  std::vector<double> norms = row_norms(v, out, in);
+  for (int64_t r = 0; r < out; ++r)
+    if (norms[size_t(r)] == 0)
+      fail("adapter.kind dora on ", weight, ": its row ", r,
+           " is all zeros (norm 0), and DoRA divides each row by its norm; leave this Linear out "
+           "of adapter.targets, or use adapter.kind lora");
+  return norms;
+}
+
+// DoRA's start: m (out) = ||W0 + s B A|| per row, from W0 (out, in) named `weight`, A (rank, in),
+// B (out, rank).
+inline void init_dora_magnitude(Backend& be, Tensor m, Tensor w0, Tensor a, Tensor b, double s,
+                                const std::string& weight) {
   const int64_t out = w0.dim(0), in = w0.dim(1), rank = a.dim(0);
   const std::vector<double> v = adapted_weight(download_doubles(be, w0), download_doubles(be, a),
                                                download_doubles(be, b), out, in, rank, s);
-  upload_doubles(be, m, row_norms(v, out, in));
+  upload_doubles(be, m, dora_magnitudes(v, out, in, weight));
 }
 
 }  // namespace seqforge::nn

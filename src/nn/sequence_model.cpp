@@ -131,7 +131,8 @@ void SequenceModel::init_adapters(Backend& be, const std::vector<std::string>& l
     const std::vector<double> v = nn::adapted_weight(
         download_doubles(be, params_.value(ad.base)), download_doubles(be, params_.value(ad.A)),
         download_doubles(be, params_.value(ad.B)), ad.out, ad.in, r, s);
-    upload_doubles(be, params_.value(ad.m), nn::row_norms(v, ad.out, ad.in));
+    upload_doubles(be, params_.value(ad.m),
+                   nn::dora_magnitudes(v, ad.out, ad.in, params_.values().entries()[ad.base].name));
   }
 }
 
