@@ -12,6 +12,7 @@
 #include <set>
 
 #include "data/calendar.hpp"
+#include "data/data_file.hpp"
 #include "io/file_util.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/csv.hpp"
@@ -367,6 +368,8 @@ TEST(Series, MissingCodesAreMissingCellsAndANinesCodeGetsANote) {
   io::write_npy(half, DType::f16, {7, 1}, halves.data());
   EXPECT_EQ(values(load_series(Config::parse(yaml, "n.yaml", {"data.path=" + half}))),
             (std::vector<double>{300, 310.5, -2.25, 330, 340, 65504, 360}));
+  std::vector<int64_t> columns;  // held as float32, which holds a half exactly, not float64
+  EXPECT_EQ(DataFile(half, {}).array({"0"}, &columns).dtype, DType::f32);
   const std::string cube = (dir / "cube.npy").string();
   const std::vector<float> windows(2 * 3 * 1, 1.0f);
   io::write_npy(cube, DType::f32, {2, 3, 1}, windows.data());

@@ -55,7 +55,14 @@ DataFile::DataFile(const std::string& path, const std::vector<std::string>& miss
       matrix_.data = mapped.data;
       matrix_.owner = mapped.mapping;
       on_sigbus_report(path);
-    } else {  // integers and halves: converted in memory
+    } else if (mapped.dtype == DType::f16 || mapped.dtype == DType::bf16) {
+      // Halves converted in memory to float32, which holds each exactly at twice their size.
+      auto values = std::make_shared<std::vector<float>>(matrix_.rows * matrix_.cols);
+      convert(mapped.data, mapped.dtype, values->data(), DType::f32, values->size());
+      matrix_.dtype = DType::f32;
+      matrix_.data = reinterpret_cast<const std::byte*>(values->data());
+      matrix_.owner = values;
+    } else {  // integers: converted in memory to float64, which holds an int32 exactly
       auto values = std::make_shared<std::vector<double>>(matrix_.rows * matrix_.cols);
       convert(mapped.data, mapped.dtype, values->data(), DType::f64, values->size());
       matrix_.dtype = DType::f64;

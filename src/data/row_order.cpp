@@ -251,10 +251,13 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   const io::CsvColumn& names = o.series_col.empty() ? no_names : table.text(o.series_col);
   out.rows.resize(n);
   std::iota(out.rows.begin(), out.rows.end(), 0);
-  std::stable_sort(out.rows.begin(), out.rows.end(), [&](int64_t a, int64_t b) {
-    if (!names.empty() && names[a] != names[b]) return names[a] < names[b];
-    return when[a] < when[b];
-  });
+  // Rows already in order (one series, dates rising or none) are not sorted: a tall array's sort
+  // took a third of its loading and a buffer of its size.
+  if (!names.empty() || !std::is_sorted(when.begin(), when.end()))
+    std::stable_sort(out.rows.begin(), out.rows.end(), [&](int64_t a, int64_t b) {
+      if (!names.empty() && names[a] != names[b]) return names[a] < names[b];
+      return when[a] < when[b];
+    });
   int64_t gaps = 0, largest = 0;
   std::string largest_at;
   out.gap_before.assign(size_t(n), 0);
