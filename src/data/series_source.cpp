@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "data/calendar.hpp"
@@ -368,13 +369,19 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
       (*values)[k * width + file_features + 2 * int64_t(i)] = sin;
       (*values)[k * width + file_features + 2 * int64_t(i) + 1] = cos;
     }
-  for (int64_t k = 0, at = statics_at; k < n; ++k, at = statics_at)  // one-hot categories
-    for (const auto* list : {&d->static_categories, &d->categories})
-      for (const auto& [column, categories] : *list) {
-        const std::string_view value = table.text(column)[order.rows[keep[k]]];
-        for (const std::string& category : categories)
-          (*values)[k * width + at++] = value == category;
-      }
+  // One-hot categories: a 1 at the row's category (the matrix starts at zeros), found by a
+  // lookup rather than a comparison with every category.
+  int64_t at = statics_at;
+  for (const auto* list : {&d->static_categories, &d->categories})
+    for (const auto& [column, categories] : *list) {
+      std::unordered_map<std::string_view, int64_t> slot;
+      for (size_t c = 0; c < categories.size(); ++c) slot.emplace(categories[c], int64_t(c));
+      const io::CsvColumn& text = table.text(column);
+      for (int64_t k = 0; k < n; ++k)
+        if (const auto it = slot.find(text[order.rows[keep[k]]]); it != slot.end())
+          (*values)[k * width + at + it->second] = 1;
+      at += static_cast<int64_t>(categories.size());
+    }
   if (!order.times.empty()) {
     d->numeric_times = order.numeric_times;
     d->numeric_decimals = order.numeric_decimals;
