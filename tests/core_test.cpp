@@ -73,6 +73,9 @@ TEST(Errors, MessagesEscapeControlCharactersAndBytesThatAreNotUtf8) {
   EXPECT_EQ(test::error_of([&] { fail("no column '", cell, "'"); }),
             "no column 'a\\x1b[2J\\nb\\0c\\xff\\x09\xc3\xa9\xe2\x82\xac\\xed\\xa0\\x80'");
   EXPECT_EQ(printable("plain, \xf0\x9f\x98\x80 and \x7f"), "plain, \xf0\x9f\x98\x80 and \\x7f");
+  // Bidirectional controls, which would turn the rest of the line around, as their codes.
+  EXPECT_EQ(printable("a\u202e 3.994 \u2066b\u2069\u061c"),
+            "a\\u202e 3.994 \\u2066b\\u2069\\u061c");
   const std::string check = test::error_of([] { SF_CHECK(false, "bad\nline"); });
   EXPECT_EQ(check.find('\n'), std::string::npos) << check;
 }

@@ -648,13 +648,14 @@ class Run:
                 raise ValueError("evaluate: missing, missing_values and date_order read `data`; "
                                  "a split of the run's own data is read as it trained")
             metrics, notes = _native.evaluate(self.path, split, "", "", [])
-        elif isinstance(data := _as_the_run_reads(_unmasked(data), self.config), np.ndarray):
+        elif isinstance(data := _as_the_run_reads(_unmasked(data), config := self.config),
+                        np.ndarray):
             with _python_words(), _naming_the_array(data):
                 metrics, notes = _native.evaluate_array(self.path, data, missing or "", codes)
             notes = [re.sub(r"<numpy array \d+>\.npy", "the array", n) for n in notes]
         else:
             with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
-                path = _data_file(data, scratch, config=self.config)
+                path = _data_file(data, scratch, config=config)
                 with _python_words(), _naming_the_data(data, path):
                     metrics, notes = _native.evaluate(self.path, split, path, missing or "",
                                                       codes, date_order or "")
@@ -677,14 +678,15 @@ class Run:
         codes = _missing_codes(missing_values)
         _check_missing("predictions", missing)
         _check_date_order("predictions", date_order)
-        X = _as_the_run_reads(_unmasked(X), self.config)
+        config = self.config
+        X = _as_the_run_reads(_unmasked(X), config)
         if isinstance(X, np.ndarray):  # read where it is, not copied
             with _python_words(), _naming_the_array(X):
                 table = _native.predictions_of_array(self.path, X, last, missing or "", codes)
             notes = [re.sub(r"<numpy array \d+>\.npy", "the array", n) for n in table["notes"]]
         else:
             with tempfile.TemporaryDirectory(prefix="seqforge-") as scratch:
-                path = _data_file(X, scratch, config=self.config)
+                path = _data_file(X, scratch, config=config)
                 with _python_words(), _naming_the_data(X, path):
                     table = _native.predictions(self.path, path, last, missing or "", codes,
                                                 date_order or "")

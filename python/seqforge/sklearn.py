@@ -158,7 +158,6 @@ class _Estimator(BaseEstimator):
             self._cleanup = weakref.finalize(self, shutil.rmtree, run_dir, True)
         settings["train.run_dir"] = run_dir
         log = _api._print_line if self.verbose else None
-        self.run_ = None  # a failed fit leaves no model of other data behind
         self.run_ = _api.train({}, data=frame, overrides=settings, overwrite=True, log=log)
         self._model_fingerprint = _fingerprint(self.run_.path)
 

@@ -21,6 +21,16 @@ size_t utf8_length(const std::string& s, size_t i) {
 }
 }  // namespace
 
+size_t bidi_control(std::string_view s, size_t i, unsigned* code) {
+  const auto byte = [&](size_t k) { return i + k < s.size() ? unsigned(uint8_t(s[i + k])) : 0u; };
+  if (byte(0) == 0xd8 && byte(1) == 0x9c) return *code = 0x061c, 2;
+  if (byte(0) != 0xe2 || (byte(1) != 0x80 && byte(1) != 0x81) || (byte(2) & 0xc0) != 0x80) return 0;
+  const unsigned c = 0x2000 | (byte(1) & 0x3f) << 6 | (byte(2) & 0x3f);
+  if (c != 0x200e && c != 0x200f && !(c >= 0x202a && c <= 0x202e) && !(c >= 0x2066 && c <= 0x2069))
+    return 0;
+  return *code = c, 3;
+}
+
 std::string printable(const std::string& text) {
   std::string out;
   out.reserve(text.size());
@@ -33,7 +43,15 @@ std::string printable(const std::string& text) {
     } else if (c == 0) {
       out += "\\0", ++i;
     } else if (const size_t n = c >= 0x80 ? utf8_length(text, i) : 0; n > 0) {
-      out.append(text, i, n), i += n;
+      unsigned code = 0;
+      if (bidi_control(text, i, &code) == n) {
+        char escaped[8];
+        std::snprintf(escaped, sizeof escaped, "\\u%04x", code);
+        out += escaped;
+      } else {
+        out.append(text, i, n);
+      }
+      i += n;
     } else {
       char hex[8];
       std::snprintf(hex, sizeof hex, "\\x%02x", c);

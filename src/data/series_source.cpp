@@ -51,9 +51,8 @@ int64_t fill_missing(std::vector<double>* x, const RowOrder& order, const std::s
       }
       if (how == "ffill") {
         if (last < 0 && leave_unfillable) continue;
-        const bool none_in_series = std::all_of(order.rows.begin() + p, order.rows.begin() + s.end,
-                                                [&](int64_t r) { return std::isnan(v[r]); });
-        if (last < 0 && none_in_series)
+        if (last < 0 && std::all_of(order.rows.begin() + p, order.rows.begin() + s.end,
+                                    [&](int64_t r) { return std::isnan(v[r]); }))
           fail(table.where(order.rows[p]), ": column '", name, "' has no value in its series",
                s.name.empty() ? "" : " '" + s.name + "'");
         if (last < 0)

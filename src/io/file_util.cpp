@@ -482,7 +482,8 @@ std::string printable(std::string_view s, size_t max_shown, char quote) {
   for (size_t i = 0; i < shown; ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
     unsigned code = 0;
-    if (const size_t n = space_like(s, i, &code); n > 0 && i + n <= shown) {
+    if (size_t n = space_like(s, i, &code);
+        (n > 0 || (n = bidi_control(s, i, &code)) > 0) && i + n <= shown) {
       char escaped[8];
       std::snprintf(escaped, sizeof escaped, "\\u%04x", code);
       out += escaped;

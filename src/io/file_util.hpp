@@ -82,11 +82,11 @@ class DirLock {
 
 // Text from an untrusted file, fit for a one-line error message: control bytes, the quote `quote`
 // and backslashes escaped as \xNN, spaces that look like a plain one or like none (no-break,
-// zero-width, a byte-order mark) as \uNNNN, at most `max_shown` bytes (never half a UTF-8
-// sequence), then "...".
+// zero-width, a byte-order mark) and bidirectional controls (bidi_control) as \uNNNN, at most
+// `max_shown` bytes (never half a UTF-8 sequence), then "...".
 std::string printable(std::string_view s, size_t max_shown = 80, char quote = '\'');
-// `s` without the characters printable() shows as \uNNNN (no-break, zero-width and other
-// space-like characters, a byte-order mark).
+// `s` without the space-like characters printable() shows as \uNNNN (no-break, zero-width,
+// a byte-order mark).
 std::string without_space_like(std::string_view s);
 // A JSON parser's error (nlohmann's e.what()) as one short phrase for a message: "at line 3,
 // column 7: unexpected end of input", without the library's tags, its grammar's words or the

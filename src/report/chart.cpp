@@ -134,21 +134,12 @@ std::string escape(const std::string& text) {
   for (size_t i = 0; i < s.size(); ++i) {
     // A bidirectional control in a name (U+202E) would turn the rest of its line around, the
     // numbers after it too: shown as its code instead.
-    const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-    if (i + 1 < s.size() && byte(0) == 0xD8 && byte(1) == 0x9C) {  // U+061C
-      out += "\\u061c";
-      i += 1;
-      continue;
-    }
-    if (i + 2 < s.size() && byte(0) == 0xE2 &&
-        ((byte(1) == 0x80 &&
-          (byte(2) == 0x8E || byte(2) == 0x8F || (byte(2) >= 0xAA && byte(2) <= 0xAE))) ||
-         (byte(1) == 0x81 && byte(2) >= 0xA6 && byte(2) <= 0xA9))) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      const unsigned code = ((byte(0) & 0x0F) << 12) | ((byte(1) & 0x3F) << 6) | (byte(2) & 0x3F);
-      out += "\\u";
-      for (int shift = 12; shift >= 0; shift -= 4) out += kHex[(code >> shift) & 0xF];
-      i += 2;
+    unsigned code = 0;
+    if (const size_t n = bidi_control(s, i, &code)) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", code);
+      out += escaped;
+      i += n - 1;
       continue;
     }
     const char ch = s[i];

@@ -3,6 +3,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace seqforge {
 
@@ -14,9 +15,14 @@ class Error : public std::runtime_error {
 };
 
 // `text` safe to print on one terminal line: control characters escaped (ESC as \x1b, a newline
-// as \n, NUL as \0), and bytes that are not UTF-8 as \xNN. Error messages quote data (cells,
-// column names, file contents), which must neither split the line nor reach the terminal raw.
+// as \n, NUL as \0), bytes that are not UTF-8 as \xNN, bidirectional controls as \uNNNN. Error
+// messages quote data (cells, column names, file contents), which must neither split the line,
+// nor turn it around, nor reach the terminal raw.
 std::string printable(const std::string& text);
+// The bytes of a bidirectional formatting character at s[i] (U+061C, U+200E, U+200F,
+// U+202A-U+202E, U+2066-U+2069), which turns the text after it around (a number's digits too),
+// and its code point; 0 where none starts there.
+size_t bidi_control(std::string_view s, size_t i, unsigned* code);
 
 namespace detail {
 template <typename... Args>
