@@ -24,6 +24,7 @@
 #include "loop.hpp"
 #include "report/metrics_log.hpp"
 #include "run.hpp"
+#include "run_dir.hpp"
 #include "seqforge/backend/host_access.hpp"
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/hash.hpp"
@@ -39,6 +40,7 @@
 #include "seqforge/optim/optimizer.hpp"
 #include "seqforge/report/report.hpp"
 #include "seqforge/train/data_options.hpp"
+#include "startup_checks.hpp"
 #include "step_graphs.hpp"
 #include "task_type.hpp"
 
@@ -50,191 +52,6 @@ namespace {
 
 // PEFT's prefix of the names in an adapter file.
 constexpr const char* kPeftPrefix = "base_model.model.";
-
-// Whether `dir` holds a run with something to lose: a finished epoch's metrics, a model or a
-// training state (a run stopped before its first epoch ended left nothing of value).
-bool holds_a_run(const fs::path& dir) {
-  std::error_code ec;
-  const auto metrics = fs::file_size(dir / "metrics.jsonl", ec);
-  return (!ec && metrics > 0) || fs::exists(dir / "model.safetensors") ||
-         fs::exists(dir / "training_state.safetensors");
-}
-
-// Whether `name` is a data file the Python package writes into a run directory for an array, a
-// frame or texts ("data-" and 16 hex digits of its content's hash), or its temporary: one of an
-// earlier call whose training failed is no stranger's file.
-bool package_data_file(const std::string& name) {
-  if (!name.starts_with("data-") || name.size() < 5 + 16 + 4) return false;
-  if (!std::all_of(name.begin() + 5, name.begin() + 21, [](char ch) {
-        return std::isdigit(static_cast<unsigned char>(ch)) || (ch >= 'a' && ch <= 'f');
-      }))
-    return false;
-  const std::string rest = name.substr(21);
-  for (const char* suffix : {".npy", ".csv", ".txt"})
-    if (rest == suffix || rest.starts_with(std::string(suffix) + ".tmp.")) return true;
-  return false;
-}
-
-// The name of an entry of `dir` that is neither a run's file, its lock, a temporary of one, nor
-// the run's data file `data` or another the Python package wrote: a directory such as / or a
-// project's own, given as train.run_dir by mistake; "" if none.
-std::string other_entry(const fs::path& dir, const fs::path& data) {
-  std::error_code ec;
-  const fs::path data_file = fs::weakly_canonical(fs::absolute(data), ec);
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const bool ours = name == ".lock" || name == "train.log" || package_data_file(name) ||
-                      fs::weakly_canonical(fs::absolute(entry.path()), ec) == data_file ||
-                      std::any_of(kRunFiles.begin(), kRunFiles.end(), [&](const std::string& f) {
-                        return name == f || name.starts_with(f + ".tmp.");
-                      });
-    if (!ours) return name;
-  }
-  return "";
-}
-
-// An input file the run would delete or replace: one named as a run's file in its directory
-// (data.path as val_predictions.csv there, model.init_from as the run itself).
-void check_inputs_outside_run_files(const Config& c, const fs::path& dir) {
-  std::error_code ec;
-  const fs::path run_dir = fs::weakly_canonical(fs::absolute(dir), ec);
-  if (ec) return;
-  for (const ConfigKey& k : config_keys()) {
-    if (k.type != ConfigKey::Type::path || k.path == "train.run_dir" ||
-        k.path == "augment.cache_dir")
-      continue;
-    const std::string value = c.str(k.path);
-    if (value.empty()) continue;
-    fs::path file = fs::weakly_canonical(fs::absolute(value), ec);
-    if (ec) continue;
-    if (k.path == "model.init_from" && fs::is_directory(file, ec)) file /= "model.safetensors";
-    const std::string name = file.filename().string();
-    const bool run_file =
-        name == ".lock" || name == "train.log" ||
-        std::any_of(kRunFiles.begin(), kRunFiles.end(), [&](const std::string& f) {
-          return name == f || name.starts_with(f + ".tmp.");
-        });
-    if (run_file && file.parent_path() == run_dir)
-      fail(c.origin(k.path), ": ", k.path, " '", value, "' is a file the run writes in its ",
-           "directory ", dir.string(), ", and would be replaced: move it out of ", dir.string(),
-           " or give train.run_dir another directory");
-  }
-}
-
-// Takes `dir`'s lock for this process, or refuses: another process is training in it.
-void lock_run_dir(const std::string& dir, io::DirLock* lock) {
-  long holder = 0;
-  if (!lock->try_lock(dir, &holder))
-    fail(dir, ": in use: another seqforge process is training in it (",
-         holder > 0 ? "pid " + std::to_string(holder) : std::string("its pid not yet written"),
-         " holds ", (fs::path(dir) / ".lock").string(),
-         "); wait for it to end or stop it. Nothing in the directory was changed");
-  io::remove_stale_temporaries(dir, kRunFiles);
-}
-
-// The run directory of a new run, locked for it: train.run_dir, which must not hold another
-// run unless `overwrite`; by default runs/<config name>, or the first of runs/<name>-2, -3, ...
-// that holds no run and no other process is training in.
-std::string new_run_dir(const Config& c, bool overwrite, io::DirLock* lock) {
-  std::string dir = c.str("train.run_dir");
-  if (!dir.empty()) {
-    check_inputs_outside_run_files(c, dir);
-    // Checked before the lock, whose file would be left behind.
-    if (const std::string other = other_entry(dir, c.str("data.path"));
-        !overwrite && !other.empty())
-      fail(dir, ": holds files of its own ('", other, "'), not a run's: give train.run_dir a new ",
-           "or empty directory, or pass --overwrite to write the run's files beside them");
-    lock_run_dir(dir, lock);
-    if (!overwrite && holds_a_run(dir))
-      fail(dir, ": holds another run's files; pass --overwrite to replace them, or --resume ", dir,
-           " to continue that run");
-    return dir;
-  }
-  const fs::path base = fs::path("runs") / fs::path(c.source()).stem();
-  if (overwrite) {
-    check_inputs_outside_run_files(c, base);
-    lock_run_dir(base.string(), lock);
-    return base.string();
-  }
-  for (int version = 1;; ++version) {
-    const fs::path p =
-        version == 1 ? base : fs::path(base.string() + "-" + std::to_string(version));
-    if (holds_a_run(p)) continue;
-    check_inputs_outside_run_files(c, p);
-    long holder = 0;
-    if (!lock->try_lock(p.string(), &holder)) continue;  // a run under way
-    if (!holds_a_run(p)) return p.string();
-    lock->release();
-  }
-}
-
-// The optimizer's settings, as the optimizer would refuse them, but before any work and naming
-// where the config set them.
-void check_optimizer_settings(const Config& c) {
-  for (const char* key : {"optim.lr", "optim.weight_decay", "optim.eps", "optim.momentum"})
-    if (const double v = c.number(key); !(v >= 0 && std::isfinite(v)))
-      fail(c.origin(key), ": ", key, " must be a finite number >= 0, got ", v);
-  for (const char* key : {"optim.beta1", "optim.beta2"})
-    if (const double v = c.number(key); c.str("optim.kind") != "sgd" && !(v >= 0 && v < 1))
-      fail(c.origin(key), ": ", key, " must be in [0, 1), got ", v);
-  // Adam divides by sqrt(v) + eps: 0 makes a parameter whose gradient is 0 a NaN.
-  if (c.str("optim.kind") != "sgd" && c.number("optim.eps") == 0)
-    fail(c.origin("optim.eps"),
-         ": optim.eps must be above 0 (Adam divides by sqrt(v) + eps, "
-         "and a gradient of 0 would give 0/0); PyTorch's default is 1e-8");
-}
-
-// A column named twice in one of the lists of columns, refused before training (a stored config
-// that holds one still loads, so such a model keeps predicting).
-void check_distinct_columns(const Config& c) {
-  for (const char* key : {"data.features", "data.targets", "data.calendar", "data.known_future",
-                          "data.static", "data.categorical"}) {
-    const std::vector<std::string> names = c.list(key);
-    for (size_t i = 0; i < names.size(); ++i)
-      if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i)
-        fail(c.origin(key), ": ", key, " names '", names[i], "' twice");
-  }
-}
-
-// The validation split, checked before training: empty only when data.split.val is 0.
-void check_validation_split(const Config& c, const Task& t) {
-  const Split& s = t.split();
-  const double share = c.number("data.split.val");
-  if (share == 0 || !s.val.empty()) return;
-  const char* what = task_type(t.kind).samples();
-  const std::string size = t.kind == TaskKind::text_classify ? "one example"
-                           : t.is_lm() ? "data.seq_len + 1 = " + std::to_string(t.text.seq_len + 1)
-                                       : "data.lookback + data.horizon = " +
-                                             std::to_string(t.series.lookback + t.series.horizon);
-  const std::string counts = " (train " + std::to_string(s.train.size()) + ", validation 0, test " +
-                             std::to_string(s.test.size()) + ")";
-  if (!t.is_text() && t.series.val_without_truth > 0)
-    fail(c.origin("data.split.val"), ": data.split.val: the validation split has no ", what, counts,
-         ": its ", t.series.val_without_truth, " ", what, " have no target (",
-         t.kind == TaskKind::classify ? "their class cells are empty"
-                                      : "their target cells are missing",
-         "); give some of its rows a target, move the split (data.split.train, data.split.val), "
-         "or set data.split.val: 0 to train without validation");
-  if (c.str("data.split.mode") == "random")
-    fail(c.origin("data.split.val"), ": data.split.val: the validation split has no ", what, counts,
-         ": ", share, " of ", s.train.size() + s.test.size(), " ", what,
-         " rounds to none; raise data.split.val, or set data.split.val: 0 to train without "
-         "validation");
-  const bool strict =
-      t.is_text() || t.kind == TaskKind::mae || c.str("data.split.context") == "strict";
-  if (strict)
-    fail(c.origin("data.split.val"), ": data.split.val: the validation split has no ", what, counts,
-         ": each series' validation part is shorter than ", size,
-         t.is_text() || t.kind == TaskKind::mae ? ""
-                                                : " (data.split.context: strict keeps whole "
-                                                  "windows inside it; history would not)",
-         "; raise data.split.val, shorten the windows, or set data.split.val: 0 to train without "
-         "validation");
-  fail(c.origin("data.split.val"), ": data.split.val: the validation split has no ", what, counts,
-       ": no validation row has ", size,
-       " rows of its series up to it (or the validation parts are empty); raise data.split.val, "
-       "shorten the windows, or set data.split.val: 0 to train without validation");
-}
 
 // What a run stopped for a non-finite model keeps: the last saved checkpoint, or nothing.
 std::string kept_model(const std::string& checkpoint) {
@@ -503,8 +320,7 @@ std::string Training::claim_run_dir(const std::string& resume_dir, bool overwrit
   if (rank_ != 0) return resume_dir;
   if (resume_dir.empty()) return new_run_dir(c_, overwrite, &lock_);
   if (fs::is_directory(resume_dir)) {  // else: nothing to resume
-    check_inputs_outside_run_files(c_, resume_dir);
-    lock_run_dir(resume_dir, &lock_);
+    lock_resumed_run_dir(c_, resume_dir, &lock_);
   }
   return resume_dir;
 }
@@ -1726,180 +1542,11 @@ void Training::finish() {
 
 }  // namespace
 
-void check_settings(const Config& c) {
-  check_distinct_columns(c);
-  check_optimizer_settings(c);
-  augment_options(c);
-}
-
-void check_before_training(const Config& c) {
-  check_settings(c);
-  const Task task = load_task(c);
-  check_validation_split(c, task);
-  const LoopSettings loop = LoopSettings::from(c, task);
-  if (loop.stateful) checked_stateful_streams(c, task, loop.batch_size);
-}
-
-namespace {
-// predict writes series, window_end, forecast_for and step beside each target's forecast and its
-// <target>_actual: a new run's target of one of those names would make two columns of one name.
-void check_target_names(const Config& config) {
-  if (config.str("data.task") != "forecast") return;
-  const std::vector<std::string> targets = config.list("data.targets");
-  for (const std::string& target : targets) {
-    for (const char* own : {"series", "window_end", "forecast_for", "step"})
-      if (target == own)
-        fail(config.origin("data.targets"), ": data.targets: '", target,
-             "' is the name of a column predict writes (series, window_end, forecast_for, step); "
-             "rename the column in the data");
-    if (std::find(targets.begin(), targets.end(), target + "_actual") != targets.end())
-      fail(config.origin("data.targets"), ": data.targets: '", target,
-           "_actual' is the name of the column predict writes for target '", target,
-           "''s actual values; rename one of them");
-  }
-}
-
-// A resumed run continues the function it trained on the windows it trained on, and goes on
-// from its state as it was: an override of a key that changes the model's function, its
-// parameters' layout, what its windows hold or which windows each split has, how its saved state
-// is read (the optimizer's moments, the seed of its masks) or what its best score measures is
-// refused, naming the key and both values. (Keys such as train.epochs, the rate or the patience
-// may change.)
-bool same_path(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  return fs::weakly_canonical(fs::absolute(a), ec) == fs::weakly_canonical(fs::absolute(b), ec);
-}
-
-void check_resume_keeps_the_model(const Config& config, const std::string& resume_dir) {
-  const fs::path resolved = fs::path(resume_dir) / "config.resolved.yaml";
-  if (!fs::is_regular_file(resolved)) return;  // nothing to resume: the run says so
-  // The config its state was saved under (its header hashed with it), where the state holds one:
-  // config.resolved.yaml edited since is an override as well.
-  const Config written = as_it_trained(Config::load(resolved.string()));
-  Config saved = written;
-  if (const fs::path state = fs::path(resume_dir) / "training_state.safetensors";
-      fs::is_regular_file(state)) {
-    const io::SafetensorsFile file = io::SafetensorsFile::read(state.string());
-    if (const auto it = file.metadata().find("seqforge.config"); it != file.metadata().end())
-      saved = as_it_trained(Config::parse(it->second, state.string() + " (stored config)"));
-  }
-  for (const ConfigKey& k : config_keys()) {
-    // The base a run began from (its state holds the weights) may be given anew only where it
-    // moved: the path it trained with is gone.
-    const bool model =
-        k.path.rfind("model.", 0) == 0 &&
-        (k.path != "model.init_from" || saved.str(k.path).empty() || fs::exists(saved.str(k.path)));
-    // data.path's bytes are checked by their fingerprint; the loader's workers and the seasonal
-    // baseline's period change no window.
-    const bool data = k.path.rfind("data.", 0) == 0 && k.path != "data.path" &&
-                      k.path != "data.num_workers" && k.path != "data.prefetch_factor" &&
-                      k.path != "data.season";
-    const bool state = k.path == "train.seed" || k.path == "optim.kind" || k.path == "train.loss" ||
-                       k.path == "train.quantiles" || k.path == "train.huber_delta" ||
-                       k.path == "train.early_stopping.monitor" ||
-                       k.path == "train.early_stopping.mode";
-    if (!(model || data || state || k.path.rfind("adapter.", 0) == 0)) continue;
-    if (k.path == "model.init_from" && !saved.str(k.path).empty() &&
-        same_path(config.str(k.path), saved.str(k.path)))
-      continue;
-    if (config.str(k.path) != saved.str(k.path))
-      fail(config.origin(k.path), ": ", k.path,
-           " cannot change when a run resumes (it trained with ", saved.str(k.path), ", asked for ",
-           config.str(k.path), "): start a new run to change it");
-  }
-  // The directory as config.resolved.yaml names it: a copied run's resume rewrites it there.
-  if (config.str("train.run_dir") != written.str("train.run_dir"))
-    fail(config.origin("train.run_dir"), ": a resumed run goes on in its directory ", resume_dir,
-         "; train.run_dir cannot move it (copy the directory, then resume the copy)");
-}
-// Under mpirun every rank trains what rank 0's config describes: a rank given another setting
-// would build another model (its parameters no longer fit rank 0's in the collectives) or take
-// another step silently. Only a process's own resources and its data file's path may differ;
-// the data file's bytes may not (a copy on each machine that differs would train on other
-// windows silently), nor the seed (a masked autoencoder's masks come from it). Every rank compares
-// its own settings with rank 0's and a rank that differs fails naming the first key.
-void check_ranks_agree(const Config& c, dist::Communicator& comm) {
-  static const std::string data_bytes = "data.path's bytes";
-  static const std::set<std::string> own = {"train.threads",
-                                            "data.num_workers",
-                                            "data.prefetch_factor",
-                                            "train.progress_seconds",
-                                            "train.device",
-                                            "train.run_dir",
-                                            "data.path"};
-  nlohmann::json mine = nlohmann::json::object();
-  for (const ConfigKey& k : config_keys())
-    if (!own.count(k.path)) mine[k.path] = c.str(k.path);
-  mine[data_bytes] = io::file_fingerprint(c.str("data.path"));
-  const std::string text = mine.dump();
-  int64_t size = int64_t(text.size());
-  comm.broadcast({reinterpret_cast<std::byte*>(&size), sizeof size});
-  std::string rank0 = comm.rank() == 0 ? text : std::string(size_t(size), '\0');
-  comm.broadcast({reinterpret_cast<std::byte*>(rank0.data()), rank0.size()});
-  // Every rank learns whether any differs, so that none goes on to claim the run directory.
-  double differing = rank0 == text ? 0 : 1;
-  comm.all_reduce_sum({&differing, 1});
-  if (differing == 0) return;
-  if (rank0 == text) {  // a rank that differs names its key and ends the job
-    comm.barrier();
-    fail("another rank's settings differ from rank 0's");
-  }
-  const nlohmann::json theirs = nlohmann::json::parse(rank0, nullptr, false);
-  for (const auto& [key, value] : mine.items()) {
-    if (!theirs.is_object() || !theirs.contains(key))
-      fail("rank ", comm.rank(), " has setting ", key,
-           ", which rank 0's seqforge does not know (another version?)");
-    if (theirs[key] != value && key == data_bytes)
-      fail(c.origin("data.path"), ": rank ", comm.rank(), "'s data file ",
-           io::quoted(c.str("data.path")), " is not rank 0's (", value.get<std::string>(),
-           " against ", theirs[key].get<std::string>(),
-           "): every rank reads the same data; give each the same file");
-    if (theirs[key] != value)
-      fail(c.origin(key), ": rank ", comm.rank(), "'s ", key, " is ",
-           io::quoted(value.get<std::string>()), ", rank 0's is ",
-           io::quoted(theirs[key].get<std::string>()),
-           ": every rank trains with rank 0's settings; give them all the same");
-  }
-  fail("rank ", comm.rank(), "'s settings differ from rank 0's (another seqforge version?)");
-}
-}  // namespace
-
 TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir,
                    const TrainHooks& hooks, bool overwrite) {
-  if (!resume_dir.empty()) check_resume_keeps_the_model(as_it_trained(config), resume_dir);
-  if (resume_dir.empty()) check_target_names(config);
-  if (const std::string data = config.str("data.path"); !data.empty() && !fs::exists(data)) {
-    std::error_code ec;
-    const bool relative = fs::path(data).is_relative();
-    fail(config.origin("data.path"), ": data.path ", io::quoted(data, 200), ": no such file",
-         relative ? " (a relative path is read from the current directory, " +
-                        fs::current_path(ec).string() + ", not from the config's)"
-                  : "");
-  }
-  // A resumed run's weights are in its training state, and its resolved config has the base's
-  // shape; a text model still reads its vocabulary or tokenizer from the base.
+  check_run_inputs(config, resume_dir);
   const std::string init = config.str("model.init_from");
   const bool base_moved = !init.empty() && !fs::exists(init);
-  const TaskKind task = parse_task(config.str("data.task"), config.origin("data.task"));
-  if (base_moved &&
-      (resume_dir.empty() || config.str("model.family") != "recurrent" ||
-       task == TaskKind::charlm || task == TaskKind::lm || task == TaskKind::text_classify))
-    fail(config.origin("model.init_from"), ": model.init_from ", io::quoted(init, 200),
-         ": no such file or folder",
-         resume_dir.empty() ? ""
-                            : "; the resumed run reads its base model there (its vocabulary, its "
-                              "shape): give its new place with model.init_from=PATH");
-  if (!base_moved && fs::is_regular_file(init)) {  // else the loader says what is wrong
-    bool training_state = false;
-    try {
-      training_state = io::SafetensorsFile::read(init).metadata().count("seqforge.loop") > 0;
-    } catch (const Error&) {
-    }
-    if (training_state)
-      fail(config.origin("model.init_from"), ": model.init_from ", io::quoted(init, 200),
-           " is a run's training state (what --resume reads), not a model: give the run's "
-           "directory or its model.safetensors");
-  }
   // Paths made absolute, so eval, predict and --resume work from any directory.
   std::string note;
   // A resumed run records its directory as it is now, should it have been moved.
