@@ -461,6 +461,23 @@ check(p.returncode != 0 and err.count("\n") == 0 and
 run([cfg, "--study", os.path.join(work, "owned_a.db"), "train.run_dir=" + owned, "--n-trials", "2"])
 check(len(trials(os.path.join(work, "owned_a.db"))) == 2, "the owning study goes on")
 
+# Two studies started at the same moment on one directory: one runs, the other is refused.
+racing = os.path.join(work, "racing")
+both = [subprocess.Popen([seqforge, "tune", cfg, "--study", os.path.join(work, f"racing_{x}.db"),
+                          "train.run_dir=" + racing], cwd=work, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True) for x in "ab"]
+outcomes = [(q.wait(timeout=300), q.stderr.read()) for q in both]
+refused = [err for rc, err in outcomes if rc != 0 and "holds the trials of study 'owned'" in err]
+check(len(refused) == 1 and sum(rc == 0 for rc, _ in outcomes) == 1,
+      f"two studies started at once on one directory: one refused: {outcomes}")
+
+# 6c2. An override of a searched key would be recorded but never run: refused, naming it.
+p = run([cfg, "--study", os.path.join(work, "override.db"), "optim.lr=0.5"], ok=False)
+err = p.stderr.strip()
+check(p.returncode != 0 and err.count("\n") == 0 and
+      err.startswith("seqforge: error: override 'optim.lr=0.5': optim.lr is searched (") and
+      not os.path.exists(os.path.join(work, "override.db")), f"an override of a searched key: {err}")
+
 # 6d. A tune.* override of a subsection the file leaves out sets it (tune.pruner.kind=none).
 cfg = config("no_pruner", epochs=1, batches=1, n_trials=1)
 with open(cfg) as f:

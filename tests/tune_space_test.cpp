@@ -132,6 +132,10 @@ TEST(TuneSpace, BadSpacesGetOneClearError) {
        "unknown key 'tune.n_trails' (did you mean 'tune.n_trials'? known:"},
       {head + "    optim.kind: {type: categorical, choices: []}\n", "expected a non-empty list"},
       {head + "    optim.lr: {type: categorical, choices: [0.1, fast]}\n", "'fast' is not a valid"},
+      {head + "    train.save: {type: categorical, choices: [best, last]}\n",
+       "'train.save' cannot be searched: the study sets it in every trial"},
+      {head + "    train.early_stopping.mode: {type: categorical, choices: [min, max]}\n",
+       "'train.early_stopping.mode' cannot be searched"},
       {head + "    optim.lr: {type: float, low: 0.1, high: 1, stride: 2}\n",
        "unknown key 'tune.space.optim.lr.stride'"},
       {"tune:\n  sampler: bayes\n  space: {optim.lr: {type: float, low: 0.1, high: 1}}\n",
@@ -337,6 +341,21 @@ TEST(TuneValue, BestFollowsTheTrainersCheckpointRuleAndLastTheLastEpoch) {
                                 "v.yaml", "val_loss")
                 .value,
             "last");
+  // A searched min_delta is each trial's own, as its trainer applies it.
+  for (const char* space :
+       {"{type: float, low: 0, high: 0.2}", "{type: categorical, choices: [0, 0.1]}"}) {
+    TuneSettings searched = parse_tune_settings(
+        std::string("tune:\n  space:\n    train.early_stopping.min_delta: ") + space + "\n",
+        "v.yaml", "val_loss");
+    searched.min_delta = 0;  // the base config's
+    Trial u;
+    u.intermediate = {{0, 1.0}, {1, 0.5}, {2, 0.45}};
+    u.params["train.early_stopping.min_delta"] =
+        searched.space[0].kind == Param::Kind::categorical ? 1 : 0.1;
+    EXPECT_EQ(*trial_value(u, searched, &why), 0.5) << space;
+    u.params["train.early_stopping.min_delta"] = 0;
+    EXPECT_EQ(*trial_value(u, searched, &why), 0.45) << space;
+  }
   try {
     parse_tune_settings(
         "tune:\n  value: median\n  space:\n    optim.lr: {type: float, low: 0.001, high: 0.1}\n",

@@ -281,7 +281,9 @@ TEST(TuneStudy, ParametersRunAtMostThreeTimesAndTheLastFailureSaysSo) {
   for (int run = 0; run < 3; ++run) {
     const auto t = worker->claim(10, {"elsewhere", 7}, 0.05);
     ASSERT_TRUE(t);
-    if (run > 0) EXPECT_EQ(t->params, params) << "run " << run;
+    if (run > 0) {
+      EXPECT_EQ(t->params, params) << "run " << run;
+    }
     worker->set_params(t->id, params);
     std::this_thread::sleep_for(std::chrono::milliseconds(150));  // its heartbeat stops
   }

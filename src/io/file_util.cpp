@@ -285,6 +285,19 @@ void DirLock::release() {
   dir_.clear();
 }
 
+FileLock::FileLock(const std::string& path) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd_ < 0) fail(path, ": cannot open the lock file: ", std::strerror(errno));
+  while (::flock(fd_, LOCK_EX) != 0)
+    if (errno != EINTR) {
+      const int err = errno;
+      ::close(fd_);
+      fail(path, ": cannot lock: ", std::strerror(err));
+    }
+}
+
+FileLock::~FileLock() { ::close(fd_); }
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);

@@ -80,6 +80,19 @@ class DirLock {
   std::string dir_;
 };
 
+// An exclusive advisory lock (flock) on the file `path`, created if missing, waited for and held
+// while the object lives: a short section two processes must not run at once.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path);
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  ~FileLock();
+
+ private:
+  int fd_ = -1;
+};
+
 // Text from an untrusted file, fit for a one-line error message: control bytes, the quote `quote`
 // and backslashes escaped as \xNN, spaces that look like a plain one or like none (no-break,
 // zero-width, a byte-order mark) and bidirectional controls (bidi_control) as \uNNNN, at most

@@ -149,6 +149,11 @@ Param read_param(const Reader& r, const std::string& name, const YAML::Node& n) 
     fail(r.at(n), ": ", key, ": '", name, "' is not a config key", config_key_suggestion(name));
   if (name == "train.run_dir" || name == "data.path")
     fail(r.at(n), ": ", key, ": '", name, "' cannot be searched");
+  if (name == "train.save" || name == "train.early_stopping.monitor" ||
+      name == "train.early_stopping.mode")
+    fail(r.at(n), ": ", key, ": '", name,
+         "' cannot be searched: the study sets it in every trial (from tune.value, tune.metric "
+         "and tune.direction), so that each trial keeps the checkpoint its value comes from");
   r.only(n, key, {"type", "low", "high", "log", "step", "choices", "grid"});
   if (!n["type"]) fail(r.at(n), ": ", key, ": give a type: float, int or categorical");
   const std::string type = r.text(n["type"], key + ".type");

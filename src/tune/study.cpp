@@ -146,12 +146,17 @@ std::optional<double> trial_value(const Trial& trial, const TuneSettings& settin
     return std::nullopt;
   }
   // The trainer's rule for the best checkpoint: an epoch improves on the best so far by more
-  // than min_delta; NaN never improves.
+  // than min_delta (the trial's own where the study searches it); NaN never improves.
+  double min_delta = settings.min_delta;
+  for (const Param& p : settings.space)
+    if (p.name == "train.early_stopping.min_delta" && trial.params.count(p.name))
+      min_delta = Config::parse("", settings.name, {p.name + "=" + p.text(trial.params.at(p.name))})
+                      .number(p.name);
   const bool min = settings.direction == Direction::minimize;
   double best = min ? INFINITY : -INFINITY;
   std::optional<int64_t> at;
   for (const auto& [step, v] : trial.intermediate)
-    if (min ? v < best - settings.min_delta : v > best + settings.min_delta) best = v, at = step;
+    if (min ? v < best - min_delta : v > best + min_delta) best = v, at = step;
   if (!at) {
     *why = metric + " was never finite (NaN or " + (min ? "inf" : "-inf") + " at every epoch)";
     return std::nullopt;
@@ -600,6 +605,12 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
             << (higher_is_better(settings.metric) ? "higher" : "lower")
             << ": its best trial is the worst (tune.direction)\n";
   settings.min_delta = base.number("train.early_stopping.min_delta");
+  // Each trial sets its searched keys: an override of one would be recorded but never run.
+  for (const Param& p : settings.space)
+    if (base.origin(p.name).rfind("override '", 0) == 0)
+      fail(base.origin(p.name), ": ", p.name, " is searched (", p.where,
+           "): each trial sets it to its sampled value; drop the override, or take ", p.name,
+           " out of tune.space");
   // A trial's refusal of its monitored metric (the study's) in the study's words; "" for any
   // other error.
   const auto as_study_metric = [&](const std::string& what) -> std::string {
@@ -700,7 +711,8 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   const fs::path owner_file = dir / "study.json";
   const std::string storage =
       is_url(where) ? redacted_url(where) : fs::weakly_canonical(fs::absolute(where)).string();
-  if (fs::exists(owner_file)) {
+  const auto check_owner = [&] {
+    if (!fs::exists(owner_file)) return;
     const auto owner = nlohmann::json::parse(io::read_file(owner_file.string()), nullptr, false);
     if (!owner.is_object() || owner.value("storage", "") != storage ||
         owner.value("study", "") != settings.name)
@@ -710,7 +722,8 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
                : "another study (" + owner_file.string() + " is damaged)",
            ", not of study '", settings.name, "' in ", storage,
            ": give this study its own directory (train.run_dir) or name (tune.name)");
-  }
+  };
+  check_owner();  // before a directory is made
   // A study that cannot be opened leaves no directory behind.
   fs::path made = fs::absolute(dir);
   while (!made.parent_path().empty() && made.parent_path() != made &&
@@ -720,17 +733,21 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   fs::create_directories(dir);
   std::unique_ptr<Study> opened;
   try {
+    // Another study started at the same moment checks and claims the directory after this one.
+    const io::FileLock claim((dir / ".study.lock").string());
+    check_owner();
     opened = std::make_unique<Study>(Storage::open(where), settings, where);
+    if (!fs::exists(owner_file)) {
+      const std::string owner =
+          nlohmann::json{{"storage", storage}, {"study", settings.name}}.dump();
+      io::write_file_atomically(owner_file.string(), {{owner.data(), owner.size()}});
+    }
   } catch (...) {
     std::error_code ignored;
     if (!made.empty()) fs::remove_all(made, ignored);
     throw;
   }
   Study& study = *opened;
-  if (!fs::exists(owner_file)) {
-    const std::string owner = nlohmann::json{{"storage", storage}, {"study", settings.name}}.dump();
-    io::write_file_atomically(owner_file.string(), {{owner.data(), owner.size()}});
-  }
   for (size_t i = 0; i < fixed.size(); ++i) {
     const int64_t number = study.enqueue(fixed[i]);
     console << "enqueued trial " << number << ": " << cmd.enqueue[i] << "\n";
