@@ -369,6 +369,19 @@ def main():
             fail("%s: expected a warning with %r, got exit %d:\n%s%s" %
                  (" ".join(args), words, r.returncode, r.stdout, r.stderr))
         print("ok: warning for %s" % " ".join(args))
+    # OMP_NUM_THREADS far above the CPUs (libgomp crashed starting 100,000 threads) runs one
+    # thread per CPU, with a warning where a run prints one.
+    many = dict(os.environ, OMP_NUM_THREADS="100000")
+    cpus = len(os.sched_getaffinity(0))
+    for args in (["diagnose"], ["train", config, "train.run_dir=" + os.path.join(work, "omp"),
+                                *quick]):
+        r = subprocess.run([seqforge] + args, capture_output=True, text=True, cwd=root, env=many)
+        shown = r.stdout + r.stderr
+        if r.returncode != 0 or "%d CPUs available to this process" % cpus not in shown or (
+                args[0] == "train" and "100000 threads (OMP_NUM_THREADS) on %d CPUs" % cpus
+                not in shown):
+            fail("OMP_NUM_THREADS=100000 %s: exit %d\n%s" % (args[0], r.returncode, shown))
+    print("ok: OMP_NUM_THREADS=100000 runs %d threads" % cpus)
     # A run whose adapters train on a bf16 base is evaluated and merged on a CPU without bf16
     # GEMMs (here: SEQFORGE_MAX_ISA hiding them), the base held in fp32, with a note.
     bf16_base = os.path.join(work, "bf16_base")

@@ -40,6 +40,7 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
   }
   sf::check_bench_options(options);
   const sf::ThreadConfig threads = sf::configure_threads();
+  if (!threads.warning.empty()) std::printf("warning: %s\n", threads.warning.c_str());
   std::printf("seqforge %s bench: %d threads (%s), %d timed steps after %d warm-up; %s\n",
               sf::version(), threads.threads, threads.reason.c_str(), options.steps, options.warmup,
               sf::make_run_backend(options.device)->description().c_str());
@@ -97,6 +98,7 @@ int run_bench(const std::string& which, const sf::BenchOptions& options,
 
 static int run_command(int argc, char** argv) {
   sf::restart_with_short_omp_spin_waits(argv);
+  sf::configure_threads();  // before any OpenMP region starts the pool at OMP_NUM_THREADS
   CLI::App app{"seqforge: fast training of sequence models (LSTM, GRU, transformers)"};
   app.set_version_flag("--version", std::string("seqforge ") + sf::version());
   app.require_subcommand(0, 1);

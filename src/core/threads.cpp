@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -28,15 +29,28 @@ int compute_threads() {
 
 ThreadConfig configure_threads(int requested) {
   ThreadConfig cfg;
+  const int cpus = usable_cpus();
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  char* end = nullptr;
+  const long from_env = env ? std::strtol(env, &end, 10) : 0;
   if (requested > 0) {
     cfg.threads = requested;
     cfg.reason = "requested";
-  } else if (const char* env = std::getenv("OMP_NUM_THREADS"); env && std::atoi(env) > 0) {
-    cfg.threads = std::atoi(env);
+  } else if (env && end != env && *end == '\0' && from_env > 0) {
+    cfg.threads = static_cast<int>(std::min<long>(from_env, 1 << 20));
     cfg.reason = "OMP_NUM_THREADS";
   } else {
-    cfg.threads = usable_cpus();
-    cfg.reason = std::to_string(cfg.threads) + " CPUs available to this process";
+    cfg.threads = cpus;
+    cfg.reason = std::to_string(cpus) + " CPUs available to this process";
+  }
+  // More threads than CPUs only wait for each other (4096 on 2 CPUs took minutes a step), and
+  // libgomp crashes starting 100,000.
+  if (cfg.threads > cpus) {
+    cfg.warning = std::to_string(cfg.threads) + " threads (" + cfg.reason + ") on " +
+                  std::to_string(cpus) + " CPUs this process may use: running " +
+                  std::to_string(cpus) + " (more would only wait for each other)";
+    cfg.threads = cpus;
+    cfg.reason = std::to_string(cpus) + " CPUs available to this process";
   }
   omp_set_num_threads(cfg.threads);
   configured_threads = cfg.threads;

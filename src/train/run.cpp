@@ -369,7 +369,8 @@ LoadedRun load_run(const std::string& run, const std::string& data_override, Win
   const bool forecasts =
       kind == TaskKind::forecast || kind == TaskKind::classify || kind == TaskKind::text_classify;
   if ((windows == WindowSet::every_window || windows == WindowSet::last_windows) && !forecasts)
-    fail(run, ": predict needs a forecast, classify or text_classify run; this is a ", task_name(kind), " run",
+    fail(run, ": predict needs a forecast, classify or text_classify run; this is a ",
+         task_name(kind), " run",
          r.task.is_lm()          ? " (sample from it with seqforge generate)"
          : kind == TaskKind::mae ? " (eval --data FILE scores its reconstructions of a file)"
                                  : "");
@@ -523,15 +524,6 @@ ThreadConfig configure_rank_threads(const Config& c, int local) {
     t = configure_threads(std::max(1, cpus / local));
     t.reason = std::to_string(cpus) + " CPUs shared by " + std::to_string(local) +
                " processes on this machine";
-  }
-  // More threads than CPUs only wait for each other (4096 on 2 CPUs took minutes a step).
-  if (t.threads > cpus) {
-    const std::string warning = std::to_string(t.threads) + " threads (" + t.reason + ") on " +
-                                std::to_string(cpus) + " CPUs this process may use: running " +
-                                std::to_string(cpus) + " (more would only wait for each other)";
-    t = configure_threads(cpus);
-    t.reason = std::to_string(cpus) + " CPUs available to this process";
-    t.warning = warning;
   }
   return t;
 }

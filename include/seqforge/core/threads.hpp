@@ -11,7 +11,8 @@ struct ThreadConfig {
 };
 
 // Sets the OpenMP pool size: `requested` > 0 is honoured, otherwise OMP_NUM_THREADS if set,
-// otherwise the CPUs this process may run on. Idempotent.
+// otherwise the CPUs this process may run on; never more than those CPUs (a warning says so).
+// Idempotent.
 ThreadConfig configure_threads(int requested = 0);
 // The compute threads configure_threads last set (before any call: the CPUs this process may run
 // on).
