@@ -1367,6 +1367,17 @@ TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {
   EXPECT_NE(masked.str().find("--last: 1 series forecast from a window before their last row"),
             std::string::npos)
       << masked.str();
+  // Nor does it forecast from a window ending in the future rows, more of them than the horizon:
+  // those rows' inputs are not known yet.
+  std::ostringstream ahead;
+  predict((dir / "masked").string(), {write("f4.csv", 30, 4), (dir / "m4.csv").string(), true},
+          ahead);
+  EXPECT_EQ(ahead.str().find("--last:"), std::string::npos) << ahead.str();
+  p = read_csv((dir / "m4.csv").string());
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[1][0], hours(29));
+  EXPECT_EQ(p[1][1], hours(30));
+  EXPECT_EQ(p[2][1], hours(31));
   // The hour of the rows forecast, a calendar feature, needs no future rows.
   train(Config::parse("data: {path: " + write("d.csv", 150, 0) +
                           ", date_column: when, features: [signal], targets: [y], lookback: 6, "

@@ -79,6 +79,32 @@ const SeriesSpan& SeriesData::series_of(int64_t row) const {
   return *(it - 1);
 }
 
+int64_t SeriesData::last_observed_row(const SeriesSpan& s) const {
+  // The file's features that are data.known_future columns too ("<column>+n" ahead).
+  std::vector<char> known(size_t(file_features), 0);
+  for (int64_t k = known_begin; k < known_end; ++k) {
+    const std::string& ahead = feature_names[size_t(k)];
+    const std::string column = ahead.substr(0, ahead.rfind('+'));
+    for (int64_t j = 0; j < file_features; ++j)
+      if (feature_names[size_t(j)] == column) known[size_t(j)] = 1;
+  }
+  const auto observed = [&](int64_t r) {
+    for (int64_t col : target_cols)
+      if (std::isfinite(source.at(r, col))) return true;
+    if (masks_missing) {
+      for (int64_t j = 0; j < file_features; ++j)
+        if (!known[size_t(j)] && std::isfinite(source.at(r, feature_cols[size_t(j)]))) return true;
+      return false;
+    }
+    for (int64_t j = 0; j < known_begin; ++j)
+      if (!std::isfinite(source.at(r, feature_cols[size_t(j)]))) return false;
+    return true;
+  };
+  int64_t end = s.end - 1;
+  while (end >= s.begin && !observed(end)) --end;
+  return end;
+}
+
 double SeriesData::prediction(int64_t start, int64_t k, int64_t j, double y) const {
   const int64_t column = target_norm.steps > 1 ? k * num_targets() + j : j;
   const double v = target_norm.invert(y, column, scaler_of(last_row(start)));

@@ -146,6 +146,17 @@ void keep_last_windows(const DataFile& table, const std::vector<int64_t>& file_r
             " rows; --missing ffill or interpolate fills the file's missing cells)");
       }
   };
+  // A masked model reads missing inputs, but a window that ends in the future rows appended for
+  // data.known_future would forecast from values not known yet: the last window of a series ends
+  // at its last observed row at the latest.
+  if (d->masks_missing && d->known_end > d->known_begin) {
+    std::vector<int64_t> observed_end;
+    for (const SeriesSpan& s : d->series) observed_end.push_back(d->last_observed_row(s));
+    std::erase_if(d->split.test, [&](int64_t start) {
+      const SeriesSpan& s = d->series_of(start);
+      return d->last_row(start) > observed_end[size_t(&s - d->series.data())];
+    });
+  }
   std::vector<int64_t> last;
   for (int64_t start : d->split.test)
     if (!last.empty() && d->series_of(last.back()).begin == d->series_of(start).begin)
@@ -159,17 +170,7 @@ void keep_last_windows(const DataFile& table, const std::vector<int64_t>& file_r
   // series' last row with its inputs (before the future rows) must not be one for a missing cell.
   if (d->known_end == d->known_begin) return;
   for (const SeriesSpan& s : d->series) {
-    int64_t end = s.end - 1;
-    // A future row holds only its known values: no target, and not every input.
-    const auto observed = [&](int64_t r) {
-      for (int64_t col : d->target_cols)
-        if (std::isfinite(d->source.at(r, col))) return true;
-      for (int64_t j = 0; j < d->known_begin; ++j)
-        if (!std::isfinite(d->source.at(r, d->feature_cols[size_t(j)]))) return false;
-      return true;
-    };
-    while (end >= s.begin && !observed(end)) --end;
-    const int64_t start = end - d->lookback + 1;
+    const int64_t start = d->last_observed_row(s) - d->lookback + 1;
     if (start >= s.begin) check_inputs(start);
   }
 }

@@ -201,14 +201,7 @@ std::string note_last_windows_behind(const SeriesData& d, const std::vector<int6
   std::string first;
   for (int64_t w : windows) {
     const SeriesSpan& s = d.series_of(w);
-    // The last row with every input (a future row holds only its known values).
-    int64_t last = s.end - 1;
-    const auto has_inputs = [&](int64_t r) {
-      for (int64_t j = 0; j < d.known_begin; ++j)
-        if (!std::isfinite(d.source.at(r, d.feature_cols[size_t(j)]))) return false;
-      return true;
-    };
-    while (last > d.last_row(w) && !has_inputs(last)) --last;
+    const int64_t last = d.last_observed_row(s);
     const int64_t behind = last - d.last_row(w);
     if (behind <= 0 || behind_series++ > 0) continue;
     first = (s.name.empty() ? "" : "series " + io::quoted(s.name) + ": ") + "the window ends " +

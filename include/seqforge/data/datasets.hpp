@@ -193,6 +193,10 @@ struct SeriesData {
   int64_t last_row(int64_t start) const { return start + lookback - 1; }
   // The series of source row `row`.
   const SeriesSpan& series_of(int64_t row) const;
+  // The last row of series `s` before the future rows appended for data.known_future's values
+  // ahead, which hold no target and not the inputs (under data.missing mask: none of the file's
+  // features but the known columns); s.begin - 1 where every row is one.
+  int64_t last_observed_row(const SeriesSpan& s) const;
   // Whether a gap in the dates lies between `row` and the row before it.
   bool follows_gap(int64_t row) const {
     return size_t(row) < gap_before.size() && gap_before[size_t(row)];
