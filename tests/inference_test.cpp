@@ -1378,6 +1378,10 @@ TEST(Predict, KnownFutureValuesComeFromTheFutureRows) {
   EXPECT_EQ(p[1][0], hours(29));
   EXPECT_EQ(p[1][1], hours(30));
   EXPECT_EQ(p[2][1], hours(31));
+  std::ostringstream every_masked;  // every window: none ends in the future rows either
+  predict((dir / "masked").string(), {write("f4.csv", 30, 4), (dir / "ma.csv").string(), false},
+          every_masked);
+  EXPECT_EQ(read_csv((dir / "ma.csv").string()).back()[0], hours(29));
   // The hour of the rows forecast, a calendar feature, needs no future rows.
   train(Config::parse("data: {path: " + write("d.csv", 150, 0) +
                           ", date_column: when, features: [signal], targets: [y], lookback: 6, "

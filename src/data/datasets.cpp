@@ -183,9 +183,16 @@ static SeriesData load_series_leaving_out(const DataOptions& given, const Series
                         "cell, or a class the model was not trained on)");
   }
   if (which != WindowSet::splits && !o.known_future.empty()) {
-    // Only windows whose known values ahead the file holds, and (unless masked) their inputs.
+    // Only windows whose known values ahead the file holds, and (unless masked) their inputs;
+    // masked, none that ends in the future rows (its inputs there are not known yet).
     const size_t all = d.split.test.size();
+    std::vector<int64_t> observed_end;
+    if (d.masks_missing)
+      for (const SeriesSpan& s : d.series) observed_end.push_back(d.last_observed_row(s));
     std::erase_if(d.split.test, [&](int64_t start) {
+      if (const SeriesSpan& s = d.series_of(start);
+          d.masks_missing && d.last_row(start) > observed_end[size_t(&s - d.series.data())])
+        return true;
       for (int64_t r = start; r <= d.last_row(start); ++r)
         for (int64_t f = 0; f < d.num_features(); ++f)
           if (!std::isfinite(d.source.at(r, d.feature_cols[f])) &&

@@ -146,17 +146,6 @@ void keep_last_windows(const DataFile& table, const std::vector<int64_t>& file_r
             " rows; --missing ffill or interpolate fills the file's missing cells)");
       }
   };
-  // A masked model reads missing inputs, but a window that ends in the future rows appended for
-  // data.known_future would forecast from values not known yet: the last window of a series ends
-  // at its last observed row at the latest.
-  if (d->masks_missing && d->known_end > d->known_begin) {
-    std::vector<int64_t> observed_end;
-    for (const SeriesSpan& s : d->series) observed_end.push_back(d->last_observed_row(s));
-    std::erase_if(d->split.test, [&](int64_t start) {
-      const SeriesSpan& s = d->series_of(start);
-      return d->last_row(start) > observed_end[size_t(&s - d->series.data())];
-    });
-  }
   std::vector<int64_t> last;
   for (int64_t start : d->split.test)
     if (!last.empty() && d->series_of(last.back()).begin == d->series_of(start).begin)
