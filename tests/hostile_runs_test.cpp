@@ -440,6 +440,26 @@ namespace {
 
 // A resumed run continues the model it trained: an override that changes the model's function
 // or its parameters' layout is refused, naming the key and both values; train.epochs may grow.
+// A resume reads its run's config before it can lock the directory: a run that replaces the
+// directory's run in that moment is found once the lock is held, and nothing is resumed.
+TEST(HostileRuns, ResumeRefusesARunReplacedWhileItStarted) {
+  const fs::path dir = test::temp_dir("resume_replaced");
+  const std::string data = write_series(dir, 200);
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(forecast(data, run, {"optim.lr=0.003"}), log);
+  const Config read = Config::load((run / "config.resolved.yaml").string(), {"train.epochs=3"});
+  train(forecast(data, run, {"optim.lr=0.02"}), log, "", {}, /*overwrite=*/true);
+  const std::string metrics = io::read_file((run / "metrics.jsonl").string());
+  EXPECT_HAS(error_of([&] { train(read, log, run.string()); }),
+             "run: another run replaced the run in it while this resume started (optim.lr was "
+             "0.003, is now 0.02); nothing was resumed");
+  EXPECT_EQ(io::read_file((run / "metrics.jsonl").string()), metrics);
+  // Read again, the run it holds now resumes.
+  train(Config::load((run / "config.resolved.yaml").string(), {"train.epochs=3"}), log,
+        run.string());
+}
+
 TEST(HostileRuns, ResumeRefusesSettingsThatChangeTheModel) {
   const fs::path dir = test::temp_dir("resume_keys");
   const std::string data = write_series(dir, 200);

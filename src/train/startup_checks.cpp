@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "io/file_util.hpp"
@@ -255,6 +256,23 @@ void check_ranks_agree(const Config& c, dist::Communicator& comm) {
            ": every rank trains with rank 0's settings; give them all the same");
   }
   fail("rank ", comm.rank(), "'s settings differ from rank 0's (another seqforge version?)");
+}
+
+void check_resumed_config_current(const Config& given, const std::string& resume_dir) {
+  const std::string resolved = (fs::path(resume_dir) / "config.resolved.yaml").string();
+  const auto replaced = [&](const std::string& what) {
+    fail(resume_dir, ": another run replaced the run in it while this resume started (", what,
+         "); nothing was resumed: resume again to continue the run it holds now");
+  };
+  std::optional<Config> now;
+  try {
+    now = Config::load(resolved);
+  } catch (const Error& e) {
+    replaced(std::string("config.resolved.yaml: ") + e.what());
+  }
+  for (const ConfigKey& k : config_keys())
+    if (given.origin(k.path).rfind("override '", 0) != 0 && now->str(k.path) != given.str(k.path))
+      replaced(k.path + " was " + given.str(k.path) + ", is now " + now->str(k.path));
 }
 
 }  // namespace seqforge

@@ -15,6 +15,10 @@ void check_validation_split(const Config& c, const Task& t);
 // their keys say; a new run's targets do not take the names of predict's own columns; a resumed
 // run keeps its model, its windows and its state's meaning.
 void check_run_inputs(const Config& config, const std::string& resume_dir);
+// A resumed run's config as it was read (`given`: its config.resolved.yaml and the overrides),
+// checked again once the directory's lock is held: another run may have replaced the directory's
+// run in between, and its state must not go on under this config.
+void check_resumed_config_current(const Config& given, const std::string& resume_dir);
 // Under mpirun every rank trains what rank 0's config describes: a rank given another setting
 // would build another model (its parameters no longer fit rank 0's in the collectives) or take
 // another step silently. Only a process's own resources and its data file's path may differ;

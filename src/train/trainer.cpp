@@ -79,14 +79,15 @@ void check_finite_parameters(Backend& be, const Parameters& p, int64_t epoch, in
 // directory, a resumed state), then epochs of steps, each epoch validated, reported and saved.
 class Training {
  public:
-  Training(const Config& c, std::ostream& out, const std::string& resume_dir,
+  // `given`: the config as the caller read it (a resumed run's from its config.resolved.yaml).
+  Training(const Config& c, const Config& given, std::ostream& out, const std::string& resume_dir,
            const TrainHooks& hooks, bool overwrite, dist::Communicator& comm);
   TrainSummary run();
   const std::string& run_dir() const { return run_dir_; }
 
  private:
   // The run directory, locked by rank 0 before anything in it is read, written or removed.
-  std::string claim_run_dir(const std::string& resume_dir, bool overwrite);
+  std::string claim_run_dir(const Config& given, const std::string& resume_dir, bool overwrite);
   void build_model();
   void resume_from_state();
   void share_rank0_state();
@@ -214,8 +215,9 @@ class Training {
   TrainSummary summary_;
 };
 
-Training::Training(const Config& c, std::ostream& out, const std::string& resume_dir,
-                   const TrainHooks& hooks, bool overwrite, dist::Communicator& comm)
+Training::Training(const Config& c, const Config& given, std::ostream& out,
+                   const std::string& resume_dir, const TrainHooks& hooks, bool overwrite,
+                   dist::Communicator& comm)
     : c_(c),
       out_(out),
       resume_dir_(resume_dir),
@@ -226,7 +228,7 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
       threads_(configure_rank_threads(c, comm.local_size())),
       task_((check_settings(c), load_task(c))),
       s_((check_validation_split(c, task_), LoopSettings::from(c, task_))),
-      run_dir_(claim_run_dir(resume_dir, overwrite)),
+      run_dir_(claim_run_dir(given, resume_dir, overwrite)),
       rng_(static_cast<uint64_t>(c.integer("train.seed")) ^ 0x5eed5eedull) {
   note_timeout();
   if (rank_ == 0) data_fingerprint_ = io::file_fingerprint(c_.str("data.path"));
@@ -316,11 +318,13 @@ Training::Training(const Config& c, std::ostream& out, const std::string& resume
   }
 }
 
-std::string Training::claim_run_dir(const std::string& resume_dir, bool overwrite) {
+std::string Training::claim_run_dir(const Config& given, const std::string& resume_dir,
+                                    bool overwrite) {
   if (rank_ != 0) return resume_dir;
   if (resume_dir.empty()) return new_run_dir(c_, overwrite, &lock_);
   if (fs::is_directory(resume_dir)) {  // else: nothing to resume
     lock_resumed_run_dir(c_, resume_dir, &lock_);
+    check_resumed_config_current(given, resume_dir);
   }
   return resume_dir;
 }
@@ -1565,7 +1569,7 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
   if (!note.empty()) shown << note << "\n";
   TrainSummary summary;
   if (comm.size() == 1) {
-    Training training(c, out, resume_dir, hooks, overwrite, comm);
+    Training training(c, config, out, resume_dir, hooks, overwrite, comm);
     try {
       summary = training.run();
     } catch (Interrupted& e) {
@@ -1576,7 +1580,7 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
     std::string run_dir;
     try {
       check_ranks_agree(c, comm);
-      Training training(c, shown, resume_dir, hooks, overwrite, comm);
+      Training training(c, config, shown, resume_dir, hooks, overwrite, comm);
       run_dir = training.run_dir();
       summary = training.run();
     } catch (Interrupted& e) {
