@@ -80,6 +80,10 @@ def main():
         f.write(base.replace("model:\n", "model:\n  hidden: 8\n  hidden: 16\n", 1))
     data_copy = os.path.join(work, "data_copy.csv")
     shutil.copyfile(weather, data_copy)
+    on_copy = os.path.join(work, "on_copy")  # a run that trained on the copy
+    r = run("train", config, "train.run_dir=" + on_copy, "data.path=" + data_copy, *quick)
+    if r.returncode != 0:
+        fail("a run on a copy of the data: exit %d\n%s" % (r.returncode, r.stderr))
     two_documents_line = base.count("\n") + 1  # its '---'
     # A study without tune.metric: it takes train.early_stopping.monitor's.
     with open(os.path.join(root, "examples/configs/weather_tune.yaml")) as f:
@@ -117,6 +121,8 @@ def main():
          "--length: '18446744073709551617' is not a whole number from 0 to"),
         (["predict", forecast, "--input", data_copy, "--output", data_copy],
          "--output %s is the --input file: the predictions would replace the data" % data_copy),
+        (["predict", on_copy, "--input", weather, "--output", data_copy],
+         "--output: %s is the data the run trained on (its data.path)" % data_copy),
         (["train", "--resume", forecast, config],
          "train: --resume %s continues that run with its own config" % forecast),
         (["train", config, "--epochs", "3"],
@@ -369,6 +375,16 @@ def main():
             fail("%s: expected a warning with %r, got exit %d:\n%s%s" %
                  (" ".join(args), words, r.returncode, r.stdout, r.stderr))
         print("ok: warning for %s" % " ".join(args))
+    # A run started from a directory since removed (every path absolute): one line saying so.
+    gone = os.path.join(work, "gone")
+    os.makedirs(gone)
+    r = subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && exec "$2" train "$3" "$4" "$5" "$6"',
+                        "sh", gone, seqforge, config, "data.path=" + weather,
+                        "train.run_dir=" + os.path.join(work, "from_gone"), quick[0]],
+                       capture_output=True, text=True)
+    if r.returncode != 1 or "the current directory cannot be read" not in r.stderr:
+        fail("train from a removed directory: exit %d\n%s" % (r.returncode, r.stderr))
+    print("ok: train from a removed directory -> %s" % r.stderr.strip().splitlines()[-1])
     # OMP_NUM_THREADS far above the CPUs (libgomp crashed starting 100,000 threads) runs one
     # thread per CPU, with a warning where a run prints one.
     many = dict(os.environ, OMP_NUM_THREADS="100000")

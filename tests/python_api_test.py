@@ -385,6 +385,32 @@ def test_errors_are_the_commands_line(tmp_path):
         seqforge.train(dict(FORECAST, model={"hidden": -4}), log=None)
 
 
+def test_a_directory_another_process_trains_in_is_left_alone(tmp_path):
+    """A frame's data file is written into a run directory only once no other process trains in
+    it; without a run_dir, the next free runs/<name>-N is taken, as the command takes it."""
+    import fcntl
+    os.chdir(tmp_path)
+    frame = pd.read_csv(HOURLY)
+    config = config_file(tmp_path, dict(FORECAST, data=dict(FORECAST["data"], path="")))
+    held = []
+    for directory in ("busy", "runs/config"):
+        os.makedirs(directory)
+        fd = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT)
+        os.write(fd, b"4242")
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as a training process holds it
+        held.append(fd)
+    with pytest.raises(seqforge.Error, match=r"busy: in use: another seqforge process is training "
+                                             r"in it \(pid 4242 holds"):
+        seqforge.train(config, data=frame, train={"run_dir": "busy", "epochs": 1}, overwrite=True,
+                       log=None)
+    assert os.listdir("busy") == [".lock"]
+    run = seqforge.train(config, data=frame, train={"epochs": 1}, log=None)
+    assert os.path.relpath(run.path) == os.path.join("runs", "config-2")
+    assert os.listdir("runs/config") == [".lock"]
+    for fd in held:
+        os.close(fd)
+
+
 def test_callbacks_stop_the_run_and_their_errors_reach_the_caller(tmp_path):
     os.chdir(tmp_path)
     seen = []

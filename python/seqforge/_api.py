@@ -1,6 +1,7 @@
 """train, load and Run: the command's train, eval, predict and generate on run directories."""
 import contextlib
 import csv
+import fcntl
 import hashlib
 import json
 import os
@@ -130,14 +131,33 @@ def _holds_a_run(directory):
             os.path.exists(os.path.join(directory, "training_state.safetensors")))
 
 
+def _training_in(directory):
+    """The pid of another process training in `directory` (holding its .lock; 0 before it wrote
+    its pid), or None."""
+    try:
+        fd = os.open(os.path.join(directory, ".lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    except BlockingIOError:
+        text = os.read(fd, 31).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else 0
+    finally:
+        os.close(fd)
+
+
 def _new_run_dir(source):
-    """runs/<config name>, or the first of runs/<name>-2, -3, ... that holds no run."""
+    """runs/<config name>, or the first of runs/<name>-2, -3, ... that holds no run and that no
+    other process trains in (as the command line picks it)."""
     stem = os.path.splitext(os.path.basename(source))[0]
     base = os.path.join("runs", stem)
     version = 1
     while True:
         path = base if version == 1 else f"{base}-{version}"
-        if not _holds_a_run(path):
+        if not _holds_a_run(path) and _training_in(path) is None:
             return path
         version += 1
 
@@ -545,6 +565,13 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
         data = _as_the_run_reads(data, resolved)
         payload = None if isinstance(data, (str, os.PathLike)) else _data_payload(data, resolved)
         run_dir = resolved["train"]["run_dir"] or _new_run_dir(source)
+        holder = _training_in(run_dir)  # checked before the data file is written into it
+        if holder is not None:
+            raise _native.Error(
+                f"{run_dir}: in use: another seqforge process is training in it ("
+                f"{f'pid {holder}' if holder else 'its pid not yet written'} holds "
+                f"{os.path.join(run_dir, '.lock')}); wait for it to end or stop it. Nothing in "
+                "the directory was changed")
         if _holds_a_run(run_dir) and not overwrite:
             raise _native.Error(f"{run_dir}: holds another run's files; pass overwrite=True to "
                                 f"replace them, or resume='{run_dir}' to continue that run")

@@ -446,7 +446,9 @@ static int run_command(int argc, char** argv) {
     if (*e.what()) std::fprintf(stderr, "seqforge: %s\n", sf::printable(e.what()).c_str());
     return e.exit_code();
   } catch (const std::filesystem::filesystem_error& e) {  // a path the system refused
-    std::string what = e.path1().string() + ": " + e.code().message();
+    std::string what =
+        e.path1().empty() ? std::string(e.what()) : e.path1().string() + ": " + e.code().message();
+    if (what.starts_with("filesystem error: ")) what.erase(0, 18);
     if (!e.path2().empty()) what += " (and " + e.path2().string() + ")";
     std::fprintf(stderr, "seqforge: error: %s\n", sf::printable(what).c_str());
     std::fflush(stderr);

@@ -298,6 +298,15 @@ FileLock::FileLock(const std::string& path) {
 
 FileLock::~FileLock() { ::close(fd_); }
 
+std::string current_directory() {
+  std::error_code ec;
+  const std::filesystem::path here = std::filesystem::current_path(ec);
+  if (ec)
+    fail("the current directory cannot be read (", ec.message(),
+         "; removed while this shell stood in it?): cd into a directory that exists");
+  return here.string();
+}
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);

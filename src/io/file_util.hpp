@@ -34,6 +34,8 @@ MappedFile map_file(const std::string& path);
 
 // The whole file; errors name `path` and the system's reason.
 std::string read_file(const std::string& path);
+// The current directory, or a failure saying it is gone (removed while a shell stood in it).
+std::string current_directory();
 
 // A text file's whole text as UTF-8: a UTF-8 byte-order mark dropped, UTF-16 with one (Excel's
 // "Unicode Text", PowerShell's files) converted; other bytes as they are, for the reader to judge.

@@ -323,6 +323,16 @@ void check_output_outside_run(const std::string& output, const std::string& run,
          target == run_dir ? "the run's own directory" : "a run directory",
          "; writing into it would destroy ", target == run_dir ? "the run" : "that run",
          ": give another path");
+  // Nor the data it trained on, which eval and --resume read again (a Python run's is in it).
+  std::string data;
+  try {
+    if (fs::is_regular_file(run_dir / "config.resolved.yaml", ec))
+      data = Config::load((run_dir / "config.resolved.yaml").string()).str("data.path");
+  } catch (const Error&) {  // loading the run says what is wrong with it
+  }
+  if (!data.empty() && fs::equivalent(output, data, ec))
+    fail(option, ": ", output, " is the data the run trained on (its data.path); writing it ",
+         "would replace it: give another path");
   if (fs::exists(target.parent_path() / "config.resolved.yaml", ec) &&
       (name == ".lock" || name == "train.log" ||
        std::find(kRunFiles.begin(), kRunFiles.end(), name) != kRunFiles.end()))

@@ -1560,7 +1560,7 @@ TrainSummary train(const Config& config, std::ostream& out, const std::string& r
            : as_it_trained(config).with_values(
                  {{"train.run_dir", nlohmann::json(fs::absolute(resume_dir).string()).dump()}},
                  "the resumed run's directory"))
-          .with_absolute_paths(fs::current_path().string());
+          .with_absolute_paths(io::current_directory());
   const Config c = base_moved ? resolved : with_base_architecture(resolved, &note);
   const InterruptScope interrupts;  // SIGINT, SIGTERM: stop after the current step
   dist::Communicator& comm = dist::world();

@@ -624,7 +624,7 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   };
   // Where and how fast a trial runs changes none of its numbers, and the study sets what the
   // trial watches and keeps; the rest must stay the same for the study's trials to compare.
-  const Config absolute = base.with_absolute_paths(fs::current_path().string());
+  const Config absolute = base.with_absolute_paths(io::current_directory());
   for (const ConfigKey& k : config_keys()) {
     static const std::set<std::string> not_compared = {"train.run_dir",
                                                        "train.threads",
