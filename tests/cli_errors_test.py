@@ -128,6 +128,8 @@ def main():
         (["train", config, "--epochs", "3"],
          "config keys are given as key.path=value, e.g. train.epochs=3"),
         (["train", config, config], "train: one CONFIG.yaml expected"),
+        (["train", config, "train.run_dir=#1"],
+         "override 'train.run_dir=#1': the value starts with '#', which YAML reads as a comment"),
         (["predict", forecast], "--input is required"),
         (["frobnicate"], "The following argument was not expected: frobnicate"),
         (["eval", forecast, "train.epochs=3"],

@@ -1140,6 +1140,12 @@ Config Config::parse(const std::string& yaml, const std::string& source,
     if (const size_t at = io::first_non_utf8(o); at != std::string::npos)
       fail(named, ": not UTF-8 text (byte ", at, ")");
     const std::string path = o.substr(0, eq);
+    // YAML reads "#..." as a comment, so the value would be nothing: the default, silently.
+    if (const std::string_view text = io::trim(std::string_view(o).substr(eq + 1));
+        text.starts_with('#'))
+      fail(named,
+           ": the value starts with '#', which YAML reads as a comment (no value); quote it: ",
+           path, "='", text, "'");
     YAML::Node value;
     try {
       value = YAML::Load(o.substr(eq + 1));
