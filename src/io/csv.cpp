@@ -442,6 +442,8 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source, size
     fail(source, ":", header_line, ": the header names no column");
   if (t.lines_.empty()) fail(source, ": no data rows after the header (line ", header_line, ")");
   if (!unnamed.empty()) t.drop_unnamed(unnamed, header_line);
+  if (t.delimiter_ == ';' || t.delimiter_ == '\t' || t.delimiter_ == '|')
+    t.decimal_comma_ = t.find_decimal_comma();
   return t;
 }
 
@@ -515,17 +517,24 @@ bool integer_of_three_digits(std::string_view cell) {
 }
 }  // namespace
 
-std::optional<std::pair<size_t, size_t>> CsvTable::decimal_comma_cell() const {
-  const auto is_decimal_comma = [](std::string_view cell) {
+std::optional<std::pair<size_t, size_t>> CsvTable::find_decimal_comma() const {
+  // Tabs or '|' (Excel's "Unicode Text" in a decimal-comma locale) are also the separators of
+  // files with commas between thousands: there only a comma that cannot group them ("20,5",
+  // "0,25", not "1,234") tells decimal commas, and a file whose every comma could stays an
+  // error, never a guess.
+  const bool unambiguous = delimiter_ != ';';
+  const auto is_decimal_comma = [&](std::string_view cell) {
     cell = trim(cell);
     if (!cell.empty() && (cell[0] == '-' || cell[0] == '+')) cell.remove_prefix(1);
     const size_t comma = cell.find(',');
-    if (comma == std::string_view::npos || comma + 1 == cell.size()) return false;
+    if (comma == std::string_view::npos || comma + 1 == cell.size() || (unambiguous && comma == 0))
+      return false;
     const auto digits = [](std::string_view part) {
       return std::all_of(part.begin(), part.end(),
                          [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; });
     };
-    return digits(cell.substr(0, comma)) && digits(cell.substr(comma + 1));
+    const std::string_view before = cell.substr(0, comma), after = cell.substr(comma + 1);
+    return digits(before) && digits(after) && (!unambiguous || after.size() != 3 || before == "0");
   };
   for (size_t c = 0; c < cells_.size(); ++c)
     for (size_t r = 0; r < cells_[c].size(); ++r)
@@ -534,27 +543,9 @@ std::optional<std::pair<size_t, size_t>> CsvTable::decimal_comma_cell() const {
 }
 
 bool CsvTable::decimal_commas(std::string_view name) const {
-  if (delimiter_ == ';') {
-    for (const std::string_view cell : cells_[index_of(name)])
-      if (cell.find(',') != std::string_view::npos) return true;
-    return false;
-  }
-  if (delimiter_ != '\t' && delimiter_ != '|') return false;
-  // Tabs or '|' (Excel's "Unicode Text" in a decimal-comma locale): a comma that cannot group
-  // thousands ("20,5", "0,25") tells decimal commas; a column whose every comma could ("1,234")
-  // stays an error, never a guess.
-  for (std::string_view cell : cells_[index_of(name)]) {
-    cell = trim(cell);
-    if (!cell.empty() && (cell[0] == '-' || cell[0] == '+')) cell.remove_prefix(1);
-    const size_t comma = cell.find(',');
-    if (comma == std::string_view::npos || comma == 0 || cell.find(',', comma + 1) != cell.npos)
-      continue;
-    const std::string_view after = cell.substr(comma + 1);
-    const bool digits = !after.empty() && std::all_of(after.begin(), after.end(), [](char ch) {
-      return std::isdigit(static_cast<unsigned char>(ch)) != 0;
-    });
-    if (digits && (after.size() != 3 || cell.substr(0, comma) == "0")) return true;
-  }
+  if (delimiter_ != ';' && !decimal_comma_) return false;
+  for (const std::string_view cell : cells_[index_of(name)])
+    if (cell.find(',') != std::string_view::npos) return true;
   return false;
 }
 
@@ -586,7 +577,8 @@ void CsvTable::set_missing_codes(const std::vector<std::string>& codes) {
   }
 }
 
-// A ';' file's column whose every point could group thousands ("1.020") beside integers of
+// A ';' file's column (or one of a file of tabs or '|' that writes decimal commas) whose every
+// point could group thousands ("1.020") beside integers of
 // three digits or more ("980") reads, with decimal points, as values a thousand times apart
 // (980, then 1.02): a German export of counts. An error naming both; with a decimal point
 // written anywhere else in the column (980.0) the points are decimal points.
@@ -622,9 +614,8 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
       if (cells[r].find(',') != std::string_view::npos) comma_row = r;
   // Nor may a column without commas write points that could group thousands ("1.010" for 1010)
   // where other columns write decimal commas.
-  std::optional<std::pair<size_t, size_t>> file_comma;  // (column, row) of one, looked up once
-  bool looked_for_file_comma = false;
-  if (delimiter_ == ';' && comma_row == cells.size()) check_points_as_decimals(name);
+  const bool points_may_group = delimiter_ == ';' || decimal_comma_;
+  if (points_may_group && comma_row == cells.size()) check_points_as_decimals(name);
   std::string decimal_point;
   // Truth values make a column of them (pandas' bool), never one cell among numbers.
   size_t number_row = cells.size(), truth_row = cells.size();
@@ -634,11 +625,9 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
       return is_missing_cell(cell) ||
              std::find(missing_texts_.begin(), missing_texts_.end(), cell) != missing_texts_.end();
     };
-    if (delimiter_ == ';' && comma_row == cells.size() &&
-        cell.find('.') != std::string_view::npos) {
-      if (!looked_for_file_comma) file_comma = decimal_comma_cell(), looked_for_file_comma = true;
-      if (file_comma && groups_thousands(cell)) {
-        const auto [c, row] = *file_comma;
+    if (points_may_group && comma_row == cells.size() && cell.find('.') != std::string_view::npos) {
+      if (decimal_comma_ && groups_thousands(cell)) {
+        const auto [c, row] = *decimal_comma_;
         fail(source_, ":", lines_[r], ": column ", io::quoted(name), ": ", io::quoted(cells[r]),
              " has a point where the file writes decimal commas (", io::quoted(cells_[c][row]),
              " in column ", io::quoted(columns_[c]), " on line ", lines_[row],

@@ -85,9 +85,10 @@ class CsvTable {
   char delimiter() const { return delimiter_; }
   std::string delimiter_name() const;
   // Whether a column writes decimal commas ("20,5"): a column of a ';'-separated file with a
-  // comma in any cell, or of a tab- or '|'-separated one with a comma that cannot group
-  // thousands ("20,5", not only "1,234"). numeric() then reads "20,5" as 20.5 and fails on a
-  // cell with a point (but for a missing-value code, n.a.).
+  // comma in any cell, or of a tab- or '|'-separated one with a comma in any cell where the file
+  // writes a comma that cannot group thousands ("20,5", not only "1,234") in some cell.
+  // numeric() then reads "20,5" as 20.5 and fails on a cell with a point (but for a
+  // missing-value code, n.a.).
   bool decimal_commas(std::string_view name) const;
 
   // Cell text of a column, one per data row. Throws "<path>: no column 'x' (columns: a, b)".
@@ -111,8 +112,9 @@ class CsvTable {
   size_t index_of(std::string_view name) const;
   std::vector<double> parse_column(std::string_view name, bool missing_is_nan) const;
   void check_points_as_decimals(std::string_view name) const;
-  // (column, row) of a cell that is a number with a decimal comma ("20,5"), if any.
-  std::optional<std::pair<size_t, size_t>> decimal_comma_cell() const;
+  // (column, row) of a cell that is a number with a decimal comma ("20,5"; in a file of tabs or
+  // '|', one that cannot group thousands), if any.
+  std::optional<std::pair<size_t, size_t>> find_decimal_comma() const;
   // Removes the columns without a name, which must be empty (a spreadsheet's trailing commas).
   // A first such column that holds values is a pandas frame's index instead, kIndexColumn.
   void drop_unnamed(std::vector<size_t> unnamed, int64_t header_line);
@@ -125,6 +127,7 @@ class CsvTable {
   std::vector<int64_t> lines_;                        // file line of each data row
   std::vector<std::string> missing_texts_;            // set_missing_codes: texts, numbers
   std::vector<double> missing_numbers_;
+  std::optional<std::pair<size_t, size_t>> decimal_comma_;  // find_decimal_comma(), once
 };
 
 // Whether a cell's text marks a missing value: empty, or one of the words that spreadsheets,
