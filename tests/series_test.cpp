@@ -898,14 +898,16 @@ TEST(Series, AClassWithoutATrainingWindowIsNamed) {
 }
 
 // z-scores as a two-pass mean and variance give them: a column far from zero (a meter's
-// counter, a timestamp) keeps its spread, not the noise a sum of squares leaves there; a column of
-// tiny values (farads) is not taken for a constant one; a constant one stays as it is.
+// counter, a timestamp) keeps its spread, not the noise a sum of squares leaves there, also past
+// 2^53 where neighbouring doubles are 2 apart; a column of tiny values (farads) is not taken for
+// a constant one; a constant one stays as it is.
 TEST(Series, ZscoreIsTheTwoPassMeanAndSpreadOfEveryColumn) {
-  std::vector<std::vector<double>> columns(3);
+  std::vector<std::vector<double>> columns(4);
   for (int r = 0; r < 500; ++r) {
     const double wave = std::sin(r * 0.7) + 0.25 * (r % 3);
     columns[0].push_back(1.7e9 + wave);
     columns[1].push_back(1e-15 * (2 + wave));
+    columns[3].push_back(0x1p53 + 2 * ((r * 7) % 43));
     columns[2].push_back(4.2);
   }
   Normalizer norm;
@@ -913,13 +915,14 @@ TEST(Series, ZscoreIsTheTwoPassMeanAndSpreadOfEveryColumn) {
     for (size_t r = 0; r < columns[0].size(); ++r)
       for (size_t j = 0; j < columns.size(); ++j) add(j, columns[j][r]);
   });
-  for (size_t j = 0; j < 2; ++j) {
+  for (size_t j : {0, 1, 3}) {
     const double n = static_cast<double>(columns[j].size());
+    const double near = columns[j][0];  // exact differences from it
     double mean = 0, var = 0;
-    for (double x : columns[j]) mean += x / n;
-    for (double x : columns[j]) var += (x - mean) * (x - mean) / n;
-    EXPECT_NEAR(norm.shift[j], mean, 1e-12 * std::fabs(mean)) << "column " << j;
-    EXPECT_NEAR(norm.scale[j], std::sqrt(var), 1e-6 * std::sqrt(var)) << "column " << j;
+    for (double x : columns[j]) mean += (x - near) / n;
+    for (double x : columns[j]) var += (x - near - mean) * (x - near - mean) / n;
+    EXPECT_NEAR(norm.shift[j], near + mean, 1e-12 * std::fabs(near + mean)) << "column " << j;
+    EXPECT_NEAR(norm.scale[j], std::sqrt(var), 1e-9 * std::sqrt(var)) << "column " << j;
   }
   EXPECT_EQ(norm.shift[2], 4.2);
   EXPECT_EQ(norm.scale[2], 1.0);
