@@ -928,6 +928,29 @@ TEST(Series, ZscoreIsTheTwoPassMeanAndSpreadOfEveryColumn) {
   EXPECT_EQ(norm.scale[2], 1.0);
 }
 
+// Names a checkpoint stores (series, categories) are UTF-8: a Latin-1 export's "Z\xfcrich" is
+// refused before training, naming its line, not by the JSON writer after an epoch.
+TEST(Series, NamesThatAreNotUtf8AreRefusedWhereTheyAre) {
+  const fs::path dir = test::temp_dir("latin1");
+  std::string text = "date,city,weather,value\n";
+  for (int day = 0; day < 40; ++day)
+    text += io::format_datetime(int64_t{1577836800} + day * int64_t{86400}) + "," +
+            (day < 20 ? "Bern" : "Z\xfcrich") + "," + (day % 3 ? "rain" : "W\xe4rme") + "," +
+            std::to_string(day) + "\n";
+  const std::string path = write(dir / "latin1.csv", text);
+  EXPECT_EQ(error_of([&] { load_series(series_config(path)); }),
+            path +
+                ":22: column 'city' (data.series_column): 'Z\\xfcrich' is not UTF-8 text (byte 1; "
+                "a Latin-1 or Windows-1252 export?): save the file as UTF-8");
+  const std::string category = error_of([&] {
+    load_series(series_config(path, {"data.series_column=", "data.categorical=[weather]"}));
+  });
+  EXPECT_NE(category.find(path + ":2: column 'weather' (data.categorical): 'W\\xe4rme' is not "
+                                 "UTF-8 text"),
+            std::string::npos)
+      << category;
+}
+
 // The model computes in float32: a value beyond its range once scaled is named where it is.
 TEST(Series, AValueBeyondFloat32IsNamedUnlessScaledIntoRange) {
   const fs::path dir = test::temp_dir("beyond_float");

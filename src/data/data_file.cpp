@@ -93,6 +93,15 @@ const io::CsvColumn& DataFile::text(const std::string& name) const {
   return csv_->text(name);
 }
 
+void DataFile::check_utf8(const std::string& name, const std::string& role) const {
+  const io::CsvColumn& cells = text(name);
+  for (int64_t r = 0; r < static_cast<int64_t>(cells.size()); ++r)
+    if (const size_t at = io::first_non_utf8(cells[r]); at != std::string::npos)
+      fail(where(r), ": column ", io::quoted(name), " (", role, "): ", io::quoted(cells[r]),
+           " is not UTF-8 text (byte ", at,
+           "; a Latin-1 or Windows-1252 export?): save the file as UTF-8");
+}
+
 std::optional<std::string> DataFile::separator_note(const std::vector<std::string>& numeric) const {
   if (!csv_ || csv_->delimiter() == ',') return std::nullopt;
   std::string note =

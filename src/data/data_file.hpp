@@ -28,6 +28,9 @@ class DataFile {
   // " (columns: ...)" for an error about the column `missing` the file lacks, naming a column
   // that differs from it only in case.
   std::string columns_hint(const std::string& missing = "") const;
+  // Refuses a cell of text column `name` that is not UTF-8 (a names' column: series, categories,
+  // which checkpoints and reports store as text), naming its line and `role` ("data.static").
+  void check_utf8(const std::string& name, const std::string& role) const;
   // A numeric column, one finite value per file row (or NaN for a missing cell, with
   // `missing_allowed`).
   std::vector<double> column(const std::string& name, bool missing_allowed = false) const;

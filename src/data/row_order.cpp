@@ -249,6 +249,7 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
   };
   static const io::CsvColumn no_names;
   const io::CsvColumn& names = o.series_col.empty() ? no_names : table.text(o.series_col);
+  if (!o.series_col.empty()) table.check_utf8(o.series_col, "data.series_column");
   out.rows.resize(n);
   std::iota(out.rows.begin(), out.rows.end(), 0);
   // Rows already in order (one series, dates rising or none) are not sorted: a tall array's sort

@@ -41,6 +41,7 @@ void static_categories(const DataFile& table, const DataOptions& opt, const RowO
       fail(opt.where("data.static"), ": data.static: ", opt.path, " has no column '", column, "'",
            table.columns_hint(column));
     const io::CsvColumn& text = table.text(column);
+    table.check_utf8(column, "data.static");
     std::vector<std::string> values;  // per series
     for (const SeriesSpan& s : order.spans) {
       const int64_t first = order.rows[s.begin];
@@ -102,6 +103,7 @@ void categorical_columns(const DataFile& table, const DataOptions& opt, const Se
              "' is also a feature, a target or a static column (data.features, data.targets, "
              "data.static): a column is one of them");
     const io::CsvColumn& text = table.text(column);
+    table.check_utf8(column, "data.categorical");
     if (stored) {
       const std::vector<std::string>& known = stored->categories[i].second;
       std::map<std::string, int64_t, std::less<>> unseen;
