@@ -415,6 +415,11 @@ TEST_F(CsvTest, MissingWordsAndCodesAreMissingCells) {
   EXPECT_EQ(missing(), (std::vector<int>{1, 2, 3, 4, 5, 6, 8}));
   EXPECT_EQ(t.numeric_or_missing("v")[7], -99.9);
   EXPECT_EQ(t.numeric_or_missing("v")[9], 9999);
+  // Without the words (data.missing_words: false, pandas' keep_default_na=False) only empty cells
+  // and the codes are missing: "None" is a text, a category's name.
+  t.set_missing_codes({"n.a."}, false);
+  EXPECT_TRUE(t.is_missing(" ") && t.is_missing("n.a.") && !t.is_missing("None"));
+  expect_error([&] { missing(); }, {"m.csv:4: column 'v': ' NA ' is not a number"});
   const CsvTable u = CsvTable::parse("v\n1\n-99.990\n", "u.csv");
   CsvTable coded = u;
   coded.set_missing_codes({"-99.99"});

@@ -136,6 +136,15 @@ def test_a_frame_is_read_as_pandas_holds_it(tmp_path):
     odd.loc[3, "tag"] = "x\ry"
     with pytest.warns(UserWarning, match="which the model was not trained on"):
         assert len(with_tag.predict(odd)) == len(with_tag.predict(tagged.tail(30)))
+    # A text "None" or "NA" in a frame is a value (a category, a class), a NaN a missing cell.
+    worded = frame.assign(tag=np.where(np.arange(len(frame)) % 3, "None", "NA"))
+    worded.loc[5, "tag"] = np.nan
+    with_words = seqforge.train(categorical, data=worded, train=dict(short, run_dir="words"),
+                                log=None)
+    with open(os.path.join(with_words.path, "model.safetensors"), "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    features = json.loads(header["__metadata__"]["seqforge.features"])
+    assert {"tag=NA", "tag=None"} <= set(features), features
 
 
 def test_arrays_in_and_out(tmp_path):

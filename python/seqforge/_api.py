@@ -576,6 +576,8 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
             raise _native.Error(f"{run_dir}: holds another run's files; pass overwrite=True to "
                                 f"replace them, or resume='{run_dir}' to continue that run")
         path = _data_file(data, run_dir, payload)
+        if type(data).__name__ == "DataFrame":  # its missing cells are empty, a text "None" a value
+            values = ["data.missing_words=false"] + values
         values += [f"data.path={_yaml_value(path)}", f"train.run_dir={_yaml_value(run_dir)}"]
         try:
             with _naming_the_data(data, path):

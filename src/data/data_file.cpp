@@ -36,7 +36,8 @@ void on_sigbus_report(const std::string& path) {
 
 }  // namespace
 
-DataFile::DataFile(const std::string& path, const std::vector<std::string>& missing_codes)
+DataFile::DataFile(const std::string& path, const std::vector<std::string>& missing_codes,
+                   bool missing_words)
     : path_(path) {
   if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0) {
     io::MappedNpy mapped = io::map_npy(path);
@@ -79,7 +80,7 @@ DataFile::DataFile(const std::string& path, const std::vector<std::string>& miss
     }
   } else {
     csv_ = std::make_unique<io::CsvTable>(io::CsvTable::read(path));
-    csv_->set_missing_codes(missing_codes);
+    csv_->set_missing_codes(missing_codes, missing_words);
     names_ = csv_->columns();
   }
 }
@@ -91,6 +92,10 @@ bool DataFile::has_column(const std::string& name) const {
 const io::CsvColumn& DataFile::text(const std::string& name) const {
   if (!csv_) fail(path_, ": a .npy array has no text column '", name, "'");
   return csv_->text(name);
+}
+
+bool DataFile::is_missing(std::string_view cell) const {
+  return csv_ ? csv_->is_missing(cell) : io::trim(cell).empty();
 }
 
 void DataFile::check_utf8(const std::string& name, const std::string& role) const {

@@ -14,8 +14,9 @@ namespace seqforge {
 
 class DataFile {
  public:
-  // `missing_codes`: data.missing_values.
-  DataFile(const std::string& path, const std::vector<std::string>& missing_codes);
+  // `missing_codes`: data.missing_values; `missing_words`: data.missing_words.
+  DataFile(const std::string& path, const std::vector<std::string>& missing_codes,
+           bool missing_words = true);
 
   int64_t rows() const { return csv_ ? csv_->rows() : matrix_.rows; }
   const std::vector<std::string>& columns() const { return names_; }
@@ -28,6 +29,9 @@ class DataFile {
   // " (columns: ...)" for an error about the column `missing` the file lacks, naming a column
   // that differs from it only in case.
   std::string columns_hint(const std::string& missing = "") const;
+  // Whether a text cell marks a missing value: empty, data.missing_values' texts, and (unless
+  // data.missing_words is false) the words written for one.
+  bool is_missing(std::string_view cell) const;
   // Refuses a cell of text column `name` that is not UTF-8 (a names' column: series, categories,
   // which checkpoints and reports store as text), naming its line and `role` ("data.static").
   void check_utf8(const std::string& name, const std::string& role) const;

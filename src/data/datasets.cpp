@@ -98,7 +98,7 @@ static SeriesData load_series_leaving_out(const DataOptions& given, const Series
   d.masks_missing = o.missing == "mask";
   d.holidays = o.holidays;
   d.season = o.season;
-  const DataFile table(opt.path, o.missing_values);
+  const DataFile table(opt.path, o.missing_values, o.missing_words);
   std::vector<std::string> file_notes;
   series::name_columns(table, stored, which, &opt, &d, &file_notes);
   const size_t file_features = d.feature_names.size();

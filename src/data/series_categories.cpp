@@ -108,7 +108,7 @@ void categorical_columns(const DataFile& table, const DataOptions& opt, const Se
       const std::vector<std::string>& known = stored->categories[i].second;
       std::map<std::string, int64_t, std::less<>> unseen;
       for (const std::string_view v : text)
-        if (!io::is_missing_cell(v) && !std::binary_search(known.begin(), known.end(), v)) {
+        if (!table.is_missing(v) && !std::binary_search(known.begin(), known.end(), v)) {
           const auto it = unseen.find(v);
           ++(it != unseen.end() ? it->second : unseen[std::string(v)]);
         }
@@ -122,7 +122,7 @@ void categorical_columns(const DataFile& table, const DataOptions& opt, const Se
     }
     std::set<std::string, std::less<>> distinct;
     for (const std::string_view v : text)
-      if (!io::is_missing_cell(v) && !distinct.contains(v)) distinct.emplace(v);
+      if (!table.is_missing(v) && !distinct.contains(v)) distinct.emplace(v);
     if (distinct.empty())
       fail(opt.path, ": column '", column,
            "' (data.categorical) holds no category: every cell is empty");

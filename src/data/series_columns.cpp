@@ -31,7 +31,7 @@ std::optional<std::string> series_names_note(const DataFile& table, const Series
       continue;
     const auto& cells = table.text(name);
     const std::string_view first = cells[0];
-    if (io::is_missing_cell(first) || io::parse_finite(first) || is_date_cell(first)) continue;
+    if (table.is_missing(first) || io::parse_finite(first) || is_date_cell(first)) continue;
     std::vector<std::string_view> names = {first};  // in order of first appearance
     std::unordered_set<std::string_view> seen = {first};
     int64_t changes = 0, shortest_block = n, block = 1;
@@ -164,7 +164,7 @@ void name_columns(const DataFile& table, const SeriesData* stored, WindowSet whi
       const bool defaulted_feature =
           o.features.empty() && !stored &&
           std::find(o.targets.begin(), o.targets.end(), name) == o.targets.end();
-      if (defaulted_feature && !io::is_missing_cell(cell) && !io::parse_finite(cell)) {
+      if (defaulted_feature && !table.is_missing(cell) && !io::parse_finite(cell)) {
         try {
           table.column(name, true);  // the first cell may be one of data.missing_values
         } catch (const Error& e) {

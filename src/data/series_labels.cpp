@@ -47,7 +47,7 @@ void label_rows(const DataFile& table, const SeriesOptions& o,
   const auto& names = table.text(o.class_col);
   // An empty cell (or NA, ...) is a row without a class, never a class named "" or "NaN": a few
   // labelled rows among many train a classifier on the windows whose class they give.
-  auto unlabeled = [&](int64_t row) { return io::is_missing_cell(names[row]); };
+  auto unlabeled = [&](int64_t row) { return table.is_missing(names[row]); };
   int64_t unlabeled_rows = 0, first_unlabeled = -1;
   for (int64_t row : file_rows) {  // not a class JSON cannot store
     if (unlabeled(row)) {

@@ -191,7 +191,7 @@ bool mostly_numbers(const DataFile& table, const std::string& name) {
   if (table.is_array()) return false;
   int64_t numbers = 0, others = 0;
   for (const std::string_view cell : table.text(name))
-    if (!io::is_missing_cell(cell)) {
+    if (!table.is_missing(cell)) {
       std::string point(cell);  // a decimal comma's column too
       std::replace(point.begin(), point.end(), ',', '.');
       ++(io::parse_finite(point) ? numbers : others);

@@ -565,7 +565,8 @@ std::vector<double> CsvTable::numeric_or_missing(std::string_view name) const {
   return parse_column(name, true);
 }
 
-void CsvTable::set_missing_codes(const std::vector<std::string>& codes) {
+void CsvTable::set_missing_codes(const std::vector<std::string>& codes, bool words) {
+  missing_words_ = words;
   missing_texts_.clear();
   missing_numbers_.clear();
   for (const std::string& code : codes) {
@@ -603,6 +604,12 @@ void CsvTable::check_points_as_decimals(std::string_view name) const {
        io::quoted(std::string(trim(cells[integer])) + ".0"), ")");
 }
 
+bool CsvTable::is_missing(std::string_view cell) const {
+  cell = trim(cell);
+  return cell.empty() || (missing_words_ && is_missing_cell(cell)) ||
+         std::find(missing_texts_.begin(), missing_texts_.end(), cell) != missing_texts_.end();
+}
+
 std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_is_nan) const {
   const CsvColumn& cells = cells_[index_of(name)];
   std::vector<double> out(cells.size());
@@ -621,10 +628,7 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
   size_t number_row = cells.size(), truth_row = cells.size();
   for (size_t r = 0; r < cells.size(); ++r) {
     std::string_view cell = trim(cells[r]);
-    auto missing_text = [&] {  // asked only of cells that may be one, not of every number
-      return is_missing_cell(cell) ||
-             std::find(missing_texts_.begin(), missing_texts_.end(), cell) != missing_texts_.end();
-    };
+    auto missing_text = [&] { return is_missing(cell); };  // asked only of non-numbers
     if (points_may_group && comma_row == cells.size() && cell.find('.') != std::string_view::npos) {
       if (decimal_comma_ && groups_thousands(cell)) {
         const auto [c, row] = *decimal_comma_;

@@ -139,6 +139,12 @@ const std::vector<ConfigKey> kKeys = {
      "Counts "
      "per column are a note at start-up. Missing target cells of a file given to predict or eval "
      "--data stay values not known yet."},
+    {"data.missing_words", T::boolean, "true",
+     "Whether the words written for a missing value (NA, N/A, NaN, null, None, #N/A, <NA>; any "
+     "case) mark one in a CSV, as pandas' read_csv takes them; false: only empty cells and "
+     "data.missing_values do (pandas' keep_default_na=False), so a class or category 'None' or "
+     "'NA' is one. The Python package sets it for a data frame, which holds a missing cell apart "
+     "from such a text."},
     {"data.missing_values", T::string_list, "[]",
      "More cells that mark a missing value, as data.missing treats them: numbers (`-99.99` "
      "matches every cell of that value, -99.990 too) or texts (`n.a.`). A column holding a "

@@ -135,6 +135,7 @@ SeriesOptions series_options(const Config& c, TaskKind task, const SplitOptions&
     fail(c.origin("data.missing"),
          ": data.missing must be error, ffill, interpolate or mask, got '", o.missing, "'");
   o.missing_values = c.list("data.missing_values");
+  o.missing_words = c.boolean("data.missing_words");
   for (const std::string& code : o.missing_values)
     if (code.find_first_not_of(" \t") == std::string::npos)
       fail(c.origin("data.missing_values"),

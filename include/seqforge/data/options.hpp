@@ -59,6 +59,7 @@ struct SeriesOptions {
   // values around; the nearest at a series' ends).
   std::string missing = "error";
   std::vector<std::string> missing_values;  // more cells that mark a missing value
+  bool missing_words = true;  // NA, N/A, NaN, null, None, #N/A, <NA> mark one (data.missing_words)
   // Dates written day and month first, 01/02/2012: the order (dmy, mdy), or auto (told by a day
   // past 12 in the column).
   std::string date_order = "auto";

@@ -101,8 +101,12 @@ class CsvTable {
   // The same, with missing cells as NaN (values not known yet, or to be filled).
   std::vector<double> numeric_or_missing(std::string_view name) const;
   // Cells that also mark a missing value (data.missing_values): a number matches a cell of the
-  // same value (-99.99 matches -99.990), any other text a cell of that text.
-  void set_missing_codes(const std::vector<std::string>& codes);
+  // same value (-99.99 matches -99.990), any other text a cell of that text; `words`: whether
+  // the words is_missing_cell knows mark one too (data.missing_words).
+  void set_missing_codes(const std::vector<std::string>& codes, bool words = true);
+  // Whether a cell's text marks a missing value: empty, a missing-value code's text, or (with
+  // words) one of is_missing_cell's words.
+  bool is_missing(std::string_view cell) const;
   // 1-based file line on which data row `row` (0-based) starts.
   int64_t line_of_row(int64_t row) const;
 
@@ -127,6 +131,7 @@ class CsvTable {
   std::vector<int64_t> lines_;                        // file line of each data row
   std::vector<std::string> missing_texts_;            // set_missing_codes: texts, numbers
   std::vector<double> missing_numbers_;
+  bool missing_words_ = true;
   std::optional<std::pair<size_t, size_t>> decimal_comma_;  // find_decimal_comma(), once
 };
 
