@@ -1885,6 +1885,15 @@ TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   std::vector<double> values;
   for (int64_t r = 0; r < d.rows; ++r) values.push_back(raw(d, r));
   EXPECT_EQ(values, (std::vector<double>{0, 1, 2, 3, 6, 7, 8, 9, 10, 11, 12}));
+  // So do a ';' file's times with decimal commas, its first one "1,5" too.
+  std::string semicolons = io::read_file(path);
+  std::replace(semicolons.begin(), semicolons.end(), ',', ';');
+  std::replace(semicolons.begin(), semicolons.end(), '.', ',');
+  const SeriesData commas = load_series(config(write(dir / "semi.csv", semicolons), {}));
+  EXPECT_TRUE(commas.numeric_times);
+  std::vector<double> same;
+  for (int64_t r = 0; r < commas.rows; ++r) same.push_back(raw(commas, r));
+  EXPECT_EQ(same, values);
   ASSERT_EQ(d.notes.size(), 2u);
   EXPECT_EQ(d.notes[0], path +
                             ": column 't' holds numbers, not dates, times in its own units "

@@ -32,6 +32,10 @@ class DataFile {
   // Whether a text cell marks a missing value: empty, data.missing_values' texts, and (unless
   // data.missing_words is false) the words written for one.
   bool is_missing(std::string_view cell) const;
+  // Whether a CSV column writes decimal commas (io::CsvTable::decimal_commas).
+  bool decimal_commas(const std::string& name) const {
+    return csv_ && csv_->has_column(name) && csv_->decimal_commas(name);
+  }
   // Refuses a cell of text column `name` that is not UTF-8 (a names' column: series, categories,
   // which checkpoints and reports store as text), naming its line and `role` ("data.static").
   void check_utf8(const std::string& name, const std::string& role) const;

@@ -43,7 +43,9 @@ std::optional<io::DateLayout> date_layout(const DataFile& table, const SeriesOpt
     if (all) return io::DateLayout::compact_month;
   }
   if (io::parse_date(first, io::DateLayout::named_month)) return io::DateLayout::named_month;
-  if (io::parse_finite(first)) return std::nullopt;
+  std::string point = first;  // "0,5" in a column of decimal commas
+  if (table.decimal_commas(o.date_col)) std::replace(point.begin(), point.end(), ',', '.');
+  if (io::parse_finite(point)) return std::nullopt;
   if (!io::day_month_fields(first)) return io::DateLayout::iso;  // each cell's error says why
   if (o.date_order != "auto")
     return o.date_order == "dmy" ? io::DateLayout::day_first : io::DateLayout::month_first;
