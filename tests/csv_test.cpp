@@ -454,6 +454,15 @@ TEST_F(CsvTest, AHeaderWithoutCommasTellsTheSeparator) {
   EXPECT_EQ(unit.delimiter(), ';');
   EXPECT_EQ(unit.columns(), (Strings{"date", "x", "y, mm"}));
   EXPECT_EQ(unit.numeric("y, mm"), (Doubles{2.5}));
+  // As often: the other separator too ("Temperatur, °C" beside decimal commas).
+  const CsvTable tie = CsvTable::parse("Datum;Temperatur, C;Druck, hPa\n2023-01-01;20,3;1013,2\n",
+                                       "tie.csv");
+  EXPECT_EQ(tie.delimiter(), ';');
+  EXPECT_EQ(tie.numeric("Druck, hPa"), (Doubles{1013.2}));
+  // A header split at commas that holds another separator says so where a column is missing.
+  expect_error([&] { CsvTable::parse("a;b,c\n1,2\n", "w.csv").text("a"); },
+               {"w.csv: no column 'a' (columns: a;b, c; the header was split at ',': a file "
+                "separated by another starts with a line naming it, such as sep=;)"});
   // Neither: one column, whose cells may hold any of them; a trailing tab separates nothing.
   const CsvTable one = CsvTable::parse("text\t\n\"a;b,c\"\n", "one.csv");
   EXPECT_EQ(one.delimiter(), ',');
@@ -699,6 +708,11 @@ TEST_F(CsvTest, UnnamedColumnsMustBeEmptyAndAreDropped) {
                   "holds values (line 3)",
                   "empty name");
   expect_rejected(",b,\n1,2,3\n", ":1: column 3", "empty name");
+  // One name of three: a title above the header, said so.
+  expect_rejected("Sensor export 2023,,\ndate,temp,count\n2023-01-01,1,2\n",
+                  ":1: column 2 of the header has an empty name, and holds values (line 2); is "
+                  "line 1 a title above the header? A file's first line is its header",
+                  "empty name");
   expect_rejected("\"\"\n1\n", ":1: column 1", "empty name");
   expect_rejected(",\n,\n", ":1: the header names no column", "names no column");
   const CsvTable t = CsvTable::parse("a,,b,,\n1,,2,,\n3, ,4,\"\",\n", "x.csv");

@@ -312,9 +312,12 @@ char header_delimiter(std::string_view bytes) {
     while (end < bytes.size() && (bytes[end] == '\n' || bytes[end] == '\r')) ++end;
     size_t next_end = 0;
     const std::array<int64_t, 4> next = separators_of_line(bytes.substr(end), &next_end);
+    // A tie goes to the other separator: a name such as "Temperatur, °C" has commas, and a
+    // row of decimal commas as many as the header.
     size_t best = 0;
     for (size_t k = 1; k < 4; ++k)
-      if (header[k] > header[best] && next[k] == header[k]) best = k;
+      if ((best == 0 ? header[k] >= header[0] : header[k] > header[best]) && next[k] == header[k])
+        best = k;
     if (best != 0) return kSeparators[best];
   }
   if (header[0] > 0) return ',';
@@ -461,11 +464,17 @@ void CsvTable::drop_unnamed(std::vector<size_t> unnamed, int64_t header_line) {
     unnamed.erase(unnamed.begin());
     if (unnamed.empty()) return;
   }
+  // A title above the header ("Sensor export 2023,,") names one column of many.
+  const bool title = columns_.size() - unnamed.size() == 1 && columns_.size() > 2;
   for (size_t c : unnamed)
     for (size_t r = 0; r < cells_[c].size(); ++r)
       if (!trim(cells_[c][r]).empty())
         fail(source_, ":", header_line, ": column ", c + 1,
-             " of the header has an empty name, and holds values (line ", lines_[r], ")");
+             " of the header has an empty name, and holds values (line ", lines_[r], ")",
+             title ? "; is line " + std::to_string(header_line) +
+                         " a title above the header? A file's first line is its header: remove "
+                         "the lines before it"
+                   : "");
   if (unnamed.size() == columns_.size())
     fail(source_, ":", header_line, ": the header names no column");
   for (auto c = unnamed.rbegin(); c != unnamed.rend(); ++c) {
@@ -487,7 +496,16 @@ std::string CsvTable::columns_hint() const {
   if (columns_.size() > kMaxListed) {
     list += ", ... (" + std::to_string(columns_.size()) + " in all)";
   }
-  return " (columns: " + list + ")";
+  // Names that hold another separator: the header was split at the wrong one.
+  const bool other =
+      delimiter_ == ',' && std::any_of(columns_.begin(), columns_.end(), [](const std::string& n) {
+        return n.find_first_of(";\t|") != std::string::npos;
+      });
+  const std::string split =
+      other ? "; the header was split at " + delimiter_name() +
+                  ": a file separated by another starts with a line naming it, such as sep=;"
+            : "";
+  return " (columns: " + list + split + ")";
 }
 
 std::string CsvTable::delimiter_name() const {
