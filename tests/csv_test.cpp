@@ -455,8 +455,8 @@ TEST_F(CsvTest, AHeaderWithoutCommasTellsTheSeparator) {
   EXPECT_EQ(unit.columns(), (Strings{"date", "x", "y, mm"}));
   EXPECT_EQ(unit.numeric("y, mm"), (Doubles{2.5}));
   // As often: the other separator too ("Temperatur, °C" beside decimal commas).
-  const CsvTable tie = CsvTable::parse("Datum;Temperatur, C;Druck, hPa\n2023-01-01;20,3;1013,2\n",
-                                       "tie.csv");
+  const CsvTable tie =
+      CsvTable::parse("Datum;Temperatur, C;Druck, hPa\n2023-01-01;20,3;1013,2\n", "tie.csv");
   EXPECT_EQ(tie.delimiter(), ';');
   EXPECT_EQ(tie.numeric("Druck, hPa"), (Doubles{1013.2}));
   // A header split at commas that holds another separator says so where a column is missing.
@@ -550,21 +550,23 @@ TEST_F(CsvTest, SemicolonsTakeDecimalCommasAndNeverGuessAPoint) {
   const CsvTable twice = CsvTable::parse("v;w\n1,5;0\n2,5,1;0\n", "twice.csv");
   expect_error([&] { twice.numeric("v"); }, {"twice.csv:3: column 'v': '2,5,1' is not a number"});
   // A tab- or '|'-separated file (Excel's "Unicode Text" in a decimal-comma locale) reads decimal
-  // commas where a comma cannot group thousands, in every column of the file that has commas
-  // ("3,699" beside "1,5" is 3.699); a file whose commas all could group them stays an error, and
-  // its points are checked as a ';' file's are.
+  // commas where a comma cannot group thousands; a column whose commas all could ("3,699") stays
+  // an error, naming both readings where another column writes "1,5" (which may be a list, not
+  // a number); the points of a file that writes decimal commas are checked as a ';' file's are.
   const CsvTable tabs = CsvTable::parse("v\tw\tk\n1,5\t0\t1,234\n-0,125\t1\t2,000\n", "t.tsv");
   EXPECT_TRUE(tabs.decimal_commas("v"));
   EXPECT_EQ(tabs.numeric("v"), (Doubles{1.5, -0.125}));
-  EXPECT_TRUE(tabs.decimal_commas("k"));
-  EXPECT_EQ(tabs.numeric("k"), (Doubles{1.234, 2.0}));
+  EXPECT_FALSE(tabs.decimal_commas("k"));
+  expect_error([&] { tabs.numeric("k"); },
+               {"t.tsv:2: column 'k': '1,234' is not a number: a decimal comma (1.234, as '1,5' "
+                "in column 'v' on line 2 may write) or a thousands separator (1234)? Write the "
+                "column's numbers with a decimal point"});
   const CsvTable thousands = CsvTable::parse("w\tk\n0\t1,234\n1\t2,000\n", "k.tsv");
   EXPECT_FALSE(thousands.decimal_commas("k"));
   expect_error([&] { thousands.numeric("k"); },
                {"k.tsv:2: column 'k': '1,234' is not a number (a thousands separator"});
-  expect_error(
-      [&] { CsvTable::parse("v\tn\n20,3\t1.142\n20,5\t919\n", "n.tsv").numeric("n"); },
-      {"n.tsv:2: column 'n': '1.142' reads as a decimal beside '919' on line 3"});
+  expect_error([&] { CsvTable::parse("v\tn\n20,3\t1.142\n20,5\t919\n", "n.tsv").numeric("n"); },
+               {"n.tsv:2: column 'n': '1.142' reads as a decimal beside '919' on line 3"});
   EXPECT_EQ(CsvTable::parse("v\tn\n20.3\t1.142\n20.5\t919\n", "points.tsv").numeric("n"),
             (Doubles{1.142, 919}));
   EXPECT_EQ(CsvTable::parse("v|w\n1,234|0\n20,5|1\n", "p.txt").numeric("v"),

@@ -438,8 +438,6 @@ TEST(HostileRuns, MergeRefusesNonFiniteAdaptersAndZeroNormDoraRows) {
 namespace seqforge::hostile_runs_test {
 namespace {
 
-// A resumed run continues the model it trained: an override that changes the model's function
-// or its parameters' layout is refused, naming the key and both values; train.epochs may grow.
 // A resume reads its run's config before it can lock the directory: a run that replaces the
 // directory's run in that moment is found once the lock is held, and nothing is resumed.
 TEST(HostileRuns, ResumeRefusesARunReplacedWhileItStarted) {
@@ -452,7 +450,7 @@ TEST(HostileRuns, ResumeRefusesARunReplacedWhileItStarted) {
   train(forecast(data, run, {"optim.lr=0.02"}), log, "", {}, /*overwrite=*/true);
   const std::string metrics = io::read_file((run / "metrics.jsonl").string());
   EXPECT_HAS(error_of([&] { train(read, log, run.string()); }),
-             "run: another run replaced the run in it while this resume started (optim.lr was "
+             "run: another process wrote the run in it while this resume started (optim.lr was "
              "0.003, is now 0.02); nothing was resumed");
   EXPECT_EQ(io::read_file((run / "metrics.jsonl").string()), metrics);
   // Read again, the run it holds now resumes.
@@ -460,6 +458,8 @@ TEST(HostileRuns, ResumeRefusesARunReplacedWhileItStarted) {
         run.string());
 }
 
+// A resumed run continues the model it trained: an override that changes the model's function
+// or its parameters' layout is refused, naming the key and both values; train.epochs may grow.
 TEST(HostileRuns, ResumeRefusesSettingsThatChangeTheModel) {
   const fs::path dir = test::temp_dir("resume_keys");
   const std::string data = write_series(dir, 200);

@@ -470,6 +470,8 @@ outcomes = [(q.wait(timeout=300), q.stderr.read()) for q in both]
 refused = [err for rc, err in outcomes if rc != 0 and "holds the trials of study 'owned'" in err]
 check(len(refused) == 1 and sum(rc == 0 for rc, _ in outcomes) == 1,
       f"two studies started at once on one directory: one refused: {outcomes}")
+check(os.path.exists(os.path.join(racing, "study.json")) and glob.glob(os.path.join(racing, "trial-*")),
+      "the refused study leaves the other's files whole")
 
 # 6c2. An override of a searched key would be recorded but never run: refused, naming it.
 p = run([cfg, "--study", os.path.join(work, "override.db"), "optim.lr=0.5"], ok=False)

@@ -576,7 +576,10 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
             raise _native.Error(f"{run_dir}: holds another run's files; pass overwrite=True to "
                                 f"replace them, or resume='{run_dir}' to continue that run")
         path = _data_file(data, run_dir, payload)
-        if type(data).__name__ == "DataFrame":  # its missing cells are empty, a text "None" a value
+        # A frame's missing cells are empty, its text "None" a value (unless the config says).
+        given = any(v.startswith("data.missing_words=") for v in values) or (
+            "missing_words" in (text or ""))
+        if type(data).__name__ == "DataFrame" and not given:
             values = ["data.missing_words=false"] + values
         values += [f"data.path={_yaml_value(path)}", f"train.run_dir={_yaml_value(run_dir)}"]
         try:

@@ -36,7 +36,8 @@ ThreadConfig configure_threads(int requested) {
   if (requested > 0) {
     cfg.threads = requested;
     cfg.reason = "requested";
-  } else if (env && end != env && *end == '\0' && from_env > 0) {
+  } else if (env && end != env && (*end == '\0' || *end == ',' || *end == ' ') && from_env > 0) {
+    // "4" or the outermost level of a nested list ("4,2"), as libgomp reads it
     cfg.threads = static_cast<int>(std::min<long>(from_env, 1 << 20));
     cfg.reason = "OMP_NUM_THREADS";
   } else {

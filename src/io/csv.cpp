@@ -303,7 +303,7 @@ std::array<int64_t, 4> separators_of_line(std::string_view bytes, size_t* end) {
 // The header's separator: ',' where its line holds a comma outside quotes, else the most frequent
 // of a tab, ';' and '|' there (none: one column, ','). A header with commas and another
 // separator ("date;x;y, mm") takes the one that splits it most of those the next line uses as
-// often (a comma on a tie).
+// often (the other on a tie with commas).
 char header_delimiter(std::string_view bytes) {
   static constexpr char kSeparators[] = {',', '\t', ';', '|'};
   size_t end = 0;
@@ -561,9 +561,27 @@ std::optional<std::pair<size_t, size_t>> CsvTable::find_decimal_comma() const {
 }
 
 bool CsvTable::decimal_commas(std::string_view name) const {
-  if (delimiter_ != ';' && !decimal_comma_) return false;
-  for (const std::string_view cell : cells_[index_of(name)])
-    if (cell.find(',') != std::string_view::npos) return true;
+  if (delimiter_ == ';') {
+    for (const std::string_view cell : cells_[index_of(name)])
+      if (cell.find(',') != std::string_view::npos) return true;
+    return false;
+  }
+  if (delimiter_ != '\t' && delimiter_ != '|') return false;
+  // Tabs or '|': the column's own comma that cannot group thousands tells; a column whose every
+  // comma could ("3,699") is refused, saying both readings (another column's "20,5" may be a
+  // list, "1,2", as well as a number).
+  for (std::string_view cell : cells_[index_of(name)]) {
+    cell = trim(cell);
+    if (!cell.empty() && (cell[0] == '-' || cell[0] == '+')) cell.remove_prefix(1);
+    const size_t comma = cell.find(',');
+    if (comma == std::string_view::npos || comma == 0 || cell.find(',', comma + 1) != cell.npos)
+      continue;
+    const std::string_view after = cell.substr(comma + 1);
+    const bool digits = !after.empty() && std::all_of(after.begin(), after.end(), [](char ch) {
+      return std::isdigit(static_cast<unsigned char>(ch)) != 0;
+    });
+    if (digits && (after.size() != 3 || cell.substr(0, comma) == "0")) return true;
+  }
   return false;
 }
 
@@ -694,6 +712,17 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
         break;
       }
       case NumberStatus::not_number:
+        if (delimiter_ != ';' && decimal_comma_ && cell.find(',') != std::string_view::npos) {
+          const auto [c, row] = *decimal_comma_;
+          std::string point(cell), none(cell);
+          std::replace(point.begin(), point.end(), ',', '.');
+          std::erase(none, ',');
+          fail(source_, ":", lines_[r], ": column ", io::quoted(name), ": ", io::quoted(cells[r]),
+               " is not a number: a decimal comma (", point, ", as ", io::quoted(cells_[c][row]),
+               " in column ", io::quoted(columns_[c]), " on line ", lines_[row],
+               " may write) or a thousands separator (", none,
+               ")? Write the column's numbers with a decimal point");
+        }
         fail(source_, ":", lines_[r], ": column ", io::quoted(name), ": ", io::quoted(cells[r]),
              " is not a number", number_hint(cell));
       case NumberStatus::not_finite:

@@ -1148,10 +1148,13 @@ Config Config::parse(const std::string& yaml, const std::string& source,
     const std::string path = o.substr(0, eq);
     // YAML reads "#..." as a comment, so the value would be nothing: the default, silently.
     if (const std::string_view text = io::trim(std::string_view(o).substr(eq + 1));
-        text.starts_with('#'))
+        text.starts_with('#')) {
+      // The quotes inside the shell's, so that they reach YAML.
+      const bool single = text.find('\'') == std::string_view::npos;
       fail(named,
            ": the value starts with '#', which YAML reads as a comment (no value); quote it: ",
-           path, "='", text, "'");
+           single ? "\"" : "'", path, "=", single ? "'" : "\"", text, single ? "'\"" : "\"'");
+    }
     YAML::Node value;
     try {
       value = YAML::Load(o.substr(eq + 1));

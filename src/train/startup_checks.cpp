@@ -260,8 +260,9 @@ void check_ranks_agree(const Config& c, dist::Communicator& comm) {
 
 void check_resumed_config_current(const Config& given, const std::string& resume_dir) {
   const std::string resolved = (fs::path(resume_dir) / "config.resolved.yaml").string();
+  if (!fs::exists(resolved)) return;  // nothing to resume: the run says so
   const auto replaced = [&](const std::string& what) {
-    fail(resume_dir, ": another run replaced the run in it while this resume started (", what,
+    fail(resume_dir, ": another process wrote the run in it while this resume started (", what,
          "); nothing was resumed: resume again to continue the run it holds now");
   };
   std::optional<Config> now;

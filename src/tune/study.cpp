@@ -733,8 +733,21 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   fs::create_directories(dir);
   std::unique_ptr<Study> opened;
   try {
-    // Another study started at the same moment checks and claims the directory after this one.
+    // Another study started at the same moment checks and claims the directory after this one;
+    // one that made and claimed it first keeps it whole, whatever this one's fate.
     const io::FileLock claim((dir / ".study.lock").string());
+    if (!made.empty()) {  // what this process made holds only the way down to its lock
+      fs::path at = made;
+      std::error_code ec;
+      const fs::path way = fs::absolute(dir).lexically_relative(made);
+      for (const fs::path& step : way == "." ? fs::path() : way) {
+        for (const auto& entry : fs::directory_iterator(at, ec))
+          if (entry.path().filename() != step) made.clear();
+        at /= step;
+      }
+      for (const auto& entry : fs::directory_iterator(at, ec))
+        if (entry.path().filename() != ".study.lock") made.clear();
+    }
     check_owner();
     opened = std::make_unique<Study>(Storage::open(where), settings, where);
     if (!fs::exists(owner_file)) {

@@ -85,10 +85,10 @@ class CsvTable {
   char delimiter() const { return delimiter_; }
   std::string delimiter_name() const;
   // Whether a column writes decimal commas ("20,5"): a column of a ';'-separated file with a
-  // comma in any cell, or of a tab- or '|'-separated one with a comma in any cell where the file
-  // writes a comma that cannot group thousands ("20,5", not only "1,234") in some cell.
-  // numeric() then reads "20,5" as 20.5 and fails on a cell with a point (but for a
-  // missing-value code, n.a.).
+  // comma in any cell, or of a tab- or '|'-separated one with a comma that cannot group
+  // thousands ("20,5", not only "1,234"). numeric() then reads "20,5" as 20.5 and fails on a
+  // cell with a point (but for a missing-value code, n.a.); in a file of tabs or '|' that
+  // writes a decimal comma anywhere, points are checked as a ';' file's are.
   bool decimal_commas(std::string_view name) const;
 
   // Cell text of a column, one per data row. Throws "<path>: no column 'x' (columns: a, b)".
