@@ -415,6 +415,10 @@ TEST_F(CsvTest, MissingWordsAndCodesAreMissingCells) {
   EXPECT_EQ(missing(), (std::vector<int>{1, 2, 3, 4, 5, 6, 8}));
   EXPECT_EQ(t.numeric_or_missing("v")[7], -99.9);
   EXPECT_EQ(t.numeric_or_missing("v")[9], 9999);
+  // A code with a decimal comma matches by value as well.
+  CsvTable semi = CsvTable::parse("v;w\n1,5;0\n-1,00;1\n", "c.csv");
+  semi.set_missing_codes({"-1,0"});
+  EXPECT_TRUE(std::isnan(semi.numeric_or_missing("v")[1]));
   // Without the words (data.missing_words: false, pandas' keep_default_na=False) only empty cells
   // and the codes are missing: "None" is a text, a category's name.
   t.set_missing_codes({"n.a."}, false);
@@ -569,6 +573,26 @@ TEST_F(CsvTest, SemicolonsTakeDecimalCommasAndNeverGuessAPoint) {
                {"n.tsv:2: column 'n': '1.142' reads as a decimal beside '919' on line 3"});
   EXPECT_EQ(CsvTable::parse("v\tn\n20.3\t1.142\n20.5\t919\n", "points.tsv").numeric("n"),
             (Doubles{1.142, 919}));
+  // A comma that cannot group thousands in other forms: four digits before it (pandas'
+  // to_csv(decimal=',') of 1023.031), points between thousands before it, an exponent.
+  const CsvTable forms =
+      CsvTable::parse("a\tb\tc\n1023,031\t1.234,5\t2,5e3\n7,125\t2,000\t1,5e-05\n", "f.tsv");
+  EXPECT_EQ(forms.numeric("a"), (Doubles{1023.031, 7.125}));
+  EXPECT_TRUE(forms.decimal_commas("c"));
+  EXPECT_EQ(forms.numeric("c"), (Doubles{2500, 1.5e-5}));
+  for (const char* evidence : {"1.234,50", "2,5e3", "1234,567"})
+    expect_error(
+        [&] {
+          CsvTable::parse(std::string("stueck\tev\n1.250\t") + evidence + "\n2.500\t1\n", "e.tsv")
+              .numeric("stueck");
+        },
+        {"e.tsv:2: column 'stueck': '1.250' has a point where the file writes decimal commas"});
+  // So does a comma file's quoted "0,5": its points are checked as a ';' file's are.
+  expect_error(
+      [&] {
+        CsvTable::parse("anteil,stueck\n\"0,5\",1.250\n\"0,75\",980\n", "q.csv").numeric("stueck");
+      },
+      {"q.csv:2: column 'stueck': '1.250' reads as a decimal beside '980' on line 3"});
   EXPECT_EQ(CsvTable::parse("v|w\n1,234|0\n20,5|1\n", "p.txt").numeric("v"),
             (Doubles{1.234, 20.5}));
   // A comma-separated file's quoted "1,5" is no decimal comma.

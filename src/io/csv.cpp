@@ -445,8 +445,7 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source, size
     fail(source, ":", header_line, ": the header names no column");
   if (t.lines_.empty()) fail(source, ": no data rows after the header (line ", header_line, ")");
   if (!unnamed.empty()) t.drop_unnamed(unnamed, header_line);
-  if (t.delimiter_ == ';' || t.delimiter_ == '\t' || t.delimiter_ == '|')
-    t.decimal_comma_ = t.find_decimal_comma();
+  t.decimal_comma_ = t.find_decimal_comma();
   return t;
 }
 
@@ -535,28 +534,50 @@ bool integer_of_three_digits(std::string_view cell) {
 }
 }  // namespace
 
-std::optional<std::pair<size_t, size_t>> CsvTable::find_decimal_comma() const {
-  // Tabs or '|' (Excel's "Unicode Text" in a decimal-comma locale) are also the separators of
-  // files with commas between thousands: there only a comma that cannot group them ("20,5",
-  // "0,25", not "1,234") tells decimal commas, and a file whose every comma could stays an
-  // error, never a guess.
-  const bool unambiguous = delimiter_ != ';';
-  const auto is_decimal_comma = [&](std::string_view cell) {
-    cell = trim(cell);
-    if (!cell.empty() && (cell[0] == '-' || cell[0] == '+')) cell.remove_prefix(1);
-    const size_t comma = cell.find(',');
-    if (comma == std::string_view::npos || comma + 1 == cell.size() || (unambiguous && comma == 0))
-      return false;
-    const auto digits = [](std::string_view part) {
-      return std::all_of(part.begin(), part.end(),
-                         [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; });
-    };
-    const std::string_view before = cell.substr(0, comma), after = cell.substr(comma + 1);
-    return digits(before) && digits(after) && (!unambiguous || after.size() != 3 || before == "0");
+namespace {
+enum class CommaCell { none, ambiguous, decimal };
+
+// What a cell's one comma may be: a decimal comma for certain ("20,5", "0,125", "1023,031",
+// "1.234,5", "2,5e3", ",5"), one that could group thousands as well ("1,234", "-3,699"), or none
+// (not a number with one comma).
+CommaCell comma_cell(std::string_view cell) {
+  cell = trim(cell);
+  if (!cell.empty() && (cell[0] == '-' || cell[0] == '+')) cell.remove_prefix(1);
+  const size_t comma = cell.find(',');
+  if (comma == std::string_view::npos || cell.find(',', comma + 1) != std::string_view::npos)
+    return CommaCell::none;
+  const auto digits = [](std::string_view part) {
+    return std::all_of(part.begin(), part.end(),
+                       [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; });
   };
+  const std::string_view before = cell.substr(0, comma);
+  std::string_view after = cell.substr(comma + 1);
+  const size_t e = after.find_first_of("eE");
+  if (e != std::string_view::npos) {
+    std::string_view exponent = after.substr(e + 1);
+    if (!exponent.empty() && (exponent[0] == '-' || exponent[0] == '+')) exponent.remove_prefix(1);
+    if (exponent.empty() || !digits(exponent)) return CommaCell::none;
+    after = after.substr(0, e);
+  }
+  if (after.empty() || !digits(after)) return CommaCell::none;
+  const bool grouped = before.find('.') != std::string_view::npos;
+  if (grouped ? !groups_thousands(before) : !digits(before)) return CommaCell::none;
+  const bool decimal = grouped || e != std::string_view::npos || after.size() != 3 ||
+                       before.empty() || before == "0" || before.size() > 3;
+  return decimal ? CommaCell::decimal : CommaCell::ambiguous;
+}
+}  // namespace
+
+std::optional<std::pair<size_t, size_t>> CsvTable::find_decimal_comma() const {
+  // In a ';' file any comma in a number is one. Tabs, '|' and commas (quoted cells) are also the
+  // separators of files with commas between thousands: there only a comma that cannot group
+  // them ("20,5", not "1,234") tells.
+  const CommaCell enough = delimiter_ == ';' ? CommaCell::ambiguous : CommaCell::decimal;
   for (size_t c = 0; c < cells_.size(); ++c)
     for (size_t r = 0; r < cells_[c].size(); ++r)
-      if (is_decimal_comma(cells_[c][r])) return std::pair{c, r};
+      if (const std::string_view cell = cells_[c][r];
+          cell.find(',') != std::string_view::npos && comma_cell(cell) >= enough)
+        return std::pair{c, r};
   return std::nullopt;
 }
 
@@ -570,18 +591,9 @@ bool CsvTable::decimal_commas(std::string_view name) const {
   // Tabs or '|': the column's own comma that cannot group thousands tells; a column whose every
   // comma could ("3,699") is refused, saying both readings (another column's "20,5" may be a
   // list, "1,2", as well as a number).
-  for (std::string_view cell : cells_[index_of(name)]) {
-    cell = trim(cell);
-    if (!cell.empty() && (cell[0] == '-' || cell[0] == '+')) cell.remove_prefix(1);
-    const size_t comma = cell.find(',');
-    if (comma == std::string_view::npos || comma == 0 || cell.find(',', comma + 1) != cell.npos)
-      continue;
-    const std::string_view after = cell.substr(comma + 1);
-    const bool digits = !after.empty() && std::all_of(after.begin(), after.end(), [](char ch) {
-      return std::isdigit(static_cast<unsigned char>(ch)) != 0;
-    });
-    if (digits && (after.size() != 3 || cell.substr(0, comma) == "0")) return true;
-  }
+  for (const std::string_view cell : cells_[index_of(name)])
+    if (cell.find(',') != std::string_view::npos && comma_cell(cell) == CommaCell::decimal)
+      return true;
   return false;
 }
 
@@ -607,7 +619,9 @@ void CsvTable::set_missing_codes(const std::vector<std::string>& codes, bool wor
   missing_numbers_.clear();
   for (const std::string& code : codes) {
     double v = 0;
-    if (parse_number(code, &v) == NumberStatus::ok)
+    std::string point = code;  // "-1,0" matches the cells of that value too, "-1,00" and "-1.0"
+    if (comma_cell(code) != CommaCell::none) std::replace(point.begin(), point.end(), ',', '.');
+    if (parse_number(point, &v) == NumberStatus::ok)
       missing_numbers_.push_back(v);
     else
       missing_texts_.emplace_back(trim(code));
@@ -712,7 +726,8 @@ std::vector<double> CsvTable::parse_column(std::string_view name, bool missing_i
         break;
       }
       case NumberStatus::not_number:
-        if (delimiter_ != ';' && decimal_comma_ && cell.find(',') != std::string_view::npos) {
+        if ((delimiter_ == '\t' || delimiter_ == '|') && decimal_comma_ &&
+            cell.find(',') != std::string_view::npos) {
           const auto [c, row] = *decimal_comma_;
           std::string point(cell), none(cell);
           std::replace(point.begin(), point.end(), ',', '.');
