@@ -130,7 +130,7 @@ def main():
         (["train", config, config], "train: one CONFIG.yaml expected"),
         (["train", config, "train.run_dir=#1"],
          "override 'train.run_dir=#1': the value starts with '#', which YAML reads as a comment "
-         "(no value); quote it: \"train.run_dir='#1'\""),
+         "(no value); quote it: 'train.run_dir=\"#1\"'"),
         (["predict", forecast], "--input is required"),
         (["frobnicate"], "The following argument was not expected: frobnicate"),
         (["eval", forecast, "train.epochs=3"],

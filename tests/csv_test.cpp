@@ -587,12 +587,17 @@ TEST_F(CsvTest, SemicolonsTakeDecimalCommasAndNeverGuessAPoint) {
               .numeric("stueck");
         },
         {"e.tsv:2: column 'stueck': '1.250' has a point where the file writes decimal commas"});
-  // So does a comma file's quoted "0,5": its points are checked as a ';' file's are.
-  expect_error(
-      [&] {
-        CsvTable::parse("anteil,stueck\n\"0,5\",1.250\n\"0,75\",980\n", "q.csv").numeric("stueck");
-      },
-      {"q.csv:2: column 'stueck': '1.250' reads as a decimal beside '980' on line 3"});
+  // Not a comma file's quoted "0,5", nor "1,2" in a column of other texts (a list): a point
+  // there is a decimal point.
+  EXPECT_EQ(
+      CsvTable::parse("anteil,stueck\n\"0,5\",51.507\n\"0,75\",980\n", "q.csv").numeric("stueck"),
+      (Doubles{51.507, 980}));
+  EXPECT_EQ(CsvTable::parse("tags\tlat\n1,2\t51.507\nb\t1.250\n", "l.tsv").numeric("lat"),
+            (Doubles{51.507, 1.25}));
+  // A code keeps matching its own text where its comma is no decimal one.
+  CsvTable listed = CsvTable::parse("t\tv\na\t10.5\nb\t-9,999\n", "k.tsv");
+  listed.set_missing_codes({"-9,999"});
+  EXPECT_TRUE(std::isnan(listed.numeric_or_missing("v")[1]));
   EXPECT_EQ(CsvTable::parse("v|w\n1,234|0\n20,5|1\n", "p.txt").numeric("v"),
             (Doubles{1.234, 20.5}));
   // A comma-separated file's quoted "1,5" is no decimal comma.

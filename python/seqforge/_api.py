@@ -124,6 +124,24 @@ def _config_source(config):
                     f"{type(config).__name__}")
 
 
+def _sets(text, source, values, key):
+    """Whether a config (its YAML text, or its file where text is None) or a setting gives `key`."""
+    if any(v.startswith(key + "=") for v in values):
+        return True
+    try:
+        if text is None:
+            with open(source, encoding="utf-8") as f:
+                text = f.read()
+        node = yaml.safe_load(text or "")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False  # the native side says what is wrong with it
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def _holds_a_run(directory):
     metrics = os.path.join(directory, "metrics.jsonl")
     return ((os.path.exists(metrics) and os.path.getsize(metrics) > 0) or
@@ -577,9 +595,8 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
                                 f"replace them, or resume='{run_dir}' to continue that run")
         path = _data_file(data, run_dir, payload)
         # A frame's missing cells are empty, its text "None" a value (unless the config says).
-        given = any(v.startswith("data.missing_words=") for v in values) or (
-            "missing_words" in (text or ""))
-        if type(data).__name__ == "DataFrame" and not given:
+        if type(data).__name__ == "DataFrame" and not _sets(text, source, values,
+                                                              "data.missing_words"):
             values = ["data.missing_words=false"] + values
         values += [f"data.path={_yaml_value(path)}", f"train.run_dir={_yaml_value(run_dir)}"]
         try:

@@ -445,7 +445,8 @@ CsvTable CsvTable::parse(std::string_view bytes, const std::string& source, size
     fail(source, ":", header_line, ": the header names no column");
   if (t.lines_.empty()) fail(source, ": no data rows after the header (line ", header_line, ")");
   if (!unnamed.empty()) t.drop_unnamed(unnamed, header_line);
-  t.decimal_comma_ = t.find_decimal_comma();
+  if (t.delimiter_ == ';' || t.delimiter_ == '\t' || t.delimiter_ == '|')
+    t.decimal_comma_ = t.find_decimal_comma();
   return t;
 }
 
@@ -569,15 +570,25 @@ CommaCell comma_cell(std::string_view cell) {
 }  // namespace
 
 std::optional<std::pair<size_t, size_t>> CsvTable::find_decimal_comma() const {
-  // In a ';' file any comma in a number is one. Tabs, '|' and commas (quoted cells) are also the
-  // separators of files with commas between thousands: there only a comma that cannot group
-  // them ("20,5", not "1,234") tells.
-  const CommaCell enough = delimiter_ == ';' ? CommaCell::ambiguous : CommaCell::decimal;
+  // In a ';' file any comma in a number is one. Tabs and '|' are also the separators of files
+  // with commas between thousands: there only a comma that cannot group them ("20,5", not
+  // "1,234") tells, in a column of numbers (not a list such as "1,2" beside "b").
+  const bool semicolons = delimiter_ == ';';
+  const auto numbers = [&](const CsvColumn& cells) {
+    return std::all_of(cells.begin(), cells.end(), [&](std::string_view cell) {
+      double ignored = 0;
+      return is_missing(cell) || comma_cell(cell) != CommaCell::none ||
+             parse_number(trim(cell), &ignored) == NumberStatus::ok;
+    });
+  };
   for (size_t c = 0; c < cells_.size(); ++c)
     for (size_t r = 0; r < cells_[c].size(); ++r)
       if (const std::string_view cell = cells_[c][r];
-          cell.find(',') != std::string_view::npos && comma_cell(cell) >= enough)
-        return std::pair{c, r};
+          cell.find(',') != std::string_view::npos &&
+          comma_cell(cell) >= (semicolons ? CommaCell::ambiguous : CommaCell::decimal)) {
+        if (semicolons || numbers(cells_[c])) return std::pair{c, r};
+        break;  // a column of texts: the next column
+      }
   return std::nullopt;
 }
 
@@ -618,13 +629,15 @@ void CsvTable::set_missing_codes(const std::vector<std::string>& codes, bool wor
   missing_texts_.clear();
   missing_numbers_.clear();
   for (const std::string& code : codes) {
-    double v = 0;
-    std::string point = code;  // "-1,0" matches the cells of that value too, "-1,00" and "-1.0"
-    if (comma_cell(code) != CommaCell::none) std::replace(point.begin(), point.end(), ',', '.');
-    if (parse_number(point, &v) == NumberStatus::ok)
-      missing_numbers_.push_back(v);
-    else
-      missing_texts_.emplace_back(trim(code));
+    missing_texts_.emplace_back(trim(code));
+    // "-1,0" matches the cells of that value too ("-1,00") where a file's commas may be decimal.
+    std::string point = code;
+    const CommaCell comma = comma_cell(code);
+    if (delimiter_ == ';'
+            ? comma != CommaCell::none
+            : (delimiter_ == '\t' || delimiter_ == '|') && comma == CommaCell::decimal)
+      std::replace(point.begin(), point.end(), ',', '.');
+    if (double v = 0; parse_number(point, &v) == NumberStatus::ok) missing_numbers_.push_back(v);
   }
 }
 

@@ -1149,11 +1149,12 @@ Config Config::parse(const std::string& yaml, const std::string& source,
     // YAML reads "#..." as a comment, so the value would be nothing: the default, silently.
     if (const std::string_view text = io::trim(std::string_view(o).substr(eq + 1));
         text.starts_with('#')) {
-      // The quotes inside the shell's, so that they reach YAML.
-      const bool single = text.find('\'') == std::string_view::npos;
-      fail(named,
-           ": the value starts with '#', which YAML reads as a comment (no value); quote it: ",
-           single ? "\"" : "'", path, "=", single ? "'" : "\"", text, single ? "'\"" : "\"'");
+      // YAML's double quotes inside the shell's single ones reach YAML as written, where the
+      // text holds no quote, backslash or '$'.
+      const bool plain = text.find_first_of("'\"\\$`") == std::string_view::npos;
+      fail(named, ": the value starts with '#', which YAML reads as a comment (no value); ",
+           plain ? "quote it: '" + path + "=\"" + std::string(text) + "\"'"
+                 : std::string("quote it in the config file instead"));
     }
     YAML::Node value;
     try {

@@ -732,33 +732,38 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   if (fs::exists(made)) made.clear();
   fs::create_directories(dir);
   std::unique_ptr<Study> opened;
-  try {
+  {
     // Another study started at the same moment checks and claims the directory after this one;
-    // one that made and claimed it first keeps it whole, whatever this one's fate.
+    // one that made and claimed it first keeps it whole, whatever this one's fate (the lock is
+    // held until what this one made is gone).
     const io::FileLock claim((dir / ".study.lock").string());
-    if (!made.empty()) {  // what this process made holds only the way down to its lock
-      fs::path at = made;
-      std::error_code ec;
-      const fs::path way = fs::absolute(dir).lexically_relative(made);
-      for (const fs::path& step : way == "." ? fs::path() : way) {
+    try {
+      if (!made.empty()) {  // what this process made holds only the way down to its lock
+        const fs::path base = made.lexically_normal();
+        fs::path at = base;
+        std::error_code ec;
+        const fs::path way = fs::absolute(dir).lexically_normal().lexically_relative(base);
+        for (const fs::path& step : way) {
+          if (step.empty() || step == ".") continue;
+          for (const auto& entry : fs::directory_iterator(at, ec))
+            if (entry.path().filename() != step) made.clear();
+          at /= step;
+        }
         for (const auto& entry : fs::directory_iterator(at, ec))
-          if (entry.path().filename() != step) made.clear();
-        at /= step;
+          if (entry.path().filename() != ".study.lock") made.clear();
       }
-      for (const auto& entry : fs::directory_iterator(at, ec))
-        if (entry.path().filename() != ".study.lock") made.clear();
+      check_owner();
+      opened = std::make_unique<Study>(Storage::open(where), settings, where);
+      if (!fs::exists(owner_file)) {
+        const std::string owner =
+            nlohmann::json{{"storage", storage}, {"study", settings.name}}.dump();
+        io::write_file_atomically(owner_file.string(), {{owner.data(), owner.size()}});
+      }
+    } catch (...) {
+      std::error_code ignored;
+      if (!made.empty()) fs::remove_all(made, ignored);
+      throw;
     }
-    check_owner();
-    opened = std::make_unique<Study>(Storage::open(where), settings, where);
-    if (!fs::exists(owner_file)) {
-      const std::string owner =
-          nlohmann::json{{"storage", storage}, {"study", settings.name}}.dump();
-      io::write_file_atomically(owner_file.string(), {{owner.data(), owner.size()}});
-    }
-  } catch (...) {
-    std::error_code ignored;
-    if (!made.empty()) fs::remove_all(made, ignored);
-    throw;
   }
   Study& study = *opened;
   for (size_t i = 0; i < fixed.size(); ++i) {
