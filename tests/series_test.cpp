@@ -1397,6 +1397,17 @@ TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
   const SeriesData days = load_series(config(early, {"data.date_order=dmy"}));
   EXPECT_EQ(days.dates.back(), "2020-01-12");
   EXPECT_EQ(days.series[0].step, 86400);
+  // A told order the file does not write (a run trained day first, predicting from a month-first
+  // file) names the order that reads it.
+  std::vector<std::string> later = firsts;
+  later[3] = "04/19/2020";
+  EXPECT_NE(
+      error_of([&] { load_series(config(file("later.csv", later), {"data.date_order=dmy"})); })
+          .find(":5: column 'date': '04/19/2020' is not a date with its day first "
+                "(data.date_order dmy, the run's order for eval and predict) but reads with "
+                "its month first: set data.date_order, or --date-order for eval and predict, "
+                "to mdy"),
+      std::string::npos);
   // Both orders in one column, and a cell that is no date of the column's kind.
   std::vector<std::string> mixed = day_first;
   mixed[8] = month_first[8];

@@ -165,6 +165,18 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
       bool zone = false;
       const auto t = io::parse_date(dates[r], *layout, &offsets[r], &zone);
       zoned[r] = zone;
+      if (!t && (layout == io::DateLayout::day_first || layout == io::DateLayout::month_first)) {
+        const bool day = layout == io::DateLayout::day_first;
+        const auto other = day ? io::DateLayout::month_first : io::DateLayout::day_first;
+        if (o.date_order != "auto" && io::parse_date(dates[r], other))
+          fail(table.where(r), ": column '", o.date_col, "': ", io::quoted(dates[r]),
+               " is not a date with its ", day ? "day" : "month", " first (data.date_order ",
+               o.date_order, ", the run's order for eval and predict) but reads with its ",
+               day ? "month" : "day",
+               " first: set data.date_order, or --date-order for eval and "
+               "predict, to ",
+               day ? "mdy" : "dmy");
+      }
       if (!t && r == 0)
         fail(table.where(r), ": column '", o.date_col, "': ", io::quoted(dates[r]),
              " is neither a date (2012-01-31, 2012-01-31 13:45, 2012/01/31, 20120131, 2012013113, "
