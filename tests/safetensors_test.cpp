@@ -722,6 +722,15 @@ TEST(WriteFileAtomically, TemporariesOfKilledWritersAreRemoved) {
   EXPECT_TRUE(fs::exists(dir / ("model.safetensors.tmp." + alive + ".1")));
   EXPECT_TRUE(fs::exists(dir / ("notes.txt.tmp." + dead + ".0")));
   EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
+  // A write of a file (predict's or merge's output outside any run directory) removes what a
+  // killed writer of that file left, and nothing else.
+  for (const std::string& name : {"preds.csv.tmp." + dead + ".3", "other.csv.tmp." + dead + ".0"})
+    std::ofstream(dir / name) << "x";
+  const std::string text = "a,b\n";
+  write_file_atomically((dir / "preds.csv").string(), {{text.data(), text.size()}});
+  EXPECT_FALSE(fs::exists(dir / ("preds.csv.tmp." + dead + ".3")));
+  EXPECT_TRUE(fs::exists(dir / ("other.csv.tmp." + dead + ".0")));
+  EXPECT_TRUE(fs::exists(dir / ("model.safetensors.tmp." + alive + ".1")));
   fs::remove_all(dir);
 }
 

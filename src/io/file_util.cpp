@@ -165,6 +165,8 @@ void write_file_atomically(const std::string& path_in, const std::vector<ByteSpa
     fail(path, ": cannot fsync directory ", dir, ": ", std::strerror(e));
   }
   ::close(dfd);
+  // What an earlier writer of this file left when it was killed mid-write.
+  remove_stale_temporaries(dir, {std::filesystem::path(path).filename().string()});
 }
 
 int remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& names) {

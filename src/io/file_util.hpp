@@ -17,7 +17,8 @@ struct ByteSpan {
 
 // Writes `parts` one after another to `path` atomically: a temporary file in the same directory,
 // fsync, rename over `path`, fsync of the directory. On any failure the temporary file is removed
-// and a seqforge::Error names `path`, the step and the system's reason.
+// and a seqforge::Error names `path`, the step and the system's reason. Then removes what an
+// earlier writer of `path` killed mid-write left (remove_stale_temporaries).
 void write_file_atomically(const std::string& path, const std::vector<ByteSpan>& parts);
 
 // Removes from `dir` the temporary files write_file_atomically left of `names` when its process
