@@ -29,8 +29,8 @@ def fail(message):
     raise SystemExit("FAIL: " + message)
 
 
-def run(args, expect_ok=True):
-    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+def run(args, expect_ok=True, env=None):
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
     if expect_ok and r.returncode != 0:
         fail(" ".join(args) + " failed:\n" + r.stdout[-2000:] + r.stderr[-2000:])
     return r
@@ -190,6 +190,17 @@ def main():
         print(f"lm in bf16: val_loss {low:.4f}, fp32 {m['val_loss']:.4f}")
         if abs(low - m["val_loss"]) > 0.02 * m["val_loss"]:
             fail(f"bf16 val_loss {low} is not within 2% of fp32's {m['val_loss']}")
+        # A resume held to AVX2 computes in fp32 for its leg alone: the run stays a bf16 one.
+        capped = run([seqforge, "train", "--resume", bf16_dir, "train.epochs=2",
+                      "train.max_batches=2"], env={**os.environ, "SEQFORGE_MAX_ISA": "avx2"}).stdout
+        with open(os.path.join(bf16_dir, "config.resolved.yaml")) as f:
+            recorded = [line.strip() for line in f if line.strip().startswith("precision:")]
+        again = run([seqforge, "train", "--resume", bf16_dir, "train.epochs=3",
+                     "train.max_batches=2"]).stdout
+        if "fp32 GEMMs" not in capped.splitlines()[0] or recorded != ["precision: bf16"] or \
+                "bf16 GEMMs" not in again.splitlines()[0]:
+            fail(f"a bf16 run resumed under an AVX2 cap, then without: {capped.splitlines()[0]!r}, "
+                 f"{recorded}, {again.splitlines()[0]!r}")
     else:
         print("lm in bf16: skipped, this CPU runs no bf16 GEMMs: " + out.splitlines()[0])
     out = run([seqforge, "generate", run_dir, "--prompt", "ROMEO:", "--length", "20"]).stdout
@@ -238,6 +249,39 @@ def main():
     with open(own_config, "wb") as f:
         f.write(kept)
     print("a changed config.json of the run is refused")
+    # A resume reads the tokenizer and the base's config.json again: one changed since the run
+    # began (the same tokens under other ids, another rope_theta) is refused, and the restored
+    # files resume.
+    resumed = os.path.join(work, "run_resumed")
+    run([seqforge, "train", config, "train.precision=fp32", "train.max_batches=3",
+         "train.run_dir=" + resumed])
+    vocab_swapped = json.loads(original)
+    v = vocab_swapped["model"]["vocab"]
+    a, b = sorted(v)[:2]
+    v[a], v[b] = v[b], v[a]
+    with open(base_tokenizer, "w") as f:
+        json.dump(vocab_swapped, f)
+    r = run([seqforge, "train", "--resume", resumed, "train.epochs=2"], expect_ok=False)
+    if r.returncode == 0 or "is not the file the model was trained with" not in r.stderr:
+        fail(f"a resume with a changed tokenizer: {r.returncode} {r.stderr!r}")
+    with open(base_tokenizer, "wb") as f:
+        f.write(original)
+    base_config = os.path.join(folder, "config.json")
+    with open(base_config, "rb") as f:
+        kept = f.read()
+    changed = json.loads(kept)
+    changed["rope_theta"] = changed["rope_theta"] * 3
+    with open(base_config, "w") as f:
+        json.dump(changed, f)
+    r = run([seqforge, "train", "--resume", resumed, "train.epochs=2"], expect_ok=False)
+    if r.returncode == 0 or "differs from the config.json the run trained with" not in r.stderr:
+        fail(f"a resume with a changed base config.json: {r.returncode} {r.stderr!r}")
+    with open(base_config, "wb") as f:
+        f.write(kept)
+    run([seqforge, "train", "--resume", resumed, "train.epochs=2"])
+    if last_metrics(resumed)["epoch"] != 2:
+        fail("the restored files did not resume")
+    print("a resume refuses a tokenizer or base config.json changed since the run began")
     out = run([seqforge, "train", config, "train.max_batches=1", "model.dropout=0.1",
                "train.run_dir=" + os.path.join(work, "warned"), "--overwrite"]).stdout
     if "warning: model.dropout does not apply to model.family decoder" not in out:

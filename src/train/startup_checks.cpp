@@ -1,6 +1,7 @@
 #include "startup_checks.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "loop.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/data/augment.hpp"
+#include "seqforge/data/datasets.hpp"
 #include "seqforge/io/safetensors.hpp"
 #include "seqforge/train/data_options.hpp"
 #include "task_type.hpp"
@@ -121,6 +123,48 @@ void check_resume_keeps_the_model(const Config& config, const std::string& resum
          "; train.run_dir cannot move it (copy the directory, then resume the copy)");
 }
 
+// Files other than data.path that a run read its tokens and its model from: a resume reads them
+// again where the config names them, so one that changed since (other ids for the same tokens,
+// another rope_theta) is refused, as a changed data file is, before it trains another model.
+void check_resume_keeps_its_files(const Config& config, const std::string& resume_dir) {
+  const fs::path dir(resume_dir);
+  const std::string task = config.str("data.task");
+  if (task == "lm" || task == "text_classify") {
+    for (const char* name : {"training_state.safetensors", "model.safetensors"}) {
+      const fs::path file = dir / name;
+      if (!fs::is_regular_file(file)) continue;
+      const io::SafetensorsFile state = io::SafetensorsFile::read(file.string());
+      const auto& meta = state.metadata();
+      const auto hash = meta.find("seqforge.tokenizer_hash");
+      if (hash == meta.end()) continue;
+      uint64_t expected = 0, now = 0;
+      std::from_chars(hash->second.data(), hash->second.data() + hash->second.size(), expected);
+      if (const std::string named = data_options(config).text.tokenizer;
+          expected != 0 && fs::is_regular_file(named))
+        read_tokenizer(named, expected, &now);  // refuses another tokenizer
+      break;
+    }
+  }
+  if (config.str("model.family") != "decoder") return;
+  const fs::path kept = dir / "config.json";
+  const fs::path base = fs::path(config.str("model.init_from")) / "config.json";
+  if (!fs::is_regular_file(kept) || !fs::is_regular_file(base)) return;
+  // A classifier's copy names its classes (id2label, label2id, architectures): the rest is the
+  // base's.
+  const auto model_of = [](const fs::path& path) {
+    nlohmann::json j = nlohmann::json::parse(io::read_file(path.string()), nullptr, false);
+    if (j.is_object())
+      for (const char* key : {"id2label", "label2id", "architectures"}) j.erase(key);
+    return j;
+  };
+  if (model_of(base) != model_of(kept))
+    fail(base.string(), ": differs from the config.json the run trained with (its copy ",
+         kept.string(),
+         "): a resumed run goes on with the model it began; restore the file, or "
+         "start a new run from this one (model.init_from: ",
+         resume_dir, ")");
+}
+
 }  // namespace
 
 void check_validation_split(const Config& c, const Task& t) {
@@ -211,6 +255,7 @@ void check_run_inputs(const Config& config, const std::string& resume_dir) {
            " is a run's training state (what --resume reads), not a model: give the run's "
            "directory or its model.safetensors");
   }
+  if (!resume_dir.empty()) check_resume_keeps_its_files(config, resume_dir);
 }
 
 void check_ranks_agree(const Config& c, dist::Communicator& comm) {

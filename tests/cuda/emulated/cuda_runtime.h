@@ -24,6 +24,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <source_location>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -230,6 +232,7 @@ struct Fiber {
   unsigned thread = 0, block = 0;
   unsigned char* shared = nullptr;
   State state = ready;
+  std::source_location at;  // the barrier it waits at
 };
 
 // Fiber stacks, reserved once per launching thread and reused, each under a guard page.
@@ -284,13 +287,14 @@ struct FiberScheduler {
     current = nullptr;
   }
   // From inside the running fiber: back to the launching thread, to resume at `state`'s opening.
-  void wait(Fiber::State state) {
+  void wait(Fiber::State state, std::source_location at = {}) {
     if (state == Fiber::at_grid_barrier && !cooperative) {  // undefined on a GPU
       std::fprintf(stderr, "emulated CUDA: a grid sync in a launch that is not cooperative\n");
       std::abort();
     }
     Fiber& f = *current;
     f.state = state;
+    f.at = at;
 #if defined(__SANITIZE_ADDRESS__)
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, main_bottom, main_size);
@@ -302,6 +306,10 @@ struct FiberScheduler {
   }
   // Runs every fiber to its end, opening barriers as they fill.
   void run();
+  // Aborts where a barrier that is about to open is undefined on a GPU: a block's threads at
+  // different __syncthreads (it compiles to an aligned barrier, one instruction for the whole
+  // block), or a thread that ended while others of its block (of its grid, at a grid sync) wait.
+  void check_barriers() const;
 };
 inline thread_local FiberScheduler scheduler;  // the launching thread's
 
@@ -329,6 +337,44 @@ inline void FiberScheduler::entry() {
   // returns through uc_link to the launching thread
 }
 
+inline void FiberScheduler::check_barriers() const {
+  const auto where = [](const Fiber& f) {
+    return std::string(f.at.file_name()) + ":" + std::to_string(f.at.line());
+  };
+  const auto fail = [](const std::string& why) {
+    std::fprintf(stderr, "emulated CUDA: %s\n", why.c_str());
+    std::abort();
+  };
+  std::map<unsigned, const Fiber*> waiting, ended, running;  // block -> one of its threads
+  bool at_grid = false;
+  for (const Fiber& f : fibers) {
+    if (f.state == Fiber::at_block_barrier) waiting.try_emplace(f.block, &f);
+    if (f.state == Fiber::done) ended.try_emplace(f.block, &f);
+    if (f.state == Fiber::ready || f.state == Fiber::spinning) running.try_emplace(f.block, &f);
+    at_grid |= f.state == Fiber::at_grid_barrier;
+  }
+  for (const Fiber& f : fibers) {
+    const auto w = waiting.find(f.block);
+    if (w == waiting.end()) continue;
+    const Fiber& first = *w->second;
+    const bool same_site =
+        f.at.line() == first.at.line() && std::strcmp(f.at.file_name(), first.at.file_name()) == 0;
+    if (f.state == Fiber::at_block_barrier && !same_site)
+      fail("block " + std::to_string(f.block) + ": thread " + std::to_string(first.thread) +
+           " waits at the barrier at " + where(first) + ", thread " + std::to_string(f.thread) +
+           " at " + where(f));
+    if (f.state == Fiber::done && !running.contains(f.block))
+      fail("block " + std::to_string(f.block) + ": thread " + std::to_string(f.thread) +
+           " ended while thread " + std::to_string(first.thread) + " waits at the barrier at " +
+           where(first));
+  }
+  if (at_grid && !ended.empty() && running.empty() && waiting.empty()) {
+    const Fiber& f = *ended.begin()->second;
+    fail("block " + std::to_string(f.block) + ": thread " + std::to_string(f.thread) +
+         " ended while others wait at a grid sync");
+  }
+}
+
 inline void FiberScheduler::run() {
   for (size_t phase = 0;; ++phase) {
     const size_t n = fibers.size();
@@ -352,6 +398,7 @@ inline void FiberScheduler::run() {
       all_at_grid &= f.state == Fiber::done || f.state == Fiber::at_grid_barrier;
     }
     if (!live) return;
+    check_barriers();
     bool opened = false;
     if (all_at_grid) {
       for (Fiber& f : fibers)
@@ -393,6 +440,10 @@ struct Launch {
   template <typename... Args>
   void run(Args... args) const {
     const Open open;
+    if (grid == 0 || block == 0 || block > 1024) {  // cudaErrorInvalidConfiguration on a GPU
+      std::fprintf(stderr, "emulated CUDA: a launch of %u blocks of %u threads\n", grid, block);
+      std::abort();
+    }
     if (++launches == skipped_launch) return;
     grid_dim = {cooperative ? grid : std::min(grid, 3u)};
     block_dim = {std::min(block, 8u)};
@@ -442,7 +493,9 @@ struct Launch {
   ::sf_emu::Launch<decltype(__VA_ARGS__)> { __VA_ARGS__, grid, block, shared, true, stream }
 #define SF_DYNAMIC_SHARED(name) unsigned char* name = ::sf_emu::block_shared
 
-inline void __syncthreads() { sf_emu::scheduler.wait(sf_emu::Fiber::at_block_barrier); }
+inline void __syncthreads(std::source_location at = std::source_location::current()) {
+  sf_emu::scheduler.wait(sf_emu::Fiber::at_block_barrier, at);
+}
 // Rounded on their own: a volatile result is never fused into an FMA.
 inline float __fmul_rn(float a, float b) {
   volatile float r = a * b;

@@ -478,6 +478,25 @@ __global__ void divergent_barriers_kernel() {
 
 __global__ void grid_sync_kernel() { cooperative_groups::this_grid().sync(); }
 
+// __syncthreads is one aligned barrier for the whole block: reached at two places of the code,
+// or by some threads while others have returned, it is undefined on a GPU.
+__global__ void two_sites_kernel() {
+  if (threadIdx.x % 2)
+    __syncthreads();
+  else
+    __syncthreads();
+}
+
+__global__ void early_return_kernel(int n) {
+  if (static_cast<int>(threadIdx.x) >= n) return;
+  __syncthreads();
+}
+
+__global__ void early_return_before_grid_sync_kernel() {
+  if (blockIdx.x == 1) return;
+  cooperative_groups::this_grid().sync();
+}
+
 TEST(CudaKernelsEmulated, ThreadsMeetAtBarriersAndUnsyncedReadsSeeThePoison) {
   for (int phase : {0, 1})
     for (bool barrier : {true, false}) {
@@ -491,6 +510,18 @@ TEST(CudaKernelsEmulated, ThreadsMeetAtBarriersAndUnsyncedReadsSeeThePoison) {
   EXPECT_DEATH(divergent(), "a kernel's threads wait at different barriers");
   const auto grid_sync_not_cooperative = SF_LAUNCH(1, 8, 0, nullptr, grid_sync_kernel);
   EXPECT_DEATH(grid_sync_not_cooperative(), "a grid sync in a launch that is not cooperative");
+  const auto two_sites = SF_LAUNCH(1, 8, 0, nullptr, two_sites_kernel);
+  EXPECT_DEATH(two_sites(),
+               "block 0: thread 0 waits at the barrier at .*kernels_test.cpp:[0-9]+, "
+               "thread 1 at .*kernels_test.cpp:[0-9]+");
+  const auto early_return = SF_LAUNCH(1, 8, 0, nullptr, early_return_kernel);
+  EXPECT_DEATH(early_return(5), "block 0: thread 5 ended while thread 0 waits at the barrier");
+  early_return(8);  // every thread reaches it
+  const auto grid_early =
+      SF_LAUNCH_COOPERATIVE(2, 8, 0, nullptr, early_return_before_grid_sync_kernel);
+  EXPECT_DEATH(grid_early(), "block 1: thread 0 ended while others wait at a grid sync");
+  const auto too_many = SF_LAUNCH(1, 1025, 0, nullptr, grid_sync_kernel);
+  EXPECT_DEATH(too_many(), "a launch of 1 blocks of 1025 threads");
 }
 
 // The emulated streams run work only when something waits for it, so that a missing event shows:
