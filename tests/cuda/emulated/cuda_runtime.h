@@ -419,9 +419,21 @@ inline void FiberScheduler::run() {
   }
 }
 
+// The most threads an emulated block runs: 8, or SEQFORGE_EMULATED_BLOCK_THREADS (up to 1024: the
+// launch's own block size, whole warps, where a thread's share of the work and its neighbours are
+// those of a GPU).
+inline unsigned block_threads() {
+  static const unsigned n = [] {
+    const char* v = std::getenv("SEQFORGE_EMULATED_BLOCK_THREADS");
+    return v ? std::clamp(static_cast<unsigned>(std::atoi(v)), 1u, 1024u) : 8u;
+  }();
+  return n;
+}
+
 // kernel<<<grid, block, shared>>>(args...): every block in turn, its threads as fibers. Grids
-// and blocks are cut to at most 3 blocks of 8 threads: the kernels stride over any geometry (a
-// result that depended on it would be a defect this catches), and it keeps the threads few.
+// and blocks are cut to at most 3 blocks of 8 threads (block_threads): the kernels stride over
+// any geometry (a result that depended on it would be a defect this catches), and it keeps the
+// threads few.
 // A cooperative launch runs all its blocks together, as the GPU guarantees it, and keeps its
 // grid: the launcher sized it to the blocks the (emulated) GPU holds at once, and the kernel may
 // give each block work of its own (the whole-chain kernels' resident weights).
@@ -446,7 +458,7 @@ struct Launch {
     }
     if (++launches == skipped_launch) return;
     grid_dim = {cooperative ? grid : std::min(grid, 3u)};
-    block_dim = {std::min(block, 8u)};
+    block_dim = {std::min(block, block_threads())};
     FiberScheduler& s = scheduler;
     s.cooperative = cooperative;
     const unsigned at_once = cooperative ? grid_dim.x : 1;
