@@ -432,7 +432,7 @@ const std::vector<ConfigKey> kKeys = {
      "an Intel core's AVX512-BF16 without AMX), timed once per machine; else fp32. `bf16` where "
      "no bf16 GEMMs run (a CPU without AVX512-BF16 or AMX) is fp32 with a note. The run's "
      "config.resolved.yaml records the precision the run computed in (auto's choice, fp32 "
-     "where bf16 or fp16 fell back), which eval, predict and a resume keep."},
+     "where bf16 or fp16 fell back at the run's start), which eval, predict and a resume keep."},
     {"train.threads", T::integer, "0",
      "Compute threads; 0: every CPU this process may use (more than that run one per CPU, with a "
      "warning)."},

@@ -239,10 +239,10 @@ Training::Training(const Config& c, const Config& given, std::ostream& out,
                         c_.origin("data.date_order"));
   build_model();
   // So is the precision the run computes in (auto's choice, or fp32 where bf16 fell back): a
-  // resume (on another machine, say) and eval keep it. A resume's own fallback (a machine or an
-  // ISA cap without bf16 GEMMs) is its leg's alone: the next resume goes on in the run's.
-  const bool fell_back_on_resume = !resume_dir_.empty() && c_.str("train.precision") != "auto";
-  if (!fell_back_on_resume && c_.str("train.precision") != gemm_precision_name(gemm_dtype_))
+  // resume (on another machine, say) and eval keep it. A resume keeps the recorded one: its own
+  // fallback (a machine or an ISA cap without bf16 GEMMs) is its leg's alone.
+  const bool recorded = !resume_dir_.empty() && c_.str("train.precision") != "auto";
+  if (!recorded && c_.str("train.precision") != gemm_precision_name(gemm_dtype_))
     c_ = c_.with_values({{"train.precision", gemm_precision_name(gemm_dtype_)}},
                         c_.origin("train.precision"));
   // Each rank takes batch_size windows of every global batch of ranks * batch_size.
