@@ -62,6 +62,10 @@ def main():
     r = run("train", "--resume", os.path.join(work, "forecast_ft"), "train.epochs=2")
     if r.returncode != 0:
         fail("a forecast resumed without its base model: exit %d\n%s" % (r.returncode, r.stderr))
+    tokens = os.path.join(work, "tokenizer.json")
+    r = run("tokenizer", "train", text, "--vocab-size", "300", "-o", tokens)
+    if r.returncode != 0:
+        fail("tokenizer train: exit %d\n%s" % (r.returncode, r.stderr))
     study = os.path.join(work, "study")
     os.makedirs(study)
     open(os.path.join(study, "study.db"), "w").close()
@@ -176,6 +180,17 @@ def main():
         (["train", os.path.join(root, "examples/configs/shakespeare_gpt.yaml"), "data.path=" + text,
           "model.init_from=" + charlm, "train.run_dir=" + os.path.join(work, "gpt_from_lstm")],
          "is a recurrent model; model.family transformer starts from a transformer's checkpoint"),
+        # A tokenizer's tokens train a Hugging Face decoder, never a check failure of the model.
+        (["train", charlm_config, *charlm_data, "data.task=lm", "data.tokenizer=" + tokens,
+          "train.run_dir=" + os.path.join(work, "lm_lstm")],
+         "data.task lm takes model.family decoder (a Hugging Face model on its tokenizer's "
+         "tokens, model.init_from its folder); a recurrent model of characters is data.task "
+         "charlm"),
+        (["train", os.path.join(root, "examples/configs/shakespeare_gpt.yaml"), "data.path=" + text,
+          "data.task=lm", "data.tokenizer=" + tokens,
+          "train.run_dir=" + os.path.join(work, "lm_gpt")],
+         "model.family transformer takes data.task charlm or text_classify, not lm (a "
+         "tokenizer's tokens train a Hugging Face model: model.family decoder"),
         (["train", config, "optim.eps=0"], "override 'optim.eps=0': optim.eps must be above 0"),
         (["train", config, "optim.beta1=1"], "override 'optim.beta1=1': optim.beta1 must be in "
                                              "[0, 1), got 1"),

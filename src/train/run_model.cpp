@@ -118,10 +118,13 @@ ModelOptions model_options(const Config& c, const Task& t) {
   m.final_states = !m.per_step && !t.is_text() && c.str("model.output") == "final_states";
   const std::string family = c.str("model.family");
   if (family == "transformer") {
-    if (!t.is_text())
+    if (!t.is_text() || t.kind == TaskKind::lm)
       fail(c.origin("model.family"),
            ": model.family transformer takes data.task charlm or text_classify, not ",
-           task_name(t.kind));
+           task_name(t.kind),
+           t.kind == TaskKind::lm ? " (a tokenizer's tokens train a Hugging Face model: "
+                                    "model.family decoder, model.init_from its folder)"
+                                  : "");
     m.family = ModelFamily::transformer;
     TransformerOptions& o = m.transformer;
     o.vocab_size = m.vocab_size;
@@ -181,6 +184,11 @@ ModelOptions model_options(const Config& c, const Task& t) {
     m.decoder.checkpoint_activations = c.boolean("model.checkpoint_activations");
   } else if (t.kind == TaskKind::text_classify) {  // recurrent
     fail(c.origin("data.task"), ": data.task text_classify takes model.family transformer");
+  } else if (t.kind == TaskKind::lm) {
+    fail(c.origin("data.task"),
+         ": data.task lm takes model.family decoder (a Hugging Face model on its tokenizer's "
+         "tokens, model.init_from its folder); a recurrent model of characters is data.task "
+         "charlm");
   } else {
     // The backward direction of a character model would read the very character each step
     // predicts: a loss near 0 that measures nothing.
