@@ -16,6 +16,7 @@ packages=(
   python3-pandas python3-sklearn python3-psycopg2 python3-plotly  # optuna's dataframe, importances, PostgreSQL, plots (tests)
   pybind11-dev python3-dev python3-pytest python3-tqdm  # the Python module and its tests
   chromium  # renders report.html in the report test
+  locales  # a decimal-comma locale (de_DE) for the Python locale test
   libopenmpi-dev openmpi-bin  # data-parallel training (mpirun) and its test
 )
 

@@ -6,6 +6,7 @@ Run by ctest with Debian's python3: pytest python_api_test.py, with PYTHONPATH h
 built package and SEQFORGE the command, SEQFORGE_DATA the repository's data folder."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -460,6 +461,54 @@ def test_callbacks_compute_with_the_callers_denormals(tmp_path):
     seqforge.train(FORECAST, train={"run_dir": "denormals"}, log=lambda line: None,
                    on_epoch=lambda epoch, metrics: seen.append((tiny * np.float32(1))[0] != 0))
     assert seen == [True, True] and (tiny * np.float32(1))[0] != 0
+
+
+LOCALE_RUN = """
+import json, locale, sys
+import seqforge
+locale.setlocale(locale.LC_ALL, "de_DE.UTF-8")
+config = json.loads(sys.argv[1])
+seen = []
+run = seqforge.train(config, train={"run_dir": "de"}, log=None,
+                     on_epoch=lambda epoch, metrics: seen.append(locale.localeconv()["decimal_point"]))
+seqforge.train(resume="cli", train={"epochs": 3}, log=None)
+print(json.dumps({"point": locale.localeconv()["decimal_point"], "seen": seen,
+                  "metrics": run.metrics, "eval": run.evaluate(),
+                  "resumed": seqforge.load("cli").metrics}))
+"""
+
+
+def test_numbers_are_read_and_written_alike_in_any_locale(tmp_path):
+    """A program that set a locale writing decimal commas (locale.setlocale, as for a German
+    spreadsheet) trains, evaluates and resumes as the command does: the numbers in the files the
+    library writes and reads keep C's notation, and its callbacks run in the program's locale."""
+    os.chdir(tmp_path)
+    locales = tmp_path / "locales"
+    locales.mkdir()
+    try:
+        subprocess.run(["localedef", "-i", "de_DE", "-f", "UTF-8", str(locales / "de_DE.UTF-8")],
+                       capture_output=True, timeout=120)
+    except FileNotFoundError:
+        pass
+    if not (locales / "de_DE.UTF-8").is_dir():
+        pytest.skip("no decimal-comma locale to test with: localedef cannot make de_DE.UTF-8 "
+                    "(Debian's locales package)")
+    config = {**FORECAST, "train": {**FORECAST["train"], "loss": "quantile"}}
+    cli = subprocess.run([SEQFORGE, "train", config_file(tmp_path, config), "train.run_dir=cli"],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    c_run = seqforge.load("cli")
+    c_metrics, c_eval = c_run.metrics, c_run.evaluate()
+    said = subprocess.run([sys.executable, "-c", LOCALE_RUN, json.dumps(config)],
+                          capture_output=True, text=True, env={**os.environ, "LOCPATH": str(locales)})
+    assert said.returncode == 0, said.stderr
+    out = json.loads(said.stdout.strip().splitlines()[-1])
+    assert out["point"] == "," and out["seen"] == [",", ","]
+    assert without_timing(out["metrics"]) == without_timing(c_metrics)
+    assert out["eval"] == c_eval
+    assert [row["epoch"] for row in out["resumed"] if "epoch" in row] == [1, 2, 3]
+    with open("de/report.html") as f:
+        assert not re.search(r'="[0-9]+,[0-9]', f.read())  # SVG coordinates in C's notation
 
 
 def test_the_gil_is_released_while_training(tmp_path):

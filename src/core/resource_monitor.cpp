@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "seqforge/core/profiler.hpp"
+#include "seqforge/core/threads.hpp"
 
 namespace seqforge {
 
@@ -116,6 +117,7 @@ ResourceMonitor::~ResourceMonitor() {
 
 void ResourceMonitor::run() {
   profiler::set_thread_name("resource monitor");
+  const CNumbers numbers;
   std::unique_lock lock(mutex_);
   for (;;) {
     if (cv_.wait_for(lock, std::chrono::duration<double>(interval_s_), [&] { return stop_; }))

@@ -1,5 +1,6 @@
 #include "seqforge/core/threads.hpp"
 
+#include <locale.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -96,6 +97,22 @@ void restart_with_short_omp_spin_waits(char** argv) {
   if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
   setenv("GOMP_SPINCOUNT", "1000", 1);
   execv("/proc/self/exe", argv);
+}
+
+CNumbers::CNumbers() {
+  static const locale_t c = newlocale(LC_ALL_MASK, "C", static_cast<locale_t>(nullptr));
+  previous_ = c ? uselocale(c) : nullptr;
+}
+
+CNumbers::~CNumbers() {
+  if (previous_) uselocale(static_cast<locale_t>(previous_));
+}
+
+CallersNumbers::CallersNumbers(const CNumbers& outer)
+    : ours_(outer.callers() ? uselocale(static_cast<locale_t>(outer.callers())) : nullptr) {}
+
+CallersNumbers::~CallersNumbers() {
+  if (ours_) uselocale(static_cast<locale_t>(ours_));
 }
 
 }  // namespace seqforge

@@ -17,6 +17,7 @@
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/hash.hpp"
 #include "seqforge/core/profiler.hpp"
+#include "seqforge/core/threads.hpp"
 
 namespace seqforge {
 
@@ -213,6 +214,7 @@ struct Loader::State {
   }
 
   void work(int id) {
+    const CNumbers numbers;
     const std::string name = "sf-loader-" + std::to_string(id);
     pthread_setname_np(pthread_self(), name.c_str());
     std::unique_lock lock(mutex);

@@ -315,6 +315,13 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+std::optional<double> parse_double(std::string_view text) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
 void append_utf8(std::string& out, char32_t c) {
   if (c < 0x80) {
     out += static_cast<char>(c);
@@ -546,11 +553,12 @@ std::string folded(std::string_view s) {
 // A name folded (folded()), or the number it writes ("#7" for "007", "7" and "7.0").
 std::string alike_key(std::string_view name) {
   std::string key = folded(name);
-  char* end = nullptr;
-  const double number = std::strtod(key.c_str(), &end);
-  if (!key.empty() && end == key.c_str() + key.size() && std::isfinite(number)) {
-    char text[32];
-    std::snprintf(text, sizeof text, "#%.17g", number);
+  const std::string_view digits = key.starts_with('+') ? std::string_view(key).substr(1) : key;
+  const std::optional<double> number = parse_double(digits);
+  if (number && std::isfinite(*number)) {
+    char text[32] = "#";
+    *std::to_chars(text + 1, text + sizeof text - 1, *number, std::chars_format::general, 17).ptr =
+        '\0';
     key = text;
   }
   return key;

@@ -2,6 +2,7 @@
 // File helpers shared by the readers and writers of src/io.
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,9 @@ std::string read_text_file(const std::string& path);
 std::string text_as_utf8(std::string bytes, const std::string& source);
 // `s` without the spaces and tabs around it.
 std::string_view trim(std::string_view s);
+// The whole of `text` as a number in C's notation whatever the locale (std::from_chars: no
+// spaces, no leading '+'); nullopt where it is none.
+std::optional<double> parse_double(std::string_view text);
 
 // Code point `c` (at most U+10FFFF) appended to `out` as UTF-8.
 void append_utf8(std::string& out, char32_t c);

@@ -49,8 +49,8 @@ class DenormalsScope {
 // Text written by the library, handed to a Python callable a line at a time (GIL taken for it).
 class LineSink : public std::streambuf {
  public:
-  LineSink(py::object log, bool callers_denormals)
-      : log_(std::move(log)), callers_denormals_(callers_denormals) {}
+  LineSink(py::object log, bool callers_denormals, const sf::CNumbers& numbers)
+      : log_(std::move(log)), callers_denormals_(callers_denormals), numbers_(numbers) {}
   ~LineSink() override { flush_line(); }
 
  protected:
@@ -67,6 +67,7 @@ class LineSink : public std::streambuf {
     if (line_.empty() || log_.is_none()) return line_.clear();
     py::gil_scoped_acquire gil;
     const DenormalsScope callers(callers_denormals_);
+    const sf::CallersNumbers callers_numbers(numbers_);
     try {
       log_(line_);
     } catch (py::error_already_set& e) {
@@ -82,6 +83,7 @@ class LineSink : public std::streambuf {
   }
   py::object log_;
   bool callers_denormals_;
+  const sf::CNumbers& numbers_;
   std::string line_;
   bool warned_ = false;
 };
@@ -120,12 +122,14 @@ py::dict train(const py::object& yaml, const std::string& source,
                const std::vector<std::string>& overrides, const std::string& resume, bool overwrite,
                py::object log, py::object on_epoch, py::object on_step) {
   const DenormalsScope keep;
+  const sf::CNumbers numbers;  // the native side's text in C's notation, whatever the locale
   CallbackError callback_error;
   sf::TrainHooks hooks;
   if (!on_epoch.is_none())
     hooks.on_epoch = [&](int64_t epoch, const std::map<std::string, double>& metrics) {
       py::gil_scoped_acquire gil;
       const DenormalsScope callers(keep.before());
+      const sf::CallersNumbers callers_numbers(numbers);
       try {
         const py::object verdict = on_epoch(epoch, metrics);
         const bool numpy_bool =
@@ -160,6 +164,7 @@ py::dict train(const py::object& yaml, const std::string& source,
       last_step_call = now;
       py::gil_scoped_acquire gil;
       const DenormalsScope callers(keep.before());
+      const sf::CallersNumbers callers_numbers(numbers);
       try {
         on_step(epoch, done, per_epoch);
       } catch (py::error_already_set&) {
@@ -171,7 +176,7 @@ py::dict train(const py::object& yaml, const std::string& source,
     const sf::Config config = resume.empty()
                                   ? config_of(yaml, source, overrides)
                                   : sf::Config::load(resume + "/config.resolved.yaml", overrides);
-    LineSink sink(log, keep.before());
+    LineSink sink(log, keep.before(), numbers);
     std::ostream out(&sink);
     py::gil_scoped_release released;
     summary = sf::train(config, out, resume, hooks, overwrite);
@@ -216,6 +221,7 @@ py::tuple evaluate(const std::string& run, const std::string& split, const std::
                    const std::string& missing, const std::vector<std::string>& missing_values,
                    const std::string& date_order) {
   const DenormalsScope keep;
+  const sf::CNumbers numbers;  // the native side's text in C's notation, whatever the locale
   std::ostringstream said;
   std::map<std::string, double> metrics;
   try {
@@ -250,6 +256,7 @@ py::dict predictions(const std::string& run, const std::string& input, bool last
                      const std::string& missing, const std::vector<std::string>& missing_values,
                      const std::string& date_order) {
   const DenormalsScope keep;
+  const sf::CNumbers numbers;  // the native side's text in C's notation, whatever the locale
   sf::Predictions p;
   {
     py::gil_scoped_release released;
@@ -287,12 +294,14 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
                      double temperature, int64_t top_k, uint64_t seed, double top_p,
                      py::object stream) {
   const DenormalsScope keep;
+  const sf::CNumbers numbers;  // the native side's text in C's notation, whatever the locale
   CallbackError callback_error;
   std::function<void(std::string_view)> pass_on;
   if (!stream.is_none())
     pass_on = [&](std::string_view piece) {
       py::gil_scoped_acquire gil;
       const DenormalsScope callers(keep.before());
+      const sf::CallersNumbers callers_numbers(numbers);
       try {
         stream(py::str(piece.data(), piece.size()));
       } catch (py::error_already_set& e) {
@@ -351,6 +360,7 @@ PYBIND11_MODULE(_native, m) {
       "resolved_config",
       [](const py::object& yaml, const std::string& source,
          const std::vector<std::string>& overrides) {
+        const sf::CNumbers numbers;
         return config_of(yaml, source, overrides).resolved_yaml();
       },
       py::arg("yaml"), py::arg("source"), py::arg("overrides"));
@@ -378,6 +388,7 @@ PYBIND11_MODULE(_native, m) {
       "merge",
       [](const std::string& run, const std::string& output) {
         const DenormalsScope keep;
+        const sf::CNumbers numbers;
         py::gil_scoped_release released;
         return sf::merge_adapters(run, output);
       },

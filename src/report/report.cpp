@@ -51,9 +51,9 @@ struct Table {
     const auto* cells = column(name);
     for (size_t i = 0; cells && i < cells->size(); ++i) {
       const std::string& s = (*cells)[i];
-      char* end = nullptr;
-      out.push_back(s.empty() ? NAN : std::strtod(s.c_str(), &end));
-      if (!s.empty() && *end != '\0')
+      const std::optional<double> v = io::parse_double(s);
+      out.push_back(s.empty() ? NAN : v.value_or(NAN));
+      if (!s.empty() && !v)
         fail(path, ":", lines[i], ": column ", io::quoted(name, 40), " holds ", io::quoted(s, 40),
              ", not a number");
     }

@@ -5,6 +5,7 @@
 
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/profiler.hpp"
+#include "seqforge/core/threads.hpp"
 #include "seqforge/io/safetensors.hpp"
 
 namespace seqforge {
@@ -84,6 +85,7 @@ void CheckpointWriter::rethrow_locked() {
 
 void CheckpointWriter::run() {
   profiler::set_thread_name("checkpoint writer");
+  const CNumbers numbers;
   std::unique_lock lock(mutex_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });

@@ -368,9 +368,8 @@ std::vector<double> loss_quantiles(const Config& c) {
   if (c.str("train.loss") != "quantile") return {};
   std::vector<double> out;
   for (const std::string& text : c.list("train.quantiles")) {
-    char* end = nullptr;
-    const double q = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || !(q > 0 && q < 1))
+    const double q = io::parse_double(io::trim(text)).value_or(NAN);
+    if (!(q > 0 && q < 1))
       fail(c.origin("train.quantiles"), ": train.quantiles: '", text,
            "' is not a quantile (a number between 0 and 1, exclusive)");
     if (!out.empty() && !(q > out.back()))

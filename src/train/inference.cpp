@@ -282,7 +282,7 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
       if (c->kind == Column::Kind::text)
         c->text.push_back(when);
       else
-        c->values.push_back(when.empty() ? NAN : std::stod(when));
+        c->values.push_back(io::parse_double(when).value_or(NAN));
       ++c;
     }
     if (d.steps_ahead > 1) (c++)->values.push_back(static_cast<double>(k + 1));

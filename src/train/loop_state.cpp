@@ -1,20 +1,22 @@
 #include "loop_state.hpp"
 
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "io/file_util.hpp"
 #include "seqforge/core/error.hpp"
 
 namespace seqforge {
 
 namespace {
 
-std::string exact(double x) {  // JSON has no infinity; "%.17g" round-trips
+std::string exact(double x) {  // JSON has no infinity; 17 digits round-trip
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
+  *std::to_chars(buf, buf + sizeof buf - 1, x, std::chars_format::general, 17).ptr = '\0';
   return buf;
 }
 
@@ -63,11 +65,9 @@ LoopState LoopState::from_json(const std::string& text, const std::string& sourc
   };
   auto real = [&](const char* key) {
     const std::string t = j.at(key).get<std::string>();
-    char* end = nullptr;
-    const double v = std::strtod(t.c_str(), &end);
-    if (t.empty() || end != t.c_str() + t.size())
-      fail(source, ": seqforge.loop: '", key, "' is '", t, "', not a number");
-    return v;
+    const std::optional<double> v = io::parse_double(t);
+    if (!v) fail(source, ": seqforge.loop: '", key, "' is '", t, "', not a number");
+    return *v;
   };
   LoopState s;
   try {

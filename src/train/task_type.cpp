@@ -103,9 +103,8 @@ class SeriesTask : public TaskType {
     stored->series.static_categories = categories(meta, "seqforge.static", where);
     stored->series.categories = categories(meta, "seqforge.categorical", where);
     if (const auto it = meta.find("seqforge.label_threshold"); it != meta.end()) {
-      char* end = nullptr;
-      const double v = std::strtod(it->second.c_str(), &end);
-      if (it->second.empty() || *end != '\0' || !std::isfinite(v) || v < 0)
+      const double v = io::parse_double(it->second).value_or(NAN);
+      if (!std::isfinite(v) || v < 0)
         fail(where, ": seqforge.label_threshold is not a volatility (a finite number >= 0): '",
              it->second, "'");
       stored->series.label_threshold = v;

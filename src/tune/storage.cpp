@@ -75,7 +75,7 @@ double real(const Value& v) {
   if (s == "NaN" || s == "nan") return std::numeric_limits<double>::quiet_NaN();
   if (s == "Infinity" || s == "inf") return std::numeric_limits<double>::infinity();
   if (s == "-Infinity" || s == "-inf") return -std::numeric_limits<double>::infinity();
-  return std::strtod(s.c_str(), nullptr);
+  return io::parse_double(s).value_or(0.0);
 }
 int64_t integer(const Value& v) { return v ? std::strtoll(v->c_str(), nullptr, 10) : 0; }
 std::string str(int64_t v) { return std::to_string(v); }
@@ -109,7 +109,8 @@ double datetime_seconds(const Value& v, bool utc) {
   tm.tm_mon -= 1;
   tm.tm_sec = sec;
   tm.tm_isdst = -1;
-  if (v->size() > 19 && (*v)[19] == '.') frac = std::strtod(v->c_str() + 19, nullptr);
+  if (v->size() > 19 && (*v)[19] == '.')
+    frac = io::parse_double(std::string_view(*v).substr(19)).value_or(0.0);
   const time_t t = utc ? timegm(&tm) : mktime(&tm);
   return double(t) + frac;
 }
@@ -148,10 +149,7 @@ std::optional<double> stored_number(const Value& v) {
   const std::string& s = *v;
   if (s == "NaN" || s == "nan" || s == "Infinity" || s == "inf" || s == "-Infinity" || s == "-inf")
     return real(v);
-  char* end = nullptr;
-  const double x = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size()) return std::nullopt;
-  return x;
+  return io::parse_double(s);
 }
 
 // Optuna's (value, value_type) pair; nullopt when a FINITE value is not a number.

@@ -24,6 +24,7 @@
 #include "seqforge/core/cpu.hpp"
 #include "seqforge/core/error.hpp"
 #include "seqforge/core/interrupt.hpp"
+#include "seqforge/core/threads.hpp"
 #include "seqforge/dist/communicator.hpp"
 #include "seqforge/train/config.hpp"
 #include "seqforge/train/trainer.hpp"
@@ -52,6 +53,7 @@ class Heartbeat {
  public:
   Heartbeat(const std::string& where, int64_t trial_id, double interval)
       : thread_([this, where, trial_id, interval] {
+          const CNumbers numbers;
           std::unique_ptr<Storage> storage;
           std::unique_lock<std::mutex> lock(mu_);
           while (!cv_.wait_for(lock, std::chrono::duration<double>(interval),

@@ -39,4 +39,33 @@ bool flushes_denormals();
 // Whether the CPU backend should flush them: yes, unless SEQFORGE_FLUSH_DENORMALS=0.
 bool flush_denormals_wanted();
 
+// Numbers as text in C's notation ('.' before decimals) on the calling thread while it lives,
+// whatever locale the process set: a host program (Python after locale.setlocale) may have chosen
+// one whose decimal point is ',', which strtod and printf follow, so files written in one locale
+// would read as other numbers, or not at all, in another. Each library entry point the Python
+// module calls, and each thread the library starts that reads or writes text, holds one.
+class CNumbers {
+ public:
+  CNumbers();
+  ~CNumbers();
+  CNumbers(const CNumbers&) = delete;
+  CNumbers& operator=(const CNumbers&) = delete;
+  void* callers() const { return previous_; }
+
+ private:
+  void* previous_;  // the thread's locale_t before
+};
+
+// The host's locale back for a scope inside a CNumbers one: Python code a callback runs.
+class CallersNumbers {
+ public:
+  explicit CallersNumbers(const CNumbers& outer);
+  ~CallersNumbers();
+  CallersNumbers(const CallersNumbers&) = delete;
+  CallersNumbers& operator=(const CallersNumbers&) = delete;
+
+ private:
+  void* ours_;
+};
+
 }  // namespace seqforge

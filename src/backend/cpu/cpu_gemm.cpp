@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/blas_gemm.hpp"
+#include "io/file_util.hpp"
 #include "kernels/cpu/gemm_packed.hpp"
 #include "seqforge/core/autotune.hpp"
 #include "seqforge/core/error.hpp"
@@ -138,9 +140,7 @@ double bf16_gemm_speedup() {
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const std::string key = autotune::machine_prefix(threads) + "bf16_gemm_speedup_512x1024x1024";
   if (const auto cached = autotune::lookup(key)) {
-    char* end = nullptr;
-    const double v = std::strtod(cached->c_str(), &end);
-    if (end != cached->c_str() && v > 0) return v;
+    if (const auto v = io::parse_double(*cached); v && *v > 0) return *v;
   }
   autotune::announce_first_use("bf16 against f32 GEMMs (train.precision auto)");
   std::vector<float> a(static_cast<size_t>(s.m * s.k), 0.5f),
@@ -164,7 +164,7 @@ double bf16_gemm_speedup() {
   }
   const double speedup = ms[0] / ms[1];
   char text[32];
-  std::snprintf(text, sizeof text, "%.3f", speedup);
+  *std::to_chars(text, text + sizeof text - 1, speedup, std::chars_format::fixed, 3).ptr = '\0';
   autotune::store(key, text, timing);
   if (autotune::verbose())
     std::fprintf(stderr, "seqforge: autotune %s: f32 %.3f ms, bf16 %.3f ms (%s)\n", key.c_str(),
