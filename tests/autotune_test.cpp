@@ -158,5 +158,34 @@ TEST(Autotune, ChoicesTimedOnSharedCpusServeThisRunOnly) {
   std::filesystem::remove_all(dir);
 }
 
+// A cache that cannot be written (SEQFORGE_CACHE_DIR names a file, a read-only mount) is said
+// once, and the choices say they serve this run only; a writable one keeps them again.
+TEST(Autotune, ACacheThatCannotBeWrittenIsSaid) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("seqforge_autotune_unwritable_test_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "file") << "x";
+  setenv("SEQFORGE_CACHE_DIR", (dir / "file").c_str(), 1);
+  setenv("SEQFORGE_AUTOTUNE", "always_cache", 1);
+  const std::string key = autotune::machine_prefix(2) + "gemm_f32|unwritable";
+  testing::internal::CaptureStderr();
+  autotune::store(key, "onednn", autotune::Timing());
+  autotune::store(key + "2", "onednn", autotune::Timing());
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("autotune: cannot write " + (dir / "file" / "autotune.json").string() +
+                      " (Not a directory): the choices serve this run only"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(said.find("cannot write", said.find("cannot write") + 1), std::string::npos) << said;
+  EXPECT_EQ(autotune::lookup(key).value_or("none"), "onednn");
+  EXPECT_EQ(autotune::where_kept(key).rfind("this run only: cannot write ", 0), 0u);
+  setenv("SEQFORGE_CACHE_DIR", dir.c_str(), 1);
+  autotune::store(key, "onednn", autotune::Timing());
+  EXPECT_EQ(autotune::where_kept(key), "cached in " + autotune::cache_path());
+  unsetenv("SEQFORGE_AUTOTUNE");
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace seqforge::autotune_test

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +32,7 @@ std::mutex mutex;
 std::map<std::string, std::string>* table = nullptr;  // loaded on first use
 std::set<std::string>* chosen = nullptr;              // keys this process has stored
 std::map<std::string, std::string>* held = nullptr;   // choices timed on shared CPUs: this run's
+std::string unwritable;  // why the cache file could not be written, once it could not
 
 // The cache file as this process last read or wrote it, so that a store re-reads the file only
 // when another process has written it since (a parse per store would cost more than the races).
@@ -211,6 +213,7 @@ std::string where_kept(const std::string& key) {
   std::lock_guard lock(mutex);
   load_locked();
   if (held->count(key) && !table->count(key)) return "this run only: timed on shared CPUs";
+  if (!unwritable.empty()) return "this run only: " + unwritable;
   return "cached in " + cache_path();
 }
 
@@ -257,21 +260,26 @@ void store(const std::string& key, const std::string& choice, const Timing& timi
   const fs::path tmp = path.string() + ".tmp." + std::to_string(getpid());
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
-  {
+  if (!ec) {
+    errno = 0;
     std::ofstream out(tmp);
     out << nlohmann::json(*table).dump(1) << "\n";
-    if (!out) ec = std::make_error_code(std::errc::io_error);
+    if (!out) ec = std::error_code(errno ? errno : EIO, std::generic_category());
   }
   if (!ec) fs::rename(tmp, path, ec);
-  if (!ec) known_file = stamp_of(path);
+  if (!ec) {
+    known_file = stamp_of(path);
+    unwritable.clear();
+  }
   if (ec) {
+    const bool first = unwritable.empty();
+    unwritable = "cannot write " + path.string() + " (" + ec.message() + ")";
     fs::remove(tmp, ec);
-    static bool reported = false;
-    if (verbose() && !reported) {
-      reported = true;
-      std::fprintf(stderr, "seqforge: cannot write autotune cache %s; choices kept in memory\n",
-                   path.c_str());
-    }
+    if (first)  // else every run times its choices again, unsaid
+      std::fprintf(stderr,
+                   "seqforge: autotune: %s: the choices serve this run only, and the next run "
+                   "times them again (SEQFORGE_CACHE_DIR names a writable directory)\n",
+                   unwritable.c_str());
   }
 }
 
