@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <climits>
 #include <cstdlib>
@@ -40,11 +41,26 @@ bool generic_openblas_core(std::string_view core) {
     if (core == generic) return true;
   return false;
 }
+// Why an address space limited below 4 GiB (ulimit -v) keeps OpenBLAS out, or "": its
+// allocator spins for good, waiting for buffers the limit never lets it map (a run of 27 MB hung
+// under 600 MB), where oneDNN fails or copes.
+std::string address_space_limited() {
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
+      limit.rlim_cur >= (rlim_t{4} << 30))
+    return "";
+  return "not loaded: the address space is limited to " + std::to_string(limit.rlim_cur >> 20) +
+         " MB (ulimit -v), where its allocator waits for good for buffers it cannot map";
+}
 }  // namespace
 
 const BlasGemm* load_openblas(std::string* why_not) {
 #ifdef SEQFORGE_OPENBLAS_PATH
   const char* path = SEQFORGE_OPENBLAS_PATH;
+  if (std::string limited = address_space_limited(); !limited.empty()) {
+    *why_not = std::move(limited);
+    return nullptr;
+  }
   // Set before the library loads, and only where the user has not chosen a core type.
   const bool chosen = std::getenv("OPENBLAS_CORETYPE") != nullptr;
   if (const std::optional<IsaTier> cap = isa_cap(); cap && !chosen)
