@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -723,12 +724,17 @@ TEST(WriteFileAtomically, TemporariesOfKilledWritersAreRemoved) {
   EXPECT_TRUE(fs::exists(dir / ("notes.txt.tmp." + dead + ".0")));
   EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
   // A write of a file (predict's or merge's output outside any run directory) removes what a
-  // killed writer of that file left, and nothing else.
-  for (const std::string& name : {"preds.csv.tmp." + dead + ".3", "other.csv.tmp." + dead + ".0"})
+  // killed writer of that file left an hour ago or more, and nothing else: a fresh one may be a
+  // writer's in another PID namespace (a container sharing the directory), whose pid is not seen.
+  for (const std::string& name : {"preds.csv.tmp." + dead + ".3", "preds.csv.tmp." + dead + ".4",
+                                  "other.csv.tmp." + dead + ".0"})
     std::ofstream(dir / name) << "x";
+  for (const std::string& name : {"preds.csv.tmp." + dead + ".3", "other.csv.tmp." + dead + ".0"})
+    fs::last_write_time(dir / name, fs::file_time_type::clock::now() - std::chrono::hours(2));
   const std::string text = "a,b\n";
   write_file_atomically((dir / "preds.csv").string(), {{text.data(), text.size()}});
   EXPECT_FALSE(fs::exists(dir / ("preds.csv.tmp." + dead + ".3")));
+  EXPECT_TRUE(fs::exists(dir / ("preds.csv.tmp." + dead + ".4")));
   EXPECT_TRUE(fs::exists(dir / ("other.csv.tmp." + dead + ".0")));
   EXPECT_TRUE(fs::exists(dir / ("model.safetensors.tmp." + alive + ".1")));
   fs::remove_all(dir);

@@ -1404,9 +1404,9 @@ TEST(Series, DatesWrittenDayOrMonthFirstAreRead) {
   EXPECT_NE(
       error_of([&] { load_series(config(file("later.csv", later), {"data.date_order=dmy"})); })
           .find(":5: column 'date': '04/19/2020' is not a date with its day first "
-                "(data.date_order dmy, the run's order for eval and predict) but reads with "
-                "its month first: set data.date_order, or --date-order for eval and predict, "
-                "to mdy"),
+                "(dmy: data.date_order, or for eval and predict --date-order or the run's "
+                "order) but reads with its month first: set data.date_order, or --date-order "
+                "for eval and predict, to mdy"),
       std::string::npos);
   // Both orders in one column, and a cell that is no date of the column's kind.
   std::vector<std::string> mixed = day_first;

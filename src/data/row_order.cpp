@@ -170,8 +170,9 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         const auto other = day ? io::DateLayout::month_first : io::DateLayout::day_first;
         if (o.date_order != "auto" && io::parse_date(dates[r], other))
           fail(table.where(r), ": column '", o.date_col, "': ", io::quoted(dates[r]),
-               " is not a date with its ", day ? "day" : "month", " first (data.date_order ",
-               o.date_order, ", the run's order for eval and predict) but reads with its ",
+               " is not a date with its ", day ? "day" : "month", " first (", o.date_order,
+               ": data.date_order, or for eval and predict --date-order or the run's order) but "
+               "reads with its ",
                day ? "month" : "day",
                " first: set data.date_order, or --date-order for eval and "
                "predict, to ",

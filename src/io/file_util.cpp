@@ -12,6 +12,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -166,21 +167,29 @@ void write_file_atomically(const std::string& path_in, const std::vector<ByteSpa
   }
   ::close(dfd);
   // What an earlier writer of this file left when it was killed mid-write.
-  remove_stale_temporaries(dir, {std::filesystem::path(path).filename().string()});
+  remove_stale_temporaries(dir, {std::filesystem::path(path).filename().string()}, 3600);
 }
 
-int remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& names) {
+int remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& names,
+                             double min_age_seconds) {
+  namespace fs = std::filesystem;
   int removed = 0;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+  const auto old =
+      fs::file_time_type::clock::now() - std::chrono::duration_cast<fs::file_time_type::duration>(
+                                             std::chrono::duration<double>(min_age_seconds));
+  for (fs::directory_iterator it(dir, ec), done; !ec && it != done; it.increment(ec)) {
+    const fs::directory_entry& entry = *it;
     const std::string file = entry.path().filename().string();
     for (const std::string& name : names) {
       const std::string prefix = name + ".tmp.";  // write_file_atomically's: name.tmp.PID.N
       if (file.rfind(prefix, 0) != 0) continue;
       char* end = nullptr;
       const long pid = std::strtol(file.c_str() + prefix.size(), &end, 10);
+      std::error_code age;
       if (pid > 0 && *end == '.' && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH &&
-          std::filesystem::remove(entry.path(), ec))
+          (min_age_seconds <= 0 || fs::last_write_time(entry.path(), age) <= old) && !age &&
+          fs::remove(entry.path(), age))
         ++removed;
     }
   }

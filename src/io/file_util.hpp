@@ -19,12 +19,16 @@ struct ByteSpan {
 // Writes `parts` one after another to `path` atomically: a temporary file in the same directory,
 // fsync, rename over `path`, fsync of the directory. On any failure the temporary file is removed
 // and a seqforge::Error names `path`, the step and the system's reason. Then removes what an
-// earlier writer of `path` killed mid-write left (remove_stale_temporaries).
+// earlier writer of `path` killed mid-write left an hour ago or more (remove_stale_temporaries:
+// a writer in another PID namespace, a container or a host sharing the directory, is not seen,
+// and none takes an hour to write).
 void write_file_atomically(const std::string& path, const std::vector<ByteSpan>& parts);
 
 // Removes from `dir` the temporary files write_file_atomically left of `names` when its process
-// was killed while writing (a process that no longer runs); returns how many.
-int remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& names);
+// was killed while writing (a process that no longer runs), those last written `min_age_seconds`
+// ago or more; returns how many.
+int remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& names,
+                             double min_age_seconds = 0);
 
 // A file mapped read-only; unmapped when the last copy of `mapping` goes.
 struct MappedFile {

@@ -14,6 +14,7 @@
 #include "seqforge/data/augment.hpp"
 #include "seqforge/data/datasets.hpp"
 #include "seqforge/io/safetensors.hpp"
+#include "seqforge/nn/decoder.hpp"
 #include "seqforge/train/data_options.hpp"
 #include "task_type.hpp"
 
@@ -149,13 +150,12 @@ void check_resume_keeps_its_files(const Config& config, const std::string& resum
   const fs::path kept = dir / "config.json";
   const fs::path base = fs::path(config.str("model.init_from")) / "config.json";
   if (!fs::is_regular_file(kept) || !fs::is_regular_file(base)) return;
-  // A classifier's copy names its classes (id2label, label2id, architectures): the rest is the
-  // base's.
+  // The model it describes: a classifier's copy names its classes besides, and a base saved again
+  // writes other metadata (transformers_version, dtype, use_cache), neither of which changes it.
   const auto model_of = [](const fs::path& path) {
-    nlohmann::json j = nlohmann::json::parse(io::read_file(path.string()), nullptr, false);
-    if (j.is_object())
-      for (const char* key : {"id2label", "label2id", "architectures"}) j.erase(key);
-    return j;
+    DecoderOptions o = read_decoder_config(path.string());
+    o.num_labels = 0;
+    return o;
   };
   if (model_of(base) != model_of(kept))
     fail(base.string(), ": differs from the config.json the run trained with (its copy ",

@@ -38,6 +38,7 @@ struct AdapterOptions {
   // cell's name first: gru.weight_ih, ...), lstm.weight_hr.
   std::vector<std::string> targets = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
   bool bf16_base = false;  // the targeted base weights held in bf16 (a transformer: bf16 GEMMs)
+  bool operator==(const AdapterOptions&) const = default;
 };
 
 struct TransformerOptions {
@@ -68,6 +69,7 @@ struct RopeScaling {
   bool llama3 = false, linear = false;
   double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
   int64_t original_max_position_embeddings = 8192;
+  bool operator==(const RopeScaling&) const = default;
 };
 
 struct DecoderOptions {
@@ -108,6 +110,7 @@ struct DecoderOptions {
   double final_logit_softcapping = 0;
   // Forward keeps each layer's output only; backward recomputes a layer's activations first.
   bool checkpoint_activations = false;
+  bool operator==(const DecoderOptions&) const = default;
 };
 
 struct ModelOptions {

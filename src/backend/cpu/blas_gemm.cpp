@@ -41,16 +41,20 @@ bool generic_openblas_core(std::string_view core) {
     if (core == generic) return true;
   return false;
 }
-// Why an address space limited below 4 GiB (ulimit -v) keeps OpenBLAS out, or "": its
-// allocator spins for good, waiting for buffers the limit never lets it map (a run of 27 MB hung
-// under 600 MB), where oneDNN fails or copes.
+// Why an address space or data segment limited below 4 GiB (ulimit -v, ulimit -d: both bound
+// what mmap maps) keeps OpenBLAS out, or "": its allocator spins for good, waiting for buffers the
+// limit never lets it map (a run of 27 MB hung under 600 MB), where oneDNN fails or copes.
 std::string address_space_limited() {
-  struct rlimit limit {};
-  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
-      limit.rlim_cur >= (rlim_t{4} << 30))
-    return "";
-  return "not loaded: the address space is limited to " + std::to_string(limit.rlim_cur >> 20) +
-         " MB (ulimit -v), where its allocator waits for good for buffers it cannot map";
+  for (const auto& [resource, flag] : {std::pair{RLIMIT_AS, "-v"}, std::pair{RLIMIT_DATA, "-d"}}) {
+    struct rlimit limit {};
+    if (getrlimit(resource, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
+        limit.rlim_cur >= (rlim_t{4} << 30))
+      continue;
+    return "not loaded: memory is limited to " + std::to_string(limit.rlim_cur >> 20) +
+           " MB (ulimit " + flag +
+           "), where its allocator waits for good for buffers it cannot map";
+  }
+  return "";
 }
 }  // namespace
 
