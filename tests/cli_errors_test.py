@@ -421,7 +421,7 @@ def main():
     # for good there, and the run trains on the other GEMM providers. (Not in the sanitizers'
     # build, whose shadow memory takes terabytes of address space; two threads, as a many-core
     # machine's stacks would not fit.)
-    sanitized = os.environ.get("SEQFORGE_SANITIZED") == "ON" or "ASAN_OPTIONS" in os.environ
+    sanitized = os.environ.get("SEQFORGE_SANITIZED") == "1" or "ASAN_OPTIONS" in os.environ
     def limited():
         resource.setrlimit(resource.RLIMIT_AS, (1500 << 20, resource.RLIM_INFINITY))
     for args in ([] if sanitized else

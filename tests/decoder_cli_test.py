@@ -281,6 +281,21 @@ def main():
     run([seqforge, "train", "--resume", resumed, "train.epochs=2"])
     if last_metrics(resumed)["epoch"] != 2:
         fail("the restored files did not resume")
+    # A base saved again with other metadata alone (a newer transformers) resumes, and the run
+    # keeps the config.json it began with: an epoch that saves no checkpoint (no better score at
+    # rate 0) leaves the run whole.
+    changed = json.loads(kept)
+    changed["transformers_version"] = "9.9.9"
+    changed["use_cache"] = not changed.get("use_cache", True)
+    with open(base_config, "w") as f:
+        json.dump(changed, f)
+    run([seqforge, "train", "--resume", resumed, "train.epochs=3", "optim.lr=0"])
+    run([seqforge, "eval", resumed])
+    with open(os.path.join(resumed, "config.json")) as f:
+        if "9.9.9" in f.read():
+            fail("the resumed run's config.json was rewritten from the base saved again")
+    with open(base_config, "wb") as f:
+        f.write(kept)
     print("a resume refuses a tokenizer or base config.json changed since the run began")
     out = run([seqforge, "train", config, "train.max_batches=1", "model.dropout=0.1",
                "train.run_dir=" + os.path.join(work, "warned"), "--overwrite"]).stdout

@@ -175,9 +175,9 @@ int remove_stale_temporaries(const std::string& dir, const std::vector<std::stri
   namespace fs = std::filesystem;
   int removed = 0;
   std::error_code ec;
-  const auto old =
-      fs::file_time_type::clock::now() - std::chrono::duration_cast<fs::file_time_type::duration>(
-                                             std::chrono::duration<double>(min_age_seconds));
+  const auto old = fs::file_time_type::clock::now() -
+                   std::chrono::duration_cast<fs::file_time_type::duration>(
+                       std::chrono::duration<double>(std::clamp(min_age_seconds, 0.0, 1e9)));
   for (fs::directory_iterator it(dir, ec), done; !ec && it != done; it.increment(ec)) {
     const fs::directory_entry& entry = *it;
     const std::string file = entry.path().filename().string();

@@ -848,8 +848,13 @@ void Training::write_hf_files() {
   const auto write = [&](const std::string& name, const std::string& text) {
     io::write_file_atomically((dir / name).string(), {{text.data(), text.size()}});
   };
+  // A resumed run keeps the config.json it began with: the base's may have been saved again since
+  // (its metadata changed, the model not: check_run_inputs), and the run's checkpoints name the
+  // copy's hash.
+  const fs::path own = dir / "config.json";
+  const fs::path source = !resume_dir_.empty() && fs::exists(own) ? own : base / "config.json";
   nlohmann::ordered_json config =
-      nlohmann::ordered_json::parse(io::read_file((base / "config.json").string()), nullptr, false);
+      nlohmann::ordered_json::parse(io::read_file(source.string()), nullptr, false);
   if (config.is_object() && task_.kind == TaskKind::text_classify) {
     const std::vector<std::string>& names = task_.text.class_names;
     nlohmann::ordered_json id2label = nlohmann::ordered_json::object(),
