@@ -419,6 +419,59 @@ def test_a_directory_another_process_trains_in_is_left_alone(tmp_path):
     assert os.listdir("runs/config") == [".lock"]
     for fd in held:
         os.close(fd)
+    # Held by another thread of this very process: said so, not "another process".
+    os.makedirs("ours")
+    fd = os.open(os.path.join("ours", ".lock"), os.O_RDWR | os.O_CREAT)
+    os.write(fd, str(os.getpid()).encode())
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    for data in (frame, HOURLY):
+        with pytest.raises(seqforge.Error, match=r"ours: in use: another training of this process "
+                                                 r"\(pid %d, another of its threads\)" % os.getpid()):
+            seqforge.train(config, data=data, train={"run_dir": "ours", "epochs": 1},
+                           overwrite=True, log=None)
+    os.close(fd)
+
+
+FORK_CHILD = """
+import json, os, sys
+import seqforge
+config = json.loads(sys.argv[1])
+seqforge.train(config, train={"run_dir": "two", "threads": 2}, log=None)  # the OpenMP pool
+parent = seqforge.train(config, train={"run_dir": "one", "threads": 1}, log=None)
+losses = lambda run: [row.get("val_loss") for row in run.metrics]
+pid = os.fork()
+if pid == 0:
+    child = seqforge.train(config, train={"run_dir": "child", "threads": 2}, log=None)
+    os._exit(0 if losses(child) == losses(parent) else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_child_forked_after_training_trains_too(tmp_path):
+    """multiprocessing's fork start method (os.fork) after the parent trained: the child's OpenMP
+    pool did not come with it, and libgomp waited for it for good. It trains on one thread, and
+    its numbers are the parent's."""
+    os.chdir(tmp_path)
+    said = subprocess.run([sys.executable, "-c", FORK_CHILD, json.dumps(FORECAST)],
+                          capture_output=True, text=True, timeout=240)
+    assert said.returncode == 0 and said.stdout.strip().endswith("child 0"), said.stderr
+
+
+def test_a_call_leaves_the_callers_openmp_threads_as_they_were(tmp_path):
+    """A host sharing the OpenMP runtime (PyTorch with Debian's libgomp) finds its thread count as
+    it set it after a training or an evaluation that used another."""
+    torch = pytest.importorskip("torch")
+    os.chdir(tmp_path)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run = seqforge.train(FORECAST, train={"run_dir": "one", "threads": 1}, log=None)
+        assert torch.get_num_threads() == 2
+        run.evaluate()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_callbacks_stop_the_run_and_their_errors_reach_the_caller(tmp_path):

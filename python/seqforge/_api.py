@@ -584,6 +584,11 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
         payload = None if isinstance(data, (str, os.PathLike)) else _data_payload(data, resolved)
         run_dir = resolved["train"]["run_dir"] or _new_run_dir(source)
         holder = _training_in(run_dir)  # checked before the data file is written into it
+        if holder is not None and holder == os.getpid():
+            raise _native.Error(
+                f"{run_dir}: in use: another training of this process (pid {holder}, another of "
+                "its threads) is training in it; wait for it to end, or give this one another "
+                "directory. Nothing in the directory was changed")
         if holder is not None:
             raise _native.Error(
                 f"{run_dir}: in use: another seqforge process is training in it ("

@@ -2,6 +2,7 @@
 
 #include <locale.h>
 #include <omp.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,19 @@ namespace seqforge {
 
 namespace {
 std::atomic<int> configured_threads{0};
+
+// Whether this process may have started OpenMP threads, and whether it is a child forked after
+// that (multiprocessing's fork start method, os.fork): the pool's threads do not come with it, and
+// libgomp waits for them for good in its next parallel region. Such a child computes on one thread.
+std::atomic<bool> omp_pool_started{false};
+std::atomic<bool> forked_after_omp_pool{false};
+void after_fork_in_child() {
+  if (!omp_pool_started.load()) return;
+  forked_after_omp_pool = true;
+  omp_set_num_threads(1);
+}
+[[maybe_unused]] const bool fork_handler_registered =
+    pthread_atfork(nullptr, nullptr, after_fork_in_child) == 0;
 }  // namespace
 
 int compute_threads() {
@@ -54,6 +68,16 @@ ThreadConfig configure_threads(int requested) {
     cfg.threads = cpus;
     cfg.reason = std::to_string(cpus) + " CPUs available to this process";
   }
+  if (forked_after_omp_pool.load() && cfg.threads > 1) {
+    cfg.warning =
+        "this process was forked (os.fork, multiprocessing's fork start method) after "
+        "its parent ran seqforge's OpenMP threads, which a child does not get: "
+        "computing on one thread (the spawn or forkserver start method gives each "
+        "process its threads)";
+    cfg.threads = 1;
+    cfg.reason = "a forked child";
+  }
+  if (cfg.threads > 1) omp_pool_started = true;
   omp_set_num_threads(cfg.threads);
   configured_threads = cfg.threads;
   return cfg;
@@ -72,6 +96,7 @@ bool set_flush_denormals([[maybe_unused]] bool on) {
     _mm_setcsr(on ? csr | kFlushBits : csr & ~kFlushBits);
   };
   apply();
+  if (omp_get_max_threads() > 1) omp_pool_started = true;
 #pragma omp parallel num_threads(omp_get_max_threads())
   apply();
   return true;
@@ -110,6 +135,12 @@ CNumbers::~CNumbers() {
 
 CallersNumbers::CallersNumbers(const CNumbers& outer)
     : ours_(outer.callers() ? uselocale(static_cast<locale_t>(outer.callers())) : nullptr) {}
+
+KeepCallersThreads::KeepCallersThreads() : before_(omp_get_max_threads()) {}
+
+KeepCallersThreads::~KeepCallersThreads() {
+  if (omp_get_max_threads() != before_) omp_set_num_threads(before_);
+}
 
 CallersNumbers::~CallersNumbers() {
   if (ours_) uselocale(static_cast<locale_t>(ours_));

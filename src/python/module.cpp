@@ -123,6 +123,7 @@ py::dict train(const py::object& yaml, const std::string& source,
                py::object log, py::object on_epoch, py::object on_step) {
   const DenormalsScope keep;
   const sf::CNumbers numbers;  // the native side's text in C's notation, whatever the locale
+  const sf::KeepCallersThreads threads;
   CallbackError callback_error;
   sf::TrainHooks hooks;
   if (!on_epoch.is_none())
@@ -222,6 +223,7 @@ py::tuple evaluate(const std::string& run, const std::string& split, const std::
                    const std::string& date_order) {
   const DenormalsScope keep;
   const sf::CNumbers numbers;  // the native side's text in C's notation, whatever the locale
+  const sf::KeepCallersThreads threads;
   std::ostringstream said;
   std::map<std::string, double> metrics;
   try {
@@ -257,6 +259,7 @@ py::dict predictions(const std::string& run, const std::string& input, bool last
                      const std::string& date_order) {
   const DenormalsScope keep;
   const sf::CNumbers numbers;  // the native side's text in C's notation, whatever the locale
+  const sf::KeepCallersThreads threads;
   sf::Predictions p;
   {
     py::gil_scoped_release released;
@@ -295,6 +298,7 @@ std::string generate(const std::string& run, const std::string& prompt, int64_t 
                      py::object stream) {
   const DenormalsScope keep;
   const sf::CNumbers numbers;  // the native side's text in C's notation, whatever the locale
+  const sf::KeepCallersThreads threads;
   CallbackError callback_error;
   std::function<void(std::string_view)> pass_on;
   if (!stream.is_none())
@@ -389,6 +393,7 @@ PYBIND11_MODULE(_native, m) {
       [](const std::string& run, const std::string& output) {
         const DenormalsScope keep;
         const sf::CNumbers numbers;
+        const sf::KeepCallersThreads threads;
         py::gil_scoped_release released;
         return sf::merge_adapters(run, output);
       },

@@ -1,5 +1,7 @@
 #include "run_dir.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -85,11 +87,16 @@ void check_inputs_outside_run_files(const Config& c, const fs::path& dir) {
 // Takes `dir`'s lock for this process, or refuses: another process is training in it.
 void lock_run_dir(const std::string& dir, io::DirLock* lock) {
   long holder = 0;
-  if (!lock->try_lock(dir, &holder))
+  if (!lock->try_lock(dir, &holder)) {
+    if (holder == static_cast<long>(::getpid()))
+      fail(dir, ": in use: another training of this process (pid ", holder,
+           ", another of its threads) is training in it; wait for it to end, or give this one "
+           "another directory. Nothing in the directory was changed");
     fail(dir, ": in use: another seqforge process is training in it (",
          holder > 0 ? "pid " + std::to_string(holder) : std::string("its pid not yet written"),
          " holds ", (fs::path(dir) / ".lock").string(),
          "); wait for it to end or stop it. Nothing in the directory was changed");
+  }
   io::remove_stale_temporaries(dir, kRunFiles);
 }
 

@@ -39,6 +39,19 @@ bool flushes_denormals();
 // Whether the CPU backend should flush them: yes, unless SEQFORGE_FLUSH_DENORMALS=0.
 bool flush_denormals_wanted();
 
+// The calling thread's OpenMP thread count for a scope, then back to what it was: a host that
+// computes with the same OpenMP runtime (PyTorch shares libgomp) finds its own after a call.
+class KeepCallersThreads {
+ public:
+  KeepCallersThreads();
+  ~KeepCallersThreads();
+  KeepCallersThreads(const KeepCallersThreads&) = delete;
+  KeepCallersThreads& operator=(const KeepCallersThreads&) = delete;
+
+ private:
+  int before_;
+};
+
 // Numbers as text in C's notation ('.' before decimals) on the calling thread while it lives,
 // whatever locale the process set: a host program (Python after locale.setlocale) may have chosen
 // one whose decimal point is ',', which strtod and printf follow, so files written in one locale
