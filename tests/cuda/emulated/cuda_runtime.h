@@ -345,34 +345,40 @@ inline void FiberScheduler::check_barriers() const {
     std::fprintf(stderr, "emulated CUDA: %s\n", why.c_str());
     std::abort();
   };
-  std::map<unsigned, const Fiber*> waiting, ended, running;  // block -> one of its threads
-  bool at_grid = false;
-  for (const Fiber& f : fibers) {
-    if (f.state == Fiber::at_block_barrier) waiting.try_emplace(f.block, &f);
-    if (f.state == Fiber::done) ended.try_emplace(f.block, &f);
-    if (f.state == Fiber::ready || f.state == Fiber::spinning) running.try_emplace(f.block, &f);
-    at_grid |= f.state == Fiber::at_grid_barrier;
+  // A block's threads are consecutive fibers: each block checked in place, nothing allocated
+  // (this runs at every barrier of every launch).
+  const Fiber* first_ended = nullptr;  // of the grid
+  bool at_grid = false, others_live = false;
+  for (size_t b = 0, e = 0; b < fibers.size(); b = e) {
+    const Fiber *waiting = nullptr, *ended = nullptr;
+    bool running = false;
+    for (e = b; e < fibers.size() && fibers[e].block == fibers[b].block; ++e) {
+      const Fiber& f = fibers[e];
+      if (f.state == Fiber::at_block_barrier && !waiting) waiting = &f;
+      if (f.state == Fiber::done && !ended) ended = &f;
+      running |= f.state == Fiber::ready || f.state == Fiber::spinning;
+      at_grid |= f.state == Fiber::at_grid_barrier;
+    }
+    if (!first_ended) first_ended = ended;
+    others_live |= running || waiting;
+    if (!waiting) continue;
+    for (size_t k = b; k < e; ++k) {
+      const Fiber& f = fibers[k];
+      if (f.state == Fiber::at_block_barrier &&
+          (f.at.line() != waiting->at.line() ||
+           std::strcmp(f.at.file_name(), waiting->at.file_name()) != 0))
+        fail("block " + std::to_string(f.block) + ": thread " + std::to_string(waiting->thread) +
+             " waits at the barrier at " + where(*waiting) + ", thread " +
+             std::to_string(f.thread) + " at " + where(f));
+    }
+    if (ended && !running)
+      fail("block " + std::to_string(ended->block) + ": thread " + std::to_string(ended->thread) +
+           " ended while thread " + std::to_string(waiting->thread) + " waits at the barrier at " +
+           where(*waiting));
   }
-  for (const Fiber& f : fibers) {
-    const auto w = waiting.find(f.block);
-    if (w == waiting.end()) continue;
-    const Fiber& first = *w->second;
-    const bool same_site =
-        f.at.line() == first.at.line() && std::strcmp(f.at.file_name(), first.at.file_name()) == 0;
-    if (f.state == Fiber::at_block_barrier && !same_site)
-      fail("block " + std::to_string(f.block) + ": thread " + std::to_string(first.thread) +
-           " waits at the barrier at " + where(first) + ", thread " + std::to_string(f.thread) +
-           " at " + where(f));
-    if (f.state == Fiber::done && !running.contains(f.block))
-      fail("block " + std::to_string(f.block) + ": thread " + std::to_string(f.thread) +
-           " ended while thread " + std::to_string(first.thread) + " waits at the barrier at " +
-           where(first));
-  }
-  if (at_grid && !ended.empty() && running.empty() && waiting.empty()) {
-    const Fiber& f = *ended.begin()->second;
-    fail("block " + std::to_string(f.block) + ": thread " + std::to_string(f.thread) +
-         " ended while others wait at a grid sync");
-  }
+  if (at_grid && first_ended && !others_live)
+    fail("block " + std::to_string(first_ended->block) + ": thread " +
+         std::to_string(first_ended->thread) + " ended while others wait at a grid sync");
 }
 
 inline void FiberScheduler::run() {
