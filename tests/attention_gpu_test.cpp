@@ -4,6 +4,7 @@
 // rows, dropout, grouped key/value heads and sliding windows. Runs on the emulated GPU in CI.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -23,15 +24,17 @@ struct ScopedAttentionChoice {
   ~ScopedAttentionChoice() { unsetenv("SEQFORGE_CUDA_ATTENTION"); }
 };
 
-// The sweep on tensor cores with `products` (bf16 or fp16) operands: its largest errors.
-void tensor_core_sweep(DType products) {
+// The sweep on tensor cores with `products` (bf16 or fp16) operands over head sizes `heads` and
+// sequence lengths `seqs`: its largest errors.
+void tensor_core_sweep(DType products, std::initializer_list<int64_t> heads,
+                       std::initializer_list<int64_t> seqs) {
   auto ref = make_reference_backend();
   auto gpu = make_backend("cuda");
   const ScopedAttentionChoice tensor_cores("tensor_cores");
   Errors worst;
   int count = 0, index = 0, differs_from_f32 = 0;
-  for (int64_t D : {7, 16, 65})
-    for (int64_t T : {1, 17, 130})
+  for (int64_t D : heads)
+    for (int64_t T : seqs)
       for (bool causal : {true, false})
         for (bool padded : {false, true}) {
           const int idx = index++;
@@ -50,19 +53,27 @@ void tensor_core_sweep(DType products) {
         }
   EXPECT_GT(differs_from_f32, count / 2) << "the tensor-core kernels did not run";
   std::printf(
-      "tensor cores, %s products, %d shapes; largest relative errors: out %.2e, lse %.2e, "
-      "dqkv %.2e\n",
-      std::string(dtype_name(products)).c_str(), count, worst.out, worst.lse, worst.dqkv);
+      "tensor cores, %s products, %d shapes, heads up to %lld; largest relative errors: out %.2e, "
+      "lse %.2e, dqkv %.2e\n",
+      std::string(dtype_name(products)).c_str(), count, static_cast<long long>(std::max(heads)),
+      worst.out, worst.lse, worst.dqkv);
 }
 
 TEST(Attention, GpuTensorCoresMatchReferenceWithinBf16Rounding) {
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-  tensor_core_sweep(DType::bf16);
+  tensor_core_sweep(DType::bf16, {7, 16, 65}, {1, 17, 130});
 }
 
 TEST(Attention, GpuTensorCoresMatchReferenceWithinFp16Rounding) {
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
-  tensor_core_sweep(DType::f16);
+  tensor_core_sweep(DType::f16, {7, 16, 65}, {1, 17, 130});
+}
+
+// Llama's and Gemma's heads: on a GPU with 99 KiB of shared memory per block (sm_86, sm_89, and
+// the emulated one) their tiles hold fewer rows.
+TEST(Attention, GpuTensorCoresMatchReferenceForHeadsOf128And256) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  tensor_core_sweep(DType::bf16, {128, 256}, {33, 90});
 }
 
 TEST(Attention, GpuAttentionChoiceIsChecked) {

@@ -8,10 +8,10 @@
 //             (per query tile) S = Q K^T, dP = dO V^T, dQ += dS K.
 // q, k, v and dO are rounded to H as they are staged in shared memory, P and dS after the f32
 // softmax; row statistics, accumulators (in shared memory, f32) and outputs stay f32, as the CPU's
-// bf16-products kernel. A block owns kTcRows rows (query rows forward and for dQ, keys for
-// dK/dV) in slices of 16, each slice a warp's (a block of fewer warps takes several); the other
-// side comes in tiles of `other` rows (64, 32 or 16, whichever fits the GPU's shared memory).
-// Head sizes are padded to a multiple of 16 with zeros.
+// bf16-products kernel. A block owns `rows` rows (query rows forward and for dQ, keys for
+// dK/dV); the other side comes in tiles of `other` rows (each 64, 32 or 16: the largest tiles the
+// GPU's shared memory holds for the head size, TcTile). The warps share a product's 16 x 16
+// output tiles. Head sizes are padded to a multiple of 16 with zeros.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -22,8 +22,14 @@ namespace seqforge::cuda {
 
 namespace wmma = nvcuda::wmma;
 
-constexpr int64_t kTcRows = 64, kTcSlice = 16;
+constexpr int64_t kTcSlice = 16;
 constexpr int kTcThreads = 128;
+
+// A kernel's tiles: its block's rows and the other side's rows per step.
+struct TcTile {
+  int64_t rows = 0, other = 0;
+  explicit operator bool() const { return rows > 0 && other > 0; }
+};
 
 template <typename H>
 using TcA = wmma::fragment<wmma::matrix_a, 16, 16, 16, H, wmma::row_major>;
@@ -53,9 +59,9 @@ __host__ __device__ inline int64_t tc_head(int64_t D) { return (D + 15) / 16 * 1
 __host__ __device__ inline int64_t tc_ld16(int64_t width) { return width + 8; }
 __host__ __device__ inline int64_t tc_ld32(int64_t width) { return width + 4; }
 
-// A kernel's shared memory, each region 128-byte aligned: `own` tiles of its block's kTcRows rows
-// of the head (H), `others` tiles of the other side's rows, `scores` (f32) and `probs` (H)
-// tiles of kTcRows x other, `accs` (f32) tiles of kTcRows rows of the head, and `values` f32s.
+// A kernel's shared memory, each region 128-byte aligned: `own` tiles of its block's rows of the
+// head (H), `others` tiles of the other side's rows, `scores` (f32) and `probs` (H) tiles of
+// rows x other, `accs` (f32) tiles of the block's rows of the head, and `values` f32s.
 // With a null base only `bytes` is meaningful: the launcher sizes what the kernel carves.
 struct TcTiles {
   void *own, *other;  // of H
@@ -64,10 +70,10 @@ struct TcTiles {
   float *acc, *values;
   size_t bytes = 0;
 };
-__host__ __device__ inline TcTiles tc_tiles(unsigned char* base, int64_t D, int64_t other, int own,
+__host__ __device__ inline TcTiles tc_tiles(unsigned char* base, int64_t D, TcTile tile, int own,
                                             int others, int scores, int probs, int accs,
                                             int64_t values) {
-  const int64_t Dp = tc_head(D), R = kTcRows;
+  const int64_t Dp = tc_head(D), R = tile.rows, other = tile.other;
   TcTiles t{};
   auto take = [&](int64_t elements, size_t element) {
     unsigned char* p = base ? base + t.bytes : nullptr;
@@ -84,24 +90,20 @@ __host__ __device__ inline TcTiles tc_tiles(unsigned char* base, int64_t D, int6
 }
 // Each kernel's: forward Q | K, V | S | P | O | max, sum, correction; dK/dV K, V | Q, dO |
 // S^T, dP^T | P^T, dS^T | dK, dV | lse, delta; dQ Q, dO | K, V | S, dP | dS | dQ | lse, delta.
-__host__ __device__ inline TcTiles tc_forward_tiles(unsigned char* base, int64_t D, int64_t other) {
-  return tc_tiles(base, D, other, 1, 2, 1, 1, 1, 3 * kTcRows);
+__host__ __device__ inline TcTiles tc_forward_tiles(unsigned char* base, int64_t D, TcTile t) {
+  return tc_tiles(base, D, t, 1, 2, 1, 1, 1, 3 * t.rows);
 }
-__host__ __device__ inline TcTiles tc_dkdv_tiles(unsigned char* base, int64_t D, int64_t other) {
-  return tc_tiles(base, D, other, 2, 2, 2, 2, 2, 2 * other);
+__host__ __device__ inline TcTiles tc_dkdv_tiles(unsigned char* base, int64_t D, TcTile t) {
+  return tc_tiles(base, D, t, 2, 2, 2, 2, 2, 2 * t.other);
 }
-__host__ __device__ inline TcTiles tc_dq_tiles(unsigned char* base, int64_t D, int64_t other) {
-  return tc_tiles(base, D, other, 2, 2, 2, 1, 1, 2 * kTcRows);
+__host__ __device__ inline TcTiles tc_dq_tiles(unsigned char* base, int64_t D, TcTile t) {
+  return tc_tiles(base, D, t, 2, 2, 2, 1, 1, 2 * t.rows);
 }
-inline size_t tc_forward_shared(int64_t D, int64_t other) {
-  return tc_forward_tiles(nullptr, D, other).bytes;
+inline size_t tc_forward_shared(int64_t D, TcTile t) {
+  return tc_forward_tiles(nullptr, D, t).bytes;
 }
-inline size_t tc_dkdv_shared(int64_t D, int64_t other) {
-  return tc_dkdv_tiles(nullptr, D, other).bytes;
-}
-inline size_t tc_dq_shared(int64_t D, int64_t other) {
-  return tc_dq_tiles(nullptr, D, other).bytes;
-}
+inline size_t tc_dkdv_shared(int64_t D, TcTile t) { return tc_dkdv_tiles(nullptr, D, t).bytes; }
+inline size_t tc_dq_shared(int64_t D, TcTile t) { return tc_dq_tiles(nullptr, D, t).bytes; }
 
 // The block's warps and this thread's: an emulated block of fewer than 32 threads is one warp.
 __device__ inline int tc_warps() {
@@ -124,57 +126,59 @@ __device__ inline void tc_load_rows(H* tile, const float* src, int64_t R, int64_
 }
 
 // out (R, cols) f32 = a (R, depth) b^T: a's rows and b's rows (cols of them) both `depth` long,
-// H with leading dimensions lda and ldb; each warp takes 16-row slices.
+// H with leading dimensions lda and ldb; the warps take its 16 x 16 tiles in turn.
 template <typename H>
 __device__ inline void tc_abt(float* out, int64_t ldo, const H* a, int64_t lda, const H* b,
                               int64_t ldb, int64_t R, int64_t cols, int64_t depth) {
-  for (int64_t slice = tc_warp(); slice < R / kTcSlice; slice += tc_warps())
-    for (int64_t c = 0; c < cols; c += 16) {
-      TcAcc acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int64_t k = 0; k < depth; k += 16) {
-        TcA<H> fa;
-        TcBCol<H> fb;
-        wmma::load_matrix_sync(fa, a + slice * kTcSlice * lda + k, lda);
-        wmma::load_matrix_sync(fb, b + c * ldb + k, ldb);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(out + slice * kTcSlice * ldo + c, acc, ldo, wmma::mem_row_major);
+  const int64_t col_tiles = cols / 16;
+  for (int64_t tile = tc_warp(); tile < R / kTcSlice * col_tiles; tile += tc_warps()) {
+    const int64_t slice = tile / col_tiles, c = tile % col_tiles * 16;
+    TcAcc acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int64_t k = 0; k < depth; k += 16) {
+      TcA<H> fa;
+      TcBCol<H> fb;
+      wmma::load_matrix_sync(fa, a + slice * kTcSlice * lda + k, lda);
+      wmma::load_matrix_sync(fb, b + c * ldb + k, ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
     }
+    wmma::store_matrix_sync(out + slice * kTcSlice * ldo + c, acc, ldo, wmma::mem_row_major);
+  }
 }
 
-// acc (R, width) f32 += a (R, depth) b: b's rows `depth` of them, `width` long; each warp takes
-// 16-row slices.
+// acc (R, width) f32 += a (R, depth) b: b's rows `depth` of them, `width` long; the warps take
+// its 16 x 16 tiles in turn.
 template <typename H>
 __device__ inline void tc_acc_ab(float* acc, int64_t ldacc, const H* a, int64_t lda, const H* b,
                                  int64_t ldb, int64_t R, int64_t width, int64_t depth) {
-  for (int64_t slice = tc_warp(); slice < R / kTcSlice; slice += tc_warps())
-    for (int64_t c = 0; c < width; c += 16) {
-      TcAcc f;
-      float* at = acc + slice * kTcSlice * ldacc + c;
-      wmma::load_matrix_sync(f, at, ldacc, wmma::mem_row_major);
-      for (int64_t k = 0; k < depth; k += 16) {
-        TcA<H> fa;
-        TcBRow<H> fb;
-        wmma::load_matrix_sync(fa, a + slice * kTcSlice * lda + k, lda);
-        wmma::load_matrix_sync(fb, b + k * ldb + c, ldb);
-        wmma::mma_sync(f, fa, fb, f);
-      }
-      wmma::store_matrix_sync(at, f, ldacc, wmma::mem_row_major);
+  const int64_t col_tiles = width / 16;
+  for (int64_t tile = tc_warp(); tile < R / kTcSlice * col_tiles; tile += tc_warps()) {
+    const int64_t slice = tile / col_tiles, c = tile % col_tiles * 16;
+    TcAcc f;
+    float* at = acc + slice * kTcSlice * ldacc + c;
+    wmma::load_matrix_sync(f, at, ldacc, wmma::mem_row_major);
+    for (int64_t k = 0; k < depth; k += 16) {
+      TcA<H> fa;
+      TcBRow<H> fb;
+      wmma::load_matrix_sync(fa, a + slice * kTcSlice * lda + k, lda);
+      wmma::load_matrix_sync(fb, b + k * ldb + c, ldb);
+      wmma::mma_sync(f, fa, fb, f);
     }
+    wmma::store_matrix_sync(at, f, ldacc, wmma::mem_row_major);
+  }
 }
 
-// A block per (pair, tile of kTcRows query rows), key tiles of `other`.
+// A block per (pair, tile of tile.rows query rows), key tiles of tile.other.
 template <typename H>
-__global__ void attention_forward_tc_kernel(AttentionForward a, int64_t other,
+__global__ void attention_forward_tc_kernel(AttentionForward a, TcTile tile,
                                             AttentionDropout drop) {
   SF_DYNAMIC_SHARED(shared_bytes);
   const AttentionShape& s = a.shape;
   const float cap = static_cast<float>(s.softcap);
   const int64_t D = s.head_dim, Dp = tc_head(D), T_ = s.seq, stride = s.qkv_width();
-  const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
-                LO = tc_ld32(Dp);
-  const TcTiles tiles_at = tc_forward_tiles(shared_bytes, D, other);
+  const int64_t R = tile.rows, other = tile.other, LB = tc_ld16(Dp), LS = tc_ld32(other),
+                LP = tc_ld16(other), LO = tc_ld32(Dp);
+  const TcTiles tiles_at = tc_forward_tiles(shared_bytes, D, tile);
   H *sQ = static_cast<H*>(tiles_at.own), *sK = static_cast<H*>(tiles_at.other),
     *sV = sK + other * LB, *sP = static_cast<H*>(tiles_at.probs);
   float *sS = tiles_at.scores, *sO = tiles_at.acc;
@@ -259,19 +263,19 @@ __global__ void attention_delta_tc_kernel(float* delta, const float* out, const 
   }
 }
 
-// A block per (batch row, key/value head, tile of kTcRows keys): dK and dV of its keys over the
-// group's query heads, query tiles of `other`.
+// A block per (batch row, key/value head, tile of tile.rows keys): dK and dV of its keys over the
+// group's query heads, query tiles of tile.other.
 template <typename H>
-__global__ void attention_dkdv_tc_kernel(AttentionBackward a, const float* delta_all, int64_t other,
+__global__ void attention_dkdv_tc_kernel(AttentionBackward a, const float* delta_all, TcTile tile,
                                          AttentionDropout drop) {
   SF_DYNAMIC_SHARED(shared_bytes);
   const AttentionShape& s = a.shape;
   const float cap = static_cast<float>(s.softcap);
   const int64_t D = s.head_dim, Dp = tc_head(D), T_ = s.seq, stride = s.qkv_width(),
                 C = s.heads * D;
-  const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
-                LO = tc_ld32(Dp);
-  const TcTiles tiles_at = tc_dkdv_tiles(shared_bytes, D, other);
+  const int64_t R = tile.rows, other = tile.other, LB = tc_ld16(Dp), LS = tc_ld32(other),
+                LP = tc_ld16(other), LO = tc_ld32(Dp);
+  const TcTiles tiles_at = tc_dkdv_tiles(shared_bytes, D, tile);
   H *sK = static_cast<H*>(tiles_at.own), *sV = sK + R * LB, *sQ = static_cast<H*>(tiles_at.other),
     *sdO = sQ + other * LB;
   H *sPT = static_cast<H*>(tiles_at.probs), *sdST = sPT + R * LP;
@@ -336,18 +340,18 @@ __global__ void attention_dkdv_tc_kernel(AttentionBackward a, const float* delta
   }
 }
 
-// A block per (pair, tile of kTcRows query rows): dQ of its rows, key tiles of `other`.
+// A block per (pair, tile of tile.rows query rows): dQ of its rows, key tiles of tile.other.
 template <typename H>
-__global__ void attention_dq_tc_kernel(AttentionBackward a, const float* delta_all, int64_t other,
+__global__ void attention_dq_tc_kernel(AttentionBackward a, const float* delta_all, TcTile tile,
                                        AttentionDropout drop) {
   SF_DYNAMIC_SHARED(shared_bytes);
   const AttentionShape& s = a.shape;
   const float cap = static_cast<float>(s.softcap);
   const int64_t D = s.head_dim, Dp = tc_head(D), T_ = s.seq, stride = s.qkv_width(),
                 C = s.heads * D;
-  const int64_t R = kTcRows, LB = tc_ld16(Dp), LS = tc_ld32(other), LP = tc_ld16(other),
-                LO = tc_ld32(Dp);
-  const TcTiles tiles_at = tc_dq_tiles(shared_bytes, D, other);
+  const int64_t R = tile.rows, other = tile.other, LB = tc_ld16(Dp), LS = tc_ld32(other),
+                LP = tc_ld16(other), LO = tc_ld32(Dp);
+  const TcTiles tiles_at = tc_dq_tiles(shared_bytes, D, tile);
   H *sQ = static_cast<H*>(tiles_at.own), *sdO = sQ + R * LB, *sK = static_cast<H*>(tiles_at.other),
     *sV = sK + other * LB;
   H* sdS = static_cast<H*>(tiles_at.probs);

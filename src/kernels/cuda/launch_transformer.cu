@@ -199,20 +199,24 @@ unsigned attention_blocks(int64_t units, int64_t rows, int64_t R) {
   return static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 65535));
 }
 
-// Tensor cores (attention_tc.cuh): per kernel the rows of the other side per tile, the most of 64,
-// 32 and 16 whose shared memory this GPU offers a block (0 where none fits).
+// Tensor cores (attention_tc.cuh): per kernel the first of these tiles, largest first, whose
+// shared memory this GPU offers a block; none where none fits (a head over 368 with 99 KiB).
 struct TensorCoreTiles {
-  int64_t forward = 0, dkdv = 0, dq = 0;
-  explicit operator bool() const { return forward && dkdv && dq; }
+  TcTile forward, dkdv, dq;
+  explicit operator bool() const {
+    return static_cast<bool>(forward) && static_cast<bool>(dkdv) && static_cast<bool>(dq);
+  }
 };
 TensorCoreTiles tensor_core_tiles(const AttentionShape& s) {
   int device = 0, optin = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  auto tile = [&](size_t (*shared)(int64_t, int64_t)) -> int64_t {
-    for (const int64_t other : {64, 32, 16})
-      if (shared(s.head_dim, other) <= static_cast<size_t>(optin)) return other;
-    return 0;
+  auto tile = [&](size_t (*shared)(int64_t, TcTile)) -> TcTile {
+    for (const TcTile t :
+         {TcTile{64, 64}, TcTile{64, 32}, TcTile{32, 64}, TcTile{32, 32}, TcTile{64, 16},
+          TcTile{16, 64}, TcTile{32, 16}, TcTile{16, 32}, TcTile{16, 16}})
+      if (shared(s.head_dim, t) <= static_cast<size_t>(optin)) return t;
+    return {};
   };
   return {tile(tc_forward_shared), tile(tc_dkdv_shared), tile(tc_dq_shared)};
 }
@@ -253,13 +257,12 @@ void attention_forward(const AttentionForward& a, DType dtype, AttentionKernels 
     const TensorCoreTiles tiles = tensor_core_tiles(s);
     SF_CHECK(dtype == DType::f32 && tiles, "attention on tensor cores for ", dtype_name(dtype),
              " tensors, head size ", s.head_dim);
-    const int64_t other = tiles.forward;
-    const size_t shared = tc_forward_shared(s.head_dim, other);
+    const size_t shared = tc_forward_shared(s.head_dim, tiles.forward);
     dispatch_products(s, [&]<typename H>() {
       allow_shared(attention_forward_tc_kernel<H>, shared, "attention's forward", "head size");
-      SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq - a.first_row, kTcRows), kTcThreads,
-                shared, stream, attention_forward_tc_kernel<H>)
-      (a, other, attention_dropout(s));
+      SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq - a.first_row, tiles.forward.rows),
+                kTcThreads, shared, stream, attention_forward_tc_kernel<H>)
+      (a, tiles.forward, attention_dropout(s));
     });
     return;
   }
@@ -282,22 +285,21 @@ void attention_backward(const AttentionBackward& a, void* delta, DType dtype,
     const TensorCoreTiles tiles = tensor_core_tiles(s);
     SF_CHECK(dtype == DType::f32 && tiles, "attention on tensor cores for ", dtype_name(dtype),
              " tensors, head size ", s.head_dim);
-    const int64_t other_k = tiles.dkdv, other_q = tiles.dq;
     float* d = static_cast<float*>(delta);
-    const size_t shared_k = tc_dkdv_shared(s.head_dim, other_k),
-                 shared_q = tc_dq_shared(s.head_dim, other_q);
+    const size_t shared_k = tc_dkdv_shared(s.head_dim, tiles.dkdv),
+                 shared_q = tc_dq_shared(s.head_dim, tiles.dq);
     dispatch_products(s, [&]<typename H>() {
       SF_LAUNCH(blocks_for(s.batch * s.heads * s.seq), kThreads, 0, stream,
                 attention_delta_tc_kernel<H>)
       (d, static_cast<const float*>(a.out), static_cast<const float*>(a.dout), s);
       allow_shared(attention_dkdv_tc_kernel<H>, shared_k, "attention's backward", "head size");
-      SF_LAUNCH(attention_blocks(s.batch * s.kv(), s.seq, kTcRows), kTcThreads, shared_k, stream,
-                attention_dkdv_tc_kernel<H>)
-      (a, d, other_k, drop);
+      SF_LAUNCH(attention_blocks(s.batch * s.kv(), s.seq, tiles.dkdv.rows), kTcThreads, shared_k,
+                stream, attention_dkdv_tc_kernel<H>)
+      (a, d, tiles.dkdv, drop);
       allow_shared(attention_dq_tc_kernel<H>, shared_q, "attention's backward", "head size");
-      SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq, kTcRows), kTcThreads, shared_q, stream,
-                attention_dq_tc_kernel<H>)
-      (a, d, other_q, drop);
+      SF_LAUNCH(attention_blocks(s.batch * s.heads, s.seq, tiles.dq.rows), kTcThreads, shared_q,
+                stream, attention_dq_tc_kernel<H>)
+      (a, d, tiles.dq, drop);
     });
     return;
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attention_problems.hpp"
+#include "kernels/cuda/launch.hpp"
 #include "seqforge/backend/backend.hpp"
 #include "seqforge/core/rng.hpp"
 #include "test_util.hpp"
@@ -82,6 +83,18 @@ TEST(AttentionAgreementEmulated, TheFirstCallOfEachKindIsCheckedAndAgrees) {
   EXPECT_EQ(count(tc, "attention's tensor-core kernels agree with the reference forward"), 1) << tc;
   EXPECT_EQ(count(tc, "attention's tensor-core kernels agree with the reference backward"), 1)
       << tc;
+}
+
+// The emulated GPU offers a block 99 KiB of shared memory, as an RTX 3090 or 4090: tensor cores
+// for every head up to Gemma's 256.
+TEST(AttentionAgreementEmulated, TensorCoresHoldEveryHeadUpTo256In99KiB) {
+  const ScopedEnv tensor_cores("SEQFORGE_CUDA_ATTENTION", "tensor_cores");
+  for (int64_t D = 1; D <= 256; ++D) {
+    AttentionShape s{.batch = 1, .seq = 8, .heads = 1, .head_dim = D};
+    s.bf16_products = true;
+    EXPECT_EQ(cuda::attention_kernels(s, DType::f32), cuda::AttentionKernels::tensor_cores)
+        << "head size " << D;
+  }
 }
 
 TEST(AttentionAgreementEmulated, TilesThatDisagreeStopTheRun) {
