@@ -7,7 +7,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "io/file_util.hpp"
@@ -311,6 +313,11 @@ TEST(Predict, LastReadsTheLastWindowsAlone) {
                 .find("in.csv:38: column 'other': empty cell in the last window of series 's0' "
                       "(--last forecasts from its last 8 rows; --missing ffill or interpolate "
                       "fills the file's missing cells)"),
+            std::string::npos);
+  // A cell written "NA" is named as it is written, not as an empty one.
+  EXPECT_NE(error_of([&] { predictions(run, with_cell("na.csv", 38, 3, "NA"), true); })
+                .find("na.csv:38: column 'other': 'NA' (a missing value) in the last window of "
+                      "series 's0'"),
             std::string::npos);
   EXPECT_NE(error_of([&] { predictions(run, with_cell("before.csv", 73, 2, ""), true); })
                 .find("before.csv:73: column 'signal': empty cell, which data.transform "
@@ -1135,6 +1142,79 @@ TEST(Predict, ATimePastTheEndKeepsTheFilesMarkOfUtc) {
     EXPECT_EQ(p[1][0], "2020-01-02T15:00:00" + zone);
     EXPECT_EQ(p[1][1], "2020-01-02T16:00:00" + zone);
   }
+}
+
+// A column of ISO times written several ways (a midnight without its time, UTC as Z and as
+// +00:00, a blank after a time) comes back one way: as the first time written with its time is.
+TEST(Predict, DatesWrittenSeveralWaysComeBackOneWay) {
+  const fs::path dir = test::temp_dir("date_styles");
+  const int64_t start = *io::parse_datetime("2020-01-01");
+  auto hour = [&](int h) { return io::format_datetime(start + h * 3600, false); };  // ...T01:00:00
+  struct Case {
+    std::function<std::string(int)> written;
+    std::string window_end, forecast_for;  // the last window's
+  };
+  const std::vector<Case> cases = {
+      {[&](int h) {
+         const std::string t = hour(h);
+         return h % 24 == 0 ? t.substr(0, 10) : t.substr(0, 10) + " " + t.substr(11);
+       },
+       "2020-01-02 15:00:00", "2020-01-02 16:00:00"},
+      {[&](int h) { return hour(h) + (h % 2 ? "+00:00" : "Z"); }, "2020-01-02T15:00:00Z",
+       "2020-01-02T16:00:00Z"},
+      {[&](int h) { return hour(h).substr(0, 16) + (h % 3 ? " " : ""); }, "2020-01-02T15:00",
+       "2020-01-02T16:00"}};
+  for (const Case& c : cases) {
+    const std::string path = (dir / "t.csv").string();
+    {
+      std::ofstream f(path);
+      f << "time,y\n";
+      for (int h = 0; h < 40; ++h) f << c.written(h) << "," << std::sin(0.3 * h) << "\n";
+    }
+    std::ostringstream log;
+    train(Config::parse("data: {path: " + path +
+                            ", date_column: time, features: [y], targets: [y], lookback: 3}\n"
+                            "model: {hidden: 8}\ntrain: {epochs: 1, run_dir: " +
+                            (dir / "run").string() + "}\n",
+                        "t.yaml", {"train.save=last"}),
+          log, "", {}, true);
+    std::ostringstream out;
+    predict((dir / "run").string(), {path, (dir / "p.csv").string(), false}, out);
+    const auto p = read_csv((dir / "p.csv").string());
+    ASSERT_EQ(p.size(), 39u);  // the header, 37 windows and the step past the end
+    std::set<size_t> lengths;
+    for (size_t i = 1; i < p.size(); ++i) lengths.insert(p[i][0].size());
+    EXPECT_EQ(lengths.size(), 1u) << p[1][0] << " " << p[20][0];
+    EXPECT_EQ(p.back()[0], c.window_end);
+    EXPECT_EQ(p.back()[1], c.forecast_for);
+  }
+}
+
+// A forecast undone to a large level (a meter's reading plus its forecast change under diff) in
+// double: not rounded to a float's spacing there (128 at 1.2e9).
+TEST(Predict, AForecastOnALargeLevelKeepsItsDigits) {
+  const fs::path dir = test::temp_dir("large_level");
+  const std::string path = (dir / "meter.csv").string();
+  {
+    std::ofstream f(path);
+    f << "y\n";
+    double y = 1234567890;
+    for (int i = 0; i < 200; ++i) f << std::llround(y += 500 + 300 * std::sin(0.26 * i)) << "\n";
+  }
+  std::ostringstream log;
+  train(Config::parse("data: {path: " + path +
+                          ", features: [y], targets: [y], transform: {y: diff}, lookback: 6}\n"
+                          "model: {hidden: 8}\ntrain: {epochs: 1, run_dir: " +
+                          (dir / "run").string() + "}\n",
+                      "m.yaml", {"train.save=last"}),
+        log, "", {}, true);
+  const Predictions p = predictions((dir / "run").string(), path, false);
+  const auto y =
+      std::find_if(p.columns.begin(), p.columns.end(), [](const auto& c) { return c.name == "y"; });
+  ASSERT_NE(y, p.columns.end());
+  int off_the_float_grid = 0;
+  for (const double v : y->values) off_the_float_grid += std::fmod(v, 128.0) != 0.0;
+  EXPECT_GT(off_the_float_grid, static_cast<int>(y->values.size()) / 2);
 }
 
 // data.static end to end: the categories travel in the checkpoint; predict feeds each series its

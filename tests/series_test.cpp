@@ -1651,7 +1651,7 @@ TEST(Series, TimesWithUtcOffsets) {
   EXPECT_TRUE(d.series[0].regular);
   EXPECT_FALSE(d.utc_times);
   EXPECT_EQ(d.dates.front(), "2021-11-01");
-  EXPECT_EQ(d.time_text(*d.time_ahead(d.rows - 1, 1), true), "2021-11-13");
+  EXPECT_EQ(d.time_text(*d.time_ahead(d.rows - 1, 1), ""), "2021-11-13");
   ASSERT_FALSE(d.notes.empty());
   EXPECT_NE(d.notes[0].find("holds local midnights with UTC offsets: read as the days they name"),
             std::string::npos)
@@ -1666,7 +1666,7 @@ TEST(Series, TimesWithUtcOffsets) {
   EXPECT_TRUE(h.utc_times);
   EXPECT_EQ(h.dates[1], "2021-11-07T05:00:00Z");
   EXPECT_EQ(h.dates[2], "2021-11-07T06:00:00Z");
-  EXPECT_EQ(h.time_text(*h.time_ahead(h.rows - 1, 1), false), "2021-11-07T10:00:00Z");
+  EXPECT_EQ(h.time_text(*h.time_ahead(h.rows - 1, 1), ""), "2021-11-07T10:00:00Z");
   EXPECT_NE(h.notes[0].find("holds times with UTC offsets: read as instants, written in UTC "
                             "('2021-11-07 00:00-04:00' as 2021-11-07T04:00:00Z)"),
             std::string::npos)
@@ -1793,8 +1793,8 @@ TEST(Series, DatesWithFractionsOfASecondKeepThem) {
   EXPECT_EQ(d.usual_step(), "250 milliseconds");
   const auto ahead = d.time_ahead(d.rows - 1, 3);
   ASSERT_TRUE(ahead.has_value());
-  EXPECT_EQ(d.time_text(*ahead, true), "2024-03-01T10:00:06.500");
-  EXPECT_EQ(d.time_text(*ahead + 1, false), "2024-03-01T10:00:06.500001");
+  EXPECT_EQ(d.time_text(*ahead, ""), "2024-03-01T10:00:06.500");
+  EXPECT_EQ(d.time_text(*ahead + 1, ""), "2024-03-01T10:00:06.500001");
   bool gap_noted = false;
   for (const std::string& note : d.notes)
     gap_noted = gap_noted || note.find(
@@ -1915,7 +1915,7 @@ TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   EXPECT_TRUE(d.series[0].regular);
   const auto ahead = d.time_ahead(d.rows - 1, 3);
   ASSERT_TRUE(ahead.has_value());
-  EXPECT_EQ(d.time_text(*ahead, true), "7.5");
+  EXPECT_EQ(d.time_text(*ahead, ""), "7.5");
   EXPECT_EQ(d.dates[0], "0");
   EXPECT_EQ(error_of([&] { load_series(config(path, {"data.calendar=[hour]"})); }),
             path + ": data.calendar needs dates; column 't' holds numbers, not dates");
@@ -1940,20 +1940,20 @@ TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   EXPECT_EQ(ms.notes.size(), 1u);  // numbers, not dates; no uneven steps
   EXPECT_TRUE(ms.series[0].regular);
   EXPECT_EQ(ms.dates.back(), "1700000000039");
-  EXPECT_EQ(ms.time_text(*ms.time_ahead(ms.rows - 1, 1), true), "1700000000040");
+  EXPECT_EQ(ms.time_text(*ms.time_ahead(ms.rows - 1, 1), ""), "1700000000040");
   const std::string round = write(dir / "round.csv",
                                   "t,city,value\n1699999999998,a,0\n"
                                   "1699999999999,a,1\n1700000000000,a,2\n");
   const SeriesData r = load_series(config(round, {}));
-  EXPECT_EQ(r.time_text(*r.time_ahead(r.rows - 2, 1), true), "1700000000000");
-  EXPECT_EQ(r.time_text(*r.time_ahead(r.rows - 1, 2), true), "1700000000002");
+  EXPECT_EQ(r.time_text(*r.time_ahead(r.rows - 2, 1), ""), "1700000000000");
+  EXPECT_EQ(r.time_text(*r.time_ahead(r.rows - 1, 2), ""), "1700000000002");
   // Times written with one decimal ("860.0"): the times ahead are written so too.
   std::string tenths = "t,city,value\n";
   for (int k = 0; k < 10; ++k)
     tenths += std::to_string(860 + k) + ".0,a," + std::to_string(k) + "\n";
   const SeriesData tn = load_series(config(write(dir / "tenths.csv", tenths), {}));
-  EXPECT_EQ(tn.time_text(*tn.time_ahead(tn.rows - 1, 1), true), "870.0");
-  EXPECT_EQ(d.time_text(*d.time_ahead(d.rows - 1, 2), true), "7");  // "0", "1.5", ...: as needed
+  EXPECT_EQ(tn.time_text(*tn.time_ahead(tn.rows - 1, 1), ""), "870.0");
+  EXPECT_EQ(d.time_text(*d.time_ahead(d.rows - 1, 2), ""), "7");  // "0", "1.5", ...: as needed
   // Hours as fractions of a day (a spreadsheet's serial dates): 1/24 reads as 41666 or 41667
   // millionths from row to row, and the steps are still even; 26 hours ahead is a whole day.
   std::string hours = "t,city,value\n";
@@ -1965,8 +1965,8 @@ TEST(Series, NumericTimesOrderRowsInTheirOwnUnits) {
   const SeriesData h = load_series(config(write(dir / "hours.csv", hours), {}));
   EXPECT_EQ(h.notes.size(), 1u) << h.notes.back();  // numbers, not dates; no uneven steps
   EXPECT_TRUE(h.series[0].regular);
-  EXPECT_EQ(h.time_text(*h.time_ahead(h.rows - 1, 1), true), "44199");
-  EXPECT_EQ(h.time_text(*h.time_ahead(h.rows - 1, 13), true), "44199.5");
+  EXPECT_EQ(h.time_text(*h.time_ahead(h.rows - 1, 1), ""), "44199");
+  EXPECT_EQ(h.time_text(*h.time_ahead(h.rows - 1, 13), ""), "44199.5");
   // Times a few millionths apart are exact: a step of 3 where the usual one is 2 is off the grid.
   std::string micro = "t,city,value\n";
   for (int k = 0; k < 10; ++k)

@@ -131,6 +131,12 @@ out = run([cfg, "--study", os.path.join(work, "per_device_auto.db"), "tune.trial
            "--n-trials", "1", "train.run_dir=" + work + "/per_device_auto"]).stdout
 check("tune.trials_per_device auto: one trial at a time (the trials train on the CPU)" in out,
       "auto on a CPU: one trial at a time")
+# More workers than trials left: the one that finds nothing to claim while the other trains is no
+# failure (exit 0, and the leader warns of no worker).
+out = run([cfg, "--study", os.path.join(work, "per_device_one.db"), "tune.trials_per_device=2",
+           "--n-trials", "1", "train.run_dir=" + work + "/per_device_one"]).stdout
+check("ended with exit code" not in out and "best: trial 0" in out,
+      f"two workers on one trial: neither fails ({out[-400:]})")
 p = run([cfg, "tune.trials_per_device=0"], ok=False)
 check(p.returncode != 0 and "tune.trials_per_device: expected auto or 1 to 64, got 0" in p.stderr,
       f"trials_per_device 0 is one line naming the key ({p.stderr.strip()})")

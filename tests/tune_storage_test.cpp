@@ -302,6 +302,28 @@ TEST(TuneStudy, ParametersRunAtMostThreeTimesAndTheLastFailureSaysSo) {
   EXPECT_TRUE(trials[3].params.empty());  // sampled anew, not a fourth run of them
 }
 
+// A trial a signal stopped queues its parameters' retry as it finishes, and says whether it did:
+// twice, not the third time.
+TEST(TuneStudy, AStoppedTrialSaysWhetherItsParametersRunAgain) {
+  const fs::path dir = test::temp_dir("stopped_retries");
+  const std::string db = (dir / "study.db").string();
+  { Study setup(Storage::open(db), settings("s", 0.3), db); }
+  auto worker = Storage::open(db);
+  worker->info("s");
+  const std::map<std::string, double> params = {{"optim.lr", 0.01}, {"model.hidden", 8}};
+  for (const bool runs_again : {true, true, false}) {
+    const auto t = worker->claim(10, {"here", 7}, 60);
+    ASSERT_TRUE(t);
+    worker->set_params(t->id, params);
+    EXPECT_EQ(worker->finish(t->id, TrialState::failed, std::nullopt, 0, "interrupted", true),
+              runs_again)
+        << "trial " << t->number;
+  }
+  const auto next = worker->claim(10, {"here", 7}, 60);
+  ASSERT_TRUE(next);
+  EXPECT_TRUE(next->params.empty());  // sampled anew
+}
+
 TEST(TuneStudy, HeartbeatKeepsLongTrialsAlive) {
   const fs::path dir = test::temp_dir("heartbeat");
   const std::string db = (dir / "study.db").string();

@@ -257,6 +257,31 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
       for (int64_t r = 0; r < n; ++r)
         out.iso_dates.push_back(
             date_time_text(when[r], midnights, out.utc_times, out.subsecond_times));
+    // ISO dates written several ways in one column (a midnight without its time, UTC as Z and as
+    // +00:00, blanks around a date): every one as the first is written.
+    if (out.iso_dates.empty()) {
+      // The first written with its time, where not every time is a midnight.
+      int64_t styled = 0;
+      while (!midnights && styled + 1 < n && io::trim(dates[styled]).size() <= 10) ++styled;
+      const std::string like(io::trim(dates[styled]));
+      auto as_first = [&](int64_t r) {
+        return date_in_style_of(like, date_time_text(when[r], midnights && like.size() <= 10,
+                                                     out.utc_times, out.subsecond_times));
+      };
+      // Written as the first is: its length and separators (the whole text, only where they
+      // differ, so that a long file of one style is not written out again).
+      auto alike = [&](int64_t r) {
+        const std::string_view t = dates[r];
+        if (t.size() == like.size() && (t.size() < 8 || (t[4] == like[4] && t[7] == like[7])) &&
+            (t.size() < 11 || t[10] == like[10]))
+          return true;
+        return t == as_first(r);
+      };
+      int64_t r = 0;
+      while (r < n && alike(r)) ++r;
+      if (r < n)
+        for (int64_t k = 0; k < n; ++k) out.iso_dates.push_back(as_first(k));
+    }
   }
   // A file row's date as the file writes it.
   auto date_text = [&](int64_t r) {

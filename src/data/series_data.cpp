@@ -232,9 +232,10 @@ std::optional<int64_t> SeriesData::time_ahead(int64_t row, int64_t ahead) const 
   return times[last] + n * s.step;
 }
 
-std::string SeriesData::time_text(int64_t when, bool date_only) const {
+std::string SeriesData::time_text(int64_t when, const std::string& like) const {
   if (numeric_times) return series::numeric_time_text(when, numeric_decimals);
-  return series::date_time_text(when, date_only, utc_times, subsecond_times);
+  return series::date_in_style_of(
+      like, series::date_time_text(when, like.size() <= 10, utc_times, subsecond_times));
 }
 
 int64_t SeriesData::scaler_of(int64_t row) const {
@@ -254,6 +255,38 @@ std::string format_duration(int64_t ticks, int64_t per_second) {
       return std::to_string(n) + " " + name + (n == 1 ? "" : "s");
     }
   return std::to_string(ticks) + " seconds";
+}
+
+// date_in_style_of without a mark of UTC: a space before the time, no seconds, a fraction of
+// zeros ("12:00:00.000"); so that a column of dates holds one format (pandas 2 reads a column in
+// its first cell's format).
+static std::string in_style_of(const std::string& like, std::string text) {
+  const bool minutes = like.size() == 16, seconds = like.size() == 19;
+  const bool fraction = like.size() > 20 && like[19] == '.' &&
+                        like.find_first_not_of("0123456789", 20) == std::string::npos;
+  const bool zeros = fraction && like.find_first_not_of('0', 20) == std::string::npos;
+  const bool text_fraction = text.size() > 20 && text[19] == '.' &&
+                             text.find_first_not_of("0123456789", 20) == std::string::npos;
+  if (!(text.size() == 19 || text_fraction) || text[10] != 'T' ||
+      !(minutes || seconds || fraction) || like[4] != '-' || like[7] != '-' || like[13] != ':' ||
+      (like[10] != ' ' && like[10] != 'T'))
+    return text;
+  text[10] = like[10];
+  if (text.size() == 19 && minutes && text.ends_with(":00")) text.resize(16);
+  if (text.size() == 19 && zeros) text += like.substr(19);
+  if (text_fraction && fraction && like.size() - 20 == 6 && text.size() - 20 == 3)
+    text += "000";  // the file's six digits
+  return text;
+}
+
+// The same, where `like` ends in a mark of UTC ("Z", "+00:00", " UTC"): the date made here, in UTC
+// as the file's are, gets the same mark.
+std::string date_in_style_of(const std::string& like, const std::string& text) {
+  if (like.size() > 16 && text.size() >= 16 && text.back() != 'Z')
+    for (const std::string_view zone : {"Z", "z", "+00:00", "+0000", " UTC", "UTC"})
+      if (like.ends_with(zone))
+        return in_style_of(like.substr(0, like.size() - zone.size()), text) + std::string(zone);
+  return in_style_of(like, text);
 }
 
 std::string date_time_text(int64_t when, bool date_only, bool utc, bool subsecond) {

@@ -40,6 +40,11 @@ std::string numeric_time_text(int64_t when, int decimals = 0);
 // that divides it: "1 hour", "90 minutes", "250 milliseconds".
 std::string format_duration(int64_t ticks, int64_t per_second = 1);
 
+// An ISO date-time made here ("2024-01-13T12:00:00", "2024-01-13T12:00:00.250") written as `like`,
+// a date of the file, writes its own (a space before the time, no seconds, a fraction of zeros, a
+// mark of UTC), where `like` is ISO; else as it is.
+std::string date_in_style_of(const std::string& like, const std::string& text);
+
 // A date's time as ISO text: seconds since 1970, or with `subsecond` microseconds
 // ("2024-03-01T10:00:07.250"; six digits where milliseconds do not hold it); a Z with `utc`.
 std::string date_time_text(int64_t when, bool date_only, bool utc, bool subsecond);

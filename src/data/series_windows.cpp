@@ -112,10 +112,11 @@ void list_windows(const DataOptions& opt, WindowSet which, SeriesData* d) {
     std::sort(pooled.begin(), pooled.end());
     const auto [a, b] = boundaries(opt.split, static_cast<int64_t>(pooled.size()));
     const int64_t n = static_cast<int64_t>(pooled.size());
+    const std::string a_date;  // the dates alone
     d->notes.push_back("split by date: validation from " +
-                       (a < n ? d->time_text(pooled[a], true) : std::string("(none)")) +
+                       (a < n ? d->time_text(pooled[a], a_date) : std::string("(none)")) +
                        ", test from " +
-                       (b < n ? d->time_text(pooled[b], true) : std::string("(none)")));
+                       (b < n ? d->time_text(pooled[b], a_date) : std::string("(none)")));
   }
 }
 
@@ -135,15 +136,21 @@ void keep_last_windows(const DataFile& table, const std::vector<int64_t>& file_r
         const bool own = !table.has_column(name) ||
                          std::isnan(table.column(name, true)[size_t(file_rows[size_t(r)])]);
         const bool before = !own && r > s.begin;  // the row before, in the source too
-        fail(
-            table.where(file_rows[size_t(before ? r - 1 : r)]), ": column ", io::quoted(name), ": ",
-            own      ? "empty cell"
-            : before ? "empty cell, which data.transform differences the window's first row "
-                       "against,"
-                     : "its change from the row before, which is empty,",
-            " in the last window of ", s.name.empty() ? "the file" : "series " + io::quoted(s.name),
-            " (--last forecasts from its last ", d->lookback,
-            " rows; --missing ffill or interpolate fills the file's missing cells)");
+        const int64_t row = file_rows[size_t(before ? r - 1 : r)];
+        // The cell as the file writes it: "NA" or a data.missing_values code is no empty cell.
+        const std::string_view text =
+            table.is_array() ? std::string_view() : io::trim(table.text(name)[row]);
+        const std::string cell = table.is_array() ? "missing value"
+                                 : text.empty()   ? "empty cell"
+                                                  : io::quoted(text) + " (a missing value)";
+        fail(table.where(row), ": column ", io::quoted(name), ": ",
+             own      ? cell
+             : before ? cell + ", which data.transform differences the window's first row against,"
+                      : "its change from the row before, which is missing,",
+             " in the last window of ",
+             s.name.empty() ? "the file" : "series " + io::quoted(s.name),
+             " (--last forecasts from its last ", d->lookback,
+             " rows; --missing ffill or interpolate fills the file's missing cells)");
       }
   };
   std::vector<int64_t> last;

@@ -127,39 +127,6 @@ std::string row_label(const SeriesData& d, int64_t row) {
   return std::to_string((d.file_rows.empty() ? row : d.file_rows[row]) + 1);
 }
 
-// An ISO date-time made here ("2024-01-13T12:00:00", "2024-01-13T12:00:00.250") written as `like`,
-// a date of the file, writes its own: with a space before the time, without seconds, or with a
-// fraction of zeros ("12:00:00.000"); so that a column of dates holds one format (pandas 2 reads a
-// column in its first cell's format).
-std::string in_style_of(const std::string& like, std::string text) {
-  const bool minutes = like.size() == 16, seconds = like.size() == 19;
-  const bool fraction = like.size() > 20 && like[19] == '.' &&
-                        like.find_first_not_of("0123456789", 20) == std::string::npos;
-  const bool zeros = fraction && like.find_first_not_of('0', 20) == std::string::npos;
-  const bool text_fraction = text.size() > 20 && text[19] == '.' &&
-                             text.find_first_not_of("0123456789", 20) == std::string::npos;
-  if (!(text.size() == 19 || text_fraction) || text[10] != 'T' ||
-      !(minutes || seconds || fraction) || like[4] != '-' || like[7] != '-' || like[13] != ':' ||
-      (like[10] != ' ' && like[10] != 'T'))
-    return text;
-  text[10] = like[10];
-  if (text.size() == 19 && minutes && text.ends_with(":00")) text.resize(16);
-  if (text.size() == 19 && zeros) text += like.substr(19);
-  if (text_fraction && fraction && like.size() - 20 == 6 && text.size() - 20 == 3)
-    text += "000";  // the file's six digits
-  return text;
-}
-
-// The same, where `like` ends in a mark of UTC ("Z", "+00:00", " UTC"): the date made here, in UTC
-// as the file's are, gets the same mark.
-std::string in_style_with_zone(const std::string& like, const std::string& text) {
-  if (like.size() > 16 && text.size() >= 16 && text.back() != 'Z')
-    for (const std::string_view zone : {"Z", "z", "+00:00", "+0000", " UTC", "UTC"})
-      if (like.ends_with(zone))
-        return in_style_of(like.substr(0, like.size() - zone.size()), text) + std::string(zone);
-  return in_style_of(like, text);
-}
-
 // When a window's forecast of step k is for: the target row's label when it is in the file, else
 // the last date plus as many steps where the series' dates are regular, written as the file
 // writes its dates; "" when unknown (no dates).
@@ -180,7 +147,7 @@ std::string forecast_time(const SeriesData& d, int64_t start, int64_t k) {
   }
   const std::optional<int64_t> when = d.time_ahead(last, target - last);
   if (!when) return "";
-  return in_style_with_zone(d.dates[last], d.time_text(*when, d.dates[last].size() <= 10));
+  return d.time_text(*when, d.dates[last]);
 }
 
 // Windows per forward pass of predict: large batches run the GEMMs fastest (512-1024 rows ran
@@ -233,8 +200,10 @@ std::vector<Column> prediction_columns(const SeriesData& d, bool multi) {
   if (d.steps_ahead > 1) c.emplace_back("step", Column::Kind::integer);
   if (d.task == TaskKind::forecast) {
     for (const auto& name : d.target_names) {
-      if (d.quantiles.empty()) c.emplace_back(name, Column::Kind::f32);
-      for (double q : d.quantiles) c.emplace_back(name + "_q" + shortest(q), Column::Kind::f32);
+      // In double: undoing the scaling and a transform (a meter's reading plus its forecast
+      // change under diff) must not round the forecast to a float's spacing at the level's size.
+      if (d.quantiles.empty()) c.emplace_back(name, Column::Kind::f64);
+      for (double q : d.quantiles) c.emplace_back(name + "_q" + shortest(q), Column::Kind::f64);
       if (d.has_targets) c.emplace_back(name + "_actual", Column::Kind::f64);
     }
   } else {
@@ -292,7 +261,7 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
         d.forecasts(start, k, j, o, f.data());
         for (const double y : f) {
           unknown += std::isnan(y);
-          (c++)->values.push_back(std::isnan(y) ? NAN : static_cast<float>(y));
+          (c++)->values.push_back(y);
         }
         if (d.has_targets) (c++)->values.push_back(known ? d.actual(start, k, j) : NAN);
       }
@@ -826,9 +795,9 @@ int64_t write_validation_outputs(const std::string& run, LoadedRun& r) {
       if (d.task == TaskKind::forecast) {      // the first target a step ahead, in its own units
         const int64_t rows = d.output_rows();  // the forecast is the last row's
         d.forecasts(start, 0, 0, o.data() + (k * rows + rows - 1) * O, forecast.data());
-        // The actual value as the file has it; the forecast as predict writes it, in f32.
+        // The actual value as the file has it; the forecast as predict writes it.
         csv += "," + shortest(d.actual(start, 0, 0)) + "," +
-               shortest(static_cast<float>(forecast[d.point_quantile()])) + "\n";
+               shortest(forecast[d.point_quantile()]) + "\n";
       } else {
         const float* ok = o.data() + k * O;
         const int64_t pred = std::max_element(ok, ok + O) - ok;

@@ -445,8 +445,9 @@ class SqlStorage final : public Storage {
   // A waiting trial with the parameters of failed trial `t`, unless it has none or was the
   // second retry already: they run again, as Optuna's RetryFailedTrialCallback has them.
   // A grid trial that died before its parameters were written is retried at its point.
-  // Returns what became of them, for the trial's message: "" (run again, or none to run).
-  std::string queue_retry(const Trial& t, const Grid* grid = nullptr) {
+  // Returns what became of them, for the trial's message: "" (run again, or none to run); and
+  // in *queued whether they run again.
+  std::string queue_retry(const Trial& t, const Grid* grid = nullptr, bool* queued = nullptr) {
     const double retries = t.attrs.count("retries") ? t.attrs.at("retries") : 0;
     std::map<std::string, double> params = t.params;
     if (const auto point = t.attrs.find("grid_id"); params.empty() && grid && !t.host.empty() &&
@@ -462,6 +463,7 @@ class SqlStorage final : public Storage {
     set_trial_attr(id, "failed_trial", t.number);  // Optuna's RetryFailedTrialCallback keys
     set_trial_attr(id, "seqforge:retries", retries + 1);
     set_trial_attr(id, "seqforge:retry_of", double(t.number));
+    if (queued) *queued = true;
     return "";
   }
 
@@ -582,15 +584,17 @@ class SqlStorage final : public Storage {
     });
   }
 
-  void finish(int64_t id, TrialState state, std::optional<double> value, int64_t epochs,
+  bool finish(int64_t id, TrialState state, std::optional<double> value, int64_t epochs,
               const std::string& message, bool retry) override {
+    bool queued = false;
     write([&] {
       check_running(id);
       std::string retried;
+      queued = false;
       if (retry) {
         const auto t = load("t.trial_id = ?", {str(id)});
         SF_CHECK(t.size() == 1, "trial ", id);
-        retried = queue_retry(t[0]);
+        retried = queue_retry(t[0], nullptr, &queued);
       }
       const double now = now_seconds();
       db_->query("UPDATE trials SET state = ?, datetime_complete = ? WHERE trial_id = ?",
@@ -606,6 +610,7 @@ class SqlStorage final : public Storage {
       if (!message.empty() || !retried.empty())
         set_trial_attr(id, "seqforge:message", message + retried);
     });
+    return queued;
   }
 
   int64_t enqueue(const std::map<std::string, std::string>& fixed) override {

@@ -274,11 +274,12 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
     stats.overhead_seconds.push_back(std::max(0.0, elapsed - training));
     // The result is written even through a busy or briefly unreachable database; never into a
     // trial another worker has failed meanwhile (it queued a retry of the parameters).
+    bool runs_again = false;
     for (int attempt = 0; !discarded; ++attempt) {
       try {
         storage_->set_attrs(
             trial.id, {{"seconds", elapsed}, {"overhead_seconds", stats.overhead_seconds.back()}});
-        storage_->finish(trial.id, state, value, epochs, message, interrupted != 0);
+        runs_again = storage_->finish(trial.id, state, value, epochs, message, interrupted != 0);
         break;
       } catch (const TrialFinishedError& e) {
         discarded = e.reason;
@@ -314,8 +315,11 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
       throw Interrupted(
           interrupted, detail::concat("interrupted (", interrupted == SIGINT ? "SIGINT" : "SIGTERM",
                                       ") during trial ", trial.number,
-                                      ", recorded as failed; run seqforge tune again to go on ",
-                                      "(its parameters run again first)"));
+                                      ", recorded as failed; run seqforge tune again to go on",
+                                      runs_again             ? " (its parameters run again first)"
+                                      : trial.params.empty() ? ""
+                                                             : " (its parameters do not run "
+                                                               "again: they have failed 3 times)"));
     if (abort) throw StudyError(message);
     if (stats.failed >= max_failures) {
       console << "giving up: " << stats.failed << " trials failed in this worker\n";
@@ -915,6 +919,15 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   write_text(dir / "report.html", html_report(settings.name, settings.metric, trials,
                                               settings.direction, settings.space));
   const auto best = best_trial(trials, settings.direction);
+  const auto running = std::count_if(trials.begin(), trials.end(),
+                                     [](const Trial& t) { return t.state == TrialState::running; });
+  if (!best && stats.failed == 0 && running > 0) {
+    // Nothing was left to claim here: the other workers' trials are the study's last.
+    console << "no trial of study '" << settings.name << "' has completed yet; " << running
+            << " running in other workers (seqforge tune --report " << where
+            << " shows them when they end)\nreport: " << (dir / "report.html").string() << "\n";
+    return 0;
+  }
   if (!best) {
     console << "report: " << (dir / "report.html").string() << "\n";
     fail(where, ": no trial of study '", settings.name, "' completed (", stats.failed,

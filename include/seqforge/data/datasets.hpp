@@ -204,9 +204,9 @@ struct SeriesData {
   // The time `ahead` rows after source row `row` in its series: the file's, or past the series'
   // end by its calendar where its dates are regular; none without dates or calendar.
   std::optional<int64_t> time_ahead(int64_t row, int64_t ahead) const;
-  // A time of `times` as the date column writes it: an ISO date (date-time unless `date_only`),
-  // or the number.
-  std::string time_text(int64_t when, bool date_only) const;
+  // A time of `times` as the date column writes it: an ISO date written as the column's date
+  // `like` is (a date alone where `like` is one), or the number.
+  std::string time_text(int64_t when, const std::string& like) const;
   // The scaler (Normalizer::series_index) of the series of source row `row`.
   int64_t scaler_of(int64_t row) const;
   // The normalised features of window `start`, (lookback, F), into `out`.

@@ -80,8 +80,9 @@ class Storage {
   virtual void set_attrs(int64_t trial_id, const std::map<std::string, double>& attrs) = 0;
   virtual void heartbeat(int64_t trial_id) = 0;  // a no-op once the trial is finished
   // With `retry`, a waiting trial of the same parameters is queued in the same transaction (a
-  // trial a signal stopped: they run when the study goes on).
-  virtual void finish(int64_t trial_id, TrialState state, std::optional<double> value,
+  // trial a signal stopped: they run when the study goes on), unless they have failed 3 times.
+  // Returns whether one was.
+  virtual bool finish(int64_t trial_id, TrialState state, std::optional<double> value,
                       int64_t epochs, const std::string& message, bool retry = false) = 0;
   // Adds a waiting trial with these fixed parameters (config key -> value as text; a categorical
   // by its choice), as optuna's study.enqueue_trial does. Returns its number.
