@@ -1,6 +1,6 @@
 // Attention on a GPU's tensor cores (bf16 or fp16 products of f32 tensors, SEQFORGE_CUDA_ATTENTION=
 // tensor_cores) against the reference in f64, within what rounding the operands explains:
-// head sizes off and on multiples of 16, sequences across the 64-row tiles, causal or not, padded
+// head sizes off and on multiples of 16, sequences across the tiles, causal or not, padded
 // rows, dropout, grouped key/value heads and sliding windows. Runs on the emulated GPU in CI.
 #include <gtest/gtest.h>
 
@@ -18,10 +18,14 @@ namespace {
 using namespace test::attention;
 using test::sweep_case_runs;
 
-// SEQFORGE_CUDA_ATTENTION set for the scope, then unset.
-struct ScopedAttentionChoice {
-  explicit ScopedAttentionChoice(const char* v) { setenv("SEQFORGE_CUDA_ATTENTION", v, 1); }
-  ~ScopedAttentionChoice() { unsetenv("SEQFORGE_CUDA_ATTENTION"); }
+// An environment variable set for the scope, then unset.
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+};
+struct ScopedAttentionChoice : ScopedEnv {
+  explicit ScopedAttentionChoice(const char* v) : ScopedEnv("SEQFORGE_CUDA_ATTENTION", v) {}
 };
 
 // The sweep on tensor cores with `products` (bf16 or fp16) operands over head sizes `heads` and
@@ -69,11 +73,20 @@ TEST(Attention, GpuTensorCoresMatchReferenceWithinFp16Rounding) {
   tensor_core_sweep(DType::f16, {7, 16, 65}, {1, 17, 130});
 }
 
-// Llama's and Gemma's heads: on a GPU with 99 KiB of shared memory per block (sm_86, sm_89, and
-// the emulated one) their tiles hold fewer rows.
+// Llama's and Gemma's heads: on a GPU with 99 KiB of shared memory per block (sm_86, sm_89; the
+// emulated one is given as much) their tiles hold fewer rows.
 TEST(Attention, GpuTensorCoresMatchReferenceForHeadsOf128And256) {
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  const ScopedEnv shared("SEQFORGE_EMULATED_SHARED_KB", "99");
   tensor_core_sweep(DType::bf16, {128, 256}, {33, 90});
+}
+
+// The smallest tiles, (16, 64) to (16, 16), where an emulated GPU offers a block 20 KiB (a real
+// one runs its own tiles).
+TEST(Attention, GpuTensorCoresMatchReferenceOnTheSmallestTiles) {
+  if (const std::string why = cuda_unavailable_reason(); !why.empty()) GTEST_SKIP() << why;
+  const ScopedEnv shared("SEQFORGE_EMULATED_SHARED_KB", "20");
+  tensor_core_sweep(DType::f16, {16, 40}, {17, 70});
 }
 
 TEST(Attention, GpuAttentionChoiceIsChecked) {

@@ -1145,11 +1145,13 @@ TEST(Predict, ATimePastTheEndKeepsTheFilesMarkOfUtc) {
 }
 
 // A column of ISO times written several ways (a midnight without its time, UTC as Z and as
-// +00:00, a blank after a time) comes back one way: as the first time written with its time is.
+// +00:00, a blank after a time) comes back one way: as the first time written with its time is
+// (the first, where every time is a midnight); a column written one way comes back as it is.
 TEST(Predict, DatesWrittenSeveralWaysComeBackOneWay) {
   const fs::path dir = test::temp_dir("date_styles");
   const int64_t start = *io::parse_datetime("2020-01-01");
   auto hour = [&](int h) { return io::format_datetime(start + h * 3600, false); };  // ...T01:00:00
+  auto day = [&](int i) { return io::format_datetime(start + i * 86400, true); };   // 2020-01-02
   struct Case {
     std::function<std::string(int)> written;
     std::string window_end, forecast_for;  // the last window's
@@ -1163,7 +1165,14 @@ TEST(Predict, DatesWrittenSeveralWaysComeBackOneWay) {
       {[&](int h) { return hour(h) + (h % 2 ? "+00:00" : "Z"); }, "2020-01-02T15:00:00Z",
        "2020-01-02T16:00:00Z"},
       {[&](int h) { return hour(h).substr(0, 16) + (h % 3 ? " " : ""); }, "2020-01-02T15:00",
-       "2020-01-02T16:00"}};
+       "2020-01-02T16:00"},
+      {[&](int h) { return hour(h) + (h % 2 ? ".000Z" : "+0000"); }, "2020-01-02T15:00:00+0000",
+       "2020-01-02T16:00:00+0000"},
+      {[&](int h) { return hour(h).replace(10, 1, " ") + (h % 2 ? "Z" : "+00"); },
+       "2020-01-02 15:00:00+00", "2020-01-02 16:00:00+00"},
+      {[&](int i) { return i % 3 ? day(i) + " 00:00:00" : day(i); }, "2020-02-09", "2020-02-10"},
+      {[&](int h) { return hour(h).replace(10, 1, " ").substr(0, 16); }, "2020-01-02 15:00",
+       "2020-01-02 16:00"}};
   for (const Case& c : cases) {
     const std::string path = (dir / "t.csv").string();
     {
@@ -1215,6 +1224,35 @@ TEST(Predict, AForecastOnALargeLevelKeepsItsDigits) {
   int off_the_float_grid = 0;
   for (const double v : y->values) off_the_float_grid += std::fmod(v, 128.0) != 0.0;
   EXPECT_GT(off_the_float_grid, static_cast<int>(y->values.size()) / 2);
+  // On a level near zero a forecast has the f32 output's digits (about 8; more where the output
+  // is near 0 and the level's shift is not), not a double's 17.
+  const std::string wave = (dir / "wave.csv").string();
+  {
+    std::ofstream f(wave);
+    f << "y\n";
+    for (int i = 0; i < 200; ++i) f << std::sin(0.26 * i) << "\n";
+  }
+  train(Config::parse("data: {path: " + wave +
+                          ", features: [y], targets: [y], lookback: 6}\n"
+                          "model: {hidden: 8}\ntrain: {epochs: 1, run_dir: " +
+                          (dir / "wave").string() + "}\n",
+                      "w.yaml", {"train.save=last"}),
+        log, "", {}, true);
+  for (const auto& c : predictions((dir / "wave").string(), wave, false).columns) {
+    if (c.name != "y") continue;
+    ASSERT_FALSE(c.values.empty());
+    size_t short_ones = 0;
+    for (const double v : c.values) {
+      const std::string text = shortest(v);
+      const std::string mantissa = text.substr(0, text.find('e'));
+      const size_t first = mantissa.find_first_of("123456789");
+      const auto digits = std::count_if(mantissa.begin() + static_cast<int64_t>(first),
+                                        mantissa.end(), [](char ch) { return std::isdigit(ch); });
+      EXPECT_LE(digits, 12) << text;
+      short_ones += digits <= 9;
+    }
+    EXPECT_GT(short_ones, c.values.size() * 3 / 4);
+  }
 }
 
 // data.static end to end: the categories travel in the checkpoint; predict feeds each series its

@@ -131,8 +131,8 @@ out = run([cfg, "--study", os.path.join(work, "per_device_auto.db"), "tune.trial
            "--n-trials", "1", "train.run_dir=" + work + "/per_device_auto"]).stdout
 check("tune.trials_per_device auto: one trial at a time (the trials train on the CPU)" in out,
       "auto on a CPU: one trial at a time")
-# More workers than trials left: the one that finds nothing to claim while the other trains is no
-# failure (exit 0, and the leader warns of no worker).
+# More workers than trials left: the worker that finds nothing to claim while the other trains
+# exits 0, so the leader has no worker's failure to warn of.
 out = run([cfg, "--study", os.path.join(work, "per_device_one.db"), "tune.trials_per_device=2",
            "--n-trials", "1", "train.run_dir=" + work + "/per_device_one"]).stdout
 check("ended with exit code" not in out and "best: trial 0" in out,

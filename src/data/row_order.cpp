@@ -258,7 +258,8 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         out.iso_dates.push_back(
             date_time_text(when[r], midnights, out.utc_times, out.subsecond_times));
     // ISO dates written several ways in one column (a midnight without its time, UTC as Z and as
-    // +00:00, blanks around a date): every one as the first is written.
+    // +00:00, blanks around a date): every one as the first with a time is written (the first,
+    // where every time is a midnight).
     if (out.iso_dates.empty()) {
       // The first written with its time, where not every time is a midnight.
       int64_t styled = 0;
@@ -268,14 +269,16 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
         return date_in_style_of(like, date_time_text(when[r], midnights && like.size() <= 10,
                                                      out.utc_times, out.subsecond_times));
       };
-      // Written as the first is: its length and separators (the whole text, only where they
-      // differ, so that a long file of one style is not written out again).
+      // Written as the first is: digits where it has digits, its other characters where it has
+      // them (else compared whole), so that a long file of one style is not written out again.
       auto alike = [&](int64_t r) {
         const std::string_view t = dates[r];
-        if (t.size() == like.size() && (t.size() < 8 || (t[4] == like[4] && t[7] == like[7])) &&
-            (t.size() < 11 || t[10] == like[10]))
-          return true;
-        return t == as_first(r);
+        bool shape = t.size() == like.size();
+        for (size_t i = 0; shape && i < t.size(); ++i) {
+          const bool digit = std::isdigit(static_cast<unsigned char>(like[i]));
+          shape = digit ? std::isdigit(static_cast<unsigned char>(t[i])) != 0 : t[i] == like[i];
+        }
+        return shape || t == as_first(r);
       };
       int64_t r = 0;
       while (r < n && alike(r)) ++r;

@@ -279,11 +279,11 @@ static std::string in_style_of(const std::string& like, std::string text) {
   return text;
 }
 
-// The same, where `like` ends in a mark of UTC ("Z", "+00:00", " UTC"): the date made here, in UTC
-// as the file's are, gets the same mark.
+// The same, where `like` ends in a mark of UTC ("Z", "+00:00", PostgreSQL's "+00", " UTC"): the
+// date made here, in UTC as the file's are, gets the same mark.
 std::string date_in_style_of(const std::string& like, const std::string& text) {
   if (like.size() > 16 && text.size() >= 16 && text.back() != 'Z')
-    for (const std::string_view zone : {"Z", "z", "+00:00", "+0000", " UTC", "UTC"})
+    for (const std::string_view zone : {"Z", "z", "+00:00", "+0000", "+00", " UTC", "UTC"})
       if (like.ends_with(zone))
         return in_style_of(like.substr(0, like.size() - zone.size()), text) + std::string(zone);
   return in_style_of(like, text);

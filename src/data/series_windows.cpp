@@ -112,11 +112,12 @@ void list_windows(const DataOptions& opt, WindowSet which, SeriesData* d) {
     std::sort(pooled.begin(), pooled.end());
     const auto [a, b] = boundaries(opt.split, static_cast<int64_t>(pooled.size()));
     const int64_t n = static_cast<int64_t>(pooled.size());
-    const std::string a_date;  // the dates alone
+    // Written as the file writes its dates.
+    const std::string like = d->dates.empty() ? std::string() : d->dates.front();
     d->notes.push_back("split by date: validation from " +
-                       (a < n ? d->time_text(pooled[a], a_date) : std::string("(none)")) +
+                       (a < n ? d->time_text(pooled[a], like) : std::string("(none)")) +
                        ", test from " +
-                       (b < n ? d->time_text(pooled[b], a_date) : std::string("(none)")));
+                       (b < n ? d->time_text(pooled[b], like) : std::string("(none)")));
   }
 }
 
@@ -138,11 +139,11 @@ void keep_last_windows(const DataFile& table, const std::vector<int64_t>& file_r
         const bool before = !own && r > s.begin;  // the row before, in the source too
         const int64_t row = file_rows[size_t(before ? r - 1 : r)];
         // The cell as the file writes it: "NA" or a data.missing_values code is no empty cell.
-        const std::string_view text =
-            table.is_array() ? std::string_view() : io::trim(table.text(name)[row]);
-        const std::string cell = table.is_array() ? "missing value"
-                                 : text.empty()   ? "empty cell"
-                                                  : io::quoted(text) + " (a missing value)";
+        const bool written = !table.is_array() && table.has_column(name);
+        const std::string_view text = written ? io::trim(table.text(name)[row]) : "";
+        const std::string cell = !written       ? "missing value"
+                                 : text.empty() ? "empty cell"
+                                                : io::quoted(text) + " (a missing value)";
         fail(table.where(row), ": column ", io::quoted(name), ": ",
              own      ? cell
              : before ? cell + ", which data.transform differences the window's first row against,"

@@ -1,6 +1,7 @@
 // eval, predict, generate and the validation outputs the report draws.
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -200,8 +201,7 @@ std::vector<Column> prediction_columns(const SeriesData& d, bool multi) {
   if (d.steps_ahead > 1) c.emplace_back("step", Column::Kind::integer);
   if (d.task == TaskKind::forecast) {
     for (const auto& name : d.target_names) {
-      // In double: undoing the scaling and a transform (a meter's reading plus its forecast
-      // change under diff) must not round the forecast to a float's spacing at the level's size.
+      // In double (forecasts_as_written).
       if (d.quantiles.empty()) c.emplace_back(name, Column::Kind::f64);
       for (double q : d.quantiles) c.emplace_back(name + "_q" + shortest(q), Column::Kind::f64);
       if (d.has_targets) c.emplace_back(name + "_actual", Column::Kind::f64);
@@ -235,6 +235,43 @@ void append_classes(const std::vector<std::string>& names, const float* o, Colum
   for (int64_t k = 0; k < K; ++k) (c++)->values.push_back(static_cast<float>(p[k] / total));
 }
 
+// The decimal with the fewest digits strictly between lo and hi, nearest x (x itself where there is
+// none).
+double fewest_digits_between(double x, double lo, double hi) {
+  if (!(lo < x && x < hi)) return x;
+  char buf[40];
+  for (int digits = 1; digits < 17; ++digits) {
+    const auto r = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::general, digits);
+    double back = x;
+    std::from_chars(buf, r.ptr, back);
+    if (lo < back && back < hi) return back;
+  }
+  return x;
+}
+
+// Target j at step k of window `start` forecast by the model's outputs `o` (O), per quantile into
+// f: undone in double (a meter's reading plus its forecast change keeps its digits), each the
+// decimal of fewest digits that the outputs it is undone from, as f32s, are nearest to: the
+// model's digits, and none past them.
+void forecasts_as_written(const SeriesData& d, int64_t start, int64_t k, int64_t j, const float* o,
+                          double* f) {
+  const int64_t O = d.num_outputs();
+  std::vector<float> up(o, o + O), down(o, o + O);
+  for (float& x : up) x = std::nextafter(x, INFINITY);
+  for (float& x : down) x = std::nextafter(x, -INFINITY);
+  const size_t n = static_cast<size_t>(d.num_quantiles());
+  std::vector<double> above(n), below(n);
+  d.forecasts(start, k, j, o, f);
+  d.forecasts(start, k, j, up.data(), above.data());
+  d.forecasts(start, k, j, down.data(), below.data());
+  for (size_t q = 0; q < n; ++q) {
+    // Halfway to the forecasts of the neighbouring floats (an undoing may decrease: pct_change
+    // of a negative level).
+    const double a = std::min(above[q], below[q]), b = std::max(above[q], below[q]);
+    f[q] = fewest_digits_between(f[q], (a + f[q]) / 2, (f[q] + b) / 2);
+  }
+}
+
 // One window's rows of predictions (one per step ahead) from the model's output `o` (O); returns
 // the number of predictions left empty (a target transform undone from a value missing in the
 // file).
@@ -258,7 +295,7 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
     if (d.task == TaskKind::forecast) {
       std::vector<double> f(static_cast<size_t>(d.num_quantiles()));
       for (int64_t j = 0; j < d.num_targets(); ++j) {
-        d.forecasts(start, k, j, o, f.data());
+        forecasts_as_written(d, start, k, j, o, f.data());
         for (const double y : f) {
           unknown += std::isnan(y);
           (c++)->values.push_back(y);
@@ -794,7 +831,7 @@ int64_t write_validation_outputs(const std::string& run, LoadedRun& r) {
       if (multi) csv += "," + io::csv_field(d.series_of(d.last_row(start)).name);
       if (d.task == TaskKind::forecast) {      // the first target a step ahead, in its own units
         const int64_t rows = d.output_rows();  // the forecast is the last row's
-        d.forecasts(start, 0, 0, o.data() + (k * rows + rows - 1) * O, forecast.data());
+        forecasts_as_written(d, start, 0, 0, o.data() + (k * rows + rows - 1) * O, forecast.data());
         // The actual value as the file has it; the forecast as predict writes it.
         csv += "," + shortest(d.actual(start, 0, 0)) + "," +
                shortest(forecast[d.point_quantile()]) + "\n";

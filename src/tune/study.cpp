@@ -919,12 +919,17 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   write_text(dir / "report.html", html_report(settings.name, settings.metric, trials,
                                               settings.direction, settings.space));
   const auto best = best_trial(trials, settings.direction);
-  const auto running = std::count_if(trials.begin(), trials.end(),
-                                     [](const Trial& t) { return t.state == TrialState::running; });
-  if (!best && stats.failed == 0 && running > 0) {
-    // Nothing was left to claim here: the other workers' trials are the study's last.
+  // This worker found nothing to claim while other workers' trials, the study's last, still run
+  // (none of them a dead process of this host): no failure.
+  std::vector<Trial> marked = trials;
+  mark_gone_workers(marked);
+  const auto running = std::count_if(marked.begin(), marked.end(), [](const Trial& t) {
+    return t.state == TrialState::running && !t.worker_gone;
+  });
+  if (!best && stats.trials == 0 && running > 0) {
     console << "no trial of study '" << settings.name << "' has completed yet; " << running
-            << " running in other workers (seqforge tune --report " << where
+            << " running in other workers (seqforge tune --report " << where << " --name "
+            << settings.name
             << " shows them when they end)\nreport: " << (dir / "report.html").string() << "\n";
     return 0;
   }

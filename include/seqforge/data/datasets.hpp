@@ -205,7 +205,7 @@ struct SeriesData {
   // end by its calendar where its dates are regular; none without dates or calendar.
   std::optional<int64_t> time_ahead(int64_t row, int64_t ahead) const;
   // A time of `times` as the date column writes it: an ISO date written as the column's date
-  // `like` is (a date alone where `like` is one), or the number.
+  // `like` is (a date alone where `like` is one, or ""), or the number.
   std::string time_text(int64_t when, const std::string& like) const;
   // The scaler (Normalizer::series_index) of the series of source row `row`.
   int64_t scaler_of(int64_t row) const;

@@ -199,8 +199,9 @@ unsigned attention_blocks(int64_t units, int64_t rows, int64_t R) {
   return static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 65535));
 }
 
-// Tensor cores (attention_tc.cuh): per kernel the first of these tiles, largest first, whose
-// shared memory this GPU offers a block; none where none fits (a head over 368 with 99 KiB).
+// Tensor cores (attention_tc.cuh): per kernel the first of these tiles (rows, other), in order of
+// preference, whose shared memory this GPU offers a block; none where none fits (a head over 368
+// with 99 KiB). (64, 16) is left out: (32, 32) comes before it and needs less for every head.
 struct TensorCoreTiles {
   TcTile forward, dkdv, dq;
   explicit operator bool() const {
@@ -212,9 +213,8 @@ TensorCoreTiles tensor_core_tiles(const AttentionShape& s) {
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   auto tile = [&](size_t (*shared)(int64_t, TcTile)) -> TcTile {
-    for (const TcTile t :
-         {TcTile{64, 64}, TcTile{64, 32}, TcTile{32, 64}, TcTile{32, 32}, TcTile{64, 16},
-          TcTile{16, 64}, TcTile{32, 16}, TcTile{16, 32}, TcTile{16, 16}})
+    for (const TcTile t : {TcTile{64, 64}, TcTile{64, 32}, TcTile{32, 64}, TcTile{32, 32},
+                           TcTile{16, 64}, TcTile{32, 16}, TcTile{16, 32}, TcTile{16, 16}})
       if (shared(s.head_dim, t) <= static_cast<size_t>(optin)) return t;
     return {};
   };
