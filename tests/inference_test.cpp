@@ -1152,6 +1152,7 @@ TEST(Predict, DatesWrittenSeveralWaysComeBackOneWay) {
   const int64_t start = *io::parse_datetime("2020-01-01");
   auto hour = [&](int h) { return io::format_datetime(start + h * 3600, false); };  // ...T01:00:00
   auto day = [&](int i) { return io::format_datetime(start + i * 86400, true); };   // 2020-01-02
+  auto second = [&](int i) { return io::format_datetime(start + i, false); };
   struct Case {
     std::function<std::string(int)> written;
     std::string window_end, forecast_for;  // the last window's
@@ -1172,7 +1173,19 @@ TEST(Predict, DatesWrittenSeveralWaysComeBackOneWay) {
        "2020-01-02 15:00:00+00", "2020-01-02 16:00:00+00"},
       {[&](int i) { return i % 3 ? day(i) + " 00:00:00" : day(i); }, "2020-02-09", "2020-02-10"},
       {[&](int h) { return hour(h).replace(10, 1, " ").substr(0, 16); }, "2020-01-02 15:00",
-       "2020-01-02 16:00"}};
+       "2020-01-02 16:00"},
+      // The first cannot write a finer time: all as the longest. 30 s apart, minutes written
+      // without their seconds; 250 ms apart, whole seconds without their fraction.
+      {[&](int i) {
+         const std::string t = second(30 * i).replace(10, 1, " ");
+         return i % 2 ? t : t.substr(0, 16);
+       },
+       "2020-01-01 00:19:30", "2020-01-01 00:20:00"},
+      {[&](int i) {
+         const char* fractions[] = {"", ".250", ".500", ".750"};
+         return second(i / 4) + fractions[i % 4];
+       },
+       "2020-01-01T00:00:09.750", "2020-01-01T00:00:10.000"}};
   for (const Case& c : cases) {
     const std::string path = (dir / "t.csv").string();
     {
@@ -1190,10 +1203,16 @@ TEST(Predict, DatesWrittenSeveralWaysComeBackOneWay) {
     std::ostringstream out;
     predict((dir / "run").string(), {path, (dir / "p.csv").string(), false}, out);
     const auto p = read_csv((dir / "p.csv").string());
-    ASSERT_EQ(p.size(), 39u);  // the header, 37 windows and the step past the end
-    std::set<size_t> lengths;
-    for (size_t i = 1; i < p.size(); ++i) lengths.insert(p[i][0].size());
-    EXPECT_EQ(lengths.size(), 1u) << p[1][0] << " " << p[20][0];
+    ASSERT_EQ(p.size(), 39u);      // the header, 37 windows and the step past the end
+    std::set<std::string> shapes;  // digits as 'd'
+    for (size_t i = 1; i < p.size(); ++i)
+      for (const std::string& date : {p[i][0], p[i][1]}) {
+        if (date.empty()) continue;  // a time past the end of irregular steps
+        std::string shape = date;
+        for (char& ch : shape) ch = std::isdigit(static_cast<unsigned char>(ch)) ? 'd' : ch;
+        shapes.insert(shape);
+      }
+    EXPECT_EQ(shapes.size(), 1u) << *shapes.begin() << " " << *shapes.rbegin();
     EXPECT_EQ(p.back()[0], c.window_end);
     EXPECT_EQ(p.back()[1], c.forecast_for);
   }

@@ -259,31 +259,41 @@ RowOrder order_rows(const DataFile& table, const SeriesOptions& o, const std::st
             date_time_text(when[r], midnights, out.utc_times, out.subsecond_times));
     // ISO dates written several ways in one column (a midnight without its time, UTC as Z and as
     // +00:00, blanks around a date): every one as the first with a time is written (the first,
-    // where every time is a midnight).
+    // where every time is a midnight), or as the longest where the first cannot write a finer
+    // one (minutes before a time with seconds, seconds before a fraction).
     if (out.iso_dates.empty()) {
-      // The first written with its time, where not every time is a midnight.
       int64_t styled = 0;
       while (!midnights && styled + 1 < n && io::trim(dates[styled]).size() <= 10) ++styled;
-      const std::string like(io::trim(dates[styled]));
-      auto as_first = [&](int64_t r) {
+      std::string like(io::trim(dates[styled]));
+      auto as_like = [&](int64_t r) {
         return date_in_style_of(like, date_time_text(when[r], midnights && like.size() <= 10,
                                                      out.utc_times, out.subsecond_times));
       };
-      // Written as the first is: digits where it has digits, its other characters where it has
-      // them (else compared whole), so that a long file of one style is not written out again.
-      auto alike = [&](int64_t r) {
-        const std::string_view t = dates[r];
+      // Digits where `like` has digits, its other characters where it has them.
+      auto shaped_like = [&](std::string_view t) {
         bool shape = t.size() == like.size();
         for (size_t i = 0; shape && i < t.size(); ++i) {
           const bool digit = std::isdigit(static_cast<unsigned char>(like[i]));
           shape = digit ? std::isdigit(static_cast<unsigned char>(t[i])) != 0 : t[i] == like[i];
         }
-        return shape || t == as_first(r);
+        return shape;
       };
-      int64_t r = 0;
-      while (r < n && alike(r)) ++r;
-      if (r < n)
-        for (int64_t k = 0; k < n; ++k) out.iso_dates.push_back(as_first(k));
+      // Only rows of another shape are written out to compare, so that a long file of one style
+      // costs a scan.
+      bool mixed = false, finer = false;
+      for (int64_t r = 0; r < n && !finer; ++r) {
+        if (shaped_like(dates[r])) continue;
+        const std::string written = as_like(r);
+        mixed = mixed || written != dates[r];
+        finer = !shaped_like(written);
+      }
+      if (finer) {
+        for (int64_t r = 0; r < n; ++r)
+          if (io::trim(dates[r]).size() > like.size()) like = std::string(io::trim(dates[r]));
+        mixed = true;
+      }
+      if (mixed)
+        for (int64_t r = 0; r < n; ++r) out.iso_dates.push_back(as_like(r));
     }
   }
   // A file row's date as the file writes it.

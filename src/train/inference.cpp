@@ -9,6 +9,7 @@
 #include <functional>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "io/file_util.hpp"
@@ -235,12 +236,19 @@ void append_classes(const std::vector<std::string>& names, const float* o, Colum
   for (int64_t k = 0; k < K; ++k) (c++)->values.push_back(static_cast<float>(p[k] / total));
 }
 
-// The decimal with the fewest digits strictly between lo and hi, nearest x (x itself where there is
-// none).
-double fewest_digits_between(double x, double lo, double hi) {
+// x rounded to the fewest significant digits that leave it strictly between lo and hi (x itself
+// where none do).
+double rounded_between(double x, double lo, double hi) {
   if (!(lo < x && x < hi)) return x;
+  if (x == 0) return 0.0;
+  // A decimal of `digits` digits is 10^(magnitude - digits + 1) from the next: the first count
+  // tried is one whose step is up to 10 times the interval's width (coarser ones land in it by
+  // chance alone).
+  const int magnitude = static_cast<int>(std::floor(std::log10(std::fabs(x))));
+  const int first =
+      std::clamp(magnitude - static_cast<int>(std::floor(std::log10(hi - lo))), 1, 16);
   char buf[40];
-  for (int digits = 1; digits < 17; ++digits) {
+  for (int digits = first; digits < 17; ++digits) {
     const auto r = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::general, digits);
     double back = x;
     std::from_chars(buf, r.ptr, back);
@@ -249,26 +257,34 @@ double fewest_digits_between(double x, double lo, double hi) {
   return x;
 }
 
-// Target j at step k of window `start` forecast by the model's outputs `o` (O), per quantile into
-// f: undone in double (a meter's reading plus its forecast change keeps its digits), each the
-// decimal of fewest digits that the outputs it is undone from, as f32s, are nearest to: the
-// model's digits, and none past them.
-void forecasts_as_written(const SeriesData& d, int64_t start, int64_t k, int64_t j, const float* o,
-                          double* f) {
-  const int64_t O = d.num_outputs();
-  std::vector<float> up(o, o + O), down(o, o + O);
-  for (float& x : up) x = std::nextafter(x, INFINITY);
-  for (float& x : down) x = std::nextafter(x, -INFINITY);
-  const size_t n = static_cast<size_t>(d.num_quantiles());
-  std::vector<double> above(n), below(n);
-  d.forecasts(start, k, j, o, f);
-  d.forecasts(start, k, j, up.data(), above.data());
-  d.forecasts(start, k, j, down.data(), below.data());
-  for (size_t q = 0; q < n; ++q) {
-    // Halfway to the forecasts of the neighbouring floats (an undoing may decrease: pct_change
-    // of a negative level).
-    const double a = std::min(above[q], below[q]), b = std::max(above[q], below[q]);
-    f[q] = fewest_digits_between(f[q], (a + f[q]) / 2, (f[q] + b) / 2);
+// A window's model outputs (O) and each one's neighbouring floats, below and above; with room for
+// a target's forecasts from each.
+struct WindowOutputs {
+  WindowOutputs(const SeriesData& d, const float* outputs)
+      : o(outputs), down(outputs, outputs + d.num_outputs()), up(down) {
+    for (float& x : down) x = std::nextafter(x, -INFINITY);
+    for (float& x : up) x = std::nextafter(x, INFINITY);
+    below.resize(static_cast<size_t>(d.num_quantiles()));
+    above.resize(below.size());
+  }
+  const float* o;
+  std::vector<float> down, up;
+  std::vector<double> below, above;
+};
+
+// Target j at step k of window `start` forecast by the window's outputs, per quantile into f:
+// undone in double (a meter's reading plus its forecast change keeps its digits), each rounded to
+// the fewest digits that keep it nearer its own output's forecast than the neighbouring floats':
+// the model's digits, and none past them.
+void forecasts_as_written(const SeriesData& d, int64_t start, int64_t k, int64_t j,
+                          WindowOutputs& w, double* f) {
+  d.forecasts(start, k, j, w.o, f);
+  d.forecasts(start, k, j, w.down.data(), w.below.data());
+  d.forecasts(start, k, j, w.up.data(), w.above.data());
+  for (size_t q = 0; q < w.below.size(); ++q) {
+    // An undoing may decrease (pct_change of a negative level).
+    const double a = std::min(w.above[q], w.below[q]), b = std::max(w.above[q], w.below[q]);
+    f[q] = rounded_between(f[q], (a + f[q]) / 2, (f[q] + b) / 2);
   }
 }
 
@@ -279,6 +295,8 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
                           std::vector<Column>* columns) {
   const int64_t end = d.series_of(d.last_row(start)).end;
   int64_t unknown = 0;
+  std::optional<WindowOutputs> outputs;
+  if (d.task == TaskKind::forecast) outputs.emplace(d, o);
   for (int64_t k = 0; k < d.steps_ahead; ++k) {
     Column* c = columns->data();
     const int64_t target = d.target_row(start, k);
@@ -295,7 +313,7 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
     if (d.task == TaskKind::forecast) {
       std::vector<double> f(static_cast<size_t>(d.num_quantiles()));
       for (int64_t j = 0; j < d.num_targets(); ++j) {
-        forecasts_as_written(d, start, k, j, o, f.data());
+        forecasts_as_written(d, start, k, j, *outputs, f.data());
         for (const double y : f) {
           unknown += std::isnan(y);
           (c++)->values.push_back(y);
@@ -831,7 +849,8 @@ int64_t write_validation_outputs(const std::string& run, LoadedRun& r) {
       if (multi) csv += "," + io::csv_field(d.series_of(d.last_row(start)).name);
       if (d.task == TaskKind::forecast) {      // the first target a step ahead, in its own units
         const int64_t rows = d.output_rows();  // the forecast is the last row's
-        forecasts_as_written(d, start, 0, 0, o.data() + (k * rows + rows - 1) * O, forecast.data());
+        WindowOutputs outputs(d, o.data() + (k * rows + rows - 1) * O);
+        forecasts_as_written(d, start, 0, 0, outputs, forecast.data());
         // The actual value as the file has it; the forecast as predict writes it.
         csv += "," + shortest(d.actual(start, 0, 0)) + "," +
                shortest(forecast[d.point_quantile()]) + "\n";

@@ -919,14 +919,14 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   write_text(dir / "report.html", html_report(settings.name, settings.metric, trials,
                                               settings.direction, settings.space));
   const auto best = best_trial(trials, settings.direction);
-  // This worker found nothing to claim while other workers' trials, the study's last, still run
-  // (none of them a dead process of this host): no failure.
+  // No trial has completed, none of this worker's failed (it found none to claim, or pruned
+  // them) and other workers' trials still run (none a dead process of this host): no failure.
   std::vector<Trial> marked = trials;
   mark_gone_workers(marked);
   const auto running = std::count_if(marked.begin(), marked.end(), [](const Trial& t) {
     return t.state == TrialState::running && !t.worker_gone;
   });
-  if (!best && stats.trials == 0 && running > 0) {
+  if (!best && stats.failed == 0 && running > 0) {
     console << "no trial of study '" << settings.name << "' has completed yet; " << running
             << " running in other workers (seqforge tune --report " << where << " --name "
             << settings.name
