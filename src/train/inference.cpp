@@ -297,6 +297,7 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
   int64_t unknown = 0;
   std::optional<WindowOutputs> outputs;
   if (d.task == TaskKind::forecast) outputs.emplace(d, o);
+  std::vector<double> f(static_cast<size_t>(d.num_quantiles()));
   for (int64_t k = 0; k < d.steps_ahead; ++k) {
     Column* c = columns->data();
     const int64_t target = d.target_row(start, k);
@@ -311,7 +312,6 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
     }
     if (d.steps_ahead > 1) (c++)->values.push_back(static_cast<double>(k + 1));
     if (d.task == TaskKind::forecast) {
-      std::vector<double> f(static_cast<size_t>(d.num_quantiles()));
       for (int64_t j = 0; j < d.num_targets(); ++j) {
         forecasts_as_written(d, start, k, j, *outputs, f.data());
         for (const double y : f) {

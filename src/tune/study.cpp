@@ -914,16 +914,15 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   };
   const OptimizeStats stats = study.optimize(with_helpers, options, console);
   for (const std::string& problem : helpers.wait()) console << "warning: " << problem << "\n";
-  const std::vector<Trial> trials = study.trials();
+  std::vector<Trial> trials = study.trials();
+  mark_gone_workers(trials);
   console << "\n" << trials_table(trials, &settings);
   write_text(dir / "report.html", html_report(settings.name, settings.metric, trials,
                                               settings.direction, settings.space));
   const auto best = best_trial(trials, settings.direction);
   // No trial has completed, none of this worker's failed (it found none to claim, or pruned
   // them) and other workers' trials still run (none a dead process of this host): no failure.
-  std::vector<Trial> marked = trials;
-  mark_gone_workers(marked);
-  const auto running = std::count_if(marked.begin(), marked.end(), [](const Trial& t) {
+  const auto running = std::count_if(trials.begin(), trials.end(), [](const Trial& t) {
     return t.state == TrialState::running && !t.worker_gone;
   });
   if (!best && stats.failed == 0 && running > 0) {
