@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "seqforge/core/error.hpp"
+#include "seqforge/train/trainer.hpp"
 #include "seqforge/tune/study.hpp"
 #include "test_util.hpp"
 
@@ -219,6 +220,53 @@ TEST(TuneStudy, CrashingTrialFailsAndTheStudyGoesOn) {
     if (i != 2) {
       EXPECT_NE(trials[i].state, TrialState::failed);
     }
+}
+
+// A trial whose training diverges after a good epoch keeps that epoch under tune.value: best
+// (its checkpoint was saved then); under tune.value: last, or with no epoch before, it fails.
+TEST(TuneStudy, ATrialThatDivergesKeepsItsBestEpoch) {
+  for (const std::string value : {"best", "last"}) {
+    const fs::path dir = test::temp_dir("diverged");
+    const std::string db = (dir / "study.db").string();
+    TuneSettings s = settings();
+    s.value = value;
+    Study study(Storage::open(db), s, db);
+    std::ostringstream console;
+    OptimizeOptions o;
+    o.n_trials = 3;
+    study.optimize(
+        [](TrialContext& c) -> int64_t {
+          if (c.number() == 1) {
+            c.report(0, 2.0);
+            c.report(1, 1.5);
+            c.report(2, 1.75);
+            throw Diverged("epoch 4, step 40 (batch 2 of 12): the training loss is nan");
+          }
+          if (c.number() == 2)
+            throw Diverged("epoch 1, step 3 (batch 3 of 12): the training loss is inf");
+          return fake_training(c);
+        },
+        o, console);
+    const auto trials = study.trials();
+    ASSERT_GE(trials.size(), 3u) << value;
+    if (value == "best") {
+      EXPECT_EQ(trials[1].state, TrialState::complete);
+      ASSERT_TRUE(trials[1].value);
+      EXPECT_EQ(*trials[1].value, 1.5);
+      EXPECT_EQ(trials[1].epochs, 3);
+      EXPECT_EQ(trials[1].message,
+                "diverged after its best epoch: epoch 4, step 40 (batch 2 of 12): the training "
+                "loss is nan");
+      EXPECT_NE(console.str().find("\n  diverged after its best epoch: epoch 4"), std::string::npos)
+          << console.str();
+    } else {
+      EXPECT_EQ(trials[1].state, TrialState::failed);
+      EXPECT_FALSE(trials[1].value);
+      EXPECT_EQ(trials[1].message, "epoch 4, step 40 (batch 2 of 12): the training loss is nan");
+    }
+    EXPECT_EQ(trials[2].state, TrialState::failed) << value;
+    EXPECT_EQ(trials[2].message, "epoch 1, step 3 (batch 3 of 12): the training loss is inf");
+  }
 }
 
 TEST(TuneStudy, DeadWorkersTrialsAreFailedAndRetried) {

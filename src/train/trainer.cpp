@@ -68,11 +68,12 @@ void check_finite_parameters(Backend& be, const Parameters& p, int64_t epoch, in
   const float* v = values.data<float>();
   for (int64_t i = 0; i < flat.numel(); ++i)
     if (!std::isfinite(v[i]))
-      fail("epoch ", epoch, ", steps ", first_step, "-", last_step,
-           ": the model's parameters are not finite (", v[i],
-           ") though the loss was; lower optim.lr or set train.clip_grad_norm. Nothing was saved "
-           "from this epoch: ",
-           kept_model(checkpoint));
+      throw Diverged(printable(detail::concat(
+          "epoch ", epoch, ", steps ", first_step, "-", last_step,
+          ": the model's parameters are not finite (", v[i],
+          ") though the loss was; lower optim.lr or set train.clip_grad_norm. Nothing was saved "
+          "from this epoch: ",
+          kept_model(checkpoint))));
 }
 
 // One rank's training run: set up from the config (data, model, optimizer, loader, run
@@ -1070,22 +1071,23 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
   }
   const double loss = read_step();
   if (!std::isfinite(loss))
-    fail("epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ",
-         batches_per_epoch_, "): the training loss is ", loss,
-         "; lower optim.lr or set train.clip_grad_norm (e.g. 1.0). Nothing was saved from this "
-         "epoch: ",
-         kept_model(checkpoint_));
+    throw Diverged(printable(detail::concat(
+        "epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ", batches_per_epoch_,
+        "): the training loss is ", loss,
+        "; lower optim.lr or set train.clip_grad_norm (e.g. 1.0). Nothing was saved from this "
+        "epoch: ",
+        kept_model(checkpoint_))));
   // Without loss scaling (which skips such a step) a gradient whose squares overflow float32
   // ruins the step: Adam's second moment becomes inf (its update m / inf = 0), clipping scales the
   // gradient to zero, or its entries are inf; nothing trains.
   if (!scaler_ && !(grad_norm_ <= std::sqrt(double(FLT_MAX))))
-    fail("epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ",
-         batches_per_epoch_, "): the gradient's norm is ", grad_norm_,
-         ", past what float32 holds squared; ",
-         task_.model.adapter.kind != AdapterKind::none
-             ? "lower adapter.alpha (alpha / rank scales the adapters' gradients)"
-             : "lower optim.lr, or scale the data (data.normalize)",
-         ". Nothing was saved from this epoch: ", kept_model(checkpoint_));
+    throw Diverged(printable(detail::concat(
+        "epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ", batches_per_epoch_,
+        "): the gradient's norm is ", grad_norm_, ", past what float32 holds squared; ",
+        task_.model.adapter.kind != AdapterKind::none
+            ? "lower adapter.alpha (alpha / rank scales the adapters' gradients)"
+            : "lower optim.lr, or scale the data (data.normalize)",
+        ". Nothing was saved from this epoch: ", kept_model(checkpoint_))));
   return loss;
 }
 

@@ -255,6 +255,14 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
         }
       } catch (const TrialFinishedError& e) {
         discarded = e.reason;
+      } catch (const Diverged& e) {
+        // Under tune.value: best the trial keeps its best epoch: its value and its checkpoint,
+        // saved before the divergence.
+        std::string why;
+        value = settings_.value == "best" ? trial_value(trial, settings_, &why) : std::nullopt;
+        state = value ? TrialState::complete : TrialState::failed;
+        message = value ? std::string("diverged after its best epoch: ") + e.what() : e.what();
+        epochs = static_cast<int64_t>(trial.intermediate.size());
       } catch (const Interrupted& e) {  // recorded as failed, as Optuna does, then the worker ends
         state = TrialState::failed;
         message = e.what();
@@ -308,6 +316,7 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
                   fmt_value(value).c_str(), (long long)epochs, elapsed);
     console << head << describe_params(settings_, trial.params);
     if (state == TrialState::failed) console << "\n  failed: " << message;
+    if (state == TrialState::complete && !message.empty()) console << "\n  " << message;
     if (const auto best = best_trial(storage_->trials(), settings_.direction))
       console << "  (best: trial " << best->number << ", " << fmt_value(best->value) << ")";
     console << "\n" << std::flush;
@@ -357,7 +366,7 @@ std::string trials_table(const std::vector<Trial>& trials, const TuneSettings* s
       for (const auto& [k, v] : t.params)
         params += (params.empty() ? "" : " ") + k + "=" + fmt_value(v);
     }
-    if (t.state == TrialState::failed && !t.message.empty())
+    if (t.state != TrialState::running && !t.message.empty())
       params += "  [" + t.message.substr(0, 100) + "]";
     if (t.worker_gone) params += "  [" + gone_note(t) + "]";
     rows.push_back({std::to_string(t.number), shown_state(t), fmt_value(t.value),
@@ -536,8 +545,9 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
     std::stringstream keys(o.substr(0, eq));
     for (std::string k; std::getline(keys, k, '.');) path.push_back(k);
     // Under tune.space a config key's dots are part of its name (tune.space.optim.lr.low).
-    if (path.size() > 2 && path[0] == "tune" && path[1] == "space")
-      for (size_t end = path.size(); end > 3; --end) {
+    if (path.size() > 3 && path[0] == "tune" && path[1] == "space") {
+      bool named = false;
+      for (size_t end = path.size(); end > 3 && !named; --end) {
         std::string name = path[2];
         for (size_t i = 3; i < end; ++i) name += "." + path[i];
         const auto& all = config_keys();
@@ -546,8 +556,18 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
           continue;
         path.erase(path.begin() + 3, path.begin() + std::ptrdiff_t(end));
         path[2] = name;
-        break;
+        named = true;
       }
+      if (!named) {
+        // Otherwise the first part would become a parameter of its own ('model').
+        static const std::set<std::string> fields = {"type", "low",     "high", "log",
+                                                     "step", "choices", "grid"};
+        const size_t end = fields.count(path.back()) ? path.size() - 1 : path.size();
+        std::string name = path[2];
+        for (size_t i = 3; i < end; ++i) name += "." + path[i];
+        fail("override '", o, "': '", name, "' is not a config key", config_key_suggestion(name));
+      }
+    }
     // Walks down from the root, making the maps the path needs; YAML::Node assignment rebinds,
     // hence the recursion rather than a loop over references.
     auto set = [&](auto&& self, YAML::Node node, size_t i) -> void {

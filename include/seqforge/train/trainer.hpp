@@ -36,6 +36,13 @@ struct TrainHooks {
   std::function<void(int64_t epoch, int64_t batches_done, int64_t batches_per_epoch)> on_step;
 };
 
+// Thrown when the training loss, the gradient or the model stops being finite; the last saved
+// checkpoint (the best epoch's, with train.save: best) is left as it was.
+class Diverged : public Error {
+ public:
+  using Error::Error;
+};
+
 // Trains per `config`; progress and one line per epoch go to `out`. With `resume_dir`, continues
 // that run from the state saved after its last complete epoch (training_state.safetensors:
 // parameters, optimizer moments, step, epoch, sample order, RNG, early-stopping and schedule
@@ -45,7 +52,7 @@ struct TrainHooks {
 // A new run never mixes with another run's files: train.run_dir must not hold a run unless
 // `overwrite` (which removes that run's files first); without train.run_dir the run goes to
 // runs/<config name>, or runs/<config name>-2, -3, ... when that holds a run. Paths in the
-// stored config are absolute. A non-finite training loss or model stops the run with an error
+// stored config are absolute. A non-finite training loss or model stops the run with Diverged
 // and saves nothing from it.
 TrainSummary train(const Config& config, std::ostream& out, const std::string& resume_dir = "",
                    const TrainHooks& hooks = {}, bool overwrite = false);
