@@ -45,7 +45,7 @@ def make_folder(seqforge, text, folder, vocab_size=VOCAB):
               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
               "head_dim": 12, "hidden_act": "silu", "max_position_embeddings": 128,
               "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True,
-              "initializer_range": 0.02, "torch_dtype": "float32", "bos_token_id": 0,
+              "initializer_range": 0.02, "torch_dtype": "bfloat16", "bos_token_id": 0,
               "eos_token_id": 0}
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
@@ -472,8 +472,10 @@ train: {{epochs: 1, batch_size: 16, max_batches: 5, run_dir: {cls_dir}}}
     run([seqforge, "merge", cls_dir, "--output", merged_cls])
     with open(os.path.join(merged_cls, "config.json")) as f:
         merged_config = json.load(f)
+    # Merged in f32 whatever the base's dtype: transformers 5 loads a folder in its config's.
     if (merged_config["architectures"] != ["LlamaForSequenceClassification"] or
-            sorted(merged_config["label2id"]) != ["follows", "random"]):
+            sorted(merged_config["label2id"]) != ["follows", "random"] or
+            merged_config["torch_dtype"] != "float32"):
         fail(f"the merged classifier's config.json: {merged_config}")
     run([seqforge, "train", pairs_yaml, f"model.init_from={merged_cls}", "adapter.kind=none",
          "optim.lr=0", f"train.run_dir={again_dir}"])

@@ -874,6 +874,17 @@ TEST(Decoder, TransformersFiveRopeParametersAreTheFourFields) {
   c = llama;
   c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   refused(c, "rope_parameters: rope_type 'yarn' is not supported");
+  // transformers 4 reads "type" for Llama and "rope_type" for Gemma 3; given both, they agree.
+  c = v4;
+  c["rope_scaling"]["type"] = "linear";
+  refused(c, "rope_scaling: rope_type 'llama3' and type 'linear' disagree");
+  c = g4;
+  c["rope_scaling"]["type"] = "default";
+  refused(c, "rope_scaling: rope_type 'linear' and type 'default' disagree");
+  c["rope_scaling"]["type"] = "linear";
+  EXPECT_TRUE(read(c).rope_scaling.linear);
+  c["rope_scaling"]["type"] = 1;
+  refused(c, "rope_scaling.type must be a string, got 1");
   c = llama;
   c["rope_parameters"] = g5["rope_parameters"];
   refused(c, "rotations per layer type are read for gemma3_text models only");

@@ -236,6 +236,7 @@ Tensor Decoder::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
   SF_CHECK(ids.shape().rank() == 2, "decoder input ", ids.shape().str(), ": expected (B, T) ids");
   batch_ = ids.shape()[0];
   seq_ = ids.shape()[1];
+  if (batch_ * seq_ == 0) fail("decoder input ", ids.shape().str(), ": no tokens to predict from");
   if (seq_ > opt_.max_positions)
     fail("a sequence of ", seq_, " tokens is longer than the model's ", opt_.max_positions,
          " positions (max_position_embeddings)");

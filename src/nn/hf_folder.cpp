@@ -158,9 +158,18 @@ RopeScaling read_rope_object(const Json& v, const std::string& where, double* th
         !(v["partial_rotary_factor"].is_number() && v["partial_rotary_factor"] == 1))
       fail(where, ".partial_rotary_factor is not supported (seqforge rotates whole heads)");
   }
+  // transformers 4 reads the older "type" for Llama and "rope_type" for Gemma 3; 5 reads
+  // "rope_type": where both are given they must agree.
   std::string type;
-  for (const char* key : {"rope_type", "type"})
-    if (v.contains(key) && v[key].is_string()) type = v[key].get<std::string>();
+  for (const char* key : {"rope_type", "type"}) {
+    if (!v.contains(key)) continue;
+    if (!v[key].is_string()) fail(where, ".", key, " must be a string, got ", v[key].dump());
+    const std::string named = v[key].get<std::string>();
+    if (!type.empty() && named != type)
+      fail(where, ": rope_type '", type, "' and type '", named,
+           "' disagree (transformers' versions and models read one or the other): give one");
+    type = named;
+  }
   if (type == "default" && !theta) return s;
   if (type == "linear") {
     s.linear = true;

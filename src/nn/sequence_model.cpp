@@ -219,6 +219,10 @@ Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool 
                               Rng& rng) {
   SF_PROFILE_SCOPE("forward");
   const bool bf = opt_.rnn.batch_first;
+  // An empty batch would pass for a perfect step: a loss of 0, and the weights still decayed.
+  if (x.shape().rank() >= 2 && (x.dim(0) == 0 || x.dim(1) == 0))
+    fail(x.dim(bf ? 0 : 1) == 0 ? "a batch of 0 sequences" : "sequence length is 0", " (input ",
+         x.shape().str(), "): nothing to predict from");
   Tensor features = x;
   if (embedding_) {
     SF_PROFILE_SCOPE("embedding forward");
@@ -234,7 +238,6 @@ Tensor SequenceModel::forward(Backend& be, Tensor x, Tensor h0, Tensor c0, bool 
   const int64_t F = rnn_->output_size();
   SF_PROFILE_SCOPE("head forward");
   if (opt_.per_step) return head_->forward(be, y.reshape({T_ * B_, F}));
-  if (T_ == 0) fail("sequence length is 0: no last step to predict from");
   Tensor last = last_.get(be, params_.dtype(), {B_, F});  // (B, D*H)
   for (const Span& s : head_spans())
     if (s.cols > 0)
@@ -266,6 +269,11 @@ Tensor SequenceModel::backward(Backend& be, Tensor dy, Tensor dh_n, Tensor dc_n)
   const bool bf = opt_.rnn.batch_first;
   const int64_t F = rnn_->output_size();
   const Shape y_shape = bf ? Shape{B_, T_, F} : Shape{T_, B_, F};
+  if (B_ == 0) fail("backward before any forward: run forward on the batch first");
+  const Shape expected = {opt_.per_step ? T_ * B_ : B_, head_->out_features()};
+  if (dy.shape() != expected)
+    fail("backward: dy is ", dy.shape().str(), " but the last forward's output is ", expected.str(),
+         ": backward goes with the forward of the same batch");
   Tensor dfeat;
   {
     SF_PROFILE_SCOPE("head backward");

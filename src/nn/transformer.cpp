@@ -312,6 +312,7 @@ Tensor Transformer::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
   SF_PROFILE_SCOPE("forward");
   SF_CHECK(ids.shape().rank() == 2, "transformer input: ids (B, T), got ", ids.shape().str());
   const int64_t B = ids.dim(0), T = ids.dim(1), N = B * T, C = opt_.n_embd;
+  if (N == 0) fail("transformer input ", ids.shape().str(), ": no tokens to predict from");
   if (T > opt_.block_size)
     fail("sequence of ", T, " tokens is longer than the model's block size ", opt_.block_size);
   const DType dt = params_.dtype();

@@ -29,6 +29,10 @@ Optimizer::Optimizer(Backend& be, Parameters& params, const OptimizerOptions& op
     if (!(opt_.beta2 >= 0 && opt_.beta2 < 1)) fail("optim.beta2: outside [0, 1): ", opt_.beta2);
     finite_non_negative("optim.eps", opt_.eps);
   }
+  if (!params.values().allocated())
+    fail(
+        "optimizer: the model's parameters are not allocated: initialize the model (or load its "
+        "checkpoint) first");
   // Laid out as the gradients: nothing for a fixed parameter.
   m_ = params.grads().like(be);
   if (opt_.kind != "sgd") v_ = params.grads().like(be);

@@ -288,13 +288,16 @@ void forecasts_as_written(const SeriesData& d, int64_t start, int64_t k, int64_t
   }
 }
 
-// One window's rows of predictions (one per step ahead) from the model's output `o` (O); returns
-// the number of predictions left empty (a target transform undone from a value missing in the
-// file).
-int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bool multi,
-                          std::vector<Column>* columns) {
+// Forecasts a file could not hold as numbers.
+struct ForecastGaps {
+  int64_t empty = 0;       // a target transform undone from a value missing in the file
+  int64_t overflowed = 0;  // past a double's range once undone (log of a wide-ranging target)
+};
+
+// One window's rows of predictions (one per step ahead) from the model's output `o` (O).
+void append_prediction(const SeriesData& d, int64_t start, const float* o, bool multi,
+                       std::vector<Column>* columns, ForecastGaps* gaps) {
   const int64_t end = d.series_of(d.last_row(start)).end;
-  int64_t unknown = 0;
   std::optional<WindowOutputs> outputs;
   if (d.task == TaskKind::forecast) outputs.emplace(d, o);
   std::vector<double> f(static_cast<size_t>(d.num_quantiles()));
@@ -315,7 +318,8 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
       for (int64_t j = 0; j < d.num_targets(); ++j) {
         forecasts_as_written(d, start, k, j, *outputs, f.data());
         for (const double y : f) {
-          unknown += std::isnan(y);
+          gaps->empty += std::isnan(y);
+          gaps->overflowed += std::isinf(y);
           (c++)->values.push_back(y);
         }
         if (d.has_targets) (c++)->values.push_back(known ? d.actual(start, k, j) : NAN);
@@ -328,7 +332,6 @@ int64_t append_prediction(const SeriesData& d, int64_t start, const float* o, bo
                                                               : "");
     }
   }
-  return unknown;
 }
 
 // Outputs a prediction is made of must be numbers: finite weights can still overflow float32.
@@ -436,7 +439,7 @@ Predictions predictions(const std::string& run, const std::string& input, bool l
   const int64_t T = d.lookback, F = d.num_features(), O = d.num_outputs();
   StagedBuffer input_buf;  // (B, T, F) normalised windows
   Rng rng(0);
-  int64_t unknown = 0;
+  ForecastGaps gaps;
   for (size_t first = 0; first < windows.size(); first += B) {
     const int64_t n = std::min<int64_t>(B, static_cast<int64_t>(windows.size() - first));
     const double t0 = now_s();
@@ -451,8 +454,8 @@ Predictions predictions(const std::string& run, const std::string& input, bool l
     check_finite_outputs(r, o, size_t(n * d.output_rows() * O), first);
     const int64_t rows = d.output_rows();  // the forecast is the last row's
     for (int64_t i = 0; i < n; ++i)
-      unknown += append_prediction(d, windows[first + i], o + (i * rows + rows - 1) * O, multi,
-                                   &p.columns);
+      append_prediction(d, windows[first + i], o + (i * rows + rows - 1) * O, multi, &p.columns,
+                        &gaps);
   }
   p.windows = static_cast<int64_t>(windows.size());
   p.rows = p.windows * d.steps_ahead;
@@ -462,11 +465,15 @@ Predictions predictions(const std::string& run, const std::string& input, bool l
                 windows.size(), windows.size() == 1 ? "" : "s", p.compute_seconds,
                 windows.size() / std::max(p.compute_seconds, 1e-9), static_cast<long long>(B));
   p.summary = line;
-  if (unknown > 0)
-    p.notes.push_back(std::to_string(unknown) +
+  if (gaps.empty > 0)
+    p.notes.push_back(std::to_string(gaps.empty) +
                       " predictions are empty: data.transform of the target is undone from the "
                       "window's last value of it, which is empty in " +
                       input);
+  if (gaps.overflowed > 0)
+    p.notes.push_back(std::to_string(gaps.overflowed) +
+                      " predictions are inf: the model's output, with data.transform of the "
+                      "target undone, is past the largest double (1.8e308)");
   return p;
 }
 

@@ -1,6 +1,7 @@
 // seqforge merge: a run's adapters folded into its base weights.
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "io/file_util.hpp"
@@ -138,7 +139,14 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
       const std::string text = io::read_file(from.string());
       io::write_file_atomically((dir / name).string(), {{text.data(), text.size()}});
     };
-    copy_file(fs::exists(own) ? own : base / "config.json", "config.json");
+    // The config's dtype names the merged weights': f32 (a bf16 base is merged in f32, and
+    // transformers 5 loads a folder in its config's dtype).
+    const fs::path config = fs::exists(own) ? own : base / "config.json";
+    nlohmann::ordered_json c = nlohmann::ordered_json::parse(io::read_file(config.string()));
+    for (const char* key : {"torch_dtype", "dtype"})
+      if (c.contains(key)) c[key] = "float32";
+    const std::string text = c.dump(2) + "\n";
+    io::write_file_atomically((dir / "config.json").string(), {{text.data(), text.size()}});
     copy_file(data_options(r.config).text.tokenizer, "tokenizer.json");  // the run's copy
     for (const char* extra :
          {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})
