@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -1272,6 +1273,56 @@ TEST(Predict, AForecastOnALargeLevelKeepsItsDigits) {
     }
     EXPECT_GT(short_ones, c.values.size() * 3 / 4);
   }
+}
+
+// A forecast whose log transform, undone, is past a double's range is written as inf, and said so.
+TEST(Predict, AForecastPastADoublesRangeIsNoted) {
+  const fs::path dir = test::temp_dir("past_double");
+  const std::string path = (dir / "wide.csv").string();
+  {
+    std::ofstream f(path);
+    f << "y\n";
+    for (int i = 0; i < 120; ++i) f << "1e" << (i * 7) % 600 - 300 << "\n";
+  }
+  std::ostringstream log;
+  train(Config::parse("data: {path: " + path +
+                          ", features: [y], targets: [y], transform: {y: log}, lookback: 4}\n"
+                          "model: {hidden: 8}\ntrain: {epochs: 1, run_dir: " +
+                          (dir / "run").string() + "}\n",
+                      "w.yaml", {"train.save=last"}),
+        log, "", {}, true);
+  const Predictions before = predictions((dir / "run").string(), path, false);
+  EXPECT_TRUE(before.notes.empty()) << before.notes.front();
+  // The head's bias moved far out: the output stays finite, exp of it does not.
+  const std::string model = (dir / "run" / "model.safetensors").string();
+  const io::SafetensorsFile file = io::SafetensorsFile::read(model);
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<io::SafetensorsTensor> tensors;
+  for (const auto& e : file.entries()) {
+    const auto b = file.bytes(e);
+    bytes.emplace_back(b.begin(), b.end());
+    if (e.name == "head.bias") {
+      const float far = 1e6f;
+      std::memcpy(bytes.back().data(), &far, sizeof far);
+    }
+  }
+  for (size_t i = 0; i < bytes.size(); ++i)
+    tensors.push_back({file.entries()[i].name, file.entries()[i].dtype, file.entries()[i].shape,
+                       bytes[i].data()});
+  std::map<std::string, std::string> metadata = file.metadata();
+  metadata.erase(io::SafetensorsFile::kDataHashKey);
+  metadata.erase(io::SafetensorsFile::kHeaderHashKey);
+  io::write_safetensors(model, tensors, metadata);
+  const Predictions after = predictions((dir / "run").string(), path, false);
+  const auto y = std::find_if(after.columns.begin(), after.columns.end(),
+                              [](const auto& c) { return c.name == "y"; });
+  ASSERT_NE(y, after.columns.end());
+  EXPECT_TRUE(std::all_of(y->values.begin(), y->values.end(),
+                          [](double v) { return std::isinf(v) && v > 0; }));
+  ASSERT_EQ(after.notes.size(), 1u);
+  EXPECT_EQ(after.notes[0], std::to_string(y->values.size()) +
+                                " predictions are inf: the model's output, with data.transform of "
+                                "the target undone, is past the largest double (1.8e308)");
 }
 
 // data.static end to end: the categories travel in the checkpoint; predict feeds each series its

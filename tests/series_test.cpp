@@ -456,6 +456,28 @@ TEST(Series, ALoneCellThatSwampsItsColumnGetsANote) {
   ASSERT_EQ(n.notes.size(), 1u);
   EXPECT_EQ(n.notes[0].substr(0, n.notes[0].find(" lies")),
             "column 'value': -1e+200 at " + far_below + ":10");
+  // Learnt as its log, the column is measured on that scale: 1e30 still swamps values from 301 to
+  // 328; values over many orders of magnitude do not.
+  std::vector<std::string> log = zscore;
+  log.push_back("data.transform={value: log}");
+  std::string near = "date,city,value\n";
+  for (int day = 1; day <= 28; ++day)
+    near += "2020-02-" + std::string(day < 10 ? "0" : "") + std::to_string(day) + ",a," +
+            (day == 9 ? "1e30" : std::to_string(300 + day)) + "\n";
+  const std::string far = write(dir / "l.csv", near);
+  const SeriesData l = load_series(series_config(far, log));
+  ASSERT_EQ(l.notes.size(), 1u);
+  EXPECT_EQ(l.notes[0].substr(0, l.notes[0].find(" that")),
+            "column 'value': 1e+30 at " + far +
+                ":10 lies so far outside its other values (301 to 328, on the log scale of "
+                "data.transform)");
+  std::string orders = "date,city,value\n";
+  for (int day = 1; day <= 28; ++day)
+    orders += "2020-02-" + std::string(day < 10 ? "0" : "") + std::to_string(day) + ",a,1e" +
+              std::to_string(day == 9 ? 37 : day * 2 - 30) + "\n";
+  const std::string wide = write(dir / "w.csv", orders);
+  EXPECT_TRUE(load_series(series_config(wide, log)).notes.empty());
+  EXPECT_EQ(load_series(series_config(wide, zscore)).notes.size(), 1u);
   const std::string spike = write(dir / "s.csv", text.replace(text.find("1e30"), 4, "309"));
   EXPECT_TRUE(load_series(series_config(
                               spike, {"data.lookback=2", "data.split.train=1", "data.split.val=0"}))
@@ -963,11 +985,11 @@ TEST(Series, AValueBeyondFloat32IsNamedUnlessScaledIntoRange) {
             path +
                 ":32: column 'value': 1e+39 is beyond float32's range (the model computes in "
                 "float32); scale it, or set data.normalize: zscore");
-  // A target beyond it would be forecast as infinity, scaled or not.
+  // A target stays within it in its own units, scaled or not.
   EXPECT_EQ(error_of([&] { load_series(series_config(path, {"data.normalize=zscore"})); }),
             path +
-                ":32: column 'value': 1e+39 is beyond float32's range, which forecasts are "
-                "written in: give the target in larger units");
+                ":32: column 'value': 1e+39 is beyond float32's range, which a target stays "
+                "within in its own units: give it in larger units");
   const SeriesData d =
       load_series(series_config(path, {"data.normalize=zscore", "data.targets=[y]"}));
   float window[4];

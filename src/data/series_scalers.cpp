@@ -176,13 +176,13 @@ void check_float_range(const DataFile& table, const std::vector<int64_t>& file_r
     check(d.feature_norm, d.feature_cols, d.feature_names);
     if (!targets) continue;
     check(d.target_norm, d.target_cols, d.target_names);
-    // Forecasts are float32 numbers in the target's own units, whatever its scaling.
+    // In its own units too: a forecast, its error and the error's square stay finite numbers.
     for (size_t j = 0; j < d.target_cols.size(); ++j)
       if (const double x = d.source.at(r, d.target_cols[j]);
           std::fabs(x) > std::numeric_limits<float>::max())
         fail(table.where(file_rows[r]), ": column ", io::quoted(d.target_names[j]), ": ", x,
-             " is beyond float32's range, which forecasts are written in: give the target in "
-             "larger units");
+             " is beyond float32's range, which a target stays within in its own units: give "
+             "it in larger units");
   }
 }
 

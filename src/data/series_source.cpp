@@ -137,9 +137,17 @@ std::optional<std::string> nines_note(const std::vector<double>& x, const std::s
 
 // One cell so far outside the column's other values that beside it they collapse: their whole
 // range is under a hundredth of the column's standard deviation, so scaled with it they all but
-// coincide (a mistyped 1e300, a value in other units). Named in a note; it is kept as it is.
-std::optional<std::string> lone_outlier_note(const std::vector<double>& x,
+// coincide (a mistyped 1e300, a value in other units). On a log scale where the column is learnt
+// as its log (values over many orders of magnitude are then no outliers). Named in a note; it is
+// kept as it is.
+std::optional<std::string> lone_outlier_note(const std::vector<double>& values, bool log_scale,
                                              const std::string& column, const DataFile& table) {
+  std::vector<double> logs;
+  if (log_scale) {
+    logs.resize(values.size());
+    for (size_t r = 0; r < values.size(); ++r) logs[r] = values[r] > 0 ? std::log(values[r]) : NAN;
+  }
+  const std::vector<double>& x = log_scale ? logs : values;
   int64_t lowest = -1, highest = -1, count = 0;
   for (int64_t r = 0; r < int64_t(x.size()); ++r) {
     if (std::isnan(x[r])) continue;
@@ -160,19 +168,22 @@ std::optional<std::string> lone_outlier_note(const std::vector<double>& x,
   }
   const double deviation = std::sqrt(m2 / n) * unit;
   for (const int64_t cell : {highest, lowest}) {
-    double lo = INFINITY, hi = -INFINITY;
+    int64_t lo = -1, hi = -1;  // the other values' extremes
     for (int64_t r = 0; r < int64_t(x.size()); ++r)
-      if (r != cell && !std::isnan(x[r])) lo = std::min(lo, x[r]), hi = std::max(hi, x[r]);
-    if (!(hi > lo) || !(hi - lo < 0.01 * deviation)) continue;
+      if (r != cell && !std::isnan(x[r])) {
+        if (lo < 0 || x[r] < x[lo]) lo = r;
+        if (hi < 0 || x[r] > x[hi]) hi = r;
+      }
+    if (!(x[hi] > x[lo]) || !(x[hi] - x[lo] < 0.01 * deviation)) continue;
     auto text = [](double v) {
       char buf[32];
       return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
     };
-    return "column '" + column + "': " + text(x[cell]) + " at " + table.where(cell) +
-           " lies so far outside its other values (" + text(lo) + " to " + text(hi) +
-           ") that beside it they all but coincide: a mistyped cell? data.missing_values: "
-           "[" +
-           text(x[cell]) + "] makes it missing";
+    return "column '" + column + "': " + text(values[cell]) + " at " + table.where(cell) +
+           " lies so far outside its other values (" + text(values[lo]) + " to " +
+           text(values[hi]) + (log_scale ? ", on the log scale of data.transform" : "") +
+           ") that beside it they all but coincide: a mistyped cell? data.missing_values: [" +
+           text(values[cell]) + "] makes it missing";
   }
   return std::nullopt;
 }
@@ -323,7 +334,8 @@ std::vector<int64_t> build_source(const DataFile& table, const SeriesOptions& o,
                  "cells)");
       }
     auto note = nines_note(x, name, table);
-    if (!note) note = lone_outlier_note(x, name, table);
+    if (!note)
+      note = lone_outlier_note(x, t == Transform::log || t == Transform::log_return, name, table);
     if (note && std::find(d->notes.begin(), d->notes.end(), *note) == d->notes.end())
       d->notes.push_back(*note);
     if (o.missing != "error" && !not_known_yet) {
