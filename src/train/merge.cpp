@@ -142,7 +142,9 @@ int64_t merge_adapters(const std::string& run, const std::string& output) {
     // The config's dtype names the merged weights': f32 (a bf16 base is merged in f32, and
     // transformers 5 loads a folder in its config's dtype).
     const fs::path config = fs::exists(own) ? own : base / "config.json";
-    nlohmann::ordered_json c = nlohmann::ordered_json::parse(io::read_file(config.string()));
+    nlohmann::ordered_json c = nlohmann::ordered_json::parse(io::read_file(config.string()),
+                                                             nullptr, /*allow_exceptions=*/false);
+    if (!c.is_object()) fail(config.string(), ": not a JSON object");
     for (const char* key : {"torch_dtype", "dtype"})
       if (c.contains(key)) c[key] = "float32";
     const std::string text = c.dump(2) + "\n";
