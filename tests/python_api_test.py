@@ -116,6 +116,16 @@ def test_a_frame_is_read_as_pandas_holds_it(tmp_path):
     assert list(known["temperature_actual"]) == list(tail.loc[known["forecast_for"],
                                                               "temperature"])
     assert p["forecast_for"].iloc[-1] == tail.index[-1] + 1  # after the last row
+    # Within a frame of several series the time after a series' last row is no row: None, as the
+    # command leaves it empty, not a RangeIndex continued from NaN.
+    two = pd.concat([numbers.head(40).assign(site="a"), numbers.tail(40).assign(site="b")],
+                    ignore_index=True)
+    sites = seqforge.train(dict(undated, data=dict(undated["data"], series_column="site")),
+                           data=two, train=dict(short, run_dir="sites"), log=None)
+    last = sites.predict_last(two)
+    assert list(last["forecast_for"]) == [None, None]
+    assert list(last["window_end"]) == [39, 79]
+    assert sites.predict(two)["forecast_for"].iloc[-1] is None
     # A named index is no feature unless the config names it; set_index(drop=False) is no
     # second column of that name.
     everything = dict(undated, data=dict(undated["data"], features=[]))

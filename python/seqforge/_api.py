@@ -410,13 +410,21 @@ def _where_in_data(message, path, data):
 
 def _labels_of_rows(index, rows):
     """A frame's index labels of 1-based row numbers; past its end, a RangeIndex's continued
-    (the forecast after the last row), else None."""
+    (the forecast after the last row), else None; None where the row is none (empty: the time
+    after a series' last row, within a frame of several)."""
     positions = rows - 1
+    known = ~np.isnan(positions) if positions.dtype.kind == "f" else np.ones(len(positions), bool)
     if type(index).__name__ == "RangeIndex":
-        return index.start + index.step * positions.astype(np.int64)
+        labels = index.start + index.step * np.where(known, positions, 0).astype(np.int64)
+        if known.all():
+            return labels
+        labels = labels.astype(object)
+        labels[~known] = None
+        return labels
     labels = np.full(len(positions), None, dtype=object)
-    inside = (positions >= 0) & (positions < len(index))
-    labels[inside] = index[positions[inside].astype(np.int64)]
+    at = np.where(known, positions, -1)
+    inside = (at >= 0) & (at < len(index))
+    labels[inside] = index[at[inside].astype(np.int64)]
     return labels
 
 
