@@ -885,6 +885,8 @@ TEST(Decoder, TransformersFiveRopeParametersAreTheFourFields) {
   EXPECT_TRUE(read(c).rope_scaling.linear);
   c["rope_scaling"]["type"] = 1;
   refused(c, "rope_scaling.type must be a string, got 1");
+  c["rope_scaling"]["type"] = nullptr;  // null: not given
+  EXPECT_TRUE(read(c).rope_scaling.linear);
   c = llama;
   c["rope_parameters"] = g5["rope_parameters"];
   refused(c, "rotations per layer type are read for gemma3_text models only");

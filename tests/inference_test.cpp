@@ -1799,14 +1799,30 @@ TEST(Runs, NonFiniteLossStopsTheRunAndSavesNothingFromIt) {
   const fs::path dir = test::temp_dir("nan");
   const std::string data = write_hourly(dir / "d.csv", 200, true);
   std::ostringstream log;
-  const std::string e = error_of([&] {
-    train(Config::parse(yaml(data, dir / "run"), "n.yaml",
-                        {"optim.kind=sgd", "optim.lr=1e30", "train.epochs=5", "train.save=last"}),
-          log);
-  });
+  // Diverged (which a study tells from other failures), with what was kept.
+  const auto diverged = [&](const std::string& run, const std::vector<std::string>& overrides) {
+    try {
+      train(Config::parse(yaml(data, dir / run), "n.yaml", overrides), log);
+    } catch (const Diverged& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << run << ": no Diverged";
+    return std::string();
+  };
+  const std::string e =
+      diverged("run", {"optim.kind=sgd", "optim.lr=1e30", "train.epochs=5", "train.save=last"});
   EXPECT_NE(e.find("epoch 1, step"), std::string::npos) << e;
   EXPECT_NE(e.find("lower optim.lr"), std::string::npos) << e;
+  EXPECT_NE(e.find("no model was saved yet"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(dir / "run" / "model.safetensors"));
+  // After two good epochs the rate grows 1e12-fold: the best epoch's checkpoint stays.
+  const std::string later =
+      diverged("later", {"optim.lr=1e-3", "train.schedule=step", "train.step_epochs=2",
+                         "train.gamma=1e12", "train.epochs=5", "train.save=best"});
+  EXPECT_NE(later.find("epoch 3, step"), std::string::npos) << later;
+  EXPECT_NE(later.find("later/model.safetensors holds the last finite model"), std::string::npos)
+      << later;
+  EXPECT_TRUE(fs::exists(dir / "later" / "model.safetensors"));
 }
 
 TEST(Metrics, MacroF1CountsOnlyClassesSeen) {

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "seqforge/nn/decoder.hpp"
 #include "seqforge/seqforge.hpp"
+#include "test_util.hpp"
 
 namespace seqforge::library_misuse_test {
 namespace {
@@ -33,7 +35,14 @@ TEST(LibraryMisuse, AnOptimizerBeforeTheModelIsInitializedIsAnError) {
   SequenceModel model(small_lstm());
   const std::string e =
       error_of([&] { Optimizer opt(*be, model.parameters(), {.kind = "adamw", .lr = 1e-3}); });
-  EXPECT_NE(e.find("not allocated: initialize the model"), std::string::npos) << e;
+  EXPECT_NE(e.find("not allocated: initialize the model first"), std::string::npos) << e;
+  // Nor can a checkpoint be loaded into it.
+  SequenceModel trained(small_lstm());
+  trained.initialize(*be, 1);
+  const std::string path = (test::temp_dir("uninitialized") / "m.safetensors").string();
+  save_parameters(path, *be, trained.parameters());
+  const std::string load = error_of([&] { load_parameters(path, model.parameters(), *be); });
+  EXPECT_NE(load.find("the model to load it into is not initialized"), std::string::npos) << load;
 }
 
 TEST(LibraryMisuse, AnEmptyBatchIsRefused) {
@@ -44,6 +53,17 @@ TEST(LibraryMisuse, AnEmptyBatchIsRefused) {
     Rng rng(1);
     std::vector<float> x(100, 0.5f);
     for (const Shape& shape : {Shape{0, 5, 4}, Shape{3, 0, 4}}) {
+      // Time-major too: (T, B, F).
+      ModelOptions time_major = small_lstm(1, per_step);
+      time_major.rnn.batch_first = false;
+      SequenceModel by_time(time_major);
+      by_time.initialize(*be, 1);
+      const Shape swapped = {shape[1], shape[0], shape[2]};
+      const std::string t = error_of(
+          [&] { by_time.forward(*be, Tensor(x.data(), DType::f32, swapped), {}, {}, true, rng); });
+      EXPECT_NE(t.find(shape[0] == 0 ? "a batch of 0 sequences" : "sequence length is 0"),
+                std::string::npos)
+          << t;
       const std::string e = error_of(
           [&] { model.forward(*be, Tensor(x.data(), DType::f32, shape), {}, {}, true, rng); });
       EXPECT_NE(e.find(shape[0] == 0 ? "a batch of 0 sequences" : "sequence length is 0"),
@@ -63,10 +83,21 @@ TEST(LibraryMisuse, AnEmptyBatchIsRefused) {
   model->initialize(*be, 1);
   Rng rng(1);
   std::vector<int32_t> ids(16, 3);
+  DecoderOptions llama;
+  llama.vocab_size = 11, llama.hidden_size = 8, llama.intermediate_size = 8, llama.num_layers = 1;
+  llama.num_heads = 2, llama.num_kv_heads = 1, llama.head_dim = 4;
+  Decoder decoder(llama);
+  decoder.initialize(*be, 1);
   for (const Shape& shape : {Shape{0, 4}, Shape{2, 0}}) {
-    const std::string e = error_of(
+    std::string e = error_of(
         [&] { model->forward(*be, Tensor(ids.data(), DType::i32, shape), {}, {}, true, rng); });
-    EXPECT_NE(e.find("no tokens to predict from"), std::string::npos) << e;
+    EXPECT_NE(e.find("transformer input " + shape.str() + ": no tokens to predict from"),
+              std::string::npos)
+        << e;
+    e = error_of([&] { decoder.forward(*be, Tensor(ids.data(), DType::i32, shape), true, rng); });
+    EXPECT_NE(e.find("decoder input " + shape.str() + ": no tokens to predict from"),
+              std::string::npos)
+        << e;
   }
 }
 

@@ -765,6 +765,38 @@ def test_optuna_prunes_as_seqforge_tune_does(tmp_path):
     assert best == study.best_value
 
 
+def test_a_diverged_trial_keeps_its_best_epoch_as_seqforge_tune_does(tmp_path):
+    import optuna
+    import seqforge.optuna
+    os.chdir(tmp_path)
+    with pytest.raises(seqforge.Diverged, match="lower optim.lr"):
+        seqforge.train(FORECAST, optim={"kind": "sgd", "lr": 1e30}, log=None)
+    # After two good epochs the rate grows a billionfold or more: each trial diverges in epoch 3.
+    study_config = dict(FORECAST, optim={"lr": 1e-3}, train=dict(
+        FORECAST["train"], epochs=4, schedule="step", step_epochs=2), tune={
+        "n_trials": 2, "sampler": {"kind": "random", "seed": 3},
+        "space": {"train.gamma": {"type": "float", "low": 1e9, "high": 1e12, "log": True}}})
+    config = config_file(tmp_path, study_config)
+    tune = subprocess.run([SEQFORGE, "tune", config, "train.run_dir=tuned"], check=True,
+                          capture_output=True, text=True)
+    assert "trained anew, this config diverges again" in tune.stdout, tune.stdout
+    with open("tuned/best.yaml") as f:
+        assert "diverged after its best epoch, whose checkpoint it kept" in f.readline()
+    tuned = optuna.load_study(study_name=None, storage="sqlite:///tuned/study.db").trials
+    assert [t.state for t in tuned] == [optuna.trial.TrialState.COMPLETE] * 2
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="python")
+    for trial in tuned:
+        study.enqueue_trial(trial.params)
+    study.optimize(seqforge.optuna.objective(
+        config, {"train.gamma": optuna.distributions.FloatDistribution(1e9, 1e12, log=True)}),
+        n_trials=2)
+    for mine, theirs in zip(study.trials, tuned):
+        assert mine.state == optuna.trial.TrialState.COMPLETE
+        assert mine.value == theirs.value
+        assert "epoch 3" in mine.user_attrs["diverged"]
+
+
 def test_a_progress_bar_through_tqdm(tmp_path, capsys):
     pytest.importorskip("tqdm", reason="tqdm is not installed (Debian's python3-tqdm)")
     os.chdir(tmp_path)

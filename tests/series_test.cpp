@@ -988,8 +988,9 @@ TEST(Series, AValueBeyondFloat32IsNamedUnlessScaledIntoRange) {
   // A target stays within it in its own units, scaled or not.
   EXPECT_EQ(error_of([&] { load_series(series_config(path, {"data.normalize=zscore"})); }),
             path +
-                ":32: column 'value': 1e+39 is beyond float32's range, which a target stays "
-                "within in its own units: give it in larger units");
+                ":32: column 'value': 1e+39 is beyond float32's range: a target must stay within "
+                "it in its own units too, so that forecasts' errors and their squares are "
+                "numbers; give it in larger units");
   const SeriesData d =
       load_series(series_config(path, {"data.normalize=zscore", "data.targets=[y]"}));
   float window[4];

@@ -6,7 +6,8 @@ run directories as the `seqforge` command.
     run.metrics[-1]["val_loss"]
     frame = run.predict("data/seattle_weather.csv")
 
-Errors are `seqforge.Error` with the command's one-line message; Ctrl-C during training saves the
+Errors are `seqforge.Error` with the command's one-line message (`seqforge.Diverged`, one of them,
+when the training loss, gradient or model stops being finite); Ctrl-C during training saves the
 run's state and raises KeyboardInterrupt (resume with `seqforge.train(resume=run_dir)`).
 """
 import os
@@ -20,5 +21,6 @@ from . import _native  # noqa: E402
 from ._api import Run, load, train  # noqa: E402
 
 Error = _native.Error
+Diverged = _native.Diverged
 __version__ = _native.version()
-__all__ = ["Error", "Run", "load", "train", "__version__"]
+__all__ = ["Diverged", "Error", "Run", "load", "train", "__version__"]

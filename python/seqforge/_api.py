@@ -442,7 +442,7 @@ def _naming_the_data(data, path):
     except _native.Error as e:
         if isinstance(data, (str, os.PathLike)):
             raise
-        raise _native.Error(_where_in_data(str(e), path, data)) from None
+        raise type(e)(_where_in_data(str(e), path, data)) from None
 
 
 @contextlib.contextmanager
@@ -456,7 +456,7 @@ def _naming_the_array(array):
         stand_in = re.search(r"<numpy array \d+>\.npy", message)
         if not stand_in:
             raise
-        raise _native.Error(_where_in_data(message, stand_in.group(0), array)) from None
+        raise type(e)(_where_in_data(message, stand_in.group(0), array)) from None
 
 
 def _config_parts(config, overrides, sections):
@@ -617,13 +617,13 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
                 summary = _native.train(text, source, values, overwrite=overwrite, log=log,
                                         on_epoch=on_epoch, on_step=on_step)
         except _native.Error as e:
-            raise _native.Error(_in_python_words(str(e))) from None
+            raise type(e)(_in_python_words(str(e))) from None
         return Run(summary["run_dir"], summary)
     try:
         summary = _native.train(text, source, values, overwrite=overwrite, log=log,
                                 on_epoch=on_epoch, on_step=on_step)
     except _native.Error as e:
-        raise _native.Error(_in_python_words(str(e))) from None
+        raise type(e)(_in_python_words(str(e))) from None
     return Run(summary["run_dir"], summary)
 
 
@@ -645,7 +645,7 @@ def _python_words():
     try:
         yield
     except _native.Error as e:
-        raise _native.Error(_in_python_words(str(e))) from None
+        raise type(e)(_in_python_words(str(e))) from None
 
 
 def load(run_dir):

@@ -13,13 +13,14 @@ Each trial trains a run in runs/<study>/trial-<number> and reports the monitored
 every epoch (trial.report); a pruned trial stops after that epoch and raises optuna.TrialPruned.
 """
 import hashlib
+import json
 import os
 
 import optuna
 from optuna.distributions import (CategoricalDistribution, FloatDistribution,
                                   IntDistribution)
 
-from . import _api
+from . import _api, _native
 
 
 def suggest(trial, name, spec):
@@ -65,6 +66,19 @@ class PruningCallback:
         return True
 
 
+def _kept_value(run_dir, metric):
+    """`metric` at the last epoch whose checkpoint the run kept (metrics.jsonl), or None."""
+    kept = None
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                entry = json.loads(line) if line.endswith("\n") else {}
+                if entry.get("checkpoint") is True and entry.get(metric) is not None:
+                    kept = entry[metric]
+    return kept
+
+
 def objective(config, space, data=None, monitor=None, runs="runs", log=None, **sections):
     """An objective for study.optimize: each trial trains `config` with the values `space`
     ({config key: spec}, see suggest) suggests, pruned through PruningCallback, and returns the
@@ -91,8 +105,16 @@ def objective(config, space, data=None, monitor=None, runs="runs", log=None, **s
         overrides["train.early_stopping.monitor"] = metric
         overrides["train.early_stopping.mode"] = "max" if maximize else "min"
         trial.set_user_attr("run_dir", run_dir)
-        run = _api.train(config, data=data, overrides=overrides, overwrite=True,
-                         on_epoch=PruningCallback(trial, metric), log=log, **sections)
+        try:
+            run = _api.train(config, data=data, overrides=overrides, overwrite=True,
+                             on_epoch=PruningCallback(trial, metric), log=log, **sections)
+        except _native.Diverged as e:
+            # As seqforge tune: a run that diverged after an epoch it kept counts that epoch.
+            kept = _kept_value(run_dir, metric)
+            if kept is None:
+                raise
+            trial.set_user_attr("diverged", str(e))
+            return kept
         return run.summary["best"]
 
     return run_trial

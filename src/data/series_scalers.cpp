@@ -181,8 +181,8 @@ void check_float_range(const DataFile& table, const std::vector<int64_t>& file_r
       if (const double x = d.source.at(r, d.target_cols[j]);
           std::fabs(x) > std::numeric_limits<float>::max())
         fail(table.where(file_rows[r]), ": column ", io::quoted(d.target_names[j]), ": ", x,
-             " is beyond float32's range, which a target stays within in its own units: give "
-             "it in larger units");
+             " is beyond float32's range: a target must stay within it in its own units too, "
+             "so that forecasts' errors and their squares are numbers; give it in larger units");
   }
 }
 

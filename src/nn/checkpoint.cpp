@@ -64,6 +64,8 @@ std::vector<std::string> load_parameters(const std::string& path, Parameters& pa
                                          const std::vector<std::string>& ignored,
                                          const std::map<std::string, std::string>& tied,
                                          const std::string& shape_hint) {
+  if (!params.values().allocated())
+    fail(path, ": the model to load it into is not initialized: initialize the model first");
   auto listed = [](const std::vector<std::string>& names, const std::string& name) {
     return std::find(names.begin(), names.end(), name) != names.end();
   };

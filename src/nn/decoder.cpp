@@ -234,9 +234,9 @@ Tensor Decoder::forward(Backend& be, Tensor ids, Tensor h0, Tensor c0, bool trai
 
 Tensor Decoder::forward(Backend& be, Tensor ids, bool training, Rng& rng) {
   SF_CHECK(ids.shape().rank() == 2, "decoder input ", ids.shape().str(), ": expected (B, T) ids");
+  if (ids.numel() == 0) fail("decoder input ", ids.shape().str(), ": no tokens to predict from");
   batch_ = ids.shape()[0];
   seq_ = ids.shape()[1];
-  if (batch_ * seq_ == 0) fail("decoder input ", ids.shape().str(), ": no tokens to predict from");
   if (seq_ > opt_.max_positions)
     fail("a sequence of ", seq_, " tokens is longer than the model's ", opt_.max_positions,
          " positions (max_position_embeddings)");

@@ -162,7 +162,7 @@ RopeScaling read_rope_object(const Json& v, const std::string& where, double* th
   // "rope_type": where both are given they must agree.
   std::string type;
   for (const char* key : {"rope_type", "type"}) {
-    if (!v.contains(key)) continue;
+    if (!v.contains(key) || v[key].is_null()) continue;
     if (!v[key].is_string()) fail(where, ".", key, " must be a string, got ", v[key].dump());
     const std::string named = v[key].get<std::string>();
     if (!type.empty() && named != type)

@@ -31,8 +31,8 @@ Optimizer::Optimizer(Backend& be, Parameters& params, const OptimizerOptions& op
   }
   if (!params.values().allocated())
     fail(
-        "optimizer: the model's parameters are not allocated: initialize the model (or load its "
-        "checkpoint) first");
+        "optimizer: the model's parameters are not allocated: initialize the model first (also "
+        "before loading a checkpoint into it)");
   // Laid out as the gradients: nothing for a fixed parameter.
   m_ = params.grads().like(be);
   if (opt_.kind != "sgd") v_ = params.grads().like(be);

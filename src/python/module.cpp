@@ -340,6 +340,7 @@ PYBIND11_MODULE(_native, m) {
   // KeyboardInterrupt.
   sf::set_second_signal_quits(false);
   static py::exception<sf::Error> error(m, "Error", PyExc_RuntimeError);
+  static py::exception<sf::Diverged> diverged(m, "Diverged", error.ptr());
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -352,6 +353,8 @@ PYBIND11_MODULE(_native, m) {
         message = message.substr(0, at) + "seqforge.train(resume='" +
                   message.substr(at + command.size()) + "')";
       PyErr_SetString(PyExc_KeyboardInterrupt, message.c_str());
+    } catch (const sf::Diverged& e) {
+      diverged(e.what());
     } catch (const sf::Error& e) {
       error(e.what());
     }

@@ -53,16 +53,10 @@ namespace {
 // PEFT's prefix of the names in an adapter file.
 constexpr const char* kPeftPrefix = "base_model.model.";
 
-// What a run stopped for a non-finite model keeps: the last saved checkpoint, or nothing.
-std::string kept_model(const std::string& checkpoint) {
-  return fs::exists(checkpoint) ? checkpoint + " holds the last finite model"
-                                : "no model was saved yet (" + checkpoint + " does not exist)";
-}
-
 // Throws when a parameter is not finite: no checkpoint may hold such a model. The epoch's steps
-// [first_step, last_step] are those that may have made it so.
+// [first_step, last_step] are those that may have made it so; kept_model() says what was saved.
 void check_finite_parameters(Backend& be, const Parameters& p, int64_t epoch, int64_t first_step,
-                             int64_t last_step, const std::string& checkpoint) {
+                             int64_t last_step, const std::function<std::string()>& kept_model) {
   const Tensor flat = p.values().flat();
   const HostView values(be, flat);
   const float* v = values.data<float>();
@@ -73,7 +67,7 @@ void check_finite_parameters(Backend& be, const Parameters& p, int64_t epoch, in
           ": the model's parameters are not finite (", v[i],
           ") though the loss was; lower optim.lr or set train.clip_grad_norm. Nothing was saved "
           "from this epoch: ",
-          kept_model(checkpoint))));
+          kept_model())));
 }
 
 // One rank's training run: set up from the config (data, model, optimizer, loader, run
@@ -93,6 +87,9 @@ class Training {
   void resume_from_state();
   void share_rank0_state();
   void print_start() const;
+  // What a run stopped for a non-finite model keeps: the last saved checkpoint (once its write,
+  // maybe still under way, has ended), or nothing.
+  std::string kept_model();
   void prepare_run_dir();
   void write_adapter_config() const;
   void write_hf_files();
@@ -825,6 +822,12 @@ void Training::share_rank0_state() {
 
 // The run's files are touched only now that everything has been checked, by rank 0 (which holds
 // the directory's lock).
+std::string Training::kept_model() {
+  writer_->flush();  // a failed write is the error instead
+  return fs::exists(checkpoint_) ? checkpoint_ + " holds the last finite model"
+                                 : "no model was saved yet (" + checkpoint_ + " does not exist)";
+}
+
 void Training::prepare_run_dir() {
   if (rank_ != 0) return;
   if (resume_dir_.empty())  // --overwrite: the old run's files go first
@@ -1076,18 +1079,21 @@ double Training::train_step(int64_t epoch, int64_t bi, const Batch* batch) {
         "): the training loss is ", loss,
         "; lower optim.lr or set train.clip_grad_norm (e.g. 1.0). Nothing was saved from this "
         "epoch: ",
-        kept_model(checkpoint_))));
+        kept_model())));
   // Without loss scaling (which skips such a step) a gradient whose squares overflow float32
   // ruins the step: Adam's second moment becomes inf (its update m / inf = 0), clipping scales the
   // gradient to zero, or its entries are inf; nothing trains.
   if (!scaler_ && !(grad_norm_ <= std::sqrt(double(FLT_MAX))))
     throw Diverged(printable(detail::concat(
         "epoch ", epoch, ", step ", state_.step + 1, " (batch ", bi + 1, " of ", batches_per_epoch_,
-        "): the gradient's norm is ", grad_norm_, ", past what float32 holds squared; ",
+        "): the gradient's norm is ",
+        std::isnan(grad_norm_) ? std::string("NaN")
+                               : detail::concat(grad_norm_, ", past what float32 holds squared"),
+        "; ",
         task_.model.adapter.kind != AdapterKind::none
             ? "lower adapter.alpha (alpha / rank scales the adapters' gradients)"
             : "lower optim.lr, or scale the data (data.normalize)",
-        ". Nothing was saved from this epoch: ", kept_model(checkpoint_))));
+        ". Nothing was saved from this epoch: ", kept_model())));
   return loss;
 }
 
@@ -1274,7 +1280,7 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
   m["train_loss"] = loss_sum / double(seen);
   check_finite_parameters(*be_, model_->parameters(), epoch,
                           std::max<int64_t>(1, state_.step - batches_per_epoch_ + 1), state_.step,
-                          checkpoint_);
+                          [&] { return kept_model(); });
   const double epoch_s = now_s() - t0;
   if (!m.count(s_.monitor))
     fail(c_.origin("train.early_stopping.monitor"), ": train.early_stopping.monitor: '", s_.monitor,

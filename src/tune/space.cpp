@@ -136,6 +136,16 @@ struct Reader {
   }
 };
 
+}  // namespace
+
+const std::vector<std::string>& param_fields() {
+  static const std::vector<std::string> fields = {"type", "low",     "high", "log",
+                                                  "step", "choices", "grid"};
+  return fields;
+}
+
+namespace {
+
 const ConfigKey* config_key(const std::string& name) {
   for (const auto& k : config_keys())
     if (k.path == name) return &k;
@@ -154,7 +164,7 @@ Param read_param(const Reader& r, const std::string& name, const YAML::Node& n) 
     fail(r.at(n), ": ", key, ": '", name,
          "' cannot be searched: the study sets it in every trial (from tune.value, tune.metric "
          "and tune.direction), so that each trial keeps the checkpoint its value comes from");
-  r.only(n, key, {"type", "low", "high", "log", "step", "choices", "grid"});
+  r.only(n, key, param_fields());
   if (!n["type"]) fail(r.at(n), ": ", key, ": give a type: float, int or categorical");
   const std::string type = r.text(n["type"], key + ".type");
   Param p;

@@ -37,6 +37,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// How a trial that kept its best epoch and then diverged begins its message.
+constexpr std::string_view kDivergedNote = "diverged after its best epoch: ";
+
 double steady_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -261,7 +264,7 @@ OptimizeStats Study::optimize(const Objective& objective, const OptimizeOptions&
         std::string why;
         value = settings_.value == "best" ? trial_value(trial, settings_, &why) : std::nullopt;
         state = value ? TrialState::complete : TrialState::failed;
-        message = value ? std::string("diverged after its best epoch: ") + e.what() : e.what();
+        message = value ? std::string(kDivergedNote) + e.what() : e.what();
         epochs = static_cast<int64_t>(trial.intermediate.size());
       } catch (const Interrupted& e) {  // recorded as failed, as Optuna does, then the worker ends
         state = TrialState::failed;
@@ -560,9 +563,9 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
       }
       if (!named) {
         // Otherwise the first part would become a parameter of its own ('model').
-        static const std::set<std::string> fields = {"type", "low",     "high", "log",
-                                                     "step", "choices", "grid"};
-        const size_t end = fields.count(path.back()) ? path.size() - 1 : path.size();
+        const auto& fields = param_fields();
+        const bool field = std::find(fields.begin(), fields.end(), path.back()) != fields.end();
+        const size_t end = field ? path.size() - 1 : path.size();
         std::string name = path[2];
         for (size_t i = 3; i < end; ++i) name += "." + path[i];
         fail("override '", o, "': '", name, "' is not a config key", config_key_suggestion(name));
@@ -917,19 +920,30 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   if (auto_workers && !on_gpu)
     console << "tune.trials_per_device auto: one trial at a time (the trials train on the CPU)\n";
   if (!auto_workers) start_helpers(static_cast<int>(settings.trials_per_device) - 1);
+  // After the first trial, however it ended (the memory pool keeps its peak).
+  const auto measure_and_start = [&](int64_t number) {
+    size_t free_after = 0;
+    if (!cuda_free_memory(&free_after, &total)) return;
+    const double took = free_before > free_after ? double(free_before - free_after) : 0.0;
+    const int fit = trials_that_fit(double(free_after), took);
+    console << "tune.trials_per_device auto: trial " << number << " took "
+            << int64_t(took / (1 << 20)) << " MiB of the GPU, " << int64_t(free_after >> 20)
+            << " MiB are free: " << fit << " trials at once\n";
+    start_helpers(fit - 1);
+  };
   const Objective with_helpers = [&](TrialContext& ctx) -> int64_t {
     if (!measure) return objective(ctx);
     measure = false;
-    const int64_t epochs = objective(ctx);
-    size_t free_after = 0;
-    if (cuda_free_memory(&free_after, &total)) {
-      const double took = free_before > free_after ? double(free_before - free_after) : 0.0;
-      const int fit = trials_that_fit(double(free_after), took);
-      console << "tune.trials_per_device auto: trial " << ctx.number() << " took "
-              << int64_t(took / (1 << 20)) << " MiB of the GPU, " << int64_t(free_after >> 20)
-              << " MiB are free: " << fit << " trials at once\n";
-      start_helpers(fit - 1);
+    int64_t epochs = 0;
+    try {
+      epochs = objective(ctx);
+    } catch (const Interrupted&) {
+      throw;  // no new workers for a study that stops
+    } catch (...) {
+      measure_and_start(ctx.number());
+      throw;
     }
+    measure_and_start(ctx.number());
     return epochs;
   };
   const OptimizeStats stats = study.optimize(with_helpers, options, console);
@@ -967,9 +981,16 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     // over the trial.
     const Config trial =
         Config::load(best_config).with_values({{"train.run_dir", "''"}}, "best.yaml");
-    write_text(dir / "best.yaml", trial.resolved_yaml());
+    const bool diverged = best->message.starts_with(kDivergedNote);
+    const std::string diverged_note =
+        "trial " + std::to_string(best->number) +
+        " diverged after its best epoch, whose checkpoint it kept: trained anew, this config "
+        "diverges again";
+    write_text(dir / "best.yaml",
+               (diverged ? "# " + diverged_note + "\n" : std::string()) + trial.resolved_yaml());
     console << "\n  config: " << (dir / "best.yaml").string()
             << "\n  checkpoint: " << (best_dir / "model.safetensors").string();
+    if (diverged) console << "\n  note: " << diverged_note;
   } else {  // a trial another program (Optuna) ran, or a worker of another train.run_dir
     console << "\n  (no run directory " << best_dir.string()
             << ": the trial ran in another train.run_dir, or outside seqforge; its parameters "

@@ -36,8 +36,9 @@ struct TrainHooks {
   std::function<void(int64_t epoch, int64_t batches_done, int64_t batches_per_epoch)> on_step;
 };
 
-// Thrown when the training loss, the gradient or the model stops being finite; the last saved
-// checkpoint (the best epoch's, with train.save: best) is left as it was.
+// Thrown when the training loss or the model's parameters stop being finite, or the gradient's
+// norm is NaN or past what float32 holds squared; the last saved checkpoint (the best epoch's,
+// with train.save: best) is left as it was.
 class Diverged : public Error {
  public:
   using Error::Error;

@@ -77,6 +77,9 @@ struct TuneSettings {
   std::string fingerprint() const;
 };
 
+// The fields of a parameter in tune.space: type, low, high, log, step, choices, grid.
+const std::vector<std::string>& param_fields();
+
 // Reads the `tune:` section of a config file (YAML text from `source`); every key and value is
 // checked, errors name source:line (source alone without `lines`: YAML rewritten by overrides,
 // whose lines are not the file's) and the key. `default_metric` and `default_direction` are used
