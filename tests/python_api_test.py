@@ -502,6 +502,20 @@ def test_callbacks_stop_the_run_and_their_errors_reach_the_caller(tmp_path):
     with pytest.raises(ValueError, match="from the callback"):
         seqforge.train(FORECAST, train={"epochs": 5, "run_dir": "fail"}, log=None,
                        on_epoch=failing)
+
+    # A callback's own kind of seqforge.Error reaches the caller as it was raised.
+    class Stop(seqforge.Error):
+        def __init__(self, epoch, why):
+            super().__init__(why)
+            self.epoch = epoch
+
+    def stopping(epoch, metrics):
+        raise Stop(epoch, "enough")
+
+    with pytest.raises(Stop) as stopped:
+        seqforge.train(FORECAST, train={"epochs": 5, "run_dir": "own"}, log=None,
+                       on_epoch=stopping)
+    assert stopped.value.epoch == 1
     lines = []
     seqforge.train(FORECAST, train={"run_dir": "log"}, log=lines.append)
     assert any(line.startswith("epoch 2/2") for line in lines)
@@ -779,7 +793,7 @@ def test_a_diverged_trial_keeps_its_best_epoch_as_seqforge_tune_does(tmp_path):
     config = config_file(tmp_path, study_config)
     tune = subprocess.run([SEQFORGE, "tune", config, "train.run_dir=tuned"], check=True,
                           capture_output=True, text=True)
-    assert "trained anew, this config diverges again" in tune.stdout, tune.stdout
+    assert "trained anew, this config may diverge again" in tune.stdout, tune.stdout
     with open("tuned/best.yaml") as f:
         assert "diverged after its best epoch, whose checkpoint it kept" in f.readline()
     tuned = optuna.load_study(study_name=None, storage="sqlite:///tuned/study.db").trials
@@ -795,6 +809,16 @@ def test_a_diverged_trial_keeps_its_best_epoch_as_seqforge_tune_does(tmp_path):
         assert mine.state == optuna.trial.TrialState.COMPLETE
         assert mine.value == theirs.value
         assert "epoch 3" in mine.user_attrs["diverged"]
+    # The kept epoch is the last one with its checkpoint; one that kept no number counts none.
+    os.makedirs("kept")
+    lines = ['{"epoch": 1, "val_loss": 0.5, "checkpoint": true}',
+             '{"epoch": 2, "val_loss": null, "checkpoint": true}', '{"epoch": 3, "val_lo']
+    with open("kept/metrics.jsonl", "w") as f:
+        f.write("\n".join(lines))
+    assert seqforge.optuna._kept_value("kept", "val_loss") is None
+    with open("kept/metrics.jsonl", "w") as f:
+        f.write("\n".join([lines[0], lines[2]]))
+    assert seqforge.optuna._kept_value("kept", "val_loss") == 0.5
 
 
 def test_a_progress_bar_through_tqdm(tmp_path, capsys):

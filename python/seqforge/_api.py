@@ -434,6 +434,14 @@ def _lines_are_rows(frame):
     return not any(t.astype(str).str.contains("[\r\n]").any() for t in texts)
 
 
+def _reworded(error, message):
+    """A native error with `message`, of its own type (Diverged stays Diverged); an exception a
+    callback raised (a subclass of Error too, maybe) as it is."""
+    if type(error) in (_native.Error, _native.Diverged):
+        return type(error)(message)
+    return error
+
+
 @contextlib.contextmanager
 def _naming_the_data(data, path):
     """Errors raised inside name `data` where they would name the file it was written to."""
@@ -442,7 +450,7 @@ def _naming_the_data(data, path):
     except _native.Error as e:
         if isinstance(data, (str, os.PathLike)):
             raise
-        raise type(e)(_where_in_data(str(e), path, data)) from None
+        raise _reworded(e, _where_in_data(str(e), path, data)) from None
 
 
 @contextlib.contextmanager
@@ -456,7 +464,7 @@ def _naming_the_array(array):
         stand_in = re.search(r"<numpy array \d+>\.npy", message)
         if not stand_in:
             raise
-        raise type(e)(_where_in_data(message, stand_in.group(0), array)) from None
+        raise _reworded(e, _where_in_data(message, stand_in.group(0), array)) from None
 
 
 def _config_parts(config, overrides, sections):
@@ -617,13 +625,13 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
                 summary = _native.train(text, source, values, overwrite=overwrite, log=log,
                                         on_epoch=on_epoch, on_step=on_step)
         except _native.Error as e:
-            raise type(e)(_in_python_words(str(e))) from None
+            raise _reworded(e, _in_python_words(str(e))) from None
         return Run(summary["run_dir"], summary)
     try:
         summary = _native.train(text, source, values, overwrite=overwrite, log=log,
                                 on_epoch=on_epoch, on_step=on_step)
     except _native.Error as e:
-        raise type(e)(_in_python_words(str(e))) from None
+        raise _reworded(e, _in_python_words(str(e))) from None
     return Run(summary["run_dir"], summary)
 
 
@@ -645,7 +653,7 @@ def _python_words():
     try:
         yield
     except _native.Error as e:
-        raise type(e)(_in_python_words(str(e))) from None
+        raise _reworded(e, _in_python_words(str(e))) from None
 
 
 def load(run_dir):

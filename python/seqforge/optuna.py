@@ -14,6 +14,7 @@ every epoch (trial.report); a pruned trial stops after that epoch and raises opt
 """
 import hashlib
 import json
+import math
 import os
 
 import optuna
@@ -67,16 +68,20 @@ class PruningCallback:
 
 
 def _kept_value(run_dir, metric):
-    """`metric` at the last epoch whose checkpoint the run kept (metrics.jsonl), or None."""
+    """`metric` at the last epoch whose checkpoint the run kept (metrics.jsonl), or None where
+    none was kept or its value is not finite (written as null)."""
     kept = None
     path = os.path.join(run_dir, "metrics.jsonl")
     if os.path.exists(path):
         with open(path) as f:
             for line in f:
-                entry = json.loads(line) if line.endswith("\n") else {}
-                if entry.get("checkpoint") is True and entry.get(metric) is not None:
-                    kept = entry[metric]
-    return kept
+                try:
+                    entry = json.loads(line) if line.endswith("\n") else {}
+                except ValueError:
+                    return None
+                if entry.get("checkpoint") is True:
+                    kept = entry.get(metric)
+    return kept if isinstance(kept, (int, float)) and math.isfinite(kept) else None
 
 
 def objective(config, space, data=None, monitor=None, runs="runs", log=None, **sections):
@@ -104,6 +109,7 @@ def objective(config, space, data=None, monitor=None, runs="runs", log=None, **s
                     else resolved["train"]["early_stopping"]["mode"] == "max")
         overrides["train.early_stopping.monitor"] = metric
         overrides["train.early_stopping.mode"] = "max" if maximize else "min"
+        overrides["train.save"] = "best"  # the checkpoint of the value returned
         trial.set_user_attr("run_dir", run_dir)
         try:
             run = _api.train(config, data=data, overrides=overrides, overwrite=True,

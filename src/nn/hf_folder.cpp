@@ -170,6 +170,7 @@ RopeScaling read_rope_object(const Json& v, const std::string& where, double* th
            "' disagree (transformers' versions and models read one or the other): give one");
     type = named;
   }
+  if (type.empty() && !theta) fail(where, ": give its rope_type");
   if (type == "default" && !theta) return s;
   if (type == "linear") {
     s.linear = true;

@@ -820,14 +820,18 @@ void Training::share_rank0_state() {
     scaler_->set_state(state_.loss_scale, state_.loss_scale_growth);
 }
 
-// The run's files are touched only now that everything has been checked, by rank 0 (which holds
-// the directory's lock).
 std::string Training::kept_model() {
-  writer_->flush();  // a failed write is the error instead
+  try {
+    writer_->flush();
+  } catch (const Error& e) {  // what the log says was kept is not: that is the error
+    fail(e.what(), "; and then training diverged");
+  }
   return fs::exists(checkpoint_) ? checkpoint_ + " holds the last finite model"
                                  : "no model was saved yet (" + checkpoint_ + " does not exist)";
 }
 
+// The run's files are touched only now that everything has been checked, by rank 0 (which holds
+// the directory's lock).
 void Training::prepare_run_dir() {
   if (rank_ != 0) return;
   if (resume_dir_.empty())  // --overwrite: the old run's files go first

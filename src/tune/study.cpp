@@ -937,10 +937,11 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     int64_t epochs = 0;
     try {
       epochs = objective(ctx);
-    } catch (const Interrupted&) {
-      throw;  // no new workers for a study that stops
-    } catch (...) {
+    } catch (const Diverged&) {  // it trained: its memory counts
       measure_and_start(ctx.number());
+      throw;
+    } catch (...) {  // it may have failed before it used the GPU: the next trial measures
+      measure = true;
       throw;
     }
     measure_and_start(ctx.number());
@@ -985,7 +986,7 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
     const std::string diverged_note =
         "trial " + std::to_string(best->number) +
         " diverged after its best epoch, whose checkpoint it kept: trained anew, this config "
-        "diverges again";
+        "may diverge again";
     write_text(dir / "best.yaml",
                (diverged ? "# " + diverged_note + "\n" : std::string()) + trial.resolved_yaml());
     console << "\n  config: " << (dir / "best.yaml").string()
