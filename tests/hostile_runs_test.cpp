@@ -655,6 +655,33 @@ TEST(HostileRuns, AResumeWithoutTheEpochsLinesSaysSo) {
   EXPECT_NE(metrics.find("\"epoch\":3"), std::string::npos) << metrics;
 }
 
+// A finished run's val_predictions.csv is of its saved model: the first checkpoint of a resumed
+// run replaces that model, and the predictions go with it until the run finishes again.
+TEST(HostileRuns, AResumedRunDropsThePredictionsOfTheModelItReplaces) {
+  const fs::path dir = test::temp_dir("resume_predictions");
+  const fs::path run = dir / "run";
+  std::ostringstream log;
+  train(forecast(write_series(dir, 200), run, {"train.epochs=1", "train.save=every_n"}), log);
+  ASSERT_TRUE(fs::exists(run / "val_predictions.csv"));
+  std::vector<bool> there;  // at the first step of epochs 2 and 3
+  TrainHooks hooks;
+  hooks.on_step = [&](int64_t, int64_t done, int64_t) {
+    if (done == 1) there.push_back(fs::exists(run / "val_predictions.csv"));
+  };
+  train(Config::load((run / "config.resolved.yaml").string(), {"train.epochs=3"}), log,
+        run.string(), hooks);
+  EXPECT_EQ(there, (std::vector<bool>{true, false}));
+  EXPECT_TRUE(fs::exists(run / "val_predictions.csv"));  // the finished run's, again
+  // Without its training state (a kill before the first was written), the way out is named.
+  fs::remove(run / "training_state.safetensors");
+  EXPECT_HAS(error_of([&] {
+               train(Config::load((run / "config.resolved.yaml").string(), {"train.epochs=4"}), log,
+                     run.string());
+             }),
+             "missing: this run has nothing to resume from (it stopped before its first training "
+             "state was saved): train it anew with --overwrite");
+}
+
 // train.precision auto is resolved once, at the run's start, and recorded: a resume (on another
 // machine, whose bf16 GEMMs may or may not pay off) goes on in the precision the run began in.
 TEST(HostileRuns, TheRunRecordsThePrecisionAutoChose) {

@@ -15,6 +15,7 @@
 #include "io/file_util.hpp"
 #include "report/chart.hpp"
 #include "report/metrics_log.hpp"
+#include "seqforge/io/safetensors.hpp"
 #include "seqforge/train/trainer.hpp"
 #include "test_util.hpp"
 
@@ -124,6 +125,12 @@ TEST(Report, MarksTheSavedEpochShowsTheTestSplitAndDates) {
   EXPECT_NE(html.find(">2020-01-02<"), std::string::npos) << html;
   EXPECT_NE(html.find("t: predicted vs actual (a, b)"), std::string::npos);
   EXPECT_NE(html.find("; MAE over every series 0.5"), std::string::npos) << html;
+  // A kill between epoch 2's line and its checkpoint's write: the model says which it is.
+  const float w = 1;
+  io::write_safetensors((dir / "model.safetensors").string(), {{"w", DType::f32, {1}, &w}},
+                        {{"seqforge.epoch", "1"}});
+  EXPECT_NE(render_run_report(dir.string()).find("saved model: epoch 1 (val_loss 50)"),
+            std::string::npos);
 }
 
 // A sensor's windows 250 ms apart: each at its own x (in order, none merged to its second), the

@@ -466,6 +466,11 @@ check(p.returncode != 0 and err.count("\n") == 0 and
       not os.path.exists(os.path.join(work, "owned_b.db")), f"another study's trial directory: {err}")
 run([cfg, "--study", os.path.join(work, "owned_a.db"), "train.run_dir=" + owned, "--n-trials", "2"])
 check(len(trials(os.path.join(work, "owned_a.db"))) == 2, "the owning study goes on")
+# Nor does a study go into a training run's directory (the two report.html would clash).
+p = run([cfg, "train.run_dir=" + os.path.join(owned, "trial-0")], ok=False)
+check(p.returncode != 0 and "holds a training run's files" in p.stderr and
+      not os.path.exists(os.path.join(owned, "trial-0", "study.db")),
+      f"a study in a run's directory: {p.stderr}")
 
 # Two studies started at the same moment on one directory: one runs, the other is refused.
 racing = os.path.join(work, "racing")

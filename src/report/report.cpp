@@ -271,6 +271,18 @@ std::vector<std::string> model_classes(const fs::path& dir) {
   return classes;
 }
 
+// The epoch model.safetensors holds, from its metadata; none when it is missing or foreign.
+std::optional<double> model_epoch(const fs::path& dir) {
+  if (!fs::exists(dir / "model.safetensors")) return std::nullopt;
+  try {
+    const auto file = io::SafetensorsFile::read((dir / "model.safetensors").string());
+    const auto it = file.metadata().find("seqforge.epoch");
+    if (it != file.metadata().end()) return std::stod(it->second);
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
 RunFacts read_facts(const fs::path& dir) {
   RunFacts f;
   if (fs::exists(dir / "config.resolved.yaml")) {
@@ -320,10 +332,12 @@ std::string render_run_report(const std::string& run_dir) {
       if (k.rfind("val_", 0) == 0 && k != "val_loss" && v.is_number() && !metric_step(k) &&
           std::find(val_keys.begin(), val_keys.end(), k) == val_keys.end())
         val_keys.push_back(k);
-  // The epoch model.safetensors holds: the last one saved.
-  std::optional<double> saved;
-  for (const auto& j : epochs)
-    if (j.value("checkpoint", false)) saved = j["epoch"].get<double>();
+  // The epoch model.safetensors holds: its own word (a kill between an epoch's line and its
+  // checkpoint's write leaves the line claiming a save), else the last line's that saved.
+  std::optional<double> saved = model_epoch(dir);
+  if (!saved)
+    for (const auto& j : epochs)
+      if (j.value("checkpoint", false)) saved = j["epoch"].get<double>();
 
   std::ostringstream o;
   const std::string name = fs::absolute(dir).lexically_normal().filename().string();

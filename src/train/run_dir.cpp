@@ -12,16 +12,16 @@ namespace seqforge {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// Whether `dir` holds a run with something to lose: a finished epoch's metrics, a model or a
-// training state (a run stopped before its first epoch ended left nothing of value).
+// A run with something to lose: a finished epoch's metrics, a model or a training state (a run
+// stopped before its first epoch ended left nothing of value).
 bool holds_a_run(const fs::path& dir) {
   std::error_code ec;
   const auto metrics = fs::file_size(dir / "metrics.jsonl", ec);
   return (!ec && metrics > 0) || fs::exists(dir / "model.safetensors") ||
          fs::exists(dir / "training_state.safetensors");
 }
+
+namespace {
 
 // Whether `name` is a data file the Python package writes into a run directory for an array, a
 // frame or texts ("data-" and 16 hex digits of its content's hash), or its temporary: one of an

@@ -195,8 +195,9 @@ class Training {
   std::ofstream metrics_log_;
   std::string kept_metrics_;  // a resumed run's lines of the epochs it keeps
   std::unique_ptr<CheckpointWriter> writer_;
-  ResourceMonitor resources_;  // cpu_percent, rss_mb, peak_rss_mb per epoch
-  std::vector<bool> frozen_;   // held fixed for the first freeze_epochs epochs
+  bool old_predictions_removed_ = false;  // by a resumed run's first checkpoint
+  ResourceMonitor resources_;             // cpu_percent, rss_mb, peak_rss_mb per epoch
+  std::vector<bool> frozen_;              // held fixed for the first freeze_epochs epochs
   std::unique_ptr<dist::GradientSync> sync_;
   std::vector<int64_t> mine_;  // this rank's windows of the epoch
   Buffer dout_buf_;
@@ -666,7 +667,11 @@ std::vector<int64_t> saved_order(const io::SafetensorsFile& state, const std::ve
 // is checked before it is used: a damaged or foreign state is refused, naming the tensor or
 // field.
 void Training::resume_from_state() {
-  if (!fs::exists(state_path_)) fail(state_path_, ": missing: this run has nothing to resume from");
+  if (!fs::exists(state_path_))
+    fail(state_path_, ": missing: this run has nothing to resume from",
+         fs::exists(checkpoint_) ? " (it stopped before its first training state was saved): "
+                                   "train it anew with --overwrite"
+                                 : "");
   const io::SafetensorsFile state = io::SafetensorsFile::read(state_path_);
   state.check_data_hash();
   const auto loop = state.metadata().find("seqforge.loop");
@@ -1319,6 +1324,13 @@ bool Training::end_epoch(int64_t epoch, double loss_sum, int64_t seen, int64_t s
   const Parameters& p = model_->parameters();
   lock_.check_still_held();
   if (write) {
+    if (!resume_dir_.empty() && !old_predictions_removed_) {
+      // A finished run's predictions are of the model this checkpoint replaces: none until the
+      // run finishes and writes them again.
+      for (const char* name : {"val_predictions.csv", "val_reconstructions.csv"})
+        fs::remove(fs::path(run_dir_) / name);
+      old_predictions_removed_ = true;
+    }
     saved_metrics_ = m;
     std::map<std::string, std::string> meta = checkpoint_metadata(c_, task_, epoch, m);
     meta["seqforge.data"] = data_fingerprint_;  // eval --split re-splits only these bytes

@@ -28,6 +28,7 @@
 #include "seqforge/dist/communicator.hpp"
 #include "seqforge/train/config.hpp"
 #include "seqforge/train/trainer.hpp"
+#include "train/run_dir.hpp"
 #include "train/yaml_limits.hpp"
 #include "tune/workers.hpp"
 
@@ -753,6 +754,12 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
            ": give this study its own directory (train.run_dir) or name (tune.name)");
   };
   check_owner();  // before a directory is made
+  // A run's directory (one a training may be starting in) is not a study's: their report.html
+  // would replace each other.
+  if (holds_a_run(dir) || fs::exists(dir / ".lock"))
+    fail(dir.string(),
+         ": holds a training run's files (metrics.jsonl, model.safetensors), not a "
+         "study's: give the study its own directory (train.run_dir)");
   // A study that cannot be opened leaves no directory behind.
   fs::path made = fs::absolute(dir);
   while (!made.parent_path().empty() && made.parent_path() != made &&
