@@ -682,6 +682,25 @@ TEST(HostileRuns, AResumedRunDropsThePredictionsOfTheModelItReplaces) {
              "state was saved): train it anew with --overwrite");
 }
 
+// A new run's default directory (runs/<config name>) passes over a tune study's of that name.
+TEST(HostileRuns, ANewRunLeavesAStudysDirectoryAlone) {
+  const fs::path dir = test::temp_dir("study_named_alike");
+  const std::string data = write_series(dir, 200);
+  const fs::path before = fs::current_path();
+  fs::current_path(dir);
+  fs::create_directories("runs/job");
+  { std::ofstream("runs/job/study.json") << "{}"; }
+  const Config c = Config::parse("data: {path: " + data +
+                                     ", date_column: when, features: [signal], targets: [signal], "
+                                     "lookback: 8}\ntrain: {epochs: 1}\n",
+                                 "job.yaml");
+  std::ostringstream log;
+  const TrainSummary s = train(c, log);
+  fs::current_path(before);
+  EXPECT_EQ(fs::path(s.run_dir).filename(), "job-2");
+  EXPECT_FALSE(fs::exists(dir / "runs" / "job" / "metrics.jsonl"));
+}
+
 // train.precision auto is resolved once, at the run's start, and recorded: a resume (on another
 // machine, whose bf16 GEMMs may or may not pay off) goes on in the precision the run began in.
 TEST(HostileRuns, TheRunRecordsThePrecisionAutoChose) {

@@ -131,6 +131,15 @@ TEST(Report, MarksTheSavedEpochShowsTheTestSplitAndDates) {
                         {{"seqforge.epoch", "1"}});
   EXPECT_NE(render_run_report(dir.string()).find("saved model: epoch 1 (val_loss 50)"),
             std::string::npos);
+  // The run's own report after epoch 2, whose checkpoint may still be being written: the lines'.
+  EXPECT_NE(render_run_report(dir.string(), /*while_training=*/true)
+                .find("saved model: epoch 2 (val_loss 0.5)"),
+            std::string::npos);
+  // A model that records no whole epoch is not believed.
+  io::write_safetensors((dir / "model.safetensors").string(), {{"w", DType::f32, {1}, &w}},
+                        {{"seqforge.epoch", "nan"}});
+  EXPECT_NE(render_run_report(dir.string()).find("saved model: epoch 2 (val_loss 0.5)"),
+            std::string::npos);
 }
 
 // A sensor's windows 250 ms apart: each at its own x (in order, none merged to its second), the

@@ -590,8 +590,9 @@ def _train(config, data, overrides, resume, overwrite, on_epoch, log, on_step, s
             raise _native.Error(f"resume={resume} continues that run with its own config; drop "
                                 "config and data")
         values = _config_parts(None, overrides, sections)[2]
-        summary = _native.train(None, "", values, resume=os.fspath(resume), log=log,
-                                on_epoch=on_epoch, on_step=on_step)
+        with _python_words():
+            summary = _native.train(None, "", values, resume=os.fspath(resume), log=log,
+                                    on_epoch=on_epoch, on_step=on_step)
         return Run(summary["run_dir"], summary)
     text, source, values = _config_parts(config, overrides, sections)
     if data is not None:
@@ -640,6 +641,7 @@ def _in_python_words(message):
     message = re.sub(r"or --resume (.+) to continue that run",
                      lambda m: f"or resume='{m.group(1)}' to continue that run", message)
     message = message.replace("pass --overwrite", "pass overwrite=True")
+    message = message.replace("anew with --overwrite", "anew with overwrite=True")
     message = re.sub(r"^--missing-values:", "missing_values:", message)
     message = re.sub(r"^--(missing|data|split|prompt):", r"\1:", message)
     message = message.replace("(eval and predict: --date-order)", "(evaluate and predict: date_order=)")

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -277,7 +278,13 @@ std::optional<double> model_epoch(const fs::path& dir) {
   try {
     const auto file = io::SafetensorsFile::read((dir / "model.safetensors").string());
     const auto it = file.metadata().find("seqforge.epoch");
-    if (it != file.metadata().end()) return std::stod(it->second);
+    int64_t epoch = 0;
+    if (it != file.metadata().end()) {
+      const std::string& text = it->second;
+      const auto r = std::from_chars(text.data(), text.data() + text.size(), epoch);
+      if (r.ec == std::errc() && r.ptr == text.data() + text.size() && epoch > 0)
+        return double(epoch);
+    }
   } catch (const std::exception&) {
   }
   return std::nullopt;
@@ -303,7 +310,7 @@ RunFacts read_facts(const fs::path& dir) {
 
 }  // namespace
 
-std::string render_run_report(const std::string& run_dir) {
+std::string render_run_report(const std::string& run_dir, bool while_training) {
   const fs::path dir(run_dir);
   const fs::path metrics_path = dir / "metrics.jsonl";
   if (!fs::exists(metrics_path) && (fs::exists(dir / "study.json") || fs::exists(dir / "study.db")))
@@ -334,7 +341,7 @@ std::string render_run_report(const std::string& run_dir) {
         val_keys.push_back(k);
   // The epoch model.safetensors holds: its own word (a kill between an epoch's line and its
   // checkpoint's write leaves the line claiming a save), else the last line's that saved.
-  std::optional<double> saved = model_epoch(dir);
+  std::optional<double> saved = while_training ? std::nullopt : model_epoch(dir);
   if (!saved)
     for (const auto& j : epochs)
       if (j.value("checkpoint", false)) saved = j["epoch"].get<double>();
@@ -488,8 +495,8 @@ bool metric_order(const std::string& a, const std::string& b) {
   return base_a != base_b ? a < b : sa < sb;
 }
 
-std::string write_run_report(const std::string& run_dir) {
-  const std::string html = render_run_report(run_dir);
+std::string write_run_report(const std::string& run_dir, bool while_training) {
+  const std::string html = render_run_report(run_dir, while_training);
   const std::string path = (fs::path(run_dir) / "report.html").string();
   io::write_file_atomically(path, {{html.data(), html.size()}});
   return path;

@@ -126,7 +126,8 @@ std::string new_run_dir(const Config& c, bool overwrite, io::DirLock* lock) {
   for (int version = 1;; ++version) {
     const fs::path p =
         version == 1 ? base : fs::path(base.string() + "-" + std::to_string(version));
-    if (holds_a_run(p)) continue;
+    if (holds_a_run(p) || fs::exists(p / "study.json") || fs::exists(p / "study.db"))
+      continue;  // a run's, or a tune study's of the same name
     check_inputs_outside_run_files(c, p);
     long holder = 0;
     if (!lock->try_lock(p.string(), &holder)) continue;  // a run under way

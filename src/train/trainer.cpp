@@ -1440,7 +1440,7 @@ void Training::log_epoch(int64_t epoch, nlohmann::json j, bool saved, double epo
   for (const auto& [k, v] : resources_.interval_summary()) j[k] = v;
   if (!stop.empty()) j["stop"] = stop;
   append_metrics(j);
-  write_run_report(run_dir_);
+  write_run_report(run_dir_, /*while_training=*/true);
   char head[96];
   std::snprintf(head, sizeof head, "epoch %lld/%lld", (long long)epoch, (long long)s_.epochs);
   char scaling[96] = "";

@@ -757,9 +757,9 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   // A run's directory (one a training may be starting in) is not a study's: their report.html
   // would replace each other.
   if (holds_a_run(dir) || fs::exists(dir / ".lock"))
-    fail(dir.string(),
-         ": holds a training run's files (metrics.jsonl, model.safetensors), not a "
-         "study's: give the study its own directory (train.run_dir)");
+    fail(dir.string(), ": holds a training run's files (",
+         holds_a_run(dir) ? "its metrics, model or training state" : "its .lock",
+         "), not a study's: give the study its own directory (train.run_dir) or name (tune.name)");
   // A study that cannot be opened leaves no directory behind.
   fs::path made = fs::absolute(dir);
   while (!made.parent_path().empty() && made.parent_path() != made &&
