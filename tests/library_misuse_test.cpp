@@ -2,7 +2,6 @@
 // that changes the model on no data.
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,14 +12,7 @@
 namespace seqforge::library_misuse_test {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 ModelOptions small_lstm(int64_t outputs = 1, bool per_step = false) {
   ModelOptions o;

@@ -257,37 +257,37 @@ struct RunFacts {
   int64_t epochs = 0;  // train.epochs, 0 where unknown
 };
 
+// The saved model's metadata entry `key`; "" when the model is missing or unreadable.
+std::string model_metadata(const fs::path& dir, const std::string& key) {
+  if (!fs::exists(dir / "model.safetensors")) return "";
+  try {
+    const auto file = io::SafetensorsFile::read((dir / "model.safetensors").string());
+    const auto it = file.metadata().find(key);
+    return it == file.metadata().end() ? "" : it->second;
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 // Every class of a classifier, from its saved model's metadata (read only for the confusion
 // matrix, which the run writes once at its end); none when the model is missing or foreign.
 std::vector<std::string> model_classes(const fs::path& dir) {
-  std::vector<std::string> classes;
-  if (!fs::exists(dir / "model.safetensors")) return classes;
-  try {
-    const auto file = io::SafetensorsFile::read((dir / "model.safetensors").string());
-    const auto it = file.metadata().find("seqforge.classes");
-    if (it != file.metadata().end())
-      classes = nlohmann::json::parse(it->second).get<std::vector<std::string>>();
-  } catch (const std::exception&) {  // classes from the predictions alone
-  }
-  return classes;
+  const std::string text = model_metadata(dir, "seqforge.classes");
+  const auto classes = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!classes.is_array() ||
+      !std::all_of(classes.begin(), classes.end(), [](const auto& c) { return c.is_string(); }))
+    return {};  // classes from the predictions alone
+  return classes.get<std::vector<std::string>>();
 }
 
-// The epoch model.safetensors holds, from its metadata; none when it is missing or foreign.
+// The epoch model.safetensors holds, from its metadata; none when it records no whole epoch.
 std::optional<double> model_epoch(const fs::path& dir) {
-  if (!fs::exists(dir / "model.safetensors")) return std::nullopt;
-  try {
-    const auto file = io::SafetensorsFile::read((dir / "model.safetensors").string());
-    const auto it = file.metadata().find("seqforge.epoch");
-    int64_t epoch = 0;
-    if (it != file.metadata().end()) {
-      const std::string& text = it->second;
-      const auto r = std::from_chars(text.data(), text.data() + text.size(), epoch);
-      if (r.ec == std::errc() && r.ptr == text.data() + text.size() && epoch > 0)
-        return double(epoch);
-    }
-  } catch (const std::exception&) {
-  }
-  return std::nullopt;
+  const std::string text = model_metadata(dir, "seqforge.epoch");
+  int64_t epoch = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), epoch);
+  if (text.empty() || r.ec != std::errc() || r.ptr != text.data() + text.size() || epoch <= 0)
+    return std::nullopt;
+  return double(epoch);
 }
 
 RunFacts read_facts(const fs::path& dir) {

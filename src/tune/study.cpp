@@ -550,10 +550,14 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
     for (std::string k; std::getline(keys, k, '.');) path.push_back(k);
     // Under tune.space a config key's dots are part of its name (tune.space.optim.lr.low).
     if (path.size() > 3 && path[0] == "tune" && path[1] == "space") {
-      bool named = false;
-      for (size_t end = path.size(); end > 3 && !named; --end) {
+      const auto joined = [&](size_t end) {  // path[2], ..., path[end - 1] as one name
         std::string name = path[2];
         for (size_t i = 3; i < end; ++i) name += "." + path[i];
+        return name;
+      };
+      bool named = false;
+      for (size_t end = path.size(); end > 3 && !named; --end) {
+        const std::string name = joined(end);
         const auto& all = config_keys();
         if (std::none_of(all.begin(), all.end(),
                          [&](const ConfigKey& k) { return k.path == name; }))
@@ -566,9 +570,7 @@ std::string with_tune_overrides(const std::string& yaml, const std::string& sour
         // Otherwise the first part would become a parameter of its own ('model').
         const auto& fields = param_fields();
         const bool field = std::find(fields.begin(), fields.end(), path.back()) != fields.end();
-        const size_t end = field ? path.size() - 1 : path.size();
-        std::string name = path[2];
-        for (size_t i = 3; i < end; ++i) name += "." + path[i];
+        const std::string name = joined(field ? path.size() - 1 : path.size());
         fail("override '", o, "': '", name, "' is not a config key", config_key_suggestion(name));
       }
     }
@@ -927,7 +929,7 @@ int run_tune(const TuneCommand& cmd_in, std::ostream& console) {
   if (auto_workers && !on_gpu)
     console << "tune.trials_per_device auto: one trial at a time (the trials train on the CPU)\n";
   if (!auto_workers) start_helpers(static_cast<int>(settings.trials_per_device) - 1);
-  // After the first trial, however it ended (the memory pool keeps its peak).
+  // After the first trial that trained, however it ended (the memory pool keeps its peak).
   const auto measure_and_start = [&](int64_t number) {
     size_t free_after = 0;
     if (!cuda_free_memory(&free_after, &total)) return;
